@@ -1,1 +1,68 @@
-//! placeholder
+//! # choicewise-core
+//!
+//! A streamed chat completion with `n > 1` arrives as one flat stream of
+//! `chat.completion.chunk` objects: the choices' updates interleaved, a choice first appearing
+//! after a higher index, several choices in one chunk, tool-call fragments to merge by their
+//! own index. This crate turns that stream into one handle per choice.
+//!
+//! - [`Completions`] takes the input: raw SSE bytes ([`Completions::from_sse`],
+//!   [`Completions::from_reader`]) or parsed chunks ([`Completions::from_chunks`]).
+//! - [`Completions::choices`] yields a [`Choice`] per choice as it appears; each choice has
+//!   sub-streams ([`Choice::content`], [`Choice::function_calls`], [`Choice::events`], ...)
+//!   that replay from the start at any time, and [`Choice::message`], the assembled message.
+//! - [`Completions::collect`] gives the whole completion in the shape of a non-streaming
+//!   response.
+//!
+//! Inside, a reader actor frames and parses the input and routes each update to a per-choice
+//! actor, spawned when its index first appears (see the `actor` module's documentation and
+//! `docs/architecture.md`).
+//!
+//! ```
+//! use choicewise_core::Completions;
+//! use futures::{StreamExt, TryStreamExt};
+//!
+//! # #[tokio::main] async fn main() {
+//! let sse = concat!(
+//!     "data: {\"choices\":[{\"index\":1,\"delta\":{\"role\":\"assistant\",\"content\":\"Bonjour\"}}]}\n\n",
+//!     "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello\"}}]}\n\n",
+//!     "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+//!     "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+//!     "data: [DONE]\n\n",
+//! );
+//! let completions = Completions::from_reader(sse.as_bytes());
+//! let mut choices = completions.choices();
+//! let mut tasks = Vec::new();
+//! while let Some(choice) = choices.next().await {
+//!     tasks.push(tokio::spawn(async move {
+//!         let text: Vec<_> = choice.content().try_collect().await?;
+//!         Ok::<_, choicewise_core::Error>(format!("{}: {}", choice.index(), text.concat()))
+//!     }));
+//! }
+//! for task in tasks {
+//!     println!("{}", task.await.unwrap().unwrap());
+//! }
+//! let whole = completions.collect().await.unwrap();
+//! assert_eq!(whole.choices[0].message.content.as_deref(), Some("Hello"));
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod actor;
+mod choice;
+mod completions;
+mod config;
+mod error;
+mod event;
+mod feed;
+mod merge;
+mod response;
+mod route;
+mod shared;
+pub mod wire;
+
+pub use choice::{Choice, EventStream};
+pub use completions::{Choices, Completions, CompletionsBuilder, live_actors};
+pub use config::{DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS};
+pub use error::{Error, Incomplete, UpstreamError};
+pub use event::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind};
+pub use response::{ChatCompletion, ChoiceOutput, FunctionCall, Message, ToolCall};

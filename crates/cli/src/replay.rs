@@ -1,0 +1,142 @@
+//! `choicewise replay`: a recorded stream, choice by choice.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use choicewise::{ChoiceEvent, Completions, FunctionCallEvent};
+use clap::Args;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+/// The stream replayed when no file is given: a recorded n = 3 completion whose choices
+/// first appear out of order, one of them making two parallel tool calls.
+const DEMO: &[u8] = include_bytes!("../assets/demo.sse");
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The SSE file to replay, or `-` for standard input. Without it, a bundled demo stream.
+    file: Option<PathBuf>,
+    /// Print the assembled completion as one `chat.completion` JSON object instead.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(args: ReplayArgs) -> Result<(), String> {
+    let completions = match args.file.as_deref() {
+        None => Completions::from_reader(DEMO),
+        Some(p) if p.as_os_str() == "-" => Completions::from_reader(tokio::io::stdin()),
+        Some(p) => {
+            let file = tokio::fs::File::open(p)
+                .await
+                .map_err(|e| format!("cannot open {}: {e}", p.display()))?;
+            Completions::from_reader(file)
+        }
+    };
+    if args.json {
+        json(completions).await
+    } else {
+        labelled(completions).await
+    }
+}
+
+/// `--json`: exactly the `collect()` object; on error, what was assembled, then the error.
+async fn json(completions: Completions) -> Result<(), String> {
+    let (completion, error) = match completions.collect().await {
+        Ok(c) => (c, None),
+        Err(incomplete) => (incomplete.partial, Some(incomplete.error)),
+    };
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, &completion).map_err(|e| e.to_string())?;
+    writeln!(out).map_err(|e| e.to_string())?;
+    for w in completions.warnings() {
+        eprintln!("warning: {w}");
+    }
+    match error {
+        None => Ok(()),
+        Some(e) => Err(e.to_string()),
+    }
+}
+
+/// The default view: each choice's text and function calls as they arrive, one labelled line
+/// at a time. One task per choice formats its own lines; one printer writes them.
+async fn labelled(completions: Completions) -> Result<(), String> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let printer = tokio::spawn(async move {
+        while let Some(line) = rx.recv().await {
+            let mut out = std::io::stdout().lock();
+            if writeln!(out, "{line}").is_err() {
+                break;
+            }
+        }
+    });
+    let mut tasks = Vec::new();
+    let mut choices = completions.choices();
+    while let Some(choice) = choices.next().await {
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let label = format!("[choice {}]", choice.index());
+            let mut line = String::new();
+            let mut events = choice.events();
+            while let Some(event) = events.next().await {
+                let event = match event {
+                    Ok(e) => e,
+                    Err(e) => {
+                        flush(&tx, &label, &mut line);
+                        let _ = tx.send(format!("{label} ✘ {e}"));
+                        break;
+                    }
+                };
+                match event {
+                    ChoiceEvent::Content(t) | ChoiceEvent::Refusal(t) => {
+                        for (i, part) in t.split('\n').enumerate() {
+                            if i > 0 {
+                                flush(&tx, &label, &mut line);
+                            }
+                            line.push_str(part);
+                        }
+                    }
+                    ChoiceEvent::FunctionCall(FunctionCallEvent::Started { call, id, name }) => {
+                        flush(&tx, &label, &mut line);
+                        let _ = tx.send(format!(
+                            "{label} → {call}: {}{}",
+                            name.as_deref().unwrap_or("?"),
+                            id.map(|id| format!(" ({id})")).unwrap_or_default()
+                        ));
+                    }
+                    ChoiceEvent::FunctionCall(FunctionCallEvent::Finished {
+                        call, arguments, ..
+                    }) => {
+                        let _ = tx.send(format!("{label} ← {call} arguments: {arguments}"));
+                    }
+                    ChoiceEvent::Finished(reason) => {
+                        flush(&tx, &label, &mut line);
+                        let _ = tx.send(format!("{label} ✔ finished: {reason}"));
+                    }
+                    _ => {}
+                }
+            }
+            flush(&tx, &label, &mut line);
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let outcome = completions.collect().await;
+    let (Ok(c) | Err(choicewise::Incomplete { partial: c, .. })) = &outcome;
+    if let Some(usage) = &c.usage {
+        let _ = tx.send(format!("usage: {usage}"));
+    }
+    drop(tx);
+    let _ = printer.await;
+    for w in completions.warnings() {
+        eprintln!("warning: {w}");
+    }
+    outcome.map(|_| ()).map_err(|e| e.error.to_string())
+}
+
+fn flush(tx: &mpsc::UnboundedSender<String>, label: &str, line: &mut String) {
+    if !line.is_empty() {
+        let _ = tx.send(format!("{label} {line}"));
+        line.clear();
+    }
+}

@@ -1,0 +1,298 @@
+//! [`Choice`], the handle of one choice, and [`EventStream`], its replaying sub-streams.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+
+use crate::completions::Lifetime;
+use crate::error::{Error, Incomplete};
+use crate::event::{ChoiceEvent, FunctionCallEvent, Text};
+use crate::response::ChoiceOutput;
+use crate::shared::{ChoiceShared, Subscription};
+
+/// One choice of a completion: a cheap, cloneable handle (`Send + Sync + 'static`).
+///
+/// Every sub-stream can be opened at any time, any number of times, and replays the choice
+/// from its start. Each reads at its own pace: a slow or dropped consumer never blocks the
+/// reader or any other choice. Sub-streams end after the choice's finish, or with the error
+/// that ended the stream before it.
+///
+/// Holding a `Choice` (or any of its sub-streams) keeps the completion running; when the
+/// [`Completions`](crate::Completions) value and every handle and stream are dropped, the
+/// actors stop and the upstream is dropped.
+///
+/// ```
+/// use choicewise_core::Completions;
+/// use futures::StreamExt;
+///
+/// # #[tokio::main] async fn main() {
+/// let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+/// let completions = Completions::from_reader(sse.as_bytes());
+/// let choice = completions.choice(0).await.unwrap();
+/// assert_eq!(choice.index(), 0);
+/// let text: Vec<_> = choice.content().map(|t| t.unwrap()).collect().await;
+/// assert_eq!(text.concat(), "Hi");
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Choice {
+    shared: Arc<ChoiceShared>,
+    life: Arc<Lifetime>,
+}
+
+impl fmt::Debug for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Choice")
+            .field("index", &self.index())
+            .finish()
+    }
+}
+
+impl Choice {
+    pub(crate) fn new(shared: Arc<ChoiceShared>, life: Arc<Lifetime>) -> Self {
+        Choice { shared, life }
+    }
+
+    /// The choice index.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"index\":3,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(3).await.unwrap();
+    /// assert_eq!(c.index(), 3);
+    /// # }
+    /// ```
+    pub fn index(&self) -> u32 {
+        self.shared.index
+    }
+
+    fn stream<T>(&self, select: fn(&ChoiceEvent) -> Option<T>) -> EventStream<T> {
+        EventStream {
+            sub: Subscription::new(self.shared.clone()),
+            cursor: 0,
+            done: false,
+            select,
+            _life: self.life.clone(),
+        }
+    }
+
+    /// Everything that happens to the choice, in arrival order: role, reasoning, content,
+    /// refusal, function-call progress, logprobs, content-filter results, warnings, and the
+    /// finish (always last).
+    ///
+    /// ```
+    /// # use choicewise_core::{ChoiceEvent, Completions};
+    /// # use futures::StreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let events: Vec<ChoiceEvent> = c.events().map(|e| e.unwrap()).collect().await;
+    /// assert_eq!(events, vec![
+    ///     ChoiceEvent::Role("assistant".into()),
+    ///     ChoiceEvent::Content("Hi".into()),
+    ///     ChoiceEvent::Finished("stop".into()),
+    /// ]);
+    /// # }
+    /// ```
+    pub fn events(&self) -> EventStream<ChoiceEvent> {
+        self.stream(|e| Some(e.clone()))
+    }
+
+    /// The message text, piece by piece.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let parts: Vec<_> = c.content().try_collect().await.unwrap();
+    /// assert_eq!(parts.concat(), "ab");
+    /// # }
+    /// ```
+    pub fn content(&self) -> EventStream<Text> {
+        self.stream(|e| match e {
+            ChoiceEvent::Content(t) => Some(t.clone()),
+            _ => None,
+        })
+    }
+
+    /// The reasoning text (`reasoning_content` or `reasoning` on the wire), piece by piece.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"reasoning\":\"hmm\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let parts: Vec<_> = c.reasoning().try_collect().await.unwrap();
+    /// assert_eq!(parts.concat(), "hmm");
+    /// # }
+    /// ```
+    pub fn reasoning(&self) -> EventStream<Text> {
+        self.stream(|e| match e {
+            ChoiceEvent::Reasoning(t) => Some(t.clone()),
+            _ => None,
+        })
+    }
+
+    /// The refusal text, piece by piece.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"refusal\":\"No.\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let parts: Vec<_> = c.refusal().try_collect().await.unwrap();
+    /// assert_eq!(parts.concat(), "No.");
+    /// # }
+    /// ```
+    pub fn refusal(&self) -> EventStream<Text> {
+        self.stream(|e| match e {
+            ChoiceEvent::Refusal(t) => Some(t.clone()),
+            _ => None,
+        })
+    }
+
+    /// Progress of the choice's tool calls and legacy function call: each call is started,
+    /// receives argument fragments, and is finished with its whole arguments when the next
+    /// call starts or the choice finishes.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, FunctionCallEvent};
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\"\"}}]}}]}\n\n",
+    ///     "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\":1}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+    /// );
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let events: Vec<_> = c.function_calls().try_collect().await.unwrap();
+    /// let FunctionCallEvent::Finished { arguments, .. } = events.last().unwrap() else { panic!() };
+    /// assert_eq!(&**arguments, "{\"a\":1}");
+    /// # }
+    /// ```
+    pub fn function_calls(&self) -> EventStream<FunctionCallEvent> {
+        self.stream(|e| match e {
+            ChoiceEvent::FunctionCall(f) => Some(f.clone()),
+            _ => None,
+        })
+    }
+
+    /// Waits for the choice to finish and returns the assembled message with its finish
+    /// reason. If the stream failed before the choice finished, the error carries what was
+    /// assembled up to then.
+    ///
+    /// Data that arrives for a choice after its finish is applied to the message returned by
+    /// [`Completions::collect`](crate::Completions::collect), not to an earlier `message()`.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"; // no finish, no [DONE]
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let incomplete = c.message().await.unwrap_err();
+    /// assert_eq!(incomplete.partial.message.content.as_deref(), Some("Hi"));
+    /// assert!(incomplete.error.to_string().contains("without [DONE]"));
+    /// # }
+    /// ```
+    pub async fn message(&self) -> Result<ChoiceOutput, Incomplete<ChoiceOutput>> {
+        let sub = Subscription::new(self.shared.clone());
+        sub.wait(|state| match state.closed {
+            Some(_) => Poll::Ready(()),
+            None => Poll::Pending,
+        })
+        .await;
+        let (output, error) = ChoiceShared::outcome(&self.shared.lock());
+        match error {
+            None => Ok(output),
+            Some(error) => Err(Incomplete {
+                partial: output,
+                error,
+            }),
+        }
+    }
+
+    /// The choice as assembled so far, without waiting.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let _ = c.message().await;
+    /// assert_eq!(c.snapshot().message.content.as_deref(), Some("Hi"));
+    /// # }
+    /// ```
+    pub fn snapshot(&self) -> ChoiceOutput {
+        self.shared.lock().acc.output()
+    }
+}
+
+/// A sub-stream of a [`Choice`]: yields `Ok` items from the start of the choice, then ends
+/// (`None`) after the choice's finish, or yields one `Err` with the error that ended the
+/// stream before the finish.
+///
+/// ```
+/// # use choicewise_core::Completions;
+/// # use futures::StreamExt;
+/// # #[tokio::main] async fn main() {
+/// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"error\":{\"message\":\"boom\"}}\n\n";
+/// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+/// let mut content = c.content();
+/// assert_eq!(&*content.next().await.unwrap().unwrap(), "Hi");
+/// assert!(content.next().await.unwrap().is_err());
+/// assert!(content.next().await.is_none());
+/// # }
+/// ```
+pub struct EventStream<T> {
+    sub: Subscription<ChoiceShared>,
+    cursor: usize,
+    done: bool,
+    select: fn(&ChoiceEvent) -> Option<T>,
+    _life: Arc<Lifetime>,
+}
+
+impl<T> fmt::Debug for EventStream<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventStream")
+            .field("choice", &self.sub.target.index)
+            .field("cursor", &self.cursor)
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl<T> Stream for EventStream<T> {
+    type Item = Result<T, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let cursor = &mut this.cursor;
+        let done = &mut this.done;
+        let select = this.select;
+        this.sub.poll_with(cx, |state| {
+            while let Some(event) = state.events.get(*cursor) {
+                *cursor += 1;
+                if let Some(item) = select(event) {
+                    return Poll::Ready(Some(Ok(item)));
+                }
+            }
+            match &state.closed {
+                None => Poll::Pending,
+                Some(outcome) => {
+                    *done = true;
+                    Poll::Ready(outcome.clone().err().map(Err))
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,506 @@
+//! [`Completions`], the entry point: one streamed completion demultiplexed into choices.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::Stream;
+use ractor::ActorRef;
+use tokio::io::AsyncRead;
+
+use crate::actor::reader::{ReaderActor, ReaderArgs, ReaderMsg};
+use crate::choice::Choice;
+use crate::config::Config;
+use crate::error::{Error, Incomplete};
+use crate::event::Warning;
+use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, Feed, ReaderFeed};
+use crate::response::ChatCompletion;
+use crate::shared::{CompletionShared, Subscription};
+use crate::wire::ChatCompletionChunk;
+
+/// Keeps the actors of one completion alive while any handle exists; stops them (and so
+/// drops the upstream) when the last handle goes.
+pub(crate) struct Lifetime {
+    reader: Option<ActorRef<ReaderMsg>>,
+    shared: Arc<CompletionShared>,
+}
+
+impl Drop for Lifetime {
+    fn drop(&mut self) {
+        self.shared.cancel();
+        if let Some(reader) = &self.reader {
+            reader.kill();
+        }
+    }
+}
+
+/// A streamed chat completion, demultiplexed by choice.
+///
+/// Create it from raw SSE bytes ([`from_sse`](Self::from_sse), [`from_reader`](Self::from_reader))
+/// or from parsed chunks ([`from_chunks`](Self::from_chunks)); a reader actor starts consuming
+/// the input at once. Then take the choices as they appear with [`choices`](Self::choices),
+/// one by index with [`choice`](Self::choice), or everything at the end with
+/// [`collect`](Self::collect). The value is a cheap, cloneable handle (`Send + Sync + 'static`).
+///
+/// The constructors spawn actors on the current Tokio runtime and panic if called outside
+/// one, like `tokio::spawn`.
+///
+/// When this value and every [`Choice`] and sub-stream taken from it are dropped, the actors
+/// stop and the upstream stream is dropped (closing an HTTP body, for instance).
+///
+/// ```
+/// use choicewise_core::Completions;
+/// use futures::{StreamExt, TryStreamExt};
+///
+/// # #[tokio::main] async fn main() {
+/// let sse = concat!(
+///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"B\"}}]}\n\n",
+///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A\"},\"finish_reason\":\"stop\"}]}\n\n",
+///     "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+///     "data: [DONE]\n\n",
+/// );
+/// let completions = Completions::from_reader(sse.as_bytes());
+/// let mut tasks = Vec::new();
+/// let mut choices = completions.choices();
+/// while let Some(choice) = choices.next().await {
+///     tasks.push(tokio::spawn(async move {
+///         let text: Vec<_> = choice.content().try_collect().await.unwrap();
+///         (choice.index(), text.concat())
+///     }));
+/// }
+/// let mut results = Vec::new();
+/// for t in tasks { results.push(t.await.unwrap()); }
+/// assert_eq!(results, vec![(1, "B".to_string()), (0, "A".to_string())]);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Completions {
+    shared: Arc<CompletionShared>,
+    life: Arc<Lifetime>,
+}
+
+impl fmt::Debug for Completions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.shared.lock();
+        f.debug_struct("Completions")
+            .field("choices", &state.choices.len())
+            .field("ended", &state.end.is_some())
+            .finish()
+    }
+}
+
+/// Options of a [`Completions`] stream.
+///
+/// ```
+/// use std::time::Duration;
+/// use choicewise_core::Completions;
+///
+/// # #[tokio::main] async fn main() {
+/// let completions = Completions::builder()
+///     .max_choices(16)
+///     .max_event_size(1 << 20)
+///     .idle_timeout(Duration::from_secs(30))
+///     .from_reader(&b"data: [DONE]\n\n"[..]);
+/// assert!(completions.collect().await.unwrap().choices.is_empty());
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CompletionsBuilder {
+    config: Config,
+}
+
+impl CompletionsBuilder {
+    /// The largest SSE event accepted, in bytes (default
+    /// [`DEFAULT_MAX_EVENT_SIZE`](crate::DEFAULT_MAX_EVENT_SIZE)); a larger one ends the stream
+    /// with [`Error::Sse`] instead of growing memory.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let big = format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n", "x".repeat(100));
+    /// let c = Completions::builder().max_event_size(64).from_reader(std::io::Cursor::new(big));
+    /// assert!(c.collect().await.is_err());
+    /// # }
+    /// ```
+    pub fn max_event_size(mut self, bytes: usize) -> Self {
+        self.config.max_event_size = bytes;
+        self
+    }
+
+    /// The most distinct choices accepted (default
+    /// [`DEFAULT_MAX_CHOICES`](crate::DEFAULT_MAX_CHOICES)); one more ends the stream with
+    /// [`Error::TooManyChoices`].
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Error};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{}},{\"index\":1,\"delta\":{}}]}\n\n";
+    /// let c = Completions::builder().max_choices(1).from_reader(sse.as_bytes());
+    /// let err = c.collect().await.unwrap_err();
+    /// assert!(matches!(err.error, Error::TooManyChoices { index: 1, limit: 1, .. }));
+    /// # }
+    /// ```
+    pub fn max_choices(mut self, choices: usize) -> Self {
+        self.config.max_choices = choices;
+        self
+    }
+
+    /// The most tool calls accepted in one choice (default
+    /// [`DEFAULT_MAX_TOOL_CALLS`](crate::DEFAULT_MAX_TOOL_CALLS)); one more ends that choice
+    /// with [`Error::InvalidToolCall`].
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let c = Completions::builder().max_tool_calls(4).from_reader(&b"data: [DONE]\n\n"[..]);
+    /// assert!(c.collect().await.is_ok());
+    /// # }
+    /// ```
+    pub fn max_tool_calls(mut self, calls: usize) -> Self {
+        self.config.max_tool_calls = calls;
+        self
+    }
+
+    /// Ends the stream with [`Error::IdleTimeout`] when the upstream sends nothing for this
+    /// long (default: wait forever).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use choicewise_core::{Completions, Error};
+    /// # #[tokio::main] async fn main() {
+    /// let stalled = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
+    /// let c = Completions::builder().idle_timeout(Duration::from_millis(10)).from_sse(stalled);
+    /// assert!(matches!(c.outcome().await, Err(Error::IdleTimeout { .. })));
+    /// # }
+    /// ```
+    pub fn idle_timeout(mut self, after: Duration) -> Self {
+        self.config.idle_timeout = Some(after);
+        self
+    }
+
+    /// Reads SSE bytes from a stream of reads (for example an HTTP body's byte stream).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let reads = futures::stream::iter([Ok::<_, std::io::Error>("data: [DO"), Ok("NE]\n\n")]);
+    /// let c = Completions::builder().from_sse(reads);
+    /// assert!(c.outcome().await.is_ok());
+    /// # }
+    /// ```
+    pub fn from_sse<S, B, E>(self, stream: S) -> Completions
+    where
+        S: Stream<Item = Result<B, E>> + Send + 'static,
+        B: AsRef<[u8]> + Send,
+        E: Into<BoxError>,
+    {
+        let feed =
+            ByteStreamFeed::new(stream, self.config.max_event_size, self.config.idle_timeout);
+        Completions::start(self.config, feed)
+    }
+
+    /// Reads SSE bytes from an `AsyncRead` (a file, a socket, a child's stdout).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let c = Completions::builder().from_reader(&b"data: [DONE]\n\n"[..]);
+    /// assert!(c.outcome().await.is_ok());
+    /// # }
+    /// ```
+    pub fn from_reader<R: AsyncRead + Send + 'static>(self, reader: R) -> Completions {
+        let feed = ReaderFeed::new(reader, self.config.max_event_size, self.config.idle_timeout);
+        Completions::start(self.config, feed)
+    }
+
+    /// Takes chunks that are already parsed. The end of the stream is the end of the
+    /// completion (there is no `[DONE]` at this level).
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, wire::ChatCompletionChunk};
+    /// # #[tokio::main] async fn main() {
+    /// let chunk: ChatCompletionChunk = serde_json::from_str(
+    ///     r#"{"choices":[{"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#).unwrap();
+    /// let chunks = futures::stream::iter([Ok::<_, std::io::Error>(chunk.into_owned())]);
+    /// let c = Completions::builder().from_chunks(chunks);
+    /// assert_eq!(c.collect().await.unwrap().choices[0].message.content.as_deref(), Some("Hi"));
+    /// # }
+    /// ```
+    pub fn from_chunks<S, E>(self, chunks: S) -> Completions
+    where
+        S: Stream<Item = Result<ChatCompletionChunk<'static>, E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        let feed = ChunkFeed::new(chunks, self.config.idle_timeout);
+        Completions::start(self.config, feed)
+    }
+}
+
+impl Completions {
+    /// Options for the stream: limits and the idle timeout.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// let builder = Completions::builder().max_choices(4);
+    /// # drop(builder);
+    /// ```
+    pub fn builder() -> CompletionsBuilder {
+        CompletionsBuilder::default()
+    }
+
+    /// Reads SSE bytes from a stream of reads, with default options.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let reads = futures::stream::iter([Ok::<_, std::io::Error>(b"data: [DONE]\n\n".to_vec())]);
+    /// assert!(Completions::from_sse(reads).outcome().await.is_ok());
+    /// # }
+    /// ```
+    pub fn from_sse<S, B, E>(stream: S) -> Completions
+    where
+        S: Stream<Item = Result<B, E>> + Send + 'static,
+        B: AsRef<[u8]> + Send,
+        E: Into<BoxError>,
+    {
+        Completions::builder().from_sse(stream)
+    }
+
+    /// Reads SSE bytes from an `AsyncRead`, with default options.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// assert!(Completions::from_reader(&b"data: [DONE]\n\n"[..]).outcome().await.is_ok());
+    /// # }
+    /// ```
+    pub fn from_reader<R: AsyncRead + Send + 'static>(reader: R) -> Completions {
+        Completions::builder().from_reader(reader)
+    }
+
+    /// Takes chunks that are already parsed, with default options.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, wire::ChatCompletionChunk};
+    /// # #[tokio::main] async fn main() {
+    /// let chunks = futures::stream::empty::<Result<ChatCompletionChunk<'static>, std::io::Error>>();
+    /// assert!(Completions::from_chunks(chunks).outcome().await.is_ok());
+    /// # }
+    /// ```
+    pub fn from_chunks<S, E>(chunks: S) -> Completions
+    where
+        S: Stream<Item = Result<ChatCompletionChunk<'static>, E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        Completions::builder().from_chunks(chunks)
+    }
+
+    fn start<F: Feed>(config: Config, feed: F) -> Completions {
+        let shared = Arc::new(CompletionShared::new(config));
+        let args = ReaderArgs {
+            feed,
+            shared: shared.clone(),
+        };
+        let reader = match ractor::ActorRuntime::spawn_instant(None, ReaderActor::<F>::new(), args)
+        {
+            Ok((reader, _)) => Some(reader),
+            Err(e) => {
+                let mut state = shared.lock();
+                state.end = Some(Err(Error::ActorFailed {
+                    choice: None,
+                    message: format!("could not start the reader: {e}"),
+                }));
+                None
+            }
+        };
+        let life = Arc::new(Lifetime {
+            reader,
+            shared: shared.clone(),
+        });
+        Completions { shared, life }
+    }
+
+    /// The choices, each once, in order of first appearance (not index order). The stream
+    /// ends when the input ends; if it ended with an error, [`outcome`](Self::outcome) and
+    /// every unfinished choice's sub-streams report it.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::StreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"index\":2,\"delta\":{}},{\"index\":0,\"delta\":{}}]}\n\ndata: [DONE]\n\n";
+    /// let indexes: Vec<u32> = Completions::from_reader(sse.as_bytes())
+    ///     .choices().map(|c| c.index()).collect().await;
+    /// assert_eq!(indexes, vec![2, 0]);
+    /// # }
+    /// ```
+    pub fn choices(&self) -> Choices {
+        Choices {
+            sub: Subscription::new(self.shared.clone()),
+            cursor: 0,
+            life: self.life.clone(),
+        }
+    }
+
+    /// The choice with this index, once it appears; `None` if the stream ends without it.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let c = Completions::from_reader(&b"data: [DONE]\n\n"[..]);
+    /// assert!(c.choice(0).await.is_none());
+    /// # }
+    /// ```
+    pub async fn choice(&self, index: u32) -> Option<Choice> {
+        let sub = Subscription::new(self.shared.clone());
+        let found = sub
+            .wait(|state| {
+                if let Some(c) = state.choices.iter().find(|c| c.index == index) {
+                    Poll::Ready(Some(c.clone()))
+                } else if state.end.is_some() {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+        found.map(|shared| Choice::new(shared, self.life.clone()))
+    }
+
+    /// Waits until the input is consumed: `Ok` if it ended well, or the error that ended it.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Error};
+    /// # #[tokio::main] async fn main() {
+    /// let c = Completions::from_reader(&b"data: {\"error\":{\"message\":\"quota\"}}\n\n"[..]);
+    /// assert!(matches!(c.outcome().await, Err(Error::Upstream(_))));
+    /// # }
+    /// ```
+    pub async fn outcome(&self) -> Result<(), Error> {
+        let sub = Subscription::new(self.shared.clone());
+        sub.wait(|state| match &state.end {
+            Some(end) => Poll::Ready(end.clone()),
+            None => Poll::Pending,
+        })
+        .await
+    }
+
+    /// Waits for the end of the stream and returns the whole completion in the shape of a
+    /// non-streaming `chat.completion` response: choices sorted by index, the reported usage
+    /// when the stream carried one. On error, what was assembled comes with it.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"B\"},\"finish_reason\":\"stop\"}]}\n\n",
+    ///     "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A\"},\"finish_reason\":\"stop\"}]}\n\n",
+    ///     "data: [DONE]\n\n",
+    /// );
+    /// let completion = Completions::from_reader(sse.as_bytes()).collect().await.unwrap();
+    /// assert_eq!(completion.object, "chat.completion");
+    /// assert_eq!(completion.choices[0].message.content.as_deref(), Some("A"));
+    /// assert_eq!(completion.choices[1].message.content.as_deref(), Some("B"));
+    /// # }
+    /// ```
+    pub async fn collect(&self) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
+        let _ = self.outcome().await;
+        let choices = self.shared.lock().choices.clone();
+        for choice in choices {
+            let sub = Subscription::new(choice);
+            sub.wait(|state| match state.settled {
+                true => Poll::Ready(()),
+                false => Poll::Pending,
+            })
+            .await;
+        }
+        let (completion, error) = self.shared.assemble();
+        match error {
+            None => Ok(completion),
+            Some(error) => Err(Incomplete {
+                partial: completion,
+                error,
+            }),
+        }
+    }
+
+    /// The warnings so far: tolerated irregularities of the input, each with its line and
+    /// choice.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, WarningKind};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{}, \"finish_reason\":\"stop\"}]}{\"choices\":[]}\n\ndata: [DONE]\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes());
+    /// c.collect().await.unwrap();
+    /// assert!(matches!(c.warnings()[0].kind, WarningKind::ConcatenatedObjects { count: 2 }));
+    /// # }
+    /// ```
+    pub fn warnings(&self) -> Vec<Warning> {
+        self.shared.lock().warnings.clone()
+    }
+}
+
+/// The stream of a completion's [`Choice`]s, in order of first appearance
+/// (see [`Completions::choices`]).
+///
+/// ```
+/// # use choicewise_core::Completions;
+/// # use futures::StreamExt;
+/// # #[tokio::main] async fn main() {
+/// let mut choices = Completions::from_reader(&b"data: [DONE]\n\n"[..]).choices();
+/// assert!(choices.next().await.is_none());
+/// # }
+/// ```
+pub struct Choices {
+    sub: Subscription<CompletionShared>,
+    cursor: usize,
+    life: Arc<Lifetime>,
+}
+
+impl fmt::Debug for Choices {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Choices")
+            .field("cursor", &self.cursor)
+            .finish()
+    }
+}
+
+impl Stream for Choices {
+    type Item = Choice;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Choice>> {
+        let this = self.get_mut();
+        let cursor = &mut this.cursor;
+        let next = this.sub.poll_with(cx, |state| {
+            if let Some(c) = state.choices.get(*cursor) {
+                *cursor += 1;
+                Poll::Ready(Some(c.clone()))
+            } else if state.end.is_some() {
+                Poll::Ready(None)
+            } else {
+                Poll::Pending
+            }
+        });
+        next.map(|c| c.map(|shared| Choice::new(shared, this.life.clone())))
+    }
+}
+
+/// How many actors of this crate are alive in the process: the readers and choice actors of
+/// every completion not yet ended or dropped. A diagnostic for leak tests.
+///
+/// ```
+/// # use choicewise_core::{live_actors, Completions};
+/// # #[tokio::main] async fn main() {
+/// let c = Completions::from_reader(&b"data: [DONE]\n\n"[..]);
+/// c.collect().await.unwrap();
+/// drop(c);
+/// # tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+/// # let _ = live_actors();
+/// # }
+/// ```
+pub fn live_actors() -> usize {
+    crate::shared::LIVE_ACTORS.load(std::sync::atomic::Ordering::Acquire)
+}

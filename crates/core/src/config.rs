@@ -1,0 +1,30 @@
+//! Limits and options of a completion stream.
+
+use std::time::Duration;
+
+/// Default maximum size of one SSE event: 8 MiB.
+pub const DEFAULT_MAX_EVENT_SIZE: usize = choicewise_sse::DEFAULT_MAX_EVENT_SIZE;
+/// Default maximum number of distinct choices in one stream (as openai-node): 128.
+pub const DEFAULT_MAX_CHOICES: usize = 128;
+/// Default maximum number of tool calls in one choice (as openai-node): 128.
+pub const DEFAULT_MAX_TOOL_CALLS: usize = 128;
+
+/// The options of a completion stream; see [`CompletionsBuilder`](crate::CompletionsBuilder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Config {
+    pub max_event_size: usize,
+    pub max_choices: usize,
+    pub max_tool_calls: usize,
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_event_size: DEFAULT_MAX_EVENT_SIZE,
+            max_choices: DEFAULT_MAX_CHOICES,
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
+            idle_timeout: None,
+        }
+    }
+}

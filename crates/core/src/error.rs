@@ -1,0 +1,210 @@
+//! The one error type of the crate, and [`Incomplete`], an error that still carries what was
+//! assembled before it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Everything that can end a completion stream early, naming what was wrong and where.
+///
+/// An error ends every sub-stream that is still open, after all the data received before it;
+/// [`Choice::message`](crate::Choice::message) and
+/// [`Completions::collect`](crate::Completions::collect) still give back what was assembled
+/// (see [`Incomplete`]). It is `Clone` because every open sub-stream receives it.
+///
+/// ```
+/// use choicewise_core::Error;
+/// let e = Error::InvalidChoiceIndex { index: -1, line: 7 };
+/// assert_eq!(e.to_string(), "line 7: choice index -1 is out of range (0..=4294967295)");
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The bytes are not a valid event stream (invalid UTF-8, an event over the size limit).
+    #[error(transparent)]
+    Sse(#[from] choicewise_sse::SseError),
+    /// An event's data is not a chunk.
+    #[error("line {line} (byte {offset}): invalid chunk JSON: {message}")]
+    Json {
+        /// The line of the JSON error.
+        line: u64,
+        /// The byte offset of the event in the stream.
+        offset: u64,
+        /// What the JSON parser found.
+        message: String,
+    },
+    /// The provider reported an error in the stream.
+    #[error(transparent)]
+    Upstream(Box<UpstreamError>),
+    /// The input stream itself failed (a network read, an I/O error).
+    #[error("reading the stream failed after {offset} bytes: {message}")]
+    Transport {
+        /// How many bytes had been read.
+        offset: u64,
+        /// The source error's message.
+        message: String,
+        /// The source error.
+        #[source]
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The input ended without `[DONE]` while something was unfinished.
+    #[error("{}", truncated_message(*.line, *.offset, *.pending_bytes, .unfinished))]
+    Truncated {
+        /// The line where the discarded tail starts (or the last line, if none).
+        line: u64,
+        /// The byte offset where the discarded tail starts (or the end of input).
+        offset: u64,
+        /// How many bytes of an incomplete event were discarded.
+        pending_bytes: u64,
+        /// The choices that had not finished.
+        unfinished: Vec<u32>,
+    },
+    /// A choice index is negative or does not fit in 32 bits.
+    #[error("line {line}: choice index {index} is out of range (0..=4294967295)")]
+    InvalidChoiceIndex {
+        /// The index as sent.
+        index: i64,
+        /// Where.
+        line: u64,
+    },
+    /// More distinct choices than the configured maximum.
+    #[error("line {line}: choice index {index} would be choice number {} but at most {limit} are allowed", .limit + 1)]
+    TooManyChoices {
+        /// The index that exceeded the limit.
+        index: u32,
+        /// The limit in force.
+        limit: usize,
+        /// Where.
+        line: u64,
+    },
+    /// A tool-call index is invalid or more tool calls than allowed arrived for one choice.
+    #[error("line {line}: choice {choice}: {what}")]
+    InvalidToolCall {
+        /// The choice.
+        choice: u32,
+        /// What was wrong.
+        what: String,
+        /// Where.
+        line: u64,
+    },
+    /// Nothing arrived from upstream for longer than the configured idle timeout.
+    #[error("no data for {after:?} after {offset} bytes (idle timeout)")]
+    IdleTimeout {
+        /// The timeout in force.
+        after: Duration,
+        /// Bytes read before the stall.
+        offset: u64,
+    },
+    /// An actor of the demultiplexer failed; the affected streams end with this error.
+    #[error("{}: internal failure: {message}", match .choice { Some(c) => format!("choice {c}"), None => "reader".to_string() })]
+    ActorFailed {
+        /// The choice whose actor failed, or `None` for the reader.
+        choice: Option<u32>,
+        /// The panic or failure message.
+        message: String,
+    },
+}
+
+fn truncated_message(line: u64, offset: u64, pending: u64, unfinished: &[u32]) -> String {
+    let mut msg = String::from("stream ended without [DONE]");
+    if pending > 0 {
+        msg.push_str(&format!(
+            ": an incomplete event of {pending} bytes at line {line} (byte {offset}) was discarded"
+        ));
+    } else {
+        msg.push_str(&format!(" at line {line} (byte {offset})"));
+    }
+    if !unfinished.is_empty() {
+        let list: Vec<String> = unfinished.iter().map(u32::to_string).collect();
+        msg.push_str(&format!(
+            "; unfinished choice{} {}",
+            if unfinished.len() == 1 { "" } else { "s" },
+            list.join(", ")
+        ));
+    }
+    msg
+}
+
+/// An error object sent by the provider (`{"error": {...}}` or an `event: error`).
+///
+/// ```
+/// use choicewise_core::UpstreamError;
+/// let e = UpstreamError::from_value(
+///     &serde_json::json!({"message": "overloaded", "type": "server_error", "code": 503}), 4);
+/// assert_eq!(e.code.as_deref(), Some("503"));
+/// assert_eq!(e.to_string(), "line 4: the provider reported an error: overloaded (type server_error, code 503)");
+/// ```
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("line {line}: the provider reported an error: {message}{}", details(.kind, .code))]
+pub struct UpstreamError {
+    /// The provider's message.
+    pub message: String,
+    /// The provider's error type, e.g. `server_error`.
+    pub kind: Option<String>,
+    /// The provider's error code, as text.
+    pub code: Option<String>,
+    /// The SSE line of the error.
+    pub line: u64,
+    /// The whole error object as sent.
+    pub raw: Value,
+}
+
+fn details(kind: &Option<String>, code: &Option<String>) -> String {
+    match (kind, code) {
+        (Some(k), Some(c)) => format!(" (type {k}, code {c})"),
+        (Some(k), None) => format!(" (type {k})"),
+        (None, Some(c)) => format!(" (code {c})"),
+        (None, None) => String::new(),
+    }
+}
+
+impl UpstreamError {
+    /// Reads a provider error object: `{"message", "type", "code", ...}`, the same wrapped in
+    /// `{"error": ...}`, or any other value (kept raw, its text as the message).
+    ///
+    /// ```
+    /// use choicewise_core::UpstreamError;
+    /// let e = UpstreamError::from_value(&serde_json::json!("rate limited"), 1);
+    /// assert_eq!(e.message, "rate limited");
+    /// ```
+    pub fn from_value(value: &Value, line: u64) -> Self {
+        let obj = match value.get("error") {
+            Some(inner) if inner.is_object() => inner,
+            _ => value,
+        };
+        let text = |v: Option<&Value>| match v {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => Some(other.to_string()),
+        };
+        let message = text(obj.get("message"))
+            .or_else(|| value.as_str().map(str::to_owned))
+            .unwrap_or_else(|| obj.to_string());
+        UpstreamError {
+            message,
+            kind: text(obj.get("type")),
+            code: text(obj.get("code")),
+            line,
+            raw: value.clone(),
+        }
+    }
+}
+
+/// A result that ended in an error but still carries what was assembled before it.
+///
+/// ```
+/// use choicewise_core::{Error, Incomplete};
+/// let inc = Incomplete { partial: "half a message".to_string(),
+///                        error: Error::InvalidChoiceIndex { index: -1, line: 3 } };
+/// assert!(inc.to_string().contains("line 3"));
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{error}")]
+pub struct Incomplete<T> {
+    /// Everything assembled before the error.
+    pub partial: T,
+    /// What went wrong.
+    #[source]
+    pub error: Error,
+}

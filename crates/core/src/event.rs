@@ -1,0 +1,278 @@
+//! What a choice's sub-streams yield.
+//!
+//! Text arrives as [`Text`], a shared string: every consumer of the same choice receives the
+//! same allocation, so a fan-out to several readers copies no text.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+/// A piece of text shared by every consumer that receives it.
+pub type Text = Arc<str>;
+
+/// One thing that happened to a choice, in arrival order (what [`Choice::events`] yields).
+///
+/// [`Choice::events`]: crate::Choice::events
+///
+/// ```
+/// use choicewise_core::ChoiceEvent;
+/// let event = ChoiceEvent::Content("Hello".into());
+/// assert_eq!(event.text(), Some("Hello"));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ChoiceEvent {
+    /// The author role, once, when the choice first names it.
+    Role(Text),
+    /// Message text.
+    Content(Text),
+    /// Refusal text.
+    Refusal(Text),
+    /// Reasoning text (`reasoning_content` or `reasoning` on the wire).
+    Reasoning(Text),
+    /// Progress of a tool call or of the legacy function call.
+    FunctionCall(FunctionCallEvent),
+    /// Log probabilities sent with this update, as the provider sent them.
+    Logprobs(Arc<Value>),
+    /// Content filter annotations sent with this update (Azure).
+    ContentFilter(Arc<Value>),
+    /// Something about the input that was tolerated but is worth knowing.
+    Warning(Warning),
+    /// The choice finished, with the provider's reason kept as sent (`stop`, `length`,
+    /// `tool_calls`, `content_filter`, `error`, ...). Always the last event of a choice.
+    Finished(Text),
+}
+
+impl ChoiceEvent {
+    /// The text this event carries, if it is content, refusal or reasoning text.
+    ///
+    /// ```
+    /// use choicewise_core::ChoiceEvent;
+    /// assert_eq!(ChoiceEvent::Reasoning("hm".into()).text(), Some("hm"));
+    /// assert_eq!(ChoiceEvent::Finished("stop".into()).text(), None);
+    /// ```
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            ChoiceEvent::Content(t) | ChoiceEvent::Refusal(t) | ChoiceEvent::Reasoning(t) => {
+                Some(t)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Which function call of a choice an event is about.
+///
+/// ```
+/// use choicewise_core::{CallKind, CallRef};
+/// let call = CallRef { kind: CallKind::Tool, position: 1 };
+/// assert_eq!(call.to_string(), "tool call 1");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallRef {
+    /// A tool call or the legacy function call.
+    pub kind: CallKind,
+    /// The call's position among the choice's tool calls, in the order of the message's
+    /// `tool_calls` (0 for the legacy function call).
+    pub position: u32,
+}
+
+impl fmt::Display for CallRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            CallKind::Tool => write!(f, "tool call {}", self.position),
+            CallKind::Function => f.write_str("function call"),
+        }
+    }
+}
+
+/// The two ways a model calls functions.
+///
+/// ```
+/// use choicewise_core::CallKind;
+/// assert_ne!(CallKind::Tool, CallKind::Function);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CallKind {
+    /// An entry of `tool_calls`.
+    Tool,
+    /// The legacy single `function_call`.
+    Function,
+}
+
+/// Progress of one function call (what [`Choice::function_calls`] yields).
+///
+/// A call is `Started` once, then receives `Arguments` fragments, then is `Finished` exactly
+/// once: when the next call of the choice starts, or when the choice finishes. It is never
+/// finished merely because its arguments happen to parse as JSON.
+///
+/// [`Choice::function_calls`]: crate::Choice::function_calls
+///
+/// ```
+/// use choicewise_core::{CallKind, CallRef, FunctionCallEvent};
+/// let call = CallRef { kind: CallKind::Tool, position: 0 };
+/// let e = FunctionCallEvent::Arguments { call, fragment: "{\"a\"".into() };
+/// assert_eq!(e.call(), call);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum FunctionCallEvent {
+    /// A new call, with the id and name known at its first fragment.
+    Started {
+        /// Which call.
+        call: CallRef,
+        /// The tool call id (`None` for the legacy function call or if the provider sent none).
+        id: Option<Text>,
+        /// The function name (`None` only if the provider has not sent it yet).
+        name: Option<Text>,
+    },
+    /// A fragment of the call's JSON arguments.
+    Arguments {
+        /// Which call.
+        call: CallRef,
+        /// The text appended to the arguments.
+        fragment: Text,
+    },
+    /// The call is complete.
+    Finished {
+        /// Which call.
+        call: CallRef,
+        /// The call id, if any.
+        id: Option<Text>,
+        /// The function name, if any.
+        name: Option<Text>,
+        /// The whole arguments string.
+        arguments: Text,
+    },
+}
+
+impl FunctionCallEvent {
+    /// The call this event is about.
+    ///
+    /// ```
+    /// use choicewise_core::{CallKind, CallRef, FunctionCallEvent};
+    /// let call = CallRef { kind: CallKind::Function, position: 0 };
+    /// let e = FunctionCallEvent::Started { call, id: None, name: Some("f".into()) };
+    /// assert_eq!(e.call().kind, CallKind::Function);
+    /// ```
+    pub fn call(&self) -> CallRef {
+        match self {
+            FunctionCallEvent::Started { call, .. }
+            | FunctionCallEvent::Arguments { call, .. }
+            | FunctionCallEvent::Finished { call, .. } => *call,
+        }
+    }
+}
+
+/// A tolerated irregularity in the input, with where it happened.
+///
+/// ```
+/// use choicewise_core::{Warning, WarningKind};
+/// let w = Warning { choice: Some(1), line: 12, kind: WarningKind::DataAfterFinish };
+/// assert_eq!(w.to_string(), "choice 1, line 12: data for the choice after its finish (kept)");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// The choice concerned, if the warning is about one.
+    pub choice: Option<u32>,
+    /// The SSE line of the event that caused it (0 for parsed-chunk input: the chunk's
+    /// 1-based position in the input stream there).
+    pub line: u64,
+    /// What happened.
+    pub kind: WarningKind,
+}
+
+/// The kinds of [`Warning`].
+///
+/// ```
+/// use choicewise_core::WarningKind;
+/// let k = WarningKind::ConcatenatedObjects { count: 2 };
+/// assert_eq!(k.to_string(), "2 JSON objects on one data line (all applied)");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WarningKind {
+    /// Data arrived for a choice after its `finish_reason`; it was applied to the message.
+    DataAfterFinish,
+    /// A second `finish_reason` arrived; the first is kept as the finish reason.
+    SecondFinish {
+        /// The finish reason in force.
+        kept: String,
+        /// The later one.
+        ignored: String,
+    },
+    /// Function-call `arguments` arrived as a JSON value instead of a string; its compact
+    /// serialisation was appended.
+    ArgumentsNotString,
+    /// A set-once field (role, call id, type, name) was sent again with another value; the
+    /// first value is kept.
+    ConflictingValue {
+        /// The field, e.g. `tool_calls[1].id`.
+        field: String,
+        /// The value in force.
+        kept: String,
+        /// The value that was ignored.
+        ignored: String,
+    },
+    /// An argument fragment arrived for a call that had already finished (a later call had
+    /// started); it was appended to that call's arguments.
+    FragmentAfterCallEnd {
+        /// The call.
+        call: CallRef,
+    },
+    /// One `data:` line held several JSON chunks; all were applied in order.
+    ConcatenatedObjects {
+        /// How many.
+        count: usize,
+    },
+    /// Bytes followed `data: [DONE]` in the same read; they were not interpreted.
+    DataAfterDone {
+        /// How many bytes.
+        bytes: usize,
+    },
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(choice) = self.choice {
+            write!(f, "choice {choice}, ")?;
+        }
+        write!(f, "line {}: {}", self.line, self.kind)
+    }
+}
+
+impl fmt::Display for WarningKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WarningKind::DataAfterFinish => {
+                f.write_str("data for the choice after its finish (kept)")
+            }
+            WarningKind::SecondFinish { kept, ignored } => {
+                write!(
+                    f,
+                    "second finish_reason {ignored:?} after {kept:?} (first kept)"
+                )
+            }
+            WarningKind::ArgumentsNotString => {
+                f.write_str("function arguments sent as a JSON value, not a string (serialised)")
+            }
+            WarningKind::ConflictingValue {
+                field,
+                kept,
+                ignored,
+            } => {
+                write!(f, "{field} sent as {ignored:?} after {kept:?} (first kept)")
+            }
+            WarningKind::FragmentAfterCallEnd { call } => {
+                write!(f, "argument fragment for {call} after it ended (appended)")
+            }
+            WarningKind::ConcatenatedObjects { count } => {
+                write!(f, "{count} JSON objects on one data line (all applied)")
+            }
+            WarningKind::DataAfterDone { bytes } => {
+                write!(f, "{bytes} bytes after [DONE] (ignored)")
+            }
+        }
+    }
+}

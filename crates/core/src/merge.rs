@@ -1,0 +1,493 @@
+//! Merging one choice's updates into its message: pure, synchronous, and the place where the
+//! providers' quirks are absorbed.
+//!
+//! The rules, in the order an update is applied (text before finish):
+//! - strings (`content`, `refusal`, reasoning, `arguments`) append; an absent key or `null`
+//!   changes nothing; `Some("")` is kept apart from `None`;
+//! - `role`, tool-call `id`, `type` and `function.name` are set once: an equal repeat is ignored
+//!   and a different one is reported as a warning, the first value kept;
+//! - tool calls merge by their own `index` within the choice; a fragment whose non-empty `id`
+//!   differs from its slot's and that carries a `function.name` opens a new call (servers that
+//!   send every parallel call with index 0); without `index`, an unknown `id` opens a new call
+//!   and no `id` continues the latest call;
+//! - opening a call finishes the calls opened before it; the choice's `finish_reason` finishes
+//!   every open call and then the choice;
+//! - updates after the finish are applied and reported as [`WarningKind::DataAfterFinish`]
+//!   (annotation-only updates, such as Azure's late content filter results, are not).
+
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::event::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind};
+use crate::response::{ChoiceOutput, FunctionCall, Message, ToolCall};
+
+/// One choice's share of one chunk, detached from the input so it can travel to the choice's
+/// actor. Empty ids, names, types and roles are already dropped; `finish_reason` `""` is `None`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ChoiceUpdate {
+    pub line: u64,
+    pub role: Option<Text>,
+    pub content: Option<Text>,
+    pub refusal: Option<Text>,
+    pub reasoning: Option<Text>,
+    pub function_call: Option<CallFragment>,
+    pub tool_calls: Vec<ToolFragment>,
+    pub finish_reason: Option<Text>,
+    pub logprobs: Option<Value>,
+    pub content_filter_results: Option<Value>,
+}
+
+impl ChoiceUpdate {
+    /// Whether the update carries message data (not only annotations).
+    fn has_data(&self) -> bool {
+        self.role.is_some()
+            || self.content.as_deref().is_some_and(|s| !s.is_empty())
+            || self.refusal.as_deref().is_some_and(|s| !s.is_empty())
+            || self.reasoning.as_deref().is_some_and(|s| !s.is_empty())
+            || self.function_call.is_some()
+            || !self.tool_calls.is_empty()
+            || self.logprobs.is_some()
+    }
+}
+
+/// A fragment of a function call (legacy `function_call`, or the `function` of a tool call).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct CallFragment {
+    pub name: Option<Text>,
+    pub arguments: Option<Text>,
+    /// The arguments arrived as a JSON value and were serialised.
+    pub arguments_not_string: bool,
+}
+
+/// A fragment of one tool call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ToolFragment {
+    pub index: Option<u32>,
+    pub id: Option<Text>,
+    pub kind: Option<Text>,
+    pub function: CallFragment,
+}
+
+/// A shared empty string, so that the frequent `"content": ""` costs no allocation.
+pub(crate) fn empty_text() -> Text {
+    static EMPTY: OnceLock<Text> = OnceLock::new();
+    EMPTY.get_or_init(|| Arc::from("")).clone()
+}
+
+/// Text from a wire string, sharing the empty string.
+pub(crate) fn text(s: &str) -> Text {
+    if s.is_empty() {
+        empty_text()
+    } else {
+        Arc::from(s)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct CallState {
+    wire_index: Option<u32>,
+    id: Option<Text>,
+    kind: Option<Text>,
+    name: Option<Text>,
+    arguments: String,
+    finished: bool,
+}
+
+impl CallState {
+    fn new(wire_index: Option<u32>) -> Self {
+        CallState {
+            wire_index,
+            id: None,
+            kind: None,
+            name: None,
+            arguments: String::new(),
+            finished: false,
+        }
+    }
+
+    fn finished_event(&mut self, call: CallRef) -> ChoiceEvent {
+        self.finished = true;
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Finished {
+            call,
+            id: self.id.clone(),
+            name: self.name.clone(),
+            arguments: Arc::from(self.arguments.as_str()),
+        })
+    }
+}
+
+/// The state of one choice: everything merged so far.
+#[derive(Debug, Clone)]
+pub(crate) struct ChoiceAccumulator {
+    index: u32,
+    max_tool_calls: usize,
+    role: Option<Text>,
+    content: Option<String>,
+    refusal: Option<String>,
+    reasoning: Option<String>,
+    function_call: Option<CallState>,
+    tool_calls: Vec<CallState>,
+    finish: Option<Text>,
+    logprobs: Option<Value>,
+    content_filter_results: Option<Value>,
+}
+
+impl ChoiceAccumulator {
+    pub fn new(index: u32, max_tool_calls: usize) -> Self {
+        ChoiceAccumulator {
+            index,
+            max_tool_calls,
+            role: None,
+            content: None,
+            refusal: None,
+            reasoning: None,
+            function_call: None,
+            tool_calls: Vec::new(),
+            finish: None,
+            logprobs: None,
+            content_filter_results: None,
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// Applies one update, appending the events it causes to `out`.
+    ///
+    /// On error (too many tool calls), the parts of the update applied before it stay applied
+    /// and their events are in `out`.
+    pub fn apply(&mut self, u: ChoiceUpdate, out: &mut Vec<ChoiceEvent>) -> Result<(), Error> {
+        let line = u.line;
+        if self.finish.is_some() && u.has_data() {
+            out.push(self.warning(line, WarningKind::DataAfterFinish));
+        }
+        if let Some(role) = u.role {
+            match &self.role {
+                None => {
+                    self.role = Some(role.clone());
+                    out.push(ChoiceEvent::Role(role));
+                }
+                Some(kept) if **kept == *role => {}
+                Some(kept) => {
+                    let kind = conflict("role", kept, &role);
+                    out.push(self.warning(line, kind));
+                }
+            }
+        }
+        if let Some(t) = u.reasoning {
+            append(&mut self.reasoning, &t);
+            if !t.is_empty() {
+                out.push(ChoiceEvent::Reasoning(t));
+            }
+        }
+        if let Some(t) = u.content {
+            append(&mut self.content, &t);
+            if !t.is_empty() {
+                out.push(ChoiceEvent::Content(t));
+            }
+        }
+        if let Some(t) = u.refusal {
+            append(&mut self.refusal, &t);
+            if !t.is_empty() {
+                out.push(ChoiceEvent::Refusal(t));
+            }
+        }
+        if let Some(f) = u.function_call {
+            self.function_fragment(f, line, out);
+        }
+        for f in u.tool_calls {
+            self.tool_fragment(f, line, out)?;
+        }
+        if let Some(lp) = u.logprobs {
+            merge_logprobs(&mut self.logprobs, &lp);
+            out.push(ChoiceEvent::Logprobs(Arc::new(lp)));
+        }
+        if let Some(cf) = u.content_filter_results {
+            self.content_filter_results = Some(cf.clone());
+            out.push(ChoiceEvent::ContentFilter(Arc::new(cf)));
+        }
+        if let Some(reason) = u.finish_reason {
+            match &self.finish {
+                None => {
+                    self.finish_calls(out);
+                    self.finish = Some(reason.clone());
+                    out.push(ChoiceEvent::Finished(reason));
+                }
+                Some(kept) => {
+                    let kind = WarningKind::SecondFinish {
+                        kept: kept.to_string(),
+                        ignored: reason.to_string(),
+                    };
+                    out.push(self.warning(line, kind));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn warning(&self, line: u64, kind: WarningKind) -> ChoiceEvent {
+        ChoiceEvent::Warning(Warning {
+            choice: Some(self.index),
+            line,
+            kind,
+        })
+    }
+
+    fn function_fragment(&mut self, f: CallFragment, line: u64, out: &mut Vec<ChoiceEvent>) {
+        let call = CallRef {
+            kind: CallKind::Function,
+            position: 0,
+        };
+        if self.function_call.is_none() {
+            let mut state = CallState::new(None);
+            state.name = f.name.clone();
+            out.push(ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
+                call,
+                id: None,
+                name: f.name.clone(),
+            }));
+            self.function_call = Some(state);
+        }
+        let index = self.index;
+        let choice_finished = self.finish.is_some();
+        let state = self.function_call.as_mut().expect("set above");
+        let mut warnings = Vec::new();
+        set_once(
+            &mut state.name,
+            f.name.clone(),
+            "function_call.name",
+            &mut warnings,
+        );
+        let late = state.finished && !choice_finished;
+        append_arguments(state, call, &f, late, &mut warnings, out);
+        for kind in warnings {
+            out.push(ChoiceEvent::Warning(Warning {
+                choice: Some(index),
+                line,
+                kind,
+            }));
+        }
+    }
+
+    fn tool_fragment(
+        &mut self,
+        f: ToolFragment,
+        line: u64,
+        out: &mut Vec<ChoiceEvent>,
+    ) -> Result<(), Error> {
+        let choice_finished = self.finish.is_some();
+        let position = self.locate_call(&f, line, out)?;
+        let call = CallRef {
+            kind: CallKind::Tool,
+            position: position as u32,
+        };
+        let index = self.index;
+        let state = &mut self.tool_calls[position];
+        let mut warnings = Vec::new();
+        let field = |name: &str| format!("tool_calls[{position}].{name}");
+        set_once(&mut state.id, f.id, &field("id"), &mut warnings);
+        set_once(&mut state.kind, f.kind, &field("type"), &mut warnings);
+        set_once(
+            &mut state.name,
+            f.function.name.clone(),
+            &field("function.name"),
+            &mut warnings,
+        );
+        let late = state.finished && !choice_finished;
+        append_arguments(state, call, &f.function, late, &mut warnings, out);
+        for kind in warnings {
+            out.push(ChoiceEvent::Warning(Warning {
+                choice: Some(index),
+                line,
+                kind,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Finds the call a fragment continues, or opens a new one (finishing the earlier calls).
+    fn locate_call(
+        &mut self,
+        f: &ToolFragment,
+        line: u64,
+        out: &mut Vec<ChoiceEvent>,
+    ) -> Result<usize, Error> {
+        let existing = match f.index {
+            Some(i) => self
+                .tool_calls
+                .iter()
+                .rposition(|c| c.wire_index == Some(i))
+                .filter(|&p| {
+                    let slot = &self.tool_calls[p];
+                    let opens_new = f.function.name.is_some()
+                        && matches!((&f.id, &slot.id), (Some(new), Some(old)) if new != old);
+                    !opens_new
+                }),
+            None => match &f.id {
+                Some(id) => self
+                    .tool_calls
+                    .iter()
+                    .rposition(|c| c.id.as_deref() == Some(&**id)),
+                None => self.tool_calls.len().checked_sub(1),
+            },
+        };
+        if let Some(p) = existing {
+            return Ok(p);
+        }
+        if self.tool_calls.len() >= self.max_tool_calls {
+            return Err(Error::InvalidToolCall {
+                choice: self.index,
+                what: format!("more than {} tool calls", self.max_tool_calls),
+                line,
+            });
+        }
+        for (p, state) in self.tool_calls.iter_mut().enumerate() {
+            if !state.finished {
+                out.push(state.finished_event(CallRef {
+                    kind: CallKind::Tool,
+                    position: p as u32,
+                }));
+            }
+        }
+        let position = self.tool_calls.len();
+        let mut state = CallState::new(f.index);
+        state.id = f.id.clone();
+        state.kind = f.kind.clone();
+        state.name = f.function.name.clone();
+        out.push(ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
+            call: CallRef {
+                kind: CallKind::Tool,
+                position: position as u32,
+            },
+            id: f.id.clone(),
+            name: f.function.name.clone(),
+        }));
+        self.tool_calls.push(state);
+        Ok(position)
+    }
+
+    fn finish_calls(&mut self, out: &mut Vec<ChoiceEvent>) {
+        if let Some(state) = self.function_call.as_mut().filter(|s| !s.finished) {
+            out.push(state.finished_event(CallRef {
+                kind: CallKind::Function,
+                position: 0,
+            }));
+        }
+        for (p, state) in self.tool_calls.iter_mut().enumerate() {
+            if !state.finished {
+                out.push(state.finished_event(CallRef {
+                    kind: CallKind::Tool,
+                    position: p as u32,
+                }));
+            }
+        }
+    }
+
+    /// The choice as assembled so far.
+    pub fn output(&self) -> ChoiceOutput {
+        let call = |c: &CallState| FunctionCall {
+            name: c.name.as_deref().unwrap_or_default().to_string(),
+            arguments: c.arguments.clone(),
+        };
+        ChoiceOutput {
+            index: self.index,
+            message: Message {
+                role: self.role.as_deref().unwrap_or("assistant").to_string(),
+                content: self.content.clone(),
+                refusal: self.refusal.clone(),
+                reasoning_content: self.reasoning.clone(),
+                tool_calls: self
+                    .tool_calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        id: c.id.as_deref().unwrap_or_default().to_string(),
+                        kind: c.kind.as_deref().unwrap_or("function").to_string(),
+                        function: call(c),
+                    })
+                    .collect(),
+                function_call: self.function_call.as_ref().map(call),
+            },
+            finish_reason: self.finish.as_deref().map(str::to_string),
+            logprobs: self.logprobs.clone(),
+            content_filter_results: self.content_filter_results.clone(),
+        }
+    }
+}
+
+fn append(slot: &mut Option<String>, t: &str) {
+    match slot {
+        Some(s) => s.push_str(t),
+        None => *slot = Some(t.to_string()),
+    }
+}
+
+fn conflict(field: &str, kept: &str, ignored: &str) -> WarningKind {
+    WarningKind::ConflictingValue {
+        field: field.to_string(),
+        kept: kept.to_string(),
+        ignored: ignored.to_string(),
+    }
+}
+
+fn set_once(
+    slot: &mut Option<Text>,
+    value: Option<Text>,
+    field: &str,
+    warnings: &mut Vec<WarningKind>,
+) {
+    let Some(value) = value else { return };
+    match slot {
+        None => *slot = Some(value),
+        Some(kept) if **kept == *value => {}
+        Some(kept) => warnings.push(conflict(field, kept, &value)),
+    }
+}
+
+fn append_arguments(
+    state: &mut CallState,
+    call: CallRef,
+    f: &CallFragment,
+    late: bool,
+    warnings: &mut Vec<WarningKind>,
+    out: &mut Vec<ChoiceEvent>,
+) {
+    if f.arguments_not_string {
+        warnings.push(WarningKind::ArgumentsNotString);
+    }
+    let Some(fragment) = f.arguments.as_ref().filter(|a| !a.is_empty()) else {
+        return;
+    };
+    state.arguments.push_str(fragment);
+    if late {
+        warnings.push(WarningKind::FragmentAfterCallEnd { call });
+    }
+    out.push(ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
+        call,
+        fragment: fragment.clone(),
+    }));
+}
+
+/// Log probabilities arrive as `{"content": [...], "refusal": [...]}` per update: arrays are
+/// concatenated key by key; any other value replaces the previous one.
+fn merge_logprobs(slot: &mut Option<Value>, incoming: &Value) {
+    let (Some(Value::Object(acc)), Value::Object(new)) = (slot.as_mut(), incoming) else {
+        if !incoming.is_null() {
+            *slot = Some(incoming.clone());
+        }
+        return;
+    };
+    for (key, value) in new {
+        match (acc.get_mut(key), value) {
+            (_, Value::Null) => {}
+            (Some(Value::Array(existing)), Value::Array(more)) => {
+                existing.extend(more.iter().cloned())
+            }
+            _ => {
+                acc.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}

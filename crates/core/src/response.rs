@@ -1,0 +1,170 @@
+//! The assembled result, in the shape of OpenAI's non-streaming `chat.completion` response.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A whole completion, as [`Completions::collect`](crate::Completions::collect) assembles it:
+/// the same JSON shape as a non-streaming `chat.completion` response.
+///
+/// ```
+/// use choicewise_core::ChatCompletion;
+/// let c = ChatCompletion::default();
+/// assert_eq!(c.object, "chat.completion");
+/// assert!(serde_json::to_value(&c).unwrap().get("usage").is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletion {
+    /// The completion id.
+    pub id: String,
+    /// Always `"chat.completion"`.
+    pub object: String,
+    /// Unix time of creation, in seconds.
+    pub created: i64,
+    /// The model.
+    pub model: String,
+    /// Backend configuration fingerprint, if sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_fingerprint: Option<String>,
+    /// The service tier, if sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<String>,
+    /// The choices, sorted by index.
+    pub choices: Vec<ChoiceOutput>,
+    /// Token usage as the provider reported it, when the stream carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
+    /// Azure's prompt filter annotations, when sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_filter_results: Option<Value>,
+}
+
+impl Default for ChatCompletion {
+    fn default() -> Self {
+        ChatCompletion {
+            id: String::new(),
+            object: "chat.completion".to_string(),
+            created: 0,
+            model: String::new(),
+            system_fingerprint: None,
+            service_tier: None,
+            choices: Vec::new(),
+            usage: None,
+            prompt_filter_results: None,
+        }
+    }
+}
+
+/// One assembled choice: what [`Choice::message`](crate::Choice::message) returns and what
+/// [`ChatCompletion::choices`] holds.
+///
+/// ```
+/// use choicewise_core::ChoiceOutput;
+/// let c = ChoiceOutput::default();
+/// assert_eq!(c.message.role, "assistant");
+/// assert_eq!(c.finish_reason, None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChoiceOutput {
+    /// The choice index.
+    pub index: u32,
+    /// The assembled message.
+    pub message: Message,
+    /// Why the choice ended, as the provider sent it; `None` if it never said.
+    pub finish_reason: Option<String>,
+    /// Log probabilities, merged across updates, if any were sent.
+    pub logprobs: Option<Value>,
+    /// Azure's content filter annotations, the latest sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_filter_results: Option<Value>,
+}
+
+
+/// An assistant message assembled from deltas.
+///
+/// `content` is `None` when no content was ever sent, and `Some("")` when only empty strings
+/// were: the two are kept apart.
+///
+/// ```
+/// use choicewise_core::Message;
+/// let m = Message::default();
+/// let json = serde_json::to_value(&m).unwrap();
+/// assert_eq!(json, serde_json::json!({"role": "assistant", "content": null, "refusal": null}));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// The author role, `"assistant"` unless the provider said otherwise.
+    pub role: String,
+    /// The text content.
+    pub content: Option<String>,
+    /// The refusal text.
+    pub refusal: Option<String>,
+    /// Reasoning text, under the key DeepSeek and vLLM use in non-streaming responses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// Tool calls, in call order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The legacy function call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_call: Option<FunctionCall>,
+}
+
+impl Default for Message {
+    fn default() -> Self {
+        Message {
+            role: "assistant".to_string(),
+            content: None,
+            refusal: None,
+            reasoning_content: None,
+            tool_calls: Vec::new(),
+            function_call: None,
+        }
+    }
+}
+
+/// One assembled tool call.
+///
+/// ```
+/// use choicewise_core::{FunctionCall, ToolCall};
+/// let call = ToolCall { id: "call_1".into(), kind: "function".into(),
+///                       function: FunctionCall { name: "f".into(), arguments: "{}".into() } };
+/// assert_eq!(serde_json::to_value(&call).unwrap()["type"], "function");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call id (empty if the provider never sent one).
+    pub id: String,
+    /// The tool type, `"function"` unless the provider said otherwise.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The function called.
+    pub function: FunctionCall,
+}
+
+/// A function name and its whole arguments string.
+///
+/// ```
+/// use choicewise_core::FunctionCall;
+/// let f = FunctionCall { name: "get_weather".into(), arguments: r#"{"city":"Paris"}"#.into() };
+/// assert_eq!(f.arguments_json().unwrap()["city"], "Paris");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    /// The function name.
+    pub name: String,
+    /// The arguments, a JSON document as text (not validated).
+    pub arguments: String,
+}
+
+impl FunctionCall {
+    /// Parses the arguments.
+    ///
+    /// ```
+    /// use choicewise_core::FunctionCall;
+    /// let f = FunctionCall { name: "f".into(), arguments: "{\"a\":1}".into() };
+    /// assert_eq!(f.arguments_json().unwrap()["a"], 1);
+    /// ```
+    pub fn arguments_json(&self) -> serde_json::Result<Value> {
+        serde_json::from_str(&self.arguments)
+    }
+}

@@ -1,0 +1,311 @@
+//! State shared between the actors (the only writers) and the handles (readers).
+//!
+//! Each choice has an append-only event log behind a mutex. A reader holds a cursor into the
+//! log, so every sub-stream replays from the start and reads at its own pace: the writer never
+//! waits for a reader, and memory is the size of the response however slowly anyone reads.
+//! Waiting readers park a [`Waker`] in a slot of their own; an append wakes the parked ones.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::event::{ChoiceEvent, Warning};
+use crate::merge::ChoiceAccumulator;
+use crate::response::{ChatCompletion, ChoiceOutput};
+
+/// Locks a mutex, recovering the data if a writer panicked while holding it: every writer
+/// leaves the state consistent between statements, and a panic is reported as an error by
+/// the actor's guard anyway.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Parked wakers, one slot per reader.
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    slots: Vec<Option<Waker>>,
+    free: Vec<usize>,
+}
+
+impl Waiters {
+    pub fn register(&mut self) -> usize {
+        match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    pub fn unregister(&mut self, id: usize) {
+        if let Some(slot) = self.slots.get_mut(id) {
+            *slot = None;
+            self.free.push(id);
+        }
+    }
+
+    pub fn park(&mut self, id: usize, waker: &Waker) {
+        if let Some(slot) = self.slots.get_mut(id) {
+            match slot {
+                Some(w) if w.will_wake(waker) => {}
+                _ => *slot = Some(waker.clone()),
+            }
+        }
+    }
+
+    pub fn wake_all(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(w) = slot.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// Something readers can wait on.
+pub(crate) trait Watched: Send + Sync + 'static {
+    type State;
+    fn state(&self) -> &Mutex<Self::State>;
+    fn waiters(state: &mut Self::State) -> &mut Waiters;
+}
+
+/// A reader's registration: its waker slot, released on drop.
+pub(crate) struct Subscription<W: Watched> {
+    pub target: Arc<W>,
+    id: usize,
+}
+
+impl<W: Watched> Subscription<W> {
+    pub fn new(target: Arc<W>) -> Self {
+        let id = W::waiters(&mut lock(target.state())).register();
+        Subscription { target, id }
+    }
+
+    /// Runs `f` on the locked state; if it returns `Pending`, parks the waker first.
+    pub fn poll_with<T>(
+        &self,
+        cx: &mut Context<'_>,
+        f: impl FnOnce(&mut W::State) -> Poll<T>,
+    ) -> Poll<T> {
+        let mut state = lock(self.target.state());
+        let result = f(&mut state);
+        if result.is_pending() {
+            W::waiters(&mut state).park(self.id, cx.waker());
+        }
+        result
+    }
+
+    /// Waits until `f` returns `Ready`.
+    pub async fn wait<T>(&self, mut f: impl FnMut(&mut W::State) -> Poll<T>) -> T {
+        std::future::poll_fn(|cx| self.poll_with(cx, &mut f)).await
+    }
+}
+
+impl<W: Watched> Drop for Subscription<W> {
+    fn drop(&mut self) {
+        W::waiters(&mut lock(self.target.state())).unregister(self.id);
+    }
+}
+
+/// One choice: its merged state and its event log.
+#[derive(Debug)]
+pub(crate) struct ChoiceShared {
+    pub index: u32,
+    state: Mutex<ChoiceState>,
+}
+
+#[derive(Debug)]
+pub(crate) struct ChoiceState {
+    pub acc: ChoiceAccumulator,
+    pub events: Vec<ChoiceEvent>,
+    /// Set when the sub-streams end: `Ok` at the choice's finish (or a clean end of the stream),
+    /// `Err` when the stream failed before the choice finished.
+    pub closed: Option<Result<(), Error>>,
+    /// Set when no more writes will come (the choice's actor has stopped).
+    pub settled: bool,
+    pub waiters: Waiters,
+}
+
+impl ChoiceState {
+    /// Ends the sub-streams (once).
+    pub fn close(&mut self, outcome: Result<(), Error>) {
+        if self.closed.is_none() {
+            self.closed = Some(outcome);
+        }
+    }
+}
+
+impl ChoiceShared {
+    pub fn new(index: u32, max_tool_calls: usize) -> Self {
+        ChoiceShared {
+            index,
+            state: Mutex::new(ChoiceState {
+                acc: ChoiceAccumulator::new(index, max_tool_calls),
+                events: Vec::new(),
+                closed: None,
+                settled: false,
+                waiters: Waiters::default(),
+            }),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, ChoiceState> {
+        lock(&self.state)
+    }
+
+    /// The assembled choice and the error that ended it, if any.
+    pub fn outcome(state: &ChoiceState) -> (ChoiceOutput, Option<Error>) {
+        let error = match &state.closed {
+            Some(Err(e)) => Some(e.clone()),
+            _ => None,
+        };
+        (state.acc.output(), error)
+    }
+}
+
+impl Watched for ChoiceShared {
+    type State = ChoiceState;
+    fn state(&self) -> &Mutex<ChoiceState> {
+        &self.state
+    }
+    fn waiters(state: &mut ChoiceState) -> &mut Waiters {
+        &mut state.waiters
+    }
+}
+
+/// Completion-level facts gathered by the reader.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Meta {
+    pub id: Option<String>,
+    pub model: Option<String>,
+    pub created: Option<i64>,
+    pub system_fingerprint: Option<String>,
+    pub service_tier: Option<String>,
+    pub prompt_filter_results: Vec<Value>,
+    /// The usage of a chunk with `choices: []`: the authoritative total.
+    pub usage_total: Option<Value>,
+    /// The last usage seen on a chunk that carried choices (possibly one choice's running
+    /// count): used only if no usage-only chunk arrives.
+    pub usage_running: Option<Value>,
+}
+
+impl Meta {
+    pub fn usage(&self) -> Option<&Value> {
+        self.usage_total.as_ref().or(self.usage_running.as_ref())
+    }
+}
+
+/// The whole completion.
+#[derive(Debug)]
+pub(crate) struct CompletionShared {
+    pub config: Config,
+    state: Mutex<CompletionState>,
+    /// Every handle is gone: actors stop without finishing their work.
+    pub cancelled: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct CompletionState {
+    /// In order of first appearance.
+    pub choices: Vec<Arc<ChoiceShared>>,
+    pub warnings: Vec<Warning>,
+    pub meta: Meta,
+    /// Set when the reader is done: no more choices will appear.
+    pub end: Option<Result<(), Error>>,
+    pub waiters: Waiters,
+}
+
+impl CompletionShared {
+    pub fn new(config: Config) -> Self {
+        CompletionShared {
+            config,
+            state: Mutex::new(CompletionState::default()),
+            cancelled: AtomicBool::new(false),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, CompletionState> {
+        lock(&self.state)
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+
+    /// Assembles the completion from the settled choices; the first error met, if any.
+    pub fn assemble(&self) -> (ChatCompletion, Option<Error>) {
+        let (choices, meta, mut error) = {
+            let state = self.lock();
+            let error = match &state.end {
+                Some(Err(e)) => Some(e.clone()),
+                _ => None,
+            };
+            (state.choices.clone(), state.meta.clone(), error)
+        };
+        let mut outputs = Vec::with_capacity(choices.len());
+        for choice in &choices {
+            let (output, choice_error) = ChoiceShared::outcome(&choice.lock());
+            if error.is_none() {
+                error = choice_error;
+            }
+            outputs.push(output);
+        }
+        outputs.sort_by_key(|c| c.index);
+        let usage = meta.usage().cloned();
+        let completion = ChatCompletion {
+            id: meta.id.unwrap_or_default(),
+            created: meta.created.unwrap_or_default(),
+            model: meta.model.unwrap_or_default(),
+            system_fingerprint: meta.system_fingerprint,
+            service_tier: meta.service_tier,
+            choices: outputs,
+            usage,
+            prompt_filter_results: match meta.prompt_filter_results.len() {
+                0 => None,
+                1 => meta.prompt_filter_results.into_iter().next(),
+                _ => Some(Value::Array(meta.prompt_filter_results)),
+            },
+            ..ChatCompletion::default()
+        };
+        (completion, error)
+    }
+}
+
+impl Watched for CompletionShared {
+    type State = CompletionState;
+    fn state(&self) -> &Mutex<CompletionState> {
+        &self.state
+    }
+    fn waiters(state: &mut CompletionState) -> &mut Waiters {
+        &mut state.waiters
+    }
+}
+
+/// Live actors of this crate in the process (a diagnostic for leak tests).
+pub(crate) static LIVE_ACTORS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts one live actor for as long as it is held.
+#[derive(Debug)]
+pub(crate) struct LiveActor(());
+
+impl LiveActor {
+    pub fn new() -> Self {
+        LIVE_ACTORS.fetch_add(1, Ordering::AcqRel);
+        LiveActor(())
+    }
+}
+
+impl Drop for LiveActor {
+    fn drop(&mut self) {
+        LIVE_ACTORS.fetch_sub(1, Ordering::AcqRel);
+    }
+}

@@ -1,0 +1,61 @@
+//! The error type of the framer.
+
+/// Why [`Framer::feed`](crate::Framer::feed) refused the stream.
+///
+/// Both kinds are fatal for the stream: after returning one, the framer is
+/// *poisoned* and every later call to [`feed`](crate::Framer::feed) returns a
+/// clone of the same error without looking at its input.
+/// [`finish`](crate::Framer::finish) clears the poison (it resets the framer for
+/// a new stream).
+///
+/// Positions are 1-based line numbers and 0-based byte offsets from the start
+/// of the stream (a skipped byte-order mark counts: the first line of a stream
+/// that starts with a BOM is at offset 3).
+///
+/// ```
+/// use choicewise_sse::{Framer, SseError};
+/// use std::ops::ControlFlow;
+///
+/// let mut framer = Framer::with_max_event_size(16);
+/// let err = framer
+///     .feed(b"data: a\n\ndata: this line is far too long\n", |_| ControlFlow::Continue(()))
+///     .unwrap_err();
+/// assert_eq!(err, SseError::EventTooLarge { limit: 16, line: 3, offset: 9 });
+/// // Poisoned: the same error again.
+/// assert_eq!(framer.feed(b"data: b\n\n", |_| ControlFlow::Continue(())), Err(err));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SseError {
+    /// The pending event grew beyond the framer's maximum event size.
+    ///
+    /// The size counted is the data already accumulated for the pending event
+    /// plus the raw bytes of the line being read (field name included). It is
+    /// checked as bytes arrive, so a runaway line without a line end fails as
+    /// soon as it crosses the limit, before it is buffered whole.
+    #[error(
+        "SSE event starting at line {line} (byte {offset}) exceeds the maximum event size of {limit} bytes"
+    )]
+    EventTooLarge {
+        /// The configured maximum event size, in bytes.
+        limit: usize,
+        /// Line number of the event's first field line (or, if the event had
+        /// no field line yet, of the offending line).
+        line: u64,
+        /// Byte offset where that line starts.
+        offset: u64,
+    },
+    /// A complete line is not valid UTF-8.
+    #[error(
+        "invalid UTF-8 in SSE line {line} (line starts at byte {offset}, first invalid byte at {byte_offset})"
+    )]
+    InvalidUtf8 {
+        /// Line number of the offending line.
+        line: u64,
+        /// Byte offset where the offending line starts.
+        offset: u64,
+        /// Byte offset of the first byte that is not part of a valid UTF-8
+        /// sequence.
+        byte_offset: u64,
+    },
+}

@@ -1,0 +1,721 @@
+//! The incremental framer.
+
+use std::fmt;
+use std::ops::ControlFlow;
+
+use memchr::{memchr, memchr2};
+
+use crate::{Event, SseError};
+
+/// The default maximum event size of [`Framer::new`]: 8 MiB.
+///
+/// ```
+/// use choicewise_sse::{Framer, DEFAULT_MAX_EVENT_SIZE};
+///
+/// assert_eq!(Framer::new().max_event_size(), DEFAULT_MAX_EVENT_SIZE);
+/// ```
+pub const DEFAULT_MAX_EVENT_SIZE: usize = 8 * 1024 * 1024;
+
+/// The UTF-8 byte-order mark, skipped at the very start of a stream.
+const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
+
+/// How a call to [`Framer::feed`] ended.
+///
+/// ```
+/// use choicewise_sse::{Feed, Framer};
+/// use std::ops::ControlFlow;
+///
+/// let mut framer = Framer::new();
+/// let input = b"data: 1\n\ndata: [DONE]\n\ndata: late\n\n";
+/// let feed = framer
+///     .feed(input, |ev| {
+///         if ev.data == "[DONE]" { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+///     })
+///     .unwrap();
+/// assert_eq!(feed, Feed::Stopped { consumed: 23 });
+/// assert_eq!(&input[23..], b"data: late\n\n");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Feed {
+    /// Every byte was consumed; incomplete lines and events are buffered until
+    /// the next call.
+    Consumed,
+    /// The callback returned [`ControlFlow::Break`]. `consumed` bytes of the
+    /// input were consumed: everything up to and including the line end of the
+    /// blank line that dispatched the event (a CR line end whose LF may follow
+    /// in the next read counts as consumed; that LF will be skipped). The
+    /// framer is left in a consistent state: the rest of the input can be fed
+    /// later, or inspected by the caller.
+    Stopped {
+        /// Number of bytes of the input consumed.
+        consumed: usize,
+    },
+}
+
+/// Where the framer is in the stream.
+///
+/// ```
+/// use choicewise_sse::{Framer, Position};
+/// use std::ops::ControlFlow;
+///
+/// let mut framer = Framer::new();
+/// framer.feed(b"data: a\r\n\r\nda", |_| ControlFlow::Continue(())).unwrap();
+/// assert_eq!(framer.position(), Position { line: 3, offset: 13 });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Position {
+    /// 1-based number of the line currently being read (every line end, CRLF
+    /// counted once, increments it).
+    pub line: u64,
+    /// Total number of bytes consumed so far, a skipped BOM included.
+    pub offset: u64,
+}
+
+/// What [`Framer::finish`] found at the end of the stream.
+///
+/// The WHATWG rules discard whatever was not dispatched by a blank line when
+/// the stream ends; `Tail` tells the caller what was discarded, so it can
+/// decide whether the stream ended cleanly. Three cases:
+///
+/// * **Clean end** ([`Tail::is_clean`]): no pending field line and no
+///   partial line. Comment lines after the last event do not count. `line` and
+///   `offset` are the final [`Position`].
+/// * **Unterminated event** (`complete_lines == true`, `pending_bytes > 0`):
+///   the pending event's field lines are all complete, but the blank line that
+///   would have dispatched it never came. `pending_data` holds its data lines
+///   joined with `'\n'` (`None` if it had no `data:` field), e.g. to accept a
+///   trailing `data: [DONE]\n` without blank line.
+/// * **Partial line** (`complete_lines == false`): the stream stopped in the
+///   middle of a line; `partial_line` holds its raw bytes (not validated as
+///   UTF-8). Any complete field lines of the same pending event before it are
+///   in `pending_data` as above.
+///
+/// `line` and `offset` give where the discarded tail starts: the pending
+/// event's first field line, or the partial line if no event was pending.
+/// `pending_bytes` is the number of stream bytes from there to the end.
+///
+/// ```
+/// use choicewise_sse::{Framer, Tail};
+/// use std::ops::ControlFlow;
+///
+/// let mut framer = Framer::new();
+/// framer.feed(b"data: 1\n\ndata: [DONE]\n", |_| ControlFlow::Continue(())).unwrap();
+/// let tail = framer.finish();
+/// assert!(tail.complete_lines && !tail.is_clean());
+/// assert_eq!(tail.pending_data.as_deref(), Some("[DONE]"));
+/// assert_eq!((tail.line, tail.offset, tail.pending_bytes), (3, 9, 13));
+///
+/// framer.feed(b"data: 1\n\ndata: [DO", |_| ControlFlow::Continue(())).unwrap();
+/// let tail = framer.finish();
+/// assert!(!tail.complete_lines);
+/// assert_eq!(tail.partial_line, b"data: [DO");
+/// assert_eq!(tail.pending_data, None);
+///
+/// framer.feed(b"data: 1\n\n: bye\n", |_| ControlFlow::Continue(())).unwrap();
+/// assert!(framer.finish().is_clean());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Tail {
+    /// Number of stream bytes discarded, from `offset` to the end of the
+    /// stream; 0 for a clean end.
+    pub pending_bytes: u64,
+    /// The pending event's data lines joined with `'\n'`, if it had at least
+    /// one complete `data:` line.
+    pub pending_data: Option<String>,
+    /// Raw bytes of the unterminated last line; empty if `complete_lines`.
+    pub partial_line: Vec<u8>,
+    /// 1-based line number where the discarded tail starts (the final line
+    /// number for a clean end).
+    pub line: u64,
+    /// Byte offset where the discarded tail starts (the final offset for a
+    /// clean end).
+    pub offset: u64,
+    /// `true` unless the stream ended in the middle of a line.
+    pub complete_lines: bool,
+}
+
+impl Tail {
+    /// `true` when nothing at all was pending: the stream ended right after a
+    /// dispatched event, a blank line, or a comment line.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    ///
+    /// assert!(Framer::new().finish().is_clean());
+    /// ```
+    pub fn is_clean(&self) -> bool {
+        self.pending_bytes == 0
+    }
+}
+
+/// Incremental, synchronous server-sent-events framer following the WHATWG
+/// "event stream interpretation" rules.
+///
+/// Feed it the stream's bytes as they arrive, in pieces of any size, with
+/// [`Framer::feed`]; it calls back with each complete [`Event`], borrowed from
+/// its internal buffers (no per-event allocation once the buffers have grown).
+/// At the end of the stream call [`Framer::finish`] to learn what was left
+/// undispatched.
+///
+/// Memory is bounded: the pending event's data plus the line being read may
+/// not exceed the maximum event size ([`SseError::EventTooLarge`]), checked as
+/// bytes arrive. [`Framer::buffered_bytes`] reports the heap held.
+///
+/// ```
+/// use choicewise_sse::Framer;
+/// use std::ops::ControlFlow;
+///
+/// let mut framer = Framer::new();
+/// let mut data = Vec::new();
+/// for read in [&b"data: hel"[..], b"lo\r", b"\n\r\ndata: x\n"] {
+///     framer
+///         .feed(read, |ev| {
+///             data.push(ev.data.to_owned());
+///             ControlFlow::Continue(())
+///         })
+///         .unwrap();
+/// }
+/// assert_eq!(data, ["hello"]);
+/// assert_eq!(framer.finish().pending_data.as_deref(), Some("x"));
+/// ```
+pub struct Framer {
+    /// The line being read, when it spans reads (otherwise lines are borrowed
+    /// from the input).
+    line_buf: Vec<u8>,
+    /// Interpretation state of the event being assembled.
+    st: State,
+    /// `Some(n)`: still at the start of the stream with `n` bytes of a BOM
+    /// matched; `None`: past the start.
+    bom: Option<u8>,
+    /// The previous read ended with a CR: an LF at the start of the next read
+    /// belongs to the same line end.
+    pending_cr: bool,
+    /// 1-based number of the line being read.
+    line_no: u64,
+    /// Stream offset where the line being read starts.
+    line_start: u64,
+    /// Bytes consumed so far.
+    offset: u64,
+    /// The error returned earlier, if any.
+    poisoned: Option<SseError>,
+}
+
+/// Field interpretation state, split from the line buffer so a buffered line
+/// can be interpreted while borrowed.
+struct State {
+    max: usize,
+    data: String,
+    has_data: bool,
+    event_type: String,
+    last_id: String,
+    retry: Option<u64>,
+    reconnection_time: Option<u64>,
+    /// (line, offset) of the pending event's first field line.
+    event_start: Option<(u64, u64)>,
+}
+
+impl Default for Framer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Framer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Framer")
+            .field("max_event_size", &self.st.max)
+            .field("position", &self.position())
+            .field("partial_line_len", &self.line_buf.len())
+            .field("pending_data_len", &self.st.data.len())
+            .field("has_data", &self.st.has_data)
+            .field("event_type", &self.st.event_type)
+            .field("last_event_id", &self.st.last_id)
+            .field("poisoned", &self.poisoned)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Framer {
+    /// A framer with the [`DEFAULT_MAX_EVENT_SIZE`] limit.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    ///
+    /// let framer = Framer::new();
+    /// assert_eq!(framer.position().line, 1);
+    /// ```
+    pub fn new() -> Self {
+        Self::with_max_event_size(DEFAULT_MAX_EVENT_SIZE)
+    }
+
+    /// A framer refusing events larger than `max` bytes (pending data plus the
+    /// raw line being read, see [`SseError::EventTooLarge`]).
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::with_max_event_size(1024);
+    /// assert!(framer.feed(&[b'x'; 2000], |_| ControlFlow::Continue(())).is_err());
+    /// ```
+    pub fn with_max_event_size(max: usize) -> Self {
+        Framer {
+            line_buf: Vec::new(),
+            st: State {
+                max,
+                data: String::new(),
+                has_data: false,
+                event_type: String::new(),
+                last_id: String::new(),
+                retry: None,
+                reconnection_time: None,
+                event_start: None,
+            },
+            bom: Some(0),
+            pending_cr: false,
+            line_no: 1,
+            line_start: 0,
+            offset: 0,
+            poisoned: None,
+        }
+    }
+
+    /// The maximum event size this framer enforces.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    ///
+    /// assert_eq!(Framer::with_max_event_size(10).max_event_size(), 10);
+    /// ```
+    pub fn max_event_size(&self) -> usize {
+        self.st.max
+    }
+
+    /// Feeds the next read of the stream; calls `on_event` for each event
+    /// completed by it, in order.
+    ///
+    /// Reads may be split anywhere: inside a line, between a CR and its LF,
+    /// inside a multi-byte UTF-8 character or inside the initial BOM.
+    ///
+    /// If `on_event` returns [`ControlFlow::Break`], feeding stops right after
+    /// the line that dispatched that event and [`Feed::Stopped`] tells how many
+    /// bytes of `bytes` were consumed; otherwise [`Feed::Consumed`] is
+    /// returned.
+    ///
+    /// # Errors
+    ///
+    /// [`SseError::EventTooLarge`] or [`SseError::InvalidUtf8`]; events
+    /// completed before the offending line have been delivered. The framer is
+    /// then poisoned: every later call returns the same error until
+    /// [`Framer::finish`] resets it.
+    ///
+    /// ```
+    /// use choicewise_sse::{Feed, Framer};
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::new();
+    /// let mut events = Vec::new();
+    /// for read in [&b"event: delta\ndata: {\"a\""[..], b":1}\n", b"\n: keep-alive\n"] {
+    ///     let feed = framer.feed(read, |ev| {
+    ///         events.push((ev.event.to_owned(), ev.data.to_owned()));
+    ///         ControlFlow::Continue(())
+    ///     });
+    ///     assert_eq!(feed, Ok(Feed::Consumed));
+    /// }
+    /// assert_eq!(events, [("delta".to_owned(), "{\"a\":1}".to_owned())]);
+    /// ```
+    pub fn feed<F>(&mut self, bytes: &[u8], mut on_event: F) -> Result<Feed, SseError>
+    where
+        F: FnMut(Event<'_>) -> ControlFlow<()>,
+    {
+        if let Some(err) = &self.poisoned {
+            return Err(err.clone());
+        }
+        let result = self.feed_inner(bytes, &mut on_event);
+        if let Err(err) = &result {
+            self.poisoned = Some(err.clone());
+        }
+        result
+    }
+
+    fn feed_inner<F>(&mut self, bytes: &[u8], on_event: &mut F) -> Result<Feed, SseError>
+    where
+        F: FnMut(Event<'_>) -> ControlFlow<()>,
+    {
+        let base = self.offset;
+        let mut pos = 0usize;
+
+        if let Some(mut matched) = self.bom {
+            loop {
+                if matched == 3 {
+                    self.bom = None;
+                    self.line_start = base + pos as u64;
+                    break;
+                }
+                match bytes.get(pos) {
+                    None => {
+                        self.bom = Some(matched);
+                        self.offset = base + pos as u64;
+                        return Ok(Feed::Consumed);
+                    }
+                    Some(&b) if b == BOM[matched as usize] => {
+                        matched += 1;
+                        pos += 1;
+                    }
+                    Some(_) => {
+                        // Not a BOM: the bytes matched so far start line 1.
+                        self.bom = None;
+                        self.offset = base + pos as u64;
+                        self.append_partial(&BOM[..matched as usize])?;
+                        break;
+                    }
+                }
+            }
+        }
+
+        if self.pending_cr {
+            if let Some(&b) = bytes.get(pos) {
+                self.pending_cr = false;
+                if b == b'\n' {
+                    pos += 1;
+                    self.line_start = base + pos as u64;
+                }
+            }
+        }
+
+        loop {
+            let rest = &bytes[pos..];
+            let Some(i) = memchr2(b'\n', b'\r', rest) else {
+                self.offset = base + pos as u64;
+                if !rest.is_empty() {
+                    self.append_partial(rest)?;
+                    self.offset = base + bytes.len() as u64;
+                }
+                return Ok(Feed::Consumed);
+            };
+            let end = pos + i;
+            let mut next = end + 1;
+            if bytes[end] == b'\r' {
+                match bytes.get(next) {
+                    Some(b'\n') => next += 1,
+                    Some(_) => {}
+                    None => self.pending_cr = true,
+                }
+            }
+            let flow = if self.line_buf.is_empty() {
+                self.st
+                    .line(&bytes[pos..end], self.line_no, self.line_start, on_event)
+            } else {
+                self.offset = base + pos as u64;
+                self.append_partial(&bytes[pos..end])?;
+                let flow = self
+                    .st
+                    .line(&self.line_buf, self.line_no, self.line_start, on_event);
+                self.line_buf.clear();
+                flow
+            };
+            pos = next;
+            let flow = match flow {
+                Ok(flow) => flow,
+                Err(err) => {
+                    self.offset = self.line_start;
+                    return Err(err);
+                }
+            };
+            self.line_no += 1;
+            self.line_start = base + pos as u64;
+            if flow.is_break() {
+                self.offset = self.line_start;
+                return Ok(Feed::Stopped { consumed: pos });
+            }
+        }
+    }
+
+    /// Appends part of a line that spans reads to the line buffer, enforcing
+    /// the size limit before buffering anything.
+    fn append_partial(&mut self, part: &[u8]) -> Result<(), SseError> {
+        let len = self.line_buf.len() + part.len();
+        if self.st.data.len() + len > self.st.max {
+            let (line, offset) = self
+                .st
+                .event_start
+                .unwrap_or((self.line_no, self.line_start));
+            return Err(SseError::EventTooLarge {
+                limit: self.st.max,
+                line,
+                offset,
+            });
+        }
+        if len > self.line_buf.capacity() {
+            let cap = self
+                .line_buf
+                .capacity()
+                .saturating_mul(2)
+                .max(len)
+                .min(self.st.max.max(len));
+            self.line_buf.reserve_exact(cap - self.line_buf.len());
+        }
+        self.line_buf.extend_from_slice(part);
+        Ok(())
+    }
+
+    /// Ends the stream: discards (WHATWG) and reports what was left
+    /// undispatched, then resets the framer for a new stream.
+    ///
+    /// The pending event is *not* dispatched; see [`Tail`] for how to tell a
+    /// clean end from a truncated one. After `finish` the framer behaves like
+    /// a new one with the same maximum event size (line 1, offset 0, BOM
+    /// skipping on, no last event ID, not poisoned), but keeps its buffers'
+    /// capacity.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::new();
+    /// framer.feed(b"data: a\n\n", |_| ControlFlow::Continue(())).unwrap();
+    /// assert!(framer.finish().is_clean());
+    /// assert_eq!(framer.position().offset, 0);
+    /// ```
+    pub fn finish(&mut self) -> Tail {
+        let has_partial = self.offset > self.line_start;
+        let start = match self.st.event_start {
+            Some(start) => Some(start),
+            None if has_partial => Some((self.line_no, self.line_start)),
+            None => None,
+        };
+        let tail = match start {
+            Some((line, offset)) => Tail {
+                pending_bytes: self.offset.saturating_sub(offset),
+                pending_data: self.st.has_data.then(|| self.st.data.clone()),
+                partial_line: match self.bom {
+                    Some(matched) => BOM[..matched as usize].to_vec(),
+                    None if has_partial => self.line_buf.clone(),
+                    None => Vec::new(),
+                },
+                line,
+                offset,
+                complete_lines: !has_partial,
+            },
+            None => Tail {
+                pending_bytes: 0,
+                pending_data: None,
+                partial_line: Vec::new(),
+                line: self.line_no,
+                offset: self.offset,
+                complete_lines: true,
+            },
+        };
+        self.reset();
+        tail
+    }
+
+    fn reset(&mut self) {
+        self.line_buf.clear();
+        let st = &mut self.st;
+        st.data.clear();
+        st.has_data = false;
+        st.event_type.clear();
+        st.last_id.clear();
+        st.retry = None;
+        st.reconnection_time = None;
+        st.event_start = None;
+        self.bom = Some(0);
+        self.pending_cr = false;
+        self.line_no = 1;
+        self.line_start = 0;
+        self.offset = 0;
+        self.poisoned = None;
+    }
+
+    /// The 1-based number of the line currently being read, and the number of
+    /// bytes consumed so far.
+    ///
+    /// After an error, the position is somewhere inside the offending line;
+    /// the error itself carries the exact line and offset.
+    ///
+    /// ```
+    /// use choicewise_sse::{Framer, Position};
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::new();
+    /// framer.feed(b"\xEF\xBB\xBFdata: a\n", |_| ControlFlow::Continue(())).unwrap();
+    /// assert_eq!(framer.position(), Position { line: 2, offset: 11 });
+    /// ```
+    pub fn position(&self) -> Position {
+        Position {
+            line: self.line_no,
+            offset: self.offset,
+        }
+    }
+
+    /// The last event ID in force (see [`Event::id`]), `None` while empty.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::new();
+    /// framer.feed(b"id: 42\n", |_| ControlFlow::Continue(())).unwrap();
+    /// assert_eq!(framer.last_event_id(), Some("42"));
+    /// ```
+    pub fn last_event_id(&self) -> Option<&str> {
+        (!self.st.last_id.is_empty()).then_some(self.st.last_id.as_str())
+    }
+
+    /// The stream's reconnection time: the last valid `retry:` value seen,
+    /// whether or not its event was dispatched (WHATWG applies it at once).
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::new();
+    /// framer.feed(b"retry: 3000\n\n", |_| ControlFlow::Continue(())).unwrap();
+    /// assert_eq!(framer.reconnection_time(), Some(3000));
+    /// ```
+    pub fn reconnection_time(&self) -> Option<u64> {
+        self.st.reconnection_time
+    }
+
+    /// The heap memory held by the framer's buffers (their capacity), in
+    /// bytes.
+    ///
+    /// The line buffer and the data buffer each stay within the maximum event
+    /// size, and their contents together too, so a runaway line never makes
+    /// the framer hold much more than the maximum event size.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::with_max_event_size(4096);
+    /// for _ in 0..100 {
+    ///     let _ = framer.feed(&[b'x'; 1000], |_| ControlFlow::Continue(()));
+    /// }
+    /// assert!(framer.buffered_bytes() <= 4096);
+    /// ```
+    pub fn buffered_bytes(&self) -> usize {
+        self.line_buf.capacity()
+            + self.st.data.capacity()
+            + self.st.event_type.capacity()
+            + self.st.last_id.capacity()
+    }
+}
+
+impl State {
+    /// Interprets one complete line (without its line end).
+    #[inline]
+    fn line<F>(
+        &mut self,
+        line: &[u8],
+        line_no: u64,
+        line_offset: u64,
+        on_event: &mut F,
+    ) -> Result<ControlFlow<()>, SseError>
+    where
+        F: FnMut(Event<'_>) -> ControlFlow<()>,
+    {
+        let Some(&first) = line.first() else {
+            return Ok(self.dispatch(on_event));
+        };
+        if self.data.len() + line.len() > self.max {
+            let (line, offset) = self.event_start.unwrap_or((line_no, line_offset));
+            return Err(SseError::EventTooLarge {
+                limit: self.max,
+                line,
+                offset,
+            });
+        }
+        let text = match std::str::from_utf8(line) {
+            Ok(text) => text,
+            Err(err) => {
+                return Err(SseError::InvalidUtf8 {
+                    line: line_no,
+                    offset: line_offset,
+                    byte_offset: line_offset + err.valid_up_to() as u64,
+                });
+            }
+        };
+        if first == b':' {
+            return Ok(ControlFlow::Continue(()));
+        }
+        if self.event_start.is_none() {
+            self.event_start = Some((line_no, line_offset));
+        }
+        let (name, value) = match memchr(b':', line) {
+            Some(colon) => {
+                let value = &text[colon + 1..];
+                (&text[..colon], value.strip_prefix(' ').unwrap_or(value))
+            }
+            None => (text, ""),
+        };
+        match name {
+            "data" => {
+                let add = value.len() + usize::from(self.has_data);
+                let len = self.data.len() + add;
+                if len > self.data.capacity() {
+                    // Grow geometrically, but never past the limit.
+                    let cap = self
+                        .data
+                        .capacity()
+                        .saturating_mul(2)
+                        .max(len)
+                        .min(self.max.max(len));
+                    self.data.reserve_exact(cap - self.data.len());
+                }
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.has_data = true;
+                self.data.push_str(value);
+            }
+            "event" => {
+                self.event_type.clear();
+                self.event_type.push_str(value);
+            }
+            // An ID containing NUL is ignored.
+            "id" if memchr(0, value.as_bytes()).is_none() => {
+                self.last_id.clear();
+                self.last_id.push_str(value);
+            }
+            // ASCII digits only; values overflowing u64 are ignored.
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                if let Ok(ms) = value.parse::<u64>() {
+                    self.retry = Some(ms);
+                    self.reconnection_time = Some(ms);
+                }
+            }
+            _ => {}
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Handles a blank line: dispatches the pending event if it has data, and
+    /// resets the per-event state either way.
+    #[inline]
+    fn dispatch<F>(&mut self, on_event: &mut F) -> ControlFlow<()>
+    where
+        F: FnMut(Event<'_>) -> ControlFlow<()>,
+    {
+        let flow = if self.has_data {
+            let (line, offset) = self.event_start.unwrap_or_default();
+            on_event(Event {
+                event: &self.event_type,
+                data: &self.data,
+                id: (!self.last_id.is_empty()).then_some(self.last_id.as_str()),
+                retry: self.retry,
+                line,
+                offset,
+            })
+        } else {
+            ControlFlow::Continue(())
+        };
+        self.data.clear();
+        self.has_data = false;
+        self.event_type.clear();
+        self.retry = None;
+        self.event_start = None;
+        flow
+    }
+}

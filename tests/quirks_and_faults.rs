@@ -1,0 +1,217 @@
+//! Fixtures that the OpenAI SDK cannot accumulate (provider quirks) or that end badly
+//! (errors, truncation): each choice's exact result, the typed error and where it points.
+
+mod common;
+
+use choicewise::{ChatCompletion, Completions, Error, Incomplete, WarningKind};
+use futures::TryStreamExt;
+
+async fn run(name: &str) -> Vec<Result<ChatCompletion, Incomplete<ChatCompletion>>> {
+    let bytes = common::fixture(name);
+    let mut results = Vec::new();
+    for split in common::SPLITS {
+        results.push(common::collect_reads(common::split(&bytes, split)).await);
+    }
+    // The same result whatever the reads.
+    for r in &results[1..] {
+        match (r, &results[0]) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{name}"),
+            (Err(a), Err(b)) => {
+                assert_eq!(a.partial, b.partial, "{name}");
+                assert_eq!(a.error.to_string(), b.error.to_string(), "{name}");
+            }
+            _ => panic!("{name}: outcome depends on the read split"),
+        }
+    }
+    results
+}
+
+fn calls(c: &ChatCompletion, choice: usize) -> Vec<(String, String, String)> {
+    c.choices[choice]
+        .message
+        .tool_calls
+        .iter()
+        .map(|t| (t.id.clone(), t.function.name.clone(), t.function.arguments.clone()))
+        .collect()
+}
+
+fn owned(v: &[(&str, &str, &str)]) -> Vec<(String, String, String)> {
+    v.iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn repeated_ids_types_and_names_are_set_once_and_empty_finish_is_not_a_finish() {
+    let c = run("quirks_ids_repeated.sse").await.remove(0).unwrap();
+    assert_eq!(
+        calls(&c, 0),
+        owned(&[
+            ("call_nRQtZE7VWn2GxoETQEGJ3Xxp", "get_weather", r#"{"city": "Madrid"}"#),
+            ("call_g5hCvuSeoqfxhaMcz5YfyE4k", "get_weather", r#"{"city": "Seville"}"#),
+        ])
+    );
+    assert_eq!(c.choices[0].message.tool_calls[0].kind, "function");
+    assert_eq!(c.choices[0].finish_reason.as_deref(), Some("tool_calls"));
+    assert_eq!(
+        c.choices[1].message.content.as_deref(),
+        Some("I'd check a weather service for Madrid and Seville; both are usually sunny in spring.")
+    );
+    assert_eq!(c.choices[1].finish_reason.as_deref(), Some("stop"));
+}
+
+#[tokio::test]
+async fn a_new_id_with_a_name_at_the_same_index_opens_a_new_call() {
+    let c = run("quirks_index_zero.sse").await.remove(0).unwrap();
+    assert_eq!(
+        calls(&c, 0),
+        owned(&[
+            ("call_8713xy23", "get_weather", r#"{"city":"Rome"}"#),
+            ("call_44218a43", "get_time", r#"{"timezone":"Europe/Rome"}"#),
+        ])
+    );
+    assert_eq!(c.choices[0].message.content.as_deref(), Some(""), "only empty strings: \"\" not null");
+    assert_eq!(
+        c.choices[1].message.content.as_deref(),
+        Some("Rome is usually mild in October, around 20 °C.")
+    );
+}
+
+#[tokio::test]
+async fn fragments_without_index_follow_their_id_or_the_latest_call() {
+    let c = run("quirks_no_index.sse").await.remove(0).unwrap();
+    assert_eq!(
+        calls(&c, 0),
+        owned(&[
+            ("call_nPgeoF05WPSUzt8gpaxY", "get_weather", r#"{"city":"Kyoto"}"#),
+            ("call_ZXTyAPpuoFCgyUodeYym", "get_weather", r#"{"city":"Osaka"}"#),
+        ])
+    );
+    assert_eq!(c.choices[0].finish_reason.as_deref(), Some("tool_calls"));
+}
+
+#[tokio::test]
+async fn wire_quirks_frame_like_a_clean_stream_and_concatenated_objects_warn() {
+    let bytes = common::fixture("quirks_wire.sse");
+    let c = run("quirks_wire.sse").await.remove(0).unwrap();
+    assert_eq!(
+        c.choices[0].message.content.as_deref(),
+        Some("Line one of the answer.\nLine two — with an em dash.")
+    );
+    assert_eq!(c.choices[1].message.content.as_deref(), Some("Short and sweet 😀"));
+    let completions = Completions::from_reader(std::io::Cursor::new(bytes));
+    completions.collect().await.unwrap();
+    let warnings = completions.warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| matches!(w.kind, WarningKind::ConcatenatedObjects { count: 2 })),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
+    let results = run("error_mid_stream.sse").await;
+    let inc = results.into_iter().next().unwrap().unwrap_err();
+    let Error::Upstream(e) = &inc.error else {
+        panic!("{:?}", inc.error)
+    };
+    assert_eq!(e.message, "The server had an error while processing your request.");
+    assert_eq!(e.kind.as_deref(), Some("server_error"));
+    assert_eq!(e.code.as_deref(), Some("internal_error"));
+    assert!(e.line > 1);
+    let texts: Vec<_> = inc.partial.choices.iter().map(|c| c.message.content.clone()).collect();
+    assert_eq!(
+        texts,
+        vec![
+            Some("Sourdough needs three things: flour, water, and a lively starter. Feed the starter".to_string()),
+            Some("The short answer: keep your starter warm (24–26 °C) and feed it twice a".to_string()),
+        ]
+    );
+    // Each choice's own streams: the text first, then the error; [DONE] after it changes nothing.
+    let completions = Completions::from_reader(std::io::Cursor::new(common::fixture("error_mid_stream.sse")));
+    let choice = completions.choice(1).await.unwrap();
+    let mut content = choice.content();
+    let mut text = String::new();
+    let err = loop {
+        match content.try_next().await {
+            Ok(Some(t)) => text.push_str(&t),
+            Ok(None) => panic!("ended without the error"),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::Upstream(_)));
+    assert_eq!(text, "The short answer: keep your starter warm (24–26 °C) and feed it twice a");
+    let message = choice.message().await.unwrap_err();
+    assert_eq!(message.partial.finish_reason, None);
+    assert!(completions.outcome().await.is_err());
+}
+
+#[tokio::test]
+async fn a_cut_stream_is_a_truncation_error_naming_the_discarded_tail() {
+    let bytes = common::fixture("missing_done_truncated.sse");
+    let inc = run("missing_done_truncated.sse").await.remove(0).unwrap_err();
+    let Error::Truncated { line, offset, pending_bytes, unfinished } = &inc.error else {
+        panic!("{:?}", inc.error)
+    };
+    assert_eq!(unfinished, &vec![1]);
+    assert!(*pending_bytes > 0);
+    // The tail starts at the beginning of the last (cut) line.
+    let last_line_start = bytes.iter().rposition(|&b| b == b'\n').unwrap() + 1;
+    assert_eq!(*offset as usize, last_line_start);
+    assert_eq!(*line as usize, bytes.iter().filter(|&&b| b == b'\n').count() + 1);
+    assert_eq!(*pending_bytes as usize, bytes.len() - last_line_start);
+    assert!(inc.error.to_string().contains(&format!("line {line}")), "{}", inc.error);
+    let c = &inc.partial;
+    assert_eq!(c.choices[0].finish_reason.as_deref(), Some("stop"));
+    assert_eq!(
+        calls(c, 1),
+        owned(&[
+            ("call_Co3fRDI6RWb8Srddl39bTlS6", "get_weather", r#"{"city":"Oslo"}"#),
+            ("call_nl2MjRQpo5VAFGH8CHCOYBB3", "get_weather", r#"{"city"#),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn no_done_is_fine_when_every_choice_finished() {
+    let c = run("missing_done_finished.sse").await.remove(0).unwrap();
+    assert!(c.choices.iter().all(|c| c.finish_reason.is_some()));
+    assert!(c.usage.is_some());
+}
+
+#[tokio::test]
+async fn an_error_chunk_with_finish_error_keeps_the_text_and_reports_the_error() {
+    let inc = run("openrouter_error_finish.sse").await.remove(0).unwrap_err();
+    let Error::Upstream(e) = &inc.error else {
+        panic!("{:?}", inc.error)
+    };
+    assert_eq!(e.code.as_deref(), Some("502"));
+    assert_eq!(e.message, "Provider returned error");
+    let choice = &inc.partial.choices[0];
+    assert_eq!(choice.finish_reason.as_deref(), Some("error"));
+    assert_eq!(
+        choice.message.content.as_deref(),
+        Some("Here are three ideas for a rainy afternoon: bake a loaf of bread, start a jigsaw puzzle, or")
+    );
+}
+
+#[tokio::test]
+async fn azure_annotations_are_kept_and_do_not_reopen_a_finished_choice() {
+    let c = run("azure_filters.sse").await.remove(0).unwrap();
+    assert!(c.prompt_filter_results.is_some());
+    assert!(c.created > 0);
+    assert!(c.id.starts_with("chatcmpl-"), "{}", c.id);
+    for choice in &c.choices {
+        assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
+        assert!(choice.content_filter_results.is_some());
+    }
+    let completions = Completions::from_reader(std::io::Cursor::new(common::fixture("azure_filters.sse")));
+    completions.collect().await.unwrap();
+    assert!(
+        !completions.warnings().iter().any(|w| w.kind == WarningKind::DataAfterFinish),
+        "annotation-only updates after a finish are not data: {:?}",
+        completions.warnings()
+    );
+}
