@@ -31,7 +31,13 @@ fn calls(c: &ChatCompletion, choice: usize) -> Vec<(String, String, String)> {
         .message
         .tool_calls
         .iter()
-        .map(|t| (t.id.clone(), t.function.name.clone(), t.function.arguments.clone()))
+        .map(|t| {
+            (
+                t.id.clone(),
+                t.function.name.clone(),
+                t.function.arguments.clone(),
+            )
+        })
         .collect()
 }
 
@@ -47,15 +53,25 @@ async fn repeated_ids_types_and_names_are_set_once_and_empty_finish_is_not_a_fin
     assert_eq!(
         calls(&c, 0),
         owned(&[
-            ("call_nRQtZE7VWn2GxoETQEGJ3Xxp", "get_weather", r#"{"city": "Madrid"}"#),
-            ("call_g5hCvuSeoqfxhaMcz5YfyE4k", "get_weather", r#"{"city": "Seville"}"#),
+            (
+                "call_nRQtZE7VWn2GxoETQEGJ3Xxp",
+                "get_weather",
+                r#"{"city": "Madrid"}"#
+            ),
+            (
+                "call_g5hCvuSeoqfxhaMcz5YfyE4k",
+                "get_weather",
+                r#"{"city": "Seville"}"#
+            ),
         ])
     );
     assert_eq!(c.choices[0].message.tool_calls[0].kind, "function");
     assert_eq!(c.choices[0].finish_reason.as_deref(), Some("tool_calls"));
     assert_eq!(
         c.choices[1].message.content.as_deref(),
-        Some("I'd check a weather service for Madrid and Seville; both are usually sunny in spring.")
+        Some(
+            "I'd check a weather service for Madrid and Seville; both are usually sunny in spring."
+        )
     );
     assert_eq!(c.choices[1].finish_reason.as_deref(), Some("stop"));
 }
@@ -70,7 +86,11 @@ async fn a_new_id_with_a_name_at_the_same_index_opens_a_new_call() {
             ("call_44218a43", "get_time", r#"{"timezone":"Europe/Rome"}"#),
         ])
     );
-    assert_eq!(c.choices[0].message.content.as_deref(), Some(""), "only empty strings: \"\" not null");
+    assert_eq!(
+        c.choices[0].message.content.as_deref(),
+        Some(""),
+        "only empty strings: \"\" not null"
+    );
     assert_eq!(
         c.choices[1].message.content.as_deref(),
         Some("Rome is usually mild in October, around 20 °C.")
@@ -83,8 +103,16 @@ async fn fragments_without_index_follow_their_id_or_the_latest_call() {
     assert_eq!(
         calls(&c, 0),
         owned(&[
-            ("call_nPgeoF05WPSUzt8gpaxY", "get_weather", r#"{"city":"Kyoto"}"#),
-            ("call_ZXTyAPpuoFCgyUodeYym", "get_weather", r#"{"city":"Osaka"}"#),
+            (
+                "call_nPgeoF05WPSUzt8gpaxY",
+                "get_weather",
+                r#"{"city":"Kyoto"}"#
+            ),
+            (
+                "call_ZXTyAPpuoFCgyUodeYym",
+                "get_weather",
+                r#"{"city":"Osaka"}"#
+            ),
         ])
     );
     assert_eq!(c.choices[0].finish_reason.as_deref(), Some("tool_calls"));
@@ -98,7 +126,10 @@ async fn wire_quirks_frame_like_a_clean_stream_and_concatenated_objects_warn() {
         c.choices[0].message.content.as_deref(),
         Some("Line one of the answer.\nLine two — with an em dash.")
     );
-    assert_eq!(c.choices[1].message.content.as_deref(), Some("Short and sweet 😀"));
+    assert_eq!(
+        c.choices[1].message.content.as_deref(),
+        Some("Short and sweet 😀")
+    );
     let completions = Completions::from_reader(std::io::Cursor::new(bytes));
     completions.collect().await.unwrap();
     let warnings = completions.warnings();
@@ -117,11 +148,19 @@ async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
     let Error::Upstream(e) = &inc.error else {
         panic!("{:?}", inc.error)
     };
-    assert_eq!(e.message, "The server had an error while processing your request.");
+    assert_eq!(
+        e.message,
+        "The server had an error while processing your request."
+    );
     assert_eq!(e.kind.as_deref(), Some("server_error"));
     assert_eq!(e.code.as_deref(), Some("internal_error"));
     assert!(e.line > 1);
-    let texts: Vec<_> = inc.partial.choices.iter().map(|c| c.message.content.clone()).collect();
+    let texts: Vec<_> = inc
+        .partial
+        .choices
+        .iter()
+        .map(|c| c.message.content.clone())
+        .collect();
     assert_eq!(
         texts,
         vec![
@@ -130,7 +169,9 @@ async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
         ]
     );
     // Each choice's own streams: the text first, then the error; [DONE] after it changes nothing.
-    let completions = Completions::from_reader(std::io::Cursor::new(common::fixture("error_mid_stream.sse")));
+    let completions = Completions::from_reader(std::io::Cursor::new(common::fixture(
+        "error_mid_stream.sse",
+    )));
     let choice = completions.choice(1).await.unwrap();
     let mut content = choice.content();
     let mut text = String::new();
@@ -142,7 +183,10 @@ async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
         }
     };
     assert!(matches!(err, Error::Upstream(_)));
-    assert_eq!(text, "The short answer: keep your starter warm (24–26 °C) and feed it twice a");
+    assert_eq!(
+        text,
+        "The short answer: keep your starter warm (24–26 °C) and feed it twice a"
+    );
     let message = choice.message().await.unwrap_err();
     assert_eq!(message.partial.finish_reason, None);
     assert!(completions.outcome().await.is_err());
@@ -151,8 +195,17 @@ async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
 #[tokio::test]
 async fn a_cut_stream_is_a_truncation_error_naming_the_discarded_tail() {
     let bytes = common::fixture("missing_done_truncated.sse");
-    let inc = run("missing_done_truncated.sse").await.remove(0).unwrap_err();
-    let Error::Truncated { line, offset, pending_bytes, unfinished } = &inc.error else {
+    let inc = run("missing_done_truncated.sse")
+        .await
+        .remove(0)
+        .unwrap_err();
+    let Error::Truncated {
+        line,
+        offset,
+        pending_bytes,
+        unfinished,
+    } = &inc.error
+    else {
         panic!("{:?}", inc.error)
     };
     assert_eq!(unfinished, &vec![1]);
@@ -160,15 +213,26 @@ async fn a_cut_stream_is_a_truncation_error_naming_the_discarded_tail() {
     // The tail starts at the beginning of the last (cut) line.
     let last_line_start = bytes.iter().rposition(|&b| b == b'\n').unwrap() + 1;
     assert_eq!(*offset as usize, last_line_start);
-    assert_eq!(*line as usize, bytes.iter().filter(|&&b| b == b'\n').count() + 1);
+    assert_eq!(
+        *line as usize,
+        bytes.iter().filter(|&&b| b == b'\n').count() + 1
+    );
     assert_eq!(*pending_bytes as usize, bytes.len() - last_line_start);
-    assert!(inc.error.to_string().contains(&format!("line {line}")), "{}", inc.error);
+    assert!(
+        inc.error.to_string().contains(&format!("line {line}")),
+        "{}",
+        inc.error
+    );
     let c = &inc.partial;
     assert_eq!(c.choices[0].finish_reason.as_deref(), Some("stop"));
     assert_eq!(
         calls(c, 1),
         owned(&[
-            ("call_Co3fRDI6RWb8Srddl39bTlS6", "get_weather", r#"{"city":"Oslo"}"#),
+            (
+                "call_Co3fRDI6RWb8Srddl39bTlS6",
+                "get_weather",
+                r#"{"city":"Oslo"}"#
+            ),
             ("call_nl2MjRQpo5VAFGH8CHCOYBB3", "get_weather", r#"{"city"#),
         ])
     );
@@ -183,7 +247,10 @@ async fn no_done_is_fine_when_every_choice_finished() {
 
 #[tokio::test]
 async fn an_error_chunk_with_finish_error_keeps_the_text_and_reports_the_error() {
-    let inc = run("openrouter_error_finish.sse").await.remove(0).unwrap_err();
+    let inc = run("openrouter_error_finish.sse")
+        .await
+        .remove(0)
+        .unwrap_err();
     let Error::Upstream(e) = &inc.error else {
         panic!("{:?}", inc.error)
     };
@@ -193,7 +260,9 @@ async fn an_error_chunk_with_finish_error_keeps_the_text_and_reports_the_error()
     assert_eq!(choice.finish_reason.as_deref(), Some("error"));
     assert_eq!(
         choice.message.content.as_deref(),
-        Some("Here are three ideas for a rainy afternoon: bake a loaf of bread, start a jigsaw puzzle, or")
+        Some(
+            "Here are three ideas for a rainy afternoon: bake a loaf of bread, start a jigsaw puzzle, or"
+        )
     );
 }
 
@@ -207,10 +276,14 @@ async fn azure_annotations_are_kept_and_do_not_reopen_a_finished_choice() {
         assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
         assert!(choice.content_filter_results.is_some());
     }
-    let completions = Completions::from_reader(std::io::Cursor::new(common::fixture("azure_filters.sse")));
+    let completions =
+        Completions::from_reader(std::io::Cursor::new(common::fixture("azure_filters.sse")));
     completions.collect().await.unwrap();
     assert!(
-        !completions.warnings().iter().any(|w| w.kind == WarningKind::DataAfterFinish),
+        !completions
+            .warnings()
+            .iter()
+            .any(|w| w.kind == WarningKind::DataAfterFinish),
         "annotation-only updates after a finish are not data: {:?}",
         completions.warnings()
     );

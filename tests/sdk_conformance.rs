@@ -7,7 +7,7 @@
 mod common;
 
 use choicewise::ChatCompletion;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 fn goldens() -> Vec<(String, Value)> {
     let dir = common::fixture_path("expected");
@@ -60,7 +60,12 @@ fn theirs(c: &Value) -> Value {
 }
 
 fn compare(name: &str, split: &[usize], completion: &ChatCompletion, golden: &Value) {
-    let expected: Vec<Value> = golden["choices"].as_array().unwrap().iter().map(theirs).collect();
+    let expected: Vec<Value> = golden["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(theirs)
+        .collect();
     let actual: Vec<Value> = completion.choices.iter().map(ours).collect();
     assert_eq!(actual, expected, "{name} with reads of {split:?}");
 }
@@ -90,7 +95,9 @@ async fn where_the_sdk_fails_on_out_of_order_choices_we_do_not() {
         "the SDK is known to fail on a stream whose first chunk is not choice 0: {failing:?}"
     );
     for name in failing {
-        let completion = common::collect_reads(vec![common::fixture(&name)]).await.unwrap();
+        let completion = common::collect_reads(vec![common::fixture(&name)])
+            .await
+            .unwrap();
         let indexes: Vec<u32> = completion.choices.iter().map(|c| c.index).collect();
         let expected: Vec<u32> = (0..indexes.len() as u32).collect();
         assert_eq!(indexes, expected, "{name}");
@@ -109,7 +116,10 @@ async fn collect_has_the_non_streaming_shape_and_the_reported_usage() {
     assert!(json["usage"]["total_tokens"].as_u64().unwrap() > 0);
     for (i, choice) in json["choices"].as_array().unwrap().iter().enumerate() {
         assert_eq!(choice["index"], i);
-        assert!(choice.get("logprobs").is_some(), "logprobs key present (null)");
+        assert!(
+            choice.get("logprobs").is_some(),
+            "logprobs key present (null)"
+        );
         assert_eq!(choice["message"]["role"], "assistant");
     }
 }

@@ -104,7 +104,9 @@ async fn labelled(completions: Completions) -> Result<(), String> {
                         ));
                     }
                     ChoiceEvent::FunctionCall(FunctionCallEvent::Finished {
-                        call, arguments, ..
+                        call,
+                        arguments,
+                        ..
                     }) => {
                         let _ = tx.send(format!("{label} ← {call} arguments: {arguments}"));
                     }

@@ -65,4 +65,13 @@ pub use completions::{Choices, Completions, CompletionsBuilder, live_actors};
 pub use config::{DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS};
 pub use error::{Error, Incomplete, UpstreamError};
 pub use event::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind};
+/// Test-only fault triggers (feature `fault-injection`).
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub mod fault {
+    /// A content delta with exactly this text panics inside its choice's actor.
+    pub const FAULT_PANIC_CHOICE: &str = "\u{1}choicewise:panic-choice";
+    /// An SSE event with exactly this data panics inside the reader.
+    pub const FAULT_PANIC_READER: &str = "\u{1}choicewise:panic-reader";
+}
 pub use response::{ChatCompletion, ChoiceOutput, FunctionCall, Message, ToolCall};

@@ -78,7 +78,6 @@ pub struct ChoiceOutput {
     pub content_filter_results: Option<Value>,
 }
 
-
 /// An assistant message assembled from deltas.
 ///
 /// `content` is `None` when no content was ever sent, and `Some("")` when only empty strings

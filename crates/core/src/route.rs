@@ -244,6 +244,10 @@ pub(crate) fn route_event(
     line: u64,
     offset: u64,
 ) -> Result<Flow, Error> {
+    #[cfg(feature = "fault-injection")]
+    if data == crate::fault::FAULT_PANIC_READER {
+        panic!("injected fault in the reader at line {line}");
+    }
     let trimmed = data.trim_ascii();
     if trimmed == "[DONE]" {
         return Ok(Flow::Done);

@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use choicewise_sse::Framer;
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const TARGET_BYTES: usize = 50_000_000;
 const READ: usize = 64 * 1024;

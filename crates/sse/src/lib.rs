@@ -79,7 +79,7 @@ mod framer;
 
 pub use error::SseError;
 pub use event::{Event, OwnedEvent};
-pub use framer::{Feed, Framer, Position, Tail, DEFAULT_MAX_EVENT_SIZE};
+pub use framer::{DEFAULT_MAX_EVENT_SIZE, Feed, Framer, Position, Tail};
 
 #[cfg(test)]
 mod tests;

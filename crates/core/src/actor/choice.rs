@@ -60,6 +60,10 @@ impl ChoiceActorState {
             let mut guard = self.shared.lock();
             let state = &mut *guard;
             for update in batch {
+                #[cfg(feature = "fault-injection")]
+                if update.content.as_deref() == Some(crate::fault::FAULT_PANIC_CHOICE) {
+                    panic!("injected fault in choice {}", self.shared.index);
+                }
                 let was_finished = state.acc.is_finished();
                 let result = state.acc.apply(update, &mut self.buf);
                 warnings.extend(self.buf.iter().filter_map(|e| match e {

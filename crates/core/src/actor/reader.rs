@@ -2,11 +2,13 @@
 //! actor (spawning it when the index first appears), and ends every choice when the stream ends.
 
 use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 
-use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg};
+use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
 use crate::error::Error;
 use crate::feed::{Feed, Step};
 use crate::route::Router;
@@ -175,7 +177,16 @@ impl<F: Feed> Actor for ReaderActor<F> {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             ReaderMsg::Pull => {
-                let step = state.feed.pull(&mut state.router).await;
+                // A panic while reading or routing (or in the upstream stream itself) ends the
+                // stream with a typed error after what was routed before it is delivered.
+                let pull = AssertUnwindSafe(state.feed.pull(&mut state.router));
+                let step = match pull.catch_unwind().await {
+                    Ok(step) => step,
+                    Err(panic) => Step::End(Err(Error::ActorFailed {
+                        choice: None,
+                        message: panic_message(&panic),
+                    })),
+                };
                 state.flush(&myself).await;
                 match step {
                     Step::Continue => myself.send_message(ReaderMsg::Pull)?,

@@ -1,0 +1,122 @@
+//! The `choicewise replay` command, run as a user runs it.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn replay(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .arg("replay")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(bytes) = stdin {
+        input.write_all(bytes).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn json_of_the_bundled_stream_matches_the_openai_sdk_choice_for_choice() {
+    let out = replay(&["--json"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let golden: Value =
+        serde_json::from_slice(&std::fs::read(fixture("expected/demo.json")).unwrap()).unwrap();
+    let ours_choices = ours["choices"].as_array().unwrap();
+    assert_eq!(
+        ours_choices.len(),
+        golden["choices"].as_array().unwrap().len()
+    );
+    for (o, g) in ours_choices
+        .iter()
+        .zip(golden["choices"].as_array().unwrap())
+    {
+        assert_eq!(o["index"], g["index"]);
+        assert_eq!(o["finish_reason"], g["finish_reason"]);
+        for key in ["role", "content", "refusal"] {
+            assert_eq!(o["message"][key], g[key], "choice {} {key}", g["index"]);
+        }
+        let tool_calls = o["message"]
+            .get("tool_calls")
+            .cloned()
+            .unwrap_or(Value::Null);
+        assert_eq!(tool_calls, g["tool_calls"]);
+    }
+    assert_eq!(ours["object"], "chat.completion");
+    assert!(ours["usage"]["total_tokens"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn json_of_a_file_equals_json_of_the_same_stream_on_stdin() {
+    let path = fixture("openai_n3_tools.sse");
+    let from_file = replay(&[path.to_str().unwrap(), "--json"], None);
+    let from_stdin = replay(&["-", "--json"], Some(&std::fs::read(&path).unwrap()));
+    assert!(from_file.status.success() && from_stdin.status.success());
+    assert_eq!(from_file.stdout, from_stdin.stdout);
+}
+
+#[test]
+fn the_default_view_labels_text_and_calls_by_choice() {
+    let out = replay(&[], None);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("[choice 2] "), "{text}");
+    assert!(
+        text.contains("[choice 1] → tool call 0: get_weather"),
+        "{text}"
+    );
+    assert!(text.contains("[choice 1] ✔ finished: tool_calls"), "{text}");
+    assert!(text.contains("usage: "), "{text}");
+}
+
+#[test]
+fn bad_input_exits_1_with_a_one_line_error_and_still_prints_what_was_assembled() {
+    let sse = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"kept\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\n\n",
+    );
+    let out = replay(&["-", "--json"], Some(sse.as_bytes()));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("line 3"), "{stderr}");
+    let partial: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(partial["choices"][0]["message"]["content"], "kept");
+
+    let out = replay(&["-"], Some(sse.as_bytes()));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .contains("[choice 0] kept")
+    );
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let out = replay(&["/nonexistent/stream.sse"], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("cannot open /nonexistent/stream.sse")
+    );
+}
