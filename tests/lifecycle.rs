@@ -21,10 +21,12 @@ fn two_choices() -> String {
     .concat()
 }
 
+type Read = Result<Vec<u8>, std::io::Error>;
+
 /// A byte stream fed by the test, so the test decides when data arrives.
 fn channel() -> (
-    tokio::sync::mpsc::UnboundedSender<Result<Vec<u8>, std::io::Error>>,
-    impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> + Send + 'static,
+    tokio::sync::mpsc::UnboundedSender<Read>,
+    impl futures::Stream<Item = Read> + Send + 'static,
 ) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     (

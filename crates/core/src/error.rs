@@ -208,3 +208,22 @@ pub struct Incomplete<T> {
     #[source]
     pub error: Error,
 }
+
+/// Keeps the error and drops the partial result, so `?` works in functions returning
+/// [`Error`].
+///
+/// ```
+/// use choicewise_core::{Completions, Error};
+/// # #[tokio::main] async fn main() {
+/// async fn text(c: &Completions) -> Result<Option<String>, Error> {
+///     Ok(c.collect().await?.choices[0].message.content.clone())
+/// }
+/// let c = Completions::from_reader(&b"data: {\"error\":{\"message\":\"x\"}}\n\n"[..]);
+/// assert!(matches!(text(&c).await, Err(Error::Upstream(_))));
+/// # }
+/// ```
+impl<T> From<Incomplete<T>> for Error {
+    fn from(incomplete: Incomplete<T>) -> Self {
+        incomplete.error
+    }
+}
