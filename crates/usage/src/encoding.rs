@@ -1,0 +1,257 @@
+//! Which BPE table a model uses, and the lazily loaded, process-wide tables.
+
+use std::fmt;
+
+use tiktoken_rs::{CoreBPE, cl100k_base_singleton, o200k_base_singleton};
+
+/// The tiktoken encodings this crate counts with.
+///
+/// Both tables are embedded in the `tiktoken-rs` crate (no download at run
+/// time) and are parsed once per process, on first use, into a shared
+/// singleton (see [`preload`]).
+///
+/// ```
+/// use choicewise_usage::EncodingName;
+///
+/// assert_eq!(EncodingName::O200kBase.as_str(), "o200k_base");
+/// assert_eq!(EncodingName::Cl100kBase.to_string(), "cl100k_base");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EncodingName {
+    /// `o200k_base`: GPT-4o, GPT-4.1, GPT-4.5, GPT-5 and the o-series
+    /// reasoning models (o1, o3, o4-mini).
+    O200kBase,
+    /// `cl100k_base`: GPT-4 (non-o), GPT-4 Turbo, GPT-3.5 Turbo and the
+    /// `text-embedding-3-*` / `text-embedding-ada-002` embedding models.
+    Cl100kBase,
+}
+
+/// The encoding assumed for a model name this crate does not recognise.
+///
+/// `o200k_base` is the encoding of every current OpenAI chat model, so it is
+/// the better guess for an unknown (often newer, or aliased) model name; the
+/// OpenAI cookbook's `num_tokens_from_messages` falls back to it as well.
+///
+/// ```
+/// use choicewise_usage::{encoding_for_model, DEFAULT_ENCODING};
+///
+/// let choice = encoding_for_model("my-azure-deployment");
+/// assert_eq!(choice.name, DEFAULT_ENCODING);
+/// assert!(!choice.known);
+/// ```
+pub const DEFAULT_ENCODING: EncodingName = EncodingName::O200kBase;
+
+impl EncodingName {
+    /// The name tiktoken uses for this encoding.
+    ///
+    /// ```
+    /// use choicewise_usage::EncodingName;
+    ///
+    /// assert_eq!(EncodingName::Cl100kBase.as_str(), "cl100k_base");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EncodingName::O200kBase => "o200k_base",
+            EncodingName::Cl100kBase => "cl100k_base",
+        }
+    }
+
+    /// The shared tokenizer for this encoding, loading its table on the first
+    /// call in the process (tiktoken-rs `*_singleton()`; later calls are a
+    /// pointer read).
+    pub(crate) fn bpe(self) -> &'static CoreBPE {
+        match self {
+            EncodingName::O200kBase => o200k_base_singleton(),
+            EncodingName::Cl100kBase => cl100k_base_singleton(),
+        }
+    }
+}
+
+impl fmt::Display for EncodingName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The outcome of [`encoding_for_model`]: the encoding to count with, and
+/// whether the model name was recognised.
+///
+/// ```
+/// use choicewise_usage::{encoding_for_model, EncodingChoice, EncodingName};
+///
+/// assert_eq!(
+///     encoding_for_model("gpt-4o-mini"),
+///     EncodingChoice { name: EncodingName::O200kBase, known: true }
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EncodingChoice {
+    /// The encoding to count with.
+    pub name: EncodingName,
+    /// `false` when the model name was not recognised and [`DEFAULT_ENCODING`]
+    /// was chosen; callers should say so next to the estimate.
+    pub known: bool,
+}
+
+/// Model-name prefixes that use `o200k_base`, checked before the
+/// `cl100k_base` ones (so `gpt-4o`/`gpt-4.1` never match `gpt-4`).
+const O200K_PREFIXES: &[&str] = &[
+    "gpt-4o",
+    "chatgpt-4o",
+    "gpt-4.1",
+    "gpt-4.5",
+    "gpt-5",
+    "o1",
+    "o3",
+    "o4",
+    // gpt-oss uses o200k_harmony, which has o200k_base's ordinary ranks (it only
+    // adds special tokens), so ordinary-text counts are identical.
+    "gpt-oss",
+];
+
+/// Model-name prefixes that use `cl100k_base`.
+const CL100K_PREFIXES: &[&str] = &[
+    "gpt-4",
+    "gpt-3.5",
+    // Azure's spelling of gpt-3.5 model names.
+    "gpt-35",
+    "text-embedding-3",
+    "text-embedding-ada-002",
+    "davinci-002",
+    "babbage-002",
+];
+
+/// Picks the encoding for an OpenAI model name.
+///
+/// The name is normalised first: trimmed, lower-cased, any routing prefix up
+/// to the last `/` dropped (`openai/gpt-4o`, `azure/gpt-4o`), and a
+/// fine-tune id reduced to its base model (`ft:gpt-4o-mini:org::id` →
+/// `gpt-4o-mini`). A prefix then matches when it is followed by the end of
+/// the name or by `-`, `:`, `@` or `.` (never `.` for `gpt-4`, so that an
+/// unknown `gpt-4.x` is not taken for GPT-4):
+///
+/// * `o200k_base`: `gpt-4o*`, `chatgpt-4o*`, `gpt-4.1*`, `gpt-4.5*`,
+///   `gpt-5*`, `o1*`, `o3*`, `o4*`, `gpt-oss*`;
+/// * `cl100k_base`: `gpt-4*` (not 4o/4.1/4.5), `gpt-3.5*`, `gpt-35*`
+///   (Azure), `text-embedding-3*`, `text-embedding-ada-002`,
+///   `davinci-002`, `babbage-002`.
+///
+/// Anything else returns [`DEFAULT_ENCODING`] with `known: false`.
+///
+/// ```
+/// use choicewise_usage::{encoding_for_model, EncodingName};
+///
+/// assert_eq!(encoding_for_model("gpt-4o-2024-08-06").name, EncodingName::O200kBase);
+/// assert_eq!(encoding_for_model("ft:gpt-4o-mini:acme::abc123").name, EncodingName::O200kBase);
+/// assert_eq!(encoding_for_model("openai/o3-mini").name, EncodingName::O200kBase);
+/// assert_eq!(encoding_for_model("gpt-4-turbo").name, EncodingName::Cl100kBase);
+/// assert_eq!(encoding_for_model("gpt-3.5-turbo-0125").name, EncodingName::Cl100kBase);
+/// assert!(!encoding_for_model("llama-3-70b").known);
+/// ```
+pub fn encoding_for_model(model: &str) -> EncodingChoice {
+    let normalized = normalize_model(model);
+    let name = normalized.as_str();
+    for prefix in O200K_PREFIXES {
+        if matches_prefix(name, prefix, true) {
+            return EncodingChoice {
+                name: EncodingName::O200kBase,
+                known: true,
+            };
+        }
+    }
+    for prefix in CL100K_PREFIXES {
+        if matches_prefix(name, prefix, *prefix != "gpt-4") {
+            return EncodingChoice {
+                name: EncodingName::Cl100kBase,
+                known: true,
+            };
+        }
+    }
+    EncodingChoice {
+        name: DEFAULT_ENCODING,
+        known: false,
+    }
+}
+
+fn normalize_model(model: &str) -> String {
+    let lower = model.trim().to_ascii_lowercase();
+    let mut name = lower.rsplit('/').next().unwrap_or_default();
+    if let Some(rest) = name.strip_prefix("ft:") {
+        name = rest.split(':').next().unwrap_or_default();
+    }
+    name.to_owned()
+}
+
+fn matches_prefix(name: &str, prefix: &str, dot_ok: bool) -> bool {
+    match name.strip_prefix(prefix) {
+        None => false,
+        Some(rest) => match rest.chars().next() {
+            None | Some('-' | ':' | '@') => true,
+            Some('.') => dot_ok,
+            Some(_) => false,
+        },
+    }
+}
+
+/// Loads an encoding's table now (a no-op when already loaded), so that the
+/// first count does not pay for it; see `examples/load_time.rs` for the cost.
+///
+/// ```
+/// use choicewise_usage::{preload, EncodingName};
+///
+/// preload(EncodingName::Cl100kBase);
+/// ```
+pub fn preload(name: EncodingName) {
+    let _ = name.bpe();
+}
+
+/// Whitespace runs longer than this many characters are counted in pieces.
+///
+/// tiktoken-rs 0.12 matches the pre-tokenizer's `\s+(?!\S)` with
+/// fancy-regex, whose backtracking stack overflows on a run of about
+/// 1,000,000 whitespace characters; `encode_ordinary` then panics. Cutting
+/// longer runs keeps [`count_text`] total; the count of a run that is cut
+/// may differ from tiktoken's by a token or two per cut.
+const MAX_WHITESPACE_RUN: usize = 1 << 16;
+
+/// Counts the tokens of `text` as ordinary text (special-token spellings
+/// such as `<|endoftext|>` are split like any other text, never rejected).
+///
+/// Equals `encode_ordinary(text).len()` of tiktoken, for every text without
+/// a run of more than 65,536 whitespace characters. Longer runs are cut
+/// there and counted in pieces, because tiktoken-rs panics on runs of about
+/// a million; such texts may count a token or two off per cut, and never
+/// panic.
+///
+/// ```
+/// use choicewise_usage::{count_text, EncodingName};
+///
+/// assert_eq!(count_text(EncodingName::Cl100kBase, "tiktoken is great!"), 6);
+/// assert_eq!(count_text(EncodingName::O200kBase, ""), 0);
+/// ```
+pub fn count_text(name: EncodingName, text: &str) -> u64 {
+    if text.is_empty() {
+        return 0;
+    }
+    let bpe = name.bpe();
+    if text.len() <= MAX_WHITESPACE_RUN {
+        // Too short to hold an over-long run (a character is at least a byte).
+        return bpe.encode_ordinary(text).len() as u64;
+    }
+    let mut total = 0u64;
+    let mut start = 0;
+    let mut run = 0usize;
+    for (i, c) in text.char_indices() {
+        if c.is_whitespace() {
+            run += 1;
+            if run > MAX_WHITESPACE_RUN {
+                total += bpe.encode_ordinary(&text[start..i]).len() as u64;
+                start = i;
+                run = 1;
+            }
+        } else {
+            run = 0;
+        }
+    }
+    total + bpe.encode_ordinary(&text[start..]).len() as u64
+}

@@ -1,0 +1,882 @@
+//! Estimated `prompt_tokens` of a chat completion request body.
+
+use serde_json::{Map, Value};
+
+use crate::encoding::{EncodingName, count_text};
+use crate::error::{Path, UsageError};
+
+/// Tokens framing every message (`<|start|>{role}<|message|>…<|end|>` less the
+/// role, which is counted as text). OpenAI cookbook, "How to count tokens with
+/// tiktoken", `num_tokens_from_messages`: 3 for every model since
+/// gpt-3.5-turbo-0613 (only the retired gpt-3.5-turbo-0301 used 4).
+///
+/// ```
+/// assert_eq!(choicewise_usage::TOKENS_PER_MESSAGE, 3);
+/// ```
+pub const TOKENS_PER_MESSAGE: u64 = 3;
+
+/// Tokens added when a message carries a `name` (besides the name's own
+/// tokens). Cookbook `num_tokens_from_messages`: `tokens_per_name = 1`.
+///
+/// ```
+/// assert_eq!(choicewise_usage::TOKENS_PER_NAME, 1);
+/// ```
+pub const TOKENS_PER_NAME: u64 = 1;
+
+/// Tokens priming the reply, once per request: "every reply is primed with
+/// `<|start|>assistant<|message|>`" (cookbook `num_tokens_from_messages`).
+///
+/// ```
+/// assert_eq!(choicewise_usage::REPLY_PRIMING, 3);
+/// ```
+pub const REPLY_PRIMING: u64 = 3;
+
+/// Tokens added for each entry of an assistant message's `tool_calls`, on top
+/// of the tokens of the function's name and arguments.
+///
+/// Not documented by OpenAI. Seven is the median of the per-call overhead
+/// observed in the prompt counts that
+/// [chrisdinn/tokens](https://github.com/chrisdinn/tokens) recorded from the
+/// API (gpt-4-1106-preview; one call, no content: 8, 7, 7, 7, 5, 3 tokens,
+/// the spread coming from the API re-serialising the arguments); a community
+/// report for gpt-3.5-turbo shows 4. See `USAGE_NOTES.md`.
+///
+/// ```
+/// assert_eq!(choicewise_usage::TOOL_CALL_PROMPT_OVERHEAD, 7);
+/// ```
+pub const TOOL_CALL_PROMPT_OVERHEAD: u64 = 7;
+
+/// Tokens added once for an assistant message (or a completion choice)
+/// holding two or more tool calls, on top of each call's own overhead.
+///
+/// The API passes parallel calls to the model through a
+/// `multi_tool_use.parallel` wrapper. 13 is the constant chrisdinn/tokens
+/// measured for it on gpt-4-1106-preview (`tokensForMultiTool`); a community
+/// report for gpt-3.5-turbo suggests about 24. Applied to completions by
+/// analogy (the wrapper is what the model writes), not measured there.
+///
+/// ```
+/// assert_eq!(choicewise_usage::PARALLEL_TOOL_CALLS_OVERHEAD, 13);
+/// ```
+pub const PARALLEL_TOOL_CALLS_OVERHEAD: u64 = 13;
+
+/// Tokens added for an assistant message's legacy `function_call`, on top of
+/// its name and arguments: 3, as measured against gpt-3.5-turbo by
+/// [hmarr/openai-chat-tokens](https://github.com/hmarr/openai-chat-tokens)
+/// (`messageTokensEstimate`).
+///
+/// ```
+/// assert_eq!(choicewise_usage::FUNCTION_CALL_PROMPT_OVERHEAD, 3);
+/// ```
+pub const FUNCTION_CALL_PROMPT_OVERHEAD: u64 = 3;
+
+/// Tokens counted for each `image_url` content part: 85, what OpenAI's
+/// vision guide documents for any `detail: "low"` image on gpt-4o-class
+/// models, and the base that every high-detail image adds to its
+/// `170 × 512px-tiles` (a 1024×1024 image costs 765). The image's size behind
+/// a URL is unknown here, so this is a lower bound for those models; the
+/// gpt-4.1-mini/nano and o4-mini family use a 32px-patch formula instead.
+/// [`PromptCount::image_parts`] says how many images the estimate includes.
+///
+/// ```
+/// assert_eq!(choicewise_usage::IMAGE_PART_TOKENS, 85);
+/// ```
+pub const IMAGE_PART_TOKENS: u64 = 85;
+
+/// The deepest JSON-schema nesting that tool definitions are followed to;
+/// deeper schemas are rejected with [`UsageError::TooDeep`] rather than
+/// risking the stack.
+///
+/// ```
+/// assert_eq!(choicewise_usage::MAX_SCHEMA_DEPTH, 64);
+/// ```
+pub const MAX_SCHEMA_DEPTH: usize = 64;
+
+/// How function and tool definitions are counted.
+///
+/// Both formulas reproduce the OpenAI cookbook's tool example exactly (105
+/// tokens with `cl100k_base`, 101 with `o200k_base`). Only
+/// [`Namespace`](ToolFormula::Namespace) also reproduces the 19 cases of
+/// hmarr/openai-chat-tokens (gpt-3.5-turbo) and the tool-definition counts
+/// chrisdinn/tokens recorded for gpt-4-1106-preview (84, 94 exactly; 142 for
+/// 141); the cookbook formula is off by up to 7 and 9 tokens on those, so
+/// `Namespace` is the default.
+///
+/// ```
+/// use choicewise_usage::{PromptOptions, ToolFormula};
+///
+/// assert_eq!(PromptOptions::default().tool_formula, ToolFormula::Namespace);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ToolFormula {
+    /// Renders the definitions as the TypeScript namespace the model is shown
+    /// and counts that text, with the adjustments measured by
+    /// hmarr/openai-chat-tokens (`promptTokensEstimate`,
+    /// `formatFunctionDefinitions`):
+    ///
+    /// ```text
+    /// namespace functions {
+    ///
+    /// // Get the current weather in a given location
+    /// type get_current_weather = (_: {
+    /// // The city and state, e.g. San Francisco, CA
+    /// location: string,
+    /// // The unit of temperature to return
+    /// unit?: "celsius" | "fahrenheit",
+    /// }) => any;
+    ///
+    /// } // namespace functions
+    /// ```
+    ///
+    /// `tools = tokens(rendering) + 9`; when definitions are present the
+    /// first `system` (or `developer`) message's content counts as if it ended
+    /// with `"\n"`, and the messages count 4 fewer when any such message
+    /// exists. The default.
+    #[default]
+    Namespace,
+    /// OpenAI cookbook `num_tokens_for_tools` (constants in
+    /// [`CookbookConstants`]): per function `func_init + tokens("name:description")`,
+    /// per function with properties `prop_init`, per property
+    /// `prop_key + tokens("key:type:description")` (one trailing `.` of a
+    /// description dropped), per enum `enum_init + Σ (enum_item + tokens(value))`,
+    /// once `func_end`. Extended here to optional descriptions and types
+    /// (`key:type`, `key:description`) and to nested object properties
+    /// (counted like top-level ones, which the published function ignores).
+    Cookbook,
+}
+
+/// The constants of the cookbook's `num_tokens_for_tools`.
+///
+/// ```
+/// use choicewise_usage::{CookbookConstants, EncodingName};
+///
+/// let c = CookbookConstants::for_encoding(EncodingName::O200kBase);
+/// assert_eq!((c.func_init, c.prop_init, c.prop_key, c.enum_init, c.enum_item, c.func_end),
+///            (7, 3, 3, -3, 3, 12));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CookbookConstants {
+    /// Added per function (7 for gpt-4o / gpt-4o-mini, 10 for gpt-3.5-turbo /
+    /// gpt-4).
+    pub func_init: i64,
+    /// Added once per function whose parameters have properties.
+    pub prop_init: i64,
+    /// Added per property.
+    pub prop_key: i64,
+    /// Added once per property that has an `enum`.
+    pub enum_init: i64,
+    /// Added per enum value (besides the value's tokens).
+    pub enum_item: i64,
+    /// Added once when any function is defined.
+    pub func_end: i64,
+}
+
+impl CookbookConstants {
+    /// The cookbook publishes constants for gpt-4o / gpt-4o-mini and for
+    /// gpt-3.5-turbo / gpt-4; they are keyed here by encoding, so every
+    /// `o200k_base` model gets the gpt-4o ones and every `cl100k_base` model
+    /// the gpt-4 ones.
+    ///
+    /// ```
+    /// use choicewise_usage::{CookbookConstants, EncodingName};
+    ///
+    /// assert_eq!(CookbookConstants::for_encoding(EncodingName::Cl100kBase).func_init, 10);
+    /// ```
+    pub fn for_encoding(enc: EncodingName) -> CookbookConstants {
+        let func_init = match enc {
+            EncodingName::O200kBase => 7,
+            EncodingName::Cl100kBase => 10,
+        };
+        CookbookConstants {
+            func_init,
+            prop_init: 3,
+            prop_key: 3,
+            enum_init: -3,
+            enum_item: 3,
+            func_end: 12,
+        }
+    }
+}
+
+/// Options of [`count_prompt_with`].
+///
+/// ```
+/// use choicewise_usage::{PromptOptions, ToolFormula};
+///
+/// let opts = PromptOptions { tool_formula: ToolFormula::Cookbook };
+/// assert_ne!(opts, PromptOptions::default());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PromptOptions {
+    /// How function and tool definitions are counted.
+    pub tool_formula: ToolFormula,
+}
+
+/// The estimate of [`count_prompt`].
+///
+/// ```
+/// use choicewise_usage::{count_prompt, EncodingName};
+/// use serde_json::json;
+///
+/// let body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+/// let n = count_prompt(EncodingName::O200kBase, &body).unwrap();
+/// assert_eq!(n.total, n.messages + n.tools);
+/// assert_eq!(n.image_parts, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PromptCount {
+    /// The estimated `prompt_tokens`: `messages + tools`.
+    pub total: u64,
+    /// Messages, including the reply priming (and, for
+    /// [`ToolFormula::Namespace`], its system-message adjustments).
+    pub messages: u64,
+    /// Function and tool definitions, plus `tool_choice` / `function_call`.
+    pub tools: u64,
+    /// `image_url` parts, each counted as [`IMAGE_PART_TOKENS`] (a lower bound).
+    pub image_parts: u32,
+    /// Content parts and tool calls of kinds that are not counted (audio,
+    /// files, unknown types): the estimate is low by their cost.
+    pub uncounted_parts: u32,
+}
+
+/// Estimates the `prompt_tokens` of a chat completion request body with the
+/// default options ([`ToolFormula::Namespace`]); see [`count_prompt_with`].
+///
+/// Reproduces the OpenAI cookbook's worked example exactly: 129 tokens with
+/// `cl100k_base` (gpt-3.5-turbo, gpt-4) and 124 with `o200k_base` (gpt-4o,
+/// gpt-4o-mini).
+///
+/// ```
+/// use choicewise_usage::{count_prompt, count_text, EncodingName};
+/// use serde_json::json;
+///
+/// let enc = EncodingName::O200kBase;
+/// let body = json!({
+///     "model": "gpt-4o",
+///     "messages": [
+///         {"role": "system", "content": "You are terse."},
+///         {"role": "user", "name": "ann", "content": "Hi!"}
+///     ]
+/// });
+/// let expected = 3 + count_text(enc, "system") + count_text(enc, "You are terse.")
+///     + 3 + count_text(enc, "user") + count_text(enc, "Hi!") + count_text(enc, "ann") + 1
+///     + 3;
+/// assert_eq!(count_prompt(enc, &body).unwrap().total, expected);
+/// ```
+///
+/// # Errors
+///
+/// [`UsageError`] naming the path of the first value that is not of the
+/// shape a chat request has there (see [`count_prompt_with`]).
+pub fn count_prompt(enc: EncodingName, request: &Value) -> Result<PromptCount, UsageError> {
+    count_prompt_with(enc, request, &PromptOptions::default())
+}
+
+/// Estimates the `prompt_tokens` of a chat completion request body
+/// (`{"model", "messages", "tools", "functions", "tool_choice",
+/// "function_call", …}`; other fields are ignored).
+///
+/// Messages (cookbook `num_tokens_from_messages`, generalised):
+/// `Σ (TOKENS_PER_MESSAGE + tokens(role) + tokens(content) [+ tokens(name)
+/// + TOKENS_PER_NAME]) + REPLY_PRIMING`, where
+///
+/// * `content` is a string, `null`, or an array of parts: `text` and
+///   `refusal` parts count their text, `image_url` parts count
+///   [`IMAGE_PART_TOKENS`], other parts count nothing and are reported in
+///   [`PromptCount::uncounted_parts`];
+/// * an assistant message's string `refusal` counts its text;
+/// * each `tool_calls` entry adds `tokens(name) + tokens(arguments) +
+///   TOOL_CALL_PROMPT_OVERHEAD` (`custom` tool calls: `name` and `input`);
+///   [`PARALLEL_TOOL_CALLS_OVERHEAD`] is added once to a message with two or
+///   more; a legacy `function_call` adds `tokens(name) + tokens(arguments) +
+///   FUNCTION_CALL_PROMPT_OVERHEAD`;
+/// * a `function`-role message counts 2 fewer (hmarr/openai-chat-tokens);
+/// * ids (`tool_call_id`, `tool_calls[].id`) are not counted.
+///
+/// Definitions (`tools` entries of type `function`, and legacy `functions`)
+/// are counted by [`PromptOptions::tool_formula`]; other tool types count
+/// the tokens of their compact JSON. `tool_choice` / `function_call` add 1
+/// for `"none"` and `tokens(name) + 4` for a named function, nothing
+/// otherwise (hmarr/openai-chat-tokens, measured for `function_call`).
+///
+/// ```
+/// use choicewise_usage::{count_prompt_with, EncodingName, PromptOptions, ToolFormula};
+/// use serde_json::json;
+///
+/// let body = json!({
+///     "messages": [{"role": "user", "content": "hello"}],
+///     "functions": [{"name": "foo", "description": "Do a foo",
+///                    "parameters": {"type": "object", "properties": {}}}]
+/// });
+/// // hmarr/openai-chat-tokens test case, measured on gpt-3.5-turbo.
+/// let opts = PromptOptions { tool_formula: ToolFormula::Namespace };
+/// assert_eq!(count_prompt_with(EncodingName::Cl100kBase, &body, &opts).unwrap().total, 36);
+/// // The cookbook formula is one token short on this one.
+/// let opts = PromptOptions { tool_formula: ToolFormula::Cookbook };
+/// assert_eq!(count_prompt_with(EncodingName::Cl100kBase, &body, &opts).unwrap().total, 35);
+/// ```
+///
+/// # Errors
+///
+/// [`UsageError::Missing`] when `messages`, a message's `role`, or a
+/// function's `name` is absent; [`UsageError::WrongType`] when a value has
+/// the wrong JSON type (a message that is not an object, `content` that is
+/// a number, `arguments` that is not a string, `properties` that is not an
+/// object, …); [`UsageError::TooDeep`] for a parameter schema nested deeper
+/// than [`MAX_SCHEMA_DEPTH`].
+pub fn count_prompt_with(
+    enc: EncodingName,
+    request: &Value,
+    opts: &PromptOptions,
+) -> Result<PromptCount, UsageError> {
+    let root = Path::Root;
+    let body = request
+        .as_object()
+        .ok_or_else(|| root.wrong_type("an object", request))?;
+    let mut counter = Counter {
+        enc,
+        images: 0,
+        uncounted: 0,
+    };
+
+    // Function definitions, from `tools` and the legacy `functions`.
+    let mut defs: Vec<FunctionDef<'_>> = Vec::new();
+    let mut other_tools: u64 = 0;
+    let tools_path = root.key("tools");
+    if let Some(tools) = optional_array(body, "tools", &root)? {
+        for (i, tool) in tools.iter().enumerate() {
+            let p = tools_path.index(i);
+            let obj = tool
+                .as_object()
+                .ok_or_else(|| p.wrong_type("an object", tool))?;
+            let ty = optional_str(obj, "type", &p)?;
+            match (ty, obj.get("function")) {
+                (Some("function"), _) | (None, Some(_)) => {
+                    let fp = p.key("function");
+                    let f = obj.get("function").ok_or_else(|| fp.missing())?;
+                    defs.push(FunctionDef::parse(f, &fp)?);
+                }
+                _ => {
+                    other_tools += counter.text(&tool.to_string());
+                }
+            }
+        }
+    }
+    let functions_path = root.key("functions");
+    if let Some(functions) = optional_array(body, "functions", &root)? {
+        for (i, f) in functions.iter().enumerate() {
+            defs.push(FunctionDef::parse(f, &functions_path.index(i))?);
+        }
+    }
+
+    let namespace = opts.tool_formula == ToolFormula::Namespace && !defs.is_empty();
+
+    // Messages.
+    let messages_path = root.key("messages");
+    let messages = match body.get("messages") {
+        None => return Err(messages_path.missing()),
+        Some(Value::Array(a)) => a,
+        Some(v) => return Err(messages_path.wrong_type("an array of messages", v)),
+    };
+    let mut msg_total: i64 = 0;
+    let mut padded_system = false;
+    let mut has_system = false;
+    for (i, m) in messages.iter().enumerate() {
+        let p = messages_path.index(i);
+        let pad = if namespace && !padded_system {
+            let role = m.get("role").and_then(Value::as_str);
+            let is_system = matches!(role, Some("system" | "developer"));
+            padded_system = is_system;
+            is_system
+        } else {
+            false
+        };
+        let (n, role) = counter.message(m, &p, pad)?;
+        has_system |= matches!(role, "system" | "developer");
+        msg_total += n;
+    }
+    msg_total += REPLY_PRIMING as i64;
+    if namespace && has_system {
+        msg_total -= 4;
+    }
+
+    // Definitions and tool choice.
+    let mut tools_total: i64 = other_tools as i64;
+    if !defs.is_empty() {
+        tools_total += match opts.tool_formula {
+            ToolFormula::Cookbook => {
+                let c = CookbookConstants::for_encoding(enc);
+                defs.iter().map(|d| d.cookbook(&counter, &c)).sum::<i64>() + c.func_end
+            }
+            ToolFormula::Namespace => counter.text(&render_namespace(&defs)) as i64 + 9,
+        };
+    }
+    tools_total += counter.choice(body, "tool_choice", &root)?;
+    tools_total += counter.choice(body, "function_call", &root)?;
+
+    let messages = msg_total.max(0) as u64;
+    let tools = tools_total.max(0) as u64;
+    Ok(PromptCount {
+        total: messages + tools,
+        messages,
+        tools,
+        image_parts: counter.images,
+        uncounted_parts: counter.uncounted,
+    })
+}
+
+struct Counter {
+    enc: EncodingName,
+    images: u32,
+    uncounted: u32,
+}
+
+impl Counter {
+    fn text(&self, s: &str) -> u64 {
+        count_text(self.enc, s)
+    }
+
+    /// Tokens of one message; also returns its role.
+    fn message<'v>(
+        &mut self,
+        m: &'v Value,
+        p: &Path<'_>,
+        pad_system: bool,
+    ) -> Result<(i64, &'v str), UsageError> {
+        let obj = m
+            .as_object()
+            .ok_or_else(|| p.wrong_type("a message object", m))?;
+        let role_path = p.key("role");
+        let role = match obj.get("role") {
+            None => return Err(role_path.missing()),
+            Some(Value::String(s)) => s.as_str(),
+            Some(v) => return Err(role_path.wrong_type("a string", v)),
+        };
+        let mut n = (TOKENS_PER_MESSAGE + self.text(role)) as i64;
+
+        let content_path = p.key("content");
+        match obj.get("content") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => {
+                n += if pad_system {
+                    let mut padded = String::with_capacity(s.len() + 1);
+                    padded.push_str(s);
+                    padded.push('\n');
+                    self.text(&padded)
+                } else {
+                    self.text(s)
+                } as i64;
+            }
+            Some(Value::Array(parts)) => {
+                for (j, part) in parts.iter().enumerate() {
+                    n += self.content_part(part, &content_path.index(j))? as i64;
+                }
+            }
+            Some(v) => {
+                return Err(
+                    content_path.wrong_type("a string, an array of content parts or null", v)
+                );
+            }
+        }
+
+        if let Some(name) = optional_str(obj, "name", p)? {
+            n += (self.text(name) + TOKENS_PER_NAME) as i64;
+        }
+        if let Some(refusal) = optional_str(obj, "refusal", p)? {
+            n += self.text(refusal) as i64;
+        }
+
+        let fc_path = p.key("function_call");
+        match obj.get("function_call") {
+            None | Some(Value::Null) => {}
+            Some(v) => {
+                let (name, args) = name_and_arguments(v, &fc_path)?;
+                n += (self.text(name) + self.text(args) + FUNCTION_CALL_PROMPT_OVERHEAD) as i64;
+            }
+        }
+
+        if let Some(calls) = optional_array(obj, "tool_calls", p)? {
+            let calls_path = p.key("tool_calls");
+            for (j, call) in calls.iter().enumerate() {
+                n += self.tool_call(call, &calls_path.index(j))? as i64;
+            }
+            if calls.len() >= 2 {
+                n += PARALLEL_TOOL_CALLS_OVERHEAD as i64;
+            }
+        }
+
+        if role == "function" {
+            n -= 2;
+        }
+        Ok((n, role))
+    }
+
+    fn content_part(&mut self, part: &Value, p: &Path<'_>) -> Result<u64, UsageError> {
+        let obj = part
+            .as_object()
+            .ok_or_else(|| p.wrong_type("a content part object", part))?;
+        let type_path = p.key("type");
+        let ty = match obj.get("type") {
+            None => return Err(type_path.missing()),
+            Some(Value::String(s)) => s.as_str(),
+            Some(v) => return Err(type_path.wrong_type("a string", v)),
+        };
+        Ok(match ty {
+            "text" | "refusal" => self.text(required_str(obj, ty, p)?),
+            "image_url" => {
+                self.images = self.images.saturating_add(1);
+                IMAGE_PART_TOKENS
+            }
+            _ => {
+                self.uncounted = self.uncounted.saturating_add(1);
+                0
+            }
+        })
+    }
+
+    fn tool_call(&mut self, call: &Value, p: &Path<'_>) -> Result<u64, UsageError> {
+        let obj = call
+            .as_object()
+            .ok_or_else(|| p.wrong_type("a tool call object", call))?;
+        let ty = optional_str(obj, "type", p)?;
+        if let (Some("function"), _) | (None, Some(_)) = (ty, obj.get("function")) {
+            let fp = p.key("function");
+            let f = obj.get("function").ok_or_else(|| fp.missing())?;
+            let (name, args) = name_and_arguments(f, &fp)?;
+            return Ok(self.text(name) + self.text(args) + TOOL_CALL_PROMPT_OVERHEAD);
+        }
+        if ty == Some("custom") {
+            if let Some(custom) = obj.get("custom") {
+                let cp = p.key("custom");
+                let cobj = custom
+                    .as_object()
+                    .ok_or_else(|| cp.wrong_type("an object", custom))?;
+                let name = required_str(cobj, "name", &cp)?;
+                let input = optional_str(cobj, "input", &cp)?.unwrap_or_default();
+                return Ok(self.text(name) + self.text(input) + TOOL_CALL_PROMPT_OVERHEAD);
+            }
+        }
+        self.uncounted = self.uncounted.saturating_add(1);
+        Ok(0)
+    }
+
+    /// `tool_choice` / `function_call` at the request level.
+    fn choice(
+        &self,
+        body: &Map<String, Value>,
+        key: &str,
+        root: &Path<'_>,
+    ) -> Result<i64, UsageError> {
+        let p = root.key(key);
+        Ok(match body.get(key) {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(s)) => i64::from(s == "none"),
+            Some(Value::Object(obj)) => {
+                // {"type": "function", "function": {"name": …}} or {"name": …}
+                let named = match obj.get("function") {
+                    Some(f) => {
+                        let fp = p.key("function");
+                        let fobj = f.as_object().ok_or_else(|| fp.wrong_type("an object", f))?;
+                        Some(required_str(fobj, "name", &fp)?)
+                    }
+                    None => optional_str(obj, "name", &p)?,
+                };
+                named.map_or(0, |name| self.text(name) as i64 + 4)
+            }
+            Some(v) => return Err(p.wrong_type("a string or an object", v)),
+        })
+    }
+}
+
+fn name_and_arguments<'v>(v: &'v Value, p: &Path<'_>) -> Result<(&'v str, &'v str), UsageError> {
+    let obj = v.as_object().ok_or_else(|| p.wrong_type("an object", v))?;
+    let name = required_str(obj, "name", p)?;
+    let args = optional_str(obj, "arguments", p)?.unwrap_or_default();
+    Ok((name, args))
+}
+
+fn optional_array<'v>(
+    obj: &'v Map<String, Value>,
+    key: &str,
+    p: &Path<'_>,
+) -> Result<Option<&'v Vec<Value>>, UsageError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) => Ok(Some(a)),
+        Some(v) => Err(p.key(key).wrong_type("an array", v)),
+    }
+}
+
+fn optional_str<'v>(
+    obj: &'v Map<String, Value>,
+    key: &str,
+    p: &Path<'_>,
+) -> Result<Option<&'v str>, UsageError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(p.key(key).wrong_type("a string", v)),
+    }
+}
+
+fn required_str<'v>(
+    obj: &'v Map<String, Value>,
+    key: &str,
+    p: &Path<'_>,
+) -> Result<&'v str, UsageError> {
+    optional_str(obj, key, p)?.ok_or_else(|| p.key(key).missing())
+}
+
+/// A function definition, validated.
+struct FunctionDef<'v> {
+    name: &'v str,
+    description: Option<&'v str>,
+    /// The top-level parameters object, when it has properties.
+    params: Option<Schema<'v>>,
+}
+
+/// The parts of a JSON schema the formulas read.
+struct Schema<'v> {
+    description: Option<&'v str>,
+    types: Vec<&'v str>,
+    enum_values: Option<&'v [Value]>,
+    /// `(name, schema)` in the map's order.
+    properties: Vec<(&'v str, Schema<'v>)>,
+    required: Vec<&'v str>,
+    items: Option<Box<Schema<'v>>>,
+}
+
+impl<'v> FunctionDef<'v> {
+    fn parse(f: &'v Value, p: &Path<'_>) -> Result<FunctionDef<'v>, UsageError> {
+        let obj = f
+            .as_object()
+            .ok_or_else(|| p.wrong_type("a function object", f))?;
+        let name = required_str(obj, "name", p)?;
+        let description = optional_str(obj, "description", p)?;
+        let params = match obj.get("parameters") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(Schema::parse(v, &p.key("parameters"), 0)?),
+        };
+        Ok(FunctionDef {
+            name,
+            description,
+            params,
+        })
+    }
+
+    fn cookbook(&self, counter: &Counter, c: &CookbookConstants) -> i64 {
+        let mut n = c.func_init;
+        let desc = self.description.map(strip_period).unwrap_or_default();
+        let mut line = String::with_capacity(self.name.len() + 1 + desc.len());
+        line.push_str(self.name);
+        line.push(':');
+        line.push_str(desc);
+        n += counter.text(&line) as i64;
+        if let Some(params) = &self.params {
+            n += cookbook_properties(&params.properties, counter, c);
+        }
+        n
+    }
+}
+
+/// `prop_init + Σ (prop_key + enum + tokens("name:type:description") +
+/// nested)`, or 0 for no properties. Nested objects (a property's own
+/// `properties`, or its `items`' properties) are counted the same way: the
+/// cookbook's published function reads only the top level.
+fn cookbook_properties(
+    props: &[(&str, Schema<'_>)],
+    counter: &Counter,
+    c: &CookbookConstants,
+) -> i64 {
+    if props.is_empty() {
+        return 0;
+    }
+    let mut n = c.prop_init;
+    for (key, schema) in props {
+        n += c.prop_key;
+        n += cookbook_enum(schema, counter, c);
+        let ty = schema.types.join(" | ");
+        let mut line = String::from(*key);
+        if !ty.is_empty() {
+            line.push(':');
+            line.push_str(&ty);
+        }
+        if let Some(desc) = schema.description {
+            line.push(':');
+            line.push_str(strip_period(desc));
+        }
+        n += counter.text(&line) as i64;
+        n += cookbook_properties(&schema.properties, counter, c);
+        if let Some(items) = &schema.items {
+            n += cookbook_enum(items, counter, c);
+            n += cookbook_properties(&items.properties, counter, c);
+        }
+    }
+    n
+}
+
+fn cookbook_enum(schema: &Schema<'_>, counter: &Counter, c: &CookbookConstants) -> i64 {
+    let Some(values) = schema.enum_values else {
+        return 0;
+    };
+    let mut n = c.enum_init;
+    for v in values {
+        n += c.enum_item;
+        n += match v {
+            Value::String(s) => counter.text(s),
+            other => counter.text(&other.to_string()),
+        } as i64;
+    }
+    n
+}
+
+/// The cookbook drops one trailing period from descriptions.
+fn strip_period(s: &str) -> &str {
+    s.strip_suffix('.').unwrap_or(s)
+}
+
+impl<'v> Schema<'v> {
+    fn parse(v: &'v Value, p: &Path<'_>, depth: usize) -> Result<Schema<'v>, UsageError> {
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(p.too_deep(MAX_SCHEMA_DEPTH));
+        }
+        let obj = v
+            .as_object()
+            .ok_or_else(|| p.wrong_type("a JSON schema object", v))?;
+        let description = optional_str(obj, "description", p)?;
+        let types = match obj.get("type") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s.as_str()],
+            Some(Value::Array(a)) => {
+                let tp = p.key("type");
+                a.iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        t.as_str()
+                            .ok_or_else(|| tp.index(i).wrong_type("a string", t))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            Some(t) => {
+                return Err(p
+                    .key("type")
+                    .wrong_type("a string or an array of strings", t));
+            }
+        };
+        let enum_values = optional_array(obj, "enum", p)?.map(Vec::as_slice);
+        let mut properties = Vec::new();
+        match obj.get("properties") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(props)) => {
+                let pp = p.key("properties");
+                properties.reserve(props.len());
+                for (k, s) in props {
+                    properties.push((k.as_str(), Schema::parse(s, &pp.key(k), depth + 1)?));
+                }
+            }
+            Some(v) => return Err(p.key("properties").wrong_type("an object", v)),
+        }
+        let mut required = Vec::new();
+        if let Some(req) = optional_array(obj, "required", p)? {
+            let rp = p.key("required");
+            for (i, r) in req.iter().enumerate() {
+                required.push(
+                    r.as_str()
+                        .ok_or_else(|| rp.index(i).wrong_type("a string", r))?,
+                );
+            }
+        }
+        // A tuple-style `items` array is not followed.
+        let items = match obj.get("items") {
+            Some(i @ Value::Object(_)) => {
+                Some(Box::new(Schema::parse(i, &p.key("items"), depth + 1)?))
+            }
+            _ => None,
+        };
+        Ok(Schema {
+            description,
+            types,
+            enum_values,
+            properties,
+            required,
+            items,
+        })
+    }
+}
+
+/// hmarr/openai-chat-tokens `formatFunctionDefinitions`: the TypeScript
+/// namespace the model is shown.
+fn render_namespace(defs: &[FunctionDef<'_>]) -> String {
+    let mut lines: Vec<String> = vec!["namespace functions {".into(), String::new()];
+    for f in defs {
+        if let Some(d) = f.description {
+            lines.push(format!("// {d}"));
+        }
+        match &f.params {
+            Some(params) if !params.properties.is_empty() => {
+                lines.push(format!("type {} = (_: {{", f.name));
+                lines.push(render_properties(params, 0));
+                lines.push("}) => any;".into());
+            }
+            _ => lines.push(format!("type {} = () => any;", f.name)),
+        }
+        lines.push(String::new());
+    }
+    lines.push("} // namespace functions".into());
+    lines.join("\n")
+}
+
+fn render_properties(obj: &Schema<'_>, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    let mut lines: Vec<String> = Vec::new();
+    for (name, param) in &obj.properties {
+        if let Some(d) = param.description {
+            lines.push(format!("{pad}// {d}"));
+        }
+        let optional = if obj.required.contains(name) { "" } else { "?" };
+        lines.push(format!(
+            "{pad}{name}{optional}: {},",
+            render_type(param, indent)
+        ));
+    }
+    lines.join("\n")
+}
+
+fn render_type(param: &Schema<'_>, indent: usize) -> String {
+    let enum_list = |quote: bool| {
+        param.enum_values.map(|values| {
+            values
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) if quote => format!("\"{s}\""),
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+    };
+    match param.types.as_slice() {
+        ["string"] => enum_list(true).unwrap_or_else(|| "string".into()),
+        ["number" | "integer"] => enum_list(false).unwrap_or_else(|| "number".into()),
+        ["boolean"] => "boolean".into(),
+        ["null"] => "null".into(),
+        ["object"] => format!("{{\n{}\n}}", render_properties(param, indent + 2)),
+        ["array"] => match &param.items {
+            Some(items) => format!("{}[]", render_type(items, indent)),
+            None => "any[]".into(),
+        },
+        // Beyond hmarr: a type union, an untyped enum, or no type at all.
+        _ => {
+            if let Some(list) = enum_list(true) {
+                list
+            } else if param.types.len() > 1 {
+                param.types.join(" | ")
+            } else if !param.properties.is_empty() {
+                format!("{{\n{}\n}}", render_properties(param, indent + 2))
+            } else {
+                "any".into()
+            }
+        }
+    }
+}
