@@ -32,6 +32,9 @@ fn stalling_upstream(
         })
 }
 
+/// The tests here count the process's live actors: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn settle(target: usize) -> usize {
     for _ in 0..200 {
         if live_actors() == target {
@@ -44,6 +47,7 @@ async fn settle(target: usize) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_every_handle_mid_stream_stops_the_actors_and_drops_the_upstream() {
+    let _serial = SERIAL.lock().await;
     assert_eq!(settle(0).await, 0);
     for round in 0..20 {
         let dropped = Arc::new(AtomicBool::new(false));
@@ -87,6 +91,7 @@ async fn dropping_every_handle_mid_stream_stops_the_actors_and_drops_the_upstrea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_completions_leave_no_actor_behind() {
+    let _serial = SERIAL.lock().await;
     let before = settle(0).await;
     let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"},{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
     let mut kept = Vec::new();

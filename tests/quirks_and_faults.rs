@@ -4,7 +4,7 @@
 mod common;
 
 use choicewise::{ChatCompletion, Completions, Error, Incomplete, WarningKind};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 async fn run(name: &str) -> Vec<Result<ChatCompletion, Incomplete<ChatCompletion>>> {
     let bytes = common::fixture(name);
@@ -286,5 +286,82 @@ async fn azure_annotations_are_kept_and_do_not_reopen_a_finished_choice() {
             .any(|w| w.kind == WarningKind::DataAfterFinish),
         "annotation-only updates after a finish are not data: {:?}",
         completions.warnings()
+    );
+}
+
+#[tokio::test]
+async fn invalid_utf8_is_a_typed_error_naming_its_line_after_the_earlier_data() {
+    let mut bytes = b"data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\n".to_vec();
+    bytes.extend_from_slice(b"data: {\"choices\":[{\"delta\":{\"content\":\"\xff\"}}]}\n\n");
+    let inc = common::collect_reads(vec![bytes]).await.unwrap_err();
+    assert!(
+        matches!(
+            inc.error,
+            Error::Sse(choicewise::SseError::InvalidUtf8 { line: 3, .. })
+        ),
+        "{:?}",
+        inc.error
+    );
+    assert!(inc.error.to_string().contains("line 3"), "{}", inc.error);
+    assert_eq!(
+        inc.partial.choices[0].message.content.as_deref(),
+        Some("ok")
+    );
+}
+
+#[tokio::test]
+async fn data_after_done_is_not_interpreted_and_is_reported() {
+    let sse = concat!(
+        "data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"after\"}}]}\n\n",
+    );
+    let completions = Completions::from_reader(sse.as_bytes());
+    let c = completions.collect().await.unwrap();
+    assert_eq!(c.choices[0].message.content.as_deref(), Some("a"));
+    assert!(
+        completions
+            .warnings()
+            .iter()
+            .any(|w| matches!(w.kind, WarningKind::DataAfterDone { .. })),
+        "{:?}",
+        completions.warnings()
+    );
+}
+
+#[tokio::test]
+async fn a_runaway_event_fails_early_without_reading_the_rest() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // 1 GiB of one `data:` line, generated lazily in 64 KiB reads.
+    let reads_taken = Arc::new(AtomicUsize::new(0));
+    let counter = reads_taken.clone();
+    let block = vec![b'x'; 64 * 1024];
+    let stream = futures::stream::iter(0..16 * 1024).map(move |i| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, std::io::Error>(if i == 0 {
+            b"data: ".to_vec()
+        } else {
+            block.clone()
+        })
+    });
+    let completions = Completions::builder()
+        .max_event_size(1 << 20)
+        .from_sse(stream);
+    let err = completions.outcome().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Sse(choicewise::SseError::EventTooLarge {
+                limit: 1_048_576,
+                line: 1,
+                offset: 0
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        reads_taken.load(Ordering::SeqCst) <= 20,
+        "read far past the limit"
     );
 }

@@ -19,17 +19,30 @@ pub struct ReplayArgs {
     /// Print the assembled completion as one `chat.completion` JSON object instead.
     #[arg(long)]
     json: bool,
+    /// The request body (JSON) the stream answers, to count prompt tokens when the stream
+    /// carries no usage.
+    #[arg(long, value_name = "FILE")]
+    request: Option<PathBuf>,
 }
 
 pub async fn run(args: ReplayArgs) -> Result<(), String> {
+    let mut builder = Completions::builder();
+    if let Some(path) = &args.request {
+        let text = tokio::fs::read(path)
+            .await
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let request = serde_json::from_slice(&text)
+            .map_err(|e| format!("{}: not a JSON request body: {e}", path.display()))?;
+        builder = builder.request(request);
+    }
     let completions = match args.file.as_deref() {
-        None => Completions::from_reader(DEMO),
-        Some(p) if p.as_os_str() == "-" => Completions::from_reader(tokio::io::stdin()),
+        None => builder.from_reader(DEMO),
+        Some(p) if p.as_os_str() == "-" => builder.from_reader(tokio::io::stdin()),
         Some(p) => {
             let file = tokio::fs::File::open(p)
                 .await
                 .map_err(|e| format!("cannot open {}: {e}", p.display()))?;
-            Completions::from_reader(file)
+            builder.from_reader(file)
         }
     };
     if args.json {
@@ -126,7 +139,7 @@ async fn labelled(completions: Completions) -> Result<(), String> {
     let outcome = completions.collect().await;
     let (Ok(c) | Err(choicewise::Incomplete { partial: c, .. })) = &outcome;
     if let Some(usage) = &c.usage {
-        let _ = tx.send(format!("usage: {usage}"));
+        let _ = tx.send(usage_line(usage));
     }
     drop(tx);
     let _ = printer.await;
@@ -141,4 +154,27 @@ fn flush(tx: &mpsc::UnboundedSender<String>, label: &str, line: &mut String) {
         let _ = tx.send(format!("{label} {line}"));
         line.clear();
     }
+}
+
+/// `usage (reported): prompt 148, completion 207, total 355`, or for an estimate, how it was
+/// counted.
+fn usage_line(u: &choicewise::Usage) -> String {
+    let how = match (&u.source, &u.estimate) {
+        (choicewise::UsageSource::Reported, _) => "reported".to_string(),
+        (_, Some(e)) => format!(
+            "estimated with {}{}{}",
+            e.encoding,
+            if e.model_known { "" } else { ", model unknown" },
+            if e.prompt_counted {
+                ""
+            } else {
+                ", prompt not counted: pass --request"
+            },
+        ),
+        (_, None) => "estimated".to_string(),
+    };
+    format!(
+        "usage ({how}): prompt {}, completion {}, total {}",
+        u.prompt_tokens, u.completion_tokens, u.total_tokens
+    )
 }

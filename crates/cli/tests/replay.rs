@@ -61,7 +61,8 @@ fn json_of_the_bundled_stream_matches_the_openai_sdk_choice_for_choice() {
         assert_eq!(tool_calls, g["tool_calls"]);
     }
     assert_eq!(ours["object"], "chat.completion");
-    assert!(ours["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(ours["usage"]["source"], "reported");
+    assert_eq!(ours["usage"]["total_tokens"], 355);
 }
 
 #[test]
@@ -84,7 +85,10 @@ fn the_default_view_labels_text_and_calls_by_choice() {
         "{text}"
     );
     assert!(text.contains("[choice 1] ✔ finished: tool_calls"), "{text}");
-    assert!(text.contains("usage: "), "{text}");
+    assert!(
+        text.contains("usage (reported): prompt 148, completion 207, total 355"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -118,5 +122,49 @@ fn a_missing_file_is_a_clear_error() {
         String::from_utf8(out.stderr)
             .unwrap()
             .contains("cannot open /nonexistent/stream.sse")
+    );
+}
+
+#[test]
+fn without_reported_usage_json_carries_an_estimate_and_request_adds_the_prompt() {
+    let sse = concat!(
+        "data: {\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi there\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    let out = replay(&["-", "--json"], Some(sse.as_bytes()));
+    assert!(out.status.success());
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let usage = &json["usage"];
+    assert_eq!(usage["source"], "estimated");
+    assert_eq!(usage["estimate"]["encoding"], "o200k_base");
+    assert_eq!(usage["estimate"]["prompt_counted"], false);
+    // "Hello!" is 2 tokens and "Hi there" 2 in o200k_base.
+    assert_eq!(usage["completion_tokens"], 4);
+    assert_eq!(usage["estimate"]["choices"]["1"], 2);
+
+    let dir = std::env::temp_dir().join(format!("choicewise-request-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let request = dir.join("request.json");
+    std::fs::write(
+        &request,
+        r#"{"model":"gpt-4o-mini","n":2,"messages":[{"role":"user","content":"Say hello"}]}"#,
+    )
+    .unwrap();
+    let out = replay(
+        &["-", "--json", "--request", request.to_str().unwrap()],
+        Some(sse.as_bytes()),
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["usage"]["prompt_tokens"], 9);
+    assert_eq!(json["usage"]["total_tokens"], 13);
+    let out = replay(
+        &["-", "--request", request.to_str().unwrap()],
+        Some(sse.as_bytes()),
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("usage (estimated with o200k_base): prompt 9, completion 4, total 13"),
+        "{text}"
     );
 }

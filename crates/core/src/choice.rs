@@ -218,6 +218,30 @@ impl Choice {
         }
     }
 
+    /// Waits for the choice's message and returns its estimated completion tokens (content,
+    /// reasoning, refusal and function calls, counted with tiktoken on a blocking thread). For
+    /// a choice cut short by an error, the count of what was received.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"model\":\"gpt-4o\",\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// assert_eq!(c.completion_tokens().await, 2);
+    /// # }
+    /// ```
+    pub async fn completion_tokens(&self) -> u64 {
+        let output = match self.message().await {
+            Ok(o) => o,
+            Err(incomplete) => incomplete.partial,
+        };
+        let model = self.life.shared.model();
+        let encoding = choicewise_usage::encoding_for_model(model.as_deref().unwrap_or_default());
+        tokio::task::spawn_blocking(move || crate::usage::choice_tokens(encoding.name, &output))
+            .await
+            .unwrap_or(0)
+    }
+
     /// The choice as assembled so far, without waiting.
     ///
     /// ```

@@ -18,13 +18,14 @@ use crate::event::Warning;
 use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, Feed, ReaderFeed};
 use crate::response::ChatCompletion;
 use crate::shared::{CompletionShared, Subscription};
+use crate::usage::Usage;
 use crate::wire::ChatCompletionChunk;
 
 /// Keeps the actors of one completion alive while any handle exists; stops them (and so
 /// drops the upstream) when the last handle goes.
 pub(crate) struct Lifetime {
     reader: Option<ActorRef<ReaderMsg>>,
-    shared: Arc<CompletionShared>,
+    pub(crate) shared: Arc<CompletionShared>,
 }
 
 impl Drop for Lifetime {
@@ -177,6 +178,57 @@ impl CompletionsBuilder {
     /// ```
     pub fn idle_timeout(mut self, after: Duration) -> Self {
         self.config.idle_timeout = Some(after);
+        self
+    }
+
+    /// The model, to choose the encoding of usage estimates (default: the request's
+    /// `model`, else the model named by the stream).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let usage = Completions::builder().model("gpt-4").from_reader(sse.as_bytes()).usage().await;
+    /// assert_eq!(usage.estimate.unwrap().encoding, "cl100k_base");
+    /// # }
+    /// ```
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.config.model = Some(model.into());
+        self
+    }
+
+    /// The request body, so that a usage estimate counts the prompt too (messages, names,
+    /// function and tool definitions; see `docs/usage.md`).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let request = serde_json::json!({"model": "gpt-4o-mini",
+    ///     "messages": [{"role": "user", "content": "Say hello"}]});
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let usage = Completions::builder().request(request).from_reader(sse.as_bytes()).usage().await;
+    /// assert_eq!((usage.prompt_tokens, usage.completion_tokens, usage.total_tokens), (9, 2, 11));
+    /// # }
+    /// ```
+    pub fn request(mut self, request: serde_json::Value) -> Self {
+        self.config.request = Some(Arc::new(request));
+        self
+    }
+
+    /// Whether [`Completions::collect`] estimates the usage when the stream carried none
+    /// (default `true`). Estimating loads a BPE table once per process (some 100 ms) and
+    /// encodes every choice's output; [`Completions::usage`] estimates regardless.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::builder().estimate_usage(false).from_reader(sse.as_bytes());
+    /// assert!(c.collect().await.unwrap().usage.is_none());
+    /// # }
+    /// ```
+    pub fn estimate_usage(mut self, estimate: bool) -> Self {
+        self.config.estimate_usage = estimate;
         self
     }
 
@@ -406,6 +458,23 @@ impl Completions {
     /// # }
     /// ```
     pub async fn collect(&self) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
+        self.settled().await;
+        let (mut completion, error) = self.shared.assemble();
+        let reported = self.shared.lock().meta.usage.usage();
+        if reported.is_some() || self.shared.config.estimate_usage {
+            completion.usage = Some(self.usage().await);
+        }
+        match error {
+            None => Ok(completion),
+            Some(error) => Err(Incomplete {
+                partial: completion,
+                error,
+            }),
+        }
+    }
+
+    /// Waits until the input is consumed and every choice's actor is done.
+    async fn settled(&self) {
         let _ = self.outcome().await;
         let choices = self.shared.lock().choices.clone();
         for choice in choices {
@@ -416,14 +485,47 @@ impl Completions {
             })
             .await;
         }
-        let (completion, error) = self.shared.assemble();
-        match error {
-            None => Ok(completion),
-            Some(error) => Err(Incomplete {
-                partial: completion,
-                error,
-            }),
-        }
+    }
+
+    /// Waits for the end of the stream and returns the token usage: the provider's figures
+    /// when the stream carried them ([`UsageSource::Reported`](crate::UsageSource::Reported);
+    /// a later chunk without usage never erases them, and vLLM's running per-choice counts are
+    /// combined across choices), otherwise an estimate counted with tiktoken on a blocking
+    /// thread ([`UsageSource::Estimated`](crate::UsageSource::Estimated)). Computed once.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, UsageSource};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n",
+    ///     "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":1,\"total_tokens\":10}}\n\n",
+    ///     "data: [DONE]\n\n",
+    /// );
+    /// let usage = Completions::from_reader(sse.as_bytes()).usage().await;
+    /// assert_eq!((usage.total_tokens, usage.source), (10, UsageSource::Reported));
+    /// # }
+    /// ```
+    pub async fn usage(&self) -> Usage {
+        self.settled().await;
+        let shared = &self.shared;
+        shared
+            .usage
+            .get_or_init(|| async {
+                if let Some(reported) = shared.lock().meta.usage.usage() {
+                    return reported;
+                }
+                let (completion, _) = shared.assemble();
+                let model = shared.model();
+                let request = shared.config.request.clone();
+                let counting = tokio::task::spawn_blocking(move || {
+                    Usage::estimate(model, request.as_deref(), &completion.choices)
+                });
+                counting
+                    .await
+                    .unwrap_or_else(|e| Usage::failed_estimate(e.to_string()))
+            })
+            .await
+            .clone()
     }
 
     /// The warnings so far: tolerated irregularities of the input, each with its line and

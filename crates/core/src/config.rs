@@ -1,6 +1,9 @@
 //! Limits and options of a completion stream.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use serde_json::Value;
 
 /// Default maximum size of one SSE event: 8 MiB.
 pub const DEFAULT_MAX_EVENT_SIZE: usize = choicewise_sse::DEFAULT_MAX_EVENT_SIZE;
@@ -10,12 +13,18 @@ pub const DEFAULT_MAX_CHOICES: usize = 128;
 pub const DEFAULT_MAX_TOOL_CALLS: usize = 128;
 
 /// The options of a completion stream; see [`CompletionsBuilder`](crate::CompletionsBuilder).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Config {
     pub max_event_size: usize,
     pub max_choices: usize,
     pub max_tool_calls: usize,
     pub idle_timeout: Option<Duration>,
+    /// The model, for choosing the encoding of usage estimates.
+    pub model: Option<String>,
+    /// The request body, for counting prompt tokens.
+    pub request: Option<Arc<Value>>,
+    /// Whether `collect()` estimates usage when the stream carried none.
+    pub estimate_usage: bool,
 }
 
 impl Default for Config {
@@ -25,6 +34,9 @@ impl Default for Config {
             max_choices: DEFAULT_MAX_CHOICES,
             max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
             idle_timeout: None,
+            model: None,
+            request: None,
+            estimate_usage: true,
         }
     }
 }

@@ -58,9 +58,11 @@ mod merge;
 mod response;
 mod route;
 mod shared;
+mod usage;
 pub mod wire;
 
 pub use choice::{Choice, EventStream};
+pub use choicewise_sse::SseError;
 pub use completions::{Choices, Completions, CompletionsBuilder, live_actors};
 pub use config::{DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS};
 pub use error::{Error, Incomplete, UpstreamError};
@@ -75,3 +77,4 @@ pub mod fault {
     pub const FAULT_PANIC_READER: &str = "\u{1}choicewise:panic-reader";
 }
 pub use response::{ChatCompletion, ChoiceOutput, FunctionCall, Message, ToolCall};
+pub use usage::{Estimate, Usage, UsageSource};

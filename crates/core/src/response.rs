@@ -30,9 +30,10 @@ pub struct ChatCompletion {
     pub service_tier: Option<String>,
     /// The choices, sorted by index.
     pub choices: Vec<ChoiceOutput>,
-    /// Token usage as the provider reported it, when the stream carried it.
+    /// Token usage: the provider's figures when the stream carried them, else an estimate
+    /// (see [`Usage::source`](crate::Usage::source)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Value>,
+    pub usage: Option<crate::usage::Usage>,
     /// Azure's prompt filter annotations, when sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_filter_results: Option<Value>,

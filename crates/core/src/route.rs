@@ -121,10 +121,15 @@ impl Router {
             meta.prompt_filter_results.push(p);
         }
         if let Some(usage) = chunk.usage.filter(is_usage) {
-            if chunk.choices.is_empty() {
-                meta.usage_total = Some(usage);
-            } else {
-                meta.usage_running = Some(usage);
+            let reported = &mut meta.usage;
+            match &chunk.choices[..] {
+                [] => reported.total = Some(usage),
+                [one] => {
+                    if let Ok(index) = u32::try_from(one.index.unwrap_or(0)) {
+                        reported.running.insert(index, usage);
+                    }
+                }
+                _ => reported.last_shared = Some(usage),
             }
         }
         for choice in chunk.choices {
@@ -347,20 +352,33 @@ mod tests {
     #[test]
     fn usage_only_chunk_is_authoritative_and_empty_usage_is_ignored() {
         let mut r = Router::new(8);
-        route_str(
-            &mut r,
-            r#"{"choices":[{"delta":{}}],"usage":{"completion_tokens":3}}"#,
-        )
-        .unwrap();
-        assert_eq!(r.meta.usage().unwrap()["completion_tokens"], 3);
+        let running = r#"{"choices":[{"delta":{}}],"usage":{"completion_tokens":3}}"#;
+        route_str(&mut r, running).unwrap();
+        assert_eq!(r.meta.usage.usage().unwrap().completion_tokens, 3);
         route_str(&mut r, r#"{"choices":[],"usage":{"total_tokens":9}}"#).unwrap();
-        route_str(
-            &mut r,
-            r#"{"choices":[{"delta":{}}],"usage":{"completion_tokens":5}}"#,
-        )
-        .unwrap();
+        let later = r#"{"choices":[{"delta":{}}],"usage":{"completion_tokens":5}}"#;
+        route_str(&mut r, later).unwrap();
         route_str(&mut r, r#"{"choices":[{"delta":{}}],"usage":{}}"#).unwrap();
-        assert_eq!(r.meta.usage().unwrap()["total_tokens"], 9);
+        route_str(&mut r, r#"{"choices":[{"delta":{}}],"usage":null}"#).unwrap();
+        assert_eq!(r.meta.usage.usage().unwrap().total_tokens, 9);
+    }
+
+    #[test]
+    fn running_per_choice_counts_combine_across_choices_not_within_one() {
+        let mut r = Router::new(8);
+        for (i, c) in [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 5)] {
+            let usage = format!(
+                r#"{{"prompt_tokens":10,"completion_tokens":{c},"total_tokens":{}}}"#,
+                10 + c
+            );
+            let data = format!(r#"{{"choices":[{{"index":{i},"delta":{{}}}}],"usage":{usage}}}"#);
+            route_str(&mut r, &data).unwrap();
+        }
+        let u = r.meta.usage.usage().unwrap();
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+            (10, 8, 18)
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::event::{ChoiceEvent, Warning};
 use crate::merge::ChoiceAccumulator;
 use crate::response::{ChatCompletion, ChoiceOutput};
+use crate::usage::{ReportedUsage, Usage};
 
 /// Locks a mutex, recovering the data if a writer panicked while holding it: every writer
 /// leaves the state consistent between statements, and a panic is reported as an error by
@@ -187,17 +188,7 @@ pub(crate) struct Meta {
     pub system_fingerprint: Option<String>,
     pub service_tier: Option<String>,
     pub prompt_filter_results: Vec<Value>,
-    /// The usage of a chunk with `choices: []`: the authoritative total.
-    pub usage_total: Option<Value>,
-    /// The last usage seen on a chunk that carried choices (possibly one choice's running
-    /// count): used only if no usage-only chunk arrives.
-    pub usage_running: Option<Value>,
-}
-
-impl Meta {
-    pub fn usage(&self) -> Option<&Value> {
-        self.usage_total.as_ref().or(self.usage_running.as_ref())
-    }
+    pub usage: ReportedUsage,
 }
 
 /// The whole completion.
@@ -207,6 +198,8 @@ pub(crate) struct CompletionShared {
     state: Mutex<CompletionState>,
     /// Every handle is gone: actors stop without finishing their work.
     pub cancelled: AtomicBool,
+    /// The usage, once computed (counting an estimate is done once).
+    pub usage: tokio::sync::OnceCell<Usage>,
 }
 
 #[derive(Debug, Default)]
@@ -226,11 +219,24 @@ impl CompletionShared {
             config,
             state: Mutex::new(CompletionState::default()),
             cancelled: AtomicBool::new(false),
+            usage: tokio::sync::OnceCell::new(),
         }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, CompletionState> {
         lock(&self.state)
+    }
+
+    /// The model to count with: the builder's, the request's, or the stream's.
+    pub fn model(&self) -> Option<String> {
+        self.config
+            .model
+            .clone()
+            .or_else(|| {
+                let request = self.config.request.as_deref()?;
+                request.get("model")?.as_str().map(str::to_string)
+            })
+            .or_else(|| self.lock().meta.model.clone())
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -241,7 +247,8 @@ impl CompletionShared {
         self.cancelled.store(true, Ordering::Release);
     }
 
-    /// Assembles the completion from the settled choices; the first error met, if any.
+    /// Assembles the completion from the settled choices; the first error met, if any. The
+    /// usage is left out: it may need counting (see `Completions::usage`).
     pub fn assemble(&self) -> (ChatCompletion, Option<Error>) {
         let (choices, meta, mut error) = {
             let state = self.lock();
@@ -260,7 +267,6 @@ impl CompletionShared {
             outputs.push(output);
         }
         outputs.sort_by_key(|c| c.index);
-        let usage = meta.usage().cloned();
         let completion = ChatCompletion {
             id: meta.id.unwrap_or_default(),
             created: meta.created.unwrap_or_default(),
@@ -268,7 +274,7 @@ impl CompletionShared {
             system_fingerprint: meta.system_fingerprint,
             service_tier: meta.service_tier,
             choices: outputs,
-            usage,
+            usage: None,
             prompt_filter_results: match meta.prompt_filter_results.len() {
                 0 => None,
                 1 => meta.prompt_filter_results.into_iter().next(),

@@ -23,7 +23,7 @@ use tiktoken_rs::{cl100k_base_singleton, o200k_base_singleton};
 const TARGET: usize = 1 << 20;
 
 const PROSE: &[&str] = &[
-    include_str!("../USAGE_NOTES.md"),
+    include_str!("../../../docs/usage.md"),
     "Streamed chat completions often end without a usage object: the client did not ask for it, \
      or the provider ignores the option. Billing, quotas and dashboards still need a number, so \
      the proxy estimates one from what it sent and what it streamed, and says that it did. The \

@@ -17,7 +17,7 @@ use crate::prompt::PARALLEL_TOOL_CALLS_OVERHEAD;
 /// [`TOOL_CALL_PROMPT_OVERHEAD`](crate::TOOL_CALL_PROMPT_OVERHEAD)).
 /// A choice with two or more tool calls also gets
 /// [`PARALLEL_TOOL_CALLS_OVERHEAD`](crate::PARALLEL_TOOL_CALLS_OVERHEAD) once.
-/// See `USAGE_NOTES.md`.
+/// See `docs/usage.md` in the repository.
 ///
 /// ```
 /// use choicewise_usage::{count_completion, count_text, CompletionParts, EncodingName,

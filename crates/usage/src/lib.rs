@@ -22,7 +22,7 @@
 //! naming the path of the offending value.
 //!
 //! The formulas, their sources and their known deviations are in the item
-//! docs and in `USAGE_NOTES.md`.
+//! docs and in `docs/usage.md` in the repository.
 //!
 //! ```
 //! use choicewise_usage::{count_completion, count_prompt, encoding_for_model, CompletionParts};

@@ -39,7 +39,7 @@ pub const REPLY_PRIMING: u64 = 3;
 /// [chrisdinn/tokens](https://github.com/chrisdinn/tokens) recorded from the
 /// API (gpt-4-1106-preview; one call, no content: 8, 7, 7, 7, 5, 3 tokens,
 /// the spread coming from the API re-serialising the arguments); a community
-/// report for gpt-3.5-turbo shows 4. See `USAGE_NOTES.md`.
+/// report for gpt-3.5-turbo shows 4. See `docs/usage.md` in the repository.
 ///
 /// ```
 /// assert_eq!(choicewise_usage::TOOL_CALL_PROMPT_OVERHEAD, 7);

@@ -2,7 +2,7 @@
 //! OpenAI's own examples do not cover (tool calls in the history, parallel
 //! calls, several tools). The estimate is pinned together with its known
 //! deviation, so that a change of formula shows up here; the deviations are
-//! listed in USAGE_NOTES.md.
+//! listed in docs/usage.md.
 //!
 //! * chrisdinn/tokens, counter_test.go: `wantCached` values, prompt tokens
 //!   returned by gpt-4-1106-preview (cl100k_base).

@@ -120,6 +120,10 @@ impl<F: Feed> ReaderState<F> {
         }
         if !new_choices.is_empty() || !self.router.warnings.is_empty() {
             let mut state = self.shared.lock();
+            if !new_choices.is_empty() && state.meta.model.is_none() {
+                // The model is known early to choice handles that count tokens.
+                state.meta.model = self.router.meta.model.clone();
+            }
             state.choices.extend(new_choices);
             state.warnings.append(&mut self.router.warnings);
             state.waiters.wake_all();

@@ -1,0 +1,251 @@
+//! Token usage: the provider's figures when the stream carried them, otherwise an estimate
+//! counted with tiktoken (see `choicewise-usage` and `docs/usage.md`).
+//!
+//! Counting runs on a blocking thread once the stream is over, never on the reader's path.
+
+use std::collections::BTreeMap;
+
+use choicewise_usage::{
+    CompletionParts, ToolCallPart, count_completion, count_prompt, encoding_for_model,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::response::ChoiceOutput;
+
+/// Where a [`Usage`] comes from.
+///
+/// ```
+/// use choicewise_core::UsageSource;
+/// assert_eq!(serde_json::to_value(UsageSource::Estimated).unwrap(), "estimated");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageSource {
+    /// The provider's own figures, from the stream.
+    Reported,
+    /// Counted here with tiktoken, because the stream carried no usage.
+    Estimated,
+}
+
+/// Token usage of a completion.
+///
+/// Serialised in the shape of OpenAI's `usage` object plus `"source"`; a reported usage keeps
+/// every field the provider sent (such as `completion_tokens_details`) in [`Usage::details`].
+///
+/// ```
+/// # use choicewise_core::{Completions, UsageSource};
+/// # #[tokio::main] async fn main() {
+/// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
+/// let c = Completions::builder().model("gpt-4o").from_reader(sse.as_bytes());
+/// let usage = c.usage().await;
+/// assert_eq!(usage.source, UsageSource::Estimated);
+/// assert_eq!(usage.completion_tokens, 2);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens of the prompt (0 when estimated without the request).
+    pub prompt_tokens: u64,
+    /// Tokens of all choices' output.
+    pub completion_tokens: u64,
+    /// Their sum, or the provider's total.
+    pub total_tokens: u64,
+    /// Reported or estimated.
+    pub source: UsageSource,
+    /// How an estimate was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<Estimate>,
+    /// The provider's other usage fields, unchanged.
+    #[serde(flatten)]
+    pub details: Map<String, Value>,
+}
+
+/// How an estimated [`Usage`] was counted.
+///
+/// ```
+/// # use choicewise_core::Completions;
+/// # #[tokio::main] async fn main() {
+/// let sse = "data: {\"model\":\"my-local-model\",\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+/// let estimate = Completions::from_reader(sse.as_bytes()).usage().await.estimate.unwrap();
+/// assert_eq!(estimate.encoding, "o200k_base");
+/// assert!(!estimate.model_known); // unknown model: the default encoding, said so
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// The BPE encoding used.
+    pub encoding: String,
+    /// The model the encoding was chosen for (from the builder, the request, or the stream).
+    pub model: Option<String>,
+    /// Whether that model is known; if not, the default encoding was used.
+    pub model_known: bool,
+    /// Whether the prompt was counted (the request body was given and could be read).
+    pub prompt_counted: bool,
+    /// Why the prompt could not be counted, if it was given but unreadable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_error: Option<String>,
+    /// Each choice's estimated completion tokens, by index.
+    pub choices: BTreeMap<u32, u64>,
+}
+
+/// The usage objects the stream carried, as the router gathered them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReportedUsage {
+    /// The usage of a chunk with `choices: []`: the authoritative total.
+    pub total: Option<Value>,
+    /// The last usage seen on a chunk carrying exactly one choice, by choice: vLLM's running
+    /// per-choice counts.
+    pub running: BTreeMap<u32, Value>,
+    /// The last usage seen on a chunk carrying several choices.
+    pub last_shared: Option<Value>,
+}
+
+fn number(v: &Value, key: &str) -> u64 {
+    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+impl ReportedUsage {
+    /// The reported usage, if any: the authoritative total; else, when every running count
+    /// belongs to one choice, the last count of each choice (the prompt once, the completions
+    /// summed across choices, never across one choice's cumulative counts); else the last.
+    pub fn usage(&self) -> Option<Usage> {
+        if let Some(total) = &self.total {
+            return Some(Usage::reported(total));
+        }
+        match (self.running.len(), &self.last_shared) {
+            (0, None) => None,
+            (0, Some(last)) => Some(Usage::reported(last)),
+            (1, _) => self.running.values().next().map(Usage::reported),
+            _ => {
+                let prompt = self
+                    .running
+                    .values()
+                    .map(|v| number(v, "prompt_tokens"))
+                    .max()
+                    .unwrap_or(0);
+                let completion: u64 = self
+                    .running
+                    .values()
+                    .map(|v| number(v, "completion_tokens"))
+                    .sum();
+                Some(Usage {
+                    prompt_tokens: prompt,
+                    completion_tokens: completion,
+                    total_tokens: prompt + completion,
+                    source: UsageSource::Reported,
+                    estimate: None,
+                    details: Map::new(),
+                })
+            }
+        }
+    }
+}
+
+impl Usage {
+    fn reported(raw: &Value) -> Usage {
+        let mut details = raw.as_object().cloned().unwrap_or_default();
+        for key in [
+            "prompt_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "source",
+            "estimate",
+        ] {
+            details.remove(key);
+        }
+        let prompt = number(raw, "prompt_tokens");
+        let completion = number(raw, "completion_tokens");
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: raw
+                .get("total_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(prompt + completion),
+            source: UsageSource::Reported,
+            estimate: None,
+            details,
+        }
+    }
+
+    /// An estimate whose counting failed (a panic in the tokenizer): zeros, saying why.
+    pub(crate) fn failed_estimate(why: String) -> Usage {
+        Usage {
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+            source: UsageSource::Estimated,
+            estimate: Some(Estimate {
+                encoding: String::new(),
+                model: None,
+                model_known: false,
+                prompt_counted: false,
+                prompt_error: Some(format!("counting failed: {why}")),
+                choices: BTreeMap::new(),
+            }),
+            details: Map::new(),
+        }
+    }
+
+    /// Counts an estimate. Blocking: loads the BPE table on first use and encodes every text.
+    pub(crate) fn estimate(
+        model: Option<String>,
+        request: Option<&Value>,
+        choices: &[ChoiceOutput],
+    ) -> Usage {
+        let encoding = encoding_for_model(model.as_deref().unwrap_or_default());
+        let mut per_choice = BTreeMap::new();
+        for c in choices {
+            per_choice.insert(c.index, choice_tokens(encoding.name, c));
+        }
+        let completion: u64 = per_choice.values().sum();
+        let (prompt, prompt_counted, prompt_error) =
+            match request.map(|r| count_prompt(encoding.name, r)) {
+                None => (0, false, None),
+                Some(Ok(count)) => (count.total, true, None),
+                Some(Err(e)) => (0, false, Some(e.to_string())),
+            };
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: prompt + completion,
+            source: UsageSource::Estimated,
+            estimate: Some(Estimate {
+                encoding: encoding.name.as_str().to_string(),
+                model,
+                model_known: encoding.known,
+                prompt_counted,
+                prompt_error,
+                choices: per_choice,
+            }),
+            details: Map::new(),
+        }
+    }
+}
+
+/// One choice's estimated completion tokens (blocking).
+pub(crate) fn choice_tokens(encoding: choicewise_usage::EncodingName, c: &ChoiceOutput) -> u64 {
+    let m = &c.message;
+    let calls: Vec<ToolCallPart<'_>> = m
+        .tool_calls
+        .iter()
+        .map(|t| ToolCallPart {
+            name: &t.function.name,
+            arguments: &t.function.arguments,
+        })
+        .collect();
+    count_completion(
+        encoding,
+        &CompletionParts {
+            content: m.content.as_deref(),
+            reasoning: m.reasoning_content.as_deref(),
+            refusal: m.refusal.as_deref(),
+            tool_calls: &calls,
+            function_call: m.function_call.as_ref().map(|f| ToolCallPart {
+                name: &f.name,
+                arguments: &f.arguments,
+            }),
+        },
+    )
+}
