@@ -973,6 +973,39 @@ def fx_openrouter_error_finish():
     return body
 
 
+def fx_answer_question():
+    name = "answer_question"
+    rng = rng_for(name)
+    oa = OpenAI(rng, include_usage=True, obfuscation=True)
+    answers = {
+        0: {"answer": "Bread rises because yeast eats sugars and releases CO\u2082 gas, which the "
+                      "gluten network traps.\nKnead well, proof somewhere warm (24\u201326 \u00b0C) "
+                      "and bake once it has roughly doubled \u2014 the \"poke test\" helps.",
+            "confidence": 0.92,
+            "sources": [{"title": "On Food and Cooking", "page": 516}]},
+        1: {"answer": "Yeast ferments the flour's sugars into carbon dioxide and alcohol; the gas "
+                      "inflates the dough and the oven's heat sets the structure \U0001F35E.",
+            "confidence": 0.85,
+            "sources": []},
+    }
+    calls = {i: [(oa.call_id(), "answer_question", args_frags(rng, json.dumps(a, ensure_ascii=False)))]
+             for i, a in answers.items()}
+    seqs = {1: oa.tools_seq(1, calls[1]), 0: oa.tools_seq(0, calls[0])}
+    entries = interleave(rng, seqs, [1, 0], lead=(2, 4), burst_max=3)
+    events = [oa.chunk([e]) for e in entries]
+    events.append(oa.usage_chunk(121, count_tokens(seqs)))
+    register(name, provider="OpenAI (gpt-4o-mini, n=2, tool_choice answer_question, include_usage)",
+             exercises="Both choices call answer_question({answer, confidence, sources}); the "
+                       "arguments arrive in small fragments that split keys, escapes (\\n, \\\", "
+                       "\\u-less non-ASCII) and numbers; choice 1 appears first. Used by "
+                       "examples/partial_answer.rs and the argument-text tests.",
+             sdk=True,
+             truth=[truth_choice(i, tool_calls=[tool(calls[i][0][0], "answer_question",
+                                                    json.dumps(answers[i], ensure_ascii=False))],
+                                 finish_reason="tool_calls") for i in (0, 1)])
+    return render(events)
+
+
 def fx_demo():
     name = "demo"
     rng = rng_for(name)
@@ -1028,6 +1061,7 @@ GENERATORS = [
     ("quirks_wire", fx_quirks_wire),
     ("openrouter_error_finish", fx_openrouter_error_finish),
     ("demo", fx_demo),
+    ("answer_question", fx_answer_question),
 ]
 
 # --------------------------------------------------------------------------- validation

@@ -81,6 +81,7 @@ WELL_FORMED = [
     "multi_choice_chunk",
     "missing_done_finished",  # complete data, only the [DONE] line is missing
     "demo",
+    "answer_question",
 ]
 
 EXCLUDED = {
