@@ -1,0 +1,259 @@
+//! Added latency under an offered load: a producer thread makes the stream's events
+//! available at a fixed rate, in small reads, each stamped with the instant it was made
+//! available; consumers stamp each content delta when it reaches them. Each content delta
+//! carries `⟨seq⟩`, the position of its event in the stream, which ties the two stamps.
+//!
+//! added latency = arrival at the consumer − availability of the read completing its event.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use choicewise::Completions;
+use futures::{StreamExt, TryStreamExt};
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+
+use crate::baseline::HandWritten;
+use crate::r#gen::Generated;
+use crate::stats::{median, percentile_sorted};
+
+/// The sequence number a generated content delta starts with (`⟨123⟩ word`).
+pub fn seq_of(text: &str) -> Option<usize> {
+    let rest = text.strip_prefix('⟨')?;
+    let end = rest.find('⟩')?;
+    rest[..end].parse().ok()
+}
+
+/// What the producer did.
+struct Produced {
+    /// Per event, when the read that completed it was made available.
+    available: Vec<Instant>,
+    /// Reads sent.
+    reads: usize,
+    /// Time from the first to the last read.
+    span: Duration,
+}
+
+/// Makes `g`'s events available at `rate` events per second through `tx`, from a thread of
+/// its own that sleeps between reads (each read holds the events due since the previous one).
+fn spawn_producer(
+    g: Arc<Generated>,
+    rate: f64,
+    tx: mpsc::UnboundedSender<Arc<[u8]>>,
+) -> std::thread::JoinHandle<Produced> {
+    std::thread::spawn(move || {
+        let ends = &g.event_ends;
+        let mut available = Vec::with_capacity(ends.len());
+        let mut sent_events = 0;
+        let mut sent_bytes = 0;
+        let mut reads = 0;
+        let start = Instant::now();
+        while sent_events < ends.len() {
+            let due = ((start.elapsed().as_secs_f64() * rate) as usize + 1).min(ends.len());
+            if due > sent_events {
+                let end = ends[due - 1];
+                let read: Arc<[u8]> = Arc::from(&g.bytes[sent_bytes..end]);
+                let now = Instant::now();
+                available.resize(due, now);
+                if tx.send(read).is_err() {
+                    break;
+                }
+                reads += 1;
+                sent_events = due;
+                sent_bytes = end;
+            }
+            std::thread::sleep(Duration::from_micros(10));
+        }
+        Produced {
+            available,
+            reads,
+            span: start.elapsed(),
+        }
+    })
+}
+
+fn channel_stream(
+    mut rx: mpsc::UnboundedReceiver<Arc<[u8]>>,
+) -> impl futures::Stream<Item = Result<Arc<[u8]>, Infallible>> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|r| r.map(Ok)))
+}
+
+/// Latencies of one run, µs, sorted.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Sorted added latencies of every content delta, nanoseconds.
+    pub latencies_ns: Vec<u64>,
+    /// Events per read, on average.
+    pub events_per_read: f64,
+    /// The rate actually offered, events per second.
+    pub offered_rate: f64,
+}
+
+impl Run {
+    /// A percentile in µs.
+    pub fn p_us(&self, p: f64) -> f64 {
+        percentile_sorted(&self.latencies_ns, p) as f64 / 1e3
+    }
+    /// The share of deltas (%) whose latency exceeds `us` microseconds.
+    pub fn share_over(&self, us: f64) -> f64 {
+        let limit = (us * 1e3) as u64;
+        let over = self.latencies_ns.len() - self.latencies_ns.partition_point(|&l| l <= limit);
+        100.0 * over as f64 / self.latencies_ns.len().max(1) as f64
+    }
+    /// The maximum in µs.
+    pub fn max_us(&self) -> f64 {
+        self.latencies_ns.last().copied().unwrap_or(0) as f64 / 1e3
+    }
+}
+
+fn finish_run(produced: Produced, arrivals: Vec<(usize, Instant)>, expected: usize) -> Run {
+    assert_eq!(arrivals.len(), expected, "every content delta arrived");
+    let mut latencies_ns: Vec<u64> = arrivals
+        .iter()
+        .map(|&(seq, at)| {
+            at.saturating_duration_since(produced.available[seq])
+                .as_nanos() as u64
+        })
+        .collect();
+    latencies_ns.sort_unstable();
+    Run {
+        latencies_ns,
+        events_per_read: produced.available.len() as f64 / produced.reads.max(1) as f64,
+        offered_rate: produced.available.len() as f64 / produced.span.as_secs_f64(),
+    }
+}
+
+/// One paced run through choicewise: one consumer task per choice.
+pub fn run_choicewise(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let consumers = rt.spawn(async move {
+        let completions = Completions::from_sse(channel_stream(rx));
+        let mut choices = completions.choices();
+        let mut tasks = Vec::new();
+        while let Some(choice) = choices.next().await {
+            tasks.push(tokio::spawn(async move {
+                let calls = async {
+                    let mut s = choice.function_calls();
+                    while s.try_next().await.expect("call streams end well").is_some() {}
+                };
+                let content = async {
+                    let mut arrivals = Vec::with_capacity(1 << 16);
+                    let mut s = choice.content();
+                    while let Some(t) = s.try_next().await.expect("content streams end well") {
+                        let at = Instant::now();
+                        arrivals.push((seq_of(&t).expect("tagged content"), at));
+                    }
+                    arrivals
+                };
+                futures::join!(content, calls).0
+            }));
+        }
+        let mut arrivals = Vec::new();
+        for t in tasks {
+            arrivals.extend(t.await.expect("consumers do not panic"));
+        }
+        completions
+            .collect()
+            .await
+            .expect("generated streams complete");
+        arrivals
+    });
+    let producer = spawn_producer(g.clone(), rate, tx);
+    let arrivals = rt.block_on(consumers).expect("the run does not panic");
+    let produced = producer.join().expect("the producer does not panic");
+    finish_run(produced, arrivals, g.content_deltas)
+}
+
+/// One paced run through the hand-written loop, stamping each content delta as it is parsed
+/// (the floor: channel, wake-up, framing and parsing, no hand-off).
+pub fn run_handwritten(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let consumer = rt.spawn(async move {
+        let mut h = HandWritten::default();
+        let mut arrivals = Vec::with_capacity(1 << 18);
+        let mut s = channel_stream(rx);
+        let mut framer = choicewise_sse::Framer::new();
+        while let Some(Ok(read)) = s.next().await {
+            let _ = framer.feed(&read, |ev| {
+                if ev.data == "[DONE]" {
+                    return std::ops::ControlFlow::Break(());
+                }
+                let chunk: choicewise::wire::ChatCompletionChunk<'_> =
+                    serde_json::from_str(ev.data).expect("generated chunks parse");
+                for c in &chunk.choices {
+                    if let Some(t) = c.delta.as_ref().and_then(|d| d.content.as_deref()) {
+                        if let Some(seq) = seq_of(t) {
+                            arrivals.push((seq, Instant::now()));
+                        }
+                    }
+                }
+                h.apply(chunk);
+                std::ops::ControlFlow::Continue(())
+            });
+        }
+        arrivals
+    });
+    let producer = spawn_producer(g.clone(), rate, tx);
+    let arrivals = rt.block_on(consumer).expect("the run does not panic");
+    let produced = producer.join().expect("the producer does not panic");
+    finish_run(produced, arrivals, g.content_deltas)
+}
+
+/// Medians over runs of p50, p99, p99.9 and max, µs.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    /// Median of the runs' p50.
+    pub p50: f64,
+    /// Median of the runs' p99.
+    pub p99: f64,
+    /// Median of the runs' p99.9.
+    pub p999: f64,
+    /// Median of the runs' max.
+    pub max: f64,
+    /// Best (lowest) p99 of any run: the least disturbed by other processes.
+    pub best_p99: f64,
+    /// Worst p99 of any run.
+    pub worst_p99: f64,
+    /// Median share (%) of deltas later than 50 µs.
+    pub over_50us: f64,
+    /// Median share (%) of deltas later than 1 ms (stalls of the whole machine: other
+    /// processes, the scheduler's time slices).
+    pub over_1ms: f64,
+    /// Events per read (mean over runs).
+    pub events_per_read: f64,
+    /// Offered rate (mean over runs).
+    pub offered_rate: f64,
+}
+
+/// Summarises runs.
+pub fn summarise(runs: &[Run]) -> Summary {
+    let of = |f: &dyn Fn(&Run) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+    Summary {
+        p50: of(&|r| r.p_us(50.0)),
+        p99: of(&|r| r.p_us(99.0)),
+        p999: of(&|r| r.p_us(99.9)),
+        max: of(&|r| r.max_us()),
+        over_50us: of(&|r| r.share_over(50.0)),
+        over_1ms: of(&|r| r.share_over(1000.0)),
+        best_p99: runs
+            .iter()
+            .map(|r| r.p_us(99.0))
+            .fold(f64::INFINITY, f64::min),
+        worst_p99: runs.iter().map(|r| r.p_us(99.0)).fold(0.0, f64::max),
+        events_per_read: runs.iter().map(|r| r.events_per_read).sum::<f64>()
+            / runs.len().max(1) as f64,
+        offered_rate: runs.iter().map(|r| r.offered_rate).sum::<f64>() / runs.len().max(1) as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_tags() {
+        assert_eq!(seq_of("⟨123⟩ word"), Some(123));
+        assert_eq!(seq_of("word"), None);
+    }
+}
