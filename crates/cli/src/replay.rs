@@ -3,7 +3,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use choicewise::{ChoiceEvent, Completions, FunctionCallEvent};
+use std::collections::HashMap;
+
+use choicewise::{CallRef, ChoiceEvent, Completions, FunctionCallEvent, PartialArguments};
 use clap::Args;
 use futures::StreamExt;
 use tokio::sync::mpsc;
@@ -89,6 +91,8 @@ async fn labelled(completions: Completions) -> Result<(), String> {
         tasks.push(tokio::spawn(async move {
             let label = format!("[choice {}]", choice.index());
             let mut line = String::new();
+            // Each call's arguments, parsed as they grow, shown whenever their value changes.
+            let mut growing: HashMap<CallRef, (PartialArguments, u64)> = HashMap::new();
             let mut events = choice.events();
             while let Some(event) = events.next().await {
                 let event = match event {
@@ -116,12 +120,27 @@ async fn labelled(completions: Completions) -> Result<(), String> {
                             id.map(|id| format!(" ({id})")).unwrap_or_default()
                         ));
                     }
+                    ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments { call, fragment }) => {
+                        let (args, shown) = growing.entry(call).or_default();
+                        args.push(&fragment);
+                        if let Some(value) = args.value().filter(|_| args.revision() != *shown) {
+                            *shown = args.revision();
+                            let _ = tx.send(format!("{label} … {call} {value}"));
+                        }
+                    }
                     ChoiceEvent::FunctionCall(FunctionCallEvent::Finished {
                         call,
                         arguments,
+                        value,
+                        repaired,
                         ..
                     }) => {
-                        let _ = tx.send(format!("{label} ← {call} arguments: {arguments}"));
+                        let note = match (&value, repaired) {
+                            (Err(e), _) => format!(" ({e})"),
+                            (Ok(_), true) => " (repaired: raw control characters escaped)".into(),
+                            (Ok(_), false) => String::new(),
+                        };
+                        let _ = tx.send(format!("{label} ← {call} arguments: {arguments}{note}"));
                     }
                     ChoiceEvent::Finished(reason) => {
                         flush(&tx, &label, &mut line);

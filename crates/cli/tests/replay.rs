@@ -168,3 +168,29 @@ fn without_reported_usage_json_carries_an_estimate_and_request_adds_the_prompt()
         "{text}"
     );
 }
+
+#[test]
+fn the_default_view_shows_each_calls_arguments_as_they_grow() {
+    let out = replay(&[fixture("answer_question.sse").to_str().unwrap()], None);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let growing: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("[choice 0] … tool call 0 "))
+        .collect();
+    assert!(growing.len() > 10, "{text}");
+    // Each shown answer extends the previous one.
+    let answers: Vec<String> = growing
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l.splitn(5, ' ').nth(4).unwrap()).ok())
+        .filter_map(|v| v["answer"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        answers.windows(2).all(|w| w[1].starts_with(&w[0])),
+        "{answers:?}"
+    );
+    assert!(
+        text.contains("[choice 0] ← tool call 0 arguments: {\"answer\": \"Bread rises"),
+        "{text}"
+    );
+}

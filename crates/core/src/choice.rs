@@ -6,10 +6,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
+use futures::stream::BoxStream;
+use serde::de::DeserializeOwned;
+
+use crate::arguments::{ArgumentsSnapshot, FunctionCalls};
 
 use crate::completions::Lifetime;
 use crate::error::{Error, Incomplete};
-use crate::event::{ChoiceEvent, FunctionCallEvent, Text};
+use crate::event::{ChoiceEvent, Text};
 use crate::response::ChoiceOutput;
 use crate::shared::{ChoiceShared, Subscription};
 
@@ -160,8 +164,9 @@ impl Choice {
     }
 
     /// Progress of the choice's tool calls and legacy function call: each call is started,
-    /// receives argument fragments, and is finished with its whole arguments when the next
-    /// call starts or the choice finishes.
+    /// receives argument fragments, and is finished with its whole arguments (and their
+    /// parse) when the next call starts or the choice finishes — never merely because the
+    /// arguments happen to parse. [`FunctionCalls::partial`] gives each call's partial value.
     ///
     /// ```
     /// # use choicewise_core::{Completions, FunctionCallEvent};
@@ -173,15 +178,115 @@ impl Choice {
     /// );
     /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
     /// let events: Vec<_> = c.function_calls().try_collect().await.unwrap();
-    /// let FunctionCallEvent::Finished { arguments, .. } = events.last().unwrap() else { panic!() };
+    /// let FunctionCallEvent::Finished { arguments, value, .. } = events.last().unwrap() else { panic!() };
     /// assert_eq!(&**arguments, "{\"a\":1}");
+    /// assert_eq!(value.as_ref().unwrap()["a"], 1);
     /// # }
     /// ```
-    pub fn function_calls(&self) -> EventStream<FunctionCallEvent> {
-        self.stream(|e| match e {
+    pub fn function_calls(&self) -> FunctionCalls {
+        FunctionCalls::new(self.stream(|e| match e {
             ChoiceEvent::FunctionCall(f) => Some(f.clone()),
             _ => None,
-        })
+        }))
+    }
+
+    /// Typed snapshots of every call's arguments, emitted each time a call's partial value
+    /// changes and once more, final, when the call ends. `T` should tolerate what is not
+    /// written yet (`Option` or `#[serde(default)]` fields); a partial value that does not
+    /// fit `T` is skipped. A call whose final arguments are invalid or do not fit `T` yields
+    /// an [`Error::InvalidArguments`] item, and the stream goes on.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::TryStreamExt;
+    /// #[derive(serde::Deserialize, Debug)]
+    /// struct Weather { city: Option<String>, days: Option<u32> }
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"w\",\"arguments\":\"{\\\"city\\\": \\\"Ro\"}}}]}\n\n",
+    ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"arguments\":\"me\\\", \\\"days\\\": 3}\"}},\"finish_reason\":\"function_call\"}]}\n\n",
+    /// );
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let snapshots: Vec<_> = c.arguments::<Weather>().try_collect().await.unwrap();
+    /// let cities: Vec<_> = snapshots.iter().map(|s| s.value.city.clone().unwrap()).collect();
+    /// assert_eq!(cities, ["Ro", "Rome", "Rome"]);
+    /// assert_eq!(snapshots.last().unwrap().value.days, Some(3));
+    /// assert!(snapshots.last().unwrap().is_final);
+    /// # }
+    /// ```
+    pub fn arguments<T>(&self) -> BoxStream<'static, Result<ArgumentsSnapshot<T>, Error>>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
+        crate::arguments::typed(self.function_calls(), None, self.index())
+    }
+
+    /// Like [`arguments`](Self::arguments), for the calls of one function only.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"other\",\"arguments\":\"{}\"}},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let none: Vec<_> = c.arguments_of::<serde_json::Value>("answer").try_collect().await.unwrap();
+    /// assert!(none.is_empty());
+    /// # }
+    /// ```
+    pub fn arguments_of<T>(
+        &self,
+        function: &str,
+    ) -> BoxStream<'static, Result<ArgumentsSnapshot<T>, Error>>
+    where
+        T: DeserializeOwned + Send + 'static,
+    {
+        crate::arguments::typed(
+            self.function_calls(),
+            Some(function.to_string()),
+            self.index(),
+        )
+    }
+
+    /// The decoded text of one string field of the calls' arguments, piece by piece as the
+    /// model writes it (escapes decoded, even when split across fragments), ready to append
+    /// to a display. `path` is a JSON pointer (`/answer`, `/items/0/text`) or a top-level
+    /// field name (`answer`).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"answer_question\",\"arguments\":\"{\\\"answer\\\": \\\"Line 1\\\\\"}}}]}\n\n",
+    ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"arguments\":\"nLine 2\\\"}\"}},\"finish_reason\":\"stop\"}]}\n\n",
+    /// );
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let pieces: Vec<_> = c.argument_text("answer").try_collect().await.unwrap();
+    /// assert_eq!(pieces.concat(), "Line 1\nLine 2");
+    /// # }
+    /// ```
+    pub fn argument_text(&self, path: &str) -> BoxStream<'static, Result<Text, Error>> {
+        crate::arguments::field_text(self.function_calls(), None, path)
+    }
+
+    /// Like [`argument_text`](Self::argument_text), for the calls of one function only.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"answer_question\",\"arguments\":\"{\\\"answer\\\": \\\"42\\\"}\"}},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let pieces: Vec<_> = c.argument_text_of("answer_question", "/answer").try_collect().await.unwrap();
+    /// assert_eq!(pieces.concat(), "42");
+    /// # }
+    /// ```
+    pub fn argument_text_of(
+        &self,
+        function: &str,
+        path: &str,
+    ) -> BoxStream<'static, Result<Text, Error>> {
+        crate::arguments::field_text(self.function_calls(), Some(function.to_string()), path)
     }
 
     /// Waits for the choice to finish and returns the assembled message with its finish

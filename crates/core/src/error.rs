@@ -88,6 +88,18 @@ pub enum Error {
         /// Where.
         line: u64,
     },
+    /// A call's complete arguments are not valid JSON, or do not fit the requested type.
+    /// Reported by [`Choice::arguments`](crate::Choice::arguments), where it does not end the
+    /// stream; the raw arguments stay in the message.
+    #[error("choice {choice}, {call}: {error}")]
+    InvalidArguments {
+        /// The choice.
+        choice: u32,
+        /// The call.
+        call: crate::event::CallRef,
+        /// What is wrong, and where in the arguments.
+        error: crate::arguments::ArgumentsError,
+    },
     /// Nothing arrived from upstream for longer than the configured idle timeout.
     #[error("no data for {after:?} after {offset} bytes (idle timeout)")]
     IdleTimeout {

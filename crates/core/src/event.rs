@@ -142,8 +142,13 @@ pub enum FunctionCallEvent {
         id: Option<Text>,
         /// The function name, if any.
         name: Option<Text>,
-        /// The whole arguments string.
+        /// The whole arguments string, as the provider sent it.
         arguments: Text,
+        /// The arguments parsed, or why they are not valid JSON (with the byte offset).
+        value: Result<Arc<Value>, crate::arguments::ArgumentsError>,
+        /// The arguments were valid only after escaping raw control characters inside
+        /// strings (a raw newline, say); `value` is the repaired parse.
+        repaired: bool,
     },
 }
 

@@ -48,6 +48,7 @@
 #![deny(missing_docs)]
 
 mod actor;
+mod arguments;
 mod choice;
 mod completions;
 mod config;
@@ -61,7 +62,11 @@ mod shared;
 mod usage;
 pub mod wire;
 
+pub use arguments::{ArgumentsError, ArgumentsSnapshot, FunctionCalls, PartialArguments};
 pub use choice::{Choice, EventStream};
+/// The incremental partial-JSON parser behind [`FunctionCalls::partial`] (crate
+/// `choicewise-partial-json`).
+pub use choicewise_partial_json as partial_json;
 pub use choicewise_sse::SseError;
 pub use completions::{Choices, Completions, CompletionsBuilder, live_actors};
 pub use config::{DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS};

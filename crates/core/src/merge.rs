@@ -109,11 +109,14 @@ impl CallState {
 
     fn finished_event(&mut self, call: CallRef) -> ChoiceEvent {
         self.finished = true;
+        let parsed = crate::arguments::parse_final(&self.arguments);
         ChoiceEvent::FunctionCall(FunctionCallEvent::Finished {
             call,
             id: self.id.clone(),
             name: self.name.clone(),
             arguments: Arc::from(self.arguments.as_str()),
+            value: parsed.value,
+            repaired: parsed.repaired,
         })
     }
 }
