@@ -14,6 +14,10 @@ mod r#gen;
 mod latency;
 #[cfg(feature = "openai-baseline")]
 mod openai;
+mod pieces;
+mod plots;
+mod replay;
+mod scale;
 mod stats;
 mod throughput;
 
@@ -43,6 +47,44 @@ enum Command {
     Throughput(ThroughputArgs),
     /// Added latency of content deltas under a paced offered load.
     Latency(LatencyArgs),
+    /// Many concurrent completions: memory per idle completion, total throughput.
+    Scale(ScaleArgs),
+    /// The whole `choicewise replay --json` process on a large recorded stream.
+    Replay(ReplayArgs),
+    /// The incremental partial-JSON parser against one `serde_json::from_str`.
+    PartialJson(PieceArgs),
+    /// Token counting: table load times and counting throughput.
+    Tokens(PieceArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+struct ScaleArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Concurrent completions.
+    #[arg(long, default_value_t = 10_000)]
+    completions: usize,
+    /// Choices per completion.
+    #[arg(long, default_value_t = 4)]
+    n: u32,
+    /// Size of each completion's stream in the busy run, KB.
+    #[arg(long, default_value_t = 20.0)]
+    kb: f64,
+}
+
+#[derive(Debug, Clone, Args)]
+struct ReplayArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Size of the recorded stream, MB.
+    #[arg(long, default_value_t = 50.0)]
+    mb: f64,
+}
+
+#[derive(Debug, Clone, Args)]
+struct PieceArgs {
+    #[command(flatten)]
+    common: Common,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -101,7 +143,16 @@ struct AllArgs {
     /// Repetitions of the latency runs (1.5 s each).
     #[arg(long, default_value_t = 5)]
     latency_reps: usize,
+    /// Where to write the SVG plots.
+    #[arg(long, default_value = "docs/img")]
+    plot_dir: std::path::PathBuf,
 }
+
+/// Figures kept for the plots of `all`.
+static PLOT_THROUGHPUT: std::sync::Mutex<Vec<throughput::ThroughputResult>> =
+    std::sync::Mutex::new(Vec::new());
+static PLOT_LATENCY: std::sync::Mutex<Vec<(&'static str, latency::Summary)>> =
+    std::sync::Mutex::new(Vec::new());
 
 fn runtime(workers: usize) -> Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -204,6 +255,10 @@ fn throughput(args: &ThroughputArgs) -> Report {
             args.only_choicewise,
         );
         throughput::print(&r);
+        PLOT_THROUGHPUT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(r.clone());
         if let (4, Some(_)) = (n, r.find(BORROWED)) {
             let cw = r.get(CHOICEWISE).median_secs();
             report.targets.push(Target {
@@ -293,6 +348,10 @@ fn latency(args: &LatencyArgs) -> Report {
         );
     }
     load("end of latency");
+    *PLOT_LATENCY.lock().unwrap_or_else(|p| p.into_inner()) = vec![
+        ("choicewise", cw),
+        ("hand-written loop (floor of the set-up)", hand),
+    ];
     Report {
         targets: vec![Target {
             name: "latency_p99",
@@ -308,20 +367,173 @@ fn latency(args: &LatencyArgs) -> Report {
     }
 }
 
+fn scale(args: &ScaleArgs) -> Report {
+    let rt = runtime(args.common.workers);
+    let idle = scale::idle(&rt, args.completions, args.n);
+    println!(
+        "\n### scale: {} idle completions of n = {} ({} actors), every Choice handle held\n",
+        idle.completions, args.n, idle.actors
+    );
+    println!(
+        "memory per idle completion: {:.1} KiB (RSS growth / completions)",
+        idle.bytes_per_completion / 1024.0
+    );
+    let g = Arc::new(generate(&GenConfig {
+        n: args.n,
+        target_bytes: (args.kb * 1e3) as usize,
+        seed: args.common.seed,
+        seq_tags: false,
+    }));
+    let busy = scale::busy(&rt, &g, args.completions);
+    println!(
+        "busy: {} completions streaming at once, {} chunks, {:.0} MB in {:.2} s: {:.2} M chunks/s, \
+         {:.0} MB/s; peak RSS {:.0} MiB (from {:.0} MiB), {:.1} KiB per completion",
+        busy.completions,
+        busy.chunks,
+        busy.megabytes,
+        busy.seconds,
+        busy.chunks as f64 / busy.seconds / 1e6,
+        busy.megabytes / busy.seconds,
+        busy.peak_rss as f64 / 1048576.0,
+        busy.rss_before as f64 / 1048576.0,
+        busy.peak_rss.saturating_sub(busy.rss_before) as f64 / 1024.0 / busy.completions as f64,
+    );
+    Report {
+        targets: vec![Target {
+            name: "memory_per_idle_completion_n4",
+            measured: idle.bytes_per_completion / 1024.0,
+            target: 16.0,
+            at_least: false,
+            unit: "KiB",
+        }],
+        info: vec![format!(
+            "INFO scale_busy_throughput measured={:.2}M chunks/s ({} completions of n = {} at once)",
+            busy.chunks as f64 / busy.seconds / 1e6,
+            busy.completions,
+            args.n
+        )],
+    }
+}
+
+fn replay_cmd(args: &ReplayArgs) -> Report {
+    let Some(cli) = replay::cli_binary() else {
+        println!(
+            "\n### replay: skipped (build the CLI first: cargo build --release -p choicewise-cli)"
+        );
+        return Report {
+            targets: vec![],
+            info: vec!["INFO replay not measured (no choicewise binary beside this one)".into()],
+        };
+    };
+    let g = generate(&GenConfig {
+        n: 4,
+        target_bytes: (args.mb * 1e6) as usize,
+        seed: args.common.seed,
+        seq_tags: false,
+    });
+    let file = std::env::temp_dir().join(format!("choicewise-bench-{}.sse", std::process::id()));
+    std::fs::write(&file, &g.bytes).expect("write the recording");
+    let reps = args.common.reps.clamp(1, 5);
+    let f = replay::measure(&cli, &file, g.chunks, reps);
+    let _ = std::fs::remove_file(&file);
+    println!(
+        "\n### replay: `choicewise replay --json` on a {:.0} MB n = 4 recording ({} chunks), median of {reps}\n",
+        f.megabytes, f.chunks
+    );
+    println!(
+        "whole process: {:.2} s = {:.0} MB/s, {:.2} M chunks/s, peak RSS {:.0} MiB; in-process read + framing + borrowed parse: {:.2} s",
+        f.process_secs,
+        f.megabytes / f.process_secs,
+        f.chunks as f64 / f.process_secs / 1e6,
+        f.max_rss_kib as f64 / 1024.0,
+        f.baseline_secs
+    );
+    Report {
+        targets: vec![],
+        info: vec![format!(
+            "INFO replay_json_50mb measured={:.2}s ({:.0} MB/s, {:.2}x the in-process read+parse; peak RSS {:.0} MiB)",
+            f.process_secs,
+            f.megabytes / f.process_secs,
+            f.baseline_secs / f.process_secs,
+            f.max_rss_kib as f64 / 1024.0
+        )],
+    }
+}
+
+fn partial_json_cmd(args: &PieceArgs) -> Report {
+    let f = pieces::partial_json(args.common.reps.max(11));
+    let ratio = f.incremental_us / f.from_str_us;
+    println!(
+        "\n### partial JSON: {} bytes in {} fragments of 4 bytes: incremental (value read after each) {:.0} µs, one serde_json::from_str {:.0} µs",
+        f.bytes, f.fragments, f.incremental_us, f.from_str_us
+    );
+    Report {
+        targets: vec![Target {
+            name: "partial_json_vs_from_str",
+            measured: ratio,
+            target: 3.0,
+            at_least: false,
+            unit: "x",
+        }],
+        info: vec![],
+    }
+}
+
+fn tokens_cmd(args: &PieceArgs) -> Report {
+    let g = generate(&GenConfig {
+        n: 4,
+        target_bytes: 4_000_000,
+        seed: args.common.seed,
+        seq_tags: false,
+    });
+    let text: String = g
+        .expected
+        .iter()
+        .filter_map(|c| c.content.as_deref())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let f = pieces::tokens(args.common.reps.max(5), &text);
+    println!(
+        "\n### tokens: first load o200k_base {:.0} ms, cl100k_base {:.0} ms; counting {:.1} MiB of generated text: o200k_base {:.1} MiB/s, cl100k_base {:.1} MiB/s",
+        f.o200k_first_load_ms,
+        f.cl100k_first_load_ms,
+        f.text_bytes as f64 / 1048576.0,
+        f.o200k_mib_per_s,
+        f.cl100k_mib_per_s
+    );
+    Report {
+        targets: vec![],
+        info: vec![format!(
+            "INFO tokens measured=first load o200k {:.0} ms, cl100k {:.0} ms; counting o200k {:.1} MiB/s, cl100k {:.1} MiB/s",
+            f.o200k_first_load_ms, f.cl100k_first_load_ms, f.o200k_mib_per_s, f.cl100k_mib_per_s
+        )],
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     machine();
     let report = match cli.command {
         Command::Throughput(a) => throughput(&a),
         Command::Latency(a) => latency(&a),
+        Command::Scale(a) => scale(&a),
+        Command::Replay(a) => replay_cmd(&a),
+        Command::PartialJson(a) => partial_json_cmd(&a),
+        Command::Tokens(a) => tokens_cmd(&a),
         Command::All(a) => {
-            let mut report = throughput(&ThroughputArgs {
+            // Tokens first: it measures the BPE tables' first load in this process.
+            let pieces = PieceArgs {
+                common: a.common.clone(),
+            };
+            let mut report = tokens_cmd(&pieces);
+            report.extend(partial_json_cmd(&pieces));
+            report.extend(throughput(&ThroughputArgs {
                 common: a.common.clone(),
                 n: vec![1, 4, 16],
                 mb: a.mb,
                 read_size: 64 * 1024,
                 only_choicewise: false,
-            });
+            }));
             report.extend(latency(&LatencyArgs {
                 common: Common {
                     reps: a.latency_reps,
@@ -331,6 +543,38 @@ fn main() {
                 secs: 1.5,
                 n: 4,
             }));
+            report.extend(scale(&ScaleArgs {
+                common: a.common.clone(),
+                completions: 10_000,
+                n: 4,
+                kb: 20.0,
+            }));
+            report.extend(replay_cmd(&ReplayArgs {
+                common: a.common.clone(),
+                mb: a.mb,
+            }));
+            if std::fs::create_dir_all(&a.plot_dir).is_ok() {
+                let t = PLOT_THROUGHPUT
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                let l = PLOT_LATENCY
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                let throughput_svg = a.plot_dir.join("throughput.svg");
+                let latency_svg = a.plot_dir.join("latency.svg");
+                match plots::throughput(&t, &throughput_svg)
+                    .and_then(|()| plots::latency(&l, &latency_svg))
+                {
+                    Ok(()) => println!(
+                        "\nplots: {} and {}",
+                        throughput_svg.display(),
+                        latency_svg.display()
+                    ),
+                    Err(e) => println!("\nplots not written: {e}"),
+                }
+            }
             report
         }
     };

@@ -6,7 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
 use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
 use crate::error::Error;
@@ -76,7 +76,7 @@ impl<F> Drop for ReaderState<F> {
 impl<F: Feed> ReaderState<F> {
     /// Spawns the actors of new choices, sends every pending batch, and publishes the new
     /// choices and warnings.
-    async fn flush(&mut self, myself: &ActorRef<ReaderMsg>) {
+    fn flush(&mut self, myself: &ActorRef<ReaderMsg>) {
         let known = self.actors.len();
         let mut new_choices = Vec::new();
         for slot in &self.router.slots[known..] {
@@ -88,8 +88,12 @@ impl<F: Feed> ReaderState<F> {
                 shared: choice.clone(),
                 completion: self.shared.clone(),
             };
-            let actor = match Actor::spawn_linked(None, ChoiceActor, args, myself.get_cell()).await
-            {
+            // Spawned without awaiting its start: the reader's handler (boxed once per reader
+            // by ractor) stays small, and the child links to the reader before it handles any
+            // message (it refuses to start if the reader is already going away).
+            let spawned =
+                ActorRuntime::spawn_linked_instant(None, ChoiceActor, args, myself.get_cell());
+            let actor = match spawned {
                 Ok((actor, _)) => {
                     self.live_children += 1;
                     Some(actor)
@@ -191,7 +195,7 @@ impl<F: Feed> Actor for ReaderActor<F> {
                         message: panic_message(&panic),
                     })),
                 };
-                state.flush(&myself).await;
+                state.flush(&myself);
                 match step {
                     Step::Continue => myself.send_message(ReaderMsg::Pull)?,
                     Step::End(outcome) => {

@@ -1,0 +1,166 @@
+//! Scale: thousands of concurrent completions in one process. Memory per idle completion
+//! (every choice's actor alive, waiting for more), and total throughput when all of them
+//! stream at once.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use choicewise::{Choice, Completions, live_actors};
+use futures::StreamExt;
+use tokio::runtime::Runtime;
+
+use crate::r#gen::Generated;
+
+/// Resident set size of this process, bytes (Linux `/proc/self/statm`).
+pub fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+/// The first chunk of each of `n` choices: enough for every choice actor to exist.
+fn opening(n: u32) -> Vec<u8> {
+    let mut out = String::new();
+    for i in (0..n).rev() {
+        out.push_str(&format!(
+            "data: {{\"id\":\"chatcmpl-scale\",\"object\":\"chat.completion.chunk\",\"created\":1,\
+             \"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":{i},\"delta\":{{\"role\":\"assistant\",\
+             \"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n"
+        ));
+    }
+    out.into_bytes()
+}
+
+async fn wait_for_actors(target: usize, deadline: Duration) -> usize {
+    let start = Instant::now();
+    while live_actors() < target && start.elapsed() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    live_actors()
+}
+
+pub struct IdleFigures {
+    pub completions: usize,
+    pub bytes_per_completion: f64,
+    pub actors: usize,
+}
+
+/// `count` completions of `n` choices, each with its choices open and its upstream idle,
+/// holding the `Completions` and every `Choice` handle, as a gateway waiting on slow models
+/// would. Returns the growth of the RSS per completion.
+pub fn idle(rt: &Runtime, count: usize, n: u32) -> IdleFigures {
+    rt.block_on(async {
+        let before_actors = live_actors();
+        // Warm up the runtime and allocator so their one-time costs are not counted.
+        drop(hold(1, n).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let before = rss_bytes();
+        let held = hold(count, n).await;
+        let actors = wait_for_actors(
+            before_actors + count * (n as usize + 1),
+            Duration::from_secs(60),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let after = rss_bytes();
+        let figures = IdleFigures {
+            completions: count,
+            bytes_per_completion: after.saturating_sub(before) as f64 / count as f64,
+            actors: actors - before_actors,
+        };
+        drop(held);
+        wait_for_actors(0, Duration::from_secs(30)).await;
+        figures
+    })
+}
+
+async fn hold(count: usize, n: u32) -> Vec<(Completions, Vec<Choice>)> {
+    let mut held = Vec::with_capacity(count);
+    let first = opening(n);
+    for _ in 0..count {
+        let upstream = futures::stream::iter([Ok::<_, Infallible>(first.clone())])
+            .chain(futures::stream::pending());
+        let completions = Completions::from_sse(upstream);
+        held.push(completions);
+    }
+    let mut out = Vec::with_capacity(count);
+    for completions in held {
+        let choices: Vec<Choice> = completions.choices().take(n as usize).collect().await;
+        out.push((completions, choices));
+    }
+    out
+}
+
+pub struct BusyFigures {
+    pub completions: usize,
+    pub chunks: usize,
+    pub megabytes: f64,
+    pub seconds: f64,
+    pub peak_rss: u64,
+    pub rss_before: u64,
+}
+
+/// `count` completions all streaming `g` at once (each choice drained by its own task, then
+/// `collect()`); total throughput and the RSS reached.
+pub fn busy(rt: &Runtime, g: &Arc<Generated>, count: usize) -> BusyFigures {
+    let reads = g.reads(16 * 1024);
+    rt.block_on(async {
+        let rss_before = rss_bytes();
+        let peak = Arc::new(std::sync::atomic::AtomicU64::new(rss_before));
+        let sampler = {
+            let peak = peak.clone();
+            tokio::spawn(async move {
+                loop {
+                    peak.fetch_max(rss_bytes(), std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        };
+        let start = Instant::now();
+        let mut tasks = Vec::with_capacity(count);
+        for _ in 0..count {
+            let reads = reads.clone();
+            tasks.push(tokio::spawn(async move {
+                let completions = Completions::from_sse(futures::stream::iter(
+                    reads.into_iter().map(Ok::<_, Infallible>),
+                ));
+                let mut drains = Vec::new();
+                let mut choices = completions.choices();
+                while let Some(choice) = choices.next().await {
+                    drains.push(tokio::spawn(async move {
+                        let mut content = choice.content();
+                        let mut bytes = 0usize;
+                        while let Some(Ok(t)) = content.next().await {
+                            bytes += t.len();
+                        }
+                        bytes
+                    }));
+                }
+                for d in drains {
+                    let _ = d.await;
+                }
+                completions.collect().await.is_ok()
+            }));
+        }
+        let mut ok = 0;
+        for t in tasks {
+            ok += usize::from(t.await.unwrap_or(false));
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        sampler.abort();
+        assert_eq!(ok, count, "every completion assembled");
+        BusyFigures {
+            completions: count,
+            chunks: g.chunks * count,
+            megabytes: g.megabytes() * count as f64,
+            seconds,
+            peak_rss: peak.load(std::sync::atomic::Ordering::Relaxed),
+            rss_before,
+        }
+    })
+}
