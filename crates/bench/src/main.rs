@@ -55,6 +55,24 @@ enum Command {
     PartialJson(PieceArgs),
     /// Token counting: table load times and counting throughput.
     Tokens(PieceArgs),
+    /// Write a generated stream to a file (for profiling `choicewise replay`, or as a fixture).
+    Gen(GenArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+struct GenArgs {
+    /// Size, MB.
+    #[arg(long, default_value_t = 5.0)]
+    mb: f64,
+    /// Number of choices.
+    #[arg(long, default_value_t = 4)]
+    n: u32,
+    /// Seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Output file.
+    #[arg(long)]
+    out: std::path::PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -520,6 +538,23 @@ fn main() {
         Command::Replay(a) => replay_cmd(&a),
         Command::PartialJson(a) => partial_json_cmd(&a),
         Command::Tokens(a) => tokens_cmd(&a),
+        Command::Gen(a) => {
+            let g = generate(&GenConfig {
+                n: a.n,
+                target_bytes: (a.mb * 1e6) as usize,
+                seed: a.seed,
+                seq_tags: false,
+            });
+            std::fs::write(&a.out, &g.bytes).expect("write the stream");
+            println!(
+                "{}: {} chunks, {:.1} MB, n = {}",
+                a.out.display(),
+                g.chunks,
+                g.megabytes(),
+                a.n
+            );
+            return;
+        }
         Command::All(a) => {
             // Tokens first: it measures the BPE tables' first load in this process.
             let pieces = PieceArgs {
