@@ -35,3 +35,8 @@
 #![deny(missing_docs)]
 
 pub use choicewise_core::*;
+
+/// The HTTP client (feature `client`): POST a chat request with `stream: true` to an
+/// OpenAI-compatible endpoint and get [`Completions`] back.
+#[cfg(feature = "client")]
+pub use choicewise_client as client;
