@@ -1,6 +1,11 @@
 //! The `choicewise` command.
 
+mod chat;
+mod live;
+mod plain;
+mod record;
 mod replay;
+mod view;
 
 use std::process::ExitCode;
 
@@ -18,6 +23,22 @@ struct Cli {
 enum Command {
     /// Replay a recorded SSE stream choice by choice (a bundled demo stream if no FILE).
     Replay(replay::ReplayArgs),
+    /// Ask an OpenAI-compatible endpoint for a chat completion with N choices and show them
+    /// as they stream.
+    Chat(chat::ChatArgs),
+}
+
+/// How a command failed: a one-line message for stderr and the exit status.
+#[derive(Debug)]
+pub struct Exit {
+    pub message: String,
+    pub code: u8,
+}
+
+impl From<String> for Exit {
+    fn from(message: String) -> Self {
+        Exit { message, code: 1 }
+    }
 }
 
 fn main() -> ExitCode {
@@ -35,13 +56,16 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Replay(args) => replay::run(args).await,
+            Command::Chat(args) => chat::run(args).await,
         }
     });
+    // Blocking token counts still running (after Ctrl-C) must not hold the exit.
+    runtime.shutdown_background();
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("choicewise: {message}");
-            ExitCode::FAILURE
+        Err(exit) => {
+            eprintln!("choicewise: {}", exit.message);
+            ExitCode::from(exit.code)
         }
     }
 }

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use choicewise_core::{Completions, Error};
 use choicewise_client::{Client, ClientError, completions};
+use choicewise_core::{Completions, Error};
 use choicewise_testserver::{Failure, TestServer, TestServerBuilder, fixture, fixture_path};
 use futures::TryStreamExt;
 use serde_json::{Value, json};
@@ -564,8 +564,8 @@ async fn invalid_settings() {
 #[cfg(feature = "async-openai")]
 mod async_openai {
     use async_openai::types::chat::CreateChatCompletionStreamResponse;
-    use choicewise_core::Completions;
     use choicewise_client::from_async_openai;
+    use choicewise_core::Completions;
     use choicewise_testserver::fixture;
 
     /// The chunks of a fixture as async-openai values (what its chat stream yields).

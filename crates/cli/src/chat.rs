@@ -1,0 +1,367 @@
+//! `choicewise chat`: send a chat completion request with `n` choices and show them as they
+//! stream (choicewise-client does the HTTP; this only builds the request and shows it).
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Read};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use choicewise::Completions;
+use choicewise_client::Client;
+use clap::Args;
+use futures::Stream;
+use serde_json::{Map, Value, json};
+
+use crate::record::Recorder;
+use crate::view::{self, ViewArgs};
+use crate::{Exit, live, replay};
+
+/// The model asked for when neither `--model` nor `--request` names one.
+pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// The prompt, sent as a user message (the words are joined with spaces). Without it, the
+    /// prompt is read from standard input, unless that is a terminal.
+    prompt: Vec<String>,
+    /// How many choices to ask for.
+    #[arg(short = 'n', value_name = "N")]
+    n: Option<u32>,
+    /// The model [default: gpt-4o-mini, unless --request names one].
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// A system message, put first (replacing the content of a system or developer message
+    /// already first in --request).
+    #[arg(long, value_name = "TEXT")]
+    system: Option<String>,
+    /// A full request body (JSON: messages, tools, response_format, anything); -n, --model,
+    /// --system and the prompt then override or fill it.
+    #[arg(long, value_name = "FILE")]
+    request: Option<PathBuf>,
+    /// The API's base URL (the endpoint is BASE_URL/chat/completions) [default:
+    /// https://api.openai.com/v1].
+    #[arg(long, env = "OPENAI_BASE_URL", value_name = "URL")]
+    base_url: Option<String>,
+    /// The API key (sent as `Authorization: Bearer KEY`, or `api-key: KEY` with --azure).
+    #[arg(
+        long,
+        env = "OPENAI_API_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
+    api_key: Option<String>,
+    /// Azure OpenAI: the api-version; BASE_URL is then the deployment's URL
+    /// (https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT).
+    #[arg(long, value_name = "API_VERSION")]
+    azure: Option<String>,
+    #[command(flatten)]
+    view: ViewArgs,
+    /// Save the raw stream with its arrival times to FILE (`choicewise replay FILE` plays it
+    /// back; format in docs/recording.md).
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+    /// Give up when the server sends nothing for this long, in seconds [default: 60].
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    idle_timeout: Option<Duration>,
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(Duration::from_secs_f64(x)),
+        _ => Err(format!("{s:?} is not a number of seconds above 0")),
+    }
+}
+
+/// The request body: `--request` (or `{}`), then the flags and the prompt over it.
+fn build_request(
+    base: Option<Value>,
+    args: &ChatArgs,
+    prompt: Option<String>,
+) -> Result<Value, String> {
+    let mut body = match base {
+        None => Map::new(),
+        Some(Value::Object(body)) => body,
+        Some(_) => return Err("--request: the request body must be a JSON object".into()),
+    };
+    match &args.model {
+        Some(model) => {
+            body.insert("model".into(), json!(model));
+        }
+        None => {
+            body.entry("model").or_insert(json!(DEFAULT_MODEL));
+        }
+    }
+    if let Some(n) = args.n {
+        body.insert("n".into(), json!(n));
+    }
+    let messages = body.entry("messages").or_insert(json!([]));
+    let Some(messages) = messages.as_array_mut() else {
+        return Err("--request: \"messages\" must be an array".into());
+    };
+    if let Some(system) = &args.system {
+        let first_is_system = messages
+            .first()
+            .and_then(|m| m["role"].as_str())
+            .is_some_and(|role| role == "system" || role == "developer");
+        if first_is_system {
+            messages[0]["content"] = json!(system);
+        } else {
+            messages.insert(0, json!({"role": "system", "content": system}));
+        }
+    }
+    if let Some(prompt) = prompt {
+        messages.push(json!({"role": "user", "content": prompt}));
+    }
+    if !messages
+        .iter()
+        .any(|m| m["role"] != "system" && m["role"] != "developer")
+    {
+        return Err("no prompt: give it as arguments, on standard input, or in --request".into());
+    }
+    // Ask for the provider's usage figures; a request that sets stream_options keeps its own
+    // (null: send none).
+    match body.get("stream_options") {
+        None => {
+            body.insert("stream_options".into(), json!({"include_usage": true}));
+        }
+        Some(Value::Null) => {
+            body.remove("stream_options");
+        }
+        Some(_) => {}
+    }
+    Ok(Value::Object(body))
+}
+
+/// The prompt: the arguments, else standard input when it is not a terminal.
+fn prompt(args: &ChatArgs) -> Result<Option<String>, String> {
+    if !args.prompt.is_empty() {
+        return Ok(Some(args.prompt.join(" ")));
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Ok(None);
+    }
+    let mut text = String::new();
+    stdin
+        .lock()
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read the prompt from standard input: {e}"))?;
+    let text = text.trim();
+    Ok((!text.is_empty()).then(|| text.to_string()))
+}
+
+fn nonempty(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+pub async fn run(args: ChatArgs) -> Result<(), Exit> {
+    let base = match &args.request {
+        Some(path) => Some(replay::read_request(path).await?),
+        None => None,
+    };
+    let request = build_request(base, &args, prompt(&args)?)?;
+
+    let mut builder = Client::builder();
+    let base_url = nonempty(&args.base_url);
+    if let Some(url) = base_url {
+        builder = builder.base_url(url);
+    }
+    match nonempty(&args.api_key) {
+        Some(key) => builder = builder.api_key(key),
+        None if base_url.is_none() => {
+            return Err(Exit::from(
+                "no API key: pass --api-key or set OPENAI_API_KEY (or --base-url for a local server)"
+                    .to_string(),
+            ));
+        }
+        None => {}
+    }
+    if let Some(version) = &args.azure {
+        builder = builder.azure(version);
+    }
+    let idle = args
+        .idle_timeout
+        .unwrap_or(choicewise_client::DEFAULT_IDLE_TIMEOUT);
+    let client = builder
+        .idle_timeout(idle)
+        .build()
+        .map_err(|e| e.to_string())?;
+
+    // Open the recording first: a bad path fails before anything is spent.
+    let recording = match &args.record {
+        Some(path) => {
+            let file =
+                File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            Some((
+                path.clone(),
+                Arc::new(Mutex::new(Recording::default())),
+                file,
+            ))
+        }
+        None => None,
+    };
+
+    let start = Instant::now();
+    let response = client.send(&request).await.map_err(|e| e.to_string())?;
+    let completions = Completions::builder()
+        .request(request.clone())
+        .idle_timeout(idle);
+    let (completions, recording) = match recording {
+        None => (completions.from_sse(response.bytes_stream()), None),
+        Some((path, shared, file)) => {
+            shared.lock().unwrap_or_else(|p| p.into_inner()).recorder =
+                Some(Recorder::new(BufWriter::new(file), start));
+            let tap = Tap {
+                inner: Box::pin(response.bytes_stream()),
+                recording: shared.clone(),
+            };
+            (completions.from_sse(tap), Some((path, shared)))
+        }
+    };
+
+    let model = request["model"].as_str().map(str::to_string);
+    let n = request["n"].as_u64().unwrap_or(1);
+    let title = format!(
+        "chat · {} · n={n}",
+        model.as_deref().unwrap_or(DEFAULT_MODEL)
+    );
+    let options = live::Options {
+        start,
+        title,
+        model,
+    };
+    let shown = if args.view.live() {
+        // The live view reads Ctrl-C itself and leaves its last frame on the screen.
+        view::show(completions, &args.view, options).await
+    } else {
+        tokio::select! {
+            shown = view::show(completions, &args.view, options) => shown,
+            _ = tokio::signal::ctrl_c() => Err(Exit { message: "interrupted".into(), code: 130 }),
+        }
+    };
+
+    // Whatever arrived is saved, however the view ended.
+    if let Some((path, shared)) = recording {
+        let mut state = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let finished = state.recorder.take().map(Recorder::finish);
+        let failed = state
+            .error
+            .take()
+            .map(Err)
+            .or(finished.map(|f| f.map(drop)));
+        if let Some(Err(e)) = failed {
+            let message = format!("cannot write the recording {}: {e}", path.display());
+            return Err(shown.err().unwrap_or(Exit::from(message)));
+        }
+    }
+    shown
+}
+
+#[derive(Default)]
+struct Recording {
+    recorder: Option<Recorder<BufWriter<File>>>,
+    /// The first write error; the stream goes on without recording.
+    error: Option<std::io::Error>,
+}
+
+/// Passes the body's reads through, recording each with its arrival time.
+struct Tap<S> {
+    inner: S,
+    recording: Arc<Mutex<Recording>>,
+}
+
+impl<S, B, E> Stream for Tap<S>
+where
+    S: Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+{
+    type Item = Result<B, E>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = Pin::new(&mut self.inner).poll_next(cx);
+        if let Poll::Ready(Some(Ok(bytes))) = &next {
+            let arrived = Instant::now();
+            let mut state = self.recording.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(recorder) = state.recorder.as_mut()
+                && let Err(e) = recorder.write(bytes.as_ref(), arrived)
+            {
+                state.recorder = None;
+                state.error = Some(e);
+            }
+        }
+        next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        chat: ChatArgs,
+    }
+
+    fn args(list: &[&str]) -> ChatArgs {
+        Cli::parse_from(std::iter::once("chat").chain(list.iter().copied())).chat
+    }
+
+    #[test]
+    fn flags_fill_an_empty_request() {
+        let a = args(&["-n", "3", "--system", "Be brief.", "hi", "there"]);
+        let r = build_request(None, &a, Some("hi there".into())).unwrap();
+        assert_eq!(
+            r,
+            json!({
+                "model": "gpt-4o-mini",
+                "n": 3,
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "hi there"},
+                ],
+                "stream_options": {"include_usage": true},
+            })
+        );
+    }
+
+    #[test]
+    fn flags_override_or_fill_a_request_file() {
+        let base = json!({
+            "model": "gpt-4.1",
+            "n": 2,
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "messages": [{"role": "developer", "content": "old"}, {"role": "user", "content": "q"}],
+            "stream_options": null,
+        });
+        let r = build_request(Some(base.clone()), &args(&[]), None).unwrap();
+        assert_eq!(r["model"], "gpt-4.1");
+        assert_eq!(r["n"], 2);
+        assert!(r.get("stream_options").is_none());
+        assert_eq!(r["tools"], base["tools"]);
+
+        let a = args(&["--model", "o4-mini", "-n", "4", "--system", "new"]);
+        let r = build_request(Some(base), &a, Some("more".into())).unwrap();
+        assert_eq!((&r["model"], &r["n"]), (&json!("o4-mini"), &json!(4)));
+        assert_eq!(
+            r["messages"],
+            json!([
+                {"role": "developer", "content": "new"},
+                {"role": "user", "content": "q"},
+                {"role": "user", "content": "more"},
+            ])
+        );
+    }
+
+    #[test]
+    fn a_request_without_a_prompt_is_refused() {
+        let e = build_request(None, &args(&["--system", "s"]), None).unwrap_err();
+        assert!(e.starts_with("no prompt"), "{e}");
+        let e = build_request(Some(json!([])), &args(&[]), Some("x".into())).unwrap_err();
+        assert!(e.contains("JSON object"), "{e}");
+    }
+}

@@ -1,0 +1,324 @@
+//! `choicewise chat` against a loopback server, and recordings played back with `replay`.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use choicewise_testserver::{Failure, TestServer};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("choicewise-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Runs `choicewise ARGS` without blocking the runtime the test server runs on, with no
+/// OpenAI settings from the environment and an empty standard input.
+async fn choicewise(args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap()
+}
+
+fn ok(out: &Output) -> &[u8] {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    &out.stdout
+}
+
+async fn replay_json(path: &Path) -> Vec<u8> {
+    ok(&choicewise(&["replay", path.to_str().unwrap(), "--json"]).await).to_vec()
+}
+
+async fn server() -> TestServer {
+    TestServer::builder()
+        .fixture("openai_n3_tools.sse")
+        .seed(7)
+        .random_writes(1, 48)
+        .max_write_delay(Duration::from_millis(1))
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_json_equals_replay_json_and_the_request_is_what_was_asked() {
+    let server = server().await;
+    let url = server.base_url();
+    let out = choicewise(&[
+        "chat",
+        "--base-url",
+        &url,
+        "--api-key",
+        "test",
+        "-n",
+        "3",
+        "--json",
+        "hi",
+    ])
+    .await;
+    let expected = replay_json(&fixture("openai_n3_tools.sse")).await;
+    assert_eq!(
+        String::from_utf8_lossy(ok(&out)),
+        String::from_utf8_lossy(&expected)
+    );
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.path, "/v1/chat/completions");
+    assert_eq!(request.header("authorization"), Some("Bearer test"));
+    let body = request.json.as_ref().unwrap();
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["n"], 3);
+    assert_eq!(body["model"], "gpt-4o-mini");
+    assert_eq!(
+        body["messages"],
+        serde_json::json!([{"role": "user", "content": "hi"}])
+    );
+    assert_eq!(body["stream_options"]["include_usage"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_record_then_replay_gives_the_same_json() {
+    let server = server().await;
+    let url = server.base_url();
+    let recording = scratch("chat.rec");
+    let out = choicewise(&[
+        "chat",
+        "--base-url",
+        &url,
+        "--api-key",
+        "test",
+        "-n",
+        "3",
+        "--record",
+        recording.to_str().unwrap(),
+        "--json",
+        "hi",
+    ])
+    .await;
+    let chat = ok(&out).to_vec();
+    let replayed = replay_json(&recording).await;
+    assert_eq!(
+        String::from_utf8_lossy(&replayed),
+        String::from_utf8_lossy(&chat)
+    );
+    assert_eq!(replayed, replay_json(&fixture("openai_n3_tools.sse")).await);
+
+    // The recording is the fixture's bytes with a header and a stamp before each event.
+    let text = std::fs::read_to_string(&recording).unwrap();
+    assert!(
+        text.starts_with(": choicewise-recording v1\n: t="),
+        "{text:.80}"
+    );
+    let stamps = text.lines().filter(|l| l.starts_with(": t=")).count();
+    let events = std::fs::read_to_string(fixture("openai_n3_tools.sse"))
+        .unwrap()
+        .matches("data: ")
+        .count();
+    assert_eq!(stamps, events);
+    let without: String = text
+        .split_inclusive('\n')
+        .filter(|l| !l.starts_with(": t=") && !l.starts_with(": choicewise-recording"))
+        .collect();
+    assert_eq!(
+        without,
+        std::fs::read_to_string(fixture("openai_n3_tools.sse")).unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_plain_view_labels_the_choices() {
+    let server = server().await;
+    let url = server.base_url();
+    let out = choicewise(&["chat", "--base-url", &url, "-n", "3", "hi"]).await;
+    let text = String::from_utf8(ok(&out).to_vec()).unwrap();
+    assert!(text.contains("[choice 1] ✔ finished: tool_calls"), "{text}");
+    assert!(
+        text.contains("usage (reported): prompt 97, completion 126, total 223"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_error_is_one_line_with_the_status_and_the_providers_message() {
+    let server = TestServer::builder()
+        .fixture("openai_n3_tools.sse")
+        .fail(Failure::status(401).message("Incorrect API key provided: test."))
+        .start()
+        .await
+        .unwrap();
+    let url = server.base_url();
+    let out = choicewise(&[
+        "chat",
+        "--base-url",
+        &url,
+        "--api-key",
+        "test",
+        "-n",
+        "3",
+        "--json",
+        "hi",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("401"), "{stderr}");
+    assert!(
+        stderr.contains("Incorrect API key provided: test."),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_file_is_sent_with_the_flags_over_it() {
+    let server = server().await;
+    let url = server.base_url();
+    let request = scratch("request.json");
+    std::fs::write(
+        &request,
+        r#"{"model": "gpt-4.1", "temperature": 0.2,
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+            "messages": [{"role": "user", "content": "Weather in Paris?"}]}"#,
+    )
+    .unwrap();
+    let out = choicewise(&[
+        "chat",
+        "--base-url",
+        &url,
+        "--request",
+        request.to_str().unwrap(),
+        "-n",
+        "3",
+        "--system",
+        "Be brief.",
+        "--json",
+    ])
+    .await;
+    ok(&out);
+    let body = server.requests()[0].json.clone().unwrap();
+    assert_eq!(body["model"], "gpt-4.1");
+    assert_eq!(body["n"], 3);
+    assert_eq!(body["temperature"], 0.2);
+    assert_eq!(body["tools"][0]["function"]["name"], "get_weather");
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert_eq!(body["messages"][1]["content"], "Weather in Paris?");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_without_a_prompt_or_a_key_says_what_is_missing() {
+    let out = choicewise(&["chat", "--base-url", "http://127.0.0.1:9/v1", "-n", "2"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no prompt"));
+    let out = choicewise(&["chat", "hi"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no API key"));
+}
+
+/// A recording of the fixture whose stamps span `span` (evenly spread over the events).
+fn stamped(name: &str, span: Duration) -> PathBuf {
+    let original = std::fs::read_to_string(fixture(name)).unwrap();
+    let events: Vec<&str> = original.split_inclusive("\n\n").collect();
+    let mut text = String::from(": choicewise-recording v1\n");
+    for (i, event) in events.iter().enumerate() {
+        let ms = span.as_secs_f64() * 1000.0 * i as f64 / (events.len() - 1) as f64;
+        text.push_str(&format!(": t={ms:.3}\n{event}"));
+    }
+    let path = scratch(&format!("{name}.{}.rec", span.as_millis()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The fastest of three runs (the machine is shared and noisy).
+async fn fastest(args: &[&str]) -> (Duration, Vec<u8>) {
+    let mut best = None;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let out = choicewise(args).await;
+        let took = t0.elapsed();
+        let stdout = ok(&out).to_vec();
+        if best.as_ref().is_none_or(|(b, _)| took < *b) {
+            best = Some((took, stdout));
+        }
+    }
+    best.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_honours_the_recorded_times_at_the_given_speed() {
+    let path = stamped("openai_n3_tools.sse", Duration::from_millis(300));
+    let file = path.to_str().unwrap();
+    let expected = replay_json(&fixture("openai_n3_tools.sse")).await;
+
+    let t0 = Instant::now();
+    let paced = choicewise(&["replay", file, "--json", "--speed", "1"]).await;
+    let took = t0.elapsed();
+    assert_eq!(ok(&paced), expected);
+    assert!(took >= Duration::from_millis(300), "speed 1 took {took:?}");
+
+    // --json plays at once unless asked; --speed 0 always does.
+    let (fast, out) = fastest(&["replay", file, "--json"]).await;
+    assert_eq!(out, expected);
+    assert!(fast < Duration::from_millis(250), "--json took {fast:?}");
+    let (fast, _) = fastest(&["replay", file, "--plain", "--speed", "0"]).await;
+    assert!(fast < Duration::from_millis(250), "--speed 0 took {fast:?}");
+
+    // The plain view plays at the recorded pace by default; speed 3 takes a third.
+    let t0 = Instant::now();
+    let out = choicewise(&["replay", file, "--plain"]).await;
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    let plain = String::from_utf8(ok(&out).to_vec()).unwrap();
+    assert!(
+        plain.contains("[choice 1] ✔ finished: tool_calls"),
+        "{plain}"
+    );
+    let t0 = Instant::now();
+    ok(&choicewise(&["replay", file, "--plain", "--speed", "3"]).await);
+    assert!(t0.elapsed() >= Duration::from_millis(100));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_and_its_plain_stream_replay_alike() {
+    let path = stamped("answer_question.sse", Duration::from_millis(50));
+    assert_eq!(
+        replay_json(&path).await,
+        replay_json(&fixture("answer_question.sse")).await
+    );
+    // Each choice's lines in order (the choices' lines interleave as they come).
+    let plain = |p: PathBuf| async move {
+        let out = choicewise(&["replay", p.to_str().unwrap(), "--speed", "0"]).await;
+        let text = String::from_utf8(ok(&out).to_vec()).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.sort_by(|a, b| a.split(']').next().cmp(&b.split(']').next()));
+        lines
+    };
+    assert_eq!(
+        plain(path).await,
+        plain(fixture("answer_question.sse")).await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_speed_is_refused() {
+    let out = choicewise(&["replay", "--speed=-1"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a speed"));
+}
