@@ -32,11 +32,12 @@ pub(crate) struct ChoiceUpdate {
     pub content: Option<Text>,
     pub refusal: Option<Text>,
     pub reasoning: Option<Text>,
-    pub function_call: Option<CallFragment>,
+    pub function_call: Option<Box<CallFragment>>,
     pub tool_calls: Vec<ToolFragment>,
     pub finish_reason: Option<Text>,
-    pub logprobs: Option<Value>,
-    pub content_filter_results: Option<Value>,
+    // Rare fields are boxed: updates are moved several times on the hot path.
+    pub logprobs: Option<Box<Value>>,
+    pub content_filter_results: Option<Box<Value>>,
 }
 
 impl ChoiceUpdate {
@@ -199,18 +200,18 @@ impl ChoiceAccumulator {
             }
         }
         if let Some(f) = u.function_call {
-            self.function_fragment(f, line, out);
+            self.function_fragment(*f, line, out);
         }
         for f in u.tool_calls {
             self.tool_fragment(f, line, out)?;
         }
         if let Some(lp) = u.logprobs {
             merge_logprobs(&mut self.logprobs, &lp);
-            out.push(ChoiceEvent::Logprobs(Arc::new(lp)));
+            out.push(ChoiceEvent::Logprobs(Arc::new(*lp)));
         }
         if let Some(cf) = u.content_filter_results {
-            self.content_filter_results = Some(cf.clone());
-            out.push(ChoiceEvent::ContentFilter(Arc::new(cf)));
+            self.content_filter_results = Some((*cf).clone());
+            out.push(ChoiceEvent::ContentFilter(Arc::new(*cf)));
         }
         if let Some(reason) = u.finish_reason {
             match &self.finish {
@@ -261,7 +262,7 @@ impl ChoiceAccumulator {
         set_once(
             &mut state.name,
             f.name.clone(),
-            "function_call.name",
+            || "function_call.name".to_string(),
             &mut warnings,
         );
         let late = state.finished && !choice_finished;
@@ -290,13 +291,13 @@ impl ChoiceAccumulator {
         let index = self.index;
         let state = &mut self.tool_calls[position];
         let mut warnings = Vec::new();
-        let field = |name: &str| format!("tool_calls[{position}].{name}");
-        set_once(&mut state.id, f.id, &field("id"), &mut warnings);
-        set_once(&mut state.kind, f.kind, &field("type"), &mut warnings);
+        let field = |name: &'static str| move || format!("tool_calls[{position}].{name}");
+        set_once(&mut state.id, f.id, field("id"), &mut warnings);
+        set_once(&mut state.kind, f.kind, field("type"), &mut warnings);
         set_once(
             &mut state.name,
             f.function.name.clone(),
-            &field("function.name"),
+            field("function.name"),
             &mut warnings,
         );
         let late = state.finished && !choice_finished;
@@ -435,17 +436,19 @@ fn conflict(field: &str, kept: &str, ignored: &str) -> WarningKind {
     }
 }
 
+/// Sets a set-once field; `field` names it, and is only called for a conflict (this runs
+/// for every fragment).
 fn set_once(
     slot: &mut Option<Text>,
     value: Option<Text>,
-    field: &str,
+    field: impl FnOnce() -> String,
     warnings: &mut Vec<WarningKind>,
 ) {
     let Some(value) = value else { return };
     match slot {
         None => *slot = Some(value),
         Some(kept) if **kept == *value => {}
-        Some(kept) => warnings.push(conflict(field, kept, &value)),
+        Some(kept) => warnings.push(conflict(&field(), kept, &value)),
     }
 }
 
@@ -592,7 +595,7 @@ mod tests {
         let events = apply(
             &mut acc,
             ChoiceUpdate {
-                content_filter_results: Some(json!({"hate": {}})),
+                content_filter_results: Some(Box::new(json!({"hate": {}}))),
                 ..update(3)
             },
         );
@@ -698,11 +701,11 @@ mod tests {
         let events = apply(
             &mut acc,
             ChoiceUpdate {
-                function_call: Some(CallFragment {
+                function_call: Some(Box::new(CallFragment {
                     name: Some(text("lookup")),
                     arguments: Some(text("{\"q\":1}")),
                     arguments_not_string: true,
-                }),
+                })),
                 finish_reason: Some(text("function_call")),
                 ..update(1)
             },
@@ -724,14 +727,16 @@ mod tests {
         apply(
             &mut acc,
             ChoiceUpdate {
-                logprobs: Some(json!({"content": [{"token": "a"}], "refusal": null})),
+                logprobs: Some(Box::new(
+                    json!({"content": [{"token": "a"}], "refusal": null}),
+                )),
                 ..update(1)
             },
         );
         apply(
             &mut acc,
             ChoiceUpdate {
-                logprobs: Some(json!({"content": [{"token": "b"}]})),
+                logprobs: Some(Box::new(json!({"content": [{"token": "b"}]}))),
                 ..update(2)
             },
         );

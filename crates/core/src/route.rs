@@ -210,7 +210,7 @@ fn convert(
         .or(delta.reasoning)
         .map(|t| text(&t));
     if let Some(f) = delta.function_call {
-        update.function_call = Some(fragment(Some(f)));
+        update.function_call = Some(Box::new(fragment(Some(*f))));
     }
     if let Some(calls) = delta.tool_calls {
         update.tool_calls.reserve_exact(calls.len());

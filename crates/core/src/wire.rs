@@ -116,12 +116,13 @@ pub struct ChunkChoice<'a> {
         skip_serializing_if = "Option::is_none"
     )]
     pub finish_reason: Option<Cow<'a, str>>,
-    /// Log probabilities of the tokens in this update.
+    /// Log probabilities of the tokens in this update (boxed: rare, and it keeps the
+    /// struct small to move).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub logprobs: Option<Value>,
-    /// Azure's content filter annotations for this choice.
+    pub logprobs: Option<Box<Value>>,
+    /// Azure's content filter annotations for this choice (boxed: rare).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_filter_results: Option<Value>,
+    pub content_filter_results: Option<Box<Value>>,
 }
 
 /// The new message data of one choice in one chunk.
@@ -174,9 +175,9 @@ pub struct Delta<'a> {
         skip_serializing_if = "Option::is_none"
     )]
     pub reasoning: Option<Cow<'a, str>>,
-    /// A fragment of the legacy single function call.
+    /// A fragment of the legacy single function call (boxed: rare).
     #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
-    pub function_call: Option<FunctionCallDelta<'a>>,
+    pub function_call: Option<Box<FunctionCallDelta<'a>>>,
     /// Fragments of tool calls, each naming its call by `index`.
     #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta<'a>>>,
@@ -416,7 +417,7 @@ impl Delta<'_> {
             refusal: own(self.refusal),
             reasoning_content: own(self.reasoning_content),
             reasoning: own(self.reasoning),
-            function_call: self.function_call.map(FunctionCallDelta::into_owned),
+            function_call: self.function_call.map(|f| Box::new(f.into_owned())),
             tool_calls: self
                 .tool_calls
                 .map(|calls| calls.into_iter().map(ToolCallDelta::into_owned).collect()),
@@ -506,10 +507,49 @@ where
 /// `created` is an integer by the API's word; accept a float (some servers send one) and
 /// ignore anything else rather than reject the whole chunk over a timestamp.
 fn lenient_i64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
-    Ok(match Value::deserialize(deserializer)? {
-        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        _ => None,
-    })
+    struct Lenient;
+    impl<'de> Visitor<'de> for Lenient {
+        type Value = Option<i64>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a timestamp")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(i64::try_from(v).ok())
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok(Some(v as i64))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(Lenient)
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok(None)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+    }
+    deserializer.deserialize_any(Lenient)
 }
 
 #[cfg(test)]
