@@ -34,9 +34,10 @@ pub enum Error {
         /// What the JSON parser found.
         message: String,
     },
-    /// The provider reported an error in the stream.
+    /// The provider reported an error in the stream. Shared, not copied, by every stream
+    /// that reports it.
     #[error(transparent)]
-    Upstream(Box<UpstreamError>),
+    Upstream(Arc<UpstreamError>),
     /// The input stream itself failed (a network read, an I/O error).
     #[error("reading the stream failed after {offset} bytes: {message}")]
     Transport {

@@ -200,7 +200,8 @@ pub struct Warning {
 pub enum WarningKind {
     /// Data arrived for a choice after its `finish_reason`; it was applied to the message.
     DataAfterFinish,
-    /// A second `finish_reason` arrived; the first is kept as the finish reason.
+    /// A second `finish_reason` arrived; the first is kept as the finish reason. (Values
+    /// longer than 80 characters are quoted cut, with their length.)
     SecondFinish {
         /// The finish reason in force.
         kept: String,
@@ -211,7 +212,8 @@ pub enum WarningKind {
     /// serialisation was appended.
     ArgumentsNotString,
     /// A set-once field (role, call id, type, name) was sent again with another value; the
-    /// first value is kept.
+    /// first value is kept. (Values longer than 80 characters are quoted cut, with their
+    /// length.)
     ConflictingValue {
         /// The field, e.g. `tool_calls[1].id`.
         field: String,

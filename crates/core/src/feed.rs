@@ -71,7 +71,14 @@ impl SseDecoder {
     pub fn process(&mut self, bytes: &[u8], router: &mut Router) -> Step {
         let mut stop: Option<Result<(), Error>> = None;
         let fed = self.framer.feed(bytes, |event| {
-            match route_event(router, event.event, event.data, event.line, event.offset) {
+            match route_event(
+                router,
+                event.event,
+                event.data,
+                event.line,
+                event.offset,
+                event.data_lines,
+            ) {
                 Ok(Flow::Continue) => ControlFlow::Continue(()),
                 Ok(Flow::Done) => {
                     stop = Some(Ok(()));

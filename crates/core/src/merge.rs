@@ -222,8 +222,8 @@ impl ChoiceAccumulator {
                 }
                 Some(kept) => {
                     let kind = WarningKind::SecondFinish {
-                        kept: kept.to_string(),
-                        ignored: reason.to_string(),
+                        kept: preview(kept),
+                        ignored: preview(&reason),
                     };
                     out.push(self.warning(line, kind));
                 }
@@ -431,8 +431,19 @@ fn append(slot: &mut Option<String>, t: &str) {
 fn conflict(field: &str, kept: &str, ignored: &str) -> WarningKind {
     WarningKind::ConflictingValue {
         field: field.to_string(),
-        kept: kept.to_string(),
-        ignored: ignored.to_string(),
+        kept: preview(kept),
+        ignored: preview(ignored),
+    }
+}
+
+/// How much of a value a warning quotes: warnings must not grow memory with (repeats x value
+/// size), so a long value is cut, saying how long it was.
+const PREVIEW_CHARS: usize = 80;
+
+pub(crate) fn preview(value: &str) -> String {
+    match value.char_indices().nth(PREVIEW_CHARS) {
+        None => value.to_string(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &value[..cut], value.len()),
     }
 }
 

@@ -7,6 +7,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+use choicewise_sse::DataLines;
+
 use crate::error::{Error, UpstreamError};
 use crate::event::{Warning, WarningKind};
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
@@ -145,9 +147,9 @@ impl Router {
             slot.batch.push(update);
         }
         match chunk.error {
-            Some(e) if !e.is_null() => Err(Error::Upstream(Box::new(UpstreamError::from_value(
-                &e, line,
-            )))),
+            Some(e) if !e.is_null() => Err(Error::Upstream(std::sync::Arc::new(
+                UpstreamError::from_value(&e, line),
+            ))),
             _ => Ok(()),
         }
     }
@@ -248,6 +250,7 @@ pub(crate) fn route_event(
     data: &str,
     line: u64,
     offset: u64,
+    data_lines: DataLines<'_>,
 ) -> Result<Flow, Error> {
     #[cfg(feature = "fault-injection")]
     if data == crate::fault::FAULT_PANIC_READER {
@@ -260,9 +263,21 @@ pub(crate) fn route_event(
     if event == "error" {
         let value = serde_json::from_str::<Value>(trimmed)
             .unwrap_or_else(|_| Value::String(trimmed.to_string()));
-        return Err(Error::Upstream(Box::new(UpstreamError::from_value(
-            &value, line,
-        ))));
+        return Err(Error::Upstream(std::sync::Arc::new(
+            UpstreamError::from_value(&value, line),
+        )));
+    }
+    if !trimmed.starts_with('{') {
+        // An array would otherwise be read as the chunk's fields by position.
+        let found = trimmed
+            .chars()
+            .next()
+            .map_or("nothing".to_string(), |c| format!("{c:?}"));
+        return Err(Error::Json {
+            line: data_lines.line(0).unwrap_or(line),
+            offset,
+            message: format!("expected a JSON object, found {found}"),
+        });
     }
     match serde_json::from_str::<ChatCompletionChunk<'_>>(data) {
         Ok(chunk) => router.route(chunk, line)?,
@@ -277,11 +292,11 @@ pub(crate) fn route_event(
                         count += 1;
                         router.route(chunk, line)?;
                     }
-                    Err(e) => return Err(json_error(&e, line, offset)),
+                    Err(e) => return Err(json_error(&e, line, offset, data_lines)),
                 }
             }
             match count {
-                0 => return Err(json_error(&first_error, line, offset)),
+                0 => return Err(json_error(&first_error, line, offset, data_lines)),
                 1 => {}
                 count => router.warnings.push(Warning {
                     choice: None,
@@ -294,9 +309,12 @@ pub(crate) fn route_event(
     Ok(Flow::Continue)
 }
 
-fn json_error(e: &serde_json::Error, line: u64, offset: u64) -> Error {
+/// A JSON error at the line of the event it is on: serde_json counts lines within the data
+/// (its data lines joined), which other fields and comments may stand between.
+fn json_error(e: &serde_json::Error, line: u64, offset: u64, data_lines: DataLines<'_>) -> Error {
+    let within = e.line().saturating_sub(1);
     Error::Json {
-        line: line + (e.line() as u64).saturating_sub(1),
+        line: data_lines.line(within).unwrap_or(line + within as u64),
         offset,
         message: e.to_string(),
     }
@@ -307,7 +325,7 @@ mod tests {
     use super::*;
 
     fn route_str(router: &mut Router, data: &str) -> Result<Flow, Error> {
-        route_event(router, "", data, 1, 0)
+        route_event(router, "", data, 1, 0, DataLines::default())
     }
 
     #[test]
@@ -396,7 +414,15 @@ mod tests {
     fn done_error_events_and_concatenated_objects() {
         let mut r = Router::new(8);
         assert_eq!(route_str(&mut r, " [DONE]").unwrap(), Flow::Done);
-        let e = route_event(&mut r, "error", r#"{"error":{"message":"boom"}}"#, 3, 0).unwrap_err();
+        let e = route_event(
+            &mut r,
+            "error",
+            r#"{"error":{"message":"boom"}}"#,
+            3,
+            0,
+            DataLines::default(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("boom"), "{e}");
         route_str(
             &mut r,
@@ -419,7 +445,7 @@ mod tests {
             "{\"choices\": [",
             "{\"choices\":[{\"index\":\"0\"}]}",
         ] {
-            let e = route_event(&mut r, "", data, 41, 1000).unwrap_err();
+            let e = route_event(&mut r, "", data, 41, 1000, DataLines::default()).unwrap_err();
             assert!(
                 matches!(
                     e,

@@ -129,6 +129,9 @@ pub(crate) struct ChoiceState {
     pub closed: Option<Result<(), Error>>,
     /// Set when no more writes will come (the choice's actor has stopped).
     pub settled: bool,
+    /// An error met after the sub-streams had already closed `Ok` at the finish (late data
+    /// that broke a limit): reported by `message()` and `collect()`, never dropped.
+    pub late_error: Option<Error>,
     pub waiters: Waiters,
 }
 
@@ -137,6 +140,17 @@ impl ChoiceState {
     pub fn close(&mut self, outcome: Result<(), Error>) {
         if self.closed.is_none() {
             self.closed = Some(outcome);
+        }
+    }
+
+    /// The choice's own merge failed: ends the sub-streams with the error, or, if they had
+    /// already ended at the finish, keeps it as the late error.
+    pub fn fail(&mut self, error: Error) {
+        match self.closed {
+            None => self.closed = Some(Err(error)),
+            Some(_) => {
+                self.late_error.get_or_insert(error);
+            }
         }
     }
 }
@@ -150,6 +164,7 @@ impl ChoiceShared {
                 events: Vec::new(),
                 closed: None,
                 settled: false,
+                late_error: None,
                 waiters: Waiters::default(),
             }),
         }
@@ -163,7 +178,7 @@ impl ChoiceShared {
     pub fn outcome(state: &ChoiceState) -> (ChoiceOutput, Option<Error>) {
         let error = match &state.closed {
             Some(Err(e)) => Some(e.clone()),
-            _ => None,
+            _ => state.late_error.clone(),
         };
         (state.acc.output(), error)
     }

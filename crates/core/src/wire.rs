@@ -77,7 +77,7 @@ pub struct ChatCompletionChunk<'a> {
     )]
     pub service_tier: Option<Cow<'a, str>>,
     /// The choices this chunk updates; `[]` on usage-only and prompt-filter chunks.
-    #[serde(borrow, default, deserialize_with = "null_as_default")]
+    #[serde(borrow, default, deserialize_with = "objects")]
     pub choices: Vec<ChunkChoice<'a>>,
     /// Token usage, when the provider reports it on this chunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,7 +106,12 @@ pub struct ChunkChoice<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<i64>,
     /// The new data for this choice; absent on Azure's annotation-only updates.
-    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        borrow,
+        default,
+        deserialize_with = "opt_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub delta: Option<Delta<'a>>,
     /// Why the choice ended; `null` and `""` mean it has not.
     #[serde(
@@ -176,10 +181,20 @@ pub struct Delta<'a> {
     )]
     pub reasoning: Option<Cow<'a, str>>,
     /// A fragment of the legacy single function call (boxed: rare).
-    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        borrow,
+        default,
+        deserialize_with = "opt_boxed_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub function_call: Option<Box<FunctionCallDelta<'a>>>,
     /// Fragments of tool calls, each naming its call by `index`.
-    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        borrow,
+        default,
+        deserialize_with = "opt_objects",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tool_calls: Option<Vec<ToolCallDelta<'a>>>,
 }
 
@@ -252,7 +267,12 @@ pub struct ToolCallDelta<'a> {
     )]
     pub kind: Option<Cow<'a, str>>,
     /// The function name and argument fragment.
-    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        borrow,
+        default,
+        deserialize_with = "opt_object",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub function: Option<FunctionCallDelta<'a>>,
 }
 
@@ -496,12 +516,60 @@ fn cow_str<'de: 'a, 'a, D: Deserializer<'de>>(
     deserializer.deserialize_option(CowVisitor)
 }
 
-fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+/// A value that must be a JSON object: serde's derived impls also accept an array (the
+/// fields by position), which no provider sends and which would turn garbage into data.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(ObjectVisitor(std::marker::PhantomData))
+            .map(Object)
+    }
+}
+
+fn opt_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
+    T: Deserialize<'de>,
 {
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+    Ok(Option::<Object<T>>::deserialize(deserializer)?.map(|o| o.0))
+}
+
+fn opt_boxed_object<'de, D, T>(deserializer: D) -> Result<Option<Box<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Object<T>>::deserialize(deserializer)?.map(|o| Box::new(o.0)))
+}
+
+fn opt_objects<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let list = Option::<Vec<Object<T>>>::deserialize(deserializer)?;
+    Ok(list.map(|v| v.into_iter().map(|o| o.0).collect()))
+}
+
+/// A list of objects where `null` means empty.
+fn objects<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(opt_objects(deserializer)?.unwrap_or_default())
 }
 
 /// `created` is an integer by the API's word; accept a float (some servers send one) and

@@ -47,6 +47,44 @@ pub struct Event<'a> {
     /// Byte offset (from the start of the stream, a BOM included) of the
     /// event's first field line.
     pub offset: u64,
+    /// The line numbers of the event's `data:` lines (other fields and comments
+    /// may stand between them), to point at a line inside `data`.
+    pub data_lines: DataLines<'a>,
+}
+
+/// The line numbers of an event's `data:` lines: [`DataLines::line`] maps the
+/// k-th line of [`Event::data`] to its line in the stream. Kept as runs of
+/// consecutive lines, at most 64 runs per event (past that, later data lines
+/// are taken as consecutive).
+///
+/// ```
+/// use choicewise_sse::Framer;
+/// use std::ops::ControlFlow;
+///
+/// let mut lines = Vec::new();
+/// Framer::new().feed(b"id: 1\ndata: {\n: note\ndata: }\n\n", |ev| {
+///     lines = (0..2).map(|k| ev.data_lines.line(k)).collect();
+///     ControlFlow::Continue(())
+/// }).unwrap();
+/// assert_eq!(lines, [Some(2), Some(4)]);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct DataLines<'a> {
+    pub(crate) runs: &'a [(u64, u32)],
+}
+
+impl DataLines<'_> {
+    /// The stream line of the event's `k`-th data line (0-based), if known.
+    ///
+    /// ```
+    /// use choicewise_sse::DataLines;
+    /// assert_eq!(DataLines::default().line(0), None);
+    /// ```
+    pub fn line(&self, k: usize) -> Option<u64> {
+        let k = u32::try_from(k).ok()?;
+        let run = self.runs.iter().rev().find(|(_, first)| *first <= k)?;
+        Some(run.0 + u64::from(k - run.1))
+    }
 }
 
 impl<'a> Event<'a> {
@@ -56,7 +94,7 @@ impl<'a> Event<'a> {
     /// ```
     /// use choicewise_sse::Event;
     ///
-    /// let ev = Event { event: "", data: "x", id: None, retry: None, line: 1, offset: 0 };
+    /// let ev = Event { event: "", data: "x", id: None, retry: None, line: 1, offset: 0, data_lines: Default::default() };
     /// assert_eq!(ev.event_type(), "message");
     /// let ev = Event { event: "ping", ..ev };
     /// assert_eq!(ev.event_type(), "ping");
@@ -74,7 +112,7 @@ impl<'a> Event<'a> {
     /// ```
     /// use choicewise_sse::{Event, OwnedEvent};
     ///
-    /// let ev = Event { event: "", data: "x", id: Some("1"), retry: None, line: 3, offset: 10 };
+    /// let ev = Event { event: "", data: "x", id: Some("1"), retry: None, line: 3, offset: 10, data_lines: Default::default() };
     /// let owned: OwnedEvent = ev.to_owned();
     /// assert_eq!(owned.data, "x");
     /// assert_eq!(owned.as_event(), ev);
@@ -142,6 +180,7 @@ impl OwnedEvent {
             retry: self.retry,
             line: self.line,
             offset: self.offset,
+            data_lines: DataLines::default(),
         }
     }
 }

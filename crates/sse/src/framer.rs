@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 
 use memchr::{memchr, memchr2};
 
-use crate::{Event, SseError};
+use crate::{DataLines, Event, SseError};
 
 /// The default maximum event size of [`Framer::new`]: 8 MiB.
 ///
@@ -206,6 +206,11 @@ struct State {
     max: usize,
     data: String,
     has_data: bool,
+    /// Runs of consecutive data lines of the pending event: (first line, first data line
+    /// index); at most `MAX_DATA_RUNS`.
+    data_runs: Vec<(u64, u32)>,
+    /// Data lines of the pending event so far.
+    data_count: u32,
     event_type: String,
     last_id: String,
     retry: Option<u64>,
@@ -265,6 +270,8 @@ impl Framer {
                 max,
                 data: String::new(),
                 has_data: false,
+                data_runs: Vec::new(),
+                data_count: 0,
                 event_type: String::new(),
                 last_id: String::new(),
                 retry: None,
@@ -515,6 +522,8 @@ impl Framer {
         let st = &mut self.st;
         st.data.clear();
         st.has_data = false;
+        st.data_runs.clear();
+        st.data_count = 0;
         st.event_type.clear();
         st.last_id.clear();
         st.retry = None;
@@ -603,6 +612,9 @@ impl Framer {
     }
 }
 
+/// Runs of data lines remembered per event (see [`DataLines`]).
+const MAX_DATA_RUNS: usize = 64;
+
 impl State {
     /// Interprets one complete line (without its line end).
     #[inline]
@@ -669,6 +681,13 @@ impl State {
                 }
                 self.has_data = true;
                 self.data.push_str(value);
+                let contiguous = self.data_runs.last().is_some_and(|&(first, index)| {
+                    first + u64::from(self.data_count - index) == line_no
+                });
+                if !contiguous && self.data_runs.len() < MAX_DATA_RUNS {
+                    self.data_runs.push((line_no, self.data_count));
+                }
+                self.data_count = self.data_count.saturating_add(1);
             }
             "event" => {
                 self.event_type.clear();
@@ -707,12 +726,17 @@ impl State {
                 retry: self.retry,
                 line,
                 offset,
+                data_lines: DataLines {
+                    runs: &self.data_runs,
+                },
             })
         } else {
             ControlFlow::Continue(())
         };
         self.data.clear();
         self.has_data = false;
+        self.data_runs.clear();
+        self.data_count = 0;
         self.event_type.clear();
         self.retry = None;
         self.event_start = None;

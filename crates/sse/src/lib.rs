@@ -78,7 +78,7 @@ mod event;
 mod framer;
 
 pub use error::SseError;
-pub use event::{Event, OwnedEvent};
+pub use event::{DataLines, Event, OwnedEvent};
 pub use framer::{DEFAULT_MAX_EVENT_SIZE, Feed, Framer, Position, Tail};
 
 #[cfg(test)]

@@ -81,7 +81,7 @@ impl ChoiceActorState {
                     }
                 }
                 if let Err(e) = result {
-                    state.close(Err(e));
+                    state.fail(e);
                     self.failed = true;
                     break;
                 }
