@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds the cargo-fuzz targets of fuzz/ and runs each for a bounded time, one after the other.
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   # default: 60 s each, every target
+#   scripts/fuzz.sh dump ARTIFACT                       # a merge_interleaving input as the
+#                                                       # scenario JSON fuzz/regressions keeps
+#
+# Needs cargo-fuzz (`cargo install cargo-fuzz`) and a C++ compiler (libFuzzer is built from
+# source). cargo-fuzz passes nightly-only flags (-Zsanitizer, sanitizer coverage); on the stable
+# toolchain RUSTC_BOOTSTRAP=1 lets it. FUZZ_SANITIZER=none runs without AddressSanitizer (faster;
+# use it if the ASan runtime is missing). Extra libFuzzer flags: FUZZ_FLAGS="-max_len=65536".
+#
+# Corpora: fuzz/corpus/<target> (not committed), seeded from fuzz/seeds/<target> (committed,
+# replayed by tests/hostile.rs) and from tests/fixtures. Crashes land in fuzz/artifacts/<target>;
+# an input that found a bug goes to fuzz/regressions/<target> (merge_interleaving: its `dump`)
+# so that `cargo test --test hostile` replays it. Logs: fuzz/logs/<target>.log.
+set -euo pipefail
+[[ ${1:-} == dump ]] && artifact=$(realpath "$2")
+cd "$(dirname "$0")/../fuzz"
+export RUSTC_BOOTSTRAP=1
+sanitizer=${FUZZ_SANITIZER:-address}
+all=(sse_framing chunk_parse merge_interleaving partial_json pipeline)
+
+if [[ ${1:-} == dump ]]; then
+  cargo fuzz build --sanitizer "$sanitizer" merge_interleaving >&2
+  CHOICEWISE_FUZZ_DUMP=1 "target/x86_64-unknown-linux-gnu/release/merge_interleaving" \
+    "$artifact" 2>/dev/null | sed -n '/^{/,/^}/{p;/^}/q}'
+  exit 0
+fi
+
+seconds=${1:-60}
+shift || true
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
+
+seed() {
+  local t=$1 dir=corpus/$1 f name
+  mkdir -p "$dir"
+  if [[ -d seeds/$t ]]; then
+    cp -n seeds/"$t"/* "$dir"/ 2>/dev/null || true
+  fi
+  for f in ../tests/fixtures/*.sse; do
+    name=$(basename "$f" .sse)
+    case $t in
+      # Input layout: a limit byte, two split-seed bytes, then the stream.
+      sse_framing | pipeline)
+        [[ -e $dir/fixture-$name ]] || { printf '\000\007\000'; cat "$f"; } > "$dir/fixture-$name" ;;
+      # Every event's data of every fixture, one input each.
+      chunk_parse)
+        [[ -e $dir/fixture-$name-1 ]] && continue
+        local n=0 line
+        while IFS= read -r line; do
+          line=${line%$'\r'}
+          [[ $line == data:* ]] || continue
+          n=$((n + 1))
+          printf '%s' "${line#data:}" > "$dir/fixture-$name-$n"
+        done < "$f" ;;
+    esac
+  done
+}
+
+mkdir -p logs
+echo "building (sanitizer: $sanitizer)"
+cargo fuzz build --sanitizer "$sanitizer"
+
+status=0
+summary=()
+for t in "${targets[@]}"; do
+  seed "$t"
+  echo "=== $t: ${seconds}s"
+  rc=0
+  # shellcheck disable=SC2086
+  cargo fuzz run --sanitizer "$sanitizer" "$t" "corpus/$t" -- \
+    -max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
+    ${FUZZ_FLAGS:-} > "logs/$t.log" 2>&1 || rc=$?
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "logs/$t.log" | grep -o '[0-9]*$' | tail -1)
+  corpus=$(find "corpus/$t" -type f | wc -l)
+  crashes=$(find "artifacts/$t" -type f 2>/dev/null | wc -l)
+  [[ $rc -eq 0 ]] || { status=1; tail -40 "logs/$t.log"; }
+  summary+=("| $t | $seconds | ${execs:-?} | $corpus | $crashes | $rc |")
+done
+
+echo
+echo "| target | seconds | execs | corpus files | artifacts | exit |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${summary[@]}"
+exit $status
