@@ -22,31 +22,38 @@ pub fn cli_binary() -> Option<PathBuf> {
     cli.exists().then_some(cli)
 }
 
-/// Largest resident set of any child process so far, KiB.
-fn children_max_rss_kib() -> i64 {
-    // SAFETY: getrusage writes into the struct we pass; RUSAGE_CHILDREN is a valid target.
-    unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) == 0 {
-            usage.ru_maxrss
-        } else {
-            -1
-        }
-    }
+/// The peak resident set of a running process, KiB (`VmHWM` in `/proc/<pid>/status`: a
+/// high-water mark of that process alone, from its exec on).
+fn peak_rss_kib(pid: u32) -> Option<i64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 pub fn measure(cli: &Path, file: &Path, chunks: usize, reps: usize) -> ReplayFigures {
     let megabytes = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0) as f64 / 1e6;
     let mut process = Vec::new();
+    let mut max_rss_kib = 0i64;
     for _ in 0..reps {
         let start = Instant::now();
-        let status = Command::new(cli)
+        let mut child = Command::new(cli)
             .args(["replay", "--json"])
             .arg(file)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status()
+            .spawn()
             .expect("run choicewise");
+        // Poll the child's high-water mark until it exits (the last reading before the exit
+        // is at most a poll interval early).
+        let status = loop {
+            if let Some(kib) = peak_rss_kib(child.id()) {
+                max_rss_kib = max_rss_kib.max(kib);
+            }
+            match child.try_wait().expect("wait for choicewise") {
+                Some(status) => break status,
+                None => std::thread::sleep(std::time::Duration::from_millis(2)),
+            }
+        };
         process.push(start.elapsed().as_secs_f64());
         assert!(status.success(), "choicewise replay --json failed");
     }
@@ -63,6 +70,6 @@ pub fn measure(cli: &Path, file: &Path, chunks: usize, reps: usize) -> ReplayFig
         chunks,
         process_secs: median(&process),
         baseline_secs: median(&baseline),
-        max_rss_kib: children_max_rss_kib(),
+        max_rss_kib,
     }
 }
