@@ -14,8 +14,14 @@ pub async fn json(completions: Completions) -> Result<(), String> {
         Err(incomplete) => (incomplete.partial, Some(incomplete.error)),
     };
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, &completion).map_err(|e| e.to_string())?;
-    writeln!(out).map_err(|e| e.to_string())?;
+    let written = serde_json::to_writer_pretty(&mut out, &completion)
+        .map_err(std::io::Error::from)
+        .and_then(|()| writeln!(out));
+    match written {
+        // The reader went away (`| head`): not an error of ours, as for any Unix filter.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other.map_err(|e| e.to_string())?,
+    }
     for w in completions.warnings() {
         eprintln!("warning: {w}");
     }
