@@ -4,6 +4,8 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
+use plotters::coord::ranged1d::Ranged;
+
 use crate::latency::Summary;
 use crate::throughput::ThroughputResult;
 
@@ -59,17 +61,7 @@ pub fn throughput(
                     .map(|f| (f64::from(r.n), f.chunks_per_sec(r.chunks) / 1e6))
             })
             .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-            .label(contender.name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
-        chart.draw_series(
-            points
-                .into_iter()
-                .map(|p| Circle::new(p, 3, color.filled())),
-        )?;
+        line_with_points(&mut chart, points, contender.name, color)?;
     }
     chart
         .configure_series_labels()
@@ -110,17 +102,7 @@ pub fn latency(series: &[(&str, Summary)], path: &Path) -> Result<(), Box<dyn st
     for (i, (name, s)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let points = vec![(0.0, s.p50), (1.0, s.p99), (2.0, s.p999), (3.0, s.max)];
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
-        chart.draw_series(
-            points
-                .into_iter()
-                .map(|p| Circle::new(p, 3, color.filled())),
-        )?;
+        line_with_points(&mut chart, points, name, color)?;
     }
     chart
         .draw_series(LineSeries::new(
@@ -136,5 +118,32 @@ pub fn latency(series: &[(&str, Summary)], path: &Path) -> Result<(), Box<dyn st
         .position(SeriesLabelPosition::UpperLeft)
         .draw()?;
     root.present()?;
+    Ok(())
+}
+
+/// One labelled line with a dot at each point.
+fn line_with_points<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    points: Vec<(f64, f64)>,
+    label: &str,
+    color: RGBColor,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    chart
+        .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+        .map_err(|e| e.to_string())?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+    chart
+        .draw_series(
+            points
+                .into_iter()
+                .map(|p| Circle::new(p, 3, color.filled())),
+        )
+        .map_err(|e| e.to_string())?;
     Ok(())
 }

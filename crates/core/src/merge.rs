@@ -245,19 +245,18 @@ impl ChoiceAccumulator {
             kind: CallKind::Function,
             position: 0,
         };
-        if self.function_call.is_none() {
-            let mut state = CallState::new(None);
-            state.name = f.name.clone();
+        let index = self.index;
+        let choice_finished = self.finish.is_some();
+        let state = self.function_call.get_or_insert_with(|| {
             out.push(ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
                 call,
                 id: None,
                 name: f.name.clone(),
             }));
-            self.function_call = Some(state);
-        }
-        let index = self.index;
-        let choice_finished = self.finish.is_some();
-        let state = self.function_call.as_mut().expect("set above");
+            let mut state = CallState::new(None);
+            state.name = f.name.clone();
+            state
+        });
         let mut warnings = Vec::new();
         set_once(
             &mut state.name,

@@ -141,7 +141,7 @@ impl Router {
                 line,
             })?;
             let slot = self.slot_for(index, line)?;
-            let update = convert(choice, index, line, &mut self.warnings)?;
+            let update = convert(choice, index, line)?;
             let slot = &mut self.slots[slot];
             slot.finished |= update.finish_reason.is_some();
             slot.batch.push(update);
@@ -188,12 +188,7 @@ fn fragment(f: Option<FunctionCallDelta<'_>>) -> CallFragment {
     }
 }
 
-fn convert(
-    choice: ChunkChoice<'_>,
-    index: u32,
-    line: u64,
-    _warnings: &mut Vec<Warning>,
-) -> Result<ChoiceUpdate, Error> {
+fn convert(choice: ChunkChoice<'_>, index: u32, line: u64) -> Result<ChoiceUpdate, Error> {
     let mut update = ChoiceUpdate {
         line,
         finish_reason: non_empty(choice.finish_reason),
