@@ -51,7 +51,10 @@ async fn dropping_every_handle_mid_stream_stops_the_actors_and_drops_the_upstrea
     assert_eq!(settle(0).await, 0);
     for round in 0..20 {
         let dropped = Arc::new(AtomicBool::new(false));
-        let completions = Completions::from_sse(stalling_upstream(dropped.clone()));
+        // The actors stay alive while the upstream stalls, so that the count shows them.
+        let completions = Completions::builder()
+            .hibernate_after(Duration::MAX)
+            .from_sse(stalling_upstream(dropped.clone()));
         let mut choices = completions.choices();
         let c0 = choices.next().await.unwrap();
         let mut content = c0.content();

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod streams;
+
 use std::path::PathBuf;
 
 use choicewise::{ChatCompletion, Completions, Incomplete};

@@ -181,6 +181,36 @@ impl CompletionsBuilder {
         self
     }
 
+    /// Retires the choice actors when the upstream has sent nothing for this long (default:
+    /// [`DEFAULT_HIBERNATE_AFTER`](crate::DEFAULT_HIBERNATE_AFTER), 250 ms). A choice keeps
+    /// its state and its sub-streams while its actor is retired; the next update for it spawns
+    /// a new actor, once the old one has applied everything it had queued. An idle completion
+    /// then holds only its reader actor. `Duration::MAX` keeps the actors for the whole
+    /// stream.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use choicewise_core::Completions;
+    /// # use futures::{StreamExt, stream};
+    /// # #[tokio::main] async fn main() {
+    /// let first = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    /// let rest = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\
+    ///             \"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    /// // The upstream goes quiet for 50 ms after the first chunk: the actor retires.
+    /// let reads = stream::iter([Ok::<_, std::io::Error>(first)]).chain(stream::once(async move {
+    ///     tokio::time::sleep(Duration::from_millis(50)).await;
+    ///     Ok(rest)
+    /// }));
+    /// let c = Completions::builder().hibernate_after(Duration::from_millis(5)).from_sse(reads);
+    /// let completion = c.collect().await.unwrap();
+    /// assert_eq!(completion.choices[0].message.content.as_deref(), Some("Hello"));
+    /// # }
+    /// ```
+    pub fn hibernate_after(mut self, quiet: Duration) -> Self {
+        self.config.hibernate_after = Some(quiet);
+        self
+    }
+
     /// The model, to choose the encoding of usage estimates (default: the request's
     /// `model`, else the model named by the stream).
     ///
@@ -591,7 +621,8 @@ impl Stream for Choices {
 }
 
 /// How many actors of this crate are alive in the process: the readers and choice actors of
-/// every completion not yet ended or dropped. A diagnostic for leak tests.
+/// every completion not yet ended or dropped (choice actors retired while their upstream is
+/// quiet do not count). A diagnostic for leak tests.
 ///
 /// ```
 /// # use choicewise_core::{live_actors, Completions};
@@ -605,4 +636,21 @@ impl Stream for Choices {
 /// ```
 pub fn live_actors() -> usize {
     crate::shared::LIVE_ACTORS.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// How many actors of this crate have started in the process so far, readers and choice
+/// actors, counting a choice actor again each time it comes back after retiring (see
+/// [`CompletionsBuilder::hibernate_after`]). A diagnostic.
+///
+/// ```
+/// # use choicewise_core::{actors_started, Completions};
+/// # #[tokio::main] async fn main() {
+/// let before = actors_started();
+/// let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]\n\n";
+/// Completions::from_reader(sse.as_bytes()).collect().await.unwrap();
+/// assert!(actors_started() >= before + 2); // the reader and choice 0's actor
+/// # }
+/// ```
+pub fn actors_started() -> usize {
+    crate::shared::ACTORS_STARTED.load(std::sync::atomic::Ordering::Acquire)
 }

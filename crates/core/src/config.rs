@@ -12,6 +12,9 @@ pub const DEFAULT_MAX_CHOICES: usize = 128;
 /// Default maximum number of tool calls in one choice (as openai-node): 128.
 pub const DEFAULT_MAX_TOOL_CALLS: usize = 128;
 
+/// Default quiet time of the upstream after which the choice actors retire: 250 ms.
+pub const DEFAULT_HIBERNATE_AFTER: Duration = Duration::from_millis(250);
+
 /// The options of a completion stream; see [`CompletionsBuilder`](crate::CompletionsBuilder).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Config {
@@ -19,6 +22,8 @@ pub(crate) struct Config {
     pub max_choices: usize,
     pub max_tool_calls: usize,
     pub idle_timeout: Option<Duration>,
+    /// Quiet time of the upstream after which the choice actors retire (`None`: never).
+    pub hibernate_after: Option<Duration>,
     /// The model, for choosing the encoding of usage estimates.
     pub model: Option<String>,
     /// The request body, for counting prompt tokens.
@@ -34,6 +39,7 @@ impl Default for Config {
             max_choices: DEFAULT_MAX_CHOICES,
             max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
             idle_timeout: None,
+            hibernate_after: Some(DEFAULT_HIBERNATE_AFTER),
             model: None,
             request: None,
             estimate_usage: true,

@@ -68,8 +68,10 @@ pub use choice::{Choice, EventStream};
 /// `choicewise-partial-json`).
 pub use choicewise_partial_json as partial_json;
 pub use choicewise_sse::SseError;
-pub use completions::{Choices, Completions, CompletionsBuilder, live_actors};
-pub use config::{DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS};
+pub use completions::{Choices, Completions, CompletionsBuilder, actors_started, live_actors};
+pub use config::{
+    DEFAULT_HIBERNATE_AFTER, DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS,
+};
 pub use error::{Error, Incomplete, UpstreamError};
 pub use event::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind};
 /// Test-only fault triggers (feature `fault-injection`).
@@ -78,6 +80,9 @@ pub use event::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning
 pub mod fault {
     /// A content delta with exactly this text panics inside its choice's actor.
     pub const FAULT_PANIC_CHOICE: &str = "\u{1}choicewise:panic-choice";
+    /// A content delta starting with this text makes its choice's actor block its thread for
+    /// 50 ms before applying the batch (which then merges as usual): a slow actor.
+    pub const FAULT_SLOW_CHOICE: &str = "\u{1}choicewise:slow-choice";
     /// An SSE event with exactly this data panics inside the reader.
     pub const FAULT_PANIC_READER: &str = "\u{1}choicewise:panic-reader";
 }

@@ -127,8 +127,16 @@ pub(crate) struct ChoiceState {
     /// Set when the sub-streams end: `Ok` at the choice's finish (or a clean end of the stream),
     /// `Err` when the stream failed before the choice finished.
     pub closed: Option<Result<(), Error>>,
-    /// Set when no more writes will come (the choice's actor has stopped).
+    /// Set when no more writes will come (the stream is over for this choice).
     pub settled: bool,
+    /// The choice's own merge failed: later updates are ignored.
+    pub failed: bool,
+    /// A choice actor exists for this choice (set by the reader when it spawns one, cleared
+    /// when the actor's state drops). While it is set, only that actor writes here.
+    pub attached: bool,
+    /// The reader retired the attached actor after the upstream went quiet: it applies what
+    /// it has queued and stops without ending the choice; the next update spawns a new one.
+    pub retired: bool,
     /// An error met after the sub-streams had already closed `Ok` at the finish (late data
     /// that broke a limit): reported by `message()` and `collect()`, never dropped.
     pub late_error: Option<Error>,
@@ -143,9 +151,17 @@ impl ChoiceState {
         }
     }
 
+    /// Ends the sub-streams (once) and settles the choice: no more writes will come.
+    pub fn settle(&mut self, outcome: Result<(), Error>) {
+        self.close(outcome);
+        self.settled = true;
+        self.waiters.wake_all();
+    }
+
     /// The choice's own merge failed: ends the sub-streams with the error, or, if they had
     /// already ended at the finish, keeps it as the late error.
     pub fn fail(&mut self, error: Error) {
+        self.failed = true;
         match self.closed {
             None => self.closed = Some(Err(error)),
             Some(_) => {
@@ -164,6 +180,9 @@ impl ChoiceShared {
                 events: Vec::new(),
                 closed: None,
                 settled: false,
+                failed: false,
+                attached: false,
+                retired: false,
                 late_error: None,
                 waiters: Waiters::default(),
             }),
@@ -314,6 +333,9 @@ impl Watched for CompletionShared {
 /// Live actors of this crate in the process (a diagnostic for leak tests).
 pub(crate) static LIVE_ACTORS: AtomicUsize = AtomicUsize::new(0);
 
+/// Actors of this crate started in the process so far.
+pub(crate) static ACTORS_STARTED: AtomicUsize = AtomicUsize::new(0);
+
 /// Counts one live actor for as long as it is held.
 #[derive(Debug)]
 pub(crate) struct LiveActor(());
@@ -321,6 +343,7 @@ pub(crate) struct LiveActor(());
 impl LiveActor {
     pub fn new() -> Self {
         LIVE_ACTORS.fetch_add(1, Ordering::AcqRel);
+        ACTORS_STARTED.fetch_add(1, Ordering::Relaxed);
         LiveActor(())
     }
 }

@@ -1,4 +1,8 @@
 //! The per-choice actor: merges its choice's updates and appends the events to its log.
+//!
+//! The actor keeps nothing of the choice itself: the merged state and the log live in the
+//! choice's [`ChoiceShared`]. That is what lets the reader retire an actor when the upstream
+//! goes quiet and spawn a new one for the next update.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -17,52 +21,83 @@ pub(crate) enum ChoiceMsg {
     Updates(Vec<ChoiceUpdate>),
     /// The stream is over; no more updates will come.
     End(Result<(), Error>),
+    /// The upstream went quiet: stop once everything queued before this is applied, leaving
+    /// the choice open (the reader sends nothing after it, and spawns a new actor for the next
+    /// update).
+    Retire,
 }
 
 pub(crate) struct ChoiceActor;
 
 pub(crate) struct ChoiceArgs {
-    pub shared: Arc<ChoiceShared>,
+    pub attachment: Attachment,
     pub completion: Arc<CompletionShared>,
 }
 
-pub(crate) struct ChoiceActorState {
-    shared: Arc<ChoiceShared>,
-    completion: Arc<CompletionShared>,
-    /// Reused buffer of the events one update causes.
-    buf: Vec<ChoiceEvent>,
-    /// The choice ended with an error of its own; later updates are ignored.
-    failed: bool,
-    _live: LiveActor,
-}
+/// Marks a choice as having an actor, from the reader's spawn until the actor's state drops
+/// (or, if the actor never starts, until its arguments drop). Dropping it detaches the actor:
+/// if the choice was not settled and the actor was not retired, the choice ends with
+/// [`Error::ActorFailed`] so that no reader waits forever.
+pub(crate) struct Attachment(Arc<ChoiceShared>);
 
-impl Drop for ChoiceActorState {
-    fn drop(&mut self) {
-        let mut state = self.shared.lock();
-        if !state.settled {
-            state.close(Err(Error::ActorFailed {
-                choice: Some(self.shared.index),
-                message: "the choice's actor stopped before the stream ended".to_string(),
-            }));
-            state.settled = true;
-            state.waiters.wake_all();
-        }
+impl Attachment {
+    pub fn new(shared: Arc<ChoiceShared>) -> Self {
+        shared.lock().attached = true;
+        Attachment(shared)
     }
 }
 
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.attached = false;
+        if !state.settled && !state.retired {
+            state.close(Err(Error::ActorFailed {
+                choice: Some(self.0.index),
+                message: "the choice's actor stopped before the stream ended".to_string(),
+            }));
+            state.settled = true;
+        }
+        // Wakes the sub-streams, and the reader if it waits for a retired actor to be gone.
+        state.waiters.wake_all();
+    }
+}
+
+pub(crate) struct ChoiceActorState {
+    attachment: Attachment,
+    completion: Arc<CompletionShared>,
+    /// Reused buffer of the events one update causes.
+    buf: Vec<ChoiceEvent>,
+    _live: LiveActor,
+}
+
 impl ChoiceActorState {
+    fn shared(&self) -> &Arc<ChoiceShared> {
+        &self.attachment.0
+    }
+
     fn apply(&mut self, batch: Vec<ChoiceUpdate>) {
-        if self.failed {
-            return;
+        #[cfg(feature = "fault-injection")]
+        if batch.iter().any(|u| {
+            u.content
+                .as_deref()
+                .is_some_and(|c| c.starts_with(crate::fault::FAULT_SLOW_CHOICE))
+        }) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
         let mut warnings: Vec<Warning> = Vec::new();
         {
-            let mut guard = self.shared.lock();
+            let shared = &self.attachment.0;
+            let mut guard = shared.lock();
             let state = &mut *guard;
+            // A failed choice ignores what follows its error; a settled one takes no writes.
+            if state.failed || state.settled {
+                return;
+            }
             for update in batch {
                 #[cfg(feature = "fault-injection")]
                 if update.content.as_deref() == Some(crate::fault::FAULT_PANIC_CHOICE) {
-                    panic!("injected fault in choice {}", self.shared.index);
+                    panic!("injected fault in choice {}", shared.index);
                 }
                 let was_finished = state.acc.is_finished();
                 let result = state.acc.apply(update, &mut self.buf);
@@ -82,7 +117,6 @@ impl ChoiceActorState {
                 }
                 if let Err(e) = result {
                     state.fail(e);
-                    self.failed = true;
                     break;
                 }
             }
@@ -94,10 +128,7 @@ impl ChoiceActorState {
     }
 
     fn end(&mut self, outcome: Result<(), Error>) {
-        let mut state = self.shared.lock();
-        state.close(outcome);
-        state.settled = true;
-        state.waiters.wake_all();
+        self.shared().lock().settle(outcome);
     }
 }
 
@@ -112,10 +143,9 @@ impl Actor for ChoiceActor {
         args: ChoiceArgs,
     ) -> Result<ChoiceActorState, ActorProcessingErr> {
         Ok(ChoiceActorState {
-            shared: args.shared,
+            attachment: args.attachment,
             completion: args.completion,
             buf: Vec::new(),
-            failed: false,
             _live: LiveActor::new(),
         })
     }
@@ -133,7 +163,7 @@ impl Actor for ChoiceActor {
                 if let Err(panic) = catch_unwind(AssertUnwindSafe(|| state.apply(batch))) {
                     let message = panic_message(&panic);
                     state.end(Err(Error::ActorFailed {
-                        choice: Some(state.shared.index),
+                        choice: Some(state.shared().index),
                         message: message.clone(),
                     }));
                     return Err(message.into());
@@ -141,6 +171,14 @@ impl Actor for ChoiceActor {
             }
             ChoiceMsg::End(outcome) => {
                 state.end(outcome);
+                myself.stop(None);
+            }
+            ChoiceMsg::Retire => {
+                // Unlinked first: its end is nobody's event, so its state and mailbox go at
+                // once rather than waiting in the reader's queue.
+                if let Some(reader) = myself.try_get_supervisor() {
+                    myself.unlink(reader);
+                }
                 myself.stop(None);
             }
         }

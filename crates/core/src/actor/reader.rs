@@ -3,16 +3,19 @@
 
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use futures::FutureExt;
+use futures::future::{Either, select};
 use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
-use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
+use super::choice::{Attachment, ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
 use crate::error::Error;
 use crate::feed::{Feed, Step};
 use crate::route::Router;
-use crate::shared::{ChoiceShared, CompletionShared, LiveActor};
+use crate::shared::{ChoiceShared, CompletionShared, LiveActor, Subscription};
 
 /// Messages of the reader.
 #[derive(Debug)]
@@ -38,24 +41,126 @@ pub(crate) struct ReaderState<F> {
     feed: F,
     router: Router,
     shared: Arc<CompletionShared>,
-    /// The actor of each router slot; `None` once it can no longer receive.
-    actors: Vec<Option<ActorRef<ChoiceMsg>>>,
-    /// Choice actors not yet terminated. The reader outlives them: ractor kills the children
-    /// of a stopping actor, which would cut their queued updates short.
-    live_children: usize,
-    ended: bool,
+    /// One per router slot, in the same order.
+    choices: Vec<ChoiceSlot>,
+    /// How the stream ended, once it has.
+    outcome: Option<Result<(), Error>>,
     _live: LiveActor,
+}
+
+/// A choice as the reader sees it.
+struct ChoiceSlot {
+    shared: Arc<ChoiceShared>,
+    actor: ChildActor,
+}
+
+/// The actor of a choice.
+enum ChildActor {
+    /// Running and linked to the reader: updates go to it.
+    Live(ActorRef<ChoiceMsg>),
+    /// Retired after the upstream went quiet, unlinked, draining what it had queued (while
+    /// `ChoiceState::attached` holds). The next update or the end of the stream spawns a new
+    /// actor or settles the choice, once the old one is gone.
+    Retired,
+    /// Failed, stopped after the end, or could not start: the choice is settled already, and
+    /// nothing more is sent for it.
+    Gone,
+}
+
+impl ChoiceSlot {
+    fn is_live(&self) -> bool {
+        matches!(self.actor, ChildActor::Live(_))
+    }
+
+    /// Spawns the choice's actor, linked to the reader: it links before it handles any
+    /// message, and refuses to start if the reader is already going away. Spawned without
+    /// awaiting its start, so that the reader's handler stays small.
+    fn spawn(&mut self, completion: &Arc<CompletionShared>, myself: &ActorRef<ReaderMsg>) {
+        {
+            let mut state = self.shared.lock();
+            state.retired = false;
+            if state.settled {
+                self.actor = ChildActor::Gone;
+                return;
+            }
+        }
+        let args = ChoiceArgs {
+            attachment: Attachment::new(self.shared.clone()),
+            completion: completion.clone(),
+        };
+        self.actor =
+            match ActorRuntime::spawn_linked_instant(None, ChoiceActor, args, myself.get_cell()) {
+                Ok((actor, _)) => ChildActor::Live(actor),
+                Err(e) => {
+                    self.shared.lock().settle(Err(Error::ActorFailed {
+                        choice: Some(self.shared.index),
+                        message: format!("could not start: {e}"),
+                    }));
+                    ChildActor::Gone
+                }
+            };
+    }
+
+    /// Asks a live actor to apply what it has queued and stop, leaving the choice open. (Not
+    /// ractor's `drain`: a draining actor that has not started yet refuses to link and never
+    /// handles its queue.)
+    fn retire(&mut self) {
+        if let ChildActor::Live(actor) = &self.actor {
+            self.shared.lock().retired = true;
+            if actor.send_message(ChoiceMsg::Retire).is_err() {
+                // Already stopping on its own (it failed): its guard settles the choice,
+                // unless it went while marked retired.
+                let mut state = self.shared.lock();
+                state.retired = false;
+                if !state.attached && !state.settled {
+                    state.settle(Err(Error::ActorFailed {
+                        choice: Some(self.shared.index),
+                        message: "the choice's actor stopped before the stream ended".into(),
+                    }));
+                }
+            }
+            self.actor = ChildActor::Retired;
+        }
+    }
+
+    /// Waits until the retired actor has applied its queue and gone, so that no two actors
+    /// ever write the same choice.
+    async fn retired_gone(&self) {
+        if !self.shared.lock().attached {
+            return;
+        }
+        let sub = Subscription::new(self.shared.clone());
+        sub.wait(|state| match state.attached {
+            true => Poll::Pending,
+            false => Poll::Ready(()),
+        })
+        .await;
+    }
+}
+
+/// Retires every live actor: the upstream has been quiet for `hibernate_after`.
+fn retire_all(choices: &mut [ChoiceSlot]) {
+    choices.iter_mut().for_each(ChoiceSlot::retire);
+}
+
+impl<F> ReaderState<F> {
+    fn any_live(&self) -> bool {
+        self.choices.iter().any(ChoiceSlot::is_live)
+    }
 }
 
 impl<F> Drop for ReaderState<F> {
     fn drop(&mut self) {
-        if self.ended {
+        if self.outcome.is_some() {
             return;
         }
         // The reader was killed (every handle dropped) or failed: stop or end every choice.
+        // Retired actors stop on their own once their short queue is applied.
         if self.shared.is_cancelled() {
-            for actor in self.actors.iter().flatten() {
-                actor.kill();
+            for choice in &self.choices {
+                if let ChildActor::Live(actor) = &choice.actor {
+                    actor.kill();
+                }
             }
             return;
         }
@@ -63,8 +168,22 @@ impl<F> Drop for ReaderState<F> {
             choice: None,
             message: "the reader stopped before the stream ended".to_string(),
         };
-        for actor in self.actors.iter().flatten() {
-            let _ = actor.send_message(ChoiceMsg::End(Err(error.clone())));
+        for choice in &self.choices {
+            match &choice.actor {
+                ChildActor::Live(actor) => {
+                    let _ = actor.send_message(ChoiceMsg::End(Err(error.clone())));
+                }
+                ChildActor::Retired => {
+                    let mut state = choice.shared.lock();
+                    if state.attached {
+                        // No longer retired: its guard ends the choice when it is gone.
+                        state.retired = false;
+                    } else {
+                        state.settle(Err(error.clone()));
+                    }
+                }
+                ChildActor::Gone => {}
+            }
         }
         let mut state = self.shared.lock();
         state.meta = self.router.meta.clone();
@@ -74,51 +193,35 @@ impl<F> Drop for ReaderState<F> {
 }
 
 impl<F: Feed> ReaderState<F> {
-    /// Spawns the actors of new choices, sends every pending batch, and publishes the new
-    /// choices and warnings.
-    fn flush(&mut self, myself: &ActorRef<ReaderMsg>) {
-        let known = self.actors.len();
+    /// Spawns the actors of new choices, sends every pending batch (spawning a new actor for
+    /// a retired one), and publishes the new choices and warnings.
+    async fn flush(&mut self, myself: &ActorRef<ReaderMsg>) {
+        let known = self.choices.len();
         let mut new_choices = Vec::new();
         for slot in &self.router.slots[known..] {
-            let choice = Arc::new(ChoiceShared::new(
-                slot.index,
-                self.shared.config.max_tool_calls,
-            ));
-            let args = ChoiceArgs {
-                shared: choice.clone(),
-                completion: self.shared.clone(),
+            let mut choice = ChoiceSlot {
+                shared: Arc::new(ChoiceShared::new(
+                    slot.index,
+                    self.shared.config.max_tool_calls,
+                )),
+                actor: ChildActor::Gone,
             };
-            // Spawned without awaiting its start: the reader's handler (boxed once per reader
-            // by ractor) stays small, and the child links to the reader before it handles any
-            // message (it refuses to start if the reader is already going away).
-            let spawned =
-                ActorRuntime::spawn_linked_instant(None, ChoiceActor, args, myself.get_cell());
-            let actor = match spawned {
-                Ok((actor, _)) => {
-                    self.live_children += 1;
-                    Some(actor)
-                }
-                Err(e) => {
-                    let mut state = choice.lock();
-                    state.close(Err(Error::ActorFailed {
-                        choice: Some(slot.index),
-                        message: format!("could not start: {e}"),
-                    }));
-                    state.settled = true;
-                    None
-                }
-            };
-            self.actors.push(actor);
-            new_choices.push(choice);
+            choice.spawn(&self.shared, myself);
+            new_choices.push(choice.shared.clone());
+            self.choices.push(choice);
         }
-        for (slot, actor) in self.router.slots.iter_mut().zip(&mut self.actors) {
+        for (slot, choice) in self.router.slots.iter_mut().zip(&mut self.choices) {
             if slot.batch.is_empty() {
                 continue;
             }
             let batch = std::mem::take(&mut slot.batch);
-            if let Some(a) = actor {
-                if a.send_message(ChoiceMsg::Updates(batch)).is_err() {
-                    *actor = None;
+            if let ChildActor::Retired = choice.actor {
+                choice.retired_gone().await;
+                choice.spawn(&self.shared, myself);
+            }
+            if let ChildActor::Live(actor) = &choice.actor {
+                if actor.send_message(ChoiceMsg::Updates(batch)).is_err() {
+                    choice.actor = ChildActor::Gone;
                 }
             }
         }
@@ -134,15 +237,27 @@ impl<F: Feed> ReaderState<F> {
         }
     }
 
-    fn end(&mut self, outcome: Result<(), Error>) {
-        for actor in self.actors.iter().flatten() {
-            let _ = actor.send_message(ChoiceMsg::End(outcome.clone()));
+    async fn end(&mut self, outcome: Result<(), Error>) {
+        for choice in &mut self.choices {
+            match &choice.actor {
+                // Queued behind its updates. If the actor is stopping, its guard ends the
+                // choice instead.
+                ChildActor::Live(actor) => {
+                    let _ = actor.send_message(ChoiceMsg::End(outcome.clone()));
+                }
+                ChildActor::Retired => {
+                    choice.retired_gone().await;
+                    choice.shared.lock().settle(outcome.clone());
+                    choice.actor = ChildActor::Gone;
+                }
+                ChildActor::Gone => {}
+            }
         }
         let mut state = self.shared.lock();
         state.meta = std::mem::take(&mut self.router.meta);
-        state.end = Some(outcome);
+        state.end = Some(outcome.clone());
         state.waiters.wake_all();
-        self.ended = true;
+        self.outcome = Some(outcome);
     }
 }
 
@@ -161,9 +276,8 @@ impl<F: Feed> Actor for ReaderActor<F> {
             feed: args.feed,
             router,
             shared: args.shared,
-            actors: Vec::new(),
-            live_children: 0,
-            ended: false,
+            choices: Vec::new(),
+            outcome: None,
             _live: LiveActor::new(),
         })
     }
@@ -185,22 +299,50 @@ impl<F: Feed> Actor for ReaderActor<F> {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             ReaderMsg::Pull => {
-                // A panic while reading or routing (or in the upstream stream itself) ends the
-                // stream with a typed error after what was routed before it is delivered.
-                let pull = AssertUnwindSafe(state.feed.pull(&mut state.router));
-                let step = match pull.catch_unwind().await {
-                    Ok(step) => step,
-                    Err(panic) => Step::End(Err(Error::ActorFailed {
+                let step = {
+                    let ReaderState {
+                        feed,
+                        router,
+                        shared,
+                        choices,
+                        ..
+                    } = &mut *state;
+                    // A panic while reading or routing (or in the upstream stream itself) ends
+                    // the stream with a typed error after what was routed before it is
+                    // delivered.
+                    let mut pull = pin!(AssertUnwindSafe(feed.pull(router)).catch_unwind());
+                    match futures::poll!(pull.as_mut()) {
+                        Poll::Ready(step) => step,
+                        // The upstream is waiting: if it stays quiet for `hibernate_after`,
+                        // the choice actors retire until the next update (their state lives
+                        // in the choices, not in them). The timer exists only while waiting.
+                        Poll::Pending => match shared.config.hibernate_after {
+                            Some(after) if choices.iter().any(ChoiceSlot::is_live) => {
+                                let quiet = pin!(tokio::time::sleep(after));
+                                match select(pull, quiet).await {
+                                    Either::Left((step, _)) => step,
+                                    Either::Right(((), pull)) => {
+                                        retire_all(choices);
+                                        pull.await
+                                    }
+                                }
+                            }
+                            _ => pull.await,
+                        },
+                    }
+                };
+                let step = step.unwrap_or_else(|panic| {
+                    Step::End(Err(Error::ActorFailed {
                         choice: None,
                         message: panic_message(&panic),
-                    })),
-                };
-                state.flush(&myself);
+                    }))
+                });
+                state.flush(&myself).await;
                 match step {
                     Step::Continue => myself.send_message(ReaderMsg::Pull)?,
                     Step::End(outcome) => {
-                        state.end(outcome);
-                        if state.live_children == 0 {
+                        state.end(outcome).await;
+                        if !state.any_live() {
                             myself.stop(None);
                         }
                     }
@@ -224,13 +366,13 @@ impl<F: Feed> Actor for ReaderActor<F> {
             | SupervisionEvent::ActorFailed(cell, _) => cell,
             _ => return Ok(()),
         };
-        state.live_children = state.live_children.saturating_sub(1);
-        for actor in &mut state.actors {
-            if actor.as_ref().is_some_and(|a| a.get_id() == cell.get_id()) {
-                *actor = None;
+        let id = cell.get_id();
+        for choice in &mut state.choices {
+            if matches!(&choice.actor, ChildActor::Live(a) if a.get_id() == id) {
+                choice.actor = ChildActor::Gone;
             }
         }
-        if state.ended && state.live_children == 0 {
+        if state.outcome.is_some() && !state.any_live() {
             myself.stop(None);
         }
         Ok(())
