@@ -173,14 +173,7 @@ impl Actor for ChoiceActor {
                 state.end(outcome);
                 myself.stop(None);
             }
-            ChoiceMsg::Retire => {
-                // Unlinked first: its end is nobody's event, so its state and mailbox go at
-                // once rather than waiting in the reader's queue.
-                if let Some(reader) = myself.try_get_supervisor() {
-                    myself.unlink(reader);
-                }
-                myself.stop(None);
-            }
+            ChoiceMsg::Retire => myself.stop(None),
         }
         Ok(())
     }

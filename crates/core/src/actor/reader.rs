@@ -9,7 +9,7 @@ use std::task::Poll;
 
 use futures::FutureExt;
 use futures::future::{Either, select};
-use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime};
 
 use super::choice::{Attachment, ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
 use crate::error::Error;
@@ -43,8 +43,8 @@ pub(crate) struct ReaderState<F> {
     shared: Arc<CompletionShared>,
     /// One per router slot, in the same order.
     choices: Vec<ChoiceSlot>,
-    /// How the stream ended, once it has.
-    outcome: Option<Result<(), Error>>,
+    /// The stream is over and every choice has been told.
+    ended: bool,
     _live: LiveActor,
 }
 
@@ -56,14 +56,14 @@ struct ChoiceSlot {
 
 /// The actor of a choice.
 enum ChildActor {
-    /// Running and linked to the reader: updates go to it.
+    /// Running: updates go to it.
     Live(ActorRef<ChoiceMsg>),
-    /// Retired after the upstream went quiet, unlinked, draining what it had queued (while
+    /// Retired after the upstream went quiet, applying what it had queued (while
     /// `ChoiceState::attached` holds). The next update or the end of the stream spawns a new
     /// actor or settles the choice, once the old one is gone.
     Retired,
-    /// Failed, stopped after the end, or could not start: the choice is settled already, and
-    /// nothing more is sent for it.
+    /// Failed or could not start: the choice is settled already, and nothing more is sent
+    /// for it.
     Gone,
 }
 
@@ -72,10 +72,14 @@ impl ChoiceSlot {
         matches!(self.actor, ChildActor::Live(_))
     }
 
-    /// Spawns the choice's actor, linked to the reader: it links before it handles any
-    /// message, and refuses to start if the reader is already going away. Spawned without
-    /// awaiting its start, so that the reader's handler stays small.
-    fn spawn(&mut self, completion: &Arc<CompletionShared>, myself: &ActorRef<ReaderMsg>) {
+    /// Spawns the choice's actor, without awaiting its start (its queue fills meanwhile).
+    ///
+    /// Not linked to the reader: ractor would kill a stopping reader's children before they
+    /// apply their queues, and a child's start would sit as an event in the reader's queue,
+    /// holding the child's mailbox, for as long as the reader waits on the upstream. The
+    /// reader needs no events: a failed actor has settled its choice (its `Attachment`
+    /// guard), and sending to it fails.
+    fn spawn(&mut self, completion: &Arc<CompletionShared>) {
         {
             let mut state = self.shared.lock();
             state.retired = false;
@@ -88,17 +92,16 @@ impl ChoiceSlot {
             attachment: Attachment::new(self.shared.clone()),
             completion: completion.clone(),
         };
-        self.actor =
-            match ActorRuntime::spawn_linked_instant(None, ChoiceActor, args, myself.get_cell()) {
-                Ok((actor, _)) => ChildActor::Live(actor),
-                Err(e) => {
-                    self.shared.lock().settle(Err(Error::ActorFailed {
-                        choice: Some(self.shared.index),
-                        message: format!("could not start: {e}"),
-                    }));
-                    ChildActor::Gone
-                }
-            };
+        self.actor = match ActorRuntime::spawn_instant(None, ChoiceActor, args) {
+            Ok((actor, _)) => ChildActor::Live(actor),
+            Err(e) => {
+                self.shared.lock().settle(Err(Error::ActorFailed {
+                    choice: Some(self.shared.index),
+                    message: format!("could not start: {e}"),
+                }));
+                ChildActor::Gone
+            }
+        };
     }
 
     /// Asks a live actor to apply what it has queued and stop, leaving the choice open. (Not
@@ -143,15 +146,9 @@ fn retire_all(choices: &mut [ChoiceSlot]) {
     choices.iter_mut().for_each(ChoiceSlot::retire);
 }
 
-impl<F> ReaderState<F> {
-    fn any_live(&self) -> bool {
-        self.choices.iter().any(ChoiceSlot::is_live)
-    }
-}
-
 impl<F> Drop for ReaderState<F> {
     fn drop(&mut self) {
-        if self.outcome.is_some() {
+        if self.ended {
             return;
         }
         // The reader was killed (every handle dropped) or failed: stop or end every choice.
@@ -195,7 +192,7 @@ impl<F> Drop for ReaderState<F> {
 impl<F: Feed> ReaderState<F> {
     /// Spawns the actors of new choices, sends every pending batch (spawning a new actor for
     /// a retired one), and publishes the new choices and warnings.
-    async fn flush(&mut self, myself: &ActorRef<ReaderMsg>) {
+    async fn flush(&mut self) {
         let known = self.choices.len();
         let mut new_choices = Vec::new();
         for slot in &self.router.slots[known..] {
@@ -206,7 +203,7 @@ impl<F: Feed> ReaderState<F> {
                 )),
                 actor: ChildActor::Gone,
             };
-            choice.spawn(&self.shared, myself);
+            choice.spawn(&self.shared);
             new_choices.push(choice.shared.clone());
             self.choices.push(choice);
         }
@@ -217,7 +214,7 @@ impl<F: Feed> ReaderState<F> {
             let batch = std::mem::take(&mut slot.batch);
             if let ChildActor::Retired = choice.actor {
                 choice.retired_gone().await;
-                choice.spawn(&self.shared, myself);
+                choice.spawn(&self.shared);
             }
             if let ChildActor::Live(actor) = &choice.actor {
                 if actor.send_message(ChoiceMsg::Updates(batch)).is_err() {
@@ -255,9 +252,9 @@ impl<F: Feed> ReaderState<F> {
         }
         let mut state = self.shared.lock();
         state.meta = std::mem::take(&mut self.router.meta);
-        state.end = Some(outcome.clone());
+        state.end = Some(outcome);
         state.waiters.wake_all();
-        self.outcome = Some(outcome);
+        self.ended = true;
     }
 }
 
@@ -277,7 +274,7 @@ impl<F: Feed> Actor for ReaderActor<F> {
             router,
             shared: args.shared,
             choices: Vec::new(),
-            outcome: None,
+            ended: false,
             _live: LiveActor::new(),
         })
     }
@@ -337,43 +334,16 @@ impl<F: Feed> Actor for ReaderActor<F> {
                         message: panic_message(&panic),
                     }))
                 });
-                state.flush(&myself).await;
+                state.flush().await;
                 match step {
                     Step::Continue => myself.send_message(ReaderMsg::Pull)?,
                     Step::End(outcome) => {
+                        // The choice actors apply their queues and the end on their own.
                         state.end(outcome).await;
-                        if !state.any_live() {
-                            myself.stop(None);
-                        }
+                        myself.stop(None);
                     }
                 }
             }
-        }
-        Ok(())
-    }
-
-    /// Choice actors stop on their own after `End`; a failed one has already closed its
-    /// streams with the error. The reader goes on either way (the default would stop it with
-    /// its child), and stops itself once the stream is over and every child has terminated.
-    async fn handle_supervisor_evt(
-        &self,
-        myself: ActorRef<ReaderMsg>,
-        event: SupervisionEvent,
-        state: &mut ReaderState<F>,
-    ) -> Result<(), ActorProcessingErr> {
-        let cell = match event {
-            SupervisionEvent::ActorTerminated(cell, ..)
-            | SupervisionEvent::ActorFailed(cell, _) => cell,
-            _ => return Ok(()),
-        };
-        let id = cell.get_id();
-        for choice in &mut state.choices {
-            if matches!(&choice.actor, ChildActor::Live(a) if a.get_id() == id) {
-                choice.actor = ChildActor::Gone;
-            }
-        }
-        if state.outcome.is_some() && !state.any_live() {
-            myself.stop(None);
         }
         Ok(())
     }
