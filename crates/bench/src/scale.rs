@@ -1,16 +1,17 @@
 //! Scale: thousands of concurrent completions in one process. Memory per idle completion
-//! (every choice's actor alive, waiting for more), and total throughput when all of them
-//! stream at once.
+//! (its choice actors retired, waiting for more; and, for comparison, with every actor kept),
+//! and total throughput when all of them stream at once.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use choicewise::{Choice, Completions, live_actors};
+use choicewise::{Choice, Completions, DEFAULT_HIBERNATE_AFTER, live_actors};
 use futures::StreamExt;
 use tokio::runtime::Runtime;
 
 use crate::r#gen::Generated;
+use crate::heap;
 
 /// Resident set size of this process, bytes (Linux `/proc/self/statm`).
 pub fn rss_bytes() -> u64 {
@@ -36,9 +37,9 @@ fn opening(n: u32) -> Vec<u8> {
     out.into_bytes()
 }
 
-async fn wait_for_actors(target: usize, deadline: Duration) -> usize {
+async fn wait_for_actors(done: impl Fn(usize) -> bool, deadline: Duration) -> usize {
     let start = Instant::now();
-    while live_actors() < target && start.elapsed() < deadline {
+    while !done(live_actors()) && start.elapsed() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     live_actors()
@@ -46,46 +47,96 @@ async fn wait_for_actors(target: usize, deadline: Duration) -> usize {
 
 pub struct IdleFigures {
     pub completions: usize,
-    pub bytes_per_completion: f64,
+    /// Live heap bytes per completion once its upstream has been quiet for `hibernate_after`
+    /// (the default): the choice actors have retired.
+    pub heap_per_completion: f64,
+    /// RSS growth per completion then. More than the heap: glibc keeps the pages of the
+    /// retired actors, fragmented among live data, for later allocations.
+    pub rss_per_completion: f64,
+    /// RSS growth per completion of a second batch of as many, set up while the first is
+    /// held: the freed pages are reused.
+    pub rss_per_completion_second: f64,
+    /// Live actors then (one reader per completion).
     pub actors: usize,
+    /// Live heap bytes per completion with every choice actor kept, as while streaming.
+    pub heap_per_active_completion: f64,
+    pub active_actors: usize,
+}
+
+struct Reading {
+    heap: i64,
+    rss: u64,
+}
+
+fn reading() -> Reading {
+    Reading {
+        heap: heap::live(),
+        rss: rss_bytes(),
+    }
 }
 
 /// `count` completions of `n` choices, each with its choices open and its upstream idle,
 /// holding the `Completions` and every `Choice` handle, as a gateway waiting on slow models
-/// would. Returns the growth of the RSS per completion.
+/// would: the memory per completion once the choice actors have retired, and, for comparison,
+/// with every actor kept.
 pub fn idle(rt: &Runtime, count: usize, n: u32) -> IdleFigures {
+    heap::counting();
     rt.block_on(async {
-        let before_actors = live_actors();
+        let base = live_actors();
         // Warm up the runtime and allocator so their one-time costs are not counted.
-        drop(hold(1, n).await);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let before = rss_bytes();
-        let held = hold(count, n).await;
-        let actors = wait_for_actors(
-            before_actors + count * (n as usize + 1),
-            Duration::from_secs(60),
-        )
-        .await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let after = rss_bytes();
-        let figures = IdleFigures {
-            completions: count,
-            bytes_per_completion: after.saturating_sub(before) as f64 / count as f64,
-            actors: actors - before_actors,
+        drop(hold(1, n, DEFAULT_HIBERNATE_AFTER).await);
+        wait_for_actors(|a| a == base, Duration::from_secs(10)).await;
+        let per = |from: &Reading, to: &Reading| {
+            (
+                (to.heap - from.heap) as f64 / count as f64,
+                to.rss.saturating_sub(from.rss) as f64 / count as f64,
+            )
         };
-        drop(held);
-        wait_for_actors(0, Duration::from_secs(30)).await;
-        figures
+        let settle = |expected: usize| async move {
+            let actors = wait_for_actors(|a| a == expected, Duration::from_secs(60)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            actors
+        };
+
+        let before = reading();
+        let first = hold(count, n, DEFAULT_HIBERNATE_AFTER).await;
+        let actors = settle(base + count).await - base;
+        let after_first = reading();
+        let second = hold(count, n, DEFAULT_HIBERNATE_AFTER).await;
+        settle(base + 2 * count).await;
+        let after_second = reading();
+        drop((first, second));
+        settle(base).await;
+        let (heap_idle, rss_idle) = per(&before, &after_first);
+        let (_, rss_second) = per(&after_first, &after_second);
+
+        let before = reading();
+        let kept = hold(count, n, Duration::MAX).await;
+        let active_actors = settle(base + count * (n as usize + 1)).await - base;
+        let (heap_active, _) = per(&before, &reading());
+        drop(kept);
+        settle(base).await;
+        IdleFigures {
+            completions: count,
+            heap_per_completion: heap_idle,
+            rss_per_completion: rss_idle,
+            rss_per_completion_second: rss_second,
+            actors,
+            heap_per_active_completion: heap_active,
+            active_actors,
+        }
     })
 }
 
-async fn hold(count: usize, n: u32) -> Vec<(Completions, Vec<Choice>)> {
+async fn hold(count: usize, n: u32, quiet: Duration) -> Vec<(Completions, Vec<Choice>)> {
     let mut held = Vec::with_capacity(count);
     let first = opening(n);
     for _ in 0..count {
         let upstream = futures::stream::iter([Ok::<_, Infallible>(first.clone())])
             .chain(futures::stream::pending());
-        let completions = Completions::from_sse(upstream);
+        let completions = Completions::builder()
+            .hibernate_after(quiet)
+            .from_sse(upstream);
         held.push(completions);
     }
     let mut out = Vec::with_capacity(count);
