@@ -131,7 +131,8 @@ pub(crate) struct ChoiceAccumulator {
     content: Option<String>,
     refusal: Option<String>,
     reasoning: Option<String>,
-    function_call: Option<CallState>,
+    /// Legacy and rare: boxed, so that every choice does not carry its size.
+    function_call: Option<Box<CallState>>,
     tool_calls: Vec<CallState>,
     finish: Option<Text>,
     logprobs: Option<Value>,
@@ -255,7 +256,7 @@ impl ChoiceAccumulator {
             }));
             let mut state = CallState::new(None);
             state.name = f.name.clone();
-            state
+            Box::new(state)
         });
         let mut warnings = Vec::new();
         set_once(
@@ -411,7 +412,7 @@ impl ChoiceAccumulator {
                         function: call(c),
                     })
                     .collect(),
-                function_call: self.function_call.as_ref().map(call),
+                function_call: self.function_call.as_deref().map(call),
             },
             finish_reason: self.finish.as_deref().map(str::to_string),
             logprobs: self.logprobs.clone(),

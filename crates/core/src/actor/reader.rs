@@ -213,7 +213,7 @@ impl<F: Feed> ReaderState<F> {
             }
             let batch = std::mem::take(&mut slot.batch);
             if let ChildActor::Retired = choice.actor {
-                choice.retired_gone().await;
+                Box::pin(choice.retired_gone()).await;
                 choice.spawn(&self.shared);
             }
             if let ChildActor::Live(actor) = &choice.actor {
@@ -243,7 +243,7 @@ impl<F: Feed> ReaderState<F> {
                     let _ = actor.send_message(ChoiceMsg::End(outcome.clone()));
                 }
                 ChildActor::Retired => {
-                    choice.retired_gone().await;
+                    Box::pin(choice.retired_gone()).await;
                     choice.shared.lock().settle(outcome.clone());
                     choice.actor = ChildActor::Gone;
                 }
@@ -315,7 +315,10 @@ impl<F: Feed> Actor for ReaderActor<F> {
                         // in the choices, not in them). The timer exists only while waiting.
                         Poll::Pending => match shared.config.hibernate_after {
                             Some(after) if choices.iter().any(ChoiceSlot::is_live) => {
-                                let quiet = pin!(tokio::time::sleep(after));
+                                // Boxed: a timer in the handler's state would enlarge the
+                                // reader's boxed message loop, which every idle completion
+                                // holds, by about a kilobyte.
+                                let quiet = Box::pin(tokio::time::sleep(after));
                                 match select(pull, quiet).await {
                                     Either::Left((step, _)) => step,
                                     Either::Right(((), pull)) => {
