@@ -14,7 +14,7 @@ use std::time::Duration;
 use choicewise_core::partial_json::{PartialJson, Snapshot};
 use choicewise_core::wire::ChatCompletionChunk;
 use choicewise_core::{ChatCompletion, ChoiceEvent, Completions};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -319,7 +319,6 @@ pub async fn observe(completions: Completions) -> Observed {
     };
     let mut indexes = Vec::new();
     {
-        use futures::StreamExt;
         let mut choices = completions.choices();
         while let Some(choice) = choices.next().await {
             indexes.push(choice);
@@ -357,12 +356,32 @@ pub async fn observe(completions: Completions) -> Observed {
 
 /// Feeds `reads` to `Completions::from_sse` and observes the result, failing on a hang.
 pub async fn run_reads(reads: Vec<Vec<u8>>, max_event_size: Option<usize>) -> Observed {
+    run_reads_paced(reads, max_event_size, false).await
+}
+
+/// As `run_reads`; with `retiring`, the upstream yields before every read and the choice
+/// actors retire whenever it waits (`hibernate_after(0)`), so that retirements race updates.
+pub async fn run_reads_paced(
+    reads: Vec<Vec<u8>>,
+    max_event_size: Option<usize>,
+    retiring: bool,
+) -> Observed {
     let mut builder = Completions::builder().estimate_usage(false);
     if let Some(limit) = max_event_size {
         builder = builder.max_event_size(limit);
     }
-    let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
-    let completions = builder.from_sse(stream);
+    let completions = if retiring {
+        let stream = futures::stream::iter(reads).then(|read| async move {
+            tokio::task::yield_now().await;
+            Ok::<_, std::io::Error>(read)
+        });
+        builder
+            .hibernate_after(std::time::Duration::ZERO)
+            .from_sse(stream)
+    } else {
+        let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
+        builder.from_sse(stream)
+    };
     match tokio::time::timeout(HANG, observe(completions)).await {
         Ok(observed) => observed,
         Err(_) => panic!("the completion did not end within {HANG:?}"),
@@ -390,11 +409,20 @@ pub async fn check_pipeline(bytes: &[u8]) {
     if input.data.len() <= 2048 {
         splits.push(vec![1]);
     }
-    for sizes in splits {
-        let reads = split(input.data, &sizes)
+    for (k, sizes) in splits.into_iter().enumerate() {
+        let reads: Vec<Vec<u8>> = split(input.data, &sizes)
             .into_iter()
             .map(<[u8]>::to_vec)
             .collect();
+        let retiring = k == 0;
+        if retiring {
+            let observed = run_reads_paced(reads.clone(), input.max_event_size, true).await;
+            assert_eq!(
+                split_independent(observed),
+                whole,
+                "retiring the actors between the reads of {sizes:?} changed the outcome"
+            );
+        }
         let observed = split_independent(run_reads(reads, input.max_event_size).await);
         assert_eq!(
             observed, whole,
