@@ -2,6 +2,7 @@
 # Builds the cargo-fuzz targets of fuzz/ and runs each for a bounded time, one after the other.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   # default: 60 s each, every target
+#   scripts/fuzz.sh smoke [SECONDS_PER_TARGET]          # CI: 15 s each, no cargo-fuzz needed
 #   scripts/fuzz.sh dump ARTIFACT                       # a merge_interleaving input as the
 #                                                       # scenario JSON fuzz/regressions keeps
 #
@@ -9,6 +10,10 @@
 # source). cargo-fuzz passes nightly-only flags (-Zsanitizer, sanitizer coverage); on the stable
 # toolchain RUSTC_BOOTSTRAP=1 lets it. FUZZ_SANITIZER=none runs without AddressSanitizer (faster;
 # use it if the ASan runtime is missing). Extra libFuzzer flags: FUZZ_FLAGS="-max_len=65536".
+#
+# `smoke` builds the targets with plain cargo and the coverage flags cargo-fuzz would pass (no
+# sanitizer, so the stable toolchain needs no RUSTC_BOOTSTRAP), and runs each from its seeds in
+# a throwaway corpus: a short run for CI, failing on any crash or broken invariant.
 #
 # Corpora: fuzz/corpus/<target> (not committed), seeded from fuzz/seeds/<target> (committed,
 # replayed by tests/hostile.rs) and from tests/fixtures. Crashes land in fuzz/artifacts/<target>;
@@ -28,13 +33,10 @@ if [[ ${1:-} == dump ]]; then
   exit 0
 fi
 
-seconds=${1:-60}
-shift || true
-targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
+
 
 seed() {
-  local t=$1 dir=corpus/$1 f name
+  local t=$1 dir=${2:-corpus/$1} f name
   mkdir -p "$dir"
   if [[ -d seeds/$t ]]; then
     cp -n seeds/"$t"/* "$dir"/ 2>/dev/null || true
@@ -58,6 +60,42 @@ seed() {
     esac
   done
 }
+
+if [[ ${1:-} == smoke ]]; then
+  seconds=${2:-15}
+  unset RUSTC_BOOTSTRAP
+  triple=$(rustc -vV | sed -n 's/^host: //p')
+  flags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
+  flags+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters"
+  flags+=" -Cllvm-args=-sanitizer-coverage-pc-table"
+  flags+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
+  flags+=" -Cllvm-args=-simplifycfg-branch-fold-threshold=0 -Cdebug-assertions"
+  [[ $triple == *-linux-* ]] && flags+=" -Cllvm-args=-sanitizer-coverage-stack-depth"
+  # --target keeps the flags off build scripts and proc macros.
+  RUSTFLAGS=$flags cargo build --release --bins --target "$triple" --target-dir target/smoke
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  for t in "${all[@]}"; do
+    seed "$t" "$work/$t"
+    echo "=== smoke $t: ${seconds}s"
+    rc=0
+    "target/smoke/$triple/release/$t" "$work/$t" -max_total_time="$seconds" -timeout=30 \
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/" > "$work/$t.log" 2>&1 || rc=$?
+    grep -E '^(Done|stat::new_units_added)' "$work/$t.log" || true
+    if [[ $rc -ne 0 ]]; then
+      tail -60 "$work/$t.log"
+      echo "fuzz smoke: $t failed (exit $rc); its input is in $work" >&2
+      trap - EXIT
+      exit 1
+    fi
+  done
+  exit 0
+fi
+
+seconds=${1:-60}
+shift || true
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=("${all[@]}")
 
 mkdir -p logs
 echo "building (sanitizer: $sanitizer)"
