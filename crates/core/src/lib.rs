@@ -54,6 +54,7 @@ mod completions;
 mod config;
 mod error;
 mod event;
+mod event_log;
 mod feed;
 mod merge;
 mod response;

@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::event::{ChoiceEvent, Warning};
+use crate::event::Warning;
+use crate::event_log::EventLog;
 use crate::merge::ChoiceAccumulator;
 use crate::response::{ChatCompletion, ChoiceOutput};
 use crate::usage::{ReportedUsage, Usage};
@@ -123,7 +124,7 @@ pub(crate) struct ChoiceShared {
 #[derive(Debug)]
 pub(crate) struct ChoiceState {
     pub acc: ChoiceAccumulator,
-    pub events: Vec<ChoiceEvent>,
+    pub events: EventLog,
     /// Set when the sub-streams end: `Ok` at the choice's finish (or a clean end of the stream),
     /// `Err` when the stream failed before the choice finished.
     pub closed: Option<Result<(), Error>>,
@@ -177,7 +178,7 @@ impl ChoiceShared {
             index,
             state: Mutex::new(ChoiceState {
                 acc: ChoiceAccumulator::new(index, max_tool_calls),
-                events: Vec::new(),
+                events: EventLog::default(),
                 closed: None,
                 settled: false,
                 failed: false,

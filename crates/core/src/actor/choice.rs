@@ -110,11 +110,6 @@ impl ChoiceActorState {
                     // the completion's warnings only.
                     self.buf.clear();
                 } else {
-                    if state.events.capacity() == 0 {
-                        // Many choices stay short or wait a long time after their first
-                        // update: no spare room until the log grows.
-                        state.events.reserve_exact(self.buf.len());
-                    }
                     state.events.append(&mut self.buf);
                     if state.acc.is_finished() {
                         state.close(Ok(()));
