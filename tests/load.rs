@@ -17,7 +17,7 @@ mod invariants;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise::{ChatCompletion, Completions, Error, live_actors};
@@ -28,6 +28,9 @@ use serde_json::{Value, json};
 const CHOICES: u32 = 4;
 const IDLE: Duration = Duration::from_millis(100);
 const OVERALL: Duration = Duration::from_secs(120);
+
+/// Completions whose choice actors retire between reads (see `check_one`).
+static RETIRING: AtomicUsize = AtomicUsize::new(0);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Fault {
@@ -396,7 +399,23 @@ async fn check_one(id: usize, seed: u64, fault: Fault, mut rng: Rng) -> Result<(
     } else {
         reads
     };
-    let upstream = futures::stream::iter(reads).chain(futures::stream::poll_fn(move |_| {
+    // Half the completions pause now and then between reads, with the choice actors retiring
+    // after 1 ms of quiet: they come back for the next update, racing the pauses.
+    let retiring = rng.below(2) == 0;
+    let pauses: Vec<bool> = (0..reads.len())
+        .map(|_| retiring && rng.below(4) == 0)
+        .collect();
+    if retiring {
+        RETIRING.fetch_add(1, Ordering::Relaxed);
+    }
+    let paced =
+        futures::stream::iter(reads.into_iter().zip(pauses)).then(|(read, pause)| async move {
+            if pause {
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            read
+        });
+    let upstream = paced.chain(futures::stream::poll_fn(move |_| {
         let _ = &guard;
         if stall {
             std::task::Poll::Pending
@@ -407,6 +426,9 @@ async fn check_one(id: usize, seed: u64, fault: Fault, mut rng: Rng) -> Result<(
     let mut builder = Completions::builder().estimate_usage(false);
     if fault == Fault::Stall {
         builder = builder.idle_timeout(IDLE);
+    }
+    if retiring {
+        builder = builder.hibernate_after(Duration::from_millis(1));
     }
     let completions = builder.from_sse(upstream);
 
@@ -569,9 +591,10 @@ fn thousands_of_concurrent_completions_with_random_faults() {
     let after: Vec<String> = rss_after_rounds.iter().map(|&b| mib(b)).collect();
     println!(
         "load: {rounds} x {count} concurrent completions (n={CHOICES}, seed {seed}) in {:.2} s; \
-         faults {by_fault:?}; RSS {} MiB before, {} MiB after each round; live actors \
+         faults {by_fault:?}; {} with actors retiring between reads; RSS {} MiB before, {} MiB after each round; live actors \
          {actors_before} before, {actors_after} after; {} failures",
         wall.as_secs_f64(),
+        RETIRING.load(Ordering::Relaxed),
         mib(rss_before),
         after.join(" / "),
         failures.len()
