@@ -6,12 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicI64 = AtomicI64::new(0);
+static PEAK: AtomicI64 = AtomicI64::new(0);
 
 struct Counting;
 
 fn add(bytes: usize) {
     if ON.load(Ordering::Relaxed) {
-        LIVE.fetch_add(bytes as i64, Ordering::Relaxed);
+        let live = LIVE.fetch_add(bytes as i64, Ordering::Relaxed) + bytes as i64;
+        PEAK.fetch_max(live, Ordering::Relaxed);
     }
 }
 
@@ -63,4 +65,13 @@ pub fn counting() {
 /// Live heap bytes allocated since counting started, less those freed.
 pub fn live() -> i64 {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// Runs `f` and returns its output with the highest live heap reached meanwhile, above the
+/// live heap at its start (counting must be on).
+pub async fn peak_during<T>(f: impl std::future::Future<Output = T>) -> (T, i64) {
+    let start = live();
+    PEAK.store(start, Ordering::Relaxed);
+    let out = f.await;
+    (out, PEAK.load(Ordering::Relaxed) - start)
 }

@@ -215,3 +215,70 @@ pub fn busy(rt: &Runtime, g: &Arc<Generated>, count: usize) -> BusyFigures {
         }
     })
 }
+
+pub struct SlowConsumerFigures {
+    pub megabytes: f64,
+    /// Live heap held by the finished completion (its response: messages and event logs).
+    pub response: i64,
+    /// Peak heap growth while streaming, every choice read as it comes.
+    pub peak_fast: i64,
+    /// The same with choice 0's content read one delta, then not at all until the stream has
+    /// ended.
+    pub peak_slow: i64,
+}
+
+/// One completion of `g` from memory, each choice's content drained by its own task; with
+/// `slow`, choice 0's reader takes one delta and then waits for the end of the stream before
+/// reading on. Returns the completion, still held.
+async fn stream_once(g: &Generated, slow: bool) -> Completions {
+    let reads = g.reads(64 * 1024);
+    let completions = Completions::from_sse(futures::stream::iter(
+        reads.into_iter().map(Ok::<_, Infallible>),
+    ));
+    let mut drains = Vec::new();
+    let mut choices = completions.choices();
+    while let Some(choice) = choices.next().await {
+        let lagging = slow && choice.index() == 0;
+        let done = completions.clone();
+        drains.push(tokio::spawn(async move {
+            let mut content = choice.content();
+            let mut bytes = 0usize;
+            if lagging {
+                if let Some(Ok(t)) = content.next().await {
+                    bytes += t.len();
+                }
+                let _ = done.outcome().await;
+            }
+            while let Some(Ok(t)) = content.next().await {
+                bytes += t.len();
+            }
+            bytes
+        }));
+    }
+    for d in drains {
+        let _ = d.await;
+    }
+    let _ = completions.collect().await;
+    completions
+}
+
+/// Peak memory with a slow consumer against the same stream read at full pace: a consumer
+/// that lags must cost nothing beyond the response, which the completion holds anyway.
+pub fn slow_consumer(rt: &Runtime, g: &Generated) -> SlowConsumerFigures {
+    heap::counting();
+    rt.block_on(async {
+        drop(stream_once(g, false).await);
+        let start = heap::live();
+        let (held, peak_fast) = heap::peak_during(stream_once(g, false)).await;
+        let response = heap::live() - start;
+        drop(held);
+        let (held, peak_slow) = heap::peak_during(stream_once(g, true)).await;
+        drop(held);
+        SlowConsumerFigures {
+            megabytes: g.bytes.len() as f64 / 1e6,
+            response,
+            peak_fast,
+            peak_slow,
+        }
+    })
+}
