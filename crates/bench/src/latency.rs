@@ -1,12 +1,20 @@
 //! Added latency under an offered load: a producer thread makes the stream's events
 //! available at a fixed rate, in small reads, each stamped with the instant it was made
-//! available; consumers stamp each content delta when it reaches them. Each content delta
-//! carries `⟨seq⟩`, the position of its event in the stream, which ties the two stamps.
+//! available; the input stream stamps each read again when it hands it to its reader; consumers
+//! stamp each content delta when it reaches them. Each content delta carries `⟨seq⟩`, the
+//! position of its event in the stream, which ties the stamps.
 //!
-//! added latency = arrival at the consumer − availability of the read completing its event.
+//! added latency = arrival at the consumer − the read completing its event reaching the
+//! reader (what the demultiplexer adds: framing, parsing, routing, the hand-offs to the choice
+//! actor and to the consumer task);
+//! end-to-end latency = arrival at the consumer − availability at the producer (adds the
+//! channel from the producer thread and the wake-up of the runtime, which any consumer of the
+//! stream pays: the hand-written loop's figure is that floor).
 
 use std::convert::Infallible;
+use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise::Completions;
@@ -25,6 +33,35 @@ pub fn seq_of(text: &str) -> Option<usize> {
     rest[..end].parse().ok()
 }
 
+/// Per event, when the read completing it reached the reader (nanoseconds since `base`).
+struct Received {
+    base: Instant,
+    at: Vec<AtomicU64>,
+}
+
+impl Received {
+    fn new(events: usize) -> Arc<Self> {
+        Arc::new(Received {
+            base: Instant::now(),
+            at: (0..events).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    fn stamp(&self, events: Range<usize>) {
+        let now = self.base.elapsed().as_nanos() as u64;
+        for e in &self.at[events] {
+            e.store(now, Ordering::Relaxed);
+        }
+    }
+
+    fn instant(&self, event: usize) -> Instant {
+        self.base + Duration::from_nanos(self.at[event].load(Ordering::Relaxed))
+    }
+}
+
+/// A read and the events it completes.
+type Read = (Arc<[u8]>, Range<usize>);
+
 /// What the producer did.
 struct Produced {
     /// Per event, when the read that completed it was made available.
@@ -40,7 +77,7 @@ struct Produced {
 fn spawn_producer(
     g: Arc<Generated>,
     rate: f64,
-    tx: mpsc::UnboundedSender<Arc<[u8]>>,
+    tx: mpsc::UnboundedSender<Read>,
 ) -> std::thread::JoinHandle<Produced> {
     std::thread::spawn(move || {
         let ends = &g.event_ends;
@@ -56,7 +93,7 @@ fn spawn_producer(
                 let read: Arc<[u8]> = Arc::from(&g.bytes[sent_bytes..end]);
                 let now = Instant::now();
                 available.resize(due, now);
-                if tx.send(read).is_err() {
+                if tx.send((read, sent_events..due)).is_err() {
                     break;
                 }
                 reads += 1;
@@ -73,21 +110,44 @@ fn spawn_producer(
     })
 }
 
+/// The reads as a stream, stamping each as it is handed to its reader.
 fn channel_stream(
-    mut rx: mpsc::UnboundedReceiver<Arc<[u8]>>,
+    mut rx: mpsc::UnboundedReceiver<Read>,
+    received: Arc<Received>,
 ) -> impl futures::Stream<Item = Result<Arc<[u8]>, Infallible>> + Send + 'static {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|r| r.map(Ok)))
+    futures::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|r| {
+            r.map(|(read, events)| {
+                received.stamp(events);
+                Ok(read)
+            })
+        })
+    })
 }
 
 /// Latencies of one run, µs, sorted.
 #[derive(Debug, Clone)]
 pub struct Run {
-    /// Sorted added latencies of every content delta, nanoseconds.
+    /// Sorted added latencies of every content delta (from the read reaching the reader),
+    /// nanoseconds.
     pub latencies_ns: Vec<u64>,
+    /// Sorted end-to-end latencies (from availability at the producer), nanoseconds.
+    pub end_to_end: Latencies,
     /// Events per read, on average.
     pub events_per_read: f64,
     /// The rate actually offered, events per second.
     pub offered_rate: f64,
+}
+
+/// Sorted latencies, nanoseconds.
+#[derive(Debug, Clone)]
+pub struct Latencies(pub Vec<u64>);
+
+impl Latencies {
+    /// A percentile in µs.
+    pub fn p_us(&self, p: f64) -> f64 {
+        percentile_sorted(&self.0, p) as f64 / 1e3
+    }
 }
 
 impl Run {
@@ -107,18 +167,24 @@ impl Run {
     }
 }
 
-fn finish_run(produced: Produced, arrivals: Vec<(usize, Instant)>, expected: usize) -> Run {
+fn finish_run(
+    produced: Produced,
+    received: &Received,
+    arrivals: Vec<(usize, Instant)>,
+    expected: usize,
+) -> Run {
     assert_eq!(arrivals.len(), expected, "every content delta arrived");
-    let mut latencies_ns: Vec<u64> = arrivals
-        .iter()
-        .map(|&(seq, at)| {
-            at.saturating_duration_since(produced.available[seq])
-                .as_nanos() as u64
-        })
-        .collect();
-    latencies_ns.sort_unstable();
+    let sorted = |from: &dyn Fn(usize) -> Instant| {
+        let mut l: Vec<u64> = arrivals
+            .iter()
+            .map(|&(seq, at)| at.saturating_duration_since(from(seq)).as_nanos() as u64)
+            .collect();
+        l.sort_unstable();
+        l
+    };
     Run {
-        latencies_ns,
+        latencies_ns: sorted(&|seq| received.instant(seq)),
+        end_to_end: Latencies(sorted(&|seq| produced.available[seq])),
         events_per_read: produced.available.len() as f64 / produced.reads.max(1) as f64,
         offered_rate: produced.available.len() as f64 / produced.span.as_secs_f64(),
     }
@@ -127,8 +193,10 @@ fn finish_run(produced: Produced, arrivals: Vec<(usize, Instant)>, expected: usi
 /// One paced run through choicewise: one consumer task per choice.
 pub fn run_choicewise(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     let (tx, rx) = mpsc::unbounded_channel();
+    let received = Received::new(g.event_ends.len());
+    let stamps = received.clone();
     let consumers = rt.spawn(async move {
-        let completions = Completions::from_sse(channel_stream(rx));
+        let completions = Completions::from_sse(channel_stream(rx, stamps));
         let mut choices = completions.choices();
         let mut tasks = Vec::new();
         while let Some(choice) = choices.next().await {
@@ -162,17 +230,19 @@ pub fn run_choicewise(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     let producer = spawn_producer(g.clone(), rate, tx);
     let arrivals = rt.block_on(consumers).expect("the run does not panic");
     let produced = producer.join().expect("the producer does not panic");
-    finish_run(produced, arrivals, g.content_deltas)
+    finish_run(produced, &received, arrivals, g.content_deltas)
 }
 
 /// One paced run through the hand-written loop, stamping each content delta as it is parsed
 /// (the floor: channel, wake-up, framing and parsing, no hand-off).
 pub fn run_handwritten(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     let (tx, rx) = mpsc::unbounded_channel();
+    let received = Received::new(g.event_ends.len());
+    let stamps = received.clone();
     let consumer = rt.spawn(async move {
         let mut h = HandWritten::default();
         let mut arrivals = Vec::with_capacity(1 << 18);
-        let mut s = channel_stream(rx);
+        let mut s = channel_stream(rx, stamps);
         let mut framer = choicewise_sse::Framer::new();
         while let Some(Ok(read)) = s.next().await {
             let _ = framer.feed(&read, |ev| {
@@ -197,7 +267,7 @@ pub fn run_handwritten(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     let producer = spawn_producer(g.clone(), rate, tx);
     let arrivals = rt.block_on(consumer).expect("the run does not panic");
     let produced = producer.join().expect("the producer does not panic");
-    finish_run(produced, arrivals, g.content_deltas)
+    finish_run(produced, &received, arrivals, g.content_deltas)
 }
 
 /// Medians over runs of p50, p99, p99.9 and max, µs.
@@ -211,6 +281,9 @@ pub struct Summary {
     pub p999: f64,
     /// Median of the runs' max.
     pub max: f64,
+    /// Median of the runs' end-to-end p50 and p99 (from availability at the producer).
+    pub end_to_end_p50: f64,
+    pub end_to_end_p99: f64,
     /// Best (lowest) p99 of any run: the least disturbed by other processes.
     pub best_p99: f64,
     /// Worst p99 of any run.
@@ -234,6 +307,8 @@ pub fn summarise(runs: &[Run]) -> Summary {
         p99: of(&|r| r.p_us(99.0)),
         p999: of(&|r| r.p_us(99.9)),
         max: of(&|r| r.max_us()),
+        end_to_end_p50: of(&|r| r.end_to_end.p_us(50.0)),
+        end_to_end_p99: of(&|r| r.end_to_end.p_us(99.0)),
         over_50us: of(&|r| r.share_over(50.0)),
         over_1ms: of(&|r| r.share_over(1000.0)),
         best_p99: runs

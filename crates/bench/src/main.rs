@@ -150,6 +150,11 @@ struct LatencyArgs {
     /// Number of choices.
     #[arg(long, default_value_t = 4)]
     n: u32,
+    /// Worker threads of the runtime for the target figure (default: the CPUs less one, the
+    /// one the producer thread, standing in for the network, keeps busy). The runs are
+    /// repeated with `--workers` threads for comparison when that differs.
+    #[arg(long)]
+    latency_workers: Option<usize>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -315,37 +320,29 @@ fn throughput(args: &ThroughputArgs) -> Report {
     report
 }
 
-fn latency(args: &LatencyArgs) -> Report {
-    let rt = runtime(args.common.workers);
-    let g = Arc::new(generate(&GenConfig {
-        n: args.n,
-        target_bytes: (args.rate * args.secs) as usize * r#gen::CHUNK_BYTES,
-        seed: args.common.seed,
-        seq_tags: true,
-    }));
+/// Latency runs on a runtime of `workers` threads: the summaries of choicewise and of the
+/// hand-written loop.
+fn latency_runs(
+    args: &LatencyArgs,
+    g: &Arc<r#gen::Generated>,
+    workers: usize,
+) -> (latency::Summary, latency::Summary) {
+    let rt = runtime(workers);
     // Warm-up (untimed): threads, allocator, page faults.
-    let _ = latency::run_choicewise(&rt, &g, args.rate * 4.0);
+    let _ = latency::run_choicewise(&rt, g, args.rate * 4.0);
     let mut cw = Vec::new();
     let mut hand = Vec::new();
     for _ in 0..args.common.reps {
-        hand.push(latency::run_handwritten(&rt, &g, args.rate));
-        cw.push(latency::run_choicewise(&rt, &g, args.rate));
+        hand.push(latency::run_handwritten(&rt, g, args.rate));
+        cw.push(latency::run_choicewise(&rt, g, args.rate));
     }
-    let (cw, hand) = (latency::summarise(&cw), latency::summarise(&hand));
-    println!(
-        "\n### latency, n = {}, offered {:.0} chunks/s ({} chunks, {:.1} events per read, {} reps)\n",
-        args.n, cw.offered_rate, g.chunks, cw.events_per_read, args.common.reps
-    );
+    (latency::summarise(&cw), latency::summarise(&hand))
+}
+
+fn latency_table(title: &str, cw: latency::Summary, hand: latency::Summary) {
     println!(
         "| {:<44} | {:>8} | {:>8} | {:>8} | {:>9} | {:>17} | {:>7} | {:>7} |",
-        "added latency of a content delta, µs",
-        "p50",
-        "p99",
-        "p99.9",
-        "max",
-        "p99 best–worst",
-        "> 50µs",
-        "> 1ms"
+        title, "p50", "p99", "p99.9", "max", "p99 best–worst", "> 50µs", "> 1ms"
     );
     println!(
         "|{:-<46}|{:->10}|{:->10}|{:->10}|{:->11}|{:->19}|{:->9}|{:->9}|",
@@ -366,6 +363,62 @@ fn latency(args: &LatencyArgs) -> Report {
             s.over_1ms,
         );
     }
+    println!(
+        "\nEnd to end, from the producer thread's send (adds the channel and the runtime's \
+         wake-up): hand-written loop p50 {:.1} / p99 {:.1} µs, choicewise p50 {:.1} / p99 {:.1} \
+         µs.\n",
+        hand.end_to_end_p50, hand.end_to_end_p99, cw.end_to_end_p50, cw.end_to_end_p99
+    );
+}
+
+fn latency(args: &LatencyArgs) -> Report {
+    let cpus = std::thread::available_parallelism().map_or(2, usize::from);
+    let workers = args
+        .latency_workers
+        .unwrap_or_else(|| cpus.saturating_sub(1).max(1));
+    let g = Arc::new(generate(&GenConfig {
+        n: args.n,
+        target_bytes: (args.rate * args.secs) as usize * r#gen::CHUNK_BYTES,
+        seed: args.common.seed,
+        seq_tags: true,
+    }));
+    let (cw, hand) = latency_runs(args, &g, workers);
+    println!(
+        "\n### latency, n = {}, offered {:.0} chunks/s ({} chunks, {:.1} events per read, {} reps)\n",
+        args.n, cw.offered_rate, g.chunks, cw.events_per_read, args.common.reps
+    );
+    println!(
+        "Added latency: from the read reaching the reader's input stream to the text reaching \
+         the consumer, µs.\n"
+    );
+    latency_table(
+        &format!("runtime of {workers} worker(s) + the producer"),
+        cw,
+        hand,
+    );
+    let mut info = vec![
+        format!(
+            "INFO latency_p99_handwritten measured={:.2}us (same set-up, no actors)",
+            hand.p99
+        ),
+        format!(
+            "INFO latency_p99_end_to_end measured={:.2}us (from the producer's send; \
+             hand-written loop {:.2}us)",
+            cw.end_to_end_p99, hand.end_to_end_p99
+        ),
+    ];
+    if args.common.workers != workers {
+        let (cw2, hand2) = latency_runs(args, &g, args.common.workers);
+        latency_table(
+            &format!("runtime of {} workers + the producer", args.common.workers),
+            cw2,
+            hand2,
+        );
+        info.push(format!(
+            "INFO latency_p99_{}_workers measured={:.2}us (hand-written loop {:.2}us)",
+            args.common.workers, cw2.p99, hand2.p99
+        ));
+    }
     load("end of latency");
     *PLOT_LATENCY.lock().unwrap_or_else(|p| p.into_inner()) = vec![
         ("choicewise", cw),
@@ -379,10 +432,7 @@ fn latency(args: &LatencyArgs) -> Report {
             at_least: false,
             unit: "us",
         }],
-        info: vec![format!(
-            "INFO latency_p99_handwritten_floor measured={:.2}us (same producer, no actors)",
-            hand.p99
-        )],
+        info,
     }
 }
 
@@ -662,6 +712,7 @@ fn main() {
                 rate: 100_000.0,
                 secs: 1.5,
                 n: 4,
+                latency_workers: None,
             }));
             // Memory figures need a fresh process: RSS growth says little once the heap has
             // grown and shrunk in the runs above.
