@@ -1,11 +1,14 @@
 //! When the `Completions` value and every handle are dropped mid-stream, the actors stop and
 //! the upstream stream is dropped. (Its own test binary: it counts the process's live actors.)
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use choicewise::{Completions, live_actors};
+use common::actors_reach;
 use futures::StreamExt;
 
 /// An upstream that sends two choices' first updates, then stalls forever, and records its drop.
@@ -35,20 +38,10 @@ fn stalling_upstream(
 /// The tests here count the process's live actors: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn settle(target: usize) -> usize {
-    for _ in 0..200 {
-        if live_actors() == target {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    live_actors()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_every_handle_mid_stream_stops_the_actors_and_drops_the_upstream() {
     let _serial = SERIAL.lock().await;
-    assert_eq!(settle(0).await, 0);
+    assert_eq!(actors_reach(0).await, 0);
     for round in 0..20 {
         let dropped = Arc::new(AtomicBool::new(false));
         // The actors stay alive while the upstream stalls, so that the count shows them.
@@ -61,7 +54,7 @@ async fn dropping_every_handle_mid_stream_stops_the_actors_and_drops_the_upstrea
         assert_eq!(&*content.next().await.unwrap().unwrap(), "a");
         let c1 = choices.next().await.unwrap();
         assert_eq!(
-            settle(3).await,
+            actors_reach(3).await,
             3,
             "round {round}: a reader and two choice actors"
         );
@@ -78,7 +71,11 @@ async fn dropping_every_handle_mid_stream_stops_the_actors_and_drops_the_upstrea
         );
         drop(content);
         drop(c1);
-        assert_eq!(settle(0).await, 0, "round {round}: actors left behind");
+        assert_eq!(
+            actors_reach(0).await,
+            0,
+            "round {round}: actors left behind"
+        );
         for _ in 0..100 {
             if dropped.load(Ordering::SeqCst) {
                 break;
@@ -95,7 +92,7 @@ async fn dropping_every_handle_mid_stream_stops_the_actors_and_drops_the_upstrea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_completions_leave_no_actor_behind() {
     let _serial = SERIAL.lock().await;
-    let before = settle(0).await;
+    let before = actors_reach(0).await;
     let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"},{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
     let mut kept = Vec::new();
     for _ in 0..100 {
@@ -103,5 +100,5 @@ async fn finished_completions_leave_no_actor_behind() {
         c.collect().await.unwrap();
         kept.push(c); // handles still held: the actors end anyway once the stream is over
     }
-    assert_eq!(settle(before).await, before);
+    assert_eq!(actors_reach(before).await, before);
 }

@@ -10,7 +10,8 @@ mod common;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use choicewise::{ChatCompletion, ChoiceEvent, Completions, Error, actors_started, live_actors};
+use choicewise::{ChatCompletion, ChoiceEvent, Completions, Error, actors_started};
+use common::actors_reach;
 use common::streams::{completion, interleave, sse};
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 use futures::{StreamExt, TryStreamExt};
@@ -42,17 +43,6 @@ fn controlled(quiet: Duration) -> (Completions, UnboundedSender<Read>) {
     let (tx, rx) = unbounded::<Read>();
     let completions = Completions::builder().hibernate_after(quiet).from_sse(rx);
     (completions, tx)
-}
-
-/// Waits (up to 5 s) until `live_actors()` is `target`.
-async fn actors_reach(target: usize) -> usize {
-    for _ in 0..500 {
-        if live_actors() == target {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    live_actors()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,16 +200,12 @@ async fn outcome(
             Ok::<_, std::io::Error>(read)
         }
     });
-    let completions = Completions::builder()
-        .hibernate_after(Duration::ZERO)
-        .from_sse(paced);
-    let completion = completions.collect().await.expect("well-formed stream");
-    let mut events = Vec::new();
-    for c in &completion.choices {
-        let choice = completions.choice(c.index).await.unwrap();
-        events.push((c.index, choice.events().try_collect().await.unwrap()));
-    }
-    (completion, events)
+    common::observe(
+        Completions::builder()
+            .hibernate_after(Duration::ZERO)
+            .from_sse(paced),
+    )
+    .await
 }
 
 proptest! {
@@ -238,18 +224,10 @@ proptest! {
     ) {
         let _serial = SERIAL.blocking_lock();
         let shuffled = sse(&interleave(&choices, &picks, &group));
+        let whole = futures::stream::iter([Ok::<_, std::io::Error>(shuffled.clone())]);
         let reference = RUNTIME.block_on(async {
-            let whole = futures::stream::iter([Ok::<_, std::io::Error>(shuffled.clone())]);
-            let completions = Completions::builder()
-                .hibernate_after(Duration::MAX)
-                .from_sse(whole);
-            let completion = completions.collect().await.unwrap();
-            let mut events = Vec::new();
-            for c in &completion.choices {
-                let choice = completions.choice(c.index).await.unwrap();
-                events.push((c.index, choice.events().try_collect::<Vec<_>>().await.unwrap()));
-            }
-            (completion, events)
+            common::observe(Completions::builder().hibernate_after(Duration::MAX).from_sse(whole))
+                .await
         });
         let reads = common::split(&shuffled, &sizes);
         let actual = RUNTIME.block_on(outcome(reads, pauses));

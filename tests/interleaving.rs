@@ -10,7 +10,6 @@ use common::streams::{completion, interleave, orderly, sse};
 use std::sync::LazyLock;
 
 use choicewise::{ChatCompletion, ChoiceEvent, Completions};
-use futures::TryStreamExt;
 use proptest::prelude::*;
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
@@ -23,14 +22,7 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 
 async fn outcome(reads: Vec<Vec<u8>>) -> (ChatCompletion, Vec<(u32, Vec<ChoiceEvent>)>) {
     let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
-    let completions = Completions::from_sse(stream);
-    let completion = completions.collect().await.expect("well-formed stream");
-    let mut events = Vec::new();
-    for c in &completion.choices {
-        let choice = completions.choice(c.index).await.unwrap();
-        events.push((c.index, choice.events().try_collect().await.unwrap()));
-    }
-    (completion, events)
+    common::observe(Completions::from_sse(stream)).await
 }
 
 proptest! {

@@ -5,7 +5,10 @@ pub mod streams;
 
 use std::path::PathBuf;
 
-use choicewise::{ChatCompletion, Completions, Incomplete};
+use std::time::Duration;
+
+use choicewise::{ChatCompletion, ChoiceEvent, Completions, Incomplete, live_actors};
+use futures::TryStreamExt;
 
 pub fn fixture_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -42,3 +45,26 @@ pub async fn collect_reads(
 /// The read splits every fixture is also run under: whole, single bytes, and sizes that are
 /// prime (so they cut lines, CRLFs and multi-byte characters at every phase).
 pub const SPLITS: &[&[usize]] = &[&[usize::MAX], &[1], &[2, 3, 5], &[7, 64, 13], &[4096]];
+
+/// A completion's `collect()` (which must succeed) and then every choice's events, replayed
+/// from the start.
+pub async fn observe(completions: Completions) -> (ChatCompletion, Vec<(u32, Vec<ChoiceEvent>)>) {
+    let completion = completions.collect().await.expect("well-formed stream");
+    let mut events = Vec::new();
+    for c in &completion.choices {
+        let choice = completions.choice(c.index).await.unwrap();
+        events.push((c.index, choice.events().try_collect().await.unwrap()));
+    }
+    (completion, events)
+}
+
+/// Waits (up to 5 s) until `live_actors()` is `target`, and returns it then.
+pub async fn actors_reach(target: usize) -> usize {
+    for _ in 0..500 {
+        if live_actors() == target {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    live_actors()
+}
