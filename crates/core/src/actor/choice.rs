@@ -52,10 +52,7 @@ impl Drop for Attachment {
         let mut state = self.0.lock();
         state.attached = false;
         if !state.settled && !state.retired {
-            state.close(Err(Error::ActorFailed {
-                choice: Some(self.0.index),
-                message: "the choice's actor stopped before the stream ended".to_string(),
-            }));
+            state.close(Err(stopped_early(self.0.index)));
             state.settled = true;
         }
         // Wakes the sub-streams, and the reader if it waits for a retired actor to be gone.
@@ -176,6 +173,14 @@ impl Actor for ChoiceActor {
             ChoiceMsg::Retire => myself.stop(None),
         }
         Ok(())
+    }
+}
+
+/// The error of a choice whose actor stopped for good before the stream ended.
+pub(crate) fn stopped_early(choice: u32) -> Error {
+    Error::ActorFailed {
+        choice: Some(choice),
+        message: "the choice's actor stopped before the stream ended".to_string(),
     }
 }
 

@@ -11,7 +11,7 @@ use futures::FutureExt;
 use futures::future::{Either, select};
 use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime};
 
-use super::choice::{Attachment, ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
+use super::choice::{Attachment, ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message, stopped_early};
 use crate::error::Error;
 use crate::feed::{Feed, Step};
 use crate::route::Router;
@@ -116,10 +116,7 @@ impl ChoiceSlot {
                 let mut state = self.shared.lock();
                 state.retired = false;
                 if !state.attached && !state.settled {
-                    state.settle(Err(Error::ActorFailed {
-                        choice: Some(self.shared.index),
-                        message: "the choice's actor stopped before the stream ended".into(),
-                    }));
+                    state.settle(Err(stopped_early(self.shared.index)));
                 }
             }
             self.actor = ChildActor::Retired;
@@ -127,7 +124,9 @@ impl ChoiceSlot {
     }
 
     /// Waits until the retired actor has applied its queue and gone, so that no two actors
-    /// ever write the same choice.
+    /// ever write the same choice. Callers box this future: it is rare, and its state would
+    /// otherwise sit in the reader's message loop, which ractor boxes once for the reader's
+    /// whole life.
     async fn retired_gone(&self) {
         if !self.shared.lock().attached {
             return;
