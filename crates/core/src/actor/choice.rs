@@ -52,11 +52,11 @@ impl Drop for Attachment {
         let mut state = self.0.lock();
         state.attached = false;
         if !state.settled && !state.retired {
-            state.close(Err(stopped_early(self.0.index)));
-            state.settled = true;
+            state.settle(Err(stopped_early(self.0.index)));
+        } else {
+            // The reader may be waiting for a retired actor to be gone.
+            state.waiters.wake_all();
         }
-        // Wakes the sub-streams, and the reader if it waits for a retired actor to be gone.
-        state.waiters.wake_all();
     }
 }
 
