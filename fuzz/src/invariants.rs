@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use choicewise_core::partial_json::{PartialJson, Snapshot};
+use choicewise_core::partial_json::PartialJson;
 use choicewise_core::wire::ChatCompletionChunk;
 use choicewise_core::{ChatCompletion, ChoiceEvent, Completions};
 use futures::{StreamExt, TryStreamExt};
@@ -154,28 +154,10 @@ pub fn check_chunk_parse(bytes: &[u8]) {
 
 // ------------------------------------------------------------------------------ partial_json
 
-/// Whether the best-effort `partial` is consistent with the complete value `complete` (the
-/// relation of `crates/partial-json/tests/common`): final nodes equal their counterpart; a
-/// provisional string is a prefix; a provisional array is no longer and its elements before
-/// the last are final; a provisional object's keys all exist with consistent values.
-pub fn is_prefix_consistent(partial: Snapshot<'_>, complete: &Value) -> bool {
-    if partial.is_final() {
-        return partial.value() == complete;
-    }
-    match (partial.value(), complete) {
-        (Value::String(p), Value::String(c)) => c.starts_with(p.as_str()),
-        (Value::Array(p), Value::Array(c)) => {
-            p.len() <= c.len()
-                && partial.elements().enumerate().all(|(i, e)| {
-                    (i + 1 == p.len() || e.is_final()) && is_prefix_consistent(e, &c[i])
-                })
-        }
-        (Value::Object(_), Value::Object(c)) => partial
-            .entries()
-            .all(|(k, v)| c.get(k).is_some_and(|cv| is_prefix_consistent(v, cv))),
-        _ => false,
-    }
-}
+/// The relation of `crates/partial-json/tests/common/prefix.rs`, the same file.
+#[path = "../../crates/partial-json/tests/common/prefix.rs"]
+mod prefix;
+pub use prefix::is_prefix_consistent;
 
 /// Whether a JSON text has an object with a repeated key anywhere (serde_json keeps the last;
 /// partial snapshots are not prefix-consistent then, by design).
