@@ -15,7 +15,7 @@ use choicewise::{
     CallRef, Choice, ChoiceEvent, ChoiceOutput, Completions, FunctionCallEvent, Incomplete,
     PartialArguments,
 };
-use choicewise_usage::{CompletionParts, EncodingName, ToolCallPart, count_completion};
+use choicewise_usage::EncodingName;
 use crossterm::event::{Event, EventStream, KeyCode, KeyEventKind, KeyModifiers};
 use futures::StreamExt;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -446,7 +446,7 @@ async fn count_tokens(model: Shared, encoding: EncodingName) {
         let counted = tokio::task::spawn_blocking(move || {
             changed
                 .into_iter()
-                .map(|(i, output)| (i, tokens(encoding, &output)))
+                .map(|(i, output)| (i, output.completion_tokens(encoding)))
                 .collect::<Vec<_>>()
         })
         .await;
@@ -457,28 +457,6 @@ async fn count_tokens(model: Shared, encoding: EncodingName) {
             }
         }
     }
-}
-
-/// A choice's completion tokens so far, counted as the usage estimate counts them.
-fn tokens(encoding: EncodingName, output: &ChoiceOutput) -> u64 {
-    let m = &output.message;
-    fn part(f: &choicewise::FunctionCall) -> ToolCallPart<'_> {
-        ToolCallPart {
-            name: &f.name,
-            arguments: &f.arguments,
-        }
-    }
-    let calls: Vec<ToolCallPart<'_>> = m.tool_calls.iter().map(|t| part(&t.function)).collect();
-    count_completion(
-        encoding,
-        &CompletionParts {
-            content: m.content.as_deref(),
-            reasoning: m.reasoning_content.as_deref(),
-            refusal: m.refusal.as_deref(),
-            tool_calls: &calls,
-            function_call: m.function_call.as_ref().map(part),
-        },
-    )
 }
 
 fn seconds(d: Duration) -> String {

@@ -342,7 +342,7 @@ impl Choice {
         };
         let model = self.life.shared.model();
         let encoding = choicewise_usage::encoding_for_model(model.as_deref().unwrap_or_default());
-        tokio::task::spawn_blocking(move || crate::usage::choice_tokens(encoding.name, &output))
+        tokio::task::spawn_blocking(move || output.completion_tokens(encoding.name))
             .await
             .unwrap_or(0)
     }

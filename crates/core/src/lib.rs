@@ -69,6 +69,7 @@ pub use choice::{Choice, EventStream};
 /// `choicewise-partial-json`).
 pub use choicewise_partial_json as partial_json;
 pub use choicewise_sse::SseError;
+pub use choicewise_usage::EncodingName;
 pub use completions::{Choices, Completions, CompletionsBuilder, actors_started, live_actors};
 pub use config::{
     DEFAULT_HIBERNATE_AFTER, DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use choicewise_usage::{
-    CompletionParts, ToolCallPart, count_completion, count_prompt, encoding_for_model,
+    CompletionParts, EncodingName, ToolCallPart, count_completion, count_prompt, encoding_for_model,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -197,7 +197,7 @@ impl Usage {
         let encoding = encoding_for_model(model.as_deref().unwrap_or_default());
         let mut per_choice = BTreeMap::new();
         for c in choices {
-            per_choice.insert(c.index, choice_tokens(encoding.name, c));
+            per_choice.insert(c.index, c.completion_tokens(encoding.name));
         }
         let completion: u64 = per_choice.values().sum();
         let (prompt, prompt_counted, prompt_error) =
@@ -224,28 +224,37 @@ impl Usage {
     }
 }
 
-/// One choice's estimated completion tokens (blocking).
-pub(crate) fn choice_tokens(encoding: choicewise_usage::EncodingName, c: &ChoiceOutput) -> u64 {
-    let m = &c.message;
-    let calls: Vec<ToolCallPart<'_>> = m
-        .tool_calls
-        .iter()
-        .map(|t| ToolCallPart {
-            name: &t.function.name,
-            arguments: &t.function.arguments,
-        })
-        .collect();
-    count_completion(
-        encoding,
-        &CompletionParts {
-            content: m.content.as_deref(),
-            reasoning: m.reasoning_content.as_deref(),
-            refusal: m.refusal.as_deref(),
-            tool_calls: &calls,
-            function_call: m.function_call.as_ref().map(|f| ToolCallPart {
+impl ChoiceOutput {
+    /// The choice's completion tokens as the usage estimate counts them (content, reasoning,
+    /// refusal, tool calls and the legacy function call), with `encoding`. Blocking: it loads
+    /// the tiktoken table the first time and counts on the calling thread.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, EncodingName};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let completion = Completions::from_reader(sse.as_bytes()).collect().await.unwrap();
+    /// assert_eq!(completion.choices[0].completion_tokens(EncodingName::O200kBase), 2);
+    /// # }
+    /// ```
+    pub fn completion_tokens(&self, encoding: EncodingName) -> u64 {
+        let m = &self.message;
+        fn part(f: &crate::response::FunctionCall) -> ToolCallPart<'_> {
+            ToolCallPart {
                 name: &f.name,
                 arguments: &f.arguments,
-            }),
-        },
-    )
+            }
+        }
+        let calls: Vec<ToolCallPart<'_>> = m.tool_calls.iter().map(|t| part(&t.function)).collect();
+        count_completion(
+            encoding,
+            &CompletionParts {
+                content: m.content.as_deref(),
+                reasoning: m.reasoning_content.as_deref(),
+                refusal: m.refusal.as_deref(),
+                tool_calls: &calls,
+                function_call: m.function_call.as_ref().map(part),
+            },
+        )
+    }
 }
