@@ -130,8 +130,6 @@ pub(crate) struct ChoiceState {
     pub closed: Option<Result<(), Error>>,
     /// Set when no more writes will come (the stream is over for this choice).
     pub settled: bool,
-    /// The choice's own merge failed: later updates are ignored.
-    pub failed: bool,
     /// A choice actor exists for this choice (set by the reader when it spawns one, cleared
     /// when the actor's state drops). While it is set, only that actor writes here.
     pub attached: bool,
@@ -152,6 +150,12 @@ impl ChoiceState {
         }
     }
 
+    /// Whether the choice takes no more updates: it is settled, or its own merge failed (an
+    /// error before the choice was settled can only be its own; see `fail`).
+    pub fn takes_no_updates(&self) -> bool {
+        self.settled || matches!(self.closed, Some(Err(_))) || self.late_error.is_some()
+    }
+
     /// Ends the sub-streams (once) and settles the choice: no more writes will come.
     pub fn settle(&mut self, outcome: Result<(), Error>) {
         self.close(outcome);
@@ -162,7 +166,6 @@ impl ChoiceState {
     /// The choice's own merge failed: ends the sub-streams with the error, or, if they had
     /// already ended at the finish, keeps it as the late error.
     pub fn fail(&mut self, error: Error) {
-        self.failed = true;
         match self.closed {
             None => self.closed = Some(Err(error)),
             Some(_) => {
@@ -181,7 +184,6 @@ impl ChoiceShared {
                 events: EventLog::default(),
                 closed: None,
                 settled: false,
-                failed: false,
                 attached: false,
                 retired: false,
                 late_error: None,

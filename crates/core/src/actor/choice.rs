@@ -88,7 +88,7 @@ impl ChoiceActorState {
             let mut guard = shared.lock();
             let state = &mut *guard;
             // A failed choice ignores what follows its error; a settled one takes no writes.
-            if state.failed || state.settled {
+            if state.takes_no_updates() {
                 return;
             }
             for update in batch {
