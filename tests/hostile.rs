@@ -315,7 +315,7 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
     let c1 = within("choice 1", completions.choice(1)).await.unwrap();
     let inc = within("message 0", c0.message()).await.unwrap_err();
     let expected = |e: &Error| {
-        matches!(e, Error::InvalidToolCall { choice: 0, what, line: l }
+        matches!(e, Error::InvalidToolCall { choice: 0, what, line: l, .. }
                  if what == "more than 128 tool calls" && *l == line)
     };
     assert!(expected(&inc.error), "{:?}", inc.error);
@@ -342,22 +342,27 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
         started.elapsed()
     );
 
-    // A tool-call index outside 0..=4294967295 is refused by the router: it ends the whole
-    // stream (every open choice), not only its choice.
+    // A tool-call index outside 0..=4294967295 is refused by the choice's actor: it fails
+    // that choice only; the other choice goes on to its finish.
     for bad in [-1i64, 4294967296] {
         let events = [
             content(1, "other", None),
             event(&json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": bad}]}}]})),
             content(1, " more", Some("stop")),
+            "data: [DONE]\n\n".to_string(),
         ];
         let inc = collect_str(&events).await.unwrap_err();
         assert!(
-            matches!(&inc.error, Error::InvalidToolCall { choice: 0, what, line: 3 }
+            matches!(&inc.error, Error::InvalidToolCall { choice: 0, what, line: 3, .. }
                      if what.contains(&bad.to_string())),
             "{bad}: {:?}",
             inc.error
         );
-        assert_eq!(text_of(&inc.partial, 1), Some("other"));
+        assert_eq!(text_of(&inc.partial, 1), Some("other more"));
+        assert_eq!(
+            inc.partial.choices[1].finish_reason.as_deref(),
+            Some("stop")
+        );
     }
 }
 
@@ -511,27 +516,51 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     );
 }
 
+/// A bad update of choice 0 between healthy ones: choice 0 fails with the error (returned),
+/// keeping "kept"; choice 1 goes on to its finish.
+async fn a_bad_update(data: &str) -> Error {
+    let events = [
+        content(0, "kept", None),
+        content(1, "other", None),
+        format!("data: {data}\n\n"),
+        content(1, " choice", Some("stop")),
+        content(0, " ignored", Some("stop")),
+        "data: [DONE]\n\n".to_string(),
+    ];
+    let inc = collect_str(&events).await.unwrap_err();
+    assert_eq!(text_of(&inc.partial, 0), Some("kept"), "{data}");
+    assert_eq!(inc.partial.choices[0].finish_reason, None, "{data}");
+    assert_eq!(text_of(&inc.partial, 1), Some("other choice"), "{data}");
+    assert_eq!(
+        inc.partial.choices[1].finish_reason.as_deref(),
+        Some("stop"),
+        "{data}"
+    );
+    inc.error
+}
+
 #[tokio::test]
-async fn a_deeply_nested_chunk_is_a_json_error() {
+async fn a_deeply_nested_delta_fails_its_choice() {
     let _alone = heap::alone().await;
     const N: usize = 100_000;
     let deep = "[".repeat(N) + &"]".repeat(N);
+    // The third event, after two of two lines each: line 5, at its byte offset.
+    let at = (
+        5,
+        (content(0, "kept", None).len() + content(1, "other", None).len()) as u64,
+    );
     for data in [
         // Arguments sent as a JSON value, logprobs (both kept as values): serde_json's
         // recursion limit (128).
         format!("{{\"choices\":[{{\"delta\":{{\"function_call\":{{\"arguments\":{deep}}}}}}}]}}"),
         format!("{{\"choices\":[{{\"delta\":{{}},\"logprobs\":{deep}}}]}}"),
     ] {
-        let events = [content(0, "kept", None), format!("data: {data}\n\n")];
-        let at = positions(&events)[1];
-        let inc = collect_str(&events).await.unwrap_err();
+        let error = a_bad_update(&data).await;
         assert!(
-            matches!(&inc.error, Error::Json { line, offset, message }
+            matches!(&error, Error::InvalidUpdate { choice: 0, line, offset, message }
                      if (*line, *offset) == at && message.contains("recursion limit")),
-            "{:?}",
-            inc.error
+            "{error:?}"
         );
-        assert_eq!(text_of(&inc.partial, 0), Some("kept"));
     }
     // An unknown field is skipped without recursion, however deep: the stream goes on.
     let events = [
@@ -586,17 +615,19 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
     );
     assert_eq!(text_of(&inc.partial, 0), Some("ok"));
 
-    // Escaped, a lone surrogate is valid UTF-8 on the wire but not a valid JSON string.
-    let events = [
-        first.clone(),
-        "data: {\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}]}\n\n".into(),
-    ];
-    let at = positions(&events)[1];
-    let inc = collect_str(&events).await.unwrap_err();
+    // Escaped, a lone surrogate is valid UTF-8 on the wire but not a valid JSON string: in a
+    // delta, its choice's own error.
+    let error = a_bad_update("{\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}]}").await;
     assert!(
-        matches!(&inc.error, Error::Json { line, offset, .. } if (*line, *offset) == at),
-        "{:?}",
-        inc.error
+        matches!(
+            &error,
+            Error::InvalidUpdate {
+                choice: 0,
+                line: 5,
+                ..
+            }
+        ),
+        "{error:?}"
     );
 }
 
@@ -649,7 +680,6 @@ async fn chunks_that_are_arrays_are_json_errors() {
         "[null]",
         "[\"id\", null, 5]",
         "{\"choices\": [[0, {\"content\": \"x\"}]]}",
-        "{\"choices\": [{\"index\": 0, \"delta\": [null, \"x\"]}]}",
     ] {
         let error = not_a_chunk(data).await;
         assert!(
@@ -657,6 +687,13 @@ async fn chunks_that_are_arrays_are_json_errors() {
             "{data}: {error:?}"
         );
     }
+    // A delta written as an array is its choice's own error; the other choice goes on.
+    let error = a_bad_update("{\"choices\": [{\"index\": 0, \"delta\": [null, \"x\"]}]}").await;
+    assert!(
+        matches!(&error, Error::InvalidUpdate { choice: 0, line: 5, message, .. }
+                 if message.contains("expected a JSON object")),
+        "{error:?}"
+    );
 }
 
 /// Fixed in 4104359: the line was the event's first field line plus serde's line within the

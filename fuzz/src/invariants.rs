@@ -578,21 +578,24 @@ pub fn interleaved(s: &Scenario) -> Vec<Vec<Value>> {
     chunks.into_iter().map(|(_, entries)| entries).collect()
 }
 
-/// Lines differ between two orderings of the same updates: set them to 0.
+/// Lines and byte offsets differ between two orderings of the same updates: set them to 0.
 pub fn without_lines(mut o: Observed) -> Observed {
-    fn strip(s: &str) -> String {
+    fn strip_key(s: &str, key: &str) -> String {
         // `line: 12` → `line: 0` in the Debug form of errors.
         let mut out = String::with_capacity(s.len());
         let mut rest = s;
-        while let Some(at) = rest.find("line: ") {
-            out.push_str(&rest[..at + 6]);
-            rest = &rest[at + 6..];
+        while let Some(at) = rest.find(key) {
+            out.push_str(&rest[..at + key.len()]);
+            rest = &rest[at + key.len()..];
             let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
             out.push('0');
             rest = &rest[digits..];
         }
         out.push_str(rest);
         out
+    }
+    fn strip(s: &str) -> String {
+        strip_key(&strip_key(s, "line: "), "offset: ")
     }
     if let Err((_, e)) = &mut o.result {
         *e = strip(e);

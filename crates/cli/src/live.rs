@@ -391,10 +391,13 @@ async fn drive(completions: Completions, model: Shared, start: Instant, encoding
     let outcome = completions.collect().await;
     counter.abort();
     let (Ok(c) | Err(Incomplete { partial: c, .. })) = &outcome;
-    let mut m = lock(&model);
-    m.usage = c.usage.as_ref().map(crate::plain::usage_line);
-    m.ended_at = Some(start.elapsed());
-    m.end = Some(outcome.map(|_| ()).map_err(|e| e.error.to_string()));
+    {
+        let mut m = lock(&model);
+        m.usage = c.usage.as_ref().map(crate::plain::usage_line);
+        m.ended_at = Some(start.elapsed());
+    }
+    let verdict = crate::view::verdict(&completions).await;
+    lock(&model).end = Some(verdict);
 }
 
 /// One choice's events into its column; at its end, its final token count.

@@ -64,7 +64,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(exit) => {
-            eprintln!("choicewise: {}", exit.message);
+            // One line per failure (the stream's, each failed choice's).
+            for line in exit.message.lines() {
+                eprintln!("choicewise: {line}");
+            }
             ExitCode::from(exit.code)
         }
     }

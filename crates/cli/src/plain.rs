@@ -9,9 +9,9 @@ use tokio::sync::mpsc;
 
 /// `--json`: exactly the `collect()` object; on error, what was assembled, then the error.
 pub async fn json(completions: Completions) -> Result<(), String> {
-    let (completion, error) = match completions.collect().await {
-        Ok(c) => (c, None),
-        Err(incomplete) => (incomplete.partial, Some(incomplete.error)),
+    let completion = match completions.collect().await {
+        Ok(c) => c,
+        Err(incomplete) => incomplete.partial,
     };
     let mut out = std::io::stdout().lock();
     let written = serde_json::to_writer_pretty(&mut out, &completion)
@@ -25,10 +25,7 @@ pub async fn json(completions: Completions) -> Result<(), String> {
     for w in completions.warnings() {
         eprintln!("warning: {w}");
     }
-    match error {
-        None => Ok(()),
-        Some(e) => Err(e.to_string()),
-    }
+    crate::view::verdict(&completions).await
 }
 
 /// The default view: each choice's text and function calls as they arrive, one labelled line
@@ -124,7 +121,7 @@ pub async fn labelled(completions: Completions) -> Result<(), String> {
     for w in completions.warnings() {
         eprintln!("warning: {w}");
     }
-    outcome.map(|_| ()).map_err(|e| e.error.to_string())
+    crate::view::verdict(&completions).await
 }
 
 fn flush(tx: &mpsc::UnboundedSender<String>, label: &str, line: &mut String) {

@@ -38,3 +38,25 @@ pub async fn show(
         plain::labelled(completions).await.map_err(Exit::from)
     }
 }
+
+/// How a shown completion ended: `Ok`, or one line per failure: the stream's error first,
+/// then every choice that failed on its own, each naming its index and line.
+pub async fn verdict(completions: &Completions) -> Result<(), String> {
+    let stream = completions.outcome().await.err().map(|e| e.to_string());
+    let mut lines: Vec<String> = stream.iter().cloned().collect();
+    for (index, error) in completions.choice_errors().await {
+        let text = error.to_string();
+        if stream.as_ref() == Some(&text) {
+            continue;
+        }
+        if text.contains(&format!("choice {index}")) {
+            lines.push(text);
+        } else {
+            lines.push(format!("choice {index}: {text}"));
+        }
+    }
+    match lines.is_empty() {
+        true => Ok(()),
+        false => Err(lines.join("\n")),
+    }
+}

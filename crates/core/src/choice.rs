@@ -308,7 +308,7 @@ impl Choice {
     /// ```
     pub async fn message(&self) -> Result<ChoiceOutput, Incomplete<ChoiceOutput>> {
         let sub = Subscription::new(self.shared.clone());
-        sub.wait(|state| match state.closed {
+        sub.wait(|state| match state.closed() {
             Some(_) => Poll::Ready(()),
             None => Poll::Pending,
         })
@@ -415,11 +415,11 @@ impl<T> Stream for EventStream<T> {
                     return Poll::Ready(Some(Ok(item)));
                 }
             }
-            match &state.closed {
+            match state.closed() {
                 None => Poll::Pending,
                 Some(outcome) => {
                     *done = true;
-                    Poll::Ready(outcome.clone().err().map(Err))
+                    Poll::Ready(outcome.err().map(Err))
                 }
             }
         })

@@ -278,8 +278,7 @@ impl CompletionsBuilder {
         B: AsRef<[u8]> + Send,
         E: Into<BoxError>,
     {
-        let feed =
-            ByteStreamFeed::new(stream, self.config.max_event_size, self.config.idle_timeout);
+        let feed = ByteStreamFeed::new(stream, self.config.idle_timeout);
         Completions::start(self.config, feed)
     }
 
@@ -293,7 +292,7 @@ impl CompletionsBuilder {
     /// # }
     /// ```
     pub fn from_reader<R: AsyncRead + Send + 'static>(self, reader: R) -> Completions {
-        let feed = ReaderFeed::new(reader, self.config.max_event_size, self.config.idle_timeout);
+        let feed = ReaderFeed::new(reader, self.config.idle_timeout);
         Completions::start(self.config, feed)
     }
 
@@ -467,6 +466,41 @@ impl Completions {
             None => Poll::Pending,
         })
         .await
+    }
+
+    /// Waits until every choice is settled and returns the error of each choice that ended
+    /// with one, by index: its own (a malformed update, a broken limit, a panic in its actor)
+    /// or the stream's, when the stream failed before the choice finished. A choice that
+    /// failed on its own does not stop the others, so this may name some choices while the
+    /// others finished and [`outcome`](Self::outcome) is `Ok`.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Error};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":5}}]}\n\n",
+    ///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n",
+    ///     "data: [DONE]\n\n",
+    /// );
+    /// let c = Completions::from_reader(sse.as_bytes());
+    /// assert!(c.outcome().await.is_ok());
+    /// let errors = c.choice_errors().await;
+    /// assert_eq!(errors.len(), 1);
+    /// assert!(matches!(errors[0], (0, Error::InvalidUpdate { choice: 0, line: 1, .. })));
+    /// # }
+    /// ```
+    pub async fn choice_errors(&self) -> Vec<(u32, Error)> {
+        self.settled().await;
+        let choices = self.shared.lock().choices.clone();
+        let mut errors: Vec<(u32, Error)> = choices
+            .iter()
+            .filter_map(|c| {
+                let (_, error) = crate::shared::ChoiceShared::outcome(&c.lock());
+                error.map(|e| (c.index, e))
+            })
+            .collect();
+        errors.sort_by_key(|(index, _)| *index);
+        errors
     }
 
     /// Waits for the end of the stream and returns the whole completion in the shape of a

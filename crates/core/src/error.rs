@@ -80,14 +80,30 @@ pub enum Error {
         line: u64,
     },
     /// A tool-call index is invalid or more tool calls than allowed arrived for one choice.
-    #[error("line {line}: choice {choice}: {what}")]
+    /// Fails that choice only.
+    #[error("line {line} (byte {offset}): choice {choice}: {what}")]
     InvalidToolCall {
         /// The choice.
         choice: u32,
         /// What was wrong.
         what: String,
-        /// Where.
+        /// The line of the update.
         line: u64,
+        /// The byte offset of the update's event in the stream.
+        offset: u64,
+    },
+    /// One choice's update is malformed (a delta of the wrong shape, such as
+    /// `"content": 5` or `"delta": "x"`). Fails that choice only: the other choices go on.
+    #[error("line {line} (byte {offset}): choice {choice}: invalid update: {message}")]
+    InvalidUpdate {
+        /// The choice.
+        choice: u32,
+        /// The line the choice's update starts on.
+        line: u64,
+        /// The byte offset of the update's event in the stream.
+        offset: u64,
+        /// What the JSON parser found.
+        message: String,
     },
     /// A call's complete arguments are not valid JSON, or do not fit the requested type.
     /// Reported by [`Choice::arguments`](crate::Choice::arguments), where it does not end the

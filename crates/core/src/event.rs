@@ -238,6 +238,12 @@ pub enum WarningKind {
         /// How many bytes.
         bytes: usize,
     },
+    /// Updates for a choice after it had failed were ignored: the choice's error had already
+    /// ended its sub-streams. `line` is the first one's.
+    IgnoredAfterFailure {
+        /// How many updates were ignored.
+        updates: u64,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -279,6 +285,13 @@ impl fmt::Display for WarningKind {
             }
             WarningKind::DataAfterDone { bytes } => {
                 write!(f, "{bytes} bytes after [DONE] (ignored)")
+            }
+            WarningKind::IgnoredAfterFailure { updates } => {
+                write!(
+                    f,
+                    "{updates} update{} for the choice after it failed (ignored)",
+                    if *updates == 1 { "" } else { "s" }
+                )
             }
         }
     }

@@ -1,37 +1,26 @@
 //! Inputs of the reader actor: raw SSE bytes from a stream or an `AsyncRead`, or chunks that
-//! are already parsed. Each [`Feed`] pulls one read from upstream and routes what it holds.
+//! are already parsed. Each [`Feed`] pulls one read from upstream and hands it to the
+//! [`Splitter`].
 
 use std::future::Future;
-use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use choicewise_sse::Framer;
 use futures::{FutureExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::Error;
-use crate::event::{Warning, WarningKind};
-use crate::route::{Flow, Router, route_event};
+use crate::split::{Splitter, Step};
 use crate::wire::ChatCompletionChunk;
 
 /// A boxed error from an input stream.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// What one pull produced.
-#[derive(Debug)]
-pub(crate) enum Step {
-    /// More may come.
-    Continue,
-    /// The stream is over: cleanly, or with the error that ended it.
-    End(Result<(), Error>),
-}
-
 /// An upstream the reader pulls from.
 pub(crate) trait Feed: Send + 'static {
-    /// Waits for the next read and routes everything it completes.
-    fn pull(&mut self, router: &mut Router) -> impl Future<Output = Step> + Send;
+    /// Waits for the next read and splits everything it completes.
+    fn pull(&mut self, splitter: &mut Splitter) -> impl Future<Output = Step> + Send;
 }
 
 /// Waits for `fut`, failing with [`Error::IdleTimeout`] after `idle`.
@@ -48,101 +37,16 @@ async fn within<T>(
     }
 }
 
-/// Framing and routing of SSE bytes, shared by the byte-stream and reader inputs.
-#[derive(Debug)]
-pub(crate) struct SseDecoder {
-    framer: Framer,
-    offset: u64,
-}
-
-impl SseDecoder {
-    pub fn new(max_event_size: usize) -> Self {
-        SseDecoder {
-            framer: Framer::with_max_event_size(max_event_size),
-            offset: 0,
-        }
-    }
-
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    /// Routes every event `bytes` completes.
-    pub fn process(&mut self, bytes: &[u8], router: &mut Router) -> Step {
-        let mut stop: Option<Result<(), Error>> = None;
-        let fed = self.framer.feed(bytes, |event| {
-            match route_event(
-                router,
-                event.event,
-                event.data,
-                event.line,
-                event.offset,
-                event.data_lines,
-            ) {
-                Ok(Flow::Continue) => ControlFlow::Continue(()),
-                Ok(Flow::Done) => {
-                    stop = Some(Ok(()));
-                    ControlFlow::Break(())
-                }
-                Err(e) => {
-                    stop = Some(Err(e));
-                    ControlFlow::Break(())
-                }
-            }
-        });
-        self.offset += bytes.len() as u64;
-        match fed {
-            Err(e) => Step::End(Err(e.into())),
-            Ok(choicewise_sse::Feed::Consumed) => Step::Continue,
-            Ok(choicewise_sse::Feed::Stopped { consumed }) => {
-                let outcome = stop.unwrap_or(Ok(()));
-                if outcome.is_ok() {
-                    let rest = &bytes[consumed.min(bytes.len())..];
-                    if rest.iter().any(|b| !b.is_ascii_whitespace()) {
-                        router.warnings.push(Warning {
-                            choice: None,
-                            line: self.framer.position().line,
-                            kind: WarningKind::DataAfterDone { bytes: rest.len() },
-                        });
-                    }
-                }
-                Step::End(outcome)
-            }
-        }
-    }
-
-    /// The input ended without `[DONE]`: fine if nothing is pending and every choice
-    /// finished, a truncation error otherwise.
-    pub fn end_of_input(&mut self, router: &mut Router) -> Step {
-        let tail = self.framer.finish();
-        if tail.pending_data.as_deref().map(str::trim_ascii) == Some("[DONE]") {
-            return Step::End(Ok(()));
-        }
-        let unfinished = router.unfinished();
-        if tail.pending_bytes == 0 && unfinished.is_empty() {
-            return Step::End(Ok(()));
-        }
-        Step::End(Err(Error::Truncated {
-            line: tail.line,
-            offset: tail.offset,
-            pending_bytes: tail.pending_bytes,
-            unfinished,
-        }))
-    }
-}
-
 /// SSE bytes from a stream of reads.
 pub(crate) struct ByteStreamFeed<S> {
     stream: Pin<Box<S>>,
-    decoder: SseDecoder,
     idle: Option<Duration>,
 }
 
 impl<S> ByteStreamFeed<S> {
-    pub fn new(stream: S, max_event_size: usize, idle: Option<Duration>) -> Self {
+    pub fn new(stream: S, idle: Option<Duration>) -> Self {
         ByteStreamFeed {
             stream: Box::pin(stream),
-            decoder: SseDecoder::new(max_event_size),
             idle,
         }
     }
@@ -154,13 +58,13 @@ where
     B: AsRef<[u8]> + Send,
     E: Into<BoxError>,
 {
-    async fn pull(&mut self, router: &mut Router) -> Step {
-        let offset = self.decoder.offset();
+    async fn pull(&mut self, splitter: &mut Splitter) -> Step {
+        let offset = splitter.offset();
         match within(self.idle, offset, self.stream.next()).await {
             Err(e) => Step::End(Err(e)),
-            Ok(None) => self.decoder.end_of_input(router),
+            Ok(None) => splitter.end_of_input(),
             Ok(Some(Err(e))) => Step::End(Err(transport(e.into(), offset))),
-            Ok(Some(Ok(bytes))) => self.decoder.process(bytes.as_ref(), router),
+            Ok(Some(Ok(bytes))) => splitter.feed(bytes.as_ref()),
         }
     }
 }
@@ -169,7 +73,6 @@ where
 pub(crate) struct ReaderFeed<R> {
     reader: Pin<Box<R>>,
     buf: Vec<u8>,
-    decoder: SseDecoder,
     idle: Option<Duration>,
 }
 
@@ -177,26 +80,25 @@ pub(crate) struct ReaderFeed<R> {
 const READ_BUFFER: usize = 16 * 1024;
 
 impl<R> ReaderFeed<R> {
-    pub fn new(reader: R, max_event_size: usize, idle: Option<Duration>) -> Self {
+    pub fn new(reader: R, idle: Option<Duration>) -> Self {
         ReaderFeed {
             reader: Box::pin(reader),
             buf: Vec::new(),
-            decoder: SseDecoder::new(max_event_size),
             idle,
         }
     }
 }
 
 impl<R: AsyncRead + Send + 'static> Feed for ReaderFeed<R> {
-    async fn pull(&mut self, router: &mut Router) -> Step {
+    async fn pull(&mut self, splitter: &mut Splitter) -> Step {
         if self.buf.is_empty() {
             self.buf.resize(READ_BUFFER, 0);
         }
-        let offset = self.decoder.offset();
+        let offset = splitter.offset();
         match within(self.idle, offset, self.reader.read(&mut self.buf)).await {
             Err(e) => Step::End(Err(e)),
-            Ok(Ok(0)) => self.decoder.end_of_input(router),
-            Ok(Ok(n)) => self.decoder.process(&self.buf[..n], router),
+            Ok(Ok(0)) => splitter.end_of_input(),
+            Ok(Ok(n)) => splitter.feed(&self.buf[..n]),
             Ok(Err(e)) => Step::End(Err(transport(Box::new(e), offset))),
         }
     }
@@ -228,7 +130,7 @@ where
     S: Stream<Item = Result<ChatCompletionChunk<'static>, E>> + Send + 'static,
     E: Into<BoxError>,
 {
-    async fn pull(&mut self, router: &mut Router) -> Step {
+    async fn pull(&mut self, splitter: &mut Splitter) -> Step {
         let mut next = match within(self.idle, self.count, self.stream.next()).await {
             Err(e) => return Step::End(Err(e)),
             Ok(item) => item,
@@ -239,7 +141,7 @@ where
                 Some(Err(e)) => return Step::End(Err(transport(e.into(), self.count))),
                 Some(Ok(chunk)) => {
                     self.count += 1;
-                    if let Err(e) = router.route(chunk, self.count) {
+                    if let Err(e) = splitter.parsed(chunk, self.count) {
                         return Step::End(Err(e));
                     }
                 }

@@ -52,14 +52,15 @@ mod arguments;
 mod choice;
 mod completions;
 mod config;
+mod decode;
 mod error;
 mod event;
 mod event_log;
 mod feed;
 mod merge;
 mod response;
-mod route;
 mod shared;
+mod split;
 mod usage;
 pub mod wire;
 

@@ -28,6 +28,8 @@ use crate::response::{ChoiceOutput, FunctionCall, Message, ToolCall};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ChoiceUpdate {
     pub line: u64,
+    /// The byte offset of the update's event in the stream.
+    pub offset: u64,
     pub role: Option<Text>,
     pub content: Option<Text>,
     pub refusal: Option<Text>,
@@ -204,7 +206,7 @@ impl ChoiceAccumulator {
             self.function_fragment(*f, line, out);
         }
         for f in u.tool_calls {
-            self.tool_fragment(f, line, out)?;
+            self.tool_fragment(f, (line, u.offset), out)?;
         }
         if let Some(lp) = u.logprobs {
             merge_logprobs(&mut self.logprobs, &lp);
@@ -279,11 +281,11 @@ impl ChoiceAccumulator {
     fn tool_fragment(
         &mut self,
         f: ToolFragment,
-        line: u64,
+        (line, offset): (u64, u64),
         out: &mut Vec<ChoiceEvent>,
     ) -> Result<(), Error> {
         let choice_finished = self.finish.is_some();
-        let position = self.locate_call(&f, line, out)?;
+        let position = self.locate_call(&f, (line, offset), out)?;
         let call = CallRef {
             kind: CallKind::Tool,
             position: position as u32,
@@ -316,7 +318,7 @@ impl ChoiceAccumulator {
     fn locate_call(
         &mut self,
         f: &ToolFragment,
-        line: u64,
+        (line, offset): (u64, u64),
         out: &mut Vec<ChoiceEvent>,
     ) -> Result<usize, Error> {
         let existing = match f.index {
@@ -346,6 +348,7 @@ impl ChoiceAccumulator {
                 choice: self.index,
                 what: format!("more than {} tool calls", self.max_tool_calls),
                 line,
+                offset,
             });
         }
         for (p, state) in self.tool_calls.iter_mut().enumerate() {

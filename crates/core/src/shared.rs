@@ -13,9 +13,9 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::event::Warning;
+use crate::event::{ChoiceEvent, Warning, WarningKind};
 use crate::event_log::EventLog;
-use crate::merge::ChoiceAccumulator;
+use crate::merge::{ChoiceAccumulator, ChoiceUpdate};
 use crate::response::{ChatCompletion, ChoiceOutput};
 use crate::usage::{ReportedUsage, Usage};
 
@@ -121,57 +121,155 @@ pub(crate) struct ChoiceShared {
     state: Mutex<ChoiceState>,
 }
 
+/// Where a choice is in its life. Every transition is a method of [`ChoiceState`].
+///
+/// ```text
+/// Open ──finish / clean end──▶ Closed ──late update breaks a limit──▶ Closed { late_error }
+///   └──own bad update / stream error / actor failure──▶ Failed
+/// ```
+#[derive(Debug, Clone)]
+pub(crate) enum Phase {
+    /// Taking updates; the sub-streams are open.
+    Open,
+    /// The sub-streams ended `Ok`: at the choice's finish, or at a clean end of the stream.
+    /// Updates after the finish still merge into the message (and are warned about); an
+    /// error one of them causes is kept for `message()` and `collect()`.
+    Closed { late_error: Option<Error> },
+    /// Ended with an error, its own or the stream's before its finish: the sub-streams end
+    /// with it, and the choice's later updates are ignored (counted in a warning).
+    Failed(Error),
+}
+
 #[derive(Debug)]
 pub(crate) struct ChoiceState {
     pub acc: ChoiceAccumulator,
     pub events: EventLog,
-    /// Set when the sub-streams end: `Ok` at the choice's finish (or a clean end of the stream),
-    /// `Err` when the stream failed before the choice finished.
-    pub closed: Option<Result<(), Error>>,
-    /// Set when no more writes will come (the stream is over for this choice).
+    pub phase: Phase,
+    /// The stream is over for this choice: no more writes will come.
     pub settled: bool,
-    /// A choice actor exists for this choice (set by the reader when it spawns one, cleared
-    /// when the actor's state drops). While it is set, only that actor writes here.
-    pub attached: bool,
-    /// The reader retired the attached actor after the upstream went quiet: it applies what
-    /// it has queued and stops without ending the choice; the next update spawns a new one.
-    pub retired: bool,
-    /// An error met after the sub-streams had already closed `Ok` at the finish (late data
-    /// that broke a limit): reported by `message()` and `collect()`, never dropped.
-    pub late_error: Option<Error>,
+    /// Batches applied (or ignored) so far. Each batch carries its number, so that the
+    /// choice's successive actors (one retires while the upstream is quiet, the next
+    /// update starts another) apply them in order.
+    pub applied: u64,
+    /// Updates ignored because the choice had failed, and the line of the first.
+    pub ignored: (u64, u64),
     pub waiters: Waiters,
 }
 
 impl ChoiceState {
-    /// Ends the sub-streams (once).
-    pub fn close(&mut self, outcome: Result<(), Error>) {
-        if self.closed.is_none() {
-            self.closed = Some(outcome);
+    fn new(index: u32, max_tool_calls: usize) -> Self {
+        ChoiceState {
+            acc: ChoiceAccumulator::new(index, max_tool_calls),
+            events: EventLog::default(),
+            phase: Phase::Open,
+            settled: false,
+            applied: 0,
+            ignored: (0, 0),
+            waiters: Waiters::default(),
         }
     }
 
-    /// Whether the choice takes no more updates: it is settled, or its own merge failed (an
-    /// error before the choice was settled can only be its own; see `fail`).
-    pub fn takes_no_updates(&self) -> bool {
-        self.settled || matches!(self.closed, Some(Err(_))) || self.late_error.is_some()
+    /// How the sub-streams ended, once they have.
+    pub fn closed(&self) -> Option<Result<(), Error>> {
+        match &self.phase {
+            Phase::Open => None,
+            Phase::Closed { .. } => Some(Ok(())),
+            Phase::Failed(e) => Some(Err(e.clone())),
+        }
     }
 
-    /// Ends the sub-streams (once) and settles the choice: no more writes will come.
-    pub fn settle(&mut self, outcome: Result<(), Error>) {
-        self.close(outcome);
-        self.settled = true;
+    /// Whether the choice still merges updates.
+    fn takes_updates(&self) -> bool {
+        !self.settled && matches!(self.phase, Phase::Open | Phase::Closed { late_error: None })
+    }
+
+    /// Whether batch number `seq` is next (the earlier ones are applied), or the choice no
+    /// longer takes updates (then the batch is only counted).
+    pub fn turn_of(&self, seq: u64) -> bool {
+        self.applied + 1 >= seq || !self.takes_updates()
+    }
+
+    /// Applies one batch (parsed by the choice's actor), appending its events to the log;
+    /// `decoded` is the batch's parse error, if any, after the updates before it.
+    /// Warnings go to `warnings`, for the completion.
+    pub fn apply(
+        &mut self,
+        updates: Vec<ChoiceUpdate>,
+        decoded: Result<(), Error>,
+        buf: &mut Vec<ChoiceEvent>,
+        warnings: &mut Vec<Warning>,
+    ) {
+        self.applied += 1;
+        if !self.takes_updates() {
+            let (count, line) = &mut self.ignored;
+            if *count == 0 {
+                *line = updates.first().map_or(0, |u| u.line);
+            }
+            *count += updates.len() as u64 + u64::from(decoded.is_err());
+            return;
+        }
+        for update in updates {
+            let was_finished = self.acc.is_finished();
+            let result = self.acc.apply(update, buf);
+            warnings.extend(buf.iter().filter_map(|e| match e {
+                ChoiceEvent::Warning(w) => Some(w.clone()),
+                _ => None,
+            }));
+            if was_finished {
+                // The sub-streams ended at the finish: late data goes to the message and the
+                // completion's warnings only.
+                buf.clear();
+            } else {
+                self.events.append(buf);
+                if self.acc.is_finished() {
+                    self.phase = Phase::Closed { late_error: None };
+                }
+            }
+            if let Err(e) = result {
+                self.fail(e);
+                break;
+            }
+        }
+        if let Err(e) = decoded {
+            self.fail(e);
+        }
         self.waiters.wake_all();
     }
 
-    /// The choice's own merge failed: ends the sub-streams with the error, or, if they had
-    /// already ended at the finish, keeps it as the late error.
+    /// The choice's own update (or its actor) failed: ends the sub-streams with the error, or,
+    /// if they had already ended at the finish, keeps it as the late error.
     pub fn fail(&mut self, error: Error) {
-        match self.closed {
-            None => self.closed = Some(Err(error)),
-            Some(_) => {
-                self.late_error.get_or_insert(error);
+        match &mut self.phase {
+            Phase::Open => self.phase = Phase::Failed(error),
+            Phase::Closed { late_error } => {
+                late_error.get_or_insert(error);
             }
+            Phase::Failed(_) => {}
         }
+        self.waiters.wake_all();
+    }
+
+    /// The stream is over for this choice (`outcome`: how it ended): closes the sub-streams
+    /// if they are open, and settles the choice. Returns a warning when updates were
+    /// ignored after the choice failed.
+    pub fn settle(&mut self, index: u32, outcome: Result<(), Error>) -> Option<Warning> {
+        if self.settled {
+            return None;
+        }
+        if let Phase::Open = self.phase {
+            self.phase = match outcome {
+                Ok(()) => Phase::Closed { late_error: None },
+                Err(e) => Phase::Failed(e),
+            };
+        }
+        self.settled = true;
+        self.waiters.wake_all();
+        let (updates, line) = self.ignored;
+        (updates > 0).then_some(Warning {
+            choice: Some(index),
+            line,
+            kind: WarningKind::IgnoredAfterFailure { updates },
+        })
     }
 }
 
@@ -179,16 +277,7 @@ impl ChoiceShared {
     pub fn new(index: u32, max_tool_calls: usize) -> Self {
         ChoiceShared {
             index,
-            state: Mutex::new(ChoiceState {
-                acc: ChoiceAccumulator::new(index, max_tool_calls),
-                events: EventLog::default(),
-                closed: None,
-                settled: false,
-                attached: false,
-                retired: false,
-                late_error: None,
-                waiters: Waiters::default(),
-            }),
+            state: Mutex::new(ChoiceState::new(index, max_tool_calls)),
         }
     }
 
@@ -198,9 +287,10 @@ impl ChoiceShared {
 
     /// The assembled choice and the error that ended it, if any.
     pub fn outcome(state: &ChoiceState) -> (ChoiceOutput, Option<Error>) {
-        let error = match &state.closed {
-            Some(Err(e)) => Some(e.clone()),
-            _ => state.late_error.clone(),
+        let error = match &state.phase {
+            Phase::Open => None,
+            Phase::Closed { late_error } => late_error.clone(),
+            Phase::Failed(e) => Some(e.clone()),
         };
         (state.acc.output(), error)
     }

@@ -485,7 +485,7 @@ fn own(s: Option<Cow<'_, str>>) -> Option<Cow<'static, str>> {
 
 /// An optional string that borrows from the input when it has no escapes. (serde borrows a
 /// bare `Cow<str>` field but not one inside an `Option`.)
-fn cow_str<'de: 'a, 'a, D: Deserializer<'de>>(
+pub(crate) fn cow_str<'de: 'a, 'a, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Cow<'a, str>>, D::Error> {
     struct CowVisitor;
@@ -554,7 +554,7 @@ where
     Ok(Option::<Object<T>>::deserialize(deserializer)?.map(|o| Box::new(o.0)))
 }
 
-fn opt_objects<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
+pub(crate) fn opt_objects<'de, D, T>(deserializer: D) -> Result<Option<Vec<T>>, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de>,
@@ -574,7 +574,9 @@ where
 
 /// `created` is an integer by the API's word; accept a float (some servers send one) and
 /// ignore anything else rather than reject the whole chunk over a timestamp.
-fn lenient_i64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+pub(crate) fn lenient_i64<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<i64>, D::Error> {
     struct Lenient;
     impl<'de> Visitor<'de> for Lenient {
         type Value = Option<i64>;

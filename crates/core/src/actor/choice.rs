@@ -1,131 +1,144 @@
-//! The per-choice actor: merges its choice's updates and appends the events to its log.
+//! The per-choice actor: does its choice's work. It parses the choice's raw updates
+//! (`decode`), merges them and appends the events to the choice's log, on whichever core it
+//! runs, side by side with the reader and the other choices.
 //!
-//! The actor keeps nothing of the choice itself: the merged state and the log live in the
-//! choice's [`ChoiceShared`]. That is what lets the reader retire an actor when the upstream
-//! goes quiet and spawn a new one for the next update.
+//! A malformed update, a broken limit or a panic fails this choice only. The actor keeps no
+//! state of the choice itself: the merged message and the log live in the choice's
+//! [`ChoiceShared`], so the reader can retire the actor while the upstream is quiet and start
+//! another for the next update. Each batch carries its number; an actor applies batch `k` only
+//! after batch `k - 1` (see [`ChoiceState::turn_of`]), so successive actors never reorder a
+//! choice's updates.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::task::Poll;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use crate::decode::decode_batch;
 use crate::error::Error;
 use crate::event::{ChoiceEvent, Warning};
 use crate::merge::ChoiceUpdate;
-use crate::shared::{ChoiceShared, CompletionShared, LiveActor};
+use crate::shared::{ChoiceShared, CompletionShared, LiveActor, Subscription};
+use crate::split::Batch;
 
 /// Messages of a choice actor.
 #[derive(Debug)]
 pub(crate) enum ChoiceMsg {
-    /// The updates of one read, in arrival order.
-    Updates(Vec<ChoiceUpdate>),
-    /// The stream is over; no more updates will come.
-    End(Result<(), Error>),
+    /// The updates of one read, in arrival order: batch number `seq` of the choice.
+    Batch { seq: u64, batch: Batch },
+    /// The stream is over (after batch number `seq - 1`); no more updates will come.
+    End {
+        seq: u64,
+        outcome: Result<(), Error>,
+    },
     /// The upstream went quiet: stop once everything queued before this is applied, leaving
-    /// the choice open (the reader sends nothing after it, and spawns a new actor for the next
-    /// update).
+    /// the choice open.
     Retire,
 }
 
 pub(crate) struct ChoiceActor;
 
 pub(crate) struct ChoiceArgs {
-    pub attachment: Attachment,
+    pub shared: Arc<ChoiceShared>,
     pub completion: Arc<CompletionShared>,
 }
 
-/// Marks a choice as having an actor, from the reader's spawn until the actor's state drops
-/// (or, if the actor never starts, until its arguments drop). Dropping it detaches the actor:
-/// if the choice was not settled and the actor was not retired, the choice ends with
-/// [`Error::ActorFailed`] so that no reader waits forever.
-pub(crate) struct Attachment(Arc<ChoiceShared>);
-
-impl Attachment {
-    pub fn new(shared: Arc<ChoiceShared>) -> Self {
-        shared.lock().attached = true;
-        Attachment(shared)
-    }
+pub(crate) struct ChoiceActorState {
+    exit: Exit,
+    completion: Arc<CompletionShared>,
+    /// Reused buffers: the parsed updates of a batch, the events of one update.
+    updates: Vec<ChoiceUpdate>,
+    events: Vec<ChoiceEvent>,
+    _live: LiveActor,
 }
 
-impl Drop for Attachment {
+/// Fails the choice if the actor goes without being told to (a kill, a panic that the
+/// catches miss), so that no reader waits forever.
+struct Exit {
+    shared: Arc<ChoiceShared>,
+    clean: bool,
+}
+
+impl Drop for Exit {
     fn drop(&mut self) {
-        let mut state = self.0.lock();
-        state.attached = false;
-        if !state.settled && !state.retired {
-            state.settle(Err(stopped_early(self.0.index)));
-        } else {
-            // The reader may be waiting for a retired actor to be gone.
-            state.waiters.wake_all();
+        if !self.clean {
+            self.shared.lock().fail(stopped_early(self.shared.index));
         }
     }
-}
-
-pub(crate) struct ChoiceActorState {
-    attachment: Attachment,
-    completion: Arc<CompletionShared>,
-    /// Reused buffer of the events one update causes.
-    buf: Vec<ChoiceEvent>,
-    _live: LiveActor,
 }
 
 impl ChoiceActorState {
     fn shared(&self) -> &Arc<ChoiceShared> {
-        &self.attachment.0
+        &self.exit.shared
     }
 
-    fn apply(&mut self, batch: Vec<ChoiceUpdate>) {
+    /// Waits until batch `seq` is this choice's next (an earlier actor may still be applying
+    /// the ones before it).
+    async fn turn(&self, seq: u64) {
+        if self.shared().lock().turn_of(seq) {
+            return;
+        }
+        let sub = Subscription::new(self.shared().clone());
+        Box::pin(sub.wait(|state| match state.turn_of(seq) {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }))
+        .await;
+    }
+
+    /// Parses the batch (outside the lock: readers of the choice are not held up), then
+    /// merges it.
+    fn apply(&mut self, batch: Batch) {
+        let index = self.shared().index;
+        self.updates.clear();
+        let decoded = decode_batch(index, batch, &mut self.updates);
         #[cfg(feature = "fault-injection")]
-        if batch.iter().any(|u| {
-            u.content
-                .as_deref()
-                .is_some_and(|c| c.starts_with(crate::fault::FAULT_SLOW_CHOICE))
-        }) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        self.injected_faults(index);
         let mut warnings: Vec<Warning> = Vec::new();
-        {
-            let shared = &self.attachment.0;
-            let mut guard = shared.lock();
-            let state = &mut *guard;
-            // A failed choice ignores what follows its error; a settled one takes no writes.
-            if state.takes_no_updates() {
-                return;
-            }
-            for update in batch {
-                #[cfg(feature = "fault-injection")]
-                if update.content.as_deref() == Some(crate::fault::FAULT_PANIC_CHOICE) {
-                    panic!("injected fault in choice {}", shared.index);
-                }
-                let was_finished = state.acc.is_finished();
-                let result = state.acc.apply(update, &mut self.buf);
-                warnings.extend(self.buf.iter().filter_map(|e| match e {
-                    ChoiceEvent::Warning(w) => Some(w.clone()),
-                    _ => None,
-                }));
-                if was_finished {
-                    // The sub-streams ended at the finish: late data goes to the message and
-                    // the completion's warnings only.
-                    self.buf.clear();
-                } else {
-                    state.events.append(&mut self.buf);
-                    if state.acc.is_finished() {
-                        state.close(Ok(()));
-                    }
-                }
-                if let Err(e) = result {
-                    state.fail(e);
-                    break;
-                }
-            }
-            state.waiters.wake_all();
-        }
+        let updates = std::mem::take(&mut self.updates);
+        self.exit
+            .shared
+            .lock()
+            .apply(updates, decoded, &mut self.events, &mut warnings);
         if !warnings.is_empty() {
             self.completion.lock().warnings.extend(warnings);
         }
     }
 
-    fn end(&mut self, outcome: Result<(), Error>) {
-        self.shared().lock().settle(outcome);
+    /// Test-only faults: a slow actor, and a panic after the updates before the trigger are
+    /// applied.
+    #[cfg(feature = "fault-injection")]
+    fn injected_faults(&mut self, index: u32) {
+        let content = |u: &ChoiceUpdate| u.content.as_deref().unwrap_or_default().to_string();
+        if self
+            .updates
+            .iter()
+            .any(|u| content(u).starts_with(crate::fault::FAULT_SLOW_CHOICE))
+        {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let panic_at = self
+            .updates
+            .iter()
+            .position(|u| content(u) == crate::fault::FAULT_PANIC_CHOICE);
+        if let Some(at) = panic_at {
+            let before: Vec<ChoiceUpdate> = self.updates.drain(..at).collect();
+            let mut warnings = Vec::new();
+            self.exit
+                .shared
+                .lock()
+                .apply(before, Ok(()), &mut self.events, &mut warnings);
+            panic!("injected fault in choice {index}");
+        }
+    }
+
+    fn settle(&mut self, outcome: Result<(), Error>) {
+        let index = self.shared().index;
+        let warning = self.shared().lock().settle(index, outcome);
+        if let Some(w) = warning {
+            self.completion.lock().warnings.push(w);
+        }
     }
 }
 
@@ -140,9 +153,13 @@ impl Actor for ChoiceActor {
         args: ChoiceArgs,
     ) -> Result<ChoiceActorState, ActorProcessingErr> {
         Ok(ChoiceActorState {
-            attachment: args.attachment,
+            exit: Exit {
+                shared: args.shared,
+                clean: false,
+            },
             completion: args.completion,
-            buf: Vec::new(),
+            updates: Vec::new(),
+            events: Vec::new(),
             _live: LiveActor::new(),
         })
     }
@@ -154,23 +171,30 @@ impl Actor for ChoiceActor {
         state: &mut ChoiceActorState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ChoiceMsg::Updates(batch) => {
-                // Merging is synchronous: a panic in it is caught here, reported on this
-                // choice's streams with its message, and fails the actor for its supervisor.
+            ChoiceMsg::Batch { seq, batch } => {
+                state.turn(seq).await;
+                // Parsing and merging are synchronous: a panic in them is caught here and
+                // fails this choice only.
                 if let Err(panic) = catch_unwind(AssertUnwindSafe(|| state.apply(batch))) {
+                    let index = state.shared().index;
                     let message = panic_message(&panic);
-                    state.end(Err(Error::ActorFailed {
-                        choice: Some(state.shared().index),
+                    state.shared().lock().fail(Error::ActorFailed {
+                        choice: Some(index),
                         message: message.clone(),
-                    }));
-                    return Err(message.into());
+                    });
+                    // The choice takes no more updates; this actor stays to count them.
                 }
             }
-            ChoiceMsg::End(outcome) => {
-                state.end(outcome);
+            ChoiceMsg::End { seq, outcome } => {
+                state.turn(seq).await;
+                state.settle(outcome);
+                state.exit.clean = true;
                 myself.stop(None);
             }
-            ChoiceMsg::Retire => myself.stop(None),
+            ChoiceMsg::Retire => {
+                state.exit.clean = true;
+                myself.stop(None);
+            }
         }
         Ok(())
     }

@@ -1,0 +1,218 @@
+//! The choice's share of the work: the typed parse of its raw updates. Pure and synchronous.
+//!
+//! The reader hands each choice its updates as raw JSON (see `split`); the choice's actor
+//! parses them here, on whichever core it runs, into [`ChoiceUpdate`]s for the merge. A
+//! malformed update is that choice's error ([`Error::InvalidUpdate`],
+//! [`Error::InvalidToolCall`]), never the stream's.
+
+use crate::error::Error;
+use crate::event::Text;
+use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
+use crate::split::{Batch, Body, RawUpdate};
+use crate::wire::{ChunkChoice, FunctionCallDelta};
+
+/// Parses every update of `batch` into `out`, in order. On error, `out` holds the updates
+/// before the malformed one.
+pub(crate) fn decode_batch(
+    index: u32,
+    batch: Batch,
+    out: &mut Vec<ChoiceUpdate>,
+) -> Result<(), Error> {
+    out.reserve(batch.updates.len());
+    let Batch { text, updates } = batch;
+    for RawUpdate { line, offset, body } in updates {
+        let update = match body {
+            Body::Json(range) => match serde_json::from_str::<ChunkChoice<'_>>(&text[range]) {
+                Ok(choice) => convert(choice, index, line, offset)?,
+                Err(e) => {
+                    return Err(Error::InvalidUpdate {
+                        choice: index,
+                        line,
+                        offset,
+                        message: without_position(&e),
+                    });
+                }
+            },
+            Body::Parsed(choice) => convert(*choice, index, line, offset)?,
+        };
+        out.push(update);
+    }
+    Ok(())
+}
+
+/// serde_json's message without its " at line L column C": the position is within the
+/// choice's rebuilt fields, not the stream, so the error names the stream line instead.
+fn without_position(e: &serde_json::Error) -> String {
+    let message = e.to_string();
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message,
+    }
+}
+
+fn non_empty(s: Option<std::borrow::Cow<'_, str>>) -> Option<Text> {
+    s.filter(|s| !s.is_empty()).map(|s| text(&s))
+}
+
+fn fragment(f: Option<FunctionCallDelta<'_>>) -> CallFragment {
+    let Some(f) = f else {
+        return CallFragment::default();
+    };
+    let (arguments, arguments_not_string) = match f.arguments {
+        None => (None, false),
+        Some(crate::wire::Arguments::Text(t)) => (Some(text(&t)), false),
+        Some(crate::wire::Arguments::Json(j)) => (Some(text(&j)), true),
+    };
+    CallFragment {
+        name: non_empty(f.name),
+        arguments,
+        arguments_not_string,
+    }
+}
+
+/// One parsed chunk choice as an update: empty ids, names, types and roles dropped,
+/// `finish_reason: ""` as none, every text one shared [`Text`].
+pub(crate) fn convert(
+    choice: ChunkChoice<'_>,
+    index: u32,
+    line: u64,
+    offset: u64,
+) -> Result<ChoiceUpdate, Error> {
+    let mut update = ChoiceUpdate {
+        line,
+        offset,
+        finish_reason: non_empty(choice.finish_reason),
+        logprobs: choice.logprobs.filter(|v| !v.is_null()),
+        content_filter_results: choice.content_filter_results.filter(|v| !v.is_null()),
+        ..ChoiceUpdate::default()
+    };
+    let Some(delta) = choice.delta else {
+        return Ok(update);
+    };
+    update.role = non_empty(delta.role);
+    update.content = delta.content.map(|t| text(&t));
+    update.refusal = delta.refusal.map(|t| text(&t));
+    update.reasoning = delta
+        .reasoning_content
+        .or(delta.reasoning)
+        .map(|t| text(&t));
+    if let Some(f) = delta.function_call {
+        update.function_call = Some(Box::new(fragment(Some(*f))));
+    }
+    if let Some(calls) = delta.tool_calls {
+        update.tool_calls.reserve_exact(calls.len());
+        for call in calls {
+            let call_index = match call.index {
+                None => None,
+                Some(i) => Some(u32::try_from(i).map_err(|_| Error::InvalidToolCall {
+                    choice: index,
+                    what: format!("tool call index {i} is out of range (0..=4294967295)"),
+                    line,
+                    offset,
+                })?),
+            };
+            update.tool_calls.push(ToolFragment {
+                index: call_index,
+                id: non_empty(call.id),
+                kind: non_empty(call.kind),
+                function: fragment(call.function),
+            });
+        }
+    }
+    Ok(update)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(jsons: &[&str]) -> Batch {
+        let mut b = Batch::default();
+        for (k, j) in jsons.iter().enumerate() {
+            let start = b.text.len();
+            b.text.push_str(j);
+            b.updates.push(RawUpdate {
+                line: 10 + k as u64,
+                offset: 100 * k as u64,
+                body: Body::Json(start..b.text.len()),
+            });
+        }
+        b
+    }
+
+    #[test]
+    fn parses_a_batch_in_order() {
+        let mut out = Vec::new();
+        decode_batch(
+            3,
+            batch(&[
+                r#"{"delta":{"role":"assistant","content":"a"}}"#,
+                r#"{"delta":{"role":"","tool_calls":[{"index":0,"id":"","function":{"name":"","arguments":""}}]},"finish_reason":""}"#,
+                r#"{"delta":{"content":"b"},"finish_reason":"stop"}"#,
+            ]),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].content.as_deref(), Some("a"));
+        assert_eq!(out[1].role, None);
+        assert_eq!(out[1].finish_reason, None);
+        assert_eq!(out[1].tool_calls[0].id, None);
+        assert_eq!(out[1].tool_calls[0].function.name, None);
+        assert_eq!((out[2].line, out[2].offset), (12, 200));
+        assert_eq!(out[2].finish_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn malformed_updates_are_the_choices_own_typed_errors() {
+        for (json, what) in [
+            (r#"{"delta":{"content":5}}"#, "invalid type: integer `5`"),
+            (r#"{"delta":"x"}"#, "expected a JSON object"),
+            (
+                r#"{"delta":{"tool_calls":{"index":0}}}"#,
+                "expected a sequence",
+            ),
+            (r#"{"finish_reason":7}"#, "invalid type: integer `7`"),
+        ] {
+            let mut out = Vec::new();
+            let e = decode_batch(
+                2,
+                batch(&[r#"{"delta":{"content":"kept"}}"#, json]),
+                &mut out,
+            )
+            .unwrap_err();
+            match &e {
+                Error::InvalidUpdate {
+                    choice: 2,
+                    line: 11,
+                    offset: 100,
+                    message,
+                } => assert!(
+                    message.contains(what) && !message.contains("column"),
+                    "{json}: {message}"
+                ),
+                other => panic!("{json}: {other:?}"),
+            }
+            assert_eq!(out.len(), 1, "the update before the bad one is kept");
+        }
+        let mut out = Vec::new();
+        let e = decode_batch(
+            1,
+            batch(&[r#"{"delta":{"tool_calls":[{"index":-4}]}}"#]),
+            &mut out,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidToolCall {
+                    choice: 1,
+                    line: 10,
+                    offset: 0,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+}

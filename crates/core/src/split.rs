@@ -1,0 +1,739 @@
+//! The reader's share of the work: framing, the chunk envelope, and splitting each chunk's
+//! `choices` into every choice's raw JSON. Pure and synchronous.
+//!
+//! Only what must be serial happens here. A chunk is read as an *envelope*: its id, model,
+//! timestamps, usage, `error` and Azure's prompt filter results are parsed, but each element
+//! of `choices` is only scanned: its `index` is read, its other fields (`delta`,
+//! `finish_reason`, `logprobs`, `content_filter_results`) are kept as raw JSON text, and the
+//! text is copied into that choice's [`Batch`]. The typed parse of a delta, which is most of
+//! the work, happens in the choice's own actor (`decode`), on any core, so that a malformed
+//! delta fails its choice only.
+//!
+//! Stream-level errors stay here: framing errors, an event that is not a JSON object, an
+//! invalid or excess choice index, an `error` payload, and truncation.
+
+use std::collections::HashMap;
+use std::ops::{ControlFlow, Range};
+
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use choicewise_sse::{DataLines, Framer};
+
+use crate::error::{Error, UpstreamError};
+use crate::event::{Warning, WarningKind};
+use crate::shared::Meta;
+use crate::wire::{self, ChatCompletionChunk, ChunkChoice};
+
+/// What one step of the input produced.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// More may come.
+    Continue,
+    /// The stream is over: cleanly, or with the error that ended it.
+    End(Result<(), Error>),
+}
+
+/// One choice's update, as the reader hands it over: raw or already parsed.
+#[derive(Debug)]
+pub(crate) struct RawUpdate {
+    /// The line of the data line the choice's update starts on.
+    pub line: u64,
+    /// The byte offset of its event in the stream.
+    pub offset: u64,
+    pub body: Body,
+}
+
+#[derive(Debug)]
+pub(crate) enum Body {
+    /// A JSON object with the choice's fields (all but `index`), in the batch's text.
+    Json(Range<usize>),
+    /// A chunk choice parsed by the caller ([`Completions::from_chunks`](crate::Completions::from_chunks)).
+    Parsed(Box<ChunkChoice<'static>>),
+}
+
+/// The updates of one choice from one read, in arrival order: what one actor message carries.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    /// The raw JSON of every [`Body::Json`] update, one after the other.
+    pub text: String,
+    pub updates: Vec<RawUpdate>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.updates.is_empty()
+    }
+
+    /// Appends one choice's raw fields as a JSON object.
+    fn push_raw(&mut self, raw: &RawChoice<'_>, line: u64, offset: u64) {
+        let start = self.text.len();
+        self.text.push('{');
+        let mut first = true;
+        for (key, value) in [
+            ("delta", raw.delta),
+            ("finish_reason", raw.finish_reason),
+            ("logprobs", raw.logprobs),
+            ("content_filter_results", raw.content_filter_results),
+        ] {
+            if let Some(value) = value {
+                if !first {
+                    self.text.push(',');
+                }
+                first = false;
+                self.text.push('"');
+                self.text.push_str(key);
+                self.text.push_str("\":");
+                self.text.push_str(value.get());
+            }
+        }
+        self.text.push('}');
+        self.updates.push(RawUpdate {
+            line,
+            offset,
+            body: Body::Json(start..self.text.len()),
+        });
+    }
+}
+
+/// A choice as the reader knows it.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub index: u32,
+    /// Updates split off since the last flush.
+    pub batch: Batch,
+    /// A non-empty `finish_reason` string was seen for this choice.
+    pub finished: bool,
+}
+
+/// The chunk envelope: every field but the choices' contents.
+#[derive(Debug, Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default, deserialize_with = "wire::cow_str")]
+    id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, deserialize_with = "wire::lenient_i64")]
+    created: Option<i64>,
+    #[serde(borrow, default, deserialize_with = "wire::cow_str")]
+    model: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "wire::cow_str")]
+    system_fingerprint: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "wire::cow_str")]
+    service_tier: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "wire::opt_objects")]
+    choices: Option<Vec<RawChoice<'a>>>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    prompt_filter_results: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+/// One element of `choices`: the index, and the rest kept raw for the choice's actor.
+#[derive(Debug, Deserialize)]
+struct RawChoice<'a> {
+    #[serde(default)]
+    index: Option<i64>,
+    #[serde(borrow, default)]
+    delta: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    finish_reason: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    logprobs: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    content_filter_results: Option<&'a RawValue>,
+}
+
+impl RawChoice<'_> {
+    /// Whether the choice's finish arrived: a non-empty string (a malformed one is the
+    /// choice's own error, found by its actor).
+    fn finishes(&self) -> bool {
+        self.finish_reason
+            .is_some_and(|r| r.get().starts_with('"') && r.get() != "\"\"")
+    }
+}
+
+/// A JSON value worth keeping: not `null`.
+fn raw_value(raw: Option<&RawValue>) -> Option<Value> {
+    raw.filter(|r| r.get() != "null")
+        .and_then(|r| serde_json::from_str(r.get()).ok())
+}
+
+/// Frames the input, reads each chunk's envelope, and splits its choices into per-choice
+/// batches; gathers the completion-level facts.
+#[derive(Debug)]
+pub(crate) struct Splitter {
+    framer: Framer,
+    /// Bytes fed so far.
+    offset: u64,
+    max_choices: usize,
+    /// Choice index to slot, for small indexes (the usual case) ...
+    small: Vec<u32>,
+    /// ... and for the others.
+    large: HashMap<u32, usize>,
+    pub slots: Vec<Slot>,
+    pub meta: Meta,
+    /// Warnings not yet published.
+    pub warnings: Vec<Warning>,
+}
+
+const SMALL_INDEXES: usize = 256;
+const NO_SLOT: u32 = u32::MAX;
+
+impl Splitter {
+    pub fn new(max_event_size: usize, max_choices: usize) -> Self {
+        Splitter {
+            framer: Framer::with_max_event_size(max_event_size),
+            offset: 0,
+            max_choices,
+            small: Vec::new(),
+            large: HashMap::new(),
+            slots: Vec::new(),
+            meta: Meta::default(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Bytes fed so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The choices that have not finished, in index order.
+    pub fn unfinished(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .slots
+            .iter()
+            .filter(|s| !s.finished)
+            .map(|s| s.index)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Splits every event `bytes` completes.
+    pub fn feed(&mut self, bytes: &[u8]) -> Step {
+        let mut stop: Option<Result<(), Error>> = None;
+        // The framer borrows itself while it calls back; the rest of the splitter is free.
+        let mut framer = std::mem::take(&mut self.framer);
+        let fed = framer.feed(bytes, |event| {
+            match self.event(
+                event.event,
+                event.data,
+                event.line,
+                event.offset,
+                event.data_lines,
+            ) {
+                Ok(Flow::Continue) => ControlFlow::Continue(()),
+                Ok(Flow::Done) => {
+                    stop = Some(Ok(()));
+                    ControlFlow::Break(())
+                }
+                Err(e) => {
+                    stop = Some(Err(e));
+                    ControlFlow::Break(())
+                }
+            }
+        });
+        self.framer = framer;
+        self.offset += bytes.len() as u64;
+        match fed {
+            Err(e) => Step::End(Err(e.into())),
+            Ok(choicewise_sse::Feed::Consumed) => Step::Continue,
+            Ok(choicewise_sse::Feed::Stopped { consumed }) => {
+                let outcome = stop.unwrap_or(Ok(()));
+                if outcome.is_ok() {
+                    let rest = &bytes[consumed.min(bytes.len())..];
+                    if rest.iter().any(|b| !b.is_ascii_whitespace()) {
+                        self.warnings.push(Warning {
+                            choice: None,
+                            line: self.framer.position().line,
+                            kind: WarningKind::DataAfterDone { bytes: rest.len() },
+                        });
+                    }
+                }
+                Step::End(outcome)
+            }
+        }
+    }
+
+    /// The input ended without `[DONE]`: fine if nothing is pending and every choice
+    /// finished, a truncation error otherwise.
+    pub fn end_of_input(&mut self) -> Step {
+        let tail = self.framer.finish();
+        if tail.pending_data.as_deref().map(str::trim_ascii) == Some("[DONE]") {
+            return Step::End(Ok(()));
+        }
+        let unfinished = self.unfinished();
+        if tail.pending_bytes == 0 && unfinished.is_empty() {
+            return Step::End(Ok(()));
+        }
+        Step::End(Err(Error::Truncated {
+            line: tail.line,
+            offset: tail.offset,
+            pending_bytes: tail.pending_bytes,
+            unfinished,
+        }))
+    }
+
+    fn slot_for(&mut self, raw_index: i64, line: u64) -> Result<usize, Error> {
+        let index = u32::try_from(raw_index).map_err(|_| Error::InvalidChoiceIndex {
+            index: raw_index,
+            line,
+        })?;
+        let i = index as usize;
+        let found = if i < SMALL_INDEXES {
+            self.small
+                .get(i)
+                .copied()
+                .filter(|&s| s != NO_SLOT)
+                .map(|s| s as usize)
+        } else {
+            self.large.get(&index).copied()
+        };
+        if let Some(slot) = found {
+            return Ok(slot);
+        }
+        if self.slots.len() >= self.max_choices {
+            return Err(Error::TooManyChoices {
+                index,
+                limit: self.max_choices,
+                line,
+            });
+        }
+        let slot = self.slots.len();
+        if i < SMALL_INDEXES {
+            if self.small.len() <= i {
+                self.small.resize(i + 1, NO_SLOT);
+            }
+            self.small[i] = slot as u32;
+        } else {
+            self.large.insert(index, slot);
+        }
+        self.slots.push(Slot {
+            index,
+            batch: Batch::default(),
+            finished: false,
+        });
+        Ok(slot)
+    }
+
+    /// Records the completion-level facts of one chunk.
+    #[allow(clippy::too_many_arguments)]
+    fn facts(
+        &mut self,
+        id: Option<&str>,
+        model: Option<&str>,
+        system_fingerprint: Option<&str>,
+        service_tier: Option<&str>,
+        created: Option<i64>,
+        prompt_filter_results: Option<Value>,
+        usage: Option<Value>,
+        choices: &[Option<i64>],
+    ) {
+        let meta = &mut self.meta;
+        set_if_empty(&mut meta.id, id);
+        set_if_empty(&mut meta.model, model);
+        set_if_empty(&mut meta.system_fingerprint, system_fingerprint);
+        set_if_empty(&mut meta.service_tier, service_tier);
+        if meta.created.unwrap_or(0) == 0 {
+            // Azure's prompt-filter chunk says `created: 0`.
+            meta.created = created.filter(|&c| c != 0).or(meta.created);
+        }
+        if let Some(p) = prompt_filter_results.filter(|v| !v.is_null()) {
+            meta.prompt_filter_results.push(p);
+        }
+        if let Some(usage) = usage.filter(is_usage) {
+            let reported = &mut meta.usage;
+            match choices {
+                [] => reported.total = Some(usage),
+                [one] => {
+                    if let Ok(index) = u32::try_from(one.unwrap_or(0)) {
+                        reported.running.insert(index, usage);
+                    }
+                }
+                _ => reported.last_shared = Some(usage),
+            }
+        }
+    }
+
+    /// Splits one chunk's envelope. The choices of a chunk that also carries an error are
+    /// split first, so everything received before the error stays available.
+    fn envelope(&mut self, chunk: Envelope<'_>, line: u64, offset: u64) -> Result<(), Error> {
+        let choices = chunk.choices.unwrap_or_default();
+        let indexes: Vec<Option<i64>> = match chunk.usage {
+            // Only the usage rule needs the indexes apart from the loop below.
+            Some(_) => choices.iter().map(|c| c.index).collect(),
+            None => Vec::new(),
+        };
+        self.facts(
+            chunk.id.as_deref(),
+            chunk.model.as_deref(),
+            chunk.system_fingerprint.as_deref(),
+            chunk.service_tier.as_deref(),
+            chunk.created,
+            raw_value(chunk.prompt_filter_results),
+            raw_value(chunk.usage),
+            &indexes,
+        );
+        for choice in &choices {
+            let slot = self.slot_for(choice.index.unwrap_or(0), line)?;
+            let slot = &mut self.slots[slot];
+            slot.finished |= choice.finishes();
+            slot.batch.push_raw(choice, line, offset);
+        }
+        match raw_value(chunk.error) {
+            Some(e) => Err(Error::Upstream(std::sync::Arc::new(
+                UpstreamError::from_value(&e, line),
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Splits one chunk that the caller parsed already.
+    pub fn parsed(&mut self, chunk: ChatCompletionChunk<'static>, line: u64) -> Result<(), Error> {
+        let indexes: Vec<Option<i64>> = match chunk.usage {
+            Some(_) => chunk.choices.iter().map(|c| c.index).collect(),
+            None => Vec::new(),
+        };
+        self.facts(
+            chunk.id.as_deref(),
+            chunk.model.as_deref(),
+            chunk.system_fingerprint.as_deref(),
+            chunk.service_tier.as_deref(),
+            chunk.created,
+            chunk.prompt_filter_results,
+            chunk.usage,
+            &indexes,
+        );
+        for choice in chunk.choices {
+            let slot = self.slot_for(choice.index.unwrap_or(0), line)?;
+            let slot = &mut self.slots[slot];
+            slot.finished |= choice
+                .finish_reason
+                .as_deref()
+                .is_some_and(|r| !r.is_empty());
+            slot.batch.updates.push(RawUpdate {
+                line,
+                offset: 0,
+                body: Body::Parsed(Box::new(choice)),
+            });
+        }
+        match chunk.error {
+            Some(e) if !e.is_null() => Err(Error::Upstream(std::sync::Arc::new(
+                UpstreamError::from_value(&e, line),
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Interprets one SSE event: `[DONE]`, an `event: error`, or one or more chunks.
+    fn event(
+        &mut self,
+        event: &str,
+        data: &str,
+        line: u64,
+        offset: u64,
+        data_lines: DataLines<'_>,
+    ) -> Result<Flow, Error> {
+        #[cfg(feature = "fault-injection")]
+        if data == crate::fault::FAULT_PANIC_READER {
+            panic!("injected fault in the reader at line {line}");
+        }
+        let trimmed = data.trim_ascii();
+        if trimmed == "[DONE]" {
+            return Ok(Flow::Done);
+        }
+        if event == "error" {
+            let value = serde_json::from_str::<Value>(trimmed)
+                .unwrap_or_else(|_| Value::String(trimmed.to_string()));
+            return Err(Error::Upstream(std::sync::Arc::new(
+                UpstreamError::from_value(&value, line),
+            )));
+        }
+        if !trimmed.starts_with('{') {
+            // An array would otherwise be read as the chunk's fields by position.
+            let found = trimmed
+                .chars()
+                .next()
+                .map_or("nothing".to_string(), |c| format!("{c:?}"));
+            return Err(Error::Json {
+                line: data_lines.line(0).unwrap_or(line),
+                offset,
+                message: format!("expected a JSON object, found {found}"),
+            });
+        }
+        // The line of a choice is the data line it starts on (a chunk may span several).
+        let at = |choice_start: usize| -> u64 {
+            let within = data.as_bytes()[..choice_start]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count();
+            data_lines.line(within).unwrap_or(line + within as u64)
+        };
+        match serde_json::from_str::<Envelope<'_>>(data) {
+            Ok(chunk) => {
+                let line = first_choice_line(&chunk, data, &at).unwrap_or(line);
+                self.envelope(chunk, line, offset)?
+            }
+            Err(first_error) => {
+                // Several objects on one line (seen in the wild): apply them all, in order.
+                let mut count = 0;
+                let mut objects =
+                    serde_json::Deserializer::from_str(data).into_iter::<Envelope<'_>>();
+                for next in &mut objects {
+                    match next {
+                        Ok(chunk) => {
+                            count += 1;
+                            let line = first_choice_line(&chunk, data, &at).unwrap_or(line);
+                            self.envelope(chunk, line, offset)?;
+                        }
+                        Err(e) => return Err(json_error(&e, line, offset, data_lines)),
+                    }
+                }
+                match count {
+                    0 => return Err(json_error(&first_error, line, offset, data_lines)),
+                    1 => {}
+                    count => self.warnings.push(Warning {
+                        choice: None,
+                        line,
+                        kind: WarningKind::ConcatenatedObjects { count },
+                    }),
+                }
+            }
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+/// The stream line of a chunk's first choice when its data spans several lines (rare; the
+/// common one-line chunk needs no count).
+fn first_choice_line(chunk: &Envelope<'_>, data: &str, at: &impl Fn(usize) -> u64) -> Option<u64> {
+    if !data.contains('\n') {
+        return None;
+    }
+    let first = chunk.choices.as_ref()?.first()?;
+    let raw = first.delta.or(first.finish_reason)?;
+    let start = (raw.get().as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+    (start <= data.len()).then(|| at(start))
+}
+
+fn set_if_empty(slot: &mut Option<String>, value: Option<&str>) {
+    if slot.is_none() {
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            *slot = Some(v.to_string());
+        }
+    }
+}
+
+/// A usage object worth keeping: an object with at least one field (LiteLLM sends `{}`).
+fn is_usage(v: &Value) -> bool {
+    v.as_object().is_some_and(|o| !o.is_empty())
+}
+
+/// What one SSE event meant to the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Done,
+}
+
+/// A JSON error at the line of the event it is on: serde_json counts lines within the data
+/// (its data lines joined), which other fields and comments may stand between.
+fn json_error(e: &serde_json::Error, line: u64, offset: u64, data_lines: DataLines<'_>) -> Error {
+    let within = e.line().saturating_sub(1);
+    Error::Json {
+        line: data_lines.line(within).unwrap_or(line + within as u64),
+        offset,
+        message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split_str(s: &mut Splitter, data: &str) -> Result<Flow, Error> {
+        s.event("", data, 1, 0, DataLines::default())
+    }
+
+    fn splitter(max_choices: usize) -> Splitter {
+        Splitter::new(1 << 20, max_choices)
+    }
+
+    fn json(s: &Splitter, slot: usize, k: usize) -> &str {
+        let batch = &s.slots[slot].batch;
+        match &batch.updates[k].body {
+            Body::Json(r) => &batch.text[r.clone()],
+            Body::Parsed(_) => panic!("parsed"),
+        }
+    }
+
+    #[test]
+    fn splits_choices_by_index_in_order_of_first_appearance() {
+        let mut s = splitter(8);
+        split_str(&mut s, r#"{"choices":[{"index":2,"delta":{"content":"a"}},{"index":0,"delta":{"content":"b"}}]}"#).unwrap();
+        split_str(
+            &mut s,
+            r#"{"choices":[{"delta":{"content":"c"},"finish_reason":"stop","extra":[1]}]}"#,
+        )
+        .unwrap();
+        let order: Vec<u32> = s.slots.iter().map(|s| s.index).collect();
+        assert_eq!(order, vec![2, 0]);
+        assert_eq!(s.slots[1].batch.updates.len(), 2);
+        assert_eq!(json(&s, 0, 0), r#"{"delta":{"content":"a"}}"#);
+        assert_eq!(
+            json(&s, 1, 1),
+            r#"{"delta":{"content":"c"},"finish_reason":"stop"}"#
+        );
+        assert!(s.slots[1].finished);
+        assert_eq!(s.unfinished(), vec![2]);
+    }
+
+    #[test]
+    fn a_malformed_delta_is_split_raw_for_its_choice_to_judge() {
+        let mut s = splitter(8);
+        split_str(
+            &mut s,
+            r#"{"choices":[{"index":0,"delta":{"content":5}},{"index":1,"delta":"x","finish_reason":7}]}"#,
+        )
+        .unwrap();
+        assert_eq!(json(&s, 0, 0), r#"{"delta":{"content":5}}"#);
+        assert_eq!(json(&s, 1, 0), r#"{"delta":"x","finish_reason":7}"#);
+        assert!(!s.slots[1].finished, "a finish that is not a string");
+    }
+
+    #[test]
+    fn invalid_and_excess_choice_indexes_are_typed_errors() {
+        let mut s = splitter(2);
+        let e = split_str(&mut s, r#"{"choices":[{"index":-1,"delta":{}}]}"#).unwrap_err();
+        assert!(matches!(e, Error::InvalidChoiceIndex { index: -1, .. }));
+        let e = split_str(&mut s, r#"{"choices":[{"index":4294967296,"delta":{}}]}"#).unwrap_err();
+        assert!(matches!(e, Error::InvalidChoiceIndex { .. }));
+        split_str(
+            &mut s,
+            r#"{"choices":[{"index":4294967295,"delta":{}},{"index":0}]}"#,
+        )
+        .unwrap();
+        let e = split_str(&mut s, r#"{"choices":[{"index":7,"delta":{}}]}"#).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::TooManyChoices {
+                index: 7,
+                limit: 2,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn usage_only_chunk_is_authoritative_and_empty_usage_is_ignored() {
+        let mut s = splitter(8);
+        let running = r#"{"choices":[{"delta":{}}],"usage":{"completion_tokens":3}}"#;
+        split_str(&mut s, running).unwrap();
+        assert_eq!(s.meta.usage.usage().unwrap().completion_tokens, 3);
+        split_str(&mut s, r#"{"choices":[],"usage":{"total_tokens":9}}"#).unwrap();
+        let later = r#"{"choices":[{"delta":{}}],"usage":{"completion_tokens":5}}"#;
+        split_str(&mut s, later).unwrap();
+        split_str(&mut s, r#"{"choices":[{"delta":{}}],"usage":{}}"#).unwrap();
+        split_str(&mut s, r#"{"choices":[{"delta":{}}],"usage":null}"#).unwrap();
+        assert_eq!(s.meta.usage.usage().unwrap().total_tokens, 9);
+    }
+
+    #[test]
+    fn running_per_choice_counts_combine_across_choices_not_within_one() {
+        let mut s = splitter(8);
+        for (i, c) in [(0, 1), (1, 1), (0, 2), (1, 2), (0, 3), (1, 5)] {
+            let usage = format!(
+                r#"{{"prompt_tokens":10,"completion_tokens":{c},"total_tokens":{}}}"#,
+                10 + c
+            );
+            let data = format!(r#"{{"choices":[{{"index":{i},"delta":{{}}}}],"usage":{usage}}}"#);
+            split_str(&mut s, &data).unwrap();
+        }
+        let u = s.meta.usage.usage().unwrap();
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+            (10, 8, 18)
+        );
+    }
+
+    #[test]
+    fn error_payload_after_choices_keeps_the_choices() {
+        let mut s = splitter(8);
+        let e = split_str(&mut s, r#"{"choices":[{"delta":{"content":""},"finish_reason":"error"}],"error":{"code":502,"message":"upstream"}}"#).unwrap_err();
+        let Error::Upstream(u) = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(u.code.as_deref(), Some("502"));
+        assert_eq!(s.slots[0].batch.updates.len(), 1);
+    }
+
+    #[test]
+    fn done_error_events_and_concatenated_objects() {
+        let mut s = splitter(8);
+        assert_eq!(split_str(&mut s, " [DONE]").unwrap(), Flow::Done);
+        let e = s
+            .event(
+                "error",
+                r#"{"error":{"message":"boom"}}"#,
+                3,
+                0,
+                DataLines::default(),
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("boom"), "{e}");
+        split_str(
+            &mut s,
+            r#"{"choices":[{"delta":{"content":"a"}}]}{"choices":[{"delta":{"content":"b"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.slots[0].batch.updates.len(), 2);
+        assert!(matches!(
+            s.warnings[0].kind,
+            WarningKind::ConcatenatedObjects { count: 2 }
+        ));
+    }
+
+    #[test]
+    fn non_object_chunks_are_json_errors_with_their_line() {
+        let mut s = splitter(8);
+        for data in [
+            "[1,2]",
+            "\"text\"",
+            "{\"choices\": [",
+            "{\"choices\":[{\"index\":\"0\"}]}",
+            "{\"choices\":[\"x\"]}",
+        ] {
+            let e = s
+                .event("", data, 41, 1000, DataLines::default())
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Json {
+                        line: 41,
+                        offset: 1000,
+                        ..
+                    }
+                ),
+                "{data}: {e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn empty_finish_reasons_do_not_finish() {
+        let mut s = splitter(8);
+        split_str(
+            &mut s,
+            r#"{"choices":[{"delta":{"role":""},"finish_reason":""}]}"#,
+        )
+        .unwrap();
+        assert!(!s.slots[0].finished);
+        split_str(&mut s, r#"{"choices":[{"delta":{},"finish_reason":null}]}"#).unwrap();
+        assert!(!s.slots[0].finished);
+        assert_eq!(json(&s, 0, 1), r#"{"delta":{}}"#);
+    }
+}
