@@ -207,6 +207,26 @@ pub const HANDWRITTEN: &str = "hand-written loop (own framing)";
 pub const ASYNC_OPENAI: &str = "eventsource-stream + async-openai + hand loop";
 /// Contender names.
 pub const CHOICEWISE: &str = "choicewise (actors, n consumer tasks, collect)";
+/// Contender names: the reader actor's share of the work alone.
+pub const SPLIT: &str = "choicewise reader's share (framing + split)";
+/// Contender names: the whole demultiplexer on one thread, without actors.
+pub const DEMUX: &str = "choicewise Demux, one thread (no actors)";
+
+/// The reader's share alone: framing, chunk envelopes and the split into per-choice raw
+/// updates, which are dropped. Returns the number of reads.
+pub fn split_only(reads: &[Arc<[u8]>]) -> usize {
+    let mut demux = choicewise::Demux::new();
+    reads.iter().filter(|r| demux.split_only(r)).count()
+}
+
+/// The whole demultiplexer on this thread: every update parsed and merged, `finish()`.
+pub fn demux_serial(reads: &[Arc<[u8]>]) -> ChatCompletion {
+    let mut demux = choicewise::Demux::new();
+    for read in reads {
+        demux.feed(read).expect("generated streams are well-formed");
+    }
+    demux.finish().expect("generated streams complete")
+}
 
 /// CPU time used so far by every thread of this process, from `/proc/self/task/*/schedstat`
 /// (nanosecond resolution on Linux); `None` elsewhere.
@@ -260,6 +280,8 @@ pub fn measure(
     let mut borrowed = Vec::new();
     let mut hand = Vec::new();
     let mut cw = Vec::new();
+    let mut split = Vec::new();
+    let mut serial = Vec::new();
     #[cfg_attr(not(feature = "openai-baseline"), allow(unused_mut))]
     let mut openai: Vec<Sample> = Vec::new();
     // One untimed warm-up round (page faults, allocator, runtime threads), checked.
@@ -292,6 +314,13 @@ pub fn measure(
         let (updates, d) = timed(|| borrowed_parse(&reads));
         assert_eq!(updates, expected_updates);
         borrowed.push(d);
+
+        let (_, d) = timed(|| split_only(&reads));
+        split.push(d);
+        let (whole, d) = timed(|| demux_serial(&reads));
+        serial.push(d);
+        assert_eq!(whole.choices.len(), g.expected.len());
+        drop(whole);
 
         let r = reads.clone();
         let (h, d) = timed(|| {
@@ -343,6 +372,8 @@ pub fn measure(
             Figures::new(BORROWED, &borrowed),
             Figures::new(HANDWRITTEN, &hand),
             Figures::new(CHOICEWISE, &cw),
+            Figures::new(SPLIT, &split),
+            Figures::new(DEMUX, &serial),
             Figures::new(ASYNC_OPENAI, &openai),
         ]
         .into_iter()

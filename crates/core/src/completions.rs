@@ -282,6 +282,19 @@ impl CompletionsBuilder {
         Completions::start(self.config, feed)
     }
 
+    /// The same demultiplexer without a runtime, with these limits: a [`Demux`] that the
+    /// caller feeds bytes or chunks (the usage options do not apply: it counts no tokens).
+    ///
+    /// ```
+    /// use choicewise_core::{Completions, Error};
+    /// let mut demux = Completions::builder().max_choices(1).demux();
+    /// let sse = b"data: {\"choices\":[{\"index\":0},{\"index\":1}]}\n\n";
+    /// assert!(matches!(demux.feed(sse), Err(Error::TooManyChoices { index: 1, .. })));
+    /// ```
+    pub fn demux(self) -> crate::Demux {
+        crate::Demux::with_config(self.config)
+    }
+
     /// Reads SSE bytes from an `AsyncRead` (a file, a socket, a child's stdout).
     ///
     /// ```

@@ -11,31 +11,37 @@ use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
 use crate::split::{Batch, Body, RawUpdate};
 use crate::wire::{ChunkChoice, FunctionCallDelta};
 
+/// A batch's parse error: the error, and how many updates followed the malformed one (not
+/// parsed: the choice has failed).
+pub(crate) type DecodeError = (Error, u64);
+
 /// Parses every update of `batch` into `out`, in order. On error, `out` holds the updates
 /// before the malformed one.
 pub(crate) fn decode_batch(
     index: u32,
     batch: Batch,
     out: &mut Vec<ChoiceUpdate>,
-) -> Result<(), Error> {
+) -> Result<(), DecodeError> {
     out.reserve(batch.updates.len());
     let Batch { text, updates } = batch;
-    for RawUpdate { line, offset, body } in updates {
+    let total = updates.len() as u64;
+    for (k, RawUpdate { line, offset, body }) in updates.into_iter().enumerate() {
         let update = match body {
             Body::Json(range) => match serde_json::from_str::<ChunkChoice<'_>>(&text[range]) {
-                Ok(choice) => convert(choice, index, line, offset)?,
-                Err(e) => {
-                    return Err(Error::InvalidUpdate {
-                        choice: index,
-                        line,
-                        offset,
-                        message: without_position(&e),
-                    });
-                }
+                Ok(choice) => convert(choice, index, line, offset),
+                Err(e) => Err(Error::InvalidUpdate {
+                    choice: index,
+                    line,
+                    offset,
+                    message: without_position(&e),
+                }),
             },
-            Body::Parsed(choice) => convert(*choice, index, line, offset)?,
+            Body::Parsed(choice) => convert(*choice, index, line, offset),
         };
-        out.push(update);
+        match update {
+            Ok(update) => out.push(update),
+            Err(e) => return Err((e, total - k as u64 - 1)),
+        }
     }
     Ok(())
 }
@@ -180,7 +186,8 @@ mod tests {
                 batch(&[r#"{"delta":{"content":"kept"}}"#, json]),
                 &mut out,
             )
-            .unwrap_err();
+            .unwrap_err()
+            .0;
             match &e {
                 Error::InvalidUpdate {
                     choice: 2,
@@ -201,7 +208,8 @@ mod tests {
             batch(&[r#"{"delta":{"tool_calls":[{"index":-4}]}}"#]),
             &mut out,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .0;
         assert!(
             matches!(
                 e,

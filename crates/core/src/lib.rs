@@ -53,12 +53,14 @@ mod choice;
 mod completions;
 mod config;
 mod decode;
+mod demux;
 mod error;
 mod event;
 mod event_log;
 mod feed;
 mod merge;
 mod response;
+mod scan;
 mod shared;
 mod split;
 mod usage;
@@ -75,6 +77,7 @@ pub use completions::{Choices, Completions, CompletionsBuilder, actors_started, 
 pub use config::{
     DEFAULT_HIBERNATE_AFTER, DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS,
 };
+pub use demux::{Demux, Flow};
 pub use error::{Error, Incomplete, UpstreamError};
 pub use event::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind};
 /// Test-only fault triggers (feature `fault-injection`).

@@ -157,7 +157,7 @@ pub(crate) struct ChoiceState {
 }
 
 impl ChoiceState {
-    fn new(index: u32, max_tool_calls: usize) -> Self {
+    pub fn new(index: u32, max_tool_calls: usize) -> Self {
         ChoiceState {
             acc: ChoiceAccumulator::new(index, max_tool_calls),
             events: EventLog::default(),
@@ -195,17 +195,18 @@ impl ChoiceState {
     pub fn apply(
         &mut self,
         updates: Vec<ChoiceUpdate>,
-        decoded: Result<(), Error>,
+        decoded: Result<(), crate::decode::DecodeError>,
         buf: &mut Vec<ChoiceEvent>,
         warnings: &mut Vec<Warning>,
     ) {
         self.applied += 1;
         if !self.takes_updates() {
-            let (count, line) = &mut self.ignored;
-            if *count == 0 {
-                *line = updates.first().map_or(0, |u| u.line);
-            }
-            *count += updates.len() as u64 + u64::from(decoded.is_err());
+            let undecoded = match &decoded {
+                Ok(()) => 0,
+                Err((_, after)) => 1 + after,
+            };
+            let line = updates.first().map(|u| u.line);
+            self.ignore(updates.len() as u64 + undecoded, line);
             return;
         }
         for update in updates {
@@ -230,10 +231,27 @@ impl ChoiceState {
                 break;
             }
         }
-        if let Err(e) = decoded {
+        if let Err((e, after)) = decoded {
+            let line = match &e {
+                Error::InvalidUpdate { line, .. } | Error::InvalidToolCall { line, .. } => *line,
+                _ => 0,
+            };
             self.fail(e);
+            self.ignore(after, Some(line));
         }
         self.waiters.wake_all();
+    }
+
+    /// Counts updates ignored after the choice failed (`line`: the first one's, if known).
+    fn ignore(&mut self, updates: u64, line: Option<u64>) {
+        let (count, first) = &mut self.ignored;
+        if updates == 0 {
+            return;
+        }
+        if *count == 0 {
+            *first = line.unwrap_or(0);
+        }
+        *count += updates;
     }
 
     /// The choice's own update (or its actor) failed: ends the sub-streams with the error, or,
@@ -377,40 +395,50 @@ impl CompletionShared {
     /// Assembles the completion from the settled choices; the first error met, if any. The
     /// usage is left out: it may need counting (see `Completions::usage`).
     pub fn assemble(&self) -> (ChatCompletion, Option<Error>) {
-        let (choices, meta, mut error) = {
+        let (choices, meta, end) = {
             let state = self.lock();
-            let error = match &state.end {
-                Some(Err(e)) => Some(e.clone()),
-                _ => None,
-            };
-            (state.choices.clone(), state.meta.clone(), error)
+            (state.choices.clone(), state.meta.clone(), state.end.clone())
         };
-        let mut outputs = Vec::with_capacity(choices.len());
-        for choice in &choices {
-            let (output, choice_error) = ChoiceShared::outcome(&choice.lock());
-            if error.is_none() {
-                error = choice_error;
-            }
-            outputs.push(output);
-        }
-        outputs.sort_by_key(|c| c.index);
-        let completion = ChatCompletion {
-            id: meta.id.unwrap_or_default(),
-            created: meta.created.unwrap_or_default(),
-            model: meta.model.unwrap_or_default(),
-            system_fingerprint: meta.system_fingerprint,
-            service_tier: meta.service_tier,
-            choices: outputs,
-            usage: None,
-            prompt_filter_results: match meta.prompt_filter_results.len() {
-                0 => None,
-                1 => meta.prompt_filter_results.into_iter().next(),
-                _ => Some(Value::Array(meta.prompt_filter_results)),
-            },
-            ..ChatCompletion::default()
-        };
-        (completion, error)
+        let outcomes = choices.iter().map(|c| ChoiceShared::outcome(&c.lock()));
+        assemble(meta, end.as_ref(), outcomes)
     }
+}
+
+/// The completion from its facts, the stream's end and every choice's outcome (in order of
+/// first appearance); the error reported is the stream's, else the first choice's.
+pub(crate) fn assemble(
+    meta: Meta,
+    end: Option<&Result<(), Error>>,
+    outcomes: impl Iterator<Item = (ChoiceOutput, Option<Error>)>,
+) -> (ChatCompletion, Option<Error>) {
+    let mut error = match end {
+        Some(Err(e)) => Some(e.clone()),
+        _ => None,
+    };
+    let mut outputs = Vec::new();
+    for (output, choice_error) in outcomes {
+        if error.is_none() {
+            error = choice_error;
+        }
+        outputs.push(output);
+    }
+    outputs.sort_by_key(|c| c.index);
+    let completion = ChatCompletion {
+        id: meta.id.unwrap_or_default(),
+        created: meta.created.unwrap_or_default(),
+        model: meta.model.unwrap_or_default(),
+        system_fingerprint: meta.system_fingerprint,
+        service_tier: meta.service_tier,
+        choices: outputs,
+        usage: None,
+        prompt_filter_results: match meta.prompt_filter_results.len() {
+            0 => None,
+            1 => meta.prompt_filter_results.into_iter().next(),
+            _ => Some(Value::Array(meta.prompt_filter_results)),
+        },
+        ..ChatCompletion::default()
+    };
+    (completion, error)
 }
 
 impl Watched for CompletionShared {

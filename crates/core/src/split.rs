@@ -12,6 +12,7 @@
 //! Stream-level errors stay here: framing errors, an event that is not a JSON object, an
 //! invalid or excess choice index, an `error` payload, and truncation.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::{ControlFlow, Range};
 
@@ -23,6 +24,7 @@ use choicewise_sse::{DataLines, Framer};
 
 use crate::error::{Error, UpstreamError};
 use crate::event::{Warning, WarningKind};
+use crate::scan::{Scanned, scan};
 use crate::shared::Meta;
 use crate::wire::{self, ChatCompletionChunk, ChunkChoice};
 
@@ -47,7 +49,7 @@ pub(crate) struct RawUpdate {
 
 #[derive(Debug)]
 pub(crate) enum Body {
-    /// A JSON object with the choice's fields (all but `index`), in the batch's text.
+    /// The JSON object of the choice's element of `choices`, in the batch's text.
     Json(Range<usize>),
     /// A chunk choice parsed by the caller ([`Completions::from_chunks`](crate::Completions::from_chunks)).
     Parsed(Box<ChunkChoice<'static>>),
@@ -66,29 +68,10 @@ impl Batch {
         self.updates.is_empty()
     }
 
-    /// Appends one choice's raw fields as a JSON object.
-    fn push_raw(&mut self, raw: &RawChoice<'_>, line: u64, offset: u64) {
+    /// Appends one choice's update: the JSON object of its element of `choices`.
+    fn push_json(&mut self, element: &str, line: u64, offset: u64) {
         let start = self.text.len();
-        self.text.push('{');
-        let mut first = true;
-        for (key, value) in [
-            ("delta", raw.delta),
-            ("finish_reason", raw.finish_reason),
-            ("logprobs", raw.logprobs),
-            ("content_filter_results", raw.content_filter_results),
-        ] {
-            if let Some(value) = value {
-                if !first {
-                    self.text.push(',');
-                }
-                first = false;
-                self.text.push('"');
-                self.text.push_str(key);
-                self.text.push_str("\":");
-                self.text.push_str(value.get());
-            }
-        }
-        self.text.push('}');
+        self.text.push_str(element);
         self.updates.push(RawUpdate {
             line,
             offset,
@@ -107,21 +90,22 @@ pub(crate) struct Slot {
     pub finished: bool,
 }
 
-/// The chunk envelope: every field but the choices' contents.
+/// The chunk envelope, parsed by serde: the reader's path for the chunks the scan leaves to
+/// it (see `scan`). Every field but the choices' contents.
 #[derive(Debug, Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow, default, deserialize_with = "wire::cow_str")]
-    id: Option<std::borrow::Cow<'a, str>>,
+    id: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "wire::lenient_i64")]
     created: Option<i64>,
     #[serde(borrow, default, deserialize_with = "wire::cow_str")]
-    model: Option<std::borrow::Cow<'a, str>>,
+    model: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "wire::cow_str")]
-    system_fingerprint: Option<std::borrow::Cow<'a, str>>,
+    system_fingerprint: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "wire::cow_str")]
-    service_tier: Option<std::borrow::Cow<'a, str>>,
+    service_tier: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "wire::opt_objects")]
-    choices: Option<Vec<RawChoice<'a>>>,
+    choices: Option<Vec<ChoiceHead<'a>>>,
     #[serde(borrow, default)]
     usage: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -130,28 +114,36 @@ struct Envelope<'a> {
     error: Option<&'a RawValue>,
 }
 
-/// One element of `choices`: the index, and the rest kept raw for the choice's actor.
+/// What the reader reads of one element of `choices`: its index and whether it finishes.
 #[derive(Debug, Deserialize)]
-struct RawChoice<'a> {
+struct ChoiceHead<'a> {
     #[serde(default)]
     index: Option<i64>,
     #[serde(borrow, default)]
-    delta: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     finish_reason: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    logprobs: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    content_filter_results: Option<&'a RawValue>,
 }
 
-impl RawChoice<'_> {
-    /// Whether the choice's finish arrived: a non-empty string (a malformed one is the
-    /// choice's own error, found by its actor).
-    fn finishes(&self) -> bool {
-        self.finish_reason
-            .is_some_and(|r| r.get().starts_with('"') && r.get() != "\"\"")
-    }
+/// The elements of `choices` as raw text (a second look at a chunk the serde path took).
+#[derive(Debug, Deserialize)]
+struct RawChoices<'a> {
+    #[serde(borrow, default)]
+    choices: Option<Vec<&'a RawValue>>,
+}
+
+/// The created timestamp, leniently.
+#[derive(Debug, Deserialize)]
+struct Created(#[serde(deserialize_with = "wire::lenient_i64")] Option<i64>);
+
+/// One chunk's completion-level facts.
+#[derive(Debug, Default)]
+struct Facts<'a> {
+    id: Option<Cow<'a, str>>,
+    model: Option<Cow<'a, str>>,
+    system_fingerprint: Option<Cow<'a, str>>,
+    service_tier: Option<Cow<'a, str>>,
+    created: Option<i64>,
+    prompt_filter_results: Option<Value>,
+    usage: Option<Value>,
 }
 
 /// A JSON value worth keeping: not `null`.
@@ -319,32 +311,25 @@ impl Splitter {
         Ok(slot)
     }
 
-    /// Records the completion-level facts of one chunk.
-    #[allow(clippy::too_many_arguments)]
-    fn facts(
-        &mut self,
-        id: Option<&str>,
-        model: Option<&str>,
-        system_fingerprint: Option<&str>,
-        service_tier: Option<&str>,
-        created: Option<i64>,
-        prompt_filter_results: Option<Value>,
-        usage: Option<Value>,
-        choices: &[Option<i64>],
-    ) {
+    /// Records the completion-level facts of one chunk (`choices`: the indexes of its
+    /// choices, for the usage rule).
+    fn facts(&mut self, f: Facts<'_>, choices: &[Option<i64>]) {
         let meta = &mut self.meta;
-        set_if_empty(&mut meta.id, id);
-        set_if_empty(&mut meta.model, model);
-        set_if_empty(&mut meta.system_fingerprint, system_fingerprint);
-        set_if_empty(&mut meta.service_tier, service_tier);
+        set_if_empty(&mut meta.id, f.id.as_deref());
+        set_if_empty(&mut meta.model, f.model.as_deref());
+        set_if_empty(
+            &mut meta.system_fingerprint,
+            f.system_fingerprint.as_deref(),
+        );
+        set_if_empty(&mut meta.service_tier, f.service_tier.as_deref());
         if meta.created.unwrap_or(0) == 0 {
             // Azure's prompt-filter chunk says `created: 0`.
-            meta.created = created.filter(|&c| c != 0).or(meta.created);
+            meta.created = f.created.filter(|&c| c != 0).or(meta.created);
         }
-        if let Some(p) = prompt_filter_results.filter(|v| !v.is_null()) {
+        if let Some(p) = f.prompt_filter_results.filter(|v| !v.is_null()) {
             meta.prompt_filter_results.push(p);
         }
-        if let Some(usage) = usage.filter(is_usage) {
+        if let Some(usage) = f.usage.filter(is_usage) {
             let reported = &mut meta.usage;
             match choices {
                 [] => reported.total = Some(usage),
@@ -358,30 +343,119 @@ impl Splitter {
         }
     }
 
-    /// Splits one chunk's envelope. The choices of a chunk that also carries an error are
-    /// split first, so everything received before the error stays available.
-    fn envelope(&mut self, chunk: Envelope<'_>, line: u64, offset: u64) -> Result<(), Error> {
-        let choices = chunk.choices.unwrap_or_default();
+    /// Routes one choice's element of `choices` to its batch.
+    fn choice(
+        &mut self,
+        index: Option<i64>,
+        finishes: bool,
+        element: &str,
+        line: u64,
+        offset: u64,
+    ) -> Result<(), Error> {
+        let slot = self.slot_for(index.unwrap_or(0), line)?;
+        let slot = &mut self.slots[slot];
+        slot.finished |= finishes;
+        slot.batch.push_json(element, line, offset);
+        Ok(())
+    }
+
+    /// A chunk the scan read: the facts it needs (strings decoded only while unknown), then
+    /// every choice's element to its batch. The choices of a chunk that also carries an error
+    /// are split first, so everything received before the error stays available.
+    fn scanned(
+        &mut self,
+        s: Scanned,
+        data: &str,
+        line: u64,
+        offset: u64,
+        at: &impl Fn(usize) -> u64,
+    ) -> Result<(), Error> {
+        let string = |range: &Option<Range<usize>>, known: bool| -> Option<Cow<'_, str>> {
+            let raw = &data[range.clone().filter(|_| !known)?];
+            match raw.contains('\\') {
+                false => Some(Cow::Borrowed(&raw[1..raw.len() - 1])),
+                true => serde_json::from_str::<String>(raw).ok().map(Cow::Owned),
+            }
+        };
+        let value = |range: &Option<Range<usize>>| -> Option<Value> {
+            serde_json::from_str(&data[range.clone()?]).ok()
+        };
+        let meta = &self.meta;
+        let facts = Facts {
+            id: string(&s.id, meta.id.is_some()),
+            model: string(&s.model, meta.model.is_some()),
+            system_fingerprint: string(&s.system_fingerprint, meta.system_fingerprint.is_some()),
+            service_tier: string(&s.service_tier, meta.service_tier.is_some()),
+            created: match meta.created.unwrap_or(0) {
+                0 => s
+                    .created
+                    .clone()
+                    .and_then(|r| serde_json::from_str::<Created>(&data[r]).ok())
+                    .and_then(|c| c.0),
+                _ => None,
+            },
+            prompt_filter_results: value(&s.prompt_filter_results),
+            usage: value(&s.usage),
+        };
+        let indexes: Vec<Option<i64>> = match facts.usage {
+            Some(_) => s.choices.iter().map(|c| c.index).collect(),
+            None => Vec::new(),
+        };
+        self.facts(facts, &indexes);
+        let multiline = data.contains('\n');
+        for choice in &s.choices {
+            let line = match multiline {
+                true => at(choice.range.start),
+                false => line,
+            };
+            let element = &data[choice.range.clone()];
+            self.choice(choice.index, choice.finishes, element, line, offset)?;
+        }
+        match value(&s.error) {
+            Some(e) => Err(Error::Upstream(std::sync::Arc::new(
+                UpstreamError::from_value(&e, line),
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// A chunk parsed by serde (the scan left it): the same as [`Self::scanned`].
+    fn envelope(
+        &mut self,
+        chunk: Envelope<'_>,
+        elements: Vec<&RawValue>,
+        data: &str,
+        line: u64,
+        offset: u64,
+        at: &impl Fn(usize) -> u64,
+    ) -> Result<(), Error> {
+        let heads = chunk.choices.unwrap_or_default();
         let indexes: Vec<Option<i64>> = match chunk.usage {
-            // Only the usage rule needs the indexes apart from the loop below.
-            Some(_) => choices.iter().map(|c| c.index).collect(),
+            Some(_) => heads.iter().map(|c| c.index).collect(),
             None => Vec::new(),
         };
         self.facts(
-            chunk.id.as_deref(),
-            chunk.model.as_deref(),
-            chunk.system_fingerprint.as_deref(),
-            chunk.service_tier.as_deref(),
-            chunk.created,
-            raw_value(chunk.prompt_filter_results),
-            raw_value(chunk.usage),
+            Facts {
+                id: chunk.id,
+                model: chunk.model,
+                system_fingerprint: chunk.system_fingerprint,
+                service_tier: chunk.service_tier,
+                created: chunk.created,
+                prompt_filter_results: raw_value(chunk.prompt_filter_results),
+                usage: raw_value(chunk.usage),
+            },
             &indexes,
         );
-        for choice in &choices {
-            let slot = self.slot_for(choice.index.unwrap_or(0), line)?;
-            let slot = &mut self.slots[slot];
-            slot.finished |= choice.finishes();
-            slot.batch.push_raw(choice, line, offset);
+        for (head, element) in heads.iter().zip(elements) {
+            let finishes = head
+                .finish_reason
+                .is_some_and(|r| r.get().starts_with('"') && r.get() != "\"\"");
+            let start = (element.get().as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
+            let line = match data.contains('\n') && start <= data.len() {
+                true => at(start),
+                false => line,
+            };
+            self.choice(head.index, finishes, element.get(), line, offset)?;
         }
         match raw_value(chunk.error) {
             Some(e) => Err(Error::Upstream(std::sync::Arc::new(
@@ -398,13 +472,15 @@ impl Splitter {
             None => Vec::new(),
         };
         self.facts(
-            chunk.id.as_deref(),
-            chunk.model.as_deref(),
-            chunk.system_fingerprint.as_deref(),
-            chunk.service_tier.as_deref(),
-            chunk.created,
-            chunk.prompt_filter_results,
-            chunk.usage,
+            Facts {
+                id: chunk.id,
+                model: chunk.model,
+                system_fingerprint: chunk.system_fingerprint,
+                service_tier: chunk.service_tier,
+                created: chunk.created,
+                prompt_filter_results: chunk.prompt_filter_results,
+                usage: chunk.usage,
+            },
             &indexes,
         );
         for choice in chunk.choices {
@@ -472,22 +548,34 @@ impl Splitter {
                 .count();
             data_lines.line(within).unwrap_or(line + within as u64)
         };
+        if let Some(scanned) = scan(data) {
+            self.scanned(scanned, data, line, offset, &at)?;
+            return Ok(Flow::Continue);
+        }
+        // Serde's path.
         match serde_json::from_str::<Envelope<'_>>(data) {
             Ok(chunk) => {
-                let line = first_choice_line(&chunk, data, &at).unwrap_or(line);
-                self.envelope(chunk, line, offset)?
+                let elements = serde_json::from_str::<RawChoices<'_>>(data)
+                    .map(|raw| raw.choices.unwrap_or_default())
+                    .unwrap_or_default();
+                self.envelope(chunk, elements, data, line, offset, &at)?;
             }
             Err(first_error) => {
                 // Several objects on one line (seen in the wild): apply them all, in order.
                 let mut count = 0;
                 let mut objects =
                     serde_json::Deserializer::from_str(data).into_iter::<Envelope<'_>>();
+                let mut raws =
+                    serde_json::Deserializer::from_str(data).into_iter::<RawChoices<'_>>();
                 for next in &mut objects {
                     match next {
                         Ok(chunk) => {
                             count += 1;
-                            let line = first_choice_line(&chunk, data, &at).unwrap_or(line);
-                            self.envelope(chunk, line, offset)?;
+                            let elements = match raws.next() {
+                                Some(Ok(raw)) => raw.choices.unwrap_or_default(),
+                                _ => Vec::new(),
+                            };
+                            self.envelope(chunk, elements, data, line, offset, &at)?;
                         }
                         Err(e) => return Err(json_error(&e, line, offset, data_lines)),
                     }
@@ -505,18 +593,6 @@ impl Splitter {
         }
         Ok(Flow::Continue)
     }
-}
-
-/// The stream line of a chunk's first choice when its data spans several lines (rare; the
-/// common one-line chunk needs no count).
-fn first_choice_line(chunk: &Envelope<'_>, data: &str, at: &impl Fn(usize) -> u64) -> Option<u64> {
-    if !data.contains('\n') {
-        return None;
-    }
-    let first = chunk.choices.as_ref()?.first()?;
-    let raw = first.delta.or(first.finish_reason)?;
-    let start = (raw.get().as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
-    (start <= data.len()).then(|| at(start))
 }
 
 fn set_if_empty(slot: &mut Option<String>, value: Option<&str>) {
@@ -582,10 +658,10 @@ mod tests {
         let order: Vec<u32> = s.slots.iter().map(|s| s.index).collect();
         assert_eq!(order, vec![2, 0]);
         assert_eq!(s.slots[1].batch.updates.len(), 2);
-        assert_eq!(json(&s, 0, 0), r#"{"delta":{"content":"a"}}"#);
+        assert_eq!(json(&s, 0, 0), r#"{"index":2,"delta":{"content":"a"}}"#);
         assert_eq!(
             json(&s, 1, 1),
-            r#"{"delta":{"content":"c"},"finish_reason":"stop"}"#
+            r#"{"delta":{"content":"c"},"finish_reason":"stop","extra":[1]}"#
         );
         assert!(s.slots[1].finished);
         assert_eq!(s.unfinished(), vec![2]);
@@ -599,8 +675,11 @@ mod tests {
             r#"{"choices":[{"index":0,"delta":{"content":5}},{"index":1,"delta":"x","finish_reason":7}]}"#,
         )
         .unwrap();
-        assert_eq!(json(&s, 0, 0), r#"{"delta":{"content":5}}"#);
-        assert_eq!(json(&s, 1, 0), r#"{"delta":"x","finish_reason":7}"#);
+        assert_eq!(json(&s, 0, 0), r#"{"index":0,"delta":{"content":5}}"#);
+        assert_eq!(
+            json(&s, 1, 0),
+            r#"{"index":1,"delta":"x","finish_reason":7}"#
+        );
         assert!(!s.slots[1].finished, "a finish that is not a string");
     }
 
@@ -734,6 +813,6 @@ mod tests {
         assert!(!s.slots[0].finished);
         split_str(&mut s, r#"{"choices":[{"delta":{},"finish_reason":null}]}"#).unwrap();
         assert!(!s.slots[0].finished);
-        assert_eq!(json(&s, 0, 1), r#"{"delta":{}}"#);
+        assert_eq!(json(&s, 0, 1), r#"{"delta":{},"finish_reason":null}"#);
     }
 }

@@ -1,0 +1,305 @@
+//! [`Demux`]: the whole demultiplexer without a runtime, for tests, fuzzers, benchmarks and
+//! programs that already own their I/O loop.
+
+use crate::config::Config;
+use crate::decode::decode_batch;
+use crate::error::{Error, Incomplete};
+use crate::event::{ChoiceEvent, Warning};
+use crate::merge::ChoiceUpdate;
+use crate::response::{ChatCompletion, ChoiceOutput};
+use crate::shared::{ChoiceState, assemble};
+use crate::split::{Splitter, Step};
+use crate::wire::ChatCompletionChunk;
+
+/// The demultiplexer as plain synchronous code: bytes in, per-choice events and messages out.
+///
+/// [`Completions`](crate::Completions) runs the same two pieces on actors: the reader's share
+/// (framing, the chunk envelope, splitting `choices` into each choice's raw JSON) and each
+/// choice's share (parsing its updates, merging them into its message and events). `Demux`
+/// runs them one after the other on the caller's thread, with the same limits, errors and
+/// results: a malformed update fails its choice only, and everything received before an
+/// error stays available.
+///
+/// ```
+/// use choicewise_core::{ChoiceEvent, Demux, Flow};
+///
+/// let mut demux = Demux::new();
+/// let sse = concat!(
+///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"B\"},\"finish_reason\":\"stop\"}]}\n\n",
+///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A\"},\"finish_reason\":\"stop\"}]}\n\n",
+///     "data: [DONE]\n\n",
+/// );
+/// // Any split of the input into reads gives the same result.
+/// let (first, rest) = sse.as_bytes().split_at(30);
+/// assert_eq!(demux.feed(first).unwrap(), Flow::Continue);
+/// assert_eq!(demux.feed(rest).unwrap(), Flow::Done);
+/// assert_eq!(demux.indexes(), vec![1, 0]);
+/// assert_eq!(demux.events(0)[0], ChoiceEvent::Content("A".into()));
+/// let whole = demux.finish().unwrap();
+/// assert_eq!(whole.choices[1].message.content.as_deref(), Some("B"));
+/// ```
+#[derive(Debug)]
+pub struct Demux {
+    config: Config,
+    splitter: Splitter,
+    /// One per splitter slot, in order of first appearance.
+    choices: Vec<ChoiceState>,
+    warnings: Vec<Warning>,
+    end: Option<Result<(), Error>>,
+    /// Reused buffers.
+    updates: Vec<ChoiceUpdate>,
+    buf: Vec<ChoiceEvent>,
+}
+
+/// What the input said after a [`Demux::feed`]: more may come, or `[DONE]` ended it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Flow {
+    /// More input may come.
+    Continue,
+    /// `data: [DONE]` ended the stream (anything after it in the same read is ignored, with a
+    /// warning).
+    Done,
+}
+
+impl Default for Demux {
+    fn default() -> Self {
+        Demux::new()
+    }
+}
+
+impl Demux {
+    /// A demultiplexer with the default limits (see
+    /// [`CompletionsBuilder::demux`](crate::CompletionsBuilder::demux) to set them).
+    ///
+    /// ```
+    /// let demux = choicewise_core::Demux::new();
+    /// assert!(demux.indexes().is_empty());
+    /// ```
+    pub fn new() -> Demux {
+        Demux::with_config(Config::default())
+    }
+
+    pub(crate) fn with_config(config: Config) -> Demux {
+        Demux {
+            splitter: Splitter::new(config.max_event_size, config.max_choices),
+            config,
+            choices: Vec::new(),
+            warnings: Vec::new(),
+            end: None,
+            updates: Vec::new(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// Feeds one read of SSE bytes (any split of the stream). Returns the stream's error if
+    /// it failed here; after the end (`[DONE]` or an error), further input is ignored.
+    ///
+    /// ```
+    /// use choicewise_core::{Demux, Error};
+    /// let mut demux = Demux::new();
+    /// let error = demux.feed(b"data: [1]\n\n").unwrap_err();
+    /// assert!(matches!(error, Error::Json { line: 1, .. }));
+    /// ```
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Flow, Error> {
+        if let Some(end) = &self.end {
+            return end.clone().map(|()| Flow::Done);
+        }
+        let step = self.splitter.feed(bytes);
+        self.step(step)
+    }
+
+    /// Feeds one chunk parsed by the caller.
+    ///
+    /// ```
+    /// use choicewise_core::{Demux, wire::ChatCompletionChunk};
+    /// let mut demux = Demux::new();
+    /// let chunk: ChatCompletionChunk = serde_json::from_str(
+    ///     r#"{"choices":[{"index":2,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#,
+    /// ).unwrap();
+    /// demux.feed_chunk(chunk.into_owned()).unwrap();
+    /// assert_eq!(demux.finish().unwrap().choices[0].index, 2);
+    /// ```
+    pub fn feed_chunk(&mut self, chunk: ChatCompletionChunk<'static>) -> Result<(), Error> {
+        if let Some(end) = &self.end {
+            return end.clone();
+        }
+        let line = self.splitter.offset() + 1;
+        let step = match self.splitter.parsed(chunk, line) {
+            Ok(()) => Step::Continue,
+            Err(e) => Step::End(Err(e)),
+        };
+        self.step(step).map(|_| ())
+    }
+
+    /// Ends the input (if `[DONE]` or an error has not already) and returns the whole
+    /// completion, without usage; on error, what was assembled comes with it. A stream that
+    /// stops without `[DONE]` while a choice is unfinished is [`Error::Truncated`].
+    // The same result as `Completions::collect`: the error carries what was assembled.
+    #[allow(clippy::result_large_err)]
+    pub fn finish(&mut self) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
+        if self.end.is_none() {
+            let step = self.splitter.end_of_input();
+            let _ = self.step(step);
+        }
+        let outcomes = self.choices.iter().map(|c| {
+            let (output, error) = crate::shared::ChoiceShared::outcome(c);
+            (output, error)
+        });
+        let (completion, error) = assemble(self.splitter.meta.clone(), self.end.as_ref(), outcomes);
+        match error {
+            None => Ok(completion),
+            Some(error) => Err(Incomplete {
+                partial: completion,
+                error,
+            }),
+        }
+    }
+
+    /// The choice indexes seen so far, in order of first appearance.
+    pub fn indexes(&self) -> Vec<u32> {
+        self.splitter.slots.iter().map(|s| s.index).collect()
+    }
+
+    /// Every event of choice `index` so far (empty for an unknown index).
+    pub fn events(&self, index: u32) -> Vec<ChoiceEvent> {
+        let Some(state) = self.state(index) else {
+            return Vec::new();
+        };
+        (0..)
+            .map_while(|position| state.events.get(position).cloned())
+            .collect()
+    }
+
+    /// Choice `index` as assembled so far, with its error if it failed.
+    pub fn choice(&self, index: u32) -> Option<(ChoiceOutput, Option<Error>)> {
+        self.state(index).map(crate::shared::ChoiceShared::outcome)
+    }
+
+    /// Warnings so far (the stream's and every choice's).
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    fn state(&self, index: u32) -> Option<&ChoiceState> {
+        let slot = self.splitter.slots.iter().position(|s| s.index == index)?;
+        self.choices.get(slot)
+    }
+
+    /// Runs every choice's share of what the splitter produced, then records the end.
+    fn step(&mut self, step: Step) -> Result<Flow, Error> {
+        let known = self.choices.len();
+        for slot in &self.splitter.slots[known..] {
+            self.choices
+                .push(ChoiceState::new(slot.index, self.config.max_tool_calls));
+        }
+        self.warnings.append(&mut self.splitter.warnings);
+        for (slot, state) in self.splitter.slots.iter_mut().zip(&mut self.choices) {
+            if slot.batch.is_empty() {
+                continue;
+            }
+            let batch = std::mem::take(&mut slot.batch);
+            self.updates.clear();
+            let decoded = decode_batch(slot.index, batch, &mut self.updates);
+            let updates = std::mem::take(&mut self.updates);
+            state.apply(updates, decoded, &mut self.buf, &mut self.warnings);
+        }
+        match step {
+            Step::Continue => Ok(Flow::Continue),
+            Step::End(outcome) => {
+                for (slot, state) in self.splitter.slots.iter().zip(&mut self.choices) {
+                    if let Some(w) = state.settle(slot.index, outcome.clone()) {
+                        self.warnings.push(w);
+                    }
+                }
+                self.end = Some(outcome.clone());
+                outcome.map(|()| Flow::Done)
+            }
+        }
+    }
+
+    /// The reader's share alone (framing, envelope, split), its batches dropped: what the
+    /// reader actor spends per read. For the benchmarks.
+    #[doc(hidden)]
+    pub fn split_only(&mut self, bytes: &[u8]) -> bool {
+        let step = self.splitter.feed(bytes);
+        for slot in &mut self.splitter.slots {
+            slot.batch.updates.clear();
+            slot.batch.text.clear();
+        }
+        self.splitter.warnings.clear();
+        matches!(step, Step::Continue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAM: &str = concat!(
+        "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"B\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":5}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+
+    #[test]
+    fn a_bad_update_fails_its_choice_only_under_any_split() {
+        let mut reference = None;
+        for size in [1, 2, 7, 64, STREAM.len()] {
+            let mut demux = Demux::new();
+            for read in STREAM.as_bytes().chunks(size) {
+                demux.feed(read).unwrap();
+            }
+            let inc = demux.finish().unwrap_err();
+            assert!(
+                matches!(
+                    inc.error,
+                    Error::InvalidUpdate {
+                        choice: 0,
+                        line: 3,
+                        ..
+                    }
+                ),
+                "{:?}",
+                inc.error
+            );
+            assert_eq!(inc.partial.choices[1].message.content.as_deref(), Some("B"));
+            assert_eq!(
+                inc.partial.choices[1].finish_reason.as_deref(),
+                Some("stop")
+            );
+            assert_eq!(inc.partial.choices[0].finish_reason, None);
+            let ignored: Vec<_> = demux
+                .warnings()
+                .iter()
+                .filter(|w| {
+                    matches!(
+                        w.kind,
+                        crate::WarningKind::IgnoredAfterFailure { updates: 1 }
+                    )
+                })
+                .collect();
+            assert_eq!(ignored.len(), 1, "{:?}", demux.warnings());
+            let result = format!("{:?}", inc.partial);
+            assert_eq!(reference.get_or_insert(result.clone()), &result);
+        }
+    }
+
+    #[test]
+    fn the_end_is_sticky_and_truncation_is_an_error() {
+        let mut demux = Demux::new();
+        demux
+            .feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+            .unwrap();
+        let inc = demux.finish().unwrap_err();
+        assert!(
+            matches!(inc.error, Error::Truncated { .. }),
+            "{:?}",
+            inc.error
+        );
+        assert_eq!(inc.partial.choices[0].message.content.as_deref(), Some("a"));
+        assert!(demux.feed(b"data: [DONE]\n\n").is_err());
+    }
+}

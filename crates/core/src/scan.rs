@@ -1,0 +1,493 @@
+//! A structural scan of one chunk: the reader's fast path. Pure and synchronous.
+//!
+//! The reader needs a chunk's top-level fields and, for each element of `choices`, its
+//! `index`, whether it carries a `finish_reason`, and where it starts and ends. A typed
+//! parse reads every byte of every delta; this scan only walks the structure: inside a
+//! choice it jumps from quote to quote (`memchr`) and counts brackets, and leaves the
+//! validation of the choice's contents to the choice's own parse (`decode`), which runs on
+//! the choice's actor.
+//!
+//! The scan is a fast path, never the judge: on anything unusual (a key with escapes, a
+//! duplicate `choices`, a field of an unexpected type, invalid JSON outside the choices,
+//! nesting past 128 levels, trailing data) it returns `None` and the reader parses the chunk
+//! with serde instead, which gives the same result or the precise error. Top-level values
+//! other than the choices are validated here (JSON grammar), so a malformed unknown field
+//! is still the stream's error.
+
+use std::ops::Range;
+
+/// What the scan found in one chunk. Ranges are byte ranges of the chunk's data.
+#[derive(Debug, Default)]
+pub(crate) struct Scanned {
+    pub id: Option<Range<usize>>,
+    pub model: Option<Range<usize>>,
+    pub created: Option<Range<usize>>,
+    pub system_fingerprint: Option<Range<usize>>,
+    pub service_tier: Option<Range<usize>>,
+    pub usage: Option<Range<usize>>,
+    pub prompt_filter_results: Option<Range<usize>>,
+    pub error: Option<Range<usize>>,
+    pub choices: Vec<ScannedChoice>,
+}
+
+/// One element of `choices`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ScannedChoice {
+    /// The element, braces included.
+    pub range: Range<usize>,
+    /// Its `index` (absent or `null`: `None`).
+    pub index: Option<i64>,
+    /// Its `finish_reason` is a non-empty string.
+    pub finishes: bool,
+}
+
+/// Nesting deeper than this is left to serde (its recursion limit is 128).
+const MAX_DEPTH: u32 = 128;
+
+/// Scans a chunk; `None` when the serde path must decide.
+pub(crate) fn scan(data: &str) -> Option<Scanned> {
+    let b = data.as_bytes();
+    let mut out = Scanned::default();
+    let mut p = ws(b, 0);
+    if b.get(p) != Some(&b'{') {
+        return None;
+    }
+    p = ws(b, p + 1);
+    let mut seen_choices = false;
+    if b.get(p) == Some(&b'}') {
+        return (ws(b, p + 1) == b.len()).then_some(out);
+    }
+    loop {
+        let (key, after) = key(b, p)?;
+        p = ws(b, after);
+        if b.get(p) != Some(&b':') {
+            return None;
+        }
+        p = ws(b, p + 1);
+        if key == b"choices" {
+            if std::mem::replace(&mut seen_choices, true) {
+                return None;
+            }
+            p = choices(b, p, &mut out.choices)?;
+        } else {
+            let (end, kind) = value(b, p)?;
+            let slot = match key {
+                b"id" => Some((&mut out.id, Kind::StringOrNull)),
+                b"model" => Some((&mut out.model, Kind::StringOrNull)),
+                b"system_fingerprint" => Some((&mut out.system_fingerprint, Kind::StringOrNull)),
+                b"service_tier" => Some((&mut out.service_tier, Kind::StringOrNull)),
+                b"created" => Some((&mut out.created, Kind::Any)),
+                b"usage" => Some((&mut out.usage, Kind::Any)),
+                b"prompt_filter_results" => Some((&mut out.prompt_filter_results, Kind::Any)),
+                b"error" => Some((&mut out.error, Kind::Any)),
+                _ => None,
+            };
+            if let Some((slot, wanted)) = slot {
+                if slot.is_some() || (wanted == Kind::StringOrNull && kind > Kind::StringOrNull) {
+                    // A duplicate, or a string field of another type: serde's error.
+                    return None;
+                }
+                *slot = (kind != Kind::Null).then_some(p..end);
+            }
+            p = end;
+        }
+        p = ws(b, p);
+        match b.get(p) {
+            Some(b',') => p = ws(b, p + 1),
+            Some(b'}') => return (ws(b, p + 1) == b.len()).then_some(out),
+            _ => return None,
+        }
+    }
+}
+
+/// The kind of a scanned value (ordered: `Null` and `String` are the string fields' kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Null,
+    String,
+    StringOrNull,
+    Any,
+}
+
+fn ws(b: &[u8], mut p: usize) -> usize {
+    while let Some(c) = b.get(p) {
+        match c {
+            b' ' | b'\n' | b'\r' | b'\t' => p += 1,
+            _ => break,
+        }
+    }
+    p
+}
+
+/// A key without escapes: its bytes and the position after its closing quote.
+fn key(b: &[u8], p: usize) -> Option<(&[u8], usize)> {
+    if b.get(p) != Some(&b'"') {
+        return None;
+    }
+    let len = memchr::memchr2(b'"', b'\\', &b[p + 1..])?;
+    if b[p + 1 + len] != b'"' {
+        return None;
+    }
+    Some((&b[p + 1..p + 1 + len], p + 2 + len))
+}
+
+/// The `choices` value: `null` or an array of objects.
+fn choices(b: &[u8], mut p: usize, out: &mut Vec<ScannedChoice>) -> Option<usize> {
+    if b[p..].starts_with(b"null") {
+        return Some(p + 4);
+    }
+    if b.get(p) != Some(&b'[') {
+        return None;
+    }
+    p = ws(b, p + 1);
+    if b.get(p) == Some(&b']') {
+        return Some(p + 1);
+    }
+    loop {
+        let (choice, end) = choice(b, p)?;
+        out.push(choice);
+        p = ws(b, end);
+        match b.get(p) {
+            Some(b',') => p = ws(b, p + 1),
+            Some(b']') => return Some(p + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// One element of `choices`: its depth-1 `index` and `finish_reason`, the rest skipped by
+/// structure only (the choice's own parse validates it).
+fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize)> {
+    if b.get(start) != Some(&b'{') {
+        return None;
+    }
+    let mut found = ScannedChoice {
+        range: start..start,
+        index: None,
+        finishes: false,
+    };
+    let (mut seen_index, mut seen_finish) = (false, false);
+    let mut p = ws(b, start + 1);
+    if b.get(p) == Some(&b'}') {
+        found.range = start..p + 1;
+        return Some((found, p + 1));
+    }
+    loop {
+        let (key, after) = key(b, p)?;
+        p = ws(b, after);
+        if b.get(p) != Some(&b':') {
+            return None;
+        }
+        p = ws(b, p + 1);
+        match key {
+            b"index" => {
+                if std::mem::replace(&mut seen_index, true) {
+                    return None;
+                }
+                let end = scalar_end(b, p);
+                let token = std::str::from_utf8(&b[p..end]).ok()?;
+                found.index = match token {
+                    "null" => None,
+                    _ if token.bytes().all(|c| c.is_ascii_digit() || c == b'-') => {
+                        Some(token.parse::<i64>().ok()?)
+                    }
+                    _ => return None,
+                };
+                p = end;
+            }
+            b"finish_reason" => {
+                if std::mem::replace(&mut seen_finish, true) {
+                    return None;
+                }
+                let end = skip(b, p)?;
+                found.finishes = b[p] == b'"' && end > p + 2;
+                p = end;
+            }
+            _ => p = skip(b, p)?,
+        }
+        p = ws(b, p);
+        match b.get(p) {
+            Some(b',') => p = ws(b, p + 1),
+            Some(b'}') => {
+                found.range = start..p + 1;
+                return Some((found, p + 1));
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The end of a number or literal token.
+fn scalar_end(b: &[u8], mut p: usize) -> usize {
+    while let Some(c) = b.get(p) {
+        match c {
+            b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t' => break,
+            _ => p += 1,
+        }
+    }
+    p
+}
+
+/// The end of a string starting at `p` (its opening quote), escapes skipped, not validated.
+fn string_end(b: &[u8], p: usize) -> Option<usize> {
+    let mut q = p + 1;
+    loop {
+        q += memchr::memchr2(b'"', b'\\', b.get(q..)?)?;
+        match b[q] {
+            b'"' => return Some(q + 1),
+            _ => q += 2,
+        }
+    }
+}
+
+/// Skips one value by structure: strings by their quotes, containers by counting brackets.
+fn skip(b: &[u8], p: usize) -> Option<usize> {
+    match b.get(p)? {
+        b'"' => string_end(b, p),
+        b'{' | b'[' => {
+            let mut depth = 0u32;
+            let mut q = p;
+            loop {
+                match *b.get(q)? {
+                    b'"' => {
+                        q = string_end(b, q)?;
+                        continue;
+                    }
+                    b'{' | b'[' => {
+                        depth += 1;
+                        if depth > MAX_DEPTH {
+                            return None;
+                        }
+                    }
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(q + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                q += 1;
+            }
+        }
+        _ => Some(scalar_end(b, p)),
+    }
+}
+
+/// One top-level value, validated (JSON grammar, escapes, control characters): its end and
+/// kind.
+fn value(b: &[u8], p: usize) -> Option<(usize, Kind)> {
+    match *b.get(p)? {
+        b'"' => Some((valid_string(b, p)?, Kind::String)),
+        b'n' => b[p..].starts_with(b"null").then_some((p + 4, Kind::Null)),
+        b't' => b[p..].starts_with(b"true").then_some((p + 4, Kind::Any)),
+        b'f' => b[p..].starts_with(b"false").then_some((p + 5, Kind::Any)),
+        b'-' | b'0'..=b'9' => Some((number(b, p)?, Kind::Any)),
+        b'{' | b'[' => Some((container(b, p)?, Kind::Any)),
+        _ => None,
+    }
+}
+
+/// A string with valid escapes and no raw control character: its end.
+fn valid_string(b: &[u8], p: usize) -> Option<usize> {
+    let mut q = p + 1;
+    loop {
+        let c = *b.get(q)?;
+        match c {
+            b'"' => return Some(q + 1),
+            b'\\' => match *b.get(q + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => q += 2,
+                b'u' => {
+                    let hex = b.get(q + 2..q + 6)?;
+                    if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        return None;
+                    }
+                    q += 6;
+                }
+                _ => return None,
+            },
+            0..=0x1f => return None,
+            _ => q += 1,
+        }
+    }
+}
+
+/// A number by the JSON grammar: its end.
+fn number(b: &[u8], mut p: usize) -> Option<usize> {
+    let digits = |b: &[u8], p: usize| {
+        let n = b[p..].iter().take_while(|c| c.is_ascii_digit()).count();
+        (n > 0).then_some(p + n)
+    };
+    if b[p] == b'-' {
+        p += 1;
+    }
+    p = match b.get(p)? {
+        b'0' => p + 1,
+        _ => digits(b, p)?,
+    };
+    if b.get(p) == Some(&b'.') {
+        p = digits(b, p + 1)?;
+    }
+    if matches!(b.get(p), Some(b'e' | b'E')) {
+        p += 1;
+        if matches!(b.get(p), Some(b'+' | b'-')) {
+            p += 1;
+        }
+        p = digits(b, p)?;
+    }
+    Some(p)
+}
+
+/// An object or array, validated, without recursion: its end.
+fn container(b: &[u8], p: usize) -> Option<usize> {
+    // One bit per level: set for an object.
+    let mut objects: u128 = 0;
+    let mut depth = 0u32;
+    let mut q = p;
+    loop {
+        // At a value.
+        q = ws(b, q);
+        match *b.get(q)? {
+            open @ (b'{' | b'[') => {
+                if depth == MAX_DEPTH {
+                    return None;
+                }
+                let object = open == b'{';
+                objects = (objects << 1) | u128::from(object);
+                depth += 1;
+                q = ws(b, q + 1);
+                let close = if object { b'}' } else { b']' };
+                if b.get(q) == Some(&close) {
+                    objects >>= 1;
+                    depth -= 1;
+                    q += 1;
+                } else {
+                    if object {
+                        q = member_key(b, q)?;
+                    }
+                    continue;
+                }
+            }
+            _ => q = value(b, q)?.0,
+        }
+        // After a value: a comma, or the end of the containers it closes.
+        loop {
+            if depth == 0 {
+                return Some(q);
+            }
+            q = ws(b, q);
+            let object = objects & 1 == 1;
+            match *b.get(q)? {
+                b',' => {
+                    q = ws(b, q + 1);
+                    if object {
+                        q = member_key(b, q)?;
+                    }
+                    break;
+                }
+                b'}' if object => {}
+                b']' if !object => {}
+                _ => return None,
+            }
+            objects >>= 1;
+            depth -= 1;
+            q += 1;
+        }
+    }
+}
+
+/// A member's key and colon: the position of its value.
+fn member_key(b: &[u8], q: usize) -> Option<usize> {
+    if b.get(q) != Some(&b'"') {
+        return None;
+    }
+    let q = ws(b, valid_string(b, q)?);
+    (b.get(q) == Some(&b':')).then_some(q + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field<'a>(data: &'a str, r: &Option<Range<usize>>) -> Option<&'a str> {
+        r.clone().map(|r| &data[r])
+    }
+
+    #[test]
+    fn finds_the_envelope_and_each_choice() {
+        let data = r#" {"id":"c1","object":"chat.completion.chunk","created":17,"model":"m",
+            "obfuscation":"x\"y","choices":[{"index":2,"delta":{"content":"a}\"{"},"logprobs":null},
+            {"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":[1]}"}}]},"finish_reason":"stop","index":0}],
+            "usage":null,"extra":{"a":[1,2.5e-3,true,false,null,{}]}} "#;
+        let s = scan(data).expect("scanned");
+        assert_eq!(field(data, &s.id), Some(r#""c1""#));
+        assert_eq!(field(data, &s.model), Some(r#""m""#));
+        assert_eq!(field(data, &s.created), Some("17"));
+        assert_eq!(s.usage, None);
+        assert_eq!(s.choices.len(), 2);
+        assert_eq!(s.choices[0].index, Some(2));
+        assert!(!s.choices[0].finishes);
+        assert_eq!(
+            &data[s.choices[0].range.clone()],
+            r#"{"index":2,"delta":{"content":"a}\"{"},"logprobs":null}"#
+        );
+        assert_eq!(s.choices[1].index, Some(0));
+        assert!(s.choices[1].finishes);
+        assert!(data[s.choices[1].range.clone()].ends_with(r#""index":0}"#));
+    }
+
+    #[test]
+    fn agrees_with_serde_on_every_element() {
+        // Each element: (index, finishes) the same as a typed parse says.
+        let data = r#"{"choices":[{"index":null,"finish_reason":""},{"finish_reason":null,"index":7},
+            {"index":3,"finish_reason":"length"},{}]}"#;
+        let s = scan(data).unwrap();
+        let got: Vec<_> = s.choices.iter().map(|c| (c.index, c.finishes)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (None, false),
+                (Some(7), false),
+                (Some(3), true),
+                (None, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn leaves_anything_unusual_to_serde() {
+        for data in [
+            "[1]",
+            "{",
+            r#"{"choices":[],"x":tru}"#,
+            r#"{"choices":[],"x":"\q"}"#,
+            "{\"choices\":[],\"x\":\"\u{1}\"}",
+            r#"{"choices":[],"x":01}"#,
+            r#"{"choices":[],"x":[1,]}"#,
+            r#"{"choices":[],"x":{"a" 1}}"#,
+            r#"{"choices":[],"choices":[]}"#,
+            r#"{"id":5,"choices":[]}"#,
+            r#"{"choices":[{"index":"0"}]}"#,
+            r#"{"choices":[{"index":1.5}]}"#,
+            r#"{"choices":[{"index":0,"index":1}]}"#,
+            r#"{"choices":["x"]}"#,
+            r#"{"ch\u006fices":[]}"#,
+            r#"{"choices":[]}{"choices":[]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"x"}]}"#,
+        ] {
+            assert!(scan(data).is_none(), "{data}");
+        }
+        let deep = format!(
+            r#"{{"choices":[],"x":{}{}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        assert!(scan(&deep).is_none());
+        let ok = format!(
+            r#"{{"choices":[],"x":{}{}}}"#,
+            "[".repeat(100),
+            "]".repeat(100)
+        );
+        assert!(scan(&ok).is_some());
+    }
+}
