@@ -185,14 +185,7 @@ fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize)> {
                     return None;
                 }
                 let end = scalar_end(b, p);
-                let token = std::str::from_utf8(&b[p..end]).ok()?;
-                found.index = match token {
-                    "null" => None,
-                    _ if token.bytes().all(|c| c.is_ascii_digit() || c == b'-') => {
-                        Some(token.parse::<i64>().ok()?)
-                    }
-                    _ => return None,
-                };
+                found.index = integer(&b[p..end])?;
                 p = end;
             }
             b"finish_reason" => {
@@ -215,6 +208,30 @@ fn choice(b: &[u8], start: usize) -> Option<(ScannedChoice, usize)> {
             _ => return None,
         }
     }
+}
+
+/// An index token: `null` (`Some(None)`), or an integer that fits in an `i64`; `None` for
+/// anything else (serde decides).
+fn integer(token: &[u8]) -> Option<Option<i64>> {
+    if token == b"null" {
+        return Some(None);
+    }
+    let (negative, digits) = match token.split_first()? {
+        (b'-', rest) => (true, rest),
+        _ => (false, token),
+    };
+    if digits.is_empty() || digits.len() > 18 || (digits[0] == b'0' && digits.len() > 1) {
+        // Long numbers (rare) go to serde, which knows the exact range.
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + i64::from(d - b'0');
+    }
+    Some(Some(if negative { -value } else { value }))
 }
 
 /// The end of a number or literal token.
@@ -292,22 +309,26 @@ fn value(b: &[u8], p: usize) -> Option<(usize, Kind)> {
 fn valid_string(b: &[u8], p: usize) -> Option<usize> {
     let mut q = p + 1;
     loop {
-        let c = *b.get(q)?;
-        match c {
-            b'"' => return Some(q + 1),
-            b'\\' => match *b.get(q + 1)? {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => q += 2,
-                b'u' => {
-                    let hex = b.get(q + 2..q + 6)?;
-                    if !hex.iter().all(u8::is_ascii_hexdigit) {
-                        return None;
-                    }
-                    q += 6;
+        // Jump to the next quote or backslash; the bytes passed over must not be control
+        // characters (a check the compiler vectorises).
+        let run = memchr::memchr2(b'"', b'\\', b.get(q..)?)?;
+        if b[q..q + run].iter().any(|&c| c < 0x20) {
+            return None;
+        }
+        q += run;
+        if b[q] == b'"' {
+            return Some(q + 1);
+        }
+        match *b.get(q + 1)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => q += 2,
+            b'u' => {
+                let hex = b.get(q + 2..q + 6)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
                 }
-                _ => return None,
-            },
-            0..=0x1f => return None,
-            _ => q += 1,
+                q += 6;
+            }
+            _ => return None,
         }
     }
 }

@@ -366,8 +366,7 @@ impl Splitter {
         &mut self,
         s: Scanned,
         data: &str,
-        line: u64,
-        offset: u64,
+        (line, offset, multiline): (u64, u64, bool),
         at: &impl Fn(usize) -> u64,
     ) -> Result<(), Error> {
         let string = |range: &Option<Range<usize>>, known: bool| -> Option<Cow<'_, str>> {
@@ -402,7 +401,6 @@ impl Splitter {
             None => Vec::new(),
         };
         self.facts(facts, &indexes);
-        let multiline = data.contains('\n');
         for choice in &s.choices {
             let line = match multiline {
                 true => at(choice.range.start),
@@ -451,7 +449,8 @@ impl Splitter {
                 .finish_reason
                 .is_some_and(|r| r.get().starts_with('"') && r.get() != "\"\"");
             let start = (element.get().as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
-            let line = match data.contains('\n') && start <= data.len() {
+            let line = match start <= data.len() && memchr::memchr(b'\n', data.as_bytes()).is_some()
+            {
                 true => at(start),
                 false => line,
             };
@@ -549,7 +548,8 @@ impl Splitter {
             data_lines.line(within).unwrap_or(line + within as u64)
         };
         if let Some(scanned) = scan(data) {
-            self.scanned(scanned, data, line, offset, &at)?;
+            let multiline = memchr::memchr(b'\n', data.as_bytes()).is_some();
+            self.scanned(scanned, data, (line, offset, multiline), &at)?;
             return Ok(Flow::Continue);
         }
         // Serde's path.
