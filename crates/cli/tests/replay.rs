@@ -194,3 +194,50 @@ fn the_default_view_shows_each_calls_arguments_as_they_grow() {
         "{text}"
     );
 }
+
+/// Two choices fail on their own (a malformed delta, a bad tool-call index) among healthy
+/// ones: every view exits 1 with one stderr line per failed choice naming its index and line;
+/// `--json` still prints every choice, the failed ones with `"finish_reason": null`.
+#[test]
+fn failed_choices_are_reported_one_line_each_and_the_others_finish() {
+    let sse = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"fine\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"bad\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":5}}]}\n\n",
+        "data: {\"choices\":[{\"index\":2,\"delta\":{\"tool_calls\":[{\"index\":-3}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    for args in [&["-", "--json"][..], &["-", "--plain"][..]] {
+        let out = replay(args, Some(sse.as_bytes()));
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("choicewise: "))
+            .collect();
+        assert_eq!(lines.len(), 2, "{args:?}: {stderr}");
+        assert!(
+            lines[0].contains("choice 1") && lines[0].contains("line 5"),
+            "{stderr}"
+        );
+        assert!(
+            lines[1].contains("choice 2") && lines[1].contains("line 7"),
+            "{stderr}"
+        );
+        if args.contains(&"--json") {
+            let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let choices = json["choices"].as_array().unwrap();
+            assert_eq!(choices.len(), 3);
+            assert_eq!(choices[0]["finish_reason"], "stop");
+            assert_eq!(choices[0]["message"]["content"], "fine");
+            assert_eq!(choices[1]["finish_reason"], Value::Null);
+            assert_eq!(choices[1]["message"]["content"], "bad");
+            assert_eq!(choices[2]["finish_reason"], Value::Null);
+        } else {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.contains("[choice 0] ✔ finished: stop"), "{stdout}");
+        }
+    }
+}

@@ -12,8 +12,13 @@ use crate::split::{Batch, Body, RawUpdate};
 use crate::wire::{ChunkChoice, FunctionCallDelta};
 
 /// A batch's parse error: the error, and how many updates followed the malformed one (not
-/// parsed: the choice has failed).
-pub(crate) type DecodeError = (Error, u64);
+/// parsed: the choice has failed) with the first one's line.
+#[derive(Debug)]
+pub(crate) struct DecodeError {
+    pub error: Error,
+    pub after: u64,
+    pub after_line: u64,
+}
 
 /// Parses every update of `batch` into `out`, in order. On error, `out` holds the updates
 /// before the malformed one.
@@ -25,7 +30,8 @@ pub(crate) fn decode_batch(
     out.reserve(batch.updates.len());
     let Batch { text, updates } = batch;
     let total = updates.len() as u64;
-    for (k, RawUpdate { line, offset, body }) in updates.into_iter().enumerate() {
+    let mut updates = updates.into_iter().enumerate();
+    while let Some((k, RawUpdate { line, offset, body })) = updates.next() {
         let update = match body {
             Body::Json(range) => match serde_json::from_str::<ChunkChoice<'_>>(&text[range]) {
                 Ok(choice) => convert(choice, index, line, offset),
@@ -40,7 +46,13 @@ pub(crate) fn decode_batch(
         };
         match update {
             Ok(update) => out.push(update),
-            Err(e) => return Err((e, total - k as u64 - 1)),
+            Err(error) => {
+                return Err(DecodeError {
+                    error,
+                    after: total - k as u64 - 1,
+                    after_line: updates.next().map_or(0, |(_, u)| u.line),
+                });
+            }
         }
     }
     Ok(())
@@ -187,7 +199,7 @@ mod tests {
                 &mut out,
             )
             .unwrap_err()
-            .0;
+            .error;
             match &e {
                 Error::InvalidUpdate {
                     choice: 2,
@@ -209,7 +221,7 @@ mod tests {
             &mut out,
         )
         .unwrap_err()
-        .0;
+        .error;
         assert!(
             matches!(
                 e,

@@ -203,7 +203,7 @@ impl ChoiceState {
         if !self.takes_updates() {
             let undecoded = match &decoded {
                 Ok(()) => 0,
-                Err((_, after)) => 1 + after,
+                Err(d) => 1 + d.after,
             };
             let line = updates.first().map(|u| u.line);
             self.ignore(updates.len() as u64 + undecoded, line);
@@ -231,13 +231,9 @@ impl ChoiceState {
                 break;
             }
         }
-        if let Err((e, after)) = decoded {
-            let line = match &e {
-                Error::InvalidUpdate { line, .. } | Error::InvalidToolCall { line, .. } => *line,
-                _ => 0,
-            };
-            self.fail(e);
-            self.ignore(after, Some(line));
+        if let Err(d) = decoded {
+            self.fail(d.error);
+            self.ignore(d.after, Some(d.after_line));
         }
         self.waiters.wake_all();
     }
