@@ -447,6 +447,63 @@ pub fn unstamp(recording: &[u8]) -> (Vec<u8>, Vec<(usize, Duration)>) {
     (bytes, stamps)
 }
 
+/// Size of the reads of a file played from disk.
+const FILE_READ: usize = 256 * 1024;
+
+/// Plays a file: a recording through [`play`], plain SSE (no stamps to honour or scan) read
+/// straight by a thread of its own in large reads, so that reading costs next to nothing
+/// beside the framing.
+pub fn play_file(
+    path: &std::path::Path,
+    speed: f64,
+) -> io::Result<futures::stream::BoxStream<'static, io::Result<Vec<u8>>>> {
+    use futures::StreamExt;
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut first = vec![0u8; FILE_READ];
+    let mut n = 0;
+    while n < first.len() {
+        match file.read(&mut first[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    first.truncate(n);
+    let at_eof = n < FILE_READ;
+    if !matches!(header_end(&first, at_eof), Some(HeaderEnd::Plain)) {
+        let input =
+            tokio::io::AsyncReadExt::chain(io::Cursor::new(first), tokio::fs::File::from_std(file));
+        return Ok(play(input, speed).boxed());
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<io::Result<Vec<u8>>>(4);
+    std::thread::Builder::new()
+        .name("choicewise-read".into())
+        .spawn(move || {
+            if !first.is_empty() && tx.blocking_send(Ok(first)).is_err() {
+                return;
+            }
+            loop {
+                let mut buf = vec![0u8; FILE_READ];
+                let read = match file.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(k) => {
+                        buf.truncate(k);
+                        Ok(buf)
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => Err(e),
+                };
+                let failed = read.is_err();
+                if tx.blocking_send(read).is_err() || failed {
+                    return;
+                }
+            }
+        })?;
+    Ok(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed())
+}
+
 /// Plays a recording (or plain SSE) as a stream of byte chunks: each event is released when
 /// its stamp, divided by `speed`, has elapsed since the first poll. `speed` 0 plays as fast as
 /// the input can be read; input without stamps plays as it is read. Reads as it plays, so a

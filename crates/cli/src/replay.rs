@@ -68,11 +68,10 @@ pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
             "replay of stdin".to_string(),
         ),
         Some(p) => {
-            let file = tokio::fs::File::open(p)
-                .await
+            let input = record::play_file(p, speed)
                 .map_err(|e| format!("cannot open {}: {e}", p.display()))?;
             (
-                builder.from_sse(record::play(file, speed)),
+                builder.from_sse(input),
                 format!("replay of {}", p.display()),
             )
         }
