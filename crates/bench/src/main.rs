@@ -58,6 +58,18 @@ enum Command {
     Tokens(PieceArgs),
     /// Write a generated stream to a file (for profiling `choicewise replay`, or as a fixture).
     Gen(GenArgs),
+    /// A baseline as a whole process of its own, for `replay`'s paired runs.
+    #[command(hide = true)]
+    BaselineProcess(BaselineArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+struct BaselineArgs {
+    /// `parse` (read + framing + borrowed parse, one thread) or `openai`
+    /// (eventsource-stream + async-openai + hand-written accumulator).
+    kind: String,
+    /// The SSE file.
+    file: std::path::PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -591,9 +603,26 @@ fn replay_cmd(args: &ReplayArgs) -> Report {
     });
     let file = std::env::temp_dir().join(format!("choicewise-bench-{}.sse", std::process::id()));
     std::fs::write(&file, &g.bytes).expect("write the recording");
-    let reps = args.common.reps.clamp(1, 5);
+    let reps = args.common.reps.clamp(3, 9);
     let f = replay::measure(&cli, &file, g.chunks, reps);
     let _ = std::fs::remove_file(&file);
+    let mut targets = vec![Target {
+        name: "replay_process_vs_parse_process",
+        measured: f.vs_parse,
+        target: 1.2,
+        at_least: true,
+        unit: "x",
+    }];
+    match f.vs_openai {
+        Some(r) => targets.push(Target {
+            name: "replay_process_vs_eventsource_async_openai_process",
+            measured: r,
+            target: 2.0,
+            at_least: true,
+            unit: "x",
+        }),
+        None => println!("(the async-openai process needs the openai-baseline feature)"),
+    }
     println!(
         "\n### replay: `choicewise replay --json` on a {:.0} MB n = 4 recording ({} chunks), median of {reps}\n",
         f.megabytes, f.chunks
@@ -606,13 +635,22 @@ fn replay_cmd(args: &ReplayArgs) -> Report {
         f.max_rss_kib as f64 / 1024.0,
         f.baseline_secs
     );
+    println!(
+        "paired runs, median of the per-pair ratios: {:.2}x the read + framing + borrowed parse process ({:.2} s){}",
+        f.vs_parse,
+        f.baseline_secs,
+        match (f.vs_openai, f.openai_secs) {
+            (Some(r), Some(s)) =>
+                format!(", {r:.2}x the eventsource-stream + async-openai process ({s:.2} s)"),
+            _ => String::new(),
+        }
+    );
     Report {
-        targets: vec![],
+        targets,
         info: vec![format!(
-            "INFO replay_json_50mb measured={:.2}s ({:.0} MB/s, {:.2}x the in-process read+parse; peak RSS {:.0} MiB)",
+            "INFO replay_json_50mb measured={:.2}s ({:.0} MB/s; peak RSS {:.0} MiB)",
             f.process_secs,
             f.megabytes / f.process_secs,
-            f.baseline_secs / f.process_secs,
             f.max_rss_kib as f64 / 1024.0
         )],
     }
@@ -703,6 +741,11 @@ fn main() {
         Command::Replay(a) => replay_cmd(&a),
         Command::PartialJson(a) => partial_json_cmd(&a),
         Command::Tokens(a) => tokens_cmd(&a),
+        Command::BaselineProcess(a) => {
+            let updates = replay::baseline_process(&a.kind, &a.file);
+            println!("{updates}");
+            return;
+        }
         Command::Gen(a) => {
             let g = generate(&GenConfig {
                 n: a.n,
