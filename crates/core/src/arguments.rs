@@ -8,78 +8,18 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use choicewise_partial_json::{PartialJson, Snapshot, TextField, repair_control_characters};
+use choicewise_partial_json::{PartialJson, Snapshot, TextField};
 use futures::Stream;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::choice::EventStream;
 use crate::error::Error;
-use crate::event::{CallRef, FunctionCallEvent, Text};
-
-/// Why a call's complete arguments are not valid JSON, with the byte offset of the problem.
-/// The raw arguments string stays available in the event and the message.
-///
-/// ```
-/// use choicewise_core::ArgumentsError;
-/// let e = ArgumentsError { offset: Some(7), message: "unexpected '}' at byte 7".into() };
-/// assert_eq!(e.to_string(), "invalid arguments: unexpected '}' at byte 7");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid arguments: {message}")]
-pub struct ArgumentsError {
-    /// Byte offset of the problem in the arguments string, when known.
-    pub offset: Option<u64>,
-    /// What is wrong.
-    pub message: String,
-}
-
-/// The parsed complete arguments of a call, as [`FunctionCallEvent::Finished`] carries them.
-pub(crate) struct Parsed {
-    pub value: Result<Arc<Value>, ArgumentsError>,
-    pub repaired: bool,
-}
-
-/// Parses a call's complete arguments. If they fail only because of raw control characters
-/// inside strings (models emit raw newlines), those are escaped and the result is flagged.
-pub(crate) fn parse_final(arguments: &str) -> Parsed {
-    if let Ok(v) = serde_json::from_str::<Value>(arguments) {
-        return Parsed {
-            value: Ok(Arc::new(v)),
-            repaired: false,
-        };
-    }
-    if let Some(fixed) = repair_control_characters(arguments) {
-        if let Ok(v) = serde_json::from_str::<Value>(&fixed) {
-            return Parsed {
-                value: Ok(Arc::new(v)),
-                repaired: true,
-            };
-        }
-    }
-    // The incremental parser names the byte offset of the problem (serde_json gives a line
-    // and column); it also accepts nesting deeper than serde_json's recursion limit.
-    let mut parser = PartialJson::new();
-    let result = parser.push(arguments).and_then(|()| parser.finish());
-    match result {
-        Ok(v) => Parsed {
-            value: Ok(Arc::new(v)),
-            repaired: false,
-        },
-        Err(e) => Parsed {
-            value: Err(ArgumentsError {
-                offset: e.offset(),
-                message: e.to_string(),
-            }),
-            repaired: false,
-        },
-    }
-}
+use crate::event::{ArgumentsError, CallRef, FunctionCallEvent, Text};
+use crate::stream::EventStream;
 
 /// Escapes raw control characters inside JSON strings, fragment by fragment (a string may
 /// span fragments), so that partial values tolerate what the final parse repairs.

@@ -7,10 +7,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
-use ractor::ActorRef;
 use tokio::io::AsyncRead;
 
-use crate::actor::reader::{ReaderActor, ReaderArgs, ReaderMsg};
+use crate::actor::Lifetime;
+use crate::actor::reader::{ReaderActor, ReaderArgs};
 use crate::choice::Choice;
 use crate::config::Config;
 use crate::error::{Error, Incomplete};
@@ -20,22 +20,6 @@ use crate::response::ChatCompletion;
 use crate::shared::{CompletionShared, Subscription};
 use crate::usage::Usage;
 use crate::wire::ChatCompletionChunk;
-
-/// Keeps the actors of one completion alive while any handle exists; stops them (and so
-/// drops the upstream) when the last handle goes.
-pub(crate) struct Lifetime {
-    reader: Option<ActorRef<ReaderMsg>>,
-    pub(crate) shared: Arc<CompletionShared>,
-}
-
-impl Drop for Lifetime {
-    fn drop(&mut self) {
-        self.shared.cancel();
-        if let Some(reader) = &self.reader {
-            reader.kill();
-        }
-    }
-}
 
 /// A streamed chat completion, demultiplexed by choice.
 ///
@@ -409,10 +393,7 @@ impl Completions {
                 None
             }
         };
-        let life = Arc::new(Lifetime {
-            reader,
-            shared: shared.clone(),
-        });
+        let life = Arc::new(Lifetime::new(reader, shared.clone()));
         Completions { shared, life }
     }
 
@@ -508,7 +489,7 @@ impl Completions {
         let mut errors: Vec<(u32, Error)> = choices
             .iter()
             .filter_map(|c| {
-                let (_, error) = crate::shared::ChoiceShared::outcome(&c.lock());
+                let (_, error) = c.lock().outcome();
                 error.map(|e| (c.index, e))
             })
             .collect();

@@ -5,9 +5,9 @@ use crate::config::Config;
 use crate::decode::decode_batch;
 use crate::error::{Error, Incomplete};
 use crate::event::{ChoiceEvent, Warning};
+use crate::lifecycle::{ChoiceState, assemble};
 use crate::merge::ChoiceUpdate;
 use crate::response::{ChatCompletion, ChoiceOutput};
-use crate::shared::{ChoiceState, assemble};
 use crate::split::{Splitter, Step};
 use crate::wire::ChatCompletionChunk;
 
@@ -142,10 +142,7 @@ impl Demux {
             let step = self.splitter.end_of_input();
             let _ = self.step(step);
         }
-        let outcomes = self.choices.iter().map(|c| {
-            let (output, error) = crate::shared::ChoiceShared::outcome(c);
-            (output, error)
-        });
+        let outcomes = self.choices.iter().map(ChoiceState::outcome);
         let (completion, error) = assemble(self.splitter.meta.clone(), self.end.as_ref(), outcomes);
         match error {
             None => Ok(completion),
@@ -173,7 +170,7 @@ impl Demux {
 
     /// Choice `index` as assembled so far, with its error if it failed.
     pub fn choice(&self, index: u32) -> Option<(ChoiceOutput, Option<Error>)> {
-        self.state(index).map(crate::shared::ChoiceShared::outcome)
+        self.state(index).map(ChoiceState::outcome)
     }
 
     /// Warnings so far (the stream's and every choice's).

@@ -115,7 +115,7 @@ pub enum Error {
         /// The call.
         call: crate::event::CallRef,
         /// What is wrong, and where in the arguments.
-        error: crate::arguments::ArgumentsError,
+        error: crate::event::ArgumentsError,
     },
     /// Nothing arrived from upstream for longer than the configured idle timeout.
     #[error("no data for {after:?} after {offset} bytes (idle timeout)")]

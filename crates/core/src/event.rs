@@ -145,7 +145,7 @@ pub enum FunctionCallEvent {
         /// The whole arguments string, as the provider sent it.
         arguments: Text,
         /// The arguments parsed, or why they are not valid JSON (with the byte offset).
-        value: Result<Arc<Value>, crate::arguments::ArgumentsError>,
+        value: Result<Arc<Value>, ArgumentsError>,
         /// The arguments were valid only after escaping raw control characters inside
         /// strings (a raw newline, say); `value` is the repaired parse.
         repaired: bool,
@@ -295,4 +295,21 @@ impl fmt::Display for WarningKind {
             }
         }
     }
+}
+
+/// Why a call's complete arguments are not valid JSON, with the byte offset of the problem.
+/// The raw arguments string stays available in the event and the message.
+///
+/// ```
+/// use choicewise_core::ArgumentsError;
+/// let e = ArgumentsError { offset: Some(7), message: "unexpected '}' at byte 7".into() };
+/// assert_eq!(e.to_string(), "invalid arguments: unexpected '}' at byte 7");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid arguments: {message}")]
+pub struct ArgumentsError {
+    /// Byte offset of the problem in the arguments string, when known.
+    pub offset: Option<u64>,
+    /// What is wrong.
+    pub message: String,
 }

@@ -58,16 +58,19 @@ mod error;
 mod event;
 mod event_log;
 mod feed;
+mod lifecycle;
 mod merge;
 mod response;
 mod scan;
 mod shared;
 mod split;
+mod stream;
 mod usage;
+mod waiters;
 pub mod wire;
 
-pub use arguments::{ArgumentsError, ArgumentsSnapshot, FunctionCalls, PartialArguments};
-pub use choice::{Choice, EventStream};
+pub use arguments::{ArgumentsSnapshot, FunctionCalls, PartialArguments};
+pub use choice::Choice;
 /// The incremental partial-JSON parser behind [`FunctionCalls::partial`] (crate
 /// `choicewise-partial-json`).
 pub use choicewise_partial_json as partial_json;
@@ -79,7 +82,10 @@ pub use config::{
 };
 pub use demux::{Demux, Flow};
 pub use error::{Error, Incomplete, UpstreamError};
-pub use event::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind};
+pub use event::{
+    ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
+};
+pub use stream::EventStream;
 /// Test-only fault triggers (feature `fault-injection`).
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]

@@ -17,10 +17,14 @@
 
 use std::sync::{Arc, OnceLock};
 
+use choicewise_partial_json::{PartialJson, repair_control_characters};
+
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::event::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind};
+use crate::event::{
+    ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
+};
 use crate::response::{ChoiceOutput, FunctionCall, Message, ToolCall};
 
 /// One choice's share of one chunk, detached from the input so it can travel to the choice's
@@ -88,6 +92,48 @@ pub(crate) fn text(s: &str) -> Text {
     }
 }
 
+/// The parsed complete arguments of a call, as [`FunctionCallEvent::Finished`] carries them.
+pub(crate) struct Parsed {
+    pub value: Result<Arc<Value>, ArgumentsError>,
+    pub repaired: bool,
+}
+
+/// Parses a call's complete arguments. If they fail only because of raw control characters
+/// inside strings (models emit raw newlines), those are escaped and the result is flagged.
+pub(crate) fn parse_final(arguments: &str) -> Parsed {
+    if let Ok(v) = serde_json::from_str::<Value>(arguments) {
+        return Parsed {
+            value: Ok(Arc::new(v)),
+            repaired: false,
+        };
+    }
+    if let Some(fixed) = repair_control_characters(arguments) {
+        if let Ok(v) = serde_json::from_str::<Value>(&fixed) {
+            return Parsed {
+                value: Ok(Arc::new(v)),
+                repaired: true,
+            };
+        }
+    }
+    // The incremental parser names the byte offset of the problem (serde_json gives a line
+    // and column); it also accepts nesting deeper than serde_json's recursion limit.
+    let mut parser = PartialJson::new();
+    let result = parser.push(arguments).and_then(|()| parser.finish());
+    match result {
+        Ok(v) => Parsed {
+            value: Ok(Arc::new(v)),
+            repaired: false,
+        },
+        Err(e) => Parsed {
+            value: Err(ArgumentsError {
+                offset: e.offset(),
+                message: e.to_string(),
+            }),
+            repaired: false,
+        },
+    }
+}
+
 #[derive(Debug, Clone)]
 struct CallState {
     wire_index: Option<u32>,
@@ -112,7 +158,7 @@ impl CallState {
 
     fn finished_event(&mut self, call: CallRef) -> ChoiceEvent {
         self.finished = true;
-        let parsed = crate::arguments::parse_final(&self.arguments);
+        let parsed = parse_final(&self.arguments);
         ChoiceEvent::FunctionCall(FunctionCallEvent::Finished {
             call,
             id: self.id.clone(),

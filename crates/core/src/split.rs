@@ -25,7 +25,7 @@ use choicewise_sse::{DataLines, Framer};
 use crate::error::{Error, UpstreamError};
 use crate::event::{Warning, WarningKind};
 use crate::scan::{Scanned, scan};
-use crate::shared::Meta;
+use crate::usage::ReportedUsage;
 use crate::wire::{self, ChatCompletionChunk, ChunkChoice};
 
 /// What one step of the input produced.
@@ -88,6 +88,18 @@ pub(crate) struct Slot {
     pub batch: Batch,
     /// A non-empty `finish_reason` string was seen for this choice.
     pub finished: bool,
+}
+
+/// Completion-level facts gathered by the reader.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Meta {
+    pub id: Option<String>,
+    pub model: Option<String>,
+    pub created: Option<i64>,
+    pub system_fingerprint: Option<String>,
+    pub service_tier: Option<String>,
+    pub prompt_filter_results: Vec<Value>,
+    pub usage: ReportedUsage,
 }
 
 /// The chunk envelope, parsed by serde: the reader's path for the chunks the scan leaves to

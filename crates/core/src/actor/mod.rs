@@ -15,3 +15,31 @@
 
 pub(crate) mod choice;
 pub(crate) mod reader;
+
+use std::sync::Arc;
+
+use ractor::ActorRef;
+
+use crate::shared::CompletionShared;
+
+/// Keeps the actors of one completion alive while any handle exists; stops them (and so
+/// drops the upstream) when the last handle goes.
+pub(crate) struct Lifetime {
+    reader: Option<ActorRef<reader::ReaderMsg>>,
+    pub(crate) shared: Arc<CompletionShared>,
+}
+
+impl Drop for Lifetime {
+    fn drop(&mut self) {
+        self.shared.cancel();
+        if let Some(reader) = &self.reader {
+            reader.kill();
+        }
+    }
+}
+
+impl Lifetime {
+    pub fn new(reader: Option<ActorRef<reader::ReaderMsg>>, shared: Arc<CompletionShared>) -> Self {
+        Lifetime { reader, shared }
+    }
+}

@@ -1,0 +1,227 @@
+//! The lifecycle of one choice: its merged message, its event log, and where it is in its
+//! life ([`Phase`]). Pure: the actors keep it behind a lock (`shared`), [`Demux`](crate::Demux)
+//! keeps it as it is; the transitions are the same.
+
+use serde_json::Value;
+
+use crate::decode::DecodeError;
+use crate::error::Error;
+use crate::event::{ChoiceEvent, Warning, WarningKind};
+use crate::event_log::EventLog;
+use crate::merge::{ChoiceAccumulator, ChoiceUpdate};
+use crate::response::{ChatCompletion, ChoiceOutput};
+use crate::split::Meta;
+use crate::waiters::Waiters;
+
+/// Where a choice is in its life. Every transition is a method of [`ChoiceState`].
+///
+/// ```text
+/// Open ──finish / clean end──▶ Closed ──late update breaks a limit──▶ Closed { late_error }
+///   └──own bad update / stream error / actor failure──▶ Failed
+/// ```
+#[derive(Debug, Clone)]
+pub(crate) enum Phase {
+    /// Taking updates; the sub-streams are open.
+    Open,
+    /// The sub-streams ended `Ok`: at the choice's finish, or at a clean end of the stream.
+    /// Updates after the finish still merge into the message (and are warned about); an
+    /// error one of them causes is kept for `message()` and `collect()`.
+    Closed { late_error: Option<Error> },
+    /// Ended with an error, its own or the stream's before its finish: the sub-streams end
+    /// with it, and the choice's later updates are ignored (counted in a warning).
+    Failed(Error),
+}
+
+#[derive(Debug)]
+pub(crate) struct ChoiceState {
+    pub acc: ChoiceAccumulator,
+    pub events: EventLog,
+    pub phase: Phase,
+    /// The stream is over for this choice: no more writes will come.
+    pub settled: bool,
+    /// Batches applied (or ignored) so far. Each batch carries its number, so that the
+    /// choice's successive actors (one retires while the upstream is quiet, the next
+    /// update starts another) apply them in order.
+    pub applied: u64,
+    /// Updates ignored because the choice had failed, and the line of the first.
+    pub ignored: (u64, u64),
+    pub waiters: Waiters,
+}
+
+impl ChoiceState {
+    pub fn new(index: u32, max_tool_calls: usize) -> Self {
+        ChoiceState {
+            acc: ChoiceAccumulator::new(index, max_tool_calls),
+            events: EventLog::default(),
+            phase: Phase::Open,
+            settled: false,
+            applied: 0,
+            ignored: (0, 0),
+            waiters: Waiters::default(),
+        }
+    }
+
+    /// The assembled choice and the error that ended it, if any.
+    pub fn outcome(&self) -> (ChoiceOutput, Option<Error>) {
+        let error = match &self.phase {
+            Phase::Open => None,
+            Phase::Closed { late_error } => late_error.clone(),
+            Phase::Failed(e) => Some(e.clone()),
+        };
+        (self.acc.output(), error)
+    }
+
+    /// How the sub-streams ended, once they have.
+    pub fn closed(&self) -> Option<Result<(), Error>> {
+        match &self.phase {
+            Phase::Open => None,
+            Phase::Closed { .. } => Some(Ok(())),
+            Phase::Failed(e) => Some(Err(e.clone())),
+        }
+    }
+
+    /// Whether the choice still merges updates.
+    fn takes_updates(&self) -> bool {
+        !self.settled && matches!(self.phase, Phase::Open | Phase::Closed { late_error: None })
+    }
+
+    /// Whether batch number `seq` is next (the earlier ones are applied), or the choice no
+    /// longer takes updates (then the batch is only counted).
+    pub fn turn_of(&self, seq: u64) -> bool {
+        self.applied + 1 >= seq || !self.takes_updates()
+    }
+
+    /// Applies one batch (parsed by the choice's actor), appending its events to the log;
+    /// `decoded` is the batch's parse error, if any, after the updates before it.
+    /// Warnings go to `warnings`, for the completion.
+    pub fn apply(
+        &mut self,
+        updates: Vec<ChoiceUpdate>,
+        decoded: Result<(), DecodeError>,
+        buf: &mut Vec<ChoiceEvent>,
+        warnings: &mut Vec<Warning>,
+    ) {
+        self.applied += 1;
+        if !self.takes_updates() {
+            let undecoded = match &decoded {
+                Ok(()) => 0,
+                Err(d) => 1 + d.after,
+            };
+            let line = updates.first().map(|u| u.line);
+            self.ignore(updates.len() as u64 + undecoded, line);
+            return;
+        }
+        for update in updates {
+            let was_finished = self.acc.is_finished();
+            let result = self.acc.apply(update, buf);
+            warnings.extend(buf.iter().filter_map(|e| match e {
+                ChoiceEvent::Warning(w) => Some(w.clone()),
+                _ => None,
+            }));
+            if was_finished {
+                // The sub-streams ended at the finish: late data goes to the message and the
+                // completion's warnings only.
+                buf.clear();
+            } else {
+                self.events.append(buf);
+                if self.acc.is_finished() {
+                    self.phase = Phase::Closed { late_error: None };
+                }
+            }
+            if let Err(e) = result {
+                self.fail(e);
+                break;
+            }
+        }
+        if let Err(d) = decoded {
+            self.fail(d.error);
+            self.ignore(d.after, Some(d.after_line));
+        }
+        self.waiters.wake_all();
+    }
+
+    /// Counts updates ignored after the choice failed (`line`: the first one's, if known).
+    fn ignore(&mut self, updates: u64, line: Option<u64>) {
+        let (count, first) = &mut self.ignored;
+        if updates == 0 {
+            return;
+        }
+        if *count == 0 {
+            *first = line.unwrap_or(0);
+        }
+        *count += updates;
+    }
+
+    /// The choice's own update (or its actor) failed: ends the sub-streams with the error, or,
+    /// if they had already ended at the finish, keeps it as the late error.
+    pub fn fail(&mut self, error: Error) {
+        match &mut self.phase {
+            Phase::Open => self.phase = Phase::Failed(error),
+            Phase::Closed { late_error } => {
+                late_error.get_or_insert(error);
+            }
+            Phase::Failed(_) => {}
+        }
+        self.waiters.wake_all();
+    }
+
+    /// The stream is over for this choice (`outcome`: how it ended): closes the sub-streams
+    /// if they are open, and settles the choice. Returns a warning when updates were
+    /// ignored after the choice failed.
+    pub fn settle(&mut self, index: u32, outcome: Result<(), Error>) -> Option<Warning> {
+        if self.settled {
+            return None;
+        }
+        if let Phase::Open = self.phase {
+            self.phase = match outcome {
+                Ok(()) => Phase::Closed { late_error: None },
+                Err(e) => Phase::Failed(e),
+            };
+        }
+        self.settled = true;
+        self.waiters.wake_all();
+        let (updates, line) = self.ignored;
+        (updates > 0).then_some(Warning {
+            choice: Some(index),
+            line,
+            kind: WarningKind::IgnoredAfterFailure { updates },
+        })
+    }
+}
+
+/// The completion from its facts, the stream's end and every choice's outcome (in order of
+/// first appearance); the error reported is the stream's, else the first choice's.
+pub(crate) fn assemble(
+    meta: Meta,
+    end: Option<&Result<(), Error>>,
+    outcomes: impl Iterator<Item = (ChoiceOutput, Option<Error>)>,
+) -> (ChatCompletion, Option<Error>) {
+    let mut error = match end {
+        Some(Err(e)) => Some(e.clone()),
+        _ => None,
+    };
+    let mut outputs = Vec::new();
+    for (output, choice_error) in outcomes {
+        if error.is_none() {
+            error = choice_error;
+        }
+        outputs.push(output);
+    }
+    outputs.sort_by_key(|c| c.index);
+    let completion = ChatCompletion {
+        id: meta.id.unwrap_or_default(),
+        created: meta.created.unwrap_or_default(),
+        model: meta.model.unwrap_or_default(),
+        system_fingerprint: meta.system_fingerprint,
+        service_tier: meta.service_tier,
+        choices: outputs,
+        usage: None,
+        prompt_filter_results: match meta.prompt_filter_results.len() {
+            0 => None,
+            1 => meta.prompt_filter_results.into_iter().next(),
+            _ => Some(Value::Array(meta.prompt_filter_results)),
+        },
+        ..ChatCompletion::default()
+    };
+    (completion, error)
+}

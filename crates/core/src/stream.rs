@@ -1,0 +1,93 @@
+//! [`EventStream`]: a choice's sub-stream, replaying its event log from the start.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+
+use crate::actor::Lifetime;
+use crate::error::Error;
+use crate::event::ChoiceEvent;
+use crate::shared::{ChoiceShared, Subscription};
+
+/// A sub-stream of a [`Choice`]: yields `Ok` items from the start of the choice, then ends
+/// (`None`) after the choice's finish, or yields one `Err` with the error that ended the
+/// stream before the finish.
+///
+/// ```
+/// # use choicewise_core::Completions;
+/// # use futures::StreamExt;
+/// # #[tokio::main] async fn main() {
+/// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"error\":{\"message\":\"boom\"}}\n\n";
+/// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+/// let mut content = c.content();
+/// assert_eq!(&*content.next().await.unwrap().unwrap(), "Hi");
+/// assert!(content.next().await.unwrap().is_err());
+/// assert!(content.next().await.is_none());
+/// # }
+/// ```
+pub struct EventStream<T> {
+    sub: Subscription<ChoiceShared>,
+    cursor: usize,
+    done: bool,
+    select: fn(&ChoiceEvent) -> Option<T>,
+    _life: Arc<Lifetime>,
+}
+
+impl<T> EventStream<T> {
+    /// A stream of what `select` picks from the choice's events, from the start.
+    pub(crate) fn new(
+        shared: Arc<ChoiceShared>,
+        life: Arc<Lifetime>,
+        select: fn(&ChoiceEvent) -> Option<T>,
+    ) -> Self {
+        EventStream {
+            sub: Subscription::new(shared),
+            cursor: 0,
+            done: false,
+            select,
+            _life: life,
+        }
+    }
+}
+
+impl<T> fmt::Debug for EventStream<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventStream")
+            .field("choice", &self.sub.target.index)
+            .field("cursor", &self.cursor)
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl<T> Stream for EventStream<T> {
+    type Item = Result<T, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let cursor = &mut this.cursor;
+        let done = &mut this.done;
+        let select = this.select;
+        this.sub.poll_with(cx, |state| {
+            while let Some(event) = state.events.get(*cursor) {
+                *cursor += 1;
+                if let Some(item) = select(event) {
+                    return Poll::Ready(Some(Ok(item)));
+                }
+            }
+            match state.closed() {
+                None => Poll::Pending,
+                Some(outcome) => {
+                    *done = true;
+                    Poll::Ready(outcome.err().map(Err))
+                }
+            }
+        })
+    }
+}
