@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 export RUSTC_BOOTSTRAP=1
 sanitizer=${FUZZ_SANITIZER:-address}
-all=(sse_framing chunk_parse merge_interleaving partial_json pipeline)
+all=(sse_framing chunk_parse merge_interleaving partial_json pipeline demux)
 
 if [[ ${1:-} == dump ]]; then
   cargo fuzz build --sanitizer "$sanitizer" merge_interleaving >&2
@@ -36,16 +36,18 @@ fi
 
 
 seed() {
-  local t=$1 dir=${2:-corpus/$1} f name
+  local t=$1 dir=${2:-corpus/$1} f name src=$1
+  # demux takes the pipeline's inputs (the same layout).
+  [[ $t == demux ]] && src=pipeline
   mkdir -p "$dir"
-  if [[ -d seeds/$t ]]; then
-    cp -n seeds/"$t"/* "$dir"/ 2>/dev/null || true
+  if [[ -d seeds/$src ]]; then
+    cp -n seeds/"$src"/* "$dir"/ 2>/dev/null || true
   fi
   for f in ../tests/fixtures/*.sse; do
     name=$(basename "$f" .sse)
     case $t in
       # Input layout: a limit byte, two split-seed bytes, then the stream.
-      sse_framing | pipeline)
+      sse_framing | pipeline | demux)
         [[ -e $dir/fixture-$name ]] || { printf '\000\007\000'; cat "$f"; } > "$dir/fixture-$name" ;;
       # Every event's data of every fixture, one input each.
       chunk_parse)

@@ -1095,6 +1095,7 @@ async fn replay_one(target: &str, path: &Path) {
         // pipeline, which frames it under the same splits.
         "sse_framing" | "pipeline" => invariants::check_pipeline(&bytes).await,
         "chunk_parse" => invariants::check_chunk_parse(&bytes),
+        "demux" => invariants::check_demux(&bytes),
         "partial_json" => invariants::check_partial_json(&bytes),
         _ => {
             let scenario: invariants::Scenario = serde_json::from_slice(&bytes)
@@ -1104,9 +1105,10 @@ async fn replay_one(target: &str, path: &Path) {
     }
 }
 
-const TARGETS: [&str; 5] = [
+const TARGETS: [&str; 6] = [
     "sse_framing",
     "pipeline",
+    "demux",
     "chunk_parse",
     "partial_json",
     "merge_interleaving",

@@ -377,6 +377,73 @@ fn split_independent(mut o: Observed) -> Observed {
     o
 }
 
+/// Feeds `reads` to a [`choicewise_core::Demux`] (no runtime) and observes what the actors'
+/// consumers would: the result, each choice's events and the error that ended its streams
+/// (a choice's error ends its streams unless it came after its finish), the warnings.
+pub fn observe_demux(reads: &[&[u8]], max_event_size: Option<usize>) -> Observed {
+    let mut builder = Completions::builder();
+    if let Some(limit) = max_event_size {
+        builder = builder.max_event_size(limit);
+    }
+    let mut demux = builder.demux();
+    for read in reads {
+        if demux.feed(read).is_err() {
+            break;
+        }
+    }
+    let result = match demux.finish() {
+        Ok(c) => Ok(c),
+        Err(inc) => Err((inc.partial, format!("{:?}", inc.error))),
+    };
+    let choices = demux
+        .indexes()
+        .into_iter()
+        .map(|index| {
+            let (output, error) = demux.choice(index).expect("a known index");
+            let ended_by = error.filter(|_| output.finish_reason.is_none());
+            (
+                index,
+                demux.events(index),
+                ended_by.map(|e| format!("{e:?}")),
+            )
+        })
+        .collect();
+    let mut warnings: Vec<String> = demux.warnings().iter().map(|w| format!("{w:?}")).collect();
+    warnings.sort();
+    Observed {
+        result,
+        choices,
+        warnings,
+    }
+}
+
+/// The observation without the usage (`Demux` counts none; the actors report the stream's).
+fn without_usage(mut o: Observed) -> Observed {
+    match &mut o.result {
+        Ok(c) | Err((c, _)) => c.usage = None,
+    }
+    o
+}
+
+/// Arbitrary bytes through `Demux`, without a runtime: never a panic, and the same
+/// observation whole, in the input's split, and (for short inputs) in single bytes.
+pub fn check_demux(bytes: &[u8]) {
+    let input = StreamInput::decode(bytes);
+    let whole = split_independent(observe_demux(&[input.data], input.max_event_size));
+    let mut splits = vec![input.sizes.clone()];
+    if input.data.len() <= 2048 {
+        splits.push(vec![1]);
+    }
+    for sizes in splits {
+        let reads = split(input.data, &sizes);
+        let observed = split_independent(observe_demux(&reads, input.max_event_size));
+        assert_eq!(
+            observed, whole,
+            "the read split {sizes:?} changed the outcome"
+        );
+    }
+}
+
 /// Arbitrary bytes through the whole pipeline: never a panic (an `ActorFailed` would be one,
 /// caught), never a hang, and the same observation whole, in the input's split, and (for
 /// short inputs) in single bytes.
@@ -387,6 +454,13 @@ pub async fn check_pipeline(bytes: &[u8]) {
         assert!(!error.contains("ActorFailed"), "a caught panic: {error}");
     }
     let whole = split_independent(whole);
+    // The actors and the runtime-free demultiplexer agree.
+    let demux = split_independent(observe_demux(&[input.data], input.max_event_size));
+    assert_eq!(
+        without_usage(demux),
+        without_usage(whole.clone()),
+        "Demux and the actors differ"
+    );
     let mut splits = vec![input.sizes.clone()];
     if input.data.len() <= 2048 {
         splits.push(vec![1]);
