@@ -31,16 +31,24 @@ async fn bounded<F: std::future::Future>(f: F) -> F::Output {
         .expect("test timed out")
 }
 
+/// Says on stderr that `test` did not run and why. Written to the stderr handle itself, not
+/// with `eprintln!`, which the test harness captures and hides for a passing test.
+fn did_not_run(test: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "real_server::{test} DID NOT RUN: {why} \
+         (scripts/llama-server.sh run cargo test -p choicewise-client --test real_server)"
+    );
+}
+
 /// The shared server's base URL (`http://127.0.0.1:PORT/v1`), or `None` after saying on
 /// stderr that `test` did not run.
 fn server_url(test: &str) -> Option<String> {
     match std::env::var("CHOICEWISE_LLAMA_URL") {
         Ok(url) if !url.trim().is_empty() => Some(url.trim().trim_end_matches('/').to_string()),
         _ => {
-            eprintln!(
-                "real_server::{test} DID NOT RUN: CHOICEWISE_LLAMA_URL is not set \
-                 (scripts/llama-server.sh run cargo test -p choicewise-client --test real_server)"
-            );
+            did_not_run(test, "CHOICEWISE_LLAMA_URL is not set");
             None
         }
     }
@@ -281,8 +289,9 @@ impl PrivateServer {
             std::env::var("CHOICEWISE_LLAMA_PYTHON"),
             std::env::var("CHOICEWISE_LLAMA_MODEL"),
         ) else {
-            eprintln!(
-                "real_server::{test} DID NOT RUN: CHOICEWISE_LLAMA_PYTHON and CHOICEWISE_LLAMA_MODEL are not set"
+            did_not_run(
+                test,
+                "CHOICEWISE_LLAMA_PYTHON and CHOICEWISE_LLAMA_MODEL are not set",
             );
             return None;
         };
