@@ -392,7 +392,7 @@ async fn drive(completions: Completions, model: Shared, start: Instant, encoding
     counter.abort();
     let (Ok(c) | Err(Incomplete { partial: c, .. })) = &outcome;
     let mut m = lock(&model);
-    m.usage = c.usage.as_ref().map(crate::plain::usage_line);
+    m.usage = crate::plain::usage_line(c);
     m.ended_at = Some(start.elapsed());
     m.end = Some(outcome.map(|_| ()).map_err(|e| e.error.to_string()));
 }

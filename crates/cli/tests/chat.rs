@@ -322,3 +322,55 @@ async fn a_bad_speed_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a speed"));
 }
+
+/// Against the real llama.cpp server of the real-server suite (`CHOICEWISE_LLAMA_URL`, set by
+/// `.ci/run` and `scripts/llama-server.sh`): the usage line's total is the prompt once plus
+/// the choices' own completion counts, which the server reports one chunk per choice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_usage_line_against_a_real_llama_cpp_server_adds_up_the_choices() {
+    let Some(url) = std::env::var("CHOICEWISE_LLAMA_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "chat::chat_usage_line_against_a_real_llama_cpp_server_adds_up_the_choices DID NOT RUN: \
+             CHOICEWISE_LLAMA_URL is not set (scripts/llama-server.sh run cargo test -p choicewise-cli --test chat)"
+        );
+        return;
+    };
+    let request = scratch("llama-request.json");
+    std::fs::write(&request, r#"{"max_tokens": 16, "temperature": 0.9}"#).unwrap();
+    let out = choicewise(&[
+        "chat",
+        "-n",
+        "3",
+        "--base-url",
+        &url,
+        "--model",
+        "smollm2",
+        "--request",
+        request.to_str().unwrap(),
+        "Name a colour.",
+    ])
+    .await;
+    let text = String::from_utf8(ok(&out).to_vec()).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("usage (reported): "))
+        .unwrap_or_else(|| panic!("no reported usage line in {text}"));
+    eprintln!("{line}");
+    // usage (reported): prompt P, completion C, total T; per choice a, b, c (reported)
+    let numbers: Vec<u64> = line
+        .split(|ch: char| !ch.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let [prompt, completion, total, a, b, c] = numbers[..] else {
+        panic!("unexpected usage line: {line}");
+    };
+    assert!(line.ends_with("(reported)"), "{line}");
+    assert_eq!(completion, a + b + c, "{line}");
+    assert_eq!(total, prompt + completion, "{line}");
+    assert!(a.max(b).max(c) <= 16 && a.min(b).min(c) > 0, "{line}");
+}

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, ClientError};
-use choicewise_core::{Completions, Error};
+use choicewise_core::{Completions, Error, UsageSource};
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
@@ -145,7 +145,8 @@ async fn read_all(completions: &Completions) -> Vec<u32> {
 }
 
 /// n = 1..=4 with `stream_options.include_usage`: every choice streams, interleaved with the
-/// others, and finishes; the stream ends cleanly.
+/// others, and finishes; the stream ends cleanly; the usage is the prompt once plus each
+/// choice's own completion tokens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn n_choices_stream_interleaved_and_finish() {
     let Some(url) = server_url("n_choices_stream_interleaved_and_finish") else {
@@ -154,6 +155,7 @@ async fn n_choices_stream_interleaved_and_finish() {
     let _turn = TURN.lock().await;
     bounded(async {
         let client = client(&url);
+        let mut prompt_of_one = None;
         for n in 1..=slots().min(4) {
             let started = Instant::now();
             let completions = client.chat(request(n, 16, true)).await.unwrap();
@@ -190,6 +192,33 @@ async fn n_choices_stream_interleaved_and_finish() {
                 "{:?}",
                 completions.warnings()
             );
+            // Usage: llama.cpp reports each choice's own usage (one usage-only chunk per
+            // choice); the total is the prompt once plus the choices' completion tokens.
+            let usage = whole.usage.as_ref().unwrap();
+            assert_eq!(usage.source, UsageSource::Reported);
+            let per_choice: Vec<u64> = whole
+                .choices
+                .iter()
+                .map(|c| {
+                    let u = c.usage.unwrap();
+                    assert_eq!(u.source, UsageSource::Reported, "choice {}", c.index);
+                    if c.finish_reason.as_deref() == Some("length") {
+                        assert_eq!(u.completion_tokens, 16, "choice {}", c.index);
+                    }
+                    u.completion_tokens
+                })
+                .collect();
+            assert_eq!(usage.completion_tokens, per_choice.iter().sum::<u64>());
+            assert_eq!(
+                usage.total_tokens,
+                usage.prompt_tokens + usage.completion_tokens
+            );
+            let prompt = *prompt_of_one.get_or_insert(usage.prompt_tokens);
+            assert_eq!(
+                usage.prompt_tokens, prompt,
+                "n={n}: the prompt counted once"
+            );
+            eprintln!("n={n}: per choice {per_choice:?}");
         }
     })
     .await;

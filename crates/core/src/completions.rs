@@ -492,7 +492,9 @@ impl Completions {
         let (mut completion, error) = self.shared.assemble();
         let reported = self.shared.lock().meta.usage.usage();
         if reported.is_some() || self.shared.config.estimate_usage {
-            completion.usage = Some(self.usage().await);
+            let usage = self.usage().await;
+            crate::usage::fill_choice_usage(&self.shared, &mut completion.choices, &usage);
+            completion.usage = Some(usage);
         }
         match error {
             None => Ok(completion),

@@ -238,6 +238,13 @@ pub enum WarningKind {
         /// How many bytes.
         bytes: usize,
     },
+    /// Several usage-only chunks (`choices: []`) that are not one per choice (as llama.cpp
+    /// sends them): repeated totals or something else. None is added to another; the one with
+    /// the most completion tokens is the reported usage (see `docs/usage.md`).
+    UsageAmbiguous {
+        /// How many usage-only chunks had arrived when it became ambiguous.
+        chunks: usize,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -280,6 +287,10 @@ impl fmt::Display for WarningKind {
             WarningKind::DataAfterDone { bytes } => {
                 write!(f, "{bytes} bytes after [DONE] (ignored)")
             }
+            WarningKind::UsageAmbiguous { chunks } => write!(
+                f,
+                "{chunks} usage-only chunks, not one per choice (none added up; the largest is the usage)"
+            ),
         }
     }
 }

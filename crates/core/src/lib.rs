@@ -89,4 +89,4 @@ pub mod fault {
     pub const FAULT_PANIC_READER: &str = "\u{1}choicewise:panic-reader";
 }
 pub use response::{ChatCompletion, ChoiceOutput, FunctionCall, Message, ToolCall};
-pub use usage::{Estimate, Usage, UsageSource};
+pub use usage::{ChoiceUsage, Estimate, Usage, UsageSource};

@@ -417,6 +417,7 @@ impl ChoiceAccumulator {
             finish_reason: self.finish.as_deref().map(str::to_string),
             logprobs: self.logprobs.clone(),
             content_filter_results: self.content_filter_results.clone(),
+            usage: None,
         }
     }
 }

@@ -125,7 +125,11 @@ impl Router {
         if let Some(usage) = chunk.usage.filter(is_usage) {
             let reported = &mut meta.usage;
             match &chunk.choices[..] {
-                [] => reported.total = Some(usage),
+                [] => {
+                    let finished = self.slots.iter().filter(|s| s.finished).map(|s| s.index);
+                    self.warnings
+                        .extend(reported.record_usage_only(usage, finished, line));
+                }
                 [one] => {
                     if let Ok(index) = u32::try_from(one.index.unwrap_or(0)) {
                         reported.running.insert(index, usage);

@@ -11,6 +11,7 @@ use choicewise_usage::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::event::{Warning, WarningKind};
 use crate::response::ChoiceOutput;
 
 /// Where a [`Usage`] comes from.
@@ -89,16 +90,58 @@ pub struct Estimate {
     pub choices: BTreeMap<u32, u64>,
 }
 
+/// One choice's completion tokens, as the provider reported them or as counted here.
+///
+/// On [`ChoiceOutput::usage`] (filled by [`Completions::collect`](crate::Completions::collect))
+/// and from [`Choice::usage`](crate::Choice::usage). Reported when the stream carried that
+/// choice's own figure (llama.cpp's usage-only chunk per choice, vLLM's running per-choice
+/// counts, or the one usage of a one-choice completion); otherwise estimated with tiktoken.
+///
+/// ```
+/// use choicewise_core::{ChoiceUsage, UsageSource};
+/// let u = ChoiceUsage { completion_tokens: 12, source: UsageSource::Reported };
+/// assert_eq!(serde_json::to_value(u).unwrap(),
+///            serde_json::json!({"completion_tokens": 12, "source": "reported"}));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChoiceUsage {
+    /// The choice's completion tokens.
+    pub completion_tokens: u64,
+    /// Reported by the provider, or estimated.
+    pub source: UsageSource,
+}
+
+/// A usage-only chunk (`choices: []`) and the choice it was attributed to, if any.
+#[derive(Debug, Clone)]
+pub(crate) struct UsageOnly {
+    pub usage: Value,
+    /// The one finished choice that had no usage yet when the chunk arrived (llama.cpp sends
+    /// a choice's usage right after its finish); `None` when there were none or several.
+    pub choice: Option<u32>,
+}
+
 /// The usage objects the stream carried, as the router gathered them.
+///
+/// Usage-only chunks (`choices: []`) are told apart so:
+///
+/// - **one** in the stream: the total, as sent (OpenAI's final chunk; llama.cpp with n = 1);
+/// - **several, each attributable to its own choice** (each arrived when exactly one finished
+///   choice had no usage yet) **and all with the same `prompt_tokens`**: one per choice, as
+///   llama.cpp sends them; the total is the prompt once plus the sum of their completion tokens;
+/// - **several otherwise** (a chunk with no or several candidate choices, or differing prompts):
+///   ambiguous. Nothing is added up: the one with the most completion tokens is the total, and a
+///   [`WarningKind::UsageAmbiguous`] says so.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ReportedUsage {
-    /// The usage of a chunk with `choices: []`: the authoritative total.
-    pub total: Option<Value>,
+    /// The usage-only chunks, in arrival order.
+    pub usage_only: Vec<UsageOnly>,
     /// The last usage seen on a chunk carrying exactly one choice, by choice: vLLM's running
     /// per-choice counts.
     pub running: BTreeMap<u32, Value>,
     /// The last usage seen on a chunk carrying several choices.
     pub last_shared: Option<Value>,
+    /// The ambiguity warning was given.
+    warned: bool,
 }
 
 fn number(v: &Value, key: &str) -> u64 {
@@ -106,12 +149,65 @@ fn number(v: &Value, key: &str) -> u64 {
 }
 
 impl ReportedUsage {
-    /// The reported usage, if any: the authoritative total; else, when every running count
-    /// belongs to one choice, the last count of each choice (the prompt once, the completions
-    /// summed across choices, never across one choice's cumulative counts); else the last.
+    /// Records a usage-only chunk. `finished` lists the choices finished so far; a warning is
+    /// returned the first time the usage-only chunks stop being one per choice.
+    pub fn record_usage_only(
+        &mut self,
+        usage: Value,
+        finished: impl IntoIterator<Item = u32>,
+        line: u64,
+    ) -> Option<Warning> {
+        let mut candidates = finished
+            .into_iter()
+            .filter(|c| !self.usage_only.iter().any(|u| u.choice == Some(*c)));
+        let choice = match (candidates.next(), candidates.next()) {
+            (Some(one), None) => Some(one),
+            _ => None,
+        };
+        self.usage_only.push(UsageOnly { usage, choice });
+        if self.usage_only.len() < 2 || self.per_choice_chunks() || self.warned {
+            return None;
+        }
+        self.warned = true;
+        Some(Warning {
+            choice: None,
+            line,
+            kind: WarningKind::UsageAmbiguous {
+                chunks: self.usage_only.len(),
+            },
+        })
+    }
+
+    /// Whether the usage-only chunks are several, one per choice, about the same prompt.
+    fn per_choice_chunks(&self) -> bool {
+        let prompt = self
+            .usage_only
+            .first()
+            .map(|u| number(&u.usage, "prompt_tokens"));
+        self.usage_only.len() >= 2
+            && self
+                .usage_only
+                .iter()
+                .all(|u| u.choice.is_some() && Some(number(&u.usage, "prompt_tokens")) == prompt)
+    }
+
+    /// The reported usage, if any (see the type's documentation for usage-only chunks).
+    /// Without any: when every running count belongs to one choice, the last count of each
+    /// choice (the prompt once, the completions summed across choices, never across one
+    /// choice's cumulative counts); else the last.
     pub fn usage(&self) -> Option<Usage> {
-        if let Some(total) = &self.total {
-            return Some(Usage::reported(total));
+        match &self.usage_only[..] {
+            [] => {}
+            [one] => return Some(Usage::reported(&one.usage)),
+            several if self.per_choice_chunks() => {
+                return Some(Usage::summed(several.iter().map(|u| &u.usage)));
+            }
+            several => {
+                let largest = several
+                    .iter()
+                    .max_by_key(|u| number(&u.usage, "completion_tokens"))?;
+                return Some(Usage::reported(&largest.usage));
+            }
         }
         match (self.running.len(), &self.last_shared) {
             (0, None) => None,
@@ -140,9 +236,59 @@ impl ReportedUsage {
             }
         }
     }
+
+    /// The completion tokens the provider reported for individual choices, by index: the
+    /// usage-only chunks when they are one per choice (or the one chunk, when it was
+    /// attributable to a choice), else vLLM's running counts. A total shared by several
+    /// choices is no choice's figure.
+    pub fn per_choice(&self) -> BTreeMap<u32, u64> {
+        let of = |v: &Value| number(v, "completion_tokens");
+        match &self.usage_only[..] {
+            [] => self.running.iter().map(|(&c, v)| (c, of(v))).collect(),
+            [one] => one
+                .choice
+                .map(|c| (c, of(&one.usage)))
+                .into_iter()
+                .collect(),
+            several if self.per_choice_chunks() => several
+                .iter()
+                .filter_map(|u| Some((u.choice?, of(&u.usage))))
+                .collect(),
+            _ => BTreeMap::new(),
+        }
+    }
 }
 
 impl Usage {
+    /// Per-choice usage objects of one request: the prompt (and its details) once, the
+    /// completion tokens (and their numeric details) summed.
+    fn summed<'a>(parts: impl Iterator<Item = &'a Value>) -> Usage {
+        let mut total: Option<Usage> = None;
+        for part in parts {
+            let u = Usage::reported(part);
+            let Some(t) = &mut total else {
+                total = Some(u);
+                continue;
+            };
+            t.completion_tokens += u.completion_tokens;
+            if let (Some(Value::Object(sum)), Some(Value::Object(add))) = (
+                t.details.get_mut("completion_tokens_details"),
+                u.details.get("completion_tokens_details"),
+            ) {
+                for (key, value) in add {
+                    if let (Some(a), Some(b)) =
+                        (sum.get(key).and_then(Value::as_u64), value.as_u64())
+                    {
+                        sum.insert(key.clone(), Value::from(a + b));
+                    }
+                }
+            }
+        }
+        let mut total = total.unwrap_or_else(|| Usage::reported(&Value::Null));
+        total.total_tokens = total.prompt_tokens + total.completion_tokens;
+        total
+    }
+
     fn reported(raw: &Value) -> Usage {
         let mut details = raw.as_object().cloned().unwrap_or_default();
         for key in [
@@ -221,6 +367,36 @@ impl Usage {
             }),
             details: Map::new(),
         }
+    }
+}
+
+/// Gives each choice its [`ChoiceUsage`]: the provider's figure for that choice when the
+/// stream carried one, else the estimate's count when `usage` is an estimate. A reported total
+/// shared by several choices (OpenAI with n > 1) is no choice's figure: those choices get
+/// `None` here, so that `collect()` never loads a BPE table for a completion whose usage was
+/// reported ([`Choice::usage`](crate::Choice::usage) estimates on demand).
+pub(crate) fn fill_choice_usage(
+    shared: &crate::shared::CompletionShared,
+    choices: &mut [ChoiceOutput],
+    usage: &Usage,
+) {
+    let reported = shared.lock().meta.usage.per_choice();
+    for c in choices.iter_mut() {
+        let estimated = usage
+            .estimate
+            .as_ref()
+            .and_then(|e| e.choices.get(&c.index));
+        c.usage = match (reported.get(&c.index), estimated) {
+            (Some(&n), _) => Some(ChoiceUsage {
+                completion_tokens: n,
+                source: UsageSource::Reported,
+            }),
+            (None, Some(&n)) => Some(ChoiceUsage {
+                completion_tokens: n,
+                source: UsageSource::Estimated,
+            }),
+            (None, None) => None,
+        };
     }
 }
 
