@@ -228,6 +228,13 @@ pub enum WarningKind {
         /// The call.
         call: CallRef,
     },
+    /// An argument fragment arrived after its choice's `finish_reason`, while the call's
+    /// arguments were still an incomplete JSON value: the call (and the choice's finish) had
+    /// been kept open for it, and it was appended.
+    FinishBeforeArguments {
+        /// The call.
+        call: CallRef,
+    },
     /// One `data:` line held several JSON chunks; all were applied in order.
     ConcatenatedObjects {
         /// How many.
@@ -281,6 +288,10 @@ impl fmt::Display for WarningKind {
             WarningKind::FragmentAfterCallEnd { call } => {
                 write!(f, "argument fragment for {call} after it ended (appended)")
             }
+            WarningKind::FinishBeforeArguments { call } => write!(
+                f,
+                "argument fragment for {call} after the choice's finish_reason (the call was kept open for it)"
+            ),
             WarningKind::ConcatenatedObjects { count } => {
                 write!(f, "{count} JSON objects on one data line (all applied)")
             }

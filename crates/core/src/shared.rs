@@ -158,6 +158,12 @@ impl ChoiceState {
 
     /// Ends the sub-streams (once) and settles the choice: no more writes will come.
     pub fn settle(&mut self, outcome: Result<(), Error>) {
+        if self.closed.is_none() && outcome.is_ok() {
+            // A finish kept open for late argument fragments takes effect at the end.
+            let mut late = Vec::new();
+            self.acc.end_of_stream(&mut late);
+            self.events.append(&mut late);
+        }
         self.close(outcome);
         self.settled = true;
         self.waiters.wake_all();
