@@ -436,3 +436,45 @@ async fn finish_before_the_last_argument_fragment_keeps_the_call_open() {
         }
     }
 }
+
+/// Events written one `data:` line each without the blank line between them (hand-rolled
+/// servers, editors' test recordings): each line is applied as it completes, also the last one
+/// at the end of input, with one warning; the result equals the same stream with its blank
+/// lines.
+#[tokio::test]
+async fn data_lines_without_blank_lines_are_applied_line_by_line_with_a_warning() {
+    let proper = String::from_utf8(common::fixture("openai_n3_tools.sse")).unwrap();
+    let reference = common::collect_reads(vec![proper.clone().into_bytes()])
+        .await
+        .unwrap();
+    let squeezed = proper.replace("\n\n", "\n");
+    let without_done = squeezed.replace("data: [DONE]\n", "");
+    for stream in [squeezed, without_done] {
+        for split in common::SPLITS {
+            let reads = common::split(stream.as_bytes(), split);
+            let completions = Completions::from_sse(futures::stream::iter(
+                reads.into_iter().map(Ok::<_, std::io::Error>),
+            ));
+            let whole = completions.collect().await.unwrap();
+            assert_eq!(whole.choices, reference.choices, "{split:?}");
+            assert_eq!(whole.usage, reference.usage);
+            let warnings = completions.warnings();
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert_eq!(warnings[0].kind, WarningKind::EventsWithoutBlankLines);
+            assert_eq!(warnings[0].line, 1);
+        }
+    }
+    // A choice is readable while the stream is still open: the line is applied when the next
+    // one starts, not at the end.
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Vec<u8>, std::io::Error>>();
+    let completions = Completions::from_sse(rx);
+    tx.unbounded_send(Ok(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"!\"}}]}\n".to_vec(),
+    ))
+    .unwrap();
+    let choice = completions.choice(0).await.unwrap();
+    let mut content = choice.content();
+    assert_eq!(&*content.try_next().await.unwrap().unwrap(), "Hi");
+    drop(tx);
+    assert_eq!(&*content.try_next().await.unwrap().unwrap(), "!");
+}

@@ -130,6 +130,27 @@ impl CompletionsBuilder {
         self
     }
 
+    /// Strict WHATWG framing of the SSE bytes (default `false`: the tolerant mode). The
+    /// tolerant mode also takes events written one `data:` line each without the blank line
+    /// between them, applying each line that is a complete JSON object (or `[DONE]`) as an
+    /// event, with a [`WarningKind::EventsWithoutBlankLines`](crate::WarningKind); the strict
+    /// mode joins such lines into one event, as the standard says (see `choicewise_sse::Framer::strict`).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\ndata: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n";
+    /// let tolerant = Completions::from_reader(sse.as_bytes()).collect().await.unwrap();
+    /// assert_eq!(tolerant.choices[0].finish_reason.as_deref(), Some("stop"));
+    /// let strict = Completions::builder().strict_sse(true).from_reader(sse.as_bytes());
+    /// assert!(strict.collect().await.is_err()); // one event, never dispatched: truncated
+    /// # }
+    /// ```
+    pub fn strict_sse(mut self, strict: bool) -> Self {
+        self.config.strict_sse = strict;
+        self
+    }
+
     /// The most distinct choices accepted (default
     /// [`DEFAULT_MAX_CHOICES`](crate::DEFAULT_MAX_CHOICES)); one more ends the stream with
     /// [`Error::TooManyChoices`].
@@ -279,7 +300,8 @@ impl CompletionsBuilder {
         E: Into<BoxError>,
     {
         let feed =
-            ByteStreamFeed::new(stream, self.config.max_event_size, self.config.idle_timeout);
+            ByteStreamFeed::new(stream, self.config.max_event_size, self.config.idle_timeout)
+                .strict_sse(self.config.strict_sse);
         Completions::start(self.config, feed)
     }
 
@@ -293,7 +315,8 @@ impl CompletionsBuilder {
     /// # }
     /// ```
     pub fn from_reader<R: AsyncRead + Send + 'static>(self, reader: R) -> Completions {
-        let feed = ReaderFeed::new(reader, self.config.max_event_size, self.config.idle_timeout);
+        let feed = ReaderFeed::new(reader, self.config.max_event_size, self.config.idle_timeout)
+            .strict_sse(self.config.strict_sse);
         Completions::start(self.config, feed)
     }
 

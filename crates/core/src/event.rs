@@ -235,6 +235,10 @@ pub enum WarningKind {
         /// The call.
         call: CallRef,
     },
+    /// Events were written one `data:` line each without the blank line between them; each
+    /// line that was a complete JSON object (or `[DONE]`) was applied as an event (the SSE
+    /// framer's tolerant mode). Given once per stream, at the first such event.
+    EventsWithoutBlankLines,
     /// One `data:` line held several JSON chunks; all were applied in order.
     ConcatenatedObjects {
         /// How many.
@@ -291,6 +295,9 @@ impl fmt::Display for WarningKind {
             WarningKind::FinishBeforeArguments { call } => write!(
                 f,
                 "argument fragment for {call} after the choice's finish_reason (the call was kept open for it)"
+            ),
+            WarningKind::EventsWithoutBlankLines => f.write_str(
+                "events without the blank line between them (each complete JSON data line applied as an event)",
             ),
             WarningKind::ConcatenatedObjects { count } => {
                 write!(f, "{count} JSON objects on one data line (all applied)")

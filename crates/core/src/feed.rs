@@ -53,6 +53,8 @@ async fn within<T>(
 pub(crate) struct SseDecoder {
     framer: Framer,
     offset: u64,
+    /// The warning about events without blank lines was given.
+    warned_unterminated: bool,
 }
 
 impl SseDecoder {
@@ -60,11 +62,20 @@ impl SseDecoder {
         SseDecoder {
             framer: Framer::with_max_event_size(max_event_size),
             offset: 0,
+            warned_unterminated: false,
         }
     }
 
     pub fn offset(&self) -> u64 {
         self.offset
+    }
+
+    /// Strict WHATWG framing (see `Framer::strict`).
+    pub fn strict(self, strict: bool) -> Self {
+        SseDecoder {
+            framer: self.framer.strict(strict),
+            ..self
+        }
     }
 
     /// Routes every event `bytes` completes.
@@ -91,6 +102,7 @@ impl SseDecoder {
             }
         });
         self.offset += bytes.len() as u64;
+        self.warn_unterminated(router);
         match fed {
             Err(e) => Step::End(Err(e.into())),
             Ok(choicewise_sse::Feed::Consumed) => Step::Continue,
@@ -111,10 +123,49 @@ impl SseDecoder {
         }
     }
 
+    /// Warns (once per stream) when the framer dispatched events written without the blank
+    /// line between them.
+    fn warn_unterminated(&mut self, router: &mut Router) {
+        if let Some(line) = self.framer.first_unterminated_line() {
+            self.warn_unterminated_at(router, line);
+        }
+    }
+
+    fn warn_unterminated_at(&mut self, router: &mut Router, line: u64) {
+        if !self.warned_unterminated {
+            self.warned_unterminated = true;
+            router.warnings.push(Warning {
+                choice: None,
+                line,
+                kind: WarningKind::EventsWithoutBlankLines,
+            });
+        }
+    }
+
     /// The input ended without `[DONE]`: fine if nothing is pending and every choice
     /// finished, a truncation error otherwise.
     pub fn end_of_input(&mut self, router: &mut Router) -> Step {
-        let tail = self.framer.finish();
+        // The framer's tolerant mode may dispatch a last event written without its blank line.
+        let mut routed = Ok(Flow::Continue);
+        let mut dispatched = None;
+        let tail = self.framer.finish_with(|event| {
+            dispatched = Some(event.line);
+            routed = route_event(
+                router,
+                event.event,
+                event.data,
+                event.line,
+                event.offset,
+                event.data_lines,
+            );
+            ControlFlow::Continue(())
+        });
+        if let Some(line) = dispatched {
+            self.warn_unterminated_at(router, line);
+        }
+        if let Err(e) = routed {
+            return Step::End(Err(e));
+        }
         if tail.pending_data.as_deref().map(str::trim_ascii) == Some("[DONE]") {
             return Step::End(Ok(()));
         }
@@ -144,6 +195,14 @@ impl<S> ByteStreamFeed<S> {
             stream: Box::pin(stream),
             decoder: SseDecoder::new(max_event_size),
             idle,
+        }
+    }
+
+    /// Strict WHATWG framing (see `Framer::strict`).
+    pub fn strict_sse(self, strict: bool) -> Self {
+        ByteStreamFeed {
+            decoder: self.decoder.strict(strict),
+            ..self
         }
     }
 }
@@ -183,6 +242,14 @@ impl<R> ReaderFeed<R> {
             buf: Vec::new(),
             decoder: SseDecoder::new(max_event_size),
             idle,
+        }
+    }
+
+    /// Strict WHATWG framing (see `Framer::strict`).
+    pub fn strict_sse(self, strict: bool) -> Self {
+        ReaderFeed {
+            decoder: self.decoder.strict(strict),
+            ..self
         }
     }
 }
