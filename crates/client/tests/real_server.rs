@@ -407,11 +407,27 @@ async fn server_killed_mid_stream_keeps_what_arrived() {
             }
         };
         assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+        // In the user's terms: the connection closed, after how many bytes, which choices were
+        // left unfinished; the HTTP library's error kept as the source.
+        let text = err.to_string();
+        assert!(text.starts_with("the connection closed after "), "{text}");
+        assert!(std::error::Error::source(&err).is_some());
         let incomplete = completions.collect().await.expect_err("an error");
         assert!(matches!(incomplete.error, Error::Transport { .. }));
         let partial = &incomplete.partial;
         assert_eq!(partial.choices[0].message.content.as_deref(), Some(&*seen));
-        assert!(partial.choices.iter().all(|c| c.finish_reason.is_none()));
+        assert_eq!(partial.choices[0].finish_reason, None);
+        let unfinished: Vec<String> = partial
+            .choices
+            .iter()
+            .filter(|c| c.finish_reason.is_none())
+            .map(|c| c.index.to_string())
+            .collect();
+        let expected = match &unfinished[..] {
+            [one] => format!("; choice {one} was unfinished"),
+            several => format!("; choices {} were unfinished", several.join(", ")),
+        };
+        assert!(text.ends_with(&expected), "{text}");
         eprintln!("after the kill: {err}; choice 0 kept {} bytes", seen.len());
     })
     .await;

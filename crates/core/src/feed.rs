@@ -218,7 +218,7 @@ where
         match within(self.idle, offset, self.stream.next()).await {
             Err(e) => Step::End(Err(e)),
             Ok(None) => self.decoder.end_of_input(router),
-            Ok(Some(Err(e))) => Step::End(Err(transport(e.into(), offset))),
+            Ok(Some(Err(e))) => Step::End(Err(transport(e.into(), offset, router))),
             Ok(Some(Ok(bytes))) => self.decoder.process(bytes.as_ref(), router),
         }
     }
@@ -264,7 +264,7 @@ impl<R: AsyncRead + Send + 'static> Feed for ReaderFeed<R> {
             Err(e) => Step::End(Err(e)),
             Ok(Ok(0)) => self.decoder.end_of_input(router),
             Ok(Ok(n)) => self.decoder.process(&self.buf[..n], router),
-            Ok(Err(e)) => Step::End(Err(transport(Box::new(e), offset))),
+            Ok(Err(e)) => Step::End(Err(transport(Box::new(e), offset, router))),
         }
     }
 }
@@ -303,7 +303,9 @@ where
         for _ in 0..CHUNK_BATCH {
             match next {
                 None => return Step::End(Ok(())),
-                Some(Err(e)) => return Step::End(Err(transport(e.into(), self.count))),
+                Some(Err(e)) => {
+                    return Step::End(Err(transport(e.into(), self.count, router)));
+                }
                 Some(Ok(chunk)) => {
                     self.count += 1;
                     if let Err(e) = router.route(chunk, self.count) {
@@ -320,10 +322,11 @@ where
     }
 }
 
-fn transport(e: BoxError, offset: u64) -> Error {
+fn transport(e: BoxError, offset: u64, router: &Router) -> Error {
     Error::Transport {
         offset,
         message: e.to_string(),
         source: Some(Arc::from(e)),
+        unfinished: router.unfinished(),
     }
 }
