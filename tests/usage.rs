@@ -318,3 +318,31 @@ async fn ambiguous_usage_chunks_are_never_added_up_and_are_warned_about() {
         assert_eq!(c1.source, UsageSource::Estimated);
     }
 }
+
+/// A llama.cpp stream cut after one of two choices finished: its one usage chunk is that
+/// choice's own (it arrived while the other choice was still generating), and the usage is that
+/// chunk as sent; the other choice has no reported figure.
+#[tokio::test]
+async fn one_usage_chunk_while_another_choice_runs_belongs_to_the_finished_choice() {
+    let sse = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"still \"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"done\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13}}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"going\"}}]}\n\n",
+    );
+    let completions = Completions::from_reader(sse.as_bytes());
+    let inc = completions.collect().await.unwrap_err();
+    assert!(matches!(inc.error, choicewise::Error::Truncated { .. }));
+    let u = inc.partial.usage.unwrap();
+    assert_eq!(
+        (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+        (9, 4, 13)
+    );
+    let c1 = inc.partial.choices[1].usage.unwrap();
+    assert_eq!(
+        (c1.completion_tokens, c1.source),
+        (4, UsageSource::Reported)
+    );
+    assert_eq!(inc.partial.choices[0].usage, None);
+    assert!(completions.warnings().is_empty());
+}
