@@ -784,17 +784,24 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     let completions = builder().from_reader(std::io::Cursor::new(sse));
     within("collect", completions.collect()).await.unwrap();
     assert!(completions.warnings().is_empty());
-    // A `data:` line after `[DONE]` in the same event: the data is no longer `[DONE]`.
-    let events = [
-        content(0, "a", Some("stop")),
-        "data: [DONE]\ndata: {}\n\n".into(),
-    ];
-    let inc = collect_str(&events).await.unwrap_err();
+    // A `data:` line after `[DONE]` without the blank line between them: strictly (WHATWG)
+    // one event whose data is no longer `[DONE]`; in the default tolerant mode `[DONE]` is an
+    // event of its own and ends the stream (the line that ended it, `data: {}`, is taken as
+    // that event's end: only bytes after it would count as data after `[DONE]`).
+    let sse = content(0, "a", Some("stop")) + "data: [DONE]\ndata: {}\n\n";
+    let strict = builder()
+        .strict_sse(true)
+        .from_reader(std::io::Cursor::new(sse.clone()));
+    let inc = within("collect", strict.collect()).await.unwrap_err();
     assert!(
         matches!(inc.error, Error::Json { line: 3, .. }),
         "{:?}",
         inc.error
     );
+    let tolerant = builder().from_reader(std::io::Cursor::new(sse));
+    within("collect", tolerant.collect()).await.unwrap();
+    let kinds: Vec<_> = tolerant.warnings().into_iter().map(|w| w.kind).collect();
+    assert_eq!(kinds, [WarningKind::EventsWithoutBlankLines]);
 }
 
 // ------------------------------------------------------------------------------ emptiness

@@ -153,6 +153,38 @@ async fn a_transport_error_ends_open_choices_after_their_data() {
         inc.partial.choices[0].message.content.as_deref(),
         Some("partial")
     );
+    // In the user's terms, the I/O error kept as the source.
+    let offset = chunk(0, "partial", None).len();
+    assert_eq!(
+        inc.error.to_string(),
+        format!("the connection closed after {offset} bytes; choice 0 was unfinished")
+    );
+    let source = std::error::Error::source(&inc.error).unwrap();
+    assert_eq!(source.to_string(), "peer reset");
+    // Another failure keeps the library's words.
+    let reads = vec![
+        Ok(chunk(0, "a", Some("stop")).into_bytes()),
+        Ok(chunk(1, "b", None).into_bytes()),
+        Err(std::io::Error::other("disk on fire")),
+    ];
+    let inc = Completions::from_sse(futures::stream::iter(reads))
+        .collect()
+        .await
+        .unwrap_err();
+    assert!(
+        inc.error
+            .to_string()
+            .starts_with("reading the stream failed after "),
+        "{}",
+        inc.error
+    );
+    assert!(
+        inc.error
+            .to_string()
+            .ends_with(" bytes (disk on fire); choice 1 was unfinished"),
+        "{}",
+        inc.error
+    );
 }
 
 #[tokio::test]

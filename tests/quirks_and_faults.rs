@@ -365,3 +365,116 @@ async fn a_runaway_event_fails_early_without_reading_the_rest() {
         "read far past the limit"
     );
 }
+
+/// NVIDIA Dynamo's frontend sends a tool call's `finish_reason` before its last argument
+/// fragment. The call stays open while its arguments are an incomplete JSON value, so its
+/// `Finished` carries the whole arguments; the choice's finish follows it; a warning names the
+/// case. A stream that ends before the fragment finishes the call with what it has.
+#[tokio::test]
+async fn finish_before_the_last_argument_fragment_keeps_the_call_open() {
+    let head = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":1,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_2\",\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+    );
+    let tail = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"Paris\\\"}\"}}]}}]}\n\n",
+        "data: [DONE]\n\n",
+    );
+    for (stream, arguments, warned) in [
+        (format!("{head}{tail}"), r#"{"city": "Paris"}"#, true),
+        (format!("{head}data: [DONE]\n\n"), r#"{"city": "#, false),
+    ] {
+        for split in common::SPLITS {
+            let reads = common::split(stream.as_bytes(), split);
+            let completions = Completions::from_sse(futures::stream::iter(
+                reads.into_iter().map(Ok::<_, std::io::Error>),
+            ));
+            let choice = completions.choice(0).await.unwrap();
+            let events: Vec<_> = choice.events().try_collect().await.unwrap();
+            let finished: Vec<_> = events
+                .iter()
+                .filter_map(|e| match e {
+                    choicewise::ChoiceEvent::FunctionCall(
+                        choicewise::FunctionCallEvent::Finished { arguments, .. },
+                    ) => Some(arguments.to_string()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(finished, [arguments], "{split:?}");
+            // The choice's finish comes last, after the call's.
+            assert!(matches!(
+                events.last(),
+                Some(choicewise::ChoiceEvent::Finished(r)) if &**r == "tool_calls"
+            ));
+            let whole = completions.collect().await.unwrap();
+            let call = &whole.choices[0].message.tool_calls[0];
+            assert_eq!(call.function.arguments, arguments);
+            assert_eq!(
+                whole.choices[0].finish_reason.as_deref(),
+                Some("tool_calls")
+            );
+            assert_eq!(
+                whole.choices[1].message.tool_calls[0].function.arguments,
+                "{}"
+            );
+            let kinds: Vec<_> = completions.warnings().into_iter().map(|w| w.kind).collect();
+            let expected = if warned {
+                vec![WarningKind::FinishBeforeArguments {
+                    call: choicewise::CallRef {
+                        kind: choicewise::CallKind::Tool,
+                        position: 0,
+                    },
+                }]
+            } else {
+                vec![]
+            };
+            assert_eq!(kinds, expected, "{split:?}");
+            if warned {
+                assert!(completions.warnings()[0].to_string().contains("kept open"));
+            }
+        }
+    }
+}
+
+/// Events written one `data:` line each without the blank line between them (hand-rolled
+/// servers, editors' test recordings): each line is applied as it completes, also the last one
+/// at the end of input, with one warning; the result equals the same stream with its blank
+/// lines.
+#[tokio::test]
+async fn data_lines_without_blank_lines_are_applied_line_by_line_with_a_warning() {
+    let proper = String::from_utf8(common::fixture("openai_n3_tools.sse")).unwrap();
+    let reference = common::collect_reads(vec![proper.clone().into_bytes()])
+        .await
+        .unwrap();
+    let squeezed = proper.replace("\n\n", "\n");
+    let without_done = squeezed.replace("data: [DONE]\n", "");
+    for stream in [squeezed, without_done] {
+        for split in common::SPLITS {
+            let reads = common::split(stream.as_bytes(), split);
+            let completions = Completions::from_sse(futures::stream::iter(
+                reads.into_iter().map(Ok::<_, std::io::Error>),
+            ));
+            let whole = completions.collect().await.unwrap();
+            assert_eq!(whole.choices, reference.choices, "{split:?}");
+            assert_eq!(whole.usage, reference.usage);
+            let warnings = completions.warnings();
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert_eq!(warnings[0].kind, WarningKind::EventsWithoutBlankLines);
+            assert_eq!(warnings[0].line, 1);
+        }
+    }
+    // A choice is readable while the stream is still open: the line is applied when the next
+    // one starts, not at the end.
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Vec<u8>, std::io::Error>>();
+    let completions = Completions::from_sse(rx);
+    tx.unbounded_send(Ok(
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"!\"}}]}\n".to_vec(),
+    ))
+    .unwrap();
+    let choice = completions.choice(0).await.unwrap();
+    let mut content = choice.content();
+    assert_eq!(&*content.try_next().await.unwrap().unwrap(), "Hi");
+    drop(tx);
+    assert_eq!(&*content.try_next().await.unwrap().unwrap(), "!");
+}

@@ -30,7 +30,8 @@ pub struct ChatArgs {
     /// How many choices to ask for.
     #[arg(short = 'n', value_name = "N")]
     n: Option<u32>,
-    /// The model [default: gpt-4o-mini, unless --request names one].
+    /// The model [default: gpt-4o-mini, unless --request names one; with a --base-url that is
+    /// not OpenAI's, the first model the server lists at BASE_URL/models].
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
     /// A system message, put first (replacing the content of a system or developer message
@@ -41,8 +42,9 @@ pub struct ChatArgs {
     /// --system and the prompt then override or fill it.
     #[arg(long, value_name = "FILE")]
     request: Option<PathBuf>,
-    /// The API's base URL (the endpoint is BASE_URL/chat/completions) [default:
-    /// https://api.openai.com/v1].
+    /// The API's base URL (the endpoint is BASE_URL/chat/completions; a URL without a path,
+    /// such as http://127.0.0.1:8080, means http://127.0.0.1:8080/v1; a trailing slash is
+    /// ignored) [default: https://api.openai.com/v1].
     #[arg(long, env = "OPENAI_BASE_URL", value_name = "URL")]
     base_url: Option<String>,
     /// The API key (sent as `Authorization: Bearer KEY`, or `api-key: KEY` with --azure).
@@ -75,11 +77,13 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// The request body: `--request` (or `{}`), then the flags and the prompt over it.
+/// The request body: `--request` (or `{}`), then the flags and the prompt over it. Without a
+/// model from either, `default_model` (none: the model is left out, to be looked up).
 fn build_request(
     base: Option<Value>,
     args: &ChatArgs,
     prompt: Option<String>,
+    default_model: Option<&str>,
 ) -> Result<Value, String> {
     let mut body = match base {
         None => Map::new(),
@@ -91,7 +95,9 @@ fn build_request(
             body.insert("model".into(), json!(model));
         }
         None => {
-            body.entry("model").or_insert(json!(DEFAULT_MODEL));
+            if let Some(model) = default_model {
+                body.entry("model").or_insert(json!(model));
+            }
         }
     }
     if let Some(n) = args.n {
@@ -157,15 +163,70 @@ fn nonempty(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
+/// The base URL as given, made friendly to local servers: without its trailing slashes, and
+/// with `/v1` when it has no path at all (`http://127.0.0.1:8080`). Azure deployment URLs are
+/// only trimmed.
+fn friendly_base_url(url: &str, azure: bool) -> String {
+    let url = url.trim().trim_end_matches('/');
+    match url.split_once("://") {
+        Some((_, rest)) if !azure && !rest.is_empty() && !rest.contains(['/', '?', '#']) => {
+            format!("{url}/v1")
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Whether the base URL is OpenAI's own API, whose model list is no guide to a default.
+fn is_openai(url: &str) -> bool {
+    let host = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', ':', '?'])
+        .next()
+        .unwrap_or_default();
+    host.eq_ignore_ascii_case("api.openai.com")
+}
+
+/// The model to ask for when none was given: OpenAI's default, or, for another server (a local
+/// one serves one model or a few), the first model it lists at `/models` (said on stderr when
+/// it lists several).
+async fn default_model(
+    client: &Client,
+    base_url: Option<&str>,
+    azure: bool,
+) -> Result<String, String> {
+    let Some(url) = base_url.filter(|u| !azure && !is_openai(u)) else {
+        return Ok(DEFAULT_MODEL.to_string());
+    };
+    let models = client.models().await.map_err(|e| {
+        format!("no --model given, and the server's model list ({url}/models) could not be read: {e}; pass --model")
+    })?;
+    match &models[..] {
+        [] => Err(format!(
+            "no --model given, and the server lists no model at {url}/models; pass --model"
+        )),
+        // The one model a local server serves: nothing to say.
+        [one] => Ok(one.clone()),
+        [first, ..] => {
+            eprintln!(
+                "choicewise: no --model given: using {first}, the first of the {} models {url}/models lists",
+                models.len()
+            );
+            Ok(first.clone())
+        }
+    }
+}
+
 pub async fn run(args: ChatArgs) -> Result<(), Exit> {
     let base = match &args.request {
         Some(path) => Some(replay::read_request(path).await?),
         None => None,
     };
-    let request = build_request(base, &args, prompt(&args)?)?;
+    let mut request = build_request(base, &args, prompt(&args)?, None)?;
 
     let mut builder = Client::builder();
-    let base_url = nonempty(&args.base_url);
+    let base_url = nonempty(&args.base_url).map(|u| friendly_base_url(u, args.azure.is_some()));
+    let base_url = base_url.as_deref();
     if let Some(url) = base_url {
         builder = builder.base_url(url);
     }
@@ -189,6 +250,9 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         .idle_timeout(idle)
         .build()
         .map_err(|e| e.to_string())?;
+    if request.get("model").is_none() {
+        request["model"] = json!(default_model(&client, base_url, args.azure.is_some()).await?);
+    }
 
     // Open the recording first: a bad path fails before anything is spent.
     let recording = match &args.record {
@@ -314,7 +378,7 @@ mod tests {
     #[test]
     fn flags_fill_an_empty_request() {
         let a = args(&["-n", "3", "--system", "Be brief.", "hi", "there"]);
-        let r = build_request(None, &a, Some("hi there".into())).unwrap();
+        let r = build_request(None, &a, Some("hi there".into()), Some(DEFAULT_MODEL)).unwrap();
         assert_eq!(
             r,
             json!({
@@ -338,14 +402,14 @@ mod tests {
             "messages": [{"role": "developer", "content": "old"}, {"role": "user", "content": "q"}],
             "stream_options": null,
         });
-        let r = build_request(Some(base.clone()), &args(&[]), None).unwrap();
+        let r = build_request(Some(base.clone()), &args(&[]), None, Some(DEFAULT_MODEL)).unwrap();
         assert_eq!(r["model"], "gpt-4.1");
         assert_eq!(r["n"], 2);
         assert!(r.get("stream_options").is_none());
         assert_eq!(r["tools"], base["tools"]);
 
         let a = args(&["--model", "o4-mini", "-n", "4", "--system", "new"]);
-        let r = build_request(Some(base), &a, Some("more".into())).unwrap();
+        let r = build_request(Some(base), &a, Some("more".into()), None).unwrap();
         assert_eq!((&r["model"], &r["n"]), (&json!("o4-mini"), &json!(4)));
         assert_eq!(
             r["messages"],
@@ -358,10 +422,36 @@ mod tests {
     }
 
     #[test]
+    fn without_a_default_the_model_is_left_to_look_up() {
+        let r = build_request(None, &args(&[]), Some("hi".into()), None).unwrap();
+        assert!(r.get("model").is_none());
+    }
+
+    #[test]
+    fn base_urls_of_local_servers() {
+        let f = |u: &str| friendly_base_url(u, false);
+        assert_eq!(f("http://127.0.0.1:8080"), "http://127.0.0.1:8080/v1");
+        assert_eq!(f("http://127.0.0.1:8080/"), "http://127.0.0.1:8080/v1");
+        assert_eq!(f(" http://localhost:8000/v1/ "), "http://localhost:8000/v1");
+        assert_eq!(
+            f("https://openrouter.ai/api/v1"),
+            "https://openrouter.ai/api/v1"
+        );
+        assert_eq!(
+            friendly_base_url("https://r.openai.azure.com/", true),
+            "https://r.openai.azure.com"
+        );
+        assert!(is_openai("https://api.openai.com/v1"));
+        assert!(is_openai("https://API.openai.com:443/v1/"));
+        assert!(!is_openai("http://127.0.0.1:8080/v1"));
+        assert!(!is_openai("https://api.openai.com.example/v1"));
+    }
+
+    #[test]
     fn a_request_without_a_prompt_is_refused() {
-        let e = build_request(None, &args(&["--system", "s"]), None).unwrap_err();
+        let e = build_request(None, &args(&["--system", "s"]), None, None).unwrap_err();
         assert!(e.starts_with("no prompt"), "{e}");
-        let e = build_request(Some(json!([])), &args(&[]), Some("x".into())).unwrap_err();
+        let e = build_request(Some(json!([])), &args(&[]), Some("x".into()), None).unwrap_err();
         assert!(e.contains("JSON object"), "{e}");
     }
 }

@@ -393,7 +393,7 @@ async fn drive(completions: Completions, model: Shared, start: Instant, encoding
     let (Ok(c) | Err(Incomplete { partial: c, .. })) = &outcome;
     {
         let mut m = lock(&model);
-        m.usage = c.usage.as_ref().map(crate::plain::usage_line);
+        m.usage = crate::plain::usage_line(c);
         m.ended_at = Some(start.elapsed());
     }
     let verdict = crate::view::verdict(&completions).await;

@@ -113,8 +113,8 @@ pub async fn labelled(completions: Completions) -> Result<(), String> {
     }
     let outcome = completions.collect().await;
     let (Ok(c) | Err(choicewise::Incomplete { partial: c, .. })) = &outcome;
-    if let Some(usage) = &c.usage {
-        let _ = tx.send(usage_line(usage));
+    if let Some(line) = usage_line(c) {
+        let _ = tx.send(line);
     }
     drop(tx);
     let _ = printer.await;
@@ -132,8 +132,10 @@ fn flush(tx: &mpsc::UnboundedSender<String>, label: &str, line: &mut String) {
 }
 
 /// `usage (reported): prompt 148, completion 207, total 355`, or for an estimate, how it was
-/// counted.
-pub fn usage_line(u: &choicewise::Usage) -> String {
+/// counted; with several choices, each one's completion tokens after it:
+/// `; per choice 15, 24, 24, 23 (reported)` or `; per choice ≈ 70, 68, 69 (estimated)`.
+pub fn usage_line(c: &choicewise::ChatCompletion) -> Option<String> {
+    let u = c.usage.as_ref()?;
     let how = match (&u.source, &u.estimate) {
         (choicewise::UsageSource::Reported, _) => "reported".to_string(),
         (_, Some(e)) => format!(
@@ -148,8 +150,26 @@ pub fn usage_line(u: &choicewise::Usage) -> String {
         ),
         (_, None) => "estimated".to_string(),
     };
-    format!(
+    let mut line = format!(
         "usage ({how}): prompt {}, completion {}, total {}",
         u.prompt_tokens, u.completion_tokens, u.total_tokens
-    )
+    );
+    let per_choice: Vec<choicewise::ChoiceUsage> =
+        c.choices.iter().filter_map(|choice| choice.usage).collect();
+    if c.choices.len() > 1 && per_choice.len() == c.choices.len() {
+        let reported = per_choice
+            .iter()
+            .all(|p| p.source == choicewise::UsageSource::Reported);
+        let counts: Vec<String> = per_choice
+            .iter()
+            .map(|p| p.completion_tokens.to_string())
+            .collect();
+        line.push_str(&format!(
+            "; per choice {}{} ({})",
+            if reported { "" } else { "≈ " },
+            counts.join(", "),
+            if reported { "reported" } else { "estimated" }
+        ));
+    }
+    Some(line)
 }

@@ -78,9 +78,15 @@ async fn chat_json_equals_replay_json_and_the_request_is_what_was_asked() {
         String::from_utf8_lossy(&expected)
     );
 
+    // No --model and a server that is not OpenAI's: its model list was asked first.
     let requests = server.requests();
-    assert_eq!(requests.len(), 1);
-    let request = &requests[0];
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        (&*requests[0].method, &*requests[0].path),
+        ("GET", "/v1/models")
+    );
+    assert_eq!(requests[0].header("authorization"), Some("Bearer test"));
+    let request = &requests[1];
     assert_eq!(request.path, "/v1/chat/completions");
     assert_eq!(request.header("authorization"), Some("Bearer test"));
     let body = request.json.as_ref().unwrap();
@@ -321,4 +327,95 @@ async fn a_bad_speed_is_refused() {
     let out = choicewise(&["replay", "--speed=-1"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a speed"));
+}
+
+/// `chat` against a local server the short way: a base URL without `/v1` and with a trailing
+/// slash, no key, no model (the first one the server lists is asked for, and said on stderr).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_against_a_local_server_needs_only_its_address() {
+    let server = TestServer::builder()
+        .fixture("openai_n3_tools.sse")
+        .models(["smollm2", "other"])
+        .start()
+        .await
+        .unwrap();
+    let url = format!("http://{}/", server.addr());
+    let out = choicewise(&["chat", "-n", "3", "--base-url", &url, "--plain", "hi"]).await;
+    let text = String::from_utf8(ok(&out).to_vec()).unwrap();
+    assert!(text.contains("[choice 2]"), "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("using smollm2, the first of the 2 models"),
+        "{stderr}"
+    );
+    let requests = server.requests();
+    let paths: Vec<_> = requests.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(paths, ["/v1/models", "/v1/chat/completions"]);
+    assert_eq!(requests[1].json.as_ref().unwrap()["model"], "smollm2");
+    assert_eq!(requests[1].header("authorization"), None);
+
+    // A server without a model list: the error says to pass --model.
+    let bare = TestServer::builder()
+        .fixture("openai_n3_tools.sse")
+        .models(Vec::<String>::new())
+        .start()
+        .await
+        .unwrap();
+    let out = choicewise(&["chat", "--base-url", &bare.base_url(), "hi"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("pass --model"), "{stderr}");
+    assert_eq!(bare.request_count(), 1, "no completion was asked for");
+}
+
+/// Against the real llama.cpp server of the real-server suite (`CHOICEWISE_LLAMA_URL`, set by
+/// `.ci/run` and `scripts/llama-server.sh`), the short way (its address without `/v1`, no
+/// model, no key): the usage line's total is the prompt once plus the choices' own completion
+/// counts, which the server reports one chunk per choice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_usage_line_against_a_real_llama_cpp_server_adds_up_the_choices() {
+    let Some(url) = std::env::var("CHOICEWISE_LLAMA_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    else {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "chat::chat_usage_line_against_a_real_llama_cpp_server_adds_up_the_choices DID NOT RUN: \
+             CHOICEWISE_LLAMA_URL is not set (scripts/llama-server.sh run cargo test -p choicewise-cli --test chat)"
+        );
+        return;
+    };
+    let request = scratch("llama-request.json");
+    std::fs::write(&request, r#"{"max_tokens": 16, "temperature": 0.9}"#).unwrap();
+    let address = url.trim_end_matches('/').trim_end_matches("/v1");
+    let out = choicewise(&[
+        "chat",
+        "-n",
+        "3",
+        "--base-url",
+        address,
+        "--request",
+        request.to_str().unwrap(),
+        "Name a colour.",
+    ])
+    .await;
+    let text = String::from_utf8(ok(&out).to_vec()).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("usage (reported): "))
+        .unwrap_or_else(|| panic!("no reported usage line in {text}"));
+    eprintln!("{line}");
+    // usage (reported): prompt P, completion C, total T; per choice a, b, c (reported)
+    let numbers: Vec<u64> = line
+        .split(|ch: char| !ch.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let [prompt, completion, total, a, b, c] = numbers[..] else {
+        panic!("unexpected usage line: {line}");
+    };
+    assert!(line.ends_with("(reported)"), "{line}");
+    assert_eq!(completion, a + b + c, "{line}");
+    assert_eq!(total, prompt + completion, "{line}");
+    assert!(a.max(b).max(c) <= 16 && a.min(b).min(c) > 0, "{line}");
 }

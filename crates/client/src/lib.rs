@@ -201,6 +201,16 @@ pub enum ClientError {
     /// ```
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A response that is not what the endpoint answers (e.g. `GET /models` that is not a
+    /// JSON model list).
+    ///
+    /// ```
+    /// use choicewise_client::ClientError;
+    /// let e = ClientError::InvalidResponse("http://127.0.0.1:8080/v1/models: not a JSON model list".into());
+    /// assert!(e.to_string().starts_with("invalid response: "));
+    /// ```
+    #[error("invalid response: {0}")]
+    InvalidResponse(String),
 }
 
 /// Options of a [`Client`].
@@ -390,7 +400,12 @@ impl ClientBuilder {
     /// assert!(matches!(Client::builder().base_url("").build(), Err(ClientError::InvalidUrl(_))));
     /// ```
     pub fn build(self) -> Result<Client, ClientError> {
-        let url = endpoint(&self.base_url, self.azure.as_deref())?;
+        let url = endpoint(
+            &self.base_url,
+            self.azure.as_deref(),
+            &["chat", "completions"],
+        )?;
+        let models_url = endpoint(&self.base_url, self.azure.as_deref(), &["models"])?;
         let mut headers = HeaderMap::new();
         for (name, value) in &self.headers {
             let name = HeaderName::from_bytes(name.as_bytes())
@@ -418,6 +433,7 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 http,
                 url,
+                models_url,
                 headers,
                 azure: self.azure,
                 has_key: self.api_key.is_some(),
@@ -448,8 +464,8 @@ impl ClientBuilder {
     }
 }
 
-/// `{base}/chat/completions`, with `?api-version=` in Azure mode.
-fn endpoint(base: &str, azure: Option<&str>) -> Result<Url, ClientError> {
+/// `{base}/SEGMENTS` (`chat/completions`, `models`), with `?api-version=` in Azure mode.
+fn endpoint(base: &str, azure: Option<&str>, segments: &[&str]) -> Result<Url, ClientError> {
     let invalid = |why: &str| ClientError::InvalidUrl(format!("{base:?}: {why}"));
     let mut url = Url::parse(base.trim()).map_err(|e| invalid(&e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -461,7 +477,7 @@ fn endpoint(base: &str, azure: Option<&str>) -> Result<Url, ClientError> {
     url.path_segments_mut()
         .map_err(|()| invalid("not a base URL"))?
         .pop_if_empty()
-        .extend(["chat", "completions"]);
+        .extend(segments);
     if let Some(version) = azure {
         url.query_pairs_mut().append_pair("api-version", version);
     }
@@ -471,6 +487,8 @@ fn endpoint(base: &str, azure: Option<&str>) -> Result<Url, ClientError> {
 struct Inner {
     http: reqwest::Client,
     url: Url,
+    /// `{base}/models`.
+    models_url: Url,
     /// Accept, the key, the extra headers.
     headers: HeaderMap,
     azure: Option<String>,
@@ -613,6 +631,54 @@ impl Client {
         }
     }
 
+    /// The models the server offers: `GET {base_url}/models`, their ids in the order listed
+    /// (OpenAI's `{"data": [{"id": ...}]}`; a list under `"models"` with `name` or `model`,
+    /// as Ollama-style servers and llama.cpp also send, when `data` is absent). Not retried;
+    /// bounded by the idle timeout. Useful against a local server, which serves one model or a
+    /// few: `choicewise chat` asks it when no model is given.
+    ///
+    /// ```
+    /// use choicewise_client::Client;
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = choicewise_testserver::TestServer::builder().fixture("demo.sse").start().await?;
+    /// let client = Client::builder().base_url(server.base_url()).build()?;
+    /// let models = client.models().await?;
+    /// assert_eq!(models, ["gpt-4o-mini"]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn models(&self) -> Result<Vec<String>, ClientError> {
+        let inner = &self.inner;
+        let url_text = || inner.models_url.to_string();
+        let sent = inner
+            .http
+            .get(inner.models_url.clone())
+            .headers(inner.headers.clone())
+            .header(ACCEPT, "application/json")
+            .send();
+        let response = match tokio::time::timeout(inner.idle_timeout, sent).await {
+            Err(_) => return Err(ClientError::Timeout { url: url_text() }),
+            Ok(Err(e)) if e.is_connect() => {
+                return Err(ClientError::Connect {
+                    url: url_text(),
+                    source: e,
+                });
+            }
+            Ok(Err(e)) => return Err(ClientError::Request(e)),
+            Ok(Ok(r)) if !r.status().is_success() => {
+                return Err(status_error(r, inner.idle_timeout).await);
+            }
+            Ok(Ok(r)) => r,
+        };
+        let body = match tokio::time::timeout(inner.idle_timeout, response.bytes()).await {
+            Err(_) => return Err(ClientError::Timeout { url: url_text() }),
+            Ok(body) => body?,
+        };
+        let list: Value = serde_json::from_slice(&body).map_err(|e| {
+            ClientError::InvalidResponse(format!("{}: not a JSON model list: {e}", url_text()))
+        })?;
+        Ok(model_ids(&list))
+    }
+
     /// [`send`](Self::send), then [`completions`] with this client's idle timeout and the
     /// request (so that a usage estimate counts the prompt): the usual entry point.
     ///
@@ -743,6 +809,26 @@ async fn status_error(response: reqwest::Response, timeout: Duration) -> ClientE
     }
 }
 
+/// The model ids of a `/models` answer: `data[].id`, else `models[].name` / `models[].model`.
+fn model_ids(list: &Value) -> Vec<String> {
+    let ids = |key: &str, fields: &[&str]| -> Vec<String> {
+        list.get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| fields.iter().find_map(|f| m.get(*f)?.as_str()))
+            .filter(|id| !id.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let data = ids("data", &["id"]);
+    if data.is_empty() {
+        ids("models", &["name", "model"])
+    } else {
+        data
+    }
+}
+
 /// The message of a provider's JSON error: `error.message`, `error` as text, `message`,
 /// `detail`.
 fn json_message(body: &Value) -> Option<String> {
@@ -809,7 +895,9 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        let url = |base: &str, azure| endpoint(base, azure).map(|u| u.to_string());
+        let url = |base: &str, azure| {
+            endpoint(base, azure, &["chat", "completions"]).map(|u| u.to_string())
+        };
         assert_eq!(
             url("https://api.openai.com/v1", None).unwrap(),
             "https://api.openai.com/v1/chat/completions"
@@ -832,6 +920,21 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn model_lists() {
+        let ids = |v: Value| model_ids(&v);
+        assert_eq!(
+            ids(serde_json::json!({"object": "list", "data": [{"id": "a"}, {"id": "b"}]})),
+            ["a", "b"]
+        );
+        assert_eq!(
+            ids(serde_json::json!({"models": [{"name": "x", "model": "y"}], "data": []})),
+            ["x"]
+        );
+        assert!(ids(serde_json::json!({"data": [{"id": ""}, {"name": 1}]})).is_empty());
+        assert!(ids(serde_json::json!([1])).is_empty());
     }
 
     #[test]

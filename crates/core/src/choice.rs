@@ -340,6 +340,50 @@ impl Choice {
             .unwrap_or(0)
     }
 
+    /// Waits for the end of the stream (a provider may report a choice's usage after its
+    /// finish, or only at the very end) and returns the choice's completion tokens: the
+    /// provider's own figure for this choice when the stream carried one
+    /// ([`UsageSource::Reported`](crate::UsageSource::Reported)), else
+    /// [`completion_tokens`](Self::completion_tokens) (`Estimated`). A total shared by several
+    /// choices is no choice's figure (see `docs/usage.md`).
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, UsageSource};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!( // llama.cpp: one usage-only chunk per choice, after its finish
+    ///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"B\"},\"finish_reason\":\"stop\"}]}\n\n",
+    ///     "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13}}\n\n",
+    ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A\"},\"finish_reason\":\"stop\"}]}\n\n",
+    ///     "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":6,\"total_tokens\":15}}\n\n",
+    ///     "data: [DONE]\n\n",
+    /// );
+    /// let c = Completions::from_reader(sse.as_bytes());
+    /// let usage = c.choice(1).await.unwrap().usage().await;
+    /// assert_eq!((usage.completion_tokens, usage.source), (4, UsageSource::Reported));
+    /// assert_eq!(c.usage().await.total_tokens, 9 + 4 + 6);
+    /// # }
+    /// ```
+    pub async fn usage(&self) -> crate::usage::ChoiceUsage {
+        let completion = Subscription::new(self.life.shared.clone());
+        completion
+            .wait(|state| match state.end {
+                Some(_) => Poll::Ready(()),
+                None => Poll::Pending,
+            })
+            .await;
+        let reported = self.life.shared.lock().meta.usage.per_choice();
+        match reported.get(&self.index()) {
+            Some(&tokens) => crate::usage::ChoiceUsage {
+                completion_tokens: tokens,
+                source: crate::usage::UsageSource::Reported,
+            },
+            None => crate::usage::ChoiceUsage {
+                completion_tokens: self.completion_tokens().await,
+                source: crate::usage::UsageSource::Estimated,
+            },
+        }
+    }
+
     /// The choice as assembled so far, without waiting.
     ///
     /// ```

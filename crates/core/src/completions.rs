@@ -114,6 +114,27 @@ impl CompletionsBuilder {
         self
     }
 
+    /// Strict WHATWG framing of the SSE bytes (default `false`: the tolerant mode). The
+    /// tolerant mode also takes events written one `data:` line each without the blank line
+    /// between them, applying each line that is a complete JSON object (or `[DONE]`) as an
+    /// event, with a [`WarningKind::EventsWithoutBlankLines`](crate::WarningKind); the strict
+    /// mode joins such lines into one event, as the standard says (see `choicewise_sse::Framer::strict`).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\ndata: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n";
+    /// let tolerant = Completions::from_reader(sse.as_bytes()).collect().await.unwrap();
+    /// assert_eq!(tolerant.choices[0].finish_reason.as_deref(), Some("stop"));
+    /// let strict = Completions::builder().strict_sse(true).from_reader(sse.as_bytes());
+    /// assert!(strict.collect().await.is_err()); // one event, never dispatched: truncated
+    /// # }
+    /// ```
+    pub fn strict_sse(mut self, strict: bool) -> Self {
+        self.config.strict_sse = strict;
+        self
+    }
+
     /// The most distinct choices accepted (default
     /// [`DEFAULT_MAX_CHOICES`](crate::DEFAULT_MAX_CHOICES)); one more ends the stream with
     /// [`Error::TooManyChoices`].
@@ -520,7 +541,10 @@ impl Completions {
         let (mut completion, error) = self.shared.assemble();
         let reported = self.shared.lock().meta.usage.usage();
         if reported.is_some() || self.shared.config.estimate_usage {
-            completion.usage = Some(self.usage().await);
+            let usage = self.usage().await;
+            let reported = self.shared.lock().meta.usage.per_choice();
+            crate::estimate::fill_choice_usage(&reported, &mut completion.choices, Some(&usage));
+            completion.usage = Some(usage);
         }
         match error {
             None => Ok(completion),

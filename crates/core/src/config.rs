@@ -30,6 +30,8 @@ pub(crate) struct Config {
     pub request: Option<Arc<Value>>,
     /// Whether `collect()` estimates usage when the stream carried none.
     pub estimate_usage: bool,
+    /// Strict WHATWG SSE framing instead of the tolerant mode.
+    pub strict_sse: bool,
 }
 
 impl Default for Config {
@@ -43,6 +45,7 @@ impl Default for Config {
             model: None,
             request: None,
             estimate_usage: true,
+            strict_sse: false,
         }
     }
 }

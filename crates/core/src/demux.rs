@@ -82,7 +82,7 @@ impl Demux {
 
     pub(crate) fn with_config(config: Config) -> Demux {
         Demux {
-            splitter: Splitter::new(config.max_event_size, config.max_choices),
+            splitter: Splitter::new(config.max_event_size, config.max_choices, config.strict_sse),
             config,
             choices: Vec::new(),
             warnings: Vec::new(),

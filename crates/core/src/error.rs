@@ -38,8 +38,19 @@ pub enum Error {
     /// that reports it.
     #[error(transparent)]
     Upstream(Arc<UpstreamError>),
-    /// The input stream itself failed (a network read, an I/O error).
-    #[error("reading the stream failed after {offset} bytes: {message}")]
+    /// The input stream itself failed (a network read, an I/O error). Said in the user's
+    /// terms, the HTTP library's wording kept in `message` and `source`:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use choicewise_core::Error;
+    /// let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "os error 104");
+    /// let e = Error::Transport { offset: 26047, message: reset.to_string(),
+    ///                            source: Some(Arc::new(reset)), unfinished: vec![0, 1, 2] };
+    /// assert_eq!(e.to_string(), "the connection closed after 26,047 bytes; choices 0, 1, 2 were unfinished");
+    /// assert!(std::error::Error::source(&e).is_some());
+    /// ```
+    #[error("{}", transport_message(.source.as_deref(), .message, *.offset, .unfinished))]
     Transport {
         /// How many bytes had been read.
         offset: u64,
@@ -48,6 +59,8 @@ pub enum Error {
         /// The source error.
         #[source]
         source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+        /// The choices that had not finished.
+        unfinished: Vec<u32>,
     },
     /// The input ended without `[DONE]` while something was unfinished.
     #[error("{}", truncated_message(*.line, *.offset, *.pending_bytes, .unfinished))]
@@ -133,6 +146,81 @@ pub enum Error {
         /// The panic or failure message.
         message: String,
     },
+}
+
+/// `the connection closed after 26,047 bytes; choices 0, 1, 2 were unfinished`, or, for other
+/// failures, `reading the stream failed after 26,047 bytes (MESSAGE); ...`.
+fn transport_message(
+    source: Option<&(dyn std::error::Error + Send + Sync + 'static)>,
+    message: &str,
+    offset: u64,
+    unfinished: &[u32],
+) -> String {
+    let mut msg = if source.is_some_and(|s| connection_closed(s)) {
+        format!("the connection closed after {} bytes", thousands(offset))
+    } else {
+        format!(
+            "reading the stream failed after {} bytes ({message})",
+            thousands(offset)
+        )
+    };
+    match unfinished {
+        [] => {}
+        [one] => msg.push_str(&format!("; choice {one} was unfinished")),
+        several => {
+            let list: Vec<String> = several.iter().map(u32::to_string).collect();
+            msg.push_str(&format!("; choices {} were unfinished", list.join(", ")));
+        }
+    }
+    msg
+}
+
+/// Whether an error (or one of its sources) says that the connection ended: an I/O error of
+/// kind reset, aborted, broken pipe or unexpected end, or an HTTP library's "connection
+/// closed before message completed" (hyper, under reqwest's "error decoding response body").
+fn connection_closed(error: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind;
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        let text = e.to_string().to_ascii_lowercase();
+        if [
+            "connection closed",
+            "incompletemessage",
+            "connection reset",
+            "unexpected eof",
+        ]
+        .iter()
+        .any(|t| text.contains(t))
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// 26047 as `26,047`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn truncated_message(line: u64, offset: u64, pending: u64, unfinished: &[u32]) -> String {

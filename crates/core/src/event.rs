@@ -228,6 +228,17 @@ pub enum WarningKind {
         /// The call.
         call: CallRef,
     },
+    /// An argument fragment arrived after its choice's `finish_reason`, while the call's
+    /// arguments were still an incomplete JSON value: the call (and the choice's finish) had
+    /// been kept open for it, and it was appended.
+    FinishBeforeArguments {
+        /// The call.
+        call: CallRef,
+    },
+    /// Events were written one `data:` line each without the blank line between them; each
+    /// line that was a complete JSON object (or `[DONE]`) was applied as an event (the SSE
+    /// framer's tolerant mode). Given once per stream, at the first such event.
+    EventsWithoutBlankLines,
     /// One `data:` line held several JSON chunks; all were applied in order.
     ConcatenatedObjects {
         /// How many.
@@ -243,6 +254,13 @@ pub enum WarningKind {
     IgnoredAfterFailure {
         /// How many updates were ignored.
         updates: u64,
+    },
+    /// Several usage-only chunks (`choices: []`) that are not one per choice (as llama.cpp
+    /// sends them): repeated totals or something else. None is added to another; the one with
+    /// the most completion tokens is the reported usage (see `docs/usage.md`).
+    UsageAmbiguous {
+        /// How many usage-only chunks had arrived when it became ambiguous.
+        chunks: usize,
     },
 }
 
@@ -280,6 +298,13 @@ impl fmt::Display for WarningKind {
             WarningKind::FragmentAfterCallEnd { call } => {
                 write!(f, "argument fragment for {call} after it ended (appended)")
             }
+            WarningKind::FinishBeforeArguments { call } => write!(
+                f,
+                "argument fragment for {call} after the choice's finish_reason (the call was kept open for it)"
+            ),
+            WarningKind::EventsWithoutBlankLines => f.write_str(
+                "events without the blank line between them (each complete JSON data line applied as an event)",
+            ),
             WarningKind::ConcatenatedObjects { count } => {
                 write!(f, "{count} JSON objects on one data line (all applied)")
             }
@@ -293,6 +318,10 @@ impl fmt::Display for WarningKind {
                     if *updates == 1 { "" } else { "s" }
                 )
             }
+            WarningKind::UsageAmbiguous { chunks } => write!(
+                f,
+                "{chunks} usage-only chunks, not one per choice (none added up; the largest is the usage)"
+            ),
         }
     }
 }

@@ -63,7 +63,7 @@ where
         match within(self.idle, offset, self.stream.next()).await {
             Err(e) => Step::End(Err(e)),
             Ok(None) => splitter.end_of_input(),
-            Ok(Some(Err(e))) => Step::End(Err(transport(e.into(), offset))),
+            Ok(Some(Err(e))) => Step::End(Err(transport(e.into(), offset, splitter))),
             Ok(Some(Ok(bytes))) => splitter.feed(bytes.as_ref()),
         }
     }
@@ -99,7 +99,7 @@ impl<R: AsyncRead + Send + 'static> Feed for ReaderFeed<R> {
             Err(e) => Step::End(Err(e)),
             Ok(Ok(0)) => splitter.end_of_input(),
             Ok(Ok(n)) => splitter.feed(&self.buf[..n]),
-            Ok(Err(e)) => Step::End(Err(transport(Box::new(e), offset))),
+            Ok(Err(e)) => Step::End(Err(transport(Box::new(e), offset, splitter))),
         }
     }
 }
@@ -138,7 +138,9 @@ where
         for _ in 0..CHUNK_BATCH {
             match next {
                 None => return Step::End(Ok(())),
-                Some(Err(e)) => return Step::End(Err(transport(e.into(), self.count))),
+                Some(Err(e)) => {
+                    return Step::End(Err(transport(e.into(), self.count, splitter)));
+                }
                 Some(Ok(chunk)) => {
                     self.count += 1;
                     if let Err(e) = splitter.parsed(chunk, self.count) {
@@ -155,10 +157,11 @@ where
     }
 }
 
-fn transport(e: BoxError, offset: u64) -> Error {
+fn transport(e: BoxError, offset: u64, splitter: &Splitter) -> Error {
     Error::Transport {
         offset,
         message: e.to_string(),
         source: Some(Arc::from(e)),
+        unfinished: splitter.unfinished(),
     }
 }

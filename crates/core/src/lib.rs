@@ -55,6 +55,7 @@ mod config;
 mod decode;
 mod demux;
 mod error;
+mod estimate;
 mod event;
 mod event_log;
 mod feed;
@@ -99,4 +100,4 @@ pub mod fault {
     pub const FAULT_PANIC_READER: &str = "\u{1}choicewise:panic-reader";
 }
 pub use response::{ChatCompletion, ChoiceOutput, FunctionCall, Message, ToolCall};
-pub use usage::{Estimate, Usage, UsageSource};
+pub use usage::{ChoiceUsage, Estimate, Usage, UsageSource};

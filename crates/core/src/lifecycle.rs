@@ -172,6 +172,12 @@ impl ChoiceState {
         if self.settled {
             return None;
         }
+        if let (Phase::Open, Ok(())) = (&self.phase, &outcome) {
+            // A finish kept open for late argument fragments takes effect at the end.
+            let mut late = Vec::new();
+            self.acc.end_of_stream(&mut late);
+            self.events.append(&mut late);
+        }
         if let Phase::Open = self.phase {
             self.phase = match outcome {
                 Ok(()) => Phase::Closed { late_error: None },
@@ -208,6 +214,8 @@ pub(crate) fn assemble(
         outputs.push(output);
     }
     outputs.sort_by_key(|c| c.index);
+    // Each choice's own reported usage, where the stream carried it.
+    crate::estimate::fill_choice_usage(&meta.usage.per_choice(), &mut outputs, None);
     let completion = ChatCompletion {
         id: meta.id.unwrap_or_default(),
         created: meta.created.unwrap_or_default(),

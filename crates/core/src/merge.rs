@@ -11,7 +11,12 @@
 //!   send every parallel call with index 0); without `index`, an unknown `id` opens a new call
 //!   and no `id` continues the latest call;
 //! - opening a call finishes the calls opened before it; the choice's `finish_reason` finishes
-//!   every open call and then the choice;
+//!   every open call and then the choice, except a call whose arguments are still an
+//!   incomplete JSON value (some servers send the finish before the last argument fragment):
+//!   the finish then waits until the arguments complete or the stream ends (see
+//!   [`ChoiceAccumulator::end_of_stream`]), so the call's `Finished` carries the whole
+//!   arguments; a fragment that arrives meanwhile is reported as
+//!   [`WarningKind::FinishBeforeArguments`];
 //! - updates after the finish are applied and reported as [`WarningKind::DataAfterFinish`]
 //!   (annotation-only updates, such as Azure's late content filter results, are not).
 
@@ -183,8 +188,18 @@ pub(crate) struct ChoiceAccumulator {
     function_call: Option<Box<CallState>>,
     tool_calls: Vec<CallState>,
     finish: Option<Text>,
+    /// A `finish_reason` that arrived while a call's arguments were an incomplete JSON value:
+    /// the finish waits for them (or for the end of the stream).
+    pending_finish: Option<Text>,
     logprobs: Option<Value>,
     content_filter_results: Option<Value>,
+}
+
+/// Whether arguments are an incomplete JSON value: a valid beginning that ends too soon.
+/// Empty arguments are not (a call without arguments).
+fn incomplete_json(arguments: &str) -> bool {
+    !arguments.trim().is_empty()
+        && serde_json::from_str::<serde::de::IgnoredAny>(arguments).is_err_and(|e| e.is_eof())
 }
 
 impl ChoiceAccumulator {
@@ -199,6 +214,7 @@ impl ChoiceAccumulator {
             function_call: None,
             tool_calls: Vec::new(),
             finish: None,
+            pending_finish: None,
             logprobs: None,
             content_filter_results: None,
         }
@@ -248,11 +264,15 @@ impl ChoiceAccumulator {
                 out.push(ChoiceEvent::Refusal(t));
             }
         }
+        let waiting = self.pending_finish.is_some();
         if let Some(f) = u.function_call {
             self.function_fragment(*f, line, out);
         }
         for f in u.tool_calls {
             self.tool_fragment(f, (line, u.offset), out)?;
+        }
+        if waiting {
+            self.complete_pending_finish(out);
         }
         if let Some(lp) = u.logprobs {
             merge_logprobs(&mut self.logprobs, &lp);
@@ -263,11 +283,10 @@ impl ChoiceAccumulator {
             out.push(ChoiceEvent::ContentFilter(Arc::new(*cf)));
         }
         if let Some(reason) = u.finish_reason {
-            match &self.finish {
+            match self.finish.as_ref().or(self.pending_finish.as_ref()) {
                 None => {
-                    self.finish_calls(out);
-                    self.finish = Some(reason.clone());
-                    out.push(ChoiceEvent::Finished(reason));
+                    self.pending_finish = Some(reason);
+                    self.complete_pending_finish(out);
                 }
                 Some(kept) => {
                     let kind = WarningKind::SecondFinish {
@@ -279,6 +298,54 @@ impl ChoiceAccumulator {
             }
         }
         Ok(())
+    }
+
+    /// Finishes the calls whose arguments are complete; once no call waits for more, the
+    /// pending finish becomes the choice's finish.
+    fn complete_pending_finish(&mut self, out: &mut Vec<ChoiceEvent>) {
+        if self.pending_finish.is_none() {
+            return;
+        }
+        let waits = |s: &CallState| !s.finished && incomplete_json(&s.arguments);
+        if let Some(state) = self
+            .function_call
+            .as_mut()
+            .filter(|s| !s.finished && !waits(s))
+        {
+            out.push(state.finished_event(CallRef {
+                kind: CallKind::Function,
+                position: 0,
+            }));
+        }
+        for (p, state) in self.tool_calls.iter_mut().enumerate() {
+            if !state.finished && !waits(state) {
+                out.push(state.finished_event(CallRef {
+                    kind: CallKind::Tool,
+                    position: p as u32,
+                }));
+            }
+        }
+        let waiting =
+            self.function_call.as_deref().is_some_and(waits) || self.tool_calls.iter().any(waits);
+        if !waiting {
+            self.finish_now(out);
+        }
+    }
+
+    /// The pending finish, now: every open call finishes with the arguments it has, then the
+    /// choice.
+    fn finish_now(&mut self, out: &mut Vec<ChoiceEvent>) {
+        if let Some(reason) = self.pending_finish.take() {
+            self.finish_calls(out);
+            self.finish = Some(reason.clone());
+            out.push(ChoiceEvent::Finished(reason));
+        }
+    }
+
+    /// The stream ended well: a finish still waiting for argument fragments takes effect, the
+    /// waiting calls finishing with the arguments they have.
+    pub fn end_of_stream(&mut self, out: &mut Vec<ChoiceEvent>) {
+        self.finish_now(out);
     }
 
     fn warning(&self, line: u64, kind: WarningKind) -> ChoiceEvent {
@@ -296,6 +363,7 @@ impl ChoiceAccumulator {
         };
         let index = self.index;
         let choice_finished = self.finish.is_some();
+        let waiting = self.pending_finish.is_some();
         let state = self.function_call.get_or_insert_with(|| {
             out.push(ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
                 call,
@@ -313,7 +381,7 @@ impl ChoiceAccumulator {
             || "function_call.name".to_string(),
             &mut warnings,
         );
-        let late = state.finished && !choice_finished;
+        let late = lateness(state, choice_finished, waiting);
         append_arguments(state, call, &f, late, &mut warnings, out);
         for kind in warnings {
             out.push(ChoiceEvent::Warning(Warning {
@@ -331,6 +399,7 @@ impl ChoiceAccumulator {
         out: &mut Vec<ChoiceEvent>,
     ) -> Result<(), Error> {
         let choice_finished = self.finish.is_some();
+        let waiting = self.pending_finish.is_some();
         let position = self.locate_call(&f, (line, offset), out)?;
         let call = CallRef {
             kind: CallKind::Tool,
@@ -348,7 +417,7 @@ impl ChoiceAccumulator {
             field("function.name"),
             &mut warnings,
         );
-        let late = state.finished && !choice_finished;
+        let late = lateness(state, choice_finished, waiting);
         append_arguments(state, call, &f.function, late, &mut warnings, out);
         for kind in warnings {
             out.push(ChoiceEvent::Warning(Warning {
@@ -463,9 +532,14 @@ impl ChoiceAccumulator {
                     .collect(),
                 function_call: self.function_call.as_deref().map(call),
             },
-            finish_reason: self.finish.as_deref().map(str::to_string),
+            finish_reason: self
+                .finish
+                .as_deref()
+                .or(self.pending_finish.as_deref())
+                .map(str::to_string),
             logprobs: self.logprobs.clone(),
             content_filter_results: self.content_filter_results.clone(),
+            usage: None,
         }
     }
 }
@@ -512,11 +586,31 @@ fn set_once(
     }
 }
 
+/// Why an argument fragment is late, if it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Late {
+    No,
+    /// The call had ended (a later call started) while the choice went on.
+    AfterCallEnd,
+    /// The choice's finish arrived before this fragment; the call was kept open for it.
+    AfterFinish,
+}
+
+fn lateness(state: &CallState, choice_finished: bool, waiting: bool) -> Late {
+    if waiting && !state.finished {
+        Late::AfterFinish
+    } else if state.finished && !choice_finished {
+        Late::AfterCallEnd
+    } else {
+        Late::No
+    }
+}
+
 fn append_arguments(
     state: &mut CallState,
     call: CallRef,
     f: &CallFragment,
-    late: bool,
+    late: Late,
     warnings: &mut Vec<WarningKind>,
     out: &mut Vec<ChoiceEvent>,
 ) {
@@ -527,8 +621,10 @@ fn append_arguments(
         return;
     };
     state.arguments.push_str(fragment);
-    if late {
-        warnings.push(WarningKind::FragmentAfterCallEnd { call });
+    match late {
+        Late::No => {}
+        Late::AfterCallEnd => warnings.push(WarningKind::FragmentAfterCallEnd { call }),
+        Late::AfterFinish => warnings.push(WarningKind::FinishBeforeArguments { call }),
     }
     out.push(ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
         call,

@@ -77,6 +77,14 @@ pub struct ChoiceOutput {
     /// Azure's content filter annotations, the latest sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_filter_results: Option<Value>,
+    /// The choice's completion tokens, reported or estimated (flagged), filled by
+    /// [`Completions::collect`](crate::Completions::collect) with the usage: the provider's
+    /// figure for this choice, or the estimate's when the usage is estimated. `None` when the
+    /// provider reported only a total shared by several choices, and from
+    /// [`Choice::message`](crate::Choice::message), whose choice may finish before its usage
+    /// arrives; [`Choice::usage`](crate::Choice::usage) answers in every case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::ChoiceUsage>,
 }
 
 /// An assistant message assembled from deltas.

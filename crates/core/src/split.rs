@@ -171,6 +171,8 @@ pub(crate) struct Splitter {
     framer: Framer,
     /// Bytes fed so far.
     offset: u64,
+    /// The warning about events without blank lines was given.
+    warned_unterminated: bool,
     max_choices: usize,
     /// Choice index to slot, for small indexes (the usual case) ...
     small: Vec<u32>,
@@ -186,10 +188,13 @@ const SMALL_INDEXES: usize = 256;
 const NO_SLOT: u32 = u32::MAX;
 
 impl Splitter {
-    pub fn new(max_event_size: usize, max_choices: usize) -> Self {
+    /// A splitter with these limits; `strict_sse`: WHATWG framing without the tolerance for
+    /// events written without blank lines (see `Framer::strict`).
+    pub fn new(max_event_size: usize, max_choices: usize, strict_sse: bool) -> Self {
         Splitter {
-            framer: Framer::with_max_event_size(max_event_size),
+            framer: Framer::with_max_event_size(max_event_size).strict(strict_sse),
             offset: 0,
+            warned_unterminated: false,
             max_choices,
             small: Vec::new(),
             large: HashMap::new(),
@@ -242,6 +247,9 @@ impl Splitter {
         });
         self.framer = framer;
         self.offset += bytes.len() as u64;
+        if let Some(line) = self.framer.first_unterminated_line() {
+            self.warn_unterminated(line);
+        }
         match fed {
             Err(e) => Step::End(Err(e.into())),
             Ok(choicewise_sse::Feed::Consumed) => Step::Continue,
@@ -265,7 +273,28 @@ impl Splitter {
     /// The input ended without `[DONE]`: fine if nothing is pending and every choice
     /// finished, a truncation error otherwise.
     pub fn end_of_input(&mut self) -> Step {
-        let tail = self.framer.finish();
+        // The framer's tolerant mode may dispatch a last event written without its blank line.
+        let mut split = Ok(Flow::Continue);
+        let mut dispatched = None;
+        let mut framer = std::mem::take(&mut self.framer);
+        let tail = framer.finish_with(|event| {
+            dispatched = Some(event.line);
+            split = self.event(
+                event.event,
+                event.data,
+                event.line,
+                event.offset,
+                event.data_lines,
+            );
+            ControlFlow::Continue(())
+        });
+        self.framer = framer;
+        if let Some(line) = dispatched {
+            self.warn_unterminated(line);
+        }
+        if let Err(e) = split {
+            return Step::End(Err(e));
+        }
         if tail.pending_data.as_deref().map(str::trim_ascii) == Some("[DONE]") {
             return Step::End(Ok(()));
         }
@@ -279,6 +308,17 @@ impl Splitter {
             pending_bytes: tail.pending_bytes,
             unfinished,
         }))
+    }
+
+    /// Warns (once per stream) that events were written without the blank line between them.
+    fn warn_unterminated(&mut self, line: u64) {
+        if !std::mem::replace(&mut self.warned_unterminated, true) {
+            self.warnings.push(Warning {
+                choice: None,
+                line,
+                kind: WarningKind::EventsWithoutBlankLines,
+            });
+        }
     }
 
     fn slot_for(&mut self, raw_index: i64, line: u64) -> Result<usize, Error> {
@@ -325,7 +365,7 @@ impl Splitter {
 
     /// Records the completion-level facts of one chunk (`choices`: the indexes of its
     /// choices, for the usage rule).
-    fn facts(&mut self, f: Facts<'_>, choices: &[Option<i64>]) {
+    fn facts(&mut self, f: Facts<'_>, choices: &[Option<i64>], line: u64) {
         let meta = &mut self.meta;
         set_if_empty(&mut meta.id, f.id.as_deref());
         set_if_empty(&mut meta.model, f.model.as_deref());
@@ -344,7 +384,11 @@ impl Splitter {
         if let Some(usage) = f.usage.filter(is_usage) {
             let reported = &mut meta.usage;
             match choices {
-                [] => reported.total = Some(usage),
+                [] => {
+                    let finished = self.slots.iter().filter(|s| s.finished).map(|s| s.index);
+                    self.warnings
+                        .extend(reported.record_usage_only(usage, finished, line));
+                }
                 [one] => {
                     if let Ok(index) = u32::try_from(one.unwrap_or(0)) {
                         reported.running.insert(index, usage);
@@ -412,7 +456,7 @@ impl Splitter {
             Some(_) => s.choices.iter().map(|c| c.index).collect(),
             None => Vec::new(),
         };
-        self.facts(facts, &indexes);
+        self.facts(facts, &indexes, line);
         for choice in &s.choices {
             let line = match multiline {
                 true => at(choice.range.start),
@@ -455,6 +499,7 @@ impl Splitter {
                 usage: raw_value(chunk.usage),
             },
             &indexes,
+            line,
         );
         for (head, element) in heads.iter().zip(elements) {
             let finishes = head
@@ -493,6 +538,7 @@ impl Splitter {
                 usage: chunk.usage,
             },
             &indexes,
+            line,
         );
         for choice in chunk.choices {
             let slot = self.slot_for(choice.index.unwrap_or(0), line)?;
@@ -647,7 +693,7 @@ mod tests {
     }
 
     fn splitter(max_choices: usize) -> Splitter {
-        Splitter::new(1 << 20, max_choices)
+        Splitter::new(1 << 20, max_choices, false)
     }
 
     fn json(s: &Splitter, slot: usize, k: usize) -> &str {

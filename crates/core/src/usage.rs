@@ -5,13 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use choicewise_usage::{
-    CompletionParts, EncodingName, ToolCallPart, count_completion, count_prompt, encoding_for_model,
-};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::response::ChoiceOutput;
+use crate::event::{Warning, WarningKind};
 
 /// Where a [`Usage`] comes from.
 ///
@@ -89,16 +86,58 @@ pub struct Estimate {
     pub choices: BTreeMap<u32, u64>,
 }
 
+/// One choice's completion tokens, as the provider reported them or as counted here.
+///
+/// On [`ChoiceOutput::usage`] (filled by [`Completions::collect`](crate::Completions::collect))
+/// and from [`Choice::usage`](crate::Choice::usage). Reported when the stream carried that
+/// choice's own figure (llama.cpp's usage-only chunk per choice, vLLM's running per-choice
+/// counts, or the one usage of a one-choice completion); otherwise estimated with tiktoken.
+///
+/// ```
+/// use choicewise_core::{ChoiceUsage, UsageSource};
+/// let u = ChoiceUsage { completion_tokens: 12, source: UsageSource::Reported };
+/// assert_eq!(serde_json::to_value(u).unwrap(),
+///            serde_json::json!({"completion_tokens": 12, "source": "reported"}));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChoiceUsage {
+    /// The choice's completion tokens.
+    pub completion_tokens: u64,
+    /// Reported by the provider, or estimated.
+    pub source: UsageSource,
+}
+
+/// A usage-only chunk (`choices: []`) and the choice it was attributed to, if any.
+#[derive(Debug, Clone)]
+pub(crate) struct UsageOnly {
+    pub usage: Value,
+    /// The one finished choice that had no usage yet when the chunk arrived (llama.cpp sends
+    /// a choice's usage right after its finish); `None` when there were none or several.
+    pub choice: Option<u32>,
+}
+
 /// The usage objects the stream carried, as the router gathered them.
+///
+/// Usage-only chunks (`choices: []`) are told apart so:
+///
+/// - **one** in the stream: the total, as sent (OpenAI's final chunk; llama.cpp with n = 1);
+/// - **several, each attributable to its own choice** (each arrived when exactly one finished
+///   choice had no usage yet) **and all with the same `prompt_tokens`**: one per choice, as
+///   llama.cpp sends them; the total is the prompt once plus the sum of their completion tokens;
+/// - **several otherwise** (a chunk with no or several candidate choices, or differing prompts):
+///   ambiguous. Nothing is added up: the one with the most completion tokens is the total, and a
+///   [`WarningKind::UsageAmbiguous`] says so.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ReportedUsage {
-    /// The usage of a chunk with `choices: []`: the authoritative total.
-    pub total: Option<Value>,
+    /// The usage-only chunks, in arrival order.
+    pub usage_only: Vec<UsageOnly>,
     /// The last usage seen on a chunk carrying exactly one choice, by choice: vLLM's running
     /// per-choice counts.
     pub running: BTreeMap<u32, Value>,
     /// The last usage seen on a chunk carrying several choices.
     pub last_shared: Option<Value>,
+    /// The ambiguity warning was given.
+    warned: bool,
 }
 
 fn number(v: &Value, key: &str) -> u64 {
@@ -106,12 +145,65 @@ fn number(v: &Value, key: &str) -> u64 {
 }
 
 impl ReportedUsage {
-    /// The reported usage, if any: the authoritative total; else, when every running count
-    /// belongs to one choice, the last count of each choice (the prompt once, the completions
-    /// summed across choices, never across one choice's cumulative counts); else the last.
+    /// Records a usage-only chunk. `finished` lists the choices finished so far; a warning is
+    /// returned the first time the usage-only chunks stop being one per choice.
+    pub fn record_usage_only(
+        &mut self,
+        usage: Value,
+        finished: impl IntoIterator<Item = u32>,
+        line: u64,
+    ) -> Option<Warning> {
+        let mut candidates = finished
+            .into_iter()
+            .filter(|c| !self.usage_only.iter().any(|u| u.choice == Some(*c)));
+        let choice = match (candidates.next(), candidates.next()) {
+            (Some(one), None) => Some(one),
+            _ => None,
+        };
+        self.usage_only.push(UsageOnly { usage, choice });
+        if self.usage_only.len() < 2 || self.per_choice_chunks() || self.warned {
+            return None;
+        }
+        self.warned = true;
+        Some(Warning {
+            choice: None,
+            line,
+            kind: WarningKind::UsageAmbiguous {
+                chunks: self.usage_only.len(),
+            },
+        })
+    }
+
+    /// Whether the usage-only chunks are several, one per choice, about the same prompt.
+    fn per_choice_chunks(&self) -> bool {
+        let prompt = self
+            .usage_only
+            .first()
+            .map(|u| number(&u.usage, "prompt_tokens"));
+        self.usage_only.len() >= 2
+            && self
+                .usage_only
+                .iter()
+                .all(|u| u.choice.is_some() && Some(number(&u.usage, "prompt_tokens")) == prompt)
+    }
+
+    /// The reported usage, if any (see the type's documentation for usage-only chunks).
+    /// Without any: when every running count belongs to one choice, the last count of each
+    /// choice (the prompt once, the completions summed across choices, never across one
+    /// choice's cumulative counts); else the last.
     pub fn usage(&self) -> Option<Usage> {
-        if let Some(total) = &self.total {
-            return Some(Usage::reported(total));
+        match &self.usage_only[..] {
+            [] => {}
+            [one] => return Some(Usage::reported(&one.usage)),
+            several if self.per_choice_chunks() => {
+                return Some(Usage::summed(several.iter().map(|u| &u.usage)));
+            }
+            several => {
+                let largest = several
+                    .iter()
+                    .max_by_key(|u| number(&u.usage, "completion_tokens"))?;
+                return Some(Usage::reported(&largest.usage));
+            }
         }
         match (self.running.len(), &self.last_shared) {
             (0, None) => None,
@@ -140,9 +232,59 @@ impl ReportedUsage {
             }
         }
     }
+
+    /// The completion tokens the provider reported for individual choices, by index: the
+    /// usage-only chunks when they are one per choice (or the one chunk, when it was
+    /// attributable to a choice), else vLLM's running counts. A total shared by several
+    /// choices is no choice's figure.
+    pub fn per_choice(&self) -> BTreeMap<u32, u64> {
+        let of = |v: &Value| number(v, "completion_tokens");
+        match &self.usage_only[..] {
+            [] => self.running.iter().map(|(&c, v)| (c, of(v))).collect(),
+            [one] => one
+                .choice
+                .map(|c| (c, of(&one.usage)))
+                .into_iter()
+                .collect(),
+            several if self.per_choice_chunks() => several
+                .iter()
+                .filter_map(|u| Some((u.choice?, of(&u.usage))))
+                .collect(),
+            _ => BTreeMap::new(),
+        }
+    }
 }
 
 impl Usage {
+    /// Per-choice usage objects of one request: the prompt (and its details) once, the
+    /// completion tokens (and their numeric details) summed.
+    fn summed<'a>(parts: impl Iterator<Item = &'a Value>) -> Usage {
+        let mut total: Option<Usage> = None;
+        for part in parts {
+            let u = Usage::reported(part);
+            let Some(t) = &mut total else {
+                total = Some(u);
+                continue;
+            };
+            t.completion_tokens += u.completion_tokens;
+            if let (Some(Value::Object(sum)), Some(Value::Object(add))) = (
+                t.details.get_mut("completion_tokens_details"),
+                u.details.get("completion_tokens_details"),
+            ) {
+                for (key, value) in add {
+                    if let (Some(a), Some(b)) =
+                        (sum.get(key).and_then(Value::as_u64), value.as_u64())
+                    {
+                        sum.insert(key.clone(), Value::from(a + b));
+                    }
+                }
+            }
+        }
+        let mut total = total.unwrap_or_else(|| Usage::reported(&Value::Null));
+        total.total_tokens = total.prompt_tokens + total.completion_tokens;
+        total
+    }
+
     fn reported(raw: &Value) -> Usage {
         let mut details = raw.as_object().cloned().unwrap_or_default();
         for key in [
@@ -186,75 +328,5 @@ impl Usage {
             }),
             details: Map::new(),
         }
-    }
-
-    /// Counts an estimate. Blocking: loads the BPE table on first use and encodes every text.
-    pub(crate) fn estimate(
-        model: Option<String>,
-        request: Option<&Value>,
-        choices: &[ChoiceOutput],
-    ) -> Usage {
-        let encoding = encoding_for_model(model.as_deref().unwrap_or_default());
-        let mut per_choice = BTreeMap::new();
-        for c in choices {
-            per_choice.insert(c.index, c.completion_tokens(encoding.name));
-        }
-        let completion: u64 = per_choice.values().sum();
-        let (prompt, prompt_counted, prompt_error) =
-            match request.map(|r| count_prompt(encoding.name, r)) {
-                None => (0, false, None),
-                Some(Ok(count)) => (count.total, true, None),
-                Some(Err(e)) => (0, false, Some(e.to_string())),
-            };
-        Usage {
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            total_tokens: prompt + completion,
-            source: UsageSource::Estimated,
-            estimate: Some(Estimate {
-                encoding: encoding.name.as_str().to_string(),
-                model,
-                model_known: encoding.known,
-                prompt_counted,
-                prompt_error,
-                choices: per_choice,
-            }),
-            details: Map::new(),
-        }
-    }
-}
-
-impl ChoiceOutput {
-    /// The choice's completion tokens as the usage estimate counts them (content, reasoning,
-    /// refusal, tool calls and the legacy function call), with `encoding`. Blocking: it loads
-    /// the tiktoken table the first time and counts on the calling thread.
-    ///
-    /// ```
-    /// # use choicewise_core::{Completions, EncodingName};
-    /// # #[tokio::main] async fn main() {
-    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let completion = Completions::from_reader(sse.as_bytes()).collect().await.unwrap();
-    /// assert_eq!(completion.choices[0].completion_tokens(EncodingName::O200kBase), 2);
-    /// # }
-    /// ```
-    pub fn completion_tokens(&self, encoding: EncodingName) -> u64 {
-        let m = &self.message;
-        fn part(f: &crate::response::FunctionCall) -> ToolCallPart<'_> {
-            ToolCallPart {
-                name: &f.name,
-                arguments: &f.arguments,
-            }
-        }
-        let calls: Vec<ToolCallPart<'_>> = m.tool_calls.iter().map(|t| part(&t.function)).collect();
-        count_completion(
-            encoding,
-            &CompletionParts {
-                content: m.content.as_deref(),
-                reasoning: m.reasoning_content.as_deref(),
-                refusal: m.refusal.as_deref(),
-                tool_calls: &calls,
-                function_call: m.function_call.as_ref().map(part),
-            },
-        )
     }
 }

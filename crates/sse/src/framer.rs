@@ -200,6 +200,46 @@ pub struct Framer {
     poisoned: Option<SseError>,
 }
 
+/// Whether `data` is one or more complete JSON objects (only whitespace around and between
+/// them), checked structurally: brackets balance outside strings, and each top-level value is
+/// an object. Not a validation; the caller parses the data anyway.
+fn complete_objects(data: &str) -> bool {
+    let bytes = data.trim_ascii().as_bytes();
+    if bytes.first() != Some(&b'{') || bytes.last() != Some(&b'}') {
+        return false;
+    }
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' if depth > 0 => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' if depth > 0 => depth -= 1,
+            b' ' | b'\t' | b'\n' | b'\r' if depth == 0 => {}
+            // Outside every object: anything but whitespace and the next object's `{`.
+            _ if depth == 0 => return false,
+            _ => {}
+        }
+    }
+    depth == 0 && !in_string
+}
+
+/// Whether the pending data may be dispatched without its blank line (tolerant mode): complete
+/// JSON objects, or `[DONE]`.
+fn dispatchable_without_blank_line(data: &str) -> bool {
+    (!data.contains('\n') && data.trim_ascii() == "[DONE]") || complete_objects(data)
+}
+
 /// Field interpretation state, split from the line buffer so a buffered line
 /// can be interpreted while borrowed.
 struct State {
@@ -217,6 +257,11 @@ struct State {
     reconnection_time: Option<u64>,
     /// (line, offset) of the pending event's first field line.
     event_start: Option<(u64, u64)>,
+    /// WHATWG only: never dispatch without a blank line.
+    strict: bool,
+    /// Events dispatched without their blank line (tolerant mode), and the line of the first.
+    unterminated: u64,
+    first_unterminated: Option<u64>,
 }
 
 impl Default for Framer {
@@ -277,6 +322,9 @@ impl Framer {
                 retry: None,
                 reconnection_time: None,
                 event_start: None,
+                strict: false,
+                unterminated: 0,
+                first_unterminated: None,
             },
             bom: Some(0),
             pending_cr: false,
@@ -285,6 +333,113 @@ impl Framer {
             offset: 0,
             poisoned: None,
         }
+    }
+
+    /// Strict WHATWG framing (`true`), or the default tolerant mode (`false`).
+    ///
+    /// Some servers (hand-rolled ones, editors' test recordings) write one `data:` line per
+    /// event **without the blank line** between events. WHATWG joins such lines into one event
+    /// that is only dispatched at the next blank line, or never. In the tolerant mode, when a
+    /// `data:` line arrives while the pending event's data is one or more complete JSON
+    /// objects, or `[DONE]`, the pending event is dispatched first, as if the blank line had
+    /// been there; [`finish_with`](Self::finish_with) does the same at the end of the stream.
+    /// [`unterminated_events`](Self::unterminated_events) counts these dispatches, so the
+    /// caller can warn. A stream with its blank lines frames the same in both modes; so does
+    /// an event whose data lines only together form a JSON value.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    ///
+    /// let input = b"data: {\"a\":1}\ndata: {\"b\":2}\ndata: [DONE]\n";
+    /// let frame = |mut framer: Framer| {
+    ///     let mut events = Vec::new();
+    ///     framer.feed(input, |ev| { events.push(ev.data.to_owned()); ControlFlow::Continue(()) }).unwrap();
+    ///     (events, framer.unterminated_events(), framer.finish().pending_data)
+    /// };
+    /// let (events, unterminated, pending) = frame(Framer::new());
+    /// assert_eq!(events, ["{\"a\":1}", "{\"b\":2}"]);
+    /// assert_eq!((unterminated, pending.as_deref()), (2, Some("[DONE]")));
+    /// let (events, unterminated, pending) = frame(Framer::new().strict(true));
+    /// assert!(events.is_empty());
+    /// assert_eq!((unterminated, pending.as_deref()), (0, Some("{\"a\":1}\n{\"b\":2}\n[DONE]")));
+    /// ```
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.st.strict = strict;
+        self
+    }
+
+    /// Whether the framer is in strict WHATWG mode (see [`strict`](Self::strict)).
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// assert!(!Framer::new().is_strict());
+    /// ```
+    pub fn is_strict(&self) -> bool {
+        self.st.strict
+    }
+
+    /// How many events the tolerant mode dispatched without their blank line so far (see
+    /// [`strict`](Self::strict)); reset by [`finish`](Self::finish).
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::new();
+    /// framer.feed(b"data: {}\n\ndata: {}\ndata: {}\n", |_| ControlFlow::Continue(())).unwrap();
+    /// assert_eq!(framer.unterminated_events(), 1);
+    /// assert_eq!(framer.first_unterminated_line(), Some(3));
+    /// ```
+    pub fn unterminated_events(&self) -> u64 {
+        self.st.unterminated
+    }
+
+    /// The first line of the first event dispatched without its blank line, if any.
+    pub fn first_unterminated_line(&self) -> Option<u64> {
+        self.st.first_unterminated
+    }
+
+    /// Ends the stream like [`finish`](Self::finish), but in the tolerant mode, when the
+    /// stream already had events without their blank line, first dispatches a pending event
+    /// whose lines are complete and whose data is one or more complete JSON objects: the last
+    /// event of such a stream. Otherwise the pending event stays undispatched, as WHATWG says:
+    /// in a stream that has its blank lines, a missing last one means the stream was cut. A
+    /// pending `[DONE]` is left in the [`Tail`], as [`finish`](Self::finish) leaves it.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::new();
+    /// framer.feed(b"data: {\"a\":1}\ndata: {\"a\":2}\n", |_| ControlFlow::Continue(())).unwrap();
+    /// let mut last = None;
+    /// let tail = framer.finish_with(|ev| { last = Some(ev.data.to_owned()); ControlFlow::Continue(()) });
+    /// assert_eq!(last.as_deref(), Some("{\"a\":2}"));
+    /// assert!(tail.is_clean());
+    ///
+    /// // Blank lines until the cut: the last event is not taken.
+    /// framer.feed(b"data: {\"a\":1}\n\ndata: {\"a\":2}\n", |_| ControlFlow::Continue(())).unwrap();
+    /// let tail = framer.finish_with(|_| panic!("not dispatched"));
+    /// assert_eq!(tail.pending_data.as_deref(), Some("{\"a\":2}"));
+    /// ```
+    pub fn finish_with<F>(&mut self, mut on_event: F) -> Tail
+    where
+        F: FnMut(Event<'_>) -> ControlFlow<()>,
+    {
+        let has_partial = self.offset > self.line_start;
+        if !self.st.strict
+            && self.st.unterminated > 0
+            && self.poisoned.is_none()
+            && !has_partial
+            && self.st.has_data
+            && complete_objects(&self.st.data)
+        {
+            let line = self.st.event_start.map_or(self.line_no, |(l, _)| l);
+            self.st.note_unterminated(line);
+            let _ = self.st.dispatch(&mut on_event);
+        }
+        self.finish()
     }
 
     /// The maximum event size this framer enforces.
@@ -529,6 +684,8 @@ impl Framer {
         st.retry = None;
         st.reconnection_time = None;
         st.event_start = None;
+        st.unterminated = 0;
+        st.first_unterminated = None;
         self.bom = Some(0);
         self.pending_cr = false;
         self.line_no = 1;
@@ -662,6 +819,18 @@ impl State {
             }
             None => (text, ""),
         };
+        let mut flow = ControlFlow::Continue(());
+        if name == "data"
+            && self.has_data
+            && !self.strict
+            && dispatchable_without_blank_line(&self.data)
+        {
+            // Tolerant mode: the pending event ended without its blank line.
+            let (first, _) = self.event_start.unwrap_or((line_no, line_offset));
+            self.note_unterminated(first);
+            flow = self.dispatch(on_event);
+            self.event_start = Some((line_no, line_offset));
+        }
         match name {
             "data" => {
                 let add = value.len() + usize::from(self.has_data);
@@ -707,7 +876,14 @@ impl State {
             }
             _ => {}
         }
-        Ok(ControlFlow::Continue(()))
+        // A break from a dispatch without blank line comes after this line was taken in, so
+        // that feeding can resume after it.
+        Ok(flow)
+    }
+
+    fn note_unterminated(&mut self, line: u64) {
+        self.unterminated += 1;
+        self.first_unterminated.get_or_insert(line);
     }
 
     /// Handles a blank line: dispatches the pending event if it has data, and

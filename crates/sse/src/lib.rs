@@ -2,9 +2,10 @@
 //!
 //! This crate turns the raw bytes of a `text/event-stream` response, arriving
 //! in reads of any size from any source, into [`Event`]s, following the
-//! WHATWG HTML standard's *event stream interpretation* rules exactly. It does
-//! no I/O and knows nothing about async: the caller reads bytes however it
-//! likes and hands each read to [`Framer::feed`].
+//! WHATWG HTML standard's *event stream interpretation* rules, with one
+//! tolerance that [`Framer::strict`] turns off (events without the blank line
+//! between them, below). It does no I/O and knows nothing about async: the
+//! caller reads bytes however it likes and hands each read to [`Framer::feed`].
 //!
 //! # Concepts
 //!
@@ -19,7 +20,11 @@
 //!   reconnection time; other fields are ignored. Lines starting with `:` are
 //!   comments.
 //! * **Dispatch**: a blank line dispatches the pending event if it has data,
-//!   then starts a new one. The event is handed to the caller's callback
+//!   then starts a new one. In the default tolerant mode, a `data:` line that
+//!   arrives while the pending event's data is complete JSON objects or
+//!   `[DONE]` dispatches that event first (servers that write one `data:` line
+//!   per event without blank lines); [`Framer::unterminated_events`] counts
+//!   these, and [`Framer::finish_with`] applies the rule at the end of input. The event is handed to the caller's callback
 //!   *borrowed* from the framer's reusable buffers, so framing allocates
 //!   nothing per event; [`Event::to_owned`] copies one out. The callback
 //!   returns [`ControlFlow`](std::ops::ControlFlow) to continue or to stop

@@ -738,3 +738,101 @@ fn data_buffer_is_reused_without_growth() {
     }
     assert_eq!(f.buffered_bytes(), before);
 }
+
+// ---------------------------------------------------------------- tolerant mode (the default)
+
+#[test]
+fn data_lines_without_blank_lines_are_events_when_each_is_a_complete_object() {
+    let input =
+        b"data: {\"a\":\"}{\"}\r\n: note\r\ndata: {\"b\":[1,{\"c\":2}]} \r\ndata: [DONE]\r\n";
+    let events = assert_split_invariant(input);
+    assert_eq!(
+        events,
+        [
+            ev("{\"a\":\"}{\"}", 1, 0),
+            ev("{\"b\":[1,{\"c\":2}]} ", 3, 26)
+        ]
+    );
+    let mut framer = Framer::new();
+    run_with(&mut framer, &[input]);
+    assert_eq!(framer.unterminated_events(), 2);
+    assert_eq!(framer.first_unterminated_line(), Some(1));
+    // The last one, [DONE], stays pending, as without the tolerant mode.
+    assert_eq!(framer.finish().pending_data.as_deref(), Some("[DONE]"));
+}
+
+#[test]
+fn an_object_spread_over_several_data_lines_stays_one_event() {
+    let input = b"data: {\"a\":\ndata: 1}\ndata: {\"b\":2}\n\n";
+    let mut framer = Framer::new();
+    let (events, _) = run_with(&mut framer, &[input]);
+    // The first two lines only together are an object: they wait; then each is applied.
+    assert_eq!(datas(&events), ["{\"a\":\n1}", "{\"b\":2}"]);
+    assert_eq!(framer.unterminated_events(), 1);
+    // Not objects (strings, numbers, arrays, prefixes): joined, as WHATWG says.
+    for input in [
+        &b"data: 1\ndata: 2\n\n"[..],
+        b"data: \"x\"\ndata: \"y\"\n\n",
+        b"data: [1]\ndata: [2]\n\n",
+        b"data: {\"a\":\"\\\"}\ndata: }\n\n",
+        b"data: {} x\ndata: {}\n\n",
+    ] {
+        let mut framer = Framer::new();
+        let (events, _) = run_with(&mut framer, &[input]);
+        assert_eq!(events.len(), 1, "{}", String::from_utf8_lossy(input));
+        assert_eq!(framer.unterminated_events(), 0);
+    }
+}
+
+#[test]
+fn strict_mode_keeps_the_whatwg_rules() {
+    let input = b"data: {\"a\":1}\ndata: {\"b\":2}\n\n";
+    let mut framer = Framer::new().strict(true);
+    let (events, _) = run_with(&mut framer, &[input]);
+    assert_eq!(datas(&events), ["{\"a\":1}\n{\"b\":2}"]);
+    let mut framer = Framer::new().strict(true);
+    run_with(&mut framer, &[b"data: {\"a\":1}\n"]);
+    let mut late = Vec::new();
+    let tail = framer.finish_with(|e| {
+        late.push(e.to_owned());
+        ControlFlow::Continue(())
+    });
+    assert!(late.is_empty());
+    assert_eq!(tail.pending_data.as_deref(), Some("{\"a\":1}"));
+    // finish() keeps the mode.
+    assert!(framer.is_strict());
+}
+
+#[test]
+fn at_the_end_a_pending_object_is_dispatched_but_not_a_partial_line() {
+    let mut framer = Framer::new();
+    run_with(&mut framer, &[b"data: {\"a\":1}\ndata: {\"b\":2}\n"]);
+    let mut late = Vec::new();
+    let tail = framer.finish_with(|e| {
+        late.push(e.to_owned());
+        ControlFlow::Continue(())
+    });
+    assert_eq!(late, [ev("{\"b\":2}", 2, 14)]);
+    assert!(tail.is_clean());
+    run_with(&mut framer, &[b"data: {\"a\":1}"]);
+    let tail = framer.finish_with(|_| panic!("a partial line is not dispatched"));
+    assert!(!tail.complete_lines);
+}
+
+#[test]
+fn a_break_at_a_dispatch_without_blank_line_resumes_where_it_stopped() {
+    let input = b"data: [DONE]\ndata: {\"late\":1}\n\n";
+    let mut framer = Framer::new();
+    let mut seen = Vec::new();
+    let feed = framer
+        .feed(input, |e| {
+            seen.push(e.data.to_owned());
+            ControlFlow::Break(())
+        })
+        .unwrap();
+    // The line that dispatched [DONE] is consumed (and taken in).
+    assert_eq!(feed, Feed::Stopped { consumed: 30 });
+    assert_eq!(seen, ["[DONE]"]);
+    run_with(&mut framer, &[&input[30..]]);
+    assert_eq!(framer.finish().pending_bytes, 0);
+}

@@ -1,8 +1,9 @@
-//! Property: framing does not depend on how the stream is cut into reads.
+//! Property: framing does not depend on how the stream is cut into reads, in the strict
+//! WHATWG mode and in the default tolerant mode alike.
 
 mod common;
 
-use common::{frame, frame_stopping, max_size, split_at, stream};
+use common::{frame_in, frame_stopping_in, max_size, split_at, stream};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
@@ -17,17 +18,21 @@ proptest! {
         cuts in proptest::collection::vec(any::<Index>(), 0..12),
         max in max_size(),
     ) {
-        let whole = frame(max, &[&input]);
-        let pieces = split_at(&input, &cuts);
-        prop_assert_eq!(frame(max, &pieces), whole);
+        for strict in [true, false] {
+            let whole = frame_in(strict, max, &[&input]);
+            let pieces = split_at(&input, &cuts);
+            prop_assert_eq!(frame_in(strict, max, &pieces), whole);
+        }
     }
 
     /// One-byte reads (every CR/LF, BOM and UTF-8 boundary split).
     #[test]
     fn one_byte_reads_match_whole_input(input in stream(true), max in max_size()) {
-        let whole = frame(max, &[&input]);
-        let pieces: Vec<&[u8]> = input.chunks(1).collect();
-        prop_assert_eq!(frame(max, &pieces), whole);
+        for strict in [true, false] {
+            let whole = frame_in(strict, max, &[&input]);
+            let pieces: Vec<&[u8]> = input.chunks(1).collect();
+            prop_assert_eq!(frame_in(strict, max, &pieces), whole);
+        }
     }
 
     /// Stopping after every event and feeding the rest again loses nothing.
@@ -37,9 +42,11 @@ proptest! {
         cuts in proptest::collection::vec(any::<Index>(), 0..6),
         max in max_size(),
     ) {
-        let whole = frame(max, &[&input]);
-        let pieces = split_at(&input, &cuts);
-        prop_assert_eq!(frame_stopping(max, &pieces), whole);
+        for strict in [true, false] {
+            let whole = frame_in(strict, max, &[&input]);
+            let pieces = split_at(&input, &cuts);
+            prop_assert_eq!(frame_stopping_in(strict, max, &pieces), whole);
+        }
     }
 
     /// Completely arbitrary bytes never panic and are split-invariant too.
@@ -49,8 +56,10 @@ proptest! {
         cuts in proptest::collection::vec(any::<Index>(), 0..8),
         max in max_size(),
     ) {
-        let whole = frame(max, &[&input]);
-        let pieces = split_at(&input, &cuts);
-        prop_assert_eq!(frame(max, &pieces), whole);
+        for strict in [true, false] {
+            let whole = frame_in(strict, max, &[&input]);
+            let pieces = split_at(&input, &cuts);
+            prop_assert_eq!(frame_in(strict, max, &pieces), whole);
+        }
     }
 }

@@ -2,11 +2,12 @@
 //!
 //! A loopback HTTP server that serves recorded chat-completion streams (the `.sse` fixtures) as
 //! real server-sent events, for tests of HTTP clients. It binds `127.0.0.1` (port 0 by
-//! default), answers two endpoints:
+//! default), answers three endpoints:
 //!
 //! - `POST /v1/chat/completions` (OpenAI style, `Authorization: Bearer KEY`);
 //! - `POST /openai/deployments/{deployment}/chat/completions?api-version=V` (Azure style,
 //!   `api-key: KEY`);
+//! - `GET /v1/models`: the model list of [`TestServerBuilder::models`], OpenAI's shape;
 //!
 //! and behaves as its [`TestServerBuilder`] says, deterministically for a seed: random write
 //! boundaries (cutting lines and multi-byte UTF-8 characters), small delays, keep-alive
@@ -318,6 +319,7 @@ pub struct TestServerBuilder {
     fail_first: usize,
     api_key: Option<String>,
     port: u16,
+    models: Vec<String>,
 }
 
 impl Default for TestServerBuilder {
@@ -330,6 +332,7 @@ impl Default for TestServerBuilder {
             fail_first: 0,
             api_key: None,
             port: 0,
+            models: vec!["gpt-4o-mini".to_string()],
         }
     }
 }
@@ -478,6 +481,19 @@ impl TestServerBuilder {
         self
     }
 
+    /// The model ids `GET /v1/models` lists, in order (default `gpt-4o-mini`), as
+    /// `{"object": "list", "data": [{"id": ..., "object": "model", ...}]}`.
+    ///
+    /// ```
+    /// # use choicewise_testserver::TestServer;
+    /// let builder = TestServer::builder().models(["smollm2", "qwen"]);
+    /// # drop(builder);
+    /// ```
+    pub fn models<I: IntoIterator<Item = S>, S: Into<String>>(mut self, models: I) -> Self {
+        self.models = models.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// The port to bind on 127.0.0.1 (default 0: any free port).
     ///
     /// ```
@@ -510,6 +526,7 @@ impl TestServerBuilder {
             failure: self.failure,
             fail_first: self.fail_first,
             api_key: self.api_key,
+            models: self.models,
             requests: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
             disconnects,
@@ -593,6 +610,7 @@ struct State {
     failure: Option<Failure>,
     fail_first: usize,
     api_key: Option<String>,
+    models: Vec<String>,
     requests: Mutex<Vec<RecordedRequest>>,
     connections: AtomicUsize,
     /// How many streamed answers the client abandoned before their end.
@@ -824,6 +842,37 @@ fn route(path: &str) -> Option<Api> {
     (!deployment.is_empty() && !deployment.contains('/')).then_some(Api::Azure)
 }
 
+/// `GET /v1/models`.
+fn models(state: &State, request: &RecordedRequest) -> Response<Body> {
+    if request.method != "GET" {
+        return Failure::status(405)
+            .message(format!("Method {} not allowed", request.method))
+            .kind("invalid_request_error")
+            .response();
+    }
+    if let Some(key) = &state.api_key {
+        let authorized = request
+            .header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|k| k == key);
+        if !authorized {
+            return Failure::status(401).response();
+        }
+    }
+    let data: Vec<Value> = state
+        .models
+        .iter()
+        .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "choicewise-testserver"}))
+        .collect();
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(full(
+            serde_json::json!({"object": "list", "data": data}).to_string(),
+        ))
+        .expect("a valid response")
+}
+
 async fn handle(
     state: Arc<State>,
     request: Request<Incoming>,
@@ -860,6 +909,9 @@ async fn handle(
         requests.len() - 1
     };
 
+    if recorded.path == "/v1/models" {
+        return Ok(models(&state, &recorded));
+    }
     let Some(api) = route(&recorded.path) else {
         return Ok(Failure::status(404)
             .message(format!("Unknown path {}", recorded.path))

@@ -17,9 +17,16 @@ pub struct Outcome {
     pub end: Option<(Position, Tail)>,
 }
 
-/// Feeds `pieces` in order (continuing after every event), then finishes.
+/// Feeds `pieces` in order (continuing after every event), then finishes, in strict WHATWG
+/// mode (what the reference model implements).
 pub fn frame(max: usize, pieces: &[&[u8]]) -> Outcome {
-    let mut framer = Framer::with_max_event_size(max);
+    frame_in(true, max, pieces)
+}
+
+/// [`frame`] in the given mode; the end is `finish_with` (which, in the tolerant mode, may
+/// dispatch a last event without its blank line).
+pub fn frame_in(strict: bool, max: usize, pieces: &[&[u8]]) -> Outcome {
+    let mut framer = Framer::with_max_event_size(max).strict(strict);
     let mut events = Vec::new();
     for piece in pieces {
         let res = framer.feed(piece, |ev| {
@@ -42,7 +49,10 @@ pub fn frame(max: usize, pieces: &[&[u8]]) -> Outcome {
         }
     }
     let position = framer.position();
-    let tail = framer.finish();
+    let tail = framer.finish_with(|ev| {
+        events.push(ev.to_owned());
+        ControlFlow::Continue(())
+    });
     Outcome {
         events,
         error: None,
@@ -51,9 +61,14 @@ pub fn frame(max: usize, pieces: &[&[u8]]) -> Outcome {
 }
 
 /// Feeds `pieces` but asks to stop after every event, re-feeding the rest of
-/// the piece each time.
+/// the piece each time (strict mode).
 pub fn frame_stopping(max: usize, pieces: &[&[u8]]) -> Outcome {
-    let mut framer = Framer::with_max_event_size(max);
+    frame_stopping_in(true, max, pieces)
+}
+
+/// [`frame_stopping`] in the given mode.
+pub fn frame_stopping_in(strict: bool, max: usize, pieces: &[&[u8]]) -> Outcome {
+    let mut framer = Framer::with_max_event_size(max).strict(strict);
     let mut events = Vec::new();
     for piece in pieces {
         let mut rest: &[u8] = piece;
@@ -85,7 +100,10 @@ pub fn frame_stopping(max: usize, pieces: &[&[u8]]) -> Outcome {
         }
     }
     let position = framer.position();
-    let tail = framer.finish();
+    let tail = framer.finish_with(|ev| {
+        events.push(ev.to_owned());
+        ControlFlow::Continue(())
+    });
     Outcome {
         events,
         error: None,
