@@ -44,10 +44,15 @@ pub(crate) struct ScannedChoice {
 /// Nesting deeper than this is left to serde (its recursion limit is 128).
 const MAX_DEPTH: u32 = 128;
 
-/// Scans a chunk; `None` when the serde path must decide.
-pub(crate) fn scan(data: &str) -> Option<Scanned> {
+/// Scans a chunk; `None` when the serde path must decide. `reuse` lends the choices' vector
+/// (kept by the caller between chunks, so that a chunk costs no allocation for it).
+pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>) -> Option<Scanned> {
     let b = data.as_bytes();
-    let mut out = Scanned::default();
+    let mut out = Scanned {
+        choices: reuse,
+        ..Scanned::default()
+    };
+    out.choices.clear();
     let mut p = ws(b, 0);
     if b.get(p) != Some(&b'{') {
         return None;
@@ -440,7 +445,7 @@ mod tests {
             "obfuscation":"x\"y","choices":[{"index":2,"delta":{"content":"a}\"{"},"logprobs":null},
             {"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":[1]}"}}]},"finish_reason":"stop","index":0}],
             "usage":null,"extra":{"a":[1,2.5e-3,true,false,null,{}]}} "#;
-        let s = scan(data).expect("scanned");
+        let s = scan(data, Vec::new()).expect("scanned");
         assert_eq!(field(data, &s.id), Some(r#""c1""#));
         assert_eq!(field(data, &s.model), Some(r#""m""#));
         assert_eq!(field(data, &s.created), Some("17"));
@@ -462,7 +467,7 @@ mod tests {
         // Each element: (index, finishes) the same as a typed parse says.
         let data = r#"{"choices":[{"index":null,"finish_reason":""},{"finish_reason":null,"index":7},
             {"index":3,"finish_reason":"length"},{}]}"#;
-        let s = scan(data).unwrap();
+        let s = scan(data, Vec::new()).unwrap();
         let got: Vec<_> = s.choices.iter().map(|c| (c.index, c.finishes)).collect();
         assert_eq!(
             got,
@@ -496,19 +501,19 @@ mod tests {
             r#"{"choices":[]}{"choices":[]}"#,
             r#"{"choices":[{"index":0,"delta":{"content":"x"}]}"#,
         ] {
-            assert!(scan(data).is_none(), "{data}");
+            assert!(scan(data, Vec::new()).is_none(), "{data}");
         }
         let deep = format!(
             r#"{{"choices":[],"x":{}{}}}"#,
             "[".repeat(200),
             "]".repeat(200)
         );
-        assert!(scan(&deep).is_none());
+        assert!(scan(&deep, Vec::new()).is_none());
         let ok = format!(
             r#"{{"choices":[],"x":{}{}}}"#,
             "[".repeat(100),
             "]".repeat(100)
         );
-        assert!(scan(&ok).is_some());
+        assert!(scan(&ok, Vec::new()).is_some());
     }
 }

@@ -173,6 +173,8 @@ pub(crate) struct Splitter {
     offset: u64,
     /// The warning about events without blank lines was given.
     warned_unterminated: bool,
+    /// The scan's vector of choices, reused from chunk to chunk.
+    scanned: Vec<crate::scan::ScannedChoice>,
     max_choices: usize,
     /// Choice index to slot, for small indexes (the usual case) ...
     small: Vec<u32>,
@@ -195,6 +197,7 @@ impl Splitter {
             framer: Framer::with_max_event_size(max_event_size).strict(strict_sse),
             offset: 0,
             warned_unterminated: false,
+            scanned: Vec::new(),
             max_choices,
             small: Vec::new(),
             large: HashMap::new(),
@@ -457,14 +460,20 @@ impl Splitter {
             None => Vec::new(),
         };
         self.facts(facts, &indexes, line);
+        let mut result = Ok(());
         for choice in &s.choices {
             let line = match multiline {
                 true => at(choice.range.start),
                 false => line,
             };
             let element = &data[choice.range.clone()];
-            self.choice(choice.index, choice.finishes, element, line, offset)?;
+            result = self.choice(choice.index, choice.finishes, element, line, offset);
+            if result.is_err() {
+                break;
+            }
         }
+        self.scanned = s.choices;
+        result?;
         match value(&s.error) {
             Some(e) => Err(Error::Upstream(std::sync::Arc::new(
                 UpstreamError::from_value(&e, line),
@@ -605,7 +614,7 @@ impl Splitter {
                 .count();
             data_lines.line(within).unwrap_or(line + within as u64)
         };
-        if let Some(scanned) = scan(data) {
+        if let Some(scanned) = scan(data, std::mem::take(&mut self.scanned)) {
             let multiline = memchr::memchr(b'\n', data.as_bytes()).is_some();
             self.scanned(scanned, data, (line, offset, multiline), &at)?;
             return Ok(Flow::Continue);
