@@ -378,8 +378,8 @@ fn split_independent(mut o: Observed) -> Observed {
 }
 
 /// Feeds `reads` to a [`choicewise_core::Demux`] (no runtime) and observes what the actors'
-/// consumers would: the result, each choice's events and the error that ended its streams
-/// (a choice's error ends its streams unless it came after its finish), the warnings.
+/// consumers would: the result, each choice's events and the error that ended its streams,
+/// the warnings.
 pub fn observe_demux(reads: &[&[u8]], max_event_size: Option<usize>) -> Observed {
     let mut builder = Completions::builder();
     if let Some(limit) = max_event_size {
@@ -399,8 +399,7 @@ pub fn observe_demux(reads: &[&[u8]], max_event_size: Option<usize>) -> Observed
         .indexes()
         .into_iter()
         .map(|index| {
-            let (output, error) = demux.choice(index).expect("a known index");
-            let ended_by = error.filter(|_| output.finish_reason.is_none());
+            let ended_by = demux.ended(index).and_then(Result::err);
             (
                 index,
                 demux.events(index),

@@ -173,6 +173,24 @@ impl Demux {
         self.state(index).map(ChoiceState::outcome)
     }
 
+    /// How choice `index`'s events ended, once they have: `Ok` at its finish (or a clean end
+    /// of the stream), or the error that ended them (its own, or the stream's before its
+    /// finish). `None` while they are open, or for an unknown index. An error after the
+    /// finish (a late update that broke a limit) does not end them; [`Demux::choice`]
+    /// reports it.
+    ///
+    /// ```
+    /// use choicewise_core::Demux;
+    /// let mut demux = Demux::new();
+    /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
+    /// assert!(demux.ended(0).is_none());
+    /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":[]}}]}\n\n").unwrap();
+    /// assert!(demux.ended(0).unwrap().is_err());
+    /// ```
+    pub fn ended(&self, index: u32) -> Option<Result<(), Error>> {
+        self.state(index)?.closed()
+    }
+
     /// Warnings so far (the stream's and every choice's).
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings
