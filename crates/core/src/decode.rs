@@ -16,6 +16,8 @@ use crate::wire::{ChunkChoice, FunctionCallDelta};
 #[derive(Debug)]
 pub(crate) struct DecodeError {
     pub error: Error,
+    /// The line of the malformed update.
+    pub line: u64,
     pub after: u64,
     pub after_line: u64,
 }
@@ -49,6 +51,7 @@ pub(crate) fn decode_batch(
             Err(error) => {
                 return Err(DecodeError {
                     error,
+                    line,
                     after: total - k as u64 - 1,
                     after_line: updates.next().map_or(0, |(_, u)| u.line),
                 });

@@ -214,6 +214,9 @@ impl Demux {
                 continue;
             }
             let batch = std::mem::take(&mut slot.batch);
+            if state.skip_batch(&batch) {
+                continue;
+            }
             self.updates.clear();
             let decoded = decode_batch(slot.index, batch, &mut self.updates);
             let updates = std::mem::take(&mut self.updates);

@@ -107,7 +107,10 @@ impl ChoiceState {
                 Ok(()) => 0,
                 Err(d) => 1 + d.after,
             };
-            let line = updates.first().map(|u| u.line);
+            let line = updates
+                .first()
+                .map(|u| u.line)
+                .or(decoded.as_ref().err().map(|d| d.line));
             self.ignore(updates.len() as u64 + undecoded, line);
             return;
         }
@@ -138,6 +141,18 @@ impl ChoiceState {
             self.ignore(d.after, Some(d.after_line));
         }
         self.waiters.wake_all();
+    }
+
+    /// Counts a whole batch as ignored, unparsed, when the choice no longer takes updates (it
+    /// failed); `false` when it does (the caller parses and applies it).
+    pub fn skip_batch(&mut self, batch: &crate::split::Batch) -> bool {
+        if self.takes_updates() {
+            return false;
+        }
+        self.applied += 1;
+        let line = batch.updates.first().map(|u| u.line);
+        self.ignore(batch.updates.len() as u64, line);
+        true
     }
 
     /// Counts updates ignored after the choice failed (`line`: the first one's, if known).

@@ -91,6 +91,10 @@ impl ChoiceActorState {
     /// merges it.
     fn apply(&mut self, batch: Batch) {
         let index = self.shared().index;
+        if self.shared().lock().skip_batch(&batch) {
+            // The choice failed: its later updates are counted, not parsed.
+            return;
+        }
         self.updates.clear();
         let decoded = decode_batch(index, batch, &mut self.updates);
         #[cfg(feature = "fault-injection")]
