@@ -136,15 +136,24 @@ struct Frame {
     /// For objects: the key of the member being parsed (the last complete
     /// key). The buffer is reused across members and frames.
     key: String,
-    /// For objects: the position of the open child counted from the end of
-    /// the map's iteration order, if it was found among the last few
-    /// ([`UNKNOWN_POSITION`] otherwise). While a child is open its map does
-    /// not change, so this reaches it without comparing keys.
-    from_end: usize,
+    /// For objects: where the open child is in the map's iteration order.
+    /// While a child is open its map does not change, so this reaches it
+    /// without comparing keys.
+    position: Position,
 }
 
-/// [`Frame::from_end`] when the position is not known.
-const UNKNOWN_POSITION: usize = usize::MAX;
+/// Where the open child of an object is in its map's iteration order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Position {
+    /// Not known: found by its key.
+    Unknown,
+    /// The last entry.
+    Last,
+    /// This many entries before the last.
+    FromEnd(usize),
+    /// This many entries after the first.
+    FromFront(usize),
+}
 
 /// Initial capacity of a string value that is still open at the end of a
 /// fragment.
@@ -153,7 +162,8 @@ const STRING_START_CAPACITY: usize = 64;
 /// Strings below this capacity grow 4x at a time (see [`append`]).
 const FAST_GROWTH_LIMIT: usize = 4096;
 
-/// How many entries from the end of a map are searched for the open child.
+/// How many entries from either end of a map are searched for the open
+/// child.
 const POSITION_SEARCH_LIMIT: usize = 8;
 
 /// An incremental, best-effort parser for one JSON value arriving in
@@ -214,9 +224,9 @@ pub struct PartialJson {
     deepest: usize,
     /// The innermost open container is an object.
     top_is_object: bool,
-    /// No error, and inside an open value string already in the tree, not
-    /// in an escape: the state of the fast path of `push`.
-    in_plain_string: bool,
+    /// No error, and inside an open value string already in the tree: the
+    /// state of the fast path of `push`.
+    in_tree_string: bool,
 }
 
 impl Default for PartialJson {
@@ -252,7 +262,7 @@ impl Default for Frame {
         Frame {
             object: false,
             key: String::new(),
-            from_end: UNKNOWN_POSITION,
+            position: Position::Unknown,
         }
     }
 }
@@ -262,21 +272,70 @@ impl Default for Frame {
 fn child_mut<'a>(v: &'a mut Value, frame: &Frame) -> Option<&'a mut Value> {
     match v {
         Value::Object(map) => {
-            if frame.from_end == UNKNOWN_POSITION {
-                map.get_mut(frame.key.as_str())
-            } else {
-                let mut entries = map.iter_mut();
-                for _ in 0..frame.from_end {
-                    entries.next_back();
+            let (key, child) = match frame.position {
+                Position::Last => map.iter_mut().next_back(),
+                Position::FromEnd(n) => {
+                    let mut entries = map.iter_mut();
+                    for _ in 0..n {
+                        entries.next_back();
+                    }
+                    entries.next_back()
                 }
-                let (key, child) = entries.next_back()?;
-                debug_assert_eq!(key, &frame.key);
-                Some(child)
-            }
+                Position::FromFront(n) => {
+                    let mut entries = map.iter_mut();
+                    for _ in 0..n {
+                        entries.next();
+                    }
+                    entries.next()
+                }
+                Position::Unknown => return map.get_mut(frame.key.as_str()),
+            }?;
+            debug_assert_eq!(key, &frame.key);
+            Some(child)
         }
         Value::Array(items) => items.last_mut(),
         _ => None,
     }
+}
+
+/// Where `key` is in `map`, if among the first or last few entries (the
+/// nearer end is taken). Works for any map order (sorted or insertion).
+fn find_position(map: &Map<String, Value>, key: &str) -> Position {
+    let len = map.len();
+    if let Some(n) = map
+        .keys()
+        .rev()
+        .take(POSITION_SEARCH_LIMIT)
+        .position(|k| k == key)
+    {
+        let from_front = len - 1 - n;
+        return if n == 0 {
+            Position::Last
+        } else if from_front < n {
+            Position::FromFront(from_front)
+        } else {
+            Position::FromEnd(n)
+        };
+    }
+    match map
+        .keys()
+        .take(POSITION_SEARCH_LIMIT)
+        .position(|k| k == key)
+    {
+        Some(n) => Position::FromFront(n),
+        None => Position::Unknown,
+    }
+}
+
+/// The node reached from the root by following the open child of each of
+/// `path` (open frames from the root).
+#[inline(never)]
+fn descend<'a>(root: &'a mut Option<Value>, path: &[Frame]) -> Option<&'a mut Value> {
+    let mut v = root.as_mut()?;
+    for frame in path {
+        v = child_mut(v, frame)?;
+    }
+    Some(v)
 }
 
 /// The container of the last of `frames` (`frames` being all open frames
@@ -284,11 +343,7 @@ fn child_mut<'a>(v: &'a mut Value, frame: &Frame) -> Option<&'a mut Value> {
 #[inline(always)]
 fn container_mut<'a>(root: &'a mut Option<Value>, frames: &[Frame]) -> Option<&'a mut Value> {
     let (_, path) = frames.split_last()?;
-    let mut v = root.as_mut()?;
-    for frame in path {
-        v = child_mut(v, frame)?;
-    }
-    Some(v)
+    descend(root, path)
 }
 
 /// Why [`lex_string`] stopped.
@@ -422,11 +477,7 @@ fn lex_string(
 /// The open value string in the tree (`frames`: all open frames).
 #[inline]
 fn leaf_mut<'a>(root: &'a mut Option<Value>, frames: &[Frame]) -> Option<&'a mut String> {
-    let leaf = match frames.last() {
-        None => root.as_mut(),
-        Some(top) => child_mut(container_mut(root, frames)?, top),
-    };
-    match leaf {
+    match descend(root, frames) {
         Some(Value::String(s)) => Some(s),
         _ => None,
     }
@@ -623,7 +674,7 @@ impl PartialJson {
             leaf_in_tree: false,
             token_start: 0,
             deepest: 0,
-            in_plain_string: false,
+            in_tree_string: false,
             top_is_object: false,
         }
     }
@@ -667,21 +718,65 @@ impl PartialJson {
     /// ```
     #[inline]
     pub fn push(&mut self, fragment: &str) -> Result<(), PartialJsonError> {
-        // Fast path: the fragment only continues the open string value (the
-        // bulk of a typical call): append it to the tree directly.
-        if self.in_plain_string && !fragment.bytes().any(is_special_in_string) {
-            if !fragment.is_empty() {
-                match leaf_mut(&mut self.root, &self.frames[..self.depth]) {
-                    Some(s) => append(s, fragment),
-                    None => debug_assert!(false, "open string not found in the tree"),
+        // Fast paths: the fragment continues the open string value (the bulk
+        // of a typical call).
+        if self.in_tree_string {
+            if self.state
+                == (State::Str {
+                    key: false,
+                    esc: Esc::Normal,
+                })
+                && !fragment.bytes().any(is_special_in_string)
+            {
+                // Plain text: append it as it is.
+                if !fragment.is_empty() {
+                    match leaf_mut(&mut self.root, &self.frames[..self.depth]) {
+                        Some(s) => append(s, fragment),
+                        None => debug_assert!(false, "open string not found in the tree"),
+                    }
+                    self.revision += 1;
                 }
-                self.revision += 1;
+                self.changed = !fragment.is_empty();
+                self.consumed += fragment.len() as u64;
+                return Ok(());
             }
-            self.changed = !fragment.is_empty();
+            return self.push_in_string(fragment);
+        }
+        self.push_general(fragment)
+    }
+
+    /// [`push`](Self::push) inside an open string value already in the tree
+    /// (no error): decodes the fragment straight into it, with one lookup of
+    /// the string; whatever follows a closing quote takes the general path.
+    #[inline(never)]
+    fn push_in_string(&mut self, fragment: &str) -> Result<(), PartialJsonError> {
+        let State::Str { key: false, esc } = self.state else {
+            debug_assert!(false, "fast path outside a value string");
+            return self.push_general(fragment);
+        };
+        let Some(leaf) = leaf_mut(&mut self.root, &self.frames[..self.depth]) else {
+            debug_assert!(false, "open string not found in the tree");
+            return self.push_general(fragment);
+        };
+        let before = leaf.len();
+        let (i, stop) = lex_string(fragment.as_bytes(), fragment, 0, esc, leaf);
+        let grew = leaf.len() != before;
+        if let StrStop::End(esc) = stop {
+            self.state = State::Str { key: false, esc };
+            self.changed = grew;
+            self.revision += u64::from(grew);
             self.consumed += fragment.len() as u64;
             return Ok(());
         }
-        self.push_general(fragment)
+        self.changed = grew;
+        let result = match stop {
+            StrStop::Closed => {
+                self.close_string(false);
+                self.feed(fragment, i)
+            }
+            stop => Err(self.string_error(fragment, i, stop)),
+        };
+        self.end_push(fragment, result)
     }
 
     /// [`push`](Self::push) for everything but the fast path.
@@ -694,20 +789,26 @@ impl PartialJson {
             return Err(PartialJsonError::AlreadyFinished);
         }
         self.changed = false;
-        let result = self.feed(fragment);
+        let result = self.feed(fragment, 0);
+        self.end_push(fragment, result)
+    }
+
+    /// The end of a push that went through [`feed`](Self::feed).
+    #[inline(always)]
+    fn end_push(
+        &mut self,
+        fragment: &str,
+        result: Result<(), (usize, PartialJsonError)>,
+    ) -> Result<(), PartialJsonError> {
         if matches!(self.state, State::Str { key: false, .. }) {
             self.flush_string();
         }
         if self.changed {
             self.revision += 1;
         }
-        self.in_plain_string = result.is_ok()
+        self.in_tree_string = result.is_ok()
             && self.leaf_in_tree
-            && self.state
-                == (State::Str {
-                    key: false,
-                    esc: Esc::Normal,
-                });
+            && matches!(self.state, State::Str { key: false, .. });
         match result {
             Ok(()) => {
                 self.consumed += fragment.len() as u64;
@@ -719,6 +820,27 @@ impl PartialJson {
                 Err(err)
             }
         }
+    }
+
+    /// The error for a string that stopped at byte `i` of `text` for
+    /// anything but its end or closing quote.
+    #[cold]
+    fn string_error(&self, text: &str, i: usize, stop: StrStop) -> (usize, PartialJsonError) {
+        let offset = self.consumed + i as u64;
+        let err = match stop {
+            StrStop::Control(byte) => PartialJsonError::ControlCharacterInString { offset, byte },
+            StrStop::Unexpected(expected) => PartialJsonError::UnexpectedCharacter {
+                offset,
+                found: char_at(text, i),
+                expected,
+            },
+            StrStop::LoneSurrogate => PartialJsonError::LoneSurrogate { offset },
+            StrStop::End(_) | StrStop::Closed => {
+                debug_assert!(false, "not an error");
+                PartialJsonError::LoneSurrogate { offset }
+            }
+        };
+        (i, err)
     }
 
     /// The best-effort value of the input so far, or `None` if nothing
@@ -819,7 +941,7 @@ impl PartialJson {
             return Err(PartialJsonError::AlreadyFinished);
         }
         // Whatever happens next, later pushes take the general path.
-        self.in_plain_string = false;
+        self.in_tree_string = false;
         let offset = self.consumed;
         let result = match self.state {
             State::Number(num) if num.is_complete() => self.complete_number(),
@@ -966,12 +1088,14 @@ impl PartialJson {
 
     // ----- lexer -----------------------------------------------------------
 
-    /// Processes `text`; on error returns the index of the offending byte.
-    fn feed(&mut self, text: &str) -> Result<(), (usize, PartialJsonError)> {
+    /// Processes `text` from byte `start`; on error returns the index of the
+    /// offending byte.
+    #[inline(always)]
+    fn feed(&mut self, text: &str, start: usize) -> Result<(), (usize, PartialJsonError)> {
         let bytes = text.as_bytes();
         let len = bytes.len();
         let base = self.consumed;
-        let mut i = 0;
+        let mut i = start;
         let unexpected = |i: usize, expected: Expected| {
             (
                 i,
@@ -1007,24 +1131,7 @@ impl PartialJson {
                     match stop {
                         StrStop::End(esc) => self.state = State::Str { key, esc },
                         StrStop::Closed => self.close_string(key),
-                        StrStop::Control(byte) => {
-                            return Err((
-                                i,
-                                PartialJsonError::ControlCharacterInString {
-                                    offset: base + i as u64,
-                                    byte,
-                                },
-                            ));
-                        }
-                        StrStop::Unexpected(expected) => return Err(unexpected(i, expected)),
-                        StrStop::LoneSurrogate => {
-                            return Err((
-                                i,
-                                PartialJsonError::LoneSurrogate {
-                                    offset: base + i as u64,
-                                },
-                            ));
-                        }
+                        stop => return Err(self.string_error(text, i, stop)),
                     }
                 }
                 State::Number(mut num) => {
@@ -1204,21 +1311,13 @@ impl PartialJson {
             debug_assert!(false, "open path does not match the tree");
             return;
         };
-        let mut from_end = UNKNOWN_POSITION;
+        let mut position = Position::Unknown;
         match container {
             Value::Object(map) => {
                 if let Some(frame) = frames.last() {
                     map.insert(frame.key.clone(), value);
                     if open {
-                        // Works for any map order (sorted or insertion).
-                        if let Some(pos) = map
-                            .keys()
-                            .rev()
-                            .take(POSITION_SEARCH_LIMIT)
-                            .position(|k| *k == frame.key)
-                        {
-                            from_end = pos;
-                        }
+                        position = find_position(map, &frame.key);
                     }
                 }
             }
@@ -1226,7 +1325,7 @@ impl PartialJson {
             _ => debug_assert!(false, "open frame is not a container"),
         }
         if let Some(frame) = self.frames.get_mut(self.depth - 1) {
-            frame.from_end = from_end;
+            frame.position = position;
         }
     }
 
@@ -1334,7 +1433,7 @@ impl PartialJson {
         if let Some(frame) = self.frames.get_mut(self.depth) {
             frame.object = object;
             frame.key.clear();
-            frame.from_end = UNKNOWN_POSITION;
+            frame.position = Position::Unknown;
         }
         self.depth += 1;
         self.top_is_object = object;
