@@ -1,0 +1,419 @@
+//! The lexer: the grammar state machine, and the decoding of strings.
+
+use super::number::Num;
+use super::tree::leaf_mut;
+use super::{Lit, PartialJson, State, char_at};
+use crate::error::{Expected, PartialJsonError};
+
+/// Where the lexer is inside a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Esc {
+    /// Plain characters.
+    Normal,
+    /// Right after `\`.
+    Backslash,
+    /// Inside `\uXXXX`: `count` hex digits read so far, their value `code`.
+    Hex { count: u8, code: u16 },
+    /// After a high surrogate escape; expecting `\`.
+    AfterHigh { high: u16 },
+    /// After a high surrogate escape and `\`; expecting `u`.
+    AfterHighBackslash { high: u16 },
+    /// Inside the `\uXXXX` that must be a low surrogate.
+    LowHex { high: u16, count: u8, code: u16 },
+}
+
+/// Initial capacity of a string value that is still open at the end of a
+/// fragment.
+pub(super) const STRING_START_CAPACITY: usize = 64;
+
+/// Strings below this capacity grow 4x at a time (see [`append`]).
+const FAST_GROWTH_LIMIT: usize = 4096;
+
+/// Why [`lex_string`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StrStop {
+    /// At the end of the fragment, in this escape state.
+    End(Esc),
+    /// After the closing quote.
+    Closed,
+    /// At a raw control character.
+    Control(u8),
+    /// At a character that cannot appear here.
+    Unexpected(Expected),
+    /// At the character that showed a surrogate escape unpaired.
+    LoneSurrogate,
+}
+
+/// Lexes string content of `bytes` (= `text`) from `i` in escape state
+/// `esc`, appending the decoded text to `out`, until the closing quote
+/// (consumed), the end, or an error. Returns where it stopped and why.
+#[inline(always)]
+pub(super) fn lex_string(
+    bytes: &[u8],
+    text: &str,
+    mut i: usize,
+    mut esc: Esc,
+    out: &mut String,
+) -> (usize, StrStop) {
+    let len = bytes.len();
+    while i < len {
+        let c = bytes[i];
+        esc = match esc {
+            Esc::Normal => {
+                let start = i;
+                while i < len && !is_special_in_string(bytes[i]) {
+                    i += 1;
+                }
+                if i > start {
+                    // `start` and `i` are at ASCII bytes or the end: both
+                    // are character boundaries.
+                    append(out, &text[start..i]);
+                }
+                match bytes.get(i) {
+                    None => break,
+                    Some(b'"') => return (i + 1, StrStop::Closed),
+                    Some(b'\\') => Esc::Backslash,
+                    Some(&c) => return (i, StrStop::Control(c)),
+                }
+            }
+            Esc::Backslash => {
+                let decoded = match c {
+                    b'"' => '"',
+                    b'\\' => '\\',
+                    b'/' => '/',
+                    b'b' => '\u{8}',
+                    b'f' => '\u{c}',
+                    b'n' => '\n',
+                    b'r' => '\r',
+                    b't' => '\t',
+                    b'u' => '\0',
+                    _ => return (i, StrStop::Unexpected(Expected::EscapeCharacter)),
+                };
+                if c == b'u' {
+                    Esc::Hex { count: 0, code: 0 }
+                } else {
+                    out.push(decoded);
+                    Esc::Normal
+                }
+            }
+            Esc::Hex { count, code } => {
+                let Some(d) = hex_value(c) else {
+                    return (i, StrStop::Unexpected(Expected::HexDigit));
+                };
+                let code = (code << 4) | d;
+                if count < 3 {
+                    Esc::Hex {
+                        count: count + 1,
+                        code,
+                    }
+                } else if (0xD800..0xDC00).contains(&code) {
+                    Esc::AfterHigh { high: code }
+                } else if (0xDC00..0xE000).contains(&code) {
+                    return (i, StrStop::LoneSurrogate);
+                } else {
+                    out.push(char::from_u32(u32::from(code)).unwrap_or('\u{FFFD}'));
+                    Esc::Normal
+                }
+            }
+            Esc::AfterHigh { high } => {
+                if c != b'\\' {
+                    return (i, StrStop::LoneSurrogate);
+                }
+                Esc::AfterHighBackslash { high }
+            }
+            Esc::AfterHighBackslash { high } => {
+                if c != b'u' {
+                    return (i, StrStop::LoneSurrogate);
+                }
+                Esc::LowHex {
+                    high,
+                    count: 0,
+                    code: 0,
+                }
+            }
+            Esc::LowHex { high, count, code } => {
+                let Some(d) = hex_value(c) else {
+                    return (i, StrStop::Unexpected(Expected::HexDigit));
+                };
+                let code = (code << 4) | d;
+                if count < 3 {
+                    Esc::LowHex {
+                        high,
+                        count: count + 1,
+                        code,
+                    }
+                } else if (0xDC00..0xE000).contains(&code) {
+                    let cp =
+                        0x10000 + ((u32::from(high) - 0xD800) << 10) + (u32::from(code) - 0xDC00);
+                    out.push(char::from_u32(cp).unwrap_or('\u{FFFD}'));
+                    Esc::Normal
+                } else {
+                    return (i, StrStop::LoneSurrogate);
+                }
+            }
+        };
+        i += 1;
+    }
+    (i, StrStop::End(esc))
+}
+
+/// Bytes that end a run of plain string text: `"`, `\` and control
+/// characters.
+static SPECIAL_IN_STRING: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        table[c] = true;
+        c += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+/// Whether `c` ends a run of plain string text.
+#[inline(always)]
+pub(super) fn is_special_in_string(c: u8) -> bool {
+    SPECIAL_IN_STRING[usize::from(c)]
+}
+
+/// Appends `text` to `s`, a string that grows a few bytes at a time:
+/// small strings grow 4x per reallocation instead of 2x (reallocations
+/// dominated the cost of short strings arriving in 4-byte fragments).
+#[inline(always)]
+pub(super) fn append(s: &mut String, text: &str) {
+    let spare = s.capacity() - s.len();
+    if text.len() > spare {
+        let cap = s.capacity();
+        let extra = if cap < FAST_GROWTH_LIMIT {
+            3 * cap
+        } else {
+            cap
+        };
+        s.reserve(text.len().max(extra).max(STRING_START_CAPACITY));
+    }
+    s.push_str(text);
+}
+
+#[inline]
+fn hex_value(c: u8) -> Option<u16> {
+    match c {
+        b'0'..=b'9' => Some(u16::from(c - b'0')),
+        b'a'..=b'f' => Some(u16::from(c - b'a' + 10)),
+        b'A'..=b'F' => Some(u16::from(c - b'A' + 10)),
+        _ => None,
+    }
+}
+
+impl PartialJson {
+    /// Processes `text` from byte `start`; on error returns the index of the
+    /// offending byte.
+    #[inline(always)]
+    pub(super) fn feed(
+        &mut self,
+        text: &str,
+        start: usize,
+    ) -> Result<(), (usize, PartialJsonError)> {
+        let bytes = text.as_bytes();
+        let len = bytes.len();
+        let base = self.consumed;
+        let mut i = start;
+        let unexpected = |i: usize, expected: Expected| {
+            (
+                i,
+                PartialJsonError::UnexpectedCharacter {
+                    offset: base + i as u64,
+                    found: char_at(text, i),
+                    expected,
+                },
+            )
+        };
+        while i < len {
+            match self.state {
+                State::Str { key, esc } => {
+                    let stop;
+                    (i, stop) = if !key && self.leaf_in_tree {
+                        // Continue the string already in the tree: decode
+                        // straight into it (one lookup per fragment).
+                        match leaf_mut(&mut self.root, &self.frames[..self.depth]) {
+                            Some(leaf) => {
+                                let before = leaf.len();
+                                let r = lex_string(bytes, text, i, esc, leaf);
+                                self.changed |= leaf.len() != before;
+                                r
+                            }
+                            None => {
+                                debug_assert!(false, "open string not found in the tree");
+                                lex_string(bytes, text, i, esc, &mut self.scratch)
+                            }
+                        }
+                    } else {
+                        lex_string(bytes, text, i, esc, &mut self.scratch)
+                    };
+                    match stop {
+                        StrStop::End(esc) => self.state = State::Str { key, esc },
+                        StrStop::Closed => self.close_string(key),
+                        stop => return Err(self.string_error(text, i, stop)),
+                    }
+                }
+                State::Number(mut num) => {
+                    let start = i;
+                    while i < len {
+                        let c = bytes[i];
+                        if c.is_ascii_digit()
+                            && matches!(num, Num::Int | Num::Frac | Num::ExpDigits)
+                        {
+                            i += 1;
+                            continue;
+                        }
+                        let next = match (num, c) {
+                            (Num::Int | Num::Frac | Num::ExpDigits, b'0'..=b'9') => num,
+                            (Num::Start, b'-') => Num::Minus,
+                            (Num::Start | Num::Minus, b'0') => Num::Zero,
+                            (Num::Start | Num::Minus, b'1'..=b'9') => Num::Int,
+                            (Num::Zero | Num::Int, b'.') => Num::Dot,
+                            (Num::Zero | Num::Int | Num::Frac, b'e' | b'E') => Num::Exp,
+                            (Num::Dot, b'0'..=b'9') => Num::Frac,
+                            (Num::Exp, b'+' | b'-') => Num::ExpSign,
+                            (Num::Exp | Num::ExpSign, b'0'..=b'9') => Num::ExpDigits,
+                            _ => break,
+                        };
+                        num = next;
+                        i += 1;
+                    }
+                    self.state = State::Number(num);
+                    // Number characters are ASCII: `start..i` is on boundaries.
+                    let part = &text[start..i];
+                    if i == len {
+                        self.scratch.push_str(part);
+                    } else {
+                        if !num.is_complete() {
+                            return Err(unexpected(i, Expected::Digit));
+                        }
+                        // Complete; the delimiter is processed by the next
+                        // state.
+                        if self.scratch.is_empty() {
+                            // The whole number is in this fragment.
+                            self.complete_number_text(part).map_err(|e| (i, e))?;
+                        } else {
+                            self.scratch.push_str(part);
+                            self.complete_number().map_err(|e| (i, e))?;
+                        }
+                    }
+                }
+                State::Literal { lit, matched } => {
+                    let want = lit.text().as_bytes();
+                    if want.get(usize::from(matched)) != Some(&bytes[i]) {
+                        return Err(unexpected(i, Expected::Literal(lit.text())));
+                    }
+                    i += 1;
+                    let matched = matched + 1;
+                    if usize::from(matched) == want.len() {
+                        self.complete_scalar(lit.value());
+                    } else {
+                        self.state = State::Literal { lit, matched };
+                    }
+                }
+                State::Value
+                | State::ArrayFirst
+                | State::ObjectFirst
+                | State::Key
+                | State::Colon
+                | State::AfterValue
+                | State::Done => {
+                    while i < len && matches!(bytes[i], b' ' | b'\t' | b'\n' | b'\r') {
+                        i += 1;
+                    }
+                    let Some(&c) = bytes.get(i) else {
+                        break;
+                    };
+                    match (self.state, c) {
+                        (State::AfterValue, b',') => {
+                            self.state = if self.top_is_object {
+                                State::Key
+                            } else {
+                                State::Value
+                            };
+                        }
+                        (State::ObjectFirst | State::Key, b'"') => {
+                            self.scratch.clear();
+                            self.state = State::Str {
+                                key: true,
+                                esc: Esc::Normal,
+                            };
+                        }
+                        (State::Colon, b':') => self.state = State::Value,
+                        (State::Value | State::ArrayFirst, b'"') => {
+                            self.scratch.clear();
+                            self.leaf_in_tree = false;
+                            self.state = State::Str {
+                                key: false,
+                                esc: Esc::Normal,
+                            };
+                        }
+                        (State::Value | State::ArrayFirst, b'-' | b'0'..=b'9') => {
+                            self.scratch.clear();
+                            self.token_start = base + i as u64;
+                            self.state = State::Number(Num::Start);
+                            // Lex `c` in the number state.
+                            continue;
+                        }
+                        (State::AfterValue, b'}') if self.top_is_object => self.close(),
+                        (State::AfterValue, b']') if !self.top_is_object => self.close(),
+                        (State::Value | State::ArrayFirst, b'{') => {
+                            self.open(true, base + i as u64).map_err(|e| (i, e))?;
+                        }
+                        (State::Value | State::ArrayFirst, b'[') => {
+                            self.open(false, base + i as u64).map_err(|e| (i, e))?;
+                        }
+                        (State::Value | State::ArrayFirst, b't') => {
+                            self.state = State::Literal {
+                                lit: Lit::True,
+                                matched: 1,
+                            };
+                        }
+                        (State::Value | State::ArrayFirst, b'f') => {
+                            self.state = State::Literal {
+                                lit: Lit::False,
+                                matched: 1,
+                            };
+                        }
+                        (State::Value | State::ArrayFirst, b'n') => {
+                            self.state = State::Literal {
+                                lit: Lit::Null,
+                                matched: 1,
+                            };
+                        }
+                        (State::ArrayFirst, b']') => self.close(),
+                        (State::ObjectFirst, b'}') => self.close(),
+                        (State::Done, _) => {
+                            return Err((
+                                i,
+                                PartialJsonError::TrailingCharacters {
+                                    offset: base + i as u64,
+                                    found: char_at(text, i),
+                                },
+                            ));
+                        }
+                        (state, _) => {
+                            let expected = match state {
+                                State::ArrayFirst => Expected::ValueOrArrayEnd,
+                                State::ObjectFirst => Expected::KeyOrObjectEnd,
+                                State::Key => Expected::Key,
+                                State::Colon => Expected::Colon,
+                                State::AfterValue if self.top_is_object => {
+                                    Expected::CommaOrObjectEnd
+                                }
+                                State::AfterValue => Expected::CommaOrArrayEnd,
+                                _ => Expected::Value,
+                            };
+                            return Err(unexpected(i, expected));
+                        }
+                    }
+                    i += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
