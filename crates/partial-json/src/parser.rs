@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::error::{Expected, PartialJsonError};
 use crate::snapshot::Snapshot;
 use lexer::{Esc, StrStop, append, is_special_in_string, lex_string};
-use number::Num;
+use number::{Digits, Num};
 use tree::{Frame, drop_iteratively, leaf_mut};
 
 /// The default maximum nesting depth of [`PartialJson`].
@@ -144,6 +144,8 @@ pub struct PartialJson {
     leaf_in_tree: bool,
     /// Offset of the first byte of the open number.
     token_start: u64,
+    /// The digits of the open number, for its conversion.
+    digits: Digits,
     /// Deepest nesting reached (to choose how to drop the tree).
     deepest: usize,
     /// The innermost open container is an object.
@@ -225,6 +227,7 @@ impl PartialJson {
             scratch: String::new(),
             leaf_in_tree: false,
             token_start: 0,
+            digits: Digits::default(),
             deepest: 0,
             in_tree_string: false,
             top_is_object: false,
@@ -496,7 +499,7 @@ impl PartialJson {
         self.in_tree_string = false;
         let offset = self.consumed;
         let result = match self.state {
-            State::Number(num) if num.is_complete() => self.complete_number(),
+            State::Number(num) if num.is_complete() => self.complete_number(num, ""),
             _ => Ok(()),
         };
         let result = result.and_then(|()| match self.state {

@@ -1,6 +1,6 @@
 //! The lexer: the grammar state machine, and the decoding of strings.
 
-use super::number::Num;
+use super::number::{Digits, Num};
 use super::tree::leaf_mut;
 use super::{Lit, PartialJson, State, char_at};
 use crate::error::{Expected, PartialJsonError};
@@ -256,31 +256,10 @@ impl PartialJson {
                         stop => return Err(self.string_error(text, i, stop)),
                     }
                 }
-                State::Number(mut num) => {
+                State::Number(num) => {
                     let start = i;
-                    while i < len {
-                        let c = bytes[i];
-                        if c.is_ascii_digit()
-                            && matches!(num, Num::Int | Num::Frac | Num::ExpDigits)
-                        {
-                            i += 1;
-                            continue;
-                        }
-                        let next = match (num, c) {
-                            (Num::Int | Num::Frac | Num::ExpDigits, b'0'..=b'9') => num,
-                            (Num::Start, b'-') => Num::Minus,
-                            (Num::Start | Num::Minus, b'0') => Num::Zero,
-                            (Num::Start | Num::Minus, b'1'..=b'9') => Num::Int,
-                            (Num::Zero | Num::Int, b'.') => Num::Dot,
-                            (Num::Zero | Num::Int | Num::Frac, b'e' | b'E') => Num::Exp,
-                            (Num::Dot, b'0'..=b'9') => Num::Frac,
-                            (Num::Exp, b'+' | b'-') => Num::ExpSign,
-                            (Num::Exp | Num::ExpSign, b'0'..=b'9') => Num::ExpDigits,
-                            _ => break,
-                        };
-                        num = next;
-                        i += 1;
-                    }
+                    let (end, num) = self.digits.lex(bytes, i, num);
+                    i = end;
                     self.state = State::Number(num);
                     // Number characters are ASCII: `start..i` is on boundaries.
                     let part = &text[start..i];
@@ -292,13 +271,7 @@ impl PartialJson {
                         }
                         // Complete; the delimiter is processed by the next
                         // state.
-                        if self.scratch.is_empty() {
-                            // The whole number is in this fragment.
-                            self.complete_number_text(part).map_err(|e| (i, e))?;
-                        } else {
-                            self.scratch.push_str(part);
-                            self.complete_number().map_err(|e| (i, e))?;
-                        }
+                        self.complete_number(num, part).map_err(|e| (i, e))?;
                     }
                 }
                 State::Literal { lit, matched } => {
@@ -354,6 +327,7 @@ impl PartialJson {
                         (State::Value | State::ArrayFirst, b'-' | b'0'..=b'9') => {
                             self.scratch.clear();
                             self.token_start = base + i as u64;
+                            self.digits = Digits::default();
                             self.state = State::Number(Num::Start);
                             // Lex `c` in the number state.
                             continue;

@@ -1,6 +1,8 @@
 //! Numbers: the grammar state of a number being lexed, and the fast
 //! conversion of the common cases.
 
+use std::sync::OnceLock;
+
 use serde_json::Number;
 
 /// Where the lexer is inside a number (JSON grammar).
@@ -39,84 +41,186 @@ const POW10: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
-/// Converts a (grammatically valid) JSON number the way `serde_json` does,
-/// for the common cases, without going through its parser; `None` for the
-/// rest, which the caller hands to `serde_json`.
-///
-/// Integers become `u64` (non-negative) or `i64` (negative), as in
-/// `serde_json`. A number with a fraction or exponent becomes an `f64`; the
-/// fast path only takes those whose decimal significand is below 2^53 and
-/// whose decimal exponent is within ±22: then both the significand and the
-/// power of ten are exact `f64`s and one IEEE multiplication or division
-/// gives the correctly rounded result, which is what `serde_json` computes
-/// too (with or without its `float_roundtrip` feature).
-#[inline]
-pub(super) fn fast_number(text: &str) -> Option<Number> {
-    let bytes = text.as_bytes();
-    let len = bytes.len();
-    let negative = bytes.first() == Some(&b'-');
-    let mut i = usize::from(negative);
-    let mut significand: u64 = 0;
-    let mut digits = 0;
-    let mut exponent: i32 = 0;
-    while i < len && bytes[i].is_ascii_digit() {
-        significand = significand * 10 + u64::from(bytes[i] - b'0');
-        digits += 1;
-        if digits > 18 {
+/// The most digits (integer and fraction parts together) of a number
+/// converted without `serde_json`: the significand fits in a `u64`.
+const MAX_DIGITS: u32 = 18;
+
+/// The value of exponent digits is not counted beyond this.
+const EXPONENT_LIMIT: u32 = 100_000;
+
+/// What the fast conversion needs of a number, gathered while it is lexed,
+/// fragment by fragment (so a complete number is not scanned again).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Digits {
+    /// A leading `-`.
+    negative: bool,
+    /// The digits of the integer and fraction parts read as one integer
+    /// (meaningful while `count` is at most [`MAX_DIGITS`]).
+    significand: u64,
+    /// How many digits the integer and fraction parts have.
+    count: u32,
+    /// How many of them follow the decimal point.
+    fraction: u32,
+    /// The value of the exponent's digits (at most [`EXPONENT_LIMIT`]).
+    exponent: u32,
+    /// The exponent has a `-` sign.
+    exponent_negative: bool,
+}
+
+impl Digits {
+    /// Lexes the number characters of `bytes` from `i` on, in grammar state
+    /// `num`, recording their digits. Stops at the end or at the first byte
+    /// that does not continue the number; returns where, and the new state.
+    #[inline(always)]
+    pub(super) fn lex(&mut self, bytes: &[u8], mut i: usize, mut num: Num) -> (usize, Num) {
+        let len = bytes.len();
+        while i < len {
+            let c = bytes[i];
+            let digit = c.wrapping_sub(b'0');
+            num = match num {
+                Num::Int | Num::Frac if digit < 10 => {
+                    // A run of digits.
+                    let run = i;
+                    let mut significand = self.significand;
+                    while i < len {
+                        let digit = bytes[i].wrapping_sub(b'0');
+                        if digit >= 10 {
+                            break;
+                        }
+                        significand = significand.wrapping_mul(10).wrapping_add(u64::from(digit));
+                        i += 1;
+                    }
+                    self.significand = significand;
+                    let n = u32::try_from(i - run).unwrap_or(u32::MAX);
+                    self.count = self.count.saturating_add(n);
+                    if num == Num::Frac {
+                        self.fraction = self.fraction.saturating_add(n);
+                    }
+                    continue;
+                }
+                Num::Int | Num::Zero if c == b'.' => Num::Dot,
+                Num::Int | Num::Zero | Num::Frac if c | 0x20 == b'e' => Num::Exp,
+                Num::Exp | Num::ExpSign | Num::ExpDigits if digit < 10 => {
+                    self.exponent = (self.exponent * 10 + u32::from(digit)).min(EXPONENT_LIMIT);
+                    Num::ExpDigits
+                }
+                Num::Start | Num::Minus if digit < 10 => {
+                    self.push_digit(digit);
+                    if digit == 0 { Num::Zero } else { Num::Int }
+                }
+                Num::Dot if digit < 10 => {
+                    self.push_digit(digit);
+                    self.fraction += 1;
+                    Num::Frac
+                }
+                Num::Start if c == b'-' => {
+                    self.negative = true;
+                    Num::Minus
+                }
+                Num::Exp if c == b'+' || c == b'-' => {
+                    self.exponent_negative = c == b'-';
+                    Num::ExpSign
+                }
+                _ => break,
+            };
+            i += 1;
+        }
+        (i, num)
+    }
+
+    #[inline(always)]
+    fn push_digit(&mut self, digit: u8) {
+        self.significand = self
+            .significand
+            .wrapping_mul(10)
+            .wrapping_add(u64::from(digit));
+        self.count = self.count.saturating_add(1);
+    }
+
+    /// Converts the complete number (ending in grammar state `num`) the way
+    /// `serde_json` does, for the common cases; `None` for the rest, which
+    /// the caller hands to `serde_json` with the number's text.
+    ///
+    /// Integers become `u64` (non-negative) or `i64` (negative), as in
+    /// `serde_json`. A number with a fraction or exponent becomes an `f64`:
+    /// the fast path takes those with at most 18 digits whose decimal
+    /// exponent is within ±22, so that the power of ten is an exact `f64`.
+    /// `serde_json` computes `significand as f64` times or divided by that
+    /// power, as here; below 2^53 the significand is exact too and that one
+    /// IEEE operation rounds correctly, which is also what `serde_json`'s
+    /// `float_roundtrip` feature computes. Larger significands are converted
+    /// here only when `serde_json` was built without that feature (see
+    /// [`serde_json_rounds_twice`]).
+    #[inline]
+    pub(super) fn to_number(self, num: Num) -> Option<Number> {
+        if self.count > MAX_DIGITS {
             return None;
         }
-        i += 1;
-    }
-    if i == len {
-        return if !negative {
-            Some(Number::from(significand))
-        } else if significand == 0 {
-            // `-0` is an f64 in serde_json.
-            None
+        if matches!(num, Num::Zero | Num::Int) {
+            return if !self.negative {
+                Some(Number::from(self.significand))
+            } else if self.significand == 0 {
+                // `-0` is an f64 in serde_json.
+                None
+            } else {
+                // At most 18 digits: the negation fits in an i64.
+                i64::try_from(self.significand)
+                    .ok()
+                    .map(|m| Number::from(-m))
+            };
+        }
+        if self.exponent > 1000 {
+            return None;
+        }
+        // Both terms are at most 1000 here.
+        let exponent = if self.exponent_negative {
+            -(self.exponent as i32)
         } else {
-            // At most 18 digits: the negation fits in an i64.
-            i64::try_from(significand).ok().map(|m| Number::from(-m))
+            self.exponent as i32
+        } - self.fraction as i32;
+        let pow = *POW10.get(exponent.unsigned_abs() as usize)?;
+        if self.significand >= 1 << 53 && !serde_json_rounds_twice() {
+            return None;
+        }
+        let magnitude = self.significand as f64;
+        let f = if exponent >= 0 {
+            magnitude * pow
+        } else {
+            magnitude / pow
         };
+        Number::from_f64(if self.negative { -f } else { f })
     }
-    if bytes[i] == b'.' {
-        i += 1;
-        while i < len && bytes[i].is_ascii_digit() {
-            significand = significand * 10 + u64::from(bytes[i] - b'0');
-            digits += 1;
-            if digits > 18 {
-                return None;
-            }
-            exponent -= 1;
-            i += 1;
-        }
-    }
-    if i < len && (bytes[i] == b'e' || bytes[i] == b'E') {
-        i += 1;
-        let exp_negative = bytes.get(i) == Some(&b'-');
-        if matches!(bytes.get(i), Some(b'-' | b'+')) {
-            i += 1;
-        }
-        let mut exp: i32 = 0;
-        while i < len && bytes[i].is_ascii_digit() {
-            exp = exp * 10 + i32::from(bytes[i] - b'0');
-            if exp > 1000 {
-                return None;
-            }
-            i += 1;
-        }
-        exponent += if exp_negative { -exp } else { exp };
-    }
-    if i != len || significand >= 1 << 53 {
+}
+
+/// Whether `serde_json` converts a significand of 2^53 or more by rounding
+/// it to an `f64` first and then multiplying or dividing by the power of
+/// ten, as it does unless its `float_roundtrip` feature is on (with it, it
+/// rounds correctly; features are decided by the whole build). Found out
+/// once, on a number where the two differ.
+fn serde_json_rounds_twice() -> bool {
+    static ROUNDS_TWICE: OnceLock<bool> = OnceLock::new();
+    *ROUNDS_TWICE.get_or_init(|| {
+        // Correctly rounded: 42.938278470668436; rounded twice:
+        // 42.93827847066844.
+        let twice = 42_938_278_470_668_437_u64 as f64 / 1e15;
+        "42.938278470668437"
+            .parse::<Number>()
+            .ok()
+            .and_then(|n| n.as_f64())
+            == Some(twice)
+    })
+}
+
+/// Converts a (grammatically valid) JSON number the way `serde_json` does,
+/// for the common cases (see [`Digits::to_number`]).
+#[cfg(test)]
+fn fast_number(text: &str) -> Option<Number> {
+    let mut digits = Digits::default();
+    let (end, num) = digits.lex(text.as_bytes(), 0, Num::Start);
+    if end != text.len() || !num.is_complete() {
         return None;
     }
-    let pow = *POW10.get(exponent.unsigned_abs() as usize)?;
-    let magnitude = significand as f64;
-    let f = if exponent >= 0 {
-        magnitude * pow
-    } else {
-        magnitude / pow
-    };
-    Number::from_f64(if negative { -f } else { f })
+    digits.to_number(num)
 }
 
 #[cfg(test)]
@@ -171,6 +275,18 @@ mod tests {
             "1.0e0",
             "10",
             "-10.25E-3",
+            "42.938278470668437",
+            "-142857.14285714287",
+            "9007199254740993.5",
+            "123456789012345678e-5",
+            "1234567890123456789e-5",
+            "0.000000000000000001",
+            "0.0000000000000000001",
+            "1e1001",
+            "1e-1001",
+            "1E0",
+            "0e0",
+            "-0e5",
         ] {
             if let Some(fast) = fast_number(text) {
                 assert_eq!(Some(fast), serde_number(text), "{text}");

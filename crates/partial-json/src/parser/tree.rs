@@ -4,7 +4,7 @@
 use serde_json::{Map, Number, Value};
 
 use super::lexer::STRING_START_CAPACITY;
-use super::number::fast_number;
+use super::number::Num;
 use super::{PartialJson, State};
 use crate::error::PartialJsonError;
 
@@ -229,27 +229,23 @@ impl PartialJson {
         }
     }
 
-    /// Parses the number text in `scratch` and attaches it.
-    pub(super) fn complete_number(&mut self) -> Result<(), PartialJsonError> {
-        let text = std::mem::take(&mut self.scratch);
-        let result = self.complete_number_text(&text);
-        self.scratch = text;
-        self.scratch.clear();
-        result
-    }
-
-    /// Parses a complete, grammatically valid number and attaches it.
-    pub(super) fn complete_number_text(&mut self, text: &str) -> Result<(), PartialJsonError> {
+    /// Converts the complete number that ended in grammar state `num`,
+    /// whose text is `scratch` followed by `part`, and attaches it.
+    pub(super) fn complete_number(&mut self, num: Num, part: &str) -> Result<(), PartialJsonError> {
         // Common cases are converted directly (bit-identical to serde_json);
         // the rest by serde_json itself. Only out-of-range numbers fail.
-        let number = match fast_number(text) {
-            Some(number) => number,
-            None => text
-                .parse::<Number>()
-                .map_err(|_| PartialJsonError::NumberOutOfRange {
-                    offset: self.token_start,
-                })?,
+        let number = match self.digits.to_number(num) {
+            Some(number) => Ok(number),
+            None if self.scratch.is_empty() => part.parse::<Number>(),
+            None => {
+                self.scratch.push_str(part);
+                self.scratch.parse::<Number>()
+            }
         };
+        self.scratch.clear();
+        let number = number.map_err(|_| PartialJsonError::NumberOutOfRange {
+            offset: self.token_start,
+        })?;
         self.complete_scalar(Value::Number(number));
         Ok(())
     }
