@@ -47,60 +47,124 @@ pub(super) enum StrStop {
 /// Lexes string content of `bytes` (= `text`) from `i` in escape state
 /// `esc`, appending the decoded text to `out`, until the closing quote
 /// (consumed), the end, or an error. Returns where it stopped and why.
+///
+/// Runs of plain text and the two-character escapes are handled here, a
+/// `\uXXXX` escape (or an escape split by the end of a fragment) by
+/// [`lex_escape`].
 #[inline(always)]
 pub(super) fn lex_string(
     bytes: &[u8],
     text: &str,
     mut i: usize,
-    mut esc: Esc,
+    esc: Esc,
     out: &mut String,
 ) -> (usize, StrStop) {
     let len = bytes.len();
-    while i < len {
+    if esc != Esc::Normal {
+        match lex_escape(bytes, i, esc, out) {
+            Ok((end, Esc::Normal)) => i = end,
+            Ok((end, esc)) => return (end, StrStop::End(esc)),
+            Err(stop) => return stop,
+        }
+    }
+    loop {
+        let start = i;
+        while i < len && !is_special_in_string(bytes[i]) {
+            i += 1;
+        }
+        if i > start {
+            // `start` and `i` are at ASCII bytes or the end: both are
+            // character boundaries.
+            append(out, &text[start..i]);
+        }
+        let Some(&c) = bytes.get(i) else {
+            return (i, StrStop::End(Esc::Normal));
+        };
+        if c == b'"' {
+            return (i + 1, StrStop::Closed);
+        }
+        if c != b'\\' {
+            return (i, StrStop::Control(c));
+        }
+        // An escape.
+        let Some(&e) = bytes.get(i + 1) else {
+            return (len, StrStop::End(Esc::Backslash));
+        };
+        let decoded = SHORT_ESCAPES[usize::from(e)];
+        if decoded != 0 {
+            out.push(char::from(decoded));
+            i += 2;
+            continue;
+        }
+        if e != b'u' {
+            return (i + 1, StrStop::Unexpected(Expected::EscapeCharacter));
+        }
+        match lex_escape(bytes, i + 2, Esc::Hex { count: 0, code: 0 }, out) {
+            Ok((end, Esc::Normal)) => i = end,
+            Ok((end, esc)) => return (end, StrStop::End(esc)),
+            Err(stop) => return stop,
+        }
+    }
+}
+
+/// What the two-character escapes `\"`, `\\`, `\/`, `\b`, `\f`, `\n`,
+/// `\r` and `\t` stand for, by their second character (0 for the others).
+static SHORT_ESCAPES: [u8; 256] = {
+    let mut table = [0; 256];
+    table[b'"' as usize] = b'"';
+    table[b'\\' as usize] = b'\\';
+    table[b'/' as usize] = b'/';
+    table[b'b' as usize] = 0x08;
+    table[b'f' as usize] = 0x0c;
+    table[b'n' as usize] = b'\n';
+    table[b'r' as usize] = b'\r';
+    table[b't' as usize] = b'\t';
+    table
+};
+
+/// Lexes the escape in progress (state `esc`) from byte `i`, a byte at a
+/// time, appending what it decodes to `out`. Returns where it stopped and
+/// the escape state there: [`Esc::Normal`] once the escape is complete,
+/// another state at the end of `bytes`; or where and why it failed.
+#[inline(always)]
+fn lex_escape(
+    bytes: &[u8],
+    mut i: usize,
+    mut esc: Esc,
+    out: &mut String,
+) -> Result<(usize, Esc), (usize, StrStop)> {
+    let len = bytes.len();
+    while esc != Esc::Normal && i < len {
         let c = bytes[i];
         esc = match esc {
-            Esc::Normal => {
-                let start = i;
-                while i < len && !is_special_in_string(bytes[i]) {
-                    i += 1;
-                }
-                if i > start {
-                    // `start` and `i` are at ASCII bytes or the end: both
-                    // are character boundaries.
-                    append(out, &text[start..i]);
-                }
-                match bytes.get(i) {
-                    None => break,
-                    Some(b'"') => return (i + 1, StrStop::Closed),
-                    Some(b'\\') => Esc::Backslash,
-                    Some(&c) => return (i, StrStop::Control(c)),
-                }
-            }
+            Esc::Normal => Esc::Normal,
             Esc::Backslash => {
-                let decoded = match c {
-                    b'"' => '"',
-                    b'\\' => '\\',
-                    b'/' => '/',
-                    b'b' => '\u{8}',
-                    b'f' => '\u{c}',
-                    b'n' => '\n',
-                    b'r' => '\r',
-                    b't' => '\t',
-                    b'u' => '\0',
-                    _ => return (i, StrStop::Unexpected(Expected::EscapeCharacter)),
-                };
-                if c == b'u' {
+                let decoded = SHORT_ESCAPES[usize::from(c)];
+                if decoded != 0 {
+                    out.push(char::from(decoded));
+                    Esc::Normal
+                } else if c == b'u' {
                     Esc::Hex { count: 0, code: 0 }
                 } else {
-                    out.push(decoded);
-                    Esc::Normal
+                    return Err((i, StrStop::Unexpected(Expected::EscapeCharacter)));
                 }
             }
-            Esc::Hex { count, code } => {
-                let Some(d) = hex_value(c) else {
-                    return (i, StrStop::Unexpected(Expected::HexDigit));
-                };
-                let code = (code << 4) | d;
+            Esc::Hex {
+                mut count,
+                mut code,
+            } => {
+                // The digits available, then the escape's end.
+                loop {
+                    let Some(d) = hex_value(bytes[i]) else {
+                        return Err((i, StrStop::Unexpected(Expected::HexDigit)));
+                    };
+                    code = (code << 4) | d;
+                    if count == 3 || i + 1 == len {
+                        break;
+                    }
+                    count += 1;
+                    i += 1;
+                }
                 if count < 3 {
                     Esc::Hex {
                         count: count + 1,
@@ -109,7 +173,7 @@ pub(super) fn lex_string(
                 } else if (0xD800..0xDC00).contains(&code) {
                     Esc::AfterHigh { high: code }
                 } else if (0xDC00..0xE000).contains(&code) {
-                    return (i, StrStop::LoneSurrogate);
+                    return Err((i, StrStop::LoneSurrogate));
                 } else {
                     out.push(char::from_u32(u32::from(code)).unwrap_or('\u{FFFD}'));
                     Esc::Normal
@@ -117,13 +181,13 @@ pub(super) fn lex_string(
             }
             Esc::AfterHigh { high } => {
                 if c != b'\\' {
-                    return (i, StrStop::LoneSurrogate);
+                    return Err((i, StrStop::LoneSurrogate));
                 }
                 Esc::AfterHighBackslash { high }
             }
             Esc::AfterHighBackslash { high } => {
                 if c != b'u' {
-                    return (i, StrStop::LoneSurrogate);
+                    return Err((i, StrStop::LoneSurrogate));
                 }
                 Esc::LowHex {
                     high,
@@ -133,7 +197,7 @@ pub(super) fn lex_string(
             }
             Esc::LowHex { high, count, code } => {
                 let Some(d) = hex_value(c) else {
-                    return (i, StrStop::Unexpected(Expected::HexDigit));
+                    return Err((i, StrStop::Unexpected(Expected::HexDigit)));
                 };
                 let code = (code << 4) | d;
                 if count < 3 {
@@ -148,13 +212,13 @@ pub(super) fn lex_string(
                     out.push(char::from_u32(cp).unwrap_or('\u{FFFD}'));
                     Esc::Normal
                 } else {
-                    return (i, StrStop::LoneSurrogate);
+                    return Err((i, StrStop::LoneSurrogate));
                 }
             }
         };
         i += 1;
     }
-    (i, StrStop::End(esc))
+    Ok((i, esc))
 }
 
 /// Bytes that end a run of plain string text: `"`, `\` and control
@@ -192,16 +256,45 @@ pub(super) fn append(s: &mut String, text: &str) {
         };
         s.reserve(text.len().max(extra).max(STRING_START_CAPACITY));
     }
-    s.push_str(text);
+    push_short(s, text);
 }
 
-#[inline]
+/// `s.push_str(text)`, with the copy inlined for the few bytes a fragment
+/// usually brings (instead of a call to `memcpy`).
+#[inline(always)]
+pub(super) fn push_short(s: &mut String, text: &str) {
+    match text.len() {
+        1 => s.push_str(text),
+        2 => s.push_str(text),
+        3 => s.push_str(text),
+        4 => s.push_str(text),
+        _ => s.push_str(text),
+    }
+}
+
+/// The value of each hexadecimal digit, by its character (0xFF for the
+/// other characters).
+static HEX_DIGITS: [u8; 256] = {
+    let mut table = [0xFF; 256];
+    let mut c = 0;
+    while c < 10 {
+        table[b'0' as usize + c] = c as u8;
+        c += 1;
+    }
+    let mut c = 0;
+    while c < 6 {
+        table[b'a' as usize + c] = 10 + c as u8;
+        table[b'A' as usize + c] = 10 + c as u8;
+        c += 1;
+    }
+    table
+};
+
+#[inline(always)]
 fn hex_value(c: u8) -> Option<u16> {
-    match c {
-        b'0'..=b'9' => Some(u16::from(c - b'0')),
-        b'a'..=b'f' => Some(u16::from(c - b'a' + 10)),
-        b'A'..=b'F' => Some(u16::from(c - b'A' + 10)),
-        _ => None,
+    match HEX_DIGITS[usize::from(c)] {
+        0xFF => None,
+        d => Some(u16::from(d)),
     }
 }
 
