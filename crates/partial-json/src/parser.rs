@@ -307,11 +307,11 @@ impl PartialJson {
     fn push_in_string(&mut self, fragment: &str) -> Result<(), PartialJsonError> {
         let State::Str { key: false, esc } = self.state else {
             debug_assert!(false, "fast path outside a value string");
-            return self.push_general(fragment);
+            return self.push_from(fragment, 0, false);
         };
         let Some(leaf) = leaf_mut(&mut self.root, &self.frames[..self.depth]) else {
             debug_assert!(false, "open string not found in the tree");
-            return self.push_general(fragment);
+            return self.push_from(fragment, 0, false);
         };
         let before = leaf.len();
         let (i, stop) = lex_string(fragment.as_bytes(), fragment, 0, esc, leaf);
@@ -323,28 +323,39 @@ impl PartialJson {
             self.consumed += fragment.len() as u64;
             return Ok(());
         }
+        if stop == StrStop::Closed {
+            // The rest of the fragment follows the string.
+            self.close_string(false);
+            return self.push_from(fragment, i, grew);
+        }
         self.changed = grew;
-        let result = match stop {
-            StrStop::Closed => {
-                self.close_string(false);
-                self.feed(fragment, i)
-            }
-            stop => Err(self.string_error(fragment, i, stop)),
-        };
+        let result = Err(self.string_error(fragment, i, stop));
         self.end_push(fragment, result)
     }
 
-    /// [`push`](Self::push) for everything but the fast path.
-    #[inline(never)]
+    /// [`push`](Self::push) for everything but the fast paths.
     fn push_general(&mut self, fragment: &str) -> Result<(), PartialJsonError> {
+        self.push_from(fragment, 0, false)
+    }
+
+    /// Processes `fragment` from byte `start` with the general state
+    /// machine (`changed`: whether the bytes before `start` changed the
+    /// value).
+    #[inline(never)]
+    fn push_from(
+        &mut self,
+        fragment: &str,
+        start: usize,
+        changed: bool,
+    ) -> Result<(), PartialJsonError> {
         if let Some(err) = &self.error {
             return Err(err.clone());
         }
         if self.finished {
             return Err(PartialJsonError::AlreadyFinished);
         }
-        self.changed = false;
-        let result = self.feed(fragment, 0);
+        self.changed = changed;
+        let result = self.feed(fragment, start);
         self.end_push(fragment, result)
     }
 
