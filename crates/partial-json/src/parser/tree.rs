@@ -61,35 +61,29 @@ impl Default for Frame {
     }
 }
 
-/// The open child of container `v` (`frame` being the frame of `v`).
-#[inline(always)]
-fn child_mut<'a>(v: &'a mut Value, frame: &Frame) -> Option<&'a mut Value> {
-    match v {
-        Value::Object(map) => {
-            let (key, child) = match frame.position {
-                Position::Last => map.iter_mut().next_back(),
-                Position::FromEnd(n) => {
-                    let mut entries = map.iter_mut();
-                    for _ in 0..n {
-                        entries.next_back();
-                    }
-                    entries.next_back()
-                }
-                Position::FromFront(n) => {
-                    let mut entries = map.iter_mut();
-                    for _ in 0..n {
-                        entries.next();
-                    }
-                    entries.next()
-                }
-                Position::Unknown => return map.get_mut(frame.key.as_str()),
-            }?;
-            debug_assert_eq!(key, &frame.key);
-            Some(child)
+/// The open child of the object `map` (`frame` being its frame).
+#[inline(never)]
+fn object_child<'a>(map: &'a mut Map<String, Value>, frame: &Frame) -> Option<&'a mut Value> {
+    let (key, child) = match frame.position {
+        Position::Last => map.iter_mut().next_back(),
+        Position::FromEnd(n) => {
+            let mut entries = map.iter_mut();
+            for _ in 0..n {
+                entries.next_back();
+            }
+            entries.next_back()
         }
-        Value::Array(items) => items.last_mut(),
-        _ => None,
-    }
+        Position::FromFront(n) => {
+            let mut entries = map.iter_mut();
+            for _ in 0..n {
+                entries.next();
+            }
+            entries.next()
+        }
+        Position::Unknown => return map.get_mut(frame.key.as_str()),
+    }?;
+    debug_assert_eq!(key, &frame.key);
+    Some(child)
 }
 
 /// Where `key` is in `map`, if among the first or last few entries (the
@@ -123,11 +117,26 @@ fn find_position(map: &Map<String, Value>, key: &str) -> Position {
 
 /// The node reached from the root by following the open child of each of
 /// `path` (open frames from the root).
-#[inline(never)]
+///
+/// Inlined (a call with its saved registers cost as much as a step down):
+/// the last element of an array and the last member of an object are
+/// reached here, other members of objects by [`object_child`].
+#[inline(always)]
 fn descend<'a>(root: &'a mut Option<Value>, path: &[Frame]) -> Option<&'a mut Value> {
     let mut v = root.as_mut()?;
     for frame in path {
-        v = child_mut(v, frame)?;
+        v = match v {
+            Value::Array(items) => items.last_mut()?,
+            Value::Object(map) => {
+                if frame.position == Position::Last {
+                    debug_assert_eq!(map.keys().next_back(), Some(&frame.key));
+                    map.values_mut().next_back()?
+                } else {
+                    object_child(map, frame)?
+                }
+            }
+            _ => return None,
+        };
     }
     Some(v)
 }
