@@ -71,15 +71,21 @@ impl Digits {
     /// Lexes the number characters of `bytes` from `i` on, in grammar state
     /// `num`, recording their digits. Stops at the end or at the first byte
     /// that does not continue the number; returns where, and the new state.
+    ///
+    /// Each arm takes one part of the number (sign, integer digits, point,
+    /// fraction digits, exponent) and goes on with the next part, so a
+    /// number is dispatched on a few times, not at every byte.
     #[inline(always)]
     pub(super) fn lex(&mut self, bytes: &[u8], mut i: usize, mut num: Num) -> (usize, Num) {
         let len = bytes.len();
-        while i < len {
-            let c = bytes[i];
+        loop {
+            let Some(&c) = bytes.get(i) else {
+                return (i, num);
+            };
             let digit = c.wrapping_sub(b'0');
             num = match num {
-                Num::Int | Num::Frac if digit < 10 => {
-                    // A run of digits.
+                Num::Int | Num::Frac => {
+                    // A run of digits, then what follows it.
                     let run = i;
                     let mut significand = self.significand;
                     while i < len {
@@ -96,23 +102,44 @@ impl Digits {
                     if num == Num::Frac {
                         self.fraction = self.fraction.saturating_add(n);
                     }
-                    continue;
+                    match bytes.get(i) {
+                        Some(b'.') if num == Num::Int => Num::Dot,
+                        Some(&c) if c | 0x20 == b'e' => Num::Exp,
+                        _ => return (i, num),
+                    }
                 }
-                Num::Int | Num::Zero if c == b'.' => Num::Dot,
-                Num::Int | Num::Zero | Num::Frac if c | 0x20 == b'e' => Num::Exp,
-                Num::Exp | Num::ExpSign | Num::ExpDigits if digit < 10 => {
-                    self.exponent = (self.exponent * 10 + u32::from(digit)).min(EXPONENT_LIMIT);
-                    Num::ExpDigits
+                Num::ExpDigits | Num::Exp | Num::ExpSign if digit < 10 => {
+                    // The exponent's digits.
+                    let mut exponent = self.exponent;
+                    while i < len {
+                        let digit = bytes[i].wrapping_sub(b'0');
+                        if digit >= 10 {
+                            break;
+                        }
+                        exponent = (exponent * 10 + u32::from(digit)).min(EXPONENT_LIMIT);
+                        i += 1;
+                    }
+                    self.exponent = exponent;
+                    return (i, Num::ExpDigits);
                 }
                 Num::Start | Num::Minus if digit < 10 => {
                     self.push_digit(digit);
-                    if digit == 0 { Num::Zero } else { Num::Int }
+                    if digit == 0 {
+                        Num::Zero
+                    } else {
+                        // The rest of the integer digits, as a run.
+                        i += 1;
+                        num = Num::Int;
+                        continue;
+                    }
                 }
                 Num::Dot if digit < 10 => {
-                    self.push_digit(digit);
-                    self.fraction += 1;
-                    Num::Frac
+                    // The fraction's digits, as a run.
+                    num = Num::Frac;
+                    continue;
                 }
+                Num::Zero if c == b'.' => Num::Dot,
+                Num::Zero if c | 0x20 == b'e' => Num::Exp,
                 Num::Start if c == b'-' => {
                     self.negative = true;
                     Num::Minus
@@ -121,11 +148,10 @@ impl Digits {
                     self.exponent_negative = c == b'-';
                     Num::ExpSign
                 }
-                _ => break,
+                _ => return (i, num),
             };
             i += 1;
         }
-        (i, num)
     }
 
     #[inline(always)]
