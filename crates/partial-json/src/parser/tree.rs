@@ -64,26 +64,25 @@ impl Default for Frame {
 /// The open child of the object `map` (`frame` being its frame).
 #[inline(never)]
 fn object_child<'a>(map: &'a mut Map<String, Value>, frame: &Frame) -> Option<&'a mut Value> {
-    let (key, child) = match frame.position {
-        Position::Last => map.iter_mut().next_back(),
-        Position::FromEnd(n) => {
-            let mut entries = map.iter_mut();
-            for _ in 0..n {
-                entries.next_back();
-            }
-            entries.next_back()
-        }
-        Position::FromFront(n) => {
-            let mut entries = map.iter_mut();
-            for _ in 0..n {
-                entries.next();
-            }
-            entries.next()
-        }
-        Position::Unknown => return map.get_mut(frame.key.as_str()),
-    }?;
-    debug_assert_eq!(key, &frame.key);
-    Some(child)
+    debug_assert!(position_matches_key(map, frame));
+    match frame.position {
+        Position::FromFront(n) => map.values_mut().nth(n),
+        Position::FromEnd(n) => map.values_mut().nth_back(n),
+        Position::Last => map.values_mut().next_back(),
+        Position::Unknown => map.get_mut(frame.key.as_str()),
+    }
+}
+
+/// Whether the open child of `map` found through `frame.position` has the
+/// frame's key (for debug assertions).
+fn position_matches_key(map: &Map<String, Value>, frame: &Frame) -> bool {
+    let key = match frame.position {
+        Position::FromFront(n) => map.keys().nth(n),
+        Position::FromEnd(n) => map.keys().nth_back(n),
+        Position::Last => map.keys().next_back(),
+        Position::Unknown => return true,
+    };
+    key == Some(&frame.key)
 }
 
 /// Where `key` is in `map`, if among the first or last few entries (the
@@ -129,7 +128,7 @@ fn descend<'a>(root: &'a mut Option<Value>, path: &[Frame]) -> Option<&'a mut Va
             Value::Array(items) => items.last_mut()?,
             Value::Object(map) => {
                 if frame.position == Position::Last {
-                    debug_assert_eq!(map.keys().next_back(), Some(&frame.key));
+                    debug_assert!(position_matches_key(map, frame));
                     map.values_mut().next_back()?
                 } else {
                     object_child(map, frame)?
