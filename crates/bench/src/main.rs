@@ -8,6 +8,10 @@
 //! OpenAI-shaped multi-choice streams (see `gen`), with the baselines measured in the same
 //! run on the same bytes. Each target prints one `PASS|FAIL <name> measured=<x> target=<y>`
 //! line.
+//!
+//! The harness writes no file unless asked: `all --plots` also writes the SVG plots
+//! (throughput against n, latency percentiles) into `docs/img`, the ones
+//! `docs/benchmarks.md` shows, and `all --plots DIR` into `DIR`.
 
 mod baseline;
 mod r#gen;
@@ -167,9 +171,10 @@ struct AllArgs {
     /// Repetitions of the latency runs (1.5 s each).
     #[arg(long, default_value_t = 5)]
     latency_reps: usize,
-    /// Where to write the SVG plots.
-    #[arg(long, default_value = "docs/img")]
-    plot_dir: std::path::PathBuf,
+    /// Also write the SVG plots (throughput against n, latency percentiles) into DIR,
+    /// `docs/img` if no DIR is given. Without this option no file is written.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = "docs/img")]
+    plots: Option<std::path::PathBuf>,
 }
 
 /// Figures kept for the plots of `all`.
@@ -719,30 +724,38 @@ fn main() {
             for sub in [&["scale"][..], &["replay"][..]] {
                 report.extend(fresh_process(sub));
             }
-            if std::fs::create_dir_all(&a.plot_dir).is_ok() {
-                let t = PLOT_THROUGHPUT
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                let l = PLOT_LATENCY
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                let throughput_svg = a.plot_dir.join("throughput.svg");
-                let latency_svg = a.plot_dir.join("latency.svg");
-                match plots::throughput(&t, &throughput_svg)
-                    .and_then(|()| plots::latency(&l, &latency_svg))
-                {
-                    Ok(()) => println!(
-                        "\nplots: {} and {}",
-                        throughput_svg.display(),
-                        latency_svg.display()
-                    ),
-                    Err(e) => println!("\nplots not written: {e}"),
-                }
+            if let Some(plot_dir) = &a.plots {
+                write_plots(plot_dir);
             }
             report
         }
     };
     report.print();
+}
+
+/// Writes the plots of `all` (the figures kept by its throughput and latency runs) into
+/// `plot_dir`.
+fn write_plots(plot_dir: &std::path::Path) {
+    if let Err(e) = std::fs::create_dir_all(plot_dir) {
+        println!("\nplots not written: {e}");
+        return;
+    }
+    let t = PLOT_THROUGHPUT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let l = PLOT_LATENCY
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let throughput_svg = plot_dir.join("throughput.svg");
+    let latency_svg = plot_dir.join("latency.svg");
+    match plots::throughput(&t, &throughput_svg).and_then(|()| plots::latency(&l, &latency_svg)) {
+        Ok(()) => println!(
+            "\nplots: {} and {}",
+            throughput_svg.display(),
+            latency_svg.display()
+        ),
+        Err(e) => println!("\nplots not written: {e}"),
+    }
 }
