@@ -324,25 +324,23 @@ impl PartialJson {
         while i < len {
             match self.state {
                 State::Str { key, esc } => {
-                    let stop;
-                    (i, stop) = if !key && self.leaf_in_tree {
-                        // Continue the string already in the tree: decode
-                        // straight into it (one lookup per fragment).
-                        match leaf_mut(&mut self.root, &self.frames[..self.depth]) {
-                            Some(leaf) => {
-                                let before = leaf.len();
-                                let r = lex_string(bytes, text, i, esc, leaf);
-                                self.changed |= leaf.len() != before;
-                                r
-                            }
-                            None => {
-                                debug_assert!(false, "open string not found in the tree");
-                                lex_string(bytes, text, i, esc, &mut self.scratch)
-                            }
-                        }
+                    // A string already in the tree is decoded straight into
+                    // it (one lookup per fragment), others into `scratch`.
+                    let leaf = if !key && self.leaf_in_tree {
+                        let leaf = leaf_mut(&mut self.root, &self.frames[..self.depth]);
+                        debug_assert!(leaf.is_some(), "open string not found in the tree");
+                        leaf
                     } else {
-                        lex_string(bytes, text, i, esc, &mut self.scratch)
+                        None
                     };
+                    let in_tree = leaf.is_some();
+                    let out = leaf.unwrap_or(&mut self.scratch);
+                    let before = out.len();
+                    let stop;
+                    (i, stop) = lex_string(bytes, text, i, esc, out);
+                    if in_tree && out.len() != before {
+                        self.changed = true;
+                    }
                     match stop {
                         StrStop::End(esc) => self.state = State::Str { key, esc },
                         StrStop::Closed => self.close_string(key),
