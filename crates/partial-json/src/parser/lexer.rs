@@ -56,18 +56,21 @@ pub(super) fn lex_string(
     bytes: &[u8],
     text: &str,
     mut i: usize,
-    esc: Esc,
+    mut esc: Esc,
     out: &mut String,
 ) -> (usize, StrStop) {
     let len = bytes.len();
-    if esc != Esc::Normal {
-        match lex_escape(bytes, i, esc, out) {
-            Ok((end, Esc::Normal)) => i = end,
-            Ok((end, esc)) => return (end, StrStop::End(esc)),
-            Err(stop) => return stop,
-        }
-    }
     loop {
+        if esc != Esc::Normal {
+            match lex_escape(bytes, i, esc, out) {
+                Ok((end, Esc::Normal)) => {
+                    i = end;
+                    esc = Esc::Normal;
+                }
+                Ok((end, esc)) => return (end, StrStop::End(esc)),
+                Err(stop) => return stop,
+            }
+        }
         let start = i;
         while i < len && !is_special_in_string(bytes[i]) {
             i += 1;
@@ -99,11 +102,8 @@ pub(super) fn lex_string(
         if e != b'u' {
             return (i + 1, StrStop::Unexpected(Expected::EscapeCharacter));
         }
-        match lex_escape(bytes, i + 2, Esc::Hex { count: 0, code: 0 }, out) {
-            Ok((end, Esc::Normal)) => i = end,
-            Ok((end, esc)) => return (end, StrStop::End(esc)),
-            Err(stop) => return stop,
-        }
+        i += 2;
+        esc = Esc::Hex { count: 0, code: 0 };
     }
 }
 
