@@ -10,31 +10,43 @@ use choicewise_usage::{EncodingName, count_text, preload};
 #[allow(dead_code, clippy::all)]
 mod pj_support;
 
-use crate::stats::median;
+use crate::stats::{median, min_max};
 
-fn time(reps: usize, mut f: impl FnMut()) -> f64 {
+/// Seconds of `reps` runs of `f`.
+fn times(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
     let mut secs = Vec::with_capacity(reps);
     for _ in 0..reps {
         let start = Instant::now();
         f();
         secs.push(start.elapsed().as_secs_f64());
     }
-    median(&secs)
+    secs
+}
+
+/// The median of `reps` runs of `f`, in seconds.
+fn time(reps: usize, f: impl FnMut()) -> f64 {
+    median(&times(reps, f))
 }
 
 pub struct PartialJsonFigures {
     pub bytes: usize,
     pub fragments: usize,
+    pub runs: usize,
+    /// Medians (the target is judged on these).
     pub incremental_us: f64,
     pub from_str_us: f64,
+    /// Minima (least disturbed by other load on the machine), for information.
+    pub incremental_min_us: f64,
+    pub from_str_min_us: f64,
 }
 
 /// A ~100 KB arguments object in 4-byte fragments: push each, read the value after each;
-/// against one `serde_json::from_str` of the whole, in the same run.
+/// against one `serde_json::from_str` of the whole, in the same run. Each is run `reps`
+/// times after one warm-up run.
 pub fn partial_json(reps: usize) -> PartialJsonFigures {
     let doc = pj_support::realistic_doc(100_000);
     let fragments = pj_support::fragments(&doc, 4);
-    let incremental = time(reps, || {
+    let incremental = times(reps + 1, || {
         let mut p = choicewise_core::partial_json::PartialJson::new();
         for f in &fragments {
             p.push(f).expect("valid document");
@@ -42,14 +54,19 @@ pub fn partial_json(reps: usize) -> PartialJsonFigures {
         }
         black_box(p.finish().expect("complete"));
     });
-    let from_str = time(reps, || {
+    let from_str = times(reps + 1, || {
         black_box(serde_json::from_str::<serde_json::Value>(&doc).expect("valid document"));
     });
+    // The first run of each is the warm-up.
+    let (incremental, from_str) = (&incremental[1..], &from_str[1..]);
     PartialJsonFigures {
         bytes: doc.len(),
         fragments: fragments.len(),
-        incremental_us: incremental * 1e6,
-        from_str_us: from_str * 1e6,
+        runs: reps,
+        incremental_us: median(incremental) * 1e6,
+        from_str_us: median(from_str) * 1e6,
+        incremental_min_us: min_max(incremental).0 * 1e6,
+        from_str_min_us: min_max(from_str).0 * 1e6,
     }
 }
 
