@@ -46,6 +46,9 @@ pub struct Demux {
     choices: Vec<ChoiceState>,
     warnings: Vec<Warning>,
     end: Option<Result<(), Error>>,
+    /// Chunks fed by [`Demux::feed_chunk`]: they stand in for line numbers, as in
+    /// [`Completions::from_chunks`](crate::Completions::from_chunks).
+    chunks: u64,
     /// Reused buffers.
     updates: Vec<ChoiceUpdate>,
     buf: Vec<ChoiceEvent>,
@@ -87,6 +90,7 @@ impl Demux {
             choices: Vec::new(),
             warnings: Vec::new(),
             end: None,
+            chunks: 0,
             updates: Vec::new(),
             buf: Vec::new(),
         }
@@ -124,8 +128,8 @@ impl Demux {
         if let Some(end) = &self.end {
             return end.clone();
         }
-        let line = self.splitter.offset() + 1;
-        let step = match self.splitter.parsed(chunk, line) {
+        self.chunks += 1;
+        let step = match self.splitter.parsed(chunk, self.chunks) {
             Ok(()) => Step::Continue,
             Err(e) => Step::End(Err(e)),
         };
