@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use choicewise::Completions;
+use choicewise::{Completions, Dialect};
 use clap::Args;
 
 use crate::view::{self, ViewArgs};
@@ -29,6 +29,15 @@ pub struct ReplayArgs {
     /// carries no usage.
     #[arg(long, value_name = "FILE")]
     request: Option<PathBuf>,
+    /// The stream's dialect: chat (Chat Completions chunks), responses (OpenAI Responses
+    /// events) or anthropic (Anthropic Messages events). Default: recognised from the stream.
+    #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
+    format: Option<Dialect>,
+}
+
+/// `chat`, `responses` or `anthropic`.
+fn parse_format(s: &str) -> Result<Dialect, String> {
+    s.parse()
 }
 
 /// A speed factor: a finite number, 0 or more.
@@ -49,7 +58,7 @@ pub async fn read_request(path: &Path) -> Result<serde_json::Value, String> {
 }
 
 pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
-    let mut builder = Completions::builder();
+    let mut builder = Completions::builder().dialect(args.format.unwrap_or_default());
     let mut model = None;
     if let Some(path) = &args.request {
         let request = read_request(path).await?;

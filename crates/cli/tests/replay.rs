@@ -241,3 +241,40 @@ fn failed_choices_are_reported_one_line_each_and_the_others_finish() {
         }
     }
 }
+
+/// Responses and Anthropic recordings are recognised from the stream; `--format` forces a
+/// dialect, and an event of another dialect is an error naming it.
+#[test]
+fn typed_dialects_are_recognised_or_forced() {
+    for (name, content) in [
+        ("anthropic_tools.sse", "Let me check both cities."),
+        ("responses_text.sse", "There are three r's in strawberry."),
+    ] {
+        let out = replay(&[fixture(name).to_str().unwrap(), "--json"], None);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["object"], "chat.completion");
+        assert_eq!(json["choices"][0]["message"]["content"], content, "{name}");
+    }
+    let out = replay(
+        &[
+            fixture("responses_text.sse").to_str().unwrap(),
+            "--json",
+            "--format",
+            "anthropic",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("\"response.created\" is not an event of the anthropic dialect"),
+        "{stderr}"
+    );
+    let out = replay(&["-", "--format", "grpc"], Some(b""));
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -114,6 +114,35 @@ impl CompletionsBuilder {
         self
     }
 
+    /// The stream's wire dialect: Chat Completions chunks, OpenAI Responses events or
+    /// Anthropic Messages events. By default it is recognised from the stream's first event
+    /// (its `type`, or its `event:` line); a Responses or Anthropic stream is one choice.
+    ///
+    /// ```
+    /// use choicewise_core::{Completions, Dialect};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "event: message_start\n",
+    ///     "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude\",\"role\":\"assistant\",\"usage\":{\"input_tokens\":5}}}\n\n",
+    ///     "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    ///     "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+    ///     "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    ///     "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\n",
+    ///     "data: {\"type\":\"message_stop\"}\n\n",
+    /// );
+    /// let c = Completions::builder().dialect(Dialect::Anthropic).from_reader(sse.as_bytes());
+    /// let whole = c.collect().await.unwrap();
+    /// assert_eq!(whole.id, "msg_1");
+    /// assert_eq!(whole.choices[0].message.content.as_deref(), Some("Hi"));
+    /// assert_eq!(whole.choices[0].finish_reason.as_deref(), Some("stop"));
+    /// assert_eq!(whole.usage.unwrap().total_tokens, 6);
+    /// # }
+    /// ```
+    pub fn dialect(mut self, dialect: crate::Dialect) -> Self {
+        self.config.dialect = dialect;
+        self
+    }
+
     /// Strict WHATWG framing of the SSE bytes (default `false`: the tolerant mode). The
     /// tolerant mode also takes events written one `data:` line each without the blank line
     /// between them, applying each line that is a complete JSON object (or `[DONE]`) as an

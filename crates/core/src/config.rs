@@ -32,6 +32,8 @@ pub(crate) struct Config {
     pub estimate_usage: bool,
     /// Strict WHATWG SSE framing instead of the tolerant mode.
     pub strict_sse: bool,
+    /// The wire dialect (recognised from the stream by default).
+    pub dialect: crate::wire::Dialect,
 }
 
 impl Default for Config {
@@ -46,6 +48,7 @@ impl Default for Config {
             request: None,
             estimate_usage: true,
             strict_sse: false,
+            dialect: crate::wire::Dialect::Detect,
         }
     }
 }

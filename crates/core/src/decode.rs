@@ -45,6 +45,7 @@ pub(crate) fn decode_batch(
                 }),
             },
             Body::Parsed(choice) => convert(*choice, index, line, offset),
+            Body::Update(update) => Ok(*update),
         };
         match update {
             Ok(update) => out.push(update),

@@ -85,7 +85,12 @@ impl Demux {
 
     pub(crate) fn with_config(config: Config) -> Demux {
         Demux {
-            splitter: Splitter::new(config.max_event_size, config.max_choices, config.strict_sse),
+            splitter: Splitter::with_dialect(
+                config.max_event_size,
+                config.max_choices,
+                config.strict_sse,
+                config.dialect,
+            ),
             config,
             choices: Vec::new(),
             warnings: Vec::new(),

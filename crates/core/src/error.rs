@@ -130,6 +130,17 @@ pub enum Error {
         /// What is wrong, and where in the arguments.
         error: crate::event::ArgumentsError,
     },
+    /// An event of another dialect in a typed-dialect stream (a Chat Completions chunk in an
+    /// Anthropic stream, a Responses event in an Anthropic one, ...).
+    #[error("line {line}: {found:?} is not an event of the {expected} dialect")]
+    WrongDialect {
+        /// The stream's dialect.
+        expected: crate::wire::Dialect,
+        /// The event's type.
+        found: String,
+        /// Where.
+        line: u64,
+    },
     /// Nothing arrived from upstream for longer than the configured idle timeout.
     #[error("no data for {after:?} after {offset} bytes (idle timeout)")]
     IdleTimeout {

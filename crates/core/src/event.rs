@@ -255,6 +255,11 @@ pub enum WarningKind {
         /// How many updates were ignored.
         updates: u64,
     },
+    /// An event type the stream's dialect does not define: skipped.
+    UnknownEvent {
+        /// Its `type`.
+        kind: String,
+    },
     /// Several usage-only chunks (`choices: []`) that are not one per choice (as llama.cpp
     /// sends them): repeated totals or something else. None is added to another; the one with
     /// the most completion tokens is the reported usage (see `docs/usage.md`).
@@ -317,6 +322,9 @@ impl fmt::Display for WarningKind {
                     "{updates} update{} for the choice after it failed (ignored)",
                     if *updates == 1 { "" } else { "s" }
                 )
+            }
+            WarningKind::UnknownEvent { kind } => {
+                write!(f, "unknown event type {kind:?} (skipped)")
             }
             WarningKind::UsageAmbiguous { chunks } => write!(
                 f,

@@ -54,6 +54,7 @@ mod completions;
 mod config;
 mod decode;
 mod demux;
+mod dialect;
 mod error;
 mod estimate;
 mod event;
@@ -87,6 +88,7 @@ pub use event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };
 pub use stream::EventStream;
+pub use wire::Dialect;
 /// Test-only fault triggers (feature `fault-injection`).
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]

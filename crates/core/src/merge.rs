@@ -45,6 +45,9 @@ pub(crate) struct ChoiceUpdate {
     pub reasoning: Option<Text>,
     pub function_call: Option<Box<CallFragment>>,
     pub tool_calls: Vec<ToolFragment>,
+    /// Tool calls (by their wire index) whose arguments the provider says are complete: they
+    /// finish now (the typed dialects say so; Chat Completions never does).
+    pub calls_done: Vec<u32>,
     pub finish_reason: Option<Text>,
     // Rare fields are boxed: updates are moved several times on the hot path.
     pub logprobs: Option<Box<Value>>,
@@ -270,6 +273,18 @@ impl ChoiceAccumulator {
         }
         for f in u.tool_calls {
             self.tool_fragment(f, (line, u.offset), out)?;
+        }
+        for wire in u.calls_done {
+            let found = self
+                .tool_calls
+                .iter()
+                .rposition(|c| c.wire_index == Some(wire));
+            if let Some(p) = found.filter(|&p| !self.tool_calls[p].finished) {
+                out.push(self.tool_calls[p].finished_event(CallRef {
+                    kind: CallKind::Tool,
+                    position: p as u32,
+                }));
+            }
         }
         if waiting {
             self.complete_pending_finish(out);

@@ -22,6 +22,7 @@ use serde_json::value::RawValue;
 
 use choicewise_sse::{DataLines, Framer};
 
+use crate::dialect::{Dialect, DialectDecoder, dialect_of};
 use crate::error::{Error, UpstreamError};
 use crate::event::{Warning, WarningKind};
 use crate::scan::{Scanned, scan};
@@ -53,6 +54,8 @@ pub(crate) enum Body {
     Json(Range<usize>),
     /// A chunk choice parsed by the caller ([`Completions::from_chunks`](crate::Completions::from_chunks)).
     Parsed(Box<ChunkChoice<'static>>),
+    /// An update of a typed dialect's one choice, decoded by the reader (see `dialect`).
+    Update(Box<crate::merge::ChoiceUpdate>),
 }
 
 /// The updates of one choice from one read, in arrival order: what one actor message carries.
@@ -175,6 +178,10 @@ pub(crate) struct Splitter {
     warned_unterminated: bool,
     /// The scan's vector of choices, reused from chunk to chunk.
     scanned: Vec<crate::scan::ScannedChoice>,
+    /// The stream's dialect (`Detect` until its first event says).
+    dialect: Dialect,
+    /// The state of a typed-dialect stream.
+    typed: DialectDecoder,
     max_choices: usize,
     /// Choice index to slot, for small indexes (the usual case) ...
     small: Vec<u32>,
@@ -192,12 +199,25 @@ const NO_SLOT: u32 = u32::MAX;
 impl Splitter {
     /// A splitter with these limits; `strict_sse`: WHATWG framing without the tolerance for
     /// events written without blank lines (see `Framer::strict`).
+    #[cfg(test)]
     pub fn new(max_event_size: usize, max_choices: usize, strict_sse: bool) -> Self {
+        Splitter::with_dialect(max_event_size, max_choices, strict_sse, Dialect::Detect)
+    }
+
+    /// As [`Splitter::new`], for a stream of `dialect`.
+    pub fn with_dialect(
+        max_event_size: usize,
+        max_choices: usize,
+        strict_sse: bool,
+        dialect: Dialect,
+    ) -> Self {
         Splitter {
             framer: Framer::with_max_event_size(max_event_size).strict(strict_sse),
             offset: 0,
             warned_unterminated: false,
             scanned: Vec::new(),
+            dialect,
+            typed: DialectDecoder::default(),
             max_choices,
             small: Vec::new(),
             large: HashMap::new(),
@@ -297,6 +317,25 @@ impl Splitter {
         }
         if let Err(e) = split {
             return Step::End(Err(e));
+        }
+        let mut tail = tail;
+        if matches!(self.dialect, Dialect::Responses | Dialect::Anthropic) && dispatched.is_none() {
+            // A typed stream's last event written without its closing blank line (seen in
+            // recordings): a complete JSON object is that event.
+            let pending = tail.pending_data.take().filter(|d| {
+                serde_json::from_str::<serde::de::IgnoredAny>(d).is_ok() && d.trim() != "[DONE]"
+            });
+            match pending {
+                Some(data) => {
+                    if let Err(e) =
+                        self.event("", &data, tail.line, tail.offset, DataLines::default())
+                    {
+                        return Step::End(Err(e));
+                    }
+                    tail.pending_bytes = 0;
+                }
+                None => tail.pending_data = tail.pending_data.take(),
+            }
         }
         if tail.pending_data.as_deref().map(str::trim_ascii) == Some("[DONE]") {
             return Step::End(Ok(()));
@@ -570,6 +609,72 @@ impl Splitter {
         }
     }
 
+    /// One event of a typed dialect (Responses, Anthropic): decoded here into the update of
+    /// the stream's one choice (index 0), its facts and its usage.
+    fn typed_event(
+        &mut self,
+        event: &str,
+        data: &str,
+        line: u64,
+        offset: u64,
+        data_lines: DataLines<'_>,
+    ) -> Result<Flow, Error> {
+        let value: Value = match serde_json::from_str(data) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => {
+                return Err(Error::Json {
+                    line: data_lines.line(0).unwrap_or(line),
+                    offset,
+                    message: "expected a JSON object".to_string(),
+                });
+            }
+            Err(e) => return Err(json_error(&e, line, offset, data_lines)),
+        };
+        let kind = match value.get("type").and_then(Value::as_str) {
+            Some(kind) => kind.to_string(),
+            None if value.get("choices").is_some() => {
+                return Err(Error::WrongDialect {
+                    expected: self.dialect,
+                    found: "chat.completion.chunk".to_string(),
+                    line,
+                });
+            }
+            None => event.to_string(),
+        };
+        let decoded = self
+            .typed
+            .event(self.dialect, &kind, &value, (line, offset))?;
+        if let Some(kind) = decoded.warning {
+            self.warnings.push(Warning {
+                choice: None,
+                line,
+                kind,
+            });
+        }
+        if let Some(update) = decoded.update {
+            let slot = self.slot_for(0, line)?;
+            let slot = &mut self.slots[slot];
+            slot.finished |= update.finish_reason.is_some();
+            slot.batch.updates.push(RawUpdate {
+                line,
+                offset,
+                body: Body::Update(Box::new(update)),
+            });
+        }
+        self.facts(
+            Facts {
+                id: decoded.id.map(Cow::Owned),
+                model: decoded.model.map(Cow::Owned),
+                created: decoded.created,
+                usage: decoded.usage,
+                ..Facts::default()
+            },
+            &[],
+            line,
+        );
+        Ok(Flow::Continue)
+    }
+
     /// Interprets one SSE event: `[DONE]`, an `event: error`, or one or more chunks.
     fn event(
         &mut self,
@@ -585,7 +690,14 @@ impl Splitter {
         }
         let trimmed = data.trim_ascii();
         if trimmed == "[DONE]" {
+            // Also a typed dialect's stream end that some clients' recordings add: tolerated.
             return Ok(Flow::Done);
+        }
+        if self.dialect == Dialect::Detect && trimmed.starts_with('{') {
+            self.dialect = detect(event, trimmed);
+        }
+        if matches!(self.dialect, Dialect::Responses | Dialect::Anthropic) {
+            return self.typed_event(event, trimmed, line, offset, data_lines);
         }
         if event == "error" {
             let value = serde_json::from_str::<Value>(trimmed)
@@ -662,6 +774,23 @@ impl Splitter {
     }
 }
 
+/// The dialect of a stream from its first JSON event: the `type` in its data (the truth), or
+/// its `event:` line; Chat Completions otherwise.
+fn detect(event: &str, data: &str) -> Dialect {
+    #[derive(Deserialize)]
+    struct Typed<'a> {
+        #[serde(rename = "type", borrow, default)]
+        kind: Option<Cow<'a, str>>,
+    }
+    let kind = serde_json::from_str::<Typed<'_>>(data)
+        .ok()
+        .and_then(|t| t.kind);
+    kind.as_deref()
+        .and_then(dialect_of)
+        .or_else(|| dialect_of(event))
+        .unwrap_or(Dialect::Chat)
+}
+
 fn set_if_empty(slot: &mut Option<String>, value: Option<&str>) {
     if slot.is_none() {
         if let Some(v) = value.filter(|v| !v.is_empty()) {
@@ -709,7 +838,7 @@ mod tests {
         let batch = &s.slots[slot].batch;
         match &batch.updates[k].body {
             Body::Json(r) => &batch.text[r.clone()],
-            Body::Parsed(_) => panic!("parsed"),
+            Body::Parsed(_) | Body::Update(_) => panic!("not raw JSON"),
         }
     }
 

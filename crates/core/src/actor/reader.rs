@@ -198,7 +198,12 @@ impl<F: Feed> Actor for ReaderActor<F> {
         args: ReaderArgs<F>,
     ) -> Result<ReaderState<F>, ActorProcessingErr> {
         let config = &args.shared.config;
-        let splitter = Splitter::new(config.max_event_size, config.max_choices, config.strict_sse);
+        let splitter = Splitter::with_dialect(
+            config.max_event_size,
+            config.max_choices,
+            config.strict_sse,
+            config.dialect,
+        );
         Ok(ReaderState {
             feed: args.feed,
             splitter,

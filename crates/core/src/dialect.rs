@@ -1,0 +1,436 @@
+//! Streams of the OpenAI Responses API and the Anthropic Messages API, read as one choice.
+//! Pure and synchronous.
+//!
+//! Neither API has `n`: each stream is one choice (index 0 of its stream). Their typed events
+//! map onto the same [`ChoiceUpdate`]s as a Chat Completions chunk, so a choice from any
+//! dialect has the same sub-streams, message and errors:
+//!
+//! | Responses | Anthropic | becomes |
+//! |---|---|---|
+//! | `response.output_text.delta` | `content_block_delta` / `text_delta` | content |
+//! | `response.refusal.delta` | — | refusal |
+//! | `response.reasoning_summary_text.delta` | `thinking_delta` | reasoning |
+//! | `response.output_item.added` (function call) | `content_block_start` (tool_use) | a tool call (id, name), keyed by `output_index` / block `index` |
+//! | `response.function_call_arguments.delta` | `input_json_delta` | argument fragments |
+//! | `response.function_call_arguments.done`, `response.output_item.done` | `content_block_stop` | the call's `Finished`, exactly then |
+//! | `response.completed` (`stop` or `tool_calls`), `response.incomplete` (`length`, `content_filter`) | `message_delta` `stop_reason` (`end_turn`, `stop_sequence` → `stop`; `tool_use` → `tool_calls`; `max_tokens` → `length`; `refusal` → `content_filter`; others kept as sent) | the finish |
+//! | `response.failed`, `error` | `error` | [`Error::Upstream`] |
+//! | usage of the final response | `message_start` input, `message_delta` output (cumulative) | reported usage |
+//!
+//! The `type` inside an event's data is the truth, not its `event:` line (some servers write
+//! the data line first). Unknown event types are tolerated with a warning; an event of
+//! another dialect is an error naming it.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::error::{Error, UpstreamError};
+use crate::event::WarningKind;
+use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
+pub use crate::wire::Dialect;
+
+/// The dialect an event's type belongs to, if it is one of the typed dialects.
+pub(crate) fn dialect_of(kind: &str) -> Option<Dialect> {
+    if kind.starts_with("response.") {
+        return Some(Dialect::Responses);
+    }
+    match kind {
+        "message_start"
+        | "message_delta"
+        | "message_stop"
+        | "content_block_start"
+        | "content_block_delta"
+        | "content_block_stop"
+        | "ping" => Some(Dialect::Anthropic),
+        _ => None,
+    }
+}
+
+/// What one event of a typed dialect gave.
+#[derive(Debug, Default)]
+pub(crate) struct Decoded {
+    /// The update of the stream's one choice, if the event carried one.
+    pub update: Option<ChoiceUpdate>,
+    /// Completion facts, when the event named them.
+    pub id: Option<String>,
+    pub model: Option<String>,
+    pub created: Option<i64>,
+    /// The reported usage in Chat Completions' shape, when the event completes it.
+    pub usage: Option<Value>,
+    pub warning: Option<WarningKind>,
+}
+
+/// The state of one typed-dialect stream.
+#[derive(Debug, Default)]
+pub(crate) struct DialectDecoder {
+    /// Output items (Responses) or content blocks (Anthropic) that are tool calls, by index.
+    calls: BTreeSet<u32>,
+    /// Calls whose arguments arrived as fragments.
+    fragmented: BTreeSet<u32>,
+    /// Calls already finished.
+    done: BTreeSet<u32>,
+    /// Anthropic: input tokens of `message_start`, output tokens of the last `message_delta`.
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    /// Anthropic: the stop reason of `message_delta`, applied at `message_stop`.
+    stop_reason: Option<String>,
+    /// Unknown event types already warned about (once each).
+    unknown: BTreeSet<String>,
+}
+
+fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
+}
+
+fn u32_at(v: &Value, key: &str) -> Option<u32> {
+    v.get(key)?.as_u64().and_then(|i| u32::try_from(i).ok())
+}
+
+fn upstream(value: &Value, line: u64) -> Error {
+    Error::Upstream(std::sync::Arc::new(UpstreamError::from_value(value, line)))
+}
+
+impl DialectDecoder {
+    /// One event of `dialect`, its data parsed; `kind` its `type`.
+    pub fn event(
+        &mut self,
+        dialect: Dialect,
+        kind: &str,
+        data: &Value,
+        (line, offset): (u64, u64),
+    ) -> Result<Decoded, Error> {
+        if kind == "error" {
+            return Err(upstream(data, line));
+        }
+        let mut update = ChoiceUpdate {
+            line,
+            offset,
+            ..ChoiceUpdate::default()
+        };
+        let mut out = Decoded::default();
+        let touched = match dialect {
+            Dialect::Responses => self.responses(kind, data, &mut update, &mut out, line)?,
+            _ => self.anthropic(kind, data, &mut update, &mut out, line)?,
+        };
+        if touched {
+            out.update = Some(update);
+        }
+        Ok(out)
+    }
+
+    /// Opens a tool call at `index`, finishes it, or appends a fragment.
+    fn call(update: &mut ChoiceUpdate, index: u32, id: Option<&str>, name: Option<&str>) {
+        update.tool_calls.push(ToolFragment {
+            index: Some(index),
+            id: id.filter(|s| !s.is_empty()).map(text),
+            kind: Some(text("function")),
+            function: CallFragment {
+                name: name.filter(|s| !s.is_empty()).map(text),
+                arguments: None,
+                arguments_not_string: false,
+            },
+        });
+    }
+
+    fn fragment(update: &mut ChoiceUpdate, index: u32, arguments: &str) {
+        update.tool_calls.push(ToolFragment {
+            index: Some(index),
+            function: CallFragment {
+                arguments: Some(text(arguments)),
+                ..CallFragment::default()
+            },
+            ..ToolFragment::default()
+        });
+    }
+
+    /// Finishes call `index` now (with `all` as its whole arguments when none came as
+    /// fragments, or `{}` for a call without arguments).
+    fn finish_call(&mut self, update: &mut ChoiceUpdate, index: u32, all: Option<&str>) {
+        if !self.calls.contains(&index) || !self.done.insert(index) {
+            return;
+        }
+        if !self.fragmented.contains(&index) {
+            Self::fragment(update, index, all.unwrap_or("{}"));
+        }
+        update.calls_done.push(index);
+    }
+
+    fn responses(
+        &mut self,
+        kind: &str,
+        data: &Value,
+        update: &mut ChoiceUpdate,
+        out: &mut Decoded,
+        line: u64,
+    ) -> Result<bool, Error> {
+        let output_index = u32_at(data, "output_index");
+        match kind {
+            "response.created" | "response.in_progress" => {
+                let r = &data["response"];
+                out.id = str_at(r, &["id"]).map(str::to_string);
+                out.model = str_at(r, &["model"]).map(str::to_string);
+                out.created = r.get("created_at").and_then(Value::as_i64);
+                return Ok(false);
+            }
+            "response.output_item.added" => {
+                let item = &data["item"];
+                let Some(index) = output_index else {
+                    return Ok(false);
+                };
+                match str_at(item, &["type"]) {
+                    Some("function_call") => {
+                        self.calls.insert(index);
+                        Self::call(
+                            update,
+                            index,
+                            str_at(item, &["call_id"]),
+                            str_at(item, &["name"]),
+                        );
+                    }
+                    Some("message") => update.role = Some(text("assistant")),
+                    _ => return Ok(false),
+                }
+            }
+            "response.output_text.delta" => {
+                update.content = data.get("delta").and_then(Value::as_str).map(text);
+            }
+            "response.refusal.delta" => {
+                update.refusal = data.get("delta").and_then(Value::as_str).map(text);
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                update.reasoning = data.get("delta").and_then(Value::as_str).map(text);
+            }
+            "response.function_call_arguments.delta" => {
+                let (Some(index), Some(delta)) = (output_index, data["delta"].as_str()) else {
+                    return Ok(false);
+                };
+                if !self.calls.contains(&index) || self.done.contains(&index) {
+                    return Ok(false);
+                }
+                self.fragmented.insert(index);
+                Self::fragment(update, index, delta);
+            }
+            "response.function_call_arguments.done" => {
+                let Some(index) = output_index else {
+                    return Ok(false);
+                };
+                self.finish_call(update, index, data["arguments"].as_str());
+            }
+            "response.output_item.done" => {
+                let item = &data["item"];
+                let Some(index) = output_index else {
+                    return Ok(false);
+                };
+                if str_at(item, &["type"]) == Some("function_call") {
+                    self.finish_call(update, index, item["arguments"].as_str());
+                } else {
+                    return Ok(false);
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                let r = &data["response"];
+                out.id = str_at(r, &["id"]).map(str::to_string);
+                out.model = str_at(r, &["model"]).map(str::to_string);
+                if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
+                    let input = u["input_tokens"].as_u64().unwrap_or(0);
+                    let output = u["output_tokens"].as_u64().unwrap_or(0);
+                    out.usage = Some(json!({
+                        "prompt_tokens": input,
+                        "completion_tokens": output,
+                        "total_tokens": u["total_tokens"].as_u64().unwrap_or(input + output),
+                    }));
+                }
+                for index in self.calls.clone() {
+                    self.finish_call(update, index, None);
+                }
+                let reason = match kind {
+                    "response.completed" if self.calls.is_empty() => "stop",
+                    "response.completed" => "tool_calls",
+                    _ => match str_at(r, &["incomplete_details", "reason"]) {
+                        Some("content_filter") => "content_filter",
+                        _ => "length",
+                    },
+                };
+                update.finish_reason = Some(text(reason));
+            }
+            "response.failed" => {
+                let r = &data["response"];
+                let error = r.get("error").filter(|e| e.is_object()).unwrap_or(r);
+                return Err(upstream(&json!({ "error": error }), line));
+            }
+            // Known events with nothing to merge (their content came as deltas).
+            "response.content_part.added"
+            | "response.content_part.done"
+            | "response.output_text.done"
+            | "response.output_text.annotation.added"
+            | "response.refusal.done"
+            | "response.reasoning_summary_part.added"
+            | "response.reasoning_summary_part.done"
+            | "response.reasoning_summary_text.done"
+            | "response.reasoning_text.done"
+            | "response.queued" => return Ok(false),
+            other => return self.foreign(other, Dialect::Responses, out, line),
+        }
+        Ok(true)
+    }
+
+    fn anthropic(
+        &mut self,
+        kind: &str,
+        data: &Value,
+        update: &mut ChoiceUpdate,
+        out: &mut Decoded,
+        line: u64,
+    ) -> Result<bool, Error> {
+        let index = u32_at(data, "index");
+        match kind {
+            "ping" | "message_stop" => {
+                if kind == "message_stop" {
+                    return self.anthropic_stop(update, out);
+                }
+                return Ok(false);
+            }
+            "message_start" => {
+                let m = &data["message"];
+                out.id = str_at(m, &["id"]).map(str::to_string);
+                out.model = str_at(m, &["model"]).map(str::to_string);
+                self.input_tokens = m["usage"]["input_tokens"].as_u64();
+                update.role = Some(text(str_at(m, &["role"]).unwrap_or("assistant")));
+            }
+            "content_block_start" => {
+                let block = &data["content_block"];
+                let Some(index) = index else {
+                    return Ok(false);
+                };
+                match str_at(block, &["type"]) {
+                    Some("tool_use") | Some("server_tool_use") => {
+                        self.calls.insert(index);
+                        Self::call(
+                            update,
+                            index,
+                            str_at(block, &["id"]),
+                            str_at(block, &["name"]),
+                        );
+                        // A block may carry its whole input (`{}` when empty) at its start.
+                        if let Some(input) = block
+                            .get("input")
+                            .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
+                        {
+                            self.fragmented.insert(index);
+                            Self::fragment(update, index, &input.to_string());
+                        }
+                    }
+                    Some("text") => {
+                        update.content = block["text"].as_str().filter(|t| !t.is_empty()).map(text);
+                    }
+                    Some("thinking") => {
+                        update.reasoning = block["thinking"]
+                            .as_str()
+                            .filter(|t| !t.is_empty())
+                            .map(text);
+                    }
+                    _ => return Ok(false),
+                }
+            }
+            "content_block_delta" => {
+                let delta = &data["delta"];
+                match str_at(delta, &["type"]) {
+                    Some("text_delta") => update.content = delta["text"].as_str().map(text),
+                    Some("thinking_delta") => {
+                        update.reasoning = delta["thinking"].as_str().map(text);
+                    }
+                    Some("input_json_delta") => {
+                        let Some(index) = index.filter(|i| self.calls.contains(i)) else {
+                            return Ok(false);
+                        };
+                        let json = delta["partial_json"].as_str().unwrap_or_default();
+                        if json.is_empty() || self.done.contains(&index) {
+                            return Ok(false);
+                        }
+                        self.fragmented.insert(index);
+                        Self::fragment(update, index, json);
+                    }
+                    // The signature of a thinking block, and citations: nothing to merge.
+                    _ => return Ok(false),
+                }
+            }
+            "content_block_stop" => {
+                let Some(index) = index else {
+                    return Ok(false);
+                };
+                self.finish_call(update, index, None);
+            }
+            "message_delta" => {
+                if let Some(reason) = str_at(data, &["delta", "stop_reason"]) {
+                    self.stop_reason = Some(reason.to_string());
+                }
+                let usage = &data["usage"];
+                if let Some(n) = usage["output_tokens"].as_u64() {
+                    self.output_tokens = Some(n);
+                }
+                if let Some(n) = usage["input_tokens"].as_u64() {
+                    self.input_tokens = Some(n);
+                }
+                return Ok(false);
+            }
+            other => return self.foreign(other, Dialect::Anthropic, out, line),
+        }
+        Ok(true)
+    }
+
+    /// An event this dialect does not know: another dialect's is an error naming it,
+    /// anything else is skipped with a warning (once per type).
+    fn foreign(
+        &mut self,
+        kind: &str,
+        mine: Dialect,
+        out: &mut Decoded,
+        line: u64,
+    ) -> Result<bool, Error> {
+        match dialect_of(kind) {
+            Some(other) if other != mine => Err(Error::WrongDialect {
+                expected: mine,
+                found: kind.to_string(),
+                line,
+            }),
+            _ => {
+                if self.unknown.insert(kind.to_string()) {
+                    out.warning = Some(WarningKind::UnknownEvent {
+                        kind: kind.to_string(),
+                    });
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// `message_stop`: the finish (from `message_delta`'s stop reason) and the usage.
+    fn anthropic_stop(
+        &mut self,
+        update: &mut ChoiceUpdate,
+        out: &mut Decoded,
+    ) -> Result<bool, Error> {
+        for index in self.calls.clone() {
+            self.finish_call(update, index, None);
+        }
+        let reason = match self.stop_reason.as_deref() {
+            Some("end_turn") | Some("stop_sequence") | None => "stop",
+            Some("tool_use") => "tool_calls",
+            Some("max_tokens") => "length",
+            Some("refusal") => "content_filter",
+            Some(other) => other,
+        };
+        update.finish_reason = Some(text(reason));
+        if self.input_tokens.is_some() || self.output_tokens.is_some() {
+            let input = self.input_tokens.unwrap_or(0);
+            let output = self.output_tokens.unwrap_or(0);
+            out.usage = Some(json!({
+                "prompt_tokens": input,
+                "completion_tokens": output,
+                "total_tokens": input + output,
+            }));
+        }
+        Ok(true)
+    }
+}

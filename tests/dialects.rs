@@ -1,0 +1,326 @@
+//! OpenAI Responses and Anthropic Messages streams read as one choice: recorded streams of
+//! each dialect (authored from the providers' public event references), whole and in small
+//! read splits, recognised from the stream itself or forced.
+
+mod common;
+
+use choicewise::{
+    CallKind, ChatCompletion, ChoiceEvent, Completions, Demux, Dialect, Error, FunctionCallEvent,
+    UsageSource, WarningKind,
+};
+use futures::TryStreamExt;
+
+/// Collects a fixture under every split of `common::SPLITS`, checking they agree; returns the
+/// result and choice 0's events.
+async fn run(
+    name: &str,
+    dialect: Dialect,
+) -> (
+    Result<ChatCompletion, (ChatCompletion, Error)>,
+    Vec<ChoiceEvent>,
+) {
+    let bytes = common::fixture(name);
+    let mut reference: Option<String> = None;
+    let mut out = None;
+    for sizes in common::SPLITS {
+        let reads = common::split(&bytes, sizes);
+        let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
+        let completions = Completions::builder()
+            .dialect(dialect)
+            .estimate_usage(false)
+            .from_sse(stream);
+        let result = completions
+            .collect()
+            .await
+            .map_err(|inc| (inc.partial, inc.error));
+        let choice = completions.choice(0).await.expect("one choice");
+        let events: Vec<ChoiceEvent> = {
+            let mut s = choice.events();
+            let mut v = Vec::new();
+            while let Ok(Some(e)) = s.try_next().await {
+                v.push(e);
+            }
+            v
+        };
+        let seen = format!("{result:?} {events:?}");
+        assert_eq!(
+            reference.get_or_insert(seen.clone()),
+            &seen,
+            "{name} split {sizes:?}"
+        );
+        out = Some((result, events));
+    }
+    out.unwrap()
+}
+
+fn calls(c: &ChatCompletion) -> Vec<(String, String, String)> {
+    c.choices[0]
+        .message
+        .tool_calls
+        .iter()
+        .map(|t| {
+            (
+                t.id.clone(),
+                t.function.name.clone(),
+                t.function.arguments.clone(),
+            )
+        })
+        .collect()
+}
+
+/// The positions of the `Started` / `Finished` events of tool call `p` and of the choice's
+/// `Finished`.
+fn positions(events: &[ChoiceEvent], p: u32) -> (usize, usize, usize) {
+    let find = |f: &dyn Fn(&ChoiceEvent) -> bool| events.iter().position(f).unwrap();
+    let call = |e: &FunctionCallEvent| e.call().kind == CallKind::Tool && e.call().position == p;
+    (
+        find(
+            &|e| matches!(e, ChoiceEvent::FunctionCall(f @ FunctionCallEvent::Started { .. }) if call(f)),
+        ),
+        find(
+            &|e| matches!(e, ChoiceEvent::FunctionCall(f @ FunctionCallEvent::Finished { .. }) if call(f)),
+        ),
+        find(&|e| matches!(e, ChoiceEvent::Finished(_))),
+    )
+}
+
+#[tokio::test]
+async fn anthropic_text_thinking_and_tool_calls() {
+    for dialect in [Dialect::Detect, Dialect::Anthropic] {
+        let (result, events) = run("anthropic_tools.sse", dialect).await;
+        let c = result.expect("a complete message");
+        assert_eq!(
+            (c.id.as_str(), c.model.as_str()),
+            ("msg_01Tools", "claude-sonnet-4-5")
+        );
+        let m = &c.choices[0].message;
+        assert_eq!(m.role, "assistant");
+        assert_eq!(m.content.as_deref(), Some("Let me check both cities."));
+        assert_eq!(
+            m.reasoning_content.as_deref(),
+            Some("The user wants the weather in two cities.")
+        );
+        assert_eq!(
+            calls(&c),
+            vec![
+                (
+                    "toolu_01Paris".into(),
+                    "get_weather".into(),
+                    r#"{"city": "Paris", "unit": "c"}"#.into()
+                ),
+                // A tool_use block without argument fragments: `{}`.
+                ("toolu_02Now".into(), "get_time".into(), "{}".into()),
+            ]
+        );
+        assert_eq!(c.choices[0].finish_reason.as_deref(), Some("tool_calls"));
+        let usage = c.usage.unwrap();
+        assert_eq!(
+            (usage.prompt_tokens, usage.completion_tokens, usage.source),
+            (472, 89, UsageSource::Reported)
+        );
+        // Each call finishes at its content_block_stop: the first before the second starts
+        // (the stop is its own event), both before the message's finish.
+        let (_, first_done, finish) = positions(&events, 0);
+        let (second_started, second_done, _) = positions(&events, 1);
+        assert!(
+            first_done < second_started && second_done < finish,
+            "{events:?}"
+        );
+        let ChoiceEvent::FunctionCall(FunctionCallEvent::Finished { value, .. }) =
+            &events[first_done]
+        else {
+            unreachable!()
+        };
+        assert_eq!(value.as_ref().unwrap()["city"], "Paris");
+    }
+}
+
+#[tokio::test]
+async fn an_anthropic_call_finishes_exactly_at_its_block_stop() {
+    // Without the runtime: feed event by event and look at the events after each.
+    let bytes = common::fixture("anthropic_tools.sse");
+    let text = String::from_utf8(bytes).unwrap();
+    let mut demux = Completions::builder().demux();
+    let mut finished_at = None;
+    for (k, event) in text.split_inclusive("\n\n").enumerate() {
+        demux.feed(event.as_bytes()).unwrap();
+        let done = demux.events(0).iter().any(|e| {
+            matches!(e, ChoiceEvent::FunctionCall(FunctionCallEvent::Finished { call, .. }) if call.position == 0)
+        });
+        if done && finished_at.is_none() {
+            finished_at = Some((k, event.to_string()));
+        }
+    }
+    let (_, event) = finished_at.unwrap();
+    assert!(
+        event.contains("content_block_stop") && event.contains("\"index\":2"),
+        "{event}"
+    );
+}
+
+#[tokio::test]
+async fn anthropic_max_tokens_cuts_a_call_and_the_last_event_lacks_its_blank_line() {
+    let (result, events) = run("anthropic_max_tokens.sse", Dialect::Detect).await;
+    let c = result.expect("a complete message");
+    assert_eq!(c.choices[0].finish_reason.as_deref(), Some("length"));
+    // The call keeps what it received.
+    assert_eq!(
+        calls(&c)[0].2,
+        "{\"path\": \"notes.md\", \"body\": \"First line\\nSecond li"
+    );
+    let usage = c.usage.unwrap();
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (30, 16));
+    assert!(matches!(events.last(), Some(ChoiceEvent::Finished(r)) if &**r == "length"));
+}
+
+#[tokio::test]
+async fn an_anthropic_error_event_is_a_typed_error_with_everything_kept() {
+    let (result, _) = run("anthropic_error.sse", Dialect::Detect).await;
+    let (partial, error) = result.unwrap_err();
+    let Error::Upstream(u) = &error else {
+        panic!("{error:?}")
+    };
+    assert_eq!((u.kind.as_deref(), u.line), (Some("overloaded_error"), 10));
+    assert_eq!(
+        partial.choices[0].message.content.as_deref(),
+        Some("Partial answ")
+    );
+}
+
+#[tokio::test]
+async fn responses_text_with_a_reasoning_summary_and_a_foreign_done() {
+    let (result, _) = run("responses_text.sse", Dialect::Detect).await;
+    let c = result.expect("complete");
+    assert_eq!(
+        (c.id.as_str(), c.model.as_str()),
+        ("resp_0Text", "gpt-5-mini")
+    );
+    assert_eq!(c.created, 1_761_000_000);
+    let m = &c.choices[0].message;
+    assert_eq!(
+        m.content.as_deref(),
+        Some("There are three r's in strawberry.")
+    );
+    assert_eq!(m.reasoning_content.as_deref(), Some("Counting letters."));
+    assert_eq!(c.choices[0].finish_reason.as_deref(), Some("stop"));
+    let u = c.usage.unwrap();
+    assert_eq!(
+        (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+        (18, 42, 60)
+    );
+}
+
+#[tokio::test]
+async fn responses_parallel_calls_by_output_index_and_arguments_only_in_done() {
+    let (result, events) = run("responses_tools.sse", Dialect::Responses).await;
+    let c = result.expect("complete");
+    assert_eq!(
+        calls(&c),
+        vec![
+            (
+                "call_Weather".into(),
+                "get_weather".into(),
+                r#"{"city": "Oslo"}"#.into()
+            ),
+            (
+                "call_Time".into(),
+                "get_time".into(),
+                r#"{"tz": "Europe/Oslo"}"#.into()
+            ),
+        ]
+    );
+    assert_eq!(c.choices[0].finish_reason.as_deref(), Some("tool_calls"));
+    let (_, first_done, finish) = positions(&events, 0);
+    let (second_started, _, _) = positions(&events, 1);
+    assert!(first_done < second_started && second_started < finish);
+    // The second call's arguments came only with `.done`: one fragment, then Finished.
+    let fragments = events
+        .iter()
+        .filter(|e| matches!(e, ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments { call, .. }) if call.position == 1))
+        .count();
+    assert_eq!(fragments, 1);
+}
+
+#[tokio::test]
+async fn responses_refusal_incomplete_and_unknown_events() {
+    let bytes = common::fixture("responses_incomplete.sse");
+    let completions = Completions::from_reader(std::io::Cursor::new(bytes));
+    let c = completions.collect().await.expect("complete");
+    assert_eq!(
+        c.choices[0].message.refusal.as_deref(),
+        Some("I can't help with that.")
+    );
+    assert_eq!(
+        c.choices[0].finish_reason.as_deref(),
+        Some("content_filter")
+    );
+    let unknown: Vec<String> = completions
+        .warnings()
+        .into_iter()
+        .filter_map(|w| match w.kind {
+            WarningKind::UnknownEvent { kind } => Some(kind),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        unknown,
+        [
+            "response.web_search_call.searching",
+            "response.custom_future_event"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_failed_response_is_an_upstream_error() {
+    let (result, _) = run("responses_failed.sse", Dialect::Detect).await;
+    let (partial, error) = result.unwrap_err();
+    let Error::Upstream(u) = &error else {
+        panic!("{error:?}")
+    };
+    assert_eq!(u.code.as_deref(), Some("server_error"));
+    assert_eq!(partial.choices[0].message.content.as_deref(), Some("Half"));
+}
+
+#[test]
+fn an_event_of_another_dialect_is_an_error_naming_it() {
+    let mut demux = Completions::builder().dialect(Dialect::Anthropic).demux();
+    let e = demux
+        .feed(b"data: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n")
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::WrongDialect { expected: Dialect::Anthropic, found, line: 1 } if found == "response.output_text.delta"),
+        "{e:?}"
+    );
+    let mut demux = Demux::new();
+    demux
+        .feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n")
+        .unwrap();
+    let e = demux
+        .feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n")
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::WrongDialect { found, line: 4, .. } if found == "chat.completion.chunk"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn chat_streams_are_still_recognised_as_chat() {
+    for name in [
+        "demo.sse",
+        "openai_n3_tools.sse",
+        "azure_filters.sse",
+        "vllm_n4_reasoning.sse",
+    ] {
+        let mut demux = Demux::new();
+        let bytes = common::fixture(name);
+        for read in bytes.chunks(97) {
+            if demux.feed(read).is_err() {
+                break;
+            }
+        }
+        let whole = demux.finish().unwrap();
+        assert!(whole.choices.len() >= 2, "{name}");
+    }
+}
