@@ -58,6 +58,7 @@ mod error;
 mod estimate;
 mod event;
 mod event_log;
+mod fan_out;
 mod feed;
 mod lifecycle;
 mod merge;
@@ -86,6 +87,7 @@ pub use error::{Error, Incomplete, UpstreamError};
 pub use event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };
+pub use fan_out::FanOut;
 pub use stream::EventStream;
 /// Test-only fault triggers (feature `fault-injection`).
 #[cfg(feature = "fault-injection")]
