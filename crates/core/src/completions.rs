@@ -668,6 +668,66 @@ impl Completions {
             .clone()
     }
 
+    /// Cancels every choice still open and every choice still to appear (see
+    /// [`Choice::cancel`]), and returns the indexes cancelled now. Each upstream is dropped
+    /// as soon as no choice of it is still finishing; choices that finished keep their
+    /// messages, and [`collect`](Self::collect) still returns everything.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::{StreamExt, stream};
+    /// # #[tokio::main] async fn main() {
+    /// let partial = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    /// let stalled = stream::iter([Ok::<_, std::io::Error>(partial)]).chain(stream::pending());
+    /// let c = Completions::from_sse(stalled);
+    /// c.choice(0).await.unwrap();
+    /// assert_eq!(c.cancel(), [0]);
+    /// let completion = c.collect().await.unwrap(); // the stalled upstream was dropped
+    /// assert!(completion.choices[0].cancelled);
+    /// # }
+    /// ```
+    pub fn cancel(&self) -> Vec<u32> {
+        self.shared.close()
+    }
+
+    /// How many choices the completion will have, when the upstreams declared it: the sum
+    /// of a fan-out's `n` when every upstream has one, else the request's `n`.
+    pub(crate) fn expected_choices(&self) -> Option<usize> {
+        let state = self.shared.lock();
+        let mut total = 0usize;
+        for u in &state.upstreams {
+            match u.indexing {
+                crate::shared::Indexing::Block { n, .. } => total += n as usize,
+                crate::shared::Indexing::FirstSeen => return None,
+                crate::shared::Indexing::AsSent => {
+                    let n = self.shared.config.request.as_deref()?.get("n")?.as_u64()?;
+                    total += usize::try_from(n).ok()?;
+                }
+            }
+        }
+        Some(total)
+    }
+
+    /// How many choices have appeared so far.
+    pub(crate) fn choice_count(&self) -> usize {
+        self.shared.lock().choices.len()
+    }
+
+    /// The choices with these indexes, as assembled so far.
+    pub(crate) fn outputs_of(&self, indexes: &[u32]) -> Vec<crate::response::ChoiceOutput> {
+        let choices = self.shared.lock().choices.clone();
+        choices
+            .iter()
+            .filter(|c| indexes.contains(&c.index))
+            .map(|c| c.lock().output())
+            .collect()
+    }
+
+    /// The model to count tokens with.
+    pub(crate) fn model(&self) -> Option<String> {
+        self.shared.model()
+    }
+
     /// The warnings so far: tolerated irregularities of the input, each with its line and
     /// choice.
     ///

@@ -64,6 +64,7 @@ mod lifecycle;
 mod merge;
 mod response;
 mod scan;
+mod select;
 mod shared;
 mod split;
 mod stream;
@@ -88,6 +89,7 @@ pub use event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };
 pub use fan_out::FanOut;
+pub use select::{Selection, Tally};
 pub use stream::EventStream;
 /// Test-only fault triggers (feature `fault-injection`).
 #[cfg(feature = "fault-injection")]

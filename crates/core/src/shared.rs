@@ -176,6 +176,12 @@ pub(crate) struct CompletionShared {
     state: Mutex<CompletionState>,
     /// Every handle is gone: actors stop without finishing their work.
     pub cancelled: AtomicBool,
+    /// [`Completions::cancel`](crate::Completions::cancel) was called: every open choice and
+    /// every choice still to appear is cancelled, and each upstream is dropped as soon as
+    /// its finishing choices are in.
+    pub closing: AtomicBool,
+    /// One per upstream, in order: wakes its reader when a choice of it is cancelled.
+    pub signals: Vec<Arc<UpstreamSignal>>,
     /// The usage, once computed (counting an estimate is done once).
     pub usage: tokio::sync::OnceCell<Usage>,
 }
@@ -300,6 +306,7 @@ impl CompletionShared {
             })
             .max()
             .unwrap_or(0);
+        let signals = indexing.iter().map(|_| Arc::default()).collect();
         let state = CompletionState {
             upstreams: indexing.into_iter().map(UpstreamState::new).collect(),
             fan_out,
@@ -310,6 +317,8 @@ impl CompletionShared {
             config,
             state: Mutex::new(state),
             cancelled: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            signals,
             usage: tokio::sync::OnceCell::new(),
         }
     }
@@ -328,6 +337,26 @@ impl CompletionShared {
                 request.get("model")?.as_str().map(str::to_string)
             })
             .or_else(|| self.lock().meta.model.clone())
+    }
+
+    /// Cancels every open choice and every choice still to appear, and wakes every reader;
+    /// returns the indexes cancelled now.
+    pub fn close(&self) -> Vec<u32> {
+        self.closing.store(true, Ordering::Release);
+        let choices = self.lock().choices.clone();
+        let cancelled = choices
+            .iter()
+            .filter(|c| c.lock().cancel())
+            .map(|c| c.index)
+            .collect();
+        for signal in &self.signals {
+            signal.cancelled_one();
+        }
+        cancelled
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
     }
 
     pub fn is_cancelled(&self) -> bool {

@@ -248,3 +248,94 @@ async fn cancelling_in_one_upstream_drops_only_that_upstream() {
     assert!(eventually(&b_dropped).await);
     assert!(c.outcome().await.is_ok());
 }
+
+fn answer(text: &str, finish: &str) -> String {
+    format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":\"{finish}\"}}]}}\n\ndata: [DONE]\n\n"
+    )
+}
+
+fn ready(text: String) -> impl Stream<Item = Result<String, std::io::Error>> + Send + 'static {
+    stream::iter([Ok(text)])
+}
+
+#[tokio::test]
+async fn first_finished_skips_length_and_cancels_a_stalled_choice() {
+    let (slow, slow_dropped) = stalling(vec![A0]);
+    let c = Completions::fan_out()
+        .sse(ready(answer("cut", "length")))
+        .n(1)
+        .sse(slow)
+        .n(1)
+        .sse(ready(answer("good", "stop")))
+        .n(1)
+        .start();
+    // Choice 1 must be there to be cancelled (and counted).
+    c.choice(1).await.unwrap();
+    let selection = c.first_finished(None).await;
+    assert_eq!(selection.selected, [2]);
+    assert_eq!(selection.cancelled, [1]);
+    assert!(selection.cancelled_tokens >= 1);
+    assert!(eventually(&slow_dropped).await);
+    let completion = c.collect().await.unwrap();
+    assert_eq!(
+        completion.choices[0].finish_reason.as_deref(),
+        Some("length")
+    );
+    assert!(completion.choices[1].cancelled);
+}
+
+#[tokio::test]
+async fn first_finished_selects_nothing_when_every_choice_fails_or_the_deadline_passes() {
+    let failing = || stream::iter([Err::<String, _>(std::io::Error::other("reset"))]);
+    let c = Completions::fan_out()
+        .sse(failing())
+        .sse(ready(answer("x", "content_filter")))
+        .start();
+    let selection = c.first_finished(None).await;
+    assert!(selection.selected.is_empty());
+    assert!(selection.reason.is_some());
+    assert!(!selection.timed_out);
+
+    let (slow, dropped) = stalling(vec![A0]);
+    let c = Completions::fan_out().sse(slow).start();
+    let selection = c.first_finished(Some(Duration::from_millis(50))).await;
+    assert!(selection.timed_out && selection.selected.is_empty());
+    assert!(eventually(&dropped).await);
+}
+
+#[tokio::test]
+async fn a_vote_tie_goes_to_the_key_voted_first_and_no_key_means_no_vote() {
+    let c = Completions::fan_out()
+        .sse(ready(answer("a", "stop")))
+        .n(1)
+        .start();
+    let key = |m: &choicewise_core::ChoiceOutput| m.message.content.clone();
+    assert_eq!(c.vote(key, None).await.selected, [0]);
+
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Result<String, std::io::Error>>();
+    let c = Completions::fan_out()
+        .sse(rx)
+        .n(1)
+        .sse(ready(answer("b", "stop")))
+        .n(1)
+        .sse(ready(answer("none", "stop")))
+        .n(1)
+        .start();
+    c.choice(1).await.unwrap().message().await.unwrap();
+    tx.unbounded_send(Ok(answer("a", "stop"))).unwrap();
+    let only_letters =
+        |m: &choicewise_core::ChoiceOutput| m.message.content.clone().filter(|t| t.len() == 1);
+    let selection = c.vote(only_letters, None).await;
+    let tally = selection.vote.unwrap();
+    assert_eq!(
+        (
+            tally.key.as_str(),
+            tally.votes,
+            tally.counted,
+            tally.choices
+        ),
+        ("b", 1, 2, 3)
+    );
+    assert_eq!(selection.selected, [1]);
+}

@@ -158,6 +158,10 @@ impl<F: Feed> ReaderState<F> {
                     self.shared.config.max_tool_calls,
                     self.signal.clone(),
                 ));
+                if self.shared.is_closing() {
+                    // Every choice still to appear is unwanted.
+                    shared.lock().cancel();
+                }
                 new_choices.push(shared.clone());
                 self.choices.push(ChoiceSlot {
                     shared,
@@ -207,12 +211,19 @@ impl<F: Feed> ReaderState<F> {
     /// every expected choice has appeared, and each has finished (its finish was seen),
     /// failed or been cancelled.
     fn unwanted(&self) -> bool {
-        if !self.signal.any_cancelled() || self.choices.is_empty() {
-            return false;
-        }
-        if self
-            .expected
-            .is_some_and(|n| self.choices.len() < n as usize)
+        if self.shared.is_closing() {
+            // No choice still to appear is wanted: only the finishing ones are waited for.
+            // (A choice published while the completion was being closed is cancelled here.)
+            for (slot, choice) in self.splitter.slots.iter().zip(&self.choices) {
+                if !slot.finished {
+                    choice.shared.lock().cancel();
+                }
+            }
+        } else if !self.signal.any_cancelled()
+            || self.choices.is_empty()
+            || self
+                .expected
+                .is_some_and(|n| self.choices.len() < n as usize)
         {
             return false;
         }
@@ -246,6 +257,7 @@ impl<F: Feed> Actor for ReaderActor<F> {
     ) -> Result<ReaderState<F>, ActorProcessingErr> {
         let config = &args.shared.config;
         let splitter = Splitter::new(config.max_event_size, config.max_choices, config.strict_sse);
+        let signal = args.shared.signals[args.upstream].clone();
         Ok(ReaderState {
             feed: args.feed,
             splitter,
@@ -254,7 +266,7 @@ impl<F: Feed> Actor for ReaderActor<F> {
             ended: false,
             upstream: args.upstream,
             expected: args.expected,
-            signal: Arc::new(UpstreamSignal::default()),
+            signal,
             _live: LiveActor::new(),
         })
     }
