@@ -158,16 +158,18 @@ impl<F: Feed> ReaderState<F> {
                     self.shared.config.max_tool_calls,
                     self.signal.clone(),
                 ));
-                if self.shared.is_closing() {
-                    // Every choice still to appear is unwanted.
-                    shared.lock().cancel();
-                }
                 new_choices.push(shared.clone());
                 self.choices.push(ChoiceSlot {
                     shared,
                     actor: None,
                     sent: 0,
                 });
+            }
+        }
+        if self.shared.is_closing() {
+            // Every choice still to appear is unwanted.
+            for choice in &new_choices {
+                choice.lock().cancel();
             }
         }
         for (slot, choice) in self.splitter.slots.iter_mut().zip(&mut self.choices) {
