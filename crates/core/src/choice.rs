@@ -73,6 +73,63 @@ impl Choice {
         self.shared.index
     }
 
+    /// Cancels the choice: stops delivering it, for good. If it is still open, its events end
+    /// with [`ChoiceEvent::Cancelled`], every sub-stream ends cleanly (`None`, no error)
+    /// after what it had, [`message`](Self::message) returns what was received with
+    /// [`ChoiceOutput::cancelled`] set and no finish reason, and the choice's later updates
+    /// are dropped (neither applied nor reported as errors). Returns `true` if it was open;
+    /// a finished, failed or already cancelled choice is left as it is (`false`).
+    ///
+    /// When no choice of its upstream is wanted any more (each finished, failed or
+    /// cancelled, and every choice the request's `n` announced has appeared), the upstream is
+    /// dropped at once: for HTTP, the connection closes and the provider stops generating.
+    /// Within one `n > 1` stream the provider cannot stop one choice alone; the cancelled ones
+    /// stop being delivered, and the connection closes when no wanted choice remains.
+    ///
+    /// ```
+    /// # use choicewise_core::{ChoiceEvent, Completions};
+    /// # use futures::{StreamExt, stream};
+    /// # #[tokio::main] async fn main() {
+    /// let first = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    /// // The upstream then stalls forever: cancelling its only choice drops it.
+    /// let reads = stream::iter([Ok::<_, std::io::Error>(first)]).chain(stream::pending());
+    /// let completions = Completions::from_sse(reads);
+    /// let choice = completions.choice(0).await.unwrap();
+    /// let mut events = choice.events();
+    /// assert_eq!(events.next().await.unwrap().unwrap(), ChoiceEvent::Content("Hel".into()));
+    /// assert!(choice.cancel());
+    /// assert_eq!(events.next().await.unwrap().unwrap(), ChoiceEvent::Cancelled);
+    /// assert!(events.next().await.is_none());
+    /// let message = choice.message().await.unwrap();
+    /// assert!(message.cancelled);
+    /// assert_eq!((message.message.content.as_deref(), message.finish_reason), (Some("Hel"), None));
+    /// assert!(completions.outcome().await.is_ok()); // the stalled upstream was dropped
+    /// # }
+    /// ```
+    pub fn cancel(&self) -> bool {
+        let cancelled = self.shared.lock().cancel();
+        if cancelled {
+            self.shared.upstream.cancelled_one();
+        }
+        cancelled
+    }
+
+    /// Whether the choice was cancelled ([`cancel`](Self::cancel)).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// c.message().await.unwrap();
+    /// assert!(!c.cancel()); // already finished: nothing to cancel
+    /// assert!(!c.is_cancelled());
+    /// # }
+    /// ```
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.lock().is_cancelled()
+    }
+
     fn stream<T>(&self, select: fn(&ChoiceEvent) -> Option<T>) -> EventStream<T> {
         EventStream::new(self.shared.clone(), self.life.clone(), select)
     }
@@ -371,7 +428,7 @@ impl Choice {
                 None => Poll::Pending,
             })
             .await;
-        let reported = self.life.shared.lock().meta.usage.per_choice();
+        let reported = self.life.shared.lock().reported_per_choice();
         match reported.get(&self.index()) {
             Some(&tokens) => crate::usage::ChoiceUsage {
                 completion_tokens: tokens,
@@ -396,6 +453,6 @@ impl Choice {
     /// # }
     /// ```
     pub fn snapshot(&self) -> ChoiceOutput {
-        self.shared.lock().acc.output()
+        self.shared.lock().output()
     }
 }

@@ -316,6 +316,21 @@ impl CompletionsBuilder {
         Completions::start(self.config, feed)
     }
 
+    /// One completion from several upstreams, with these options for each (see [`FanOut`](crate::FanOut)).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let c = Completions::builder().max_choices(4).fan_out()
+    ///     .reader(&b"data: [DONE]\n\n"[..]).reader(&b"data: [DONE]\n\n"[..])
+    ///     .start();
+    /// assert!(c.outcome().await.is_ok());
+    /// # }
+    /// ```
+    pub fn fan_out(self) -> crate::FanOut {
+        crate::FanOut::new(self.config)
+    }
+
     /// The same demultiplexer without a runtime, with these limits: a [`Demux`] that the
     /// caller feeds bytes or chunks (the usage options do not apply: it counts no tokens).
     ///
@@ -378,6 +393,21 @@ impl Completions {
         CompletionsBuilder::default()
     }
 
+    /// One completion from several upstreams, with default options: add them to the
+    /// returned [`FanOut`](crate::FanOut), then [`start`](crate::FanOut::start).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let one = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::fan_out().reader(one.as_bytes()).reader(one.as_bytes()).start();
+    /// assert_eq!(c.collect().await.unwrap().choices.len(), 2);
+    /// # }
+    /// ```
+    pub fn fan_out() -> crate::FanOut {
+        crate::FanOut::new(Config::default())
+    }
+
     /// Reads SSE bytes from a stream of reads, with default options.
     ///
     /// ```
@@ -426,24 +456,24 @@ impl Completions {
     }
 
     fn start<F: Feed>(config: Config, feed: F) -> Completions {
+        let expected = config
+            .request
+            .as_deref()
+            .and_then(|r| r.get("n"))
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok());
         let shared = Arc::new(CompletionShared::new(config));
-        let args = ReaderArgs {
-            feed,
-            shared: shared.clone(),
-        };
-        let reader = match ractor::ActorRuntime::spawn_instant(None, ReaderActor::<F>::new(), args)
-        {
-            Ok((reader, _)) => Some(reader),
-            Err(e) => {
-                let mut state = shared.lock();
-                state.end = Some(Err(Error::ActorFailed {
-                    choice: None,
-                    message: format!("could not start the reader: {e}"),
-                }));
-                None
-            }
-        };
-        let life = Arc::new(Lifetime::new(reader, shared.clone()));
+        let readers = spawn_reader(feed, &shared, 0, expected)
+            .into_iter()
+            .collect();
+        Completions::with_readers(shared, readers)
+    }
+
+    pub(crate) fn with_readers(
+        shared: Arc<CompletionShared>,
+        readers: Vec<ractor::ActorRef<crate::actor::reader::ReaderMsg>>,
+    ) -> Completions {
+        let life = Arc::new(Lifetime::new(readers, shared.clone()));
         Completions { shared, life }
     }
 
@@ -568,10 +598,10 @@ impl Completions {
     pub async fn collect(&self) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
         self.settled().await;
         let (mut completion, error) = self.shared.assemble();
-        let reported = self.shared.lock().meta.usage.usage();
+        let reported = self.shared.lock().reported_usage();
         if reported.is_some() || self.shared.config.estimate_usage {
             let usage = self.usage().await;
-            let reported = self.shared.lock().meta.usage.per_choice();
+            let reported = self.shared.lock().reported_per_choice();
             crate::estimate::fill_choice_usage(&reported, &mut completion.choices, Some(&usage));
             completion.usage = Some(usage);
         }
@@ -622,14 +652,42 @@ impl Completions {
         shared
             .usage
             .get_or_init(|| async {
-                if let Some(reported) = shared.lock().meta.usage.usage() {
+                // A fan-out: each upstream's reported usage, or `None` and its choices.
+                let (reported, parts) = {
+                    let state = shared.lock();
+                    let parts: Option<Vec<_>> = state.fan_out.then(|| {
+                        state
+                            .upstreams
+                            .iter()
+                            .map(|u| (u.meta.usage.usage(), u.map.values().copied().collect()))
+                            .collect()
+                    });
+                    (state.reported_usage(), parts)
+                };
+                if let Some(reported) = reported {
                     return reported;
                 }
                 let (completion, _) = shared.assemble();
                 let model = shared.model();
                 let request = shared.config.request.clone();
-                let counting = tokio::task::spawn_blocking(move || {
-                    Usage::estimate(model, request.as_deref(), &completion.choices)
+                let counting = tokio::task::spawn_blocking(move || match parts {
+                    None => Usage::estimate(model, request.as_deref(), &completion.choices),
+                    Some(parts) => Usage::sum(
+                        parts
+                            .into_iter()
+                            .map(|(reported, indexes): (_, Vec<u32>)| {
+                                reported.unwrap_or_else(|| {
+                                    let choices: Vec<_> = completion
+                                        .choices
+                                        .iter()
+                                        .filter(|c| indexes.contains(&c.index))
+                                        .cloned()
+                                        .collect();
+                                    Usage::estimate(model.clone(), request.as_deref(), &choices)
+                                })
+                            })
+                            .collect(),
+                    ),
                 });
                 counting
                     .await
@@ -637,6 +695,66 @@ impl Completions {
             })
             .await
             .clone()
+    }
+
+    /// Cancels every choice still open and every choice still to appear (see
+    /// [`Choice::cancel`]), and returns the indexes cancelled now. Each upstream is dropped
+    /// as soon as no choice of it is still finishing; choices that finished keep their
+    /// messages, and [`collect`](Self::collect) still returns everything.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use futures::{StreamExt, stream};
+    /// # #[tokio::main] async fn main() {
+    /// let partial = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    /// let stalled = stream::iter([Ok::<_, std::io::Error>(partial)]).chain(stream::pending());
+    /// let c = Completions::from_sse(stalled);
+    /// c.choice(0).await.unwrap();
+    /// assert_eq!(c.cancel(), [0]);
+    /// let completion = c.collect().await.unwrap(); // the stalled upstream was dropped
+    /// assert!(completion.choices[0].cancelled);
+    /// # }
+    /// ```
+    pub fn cancel(&self) -> Vec<u32> {
+        self.shared.close()
+    }
+
+    /// How many choices the completion will have, when the upstreams declared it: the sum
+    /// of a fan-out's `n` when every upstream has one, else the request's `n`.
+    pub(crate) fn expected_choices(&self) -> Option<usize> {
+        let state = self.shared.lock();
+        let mut total = 0usize;
+        for u in &state.upstreams {
+            match u.indexing {
+                crate::shared::Indexing::Block { n, .. } => total += n as usize,
+                crate::shared::Indexing::FirstSeen => return None,
+                crate::shared::Indexing::AsSent => {
+                    let n = self.shared.config.request.as_deref()?.get("n")?.as_u64()?;
+                    total += usize::try_from(n).ok()?;
+                }
+            }
+        }
+        Some(total)
+    }
+
+    /// How many choices have appeared so far.
+    pub(crate) fn choice_count(&self) -> usize {
+        self.shared.lock().choices.len()
+    }
+
+    /// The choices with these indexes, as assembled so far.
+    pub(crate) fn outputs_of(&self, indexes: &[u32]) -> Vec<crate::response::ChoiceOutput> {
+        let choices = self.shared.lock().choices.clone();
+        choices
+            .iter()
+            .filter(|c| indexes.contains(&c.index))
+            .map(|c| c.lock().output())
+            .collect()
+    }
+
+    /// The model to count tokens with.
+    pub(crate) fn model(&self) -> Option<String> {
+        self.shared.model()
     }
 
     /// The warnings so far: tolerated irregularities of the input, each with its line and
@@ -653,6 +771,36 @@ impl Completions {
     /// ```
     pub fn warnings(&self) -> Vec<Warning> {
         self.shared.lock().warnings.clone()
+    }
+}
+
+/// Starts the reader of upstream `upstream`; if it cannot start, records the upstream's end.
+pub(crate) fn spawn_reader<F: Feed>(
+    feed: F,
+    shared: &Arc<CompletionShared>,
+    upstream: usize,
+    expected: Option<u32>,
+) -> Option<ractor::ActorRef<crate::actor::reader::ReaderMsg>> {
+    let args = ReaderArgs {
+        feed,
+        shared: shared.clone(),
+        upstream,
+        expected,
+    };
+    match ractor::ActorRuntime::spawn_instant(None, ReaderActor::<F>::new(), args) {
+        Ok((reader, _)) => Some(reader),
+        Err(e) => {
+            let mut state = shared.lock();
+            let error = state.upstream_error(
+                upstream,
+                Error::ActorFailed {
+                    choice: None,
+                    message: format!("could not start the reader: {e}"),
+                },
+            );
+            state.end_upstream(upstream, Default::default(), Err(error));
+            None
+        }
     }
 }
 

@@ -152,7 +152,13 @@ impl Demux {
             let _ = self.step(step);
         }
         let outcomes = self.choices.iter().map(ChoiceState::outcome);
-        let (completion, error) = assemble(self.splitter.meta.clone(), self.end.as_ref(), outcomes);
+        let per_choice = self.splitter.meta.usage.per_choice();
+        let (completion, error) = assemble(
+            self.splitter.meta.clone(),
+            &per_choice,
+            self.end.as_ref(),
+            outcomes,
+        );
         match error {
             None => Ok(completion),
             Some(error) => Err(Incomplete {
@@ -198,6 +204,30 @@ impl Demux {
     /// ```
     pub fn ended(&self, index: u32) -> Option<Result<(), Error>> {
         self.state(index)?.closed()
+    }
+
+    /// Cancels choice `index`, as [`Choice::cancel`](crate::Choice::cancel) does: if it is
+    /// still open, its events end with [`ChoiceEvent::Cancelled`], its later updates are
+    /// dropped, and its output is flagged `cancelled` without a finish reason. Returns
+    /// whether it was open. (There is no upstream to drop here: the caller owns the I/O.)
+    ///
+    /// ```
+    /// use choicewise_core::{ChoiceEvent, Demux};
+    /// let mut demux = Demux::new();
+    /// demux.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
+    /// assert!(demux.cancel(0));
+    /// demux.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\ndata: [DONE]\n\n").unwrap();
+    /// assert_eq!(demux.events(0), [ChoiceEvent::Content("a".into()), ChoiceEvent::Cancelled]);
+    /// let completion = demux.finish().unwrap();
+    /// assert!(completion.choices[0].cancelled);
+    /// assert_eq!(completion.choices[0].message.content.as_deref(), Some("a"));
+    /// assert!(demux.warnings().is_empty());
+    /// ```
+    pub fn cancel(&mut self, index: u32) -> bool {
+        let Some(slot) = self.splitter.slots.iter().position(|s| s.index == index) else {
+            return false;
+        };
+        self.choices.get_mut(slot).is_some_and(ChoiceState::cancel)
     }
 
     /// Warnings so far (the stream's and every choice's).

@@ -157,6 +157,16 @@ pub enum Error {
         /// The panic or failure message.
         message: String,
     },
+    /// One upstream of a fan-out ([`Completions::fan_out`](crate::Completions::fan_out))
+    /// failed: its own unfinished choices end with this error, the other upstreams' choices
+    /// go on, and the completion's outcome reports it.
+    #[error("upstream {upstream}: {error}")]
+    UpstreamFailed {
+        /// The upstream, counted from 0 in the order they were added.
+        upstream: usize,
+        /// What ended it.
+        error: Box<Error>,
+    },
 }
 
 /// `the connection closed after 26,047 bytes; choices 0, 1, 2 were unfinished`, or, for other

@@ -44,6 +44,7 @@ impl Usage {
                 prompt_error,
                 choices: per_choice,
             }),
+            upstreams: Vec::new(),
             details: Map::new(),
         }
     }

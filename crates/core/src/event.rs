@@ -40,8 +40,13 @@ pub enum ChoiceEvent {
     /// Something about the input that was tolerated but is worth knowing.
     Warning(Warning),
     /// The choice finished, with the provider's reason kept as sent (`stop`, `length`,
-    /// `tool_calls`, `content_filter`, `error`, ...). Always the last event of a choice.
+    /// `tool_calls`, `content_filter`, `error`, ...). Always the last event of a choice
+    /// that finished.
     Finished(Text),
+    /// The choice was cancelled ([`Choice::cancel`](crate::Choice::cancel)) before it
+    /// finished. Always the last event of a cancelled choice: its sub-streams end (`None`)
+    /// right after it, with no error, and its later updates are dropped.
+    Cancelled,
 }
 
 impl ChoiceEvent {

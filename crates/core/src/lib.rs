@@ -59,11 +59,13 @@ mod error;
 mod estimate;
 mod event;
 mod event_log;
+mod fan_out;
 mod feed;
 mod lifecycle;
 mod merge;
 mod response;
 mod scan;
+mod select;
 mod shared;
 mod split;
 mod stream;
@@ -87,6 +89,8 @@ pub use error::{Error, Incomplete, UpstreamError};
 pub use event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };
+pub use fan_out::FanOut;
+pub use select::{Selection, Tally};
 pub use stream::EventStream;
 pub use wire::Dialect;
 /// Test-only fault triggers (feature `fault-injection`).

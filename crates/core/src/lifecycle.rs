@@ -17,8 +17,12 @@ use crate::waiters::Waiters;
 ///
 /// ```text
 /// Open ──finish / clean end──▶ Closed ──late update breaks a limit──▶ Closed { late_error }
-///   └──own bad update / stream error / actor failure──▶ Failed
+///   ├──own bad update / stream error / actor failure──▶ Failed
+///   └──cancel──▶ Cancelled
 /// ```
+///
+/// `Closed`, `Failed` and `Cancelled` are final for the sub-streams; only `Closed` still
+/// merges (late) updates.
 #[derive(Debug, Clone)]
 pub(crate) enum Phase {
     /// Taking updates; the sub-streams are open.
@@ -30,6 +34,10 @@ pub(crate) enum Phase {
     /// Ended with an error, its own or the stream's before its finish: the sub-streams end
     /// with it, and the choice's later updates are ignored (counted in a warning).
     Failed(Error),
+    /// Cancelled by a caller before its finish: the sub-streams ended `Ok` after a
+    /// [`ChoiceEvent::Cancelled`] event; later updates are dropped (neither applied nor
+    /// counted as errors), and the message stays what it was.
+    Cancelled,
 }
 
 #[derive(Debug)]
@@ -64,20 +72,49 @@ impl ChoiceState {
     /// The assembled choice and the error that ended it, if any.
     pub fn outcome(&self) -> (ChoiceOutput, Option<Error>) {
         let error = match &self.phase {
-            Phase::Open => None,
+            Phase::Open | Phase::Cancelled => None,
             Phase::Closed { late_error } => late_error.clone(),
             Phase::Failed(e) => Some(e.clone()),
         };
-        (self.acc.output(), error)
+        (self.output(), error)
+    }
+
+    /// The choice as assembled so far; a cancelled one is flagged, without a finish reason.
+    pub fn output(&self) -> ChoiceOutput {
+        let mut output = self.acc.output();
+        if self.is_cancelled() {
+            output.cancelled = true;
+            output.finish_reason = None;
+        }
+        output
     }
 
     /// How the sub-streams ended, once they have.
     pub fn closed(&self) -> Option<Result<(), Error>> {
         match &self.phase {
             Phase::Open => None,
-            Phase::Closed { .. } => Some(Ok(())),
+            Phase::Closed { .. } | Phase::Cancelled => Some(Ok(())),
             Phase::Failed(e) => Some(Err(e.clone())),
         }
+    }
+
+    /// Whether the choice was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self.phase, Phase::Cancelled)
+    }
+
+    /// Cancels the choice if it is still open: appends [`ChoiceEvent::Cancelled`], ends the
+    /// sub-streams, and drops its later updates. Returns whether it was open (a finished,
+    /// failed or already cancelled choice is left as it is).
+    pub fn cancel(&mut self) -> bool {
+        if !matches!(self.phase, Phase::Open) || self.settled {
+            return false;
+        }
+        let mut event = vec![ChoiceEvent::Cancelled];
+        self.events.append(&mut event);
+        self.phase = Phase::Cancelled;
+        self.waiters.wake_all();
+        true
     }
 
     /// Whether the choice still merges updates.
@@ -102,6 +139,10 @@ impl ChoiceState {
         warnings: &mut Vec<Warning>,
     ) {
         self.applied += 1;
+        if self.is_cancelled() {
+            // Dropped: the caller no longer wants this choice.
+            return;
+        }
         if !self.takes_updates() {
             let undecoded = match &decoded {
                 Ok(()) => 0,
@@ -143,15 +184,18 @@ impl ChoiceState {
         self.waiters.wake_all();
     }
 
-    /// Counts a whole batch as ignored, unparsed, when the choice no longer takes updates (it
-    /// failed); `false` when it does (the caller parses and applies it).
+    /// Skips a whole batch, unparsed, when the choice no longer takes updates: counted when it
+    /// failed, dropped silently when it was cancelled; `false` when it takes updates (the
+    /// caller parses and applies it).
     pub fn skip_batch(&mut self, batch: &crate::split::Batch) -> bool {
         if self.takes_updates() {
             return false;
         }
         self.applied += 1;
-        let line = batch.updates.first().map(|u| u.line);
-        self.ignore(batch.updates.len() as u64, line);
+        if !self.is_cancelled() {
+            let line = batch.updates.first().map(|u| u.line);
+            self.ignore(batch.updates.len() as u64, line);
+        }
         true
     }
 
@@ -175,7 +219,7 @@ impl ChoiceState {
             Phase::Closed { late_error } => {
                 late_error.get_or_insert(error);
             }
-            Phase::Failed(_) => {}
+            Phase::Failed(_) | Phase::Cancelled => {}
         }
         self.waiters.wake_all();
     }
@@ -214,6 +258,7 @@ impl ChoiceState {
 /// first appearance); the error reported is the stream's, else the first choice's.
 pub(crate) fn assemble(
     meta: Meta,
+    per_choice: &std::collections::BTreeMap<u32, u64>,
     end: Option<&Result<(), Error>>,
     outcomes: impl Iterator<Item = (ChoiceOutput, Option<Error>)>,
 ) -> (ChatCompletion, Option<Error>) {
@@ -230,7 +275,7 @@ pub(crate) fn assemble(
     }
     outputs.sort_by_key(|c| c.index);
     // Each choice's own reported usage, where the stream carried it.
-    crate::estimate::fill_choice_usage(&meta.usage.per_choice(), &mut outputs, None);
+    crate::estimate::fill_choice_usage(per_choice, &mut outputs, None);
     let completion = ChatCompletion {
         id: meta.id.unwrap_or_default(),
         created: meta.created.unwrap_or_default(),

@@ -555,6 +555,7 @@ impl ChoiceAccumulator {
             logprobs: self.logprobs.clone(),
             content_filter_results: self.content_filter_results.clone(),
             usage: None,
+            cancelled: false,
         }
     }
 }

@@ -85,6 +85,11 @@ pub struct ChoiceOutput {
     /// arrives; [`Choice::usage`](crate::Choice::usage) answers in every case.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::usage::ChoiceUsage>,
+    /// The choice was cancelled ([`Choice::cancel`](crate::Choice::cancel)) before it
+    /// finished: the message is what it had received, and `finish_reason` is `None`.
+    /// Serialised as `"cancelled": true`, and left out when `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancelled: bool,
 }
 
 /// An assistant message assembled from deltas.

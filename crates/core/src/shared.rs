@@ -73,15 +73,19 @@ impl<W: Watched> Drop for Subscription<W> {
 /// One choice: its merged state and its event log.
 #[derive(Debug)]
 pub(crate) struct ChoiceShared {
+    /// The choice's index in the completion (in a fan-out, numbered across the upstreams).
     pub index: u32,
     state: Mutex<ChoiceState>,
+    /// The reader of the choice's upstream, told when the choice is cancelled.
+    pub upstream: Arc<UpstreamSignal>,
 }
 
 impl ChoiceShared {
-    pub fn new(index: u32, max_tool_calls: usize) -> Self {
+    pub fn new(index: u32, max_tool_calls: usize, upstream: Arc<UpstreamSignal>) -> Self {
         ChoiceShared {
             index,
             state: Mutex::new(ChoiceState::new(index, max_tool_calls)),
+            upstream,
         }
     }
 
@@ -100,6 +104,71 @@ impl Watched for ChoiceShared {
     }
 }
 
+/// Tells an upstream's reader that one of its choices was cancelled, so that it can check
+/// whether any choice it serves is still wanted (and drop the upstream if none is).
+#[derive(Debug, Default)]
+pub(crate) struct UpstreamSignal {
+    notify: tokio::sync::Notify,
+    cancelled: AtomicBool,
+}
+
+impl UpstreamSignal {
+    /// A choice of this upstream was cancelled.
+    pub fn cancelled_one(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        // One stored permit: a cancel while the reader is busy is seen at its next wait.
+        self.notify.notify_one();
+    }
+
+    /// Whether any choice of this upstream was cancelled.
+    pub fn any_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Resolves at the next cancel (or at once if one came since the last wait).
+    pub async fn cancelled(&self) {
+        self.notify.notified().await
+    }
+}
+
+/// How an upstream's choice indexes become the completion's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Indexing {
+    /// A single upstream: the indexes as sent.
+    AsSent,
+    /// Upstream with `n` known, after `offset` choices of the upstreams before it: choice
+    /// `i < n` is `offset + i`; any other is numbered as first seen.
+    Block { offset: u32, n: u32 },
+    /// Numbered in the order first seen, after every block.
+    FirstSeen,
+}
+
+/// One upstream of the completion, as the completion sees it.
+#[derive(Debug)]
+pub(crate) struct UpstreamState {
+    pub indexing: Indexing,
+    /// Its choices: index as sent → index in the completion.
+    pub map: std::collections::BTreeMap<u32, u32>,
+    /// Its facts (id, model, usage), once it ended.
+    pub meta: Meta,
+    /// How it ended.
+    pub end: Option<Result<(), Error>>,
+    /// It was dropped early because no choice it serves was wanted any more.
+    pub dropped: bool,
+}
+
+impl UpstreamState {
+    pub fn new(indexing: Indexing) -> Self {
+        UpstreamState {
+            indexing,
+            map: Default::default(),
+            meta: Meta::default(),
+            end: None,
+            dropped: false,
+        }
+    }
+}
+
 /// The whole completion.
 #[derive(Debug)]
 pub(crate) struct CompletionShared {
@@ -107,6 +176,12 @@ pub(crate) struct CompletionShared {
     state: Mutex<CompletionState>,
     /// Every handle is gone: actors stop without finishing their work.
     pub cancelled: AtomicBool,
+    /// [`Completions::cancel`](crate::Completions::cancel) was called: every open choice and
+    /// every choice still to appear is cancelled, and each upstream is dropped as soon as
+    /// its finishing choices are in.
+    pub closing: AtomicBool,
+    /// One per upstream, in order: wakes its reader when a choice of it is cancelled.
+    pub signals: Vec<Arc<UpstreamSignal>>,
     /// The usage, once computed (counting an estimate is done once).
     pub usage: tokio::sync::OnceCell<Usage>,
 }
@@ -117,17 +192,133 @@ pub(crate) struct CompletionState {
     pub choices: Vec<Arc<ChoiceShared>>,
     pub warnings: Vec<Warning>,
     pub meta: Meta,
-    /// Set when the reader is done: no more choices will appear.
+    /// Set when every reader is done: no more choices will appear.
     pub end: Option<Result<(), Error>>,
     pub waiters: Waiters,
+    /// Every upstream, in the order given (one unless fanned out).
+    pub upstreams: Vec<UpstreamState>,
+    /// Built by a fan-out: indexes are renumbered and errors name their upstream.
+    pub fan_out: bool,
+    /// The next index given to a choice numbered in first-seen order.
+    pub next_index: u32,
+}
+
+impl CompletionState {
+    /// The completion's index of upstream `k`'s choice `local` (numbering it if new).
+    pub fn global_index(&mut self, k: usize, local: u32) -> u32 {
+        let upstream = &mut self.upstreams[k];
+        if let Some(&global) = upstream.map.get(&local) {
+            return global;
+        }
+        let global = match upstream.indexing {
+            Indexing::AsSent => local,
+            Indexing::Block { offset, n } if local < n => offset + local,
+            _ => {
+                let next = self.next_index;
+                self.next_index = self.next_index.saturating_add(1);
+                next
+            }
+        };
+        self.upstreams[k].map.insert(local, global);
+        global
+    }
+
+    /// The error that ended upstream `k`, as its choices and the completion report it.
+    pub fn upstream_error(&self, k: usize, error: Error) -> Error {
+        if self.fan_out {
+            Error::UpstreamFailed {
+                upstream: k,
+                error: Box::new(error),
+            }
+        } else {
+            error
+        }
+    }
+
+    /// Records how upstream `k` ended (`outcome` already as its choices see it); once every
+    /// upstream has ended, the completion's end: the first upstream's error, else `Ok`.
+    pub fn end_upstream(&mut self, k: usize, meta: Meta, outcome: Result<(), Error>) {
+        let upstream = &mut self.upstreams[k];
+        if upstream.end.is_some() {
+            return;
+        }
+        if !self.fan_out || self.meta.id.is_none() {
+            let model = self.meta.model.take();
+            self.meta = meta.clone();
+            self.meta.model = self.meta.model.take().or(model);
+        }
+        upstream.meta = meta;
+        upstream.end = Some(outcome);
+        if self.upstreams.iter().all(|u| u.end.is_some()) {
+            let end = self
+                .upstreams
+                .iter()
+                .find_map(|u| u.end.clone().filter(Result::is_err))
+                .unwrap_or(Ok(()));
+            self.end = Some(end);
+        }
+        self.waiters.wake_all();
+    }
+
+    /// Each choice's completion tokens as the upstreams reported them, by the completion's
+    /// index.
+    pub fn reported_per_choice(&self) -> std::collections::BTreeMap<u32, u64> {
+        if !self.fan_out {
+            return self.meta.usage.per_choice();
+        }
+        let mut all = std::collections::BTreeMap::new();
+        for u in &self.upstreams {
+            for (local, tokens) in u.meta.usage.per_choice() {
+                if let Some(&global) = u.map.get(&local) {
+                    all.insert(global, tokens);
+                }
+            }
+        }
+        all
+    }
+
+    /// The usage every upstream reported, summed; `None` if any reported none.
+    pub fn reported_usage(&self) -> Option<Usage> {
+        if !self.fan_out {
+            return self.meta.usage.usage();
+        }
+        let parts: Option<Vec<Usage>> = self
+            .upstreams
+            .iter()
+            .map(|u| u.meta.usage.usage())
+            .collect();
+        parts.map(Usage::sum)
+    }
 }
 
 impl CompletionShared {
     pub fn new(config: Config) -> Self {
+        CompletionShared::with_upstreams(config, vec![Indexing::AsSent], false)
+    }
+
+    /// A completion fed by these upstreams (their readers are started by the caller).
+    pub fn with_upstreams(config: Config, indexing: Vec<Indexing>, fan_out: bool) -> Self {
+        let next_index = indexing
+            .iter()
+            .map(|i| match i {
+                Indexing::Block { offset, n } => offset.saturating_add(*n),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        let signals = indexing.iter().map(|_| Arc::default()).collect();
+        let state = CompletionState {
+            upstreams: indexing.into_iter().map(UpstreamState::new).collect(),
+            fan_out,
+            next_index,
+            ..CompletionState::default()
+        };
         CompletionShared {
             config,
-            state: Mutex::new(CompletionState::default()),
+            state: Mutex::new(state),
             cancelled: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            signals,
             usage: tokio::sync::OnceCell::new(),
         }
     }
@@ -148,6 +339,26 @@ impl CompletionShared {
             .or_else(|| self.lock().meta.model.clone())
     }
 
+    /// Cancels every open choice and every choice still to appear, and wakes every reader;
+    /// returns the indexes cancelled now.
+    pub fn close(&self) -> Vec<u32> {
+        self.closing.store(true, Ordering::Release);
+        let choices = self.lock().choices.clone();
+        let cancelled = choices
+            .iter()
+            .filter(|c| c.lock().cancel())
+            .map(|c| c.index)
+            .collect();
+        for signal in &self.signals {
+            signal.cancelled_one();
+        }
+        cancelled
+    }
+
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
     pub fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
     }
@@ -163,8 +374,9 @@ impl CompletionShared {
             let state = self.lock();
             (state.choices.clone(), state.meta.clone(), state.end.clone())
         };
+        let per_choice = self.lock().reported_per_choice();
         let outcomes = choices.iter().map(|c| c.lock().outcome());
-        assemble(meta, end.as_ref(), outcomes)
+        assemble(meta, &per_choice, end.as_ref(), outcomes)
     }
 }
 

@@ -53,6 +53,11 @@ pub struct Usage {
     /// How an estimate was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<Estimate>,
+    /// In a fan-out ([`Completions::fan_out`](crate::Completions::fan_out)), each upstream's
+    /// own usage in the order they were added, each reported or estimated; the figures above
+    /// are their sums. Empty for a single stream.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstreams: Vec<Usage>,
     /// The provider's other usage fields, unchanged.
     #[serde(flatten)]
     pub details: Map<String, Value>,
@@ -227,6 +232,7 @@ impl ReportedUsage {
                     total_tokens: prompt + completion,
                     source: UsageSource::Reported,
                     estimate: None,
+                    upstreams: Vec::new(),
                     details: Map::new(),
                 })
             }
@@ -307,8 +313,39 @@ impl Usage {
                 .unwrap_or(prompt + completion),
             source: UsageSource::Reported,
             estimate: None,
+            upstreams: Vec::new(),
             details,
         }
+    }
+
+    /// The sum of several requests' usages (each request's prompt counted once): reported
+    /// if every part was, else estimated, with the estimates' per-choice counts merged.
+    pub(crate) fn sum(parts: Vec<Usage>) -> Usage {
+        let mut total = Usage {
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+            source: UsageSource::Reported,
+            estimate: None,
+            upstreams: Vec::new(),
+            details: Map::new(),
+        };
+        for part in &parts {
+            total.prompt_tokens += part.prompt_tokens;
+            total.completion_tokens += part.completion_tokens;
+            total.total_tokens += part.total_tokens;
+            if part.source == UsageSource::Estimated {
+                total.source = UsageSource::Estimated;
+            }
+            if let Some(e) = &part.estimate {
+                match &mut total.estimate {
+                    None => total.estimate = Some(e.clone()),
+                    Some(t) => t.choices.extend(e.choices.iter().map(|(k, v)| (*k, *v))),
+                }
+            }
+        }
+        total.upstreams = parts;
+        total
     }
 
     /// An estimate whose counting failed (a panic in the tokenizer): zeros, saying why.
@@ -326,6 +363,7 @@ impl Usage {
                 prompt_error: Some(format!("counting failed: {why}")),
                 choices: BTreeMap::new(),
             }),
+            upstreams: Vec::new(),
             details: Map::new(),
         }
     }

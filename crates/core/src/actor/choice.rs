@@ -139,8 +139,11 @@ impl ChoiceActorState {
 
     fn settle(&mut self, outcome: Result<(), Error>) {
         let index = self.shared().index;
-        let warning = self.shared().lock().settle(index, outcome);
-        if let Some(w) = warning {
+        let mut state = self.exit.shared.lock();
+        // The warning is published before the choice's lock is released, so that whoever
+        // waits for the choice to settle (`collect`) finds it. (Lock order: a choice, then
+        // the completion; nothing takes them the other way round.)
+        if let Some(w) = state.settle(index, outcome) {
             self.completion.lock().warnings.push(w);
         }
     }

@@ -25,21 +25,21 @@ use crate::shared::CompletionShared;
 /// Keeps the actors of one completion alive while any handle exists; stops them (and so
 /// drops the upstream) when the last handle goes.
 pub(crate) struct Lifetime {
-    reader: Option<ActorRef<reader::ReaderMsg>>,
+    readers: Vec<ActorRef<reader::ReaderMsg>>,
     pub(crate) shared: Arc<CompletionShared>,
 }
 
 impl Drop for Lifetime {
     fn drop(&mut self) {
         self.shared.cancel();
-        if let Some(reader) = &self.reader {
+        for reader in &self.readers {
             reader.kill();
         }
     }
 }
 
 impl Lifetime {
-    pub fn new(reader: Option<ActorRef<reader::ReaderMsg>>, shared: Arc<CompletionShared>) -> Self {
-        Lifetime { reader, shared }
+    pub fn new(readers: Vec<ActorRef<reader::ReaderMsg>>, shared: Arc<CompletionShared>) -> Self {
+        Lifetime { readers, shared }
     }
 }

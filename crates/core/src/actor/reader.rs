@@ -14,7 +14,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime};
 use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
 use crate::error::Error;
 use crate::feed::Feed;
-use crate::shared::{ChoiceShared, CompletionShared, LiveActor};
+use crate::lifecycle::Phase;
+use crate::shared::{ChoiceShared, CompletionShared, LiveActor, UpstreamSignal};
 use crate::split::{Splitter, Step};
 
 /// Messages of the reader.
@@ -35,6 +36,10 @@ impl<F> ReaderActor<F> {
 pub(crate) struct ReaderArgs<F> {
     pub feed: F,
     pub shared: Arc<CompletionShared>,
+    /// Which upstream of the completion this reader serves (0 unless fanned out).
+    pub upstream: usize,
+    /// How many choices the upstream will have, when known (the request's `n`).
+    pub expected: Option<u32>,
 }
 
 pub(crate) struct ReaderState<F> {
@@ -45,6 +50,10 @@ pub(crate) struct ReaderState<F> {
     choices: Vec<ChoiceSlot>,
     /// The stream is over and every choice has been told.
     ended: bool,
+    upstream: usize,
+    expected: Option<u32>,
+    /// Told when one of this upstream's choices is cancelled.
+    signal: Arc<UpstreamSignal>,
     _live: LiveActor,
 }
 
@@ -124,14 +133,13 @@ impl<F> Drop for ReaderState<F> {
             choice: None,
             message: "the reader stopped before the stream ended".to_string(),
         };
+        let error = self.shared.lock().upstream_error(self.upstream, error);
         for choice in &mut self.choices {
             let outcome = Err(error.clone());
             choice.send(&self.shared, |seq| ChoiceMsg::End { seq, outcome });
         }
         let mut state = self.shared.lock();
-        state.meta = self.splitter.meta.clone();
-        state.end.get_or_insert(Err(error));
-        state.waiters.wake_all();
+        state.end_upstream(self.upstream, self.splitter.meta.clone(), Err(error));
     }
 }
 
@@ -141,17 +149,28 @@ impl<F: Feed> ReaderState<F> {
     fn flush(&mut self) {
         let known = self.choices.len();
         let mut new_choices = Vec::new();
-        for slot in &self.splitter.slots[known..] {
-            let shared = Arc::new(ChoiceShared::new(
-                slot.index,
-                self.shared.config.max_tool_calls,
-            ));
-            new_choices.push(shared.clone());
-            self.choices.push(ChoiceSlot {
-                shared,
-                actor: None,
-                sent: 0,
-            });
+        if self.splitter.slots.len() > known {
+            let mut state = self.shared.lock();
+            for slot in &self.splitter.slots[known..] {
+                let index = state.global_index(self.upstream, slot.index);
+                let shared = Arc::new(ChoiceShared::new(
+                    index,
+                    self.shared.config.max_tool_calls,
+                    self.signal.clone(),
+                ));
+                new_choices.push(shared.clone());
+                self.choices.push(ChoiceSlot {
+                    shared,
+                    actor: None,
+                    sent: 0,
+                });
+            }
+        }
+        if self.shared.is_closing() {
+            // Every choice still to appear is unwanted.
+            for choice in &new_choices {
+                choice.lock().cancel();
+            }
         }
         for (slot, choice) in self.splitter.slots.iter_mut().zip(&mut self.choices) {
             if slot.batch.is_empty() {
@@ -174,16 +193,57 @@ impl<F: Feed> ReaderState<F> {
 
     /// Tells every choice the stream is over (queued behind its updates), and records the end.
     fn end(&mut self, outcome: Result<(), Error>) {
+        let outcome = match outcome {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.shared.lock().upstream_error(self.upstream, e)),
+        };
         for choice in &mut self.choices {
             let outcome = outcome.clone();
             choice.send(&self.shared, |seq| ChoiceMsg::End { seq, outcome });
             choice.actor = None;
         }
-        let mut state = self.shared.lock();
-        state.meta = std::mem::take(&mut self.splitter.meta);
-        state.end = Some(outcome);
-        state.waiters.wake_all();
+        let meta = std::mem::take(&mut self.splitter.meta);
+        self.shared
+            .lock()
+            .end_upstream(self.upstream, meta, outcome);
         self.ended = true;
+    }
+
+    /// Whether no choice of this upstream is wanted any more: at least one was cancelled,
+    /// every expected choice has appeared, and each has finished (its finish was seen),
+    /// failed or been cancelled.
+    fn unwanted(&self) -> bool {
+        if self.shared.is_closing() {
+            // No choice still to appear is wanted: only the finishing ones are waited for.
+            // (A choice published while the completion was being closed is cancelled here.)
+            for (slot, choice) in self.splitter.slots.iter().zip(&self.choices) {
+                if !slot.finished {
+                    choice.shared.lock().cancel();
+                }
+            }
+        } else if !self.signal.any_cancelled()
+            || self.choices.is_empty()
+            || self
+                .expected
+                .is_some_and(|n| self.choices.len() < n as usize)
+        {
+            return false;
+        }
+        self.splitter
+            .slots
+            .iter()
+            .zip(&self.choices)
+            .all(|(slot, choice)| {
+                slot.finished || !matches!(choice.shared.lock().phase, Phase::Open)
+            })
+    }
+
+    /// Ends the stream early because no choice is wanted: what was routed is delivered,
+    /// every choice ends cleanly, and the upstream is dropped with the reader's state.
+    fn drop_upstream(&mut self) {
+        self.flush();
+        self.shared.lock().upstreams[self.upstream].dropped = true;
+        self.end(Ok(()));
     }
 }
 
@@ -204,12 +264,16 @@ impl<F: Feed> Actor for ReaderActor<F> {
             config.strict_sse,
             config.dialect,
         );
+        let signal = args.shared.signals[args.upstream].clone();
         Ok(ReaderState {
             feed: args.feed,
             splitter,
             shared: args.shared,
             choices: Vec::new(),
             ended: false,
+            upstream: args.upstream,
+            expected: args.expected,
+            signal,
             _live: LiveActor::new(),
         })
     }
@@ -231,6 +295,12 @@ impl<F: Feed> Actor for ReaderActor<F> {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             ReaderMsg::Pull => {
+                if state.unwanted() {
+                    state.drop_upstream();
+                    myself.stop(None);
+                    return Ok(());
+                }
+                let signal = state.signal.clone();
                 let step = {
                     let ReaderState {
                         feed,
@@ -243,28 +313,40 @@ impl<F: Feed> Actor for ReaderActor<F> {
                     // the stream with a typed error after what was routed before it is
                     // delivered.
                     let mut pull = pin!(AssertUnwindSafe(feed.pull(splitter)).catch_unwind());
-                    match futures::poll!(pull.as_mut()) {
-                        Poll::Ready(step) => step,
-                        // The upstream is waiting: if it stays quiet for `hibernate_after`,
-                        // the choice actors retire until the next update (their state lives
-                        // in the choices, not in them). The timer exists only while waiting.
-                        Poll::Pending => match shared.config.hibernate_after {
-                            Some(after) if choices.iter().any(|c| c.actor.is_some()) => {
-                                // Boxed: a timer in the handler's state would enlarge the
-                                // reader's boxed message loop, which every idle completion
-                                // holds, by about a kilobyte.
-                                let quiet = Box::pin(tokio::time::sleep(after));
-                                match select(pull, quiet).await {
-                                    Either::Left((step, _)) => step,
-                                    Either::Right(((), pull)) => {
-                                        choices.iter_mut().for_each(ChoiceSlot::retire);
-                                        pull.await
+                    let pulled = async move {
+                        match futures::poll!(pull.as_mut()) {
+                            Poll::Ready(step) => step,
+                            // The upstream is waiting: if it stays quiet for `hibernate_after`,
+                            // the choice actors retire until the next update (their state lives
+                            // in the choices, not in them). The timer exists only while waiting.
+                            Poll::Pending => match shared.config.hibernate_after {
+                                Some(after) if choices.iter().any(|c| c.actor.is_some()) => {
+                                    // Boxed: a timer in the handler's state would enlarge the
+                                    // reader's boxed message loop, which every idle completion
+                                    // holds, by about a kilobyte.
+                                    let quiet = Box::pin(tokio::time::sleep(after));
+                                    match select(pull, quiet).await {
+                                        Either::Left((step, _)) => step,
+                                        Either::Right(((), pull)) => {
+                                            choices.iter_mut().for_each(ChoiceSlot::retire);
+                                            pull.await
+                                        }
                                     }
                                 }
-                            }
-                            _ => pull.await,
-                        },
+                                _ => pull.await,
+                            },
+                        }
+                    };
+                    // A cancel interrupts the wait (a pull is cancel-safe: its only await is
+                    // the read), so that an upstream nobody wants is dropped at once.
+                    match select(pin!(pulled), pin!(signal.cancelled())).await {
+                        Either::Left((step, _)) => Some(step),
+                        Either::Right(((), _)) => None,
                     }
+                };
+                let Some(step) = step else {
+                    myself.send_message(ReaderMsg::Pull)?;
+                    return Ok(());
                 };
                 let step = step.unwrap_or_else(|panic| {
                     Step::End(Err(Error::ActorFailed {
@@ -274,6 +356,10 @@ impl<F: Feed> Actor for ReaderActor<F> {
                 });
                 state.flush();
                 match step {
+                    Step::Continue if state.unwanted() => {
+                        state.drop_upstream();
+                        myself.stop(None);
+                    }
                     Step::Continue => myself.send_message(ReaderMsg::Pull)?,
                     Step::End(outcome) => {
                         // The choice actors apply their queues and the end on their own.
