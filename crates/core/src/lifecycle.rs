@@ -30,10 +30,13 @@ pub(crate) enum Phase {
     /// The sub-streams ended `Ok`: at the choice's finish, or at a clean end of the stream.
     /// Updates after the finish still merge into the message (and are warned about); an
     /// error one of them causes is kept for `message()` and `collect()`.
-    Closed { late_error: Option<Error> },
+    Closed {
+        /// (Boxed, as in `Failed`: a choice carries the size of its phase; errors are rare.)
+        late_error: Option<Box<Error>>,
+    },
     /// Ended with an error, its own or the stream's before its finish: the sub-streams end
     /// with it, and the choice's later updates are ignored (counted in a warning).
-    Failed(Error),
+    Failed(Box<Error>),
     /// Cancelled by a caller before its finish: the sub-streams ended `Ok` after a
     /// [`ChoiceEvent::Cancelled`] event; later updates are dropped (neither applied nor
     /// counted as errors), and the message stays what it was.
@@ -73,8 +76,8 @@ impl ChoiceState {
     pub fn outcome(&self) -> (ChoiceOutput, Option<Error>) {
         let error = match &self.phase {
             Phase::Open | Phase::Cancelled => None,
-            Phase::Closed { late_error } => late_error.clone(),
-            Phase::Failed(e) => Some(e.clone()),
+            Phase::Closed { late_error } => late_error.as_deref().cloned(),
+            Phase::Failed(e) => Some((**e).clone()),
         };
         (self.output(), error)
     }
@@ -94,7 +97,7 @@ impl ChoiceState {
         match &self.phase {
             Phase::Open => None,
             Phase::Closed { .. } | Phase::Cancelled => Some(Ok(())),
-            Phase::Failed(e) => Some(Err(e.clone())),
+            Phase::Failed(e) => Some(Err((**e).clone())),
         }
     }
 
@@ -215,9 +218,9 @@ impl ChoiceState {
     /// if they had already ended at the finish, keeps it as the late error.
     pub fn fail(&mut self, error: Error) {
         match &mut self.phase {
-            Phase::Open => self.phase = Phase::Failed(error),
+            Phase::Open => self.phase = Phase::Failed(Box::new(error)),
             Phase::Closed { late_error } => {
-                late_error.get_or_insert(error);
+                late_error.get_or_insert(Box::new(error));
             }
             Phase::Failed(_) | Phase::Cancelled => {}
         }
@@ -240,7 +243,7 @@ impl ChoiceState {
         if let Phase::Open = self.phase {
             self.phase = match outcome {
                 Ok(()) => Phase::Closed { late_error: None },
-                Err(e) => Phase::Failed(e),
+                Err(e) => Phase::Failed(Box::new(e)),
             };
         }
         self.settled = true;

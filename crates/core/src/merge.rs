@@ -194,8 +194,9 @@ pub(crate) struct ChoiceAccumulator {
     /// A `finish_reason` that arrived while a call's arguments were an incomplete JSON value:
     /// the finish waits for them (or for the end of the stream).
     pending_finish: Option<Text>,
-    logprobs: Option<Value>,
-    content_filter_results: Option<Value>,
+    // Rare: boxed, so that every choice does not carry their size.
+    logprobs: Option<Box<Value>>,
+    content_filter_results: Option<Box<Value>>,
 }
 
 /// Whether arguments are an incomplete JSON value: a valid beginning that ends too soon.
@@ -294,7 +295,7 @@ impl ChoiceAccumulator {
             out.push(ChoiceEvent::Logprobs(Arc::new(*lp)));
         }
         if let Some(cf) = u.content_filter_results {
-            self.content_filter_results = Some((*cf).clone());
+            self.content_filter_results = Some(cf.clone());
             out.push(ChoiceEvent::ContentFilter(Arc::new(*cf)));
         }
         if let Some(reason) = u.finish_reason {
@@ -552,8 +553,8 @@ impl ChoiceAccumulator {
                 .as_deref()
                 .or(self.pending_finish.as_deref())
                 .map(str::to_string),
-            logprobs: self.logprobs.clone(),
-            content_filter_results: self.content_filter_results.clone(),
+            logprobs: self.logprobs.as_deref().cloned(),
+            content_filter_results: self.content_filter_results.as_deref().cloned(),
             usage: None,
             cancelled: false,
         }
@@ -650,10 +651,10 @@ fn append_arguments(
 
 /// Log probabilities arrive as `{"content": [...], "refusal": [...]}` per update: arrays are
 /// concatenated key by key; any other value replaces the previous one.
-fn merge_logprobs(slot: &mut Option<Value>, incoming: &Value) {
-    let (Some(Value::Object(acc)), Value::Object(new)) = (slot.as_mut(), incoming) else {
+fn merge_logprobs(slot: &mut Option<Box<Value>>, incoming: &Value) {
+    let (Some(Value::Object(acc)), Value::Object(new)) = (slot.as_deref_mut(), incoming) else {
         if !incoming.is_null() {
-            *slot = Some(incoming.clone());
+            *slot = Some(Box::new(incoming.clone()));
         }
         return;
     };

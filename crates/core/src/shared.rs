@@ -158,6 +158,16 @@ pub(crate) struct UpstreamState {
 }
 
 impl UpstreamState {
+    /// The completion's index of this upstream's choice `local`, if it has one: by the
+    /// upstream's numbering, or as numbered in first-seen order (in `map`).
+    pub fn global_of(&self, local: u32) -> Option<u32> {
+        match self.indexing {
+            Indexing::AsSent => Some(local),
+            Indexing::Block { offset, n } if local < n => Some(offset + local),
+            _ => self.map.get(&local).copied(),
+        }
+    }
+
     pub fn new(indexing: Indexing) -> Self {
         UpstreamState {
             indexing,
@@ -206,20 +216,23 @@ pub(crate) struct CompletionState {
 impl CompletionState {
     /// The completion's index of upstream `k`'s choice `local` (numbering it if new).
     pub fn global_index(&mut self, k: usize, local: u32) -> u32 {
-        let upstream = &mut self.upstreams[k];
+        let upstream = &self.upstreams[k];
         if let Some(&global) = upstream.map.get(&local) {
             return global;
         }
-        let global = match upstream.indexing {
-            Indexing::AsSent => local,
-            Indexing::Block { offset, n } if local < n => offset + local,
-            _ => {
+        let global = match upstream.global_of(local) {
+            Some(global) => global,
+            None => {
                 let next = self.next_index;
                 self.next_index = self.next_index.saturating_add(1);
                 next
             }
         };
-        self.upstreams[k].map.insert(local, global);
+        // A fan-out lists each upstream's choices (its usage parts); a single stream
+        // numbered as sent needs no map.
+        if self.fan_out || global != local {
+            self.upstreams[k].map.insert(local, global);
+        }
         global
     }
 
@@ -269,7 +282,7 @@ impl CompletionState {
         let mut all = std::collections::BTreeMap::new();
         for u in &self.upstreams {
             for (local, tokens) in u.meta.usage.per_choice() {
-                if let Some(&global) = u.map.get(&local) {
+                if let Some(global) = u.global_of(local) {
                     all.insert(global, tokens);
                 }
             }

@@ -180,8 +180,8 @@ pub(crate) struct Splitter {
     scanned: Vec<crate::scan::ScannedChoice>,
     /// The stream's dialect (`Detect` until its first event says).
     dialect: Dialect,
-    /// The state of a typed-dialect stream.
-    typed: DialectDecoder,
+    /// The state of a typed-dialect stream (boxed: most streams are Chat Completions).
+    typed: Option<Box<DialectDecoder>>,
     max_choices: usize,
     /// Choice index to slot, for small indexes (the usual case) ...
     small: Vec<u32>,
@@ -217,7 +217,7 @@ impl Splitter {
             warned_unterminated: false,
             scanned: Vec::new(),
             dialect,
-            typed: DialectDecoder::default(),
+            typed: None,
             max_choices,
             small: Vec::new(),
             large: HashMap::new(),
@@ -270,6 +270,12 @@ impl Splitter {
         });
         self.framer = framer;
         self.offset += bytes.len() as u64;
+        // Between reads nothing of the scratch space is needed: a stream that goes quiet
+        // (most completions, most of the time) holds none of it. One allocation per read
+        // brings it back.
+        if self.framer.release_idle_buffers() {
+            self.scanned = Vec::new();
+        }
         if let Some(line) = self.framer.first_unterminated_line() {
             self.warn_unterminated(line);
         }
@@ -641,9 +647,12 @@ impl Splitter {
             }
             None => event.to_string(),
         };
-        let decoded = self
-            .typed
-            .event(self.dialect, &kind, &value, (line, offset))?;
+        let decoded = self.typed.get_or_insert_with(Box::default).event(
+            self.dialect,
+            &kind,
+            &value,
+            (line, offset),
+        )?;
         if let Some(kind) = decoded.warning {
             self.warnings.push(Warning {
                 choice: None,

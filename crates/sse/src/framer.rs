@@ -744,6 +744,34 @@ impl Framer {
         self.st.reconnection_time
     }
 
+    /// Gives back the memory of the scratch buffers when nothing is pending (no partial line,
+    /// no event being assembled): for a stream that may stay quiet a long time. The next
+    /// event allocates them again. Returns whether they were released.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::new();
+    /// framer.feed(b"data: a fairly long event\n\n", |_| ControlFlow::Continue(())).unwrap();
+    /// assert!(framer.release_idle_buffers());
+    /// assert_eq!(framer.buffered_bytes(), 0);
+    /// framer.feed(b"data: half", |_| ControlFlow::Continue(())).unwrap();
+    /// assert!(!framer.release_idle_buffers());
+    /// ```
+    pub fn release_idle_buffers(&mut self) -> bool {
+        let st = &self.st;
+        let pending = st.has_data || !st.data.is_empty() || !st.event_type.is_empty();
+        if !self.line_buf.is_empty() || pending || st.event_start.is_some() {
+            return false;
+        }
+        self.line_buf = Vec::new();
+        self.st.data = String::new();
+        self.st.data_runs = Vec::new();
+        self.st.event_type = String::new();
+        true
+    }
+
     /// The heap memory held by the framer's buffers (their capacity), in
     /// bytes.
     ///
