@@ -161,6 +161,16 @@ struct Facts<'a> {
     usage: Option<Value>,
 }
 
+/// The provider's error that a chunk carries (beside its choices, which are split first).
+fn upstream_error(error: Option<Value>, line: u64) -> Result<(), Error> {
+    match error.filter(|e| !e.is_null()) {
+        Some(e) => Err(Error::Upstream(std::sync::Arc::new(
+            UpstreamError::from_value(&e, line),
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A JSON value worth keeping: not `null`.
 fn raw_value(raw: Option<&RawValue>) -> Option<Value> {
     raw.filter(|r| r.get() != "null")
@@ -519,12 +529,7 @@ impl Splitter {
         }
         self.scanned = s.choices;
         result?;
-        match value(&s.error) {
-            Some(e) => Err(Error::Upstream(std::sync::Arc::new(
-                UpstreamError::from_value(&e, line),
-            ))),
-            None => Ok(()),
-        }
+        upstream_error(value(&s.error), line)
     }
 
     /// A chunk parsed by serde (the scan left it): the same as [`Self::scanned`].
@@ -567,12 +572,7 @@ impl Splitter {
             };
             self.choice(head.index, finishes, element.get(), line, offset)?;
         }
-        match raw_value(chunk.error) {
-            Some(e) => Err(Error::Upstream(std::sync::Arc::new(
-                UpstreamError::from_value(&e, line),
-            ))),
-            None => Ok(()),
-        }
+        upstream_error(raw_value(chunk.error), line)
     }
 
     /// Splits one chunk that the caller parsed already.
@@ -607,12 +607,7 @@ impl Splitter {
                 body: Body::Parsed(Box::new(choice)),
             });
         }
-        match chunk.error {
-            Some(e) if !e.is_null() => Err(Error::Upstream(std::sync::Arc::new(
-                UpstreamError::from_value(&e, line),
-            ))),
-            _ => Ok(()),
-        }
+        upstream_error(chunk.error, line)
     }
 
     /// One event of a typed dialect (Responses, Anthropic): decoded here into the update of
