@@ -7,14 +7,32 @@ use choicewise::{CallRef, ChoiceEvent, Completions, FunctionCallEvent, PartialAr
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-/// `--json`: exactly the `collect()` object; on error, what was assembled, then the error.
-pub async fn json(completions: Completions) -> Result<(), String> {
+/// `--json`: exactly the `collect()` object (with a combinator, its `"selected"` and `"vote"`
+/// fields too); on error, what was assembled, then the error.
+pub async fn json(
+    completions: Completions,
+    picked: Option<(
+        crate::view::Pick,
+        tokio::task::JoinHandle<choicewise::Selection>,
+    )>,
+) -> Result<(), String> {
     let completion = match completions.collect().await {
         Ok(c) => c,
         Err(incomplete) => incomplete.partial,
     };
+    let mut value = serde_json::to_value(&completion).map_err(|e| e.to_string())?;
+    let mut selection = None;
+    if let Some((pick, task)) = picked {
+        let picked = task.await.unwrap_or_default();
+        if let Some(object) = value.as_object_mut() {
+            for (key, field) in pick.json_fields(&picked) {
+                object.insert(key.to_string(), field);
+            }
+        }
+        selection = Some(picked);
+    }
     let mut out = std::io::stdout().lock();
-    let written = serde_json::to_writer_pretty(&mut out, &completion)
+    let written = serde_json::to_writer_pretty(&mut out, &value)
         .map_err(std::io::Error::from)
         .and_then(|()| writeln!(out));
     match written {
@@ -22,10 +40,18 @@ pub async fn json(completions: Completions) -> Result<(), String> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         other => other.map_err(|e| e.to_string())?,
     }
+    drop(out);
     for w in completions.warnings() {
         eprintln!("warning: {w}");
     }
-    crate::view::verdict(&completions).await
+    let verdict = crate::view::verdict(&completions).await;
+    match selection {
+        Some(selection) => {
+            crate::view::picked_verdict(&selection, verdict.map_err(crate::Exit::from))
+                .map_err(|e| e.message)
+        }
+        None => verdict,
+    }
 }
 
 /// The default view: each choice's text and function calls as they arrive, one labelled line

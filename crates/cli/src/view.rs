@@ -1,6 +1,6 @@
 //! Choosing the view: `--json`, the plain labelled lines, or the live view on a terminal.
 
-use choicewise::Completions;
+use choicewise::{ChoiceOutput, Completions, Selection};
 use clap::Args;
 
 use crate::{Exit, live, plain};
@@ -15,9 +15,107 @@ pub struct ViewArgs {
     /// Plain labelled lines even on a terminal (the view used when stdout is not one).
     #[arg(long, conflicts_with = "json")]
     pub plain: bool,
+    /// Stop at the first choice that finishes with stop or tool_calls: the others are
+    /// cancelled (their connection closed when none is wanted any more). Exit 0 when a
+    /// choice was selected, 1 when none could be.
+    #[arg(long, conflicts_with_all = ["vote", "vote_by"])]
+    pub first: bool,
+    /// A plurality vote over each finished choice's final content (trimmed), decided as soon
+    /// as the choices still running can no longer change the winner; the rest are cancelled.
+    /// Exit 0 when a key won, 1 when no choice could vote.
+    #[arg(long)]
+    pub vote: bool,
+    /// Vote over the first capture group of REGEX in each finished choice's content (the
+    /// whole match when it has no group) instead; choices without a match do not vote.
+    #[arg(long, value_name = "REGEX", value_parser = parse_regex)]
+    pub vote_by: Option<regex::Regex>,
+}
+
+fn parse_regex(s: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(s).map_err(|e| e.to_string())
+}
+
+/// A combinator picking choices while they stream.
+#[derive(Debug, Clone)]
+pub enum Pick {
+    First,
+    /// A vote, over the content or over a pattern's capture in it.
+    Vote(Option<regex::Regex>),
+}
+
+impl Pick {
+    /// The key a finished choice votes with.
+    fn key(pattern: Option<&regex::Regex>, output: &ChoiceOutput) -> Option<String> {
+        let content = output.message.content.as_deref()?;
+        match pattern {
+            None => Some(content.trim().to_string()).filter(|k| !k.is_empty()),
+            Some(re) => {
+                let caps = re.captures(content)?;
+                caps.get(1)
+                    .or_else(|| caps.get(0))
+                    .map(|m| m.as_str().to_string())
+            }
+        }
+    }
+
+    /// Runs the combinator over the completion as it streams.
+    pub async fn run(self, completions: Completions) -> Selection {
+        match self {
+            Pick::First => completions.first_finished(None).await,
+            Pick::Vote(pattern) => {
+                completions
+                    .vote(move |o| Pick::key(pattern.as_ref(), o), None)
+                    .await
+            }
+        }
+    }
+
+    /// The selection as `--json`'s top-level fields: `"selected"`, and for a vote `"vote"`.
+    pub fn json_fields(&self, selection: &Selection) -> Vec<(&'static str, serde_json::Value)> {
+        let mut fields = vec![("selected", serde_json::json!(selection.selected))];
+        if let Pick::Vote(_) = self {
+            fields.push(("vote", serde_json::json!(selection.vote)));
+        }
+        fields
+    }
+
+    /// One line saying what was picked, for the plain and live views.
+    pub fn summary(&self, selection: &Selection) -> String {
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        let mut line = match (&selection.selected[..], self) {
+            ([], _) => "selected: none".to_string(),
+            (picked, Pick::First) => format!("selected: choice {} (first finished)", list(picked)),
+            (picked, Pick::Vote(_)) => format!("selected: choices {}", list(picked)),
+        };
+        if let Some(t) = &selection.vote {
+            line.push_str(&format!(
+                " (vote: {:?} with {} of {} votes counted, {} choices)",
+                t.key, t.votes, t.counted, t.choices
+            ));
+        }
+        if !selection.cancelled.is_empty() {
+            line.push_str(&format!(
+                "; cancelled {} (≈ {} tokens received)",
+                list(&selection.cancelled),
+                selection.cancelled_tokens
+            ));
+        }
+        line
+    }
 }
 
 impl ViewArgs {
+    /// The combinator asked for, if any.
+    pub fn pick(&self) -> Option<Pick> {
+        if self.first {
+            Some(Pick::First)
+        } else if self.vote || self.vote_by.is_some() {
+            Some(Pick::Vote(self.vote_by.clone()))
+        } else {
+            None
+        }
+    }
+
     /// Whether the live view will be used.
     pub fn live(&self) -> bool {
         !self.json && !self.plain && live::available()
@@ -30,13 +128,54 @@ pub async fn show(
     view: &ViewArgs,
     options: live::Options,
 ) -> Result<(), Exit> {
-    if view.json {
-        plain::json(completions).await.map_err(Exit::from)
+    let pick = view.pick();
+    let selection = pick
+        .clone()
+        .map(|p| tokio::spawn(p.run(completions.clone())));
+    let shown = if view.json {
+        let picked = match (&pick, selection) {
+            (Some(p), Some(task)) => Some((p.clone(), task)),
+            _ => None,
+        };
+        return plain::json(completions, picked).await.map_err(Exit::from);
     } else if view.live() {
-        live::run(completions, options).await
+        live::run(completions.clone(), options).await
     } else {
-        plain::labelled(completions).await.map_err(Exit::from)
+        plain::labelled(completions.clone())
+            .await
+            .map_err(Exit::from)
+    };
+    match (pick, selection) {
+        (Some(pick), Some(task)) => {
+            let selection = task.await.unwrap_or_default();
+            println!("{}", pick.summary(&selection));
+            picked_verdict(&selection, shown)
+        }
+        _ => shown,
     }
+}
+
+/// The exit of a run with a combinator: success when something was selected (the failures of
+/// other choices are still said on stderr), else the reason.
+pub fn picked_verdict(selection: &Selection, shown: Result<(), Exit>) -> Result<(), Exit> {
+    if selection.selected.is_empty() {
+        let reason = selection
+            .reason
+            .clone()
+            .unwrap_or_else(|| "nothing selected".into());
+        let mut message = format!("nothing selected: {reason}");
+        if let Err(e) = shown {
+            message.push('\n');
+            message.push_str(&e.message);
+        }
+        return Err(Exit::from(message));
+    }
+    if let Err(e) = shown {
+        for line in e.message.lines() {
+            eprintln!("choicewise: {line}");
+        }
+    }
+    Ok(())
 }
 
 /// How a shown completion ended: `Ok`, or one line per failure: the stream's error first,

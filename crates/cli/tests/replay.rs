@@ -278,3 +278,98 @@ fn typed_dialects_are_recognised_or_forced() {
     let out = replay(&["-", "--format", "grpc"], Some(b""));
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `--first`, `--vote` and `--vote-by` on a recording: `"selected"` (and `"vote"`) in
+/// `--json`, exit 0 when something was selected and 1 when nothing could be.
+#[test]
+fn first_and_vote_select_and_say_so() {
+    let chunk = |i: u32, text: &str, finish: Option<&str>| {
+        let finish = finish.map_or("null".to_string(), |f| format!("\"{f}\""));
+        format!(
+            "data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    let sse = [
+        chunk(0, "The answer is 41", None),
+        chunk(2, "It is 42.", Some("stop")),
+        chunk(1, "I think 42", None),
+        chunk(3, "Answer: 42", Some("stop")),
+        chunk(1, ".", Some("stop")),
+        chunk(0, ", maybe", Some("length")),
+        chunk(4, "Seven", Some("stop")),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let json = |args: &[&str]| {
+        let out = replay(args, Some(sse.as_bytes()));
+        let value: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), value)
+    };
+    // The first choice to finish with stop or tool_calls (choice 0's length does not count).
+    // The choices of one read are parsed side by side, so which of several finishes in the
+    // same read is seen first is not fixed: only one qualifies here.
+    let first = [
+        chunk(0, "a", None),
+        chunk(2, "b", Some("stop")),
+        chunk(1, "c", None),
+        chunk(0, "d", Some("length")),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let out = replay(&["-", "--json", "--first"], Some(first.as_bytes()));
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["selected"], serde_json::json!([2]));
+    assert!(v.get("vote").is_none());
+    // Three choices say 42, one says nothing numeric, one is cut: 42 wins. The vote is
+    // decided as soon as it is certain (two 42s with at most one choice still running), so
+    // which of the 42s were counted before the rest were cancelled depends on timing.
+    let (code, v) = json(&["-", "--json", "--vote-by", r"(\d+)"]);
+    assert_eq!(code, Some(0));
+    let selected: Vec<u64> = v["selected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap())
+        .collect();
+    assert!(
+        selected.len() >= 2 && selected.iter().all(|i| [1, 2, 3].contains(i)),
+        "{selected:?}"
+    );
+    assert_eq!(v["vote"]["key"], "42");
+    assert_eq!(v["vote"]["votes"], selected.len());
+    assert_eq!(v["vote"]["choices"], 5);
+    for c in v["choices"].as_array().unwrap() {
+        if c["cancelled"] == true {
+            assert_eq!(c["finish_reason"], Value::Null);
+        }
+    }
+    // The whole content (trimmed) as the key: every answer differs, the first vote wins.
+    let (code, v) = json(&["-", "--json", "--vote"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(v["vote"]["votes"], 1);
+    // Without a combinator: no "selected".
+    let (code, v) = json(&["-", "--json"]);
+    assert_eq!(code, Some(0));
+    assert!(v.get("selected").is_none());
+    // Nothing finishes with stop: nothing selected, exit 1, the reason on stderr.
+    let cut = [
+        chunk(0, "a", Some("length")),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let out = replay(&["-", "--json", "--first"], Some(cut.as_bytes()));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nothing selected"), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["selected"], serde_json::json!([]));
+    // The plain view ends with a line saying what was selected.
+    let out = replay(
+        &["-", "--plain", "--vote-by", r"(\d+)"],
+        Some(sse.as_bytes()),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("(vote: \"42\" with "), "{stdout}");
+}
