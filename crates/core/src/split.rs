@@ -422,8 +422,8 @@ impl Splitter {
     }
 
     /// Records the completion-level facts of one chunk (`choices`: the indexes of its
-    /// choices, for the usage rule).
-    fn facts(&mut self, f: Facts<'_>, choices: &[Option<i64>], line: u64) {
+    /// choices, for the usage rule; only read when the chunk carries usage).
+    fn facts(&mut self, f: Facts<'_>, choices: impl IntoIterator<Item = Option<i64>>, line: u64) {
         let meta = &mut self.meta;
         set_if_empty(&mut meta.id, f.id.as_deref());
         set_if_empty(&mut meta.model, f.model.as_deref());
@@ -441,13 +441,14 @@ impl Splitter {
         }
         if let Some(usage) = f.usage.filter(is_usage) {
             let reported = &mut meta.usage;
-            match choices {
-                [] => {
+            let mut choices = choices.into_iter();
+            match (choices.next(), choices.next()) {
+                (None, _) => {
                     let finished = self.slots.iter().filter(|s| s.finished).map(|s| s.index);
                     self.warnings
                         .extend(reported.record_usage_only(usage, finished, line));
                 }
-                [one] => {
+                (Some(one), None) => {
                     if let Ok(index) = u32::try_from(one.unwrap_or(0)) {
                         reported.running.insert(index, usage);
                     }
@@ -510,11 +511,7 @@ impl Splitter {
             prompt_filter_results: value(&s.prompt_filter_results),
             usage: value(&s.usage),
         };
-        let indexes: Vec<Option<i64>> = match facts.usage {
-            Some(_) => s.choices.iter().map(|c| c.index).collect(),
-            None => Vec::new(),
-        };
-        self.facts(facts, &indexes, line);
+        self.facts(facts, s.choices.iter().map(|c| c.index), line);
         let mut result = Ok(());
         for choice in &s.choices {
             let line = match multiline {
@@ -543,10 +540,6 @@ impl Splitter {
         at: &impl Fn(usize) -> u64,
     ) -> Result<(), Error> {
         let heads = chunk.choices.unwrap_or_default();
-        let indexes: Vec<Option<i64>> = match chunk.usage {
-            Some(_) => heads.iter().map(|c| c.index).collect(),
-            None => Vec::new(),
-        };
         self.facts(
             Facts {
                 id: chunk.id,
@@ -557,16 +550,16 @@ impl Splitter {
                 prompt_filter_results: raw_value(chunk.prompt_filter_results),
                 usage: raw_value(chunk.usage),
             },
-            &indexes,
+            heads.iter().map(|c| c.index),
             line,
         );
+        let multiline = memchr::memchr(b'\n', data.as_bytes()).is_some();
         for (head, element) in heads.iter().zip(elements) {
             let finishes = head
                 .finish_reason
                 .is_some_and(|r| r.get().starts_with('"') && r.get() != "\"\"");
             let start = (element.get().as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
-            let line = match start <= data.len() && memchr::memchr(b'\n', data.as_bytes()).is_some()
-            {
+            let line = match multiline && start <= data.len() {
                 true => at(start),
                 false => line,
             };
@@ -577,10 +570,7 @@ impl Splitter {
 
     /// Splits one chunk that the caller parsed already.
     pub fn parsed(&mut self, chunk: ChatCompletionChunk<'static>, line: u64) -> Result<(), Error> {
-        let indexes: Vec<Option<i64>> = match chunk.usage {
-            Some(_) => chunk.choices.iter().map(|c| c.index).collect(),
-            None => Vec::new(),
-        };
+        let indexes: Vec<Option<i64>> = chunk.choices.iter().take(2).map(|c| c.index).collect();
         self.facts(
             Facts {
                 id: chunk.id,
@@ -591,7 +581,7 @@ impl Splitter {
                 prompt_filter_results: chunk.prompt_filter_results,
                 usage: chunk.usage,
             },
-            &indexes,
+            indexes,
             line,
         );
         for choice in chunk.choices {
@@ -673,7 +663,7 @@ impl Splitter {
                 usage: decoded.usage,
                 ..Facts::default()
             },
-            &[],
+            [],
             line,
         );
         Ok(Flow::Continue)
