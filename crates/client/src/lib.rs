@@ -82,6 +82,9 @@ use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue,
 use reqwest::{StatusCode, Url};
 use serde_json::Value;
 
+mod fan_out;
+pub use fan_out::{DEFAULT_CONCURRENCY, FanOut};
+
 #[cfg(feature = "async-openai")]
 mod async_openai_compat;
 #[cfg(feature = "async-openai")]
@@ -542,6 +545,11 @@ impl Client {
     /// ```
     pub fn builder() -> ClientBuilder {
         ClientBuilder::default()
+    }
+
+    /// The idle timeout (see [`ClientBuilder::idle_timeout`]).
+    pub(crate) fn idle_timeout(&self) -> Duration {
+        self.inner.idle_timeout
     }
 
     /// The URL requests are posted to.

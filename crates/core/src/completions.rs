@@ -659,7 +659,11 @@ impl Completions {
                         state
                             .upstreams
                             .iter()
-                            .map(|u| (u.meta.usage.usage(), u.map.values().copied().collect()))
+                            .map(|u| {
+                                let indexes: Vec<u32> = u.map.values().copied().collect();
+                                let own = (u.request.clone(), u.meta.model.clone());
+                                (u.meta.usage.usage(), indexes, own)
+                            })
                             .collect()
                     });
                     (state.reported_usage(), parts)
@@ -675,15 +679,17 @@ impl Completions {
                     Some(parts) => Usage::sum(
                         parts
                             .into_iter()
-                            .map(|(reported, indexes): (_, Vec<u32>)| {
+                            .map(|(reported, indexes, (own_request, own_model))| {
                                 reported.unwrap_or_else(|| {
+                                    let request = own_request.as_deref().or(request.as_deref());
+                                    let model = own_model.or_else(|| model.clone());
                                     let choices: Vec<_> = completion
                                         .choices
                                         .iter()
                                         .filter(|c| indexes.contains(&c.index))
                                         .cloned()
                                         .collect();
-                                    Usage::estimate(model.clone(), request.as_deref(), &choices)
+                                    Usage::estimate(model, request, &choices)
                                 })
                             })
                             .collect(),

@@ -157,6 +157,23 @@ pub enum Error {
         /// The panic or failure message.
         message: String,
     },
+    /// The stream could not be opened: the request behind an upstream of a fan-out (see
+    /// [`FanOut::open`](crate::FanOut::open)) failed before its first byte, after any retries
+    /// (an HTTP error status, a refused connection). Nothing of it was received.
+    ///
+    /// ```
+    /// use choicewise_core::Error;
+    /// let e = Error::Open { message: "HTTP 500: The server had an error".into(), source: None };
+    /// assert_eq!(e.to_string(), "the request failed before its stream began: HTTP 500: The server had an error");
+    /// ```
+    #[error("the request failed before its stream began: {message}")]
+    Open {
+        /// What failed, in the source error's words.
+        message: String,
+        /// The source error.
+        #[source]
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
     /// One upstream of a fan-out ([`Completions::fan_out`](crate::Completions::fan_out))
     /// failed: its own unfinished choices end with this error, the other upstreams' choices
     /// go on, and the completion's outcome reports it.

@@ -2,16 +2,18 @@
 //! actor each, all publishing into the same completion.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 
 use futures::Stream;
 use ractor::ActorRef;
+use serde_json::Value;
 use tokio::io::AsyncRead;
 
 use crate::actor::reader::ReaderMsg;
 use crate::completions::{Completions, spawn_reader};
 use crate::config::Config;
-use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, ReaderFeed};
+use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, OpeningFeed, ReaderFeed};
 use crate::shared::{CompletionShared, Indexing};
 use crate::wire::ChatCompletionChunk;
 
@@ -22,6 +24,7 @@ type Start = Box<
 /// One upstream waiting to start.
 struct Upstream {
     n: Option<u32>,
+    request: Option<Arc<Value>>,
     start: Start,
 }
 
@@ -92,7 +95,11 @@ impl FanOut {
     }
 
     fn push(mut self, start: Start) -> Self {
-        self.upstreams.push(Upstream { n: None, start });
+        self.upstreams.push(Upstream {
+            n: None,
+            request: None,
+            start,
+        });
         self
     }
 
@@ -115,6 +122,47 @@ impl FanOut {
         let idle = self.config.idle_timeout;
         self.push(Box::new(move |shared, k, n| {
             spawn_reader(ByteStreamFeed::new(stream, idle), shared, k, n)
+        }))
+    }
+
+    /// Adds an upstream of SSE bytes that is still to be opened: `open` resolves to the
+    /// stream of reads (an HTTP request resolving to its body, for instance). It is polled by
+    /// the upstream's reader, so requests start at [`start`](Self::start) and run
+    /// concurrently; the idle timeout applies from the moment it resolves (waiting for a turn
+    /// or retrying is not idleness). If it fails, the upstream fails with
+    /// [`Error::Open`](crate::Error::Open), and when its `n` is declared its `n` choices
+    /// appear, each failed with that error. Dropping the completion (or cancelling every
+    /// choice) drops a pending `open` too.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Error};
+    /// # #[tokio::main] async fn main() {
+    /// let ok = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let reads = futures::stream::iter([Ok::<_, std::io::Error>(ok)]);
+    /// type Reads = futures::stream::Empty<Result<&'static str, std::io::Error>>;
+    /// let refused = async { Err::<Reads, _>("HTTP 500") };
+    /// let c = Completions::fan_out()
+    ///     .open(async move { Ok::<_, std::io::Error>(reads) }).n(1)
+    ///     .open(refused).n(1)
+    ///     .start();
+    /// let partial = c.collect().await.unwrap_err().partial;
+    /// assert_eq!(partial.choices[0].message.content.as_deref(), Some("hi"));
+    /// let errors = c.choice_errors().await;
+    /// assert_eq!(errors[0].0, 1); // choice 1, of the refused upstream, failed
+    /// assert!(matches!(&errors[0].1, Error::UpstreamFailed { upstream: 1, error } if matches!(**error, Error::Open { .. })));
+    /// # }
+    /// ```
+    pub fn open<F, O, S, B, E>(self, open: F) -> Self
+    where
+        F: Future<Output = Result<S, O>> + Send + 'static,
+        O: Into<BoxError>,
+        S: Stream<Item = Result<B, E>> + Send + 'static,
+        B: AsRef<[u8]> + Send,
+        E: Into<BoxError>,
+    {
+        let idle = self.config.idle_timeout;
+        self.push(Box::new(move |shared, k, n| {
+            spawn_reader(OpeningFeed::new(open, idle), shared, k, n)
         }))
     }
 
@@ -178,6 +226,36 @@ impl FanOut {
         self
     }
 
+    /// Declares the request the upstream added last answers: its prompt is counted in that
+    /// upstream's usage estimate (instead of the builder's
+    /// [`request`](crate::CompletionsBuilder::request)), and, unless [`n`](Self::n) says
+    /// otherwise, its `"n"` (1 when absent, as for providers without `n`) is the upstream's
+    /// choice count. Without an upstream, does nothing.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let one = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    /// let request = serde_json::json!({"model": "gpt-4o-mini", "n": 2, "messages": []});
+    /// let c = Completions::fan_out()
+    ///     .reader(one.as_bytes()).request(request)
+    ///     .reader(one.as_bytes()).request(serde_json::json!({"messages": []}))
+    ///     .start();
+    /// let indexes: Vec<_> = c.collect().await.unwrap().choices.iter().map(|c| c.index).collect();
+    /// assert_eq!(indexes, [0, 2]); // upstream 0 owns 0..2, upstream 1 owns 2..3
+    /// # }
+    /// ```
+    pub fn request(mut self, request: Value) -> Self {
+        if let Some(last) = self.upstreams.last_mut() {
+            if last.n.is_none() {
+                let n = request.get("n").and_then(Value::as_u64).unwrap_or(1);
+                last.n = Some(u32::try_from(n).unwrap_or(u32::MAX));
+            }
+            last.request = Some(Arc::new(request));
+        }
+        self
+    }
+
     /// Starts a reader actor per upstream and returns the completion. Like the
     /// [`Completions`] constructors, must be called inside a Tokio runtime. With no upstream,
     /// the completion ends at once with no choices.
@@ -189,7 +267,7 @@ impl FanOut {
     /// assert!(c.collect().await.unwrap().choices.is_empty());
     /// # }
     /// ```
-    pub fn start(self) -> Completions {
+    pub fn start(mut self) -> Completions {
         let mut indexing = Vec::with_capacity(self.upstreams.len());
         let mut offset = Some(0u32);
         for u in &self.upstreams {
@@ -209,6 +287,12 @@ impl FanOut {
             indexing,
             true,
         ));
+        {
+            let mut state = shared.lock();
+            for (u, state) in self.upstreams.iter_mut().zip(&mut state.upstreams) {
+                state.request = u.request.take();
+            }
+        }
         if self.upstreams.is_empty() {
             let mut state = shared.lock();
             state.end = Some(Ok(()));

@@ -69,6 +69,49 @@ where
     }
 }
 
+/// SSE bytes from a stream that is still to be opened (an HTTP request on its way): the
+/// first pull waits for `open` with no idle timeout (a request may wait its turn or retry),
+/// then the stream is read as a [`ByteStreamFeed`].
+pub(crate) enum OpeningFeed<F, S> {
+    Opening(Pin<Box<F>>, Option<Duration>),
+    Open(ByteStreamFeed<S>),
+}
+
+impl<F, S> OpeningFeed<F, S> {
+    pub fn new(open: F, idle: Option<Duration>) -> Self {
+        OpeningFeed::Opening(Box::pin(open), idle)
+    }
+}
+
+impl<F, O, S, B, E> Feed for OpeningFeed<F, S>
+where
+    F: Future<Output = Result<S, O>> + Send + 'static,
+    O: Into<BoxError>,
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: AsRef<[u8]> + Send,
+    E: Into<BoxError>,
+{
+    async fn pull(&mut self, splitter: &mut Splitter) -> Step {
+        match self {
+            OpeningFeed::Open(feed) => feed.pull(splitter).await,
+            // Cancel-safe: the future lives in the feed, not in this pull.
+            OpeningFeed::Opening(open, idle) => match open.as_mut().await {
+                Ok(stream) => {
+                    *self = OpeningFeed::Open(ByteStreamFeed::new(stream, *idle));
+                    Step::Continue
+                }
+                Err(e) => {
+                    let e: BoxError = e.into();
+                    Step::End(Err(Error::Open {
+                        message: e.to_string(),
+                        source: Some(Arc::from(e)),
+                    }))
+                }
+            },
+        }
+    }
+}
+
 /// SSE bytes from an `AsyncRead`, read into one reused buffer.
 pub(crate) struct ReaderFeed<R> {
     reader: Pin<Box<R>>,

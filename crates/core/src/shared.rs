@@ -155,6 +155,8 @@ pub(crate) struct UpstreamState {
     pub end: Option<Result<(), Error>>,
     /// It was dropped early because no choice it serves was wanted any more.
     pub dropped: bool,
+    /// The request it answers, when given apart from the completion's (for estimates).
+    pub request: Option<Arc<serde_json::Value>>,
 }
 
 impl UpstreamState {
@@ -175,6 +177,7 @@ impl UpstreamState {
             meta: Meta::default(),
             end: None,
             dropped: false,
+            request: None,
         }
     }
 }

@@ -320,6 +320,9 @@ pub struct TestServerBuilder {
     api_key: Option<String>,
     port: u16,
     models: Vec<String>,
+    delay: Duration,
+    /// The answers of the following requests, in turn (see `then`).
+    next: Vec<TestServerBuilder>,
 }
 
 impl Default for TestServerBuilder {
@@ -333,6 +336,8 @@ impl Default for TestServerBuilder {
             api_key: None,
             port: 0,
             models: vec!["gpt-4o-mini".to_string()],
+            delay: Duration::ZERO,
+            next: Vec::new(),
         }
     }
 }
@@ -506,6 +511,63 @@ impl TestServerBuilder {
         self
     }
 
+    /// Waits this long after the response headers before the first body byte (default
+    /// none): a provider still thinking.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use choicewise_testserver::TestServer;
+    /// let builder = TestServer::builder().delay(Duration::from_millis(200));
+    /// # drop(builder);
+    /// ```
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Answers the next request as `next` says (its body, writes, delays, ending and
+    /// failure; its port, key and models are ignored). With several, the requests take the
+    /// answers in turn in the order they arrive: the first this builder's own, then each
+    /// `then` in order, cycling after the last. For fan-out tests, where each upstream must
+    /// behave differently.
+    ///
+    /// ```
+    /// # use choicewise_testserver::{Failure, TestServer};
+    /// # #[tokio::main] async fn main() -> std::io::Result<()> {
+    /// let server = TestServer::builder()
+    ///     .fixture("demo.sse")
+    ///     .then(TestServer::builder().fail(Failure::status(500)))
+    ///     .start()
+    ///     .await?;
+    /// let client = reqwest::Client::new();
+    /// let url = format!("{}/chat/completions", server.base_url());
+    /// let statuses = [
+    ///     client.post(&url).body("{}").send().await.unwrap().status(),
+    ///     client.post(&url).body("{}").send().await.unwrap().status(),
+    ///     client.post(&url).body("{}").send().await.unwrap().status(),
+    /// ];
+    /// assert_eq!(statuses.map(|s| s.as_u16()), [200, 500, 200]);
+    /// # Ok(()) }
+    /// ```
+    pub fn then(mut self, next: TestServerBuilder) -> Self {
+        let mut next = next;
+        let after = std::mem::take(&mut next.next);
+        self.next.push(next);
+        self.next.extend(after);
+        self
+    }
+
+    /// This builder's own answer.
+    fn reply(&self) -> Reply {
+        Reply {
+            writes: Arc::new(plan::plan(&self.body, &self.shape)),
+            end: self.end,
+            failure: self.failure.clone(),
+            fail_first: self.fail_first,
+            delay: self.delay,
+        }
+    }
+
     /// Binds `127.0.0.1` and starts serving on the current Tokio runtime.
     ///
     /// ```
@@ -518,13 +580,12 @@ impl TestServerBuilder {
     pub async fn start(self) -> std::io::Result<TestServer> {
         let listener = TcpListener::bind(("127.0.0.1", self.port)).await?;
         let addr = listener.local_addr()?;
-        let writes = Arc::new(plan::plan(&self.body, &self.shape));
+        let replies = std::iter::once(self.reply())
+            .chain(self.next.iter().map(TestServerBuilder::reply))
+            .collect();
         let (disconnects, _) = watch::channel(0);
         let state = Arc::new(State {
-            writes,
-            end: self.end,
-            failure: self.failure,
-            fail_first: self.fail_first,
+            replies,
             api_key: self.api_key,
             models: self.models,
             requests: Mutex::new(Vec::new()),
@@ -604,11 +665,18 @@ impl RecordedRequest {
     }
 }
 
-struct State {
+/// How one request is answered.
+struct Reply {
     writes: Arc<Vec<Write>>,
     end: End,
     failure: Option<Failure>,
     fail_first: usize,
+    delay: Duration,
+}
+
+struct State {
+    /// Request `k` (in order of arrival) is answered by `replies[k % len]`.
+    replies: Vec<Reply>,
     api_key: Option<String>,
     models: Vec<String>,
     requests: Mutex<Vec<RecordedRequest>>,
@@ -946,7 +1014,8 @@ async fn handle(
             return Ok(Failure::status(401).response());
         }
     }
-    if let Some(failure) = state.failure.as_ref().filter(|_| number < state.fail_first) {
+    let reply = &state.replies[number % state.replies.len()];
+    if let Some(failure) = reply.failure.as_ref().filter(|_| number < reply.fail_first) {
         return Ok(failure.response());
     }
     let response = Response::builder()
@@ -954,7 +1023,7 @@ async fn handle(
         .header("content-type", "text/event-stream; charset=utf-8")
         .header("cache-control", "no-cache")
         .header("x-request-id", format!("req_{number}"))
-        .body(sse_body(&state))
+        .body(sse_body(&state, number % state.replies.len()))
         .expect("a valid response");
     Ok(response)
 }
@@ -1011,15 +1080,24 @@ fn truncated(writes: &[Write], limit: usize) -> Vec<Write> {
     out
 }
 
-fn sse_body(state: &Arc<State>) -> Body {
-    let writes = match state.end {
-        End::Complete => state.writes.as_ref().clone(),
-        End::Close(n) | End::Stall(n) => truncated(&state.writes, n),
+fn sse_body(state: &Arc<State>, reply: usize) -> Body {
+    let reply = &state.replies[reply];
+    let mut writes = match reply.end {
+        End::Complete => reply.writes.as_ref().clone(),
+        End::Close(n) | End::Stall(n) => truncated(&reply.writes, n),
     };
+    if let Some(first) = writes.first_mut() {
+        first.delay += reply.delay;
+    } else if !reply.delay.is_zero() {
+        writes.push(Write {
+            delay: reply.delay,
+            bytes: Bytes::new(),
+        });
+    }
     let body = BodyState {
         writes,
         phase: Phase::Writing(0),
-        end: state.end,
+        end: reply.end,
         guard: Abandoned {
             state: state.clone(),
             planned_end: false,

@@ -203,9 +203,26 @@ impl<F: Feed> ReaderState<F> {
             choice.actor = None;
         }
         let meta = std::mem::take(&mut self.splitter.meta);
-        self.shared
-            .lock()
-            .end_upstream(self.upstream, meta, outcome);
+        let mut state = self.shared.lock();
+        if let (Err(error), Some(n)) = (&outcome, self.expected) {
+            // A declared choice that never appeared (the request failed before it did) is
+            // failed too, so that every choice the caller asked for is accounted for.
+            let seen: std::collections::HashSet<u32> =
+                self.splitter.slots.iter().map(|s| s.index).collect();
+            let missing: Vec<u32> = (0..n).filter(|i| !seen.contains(i)).collect();
+            for local in missing {
+                let index = state.global_index(self.upstream, local);
+                let choice = Arc::new(ChoiceShared::new(
+                    index,
+                    self.shared.config.max_tool_calls,
+                    self.signal.clone(),
+                ));
+                choice.lock().settle(index, Err(error.clone()));
+                state.choices.push(choice);
+            }
+        }
+        state.end_upstream(self.upstream, meta, outcome);
+        drop(state);
         self.ended = true;
     }
 

@@ -1,0 +1,241 @@
+//! Client fan-out against the loopback test server: K requests, one completion.
+
+use std::time::{Duration, Instant};
+
+use choicewise_client::{Client, FanOut};
+use choicewise_core::Error;
+use choicewise_testserver::{Failure, TestServer, TestServerBuilder};
+use serde_json::{Value, json};
+
+/// A one-choice stream answering `text`, with usage.
+fn answer(text: &str) -> String {
+    let content = serde_json::to_string(text).unwrap();
+    format!(
+        "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":{content}}},\"finish_reason\":null}}]}}\n\n\
+         data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n\
+         data: [DONE]\n\n"
+    )
+}
+
+/// An answer that begins, then stalls (the connection kept open).
+fn stalled() -> TestServerBuilder {
+    let body = answer("thinking about it");
+    let first_event = body.find("\n\n").unwrap() + 2;
+    TestServer::builder().body(body).stall_after(first_event)
+}
+
+fn request() -> Value {
+    json!({"model": "m", "messages": [{"role": "user", "content": "What is 6 × 7?"}]})
+}
+
+async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), f)
+        .await
+        .expect("timed out")
+}
+
+fn client(server: &TestServer) -> Client {
+    Client::builder()
+        .base_url(server.base_url())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn three_requests_one_completion() {
+    let server = TestServer::builder()
+        .body(answer("a"))
+        .then(TestServer::builder().body(answer("b")))
+        .then(TestServer::builder().body(answer("c")))
+        .start()
+        .await
+        .unwrap();
+    let mut one = request();
+    one["n"] = json!(1);
+    let completion = within(10, client(&server).fan_out(one, 3).collect())
+        .await
+        .unwrap();
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3);
+    for r in &requests {
+        let body = r.json.as_ref().unwrap();
+        assert_eq!(
+            (body["n"].clone(), body["stream"].clone()),
+            (json!(1), json!(true))
+        );
+    }
+    let indexes: Vec<u32> = completion.choices.iter().map(|c| c.index).collect();
+    assert_eq!(indexes, [0, 1, 2]);
+    let mut texts: Vec<&str> = completion
+        .choices
+        .iter()
+        .map(|c| c.message.content.as_deref().unwrap())
+        .collect();
+    texts.sort_unstable();
+    assert_eq!(texts, ["a", "b", "c"]);
+}
+
+#[tokio::test]
+async fn first_finished_closes_the_stalled_connections() {
+    let server = TestServer::builder()
+        .body(answer("fast"))
+        .delay(Duration::from_millis(200))
+        .then(stalled())
+        .then(stalled())
+        .start()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let completions = client(&server).fan_out(request(), 3);
+    let selection = within(10, completions.first_finished(None)).await;
+    assert_eq!(selection.selected.len(), 1);
+    assert_eq!(selection.cancelled.len(), 2);
+    // The stalled connections are closed by the client, within a second of the decision.
+    within(1, server.wait_disconnects(2)).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let winner = selection.selected[0];
+    let completion = completions.collect().await.unwrap();
+    let won = &completion.choices[winner as usize];
+    assert_eq!(won.message.content.as_deref(), Some("fast"));
+    assert!(completion.choices.iter().filter(|c| c.cancelled).count() == 2);
+    assert!(completions.outcome().await.is_ok());
+}
+
+#[tokio::test]
+async fn vote_decided_after_three_agree() {
+    let server = TestServer::builder()
+        .body(answer("42"))
+        .then(stalled())
+        .then(TestServer::builder().body(answer(" 42\n")))
+        .then(stalled())
+        .then(TestServer::builder().body(answer("42")))
+        .start()
+        .await
+        .unwrap();
+    let completions = client(&server).fan_out(request(), 5);
+    let key = |o: &choicewise_core::ChoiceOutput| {
+        o.message.content.as_deref().map(|t| t.trim().to_string())
+    };
+    let selection = within(10, completions.vote(key, None)).await;
+    let tally = selection.vote.clone().unwrap();
+    assert_eq!(
+        (
+            tally.key.as_str(),
+            tally.votes,
+            tally.counted,
+            tally.choices
+        ),
+        ("42", 3, 3, 5)
+    );
+    assert_eq!(selection.selected.len(), 3);
+    assert_eq!(selection.cancelled.len(), 2);
+    within(1, server.wait_disconnects(2)).await;
+    let completion = completions.collect().await.unwrap();
+    for i in &selection.selected {
+        let content = completion.choices[*i as usize].message.content.as_deref();
+        assert_eq!(content.map(str::trim), Some("42"));
+    }
+}
+
+#[tokio::test]
+async fn a_failing_upstream_fails_only_its_choices() {
+    let healthy = answer("fine");
+    let cut_at = healthy.find("\n\n").unwrap() + 2;
+    let server = TestServer::builder()
+        .body(healthy.clone())
+        .then(TestServer::builder().fail(Failure::status(500)))
+        .then(
+            TestServer::builder()
+                .body(healthy.clone())
+                .close_after(cut_at),
+        )
+        .then(TestServer::builder().body(healthy))
+        .start()
+        .await
+        .unwrap();
+    // One at a time, so that request k gets answer k.
+    let completions = FanOut::new()
+        .requests(&client(&server), request(), 4)
+        .concurrency(1)
+        .start();
+    let incomplete = within(10, completions.collect()).await.unwrap_err();
+    let choices = &incomplete.partial.choices;
+    assert_eq!(choices.len(), 4, "every requested choice is listed");
+    let finished: Vec<u32> = choices
+        .iter()
+        .filter(|c| c.finish_reason.as_deref() == Some("stop"))
+        .map(|c| c.index)
+        .collect();
+    assert_eq!(finished, [0, 3]);
+    assert_eq!(choices[2].message.content.as_deref(), Some("fine"));
+    let errors = completions.choice_errors().await;
+    let failed: Vec<u32> = errors.iter().map(|(i, _)| *i).collect();
+    assert_eq!(failed, [1, 2]);
+    match &errors[0].1 {
+        Error::UpstreamFailed { upstream: 1, error } => {
+            assert!(matches!(**error, Error::Open { .. }), "{error}");
+            assert!(error.to_string().contains("500"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        &errors[1].1,
+        Error::UpstreamFailed { upstream: 2, .. }
+    ));
+}
+
+#[tokio::test]
+async fn dropping_everything_closes_every_upstream() {
+    let server = stalled().start().await.unwrap();
+    let completions = client(&server).fan_out(request(), 4);
+    // Every request is streaming.
+    let mut choices = completions.choices();
+    for _ in 0..4 {
+        within(10, futures::StreamExt::next(&mut choices))
+            .await
+            .unwrap();
+    }
+    drop(choices);
+    drop(completions);
+    within(5, server.wait_disconnects(4)).await;
+}
+
+#[tokio::test]
+async fn concurrency_limits_the_requests_in_flight() {
+    let server = stalled().start().await.unwrap();
+    let completions = FanOut::new()
+        .requests(&client(&server), request(), 5)
+        .concurrency(2)
+        .start();
+    let mut choices = completions.choices();
+    for _ in 0..2 {
+        within(10, futures::StreamExt::next(&mut choices))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.request_count(), 2, "only two slots");
+    // Cancelling both frees their slots: the next requests go out.
+    completions.choice(0).await.unwrap().cancel();
+    within(5, futures::StreamExt::next(&mut choices))
+        .await
+        .unwrap();
+    assert_eq!(server.request_count(), 3);
+}
+
+#[tokio::test]
+async fn usage_sums_each_request() {
+    let with_usage = answer("x").replace(
+        "data: [DONE]",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2,\"total_tokens\":12}}\n\ndata: [DONE]",
+    );
+    let server = TestServer::builder()
+        .body(with_usage.clone())
+        .start()
+        .await
+        .unwrap();
+    let completions = client(&server).fan_out(request(), 3);
+    let usage = within(10, completions.usage()).await;
+    assert_eq!((usage.prompt_tokens, usage.completion_tokens), (30, 6));
+    assert_eq!(usage.upstreams.len(), 3);
+}
