@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use choicewise::Completions;
-use choicewise_client::Client;
+use choicewise_client::{Client, FanOut};
 use clap::Args;
 use futures::Stream;
 use serde_json::{Map, Value, json};
@@ -65,9 +65,21 @@ pub struct ChatArgs {
     /// back; format in docs/recording.md).
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
+    /// Send K copies of the request at once (each with -n choices, default 1) and show their
+    /// K × n choices side by side as one completion; --first and --vote then close the
+    /// connections no longer needed.
+    #[arg(long, value_name = "K", value_parser = parse_fan_out)]
+    fan_out: Option<usize>,
     /// Give up when the server sends nothing for this long, in seconds [default: 60].
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     idle_timeout: Option<Duration>,
+}
+
+fn parse_fan_out(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(k) if (1..=1024).contains(&k) => Ok(k),
+        _ => Err(format!("{s:?} is not a number of requests from 1 to 1024")),
+    }
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
@@ -254,6 +266,28 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         request["model"] = json!(default_model(&client, base_url, args.azure.is_some()).await?);
     }
 
+    if let Some(k) = args.fan_out.filter(|k| *k > 1) {
+        if args.record.is_some() {
+            return Err(Exit::from(
+                "--record saves one stream; it cannot be used with --fan-out".to_string(),
+            ));
+        }
+        let start = Instant::now();
+        let completions = FanOut::new().requests(&client, request.clone(), k).start();
+        let n = request["n"].as_u64().unwrap_or(1);
+        let model = request["model"].as_str().map(str::to_string);
+        let title = format!(
+            "chat · {} · {k} requests × n={n}",
+            model.as_deref().unwrap_or(DEFAULT_MODEL)
+        );
+        let options = live::Options {
+            start,
+            title,
+            model,
+        };
+        return show(completions, &args, options).await;
+    }
+
     // Open the recording first: a bad path fails before anything is spent.
     let recording = match &args.record {
         Some(path) => {
@@ -297,15 +331,7 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         title,
         model,
     };
-    let shown = if args.view.live() {
-        // The live view reads Ctrl-C itself and leaves its last frame on the screen.
-        view::show(completions, &args.view, options).await
-    } else {
-        tokio::select! {
-            shown = view::show(completions, &args.view, options) => shown,
-            _ = tokio::signal::ctrl_c() => Err(Exit { message: "interrupted".into(), code: 130 }),
-        }
-    };
+    let shown = show(completions, &args, options).await;
 
     // Whatever arrived is saved, however the view ended.
     if let Some((path, shared)) = recording {
@@ -322,6 +348,23 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         }
     }
     shown
+}
+
+/// Shows the completion until it ends, or until Ctrl-C.
+async fn show(
+    completions: Completions,
+    args: &ChatArgs,
+    options: live::Options,
+) -> Result<(), Exit> {
+    if args.view.live() {
+        // The live view reads Ctrl-C itself and leaves its last frame on the screen.
+        view::show(completions, &args.view, options).await
+    } else {
+        tokio::select! {
+            shown = view::show(completions, &args.view, options) => shown,
+            _ = tokio::signal::ctrl_c() => Err(Exit { message: "interrupted".into(), code: 130 }),
+        }
+    }
 }
 
 #[derive(Default)]

@@ -419,3 +419,210 @@ async fn chat_usage_line_against_a_real_llama_cpp_server_adds_up_the_choices() {
     assert_eq!(total, prompt + completion, "{line}");
     assert!(a.max(b).max(c) <= 16 && a.min(b).min(c) > 0, "{line}");
 }
+
+/// A one-choice stream answering `text`.
+fn answer(text: &str) -> String {
+    let content = serde_json::to_string(text).unwrap();
+    format!(
+        "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":{content}}},\"finish_reason\":null}}]}}\n\n\
+         data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n\
+         data: [DONE]\n\n"
+    )
+}
+
+/// An answer that begins, then stalls for as long as the client stays.
+fn stalled() -> choicewise_testserver::TestServerBuilder {
+    let body = answer("let me think");
+    let first_event = body.find("\n\n").unwrap() + 2;
+    TestServer::builder().body(body).stall_after(first_event)
+}
+
+async fn fan_out(server: &TestServer, extra: &[&str]) -> Output {
+    let url = server.base_url();
+    let mut args = vec!["chat", "--base-url", &url, "--model", "m"];
+    args.extend_from_slice(extra);
+    args.push("What is 6 × 7?");
+    choicewise(&args).await
+}
+
+fn json_of(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_sends_k_requests_and_shows_one_completion() {
+    let server = TestServer::builder()
+        .body(answer("a"))
+        .then(TestServer::builder().body(answer("b")))
+        .then(TestServer::builder().body(answer("c")))
+        .start()
+        .await
+        .unwrap();
+    let out = fan_out(&server, &["--fan-out", "3", "-n", "1", "--json"]).await;
+    let json = json_of(&out);
+    assert!(out.status.success());
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "exactly three POSTs");
+    for r in &requests {
+        assert_eq!(r.method, "POST");
+        let body = r.json.as_ref().unwrap();
+        assert_eq!(body["stream"], true);
+        assert!(body.get("n").is_none_or(|n| n == 1), "{body}");
+    }
+    let choices = json["choices"].as_array().unwrap();
+    let indexes: Vec<u64> = choices
+        .iter()
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, [0, 1, 2]);
+    let mut texts: Vec<&str> = choices
+        .iter()
+        .map(|c| c["message"]["content"].as_str().unwrap())
+        .collect();
+    texts.sort_unstable();
+    assert_eq!(texts, ["a", "b", "c"]);
+    assert!(json.get("selected").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_first_ends_soon_after_the_fast_finish_and_closes_the_rest() {
+    let server = TestServer::builder()
+        .body(answer("fast"))
+        .delay(Duration::from_millis(200))
+        .then(stalled())
+        .then(stalled())
+        .start()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let out = fan_out(&server, &["--fan-out", "3", "--first", "--json"]).await;
+    // The fast answer finishes at about 200 ms; the command is done within a second of it.
+    assert!(
+        started.elapsed() < Duration::from_millis(1200 + 1000),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = json_of(&out);
+    let selected = json["selected"].as_array().unwrap();
+    assert_eq!(selected.len(), 1);
+    let winner = &json["choices"][selected[0].as_u64().unwrap() as usize];
+    assert_eq!(winner["message"]["content"], "fast");
+    let cancelled = json["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["cancelled"] == true && c["finish_reason"].is_null())
+        .count();
+    assert_eq!(cancelled, 2);
+    // The client closed both stalled connections.
+    tokio::time::timeout(Duration::from_secs(1), server.wait_disconnects(2))
+        .await
+        .expect("the stalled connections were not closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_vote_is_decided_after_three_agree() {
+    let server = TestServer::builder()
+        .body(answer("42"))
+        .then(stalled())
+        .then(TestServer::builder().body(answer("42")))
+        .then(stalled())
+        .then(TestServer::builder().body(answer("42")))
+        .start()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let out = fan_out(&server, &["--fan-out", "5", "--vote", "--json"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let json = json_of(&out);
+    assert_eq!(
+        json["vote"],
+        serde_json::json!({"key": "42", "votes": 3, "counted": 3, "choices": 5})
+    );
+    let selected = json["selected"].as_array().unwrap();
+    assert_eq!(selected.len(), 3);
+    for i in selected {
+        let choice = &json["choices"][i.as_u64().unwrap() as usize];
+        assert_eq!(choice["message"]["content"], "42");
+    }
+    tokio::time::timeout(Duration::from_secs(1), server.wait_disconnects(2))
+        .await
+        .expect("the stalled connections were not closed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_with_a_failing_upstream_exits_1_naming_it() {
+    let healthy = answer("fine");
+    let cut_at = healthy.find("\n\n").unwrap() + 2;
+    let server = TestServer::builder()
+        .body(healthy.clone())
+        .then(TestServer::builder().fail(Failure::status(500).message("The server had an error")))
+        .then(
+            TestServer::builder()
+                .body(healthy.clone())
+                .close_after(cut_at),
+        )
+        .start()
+        .await
+        .unwrap();
+    let out = fan_out(&server, &["--fan-out", "3", "--json"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let json = json_of(&out);
+    let choices = json["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "every requested choice is listed");
+    let finished = choices
+        .iter()
+        .filter(|c| c["finish_reason"] == "stop")
+        .count();
+    assert_eq!(finished, 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("500") && stderr.contains("The server had an error"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("upstream"), "{stderr}");
+    assert!(
+        stderr.contains("connection closed")
+            || stderr.contains("unfinished")
+            || stderr.contains("failed"),
+        "{stderr}"
+    );
+
+    // With a combinator, the healthy choice is still selected: exit 0, the failures said.
+    let out = fan_out(&server, &["--fan-out", "3", "--first", "--json"]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_of(&out)["selected"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_refuses_record_and_a_bad_count() {
+    let server = TestServer::builder().start().await.unwrap();
+    let path = scratch("fan-out.rec");
+    let out = fan_out(
+        &server,
+        &["--fan-out", "2", "--record", path.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--record"));
+    let out = fan_out(&server, &["--fan-out", "0"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fan-out"));
+    assert_eq!(server.request_count(), 0);
+}

@@ -182,6 +182,15 @@ async fn a_failing_upstream_fails_only_its_choices() {
         &errors[1].1,
         Error::UpstreamFailed { upstream: 2, .. }
     ));
+    // The refused request used no tokens; the others are estimated (none reported usage).
+    let usage = completions.usage().await;
+    let totals: Vec<u64> = usage.upstreams.iter().map(|u| u.total_tokens).collect();
+    assert_eq!(totals.len(), 4);
+    assert_eq!(totals[1], 0);
+    assert!(
+        totals[0] > 0 && totals[2] > 0 && totals[3] > 0,
+        "{totals:?}"
+    );
 }
 
 #[tokio::test]

@@ -170,6 +170,15 @@ impl UpstreamState {
         }
     }
 
+    /// Whether it failed before its stream began (see [`Error::Open`]).
+    pub fn never_opened(&self) -> bool {
+        match &self.end {
+            Some(Err(Error::UpstreamFailed { error, .. })) => matches!(**error, Error::Open { .. }),
+            Some(Err(Error::Open { .. })) => true,
+            _ => false,
+        }
+    }
+
     pub fn new(indexing: Indexing) -> Self {
         UpstreamState {
             indexing,
@@ -301,7 +310,11 @@ impl CompletionState {
         let parts: Option<Vec<Usage>> = self
             .upstreams
             .iter()
-            .map(|u| u.meta.usage.usage())
+            .map(|u| match u.never_opened() {
+                // A request that failed before its stream began used no tokens.
+                true => Some(Usage::sum(Vec::new())),
+                false => u.meta.usage.usage(),
+            })
             .collect();
         parts.map(Usage::sum)
     }
