@@ -61,10 +61,10 @@ impl Pick {
     /// Runs the combinator over the completion as it streams.
     pub async fn run(self, completions: Completions) -> Selection {
         match self {
-            Pick::First => completions.first_finished(None).await,
+            Pick::First => completions.first_finished().await,
             Pick::Vote(pattern) => {
                 completions
-                    .vote(move |o| Pick::key(pattern.as_ref(), o), None)
+                    .vote(move |o| Pick::key(pattern.as_ref(), o))
                     .await
             }
         }

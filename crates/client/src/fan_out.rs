@@ -179,7 +179,7 @@ impl Client {
     /// # let server = choicewise_testserver::TestServer::builder().fixture("demo.sse").start().await?;
     /// let client = Client::builder().base_url(server.base_url()).build()?;
     /// let completions = client.fan_out(serde_json::json!({"model": "gpt-4o-mini", "n": 3, "messages": []}), 3);
-    /// let selection = completions.first_finished(None).await;
+    /// let selection = completions.first_finished().await;
     /// assert_eq!(selection.selected.len(), 1);
     /// # Ok(()) }
     /// ```

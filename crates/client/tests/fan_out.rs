@@ -1,5 +1,6 @@
 //! Client fan-out against the loopback test server: K requests, one completion.
 
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, FanOut};
@@ -87,7 +88,7 @@ async fn first_finished_closes_the_stalled_connections() {
         .unwrap();
     let started = Instant::now();
     let completions = client(&server).fan_out(request(), 3);
-    let selection = within(10, completions.first_finished(None)).await;
+    let selection = within(10, completions.first_finished().into_future()).await;
     assert_eq!(selection.selected.len(), 1);
     assert_eq!(selection.cancelled.len(), 2);
     // The stalled connections are closed by the client, within a second of the decision.
@@ -116,7 +117,7 @@ async fn vote_decided_after_three_agree() {
     let key = |o: &choicewise_core::ChoiceOutput| {
         o.message.content.as_deref().map(|t| t.trim().to_string())
     };
-    let selection = within(10, completions.vote(key, None)).await;
+    let selection = within(10, completions.vote(key).into_future()).await;
     let tally = selection.vote.clone().unwrap();
     assert_eq!(
         (

@@ -90,7 +90,7 @@ pub use event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };
 pub use fan_out::FanOut;
-pub use select::{Selection, Tally};
+pub use select::{Pick, Selection, Tally};
 pub use stream::EventStream;
 pub use wire::Dialect;
 /// Test-only fault triggers (feature `fault-injection`).

@@ -1,7 +1,11 @@
 //! Combinators that pick choices while they stream ([`Completions::first_finished`],
-//! [`Completions::vote`]) and cancel what is no longer needed.
+//! [`first_where`](Completions::first_where), [`vote`](Completions::vote),
+//! [`best_of`](Completions::best_of)) and cancel what is no longer needed.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,7 +22,7 @@ use crate::response::ChoiceOutput;
 /// # use choicewise_core::Completions;
 /// # #[tokio::main] async fn main() {
 /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n";
-/// let selection = Completions::from_reader(sse.as_bytes()).first_finished(None).await;
+/// let selection = Completions::from_reader(sse.as_bytes()).first_finished().await;
 /// assert_eq!(selection.selected, [0]);
 /// assert!(selection.cancelled.is_empty());
 /// assert_eq!(selection.reason, None);
@@ -39,6 +43,8 @@ pub struct Selection {
     pub reason: Option<String>,
     /// The tally, for [`Completions::vote`].
     pub vote: Option<Tally>,
+    /// The winning score, for [`Completions::best_of`].
+    pub score: Option<f64>,
 }
 
 /// The outcome of a [`Completions::vote`]: the winning key and its support.
@@ -102,11 +108,313 @@ async fn watch(
     }
 }
 
+/// A caller's judgement of a finished choice.
+type Judge<T> = Box<dyn Fn(&ChoiceOutput) -> T + Send + Sync>;
+
+/// What a [`Pick`] decides by.
+enum Rule {
+    First,
+    Where(Judge<bool>),
+    Vote(Judge<Option<String>>),
+    Best(Judge<Option<f64>>),
+}
+
+/// A combinator over a completion's choices, made by [`Completions::first_finished`],
+/// [`first_where`](Completions::first_where), [`vote`](Completions::vote) or
+/// [`best_of`](Completions::best_of). Its options read as methods; `.await` runs it and gives
+/// the [`Selection`].
+///
+/// By default it waits as long as the choices stream and, once decided, cancels every choice
+/// not selected (dropping the upstreams nobody needs any more: the provider stops
+/// generating). [`deadline`](Self::deadline) bounds the wait; [`keep_rest`](Self::keep_rest)
+/// leaves the other choices streaming.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use choicewise_core::Completions;
+/// # #[tokio::main] async fn main() {
+/// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n";
+/// let completions = Completions::from_reader(sse.as_bytes());
+/// let selection = completions
+///     .first_finished()
+///     .deadline(Duration::from_secs(30))
+///     .keep_rest()
+///     .await;
+/// assert_eq!(selection.selected, [0]);
+/// # }
+/// ```
+#[must_use = "a combinator does nothing until awaited"]
+pub struct Pick<'a> {
+    completions: &'a Completions,
+    rule: Rule,
+    deadline: Option<Duration>,
+    keep_rest: bool,
+}
+
+impl fmt::Debug for Pick<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = match self.rule {
+            Rule::First => "first_finished",
+            Rule::Where(_) => "first_where",
+            Rule::Vote(_) => "vote",
+            Rule::Best(_) => "best_of",
+        };
+        f.debug_struct("Pick")
+            .field("rule", &rule)
+            .field("deadline", &self.deadline)
+            .field("keep_rest", &self.keep_rest)
+            .finish()
+    }
+}
+
+impl<'a> Pick<'a> {
+    fn new(completions: &'a Completions, rule: Rule) -> Self {
+        Pick {
+            completions,
+            rule,
+            deadline: None,
+            keep_rest: false,
+        }
+    }
+
+    /// Gives up waiting after `deadline` (from the `.await`): what is decided by then is the
+    /// answer ([`Selection::timed_out`] says so), and, unless
+    /// [`keep_rest`](Self::keep_rest), every choice still open is cancelled.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let stalled = futures::stream::pending::<Result<&str, std::io::Error>>();
+    /// let completions = Completions::from_sse(stalled);
+    /// let selection = completions.first_finished().deadline(Duration::from_millis(10)).await;
+    /// assert!(selection.timed_out && selection.selected.is_empty());
+    /// # }
+    /// ```
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Leaves the choices not selected streaming instead of cancelling them
+    /// ([`Selection::cancelled`] is then empty): for a caller that shows the winner first
+    /// but still wants the rest.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\n",
+    ///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"b\"}}]}\n\n",
+    ///     "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    /// );
+    /// let completions = Completions::from_reader(sse.as_bytes());
+    /// let selection = completions.first_finished().keep_rest().await;
+    /// assert!(selection.cancelled.is_empty());
+    /// let whole = completions.collect().await.unwrap();
+    /// assert_eq!(whole.choices[1].finish_reason.as_deref(), Some("stop"));
+    /// # }
+    /// ```
+    pub fn keep_rest(mut self) -> Self {
+        self.keep_rest = true;
+        self
+    }
+
+    async fn run(self) -> Selection {
+        let Pick {
+            completions,
+            rule,
+            deadline,
+            keep_rest,
+        } = self;
+        let decided = match rule {
+            Rule::First => {
+                let reasons = [
+                    "the deadline passed before any choice finished",
+                    "no choice finished with stop or tool_calls",
+                ];
+                first(completions, deadline, |_| true, reasons).await
+            }
+            Rule::Where(accept) => {
+                let reasons = [
+                    "the deadline passed before a finished choice was accepted",
+                    "no choice finished with stop or tool_calls and was accepted",
+                ];
+                first(completions, deadline, |o| accept(o), reasons).await
+            }
+            Rule::Vote(key) => vote(completions, deadline, key).await,
+            Rule::Best(score) => best(completions, deadline, score).await,
+        };
+        completions.conclude(decided, keep_rest).await
+    }
+}
+
+impl<'a> IntoFuture for Pick<'a> {
+    type Output = Selection;
+    type IntoFuture = Pin<Box<dyn Future<Output = Selection> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}
+
+/// What a rule decided, before the rest is cancelled.
+struct Decided {
+    selected: Vec<u32>,
+    timed_out: bool,
+    reason: Option<String>,
+    vote: Option<Tally>,
+    score: Option<f64>,
+}
+
+impl Decided {
+    fn nothing(timed_out: bool, reason: &str) -> Self {
+        Decided {
+            selected: Vec::new(),
+            timed_out,
+            reason: Some(reason.to_string()),
+            vote: None,
+            score: None,
+        }
+    }
+}
+
+/// The first good finish that `accept` takes.
+async fn first(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    accept: impl Fn(&ChoiceOutput) -> bool,
+    reasons: [&str; 2],
+) -> Decided {
+    let mut winner = None;
+    let timed_out = watch(completions, deadline, |result, _, _| match result {
+        Ok(output) if good(&output) && accept(&output) => {
+            winner = Some(output.index);
+            true
+        }
+        _ => false,
+    })
+    .await;
+    match (winner, timed_out) {
+        (Some(index), _) => Decided {
+            selected: vec![index],
+            timed_out,
+            reason: None,
+            vote: None,
+            score: None,
+        },
+        (None, true) => Decided::nothing(true, reasons[0]),
+        (None, false) => Decided::nothing(false, reasons[1]),
+    }
+}
+
+/// Plurality over `key`, decided as soon as the rest cannot change the winner.
+async fn vote(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    key: impl Fn(&ChoiceOutput) -> Option<String>,
+) -> Decided {
+    let expected = completions.expected_choices();
+    // Key → (votes, order of its first vote); voters by key.
+    let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
+    let mut voters: HashMap<String, Vec<u32>> = HashMap::new();
+    let mut counted = 0usize;
+    let mut settled = 0usize;
+    let mut total = 0usize;
+    let leader = |counts: &HashMap<String, (usize, usize)>| {
+        let mut ranked: Vec<(&String, &(usize, usize))> = counts.iter().collect();
+        ranked.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)));
+        let first = ranked.first().map(|(k, (v, _))| ((*k).clone(), *v));
+        let second = ranked.get(1).map_or(0, |(_, (v, _))| *v);
+        (first, second)
+    };
+    let timed_out = watch(completions, deadline, |result, seen, listed| {
+        settled += 1;
+        total = expected.unwrap_or(seen).max(seen);
+        if let Ok(output) = result
+            && good(&output)
+            && let Some(k) = key(&output)
+        {
+            counted += 1;
+            let order = counts.len();
+            counts.entry(k.clone()).or_insert((0, order)).0 += 1;
+            voters.entry(k).or_default().push(output.index);
+        }
+        let (first, second) = leader(&counts);
+        let remaining = match (expected, listed) {
+            (_, true) => seen - settled,
+            (Some(n), false) => n.max(seen) - settled,
+            (None, false) => return false,
+        };
+        first.is_some_and(|(_, votes)| votes > second + remaining)
+    })
+    .await;
+    let total = total.max(completions.choice_count());
+    match leader(&counts).0 {
+        Some((k, votes)) => {
+            let mut picked = voters.remove(&k).unwrap_or_default();
+            picked.sort_unstable();
+            let tally = Tally {
+                key: k,
+                votes,
+                counted,
+                choices: total,
+            };
+            Decided {
+                selected: picked,
+                timed_out,
+                reason: None,
+                vote: Some(tally),
+                score: None,
+            }
+        }
+        None if timed_out => Decided::nothing(true, "the deadline passed before any choice voted"),
+        None => Decided::nothing(false, "no choice finished with a key to vote on"),
+    }
+}
+
+/// The highest score of a good finish, once every choice is in (or at the deadline).
+async fn best(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    score: impl Fn(&ChoiceOutput) -> Option<f64>,
+) -> Decided {
+    let mut best: Option<(f64, u32)> = None;
+    let timed_out = watch(completions, deadline, |result, _, _| {
+        if let Ok(output) = result
+            && good(&output)
+            && let Some(s) = score(&output).filter(|s| !s.is_nan())
+            // Ties go to the choice that finished first.
+            && best.is_none_or(|(b, _)| s > b)
+        {
+            best = Some((s, output.index));
+        }
+        false
+    })
+    .await;
+    match best {
+        Some((s, index)) => Decided {
+            selected: vec![index],
+            timed_out,
+            reason: None,
+            vote: None,
+            score: Some(s),
+        },
+        None if timed_out => {
+            Decided::nothing(true, "the deadline passed before any choice was scored")
+        }
+        None => Decided::nothing(
+            false,
+            "no choice finished with stop or tool_calls and a score",
+        ),
+    }
+}
+
 impl Completions {
-    /// Waits for the first choice to finish with `stop` or `tool_calls` (not `length`,
-    /// `content_filter`, an error or a cancel) and returns it, cancelling every other choice
-    /// at once (dropping the upstreams nobody needs any more). Nothing is selected when no
-    /// choice finishes so, or when `deadline` passes first (then every choice is cancelled).
+    /// The first choice to finish with `stop` or `tool_calls` (not `length`,
+    /// `content_filter`, an error or a cancel). Once it is in, every other choice is
+    /// cancelled at once (dropping the upstreams nobody needs any more). Nothing is selected
+    /// when no choice finishes so, or when the [deadline](Pick::deadline) passes first.
     ///
     /// ```
     /// # use choicewise_core::Completions;
@@ -116,28 +424,38 @@ impl Completions {
     /// let slow = "data: {\"choices\":[{\"delta\":{\"content\":\"thinking\"}}]}\n\n";
     /// let stalled = futures::StreamExt::chain(stream::iter([Ok::<_, std::io::Error>(slow)]), stream::pending());
     /// let c = Completions::fan_out().sse(stalled).n(1).reader(fast.as_bytes()).n(1).start();
-    /// let selection = c.first_finished(None).await;
+    /// let selection = c.first_finished().await;
     /// assert_eq!((selection.selected, selection.cancelled), (vec![1], vec![0]));
     /// assert!(c.outcome().await.is_ok()); // the stalled upstream was dropped
     /// # }
     /// ```
-    pub async fn first_finished(&self, deadline: Option<Duration>) -> Selection {
-        let mut winner = None;
-        let timed_out = watch(self, deadline, |result, _, _| match result {
-            Ok(output) if good(&output) => {
-                winner = Some(output.index);
-                true
-            }
-            _ => false,
-        })
-        .await;
-        let reason = match (winner, timed_out) {
-            (Some(_), _) => None,
-            (None, true) => Some("the deadline passed before any choice finished".to_string()),
-            (None, false) => Some("no choice finished with stop or tool_calls".to_string()),
-        };
-        self.conclude(winner.into_iter().collect(), timed_out, reason, None)
-            .await
+    pub fn first_finished(&self) -> Pick<'_> {
+        Pick::new(self, Rule::First)
+    }
+
+    /// The first choice to finish with `stop` or `tool_calls` whose assembled message
+    /// satisfies `accept` (for example: its tool call's arguments deserialize into the type
+    /// the program expects); then the rest is cancelled, as for
+    /// [`first_finished`](Self::first_finished). Nothing is selected when no choice is
+    /// accepted.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let answer = |i: u32, a: &str| format!("data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n");
+    /// let sse = answer(0, "about four") + &answer(1, "4");
+    /// let c = Completions::from_reader(std::io::Cursor::new(sse));
+    /// let is_number = |o: &choicewise_core::ChoiceOutput| {
+    ///     o.message.content.as_deref().is_some_and(|t| t.trim().parse::<i64>().is_ok())
+    /// };
+    /// assert_eq!(c.first_where(is_number).await.selected, [1]);
+    /// # }
+    /// ```
+    pub fn first_where<F>(&self, accept: F) -> Pick<'_>
+    where
+        F: Fn(&ChoiceOutput) -> bool + Send + Sync + 'static,
+    {
+        Pick::new(self, Rule::Where(Box::new(accept)))
     }
 
     /// Plurality vote over `key` of each choice that finishes with `stop` or `tool_calls`
@@ -164,88 +482,59 @@ impl Completions {
     ///     .sse(ready("42")).n(1)
     ///     .start();
     /// // Decided at the third 42: the stalled upstream could not change the winner.
-    /// let selection = c.vote(|m| m.message.content.as_deref().map(|t| t.trim().to_string()), None).await;
+    /// let selection = c.vote(|m| m.message.content.as_deref().map(|t| t.trim().to_string())).await;
     /// let tally = selection.vote.unwrap();
     /// assert_eq!((tally.key.as_str(), tally.votes, tally.counted, tally.choices), ("42", 3, 3, 4));
     /// assert_eq!(selection.selected, [0, 2, 3]);
     /// assert!(c.outcome().await.is_ok()); // the stalled upstream was dropped
     /// # }
     /// ```
-    pub async fn vote<F>(&self, key: F, deadline: Option<Duration>) -> Selection
+    pub fn vote<F>(&self, key: F) -> Pick<'_>
     where
-        F: Fn(&ChoiceOutput) -> Option<String>,
+        F: Fn(&ChoiceOutput) -> Option<String> + Send + Sync + 'static,
     {
-        let expected = self.expected_choices();
-        // Key → (votes, order of its first vote); voters by key.
-        let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
-        let mut voters: HashMap<String, Vec<u32>> = HashMap::new();
-        let mut counted = 0usize;
-        let mut settled = 0usize;
-        let mut total = 0usize;
-        let leader = |counts: &HashMap<String, (usize, usize)>| {
-            let mut ranked: Vec<(&String, &(usize, usize))> = counts.iter().collect();
-            ranked.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)));
-            let first = ranked.first().map(|(k, (v, _))| ((*k).clone(), *v));
-            let second = ranked.get(1).map_or(0, |(_, (v, _))| *v);
-            (first, second)
-        };
-        let timed_out = watch(self, deadline, |result, seen, listed| {
-            settled += 1;
-            total = expected.unwrap_or(seen).max(seen);
-            if let Ok(output) = result
-                && good(&output)
-                && let Some(k) = key(&output)
-            {
-                counted += 1;
-                let order = counts.len();
-                counts.entry(k.clone()).or_insert((0, order)).0 += 1;
-                voters.entry(k).or_default().push(output.index);
-            }
-            let (first, second) = leader(&counts);
-            let remaining = match (expected, listed) {
-                (_, true) => seen - settled,
-                (Some(n), false) => n.max(seen) - settled,
-                (None, false) => return false,
-            };
-            first.is_some_and(|(_, votes)| votes > second + remaining)
-        })
-        .await;
-        let total = total.max(self.choice_count());
-        let (winner, _) = leader(&counts);
-        let (selected, vote, reason) = match winner {
-            Some((k, votes)) => {
-                let mut picked = voters.remove(&k).unwrap_or_default();
-                picked.sort_unstable();
-                let tally = Tally {
-                    key: k,
-                    votes,
-                    counted,
-                    choices: total,
-                };
-                (picked, Some(tally), None)
-            }
-            None => (
-                Vec::new(),
-                None,
-                Some(match timed_out {
-                    true => "the deadline passed before any choice voted".to_string(),
-                    false => "no choice finished with a key to vote on".to_string(),
-                }),
-            ),
-        };
-        self.conclude(selected, timed_out, reason, vote).await
+        Pick::new(self, Rule::Vote(Box::new(key)))
     }
 
-    /// Cancels everything not selected and counts what the cancelled choices had received.
-    async fn conclude(
-        &self,
-        mut selected: Vec<u32>,
-        timed_out: bool,
-        reason: Option<String>,
-        vote: Option<Tally>,
-    ) -> Selection {
+    /// The choice with the highest `score` among those that finish with `stop` or
+    /// `tool_calls` (a `None` or NaN score does not compete), decided when every choice is
+    /// in, or at the [deadline](Pick::deadline) among those in by then (the rest is then
+    /// cancelled). Ties go to the choice that finished first. [`Selection::score`] is the
+    /// winning score.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() {
+    /// let answer = |i: u32, a: &str| format!("data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n");
+    /// let sse = answer(0, "short") + &answer(1, "the longest one") + &answer(2, "medium");
+    /// let c = Completions::from_reader(std::io::Cursor::new(sse));
+    /// let longest = |o: &choicewise_core::ChoiceOutput| o.message.content.as_ref().map(|t| t.len() as f64);
+    /// let selection = c.best_of(longest).await;
+    /// assert_eq!((selection.selected, selection.score), (vec![1], Some(15.0)));
+    /// # }
+    /// ```
+    pub fn best_of<F>(&self, score: F) -> Pick<'_>
+    where
+        F: Fn(&ChoiceOutput) -> Option<f64> + Send + Sync + 'static,
+    {
+        Pick::new(self, Rule::Best(Box::new(score)))
+    }
+
+    /// Cancels everything not selected (unless `keep_rest`) and counts what the cancelled
+    /// choices had received.
+    async fn conclude(&self, decided: Decided, keep_rest: bool) -> Selection {
+        let Decided {
+            mut selected,
+            timed_out,
+            reason,
+            vote,
+            score,
+        } = decided;
         selected.sort_unstable();
-        let mut cancelled = self.cancel();
+        let mut cancelled = match keep_rest {
+            true => Vec::new(),
+            false => self.cancel(),
+        };
         cancelled.sort_unstable();
         let outputs = self.outputs_of(&cancelled);
         let model = self.model();
@@ -266,6 +555,7 @@ impl Completions {
             timed_out,
             reason,
             vote,
+            score,
         }
     }
 }

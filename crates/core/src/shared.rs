@@ -369,15 +369,32 @@ impl CompletionShared {
     }
 
     /// Cancels every open choice and every choice still to appear, and wakes every reader;
-    /// returns the indexes cancelled now.
+    /// returns the indexes cancelled now, including the declared choices of a fan-out that
+    /// have not appeared (their reader lists them as cancelled when it drops its upstream).
     pub fn close(&self) -> Vec<u32> {
         self.closing.store(true, Ordering::Release);
-        let choices = self.lock().choices.clone();
-        let cancelled = choices
+        let (choices, mut unseen) = {
+            let state = self.lock();
+            let unseen: Vec<u32> = state
+                .upstreams
+                .iter()
+                .filter(|u| u.end.is_none())
+                .flat_map(|u| match u.indexing {
+                    Indexing::Block { offset, n } => (0..n)
+                        .filter(|local| !u.map.contains_key(local))
+                        .map(|local| offset + local)
+                        .collect(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            (state.choices.clone(), unseen)
+        };
+        let mut cancelled: Vec<u32> = choices
             .iter()
             .filter(|c| c.lock().cancel())
             .map(|c| c.index)
             .collect();
+        cancelled.append(&mut unseen);
         for signal in &self.signals {
             signal.cancelled_one();
         }

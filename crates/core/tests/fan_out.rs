@@ -272,7 +272,7 @@ async fn first_finished_skips_length_and_cancels_a_stalled_choice() {
         .start();
     // Choice 1 must be there to be cancelled (and counted).
     c.choice(1).await.unwrap();
-    let selection = c.first_finished(None).await;
+    let selection = c.first_finished().await;
     assert_eq!(selection.selected, [2]);
     assert_eq!(selection.cancelled, [1]);
     assert!(selection.cancelled_tokens >= 1);
@@ -292,14 +292,14 @@ async fn first_finished_selects_nothing_when_every_choice_fails_or_the_deadline_
         .sse(failing())
         .sse(ready(answer("x", "content_filter")))
         .start();
-    let selection = c.first_finished(None).await;
+    let selection = c.first_finished().await;
     assert!(selection.selected.is_empty());
     assert!(selection.reason.is_some());
     assert!(!selection.timed_out);
 
     let (slow, dropped) = stalling(vec![A0]);
     let c = Completions::fan_out().sse(slow).start();
-    let selection = c.first_finished(Some(Duration::from_millis(50))).await;
+    let selection = c.first_finished().deadline(Duration::from_millis(50)).await;
     assert!(selection.timed_out && selection.selected.is_empty());
     assert!(eventually(&dropped).await);
 }
@@ -311,7 +311,7 @@ async fn a_vote_tie_goes_to_the_key_voted_first_and_no_key_means_no_vote() {
         .n(1)
         .start();
     let key = |m: &choicewise_core::ChoiceOutput| m.message.content.clone();
-    assert_eq!(c.vote(key, None).await.selected, [0]);
+    assert_eq!(c.vote(key).await.selected, [0]);
 
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<String, std::io::Error>>();
     let c = Completions::fan_out()
@@ -326,7 +326,7 @@ async fn a_vote_tie_goes_to_the_key_voted_first_and_no_key_means_no_vote() {
     tx.unbounded_send(Ok(answer("a", "stop"))).unwrap();
     let only_letters =
         |m: &choicewise_core::ChoiceOutput| m.message.content.clone().filter(|t| t.len() == 1);
-    let selection = c.vote(only_letters, None).await;
+    let selection = c.vote(only_letters).await;
     let tally = selection.vote.unwrap();
     assert_eq!(
         (
@@ -338,4 +338,144 @@ async fn a_vote_tie_goes_to_the_key_voted_first_and_no_key_means_no_vote() {
         ("b", 1, 2, 3)
     );
     assert_eq!(selection.selected, [1]);
+}
+
+#[tokio::test]
+async fn first_where_skips_finished_choices_it_does_not_accept() {
+    let (slow, slow_dropped) = stalling(vec![A0]);
+    let c = Completions::fan_out()
+        .sse(ready(answer("{\\\"city\\\": 3}", "stop")))
+        .n(1)
+        .sse(slow)
+        .n(1)
+        .sse(ready(answer("{\\\"city\\\": \\\"Paris\\\"}", "stop")))
+        .n(1)
+        .start();
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Place {
+        city: String,
+    }
+    let parses = |o: &choicewise_core::ChoiceOutput| {
+        o.message
+            .content
+            .as_deref()
+            .is_some_and(|t| serde_json::from_str::<Place>(t).is_ok())
+    };
+    c.choice(1).await.unwrap();
+    let selection = c.first_where(parses).await;
+    assert_eq!(selection.selected, [2]);
+    assert_eq!(selection.cancelled, [1]);
+    assert!(eventually(&slow_dropped).await);
+
+    let c = Completions::fan_out()
+        .sse(ready(answer("no", "stop")))
+        .start();
+    let selection = c.first_where(|_| false).await;
+    assert!(selection.selected.is_empty());
+    assert!(selection.reason.unwrap().contains("accepted"));
+}
+
+#[tokio::test]
+async fn best_of_waits_for_every_choice_and_ties_go_to_the_first_finished() {
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Result<String, std::io::Error>>();
+    let c = Completions::fan_out()
+        .sse(ready(answer("bb", "stop")))
+        .n(1)
+        .sse(rx)
+        .n(1)
+        .sse(ready(answer("aaaa", "length")))
+        .n(1)
+        .sse(ready(answer("cc", "stop")))
+        .n(1)
+        .start();
+    let len =
+        |o: &choicewise_core::ChoiceOutput| o.message.content.as_ref().map(|t| t.len() as f64);
+    let pick = tokio::spawn({
+        let c = c.clone();
+        async move { c.best_of(len).await }
+    });
+    // Not decided while a choice is still running.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!pick.is_finished());
+    tx.unbounded_send(Ok(answer("ddd", "stop"))).unwrap();
+    drop(tx);
+    let selection = pick.await.unwrap();
+    // "aaaa" ended with length: it does not compete.
+    assert_eq!((selection.selected, selection.score), (vec![1], Some(3.0)));
+    assert!(selection.cancelled.is_empty());
+
+    // Equal scores: the one that finished first.
+    let c = Completions::fan_out()
+        .sse(ready(answer("x", "stop")))
+        .n(1)
+        .start();
+    let selection = c.best_of(|_| Some(1.0)).await;
+    assert_eq!(selection.selected, [0]);
+    let selection = c.best_of(|_| Some(f64::NAN)).await;
+    assert!(selection.selected.is_empty() && selection.score.is_none());
+}
+
+#[tokio::test]
+async fn best_of_at_the_deadline_picks_among_those_in_and_cancels_the_rest() {
+    let (slow, dropped) = stalling(vec![A0]);
+    let c = Completions::fan_out()
+        .sse(slow)
+        .n(1)
+        .sse(ready(answer("in time", "stop")))
+        .n(1)
+        .start();
+    let selection = c
+        .best_of(|_| Some(0.5))
+        .deadline(Duration::from_millis(100))
+        .await;
+    assert!(selection.timed_out);
+    assert_eq!(
+        (selection.selected, selection.cancelled),
+        (vec![1], vec![0])
+    );
+    assert!(eventually(&dropped).await);
+}
+
+#[tokio::test]
+async fn keep_rest_leaves_the_other_choices_streaming() {
+    let (tx, rx) = futures::channel::mpsc::unbounded::<Result<String, std::io::Error>>();
+    let c = Completions::fan_out()
+        .sse(ready(answer("fast", "stop")))
+        .n(1)
+        .sse(rx)
+        .n(1)
+        .start();
+    let selection = c.first_finished().keep_rest().await;
+    assert_eq!((selection.selected, selection.cancelled), (vec![0], vec![]));
+    tx.unbounded_send(Ok(answer("slow", "stop"))).unwrap();
+    drop(tx);
+    let whole = c.collect().await.unwrap();
+    assert_eq!(whole.choices[1].message.content.as_deref(), Some("slow"));
+    assert!(!whole.choices[1].cancelled);
+}
+
+#[tokio::test]
+async fn a_declared_choice_that_never_appeared_is_listed_as_cancelled() {
+    let (silent, dropped) = stalling(vec![]);
+    let c = Completions::fan_out()
+        .sse(silent)
+        .n(2)
+        .sse(ready(answer("fast", "stop")))
+        .n(1)
+        .start();
+    let selection = c.first_finished().await;
+    assert_eq!(
+        (selection.selected, selection.cancelled),
+        (vec![2], vec![0, 1])
+    );
+    assert_eq!(selection.cancelled_tokens, 0);
+    assert!(eventually(&dropped).await);
+    let whole = c.collect().await.unwrap();
+    let listed: Vec<(u32, bool)> = whole
+        .choices
+        .iter()
+        .map(|c| (c.index, c.cancelled))
+        .collect();
+    assert_eq!(listed, [(0, true), (1, true), (2, false)]);
 }

@@ -204,20 +204,27 @@ impl<F: Feed> ReaderState<F> {
         }
         let meta = std::mem::take(&mut self.splitter.meta);
         let mut state = self.shared.lock();
-        if let (Err(error), Some(n)) = (&outcome, self.expected) {
-            // A declared choice that never appeared (the request failed before it did) is
-            // failed too, so that every choice the caller asked for is accounted for.
+        let dropped = state.upstreams[self.upstream].dropped;
+        if let Some(n) = self.expected.filter(|_| dropped || outcome.is_err()) {
+            // A declared choice that never appeared is listed all the same, so that every
+            // choice the caller asked for is accounted for: failed with the upstream's error
+            // (its request failed before it appeared), or cancelled (nobody wanted it).
             let seen: std::collections::HashSet<u32> =
                 self.splitter.slots.iter().map(|s| s.index).collect();
-            let missing: Vec<u32> = (0..n).filter(|i| !seen.contains(i)).collect();
-            for local in missing {
+            for local in (0..n).filter(|i| !seen.contains(i)) {
                 let index = state.global_index(self.upstream, local);
                 let choice = Arc::new(ChoiceShared::new(
                     index,
                     self.shared.config.max_tool_calls,
                     self.signal.clone(),
                 ));
-                choice.lock().settle(index, Err(error.clone()));
+                {
+                    let mut choice = choice.lock();
+                    if dropped {
+                        choice.cancel();
+                    }
+                    choice.settle(index, outcome.clone());
+                }
                 state.choices.push(choice);
             }
         }
