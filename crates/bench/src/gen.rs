@@ -410,6 +410,15 @@ impl ChoiceGen {
 /// envelope of a real OpenAI chunk is ~285 bytes before its content and padding.
 pub const CHUNK_BYTES: usize = 295;
 
+/// The usage-only chunk of `stream_options.include_usage` (`"choices":[]`), `head` being the
+/// event's beginning up to `"choices":[`.
+fn usage_event(head: &str, prompt_tokens: usize, completion_tokens: usize, pad: &str) -> String {
+    format!(
+        "{head}],\"usage\":{{\"prompt_tokens\":{prompt_tokens},\"completion_tokens\":{completion_tokens},\"total_tokens\":{total},\"prompt_tokens_details\":{{\"cached_tokens\":0,\"audio_tokens\":0}},\"completion_tokens_details\":{{\"reasoning_tokens\":0,\"audio_tokens\":0,\"accepted_prediction_tokens\":0,\"rejected_prediction_tokens\":0}}}},\"obfuscation\":\"{pad}\"}}\n\n",
+        total = prompt_tokens + completion_tokens,
+    )
+}
+
 /// Generates a stream.
 pub fn generate(config: &GenConfig) -> Generated {
     let n = config.n.max(1) as usize;
@@ -495,11 +504,8 @@ pub fn generate(config: &GenConfig) -> Generated {
     // The usage-only chunk of `stream_options.include_usage`.
     let completion_tokens = event_ends.len();
     let prompt_tokens = 20 + rng.below(400);
-    let usage_event = format!(
-        "{head}],\"usage\":{{\"prompt_tokens\":{prompt_tokens},\"completion_tokens\":{completion_tokens},\"total_tokens\":{total},\"prompt_tokens_details\":{{\"cached_tokens\":0,\"audio_tokens\":0}},\"completion_tokens_details\":{{\"reasoning_tokens\":0,\"audio_tokens\":0,\"accepted_prediction_tokens\":0,\"rejected_prediction_tokens\":0}}}},\"obfuscation\":\"{pad}\"}}\n\n",
-        total = prompt_tokens + completion_tokens,
-        pad = alnum(&mut rng, 8),
-    );
+    let pad = alnum(&mut rng, 8);
+    let usage_event = usage_event(&head, prompt_tokens, completion_tokens, &pad);
     bytes.extend_from_slice(usage_event.as_bytes());
     event_ends.push(bytes.len());
     let chunks = event_ends.len();
@@ -517,6 +523,50 @@ pub fn generate(config: &GenConfig) -> Generated {
     }
 }
 
+/// The choices of `g` as separate streams of one choice each, as `n` requests of `n = 1`
+/// with the same prompt would send them (for the fan-out benchmark). Stream `i` carries
+/// choice `i`'s chunks of `g` in the same order, byte for byte but for `"index":0` in place
+/// of `"index":i`, then a usage-only chunk of its own (the same prompt tokens, its own
+/// completion tokens) and `data: [DONE]`.
+pub fn split_choices(g: &Generated) -> Vec<Vec<u8>> {
+    const CHOICES: &str = "\"choices\":[";
+    const INDEX: &str = "{\"index\":";
+    let n = g.expected.len();
+    let event = |k: usize| {
+        let start = if k == 0 { 0 } else { g.event_ends[k - 1] };
+        std::str::from_utf8(&g.bytes[start..g.event_ends[k]]).expect("generated events are UTF-8")
+    };
+    let mut streams = vec![Vec::with_capacity(g.bytes.len() / n + 4096); n];
+    let mut events = vec![0usize; n];
+    // Every event but the last two (the usage-only chunk and `[DONE]`) carries one choice.
+    for k in 0..g.chunks - 1 {
+        let e = event(k);
+        let at = e.find(CHOICES).expect("a chunk event") + CHOICES.len();
+        let rest = e[at..].strip_prefix(INDEX).expect("one choice per chunk");
+        let comma = rest.find(',').expect("an index");
+        let i: usize = rest[..comma].parse().expect("a numeric index");
+        let out = &mut streams[i];
+        out.extend_from_slice(&e.as_bytes()[..at]);
+        out.extend_from_slice(INDEX.as_bytes());
+        out.push(b'0');
+        out.extend_from_slice(&rest.as_bytes()[comma..]);
+        events[i] += 1;
+    }
+    let usage = event(g.chunks - 1);
+    let head = &usage[..usage.find(CHOICES).expect("the usage chunk") + CHOICES.len()];
+    const PROMPT: &str = "\"prompt_tokens\":";
+    let prompt = &usage[usage.find(PROMPT).expect("prompt tokens") + PROMPT.len()..];
+    let prompt_tokens: usize = prompt[..prompt.find(',').expect("a number")]
+        .parse()
+        .expect("prompt tokens");
+    for (i, out) in streams.iter_mut().enumerate() {
+        let pad = alnum(&mut Rng::new(i as u64), 8);
+        out.extend_from_slice(usage_event(head, prompt_tokens, events[i], &pad).as_bytes());
+        out.extend_from_slice(b"data: [DONE]\n\n");
+    }
+    streams
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -531,6 +581,66 @@ mod tests {
             seed: 7,
             seq_tags,
         })
+    }
+
+    #[test]
+    fn split_choices_carry_the_same_choices() {
+        let g = small(16, false);
+        let streams = split_choices(&g);
+        assert_eq!(streams.len(), 16);
+        let mut choice_bytes = 0;
+        for (i, s) in streams.iter().enumerate() {
+            let mut demux = choicewise::Demux::new();
+            demux.feed(s).unwrap();
+            let whole = demux.finish().unwrap();
+            assert_eq!(whole.choices.len(), 1);
+            let (out, exp) = (&whole.choices[0], &g.expected[i]);
+            assert_eq!(out.index, 0);
+            let content = out.message.content.as_deref().filter(|c| !c.is_empty());
+            assert_eq!(content, exp.content.as_deref());
+            assert_eq!(out.finish_reason.as_deref(), Some(exp.finish_reason));
+            let calls: Vec<_> = out
+                .message
+                .tool_calls
+                .iter()
+                .map(|t| {
+                    (
+                        t.id.as_str(),
+                        t.function.name.as_str(),
+                        t.function.arguments.as_str(),
+                    )
+                })
+                .collect();
+            let expected: Vec<_> = exp
+                .tool_calls
+                .iter()
+                .map(|(id, name, args)| (id.as_str(), name.as_str(), args.as_str()))
+                .collect();
+            assert_eq!(calls, expected);
+            // The choice's chunks end where its usage-only chunk begins, which counts them.
+            let text = std::str::from_utf8(s).unwrap();
+            let usage_at = text.rfind("data: {").unwrap();
+            choice_bytes += usage_at;
+            let usage_data = text[usage_at + 6..].split("\n\n").next().unwrap();
+            let usage: serde_json::Value = serde_json::from_str(usage_data).unwrap();
+            assert_eq!(
+                usage["usage"]["completion_tokens"].as_u64().unwrap() as usize,
+                text[..usage_at].matches("data: {").count()
+            );
+        }
+        // The same chunk bytes but for the index: one digit fewer per chunk of choices 10+.
+        let index_digits: usize = g.event_ends[..g.chunks - 1]
+            .iter()
+            .zip(std::iter::once(&0).chain(&g.event_ends))
+            .map(|(&end, &start)| {
+                let e = std::str::from_utf8(&g.bytes[start..end]).unwrap();
+                let marker = "\"choices\":[{\"index\":";
+                let i = e.find(marker).unwrap() + marker.len();
+                e[i..].find(',').unwrap() - 1
+            })
+            .sum();
+        let usage_start = g.event_ends[g.chunks - 2];
+        assert_eq!(choice_bytes, usage_start - index_digits);
     }
 
     #[test]

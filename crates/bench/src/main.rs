@@ -14,6 +14,7 @@
 //! `docs/benchmarks.md` shows, and `all --plots DIR` into `DIR`.
 
 mod baseline;
+mod fan_out;
 mod r#gen;
 mod heap;
 mod latency;
@@ -54,6 +55,8 @@ enum Command {
     Latency(LatencyArgs),
     /// Many concurrent completions: memory per idle completion, total throughput.
     Scale(ScaleArgs),
+    /// 64 upstreams of n = 1 fanned out into one completion against one n = 64 stream.
+    FanOut(FanOutArgs),
     /// The whole `choicewise replay --json` process on a large recorded stream.
     Replay(ReplayArgs),
     /// The incremental partial-JSON parser against one `serde_json::from_str`.
@@ -106,6 +109,24 @@ struct ScaleArgs {
     #[arg(long, default_value_t = 20.0)]
     kb: f64,
 }
+
+#[derive(Debug, Clone, Args)]
+struct FanOutArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Upstreams of n = 1, and choices of the one stream they are compared with.
+    #[arg(long, default_value_t = 64)]
+    upstreams: u32,
+    /// Size of the one stream (the upstreams together carry the same chunks), MB.
+    #[arg(long, default_value_t = FAN_OUT_MB)]
+    mb: f64,
+    /// Size of the reads each stream is fed in, bytes.
+    #[arg(long, default_value_t = 64 * 1024)]
+    read_size: usize,
+}
+
+/// Size of the fan-out benchmark's stream, MB.
+const FAN_OUT_MB: f64 = 8.0;
 
 #[derive(Debug, Clone, Args)]
 struct ReplayArgs {
@@ -590,6 +611,46 @@ fn scale(args: &ScaleArgs) -> Report {
     }
 }
 
+fn fan_out_cmd(args: &FanOutArgs) -> Report {
+    let rt = runtime(args.common.workers);
+    let g = generate(&GenConfig {
+        n: args.upstreams,
+        target_bytes: (args.mb * 1e6) as usize,
+        seed: args.common.seed,
+        seq_tags: false,
+    });
+    let r = fan_out::measure(&rt, &g, args.read_size, args.common.reps);
+    fan_out::print(&r);
+    load("end of fan-out");
+    let ratio = r.ratio();
+    let mut report = Report::default();
+    // The issue's figure: 64 upstreams of n = 1 reach 0.8x one n = 64 stream of the same
+    // content. Other counts are reported, not judged.
+    if args.upstreams == 64 {
+        report.targets.push(Target {
+            name: "fan_out_64_n1_vs_one_n64",
+            measured: ratio,
+            target: 0.8,
+            at_least: true,
+            unit: "x",
+        });
+    } else {
+        report.info.push(format!(
+            "INFO fan_out_{n}_n1_vs_one_n{n} measured={ratio:.2}x",
+            n = args.upstreams
+        ));
+    }
+    report.info.push(format!(
+        "INFO fan_out_{}_n1 paired-run ratio median {:.2}x; CPU per run {:.1} ms fanned out, \
+         {:.1} ms one stream",
+        args.upstreams,
+        stats::median(&r.paired),
+        stats::median(&r.fan.figures.cpu_secs) * 1e3,
+        stats::median(&r.one.figures.cpu_secs) * 1e3,
+    ));
+    report
+}
+
 fn replay_cmd(args: &ReplayArgs) -> Report {
     let Some(cli) = replay::cli_binary() else {
         println!(
@@ -751,6 +812,7 @@ fn main() {
         Command::Throughput(a) => throughput(&a),
         Command::Latency(a) => latency(&a),
         Command::Scale(a) => scale(&a),
+        Command::FanOut(a) => fan_out_cmd(&a),
         Command::Replay(a) => replay_cmd(&a),
         Command::PartialJson(a) => partial_json_cmd(&a),
         Command::Tokens(a) => tokens_cmd(&a),
@@ -789,6 +851,12 @@ fn main() {
                 mb: a.mb,
                 read_size: 64 * 1024,
                 only_choicewise: false,
+            }));
+            report.extend(fan_out_cmd(&FanOutArgs {
+                common: a.common.clone(),
+                upstreams: 64,
+                mb: FAN_OUT_MB,
+                read_size: 64 * 1024,
             }));
             report.extend(latency(&LatencyArgs {
                 common: Common {

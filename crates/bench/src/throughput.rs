@@ -14,7 +14,7 @@ use crate::r#gen::{ExpectedChoice, Generated};
 use crate::stats::{median, min_max};
 
 /// What the consumers of one choice saw.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Drained {
     /// Content deltas received.
     pub deltas: usize,
@@ -24,6 +24,21 @@ pub struct Drained {
     pub call_events: usize,
     /// Argument fragments received.
     pub fragments: usize,
+    /// Argument bytes received.
+    pub argument_bytes: usize,
+}
+
+impl Drained {
+    /// The sum over all choices.
+    pub fn total(drained: &[Drained]) -> Drained {
+        drained.iter().fold(Drained::default(), |a, d| Drained {
+            deltas: a.deltas + d.deltas,
+            content_bytes: a.content_bytes + d.content_bytes,
+            call_events: a.call_events + d.call_events,
+            fragments: a.fragments + d.fragments,
+            argument_bytes: a.argument_bytes + d.argument_bytes,
+        })
+    }
 }
 
 /// What a choicewise run leaves: the assembled completion, what each consumer drained, and
@@ -34,9 +49,15 @@ pub type ChoicewiseRun = (ChatCompletion, Vec<Drained>, Completions);
 /// Runs choicewise over `reads`: one task per choice drains `content()` and
 /// `function_calls()` concurrently, then `collect()` assembles the completion.
 pub async fn run_choicewise(reads: Vec<Arc<[u8]>>) -> ChoicewiseRun {
-    let completions = Completions::from_sse(futures::stream::iter(
+    drain(Completions::from_sse(futures::stream::iter(
         reads.into_iter().map(Ok::<_, Infallible>),
-    ));
+    )))
+    .await
+}
+
+/// Drains a completion: one task per choice drains `content()` and `function_calls()`
+/// concurrently, then `collect()` assembles the completion.
+pub async fn drain(completions: Completions) -> ChoicewiseRun {
     let mut choices = completions.choices();
     let mut tasks = Vec::new();
     while let Some(choice) = choices.next().await {
@@ -55,8 +76,9 @@ pub async fn run_choicewise(reads: Vec<Arc<[u8]>>) -> ChoicewiseRun {
                 let mut s = choice.function_calls();
                 while let Some(e) = s.try_next().await.expect("call streams end well") {
                     d.call_events += 1;
-                    if let FunctionCallEvent::Arguments { .. } = e {
+                    if let FunctionCallEvent::Arguments { fragment, .. } = e {
                         d.fragments += 1;
+                        d.argument_bytes += fragment.len();
                     }
                 }
                 d
@@ -65,6 +87,7 @@ pub async fn run_choicewise(reads: Vec<Arc<[u8]>>) -> ChoicewiseRun {
             Drained {
                 call_events: b.call_events,
                 fragments: b.fragments,
+                argument_bytes: b.argument_bytes,
                 ..a
             }
         }));
@@ -148,7 +171,8 @@ pub struct Figures {
 }
 
 impl Figures {
-    fn new(name: &'static str, samples: &[Sample]) -> Self {
+    /// The figures of `samples`.
+    pub fn new(name: &'static str, samples: &[Sample]) -> Self {
         Figures {
             name,
             secs: samples.iter().map(|s| s.wall).collect(),
@@ -245,11 +269,14 @@ pub fn process_cpu() -> Option<Duration> {
 /// One timed repetition: wall time and CPU time of the whole process, seconds.
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
-    wall: f64,
-    cpu: f64,
+    /// Wall time, seconds.
+    pub wall: f64,
+    /// CPU time of the whole process, seconds.
+    pub cpu: f64,
 }
 
-fn timed<T>(f: impl FnOnce() -> T) -> (T, Sample) {
+/// Runs `f` once, timed.
+pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Sample) {
     let cpu = process_cpu();
     let start = Instant::now();
     let out = f();
