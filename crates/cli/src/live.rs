@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use choicewise::{
     CallRef, Choice, ChoiceEvent, ChoiceOutput, Completions, FunctionCallEvent, Incomplete,
-    PartialArguments,
+    PartialArguments, Selection,
 };
 use choicewise_usage::EncodingName;
 use crossterm::event::{Event, EventStream, KeyCode, KeyEventKind, KeyModifiers};
@@ -26,6 +26,7 @@ use ratatui::{Frame, TerminalOptions, Viewport};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::Exit;
+use crate::view::Decision;
 
 /// How often the screen is redrawn (the elapsed times move even when nothing arrives).
 const FRAME: Duration = Duration::from_millis(50);
@@ -262,6 +263,8 @@ struct Model {
     /// The stream's end: `Ok`, or its error.
     end: Option<Result<(), String>>,
     ended_at: Option<Duration>,
+    /// The combinator's decision, once made (never without a combinator).
+    selection: Option<Selection>,
 }
 
 type Shared = Arc<Mutex<Model>>;
@@ -273,7 +276,12 @@ fn lock(model: &Shared) -> MutexGuard<'_, Model> {
 }
 
 /// Shows the completion live until it ends or Ctrl-C; the terminal is restored either way.
-pub async fn run(completions: Completions, options: Options) -> Result<(), Exit> {
+/// With a combinator, `decision` brings its selection into the view as soon as it is made.
+pub async fn run(
+    completions: Completions,
+    options: Options,
+    decision: Option<Decision>,
+) -> Result<(), Exit> {
     let (_, rows) = crossterm::terminal::size().unwrap_or((80, 24));
     let height = rows.saturating_sub(1).max(8);
     let mut terminal = match ratatui::try_init_with_options(TerminalOptions {
@@ -283,7 +291,7 @@ pub async fn run(completions: Completions, options: Options) -> Result<(), Exit>
         Err(e) => {
             ratatui::restore();
             eprintln!("choicewise: no live view ({e}); plain lines instead");
-            return crate::plain::labelled(completions)
+            return crate::plain::labelled(completions, decision)
                 .await
                 .map_err(Exit::from);
         }
@@ -294,6 +302,7 @@ pub async fn run(completions: Completions, options: Options) -> Result<(), Exit>
     let encoding = choicewise_usage::encoding_for_model(options.model.as_deref().unwrap_or(""));
     let mut work = tokio::spawn(drive(
         completions.clone(),
+        decision,
         model.clone(),
         options.start,
         encoding.name,
@@ -372,9 +381,23 @@ impl Drop for Restore {
     }
 }
 
-/// Follows every choice into the model, counts tokens, and records the end and the usage.
-async fn drive(completions: Completions, model: Shared, start: Instant, encoding: EncodingName) {
+/// Follows every choice into the model, counts tokens, records the combinator's decision as
+/// soon as it is made, and the end and the usage.
+async fn drive(
+    completions: Completions,
+    decision: Option<Decision>,
+    model: Shared,
+    start: Instant,
+    encoding: EncodingName,
+) {
     let counter = tokio::spawn(count_tokens(model.clone(), encoding));
+    let marker = {
+        let model = model.clone();
+        tokio::spawn(async move {
+            let selection = crate::view::decided(decision).await;
+            lock(&model).selection = selection;
+        })
+    };
     let mut tasks = Vec::new();
     let mut choices = completions.choices();
     while let Some(choice) = choices.next().await {
@@ -389,12 +412,15 @@ async fn drive(completions: Completions, model: Shared, start: Instant, encoding
         let _ = task.await;
     }
     let outcome = completions.collect().await;
+    let ended_at = start.elapsed();
     counter.abort();
+    // The usage line says what the cancelled choices had used: the decision first.
+    let _ = marker.await;
     let (Ok(c) | Err(Incomplete { partial: c, .. })) = &outcome;
     {
         let mut m = lock(&model);
-        m.usage = crate::plain::usage_line(c);
-        m.ended_at = Some(start.elapsed());
+        m.usage = crate::plain::usage_line(c, m.selection.as_ref());
+        m.ended_at = Some(ended_at);
     }
     let verdict = crate::view::verdict(&completions).await;
     lock(&model).end = Some(verdict);

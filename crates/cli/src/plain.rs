@@ -55,8 +55,13 @@ pub async fn json(
 }
 
 /// The default view: each choice's text and function calls as they arrive, one labelled line
-/// at a time. One task per choice formats its own lines; one printer writes them.
-pub async fn labelled(completions: Completions) -> Result<(), String> {
+/// at a time. One task per choice formats its own lines; one printer writes them. With a
+/// combinator (`decision`), a choice it cancelled ends with `⊘ cancelled`, and the usage line
+/// waits for its decision to say what the cancelled choices had used.
+pub async fn labelled(
+    completions: Completions,
+    decision: Option<crate::view::Decision>,
+) -> Result<(), String> {
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let printer = tokio::spawn(async move {
         while let Some(line) = rx.recv().await {
@@ -128,6 +133,10 @@ pub async fn labelled(completions: Completions) -> Result<(), String> {
                         flush(&tx, &label, &mut line);
                         let _ = tx.send(format!("{label} ✔ finished: {reason}"));
                     }
+                    ChoiceEvent::Cancelled => {
+                        flush(&tx, &label, &mut line);
+                        let _ = tx.send(format!("{label} ⊘ cancelled"));
+                    }
                     _ => {}
                 }
             }
@@ -139,7 +148,8 @@ pub async fn labelled(completions: Completions) -> Result<(), String> {
     }
     let outcome = completions.collect().await;
     let (Ok(c) | Err(choicewise::Incomplete { partial: c, .. })) = &outcome;
-    if let Some(line) = usage_line(c) {
+    let selection = crate::view::decided(decision).await;
+    if let Some(line) = usage_line(c, selection.as_ref()) {
         let _ = tx.send(line);
     }
     drop(tx);
@@ -162,8 +172,13 @@ fn flush(tx: &mpsc::UnboundedSender<String>, label: &str, line: &mut String) {
 /// `; 3 upstreams: 2 reported (total 320), 1 estimated (total ≈ 100)` (`usage (reported +
 /// estimated with …)` then) or `; 2 upstreams, all reported`; with several choices, each one's
 /// completion tokens: `; per choice 15, 24, 24, 23 (reported)` or `; per choice ≈ 70, 68, 69
-/// (estimated)`.
-pub fn usage_line(c: &choicewise::ChatCompletion) -> Option<String> {
+/// (estimated)`; and when a combinator cancelled choices, what they had received (estimated
+/// with tiktoken, [`Selection::cancelled_tokens`](choicewise::Selection::cancelled_tokens)):
+/// `; cancelled choices had ≈ 131 tokens`.
+pub fn usage_line(
+    c: &choicewise::ChatCompletion,
+    selection: Option<&choicewise::Selection>,
+) -> Option<String> {
     use choicewise::UsageSource::{Estimated, Reported};
     let u = c.usage.as_ref()?;
     let reported_parts: Vec<&choicewise::Usage> = u
@@ -232,13 +247,19 @@ pub fn usage_line(c: &choicewise::ChatCompletion) -> Option<String> {
             if reported { "reported" } else { "estimated" }
         ));
     }
+    if let Some(s) = selection.filter(|s| !s.cancelled.is_empty()) {
+        line.push_str(&format!(
+            "; cancelled choices had ≈ {} tokens",
+            s.cancelled_tokens
+        ));
+    }
     Some(line)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use choicewise::{ChatCompletion, Usage};
+    use choicewise::{ChatCompletion, Selection, Usage};
 
     fn usage(json: serde_json::Value) -> Usage {
         serde_json::from_value(json).unwrap()
@@ -265,8 +286,15 @@ mod tests {
             "source": "reported"
         })));
         assert_eq!(
-            usage_line(&c).unwrap(),
+            usage_line(&c, None).unwrap(),
             "usage (reported): prompt 148, completion 207, total 355"
+        );
+        // A combinator that cancelled nothing adds nothing.
+        let mut nothing_cancelled = Selection::default();
+        nothing_cancelled.selected = vec![0];
+        assert_eq!(
+            usage_line(&c, Some(&nothing_cancelled)),
+            usage_line(&c, None)
         );
     }
 
@@ -289,7 +317,7 @@ mod tests {
             "upstreams": [part(40, 100, true), part(40, 100, true), part(40, 100, false)],
         })));
         assert_eq!(
-            usage_line(&mixed).unwrap(),
+            usage_line(&mixed, None).unwrap(),
             "usage (reported + estimated with o200k_base): prompt 120, completion 300, \
              total 420; 3 upstreams: 2 reported (total 280), 1 estimated (total ≈ 140)"
         );
@@ -299,7 +327,7 @@ mod tests {
             "upstreams": [part(40, 100, true), part(40, 100, true)],
         })));
         assert_eq!(
-            usage_line(&reported).unwrap(),
+            usage_line(&reported, None).unwrap(),
             "usage (reported): prompt 80, completion 200, total 280; 2 upstreams, all reported"
         );
         let estimated = completion(usage(serde_json::json!({
@@ -308,9 +336,26 @@ mod tests {
             "upstreams": [part(40, 100, false)],
         })));
         assert_eq!(
-            usage_line(&estimated).unwrap(),
+            usage_line(&estimated, None).unwrap(),
             "usage (estimated with o200k_base): prompt 40, completion 100, total 140; \
              1 upstream, all estimated"
+        );
+    }
+
+    #[test]
+    fn the_usage_line_ends_with_what_the_cancelled_choices_had_used() {
+        let c = completion(usage(serde_json::json!({
+            "prompt_tokens": 0, "completion_tokens": 150, "total_tokens": 150,
+            "source": "estimated", "estimate": estimate(),
+        })));
+        let mut selection = Selection::default();
+        selection.selected = vec![1];
+        selection.cancelled = vec![0, 2];
+        selection.cancelled_tokens = 131;
+        assert_eq!(
+            usage_line(&c, Some(&selection)).unwrap(),
+            "usage (estimated with o200k_base): prompt 0, completion 150, total 150; \
+             cancelled choices had ≈ 131 tokens"
         );
     }
 }
