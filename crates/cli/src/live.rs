@@ -6,6 +6,11 @@
 //! choice as assembled so far, taken on a blocking thread at most every 300 ms while the choice
 //! streams, and replaced by [`Choice::completion_tokens`] when it ends: the same per-choice
 //! figure as the usage estimate. A usage line ends the view.
+//!
+//! With a combinator (`--first`, `--vote`), a choice it cancelled reads `cancelled` where a
+//! finish reason would show, and once it has decided, each selected choice's column is marked
+//! `★ selected` (with a double border); the usage line then says what the cancelled choices
+//! had used.
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use choicewise::{
     CallRef, Choice, ChoiceEvent, ChoiceOutput, Completions, FunctionCallEvent, Incomplete,
-    PartialArguments,
+    PartialArguments, Selection,
 };
 use choicewise_usage::EncodingName;
 use crossterm::event::{Event, EventStream, KeyCode, KeyEventKind, KeyModifiers};
@@ -21,11 +26,12 @@ use futures::StreamExt;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Paragraph};
+use ratatui::widgets::{Block, BorderType, Paragraph};
 use ratatui::{Frame, TerminalOptions, Viewport};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::Exit;
+use crate::view::Decision;
 
 /// How often the screen is redrawn (the elapsed times move even when nothing arrives).
 const FRAME: Duration = Duration::from_millis(50);
@@ -33,6 +39,10 @@ const FRAME: Duration = Duration::from_millis(50);
 const COUNT_EVERY: Duration = Duration::from_millis(300);
 /// The narrowest a column gets before columns wrap onto another row.
 const MIN_COLUMN_WIDTH: u16 = 24;
+/// The colour of a cancelled choice: neither finished (green) nor failed (red).
+const CANCELLED: Color = Color::Magenta;
+/// The mark on a selected choice's column.
+const SELECTED: &str = "★ selected";
 
 /// What the view shows besides the choices.
 #[derive(Debug, Clone)]
@@ -82,6 +92,8 @@ enum State {
     Streaming,
     Finished(String),
     Failed(String),
+    /// Cancelled by the combinator before it finished.
+    Cancelled,
 }
 
 #[derive(Debug)]
@@ -193,6 +205,10 @@ impl Column {
                 self.state = State::Finished(reason.to_string());
                 self.ended_at = Some(elapsed);
             }
+            ChoiceEvent::Cancelled => {
+                self.state = State::Cancelled;
+                self.ended_at = Some(elapsed);
+            }
             _ => {}
         }
     }
@@ -245,10 +261,19 @@ impl Column {
                 }
             }
         }
-        if let State::Failed(e) = &self.state {
-            for line in wrap(&format!("✘ {e}"), width) {
-                out.push(Line::styled(line, Style::new().fg(Color::Red).bold()));
+        match &self.state {
+            State::Failed(e) => {
+                for line in wrap(&format!("✘ {e}"), width) {
+                    out.push(Line::styled(line, Style::new().fg(Color::Red).bold()));
+                }
             }
+            State::Cancelled => {
+                out.push(Line::styled(
+                    "⊘ cancelled",
+                    Style::new().fg(CANCELLED).bold(),
+                ));
+            }
+            State::Streaming | State::Finished(_) => {}
         }
         out
     }
@@ -262,6 +287,17 @@ struct Model {
     /// The stream's end: `Ok`, or its error.
     end: Option<Result<(), String>>,
     ended_at: Option<Duration>,
+    /// The combinator's decision, once made (never without a combinator).
+    selection: Option<Selection>,
+}
+
+impl Model {
+    /// Whether the combinator selected this choice.
+    fn selected(&self, index: u32) -> bool {
+        self.selection
+            .as_ref()
+            .is_some_and(|s| s.selected.contains(&index))
+    }
 }
 
 type Shared = Arc<Mutex<Model>>;
@@ -273,7 +309,12 @@ fn lock(model: &Shared) -> MutexGuard<'_, Model> {
 }
 
 /// Shows the completion live until it ends or Ctrl-C; the terminal is restored either way.
-pub async fn run(completions: Completions, options: Options) -> Result<(), Exit> {
+/// With a combinator, `decision` brings its selection into the view as soon as it is made.
+pub async fn run(
+    completions: Completions,
+    options: Options,
+    decision: Option<Decision>,
+) -> Result<(), Exit> {
     let (_, rows) = crossterm::terminal::size().unwrap_or((80, 24));
     let height = rows.saturating_sub(1).max(8);
     let mut terminal = match ratatui::try_init_with_options(TerminalOptions {
@@ -283,7 +324,7 @@ pub async fn run(completions: Completions, options: Options) -> Result<(), Exit>
         Err(e) => {
             ratatui::restore();
             eprintln!("choicewise: no live view ({e}); plain lines instead");
-            return crate::plain::labelled(completions)
+            return crate::plain::labelled(completions, decision)
                 .await
                 .map_err(Exit::from);
         }
@@ -294,6 +335,7 @@ pub async fn run(completions: Completions, options: Options) -> Result<(), Exit>
     let encoding = choicewise_usage::encoding_for_model(options.model.as_deref().unwrap_or(""));
     let mut work = tokio::spawn(drive(
         completions.clone(),
+        decision,
         model.clone(),
         options.start,
         encoding.name,
@@ -372,9 +414,23 @@ impl Drop for Restore {
     }
 }
 
-/// Follows every choice into the model, counts tokens, and records the end and the usage.
-async fn drive(completions: Completions, model: Shared, start: Instant, encoding: EncodingName) {
+/// Follows every choice into the model, counts tokens, records the combinator's decision as
+/// soon as it is made, and the end and the usage.
+async fn drive(
+    completions: Completions,
+    decision: Option<Decision>,
+    model: Shared,
+    start: Instant,
+    encoding: EncodingName,
+) {
     let counter = tokio::spawn(count_tokens(model.clone(), encoding));
+    let marker = {
+        let model = model.clone();
+        tokio::spawn(async move {
+            let selection = crate::view::decided(decision).await;
+            lock(&model).selection = selection;
+        })
+    };
     let mut tasks = Vec::new();
     let mut choices = completions.choices();
     while let Some(choice) = choices.next().await {
@@ -389,12 +445,15 @@ async fn drive(completions: Completions, model: Shared, start: Instant, encoding
         let _ = task.await;
     }
     let outcome = completions.collect().await;
+    let ended_at = start.elapsed();
     counter.abort();
+    // The usage line says what the cancelled choices had used: the decision first.
+    let _ = marker.await;
     let (Ok(c) | Err(Incomplete { partial: c, .. })) = &outcome;
     {
         let mut m = lock(&model);
-        m.usage = crate::plain::usage_line(c);
-        m.ended_at = Some(start.elapsed());
+        m.usage = crate::plain::usage_line(c, m.selection.as_ref());
+        m.ended_at = Some(ended_at);
     }
     let verdict = crate::view::verdict(&completions).await;
     lock(&model).end = Some(verdict);
@@ -583,16 +642,27 @@ fn render_columns(frame: &mut Frame, m: &Model, options: &Options, area: Rect) -
                 width: widths[c].width,
                 height: *height,
             };
-            render_column(frame, column, &bodies[i], options, cell.intersection(area));
+            let selected = m.selected(column.choice.index());
+            render_column(
+                frame,
+                column,
+                selected,
+                &bodies[i],
+                options,
+                cell.intersection(area),
+            );
         }
         y += height;
     }
     y - area.y
 }
 
+/// One column: the index, the state and (when the combinator picked it) [`SELECTED`] on the top
+/// border, the tokens and the elapsed time on the bottom one.
 fn render_column(
     frame: &mut Frame,
     column: &Column,
+    selected: bool,
     lines: &[Line<'static>],
     options: &Options,
     area: Rect,
@@ -602,30 +672,56 @@ fn render_column(
         State::Streaming => ("streaming".to_string(), Color::Yellow),
         State::Finished(reason) => (format!("finished: {reason}"), Color::Green),
         State::Failed(_) => ("error".to_string(), Color::Red),
+        State::Cancelled => ("cancelled".to_string(), CANCELLED),
     };
-    // The index and the state on the top border (shortened when the column is narrow), the
-    // tokens and the elapsed time on the bottom one.
+    // Shortened when the column is narrow: the index alone and the finish reason alone, then
+    // the mark alone.
     let index = column.choice.index();
-    let long = format!(" choice {index} · {state} ");
     let short_state = match &column.state {
         State::Finished(reason) => reason.clone(),
         _ => state.clone(),
     };
-    let (name, state) = if long.width() + 2 <= area.width as usize {
-        (format!(" choice {index} "), state)
-    } else {
-        (format!(" {index} "), short_state)
+    let tiers = [
+        (format!(" choice {index} "), state, SELECTED),
+        (format!(" {index} "), short_state.clone(), SELECTED),
+        (format!(" {index} "), short_state, "★"),
+    ];
+    let width = |(name, state, mark): &(String, String, &str)| {
+        let mark = if selected { 2 + mark.width() + 1 } else { 0 };
+        name.width() + 2 + state.width() + 1 + mark
     };
-    let title = Line::from(vec![
+    // The widest that fits between the corners, else the shortest.
+    let (name, state, mark) = tiers
+        .into_iter()
+        .rev()
+        .reduce(|narrower, wider| {
+            if width(&wider) + 2 <= area.width as usize {
+                wider
+            } else {
+                narrower
+            }
+        })
+        .expect("three tiers");
+    let mut title = vec![
         Span::styled(name, Style::new().bold()),
         Span::raw("· "),
         Span::styled(state, Style::new().fg(color)),
         Span::raw(" "),
-    ]);
+    ];
+    if selected {
+        title.push(Span::raw("· "));
+        title.push(Span::styled(mark, Style::new().fg(Color::Green).bold()));
+        title.push(Span::raw(" "));
+    }
     let footer = Line::raw(format!(" ≈{} tok · {} ", column.tokens, seconds(elapsed)));
     let block = Block::bordered()
-        .title(title)
+        .title(Line::from(title))
         .title_bottom(footer)
+        .border_type(if selected {
+            BorderType::Double
+        } else {
+            BorderType::Plain
+        })
         .border_style(Style::new().fg(match column.state {
             State::Streaming => Color::DarkGray,
             _ => color,
@@ -681,6 +777,130 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    /// Three choices as a `--first` run leaves them: 0 cancelled mid-sentence, 1 finished and
+    /// selected, 2 failed.
+    async fn picked_model() -> Model {
+        let sse = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Still thinking\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"Pack light.\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: {\"choices\":[{\"index\":2,\"delta\":{\"content\":\"Hm\"}}]}\n\n",
+        );
+        let completions = Completions::from_reader(sse.as_bytes());
+        let choices: Vec<Choice> = completions.choices().collect().await;
+        let at = Duration::from_millis(1500);
+        let mut columns: Vec<Column> = choices.into_iter().map(Column::new).collect();
+        columns[0].apply(ChoiceEvent::Content("Still thinking".into()), at);
+        columns[0].apply(ChoiceEvent::Cancelled, at);
+        columns[1].apply(ChoiceEvent::Content("Pack light.".into()), at);
+        columns[1].apply(ChoiceEvent::Finished("stop".into()), at);
+        columns[2].apply(ChoiceEvent::Content("Hm".into()), at);
+        columns[2].state = State::Failed("the connection closed".into());
+        columns[2].ended_at = Some(at);
+        for (column, tokens) in columns.iter_mut().zip([3, 4, 1]) {
+            column.tokens = tokens;
+            column.tokens_final = true;
+        }
+        let mut selection = Selection::default();
+        selection.selected = vec![1];
+        selection.cancelled = vec![0];
+        selection.cancelled_tokens = 3;
+        Model {
+            columns,
+            usage: Some("usage (estimated with o200k_base): prompt 0, completion 8, total 8; cancelled choices had ≈ 3 tokens".into()),
+            end: Some(Ok(())),
+            ended_at: Some(at),
+            selection: Some(selection),
+        }
+    }
+
+    /// The frame `render` draws on a `width` × `height` screen, as text.
+    fn frame(m: &Model, width: u16, height: u16) -> String {
+        let options = Options {
+            start: Instant::now(),
+            title: "replay of a test".into(),
+            model: None,
+        };
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+        terminal
+            .draw(|frame| {
+                render(frame, m, &options, false);
+            })
+            .unwrap();
+        let buffer = terminal.backend().buffer();
+        let mut text = String::new();
+        for y in 0..height {
+            let mut row = String::new();
+            for x in 0..width {
+                row.push_str(buffer[(x, y)].symbol());
+            }
+            text.push_str(row.trim_end());
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The line of the frame holding `needle`.
+    fn line_with<'a>(text: &'a str, needle: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in\n{text}"))
+    }
+
+    #[tokio::test]
+    async fn the_selected_choice_is_marked_and_a_cancelled_one_says_so() {
+        let m = picked_model().await;
+        let text = frame(&m, 132, 10);
+        let top = line_with(&text, " choice 0 ");
+        // Each column's header: its own state, the mark on the selected one only.
+        assert!(top.contains(" choice 0 · cancelled "), "{text}");
+        assert!(
+            top.contains(" choice 1 · finished: stop · ★ selected "),
+            "{text}"
+        );
+        assert!(top.contains(" choice 2 · error "), "{text}");
+        assert_eq!(top.matches("★").count(), 1, "{text}");
+        // The selected column has a double border; the others a plain one.
+        assert_eq!(top.matches('╔').count(), 1, "{text}");
+        assert_eq!(top.matches('┌').count(), 2, "{text}");
+        let column_1 = top.find('╔').unwrap();
+        assert!(top[column_1..].starts_with("╔ choice 1 "), "{text}");
+        // The cancelled column's body ends with the cancel; the failed one with its error.
+        assert_eq!(text.matches("⊘ cancelled").count(), 1, "{text}");
+        let left_of = line_with(&text, "⊘ cancelled").split("⊘ cancelled").next();
+        assert!(left_of.is_some_and(|l| l.chars().count() < 44), "{text}");
+        assert!(text.contains("✘ the connection closed"), "{text}");
+        assert!(text.contains("cancelled choices had ≈ 3 tokens"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn narrow_columns_keep_the_marks() {
+        let m = picked_model().await;
+        // 30 columns each: the index and the reason alone, the mark in full.
+        let text = frame(&m, 90, 10);
+        let top = line_with(&text, " 0 · ");
+        assert!(top.contains(" 0 · cancelled "), "{text}");
+        assert!(top.contains(" 1 · stop · ★ selected "), "{text}");
+        // 24 each: the star alone.
+        let text = frame(&m, 72, 10);
+        let top = line_with(&text, " 0 · ");
+        assert!(top.contains(" 0 · cancelled "), "{text}");
+        assert!(top.contains(" 1 · stop · ★ "), "{text}");
+        assert!(!top.contains("selected"), "{text}");
+        assert_eq!(top.matches('╔').count(), 1, "{text}");
+    }
+
+    #[tokio::test]
+    async fn before_the_decision_nothing_is_marked() {
+        let mut m = picked_model().await;
+        m.selection = None;
+        let text = frame(&m, 132, 10);
+        assert!(!text.contains('★'), "{text}");
+        assert!(!text.contains('╔'), "{text}");
+        assert!(text.contains(" choice 0 · cancelled "), "{text}");
+    }
 
     #[test]
     fn wrap_breaks_at_spaces_and_cuts_long_words() {

@@ -55,8 +55,13 @@ pub async fn json(
 }
 
 /// The default view: each choice's text and function calls as they arrive, one labelled line
-/// at a time. One task per choice formats its own lines; one printer writes them.
-pub async fn labelled(completions: Completions) -> Result<(), String> {
+/// at a time. One task per choice formats its own lines; one printer writes them. With a
+/// combinator (`decision`), a choice it cancelled ends with `⊘ cancelled`, and the usage line
+/// waits for its decision to say what the cancelled choices had used.
+pub async fn labelled(
+    completions: Completions,
+    decision: Option<crate::view::Decision>,
+) -> Result<(), String> {
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let printer = tokio::spawn(async move {
         while let Some(line) = rx.recv().await {
@@ -128,6 +133,10 @@ pub async fn labelled(completions: Completions) -> Result<(), String> {
                         flush(&tx, &label, &mut line);
                         let _ = tx.send(format!("{label} ✔ finished: {reason}"));
                     }
+                    ChoiceEvent::Cancelled => {
+                        flush(&tx, &label, &mut line);
+                        let _ = tx.send(format!("{label} ⊘ cancelled"));
+                    }
                     _ => {}
                 }
             }
@@ -139,7 +148,8 @@ pub async fn labelled(completions: Completions) -> Result<(), String> {
     }
     let outcome = completions.collect().await;
     let (Ok(c) | Err(choicewise::Incomplete { partial: c, .. })) = &outcome;
-    if let Some(line) = usage_line(c) {
+    let selection = crate::view::decided(decision).await;
+    if let Some(line) = usage_line(c, selection.as_ref()) {
         let _ = tx.send(line);
     }
     drop(tx);
@@ -158,14 +168,38 @@ fn flush(tx: &mpsc::UnboundedSender<String>, label: &str, line: &mut String) {
 }
 
 /// `usage (reported): prompt 148, completion 207, total 355`, or for an estimate, how it was
-/// counted; with several choices, each one's completion tokens after it:
-/// `; per choice 15, 24, 24, 23 (reported)` or `; per choice ≈ 70, 68, 69 (estimated)`.
-pub fn usage_line(c: &choicewise::ChatCompletion) -> Option<String> {
+/// counted; then, for the sum of a fan-out's upstreams, its reported and estimated parts:
+/// `; 3 upstreams: 2 reported (total 320), 1 estimated (total ≈ 100)` (`usage (reported +
+/// estimated with …)` then) or `; 2 upstreams, all reported`; with several choices, each one's
+/// completion tokens: `; per choice 15, 24, 24, 23 (reported)` or `; per choice ≈ 70, 68, 69
+/// (estimated)`; and when a combinator cancelled choices, what they had received (estimated
+/// with tiktoken, [`Selection::cancelled_tokens`](choicewise::Selection::cancelled_tokens)):
+/// `; cancelled choices had ≈ 131 tokens`.
+pub fn usage_line(
+    c: &choicewise::ChatCompletion,
+    selection: Option<&choicewise::Selection>,
+) -> Option<String> {
+    use choicewise::UsageSource::{Estimated, Reported};
     let u = c.usage.as_ref()?;
+    let reported_parts: Vec<&choicewise::Usage> = u
+        .upstreams
+        .iter()
+        .filter(|p| p.source == Reported)
+        .collect();
+    let estimated_parts: Vec<&choicewise::Usage> = u
+        .upstreams
+        .iter()
+        .filter(|p| p.source == Estimated)
+        .collect();
     let how = match (&u.source, &u.estimate) {
-        (choicewise::UsageSource::Reported, _) => "reported".to_string(),
+        (Reported, _) => "reported".to_string(),
         (_, Some(e)) => format!(
-            "estimated with {}{}{}",
+            "{}estimated with {}{}{}",
+            if reported_parts.is_empty() {
+                ""
+            } else {
+                "reported + "
+            },
             e.encoding,
             if e.model_known { "" } else { ", model unknown" },
             if e.prompt_counted {
@@ -174,18 +208,34 @@ pub fn usage_line(c: &choicewise::ChatCompletion) -> Option<String> {
                 ", prompt not counted: pass --request"
             },
         ),
+        (_, None) if !reported_parts.is_empty() => "reported + estimated".to_string(),
         (_, None) => "estimated".to_string(),
     };
     let mut line = format!(
         "usage ({how}): prompt {}, completion {}, total {}",
         u.prompt_tokens, u.completion_tokens, u.total_tokens
     );
+    let n = u.upstreams.len();
+    let plural = |k: usize| if k == 1 { "" } else { "s" };
+    match (reported_parts.len(), estimated_parts.len()) {
+        (0, 0) => {}
+        (_, 0) => line.push_str(&format!("; {n} upstream{}, all reported", plural(n))),
+        (0, _) => line.push_str(&format!("; {n} upstream{}, all estimated", plural(n))),
+        (r, e) => {
+            let total = |parts: &[&choicewise::Usage]| -> u64 {
+                parts.iter().map(|p| p.total_tokens).sum()
+            };
+            line.push_str(&format!(
+                "; {n} upstreams: {r} reported (total {}), {e} estimated (total ≈ {})",
+                total(&reported_parts),
+                total(&estimated_parts)
+            ));
+        }
+    }
     let per_choice: Vec<choicewise::ChoiceUsage> =
         c.choices.iter().filter_map(|choice| choice.usage).collect();
     if c.choices.len() > 1 && per_choice.len() == c.choices.len() {
-        let reported = per_choice
-            .iter()
-            .all(|p| p.source == choicewise::UsageSource::Reported);
+        let reported = per_choice.iter().all(|p| p.source == Reported);
         let counts: Vec<String> = per_choice
             .iter()
             .map(|p| p.completion_tokens.to_string())
@@ -197,5 +247,115 @@ pub fn usage_line(c: &choicewise::ChatCompletion) -> Option<String> {
             if reported { "reported" } else { "estimated" }
         ));
     }
+    if let Some(s) = selection.filter(|s| !s.cancelled.is_empty()) {
+        line.push_str(&format!(
+            "; cancelled choices had ≈ {} tokens",
+            s.cancelled_tokens
+        ));
+    }
     Some(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use choicewise::{ChatCompletion, Selection, Usage};
+
+    fn usage(json: serde_json::Value) -> Usage {
+        serde_json::from_value(json).unwrap()
+    }
+
+    fn estimate() -> serde_json::Value {
+        serde_json::json!({
+            "encoding": "o200k_base", "model": "gpt-4o", "model_known": true,
+            "prompt_counted": true, "choices": {"2": 100}
+        })
+    }
+
+    fn completion(usage: Usage) -> ChatCompletion {
+        ChatCompletion {
+            usage: Some(usage),
+            ..ChatCompletion::default()
+        }
+    }
+
+    #[test]
+    fn a_single_streams_usage_line_is_as_before() {
+        let c = completion(usage(serde_json::json!({
+            "prompt_tokens": 148, "completion_tokens": 207, "total_tokens": 355,
+            "source": "reported"
+        })));
+        assert_eq!(
+            usage_line(&c, None).unwrap(),
+            "usage (reported): prompt 148, completion 207, total 355"
+        );
+        // A combinator that cancelled nothing adds nothing.
+        let mut nothing_cancelled = Selection::default();
+        nothing_cancelled.selected = vec![0];
+        assert_eq!(
+            usage_line(&c, Some(&nothing_cancelled)),
+            usage_line(&c, None)
+        );
+    }
+
+    #[test]
+    fn a_sum_of_upstreams_says_its_reported_and_estimated_parts() {
+        let part = |prompt: u64, completion: u64, reported: bool| {
+            let mut u = serde_json::json!({
+                "prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+                "source": if reported { "reported" } else { "estimated" },
+            });
+            if !reported {
+                u["estimate"] = estimate();
+            }
+            u
+        };
+        let mixed = completion(usage(serde_json::json!({
+            "prompt_tokens": 120, "completion_tokens": 300, "total_tokens": 420,
+            "source": "estimated", "estimate": estimate(),
+            "upstreams": [part(40, 100, true), part(40, 100, true), part(40, 100, false)],
+        })));
+        assert_eq!(
+            usage_line(&mixed, None).unwrap(),
+            "usage (reported + estimated with o200k_base): prompt 120, completion 300, \
+             total 420; 3 upstreams: 2 reported (total 280), 1 estimated (total ≈ 140)"
+        );
+        let reported = completion(usage(serde_json::json!({
+            "prompt_tokens": 80, "completion_tokens": 200, "total_tokens": 280,
+            "source": "reported",
+            "upstreams": [part(40, 100, true), part(40, 100, true)],
+        })));
+        assert_eq!(
+            usage_line(&reported, None).unwrap(),
+            "usage (reported): prompt 80, completion 200, total 280; 2 upstreams, all reported"
+        );
+        let estimated = completion(usage(serde_json::json!({
+            "prompt_tokens": 40, "completion_tokens": 100, "total_tokens": 140,
+            "source": "estimated", "estimate": estimate(),
+            "upstreams": [part(40, 100, false)],
+        })));
+        assert_eq!(
+            usage_line(&estimated, None).unwrap(),
+            "usage (estimated with o200k_base): prompt 40, completion 100, total 140; \
+             1 upstream, all estimated"
+        );
+    }
+
+    #[test]
+    fn the_usage_line_ends_with_what_the_cancelled_choices_had_used() {
+        let c = completion(usage(serde_json::json!({
+            "prompt_tokens": 0, "completion_tokens": 150, "total_tokens": 150,
+            "source": "estimated", "estimate": estimate(),
+        })));
+        let mut selection = Selection::default();
+        selection.selected = vec![1];
+        selection.cancelled = vec![0, 2];
+        selection.cancelled_tokens = 131;
+        assert_eq!(
+            usage_line(&c, Some(&selection)).unwrap(),
+            "usage (estimated with o200k_base): prompt 0, completion 150, total 150; \
+             cancelled choices had ≈ 131 tokens"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 
 use choicewise::{ChoiceOutput, Completions, Selection};
 use clap::Args;
+use tokio::sync::watch;
 
 use crate::{Exit, live, plain};
 
@@ -122,6 +123,17 @@ impl ViewArgs {
     }
 }
 
+/// The combinator's decision as the plain and live views see it: `None` until it is made,
+/// then the [`Selection`] (published by [`show`] the moment [`Pick::run`] returns).
+pub type Decision = watch::Receiver<Option<Selection>>;
+
+/// Waits for the combinator's decision; `None` without a combinator, or if its task ended
+/// without deciding (a panic).
+pub async fn decided(decision: Option<Decision>) -> Option<Selection> {
+    let mut decision = decision?;
+    decision.wait_for(Option::is_some).await.ok()?.clone()
+}
+
 /// Shows the completion as chosen, until it ends.
 pub async fn show(
     completions: Completions,
@@ -129,9 +141,16 @@ pub async fn show(
     options: live::Options,
 ) -> Result<(), Exit> {
     let pick = view.pick();
-    let selection = pick
-        .clone()
-        .map(|p| tokio::spawn(p.run(completions.clone())));
+    let (publish, decision) = watch::channel(None);
+    let selection = pick.clone().map(|p| {
+        let completions = completions.clone();
+        tokio::spawn(async move {
+            let selection = p.run(completions).await;
+            publish.send_replace(Some(selection.clone()));
+            selection
+        })
+    });
+    let decision = selection.is_some().then_some(decision);
     let shown = if view.json {
         let picked = match (&pick, selection) {
             (Some(p), Some(task)) => Some((p.clone(), task)),
@@ -139,9 +158,9 @@ pub async fn show(
         };
         return plain::json(completions, picked).await.map_err(Exit::from);
     } else if view.live() {
-        live::run(completions.clone(), options).await
+        live::run(completions.clone(), options, decision).await
     } else {
-        plain::labelled(completions.clone())
+        plain::labelled(completions.clone(), decision)
             .await
             .map_err(Exit::from)
     };

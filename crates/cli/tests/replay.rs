@@ -373,3 +373,142 @@ fn first_and_vote_select_and_say_so() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("(vote: \"42\" with "), "{stdout}");
 }
+
+/// `replay ARGS` with `bytes` on stdin and stdin left open afterwards, as a stalled upstream:
+/// the command must end on its own (within 30 s, else the test fails).
+fn replay_with_stdin_left_open(args: &[&str], bytes: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .arg("replay")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(bytes).unwrap();
+    input.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("replay {args:?} did not end while its input stalled");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    drop(input);
+    out
+}
+
+/// The `≈ N` of `cancelled choices had ≈ N tokens` on the usage line, and the
+/// `(≈ N tokens received)` of the selection's line, in `stdout`.
+fn cancelled_tokens(stdout: &str) -> (u64, u64) {
+    let number_after = |line: &str, before: &str| -> u64 {
+        let rest = &line[line.find(before).unwrap() + before.len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().unwrap()
+    };
+    let usage = stdout
+        .lines()
+        .find(|l| l.starts_with("usage ("))
+        .unwrap_or_else(|| panic!("no usage line in {stdout}"));
+    assert!(
+        usage.contains("; cancelled choices had ≈ "),
+        "the usage line does not say what the cancelled choices had used: {usage}"
+    );
+    let selected = stdout
+        .lines()
+        .find(|l| l.starts_with("selected: "))
+        .unwrap_or_else(|| panic!("no selection line in {stdout}"));
+    (
+        number_after(usage, "; cancelled choices had ≈ "),
+        number_after(selected, "(≈ "),
+    )
+}
+
+/// `--first` on the bundled demo at its recorded pace: choice 1 finishes with tool_calls at
+/// 1.1 s while choices 0 and 2 stream on until 3.1 s, so both are cancelled. The plain view
+/// ends each of them with `⊘ cancelled` (never a finish), and the usage line says what they
+/// had received, the same figure as the selection's line.
+#[test]
+fn first_on_the_demo_shows_the_cancelled_choices_and_their_tokens() {
+    let out = replay(&["--first", "--plain"], None);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("[choice 1] ✔ finished: tool_calls"),
+        "{stdout}"
+    );
+    for cancelled in [0, 2] {
+        assert!(
+            stdout.contains(&format!("[choice {cancelled}] ⊘ cancelled")),
+            "{stdout}"
+        );
+        assert!(
+            !stdout.contains(&format!("[choice {cancelled}] ✔ finished")),
+            "{stdout}"
+        );
+    }
+    assert!(!stdout.contains("[choice 1] ⊘ cancelled"), "{stdout}");
+    assert!(
+        stdout.contains("selected: choice 1 (first finished); cancelled 0, 2 (≈ "),
+        "{stdout}"
+    );
+    let (in_usage, in_selection) = cancelled_tokens(&stdout);
+    assert!(in_usage > 0, "{stdout}");
+    assert_eq!(in_usage, in_selection, "{stdout}");
+    // The usage line comes before the selection's line, both after every choice's end.
+    let lines: Vec<&str> = stdout.lines().collect();
+    let n = lines.len();
+    assert!(lines[n - 2].starts_with("usage ("), "{stdout}");
+    assert!(lines[n - 1].starts_with("selected: "), "{stdout}");
+
+    // Without a combinator nothing is cancelled, and nothing says so.
+    let out = replay(&["--plain", "--speed", "0"], None);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(!stdout.contains("cancelled"), "{stdout}");
+}
+
+/// A choice that could never finish (its input stalls, stdin left open) is cancelled once
+/// another finishes with stop: the plain view says so, the usage line counts what it had
+/// received, and the command ends without waiting for the stalled input.
+#[test]
+fn first_cancels_a_stalled_choice_and_the_usage_line_counts_it() {
+    let sse = concat!(
+        "data: {\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Let me think about\"}}]}\n\n",
+        "data: {\"model\":\"gpt-4o-mini\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"42\"},\"finish_reason\":\"stop\"}]}\n\n",
+    );
+    let out = replay_with_stdin_left_open(&["-", "--first", "--plain"], sse.as_bytes());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("[choice 0] Let me think about\n[choice 0] ⊘ cancelled\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[choice 1] ✔ finished: stop"), "{stdout}");
+    assert!(
+        stdout.contains("selected: choice 1 (first finished); cancelled 0 (≈ "),
+        "{stdout}"
+    );
+    let (in_usage, in_selection) = cancelled_tokens(&stdout);
+    // "Let me think about" is 4 tokens in o200k_base.
+    assert_eq!((in_usage, in_selection), (4, 4), "{stdout}");
+    // --json says it too: the cancelled choice with no finish.
+    let out = replay_with_stdin_left_open(&["-", "--first", "--json"], sse.as_bytes());
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["selected"], serde_json::json!([1]));
+    assert_eq!(v["choices"][0]["cancelled"], true);
+    assert_eq!(v["choices"][0]["finish_reason"], Value::Null);
+}
