@@ -324,3 +324,42 @@ fn chat_streams_are_still_recognised_as_chat() {
         assert!(whole.choices.len() >= 2, "{name}");
     }
 }
+
+#[tokio::test]
+async fn the_providers_own_stop_reason_is_kept_beside_the_mapped_finish() {
+    let cases = [
+        ("anthropic_tools.sse", "tool_calls", "tool_use"),
+        ("anthropic_max_tokens.sse", "length", "max_tokens"),
+        ("responses_text.sse", "stop", "completed"),
+        ("responses_tools.sse", "tool_calls", "completed"),
+        (
+            "responses_incomplete.sse",
+            "content_filter",
+            "content_filter",
+        ),
+    ];
+    for (name, finish, raw) in cases {
+        let (result, _) = run(name, Dialect::Detect).await;
+        let c = result.unwrap_or_else(|(partial, _)| partial);
+        let choice = &c.choices[0];
+        assert_eq!(
+            (
+                choice.finish_reason.as_deref(),
+                choice.stop_reason.as_deref()
+            ),
+            (Some(finish), Some(raw)),
+            "{name}"
+        );
+        assert_eq!(serde_json::to_value(choice).unwrap()["stop_reason"], raw);
+    }
+    // Chat Completions streams have no other reason: the field is left out.
+    let (result, _) = run("demo.sse", Dialect::Detect).await;
+    let c = result.map_err(|(_, e)| e).unwrap();
+    assert!(c.choices.iter().all(|c| c.stop_reason.is_none()));
+    assert!(
+        serde_json::to_value(&c.choices[0])
+            .unwrap()
+            .get("stop_reason")
+            .is_none()
+    );
+}

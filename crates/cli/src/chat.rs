@@ -16,6 +16,7 @@ use futures::Stream;
 use serde_json::{Map, Value, json};
 
 use crate::record::Recorder;
+use crate::upstream::{self, ApiName, Item};
 use crate::view::{self, ViewArgs};
 use crate::{Exit, live, replay};
 
@@ -42,18 +43,21 @@ pub struct ChatArgs {
     /// --system and the prompt then override or fill it.
     #[arg(long, value_name = "FILE")]
     request: Option<PathBuf>,
-    /// The API's base URL (the endpoint is BASE_URL/chat/completions; a URL without a path,
-    /// such as http://127.0.0.1:8080, means http://127.0.0.1:8080/v1; a trailing slash is
-    /// ignored) [default: https://api.openai.com/v1].
-    #[arg(long, env = "OPENAI_BASE_URL", value_name = "URL")]
+    /// The API to call: chat (POST BASE_URL/chat/completions), responses (OpenAI's
+    /// Responses API, BASE_URL/responses) or anthropic (Anthropic's Messages API,
+    /// BASE_URL/messages; the request is reshaped for each).
+    #[arg(long, value_name = "API", default_value = "chat")]
+    api: ApiName,
+    /// The API's base URL (a URL without a path, such as http://127.0.0.1:8080, means
+    /// http://127.0.0.1:8080/v1; a trailing slash is ignored) [default: $OPENAI_BASE_URL, else
+    /// https://api.openai.com/v1; with --api anthropic, $ANTHROPIC_BASE_URL, else
+    /// https://api.anthropic.com/v1].
+    #[arg(long, value_name = "URL")]
     base_url: Option<String>,
-    /// The API key (sent as `Authorization: Bearer KEY`, or `api-key: KEY` with --azure).
-    #[arg(
-        long,
-        env = "OPENAI_API_KEY",
-        hide_env_values = true,
-        value_name = "KEY"
-    )]
+    /// The API key (sent as `Authorization: Bearer KEY`, `api-key: KEY` with --azure,
+    /// `x-api-key: KEY` to anthropic) [default: $OPENAI_API_KEY; with --api anthropic,
+    /// $ANTHROPIC_API_KEY].
+    #[arg(long, value_name = "KEY")]
     api_key: Option<String>,
     /// Azure OpenAI: the api-version; BASE_URL is then the deployment's URL
     /// (https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT).
@@ -65,21 +69,18 @@ pub struct ChatArgs {
     /// back; format in docs/recording.md).
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
-    /// Send K copies of the request at once (each with -n choices, default 1) and show their
-    /// K × n choices side by side as one completion; --first and --vote then close the
-    /// connections no longer needed.
-    #[arg(long, value_name = "K", value_parser = parse_fan_out)]
-    fan_out: Option<usize>,
+    /// Send several requests at once and show all their choices side by side as one
+    /// completion; --first and --vote then close the connections no longer needed. SPEC is
+    /// K (K copies of the request, each with -n choices, default 1) or a comma-separated list
+    /// of K and [K*]API:MODEL[@URL] items, mixing APIs and providers, e.g.
+    /// `2*chat:gpt-4o-mini,responses:gpt-5-mini,anthropic:claude-sonnet-4-5`. An item with
+    /// the command's --api uses --base-url and --api-key; another API uses its own
+    /// environment variables (OPENAI_*, ANTHROPIC_*) unless @URL is given.
+    #[arg(long, value_name = "SPEC", value_parser = upstream::parse_fan_out)]
+    fan_out: Option<upstream::FanOutSpec>,
     /// Give up when the server sends nothing for this long, in seconds [default: 60].
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     idle_timeout: Option<Duration>,
-}
-
-fn parse_fan_out(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(k) if (1..=1024).contains(&k) => Ok(k),
-        _ => Err(format!("{s:?} is not a number of requests from 1 to 1024")),
-    }
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
@@ -229,64 +230,166 @@ async fn default_model(
     }
 }
 
+/// One request to send: the client for its API and endpoint, and its body in that API's
+/// shape.
+struct Upstream {
+    client: Client,
+    body: Value,
+    model: String,
+}
+
+/// An environment variable, if set and not blank.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The client of one item: its API, base URL and key (see `--fan-out`), and whether its
+/// base URL is a server other than the provider's own.
+fn client_for(
+    args: &ChatArgs,
+    api: ApiName,
+    url: Option<&str>,
+    idle: Duration,
+) -> Result<(Client, Option<String>), Exit> {
+    let own = api == args.api;
+    let (key_env, url_env) = api.env();
+    let azure = args.azure.as_ref().filter(|_| own);
+    let base_url = url
+        .map(str::to_string)
+        .or_else(|| {
+            own.then(|| nonempty(&args.base_url).map(str::to_string))
+                .flatten()
+        })
+        .or_else(|| env_var(url_env))
+        .map(|u| friendly_base_url(&u, azure.is_some()));
+    let key = own
+        .then(|| nonempty(&args.api_key).map(str::to_string))
+        .flatten()
+        .or_else(|| env_var(key_env));
+    let mut builder = Client::builder().api(api.api());
+    match (&base_url, api) {
+        (Some(url), _) => builder = builder.base_url(url),
+        (None, ApiName::Anthropic) => builder = builder.base_url(upstream::ANTHROPIC_BASE_URL),
+        (None, _) => {}
+    }
+    match key {
+        Some(key) => builder = builder.api_key(key),
+        None if base_url.is_none() => {
+            let message = match api {
+                ApiName::Chat => format!(
+                    "no API key: pass --api-key or set {key_env} (or --base-url for a local server)"
+                ),
+                _ if own => format!(
+                    "no API key for the {api} API: pass --api-key or set {key_env} (or --base-url for a local server)"
+                ),
+                _ => format!(
+                    "no API key for the {api} API: set {key_env} (or give the item an @URL of a local server)"
+                ),
+            };
+            return Err(Exit::from(message));
+        }
+        None => {}
+    }
+    if let Some(version) = azure {
+        builder = builder.azure(version);
+    }
+    let client = builder
+        .idle_timeout(idle)
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok((client, base_url))
+}
+
+/// Every request of the run, in order: one, or the items of `--fan-out`.
+async fn upstreams(
+    args: &ChatArgs,
+    request: &Value,
+    idle: Duration,
+) -> Result<Vec<Upstream>, Exit> {
+    let items = args.fan_out.clone().map(|spec| spec.0).unwrap_or_else(|| {
+        vec![Item {
+            copies: 1,
+            api: None,
+            model: None,
+            base_url: None,
+        }]
+    });
+    let mut out = Vec::new();
+    for item in items {
+        let api = item.api.unwrap_or(args.api);
+        let (client, base_url) = client_for(args, api, item.base_url.as_deref(), idle)?;
+        let model = match item
+            .model
+            .or_else(|| request["model"].as_str().map(str::to_string))
+        {
+            Some(model) => model,
+            None => match api {
+                ApiName::Chat => {
+                    let azure = args.azure.is_some() && api == args.api;
+                    default_model(&client, base_url.as_deref(), azure).await?
+                }
+                ApiName::Responses => DEFAULT_MODEL.to_string(),
+                ApiName::Anthropic => upstream::DEFAULT_ANTHROPIC_MODEL.to_string(),
+            },
+        };
+        let mut body = request.clone();
+        body["model"] = json!(model);
+        let body = upstream::shape(api, &body)?;
+        for _ in 0..item.copies {
+            out.push(Upstream {
+                client: client.clone(),
+                body: body.clone(),
+                model: model.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
 pub async fn run(args: ChatArgs) -> Result<(), Exit> {
     let base = match &args.request {
         Some(path) => Some(replay::read_request(path).await?),
         None => None,
     };
-    let mut request = build_request(base, &args, prompt(&args)?, None)?;
-
-    let mut builder = Client::builder();
-    let base_url = nonempty(&args.base_url).map(|u| friendly_base_url(u, args.azure.is_some()));
-    let base_url = base_url.as_deref();
-    if let Some(url) = base_url {
-        builder = builder.base_url(url);
-    }
-    match nonempty(&args.api_key) {
-        Some(key) => builder = builder.api_key(key),
-        None if base_url.is_none() => {
-            return Err(Exit::from(
-                "no API key: pass --api-key or set OPENAI_API_KEY (or --base-url for a local server)"
-                    .to_string(),
-            ));
-        }
-        None => {}
-    }
-    if let Some(version) = &args.azure {
-        builder = builder.azure(version);
-    }
+    let request = build_request(base, &args, prompt(&args)?, None)?;
     let idle = args
         .idle_timeout
         .unwrap_or(choicewise_client::DEFAULT_IDLE_TIMEOUT);
-    let client = builder
-        .idle_timeout(idle)
-        .build()
-        .map_err(|e| e.to_string())?;
-    if request.get("model").is_none() {
-        request["model"] = json!(default_model(&client, base_url, args.azure.is_some()).await?);
-    }
+    let mut upstreams = upstreams(&args, &request, idle).await?;
 
-    if let Some(k) = args.fan_out.filter(|k| *k > 1) {
+    if upstreams.len() > 1 {
         if args.record.is_some() {
             return Err(Exit::from(
                 "--record saves one stream; it cannot be used with --fan-out".to_string(),
             ));
         }
         let start = Instant::now();
-        let completions = FanOut::new().requests(&client, request.clone(), k).start();
-        let n = request["n"].as_u64().unwrap_or(1);
-        let model = request["model"].as_str().map(str::to_string);
-        let title = format!(
-            "chat · {} · {k} requests × n={n}",
-            model.as_deref().unwrap_or(DEFAULT_MODEL)
-        );
+        let k = upstreams.len();
+        let title = fan_out_title(&upstreams, request["n"].as_u64().unwrap_or(1));
+        let models: Vec<&str> = upstreams.iter().map(|u| u.model.as_str()).collect();
+        let model = models
+            .iter()
+            .all(|m| *m == models[0])
+            .then(|| models[0].to_string());
+        let mut fan_out = FanOut::new().concurrency(k.max(choicewise_client::DEFAULT_CONCURRENCY));
+        for u in &upstreams {
+            fan_out = fan_out.request(&u.client, u.body.clone());
+        }
         let options = live::Options {
             start,
             title,
             model,
         };
-        return show(completions, &args, options).await;
+        return show(fan_out.start(), &args, options).await;
     }
+    let Upstream {
+        client,
+        body: request,
+        ..
+    } = upstreams.remove(0);
 
     // Open the recording first: a bad path fails before anything is spent.
     let recording = match &args.record {
@@ -348,6 +451,32 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         }
     }
     shown
+}
+
+/// `chat · gpt-4o-mini · 3 requests × n=1`, or, for different models,
+/// `chat · 4 requests: 2 × gpt-4o-mini, gpt-5-mini, claude-sonnet-4-5`.
+fn fan_out_title(upstreams: &[Upstream], n: u64) -> String {
+    let k = upstreams.len();
+    let mut runs: Vec<(&str, usize)> = Vec::new();
+    for u in upstreams {
+        match runs.last_mut() {
+            Some((model, count)) if *model == u.model => *count += 1,
+            _ => runs.push((&u.model, 1)),
+        }
+    }
+    match &runs[..] {
+        [(model, _)] => format!("chat · {model} · {k} requests × n={n}"),
+        _ => {
+            let list: Vec<String> = runs
+                .iter()
+                .map(|(model, count)| match count {
+                    1 => model.to_string(),
+                    c => format!("{c} × {model}"),
+                })
+                .collect();
+            format!("chat · {k} requests: {}", list.join(", "))
+        }
+    }
 }
 
 /// Shows the completion until it ends, or until Ctrl-C.

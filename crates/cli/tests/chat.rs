@@ -626,3 +626,199 @@ async fn fan_out_refuses_record_and_a_bad_count() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--fan-out"));
     assert_eq!(server.request_count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_fan_out_line_mixes_chat_responses_and_anthropic() {
+    let chat = TestServer::builder()
+        .body(answer("from chat"))
+        .start()
+        .await
+        .unwrap();
+    let responses = TestServer::builder()
+        .fixture("responses_text.sse")
+        .random_writes(1, 40)
+        .start()
+        .await
+        .unwrap();
+    let anthropic = TestServer::builder()
+        .fixture("anthropic_tools.sse")
+        .api_key("sk-ant-test")
+        .start()
+        .await
+        .unwrap();
+    let spec = format!(
+        "chat:gpt-4o-mini@{},responses:gpt-5-mini@{},anthropic:claude-sonnet-4-5@{}",
+        chat.base_url(),
+        responses.base_url(),
+        anthropic.base_url()
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args([
+            "chat",
+            "--api-key",
+            "sk-openai-test",
+            "--system",
+            "Be brief.",
+            "--fan-out",
+        ])
+        .arg(&spec)
+        .args(["--json", "Weather in Paris and Tokyo?"])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = json_of(&out);
+    let choices = json["choices"].as_array().unwrap();
+    let contents: Vec<&str> = choices
+        .iter()
+        .map(|c| c["message"]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents,
+        [
+            "from chat",
+            "There are three r's in strawberry.",
+            "Let me check both cities."
+        ]
+    );
+    let finishes: Vec<&str> = choices
+        .iter()
+        .map(|c| c["finish_reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(finishes, ["stop", "stop", "tool_calls"]);
+    assert_eq!(
+        choices[2]["message"]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // Each endpoint got its own request shape and key.
+    let r = &chat.requests()[0];
+    assert_eq!(r.path, "/v1/chat/completions");
+    assert_eq!(r.header("authorization"), Some("Bearer sk-openai-test"));
+    let body = r.json.as_ref().unwrap();
+    assert_eq!(body["messages"][0]["role"], "system");
+    assert_eq!(body["model"], "gpt-4o-mini");
+
+    let r = &responses.requests()[0];
+    assert_eq!(r.path, "/v1/responses");
+    let body = r.json.as_ref().unwrap();
+    assert_eq!(
+        (&body["model"], &body["instructions"], &body["stream"]),
+        (
+            &serde_json::json!("gpt-5-mini"),
+            &serde_json::json!("Be brief."),
+            &serde_json::json!(true)
+        )
+    );
+    assert_eq!(body["input"][0]["content"], "Weather in Paris and Tokyo?");
+    assert!(body.get("messages").is_none() && body.get("stream_options").is_none());
+
+    let r = &anthropic.requests()[0];
+    assert_eq!(r.path, "/v1/messages");
+    assert_eq!(r.header("x-api-key"), Some("sk-ant-test"));
+    assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+    assert!(r.header("authorization").is_none());
+    let body = r.json.as_ref().unwrap();
+    assert_eq!(
+        (&body["system"], &body["max_tokens"]),
+        (&serde_json::json!("Be brief."), &serde_json::json!(1024))
+    );
+    assert_eq!(body["messages"][0]["role"], "user");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_calls_a_responses_or_an_anthropic_endpoint() {
+    let server = TestServer::builder()
+        .fixture("anthropic_max_tokens.sse")
+        .start()
+        .await
+        .unwrap();
+    let url = server.base_url();
+    let out = choicewise(&[
+        "chat",
+        "--api",
+        "anthropic",
+        "--base-url",
+        &url,
+        "--json",
+        "hi",
+    ])
+    .await;
+    let json = json_of(&out);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json["choices"][0]["finish_reason"], "length");
+    let r = &server.requests()[0];
+    assert_eq!(r.path, "/v1/messages");
+    assert_eq!(r.json.as_ref().unwrap()["model"], "claude-sonnet-4-5");
+
+    let server = TestServer::builder()
+        .fixture("responses_text.sse")
+        .start()
+        .await
+        .unwrap();
+    let url = server.base_url();
+    let out = choicewise(&[
+        "chat",
+        "--api",
+        "responses",
+        "--base-url",
+        &url,
+        "--model",
+        "gpt-5-mini",
+        "--json",
+        "hi",
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        json_of(&out)["choices"][0]["message"]["content"],
+        "There are three r's in strawberry."
+    );
+    assert_eq!(server.requests()[0].path, "/v1/responses");
+
+    // The Responses API has no n: several choices are --fan-out's.
+    let out = choicewise(&[
+        "chat",
+        "--api",
+        "responses",
+        "--base-url",
+        &url,
+        "-n",
+        "3",
+        "hi",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fan-out"));
+
+    // Without a key or a base URL, the Anthropic key is asked for by name.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["chat", "--api", "anthropic", "hi"])
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ANTHROPIC_API_KEY"));
+}

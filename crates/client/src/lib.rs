@@ -101,6 +101,45 @@ pub const DEFAULT_MAX_RETRIES: u32 = 2;
 /// The default cap on one wait before a retry.
 pub const DEFAULT_MAX_RETRY_WAIT: Duration = Duration::from_secs(20);
 
+/// The Anthropic API version sent with [`Api::Messages`] requests (`anthropic-version`),
+/// unless a [`header`](ClientBuilder::header) of that name is given.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Which streaming API a [`Client`] speaks: its endpoint and how the key is sent. The
+/// request body is the caller's, in that API's shape; the streamed answer's dialect is
+/// recognised by the [`Completions`] whatever the API, and `collect()` gives Chat
+/// Completions' shape for every one.
+///
+/// ```
+/// use choicewise_client::{Api, Client};
+/// let client = Client::builder().api(Api::Messages).base_url("https://api.anthropic.com/v1").build().unwrap();
+/// assert_eq!(client.url(), "https://api.anthropic.com/v1/messages");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Api {
+    /// OpenAI Chat Completions and compatible servers: `POST {base}/chat/completions`, the
+    /// key as `Authorization: Bearer KEY` (`api-key: KEY` in Azure mode).
+    #[default]
+    ChatCompletions,
+    /// The OpenAI Responses API: `POST {base}/responses`, the key as a bearer token.
+    Responses,
+    /// The Anthropic Messages API: `POST {base}/messages`, the key as `x-api-key: KEY`, with
+    /// `anthropic-version: ANTHROPIC_VERSION`.
+    Messages,
+}
+
+impl Api {
+    /// The endpoint's path under the base URL.
+    fn segments(self) -> &'static [&'static str] {
+        match self {
+            Api::ChatCompletions => &["chat", "completions"],
+            Api::Responses => &["responses"],
+            Api::Messages => &["messages"],
+        }
+    }
+}
+
 /// The first backoff, doubled at each further retry.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The most of an error body read (the rest is ignored).
@@ -238,6 +277,7 @@ pub enum ClientError {
 /// ```
 #[derive(Clone)]
 pub struct ClientBuilder {
+    api: Api,
     base_url: String,
     api_key: Option<String>,
     azure: Option<String>,
@@ -251,6 +291,7 @@ pub struct ClientBuilder {
 impl fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientBuilder")
+            .field("api", &self.api)
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("azure", &self.azure)
@@ -269,6 +310,7 @@ impl fmt::Debug for ClientBuilder {
 impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {
+            api: Api::ChatCompletions,
             base_url: DEFAULT_BASE_URL.to_string(),
             api_key: None,
             azure: None,
@@ -282,6 +324,19 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
+    /// Which API to speak (default [`Api::ChatCompletions`]): the endpoint under the base URL
+    /// and how the key is sent.
+    ///
+    /// ```
+    /// # use choicewise_client::{Api, Client};
+    /// let client = Client::builder().api(Api::Responses).build().unwrap();
+    /// assert_eq!(client.url(), "https://api.openai.com/v1/responses");
+    /// ```
+    pub fn api(mut self, api: Api) -> Self {
+        self.api = api;
+        self
+    }
+
     /// The API's base URL; requests go to `{base_url}/chat/completions` (default
     /// [`DEFAULT_BASE_URL`]). In Azure mode, the deployment's URL,
     /// `https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT`.
@@ -296,8 +351,8 @@ impl ClientBuilder {
         self
     }
 
-    /// The API key: sent as `Authorization: Bearer KEY`, or as `api-key: KEY` in Azure mode
-    /// (default: none).
+    /// The API key: sent as `Authorization: Bearer KEY`, as `api-key: KEY` in Azure mode, or
+    /// as `x-api-key: KEY` to the Anthropic API ([`Api::Messages`]) (default: none).
     ///
     /// ```
     /// # use choicewise_client::Client;
@@ -403,11 +458,13 @@ impl ClientBuilder {
     /// assert!(matches!(Client::builder().base_url("").build(), Err(ClientError::InvalidUrl(_))));
     /// ```
     pub fn build(self) -> Result<Client, ClientError> {
-        let url = endpoint(
-            &self.base_url,
-            self.azure.as_deref(),
-            &["chat", "completions"],
-        )?;
+        if self.azure.is_some() && self.api != Api::ChatCompletions {
+            return Err(ClientError::InvalidUrl(format!(
+                "{:?}: Azure mode serves Chat Completions only, not {:?}",
+                self.base_url, self.api
+            )));
+        }
+        let url = endpoint(&self.base_url, self.azure.as_deref(), self.api.segments())?;
         let models_url = endpoint(&self.base_url, self.azure.as_deref(), &["models"])?;
         let mut headers = HeaderMap::new();
         for (name, value) in &self.headers {
@@ -417,10 +474,17 @@ impl ClientBuilder {
                 .map_err(|_| ClientError::InvalidHeader(format!("value of {name}")))?;
             headers.append(name, value);
         }
+        if self.api == Api::Messages && !headers.contains_key("anthropic-version") {
+            headers.insert(
+                HeaderName::from_static("anthropic-version"),
+                HeaderValue::from_static(ANTHROPIC_VERSION),
+            );
+        }
         if let Some(key) = &self.api_key {
-            let (name, value) = match self.azure {
-                Some(_) => (HeaderName::from_static("api-key"), key.clone()),
-                None => (AUTHORIZATION, format!("Bearer {key}")),
+            let (name, value) = match (self.azure.as_ref(), self.api) {
+                (Some(_), _) => (HeaderName::from_static("api-key"), key.clone()),
+                (None, Api::Messages) => (HeaderName::from_static("x-api-key"), key.clone()),
+                (None, _) => (AUTHORIZATION, format!("Bearer {key}")),
             };
             let mut value = HeaderValue::from_str(&value)
                 .map_err(|_| ClientError::InvalidHeader("the API key".to_string()))?;
@@ -928,6 +992,43 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn each_api_has_its_endpoint_and_key_header() {
+        let build = |api| {
+            Client::builder()
+                .api(api)
+                .base_url("http://h:1/v1")
+                .api_key("k")
+                .build()
+                .unwrap()
+        };
+        let chat = build(Api::ChatCompletions);
+        assert_eq!(chat.url(), "http://h:1/v1/chat/completions");
+        assert_eq!(chat.inner.headers["authorization"], "Bearer k");
+        let responses = build(Api::Responses);
+        assert_eq!(responses.url(), "http://h:1/v1/responses");
+        assert_eq!(responses.inner.headers["authorization"], "Bearer k");
+        let messages = build(Api::Messages);
+        assert_eq!(messages.url(), "http://h:1/v1/messages");
+        assert_eq!(messages.inner.headers["x-api-key"], "k");
+        assert_eq!(
+            messages.inner.headers["anthropic-version"],
+            ANTHROPIC_VERSION
+        );
+        assert!(!messages.inner.headers.contains_key("authorization"));
+        let pinned = Client::builder()
+            .api(Api::Messages)
+            .header("anthropic-version", "2024-01-01")
+            .build()
+            .unwrap();
+        assert_eq!(pinned.inner.headers["anthropic-version"], "2024-01-01");
+        let azure = Client::builder()
+            .api(Api::Responses)
+            .azure("2024-10-21")
+            .build();
+        assert!(matches!(azure, Err(ClientError::InvalidUrl(_))));
     }
 
     #[test]

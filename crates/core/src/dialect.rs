@@ -244,15 +244,18 @@ impl DialectDecoder {
                 for index in self.calls.clone() {
                     self.finish_call(update, index, None);
                 }
-                let reason = match kind {
-                    "response.completed" if self.calls.is_empty() => "stop",
-                    "response.completed" => "tool_calls",
-                    _ => match str_at(r, &["incomplete_details", "reason"]) {
-                        Some("content_filter") => "content_filter",
-                        _ => "length",
-                    },
+                let raw = match kind {
+                    "response.completed" => "completed",
+                    _ => str_at(r, &["incomplete_details", "reason"]).unwrap_or("incomplete"),
+                };
+                let reason = match (kind, raw) {
+                    ("response.completed", _) if self.calls.is_empty() => "stop",
+                    ("response.completed", _) => "tool_calls",
+                    (_, "content_filter") => "content_filter",
+                    _ => "length",
                 };
                 update.finish_reason = Some(text(reason));
+                update.stop_reason = Some(text(raw));
             }
             "response.failed" => {
                 let r = &data["response"];
@@ -422,6 +425,7 @@ impl DialectDecoder {
             Some(other) => other,
         };
         update.finish_reason = Some(text(reason));
+        update.stop_reason = self.stop_reason.as_deref().map(text);
         if self.input_tokens.is_some() || self.output_tokens.is_some() {
             let input = self.input_tokens.unwrap_or(0);
             let output = self.output_tokens.unwrap_or(0);

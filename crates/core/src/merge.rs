@@ -49,6 +49,9 @@ pub(crate) struct ChoiceUpdate {
     /// finish now (the typed dialects say so; Chat Completions never does).
     pub calls_done: Vec<u32>,
     pub finish_reason: Option<Text>,
+    /// The provider's own stop reason, when `finish_reason` was mapped from another dialect's
+    /// (Anthropic's `end_turn`, a Responses `incomplete` reason).
+    pub stop_reason: Option<Text>,
     // Rare fields are boxed: updates are moved several times on the hot path.
     pub logprobs: Option<Box<Value>>,
     pub content_filter_results: Option<Box<Value>>,
@@ -194,9 +197,16 @@ pub(crate) struct ChoiceAccumulator {
     /// A `finish_reason` that arrived while a call's arguments were an incomplete JSON value:
     /// the finish waits for them (or for the end of the stream).
     pending_finish: Option<Text>,
-    // Rare: boxed, so that every choice does not carry their size.
-    logprobs: Option<Box<Value>>,
-    content_filter_results: Option<Box<Value>>,
+    // Rare: boxed together, so that every choice does not carry their size.
+    rare: Option<Box<Rare>>,
+}
+
+/// What few choices carry.
+#[derive(Debug, Clone, Default)]
+struct Rare {
+    logprobs: Option<Value>,
+    content_filter_results: Option<Value>,
+    stop_reason: Option<Text>,
 }
 
 /// Whether arguments are an incomplete JSON value: a valid beginning that ends too soon.
@@ -219,8 +229,7 @@ impl ChoiceAccumulator {
             tool_calls: Vec::new(),
             finish: None,
             pending_finish: None,
-            logprobs: None,
-            content_filter_results: None,
+            rare: None,
         }
     }
 
@@ -291,12 +300,15 @@ impl ChoiceAccumulator {
             self.complete_pending_finish(out);
         }
         if let Some(lp) = u.logprobs {
-            merge_logprobs(&mut self.logprobs, &lp);
+            merge_logprobs(&mut self.rare.get_or_insert_default().logprobs, &lp);
             out.push(ChoiceEvent::Logprobs(Arc::new(*lp)));
         }
         if let Some(cf) = u.content_filter_results {
-            self.content_filter_results = Some(cf.clone());
+            self.rare.get_or_insert_default().content_filter_results = Some((*cf).clone());
             out.push(ChoiceEvent::ContentFilter(Arc::new(*cf)));
+        }
+        if let Some(reason) = u.stop_reason {
+            self.rare.get_or_insert_default().stop_reason = Some(reason);
         }
         if let Some(reason) = u.finish_reason {
             match self.finish.as_ref().or(self.pending_finish.as_ref()) {
@@ -553,8 +565,15 @@ impl ChoiceAccumulator {
                 .as_deref()
                 .or(self.pending_finish.as_deref())
                 .map(str::to_string),
-            logprobs: self.logprobs.as_deref().cloned(),
-            content_filter_results: self.content_filter_results.as_deref().cloned(),
+            logprobs: self.rare.as_ref().and_then(|r| r.logprobs.clone()),
+            content_filter_results: self
+                .rare
+                .as_ref()
+                .and_then(|r| r.content_filter_results.clone()),
+            stop_reason: self
+                .rare
+                .as_ref()
+                .and_then(|r| r.stop_reason.as_deref().map(str::to_string)),
             usage: None,
             cancelled: false,
         }
@@ -651,10 +670,10 @@ fn append_arguments(
 
 /// Log probabilities arrive as `{"content": [...], "refusal": [...]}` per update: arrays are
 /// concatenated key by key; any other value replaces the previous one.
-fn merge_logprobs(slot: &mut Option<Box<Value>>, incoming: &Value) {
-    let (Some(Value::Object(acc)), Value::Object(new)) = (slot.as_deref_mut(), incoming) else {
+fn merge_logprobs(slot: &mut Option<Value>, incoming: &Value) {
+    let (Some(Value::Object(acc)), Value::Object(new)) = (slot.as_mut(), incoming) else {
         if !incoming.is_null() {
-            *slot = Some(Box::new(incoming.clone()));
+            *slot = Some(incoming.clone());
         }
         return;
     };

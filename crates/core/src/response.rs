@@ -85,6 +85,13 @@ pub struct ChoiceOutput {
     /// arrives; [`Choice::usage`](crate::Choice::usage) answers in every case.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::usage::ChoiceUsage>,
+    /// The provider's own stop reason when `finish_reason` was mapped from another dialect:
+    /// Anthropic's `stop_reason` (`end_turn`, `stop_sequence`, `tool_use`, `max_tokens`,
+    /// `refusal`, ...), or a Responses stream's status (`completed`, or the reason of an
+    /// `incomplete` response, such as `max_output_tokens`). Left out when `None` (Chat
+    /// Completions streams).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
     /// The choice was cancelled ([`Choice::cancel`](crate::Choice::cancel)) before it
     /// finished: the message is what it had received, and `finish_reason` is `None`.
     /// Serialised as `"cancelled": true`, and left out when `false`.

@@ -2,9 +2,11 @@
 //!
 //! A loopback HTTP server that serves recorded chat-completion streams (the `.sse` fixtures) as
 //! real server-sent events, for tests of HTTP clients. It binds `127.0.0.1` (port 0 by
-//! default), answers three endpoints:
+//! default), answers these endpoints:
 //!
-//! - `POST /v1/chat/completions` (OpenAI style, `Authorization: Bearer KEY`);
+//! - `POST /v1/chat/completions` and `POST /v1/responses` (OpenAI style,
+//!   `Authorization: Bearer KEY`), `POST /v1/messages` (Anthropic style, `x-api-key: KEY`),
+//!   each answered with the configured body (serve a fixture of the matching dialect);
 //! - `POST /openai/deployments/{deployment}/chat/completions?api-version=V` (Azure style,
 //!   `api-key: KEY`);
 //! - `GET /v1/models`: the model list of [`TestServerBuilder::models`], OpenAI's shape;
@@ -473,7 +475,7 @@ impl TestServerBuilder {
         self
     }
 
-    /// Requires this key (`Authorization: Bearer KEY`, or `api-key: KEY` on the Azure path);
+    /// Requires this key (`Authorization: Bearer KEY`; `api-key: KEY` on the Azure path, `x-api-key: KEY` on `/v1/messages`);
     /// other requests get 401 (default: any key, or none, is accepted).
     ///
     /// ```
@@ -898,11 +900,14 @@ fn full(bytes: impl Into<Bytes>) -> Body {
 enum Api {
     OpenAi,
     Azure,
+    Anthropic,
 }
 
 fn route(path: &str) -> Option<Api> {
-    if path == "/v1/chat/completions" {
-        return Some(Api::OpenAi);
+    match path {
+        "/v1/chat/completions" | "/v1/responses" => return Some(Api::OpenAi),
+        "/v1/messages" => return Some(Api::Anthropic),
+        _ => {}
     }
     let deployment = path
         .strip_prefix("/openai/deployments/")?
@@ -1009,6 +1014,7 @@ async fn handle(
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .is_some_and(|k| k == key),
             Api::Azure => recorded.header("api-key") == Some(key.as_str()),
+            Api::Anthropic => recorded.header("x-api-key") == Some(key.as_str()),
         };
         if !authorized {
             return Ok(Failure::status(401).response());

@@ -1,0 +1,281 @@
+//! What `choicewise chat` sends where: the API of each upstream (`--api`, the items of
+//! `--fan-out`), its key and base URL from the flags or the usual environment variables, and
+//! the request in that API's shape.
+
+use std::fmt;
+use std::str::FromStr;
+
+use choicewise_client::Api;
+use serde_json::{Map, Value, json};
+
+/// The model asked of the Anthropic API when none is given.
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
+/// The Anthropic API's base URL.
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+/// `max_tokens` sent to the Anthropic API (which requires it) when the request has none.
+pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 1024;
+
+/// A streaming API, as named on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ApiName {
+    /// OpenAI Chat Completions and compatible servers.
+    #[default]
+    Chat,
+    /// The OpenAI Responses API.
+    Responses,
+    /// The Anthropic Messages API.
+    Anthropic,
+}
+
+impl ApiName {
+    pub fn api(self) -> Api {
+        match self {
+            ApiName::Chat => Api::ChatCompletions,
+            ApiName::Responses => Api::Responses,
+            ApiName::Anthropic => Api::Messages,
+        }
+    }
+
+    /// The environment variables of its key and base URL.
+    pub fn env(self) -> (&'static str, &'static str) {
+        match self {
+            ApiName::Chat | ApiName::Responses => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+            ApiName::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+        }
+    }
+}
+
+impl fmt::Display for ApiName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ApiName::Chat => "chat",
+            ApiName::Responses => "responses",
+            ApiName::Anthropic => "anthropic",
+        })
+    }
+}
+
+impl FromStr for ApiName {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "chat" => Ok(ApiName::Chat),
+            "responses" => Ok(ApiName::Responses),
+            "anthropic" => Ok(ApiName::Anthropic),
+            other => Err(format!(
+                "unknown API {other:?} (chat, responses or anthropic)"
+            )),
+        }
+    }
+}
+
+/// One item of `--fan-out`: `K` copies of the command's own request, or `[K*]API:MODEL[@URL]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub copies: usize,
+    /// `None`: the command's `--api`, `--model`, `--base-url` and key.
+    pub api: Option<ApiName>,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+}
+
+/// The items of `--fan-out`, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FanOutSpec(pub Vec<Item>);
+
+/// The most requests one run sends.
+const MAX_REQUESTS: usize = 1024;
+
+/// `--fan-out SPEC`: comma-separated items.
+pub fn parse_fan_out(s: &str) -> Result<FanOutSpec, String> {
+    let mut items = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let count = |k: &str| match k.parse::<usize>() {
+            Ok(k) if (1..=MAX_REQUESTS).contains(&k) => Ok(k),
+            _ => Err(format!(
+                "{k:?} is not a number of requests from 1 to {MAX_REQUESTS}"
+            )),
+        };
+        if part.bytes().all(|b| b.is_ascii_digit()) {
+            items.push(Item {
+                copies: count(part)?,
+                api: None,
+                model: None,
+                base_url: None,
+            });
+            continue;
+        }
+        let (copies, rest) = match part.split_once(['*', '×']) {
+            Some((k, rest)) if k.bytes().all(|b| b.is_ascii_digit()) => (count(k)?, rest),
+            _ => (1, part),
+        };
+        let Some((api, rest)) = rest.split_once(':') else {
+            return Err(format!(
+                "{part:?}: expected K, or [K*]API:MODEL[@URL] with API chat, responses or anthropic"
+            ));
+        };
+        let api: ApiName = api.parse()?;
+        let (model, base_url) = match rest.split_once('@') {
+            Some((model, url)) => (model, Some(url.to_string())),
+            None => (rest, None),
+        };
+        items.push(Item {
+            copies,
+            api: Some(api),
+            model: (!model.is_empty()).then(|| model.to_string()),
+            base_url: base_url.filter(|u| !u.is_empty()),
+        });
+    }
+    let total: usize = items.iter().map(|i| i.copies).sum();
+    if total > MAX_REQUESTS {
+        return Err(format!("{total} requests: at most {MAX_REQUESTS}"));
+    }
+    Ok(FanOutSpec(items))
+}
+
+/// The request (built in Chat Completions' shape from the flags) in `api`'s shape:
+///
+/// - Responses: a first system or developer message becomes `instructions`, the others
+///   `input`; `max_tokens` / `max_completion_tokens` become `max_output_tokens`.
+/// - Anthropic: a first system or developer message becomes `system`; `max_tokens` is
+///   required (from `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`]).
+///
+/// Neither has `n` (more than one choice is `--fan-out`'s job) nor `stream_options` (both
+/// report usage in the stream anyway).
+pub fn shape(api: ApiName, request: &Value) -> Result<Value, String> {
+    let Some(body) = request.as_object() else {
+        return Err("the request body must be a JSON object".into());
+    };
+    if api == ApiName::Chat {
+        return Ok(request.clone());
+    }
+    if body.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+        return Err(format!(
+            "the {api} API has no n: ask for several choices with --fan-out K*{api}:MODEL"
+        ));
+    }
+    let mut out = Map::new();
+    let mut messages: Vec<Value> = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let system = match messages.first() {
+        Some(m) if matches!(m["role"].as_str(), Some("system" | "developer")) => {
+            Some(messages.remove(0)["content"].clone())
+        }
+        _ => None,
+    };
+    for (key, value) in body {
+        match key.as_str() {
+            "n" | "stream_options" | "messages" | "max_tokens" | "max_completion_tokens" => {}
+            _ => {
+                out.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    let max_tokens = body
+        .get("max_completion_tokens")
+        .or_else(|| body.get("max_tokens"))
+        .cloned();
+    match api {
+        ApiName::Responses => {
+            out.insert("input".into(), Value::Array(messages));
+            if let Some(system) = system {
+                out.insert("instructions".into(), system);
+            }
+            if let Some(max) = max_tokens {
+                out.insert("max_output_tokens".into(), max);
+            }
+        }
+        ApiName::Anthropic => {
+            out.insert("messages".into(), Value::Array(messages));
+            if let Some(system) = system {
+                out.insert("system".into(), system);
+            }
+            out.insert(
+                "max_tokens".into(),
+                max_tokens.unwrap_or(json!(DEFAULT_ANTHROPIC_MAX_TOKENS)),
+            );
+        }
+        ApiName::Chat => unreachable!("returned above"),
+    }
+    Ok(Value::Object(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fan_out_items() {
+        assert_eq!(
+            parse_fan_out("3").unwrap().0,
+            [Item {
+                copies: 3,
+                api: None,
+                model: None,
+                base_url: None
+            }]
+        );
+        let items =
+            parse_fan_out("2*chat:gpt-4o-mini,responses:gpt-5-mini, anthropic:claude-sonnet-4-5@http://127.0.0.1:9/v1,3×chat:qwen3:8b@http://h:1")
+                .unwrap();
+        let short: Vec<_> = items
+            .0
+            .iter()
+            .map(|i| {
+                (
+                    i.copies,
+                    i.api.unwrap(),
+                    i.model.as_deref().unwrap(),
+                    i.base_url.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            short,
+            [
+                (2, ApiName::Chat, "gpt-4o-mini", None),
+                (1, ApiName::Responses, "gpt-5-mini", None),
+                (
+                    1,
+                    ApiName::Anthropic,
+                    "claude-sonnet-4-5",
+                    Some("http://127.0.0.1:9/v1")
+                ),
+                (3, ApiName::Chat, "qwen3:8b", Some("http://h:1")),
+            ]
+        );
+        for bad in ["0", "gemini:x", "chat", "2*", "1025", "600,600"] {
+            assert!(parse_fan_out(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn request_shapes() {
+        let chat = json!({
+            "model": "m", "temperature": 0.2, "max_tokens": 50,
+            "stream_options": {"include_usage": true},
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        });
+        assert_eq!(shape(ApiName::Chat, &chat).unwrap(), chat);
+        assert_eq!(
+            shape(ApiName::Responses, &chat).unwrap(),
+            json!({"model": "m", "temperature": 0.2, "max_output_tokens": 50,
+                   "instructions": "Be brief.", "input": [{"role": "user", "content": "hi"}]})
+        );
+        assert_eq!(
+            shape(ApiName::Anthropic, &chat).unwrap(),
+            json!({"model": "m", "temperature": 0.2, "max_tokens": 50,
+                   "system": "Be brief.", "messages": [{"role": "user", "content": "hi"}]})
+        );
+        let plain = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        assert_eq!(
+            shape(ApiName::Anthropic, &plain).unwrap()["max_tokens"],
+            1024
+        );
+        let e = shape(ApiName::Anthropic, &json!({"n": 3, "messages": []})).unwrap_err();
+        assert!(e.contains("--fan-out"), "{e}");
+    }
+}
