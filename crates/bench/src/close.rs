@@ -1,28 +1,40 @@
 //! Closing the unneeded upstreams: from a combinator's decision to every unneeded upstream
 //! connection closed, over real loopback HTTP.
 //!
-//! Each run is a fresh [`FanOut`] of 5 requests (`choicewise_client`, reqwest) against a
-//! fresh in-process [`TestServer`]: the first request to arrive is answered after `delay`
-//! with one whole answer (`stop`), the 4 others with one event each and then nothing, their
-//! connections held open. `first_finished()` picks the fast choice and cancels the 4 others;
-//! with no choice of theirs wanted, the upstream readers drop the response bodies and reqwest
-//! closes those connections.
+//! Each run is a fresh fan-out of 5 requests sent by `choicewise_client::Client` (reqwest)
+//! to a fresh in-process [`TestServer`]: the first request to arrive is answered after
+//! `delay` with one whole answer (`stop`), the 4 others with one event each and then
+//! nothing, their connections held open. `first_finished()` picks the fast choice and
+//! cancels the 4 others; with no choice of theirs wanted, the upstream readers drop the
+//! response bodies and reqwest closes those connections.
 //!
-//! - **decision**: the instant the winning choice's `message()` resolves, stamped by a watcher
-//!   task of the harness that awaits every choice's `message()` exactly as the combinator
-//!   does (one task per choice, spawned as the choice appears). The combinator decides on
-//!   that same wake-up; what follows it (its join, its decision, `cancel()`, the readers'
-//!   drop, the client closing the socket) is inside the measured time. Should the watcher's
-//!   task run only after the cancel (a cancelled choice's `message()` resolved before the
-//!   winner's in the watcher's eyes), the decision is the earliest stamp of the run, still
-//!   no earlier than the true one, and the run is counted as such.
-//! - **closed**: the instant the server has seen the 4th stalled answer abandoned
-//!   (`TestServer::wait_disconnects`, the count of answers dropped before their end, which
-//!   hyper drops when it sees the socket closed), stamped by a task on the server's runtime.
+//! The fan-out is built as `choicewise_client::FanOut::start` builds it (each request
+//! `Client::send`, its `bytes_stream()` opened as an upstream of core's `fan_out()` with the
+//! request declared), with each body wrapped to stamp its reads: the only way to see, without
+//! changing the library, when the bytes the combinator decides on reached the reader. What
+//! is left out is `FanOut`'s concurrency slot (a semaphore permit held beside each body; 5
+//! requests never wait for one).
 //!
+//! The decision is bracketed by two stamps, both on the client's runtime:
+//!
+//! - **finish read** (no later than the decision): the read carrying the fast answer's
+//!   `"finish_reason":"stop"` handed to its upstream reader. After it come the framing,
+//!   parse and routing of the event, the choice closing, the combinator waking on it and
+//!   deciding. **The target is judged from this stamp**: it can only overstate.
+//! - **decision** (no earlier than the decision): the instant the winning choice's
+//!   `message()` resolves, stamped by a watcher task of the harness that awaits every
+//!   choice's `message()` as the combinator does (one task per choice, spawned as the choice
+//!   appears); the combinator decides on that same wake-up. When the watcher's task runs only
+//!   after the cancel (it saw a cancelled choice settle before the winner), the earliest
+//!   stamp of the run is taken, and the run is counted: under load the figure from this
+//!   stamp understates.
+//!
+//! **Closed**: the instant the server has seen the 4th stalled answer abandoned
+//! (`TestServer::wait_disconnects`, the count of answers dropped before their end, which
+//! hyper drops when it sees the socket closed), stamped by a task on the server's runtime.
 //! The server runs on a runtime of its own (one worker thread), standing in for the other
-//! end of the network: its detection does not queue behind the client's work. Both stamps
-//! come from the same monotonic clock.
+//! end of the network: its detection does not queue behind the client's tasks. Every stamp
+//! comes from the same monotonic clock.
 //!
 //! Baseline, the same number of runs, interleaved with ours: the same client's
 //! `Client::send` (a plain `reqwest::Response`) on a stalled answer, its first event read,
@@ -37,13 +49,15 @@
 //! that the server counted exactly 4 disconnects.
 
 use std::future::IntoFuture;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use choicewise_client::Client;
-use choicewise_core::Choices;
+use choicewise_client::{Client, ClientError};
+use choicewise_core::{Choices, Completions};
 use choicewise_testserver::{TestServer, TestServerBuilder};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 use tokio::runtime::{Handle, Runtime};
 use tokio::task::JoinSet;
@@ -119,6 +133,59 @@ async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("close: {what} took over {PATIENCE:?}"))
 }
 
+/// The bytes of the fast answer's finish, as the server sends them.
+const FINISH: &[u8] = b"\"finish_reason\":\"stop\"";
+
+/// An upstream body that stamps the first read carrying [`FINISH`] as it hands it to the
+/// reader.
+struct Stamped<S> {
+    body: Pin<Box<S>>,
+    finish_read: Arc<OnceLock<Instant>>,
+}
+
+impl<S, B, E> Stream for Stamped<S>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = self.body.as_mut().poll_next(cx);
+        if let Poll::Ready(Some(Ok(read))) = &next
+            && read.as_ref().windows(FINISH.len()).any(|w| w == FINISH)
+        {
+            let _ = self.finish_read.set(Instant::now());
+        }
+        next
+    }
+}
+
+/// `copies` requests of `request` as one completion, as `choicewise_client::FanOut::start`
+/// builds it, each body stamping the read that carries a finish.
+fn fan_out(
+    client: &Client,
+    request: &Value,
+    copies: usize,
+    finish_read: &Arc<OnceLock<Instant>>,
+) -> Completions {
+    let mut fan_out = Completions::fan_out();
+    for _ in 0..copies {
+        let client = client.clone();
+        let body = request.clone();
+        let finish_read = finish_read.clone();
+        let open = async move {
+            let response = client.send(&body).await?;
+            Ok::<_, ClientError>(Stamped {
+                body: Box::pin(response.bytes_stream()),
+                finish_read,
+            })
+        };
+        fan_out = fan_out.open(open).request(request.clone());
+    }
+    fan_out.start()
+}
+
 /// Per choice, when its `message()` resolved: its index and the instant, watched as the
 /// combinator watches (one task per choice, spawned as it appears). The cancelled choices'
 /// resolve at their cancel.
@@ -139,14 +206,15 @@ async fn settled(mut choices: Choices) -> Vec<(u32, Instant)> {
 
 /// One run of ours.
 struct Ours {
-    /// From the decision to the server seeing the 4th stalled connection closed.
-    close: Duration,
+    /// From the finish read to the server seeing the 4th stalled connection closed.
+    from_read: Duration,
+    /// From the decision (the watcher's stamp) to the same.
+    from_decision: Duration,
     /// From the decision to `first_finished().await` returning (it also counts the
     /// cancelled choices' tokens).
     returned: Duration,
     /// The watcher saw a cancelled choice settle before the winner: its wake-up came after
-    /// the cancel, and the decision is then the earliest stamp (still no earlier than the
-    /// true decision).
+    /// the cancel, and the decision is then the earliest stamp (later than the true one).
     late_stamp: bool,
 }
 
@@ -160,7 +228,8 @@ async fn run_ours(server_rt: Handle, delay: Duration) -> Option<Ours> {
     let client = client(&server);
     let mut watch_closed = closed_at(&server_rt, &server, STALLED);
 
-    let completions = client.fan_out(request(), 1 + STALLED);
+    let finish_read = Arc::new(OnceLock::new());
+    let completions = fan_out(&client, &request(), 1 + STALLED, &finish_read);
     let watcher = tokio::spawn(settled(completions.choices()));
     let selection = within("first_finished", completions.first_finished().into_future()).await;
     let returned_at = Instant::now();
@@ -218,8 +287,14 @@ async fn run_ours(server_rt: Handle, delay: Duration) -> Option<Ours> {
         .map(|&(_, at)| at)
         .expect("the watcher saw the winner finish");
     let earliest = stamps.iter().map(|&(_, at)| at).min().expect("stamps");
+    let read_at = *finish_read.get().expect("the finish was read");
+    assert!(
+        read_at <= earliest,
+        "close: the finish was read before the decision"
+    );
     Some(Ours {
-        close: closed_at.saturating_duration_since(earliest),
+        from_read: closed_at.saturating_duration_since(read_at),
+        from_decision: closed_at.saturating_duration_since(earliest),
         returned: returned_at.saturating_duration_since(earliest),
         late_stamp: earliest < winner_at,
     })
@@ -272,8 +347,10 @@ impl Durations {
 pub struct CloseResult {
     pub runs: usize,
     pub delay: Duration,
-    /// Decision → the 4 stalled connections seen closed by the server.
-    pub ours: Durations,
+    /// Finish read → the 4 stalled connections seen closed by the server (the target).
+    pub from_read: Durations,
+    /// Decision (the watcher's stamp) → the same.
+    pub from_decision: Durations,
     /// Decision → `first_finished().await` returned.
     pub returned: Durations,
     /// Baseline: one stalled response dropped → seen closed.
@@ -297,7 +374,8 @@ pub fn measure(rt: &Runtime, runs: usize, warmup: usize, delay: Duration) -> Clo
         .build()
         .expect("the server's runtime");
     let handle = server_rt.handle().clone();
-    let mut ours = Vec::with_capacity(runs);
+    let mut from_read = Vec::with_capacity(runs);
+    let mut from_decision = Vec::with_capacity(runs);
     let mut returned = Vec::with_capacity(runs);
     let mut one = Vec::with_capacity(runs);
     let mut four = Vec::with_capacity(runs);
@@ -326,7 +404,8 @@ pub fn measure(rt: &Runtime, runs: usize, warmup: usize, delay: Duration) -> Clo
             .block_on(rt.spawn(run_baseline(handle.clone(), STALLED)))
             .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         if timed {
-            ours.push(o.close);
+            from_read.push(o.from_read);
+            from_decision.push(o.from_decision);
             returned.push(o.returned);
             late_stamps += usize::from(o.late_stamp);
             one.push(b1);
@@ -336,7 +415,8 @@ pub fn measure(rt: &Runtime, runs: usize, warmup: usize, delay: Duration) -> Clo
     CloseResult {
         runs,
         delay,
-        ours: Durations::sorted(ours),
+        from_read: Durations::sorted(from_read),
+        from_decision: Durations::sorted(from_decision),
         returned: Durations::sorted(returned),
         one: Durations::sorted(one),
         four: Durations::sorted(four),
@@ -354,10 +434,11 @@ pub fn print(r: &CloseResult) {
         r.delay.as_millis()
     );
     println!(
-        "decision = the winning choice's message() resolving (the combinator decides on that \
-         wake-up); closed = the test server has seen the last of the {STALLED} stalled \
-         answers abandoned. Baselines: the same reqwest client's stalled responses dropped \
-         directly, from the drop. ms.\n"
+        "closed = the test server has seen the last of the {STALLED} stalled answers \
+         abandoned. finish read = the read carrying the fast answer's finish handed to its \
+         reader (before the decision: the target's figure); decision = the winning choice's \
+         message() resolving in a watcher task (the combinator's wake-up). Baselines: the same \
+         reqwest client's stalled responses dropped directly, from the drop. ms.\n"
     );
     println!(
         "| {:<62} | {:>7} | {:>7} | {:>7} |",
@@ -366,8 +447,12 @@ pub fn print(r: &CloseResult) {
     println!("|{:-<64}|{:->9}|{:->9}|{:->9}|", "", "", "", "");
     let rows = [
         (
+            format!("choicewise: finish read → {STALLED} connections closed"),
+            &r.from_read,
+        ),
+        (
             format!("choicewise: decision → {STALLED} connections closed"),
-            &r.ours,
+            &r.from_decision,
         ),
         (
             "choicewise: decision → first_finished().await returns".to_string(),
@@ -393,9 +478,10 @@ pub fn print(r: &CloseResult) {
     }
     if r.late_stamps > 0 {
         println!(
-            "\n{} run(s) where the watcher woke for the winner after a cancelled choice had \
-             settled: their decision is the earliest stamp of the run",
-            r.late_stamps
+            "\n{} of {} runs: the watcher woke for the winner after a cancelled choice had \
+             settled (the decision row takes the run's earliest stamp, later than the true \
+             decision: it understates those runs)",
+            r.late_stamps, r.runs
         );
     }
     if r.redone > 0 {

@@ -683,7 +683,11 @@ fn close_cmd(args: &CloseArgs) -> Report {
     );
     close::print(&r);
     load("end of close");
-    let p99 = r.ours.p_ms(99.0);
+    // Judged from the finish read, which precedes the decision: the figure can only
+    // overstate (see `close`).
+    let p99 = r.from_read.p_ms(99.0);
+    let one = r.one.p_ms(99.0);
+    let four = r.four.p_ms(99.0);
     Report {
         targets: vec![Target {
             name: "close_unneeded_upstreams_p99",
@@ -695,21 +699,24 @@ fn close_cmd(args: &CloseArgs) -> Report {
         info: vec![
             format!(
                 "INFO close_p99_vs_one_dropped_response measured={:.2}x (ours p99 {p99:.3} ms, \
-                 1 reqwest response dropped p99 {:.3} ms, same run)",
-                p99 / r.one.p_ms(99.0),
-                r.one.p_ms(99.0),
-            ),
-            format!(
-                "INFO close_p99_vs_{n}_dropped_responses measured={:.2}x ({n} reqwest responses \
-                 dropped at once p99 {:.3} ms)",
-                p99 / r.four.p_ms(99.0),
-                r.four.p_ms(99.0),
+                 1 reqwest response dropped p99 {one:.3} ms, same run; {n} dropped at once p99 \
+                 {four:.3} ms, {:.2}x)",
+                p99 / one,
+                p99 / four,
                 n = close::STALLED,
             ),
             format!(
+                "INFO close_from_watched_decision_p99 measured={:.3}ms (p50 {:.3} ms; {} of {} \
+                 runs stamped late)",
+                r.from_decision.p_ms(99.0),
+                r.from_decision.p_ms(50.0),
+                r.late_stamps,
+                r.runs,
+            ),
+            format!(
                 "INFO close_p50 measured={:.3}ms max={:.3}ms ({} runs, {} redone)",
-                r.ours.p_ms(50.0),
-                r.ours.max_ms(),
+                r.from_read.p_ms(50.0),
+                r.from_read.max_ms(),
                 r.runs,
                 r.redone,
             ),
