@@ -42,9 +42,10 @@
 //! connection (the floor of closing one loopback HTTP connection), once with 4 responses
 //! dropped at once (the floor of our scenario's 4).
 //!
-//! A run whose scenario did not happen as planned (a stalled upstream had not delivered its
-//! first event by the decision, so its connection may never have reached the server's
-//! answer) is discarded and run again; the count is printed. The decision always comes from
+//! A run whose scenario did not happen as planned (a stalled upstream's choice had not
+//! appeared, its first event routed, before the fast answer's finish was read: its
+//! connection may not have reached the server's answer yet) is discarded and run again; the
+//! count is printed. The decision always comes from
 //! the fast answer: every run checks the selection (1 selected, its text, 4 cancelled) and
 //! that the server counted exactly 4 disconnects.
 
@@ -186,22 +187,35 @@ fn fan_out(
     fan_out.start()
 }
 
-/// Per choice, when its `message()` resolved: its index and the instant, watched as the
-/// combinator watches (one task per choice, spawned as it appears). The cancelled choices'
-/// resolve at their cancel.
-async fn settled(mut choices: Choices) -> Vec<(u32, Instant)> {
+/// What the watcher saw of one choice.
+struct Watched {
+    index: u32,
+    /// When the choice appeared (its first event routed).
+    appeared: Instant,
+    /// When its `message()` resolved (a cancelled choice's at its cancel).
+    settled: Instant,
+}
+
+/// Every choice, watched as the combinator watches: one task per choice, spawned as it
+/// appears, awaiting its `message()`.
+async fn watch(mut choices: Choices) -> Vec<Watched> {
     let mut tasks = JoinSet::new();
     while let Some(choice) = choices.next().await {
+        let appeared = Instant::now();
         tasks.spawn(async move {
             let _ = choice.message().await;
-            (choice.index(), Instant::now())
+            Watched {
+                index: choice.index(),
+                appeared,
+                settled: Instant::now(),
+            }
         });
     }
-    let mut stamps = Vec::new();
+    let mut watched = Vec::new();
     while let Some(joined) = tasks.join_next().await {
-        stamps.push(joined.expect("the watcher's tasks do not panic"));
+        watched.push(joined.expect("the watcher's tasks do not panic"));
     }
-    stamps
+    watched
 }
 
 /// One run of ours.
@@ -230,15 +244,9 @@ async fn run_ours(server_rt: Handle, delay: Duration) -> Option<Ours> {
 
     let finish_read = Arc::new(OnceLock::new());
     let completions = fan_out(&client, &request(), 1 + STALLED, &finish_read);
-    let watcher = tokio::spawn(settled(completions.choices()));
+    let watcher = tokio::spawn(watch(completions.choices()));
     let selection = within("first_finished", completions.first_finished().into_future()).await;
     let returned_at = Instant::now();
-    assert_eq!(
-        (selection.selected.len(), selection.cancelled.len()),
-        (1, STALLED),
-        "close: one choice selected, the stalled ones cancelled ({selection:?})"
-    );
-    let winner = selection.selected[0];
     let closed = tokio::time::timeout(PATIENCE, &mut watch_closed).await;
     if closed.is_err() {
         // Its task holds the server.
@@ -247,17 +255,16 @@ async fn run_ours(server_rt: Handle, delay: Duration) -> Option<Ours> {
     let whole = within("collect", completions.collect())
         .await
         .expect("the completion ends well once the rest is cancelled");
-    let stamps = within("the watcher", watcher)
+    let watched = within("the watcher", watcher)
         .await
         .expect("the watcher does not panic");
+    let read_at = *finish_read.get().expect("the finish was read");
 
-    // Every stalled upstream had delivered its first event by the decision (after it, its
-    // body was dropped): else its connection may not have reached the server's answer.
-    let as_planned = whole
-        .choices
-        .iter()
-        .filter(|c| c.cancelled)
-        .all(|c| c.message.content.as_deref() == Some(STALLED_TEXT));
+    // The scenario: every stalled upstream's choice had appeared (its first event routed)
+    // before the fast answer's finish was read. Else its connection may not have reached
+    // the server's answer, or its choice appears while the cancel runs (see the report).
+    let stalled_before = watched.iter().filter(|w| w.appeared < read_at).count();
+    let as_planned = watched.len() == 1 + STALLED && stalled_before == STALLED;
     let closed_at = match closed {
         Ok(at) => at.expect("the server's watch does not panic"),
         Err(_) if !as_planned => return None,
@@ -270,24 +277,33 @@ async fn run_ours(server_rt: Handle, delay: Duration) -> Option<Ours> {
     if !as_planned {
         return None;
     }
+    assert_eq!(
+        (selection.selected.len(), selection.cancelled.len()),
+        (1, STALLED),
+        "close: one choice selected, the stalled ones cancelled ({selection:?})"
+    );
+    let winner = selection.selected[0];
     let won = &whole.choices[winner as usize];
     assert_eq!(won.message.content.as_deref(), Some(FAST_TEXT));
-    assert_eq!(
-        whole.choices.iter().filter(|c| c.cancelled).count(),
-        STALLED
-    );
+    for c in whole.choices.iter().filter(|c| c.index != winner) {
+        assert!(c.cancelled, "close: the stalled choices were cancelled");
+        assert_eq!(c.message.content.as_deref(), Some(STALLED_TEXT));
+    }
     assert_eq!(
         server.disconnects(),
         STALLED,
         "close: only the stalled answers were abandoned"
     );
-    let winner_at = stamps
+    let winner_at = watched
         .iter()
-        .find(|(index, _)| *index == winner)
-        .map(|&(_, at)| at)
+        .find(|w| w.index == winner)
+        .map(|w| w.settled)
         .expect("the watcher saw the winner finish");
-    let earliest = stamps.iter().map(|&(_, at)| at).min().expect("stamps");
-    let read_at = *finish_read.get().expect("the finish was read");
+    let earliest = watched
+        .iter()
+        .map(|w| w.settled)
+        .min()
+        .expect("watched choices");
     assert!(
         read_at <= earliest,
         "close: the finish was read before the decision"
@@ -390,8 +406,8 @@ pub fn measure(rt: &Runtime, runs: usize, warmup: usize, delay: Duration) -> Clo
                     redone += 1;
                     assert!(
                         redone <= MAX_REDOS,
-                        "close: {redone} runs did not go as planned (stalled upstreams not \
-                         started by the decision): raise --delay-ms"
+                        "close: {redone} runs did not go as planned (a stalled upstream's \
+                         choice not there before the finish): raise --delay-ms"
                     );
                 }
                 Err(e) => std::panic::resume_unwind(e.into_panic()),
@@ -486,8 +502,8 @@ pub fn print(r: &CloseResult) {
     }
     if r.redone > 0 {
         println!(
-            "\n{} run(s) of ours discarded and run again: a stalled upstream had not started \
-             by the decision",
+            "\n{} run(s) of ours discarded and run again: a stalled upstream's choice had not \
+             appeared before the finish was read",
             r.redone
         );
     }
