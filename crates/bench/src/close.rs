@@ -11,9 +11,10 @@
 //! The fan-out is built as `choicewise_client::FanOut::start` builds it (each request
 //! `Client::send`, its `bytes_stream()` opened as an upstream of core's `fan_out()` with the
 //! request declared), with each body wrapped to stamp its reads: the only way to see, without
-//! changing the library, when the bytes the combinator decides on reached the reader. What
-//! is left out is `FanOut`'s concurrency slot (a semaphore permit held beside each body; 5
-//! requests never wait for one).
+//! changing the library, when the bytes the combinator decides on reached the reader. Left
+//! out: `FanOut`'s concurrency slot (a semaphore permit held beside each body; 5 requests
+//! never wait for one) and the client's idle timeout on the completion (`Client`'s is not
+//! public; nothing here is idle for long).
 //!
 //! The decision is bracketed by two stamps, both on the client's runtime:
 //!
