@@ -6,7 +6,8 @@
 //!
 //! Every figure is a median over several repetitions on generated, deterministic,
 //! OpenAI-shaped multi-choice streams (see `gen`), with the baselines measured in the same
-//! run on the same bytes. Each target prints one `PASS|FAIL <name> measured=<x> target=<y>`
+//! run on the same bytes (`close`, over loopback HTTP, reports percentiles of its runs
+//! against a baseline measured in the same run). Each target prints one `PASS|FAIL <name> measured=<x> target=<y>`
 //! line.
 //!
 //! The harness writes no file unless asked: `all --plots` also writes the SVG plots
@@ -14,6 +15,7 @@
 //! `docs/benchmarks.md` shows, and `all --plots DIR` into `DIR`.
 
 mod baseline;
+mod close;
 mod fan_out;
 mod r#gen;
 mod heap;
@@ -57,6 +59,9 @@ enum Command {
     Scale(ScaleArgs),
     /// 64 upstreams of n = 1 fanned out into one completion against one n = 64 stream.
     FanOut(FanOutArgs),
+    /// From a combinator's decision to every unneeded upstream connection closed (loopback
+    /// HTTP).
+    Close(CloseArgs),
     /// The whole `choicewise replay --json` process on a large recorded stream.
     Replay(ReplayArgs),
     /// The incremental partial-JSON parser against one `serde_json::from_str`.
@@ -123,6 +128,23 @@ struct FanOutArgs {
     /// Size of the reads each stream is fed in, bytes.
     #[arg(long, default_value_t = 64 * 1024)]
     read_size: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+struct CloseArgs {
+    /// Timed runs (each a fresh server and fan-out; the baselines run as many times).
+    #[arg(long, default_value_t = 100)]
+    runs: usize,
+    /// Untimed warm-up runs before them.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// The fast upstream's wait before its answer, ms (the stalled ones must have sent their
+    /// first event by then).
+    #[arg(long, default_value_t = 20)]
+    delay_ms: u64,
+    /// Worker threads of the client's Tokio runtime (the server has one of its own).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
 }
 
 /// Size of the fan-out benchmark's stream, MB.
@@ -651,6 +673,57 @@ fn fan_out_cmd(args: &FanOutArgs) -> Report {
     report
 }
 
+fn close_cmd(args: &CloseArgs) -> Report {
+    let rt = runtime(args.workers);
+    let r = close::measure(
+        &rt,
+        args.runs.max(1),
+        args.warmup,
+        std::time::Duration::from_millis(args.delay_ms),
+    );
+    close::print(&r);
+    load("end of close");
+    // Judged from the finish read, which precedes the decision: the figure can only
+    // overstate (see `close`).
+    let p99 = r.from_read.p_ms(99.0);
+    let one = r.one.p_ms(99.0);
+    let four = r.four.p_ms(99.0);
+    Report {
+        targets: vec![Target {
+            name: "close_unneeded_upstreams_p99",
+            measured: p99,
+            target: 20.0,
+            at_least: false,
+            unit: "ms",
+        }],
+        info: vec![
+            format!(
+                "INFO close_p99_vs_one_dropped_response measured={:.2}x (ours p99 {p99:.3} ms, \
+                 1 reqwest response dropped p99 {one:.3} ms, same run; {n} dropped at once p99 \
+                 {four:.3} ms, {:.2}x)",
+                p99 / one,
+                p99 / four,
+                n = close::STALLED,
+            ),
+            format!(
+                "INFO close_from_watched_decision_p99 measured={:.3}ms (p50 {:.3} ms; {} of {} \
+                 runs stamped late)",
+                r.from_decision.p_ms(99.0),
+                r.from_decision.p_ms(50.0),
+                r.late_stamps,
+                r.runs,
+            ),
+            format!(
+                "INFO close_p50 measured={:.3}ms max={:.3}ms ({} runs, {} redone)",
+                r.from_read.p_ms(50.0),
+                r.from_read.max_ms(),
+                r.runs,
+                r.redone,
+            ),
+        ],
+    }
+}
+
 fn replay_cmd(args: &ReplayArgs) -> Report {
     let Some(cli) = replay::cli_binary() else {
         println!(
@@ -813,6 +886,7 @@ fn main() {
         Command::Latency(a) => latency(&a),
         Command::Scale(a) => scale(&a),
         Command::FanOut(a) => fan_out_cmd(&a),
+        Command::Close(a) => close_cmd(&a),
         Command::Replay(a) => replay_cmd(&a),
         Command::PartialJson(a) => partial_json_cmd(&a),
         Command::Tokens(a) => tokens_cmd(&a),
@@ -857,6 +931,12 @@ fn main() {
                 upstreams: 64,
                 mb: FAN_OUT_MB,
                 read_size: 64 * 1024,
+            }));
+            report.extend(close_cmd(&CloseArgs {
+                runs: 100,
+                warmup: 5,
+                delay_ms: 20,
+                workers: a.common.workers,
             }));
             report.extend(latency(&LatencyArgs {
                 common: Common {
