@@ -375,14 +375,17 @@ impl CompletionShared {
         self.closing.store(true, Ordering::Release);
         let (choices, mut unseen) = {
             let state = self.lock();
+            // Not yet published: a reader numbers a new choice, then publishes it under a
+            // second lock; it cancels it then, since the completion is closing.
+            let published: std::collections::HashSet<u32> =
+                state.choices.iter().map(|c| c.index).collect();
             let unseen: Vec<u32> = state
                 .upstreams
                 .iter()
                 .filter(|u| u.end.is_none())
                 .flat_map(|u| match u.indexing {
-                    Indexing::Block { offset, n } => (0..n)
-                        .filter(|local| !u.map.contains_key(local))
-                        .map(|local| offset + local)
+                    Indexing::Block { offset, n } => (offset..offset.saturating_add(n))
+                        .filter(|index| !published.contains(index))
                         .collect(),
                     _ => Vec::new(),
                 })
