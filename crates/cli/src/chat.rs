@@ -45,6 +45,8 @@ pub struct ChatArgs {
     /// The API's base URL (the endpoint is BASE_URL/chat/completions; a URL without a path,
     /// such as http://127.0.0.1:8080, means http://127.0.0.1:8080/v1; a trailing slash is
     /// ignored) [default: https://api.openai.com/v1].
+    // The doc comment is the --help text, plain text in a terminal: no `<...>` around URLs.
+    #[allow(rustdoc::bare_urls)]
     #[arg(long, env = "OPENAI_BASE_URL", value_name = "URL")]
     base_url: Option<String>,
     /// The API key (sent as `Authorization: Bearer KEY`, or `api-key: KEY` with --azure).
@@ -57,6 +59,8 @@ pub struct ChatArgs {
     api_key: Option<String>,
     /// Azure OpenAI: the api-version; BASE_URL is then the deployment's URL
     /// (https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT).
+    // The --help text, as above.
+    #[allow(rustdoc::bare_urls)]
     #[arg(long, value_name = "API_VERSION")]
     azure: Option<String>,
     #[command(flatten)]
