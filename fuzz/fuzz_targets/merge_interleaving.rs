@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(arb) = ArbScenario::arbitrary(&mut Unstructured::new(data)) else {
         return;
     };
-    let Some(scenario) = arb.scenario().map(choicewise_fuzz::avoid_known_bugs) else {
+    let Some(scenario) = arb.scenario() else {
         return;
     };
     if dump() {

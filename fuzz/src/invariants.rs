@@ -289,6 +289,9 @@ pub struct Observed {
     /// Per choice in order of first appearance: its index, its events, and the error that
     /// ended its streams, if any.
     pub choices: Vec<(u32, Vec<ChoiceEvent>, Option<String>)>,
+    /// Each failed choice's error by index, a late one included (an update after the finish
+    /// that broke a limit, which does not end the streams): `choice_errors()`.
+    pub errors: Vec<(u32, String)>,
     /// `warnings()`, as `Debug`, sorted (the choices' actors report concurrently).
     pub warnings: Vec<String>,
 }
@@ -323,6 +326,12 @@ pub async fn observe(completions: Completions) -> Observed {
         }
         choices.push((choice.index(), events, error));
     }
+    let errors = completions
+        .choice_errors()
+        .await
+        .into_iter()
+        .map(|(index, e)| (index, format!("{e:?}")))
+        .collect();
     let mut warnings: Vec<String> = completions
         .warnings()
         .iter()
@@ -332,6 +341,7 @@ pub async fn observe(completions: Completions) -> Observed {
     Observed {
         result,
         choices,
+        errors,
         warnings,
     }
 }
@@ -407,11 +417,21 @@ pub fn observe_demux(reads: &[&[u8]], max_event_size: Option<usize>) -> Observed
             )
         })
         .collect();
+    let mut errors: Vec<(u32, String)> = demux
+        .indexes()
+        .into_iter()
+        .filter_map(|index| {
+            let (_, error) = demux.choice(index)?;
+            error.map(|e| (index, format!("{e:?}")))
+        })
+        .collect();
+    errors.sort_by_key(|(index, _)| *index);
     let mut warnings: Vec<String> = demux.warnings().iter().map(|w| format!("{w:?}")).collect();
     warnings.sort();
     Observed {
         result,
         choices,
+        errors,
         warnings,
     }
 }
@@ -683,6 +703,9 @@ pub fn without_lines(mut o: Observed) -> Observed {
             *e = strip(e);
         }
     }
+    for (_, e) in &mut o.errors {
+        *e = strip(e);
+    }
     // Which choice appears first, and the completion's warnings (whose lines differ), are
     // properties of the ordering.
     o.choices.sort_by_key(|(i, ..)| *i);
@@ -719,13 +742,13 @@ pub async fn check_merge(s: &Scenario) {
     }
     let (mut reference, mut actual) = (without_lines(reference), without_lines(actual));
     // When several choices failed, `collect()` reports the first in order of first
-    // appearance, which the interleaving decides: it must be one of the choices' errors.
+    // appearance, which the interleaving decides: it must be one of the choices' errors (a
+    // late one included: it ends no stream, so only `errors` has it).
     for o in [&mut reference, &mut actual] {
-        let errors: Vec<String> = o.choices.iter().filter_map(|c| c.2.clone()).collect();
         let Err((_, e)) = &mut o.result else {
             continue;
         };
-        if errors.contains(e) {
+        if o.errors.iter().any(|(_, error)| error == e) {
             *e = "(the error of one of the choices)".to_string();
         }
     }

@@ -271,27 +271,3 @@ impl ArbScenario {
         .normalise()
     }
 }
-
-/// Keeps the fuzzer off the bugs it already found and that are not fixed yet (see
-/// `fuzz/regressions/KNOWN_BUGS`), so that a run goes on finding new ones. Set
-/// `CHOICEWISE_FUZZ_ALL=1` to fuzz without these filters.
-pub fn avoid_known_bugs(mut s: Scenario) -> Scenario {
-    static ALL: OnceLock<bool> = OnceLock::new();
-    if *ALL.get_or_init(|| std::env::var_os("CHOICEWISE_FUZZ_ALL").is_some()) {
-        return s;
-    }
-    // merge_interleaving/tool_call_limit_after_finish.json: a tool call over max_tool_calls
-    // after the choice's finish is swallowed with every later update. With a limit set, cut
-    // each choice at its finish.
-    if s.max_tool_calls.is_some() {
-        for updates in &mut s.choices {
-            let finish = updates
-                .iter()
-                .position(|u| matches!(u, Update::Finish(Some(r)) if !r.is_empty()));
-            if let Some(at) = finish {
-                updates.truncate(at + 1);
-            }
-        }
-    }
-    s
-}

@@ -52,6 +52,8 @@ pub struct ChatArgs {
     /// http://127.0.0.1:8080/v1; a trailing slash is ignored) [default: $OPENAI_BASE_URL, else
     /// https://api.openai.com/v1; with --api anthropic, $ANTHROPIC_BASE_URL, else
     /// https://api.anthropic.com/v1].
+    // The doc comment is the --help text, plain text in a terminal: no `<...>` around URLs.
+    #[allow(rustdoc::bare_urls)]
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
     /// The API key (sent as `Authorization: Bearer KEY`, `api-key: KEY` with --azure,
@@ -61,6 +63,8 @@ pub struct ChatArgs {
     api_key: Option<String>,
     /// Azure OpenAI: the api-version; BASE_URL is then the deployment's URL
     /// (https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT).
+    // The --help text, as above.
+    #[allow(rustdoc::bare_urls)]
     #[arg(long, value_name = "API_VERSION")]
     azure: Option<String>,
     #[command(flatten)]

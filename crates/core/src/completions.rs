@@ -331,7 +331,7 @@ impl CompletionsBuilder {
         crate::FanOut::new(self.config)
     }
 
-    /// The same demultiplexer without a runtime, with these limits: a [`Demux`] that the
+    /// The same demultiplexer without a runtime, with these limits: a [`Demux`](crate::Demux) that the
     /// caller feeds bytes or chunks (the usage options do not apply: it counts no tokens).
     ///
     /// ```

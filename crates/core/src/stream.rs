@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::event::ChoiceEvent;
 use crate::shared::{ChoiceShared, Subscription};
 
-/// A sub-stream of a [`Choice`]: yields `Ok` items from the start of the choice, then ends
+/// A sub-stream of a [`Choice`](crate::Choice): yields `Ok` items from the start of the choice, then ends
 /// (`None`) after the choice's finish, or yields one `Err` with the error that ended the
 /// stream before the finish.
 ///

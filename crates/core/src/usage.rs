@@ -93,8 +93,9 @@ pub struct Estimate {
 
 /// One choice's completion tokens, as the provider reported them or as counted here.
 ///
-/// On [`ChoiceOutput::usage`] (filled by [`Completions::collect`](crate::Completions::collect))
-/// and from [`Choice::usage`](crate::Choice::usage). Reported when the stream carried that
+/// On [`ChoiceOutput::usage`](crate::ChoiceOutput::usage) (filled by
+/// [`Completions::collect`](crate::Completions::collect)) and from
+/// [`Choice::usage`](crate::Choice::usage). Reported when the stream carried that
 /// choice's own figure (llama.cpp's usage-only chunk per choice, vLLM's running per-choice
 /// counts, or the one usage of a one-choice completion); otherwise estimated with tiktoken.
 ///
