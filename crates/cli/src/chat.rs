@@ -76,7 +76,7 @@ pub struct ChatArgs {
     /// Send several requests at once and show all their choices side by side as one
     /// completion; --first and --vote then close the connections no longer needed. SPEC is
     /// K (K copies of the request, each with -n choices, default 1) or a comma-separated list
-    /// of K and [K*]API:MODEL[@URL] items, mixing APIs and providers, e.g.
+    /// of K and `[K*]API:MODEL[@URL]` items, mixing APIs and providers, e.g.
     /// `2*chat:gpt-4o-mini,responses:gpt-5-mini,anthropic:claude-sonnet-4-5`. An item with
     /// the command's --api uses --base-url and --api-key; another API uses its own
     /// environment variables (OPENAI_*, ANTHROPIC_*) unless @URL is given.
