@@ -662,13 +662,7 @@ impl Completions {
                             .map(|u| {
                                 let indexes: Vec<u32> = u.map.values().copied().collect();
                                 let own = (u.request.clone(), u.meta.model.clone());
-                                // A request that failed before its stream began used no
-                                // tokens.
-                                let reported = match u.never_opened() {
-                                    true => Some(Usage::sum(Vec::new())),
-                                    false => u.meta.usage.usage(),
-                                };
-                                (reported, indexes, own)
+                                (u.reported_usage(), indexes, own)
                             })
                             .collect()
                     });

@@ -170,12 +170,17 @@ impl UpstreamState {
         }
     }
 
-    /// Whether it failed before its stream began (see [`Error::Open`]).
-    pub fn never_opened(&self) -> bool {
-        match &self.end {
+    /// The usage it reported; zero when it failed before its stream began (see
+    /// [`Error::Open`]): a refused request used no tokens.
+    pub fn reported_usage(&self) -> Option<Usage> {
+        let never_opened = match &self.end {
             Some(Err(Error::UpstreamFailed { error, .. })) => matches!(**error, Error::Open { .. }),
             Some(Err(Error::Open { .. })) => true,
             _ => false,
+        };
+        match never_opened {
+            true => Some(Usage::sum(Vec::new())),
+            false => self.meta.usage.usage(),
         }
     }
 
@@ -310,11 +315,7 @@ impl CompletionState {
         let parts: Option<Vec<Usage>> = self
             .upstreams
             .iter()
-            .map(|u| match u.never_opened() {
-                // A request that failed before its stream began used no tokens.
-                true => Some(Usage::sum(Vec::new())),
-                false => u.meta.usage.usage(),
-            })
+            .map(UpstreamState::reported_usage)
             .collect();
         parts.map(Usage::sum)
     }
