@@ -10,20 +10,8 @@
 use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, FanOut};
-use choicewise_testserver::TestServer;
+use choicewise_testserver::{TestServer, answer};
 use serde_json::json;
-
-/// An answer streamed as one chunk per word.
-fn answer(text: &str) -> String {
-    let mut sse = String::new();
-    for word in text.split_inclusive(' ') {
-        let delta =
-            json!({"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": null}]});
-        sse.push_str(&format!("data: {delta}\n\n"));
-    }
-    sse.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
-    sse + "data: [DONE]\n\n"
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

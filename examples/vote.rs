@@ -16,16 +16,10 @@ use serde_json::json;
 
 /// A reasoning answer streamed word by word, ending with its final number.
 fn answer(reasoning: &str, result: u32, pace: Duration) -> TestServerBuilder {
-    let text = format!("{reasoning}\nAnswer: {result}");
-    let mut sse = String::new();
-    for word in text.split_inclusive(' ') {
-        let delta =
-            json!({"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": null}]});
-        sse.push_str(&format!("data: {delta}\n\n"));
-    }
-    sse.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
     TestServer::builder()
-        .body(sse + "data: [DONE]\n\n")
+        .body(choicewise_testserver::answer(&format!(
+            "{reasoning}\nAnswer: {result}"
+        )))
         .random_writes(20, 60)
         .max_write_delay(pace)
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use choicewise_testserver::{Failure, TestServer};
+use choicewise_testserver::{Failure, TestServer, answer};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -420,21 +420,11 @@ async fn chat_usage_line_against_a_real_llama_cpp_server_adds_up_the_choices() {
     assert!(a.max(b).max(c) <= 16 && a.min(b).min(c) > 0, "{line}");
 }
 
-/// A one-choice stream answering `text`.
-fn answer(text: &str) -> String {
-    let content = serde_json::to_string(text).unwrap();
-    format!(
-        "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":{content}}},\"finish_reason\":null}}]}}\n\n\
-         data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n\
-         data: [DONE]\n\n"
-    )
-}
-
 /// An answer that begins, then stalls for as long as the client stays.
 fn stalled() -> choicewise_testserver::TestServerBuilder {
-    let body = answer("let me think");
-    let first_event = body.find("\n\n").unwrap() + 2;
-    TestServer::builder().body(body).stall_after(first_event)
+    TestServer::builder()
+        .body(answer("let me think"))
+        .stall_after_events(1)
 }
 
 async fn fan_out(server: &TestServer, extra: &[&str]) -> Output {
@@ -564,14 +554,13 @@ async fn fan_out_vote_is_decided_after_three_agree() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_with_a_failing_upstream_exits_1_naming_it() {
     let healthy = answer("fine");
-    let cut_at = healthy.find("\n\n").unwrap() + 2;
     let server = TestServer::builder()
         .body(healthy.clone())
         .then(TestServer::builder().fail(Failure::status(500).message("The server had an error")))
         .then(
             TestServer::builder()
                 .body(healthy.clone())
-                .close_after(cut_at),
+                .close_after_events(1),
         )
         .start()
         .await
@@ -591,11 +580,12 @@ async fn fan_out_with_a_failing_upstream_exits_1_naming_it() {
         stderr.contains("500") && stderr.contains("The server had an error"),
         "{stderr}"
     );
-    assert!(stderr.contains("upstream"), "{stderr}");
-    assert!(
-        stderr.contains("connection closed")
-            || stderr.contains("unfinished")
-            || stderr.contains("failed"),
+    // One line per failed upstream, each naming it: the refused one and the cut one.
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("upstream ")).collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("500")).count(),
+        1,
         "{stderr}"
     );
 

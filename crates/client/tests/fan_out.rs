@@ -5,24 +5,14 @@ use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, FanOut};
 use choicewise_core::Error;
-use choicewise_testserver::{Failure, TestServer, TestServerBuilder};
+use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer};
 use serde_json::{Value, json};
-
-/// A one-choice stream answering `text`, with usage.
-fn answer(text: &str) -> String {
-    let content = serde_json::to_string(text).unwrap();
-    format!(
-        "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":{content}}},\"finish_reason\":null}}]}}\n\n\
-         data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n\
-         data: [DONE]\n\n"
-    )
-}
 
 /// An answer that begins, then stalls (the connection kept open).
 fn stalled() -> TestServerBuilder {
-    let body = answer("thinking about it");
-    let first_event = body.find("\n\n").unwrap() + 2;
-    TestServer::builder().body(body).stall_after(first_event)
+    TestServer::builder()
+        .body(answer("thinking about it"))
+        .stall_after_events(1)
 }
 
 fn request() -> Value {
@@ -141,14 +131,13 @@ async fn vote_decided_after_three_agree() {
 #[tokio::test]
 async fn a_failing_upstream_fails_only_its_choices() {
     let healthy = answer("fine");
-    let cut_at = healthy.find("\n\n").unwrap() + 2;
     let server = TestServer::builder()
         .body(healthy.clone())
         .then(TestServer::builder().fail(Failure::status(500)))
         .then(
             TestServer::builder()
                 .body(healthy.clone())
-                .close_after(cut_at),
+                .close_after_events(1),
         )
         .then(TestServer::builder().body(healthy))
         .start()

@@ -113,6 +113,32 @@ pub fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
+/// A one-choice Chat Completions stream answering `text`: one chunk per word (the first
+/// with the role), then a chunk finishing with `stop`, then `[DONE]`. For fan-out tests and
+/// examples, where each upstream answers something of its own.
+///
+/// ```
+/// let sse = choicewise_testserver::answer("Hello there");
+/// assert_eq!(sse.matches("data: ").count(), 4); // "Hello ", "there", the finish, [DONE]
+/// assert!(sse.ends_with("data: [DONE]\n\n"));
+/// ```
+pub fn answer(text: &str) -> String {
+    let mut sse = String::new();
+    for (i, word) in text.split_inclusive(' ').enumerate() {
+        let delta = match i {
+            0 => json!({"role": "assistant", "content": word}),
+            _ => json!({"content": word}),
+        };
+        let chunk = json!({"id": "chatcmpl-answer", "object": "chat.completion.chunk", "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": null}]});
+        sse.push_str(&format!("data: {chunk}\n\n"));
+    }
+    let end = json!({"id": "chatcmpl-answer", "object": "chat.completion.chunk", "model": "m",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    sse.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+    sse
+}
+
 /// An error answer: a status with an OpenAI-style body
 /// `{"error": {"message", "type", "param", "code"}}`, optionally a `Retry-After` header.
 ///
@@ -449,6 +475,33 @@ impl TestServerBuilder {
         self
     }
 
+    /// Sends the body's first `events` events (each up to and including its blank line),
+    /// then nothing, as [`stall_after`](Self::stall_after): a provider that began and went
+    /// quiet. Set the body first.
+    ///
+    /// ```
+    /// # use choicewise_testserver::{TestServer, answer};
+    /// let builder = TestServer::builder().body(answer("let me think")).stall_after_events(1);
+    /// # drop(builder);
+    /// ```
+    pub fn stall_after_events(self, events: usize) -> Self {
+        let bytes = self.event_bytes(events);
+        self.stall_after(bytes)
+    }
+
+    /// Cuts the connection after the body's first `events` events, as
+    /// [`close_after`](Self::close_after). Set the body first.
+    ///
+    /// ```
+    /// # use choicewise_testserver::{TestServer, answer};
+    /// let builder = TestServer::builder().body(answer("cut short")).close_after_events(1);
+    /// # drop(builder);
+    /// ```
+    pub fn close_after_events(self, events: usize) -> Self {
+        let bytes = self.event_bytes(events);
+        self.close_after(bytes)
+    }
+
     /// Answers every request with this error.
     ///
     /// ```
@@ -557,6 +610,20 @@ impl TestServerBuilder {
         self.next.push(next);
         self.next.extend(after);
         self
+    }
+
+    /// The bytes of the body's first `events` events (each up to and including its blank
+    /// line); the whole body if it has fewer.
+    fn event_bytes(&self, events: usize) -> usize {
+        if events == 0 {
+            return 0;
+        }
+        let mut ends = self
+            .body
+            .windows(2)
+            .enumerate()
+            .filter(|(_, w)| w == b"\n\n");
+        ends.nth(events - 1).map_or(self.body.len(), |(i, _)| i + 2)
     }
 
     /// This builder's own answer.
