@@ -363,3 +363,190 @@ async fn the_providers_own_stop_reason_is_kept_beside_the_mapped_finish() {
             .is_none()
     );
 }
+
+/// The JSON of every event of an SSE fixture, as another client would hand them over
+/// already parsed (`[DONE]` left out).
+fn parsed_events(name: &str) -> Vec<serde_json::Value> {
+    let text = String::from_utf8(common::fixture(name)).unwrap();
+    text.replace("\r\n", "\n")
+        .split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            let data = data.join("\n");
+            (!data.trim().is_empty() && data.trim() != "[DONE]")
+                .then(|| serde_json::from_str(&data).unwrap_or_else(|e| panic!("{name}: {e}")))
+        })
+        .collect()
+}
+
+fn from_events(events: Vec<serde_json::Value>) -> Completions {
+    let stream = futures::stream::iter(events.into_iter().map(Ok::<_, std::io::Error>));
+    Completions::builder()
+        .estimate_usage(false)
+        .from_events(stream)
+}
+
+#[tokio::test]
+async fn parsed_events_of_every_dialect_give_what_their_bytes_give() {
+    for name in [
+        "anthropic_tools.sse",
+        "anthropic_max_tokens.sse",
+        "anthropic_error.sse",
+        "responses_text.sse",
+        "responses_tools.sse",
+        "responses_incomplete.sse",
+        "responses_failed.sse",
+        "demo.sse",
+        "openai_n3_tools.sse",
+        "vllm_n4_reasoning.sse",
+    ] {
+        let (from_bytes, bytes_events) = run(name, Dialect::Detect).await;
+        let completions = from_events(parsed_events(name));
+        let from_values = completions
+            .collect()
+            .await
+            .map_err(|inc| (inc.partial, inc.error));
+        match (&from_bytes, &from_values) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{name}"),
+            (Err((a, ea)), Err((b, eb))) => {
+                assert_eq!(a, b, "{name}");
+                // Positions differ (lines vs events); the error is the same.
+                assert_eq!(
+                    std::mem::discriminant(ea),
+                    std::mem::discriminant(eb),
+                    "{name}: {ea} / {eb}"
+                );
+            }
+            _ => panic!("{name}: {from_bytes:?} vs {from_values:?}"),
+        }
+        let choice = completions.choice(0).await.unwrap();
+        let mut events = Vec::new();
+        let mut stream = choice.events();
+        while let Ok(Some(e)) = stream.try_next().await {
+            events.push(e);
+        }
+        assert_eq!(events, bytes_events, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn parsed_events_of_another_dialect_or_not_objects_are_errors_naming_the_event() {
+    let mut events = parsed_events("anthropic_tools.sse");
+    events.insert(
+        2,
+        serde_json::json!({"choices": [{"delta": {"content": "x"}}]}),
+    );
+    let e = from_events(events).outcome().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::WrongDialect { expected: Dialect::Anthropic, found, line: 3 } if found == "chat.completion.chunk"),
+        "{e:?}"
+    );
+
+    let chat = serde_json::json!({"choices": [{"delta": {"content": "x"}}]});
+    let responses = serde_json::json!({"type": "response.output_text.delta", "delta": "x"});
+    let e = from_events(vec![chat, responses])
+        .outcome()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::WrongDialect { expected: Dialect::Chat, found, line: 2 } if found.starts_with("response.output_text.delta")),
+        "{e:?}"
+    );
+
+    let e = from_events(vec![serde_json::json!([1, 2])])
+        .outcome()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Json { line: 1, message, .. } if message.contains("an array")),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_typed_stream_of_parsed_events_that_stops_early_is_truncated_with_its_text_kept() {
+    let events = parsed_events("responses_text.sse");
+    let cut = events
+        .iter()
+        .position(|e| e["type"] == "response.output_text.delta")
+        .unwrap()
+        + 1;
+    let completions = from_events(events[..cut].to_vec());
+    let incomplete = completions.collect().await.unwrap_err();
+    assert!(
+        matches!(&incomplete.error, Error::Truncated { line, unfinished, .. } if *line == cut as u64 && unfinished == &[0]),
+        "{:?}",
+        incomplete.error
+    );
+    let text = incomplete.partial.choices[0].message.content.clone();
+    assert!(text.is_some_and(|t| !t.is_empty()));
+}
+
+#[tokio::test]
+async fn a_mixed_fan_out_keeps_each_sources_id_and_model() {
+    let chat = common::fixture("demo.sse");
+    let completions = Completions::fan_out()
+        .events(futures::stream::iter(
+            parsed_events("anthropic_tools.sse")
+                .into_iter()
+                .map(Ok::<_, std::io::Error>),
+        ))
+        .n(1)
+        .events(futures::stream::iter(
+            parsed_events("responses_text.sse")
+                .into_iter()
+                .map(Ok::<_, std::io::Error>),
+        ))
+        .n(1)
+        .reader(std::io::Cursor::new(chat))
+        .start();
+    let completion = completions.collect().await.unwrap();
+    let sources: Vec<_> = completion
+        .choices
+        .iter()
+        .map(|c| {
+            let s = c
+                .source
+                .clone()
+                .expect("a fan-out's choices name their source");
+            (c.index, s.upstream, s.id, s.model)
+        })
+        .collect();
+    let anthropic = &parsed_events("anthropic_tools.sse")[0]["message"];
+    let responses = parsed_events("responses_text.sse")
+        .into_iter()
+        .find(|e| e["type"] == "response.created")
+        .unwrap();
+    let str_of = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    assert_eq!(
+        sources[0],
+        (0, 0, str_of(&anthropic["id"]), str_of(&anthropic["model"]))
+    );
+    assert_eq!(
+        sources[1],
+        (
+            1,
+            1,
+            str_of(&responses["response"]["id"]),
+            str_of(&responses["response"]["model"])
+        )
+    );
+    assert!(sources[2..].iter().all(|s| s.1 == 2 && s.2.is_some()));
+    assert!(sources.len() > 3, "demo.sse has several choices");
+    // The JSON names the source of each choice.
+    let json = serde_json::to_value(&completion).unwrap();
+    assert_eq!(json["choices"][0]["source"]["upstream"], 0);
+    // A single stream's choices have no source.
+    let single = Completions::from_reader(std::io::Cursor::new(common::fixture("demo.sse")));
+    let single = single.collect().await.unwrap();
+    assert!(single.choices.iter().all(|c| c.source.is_none()));
+    assert!(
+        serde_json::to_value(&single).unwrap()["choices"][0]
+            .get("source")
+            .is_none()
+    );
+}

@@ -15,7 +15,7 @@ use crate::choice::Choice;
 use crate::config::Config;
 use crate::error::{Error, Incomplete};
 use crate::event::Warning;
-use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, Feed, ReaderFeed};
+use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, EventFeed, Feed, ReaderFeed};
 use crate::response::ChatCompletion;
 use crate::shared::{CompletionShared, Subscription};
 use crate::usage::Usage;
@@ -379,6 +379,45 @@ impl CompletionsBuilder {
         let feed = ChunkFeed::new(chunks, self.config.idle_timeout);
         Completions::start(self.config, feed)
     }
+
+    /// Takes events that are already parsed, as JSON values: events of the OpenAI Responses
+    /// API or the Anthropic Messages API (one choice; their `type` says which, unless
+    /// [`dialect`](Self::dialect) forces one), or Chat Completions chunks. Use it when
+    /// another client already decoded the stream. An event of another dialect than the
+    /// stream's first is an [`Error::WrongDialect`](crate::Error::WrongDialect); positions
+    /// in errors count events (the first is line 1). A typed dialect's stream that ends
+    /// before its final event (`response.completed`, `message_delta` with a stop reason)
+    /// ends [`Truncated`](crate::Error::Truncated).
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use serde_json::json;
+    /// # #[tokio::main] async fn main() {
+    /// let events = [
+    ///     json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude-sonnet-4-5",
+    ///            "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+    ///     json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ///     json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+    ///     json!({"type": "content_block_stop", "index": 0}),
+    ///     json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+    ///     json!({"type": "message_stop"}),
+    /// ];
+    /// let c = Completions::builder().from_events(futures::stream::iter(events.map(Ok::<_, std::io::Error>)));
+    /// let completion = c.collect().await.unwrap();
+    /// assert_eq!(completion.id, "msg_1");
+    /// assert_eq!(completion.choices[0].message.content.as_deref(), Some("Hi"));
+    /// assert_eq!(completion.choices[0].finish_reason.as_deref(), Some("stop"));
+    /// assert_eq!(completion.usage.unwrap().total_tokens, 14);
+    /// # }
+    /// ```
+    pub fn from_events<S, E>(self, events: S) -> Completions
+    where
+        S: Stream<Item = Result<serde_json::Value, E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        let feed = EventFeed::new(events, self.config.idle_timeout);
+        Completions::start(self.config, feed)
+    }
 }
 
 impl Completions {
@@ -453,6 +492,30 @@ impl Completions {
         E: Into<BoxError>,
     {
         Completions::builder().from_chunks(chunks)
+    }
+
+    /// Takes events that are already parsed (Responses, Anthropic Messages or Chat
+    /// Completions, as JSON values), with default options; see
+    /// [`CompletionsBuilder::from_events`].
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use serde_json::json;
+    /// # #[tokio::main] async fn main() {
+    /// let events = [
+    ///     json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "Hi"}),
+    ///     json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": []}}),
+    /// ];
+    /// let c = Completions::from_events(futures::stream::iter(events.map(Ok::<_, std::io::Error>)));
+    /// assert_eq!(c.collect().await.unwrap().choices[0].message.content.as_deref(), Some("Hi"));
+    /// # }
+    /// ```
+    pub fn from_events<S, E>(events: S) -> Completions
+    where
+        S: Stream<Item = Result<serde_json::Value, E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        Completions::builder().from_events(events)
     }
 
     fn start<F: Feed>(config: Config, feed: F) -> Completions {

@@ -13,7 +13,7 @@ use tokio::io::AsyncRead;
 use crate::actor::reader::ReaderMsg;
 use crate::completions::{Completions, spawn_reader};
 use crate::config::Config;
-use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, OpeningFeed, ReaderFeed};
+use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, EventFeed, OpeningFeed, ReaderFeed};
 use crate::shared::{CompletionShared, Indexing};
 use crate::wire::ChatCompletionChunk;
 
@@ -202,6 +202,42 @@ impl FanOut {
         let idle = self.config.idle_timeout;
         self.push(Box::new(move |shared, k, n| {
             spawn_reader(ChunkFeed::new(chunks, idle), shared, k, n)
+        }))
+    }
+
+    /// Adds an upstream of events that are already parsed, as JSON values: a Responses or
+    /// Anthropic Messages stream (one choice), or Chat Completions chunks; see
+    /// [`CompletionsBuilder::from_events`](crate::CompletionsBuilder::from_events). Each
+    /// upstream detects its own dialect, so one completion can mix them.
+    ///
+    /// ```
+    /// # use choicewise_core::Completions;
+    /// # use serde_json::json;
+    /// # #[tokio::main] async fn main() {
+    /// let anthropic = [
+    ///     json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude-sonnet-4-5"}}),
+    ///     json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "4"}}),
+    ///     json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+    ///     json!({"type": "message_stop"}),
+    /// ];
+    /// let chat = "data: {\"id\":\"chatcmpl-1\",\"choices\":[{\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::fan_out()
+    ///     .events(futures::stream::iter(anthropic.map(Ok::<_, std::io::Error>)))
+    ///     .reader(chat.as_bytes())
+    ///     .start();
+    /// let completion = c.collect().await.unwrap();
+    /// let answers: Vec<_> = completion.choices.iter().map(|c| c.message.content.as_deref()).collect();
+    /// assert_eq!(answers, [Some("4"), Some("4")]);
+    /// # }
+    /// ```
+    pub fn events<S, E>(self, events: S) -> Self
+    where
+        S: Stream<Item = Result<serde_json::Value, E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        let idle = self.config.idle_timeout;
+        self.push(Box::new(move |shared, k, n| {
+            spawn_reader(EventFeed::new(events, idle), shared, k, n)
         }))
     }
 

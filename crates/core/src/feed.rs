@@ -200,6 +200,57 @@ where
     }
 }
 
+/// Events that are already parsed, as JSON values: Chat Completions chunks, or events of the
+/// Responses or Anthropic Messages API. Their end is the stream's end.
+pub(crate) struct EventFeed<S> {
+    stream: Pin<Box<S>>,
+    idle: Option<Duration>,
+    /// Events routed so far; stands in for the line number in errors and warnings.
+    count: u64,
+}
+
+impl<S> EventFeed<S> {
+    pub fn new(stream: S, idle: Option<Duration>) -> Self {
+        EventFeed {
+            stream: Box::pin(stream),
+            idle,
+            count: 0,
+        }
+    }
+}
+
+impl<S, E> Feed for EventFeed<S>
+where
+    S: Stream<Item = Result<serde_json::Value, E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    async fn pull(&mut self, splitter: &mut Splitter) -> Step {
+        let mut next = match within(self.idle, self.count, self.stream.next()).await {
+            Err(e) => return Step::End(Err(e)),
+            Ok(item) => item,
+        };
+        for _ in 0..CHUNK_BATCH {
+            match next {
+                None => return splitter.end_of_events(self.count),
+                Some(Err(e)) => {
+                    return Step::End(Err(transport(e.into(), self.count, splitter)));
+                }
+                Some(Ok(event)) => {
+                    self.count += 1;
+                    if let Err(e) = splitter.parsed_event(event, self.count) {
+                        return Step::End(Err(e));
+                    }
+                }
+            }
+            match self.stream.next().now_or_never() {
+                Some(item) => next = item,
+                None => break,
+            }
+        }
+        Step::Continue
+    }
+}
+
 fn transport(e: BoxError, offset: u64, splitter: &Splitter) -> Error {
     Error::Transport {
         offset,

@@ -105,5 +105,5 @@ pub mod fault {
     /// An SSE event with exactly this data panics inside the reader.
     pub const FAULT_PANIC_READER: &str = "\u{1}choicewise:panic-reader";
 }
-pub use response::{ChatCompletion, ChoiceOutput, FunctionCall, Message, ToolCall};
+pub use response::{ChatCompletion, ChoiceOutput, ChoiceSource, FunctionCall, Message, ToolCall};
 pub use usage::{ChoiceUsage, Estimate, Usage, UsageSource};

@@ -575,6 +575,7 @@ impl ChoiceAccumulator {
                 .as_ref()
                 .and_then(|r| r.stop_reason.as_deref().map(str::to_string)),
             usage: None,
+            source: None,
             cancelled: false,
         }
     }

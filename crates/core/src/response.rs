@@ -92,11 +92,38 @@ pub struct ChoiceOutput {
     /// Completions streams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
+    /// In a fan-out ([`FanOut`](crate::FanOut)), where the choice came from: its upstream
+    /// and that upstream's own response id and model, which may differ from the
+    /// completion's (each request has its own id; a mixed fan-out has several models).
+    /// Filled by [`Completions::collect`](crate::Completions::collect); left out for a
+    /// single stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ChoiceSource>,
     /// The choice was cancelled ([`Choice::cancel`](crate::Choice::cancel)) before it
     /// finished: the message is what it had received, and `finish_reason` is `None`.
     /// Serialised as `"cancelled": true`, and left out when `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancelled: bool,
+}
+
+/// Where a choice of a fan-out came from (see [`ChoiceOutput::source`]).
+///
+/// ```
+/// use choicewise_core::ChoiceSource;
+/// let source = ChoiceSource { upstream: 1, id: Some("msg_1".into()), model: None };
+/// let json = serde_json::to_value(&source).unwrap();
+/// assert_eq!(json, serde_json::json!({"upstream": 1, "id": "msg_1"}));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChoiceSource {
+    /// The upstream's position among the fan-out's upstreams, in the order they were added.
+    pub upstream: usize,
+    /// The id of the upstream's response (`chatcmpl-…`, `resp_…`, `msg_…`), if it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The model the upstream named, if it named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// An assistant message assembled from deltas.

@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::event::Warning;
 use crate::lifecycle::{ChoiceState, assemble};
-use crate::response::ChatCompletion;
+use crate::response::{ChatCompletion, ChoiceSource};
 use crate::split::Meta;
 use crate::usage::Usage;
 use crate::waiters::Waiters;
@@ -253,6 +253,20 @@ impl CompletionState {
         global
     }
 
+    /// Where the completion's choice `global` came from: its upstream, with that upstream's
+    /// id and model.
+    pub fn source_of(&self, global: u32) -> Option<ChoiceSource> {
+        let (k, upstream) = self.upstreams.iter().enumerate().find(|(_, u)| {
+            u.map.values().any(|&g| g == global)
+                || matches!(u.indexing, Indexing::Block { offset, n } if (offset..offset.saturating_add(n)).contains(&global))
+        })?;
+        Some(ChoiceSource {
+            upstream: k,
+            id: upstream.meta.id.clone(),
+            model: upstream.meta.model.clone(),
+        })
+    }
+
     /// The error that ended upstream `k`, as its choices and the completion report it.
     pub fn upstream_error(&self, k: usize, error: Error) -> Error {
         if self.fan_out {
@@ -426,7 +440,14 @@ impl CompletionShared {
         };
         let per_choice = self.lock().reported_per_choice();
         let outcomes = choices.iter().map(|c| c.lock().outcome());
-        assemble(meta, &per_choice, end.as_ref(), outcomes)
+        let (mut completion, error) = assemble(meta, &per_choice, end.as_ref(), outcomes);
+        let state = self.lock();
+        if state.fan_out {
+            for choice in &mut completion.choices {
+                choice.source = state.source_of(choice.index);
+            }
+        }
+        (completion, error)
     }
 }
 

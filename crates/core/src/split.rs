@@ -368,6 +368,24 @@ impl Splitter {
         }))
     }
 
+    /// The end of a stream of parsed events (see [`Splitter::parsed_event`]): Chat
+    /// Completions chunks carry no end marker, so their stream's end is the completion's;
+    /// a typed dialect's stream says when it is complete, so choices still open then were
+    /// cut short (`events`: how many there were).
+    pub fn end_of_events(&mut self, events: u64) -> Step {
+        let unfinished = self.unfinished();
+        if unfinished.is_empty() || !matches!(self.dialect, Dialect::Responses | Dialect::Anthropic)
+        {
+            return Step::End(Ok(()));
+        }
+        Step::End(Err(Error::Truncated {
+            line: events,
+            offset: 0,
+            pending_bytes: 0,
+            unfinished,
+        }))
+    }
+
     /// Warns (once per stream) that events were written without the blank line between them.
     fn warn_unterminated(&mut self, line: u64) {
         if !std::mem::replace(&mut self.warned_unterminated, true) {
@@ -600,6 +618,44 @@ impl Splitter {
         upstream_error(chunk.error, line)
     }
 
+    /// One event that the caller parsed already: a Chat Completions chunk, or an event of
+    /// the Responses or Anthropic Messages API (its `type` says which). `line` stands for
+    /// the event's position in the stream (its count).
+    pub fn parsed_event(&mut self, value: Value, line: u64) -> Result<(), Error> {
+        let Value::Object(object) = &value else {
+            return Err(Error::Json {
+                line,
+                offset: 0,
+                message: format!("expected a JSON object, found {}", json_kind(&value)),
+            });
+        };
+        if self.dialect == Dialect::Detect {
+            self.dialect = object
+                .get("type")
+                .and_then(Value::as_str)
+                .and_then(dialect_of)
+                .unwrap_or(Dialect::Chat);
+        }
+        if matches!(self.dialect, Dialect::Responses | Dialect::Anthropic) {
+            return self.typed_value("", value, line, 0).map(drop);
+        }
+        if let Some(kind) = object.get("type").and_then(Value::as_str) {
+            if let Some(found) = dialect_of(kind) {
+                return Err(Error::WrongDialect {
+                    expected: Dialect::Chat,
+                    found: format!("{kind} (of the {found} dialect)"),
+                    line,
+                });
+            }
+        }
+        let chunk = ChatCompletionChunk::deserialize(value).map_err(|e| Error::Json {
+            line,
+            offset: 0,
+            message: e.to_string(),
+        })?;
+        self.parsed(chunk, line)
+    }
+
     /// One event of a typed dialect (Responses, Anthropic): decoded here into the update of
     /// the stream's one choice (index 0), its facts and its usage.
     fn typed_event(
@@ -621,6 +677,17 @@ impl Splitter {
             }
             Err(e) => return Err(json_error(&e, line, offset, data_lines)),
         };
+        self.typed_value(event, value, line, offset)
+    }
+
+    /// One parsed event of a typed dialect; `event` its `event:` line, if any.
+    fn typed_value(
+        &mut self,
+        event: &str,
+        value: Value,
+        line: u64,
+        offset: u64,
+    ) -> Result<Flow, Error> {
         let kind = match value.get("type").and_then(Value::as_str) {
             Some(kind) => kind.to_string(),
             None if value.get("choices").is_some() => {
@@ -783,6 +850,18 @@ fn detect(event: &str, data: &str) -> Dialect {
         .and_then(dialect_of)
         .or_else(|| dialect_of(event))
         .unwrap_or(Dialect::Chat)
+}
+
+/// What a JSON value is, for errors.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 fn set_if_empty(slot: &mut Option<String>, value: Option<&str>) {
