@@ -337,6 +337,7 @@ async fn the_providers_own_stop_reason_is_kept_beside_the_mapped_finish() {
             "content_filter",
             "content_filter",
         ),
+        ("anthropic_refusal.sse", "content_filter", "refusal"),
     ];
     for (name, finish, raw) in cases {
         let (result, _) = run(name, Dialect::Detect).await;
@@ -396,6 +397,7 @@ async fn parsed_events_of_every_dialect_give_what_their_bytes_give() {
         "anthropic_tools.sse",
         "anthropic_max_tokens.sse",
         "anthropic_error.sse",
+        "anthropic_refusal.sse",
         "responses_text.sse",
         "responses_tools.sse",
         "responses_incomplete.sse",
@@ -548,5 +550,29 @@ async fn a_mixed_fan_out_keeps_each_sources_id_and_model() {
         serde_json::to_value(&single).unwrap()["choices"][0]
             .get("source")
             .is_none()
+    );
+}
+
+#[tokio::test]
+async fn an_anthropic_refusal_keeps_its_text_and_finishes_as_content_filter() {
+    let (result, events) = run("anthropic_refusal.sse", Dialect::Detect).await;
+    let c = result.map_err(|(_, e)| e).unwrap();
+    assert_eq!(c.id, "msg_04Ref");
+    let choice = &c.choices[0];
+    assert_eq!(
+        choice.message.content.as_deref(),
+        Some("I can't help with that.")
+    );
+    assert_eq!(choice.finish_reason.as_deref(), Some("content_filter"));
+    assert_eq!(choice.stop_reason.as_deref(), Some("refusal"));
+    // message_delta's cumulative output count supersedes message_start's.
+    let usage = c.usage.unwrap();
+    assert_eq!(
+        (usage.prompt_tokens, usage.completion_tokens, usage.source),
+        (31, 6, UsageSource::Reported)
+    );
+    assert!(
+        matches!(events.last(), Some(ChoiceEvent::Finished { .. })),
+        "{events:?}"
     );
 }
