@@ -3,7 +3,7 @@
 
 mod common;
 
-use choicewise::{CallKind, ChoiceEvent, Completions, Error, FunctionCallEvent};
+use choicewise::{CallKind, ChoiceEvent, Completions, ErrorDetail, FunctionCallEvent};
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::Value;
@@ -173,11 +173,11 @@ async fn invalid_arguments_are_a_typed_error_with_the_byte_offset_and_the_stream
     let items: Vec<_> = choice.arguments::<Answer>().collect().await;
     let errors: Vec<_> = items.iter().filter_map(|i| i.as_ref().err()).collect();
     assert_eq!(errors.len(), 1, "{items:?}");
-    let Error::InvalidArguments {
+    let ErrorDetail::InvalidArguments {
         choice: 0,
         call,
         error,
-    } = errors[0]
+    } = errors[0].detail()
     else {
         panic!("{:?}", errors[0])
     };

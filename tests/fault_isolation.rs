@@ -8,7 +8,9 @@ use common::streams::{completion, interleave, orderly};
 
 use std::sync::LazyLock;
 
-use choicewise::{ChatCompletion, ChoiceEvent, ChoiceOutput, Completions, Error, WarningKind};
+use choicewise::{
+    ChatCompletion, ChoiceEvent, ChoiceOutput, Completions, Error, ErrorDetail, WarningKind,
+};
 use futures::TryStreamExt;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -35,11 +37,11 @@ fn poisons(index: u32) -> Vec<Value> {
 
 /// Whether `e` is a choice-level error of choice `index`.
 fn names_choice(e: &Error, index: u32) -> bool {
-    match e {
-        Error::InvalidUpdate { choice, .. } | Error::InvalidToolCall { choice, .. } => {
+    match e.detail() {
+        ErrorDetail::InvalidUpdate { choice, .. } | ErrorDetail::InvalidToolCall { choice, .. } => {
             *choice == index
         }
-        Error::ActorFailed { choice, .. } => *choice == Some(index),
+        ErrorDetail::ActorFailed { choice, .. } => *choice == Some(index),
         _ => false,
     }
 }
@@ -217,7 +219,7 @@ fn updates_after_the_failure_are_ignored_and_counted() {
     let r = RUNTIME.block_on(run(vec![sse]));
     let error = r.error.unwrap();
     assert!(
-        matches!(error, Error::InvalidUpdate { choice: 0, line: 3, offset, .. } if offset > 0),
+        matches!(error.detail(), ErrorDetail::InvalidUpdate { choice: 0, line: 3, offset, .. } if *offset > 0),
         "{error:?}"
     );
     assert_eq!(output(&r.completion, 0).unwrap().message.content, None);

@@ -10,7 +10,7 @@ mod common;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use choicewise::{ChatCompletion, ChoiceEvent, Completions, Error, actors_started};
+use choicewise::{ChatCompletion, ChoiceEvent, Completions, ErrorDetail, actors_started};
 use common::actors_reach;
 use common::streams::{completion, interleave, sse};
 use futures::channel::mpsc::{UnboundedSender, unbounded};
@@ -135,7 +135,7 @@ async fn the_stream_can_end_while_the_actors_are_retired() {
     drop(tx);
     let incomplete = bounded(c0.message()).await.unwrap_err();
     assert!(
-        matches!(incomplete.error, Error::Truncated { .. }),
+        matches!(incomplete.error.detail(), ErrorDetail::Truncated { .. }),
         "{:?}",
         incomplete.error
     );

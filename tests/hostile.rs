@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise::{
-    ChatCompletion, ChoiceEvent, Completions, CompletionsBuilder, Error, FunctionCallEvent,
-    Incomplete, SseError, WarningKind,
+    ChatCompletion, ChoiceEvent, Completions, CompletionsBuilder, Error, ErrorDetail,
+    FunctionCallEvent, Incomplete, SseError, WarningKind,
 };
 use futures::{Stream, StreamExt, TryStreamExt};
 use serde_json::{Value, json};
@@ -188,7 +188,7 @@ async fn choice_index_u32_max_is_a_choice_and_out_of_range_indexes_are_typed_err
         ];
         let inc = collect_str(&events).await.unwrap_err();
         assert!(
-            matches!(inc.error, Error::InvalidChoiceIndex { index, line: 3 } if index == bad),
+            matches!(inc.error.detail(), ErrorDetail::InvalidChoiceIndex { index, line: 3 } if *index == bad),
             "{bad}: {:?}",
             inc.error
         );
@@ -203,7 +203,7 @@ async fn choice_index_u32_max_is_a_choice_and_out_of_range_indexes_are_typed_err
         let at = positions(&events)[1];
         let inc = collect_str(&events).await.unwrap_err();
         assert!(
-            matches!(inc.error, Error::Json { line, offset, .. } if (line, offset) == at),
+            matches!(inc.error.detail(), ErrorDetail::Json { line, offset, .. } if (*line, *offset) == at),
             "{bad}: {:?}",
             inc.error
         );
@@ -229,7 +229,7 @@ async fn a_hundred_thousand_distinct_choice_indexes_stop_at_the_129th() {
     );
     assert!(peak < 8 * MIB, "peak heap growth {peak}");
     assert!(
-        matches!(inc.error, Error::TooManyChoices { index: i, limit: 128, line: 257 } if i == index(128)),
+        matches!(inc.error.detail(), ErrorDetail::TooManyChoices { index: i, limit: 128, line: 257 } if *i == index(128)),
         "{:?}",
         inc.error
     );
@@ -252,8 +252,8 @@ async fn a_hundred_thousand_distinct_choice_indexes_stop_at_the_129th() {
     assert!(peak < 64 * MIB, "peak heap growth {peak}");
     assert!(
         matches!(
-            inc.error,
-            Error::TooManyChoices {
+            inc.error.detail(),
+            ErrorDetail::TooManyChoices {
                 index: 128,
                 limit: 128,
                 line: 1
@@ -315,7 +315,7 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
     let c1 = within("choice 1", completions.choice(1)).await.unwrap();
     let inc = within("message 0", c0.message()).await.unwrap_err();
     let expected = |e: &Error| {
-        matches!(e, Error::InvalidToolCall { choice: 0, what, line: l, .. }
+        matches!(e.detail(), ErrorDetail::InvalidToolCall { choice: 0, what, line: l, .. }
                  if what == "more than 128 tool calls" && *l == line)
     };
     assert!(expected(&inc.error), "{:?}", inc.error);
@@ -353,7 +353,7 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
         ];
         let inc = collect_str(&events).await.unwrap_err();
         assert!(
-            matches!(&inc.error, Error::InvalidToolCall { choice: 0, what, line: 3, .. }
+            matches!(inc.error.detail(), ErrorDetail::InvalidToolCall { choice: 0, what, line: 3, .. }
                      if what.contains(&bad.to_string())),
             "{bad}: {:?}",
             inc.error
@@ -392,8 +392,8 @@ async fn a_tool_call_over_the_limit_after_the_finish_is_not_silently_dropped() {
     let inc = result.expect_err("the InvalidToolCall is reported");
     assert!(
         matches!(
-            inc.error,
-            Error::InvalidToolCall {
+            inc.error.detail(),
+            ErrorDetail::InvalidToolCall {
                 choice: 0,
                 line: 5,
                 ..
@@ -488,7 +488,7 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     assert_eq!(errors.len(), 2, "{errors:?}");
     for e in errors {
         assert!(
-            matches!(e, Error::InvalidArguments { choice: 0, error, .. } if error.offset == Some(512)),
+            matches!(e.detail(), ErrorDetail::InvalidArguments { choice: 0, error, .. } if error.offset == Some(512)),
             "{e:?}"
         );
     }
@@ -557,7 +557,7 @@ async fn a_deeply_nested_delta_fails_its_choice() {
     ] {
         let error = a_bad_update(&data).await;
         assert!(
-            matches!(&error, Error::InvalidUpdate { choice: 0, line, offset, message }
+            matches!(error.detail(), ErrorDetail::InvalidUpdate { choice: 0, line, offset, message }
                      if (*line, *offset) == at && message.contains("recursion limit")),
             "{error:?}"
         );
@@ -587,9 +587,9 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
         .unwrap_err();
     assert!(
         matches!(
-            inc.error,
-            Error::Sse(SseError::InvalidUtf8 { line: 3, offset, byte_offset })
-                if offset == base && byte_offset == bad
+            inc.error.detail(),
+            ErrorDetail::Sse(SseError::InvalidUtf8 { line: 3, offset, byte_offset })
+                if *offset == base && *byte_offset == bad
         ),
         "{:?}",
         inc.error
@@ -606,9 +606,9 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
         .unwrap_err();
     assert!(
         matches!(
-            inc.error,
-            Error::Sse(SseError::InvalidUtf8 { line: 3, offset, byte_offset })
-                if offset == base && byte_offset == base + 5
+            inc.error.detail(),
+            ErrorDetail::Sse(SseError::InvalidUtf8 { line: 3, offset, byte_offset })
+                if *offset == base && *byte_offset == base + 5
         ),
         "{:?}",
         inc.error
@@ -620,8 +620,8 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
     let error = a_bad_update("{\"choices\":[{\"delta\":{\"content\":\"\\ud800\"}}]}").await;
     assert!(
         matches!(
-            &error,
-            Error::InvalidUpdate {
+            error.detail(),
+            ErrorDetail::InvalidUpdate {
                 choice: 0,
                 line: 5,
                 ..
@@ -654,7 +654,7 @@ async fn chunks_that_are_not_objects_are_json_errors_at_their_line() {
     for data in ["\"a string\"", "42", "-0.5", "null", "true", "[1,2]"] {
         let error = not_a_chunk(data).await;
         assert!(
-            matches!(&error, Error::Json { line: 4, offset: o, .. } if *o == offset),
+            matches!(error.detail(), ErrorDetail::Json { line: 4, offset: o, .. } if *o == offset),
             "{data}: {error:?}"
         );
     }
@@ -683,14 +683,14 @@ async fn chunks_that_are_arrays_are_json_errors() {
     ] {
         let error = not_a_chunk(data).await;
         assert!(
-            matches!(&error, Error::Json { line: 4, .. }),
+            matches!(error.detail(), ErrorDetail::Json { line: 4, .. }),
             "{data}: {error:?}"
         );
     }
     // A delta written as an array is its choice's own error; the other choice goes on.
     let error = a_bad_update("{\"choices\": [{\"index\": 0, \"delta\": [null, \"x\"]}]}").await;
     assert!(
-        matches!(&error, Error::InvalidUpdate { choice: 0, line: 5, message, .. }
+        matches!(error.detail(), ErrorDetail::InvalidUpdate { choice: 0, line: 5, message, .. }
                  if message.contains("expected a JSON object")),
         "{error:?}"
     );
@@ -713,7 +713,7 @@ async fn a_json_error_names_the_line_it_is_on() {
         let events = [first.clone(), rest.to_string()];
         let inc = collect_str(&events).await.unwrap_err();
         assert!(
-            matches!(inc.error, Error::Json { line: l, offset, .. } if l == line && offset == first.len() as u64),
+            matches!(inc.error.detail(), ErrorDetail::Json { line: l, offset, .. } if *l == line && *offset == first.len() as u64),
             "{rest:?}: {:?}",
             inc.error
         );
@@ -794,7 +794,7 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
         .from_reader(std::io::Cursor::new(sse.clone()));
     let inc = within("collect", strict.collect()).await.unwrap_err();
     assert!(
-        matches!(inc.error, Error::Json { line: 3, .. }),
+        matches!(inc.error.detail(), ErrorDetail::Json { line: 3, .. }),
         "{:?}",
         inc.error
     );
@@ -856,12 +856,12 @@ async fn a_stream_of_only_comments() {
     let err = within("outcome", c.outcome()).await.unwrap_err();
     assert!(
         matches!(
-            err,
-            Error::Truncated {
+            err.detail(),
+            ErrorDetail::Truncated {
                 line: 3,
                 offset: 14,
                 pending_bytes: 6,
-                ref unfinished
+                unfinished
             } if unfinished.is_empty()
         ),
         "{err:?}"
@@ -890,8 +890,8 @@ async fn ten_thousand_empty_data_events_end_at_the_first() {
         .unwrap_err();
     assert!(
         matches!(
-            &err,
-            Error::Json {
+            err.detail(),
+            ErrorDetail::Json {
                 line: 1,
                 offset: 0,
                 ..
@@ -904,7 +904,7 @@ async fn ten_thousand_empty_data_events_end_at_the_first() {
     let events = [content(0, "kept", None), "data: \n\n".into()];
     let inc = collect_str(&events).await.unwrap_err();
     assert!(
-        matches!(inc.error, Error::Json { line: 3, offset, .. } if offset == events[0].len() as u64)
+        matches!(inc.error.detail(), ErrorDetail::Json { line: 3, offset, .. } if *offset == events[0].len() as u64)
     );
     assert_eq!(text_of(&inc.partial, 0), Some("kept"));
 }
@@ -943,8 +943,8 @@ async fn a_ten_mib_data_line_works_below_the_limit() {
         .unwrap_err();
     assert!(
         matches!(
-            err,
-            Error::Sse(SseError::EventTooLarge {
+            err.detail(),
+            ErrorDetail::Sse(SseError::EventTooLarge {
                 limit: 8_388_608,
                 line: 1,
                 offset: 0

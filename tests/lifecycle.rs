@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use choicewise::{ChoiceEvent, Completions, Error};
+use choicewise::{ChoiceEvent, Completions, ErrorDetail};
 use futures::{StreamExt, TryStreamExt};
 
 fn chunk(index: u32, content: &str, finish: Option<&str>) -> String {
@@ -145,7 +145,7 @@ async fn a_transport_error_ends_open_choices_after_their_data() {
     let completions = Completions::from_sse(futures::stream::iter(reads));
     let inc = completions.collect().await.unwrap_err();
     assert!(
-        matches!(&inc.error, Error::Transport { message, .. } if message == "peer reset"),
+        matches!(inc.error.detail(), ErrorDetail::Transport { message, .. } if message == "peer reset"),
         "{:?}",
         inc.error
     );
@@ -196,7 +196,7 @@ async fn an_idle_upstream_times_out_with_a_typed_error() {
     tx.send(Ok(chunk(0, "hi", None).into_bytes())).unwrap();
     let inc = completions.collect().await.unwrap_err();
     assert!(
-        matches!(inc.error, Error::IdleTimeout { .. }),
+        matches!(inc.error.detail(), ErrorDetail::IdleTimeout { .. }),
         "{:?}",
         inc.error
     );
@@ -225,7 +225,7 @@ async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
     assert_eq!(&*content.next().await.unwrap().unwrap(), "before ");
     let err = content.next().await.unwrap().unwrap_err();
     assert!(
-        matches!(&err, Error::ActorFailed { choice: Some(0), message } if message.contains("injected fault")),
+        matches!(err.detail(), ErrorDetail::ActorFailed { choice: Some(0), message } if message.contains("injected fault")),
         "{err:?}"
     );
     let c1 = completions.choice(1).await.unwrap();
@@ -238,8 +238,8 @@ async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
         .expect("no hang")
         .unwrap_err();
     assert!(matches!(
-        inc.error,
-        Error::ActorFailed {
+        inc.error.detail(),
+        ErrorDetail::ActorFailed {
             choice: Some(0),
             ..
         }
@@ -264,7 +264,7 @@ async fn a_panic_in_the_reader_ends_every_stream_with_a_typed_error() {
         .expect("no hang")
         .unwrap_err();
     assert!(
-        matches!(inc.error, Error::ActorFailed { .. }),
+        matches!(inc.error.detail(), ErrorDetail::ActorFailed { .. }),
         "{:?}",
         inc.error
     );

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use choicewise::{ChatCompletion, Completions, Error, live_actors};
+use choicewise::{ChatCompletion, Completions, Error, ErrorDetail, live_actors};
 use futures::StreamExt;
 use invariants::{Rng, split};
 use serde_json::{Value, json};
@@ -338,7 +338,7 @@ async fn check_one(id: usize, seed: u64, fault: Fault, mut rng: Rng) -> Result<(
                 reads_of(bytes.as_bytes(), &mut rng),
                 reference(&chunks[..k]),
                 Some(Box::new(move |e: &Error| {
-                    matches!(e, Error::Upstream(u) if u.message == "overloaded" && u.line == line
+                    matches!(e.detail(), ErrorDetail::Upstream(u) if u.message == "overloaded" && u.line == line
                              && u.code.as_deref() == Some("503"))
                 })),
             )
@@ -357,7 +357,7 @@ async fn check_one(id: usize, seed: u64, fault: Fault, mut rng: Rng) -> Result<(
                 reads_of(&body.as_bytes()[..cut], &mut rng),
                 prefix,
                 Some(Box::new(move |e: &Error| {
-                    matches!(e, Error::Truncated { line, offset, pending_bytes, unfinished }
+                    matches!(e.detail(), ErrorDetail::Truncated { line, offset, pending_bytes, unfinished }
                              if (*line, *offset, *pending_bytes, unfinished.clone()) == expected)
                 })),
             )
@@ -376,12 +376,12 @@ async fn check_one(id: usize, seed: u64, fault: Fault, mut rng: Rng) -> Result<(
                     "connection reset",
                 )));
                 Box::new(move |e: &Error| {
-                    matches!(e, Error::Transport { offset, message, .. }
+                    matches!(e.detail(), ErrorDetail::Transport { offset, message, .. }
                              if *offset == cut as u64 && message == "connection reset")
                 })
             } else {
                 Box::new(move |e: &Error| {
-                    matches!(e, Error::IdleTimeout { after, offset }
+                    matches!(e.detail(), ErrorDetail::IdleTimeout { after, offset }
                              if *after == IDLE && *offset == cut as u64)
                 })
             };

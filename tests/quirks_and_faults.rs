@@ -3,7 +3,7 @@
 
 mod common;
 
-use choicewise::{ChatCompletion, Completions, Error, Incomplete, WarningKind};
+use choicewise::{ChatCompletion, Completions, ErrorDetail, Incomplete, WarningKind};
 use futures::{StreamExt, TryStreamExt};
 
 async fn run(name: &str) -> Vec<Result<ChatCompletion, Incomplete<ChatCompletion>>> {
@@ -145,7 +145,7 @@ async fn wire_quirks_frame_like_a_clean_stream_and_concatenated_objects_warn() {
 async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
     let results = run("error_mid_stream.sse").await;
     let inc = results.into_iter().next().unwrap().unwrap_err();
-    let Error::Upstream(e) = &inc.error else {
+    let ErrorDetail::Upstream(e) = inc.error.detail() else {
         panic!("{:?}", inc.error)
     };
     assert_eq!(
@@ -182,7 +182,7 @@ async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
             Err(e) => break e,
         }
     };
-    assert!(matches!(err, Error::Upstream(_)));
+    assert!(matches!(err.detail(), ErrorDetail::Upstream(_)));
     assert_eq!(
         text,
         "The short answer: keep your starter warm (24–26 °C) and feed it twice a"
@@ -199,12 +199,12 @@ async fn a_cut_stream_is_a_truncation_error_naming_the_discarded_tail() {
         .await
         .remove(0)
         .unwrap_err();
-    let Error::Truncated {
+    let ErrorDetail::Truncated {
         line,
         offset,
         pending_bytes,
         unfinished,
-    } = &inc.error
+    } = inc.error.detail()
     else {
         panic!("{:?}", inc.error)
     };
@@ -251,7 +251,7 @@ async fn an_error_chunk_with_finish_error_keeps_the_text_and_reports_the_error()
         .await
         .remove(0)
         .unwrap_err();
-    let Error::Upstream(e) = &inc.error else {
+    let ErrorDetail::Upstream(e) = inc.error.detail() else {
         panic!("{:?}", inc.error)
     };
     assert_eq!(e.code.as_deref(), Some("502"));
@@ -296,8 +296,8 @@ async fn invalid_utf8_is_a_typed_error_naming_its_line_after_the_earlier_data() 
     let inc = common::collect_reads(vec![bytes]).await.unwrap_err();
     assert!(
         matches!(
-            inc.error,
-            Error::Sse(choicewise::SseError::InvalidUtf8 { line: 3, .. })
+            inc.error.detail(),
+            ErrorDetail::Sse(choicewise::SseError::InvalidUtf8 { line: 3, .. })
         ),
         "{:?}",
         inc.error
@@ -351,8 +351,8 @@ async fn a_runaway_event_fails_early_without_reading_the_rest() {
     let err = completions.outcome().await.unwrap_err();
     assert!(
         matches!(
-            err,
-            Error::Sse(choicewise::SseError::EventTooLarge {
+            err.detail(),
+            ErrorDetail::Sse(choicewise::SseError::EventTooLarge {
                 limit: 1_048_576,
                 line: 1,
                 offset: 0

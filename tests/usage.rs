@@ -332,7 +332,10 @@ async fn one_usage_chunk_while_another_choice_runs_belongs_to_the_finished_choic
     );
     let completions = Completions::from_reader(sse.as_bytes());
     let inc = completions.collect().await.unwrap_err();
-    assert!(matches!(inc.error, choicewise::Error::Truncated { .. }));
+    assert!(matches!(
+        inc.error.detail(),
+        choicewise::ErrorDetail::Truncated { .. }
+    ));
     let u = inc.partial.usage.unwrap();
     assert_eq!(
         (u.prompt_tokens, u.completion_tokens, u.total_tokens),

@@ -17,7 +17,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// which is one reason to prefer [`Client`](crate::Client).
 ///
 /// An error item of the stream ends the completion with
-/// [`choicewise_core::Error::Transport`]; the end of the stream is the end of the completion.
+/// [`choicewise_core::ErrorDetail::Transport`]; the end of the stream is the end of the completion.
 ///
 /// # Panics
 ///

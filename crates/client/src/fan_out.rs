@@ -28,7 +28,7 @@ pub const DEFAULT_CONCURRENCY: usize = 16;
 /// that describes) once one of the [`concurrency`](Self::concurrency) slots is free, and
 /// keeps its slot until its stream ends. A request that fails (an error status, a refused
 /// connection, a cut stream) fails only its own choices, with
-/// [`Error::UpstreamFailed`](choicewise_core::Error::UpstreamFailed) naming it; when every
+/// [`ErrorDetail::UpstreamFailed`](choicewise_core::ErrorDetail::UpstreamFailed) naming it; when every
 /// choice of a request is finished or cancelled, its connection is closed at once, so the
 /// provider stops generating. Dropping the completion and every handle taken from it closes
 /// every connection and abandons the requests not yet sent.

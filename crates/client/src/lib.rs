@@ -62,7 +62,7 @@
 //!   connection (TCP and TLS).
 //! - [`idle_timeout`](ClientBuilder::idle_timeout) (default 60 s): the longest silence
 //!   allowed, while waiting for the response headers ([`ClientError::Timeout`]) and between
-//!   two reads of the body ([`choicewise_core::Error::IdleTimeout`]). There is no limit on the
+//!   two reads of the body ([`choicewise_core::ErrorDetail::IdleTimeout`]). There is no limit on the
 //!   length of a stream that keeps sending.
 //!
 //! ## Without this client
@@ -410,7 +410,7 @@ impl ClientBuilder {
 
     /// The longest silence allowed (default 60 s): waiting this long for the response headers
     /// fails the request with [`ClientError::Timeout`]; receiving no byte of the body for this
-    /// long ends the stream with [`choicewise_core::Error::IdleTimeout`] (keep-alive comments
+    /// long ends the stream with [`choicewise_core::ErrorDetail::IdleTimeout`] (keep-alive comments
     /// count as bytes).
     ///
     /// ```
@@ -777,7 +777,7 @@ impl Client {
 
 /// A streamed response's body into per-choice streams. `request` (optional) lets usage
 /// estimates count the prompt; `idle_timeout` ends the stream with
-/// [`choicewise_core::Error::IdleTimeout`] when no byte arrives for that long.
+/// [`choicewise_core::ErrorDetail::IdleTimeout`] when no byte arrives for that long.
 ///
 /// Dropping the returned [`Completions`] and every handle taken from it drops the response,
 /// which closes the connection.

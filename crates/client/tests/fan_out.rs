@@ -4,7 +4,7 @@ use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, FanOut};
-use choicewise_core::Error;
+use choicewise_core::ErrorDetail;
 use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer};
 use serde_json::{Value, json};
 
@@ -161,16 +161,19 @@ async fn a_failing_upstream_fails_only_its_choices() {
     let errors = completions.choice_errors().await;
     let failed: Vec<u32> = errors.iter().map(|(i, _)| *i).collect();
     assert_eq!(failed, [1, 2]);
-    match &errors[0].1 {
-        Error::UpstreamFailed { upstream: 1, error } => {
-            assert!(matches!(**error, Error::Open { .. }), "{error}");
+    match errors[0].1.detail() {
+        ErrorDetail::UpstreamFailed { upstream: 1, error } => {
+            assert!(
+                matches!(error.detail(), ErrorDetail::Open { .. }),
+                "{error}"
+            );
             assert!(error.to_string().contains("500"), "{error}");
         }
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        &errors[1].1,
-        Error::UpstreamFailed { upstream: 2, .. }
+        errors[1].1.detail(),
+        ErrorDetail::UpstreamFailed { upstream: 2, .. }
     ));
     // The refused request used no tokens; the others are estimated (none reported usage).
     let usage = completions.usage().await;

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, ClientError, completions};
-use choicewise_core::{Completions, Error};
+use choicewise_core::{Completions, ErrorDetail};
 use choicewise_testserver::{Failure, TestServer, TestServerBuilder, fixture, fixture_path};
 use futures::TryStreamExt;
 use serde_json::{Value, json};
@@ -397,8 +397,8 @@ async fn connection_cut_mid_stream_keeps_what_came_before() {
     let incomplete = bounded(completions.collect()).await.unwrap_err();
     // The chunked body is never terminated: reqwest reports a broken body, a transport error
     // at the offset where the data stopped.
-    match &incomplete.error {
-        Error::Transport { offset, .. } => assert_eq!(*offset, cut as u64),
+    match incomplete.error.detail() {
+        ErrorDetail::Transport { offset, .. } => assert_eq!(*offset, cut as u64),
         other => panic!("{other:?}"),
     }
     let reference = Completions::from_reader(std::io::Cursor::new(body));
@@ -437,10 +437,10 @@ async fn stalled_stream_hits_the_idle_timeout() {
     let started = Instant::now();
     let completions = bounded(client.chat(request())).await.unwrap();
     let incomplete = bounded(completions.collect()).await.unwrap_err();
-    match incomplete.error {
-        Error::IdleTimeout { after, offset } => {
-            assert_eq!(after, Duration::from_millis(300));
-            assert_eq!(offset, 4000);
+    match incomplete.error.detail() {
+        ErrorDetail::IdleTimeout { after, offset } => {
+            assert_eq!(*after, Duration::from_millis(300));
+            assert_eq!(*offset, 4000);
         }
         other => panic!("{other:?}"),
     }
@@ -472,7 +472,10 @@ async fn dropping_the_server_cuts_a_stalled_stream() {
     drop(server);
     let incomplete = bounded(completions.collect()).await.unwrap_err();
     assert!(
-        matches!(incomplete.error, Error::Transport { offset: 2000, .. }),
+        matches!(
+            incomplete.error.detail(),
+            ErrorDetail::Transport { offset: 2000, .. }
+        ),
         "{:?}",
         incomplete.error
     );
@@ -611,7 +614,7 @@ mod async_openai {
             .await
             .unwrap_err();
         assert!(
-            matches!(&incomplete.error, choicewise_core::Error::Transport { message, .. } if message.contains("stream failed")),
+            matches!(incomplete.error.detail(), choicewise_core::ErrorDetail::Transport { message, .. } if message.contains("stream failed")),
             "{:?}",
             incomplete.error
         );

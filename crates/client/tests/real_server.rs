@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, ClientError};
-use choicewise_core::{Completions, Error, UsageSource};
+use choicewise_core::{Completions, Error, ErrorDetail, UsageSource};
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
@@ -406,14 +406,20 @@ async fn server_killed_mid_stream_keeps_what_arrived() {
                 Err(e) => break e,
             }
         };
-        assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+        assert!(
+            matches!(err.detail(), ErrorDetail::Transport { .. }),
+            "{err:?}"
+        );
         // In the user's terms: the connection closed, after how many bytes, which choices were
         // left unfinished; the HTTP library's error kept as the source.
         let text = err.to_string();
         assert!(text.starts_with("the connection closed after "), "{text}");
         assert!(std::error::Error::source(&err).is_some());
         let incomplete = completions.collect().await.expect_err("an error");
-        assert!(matches!(incomplete.error, Error::Transport { .. }));
+        assert!(matches!(
+            incomplete.error.detail(),
+            ErrorDetail::Transport { .. }
+        ));
         let partial = &incomplete.partial;
         assert_eq!(partial.choices[0].message.content.as_deref(), Some(&*seen));
         assert_eq!(partial.choices[0].finish_reason, None);

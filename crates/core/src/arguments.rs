@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::error::ErrorDetail;
 use crate::event::{ArgumentsError, CallRef, FunctionCallEvent, Text};
 use crate::stream::EventStream;
 
@@ -399,12 +400,12 @@ where
                     if !matches(&function, &name) {
                         continue;
                     }
-                    let error = |e: ArgumentsError| Error::InvalidArguments { choice, call, error: e };
+                    let error = |e: ArgumentsError| ErrorDetail::InvalidArguments { choice, call, error: e };
                     match value {
-                        Err(e) => yield Err(error(e)),
+                        Err(e) => yield Err(Error::from(error(e))),
                         Ok(v) => match T::deserialize(&*v) {
                             Ok(value) => yield Ok(ArgumentsSnapshot { call, name, value, is_final: true }),
-                            Err(e) => yield Err(error(ArgumentsError { offset: None, message: e.to_string() })),
+                            Err(e) => yield Err(Error::from(error(ArgumentsError { offset: None, message: e.to_string() }))),
                         },
                     }
                 }

@@ -244,7 +244,7 @@ impl Choice {
     /// changes and once more, final, when the call ends. `T` should tolerate what is not
     /// written yet (`Option` or `#[serde(default)]` fields); a partial value that does not
     /// fit `T` is skipped. A call whose final arguments are invalid or do not fit `T` yields
-    /// an [`Error::InvalidArguments`] item, and the stream goes on.
+    /// an [`ErrorDetail::InvalidArguments`](crate::ErrorDetail::InvalidArguments) item, and the stream goes on.
     ///
     /// ```
     /// # use choicewise_core::Completions;

@@ -13,6 +13,7 @@ use crate::actor::Lifetime;
 use crate::actor::reader::{ReaderActor, ReaderArgs};
 use crate::choice::Choice;
 use crate::config::Config;
+use crate::error::ErrorDetail;
 use crate::error::{Error, Incomplete};
 use crate::event::Warning;
 use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, EventFeed, Feed, ReaderFeed};
@@ -99,7 +100,7 @@ pub struct CompletionsBuilder {
 impl CompletionsBuilder {
     /// The largest SSE event accepted, in bytes (default
     /// [`DEFAULT_MAX_EVENT_SIZE`](crate::DEFAULT_MAX_EVENT_SIZE)); a larger one ends the stream
-    /// with [`Error::Sse`] instead of growing memory.
+    /// with [`ErrorDetail::Sse`](crate::ErrorDetail::Sse) instead of growing memory.
     ///
     /// ```
     /// # use choicewise_core::Completions;
@@ -166,15 +167,15 @@ impl CompletionsBuilder {
 
     /// The most distinct choices accepted (default
     /// [`DEFAULT_MAX_CHOICES`](crate::DEFAULT_MAX_CHOICES)); one more ends the stream with
-    /// [`Error::TooManyChoices`].
+    /// [`ErrorDetail::TooManyChoices`](crate::ErrorDetail::TooManyChoices).
     ///
     /// ```
-    /// # use choicewise_core::{Completions, Error};
+    /// # use choicewise_core::{Completions, ErrorKind};
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{}},{\"index\":1,\"delta\":{}}]}\n\n";
     /// let c = Completions::builder().max_choices(1).from_reader(sse.as_bytes());
     /// let err = c.collect().await.unwrap_err();
-    /// assert!(matches!(err.error, Error::TooManyChoices { index: 1, limit: 1, .. }));
+    /// assert_eq!(err.error.kind(), ErrorKind::Limit);
     /// # }
     /// ```
     pub fn max_choices(mut self, choices: usize) -> Self {
@@ -184,7 +185,7 @@ impl CompletionsBuilder {
 
     /// The most tool calls accepted in one choice (default
     /// [`DEFAULT_MAX_TOOL_CALLS`](crate::DEFAULT_MAX_TOOL_CALLS)); one more ends that choice
-    /// with [`Error::InvalidToolCall`].
+    /// with [`ErrorDetail::InvalidToolCall`](crate::ErrorDetail::InvalidToolCall).
     ///
     /// ```
     /// # use choicewise_core::Completions;
@@ -198,16 +199,16 @@ impl CompletionsBuilder {
         self
     }
 
-    /// Ends the stream with [`Error::IdleTimeout`] when the upstream sends nothing for this
+    /// Ends the stream with [`ErrorDetail::IdleTimeout`](crate::ErrorDetail::IdleTimeout) when the upstream sends nothing for this
     /// long (default: wait forever).
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use choicewise_core::{Completions, Error};
+    /// # use choicewise_core::{Completions, ErrorKind};
     /// # #[tokio::main] async fn main() {
     /// let stalled = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
     /// let c = Completions::builder().idle_timeout(Duration::from_millis(10)).from_sse(stalled);
-    /// assert!(matches!(c.outcome().await, Err(Error::IdleTimeout { .. })));
+    /// assert!(matches!(c.outcome().await, Err(e) if e.kind() == ErrorKind::Timeout));
     /// # }
     /// ```
     pub fn idle_timeout(mut self, after: Duration) -> Self {
@@ -335,10 +336,10 @@ impl CompletionsBuilder {
     /// caller feeds bytes or chunks (the usage options do not apply: it counts no tokens).
     ///
     /// ```
-    /// use choicewise_core::{Completions, Error};
+    /// use choicewise_core::{Completions, ErrorKind};
     /// let mut demux = Completions::builder().max_choices(1).demux();
     /// let sse = b"data: {\"choices\":[{\"index\":0},{\"index\":1}]}\n\n";
-    /// assert!(matches!(demux.feed(sse), Err(Error::TooManyChoices { index: 1, .. })));
+    /// assert!(matches!(demux.feed(sse), Err(e) if e.kind() == ErrorKind::Limit));
     /// ```
     pub fn demux(self) -> crate::Demux {
         crate::Demux::with_config(self.config)
@@ -384,10 +385,10 @@ impl CompletionsBuilder {
     /// API or the Anthropic Messages API (one choice; their `type` says which, unless
     /// [`dialect`](Self::dialect) forces one), or Chat Completions chunks. Use it when
     /// another client already decoded the stream. An event of another dialect than the
-    /// stream's first is an [`Error::WrongDialect`](crate::Error::WrongDialect); positions
+    /// stream's first is an [`ErrorDetail::WrongDialect`](crate::ErrorDetail::WrongDialect); positions
     /// in errors count events (the first is line 1). A typed dialect's stream that ends
     /// before its final event (`response.completed`, `message_delta` with a stop reason)
-    /// ends [`Truncated`](crate::Error::Truncated).
+    /// ends [`Truncated`](crate::ErrorDetail::Truncated).
     ///
     /// ```
     /// # use choicewise_core::Completions;
@@ -590,10 +591,10 @@ impl Completions {
     /// Waits until the input is consumed: `Ok` if it ended well, or the error that ended it.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, Error};
+    /// # use choicewise_core::{Completions, ErrorKind};
     /// # #[tokio::main] async fn main() {
     /// let c = Completions::from_reader(&b"data: {\"error\":{\"message\":\"quota\"}}\n\n"[..]);
-    /// assert!(matches!(c.outcome().await, Err(Error::Upstream(_))));
+    /// assert!(matches!(c.outcome().await, Err(e) if e.kind() == ErrorKind::Upstream));
     /// # }
     /// ```
     pub async fn outcome(&self) -> Result<(), Error> {
@@ -612,7 +613,7 @@ impl Completions {
     /// others finished and [`outcome`](Self::outcome) is `Ok`.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, Error};
+    /// # use choicewise_core::{Completions, ErrorKind};
     /// # #[tokio::main] async fn main() {
     /// let sse = concat!(
     ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":5}}]}\n\n",
@@ -623,7 +624,8 @@ impl Completions {
     /// assert!(c.outcome().await.is_ok());
     /// let errors = c.choice_errors().await;
     /// assert_eq!(errors.len(), 1);
-    /// assert!(matches!(errors[0], (0, Error::InvalidUpdate { choice: 0, line: 1, .. })));
+    /// let (index, error) = &errors[0];
+    /// assert_eq!((*index, error.kind(), error.choice(), error.line()), (0, ErrorKind::Update, Some(0), Some(1)));
     /// # }
     /// ```
     pub async fn choice_errors(&self) -> Vec<(u32, Error)> {
@@ -862,10 +864,10 @@ pub(crate) fn spawn_reader<F: Feed>(
             let mut state = shared.lock();
             let error = state.upstream_error(
                 upstream,
-                Error::ActorFailed {
+                Error::from(ErrorDetail::ActorFailed {
                     choice: None,
                     message: format!("could not start the reader: {e}"),
-                },
+                }),
             );
             state.end_upstream(upstream, Default::default(), Err(error));
             None

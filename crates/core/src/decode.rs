@@ -2,10 +2,11 @@
 //!
 //! The reader hands each choice its updates as raw JSON (see `split`); the choice's actor
 //! parses them here, on whichever core it runs, into [`ChoiceUpdate`]s for the merge. A
-//! malformed update is that choice's error ([`Error::InvalidUpdate`],
-//! [`Error::InvalidToolCall`]), never the stream's.
+//! malformed update is that choice's error ([`ErrorDetail::InvalidUpdate`](crate::ErrorDetail::InvalidUpdate),
+//! [`ErrorDetail::InvalidToolCall`](crate::ErrorDetail::InvalidToolCall)), never the stream's.
 
 use crate::error::Error;
+use crate::error::ErrorDetail;
 use crate::event::Text;
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
 use crate::split::{Batch, Body, RawUpdate};
@@ -37,12 +38,13 @@ pub(crate) fn decode_batch(
         let update = match body {
             Body::Json(range) => match serde_json::from_str::<ChunkChoice<'_>>(&text[range]) {
                 Ok(choice) => convert(choice, index, line, offset),
-                Err(e) => Err(Error::InvalidUpdate {
+                Err(e) => Err(ErrorDetail::InvalidUpdate {
                     choice: index,
                     line,
                     offset,
                     message: without_position(&e),
-                }),
+                }
+                .into()),
             },
             Body::Parsed(choice) => convert(*choice, index, line, offset),
             Body::Update(update) => Ok(*update),
@@ -126,7 +128,7 @@ pub(crate) fn convert(
         for call in calls {
             let call_index = match call.index {
                 None => None,
-                Some(i) => Some(u32::try_from(i).map_err(|_| Error::InvalidToolCall {
+                Some(i) => Some(u32::try_from(i).map_err(|_| ErrorDetail::InvalidToolCall {
                     choice: index,
                     what: format!("tool call index {i} is out of range (0..=4294967295)"),
                     line,
@@ -204,8 +206,8 @@ mod tests {
             )
             .unwrap_err()
             .error;
-            match &e {
-                Error::InvalidUpdate {
+            match e.detail() {
+                ErrorDetail::InvalidUpdate {
                     choice: 2,
                     line: 11,
                     offset: 100,
@@ -228,8 +230,8 @@ mod tests {
         .error;
         assert!(
             matches!(
-                e,
-                Error::InvalidToolCall {
+                e.detail(),
+                ErrorDetail::InvalidToolCall {
                     choice: 1,
                     line: 10,
                     offset: 0,

@@ -105,10 +105,10 @@ impl Demux {
     /// it failed here; after the end (`[DONE]` or an error), further input is ignored.
     ///
     /// ```
-    /// use choicewise_core::{Demux, Error};
+    /// use choicewise_core::{Demux, ErrorKind};
     /// let mut demux = Demux::new();
     /// let error = demux.feed(b"data: [1]\n\n").unwrap_err();
-    /// assert!(matches!(error, Error::Json { line: 1, .. }));
+    /// assert_eq!((error.kind(), error.line()), (ErrorKind::Chunk, Some(1)));
     /// ```
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Flow, Error> {
         if let Some(end) = &self.end {
@@ -143,7 +143,7 @@ impl Demux {
 
     /// Ends the input (if `[DONE]` or an error has not already) and returns the whole
     /// completion, without usage; on error, what was assembled comes with it. A stream that
-    /// stops without `[DONE]` while a choice is unfinished is [`Error::Truncated`].
+    /// stops without `[DONE]` while a choice is unfinished is [`ErrorDetail::Truncated`](crate::ErrorDetail::Truncated).
     // The same result as `Completions::collect`: the error carries what was assembled.
     #[allow(clippy::result_large_err)]
     pub fn finish(&mut self) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
@@ -292,6 +292,7 @@ impl Demux {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorDetail;
 
     const STREAM: &str = concat!(
         "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"B\"}}]}\n\n",
@@ -312,8 +313,8 @@ mod tests {
             let inc = demux.finish().unwrap_err();
             assert!(
                 matches!(
-                    inc.error,
-                    Error::InvalidUpdate {
+                    inc.error.detail(),
+                    ErrorDetail::InvalidUpdate {
                         choice: 0,
                         line: 3,
                         ..
@@ -352,7 +353,7 @@ mod tests {
             .unwrap();
         let inc = demux.finish().unwrap_err();
         assert!(
-            matches!(inc.error, Error::Truncated { .. }),
+            matches!(inc.error.detail(), ErrorDetail::Truncated { .. }),
             "{:?}",
             inc.error
         );

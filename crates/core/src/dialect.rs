@@ -14,7 +14,7 @@
 //! | `response.function_call_arguments.delta` | `input_json_delta` | argument fragments |
 //! | `response.function_call_arguments.done`, `response.output_item.done` | `content_block_stop` | the call's `Finished`, exactly then |
 //! | `response.completed` (`stop` or `tool_calls`), `response.incomplete` (`length`, `content_filter`) | `message_delta` `stop_reason` (`end_turn`, `stop_sequence` → `stop`; `tool_use` → `tool_calls`; `max_tokens` → `length`; `refusal` → `content_filter`; others kept as sent) | the finish |
-//! | `response.failed`, `error` | `error` | [`Error::Upstream`] |
+//! | `response.failed`, `error` | `error` | [`ErrorDetail::Upstream`](crate::ErrorDetail::Upstream) |
 //! | usage of the final response | `message_start` input, `message_delta` output (cumulative) | reported usage |
 //!
 //! The `type` inside an event's data is the truth, not its `event:` line (some servers write
@@ -25,6 +25,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+use crate::error::ErrorDetail;
 use crate::error::{Error, UpstreamError};
 use crate::event::WarningKind;
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
@@ -88,7 +89,9 @@ fn u32_at(v: &Value, key: &str) -> Option<u32> {
 }
 
 fn upstream(value: &Value, line: u64) -> Error {
-    Error::Upstream(std::sync::Arc::new(UpstreamError::from_value(value, line)))
+    Error::from(ErrorDetail::Upstream(std::sync::Arc::new(
+        UpstreamError::from_value(value, line),
+    )))
 }
 
 impl DialectDecoder {
@@ -392,11 +395,11 @@ impl DialectDecoder {
         line: u64,
     ) -> Result<bool, Error> {
         match dialect_of(kind) {
-            Some(other) if other != mine => Err(Error::WrongDialect {
+            Some(other) if other != mine => Err(Error::from(ErrorDetail::WrongDialect {
                 expected: mine,
                 found: kind.to_string(),
                 line,
-            }),
+            })),
             _ => {
                 if self.unknown.insert(kind.to_string()) {
                     out.warning = Some(WarningKind::UnknownEvent {

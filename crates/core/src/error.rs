@@ -6,24 +6,306 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-/// Everything that can end a completion stream early, naming what was wrong and where.
+/// Everything that can end a completion stream, or one choice of it, early, naming what was
+/// wrong and where.
 ///
 /// An error ends every sub-stream that is still open, after all the data received before it;
 /// [`Choice::message`](crate::Choice::message) and
 /// [`Completions::collect`](crate::Completions::collect) still give back what was assembled
-/// (see [`Incomplete`]). It is `Clone` because every open sub-stream receives it.
+/// (see [`Incomplete`]).
+///
+/// It is one pointer wide and cheap to clone (every open sub-stream receives it). Ask it what
+/// it is with [`kind`](Error::kind) and where with [`line`](Error::line),
+/// [`offset`](Error::offset), [`choice`](Error::choice) and [`upstream`](Error::upstream);
+/// every field is in its [`detail`](Error::detail).
 ///
 /// ```
-/// use choicewise_core::Error;
-/// let e = Error::InvalidChoiceIndex { index: -1, line: 7 };
+/// use choicewise_core::{Completions, ErrorKind};
+/// # #[tokio::main] async fn main() {
+/// let sse = "data: {\"choices\":[{\"index\":-1,\"delta\":{}}]}\n\n";
+/// let e = Completions::from_reader(sse.as_bytes()).outcome().await.unwrap_err();
+/// assert_eq!(e.kind(), ErrorKind::Chunk);
+/// assert_eq!(e.line(), Some(1));
+/// assert_eq!(e.to_string(), "line 1: choice index -1 is out of range (0..=4294967295)");
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Error(Arc<ErrorDetail>);
+
+/// What kind of failure an [`Error`] is, for a program deciding what to do about it
+/// (retry, report the input, raise a limit). New kinds may be added.
+///
+/// ```
+/// use choicewise_core::{Error, ErrorDetail, ErrorKind};
+/// let e = Error::from(ErrorDetail::IdleTimeout { after: std::time::Duration::from_secs(30), offset: 512 });
+/// assert_eq!(e.kind(), ErrorKind::Timeout);
+/// assert!(e.kind().is_retryable());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The bytes are not a valid event stream ([`ErrorDetail::Sse`]).
+    Framing,
+    /// An event's data is not a chunk, or a chunk names an impossible choice index
+    /// ([`ErrorDetail::Json`], [`ErrorDetail::InvalidChoiceIndex`]).
+    Chunk,
+    /// An event of another dialect than the stream's ([`ErrorDetail::WrongDialect`]).
+    Dialect,
+    /// One choice's update is malformed or one of its tool calls is invalid; only that choice
+    /// failed ([`ErrorDetail::InvalidUpdate`], [`ErrorDetail::InvalidToolCall`]).
+    Update,
+    /// A call's complete arguments are not valid JSON or not the requested type
+    /// ([`ErrorDetail::InvalidArguments`]).
+    Arguments,
+    /// More choices than the configured maximum ([`ErrorDetail::TooManyChoices`]).
+    Limit,
+    /// The provider reported an error in the stream ([`ErrorDetail::Upstream`]).
+    Upstream,
+    /// Reading the stream failed (a connection closed, an I/O error)
+    /// ([`ErrorDetail::Transport`]).
+    Transport,
+    /// The request failed before its stream began ([`ErrorDetail::Open`]).
+    Open,
+    /// The stream ended while something was unfinished ([`ErrorDetail::Truncated`]).
+    Truncated,
+    /// Nothing arrived for longer than the idle timeout ([`ErrorDetail::IdleTimeout`]).
+    Timeout,
+    /// An actor failed ([`ErrorDetail::ActorFailed`]): a bug, reported rather than hidden.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Whether sending the request again may well succeed: the connection or the provider
+    /// failed, or the stream stalled; not when the input itself was wrong.
+    ///
+    /// ```
+    /// use choicewise_core::ErrorKind;
+    /// assert!(ErrorKind::Transport.is_retryable());
+    /// assert!(!ErrorKind::Chunk.is_retryable());
+    /// ```
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Upstream
+                | ErrorKind::Transport
+                | ErrorKind::Open
+                | ErrorKind::Truncated
+                | ErrorKind::Timeout
+        )
+    }
+}
+
+impl Error {
+    /// Every field of the error, as one variant per failure.
+    ///
+    /// ```
+    /// use choicewise_core::{Error, ErrorDetail};
+    /// let e = Error::from(ErrorDetail::InvalidChoiceIndex { index: -1, line: 7 });
+    /// assert!(matches!(e.detail(), ErrorDetail::InvalidChoiceIndex { index: -1, .. }));
+    /// ```
+    pub fn detail(&self) -> &ErrorDetail {
+        &self.0
+    }
+
+    /// What kind of failure it is. In a fan-out, the kind of what ended the upstream.
+    ///
+    /// ```
+    /// use choicewise_core::{Error, ErrorDetail, ErrorKind};
+    /// let e = Error::from(ErrorDetail::InvalidChoiceIndex { index: -1, line: 7 });
+    /// assert_eq!(e.kind(), ErrorKind::Chunk);
+    /// ```
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorDetail as D;
+        match self.detail() {
+            D::Sse(_) => ErrorKind::Framing,
+            D::Json { .. } | D::InvalidChoiceIndex { .. } => ErrorKind::Chunk,
+            D::WrongDialect { .. } => ErrorKind::Dialect,
+            D::InvalidUpdate { .. } | D::InvalidToolCall { .. } => ErrorKind::Update,
+            D::InvalidArguments { .. } => ErrorKind::Arguments,
+            D::TooManyChoices { .. } => ErrorKind::Limit,
+            D::Upstream(_) => ErrorKind::Upstream,
+            D::Transport { .. } => ErrorKind::Transport,
+            D::Open { .. } => ErrorKind::Open,
+            D::Truncated { .. } => ErrorKind::Truncated,
+            D::IdleTimeout { .. } => ErrorKind::Timeout,
+            D::ActorFailed { .. } => ErrorKind::Internal,
+            D::UpstreamFailed { error, .. } => error.kind(),
+        }
+    }
+
+    /// The line of the stream where it went wrong, when a line is known (with parsed
+    /// chunks or events, their count). In a fan-out, the line within the failed upstream.
+    ///
+    /// ```
+    /// use choicewise_core::{Error, ErrorDetail};
+    /// let e = Error::from(ErrorDetail::InvalidChoiceIndex { index: -1, line: 7 });
+    /// assert_eq!(e.line(), Some(7));
+    /// ```
+    pub fn line(&self) -> Option<u64> {
+        use ErrorDetail as D;
+        match self.detail() {
+            D::Sse(e) => Some(e.line()),
+            D::Json { line, .. }
+            | D::Truncated { line, .. }
+            | D::InvalidChoiceIndex { line, .. }
+            | D::TooManyChoices { line, .. }
+            | D::InvalidToolCall { line, .. }
+            | D::InvalidUpdate { line, .. }
+            | D::WrongDialect { line, .. } => Some(*line),
+            D::Upstream(u) => Some(u.line),
+            D::UpstreamFailed { error, .. } => error.line(),
+            D::Transport { .. }
+            | D::InvalidArguments { .. }
+            | D::IdleTimeout { .. }
+            | D::ActorFailed { .. }
+            | D::Open { .. } => None,
+        }
+    }
+
+    /// The byte offset in the stream where it went wrong (for a transport failure or a
+    /// timeout, how many bytes had been read), when known.
+    ///
+    /// ```
+    /// use choicewise_core::{Error, ErrorDetail};
+    /// let e = Error::from(ErrorDetail::IdleTimeout { after: std::time::Duration::from_secs(30), offset: 512 });
+    /// assert_eq!(e.offset(), Some(512));
+    /// ```
+    pub fn offset(&self) -> Option<u64> {
+        use ErrorDetail as D;
+        match self.detail() {
+            D::Sse(e) => Some(e.offset()),
+            D::Json { offset, .. }
+            | D::Transport { offset, .. }
+            | D::Truncated { offset, .. }
+            | D::InvalidToolCall { offset, .. }
+            | D::InvalidUpdate { offset, .. }
+            | D::IdleTimeout { offset, .. } => Some(*offset),
+            D::UpstreamFailed { error, .. } => error.offset(),
+            D::Upstream(_)
+            | D::InvalidChoiceIndex { .. }
+            | D::TooManyChoices { .. }
+            | D::InvalidArguments { .. }
+            | D::WrongDialect { .. }
+            | D::ActorFailed { .. }
+            | D::Open { .. } => None,
+        }
+    }
+
+    /// The choice that failed, when the error is one choice's own (the others went on).
+    ///
+    /// ```
+    /// use choicewise_core::{Error, ErrorDetail};
+    /// let e = Error::from(ErrorDetail::InvalidUpdate { choice: 2, line: 9, offset: 700, message: "x".into() });
+    /// assert_eq!((e.choice(), e.line(), e.offset()), (Some(2), Some(9), Some(700)));
+    /// ```
+    pub fn choice(&self) -> Option<u32> {
+        use ErrorDetail as D;
+        match self.detail() {
+            D::InvalidToolCall { choice, .. }
+            | D::InvalidUpdate { choice, .. }
+            | D::InvalidArguments { choice, .. } => Some(*choice),
+            D::ActorFailed { choice, .. } => *choice,
+            D::UpstreamFailed { error, .. } => error.choice(),
+            _ => None,
+        }
+    }
+
+    /// In a fan-out, the upstream whose failure this is (counted from 0 in the order they
+    /// were added).
+    ///
+    /// ```
+    /// use choicewise_core::{Error, ErrorDetail};
+    /// let open = Error::from(ErrorDetail::Open { message: "HTTP 500".into(), source: None });
+    /// let e = Error::from(ErrorDetail::UpstreamFailed { upstream: 3, error: open });
+    /// assert_eq!(e.upstream(), Some(3));
+    /// ```
+    pub fn upstream(&self) -> Option<usize> {
+        match self.detail() {
+            ErrorDetail::UpstreamFailed { upstream, .. } => Some(*upstream),
+            _ => None,
+        }
+    }
+
+    /// The provider's error object, when the provider reported the error.
+    ///
+    /// ```
+    /// use choicewise_core::{Completions};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"error\":{\"message\":\"overloaded\",\"code\":503}}\n\n";
+    /// let e = Completions::from_reader(sse.as_bytes()).outcome().await.unwrap_err();
+    /// assert_eq!(e.provider_error().unwrap().code.as_deref(), Some("503"));
+    /// # }
+    /// ```
+    pub fn provider_error(&self) -> Option<&UpstreamError> {
+        match self.detail() {
+            ErrorDetail::Upstream(u) => Some(u),
+            ErrorDetail::UpstreamFailed { error, .. } => error.provider_error(),
+            _ => None,
+        }
+    }
+
+    /// The choices that had not finished when the stream ended or failed.
+    ///
+    /// ```
+    /// use choicewise_core::{Error, ErrorDetail};
+    /// let e = Error::from(ErrorDetail::Truncated { line: 4, offset: 90, pending_bytes: 0, unfinished: vec![1] });
+    /// assert_eq!(e.unfinished(), [1]);
+    /// ```
+    pub fn unfinished(&self) -> &[u32] {
+        match self.detail() {
+            ErrorDetail::Transport { unfinished, .. }
+            | ErrorDetail::Truncated { unfinished, .. } => unfinished,
+            ErrorDetail::UpstreamFailed { error, .. } => error.unfinished(),
+            _ => &[],
+        }
+    }
+}
+
+impl From<ErrorDetail> for Error {
+    fn from(detail: ErrorDetail) -> Self {
+        Error(Arc::new(detail))
+    }
+}
+
+impl From<choicewise_sse::SseError> for Error {
+    fn from(e: choicewise_sse::SseError) -> Self {
+        ErrorDetail::Sse(e).into()
+    }
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.detail(), f)
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self.detail(), f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(self.detail())
+    }
+}
+
+/// The fields of an [`Error`], one variant per failure (see [`Error::detail`]). Variants
+/// may be added.
+///
+/// ```
+/// use choicewise_core::{Error, ErrorDetail};
+/// let e = ErrorDetail::InvalidChoiceIndex { index: -1, line: 7 };
 /// assert_eq!(e.to_string(), "line 7: choice index -1 is out of range (0..=4294967295)");
+/// let e: Error = e.into();
 /// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ErrorDetail {
     /// The bytes are not a valid event stream (invalid UTF-8, an event over the size limit).
     #[error(transparent)]
-    Sse(#[from] choicewise_sse::SseError),
+    Sse(choicewise_sse::SseError),
     /// An event's data is not a chunk.
     #[error("line {line} (byte {offset}): invalid chunk JSON: {message}")]
     Json {
@@ -43,9 +325,9 @@ pub enum Error {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use choicewise_core::Error;
+    /// use choicewise_core::ErrorDetail;
     /// let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "os error 104");
-    /// let e = Error::Transport { offset: 26047, message: reset.to_string(),
+    /// let e = ErrorDetail::Transport { offset: 26047, message: reset.to_string(),
     ///                            source: Some(Arc::new(reset)), unfinished: vec![0, 1, 2] };
     /// assert_eq!(e.to_string(), "the connection closed after 26,047 bytes; choices 0, 1, 2 were unfinished");
     /// assert!(std::error::Error::source(&e).is_some());
@@ -162,8 +444,8 @@ pub enum Error {
     /// (an HTTP error status, a refused connection). Nothing of it was received.
     ///
     /// ```
-    /// use choicewise_core::Error;
-    /// let e = Error::Open { message: "HTTP 500: The server had an error".into(), source: None };
+    /// use choicewise_core::ErrorDetail;
+    /// let e = ErrorDetail::Open { message: "HTTP 500: The server had an error".into(), source: None };
     /// assert_eq!(e.to_string(), "the request failed before its stream began: HTTP 500: The server had an error");
     /// ```
     #[error("the request failed before its stream began: {message}")]
@@ -182,7 +464,7 @@ pub enum Error {
         /// The upstream, counted from 0 in the order they were added.
         upstream: usize,
         /// What ended it.
-        error: Box<Error>,
+        error: Error,
     },
 }
 
@@ -349,9 +631,9 @@ impl UpstreamError {
 /// A result that ended in an error but still carries what was assembled before it.
 ///
 /// ```
-/// use choicewise_core::{Error, Incomplete};
+/// use choicewise_core::{ErrorDetail, Incomplete};
 /// let inc = Incomplete { partial: "half a message".to_string(),
-///                        error: Error::InvalidChoiceIndex { index: -1, line: 3 } };
+///                        error: ErrorDetail::InvalidChoiceIndex { index: -1, line: 3 }.into() };
 /// assert!(inc.to_string().contains("line 3"));
 /// ```
 #[derive(Debug, Clone, thiserror::Error)]
@@ -368,17 +650,36 @@ pub struct Incomplete<T> {
 /// [`Error`].
 ///
 /// ```
-/// use choicewise_core::{Completions, Error};
+/// use choicewise_core::{Completions, Error, ErrorKind};
 /// # #[tokio::main] async fn main() {
 /// async fn text(c: &Completions) -> Result<Option<String>, Error> {
 ///     Ok(c.collect().await?.choices[0].message.content.clone())
 /// }
 /// let c = Completions::from_reader(&b"data: {\"error\":{\"message\":\"x\"}}\n\n"[..]);
-/// assert!(matches!(text(&c).await, Err(Error::Upstream(_))));
+/// assert!(matches!(text(&c).await, Err(e) if e.kind() == ErrorKind::Upstream));
 /// # }
 /// ```
 impl<T> From<Incomplete<T>> for Error {
     fn from(incomplete: Incomplete<T>) -> Self {
         incomplete.error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_at_most_two_words_and_cheap_to_clone() {
+        assert!(size_of::<Error>() <= 2 * size_of::<usize>());
+        let e = Error::from(ErrorDetail::Truncated {
+            line: 1,
+            offset: 2,
+            pending_bytes: 3,
+            unfinished: vec![0; 1000],
+        });
+        let clone = e.clone();
+        assert!(std::ptr::eq(e.detail(), clone.detail()), "a clone shares");
+        assert!(size_of::<Result<(), Error>>() <= 2 * size_of::<usize>());
     }
 }

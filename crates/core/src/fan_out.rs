@@ -48,7 +48,7 @@ struct Upstream {
 /// **Ending.** [`Completions::choices`] yields every upstream's choices as they appear and
 /// ends when every upstream has ended; [`Completions::collect`] lists them by index. An
 /// upstream that fails fails only its own unfinished choices, with
-/// [`Error::UpstreamFailed`](crate::Error::UpstreamFailed) naming it; the others go on, and
+/// [`ErrorDetail::UpstreamFailed`](crate::ErrorDetail::UpstreamFailed) naming it; the others go on, and
 /// [`Completions::outcome`] reports the first failed upstream. When no choice of an upstream
 /// is wanted any more (see [`Choice::cancel`](crate::Choice::cancel)), that upstream alone is
 /// dropped.
@@ -130,12 +130,12 @@ impl FanOut {
     /// the upstream's reader, so requests start at [`start`](Self::start) and run
     /// concurrently; the idle timeout applies from the moment it resolves (waiting for a turn
     /// or retrying is not idleness). If it fails, the upstream fails with
-    /// [`Error::Open`](crate::Error::Open), and when its `n` is declared its `n` choices
+    /// [`ErrorDetail::Open`](crate::ErrorDetail::Open), and when its `n` is declared its `n` choices
     /// appear, each failed with that error. Dropping the completion (or cancelling every
     /// choice) drops a pending `open` too.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, Error};
+    /// # use choicewise_core::{Completions, ErrorKind};
     /// # #[tokio::main] async fn main() {
     /// let ok = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\n";
     /// let reads = futures::stream::iter([Ok::<_, std::io::Error>(ok)]);
@@ -149,7 +149,7 @@ impl FanOut {
     /// assert_eq!(partial.choices[0].message.content.as_deref(), Some("hi"));
     /// let errors = c.choice_errors().await;
     /// assert_eq!(errors[0].0, 1); // choice 1, of the refused upstream, failed
-    /// assert!(matches!(&errors[0].1, Error::UpstreamFailed { upstream: 1, error } if matches!(**error, Error::Open { .. })));
+    /// assert_eq!((errors[0].1.upstream(), errors[0].1.kind()), (Some(1), ErrorKind::Open));
     /// # }
     /// ```
     pub fn open<F, O, S, B, E>(self, open: F) -> Self

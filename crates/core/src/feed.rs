@@ -11,6 +11,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::Error;
+use crate::error::ErrorDetail;
 use crate::split::{Splitter, Step};
 use crate::wire::ChatCompletionChunk;
 
@@ -23,7 +24,7 @@ pub(crate) trait Feed: Send + 'static {
     fn pull(&mut self, splitter: &mut Splitter) -> impl Future<Output = Step> + Send;
 }
 
-/// Waits for `fut`, failing with [`Error::IdleTimeout`] after `idle`.
+/// Waits for `fut`, failing with [`ErrorDetail::IdleTimeout`](crate::ErrorDetail::IdleTimeout) after `idle`.
 async fn within<T>(
     idle: Option<Duration>,
     offset: u64,
@@ -33,7 +34,7 @@ async fn within<T>(
         None => Ok(fut.await),
         Some(after) => tokio::time::timeout(after, fut)
             .await
-            .map_err(|_| Error::IdleTimeout { after, offset }),
+            .map_err(|_| ErrorDetail::IdleTimeout { after, offset }.into()),
     }
 }
 
@@ -102,10 +103,10 @@ where
                 }
                 Err(e) => {
                     let e: BoxError = e.into();
-                    Step::End(Err(Error::Open {
+                    Step::End(Err(Error::from(ErrorDetail::Open {
                         message: e.to_string(),
                         source: Some(Arc::from(e)),
-                    }))
+                    })))
                 }
             },
         }
@@ -252,10 +253,10 @@ where
 }
 
 fn transport(e: BoxError, offset: u64, splitter: &Splitter) -> Error {
-    Error::Transport {
+    Error::from(ErrorDetail::Transport {
         offset,
         message: e.to_string(),
         source: Some(Arc::from(e)),
         unfinished: splitter.unfinished(),
-    }
+    })
 }

@@ -85,7 +85,7 @@ pub use config::{
     DEFAULT_HIBERNATE_AFTER, DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS,
 };
 pub use demux::{Demux, Flow};
-pub use error::{Error, Incomplete, UpstreamError};
+pub use error::{Error, ErrorDetail, ErrorKind, Incomplete, UpstreamError};
 pub use event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };

@@ -27,6 +27,7 @@ use choicewise_partial_json::{PartialJson, repair_control_characters};
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::error::ErrorDetail;
 use crate::event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };
@@ -487,12 +488,12 @@ impl ChoiceAccumulator {
             return Ok(p);
         }
         if self.tool_calls.len() >= self.max_tool_calls {
-            return Err(Error::InvalidToolCall {
+            return Err(Error::from(ErrorDetail::InvalidToolCall {
                 choice: self.index,
                 what: format!("more than {} tool calls", self.max_tool_calls),
                 line,
                 offset,
-            });
+            }));
         }
         for (p, state) in self.tool_calls.iter_mut().enumerate() {
             if !state.finished {
@@ -957,8 +958,8 @@ mod tests {
             .unwrap_err();
         assert!(
             matches!(
-                err,
-                Error::InvalidToolCall {
+                err.detail(),
+                ErrorDetail::InvalidToolCall {
                     choice: 5,
                     line: 9,
                     ..

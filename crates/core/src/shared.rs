@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::error::ErrorDetail;
 use crate::event::Warning;
 use crate::lifecycle::{ChoiceState, assemble};
 use crate::response::{ChatCompletion, ChoiceSource};
@@ -171,13 +172,10 @@ impl UpstreamState {
     }
 
     /// The usage it reported; zero when it failed before its stream began (see
-    /// [`Error::Open`]): a refused request used no tokens.
+    /// [`ErrorDetail::Open`](crate::ErrorDetail::Open)): a refused request used no tokens.
     pub fn reported_usage(&self) -> Option<Usage> {
-        let never_opened = match &self.end {
-            Some(Err(Error::UpstreamFailed { error, .. })) => matches!(**error, Error::Open { .. }),
-            Some(Err(Error::Open { .. })) => true,
-            _ => false,
-        };
+        let never_opened =
+            matches!(&self.end, Some(Err(e)) if e.kind() == crate::error::ErrorKind::Open);
         match never_opened {
             true => Some(Usage::sum(Vec::new())),
             false => self.meta.usage.usage(),
@@ -270,10 +268,7 @@ impl CompletionState {
     /// The error that ended upstream `k`, as its choices and the completion report it.
     pub fn upstream_error(&self, k: usize, error: Error) -> Error {
         if self.fan_out {
-            Error::UpstreamFailed {
-                upstream: k,
-                error: Box::new(error),
-            }
+            Error::from(ErrorDetail::UpstreamFailed { upstream: k, error })
         } else {
             error
         }

@@ -23,6 +23,7 @@ use serde_json::value::RawValue;
 use choicewise_sse::{DataLines, Framer};
 
 use crate::dialect::{Dialect, DialectDecoder, dialect_of};
+use crate::error::ErrorDetail;
 use crate::error::{Error, UpstreamError};
 use crate::event::{Warning, WarningKind};
 use crate::scan::{Scanned, scan};
@@ -164,9 +165,9 @@ struct Facts<'a> {
 /// The provider's error that a chunk carries (beside its choices, which are split first).
 fn upstream_error(error: Option<Value>, line: u64) -> Result<(), Error> {
     match error.filter(|e| !e.is_null()) {
-        Some(e) => Err(Error::Upstream(std::sync::Arc::new(
+        Some(e) => Err(Error::from(ErrorDetail::Upstream(std::sync::Arc::new(
             UpstreamError::from_value(&e, line),
-        ))),
+        )))),
         None => Ok(()),
     }
 }
@@ -360,12 +361,12 @@ impl Splitter {
         if tail.pending_bytes == 0 && unfinished.is_empty() {
             return Step::End(Ok(()));
         }
-        Step::End(Err(Error::Truncated {
+        Step::End(Err(Error::from(ErrorDetail::Truncated {
             line: tail.line,
             offset: tail.offset,
             pending_bytes: tail.pending_bytes,
             unfinished,
-        }))
+        })))
     }
 
     /// The end of a stream of parsed events (see [`Splitter::parsed_event`]): Chat
@@ -378,12 +379,12 @@ impl Splitter {
         {
             return Step::End(Ok(()));
         }
-        Step::End(Err(Error::Truncated {
+        Step::End(Err(Error::from(ErrorDetail::Truncated {
             line: events,
             offset: 0,
             pending_bytes: 0,
             unfinished,
-        }))
+        })))
     }
 
     /// Warns (once per stream) that events were written without the blank line between them.
@@ -398,7 +399,7 @@ impl Splitter {
     }
 
     fn slot_for(&mut self, raw_index: i64, line: u64) -> Result<usize, Error> {
-        let index = u32::try_from(raw_index).map_err(|_| Error::InvalidChoiceIndex {
+        let index = u32::try_from(raw_index).map_err(|_| ErrorDetail::InvalidChoiceIndex {
             index: raw_index,
             line,
         })?;
@@ -416,11 +417,11 @@ impl Splitter {
             return Ok(slot);
         }
         if self.slots.len() >= self.max_choices {
-            return Err(Error::TooManyChoices {
+            return Err(Error::from(ErrorDetail::TooManyChoices {
                 index,
                 limit: self.max_choices,
                 line,
-            });
+            }));
         }
         let slot = self.slots.len();
         if i < SMALL_INDEXES {
@@ -623,11 +624,11 @@ impl Splitter {
     /// the event's position in the stream (its count).
     pub fn parsed_event(&mut self, value: Value, line: u64) -> Result<(), Error> {
         let Value::Object(object) = &value else {
-            return Err(Error::Json {
+            return Err(Error::from(ErrorDetail::Json {
                 line,
                 offset: 0,
                 message: format!("expected a JSON object, found {}", json_kind(&value)),
-            });
+            }));
         };
         if self.dialect == Dialect::Detect {
             self.dialect = object
@@ -641,14 +642,14 @@ impl Splitter {
         }
         if let Some(kind) = object.get("type").and_then(Value::as_str) {
             if let Some(found) = dialect_of(kind) {
-                return Err(Error::WrongDialect {
+                return Err(Error::from(ErrorDetail::WrongDialect {
                     expected: Dialect::Chat,
                     found: format!("{kind} (of the {found} dialect)"),
                     line,
-                });
+                }));
             }
         }
-        let chunk = ChatCompletionChunk::deserialize(value).map_err(|e| Error::Json {
+        let chunk = ChatCompletionChunk::deserialize(value).map_err(|e| ErrorDetail::Json {
             line,
             offset: 0,
             message: e.to_string(),
@@ -669,11 +670,11 @@ impl Splitter {
         let value: Value = match serde_json::from_str(data) {
             Ok(v @ Value::Object(_)) => v,
             Ok(_) => {
-                return Err(Error::Json {
+                return Err(Error::from(ErrorDetail::Json {
                     line: data_lines.line(0).unwrap_or(line),
                     offset,
                     message: "expected a JSON object".to_string(),
-                });
+                }));
             }
             Err(e) => return Err(json_error(&e, line, offset, data_lines)),
         };
@@ -691,11 +692,11 @@ impl Splitter {
         let kind = match value.get("type").and_then(Value::as_str) {
             Some(kind) => kind.to_string(),
             None if value.get("choices").is_some() => {
-                return Err(Error::WrongDialect {
+                return Err(Error::from(ErrorDetail::WrongDialect {
                     expected: self.dialect,
                     found: "chat.completion.chunk".to_string(),
                     line,
-                });
+                }));
             }
             None => event.to_string(),
         };
@@ -763,9 +764,9 @@ impl Splitter {
         if event == "error" {
             let value = serde_json::from_str::<Value>(trimmed)
                 .unwrap_or_else(|_| Value::String(trimmed.to_string()));
-            return Err(Error::Upstream(std::sync::Arc::new(
+            return Err(Error::from(ErrorDetail::Upstream(std::sync::Arc::new(
                 UpstreamError::from_value(&value, line),
-            )));
+            ))));
         }
         if !trimmed.starts_with('{') {
             // An array would otherwise be read as the chunk's fields by position.
@@ -773,11 +774,11 @@ impl Splitter {
                 .chars()
                 .next()
                 .map_or("nothing".to_string(), |c| format!("{c:?}"));
-            return Err(Error::Json {
+            return Err(Error::from(ErrorDetail::Json {
                 line: data_lines.line(0).unwrap_or(line),
                 offset,
                 message: format!("expected a JSON object, found {found}"),
-            });
+            }));
         }
         // The line of a choice is the data line it starts on (a chunk may span several).
         let at = |choice_start: usize| -> u64 {
@@ -888,11 +889,11 @@ enum Flow {
 /// (its data lines joined), which other fields and comments may stand between.
 fn json_error(e: &serde_json::Error, line: u64, offset: u64, data_lines: DataLines<'_>) -> Error {
     let within = e.line().saturating_sub(1);
-    Error::Json {
+    Error::from(ErrorDetail::Json {
         line: data_lines.line(within).unwrap_or(line + within as u64),
         offset,
         message: e.to_string(),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -956,9 +957,12 @@ mod tests {
     fn invalid_and_excess_choice_indexes_are_typed_errors() {
         let mut s = splitter(2);
         let e = split_str(&mut s, r#"{"choices":[{"index":-1,"delta":{}}]}"#).unwrap_err();
-        assert!(matches!(e, Error::InvalidChoiceIndex { index: -1, .. }));
+        assert!(matches!(
+            e.detail(),
+            ErrorDetail::InvalidChoiceIndex { index: -1, .. }
+        ));
         let e = split_str(&mut s, r#"{"choices":[{"index":4294967296,"delta":{}}]}"#).unwrap_err();
-        assert!(matches!(e, Error::InvalidChoiceIndex { .. }));
+        assert!(matches!(e.detail(), ErrorDetail::InvalidChoiceIndex { .. }));
         split_str(
             &mut s,
             r#"{"choices":[{"index":4294967295,"delta":{}},{"index":0}]}"#,
@@ -966,8 +970,8 @@ mod tests {
         .unwrap();
         let e = split_str(&mut s, r#"{"choices":[{"index":7,"delta":{}}]}"#).unwrap_err();
         assert!(matches!(
-            e,
-            Error::TooManyChoices {
+            e.detail(),
+            ErrorDetail::TooManyChoices {
                 index: 7,
                 limit: 2,
                 ..
@@ -1011,7 +1015,7 @@ mod tests {
     fn error_payload_after_choices_keeps_the_choices() {
         let mut s = splitter(8);
         let e = split_str(&mut s, r#"{"choices":[{"delta":{"content":""},"finish_reason":"error"}],"error":{"code":502,"message":"upstream"}}"#).unwrap_err();
-        let Error::Upstream(u) = e else {
+        let ErrorDetail::Upstream(u) = e.detail() else {
             panic!("{e:?}")
         };
         assert_eq!(u.code.as_deref(), Some("502"));
@@ -1059,8 +1063,8 @@ mod tests {
                 .unwrap_err();
             assert!(
                 matches!(
-                    e,
-                    Error::Json {
+                    e.detail(),
+                    ErrorDetail::Json {
                         line: 41,
                         offset: 1000,
                         ..

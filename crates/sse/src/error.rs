@@ -59,3 +59,33 @@ pub enum SseError {
         byte_offset: u64,
     },
 }
+
+impl SseError {
+    /// The line where the stream went wrong (1-based).
+    ///
+    /// ```
+    /// use choicewise_sse::SseError;
+    /// let e = SseError::InvalidUtf8 { line: 4, offset: 30, byte_offset: 33 };
+    /// assert_eq!(e.line(), 4);
+    /// ```
+    pub fn line(&self) -> u64 {
+        match self {
+            SseError::EventTooLarge { line, .. } | SseError::InvalidUtf8 { line, .. } => *line,
+        }
+    }
+
+    /// The byte offset where the stream went wrong: the start of the oversized event's line,
+    /// or the first byte that is not valid UTF-8.
+    ///
+    /// ```
+    /// use choicewise_sse::SseError;
+    /// let e = SseError::InvalidUtf8 { line: 4, offset: 30, byte_offset: 33 };
+    /// assert_eq!(e.offset(), 33);
+    /// ```
+    pub fn offset(&self) -> u64 {
+        match self {
+            SseError::EventTooLarge { offset, .. } => *offset,
+            SseError::InvalidUtf8 { byte_offset, .. } => *byte_offset,
+        }
+    }
+}

@@ -17,6 +17,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::decode::decode_batch;
 use crate::error::Error;
+use crate::error::ErrorDetail;
 use crate::event::{ChoiceEvent, Warning};
 use crate::merge::ChoiceUpdate;
 use crate::shared::{ChoiceShared, CompletionShared, LiveActor, Subscription};
@@ -185,10 +186,13 @@ impl Actor for ChoiceActor {
                 if let Err(panic) = catch_unwind(AssertUnwindSafe(|| state.apply(batch))) {
                     let index = state.shared().index;
                     let message = panic_message(&panic);
-                    state.shared().lock().fail(Error::ActorFailed {
-                        choice: Some(index),
-                        message: message.clone(),
-                    });
+                    state
+                        .shared()
+                        .lock()
+                        .fail(Error::from(ErrorDetail::ActorFailed {
+                            choice: Some(index),
+                            message: message.clone(),
+                        }));
                     // The choice takes no more updates; this actor stays to count them.
                 }
             }
@@ -209,10 +213,10 @@ impl Actor for ChoiceActor {
 
 /// The error of a choice whose actor stopped for good before the stream ended.
 pub(crate) fn stopped_early(choice: u32) -> Error {
-    Error::ActorFailed {
+    Error::from(ErrorDetail::ActorFailed {
         choice: Some(choice),
         message: "the choice's actor stopped before the stream ended".to_string(),
-    }
+    })
 }
 
 pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

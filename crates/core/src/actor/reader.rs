@@ -13,6 +13,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime};
 
 use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
 use crate::error::Error;
+use crate::error::ErrorDetail;
 use crate::feed::Feed;
 use crate::lifecycle::Phase;
 use crate::shared::{ChoiceShared, CompletionShared, LiveActor, UpstreamSignal};
@@ -95,10 +96,12 @@ impl ChoiceSlot {
             }
             Err(e) => {
                 let index = self.shared.index;
-                self.shared.lock().fail(Error::ActorFailed {
-                    choice: Some(index),
-                    message: format!("could not start: {e}"),
-                });
+                self.shared
+                    .lock()
+                    .fail(Error::from(ErrorDetail::ActorFailed {
+                        choice: Some(index),
+                        message: format!("could not start: {e}"),
+                    }));
                 self.shared.lock().settle(index, Ok(()));
             }
         }
@@ -129,11 +132,14 @@ impl<F> Drop for ReaderState<F> {
             }
             return;
         }
-        let error = Error::ActorFailed {
+        let error = ErrorDetail::ActorFailed {
             choice: None,
             message: "the reader stopped before the stream ended".to_string(),
         };
-        let error = self.shared.lock().upstream_error(self.upstream, error);
+        let error = self
+            .shared
+            .lock()
+            .upstream_error(self.upstream, Error::from(error));
         for choice in &mut self.choices {
             let outcome = Err(error.clone());
             choice.send(&self.shared, |seq| ChoiceMsg::End { seq, outcome });
@@ -373,10 +379,10 @@ impl<F: Feed> Actor for ReaderActor<F> {
                     return Ok(());
                 };
                 let step = step.unwrap_or_else(|panic| {
-                    Step::End(Err(Error::ActorFailed {
+                    Step::End(Err(Error::from(ErrorDetail::ActorFailed {
                         choice: None,
                         message: panic_message(&panic),
-                    }))
+                    })))
                 });
                 state.flush();
                 match step {
