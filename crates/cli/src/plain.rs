@@ -273,10 +273,9 @@ mod tests {
     }
 
     fn completion(usage: Usage) -> ChatCompletion {
-        ChatCompletion {
-            usage: Some(usage),
-            ..ChatCompletion::default()
-        }
+        let mut completion = ChatCompletion::default();
+        completion.usage = Some(usage);
+        completion
     }
 
     #[test]

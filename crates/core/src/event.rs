@@ -178,11 +178,22 @@ impl FunctionCallEvent {
 /// A tolerated irregularity in the input, with where it happened.
 ///
 /// ```
-/// use choicewise_core::{Warning, WarningKind};
-/// let w = Warning { choice: Some(1), line: 12, kind: WarningKind::DataAfterFinish };
-/// assert_eq!(w.to_string(), "choice 1, line 12: data for the choice after its finish (kept)");
+/// use choicewise_core::{Completions, WarningKind};
+/// # #[tokio::main] async fn main() {
+/// let sse = concat!(
+///     "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"late\"}}]}\n\n",
+///     "data: [DONE]\n\n",
+/// );
+/// let c = Completions::from_reader(sse.as_bytes());
+/// c.collect().await.unwrap();
+/// let w = &c.warnings()[0];
+/// assert_eq!((w.choice, w.line, &w.kind), (Some(1), 3, &WarningKind::DataAfterFinish));
+/// assert_eq!(w.to_string(), "choice 1, line 3: data for the choice after its finish (kept)");
+/// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Warning {
     /// The choice concerned, if the warning is about one.
     pub choice: Option<u32>,

@@ -13,6 +13,7 @@ use serde_json::Value;
 /// assert!(serde_json::to_value(&c).unwrap().get("usage").is_none());
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatCompletion {
     /// The completion id.
     pub id: String,
@@ -37,6 +38,23 @@ pub struct ChatCompletion {
     /// Azure's prompt filter annotations, when sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_filter_results: Option<Value>,
+}
+
+impl ChatCompletion {
+    /// A completion of these choices; set the other fields as needed.
+    ///
+    /// ```
+    /// use choicewise_core::{ChatCompletion, ChoiceOutput, Message};
+    /// let mut c = ChatCompletion::new(vec![ChoiceOutput::new(0, Message::assistant("Hi"))]);
+    /// c.id = "chatcmpl-1".into();
+    /// assert_eq!(serde_json::to_value(&c).unwrap()["choices"][0]["message"]["content"], "Hi");
+    /// ```
+    pub fn new(choices: Vec<ChoiceOutput>) -> Self {
+        ChatCompletion {
+            choices,
+            ..ChatCompletion::default()
+        }
+    }
 }
 
 impl Default for ChatCompletion {
@@ -65,6 +83,7 @@ impl Default for ChatCompletion {
 /// assert_eq!(c.finish_reason, None);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChoiceOutput {
     /// The choice index.
     pub index: u32,
@@ -106,15 +125,35 @@ pub struct ChoiceOutput {
     pub cancelled: bool,
 }
 
+impl ChoiceOutput {
+    /// A choice with this index and message; nothing else set (no finish reason yet).
+    ///
+    /// ```
+    /// use choicewise_core::{ChoiceOutput, Message};
+    /// let mut c = ChoiceOutput::new(1, Message::assistant("Hi"));
+    /// c.finish_reason = Some("stop".into());
+    /// assert_eq!(serde_json::to_value(&c).unwrap()["message"]["content"], "Hi");
+    /// ```
+    pub fn new(index: u32, message: Message) -> Self {
+        ChoiceOutput {
+            index,
+            message,
+            ..ChoiceOutput::default()
+        }
+    }
+}
+
 /// Where a choice of a fan-out came from (see [`ChoiceOutput::source`]).
 ///
 /// ```
 /// use choicewise_core::ChoiceSource;
-/// let source = ChoiceSource { upstream: 1, id: Some("msg_1".into()), model: None };
+/// let mut source = ChoiceSource::default();
+/// (source.upstream, source.id) = (1, Some("msg_1".into()));
 /// let json = serde_json::to_value(&source).unwrap();
 /// assert_eq!(json, serde_json::json!({"upstream": 1, "id": "msg_1"}));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChoiceSource {
     /// The upstream's position among the fan-out's upstreams, in the order they were added.
     pub upstream: usize,
@@ -138,6 +177,7 @@ pub struct ChoiceSource {
 /// assert_eq!(json, serde_json::json!({"role": "assistant", "content": null, "refusal": null}));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Message {
     /// The author role, `"assistant"` unless the provider said otherwise.
     pub role: String,
@@ -156,6 +196,23 @@ pub struct Message {
     pub function_call: Option<FunctionCall>,
 }
 
+impl Message {
+    /// An assistant message with this text content.
+    ///
+    /// ```
+    /// use choicewise_core::{Message, ToolCall};
+    /// let mut m = Message::assistant("It is sunny.");
+    /// m.tool_calls.push(ToolCall::function("call_1", "get_weather", "{}"));
+    /// assert_eq!((m.role.as_str(), m.content.as_deref()), ("assistant", Some("It is sunny.")));
+    /// ```
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Message {
+            content: Some(content.into()),
+            ..Message::default()
+        }
+    }
+}
+
 impl Default for Message {
     fn default() -> Self {
         Message {
@@ -172,12 +229,12 @@ impl Default for Message {
 /// One assembled tool call.
 ///
 /// ```
-/// use choicewise_core::{FunctionCall, ToolCall};
-/// let call = ToolCall { id: "call_1".into(), kind: "function".into(),
-///                       function: FunctionCall { name: "f".into(), arguments: "{}".into() } };
+/// use choicewise_core::ToolCall;
+/// let call = ToolCall::function("call_1", "f", "{}");
 /// assert_eq!(serde_json::to_value(&call).unwrap()["type"], "function");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolCall {
     /// The call id (empty if the provider never sent one).
     pub id: String,
@@ -188,14 +245,36 @@ pub struct ToolCall {
     pub function: FunctionCall,
 }
 
+impl ToolCall {
+    /// A call of a function tool (`"type": "function"`).
+    ///
+    /// ```
+    /// use choicewise_core::ToolCall;
+    /// let call = ToolCall::function("call_1", "get_weather", r#"{"city":"Paris"}"#);
+    /// assert_eq!((call.kind.as_str(), call.function.name.as_str()), ("function", "get_weather"));
+    /// ```
+    pub fn function(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
+        ToolCall {
+            id: id.into(),
+            kind: "function".to_string(),
+            function: FunctionCall::new(name, arguments),
+        }
+    }
+}
+
 /// A function name and its whole arguments string.
 ///
 /// ```
 /// use choicewise_core::FunctionCall;
-/// let f = FunctionCall { name: "get_weather".into(), arguments: r#"{"city":"Paris"}"#.into() };
+/// let f = FunctionCall::new("get_weather", r#"{"city":"Paris"}"#);
 /// assert_eq!(f.arguments_json().unwrap()["city"], "Paris");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct FunctionCall {
     /// The function name.
     pub name: String,
@@ -204,11 +283,25 @@ pub struct FunctionCall {
 }
 
 impl FunctionCall {
+    /// A function call: its name and its arguments as JSON text.
+    ///
+    /// ```
+    /// use choicewise_core::FunctionCall;
+    /// let f = FunctionCall::new("get_weather", r#"{"city":"Paris"}"#);
+    /// assert_eq!(f.arguments_json().unwrap()["city"], "Paris");
+    /// ```
+    pub fn new(name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        FunctionCall {
+            name: name.into(),
+            arguments: arguments.into(),
+        }
+    }
+
     /// Parses the arguments.
     ///
     /// ```
     /// use choicewise_core::FunctionCall;
-    /// let f = FunctionCall { name: "f".into(), arguments: "{\"a\":1}".into() };
+    /// let f = FunctionCall::new("f", "{\"a\":1}");
     /// assert_eq!(f.arguments_json().unwrap()["a"], 1);
     /// ```
     pub fn arguments_json(&self) -> serde_json::Result<Value> {

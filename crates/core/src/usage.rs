@@ -41,6 +41,7 @@ pub enum UsageSource {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Usage {
     /// Tokens of the prompt (0 when estimated without the request).
     pub prompt_tokens: u64,
@@ -75,6 +76,7 @@ pub struct Usage {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Estimate {
     /// The BPE encoding used.
     pub encoding: String,
@@ -101,16 +103,32 @@ pub struct Estimate {
 ///
 /// ```
 /// use choicewise_core::{ChoiceUsage, UsageSource};
-/// let u = ChoiceUsage { completion_tokens: 12, source: UsageSource::Reported };
+/// let u = ChoiceUsage::new(12, UsageSource::Reported);
 /// assert_eq!(serde_json::to_value(u).unwrap(),
 ///            serde_json::json!({"completion_tokens": 12, "source": "reported"}));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChoiceUsage {
     /// The choice's completion tokens.
     pub completion_tokens: u64,
     /// Reported by the provider, or estimated.
     pub source: UsageSource,
+}
+
+impl ChoiceUsage {
+    /// A choice's completion tokens, reported or estimated.
+    ///
+    /// ```
+    /// use choicewise_core::{ChoiceUsage, UsageSource};
+    /// assert_eq!(ChoiceUsage::new(3, UsageSource::Estimated).completion_tokens, 3);
+    /// ```
+    pub fn new(completion_tokens: u64, source: UsageSource) -> Self {
+        ChoiceUsage {
+            completion_tokens,
+            source,
+        }
+    }
 }
 
 /// A usage-only chunk (`choices: []`) and the choice it was attributed to, if any.
