@@ -11,9 +11,9 @@
 
 use std::time::Duration;
 
-use choicewise_core::partial_json::PartialJson;
 use choicewise_core::wire::ChatCompletionChunk;
 use choicewise_core::{ChatCompletion, ChoiceEvent, Completions};
+use choicewise_partial_json::PartialJson;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -47,7 +47,7 @@ pub fn partial_json(reps: usize) -> PartialJsonFigures {
     let doc = pj_support::realistic_doc(100_000);
     let fragments = pj_support::fragments(&doc, 4);
     let incremental = times(reps + 1, || {
-        let mut p = choicewise_core::partial_json::PartialJson::new();
+        let mut p = choicewise_partial_json::PartialJson::new();
         for f in &fragments {
             p.push(f).expect("valid document");
             black_box(p.value());

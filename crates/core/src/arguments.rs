@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use choicewise_partial_json::{PartialJson, Snapshot, TextField};
+use choicewise_partial_json::{PartialJson, PartialJsonError, Snapshot, TextField};
 use futures::Stream;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -169,7 +169,7 @@ impl PartialArguments {
     /// args.push("}");
     /// assert_eq!(args.error().unwrap().offset(), Some(0));
     /// ```
-    pub fn error(&self) -> Option<&choicewise_partial_json::PartialJsonError> {
+    pub fn error(&self) -> Option<&PartialJsonError> {
         self.parser.error()
     }
 

@@ -77,10 +77,13 @@ pub use arguments::{ArgumentsSnapshot, FunctionCalls, PartialArguments};
 pub use choice::Choice;
 /// The incremental partial-JSON parser behind [`FunctionCalls::partial`] (crate
 /// `choicewise-partial-json`).
-pub use choicewise_partial_json as partial_json;
+pub use choicewise_partial_json::{PartialJsonError, Snapshot};
 pub use choicewise_sse::SseError;
 pub use choicewise_usage::EncodingName;
-pub use completions::{Choices, Completions, CompletionsBuilder, actors_started, live_actors};
+pub use completions::{Choices, Completions, CompletionsBuilder};
+// Diagnostics for leak and lifecycle tests, not part of the documented API (docs/api.md).
+#[doc(hidden)]
+pub use completions::{actors_started, live_actors};
 pub use config::{
     DEFAULT_HIBERNATE_AFTER, DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS,
 };
