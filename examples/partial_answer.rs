@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Some(choice) = choices.next().await {
         println!("── choice {} ──", choice.index());
         // The text of the `answer` field, decoded, as the model writes it.
-        let mut answer = choice.argument_text_of("answer_question", "/answer");
+        let mut answer = choice.argument_text("answer_question", "/answer");
         while let Some(piece) = answer.try_next().await? {
             print!("{piece}");
             std::io::stdout().flush()?;
@@ -38,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!();
         // The same call, typed: the last snapshot is the complete, final value.
         let snapshots: Vec<_> = choice
-            .arguments_of::<AnswerQuestion>("answer_question")
+            .arguments::<AnswerQuestion>("answer_question")
             .try_collect()
             .await?;
         if let Some(last) = snapshots.last() {

@@ -39,7 +39,7 @@ async fn the_answer_field_streams_as_decoded_text_under_any_split() {
         for index in [0usize, 1] {
             let choice = completions.choice(index as u32).await.unwrap();
             let pieces: Vec<_> = choice
-                .argument_text_of("answer_question", "/answer")
+                .argument_text("answer_question", "/answer")
                 .try_collect()
                 .await
                 .unwrap();
@@ -63,7 +63,7 @@ async fn typed_snapshots_grow_as_prefixes_and_end_with_the_final_value() {
         Completions::from_reader(std::io::Cursor::new(common::fixture("answer_question.sse")));
     let choice = completions.choice(0).await.unwrap();
     let snapshots: Vec<_> = choice
-        .arguments_of::<Answer>("answer_question")
+        .arguments::<Answer>("answer_question")
         .try_collect()
         .await
         .unwrap();
@@ -133,7 +133,11 @@ async fn raw_control_characters_are_repaired_and_flagged() {
     let sse = one_call_stream(&["{\"answer\": \"one", "\ntwo\t", "three\"}"]);
     let completions = Completions::from_reader(std::io::Cursor::new(sse));
     let choice = completions.choice(0).await.unwrap();
-    let text: Vec<_> = choice.argument_text("answer").try_collect().await.unwrap();
+    let text: Vec<_> = choice
+        .argument_text(None, "answer")
+        .try_collect()
+        .await
+        .unwrap();
     assert_eq!(text.concat(), "one\ntwo\tthree");
     let events: Vec<_> = choice.function_calls().try_collect().await.unwrap();
     let Some(FunctionCallEvent::Finished {
@@ -170,7 +174,7 @@ async fn invalid_arguments_are_a_typed_error_with_the_byte_offset_and_the_stream
     .concat();
     let completions = Completions::from_reader(std::io::Cursor::new(sse));
     let choice = completions.choice(0).await.unwrap();
-    let items: Vec<_> = choice.arguments::<Answer>().collect().await;
+    let items: Vec<_> = choice.arguments::<Answer>(None).collect().await;
     let errors: Vec<_> = items.iter().filter_map(|i| i.as_ref().err()).collect();
     assert_eq!(errors.len(), 1, "{items:?}");
     let ErrorDetail::InvalidArguments {

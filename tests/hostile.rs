@@ -483,7 +483,11 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     assert_eq!(deepest, 512);
 
     // Typed snapshots: partial values deserialise (512 deep), the final ones are errors.
-    let typed: Vec<_> = within("arguments", choice.arguments::<Value>().collect::<Vec<_>>()).await;
+    let typed: Vec<_> = within(
+        "arguments",
+        choice.arguments::<Value>(None).collect::<Vec<_>>(),
+    )
+    .await;
     let errors: Vec<_> = typed.iter().filter_map(|r| r.as_ref().err()).collect();
     assert_eq!(errors.len(), 2, "{errors:?}");
     for e in errors {
@@ -499,7 +503,7 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     );
     let texts: Vec<_> = within(
         "argument_text",
-        choice.argument_text("a").collect::<Vec<_>>(),
+        choice.argument_text(None, "a").collect::<Vec<_>>(),
     )
     .await;
     assert!(texts.is_empty());

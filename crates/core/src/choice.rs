@@ -4,13 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::Poll;
 
-use futures::stream::BoxStream;
 use serde::de::DeserializeOwned;
 
 use crate::arguments::{ArgumentsSnapshot, FunctionCalls};
 
 use crate::actor::Lifetime;
-use crate::error::{Error, Incomplete};
+use crate::error::Incomplete;
 use crate::event::{ChoiceEvent, Text};
 use crate::response::ChoiceOutput;
 use crate::shared::{ChoiceShared, Subscription};
@@ -240,8 +239,9 @@ impl Choice {
         }))
     }
 
-    /// Typed snapshots of every call's arguments, emitted each time a call's partial value
-    /// changes and once more, final, when the call ends. `T` should tolerate what is not
+    /// Typed snapshots of the calls' arguments, emitted each time a call's partial value
+    /// changes and once more, final, when the call ends: of every call (`None`), or of the
+    /// calls of one function (`"get_weather"`). `T` should tolerate what is not
     /// written yet (`Option` or `#[serde(default)]` fields); a partial value that does not
     /// fit `T` is skipped. A call whose final arguments are invalid or do not fit `T` yields
     /// an [`ErrorDetail::InvalidArguments`](crate::ErrorDetail::InvalidArguments) item, and the stream goes on.
@@ -257,49 +257,32 @@ impl Choice {
     ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"arguments\":\"me\\\", \\\"days\\\": 3}\"}},\"finish_reason\":\"function_call\"}]}\n\n",
     /// );
     /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
-    /// let snapshots: Vec<_> = c.arguments::<Weather>().try_collect().await.unwrap();
+    /// let snapshots: Vec<_> = c.arguments::<Weather>(None).try_collect().await.unwrap();
     /// let cities: Vec<_> = snapshots.iter().map(|s| s.value.city.clone().unwrap()).collect();
     /// assert_eq!(cities, ["Ro", "Rome", "Rome"]);
     /// assert_eq!(snapshots.last().unwrap().value.days, Some(3));
     /// assert!(snapshots.last().unwrap().is_final);
+    /// let of_another: Vec<_> = c.arguments::<Weather>("other").try_collect().await.unwrap();
+    /// assert!(of_another.is_empty());
     /// # }
     /// ```
-    pub fn arguments<T>(&self) -> BoxStream<'static, Result<ArgumentsSnapshot<T>, Error>>
-    where
-        T: DeserializeOwned + Send + 'static,
-    {
-        crate::arguments::typed(self.function_calls(), None, self.index())
-    }
-
-    /// Like [`arguments`](Self::arguments), for the calls of one function only.
-    ///
-    /// ```
-    /// # use choicewise_core::Completions;
-    /// # use futures::TryStreamExt;
-    /// # #[tokio::main] async fn main() {
-    /// let sse = "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"other\",\"arguments\":\"{}\"}},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
-    /// let none: Vec<_> = c.arguments_of::<serde_json::Value>("answer").try_collect().await.unwrap();
-    /// assert!(none.is_empty());
-    /// # }
-    /// ```
-    pub fn arguments_of<T>(
+    pub fn arguments<'a, T>(
         &self,
-        function: &str,
-    ) -> BoxStream<'static, Result<ArgumentsSnapshot<T>, Error>>
+        function: impl Into<Option<&'a str>>,
+    ) -> EventStream<ArgumentsSnapshot<T>>
     where
         T: DeserializeOwned + Send + 'static,
     {
-        crate::arguments::typed(
+        EventStream::derived(crate::arguments::typed(
             self.function_calls(),
-            Some(function.to_string()),
+            function.into().map(str::to_string),
             self.index(),
-        )
+        ))
     }
 
-    /// The decoded text of one string field of the calls' arguments, piece by piece as the
-    /// model writes it (escapes decoded, even when split across fragments), ready to append
-    /// to a display. `path` is a JSON pointer (`/answer`, `/items/0/text`) or a top-level
+    /// The decoded text of one string field of the calls' arguments (of every call, `None`,
+    /// or of one function's), piece by piece as the model writes it (escapes decoded, even
+    /// when split across fragments), ready to append to a display. `path` is a JSON pointer (`/answer`, `/items/0/text`) or a top-level
     /// field name (`answer`).
     ///
     /// ```
@@ -311,32 +294,22 @@ impl Choice {
     ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"arguments\":\"nLine 2\\\"}\"}},\"finish_reason\":\"stop\"}]}\n\n",
     /// );
     /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
-    /// let pieces: Vec<_> = c.argument_text("answer").try_collect().await.unwrap();
+    /// let pieces: Vec<_> = c.argument_text(None, "answer").try_collect().await.unwrap();
+    /// assert_eq!(pieces.concat(), "Line 1\nLine 2");
+    /// let pieces: Vec<_> = c.argument_text("answer_question", "/answer").try_collect().await.unwrap();
     /// assert_eq!(pieces.concat(), "Line 1\nLine 2");
     /// # }
     /// ```
-    pub fn argument_text(&self, path: &str) -> BoxStream<'static, Result<Text, Error>> {
-        crate::arguments::field_text(self.function_calls(), None, path)
-    }
-
-    /// Like [`argument_text`](Self::argument_text), for the calls of one function only.
-    ///
-    /// ```
-    /// # use choicewise_core::Completions;
-    /// # use futures::TryStreamExt;
-    /// # #[tokio::main] async fn main() {
-    /// let sse = "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"answer_question\",\"arguments\":\"{\\\"answer\\\": \\\"42\\\"}\"}},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
-    /// let pieces: Vec<_> = c.argument_text_of("answer_question", "/answer").try_collect().await.unwrap();
-    /// assert_eq!(pieces.concat(), "42");
-    /// # }
-    /// ```
-    pub fn argument_text_of(
+    pub fn argument_text<'a>(
         &self,
-        function: &str,
+        function: impl Into<Option<&'a str>>,
         path: &str,
-    ) -> BoxStream<'static, Result<Text, Error>> {
-        crate::arguments::field_text(self.function_calls(), Some(function.to_string()), path)
+    ) -> EventStream<Text> {
+        EventStream::derived(crate::arguments::field_text(
+            self.function_calls(),
+            function.into().map(str::to_string),
+            path,
+        ))
     }
 
     /// Waits for the choice to finish and returns the assembled message with its finish

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
+use futures::stream::BoxStream;
 
 use crate::actor::Lifetime;
 use crate::error::Error;
@@ -29,6 +30,17 @@ use crate::shared::{ChoiceShared, Subscription};
 /// # }
 /// ```
 pub struct EventStream<T> {
+    inner: Inner<T>,
+}
+
+enum Inner<T> {
+    /// Reads the choice's event log directly.
+    Log(LogCursor<T>),
+    /// Derived from another sub-stream (typed argument snapshots, a field's text).
+    Derived(BoxStream<'static, Result<T, Error>>),
+}
+
+struct LogCursor<T> {
     sub: Subscription<ChoiceShared>,
     cursor: usize,
     done: bool,
@@ -44,22 +56,35 @@ impl<T> EventStream<T> {
         select: fn(&ChoiceEvent) -> Option<T>,
     ) -> Self {
         EventStream {
-            sub: Subscription::new(shared),
-            cursor: 0,
-            done: false,
-            select,
-            _life: life,
+            inner: Inner::Log(LogCursor {
+                sub: Subscription::new(shared),
+                cursor: 0,
+                done: false,
+                select,
+                _life: life,
+            }),
+        }
+    }
+
+    /// A stream derived from other sub-streams.
+    pub(crate) fn derived(stream: BoxStream<'static, Result<T, Error>>) -> Self {
+        EventStream {
+            inner: Inner::Derived(stream),
         }
     }
 }
 
 impl<T> fmt::Debug for EventStream<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EventStream")
-            .field("choice", &self.sub.target.index)
-            .field("cursor", &self.cursor)
-            .field("done", &self.done)
-            .finish()
+        match &self.inner {
+            Inner::Log(log) => f
+                .debug_struct("EventStream")
+                .field("choice", &log.sub.target.index)
+                .field("cursor", &log.cursor)
+                .field("done", &log.done)
+                .finish(),
+            Inner::Derived(_) => f.debug_struct("EventStream").finish_non_exhaustive(),
+        }
     }
 }
 
@@ -67,7 +92,10 @@ impl<T> Stream for EventStream<T> {
     type Item = Result<T, Error>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
+        let this = match &mut self.get_mut().inner {
+            Inner::Log(log) => log,
+            Inner::Derived(stream) => return stream.as_mut().poll_next(cx),
+        };
         if this.done {
             return Poll::Ready(None);
         }
