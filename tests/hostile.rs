@@ -90,10 +90,10 @@ fn text_of(c: &ChatCompletion, index: u32) -> Option<&str> {
         .and_then(|c| c.message.content.as_deref())
 }
 
-/// A counting allocator: the heap's live bytes and their peak, to check the memory bounds.
+/// A counting allocator (the kit's): the heap's live bytes and their peak, to check the memory
+/// bounds.
 mod heap {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use choicewise_test_support::CountingAlloc;
 
     static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -102,60 +102,19 @@ mod heap {
     pub async fn alone() -> tokio::sync::MutexGuard<'static, ()> {
         ALONE.lock().await
     }
-    static LIVE: AtomicU64 = AtomicU64::new(0);
-    static PEAK: AtomicU64 = AtomicU64::new(0);
-
-    struct Counting;
-
-    // SAFETY: every call is forwarded to the system allocator unchanged.
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            let p = unsafe { System.alloc(layout) };
-            if !p.is_null() {
-                grow(layout.size());
-            }
-            p
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            unsafe { System.dealloc(ptr, layout) };
-            LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
-        }
-        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-            let p = unsafe { System.alloc_zeroed(layout) };
-            if !p.is_null() {
-                grow(layout.size());
-            }
-            p
-        }
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            let p = unsafe { System.realloc(ptr, layout, new_size) };
-            if !p.is_null() {
-                LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
-                grow(new_size);
-            }
-            p
-        }
-    }
-
-    fn grow(n: usize) {
-        let live = LIVE.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        PEAK.fetch_max(live, Ordering::Relaxed);
-    }
 
     #[global_allocator]
-    static GLOBAL: Counting = Counting;
+    static GLOBAL: CountingAlloc = CountingAlloc::new();
 
-    /// Live heap bytes now.
+    /// Live heap bytes now (counted from the first allocation, so never negative).
     pub fn live() -> u64 {
-        LIVE.load(Ordering::Relaxed)
+        u64::try_from(GLOBAL.live()).unwrap_or(0)
     }
 
     /// Runs `f` and returns its result with the peak heap growth during it.
     pub async fn peak_during<T>(f: impl std::future::Future<Output = T>) -> (T, u64) {
-        let start = live();
-        PEAK.store(start, Ordering::Relaxed);
-        let out = f.await;
-        (out, PEAK.load(Ordering::Relaxed).saturating_sub(start))
+        let (out, growth) = GLOBAL.peak_during(f).await;
+        (out, u64::try_from(growth).unwrap_or(0))
     }
 }
 

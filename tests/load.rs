@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise::{ChatCompletion, Completions, Error, live_actors};
+use choicewise_test_support::rss_bytes;
 use futures::StreamExt;
 use invariants::{Rng, split};
 use serde_json::{Value, json};
@@ -518,16 +519,6 @@ async fn check_one(id: usize, seed: u64, fault: Fault, mut rng: Rng) -> Result<(
 }
 
 // ------------------------------------------------------------------------------ the test
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
 
 #[test]
 fn thousands_of_concurrent_completions_with_random_faults() {
