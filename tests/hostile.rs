@@ -13,7 +13,6 @@ mod common;
 #[path = "../fuzz/src/invariants.rs"]
 mod invariants;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,17 +22,12 @@ use choicewise::{
     ChatCompletion, ChoiceEvent, Completions, CompletionsBuilder, Error, FunctionCallEvent,
     Incomplete, SseError, WarningKind,
 };
+use choicewise_test_support::within;
 use futures::{Stream, StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
 /// No test here may take longer (debug build, two cores shared with others).
 const LIMIT: Duration = Duration::from_secs(60);
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(LIMIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no result within {LIMIT:?}"))
-}
 
 fn builder() -> CompletionsBuilder {
     Completions::builder().estimate_usage(false)
@@ -64,6 +58,7 @@ fn positions(events: &[String]) -> Vec<(u64, u64)> {
 async fn collect_str(events: &[String]) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
     let reads = vec![Ok::<_, std::io::Error>(events.concat().into_bytes())];
     within(
+        LIMIT,
         "collect",
         builder().from_sse(futures::stream::iter(reads)).collect(),
     )
@@ -128,14 +123,16 @@ async fn choice_index_u32_max_is_a_choice_and_out_of_range_indexes_are_typed_err
         "data: [DONE]\n\n".into(),
     ];
     let completions = builder().from_reader(std::io::Cursor::new(events.concat()));
-    let choice = within("choice", completions.choice(u32::MAX))
+    let choice = within(LIMIT, "choice", completions.choice(u32::MAX))
         .await
         .expect("choice 4294967295 exists");
-    let text: Vec<_> = within("content", choice.content().try_collect::<Vec<_>>())
+    let text: Vec<_> = within(LIMIT, "content", choice.content().try_collect::<Vec<_>>())
         .await
         .unwrap();
     assert_eq!(text.concat(), "max");
-    let whole = within("collect", completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(whole.choices.len(), 1);
     assert_eq!(whole.choices[0].index, u32::MAX);
 
@@ -179,8 +176,12 @@ async fn a_hundred_thousand_distinct_choice_indexes_stop_at_the_129th() {
     let (stream, taken) = counted(futures::stream::iter(0..100_000u32).map(move |i| {
         Ok::<_, std::io::Error>(content(i64::from(index(i)), "x", None).into_bytes())
     }));
-    let (inc, peak) =
-        heap::peak_during(within("collect", builder().from_sse(stream).collect())).await;
+    let (inc, peak) = heap::peak_during(within(
+        LIMIT,
+        "collect",
+        builder().from_sse(stream).collect(),
+    ))
+    .await;
     let inc = inc.unwrap_err();
     eprintln!(
         "100,000 indexes, one per event: peak heap growth {} KiB",
@@ -270,9 +271,13 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
         })
     });
     let completions = builder().from_sse(reads);
-    let c0 = within("choice 0", completions.choice(0)).await.unwrap();
-    let c1 = within("choice 1", completions.choice(1)).await.unwrap();
-    let inc = within("message 0", c0.message()).await.unwrap_err();
+    let c0 = within(LIMIT, "choice 0", completions.choice(0))
+        .await
+        .unwrap();
+    let c1 = within(LIMIT, "choice 1", completions.choice(1))
+        .await
+        .unwrap();
+    let inc = within(LIMIT, "message 0", c0.message()).await.unwrap_err();
     let expected = |e: &Error| {
         matches!(e, Error::InvalidToolCall { choice: 0, what, line: l, .. }
                  if what == "more than 128 tool calls" && *l == line)
@@ -280,12 +285,18 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
     assert!(expected(&inc.error), "{:?}", inc.error);
     assert_eq!(inc.partial.message.tool_calls.len(), 128);
     assert_eq!(inc.partial.message.tool_calls[127].id, "call_127");
-    let ok = within("message 1", c1.message()).await.unwrap();
+    let ok = within(LIMIT, "message 1", c1.message()).await.unwrap();
     assert_eq!(ok.message.content.as_deref(), Some("other choice"));
     assert_eq!(ok.finish_reason.as_deref(), Some("stop"));
     // The stream itself ended well; collect() reports the choice's error with everything.
-    assert!(within("outcome", completions.outcome()).await.is_ok());
-    let inc = within("collect", completions.collect()).await.unwrap_err();
+    assert!(
+        within(LIMIT, "outcome", completions.outcome())
+            .await
+            .is_ok()
+    );
+    let inc = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap_err();
     // What is kept once the actors are done: choice 0's 128 calls and their events, choice 1,
     // not the 99,872 others.
     settle().await;
@@ -346,7 +357,7 @@ async fn a_tool_call_over_the_limit_after_the_finish_is_not_silently_dropped() {
     let completions = builder()
         .max_tool_calls(1)
         .from_reader(std::io::Cursor::new(sse));
-    let result = within("collect", completions.collect()).await;
+    let result = within(LIMIT, "collect", completions.collect()).await;
     // (Before 4104359: Ok, content "a", one tool call: " late" gone and nothing said so.)
     let inc = result.expect_err("the InvalidToolCall is reported");
     assert!(
@@ -405,10 +416,12 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     ));
     events.push("data: [DONE]\n\n".into());
     let completions = builder().from_reader(std::io::Cursor::new(events.concat()));
-    let choice = within("choice", completions.choice(0)).await.unwrap();
+    let choice = within(LIMIT, "choice", completions.choice(0))
+        .await
+        .unwrap();
 
     // The Finished events: the parse fails at the depth limit (512), it does not recurse.
-    let all: Vec<ChoiceEvent> = within("events", choice.events().try_collect())
+    let all: Vec<ChoiceEvent> = within(LIMIT, "events", choice.events().try_collect())
         .await
         .unwrap();
     let finished: Vec<_> = all
@@ -431,7 +444,7 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     // Partial values after every fragment: at most 512 deep.
     let mut calls = choice.function_calls();
     let mut deepest = 0;
-    while let Some(e) = within("function_calls", calls.next()).await {
+    while let Some(e) = within(LIMIT, "function_calls", calls.next()).await {
         if let FunctionCallEvent::Arguments { call, .. } = e.unwrap() {
             if let Some(v) = calls.partial(call) {
                 deepest = deepest.max(depth(v));
@@ -442,7 +455,12 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     assert_eq!(deepest, 512);
 
     // Typed snapshots: partial values deserialise (512 deep), the final ones are errors.
-    let typed: Vec<_> = within("arguments", choice.arguments::<Value>().collect::<Vec<_>>()).await;
+    let typed: Vec<_> = within(
+        LIMIT,
+        "arguments",
+        choice.arguments::<Value>().collect::<Vec<_>>(),
+    )
+    .await;
     let errors: Vec<_> = typed.iter().filter_map(|r| r.as_ref().err()).collect();
     assert_eq!(errors.len(), 2, "{errors:?}");
     for e in errors {
@@ -457,6 +475,7 @@ async fn deeply_nested_arguments_overflow_no_stack() {
             .any(|r| r.as_ref().is_ok_and(|s| depth(&s.value) == 512))
     );
     let texts: Vec<_> = within(
+        LIMIT,
         "argument_text",
         choice.argument_text("a").collect::<Vec<_>>(),
     )
@@ -464,7 +483,9 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     assert!(texts.is_empty());
 
     // The message keeps the raw arguments.
-    let whole = within("collect", completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     let calls = &whole.choices[0].message.tool_calls;
     assert_eq!(
         (
@@ -541,7 +562,7 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
     let mut bytes = first.clone().into_bytes();
     bytes.extend_from_slice(b"data: {\"choices\":[{\"delta\":{\"content\":\"caf\xe9\"}}]}\n\n");
     let bad = base + "data: {\"choices\":[{\"delta\":{\"content\":\"caf".len() as u64;
-    let inc = within("collect", common::collect_reads(vec![bytes]))
+    let inc = within(LIMIT, "collect", common::collect_reads(vec![bytes]))
         .await
         .unwrap_err();
     assert!(
@@ -560,7 +581,7 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
     let mut bytes = first.clone().into_bytes();
     bytes.extend_from_slice(b": caf\xe9\n");
     bytes.extend_from_slice(content(0, "!", Some("stop")).as_bytes());
-    let inc = within("collect", common::collect_reads(vec![bytes]))
+    let inc = within(LIMIT, "collect", common::collect_reads(vec![bytes]))
         .await
         .unwrap_err();
     assert!(
@@ -690,7 +711,9 @@ async fn done_then_more_reads_are_never_taken() {
     let reads = vec![first.into_bytes(), later, b"more".to_vec()];
     let (stream, taken) = counted(futures::stream::iter(reads).map(Ok::<_, std::io::Error>));
     let completions = builder().from_sse(stream);
-    let whole = within("collect", completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(
         taken.load(Ordering::SeqCst),
         1,
@@ -712,14 +735,14 @@ async fn done_then_more_reads_are_never_taken() {
     ];
     let (stream, taken) = counted(futures::stream::iter(reads).map(Ok::<_, std::io::Error>));
     assert!(
-        within("outcome", builder().from_sse(stream).outcome())
+        within(LIMIT, "outcome", builder().from_sse(stream).outcome())
             .await
             .is_ok()
     );
     assert_eq!(taken.load(Ordering::SeqCst), 2);
     let reads = vec![Ok::<_, std::io::Error>(b"data: [DONE]\n".to_vec())];
     let c = builder().from_sse(futures::stream::iter(reads));
-    assert!(within("outcome", c.outcome()).await.is_ok());
+    assert!(within(LIMIT, "outcome", c.outcome()).await.is_ok());
 }
 
 #[tokio::test]
@@ -728,7 +751,9 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     let after = content(0, "late", None) + &content(5, "new", Some("stop"));
     let sse = content(0, "a", Some("stop")) + "data: [DONE]\n\n" + &after;
     let completions = builder().from_reader(std::io::Cursor::new(sse));
-    let whole = within("collect", completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(whole.choices.len(), 1, "choice 5 came after [DONE]");
     assert_eq!(text_of(&whole, 0), Some("a"));
     let warnings = completions.warnings();
@@ -741,7 +766,9 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     // Only whitespace after it: nothing to report.
     let sse = content(0, "a", Some("stop")) + "data: [DONE]\n\n\r\n \n";
     let completions = builder().from_reader(std::io::Cursor::new(sse));
-    within("collect", completions.collect()).await.unwrap();
+    within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert!(completions.warnings().is_empty());
     // A `data:` line after `[DONE]` without the blank line between them: strictly (WHATWG)
     // one event whose data is no longer `[DONE]`; in the default tolerant mode `[DONE]` is an
@@ -751,14 +778,16 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     let strict = builder()
         .strict_sse(true)
         .from_reader(std::io::Cursor::new(sse.clone()));
-    let inc = within("collect", strict.collect()).await.unwrap_err();
+    let inc = within(LIMIT, "collect", strict.collect())
+        .await
+        .unwrap_err();
     assert!(
         matches!(inc.error, Error::Json { line: 3, .. }),
         "{:?}",
         inc.error
     );
     let tolerant = builder().from_reader(std::io::Cursor::new(sse));
-    within("collect", tolerant.collect()).await.unwrap();
+    within(LIMIT, "collect", tolerant.collect()).await.unwrap();
     let kinds: Vec<_> = tolerant.warnings().into_iter().map(|w| w.kind).collect();
     assert_eq!(kinds, [WarningKind::EventsWithoutBlankLines]);
 }
@@ -770,14 +799,14 @@ async fn an_empty_stream_is_a_completion_without_choices() {
     let _alone = heap::alone().await;
     let nothing = futures::stream::empty::<Result<Vec<u8>, std::io::Error>>();
     let c = builder().from_sse(nothing);
-    let whole = within("collect", c.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", c.collect()).await.unwrap();
     assert!(whole.choices.is_empty());
     assert!(c.warnings().is_empty());
     // A thousand empty reads: the same.
     let reads = (0..1000).map(|_| Ok::<_, std::io::Error>(Vec::new()));
     let c = builder().from_sse(futures::stream::iter(reads));
     assert!(
-        within("collect", c.collect())
+        within(LIMIT, "collect", c.collect())
             .await
             .unwrap()
             .choices
@@ -785,7 +814,7 @@ async fn an_empty_stream_is_a_completion_without_choices() {
     );
     let c = builder().from_reader(&b""[..]);
     assert!(
-        within("collect", c.collect())
+        within(LIMIT, "collect", c.collect())
             .await
             .unwrap()
             .choices
@@ -794,7 +823,7 @@ async fn an_empty_stream_is_a_completion_without_choices() {
     // Whitespace only: blank lines dispatch nothing.
     let c = builder().from_reader(&b"\n\n\r\n\r\r\n"[..]);
     assert!(
-        within("collect", c.collect())
+        within(LIMIT, "collect", c.collect())
             .await
             .unwrap()
             .choices
@@ -808,11 +837,11 @@ async fn a_stream_of_only_comments() {
     // 100,000 keep-alive comments, generated lazily: a completion without choices.
     let reads = (0..100_000).map(|_| Ok::<_, std::io::Error>(b": keep-alive\n\n".to_vec()));
     let c = builder().from_sse(futures::stream::iter(reads));
-    let whole = within("collect", c.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", c.collect()).await.unwrap();
     assert!(whole.choices.is_empty());
     // Cut inside a comment line: a truncation naming the partial line.
     let c = builder().from_reader(&b": keep-alive\n\n: keep"[..]);
-    let err = within("outcome", c.outcome()).await.unwrap_err();
+    let err = within(LIMIT, "outcome", c.outcome()).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -828,7 +857,7 @@ async fn a_stream_of_only_comments() {
     // Fields that are not data (retry, id, event, unknown) without data dispatch nothing.
     let c = builder().from_reader(&b"retry: 10\nid: 7\nevent: ping\nfoo: bar\n\n"[..]);
     assert!(
-        within("collect", c.collect())
+        within(LIMIT, "collect", c.collect())
             .await
             .unwrap()
             .choices
@@ -844,7 +873,7 @@ async fn ten_thousand_empty_data_events_end_at_the_first() {
     let (stream, taken) = counted(
         futures::stream::iter(0..10_000).map(|_| Ok::<_, std::io::Error>(b"data:\n\n".to_vec())),
     );
-    let err = within("outcome", builder().from_sse(stream).outcome())
+    let err = within(LIMIT, "outcome", builder().from_sse(stream).outcome())
         .await
         .unwrap_err();
     assert!(
@@ -885,7 +914,7 @@ async fn a_ten_mib_data_line_works_below_the_limit() {
     let c = builder()
         .max_event_size(16 * MIB as usize)
         .from_sse(futures::stream::iter(reads(&line)));
-    let (whole, peak) = heap::peak_during(within("collect", c.collect())).await;
+    let (whole, peak) = heap::peak_during(within(LIMIT, "collect", c.collect())).await;
     let whole = whole.unwrap();
     eprintln!("a 10 MiB data line: peak heap growth {} MiB", peak / MIB);
     assert!(peak < 64 * MIB, "peak heap growth {peak}");
@@ -897,7 +926,7 @@ async fn a_ten_mib_data_line_works_below_the_limit() {
     );
     // With the default limit (8 MiB) the same line is refused, without reading it all.
     let (stream, taken) = counted(futures::stream::iter(reads(&line)));
-    let err = within("outcome", builder().from_sse(stream).outcome())
+    let err = within(LIMIT, "outcome", builder().from_sse(stream).outcome())
         .await
         .unwrap_err();
     assert!(
@@ -927,7 +956,7 @@ async fn retained(sse: String) -> u64 {
     settle().await;
     let before = heap::live();
     let completions = builder().from_reader(std::io::Cursor::new(sse));
-    let result = within("collect", completions.collect()).await;
+    let result = within(LIMIT, "collect", completions.collect()).await;
     let warnings = completions.warnings();
     let grown = heap::live().saturating_sub(before);
     drop((result, warnings, completions));
@@ -1103,8 +1132,8 @@ fn fuzz_dir() -> PathBuf {
 async fn fuzz_regressions_and_seeds_replay() {
     let _alone = heap::alone().await;
     let fuzz = fuzz_dir();
-    let regressions = within("regressions", replay(&fuzz.join("regressions"))).await;
-    let seeds = within("seeds", replay(&fuzz.join("seeds"))).await;
+    let regressions = within(LIMIT, "regressions", replay(&fuzz.join("regressions"))).await;
+    let seeds = within(LIMIT, "seeds", replay(&fuzz.join("seeds"))).await;
     eprintln!("replayed {regressions} regression inputs and {seeds} seeds");
     assert!(seeds > 0, "no fuzz seeds found under {}", fuzz.display());
 }
@@ -1122,6 +1151,6 @@ async fn fuzz_regressions_of_open_bugs() {
             .and_then(|p| p.components().next())
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .unwrap_or_default();
-        within("replay", replay_one(&target, &path)).await;
+        within(LIMIT, "replay", replay_one(&target, &path)).await;
     }
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use choicewise::{ChoiceEvent, Completions, Error};
+use choicewise_test_support::within;
 use futures::{StreamExt, TryStreamExt};
 
 fn chunk(index: u32, content: &str, finish: Option<&str>) -> String {
@@ -233,9 +234,8 @@ async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
         c1.message().await.unwrap().message.content.as_deref(),
         Some("fine")
     );
-    let inc = tokio::time::timeout(Duration::from_secs(5), completions.collect())
+    let inc = within(Duration::from_secs(5), "collect", completions.collect())
         .await
-        .expect("no hang")
         .unwrap_err();
     assert!(matches!(
         inc.error,
@@ -259,9 +259,8 @@ async fn a_panic_in_the_reader_ends_every_stream_with_a_typed_error() {
     ]
     .concat();
     let completions = Completions::from_reader(std::io::Cursor::new(sse));
-    let inc = tokio::time::timeout(Duration::from_secs(5), completions.collect())
+    let inc = within(Duration::from_secs(5), "collect", completions.collect())
         .await
-        .expect("no hang")
         .unwrap_err();
     assert!(
         matches!(inc.error, Error::ActorFailed { .. }),

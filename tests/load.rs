@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise::{ChatCompletion, Completions, Error, live_actors};
-use choicewise_test_support::rss_bytes;
+use choicewise_test_support::{rss_bytes, within};
 use futures::StreamExt;
 use invariants::{Rng, split};
 use serde_json::{Value, json};
@@ -555,9 +555,7 @@ fn thousands_of_concurrent_completions_with_random_faults() {
                 })
                 .collect();
             let all = futures::future::join_all(tasks);
-            tokio::time::timeout(OVERALL, all)
-                .await
-                .unwrap_or_else(|_| panic!("{count} completions did not end within {OVERALL:?}"))
+            within(OVERALL, &format!("{count} completions ending"), all).await
         }));
         rss_after_rounds.push(rss_bytes());
     }

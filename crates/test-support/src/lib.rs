@@ -4,7 +4,8 @@
 //! does not write it again:
 //!
 //! - [`CountingAlloc`], a global allocator that counts the live heap and its peak, and
-//!   [`rss_bytes`], the resident set of the process.
+//!   [`rss_bytes`], the resident set of the process;
+//! - [`within`], a time bound on a future that fails the test naming what did not end.
 //!
 //! Never published (`publish = false`): the crates that test with it name it as a path-only
 //! dev-dependency, which `cargo package` leaves out.
@@ -25,5 +26,7 @@
 #![deny(missing_docs)]
 
 mod heap;
+mod time;
 
 pub use heap::{CountingAlloc, rss_bytes};
+pub use time::within;
