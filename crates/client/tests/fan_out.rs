@@ -7,6 +7,7 @@ use choicewise_client::{Client, FanOut};
 use choicewise_core::Error;
 use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer};
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// An answer that begins, then stalls (the connection kept open).
@@ -209,13 +210,7 @@ async fn dropping_everything_closes_every_upstream() {
     // Every request is streaming.
     let mut choices = completions.choices();
     for _ in 0..4 {
-        within(
-            ANSWERED,
-            "the next choice",
-            futures::StreamExt::next(&mut choices),
-        )
-        .await
-        .unwrap();
+        within(ANSWERED, "a choice", choices.next()).await.unwrap();
     }
     drop(choices);
     drop(completions);
@@ -236,25 +231,15 @@ async fn concurrency_limits_the_requests_in_flight() {
         .start();
     let mut choices = completions.choices();
     for _ in 0..2 {
-        within(
-            ANSWERED,
-            "the next choice",
-            futures::StreamExt::next(&mut choices),
-        )
-        .await
-        .unwrap();
+        within(ANSWERED, "a choice", choices.next()).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(server.request_count(), 2, "only two slots");
     // Cancelling both frees their slots: the next requests go out.
     completions.choice(0).await.unwrap().cancel();
-    within(
-        Duration::from_secs(5),
-        "the next choice",
-        futures::StreamExt::next(&mut choices),
-    )
-    .await
-    .unwrap();
+    within(Duration::from_secs(5), "a choice", choices.next())
+        .await
+        .unwrap();
     assert_eq!(server.request_count(), 3);
 }
 

@@ -33,6 +33,13 @@ fn client(server: &TestServer) -> Client {
 
 /// A server whose writes are cut at random (inside lines and UTF-8 characters), delayed a
 /// little, with keep-alive comments between events.
+/// The server's answer to `request()` as a stream, within the limit.
+async fn chat(server: &TestServer) -> Completions {
+    within(LIMIT, "chat", client(server).chat(request()))
+        .await
+        .unwrap()
+}
+
 fn hostile(name: &str, seed: u64) -> TestServerBuilder {
     TestServer::builder()
         .fixture(name)
@@ -127,9 +134,7 @@ async fn the_body_arrives_in_hostile_pieces() {
 #[tokio::test]
 async fn choices_stream_over_http() {
     let server = hostile("demo.sse", 99).start().await.unwrap();
-    let completions = within(LIMIT, "chat", client(&server).chat(request()))
-        .await
-        .unwrap();
+    let completions = chat(&server).await;
     let choice = within(LIMIT, "choice 2", completions.choice(2))
         .await
         .unwrap();
@@ -288,9 +293,7 @@ async fn rate_limited_once_then_served() {
         .await
         .unwrap();
     let started = Instant::now();
-    let completions = within(LIMIT, "chat", client(&server).chat(request()))
-        .await
-        .unwrap();
+    let completions = chat(&server).await;
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(950), "{waited:?}");
     let whole = within(LIMIT, "collect", completions.collect())
@@ -425,9 +428,7 @@ async fn connection_cut_mid_stream_keeps_what_came_before() {
         .start()
         .await
         .unwrap();
-    let completions = within(LIMIT, "chat", client(&server).chat(request()))
-        .await
-        .unwrap();
+    let completions = chat(&server).await;
     let incomplete = within(LIMIT, "collect", completions.collect())
         .await
         .unwrap_err();
@@ -553,9 +554,7 @@ async fn dropping_everything_closes_the_connection() {
         .start()
         .await
         .unwrap();
-    let completions = within(LIMIT, "chat", client(&server).chat(request()))
-        .await
-        .unwrap();
+    let completions = chat(&server).await;
     let choice = within(LIMIT, "choice 2", completions.choice(2))
         .await
         .unwrap();
