@@ -9,6 +9,7 @@ use common::streams::{completion, interleave, orderly};
 use std::sync::LazyLock;
 
 use choicewise::{ChatCompletion, ChoiceEvent, ChoiceOutput, Completions, Error, WarningKind};
+use choicewise_test_support::{sse_stream, upstream};
 use futures::TryStreamExt;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -55,10 +56,9 @@ struct Run {
 }
 
 async fn run(reads: Vec<Vec<u8>>) -> Run {
-    let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
     let completions = Completions::builder()
         .estimate_usage(false)
-        .from_sse(stream);
+        .from_sse(upstream(reads));
     let (completion, error) = match completions.collect().await {
         Ok(c) => (c, None),
         Err(inc) => (inc.partial, Some(inc.error)),
@@ -86,12 +86,7 @@ async fn run(reads: Vec<Vec<u8>>) -> Run {
 }
 
 fn sse_of(chunks: &[Value]) -> Vec<u8> {
-    let mut out = String::new();
-    for chunk in chunks {
-        out.push_str(&format!("data: {chunk}\n\n"));
-    }
-    out.push_str("data: [DONE]\n\n");
-    out.into_bytes()
+    sse_stream(chunks).into_bytes()
 }
 
 /// The chunks of a fixture, parsed.

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use choicewise::{ChatCompletion, ChoiceEvent, Completions, Error, actors_started};
-use choicewise_test_support::within;
+use choicewise_test_support::{DONE, sse_chunk, within};
 use common::actors_reach;
 use common::streams::{completion, interleave, sse};
 use futures::channel::mpsc::{UnboundedSender, unbounded};
@@ -36,7 +36,7 @@ fn chunk(index: u32, content: &str, finish: Option<&str>) -> Vec<u8> {
         "id": "chatcmpl-h", "object": "chat.completion.chunk", "created": 1, "model": "m",
         "choices": [{"index": index, "delta": {"content": content}, "finish_reason": finish}]
     });
-    format!("data: {chunk}\n\n").into_bytes()
+    sse_chunk(chunk).into_bytes()
 }
 
 /// How long a test waits for what it awaits, failing instead of hanging if a choice is never
@@ -94,7 +94,7 @@ async fn an_idle_completion_keeps_only_its_reader_and_its_streams_go_on() {
     );
     let mut tail = chunk(2, "2b", Some("length"));
     tail.extend(chunk(1, "1b", Some("stop")));
-    tail.extend(b"data: [DONE]\n\n");
+    tail.extend(DONE.as_bytes());
     tx.unbounded_send(Ok(tail)).unwrap();
     let completion = within(SETTLED, "collect", completions.collect())
         .await
@@ -125,7 +125,7 @@ async fn the_stream_can_end_while_the_actors_are_retired() {
     tx.unbounded_send(Ok(chunk(1, "half", None))).unwrap();
     let c1 = completions.choice(1).await.unwrap();
     assert_eq!(actors_reach(1).await, 1);
-    tx.unbounded_send(Ok(b"data: [DONE]\n\n".to_vec())).unwrap();
+    tx.unbounded_send(Ok(DONE.as_bytes().to_vec())).unwrap();
     let completion = within(SETTLED, "collect", completions.collect())
         .await
         .unwrap();
@@ -183,7 +183,7 @@ async fn a_new_actor_waits_for_the_retired_one_to_apply_its_queue() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
     tx.unbounded_send(Ok(chunk(0, "b", Some("stop")))).unwrap();
-    tx.unbounded_send(Ok(b"data: [DONE]\n\n".to_vec())).unwrap();
+    tx.unbounded_send(Ok(DONE.as_bytes().to_vec())).unwrap();
     let completion = within(SETTLED, "collect", completions.collect())
         .await
         .unwrap();

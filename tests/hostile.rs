@@ -22,7 +22,7 @@ use choicewise::{
     ChatCompletion, ChoiceEvent, Completions, CompletionsBuilder, Error, FunctionCallEvent,
     Incomplete, SseError, WarningKind,
 };
-use choicewise_test_support::within;
+use choicewise_test_support::{DONE, content_chunk, sse_chunk, within};
 use futures::{Stream, StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
@@ -31,16 +31,6 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 fn builder() -> CompletionsBuilder {
     Completions::builder().estimate_usage(false)
-}
-
-fn event(chunk: &Value) -> String {
-    format!("data: {chunk}\n\n")
-}
-
-fn content(index: i64, text: &str, finish: Option<&str>) -> String {
-    event(
-        &json!({"choices": [{"index": index, "delta": {"content": text}, "finish_reason": finish}]}),
-    )
 }
 
 /// Where each event of `events` starts: (line, byte offset), events of `data: ...\n\n`.
@@ -118,10 +108,7 @@ mod heap {
 #[tokio::test]
 async fn choice_index_u32_max_is_a_choice_and_out_of_range_indexes_are_typed_errors() {
     let _alone = heap::alone().await;
-    let events = [
-        content(4294967295, "max", Some("stop")),
-        "data: [DONE]\n\n".into(),
-    ];
+    let events = [content_chunk(4294967295, "max", Some("stop")), DONE.into()];
     let completions = builder().from_reader(std::io::Cursor::new(events.concat()));
     let choice = within(LIMIT, "choice", completions.choice(u32::MAX))
         .await
@@ -138,9 +125,9 @@ async fn choice_index_u32_max_is_a_choice_and_out_of_range_indexes_are_typed_err
 
     for bad in [-1i64, 4294967296, i64::MIN, i64::MAX] {
         let events = [
-            content(0, "before", None),
-            content(bad, "x", None),
-            content(0, "after", Some("stop")),
+            content_chunk(0, "before", None),
+            content_chunk(bad, "x", None),
+            content_chunk(0, "after", Some("stop")),
         ];
         let inc = collect_str(&events).await.unwrap_err();
         assert!(
@@ -153,7 +140,7 @@ async fn choice_index_u32_max_is_a_choice_and_out_of_range_indexes_are_typed_err
     // Beyond i64 (or not an integer) the chunk does not parse: a JSON error at its line.
     for bad in ["9223372036854775808", "1.5", "\"0\""] {
         let events = [
-            content(0, "before", None),
+            content_chunk(0, "before", None),
             format!("data: {{\"choices\":[{{\"index\":{bad},\"delta\":{{}}}}]}}\n\n"),
         ];
         let at = positions(&events)[1];
@@ -174,7 +161,7 @@ async fn a_hundred_thousand_distinct_choice_indexes_stop_at_the_129th() {
     let started = Instant::now();
     let index = |i: u32| u32::MAX - 3 * i;
     let (stream, taken) = counted(futures::stream::iter(0..100_000u32).map(move |i| {
-        Ok::<_, std::io::Error>(content(i64::from(index(i)), "x", None).into_bytes())
+        Ok::<_, std::io::Error>(content_chunk(i64::from(index(i)), "x", None).into_bytes())
     }));
     let (inc, peak) = heap::peak_during(within(
         LIMIT,
@@ -200,7 +187,7 @@ async fn a_hundred_thousand_distinct_choice_indexes_stop_at_the_129th() {
     let choices: Vec<Value> = (0..100_000)
         .map(|i| json!({"index": i, "delta": {"content": "y"}}))
         .collect();
-    let events = [event(&json!({ "choices": choices }))];
+    let events = [sse_chunk(json!({ "choices": choices }))];
     drop(choices);
     let (inc, peak) = heap::peak_during(collect_str(&events)).await;
     let inc = inc.unwrap_err();
@@ -250,13 +237,13 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
                        "function": {"name": "f", "arguments": "{}"}})
             })
             .collect();
-        event(&json!({"choices": [{"index": 0, "delta": {"tool_calls": calls}}]}))
+        sse_chunk(json!({"choices": [{"index": 0, "delta": {"tool_calls": calls}}]}))
     };
-    let first = content(1, "other ", None);
+    let first = content_chunk(1, "other ", None);
     let last = [
-        content(1, "choice", Some("stop")),
-        event(&json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})),
-        "data: [DONE]\n\n".to_string(),
+        content_chunk(1, "choice", Some("stop")),
+        sse_chunk(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})),
+        DONE.to_string(),
     ];
     // The 129th call (index 128) is in the second tool-call event: lines 5-6.
     let line = positions(&[first.clone(), tool_event(0)])[1].0 + 2;
@@ -316,10 +303,12 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
     // that choice only; the other choice goes on to its finish.
     for bad in [-1i64, 4294967296] {
         let events = [
-            content(1, "other", None),
-            event(&json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": bad}]}}]})),
-            content(1, " more", Some("stop")),
-            "data: [DONE]\n\n".to_string(),
+            content_chunk(1, "other", None),
+            sse_chunk(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": bad}]}}]}),
+            ),
+            content_chunk(1, " more", Some("stop")),
+            DONE.to_string(),
         ];
         let inc = collect_str(&events).await.unwrap_err();
         assert!(
@@ -343,15 +332,15 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
 async fn a_tool_call_over_the_limit_after_the_finish_is_not_silently_dropped() {
     let _alone = heap::alone().await;
     let tool = |i: i64| {
-        event(&json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+        sse_chunk(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": i, "id": format!("call_{i}"), "function": {"name": "f", "arguments": "{}"}}]}}]}))
     };
     let sse = [
-        content(0, "a", Some("stop")), // line 1
-        tool(0),                       // line 3: after the finish: kept, with a warning
-        tool(1),                       // line 5: a second call, over max_tool_calls(1)
-        content(0, " late", None),     // line 7: data after the finish: kept, with a warning
-        "data: [DONE]\n\n".to_string(),
+        content_chunk(0, "a", Some("stop")), // line 1
+        tool(0),                             // line 3: after the finish: kept, with a warning
+        tool(1),                             // line 5: a second call, over max_tool_calls(1)
+        content_chunk(0, " late", None),     // line 7: data after the finish: kept, with a warning
+        DONE.to_string(),
     ]
     .concat();
     let completions = builder()
@@ -398,23 +387,23 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     // Call 0: 100,000 `[`; call 1: 100,000 `[` then 100,000 `]` (valid JSON, too deep).
     let mut events = Vec::new();
     for (call, text) in [(0, "[".repeat(N)), (1, "[".repeat(N) + &"]".repeat(N))] {
-        events.push(event(
-            &json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+        events.push(sse_chunk(
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": call, "id": format!("call_{call}"), "type": "function",
              "function": {"name": "deep", "arguments": ""}}]}}]}),
         ));
         for piece in text.as_bytes().chunks(1000) {
             let piece = std::str::from_utf8(piece).unwrap();
-            events.push(event(
-                &json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+            events.push(sse_chunk(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [
                 {"index": call, "function": {"arguments": piece}}]}}]}),
             ));
         }
     }
-    events.push(event(
-        &json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+    events.push(sse_chunk(
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
     ));
-    events.push("data: [DONE]\n\n".into());
+    events.push(DONE.into());
     let completions = builder().from_reader(std::io::Cursor::new(events.concat()));
     let choice = within(LIMIT, "choice", completions.choice(0))
         .await
@@ -500,12 +489,12 @@ async fn deeply_nested_arguments_overflow_no_stack() {
 /// keeping "kept"; choice 1 goes on to its finish.
 async fn a_bad_update(data: &str) -> Error {
     let events = [
-        content(0, "kept", None),
-        content(1, "other", None),
+        content_chunk(0, "kept", None),
+        content_chunk(1, "other", None),
         format!("data: {data}\n\n"),
-        content(1, " choice", Some("stop")),
-        content(0, " ignored", Some("stop")),
-        "data: [DONE]\n\n".to_string(),
+        content_chunk(1, " choice", Some("stop")),
+        content_chunk(0, " ignored", Some("stop")),
+        DONE.to_string(),
     ];
     let inc = collect_str(&events).await.unwrap_err();
     assert_eq!(text_of(&inc.partial, 0), Some("kept"), "{data}");
@@ -527,7 +516,7 @@ async fn a_deeply_nested_delta_fails_its_choice() {
     // The third event, after two of two lines each: line 5, at its byte offset.
     let at = (
         5,
-        (content(0, "kept", None).len() + content(1, "other", None).len()) as u64,
+        (content_chunk(0, "kept", None).len() + content_chunk(1, "other", None).len()) as u64,
     );
     for data in [
         // Arguments sent as a JSON value, logprobs (both kept as values): serde_json's
@@ -544,9 +533,9 @@ async fn a_deeply_nested_delta_fails_its_choice() {
     }
     // An unknown field is skipped without recursion, however deep: the stream goes on.
     let events = [
-        content(0, "a", None),
+        content_chunk(0, "a", None),
         format!("data: {{\"choices\":[],\"extra\":{deep}}}\n\n"),
-        content(0, "b", Some("stop")),
+        content_chunk(0, "b", Some("stop")),
     ];
     assert_eq!(text_of(&collect_str(&events).await.unwrap(), 0), Some("ab"));
 }
@@ -556,7 +545,7 @@ async fn a_deeply_nested_delta_fails_its_choice() {
 #[tokio::test]
 async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
     let _alone = heap::alone().await;
-    let first = content(0, "ok", None);
+    let first = content_chunk(0, "ok", None);
     let base = first.len() as u64;
     // In a JSON string on line 3: the line, its start and the exact bad byte.
     let mut bytes = first.clone().into_bytes();
@@ -580,7 +569,7 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
     // before looking at it).
     let mut bytes = first.clone().into_bytes();
     bytes.extend_from_slice(b": caf\xe9\n");
-    bytes.extend_from_slice(content(0, "!", Some("stop")).as_bytes());
+    bytes.extend_from_slice(content_chunk(0, "!", Some("stop")).as_bytes());
     let inc = within(LIMIT, "collect", common::collect_reads(vec![bytes]))
         .await
         .unwrap_err();
@@ -617,9 +606,9 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
 /// first event's text kept.
 async fn not_a_chunk(data: &str) -> Error {
     let events = [
-        content(0, "kept", None),
+        content_chunk(0, "kept", None),
         format!(": comment\ndata: {data}\n\n"),
-        content(0, "never", Some("stop")),
+        content_chunk(0, "never", Some("stop")),
     ];
     let inc = collect_str(&events).await.unwrap_err();
     assert_eq!(text_of(&inc.partial, 0), Some("kept"), "{data}");
@@ -630,7 +619,7 @@ async fn not_a_chunk(data: &str) -> Error {
 async fn chunks_that_are_not_objects_are_json_errors_at_their_line() {
     let _alone = heap::alone().await;
     // The event is the `data:` line after the comment: line 4, at its byte offset.
-    let offset = (content(0, "kept", None).len() + ": comment\n".len()) as u64;
+    let offset = (content_chunk(0, "kept", None).len() + ": comment\n".len()) as u64;
     for data in ["\"a string\"", "42", "-0.5", "null", "true", "[1,2]"] {
         let error = not_a_chunk(data).await;
         assert!(
@@ -640,9 +629,9 @@ async fn chunks_that_are_not_objects_are_json_errors_at_their_line() {
     }
     // An empty object is a chunk without choices: nothing happens.
     let events = [
-        content(0, "a", Some("stop")),
+        content_chunk(0, "a", Some("stop")),
         "data: {}\n\n".into(),
-        "data: [DONE]\n\n".into(),
+        DONE.into(),
     ];
     assert_eq!(text_of(&collect_str(&events).await.unwrap(), 0), Some("a"));
 }
@@ -681,7 +670,7 @@ async fn chunks_that_are_arrays_are_json_errors() {
 #[tokio::test]
 async fn a_json_error_names_the_line_it_is_on() {
     let _alone = heap::alone().await;
-    let first = content(0, "a", None); // lines 1-2
+    let first = content_chunk(0, "a", None); // lines 1-2
     for (rest, line) in [
         // `event:` before the data: the error is on line 4, reported on line 3.
         ("event: message\ndata: null\n\n", 4),
@@ -705,8 +694,9 @@ async fn a_json_error_names_the_line_it_is_on() {
 #[tokio::test]
 async fn done_then_more_reads_are_never_taken() {
     let _alone = heap::alone().await;
-    let first = content(0, "a", Some("stop")) + "data: [DONE]\n\n";
-    let mut later = (content(0, "late", None) + &content(1, "new choice", None)).into_bytes();
+    let first = content_chunk(0, "a", Some("stop")) + DONE;
+    let mut later =
+        (content_chunk(0, "late", None) + &content_chunk(1, "new choice", None)).into_bytes();
     later.extend_from_slice(b"garbage\xff");
     let reads = vec![first.into_bytes(), later, b"more".to_vec()];
     let (stream, taken) = counted(futures::stream::iter(reads).map(Ok::<_, std::io::Error>));
@@ -748,8 +738,8 @@ async fn done_then_more_reads_are_never_taken() {
 #[tokio::test]
 async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     let _alone = heap::alone().await;
-    let after = content(0, "late", None) + &content(5, "new", Some("stop"));
-    let sse = content(0, "a", Some("stop")) + "data: [DONE]\n\n" + &after;
+    let after = content_chunk(0, "late", None) + &content_chunk(5, "new", Some("stop"));
+    let sse = content_chunk(0, "a", Some("stop")) + DONE + &after;
     let completions = builder().from_reader(std::io::Cursor::new(sse));
     let whole = within(LIMIT, "collect", completions.collect())
         .await
@@ -764,7 +754,7 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     );
     assert_eq!((warnings[0].choice, warnings[0].line), (None, 5));
     // Only whitespace after it: nothing to report.
-    let sse = content(0, "a", Some("stop")) + "data: [DONE]\n\n\r\n \n";
+    let sse = content_chunk(0, "a", Some("stop")) + "data: [DONE]\n\n\r\n \n";
     let completions = builder().from_reader(std::io::Cursor::new(sse));
     within(LIMIT, "collect", completions.collect())
         .await
@@ -774,7 +764,7 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     // one event whose data is no longer `[DONE]`; in the default tolerant mode `[DONE]` is an
     // event of its own and ends the stream (the line that ended it, `data: {}`, is taken as
     // that event's end: only bytes after it would count as data after `[DONE]`).
-    let sse = content(0, "a", Some("stop")) + "data: [DONE]\ndata: {}\n\n";
+    let sse = content_chunk(0, "a", Some("stop")) + "data: [DONE]\ndata: {}\n\n";
     let strict = builder()
         .strict_sse(true)
         .from_reader(std::io::Cursor::new(sse.clone()));
@@ -889,7 +879,7 @@ async fn ten_thousand_empty_data_events_end_at_the_first() {
     );
     assert_eq!(taken.load(Ordering::SeqCst), 1);
     // Empty data after real chunks: the same error at its own line, the chunks kept.
-    let events = [content(0, "kept", None), "data: \n\n".into()];
+    let events = [content_chunk(0, "kept", None), "data: \n\n".into()];
     let inc = collect_str(&events).await.unwrap_err();
     assert!(
         matches!(inc.error, Error::Json { line: 3, offset, .. } if offset == events[0].len() as u64)
@@ -903,7 +893,7 @@ async fn ten_thousand_empty_data_events_end_at_the_first() {
 async fn a_ten_mib_data_line_works_below_the_limit() {
     let _alone = heap::alone().await;
     let text = "abcdefghij".repeat(MIB as usize); // 10 MiB
-    let line = content(0, &text, Some("stop")) + "data: [DONE]\n\n";
+    let line = content_chunk(0, &text, Some("stop")) + DONE;
     let reads = |line: &str| -> Vec<Result<Vec<u8>, std::io::Error>> {
         line.as_bytes()
             .chunks(64 * 1024)
@@ -984,19 +974,19 @@ async fn repeated_conflicts_do_not_copy_a_large_kept_value_per_warning() {
     let cases = [
         // A 1 MiB role, then 300 chunks with another role: ~14 KB more input.
         (
-            event(&json!({"choices": [{"delta": {"role": big}}]})),
-            event(&json!({"choices": [{"delta": {"role": "a"}}]})),
+            sse_chunk(json!({"choices": [{"delta": {"role": big}}]})),
+            sse_chunk(json!({"choices": [{"delta": {"role": "a"}}]})),
         ),
         // A 1 MiB finish reason, then 300 other finishes.
         (
-            event(&json!({"choices": [{"delta": {}, "finish_reason": big}]})),
-            event(&json!({"choices": [{"delta": {}, "finish_reason": "stop"}]})),
+            sse_chunk(json!({"choices": [{"delta": {}, "finish_reason": big}]})),
+            sse_chunk(json!({"choices": [{"delta": {}, "finish_reason": "stop"}]})),
         ),
         // A tool call with a 1 MiB name, then 300 fragments naming it otherwise.
         (
-            event(&json!({"choices": [{"delta": {"tool_calls": [
+            sse_chunk(json!({"choices": [{"delta": {"tool_calls": [
                 {"index": 0, "id": "c", "function": {"name": big}}]}}]})),
-            event(&json!({"choices": [{"delta": {"tool_calls": [
+            sse_chunk(json!({"choices": [{"delta": {"tool_calls": [
                 {"index": 0, "function": {"name": "g"}}]}}]})),
         ),
     ];
@@ -1006,7 +996,7 @@ async fn repeated_conflicts_do_not_copy_a_large_kept_value_per_warning() {
         .into_iter()
         .zip(cases)
     {
-        let sse = first + &repeat.repeat(300) + "data: [DONE]\n\n";
+        let sse = first + &repeat.repeat(300) + DONE;
         let input = sse.len() as u64;
         let grown = retained(sse).await;
         worst = worst.max(grown);
@@ -1029,13 +1019,13 @@ async fn a_large_error_is_not_copied_to_every_open_choice() {
     let open: Vec<Value> = (0..128)
         .map(|i| json!({"index": i, "delta": {"content": "x"}}))
         .collect();
-    let choices = event(&json!({ "choices": open }));
+    let choices = sse_chunk(json!({ "choices": open }));
     let big = "m".repeat(2 * MIB as usize);
     let mut worst = 0;
     let mut report = Vec::new();
     for (what, error_event) in [
-        ("upstream", event(&json!({"error": {"message": big}}))),
-        ("json", event(&json!(big))),
+        ("upstream", sse_chunk(json!({"error": {"message": big}}))),
+        ("json", sse_chunk(json!(big))),
     ] {
         let sse = choices.clone() + &error_event;
         let input = sse.len() as u64;

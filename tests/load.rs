@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise::{ChatCompletion, Completions, Error, live_actors};
-use choicewise_test_support::{rss_bytes, within};
+use choicewise_test_support::{DONE, rss_bytes, sse_chunk, within};
 use futures::StreamExt;
 use invariants::{Rng, split};
 use serde_json::{Value, json};
@@ -173,12 +173,11 @@ fn event(id: usize, chunk: &[(u32, Upd)]) -> String {
     let entries: Vec<Value> = chunk.iter().map(|(i, u)| entry(*i, u)).collect();
     let c = json!({"id": format!("chatcmpl-{id}"), "object": "chat.completion.chunk",
                    "created": 1, "model": "m", "choices": entries});
-    format!("data: {c}\n\n")
+    sse_chunk(c)
 }
 
 const UPSTREAM_ERROR: &str =
     "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\",\"code\":503}}\n\n";
-const DONE: &str = "data: [DONE]\n\n";
 
 // ------------------------------------------------------------------------------ reference
 

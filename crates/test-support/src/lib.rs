@@ -5,7 +5,10 @@
 //!
 //! - [`CountingAlloc`], a global allocator that counts the live heap and its peak, and
 //!   [`rss_bytes`], the resident set of the process;
-//! - [`within`], a time bound on a future that fails the test naming what did not end.
+//! - [`within`], a time bound on a future that fails the test naming what did not end;
+//! - builders of upstream streams: [`split`] and [`SPLITS`] (the read splits a stream is
+//!   replayed under), [`upstream`] (reads as a byte stream), [`sse_chunk`], [`sse_stream`],
+//!   [`content_chunk`] and [`DONE`] (SSE events).
 //!
 //! Never published (`publish = false`): the crates that test with it name it as a path-only
 //! dev-dependency, which `cargo package` leaves out.
@@ -26,7 +29,9 @@
 #![deny(missing_docs)]
 
 mod heap;
+mod sse;
 mod time;
 
 pub use heap::{CountingAlloc, rss_bytes};
+pub use sse::{DONE, SPLITS, content_chunk, split, sse_chunk, sse_stream, upstream};
 pub use time::within;
