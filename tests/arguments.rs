@@ -4,6 +4,7 @@
 mod common;
 
 use choicewise::{CallKind, ChoiceEvent, Completions, ErrorDetail, FunctionCallEvent};
+use choicewise_test_support::{DONE, sse_chunk, upstream};
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::Value;
@@ -26,9 +27,7 @@ fn golden_arguments(index: usize) -> Value {
 }
 
 fn reads_stream(reads: Vec<Vec<u8>>) -> Completions {
-    Completions::from_sse(futures::stream::iter(
-        reads.into_iter().map(Ok::<_, std::io::Error>),
-    ))
+    Completions::from_sse(upstream(reads))
 }
 
 #[tokio::test]
@@ -122,9 +121,12 @@ fn one_call_stream(fragments: &[&str]) -> String {
             serde_json::json!({"index": 0, "function": {"arguments": f}})
         };
         let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]});
-        sse.push_str(&format!("data: {chunk}\n\n"));
+        sse.push_str(&sse_chunk(chunk));
     }
-    sse.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n");
+    sse.push_str(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\n",
+    );
+    sse.push_str(DONE);
     sse
 }
 
@@ -165,7 +167,7 @@ async fn raw_control_characters_are_repaired_and_flagged() {
 #[tokio::test]
 async fn invalid_arguments_are_a_typed_error_with_the_byte_offset_and_the_stream_goes_on() {
     let sse = [
-        one_call_stream(&["{\"answer\": \"x\",", " oops}"]).replace("data: [DONE]\n\n", "").replace(
+        one_call_stream(&["{\"answer\": \"x\",", " oops}"]).replace(DONE, "").replace(
             ",\"finish_reason\":\"tool_calls\"",
             "",
         ),

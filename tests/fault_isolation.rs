@@ -11,6 +11,7 @@ use std::sync::LazyLock;
 use choicewise::{
     ChatCompletion, ChoiceEvent, ChoiceOutput, Completions, Error, ErrorDetail, WarningKind,
 };
+use choicewise_test_support::{sse_stream, upstream};
 use futures::TryStreamExt;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -57,10 +58,9 @@ struct Run {
 }
 
 async fn run(reads: Vec<Vec<u8>>) -> Run {
-    let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
     let completions = Completions::builder()
         .estimate_usage(false)
-        .from_sse(stream);
+        .from_sse(upstream(reads));
     let (completion, error) = match completions.collect().await {
         Ok(c) => (c, None),
         Err(inc) => (inc.partial, Some(inc.error)),
@@ -88,12 +88,7 @@ async fn run(reads: Vec<Vec<u8>>) -> Run {
 }
 
 fn sse_of(chunks: &[Value]) -> Vec<u8> {
-    let mut out = String::new();
-    for chunk in chunks {
-        out.push_str(&format!("data: {chunk}\n\n"));
-    }
-    out.push_str("data: [DONE]\n\n");
-    out.into_bytes()
+    sse_stream(chunks).into_bytes()
 }
 
 /// The chunks of a fixture, parsed.

@@ -11,6 +11,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use choicewise::{ChatCompletion, ChoiceEvent, Completions, ErrorDetail, actors_started};
+use choicewise_test_support::{DONE, sse_chunk, within};
 use common::actors_reach;
 use common::streams::{completion, interleave, sse};
 use futures::channel::mpsc::{UnboundedSender, unbounded};
@@ -35,15 +36,12 @@ fn chunk(index: u32, content: &str, finish: Option<&str>) -> Vec<u8> {
         "id": "chatcmpl-h", "object": "chat.completion.chunk", "created": 1, "model": "m",
         "choices": [{"index": index, "delta": {"content": content}, "finish_reason": finish}]
     });
-    format!("data: {chunk}\n\n").into_bytes()
+    sse_chunk(chunk).into_bytes()
 }
 
-/// Awaits `f`, failing the test instead of hanging if a choice is never settled.
-async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(20), f)
-        .await
-        .expect("ended within 20 s")
-}
+/// How long a test waits for what it awaits, failing instead of hanging if a choice is never
+/// settled.
+const SETTLED: Duration = Duration::from_secs(20);
 
 /// A completion whose upstream the test feeds by hand.
 fn controlled(quiet: Duration) -> (Completions, UnboundedSender<Read>) {
@@ -71,8 +69,18 @@ async fn an_idle_completion_keeps_only_its_reader_and_its_streams_go_on() {
     let started = actors_started();
 
     tx.unbounded_send(Ok(chunk(0, "0b", Some("stop")))).unwrap();
-    assert_eq!(&*bounded(content.next()).await.unwrap().unwrap(), "0b");
-    assert!(bounded(content.next()).await.is_none());
+    assert_eq!(
+        &*within(SETTLED, "the next content", content.next())
+            .await
+            .unwrap()
+            .unwrap(),
+        "0b"
+    );
+    assert!(
+        within(SETTLED, "the next content", content.next())
+            .await
+            .is_none()
+    );
     assert_eq!(
         actors_started(),
         started + 1,
@@ -86,9 +94,11 @@ async fn an_idle_completion_keeps_only_its_reader_and_its_streams_go_on() {
     );
     let mut tail = chunk(2, "2b", Some("length"));
     tail.extend(chunk(1, "1b", Some("stop")));
-    tail.extend(b"data: [DONE]\n\n");
+    tail.extend(DONE.as_bytes());
     tx.unbounded_send(Ok(tail)).unwrap();
-    let completion = bounded(completions.collect()).await.unwrap();
+    let completion = within(SETTLED, "collect", completions.collect())
+        .await
+        .unwrap();
     let texts: Vec<_> = completion
         .choices
         .iter()
@@ -115,13 +125,17 @@ async fn the_stream_can_end_while_the_actors_are_retired() {
     tx.unbounded_send(Ok(chunk(1, "half", None))).unwrap();
     let c1 = completions.choice(1).await.unwrap();
     assert_eq!(actors_reach(1).await, 1);
-    tx.unbounded_send(Ok(b"data: [DONE]\n\n".to_vec())).unwrap();
-    let completion = bounded(completions.collect()).await.unwrap();
+    tx.unbounded_send(Ok(DONE.as_bytes().to_vec())).unwrap();
+    let completion = within(SETTLED, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(
         completion.choices[1].message.content.as_deref(),
         Some("half")
     );
-    let events: Vec<ChoiceEvent> = bounded(c1.events().try_collect()).await.unwrap();
+    let events: Vec<ChoiceEvent> = within(SETTLED, "events", c1.events().try_collect())
+        .await
+        .unwrap();
     assert_eq!(events.len(), 1, "{events:?}");
     drop((c1, completions));
     assert_eq!(actors_reach(0).await, 0);
@@ -133,7 +147,7 @@ async fn the_stream_can_end_while_the_actors_are_retired() {
     assert_eq!(actors_reach(1).await, 1);
     tx.unbounded_send(Ok(b"data: {\"choi".to_vec())).unwrap();
     drop(tx);
-    let incomplete = bounded(c0.message()).await.unwrap_err();
+    let incomplete = within(SETTLED, "message", c0.message()).await.unwrap_err();
     assert!(
         matches!(incomplete.error.detail(), ErrorDetail::Truncated { .. }),
         "{:?}",
@@ -169,8 +183,10 @@ async fn a_new_actor_waits_for_the_retired_one_to_apply_its_queue() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
     tx.unbounded_send(Ok(chunk(0, "b", Some("stop")))).unwrap();
-    tx.unbounded_send(Ok(b"data: [DONE]\n\n".to_vec())).unwrap();
-    let completion = bounded(completions.collect()).await.unwrap();
+    tx.unbounded_send(Ok(DONE.as_bytes().to_vec())).unwrap();
+    let completion = within(SETTLED, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(
         completion.choices[0].message.content.as_deref(),
         Some(format!("{slow}ab").as_str())

@@ -13,7 +13,6 @@ mod common;
 #[path = "../fuzz/src/invariants.rs"]
 mod invariants;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,30 +22,15 @@ use choicewise::{
     ChatCompletion, ChoiceEvent, Completions, CompletionsBuilder, Error, ErrorDetail,
     FunctionCallEvent, Incomplete, SseError, WarningKind,
 };
+use choicewise_test_support::{DONE, content_chunk, sse_chunk, within};
 use futures::{Stream, StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
 /// No test here may take longer (debug build, two cores shared with others).
 const LIMIT: Duration = Duration::from_secs(60);
 
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(LIMIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: no result within {LIMIT:?}"))
-}
-
 fn builder() -> CompletionsBuilder {
     Completions::builder().estimate_usage(false)
-}
-
-fn event(chunk: &Value) -> String {
-    format!("data: {chunk}\n\n")
-}
-
-fn content(index: i64, text: &str, finish: Option<&str>) -> String {
-    event(
-        &json!({"choices": [{"index": index, "delta": {"content": text}, "finish_reason": finish}]}),
-    )
 }
 
 /// Where each event of `events` starts: (line, byte offset), events of `data: ...\n\n`.
@@ -64,6 +48,7 @@ fn positions(events: &[String]) -> Vec<(u64, u64)> {
 async fn collect_str(events: &[String]) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
     let reads = vec![Ok::<_, std::io::Error>(events.concat().into_bytes())];
     within(
+        LIMIT,
         "collect",
         builder().from_sse(futures::stream::iter(reads)).collect(),
     )
@@ -90,10 +75,10 @@ fn text_of(c: &ChatCompletion, index: u32) -> Option<&str> {
         .and_then(|c| c.message.content.as_deref())
 }
 
-/// A counting allocator: the heap's live bytes and their peak, to check the memory bounds.
+/// A counting allocator (the kit's): the heap's live bytes and their peak, to check the memory
+/// bounds.
 mod heap {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use choicewise_test_support::CountingAlloc;
 
     static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -102,60 +87,19 @@ mod heap {
     pub async fn alone() -> tokio::sync::MutexGuard<'static, ()> {
         ALONE.lock().await
     }
-    static LIVE: AtomicU64 = AtomicU64::new(0);
-    static PEAK: AtomicU64 = AtomicU64::new(0);
-
-    struct Counting;
-
-    // SAFETY: every call is forwarded to the system allocator unchanged.
-    unsafe impl GlobalAlloc for Counting {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            let p = unsafe { System.alloc(layout) };
-            if !p.is_null() {
-                grow(layout.size());
-            }
-            p
-        }
-        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            unsafe { System.dealloc(ptr, layout) };
-            LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
-        }
-        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-            let p = unsafe { System.alloc_zeroed(layout) };
-            if !p.is_null() {
-                grow(layout.size());
-            }
-            p
-        }
-        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-            let p = unsafe { System.realloc(ptr, layout, new_size) };
-            if !p.is_null() {
-                LIVE.fetch_sub(layout.size() as u64, Ordering::Relaxed);
-                grow(new_size);
-            }
-            p
-        }
-    }
-
-    fn grow(n: usize) {
-        let live = LIVE.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        PEAK.fetch_max(live, Ordering::Relaxed);
-    }
 
     #[global_allocator]
-    static GLOBAL: Counting = Counting;
+    static GLOBAL: CountingAlloc = CountingAlloc::new();
 
-    /// Live heap bytes now.
+    /// Live heap bytes now (counted from the first allocation, so never negative).
     pub fn live() -> u64 {
-        LIVE.load(Ordering::Relaxed)
+        u64::try_from(GLOBAL.live()).unwrap_or(0)
     }
 
     /// Runs `f` and returns its result with the peak heap growth during it.
     pub async fn peak_during<T>(f: impl std::future::Future<Output = T>) -> (T, u64) {
-        let start = live();
-        PEAK.store(start, Ordering::Relaxed);
-        let out = f.await;
-        (out, PEAK.load(Ordering::Relaxed).saturating_sub(start))
+        let (out, growth) = GLOBAL.peak_during(f).await;
+        (out, u64::try_from(growth).unwrap_or(0))
     }
 }
 
@@ -164,27 +108,26 @@ mod heap {
 #[tokio::test]
 async fn choice_index_u32_max_is_a_choice_and_out_of_range_indexes_are_typed_errors() {
     let _alone = heap::alone().await;
-    let events = [
-        content(4294967295, "max", Some("stop")),
-        "data: [DONE]\n\n".into(),
-    ];
+    let events = [content_chunk(4294967295, "max", Some("stop")), DONE.into()];
     let completions = builder().from_reader(std::io::Cursor::new(events.concat()));
-    let choice = within("choice", completions.choice(u32::MAX))
+    let choice = within(LIMIT, "choice", completions.choice(u32::MAX))
         .await
         .expect("choice 4294967295 exists");
-    let text: Vec<_> = within("content", choice.content().try_collect::<Vec<_>>())
+    let text: Vec<_> = within(LIMIT, "content", choice.content().try_collect::<Vec<_>>())
         .await
         .unwrap();
     assert_eq!(text.concat(), "max");
-    let whole = within("collect", completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(whole.choices.len(), 1);
     assert_eq!(whole.choices[0].index, u32::MAX);
 
     for bad in [-1i64, 4294967296, i64::MIN, i64::MAX] {
         let events = [
-            content(0, "before", None),
-            content(bad, "x", None),
-            content(0, "after", Some("stop")),
+            content_chunk(0, "before", None),
+            content_chunk(bad, "x", None),
+            content_chunk(0, "after", Some("stop")),
         ];
         let inc = collect_str(&events).await.unwrap_err();
         assert!(
@@ -197,7 +140,7 @@ async fn choice_index_u32_max_is_a_choice_and_out_of_range_indexes_are_typed_err
     // Beyond i64 (or not an integer) the chunk does not parse: a JSON error at its line.
     for bad in ["9223372036854775808", "1.5", "\"0\""] {
         let events = [
-            content(0, "before", None),
+            content_chunk(0, "before", None),
             format!("data: {{\"choices\":[{{\"index\":{bad},\"delta\":{{}}}}]}}\n\n"),
         ];
         let at = positions(&events)[1];
@@ -218,10 +161,14 @@ async fn a_hundred_thousand_distinct_choice_indexes_stop_at_the_129th() {
     let started = Instant::now();
     let index = |i: u32| u32::MAX - 3 * i;
     let (stream, taken) = counted(futures::stream::iter(0..100_000u32).map(move |i| {
-        Ok::<_, std::io::Error>(content(i64::from(index(i)), "x", None).into_bytes())
+        Ok::<_, std::io::Error>(content_chunk(i64::from(index(i)), "x", None).into_bytes())
     }));
-    let (inc, peak) =
-        heap::peak_during(within("collect", builder().from_sse(stream).collect())).await;
+    let (inc, peak) = heap::peak_during(within(
+        LIMIT,
+        "collect",
+        builder().from_sse(stream).collect(),
+    ))
+    .await;
     let inc = inc.unwrap_err();
     eprintln!(
         "100,000 indexes, one per event: peak heap growth {} KiB",
@@ -240,7 +187,7 @@ async fn a_hundred_thousand_distinct_choice_indexes_stop_at_the_129th() {
     let choices: Vec<Value> = (0..100_000)
         .map(|i| json!({"index": i, "delta": {"content": "y"}}))
         .collect();
-    let events = [event(&json!({ "choices": choices }))];
+    let events = [sse_chunk(json!({ "choices": choices }))];
     drop(choices);
     let (inc, peak) = heap::peak_during(collect_str(&events)).await;
     let inc = inc.unwrap_err();
@@ -290,13 +237,13 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
                        "function": {"name": "f", "arguments": "{}"}})
             })
             .collect();
-        event(&json!({"choices": [{"index": 0, "delta": {"tool_calls": calls}}]}))
+        sse_chunk(json!({"choices": [{"index": 0, "delta": {"tool_calls": calls}}]}))
     };
-    let first = content(1, "other ", None);
+    let first = content_chunk(1, "other ", None);
     let last = [
-        content(1, "choice", Some("stop")),
-        event(&json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})),
-        "data: [DONE]\n\n".to_string(),
+        content_chunk(1, "choice", Some("stop")),
+        sse_chunk(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})),
+        DONE.to_string(),
     ];
     // The 129th call (index 128) is in the second tool-call event: lines 5-6.
     let line = positions(&[first.clone(), tool_event(0)])[1].0 + 2;
@@ -311,9 +258,13 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
         })
     });
     let completions = builder().from_sse(reads);
-    let c0 = within("choice 0", completions.choice(0)).await.unwrap();
-    let c1 = within("choice 1", completions.choice(1)).await.unwrap();
-    let inc = within("message 0", c0.message()).await.unwrap_err();
+    let c0 = within(LIMIT, "choice 0", completions.choice(0))
+        .await
+        .unwrap();
+    let c1 = within(LIMIT, "choice 1", completions.choice(1))
+        .await
+        .unwrap();
+    let inc = within(LIMIT, "message 0", c0.message()).await.unwrap_err();
     let expected = |e: &Error| {
         matches!(e.detail(), ErrorDetail::InvalidToolCall { choice: 0, what, line: l, .. }
                  if what == "more than 128 tool calls" && *l == line)
@@ -321,12 +272,18 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
     assert!(expected(&inc.error), "{:?}", inc.error);
     assert_eq!(inc.partial.message.tool_calls.len(), 128);
     assert_eq!(inc.partial.message.tool_calls[127].id, "call_127");
-    let ok = within("message 1", c1.message()).await.unwrap();
+    let ok = within(LIMIT, "message 1", c1.message()).await.unwrap();
     assert_eq!(ok.message.content.as_deref(), Some("other choice"));
     assert_eq!(ok.finish_reason.as_deref(), Some("stop"));
     // The stream itself ended well; collect() reports the choice's error with everything.
-    assert!(within("outcome", completions.outcome()).await.is_ok());
-    let inc = within("collect", completions.collect()).await.unwrap_err();
+    assert!(
+        within(LIMIT, "outcome", completions.outcome())
+            .await
+            .is_ok()
+    );
+    let inc = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap_err();
     // What is kept once the actors are done: choice 0's 128 calls and their events, choice 1,
     // not the 99,872 others.
     settle().await;
@@ -346,10 +303,12 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
     // that choice only; the other choice goes on to its finish.
     for bad in [-1i64, 4294967296] {
         let events = [
-            content(1, "other", None),
-            event(&json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": bad}]}}]})),
-            content(1, " more", Some("stop")),
-            "data: [DONE]\n\n".to_string(),
+            content_chunk(1, "other", None),
+            sse_chunk(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": bad}]}}]}),
+            ),
+            content_chunk(1, " more", Some("stop")),
+            DONE.to_string(),
         ];
         let inc = collect_str(&events).await.unwrap_err();
         assert!(
@@ -373,21 +332,21 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
 async fn a_tool_call_over_the_limit_after_the_finish_is_not_silently_dropped() {
     let _alone = heap::alone().await;
     let tool = |i: i64| {
-        event(&json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+        sse_chunk(json!({"choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": i, "id": format!("call_{i}"), "function": {"name": "f", "arguments": "{}"}}]}}]}))
     };
     let sse = [
-        content(0, "a", Some("stop")), // line 1
-        tool(0),                       // line 3: after the finish: kept, with a warning
-        tool(1),                       // line 5: a second call, over max_tool_calls(1)
-        content(0, " late", None),     // line 7: data after the finish: kept, with a warning
-        "data: [DONE]\n\n".to_string(),
+        content_chunk(0, "a", Some("stop")), // line 1
+        tool(0),                             // line 3: after the finish: kept, with a warning
+        tool(1),                             // line 5: a second call, over max_tool_calls(1)
+        content_chunk(0, " late", None),     // line 7: data after the finish: kept, with a warning
+        DONE.to_string(),
     ]
     .concat();
     let completions = builder()
         .max_tool_calls(1)
         .from_reader(std::io::Cursor::new(sse));
-    let result = within("collect", completions.collect()).await;
+    let result = within(LIMIT, "collect", completions.collect()).await;
     // (Before 4104359: Ok, content "a", one tool call: " late" gone and nothing said so.)
     let inc = result.expect_err("the InvalidToolCall is reported");
     assert!(
@@ -428,28 +387,30 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     // Call 0: 100,000 `[`; call 1: 100,000 `[` then 100,000 `]` (valid JSON, too deep).
     let mut events = Vec::new();
     for (call, text) in [(0, "[".repeat(N)), (1, "[".repeat(N) + &"]".repeat(N))] {
-        events.push(event(
-            &json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+        events.push(sse_chunk(
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": call, "id": format!("call_{call}"), "type": "function",
              "function": {"name": "deep", "arguments": ""}}]}}]}),
         ));
         for piece in text.as_bytes().chunks(1000) {
             let piece = std::str::from_utf8(piece).unwrap();
-            events.push(event(
-                &json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+            events.push(sse_chunk(
+                json!({"choices": [{"index": 0, "delta": {"tool_calls": [
                 {"index": call, "function": {"arguments": piece}}]}}]}),
             ));
         }
     }
-    events.push(event(
-        &json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+    events.push(sse_chunk(
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
     ));
-    events.push("data: [DONE]\n\n".into());
+    events.push(DONE.into());
     let completions = builder().from_reader(std::io::Cursor::new(events.concat()));
-    let choice = within("choice", completions.choice(0)).await.unwrap();
+    let choice = within(LIMIT, "choice", completions.choice(0))
+        .await
+        .unwrap();
 
     // The Finished events: the parse fails at the depth limit (512), it does not recurse.
-    let all: Vec<ChoiceEvent> = within("events", choice.events().try_collect())
+    let all: Vec<ChoiceEvent> = within(LIMIT, "events", choice.events().try_collect())
         .await
         .unwrap();
     let finished: Vec<_> = all
@@ -472,7 +433,7 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     // Partial values after every fragment: at most 512 deep.
     let mut calls = choice.function_calls();
     let mut deepest = 0;
-    while let Some(e) = within("function_calls", calls.next()).await {
+    while let Some(e) = within(LIMIT, "function_calls", calls.next()).await {
         if let FunctionCallEvent::Arguments { call, .. } = e.unwrap() {
             if let Some(v) = calls.partial(call) {
                 deepest = deepest.max(depth(v));
@@ -484,6 +445,7 @@ async fn deeply_nested_arguments_overflow_no_stack() {
 
     // Typed snapshots: partial values deserialise (512 deep), the final ones are errors.
     let typed: Vec<_> = within(
+        LIMIT,
         "arguments",
         choice.arguments::<Value>(None).collect::<Vec<_>>(),
     )
@@ -502,6 +464,7 @@ async fn deeply_nested_arguments_overflow_no_stack() {
             .any(|r| r.as_ref().is_ok_and(|s| depth(&s.value) == 512))
     );
     let texts: Vec<_> = within(
+        LIMIT,
         "argument_text",
         choice.argument_text(None, "a").collect::<Vec<_>>(),
     )
@@ -509,7 +472,9 @@ async fn deeply_nested_arguments_overflow_no_stack() {
     assert!(texts.is_empty());
 
     // The message keeps the raw arguments.
-    let whole = within("collect", completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     let calls = &whole.choices[0].message.tool_calls;
     assert_eq!(
         (
@@ -524,12 +489,12 @@ async fn deeply_nested_arguments_overflow_no_stack() {
 /// keeping "kept"; choice 1 goes on to its finish.
 async fn a_bad_update(data: &str) -> Error {
     let events = [
-        content(0, "kept", None),
-        content(1, "other", None),
+        content_chunk(0, "kept", None),
+        content_chunk(1, "other", None),
         format!("data: {data}\n\n"),
-        content(1, " choice", Some("stop")),
-        content(0, " ignored", Some("stop")),
-        "data: [DONE]\n\n".to_string(),
+        content_chunk(1, " choice", Some("stop")),
+        content_chunk(0, " ignored", Some("stop")),
+        DONE.to_string(),
     ];
     let inc = collect_str(&events).await.unwrap_err();
     assert_eq!(text_of(&inc.partial, 0), Some("kept"), "{data}");
@@ -551,7 +516,7 @@ async fn a_deeply_nested_delta_fails_its_choice() {
     // The third event, after two of two lines each: line 5, at its byte offset.
     let at = (
         5,
-        (content(0, "kept", None).len() + content(1, "other", None).len()) as u64,
+        (content_chunk(0, "kept", None).len() + content_chunk(1, "other", None).len()) as u64,
     );
     for data in [
         // Arguments sent as a JSON value, logprobs (both kept as values): serde_json's
@@ -568,9 +533,9 @@ async fn a_deeply_nested_delta_fails_its_choice() {
     }
     // An unknown field is skipped without recursion, however deep: the stream goes on.
     let events = [
-        content(0, "a", None),
+        content_chunk(0, "a", None),
         format!("data: {{\"choices\":[],\"extra\":{deep}}}\n\n"),
-        content(0, "b", Some("stop")),
+        content_chunk(0, "b", Some("stop")),
     ];
     assert_eq!(text_of(&collect_str(&events).await.unwrap(), 0), Some("ab"));
 }
@@ -580,13 +545,13 @@ async fn a_deeply_nested_delta_fails_its_choice() {
 #[tokio::test]
 async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
     let _alone = heap::alone().await;
-    let first = content(0, "ok", None);
+    let first = content_chunk(0, "ok", None);
     let base = first.len() as u64;
     // In a JSON string on line 3: the line, its start and the exact bad byte.
     let mut bytes = first.clone().into_bytes();
     bytes.extend_from_slice(b"data: {\"choices\":[{\"delta\":{\"content\":\"caf\xe9\"}}]}\n\n");
     let bad = base + "data: {\"choices\":[{\"delta\":{\"content\":\"caf".len() as u64;
-    let inc = within("collect", common::collect_reads(vec![bytes]))
+    let inc = within(LIMIT, "collect", common::collect_reads(vec![bytes]))
         .await
         .unwrap_err();
     assert!(
@@ -604,8 +569,8 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
     // before looking at it).
     let mut bytes = first.clone().into_bytes();
     bytes.extend_from_slice(b": caf\xe9\n");
-    bytes.extend_from_slice(content(0, "!", Some("stop")).as_bytes());
-    let inc = within("collect", common::collect_reads(vec![bytes]))
+    bytes.extend_from_slice(content_chunk(0, "!", Some("stop")).as_bytes());
+    let inc = within(LIMIT, "collect", common::collect_reads(vec![bytes]))
         .await
         .unwrap_err();
     assert!(
@@ -641,9 +606,9 @@ async fn invalid_utf8_in_a_json_string_and_in_a_comment() {
 /// first event's text kept.
 async fn not_a_chunk(data: &str) -> Error {
     let events = [
-        content(0, "kept", None),
+        content_chunk(0, "kept", None),
         format!(": comment\ndata: {data}\n\n"),
-        content(0, "never", Some("stop")),
+        content_chunk(0, "never", Some("stop")),
     ];
     let inc = collect_str(&events).await.unwrap_err();
     assert_eq!(text_of(&inc.partial, 0), Some("kept"), "{data}");
@@ -654,7 +619,7 @@ async fn not_a_chunk(data: &str) -> Error {
 async fn chunks_that_are_not_objects_are_json_errors_at_their_line() {
     let _alone = heap::alone().await;
     // The event is the `data:` line after the comment: line 4, at its byte offset.
-    let offset = (content(0, "kept", None).len() + ": comment\n".len()) as u64;
+    let offset = (content_chunk(0, "kept", None).len() + ": comment\n".len()) as u64;
     for data in ["\"a string\"", "42", "-0.5", "null", "true", "[1,2]"] {
         let error = not_a_chunk(data).await;
         assert!(
@@ -664,9 +629,9 @@ async fn chunks_that_are_not_objects_are_json_errors_at_their_line() {
     }
     // An empty object is a chunk without choices: nothing happens.
     let events = [
-        content(0, "a", Some("stop")),
+        content_chunk(0, "a", Some("stop")),
         "data: {}\n\n".into(),
-        "data: [DONE]\n\n".into(),
+        DONE.into(),
     ];
     assert_eq!(text_of(&collect_str(&events).await.unwrap(), 0), Some("a"));
 }
@@ -705,7 +670,7 @@ async fn chunks_that_are_arrays_are_json_errors() {
 #[tokio::test]
 async fn a_json_error_names_the_line_it_is_on() {
     let _alone = heap::alone().await;
-    let first = content(0, "a", None); // lines 1-2
+    let first = content_chunk(0, "a", None); // lines 1-2
     for (rest, line) in [
         // `event:` before the data: the error is on line 4, reported on line 3.
         ("event: message\ndata: null\n\n", 4),
@@ -729,13 +694,16 @@ async fn a_json_error_names_the_line_it_is_on() {
 #[tokio::test]
 async fn done_then_more_reads_are_never_taken() {
     let _alone = heap::alone().await;
-    let first = content(0, "a", Some("stop")) + "data: [DONE]\n\n";
-    let mut later = (content(0, "late", None) + &content(1, "new choice", None)).into_bytes();
+    let first = content_chunk(0, "a", Some("stop")) + DONE;
+    let mut later =
+        (content_chunk(0, "late", None) + &content_chunk(1, "new choice", None)).into_bytes();
     later.extend_from_slice(b"garbage\xff");
     let reads = vec![first.into_bytes(), later, b"more".to_vec()];
     let (stream, taken) = counted(futures::stream::iter(reads).map(Ok::<_, std::io::Error>));
     let completions = builder().from_sse(stream);
-    let whole = within("collect", completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(
         taken.load(Ordering::SeqCst),
         1,
@@ -757,23 +725,25 @@ async fn done_then_more_reads_are_never_taken() {
     ];
     let (stream, taken) = counted(futures::stream::iter(reads).map(Ok::<_, std::io::Error>));
     assert!(
-        within("outcome", builder().from_sse(stream).outcome())
+        within(LIMIT, "outcome", builder().from_sse(stream).outcome())
             .await
             .is_ok()
     );
     assert_eq!(taken.load(Ordering::SeqCst), 2);
     let reads = vec![Ok::<_, std::io::Error>(b"data: [DONE]\n".to_vec())];
     let c = builder().from_sse(futures::stream::iter(reads));
-    assert!(within("outcome", c.outcome()).await.is_ok());
+    assert!(within(LIMIT, "outcome", c.outcome()).await.is_ok());
 }
 
 #[tokio::test]
 async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     let _alone = heap::alone().await;
-    let after = content(0, "late", None) + &content(5, "new", Some("stop"));
-    let sse = content(0, "a", Some("stop")) + "data: [DONE]\n\n" + &after;
+    let after = content_chunk(0, "late", None) + &content_chunk(5, "new", Some("stop"));
+    let sse = content_chunk(0, "a", Some("stop")) + DONE + &after;
     let completions = builder().from_reader(std::io::Cursor::new(sse));
-    let whole = within("collect", completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(whole.choices.len(), 1, "choice 5 came after [DONE]");
     assert_eq!(text_of(&whole, 0), Some("a"));
     let warnings = completions.warnings();
@@ -784,26 +754,30 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     );
     assert_eq!((warnings[0].choice, warnings[0].line), (None, 5));
     // Only whitespace after it: nothing to report.
-    let sse = content(0, "a", Some("stop")) + "data: [DONE]\n\n\r\n \n";
+    let sse = content_chunk(0, "a", Some("stop")) + "data: [DONE]\n\n\r\n \n";
     let completions = builder().from_reader(std::io::Cursor::new(sse));
-    within("collect", completions.collect()).await.unwrap();
+    within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert!(completions.warnings().is_empty());
     // A `data:` line after `[DONE]` without the blank line between them: strictly (WHATWG)
     // one event whose data is no longer `[DONE]`; in the default tolerant mode `[DONE]` is an
     // event of its own and ends the stream (the line that ended it, `data: {}`, is taken as
     // that event's end: only bytes after it would count as data after `[DONE]`).
-    let sse = content(0, "a", Some("stop")) + "data: [DONE]\ndata: {}\n\n";
+    let sse = content_chunk(0, "a", Some("stop")) + "data: [DONE]\ndata: {}\n\n";
     let strict = builder()
         .strict_sse(true)
         .from_reader(std::io::Cursor::new(sse.clone()));
-    let inc = within("collect", strict.collect()).await.unwrap_err();
+    let inc = within(LIMIT, "collect", strict.collect())
+        .await
+        .unwrap_err();
     assert!(
         matches!(inc.error.detail(), ErrorDetail::Json { line: 3, .. }),
         "{:?}",
         inc.error
     );
     let tolerant = builder().from_reader(std::io::Cursor::new(sse));
-    within("collect", tolerant.collect()).await.unwrap();
+    within(LIMIT, "collect", tolerant.collect()).await.unwrap();
     let kinds: Vec<_> = tolerant.warnings().into_iter().map(|w| w.kind).collect();
     assert_eq!(kinds, [WarningKind::EventsWithoutBlankLines]);
 }
@@ -815,14 +789,14 @@ async fn an_empty_stream_is_a_completion_without_choices() {
     let _alone = heap::alone().await;
     let nothing = futures::stream::empty::<Result<Vec<u8>, std::io::Error>>();
     let c = builder().from_sse(nothing);
-    let whole = within("collect", c.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", c.collect()).await.unwrap();
     assert!(whole.choices.is_empty());
     assert!(c.warnings().is_empty());
     // A thousand empty reads: the same.
     let reads = (0..1000).map(|_| Ok::<_, std::io::Error>(Vec::new()));
     let c = builder().from_sse(futures::stream::iter(reads));
     assert!(
-        within("collect", c.collect())
+        within(LIMIT, "collect", c.collect())
             .await
             .unwrap()
             .choices
@@ -830,7 +804,7 @@ async fn an_empty_stream_is_a_completion_without_choices() {
     );
     let c = builder().from_reader(&b""[..]);
     assert!(
-        within("collect", c.collect())
+        within(LIMIT, "collect", c.collect())
             .await
             .unwrap()
             .choices
@@ -839,7 +813,7 @@ async fn an_empty_stream_is_a_completion_without_choices() {
     // Whitespace only: blank lines dispatch nothing.
     let c = builder().from_reader(&b"\n\n\r\n\r\r\n"[..]);
     assert!(
-        within("collect", c.collect())
+        within(LIMIT, "collect", c.collect())
             .await
             .unwrap()
             .choices
@@ -853,11 +827,11 @@ async fn a_stream_of_only_comments() {
     // 100,000 keep-alive comments, generated lazily: a completion without choices.
     let reads = (0..100_000).map(|_| Ok::<_, std::io::Error>(b": keep-alive\n\n".to_vec()));
     let c = builder().from_sse(futures::stream::iter(reads));
-    let whole = within("collect", c.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", c.collect()).await.unwrap();
     assert!(whole.choices.is_empty());
     // Cut inside a comment line: a truncation naming the partial line.
     let c = builder().from_reader(&b": keep-alive\n\n: keep"[..]);
-    let err = within("outcome", c.outcome()).await.unwrap_err();
+    let err = within(LIMIT, "outcome", c.outcome()).await.unwrap_err();
     assert!(
         matches!(
             err.detail(),
@@ -873,7 +847,7 @@ async fn a_stream_of_only_comments() {
     // Fields that are not data (retry, id, event, unknown) without data dispatch nothing.
     let c = builder().from_reader(&b"retry: 10\nid: 7\nevent: ping\nfoo: bar\n\n"[..]);
     assert!(
-        within("collect", c.collect())
+        within(LIMIT, "collect", c.collect())
             .await
             .unwrap()
             .choices
@@ -889,7 +863,7 @@ async fn ten_thousand_empty_data_events_end_at_the_first() {
     let (stream, taken) = counted(
         futures::stream::iter(0..10_000).map(|_| Ok::<_, std::io::Error>(b"data:\n\n".to_vec())),
     );
-    let err = within("outcome", builder().from_sse(stream).outcome())
+    let err = within(LIMIT, "outcome", builder().from_sse(stream).outcome())
         .await
         .unwrap_err();
     assert!(
@@ -905,7 +879,7 @@ async fn ten_thousand_empty_data_events_end_at_the_first() {
     );
     assert_eq!(taken.load(Ordering::SeqCst), 1);
     // Empty data after real chunks: the same error at its own line, the chunks kept.
-    let events = [content(0, "kept", None), "data: \n\n".into()];
+    let events = [content_chunk(0, "kept", None), "data: \n\n".into()];
     let inc = collect_str(&events).await.unwrap_err();
     assert!(
         matches!(inc.error.detail(), ErrorDetail::Json { line: 3, offset, .. } if *offset == events[0].len() as u64)
@@ -919,7 +893,7 @@ async fn ten_thousand_empty_data_events_end_at_the_first() {
 async fn a_ten_mib_data_line_works_below_the_limit() {
     let _alone = heap::alone().await;
     let text = "abcdefghij".repeat(MIB as usize); // 10 MiB
-    let line = content(0, &text, Some("stop")) + "data: [DONE]\n\n";
+    let line = content_chunk(0, &text, Some("stop")) + DONE;
     let reads = |line: &str| -> Vec<Result<Vec<u8>, std::io::Error>> {
         line.as_bytes()
             .chunks(64 * 1024)
@@ -930,7 +904,7 @@ async fn a_ten_mib_data_line_works_below_the_limit() {
     let c = builder()
         .max_event_size(16 * MIB as usize)
         .from_sse(futures::stream::iter(reads(&line)));
-    let (whole, peak) = heap::peak_during(within("collect", c.collect())).await;
+    let (whole, peak) = heap::peak_during(within(LIMIT, "collect", c.collect())).await;
     let whole = whole.unwrap();
     eprintln!("a 10 MiB data line: peak heap growth {} MiB", peak / MIB);
     assert!(peak < 64 * MIB, "peak heap growth {peak}");
@@ -942,7 +916,7 @@ async fn a_ten_mib_data_line_works_below_the_limit() {
     );
     // With the default limit (8 MiB) the same line is refused, without reading it all.
     let (stream, taken) = counted(futures::stream::iter(reads(&line)));
-    let err = within("outcome", builder().from_sse(stream).outcome())
+    let err = within(LIMIT, "outcome", builder().from_sse(stream).outcome())
         .await
         .unwrap_err();
     assert!(
@@ -972,7 +946,7 @@ async fn retained(sse: String) -> u64 {
     settle().await;
     let before = heap::live();
     let completions = builder().from_reader(std::io::Cursor::new(sse));
-    let result = within("collect", completions.collect()).await;
+    let result = within(LIMIT, "collect", completions.collect()).await;
     let warnings = completions.warnings();
     let grown = heap::live().saturating_sub(before);
     drop((result, warnings, completions));
@@ -1000,19 +974,19 @@ async fn repeated_conflicts_do_not_copy_a_large_kept_value_per_warning() {
     let cases = [
         // A 1 MiB role, then 300 chunks with another role: ~14 KB more input.
         (
-            event(&json!({"choices": [{"delta": {"role": big}}]})),
-            event(&json!({"choices": [{"delta": {"role": "a"}}]})),
+            sse_chunk(json!({"choices": [{"delta": {"role": big}}]})),
+            sse_chunk(json!({"choices": [{"delta": {"role": "a"}}]})),
         ),
         // A 1 MiB finish reason, then 300 other finishes.
         (
-            event(&json!({"choices": [{"delta": {}, "finish_reason": big}]})),
-            event(&json!({"choices": [{"delta": {}, "finish_reason": "stop"}]})),
+            sse_chunk(json!({"choices": [{"delta": {}, "finish_reason": big}]})),
+            sse_chunk(json!({"choices": [{"delta": {}, "finish_reason": "stop"}]})),
         ),
         // A tool call with a 1 MiB name, then 300 fragments naming it otherwise.
         (
-            event(&json!({"choices": [{"delta": {"tool_calls": [
+            sse_chunk(json!({"choices": [{"delta": {"tool_calls": [
                 {"index": 0, "id": "c", "function": {"name": big}}]}}]})),
-            event(&json!({"choices": [{"delta": {"tool_calls": [
+            sse_chunk(json!({"choices": [{"delta": {"tool_calls": [
                 {"index": 0, "function": {"name": "g"}}]}}]})),
         ),
     ];
@@ -1022,7 +996,7 @@ async fn repeated_conflicts_do_not_copy_a_large_kept_value_per_warning() {
         .into_iter()
         .zip(cases)
     {
-        let sse = first + &repeat.repeat(300) + "data: [DONE]\n\n";
+        let sse = first + &repeat.repeat(300) + DONE;
         let input = sse.len() as u64;
         let grown = retained(sse).await;
         worst = worst.max(grown);
@@ -1045,13 +1019,13 @@ async fn a_large_error_is_not_copied_to_every_open_choice() {
     let open: Vec<Value> = (0..128)
         .map(|i| json!({"index": i, "delta": {"content": "x"}}))
         .collect();
-    let choices = event(&json!({ "choices": open }));
+    let choices = sse_chunk(json!({ "choices": open }));
     let big = "m".repeat(2 * MIB as usize);
     let mut worst = 0;
     let mut report = Vec::new();
     for (what, error_event) in [
-        ("upstream", event(&json!({"error": {"message": big}}))),
-        ("json", event(&json!(big))),
+        ("upstream", sse_chunk(json!({"error": {"message": big}}))),
+        ("json", sse_chunk(json!(big))),
     ] {
         let sse = choices.clone() + &error_event;
         let input = sse.len() as u64;
@@ -1148,8 +1122,8 @@ fn fuzz_dir() -> PathBuf {
 async fn fuzz_regressions_and_seeds_replay() {
     let _alone = heap::alone().await;
     let fuzz = fuzz_dir();
-    let regressions = within("regressions", replay(&fuzz.join("regressions"))).await;
-    let seeds = within("seeds", replay(&fuzz.join("seeds"))).await;
+    let regressions = within(LIMIT, "regressions", replay(&fuzz.join("regressions"))).await;
+    let seeds = within(LIMIT, "seeds", replay(&fuzz.join("seeds"))).await;
     eprintln!("replayed {regressions} regression inputs and {seeds} seeds");
     assert!(seeds > 0, "no fuzz seeds found under {}", fuzz.display());
 }
@@ -1167,6 +1141,6 @@ async fn fuzz_regressions_of_open_bugs() {
             .and_then(|p| p.components().next())
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .unwrap_or_default();
-        within("replay", replay_one(&target, &path)).await;
+        within(LIMIT, "replay", replay_one(&target, &path)).await;
     }
 }

@@ -10,6 +10,7 @@ use common::streams::{completion, interleave, orderly, sse};
 use std::sync::LazyLock;
 
 use choicewise::{ChatCompletion, ChoiceEvent, Completions};
+use choicewise_test_support::upstream;
 use proptest::prelude::*;
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
@@ -21,8 +22,7 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 });
 
 async fn outcome(reads: Vec<Vec<u8>>) -> (ChatCompletion, Vec<(u32, Vec<ChoiceEvent>)>) {
-    let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
-    common::observe(Completions::from_sse(stream)).await
+    common::observe(Completions::from_sse(upstream(reads))).await
 }
 
 proptest! {

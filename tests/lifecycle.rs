@@ -3,20 +3,16 @@
 use std::time::Duration;
 
 use choicewise::{ChoiceEvent, Completions, ErrorDetail};
+use choicewise_test_support::{DONE, content_chunk, sse_chunk, within};
 use futures::{StreamExt, TryStreamExt};
-
-fn chunk(index: u32, content: &str, finish: Option<&str>) -> String {
-    let c = serde_json::json!({"choices": [{"index": index, "delta": {"content": content}, "finish_reason": finish}]});
-    format!("data: {c}\n\n")
-}
 
 fn two_choices() -> String {
     [
-        chunk(1, "b1 ", None),
-        chunk(0, "a1 ", None),
-        chunk(1, "b2", Some("stop")),
-        chunk(0, "a2", Some("length")),
-        "data: [DONE]\n\n".to_string(),
+        content_chunk(1, "b1 ", None),
+        content_chunk(0, "a1 ", None),
+        content_chunk(1, "b2", Some("stop")),
+        content_chunk(0, "a2", Some("length")),
+        DONE.to_string(),
     ]
     .concat()
 }
@@ -56,23 +52,25 @@ async fn sub_streams_opened_late_or_twice_replay_from_the_start() {
 async fn a_reader_that_never_reads_blocks_nobody() {
     let (tx, input) = channel();
     let completions = Completions::from_sse(input);
-    tx.send(Ok(chunk(0, "a", None).into_bytes())).unwrap();
-    tx.send(Ok(chunk(1, "b", None).into_bytes())).unwrap();
+    tx.send(Ok(content_chunk(0, "a", None).into_bytes()))
+        .unwrap();
+    tx.send(Ok(content_chunk(1, "b", None).into_bytes()))
+        .unwrap();
     let idle_reader = completions.choice(0).await.unwrap().content(); // never polled
     let choice1 = completions.choice(1).await.unwrap();
     let mut content1 = choice1.content();
     assert_eq!(&*content1.next().await.unwrap().unwrap(), "b");
     for i in 0..1000 {
-        tx.send(Ok(chunk(1, &format!("{i} "), None).into_bytes()))
+        tx.send(Ok(content_chunk(1, &format!("{i} "), None).into_bytes()))
             .unwrap();
     }
-    tx.send(Ok(chunk(1, "", Some("stop")).into_bytes()))
+    tx.send(Ok(content_chunk(1, "", Some("stop")).into_bytes()))
         .unwrap();
     let rest: Vec<_> = content1.try_collect().await.unwrap();
     assert_eq!(rest.len(), 1000);
-    tx.send(Ok(chunk(0, "", Some("stop")).into_bytes()))
+    tx.send(Ok(content_chunk(0, "", Some("stop")).into_bytes()))
         .unwrap();
-    tx.send(Ok(b"data: [DONE]\n\n".to_vec())).unwrap();
+    tx.send(Ok(DONE.as_bytes().to_vec())).unwrap();
     let completion = completions.collect().await.unwrap();
     assert_eq!(completion.choices.len(), 2);
     // The idle reader still has everything, from the start.
@@ -84,22 +82,25 @@ async fn a_reader_that_never_reads_blocks_nobody() {
 async fn dropping_one_choice_and_its_streams_leaves_the_others_running() {
     let (tx, input) = channel();
     let completions = Completions::from_sse(input);
-    tx.send(Ok([chunk(0, "a", None), chunk(1, "b", None)]
-        .concat()
-        .into_bytes()))
+    tx.send(Ok([
+        content_chunk(0, "a", None),
+        content_chunk(1, "b", None),
+    ]
+    .concat()
+    .into_bytes()))
         .unwrap();
     let c0 = completions.choice(0).await.unwrap();
     let mut s0 = c0.content();
     assert_eq!(&*s0.next().await.unwrap().unwrap(), "a");
     drop((s0, c0));
     tx.send(Ok([
-        chunk(1, "c", Some("stop")),
-        chunk(0, "z", Some("stop")),
+        content_chunk(1, "c", Some("stop")),
+        content_chunk(0, "z", Some("stop")),
     ]
     .concat()
     .into_bytes()))
         .unwrap();
-    tx.send(Ok(b"data: [DONE]\n\n".to_vec())).unwrap();
+    tx.send(Ok(DONE.as_bytes().to_vec())).unwrap();
     let c1 = completions.choice(1).await.unwrap();
     let text: Vec<_> = c1.content().try_collect().await.unwrap();
     assert_eq!(text.concat(), "bc");
@@ -136,7 +137,7 @@ async fn parsed_chunks_give_the_same_result_as_their_sse() {
 #[tokio::test]
 async fn a_transport_error_ends_open_choices_after_their_data() {
     let reads = vec![
-        Ok(chunk(0, "partial", None).into_bytes()),
+        Ok(content_chunk(0, "partial", None).into_bytes()),
         Err(std::io::Error::new(
             std::io::ErrorKind::ConnectionReset,
             "peer reset",
@@ -154,7 +155,7 @@ async fn a_transport_error_ends_open_choices_after_their_data() {
         Some("partial")
     );
     // In the user's terms, the I/O error kept as the source.
-    let offset = chunk(0, "partial", None).len();
+    let offset = content_chunk(0, "partial", None).len();
     assert_eq!(
         inc.error.to_string(),
         format!("the connection closed after {offset} bytes; choice 0 was unfinished")
@@ -163,8 +164,8 @@ async fn a_transport_error_ends_open_choices_after_their_data() {
     assert_eq!(source.to_string(), "peer reset");
     // Another failure keeps the library's words.
     let reads = vec![
-        Ok(chunk(0, "a", Some("stop")).into_bytes()),
-        Ok(chunk(1, "b", None).into_bytes()),
+        Ok(content_chunk(0, "a", Some("stop")).into_bytes()),
+        Ok(content_chunk(1, "b", None).into_bytes()),
         Err(std::io::Error::other("disk on fire")),
     ];
     let inc = Completions::from_sse(futures::stream::iter(reads))
@@ -193,7 +194,8 @@ async fn an_idle_upstream_times_out_with_a_typed_error() {
     let completions = Completions::builder()
         .idle_timeout(Duration::from_millis(50))
         .from_sse(input);
-    tx.send(Ok(chunk(0, "hi", None).into_bytes())).unwrap();
+    tx.send(Ok(content_chunk(0, "hi", None).into_bytes()))
+        .unwrap();
     let inc = completions.collect().await.unwrap_err();
     assert!(
         matches!(inc.error.detail(), ErrorDetail::IdleTimeout { .. }),
@@ -211,12 +213,12 @@ async fn an_idle_upstream_times_out_with_a_typed_error() {
 async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
     let poison = choicewise_core::fault::FAULT_PANIC_CHOICE;
     let sse = [
-        chunk(0, "before ", None),
-        chunk(1, "fine", None),
-        chunk(0, poison, None),
-        chunk(1, "", Some("stop")),
-        chunk(0, "after", Some("stop")),
-        "data: [DONE]\n\n".to_string(),
+        content_chunk(0, "before ", None),
+        content_chunk(1, "fine", None),
+        content_chunk(0, poison, None),
+        content_chunk(1, "", Some("stop")),
+        content_chunk(0, "after", Some("stop")),
+        DONE.to_string(),
     ]
     .concat();
     let completions = Completions::from_reader(std::io::Cursor::new(sse));
@@ -233,9 +235,8 @@ async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
         c1.message().await.unwrap().message.content.as_deref(),
         Some("fine")
     );
-    let inc = tokio::time::timeout(Duration::from_secs(5), completions.collect())
+    let inc = within(Duration::from_secs(5), "collect", completions.collect())
         .await
-        .expect("no hang")
         .unwrap_err();
     assert!(matches!(
         inc.error.detail(),
@@ -253,15 +254,14 @@ async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
 #[tokio::test]
 async fn a_panic_in_the_reader_ends_every_stream_with_a_typed_error() {
     let sse = [
-        chunk(0, "kept", None),
-        format!("data: {}\n\n", choicewise_core::fault::FAULT_PANIC_READER),
-        chunk(0, "never", Some("stop")),
+        content_chunk(0, "kept", None),
+        sse_chunk(choicewise_core::fault::FAULT_PANIC_READER),
+        content_chunk(0, "never", Some("stop")),
     ]
     .concat();
     let completions = Completions::from_reader(std::io::Cursor::new(sse));
-    let inc = tokio::time::timeout(Duration::from_secs(5), completions.collect())
+    let inc = within(Duration::from_secs(5), "collect", completions.collect())
         .await
-        .expect("no hang")
         .unwrap_err();
     assert!(
         matches!(inc.error.detail(), ErrorDetail::ActorFailed { .. }),

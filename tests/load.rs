@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise::{ChatCompletion, Completions, Error, ErrorDetail, live_actors};
+use choicewise_test_support::{DONE, rss_bytes, sse_chunk, within};
 use futures::StreamExt;
 use invariants::{Rng, split};
 use serde_json::{Value, json};
@@ -172,12 +173,11 @@ fn event(id: usize, chunk: &[(u32, Upd)]) -> String {
     let entries: Vec<Value> = chunk.iter().map(|(i, u)| entry(*i, u)).collect();
     let c = json!({"id": format!("chatcmpl-{id}"), "object": "chat.completion.chunk",
                    "created": 1, "model": "m", "choices": entries});
-    format!("data: {c}\n\n")
+    sse_chunk(c)
 }
 
 const UPSTREAM_ERROR: &str =
     "data: {\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\",\"code\":503}}\n\n";
-const DONE: &str = "data: [DONE]\n\n";
 
 // ------------------------------------------------------------------------------ reference
 
@@ -519,16 +519,6 @@ async fn check_one(id: usize, seed: u64, fault: Fault, mut rng: Rng) -> Result<(
 
 // ------------------------------------------------------------------------------ the test
 
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
-
 #[test]
 fn thousands_of_concurrent_completions_with_random_faults() {
     let count: usize = std::env::var("LOAD_COMPLETIONS")
@@ -564,9 +554,7 @@ fn thousands_of_concurrent_completions_with_random_faults() {
                 })
                 .collect();
             let all = futures::future::join_all(tasks);
-            tokio::time::timeout(OVERALL, all)
-                .await
-                .unwrap_or_else(|_| panic!("{count} completions did not end within {OVERALL:?}"))
+            within(OVERALL, &format!("{count} completions ending"), all).await
         }));
         rss_after_rounds.push(rss_bytes());
     }

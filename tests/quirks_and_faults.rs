@@ -4,6 +4,7 @@
 mod common;
 
 use choicewise::{ChatCompletion, Completions, ErrorDetail, Incomplete, WarningKind};
+use choicewise_test_support::upstream;
 use futures::{StreamExt, TryStreamExt};
 
 async fn run(name: &str) -> Vec<Result<ChatCompletion, Incomplete<ChatCompletion>>> {
@@ -387,9 +388,7 @@ async fn finish_before_the_last_argument_fragment_keeps_the_call_open() {
     ] {
         for split in common::SPLITS {
             let reads = common::split(stream.as_bytes(), split);
-            let completions = Completions::from_sse(futures::stream::iter(
-                reads.into_iter().map(Ok::<_, std::io::Error>),
-            ));
+            let completions = Completions::from_sse(upstream(reads));
             let choice = completions.choice(0).await.unwrap();
             let events: Vec<_> = choice.events().try_collect().await.unwrap();
             let finished: Vec<_> = events
@@ -452,9 +451,7 @@ async fn data_lines_without_blank_lines_are_applied_line_by_line_with_a_warning(
     for stream in [squeezed, without_done] {
         for split in common::SPLITS {
             let reads = common::split(stream.as_bytes(), split);
-            let completions = Completions::from_sse(futures::stream::iter(
-                reads.into_iter().map(Ok::<_, std::io::Error>),
-            ));
+            let completions = Completions::from_sse(upstream(reads));
             let whole = completions.collect().await.unwrap();
             assert_eq!(whole.choices, reference.choices, "{split:?}");
             assert_eq!(whole.usage, reference.usage);

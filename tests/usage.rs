@@ -4,6 +4,7 @@
 mod common;
 
 use choicewise::{Completions, UsageSource, WarningKind};
+use choicewise_test_support::upstream;
 use choicewise_usage::{
     CompletionParts, EncodingName, ToolCallPart, count_completion, count_prompt, count_text,
 };
@@ -165,11 +166,7 @@ async fn an_unknown_model_falls_back_to_the_default_encoding_and_says_so() {
 async fn llama_cpp_usage_chunks_per_choice_add_up_with_the_prompt_once() {
     let bytes = common::fixture("llama_n4_usage_per_choice.sse");
     for split in common::SPLITS {
-        let completions = Completions::from_sse(futures::stream::iter(
-            common::split(&bytes, split)
-                .into_iter()
-                .map(Ok::<_, std::io::Error>),
-        ));
+        let completions = Completions::from_sse(upstream(common::split(&bytes, split)));
         let completion = completions.collect().await.unwrap();
         let usage = completion.usage.clone().unwrap();
         assert_eq!(usage.source, UsageSource::Reported);

@@ -1,4 +1,6 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests of the facade: its fixtures, observing a
+//! completion, waiting for the actors. What other crates' tests share too is in the test kit
+//! (`choicewise-test-support`).
 #![allow(dead_code)]
 
 pub mod streams;
@@ -8,6 +10,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use choicewise::{ChatCompletion, ChoiceEvent, Completions, Incomplete, live_actors};
+use choicewise_test_support::upstream;
+/// The read splits and the cutting are the kit's, shared with the other crates' tests (not
+/// every test binary uses both).
+#[allow(unused_imports)]
+pub use choicewise_test_support::{SPLITS, split};
 use futures::TryStreamExt;
 
 pub fn fixture_path(name: &str) -> PathBuf {
@@ -20,31 +27,12 @@ pub fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(fixture_path(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
 }
 
-/// Cuts `bytes` into reads of the given sizes, cycling through them.
-pub fn split(bytes: &[u8], sizes: &[usize]) -> Vec<Vec<u8>> {
-    let mut reads = Vec::new();
-    let mut at = 0;
-    let mut i = 0;
-    while at < bytes.len() {
-        let n = sizes[i % sizes.len()].max(1).min(bytes.len() - at);
-        reads.push(bytes[at..at + n].to_vec());
-        at += n;
-        i += 1;
-    }
-    reads
-}
-
 /// Feeds the reads through `Completions::from_sse` and collects.
 pub async fn collect_reads(
     reads: Vec<Vec<u8>>,
 ) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
-    let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
-    Completions::from_sse(stream).collect().await
+    Completions::from_sse(upstream(reads)).collect().await
 }
-
-/// The read splits every fixture is also run under: whole, single bytes, and sizes that are
-/// prime (so they cut lines, CRLFs and multi-byte characters at every phase).
-pub const SPLITS: &[&[usize]] = &[&[usize::MAX], &[1], &[2, 3, 5], &[7, 64, 13], &[4096]];
 
 /// A completion's `collect()` (which must succeed) and then every choice's events, replayed
 /// from the start.

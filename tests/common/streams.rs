@@ -1,6 +1,7 @@
 //! Multi-choice completions for property tests: each choice's updates, the orderly stream,
 //! and interleavings of it.
 
+use choicewise_test_support::sse_stream;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -46,15 +47,13 @@ pub fn completion() -> impl Strategy<Value = Vec<Vec<Value>>> {
     (1u32..=4).prop_flat_map(|n| (0..n).map(choice_updates).collect::<Vec<_>>())
 }
 
+/// The stream of these chunks (each the `choices` of one chunk), ending with `[DONE]`.
 pub fn sse(chunks: &[Vec<Value>]) -> Vec<u8> {
-    let mut out = String::new();
-    for (i, entries) in chunks.iter().enumerate() {
-        let chunk = json!({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1,
-                           "model": "m", "choices": entries, "seq": i});
-        out.push_str(&format!("data: {chunk}\n\n"));
-    }
-    out.push_str("data: [DONE]\n\n");
-    out.into_bytes()
+    sse_stream(chunks.iter().enumerate().map(|(i, entries)| {
+        json!({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1,
+               "model": "m", "choices": entries, "seq": i})
+    }))
+    .into_bytes()
 }
 
 /// Each choice's updates in one run, one per chunk.

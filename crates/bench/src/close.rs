@@ -58,6 +58,7 @@ use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, ClientError};
 use choicewise_core::{Choices, Completions};
+use choicewise_test_support::within;
 use choicewise_testserver::{TestServer, TestServerBuilder};
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
@@ -127,12 +128,6 @@ fn client(server: &TestServer) -> Client {
         .base_url(server.base_url())
         .build()
         .expect("a client of the test server")
-}
-
-async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, f)
-        .await
-        .unwrap_or_else(|_| panic!("close: {what} took over {PATIENCE:?}"))
 }
 
 /// The bytes of the fast answer's finish, as the server sends them.
@@ -246,17 +241,22 @@ async fn run_ours(server_rt: Handle, delay: Duration) -> Option<Ours> {
     let finish_read = Arc::new(OnceLock::new());
     let completions = fan_out(&client, &request(), 1 + STALLED, &finish_read);
     let watcher = tokio::spawn(watch(completions.choices()));
-    let selection = within("first_finished", completions.first_finished().into_future()).await;
+    let selection = within(
+        PATIENCE,
+        "close: first_finished",
+        completions.first_finished().into_future(),
+    )
+    .await;
     let returned_at = Instant::now();
     let closed = tokio::time::timeout(PATIENCE, &mut watch_closed).await;
     if closed.is_err() {
         // Its task holds the server.
         watch_closed.abort();
     }
-    let whole = within("collect", completions.collect())
+    let whole = within(PATIENCE, "close: collect", completions.collect())
         .await
         .expect("the completion ends well once the rest is cancelled");
-    let watched = within("the watcher", watcher)
+    let watched = within(PATIENCE, "close: the watcher", watcher)
         .await
         .expect("the watcher does not panic");
     let read_at = *finish_read.get().expect("the finish was read");
@@ -330,10 +330,10 @@ async fn run_baseline(server_rt: Handle, connections: usize) -> Duration {
         assert!(first.is_some_and(|b| !b.is_empty()), "the first event");
         response
     }));
-    let responses = within("the baseline's requests", responses).await;
+    let responses = within(PATIENCE, "close: the baseline's requests", responses).await;
     let dropped_at = Instant::now();
     drop(responses);
-    let closed_at = within("the baseline's disconnects", closed)
+    let closed_at = within(PATIENCE, "close: the baseline's disconnects", closed)
         .await
         .expect("the server's watch does not panic");
     assert_eq!(server.disconnects(), connections);

@@ -7,22 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use choicewise::{Choice, Completions, DEFAULT_HIBERNATE_AFTER, live_actors};
+use choicewise_test_support::rss_bytes;
 use futures::StreamExt;
 use tokio::runtime::Runtime;
 
 use crate::r#gen::Generated;
 use crate::heap;
-
-/// Resident set size of this process, bytes (Linux `/proc/self/statm`).
-pub fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
 
 /// The first chunk of each of `n` choices: enough for every choice actor to exist.
 fn opening(n: u32) -> Vec<u8> {

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer, answer};
 
 fn fixture(name: &str) -> PathBuf {
@@ -511,9 +512,12 @@ async fn fan_out_first_ends_soon_after_the_fast_finish_and_closes_the_rest() {
         .count();
     assert_eq!(cancelled, 2);
     // The client closed both stalled connections.
-    tokio::time::timeout(Duration::from_secs(1), server.wait_disconnects(2))
-        .await
-        .expect("the stalled connections were not closed");
+    within(
+        Duration::from_secs(1),
+        "the stalled connections closing",
+        server.wait_disconnects(2),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -546,9 +550,12 @@ async fn fan_out_vote_is_decided_after_three_agree() {
         let choice = &json["choices"][i.as_u64().unwrap() as usize];
         assert_eq!(choice["message"]["content"], "42");
     }
-    tokio::time::timeout(Duration::from_secs(1), server.wait_disconnects(2))
-        .await
-        .expect("the stalled connections were not closed");
+    within(
+        Duration::from_secs(1),
+        "the stalled connections closing",
+        server.wait_disconnects(2),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

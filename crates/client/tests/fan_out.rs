@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, FanOut};
 use choicewise_core::ErrorDetail;
+use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer};
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 /// An answer that begins, then stalls (the connection kept open).
@@ -19,11 +21,8 @@ fn request() -> Value {
     json!({"model": "m", "messages": [{"role": "user", "content": "What is 6 × 7?"}]})
 }
 
-async fn within<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), f)
-        .await
-        .expect("timed out")
-}
+/// How long a test waits for the answers of the loopback server.
+const ANSWERED: Duration = Duration::from_secs(10);
 
 fn client(server: &TestServer) -> Client {
     Client::builder()
@@ -43,9 +42,13 @@ async fn three_requests_one_completion() {
         .unwrap();
     let mut one = request();
     one["n"] = json!(1);
-    let completion = within(10, client(&server).fan_out(one, 3).collect())
-        .await
-        .unwrap();
+    let completion = within(
+        ANSWERED,
+        "collect",
+        client(&server).fan_out(one, 3).collect(),
+    )
+    .await
+    .unwrap();
     let requests = server.requests();
     assert_eq!(requests.len(), 3);
     for r in &requests {
@@ -78,11 +81,21 @@ async fn first_finished_closes_the_stalled_connections() {
         .unwrap();
     let started = Instant::now();
     let completions = client(&server).fan_out(request(), 3);
-    let selection = within(10, completions.first_finished().into_future()).await;
+    let selection = within(
+        ANSWERED,
+        "first_finished",
+        completions.first_finished().into_future(),
+    )
+    .await;
     assert_eq!(selection.selected.len(), 1);
     assert_eq!(selection.cancelled.len(), 2);
     // The stalled connections are closed by the client, within a second of the decision.
-    within(1, server.wait_disconnects(2)).await;
+    within(
+        Duration::from_secs(1),
+        "the stalled connections closing",
+        server.wait_disconnects(2),
+    )
+    .await;
     assert!(started.elapsed() < Duration::from_secs(5));
     let winner = selection.selected[0];
     let completion = completions.collect().await.unwrap();
@@ -107,7 +120,7 @@ async fn vote_decided_after_three_agree() {
     let key = |o: &choicewise_core::ChoiceOutput| {
         o.message.content.as_deref().map(|t| t.trim().to_string())
     };
-    let selection = within(10, completions.vote(key).into_future()).await;
+    let selection = within(ANSWERED, "vote", completions.vote(key).into_future()).await;
     let tally = selection.vote.clone().unwrap();
     assert_eq!(
         (
@@ -120,7 +133,12 @@ async fn vote_decided_after_three_agree() {
     );
     assert_eq!(selection.selected.len(), 3);
     assert_eq!(selection.cancelled.len(), 2);
-    within(1, server.wait_disconnects(2)).await;
+    within(
+        Duration::from_secs(1),
+        "the stalled connections closing",
+        server.wait_disconnects(2),
+    )
+    .await;
     let completion = completions.collect().await.unwrap();
     for i in &selection.selected {
         let content = completion.choices[*i as usize].message.content.as_deref();
@@ -148,7 +166,9 @@ async fn a_failing_upstream_fails_only_its_choices() {
         .requests(&client(&server), request(), 4)
         .concurrency(1)
         .start();
-    let incomplete = within(10, completions.collect()).await.unwrap_err();
+    let incomplete = within(ANSWERED, "collect", completions.collect())
+        .await
+        .unwrap_err();
     let choices = &incomplete.partial.choices;
     assert_eq!(choices.len(), 4, "every requested choice is listed");
     let finished: Vec<u32> = choices
@@ -193,13 +213,16 @@ async fn dropping_everything_closes_every_upstream() {
     // Every request is streaming.
     let mut choices = completions.choices();
     for _ in 0..4 {
-        within(10, futures::StreamExt::next(&mut choices))
-            .await
-            .unwrap();
+        within(ANSWERED, "a choice", choices.next()).await.unwrap();
     }
     drop(choices);
     drop(completions);
-    within(5, server.wait_disconnects(4)).await;
+    within(
+        Duration::from_secs(5),
+        "every connection closing",
+        server.wait_disconnects(4),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -211,15 +234,13 @@ async fn concurrency_limits_the_requests_in_flight() {
         .start();
     let mut choices = completions.choices();
     for _ in 0..2 {
-        within(10, futures::StreamExt::next(&mut choices))
-            .await
-            .unwrap();
+        within(ANSWERED, "a choice", choices.next()).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(server.request_count(), 2, "only two slots");
     // Cancelling both frees their slots: the next requests go out.
     completions.choice(0).await.unwrap().cancel();
-    within(5, futures::StreamExt::next(&mut choices))
+    within(Duration::from_secs(5), "a choice", choices.next())
         .await
         .unwrap();
     assert_eq!(server.request_count(), 3);
@@ -237,7 +258,7 @@ async fn usage_sums_each_request() {
         .await
         .unwrap();
     let completions = client(&server).fan_out(request(), 3);
-    let usage = within(10, completions.usage()).await;
+    let usage = within(ANSWERED, "usage", completions.usage()).await;
     assert_eq!((usage.prompt_tokens, usage.completion_tokens), (30, 6));
     assert_eq!(usage.upstreams.len(), 3);
 }

@@ -6,18 +6,13 @@ use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, ClientError, completions};
 use choicewise_core::{Completions, ErrorDetail};
+use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer, TestServerBuilder, fixture, fixture_path};
 use futures::TryStreamExt;
 use serde_json::{Value, json};
 
 /// Every test is bounded: a hang fails instead of blocking the suite.
 const LIMIT: Duration = Duration::from_secs(15);
-
-async fn bounded<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(LIMIT, f)
-        .await
-        .expect("test timed out")
-}
 
 fn request() -> Value {
     json!({
@@ -38,6 +33,13 @@ fn client(server: &TestServer) -> Client {
 
 /// A server whose writes are cut at random (inside lines and UTF-8 characters), delayed a
 /// little, with keep-alive comments between events.
+/// The server's answer to `request()` as a stream, within the limit.
+async fn chat(server: &TestServer) -> Completions {
+    within(LIMIT, "chat", client(server).chat(request()))
+        .await
+        .unwrap()
+}
+
 fn hostile(name: &str, seed: u64) -> TestServerBuilder {
     TestServer::builder()
         .fixture(name)
@@ -87,7 +89,7 @@ async fn fixtures_over_http_equal_the_file() {
         assert_eq!(server.request_count(), 1, "{name}");
         assert_eq!(server.disconnects(), 0, "{name}");
     });
-    bounded(futures::future::join_all(runs)).await;
+    within(LIMIT, "the requests", futures::future::join_all(runs)).await;
 }
 
 /// The test server really cuts the body into small reads, inside UTF-8 characters, with
@@ -96,12 +98,19 @@ async fn fixtures_over_http_equal_the_file() {
 async fn the_body_arrives_in_hostile_pieces() {
     use futures::StreamExt;
     let server = hostile("openai_n3_tools.sse", 1).start().await.unwrap();
-    let response = bounded(client(&server).send(&request())).await.unwrap();
+    let response = within(LIMIT, "send", client(&server).send(&request()))
+        .await
+        .unwrap();
     assert_eq!(
         response.headers()["content-type"],
         "text/event-stream; charset=utf-8"
     );
-    let pieces: Vec<_> = bounded(response.bytes_stream().collect::<Vec<_>>()).await;
+    let pieces: Vec<_> = within(
+        LIMIT,
+        "the body",
+        response.bytes_stream().collect::<Vec<_>>(),
+    )
+    .await;
     let pieces: Vec<_> = pieces.into_iter().map(Result::unwrap).collect();
     assert!(pieces.len() > 100, "{} reads", pieces.len());
     let split_chars = pieces
@@ -125,10 +134,14 @@ async fn the_body_arrives_in_hostile_pieces() {
 #[tokio::test]
 async fn choices_stream_over_http() {
     let server = hostile("demo.sse", 99).start().await.unwrap();
-    let completions = bounded(client(&server).chat(request())).await.unwrap();
-    let choice = bounded(completions.choice(2)).await.unwrap();
-    let text: Vec<_> = bounded(choice.content().try_collect()).await.unwrap();
-    let output = bounded(choice.message()).await.unwrap();
+    let completions = chat(&server).await;
+    let choice = within(LIMIT, "choice 2", completions.choice(2))
+        .await
+        .unwrap();
+    let text: Vec<_> = within(LIMIT, "content", choice.content().try_collect())
+        .await
+        .unwrap();
+    let output = within(LIMIT, "message", choice.message()).await.unwrap();
     assert_eq!(Some(text.concat()), output.message.content);
     assert!(text.len() > 50, "{}", text.len());
 }
@@ -147,8 +160,10 @@ async fn openai_request_shape() {
         .header("OpenAI-Organization", "org-123")
         .build()
         .unwrap();
-    let completions = bounded(client.chat(request())).await.unwrap();
-    bounded(completions.collect()).await.unwrap();
+    let completions = within(LIMIT, "chat", client.chat(request())).await.unwrap();
+    within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
     let r = &requests[0];
@@ -179,8 +194,10 @@ async fn azure_request_shape() {
         .api_key("azure-key")
         .build()
         .unwrap();
-    let completions = bounded(client.chat(request())).await.unwrap();
-    let whole = bounded(completions.collect()).await.unwrap();
+    let completions = within(LIMIT, "chat", client.chat(request())).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(whole.choices.len(), 2);
     let r = &server.requests()[0];
     assert_eq!(r.path, "/openai/deployments/gpt-4o-prod/chat/completions");
@@ -203,7 +220,9 @@ async fn wrong_key_is_401_not_retried() {
         .api_key("sk-wrong")
         .build()
         .unwrap();
-    let err = bounded(client.chat(request())).await.unwrap_err();
+    let err = within(LIMIT, "chat", client.chat(request()))
+        .await
+        .unwrap_err();
     match err {
         ClientError::Status {
             status,
@@ -231,7 +250,9 @@ async fn server_error_500_not_retried() {
         .start()
         .await
         .unwrap();
-    let err = bounded(client(&server).send(&request())).await.unwrap_err();
+    let err = within(LIMIT, "send", client(&server).send(&request()))
+        .await
+        .unwrap_err();
     let ClientError::Status {
         status,
         message,
@@ -253,7 +274,9 @@ async fn non_json_error_body_is_the_message() {
         .start()
         .await
         .unwrap();
-    let err = bounded(client(&server).send(&request())).await.unwrap_err();
+    let err = within(LIMIT, "send", client(&server).send(&request()))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, ClientError::Status { status: 502, message, body: None } if message == "upstream unavailable"),
         "{err:?}"
@@ -270,16 +293,18 @@ async fn rate_limited_once_then_served() {
         .await
         .unwrap();
     let started = Instant::now();
-    let completions = bounded(client(&server).chat(request())).await.unwrap();
+    let completions = chat(&server).await;
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(950), "{waited:?}");
-    let whole = bounded(completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     let file = Completions::from_reader(
         tokio::fs::File::open(fixture_path("openai_n3_tools.sse"))
             .await
             .unwrap(),
     );
-    let reference = bounded(file.collect()).await.unwrap();
+    let reference = within(LIMIT, "collect", file.collect()).await.unwrap();
     assert_eq!(
         serde_json::to_value(&whole.choices).unwrap(),
         serde_json::to_value(&reference.choices).unwrap()
@@ -302,7 +327,9 @@ async fn rate_limited_forever_gives_up_after_the_retries() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let err = bounded(client.chat(request())).await.unwrap_err();
+    let err = within(LIMIT, "chat", client.chat(request()))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, ClientError::Status { status: 429, body: Some(b), .. } if b["error"]["code"] == "rate_limit_exceeded"),
         "{err:?}"
@@ -327,9 +354,13 @@ async fn overloaded_503_backs_off_and_recovers() {
         .max_retry_wait(Duration::from_millis(20))
         .build()
         .unwrap();
-    let completions = bounded(client.chat(request())).await.unwrap();
+    let completions = within(LIMIT, "chat", client.chat(request())).await.unwrap();
     assert_eq!(
-        bounded(completions.collect()).await.unwrap().choices.len(),
+        within(LIMIT, "collect", completions.collect())
+            .await
+            .unwrap()
+            .choices
+            .len(),
         3
     );
     assert_eq!(server.request_count(), 3);
@@ -347,7 +378,9 @@ async fn no_retries_when_disabled() {
         .max_retries(0)
         .build()
         .unwrap();
-    let err = bounded(client.send(&request())).await.unwrap_err();
+    let err = within(LIMIT, "send", client.send(&request()))
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, ClientError::Status { status: 503, .. }),
         "{err:?}"
@@ -369,7 +402,9 @@ async fn connection_refused_after_retries() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let err = bounded(client.send(&request())).await.unwrap_err();
+    let err = within(LIMIT, "send", client.send(&request()))
+        .await
+        .unwrap_err();
     let elapsed = started.elapsed();
     match &err {
         ClientError::Connect { url, .. } => {
@@ -393,8 +428,10 @@ async fn connection_cut_mid_stream_keeps_what_came_before() {
         .start()
         .await
         .unwrap();
-    let completions = bounded(client(&server).chat(request())).await.unwrap();
-    let incomplete = bounded(completions.collect()).await.unwrap_err();
+    let completions = chat(&server).await;
+    let incomplete = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap_err();
     // The chunked body is never terminated: reqwest reports a broken body, a transport error
     // at the offset where the data stopped.
     match incomplete.error.detail() {
@@ -402,7 +439,7 @@ async fn connection_cut_mid_stream_keeps_what_came_before() {
         other => panic!("{other:?}"),
     }
     let reference = Completions::from_reader(std::io::Cursor::new(body));
-    let full = bounded(reference.collect()).await.unwrap();
+    let full = within(LIMIT, "collect", reference.collect()).await.unwrap();
     // What arrived before the cut is kept: every choice's text is a prefix of the full one.
     assert!(!incomplete.partial.choices.is_empty());
     let mut kept = 0;
@@ -435,8 +472,10 @@ async fn stalled_stream_hits_the_idle_timeout() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let completions = bounded(client.chat(request())).await.unwrap();
-    let incomplete = bounded(completions.collect()).await.unwrap_err();
+    let completions = within(LIMIT, "chat", client.chat(request())).await.unwrap();
+    let incomplete = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap_err();
     match incomplete.error.detail() {
         ErrorDetail::IdleTimeout { after, offset } => {
             assert_eq!(*after, Duration::from_millis(300));
@@ -449,7 +488,7 @@ async fn stalled_stream_hits_the_idle_timeout() {
     // The stalled connection is let go once the completion is dropped.
     drop(completions);
     drop(incomplete);
-    bounded(server.client_gone()).await;
+    within(LIMIT, "the client gone", server.client_gone()).await;
     assert_eq!(server.request_count(), 1);
 }
 
@@ -466,11 +505,15 @@ async fn dropping_the_server_cuts_a_stalled_stream() {
         .idle_timeout(Duration::from_secs(10))
         .build()
         .unwrap();
-    let completions = bounded(client.chat(request())).await.unwrap();
-    bounded(completions.choice(2)).await.unwrap();
+    let completions = within(LIMIT, "chat", client.chat(request())).await.unwrap();
+    within(LIMIT, "choice 2", completions.choice(2))
+        .await
+        .unwrap();
     let started = Instant::now();
     drop(server);
-    let incomplete = bounded(completions.collect()).await.unwrap_err();
+    let incomplete = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             incomplete.error.detail(),
@@ -498,7 +541,9 @@ async fn silent_server_times_out_waiting_for_headers() {
         .idle_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
-    let err = bounded(client.send(&request())).await.unwrap_err();
+    let err = within(LIMIT, "send", client.send(&request()))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ClientError::Timeout { .. }), "{err:?}");
     hold.abort();
 }
@@ -512,17 +557,24 @@ async fn dropping_everything_closes_the_connection() {
         .start()
         .await
         .unwrap();
-    let completions = bounded(client(&server).chat(request())).await.unwrap();
-    let choice = bounded(completions.choice(2)).await.unwrap();
+    let completions = chat(&server).await;
+    let choice = within(LIMIT, "choice 2", completions.choice(2))
+        .await
+        .unwrap();
     let mut text = choice.content();
-    let first = bounded(text.try_next()).await.unwrap();
+    let first = within(LIMIT, "the first piece", text.try_next())
+        .await
+        .unwrap();
     assert!(first.is_some());
     assert_eq!(server.disconnects(), 0);
     drop((text, choice, completions));
     let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), server.client_gone())
-        .await
-        .expect("the server saw the client go away");
+    within(
+        Duration::from_secs(5),
+        "the server seeing the client go away",
+        server.client_gone(),
+    )
+    .await;
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(server.disconnects(), 1);
 }
@@ -537,7 +589,9 @@ async fn completions_from_any_reqwest_response() {
         .await
         .unwrap();
     let completions = completions(response, None, Some(Duration::from_secs(5)));
-    let whole = bounded(completions.collect()).await.unwrap();
+    let whole = within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
     assert_eq!(whole.choices.len(), 4);
     assert_eq!(whole.choices[1].finish_reason.as_deref(), Some("length"));
 }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, ClientError};
 use choicewise_core::{Completions, Error, ErrorDetail, UsageSource};
+use choicewise_test_support::within;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::{Value, json};
 
@@ -24,12 +25,6 @@ static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Every test is bounded: a hang fails instead of blocking the suite.
 const LIMIT: Duration = Duration::from_secs(120);
-
-async fn bounded<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(LIMIT, f)
-        .await
-        .expect("test timed out")
-}
 
 /// Says on stderr that `test` did not run and why. Written to the stderr handle itself, not
 /// with `eprintln!`, which the test harness captures and hides for a passing test.
@@ -153,7 +148,7 @@ async fn n_choices_stream_interleaved_and_finish() {
         return;
     };
     let _turn = TURN.lock().await;
-    bounded(async {
+    within(LIMIT, "the requests of n = 1 to 4", async {
         let client = client(&url);
         let mut prompt_of_one = None;
         for n in 1..=slots().min(4) {
@@ -231,7 +226,7 @@ async fn dropping_mid_stream_frees_the_slots() {
         return;
     };
     let _turn = TURN.lock().await;
-    bounded(async {
+    within(LIMIT, "freeing the slots", async {
         let n = slots().min(4);
         let max_tokens = 400;
         let before = metric(&url, "llamacpp:tokens_predicted_total").await;
@@ -281,7 +276,7 @@ async fn n_beyond_the_slots_is_a_typed_400() {
         return;
     };
     let _turn = TURN.lock().await;
-    bounded(async {
+    within(LIMIT, "the request of n beyond the slots", async {
         let n = slots() + 1;
         let err = client(&url)
             .chat(request(n, 8, true))
@@ -382,7 +377,7 @@ async fn server_killed_mid_stream_keeps_what_arrived() {
         return;
     }
     let _turn = TURN.lock().await;
-    bounded(async {
+    within(LIMIT, "the stream of the killed server", async {
         let Some(mut server) = PrivateServer::start(TEST).await else {
             return;
         };

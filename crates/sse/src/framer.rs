@@ -3,9 +3,12 @@
 use std::fmt;
 use std::ops::ControlFlow;
 
-use memchr::{memchr, memchr2};
+use memchr::memchr2;
 
-use crate::{DataLines, Event, SseError};
+use crate::{Event, SseError};
+
+mod fields;
+use fields::complete_objects;
 
 /// The default maximum event size of [`Framer::new`]: 8 MiB.
 ///
@@ -198,46 +201,6 @@ pub struct Framer {
     offset: u64,
     /// The error returned earlier, if any.
     poisoned: Option<SseError>,
-}
-
-/// Whether `data` is one or more complete JSON objects (only whitespace around and between
-/// them), checked structurally: brackets balance outside strings, and each top-level value is
-/// an object. Not a validation; the caller parses the data anyway.
-fn complete_objects(data: &str) -> bool {
-    let bytes = data.trim_ascii().as_bytes();
-    if bytes.first() != Some(&b'{') || bytes.last() != Some(&b'}') {
-        return false;
-    }
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' if depth > 0 => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' if depth > 0 => depth -= 1,
-            b' ' | b'\t' | b'\n' | b'\r' if depth == 0 => {}
-            // Outside every object: anything but whitespace and the next object's `{`.
-            _ if depth == 0 => return false,
-            _ => {}
-        }
-    }
-    depth == 0 && !in_string
-}
-
-/// Whether the pending data may be dispatched without its blank line (tolerant mode): complete
-/// JSON objects, or `[DONE]`.
-fn dispatchable_without_blank_line(data: &str) -> bool {
-    (!data.contains('\n') && data.trim_ascii() == "[DONE]") || complete_objects(data)
 }
 
 /// Field interpretation state, split from the line buffer so a buffered line
@@ -794,156 +757,5 @@ impl Framer {
             + self.st.data.capacity()
             + self.st.event_type.capacity()
             + self.st.last_id.capacity()
-    }
-}
-
-/// Runs of data lines remembered per event (see [`DataLines`]).
-const MAX_DATA_RUNS: usize = 64;
-
-impl State {
-    /// Interprets one complete line (without its line end).
-    #[inline]
-    fn line<F>(
-        &mut self,
-        line: &[u8],
-        line_no: u64,
-        line_offset: u64,
-        on_event: &mut F,
-    ) -> Result<ControlFlow<()>, SseError>
-    where
-        F: FnMut(Event<'_>) -> ControlFlow<()>,
-    {
-        let Some(&first) = line.first() else {
-            return Ok(self.dispatch(on_event));
-        };
-        if self.data.len() + line.len() > self.max {
-            let (line, offset) = self.event_start.unwrap_or((line_no, line_offset));
-            return Err(SseError::EventTooLarge {
-                limit: self.max,
-                line,
-                offset,
-            });
-        }
-        let text = match std::str::from_utf8(line) {
-            Ok(text) => text,
-            Err(err) => {
-                return Err(SseError::InvalidUtf8 {
-                    line: line_no,
-                    offset: line_offset,
-                    byte_offset: line_offset + err.valid_up_to() as u64,
-                });
-            }
-        };
-        if first == b':' {
-            return Ok(ControlFlow::Continue(()));
-        }
-        if self.event_start.is_none() {
-            self.event_start = Some((line_no, line_offset));
-        }
-        let (name, value) = match memchr(b':', line) {
-            Some(colon) => {
-                let value = &text[colon + 1..];
-                (&text[..colon], value.strip_prefix(' ').unwrap_or(value))
-            }
-            None => (text, ""),
-        };
-        let mut flow = ControlFlow::Continue(());
-        if name == "data"
-            && self.has_data
-            && !self.strict
-            && dispatchable_without_blank_line(&self.data)
-        {
-            // Tolerant mode: the pending event ended without its blank line.
-            let (first, _) = self.event_start.unwrap_or((line_no, line_offset));
-            self.note_unterminated(first);
-            flow = self.dispatch(on_event);
-            self.event_start = Some((line_no, line_offset));
-        }
-        match name {
-            "data" => {
-                let add = value.len() + usize::from(self.has_data);
-                let len = self.data.len() + add;
-                if len > self.data.capacity() {
-                    // Grow geometrically, but never past the limit.
-                    let cap = self
-                        .data
-                        .capacity()
-                        .saturating_mul(2)
-                        .max(len)
-                        .min(self.max.max(len));
-                    self.data.reserve_exact(cap - self.data.len());
-                }
-                if self.has_data {
-                    self.data.push('\n');
-                }
-                self.has_data = true;
-                self.data.push_str(value);
-                let contiguous = self.data_runs.last().is_some_and(|&(first, index)| {
-                    first + u64::from(self.data_count - index) == line_no
-                });
-                if !contiguous && self.data_runs.len() < MAX_DATA_RUNS {
-                    self.data_runs.push((line_no, self.data_count));
-                }
-                self.data_count = self.data_count.saturating_add(1);
-            }
-            "event" => {
-                self.event_type.clear();
-                self.event_type.push_str(value);
-            }
-            // An ID containing NUL is ignored.
-            "id" if memchr(0, value.as_bytes()).is_none() => {
-                self.last_id.clear();
-                self.last_id.push_str(value);
-            }
-            // ASCII digits only; values overflowing u64 are ignored.
-            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
-                if let Ok(ms) = value.parse::<u64>() {
-                    self.retry = Some(ms);
-                    self.reconnection_time = Some(ms);
-                }
-            }
-            _ => {}
-        }
-        // A break from a dispatch without blank line comes after this line was taken in, so
-        // that feeding can resume after it.
-        Ok(flow)
-    }
-
-    fn note_unterminated(&mut self, line: u64) {
-        self.unterminated += 1;
-        self.first_unterminated.get_or_insert(line);
-    }
-
-    /// Handles a blank line: dispatches the pending event if it has data, and
-    /// resets the per-event state either way.
-    #[inline]
-    fn dispatch<F>(&mut self, on_event: &mut F) -> ControlFlow<()>
-    where
-        F: FnMut(Event<'_>) -> ControlFlow<()>,
-    {
-        let flow = if self.has_data {
-            let (line, offset) = self.event_start.unwrap_or_default();
-            on_event(Event {
-                event: &self.event_type,
-                data: &self.data,
-                id: (!self.last_id.is_empty()).then_some(self.last_id.as_str()),
-                retry: self.retry,
-                line,
-                offset,
-                data_lines: DataLines {
-                    runs: &self.data_runs,
-                },
-            })
-        } else {
-            ControlFlow::Continue(())
-        };
-        self.data.clear();
-        self.has_data = false;
-        self.data_runs.clear();
-        self.data_count = 0;
-        self.event_type.clear();
-        self.retry = None;
-        self.event_start = None;
-        flow
     }
 }

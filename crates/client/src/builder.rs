@@ -1,0 +1,431 @@
+//! The options of a [`Client`]: [`ClientBuilder`], the [`Api`] it speaks, the defaults, and
+//! the endpoint URLs it builds.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::Url;
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+
+use crate::{Client, ClientError, Inner};
+
+#[cfg(doc)]
+use choicewise_core::Completions;
+
+/// The default base URL, OpenAI's API.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// The default connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default idle timeout.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default number of retries.
+pub const DEFAULT_MAX_RETRIES: u32 = 2;
+/// The default cap on one wait before a retry.
+pub const DEFAULT_MAX_RETRY_WAIT: Duration = Duration::from_secs(20);
+
+/// The Anthropic API version sent with [`Api::Messages`] requests (`anthropic-version`),
+/// unless a [`header`](ClientBuilder::header) of that name is given.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Which streaming API a [`Client`] speaks: its endpoint and how the key is sent. The
+/// request body is the caller's, in that API's shape; the streamed answer's dialect is
+/// recognised by the [`Completions`] whatever the API, and `collect()` gives Chat
+/// Completions' shape for every one.
+///
+/// ```
+/// use choicewise_client::{Api, Client};
+/// let client = Client::builder().api(Api::Messages).base_url("https://api.anthropic.com/v1").build().unwrap();
+/// assert_eq!(client.url(), "https://api.anthropic.com/v1/messages");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Api {
+    /// OpenAI Chat Completions and compatible servers: `POST {base}/chat/completions`, the
+    /// key as `Authorization: Bearer KEY` (`api-key: KEY` in Azure mode).
+    #[default]
+    ChatCompletions,
+    /// The OpenAI Responses API: `POST {base}/responses`, the key as a bearer token.
+    Responses,
+    /// The Anthropic Messages API: `POST {base}/messages`, the key as `x-api-key: KEY`, with
+    /// `anthropic-version: ANTHROPIC_VERSION`.
+    Messages,
+}
+
+impl Api {
+    /// The endpoint's path under the base URL.
+    fn segments(self) -> &'static [&'static str] {
+        match self {
+            Api::ChatCompletions => &["chat", "completions"],
+            Api::Responses => &["responses"],
+            Api::Messages => &["messages"],
+        }
+    }
+}
+
+/// Options of a [`Client`].
+///
+/// ```
+/// use std::time::Duration;
+/// use choicewise_client::Client;
+///
+/// let client = Client::builder()
+///     .base_url("https://example-resource.openai.azure.com/openai/deployments/gpt-4o")
+///     .azure("2024-10-21")
+///     .api_key("...")
+///     .header("x-ms-client-request-id", "7a0f...")
+///     .connect_timeout(Duration::from_secs(5))
+///     .idle_timeout(Duration::from_secs(30))
+///     .max_retries(3)
+///     .max_retry_wait(Duration::from_secs(10))
+///     .build()
+///     .unwrap();
+/// assert_eq!(client.url(),
+///     "https://example-resource.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21");
+/// ```
+#[derive(Clone)]
+pub struct ClientBuilder {
+    api: Api,
+    base_url: String,
+    api_key: Option<String>,
+    azure: Option<String>,
+    headers: Vec<(String, String)>,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    max_retries: u32,
+    max_retry_wait: Duration,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("api", &self.api)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("azure", &self.azure)
+            .field(
+                "headers",
+                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("max_retry_wait", &self.max_retry_wait)
+            .finish()
+    }
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            api: Api::ChatCompletions,
+            base_url: DEFAULT_BASE_URL.to_string(),
+            api_key: None,
+            azure: None,
+            headers: Vec::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+            max_retry_wait: DEFAULT_MAX_RETRY_WAIT,
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Which API to speak (default [`Api::ChatCompletions`]): the endpoint under the base URL
+    /// and how the key is sent.
+    ///
+    /// ```
+    /// # use choicewise_client::{Api, Client};
+    /// let client = Client::builder().api(Api::Responses).build().unwrap();
+    /// assert_eq!(client.url(), "https://api.openai.com/v1/responses");
+    /// ```
+    pub fn api(mut self, api: Api) -> Self {
+        self.api = api;
+        self
+    }
+
+    /// The API's base URL; requests go to `{base_url}/chat/completions` (default
+    /// [`DEFAULT_BASE_URL`]). In Azure mode, the deployment's URL,
+    /// `https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT`.
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().base_url("http://localhost:8000/v1/").build().unwrap();
+    /// assert_eq!(client.url(), "http://localhost:8000/v1/chat/completions");
+    /// ```
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = url.into();
+        self
+    }
+
+    /// The API key: sent as `Authorization: Bearer KEY`, as `api-key: KEY` in Azure mode, or
+    /// as `x-api-key: KEY` to the Anthropic API ([`Api::Messages`]) (default: none).
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().api_key("sk-...").build().unwrap();
+    /// assert!(!format!("{client:?}").contains("sk-"));
+    /// ```
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Azure OpenAI mode: the key goes in an `api-key` header and every request carries
+    /// `?api-version=API_VERSION`; [`base_url`](Self::base_url) is then the deployment's URL.
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder()
+    ///     .base_url("https://r.openai.azure.com/openai/deployments/gpt-4o")
+    ///     .azure("2024-10-21")
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(client.url().ends_with("/gpt-4o/chat/completions?api-version=2024-10-21"));
+    /// ```
+    pub fn azure(mut self, api_version: impl Into<String>) -> Self {
+        self.azure = Some(api_version.into());
+        self
+    }
+
+    /// An extra header sent with every request (e.g. `OpenAI-Organization`); checked by
+    /// [`build`](Self::build).
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().header("OpenAI-Organization", "org-123").build();
+    /// assert!(client.is_ok());
+    /// ```
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// How long establishing a connection (TCP and TLS) may take (default 10 s); a timeout
+    /// counts as a failed connection and is retried.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().connect_timeout(Duration::from_secs(3)).build();
+    /// assert!(client.is_ok());
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest silence allowed (default 60 s): waiting this long for the response headers
+    /// fails the request with [`ClientError::Timeout`]; receiving no byte of the body for this
+    /// long ends the stream with [`choicewise_core::ErrorDetail::IdleTimeout`] (keep-alive comments
+    /// count as bytes).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().idle_timeout(Duration::from_secs(20)).build();
+    /// assert!(client.is_ok());
+    /// ```
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// How many times a request is retried (default 2; see [the retry policy](crate#retries)).
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().max_retries(0).build();   // never retry
+    /// assert!(client.is_ok());
+    /// ```
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// The longest wait before a retry (default 20 s): caps both `Retry-After` and the
+    /// backoff.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().max_retry_wait(Duration::from_secs(5)).build();
+    /// assert!(client.is_ok());
+    /// ```
+    pub fn max_retry_wait(mut self, wait: Duration) -> Self {
+        self.max_retry_wait = wait;
+        self
+    }
+
+    /// Checks the settings and builds the client.
+    ///
+    /// ```
+    /// # use choicewise_client::{Client, ClientError};
+    /// assert!(Client::builder().build().is_ok());
+    /// assert!(matches!(Client::builder().base_url("").build(), Err(ClientError::InvalidUrl(_))));
+    /// ```
+    pub fn build(self) -> Result<Client, ClientError> {
+        if self.azure.is_some() && self.api != Api::ChatCompletions {
+            return Err(ClientError::InvalidUrl(format!(
+                "{:?}: Azure mode serves Chat Completions only, not {:?}",
+                self.base_url, self.api
+            )));
+        }
+        let url = endpoint(&self.base_url, self.azure.as_deref(), self.api.segments())?;
+        let models_url = endpoint(&self.base_url, self.azure.as_deref(), &["models"])?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &self.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| ClientError::InvalidHeader(format!("name {name:?}")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| ClientError::InvalidHeader(format!("value of {name}")))?;
+            headers.append(name, value);
+        }
+        if self.api == Api::Messages && !headers.contains_key("anthropic-version") {
+            headers.insert(
+                HeaderName::from_static("anthropic-version"),
+                HeaderValue::from_static(ANTHROPIC_VERSION),
+            );
+        }
+        if let Some(key) = &self.api_key {
+            let (name, value) = match (self.azure.as_ref(), self.api) {
+                (Some(_), _) => (HeaderName::from_static("api-key"), key.clone()),
+                (None, Api::Messages) => (HeaderName::from_static("x-api-key"), key.clone()),
+                (None, _) => (AUTHORIZATION, format!("Bearer {key}")),
+            };
+            let mut value = HeaderValue::from_str(&value)
+                .map_err(|_| ClientError::InvalidHeader("the API key".to_string()))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let http = reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .user_agent(concat!("choicewise-client/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                url,
+                models_url,
+                headers,
+                azure: self.azure,
+                has_key: self.api_key.is_some(),
+                idle_timeout: self.idle_timeout,
+                max_retries: self.max_retries,
+                max_retry_wait: self.max_retry_wait,
+            }),
+        })
+    }
+
+    /// A builder set from the environment: `OPENAI_BASE_URL` (if set and not empty) and
+    /// `OPENAI_API_KEY` (if set and not empty).
+    ///
+    /// ```no_run
+    /// # use choicewise_client::ClientBuilder;
+    /// let client = ClientBuilder::from_env().build().unwrap();
+    /// ```
+    pub fn from_env() -> Self {
+        let var = |name| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut builder = ClientBuilder::default();
+        if let Some(url) = var("OPENAI_BASE_URL") {
+            builder = builder.base_url(url.trim());
+        }
+        if let Some(key) = var("OPENAI_API_KEY") {
+            builder = builder.api_key(key.trim());
+        }
+        builder
+    }
+}
+
+/// `{base}/SEGMENTS` (`chat/completions`, `models`), with `?api-version=` in Azure mode.
+fn endpoint(base: &str, azure: Option<&str>, segments: &[&str]) -> Result<Url, ClientError> {
+    let invalid = |why: &str| ClientError::InvalidUrl(format!("{base:?}: {why}"));
+    let mut url = Url::parse(base.trim()).map_err(|e| invalid(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid("not http or https"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid("no host"));
+    }
+    url.path_segments_mut()
+        .map_err(|()| invalid("not a base URL"))?
+        .pop_if_empty()
+        .extend(segments);
+    if let Some(version) = azure {
+        url.query_pairs_mut().append_pair("api-version", version);
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        let url = |base: &str, azure| {
+            endpoint(base, azure, &["chat", "completions"]).map(|u| u.to_string())
+        };
+        assert_eq!(
+            url("https://api.openai.com/v1", None).unwrap(),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            url("http://h:1/v1/", None).unwrap(),
+            "http://h:1/v1/chat/completions"
+        );
+        assert_eq!(
+            url(
+                "https://r.openai.azure.com/openai/deployments/d",
+                Some("2024-10-21")
+            )
+            .unwrap(),
+            "https://r.openai.azure.com/openai/deployments/d/chat/completions?api-version=2024-10-21"
+        );
+        for bad in ["", "api.openai.com/v1", "ftp://x/v1", "mailto:a@b"] {
+            assert!(
+                matches!(url(bad, None), Err(ClientError::InvalidUrl(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_api_has_its_endpoint_and_key_header() {
+        let build = |api| {
+            Client::builder()
+                .api(api)
+                .base_url("http://h:1/v1")
+                .api_key("k")
+                .build()
+                .unwrap()
+        };
+        let chat = build(Api::ChatCompletions);
+        assert_eq!(chat.url(), "http://h:1/v1/chat/completions");
+        assert_eq!(chat.inner.headers["authorization"], "Bearer k");
+        let responses = build(Api::Responses);
+        assert_eq!(responses.url(), "http://h:1/v1/responses");
+        assert_eq!(responses.inner.headers["authorization"], "Bearer k");
+        let messages = build(Api::Messages);
+        assert_eq!(messages.url(), "http://h:1/v1/messages");
+        assert_eq!(messages.inner.headers["x-api-key"], "k");
+        assert_eq!(
+            messages.inner.headers["anthropic-version"],
+            ANTHROPIC_VERSION
+        );
+        assert!(!messages.inner.headers.contains_key("authorization"));
+        let pinned = Client::builder()
+            .api(Api::Messages)
+            .header("anthropic-version", "2024-01-01")
+            .build()
+            .unwrap();
+        assert_eq!(pinned.inner.headers["anthropic-version"], "2024-01-01");
+        let azure = Client::builder()
+            .api(Api::Responses)
+            .azure("2024-10-21")
+            .build();
+        assert!(matches!(azure, Err(ClientError::InvalidUrl(_))));
+    }
+}

@@ -1,0 +1,37 @@
+//! # choicewise-test-support
+//!
+//! What the tests of the workspace (and the benchmark harness) share, so that each test file
+//! does not write it again:
+//!
+//! - [`CountingAlloc`], a global allocator that counts the live heap and its peak, and
+//!   [`rss_bytes`], the resident set of the process;
+//! - [`within`], a time bound on a future that fails the test naming what did not end;
+//! - builders of upstream streams: [`split`] and [`SPLITS`] (the read splits a stream is
+//!   replayed under), [`upstream`] (reads as a byte stream), [`sse_chunk`], [`sse_stream`],
+//!   [`content_chunk`] and [`DONE`] (SSE events).
+//!
+//! Never published (`publish = false`): the crates that test with it name it as a path-only
+//! dev-dependency, which `cargo package` leaves out.
+//!
+//! ```
+//! use choicewise_test_support::CountingAlloc;
+//!
+//! #[global_allocator]
+//! static HEAP: CountingAlloc = CountingAlloc::new();
+//!
+//! # fn main() {
+//! let before = HEAP.live();
+//! let reads: Vec<Vec<u8>> = (0..16).map(|_| vec![0; 1024]).collect();
+//! assert!(HEAP.live() - before >= 16 * 1024);
+//! # drop(reads);
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod heap;
+mod sse;
+mod time;
+
+pub use heap::{CountingAlloc, rss_bytes};
+pub use sse::{DONE, SPLITS, content_chunk, split, sse_chunk, sse_stream, upstream};
+pub use time::within;

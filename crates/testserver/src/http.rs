@@ -1,0 +1,328 @@
+//! The I/O: the HTTP/1.1 server loop (hyper), routing and answering each request, and
+//! writing the SSE body as the plan says.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::plan::Write;
+use crate::{End, Failure, RecordedRequest, State};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Body = BoxBody<Bytes, BoxError>;
+
+/// How long a cut waits for the bytes before it to leave.
+const FLUSH_BEFORE_CUT: Duration = Duration::from_millis(20);
+
+/// The largest request body read; a larger one is answered with 413.
+const MAX_REQUEST_BODY: usize = 4 << 20;
+
+impl Failure {
+    fn response(&self) -> Response<Body> {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut builder = Response::builder().status(status);
+        if let Some(after) = &self.retry_after {
+            builder = builder.header("retry-after", after.as_str());
+        }
+        let (content_type, body) = match &self.text_body {
+            Some(text) => ("text/plain; charset=utf-8", text.clone().into_bytes()),
+            None => ("application/json", self.body().to_string().into_bytes()),
+        };
+        builder
+            .header("content-type", content_type)
+            .body(full(body))
+            .expect("a valid response")
+    }
+}
+
+pub(crate) async fn accept_loop(listener: TcpListener, state: Arc<State>) {
+    let mut connections = JoinSet::new();
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(_) => {
+                // Out of descriptors or the like: wait a little rather than spin.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        while connections.try_join_next().is_some() {}
+        let _ = stream.set_nodelay(true);
+        let number = state.connections.fetch_add(1, Ordering::SeqCst);
+        let state = state.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |request| handle(state.clone(), request, number));
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// Which API a path belongs to.
+enum Api {
+    OpenAi,
+    Azure,
+    Anthropic,
+}
+
+fn route(path: &str) -> Option<Api> {
+    match path {
+        "/v1/chat/completions" | "/v1/responses" => return Some(Api::OpenAi),
+        "/v1/messages" => return Some(Api::Anthropic),
+        _ => {}
+    }
+    let deployment = path
+        .strip_prefix("/openai/deployments/")?
+        .strip_suffix("/chat/completions")?;
+    (!deployment.is_empty() && !deployment.contains('/')).then_some(Api::Azure)
+}
+
+/// `GET /v1/models`.
+fn models(state: &State, request: &RecordedRequest) -> Response<Body> {
+    if request.method != "GET" {
+        return Failure::status(405)
+            .message(format!("Method {} not allowed", request.method))
+            .kind("invalid_request_error")
+            .response();
+    }
+    if let Some(key) = &state.api_key {
+        let authorized = request
+            .header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|k| k == key);
+        if !authorized {
+            return Failure::status(401).response();
+        }
+    }
+    let data: Vec<Value> = state
+        .models
+        .iter()
+        .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "choicewise-testserver"}))
+        .collect();
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(full(
+            serde_json::json!({"object": "list", "data": data}).to_string(),
+        ))
+        .expect("a valid response")
+}
+
+async fn handle(
+    state: Arc<State>,
+    request: Request<Incoming>,
+    connection: usize,
+) -> Result<Response<Body>, Infallible> {
+    let (parts, body) = request.into_parts();
+    let body = match Limited::new(body, MAX_REQUEST_BODY).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => {
+            return Ok(Failure::status(413)
+                .message("The request body is too large or was cut.")
+                .response());
+        }
+    };
+    let recorded = RecordedRequest {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().map(str::to_string),
+        headers: parts
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                (name.as_str().to_string(), value)
+            })
+            .collect(),
+        json: serde_json::from_slice(&body).ok(),
+        body: body.to_vec(),
+        connection,
+    };
+    let number = {
+        let mut requests = state.requests.lock().expect("requests lock");
+        requests.push(recorded.clone());
+        requests.len() - 1
+    };
+
+    if recorded.path == "/v1/models" {
+        return Ok(models(&state, &recorded));
+    }
+    let Some(api) = route(&recorded.path) else {
+        return Ok(Failure::status(404)
+            .message(format!("Unknown path {}", recorded.path))
+            .code(Some("not_found"))
+            .response());
+    };
+    if recorded.method != "POST" {
+        return Ok(Failure::status(405)
+            .message(format!("Method {} not allowed", recorded.method))
+            .kind("invalid_request_error")
+            .response());
+    }
+    if matches!(api, Api::Azure)
+        && recorded
+            .query_param("api-version")
+            .is_none_or(str::is_empty)
+    {
+        return Ok(Failure::status(400)
+            .message("Missing required query parameter: api-version")
+            .code(Some("missing_api_version"))
+            .response());
+    }
+    if let Some(key) = &state.api_key {
+        let authorized = match api {
+            Api::OpenAi => recorded
+                .header("authorization")
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .is_some_and(|k| k == key),
+            Api::Azure => recorded.header("api-key") == Some(key.as_str()),
+            Api::Anthropic => recorded.header("x-api-key") == Some(key.as_str()),
+        };
+        if !authorized {
+            return Ok(Failure::status(401).response());
+        }
+    }
+    let reply = &state.replies[number % state.replies.len()];
+    if let Some(failure) = reply.failure.as_ref().filter(|_| number < reply.fail_first) {
+        return Ok(failure.response());
+    }
+    let response = Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream; charset=utf-8")
+        .header("cache-control", "no-cache")
+        .header("x-request-id", format!("req_{number}"))
+        .body(sse_body(&state, number % state.replies.len()))
+        .expect("a valid response");
+    Ok(response)
+}
+
+/// Counts the answer as abandoned if it is dropped before its planned end.
+struct Abandoned {
+    state: Arc<State>,
+    planned_end: bool,
+}
+
+impl Abandoned {
+    /// The answer reached its planned end: dropping it now is no disconnect.
+    fn planned_end(&mut self) {
+        self.planned_end = true;
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if !self.planned_end {
+            self.state.disconnects.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+enum Phase {
+    Writing(usize),
+    Ending,
+    Over,
+}
+
+struct BodyState {
+    writes: Vec<Write>,
+    phase: Phase,
+    end: End,
+    guard: Abandoned,
+}
+
+/// The writes of the plan, cut at `limit` bytes.
+fn truncated(writes: &[Write], limit: usize) -> Vec<Write> {
+    let mut out = Vec::new();
+    let mut sent = 0;
+    for w in writes {
+        if sent >= limit {
+            break;
+        }
+        let take = w.bytes.len().min(limit - sent);
+        out.push(Write {
+            delay: w.delay,
+            bytes: w.bytes.slice(..take),
+        });
+        sent += take;
+    }
+    out
+}
+
+fn sse_body(state: &Arc<State>, reply: usize) -> Body {
+    let reply = &state.replies[reply];
+    let mut writes = match reply.end {
+        End::Complete => reply.writes.as_ref().clone(),
+        End::Close(n) | End::Stall(n) => truncated(&reply.writes, n),
+    };
+    if let Some(first) = writes.first_mut() {
+        first.delay += reply.delay;
+    } else if !reply.delay.is_zero() {
+        writes.push(Write {
+            delay: reply.delay,
+            bytes: Bytes::new(),
+        });
+    }
+    let body = BodyState {
+        writes,
+        phase: Phase::Writing(0),
+        end: reply.end,
+        guard: Abandoned {
+            state: state.clone(),
+            planned_end: false,
+        },
+    };
+    let frames = futures::stream::unfold(body, |mut body| async move {
+        loop {
+            match body.phase {
+                Phase::Writing(i) if i < body.writes.len() => {
+                    let write = body.writes[i].clone();
+                    if !write.delay.is_zero() {
+                        tokio::time::sleep(write.delay).await;
+                    }
+                    body.phase = Phase::Writing(i + 1);
+                    return Some((Ok(Frame::data(write.bytes)), body));
+                }
+                Phase::Writing(_) => body.phase = Phase::Ending,
+                Phase::Ending => match body.end {
+                    End::Complete => {
+                        body.guard.planned_end();
+                        return None;
+                    }
+                    End::Close(n) => {
+                        // hyper flushes what it buffered when the body is pending; an error
+                        // right away would drop those bytes with the connection.
+                        tokio::time::sleep(FLUSH_BEFORE_CUT).await;
+                        body.guard.planned_end();
+                        body.phase = Phase::Over;
+                        let cut: BoxError = format!("connection cut after {n} bytes").into();
+                        return Some((Err(cut), body));
+                    }
+                    // Until the client goes away or the server is dropped.
+                    End::Stall(_) => std::future::pending::<()>().await,
+                },
+                Phase::Over => return None,
+            }
+        }
+    });
+    StreamBody::new(frames).boxed()
+}
