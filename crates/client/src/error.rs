@@ -122,6 +122,44 @@ pub enum ClientError {
     InvalidResponse(String),
 }
 
+impl ClientError {
+    /// The HTTP status the provider answered with, for [`ClientError::Status`].
+    ///
+    /// ```
+    /// use choicewise_client::ClientError;
+    /// let e = ClientError::Status { status: 429, message: "slow down".into(), body: None };
+    /// assert_eq!(e.status(), Some(429));
+    /// ```
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A request that failed before its stream began is, to the stream's callers, an
+/// [`ErrorDetail::Open`](choicewise_core::ErrorDetail::Open) (the kind a fan-out reports for
+/// a refused upstream), with this error as its source: so `?` works in functions returning
+/// [`choicewise_core::Error`].
+///
+/// ```
+/// use choicewise_client::ClientError;
+/// use choicewise_core::{Error, ErrorKind};
+/// let e: Error = ClientError::Status { status: 500, message: "oops".into(), body: None }.into();
+/// assert_eq!(e.kind(), ErrorKind::Open);
+/// assert!(e.to_string().ends_with("the provider answered 500: oops"));
+/// ```
+impl From<ClientError> for choicewise_core::Error {
+    fn from(e: ClientError) -> Self {
+        choicewise_core::ErrorDetail::Open {
+            message: e.to_string(),
+            source: Some(std::sync::Arc::new(e)),
+        }
+        .into()
+    }
+}
+
 /// A non-2xx response as [`ClientError::Status`], with its body (read within `timeout`, at
 /// most [`MAX_ERROR_BODY`] bytes).
 pub(crate) async fn status_error(response: reqwest::Response, timeout: Duration) -> ClientError {

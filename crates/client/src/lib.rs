@@ -76,7 +76,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use choicewise_core::Completions;
+use choicewise_core::{Completions, CompletionsBuilder};
 use reqwest::header::{ACCEPT, HeaderMap};
 use reqwest::{StatusCode, Url};
 use serde_json::Value;
@@ -185,6 +185,7 @@ impl Client {
     ///
     /// ```
     /// use choicewise_client::{Client, completions};
+    /// use choicewise_core::Completions;
     /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let server = choicewise_testserver::TestServer::builder().fixture("demo.sse").start().await?;
     /// let client = Client::builder().base_url(server.base_url()).build()?;
@@ -192,7 +193,7 @@ impl Client {
     /// let response = client.send(&request).await?;
     /// assert_eq!(response.status(), 200);
     /// let request_id = response.headers().get("x-request-id").cloned();
-    /// let completions = completions(response, Some(request), None);
+    /// let completions = completions(response, Completions::builder().request(request));
     /// assert_eq!(completions.collect().await?.choices.len(), 3);
     /// # assert!(request_id.is_some());
     /// # assert_eq!(server.requests()[0].json.as_ref().unwrap()["stream"], true);
@@ -318,17 +319,17 @@ impl Client {
     /// ```
     pub async fn chat(&self, request: Value) -> Result<Completions, ClientError> {
         let response = self.send(&request).await?;
-        Ok(completions(
-            response,
-            Some(request),
-            Some(self.inner.idle_timeout),
-        ))
+        let options = Completions::builder()
+            .request(request)
+            .idle_timeout(self.inner.idle_timeout);
+        Ok(completions(response, options))
     }
 }
 
-/// A streamed response's body into per-choice streams. `request` (optional) lets usage
-/// estimates count the prompt; `idle_timeout` ends the stream with
-/// [`choicewise_core::ErrorDetail::IdleTimeout`] when no byte arrives for that long.
+/// A streamed response's body into per-choice streams, read with `options` (a
+/// [`Completions::builder`]: the request, so that usage estimates count the prompt; an idle
+/// timeout, ending the stream with [`choicewise_core::ErrorDetail::IdleTimeout`] when no byte
+/// arrives for that long; limits; the dialect).
 ///
 /// Dropping the returned [`Completions`] and every handle taken from it drops the response,
 /// which closes the connection.
@@ -340,6 +341,7 @@ impl Client {
 /// ```
 /// use std::time::Duration;
 /// use choicewise_client::completions;
+/// use choicewise_core::Completions;
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let server = choicewise_testserver::TestServer::builder().fixture("demo.sse").start().await?;
 /// # let url = format!("{}/chat/completions", server.base_url());
@@ -350,23 +352,13 @@ impl Client {
 ///     .send()
 ///     .await?
 ///     .error_for_status()?;
-/// let completions = completions(response, None, Some(Duration::from_secs(30)));
+/// let options = Completions::builder().idle_timeout(Duration::from_secs(30));
+/// let completions = completions(response, options);
 /// assert_eq!(completions.collect().await?.choices.len(), 3);
 /// # Ok(()) }
 /// ```
-pub fn completions(
-    response: reqwest::Response,
-    request: Option<Value>,
-    idle_timeout: Option<Duration>,
-) -> Completions {
-    let mut builder = Completions::builder();
-    if let Some(request) = request {
-        builder = builder.request(request);
-    }
-    if let Some(idle) = idle_timeout {
-        builder = builder.idle_timeout(idle);
-    }
-    builder.from_sse(response.bytes_stream())
+pub fn completions(response: reqwest::Response, options: CompletionsBuilder) -> Completions {
+    options.from_sse(response.bytes_stream())
 }
 
 /// The model ids of a `/models` answer: `data[].id`, else `models[].name` / `models[].model`.

@@ -588,7 +588,8 @@ async fn completions_from_any_reqwest_response() {
         .send()
         .await
         .unwrap();
-    let completions = completions(response, None, Some(Duration::from_secs(5)));
+    let options = Completions::builder().idle_timeout(Duration::from_secs(5));
+    let completions = completions(response, options);
     let whole = within(LIMIT, "collect", completions.collect())
         .await
         .unwrap();
