@@ -30,8 +30,23 @@
 //! # Ok(()) }
 //! ```
 //!
-//! This crate re-exports [`choicewise_core`]; see `docs/` in the repository for the
-//! architecture, the benchmarks and the reliability guarantees.
+//! ## What it does
+//!
+//! | | |
+//! |---|---|
+//! | **Inputs** | SSE bytes ([`Completions::from_sse`], [`Completions::from_reader`]), parsed chunks ([`Completions::from_chunks`]) or parsed events of any dialect ([`CompletionsBuilder::from_events`]); options on [`Completions::builder`] |
+//! | **Per-choice streams** | [`Choice::content`], [`Choice::reasoning`], [`Choice::refusal`], [`Choice::events`]: each an [`EventStream`] that replays from the start |
+//! | **Function calls as they grow** | [`Choice::function_calls`] (fragments, partial JSON values), [`Choice::arguments`] (typed snapshots), [`Choice::argument_text`] (one string field's text) |
+//! | **Results** | [`Choice::message`], [`Completions::collect`] (a [`ChatCompletion`] in OpenAI's non-streaming shape), [`Completions::usage`] (reported, or a flagged tiktoken [`Estimate`]) |
+//! | **Dialects** | OpenAI Chat Completions, OpenAI Responses and Anthropic Messages streams, recognised or set with [`CompletionsBuilder::dialect`] |
+//! | **Many requests, one completion** | [`Completions::fan_out`] ([`FanOut`]); the HTTP side in `client::FanOut` (feature `client`) |
+//! | **Acting while they stream** | [`Choice::cancel`], [`Completions::cancel`], and the [`Pick`]s [`Completions::first_finished`], [`Completions::first_where`], [`Completions::vote`], [`Completions::best_of`] |
+//! | **Errors** | one [`Error`]: its [`kind`](Error::kind), [`line`](Error::line), [`offset`](Error::offset), [`choice`](Error::choice); a failed choice fails alone, and [`Incomplete`] keeps what arrived |
+//! | **Without a runtime** | [`Demux`], the same demultiplexer for synchronous code |
+//!
+//! The repository's `docs/` explain the architecture (the actors and the flow of one chunk),
+//! the benchmarks, the reliability guarantees, each capability, and which parts of this API
+//! are stable (`docs/api.md`).
 #![deny(missing_docs)]
 
 pub use choicewise_core::*;
