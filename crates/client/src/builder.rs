@@ -14,18 +14,42 @@ use crate::{Client, ClientError, Inner};
 use choicewise_core::Completions;
 
 /// The default base URL, OpenAI's API.
+///
+/// ```
+/// assert!(choicewise_client::DEFAULT_BASE_URL.starts_with("https://"));
+/// ```
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 /// The default connect timeout.
+///
+/// ```
+/// assert_eq!(choicewise_client::DEFAULT_CONNECT_TIMEOUT.as_secs(), 10);
+/// ```
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default idle timeout.
+///
+/// ```
+/// assert_eq!(choicewise_client::DEFAULT_IDLE_TIMEOUT.as_secs(), 60);
+/// ```
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default number of retries.
+///
+/// ```
+/// assert_eq!(choicewise_client::DEFAULT_MAX_RETRIES, 2);
+/// ```
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
 /// The default cap on one wait before a retry.
+///
+/// ```
+/// assert_eq!(choicewise_client::DEFAULT_MAX_RETRY_WAIT.as_secs(), 20);
+/// ```
 pub const DEFAULT_MAX_RETRY_WAIT: Duration = Duration::from_secs(20);
 
 /// The Anthropic API version sent with [`Api::Messages`] requests (`anthropic-version`),
 /// unless a [`header`](ClientBuilder::header) of that name is given.
+///
+/// ```
+/// assert_eq!(choicewise_client::ANTHROPIC_VERSION, "2023-06-01");
+/// ```
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// Which streaming API a [`Client`] speaks: its endpoint and how the key is sent. The

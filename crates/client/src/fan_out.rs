@@ -15,6 +15,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::{Client, ClientError};
 
 /// How many requests of a [`FanOut`] stream at once unless told otherwise.
+///
+/// ```
+/// assert_eq!(choicewise_client::DEFAULT_CONCURRENCY, 16);
+/// ```
 pub const DEFAULT_CONCURRENCY: usize = 16;
 
 /// Sends several streamed requests concurrently and reads every choice of every response

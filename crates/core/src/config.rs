@@ -6,13 +6,31 @@ use std::time::Duration;
 use serde_json::Value;
 
 /// Default maximum size of one SSE event: 8 MiB.
+///
+/// ```
+/// assert_eq!(choicewise_core::DEFAULT_MAX_EVENT_SIZE, 8 << 20);
+/// ```
 pub const DEFAULT_MAX_EVENT_SIZE: usize = choicewise_sse::DEFAULT_MAX_EVENT_SIZE;
 /// Default maximum number of distinct choices in one stream (as openai-node): 128.
+///
+/// ```
+/// # use choicewise_core::{Completions, DEFAULT_MAX_CHOICES};
+/// let builder = Completions::builder().max_choices(2 * DEFAULT_MAX_CHOICES);
+/// # drop(builder);
+/// ```
 pub const DEFAULT_MAX_CHOICES: usize = 128;
 /// Default maximum number of tool calls in one choice (as openai-node): 128.
+///
+/// ```
+/// assert_eq!(choicewise_core::DEFAULT_MAX_TOOL_CALLS, 128);
+/// ```
 pub const DEFAULT_MAX_TOOL_CALLS: usize = 128;
 
 /// Default quiet time of the upstream after which the choice actors retire: 250 ms.
+///
+/// ```
+/// assert_eq!(choicewise_core::DEFAULT_HIBERNATE_AFTER.as_millis(), 250);
+/// ```
 pub const DEFAULT_HIBERNATE_AFTER: Duration = Duration::from_millis(250);
 
 /// The options of a completion stream; see [`CompletionsBuilder`](crate::CompletionsBuilder).

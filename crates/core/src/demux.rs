@@ -55,6 +55,13 @@ pub struct Demux {
 }
 
 /// What the input said after a [`Demux::feed`]: more may come, or `[DONE]` ended it.
+///
+/// ```
+/// use choicewise_core::{Demux, Flow};
+/// let mut demux = Demux::new();
+/// assert_eq!(demux.feed(b"data: {\"choices\":[]}\n\n").unwrap(), Flow::Continue);
+/// assert_eq!(demux.feed(b"data: [DONE]\n\n").unwrap(), Flow::Done);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Flow {
@@ -144,6 +151,15 @@ impl Demux {
     /// Ends the input (if `[DONE]` or an error has not already) and returns the whole
     /// completion, without usage; on error, what was assembled comes with it. A stream that
     /// stops without `[DONE]` while a choice is unfinished is [`ErrorDetail::Truncated`](crate::ErrorDetail::Truncated).
+    ///
+    /// ```
+    /// use choicewise_core::{Demux, ErrorKind};
+    /// let mut demux = Demux::new();
+    /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n").unwrap();
+    /// let cut = demux.finish().unwrap_err(); // no finish, no [DONE]
+    /// assert_eq!(cut.error.kind(), ErrorKind::Truncated);
+    /// assert_eq!(cut.partial.choices[0].message.content.as_deref(), Some("Hi"));
+    /// ```
     // The same result as `Completions::collect`: the error carries what was assembled.
     #[allow(clippy::result_large_err)]
     pub fn finish(&mut self) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
@@ -169,11 +185,26 @@ impl Demux {
     }
 
     /// The choice indexes seen so far, in order of first appearance.
+    ///
+    /// ```
+    /// use choicewise_core::Demux;
+    /// let mut demux = Demux::new();
+    /// demux.feed(b"data: {\"choices\":[{\"index\":2,\"delta\":{}},{\"index\":0,\"delta\":{}}]}\n\n").unwrap();
+    /// assert_eq!(demux.indexes(), [2, 0]);
+    /// ```
     pub fn indexes(&self) -> Vec<u32> {
         self.splitter.slots.iter().map(|s| s.index).collect()
     }
 
     /// Every event of choice `index` so far (empty for an unknown index).
+    ///
+    /// ```
+    /// use choicewise_core::{ChoiceEvent, Demux};
+    /// let mut demux = Demux::new();
+    /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
+    /// assert_eq!(demux.events(0), [ChoiceEvent::Content("a".into())]);
+    /// assert!(demux.events(7).is_empty());
+    /// ```
     pub fn events(&self, index: u32) -> Vec<ChoiceEvent> {
         let Some(state) = self.state(index) else {
             return Vec::new();
@@ -184,6 +215,16 @@ impl Demux {
     }
 
     /// Choice `index` as assembled so far, with its error if it failed.
+    ///
+    /// ```
+    /// use choicewise_core::{Demux, ErrorKind};
+    /// let mut demux = Demux::new();
+    /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
+    /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":5}}]}\n\n").unwrap();
+    /// let (so_far, error) = demux.choice(0).unwrap();
+    /// assert_eq!(so_far.message.content.as_deref(), Some("a"));
+    /// assert_eq!(error.unwrap().kind(), ErrorKind::Update);
+    /// ```
     pub fn choice(&self, index: u32) -> Option<(ChoiceOutput, Option<Error>)> {
         self.state(index).map(ChoiceState::outcome)
     }
@@ -231,6 +272,14 @@ impl Demux {
     }
 
     /// Warnings so far (the stream's and every choice's).
+    ///
+    /// ```
+    /// use choicewise_core::{Demux, WarningKind};
+    /// let mut demux = Demux::new();
+    /// demux.feed(b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n").unwrap();
+    /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"late\"}}]}\n\n").unwrap();
+    /// assert_eq!(demux.warnings()[0].kind, WarningKind::DataAfterFinish);
+    /// ```
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings
     }

@@ -9,6 +9,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 /// A piece of text shared by every consumer that receives it.
+///
+/// ```
+/// let piece: choicewise_core::Text = "Hello".into();
+/// assert_eq!(&*piece, "Hello");
+/// ```
 pub type Text = Arc<str>;
 
 /// One thing that happened to a choice, in arrival order (what [`Choice::events`] yields).

@@ -623,6 +623,13 @@ pub(crate) fn lenient_i64<'de, D: Deserializer<'de>>(
 }
 
 /// The wire dialect of a stream.
+///
+/// ```
+/// use choicewise_core::{Completions, Dialect};
+/// let builder = Completions::builder().dialect(Dialect::Anthropic);
+/// # drop(builder);
+/// assert_eq!(Dialect::default(), Dialect::Detect);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Dialect {

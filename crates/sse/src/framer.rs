@@ -358,7 +358,16 @@ impl Framer {
         self.st.unterminated
     }
 
-    /// The first line of the first event dispatched without its blank line, if any.
+    /// The first line of the first event dispatched without its blank line, if any (see
+    /// [`unterminated_events`](Self::unterminated_events)).
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    /// use std::ops::ControlFlow;
+    /// let mut framer = Framer::new();
+    /// framer.feed(b"data: {}\n\n", |_| ControlFlow::Continue(())).unwrap();
+    /// assert_eq!(framer.first_unterminated_line(), None);
+    /// ```
     pub fn first_unterminated_line(&self) -> Option<u64> {
         self.st.first_unterminated
     }
