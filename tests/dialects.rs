@@ -421,6 +421,22 @@ async fn parsed_events_of_every_dialect_give_what_their_bytes_give() {
             }
             _ => panic!("{name}: {from_bytes:?} vs {from_values:?}"),
         }
+        // The synchronous Demux, fed the same values, assembles the same messages.
+        let mut demux = Demux::new();
+        for event in parsed_events(name) {
+            if demux.feed_event(event).is_err() {
+                break;
+            }
+        }
+        let by_demux = demux.finish().unwrap_or_else(|inc| inc.partial);
+        let by_actors = from_values.as_ref().map_or_else(|(p, _)| p, |c| c);
+        let messages = |c: &ChatCompletion| -> Vec<_> {
+            c.choices
+                .iter()
+                .map(|c| (c.message.clone(), c.finish_reason.clone()))
+                .collect()
+        };
+        assert_eq!(messages(&by_demux), messages(by_actors), "{name}");
         let choice = completions.choice(0).await.unwrap();
         let mut events = Vec::new();
         let mut stream = choice.events();

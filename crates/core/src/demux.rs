@@ -148,6 +148,31 @@ impl Demux {
         self.step(step).map(|_| ())
     }
 
+    /// Feeds one event parsed by the caller, as a JSON value: an event of the Responses or
+    /// Anthropic Messages API, or a Chat Completions chunk (see
+    /// [`CompletionsBuilder::from_events`](crate::CompletionsBuilder::from_events)).
+    ///
+    /// ```
+    /// use choicewise_core::Demux;
+    /// use serde_json::json;
+    /// let mut demux = Demux::new();
+    /// demux.feed_event(json!({"type": "response.output_text.delta", "output_index": 0, "delta": "Hi"})).unwrap();
+    /// demux.feed_event(json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}})).unwrap();
+    /// let completion = demux.finish().unwrap();
+    /// assert_eq!((completion.id.as_str(), completion.choices[0].message.content.as_deref()), ("resp_1", Some("Hi")));
+    /// ```
+    pub fn feed_event(&mut self, event: serde_json::Value) -> Result<(), Error> {
+        if let Some(end) = &self.end {
+            return end.clone();
+        }
+        self.chunks += 1;
+        let step = match self.splitter.parsed_event(event, self.chunks) {
+            Ok(()) => Step::Continue,
+            Err(e) => Step::End(Err(e)),
+        };
+        self.step(step).map(|_| ())
+    }
+
     /// Ends the input (if `[DONE]` or an error has not already) and returns the whole
     /// completion, without usage; on error, what was assembled comes with it. A stream that
     /// stops without `[DONE]` while a choice is unfinished is [`ErrorDetail::Truncated`](crate::ErrorDetail::Truncated).
