@@ -429,7 +429,7 @@ async fn parsed_events_of_every_dialect_give_what_their_bytes_give() {
             }
         }
         let by_demux = demux.finish().unwrap_or_else(|inc| inc.partial);
-        let by_actors = from_values.as_ref().map_or_else(|(p, _)| p, |c| c);
+        let by_actors = from_values.as_ref().unwrap_or_else(|(p, _)| p);
         let messages = |c: &ChatCompletion| -> Vec<_> {
             c.choices
                 .iter()
