@@ -736,69 +736,61 @@ async fn one_fan_out_line_mixes_chat_responses_and_anthropic() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_calls_a_responses_or_an_anthropic_endpoint() {
-    let server = TestServer::builder()
-        .fixture("anthropic_max_tokens.sse")
-        .start()
-        .await
-        .unwrap();
-    let url = server.base_url();
-    let out = choicewise(&[
-        "chat",
-        "--api",
-        "anthropic",
-        "--base-url",
-        &url,
-        "--json",
-        "hi",
-    ])
-    .await;
-    let json = json_of(&out);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(json["choices"][0]["finish_reason"], "length");
-    let r = &server.requests()[0];
-    assert_eq!(r.path, "/v1/messages");
-    assert_eq!(r.json.as_ref().unwrap()["model"], "claude-sonnet-4-5");
+    // (fixture, --api, extra flags, the path requested, what the JSON's first choice says)
+    let cases = [
+        (
+            "anthropic_max_tokens.sse",
+            "anthropic",
+            &[][..],
+            "/v1/messages",
+            ("/finish_reason", "length"),
+        ),
+        (
+            "responses_text.sse",
+            "responses",
+            &["--model", "gpt-5-mini"][..],
+            "/v1/responses",
+            ("/message/content", "There are three r's in strawberry."),
+        ),
+    ];
+    for (fixture, api, extra, path, (pointer, expected)) in cases {
+        let server = TestServer::builder()
+            .fixture(fixture)
+            .start()
+            .await
+            .unwrap();
+        let url = server.base_url();
+        let mut args = vec!["chat", "--api", api, "--base-url", &url];
+        args.extend_from_slice(extra);
+        args.extend(["--json", "hi"]);
+        let out = choicewise(&args).await;
+        assert!(
+            out.status.success(),
+            "{api}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json = json_of(&out);
+        assert_eq!(
+            json["choices"][0].pointer(pointer).unwrap(),
+            expected,
+            "{api}"
+        );
+        let r = &server.requests()[0];
+        assert_eq!(r.path, path);
+        if api == "anthropic" {
+            // The default model of the Anthropic API.
+            assert_eq!(r.json.as_ref().unwrap()["model"], "claude-sonnet-4-5");
+        }
+    }
 
-    let server = TestServer::builder()
-        .fixture("responses_text.sse")
-        .start()
-        .await
-        .unwrap();
-    let url = server.base_url();
+    // The Responses API has no n: several choices are --fan-out's (refused before any
+    // request, so no server is needed).
     let out = choicewise(&[
         "chat",
         "--api",
         "responses",
         "--base-url",
-        &url,
-        "--model",
-        "gpt-5-mini",
-        "--json",
-        "hi",
-    ])
-    .await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        json_of(&out)["choices"][0]["message"]["content"],
-        "There are three r's in strawberry."
-    );
-    assert_eq!(server.requests()[0].path, "/v1/responses");
-
-    // The Responses API has no n: several choices are --fan-out's.
-    let out = choicewise(&[
-        "chat",
-        "--api",
-        "responses",
-        "--base-url",
-        &url,
+        "http://127.0.0.1:9/v1",
         "-n",
         "3",
         "hi",

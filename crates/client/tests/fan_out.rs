@@ -17,6 +17,16 @@ fn stalled() -> TestServerBuilder {
         .stall_after_events(1)
 }
 
+/// The client closes `n` stalled connections within a second of the decision.
+async fn stalled_closed_within_a_second(server: &TestServer, n: usize) {
+    within(
+        Duration::from_secs(1),
+        "the stalled connections closing",
+        server.wait_disconnects(n),
+    )
+    .await;
+}
+
 fn request() -> Value {
     json!({"model": "m", "messages": [{"role": "user", "content": "What is 6 × 7?"}]})
 }
@@ -90,12 +100,7 @@ async fn first_finished_closes_the_stalled_connections() {
     assert_eq!(selection.selected.len(), 1);
     assert_eq!(selection.cancelled.len(), 2);
     // The stalled connections are closed by the client, within a second of the decision.
-    within(
-        Duration::from_secs(1),
-        "the stalled connections closing",
-        server.wait_disconnects(2),
-    )
-    .await;
+    stalled_closed_within_a_second(&server, 2).await;
     assert!(started.elapsed() < Duration::from_secs(5));
     let winner = selection.selected[0];
     let completion = completions.collect().await.unwrap();
@@ -133,12 +138,7 @@ async fn vote_decided_after_three_agree() {
     );
     assert_eq!(selection.selected.len(), 3);
     assert_eq!(selection.cancelled.len(), 2);
-    within(
-        Duration::from_secs(1),
-        "the stalled connections closing",
-        server.wait_disconnects(2),
-    )
-    .await;
+    stalled_closed_within_a_second(&server, 2).await;
     let completion = completions.collect().await.unwrap();
     for i in &selection.selected {
         let content = completion.choices[*i as usize].message.content.as_deref();

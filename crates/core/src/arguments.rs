@@ -17,8 +17,7 @@ use futures::stream::BoxStream;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::error::Error;
-use crate::error::ErrorDetail;
+use crate::error::{Error, ErrorDetail};
 use crate::event::{ArgumentsError, CallRef, FunctionCallEvent, Text};
 use crate::stream::EventStream;
 

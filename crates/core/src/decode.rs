@@ -5,8 +5,7 @@
 //! malformed update is that choice's error ([`ErrorDetail::InvalidUpdate`](crate::ErrorDetail::InvalidUpdate),
 //! [`ErrorDetail::InvalidToolCall`](crate::ErrorDetail::InvalidToolCall)), never the stream's.
 
-use crate::error::Error;
-use crate::error::ErrorDetail;
+use crate::error::{Error, ErrorDetail};
 use crate::event::Text;
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
 use crate::split::{Batch, Body, RawUpdate};

@@ -8,7 +8,7 @@ use crate::event::{ChoiceEvent, Warning};
 use crate::lifecycle::{ChoiceState, assemble};
 use crate::merge::ChoiceUpdate;
 use crate::response::{ChatCompletion, ChoiceOutput};
-use crate::split::{Splitter, Step};
+use crate::split::{Parsed, Splitter, Step};
 use crate::wire::ChatCompletionChunk;
 
 /// The demultiplexer as plain synchronous code: bytes in, per-choice events and messages out.
@@ -137,15 +137,7 @@ impl Demux {
     /// assert_eq!(demux.finish().unwrap().choices[0].index, 2);
     /// ```
     pub fn feed_chunk(&mut self, chunk: ChatCompletionChunk<'static>) -> Result<(), Error> {
-        if let Some(end) = &self.end {
-            return end.clone();
-        }
-        self.chunks += 1;
-        let step = match self.splitter.parsed(chunk, self.chunks) {
-            Ok(()) => Step::Continue,
-            Err(e) => Step::End(Err(e)),
-        };
-        self.step(step).map(|_| ())
+        self.feed_parsed(chunk)
     }
 
     /// Feeds one event parsed by the caller, as a JSON value: an event of the Responses or
@@ -162,11 +154,16 @@ impl Demux {
     /// assert_eq!((completion.id.as_str(), completion.choices[0].message.content.as_deref()), ("resp_1", Some("Hi")));
     /// ```
     pub fn feed_event(&mut self, event: serde_json::Value) -> Result<(), Error> {
+        self.feed_parsed(event)
+    }
+
+    /// Routes one value parsed by the caller, counted as the next line.
+    fn feed_parsed(&mut self, value: impl Parsed) -> Result<(), Error> {
         if let Some(end) = &self.end {
             return end.clone();
         }
         self.chunks += 1;
-        let step = match self.splitter.parsed_event(event, self.chunks) {
+        let step = match value.route(&mut self.splitter, self.chunks) {
             Ok(()) => Step::Continue,
             Err(e) => Step::End(Err(e)),
         };

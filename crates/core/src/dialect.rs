@@ -25,8 +25,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use crate::error::ErrorDetail;
-use crate::error::{Error, UpstreamError};
+use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::WarningKind;
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
 pub use crate::wire::Dialect;

@@ -13,7 +13,7 @@ use tokio::io::AsyncRead;
 use crate::actor::reader::ReaderMsg;
 use crate::completions::{Completions, spawn_reader};
 use crate::config::Config;
-use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, EventFeed, OpeningFeed, ReaderFeed};
+use crate::feed::{BoxError, ByteStreamFeed, OpeningFeed, ParsedFeed, ReaderFeed};
 use crate::shared::{CompletionShared, Indexing};
 use crate::wire::ChatCompletionChunk;
 
@@ -201,7 +201,7 @@ impl FanOut {
     {
         let idle = self.config.idle_timeout;
         self.push(Box::new(move |shared, k, n| {
-            spawn_reader(ChunkFeed::new(chunks, idle), shared, k, n)
+            spawn_reader(ParsedFeed::new(chunks, idle), shared, k, n)
         }))
     }
 
@@ -237,7 +237,7 @@ impl FanOut {
     {
         let idle = self.config.idle_timeout;
         self.push(Box::new(move |shared, k, n| {
-            spawn_reader(EventFeed::new(events, idle), shared, k, n)
+            spawn_reader(ParsedFeed::new(events, idle), shared, k, n)
         }))
     }
 

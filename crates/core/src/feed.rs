@@ -1,5 +1,5 @@
-//! Inputs of the reader actor: raw SSE bytes from a stream or an `AsyncRead`, or chunks that
-//! are already parsed. Each [`Feed`] pulls one read from upstream and hands it to the
+//! Inputs of the reader actor: raw SSE bytes from a stream or an `AsyncRead`, or chunks and
+//! events that are already parsed. Each [`Feed`] pulls one read from upstream and hands it to the
 //! [`Splitter`].
 
 use std::future::Future;
@@ -10,10 +10,8 @@ use std::time::Duration;
 use futures::{FutureExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::error::Error;
-use crate::error::ErrorDetail;
-use crate::split::{Splitter, Step};
-use crate::wire::ChatCompletionChunk;
+use crate::error::{Error, ErrorDetail};
+use crate::split::{Parsed, Splitter, Step};
 
 /// A boxed error from an input stream.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -148,20 +146,22 @@ impl<R: AsyncRead + Send + 'static> Feed for ReaderFeed<R> {
     }
 }
 
-/// Chunks already parsed, e.g. by another client library.
-pub(crate) struct ChunkFeed<S> {
+/// Values already parsed, e.g. by another client library. Their stream's end is the
+/// completion's (a typed dialect's stream that stopped early is truncated, see
+/// [`Splitter::end_of_events`]).
+pub(crate) struct ParsedFeed<S> {
     stream: Pin<Box<S>>,
     idle: Option<Duration>,
-    /// Chunks routed so far; stands in for the line number in errors and warnings.
+    /// Values routed so far; stands in for the line number in errors and warnings.
     count: u64,
 }
 
-/// How many ready chunks one pull routes at most, so that one actor message carries many.
+/// How many ready values one pull routes at most, so that one actor message carries many.
 const CHUNK_BATCH: usize = 256;
 
-impl<S> ChunkFeed<S> {
+impl<S> ParsedFeed<S> {
     pub fn new(stream: S, idle: Option<Duration>) -> Self {
-        ChunkFeed {
+        ParsedFeed {
             stream: Box::pin(stream),
             idle,
             count: 0,
@@ -169,9 +169,10 @@ impl<S> ChunkFeed<S> {
     }
 }
 
-impl<S, E> Feed for ChunkFeed<S>
+impl<S, T, E> Feed for ParsedFeed<S>
 where
-    S: Stream<Item = Result<ChatCompletionChunk<'static>, E>> + Send + 'static,
+    S: Stream<Item = Result<T, E>> + Send + 'static,
+    T: Parsed,
     E: Into<BoxError>,
 {
     async fn pull(&mut self, splitter: &mut Splitter) -> Step {
@@ -181,64 +182,13 @@ where
         };
         for _ in 0..CHUNK_BATCH {
             match next {
-                None => return Step::End(Ok(())),
+                None => return T::end(splitter, self.count),
                 Some(Err(e)) => {
                     return Step::End(Err(transport(e.into(), self.count, splitter)));
                 }
-                Some(Ok(chunk)) => {
+                Some(Ok(value)) => {
                     self.count += 1;
-                    if let Err(e) = splitter.parsed(chunk, self.count) {
-                        return Step::End(Err(e));
-                    }
-                }
-            }
-            match self.stream.next().now_or_never() {
-                Some(item) => next = item,
-                None => break,
-            }
-        }
-        Step::Continue
-    }
-}
-
-/// Events that are already parsed, as JSON values: Chat Completions chunks, or events of the
-/// Responses or Anthropic Messages API. Their end is the stream's end.
-pub(crate) struct EventFeed<S> {
-    stream: Pin<Box<S>>,
-    idle: Option<Duration>,
-    /// Events routed so far; stands in for the line number in errors and warnings.
-    count: u64,
-}
-
-impl<S> EventFeed<S> {
-    pub fn new(stream: S, idle: Option<Duration>) -> Self {
-        EventFeed {
-            stream: Box::pin(stream),
-            idle,
-            count: 0,
-        }
-    }
-}
-
-impl<S, E> Feed for EventFeed<S>
-where
-    S: Stream<Item = Result<serde_json::Value, E>> + Send + 'static,
-    E: Into<BoxError>,
-{
-    async fn pull(&mut self, splitter: &mut Splitter) -> Step {
-        let mut next = match within(self.idle, self.count, self.stream.next()).await {
-            Err(e) => return Step::End(Err(e)),
-            Ok(item) => item,
-        };
-        for _ in 0..CHUNK_BATCH {
-            match next {
-                None => return splitter.end_of_events(self.count),
-                Some(Err(e)) => {
-                    return Step::End(Err(transport(e.into(), self.count, splitter)));
-                }
-                Some(Ok(event)) => {
-                    self.count += 1;
-                    if let Err(e) = splitter.parsed_event(event, self.count) {
+                    if let Err(e) = value.route(splitter, self.count) {
                         return Step::End(Err(e));
                     }
                 }

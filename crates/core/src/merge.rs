@@ -26,8 +26,7 @@ use choicewise_partial_json::{PartialJson, repair_control_characters};
 
 use serde_json::Value;
 
-use crate::error::Error;
-use crate::error::ErrorDetail;
+use crate::error::{Error, ErrorDetail};
 use crate::event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };

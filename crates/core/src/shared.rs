@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use crate::config::Config;
-use crate::error::Error;
-use crate::error::ErrorDetail;
+use crate::error::{Error, ErrorDetail};
 use crate::event::Warning;
 use crate::lifecycle::{ChoiceState, assemble};
 use crate::response::{ChatCompletion, ChoiceSource};

@@ -23,8 +23,7 @@ use serde_json::value::RawValue;
 use choicewise_sse::{DataLines, Framer};
 
 use crate::dialect::{Dialect, DialectDecoder, dialect_of};
-use crate::error::ErrorDetail;
-use crate::error::{Error, UpstreamError};
+use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::{Warning, WarningKind};
 use crate::scan::{Scanned, scan};
 use crate::usage::ReportedUsage;
@@ -833,6 +832,33 @@ impl Splitter {
             }
         }
         Ok(Flow::Continue)
+    }
+}
+
+/// Values already parsed by the caller, one per event: Chat Completions chunks or JSON
+/// events of any dialect.
+pub(crate) trait Parsed: Send + 'static {
+    /// Routes the `count`-th value (its count stands in for the line number).
+    fn route(self, splitter: &mut Splitter, count: u64) -> Result<(), Error>;
+    /// The end of the input after `count` values.
+    fn end(splitter: &mut Splitter, count: u64) -> Step;
+}
+
+impl Parsed for ChatCompletionChunk<'static> {
+    fn route(self, splitter: &mut Splitter, count: u64) -> Result<(), Error> {
+        splitter.parsed(self, count)
+    }
+    fn end(_: &mut Splitter, _: u64) -> Step {
+        Step::End(Ok(()))
+    }
+}
+
+impl Parsed for Value {
+    fn route(self, splitter: &mut Splitter, count: u64) -> Result<(), Error> {
+        splitter.parsed_event(self, count)
+    }
+    fn end(splitter: &mut Splitter, count: u64) -> Step {
+        splitter.end_of_events(count)
     }
 }
 

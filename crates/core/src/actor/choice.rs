@@ -16,8 +16,7 @@ use std::task::Poll;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::decode::decode_batch;
-use crate::error::Error;
-use crate::error::ErrorDetail;
+use crate::error::{Error, ErrorDetail};
 use crate::event::{ChoiceEvent, Warning};
 use crate::merge::ChoiceUpdate;
 use crate::shared::{ChoiceShared, CompletionShared, LiveActor, Subscription};

@@ -12,8 +12,7 @@ use futures::future::{Either, select};
 use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime};
 
 use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
-use crate::error::Error;
-use crate::error::ErrorDetail;
+use crate::error::{Error, ErrorDetail};
 use crate::feed::Feed;
 use crate::lifecycle::Phase;
 use crate::shared::{ChoiceShared, CompletionShared, LiveActor, UpstreamSignal};

@@ -8,7 +8,7 @@ use tokio::io::AsyncRead;
 
 use super::Completions;
 use crate::config::Config;
-use crate::feed::{BoxError, ByteStreamFeed, ChunkFeed, EventFeed, ReaderFeed};
+use crate::feed::{BoxError, ByteStreamFeed, ParsedFeed, ReaderFeed};
 use crate::wire::ChatCompletionChunk;
 
 /// Options of a [`Completions`] stream.
@@ -311,7 +311,7 @@ impl CompletionsBuilder {
         S: Stream<Item = Result<ChatCompletionChunk<'static>, E>> + Send + 'static,
         E: Into<BoxError>,
     {
-        let feed = ChunkFeed::new(chunks, self.config.idle_timeout);
+        let feed = ParsedFeed::new(chunks, self.config.idle_timeout);
         Completions::start(self.config, feed)
     }
 
@@ -350,7 +350,7 @@ impl CompletionsBuilder {
         S: Stream<Item = Result<serde_json::Value, E>> + Send + 'static,
         E: Into<BoxError>,
     {
-        let feed = EventFeed::new(events, self.config.idle_timeout);
+        let feed = ParsedFeed::new(events, self.config.idle_timeout);
         Completions::start(self.config, feed)
     }
 }
