@@ -11,6 +11,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -87,56 +88,6 @@ impl ChoiceActorState {
         .await;
     }
 
-    /// Parses the batch (outside the lock: readers of the choice are not held up), then
-    /// merges it.
-    fn apply(&mut self, batch: Batch) {
-        let index = self.shared().index;
-        if self.shared().lock().skip_batch(&batch) {
-            // The choice failed: its later updates are counted, not parsed.
-            return;
-        }
-        self.updates.clear();
-        let decoded = decode_batch(index, batch, &mut self.updates);
-        #[cfg(feature = "fault-injection")]
-        self.injected_faults(index);
-        let mut warnings: Vec<Warning> = Vec::new();
-        let updates = std::mem::take(&mut self.updates);
-        self.exit
-            .shared
-            .lock()
-            .apply(updates, decoded, &mut self.events, &mut warnings);
-        if !warnings.is_empty() {
-            self.completion.lock().warnings.extend(warnings);
-        }
-    }
-
-    /// Test-only faults: a slow actor, and a panic after the updates before the trigger are
-    /// applied.
-    #[cfg(feature = "fault-injection")]
-    fn injected_faults(&mut self, index: u32) {
-        let content = |u: &ChoiceUpdate| u.content.as_deref().unwrap_or_default().to_string();
-        if self
-            .updates
-            .iter()
-            .any(|u| content(u).starts_with(crate::fault::FAULT_SLOW_CHOICE))
-        {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        let panic_at = self
-            .updates
-            .iter()
-            .position(|u| content(u) == crate::fault::FAULT_PANIC_CHOICE);
-        if let Some(at) = panic_at {
-            let before: Vec<ChoiceUpdate> = self.updates.drain(..at).collect();
-            let mut warnings = Vec::new();
-            self.exit
-                .shared
-                .lock()
-                .apply(before, Ok(()), &mut self.events, &mut warnings);
-            panic!("injected fault in choice {index}");
-        }
-    }
-
     fn settle(&mut self, outcome: Result<(), Error>) {
         let index = self.shared().index;
         let mut state = self.exit.shared.lock();
@@ -180,20 +131,16 @@ impl Actor for ChoiceActor {
         match message {
             ChoiceMsg::Batch { seq, batch } => {
                 state.turn(seq).await;
-                // Parsing and merging are synchronous: a panic in them is caught here and
-                // fails this choice only.
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| state.apply(batch))) {
-                    let index = state.shared().index;
-                    let message = panic_message(&panic);
-                    state
-                        .shared()
-                        .lock()
-                        .fail(Error::from(ErrorDetail::ActorFailed {
-                            choice: Some(index),
-                            message: message.clone(),
-                        }));
-                    // The choice takes no more updates; this actor stays to count them.
-                }
+                // Parsing and merging are synchronous: a panic in them is caught and fails
+                // this choice only; this actor stays to count its later updates.
+                let ChoiceActorState {
+                    exit,
+                    completion,
+                    updates,
+                    events,
+                    ..
+                } = state;
+                apply_batch_isolated(&exit.shared, completion, batch, updates, events);
             }
             ChoiceMsg::End { seq, outcome } => {
                 state.turn(seq).await;
@@ -207,6 +154,81 @@ impl Actor for ChoiceActor {
             }
         }
         Ok(())
+    }
+}
+
+/// Does a choice's work on one batch: parses it (outside the lock: readers of the choice are
+/// not held up), then merges it. `updates` and `events` are reused buffers.
+pub(crate) fn apply_batch(
+    shared: &ChoiceShared,
+    completion: &CompletionShared,
+    batch: Batch,
+    updates: &mut Vec<ChoiceUpdate>,
+    events: &mut Vec<ChoiceEvent>,
+) {
+    let index = shared.index;
+    if shared.lock().skip_batch(&batch) {
+        // The choice failed: its later updates are counted, not parsed.
+        return;
+    }
+    updates.clear();
+    let decoded = decode_batch(index, batch, updates);
+    #[cfg(feature = "fault-injection")]
+    injected_faults(shared, index, updates, events);
+    let mut warnings: Vec<Warning> = Vec::new();
+    let parsed = std::mem::take(updates);
+    shared.lock().apply(parsed, decoded, events, &mut warnings);
+    if !warnings.is_empty() {
+        completion.lock().warnings.extend(warnings);
+    }
+}
+
+/// Applies a batch as [`apply_batch`] does, catching a panic in the parse or the merge: it
+/// fails this choice only (the choice takes no more updates; its later ones are counted).
+pub(crate) fn apply_batch_isolated(
+    shared: &ChoiceShared,
+    completion: &CompletionShared,
+    batch: Batch,
+    updates: &mut Vec<ChoiceUpdate>,
+    events: &mut Vec<ChoiceEvent>,
+) {
+    let applied = catch_unwind(AssertUnwindSafe(|| {
+        apply_batch(shared, completion, batch, updates, events)
+    }));
+    if let Err(panic) = applied {
+        let index = shared.index;
+        shared.lock().fail(Error::from(ErrorDetail::ActorFailed {
+            choice: Some(index),
+            message: panic_message(&panic),
+        }));
+    }
+    shared.handled.fetch_add(1, Ordering::Release);
+}
+
+/// Test-only faults: a slow choice, and a panic after the updates before the trigger are
+/// applied.
+#[cfg(feature = "fault-injection")]
+fn injected_faults(
+    shared: &ChoiceShared,
+    index: u32,
+    updates: &mut Vec<ChoiceUpdate>,
+    events: &mut Vec<ChoiceEvent>,
+) {
+    let content = |u: &ChoiceUpdate| u.content.as_deref().unwrap_or_default().to_string();
+    if updates
+        .iter()
+        .any(|u| content(u).starts_with(crate::fault::FAULT_SLOW_CHOICE))
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let panic_at = updates
+        .iter()
+        .position(|u| content(u) == crate::fault::FAULT_PANIC_CHOICE);
+    if let Some(at) = panic_at {
+        let before: Vec<ChoiceUpdate> = updates.drain(..at).collect();
+        let mut warnings = Vec::new();
+        shared.lock().apply(before, Ok(()), events, &mut warnings);
+        panic!("injected fault in choice {index}");
     }
 }
 

@@ -5,13 +5,14 @@ use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use futures::FutureExt;
 use futures::future::{Either, select};
 use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime};
 
-use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg, panic_message};
+use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg, apply_batch_isolated, panic_message};
 use crate::error::{Error, ErrorDetail};
 use crate::feed::Feed;
 use crate::lifecycle::Phase;
@@ -54,8 +55,18 @@ pub(crate) struct ReaderState<F> {
     expected: Option<u32>,
     /// Told when one of this upstream's choices is cancelled.
     signal: Arc<UpstreamSignal>,
+    /// The quiet timer (boxed: a timer inline would enlarge every idle completion by about a
+    /// kilobyte), armed while choice actors run.
+    quiet: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// Reused buffers for the batches the reader applies itself.
+    updates: Vec<crate::merge::ChoiceUpdate>,
+    events: Vec<crate::event::ChoiceEvent>,
     _live: LiveActor,
 }
+
+/// A read whose updates come to at most this many bytes of JSON is applied by the reader
+/// itself, to each choice whose actor has nothing queued.
+const APPLY_HERE_BYTES: usize = 4096;
 
 /// A choice as the reader sees it.
 struct ChoiceSlot {
@@ -104,6 +115,11 @@ impl ChoiceSlot {
                 self.shared.lock().settle(index, Ok(()));
             }
         }
+    }
+
+    /// Whether no actor is working on the choice: every batch sent has been handled.
+    fn idle(&self) -> bool {
+        self.shared.handled.load(Ordering::Acquire) == self.sent
     }
 
     /// Asks the running actor to apply what it has queued and stop, leaving the choice open.
@@ -177,11 +193,24 @@ impl<F: Feed> ReaderState<F> {
                 choice.lock().cancel();
             }
         }
+        let routed: usize = self.splitter.slots.iter().map(|s| s.batch.text.len()).sum();
+        let here = routed <= APPLY_HERE_BYTES;
         for (slot, choice) in self.splitter.slots.iter_mut().zip(&mut self.choices) {
             if slot.batch.is_empty() {
                 continue;
             }
             let batch = std::mem::take(&mut slot.batch);
+            if here && choice.actor.is_some() && choice.idle() {
+                choice.sent += 1;
+                apply_batch_isolated(
+                    &choice.shared,
+                    &self.shared,
+                    batch,
+                    &mut self.updates,
+                    &mut self.events,
+                );
+                continue;
+            }
             choice.send(&self.shared, |seq| ChoiceMsg::Batch { seq, batch });
         }
         if !new_choices.is_empty() || !self.splitter.warnings.is_empty() {
@@ -194,6 +223,67 @@ impl<F: Feed> ReaderState<F> {
             state.warnings.append(&mut self.splitter.warnings);
             state.waiters.wake_all();
         }
+    }
+
+    /// Reads the next piece of the upstream: `None` when a cancel interrupted the wait (a pull
+    /// is cancel-safe: its only await is the read). A panic while reading or routing (or in
+    /// the upstream stream itself) ends the stream with a typed error after what was routed
+    /// before it is delivered.
+    async fn next_step(&mut self) -> Option<Step> {
+        let signal = self.signal.clone();
+        let ReaderState {
+            feed,
+            splitter,
+            shared,
+            choices,
+            quiet,
+            ..
+        } = self;
+        let mut pull = pin!(AssertUnwindSafe(feed.pull(splitter)).catch_unwind());
+        let pulled = async move {
+            match futures::poll!(pull.as_mut()) {
+                Poll::Ready(step) => step,
+                // The upstream is waiting: if it stays quiet for `hibernate_after`, the choice
+                // actors retire until the next update (their state lives in the choices, not
+                // in them).
+                Poll::Pending => match shared.config.hibernate_after.and_then(|after| {
+                    tokio::time::Instant::now()
+                        .checked_add(after)
+                        .filter(|_| choices.iter().any(|c| c.actor.is_some()))
+                }) {
+                    Some(due) => {
+                        // One timer serves every wait: armed once, it is moved on only when it
+                        // fires early (reads came since it was set), not at every read.
+                        let timer =
+                            quiet.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+                        loop {
+                            match select(pull.as_mut(), timer.as_mut()).await {
+                                Either::Left((step, _)) => break step,
+                                Either::Right(((), _)) if tokio::time::Instant::now() < due => {
+                                    timer.as_mut().reset(due);
+                                }
+                                Either::Right(((), _)) => {
+                                    *quiet = None;
+                                    choices.iter_mut().for_each(ChoiceSlot::retire);
+                                    break pull.await;
+                                }
+                            }
+                        }
+                    }
+                    _ => pull.await,
+                },
+            }
+        };
+        let step = match select(pin!(pulled), pin!(signal.cancelled())).await {
+            Either::Left((step, _)) => step,
+            Either::Right(((), _)) => return None,
+        };
+        Some(step.unwrap_or_else(|panic| {
+            Step::End(Err(Error::from(ErrorDetail::ActorFailed {
+                choice: None,
+                message: panic_message(&panic),
+            })))
+        }))
     }
 
     /// Tells every choice the stream is over (queued behind its updates), and records the end.
@@ -303,6 +393,9 @@ impl<F: Feed> Actor for ReaderActor<F> {
             upstream: args.upstream,
             expected: args.expected,
             signal,
+            quiet: None,
+            updates: Vec::new(),
+            events: Vec::new(),
             _live: LiveActor::new(),
         })
     }
@@ -322,82 +415,31 @@ impl<F: Feed> Actor for ReaderActor<F> {
         message: ReaderMsg,
         state: &mut ReaderState<F>,
     ) -> Result<(), ActorProcessingErr> {
-        match message {
-            ReaderMsg::Pull => {
-                if state.unwanted() {
-                    state.drop_upstream();
+        let ReaderMsg::Pull = message;
+        // One message runs the whole stream: no round trip through the mailbox per read. A
+        // kill still interrupts it at any wait (ractor races the handler against its signal
+        // port), and the runtime's budget makes it yield to the other tasks of its worker
+        // when the upstream is always ready.
+        loop {
+            if state.unwanted() {
+                state.drop_upstream();
+                myself.stop(None);
+                return Ok(());
+            }
+            let Some(step) = state.next_step().await else {
+                // A cancel interrupted the wait: see whether the upstream is still wanted.
+                continue;
+            };
+            state.flush();
+            match step {
+                Step::Continue => tokio::task::coop::consume_budget().await,
+                Step::End(outcome) => {
+                    // The choice actors apply their queues and the end on their own.
+                    state.end(outcome);
                     myself.stop(None);
                     return Ok(());
                 }
-                let signal = state.signal.clone();
-                let step = {
-                    let ReaderState {
-                        feed,
-                        splitter,
-                        shared,
-                        choices,
-                        ..
-                    } = &mut *state;
-                    // A panic while reading or routing (or in the upstream stream itself) ends
-                    // the stream with a typed error after what was routed before it is
-                    // delivered.
-                    let mut pull = pin!(AssertUnwindSafe(feed.pull(splitter)).catch_unwind());
-                    let pulled = async move {
-                        match futures::poll!(pull.as_mut()) {
-                            Poll::Ready(step) => step,
-                            // The upstream is waiting: if it stays quiet for `hibernate_after`,
-                            // the choice actors retire until the next update (their state lives
-                            // in the choices, not in them). The timer exists only while waiting.
-                            Poll::Pending => match shared.config.hibernate_after {
-                                Some(after) if choices.iter().any(|c| c.actor.is_some()) => {
-                                    // Boxed: a timer in the handler's state would enlarge the
-                                    // reader's boxed message loop, which every idle completion
-                                    // holds, by about a kilobyte.
-                                    let quiet = Box::pin(tokio::time::sleep(after));
-                                    match select(pull, quiet).await {
-                                        Either::Left((step, _)) => step,
-                                        Either::Right(((), pull)) => {
-                                            choices.iter_mut().for_each(ChoiceSlot::retire);
-                                            pull.await
-                                        }
-                                    }
-                                }
-                                _ => pull.await,
-                            },
-                        }
-                    };
-                    // A cancel interrupts the wait (a pull is cancel-safe: its only await is
-                    // the read), so that an upstream nobody wants is dropped at once.
-                    match select(pin!(pulled), pin!(signal.cancelled())).await {
-                        Either::Left((step, _)) => Some(step),
-                        Either::Right(((), _)) => None,
-                    }
-                };
-                let Some(step) = step else {
-                    myself.send_message(ReaderMsg::Pull)?;
-                    return Ok(());
-                };
-                let step = step.unwrap_or_else(|panic| {
-                    Step::End(Err(Error::from(ErrorDetail::ActorFailed {
-                        choice: None,
-                        message: panic_message(&panic),
-                    })))
-                });
-                state.flush();
-                match step {
-                    Step::Continue if state.unwanted() => {
-                        state.drop_upstream();
-                        myself.stop(None);
-                    }
-                    Step::Continue => myself.send_message(ReaderMsg::Pull)?,
-                    Step::End(outcome) => {
-                        // The choice actors apply their queues and the end on their own.
-                        state.end(outcome);
-                        myself.stop(None);
-                    }
-                }
             }
         }
-        Ok(())
     }
 }
