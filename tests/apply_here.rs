@@ -1,0 +1,145 @@
+//! A small read is applied by the reader itself to each choice whose actor has nothing
+//! queued; a bigger read, or a choice whose actor is still working, goes to the actor. Either
+//! way a choice's updates apply in order and a fault stays with its choice.
+
+mod common;
+
+use std::time::Duration;
+
+use choicewise::{ChoiceEvent, Completions, ErrorDetail};
+use choicewise_test_support::{DONE, sse_chunk, within};
+use futures::TryStreamExt;
+use futures::channel::mpsc::{UnboundedSender, unbounded};
+
+type Read = Result<Vec<u8>, std::io::Error>;
+
+fn chunk(index: u32, content: &str, finish: Option<&str>) -> Vec<u8> {
+    let chunk = serde_json::json!({
+        "id": "chatcmpl-a", "object": "chat.completion.chunk", "created": 1, "model": "m",
+        "choices": [{"index": index, "delta": {"content": content}, "finish_reason": finish}]
+    });
+    sse_chunk(chunk).into_bytes()
+}
+
+const SETTLED: Duration = Duration::from_secs(20);
+
+/// A completion whose upstream the test feeds by hand; its actors never retire.
+fn controlled() -> (Completions, UnboundedSender<Read>) {
+    let (tx, rx) = unbounded::<Read>();
+    let completions = Completions::builder()
+        .hibernate_after(Duration::from_secs(3600))
+        .from_sse(rx);
+    (completions, tx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_read_waits_for_the_choices_busy_actor() {
+    let slow = choicewise_core::fault::FAULT_SLOW_CHOICE;
+    let (completions, tx) = controlled();
+    // The actor spends 50 ms on the first update; the next reads are small and come while it
+    // works: they must queue behind it, not be applied ahead of it by the reader.
+    tx.unbounded_send(Ok(chunk(0, &format!("{slow}a"), None)))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    tx.unbounded_send(Ok(chunk(0, "b", None))).unwrap();
+    tx.unbounded_send(Ok(chunk(0, "c", Some("stop")))).unwrap();
+    tx.unbounded_send(Ok(DONE.as_bytes().to_vec())).unwrap();
+    let completion = within(SETTLED, "collect", completions.collect())
+        .await
+        .unwrap();
+    assert_eq!(
+        completion.choices[0].message.content.as_deref(),
+        Some(format!("{slow}abc").as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_a_batch_the_reader_applies_fails_that_choice_only() {
+    let poison = choicewise_core::fault::FAULT_PANIC_CHOICE;
+    let (completions, tx) = controlled();
+    tx.unbounded_send(Ok([chunk(0, "a", None), chunk(1, "x", None)].concat()))
+        .unwrap();
+    // Both actors have handled their first batch: the next small reads are the reader's.
+    let c0 = completions.choice(0).await.unwrap();
+    let c1 = completions.choice(1).await.unwrap();
+    let mut first = c1.content();
+    assert_eq!(&*first.try_next().await.unwrap().unwrap(), "x");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tx.unbounded_send(Ok(chunk(1, poison, None))).unwrap();
+    tx.unbounded_send(Ok(chunk(1, "y", None))).unwrap();
+    tx.unbounded_send(Ok(chunk(0, "b", Some("stop")))).unwrap();
+    tx.unbounded_send(Ok(DONE.as_bytes().to_vec())).unwrap();
+
+    let events: Vec<ChoiceEvent> = within(SETTLED, "choice 0", c0.events().try_collect())
+        .await
+        .expect("choice 0 is untouched");
+    assert_eq!(
+        events,
+        vec![
+            ChoiceEvent::Content("a".into()),
+            ChoiceEvent::Content("b".into()),
+            ChoiceEvent::Finished("stop".into()),
+        ]
+    );
+    let failed = within(SETTLED, "choice 1", c1.content().try_collect::<Vec<_>>())
+        .await
+        .expect_err("choice 1 fails");
+    assert!(
+        matches!(failed.detail(), ErrorDetail::ActorFailed { choice: Some(1), message } if message.contains("panicked")),
+        "{failed:?}"
+    );
+    let incomplete = within(SETTLED, "collect", completions.collect())
+        .await
+        .expect_err("one choice failed");
+    let partial = &incomplete.partial;
+    assert_eq!(partial.choices[0].message.content.as_deref(), Some("ab"));
+    assert_eq!(partial.choices[0].finish_reason.as_deref(), Some("stop"));
+    assert_eq!(partial.choices[1].message.content.as_deref(), Some("x"));
+    assert_eq!(partial.choices[1].finish_reason, None);
+}
+
+/// Reads of every size, the large ones (more than 4 KiB of updates) handed to the actors and
+/// the small ones applied by the reader, give what the whole stream read at once gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_and_small_reads_in_turn_give_the_same_completion() {
+    let chunks: Vec<Vec<u8>> = (0..600)
+        .map(|k| {
+            let index = (k * 7 % 3) as u32;
+            let finish = (k >= 597).then_some("stop");
+            chunk(index, &format!("w{k} "), finish)
+        })
+        .collect();
+    let whole: Vec<u8> = chunks
+        .iter()
+        .flatten()
+        .copied()
+        .chain(DONE.bytes())
+        .collect();
+    let reference = Completions::from_sse(futures::stream::iter([Ok::<_, std::io::Error>(
+        whole.clone(),
+    )]))
+    .collect()
+    .await
+    .unwrap();
+    for pattern in [&[60usize, 1][..], &[1, 1, 80], &[2, 45, 3, 1]] {
+        let mut reads = Vec::new();
+        let mut rest = &chunks[..];
+        for &take in pattern.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (read, tail) = rest.split_at(take.min(rest.len()));
+            reads.push(Ok::<_, std::io::Error>(read.concat()));
+            rest = tail;
+        }
+        reads.push(Ok(DONE.as_bytes().to_vec()));
+        let paced = futures::StreamExt::then(futures::stream::iter(reads), |read| async {
+            tokio::task::yield_now().await;
+            read
+        });
+        let got = within(SETTLED, "collect", Completions::from_sse(paced).collect())
+            .await
+            .unwrap();
+        assert_eq!(got, reference, "reads of {pattern:?} chunks");
+    }
+}
