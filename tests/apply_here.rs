@@ -7,18 +7,14 @@ mod common;
 use std::time::Duration;
 
 use choicewise::{ChoiceEvent, Completions, ErrorDetail};
-use choicewise_test_support::{DONE, sse_chunk, within};
+use choicewise_test_support::{DONE, content_chunk, within};
 use futures::TryStreamExt;
 use futures::channel::mpsc::{UnboundedSender, unbounded};
 
 type Read = Result<Vec<u8>, std::io::Error>;
 
 fn chunk(index: u32, content: &str, finish: Option<&str>) -> Vec<u8> {
-    let chunk = serde_json::json!({
-        "id": "chatcmpl-a", "object": "chat.completion.chunk", "created": 1, "model": "m",
-        "choices": [{"index": index, "delta": {"content": content}, "finish_reason": finish}]
-    });
-    sse_chunk(chunk).into_bytes()
+    content_chunk(index.into(), content, finish).into_bytes()
 }
 
 const SETTLED: Duration = Duration::from_secs(20);
@@ -34,22 +30,13 @@ fn controlled() -> (Completions, UnboundedSender<Read>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_read_waits_for_the_choices_busy_actor() {
-    let slow = choicewise_core::fault::FAULT_SLOW_CHOICE;
     let (completions, tx) = controlled();
-    // The actor spends 50 ms on the first update; the next reads are small and come while it
+    // The actor spends 50 ms on its first update; the next reads are small and come while it
     // works: they must queue behind it, not be applied ahead of it by the reader.
-    tx.unbounded_send(Ok(chunk(0, &format!("{slow}a"), None)))
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    tx.unbounded_send(Ok(chunk(0, "b", None))).unwrap();
-    tx.unbounded_send(Ok(chunk(0, "c", Some("stop")))).unwrap();
-    tx.unbounded_send(Ok(DONE.as_bytes().to_vec())).unwrap();
-    let completion = within(SETTLED, "collect", completions.collect())
-        .await
-        .unwrap();
+    let later = vec![chunk(0, "b", None), chunk(0, "c", Some("stop"))];
     assert_eq!(
-        completion.choices[0].message.content.as_deref(),
-        Some(format!("{slow}abc").as_str())
+        common::content_after_a_slow_update(completions, tx, later).await,
+        "abc"
     );
 }
 

@@ -175,21 +175,14 @@ async fn dropping_every_handle_while_retired_stops_the_reader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_actor_waits_for_the_retired_one_to_apply_its_queue() {
     let _serial = SERIAL.lock().await;
-    let slow = choicewise_core::fault::FAULT_SLOW_CHOICE;
     let (completions, tx) = controlled(Duration::from_millis(1));
-    // The actor blocks 50 ms on this update; meanwhile the upstream goes quiet (the reader
-    // retires it, the retirement queued behind the slow update) and the next update comes.
-    tx.unbounded_send(Ok(chunk(0, &format!("{slow}a"), None)))
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    tx.unbounded_send(Ok(chunk(0, "b", Some("stop")))).unwrap();
-    tx.unbounded_send(Ok(DONE.as_bytes().to_vec())).unwrap();
-    let completion = within(SETTLED, "collect", completions.collect())
-        .await
-        .unwrap();
+    // The actor blocks 50 ms on its first update; meanwhile the upstream goes quiet (the
+    // reader retires it, the retirement queued behind the slow update) and the next update
+    // comes.
+    let later = vec![chunk(0, "b", Some("stop"))];
     assert_eq!(
-        completion.choices[0].message.content.as_deref(),
-        Some(format!("{slow}ab").as_str())
+        common::content_after_a_slow_update(completions, tx, later).await,
+        "ab"
     );
 }
 

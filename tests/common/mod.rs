@@ -56,3 +56,33 @@ pub async fn actors_reach(target: usize) -> usize {
     }
     live_actors()
 }
+
+/// Sends choice 0 an update (`"<slow>a"`) its actor spends 50 ms on, then, 10 ms later while
+/// the actor still works, the `later` reads and `[DONE]`; returns choice 0's collected
+/// content with the slow marker removed. The order of the letters tells whether the later
+/// updates waited for the slow one.
+pub async fn content_after_a_slow_update(
+    completions: Completions,
+    tx: futures::channel::mpsc::UnboundedSender<Result<Vec<u8>, std::io::Error>>,
+    later: Vec<Vec<u8>>,
+) -> String {
+    let slow = choicewise_core::fault::FAULT_SLOW_CHOICE;
+    let first = choicewise_test_support::content_chunk(0, &format!("{slow}a"), None);
+    tx.unbounded_send(Ok(first.into_bytes())).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    for read in later {
+        tx.unbounded_send(Ok(read)).unwrap();
+    }
+    tx.unbounded_send(Ok(choicewise_test_support::DONE.as_bytes().to_vec()))
+        .unwrap();
+    let completion =
+        choicewise_test_support::within(Duration::from_secs(20), "collect", completions.collect())
+            .await
+            .unwrap();
+    let content = completion.choices[0]
+        .message
+        .content
+        .clone()
+        .unwrap_or_default();
+    content.replace(slow, "")
+}

@@ -48,9 +48,7 @@ pub(crate) struct ChoiceArgs {
 pub(crate) struct ChoiceActorState {
     exit: Exit,
     completion: Arc<CompletionShared>,
-    /// Reused buffers: the parsed updates of a batch, the events of one update.
-    updates: Vec<ChoiceUpdate>,
-    events: Vec<ChoiceEvent>,
+    scratch: Scratch,
     _live: LiveActor,
 }
 
@@ -116,8 +114,7 @@ impl Actor for ChoiceActor {
                 clean: false,
             },
             completion: args.completion,
-            updates: Vec::new(),
-            events: Vec::new(),
+            scratch: Scratch::default(),
             _live: LiveActor::new(),
         })
     }
@@ -136,11 +133,10 @@ impl Actor for ChoiceActor {
                 let ChoiceActorState {
                     exit,
                     completion,
-                    updates,
-                    events,
+                    scratch,
                     ..
                 } = state;
-                apply_batch_isolated(&exit.shared, completion, batch, updates, events);
+                apply_batch_isolated(&exit.shared, completion, batch, scratch);
             }
             ChoiceMsg::End { seq, outcome } => {
                 state.turn(seq).await;
@@ -157,15 +153,22 @@ impl Actor for ChoiceActor {
     }
 }
 
+/// Buffers reused from one batch to the next: its parsed updates, the events of one update.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    updates: Vec<ChoiceUpdate>,
+    events: Vec<ChoiceEvent>,
+}
+
 /// Does a choice's work on one batch: parses it (outside the lock: readers of the choice are
-/// not held up), then merges it. `updates` and `events` are reused buffers.
+/// not held up), then merges it.
 pub(crate) fn apply_batch(
     shared: &ChoiceShared,
     completion: &CompletionShared,
     batch: Batch,
-    updates: &mut Vec<ChoiceUpdate>,
-    events: &mut Vec<ChoiceEvent>,
+    scratch: &mut Scratch,
 ) {
+    let Scratch { updates, events } = scratch;
     let index = shared.index;
     if shared.lock().skip_batch(&batch) {
         // The choice failed: its later updates are counted, not parsed.
@@ -189,11 +192,10 @@ pub(crate) fn apply_batch_isolated(
     shared: &ChoiceShared,
     completion: &CompletionShared,
     batch: Batch,
-    updates: &mut Vec<ChoiceUpdate>,
-    events: &mut Vec<ChoiceEvent>,
+    scratch: &mut Scratch,
 ) {
     let applied = catch_unwind(AssertUnwindSafe(|| {
-        apply_batch(shared, completion, batch, updates, events)
+        apply_batch(shared, completion, batch, scratch)
     }));
     if let Err(panic) = applied {
         let index = shared.index;

@@ -12,7 +12,9 @@ use futures::FutureExt;
 use futures::future::{Either, select};
 use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime};
 
-use super::choice::{ChoiceActor, ChoiceArgs, ChoiceMsg, apply_batch_isolated, panic_message};
+use super::choice::{
+    ChoiceActor, ChoiceArgs, ChoiceMsg, Scratch, apply_batch_isolated, panic_message,
+};
 use crate::error::{Error, ErrorDetail};
 use crate::feed::Feed;
 use crate::lifecycle::Phase;
@@ -59,8 +61,7 @@ pub(crate) struct ReaderState<F> {
     /// kilobyte), armed while choice actors run.
     quiet: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// Reused buffers for the batches the reader applies itself.
-    updates: Vec<crate::merge::ChoiceUpdate>,
-    events: Vec<crate::event::ChoiceEvent>,
+    scratch: Scratch,
     _live: LiveActor,
 }
 
@@ -202,13 +203,7 @@ impl<F: Feed> ReaderState<F> {
             let batch = std::mem::take(&mut slot.batch);
             if here && choice.actor.is_some() && choice.idle() {
                 choice.sent += 1;
-                apply_batch_isolated(
-                    &choice.shared,
-                    &self.shared,
-                    batch,
-                    &mut self.updates,
-                    &mut self.events,
-                );
+                apply_batch_isolated(&choice.shared, &self.shared, batch, &mut self.scratch);
                 continue;
             }
             choice.send(&self.shared, |seq| ChoiceMsg::Batch { seq, batch });
@@ -394,8 +389,7 @@ impl<F: Feed> Actor for ReaderActor<F> {
             expected: args.expected,
             signal,
             quiet: None,
-            updates: Vec::new(),
-            events: Vec::new(),
+            scratch: Scratch::default(),
             _live: LiveActor::new(),
         })
     }
