@@ -324,13 +324,13 @@ impl Demux {
                 continue;
             }
             let batch = std::mem::take(&mut slot.batch);
-            if state.skip_batch(&batch) {
-                continue;
+            if !state.skip_batch(&batch) {
+                self.updates.clear();
+                let decoded = decode_batch(slot.index, batch, &mut self.updates);
+                let updates = std::mem::take(&mut self.updates);
+                state.apply(updates, decoded, &mut self.buf, &mut self.warnings);
             }
-            self.updates.clear();
-            let decoded = decode_batch(slot.index, batch, &mut self.updates);
-            let updates = std::mem::take(&mut self.updates);
-            state.apply(updates, decoded, &mut self.buf, &mut self.warnings);
+            state.batch_handled();
         }
         match step {
             Step::Continue => Ok(Flow::Continue),

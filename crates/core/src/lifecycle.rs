@@ -50,10 +50,12 @@ pub(crate) struct ChoiceState {
     pub phase: Phase,
     /// The stream is over for this choice: no more writes will come.
     pub settled: bool,
-    /// Batches applied (or ignored) so far. Each batch carries its number, so that the
-    /// choice's successive actors (one retires while the upstream is quiet, the next
-    /// update starts another) apply them in order.
-    pub applied: u64,
+    /// Batches handled so far: applied, ignored, or failed by a panic in their parse or
+    /// merge (counted once that failure is recorded). Each batch carries its number, so that
+    /// the choice's successive actors (one retires while the upstream is quiet, the next
+    /// update starts another) apply them in order; while it equals the batches sent, nobody
+    /// is working on the choice and the reader may apply the next batch itself.
+    pub handled: u64,
     /// Updates ignored because the choice had failed, and the line of the first.
     pub ignored: (u64, u64),
     pub waiters: Waiters,
@@ -66,7 +68,7 @@ impl ChoiceState {
             events: EventLog::default(),
             phase: Phase::Open,
             settled: false,
-            applied: 0,
+            handled: 0,
             ignored: (0, 0),
             waiters: Waiters::default(),
         }
@@ -125,15 +127,23 @@ impl ChoiceState {
         !self.settled && matches!(self.phase, Phase::Open | Phase::Closed { late_error: None })
     }
 
-    /// Whether batch number `seq` is next (the earlier ones are applied), or the choice no
+    /// Whether batch number `seq` is next (the earlier ones are handled), or the choice no
     /// longer takes updates (then the batch is only counted).
     pub fn turn_of(&self, seq: u64) -> bool {
-        self.applied + 1 >= seq || !self.takes_updates()
+        self.handled + 1 >= seq || !self.takes_updates()
+    }
+
+    /// One batch is handled (by [`apply`](Self::apply) or [`skip_batch`](Self::skip_batch),
+    /// or failed by a panic): counts it and wakes the readers and any actor waiting its turn.
+    pub fn batch_handled(&mut self) {
+        self.handled += 1;
+        self.waiters.wake_all();
     }
 
     /// Applies one batch (parsed by the choice's actor), appending its events to the log;
     /// `decoded` is the batch's parse error, if any, after the updates before it.
-    /// Warnings go to `warnings`, for the completion.
+    /// Warnings go to `warnings`, for the completion. The caller then calls
+    /// [`batch_handled`](Self::batch_handled), which wakes the readers.
     pub fn apply(
         &mut self,
         updates: Vec<ChoiceUpdate>,
@@ -141,7 +151,6 @@ impl ChoiceState {
         buf: &mut Vec<ChoiceEvent>,
         warnings: &mut Vec<Warning>,
     ) {
-        self.applied += 1;
         if self.is_cancelled() {
             // Dropped: the caller no longer wants this choice.
             return;
@@ -184,7 +193,6 @@ impl ChoiceState {
             self.fail(d.error);
             self.ignore(d.after, Some(d.after_line));
         }
-        self.waiters.wake_all();
     }
 
     /// Skips a whole batch, unparsed, when the choice no longer takes updates: counted when it
@@ -194,7 +202,6 @@ impl ChoiceState {
         if self.takes_updates() {
             return false;
         }
-        self.applied += 1;
         if !self.is_cancelled() {
             let line = batch.updates.first().map(|u| u.line);
             self.ignore(batch.updates.len() as u64, line);

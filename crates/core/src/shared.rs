@@ -5,7 +5,7 @@
 //! waits for a reader, and memory is the size of the response however slowly anyone reads.
 //! Waiting readers park a [`Waker`] in a slot of their own; an append wakes the parked ones.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -78,10 +78,6 @@ pub(crate) struct ChoiceShared {
     state: Mutex<ChoiceState>,
     /// The reader of the choice's upstream, told when the choice is cancelled.
     pub upstream: Arc<UpstreamSignal>,
-    /// Batches of the choice whose handling is over (applied, ignored, or failed by a
-    /// panic), by its actor or by the reader: while it equals the batches sent, no actor is
-    /// working on the choice and the reader may apply the next batch itself.
-    pub handled: AtomicU64,
 }
 
 impl ChoiceShared {
@@ -90,7 +86,6 @@ impl ChoiceShared {
             index,
             state: Mutex::new(ChoiceState::new(index, max_tool_calls)),
             upstream,
-            handled: AtomicU64::new(0),
         }
     }
 

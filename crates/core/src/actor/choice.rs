@@ -11,7 +11,6 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -197,14 +196,16 @@ pub(crate) fn apply_batch_isolated(
     let applied = catch_unwind(AssertUnwindSafe(|| {
         apply_batch(shared, completion, batch, scratch)
     }));
+    let mut state = shared.lock();
     if let Err(panic) = applied {
-        let index = shared.index;
-        shared.lock().fail(Error::from(ErrorDetail::ActorFailed {
-            choice: Some(index),
+        state.fail(Error::from(ErrorDetail::ActorFailed {
+            choice: Some(shared.index),
             message: panic_message(&panic),
         }));
     }
-    shared.handled.fetch_add(1, Ordering::Release);
+    // Counted once the failure, if any, is recorded: the reader, which applies a batch only
+    // when every earlier one is handled, never sees this choice open between the two.
+    state.batch_handled();
 }
 
 /// Test-only faults: a slow choice, and a panic after the updates before the trigger are

@@ -5,7 +5,6 @@ use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::Poll;
 
 use futures::FutureExt;
@@ -66,7 +65,9 @@ pub(crate) struct ReaderState<F> {
 }
 
 /// A read whose updates come to at most this many bytes of JSON is applied by the reader
-/// itself, to each choice whose actor has nothing queued.
+/// itself, to each choice whose actor has nothing queued (a choice without an actor, first
+/// seen or retired, gets one, which takes its batch). Values parsed before they came
+/// (`from_chunks`, `from_events`) count nothing: their parse is done.
 const APPLY_HERE_BYTES: usize = 4096;
 
 /// A choice as the reader sees it.
@@ -120,7 +121,7 @@ impl ChoiceSlot {
 
     /// Whether no actor is working on the choice: every batch sent has been handled.
     fn idle(&self) -> bool {
-        self.shared.handled.load(Ordering::Acquire) == self.sent
+        self.shared.lock().handled == self.sent
     }
 
     /// Asks the running actor to apply what it has queued and stop, leaving the choice open.
