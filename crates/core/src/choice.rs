@@ -79,6 +79,12 @@ impl Choice {
     /// are dropped (neither applied nor reported as errors). Returns `true` if it was open;
     /// a finished, failed or already cancelled choice is left as it is (`false`).
     ///
+    /// Nothing received before the cancel is lost: updates the upstream had already sent for
+    /// this choice (still being parsed, say, when another choice's finish led the caller to
+    /// cancel this one) are applied first, and the cancel takes effect after them. Should one
+    /// of them finish or fail the choice, it ends that way instead, and
+    /// [`is_cancelled`](Self::is_cancelled) stays `false`.
+    ///
     /// When no choice of its upstream is wanted any more (each finished, failed or
     /// cancelled, and every choice the request's `n` announced has appeared), the upstream is
     /// dropped at once: for HTTP, the connection closes and the provider stops generating.
@@ -106,7 +112,7 @@ impl Choice {
     /// # }
     /// ```
     pub fn cancel(&self) -> bool {
-        let cancelled = self.shared.lock().cancel();
+        let cancelled = self.shared.cancel();
         if cancelled {
             self.shared.upstream.cancelled_one();
         }

@@ -426,7 +426,9 @@ impl Completions {
     }
 
     /// Cancels every choice still open and every choice still to appear (see
-    /// [`Choice::cancel`]), and returns the indexes cancelled now. Each upstream is dropped
+    /// [`Choice::cancel`]), and returns the indexes cancelled. Each cancel takes effect after
+    /// the updates its choice had already received, so a choice whose received updates
+    /// finish it is listed here yet ends finished. Each upstream is dropped
     /// as soon as no choice of it is still finishing; choices that finished keep their
     /// messages, and [`collect`](Self::collect) still returns everything.
     ///
@@ -470,14 +472,33 @@ impl Completions {
         self.shared.lock().choices.len()
     }
 
-    /// The choices with these indexes, as assembled so far.
-    pub(crate) fn outputs_of(&self, indexes: &[u32]) -> Vec<crate::response::ChoiceOutput> {
-        let choices = self.shared.lock().choices.clone();
-        choices
-            .iter()
+    /// Waits until the cancels of these choices have taken effect (each waits for the updates
+    /// received before it), keeps in `indexes` the choices that ended cancelled (dropping any
+    /// that one of those updates finished or failed instead), and returns their outputs. An
+    /// index with no choice yet (declared, never seen) stays: it is listed as cancelled.
+    pub(crate) async fn cancels_taken(
+        &self,
+        indexes: &mut Vec<u32>,
+    ) -> Vec<crate::response::ChoiceOutput> {
+        let choices: Vec<_> = (self.shared.lock().choices.iter())
             .filter(|c| indexes.contains(&c.index))
-            .map(|c| c.lock().output())
-            .collect()
+            .cloned()
+            .collect();
+        let mut outputs = Vec::new();
+        for choice in choices {
+            let sub = Subscription::new(choice.clone());
+            let output = sub
+                .wait(|state| match state.is_cancelling() {
+                    true => Poll::Pending,
+                    false => Poll::Ready(state.output()),
+                })
+                .await;
+            match output.cancelled {
+                true => outputs.push(output),
+                false => indexes.retain(|&i| i != choice.index),
+            }
+        }
+        outputs
     }
 
     /// The model to count tokens with.

@@ -18,7 +18,10 @@ use crate::waiters::Waiters;
 /// ```text
 /// Open ──finish / clean end──▶ Closed ──late update breaks a limit──▶ Closed { late_error }
 ///   ├──own bad update / stream error / actor failure──▶ Failed
-///   └──cancel──▶ Cancelled
+///   ├──cancel, every update received before it handled──▶ Cancelled
+///   └──cancel, updates received before it still queued──▶ Cancelling
+///                  ├──they are handled──▶ Cancelled
+///                  └──one of them finishes or fails the choice──▶ Closed / Failed
 /// ```
 ///
 /// `Closed`, `Failed` and `Cancelled` are final for the sub-streams; only `Closed` still
@@ -37,6 +40,11 @@ pub(crate) enum Phase {
     /// Ended with an error, its own or the stream's before its finish: the sub-streams end
     /// with it, and the choice's later updates are ignored (counted in a warning).
     Failed(Box<Error>),
+    /// Cancelled while batches received before the cancel were still queued for the choice's
+    /// actor: it takes updates as `Open` does until batch number `after` is handled, then
+    /// becomes `Cancelled` (unless one of those batches finished or failed the choice). A
+    /// cancel never drops an update that came before it.
+    Cancelling { after: u64 },
     /// Cancelled by a caller before its finish: the sub-streams ended `Ok` after a
     /// [`ChoiceEvent::Cancelled`] event; later updates are dropped (neither applied nor
     /// counted as errors), and the message stays what it was.
@@ -77,7 +85,7 @@ impl ChoiceState {
     /// The assembled choice and the error that ended it, if any.
     pub fn outcome(&self) -> (ChoiceOutput, Option<Error>) {
         let error = match &self.phase {
-            Phase::Open | Phase::Cancelled => None,
+            Phase::Open | Phase::Cancelling { .. } | Phase::Cancelled => None,
             Phase::Closed { late_error } => late_error.as_deref().cloned(),
             Phase::Failed(e) => Some((**e).clone()),
         };
@@ -97,7 +105,7 @@ impl ChoiceState {
     /// How the sub-streams ended, once they have.
     pub fn closed(&self) -> Option<Result<(), Error>> {
         match &self.phase {
-            Phase::Open => None,
+            Phase::Open | Phase::Cancelling { .. } => None,
             Phase::Closed { .. } | Phase::Cancelled => Some(Ok(())),
             Phase::Failed(e) => Some(Err((**e).clone())),
         }
@@ -108,23 +116,46 @@ impl ChoiceState {
         matches!(self.phase, Phase::Cancelled)
     }
 
-    /// Cancels the choice if it is still open: appends [`ChoiceEvent::Cancelled`], ends the
+    /// Cancels the choice if it is still open, once the batches `routed` to it before the
+    /// cancel are handled (at once if they are): appends [`ChoiceEvent::Cancelled`], ends the
     /// sub-streams, and drops its later updates. Returns whether it was open (a finished,
-    /// failed or already cancelled choice is left as it is).
-    pub fn cancel(&mut self) -> bool {
+    /// failed, cancelled or cancelling choice is left as it is).
+    pub fn cancel_after(&mut self, routed: u64) -> bool {
         if !matches!(self.phase, Phase::Open) || self.settled {
             return false;
         }
+        match self.handled >= routed {
+            true => self.cancel_now(),
+            false => self.phase = Phase::Cancelling { after: routed },
+        }
+        true
+    }
+
+    /// Cancels the choice if it is open, after what it has handled (nothing else was routed
+    /// to it: [`Demux`](crate::Demux), or a choice the reader has not routed to yet).
+    pub fn cancel(&mut self) -> bool {
+        self.cancel_after(self.handled)
+    }
+
+    fn cancel_now(&mut self) {
         let mut event = vec![ChoiceEvent::Cancelled];
         self.events.append(&mut event);
         self.phase = Phase::Cancelled;
         self.waiters.wake_all();
-        true
+    }
+
+    /// Whether a cancel is waiting for the batches received before it.
+    pub fn is_cancelling(&self) -> bool {
+        matches!(self.phase, Phase::Cancelling { .. })
     }
 
     /// Whether the choice still merges updates.
     fn takes_updates(&self) -> bool {
-        !self.settled && matches!(self.phase, Phase::Open | Phase::Closed { late_error: None })
+        !self.settled
+            && matches!(
+                self.phase,
+                Phase::Open | Phase::Cancelling { .. } | Phase::Closed { late_error: None }
+            )
     }
 
     /// Whether batch number `seq` is next (the earlier ones are handled), or the choice no
@@ -134,9 +165,15 @@ impl ChoiceState {
     }
 
     /// One batch is handled (by [`apply`](Self::apply) or [`skip_batch`](Self::skip_batch),
-    /// or failed by a panic): counts it and wakes the readers and any actor waiting its turn.
+    /// or failed by a panic): counts it, lets a cancel waiting for it take effect, and wakes
+    /// the readers and any actor waiting its turn.
     pub fn batch_handled(&mut self) {
         self.handled += 1;
+        if let Phase::Cancelling { after } = self.phase
+            && self.handled >= after
+        {
+            self.cancel_now();
+        }
         self.waiters.wake_all();
     }
 
@@ -225,7 +262,7 @@ impl ChoiceState {
     /// if they had already ended at the finish, keeps it as the late error.
     pub fn fail(&mut self, error: Error) {
         match &mut self.phase {
-            Phase::Open => self.phase = Phase::Failed(Box::new(error)),
+            Phase::Open | Phase::Cancelling { .. } => self.phase = Phase::Failed(Box::new(error)),
             Phase::Closed { late_error } => {
                 late_error.get_or_insert(Box::new(error));
             }
@@ -246,6 +283,10 @@ impl ChoiceState {
             let mut late = Vec::new();
             self.acc.end_of_stream(&mut late);
             self.events.append(&mut late);
+        }
+        if self.is_cancelling() {
+            // (Only when the stream ends without its queued batches: a kill.)
+            self.cancel_now();
         }
         if let Phase::Open = self.phase {
             self.phase = match outcome {

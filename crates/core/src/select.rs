@@ -536,7 +536,7 @@ impl Completions {
             false => self.cancel(),
         };
         cancelled.sort_unstable();
-        let outputs = self.outputs_of(&cancelled);
+        let outputs = self.cancels_taken(&mut cancelled).await;
         let model = self.model();
         let cancelled_tokens = tokio::task::spawn_blocking(move || {
             let encoding =

@@ -5,7 +5,7 @@
 //! waits for a reader, and memory is the size of the response however slowly anyone reads.
 //! Waiting readers park a [`Waker`] in a slot of their own; an append wakes the parked ones.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -78,6 +78,11 @@ pub(crate) struct ChoiceShared {
     state: Mutex<ChoiceState>,
     /// The reader of the choice's upstream, told when the choice is cancelled.
     pub upstream: Arc<UpstreamSignal>,
+    /// Batches the reader has routed to the choice (applied by itself or queued for the
+    /// choice's actor): a cancel takes effect once these are handled, so that it never drops
+    /// an update received before it. Written by the reader alone, without the lock, which an
+    /// actor may hold for a long merge.
+    routed: AtomicU64,
 }
 
 impl ChoiceShared {
@@ -86,11 +91,24 @@ impl ChoiceShared {
             index,
             state: Mutex::new(ChoiceState::new(index, max_tool_calls)),
             upstream,
+            routed: AtomicU64::new(0),
         }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, ChoiceState> {
         lock(&self.state)
+    }
+
+    /// The reader routes batch number `seq` to the choice.
+    pub fn routing(&self, seq: u64) {
+        self.routed.store(seq, Ordering::Release);
+    }
+
+    /// Cancels the choice after the batches routed to it so far (see
+    /// [`ChoiceState::cancel_after`]); whether it was open.
+    pub fn cancel(&self) -> bool {
+        let routed = self.routed.load(Ordering::Acquire);
+        self.lock().cancel_after(routed)
     }
 }
 
@@ -403,7 +421,7 @@ impl CompletionShared {
         };
         let mut cancelled: Vec<u32> = choices
             .iter()
-            .filter(|c| c.lock().cancel())
+            .filter(|c| c.cancel())
             .map(|c| c.index)
             .collect();
         cancelled.append(&mut unseen);

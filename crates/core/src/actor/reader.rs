@@ -202,6 +202,7 @@ impl<F: Feed> ReaderState<F> {
                 continue;
             }
             let batch = std::mem::take(&mut slot.batch);
+            choice.shared.routing(choice.sent + 1);
             if here && choice.actor.is_some() && choice.idle() {
                 choice.sent += 1;
                 apply_batch_isolated(&choice.shared, &self.shared, batch, &mut self.scratch);
@@ -333,7 +334,7 @@ impl<F: Feed> ReaderState<F> {
             // (A choice published while the completion was being closed is cancelled here.)
             for (slot, choice) in self.splitter.slots.iter().zip(&self.choices) {
                 if !slot.finished {
-                    choice.shared.lock().cancel();
+                    choice.shared.cancel();
                 }
             }
         } else if !self.signal.any_cancelled()
