@@ -33,7 +33,9 @@ use crate::response::ChoiceOutput;
 pub struct Selection {
     /// The indexes picked, ascending; empty when nothing could be (see `reason`).
     pub selected: Vec<u32>,
-    /// The indexes the combinator cancelled, ascending.
+    /// The indexes the combinator cancelled, ascending: the choices that ended cancelled. (A
+    /// choice whose updates received before the cancel finished it is not listed; see
+    /// [`Choice::cancel`](crate::Choice::cancel).)
     pub cancelled: Vec<u32>,
     /// Completion tokens the cancelled choices had received, estimated with tiktoken.
     pub cancelled_tokens: u64,

@@ -18,7 +18,7 @@ use crate::error::{Error, ErrorDetail};
 use crate::feed::Feed;
 use crate::lifecycle::Phase;
 use crate::shared::{ChoiceShared, CompletionShared, LiveActor, UpstreamSignal};
-use crate::split::{Splitter, Step};
+use crate::split::{Batch, Splitter, Step};
 
 /// Messages of the reader.
 #[derive(Debug)]
@@ -61,6 +61,9 @@ pub(crate) struct ReaderState<F> {
     quiet: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// Reused buffers for the batches the reader applies itself.
     scratch: Scratch,
+    /// The batches of a small read the reader applies itself, by slot, kept by
+    /// [`flush`](Self::flush) for [`apply_here`](Self::apply_here).
+    here: Vec<(usize, Batch)>,
     _live: LiveActor,
 }
 
@@ -69,6 +72,21 @@ pub(crate) struct ReaderState<F> {
 /// seen or retired, gets one, which takes its batch). Values parsed before they came
 /// (`from_chunks`, `from_events`) count nothing: their parse is done.
 const APPLY_HERE_BYTES: usize = 4096;
+
+/// Returns `Pending` once, having woken its task: the task goes to the back of its worker's
+/// queue, behind the tasks it woke, without the runtime's deferred wake-ups of
+/// `tokio::task::yield_now` (which poll the I/O driver before the task runs again).
+async fn reschedule() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| match std::mem::replace(&mut yielded, true) {
+        true => Poll::Ready(()),
+        false => {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await
+}
 
 /// A choice as the reader sees it.
 struct ChoiceSlot {
@@ -149,6 +167,12 @@ impl<F> Drop for ReaderState<F> {
             }
             return;
         }
+        // Batches routed but not yet applied are applied first: their choices' ends are
+        // numbered after them.
+        while let Some((i, batch)) = self.here.pop() {
+            let shared = &self.choices[i].shared;
+            apply_batch_isolated(shared, &self.shared, batch, &mut self.scratch);
+        }
         let error = ErrorDetail::ActorFailed {
             choice: None,
             message: "the reader stopped before the stream ended".to_string(),
@@ -168,8 +192,10 @@ impl<F> Drop for ReaderState<F> {
 
 impl<F: Feed> ReaderState<F> {
     /// Publishes new choices, sends every pending batch to its choice's actor (starting one
-    /// where none runs), and publishes the warnings.
-    fn flush(&mut self) {
+    /// where none runs), and publishes the warnings. The batches of a small read whose
+    /// actors are idle are the reader's own: applied here, or, with `defer`, kept for
+    /// [`apply_here`](Self::apply_here).
+    fn flush(&mut self, defer: bool) {
         let known = self.choices.len();
         let mut new_choices = Vec::new();
         if self.splitter.slots.len() > known {
@@ -197,7 +223,13 @@ impl<F: Feed> ReaderState<F> {
         }
         let routed: usize = self.splitter.slots.iter().map(|s| s.batch.text.len()).sum();
         let here = routed <= APPLY_HERE_BYTES;
-        for (slot, choice) in self.splitter.slots.iter_mut().zip(&mut self.choices) {
+        for (i, (slot, choice)) in self
+            .splitter
+            .slots
+            .iter_mut()
+            .zip(&mut self.choices)
+            .enumerate()
+        {
             if slot.batch.is_empty() {
                 continue;
             }
@@ -205,7 +237,12 @@ impl<F: Feed> ReaderState<F> {
             choice.shared.routing(choice.sent + 1);
             if here && choice.actor.is_some() && choice.idle() {
                 choice.sent += 1;
-                apply_batch_isolated(&choice.shared, &self.shared, batch, &mut self.scratch);
+                match defer {
+                    true => self.here.push((i, batch)),
+                    false => {
+                        apply_batch_isolated(&choice.shared, &self.shared, batch, &mut self.scratch)
+                    }
+                }
                 continue;
             }
             choice.send(&self.shared, |seq| ChoiceMsg::Batch { seq, batch });
@@ -219,6 +256,22 @@ impl<F: Feed> ReaderState<F> {
             state.choices.extend(new_choices);
             state.warnings.append(&mut self.splitter.warnings);
             state.waiters.wake_all();
+        }
+    }
+
+    /// Applies the batches [`flush`](Self::flush) kept, one choice after the other, letting
+    /// the tasks a choice's batch woke (its sub-streams' readers) run before the next
+    /// choice's parse rather than after the whole read's, when they share the reader's
+    /// worker. A batch stays in `here` until it is applied, so that one the reader did not
+    /// get to (a kill between two) is still applied when its state is dropped.
+    async fn apply_here(&mut self) {
+        self.here.reverse();
+        while let Some((i, batch)) = self.here.pop() {
+            let shared = &self.choices[i].shared;
+            apply_batch_isolated(shared, &self.shared, batch, &mut self.scratch);
+            if !self.here.is_empty() {
+                reschedule().await;
+            }
         }
     }
 
@@ -357,7 +410,7 @@ impl<F: Feed> ReaderState<F> {
     /// Ends the stream early because no choice is wanted: what was routed is delivered,
     /// every choice ends cleanly, and the upstream is dropped with the reader's state.
     fn drop_upstream(&mut self) {
-        self.flush();
+        self.flush(false);
         self.shared.lock().upstreams[self.upstream].dropped = true;
         self.end(Ok(()));
     }
@@ -392,6 +445,7 @@ impl<F: Feed> Actor for ReaderActor<F> {
             signal,
             quiet: None,
             scratch: Scratch::default(),
+            here: Vec::new(),
             _live: LiveActor::new(),
         })
     }
@@ -426,7 +480,8 @@ impl<F: Feed> Actor for ReaderActor<F> {
                 // A cancel interrupted the wait: see whether the upstream is still wanted.
                 continue;
             };
-            state.flush();
+            state.flush(true);
+            state.apply_here().await;
             match step {
                 Step::Continue => tokio::task::coop::consume_budget().await,
                 Step::End(outcome) => {
