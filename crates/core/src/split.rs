@@ -626,7 +626,10 @@ impl Splitter {
             return Err(Error::from(ErrorDetail::Json {
                 line,
                 offset: 0,
-                message: format!("expected a JSON object, found {}", json_kind(&value)),
+                message: format!(
+                    "expected a JSON object, found {}",
+                    choicewise_usage::json_type(&value)
+                ),
             }));
         };
         if self.dialect == Dialect::Detect {
@@ -877,18 +880,6 @@ fn detect(event: &str, data: &str) -> Dialect {
         .and_then(dialect_of)
         .or_else(|| dialect_of(event))
         .unwrap_or(Dialect::Chat)
-}
-
-/// What a JSON value is, for errors.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 fn set_if_empty(slot: &mut Option<String>, value: Option<&str>) {

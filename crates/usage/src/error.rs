@@ -135,7 +135,15 @@ impl<'a> Path<'a> {
     }
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// How an error message names the type of a JSON value: "null", "a boolean", "a number",
+/// "a string", "an array" or "an object".
+///
+/// ```
+/// use choicewise_usage::json_type;
+/// assert_eq!(json_type(&serde_json::json!({"total_tokens": 5})), "an object");
+/// assert_eq!(json_type(&serde_json::json!("5")), "a string");
+/// ```
+pub fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

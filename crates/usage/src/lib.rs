@@ -56,7 +56,7 @@ pub use completion::{
 pub use encoding::{
     DEFAULT_ENCODING, EncodingChoice, EncodingName, count_text, encoding_for_model, preload,
 };
-pub use error::UsageError;
+pub use error::{UsageError, json_type};
 pub use prompt::{
     CookbookConstants, FUNCTION_CALL_PROMPT_OVERHEAD, IMAGE_PART_TOKENS, MAX_SCHEMA_DEPTH,
     PARALLEL_TOOL_CALLS_OVERHEAD, PromptCount, PromptOptions, REPLY_PRIMING, TOKENS_PER_MESSAGE,

@@ -61,8 +61,8 @@ pub(crate) struct ReaderState<F> {
     quiet: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     /// Reused buffers for the batches the reader applies itself.
     scratch: Scratch,
-    /// The batches of a small read the reader applies itself, by slot, kept by
-    /// [`flush`](Self::flush) for [`apply_here`](Self::apply_here).
+    /// The batches of a small read the reader applies itself, by slot: kept by
+    /// [`flush`](Self::flush) until [`apply_next`](Self::apply_next) applies them.
     here: Vec<(usize, Batch)>,
     _live: LiveActor,
 }
@@ -152,6 +152,21 @@ impl ChoiceSlot {
     }
 }
 
+impl<F> ReaderState<F> {
+    /// Applies one batch that [`flush`](Self::flush) kept (a choice's, so their order does
+    /// not matter); `false` when none is left. A batch stays in `here` until it is applied,
+    /// so that one the reader did not get to (a kill between two) is still applied when its
+    /// state is dropped.
+    fn apply_next(&mut self) -> bool {
+        let Some((i, batch)) = self.here.pop() else {
+            return false;
+        };
+        let shared = &self.choices[i].shared;
+        apply_batch_isolated(shared, &self.shared, batch, &mut self.scratch);
+        true
+    }
+}
+
 impl<F> Drop for ReaderState<F> {
     fn drop(&mut self) {
         if self.ended {
@@ -169,10 +184,7 @@ impl<F> Drop for ReaderState<F> {
         }
         // Batches routed but not yet applied are applied first: their choices' ends are
         // numbered after them.
-        while let Some((i, batch)) = self.here.pop() {
-            let shared = &self.choices[i].shared;
-            apply_batch_isolated(shared, &self.shared, batch, &mut self.scratch);
-        }
+        while self.apply_next() {}
         let error = ErrorDetail::ActorFailed {
             choice: None,
             message: "the reader stopped before the stream ended".to_string(),
@@ -193,9 +205,9 @@ impl<F> Drop for ReaderState<F> {
 impl<F: Feed> ReaderState<F> {
     /// Publishes new choices, sends every pending batch to its choice's actor (starting one
     /// where none runs), and publishes the warnings. The batches of a small read whose
-    /// actors are idle are the reader's own: applied here, or, with `defer`, kept for
-    /// [`apply_here`](Self::apply_here).
-    fn flush(&mut self, defer: bool) {
+    /// actors are idle are the reader's own: kept in `here` for
+    /// [`apply_next`](Self::apply_next).
+    fn flush(&mut self) {
         let known = self.choices.len();
         let mut new_choices = Vec::new();
         if self.splitter.slots.len() > known {
@@ -218,7 +230,7 @@ impl<F: Feed> ReaderState<F> {
         if self.shared.is_closing() {
             // Every choice still to appear is unwanted.
             for choice in &new_choices {
-                choice.lock().cancel();
+                choice.cancel();
             }
         }
         let routed: usize = self.splitter.slots.iter().map(|s| s.batch.text.len()).sum();
@@ -237,12 +249,7 @@ impl<F: Feed> ReaderState<F> {
             choice.shared.routing(choice.sent + 1);
             if here && choice.actor.is_some() && choice.idle() {
                 choice.sent += 1;
-                match defer {
-                    true => self.here.push((i, batch)),
-                    false => {
-                        apply_batch_isolated(&choice.shared, &self.shared, batch, &mut self.scratch)
-                    }
-                }
+                self.here.push((i, batch));
                 continue;
             }
             choice.send(&self.shared, |seq| ChoiceMsg::Batch { seq, batch });
@@ -262,13 +269,9 @@ impl<F: Feed> ReaderState<F> {
     /// Applies the batches [`flush`](Self::flush) kept, one choice after the other, letting
     /// the tasks a choice's batch woke (its sub-streams' readers) run before the next
     /// choice's parse rather than after the whole read's, when they share the reader's
-    /// worker. A batch stays in `here` until it is applied, so that one the reader did not
-    /// get to (a kill between two) is still applied when its state is dropped.
+    /// worker.
     async fn apply_here(&mut self) {
-        self.here.reverse();
-        while let Some((i, batch)) = self.here.pop() {
-            let shared = &self.choices[i].shared;
-            apply_batch_isolated(shared, &self.shared, batch, &mut self.scratch);
+        while self.apply_next() {
             if !self.here.is_empty() {
                 reschedule().await;
             }
@@ -410,7 +413,8 @@ impl<F: Feed> ReaderState<F> {
     /// Ends the stream early because no choice is wanted: what was routed is delivered,
     /// every choice ends cleanly, and the upstream is dropped with the reader's state.
     fn drop_upstream(&mut self) {
-        self.flush(false);
+        self.flush();
+        while self.apply_next() {}
         self.shared.lock().upstreams[self.upstream].dropped = true;
         self.end(Ok(()));
     }
@@ -480,7 +484,7 @@ impl<F: Feed> Actor for ReaderActor<F> {
                 // A cancel interrupted the wait: see whether the upstream is still wanted.
                 continue;
             };
-            state.flush(true);
+            state.flush();
             state.apply_here().await;
             match step {
                 Step::Continue => tokio::task::coop::consume_budget().await,
