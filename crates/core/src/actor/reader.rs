@@ -153,8 +153,7 @@ impl ChoiceSlot {
 }
 
 impl<F> ReaderState<F> {
-    /// Applies one batch that [`flush`](Self::flush) kept (a choice's, so their order does
-    /// not matter); `false` when none is left. A batch stays in `here` until it is applied,
+    /// Applies the next batch that [`flush`](Self::flush) kept; `false` when none is left. A batch stays in `here` until it is applied,
     /// so that one the reader did not get to (a kill between two) is still applied when its
     /// state is dropped.
     fn apply_next(&mut self) -> bool {
@@ -254,6 +253,8 @@ impl<F: Feed> ReaderState<F> {
             }
             choice.send(&self.shared, |seq| ChoiceMsg::Batch { seq, batch });
         }
+        // Popped from the back: the choices are applied in the order they appeared.
+        self.here.reverse();
         if !new_choices.is_empty() || !self.splitter.warnings.is_empty() {
             let mut state = self.shared.lock();
             if !new_choices.is_empty() && state.meta.model.is_none() {
