@@ -7,6 +7,10 @@
 //! validation of the choice's contents to the choice's own parse (`decode`), which runs on
 //! the choice's actor.
 //!
+//! The chunks of one stream repeat their head (`id`, `object`, `created`, `model`,
+//! `system_fingerprint`), so the scan remembers the last chunk's head up to `choices` and
+//! starts a chunk that repeats it byte for byte at its choices ([`Head`]).
+//!
 //! The scan is a fast path, never the judge: on anything unusual (a key with escapes, a
 //! duplicate `choices`, a field of an unexpected type, invalid JSON outside the choices,
 //! nesting past 128 levels, trailing data) it returns `None` and the reader parses the chunk
@@ -17,7 +21,7 @@
 use std::ops::Range;
 
 /// What the scan found in one chunk. Ranges are byte ranges of the chunk's data.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Scanned {
     pub id: Option<Range<usize>>,
     pub model: Option<Range<usize>>,
@@ -44,10 +48,68 @@ pub(crate) struct ScannedChoice {
 /// Nesting deeper than this is left to serde (its recursion limit is 128).
 const MAX_DEPTH: u32 = 128;
 
+/// A head longer than this is not remembered (a chunk with a large field before its choices,
+/// such as Azure's prompt filter results, is rare and unlike the next).
+const MAX_HEAD: usize = 512;
+
+/// The head of the last chunk scanned: its bytes up to the value of `choices`, and what the
+/// scan had found in them. The chunks of one stream repeat their head (`id`, `object`,
+/// `created`, `model`, `system_fingerprint` are the same in every chunk), so a chunk that
+/// starts with the same bytes is scanned from its choices: the scan's state at that point
+/// depends on those bytes only.
+#[derive(Debug, Default)]
+pub(crate) struct Head {
+    bytes: Vec<u8>,
+    found: Scanned,
+}
+
+impl Head {
+    /// Remembers `b[..at]` (`at`: the value of `choices`) and the fields found before it.
+    fn remember(&mut self, head: &[u8], found: &Scanned) {
+        if head.len() > MAX_HEAD {
+            return;
+        }
+        self.bytes.clear();
+        self.bytes.extend_from_slice(head);
+        self.found = found.fields();
+    }
+}
+
+impl Scanned {
+    /// The envelope's fields, without the choices.
+    fn fields(&self) -> Scanned {
+        Scanned {
+            id: self.id.clone(),
+            model: self.model.clone(),
+            created: self.created.clone(),
+            system_fingerprint: self.system_fingerprint.clone(),
+            service_tier: self.service_tier.clone(),
+            usage: self.usage.clone(),
+            prompt_filter_results: self.prompt_filter_results.clone(),
+            error: self.error.clone(),
+            choices: Vec::new(),
+        }
+    }
+}
+
 /// Scans a chunk; `None` when the serde path must decide. `reuse` lends the choices' vector
-/// (kept by the caller between chunks, so that a chunk costs no allocation for it).
-pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>) -> Option<Scanned> {
+/// (kept by the caller between chunks, so that a chunk costs no allocation for it); `head`
+/// is the head of the chunk scanned before (see [`Head`]), updated for the next.
+pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Option<Scanned> {
     let b = data.as_bytes();
+    if !head.bytes.is_empty() && b.starts_with(&head.bytes) {
+        let mut out = Scanned {
+            choices: reuse,
+            ..head.found.fields()
+        };
+        out.choices.clear();
+        // The head ends where the first scan's whitespace ended; this chunk may have more.
+        let p = choices(b, ws(b, head.bytes.len()), &mut out.choices)?;
+        return match after_member(b, p)? {
+            Some(p) => members(b, p, out, true, None),
+            None => Some(out),
+        };
+    }
     let mut out = Scanned {
         choices: reuse,
         ..Scanned::default()
@@ -58,10 +120,21 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>) -> Option<Scanned> {
         return None;
     }
     p = ws(b, p + 1);
-    let mut seen_choices = false;
     if b.get(p) == Some(&b'}') {
         return (ws(b, p + 1) == b.len()).then_some(out);
     }
+    members(b, p, out, false, Some(head))
+}
+
+/// The members of the chunk's object from `p` (at a key) to its end; `head`: where to
+/// remember the head when `choices` is reached.
+fn members(
+    b: &[u8],
+    mut p: usize,
+    mut out: Scanned,
+    mut seen_choices: bool,
+    mut head: Option<&mut Head>,
+) -> Option<Scanned> {
     loop {
         let (key, after) = key(b, p)?;
         p = ws(b, after);
@@ -72,6 +145,9 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>) -> Option<Scanned> {
         if key == b"choices" {
             if std::mem::replace(&mut seen_choices, true) {
                 return None;
+            }
+            if let Some(head) = head.take() {
+                head.remember(&b[..p], &out);
             }
             p = choices(b, p, &mut out.choices)?;
         } else {
@@ -96,12 +172,21 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>) -> Option<Scanned> {
             }
             p = end;
         }
-        p = ws(b, p);
-        match b.get(p) {
-            Some(b',') => p = ws(b, p + 1),
-            Some(b'}') => return (ws(b, p + 1) == b.len()).then_some(out),
-            _ => return None,
+        match after_member(b, p)? {
+            Some(next) => p = next,
+            None => return Some(out),
         }
+    }
+}
+
+/// After a member's value at `p`: the next key (`Some`), or the object's end with nothing
+/// after it but whitespace (`None`); `None` outright for anything else.
+fn after_member(b: &[u8], p: usize) -> Option<Option<usize>> {
+    let p = ws(b, p);
+    match b.get(p) {
+        Some(b',') => Some(Some(ws(b, p + 1))),
+        Some(b'}') => (ws(b, p + 1) == b.len()).then_some(None),
+        _ => None,
     }
 }
 
@@ -445,7 +530,7 @@ mod tests {
             "obfuscation":"x\"y","choices":[{"index":2,"delta":{"content":"a}\"{"},"logprobs":null},
             {"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":[1]}"}}]},"finish_reason":"stop","index":0}],
             "usage":null,"extra":{"a":[1,2.5e-3,true,false,null,{}]}} "#;
-        let s = scan(data, Vec::new()).expect("scanned");
+        let s = scan(data, Vec::new(), &mut Head::default()).expect("scanned");
         assert_eq!(field(data, &s.id), Some(r#""c1""#));
         assert_eq!(field(data, &s.model), Some(r#""m""#));
         assert_eq!(field(data, &s.created), Some("17"));
@@ -467,7 +552,7 @@ mod tests {
         // Each element: (index, finishes) the same as a typed parse says.
         let data = r#"{"choices":[{"index":null,"finish_reason":""},{"finish_reason":null,"index":7},
             {"index":3,"finish_reason":"length"},{}]}"#;
-        let s = scan(data, Vec::new()).unwrap();
+        let s = scan(data, Vec::new(), &mut Head::default()).unwrap();
         let got: Vec<_> = s.choices.iter().map(|c| (c.index, c.finishes)).collect();
         assert_eq!(
             got,
@@ -478,6 +563,86 @@ mod tests {
                 (None, false)
             ]
         );
+    }
+
+    /// Scans `chunks` in order with one head, as the reader does, and each alone: the
+    /// results must be the same.
+    fn assert_warm_equals_cold(chunks: &[String]) {
+        let mut head = Head::default();
+        for data in chunks {
+            let warm = scan(data, Vec::new(), &mut head);
+            let cold = scan(data, Vec::new(), &mut Head::default());
+            assert_eq!(warm, cold, "{data}");
+        }
+    }
+
+    #[test]
+    fn a_repeated_head_is_scanned_from_its_choices() {
+        let head =
+            r#"{"id":"c1","object":"chat.completion.chunk","created":17,"model":"m","choices":"#;
+        let chunks: Vec<String> = [
+            r#"[{"index":0,"delta":{"content":"a"}}]}"#,
+            r#"[{"index":1,"finish_reason":"stop"}],"usage":null}"#,
+            // Whitespace where the first had none, then invalid or duplicate members: the
+            // same verdicts as a scan from the start.
+            r#"  [{"index":2}] } "#,
+            r#"[{"index":0}],"id":"again"}"#,
+            r#"[{"index":0}],"choices":[]}"#,
+            r#"[{"index":0}],"x":tru}"#,
+            r#"[{"index":0}]}{"#,
+            r#"null,"usage":{"prompt_tokens":1}}"#,
+            r#"[],"usage":null,"obfuscation":"ab"}"#,
+        ]
+        .iter()
+        .map(|rest| format!("{head}{rest}"))
+        .collect();
+        assert_warm_equals_cold(&chunks);
+        let mut warm = Head::default();
+        scan(&chunks[0], Vec::new(), &mut warm).expect("scanned");
+        assert_eq!(warm.bytes, head.as_bytes());
+        let s = scan(&chunks[1], Vec::new(), &mut warm).expect("scanned");
+        assert_eq!(field(&chunks[1], &s.id), Some(r#""c1""#));
+        assert_eq!(field(&chunks[1], &s.created), Some("17"));
+        assert_eq!(s.choices[0].index, Some(1));
+        assert!(s.choices[0].finishes);
+    }
+
+    proptest::proptest! {
+        /// Any sequence of chunks made of heads that share prefixes, whitespace, valid and
+        /// invalid bodies and trailers: scanning with the last chunk's head changes nothing.
+        #[test]
+        fn the_head_never_changes_a_result(
+            parts in proptest::collection::vec((0usize..6, 0usize..4, 0usize..7), 1..12)
+        ) {
+            let heads = [
+                r#"{"id":"a","model":"m","choices":"#,
+                r#"{"id":"a","model":"m","choices": "#,
+                r#"{"id":"a","model":"m2","choices":"#,
+                r#"{"id":"a","model":"m","created":1,"choices":"#,
+                r#"{"id":"a","model":"m","created":12,"choices":"#,
+                r#"{ "model" : "m" , "choices" :"#,
+            ];
+            let bodies = [
+                r#"[{"index":0,"delta":{"content":"x"}"}}]"#,
+                r#" [{"index":1,"finish_reason":"stop"},{"index":0}]"#,
+                "[]",
+                r#"[{"index":"0"}]"#,
+            ];
+            let tails = [
+                "}",
+                r#","usage":null}"#,
+                r#","id":"b"}"#,
+                r#","model":"m"}"#,
+                r#","x":[1,]}"#,
+                " } ",
+                r#","usage":{"total_tokens":3},"choices":[]}"#,
+            ];
+            let chunks: Vec<String> = parts
+                .iter()
+                .map(|&(h, b, t)| format!("{}{}{}", heads[h], bodies[b], tails[t]))
+                .collect();
+            assert_warm_equals_cold(&chunks);
+        }
     }
 
     #[test]
@@ -501,19 +666,22 @@ mod tests {
             r#"{"choices":[]}{"choices":[]}"#,
             r#"{"choices":[{"index":0,"delta":{"content":"x"}]}"#,
         ] {
-            assert!(scan(data, Vec::new()).is_none(), "{data}");
+            assert!(
+                scan(data, Vec::new(), &mut Head::default()).is_none(),
+                "{data}"
+            );
         }
         let deep = format!(
             r#"{{"choices":[],"x":{}{}}}"#,
             "[".repeat(200),
             "]".repeat(200)
         );
-        assert!(scan(&deep, Vec::new()).is_none());
+        assert!(scan(&deep, Vec::new(), &mut Head::default()).is_none());
         let ok = format!(
             r#"{{"choices":[],"x":{}{}}}"#,
             "[".repeat(100),
             "]".repeat(100)
         );
-        assert!(scan(&ok, Vec::new()).is_some());
+        assert!(scan(&ok, Vec::new(), &mut Head::default()).is_some());
     }
 }

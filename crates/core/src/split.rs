@@ -25,7 +25,7 @@ use choicewise_sse::{DataLines, Framer};
 use crate::dialect::{Dialect, DialectDecoder, dialect_of};
 use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::{Warning, WarningKind};
-use crate::scan::{Scanned, scan};
+use crate::scan::{Head, Scanned, scan};
 use crate::usage::ReportedUsage;
 use crate::wire::{self, ChatCompletionChunk, ChunkChoice};
 
@@ -188,6 +188,8 @@ pub(crate) struct Splitter {
     warned_unterminated: bool,
     /// The scan's vector of choices, reused from chunk to chunk.
     scanned: Vec<crate::scan::ScannedChoice>,
+    /// The head of the last chunk scanned, which the next chunk most likely repeats.
+    head: Head,
     /// The stream's dialect (`Detect` until its first event says).
     dialect: Dialect,
     /// The state of a typed-dialect stream (boxed: most streams are Chat Completions).
@@ -226,6 +228,7 @@ impl Splitter {
             offset: 0,
             warned_unterminated: false,
             scanned: Vec::new(),
+            head: Head::default(),
             dialect,
             typed: None,
             max_choices,
@@ -790,7 +793,7 @@ impl Splitter {
                 .count();
             data_lines.line(within).unwrap_or(line + within as u64)
         };
-        if let Some(scanned) = scan(data, std::mem::take(&mut self.scanned)) {
+        if let Some(scanned) = scan(data, std::mem::take(&mut self.scanned), &mut self.head) {
             let multiline = memchr::memchr(b'\n', data.as_bytes()).is_some();
             self.scanned(scanned, data, (line, offset, multiline), &at)?;
             return Ok(Flow::Continue);
