@@ -48,73 +48,116 @@ pub(crate) struct ScannedChoice {
 /// Nesting deeper than this is left to serde (its recursion limit is 128).
 const MAX_DEPTH: u32 = 128;
 
-/// A head longer than this is not remembered (a chunk with a large field before its choices,
-/// such as Azure's prompt filter results, is rare and unlike the next).
+/// A head longer than this is not remembered (a chunk with a large field before its choices
+/// is rare and unlike the next).
 const MAX_HEAD: usize = 512;
 
-/// The head of the last chunk scanned: its bytes up to the value of `choices`, and what the
-/// scan had found in them. The chunks of one stream repeat their head (`id`, `object`,
-/// `created`, `model`, `system_fingerprint` are the same in every chunk), so a chunk that
-/// starts with the same bytes is scanned from its choices: the scan's state at that point
-/// depends on those bytes only.
+/// The head of the last chunk scanned: its bytes up to the value of `choices`. The chunks of
+/// one stream repeat their head (`id`, `object`, `created`, `model`, `system_fingerprint`
+/// are the same in every chunk), so a chunk that starts with the same bytes is scanned from
+/// its choices: the scan's state at that point depends on those bytes only.
+///
+/// A head is remembered only when the fields it holds are facts that a repeated chunk adds
+/// nothing to (`id`, `model`, `created`, `system_fingerprint`, `service_tier`, unknown
+/// keys): the scan of a chunk that repeats it leaves them out (`None`), and the reader, which
+/// recorded them from the chunk before, loses nothing. A head holding `usage`,
+/// `prompt_filter_results` or `error` is scanned in every chunk.
 #[derive(Debug, Default)]
 pub(crate) struct Head {
-    bytes: Vec<u8>,
-    found: Scanned,
+    bytes: Box<[u8]>,
+    /// The fields the head holds (see [`Field`]): a later duplicate is serde's to judge.
+    seen: u8,
 }
 
 impl Head {
-    /// Remembers `b[..at]` (`at`: the value of `choices`) and the fields found before it.
-    fn remember(&mut self, head: &[u8], found: &Scanned) {
-        if head.len() > MAX_HEAD {
-            return;
+    /// Remembers `head` (the bytes up to the value of `choices`) holding `seen`.
+    fn remember(&mut self, head: &[u8], seen: u8) {
+        let inert = Field::Id.bit()
+            | Field::Model.bit()
+            | Field::Created.bit()
+            | Field::SystemFingerprint.bit()
+            | Field::ServiceTier.bit();
+        if head.len() <= MAX_HEAD && seen & !inert == 0 {
+            self.bytes = head.into();
+            self.seen = seen;
         }
-        self.bytes.clear();
-        self.bytes.extend_from_slice(head);
-        self.found = found.fields();
     }
 }
 
-impl Scanned {
-    /// The envelope's fields, without the choices.
-    fn fields(&self) -> Scanned {
-        Scanned {
-            id: self.id.clone(),
-            model: self.model.clone(),
-            created: self.created.clone(),
-            system_fingerprint: self.system_fingerprint.clone(),
-            service_tier: self.service_tier.clone(),
-            usage: self.usage.clone(),
-            prompt_filter_results: self.prompt_filter_results.clone(),
-            error: self.error.clone(),
-            choices: Vec::new(),
+/// The top-level fields the scan records.
+#[derive(Debug, Clone, Copy)]
+enum Field {
+    Id,
+    Model,
+    Created,
+    SystemFingerprint,
+    ServiceTier,
+    Usage,
+    PromptFilterResults,
+    Error,
+}
+
+impl Field {
+    fn of(key: &[u8]) -> Option<Field> {
+        Some(match key {
+            b"id" => Field::Id,
+            b"model" => Field::Model,
+            b"created" => Field::Created,
+            b"system_fingerprint" => Field::SystemFingerprint,
+            b"service_tier" => Field::ServiceTier,
+            b"usage" => Field::Usage,
+            b"prompt_filter_results" => Field::PromptFilterResults,
+            b"error" => Field::Error,
+            _ => return None,
+        })
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
+    /// Whether the field must be a string or `null`.
+    fn is_string(self) -> bool {
+        matches!(
+            self,
+            Field::Id | Field::Model | Field::SystemFingerprint | Field::ServiceTier
+        )
+    }
+
+    fn slot(self, out: &mut Scanned) -> &mut Option<Range<usize>> {
+        match self {
+            Field::Id => &mut out.id,
+            Field::Model => &mut out.model,
+            Field::Created => &mut out.created,
+            Field::SystemFingerprint => &mut out.system_fingerprint,
+            Field::ServiceTier => &mut out.service_tier,
+            Field::Usage => &mut out.usage,
+            Field::PromptFilterResults => &mut out.prompt_filter_results,
+            Field::Error => &mut out.error,
         }
     }
 }
 
 /// Scans a chunk; `None` when the serde path must decide. `reuse` lends the choices' vector
 /// (kept by the caller between chunks, so that a chunk costs no allocation for it); `head`
-/// is the head of the chunk scanned before (see [`Head`]), updated for the next.
+/// is the head of a chunk scanned before (see [`Head`]), updated for the next. A chunk that
+/// repeats it is scanned from its choices, and the fields of its head are left out.
 pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Option<Scanned> {
     let b = data.as_bytes();
-    if !head.bytes.is_empty() && b.starts_with(&head.bytes) {
-        let mut out = Scanned {
-            choices: reuse,
-            ..head.found.fields()
-        };
-        out.choices.clear();
-        // The head ends where the first scan's whitespace ended; this chunk may have more.
-        let p = choices(b, ws(b, head.bytes.len()), &mut out.choices)?;
-        return match after_member(b, p)? {
-            Some(p) => members(b, p, out, true, None),
-            None => Some(out),
-        };
-    }
     let mut out = Scanned {
         choices: reuse,
         ..Scanned::default()
     };
     out.choices.clear();
+    if !head.bytes.is_empty() && b.starts_with(&head.bytes) {
+        // The head ends where the first scan's whitespace ended; this chunk may have more.
+        let p = choices(b, ws(b, head.bytes.len()), &mut out.choices)?;
+        return match after_member(b, p)? {
+            // `choices` is read: no head to remember.
+            Some(p) => members(b, p, out, head.seen, None),
+            None => Some(out),
+        };
+    }
     let mut p = ws(b, 0);
     if b.get(p) != Some(&b'{') {
         return None;
@@ -123,18 +166,20 @@ pub(crate) fn scan(data: &str, reuse: Vec<ScannedChoice>, head: &mut Head) -> Op
     if b.get(p) == Some(&b'}') {
         return (ws(b, p + 1) == b.len()).then_some(out);
     }
-    members(b, p, out, false, Some(head))
+    members(b, p, out, 0, Some(head))
 }
 
-/// The members of the chunk's object from `p` (at a key) to its end; `head`: where to
-/// remember the head when `choices` is reached.
+/// The members of the chunk's object from `p` (at a key) to its end. `seen`: the fields
+/// already read (a duplicate goes to serde); `head`: where to remember the head when
+/// `choices` is reached, `None` when it was read already.
 fn members(
     b: &[u8],
     mut p: usize,
     mut out: Scanned,
-    mut seen_choices: bool,
+    mut seen: u8,
     mut head: Option<&mut Head>,
 ) -> Option<Scanned> {
+    let mut seen_choices = head.is_none();
     loop {
         let (key, after) = key(b, p)?;
         p = ws(b, after);
@@ -147,28 +192,18 @@ fn members(
                 return None;
             }
             if let Some(head) = head.take() {
-                head.remember(&b[..p], &out);
+                head.remember(&b[..p], seen);
             }
             p = choices(b, p, &mut out.choices)?;
         } else {
             let (end, kind) = value(b, p)?;
-            let slot = match key {
-                b"id" => Some((&mut out.id, Kind::StringOrNull)),
-                b"model" => Some((&mut out.model, Kind::StringOrNull)),
-                b"system_fingerprint" => Some((&mut out.system_fingerprint, Kind::StringOrNull)),
-                b"service_tier" => Some((&mut out.service_tier, Kind::StringOrNull)),
-                b"created" => Some((&mut out.created, Kind::Any)),
-                b"usage" => Some((&mut out.usage, Kind::Any)),
-                b"prompt_filter_results" => Some((&mut out.prompt_filter_results, Kind::Any)),
-                b"error" => Some((&mut out.error, Kind::Any)),
-                _ => None,
-            };
-            if let Some((slot, wanted)) = slot {
-                if slot.is_some() || (wanted == Kind::StringOrNull && kind > Kind::StringOrNull) {
+            if let Some(field) = Field::of(key) {
+                if seen & field.bit() != 0 || (field.is_string() && kind > Kind::StringOrNull) {
                     // A duplicate, or a string field of another type: serde's error.
                     return None;
                 }
-                *slot = (kind != Kind::Null).then_some(p..end);
+                seen |= field.bit();
+                *field.slot(&mut out) = (kind != Kind::Null).then_some(p..end);
             }
             p = end;
         }
@@ -566,12 +601,31 @@ mod tests {
     }
 
     /// Scans `chunks` in order with one head, as the reader does, and each alone: the
-    /// results must be the same.
+    /// results must be the same, but for the fields of a repeated head, left out.
     fn assert_warm_equals_cold(chunks: &[String]) {
         let mut head = Head::default();
         for data in chunks {
+            let repeated = (!head.bytes.is_empty() && data.as_bytes().starts_with(&head.bytes))
+                .then_some(head.bytes.len());
             let warm = scan(data, Vec::new(), &mut head);
-            let cold = scan(data, Vec::new(), &mut Head::default());
+            let mut cold = scan(data, Vec::new(), &mut Head::default());
+            if let (Some(cold), Some(len)) = (&mut cold, repeated) {
+                for field in [
+                    Field::Id,
+                    Field::Model,
+                    Field::Created,
+                    Field::SystemFingerprint,
+                    Field::ServiceTier,
+                    Field::Usage,
+                    Field::PromptFilterResults,
+                    Field::Error,
+                ] {
+                    let slot = field.slot(cold);
+                    if slot.as_ref().is_some_and(|r| r.end <= len) {
+                        *slot = None;
+                    }
+                }
+            }
             assert_eq!(warm, cold, "{data}");
         }
     }
@@ -598,13 +652,30 @@ mod tests {
         .collect();
         assert_warm_equals_cold(&chunks);
         let mut warm = Head::default();
-        scan(&chunks[0], Vec::new(), &mut warm).expect("scanned");
-        assert_eq!(warm.bytes, head.as_bytes());
+        let s = scan(&chunks[0], Vec::new(), &mut warm).expect("scanned");
+        assert_eq!(field(&chunks[0], &s.id), Some(r#""c1""#));
+        assert_eq!(&*warm.bytes, head.as_bytes());
+        // The repeated head's facts were recorded from the chunk before: left out.
         let s = scan(&chunks[1], Vec::new(), &mut warm).expect("scanned");
-        assert_eq!(field(&chunks[1], &s.id), Some(r#""c1""#));
-        assert_eq!(field(&chunks[1], &s.created), Some("17"));
+        assert_eq!((s.id, s.created, s.model), (None, None, None));
         assert_eq!(s.choices[0].index, Some(1));
         assert!(s.choices[0].finishes);
+        // A duplicate of a head field after the choices is still serde's to judge.
+        assert!(scan(&chunks[3], Vec::new(), &mut warm).is_none());
+    }
+
+    #[test]
+    fn a_head_with_usage_or_an_error_is_not_remembered() {
+        for head in [
+            r#"{"usage":{"total_tokens":3},"choices":"#,
+            r#"{"id":"a","prompt_filter_results":[],"choices":"#,
+            r#"{"error":null,"choices":"#,
+        ] {
+            let mut warm = Head::default();
+            let data = format!("{head}[]}}");
+            scan(&data, Vec::new(), &mut warm).expect("scanned");
+            assert!(warm.bytes.is_empty(), "{head}");
+        }
     }
 
     proptest::proptest! {
@@ -612,7 +683,7 @@ mod tests {
         /// invalid bodies and trailers: scanning with the last chunk's head changes nothing.
         #[test]
         fn the_head_never_changes_a_result(
-            parts in proptest::collection::vec((0usize..6, 0usize..4, 0usize..7), 1..12)
+            parts in proptest::collection::vec((0usize..8, 0usize..4, 0usize..7), 1..12)
         ) {
             let heads = [
                 r#"{"id":"a","model":"m","choices":"#,
@@ -621,6 +692,8 @@ mod tests {
                 r#"{"id":"a","model":"m","created":1,"choices":"#,
                 r#"{"id":"a","model":"m","created":12,"choices":"#,
                 r#"{ "model" : "m" , "choices" :"#,
+                r#"{"usage":{"total_tokens":1},"model":"m","choices":"#,
+                r#"{"id":"a","model":"m","choices":"#,
             ];
             let bodies = [
                 r#"[{"index":0,"delta":{"content":"x"}"}}]"#,
