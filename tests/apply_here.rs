@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use choicewise::{ChoiceEvent, Completions, ErrorDetail};
 use choicewise_test_support::{DONE, content_chunk, within};
-use futures::TryStreamExt;
 use futures::channel::mpsc::{UnboundedSender, unbounded};
+use futures::{StreamExt, TryStreamExt};
 
 type Read = Result<Vec<u8>, std::io::Error>;
 
@@ -128,5 +128,60 @@ async fn large_and_small_reads_in_turn_give_the_same_completion() {
             .await
             .unwrap();
         assert_eq!(got, reference, "reads of {pattern:?} chunks");
+    }
+}
+
+/// With one worker, the choice actors share the reader's thread: the reader lets the actor a
+/// large read went to, and the consumer it wakes, run before it reads on, rather than
+/// splitting every read the upstream has ready (a backlog) before delivering the first.
+#[tokio::test(flavor = "current_thread")]
+async fn with_one_worker_a_large_read_is_delivered_before_the_reads_after_it() {
+    use std::sync::{Arc, Mutex};
+    const READS: usize = 6;
+    const PER_READ: usize = 150;
+    // Six reads of 150 chunks of choice 0 (more than 4 KiB of updates each), all ready at once.
+    let mut reads: Vec<Vec<u8>> = (0..READS)
+        .map(|r| {
+            (0..PER_READ)
+                .flat_map(|k| {
+                    let last = r == READS - 1 && k == PER_READ - 1;
+                    chunk(0, &format!("w{r}.{k} "), last.then_some("stop"))
+                })
+                .collect()
+        })
+        .collect();
+    reads.push(DONE.as_bytes().to_vec());
+    let mut reads = reads.into_iter();
+    // Per read the reader asks for: how many deltas the consumer had received by then.
+    let delivered = Arc::new(Mutex::new(0usize));
+    let seen_at_read = Arc::new(Mutex::new(Vec::new()));
+    let (d, seen) = (delivered.clone(), seen_at_read.clone());
+    let upstream = futures::stream::poll_fn(move |_| {
+        seen.lock().unwrap().push(*d.lock().unwrap());
+        std::task::Poll::Ready(reads.next().map(Ok::<_, std::io::Error>))
+    });
+    let completions = Completions::from_sse(upstream);
+    // A task of the runtime's (the test's own future runs less often).
+    let mut choices = completions.choices();
+    let consumer = tokio::spawn(async move {
+        let choice = choices.next().await.unwrap();
+        let mut content = choice.content();
+        while content.try_next().await.unwrap().is_some() {
+            *delivered.lock().unwrap() += 1;
+        }
+    });
+    within(SETTLED, "consumer", consumer).await.unwrap();
+    within(SETTLED, "collect", completions.collect())
+        .await
+        .unwrap();
+    let seen = seen_at_read.lock().unwrap().clone();
+    // Once the actor and the consumer have started (two reads), each read is delivered
+    // before the reader asks for the one two after it. (Reading on first, the reader asked
+    // for every read before the consumer had any.)
+    for (read, &count) in seen.iter().enumerate().skip(3) {
+        assert!(
+            count >= (read - 1) * PER_READ,
+            "when asking for read {read} the consumer had {count} deltas: {seen:?}"
+        );
     }
 }

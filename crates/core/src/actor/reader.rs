@@ -64,6 +64,10 @@ pub(crate) struct ReaderState<F> {
     /// The batches of a small read the reader applies itself, by slot: kept by
     /// [`flush`](Self::flush) until [`apply_next`](Self::apply_next) applies them.
     here: Vec<(usize, Batch)>,
+    /// The last read sent batches to choice actors.
+    sent_to_actors: bool,
+    /// The runtime has one worker: the choice actors run on the reader's thread.
+    one_worker: bool,
     _live: LiveActor,
 }
 
@@ -252,6 +256,7 @@ impl<F: Feed> ReaderState<F> {
                 continue;
             }
             choice.send(&self.shared, |seq| ChoiceMsg::Batch { seq, batch });
+            self.sent_to_actors = true;
         }
         // Popped from the back: the choices are applied in the order they appeared.
         self.here.reverse();
@@ -276,6 +281,16 @@ impl<F: Feed> ReaderState<F> {
             if !self.here.is_empty() {
                 reschedule().await;
             }
+        }
+    }
+
+    /// With one worker, lets the choice actors the last read was sent to run, and the
+    /// consumers they wake, before reading on: they share the reader's thread, so reading
+    /// every read the upstream has ready first (a backlog after a stall) would only delay
+    /// their deliveries. With more workers the reader reads on while they run on another.
+    async fn yield_to_actors(&mut self) {
+        if std::mem::take(&mut self.sent_to_actors) && self.one_worker {
+            reschedule().await;
         }
     }
 
@@ -451,6 +466,9 @@ impl<F: Feed> Actor for ReaderActor<F> {
             quiet: None,
             scratch: Scratch::default(),
             here: Vec::new(),
+            sent_to_actors: false,
+            one_worker: tokio::runtime::Handle::try_current()
+                .is_ok_and(|rt| rt.metrics().num_workers() == 1),
             _live: LiveActor::new(),
         })
     }
@@ -487,6 +505,7 @@ impl<F: Feed> Actor for ReaderActor<F> {
             };
             state.flush();
             state.apply_here().await;
+            state.yield_to_actors().await;
             match step {
                 Step::Continue => tokio::task::coop::consume_budget().await,
                 Step::End(outcome) => {
