@@ -72,12 +72,7 @@ pub(crate) struct Head {
 impl Head {
     /// Remembers `head` (the bytes up to the value of `choices`) holding `seen`.
     fn remember(&mut self, head: &[u8], seen: u8) {
-        let inert = Field::Id.bit()
-            | Field::Model.bit()
-            | Field::Created.bit()
-            | Field::SystemFingerprint.bit()
-            | Field::ServiceTier.bit();
-        if head.len() <= MAX_HEAD && seen & !inert == 0 {
+        if head.len() <= MAX_HEAD && seen & !Field::INERT == 0 {
             self.bytes = head.into();
             self.seen = seen;
         }
@@ -98,6 +93,25 @@ enum Field {
 }
 
 impl Field {
+    /// The fields whose facts a repeated chunk adds nothing to (see [`Head`]).
+    const INERT: u8 = Field::Id.bit()
+        | Field::Model.bit()
+        | Field::Created.bit()
+        | Field::SystemFingerprint.bit()
+        | Field::ServiceTier.bit();
+
+    #[cfg(test)]
+    const ALL: [Field; 8] = [
+        Field::Id,
+        Field::Model,
+        Field::Created,
+        Field::SystemFingerprint,
+        Field::ServiceTier,
+        Field::Usage,
+        Field::PromptFilterResults,
+        Field::Error,
+    ];
+
     fn of(key: &[u8]) -> Option<Field> {
         Some(match key {
             b"id" => Field::Id,
@@ -112,7 +126,7 @@ impl Field {
         })
     }
 
-    fn bit(self) -> u8 {
+    const fn bit(self) -> u8 {
         1 << self as u8
     }
 
@@ -610,16 +624,7 @@ mod tests {
             let warm = scan(data, Vec::new(), &mut head);
             let mut cold = scan(data, Vec::new(), &mut Head::default());
             if let (Some(cold), Some(len)) = (&mut cold, repeated) {
-                for field in [
-                    Field::Id,
-                    Field::Model,
-                    Field::Created,
-                    Field::SystemFingerprint,
-                    Field::ServiceTier,
-                    Field::Usage,
-                    Field::PromptFilterResults,
-                    Field::Error,
-                ] {
+                for field in Field::ALL {
                     let slot = field.slot(cold);
                     if slot.as_ref().is_some_and(|r| r.end <= len) {
                         *slot = None;

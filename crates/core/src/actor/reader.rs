@@ -157,9 +157,9 @@ impl ChoiceSlot {
 }
 
 impl<F> ReaderState<F> {
-    /// Applies the next batch that [`flush`](Self::flush) kept; `false` when none is left. A batch stays in `here` until it is applied,
-    /// so that one the reader did not get to (a kill between two) is still applied when its
-    /// state is dropped.
+    /// Applies the next batch that [`flush`](Self::flush) kept; `false` when none is left. A
+    /// batch stays in `here` until it is applied, so that one the reader did not get to (a
+    /// kill between two) is still applied when its state is dropped.
     fn apply_next(&mut self) -> bool {
         let Some((i, batch)) = self.here.pop() else {
             return false;
