@@ -92,6 +92,24 @@ async fn reschedule() {
     .await
 }
 
+/// Lets the tasks a choice's batch woke run before the reader parses the next choice's, on
+/// the reader's own worker.
+///
+/// - With one worker, [`reschedule`]: the reader queues behind the consumers it woke.
+/// - With more, `tokio::task::yield_now`, whose wake-up the worker defers until it has run
+///   what it holds (the woken consumer waits in its LIFO slot). A self-wake would put the
+///   reader in the worker's run queue and wake a parked worker to share it; that worker
+///   then often took the reader or the next consumers while it was still coming up, so a
+///   read's deliveries waited on a thread the system had yet to schedule. Deferred, the
+///   reader is never in a queue another worker steals from.
+async fn let_woken_run(one_worker: bool) {
+    if one_worker {
+        reschedule().await
+    } else {
+        tokio::task::yield_now().await
+    }
+}
+
 /// A choice as the reader sees it.
 struct ChoiceSlot {
     shared: Arc<ChoiceShared>,
@@ -274,12 +292,11 @@ impl<F: Feed> ReaderState<F> {
 
     /// Applies the batches [`flush`](Self::flush) kept, one choice after the other, letting
     /// the tasks a choice's batch woke (its sub-streams' readers) run before the next
-    /// choice's parse rather than after the whole read's, when they share the reader's
-    /// worker.
+    /// choice's parse rather than after the whole read's ([`let_woken_run`]).
     async fn apply_here(&mut self) {
         while self.apply_next() {
             if !self.here.is_empty() {
-                reschedule().await;
+                let_woken_run(self.one_worker).await;
             }
         }
     }
