@@ -101,7 +101,9 @@ async fn reschedule() {
 ///   reader in the worker's run queue and wake a parked worker to share it; that worker
 ///   then often took the reader or the next consumers while it was still coming up, so a
 ///   read's deliveries waited on a thread the system had yet to schedule. Deferred, the
-///   reader is never in a queue another worker steals from.
+///   reader is never in a queue another worker steals from (tokio may still wake the other
+///   worker while this one searches before taking the reader back, but finds it nothing
+///   to take).
 async fn let_woken_run(one_worker: bool) {
     if one_worker {
         reschedule().await
