@@ -22,17 +22,19 @@ pub(crate) struct DecodeError {
     pub after_line: u64,
 }
 
-/// Parses every update of `batch` into `out`, in order. On error, `out` holds the updates
+/// Parses every update of `batch` into `out`, in order, and empties the batch, keeping its
+/// buffers for the next one (see [`Batch::recycle`]). On error, `out` holds the updates
 /// before the malformed one.
 pub(crate) fn decode_batch(
     index: u32,
-    batch: Batch,
+    batch: &mut Batch,
     out: &mut Vec<ChoiceUpdate>,
 ) -> Result<(), DecodeError> {
     out.reserve(batch.updates.len());
     let Batch { text, updates } = batch;
     let total = updates.len() as u64;
-    let mut updates = updates.into_iter().enumerate();
+    let mut updates = updates.drain(..).enumerate();
+    let mut result = Ok(());
     while let Some((k, RawUpdate { line, offset, body })) = updates.next() {
         let update = match body {
             Body::Json(range) => match serde_json::from_str::<ChunkChoice<'_>>(&text[range]) {
@@ -51,16 +53,20 @@ pub(crate) fn decode_batch(
         match update {
             Ok(update) => out.push(update),
             Err(error) => {
-                return Err(DecodeError {
+                result = Err(DecodeError {
                     error,
                     line,
                     after: total - k as u64 - 1,
                     after_line: updates.next().map_or(0, |(_, u)| u.line),
                 });
+                break;
             }
         }
     }
-    Ok(())
+    // The rest of a failed batch is dropped with the drain (counted in `after`).
+    drop(updates);
+    text.clear();
+    result
 }
 
 /// serde_json's message without its " at line L column C": the position is within the
@@ -168,7 +174,7 @@ mod tests {
         let mut out = Vec::new();
         decode_batch(
             3,
-            batch(&[
+            &mut batch(&[
                 r#"{"delta":{"role":"assistant","content":"a"}}"#,
                 r#"{"delta":{"role":"","tool_calls":[{"index":0,"id":"","function":{"name":"","arguments":""}}]},"finish_reason":""}"#,
                 r#"{"delta":{"content":"b"},"finish_reason":"stop"}"#,
@@ -187,6 +193,24 @@ mod tests {
     }
 
     #[test]
+    fn a_parsed_batch_is_left_empty_with_its_buffers() {
+        for jsons in [
+            &[
+                r#"{"delta":{"content":"a"}}"#,
+                r#"{"delta":{"content":"b"}}"#,
+            ][..],
+            // A malformed update ends the parse; what follows it is emptied all the same.
+            &[r#"{"delta":{"content":5}}"#, r#"{"delta":{"content":"b"}}"#][..],
+        ] {
+            let mut b = batch(jsons);
+            let (text, updates) = (b.text.capacity(), b.updates.capacity());
+            let _ = decode_batch(0, &mut b, &mut Vec::new());
+            assert!(b.is_empty() && b.text.is_empty(), "{jsons:?}");
+            assert_eq!((b.text.capacity(), b.updates.capacity()), (text, updates));
+        }
+    }
+
+    #[test]
     fn malformed_updates_are_the_choices_own_typed_errors() {
         for (json, what) in [
             (r#"{"delta":{"content":5}}"#, "invalid type: integer `5`"),
@@ -200,7 +224,7 @@ mod tests {
             let mut out = Vec::new();
             let e = decode_batch(
                 2,
-                batch(&[r#"{"delta":{"content":"kept"}}"#, json]),
+                &mut batch(&[r#"{"delta":{"content":"kept"}}"#, json]),
                 &mut out,
             )
             .unwrap_err()
@@ -222,7 +246,7 @@ mod tests {
         let mut out = Vec::new();
         let e = decode_batch(
             1,
-            batch(&[r#"{"delta":{"tool_calls":[{"index":-4}]}}"#]),
+            &mut batch(&[r#"{"delta":{"tool_calls":[{"index":-4}]}}"#]),
             &mut out,
         )
         .unwrap_err()

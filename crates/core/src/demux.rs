@@ -323,12 +323,17 @@ impl Demux {
             if slot.batch.is_empty() {
                 continue;
             }
-            let batch = std::mem::take(&mut slot.batch);
-            if !state.skip_batch(&batch) {
-                self.updates.clear();
-                let decoded = decode_batch(slot.index, batch, &mut self.updates);
-                let updates = std::mem::take(&mut self.updates);
-                state.apply(updates, decoded, &mut self.buf, &mut self.warnings);
+            // Parsed in place: the slot's buffers serve every read.
+            if state.skip_batch(&slot.batch) {
+                slot.batch.clear();
+            } else {
+                let decoded = decode_batch(slot.index, &mut slot.batch, &mut self.updates);
+                state.apply(
+                    &mut self.updates,
+                    decoded,
+                    &mut self.buf,
+                    &mut self.warnings,
+                );
             }
             state.batch_handled();
         }
@@ -352,8 +357,7 @@ impl Demux {
     pub fn split_only(&mut self, bytes: &[u8]) -> bool {
         let step = self.splitter.feed(bytes);
         for slot in &mut self.splitter.slots {
-            slot.batch.updates.clear();
-            slot.batch.text.clear();
+            slot.batch.clear();
         }
         self.splitter.warnings.clear();
         matches!(step, Step::Continue)

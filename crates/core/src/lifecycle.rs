@@ -10,7 +10,7 @@ use crate::event::{ChoiceEvent, Warning, WarningKind};
 use crate::event_log::EventLog;
 use crate::merge::{ChoiceAccumulator, ChoiceUpdate};
 use crate::response::{ChatCompletion, ChoiceOutput};
-use crate::split::Meta;
+use crate::split::{BatchPool, Meta};
 use crate::waiters::Waiters;
 
 /// Where a choice is in its life. Every transition is a method of [`ChoiceState`].
@@ -67,6 +67,8 @@ pub(crate) struct ChoiceState {
     /// Updates ignored because the choice had failed, and the line of the first.
     pub ignored: (u64, u64),
     pub waiters: Waiters,
+    /// The choice's emptied batches, handed back for the reader to fill again.
+    pub spare: BatchPool,
 }
 
 impl ChoiceState {
@@ -79,6 +81,7 @@ impl ChoiceState {
             handled: 0,
             ignored: (0, 0),
             waiters: Waiters::default(),
+            spare: BatchPool::default(),
         }
     }
 
@@ -180,16 +183,18 @@ impl ChoiceState {
     /// Applies one batch (parsed by the choice's actor), appending its events to the log;
     /// `decoded` is the batch's parse error, if any, after the updates before it.
     /// Warnings go to `warnings`, for the completion. The caller then calls
-    /// [`batch_handled`](Self::batch_handled), which wakes the readers.
+    /// [`batch_handled`](Self::batch_handled), which wakes the readers. `updates` is left
+    /// empty, its buffer kept for the next batch.
     pub fn apply(
         &mut self,
-        updates: Vec<ChoiceUpdate>,
+        updates: &mut Vec<ChoiceUpdate>,
         decoded: Result<(), DecodeError>,
         buf: &mut Vec<ChoiceEvent>,
         warnings: &mut Vec<Warning>,
     ) {
         if self.is_cancelled() {
             // Dropped: the caller no longer wants this choice.
+            updates.clear();
             return;
         }
         if !self.takes_updates() {
@@ -202,9 +207,10 @@ impl ChoiceState {
                 .map(|u| u.line)
                 .or(decoded.as_ref().err().map(|d| d.line));
             self.ignore(updates.len() as u64 + undecoded, line);
+            updates.clear();
             return;
         }
-        for update in updates {
+        for update in updates.drain(..) {
             let was_finished = self.acc.is_finished();
             let result = self.acc.apply(update, buf);
             warnings.extend(buf.iter().filter_map(|e| match e {
@@ -295,6 +301,7 @@ impl ChoiceState {
             };
         }
         self.settled = true;
+        self.spare.clear();
         self.waiters.wake_all();
         let (updates, line) = self.ignored;
         (updates > 0).then_some(Warning {

@@ -6,7 +6,7 @@
 //! Waiting readers park a [`Waker`] in a slot of their own; an append wakes the parked ones.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::{Context, Poll};
 
 use crate::config::Config;
@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorDetail};
 use crate::event::Warning;
 use crate::lifecycle::{ChoiceState, assemble};
 use crate::response::{ChatCompletion, ChoiceSource};
-use crate::split::Meta;
+use crate::split::{Batch, Meta};
 use crate::usage::Usage;
 use crate::waiters::Waiters;
 
@@ -97,6 +97,17 @@ impl ChoiceShared {
 
     pub fn lock(&self) -> MutexGuard<'_, ChoiceState> {
         lock(&self.state)
+    }
+
+    /// An emptied batch of the choice's to fill again (see [`BatchPool`](crate::split::BatchPool)),
+    /// if one was handed back and the choice's lock is free: the reader never waits for a
+    /// merging actor.
+    pub fn spare_batch(&self) -> Option<Batch> {
+        match self.state.try_lock() {
+            Ok(mut state) => state.spare.take(),
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().spare.take(),
+            Err(TryLockError::WouldBlock) => None,
+        }
     }
 
     /// The reader routes batch number `seq` to the choice.

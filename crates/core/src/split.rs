@@ -71,6 +71,21 @@ impl Batch {
         self.updates.is_empty()
     }
 
+    /// Empties the batch, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.text.clear();
+        self.updates.clear();
+    }
+
+    /// An empty batch with room for one like `like`: a batch the reader could not recycle
+    /// starts at its predecessor's size rather than growing to it read by read.
+    pub fn sized_like(like: &Batch) -> Batch {
+        Batch {
+            text: String::with_capacity(like.text.len()),
+            updates: Vec::with_capacity(like.updates.len()),
+        }
+    }
+
     /// Appends one choice's update: the JSON object of its element of `choices`.
     fn push_json(&mut self, element: &str, line: u64, offset: u64) {
         let start = self.text.len();
@@ -80,6 +95,39 @@ impl Batch {
             offset,
             body: Body::Json(start..self.text.len()),
         });
+    }
+}
+
+/// The emptied batches of one choice, handed back by whoever parsed them for the reader to
+/// fill again: the reader allocates a choice's batch buffers once, not once per read, and they
+/// are freed neither on the parsing thread nor read by read. Holds at most [`Self::KEEP`]
+/// batches, each of at most [`Self::KEEP_BYTES`] of text (a burst's large batch is freed).
+#[derive(Debug, Default)]
+pub(crate) struct BatchPool(Vec<Batch>);
+
+impl BatchPool {
+    /// Batches kept: one being parsed while the reader fills the next.
+    const KEEP: usize = 2;
+    /// The largest text buffer kept.
+    const KEEP_BYTES: usize = 256 * 1024;
+
+    /// Keeps an emptied batch for the reader, if there is room.
+    pub fn put(&mut self, mut batch: Batch) {
+        if self.0.len() < Self::KEEP && batch.text.capacity() <= Self::KEEP_BYTES {
+            // Empty already when it was parsed; a batch skipped unparsed is emptied here.
+            batch.clear();
+            self.0.push(batch);
+        }
+    }
+
+    /// An emptied batch to fill, if one was handed back.
+    pub fn take(&mut self) -> Option<Batch> {
+        self.0.pop()
+    }
+
+    /// Frees the batches kept (the choice went quiet, or its stream is over).
+    pub fn clear(&mut self) {
+        self.0 = Vec::new();
     }
 }
 

@@ -144,6 +144,8 @@ impl Actor for ChoiceActor {
                 myself.stop(None);
             }
             ChoiceMsg::Retire => {
+                // Quiet: the buffers kept for the next reads are freed with the actor.
+                state.shared().lock().spare.clear();
                 state.exit.clean = true;
                 myself.stop(None);
             }
@@ -160,26 +162,28 @@ pub(crate) struct Scratch {
 }
 
 /// Does a choice's work on one batch: parses it (outside the lock: readers of the choice are
-/// not held up), then merges it.
+/// not held up), then merges it. The batch is left empty, its buffers kept.
 pub(crate) fn apply_batch(
     shared: &ChoiceShared,
     completion: &CompletionShared,
-    batch: Batch,
+    batch: &mut Batch,
     scratch: &mut Scratch,
 ) {
     let Scratch { updates, events } = scratch;
+    // Whoever applies batches applies them for several choices (the reader) or after a
+    // panic (an actor): nothing of an earlier batch may carry over.
+    updates.clear();
+    events.clear();
     let index = shared.index;
-    if shared.lock().skip_batch(&batch) {
+    if shared.lock().skip_batch(batch) {
         // The choice failed: its later updates are counted, not parsed.
         return;
     }
-    updates.clear();
     let decoded = decode_batch(index, batch, updates);
     #[cfg(feature = "fault-injection")]
     injected_faults(shared, index, updates, events);
     let mut warnings: Vec<Warning> = Vec::new();
-    let parsed = std::mem::take(updates);
-    shared.lock().apply(parsed, decoded, events, &mut warnings);
+    shared.lock().apply(updates, decoded, events, &mut warnings);
     if !warnings.is_empty() {
         completion.lock().warnings.extend(warnings);
     }
@@ -187,14 +191,16 @@ pub(crate) fn apply_batch(
 
 /// Applies a batch as [`apply_batch`] does, catching a panic in the parse or the merge: it
 /// fails this choice only (the choice takes no more updates; its later ones are counted).
+/// The emptied batch goes back to the choice's [`BatchPool`](crate::split::BatchPool), for
+/// the reader to fill again.
 pub(crate) fn apply_batch_isolated(
     shared: &ChoiceShared,
     completion: &CompletionShared,
-    batch: Batch,
+    mut batch: Batch,
     scratch: &mut Scratch,
 ) {
     let applied = catch_unwind(AssertUnwindSafe(|| {
-        apply_batch(shared, completion, batch, scratch)
+        apply_batch(shared, completion, &mut batch, scratch)
     }));
     let mut state = shared.lock();
     if let Err(panic) = applied {
@@ -206,6 +212,9 @@ pub(crate) fn apply_batch_isolated(
     // Counted once the failure, if any, is recorded: the reader, which applies a batch only
     // when every earlier one is handled, never sees this choice open between the two.
     state.batch_handled();
+    if !state.settled {
+        state.spare.put(batch);
+    }
 }
 
 /// Test-only faults: a slow choice, and a panic after the updates before the trigger are
@@ -228,9 +237,11 @@ fn injected_faults(
         .iter()
         .position(|u| content(u) == crate::fault::FAULT_PANIC_CHOICE);
     if let Some(at) = panic_at {
-        let before: Vec<ChoiceUpdate> = updates.drain(..at).collect();
+        let mut before: Vec<ChoiceUpdate> = updates.drain(..at).collect();
         let mut warnings = Vec::new();
-        shared.lock().apply(before, Ok(()), events, &mut warnings);
+        shared
+            .lock()
+            .apply(&mut before, Ok(()), events, &mut warnings);
         panic!("injected fault in choice {index}");
     }
 }

@@ -268,7 +268,18 @@ impl<F: Feed> ReaderState<F> {
             if slot.batch.is_empty() {
                 continue;
             }
-            let batch = std::mem::take(&mut slot.batch);
+            // A large read (a replayed file, a burst) is followed by others: the slot is
+            // refilled with a batch the choice's actor handed back, or one as large as this
+            // one, so that it neither grows read by read nor is freed on the actor's thread.
+            // A small read's slot is left empty, holding no memory while the stream is quiet.
+            let refill = match here {
+                true => Batch::default(),
+                false => choice
+                    .shared
+                    .spare_batch()
+                    .unwrap_or_else(|| Batch::sized_like(&slot.batch)),
+            };
+            let batch = std::mem::replace(&mut slot.batch, refill);
             choice.shared.routing(choice.sent + 1);
             if here && choice.actor.is_some() && choice.idle() {
                 choice.sent += 1;

@@ -192,3 +192,29 @@ fn empty_finish_reasons_do_not_finish() {
     assert!(!s.slots[0].finished);
     assert_eq!(json(&s, 0, 1), r#"{"delta":{},"finish_reason":null}"#);
 }
+
+#[test]
+fn the_batch_pool_keeps_two_emptied_batches_of_bounded_size() {
+    let filled = |bytes: usize| {
+        let mut b = Batch::default();
+        b.push_json(&"x".repeat(bytes), 1, 0);
+        b
+    };
+    let mut pool = BatchPool::default();
+    pool.put(filled(10));
+    pool.put(filled(20));
+    pool.put(filled(30));
+    // A burst's batch is freed rather than kept.
+    let mut pool_large = BatchPool::default();
+    pool_large.put(filled(BatchPool::KEEP_BYTES + 1));
+    assert!(pool_large.take().is_none());
+    let mut kept = 0;
+    while let Some(b) = pool.take() {
+        assert!(b.is_empty() && b.text.is_empty() && b.text.capacity() >= 10);
+        kept += 1;
+    }
+    assert_eq!(kept, BatchPool::KEEP);
+    pool.put(filled(10));
+    pool.clear();
+    assert!(pool.take().is_none());
+}
