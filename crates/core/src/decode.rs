@@ -23,7 +23,7 @@ pub(crate) struct DecodeError {
 }
 
 /// Parses every update of `batch` into `out`, in order, and empties the batch, keeping its
-/// buffers for the next one (see [`Batch::recycle`]). On error, `out` holds the updates
+/// buffers for the next one (see [`BatchPool`](crate::split::BatchPool)). On error, `out` holds the updates
 /// before the malformed one.
 pub(crate) fn decode_batch(
     index: u32,

@@ -323,10 +323,8 @@ impl Demux {
             if slot.batch.is_empty() {
                 continue;
             }
-            // Parsed in place: the slot's buffers serve every read.
-            if state.skip_batch(&slot.batch) {
-                slot.batch.clear();
-            } else {
+            // Parsed (or skipped) in place: the slot's buffers serve every read.
+            if !state.skip_batch(&mut slot.batch) {
                 let decoded = decode_batch(slot.index, &mut slot.batch, &mut self.updates);
                 state.apply(
                     &mut self.updates,

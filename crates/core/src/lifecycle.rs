@@ -239,9 +239,9 @@ impl ChoiceState {
     }
 
     /// Skips a whole batch, unparsed, when the choice no longer takes updates: counted when it
-    /// failed, dropped silently when it was cancelled; `false` when it takes updates (the
-    /// caller parses and applies it).
-    pub fn skip_batch(&mut self, batch: &crate::split::Batch) -> bool {
+    /// failed, dropped silently when it was cancelled, and emptied (its buffers kept) either
+    /// way; `false` when it takes updates (the caller parses and applies it).
+    pub fn skip_batch(&mut self, batch: &mut crate::split::Batch) -> bool {
         if self.takes_updates() {
             return false;
         }
@@ -249,6 +249,7 @@ impl ChoiceState {
             let line = batch.updates.first().map(|u| u.line);
             self.ignore(batch.updates.len() as u64, line);
         }
+        batch.clear();
         true
     }
 

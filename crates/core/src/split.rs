@@ -114,7 +114,8 @@ impl BatchPool {
     /// Keeps an emptied batch for the reader, if there is room.
     pub fn put(&mut self, mut batch: Batch) {
         if self.0.len() < Self::KEEP && batch.text.capacity() <= Self::KEEP_BYTES {
-            // Empty already when it was parsed; a batch skipped unparsed is emptied here.
+            // Empty already when it was parsed or skipped; one whose parse panicked is
+            // emptied here.
             batch.clear();
             self.0.push(batch);
         }
