@@ -270,6 +270,71 @@ pub fn run_handwritten(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     finish_run(produced, &received, arrivals, g.content_deltas)
 }
 
+/// One paced run through a hand-written fan-out: the loop of [`run_handwritten`] (our framer,
+/// a borrowed parse, the accumulator), which sends each content delta's text down an unbounded
+/// channel to its choice's own consumer task, spawned when the index first appears; the
+/// consumer stamps it on arrival. The floor of handing each choice to a task of its own, as
+/// choicewise's per-choice handles do: one task wake-up per choice per read, through the same
+/// scheduler, and nothing else.
+pub fn run_handwritten_fan_out(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let received = Received::new(g.event_ends.len());
+    let stamps = received.clone();
+    let reader = rt.spawn(async move {
+        let mut h = HandWritten::default();
+        let mut choices: Vec<Option<mpsc::UnboundedSender<String>>> = Vec::new();
+        let mut consumers = Vec::new();
+        let mut s = channel_stream(rx, stamps);
+        let mut framer = choicewise_sse::Framer::new();
+        while let Some(Ok(read)) = s.next().await {
+            let _ = framer.feed(&read, |ev| {
+                if ev.data == "[DONE]" {
+                    return std::ops::ControlFlow::Break(());
+                }
+                let chunk: choicewise::wire::ChatCompletionChunk<'_> =
+                    serde_json::from_str(ev.data).expect("generated chunks parse");
+                for c in &chunk.choices {
+                    let Some(text) = c.delta.as_ref().and_then(|d| d.content.as_deref()) else {
+                        continue;
+                    };
+                    let index = c.index.unwrap_or(0) as usize;
+                    if choices.len() <= index {
+                        choices.resize_with(index + 1, || None);
+                    }
+                    let choice = choices[index].get_or_insert_with(|| {
+                        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+                        consumers.push(tokio::spawn(async move {
+                            let mut arrivals = Vec::with_capacity(1 << 16);
+                            while let Some(text) = rx.recv().await {
+                                let at = Instant::now();
+                                if let Some(seq) = seq_of(&text) {
+                                    arrivals.push((seq, at));
+                                }
+                            }
+                            arrivals
+                        }));
+                        tx
+                    });
+                    let _ = choice.send(text.to_owned());
+                }
+                h.apply(chunk);
+                std::ops::ControlFlow::Continue(())
+            });
+        }
+        // Closing the channels ends the consumers.
+        drop(choices);
+        let mut arrivals = Vec::new();
+        for consumer in consumers {
+            arrivals.extend(consumer.await.expect("consumers do not panic"));
+        }
+        arrivals
+    });
+    let producer = spawn_producer(g.clone(), rate, tx);
+    let arrivals = rt.block_on(reader).expect("the run does not panic");
+    let produced = producer.join().expect("the producer does not panic");
+    finish_run(produced, &received, arrivals, g.content_deltas)
+}
+
 /// Medians over runs of p50, p99, p99.9 and max, µs.
 #[derive(Debug, Clone, Copy)]
 pub struct Summary {
@@ -330,5 +395,31 @@ mod tests {
     fn sequence_tags() {
         assert_eq!(seq_of("⟨123⟩ word"), Some(123));
         assert_eq!(seq_of("word"), None);
+    }
+
+    /// Every contender delivers each tagged content delta once, on both kinds of runtime:
+    /// a baseline that lost deltas would report a floor it never paid for.
+    #[test]
+    fn every_contender_delivers_every_delta() {
+        let g = Arc::new(crate::r#gen::generate(&crate::r#gen::GenConfig {
+            n: 4,
+            target_bytes: 200 * crate::r#gen::CHUNK_BYTES,
+            seed: 7,
+            seq_tags: true,
+        }));
+        for workers in [1, 2] {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            for run in [run_handwritten, run_handwritten_fan_out, run_choicewise] {
+                // `finish_run` asserts that as many deltas arrived as the stream holds.
+                let r = run(&rt, &g, 1e6);
+                assert_eq!(r.latencies_ns.len(), g.content_deltas);
+                assert_eq!(r.end_to_end.0.len(), g.content_deltas);
+                assert!(r.latencies_ns.windows(2).all(|w| w[0] <= w[1]), "sorted");
+            }
+        }
     }
 }
