@@ -538,7 +538,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
     }
 }
 
-fn opt_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+pub(crate) fn opt_object<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de>,
