@@ -208,6 +208,11 @@ pub(crate) fn latency(args: &LatencyArgs) -> Report {
             runs.fan_out.p99
         ),
         format!(
+            "INFO latency_p99_vs_handwritten_fan_out measured={:.2}x (choicewise's p99 over the \
+             fan-out's, same runs; below 1 is faster than the floor of a task per choice)",
+            runs.choicewise.p99 / runs.fan_out.p99
+        ),
+        format!(
             "INFO latency_p99_end_to_end measured={:.2}us (from the producer's send; \
              hand-written loop {:.2}us)",
             cw.end_to_end_p99, runs.hand.end_to_end_p99
@@ -226,6 +231,11 @@ pub(crate) fn latency(args: &LatencyArgs) -> Report {
         info.push(format!(
             "INFO latency_p99_{}_workers_handwritten_fan_out measured={:.2}us",
             args.common.workers, runs2.fan_out.p99
+        ));
+        info.push(format!(
+            "INFO latency_p99_{}_workers_vs_handwritten_fan_out measured={:.2}x",
+            args.common.workers,
+            runs2.choicewise.p99 / runs2.fan_out.p99
         ));
         targets.push(Target {
             name: "latency_p99_2_workers",
