@@ -233,6 +233,34 @@ pub fn run_choicewise(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     finish_run(produced, &received, arrivals, g.content_deltas)
 }
 
+/// The hand-written loop: our framer, a borrowed parse of every chunk and the accumulator, in
+/// the task that reads the stream; `on_content` gets each content delta's choice index and
+/// text as it is parsed.
+async fn hand_written_loop(
+    reads: impl futures::Stream<Item = Result<Arc<[u8]>, Infallible>>,
+    mut on_content: impl FnMut(usize, &str),
+) {
+    let mut h = HandWritten::default();
+    let mut framer = choicewise_sse::Framer::new();
+    let mut reads = std::pin::pin!(reads);
+    while let Some(Ok(read)) = reads.next().await {
+        let _ = framer.feed(&read, |ev| {
+            if ev.data == "[DONE]" {
+                return std::ops::ControlFlow::Break(());
+            }
+            let chunk: choicewise::wire::ChatCompletionChunk<'_> =
+                serde_json::from_str(ev.data).expect("generated chunks parse");
+            for c in &chunk.choices {
+                if let Some(text) = c.delta.as_ref().and_then(|d| d.content.as_deref()) {
+                    on_content(c.index.unwrap_or(0) as usize, text);
+                }
+            }
+            h.apply(chunk);
+            std::ops::ControlFlow::Continue(())
+        });
+    }
+}
+
 /// One paced run through the hand-written loop, stamping each content delta as it is parsed
 /// (the floor: channel, wake-up, framing and parsing, no hand-off).
 pub fn run_handwritten(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
@@ -240,28 +268,13 @@ pub fn run_handwritten(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     let received = Received::new(g.event_ends.len());
     let stamps = received.clone();
     let consumer = rt.spawn(async move {
-        let mut h = HandWritten::default();
         let mut arrivals = Vec::with_capacity(1 << 18);
-        let mut s = channel_stream(rx, stamps);
-        let mut framer = choicewise_sse::Framer::new();
-        while let Some(Ok(read)) = s.next().await {
-            let _ = framer.feed(&read, |ev| {
-                if ev.data == "[DONE]" {
-                    return std::ops::ControlFlow::Break(());
-                }
-                let chunk: choicewise::wire::ChatCompletionChunk<'_> =
-                    serde_json::from_str(ev.data).expect("generated chunks parse");
-                for c in &chunk.choices {
-                    if let Some(t) = c.delta.as_ref().and_then(|d| d.content.as_deref()) {
-                        if let Some(seq) = seq_of(t) {
-                            arrivals.push((seq, Instant::now()));
-                        }
-                    }
-                }
-                h.apply(chunk);
-                std::ops::ControlFlow::Continue(())
-            });
-        }
+        hand_written_loop(channel_stream(rx, stamps), |_, text| {
+            if let Some(seq) = seq_of(text) {
+                arrivals.push((seq, Instant::now()));
+            }
+        })
+        .await;
         arrivals
     });
     let producer = spawn_producer(g.clone(), rate, tx);
@@ -270,57 +283,39 @@ pub fn run_handwritten(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     finish_run(produced, &received, arrivals, g.content_deltas)
 }
 
-/// One paced run through a hand-written fan-out: the loop of [`run_handwritten`] (our framer,
-/// a borrowed parse, the accumulator), which sends each content delta's text down an unbounded
-/// channel to its choice's own consumer task, spawned when the index first appears; the
-/// consumer stamps it on arrival. The floor of handing each choice to a task of its own, as
-/// choicewise's per-choice handles do: one task wake-up per choice per read, through the same
-/// scheduler, and nothing else.
+/// One paced run through a hand-written fan-out: the hand-written loop sends each content
+/// delta's text down an unbounded channel to its choice's own consumer task, spawned when the
+/// index first appears; the consumer stamps it on arrival. The floor of handing each choice to
+/// a task of its own, as choicewise's per-choice handles do: one task wake-up per choice per
+/// read, through the same scheduler, and nothing else.
 pub fn run_handwritten_fan_out(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     let (tx, rx) = mpsc::unbounded_channel();
     let received = Received::new(g.event_ends.len());
     let stamps = received.clone();
     let reader = rt.spawn(async move {
-        let mut h = HandWritten::default();
         let mut choices: Vec<Option<mpsc::UnboundedSender<String>>> = Vec::new();
         let mut consumers = Vec::new();
-        let mut s = channel_stream(rx, stamps);
-        let mut framer = choicewise_sse::Framer::new();
-        while let Some(Ok(read)) = s.next().await {
-            let _ = framer.feed(&read, |ev| {
-                if ev.data == "[DONE]" {
-                    return std::ops::ControlFlow::Break(());
-                }
-                let chunk: choicewise::wire::ChatCompletionChunk<'_> =
-                    serde_json::from_str(ev.data).expect("generated chunks parse");
-                for c in &chunk.choices {
-                    let Some(text) = c.delta.as_ref().and_then(|d| d.content.as_deref()) else {
-                        continue;
-                    };
-                    let index = c.index.unwrap_or(0) as usize;
-                    if choices.len() <= index {
-                        choices.resize_with(index + 1, || None);
+        hand_written_loop(channel_stream(rx, stamps), |index, text| {
+            if choices.len() <= index {
+                choices.resize_with(index + 1, || None);
+            }
+            let choice = choices[index].get_or_insert_with(|| {
+                let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+                consumers.push(tokio::spawn(async move {
+                    let mut arrivals = Vec::with_capacity(1 << 16);
+                    while let Some(text) = rx.recv().await {
+                        let at = Instant::now();
+                        if let Some(seq) = seq_of(&text) {
+                            arrivals.push((seq, at));
+                        }
                     }
-                    let choice = choices[index].get_or_insert_with(|| {
-                        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-                        consumers.push(tokio::spawn(async move {
-                            let mut arrivals = Vec::with_capacity(1 << 16);
-                            while let Some(text) = rx.recv().await {
-                                let at = Instant::now();
-                                if let Some(seq) = seq_of(&text) {
-                                    arrivals.push((seq, at));
-                                }
-                            }
-                            arrivals
-                        }));
-                        tx
-                    });
-                    let _ = choice.send(text.to_owned());
-                }
-                h.apply(chunk);
-                std::ops::ControlFlow::Continue(())
+                    arrivals
+                }));
+                tx
             });
-        }
+            let _ = choice.send(text.to_owned());
+        })
+        .await;
         // Closing the channels ends the consumers.
         drop(choices);
         let mut arrivals = Vec::new();
