@@ -409,11 +409,9 @@ mod tests {
                 .build()
                 .expect("a runtime");
             for run in [run_handwritten, run_handwritten_fan_out, run_choicewise] {
-                // `finish_run` asserts that as many deltas arrived as the stream holds.
+                // `finish_run` also asserts that as many deltas arrived as the stream holds.
                 let r = run(&rt, &g, 1e6);
                 assert_eq!(r.latencies_ns.len(), g.content_deltas);
-                assert_eq!(r.end_to_end.0.len(), g.content_deltas);
-                assert!(r.latencies_ns.windows(2).all(|w| w[0] <= w[1]), "sorted");
             }
         }
     }

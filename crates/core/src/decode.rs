@@ -220,8 +220,8 @@ struct FunctionCall<'a>(
 #[serde(transparent)]
 struct ToolCalls<'a>(#[serde(borrow, deserialize_with = "wire::opt_objects")] Calls<'a>);
 
-/// The fields of [`ChunkChoice`].
-#[derive(Clone, Copy, Deserialize)]
+/// The fields of [`ChunkChoice`], in the order of [`CHOICE_FIELDS`].
+#[derive(Clone, Copy, PartialEq, Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum ChoiceField {
     Index,
@@ -233,8 +233,17 @@ enum ChoiceField {
     Other,
 }
 
-/// The fields of [`Delta`](wire::Delta).
-#[derive(Clone, Copy, Deserialize)]
+/// The names of [`ChoiceField`]'s fields, by discriminant.
+const CHOICE_FIELDS: &[&str] = &[
+    "index",
+    "delta",
+    "finish_reason",
+    "logprobs",
+    "content_filter_results",
+];
+
+/// The fields of [`Delta`](wire::Delta), in the order of [`DELTA_FIELDS`].
+#[derive(Clone, Copy, PartialEq, Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum DeltaField {
     Role,
@@ -248,17 +257,33 @@ enum DeltaField {
     Other,
 }
 
+/// The names of [`DeltaField`]'s fields, by discriminant.
+const DELTA_FIELDS: &[&str] = &[
+    "role",
+    "content",
+    "refusal",
+    "reasoning_content",
+    "reasoning",
+    "function_call",
+    "tool_calls",
+];
+
 /// Fields seen so far, for the duplicate check serde's derived structs make.
 #[derive(Default)]
 struct Seen(u16);
 
 impl Seen {
-    /// Marks field `bit` seen; a second time is serde's `duplicate field` error.
-    fn first<E: serde::de::Error>(&mut self, bit: u8, name: &'static str) -> Result<(), E> {
-        if self.0 & (1 << bit) != 0 {
-            return Err(E::duplicate_field(name));
+    /// Marks field `field` (a discriminant, naming `names[field]`) seen; a second time is
+    /// serde's `duplicate field` error.
+    fn first<E: serde::de::Error>(
+        &mut self,
+        field: usize,
+        names: &'static [&'static str],
+    ) -> Result<(), E> {
+        if self.0 & (1 << field) != 0 {
+            return Err(E::duplicate_field(names[field]));
         }
-        self.0 |= 1 << bit;
+        self.0 |= 1 << field;
         Ok(())
     }
 }
@@ -270,14 +295,7 @@ impl<'de> DeserializeSeed<'de> for ChoiceSeed<'_> {
     type Value = Calls<'de>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Calls<'de>, D::Error> {
-        const FIELDS: &[&str] = &[
-            "index",
-            "delta",
-            "finish_reason",
-            "logprobs",
-            "content_filter_results",
-        ];
-        d.deserialize_struct("ChunkChoice", FIELDS, self)
+        d.deserialize_struct("ChunkChoice", CHOICE_FIELDS, self)
     }
 }
 
@@ -293,26 +311,24 @@ impl<'de> Visitor<'de> for ChoiceSeed<'_> {
         let mut seen = Seen::default();
         let mut calls = None;
         while let Some(field) = map.next_key::<ChoiceField>()? {
+            if field != ChoiceField::Other {
+                seen.first(field as usize, CHOICE_FIELDS)?;
+            }
             match field {
                 ChoiceField::Index => {
-                    seen.first(0, "index")?;
                     // The reader routed the update by it; only its type is checked here.
                     map.next_value::<Option<i64>>()?;
                 }
                 ChoiceField::Delta => {
-                    seen.first(1, "delta")?;
                     calls = map.next_value_seed(DeltaSeed(&mut *update))?;
                 }
                 ChoiceField::FinishReason => {
-                    seen.first(2, "finish_reason")?;
                     update.finish_reason = non_empty(map.next_value::<Str<'de>>()?.0);
                 }
                 ChoiceField::Logprobs => {
-                    seen.first(3, "logprobs")?;
                     update.logprobs = map.next_value::<Option<Box<Value>>>()?;
                 }
                 ChoiceField::ContentFilterResults => {
-                    seen.first(4, "content_filter_results")?;
                     update.content_filter_results = map.next_value::<Option<Box<Value>>>()?;
                 }
                 ChoiceField::Other => {
@@ -375,36 +391,32 @@ impl<'de> Visitor<'de> for DeltaFields<'_> {
             Ok(map.next_value::<Str<'de>>()?.0.map(|t| text(&t)))
         };
         while let Some(field) = map.next_key::<DeltaField>()? {
+            if field != DeltaField::Other {
+                seen.first(field as usize, DELTA_FIELDS)?;
+            }
             match field {
                 DeltaField::Role => {
-                    seen.first(0, "role")?;
                     update.role = non_empty(map.next_value::<Str<'de>>()?.0);
                 }
                 DeltaField::Content => {
-                    seen.first(1, "content")?;
                     update.content = text_of(&mut map)?;
                 }
                 DeltaField::Refusal => {
-                    seen.first(2, "refusal")?;
                     update.refusal = text_of(&mut map)?;
                 }
                 DeltaField::ReasoningContent => {
-                    seen.first(3, "reasoning_content")?;
                     reasoning_content = map.next_value::<Str<'de>>()?.0;
                 }
                 DeltaField::Reasoning => {
-                    seen.first(4, "reasoning")?;
                     reasoning = map.next_value::<Str<'de>>()?.0;
                 }
                 DeltaField::FunctionCall => {
-                    seen.first(5, "function_call")?;
                     update.function_call = map
                         .next_value::<FunctionCall<'de>>()?
                         .0
                         .map(|f| Box::new(fragment(Some(f))));
                 }
                 DeltaField::ToolCalls => {
-                    seen.first(6, "tool_calls")?;
                     calls = map.next_value::<ToolCalls<'de>>()?.0;
                 }
                 DeltaField::Other => {
