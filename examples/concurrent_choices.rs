@@ -5,7 +5,7 @@
 //! cargo run --example concurrent_choices
 //! ```
 
-use choicewise::Completions;
+use choicewise::{Completions, Source};
 use futures::{StreamExt, TryStreamExt};
 
 /// A recorded stream whose choices first appear in the order 2, 0, 1.
@@ -13,9 +13,9 @@ const RECORDED: &[u8] = include_bytes!("../tests/fixtures/demo.sse");
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // Any source of SSE bytes works: an HTTP body stream (`from_sse`), a file or socket
-    // (`from_reader`), or chunks another client already parsed (`from_chunks`).
-    let completions = Completions::from_reader(RECORDED);
+    // Any source works: an HTTP body stream (`Source::sse`), a file or socket
+    // (`Source::reader`), or chunks another client already parsed (`Source::parsed`).
+    let completions = Completions::new(Source::reader(RECORDED));
 
     let mut tasks = Vec::new();
     let mut choices = completions.choices();

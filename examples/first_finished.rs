@@ -9,7 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use choicewise_client::{Client, FanOut};
+use choicewise::Completions;
+use choicewise_client::Client;
 use choicewise_testserver::{TestServer, answer};
 use serde_json::json;
 
@@ -43,7 +44,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "messages": [{"role": "user", "content": "What should I pack for Lisbon in November?"}],
     });
     let started = Instant::now();
-    let completions = FanOut::new().requests(&client, request, 3).start();
+    let completions =
+        Completions::builder().fan_out((0..3).map(|_| client.source(request.clone())));
 
     let selection = completions
         .first_finished()

@@ -6,14 +6,14 @@
 //! cargo run --example function_calls
 //! ```
 
-use choicewise::{Completions, FunctionCallEvent};
+use choicewise::{Completions, FunctionCallEvent, Source};
 use futures::{StreamExt, TryStreamExt};
 
 const RECORDED: &[u8] = include_bytes!("../tests/fixtures/demo.sse");
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let completions = Completions::from_reader(RECORDED);
+    let completions = Completions::new(Source::reader(RECORDED));
     let mut choices = completions.choices();
     let mut tasks = Vec::new();
     while let Some(choice) = choices.next().await {

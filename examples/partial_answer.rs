@@ -8,7 +8,7 @@
 
 use std::io::Write;
 
-use choicewise::Completions;
+use choicewise::{Completions, Source};
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 
@@ -25,7 +25,7 @@ struct AnswerQuestion {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let completions = Completions::from_reader(RECORDED);
+    let completions = Completions::new(Source::reader(RECORDED));
     let mut choices = completions.choices();
     while let Some(choice) = choices.next().await {
         println!("── choice {} ──", choice.index());

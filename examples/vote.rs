@@ -10,7 +10,8 @@
 use std::time::{Duration, Instant};
 
 use choicewise::ChoiceOutput;
-use choicewise_client::{Client, FanOut};
+use choicewise::Completions;
+use choicewise_client::Client;
 use choicewise_testserver::{TestServer, TestServerBuilder};
 use serde_json::json;
 
@@ -54,7 +55,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "messages": [{"role": "user", "content": "What is 17 × 23? End with 'Answer: N'."}],
     });
     let started = Instant::now();
-    let completions = FanOut::new().requests(&client, request, 5).start();
+    let completions =
+        Completions::builder().fan_out((0..5).map(|_| client.source(request.clone())));
     let selection = completions
         .vote(final_number)
         .deadline(Duration::from_secs(60))

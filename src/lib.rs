@@ -9,7 +9,7 @@
 //! message, each readable independently and concurrently, without tracking indexes.
 //!
 //! ```
-//! use choicewise::Completions;
+//! use choicewise::{Completions, Source};
 //! use futures::{StreamExt, TryStreamExt};
 //!
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,7 +19,7 @@
 //!     "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
 //!     "data: [DONE]\n\n",
 //! );
-//! let completions = Completions::from_reader(sse.as_bytes());
+//! let completions = Completions::new(Source::reader(sse.as_bytes()));
 //! let mut choices = completions.choices();
 //! while let Some(choice) = choices.next().await {
 //!     let text: Vec<_> = choice.content().try_collect().await?;
@@ -34,12 +34,12 @@
 //!
 //! | | |
 //! |---|---|
-//! | **Inputs** | SSE bytes ([`Completions::from_sse`], [`Completions::from_reader`]), parsed chunks ([`Completions::from_chunks`]) or parsed events of any dialect ([`CompletionsBuilder::from_events`]); options on [`Completions::builder`] |
+//! | **Inputs** | one [`Source`]: SSE bytes ([`Source::sse`], [`Source::reader`]), parsed chunks or events of any dialect ([`Source::parsed`]), or a source still to be opened ([`Source::open`]); read with [`Completions::new`], or with options on [`Completions::builder`] |
 //! | **Per-choice streams** | [`Choice::content`], [`Choice::reasoning`], [`Choice::refusal`], [`Choice::events`]: each an [`EventStream`] that replays from the start |
 //! | **Function calls as they grow** | [`Choice::function_calls`] (fragments, partial JSON values), [`Choice::arguments`] (typed snapshots), [`Choice::argument_text`] (one string field's text) |
 //! | **Results** | [`Choice::message`], [`Completions::collect`] (a [`ChatCompletion`] in OpenAI's non-streaming shape), [`Completions::usage`] (reported, or a flagged tiktoken [`Estimate`]) |
 //! | **Dialects** | OpenAI Chat Completions, OpenAI Responses and Anthropic Messages streams, recognised or set with [`CompletionsBuilder::dialect`] |
-//! | **Many requests, one completion** | [`Completions::fan_out`] ([`FanOut`]); the HTTP side in `client::FanOut` (feature `client`) |
+//! | **Many requests, one completion** | [`CompletionsBuilder::fan_out`] of several sources; the HTTP side makes them (`client::Client::source`, feature `client`) |
 //! | **Acting while they stream** | [`Choice::cancel`], [`Completions::cancel`], and the [`Pick`]s [`Completions::first_finished`], [`Completions::first_where`], [`Completions::vote`], [`Completions::best_of`] |
 //! | **Errors** | one [`Error`]: its [`kind`](Error::kind), [`line`](Error::line), [`offset`](Error::offset), [`choice`](Error::choice); a failed choice fails alone, and [`Incomplete`] keeps what arrived |
 //! | **Without a runtime** | [`Demux`], the same demultiplexer for synchronous code |

@@ -3,7 +3,7 @@
 
 mod common;
 
-use choicewise::{CallKind, ChoiceEvent, Completions, ErrorDetail, FunctionCallEvent};
+use choicewise::{CallKind, ChoiceEvent, Completions, ErrorDetail, FunctionCallEvent, Source};
 use choicewise_test_support::{DONE, sse_chunk, upstream};
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
@@ -27,7 +27,7 @@ fn golden_arguments(index: usize) -> Value {
 }
 
 fn reads_stream(reads: Vec<Vec<u8>>) -> Completions {
-    Completions::from_sse(upstream(reads))
+    Completions::new(Source::sse(upstream(reads)))
 }
 
 #[tokio::test]
@@ -58,8 +58,9 @@ async fn the_answer_field_streams_as_decoded_text_under_any_split() {
 
 #[tokio::test]
 async fn typed_snapshots_grow_as_prefixes_and_end_with_the_final_value() {
-    let completions =
-        Completions::from_reader(std::io::Cursor::new(common::fixture("answer_question.sse")));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
+        "answer_question.sse",
+    ))));
     let choice = completions.choice(0).await.unwrap();
     let snapshots: Vec<_> = choice
         .arguments::<Answer>("answer_question")
@@ -87,8 +88,9 @@ async fn typed_snapshots_grow_as_prefixes_and_end_with_the_final_value() {
 
 #[tokio::test]
 async fn partial_values_are_consistent_with_the_final_value_after_every_fragment() {
-    let completions =
-        Completions::from_reader(std::io::Cursor::new(common::fixture("answer_question.sse")));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
+        "answer_question.sse",
+    ))));
     let choice = completions.choice(1).await.unwrap();
     let final_value = golden_arguments(1);
     let mut calls = choice.function_calls();
@@ -133,7 +135,7 @@ fn one_call_stream(fragments: &[&str]) -> String {
 #[tokio::test]
 async fn raw_control_characters_are_repaired_and_flagged() {
     let sse = one_call_stream(&["{\"answer\": \"one", "\ntwo\t", "three\"}"]);
-    let completions = Completions::from_reader(std::io::Cursor::new(sse));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)));
     let choice = completions.choice(0).await.unwrap();
     let text: Vec<_> = choice
         .argument_text(None, "answer")
@@ -174,7 +176,7 @@ async fn invalid_arguments_are_a_typed_error_with_the_byte_offset_and_the_stream
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"call_2\",\"function\":{\"name\":\"answer_question\",\"arguments\":\"{\\\"answer\\\":\\\"y\\\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n".to_string(),
     ]
     .concat();
-    let completions = Completions::from_reader(std::io::Cursor::new(sse));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)));
     let choice = completions.choice(0).await.unwrap();
     let items: Vec<_> = choice.arguments::<Answer>(None).collect().await;
     let errors: Vec<_> = items.iter().filter_map(|i| i.as_ref().err()).collect();
@@ -217,7 +219,7 @@ async fn a_call_is_final_only_at_its_end_never_because_its_prefix_parses() {
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"after\"}}]}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"},{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
     );
-    let completions = Completions::from_reader(sse.as_bytes());
+    let completions = Completions::new(Source::reader(sse.as_bytes()));
     let choice = completions.choice(0).await.unwrap();
     let events: Vec<_> = choice.events().try_collect().await.unwrap();
     let position = |pred: &dyn Fn(&ChoiceEvent) -> bool| events.iter().position(pred).unwrap();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use choicewise::{ChoiceEvent, Completions};
+use choicewise::{ChoiceEvent, Completions, Source};
 use choicewise_core::fault::FAULT_SLOW_CHOICE;
 use choicewise_test_support::{content_chunk, within};
 use futures::TryStreamExt;
@@ -20,7 +20,7 @@ fn slow_choice_beside_a_fast_one(finish_0: Option<&str>) -> (Completions, Unboun
     let (tx, rx) = unbounded::<Read>();
     let completions = Completions::builder()
         .hibernate_after(Duration::from_secs(3600))
-        .from_sse(rx);
+        .start(Source::sse(rx));
     let read = content_chunk(0, &format!("{FAULT_SLOW_CHOICE}a"), finish_0)
         + &content_chunk(1, "x", Some("stop"));
     tx.unbounded_send(Ok(read.into_bytes())).unwrap();

@@ -4,6 +4,7 @@
 
 mod common;
 
+use choicewise::Source;
 use choicewise::{
     CallKind, ChatCompletion, ChoiceEvent, Completions, Demux, Dialect, Error, ErrorDetail,
     FunctionCallEvent, UsageSource, WarningKind,
@@ -28,7 +29,7 @@ async fn run(
         let completions = Completions::builder()
             .dialect(dialect)
             .estimate_usage(false)
-            .from_sse(stream);
+            .start(Source::sse(stream));
         let result = completions
             .collect()
             .await
@@ -244,7 +245,7 @@ async fn responses_parallel_calls_by_output_index_and_arguments_only_in_done() {
 #[tokio::test]
 async fn responses_refusal_incomplete_and_unknown_events() {
     let bytes = common::fixture("responses_incomplete.sse");
-    let completions = Completions::from_reader(std::io::Cursor::new(bytes));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(bytes)));
     let c = completions.collect().await.expect("complete");
     assert_eq!(
         c.choices[0].message.refusal.as_deref(),
@@ -388,7 +389,7 @@ fn from_events(events: Vec<serde_json::Value>) -> Completions {
     let stream = futures::stream::iter(events.into_iter().map(Ok::<_, std::io::Error>));
     Completions::builder()
         .estimate_usage(false)
-        .from_events(stream)
+        .start(Source::parsed(stream))
 }
 
 #[tokio::test]
@@ -424,7 +425,7 @@ async fn parsed_events_of_every_dialect_give_what_their_bytes_give() {
         // The synchronous Demux, fed the same values, assembles the same messages.
         let mut demux = Demux::new();
         for event in parsed_events(name) {
-            if demux.feed_event(event).is_err() {
+            if demux.feed_parsed(event).is_err() {
                 break;
             }
         }
@@ -503,21 +504,21 @@ async fn a_typed_stream_of_parsed_events_that_stops_early_is_truncated_with_its_
 #[tokio::test]
 async fn a_mixed_fan_out_keeps_each_sources_id_and_model() {
     let chat = common::fixture("demo.sse");
-    let completions = Completions::fan_out()
-        .events(futures::stream::iter(
+    let completions = Completions::builder().fan_out([
+        Source::parsed(futures::stream::iter(
             parsed_events("anthropic_tools.sse")
                 .into_iter()
                 .map(Ok::<_, std::io::Error>),
         ))
-        .n(1)
-        .events(futures::stream::iter(
+        .n(1),
+        Source::parsed(futures::stream::iter(
             parsed_events("responses_text.sse")
                 .into_iter()
                 .map(Ok::<_, std::io::Error>),
         ))
-        .n(1)
-        .reader(std::io::Cursor::new(chat))
-        .start();
+        .n(1),
+        Source::reader(std::io::Cursor::new(chat)),
+    ]);
     let completion = completions.collect().await.unwrap();
     let sources: Vec<_> = completion
         .choices
@@ -555,7 +556,9 @@ async fn a_mixed_fan_out_keeps_each_sources_id_and_model() {
     let json = serde_json::to_value(&completion).unwrap();
     assert_eq!(json["choices"][0]["source"]["upstream"], 0);
     // A single stream's choices have no source.
-    let single = Completions::from_reader(std::io::Cursor::new(common::fixture("demo.sse")));
+    let single = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
+        "demo.sse",
+    ))));
     let single = single.collect().await.unwrap();
     assert!(single.choices.iter().all(|c| c.source.is_none()));
     assert!(

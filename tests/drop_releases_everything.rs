@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use choicewise::{Completions, live_actors};
+use choicewise::{Completions, Source, live_actors};
 use common::actors_reach;
 use futures::StreamExt;
 
@@ -47,7 +47,7 @@ async fn dropping_every_handle_mid_stream_stops_the_actors_and_drops_the_upstrea
         // The actors stay alive while the upstream stalls, so that the count shows them.
         let completions = Completions::builder()
             .hibernate_after(Duration::MAX)
-            .from_sse(stalling_upstream(dropped.clone()));
+            .start(Source::sse(stalling_upstream(dropped.clone())));
         let mut choices = completions.choices();
         let c0 = choices.next().await.unwrap();
         let mut content = c0.content();
@@ -96,7 +96,7 @@ async fn finished_completions_leave_no_actor_behind() {
     let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"},{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
     let mut kept = Vec::new();
     for _ in 0..100 {
-        let c = Completions::from_reader(sse.as_bytes());
+        let c = Completions::new(Source::reader(sse.as_bytes()));
         c.collect().await.unwrap();
         kept.push(c); // handles still held: the actors end anyway once the stream is over
     }

@@ -1,10 +1,10 @@
 //! `Error`'s accessors on errors the library really raises: what kind, which line, which
 //! byte, which choice and which upstream, without matching variants.
 
-use choicewise::{Completions, ErrorKind};
+use choicewise::{Completions, ErrorKind, Source};
 
 async fn outcome_of(sse: &str) -> choicewise::Error {
-    let completions = Completions::from_reader(std::io::Cursor::new(sse.to_string()));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse.to_string())));
     let _ = completions.collect().await;
     completions.outcome().await.unwrap_err()
 }
@@ -60,7 +60,7 @@ async fn stream_level_errors_name_their_kind_line_and_offset() {
 async fn invalid_utf8_is_a_framing_error_at_its_first_bad_byte() {
     let mut bytes = b"data: {\"choices\":[]}\n\ndata: ab".to_vec();
     bytes.extend_from_slice(&[0xff, b'\n', b'\n']);
-    let completions = Completions::from_reader(std::io::Cursor::new(bytes));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(bytes)));
     let e = completions.outcome().await.unwrap_err();
     assert_eq!(
         (e.kind(), e.line(), e.offset()),
@@ -78,7 +78,7 @@ async fn a_choices_own_error_names_the_choice_and_the_others_go_on() {
         "data: [DONE]\n\n",
     ]
     .concat();
-    let completions = Completions::from_reader(std::io::Cursor::new(sse));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)));
     let errors = completions.choice_errors().await;
     assert_eq!(errors.len(), 1);
     let (index, e) = &errors[0];
@@ -99,12 +99,10 @@ async fn a_choices_own_error_names_the_choice_and_the_others_go_on() {
 async fn a_fan_out_error_names_its_upstream_and_keeps_the_inner_kind() {
     let ok = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"}]}\n\n";
     let cut = "data: {\"choices\":[{\"delta\":{\"content\":\"y\"}}]}\n\n";
-    let completions = Completions::fan_out()
-        .reader(ok.as_bytes())
-        .n(1)
-        .reader(cut.as_bytes())
-        .n(1)
-        .start();
+    let completions = Completions::builder().fan_out([
+        Source::reader(ok.as_bytes()).n(1),
+        Source::reader(cut.as_bytes()).n(1),
+    ]);
     let e = completions.outcome().await.unwrap_err();
     assert_eq!(e.upstream(), Some(1));
     assert_eq!(e.kind(), ErrorKind::Truncated);

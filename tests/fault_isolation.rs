@@ -8,6 +8,7 @@ use common::streams::{completion, interleave, orderly};
 
 use std::sync::LazyLock;
 
+use choicewise::Source;
 use choicewise::{
     ChatCompletion, ChoiceEvent, ChoiceOutput, Completions, Error, ErrorDetail, WarningKind,
 };
@@ -60,7 +61,7 @@ struct Run {
 async fn run(reads: Vec<Vec<u8>>) -> Run {
     let completions = Completions::builder()
         .estimate_usage(false)
-        .from_sse(upstream(reads));
+        .start(Source::sse(upstream(reads)));
     let (completion, error) = match completions.collect().await {
         Ok(c) => (c, None),
         Err(inc) => (inc.partial, Some(inc.error)),

@@ -10,7 +10,7 @@ mod common;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use choicewise::{ChatCompletion, ChoiceEvent, Completions, ErrorDetail, actors_started};
+use choicewise::{ChatCompletion, ChoiceEvent, Completions, ErrorDetail, Source, actors_started};
 use choicewise_test_support::{DONE, sse_chunk, within};
 use common::actors_reach;
 use common::streams::{completion, interleave, sse};
@@ -46,7 +46,9 @@ const SETTLED: Duration = Duration::from_secs(20);
 /// A completion whose upstream the test feeds by hand.
 fn controlled(quiet: Duration) -> (Completions, UnboundedSender<Read>) {
     let (tx, rx) = unbounded::<Read>();
-    let completions = Completions::builder().hibernate_after(quiet).from_sse(rx);
+    let completions = Completions::builder()
+        .hibernate_after(quiet)
+        .start(Source::sse(rx));
     (completions, tx)
 }
 
@@ -219,7 +221,7 @@ async fn outcome(
     common::observe(
         Completions::builder()
             .hibernate_after(Duration::ZERO)
-            .from_sse(paced),
+            .start(Source::sse(paced)),
     )
     .await
 }
@@ -242,7 +244,7 @@ proptest! {
         let shuffled = sse(&interleave(&choices, &picks, &group));
         let whole = futures::stream::iter([Ok::<_, std::io::Error>(shuffled.clone())]);
         let reference = RUNTIME.block_on(async {
-            common::observe(Completions::builder().hibernate_after(Duration::MAX).from_sse(whole))
+            common::observe(Completions::builder().hibernate_after(Duration::MAX).start(Source::sse(whole)))
                 .await
         });
         let reads = common::split(&shuffled, &sizes);

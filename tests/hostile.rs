@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use choicewise::Source;
 use choicewise::{
     ChatCompletion, ChoiceEvent, Completions, CompletionsBuilder, Error, ErrorDetail,
     FunctionCallEvent, Incomplete, SseError, WarningKind,
@@ -50,7 +51,9 @@ async fn collect_str(events: &[String]) -> Result<ChatCompletion, Incomplete<Cha
     within(
         LIMIT,
         "collect",
-        builder().from_sse(futures::stream::iter(reads)).collect(),
+        builder()
+            .start(Source::sse(futures::stream::iter(reads)))
+            .collect(),
     )
     .await
 }
@@ -109,7 +112,7 @@ mod heap {
 async fn choice_index_u32_max_is_a_choice_and_out_of_range_indexes_are_typed_errors() {
     let _alone = heap::alone().await;
     let events = [content_chunk(4294967295, "max", Some("stop")), DONE.into()];
-    let completions = builder().from_reader(std::io::Cursor::new(events.concat()));
+    let completions = builder().start(Source::reader(std::io::Cursor::new(events.concat())));
     let choice = within(LIMIT, "choice", completions.choice(u32::MAX))
         .await
         .expect("choice 4294967295 exists");
@@ -166,7 +169,7 @@ async fn a_hundred_thousand_distinct_choice_indexes_stop_at_the_129th() {
     let (inc, peak) = heap::peak_during(within(
         LIMIT,
         "collect",
-        builder().from_sse(stream).collect(),
+        builder().start(Source::sse(stream)).collect(),
     ))
     .await;
     let inc = inc.unwrap_err();
@@ -257,7 +260,7 @@ async fn a_hundred_thousand_tool_calls_fail_their_choice_only() {
             _ => last.concat().into_bytes(),
         })
     });
-    let completions = builder().from_sse(reads);
+    let completions = builder().start(Source::sse(reads));
     let c0 = within(LIMIT, "choice 0", completions.choice(0))
         .await
         .unwrap();
@@ -345,7 +348,7 @@ async fn a_tool_call_over_the_limit_after_the_finish_is_not_silently_dropped() {
     .concat();
     let completions = builder()
         .max_tool_calls(1)
-        .from_reader(std::io::Cursor::new(sse));
+        .start(Source::reader(std::io::Cursor::new(sse)));
     let result = within(LIMIT, "collect", completions.collect()).await;
     // (Before 4104359: Ok, content "a", one tool call: " late" gone and nothing said so.)
     let inc = result.expect_err("the InvalidToolCall is reported");
@@ -404,7 +407,7 @@ async fn deeply_nested_arguments_overflow_no_stack() {
         json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
     ));
     events.push(DONE.into());
-    let completions = builder().from_reader(std::io::Cursor::new(events.concat()));
+    let completions = builder().start(Source::reader(std::io::Cursor::new(events.concat())));
     let choice = within(LIMIT, "choice", completions.choice(0))
         .await
         .unwrap();
@@ -700,7 +703,7 @@ async fn done_then_more_reads_are_never_taken() {
     later.extend_from_slice(b"garbage\xff");
     let reads = vec![first.into_bytes(), later, b"more".to_vec()];
     let (stream, taken) = counted(futures::stream::iter(reads).map(Ok::<_, std::io::Error>));
-    let completions = builder().from_sse(stream);
+    let completions = builder().start(Source::sse(stream));
     let whole = within(LIMIT, "collect", completions.collect())
         .await
         .unwrap();
@@ -725,13 +728,17 @@ async fn done_then_more_reads_are_never_taken() {
     ];
     let (stream, taken) = counted(futures::stream::iter(reads).map(Ok::<_, std::io::Error>));
     assert!(
-        within(LIMIT, "outcome", builder().from_sse(stream).outcome())
-            .await
-            .is_ok()
+        within(
+            LIMIT,
+            "outcome",
+            builder().start(Source::sse(stream)).outcome()
+        )
+        .await
+        .is_ok()
     );
     assert_eq!(taken.load(Ordering::SeqCst), 2);
     let reads = vec![Ok::<_, std::io::Error>(b"data: [DONE]\n".to_vec())];
-    let c = builder().from_sse(futures::stream::iter(reads));
+    let c = builder().start(Source::sse(futures::stream::iter(reads)));
     assert!(within(LIMIT, "outcome", c.outcome()).await.is_ok());
 }
 
@@ -740,7 +747,7 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     let _alone = heap::alone().await;
     let after = content_chunk(0, "late", None) + &content_chunk(5, "new", Some("stop"));
     let sse = content_chunk(0, "a", Some("stop")) + DONE + &after;
-    let completions = builder().from_reader(std::io::Cursor::new(sse));
+    let completions = builder().start(Source::reader(std::io::Cursor::new(sse)));
     let whole = within(LIMIT, "collect", completions.collect())
         .await
         .unwrap();
@@ -755,7 +762,7 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     assert_eq!((warnings[0].choice, warnings[0].line), (None, 5));
     // Only whitespace after it: nothing to report.
     let sse = content_chunk(0, "a", Some("stop")) + "data: [DONE]\n\n\r\n \n";
-    let completions = builder().from_reader(std::io::Cursor::new(sse));
+    let completions = builder().start(Source::reader(std::io::Cursor::new(sse)));
     within(LIMIT, "collect", completions.collect())
         .await
         .unwrap();
@@ -767,7 +774,7 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
     let sse = content_chunk(0, "a", Some("stop")) + "data: [DONE]\ndata: {}\n\n";
     let strict = builder()
         .strict_sse(true)
-        .from_reader(std::io::Cursor::new(sse.clone()));
+        .start(Source::reader(std::io::Cursor::new(sse.clone())));
     let inc = within(LIMIT, "collect", strict.collect())
         .await
         .unwrap_err();
@@ -776,7 +783,7 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
         "{:?}",
         inc.error
     );
-    let tolerant = builder().from_reader(std::io::Cursor::new(sse));
+    let tolerant = builder().start(Source::reader(std::io::Cursor::new(sse)));
     within(LIMIT, "collect", tolerant.collect()).await.unwrap();
     let kinds: Vec<_> = tolerant.warnings().into_iter().map(|w| w.kind).collect();
     assert_eq!(kinds, [WarningKind::EventsWithoutBlankLines]);
@@ -788,13 +795,13 @@ async fn deltas_after_done_in_the_same_read_are_counted_not_applied() {
 async fn an_empty_stream_is_a_completion_without_choices() {
     let _alone = heap::alone().await;
     let nothing = futures::stream::empty::<Result<Vec<u8>, std::io::Error>>();
-    let c = builder().from_sse(nothing);
+    let c = builder().start(Source::sse(nothing));
     let whole = within(LIMIT, "collect", c.collect()).await.unwrap();
     assert!(whole.choices.is_empty());
     assert!(c.warnings().is_empty());
     // A thousand empty reads: the same.
     let reads = (0..1000).map(|_| Ok::<_, std::io::Error>(Vec::new()));
-    let c = builder().from_sse(futures::stream::iter(reads));
+    let c = builder().start(Source::sse(futures::stream::iter(reads)));
     assert!(
         within(LIMIT, "collect", c.collect())
             .await
@@ -802,7 +809,7 @@ async fn an_empty_stream_is_a_completion_without_choices() {
             .choices
             .is_empty()
     );
-    let c = builder().from_reader(&b""[..]);
+    let c = builder().start(Source::reader(&b""[..]));
     assert!(
         within(LIMIT, "collect", c.collect())
             .await
@@ -811,7 +818,7 @@ async fn an_empty_stream_is_a_completion_without_choices() {
             .is_empty()
     );
     // Whitespace only: blank lines dispatch nothing.
-    let c = builder().from_reader(&b"\n\n\r\n\r\r\n"[..]);
+    let c = builder().start(Source::reader(&b"\n\n\r\n\r\r\n"[..]));
     assert!(
         within(LIMIT, "collect", c.collect())
             .await
@@ -826,11 +833,11 @@ async fn a_stream_of_only_comments() {
     let _alone = heap::alone().await;
     // 100,000 keep-alive comments, generated lazily: a completion without choices.
     let reads = (0..100_000).map(|_| Ok::<_, std::io::Error>(b": keep-alive\n\n".to_vec()));
-    let c = builder().from_sse(futures::stream::iter(reads));
+    let c = builder().start(Source::sse(futures::stream::iter(reads)));
     let whole = within(LIMIT, "collect", c.collect()).await.unwrap();
     assert!(whole.choices.is_empty());
     // Cut inside a comment line: a truncation naming the partial line.
-    let c = builder().from_reader(&b": keep-alive\n\n: keep"[..]);
+    let c = builder().start(Source::reader(&b": keep-alive\n\n: keep"[..]));
     let err = within(LIMIT, "outcome", c.outcome()).await.unwrap_err();
     assert!(
         matches!(
@@ -845,7 +852,9 @@ async fn a_stream_of_only_comments() {
         "{err:?}"
     );
     // Fields that are not data (retry, id, event, unknown) without data dispatch nothing.
-    let c = builder().from_reader(&b"retry: 10\nid: 7\nevent: ping\nfoo: bar\n\n"[..]);
+    let c = builder().start(Source::reader(
+        &b"retry: 10\nid: 7\nevent: ping\nfoo: bar\n\n"[..],
+    ));
     assert!(
         within(LIMIT, "collect", c.collect())
             .await
@@ -863,9 +872,13 @@ async fn ten_thousand_empty_data_events_end_at_the_first() {
     let (stream, taken) = counted(
         futures::stream::iter(0..10_000).map(|_| Ok::<_, std::io::Error>(b"data:\n\n".to_vec())),
     );
-    let err = within(LIMIT, "outcome", builder().from_sse(stream).outcome())
-        .await
-        .unwrap_err();
+    let err = within(
+        LIMIT,
+        "outcome",
+        builder().start(Source::sse(stream)).outcome(),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(
             err.detail(),
@@ -903,7 +916,7 @@ async fn a_ten_mib_data_line_works_below_the_limit() {
     let started = Instant::now();
     let c = builder()
         .max_event_size(16 * MIB as usize)
-        .from_sse(futures::stream::iter(reads(&line)));
+        .start(Source::sse(futures::stream::iter(reads(&line))));
     let (whole, peak) = heap::peak_during(within(LIMIT, "collect", c.collect())).await;
     let whole = whole.unwrap();
     eprintln!("a 10 MiB data line: peak heap growth {} MiB", peak / MIB);
@@ -916,9 +929,13 @@ async fn a_ten_mib_data_line_works_below_the_limit() {
     );
     // With the default limit (8 MiB) the same line is refused, without reading it all.
     let (stream, taken) = counted(futures::stream::iter(reads(&line)));
-    let err = within(LIMIT, "outcome", builder().from_sse(stream).outcome())
-        .await
-        .unwrap_err();
+    let err = within(
+        LIMIT,
+        "outcome",
+        builder().start(Source::sse(stream)).outcome(),
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(
             err.detail(),
@@ -945,7 +962,7 @@ const MIB: u64 = 1 << 20;
 async fn retained(sse: String) -> u64 {
     settle().await;
     let before = heap::live();
-    let completions = builder().from_reader(std::io::Cursor::new(sse));
+    let completions = builder().start(Source::reader(std::io::Cursor::new(sse)));
     let result = within(LIMIT, "collect", completions.collect()).await;
     let warnings = completions.warnings();
     let grown = heap::live().saturating_sub(before);

@@ -9,7 +9,7 @@ use common::streams::{completion, interleave, orderly, sse};
 
 use std::sync::LazyLock;
 
-use choicewise::{ChatCompletion, ChoiceEvent, Completions};
+use choicewise::{ChatCompletion, ChoiceEvent, Completions, Source};
 use choicewise_test_support::upstream;
 use proptest::prelude::*;
 
@@ -22,7 +22,7 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 });
 
 async fn outcome(reads: Vec<Vec<u8>>) -> (ChatCompletion, Vec<(u32, Vec<ChoiceEvent>)>) {
-    common::observe(Completions::from_sse(upstream(reads))).await
+    common::observe(Completions::new(Source::sse(upstream(reads)))).await
 }
 
 proptest! {

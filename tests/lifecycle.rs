@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use choicewise::{ChoiceEvent, Completions, ErrorDetail};
+use choicewise::{ChoiceEvent, Completions, ErrorDetail, Source};
 use choicewise_test_support::{DONE, content_chunk, sse_chunk, within};
 use futures::{StreamExt, TryStreamExt};
 
@@ -33,7 +33,7 @@ fn channel() -> (
 
 #[tokio::test]
 async fn sub_streams_opened_late_or_twice_replay_from_the_start() {
-    let completions = Completions::from_reader(std::io::Cursor::new(two_choices()));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(two_choices())));
     completions.collect().await.unwrap();
     let choice = completions.choice(0).await.unwrap();
     for _ in 0..2 {
@@ -51,7 +51,7 @@ async fn sub_streams_opened_late_or_twice_replay_from_the_start() {
 #[tokio::test]
 async fn a_reader_that_never_reads_blocks_nobody() {
     let (tx, input) = channel();
-    let completions = Completions::from_sse(input);
+    let completions = Completions::new(Source::sse(input));
     tx.send(Ok(content_chunk(0, "a", None).into_bytes()))
         .unwrap();
     tx.send(Ok(content_chunk(1, "b", None).into_bytes()))
@@ -81,7 +81,7 @@ async fn a_reader_that_never_reads_blocks_nobody() {
 #[tokio::test]
 async fn dropping_one_choice_and_its_streams_leaves_the_others_running() {
     let (tx, input) = channel();
-    let completions = Completions::from_sse(input);
+    let completions = Completions::new(Source::sse(input));
     tx.send(Ok([
         content_chunk(0, "a", None),
         content_chunk(1, "b", None),
@@ -123,11 +123,11 @@ async fn parsed_chunks_give_the_same_result_as_their_sse() {
             )
         })
         .collect();
-    let from_chunks = Completions::from_chunks(futures::stream::iter(chunks))
+    let from_chunks = Completions::new(Source::parsed(futures::stream::iter(chunks)))
         .collect()
         .await
         .unwrap();
-    let from_sse = Completions::from_reader(std::io::Cursor::new(sse))
+    let from_sse = Completions::new(Source::reader(std::io::Cursor::new(sse)))
         .collect()
         .await
         .unwrap();
@@ -143,7 +143,7 @@ async fn a_transport_error_ends_open_choices_after_their_data() {
             "peer reset",
         )),
     ];
-    let completions = Completions::from_sse(futures::stream::iter(reads));
+    let completions = Completions::new(Source::sse(futures::stream::iter(reads)));
     let inc = completions.collect().await.unwrap_err();
     assert!(
         matches!(inc.error.detail(), ErrorDetail::Transport { message, .. } if message == "peer reset"),
@@ -168,7 +168,7 @@ async fn a_transport_error_ends_open_choices_after_their_data() {
         Ok(content_chunk(1, "b", None).into_bytes()),
         Err(std::io::Error::other("disk on fire")),
     ];
-    let inc = Completions::from_sse(futures::stream::iter(reads))
+    let inc = Completions::new(Source::sse(futures::stream::iter(reads)))
         .collect()
         .await
         .unwrap_err();
@@ -193,7 +193,7 @@ async fn an_idle_upstream_times_out_with_a_typed_error() {
     let (tx, input) = channel();
     let completions = Completions::builder()
         .idle_timeout(Duration::from_millis(50))
-        .from_sse(input);
+        .start(Source::sse(input));
     tx.send(Ok(content_chunk(0, "hi", None).into_bytes()))
         .unwrap();
     let inc = completions.collect().await.unwrap_err();
@@ -221,7 +221,7 @@ async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
         DONE.to_string(),
     ]
     .concat();
-    let completions = Completions::from_reader(std::io::Cursor::new(sse));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)));
     let c0 = completions.choice(0).await.unwrap();
     let mut content = c0.content();
     assert_eq!(&*content.next().await.unwrap().unwrap(), "before ");
@@ -259,7 +259,7 @@ async fn a_panic_in_the_reader_ends_every_stream_with_a_typed_error() {
         content_chunk(0, "never", Some("stop")),
     ]
     .concat();
-    let completions = Completions::from_reader(std::io::Cursor::new(sse));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)));
     let inc = within(Duration::from_secs(5), "collect", completions.collect())
         .await
         .unwrap_err();

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use choicewise::{ChatCompletion, Completions, Error, ErrorDetail, live_actors};
+use choicewise::{ChatCompletion, Completions, Error, ErrorDetail, Source, live_actors};
 use choicewise_test_support::{DONE, rss_bytes, sse_chunk, within};
 use futures::StreamExt;
 use invariants::{Rng, split};
@@ -430,7 +430,7 @@ async fn check_one(id: usize, seed: u64, fault: Fault, mut rng: Rng) -> Result<(
     if retiring {
         builder = builder.hibernate_after(Duration::from_millis(1));
     }
-    let completions = builder.from_sse(upstream);
+    let completions = builder.start(Source::sse(upstream));
 
     match fault {
         Fault::AllHandlesDropped => {

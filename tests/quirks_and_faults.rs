@@ -3,7 +3,7 @@
 
 mod common;
 
-use choicewise::{ChatCompletion, Completions, ErrorDetail, Incomplete, WarningKind};
+use choicewise::{ChatCompletion, Completions, ErrorDetail, Incomplete, Source, WarningKind};
 use choicewise_test_support::upstream;
 use futures::{StreamExt, TryStreamExt};
 
@@ -131,7 +131,7 @@ async fn wire_quirks_frame_like_a_clean_stream_and_concatenated_objects_warn() {
         c.choices[1].message.content.as_deref(),
         Some("Short and sweet 😀")
     );
-    let completions = Completions::from_reader(std::io::Cursor::new(bytes));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(bytes)));
     completions.collect().await.unwrap();
     let warnings = completions.warnings();
     assert!(
@@ -170,9 +170,9 @@ async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
         ]
     );
     // Each choice's own streams: the text first, then the error; [DONE] after it changes nothing.
-    let completions = Completions::from_reader(std::io::Cursor::new(common::fixture(
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
         "error_mid_stream.sse",
-    )));
+    ))));
     let choice = completions.choice(1).await.unwrap();
     let mut content = choice.content();
     let mut text = String::new();
@@ -277,8 +277,9 @@ async fn azure_annotations_are_kept_and_do_not_reopen_a_finished_choice() {
         assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
         assert!(choice.content_filter_results.is_some());
     }
-    let completions =
-        Completions::from_reader(std::io::Cursor::new(common::fixture("azure_filters.sse")));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
+        "azure_filters.sse",
+    ))));
     completions.collect().await.unwrap();
     assert!(
         !completions
@@ -317,7 +318,7 @@ async fn data_after_done_is_not_interpreted_and_is_reported() {
         "data: [DONE]\n\n",
         "data: {\"choices\":[{\"delta\":{\"content\":\"after\"}}]}\n\n",
     );
-    let completions = Completions::from_reader(sse.as_bytes());
+    let completions = Completions::new(Source::reader(sse.as_bytes()));
     let c = completions.collect().await.unwrap();
     assert_eq!(c.choices[0].message.content.as_deref(), Some("a"));
     assert!(
@@ -348,7 +349,7 @@ async fn a_runaway_event_fails_early_without_reading_the_rest() {
     });
     let completions = Completions::builder()
         .max_event_size(1 << 20)
-        .from_sse(stream);
+        .start(Source::sse(stream));
     let err = completions.outcome().await.unwrap_err();
     assert!(
         matches!(
@@ -388,7 +389,7 @@ async fn finish_before_the_last_argument_fragment_keeps_the_call_open() {
     ] {
         for split in common::SPLITS {
             let reads = common::split(stream.as_bytes(), split);
-            let completions = Completions::from_sse(upstream(reads));
+            let completions = Completions::new(Source::sse(upstream(reads)));
             let choice = completions.choice(0).await.unwrap();
             let events: Vec<_> = choice.events().try_collect().await.unwrap();
             let finished: Vec<_> = events
@@ -451,7 +452,7 @@ async fn data_lines_without_blank_lines_are_applied_line_by_line_with_a_warning(
     for stream in [squeezed, without_done] {
         for split in common::SPLITS {
             let reads = common::split(stream.as_bytes(), split);
-            let completions = Completions::from_sse(upstream(reads));
+            let completions = Completions::new(Source::sse(upstream(reads)));
             let whole = completions.collect().await.unwrap();
             assert_eq!(whole.choices, reference.choices, "{split:?}");
             assert_eq!(whole.usage, reference.usage);
@@ -464,7 +465,7 @@ async fn data_lines_without_blank_lines_are_applied_line_by_line_with_a_warning(
     // A choice is readable while the stream is still open: the line is applied when the next
     // one starts, not at the end.
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Vec<u8>, std::io::Error>>();
-    let completions = Completions::from_sse(rx);
+    let completions = Completions::new(Source::sse(rx));
     tx.unbounded_send(Ok(
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"!\"}}]}\n".to_vec(),
     ))

@@ -3,7 +3,7 @@
 
 mod common;
 
-use choicewise::{Completions, UsageSource, WarningKind};
+use choicewise::{Completions, Source, UsageSource, WarningKind};
 use choicewise_test_support::upstream;
 use choicewise_usage::{
     CompletionParts, EncodingName, ToolCallPart, count_completion, count_prompt, count_text,
@@ -49,7 +49,9 @@ async fn a_later_chunk_without_usage_never_erases_it() {
         "data: {\"choices\":[],\"usage\":{}}\n\n",
         "data: [DONE]\n\n",
     );
-    let usage = Completions::from_reader(sse.as_bytes()).usage().await;
+    let usage = Completions::new(Source::reader(sse.as_bytes()))
+        .usage()
+        .await;
     assert_eq!(
         (usage.total_tokens, usage.source),
         (6, UsageSource::Reported)
@@ -65,7 +67,7 @@ async fn without_usage_the_estimate_is_what_tiktoken_counts_for_the_same_strings
         .filter(|e| !e.contains("\"choices\":[]"))
         .map(|e| format!("{e}\n\n"))
         .collect();
-    let completions = Completions::from_reader(std::io::Cursor::new(stripped));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(stripped)));
     let completion = completions.collect().await.unwrap();
     let usage = completion.usage.clone().unwrap();
     assert_eq!(usage.source, UsageSource::Estimated);
@@ -128,9 +130,7 @@ async fn the_request_body_adds_the_prompt_count() {
         "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"Red.\"},\"finish_reason\":\"stop\"}]}\n\n",
         "data: [DONE]\n\n",
     );
-    let usage = Completions::builder()
-        .request(request.clone())
-        .from_reader(sse.as_bytes())
+    let usage = Completions::new(Source::reader(sse.as_bytes()).request(request.clone()))
         .usage()
         .await;
     let prompt = count_prompt(EncodingName::Cl100kBase, &request)
@@ -150,7 +150,9 @@ async fn the_request_body_adds_the_prompt_count() {
 #[tokio::test]
 async fn an_unknown_model_falls_back_to_the_default_encoding_and_says_so() {
     let sse = "data: {\"model\":\"llama-3.1-8b\",\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
-    let usage = Completions::from_reader(sse.as_bytes()).usage().await;
+    let usage = Completions::new(Source::reader(sse.as_bytes()))
+        .usage()
+        .await;
     let estimate = usage.estimate.unwrap();
     assert_eq!(
         (estimate.encoding.as_str(), estimate.model_known),
@@ -166,7 +168,7 @@ async fn an_unknown_model_falls_back_to_the_default_encoding_and_says_so() {
 async fn llama_cpp_usage_chunks_per_choice_add_up_with_the_prompt_once() {
     let bytes = common::fixture("llama_n4_usage_per_choice.sse");
     for split in common::SPLITS {
-        let completions = Completions::from_sse(upstream(common::split(&bytes, split)));
+        let completions = Completions::new(Source::sse(upstream(common::split(&bytes, split))));
         let completion = completions.collect().await.unwrap();
         let usage = completion.usage.clone().unwrap();
         assert_eq!(usage.source, UsageSource::Reported);
@@ -222,8 +224,9 @@ async fn llama_cpp_usage_chunks_per_choice_add_up_with_the_prompt_once() {
 async fn openai_single_final_usage_chunk_is_the_total_and_choices_are_estimated() {
     let bytes = common::fixture("openai_n3_tools.sse");
     let raw = last_raw_usage(&bytes);
-    let completions =
-        Completions::from_sse(futures::stream::iter([Ok::<_, std::io::Error>(bytes)]));
+    let completions = Completions::new(Source::sse(futures::stream::iter([
+        Ok::<_, std::io::Error>(bytes),
+    ])));
     let completion = completions.collect().await.unwrap();
     let mut ours = serde_json::to_value(completion.usage.as_ref().unwrap()).unwrap();
     ours.as_object_mut().unwrap().remove("source");
@@ -250,7 +253,7 @@ async fn one_choice_one_usage_chunk_is_that_choices_usage() {
         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3,\"total_tokens\":10}}\n\n",
         "data: [DONE]\n\n",
     );
-    let completion = Completions::from_reader(sse.as_bytes())
+    let completion = Completions::new(Source::reader(sse.as_bytes()))
         .collect()
         .await
         .unwrap();
@@ -294,7 +297,7 @@ async fn ambiguous_usage_chunks_are_never_added_up_and_are_warned_about() {
     ];
     for (stream, (prompt, completion)) in cases {
         let sse = format!("{stream}data: [DONE]\n\n");
-        let completions = Completions::from_reader(std::io::Cursor::new(sse.clone()));
+        let completions = Completions::new(Source::reader(std::io::Cursor::new(sse.clone())));
         let whole = completions.collect().await.unwrap();
         let u = whole.usage.unwrap();
         assert_eq!(
@@ -327,7 +330,7 @@ async fn one_usage_chunk_while_another_choice_runs_belongs_to_the_finished_choic
         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":4,\"total_tokens\":13}}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"going\"}}]}\n\n",
     );
-    let completions = Completions::from_reader(sse.as_bytes());
+    let completions = Completions::new(Source::reader(sse.as_bytes()));
     let inc = completions.collect().await.unwrap_err();
     assert!(matches!(
         inc.error.detail(),

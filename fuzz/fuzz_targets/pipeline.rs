@@ -1,4 +1,4 @@
-//! Arbitrary bytes through `Completions::from_sse(..)`: no panic (not even a caught one), no
+//! Arbitrary bytes through `Completions::new(Source::sse(..))`: no panic (not even a caught one), no
 //! hang, no actor left behind, and the same outcome however the bytes are split into reads.
 //! Input: a limit byte, two split-seed bytes, the stream (see `StreamInput`).
 #![no_main]

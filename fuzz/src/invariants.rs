@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use choicewise_core::wire::ChatCompletionChunk;
-use choicewise_core::{ChatCompletion, ChoiceEvent, Completions};
+use choicewise_core::{ChatCompletion, ChoiceEvent, Completions, Source};
 use choicewise_partial_json::PartialJson;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
@@ -346,7 +346,7 @@ pub async fn observe(completions: Completions) -> Observed {
     }
 }
 
-/// Feeds `reads` to `Completions::from_sse` and observes the result, failing on a hang.
+/// Feeds `reads` to `Source::sse` and observes the result, failing on a hang.
 pub async fn run_reads(reads: Vec<Vec<u8>>, max_event_size: Option<usize>) -> Observed {
     run_reads_paced(reads, max_event_size, false).await
 }
@@ -369,10 +369,10 @@ pub async fn run_reads_paced(
         });
         builder
             .hibernate_after(std::time::Duration::ZERO)
-            .from_sse(stream)
+            .start(Source::sse(stream))
     } else {
         let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
-        builder.from_sse(stream)
+        builder.start(Source::sse(stream))
     };
     match tokio::time::timeout(HANG, observe(completions)).await {
         Ok(observed) => observed,
@@ -720,7 +720,7 @@ pub async fn run_scenario_bytes(s: &Scenario, reads: Vec<Vec<u8>>) -> Observed {
         builder = builder.max_tool_calls(m);
     }
     let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
-    match tokio::time::timeout(HANG, observe(builder.from_sse(stream))).await {
+    match tokio::time::timeout(HANG, observe(builder.start(Source::sse(stream)))).await {
         Ok(o) => o,
         Err(_) => panic!("the completion did not end within {HANG:?}"),
     }

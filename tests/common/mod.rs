@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use std::time::Duration;
 
-use choicewise::{ChatCompletion, ChoiceEvent, Completions, Incomplete, live_actors};
+use choicewise::{ChatCompletion, ChoiceEvent, Completions, Incomplete, Source, live_actors};
 use choicewise_test_support::upstream;
 /// The read splits and the cutting are the kit's, shared with the other crates' tests (not
 /// every test binary uses both).
@@ -27,11 +27,13 @@ pub fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(fixture_path(name)).unwrap_or_else(|e| panic!("fixture {name}: {e}"))
 }
 
-/// Feeds the reads through `Completions::from_sse` and collects.
+/// Feeds the reads through `Source::sse` and collects.
 pub async fn collect_reads(
     reads: Vec<Vec<u8>>,
 ) -> Result<ChatCompletion, Incomplete<ChatCompletion>> {
-    Completions::from_sse(upstream(reads)).collect().await
+    Completions::new(Source::sse(upstream(reads)))
+        .collect()
+        .await
 }
 
 /// A completion's `collect()` (which must succeed) and then every choice's events, replayed

@@ -8,13 +8,11 @@
 //! cancels the 4 others; with no choice of theirs wanted, the upstream readers drop the
 //! response bodies and reqwest closes those connections.
 //!
-//! The fan-out is built as `choicewise_client::FanOut::start` builds it (each request
-//! `Client::send`, its `bytes_stream()` opened as an upstream of core's `fan_out()` with the
-//! request declared), with each body wrapped to stamp its reads: the only way to see, without
-//! changing the library, when the bytes the combinator decides on reached the reader. Left
-//! out: `FanOut`'s concurrency slot (a semaphore permit held beside each body; 5 requests
-//! never wait for one) and the client's idle timeout on the completion (`Client`'s is not
-//! public; nothing here is idle for long).
+//! The fan-out is built as `Client::source` builds its sources (each request's body from
+//! `Client::stream`, opened as a source of core's `fan_out` with the request declared), with
+//! each body wrapped to stamp its reads: the only way to see, without changing the library,
+//! when the bytes the combinator decides on reached the reader. Left out: the client's idle
+//! timeout on each source (nothing here is idle for long).
 //!
 //! The decision is bracketed by two stamps, both on the client's runtime:
 //!
@@ -57,7 +55,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use choicewise_client::{Client, ClientError};
-use choicewise_core::{Choices, Completions};
+use choicewise_core::{Choices, Completions, Source};
 use choicewise_test_support::within;
 use choicewise_testserver::{TestServer, TestServerBuilder};
 use futures::{Stream, StreamExt};
@@ -158,29 +156,28 @@ where
     }
 }
 
-/// `copies` requests of `request` as one completion, as `choicewise_client::FanOut::start`
-/// builds it, each body stamping the read that carries a finish.
+/// `copies` requests of `request` as one completion, as `Client::source` makes them, each
+/// body stamping the read that carries a finish.
 fn fan_out(
     client: &Client,
     request: &Value,
     copies: usize,
     finish_read: &Arc<OnceLock<Instant>>,
 ) -> Completions {
-    let mut fan_out = Completions::fan_out();
-    for _ in 0..copies {
+    let sources = (0..copies).map(|_| {
         let client = client.clone();
         let body = request.clone();
         let finish_read = finish_read.clone();
         let open = async move {
-            let response = client.send(&body).await?;
-            Ok::<_, ClientError>(Stamped {
-                body: Box::pin(response.bytes_stream()),
+            let reads = client.stream(&body).await?;
+            Ok::<_, ClientError>(Source::sse(Stamped {
+                body: Box::pin(reads),
                 finish_read,
-            })
+            }))
         };
-        fan_out = fan_out.open(open).request(request.clone());
-    }
-    fan_out.start()
+        Source::open(open).n(1).request(request.clone())
+    });
+    Completions::builder().fan_out(sources.collect::<Vec<_>>())
 }
 
 /// What the watcher saw of one choice.
@@ -325,9 +322,9 @@ async fn run_baseline(server_rt: Handle, connections: usize) -> Duration {
     let closed = closed_at(&server_rt, &server, connections);
     let body = request();
     let responses = futures::future::join_all((0..connections).map(|_| async {
-        let mut response = client.send(&body).await.expect("the test server answers");
-        let first = response.chunk().await.expect("the first event arrives");
-        assert!(first.is_some_and(|b| !b.is_empty()), "the first event");
+        let mut response = client.stream(&body).await.expect("the test server answers");
+        let first = response.next().await.expect("the first event arrives");
+        assert!(first.is_ok_and(|b| !b.is_empty()), "the first event");
         response
     }));
     let responses = within(PATIENCE, "close: the baseline's requests", responses).await;

@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use choicewise::{Completions, UsageSource};
+use choicewise::{Completions, Source, UsageSource};
 use tokio::runtime::Runtime;
 
 use crate::r#gen::{Generated, split_choices};
@@ -17,21 +17,19 @@ use crate::throughput::{
 };
 
 /// Contender names.
-pub const ONE_STREAM: &str = "one stream of n choices (from_sse)";
+pub const ONE_STREAM: &str = "one stream of n choices (Source::sse)";
 /// Contender names.
 pub const FAN_OUT: &str = "n upstreams of n = 1 (fan_out, n readers)";
 
 /// The upstreams as one completion: upstream `k` (`n(1)`) is the completion's choice `k`.
 pub async fn run_fan_out(upstreams: Vec<Vec<Arc<[u8]>>>) -> ChoicewiseRun {
-    let mut fan_out = Completions::fan_out();
-    for reads in upstreams {
-        fan_out = fan_out
-            .sse(futures::stream::iter(
-                reads.into_iter().map(Ok::<_, Infallible>),
-            ))
-            .n(1);
-    }
-    drain(fan_out.start()).await
+    let sources = upstreams.into_iter().map(|reads| {
+        Source::sse(futures::stream::iter(
+            reads.into_iter().map(Ok::<_, Infallible>),
+        ))
+        .n(1)
+    });
+    drain(Completions::builder().fan_out(sources)).await
 }
 
 /// One contender's stream(s).

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use choicewise::Completions;
+use choicewise::{Completions, Source};
 use futures::{StreamExt, TryStreamExt};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
@@ -196,7 +196,7 @@ pub fn run_choicewise(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
     let received = Received::new(g.event_ends.len());
     let stamps = received.clone();
     let consumers = rt.spawn(async move {
-        let completions = Completions::from_sse(channel_stream(rx, stamps));
+        let completions = Completions::new(Source::sse(channel_stream(rx, stamps)));
         let mut choices = completions.choices();
         let mut tasks = Vec::new();
         while let Some(choice) = choices.next().await {

@@ -6,7 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use choicewise::{Choice, Completions, DEFAULT_HIBERNATE_AFTER, live_actors};
+use choicewise::{Choice, Completions, DEFAULT_HIBERNATE_AFTER, Source, live_actors};
 use choicewise_test_support::rss_bytes;
 use futures::StreamExt;
 use tokio::runtime::Runtime;
@@ -126,7 +126,7 @@ async fn hold(count: usize, n: u32, quiet: Duration) -> Vec<(Completions, Vec<Ch
             .chain(futures::stream::pending());
         let completions = Completions::builder()
             .hibernate_after(quiet)
-            .from_sse(upstream);
+            .start(Source::sse(upstream));
         held.push(completions);
     }
     let mut out = Vec::with_capacity(count);
@@ -167,9 +167,9 @@ pub fn busy(rt: &Runtime, g: &Arc<Generated>, count: usize) -> BusyFigures {
         for _ in 0..count {
             let reads = reads.clone();
             tasks.push(tokio::spawn(async move {
-                let completions = Completions::from_sse(futures::stream::iter(
+                let completions = Completions::new(Source::sse(futures::stream::iter(
                     reads.into_iter().map(Ok::<_, Infallible>),
-                ));
+                )));
                 let mut drains = Vec::new();
                 let mut choices = completions.choices();
                 while let Some(choice) = choices.next().await {
@@ -222,9 +222,9 @@ pub struct SlowConsumerFigures {
 /// reading on. Returns the completion, still held.
 async fn stream_once(g: &Generated, slow: bool) -> Completions {
     let reads = g.reads(64 * 1024);
-    let completions = Completions::from_sse(futures::stream::iter(
+    let completions = Completions::new(Source::sse(futures::stream::iter(
         reads.into_iter().map(Ok::<_, Infallible>),
-    ));
+    )));
     let mut drains = Vec::new();
     let mut choices = completions.choices();
     while let Some(choice) = choices.next().await {

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use choicewise::{ChatCompletion, Completions, FunctionCallEvent};
+use choicewise::{ChatCompletion, Completions, FunctionCallEvent, Source};
 use futures::{StreamExt, TryStreamExt};
 use tokio::runtime::Runtime;
 
@@ -49,9 +49,9 @@ pub type ChoicewiseRun = (ChatCompletion, Vec<Drained>, Completions);
 /// Runs choicewise over `reads`: one task per choice drains `content()` and
 /// `function_calls()` concurrently, then `collect()` assembles the completion.
 pub async fn run_choicewise(reads: Vec<Arc<[u8]>>) -> ChoicewiseRun {
-    drain(Completions::from_sse(futures::stream::iter(
+    drain(Completions::new(Source::sse(futures::stream::iter(
         reads.into_iter().map(Ok::<_, Infallible>),
-    )))
+    ))))
     .await
 }
 

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use choicewise::Completions;
-use choicewise_client::{Client, FanOut};
+use choicewise::{Completions, Source};
+use choicewise_client::Client;
 use clap::Args;
 use futures::Stream;
 use serde_json::{Map, Value, json};
@@ -371,23 +371,20 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
             ));
         }
         let start = Instant::now();
-        let k = upstreams.len();
         let title = fan_out_title(&upstreams, request["n"].as_u64().unwrap_or(1));
         let models: Vec<&str> = upstreams.iter().map(|u| u.model.as_str()).collect();
         let model = models
             .iter()
             .all(|m| *m == models[0])
             .then(|| models[0].to_string());
-        let mut fan_out = FanOut::new().concurrency(k.max(choicewise_client::DEFAULT_CONCURRENCY));
-        for u in &upstreams {
-            fan_out = fan_out.request(&u.client, u.body.clone());
-        }
+        let sources = upstreams.iter().map(|u| u.client.source(u.body.clone()));
+        let completions = Completions::builder().fan_out(sources);
         let options = live::Options {
             start,
             title,
             model,
         };
-        return show(fan_out.start(), &args, options).await;
+        return show(completions, &args, options).await;
     }
     let Upstream {
         client,
@@ -410,22 +407,20 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
     };
 
     let start = Instant::now();
-    let response = client.send(&request).await.map_err(|e| e.to_string())?;
-    let completions = Completions::builder()
-        .request(request.clone())
-        .idle_timeout(idle);
-    let (completions, recording) = match recording {
-        None => (completions.from_sse(response.bytes_stream()), None),
+    let body = client.stream(&request).await.map_err(|e| e.to_string())?;
+    let (source, recording) = match recording {
+        None => (Source::sse(body), None),
         Some((path, shared, file)) => {
             shared.lock().unwrap_or_else(|p| p.into_inner()).recorder =
                 Some(Recorder::new(BufWriter::new(file), start));
             let tap = Tap {
-                inner: Box::pin(response.bytes_stream()),
+                inner: Box::pin(body),
                 recording: shared.clone(),
             };
-            (completions.from_sse(tap), Some((path, shared)))
+            (Source::sse(tap), Some((path, shared)))
         }
     };
+    let completions = Completions::new(source.request(request.clone()).idle_timeout(idle));
 
     let model = request["model"].as_str().map(str::to_string);
     let n = request["n"].as_u64().unwrap_or(1);

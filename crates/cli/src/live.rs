@@ -777,6 +777,7 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use choicewise::Source;
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 
@@ -788,7 +789,7 @@ mod tests {
             "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"Pack light.\"},\"finish_reason\":\"stop\"}]}\n\n",
             "data: {\"choices\":[{\"index\":2,\"delta\":{\"content\":\"Hm\"}}]}\n\n",
         );
-        let completions = Completions::from_reader(sse.as_bytes());
+        let completions = Completions::new(Source::reader(sse.as_bytes()));
         let choices: Vec<Choice> = completions.choices().collect().await;
         let at = Duration::from_millis(1500);
         let mut columns: Vec<Column> = choices.into_iter().map(Column::new).collect();

@@ -704,9 +704,13 @@ mod tests {
         ] {
             let original = fixture(name);
             let (recording, _) = record(&original, 3);
-            let direct = choicewise::Completions::from_reader(std::io::Cursor::new(original));
-            let replayed =
-                choicewise::Completions::from_sse(play(std::io::Cursor::new(recording), 0.0));
+            let direct = choicewise::Completions::new(choicewise::Source::reader(
+                std::io::Cursor::new(original),
+            ));
+            let replayed = choicewise::Completions::new(choicewise::Source::sse(play(
+                std::io::Cursor::new(recording),
+                0.0,
+            )));
             let json = |c: Result<_, choicewise::Incomplete<_>>| {
                 let (Ok(c) | Err(choicewise::Incomplete { partial: c, .. })) = c;
                 serde_json::to_value(c).unwrap()

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use choicewise::{Completions, Dialect};
+use choicewise::{Completions, Dialect, Source};
 use clap::Args;
 
 use crate::view::{self, ViewArgs};
@@ -58,29 +58,37 @@ pub async fn read_request(path: &Path) -> Result<serde_json::Value, String> {
 }
 
 pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
-    let mut builder = Completions::builder().dialect(args.format.unwrap_or_default());
+    let builder = Completions::builder().dialect(args.format.unwrap_or_default());
     let mut model = None;
+    let mut request = None;
     if let Some(path) = &args.request {
-        let request = read_request(path).await?;
-        model = request["model"].as_str().map(str::to_string);
-        builder = builder.request(request);
+        let body = read_request(path).await?;
+        model = body["model"].as_str().map(str::to_string);
+        request = Some(body);
     }
+    let with_request = |source: Source| match request {
+        Some(request) => source.request(request),
+        None => source,
+    };
     let speed = args.speed.unwrap_or(if args.view.json { 0.0 } else { 1.0 });
     let start = Instant::now();
     let (completions, title) = match args.file.as_deref() {
         None => (
-            builder.from_sse(record::play(DEMO, speed)),
+            builder.start(with_request(Source::sse(record::play(DEMO, speed)))),
             "replay of the demo".to_string(),
         ),
         Some(p) if p.as_os_str() == "-" => (
-            builder.from_sse(record::play(tokio::io::stdin(), speed)),
+            builder.start(with_request(Source::sse(record::play(
+                tokio::io::stdin(),
+                speed,
+            )))),
             "replay of stdin".to_string(),
         ),
         Some(p) => {
             let input = record::play_file(p, speed)
                 .map_err(|e| format!("cannot open {}: {e}", p.display()))?;
             (
-                builder.from_sse(input),
+                builder.start(with_request(Source::sse(input))),
                 format!("replay of {}", p.display()),
             )
         }

@@ -1,7 +1,7 @@
 //! Per-choice streams from async-openai's chat stream (feature `async-openai`).
 
-use choicewise_core::Completions;
 use choicewise_core::wire::ChatCompletionChunk;
+use choicewise_core::{Completions, Source};
 use futures::{Stream, StreamExt};
 
 use async_openai::types::chat::CreateChatCompletionStreamResponse;
@@ -21,7 +21,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///
 /// # Panics
 ///
-/// Outside a Tokio runtime, like [`Completions::from_chunks`].
+/// Outside a Tokio runtime, like [`Completions::new`].
 ///
 /// ```
 /// use async_openai::types::chat::CreateChatCompletionStreamResponse;
@@ -46,10 +46,10 @@ where
     S: Stream<Item = Result<CreateChatCompletionStreamResponse, E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
-    Completions::from_chunks(stream.map(|item| match item {
+    Completions::new(Source::parsed(stream.map(|item| match item {
         Ok(chunk) => convert(&chunk),
         Err(e) => Err(Box::new(e) as BoxError),
-    }))
+    })))
 }
 
 /// One async-openai chunk as a choicewise chunk, through JSON.

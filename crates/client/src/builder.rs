@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::Url;
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
-use crate::{Client, ClientError, Inner};
+use crate::{Client, ClientError, ClientErrorKind, Inner};
 
 #[cfg(doc)]
 use choicewise_core::Completions;
@@ -118,6 +118,7 @@ pub struct ClientBuilder {
     idle_timeout: Duration,
     max_retries: u32,
     max_retry_wait: Duration,
+    max_concurrent: Option<usize>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -135,6 +136,7 @@ impl fmt::Debug for ClientBuilder {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
             .field("max_retry_wait", &self.max_retry_wait)
+            .field("max_concurrent", &self.max_concurrent)
             .finish()
     }
 }
@@ -151,6 +153,7 @@ impl Default for ClientBuilder {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_retries: DEFAULT_MAX_RETRIES,
             max_retry_wait: DEFAULT_MAX_RETRY_WAIT,
+            max_concurrent: None,
         }
     }
 }
@@ -241,7 +244,7 @@ impl ClientBuilder {
     }
 
     /// The longest silence allowed (default 60 s): waiting this long for the response headers
-    /// fails the request with [`ClientError::Timeout`]; receiving no byte of the body for this
+    /// fails the request with a [`ClientErrorKind::Timeout`] error; receiving no byte of the body for this
     /// long ends the stream with [`choicewise_core::ErrorDetail::IdleTimeout`] (keep-alive comments
     /// count as bytes).
     ///
@@ -282,28 +285,48 @@ impl ClientBuilder {
         self
     }
 
+    /// The most requests of this client (and its clones) streaming at once (default: no
+    /// limit): a request waits for a free slot before it is sent and keeps it until its
+    /// answer's body is dropped (its stream ended, or nobody wants it). A fan-out of many
+    /// sources then runs `limit` at a time.
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().max_concurrent_requests(4).build();
+    /// assert!(client.is_ok());
+    /// ```
+    pub fn max_concurrent_requests(mut self, limit: usize) -> Self {
+        self.max_concurrent = Some(limit.max(1));
+        self
+    }
+
     /// Checks the settings and builds the client.
     ///
     /// ```
-    /// # use choicewise_client::{Client, ClientError};
+    /// # use choicewise_client::{Client, ClientErrorKind};
     /// assert!(Client::builder().build().is_ok());
-    /// assert!(matches!(Client::builder().base_url("").build(), Err(ClientError::InvalidUrl(_))));
+    /// assert!(Client::builder().base_url("").build().is_err_and(|e| e.kind() == ClientErrorKind::InvalidUrl));
     /// ```
     pub fn build(self) -> Result<Client, ClientError> {
         if self.azure.is_some() && self.api != Api::ChatCompletions {
-            return Err(ClientError::InvalidUrl(format!(
-                "{:?}: Azure mode serves Chat Completions only, not {:?}",
-                self.base_url, self.api
-            )));
+            return Err(ClientError::invalid(
+                ClientErrorKind::InvalidUrl,
+                format!(
+                    "{:?}: Azure mode serves Chat Completions only, not {:?}",
+                    self.base_url, self.api
+                ),
+            ));
         }
         let url = endpoint(&self.base_url, self.azure.as_deref(), self.api.segments())?;
         let models_url = endpoint(&self.base_url, self.azure.as_deref(), &["models"])?;
         let mut headers = HeaderMap::new();
         for (name, value) in &self.headers {
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| ClientError::InvalidHeader(format!("name {name:?}")))?;
-            let value = HeaderValue::from_str(value)
-                .map_err(|_| ClientError::InvalidHeader(format!("value of {name}")))?;
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                ClientError::invalid(ClientErrorKind::InvalidHeader, format!("name {name:?}"))
+            })?;
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                ClientError::invalid(ClientErrorKind::InvalidHeader, format!("value of {name}"))
+            })?;
             headers.append(name, value);
         }
         if self.api == Api::Messages && !headers.contains_key("anthropic-version") {
@@ -318,8 +341,9 @@ impl ClientBuilder {
                 (None, Api::Messages) => (HeaderName::from_static("x-api-key"), key.clone()),
                 (None, _) => (AUTHORIZATION, format!("Bearer {key}")),
             };
-            let mut value = HeaderValue::from_str(&value)
-                .map_err(|_| ClientError::InvalidHeader("the API key".to_string()))?;
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                ClientError::invalid(ClientErrorKind::InvalidHeader, "the API key".to_string())
+            })?;
             value.set_sensitive(true);
             headers.insert(name, value);
         }
@@ -339,6 +363,7 @@ impl ClientBuilder {
                 idle_timeout: self.idle_timeout,
                 max_retries: self.max_retries,
                 max_retry_wait: self.max_retry_wait,
+                slots: (self.max_concurrent).map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
             }),
         })
     }
@@ -365,7 +390,8 @@ impl ClientBuilder {
 
 /// `{base}/SEGMENTS` (`chat/completions`, `models`), with `?api-version=` in Azure mode.
 fn endpoint(base: &str, azure: Option<&str>, segments: &[&str]) -> Result<Url, ClientError> {
-    let invalid = |why: &str| ClientError::InvalidUrl(format!("{base:?}: {why}"));
+    let invalid =
+        |why: &str| ClientError::invalid(ClientErrorKind::InvalidUrl, format!("{base:?}: {why}"));
     let mut url = Url::parse(base.trim()).map_err(|e| invalid(&e.to_string()))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(invalid("not http or https"));
@@ -410,7 +436,7 @@ mod tests {
         );
         for bad in ["", "api.openai.com/v1", "ftp://x/v1", "mailto:a@b"] {
             assert!(
-                matches!(url(bad, None), Err(ClientError::InvalidUrl(_))),
+                url(bad, None).is_err_and(|e| e.kind() == ClientErrorKind::InvalidUrl),
                 "{bad}"
             );
         }
@@ -450,6 +476,6 @@ mod tests {
             .api(Api::Responses)
             .azure("2024-10-21")
             .build();
-        assert!(matches!(azure, Err(ClientError::InvalidUrl(_))));
+        assert!(azure.is_err_and(|e| e.kind() == ClientErrorKind::InvalidUrl));
     }
 }

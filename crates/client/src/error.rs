@@ -12,129 +12,273 @@ use crate::Client;
 /// The most of an error body read (the rest is ignored).
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// Everything that can go wrong before a stream starts. Once [`Client::send`] or
-/// [`Client::chat`] succeeded, errors are the stream's own [`choicewise_core::Error`].
+/// Everything that can go wrong before a stream starts: one opaque error that says what kind
+/// it is ([`kind`](Self::kind)) and carries what is known ([`status`](Self::status),
+/// [`url`](Self::url), [`body`](Self::body)); the underlying transport error, if any, is its
+/// [`source`](std::error::Error::source). Once [`Client::chat`] succeeded, errors are the
+/// stream's own [`choicewise_core::Error`].
 ///
 /// ```
-/// use choicewise_client::{Client, ClientError};
+/// use choicewise_client::{Client, ClientErrorKind};
 /// let err = Client::builder().base_url("no scheme").build().unwrap_err();
-/// assert!(matches!(err, ClientError::InvalidUrl(_)));
+/// assert_eq!(err.kind(), ClientErrorKind::InvalidUrl);
 /// ```
-#[derive(Debug, thiserror::Error)]
+pub struct ClientError {
+    inner: Box<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    kind: ClientErrorKind,
+    message: String,
+    url: Option<String>,
+    status: Option<u16>,
+    body: Option<Value>,
+    source: Option<BoxError>,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What kind of [`ClientError`] it is.
+///
+/// ```
+/// use choicewise_client::ClientErrorKind;
+/// assert_ne!(ClientErrorKind::Status, ClientErrorKind::Connect);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ClientError {
-    /// The provider answered with a non-2xx status.
-    ///
-    /// ```
-    /// use choicewise_client::ClientError;
-    /// let e = ClientError::Status { status: 401, message: "Incorrect API key".into(), body: None };
-    /// assert_eq!(e.to_string(), "the provider answered 401: Incorrect API key");
-    /// ```
-    #[error("the provider answered {status}: {message}")]
-    Status {
-        /// The HTTP status.
-        status: u16,
-        /// The provider's message (`error.message` of its JSON body), else the body's text,
-        /// else the status's reason.
-        message: String,
-        /// The provider's JSON error body, when it was JSON.
-        body: Option<Value>,
-    },
-    /// Could not connect (refused, DNS, TLS), after the retries.
-    ///
-    /// ```no_run
-    /// # use choicewise_client::{Client, ClientError};
-    /// # #[tokio::main] async fn main() {
-    /// let client = Client::builder().base_url("http://127.0.0.1:9/v1").build().unwrap();
-    /// let err = client.send(&serde_json::json!({})).await.unwrap_err();
-    /// assert!(matches!(err, ClientError::Connect { .. }));
-    /// # }
-    /// ```
-    #[error("could not connect to {url}: {source}")]
-    Connect {
-        /// The URL requested.
-        url: String,
-        /// What failed.
-        source: reqwest::Error,
-    },
+pub enum ClientErrorKind {
+    /// The provider answered with a non-2xx status ([`ClientError::status`]).
+    Status,
+    /// Could not connect (refused, no such host, TLS), after the retries.
+    Connect,
     /// The connection was not established within the connect timeout (after the retries),
     /// or the response headers did not arrive within the idle timeout.
-    ///
-    /// ```
-    /// use choicewise_client::ClientError;
-    /// let e = ClientError::Timeout { url: "https://api.openai.com/v1/chat/completions".into() };
-    /// assert!(e.to_string().starts_with("timed out"));
-    /// ```
-    #[error("timed out waiting for {url}")]
-    Timeout {
-        /// The URL requested.
-        url: String,
-    },
-    /// The request failed after it was sent (connection reset, invalid response, ...), or the
-    /// HTTP client could not be built.
-    ///
-    /// ```
-    /// # use choicewise_client::ClientError;
-    /// fn is_transport(e: &ClientError) -> bool { matches!(e, ClientError::Request(_)) }
-    /// # assert!(!is_transport(&ClientError::InvalidUrl(String::new())));
-    /// ```
-    #[error("the request failed: {0}")]
-    Request(#[from] reqwest::Error),
+    Timeout,
+    /// The request failed after it was sent (connection reset, invalid response, ...), or
+    /// the HTTP client could not be built.
+    Request,
     /// The base URL is not an absolute `http` or `https` URL.
-    ///
-    /// ```
-    /// # use choicewise_client::{Client, ClientError};
-    /// let err = Client::builder().base_url("ftp://example.com").build().unwrap_err();
-    /// assert!(matches!(err, ClientError::InvalidUrl(_)));
-    /// ```
-    #[error("invalid base URL: {0}")]
-    InvalidUrl(String),
+    InvalidUrl,
     /// A header name or value given to the builder (or the API key) is not valid in HTTP.
-    ///
-    /// ```
-    /// # use choicewise_client::{Client, ClientError};
-    /// let err = Client::builder().header("bad name", "x").build().unwrap_err();
-    /// assert!(matches!(err, ClientError::InvalidHeader(_)));
-    /// ```
-    #[error("invalid header: {0}")]
-    InvalidHeader(String),
+    InvalidHeader,
     /// The request body is not a JSON object.
-    ///
-    /// ```
-    /// # use choicewise_client::{Client, ClientError};
-    /// # #[tokio::main] async fn main() {
-    /// let client = Client::builder().build().unwrap();
-    /// let err = client.send(&serde_json::json!([1, 2])).await.unwrap_err();
-    /// assert!(matches!(err, ClientError::InvalidRequest(_)));
-    /// # }
-    /// ```
-    #[error("invalid request: {0}")]
-    InvalidRequest(String),
+    InvalidRequest,
     /// A response that is not what the endpoint answers (e.g. `GET /models` that is not a
     /// JSON model list).
-    ///
-    /// ```
-    /// use choicewise_client::ClientError;
-    /// let e = ClientError::InvalidResponse("http://127.0.0.1:8080/v1/models: not a JSON model list".into());
-    /// assert!(e.to_string().starts_with("invalid response: "));
-    /// ```
-    #[error("invalid response: {0}")]
-    InvalidResponse(String),
+    InvalidResponse,
 }
 
 impl ClientError {
-    /// The HTTP status the provider answered with, for [`ClientError::Status`].
+    fn new(kind: ClientErrorKind, message: String) -> Self {
+        ClientError {
+            inner: Box::new(Inner {
+                kind,
+                message,
+                url: None,
+                status: None,
+                body: None,
+                source: None,
+            }),
+        }
+    }
+
+    /// A non-2xx answer: its status, the provider's message, its JSON body.
+    pub(crate) fn status_error(status: u16, message: String, body: Option<Value>) -> Self {
+        let mut e = ClientError::new(ClientErrorKind::Status, message);
+        e.inner.status = Some(status);
+        e.inner.body = body;
+        e
+    }
+
+    /// No connection to `url`: `source` says why.
+    pub(crate) fn connect(url: &str, source: reqwest::Error) -> Self {
+        let mut e = ClientError::new(ClientErrorKind::Connect, connect_cause(&source));
+        e.inner.url = Some(url.to_string());
+        e.inner.source = Some(Box::new(source));
+        e
+    }
+
+    /// Nothing from `url` in time.
+    pub(crate) fn timeout(url: &str) -> Self {
+        let mut e = ClientError::new(ClientErrorKind::Timeout, String::new());
+        e.inner.url = Some(url.to_string());
+        e
+    }
+
+    /// The request failed after it was sent.
+    pub(crate) fn request(source: reqwest::Error) -> Self {
+        let mut e = ClientError::new(ClientErrorKind::Request, source.to_string());
+        e.inner.url = source.url().map(|u| u.to_string());
+        e.inner.source = Some(Box::new(source));
+        e
+    }
+
+    /// Invalid input or an unexpected answer, saying why.
+    pub(crate) fn invalid(kind: ClientErrorKind, why: String) -> Self {
+        ClientError::new(kind, why)
+    }
+
+    /// What kind of error it is.
     ///
     /// ```
-    /// use choicewise_client::ClientError;
-    /// let e = ClientError::Status { status: 429, message: "slow down".into(), body: None };
-    /// assert_eq!(e.status(), Some(429));
+    /// use choicewise_client::{Client, ClientErrorKind};
+    /// let err = Client::builder().header("bad name", "x").build().unwrap_err();
+    /// assert_eq!(err.kind(), ClientErrorKind::InvalidHeader);
+    /// ```
+    pub fn kind(&self) -> ClientErrorKind {
+        self.inner.kind
+    }
+
+    /// The HTTP status the provider answered with ([`ClientErrorKind::Status`]).
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = choicewise_testserver::TestServer::builder()
+    /// #     .fail(choicewise_testserver::Failure::status(429).message("slow down")).start().await?;
+    /// let client = Client::builder().base_url(server.base_url()).max_retries(0).build()?;
+    /// let err = client.chat(serde_json::json!({"messages": []})).await.unwrap_err();
+    /// assert_eq!(err.status(), Some(429));
+    /// assert_eq!(err.to_string(), "the provider answered 429: slow down");
+    /// # Ok(()) }
     /// ```
     pub fn status(&self) -> Option<u16> {
-        match self {
-            ClientError::Status { status, .. } => Some(*status),
-            _ => None,
+        self.inner.status
+    }
+
+    /// The provider's JSON error body, when it answered with one ([`ClientErrorKind::Status`]).
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = choicewise_testserver::TestServer::builder()
+    /// #     .fail(choicewise_testserver::Failure::status(400).message("bad n")).start().await?;
+    /// let client = Client::builder().base_url(server.base_url()).build()?;
+    /// let err = client.chat(serde_json::json!({"messages": []})).await.unwrap_err();
+    /// assert_eq!(err.body().unwrap()["error"]["message"], "bad n");
+    /// # Ok(()) }
+    /// ```
+    pub fn body(&self) -> Option<&Value> {
+        self.inner.body.as_ref()
+    }
+
+    /// The provider's message ([`ClientErrorKind::Status`]: `error.message` of its JSON
+    /// body, else the body's text, else the status's reason), or what was wrong.
+    ///
+    /// ```
+    /// use choicewise_client::Client;
+    /// let err = Client::builder().base_url("ftp://example.com").build().unwrap_err();
+    /// assert!(err.message().contains("ftp"));
+    /// ```
+    pub fn message(&self) -> &str {
+        &self.inner.message
+    }
+
+    /// The URL requested, when the error is about one (connect, timeout, request).
+    ///
+    /// ```no_run
+    /// # use choicewise_client::Client;
+    /// # #[tokio::main] async fn main() {
+    /// let client = Client::builder().base_url("http://127.0.0.1:9/v1").max_retries(0).build().unwrap();
+    /// let err = client.chat(serde_json::json!({"messages": []})).await.unwrap_err();
+    /// assert_eq!(err.url(), Some("http://127.0.0.1:9/v1/chat/completions"));
+    /// # }
+    /// ```
+    pub fn url(&self) -> Option<&str> {
+        self.inner.url.as_deref()
+    }
+}
+
+impl std::fmt::Debug for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.inner, f)
+    }
+}
+
+impl std::fmt::Display for ClientError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Inner {
+            kind,
+            message,
+            url,
+            status,
+            ..
+        } = &*self.inner;
+        let url = url.as_deref().unwrap_or("the server");
+        match kind {
+            ClientErrorKind::Status => {
+                write!(
+                    f,
+                    "the provider answered {}: {message}",
+                    status.unwrap_or(0)
+                )
+            }
+            ClientErrorKind::Connect => write!(f, "could not connect to {url}: {message}"),
+            ClientErrorKind::Timeout => write!(f, "timed out waiting for {url}"),
+            ClientErrorKind::Request => write!(f, "the request failed: {message}"),
+            ClientErrorKind::InvalidUrl => write!(f, "invalid base URL: {message}"),
+            ClientErrorKind::InvalidHeader => write!(f, "invalid header: {message}"),
+            ClientErrorKind::InvalidRequest => write!(f, "invalid request: {message}"),
+            ClientErrorKind::InvalidResponse => write!(f, "invalid response: {message}"),
         }
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<reqwest::Error> for ClientError {
+    fn from(e: reqwest::Error) -> Self {
+        ClientError::request(e)
+    }
+}
+
+/// Why a connection failed, in plain words: the kind of the innermost cause (`connection
+/// refused`, `no such host`, `timed out`, a TLS failure), then its own message.
+fn connect_cause(error: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = error;
+    let mut words = None;
+    loop {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            words = match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => Some("connection refused"),
+                std::io::ErrorKind::TimedOut => Some("timed out"),
+                std::io::ErrorKind::ConnectionReset => Some("connection reset"),
+                std::io::ErrorKind::AddrNotAvailable => Some("address not available"),
+                _ => words,
+            };
+        }
+        let text = cause.to_string().to_ascii_lowercase();
+        if words.is_none() {
+            if text.contains("dns error")
+                || text.contains("failed to lookup")
+                || text.contains("name or service not known")
+            {
+                words = Some("no such host");
+            } else if text.contains("certificate")
+                || text.contains("tls")
+                || text.contains("handshake")
+            {
+                words = Some("TLS handshake failed");
+            }
+        }
+        match cause.source() {
+            Some(next) => cause = next,
+            None => break,
+        }
+    }
+    let last = cause.to_string();
+    match words {
+        Some(words) if !last.to_ascii_lowercase().contains(words) => format!("{words} ({last})"),
+        Some(words) => words.to_string(),
+        None => last,
     }
 }
 
@@ -146,9 +290,10 @@ impl ClientError {
 /// ```
 /// use choicewise_client::ClientError;
 /// use choicewise_core::{Error, ErrorKind};
-/// let e: Error = ClientError::Status { status: 500, message: "oops".into(), body: None }.into();
+/// # let e = choicewise_client::Client::builder().base_url("oops").build().unwrap_err();
+/// let e: Error = e.into();
 /// assert_eq!(e.kind(), ErrorKind::Open);
-/// assert!(e.to_string().ends_with("the provider answered 500: oops"));
+/// assert!(e.to_string().contains("invalid base URL"));
 /// ```
 impl From<ClientError> for choicewise_core::Error {
     fn from(e: ClientError) -> Self {
@@ -160,7 +305,7 @@ impl From<ClientError> for choicewise_core::Error {
     }
 }
 
-/// A non-2xx response as [`ClientError::Status`], with its body (read within `timeout`, at
+/// A non-2xx response as a [`ClientErrorKind::Status`] error, with its body (read within `timeout`, at
 /// most [`MAX_ERROR_BODY`] bytes).
 pub(crate) async fn status_error(response: reqwest::Response, timeout: Duration) -> ClientError {
     let status = response.status();
@@ -191,11 +336,7 @@ pub(crate) async fn status_error(response: reqwest::Response, timeout: Duration)
                 .unwrap_or("no reason given")
                 .to_string()
         });
-    ClientError::Status {
-        status: status.as_u16(),
-        message,
-        body,
-    }
+    ClientError::status_error(status.as_u16(), message, body)
 }
 
 /// The message of a provider's JSON error: `error.message`, `error` as text, `message`,

@@ -36,7 +36,8 @@
 //!
 //! ## Retries
 //!
-//! A chat completion is a POST that costs money, so [`Client::send`] retries only when the
+//! A chat completion is a POST that costs money, so [`Client::chat`] and [`Client::source`]
+//! retry only when the
 //! request certainly produced no answer:
 //!
 //! - **a failed connection** (refused, DNS, TLS, connect timeout), and
@@ -50,9 +51,9 @@
 //! (default 20 s).
 //!
 //! Nothing else is retried: any other status (400, 401, 404, 500, ...) is returned at once as
-//! [`ClientError::Status`] with the provider's JSON error body; an error after the request was
+//! a [`ClientErrorKind::Status`] error with the provider's JSON error body; an error after the request was
 //! sent (a connection reset, no response headers within the idle timeout) is returned as is;
-//! and once [`Client::send`] has returned a `2xx` response, the stream is never restarted: a
+//! and once a `2xx` response came, the stream is never restarted: a
 //! failure mid-stream ends the [`Completions`] with a typed [`choicewise_core::Error`], keeping
 //! everything received before it.
 //!
@@ -61,22 +62,27 @@
 //! - [`connect_timeout`](ClientBuilder::connect_timeout) (default 10 s): establishing the
 //!   connection (TCP and TLS).
 //! - [`idle_timeout`](ClientBuilder::idle_timeout) (default 60 s): the longest silence
-//!   allowed, while waiting for the response headers ([`ClientError::Timeout`]) and between
+//!   allowed, while waiting for the response headers ([`ClientErrorKind::Timeout`]) and between
 //!   two reads of the body ([`choicewise_core::ErrorDetail::IdleTimeout`]). There is no limit on the
 //!   length of a stream that keeps sending.
 //!
+//! ## Many requests, one completion
+//!
+//! [`Client::source`] makes a request a [`Source`] of the core, opened when its completion
+//! starts reading it: `Completions::builder().fan_out([...])` reads several, from one client
+//! or several, as one completion.
+//!
 //! ## Without this client
 //!
-//! [`completions`] turns any `reqwest::Response` carrying an SSE body into a [`Completions`];
-//! with the `async-openai` feature, `from_async_openai` does the same for async-openai's
-//! chat stream.
+//! Any HTTP body is a [`Source::sse`] (a stream of byte reads); with the `async-openai`
+//! feature, `from_async_openai` reads async-openai's chat stream.
 #![deny(missing_docs)]
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use choicewise_core::{Completions, CompletionsBuilder};
+use choicewise_core::{Completions, Source};
 use reqwest::header::{ACCEPT, HeaderMap};
 use reqwest::{StatusCode, Url};
 use serde_json::Value;
@@ -88,14 +94,11 @@ pub use builder::{
 };
 
 mod error;
-pub use error::ClientError;
 use error::status_error;
+pub use error::{ClientError, ClientErrorKind};
 
 mod retry;
 use retry::{backoff, retry_after};
-
-mod fan_out;
-pub use fan_out::{DEFAULT_CONCURRENCY, FanOut};
 
 #[cfg(feature = "async-openai")]
 mod async_openai_compat;
@@ -114,6 +117,8 @@ struct Inner {
     idle_timeout: Duration,
     max_retries: u32,
     max_retry_wait: Duration,
+    /// The slots of [`ClientBuilder::max_concurrent_requests`].
+    slots: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// An HTTP client for streamed chat completions; cheap to clone (the connection pool is
@@ -162,11 +167,6 @@ impl Client {
         ClientBuilder::default()
     }
 
-    /// The idle timeout (see [`ClientBuilder::idle_timeout`]).
-    pub(crate) fn idle_timeout(&self) -> Duration {
-        self.inner.idle_timeout
-    }
-
     /// The URL requests are posted to.
     ///
     /// ```
@@ -180,28 +180,11 @@ impl Client {
 
     /// POSTs the request to `{base_url}/chat/completions` with `"stream": true` forced into
     /// it, retrying as described in [the retry policy](crate#retries). Returns once a `2xx`
-    /// status and the headers arrived; the body is not read yet (pass the response to
-    /// [`completions`]).
-    ///
-    /// ```
-    /// use choicewise_client::{Client, completions};
-    /// use choicewise_core::Completions;
-    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let server = choicewise_testserver::TestServer::builder().fixture("demo.sse").start().await?;
-    /// let client = Client::builder().base_url(server.base_url()).build()?;
-    /// let request = serde_json::json!({"model": "gpt-4o-mini", "n": 3, "messages": []});
-    /// let response = client.send(&request).await?;
-    /// assert_eq!(response.status(), 200);
-    /// let request_id = response.headers().get("x-request-id").cloned();
-    /// let completions = completions(response, Completions::builder().request(request));
-    /// assert_eq!(completions.collect().await?.choices.len(), 3);
-    /// # assert!(request_id.is_some());
-    /// # assert_eq!(server.requests()[0].json.as_ref().unwrap()["stream"], true);
-    /// # Ok(()) }
-    /// ```
-    pub async fn send(&self, request: &Value) -> Result<reqwest::Response, ClientError> {
+    /// status and the headers arrived; the body is not read yet.
+    async fn send(&self, request: &Value) -> Result<reqwest::Response, ClientError> {
         let Some(object) = request.as_object() else {
-            return Err(ClientError::InvalidRequest(
+            return Err(ClientError::invalid(
+                ClientErrorKind::InvalidRequest,
                 "the body must be a JSON object".to_string(),
             ));
         };
@@ -220,7 +203,7 @@ impl Client {
                 .send();
             let sent = match tokio::time::timeout(inner.idle_timeout, sent).await {
                 Ok(sent) => sent,
-                Err(_) => return Err(ClientError::Timeout { url: url_text() }),
+                Err(_) => return Err(ClientError::timeout(&url_text())),
             };
             let wait = match sent {
                 Ok(response) if response.status().is_success() => return Ok(response),
@@ -238,17 +221,14 @@ impl Client {
                 Err(e) if e.is_connect() => {
                     if retry >= inner.max_retries {
                         return Err(if e.is_timeout() {
-                            ClientError::Timeout { url: url_text() }
+                            ClientError::timeout(&url_text())
                         } else {
-                            ClientError::Connect {
-                                url: url_text(),
-                                source: e,
-                            }
+                            ClientError::connect(&url_text(), e)
                         });
                     }
                     backoff(retry)
                 }
-                Err(e) => return Err(ClientError::Request(e)),
+                Err(e) => return Err(ClientError::request(e)),
             };
             tokio::time::sleep(wait.min(inner.max_retry_wait)).await;
             retry += 1;
@@ -280,31 +260,31 @@ impl Client {
             .header(ACCEPT, "application/json")
             .send();
         let response = match tokio::time::timeout(inner.idle_timeout, sent).await {
-            Err(_) => return Err(ClientError::Timeout { url: url_text() }),
-            Ok(Err(e)) if e.is_connect() => {
-                return Err(ClientError::Connect {
-                    url: url_text(),
-                    source: e,
-                });
-            }
-            Ok(Err(e)) => return Err(ClientError::Request(e)),
+            Err(_) => return Err(ClientError::timeout(&url_text())),
+            Ok(Err(e)) if e.is_connect() => return Err(ClientError::connect(&url_text(), e)),
+            Ok(Err(e)) => return Err(ClientError::request(e)),
             Ok(Ok(r)) if !r.status().is_success() => {
                 return Err(status_error(r, inner.idle_timeout).await);
             }
             Ok(Ok(r)) => r,
         };
         let body = match tokio::time::timeout(inner.idle_timeout, response.bytes()).await {
-            Err(_) => return Err(ClientError::Timeout { url: url_text() }),
+            Err(_) => return Err(ClientError::timeout(&url_text())),
             Ok(body) => body?,
         };
         let list: Value = serde_json::from_slice(&body).map_err(|e| {
-            ClientError::InvalidResponse(format!("{}: not a JSON model list: {e}", url_text()))
+            ClientError::invalid(
+                ClientErrorKind::InvalidResponse,
+                format!("{}: not a JSON model list: {e}", url_text()),
+            )
         })?;
         Ok(model_ids(&list))
     }
 
-    /// [`send`](Self::send), then [`completions`] with this client's idle timeout and the
-    /// request (so that a usage estimate counts the prompt): the usual entry point.
+    /// Sends the request and returns its completion once the provider answered `2xx` (an
+    /// error status, a refused connection or a timeout before that is a [`ClientError`]),
+    /// read with this client's idle timeout, the request counted in usage estimates: the
+    /// usual entry point.
     ///
     /// ```
     /// use choicewise_client::Client;
@@ -318,47 +298,86 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn chat(&self, request: Value) -> Result<Completions, ClientError> {
-        let response = self.send(&request).await?;
-        let options = Completions::builder()
+        let body = self.stream(&request).await?;
+        let source = Source::sse(body)
             .request(request)
             .idle_timeout(self.inner.idle_timeout);
-        Ok(completions(response, options))
+        Ok(Completions::new(source))
     }
-}
 
-/// A streamed response's body into per-choice streams, read with `options` (a
-/// [`Completions::builder`]: the request, so that usage estimates count the prompt; an idle
-/// timeout, ending the stream with [`choicewise_core::ErrorDetail::IdleTimeout`] when no byte
-/// arrives for that long; limits; the dialect).
-///
-/// Dropping the returned [`Completions`] and every handle taken from it drops the response,
-/// which closes the connection.
-///
-/// # Panics
-///
-/// Outside a Tokio runtime, like [`Completions::from_sse`].
-///
-/// ```
-/// use std::time::Duration;
-/// use choicewise_client::completions;
-/// use choicewise_core::Completions;
-/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let server = choicewise_testserver::TestServer::builder().fixture("demo.sse").start().await?;
-/// # let url = format!("{}/chat/completions", server.base_url());
-/// // Any reqwest response with an SSE body, e.g. from your own reqwest client:
-/// let response = reqwest::Client::new()
-///     .post(url)
-///     .json(&serde_json::json!({"model": "gpt-4o-mini", "n": 3, "stream": true, "messages": []}))
-///     .send()
-///     .await?
-///     .error_for_status()?;
-/// let options = Completions::builder().idle_timeout(Duration::from_secs(30));
-/// let completions = completions(response, options);
-/// assert_eq!(completions.collect().await?.choices.len(), 3);
-/// # Ok(()) }
-/// ```
-pub fn completions(response: reqwest::Response, options: CompletionsBuilder) -> Completions {
-    options.from_sse(response.bytes_stream())
+    /// Sends the request and returns the answer's body, raw, once the provider answered
+    /// `2xx`: a stream of reads of SSE bytes, for a program that wants the bytes themselves
+    /// (to record them, say) before making them a [`Source::sse`].
+    ///
+    /// ```
+    /// use choicewise_client::Client;
+    /// use choicewise_core::{Completions, Source};
+    /// use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = choicewise_testserver::TestServer::builder().fixture("demo.sse").start().await?;
+    /// let client = Client::builder().base_url(server.base_url()).build()?;
+    /// let request = serde_json::json!({"model": "gpt-4o-mini", "n": 3, "messages": []});
+    /// let body = client.stream(&request).await?;
+    /// let bytes: Vec<u8> = body.map_ok(|read| read.to_vec()).try_concat().await?;
+    /// let completions = Completions::new(Source::reader(std::io::Cursor::new(bytes)).request(request));
+    /// assert_eq!(completions.collect().await?.choices.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub async fn stream(
+        &self,
+        request: &Value,
+    ) -> Result<
+        impl futures::Stream<Item = Result<bytes::Bytes, ClientError>> + Send + 'static,
+        ClientError,
+    > {
+        use futures::TryStreamExt;
+        let slot = match &self.inner.slots {
+            Some(slots) => slots.clone().acquire_owned().await.ok(),
+            None => None,
+        };
+        let response = self.send(request).await?;
+        // The slot is held by the body: freed when it is dropped.
+        Ok(response.bytes_stream().map_err(move |e| {
+            let _held = &slot;
+            ClientError::request(e)
+        }))
+    }
+
+    /// The request as a [`Source`] still to be opened: sent when a completion starts reading
+    /// it (retried as [`chat`](Self::chat) is), its answer's body read as SSE; a failure
+    /// before the stream begins fails the source with
+    /// [`ErrorDetail::Open`](choicewise_core::ErrorDetail::Open), this error as its source.
+    /// Its choice count is the request's `n` (1 by default), so that a fan-out of sources
+    /// numbers the choices of each request in a block of its own.
+    ///
+    /// ```
+    /// use choicewise_client::Client;
+    /// use choicewise_core::Completions;
+    /// use serde_json::json;
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = choicewise_testserver::TestServer::builder().fixture("demo.sse").start().await?;
+    /// let client = Client::builder().base_url(server.base_url()).build()?;
+    /// let request = json!({"model": "gpt-4o-mini", "n": 3, "messages": [{"role": "user", "content": "Hi"}]});
+    /// // Two requests of three choices each: one completion of six choices.
+    /// let completions = Completions::builder()
+    ///     .fan_out([client.source(request.clone()), client.source(request)]);
+    /// let whole = completions.collect().await?;
+    /// assert_eq!(whole.choices.iter().map(|c| c.index).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
+    /// # assert_eq!(server.request_count(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn source(&self, request: Value) -> Source {
+        let client = self.clone();
+        let n = request.get("n").and_then(Value::as_u64).unwrap_or(1);
+        let body = request.clone();
+        Source::open(async move {
+            let reads = client.stream(&body).await?;
+            Ok::<_, ClientError>(Source::sse(reads))
+        })
+        .n(u32::try_from(n).unwrap_or(u32::MAX))
+        .request(request)
+        .idle_timeout(self.inner.idle_timeout)
+    }
 }
 
 /// The model ids of a `/models` answer: `data[].id`, else `models[].name` / `models[].model`.

@@ -3,8 +3,8 @@
 use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
-use choicewise_client::{Client, FanOut};
-use choicewise_core::ErrorDetail;
+use choicewise_client::Client;
+use choicewise_core::{Completions, ErrorDetail, Source};
 use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer};
 use futures::StreamExt;
@@ -34,6 +34,33 @@ fn request() -> Value {
 /// How long a test waits for the answers of the loopback server.
 const ANSWERED: Duration = Duration::from_secs(10);
 
+/// `copies` requests of the same body, one completion.
+fn fan_out(client: &Client, request: Value, copies: usize) -> Completions {
+    Completions::builder().fan_out((0..copies).map(|_| client.source(request.clone())))
+}
+
+/// `copies` requests of the same body, each sent once the one before it was answered (so
+/// that request k gets the test server's answer k).
+fn in_turn(client: &Client, request: Value, copies: usize) -> Completions {
+    let mut previous: Option<tokio::sync::oneshot::Receiver<()>> = None;
+    let sources = (0..copies).map(|_| {
+        let (answered, next) = tokio::sync::oneshot::channel();
+        let wait = previous.replace(next);
+        let (client, body) = (client.clone(), request.clone());
+        Source::open(async move {
+            if let Some(wait) = wait {
+                let _ = wait.await;
+            }
+            let reads = client.stream(&body).await;
+            let _ = answered.send(());
+            Ok::<_, choicewise_client::ClientError>(Source::sse(reads?))
+        })
+        .n(1)
+        .request(request.clone())
+    });
+    Completions::builder().fan_out(sources.collect::<Vec<_>>())
+}
+
 fn client(server: &TestServer) -> Client {
     Client::builder()
         .base_url(server.base_url())
@@ -55,7 +82,7 @@ async fn three_requests_one_completion() {
     let completion = within(
         ANSWERED,
         "collect",
-        client(&server).fan_out(one, 3).collect(),
+        fan_out(&client(&server), one, 3).collect(),
     )
     .await
     .unwrap();
@@ -90,7 +117,7 @@ async fn first_finished_closes_the_stalled_connections() {
         .await
         .unwrap();
     let started = Instant::now();
-    let completions = client(&server).fan_out(request(), 3);
+    let completions = fan_out(&client(&server), request(), 3);
     let selection = within(
         ANSWERED,
         "first_finished",
@@ -121,7 +148,7 @@ async fn vote_decided_after_three_agree() {
         .start()
         .await
         .unwrap();
-    let completions = client(&server).fan_out(request(), 5);
+    let completions = fan_out(&client(&server), request(), 5);
     let key = |o: &choicewise_core::ChoiceOutput| {
         o.message.content.as_deref().map(|t| t.trim().to_string())
     };
@@ -162,10 +189,7 @@ async fn a_failing_upstream_fails_only_its_choices() {
         .await
         .unwrap();
     // One at a time, so that request k gets answer k.
-    let completions = FanOut::new()
-        .requests(&client(&server), request(), 4)
-        .concurrency(1)
-        .start();
+    let completions = in_turn(&client(&server), request(), 4);
     let incomplete = within(ANSWERED, "collect", completions.collect())
         .await
         .unwrap_err();
@@ -209,7 +233,7 @@ async fn a_failing_upstream_fails_only_its_choices() {
 #[tokio::test]
 async fn dropping_everything_closes_every_upstream() {
     let server = stalled().start().await.unwrap();
-    let completions = client(&server).fan_out(request(), 4);
+    let completions = fan_out(&client(&server), request(), 4);
     // Every request is streaming.
     let mut choices = completions.choices();
     for _ in 0..4 {
@@ -228,10 +252,12 @@ async fn dropping_everything_closes_every_upstream() {
 #[tokio::test]
 async fn concurrency_limits_the_requests_in_flight() {
     let server = stalled().start().await.unwrap();
-    let completions = FanOut::new()
-        .requests(&client(&server), request(), 5)
-        .concurrency(2)
-        .start();
+    let client = Client::builder()
+        .base_url(server.base_url())
+        .max_concurrent_requests(2)
+        .build()
+        .unwrap();
+    let completions = fan_out(&client, request(), 5);
     let mut choices = completions.choices();
     for _ in 0..2 {
         within(ANSWERED, "a choice", choices.next()).await.unwrap();
@@ -257,7 +283,7 @@ async fn usage_sums_each_request() {
         .start()
         .await
         .unwrap();
-    let completions = client(&server).fan_out(request(), 3);
+    let completions = fan_out(&client(&server), request(), 3);
     let usage = within(ANSWERED, "usage", completions.usage()).await;
     assert_eq!((usage.prompt_tokens, usage.completion_tokens), (30, 6));
     assert_eq!(usage.upstreams.len(), 3);

@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use choicewise_client::{Client, ClientError, completions};
-use choicewise_core::{Completions, ErrorDetail};
+use choicewise_client::{Client, ClientError, ClientErrorKind};
+use choicewise_core::{Completions, ErrorDetail, Source};
 use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer, TestServerBuilder, fixture, fixture_path};
 use futures::TryStreamExt;
@@ -68,9 +68,7 @@ async fn fixtures_over_http_equal_the_file() {
         let completions = client(&server).chat(request()).await.unwrap();
         let over_http = completions.collect().await;
         let file = tokio::fs::File::open(fixture_path(name)).await.unwrap();
-        let reference = Completions::builder()
-            .request(request())
-            .from_reader(file)
+        let reference = Completions::new(Source::reader(file).request(request()))
             .collect()
             .await;
         let (ours, theirs) = match (over_http, reference) {
@@ -98,19 +96,11 @@ async fn fixtures_over_http_equal_the_file() {
 async fn the_body_arrives_in_hostile_pieces() {
     use futures::StreamExt;
     let server = hostile("openai_n3_tools.sse", 1).start().await.unwrap();
-    let response = within(LIMIT, "send", client(&server).send(&request()))
+    let request = request();
+    let body = within(LIMIT, "send", client(&server).stream(&request))
         .await
         .unwrap();
-    assert_eq!(
-        response.headers()["content-type"],
-        "text/event-stream; charset=utf-8"
-    );
-    let pieces: Vec<_> = within(
-        LIMIT,
-        "the body",
-        response.bytes_stream().collect::<Vec<_>>(),
-    )
-    .await;
+    let pieces: Vec<_> = within(LIMIT, "the body", body.collect::<Vec<_>>()).await;
     let pieces: Vec<_> = pieces.into_iter().map(Result::unwrap).collect();
     assert!(pieces.len() > 100, "{} reads", pieces.len());
     let split_chars = pieces
@@ -223,23 +213,15 @@ async fn wrong_key_is_401_not_retried() {
     let err = within(LIMIT, "chat", client.chat(request()))
         .await
         .unwrap_err();
-    match err {
-        ClientError::Status {
-            status,
-            message,
-            body,
-        } => {
-            assert_eq!(status, 401);
-            assert!(
-                message.starts_with("Incorrect API key provided"),
-                "{message}"
-            );
-            let body = body.unwrap();
-            assert_eq!(body["error"]["code"], "invalid_api_key");
-            assert_eq!(body["error"]["type"], "invalid_request_error");
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(err.kind(), ClientErrorKind::Status, "{err:?}");
+    assert_eq!(err.status(), Some(401));
+    assert!(
+        err.message().starts_with("Incorrect API key provided"),
+        "{err}"
+    );
+    let body = err.body().unwrap();
+    assert_eq!(body["error"]["code"], "invalid_api_key");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
     assert_eq!(server.request_count(), 1);
 }
 
@@ -250,19 +232,11 @@ async fn server_error_500_not_retried() {
         .start()
         .await
         .unwrap();
-    let err = within(LIMIT, "send", client(&server).send(&request()))
+    let err = within(LIMIT, "send", client(&server).chat(request()))
         .await
         .unwrap_err();
-    let ClientError::Status {
-        status,
-        message,
-        body,
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
-    assert_eq!((*status, message.as_str()), (500, "boom"));
-    assert_eq!(body.as_ref().unwrap()["error"]["code"], "internal");
+    assert_eq!((err.status(), err.message()), (Some(500), "boom"));
+    assert_eq!(err.body().unwrap()["error"]["code"], "internal");
     assert_eq!(err.to_string(), "the provider answered 500: boom");
     assert_eq!(server.request_count(), 1);
 }
@@ -274,11 +248,12 @@ async fn non_json_error_body_is_the_message() {
         .start()
         .await
         .unwrap();
-    let err = within(LIMIT, "send", client(&server).send(&request()))
+    let err = within(LIMIT, "send", client(&server).chat(request()))
         .await
         .unwrap_err();
-    assert!(
-        matches!(&err, ClientError::Status { status: 502, message, body: None } if message == "upstream unavailable"),
+    assert_eq!(
+        (err.status(), err.message(), err.body()),
+        (Some(502), "upstream unavailable", None),
         "{err:?}"
     );
     assert_eq!(server.request_count(), 1);
@@ -299,11 +274,11 @@ async fn rate_limited_once_then_served() {
     let whole = within(LIMIT, "collect", completions.collect())
         .await
         .unwrap();
-    let file = Completions::from_reader(
+    let file = Completions::new(Source::reader(
         tokio::fs::File::open(fixture_path("openai_n3_tools.sse"))
             .await
             .unwrap(),
-    );
+    ));
     let reference = within(LIMIT, "collect", file.collect()).await.unwrap();
     assert_eq!(
         serde_json::to_value(&whole.choices).unwrap(),
@@ -330,10 +305,8 @@ async fn rate_limited_forever_gives_up_after_the_retries() {
     let err = within(LIMIT, "chat", client.chat(request()))
         .await
         .unwrap_err();
-    assert!(
-        matches!(&err, ClientError::Status { status: 429, body: Some(b), .. } if b["error"]["code"] == "rate_limit_exceeded"),
-        "{err:?}"
-    );
+    assert_eq!(err.status(), Some(429), "{err:?}");
+    assert_eq!(err.body().unwrap()["error"]["code"], "rate_limit_exceeded");
     assert_eq!(server.request_count(), 3, "max_retries + 1 requests");
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -378,13 +351,10 @@ async fn no_retries_when_disabled() {
         .max_retries(0)
         .build()
         .unwrap();
-    let err = within(LIMIT, "send", client.send(&request()))
+    let err = within(LIMIT, "send", client.chat(request()))
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, ClientError::Status { status: 503, .. }),
-        "{err:?}"
-    );
+    assert_eq!(err.status(), Some(503), "{err:?}");
     assert_eq!(server.request_count(), 1);
 }
 
@@ -402,16 +372,17 @@ async fn connection_refused_after_retries() {
         .build()
         .unwrap();
     let started = Instant::now();
-    let err = within(LIMIT, "send", client.send(&request()))
+    let err = within(LIMIT, "send", client.chat(request()))
         .await
         .unwrap_err();
     let elapsed = started.elapsed();
-    match &err {
-        ClientError::Connect { url, .. } => {
-            assert_eq!(url, &format!("http://127.0.0.1:{port}/v1/chat/completions"))
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(err.kind(), ClientErrorKind::Connect, "{err:?}");
+    let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+    assert_eq!(err.url(), Some(url.as_str()));
+    assert_eq!(
+        err.to_string(),
+        format!("could not connect to {url}: connection refused")
+    );
     // Two capped waits happened, and no more.
     assert!(elapsed >= Duration::from_millis(190), "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
@@ -438,7 +409,7 @@ async fn connection_cut_mid_stream_keeps_what_came_before() {
         ErrorDetail::Transport { offset, .. } => assert_eq!(*offset, cut as u64),
         other => panic!("{other:?}"),
     }
-    let reference = Completions::from_reader(std::io::Cursor::new(body));
+    let reference = Completions::new(Source::reader(std::io::Cursor::new(body)));
     let full = within(LIMIT, "collect", reference.collect()).await.unwrap();
     // What arrived before the cut is kept: every choice's text is a prefix of the full one.
     assert!(!incomplete.partial.choices.is_empty());
@@ -541,10 +512,10 @@ async fn silent_server_times_out_waiting_for_headers() {
         .idle_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
-    let err = within(LIMIT, "send", client.send(&request()))
+    let err = within(LIMIT, "send", client.chat(request()))
         .await
         .unwrap_err();
-    assert!(matches!(err, ClientError::Timeout { .. }), "{err:?}");
+    assert_eq!(err.kind(), ClientErrorKind::Timeout, "{err:?}");
     hold.abort();
 }
 
@@ -580,7 +551,7 @@ async fn dropping_everything_closes_the_connection() {
 }
 
 #[tokio::test]
-async fn completions_from_any_reqwest_response() {
+async fn completions_from_any_http_body() {
     let server = hostile("vllm_n4_reasoning.sse", 5).start().await.unwrap();
     let response = reqwest::Client::new()
         .post(format!("{}/chat/completions", server.base_url()))
@@ -588,8 +559,9 @@ async fn completions_from_any_reqwest_response() {
         .send()
         .await
         .unwrap();
-    let options = Completions::builder().idle_timeout(Duration::from_secs(5));
-    let completions = completions(response, options);
+    let completions = Completions::builder()
+        .idle_timeout(Duration::from_secs(5))
+        .start(Source::sse(response.bytes_stream()));
     let whole = within(LIMIT, "collect", completions.collect())
         .await
         .unwrap();
@@ -599,19 +571,20 @@ async fn completions_from_any_reqwest_response() {
 
 #[tokio::test]
 async fn invalid_settings() {
-    assert!(matches!(
-        Client::builder().base_url("localhost:8000").build(),
-        Err(ClientError::InvalidUrl(_))
-    ));
-    assert!(matches!(
-        Client::builder().api_key("bad\nkey").build(),
-        Err(ClientError::InvalidHeader(_))
-    ));
+    let kind = |r: Result<_, ClientError>| r.err().map(|e| e.kind());
+    assert_eq!(
+        kind(Client::builder().base_url("localhost:8000").build()),
+        Some(ClientErrorKind::InvalidUrl)
+    );
+    assert_eq!(
+        kind(Client::builder().api_key("bad\nkey").build()),
+        Some(ClientErrorKind::InvalidHeader)
+    );
     let client = Client::builder().build().unwrap();
-    assert!(matches!(
-        client.send(&json!("text")).await,
-        Err(ClientError::InvalidRequest(_))
-    ));
+    assert_eq!(
+        client.chat(json!("text")).await.err().map(|e| e.kind()),
+        Some(ClientErrorKind::InvalidRequest)
+    );
     let debug = format!(
         "{:?}",
         Client::builder().api_key("sk-secret").build().unwrap()
@@ -623,7 +596,7 @@ async fn invalid_settings() {
 mod async_openai {
     use async_openai::types::chat::CreateChatCompletionStreamResponse;
     use choicewise_client::from_async_openai;
-    use choicewise_core::Completions;
+    use choicewise_core::{Completions, Source};
     use choicewise_testserver::fixture;
 
     /// The chunks of a fixture as async-openai values (what its chat stream yields).
@@ -645,7 +618,7 @@ mod async_openai {
                     .map(Ok::<_, async_openai::error::OpenAIError>),
             );
             let ours = from_async_openai(stream).collect().await.unwrap();
-            let reference = Completions::from_reader(std::io::Cursor::new(fixture(name)))
+            let reference = Completions::new(Source::reader(std::io::Cursor::new(fixture(name))))
                 .collect()
                 .await
                 .unwrap();

@@ -17,9 +17,8 @@ use futures::stream::BoxStream;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::error::{Error, ErrorDetail};
-use crate::event::{ArgumentsError, CallRef, FunctionCallEvent, Text};
 use crate::stream::EventStream;
+use choicewise_proto::{ArgumentsError, CallRef, Error, ErrorDetail, FunctionCallEvent, Text};
 
 /// Escapes raw control characters inside JSON strings, fragment by fragment (a string may
 /// span fragments), so that partial values tolerate what the final parse repairs.
@@ -208,7 +207,7 @@ impl CallParse {
 /// arguments' length.
 ///
 /// ```
-/// # use choicewise_core::{Completions, FunctionCallEvent};
+/// # use choicewise_core::{Completions, FunctionCallEvent, Source};
 /// # use futures::StreamExt;
 /// # #[tokio::main] async fn main() {
 /// let sse = concat!(
@@ -216,7 +215,7 @@ impl CallParse {
 ///     "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"is\\\", \\\"days\\\": 1\"}}]}}]}\n\n",
 ///     "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"2}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
 /// );
-/// let choice = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+/// let choice = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
 /// let mut calls = choice.function_calls();
 /// let mut seen = Vec::new();
 /// while let Some(event) = calls.next().await {
@@ -255,11 +254,11 @@ impl FunctionCalls {
     /// `None` before anything usable arrived.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::StreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"f\",\"arguments\":\"{\\\"n\\\": 12\"}}}]}\n\n";
-    /// let choice = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let choice = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let mut calls = choice.function_calls();
     /// let _started = calls.next().await;
     /// let fragment = calls.next().await.unwrap().unwrap();
@@ -275,11 +274,11 @@ impl FunctionCalls {
     /// or provisional.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::StreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": \\\"x\\\", \\\"b\\\": \\\"y\"}}}]}\n\n";
-    /// let choice = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let choice = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let mut calls = choice.function_calls();
     /// let _started = calls.next().await;
     /// let call = calls.next().await.unwrap().unwrap().call();
@@ -408,6 +407,7 @@ where
                         },
                     }
                 }
+                Ok(_) => {}
             }
         }
     }

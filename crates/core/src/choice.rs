@@ -6,13 +6,12 @@ use std::task::Poll;
 
 use serde::de::DeserializeOwned;
 
-use crate::arguments::{ArgumentsSnapshot, FunctionCalls};
+use choicewise_proto::{ChoiceEvent, ChoiceOutput, ChoiceUsage, Incomplete, Text, UsageSource};
 
-use crate::actor::Lifetime;
-use crate::error::Incomplete;
-use crate::event::{ChoiceEvent, Text};
-use crate::response::ChoiceOutput;
-use crate::shared::{ChoiceShared, Subscription};
+use crate::arguments::{ArgumentsSnapshot, FunctionCalls};
+use crate::completion::ChoiceEntry;
+use crate::lifetime::Lifetime;
+use crate::log::Subscription;
 use crate::stream::EventStream;
 
 /// One choice of a completion: a cheap, cloneable handle (`Send + Sync + 'static`).
@@ -27,12 +26,12 @@ use crate::stream::EventStream;
 /// actors stop and the upstream is dropped.
 ///
 /// ```
-/// use choicewise_core::Completions;
+/// use choicewise_core::{Completions, Source};
 /// use futures::StreamExt;
 ///
 /// # #[tokio::main] async fn main() {
 /// let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
-/// let completions = Completions::from_reader(sse.as_bytes());
+/// let completions = Completions::new(Source::reader(sse.as_bytes()));
 /// let choice = completions.choice(0).await.unwrap();
 /// assert_eq!(choice.index(), 0);
 /// let text: Vec<_> = choice.content().map(|t| t.unwrap()).collect().await;
@@ -41,7 +40,7 @@ use crate::stream::EventStream;
 /// ```
 #[derive(Clone)]
 pub struct Choice {
-    shared: Arc<ChoiceShared>,
+    entry: Arc<ChoiceEntry>,
     life: Arc<Lifetime>,
 }
 
@@ -54,22 +53,22 @@ impl fmt::Debug for Choice {
 }
 
 impl Choice {
-    pub(crate) fn new(shared: Arc<ChoiceShared>, life: Arc<Lifetime>) -> Self {
-        Choice { shared, life }
+    pub(crate) fn new(entry: Arc<ChoiceEntry>, life: Arc<Lifetime>) -> Self {
+        Choice { entry, life }
     }
 
     /// The choice index.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"index\":3,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(3).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(3).await.unwrap();
     /// assert_eq!(c.index(), 3);
     /// # }
     /// ```
     pub fn index(&self) -> u32 {
-        self.shared.index
+        self.entry.index()
     }
 
     /// Cancels the choice: stops delivering it, for good. If it is still open, its events end
@@ -92,13 +91,13 @@ impl Choice {
     /// stop being delivered, and the connection closes when no wanted choice remains.
     ///
     /// ```
-    /// # use choicewise_core::{ChoiceEvent, Completions};
+    /// # use choicewise_core::{ChoiceEvent, Completions, Source};
     /// # use futures::{StreamExt, stream};
     /// # #[tokio::main] async fn main() {
     /// let first = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
     /// // The upstream then stalls forever: cancelling its only choice drops it.
     /// let reads = stream::iter([Ok::<_, std::io::Error>(first)]).chain(stream::pending());
-    /// let completions = Completions::from_sse(reads);
+    /// let completions = Completions::new(Source::sse(reads));
     /// let choice = completions.choice(0).await.unwrap();
     /// let mut events = choice.events();
     /// assert_eq!(events.next().await.unwrap().unwrap(), ChoiceEvent::Content("Hel".into()));
@@ -112,31 +111,27 @@ impl Choice {
     /// # }
     /// ```
     pub fn cancel(&self) -> bool {
-        let cancelled = self.shared.cancel();
-        if cancelled {
-            self.shared.upstream.cancelled_one();
-        }
-        cancelled
+        self.entry.cancel()
     }
 
     /// Whether the choice was cancelled ([`cancel`](Self::cancel)).
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// c.message().await.unwrap();
     /// assert!(!c.cancel()); // already finished: nothing to cancel
     /// assert!(!c.is_cancelled());
     /// # }
     /// ```
     pub fn is_cancelled(&self) -> bool {
-        self.shared.lock().is_cancelled()
+        self.entry.log.lock().phase.is_cancelled()
     }
 
     fn stream<T>(&self, select: fn(&ChoiceEvent) -> Option<T>) -> EventStream<T> {
-        EventStream::new(self.shared.clone(), self.life.clone(), select)
+        EventStream::new(self.entry.log.clone(), self.life.clone(), select)
     }
 
     /// Everything that happens to the choice, in arrival order: role, reasoning, content,
@@ -144,11 +139,11 @@ impl Choice {
     /// finish (always last).
     ///
     /// ```
-    /// # use choicewise_core::{ChoiceEvent, Completions};
+    /// # use choicewise_core::{ChoiceEvent, Completions, Source};
     /// # use futures::StreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let events: Vec<ChoiceEvent> = c.events().map(|e| e.unwrap()).collect().await;
     /// assert_eq!(events, vec![
     ///     ChoiceEvent::Role("assistant".into()),
@@ -164,11 +159,11 @@ impl Choice {
     /// The message text, piece by piece.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::TryStreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let parts: Vec<_> = c.content().try_collect().await.unwrap();
     /// assert_eq!(parts.concat(), "ab");
     /// # }
@@ -183,11 +178,11 @@ impl Choice {
     /// The reasoning text (`reasoning_content` or `reasoning` on the wire), piece by piece.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::TryStreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{\"reasoning\":\"hmm\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let parts: Vec<_> = c.reasoning().try_collect().await.unwrap();
     /// assert_eq!(parts.concat(), "hmm");
     /// # }
@@ -202,11 +197,11 @@ impl Choice {
     /// The refusal text, piece by piece.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::TryStreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{\"refusal\":\"No.\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let parts: Vec<_> = c.refusal().try_collect().await.unwrap();
     /// assert_eq!(parts.concat(), "No.");
     /// # }
@@ -224,14 +219,14 @@ impl Choice {
     /// arguments happen to parse. [`FunctionCalls::partial`] gives each call's partial value.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, FunctionCallEvent};
+    /// # use choicewise_core::{Completions, FunctionCallEvent, Source};
     /// # use futures::TryStreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = concat!(
     ///     "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\"\"}}]}}]}\n\n",
     ///     "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\":1}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
     /// );
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let events: Vec<_> = c.function_calls().try_collect().await.unwrap();
     /// let FunctionCallEvent::Finished { arguments, value, .. } = events.last().unwrap() else { panic!() };
     /// assert_eq!(&**arguments, "{\"a\":1}");
@@ -253,7 +248,7 @@ impl Choice {
     /// an [`ErrorDetail::InvalidArguments`](crate::ErrorDetail::InvalidArguments) item, and the stream goes on.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::TryStreamExt;
     /// #[derive(serde::Deserialize, Debug)]
     /// struct Weather { city: Option<String>, days: Option<u32> }
@@ -262,7 +257,7 @@ impl Choice {
     ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"w\",\"arguments\":\"{\\\"city\\\": \\\"Ro\"}}}]}\n\n",
     ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"arguments\":\"me\\\", \\\"days\\\": 3}\"}},\"finish_reason\":\"function_call\"}]}\n\n",
     /// );
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let snapshots: Vec<_> = c.arguments::<Weather>(None).try_collect().await.unwrap();
     /// let cities: Vec<_> = snapshots.iter().map(|s| s.value.city.clone().unwrap()).collect();
     /// assert_eq!(cities, ["Ro", "Rome", "Rome"]);
@@ -292,14 +287,14 @@ impl Choice {
     /// field name (`answer`).
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::TryStreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = concat!(
     ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"name\":\"answer_question\",\"arguments\":\"{\\\"answer\\\": \\\"Line 1\\\\\"}}}]}\n\n",
     ///     "data: {\"choices\":[{\"delta\":{\"function_call\":{\"arguments\":\"nLine 2\\\"}\"}},\"finish_reason\":\"stop\"}]}\n\n",
     /// );
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let pieces: Vec<_> = c.argument_text(None, "answer").try_collect().await.unwrap();
     /// assert_eq!(pieces.concat(), "Line 1\nLine 2");
     /// let pieces: Vec<_> = c.argument_text("answer_question", "/answer").try_collect().await.unwrap();
@@ -326,23 +321,23 @@ impl Choice {
     /// [`Completions::collect`](crate::Completions::collect), not to an earlier `message()`.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"; // no finish, no [DONE]
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let incomplete = c.message().await.unwrap_err();
     /// assert_eq!(incomplete.partial.message.content.as_deref(), Some("Hi"));
     /// assert!(incomplete.error.to_string().contains("without [DONE]"));
     /// # }
     /// ```
     pub async fn message(&self) -> Result<ChoiceOutput, Incomplete<ChoiceOutput>> {
-        let sub = Subscription::new(self.shared.clone());
-        sub.wait(|state| match state.closed() {
+        let sub = Subscription::new(self.entry.log.clone());
+        sub.wait(|published| match published.closed() {
             Some(_) => Poll::Ready(()),
             None => Poll::Pending,
         })
         .await;
-        let (output, error) = self.shared.lock().outcome();
+        let (output, error) = self.entry.log.lock().outcome(self.index());
         match error {
             None => Ok(output),
             Some(error) => Err(Incomplete {
@@ -357,13 +352,14 @@ impl Choice {
     /// a choice cut short by an error, the count of what was received.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"model\":\"gpt-4o\",\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// assert_eq!(c.completion_tokens().await, 2);
     /// # }
     /// ```
+    #[cfg(feature = "estimate")]
     pub async fn completion_tokens(&self) -> u64 {
         let output = match self.message().await {
             Ok(o) => o,
@@ -384,7 +380,7 @@ impl Choice {
     /// choices is no choice's figure (see `docs/usage.md`).
     ///
     /// ```
-    /// # use choicewise_core::{Completions, UsageSource};
+    /// # use choicewise_core::{Completions, Source, UsageSource};
     /// # #[tokio::main] async fn main() {
     /// let sse = concat!( // llama.cpp: one usage-only chunk per choice, after its finish
     ///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"B\"},\"finish_reason\":\"stop\"}]}\n\n",
@@ -393,45 +389,44 @@ impl Choice {
     ///     "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":6,\"total_tokens\":15}}\n\n",
     ///     "data: [DONE]\n\n",
     /// );
-    /// let c = Completions::from_reader(sse.as_bytes());
+    /// let c = Completions::new(Source::reader(sse.as_bytes()));
     /// let usage = c.choice(1).await.unwrap().usage().await;
     /// assert_eq!((usage.completion_tokens, usage.source), (4, UsageSource::Reported));
     /// assert_eq!(c.usage().await.total_tokens, 9 + 4 + 6);
     /// # }
     /// ```
-    pub async fn usage(&self) -> crate::usage::ChoiceUsage {
+    pub async fn usage(&self) -> ChoiceUsage {
         let completion = Subscription::new(self.life.shared.clone());
         completion
-            .wait(|state| match state.end {
+            .wait(|state| match state.end() {
                 Some(_) => Poll::Ready(()),
                 None => Poll::Pending,
             })
             .await;
         let reported = self.life.shared.lock().reported_per_choice();
         match reported.get(&self.index()) {
-            Some(&tokens) => crate::usage::ChoiceUsage {
-                completion_tokens: tokens,
-                source: crate::usage::UsageSource::Reported,
-            },
-            None => crate::usage::ChoiceUsage {
-                completion_tokens: self.completion_tokens().await,
-                source: crate::usage::UsageSource::Estimated,
-            },
+            Some(&tokens) => ChoiceUsage::new(tokens, UsageSource::Reported),
+            #[cfg(feature = "estimate")]
+            None => ChoiceUsage::new(self.completion_tokens().await, UsageSource::Estimated),
+            #[cfg(not(feature = "estimate"))]
+            None => ChoiceUsage::new(0, UsageSource::Estimated),
         }
     }
 
-    /// The choice as assembled so far, without waiting.
+    /// The choice as assembled so far, without waiting: its message once it has closed (at
+    /// its finish, a cancel or an error), and while it streams the message its events tell
+    /// so far (text, calls, finish; see `Choice::events`).
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
     /// let _ = c.message().await;
     /// assert_eq!(c.snapshot().message.content.as_deref(), Some("Hi"));
     /// # }
     /// ```
     pub fn snapshot(&self) -> ChoiceOutput {
-        self.shared.lock().output()
+        self.entry.log.lock().outcome(self.index()).0
     }
 }

@@ -5,40 +5,33 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use choicewise_proto::{ChatCompletion, Error, Incomplete, Usage, Warning};
 use futures::Stream;
-use tokio::io::AsyncRead;
 
-use crate::actor::Lifetime;
-use crate::actor::reader::{ReaderActor, ReaderArgs};
+use crate::actor::reader::spawn_reader;
 use crate::choice::Choice;
+use crate::completion::{ChoiceEntry, CompletionShared};
 use crate::config::Config;
-use crate::error::{Error, ErrorDetail, Incomplete};
-use crate::event::Warning;
-use crate::feed::{BoxError, Feed};
-use crate::response::ChatCompletion;
-use crate::shared::{CompletionShared, Subscription};
-use crate::usage::Usage;
-use crate::wire::ChatCompletionChunk;
-
-mod builder;
-pub use builder::CompletionsBuilder;
+use crate::lifetime::Lifetime;
+use crate::log::Subscription;
+use crate::source::Source;
 
 /// A streamed chat completion, demultiplexed by choice.
 ///
-/// Create it from raw SSE bytes ([`from_sse`](Self::from_sse), [`from_reader`](Self::from_reader))
-/// or from parsed chunks ([`from_chunks`](Self::from_chunks)); a reader actor starts consuming
-/// the input at once. Then take the choices as they appear with [`choices`](Self::choices),
-/// one by index with [`choice`](Self::choice), or everything at the end with
-/// [`collect`](Self::collect). The value is a cheap, cloneable handle (`Send + Sync + 'static`).
+/// Start it from a [`Source`] ([`Completions::new`], or [`Completions::builder`] for options
+/// and for several sources); a reader actor starts consuming the input at once. Then take
+/// the choices as they appear with [`choices`](Self::choices), one by index with
+/// [`choice`](Self::choice), or everything at the end with [`collect`](Self::collect). The
+/// value is a cheap, cloneable handle (`Send + Sync + 'static`).
 ///
-/// The constructors spawn actors on the current Tokio runtime and panic if called outside
-/// one, like `tokio::spawn`.
+/// Starting one spawns actors on the current Tokio runtime and panics outside one, like
+/// `tokio::spawn`.
 ///
 /// When this value and every [`Choice`] and sub-stream taken from it are dropped, the actors
-/// stop and the upstream stream is dropped (closing an HTTP body, for instance).
+/// stop and the upstream is dropped (closing an HTTP body, for instance).
 ///
 /// ```
-/// use choicewise_core::Completions;
+/// use choicewise_core::{Completions, Source};
 /// use futures::{StreamExt, TryStreamExt};
 ///
 /// # #[tokio::main] async fn main() {
@@ -48,7 +41,7 @@ pub use builder::CompletionsBuilder;
 ///     "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
 ///     "data: [DONE]\n\n",
 /// );
-/// let completions = Completions::from_reader(sse.as_bytes());
+/// let completions = Completions::new(Source::reader(sse.as_bytes()));
 /// let mut tasks = Vec::new();
 /// let mut choices = completions.choices();
 /// while let Some(choice) = choices.next().await {
@@ -64,8 +57,8 @@ pub use builder::CompletionsBuilder;
 /// ```
 #[derive(Clone)]
 pub struct Completions {
-    shared: Arc<CompletionShared>,
-    life: Arc<Lifetime>,
+    pub(crate) shared: Arc<CompletionShared>,
+    pub(crate) life: Arc<Lifetime>,
 }
 
 impl fmt::Debug for Completions {
@@ -73,129 +66,58 @@ impl fmt::Debug for Completions {
         let state = self.shared.lock();
         f.debug_struct("Completions")
             .field("choices", &state.choices.len())
-            .field("ended", &state.end.is_some())
+            .field("ended", &state.end().is_some())
             .finish()
     }
 }
 
 impl Completions {
-    /// Options for the stream: limits and the idle timeout.
-    ///
-    /// ```
-    /// # use choicewise_core::Completions;
-    /// let builder = Completions::builder().max_choices(4);
-    /// # drop(builder);
-    /// ```
-    pub fn builder() -> CompletionsBuilder {
-        CompletionsBuilder::default()
-    }
-
-    /// One completion from several upstreams, with default options: add them to the
-    /// returned [`FanOut`](crate::FanOut), then [`start`](crate::FanOut::start).
-    ///
-    /// ```
-    /// # use choicewise_core::Completions;
-    /// # #[tokio::main] async fn main() {
-    /// let one = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let c = Completions::fan_out().reader(one.as_bytes()).reader(one.as_bytes()).start();
-    /// assert_eq!(c.collect().await.unwrap().choices.len(), 2);
-    /// # }
-    /// ```
-    pub fn fan_out() -> crate::FanOut {
-        crate::FanOut::new(Config::default())
-    }
-
-    /// Reads SSE bytes from a stream of reads, with default options.
-    ///
-    /// ```
-    /// # use choicewise_core::Completions;
-    /// # #[tokio::main] async fn main() {
-    /// let reads = futures::stream::iter([Ok::<_, std::io::Error>(b"data: [DONE]\n\n".to_vec())]);
-    /// assert!(Completions::from_sse(reads).outcome().await.is_ok());
-    /// # }
-    /// ```
-    pub fn from_sse<S, B, E>(stream: S) -> Completions
-    where
-        S: Stream<Item = Result<B, E>> + Send + 'static,
-        B: AsRef<[u8]> + Send,
-        E: Into<BoxError>,
-    {
-        Completions::builder().from_sse(stream)
-    }
-
-    /// Reads SSE bytes from an `AsyncRead`, with default options.
-    ///
-    /// ```
-    /// # use choicewise_core::Completions;
-    /// # #[tokio::main] async fn main() {
-    /// assert!(Completions::from_reader(&b"data: [DONE]\n\n"[..]).outcome().await.is_ok());
-    /// # }
-    /// ```
-    pub fn from_reader<R: AsyncRead + Send + 'static>(reader: R) -> Completions {
-        Completions::builder().from_reader(reader)
-    }
-
-    /// Takes chunks that are already parsed, with default options.
-    ///
-    /// ```
-    /// # use choicewise_core::{Completions, wire::ChatCompletionChunk};
-    /// # #[tokio::main] async fn main() {
-    /// let chunks = futures::stream::empty::<Result<ChatCompletionChunk<'static>, std::io::Error>>();
-    /// assert!(Completions::from_chunks(chunks).outcome().await.is_ok());
-    /// # }
-    /// ```
-    pub fn from_chunks<S, E>(chunks: S) -> Completions
-    where
-        S: Stream<Item = Result<ChatCompletionChunk<'static>, E>> + Send + 'static,
-        E: Into<BoxError>,
-    {
-        Completions::builder().from_chunks(chunks)
-    }
-
-    /// Takes events that are already parsed (Responses, Anthropic Messages or Chat
-    /// Completions, as JSON values), with default options; see
-    /// [`CompletionsBuilder::from_events`].
-    ///
-    /// ```
-    /// # use choicewise_core::Completions;
-    /// # use serde_json::json;
-    /// # #[tokio::main] async fn main() {
-    /// let events = [
-    ///     json!({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "Hi"}),
-    ///     json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "output": []}}),
-    /// ];
-    /// let c = Completions::from_events(futures::stream::iter(events.map(Ok::<_, std::io::Error>)));
-    /// assert_eq!(c.collect().await.unwrap().choices[0].message.content.as_deref(), Some("Hi"));
-    /// # }
-    /// ```
-    pub fn from_events<S, E>(events: S) -> Completions
-    where
-        S: Stream<Item = Result<serde_json::Value, E>> + Send + 'static,
-        E: Into<BoxError>,
-    {
-        Completions::builder().from_events(events)
-    }
-
-    pub(crate) fn start<F: Feed>(config: Config, feed: F) -> Completions {
-        let expected = config
-            .request
-            .as_deref()
-            .and_then(|r| r.get("n"))
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|n| u32::try_from(n).ok());
-        let shared = Arc::new(CompletionShared::new(config));
-        let readers = spawn_reader(feed, &shared, 0, expected)
-            .into_iter()
-            .collect();
-        Completions::with_readers(shared, readers)
-    }
-
-    pub(crate) fn with_readers(
-        shared: Arc<CompletionShared>,
-        readers: Vec<ractor::ActorRef<crate::actor::reader::ReaderMsg>>,
+    /// A completion reading `sources` (numbered across them when `fan_out`); `open_ended`:
+    /// more may be added with [`add`](Self::add), until [`seal`](Self::seal).
+    pub(crate) fn start(
+        config: Config,
+        fan_out: bool,
+        sources: Vec<Source>,
+        open_ended: bool,
     ) -> Completions {
-        let life = Arc::new(Lifetime::new(readers, shared.clone()));
-        Completions { shared, life }
+        let shared = Arc::new(CompletionShared::new(config, fan_out));
+        shared.lock().open_ended = open_ended;
+        let completions = Completions {
+            life: Arc::new(Lifetime::new(shared.clone())),
+            shared,
+        };
+        for source in sources {
+            completions.add(source);
+        }
+        completions.shared.lock().end_if_done();
+        completions
+    }
+
+    /// Starts reading one more source; its number among the completion's upstreams.
+    pub(crate) fn add(&self, source: Source) -> usize {
+        let expected = source.expected();
+        let idle = source.idle.or(self.shared.config.idle_timeout);
+        let k = self.shared.lock().add_upstream(expected, source.request);
+        if let Some(reader) = spawn_reader(source.input, idle, &self.shared, k, expected) {
+            self.life.keep(reader.clone());
+            let mut state = self.shared.lock();
+            if state.upstreams[k].end.is_none() {
+                if !matches!(state.phase, crate::completion::Phase::Streaming) {
+                    // Closed while it started: it may have missed the close.
+                    let _ = reader.send_message(crate::msg::ReaderMsg::Close);
+                }
+                state.upstreams[k].reader = Some(reader);
+            }
+        }
+        k
+    }
+
+    /// No more sources will be added: the completion ends once those added have.
+    #[allow(dead_code)]
+    pub(crate) fn seal(&self) {
+        let mut state = self.shared.lock();
+        state.open_ended = false;
+        state.end_if_done();
     }
 
     /// The choices, each once, in order of first appearance (not index order). The stream
@@ -203,11 +125,11 @@ impl Completions {
     /// every unfinished choice's sub-streams report it.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::StreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"index\":2,\"delta\":{}},{\"index\":0,\"delta\":{}}]}\n\ndata: [DONE]\n\n";
-    /// let indexes: Vec<u32> = Completions::from_reader(sse.as_bytes())
+    /// let indexes: Vec<u32> = Completions::new(Source::reader(sse.as_bytes()))
     ///     .choices().map(|c| c.index()).collect().await;
     /// assert_eq!(indexes, vec![2, 0]);
     /// # }
@@ -223,9 +145,9 @@ impl Completions {
     /// The choice with this index, once it appears; `None` if the stream ends without it.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
-    /// let c = Completions::from_reader(&b"data: [DONE]\n\n"[..]);
+    /// let c = Completions::new(Source::reader(&b"data: [DONE]\n\n"[..]));
     /// assert!(c.choice(0).await.is_none());
     /// # }
     /// ```
@@ -233,30 +155,30 @@ impl Completions {
         let sub = Subscription::new(self.shared.clone());
         let found = sub
             .wait(|state| {
-                if let Some(c) = state.choices.iter().find(|c| c.index == index) {
+                if let Some(c) = state.choices.iter().find(|c| c.index() == index) {
                     Poll::Ready(Some(c.clone()))
-                } else if state.end.is_some() {
+                } else if state.end().is_some() {
                     Poll::Ready(None)
                 } else {
                     Poll::Pending
                 }
             })
             .await;
-        found.map(|shared| Choice::new(shared, self.life.clone()))
+        found.map(|entry| Choice::new(entry, self.life.clone()))
     }
 
     /// Waits until the input is consumed: `Ok` if it ended well, or the error that ended it.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, ErrorKind};
+    /// # use choicewise_core::{Completions, ErrorKind, Source};
     /// # #[tokio::main] async fn main() {
-    /// let c = Completions::from_reader(&b"data: {\"error\":{\"message\":\"quota\"}}\n\n"[..]);
+    /// let c = Completions::new(Source::reader(&b"data: {\"error\":{\"message\":\"quota\"}}\n\n"[..]));
     /// assert!(matches!(c.outcome().await, Err(e) if e.kind() == ErrorKind::Upstream));
     /// # }
     /// ```
     pub async fn outcome(&self) -> Result<(), Error> {
         let sub = Subscription::new(self.shared.clone());
-        sub.wait(|state| match &state.end {
+        sub.wait(|state| match state.end() {
             Some(end) => Poll::Ready(end.clone()),
             None => Poll::Pending,
         })
@@ -270,14 +192,14 @@ impl Completions {
     /// others finished and [`outcome`](Self::outcome) is `Ok`.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, ErrorKind};
+    /// # use choicewise_core::{Completions, ErrorKind, Source};
     /// # #[tokio::main] async fn main() {
     /// let sse = concat!(
     ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":5}}]}\n\n",
     ///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n",
     ///     "data: [DONE]\n\n",
     /// );
-    /// let c = Completions::from_reader(sse.as_bytes());
+    /// let c = Completions::new(Source::reader(sse.as_bytes()));
     /// assert!(c.outcome().await.is_ok());
     /// let errors = c.choice_errors().await;
     /// assert_eq!(errors.len(), 1);
@@ -287,12 +209,12 @@ impl Completions {
     /// ```
     pub async fn choice_errors(&self) -> Vec<(u32, Error)> {
         self.settled().await;
-        let choices = self.shared.lock().choices.clone();
-        let mut errors: Vec<(u32, Error)> = choices
+        let mut errors: Vec<(u32, Error)> = self
+            .entries()
             .iter()
             .filter_map(|c| {
-                let (_, error) = c.lock().outcome();
-                error.map(|e| (c.index, e))
+                let (_, error) = c.log.lock().outcome(c.index());
+                error.map(|e| (c.index(), e))
             })
             .collect();
         errors.sort_by_key(|(index, _)| *index);
@@ -304,14 +226,14 @@ impl Completions {
     /// when the stream carried one. On error, what was assembled comes with it.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let sse = concat!(
     ///     "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"B\"},\"finish_reason\":\"stop\"}]}\n\n",
     ///     "data: {\"id\":\"c1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A\"},\"finish_reason\":\"stop\"}]}\n\n",
     ///     "data: [DONE]\n\n",
     /// );
-    /// let completion = Completions::from_reader(sse.as_bytes()).collect().await.unwrap();
+    /// let completion = Completions::new(Source::reader(sse.as_bytes())).collect().await.unwrap();
     /// assert_eq!(completion.object, "chat.completion");
     /// assert_eq!(completion.choices[0].message.content.as_deref(), Some("A"));
     /// assert_eq!(completion.choices[1].message.content.as_deref(), Some("B"));
@@ -324,7 +246,11 @@ impl Completions {
         if reported.is_some() || self.shared.config.estimate_usage {
             let usage = self.usage().await;
             let reported = self.shared.lock().reported_per_choice();
-            crate::estimate::fill_choice_usage(&reported, &mut completion.choices, Some(&usage));
+            choicewise_proto::__private::fill_choice_usage(
+                &reported,
+                &mut completion.choices,
+                Some(&usage),
+            );
             completion.usage = Some(usage);
         }
         match error {
@@ -336,13 +262,17 @@ impl Completions {
         }
     }
 
-    /// Waits until the input is consumed and every choice's actor is done.
-    async fn settled(&self) {
+    /// The completion's choices so far.
+    fn entries(&self) -> Vec<Arc<ChoiceEntry>> {
+        self.shared.lock().choices.clone()
+    }
+
+    /// Waits until the stream is over and every choice has settled.
+    pub(crate) async fn settled(&self) {
         let _ = self.outcome().await;
-        let choices = self.shared.lock().choices.clone();
-        for choice in choices {
-            let sub = Subscription::new(choice);
-            sub.wait(|state| match state.settled {
+        for choice in self.entries() {
+            let sub = Subscription::new(choice.log.clone());
+            sub.wait(|published| match published.phase.is_settled() {
                 true => Poll::Ready(()),
                 false => Poll::Pending,
             })
@@ -354,17 +284,18 @@ impl Completions {
     /// when the stream carried them ([`UsageSource::Reported`](crate::UsageSource::Reported);
     /// a later chunk without usage never erases them, and vLLM's running per-choice counts are
     /// combined across choices), otherwise an estimate counted with tiktoken on a blocking
-    /// thread ([`UsageSource::Estimated`](crate::UsageSource::Estimated)). Computed once.
+    /// thread ([`UsageSource::Estimated`](crate::UsageSource::Estimated); without the
+    /// `estimate` feature, zeros saying so). Computed once.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, UsageSource};
+    /// # use choicewise_core::{Completions, Source, UsageSource};
     /// # #[tokio::main] async fn main() {
     /// let sse = concat!(
     ///     "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}],\"usage\":null}\n\n",
     ///     "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":1,\"total_tokens\":10}}\n\n",
     ///     "data: [DONE]\n\n",
     /// );
-    /// let usage = Completions::from_reader(sse.as_bytes()).usage().await;
+    /// let usage = Completions::new(Source::reader(sse.as_bytes())).usage().await;
     /// assert_eq!((usage.total_tokens, usage.source), (10, UsageSource::Reported));
     /// # }
     /// ```
@@ -395,15 +326,19 @@ impl Completions {
                 }
                 let (completion, _) = shared.assemble();
                 let model = shared.model();
-                let request = shared.config.request.clone();
+                let request = shared
+                    .lock()
+                    .upstreams
+                    .first()
+                    .and_then(|u| u.request.clone());
                 let counting = tokio::task::spawn_blocking(move || match parts {
-                    None => Usage::estimate(model, request.as_deref(), &completion.choices),
+                    None => estimate(model, request.as_deref(), &completion.choices),
                     Some(parts) => Usage::sum(
                         parts
                             .into_iter()
                             .map(|(reported, indexes, (own_request, own_model))| {
                                 reported.unwrap_or_else(|| {
-                                    let request = own_request.as_deref().or(request.as_deref());
+                                    let request = own_request.as_deref();
                                     let model = own_model.or_else(|| model.clone());
                                     let choices: Vec<_> = completion
                                         .choices
@@ -411,7 +346,7 @@ impl Completions {
                                         .filter(|c| indexes.contains(&c.index))
                                         .cloned()
                                         .collect();
-                                    Usage::estimate(model, request, &choices)
+                                    estimate(model, request, &choices)
                                 })
                             })
                             .collect(),
@@ -426,40 +361,52 @@ impl Completions {
     }
 
     /// Cancels every choice still open and every choice still to appear (see
-    /// [`Choice::cancel`]), and returns the indexes cancelled. Each cancel takes effect after
-    /// the updates its choice had already received, so a choice whose received updates
-    /// finish it is listed here yet ends finished. Each upstream is dropped
-    /// as soon as no choice of it is still finishing; choices that finished keep their
-    /// messages, and [`collect`](Self::collect) still returns everything.
+    /// [`Choice::cancel`]), waits until the completion is over, and returns the indexes of
+    /// the choices that ended cancelled. Each cancel takes effect after the updates its
+    /// choice had already received, so a choice whose received updates finish it ends
+    /// finished. Each upstream is dropped as soon as no choice of it is still finishing;
+    /// choices that finished keep their messages, and [`collect`](Self::collect) still
+    /// returns everything.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::{StreamExt, stream};
     /// # #[tokio::main] async fn main() {
     /// let partial = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
     /// let stalled = stream::iter([Ok::<_, std::io::Error>(partial)]).chain(stream::pending());
-    /// let c = Completions::from_sse(stalled);
+    /// let c = Completions::new(Source::sse(stalled));
     /// c.choice(0).await.unwrap();
-    /// assert_eq!(c.cancel(), [0]);
+    /// assert_eq!(c.cancel().await, [0]);
     /// let completion = c.collect().await.unwrap(); // the stalled upstream was dropped
     /// assert!(completion.choices[0].cancelled);
     /// # }
     /// ```
-    pub fn cancel(&self) -> Vec<u32> {
-        self.shared.close()
+    pub async fn cancel(&self) -> Vec<u32> {
+        self.shared.close();
+        self.settled().await;
+        let mut cancelled: Vec<u32> = self
+            .entries()
+            .iter()
+            .filter(|c| c.log.lock().phase.is_cancelled())
+            .map(|c| c.index())
+            .collect();
+        cancelled.sort_unstable();
+        cancelled
     }
 
-    /// How many choices the completion will have, when the upstreams declared it: the sum
-    /// of a fan-out's `n` when every upstream has one, else the request's `n`.
+    /// How many choices the completion will have, when every upstream declared it.
     pub(crate) fn expected_choices(&self) -> Option<usize> {
         let state = self.shared.lock();
+        if state.open_ended {
+            return None;
+        }
         let mut total = 0usize;
         for u in &state.upstreams {
             match u.indexing {
-                crate::shared::Indexing::Block { n, .. } => total += n as usize,
-                crate::shared::Indexing::FirstSeen => return None,
-                crate::shared::Indexing::AsSent => {
-                    let n = self.shared.config.request.as_deref()?.get("n")?.as_u64()?;
+                crate::completion::Indexing::Block { n, .. } => total += n as usize,
+                crate::completion::Indexing::FirstSeen => return None,
+                crate::completion::Indexing::AsSent => {
+                    let n = u.request.as_deref()?.get("n")?.as_u64()?;
                     total += usize::try_from(n).ok()?;
                 }
             }
@@ -467,38 +414,18 @@ impl Completions {
         Some(total)
     }
 
-    /// How many choices have appeared so far.
+    /// How many choices have appeared.
     pub(crate) fn choice_count(&self) -> usize {
         self.shared.lock().choices.len()
     }
 
-    /// Waits until the cancels of these choices have taken effect (each waits for the updates
-    /// received before it), keeps in `indexes` the choices that ended cancelled (dropping any
-    /// that one of those updates finished or failed instead), and returns their outputs. An
-    /// index with no choice yet (declared, never seen) stays: it is listed as cancelled.
-    pub(crate) async fn cancels_taken(
-        &self,
-        indexes: &mut Vec<u32>,
-    ) -> Vec<crate::response::ChoiceOutput> {
-        let choices: Vec<_> = (self.shared.lock().choices.iter())
-            .filter(|c| indexes.contains(&c.index))
-            .cloned()
-            .collect();
-        let mut outputs = Vec::new();
-        for choice in choices {
-            let sub = Subscription::new(choice.clone());
-            let output = sub
-                .wait(|state| match state.is_cancelling() {
-                    true => Poll::Pending,
-                    false => Poll::Ready(state.output()),
-                })
-                .await;
-            match output.cancelled {
-                true => outputs.push(output),
-                false => indexes.retain(|&i| i != choice.index),
-            }
-        }
-        outputs
+    /// The outputs of these choices, as published.
+    pub(crate) fn outputs(&self, indexes: &[u32]) -> Vec<choicewise_proto::ChoiceOutput> {
+        self.entries()
+            .iter()
+            .filter(|c| indexes.contains(&c.index()))
+            .map(|c| c.log.lock().outcome(c.index()).0)
+            .collect()
     }
 
     /// The model to count tokens with.
@@ -510,10 +437,10 @@ impl Completions {
     /// choice.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, WarningKind};
+    /// # use choicewise_core::{Completions, Source, WarningKind};
     /// # #[tokio::main] async fn main() {
     /// let sse = "data: {\"choices\":[{\"delta\":{}, \"finish_reason\":\"stop\"}]}{\"choices\":[]}\n\ndata: [DONE]\n\n";
-    /// let c = Completions::from_reader(sse.as_bytes());
+    /// let c = Completions::new(Source::reader(sse.as_bytes()));
     /// c.collect().await.unwrap();
     /// assert!(matches!(c.warnings()[0].kind, WarningKind::ConcatenatedObjects { count: 2 }));
     /// # }
@@ -523,33 +450,20 @@ impl Completions {
     }
 }
 
-/// Starts the reader of upstream `upstream`; if it cannot start, records the upstream's end.
-pub(crate) fn spawn_reader<F: Feed>(
-    feed: F,
-    shared: &Arc<CompletionShared>,
-    upstream: usize,
-    expected: Option<u32>,
-) -> Option<ractor::ActorRef<crate::actor::reader::ReaderMsg>> {
-    let args = ReaderArgs {
-        feed,
-        shared: shared.clone(),
-        upstream,
-        expected,
-    };
-    match ractor::ActorRuntime::spawn_instant(None, ReaderActor::<F>::new(), args) {
-        Ok((reader, _)) => Some(reader),
-        Err(e) => {
-            let mut state = shared.lock();
-            let error = state.upstream_error(
-                upstream,
-                Error::from(ErrorDetail::ActorFailed {
-                    choice: None,
-                    message: format!("could not start the reader: {e}"),
-                }),
-            );
-            state.end_upstream(upstream, Default::default(), Err(error));
-            None
-        }
+/// Counts an estimate (feature `estimate`), or says that none can be counted.
+fn estimate(
+    model: Option<String>,
+    request: Option<&serde_json::Value>,
+    choices: &[choicewise_proto::ChoiceOutput],
+) -> Usage {
+    #[cfg(feature = "estimate")]
+    {
+        Usage::estimate(model, request, choices)
+    }
+    #[cfg(not(feature = "estimate"))]
+    {
+        let _ = (model, request, choices);
+        Usage::failed_estimate("token estimates are not compiled in (feature `estimate`)".into())
     }
 }
 
@@ -557,10 +471,10 @@ pub(crate) fn spawn_reader<F: Feed>(
 /// (see [`Completions::choices`]).
 ///
 /// ```
-/// # use choicewise_core::Completions;
+/// # use choicewise_core::{Completions, Source};
 /// # use futures::StreamExt;
 /// # #[tokio::main] async fn main() {
-/// let mut choices = Completions::from_reader(&b"data: [DONE]\n\n"[..]).choices();
+/// let mut choices = Completions::new(Source::reader(&b"data: [DONE]\n\n"[..])).choices();
 /// assert!(choices.next().await.is_none());
 /// # }
 /// ```
@@ -588,47 +502,12 @@ impl Stream for Choices {
             if let Some(c) = state.choices.get(*cursor) {
                 *cursor += 1;
                 Poll::Ready(Some(c.clone()))
-            } else if state.end.is_some() {
+            } else if state.end().is_some() {
                 Poll::Ready(None)
             } else {
                 Poll::Pending
             }
         });
-        next.map(|c| c.map(|shared| Choice::new(shared, this.life.clone())))
+        next.map(|c| c.map(|entry| Choice::new(entry, this.life.clone())))
     }
-}
-
-/// How many actors of this crate are alive in the process: the readers and choice actors of
-/// every completion not yet ended or dropped (choice actors retired while their upstream is
-/// quiet do not count). A diagnostic for leak tests.
-///
-/// ```
-/// # use choicewise_core::{live_actors, Completions};
-/// # #[tokio::main] async fn main() {
-/// let c = Completions::from_reader(&b"data: [DONE]\n\n"[..]);
-/// c.collect().await.unwrap();
-/// drop(c);
-/// # tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-/// # let _ = live_actors();
-/// # }
-/// ```
-pub fn live_actors() -> usize {
-    crate::shared::LIVE_ACTORS.load(std::sync::atomic::Ordering::Acquire)
-}
-
-/// How many actors of this crate have started in the process so far, readers and choice
-/// actors, counting a choice actor again each time it comes back after retiring (see
-/// [`CompletionsBuilder::hibernate_after`]). A diagnostic.
-///
-/// ```
-/// # use choicewise_core::{actors_started, Completions};
-/// # #[tokio::main] async fn main() {
-/// let before = actors_started();
-/// let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: [DONE]\n\n";
-/// Completions::from_reader(sse.as_bytes()).collect().await.unwrap();
-/// assert!(actors_started() >= before + 2); // the reader and choice 0's actor
-/// # }
-/// ```
-pub fn actors_started() -> usize {
-    crate::shared::ACTORS_STARTED.load(std::sync::atomic::Ordering::Acquire)
 }

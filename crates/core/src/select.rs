@@ -13,16 +13,15 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 
 use crate::completions::Completions;
-use crate::error::Incomplete;
-use crate::response::ChoiceOutput;
+use choicewise_proto::{ChoiceOutput, Incomplete};
 
 /// What a combinator picked, and what it cancelled to get there.
 ///
 /// ```
-/// # use choicewise_core::Completions;
+/// # use choicewise_core::{Completions, Source};
 /// # #[tokio::main] async fn main() {
 /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n";
-/// let selection = Completions::from_reader(sse.as_bytes()).first_finished().await;
+/// let selection = Completions::new(Source::reader(sse.as_bytes())).first_finished().await;
 /// assert_eq!(selection.selected, [0]);
 /// assert!(selection.cancelled.is_empty());
 /// assert_eq!(selection.reason, None);
@@ -133,10 +132,10 @@ enum Rule {
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use choicewise_core::Completions;
+/// # use choicewise_core::{Completions, Source};
 /// # #[tokio::main] async fn main() {
 /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n";
-/// let completions = Completions::from_reader(sse.as_bytes());
+/// let completions = Completions::new(Source::reader(sse.as_bytes()));
 /// let selection = completions
 ///     .first_finished()
 ///     .deadline(Duration::from_secs(30))
@@ -185,10 +184,10 @@ impl<'a> Pick<'a> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let stalled = futures::stream::pending::<Result<&str, std::io::Error>>();
-    /// let completions = Completions::from_sse(stalled);
+    /// let completions = Completions::new(Source::sse(stalled));
     /// let selection = completions.first_finished().deadline(Duration::from_millis(10)).await;
     /// assert!(selection.timed_out && selection.selected.is_empty());
     /// # }
@@ -203,14 +202,14 @@ impl<'a> Pick<'a> {
     /// but still wants the rest.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let sse = concat!(
     ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\n",
     ///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"b\"}}]}\n\n",
     ///     "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
     /// );
-    /// let completions = Completions::from_reader(sse.as_bytes());
+    /// let completions = Completions::new(Source::reader(sse.as_bytes()));
     /// let selection = completions.first_finished().keep_rest().await;
     /// assert!(selection.cancelled.is_empty());
     /// let whole = completions.collect().await.unwrap();
@@ -419,13 +418,14 @@ impl Completions {
     /// when no choice finishes so, or when the [deadline](Pick::deadline) passes first.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::stream;
     /// # #[tokio::main] async fn main() {
     /// let fast = "data: {\"choices\":[{\"delta\":{\"content\":\"done\"},\"finish_reason\":\"stop\"}]}\n\n";
     /// let slow = "data: {\"choices\":[{\"delta\":{\"content\":\"thinking\"}}]}\n\n";
     /// let stalled = futures::StreamExt::chain(stream::iter([Ok::<_, std::io::Error>(slow)]), stream::pending());
-    /// let c = Completions::fan_out().sse(stalled).n(1).reader(fast.as_bytes()).n(1).start();
+    /// let c = Completions::builder()
+    ///     .fan_out([Source::sse(stalled).n(1), Source::reader(fast.as_bytes()).n(1)]);
     /// let selection = c.first_finished().await;
     /// assert_eq!((selection.selected, selection.cancelled), (vec![1], vec![0]));
     /// assert!(c.outcome().await.is_ok()); // the stalled upstream was dropped
@@ -442,11 +442,11 @@ impl Completions {
     /// accepted.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let answer = |i: u32, a: &str| format!("data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n");
     /// let sse = answer(0, "about four") + &answer(1, "4");
-    /// let c = Completions::from_reader(std::io::Cursor::new(sse));
+    /// let c = Completions::new(Source::reader(std::io::Cursor::new(sse)));
     /// let is_number = |o: &choicewise_core::ChoiceOutput| {
     ///     o.message.content.as_deref().is_some_and(|t| t.trim().parse::<i64>().is_ok())
     /// };
@@ -471,18 +471,18 @@ impl Completions {
     /// when no choice voted (all failed, were cut off, or had no key).
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # use futures::stream;
     /// # #[tokio::main] async fn main() {
     /// let answer = |a: &'static str| format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n");
     /// let stalled = || stream::pending::<Result<String, std::io::Error>>();
     /// let ready = |a| stream::iter([Ok::<_, std::io::Error>(answer(a))]);
-    /// let c = Completions::fan_out()
-    ///     .sse(ready("42")).n(1)
-    ///     .sse(stalled()).n(1)
-    ///     .sse(ready(" 42 ")).n(1)
-    ///     .sse(ready("42")).n(1)
-    ///     .start();
+    /// let c = Completions::builder().fan_out([
+    ///     Source::sse(ready("42")).n(1),
+    ///     Source::sse(stalled()).n(1),
+    ///     Source::sse(ready(" 42 ")).n(1),
+    ///     Source::sse(ready("42")).n(1),
+    /// ]);
     /// // Decided at the third 42: the stalled upstream could not change the winner.
     /// let selection = c.vote(|m| m.message.content.as_deref().map(|t| t.trim().to_string())).await;
     /// let tally = selection.vote.unwrap();
@@ -505,11 +505,11 @@ impl Completions {
     /// winning score.
     ///
     /// ```
-    /// # use choicewise_core::Completions;
+    /// # use choicewise_core::{Completions, Source};
     /// # #[tokio::main] async fn main() {
     /// let answer = |i: u32, a: &str| format!("data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n");
     /// let sse = answer(0, "short") + &answer(1, "the longest one") + &answer(2, "medium");
-    /// let c = Completions::from_reader(std::io::Cursor::new(sse));
+    /// let c = Completions::new(Source::reader(std::io::Cursor::new(sse)));
     /// let longest = |o: &choicewise_core::ChoiceOutput| o.message.content.as_ref().map(|t| t.len() as f64);
     /// let selection = c.best_of(longest).await;
     /// assert_eq!((selection.selected, selection.score), (vec![1], Some(15.0)));
@@ -533,23 +533,11 @@ impl Completions {
             score,
         } = decided;
         selected.sort_unstable();
-        let mut cancelled = match keep_rest {
+        let cancelled = match keep_rest {
             true => Vec::new(),
-            false => self.cancel(),
+            false => self.cancel().await,
         };
-        cancelled.sort_unstable();
-        let outputs = self.cancels_taken(&mut cancelled).await;
-        let model = self.model();
-        let cancelled_tokens = tokio::task::spawn_blocking(move || {
-            let encoding =
-                choicewise_usage::encoding_for_model(model.as_deref().unwrap_or_default());
-            outputs
-                .iter()
-                .map(|o| o.completion_tokens(encoding.name))
-                .sum()
-        })
-        .await
-        .unwrap_or(0);
+        let cancelled_tokens = self.estimated_tokens(&cancelled).await;
         Selection {
             selected,
             cancelled,
@@ -558,6 +546,33 @@ impl Completions {
             reason,
             vote,
             score,
+        }
+    }
+}
+
+impl Completions {
+    /// The completion tokens these choices received, estimated (0 without the `estimate`
+    /// feature).
+    async fn estimated_tokens(&self, indexes: &[u32]) -> u64 {
+        #[cfg(feature = "estimate")]
+        {
+            let outputs = self.outputs(indexes);
+            let model = self.model();
+            tokio::task::spawn_blocking(move || {
+                let encoding =
+                    choicewise_usage::encoding_for_model(model.as_deref().unwrap_or_default());
+                outputs
+                    .iter()
+                    .map(|o| o.completion_tokens(encoding.name))
+                    .sum()
+            })
+            .await
+            .unwrap_or(0)
+        }
+        #[cfg(not(feature = "estimate"))]
+        {
+            let _ = indexes;
+            0
         }
     }
 }

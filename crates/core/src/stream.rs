@@ -8,21 +8,21 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use futures::stream::BoxStream;
 
-use crate::actor::Lifetime;
-use crate::error::Error;
-use crate::event::ChoiceEvent;
-use crate::shared::{ChoiceShared, Subscription};
+use choicewise_proto::{ChoiceEvent, Error};
+
+use crate::lifetime::Lifetime;
+use crate::log::{ChoiceLog, Subscription};
 
 /// A sub-stream of a [`Choice`](crate::Choice): yields `Ok` items from the start of the choice, then ends
 /// (`None`) after the choice's finish, or yields one `Err` with the error that ended the
 /// stream before the finish.
 ///
 /// ```
-/// # use choicewise_core::Completions;
+/// # use choicewise_core::{Completions, Source};
 /// # use futures::StreamExt;
 /// # #[tokio::main] async fn main() {
 /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"error\":{\"message\":\"boom\"}}\n\n";
-/// let c = Completions::from_reader(sse.as_bytes()).choice(0).await.unwrap();
+/// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
 /// let mut content = c.content();
 /// assert_eq!(&*content.next().await.unwrap().unwrap(), "Hi");
 /// assert!(content.next().await.unwrap().is_err());
@@ -41,7 +41,7 @@ enum Inner<T> {
 }
 
 struct LogCursor<T> {
-    sub: Subscription<ChoiceShared>,
+    sub: Subscription<ChoiceLog>,
     cursor: usize,
     done: bool,
     select: fn(&ChoiceEvent) -> Option<T>,
@@ -51,7 +51,7 @@ struct LogCursor<T> {
 impl<T> EventStream<T> {
     /// A stream of what `select` picks from the choice's events, from the start.
     pub(crate) fn new(
-        shared: Arc<ChoiceShared>,
+        shared: Arc<ChoiceLog>,
         life: Arc<Lifetime>,
         select: fn(&ChoiceEvent) -> Option<T>,
     ) -> Self {
@@ -102,14 +102,14 @@ impl<T> Stream for EventStream<T> {
         let cursor = &mut this.cursor;
         let done = &mut this.done;
         let select = this.select;
-        this.sub.poll_with(cx, |state| {
-            while let Some(event) = state.events.get(*cursor) {
+        this.sub.poll_with(cx, |published| {
+            while let Some(event) = published.events.get(*cursor) {
                 *cursor += 1;
                 if let Some(item) = select(event) {
                     return Poll::Ready(Some(Ok(item)));
                 }
             }
-            match state.closed() {
+            match published.closed() {
                 None => Poll::Pending,
                 Some(outcome) => {
                     *done = true;

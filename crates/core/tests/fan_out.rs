@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use choicewise_core::{ChoiceEvent, Completions, UsageSource};
+use choicewise_core::{ChoiceEvent, Completions, Source, UsageSource};
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 
 /// Sets its flag when dropped: tells a test that the upstream holding it was dropped.
@@ -50,7 +50,7 @@ const B1: &str = "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"b\"}
 #[tokio::test]
 async fn cancelling_the_only_choice_drops_a_stalled_upstream() {
     let (upstream, dropped) = stalling(vec![A0]);
-    let c = Completions::from_sse(upstream);
+    let c = Completions::new(Source::sse(upstream));
     let choice = c.choice(0).await.unwrap();
     let mut content = choice.content();
     assert_eq!(&*content.next().await.unwrap().unwrap(), "a");
@@ -78,7 +78,7 @@ async fn cancelling_the_only_choice_drops_a_stalled_upstream() {
 #[tokio::test]
 async fn a_cancelled_choice_drops_its_later_updates_while_the_others_go_on() {
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<&'static str, std::io::Error>>();
-    let c = Completions::from_sse(rx);
+    let c = Completions::new(Source::sse(rx));
     tx.unbounded_send(Ok(A0)).unwrap();
     tx.unbounded_send(Ok(B1)).unwrap();
     let zero = c.choice(0).await.unwrap();
@@ -109,7 +109,7 @@ async fn a_cancelled_choice_drops_its_later_updates_while_the_others_go_on() {
 #[tokio::test]
 async fn an_upstream_is_kept_while_a_choice_of_it_is_still_wanted() {
     let (upstream, dropped) = stalling(vec![A0, B1]);
-    let c = Completions::from_sse(upstream);
+    let c = Completions::new(Source::sse(upstream));
     let zero = c.choice(0).await.unwrap();
     c.choice(1).await.unwrap();
     assert!(zero.cancel());
@@ -136,14 +136,11 @@ async fn fan_out_numbers_by_n_and_a_failing_upstream_fails_only_its_choices() {
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"}]}\n\n",
         "data: [DONE]\n\n",
     );
-    let c = Completions::fan_out()
-        .reader(ONE.as_bytes())
-        .n(1)
-        .sse(failing)
-        .n(1)
-        .reader(two.as_bytes())
-        .n(2)
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::reader(ONE.as_bytes()).n(1),
+        Source::sse(failing).n(1),
+        Source::reader(two.as_bytes()).n(2),
+    ]);
     let mut seen: Vec<u32> = c.choices().map(|c| c.index()).collect().await;
     seen.sort();
     assert_eq!(seen, [0, 1, 2, 3]);
@@ -186,7 +183,7 @@ async fn fan_out_numbers_by_n_and_a_failing_upstream_fails_only_its_choices() {
 async fn fan_out_without_n_numbers_in_first_seen_order() {
     let (late, _) = stalling(vec![]);
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<&'static str, std::io::Error>>();
-    let c = Completions::fan_out().sse(late).sse(rx).start();
+    let c = Completions::builder().fan_out([Source::sse(late), Source::sse(rx)]);
     tx.unbounded_send(Ok(B1)).unwrap();
     tx.unbounded_send(Ok(A0)).unwrap();
     let mut choices = c.choices();
@@ -199,10 +196,10 @@ async fn fan_out_without_n_numbers_in_first_seen_order() {
 
 #[tokio::test]
 async fn fan_out_with_reported_usage_sums_it_with_prompts_once_per_request() {
-    let c = Completions::fan_out()
-        .reader(ONE.as_bytes())
-        .reader(ONE.as_bytes())
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::reader(ONE.as_bytes()),
+        Source::reader(ONE.as_bytes()),
+    ]);
     let completion = c.collect().await.unwrap();
     let usage = completion.usage.unwrap();
     assert_eq!(usage.source, UsageSource::Reported);
@@ -221,7 +218,7 @@ async fn fan_out_with_reported_usage_sums_it_with_prompts_once_per_request() {
 async fn dropping_everything_mid_stream_drops_every_upstream() {
     let (a, a_dropped) = stalling(vec![A0]);
     let (b, b_dropped) = stalling(vec![A0]);
-    let c = Completions::fan_out().sse(a).sse(b).start();
+    let c = Completions::builder().fan_out([Source::sse(a), Source::sse(b)]);
     let mut choices = c.choices();
     choices.next().await.unwrap();
     choices.next().await.unwrap();
@@ -235,7 +232,7 @@ async fn dropping_everything_mid_stream_drops_every_upstream() {
 async fn cancelling_in_one_upstream_drops_only_that_upstream() {
     let (a, a_dropped) = stalling(vec![A0]);
     let (b, b_dropped) = stalling(vec![A0]);
-    let c = Completions::fan_out().sse(a).n(1).sse(b).n(1).start();
+    let c = Completions::builder().fan_out([Source::sse(a).n(1), Source::sse(b).n(1)]);
     c.choice(1).await.unwrap();
     assert!(c.choice(0).await.unwrap().cancel());
     assert!(eventually(&a_dropped).await);
@@ -259,14 +256,11 @@ fn ready(text: String) -> impl Stream<Item = Result<String, std::io::Error>> + S
 #[tokio::test]
 async fn first_finished_skips_length_and_cancels_a_stalled_choice() {
     let (slow, slow_dropped) = stalling(vec![A0]);
-    let c = Completions::fan_out()
-        .sse(ready(answer("cut", "length")))
-        .n(1)
-        .sse(slow)
-        .n(1)
-        .sse(ready(answer("good", "stop")))
-        .n(1)
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::sse(ready(answer("cut", "length"))).n(1),
+        Source::sse(slow).n(1),
+        Source::sse(ready(answer("good", "stop"))).n(1),
+    ]);
     // Choice 1 must be there to be cancelled (and counted).
     c.choice(1).await.unwrap();
     let selection = c.first_finished().await;
@@ -285,17 +279,17 @@ async fn first_finished_skips_length_and_cancels_a_stalled_choice() {
 #[tokio::test]
 async fn first_finished_selects_nothing_when_every_choice_fails_or_the_deadline_passes() {
     let failing = || stream::iter([Err::<String, _>(std::io::Error::other("reset"))]);
-    let c = Completions::fan_out()
-        .sse(failing())
-        .sse(ready(answer("x", "content_filter")))
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::sse(failing()),
+        Source::sse(ready(answer("x", "content_filter"))),
+    ]);
     let selection = c.first_finished().await;
     assert!(selection.selected.is_empty());
     assert!(selection.reason.is_some());
     assert!(!selection.timed_out);
 
     let (slow, dropped) = stalling(vec![A0]);
-    let c = Completions::fan_out().sse(slow).start();
+    let c = Completions::builder().fan_out([Source::sse(slow)]);
     let selection = c.first_finished().deadline(Duration::from_millis(50)).await;
     assert!(selection.timed_out && selection.selected.is_empty());
     assert!(eventually(&dropped).await);
@@ -303,22 +297,16 @@ async fn first_finished_selects_nothing_when_every_choice_fails_or_the_deadline_
 
 #[tokio::test]
 async fn a_vote_tie_goes_to_the_key_voted_first_and_no_key_means_no_vote() {
-    let c = Completions::fan_out()
-        .sse(ready(answer("a", "stop")))
-        .n(1)
-        .start();
+    let c = Completions::builder().fan_out([Source::sse(ready(answer("a", "stop"))).n(1)]);
     let key = |m: &choicewise_core::ChoiceOutput| m.message.content.clone();
     assert_eq!(c.vote(key).await.selected, [0]);
 
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<String, std::io::Error>>();
-    let c = Completions::fan_out()
-        .sse(rx)
-        .n(1)
-        .sse(ready(answer("b", "stop")))
-        .n(1)
-        .sse(ready(answer("none", "stop")))
-        .n(1)
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::sse(rx).n(1),
+        Source::sse(ready(answer("b", "stop"))).n(1),
+        Source::sse(ready(answer("none", "stop"))).n(1),
+    ]);
     c.choice(1).await.unwrap().message().await.unwrap();
     tx.unbounded_send(Ok(answer("a", "stop"))).unwrap();
     let only_letters =
@@ -340,14 +328,11 @@ async fn a_vote_tie_goes_to_the_key_voted_first_and_no_key_means_no_vote() {
 #[tokio::test]
 async fn first_where_skips_finished_choices_it_does_not_accept() {
     let (slow, slow_dropped) = stalling(vec![A0]);
-    let c = Completions::fan_out()
-        .sse(ready(answer("{\\\"city\\\": 3}", "stop")))
-        .n(1)
-        .sse(slow)
-        .n(1)
-        .sse(ready(answer("{\\\"city\\\": \\\"Paris\\\"}", "stop")))
-        .n(1)
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::sse(ready(answer("{\\\"city\\\": 3}", "stop"))).n(1),
+        Source::sse(slow).n(1),
+        Source::sse(ready(answer("{\\\"city\\\": \\\"Paris\\\"}", "stop"))).n(1),
+    ]);
     #[derive(serde::Deserialize)]
     #[allow(dead_code)]
     struct Place {
@@ -365,9 +350,7 @@ async fn first_where_skips_finished_choices_it_does_not_accept() {
     assert_eq!(selection.cancelled, [1]);
     assert!(eventually(&slow_dropped).await);
 
-    let c = Completions::fan_out()
-        .sse(ready(answer("no", "stop")))
-        .start();
+    let c = Completions::builder().fan_out([Source::sse(ready(answer("no", "stop")))]);
     let selection = c.first_where(|_| false).await;
     assert!(selection.selected.is_empty());
     assert!(selection.reason.unwrap().contains("accepted"));
@@ -376,16 +359,12 @@ async fn first_where_skips_finished_choices_it_does_not_accept() {
 #[tokio::test]
 async fn best_of_waits_for_every_choice_and_ties_go_to_the_first_finished() {
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<String, std::io::Error>>();
-    let c = Completions::fan_out()
-        .sse(ready(answer("bb", "stop")))
-        .n(1)
-        .sse(rx)
-        .n(1)
-        .sse(ready(answer("aaaa", "length")))
-        .n(1)
-        .sse(ready(answer("cc", "stop")))
-        .n(1)
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::sse(ready(answer("bb", "stop"))).n(1),
+        Source::sse(rx).n(1),
+        Source::sse(ready(answer("aaaa", "length"))).n(1),
+        Source::sse(ready(answer("cc", "stop"))).n(1),
+    ]);
     let len =
         |o: &choicewise_core::ChoiceOutput| o.message.content.as_ref().map(|t| t.len() as f64);
     let pick = tokio::spawn({
@@ -403,10 +382,7 @@ async fn best_of_waits_for_every_choice_and_ties_go_to_the_first_finished() {
     assert!(selection.cancelled.is_empty());
 
     // Equal scores: the one that finished first.
-    let c = Completions::fan_out()
-        .sse(ready(answer("x", "stop")))
-        .n(1)
-        .start();
+    let c = Completions::builder().fan_out([Source::sse(ready(answer("x", "stop"))).n(1)]);
     let selection = c.best_of(|_| Some(1.0)).await;
     assert_eq!(selection.selected, [0]);
     let selection = c.best_of(|_| Some(f64::NAN)).await;
@@ -416,12 +392,10 @@ async fn best_of_waits_for_every_choice_and_ties_go_to_the_first_finished() {
 #[tokio::test]
 async fn best_of_at_the_deadline_picks_among_those_in_and_cancels_the_rest() {
     let (slow, dropped) = stalling(vec![A0]);
-    let c = Completions::fan_out()
-        .sse(slow)
-        .n(1)
-        .sse(ready(answer("in time", "stop")))
-        .n(1)
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::sse(slow).n(1),
+        Source::sse(ready(answer("in time", "stop"))).n(1),
+    ]);
     let selection = c
         .best_of(|_| Some(0.5))
         .deadline(Duration::from_millis(100))
@@ -437,12 +411,10 @@ async fn best_of_at_the_deadline_picks_among_those_in_and_cancels_the_rest() {
 #[tokio::test]
 async fn keep_rest_leaves_the_other_choices_streaming() {
     let (tx, rx) = futures::channel::mpsc::unbounded::<Result<String, std::io::Error>>();
-    let c = Completions::fan_out()
-        .sse(ready(answer("fast", "stop")))
-        .n(1)
-        .sse(rx)
-        .n(1)
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::sse(ready(answer("fast", "stop"))).n(1),
+        Source::sse(rx).n(1),
+    ]);
     let selection = c.first_finished().keep_rest().await;
     assert_eq!((selection.selected, selection.cancelled), (vec![0], vec![]));
     tx.unbounded_send(Ok(answer("slow", "stop"))).unwrap();
@@ -455,12 +427,10 @@ async fn keep_rest_leaves_the_other_choices_streaming() {
 #[tokio::test]
 async fn a_declared_choice_that_never_appeared_is_listed_as_cancelled() {
     let (silent, dropped) = stalling(vec![]);
-    let c = Completions::fan_out()
-        .sse(silent)
-        .n(2)
-        .sse(ready(answer("fast", "stop")))
-        .n(1)
-        .start();
+    let c = Completions::builder().fan_out([
+        Source::sse(silent).n(2),
+        Source::sse(ready(answer("fast", "stop"))).n(1),
+    ]);
     let selection = c.first_finished().await;
     assert_eq!(
         (selection.selected, selection.cancelled),

@@ -9,7 +9,6 @@ mod tree;
 use serde_json::Value;
 
 use crate::error::{Expected, PartialJsonError};
-use crate::snapshot::Snapshot;
 use lexer::{Esc, StrStop, append, is_special_in_string, lex_string};
 use number::{Digits, Num};
 use tree::{Frame, drop_iteratively, leaf_mut};
@@ -26,6 +25,10 @@ pub const DEFAULT_MAX_DEPTH: usize = 512;
 /// Trees at most this deep are dropped by `serde_json`'s own (recursive)
 /// `Drop`; deeper ones are taken apart iteratively.
 const RECURSIVE_DROP_LIMIT: usize = DEFAULT_MAX_DEPTH;
+
+/// Initial capacity of a string value that is still open at the end of a
+/// fragment.
+const STRING_START_CAPACITY: usize = 64;
 
 /// A literal being matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -428,24 +431,6 @@ impl PartialJson {
     /// ```
     pub fn value(&self) -> Option<&Value> {
         self.root.as_ref()
-    }
-
-    /// The best-effort value as a tree of [`Snapshot`] nodes that also say
-    /// whether each part is final (closed) or still provisional.
-    ///
-    /// ```
-    /// use choicewise_partial_json::PartialJson;
-    ///
-    /// let mut p = PartialJson::new();
-    /// p.push(r#"{"title": "Done", "body": "Still wri"#).unwrap();
-    /// let snap = p.snapshot().unwrap();
-    /// assert!(!snap.is_final()); // the object is still open
-    /// assert!(snap.get("title").unwrap().is_final());
-    /// assert!(!snap.get("body").unwrap().is_final());
-    /// ```
-    pub fn snapshot(&self) -> Option<Snapshot<'_>> {
-        let root = self.root.as_ref()?;
-        Some(Snapshot::root(self, root, self.open_count() > 0))
     }
 
     /// Number of provisional nodes on the open path (open containers plus

@@ -61,6 +61,26 @@ fn parse_index(s: &str) -> Option<usize> {
     s.parse().ok()
 }
 
+impl PartialJson {
+    /// The best-effort value as a tree of [`Snapshot`] nodes that also say
+    /// whether each part is final (closed) or still provisional.
+    ///
+    /// ```
+    /// use choicewise_partial_json::PartialJson;
+    ///
+    /// let mut p = PartialJson::new();
+    /// p.push(r#"{"title": "Done", "body": "Still wri"#).unwrap();
+    /// let snap = p.snapshot().unwrap();
+    /// assert!(!snap.is_final()); // the object is still open
+    /// assert!(snap.get("title").unwrap().is_final());
+    /// assert!(!snap.get("body").unwrap().is_final());
+    /// ```
+    pub fn snapshot(&self) -> Option<Snapshot<'_>> {
+        let root = self.value()?;
+        Some(Snapshot::root(self, root, self.open_count() > 0))
+    }
+}
+
 impl<'a> Snapshot<'a> {
     pub(crate) fn root(parser: &'a PartialJson, value: &'a Value, open: bool) -> Self {
         Snapshot {

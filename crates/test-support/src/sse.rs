@@ -75,7 +75,7 @@ pub fn split(bytes: &[u8], sizes: &[usize]) -> Vec<Vec<u8>> {
 /// prime (so they cut lines, CRLFs and multi-byte characters at every phase).
 pub const SPLITS: &[&[usize]] = &[&[usize::MAX], &[1], &[2, 3, 5], &[7, 64, 13], &[4096]];
 
-/// The reads as an upstream byte stream that never fails, as the completions' `from_sse`
+/// The reads as an upstream byte stream that never fails, as `Source::sse`
 /// takes it.
 ///
 /// ```

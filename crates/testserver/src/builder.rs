@@ -63,6 +63,19 @@ impl Default for TestServerBuilder {
     }
 }
 
+impl TestServer {
+    /// Options for a new server.
+    ///
+    /// ```
+    /// # use choicewise_testserver::TestServer;
+    /// let builder = TestServer::builder();
+    /// # drop(builder);
+    /// ```
+    pub fn builder() -> TestServerBuilder {
+        TestServerBuilder::default()
+    }
+}
+
 impl TestServerBuilder {
     /// The SSE body streamed to each successful request (default `data: [DONE]\n\n`).
     ///

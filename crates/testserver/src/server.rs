@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use crate::{State, TestServerBuilder};
+use crate::State;
 
 /// A running server; dropping it stops the server and closes every connection.
 ///
@@ -46,17 +46,6 @@ impl Drop for TestServer {
 }
 
 impl TestServer {
-    /// Options for a new server.
-    ///
-    /// ```
-    /// # use choicewise_testserver::TestServer;
-    /// let builder = TestServer::builder();
-    /// # drop(builder);
-    /// ```
-    pub fn builder() -> TestServerBuilder {
-        TestServerBuilder::default()
-    }
-
     /// The address it listens on.
     ///
     /// ```

@@ -1,99 +1,95 @@
-//! The per-choice actor: does its choice's work. It parses the choice's raw updates
-//! (`decode`), merges them and appends the events to the choice's log, on whichever core it
-//! runs, side by side with the reader and the other choices.
+//! The choice actor: the one owner of its choice. It parses the choice's raw updates, merges
+//! them ([`ChoiceCore`]), and publishes the events and the phase they lead to in the choice's
+//! log, on whichever core it runs, side by side with the reader and the other choices.
 //!
-//! A malformed update, a broken limit or a panic fails this choice only. The actor keeps no
-//! state of the choice itself: the merged message and the log live in the choice's
-//! [`ChoiceShared`], so the reader can retire the actor while the upstream is quiet and start
-//! another for the next update. Each batch carries its number; an actor applies batch `k` only
-//! after batch `k - 1` (see [`ChoiceState::turn_of`]), so successive actors never reorder a
-//! choice's updates.
+//! It is spawned linked to its reader, which supervises it: a malformed update fails the
+//! choice here (the actor stays, counting the choice's later updates); a panic stops the
+//! actor, and the reader, handling that supervision event, fails the choice with the panic's
+//! message. When the upstream goes quiet the actor stops on [`ChoiceMsg::Retire`], and its
+//! state goes back to the reader in the supervision event, for the next actor.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
-use std::task::Poll;
+use std::sync::{Arc, Mutex};
 
+use choicewise_proto::__private::{Batch, BatchPool, ChoiceCore, Closed, Phase};
+use choicewise_proto::{ChoiceEvent, Warning};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use crate::decode::decode_batch;
-use crate::error::{Error, ErrorDetail};
-use crate::event::{ChoiceEvent, Warning};
-use crate::merge::ChoiceUpdate;
-use crate::shared::{ChoiceShared, CompletionShared, LiveActor, Subscription};
-use crate::split::Batch;
-
-/// Messages of a choice actor.
-#[derive(Debug)]
-pub(crate) enum ChoiceMsg {
-    /// The updates of one read, in arrival order: batch number `seq` of the choice.
-    Batch { seq: u64, batch: Batch },
-    /// The stream is over (after batch number `seq - 1`); no more updates will come.
-    End {
-        seq: u64,
-        outcome: Result<(), Error>,
-    },
-    /// The upstream went quiet: stop once everything queued before this is applied, leaving
-    /// the choice open.
-    Retire,
-}
+use crate::completion::CompletionShared;
+use crate::log::{ChoiceLog, lock};
+use crate::msg::{ChoiceMsg, ReaderMsg};
 
 pub(crate) struct ChoiceActor;
 
+/// What a choice actor starts with: the choice's state (new, or handed back by the actor
+/// before it), where it publishes, and where it reports.
 pub(crate) struct ChoiceArgs {
-    pub shared: Arc<ChoiceShared>,
+    pub core: Box<ChoiceCore>,
+    pub log: Arc<ChoiceLog>,
     pub completion: Arc<CompletionShared>,
+    pub pool: Arc<Mutex<BatchPool>>,
+    pub reader: ActorRef<ReaderMsg>,
+    pub slot: usize,
 }
 
 pub(crate) struct ChoiceActorState {
-    exit: Exit,
+    pub core: Box<ChoiceCore>,
+    log: Arc<ChoiceLog>,
     completion: Arc<CompletionShared>,
-    scratch: Scratch,
-    _live: LiveActor,
-}
-
-/// Fails the choice if the actor goes without being told to (a kill, a panic that the
-/// catches miss), so that no reader waits forever.
-struct Exit {
-    shared: Arc<ChoiceShared>,
-    clean: bool,
-}
-
-impl Drop for Exit {
-    fn drop(&mut self) {
-        if !self.clean {
-            self.shared.lock().fail(stopped_early(self.shared.index));
-        }
-    }
+    /// The emptied batches, handed back for the reader to fill again.
+    pool: Arc<Mutex<BatchPool>>,
+    reader: ActorRef<ReaderMsg>,
+    slot: usize,
+    /// The events of one message, reused.
+    events: Vec<ChoiceEvent>,
+    warnings: Vec<Warning>,
+    #[cfg(feature = "diagnostics")]
+    _live: crate::diagnostics::LiveActor,
 }
 
 impl ChoiceActorState {
-    fn shared(&self) -> &Arc<ChoiceShared> {
-        &self.exit.shared
+    /// Publishes the events of one message and the phase they led to; tells the reader when
+    /// the choice failed on its own (it no longer wants the upstream's updates for it).
+    fn publish(&mut self, was_open: bool) {
+        // The warnings first: whoever sees the choice settled (`collect`) finds them.
+        if !self.warnings.is_empty() {
+            self.completion.lock().warnings.append(&mut self.warnings);
+        }
+        let core = &self.core;
+        self.log
+            .publish(&mut self.events, core.phase(), || match core.phase() {
+                Phase::Open => None,
+                _ => Some(core.output()),
+            });
+        if was_open && matches!(core.phase().closed(), Some(Closed::Failed(_))) {
+            let _ = self
+                .reader
+                .send_message(ReaderMsg::Failed { slot: self.slot });
+        }
     }
 
-    /// Waits until batch `seq` is this choice's next (an earlier actor may still be applying
-    /// the ones before it).
-    async fn turn(&self, seq: u64) {
-        if self.shared().lock().turn_of(seq) {
-            return;
+    fn apply(&mut self, mut batch: Batch) {
+        let was_open = matches!(self.core.phase(), Phase::Open);
+        #[cfg(feature = "fault-injection")]
+        let panic_after = self.injected_faults(&mut batch);
+        self.core
+            .apply_batch(&mut batch, &mut self.events, &mut self.warnings);
+        self.publish(was_open);
+        #[cfg(feature = "fault-injection")]
+        if panic_after {
+            panic!("injected fault in choice {}", self.core.index());
         }
-        let sub = Subscription::new(self.shared().clone());
-        Box::pin(sub.wait(|state| match state.turn_of(seq) {
-            true => Poll::Ready(()),
-            false => Poll::Pending,
-        }))
-        .await;
+        lock(&self.pool).put(batch);
     }
 
-    fn settle(&mut self, outcome: Result<(), Error>) {
-        let index = self.shared().index;
-        let mut state = self.exit.shared.lock();
-        // The warning is published before the choice's lock is released, so that whoever
-        // waits for the choice to settle (`collect`) finds it. (Lock order: a choice, then
-        // the completion; nothing takes them the other way round.)
-        if let Some(w) = state.settle(index, outcome) {
-            self.completion.lock().warnings.push(w);
+    /// Test-only faults: a slow choice, and a panic after the updates before the trigger are
+    /// applied and published.
+    #[cfg(feature = "fault-injection")]
+    fn injected_faults(&mut self, batch: &mut Batch) -> bool {
+        use choicewise_proto::fault::{FAULT_PANIC_CHOICE, FAULT_SLOW_CHOICE};
+        if batch.carries(FAULT_SLOW_CHOICE) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
+        batch.split_at_marker(FAULT_PANIC_CHOICE).is_some()
     }
 }
 
@@ -108,13 +104,16 @@ impl Actor for ChoiceActor {
         args: ChoiceArgs,
     ) -> Result<ChoiceActorState, ActorProcessingErr> {
         Ok(ChoiceActorState {
-            exit: Exit {
-                shared: args.shared,
-                clean: false,
-            },
+            core: args.core,
+            log: args.log,
             completion: args.completion,
-            scratch: Scratch::default(),
-            _live: LiveActor::new(),
+            pool: args.pool,
+            reader: args.reader,
+            slot: args.slot,
+            events: Vec::new(),
+            warnings: Vec::new(),
+            #[cfg(feature = "diagnostics")]
+            _live: crate::diagnostics::LiveActor::new(),
         })
     }
 
@@ -125,141 +124,27 @@ impl Actor for ChoiceActor {
         state: &mut ChoiceActorState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ChoiceMsg::Batch { seq, batch } => {
-                state.turn(seq).await;
-                // Parsing and merging are synchronous: a panic in them is caught and fails
-                // this choice only; this actor stays to count its later updates.
-                let ChoiceActorState {
-                    exit,
-                    completion,
-                    scratch,
-                    ..
-                } = state;
-                apply_batch_isolated(&exit.shared, completion, batch, scratch);
+            ChoiceMsg::Batch(batch) => state.apply(batch),
+            ChoiceMsg::Cancel => {
+                let was_open = matches!(state.core.phase(), Phase::Open);
+                state.core.cancel(&mut state.events);
+                state.publish(was_open);
             }
-            ChoiceMsg::End { seq, outcome } => {
-                state.turn(seq).await;
-                state.settle(outcome);
-                state.exit.clean = true;
+            ChoiceMsg::End(outcome) => {
+                let was_open = matches!(state.core.phase(), Phase::Open);
+                if let Some(w) = state.core.settle(outcome, &mut state.events) {
+                    state.warnings.push(w);
+                }
+                state.publish(was_open);
+                *lock(&state.pool) = BatchPool::default();
                 myself.stop(None);
             }
             ChoiceMsg::Retire => {
                 // Quiet: the buffers kept for the next reads are freed with the actor.
-                state.shared().lock().spare.clear();
-                state.exit.clean = true;
+                *lock(&state.pool) = BatchPool::default();
                 myself.stop(None);
             }
         }
         Ok(())
-    }
-}
-
-/// Buffers reused from one batch to the next: its parsed updates, the events of one update.
-#[derive(Default)]
-pub(crate) struct Scratch {
-    updates: Vec<ChoiceUpdate>,
-    events: Vec<ChoiceEvent>,
-}
-
-/// Does a choice's work on one batch: parses it (outside the lock: readers of the choice are
-/// not held up), then merges it. The batch is left empty, its buffers kept.
-pub(crate) fn apply_batch(
-    shared: &ChoiceShared,
-    completion: &CompletionShared,
-    batch: &mut Batch,
-    scratch: &mut Scratch,
-) {
-    let Scratch { updates, events } = scratch;
-    // Whoever applies batches applies them for several choices (the reader) or after a
-    // panic (an actor): nothing of an earlier batch may carry over.
-    updates.clear();
-    events.clear();
-    let index = shared.index;
-    if shared.lock().skip_batch(batch) {
-        // The choice failed: its later updates are counted, not parsed.
-        return;
-    }
-    let decoded = decode_batch(index, batch, updates);
-    #[cfg(feature = "fault-injection")]
-    injected_faults(shared, index, updates, events);
-    let mut warnings: Vec<Warning> = Vec::new();
-    shared.lock().apply(updates, decoded, events, &mut warnings);
-    if !warnings.is_empty() {
-        completion.lock().warnings.extend(warnings);
-    }
-}
-
-/// Applies a batch as [`apply_batch`] does, catching a panic in the parse or the merge: it
-/// fails this choice only (the choice takes no more updates; its later ones are counted).
-/// The emptied batch goes back to the choice's [`BatchPool`](crate::split::BatchPool), for
-/// the reader to fill again.
-pub(crate) fn apply_batch_isolated(
-    shared: &ChoiceShared,
-    completion: &CompletionShared,
-    mut batch: Batch,
-    scratch: &mut Scratch,
-) {
-    let applied = catch_unwind(AssertUnwindSafe(|| {
-        apply_batch(shared, completion, &mut batch, scratch)
-    }));
-    let mut state = shared.lock();
-    if let Err(panic) = applied {
-        state.fail(Error::from(ErrorDetail::ActorFailed {
-            choice: Some(shared.index),
-            message: panic_message(&panic),
-        }));
-    }
-    // Counted once the failure, if any, is recorded: the reader, which applies a batch only
-    // when every earlier one is handled, never sees this choice open between the two.
-    state.batch_handled();
-    if !state.settled {
-        state.spare.put(batch);
-    }
-}
-
-/// Test-only faults: a slow choice, and a panic after the updates before the trigger are
-/// applied.
-#[cfg(feature = "fault-injection")]
-fn injected_faults(
-    shared: &ChoiceShared,
-    index: u32,
-    updates: &mut Vec<ChoiceUpdate>,
-    events: &mut Vec<ChoiceEvent>,
-) {
-    let content = |u: &ChoiceUpdate| u.content.as_deref().unwrap_or_default().to_string();
-    if updates
-        .iter()
-        .any(|u| content(u).starts_with(crate::fault::FAULT_SLOW_CHOICE))
-    {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let panic_at = updates
-        .iter()
-        .position(|u| content(u) == crate::fault::FAULT_PANIC_CHOICE);
-    if let Some(at) = panic_at {
-        let mut before: Vec<ChoiceUpdate> = updates.drain(..at).collect();
-        let mut warnings = Vec::new();
-        shared
-            .lock()
-            .apply(&mut before, Ok(()), events, &mut warnings);
-        panic!("injected fault in choice {index}");
-    }
-}
-
-/// The error of a choice whose actor stopped for good before the stream ended.
-pub(crate) fn stopped_early(choice: u32) -> Error {
-    Error::from(ErrorDetail::ActorFailed {
-        choice: Some(choice),
-        message: "the choice's actor stopped before the stream ended".to_string(),
-    })
-}
-
-pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        format!("panicked: {s}")
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        format!("panicked: {s}")
-    } else {
-        "panicked".to_string()
     }
 }

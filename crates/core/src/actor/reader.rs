@@ -1,298 +1,344 @@
-//! The reader actor: pulls the upstream one read at a time, routes every chunk to its choice's
-//! actor (spawning it when the index first appears), and ends every choice when the stream ends.
+//! The reader actor: reads one upstream, routes every chunk's choices to their actors, and
+//! supervises those actors.
+//!
+//! The reader never waits on its upstream inside a handler. It polls the upstream with a
+//! waker that sends it [`ReaderMsg::Poll`]: when the upstream is pending, the reader goes
+//! back to its mailbox, free to handle a cancel or a supervision event at once, and the
+//! upstream's readiness reaches it as the next message (one task wake-up, as an `await`
+//! would cost). One read is routed per message.
+//!
+//! Its children, one actor per choice, are spawned linked to it when the choice first
+//! appears. The reader handles their supervision events: a child that panicked fails its
+//! choice alone (the reader, the choice's only writer once the child is gone, publishes the
+//! failure); a child that retired while the upstream was quiet hands its state back, kept
+//! in the choice's slot until the next update starts a new child with it. When the stream
+//! ends, every child is told after its updates, settles its choice and stops; the reader
+//! stops once the last child has.
 
-use std::marker::PhantomData;
-use std::panic::AssertUnwindSafe;
-use std::pin::pin;
-use std::sync::Arc;
-use std::task::Poll;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 
-use futures::FutureExt;
-use futures::future::{Either, select};
-use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime};
+use choicewise_proto::__private::{Batch, BatchPool, ChoiceCore, Closed, Phase, Splitter, Step};
+use choicewise_proto::{ChoiceOutput, Error, ErrorDetail};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
-use super::choice::{
-    ChoiceActor, ChoiceArgs, ChoiceMsg, Scratch, apply_batch_isolated, panic_message,
-};
-use crate::error::{Error, ErrorDetail};
-use crate::feed::Feed;
-use crate::lifecycle::Phase;
-use crate::shared::{ChoiceShared, CompletionShared, LiveActor, UpstreamSignal};
-use crate::split::{Batch, Splitter, Step};
+use super::choice::{ChoiceActor, ChoiceActorState, ChoiceArgs};
+use crate::completion::{ChoiceEntry, CompletionShared};
+use crate::log::{ChoiceLog, lock};
+use crate::msg::{ChoiceMsg, ReaderMsg};
+use crate::source::{Input, Upstream};
 
-/// Messages of the reader.
-#[derive(Debug)]
-pub(crate) enum ReaderMsg {
-    /// Read the next piece of the upstream.
-    Pull,
-}
+/// A read whose updates come to more than this many bytes of JSON refills the slots it
+/// emptied with recycled batches: more such reads are likely to follow (a replayed file, a
+/// burst), while a live stream's small reads leave the slots empty, holding no memory while
+/// the stream is quiet.
+const REFILL_BYTES: usize = 4096;
 
-pub(crate) struct ReaderActor<F>(PhantomData<fn() -> F>);
+pub(crate) struct ReaderActor;
 
-impl<F> ReaderActor<F> {
-    pub fn new() -> Self {
-        ReaderActor(PhantomData)
-    }
-}
-
-pub(crate) struct ReaderArgs<F> {
-    pub feed: F,
-    pub shared: Arc<CompletionShared>,
+pub(crate) struct ReaderArgs {
+    pub input: Input,
+    /// The source's idle timeout.
+    pub idle: Option<std::time::Duration>,
+    pub completion: Arc<CompletionShared>,
     /// Which upstream of the completion this reader serves (0 unless fanned out).
     pub upstream: usize,
-    /// How many choices the upstream will have, when known (the request's `n`).
+    /// How many choices the upstream will have, when known.
     pub expected: Option<u32>,
 }
 
-pub(crate) struct ReaderState<F> {
-    feed: F,
+/// Where the reader is in its life.
+///
+/// ```text
+/// Reading { closing: false } ──Close──▶ Reading { closing: true }
+///        └──────── the stream ends, or no choice is wanted ────────▶ Draining ──last child ended──▶ (stops)
+/// ```
+enum ReaderPhase {
+    /// Reading the upstream; `closing`: every choice, and every choice still to appear, is
+    /// unwanted (only the finishing ones are waited for).
+    Reading { closing: bool },
+    /// The stream is over and every choice was told how (after its updates); waiting for
+    /// the choice actors to end.
+    Draining(Result<(), Error>),
+}
+
+pub(crate) struct ReaderState {
+    /// The upstream; `None` once dropped.
+    upstream_input: Option<Upstream>,
     splitter: Splitter,
-    shared: Arc<CompletionShared>,
-    /// One per splitter slot, in the same order.
-    choices: Vec<ChoiceSlot>,
-    /// The stream is over and every choice has been told.
-    ended: bool,
+    completion: Arc<CompletionShared>,
     upstream: usize,
     expected: Option<u32>,
-    /// Told when one of this upstream's choices is cancelled.
-    signal: Arc<UpstreamSignal>,
-    /// The quiet timer (boxed: a timer inline would enlarge every idle completion by about a
-    /// kilobyte), armed while choice actors run.
-    quiet: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    /// Reused buffers for the batches the reader applies itself.
-    scratch: Scratch,
-    /// The batches of a small read the reader applies itself, by slot: kept by
-    /// [`flush`](Self::flush) until [`apply_next`](Self::apply_next) applies them.
-    here: Vec<(usize, Batch)>,
-    /// The last read sent batches to choice actors.
-    sent_to_actors: bool,
-    /// The runtime has one worker: the choice actors run on the reader's thread.
-    one_worker: bool,
-    _live: LiveActor,
+    /// One per splitter slot, in the same order.
+    slots: Vec<ChoiceSlot>,
+    phase: ReaderPhase,
+    myself: ActorRef<ReaderMsg>,
+    /// Wakes the reader through its mailbox.
+    poll: Arc<PollWaker>,
+    waker: Waker,
+    /// The hibernation timer (boxed: a timer inline would enlarge every idle completion),
+    /// armed while choice actors run and the upstream waits.
+    quiet: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the last read came, for the hibernation timer.
+    last_read: tokio::time::Instant,
+    #[cfg(feature = "diagnostics")]
+    _live: crate::diagnostics::LiveActor,
 }
 
-/// A read whose updates come to at most this many bytes of JSON is applied by the reader
-/// itself, to each choice whose actor has nothing queued (a choice without an actor, first
-/// seen or retired, gets one, which takes its batch). Values parsed before they came
-/// (`from_chunks`, `from_events`) count nothing: their parse is done.
-const APPLY_HERE_BYTES: usize = 4096;
-
-/// Returns `Pending` once, having woken its task: the task goes to the back of its worker's
-/// queue, behind the tasks it woke, without the runtime's deferred wake-ups of
-/// `tokio::task::yield_now` (which poll the I/O driver before the task runs again).
-async fn reschedule() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| match std::mem::replace(&mut yielded, true) {
-        true => Poll::Ready(()),
-        false => {
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    })
-    .await
-}
-
-/// Lets the tasks a choice's batch woke run before the reader parses the next choice's, on
-/// the reader's own worker.
-///
-/// - With one worker, [`reschedule`]: the reader queues behind the consumers it woke.
-/// - With more, `tokio::task::yield_now`, whose wake-up the worker defers until it has run
-///   what it holds (the woken consumer waits in its LIFO slot). A self-wake would put the
-///   reader in the worker's run queue and wake a parked worker to share it; that worker
-///   then often took the reader or the next consumers while it was still coming up, so a
-///   read's deliveries waited on a thread the system had yet to schedule. Deferred, the
-///   reader is never in a queue another worker steals from (tokio may still wake the other
-///   worker while this one searches before taking the reader back, but finds it nothing
-///   to take).
-async fn let_woken_run(one_worker: bool) {
-    if one_worker {
-        reschedule().await
-    } else {
-        tokio::task::yield_now().await
-    }
-}
-
-/// A choice as the reader sees it.
+/// A choice as its reader sees it.
 struct ChoiceSlot {
-    shared: Arc<ChoiceShared>,
-    /// The choice's running actor; `None` while none runs (retired after the upstream went
-    /// quiet, or not started yet). The next message starts one.
-    actor: Option<ActorRef<ChoiceMsg>>,
-    /// Messages sent to the choice's actors so far (their batch numbers).
-    sent: u64,
+    entry: Arc<ChoiceEntry>,
+    /// The choice's emptied batches, handed back by its actor for the reader to fill again.
+    pool: Arc<Mutex<BatchPool>>,
+    actor: ActorSlot,
+    /// A cancel was sent to the choice.
+    cancelled: bool,
+    /// The choice failed (its own update, or its actor).
+    failed: bool,
 }
 
-impl ChoiceSlot {
-    /// Sends a message to the choice's actor, starting one if none runs. Not linked to the
-    /// reader: ractor would kill a stopping reader's children before they apply their
-    /// queues, and the reader needs no events (a failed actor has failed its choice).
-    fn send(&mut self, completion: &Arc<CompletionShared>, make: impl FnOnce(u64) -> ChoiceMsg) {
-        self.sent += 1;
-        let message = make(self.sent);
-        let message = match &self.actor {
-            Some(actor) => match actor.send_message(message) {
-                Ok(()) => return,
-                // It stopped (only a kill does that before its end): start another, which
-                // finds the choice failed and counts what it is sent.
-                Err(ractor::MessagingErr::SendErr(message)) => message,
-                Err(_) => return,
-            },
-            None => message,
+/// Who holds the choice's state.
+enum ActorSlot {
+    /// Its actor.
+    Running(ActorRef<ChoiceMsg>),
+    /// Its actor, asked to retire; its state comes back in the actor's supervision event,
+    /// and what comes for the choice meanwhile waits here.
+    Retiring {
+        id: ActorId,
+        pending: Vec<ChoiceMsg>,
+    },
+    /// The reader, while the choice's actor is retired.
+    Parked(Box<ChoiceCore>),
+    /// Nobody: the choice settled. Or its actor died, and what is left of the choice (its
+    /// phase and its ignored updates) is the reader's.
+    Gone(Option<Box<ChoiceCore>>),
+}
+
+/// A waker that sends the reader [`ReaderMsg::Poll`], at most one at a time.
+struct PollWaker {
+    reader: ActorRef<ReaderMsg>,
+    scheduled: AtomicBool,
+}
+
+impl Wake for PollWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            let _ = self.reader.send_message(ReaderMsg::Poll);
+        }
+    }
+}
+
+impl ReaderState {
+    /// Polls the upstream once: routes what one read brought, or arms the timers and waits
+    /// for the waker. A panic while reading or splitting (or in the upstream's own code)
+    /// ends the stream with a typed error, after what was routed before it.
+    fn poll_upstream(&mut self) {
+        self.poll.scheduled.store(false, Ordering::Release);
+        if !matches!(self.phase, ReaderPhase::Reading { .. }) {
+            return;
+        }
+        let Some(upstream) = &mut self.upstream_input else {
+            return;
         };
+        let mut cx = Context::from_waker(&self.waker);
+        let splitter = &mut self.splitter;
+        let step = match catch_unwind(AssertUnwindSafe(|| upstream.poll_step(&mut cx, splitter))) {
+            Ok(Poll::Pending) => {
+                self.poll_quiet();
+                return;
+            }
+            Ok(Poll::Ready(step)) => step,
+            Err(panic) => Step::End(Err(Error::from(ErrorDetail::ActorFailed {
+                choice: None,
+                message: panic_message(&panic),
+            }))),
+        };
+        self.last_read = tokio::time::Instant::now();
+        self.flush();
+        match step {
+            Step::Continue => self.waker.wake_by_ref(),
+            Step::End(outcome) => self.end(outcome),
+        }
+    }
+
+    /// While the upstream waits and choice actors run: once it has been quiet for
+    /// `hibernate_after`, the actors retire (their state comes back to the reader).
+    fn poll_quiet(&mut self) {
+        let Some(after) = self.completion.config.hibernate_after else {
+            return;
+        };
+        if !self
+            .slots
+            .iter()
+            .any(|s| matches!(s.actor, ActorSlot::Running(_)))
+        {
+            return;
+        }
+        let Some(due) = self.last_read.checked_add(after) else {
+            return; // Never: the actors stay for the whole stream.
+        };
+        let timer = self
+            .quiet
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        let mut cx = Context::from_waker(&self.waker);
+        loop {
+            if timer.as_mut().poll(&mut cx).is_pending() {
+                return;
+            }
+            if tokio::time::Instant::now() >= due {
+                break;
+            }
+            // Reads came since it was set: moved on, not reset at every read.
+            timer.as_mut().reset(due);
+        }
+        self.quiet = None;
+        for slot in &mut self.slots {
+            if let ActorSlot::Running(actor) = &slot.actor {
+                let id = actor.get_id();
+                let _ = actor.send_message(ChoiceMsg::Retire);
+                slot.actor = ActorSlot::Retiring {
+                    id,
+                    pending: Vec::new(),
+                };
+            }
+        }
+    }
+
+    /// Starts a choice's actor with its state.
+    fn spawn(&self, slot: usize, core: Box<ChoiceCore>) -> ActorSlot {
+        let entry = &self.slots[slot].entry;
         let args = ChoiceArgs {
-            shared: self.shared.clone(),
-            completion: completion.clone(),
+            core,
+            log: entry.log.clone(),
+            completion: self.completion.clone(),
+            pool: self.slots[slot].pool.clone(),
+            reader: self.myself.clone(),
+            slot,
         };
-        match ActorRuntime::spawn_instant(None, ChoiceActor, args) {
-            Ok((actor, _)) => {
-                let _ = actor.send_message(message);
-                self.actor = Some(actor);
-            }
+        match ActorRuntime::spawn_linked_instant(None, ChoiceActor, args, self.myself.get_cell()) {
+            Ok((actor, _)) => ActorSlot::Running(actor),
             Err(e) => {
-                let index = self.shared.index;
-                self.shared
-                    .lock()
-                    .fail(Error::from(ErrorDetail::ActorFailed {
-                        choice: Some(index),
-                        message: format!("could not start: {e}"),
-                    }));
-                self.shared.lock().settle(index, Ok(()));
+                let mut orphan = orphan_of(&entry.log);
+                orphan.fail(Error::from(ErrorDetail::ActorFailed {
+                    choice: Some(entry.index()),
+                    message: format!("could not start: {e}"),
+                }));
+                publish_orphan(&entry.log, &orphan);
+                ActorSlot::Gone(Some(Box::new(orphan)))
             }
         }
     }
 
-    /// Whether no actor is working on the choice: every batch sent has been handled.
-    fn idle(&self) -> bool {
-        self.shared.lock().handled == self.sent
-    }
-
-    /// Asks the running actor to apply what it has queued and stop, leaving the choice open.
-    /// (Not ractor's `drain`: a draining actor that has not started yet refuses to link and
-    /// never handles its queue.)
-    fn retire(&mut self) {
-        if let Some(actor) = self.actor.take() {
-            let _ = actor.send_message(ChoiceMsg::Retire);
-        }
-    }
-}
-
-impl<F> ReaderState<F> {
-    /// Applies the next batch that [`flush`](Self::flush) kept; `false` when none is left. A
-    /// batch stays in `here` until it is applied, so that one the reader did not get to (a
-    /// kill between two) is still applied when its state is dropped.
-    fn apply_next(&mut self) -> bool {
-        let Some((i, batch)) = self.here.pop() else {
-            return false;
-        };
-        let shared = &self.choices[i].shared;
-        apply_batch_isolated(shared, &self.shared, batch, &mut self.scratch);
-        true
-    }
-}
-
-impl<F> Drop for ReaderState<F> {
-    fn drop(&mut self) {
-        if self.ended {
-            return;
-        }
-        // The reader was killed (every handle dropped) or failed: stop or end every choice.
-        // Retired actors stop on their own once their short queue is applied.
-        if self.shared.is_cancelled() {
-            for choice in &self.choices {
-                if let Some(actor) = &choice.actor {
-                    actor.kill();
+    /// Sends a message to a choice's actor, starting one for a retired choice; what comes
+    /// for a choice whose actor died is counted (updates) or settles it (the end).
+    fn send(&mut self, slot: usize, message: ChoiceMsg) {
+        let actor = std::mem::replace(&mut self.slots[slot].actor, ActorSlot::Gone(None));
+        self.slots[slot].actor = match actor {
+            ActorSlot::Running(actor) => match actor.send_message(message) {
+                Ok(()) => ActorSlot::Running(actor),
+                // It died; its supervision event is on its way and will fail the choice.
+                Err(_) => ActorSlot::Running(actor),
+            },
+            ActorSlot::Retiring { id, mut pending } => {
+                pending.push(message);
+                ActorSlot::Retiring { id, pending }
+            }
+            ActorSlot::Parked(core) => {
+                let started = self.spawn(slot, core);
+                if let ActorSlot::Running(actor) = &started {
+                    let _ = actor.send_message(message);
                 }
+                started
             }
-            return;
-        }
-        // Batches routed but not yet applied are applied first: their choices' ends are
-        // numbered after them.
-        while self.apply_next() {}
-        let error = ErrorDetail::ActorFailed {
-            choice: None,
-            message: "the reader stopped before the stream ended".to_string(),
+            ActorSlot::Gone(Some(mut orphan)) => {
+                let log = &self.slots[slot].entry.log;
+                match message {
+                    ChoiceMsg::Batch(batch) => {
+                        orphan.ignored(batch.len() as u64, batch.first_line())
+                    }
+                    ChoiceMsg::End(outcome) => self.settle_orphan(log, &mut orphan, outcome),
+                    ChoiceMsg::Cancel | ChoiceMsg::Retire => {}
+                }
+                ActorSlot::Gone(Some(orphan))
+            }
+            ActorSlot::Gone(None) => ActorSlot::Gone(None),
         };
-        let error = self
-            .shared
-            .lock()
-            .upstream_error(self.upstream, Error::from(error));
-        for choice in &mut self.choices {
-            let outcome = Err(error.clone());
-            choice.send(&self.shared, |seq| ChoiceMsg::End { seq, outcome });
-        }
-        let mut state = self.shared.lock();
-        state.end_upstream(self.upstream, self.splitter.meta.clone(), Err(error));
     }
-}
 
-impl<F: Feed> ReaderState<F> {
-    /// Publishes new choices, sends every pending batch to its choice's actor (starting one
-    /// where none runs), and publishes the warnings. The batches of a small read whose
-    /// actors are idle are the reader's own: kept in `here` for
-    /// [`apply_next`](Self::apply_next).
+    /// Settles a choice whose actor died, publishing its warning.
+    fn settle_orphan(&self, log: &ChoiceLog, orphan: &mut ChoiceCore, outcome: Result<(), Error>) {
+        let mut events = Vec::new();
+        if let Some(w) = orphan.settle(outcome, &mut events) {
+            self.completion.lock().warnings.push(w);
+        }
+        publish_orphan(log, orphan);
+    }
+
+    /// Publishes the choices the last read brought, sends every choice its updates, and
+    /// publishes the warnings.
     fn flush(&mut self) {
-        let known = self.choices.len();
+        let known = self.slots.len();
         let mut new_choices = Vec::new();
         if self.splitter.slots.len() > known {
-            let mut state = self.shared.lock();
-            for slot in &self.splitter.slots[known..] {
-                let index = state.global_index(self.upstream, slot.index);
-                let shared = Arc::new(ChoiceShared::new(
-                    index,
-                    self.shared.config.max_tool_calls,
-                    self.signal.clone(),
-                ));
-                new_choices.push(shared.clone());
-                self.choices.push(ChoiceSlot {
-                    shared,
-                    actor: None,
-                    sent: 0,
-                });
-            }
-        }
-        if self.shared.is_closing() {
-            // Every choice still to appear is unwanted.
-            for choice in &new_choices {
-                choice.cancel();
-            }
-        }
-        let routed: usize = self.splitter.slots.iter().map(|s| s.batch.text.len()).sum();
-        let here = routed <= APPLY_HERE_BYTES;
-        for (i, (slot, choice)) in self
-            .splitter
-            .slots
-            .iter_mut()
-            .zip(&mut self.choices)
-            .enumerate()
-        {
-            if slot.batch.is_empty() {
-                continue;
-            }
-            // A large read (a replayed file, a burst) is followed by others: the slot is
-            // refilled with a batch the choice's actor handed back, or one as large as this
-            // one, so that it neither grows read by read nor is freed on the actor's thread.
-            // A small read's slot is left empty, holding no memory while the stream is quiet.
-            let refill = match here {
-                true => Batch::default(),
-                false => choice
-                    .shared
-                    .spare_batch()
-                    .unwrap_or_else(|| Batch::sized_like(&slot.batch)),
+            let indexes: Vec<u32> = {
+                let mut state = self.completion.lock();
+                (self.splitter.slots[known..].iter())
+                    .map(|s| state.global_index(self.upstream, s.index))
+                    .collect()
             };
-            let batch = std::mem::replace(&mut slot.batch, refill);
-            choice.shared.routing(choice.sent + 1);
-            if here && choice.actor.is_some() && choice.idle() {
-                choice.sent += 1;
-                self.here.push((i, batch));
+            for index in indexes {
+                let slot = self.slots.len();
+                let entry = Arc::new(ChoiceEntry {
+                    log: Arc::new(ChoiceLog::new(index)),
+                    addr: Some((self.myself.clone(), slot)),
+                });
+                new_choices.push(entry.clone());
+                self.slots.push(ChoiceSlot {
+                    entry,
+                    pool: Arc::default(),
+                    actor: ActorSlot::Gone(None),
+                    cancelled: false,
+                    failed: false,
+                });
+                let core = Box::new(ChoiceCore::new(
+                    index,
+                    self.completion.config.stream.max_tool_calls,
+                ));
+                self.slots[slot].actor = self.spawn(slot, core);
+            }
+        }
+        let routed: usize = (self.splitter.slots.iter())
+            .map(|s| s.batch.text_len())
+            .sum();
+        for i in 0..self.slots.len() {
+            let batch = &mut self.splitter.slots[i].batch;
+            if batch.is_empty() {
                 continue;
             }
-            choice.send(&self.shared, |seq| ChoiceMsg::Batch { seq, batch });
-            self.sent_to_actors = true;
+            let refill = match routed > REFILL_BYTES {
+                true => lock(&self.slots[i].pool)
+                    .take()
+                    .unwrap_or_else(|| Batch::sized_like(batch)),
+                false => Batch::default(),
+            };
+            let batch = std::mem::replace(batch, refill);
+            self.send(i, ChoiceMsg::Batch(batch));
         }
-        // Popped from the back: the choices are applied in the order they appeared.
-        self.here.reverse();
+        if matches!(self.phase, ReaderPhase::Reading { closing: true }) {
+            // Every choice still to appear is unwanted.
+            for slot in known..self.slots.len() {
+                self.cancel(slot);
+            }
+        }
         if !new_choices.is_empty() || !self.splitter.warnings.is_empty() {
-            let mut state = self.shared.lock();
+            let mut state = self.completion.lock();
             if !new_choices.is_empty() && state.meta.model.is_none() {
                 // The model is known early to choice handles that count tokens.
                 state.meta.model = self.splitter.meta.model.clone();
@@ -303,212 +349,257 @@ impl<F: Feed> ReaderState<F> {
         }
     }
 
-    /// Applies the batches [`flush`](Self::flush) kept, one choice after the other, letting
-    /// the tasks a choice's batch woke (its sub-streams' readers) run before the next
-    /// choice's parse rather than after the whole read's ([`let_woken_run`]).
-    async fn apply_here(&mut self) {
-        while self.apply_next() {
-            if !self.here.is_empty() {
-                let_woken_run(self.one_worker).await;
-            }
+    /// Sends the choice in `slot` a cancel (after the updates sent before it).
+    fn cancel(&mut self, slot: usize) {
+        if !std::mem::replace(&mut self.slots[slot].cancelled, true) {
+            self.send(slot, ChoiceMsg::Cancel);
         }
     }
 
-    /// With one worker, lets the choice actors the last read was sent to run, and the
-    /// consumers they wake, before reading on: they share the reader's thread, so reading
-    /// every read the upstream has ready first (a backlog after a stall) would only delay
-    /// their deliveries. With more workers the reader reads on while they run on another.
-    async fn yield_to_actors(&mut self) {
-        if std::mem::take(&mut self.sent_to_actors) && self.one_worker {
-            reschedule().await;
-        }
-    }
-
-    /// Reads the next piece of the upstream: `None` when a cancel interrupted the wait (a pull
-    /// is cancel-safe: its only await is the read). A panic while reading or routing (or in
-    /// the upstream stream itself) ends the stream with a typed error after what was routed
-    /// before it is delivered.
-    async fn next_step(&mut self) -> Option<Step> {
-        let signal = self.signal.clone();
-        let ReaderState {
-            feed,
-            splitter,
-            shared,
-            choices,
-            quiet,
-            ..
-        } = self;
-        let mut pull = pin!(AssertUnwindSafe(feed.pull(splitter)).catch_unwind());
-        let pulled = async move {
-            match futures::poll!(pull.as_mut()) {
-                Poll::Ready(step) => step,
-                // The upstream is waiting: if it stays quiet for `hibernate_after`, the choice
-                // actors retire until the next update (their state lives in the choices, not
-                // in them).
-                Poll::Pending => match shared.config.hibernate_after.and_then(|after| {
-                    tokio::time::Instant::now()
-                        .checked_add(after)
-                        .filter(|_| choices.iter().any(|c| c.actor.is_some()))
-                }) {
-                    Some(due) => {
-                        // One timer serves every wait: armed once, it is moved on only when it
-                        // fires early (reads came since it was set), not at every read.
-                        let timer =
-                            quiet.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
-                        loop {
-                            match select(pull.as_mut(), timer.as_mut()).await {
-                                Either::Left((step, _)) => break step,
-                                Either::Right(((), _)) if tokio::time::Instant::now() < due => {
-                                    timer.as_mut().reset(due);
-                                }
-                                Either::Right(((), _)) => {
-                                    *quiet = None;
-                                    choices.iter_mut().for_each(ChoiceSlot::retire);
-                                    break pull.await;
-                                }
-                            }
-                        }
-                    }
-                    _ => pull.await,
-                },
-            }
-        };
-        let step = match select(pin!(pulled), pin!(signal.cancelled())).await {
-            Either::Left((step, _)) => step,
-            Either::Right(((), _)) => return None,
-        };
-        Some(step.unwrap_or_else(|panic| {
-            Step::End(Err(Error::from(ErrorDetail::ActorFailed {
-                choice: None,
-                message: panic_message(&panic),
-            })))
-        }))
-    }
-
-    /// Tells every choice the stream is over (queued behind its updates), and records the end.
+    /// The stream is over: tells every choice (after its updates), lists the declared
+    /// choices that never appeared, and records the upstream's end.
     fn end(&mut self, outcome: Result<(), Error>) {
         let outcome = match outcome {
             Ok(()) => Ok(()),
-            Err(e) => Err(self.shared.lock().upstream_error(self.upstream, e)),
+            Err(e) => Err(self.completion.lock().upstream_error(self.upstream, e)),
         };
-        for choice in &mut self.choices {
-            let outcome = outcome.clone();
-            choice.send(&self.shared, |seq| ChoiceMsg::End { seq, outcome });
-            choice.actor = None;
+        self.phase = ReaderPhase::Draining(outcome.clone());
+        self.quiet = None;
+        for slot in 0..self.slots.len() {
+            self.send(slot, ChoiceMsg::End(outcome.clone()));
         }
         let meta = std::mem::take(&mut self.splitter.meta);
-        let mut state = self.shared.lock();
+        let mut state = self.completion.lock();
         let dropped = state.upstreams[self.upstream].dropped;
         if let Some(n) = self.expected.filter(|_| dropped || outcome.is_err()) {
             // A declared choice that never appeared is listed all the same, so that every
-            // choice the caller asked for is accounted for: failed with the upstream's error
-            // (its request failed before it appeared), or cancelled (nobody wanted it).
+            // choice asked for is accounted for: failed with the upstream's error (its request
+            // failed before it appeared), or cancelled (nobody wanted it). Nothing runs it:
+            // the reader is its only writer.
             let seen: std::collections::HashSet<u32> =
                 self.splitter.slots.iter().map(|s| s.index).collect();
             for local in (0..n).filter(|i| !seen.contains(i)) {
                 let index = state.global_index(self.upstream, local);
-                let choice = Arc::new(ChoiceShared::new(
-                    index,
-                    self.shared.config.max_tool_calls,
-                    self.signal.clone(),
-                ));
-                {
-                    let mut choice = choice.lock();
-                    if dropped {
-                        choice.cancel();
-                    }
-                    choice.settle(index, outcome.clone());
+                let log = Arc::new(ChoiceLog::new(index));
+                let mut core = ChoiceCore::new(index, 0);
+                let mut events = Vec::new();
+                if dropped {
+                    core.cancel(&mut events);
                 }
-                state.choices.push(choice);
+                core.settle(outcome.clone(), &mut events);
+                log.publish(&mut events, core.phase(), || Some(core.output()));
+                state
+                    .choices
+                    .push(Arc::new(ChoiceEntry { log, addr: None }));
             }
         }
         state.end_upstream(self.upstream, meta, outcome);
         drop(state);
-        self.ended = true;
+        // The upstream is closed now, whatever its choices' actors still have to do.
+        self.upstream_input = None;
     }
 
-    /// Whether no choice of this upstream is wanted any more: at least one was cancelled,
-    /// every expected choice has appeared, and each has finished (its finish was seen),
-    /// failed or been cancelled.
+    /// Whether no choice of this upstream is wanted any more: the completion is closing, or
+    /// at least one choice was cancelled and every expected choice has appeared; and each
+    /// has finished (its finish was seen), failed or been cancelled.
     fn unwanted(&self) -> bool {
-        if self.shared.is_closing() {
-            // No choice still to appear is wanted: only the finishing ones are waited for.
-            // (A choice published while the completion was being closed is cancelled here.)
-            for (slot, choice) in self.splitter.slots.iter().zip(&self.choices) {
-                if !slot.finished {
-                    choice.shared.cancel();
-                }
-            }
-        } else if !self.signal.any_cancelled()
-            || self.choices.is_empty()
-            || self
-                .expected
-                .is_some_and(|n| self.choices.len() < n as usize)
+        let ReaderPhase::Reading { closing } = self.phase else {
+            return false;
+        };
+        if !closing
+            && (!self.slots.iter().any(|s| s.cancelled)
+                || self.expected.is_some_and(|n| self.slots.len() < n as usize))
         {
             return false;
         }
-        self.splitter
-            .slots
-            .iter()
-            .zip(&self.choices)
-            .all(|(slot, choice)| {
-                slot.finished || !matches!(choice.shared.lock().phase, Phase::Open)
-            })
+        (self.splitter.slots.iter().zip(&self.slots))
+            .all(|(split, slot)| split.finished || slot.cancelled || slot.failed)
     }
 
-    /// Ends the stream early because no choice is wanted: what was routed is delivered,
-    /// every choice ends cleanly, and the upstream is dropped with the reader's state.
-    fn drop_upstream(&mut self) {
-        self.flush();
-        while self.apply_next() {}
-        self.shared.lock().upstreams[self.upstream].dropped = true;
-        self.end(Ok(()));
+    /// Ends the stream early when no choice is wanted: what was routed is delivered, every
+    /// choice ends cleanly, and the upstream is dropped (closing its connection).
+    fn drop_if_unwanted(&mut self) {
+        if self.unwanted() {
+            self.completion.lock().upstreams[self.upstream].dropped = true;
+            self.upstream_input = None;
+            self.end(Ok(()));
+        }
+    }
+
+    /// The actor with this id, if it is one of the choices': its slot.
+    fn slot_of(&self, id: ActorId) -> Option<usize> {
+        self.slots.iter().position(|s| match &s.actor {
+            ActorSlot::Running(actor) => actor.get_id() == id,
+            ActorSlot::Retiring { id: retiring, .. } => *retiring == id,
+            _ => false,
+        })
+    }
+
+    /// A choice actor stopped: after its end (the choice settled), or retired (its state
+    /// comes back: kept for the next actor, or handed to one at once if messages wait).
+    fn child_stopped(&mut self, id: ActorId, state: Option<ractor::actor::messages::BoxedState>) {
+        let Some(slot) = self.slot_of(id) else {
+            return;
+        };
+        let actor = std::mem::replace(&mut self.slots[slot].actor, ActorSlot::Gone(None));
+        let core = state
+            .and_then(|mut s| s.take::<ChoiceActorState>().ok())
+            .map(|s| s.core);
+        match (actor, core) {
+            (ActorSlot::Retiring { pending, .. }, Some(core)) => {
+                self.slots[slot].actor = ActorSlot::Parked(core);
+                for message in pending {
+                    self.send(slot, message);
+                }
+            }
+            (_, Some(core)) if core.phase().is_settled() => {}
+            // Killed, or stopped with its choice unsettled: nothing else stops one.
+            (_, _) => self.child_failed_at(
+                slot,
+                "the choice's actor stopped before the stream ended".to_string(),
+            ),
+        }
+    }
+
+    /// A choice actor failed (a panic): its choice fails alone, with the panic's message;
+    /// the reader takes over what is left of it.
+    fn child_failed(&mut self, id: ActorId, message: String) {
+        if let Some(slot) = self.slot_of(id) {
+            self.child_failed_at(slot, message);
+        }
+    }
+
+    fn child_failed_at(&mut self, slot: usize, message: String) {
+        let log = self.slots[slot].entry.log.clone();
+        let mut orphan = orphan_of(&log);
+        orphan.fail(Error::from(ErrorDetail::ActorFailed {
+            choice: Some(log.index),
+            message,
+        }));
+        publish_orphan(&log, &orphan);
+        let pending = match std::mem::replace(
+            &mut self.slots[slot].actor,
+            ActorSlot::Gone(Some(Box::new(orphan))),
+        ) {
+            ActorSlot::Retiring { pending, .. } => pending,
+            _ => Vec::new(),
+        };
+        self.slots[slot].failed = true;
+        for message in pending {
+            self.send(slot, message);
+        }
+        if let ReaderPhase::Draining(outcome) = &self.phase {
+            // Its end was lost with it.
+            let outcome = outcome.clone();
+            self.send(slot, ChoiceMsg::End(outcome));
+        }
+    }
+
+    /// Whether the reader's work is done: the stream is over and every choice has settled.
+    fn done(&self) -> bool {
+        matches!(self.phase, ReaderPhase::Draining(_))
+            && self
+                .slots
+                .iter()
+                .all(|s| matches!(s.actor, ActorSlot::Gone(_)))
     }
 }
 
-impl<F: Feed> Actor for ReaderActor<F> {
+/// What is left of a choice whose actor is gone, as its log published it.
+fn orphan_of(log: &ChoiceLog) -> ChoiceCore {
+    ChoiceCore::orphan(log.index, log.lock().phase.clone())
+}
+
+/// Publishes the phase of a choice whose actor is gone; its message is the one published at
+/// its close, or rebuilt from its events.
+fn publish_orphan(log: &ChoiceLog, orphan: &ChoiceCore) {
+    let output = {
+        let published = log.lock();
+        published.outcome(log.index).0
+    };
+    let output = mark_cancelled(output, orphan.phase());
+    log.publish(&mut Vec::new(), orphan.phase(), || Some(output));
+}
+
+fn mark_cancelled(mut output: ChoiceOutput, phase: &Phase) -> ChoiceOutput {
+    if matches!(phase.closed(), Some(Closed::Cancelled)) {
+        output.cancelled = true;
+        output.finish_reason = None;
+    }
+    output
+}
+
+impl Drop for ReaderState {
+    fn drop(&mut self) {
+        if matches!(self.phase, ReaderPhase::Draining(_)) && self.done() {
+            return;
+        }
+        // The reader was killed (every handle dropped) or failed: its children die with it
+        // (the supervision tree), so every choice not settled yet is settled here, the last
+        // writer (a log takes no write after it settled).
+        let error = Error::from(ErrorDetail::ActorFailed {
+            choice: None,
+            message: "the reader stopped before the stream ended".to_string(),
+        });
+        let error = self.completion.lock().upstream_error(self.upstream, error);
+        for slot in &self.slots {
+            let log = &slot.entry.log;
+            let mut orphan = orphan_of(log);
+            if orphan.phase().is_settled() {
+                continue;
+            }
+            let mut events = Vec::new();
+            orphan.settle(Err(error.clone()), &mut events);
+            publish_orphan(log, &orphan);
+        }
+        let meta = std::mem::take(&mut self.splitter.meta);
+        self.completion
+            .lock()
+            .end_upstream(self.upstream, meta, Err(error));
+    }
+}
+
+impl Actor for ReaderActor {
     type Msg = ReaderMsg;
-    type State = ReaderState<F>;
-    type Arguments = ReaderArgs<F>;
+    type State = ReaderState;
+    type Arguments = ReaderArgs;
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<ReaderMsg>,
-        args: ReaderArgs<F>,
-    ) -> Result<ReaderState<F>, ActorProcessingErr> {
-        let config = &args.shared.config;
-        let splitter = Splitter::with_dialect(
-            config.max_event_size,
-            config.max_choices,
-            config.strict_sse,
-            config.dialect,
-        );
-        let signal = args.shared.signals[args.upstream].clone();
+        myself: ActorRef<ReaderMsg>,
+        args: ReaderArgs,
+    ) -> Result<ReaderState, ActorProcessingErr> {
+        let config = &args.completion.config;
+        let poll = Arc::new(PollWaker {
+            reader: myself.clone(),
+            scheduled: AtomicBool::new(false),
+        });
+        let closing = args.completion.is_closing();
         Ok(ReaderState {
-            feed: args.feed,
-            splitter,
-            shared: args.shared,
-            choices: Vec::new(),
-            ended: false,
-            upstream: args.upstream,
+            upstream_input: Some(Upstream::new(args.input, args.idle)),
+            splitter: Splitter::new(&config.stream),
             expected: args.expected,
-            signal,
+            upstream: args.upstream,
+            completion: args.completion,
+            slots: Vec::new(),
+            phase: ReaderPhase::Reading { closing },
+            myself,
+            waker: Waker::from(poll.clone()),
+            poll,
             quiet: None,
-            scratch: Scratch::default(),
-            here: Vec::new(),
-            sent_to_actors: false,
-            one_worker: tokio::runtime::Handle::try_current()
-                .is_ok_and(|rt| rt.metrics().num_workers() == 1),
-            _live: LiveActor::new(),
+            last_read: tokio::time::Instant::now(),
+            #[cfg(feature = "diagnostics")]
+            _live: crate::diagnostics::LiveActor::new(),
         })
     }
 
     async fn post_start(
         &self,
-        myself: ActorRef<ReaderMsg>,
-        _state: &mut ReaderState<F>,
+        _myself: ActorRef<ReaderMsg>,
+        state: &mut ReaderState,
     ) -> Result<(), ActorProcessingErr> {
-        myself.send_message(ReaderMsg::Pull)?;
+        state.poll_upstream();
+        state.drop_if_unwanted();
         Ok(())
     }
 
@@ -516,35 +607,100 @@ impl<F: Feed> Actor for ReaderActor<F> {
         &self,
         myself: ActorRef<ReaderMsg>,
         message: ReaderMsg,
-        state: &mut ReaderState<F>,
+        state: &mut ReaderState,
     ) -> Result<(), ActorProcessingErr> {
-        let ReaderMsg::Pull = message;
-        // One message runs the whole stream: no round trip through the mailbox per read. A
-        // kill still interrupts it at any wait (ractor races the handler against its signal
-        // port), and the runtime's budget makes it yield to the other tasks of its worker
-        // when the upstream is always ready.
-        loop {
-            if state.unwanted() {
-                state.drop_upstream();
-                myself.stop(None);
-                return Ok(());
+        match message {
+            ReaderMsg::Poll => state.poll_upstream(),
+            ReaderMsg::Cancel { slot } if slot < state.slots.len() => state.cancel(slot),
+            ReaderMsg::Cancel { .. } => {}
+            ReaderMsg::Close => {
+                if let ReaderPhase::Reading { closing } = &mut state.phase {
+                    *closing = true;
+                    let unfinished: Vec<usize> = (state.splitter.slots.iter().enumerate())
+                        .filter(|(_, split)| !split.finished)
+                        .map(|(slot, _)| slot)
+                        .collect();
+                    for slot in unfinished {
+                        state.cancel(slot);
+                    }
+                }
             }
-            let Some(step) = state.next_step().await else {
-                // A cancel interrupted the wait: see whether the upstream is still wanted.
-                continue;
-            };
-            state.flush();
-            state.apply_here().await;
-            state.yield_to_actors().await;
-            match step {
-                Step::Continue => tokio::task::coop::consume_budget().await,
-                Step::End(outcome) => {
-                    // The choice actors apply their queues and the end on their own.
-                    state.end(outcome);
-                    myself.stop(None);
-                    return Ok(());
+            ReaderMsg::Failed { slot } => {
+                if let Some(slot) = state.slots.get_mut(slot) {
+                    slot.failed = true;
                 }
             }
         }
+        state.drop_if_unwanted();
+        if state.done() {
+            myself.stop(None);
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<ReaderMsg>,
+        event: SupervisionEvent,
+        state: &mut ReaderState,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorTerminated(cell, boxed, _) => {
+                state.child_stopped(cell.get_id(), boxed)
+            }
+            SupervisionEvent::ActorFailed(cell, error) => {
+                // A choice actor's handlers return no error: it panicked.
+                state.child_failed(cell.get_id(), format!("panicked: {error}"))
+            }
+            _ => {}
+        }
+        state.drop_if_unwanted();
+        if state.done() {
+            myself.stop(None);
+        }
+        Ok(())
+    }
+}
+
+/// Starts a reader for upstream `k` of the completion, reading `input`.
+pub(crate) fn spawn_reader(
+    input: Input,
+    idle: Option<std::time::Duration>,
+    completion: &Arc<CompletionShared>,
+    upstream: usize,
+    expected: Option<u32>,
+) -> Option<ActorRef<ReaderMsg>> {
+    let args = ReaderArgs {
+        input,
+        idle,
+        completion: completion.clone(),
+        upstream,
+        expected,
+    };
+    match ActorRuntime::spawn_instant(None, ReaderActor, args) {
+        Ok((reader, _)) => Some(reader),
+        Err(e) => {
+            let mut state = completion.lock();
+            let error = state.upstream_error(
+                upstream,
+                Error::from(ErrorDetail::ActorFailed {
+                    choice: None,
+                    message: format!("could not start the reader: {e}"),
+                }),
+            );
+            state.end_upstream(upstream, Default::default(), Err(error));
+            None
+        }
+    }
+}
+
+/// The message of a caught panic.
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_string()
     }
 }

@@ -2,7 +2,7 @@
 
 use super::number::{Digits, Num};
 use super::tree::leaf_mut;
-use super::{Lit, PartialJson, State, char_at};
+use super::{Lit, PartialJson, STRING_START_CAPACITY, State, char_at};
 use crate::error::{Expected, PartialJsonError};
 
 /// Where the lexer is inside a string.
@@ -21,10 +21,6 @@ pub(super) enum Esc {
     /// Inside the `\uXXXX` that must be a low surrogate.
     LowHex { high: u16, count: u8, code: u16 },
 }
-
-/// Initial capacity of a string value that is still open at the end of a
-/// fragment.
-pub(super) const STRING_START_CAPACITY: usize = 64;
 
 /// Strings below this capacity grow 4x at a time (see [`append`]).
 const FAST_GROWTH_LIMIT: usize = 4096;

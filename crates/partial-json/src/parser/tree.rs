@@ -3,9 +3,8 @@
 
 use serde_json::{Map, Number, Value};
 
-use super::lexer::STRING_START_CAPACITY;
 use super::number::Num;
-use super::{PartialJson, State};
+use super::{PartialJson, STRING_START_CAPACITY, State};
 use crate::error::PartialJsonError;
 
 /// One open container.

@@ -1,15 +1,15 @@
-//! A small read is applied by the reader itself to each choice whose actor has nothing
-//! queued; a bigger read, or a choice whose actor is still working, goes to the actor. Either
-//! way a choice's updates apply in order and a fault stays with its choice.
+//! Every read goes to the choices' actors, small or large, while an actor may still be working
+//! on the batches before it: a choice's updates apply in order, and a fault stays with its
+//! choice.
 
 mod common;
 
 use std::time::Duration;
 
-use choicewise::{ChoiceEvent, Completions, ErrorDetail};
+use choicewise::{ChoiceEvent, Completions, ErrorDetail, Source};
 use choicewise_test_support::{DONE, content_chunk, within};
+use futures::TryStreamExt;
 use futures::channel::mpsc::{UnboundedSender, unbounded};
-use futures::{StreamExt, TryStreamExt};
 
 type Read = Result<Vec<u8>, std::io::Error>;
 
@@ -24,7 +24,7 @@ fn controlled() -> (Completions, UnboundedSender<Read>) {
     let (tx, rx) = unbounded::<Read>();
     let completions = Completions::builder()
         .hibernate_after(Duration::from_secs(3600))
-        .from_sse(rx);
+        .start(Source::sse(rx));
     (completions, tx)
 }
 
@@ -41,12 +41,12 @@ async fn a_small_read_waits_for_the_choices_busy_actor() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panic_in_a_batch_the_reader_applies_fails_that_choice_only() {
+async fn a_panic_in_a_choice_actor_fails_that_choice_only() {
     let poison = choicewise_core::fault::FAULT_PANIC_CHOICE;
     let (completions, tx) = controlled();
     tx.unbounded_send(Ok([chunk(0, "a", None), chunk(1, "x", None)].concat()))
         .unwrap();
-    // Both actors have handled their first batch: the next small reads are the reader's.
+    // Both actors have handled their first batch.
     let c0 = completions.choice(0).await.unwrap();
     let c1 = completions.choice(1).await.unwrap();
     let mut first = c1.content();
@@ -85,8 +85,8 @@ async fn a_panic_in_a_batch_the_reader_applies_fails_that_choice_only() {
     assert_eq!(partial.choices[1].finish_reason, None);
 }
 
-/// Reads of every size, the large ones (more than 4 KiB of updates) handed to the actors and
-/// the small ones applied by the reader, give what the whole stream read at once gives.
+/// Reads of every size, the large ones (more than 4 KiB of updates, their batch buffers
+/// recycled) and the small ones, give what the whole stream read at once gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_and_small_reads_in_turn_give_the_same_completion() {
     let chunks: Vec<Vec<u8>> = (0..600)
@@ -102,9 +102,9 @@ async fn large_and_small_reads_in_turn_give_the_same_completion() {
         .copied()
         .chain(DONE.bytes())
         .collect();
-    let reference = Completions::from_sse(futures::stream::iter([Ok::<_, std::io::Error>(
-        whole.clone(),
-    )]))
+    let reference = Completions::new(Source::sse(futures::stream::iter([
+        Ok::<_, std::io::Error>(whole.clone()),
+    ])))
     .collect()
     .await
     .unwrap();
@@ -124,64 +124,13 @@ async fn large_and_small_reads_in_turn_give_the_same_completion() {
             tokio::task::yield_now().await;
             read
         });
-        let got = within(SETTLED, "collect", Completions::from_sse(paced).collect())
-            .await
-            .unwrap();
-        assert_eq!(got, reference, "reads of {pattern:?} chunks");
-    }
-}
-
-/// With one worker, the choice actors share the reader's thread: the reader lets the actor a
-/// large read went to, and the consumer it wakes, run before it reads on, rather than
-/// splitting every read the upstream has ready (a backlog) before delivering the first.
-#[tokio::test(flavor = "current_thread")]
-async fn with_one_worker_a_large_read_is_delivered_before_the_reads_after_it() {
-    use std::sync::{Arc, Mutex};
-    const READS: usize = 6;
-    const PER_READ: usize = 150;
-    // Six reads of 150 chunks of choice 0 (more than 4 KiB of updates each), all ready at once.
-    let mut reads: Vec<Vec<u8>> = (0..READS)
-        .map(|r| {
-            (0..PER_READ)
-                .flat_map(|k| {
-                    let last = r == READS - 1 && k == PER_READ - 1;
-                    chunk(0, &format!("w{r}.{k} "), last.then_some("stop"))
-                })
-                .collect()
-        })
-        .collect();
-    reads.push(DONE.as_bytes().to_vec());
-    let mut reads = reads.into_iter();
-    // Per read the reader asks for: how many deltas the consumer had received by then.
-    let delivered = Arc::new(Mutex::new(0usize));
-    let seen_at_read = Arc::new(Mutex::new(Vec::new()));
-    let (d, seen) = (delivered.clone(), seen_at_read.clone());
-    let upstream = futures::stream::poll_fn(move |_| {
-        seen.lock().unwrap().push(*d.lock().unwrap());
-        std::task::Poll::Ready(reads.next().map(Ok::<_, std::io::Error>))
-    });
-    let completions = Completions::from_sse(upstream);
-    // A task of the runtime's (the test's own future runs less often).
-    let mut choices = completions.choices();
-    let consumer = tokio::spawn(async move {
-        let choice = choices.next().await.unwrap();
-        let mut content = choice.content();
-        while content.try_next().await.unwrap().is_some() {
-            *delivered.lock().unwrap() += 1;
-        }
-    });
-    within(SETTLED, "consumer", consumer).await.unwrap();
-    within(SETTLED, "collect", completions.collect())
+        let got = within(
+            SETTLED,
+            "collect",
+            Completions::new(Source::sse(paced)).collect(),
+        )
         .await
         .unwrap();
-    let seen = seen_at_read.lock().unwrap().clone();
-    // Once the actor and the consumer have started (two reads), each read is delivered
-    // before the reader asks for the one two after it. (Reading on first, the reader asked
-    // for every read before the consumer had any.)
-    for (read, &count) in seen.iter().enumerate().skip(3) {
-        assert!(
-            count >= (read - 1) * PER_READ,
-            "when asking for read {read} the consumer had {count} deltas: {seen:?}"
-        );
+        assert_eq!(got, reference, "reads of {pattern:?} chunks");
     }
 }

@@ -10,11 +10,23 @@ use choicewise_usage::{
 use serde_json::{Map, Value};
 
 use crate::response::ChoiceOutput;
-use crate::usage::{ChoiceUsage, Estimate, Usage, UsageSource};
+use crate::usage::{Estimate, Usage, UsageSource};
 
 impl Usage {
-    /// Counts an estimate. Blocking: loads the BPE table on first use and encodes every text.
-    pub(crate) fn estimate(
+    /// Counts an estimate of these choices' tokens, with the encoding `model` uses (the
+    /// default encoding if it is unknown, said so in [`Estimate::model_known`]), and of the
+    /// prompt when `request` (a Chat Completions request body) is given. Blocking: loads the
+    /// BPE table on first use and encodes every text.
+    ///
+    /// ```
+    /// # use choicewise_proto::{ChoiceOutput, Message, Usage};
+    /// let request = serde_json::json!({"messages": [{"role": "user", "content": "Hi"}]});
+    /// let choices = [ChoiceOutput::new(0, Message::assistant("Hello!"))];
+    /// let usage = Usage::estimate(Some("gpt-4o".to_string()), Some(&request), &choices);
+    /// assert_eq!(usage.completion_tokens, 2);
+    /// assert!(usage.estimate.unwrap().prompt_counted);
+    /// ```
+    pub fn estimate(
         model: Option<String>,
         request: Option<&Value>,
         choices: &[ChoiceOutput],
@@ -50,47 +62,18 @@ impl Usage {
     }
 }
 
-/// Gives each choice its [`ChoiceUsage`]: the provider's figure for that choice when the
-/// stream carried one (`reported`, see [`ReportedUsage::per_choice`]), else the estimate's
-/// count when `usage` is an estimate. A reported total shared by several choices (OpenAI with
-/// n > 1) is no choice's figure: those choices get `None` here, so that `collect()` never
-/// loads a BPE table for a completion whose usage was reported
-/// ([`Choice::usage`](crate::Choice::usage) estimates on demand).
-pub(crate) fn fill_choice_usage(
-    reported: &BTreeMap<u32, u64>,
-    choices: &mut [ChoiceOutput],
-    usage: Option<&Usage>,
-) {
-    for c in choices.iter_mut() {
-        let estimated = usage
-            .and_then(|u| u.estimate.as_ref())
-            .and_then(|e| e.choices.get(&c.index));
-        c.usage = match (reported.get(&c.index), estimated) {
-            (Some(&n), _) => Some(ChoiceUsage {
-                completion_tokens: n,
-                source: UsageSource::Reported,
-            }),
-            (None, Some(&n)) => Some(ChoiceUsage {
-                completion_tokens: n,
-                source: UsageSource::Estimated,
-            }),
-            (None, None) => None,
-        };
-    }
-}
-
 impl ChoiceOutput {
     /// The choice's completion tokens as the usage estimate counts them (content, reasoning,
     /// refusal, tool calls and the legacy function call), with `encoding`. Blocking: it loads
     /// the tiktoken table the first time and counts on the calling thread.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, EncodingName};
-    /// # #[tokio::main] async fn main() {
+    /// # use choicewise_proto::{Demux, EncodingName};
     /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let completion = Completions::from_reader(sse.as_bytes()).collect().await.unwrap();
+    /// let mut demux = Demux::new();
+    /// demux.feed(sse.as_bytes()).unwrap();
+    /// let completion = demux.finish().unwrap();
     /// assert_eq!(completion.choices[0].completion_tokens(EncodingName::O200kBase), 2);
-    /// # }
     /// ```
     pub fn completion_tokens(&self, encoding: EncodingName) -> u64 {
         let m = &self.message;

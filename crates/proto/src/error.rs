@@ -10,8 +10,8 @@ use serde_json::Value;
 /// wrong and where.
 ///
 /// An error ends every sub-stream that is still open, after all the data received before it;
-/// [`Choice::message`](crate::Choice::message) and
-/// [`Completions::collect`](crate::Completions::collect) still give back what was assembled
+/// `Choice::message` and
+/// `Completions::collect` still give back what was assembled
 /// (see [`Incomplete`]).
 ///
 /// It is one pointer wide and cheap to clone (every open sub-stream receives it). Ask it what
@@ -20,14 +20,12 @@ use serde_json::Value;
 /// every field is in its [`detail`](Error::detail).
 ///
 /// ```
-/// use choicewise_core::{Completions, ErrorKind};
-/// # #[tokio::main] async fn main() {
+/// use choicewise_proto::{Demux, ErrorKind};
 /// let sse = "data: {\"choices\":[{\"index\":-1,\"delta\":{}}]}\n\n";
-/// let e = Completions::from_reader(sse.as_bytes()).outcome().await.unwrap_err();
+/// let e = Demux::new().feed(sse.as_bytes()).unwrap_err();
 /// assert_eq!(e.kind(), ErrorKind::Chunk);
 /// assert_eq!(e.line(), Some(1));
 /// assert_eq!(e.to_string(), "line 1: choice index -1 is out of range (0..=4294967295)");
-/// # }
 /// ```
 #[derive(Clone)]
 pub struct Error(Arc<ErrorDetail>);
@@ -36,7 +34,7 @@ pub struct Error(Arc<ErrorDetail>);
 /// (retry, report the input, raise a limit). New kinds may be added.
 ///
 /// ```
-/// use choicewise_core::{Error, ErrorDetail, ErrorKind};
+/// use choicewise_proto::{Error, ErrorDetail, ErrorKind};
 /// let e = Error::from(ErrorDetail::IdleTimeout { after: std::time::Duration::from_secs(30), offset: 512 });
 /// assert_eq!(e.kind(), ErrorKind::Timeout);
 /// assert!(e.kind().is_retryable());
@@ -79,7 +77,7 @@ impl ErrorKind {
     /// failed, or the stream stalled; not when the input itself was wrong.
     ///
     /// ```
-    /// use choicewise_core::ErrorKind;
+    /// use choicewise_proto::ErrorKind;
     /// assert!(ErrorKind::Transport.is_retryable());
     /// assert!(!ErrorKind::Chunk.is_retryable());
     /// ```
@@ -99,7 +97,7 @@ impl Error {
     /// Every field of the error, as one variant per failure.
     ///
     /// ```
-    /// use choicewise_core::{Error, ErrorDetail};
+    /// use choicewise_proto::{Error, ErrorDetail};
     /// let e = Error::from(ErrorDetail::InvalidChoiceIndex { index: -1, line: 7 });
     /// assert!(matches!(e.detail(), ErrorDetail::InvalidChoiceIndex { index: -1, .. }));
     /// ```
@@ -110,7 +108,7 @@ impl Error {
     /// What kind of failure it is. In a fan-out, the kind of what ended the upstream.
     ///
     /// ```
-    /// use choicewise_core::{Error, ErrorDetail, ErrorKind};
+    /// use choicewise_proto::{Error, ErrorDetail, ErrorKind};
     /// let e = Error::from(ErrorDetail::InvalidChoiceIndex { index: -1, line: 7 });
     /// assert_eq!(e.kind(), ErrorKind::Chunk);
     /// ```
@@ -137,7 +135,7 @@ impl Error {
     /// chunks or events, their count). In a fan-out, the line within the failed upstream.
     ///
     /// ```
-    /// use choicewise_core::{Error, ErrorDetail};
+    /// use choicewise_proto::{Error, ErrorDetail};
     /// let e = Error::from(ErrorDetail::InvalidChoiceIndex { index: -1, line: 7 });
     /// assert_eq!(e.line(), Some(7));
     /// ```
@@ -166,7 +164,7 @@ impl Error {
     /// timeout, how many bytes had been read), when known.
     ///
     /// ```
-    /// use choicewise_core::{Error, ErrorDetail};
+    /// use choicewise_proto::{Error, ErrorDetail};
     /// let e = Error::from(ErrorDetail::IdleTimeout { after: std::time::Duration::from_secs(30), offset: 512 });
     /// assert_eq!(e.offset(), Some(512));
     /// ```
@@ -194,7 +192,7 @@ impl Error {
     /// The choice that failed, when the error is one choice's own (the others went on).
     ///
     /// ```
-    /// use choicewise_core::{Error, ErrorDetail};
+    /// use choicewise_proto::{Error, ErrorDetail};
     /// let e = Error::from(ErrorDetail::InvalidUpdate { choice: 2, line: 9, offset: 700, message: "x".into() });
     /// assert_eq!((e.choice(), e.line(), e.offset()), (Some(2), Some(9), Some(700)));
     /// ```
@@ -214,7 +212,7 @@ impl Error {
     /// were added).
     ///
     /// ```
-    /// use choicewise_core::{Error, ErrorDetail};
+    /// use choicewise_proto::{Error, ErrorDetail};
     /// let open = Error::from(ErrorDetail::Open { message: "HTTP 500".into(), source: None });
     /// let e = Error::from(ErrorDetail::UpstreamFailed { upstream: 3, error: open });
     /// assert_eq!(e.upstream(), Some(3));
@@ -229,12 +227,10 @@ impl Error {
     /// The provider's error object, when the provider reported the error.
     ///
     /// ```
-    /// use choicewise_core::{Completions};
-    /// # #[tokio::main] async fn main() {
+    /// use choicewise_proto::Demux;
     /// let sse = "data: {\"error\":{\"message\":\"overloaded\",\"code\":503}}\n\n";
-    /// let e = Completions::from_reader(sse.as_bytes()).outcome().await.unwrap_err();
+    /// let e = Demux::new().feed(sse.as_bytes()).unwrap_err();
     /// assert_eq!(e.provider_error().unwrap().code.as_deref(), Some("503"));
-    /// # }
     /// ```
     pub fn provider_error(&self) -> Option<&UpstreamError> {
         match self.detail() {
@@ -247,7 +243,7 @@ impl Error {
     /// The choices that had not finished when the stream ended or failed.
     ///
     /// ```
-    /// use choicewise_core::{Error, ErrorDetail};
+    /// use choicewise_proto::{Error, ErrorDetail};
     /// let e = Error::from(ErrorDetail::Truncated { line: 4, offset: 90, pending_bytes: 0, unfinished: vec![1] });
     /// assert_eq!(e.unfinished(), [1]);
     /// ```
@@ -295,7 +291,7 @@ impl std::error::Error for Error {
 /// may be added.
 ///
 /// ```
-/// use choicewise_core::{Error, ErrorDetail};
+/// use choicewise_proto::{Error, ErrorDetail};
 /// let e = ErrorDetail::InvalidChoiceIndex { index: -1, line: 7 };
 /// assert_eq!(e.to_string(), "line 7: choice index -1 is out of range (0..=4294967295)");
 /// let e: Error = e.into();
@@ -325,7 +321,7 @@ pub enum ErrorDetail {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use choicewise_core::ErrorDetail;
+    /// use choicewise_proto::ErrorDetail;
     /// let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "os error 104");
     /// let e = ErrorDetail::Transport { offset: 26047, message: reset.to_string(),
     ///                            source: Some(Arc::new(reset)), unfinished: vec![0, 1, 2] };
@@ -401,7 +397,7 @@ pub enum ErrorDetail {
         message: String,
     },
     /// A call's complete arguments are not valid JSON, or do not fit the requested type.
-    /// Reported by [`Choice::arguments`](crate::Choice::arguments), where it does not end the
+    /// Reported by `Choice::arguments`, where it does not end the
     /// stream; the raw arguments stay in the message.
     #[error("choice {choice}, {call}: {error}")]
     InvalidArguments {
@@ -440,11 +436,11 @@ pub enum ErrorDetail {
         message: String,
     },
     /// The stream could not be opened: the request behind an upstream of a fan-out (see
-    /// [`FanOut::open`](crate::FanOut::open)) failed before its first byte, after any retries
+    /// `FanOut::open`) failed before its first byte, after any retries
     /// (an HTTP error status, a refused connection). Nothing of it was received.
     ///
     /// ```
-    /// use choicewise_core::ErrorDetail;
+    /// use choicewise_proto::ErrorDetail;
     /// let e = ErrorDetail::Open { message: "HTTP 500: The server had an error".into(), source: None };
     /// assert_eq!(e.to_string(), "the request failed before its stream began: HTTP 500: The server had an error");
     /// ```
@@ -456,7 +452,7 @@ pub enum ErrorDetail {
         #[source]
         source: Option<Arc<dyn std::error::Error + Send + Sync>>,
     },
-    /// One upstream of a fan-out ([`Completions::fan_out`](crate::Completions::fan_out))
+    /// One upstream of a fan-out (`Completions::fan_out`)
     /// failed: its own unfinished choices end with this error, the other upstreams' choices
     /// go on, and the completion's outcome reports it.
     #[error("upstream {upstream}: {error}")]
@@ -566,7 +562,7 @@ fn truncated_message(line: u64, offset: u64, pending: u64, unfinished: &[u32]) -
 /// An error object sent by the provider (`{"error": {...}}` or an `event: error`).
 ///
 /// ```
-/// use choicewise_core::UpstreamError;
+/// use choicewise_proto::UpstreamError;
 /// let e = UpstreamError::from_value(
 ///     &serde_json::json!({"message": "overloaded", "type": "server_error", "code": 503}), 4);
 /// assert_eq!(e.code.as_deref(), Some("503"));
@@ -601,7 +597,7 @@ impl UpstreamError {
     /// `{"error": ...}`, or any other value (kept raw, its text as the message).
     ///
     /// ```
-    /// use choicewise_core::UpstreamError;
+    /// use choicewise_proto::UpstreamError;
     /// let e = UpstreamError::from_value(&serde_json::json!("rate limited"), 1);
     /// assert_eq!(e.message, "rate limited");
     /// ```
@@ -631,7 +627,7 @@ impl UpstreamError {
 /// A result that ended in an error but still carries what was assembled before it.
 ///
 /// ```
-/// use choicewise_core::{ErrorDetail, Incomplete};
+/// use choicewise_proto::{ErrorDetail, Incomplete};
 /// let inc = Incomplete { partial: "half a message".to_string(),
 ///                        error: ErrorDetail::InvalidChoiceIndex { index: -1, line: 3 }.into() };
 /// assert!(inc.to_string().contains("line 3"));
@@ -650,14 +646,13 @@ pub struct Incomplete<T> {
 /// [`Error`].
 ///
 /// ```
-/// use choicewise_core::{Completions, Error, ErrorKind};
-/// # #[tokio::main] async fn main() {
-/// async fn text(c: &Completions) -> Result<Option<String>, Error> {
-///     Ok(c.collect().await?.choices[0].message.content.clone())
+/// use choicewise_proto::{Demux, Error, ErrorKind};
+/// fn text(demux: &mut Demux) -> Result<Option<String>, Error> {
+///     Ok(demux.finish()?.choices[0].message.content.clone())
 /// }
-/// let c = Completions::from_reader(&b"data: {\"error\":{\"message\":\"x\"}}\n\n"[..]);
-/// assert!(matches!(text(&c).await, Err(e) if e.kind() == ErrorKind::Upstream));
-/// # }
+/// let mut demux = Demux::new();
+/// let _ = demux.feed(b"data: {\"error\":{\"message\":\"x\"}}\n\n");
+/// assert!(matches!(text(&mut demux), Err(e) if e.kind() == ErrorKind::Upstream));
 /// ```
 impl<T> From<Incomplete<T>> for Error {
     fn from(incomplete: Incomplete<T>) -> Self {

@@ -3,11 +3,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A whole completion, as [`Completions::collect`](crate::Completions::collect) assembles it:
+/// A whole completion, as `Completions::collect` assembles it:
 /// the same JSON shape as a non-streaming `chat.completion` response.
 ///
 /// ```
-/// use choicewise_core::ChatCompletion;
+/// use choicewise_proto::ChatCompletion;
 /// let c = ChatCompletion::default();
 /// assert_eq!(c.object, "chat.completion");
 /// assert!(serde_json::to_value(&c).unwrap().get("usage").is_none());
@@ -44,7 +44,7 @@ impl ChatCompletion {
     /// A completion of these choices; set the other fields as needed.
     ///
     /// ```
-    /// use choicewise_core::{ChatCompletion, ChoiceOutput, Message};
+    /// use choicewise_proto::{ChatCompletion, ChoiceOutput, Message};
     /// let mut c = ChatCompletion::new(vec![ChoiceOutput::new(0, Message::assistant("Hi"))]);
     /// c.id = "chatcmpl-1".into();
     /// assert_eq!(serde_json::to_value(&c).unwrap()["choices"][0]["message"]["content"], "Hi");
@@ -73,11 +73,11 @@ impl Default for ChatCompletion {
     }
 }
 
-/// One assembled choice: what [`Choice::message`](crate::Choice::message) returns and what
+/// One assembled choice: what `Choice::message` returns and what
 /// [`ChatCompletion::choices`] holds.
 ///
 /// ```
-/// use choicewise_core::ChoiceOutput;
+/// use choicewise_proto::ChoiceOutput;
 /// let c = ChoiceOutput::default();
 /// assert_eq!(c.message.role, "assistant");
 /// assert_eq!(c.finish_reason, None);
@@ -97,11 +97,11 @@ pub struct ChoiceOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_filter_results: Option<Value>,
     /// The choice's completion tokens, reported or estimated (flagged), filled by
-    /// [`Completions::collect`](crate::Completions::collect) with the usage: the provider's
+    /// `Completions::collect` with the usage: the provider's
     /// figure for this choice, or the estimate's when the usage is estimated. `None` when the
     /// provider reported only a total shared by several choices, and from
-    /// [`Choice::message`](crate::Choice::message), whose choice may finish before its usage
-    /// arrives; [`Choice::usage`](crate::Choice::usage) answers in every case.
+    /// `Choice::message`, whose choice may finish before its usage
+    /// arrives; `Choice::usage` answers in every case.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::usage::ChoiceUsage>,
     /// The provider's own stop reason when `finish_reason` was mapped from another dialect:
@@ -111,14 +111,14 @@ pub struct ChoiceOutput {
     /// Completions streams).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
-    /// In a fan-out ([`FanOut`](crate::FanOut)), where the choice came from: its upstream
+    /// In a fan-out (`FanOut`), where the choice came from: its upstream
     /// and that upstream's own response id and model, which may differ from the
     /// completion's (each request has its own id; a mixed fan-out has several models).
-    /// Filled by [`Completions::collect`](crate::Completions::collect); left out for a
+    /// Filled by `Completions::collect`; left out for a
     /// single stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<ChoiceSource>,
-    /// The choice was cancelled ([`Choice::cancel`](crate::Choice::cancel)) before it
+    /// The choice was cancelled (`Choice::cancel`) before it
     /// finished: the message is what it had received, and `finish_reason` is `None`.
     /// Serialised as `"cancelled": true`, and left out when `false`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -129,7 +129,7 @@ impl ChoiceOutput {
     /// A choice with this index and message; nothing else set (no finish reason yet).
     ///
     /// ```
-    /// use choicewise_core::{ChoiceOutput, Message};
+    /// use choicewise_proto::{ChoiceOutput, Message};
     /// let mut c = ChoiceOutput::new(1, Message::assistant("Hi"));
     /// c.finish_reason = Some("stop".into());
     /// assert_eq!(serde_json::to_value(&c).unwrap()["message"]["content"], "Hi");
@@ -146,7 +146,7 @@ impl ChoiceOutput {
 /// Where a choice of a fan-out came from (see [`ChoiceOutput::source`]).
 ///
 /// ```
-/// use choicewise_core::ChoiceSource;
+/// use choicewise_proto::ChoiceSource;
 /// let mut source = ChoiceSource::default();
 /// (source.upstream, source.id) = (1, Some("msg_1".into()));
 /// let json = serde_json::to_value(&source).unwrap();
@@ -171,7 +171,7 @@ pub struct ChoiceSource {
 /// were: the two are kept apart.
 ///
 /// ```
-/// use choicewise_core::Message;
+/// use choicewise_proto::Message;
 /// let m = Message::default();
 /// let json = serde_json::to_value(&m).unwrap();
 /// assert_eq!(json, serde_json::json!({"role": "assistant", "content": null, "refusal": null}));
@@ -200,7 +200,7 @@ impl Message {
     /// An assistant message with this text content.
     ///
     /// ```
-    /// use choicewise_core::{Message, ToolCall};
+    /// use choicewise_proto::{Message, ToolCall};
     /// let mut m = Message::assistant("It is sunny.");
     /// m.tool_calls.push(ToolCall::function("call_1", "get_weather", "{}"));
     /// assert_eq!((m.role.as_str(), m.content.as_deref()), ("assistant", Some("It is sunny.")));
@@ -229,7 +229,7 @@ impl Default for Message {
 /// One assembled tool call.
 ///
 /// ```
-/// use choicewise_core::ToolCall;
+/// use choicewise_proto::ToolCall;
 /// let call = ToolCall::function("call_1", "f", "{}");
 /// assert_eq!(serde_json::to_value(&call).unwrap()["type"], "function");
 /// ```
@@ -249,7 +249,7 @@ impl ToolCall {
     /// A call of a function tool (`"type": "function"`).
     ///
     /// ```
-    /// use choicewise_core::ToolCall;
+    /// use choicewise_proto::ToolCall;
     /// let call = ToolCall::function("call_1", "get_weather", r#"{"city":"Paris"}"#);
     /// assert_eq!((call.kind.as_str(), call.function.name.as_str()), ("function", "get_weather"));
     /// ```
@@ -269,7 +269,7 @@ impl ToolCall {
 /// A function name and its whole arguments string.
 ///
 /// ```
-/// use choicewise_core::FunctionCall;
+/// use choicewise_proto::FunctionCall;
 /// let f = FunctionCall::new("get_weather", r#"{"city":"Paris"}"#);
 /// assert_eq!(f.arguments_json().unwrap()["city"], "Paris");
 /// ```
@@ -286,7 +286,7 @@ impl FunctionCall {
     /// A function call: its name and its arguments as JSON text.
     ///
     /// ```
-    /// use choicewise_core::FunctionCall;
+    /// use choicewise_proto::FunctionCall;
     /// let f = FunctionCall::new("get_weather", r#"{"city":"Paris"}"#);
     /// assert_eq!(f.arguments_json().unwrap()["city"], "Paris");
     /// ```
@@ -300,7 +300,7 @@ impl FunctionCall {
     /// Parses the arguments.
     ///
     /// ```
-    /// use choicewise_core::FunctionCall;
+    /// use choicewise_proto::FunctionCall;
     /// let f = FunctionCall::new("f", "{\"a\":1}");
     /// assert_eq!(f.arguments_json().unwrap()["a"], 1);
     /// ```

@@ -5,7 +5,11 @@ fn split_str(s: &mut Splitter, data: &str) -> Result<Flow, Error> {
 }
 
 fn splitter(max_choices: usize) -> Splitter {
-    Splitter::new(1 << 20, max_choices, false)
+    Splitter::new(&StreamConfig {
+        max_event_size: 1 << 20,
+        max_choices,
+        ..StreamConfig::default()
+    })
 }
 
 fn json(s: &Splitter, slot: usize, k: usize) -> &str {

@@ -2,7 +2,7 @@
 //!
 //! Every string field is a [`Cow`]: parsing a chunk from a `&str` borrows the strings that
 //! contain no escapes, so the common path allocates nothing for them. [`ChatCompletionChunk::into_owned`]
-//! detaches a chunk from its input (for [`Completions::from_chunks`](crate::Completions::from_chunks)).
+//! detaches a chunk from its input (for `Completions::from_chunks`).
 //!
 //! Unknown fields are ignored everywhere, `null` is the same as an absent key, and the fields
 //! of other providers that matter are modelled: `reasoning_content` (DeepSeek, llama.cpp,
@@ -19,7 +19,7 @@ use serde_json::Value;
 /// One `chat.completion.chunk` of a streamed chat completion.
 ///
 /// ```
-/// use choicewise_core::wire::ChatCompletionChunk;
+/// use choicewise_proto::wire::ChatCompletionChunk;
 ///
 /// let chunk: ChatCompletionChunk = serde_json::from_str(
 ///     r#"{"id":"c1","choices":[{"index":1,"delta":{"content":"Hi"},"finish_reason":null}]}"#,
@@ -93,7 +93,7 @@ pub struct ChatCompletionChunk<'a> {
 /// One choice's update inside a chunk.
 ///
 /// ```
-/// use choicewise_core::wire::ChunkChoice;
+/// use choicewise_proto::wire::ChunkChoice;
 ///
 /// let c: ChunkChoice = serde_json::from_str(r#"{"delta":{},"finish_reason":"stop"}"#).unwrap();
 /// assert_eq!(c.index, None); // a missing index means choice 0
@@ -133,7 +133,7 @@ pub struct ChunkChoice<'a> {
 /// The new message data of one choice in one chunk.
 ///
 /// ```
-/// use choicewise_core::wire::Delta;
+/// use choicewise_proto::wire::Delta;
 ///
 /// let d: Delta = serde_json::from_str(r#"{"role":"assistant","reasoning":"hmm"}"#).unwrap();
 /// assert_eq!(d.reasoning_text(), Some("hmm"));
@@ -202,7 +202,7 @@ impl Delta<'_> {
     /// The reasoning text of this update, under whichever key the provider used.
     ///
     /// ```
-    /// use choicewise_core::wire::Delta;
+    /// use choicewise_proto::wire::Delta;
     /// let d: Delta = serde_json::from_str(r#"{"reasoning_content":"a"}"#).unwrap();
     /// assert_eq!(d.reasoning_text(), Some("a"));
     /// ```
@@ -216,7 +216,7 @@ impl Delta<'_> {
 /// A fragment of a function call: the name (once) and a piece of the arguments.
 ///
 /// ```
-/// use choicewise_core::wire::{Arguments, FunctionCallDelta};
+/// use choicewise_proto::wire::{Arguments, FunctionCallDelta};
 /// let f: FunctionCallDelta = serde_json::from_str(r#"{"arguments":"{\"a\":"}"#).unwrap();
 /// assert_eq!(f.arguments, Some(Arguments::Text("{\"a\":".into())));
 /// ```
@@ -238,7 +238,7 @@ pub struct FunctionCallDelta<'a> {
 /// A fragment of one tool call.
 ///
 /// ```
-/// use choicewise_core::wire::ToolCallDelta;
+/// use choicewise_proto::wire::ToolCallDelta;
 /// let t: ToolCallDelta = serde_json::from_str(
 ///     r#"{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}"#,
 /// ).unwrap();
@@ -282,7 +282,7 @@ pub struct ToolCallDelta<'a> {
 /// whole arguments as a JSON object instead; that object is kept in its compact serialisation.
 ///
 /// ```
-/// use choicewise_core::wire::Arguments;
+/// use choicewise_proto::wire::Arguments;
 /// let a: Arguments = serde_json::from_str(r#"{"city": "Paris"}"#).unwrap();
 /// assert_eq!(a, Arguments::Json(r#"{"city":"Paris"}"#.into()));
 /// assert_eq!(a.as_str(), r#"{"city":"Paris"}"#);
@@ -299,7 +299,7 @@ impl<'a> Arguments<'a> {
     /// The text this fragment appends to the arguments.
     ///
     /// ```
-    /// use choicewise_core::wire::Arguments;
+    /// use choicewise_proto::wire::Arguments;
     /// assert_eq!(Arguments::Text("{}".into()).as_str(), "{}");
     /// ```
     pub fn as_str(&self) -> &str {
@@ -312,7 +312,7 @@ impl<'a> Arguments<'a> {
     /// Detaches the fragment from the input it was parsed from.
     ///
     /// ```
-    /// use choicewise_core::wire::Arguments;
+    /// use choicewise_proto::wire::Arguments;
     /// let owned: Arguments<'static> = Arguments::Text("{".into()).into_owned();
     /// assert_eq!(owned.as_str(), "{");
     /// ```
@@ -376,7 +376,7 @@ impl ChatCompletionChunk<'_> {
     /// Detaches the chunk from the input it was parsed from.
     ///
     /// ```
-    /// use choicewise_core::wire::ChatCompletionChunk;
+    /// use choicewise_proto::wire::ChatCompletionChunk;
     /// let text = String::from(r#"{"choices":[{"delta":{"content":"x"}}]}"#);
     /// let owned: ChatCompletionChunk<'static> =
     ///     serde_json::from_str::<ChatCompletionChunk>(&text).unwrap().into_owned();
@@ -407,7 +407,7 @@ impl ChunkChoice<'_> {
     /// Detaches the choice update from the input it was parsed from.
     ///
     /// ```
-    /// use choicewise_core::wire::ChunkChoice;
+    /// use choicewise_proto::wire::ChunkChoice;
     /// let c: ChunkChoice<'static> = ChunkChoice::default().into_owned();
     /// assert!(c.delta.is_none());
     /// ```
@@ -426,7 +426,7 @@ impl Delta<'_> {
     /// Detaches the delta from the input it was parsed from.
     ///
     /// ```
-    /// use choicewise_core::wire::Delta;
+    /// use choicewise_proto::wire::Delta;
     /// let d: Delta<'static> = Delta::default().into_owned();
     /// assert!(d.content.is_none());
     /// ```
@@ -449,7 +449,7 @@ impl FunctionCallDelta<'_> {
     /// Detaches the fragment from the input it was parsed from.
     ///
     /// ```
-    /// use choicewise_core::wire::FunctionCallDelta;
+    /// use choicewise_proto::wire::FunctionCallDelta;
     /// let f: FunctionCallDelta<'static> = FunctionCallDelta::default().into_owned();
     /// assert!(f.name.is_none());
     /// ```
@@ -465,7 +465,7 @@ impl ToolCallDelta<'_> {
     /// Detaches the fragment from the input it was parsed from.
     ///
     /// ```
-    /// use choicewise_core::wire::ToolCallDelta;
+    /// use choicewise_proto::wire::ToolCallDelta;
     /// let t: ToolCallDelta<'static> = ToolCallDelta::default().into_owned();
     /// assert!(t.id.is_none());
     /// ```
@@ -625,9 +625,7 @@ pub(crate) fn lenient_i64<'de, D: Deserializer<'de>>(
 /// The wire dialect of a stream.
 ///
 /// ```
-/// use choicewise_core::{Completions, Dialect};
-/// let builder = Completions::builder().dialect(Dialect::Anthropic);
-/// # drop(builder);
+/// use choicewise_proto::Dialect;
 /// assert_eq!(Dialect::default(), Dialect::Detect);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -661,7 +659,7 @@ impl std::str::FromStr for Dialect {
     /// `chat`, `responses` or `anthropic`.
     ///
     /// ```
-    /// use choicewise_core::Dialect;
+    /// use choicewise_proto::Dialect;
     /// assert_eq!("anthropic".parse::<Dialect>(), Ok(Dialect::Anthropic));
     /// assert!("grpc".parse::<Dialect>().is_err());
     /// ```

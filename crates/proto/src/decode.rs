@@ -23,8 +23,6 @@ use crate::wire::{self, ChunkChoice, FunctionCallDelta, ToolCallDelta};
 #[derive(Debug)]
 pub(crate) struct DecodeError {
     pub error: Error,
-    /// The line of the malformed update.
-    pub line: u64,
     pub after: u64,
     pub after_line: u64,
 }
@@ -68,7 +66,6 @@ pub(crate) fn decode_batch(
         if let Err(error) = decoded {
             result = Err(DecodeError {
                 error,
-                line,
                 after: total - k as u64 - 1,
                 after_line: updates.next().map_or(0, |(_, u)| u.line),
             });

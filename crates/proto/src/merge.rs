@@ -671,7 +671,7 @@ fn append_arguments(
 
 /// Log probabilities arrive as `{"content": [...], "refusal": [...]}` per update: arrays are
 /// concatenated key by key; any other value replaces the previous one.
-fn merge_logprobs(slot: &mut Option<Value>, incoming: &Value) {
+pub(crate) fn merge_logprobs(slot: &mut Option<Value>, incoming: &Value) {
     let (Some(Value::Object(acc)), Value::Object(new)) = (slot.as_mut(), incoming) else {
         if !incoming.is_null() {
             *slot = Some(incoming.clone());

@@ -1,19 +1,17 @@
 //! [`Demux`]: the whole demultiplexer without a runtime, for tests, fuzzers, benchmarks and
 //! programs that already own their I/O loop.
 
-use crate::config::Config;
-use crate::decode::decode_batch;
+use crate::config::StreamConfig;
 use crate::error::{Error, Incomplete};
 use crate::event::{ChoiceEvent, Warning};
-use crate::lifecycle::{ChoiceState, assemble};
-use crate::merge::ChoiceUpdate;
+use crate::event_log::EventLog;
+use crate::lifecycle::{ChoiceCore, assemble};
 use crate::response::{ChatCompletion, ChoiceOutput};
 use crate::split::{Parsed, Splitter, Step};
-use crate::wire::ChatCompletionChunk;
 
 /// The demultiplexer as plain synchronous code: bytes in, per-choice events and messages out.
 ///
-/// [`Completions`](crate::Completions) runs the same two pieces on actors: the reader's share
+/// `Completions` runs the same two pieces on actors: the reader's share
 /// (framing, the chunk envelope, splitting `choices` into each choice's raw JSON) and each
 /// choice's share (parsing its updates, merging them into its message and events). `Demux`
 /// runs them one after the other on the caller's thread, with the same limits, errors and
@@ -21,7 +19,7 @@ use crate::wire::ChatCompletionChunk;
 /// error stays available.
 ///
 /// ```
-/// use choicewise_core::{ChoiceEvent, Demux, Flow};
+/// use choicewise_proto::{ChoiceEvent, Demux, Flow};
 ///
 /// let mut demux = Demux::new();
 /// let sse = concat!(
@@ -40,24 +38,22 @@ use crate::wire::ChatCompletionChunk;
 /// ```
 #[derive(Debug)]
 pub struct Demux {
-    config: Config,
+    config: StreamConfig,
     splitter: Splitter,
-    /// One per splitter slot, in order of first appearance.
-    choices: Vec<ChoiceState>,
+    /// One per splitter slot, in order of first appearance: the choice and its log.
+    choices: Vec<(ChoiceCore, EventLog)>,
     warnings: Vec<Warning>,
     end: Option<Result<(), Error>>,
-    /// Chunks fed by [`Demux::feed_chunk`]: they stand in for line numbers, as in
-    /// [`Completions::from_chunks`](crate::Completions::from_chunks).
-    chunks: u64,
-    /// Reused buffers.
-    updates: Vec<ChoiceUpdate>,
+    /// Values fed by [`Demux::feed_parsed`]: they stand in for line numbers.
+    parsed: u64,
+    /// Reused buffer of one batch's events.
     buf: Vec<ChoiceEvent>,
 }
 
 /// What the input said after a [`Demux::feed`]: more may come, or `[DONE]` ended it.
 ///
 /// ```
-/// use choicewise_core::{Demux, Flow};
+/// use choicewise_proto::{Demux, Flow};
 /// let mut demux = Demux::new();
 /// assert_eq!(demux.feed(b"data: {\"choices\":[]}\n\n").unwrap(), Flow::Continue);
 /// assert_eq!(demux.feed(b"data: [DONE]\n\n").unwrap(), Flow::Done);
@@ -79,31 +75,34 @@ impl Default for Demux {
 }
 
 impl Demux {
-    /// A demultiplexer with the default limits (see
-    /// [`CompletionsBuilder::demux`](crate::CompletionsBuilder::demux) to set them).
+    /// A demultiplexer with the default limits (see [`Demux::with_config`] to set them).
     ///
     /// ```
-    /// let demux = choicewise_core::Demux::new();
+    /// let demux = choicewise_proto::Demux::new();
     /// assert!(demux.indexes().is_empty());
     /// ```
     pub fn new() -> Demux {
-        Demux::with_config(Config::default())
+        Demux::with_config(StreamConfig::default())
     }
 
-    pub(crate) fn with_config(config: Config) -> Demux {
+    /// A demultiplexer with these limits, framing and dialect.
+    ///
+    /// ```
+    /// use choicewise_proto::{Demux, ErrorKind, StreamConfig};
+    /// let mut config = StreamConfig::default();
+    /// config.max_choices = 1;
+    /// let mut demux = Demux::with_config(config);
+    /// let e = demux.feed(b"data: {\"choices\":[{\"index\":0},{\"index\":1}]}\n\n").unwrap_err();
+    /// assert_eq!(e.kind(), ErrorKind::Limit);
+    /// ```
+    pub fn with_config(config: StreamConfig) -> Demux {
         Demux {
-            splitter: Splitter::with_dialect(
-                config.max_event_size,
-                config.max_choices,
-                config.strict_sse,
-                config.dialect,
-            ),
+            splitter: Splitter::new(&config),
             config,
             choices: Vec::new(),
             warnings: Vec::new(),
             end: None,
-            chunks: 0,
-            updates: Vec::new(),
+            parsed: 0,
             buf: Vec::new(),
         }
     }
@@ -112,7 +111,7 @@ impl Demux {
     /// it failed here; after the end (`[DONE]` or an error), further input is ignored.
     ///
     /// ```
-    /// use choicewise_core::{Demux, ErrorKind};
+    /// use choicewise_proto::{Demux, ErrorKind};
     /// let mut demux = Demux::new();
     /// let error = demux.feed(b"data: [1]\n\n").unwrap_err();
     /// assert_eq!((error.kind(), error.line()), (ErrorKind::Chunk, Some(1)));
@@ -125,45 +124,33 @@ impl Demux {
         self.step(step)
     }
 
-    /// Feeds one chunk parsed by the caller.
+    /// Feeds one value parsed by the caller: a Chat Completions chunk
+    /// ([`ChatCompletionChunk`](crate::wire::ChatCompletionChunk)), or an event of any dialect
+    /// as a JSON value (an event of the Responses or Anthropic Messages API, or a Chat
+    /// Completions chunk). Each value counts as one line in errors and warnings.
     ///
     /// ```
-    /// use choicewise_core::{Demux, wire::ChatCompletionChunk};
+    /// use choicewise_proto::{Demux, wire::ChatCompletionChunk};
+    /// use serde_json::json;
     /// let mut demux = Demux::new();
     /// let chunk: ChatCompletionChunk = serde_json::from_str(
     ///     r#"{"choices":[{"index":2,"delta":{"content":"hi"},"finish_reason":"stop"}]}"#,
     /// ).unwrap();
-    /// demux.feed_chunk(chunk.into_owned()).unwrap();
+    /// demux.feed_parsed(chunk.into_owned()).unwrap();
     /// assert_eq!(demux.finish().unwrap().choices[0].index, 2);
-    /// ```
-    pub fn feed_chunk(&mut self, chunk: ChatCompletionChunk<'static>) -> Result<(), Error> {
-        self.feed_parsed(chunk)
-    }
-
-    /// Feeds one event parsed by the caller, as a JSON value: an event of the Responses or
-    /// Anthropic Messages API, or a Chat Completions chunk (see
-    /// [`CompletionsBuilder::from_events`](crate::CompletionsBuilder::from_events)).
     ///
-    /// ```
-    /// use choicewise_core::Demux;
-    /// use serde_json::json;
     /// let mut demux = Demux::new();
-    /// demux.feed_event(json!({"type": "response.output_text.delta", "output_index": 0, "delta": "Hi"})).unwrap();
-    /// demux.feed_event(json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}})).unwrap();
+    /// demux.feed_parsed(json!({"type": "response.output_text.delta", "output_index": 0, "delta": "Hi"})).unwrap();
+    /// demux.feed_parsed(json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}})).unwrap();
     /// let completion = demux.finish().unwrap();
     /// assert_eq!((completion.id.as_str(), completion.choices[0].message.content.as_deref()), ("resp_1", Some("Hi")));
     /// ```
-    pub fn feed_event(&mut self, event: serde_json::Value) -> Result<(), Error> {
-        self.feed_parsed(event)
-    }
-
-    /// Routes one value parsed by the caller, counted as the next line.
-    fn feed_parsed(&mut self, value: impl Parsed) -> Result<(), Error> {
+    pub fn feed_parsed(&mut self, value: impl Parsed) -> Result<(), Error> {
         if let Some(end) = &self.end {
             return end.clone();
         }
-        self.chunks += 1;
-        let step = match value.route(&mut self.splitter, self.chunks) {
+        self.parsed += 1;
+        let step = match value.route(&mut self.splitter, self.parsed) {
             Ok(()) => Step::Continue,
             Err(e) => Step::End(Err(e)),
         };
@@ -175,7 +162,7 @@ impl Demux {
     /// stops without `[DONE]` while a choice is unfinished is [`ErrorDetail::Truncated`](crate::ErrorDetail::Truncated).
     ///
     /// ```
-    /// use choicewise_core::{Demux, ErrorKind};
+    /// use choicewise_proto::{Demux, ErrorKind};
     /// let mut demux = Demux::new();
     /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n").unwrap();
     /// let cut = demux.finish().unwrap_err(); // no finish, no [DONE]
@@ -189,7 +176,7 @@ impl Demux {
             let step = self.splitter.end_of_input();
             let _ = self.step(step);
         }
-        let outcomes = self.choices.iter().map(ChoiceState::outcome);
+        let outcomes = self.choices.iter().map(|(core, _)| core.outcome());
         let per_choice = self.splitter.meta.usage.per_choice();
         let (completion, error) = assemble(
             self.splitter.meta.clone(),
@@ -209,7 +196,7 @@ impl Demux {
     /// The choice indexes seen so far, in order of first appearance.
     ///
     /// ```
-    /// use choicewise_core::Demux;
+    /// use choicewise_proto::Demux;
     /// let mut demux = Demux::new();
     /// demux.feed(b"data: {\"choices\":[{\"index\":2,\"delta\":{}},{\"index\":0,\"delta\":{}}]}\n\n").unwrap();
     /// assert_eq!(demux.indexes(), [2, 0]);
@@ -221,25 +208,25 @@ impl Demux {
     /// Every event of choice `index` so far (empty for an unknown index).
     ///
     /// ```
-    /// use choicewise_core::{ChoiceEvent, Demux};
+    /// use choicewise_proto::{ChoiceEvent, Demux};
     /// let mut demux = Demux::new();
     /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
     /// assert_eq!(demux.events(0), [ChoiceEvent::Content("a".into())]);
     /// assert!(demux.events(7).is_empty());
     /// ```
     pub fn events(&self, index: u32) -> Vec<ChoiceEvent> {
-        let Some(state) = self.state(index) else {
+        let Some((_, log)) = self.state(index) else {
             return Vec::new();
         };
         (0..)
-            .map_while(|position| state.events.get(position).cloned())
+            .map_while(|position| log.get(position).cloned())
             .collect()
     }
 
     /// Choice `index` as assembled so far, with its error if it failed.
     ///
     /// ```
-    /// use choicewise_core::{Demux, ErrorKind};
+    /// use choicewise_proto::{Demux, ErrorKind};
     /// let mut demux = Demux::new();
     /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
     /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":5}}]}\n\n").unwrap();
@@ -248,7 +235,7 @@ impl Demux {
     /// assert_eq!(error.unwrap().kind(), ErrorKind::Update);
     /// ```
     pub fn choice(&self, index: u32) -> Option<(ChoiceOutput, Option<Error>)> {
-        self.state(index).map(ChoiceState::outcome)
+        self.state(index).map(|(core, _)| core.outcome())
     }
 
     /// How choice `index`'s events ended, once they have: `Ok` at its finish (or a clean end
@@ -258,7 +245,7 @@ impl Demux {
     /// reports it.
     ///
     /// ```
-    /// use choicewise_core::Demux;
+    /// use choicewise_proto::Demux;
     /// let mut demux = Demux::new();
     /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
     /// assert!(demux.ended(0).is_none());
@@ -266,16 +253,16 @@ impl Demux {
     /// assert!(demux.ended(0).unwrap().is_err());
     /// ```
     pub fn ended(&self, index: u32) -> Option<Result<(), Error>> {
-        self.state(index)?.closed()
+        self.state(index)?.0.phase().closed().map(|c| c.result())
     }
 
-    /// Cancels choice `index`, as [`Choice::cancel`](crate::Choice::cancel) does: if it is
+    /// Cancels choice `index`, as `Choice::cancel` does: if it is
     /// still open, its events end with [`ChoiceEvent::Cancelled`], its later updates are
     /// dropped, and its output is flagged `cancelled` without a finish reason. Returns
     /// whether it was open. (There is no upstream to drop here: the caller owns the I/O.)
     ///
     /// ```
-    /// use choicewise_core::{ChoiceEvent, Demux};
+    /// use choicewise_proto::{ChoiceEvent, Demux};
     /// let mut demux = Demux::new();
     /// demux.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
     /// assert!(demux.cancel(0));
@@ -290,13 +277,18 @@ impl Demux {
         let Some(slot) = self.splitter.slots.iter().position(|s| s.index == index) else {
             return false;
         };
-        self.choices.get_mut(slot).is_some_and(ChoiceState::cancel)
+        let Some((core, log)) = self.choices.get_mut(slot) else {
+            return false;
+        };
+        let cancelled = core.cancel(&mut self.buf);
+        log.append(&mut self.buf);
+        cancelled
     }
 
     /// Warnings so far (the stream's and every choice's).
     ///
     /// ```
-    /// use choicewise_core::{Demux, WarningKind};
+    /// use choicewise_proto::{Demux, WarningKind};
     /// let mut demux = Demux::new();
     /// demux.feed(b"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n").unwrap();
     /// demux.feed(b"data: {\"choices\":[{\"delta\":{\"content\":\"late\"}}]}\n\n").unwrap();
@@ -306,7 +298,7 @@ impl Demux {
         &self.warnings
     }
 
-    fn state(&self, index: u32) -> Option<&ChoiceState> {
+    fn state(&self, index: u32) -> Option<&(ChoiceCore, EventLog)> {
         let slot = self.splitter.slots.iter().position(|s| s.index == index)?;
         self.choices.get(slot)
     }
@@ -315,33 +307,26 @@ impl Demux {
     fn step(&mut self, step: Step) -> Result<Flow, Error> {
         let known = self.choices.len();
         for slot in &self.splitter.slots[known..] {
-            self.choices
-                .push(ChoiceState::new(slot.index, self.config.max_tool_calls));
+            let core = ChoiceCore::new(slot.index, self.config.max_tool_calls);
+            self.choices.push((core, EventLog::default()));
         }
         self.warnings.append(&mut self.splitter.warnings);
-        for (slot, state) in self.splitter.slots.iter_mut().zip(&mut self.choices) {
+        for (slot, (core, log)) in self.splitter.slots.iter_mut().zip(&mut self.choices) {
             if slot.batch.is_empty() {
                 continue;
             }
             // Parsed (or skipped) in place: the slot's buffers serve every read.
-            if !state.skip_batch(&mut slot.batch) {
-                let decoded = decode_batch(slot.index, &mut slot.batch, &mut self.updates);
-                state.apply(
-                    &mut self.updates,
-                    decoded,
-                    &mut self.buf,
-                    &mut self.warnings,
-                );
-            }
-            state.batch_handled();
+            core.apply_batch(&mut slot.batch, &mut self.buf, &mut self.warnings);
+            log.append(&mut self.buf);
         }
         match step {
             Step::Continue => Ok(Flow::Continue),
             Step::End(outcome) => {
-                for (slot, state) in self.splitter.slots.iter().zip(&mut self.choices) {
-                    if let Some(w) = state.settle(slot.index, outcome.clone()) {
+                for (core, log) in &mut self.choices {
+                    if let Some(w) = core.settle(outcome.clone(), &mut self.buf) {
                         self.warnings.push(w);
                     }
+                    log.append(&mut self.buf);
                 }
                 self.end = Some(outcome.clone());
                 outcome.map(|()| Flow::Done)
@@ -349,8 +334,6 @@ impl Demux {
         }
     }
 
-    /// The reader's share alone (framing, envelope, split), its batches dropped: what the
-    /// reader actor spends per read. For the benchmarks.
     #[doc(hidden)]
     pub fn split_only(&mut self, bytes: &[u8]) -> bool {
         let step = self.splitter.feed(bytes);

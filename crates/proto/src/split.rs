@@ -22,6 +22,7 @@ use serde_json::value::RawValue;
 
 use choicewise_sse::{DataLines, Framer};
 
+use crate::config::StreamConfig;
 use crate::dialect::{Dialect, DialectDecoder, dialect_of};
 use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::{Warning, WarningKind};
@@ -31,7 +32,7 @@ use crate::wire::{self, ChatCompletionChunk, ChunkChoice};
 
 /// What one step of the input produced.
 #[derive(Debug)]
-pub(crate) enum Step {
+pub enum Step {
     /// More may come.
     Continue,
     /// The stream is over: cleanly, or with the error that ended it.
@@ -52,7 +53,7 @@ pub(crate) struct RawUpdate {
 pub(crate) enum Body {
     /// The JSON object of the choice's element of `choices`, in the batch's text.
     Json(Range<usize>),
-    /// A chunk choice parsed by the caller ([`Completions::from_chunks`](crate::Completions::from_chunks)).
+    /// A chunk choice parsed by the caller (`Completions::from_chunks`).
     Parsed(Box<ChunkChoice<'static>>),
     /// An update of a typed dialect's one choice, decoded by the reader (see `dialect`).
     Update(Box<crate::merge::ChoiceUpdate>),
@@ -60,13 +61,30 @@ pub(crate) enum Body {
 
 /// The updates of one choice from one read, in arrival order: what one actor message carries.
 #[derive(Debug, Default)]
-pub(crate) struct Batch {
+pub struct Batch {
     /// The raw JSON of every [`Body::Json`] update, one after the other.
-    pub text: String,
-    pub updates: Vec<RawUpdate>,
+    pub(crate) text: String,
+    /// The updates, in arrival order.
+    pub(crate) updates: Vec<RawUpdate>,
 }
 
 impl Batch {
+    /// How many updates it holds.
+    pub fn len(&self) -> usize {
+        self.updates.len()
+    }
+
+    /// The line of its first update.
+    pub fn first_line(&self) -> Option<u64> {
+        self.updates.first().map(|u| u.line)
+    }
+
+    /// Bytes of raw JSON it holds.
+    pub fn text_len(&self) -> usize {
+        self.text.len()
+    }
+
+    /// Whether it holds no update.
     pub fn is_empty(&self) -> bool {
         self.updates.is_empty()
     }
@@ -98,12 +116,51 @@ impl Batch {
     }
 }
 
+#[cfg(feature = "fault-injection")]
+impl Batch {
+    /// Whether an update's content contains `marker` (the test-only fault triggers).
+    fn has_marker(&self, update: &RawUpdate, marker: &str) -> bool {
+        let marker = marker.trim_start_matches('\u{1}');
+        match &update.body {
+            Body::Json(range) => self.text[range.clone()].contains(marker),
+            Body::Parsed(choice) => choice
+                .delta
+                .as_ref()
+                .and_then(|d| d.content.as_deref())
+                .is_some_and(|c| c.contains(marker)),
+            Body::Update(update) => update
+                .content
+                .as_deref()
+                .is_some_and(|c| c.contains(marker)),
+        }
+    }
+
+    /// Whether an update of the batch carries `marker`.
+    pub fn carries(&self, marker: &str) -> bool {
+        self.updates.iter().any(|u| self.has_marker(u, marker))
+    }
+
+    /// Splits the batch before the first update carrying `marker`: returns that update and
+    /// those after it (this batch keeps the ones before), if one does.
+    pub fn split_at_marker(&mut self, marker: &str) -> Option<Batch> {
+        let at = self
+            .updates
+            .iter()
+            .position(|u| self.has_marker(u, marker))?;
+        let tail = self.updates.split_off(at);
+        Some(Batch {
+            text: self.text.clone(),
+            updates: tail,
+        })
+    }
+}
+
 /// The emptied batches of one choice, handed back by whoever parsed them for the reader to
 /// fill again: the reader allocates a choice's batch buffers once, not once per read, and they
 /// are freed neither on the parsing thread nor read by read. Holds at most [`Self::KEEP`]
 /// batches, each of at most [`Self::KEEP_BYTES`] of text (a burst's large batch is freed).
 #[derive(Debug, Default)]
-pub(crate) struct BatchPool(Vec<Batch>);
+pub struct BatchPool(Vec<Batch>);
 
 impl BatchPool {
     /// Batches kept: one being parsed while the reader fills the next.
@@ -134,7 +191,8 @@ impl BatchPool {
 
 /// A choice as the reader knows it.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub struct Slot {
+    /// The choice's index, as the stream numbers it.
     pub index: u32,
     /// Updates split off since the last flush.
     pub batch: Batch,
@@ -144,13 +202,20 @@ pub(crate) struct Slot {
 
 /// Completion-level facts gathered by the reader.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Meta {
+pub struct Meta {
+    /// The completion's id.
     pub id: Option<String>,
+    /// The model that answered.
     pub model: Option<String>,
+    /// When it was created (Unix seconds).
     pub created: Option<i64>,
+    /// The provider's system fingerprint.
     pub system_fingerprint: Option<String>,
+    /// The provider's service tier.
     pub service_tier: Option<String>,
+    /// Azure's prompt filter results, as sent.
     pub prompt_filter_results: Vec<Value>,
+    /// The usage the stream reported.
     pub usage: ReportedUsage,
 }
 
@@ -229,7 +294,7 @@ fn raw_value(raw: Option<&RawValue>) -> Option<Value> {
 /// Frames the input, reads each chunk's envelope, and splits its choices into per-choice
 /// batches; gathers the completion-level facts.
 #[derive(Debug)]
-pub(crate) struct Splitter {
+pub struct Splitter {
     framer: Framer,
     /// Bytes fed so far.
     offset: u64,
@@ -248,7 +313,9 @@ pub(crate) struct Splitter {
     small: Vec<u32>,
     /// ... and for the others.
     large: HashMap<u32, usize>,
+    /// The choices seen, in order of first appearance, each with its updates not yet taken.
     pub slots: Vec<Slot>,
+    /// The completion's facts so far.
     pub meta: Meta,
     /// Warnings not yet published.
     pub warnings: Vec<Warning>,
@@ -258,29 +325,17 @@ const SMALL_INDEXES: usize = 256;
 const NO_SLOT: u32 = u32::MAX;
 
 impl Splitter {
-    /// A splitter with these limits; `strict_sse`: WHATWG framing without the tolerance for
-    /// events written without blank lines (see `Framer::strict`).
-    #[cfg(test)]
-    pub fn new(max_event_size: usize, max_choices: usize, strict_sse: bool) -> Self {
-        Splitter::with_dialect(max_event_size, max_choices, strict_sse, Dialect::Detect)
-    }
-
-    /// As [`Splitter::new`], for a stream of `dialect`.
-    pub fn with_dialect(
-        max_event_size: usize,
-        max_choices: usize,
-        strict_sse: bool,
-        dialect: Dialect,
-    ) -> Self {
+    /// A splitter with these limits, framing and dialect.
+    pub fn new(config: &StreamConfig) -> Self {
         Splitter {
-            framer: Framer::with_max_event_size(max_event_size).strict(strict_sse),
+            framer: Framer::with_max_event_size(config.max_event_size).strict(config.strict_sse),
             offset: 0,
             warned_unterminated: false,
             scanned: Vec::new(),
             head: Head::default(),
-            dialect,
+            dialect: config.dialect,
             typed: None,
-            max_choices,
+            max_choices: config.max_choices,
             small: Vec::new(),
             large: HashMap::new(),
             slots: Vec::new(),
@@ -678,10 +733,7 @@ impl Splitter {
             return Err(Error::from(ErrorDetail::Json {
                 line,
                 offset: 0,
-                message: format!(
-                    "expected a JSON object, found {}",
-                    choicewise_usage::json_type(&value)
-                ),
+                message: format!("expected a JSON object, found {}", json_type(&value)),
             }));
         };
         if self.dialect == Dialect::Detect {
@@ -890,13 +942,27 @@ impl Splitter {
     }
 }
 
-/// Values already parsed by the caller, one per event: Chat Completions chunks or JSON
-/// events of any dialect.
-pub(crate) trait Parsed: Send + 'static {
+/// A value already parsed by the caller, one per event: a Chat Completions chunk
+/// ([`ChatCompletionChunk`]) or a JSON event of any dialect (`serde_json::Value`). Implemented
+/// for those two types only.
+///
+/// ```
+/// fn takes(_: impl choicewise_proto::Parsed) {}
+/// takes(serde_json::json!({"choices": []}));
+/// ```
+pub trait Parsed: sealed::Sealed + Send + 'static {
     /// Routes the `count`-th value (its count stands in for the line number).
+    #[doc(hidden)]
     fn route(self, splitter: &mut Splitter, count: u64) -> Result<(), Error>;
     /// The end of the input after `count` values.
+    #[doc(hidden)]
     fn end(splitter: &mut Splitter, count: u64) -> Step;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::ChatCompletionChunk<'static> {}
+    impl Sealed for serde_json::Value {}
 }
 
 impl Parsed for ChatCompletionChunk<'static> {
@@ -963,6 +1029,18 @@ fn json_error(e: &serde_json::Error, line: u64, offset: u64, data_lines: DataLin
         offset,
         message: e.to_string(),
     })
+}
+
+/// How a JSON value's type is named in errors.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 #[cfg(test)]

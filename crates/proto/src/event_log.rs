@@ -11,8 +11,9 @@ use crate::event::ChoiceEvent;
 /// Events per segment (26 KiB of events).
 const SEGMENT: usize = 256;
 
+/// A choice's events, appended in order and never moved.
 #[derive(Debug, Default)]
-pub(crate) struct EventLog {
+pub struct EventLog {
     /// Every segment but the last holds exactly `SEGMENT` events.
     segments: Vec<Vec<ChoiceEvent>>,
 }
@@ -58,7 +59,7 @@ impl EventLog {
 
     /// Events appended so far.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.segments.iter().map(Vec::len).sum()
     }
 }

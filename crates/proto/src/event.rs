@@ -11,17 +11,15 @@ use serde_json::Value;
 /// A piece of text shared by every consumer that receives it.
 ///
 /// ```
-/// let piece: choicewise_core::Text = "Hello".into();
+/// let piece: choicewise_proto::Text = "Hello".into();
 /// assert_eq!(&*piece, "Hello");
 /// ```
 pub type Text = Arc<str>;
 
-/// One thing that happened to a choice, in arrival order (what [`Choice::events`] yields).
-///
-/// [`Choice::events`]: crate::Choice::events
+/// One thing that happened to a choice, in arrival order (what `Choice::events` yields).
 ///
 /// ```
-/// use choicewise_core::ChoiceEvent;
+/// use choicewise_proto::ChoiceEvent;
 /// let event = ChoiceEvent::Content("Hello".into());
 /// assert_eq!(event.text(), Some("Hello"));
 /// ```
@@ -48,7 +46,7 @@ pub enum ChoiceEvent {
     /// `tool_calls`, `content_filter`, `error`, ...). Always the last event of a choice
     /// that finished.
     Finished(Text),
-    /// The choice was cancelled ([`Choice::cancel`](crate::Choice::cancel)) before it
+    /// The choice was cancelled (`Choice::cancel`) before it
     /// finished. Always the last event of a cancelled choice: its sub-streams end (`None`)
     /// right after it, with no error, and its later updates are dropped.
     Cancelled,
@@ -58,7 +56,7 @@ impl ChoiceEvent {
     /// The text this event carries, if it is content, refusal or reasoning text.
     ///
     /// ```
-    /// use choicewise_core::ChoiceEvent;
+    /// use choicewise_proto::ChoiceEvent;
     /// assert_eq!(ChoiceEvent::Reasoning("hm".into()).text(), Some("hm"));
     /// assert_eq!(ChoiceEvent::Finished("stop".into()).text(), None);
     /// ```
@@ -75,7 +73,7 @@ impl ChoiceEvent {
 /// Which function call of a choice an event is about.
 ///
 /// ```
-/// use choicewise_core::{CallKind, CallRef};
+/// use choicewise_proto::{CallKind, CallRef};
 /// let call = CallRef { kind: CallKind::Tool, position: 1 };
 /// assert_eq!(call.to_string(), "tool call 1");
 /// ```
@@ -100,7 +98,7 @@ impl fmt::Display for CallRef {
 /// The two ways a model calls functions.
 ///
 /// ```
-/// use choicewise_core::CallKind;
+/// use choicewise_proto::CallKind;
 /// assert_ne!(CallKind::Tool, CallKind::Function);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -111,16 +109,14 @@ pub enum CallKind {
     Function,
 }
 
-/// Progress of one function call (what [`Choice::function_calls`] yields).
+/// Progress of one function call (what `Choice::function_calls` yields).
 ///
 /// A call is `Started` once, then receives `Arguments` fragments, then is `Finished` exactly
 /// once: when the next call of the choice starts, or when the choice finishes. It is never
 /// finished merely because its arguments happen to parse as JSON.
 ///
-/// [`Choice::function_calls`]: crate::Choice::function_calls
-///
 /// ```
-/// use choicewise_core::{CallKind, CallRef, FunctionCallEvent};
+/// use choicewise_proto::{CallKind, CallRef, FunctionCallEvent};
 /// let call = CallRef { kind: CallKind::Tool, position: 0 };
 /// let e = FunctionCallEvent::Arguments { call, fragment: "{\"a\"".into() };
 /// assert_eq!(e.call(), call);
@@ -166,7 +162,7 @@ impl FunctionCallEvent {
     /// The call this event is about.
     ///
     /// ```
-    /// use choicewise_core::{CallKind, CallRef, FunctionCallEvent};
+    /// use choicewise_proto::{CallKind, CallRef, FunctionCallEvent};
     /// let call = CallRef { kind: CallKind::Function, position: 0 };
     /// let e = FunctionCallEvent::Started { call, id: None, name: Some("f".into()) };
     /// assert_eq!(e.call().kind, CallKind::Function);
@@ -183,19 +179,18 @@ impl FunctionCallEvent {
 /// A tolerated irregularity in the input, with where it happened.
 ///
 /// ```
-/// use choicewise_core::{Completions, WarningKind};
-/// # #[tokio::main] async fn main() {
+/// use choicewise_proto::{Demux, WarningKind};
 /// let sse = concat!(
 ///     "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
 ///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"late\"}}]}\n\n",
 ///     "data: [DONE]\n\n",
 /// );
-/// let c = Completions::from_reader(sse.as_bytes());
-/// c.collect().await.unwrap();
-/// let w = &c.warnings()[0];
+/// let mut demux = Demux::new();
+/// demux.feed(sse.as_bytes()).unwrap();
+/// demux.finish().unwrap();
+/// let w = &demux.warnings()[0];
 /// assert_eq!((w.choice, w.line, &w.kind), (Some(1), 3, &WarningKind::DataAfterFinish));
 /// assert_eq!(w.to_string(), "choice 1, line 3: data for the choice after its finish (kept)");
-/// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -212,7 +207,7 @@ pub struct Warning {
 /// The kinds of [`Warning`].
 ///
 /// ```
-/// use choicewise_core::WarningKind;
+/// use choicewise_proto::WarningKind;
 /// let k = WarningKind::ConcatenatedObjects { count: 2 };
 /// assert_eq!(k.to_string(), "2 JSON objects on one data line (all applied)");
 /// ```
@@ -359,7 +354,7 @@ impl fmt::Display for WarningKind {
 /// The raw arguments string stays available in the event and the message.
 ///
 /// ```
-/// use choicewise_core::ArgumentsError;
+/// use choicewise_proto::ArgumentsError;
 /// let e = ArgumentsError { offset: Some(7), message: "unexpected '}' at byte 7".into() };
 /// assert_eq!(e.to_string(), "invalid arguments: unexpected '}' at byte 7");
 /// ```

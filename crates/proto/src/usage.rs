@@ -13,7 +13,7 @@ use crate::event::{Warning, WarningKind};
 /// Where a [`Usage`] comes from.
 ///
 /// ```
-/// use choicewise_core::UsageSource;
+/// use choicewise_proto::UsageSource;
 /// assert_eq!(serde_json::to_value(UsageSource::Estimated).unwrap(), "estimated");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,14 +31,11 @@ pub enum UsageSource {
 /// every field the provider sent (such as `completion_tokens_details`) in [`Usage::details`].
 ///
 /// ```
-/// # use choicewise_core::{Completions, UsageSource};
-/// # #[tokio::main] async fn main() {
-/// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
-/// let c = Completions::builder().model("gpt-4o").from_reader(sse.as_bytes());
-/// let usage = c.usage().await;
+/// # use choicewise_proto::{ChoiceOutput, Message, Usage, UsageSource};
+/// let choice = ChoiceOutput::new(0, Message::assistant("Hello!"));
+/// let usage = Usage::estimate(Some("gpt-4o".to_string()), None, &[choice]);
 /// assert_eq!(usage.source, UsageSource::Estimated);
 /// assert_eq!(usage.completion_tokens, 2);
-/// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -54,7 +51,7 @@ pub struct Usage {
     /// How an estimate was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<Estimate>,
-    /// In a fan-out ([`Completions::fan_out`](crate::Completions::fan_out)), each upstream's
+    /// In a fan-out (`Completions::fan_out`), each upstream's
     /// own usage in the order they were added, each reported or estimated; the figures above
     /// are their sums. Empty for a single stream.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -67,13 +64,12 @@ pub struct Usage {
 /// How an estimated [`Usage`] was counted.
 ///
 /// ```
-/// # use choicewise_core::Completions;
-/// # #[tokio::main] async fn main() {
-/// let sse = "data: {\"model\":\"my-local-model\",\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
-/// let estimate = Completions::from_reader(sse.as_bytes()).usage().await.estimate.unwrap();
+/// # use choicewise_proto::{ChoiceOutput, Message, Usage};
+/// let choice = ChoiceOutput::new(0, Message::assistant("Hi"));
+/// let usage = Usage::estimate(Some("my-local-model".to_string()), None, &[choice]);
+/// let estimate = usage.estimate.unwrap();
 /// assert_eq!(estimate.encoding, "o200k_base");
 /// assert!(!estimate.model_known); // unknown model: the default encoding, said so
-/// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -96,13 +92,13 @@ pub struct Estimate {
 /// One choice's completion tokens, as the provider reported them or as counted here.
 ///
 /// On [`ChoiceOutput::usage`](crate::ChoiceOutput::usage) (filled by
-/// [`Completions::collect`](crate::Completions::collect)) and from
-/// [`Choice::usage`](crate::Choice::usage). Reported when the stream carried that
+/// `Completions::collect`) and from
+/// `Choice::usage`. Reported when the stream carried that
 /// choice's own figure (llama.cpp's usage-only chunk per choice, vLLM's running per-choice
 /// counts, or the one usage of a one-choice completion); otherwise estimated with tiktoken.
 ///
 /// ```
-/// use choicewise_core::{ChoiceUsage, UsageSource};
+/// use choicewise_proto::{ChoiceUsage, UsageSource};
 /// let u = ChoiceUsage::new(12, UsageSource::Reported);
 /// assert_eq!(serde_json::to_value(u).unwrap(),
 ///            serde_json::json!({"completion_tokens": 12, "source": "reported"}));
@@ -120,7 +116,7 @@ impl ChoiceUsage {
     /// A choice's completion tokens, reported or estimated.
     ///
     /// ```
-    /// use choicewise_core::{ChoiceUsage, UsageSource};
+    /// use choicewise_proto::{ChoiceUsage, UsageSource};
     /// assert_eq!(ChoiceUsage::new(3, UsageSource::Estimated).completion_tokens, 3);
     /// ```
     pub fn new(completion_tokens: u64, source: UsageSource) -> Self {
@@ -152,9 +148,9 @@ pub(crate) struct UsageOnly {
 ///   ambiguous. Nothing is added up: the one with the most completion tokens is the total, and a
 ///   [`WarningKind::UsageAmbiguous`] says so.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct ReportedUsage {
+pub struct ReportedUsage {
     /// The usage-only chunks, in arrival order.
-    pub usage_only: Vec<UsageOnly>,
+    pub(crate) usage_only: Vec<UsageOnly>,
     /// The last usage seen on a chunk carrying exactly one choice, by choice: vLLM's running
     /// per-choice counts.
     pub running: BTreeMap<u32, Value>,
@@ -339,7 +335,8 @@ impl Usage {
 
     /// The sum of several requests' usages (each request's prompt counted once): reported
     /// if every part was, else estimated, with the estimates' per-choice counts merged.
-    pub(crate) fn sum(parts: Vec<Usage>) -> Usage {
+    #[doc(hidden)]
+    pub fn sum(parts: Vec<Usage>) -> Usage {
         let mut total = Usage {
             prompt_tokens: 0,
             completion_tokens: 0,
@@ -368,7 +365,8 @@ impl Usage {
     }
 
     /// An estimate whose counting failed (a panic in the tokenizer): zeros, saying why.
-    pub(crate) fn failed_estimate(why: String) -> Usage {
+    #[doc(hidden)]
+    pub fn failed_estimate(why: String) -> Usage {
         Usage {
             prompt_tokens: 0,
             completion_tokens: 0,

@@ -1,0 +1,390 @@
+//! What a completion publishes: its choices (in order of first appearance), its upstreams'
+//! facts and ends, its warnings, and its one lifecycle ([`Phase`]). Each upstream's reader
+//! writes its own upstream's part; the handles read.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use choicewise_proto::__private::{Meta, assemble};
+use choicewise_proto::{
+    ChatCompletion, ChoiceSource, Error, ErrorDetail, ErrorKind, Usage, Warning,
+};
+use ractor::ActorRef;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::log::{ChoiceLog, Watched, lock};
+use crate::msg::ReaderMsg;
+use crate::waiters::Waiters;
+
+/// Where the completion is in its life.
+///
+/// ```text
+/// Streaming ──cancel()──▶ Closing ──every upstream ended──▶ Ended(result)
+///     └────────────────every upstream ended─────────────────────┘
+/// ```
+#[derive(Debug, Clone)]
+pub(crate) enum Phase {
+    /// Its upstreams are read.
+    Streaming,
+    /// [`Completions::cancel`](crate::Completions::cancel) was called: every choice was
+    /// cancelled, and those still to appear will be; no upstream is added.
+    Closing,
+    /// Every upstream ended: no more choices will appear. The first upstream's error, else
+    /// `Ok`.
+    Ended(Result<(), Error>),
+}
+
+/// One choice of the completion: its published log, and where its commands go.
+#[derive(Debug)]
+pub(crate) struct ChoiceEntry {
+    pub log: Arc<ChoiceLog>,
+    /// The reader of its upstream and the choice's slot there (`None` for a declared choice
+    /// that never appeared: nothing runs it).
+    pub addr: Option<(ActorRef<ReaderMsg>, usize)>,
+}
+
+impl ChoiceEntry {
+    pub fn index(&self) -> u32 {
+        self.log.index
+    }
+
+    /// Asks the choice's actor to cancel the choice; whether it was open and not asked yet.
+    pub fn cancel(&self) -> bool {
+        let Some((reader, slot)) = &self.addr else {
+            return false;
+        };
+        if !self.log.ask_cancel() {
+            return false;
+        }
+        reader
+            .send_message(ReaderMsg::Cancel { slot: *slot })
+            .is_ok()
+    }
+}
+
+/// How an upstream's choice indexes become the completion's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Indexing {
+    /// A single upstream: the indexes as sent.
+    AsSent,
+    /// Upstream with `n` known, after `offset` choices of the upstreams before it: choice
+    /// `i < n` is `offset + i`; any other is numbered as first seen.
+    Block { offset: u32, n: u32 },
+    /// Numbered in the order first seen, after every block given so far.
+    FirstSeen,
+}
+
+/// One upstream of the completion, as the completion sees it.
+#[derive(Debug)]
+pub(crate) struct UpstreamState {
+    pub indexing: Indexing,
+    /// Its choices: index as sent → index in the completion.
+    pub map: BTreeMap<u32, u32>,
+    /// Its facts (id, model, usage), once it ended.
+    pub meta: Meta,
+    /// How it ended.
+    pub end: Option<Result<(), Error>>,
+    /// It was dropped early because no choice it serves was wanted any more.
+    pub dropped: bool,
+    /// The request it answers (for estimates).
+    pub request: Option<Arc<Value>>,
+    /// Its reader, while it runs.
+    pub reader: Option<ActorRef<ReaderMsg>>,
+}
+
+impl UpstreamState {
+    /// The completion's index of this upstream's choice `local`, if it has one: by the
+    /// upstream's numbering, or as numbered in first-seen order (in `map`).
+    pub fn global_of(&self, local: u32) -> Option<u32> {
+        match self.indexing {
+            Indexing::AsSent => Some(local),
+            Indexing::Block { offset, n } if local < n => Some(offset + local),
+            _ => self.map.get(&local).copied(),
+        }
+    }
+
+    /// The usage it reported; zero when it failed before its stream began (see
+    /// [`ErrorDetail::Open`]): a refused request used no tokens.
+    pub fn reported_usage(&self) -> Option<Usage> {
+        let never_opened = matches!(&self.end, Some(Err(e)) if e.kind() == ErrorKind::Open);
+        match never_opened {
+            true => Some(Usage::sum(Vec::new())),
+            false => self.meta.usage.usage(),
+        }
+    }
+}
+
+/// The whole completion.
+#[derive(Debug)]
+pub(crate) struct CompletionShared {
+    pub config: Config,
+    state: Mutex<CompletionState>,
+    /// The usage, once computed (counting an estimate is done once).
+    pub usage: tokio::sync::OnceCell<Usage>,
+}
+
+#[derive(Debug)]
+pub(crate) struct CompletionState {
+    pub phase: Phase,
+    /// In order of first appearance.
+    pub choices: Vec<Arc<ChoiceEntry>>,
+    pub warnings: Vec<Warning>,
+    pub meta: Meta,
+    pub waiters: Waiters,
+    /// Every upstream, in the order added (one unless fanned out).
+    pub upstreams: Vec<UpstreamState>,
+    /// Built by a fan-out: indexes are renumbered and errors name their upstream.
+    pub fan_out: bool,
+    /// Upstreams may still be added: the completion cannot end before this is false.
+    pub open_ended: bool,
+    /// The first index of the next block of choices.
+    next_block: u32,
+    /// The next index given to a choice numbered in first-seen order.
+    next_index: u32,
+    /// An upstream without a declared choice count was added: every later one is numbered
+    /// in first-seen order.
+    undeclared: bool,
+}
+
+impl CompletionState {
+    /// Whether every upstream has ended.
+    pub fn end(&self) -> Option<&Result<(), Error>> {
+        match &self.phase {
+            Phase::Ended(end) => Some(end),
+            _ => None,
+        }
+    }
+
+    /// Adds an upstream that declares `n` choices (or not); returns its number.
+    pub fn add_upstream(&mut self, n: Option<u32>, request: Option<Arc<Value>>) -> usize {
+        let indexing = match (self.fan_out, n, self.undeclared) {
+            (false, _, _) => Indexing::AsSent,
+            (true, Some(n), false) => {
+                let offset = self.next_block.max(self.next_index);
+                self.next_block = offset.saturating_add(n);
+                self.next_index = self.next_index.max(self.next_block);
+                Indexing::Block { offset, n }
+            }
+            (true, _, _) => {
+                self.undeclared = true;
+                Indexing::FirstSeen
+            }
+        };
+        self.upstreams.push(UpstreamState {
+            indexing,
+            map: BTreeMap::new(),
+            meta: Meta::default(),
+            end: None,
+            dropped: false,
+            request,
+            reader: None,
+        });
+        self.upstreams.len() - 1
+    }
+
+    /// The completion's index of upstream `k`'s choice `local` (numbering it if new).
+    pub fn global_index(&mut self, k: usize, local: u32) -> u32 {
+        let upstream = &self.upstreams[k];
+        if let Some(&global) = upstream.map.get(&local) {
+            return global;
+        }
+        let global = match upstream.global_of(local) {
+            Some(global) => global,
+            None => {
+                let next = self.next_index;
+                self.next_index = self.next_index.saturating_add(1);
+                self.next_block = self.next_block.max(self.next_index);
+                next
+            }
+        };
+        // A fan-out lists each upstream's choices (its usage parts); a single stream
+        // numbered as sent needs no map.
+        if self.fan_out || global != local {
+            self.upstreams[k].map.insert(local, global);
+        }
+        global
+    }
+
+    /// Where the completion's choice `global` came from: its upstream, with that upstream's
+    /// id and model.
+    pub fn source_of(&self, global: u32) -> Option<ChoiceSource> {
+        let (k, upstream) = self.upstreams.iter().enumerate().find(|(_, u)| {
+            u.map.values().any(|&g| g == global)
+                || matches!(u.indexing, Indexing::Block { offset, n } if (offset..offset.saturating_add(n)).contains(&global))
+        })?;
+        let mut source = ChoiceSource::default();
+        source.upstream = k;
+        source.id = upstream.meta.id.clone();
+        source.model = upstream.meta.model.clone();
+        Some(source)
+    }
+
+    /// The error that ended upstream `k`, as its choices and the completion report it.
+    pub fn upstream_error(&self, k: usize, error: Error) -> Error {
+        if self.fan_out {
+            Error::from(ErrorDetail::UpstreamFailed { upstream: k, error })
+        } else {
+            error
+        }
+    }
+
+    /// Records how upstream `k` ended (`outcome` already as its choices see it); once every
+    /// upstream has ended and none will be added, the completion's end.
+    pub fn end_upstream(&mut self, k: usize, meta: Meta, outcome: Result<(), Error>) {
+        let upstream = &mut self.upstreams[k];
+        if upstream.end.is_some() {
+            return;
+        }
+        if !self.fan_out || self.meta.id.is_none() {
+            let model = self.meta.model.take();
+            self.meta = meta.clone();
+            self.meta.model = self.meta.model.take().or(model);
+        }
+        upstream.meta = meta;
+        upstream.end = Some(outcome);
+        upstream.reader = None;
+        self.end_if_done();
+    }
+
+    /// Ends the completion if every upstream has ended and none will be added: the first
+    /// upstream's error, else `Ok`.
+    pub fn end_if_done(&mut self) {
+        if self.open_ended
+            || self.end().is_some()
+            || !self.upstreams.iter().all(|u| u.end.is_some())
+        {
+            return;
+        }
+        let end = self
+            .upstreams
+            .iter()
+            .find_map(|u| u.end.clone().filter(Result::is_err))
+            .unwrap_or(Ok(()));
+        self.phase = Phase::Ended(end);
+        self.waiters.wake_all();
+    }
+
+    /// Each choice's completion tokens as the upstreams reported them, by the completion's
+    /// index.
+    pub fn reported_per_choice(&self) -> BTreeMap<u32, u64> {
+        if !self.fan_out {
+            return self.meta.usage.per_choice();
+        }
+        let mut all = BTreeMap::new();
+        for u in &self.upstreams {
+            for (local, tokens) in u.meta.usage.per_choice() {
+                if let Some(global) = u.global_of(local) {
+                    all.insert(global, tokens);
+                }
+            }
+        }
+        all
+    }
+
+    /// The usage every upstream reported, summed; `None` if any reported none.
+    pub fn reported_usage(&self) -> Option<Usage> {
+        if !self.fan_out {
+            return self.meta.usage.usage();
+        }
+        let parts: Option<Vec<Usage>> = self
+            .upstreams
+            .iter()
+            .map(UpstreamState::reported_usage)
+            .collect();
+        parts.map(Usage::sum)
+    }
+}
+
+impl CompletionShared {
+    /// A completion without upstreams yet; `fan_out`: its choices are numbered across them
+    /// and its errors name them.
+    pub fn new(config: Config, fan_out: bool) -> Self {
+        let state = CompletionState {
+            phase: Phase::Streaming,
+            choices: Vec::new(),
+            warnings: Vec::new(),
+            meta: Meta::default(),
+            waiters: Waiters::default(),
+            upstreams: Vec::new(),
+            fan_out,
+            open_ended: false,
+            next_block: 0,
+            next_index: 0,
+            undeclared: false,
+        };
+        CompletionShared {
+            config,
+            state: Mutex::new(state),
+            usage: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, CompletionState> {
+        lock(&self.state)
+    }
+
+    /// The model to count with: the builder's, the first upstream's request's, or the
+    /// stream's.
+    pub fn model(&self) -> Option<String> {
+        let state = self.lock();
+        self.config
+            .model
+            .clone()
+            .or_else(|| {
+                let request = state.upstreams.first()?.request.as_deref()?;
+                request.get("model")?.as_str().map(str::to_string)
+            })
+            .or_else(|| state.meta.model.clone())
+    }
+
+    /// Cancels every choice, and those still to appear: tells every running reader.
+    pub fn close(&self) {
+        let mut state = self.lock();
+        if matches!(state.phase, Phase::Streaming) {
+            state.phase = Phase::Closing;
+        }
+        for reader in state.upstreams.iter().filter_map(|u| u.reader.as_ref()) {
+            let _ = reader.send_message(ReaderMsg::Close);
+        }
+        state.waiters.wake_all();
+    }
+
+    /// Whether [`close`](Self::close) was called (or the completion ended).
+    pub fn is_closing(&self) -> bool {
+        !matches!(self.lock().phase, Phase::Streaming)
+    }
+
+    /// Assembles the completion from the published choices; the first error met, if any. The
+    /// usage is left out: it may need counting (see `Completions::usage`).
+    pub fn assemble(&self) -> (ChatCompletion, Option<Error>) {
+        let (choices, meta, end, per_choice) = {
+            let state = self.lock();
+            (
+                state.choices.clone(),
+                state.meta.clone(),
+                state.end().cloned(),
+                state.reported_per_choice(),
+            )
+        };
+        let outcomes = choices.iter().map(|c| c.log.lock().outcome(c.index()));
+        let (mut completion, error) = assemble(meta, &per_choice, end.as_ref(), outcomes);
+        let state = self.lock();
+        if state.fan_out {
+            for choice in &mut completion.choices {
+                choice.source = state.source_of(choice.index);
+            }
+        }
+        (completion, error)
+    }
+}
+
+impl Watched for CompletionShared {
+    type State = CompletionState;
+    fn state(&self) -> &Mutex<CompletionState> {
+        &self.state
+    }
+    fn waiters(state: &mut CompletionState) -> &mut Waiters {
+        &mut state.waiters
+    }
+}

@@ -1,0 +1,32 @@
+//! The messages of the actors: what a reader is told, what a choice actor is told.
+
+use choicewise_proto::__private::Batch;
+use choicewise_proto::Error;
+
+/// Messages of a reader actor (besides the supervision events of its choice actors).
+#[derive(Debug)]
+pub(crate) enum ReaderMsg {
+    /// The upstream (or a timer of the reader's) may be ready: poll it.
+    Poll,
+    /// A handle asks to cancel the choice in this slot of the reader's.
+    Cancel { slot: usize },
+    /// [`Completions::cancel`](crate::Completions::cancel): cancel every choice, including
+    /// those still to appear.
+    Close,
+    /// The choice actor of this slot failed its choice (its own bad update): the choice is
+    /// no longer wanted from the upstream.
+    Failed { slot: usize },
+}
+
+/// Messages of a choice actor.
+#[derive(Debug)]
+pub(crate) enum ChoiceMsg {
+    /// The choice's updates of one read, in arrival order.
+    Batch(Batch),
+    /// Cancel the choice (after the batches sent before this).
+    Cancel,
+    /// The stream is over (after the batches sent before this): settle and stop.
+    End(Result<(), Error>),
+    /// The upstream went quiet: stop, handing the choice's state back to the reader.
+    Retire,
+}

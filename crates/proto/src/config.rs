@@ -1,0 +1,63 @@
+//! What every reader of a stream is configured with: its limits, its framing and its dialect.
+
+use crate::wire::Dialect;
+
+/// The largest SSE event accepted unless told otherwise (bytes of one event's data).
+///
+/// ```
+/// assert_eq!(choicewise_proto::DEFAULT_MAX_EVENT_SIZE, 8 * 1024 * 1024);
+/// ```
+pub const DEFAULT_MAX_EVENT_SIZE: usize = choicewise_sse::DEFAULT_MAX_EVENT_SIZE;
+
+/// The most choices one stream may have unless told otherwise.
+///
+/// ```
+/// assert_eq!(choicewise_proto::DEFAULT_MAX_CHOICES, 128);
+/// ```
+pub const DEFAULT_MAX_CHOICES: usize = 128;
+
+/// The most tool calls one choice may have unless told otherwise.
+///
+/// ```
+/// assert_eq!(choicewise_proto::DEFAULT_MAX_TOOL_CALLS, 128);
+/// ```
+pub const DEFAULT_MAX_TOOL_CALLS: usize = 128;
+
+/// How a stream is read: its limits, its framing and its dialect. The same for
+/// [`Demux`](crate::Demux) and for the actors of `choicewise-core`.
+///
+/// ```
+/// use choicewise_proto::{Demux, Dialect, StreamConfig};
+/// let mut config = StreamConfig::default();
+/// config.max_choices = 4;
+/// config.dialect = Dialect::Chat;
+/// let demux = Demux::with_config(config);
+/// # drop(demux);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StreamConfig {
+    /// The largest SSE event, in bytes of data ([`DEFAULT_MAX_EVENT_SIZE`]).
+    pub max_event_size: usize,
+    /// The most choices ([`DEFAULT_MAX_CHOICES`]).
+    pub max_choices: usize,
+    /// The most tool calls per choice ([`DEFAULT_MAX_TOOL_CALLS`]).
+    pub max_tool_calls: usize,
+    /// WHATWG framing only, without the tolerance for events written without the blank line
+    /// between them (`false` by default).
+    pub strict_sse: bool,
+    /// The stream's dialect ([`Dialect::Detect`] by default).
+    pub dialect: Dialect,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            max_event_size: DEFAULT_MAX_EVENT_SIZE,
+            max_choices: DEFAULT_MAX_CHOICES,
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
+            strict_sse: false,
+            dialect: Dialect::Detect,
+        }
+    }
+}
