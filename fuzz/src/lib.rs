@@ -1,8 +1,9 @@
 //! Checks behind the fuzz targets in `fuzz_targets/`. The invariants of the targets that need
-//! only `choicewise_core` live in `invariants.rs`, which `tests/hostile.rs` includes too, so
-//! the inputs kept in `fuzz/regressions/` are replayed by `cargo test` without the fuzzer.
+//! only `choicewise_core` live in the test kit (`choicewise_test_support::invariants`), which
+//! the core's `tests/hostile.rs` replays too, so the inputs kept in `fuzz/regressions/` are
+//! replayed by `cargo test` without the fuzzer.
 
-pub mod invariants;
+pub use choicewise_test_support::invariants;
 
 use std::ops::ControlFlow;
 use std::sync::OnceLock;

@@ -6,9 +6,7 @@ use std::time::Instant;
 
 use choicewise_usage::{EncodingName, count_text, preload};
 
-#[path = "../../partial-json/benches/support/mod.rs"]
-#[allow(dead_code, clippy::all)]
-mod pj_support;
+use choicewise_test_support::json_workload as pj_support;
 
 use crate::stats::{median, min_max};
 

@@ -20,10 +20,10 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
     const FAR: f64 = 86_400.0;
     let text = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
     let seconds = |s: f64| (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(FAR)));
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if let Some(wait) = seconds(ms / 1000.0) {
-            return Some(wait);
-        }
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && let Some(wait) = seconds(ms / 1000.0)
+    {
+        return Some(wait);
     }
     let value = text(RETRY_AFTER.as_str())?;
     if let Ok(secs) = value.parse::<f64>() {

@@ -333,10 +333,10 @@ impl PrivateServer {
         let health = format!("http://127.0.0.1:{port}/health");
         let started = Instant::now();
         loop {
-            if let Ok(r) = reqwest::get(&health).await {
-                if r.status() == 200 {
-                    break;
-                }
+            if let Ok(r) = reqwest::get(&health).await
+                && r.status() == 200
+            {
+                break;
             }
             if let Ok(Some(status)) = server.child.try_wait() {
                 panic!("the private server exited: {status}");

@@ -8,7 +8,7 @@ use choicewise_partial_json::PartialJson;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use serde_json::Value;
 
-mod support;
+use choicewise_test_support::json_workload as support;
 
 fn incremental(fragments: &[&str]) -> Value {
     let mut parser = PartialJson::new();

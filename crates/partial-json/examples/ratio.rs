@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 use choicewise_partial_json::PartialJson;
 use serde_json::Value;
 
-#[path = "../benches/support/mod.rs"]
-mod support;
+use choicewise_test_support::json_workload as support;
 
 const TARGET: f64 = 3.0;
 const RUNS: usize = 41;

@@ -166,10 +166,10 @@ impl Default for PartialJson {
 
 impl Drop for PartialJson {
     fn drop(&mut self) {
-        if self.deepest > RECURSIVE_DROP_LIMIT {
-            if let Some(root) = self.root.take() {
-                drop_iteratively(root);
-            }
+        if self.deepest > RECURSIVE_DROP_LIMIT
+            && let Some(root) = self.root.take()
+        {
+            drop_iteratively(root);
         }
     }
 }
@@ -540,10 +540,10 @@ impl PartialJson {
     /// What may follow a value in the innermost open container (or, when a
     /// number is incomplete, a digit).
     fn after_value_expected(&self) -> Expected {
-        if let State::Number(num) = self.state {
-            if !num.is_complete() {
-                return Expected::Digit;
-            }
+        if let State::Number(num) = self.state
+            && !num.is_complete()
+        {
+            return Expected::Digit;
         }
         match self
             .depth

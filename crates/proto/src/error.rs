@@ -498,16 +498,16 @@ fn connection_closed(error: &(dyn std::error::Error + 'static)) -> bool {
     use std::io::ErrorKind;
     let mut current = Some(error);
     while let Some(e) = current {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
                 io.kind(),
                 ErrorKind::ConnectionReset
                     | ErrorKind::ConnectionAborted
                     | ErrorKind::BrokenPipe
                     | ErrorKind::UnexpectedEof
-            ) {
-                return true;
-            }
+            )
+        {
+            return true;
         }
         let text = e.to_string().to_ascii_lowercase();
         if [
@@ -531,7 +531,7 @@ fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

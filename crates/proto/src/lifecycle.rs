@@ -133,6 +133,12 @@ impl ChoiceCore {
         }
     }
 
+    /// Frees the buffers kept from batch to batch (the choice goes quiet).
+    pub fn release_buffers(&mut self) {
+        self.updates = Vec::new();
+        self.buf = Vec::new();
+    }
+
     /// The choice's index.
     pub fn index(&self) -> u32 {
         self.index

@@ -118,13 +118,13 @@ pub(crate) fn parse_final(arguments: &str) -> Parsed {
             repaired: false,
         };
     }
-    if let Some(fixed) = repair_control_characters(arguments) {
-        if let Ok(v) = serde_json::from_str::<Value>(&fixed) {
-            return Parsed {
-                value: Ok(Arc::new(v)),
-                repaired: true,
-            };
-        }
+    if let Some(fixed) = repair_control_characters(arguments)
+        && let Ok(v) = serde_json::from_str::<Value>(&fixed)
+    {
+        return Parsed {
+            value: Ok(Arc::new(v)),
+            repaired: true,
+        };
     }
     // The incremental parser names the byte offset of the problem (serde_json gives a line
     // and column); it also accepts nesting deeper than serde_json's recursion limit.

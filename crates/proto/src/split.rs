@@ -746,14 +746,14 @@ impl Splitter {
         if matches!(self.dialect, Dialect::Responses | Dialect::Anthropic) {
             return self.typed_value("", value, line, 0).map(drop);
         }
-        if let Some(kind) = object.get("type").and_then(Value::as_str) {
-            if let Some(found) = dialect_of(kind) {
-                return Err(Error::from(ErrorDetail::WrongDialect {
-                    expected: Dialect::Chat,
-                    found: format!("{kind} (of the {found} dialect)"),
-                    line,
-                }));
-            }
+        if let Some(kind) = object.get("type").and_then(Value::as_str)
+            && let Some(found) = dialect_of(kind)
+        {
+            return Err(Error::from(ErrorDetail::WrongDialect {
+                expected: Dialect::Chat,
+                found: format!("{kind} (of the {found} dialect)"),
+                line,
+            }));
         }
         let chunk = ChatCompletionChunk::deserialize(value).map_err(|e| ErrorDetail::Json {
             line,
@@ -1001,10 +1001,10 @@ fn detect(event: &str, data: &str) -> Dialect {
 }
 
 fn set_if_empty(slot: &mut Option<String>, value: Option<&str>) {
-    if slot.is_none() {
-        if let Some(v) = value.filter(|v| !v.is_empty()) {
-            *slot = Some(v.to_string());
-        }
+    if slot.is_none()
+        && let Some(v) = value.filter(|v| !v.is_empty())
+    {
+        *slot = Some(v.to_string());
     }
 }
 

@@ -507,13 +507,13 @@ impl Framer {
             }
         }
 
-        if self.pending_cr {
-            if let Some(&b) = bytes.get(pos) {
-                self.pending_cr = false;
-                if b == b'\n' {
-                    pos += 1;
-                    self.line_start = base + pos as u64;
-                }
+        if self.pending_cr
+            && let Some(&b) = bytes.get(pos)
+        {
+            self.pending_cr = false;
+            if b == b'\n' {
+                pos += 1;
+                self.line_start = base + pos as u64;
             }
         }
 

@@ -8,7 +8,12 @@
 //! - [`within`], a time bound on a future that fails the test naming what did not end;
 //! - builders of upstream streams: [`split`] and [`SPLITS`] (the read splits a stream is
 //!   replayed under), [`upstream`] (reads as a byte stream), [`sse_chunk`], [`sse_stream`],
-//!   [`content_chunk`] and [`DONE`] (SSE events).
+//!   [`content_chunk`] and [`DONE`] (SSE events);
+//! - [`is_prefix_consistent`], the relation between a partial JSON snapshot and the complete
+//!   value, and [`json_workload`], the documents and fragments the partial-JSON benchmarks
+//!   parse;
+//! - with the feature `invariants`, [`invariants`]: what the fuzz targets check, replayed by
+//!   the core's tests.
 //!
 //! Never published (`publish = false`): the crates that test with it name it as a path-only
 //! dev-dependency, which `cargo package` leaves out.
@@ -29,9 +34,16 @@
 #![deny(missing_docs)]
 
 mod heap;
+#[cfg(feature = "invariants")]
+#[allow(missing_docs)]
+pub mod invariants;
+#[allow(missing_docs)]
+pub mod json_workload;
+mod prefix;
 mod sse;
 mod time;
 
 pub use heap::{CountingAlloc, rss_bytes};
+pub use prefix::is_prefix_consistent;
 pub use sse::{DONE, SPLITS, content_chunk, split, sse_chunk, sse_stream, upstream};
 pub use time::within;

@@ -32,7 +32,7 @@ impl Rng {
 
     /// True with probability `1 / n`.
     pub(crate) fn one_in(&mut self, n: u64) -> bool {
-        n != 0 && self.next_u64() % n == 0
+        n != 0 && self.next_u64().is_multiple_of(n)
     }
 }
 

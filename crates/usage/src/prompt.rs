@@ -545,16 +545,16 @@ impl Counter {
             let (name, args) = name_and_arguments(f, &fp)?;
             return Ok(self.text(name) + self.text(args) + TOOL_CALL_PROMPT_OVERHEAD);
         }
-        if ty == Some("custom") {
-            if let Some(custom) = obj.get("custom") {
-                let cp = p.key("custom");
-                let cobj = custom
-                    .as_object()
-                    .ok_or_else(|| cp.wrong_type("an object", custom))?;
-                let name = required_str(cobj, "name", &cp)?;
-                let input = optional_str(cobj, "input", &cp)?.unwrap_or_default();
-                return Ok(self.text(name) + self.text(input) + TOOL_CALL_PROMPT_OVERHEAD);
-            }
+        if ty == Some("custom")
+            && let Some(custom) = obj.get("custom")
+        {
+            let cp = p.key("custom");
+            let cobj = custom
+                .as_object()
+                .ok_or_else(|| cp.wrong_type("an object", custom))?;
+            let name = required_str(cobj, "name", &cp)?;
+            let input = optional_str(cobj, "input", &cp)?.unwrap_or_default();
+            return Ok(self.text(name) + self.text(input) + TOOL_CALL_PROMPT_OVERHEAD);
         }
         self.uncounted = self.uncounted.saturating_add(1);
         Ok(0)

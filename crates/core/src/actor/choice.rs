@@ -140,8 +140,9 @@ impl Actor for ChoiceActor {
                 myself.stop(None);
             }
             ChoiceMsg::Retire => {
-                // Quiet: the buffers kept for the next reads are freed with the actor.
+                // Quiet: the buffers kept for the next reads are freed.
                 *lock(&state.pool) = BatchPool::default();
+                state.core.release_buffers();
                 myself.stop(None);
             }
         }

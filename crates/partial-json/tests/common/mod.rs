@@ -2,10 +2,8 @@
 
 #![allow(dead_code)]
 
-mod prefix;
-
 use choicewise_partial_json::{PartialJson, PartialJsonError};
-pub use prefix::is_prefix_consistent;
+pub use choicewise_test_support::is_prefix_consistent;
 use serde_json::Value;
 
 /// Feeds `fragments`, checking after each push that the snapshot is

@@ -9,7 +9,7 @@ use common::streams::{completion, interleave, orderly, sse};
 
 use std::sync::LazyLock;
 
-use choicewise::{ChatCompletion, ChoiceEvent, Completions, Source};
+use choicewise_core::{ChatCompletion, ChoiceEvent, Completions, Source};
 use choicewise_test_support::upstream;
 use proptest::prelude::*;
 

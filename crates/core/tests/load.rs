@@ -12,15 +12,13 @@
 //! process-wide counter: this file has ONE test). The figures are printed (`--nocapture`) and
 //! recorded in `docs/reliability.md`.
 
-#[path = "../fuzz/src/invariants.rs"]
-mod invariants;
-
+use choicewise_test_support::invariants;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use choicewise::{ChatCompletion, Completions, Error, ErrorDetail, Source, live_actors};
+use choicewise_core::{ChatCompletion, Completions, Error, ErrorDetail, Source, live_actors};
 use choicewise_test_support::{DONE, rss_bytes, sse_chunk, within};
 use futures::StreamExt;
 use invariants::{Rng, split};

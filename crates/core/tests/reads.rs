@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use choicewise::{ChoiceEvent, Completions, ErrorDetail, Source};
+use choicewise_core::{ChoiceEvent, Completions, ErrorDetail, Source};
 use choicewise_test_support::{DONE, content_chunk, within};
 use futures::TryStreamExt;
 use futures::channel::mpsc::{UnboundedSender, unbounded};

@@ -1,6 +1,5 @@
-//! The prefix-consistency relation between a partial snapshot and the complete value. Also
-//! compiled into the fuzz targets' invariants (`fuzz/src/invariants.rs`), so both check the
-//! same relation.
+//! The prefix-consistency relation between a partial snapshot and the complete value, checked
+//! by the partial-JSON crate's tests and by the fuzz targets' invariants alike.
 
 use choicewise_partial_json::Snapshot;
 use serde_json::Value;

@@ -1,13 +1,12 @@
-//! The invariants the fuzz targets check, shared with `tests/hostile.rs` (which includes this
-//! file with `#[path]`) so that every input kept in `fuzz/regressions/` is replayed by a plain
-//! `cargo test`, without the fuzzer.
+//! The invariants the fuzz targets check (feature `invariants`), shared with the core's
+//! `tests/hostile.rs` and `tests/load.rs`, so that every input kept in `fuzz/regressions/` is
+//! replayed by a plain `cargo test`, without the fuzzer.
 //!
 //! Only `choicewise_core` (and its re-export of `choicewise-partial-json`), `serde`,
 //! `serde_json`, `futures` and `tokio` are used here: the dependencies the root package's
 //! integration tests have too. The framer-level target (`sse_framing`) needs `choicewise_sse`
 //! and keeps its check in the fuzz crate; its inputs share the layout of [`StreamInput`], so
 //! the replay runs them through [`check_pipeline`], which frames them as well.
-#![allow(dead_code)]
 
 use std::time::Duration;
 
@@ -154,10 +153,7 @@ pub fn check_chunk_parse(bytes: &[u8]) {
 
 // ------------------------------------------------------------------------------ partial_json
 
-/// The relation of `crates/partial-json/tests/common/prefix.rs`, the same file.
-#[path = "../../crates/partial-json/tests/common/prefix.rs"]
-mod prefix;
-pub use prefix::is_prefix_consistent;
+pub use crate::prefix::is_prefix_consistent;
 
 /// Whether a JSON text has an object with a repeated key anywhere (serde_json keeps the last;
 /// partial snapshots are not prefix-consistent then, by design).

@@ -4,8 +4,8 @@
 
 mod common;
 
-use choicewise::Source;
-use choicewise::{
+use choicewise_core::Source;
+use choicewise_core::{
     CallKind, ChatCompletion, ChoiceEvent, Completions, Demux, Dialect, Error, ErrorDetail,
     FunctionCallEvent, UsageSource, WarningKind,
 };

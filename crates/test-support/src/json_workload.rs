@@ -1,7 +1,6 @@
-//! Shared by the benchmark and `examples/ratio.rs`: a realistic arguments
-//! document, fragmenting, and the quadratic "close and re-parse" baseline.
-
-#![allow(dead_code)]
+//! What the partial-JSON benchmarks parse (its criterion bench, its `examples/ratio.rs`, and
+//! the harness's `partial-json`): a realistic arguments document, fragmenting, and the
+//! quadratic "close and re-parse" baseline.
 
 use serde_json::{Value, json};
 
@@ -197,10 +196,10 @@ pub fn close_and_reparse(prefix: &str) -> Option<Value> {
     if in_string {
         if escaped {
             candidate.pop();
-        } else if let Some(p) = candidate.rfind("\\u") {
-            if candidate.len() - p < 6 {
-                candidate.truncate(p);
-            }
+        } else if let Some(p) = candidate.rfind("\\u")
+            && candidate.len() - p < 6
+        {
+            candidate.truncate(p);
         }
         candidate.push('"');
     }

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use choicewise::{ChoiceEvent, Completions, Source};
 use choicewise_core::fault::FAULT_SLOW_CHOICE;
+use choicewise_core::{ChoiceEvent, Completions, Source};
 use choicewise_test_support::{content_chunk, within};
 use futures::TryStreamExt;
 use futures::channel::mpsc::{UnboundedSender, unbounded};

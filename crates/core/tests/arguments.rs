@@ -3,7 +3,7 @@
 
 mod common;
 
-use choicewise::{CallKind, ChoiceEvent, Completions, ErrorDetail, FunctionCallEvent, Source};
+use choicewise_core::{CallKind, ChoiceEvent, Completions, ErrorDetail, FunctionCallEvent, Source};
 use choicewise_test_support::{DONE, sse_chunk, upstream};
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;

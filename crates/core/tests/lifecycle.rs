@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use choicewise::{ChoiceEvent, Completions, ErrorDetail, Source};
+use choicewise_core::{ChoiceEvent, Completions, ErrorDetail, Source};
 use choicewise_test_support::{DONE, content_chunk, sse_chunk, within};
 use futures::{StreamExt, TryStreamExt};
 
@@ -111,18 +111,18 @@ async fn dropping_one_choice_and_its_streams_leaves_the_others_running() {
 #[tokio::test]
 async fn parsed_chunks_give_the_same_result_as_their_sse() {
     let sse = two_choices();
-    let chunks: Vec<Result<choicewise::wire::ChatCompletionChunk<'static>, std::io::Error>> = sse
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| {
-            Ok(
-                serde_json::from_str::<choicewise::wire::ChatCompletionChunk>(d)
-                    .unwrap()
-                    .into_owned(),
-            )
-        })
-        .collect();
+    let chunks: Vec<Result<choicewise_core::wire::ChatCompletionChunk<'static>, std::io::Error>> =
+        sse.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| {
+                Ok(
+                    serde_json::from_str::<choicewise_core::wire::ChatCompletionChunk>(d)
+                        .unwrap()
+                        .into_owned(),
+                )
+            })
+            .collect();
     let from_chunks = Completions::new(Source::parsed(futures::stream::iter(chunks)))
         .collect()
         .await

@@ -3,23 +3,22 @@
 //! `docs/reliability.md` ("Hostile inputs") lists them with their results.
 //!
 //! Also replays `fuzz/regressions/**` (inputs the fuzzers found bugs with) and the fuzz seeds
-//! in `fuzz/seeds/**` through the fuzz targets' own invariants (`fuzz/src/invariants.rs`,
-//! included below), so CI covers them without the fuzzer.
+//! in `fuzz/seeds/**` through the fuzz targets' own invariants (the test kit's
+//! `invariants`), so CI covers them without the fuzzer.
 //!
 //! A counting allocator (`heap`) checks the memory bounds; the tests of this file run one at a
 //! time (each holds `heap::alone()`) so that their heap figures do not blur each other.
 
 mod common;
-#[path = "../fuzz/src/invariants.rs"]
-mod invariants;
 
+use choicewise_test_support::invariants;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use choicewise::Source;
-use choicewise::{
+use choicewise_core::Source;
+use choicewise_core::{
     ChatCompletion, ChoiceEvent, Completions, CompletionsBuilder, Error, ErrorDetail,
     FunctionCallEvent, Incomplete, SseError, WarningKind,
 };
@@ -974,12 +973,12 @@ async fn retained(sse: String) -> u64 {
 /// Waits until the actors of earlier completions have stopped (and freed their state).
 async fn settle() {
     for _ in 0..500 {
-        if choicewise::live_actors() == 0 {
+        if choicewise_core::live_actors() == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("{} actors still alive", choicewise::live_actors());
+    panic!("{} actors still alive", choicewise_core::live_actors());
 }
 
 /// Fixed in 4104359: every warning copied the kept and the ignored value whole, twice (the
@@ -1132,7 +1131,7 @@ async fn replay(root: &Path) -> usize {
 }
 
 fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

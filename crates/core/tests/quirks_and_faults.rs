@@ -3,7 +3,7 @@
 
 mod common;
 
-use choicewise::{ChatCompletion, Completions, ErrorDetail, Incomplete, Source, WarningKind};
+use choicewise_core::{ChatCompletion, Completions, ErrorDetail, Incomplete, Source, WarningKind};
 use choicewise_test_support::upstream;
 use futures::{StreamExt, TryStreamExt};
 
@@ -299,7 +299,7 @@ async fn invalid_utf8_is_a_typed_error_naming_its_line_after_the_earlier_data() 
     assert!(
         matches!(
             inc.error.detail(),
-            ErrorDetail::Sse(choicewise::SseError::InvalidUtf8 { line: 3, .. })
+            ErrorDetail::Sse(choicewise_core::SseError::InvalidUtf8 { line: 3, .. })
         ),
         "{:?}",
         inc.error
@@ -354,7 +354,7 @@ async fn a_runaway_event_fails_early_without_reading_the_rest() {
     assert!(
         matches!(
             err.detail(),
-            ErrorDetail::Sse(choicewise::SseError::EventTooLarge {
+            ErrorDetail::Sse(choicewise_core::SseError::EventTooLarge {
                 limit: 1_048_576,
                 line: 1,
                 offset: 0
@@ -395,8 +395,8 @@ async fn finish_before_the_last_argument_fragment_keeps_the_call_open() {
             let finished: Vec<_> = events
                 .iter()
                 .filter_map(|e| match e {
-                    choicewise::ChoiceEvent::FunctionCall(
-                        choicewise::FunctionCallEvent::Finished { arguments, .. },
+                    choicewise_core::ChoiceEvent::FunctionCall(
+                        choicewise_core::FunctionCallEvent::Finished { arguments, .. },
                     ) => Some(arguments.to_string()),
                     _ => None,
                 })
@@ -405,7 +405,7 @@ async fn finish_before_the_last_argument_fragment_keeps_the_call_open() {
             // The choice's finish comes last, after the call's.
             assert!(matches!(
                 events.last(),
-                Some(choicewise::ChoiceEvent::Finished(r)) if &**r == "tool_calls"
+                Some(choicewise_core::ChoiceEvent::Finished(r)) if &**r == "tool_calls"
             ));
             let whole = completions.collect().await.unwrap();
             let call = &whole.choices[0].message.tool_calls[0];
@@ -421,8 +421,8 @@ async fn finish_before_the_last_argument_fragment_keeps_the_call_open() {
             let kinds: Vec<_> = completions.warnings().into_iter().map(|w| w.kind).collect();
             let expected = if warned {
                 vec![WarningKind::FinishBeforeArguments {
-                    call: choicewise::CallRef {
-                        kind: choicewise::CallKind::Tool,
+                    call: choicewise_core::CallRef {
+                        kind: choicewise_core::CallKind::Tool,
                         position: 0,
                     },
                 }]

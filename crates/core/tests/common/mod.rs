@@ -1,4 +1,4 @@
-//! Helpers shared by the integration tests of the facade: its fixtures, observing a
+//! Helpers shared by the integration tests of the core: the fixtures, observing a
 //! completion, waiting for the actors. What other crates' tests share too is in the test kit
 //! (`choicewise-test-support`).
 #![allow(dead_code)]
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use std::time::Duration;
 
-use choicewise::{ChatCompletion, ChoiceEvent, Completions, Incomplete, Source, live_actors};
+use choicewise_core::{ChatCompletion, ChoiceEvent, Completions, Incomplete, Source, live_actors};
 use choicewise_test_support::upstream;
 /// The read splits and the cutting are the kit's, shared with the other crates' tests (not
 /// every test binary uses both).
@@ -19,7 +19,7 @@ use futures::TryStreamExt;
 
 pub fn fixture_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../../tests/fixtures")
         .join(name)
 }
 

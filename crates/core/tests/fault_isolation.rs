@@ -8,8 +8,8 @@ use common::streams::{completion, interleave, orderly};
 
 use std::sync::LazyLock;
 
-use choicewise::Source;
-use choicewise::{
+use choicewise_core::Source;
+use choicewise_core::{
     ChatCompletion, ChoiceEvent, ChoiceOutput, Completions, Error, ErrorDetail, WarningKind,
 };
 use choicewise_test_support::{sse_stream, upstream};
@@ -55,7 +55,7 @@ struct Run {
     completion: ChatCompletion,
     error: Option<Error>,
     choices: Vec<(u32, Vec<ChoiceEvent>, Option<Error>)>,
-    warnings: Vec<choicewise::Warning>,
+    warnings: Vec<choicewise_core::Warning>,
 }
 
 async fn run(reads: Vec<Vec<u8>>) -> Run {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use choicewise::{Completions, Source, UsageSource, WarningKind};
+use choicewise_core::{Completions, Source, UsageSource, WarningKind};
 use choicewise_test_support::upstream;
 use choicewise_usage::{
     CompletionParts, EncodingName, ToolCallPart, count_completion, count_prompt, count_text,
@@ -334,7 +334,7 @@ async fn one_usage_chunk_while_another_choice_runs_belongs_to_the_finished_choic
     let inc = completions.collect().await.unwrap_err();
     assert!(matches!(
         inc.error.detail(),
-        choicewise::ErrorDetail::Truncated { .. }
+        choicewise_core::ErrorDetail::Truncated { .. }
     ));
     let u = inc.partial.usage.unwrap();
     assert_eq!(

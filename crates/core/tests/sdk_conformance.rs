@@ -6,7 +6,7 @@
 
 mod common;
 
-use choicewise::ChatCompletion;
+use choicewise_core::ChatCompletion;
 use serde_json::{Value, json};
 
 fn goldens() -> Vec<(String, Value)> {
@@ -26,7 +26,7 @@ fn goldens() -> Vec<(String, Value)> {
 }
 
 /// The fields the SDK's result and ours must agree on, for one choice.
-fn ours(c: &choicewise::ChoiceOutput) -> Value {
+fn ours(c: &choicewise_core::ChoiceOutput) -> Value {
     let m = &c.message;
     json!({
         "index": c.index,

@@ -1,9 +1,9 @@
 //! `Error`'s accessors on errors the library really raises: what kind, which line, which
 //! byte, which choice and which upstream, without matching variants.
 
-use choicewise::{Completions, ErrorKind, Source};
+use choicewise_core::{Completions, ErrorKind, Source};
 
-async fn outcome_of(sse: &str) -> choicewise::Error {
+async fn outcome_of(sse: &str) -> choicewise_core::Error {
     let completions = Completions::new(Source::reader(std::io::Cursor::new(sse.to_string())));
     let _ = completions.collect().await;
     completions.outcome().await.unwrap_err()
