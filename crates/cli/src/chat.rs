@@ -16,8 +16,9 @@ use futures::Stream;
 use serde_json::{Map, Value, json};
 
 use crate::record::Recorder;
+use crate::show;
 use crate::upstream::{self, ApiName, Item};
-use crate::view::{self, ViewArgs};
+use crate::view::ViewArgs;
 use crate::{Exit, live, replay};
 
 /// The model asked for when neither `--model` nor `--request` names one.
@@ -484,12 +485,12 @@ async fn show(
     args: &ChatArgs,
     options: live::Options,
 ) -> Result<(), Exit> {
-    if args.view.live() {
+    if show::live(&args.view) {
         // The live view reads Ctrl-C itself and leaves its last frame on the screen.
-        view::show(completions, &args.view, options).await
+        show::show(completions, &args.view, options).await
     } else {
         tokio::select! {
-            shown = view::show(completions, &args.view, options) => shown,
+            shown = show::show(completions, &args.view, options) => shown,
             _ = tokio::signal::ctrl_c() => Err(Exit { message: "interrupted".into(), code: 130 }),
         }
     }

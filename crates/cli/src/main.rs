@@ -5,6 +5,7 @@ mod live;
 mod plain;
 mod record;
 mod replay;
+mod show;
 mod upstream;
 mod view;
 

@@ -6,7 +6,8 @@ use std::time::Instant;
 use choicewise::{Completions, Dialect, Source};
 use clap::Args;
 
-use crate::view::{self, ViewArgs};
+use crate::show;
+use crate::view::ViewArgs;
 use crate::{Exit, live, record};
 
 /// The stream replayed when no file is given: a recorded n = 3 completion whose choices
@@ -98,7 +99,7 @@ pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
     } else {
         format!("{title} at speed {speed}")
     };
-    view::show(
+    show::show(
         completions,
         &args.view,
         live::Options {

@@ -4,7 +4,7 @@ use choicewise::{ChoiceOutput, Completions, Selection};
 use clap::Args;
 use tokio::sync::watch;
 
-use crate::{Exit, live, plain};
+use crate::Exit;
 
 /// How a completion is shown (shared by `replay` and `chat`).
 #[derive(Debug, Clone, Args)]
@@ -116,15 +116,10 @@ impl ViewArgs {
             None
         }
     }
-
-    /// Whether the live view will be used.
-    pub fn live(&self) -> bool {
-        !self.json && !self.plain && live::available()
-    }
 }
 
 /// The combinator's decision as the plain and live views see it: `None` until it is made,
-/// then the [`Selection`] (published by [`show`] the moment [`Pick::run`] returns).
+/// then the [`Selection`] (published by `show::show` the moment [`Pick::run`] returns).
 pub type Decision = watch::Receiver<Option<Selection>>;
 
 /// Waits for the combinator's decision; `None` without a combinator, or if its task ended
@@ -132,46 +127,6 @@ pub type Decision = watch::Receiver<Option<Selection>>;
 pub async fn decided(decision: Option<Decision>) -> Option<Selection> {
     let mut decision = decision?;
     decision.wait_for(Option::is_some).await.ok()?.clone()
-}
-
-/// Shows the completion as chosen, until it ends.
-pub async fn show(
-    completions: Completions,
-    view: &ViewArgs,
-    options: live::Options,
-) -> Result<(), Exit> {
-    let pick = view.pick();
-    let (publish, decision) = watch::channel(None);
-    let selection = pick.clone().map(|p| {
-        let completions = completions.clone();
-        tokio::spawn(async move {
-            let selection = p.run(completions).await;
-            publish.send_replace(Some(selection.clone()));
-            selection
-        })
-    });
-    let decision = selection.is_some().then_some(decision);
-    let shown = if view.json {
-        let picked = match (&pick, selection) {
-            (Some(p), Some(task)) => Some((p.clone(), task)),
-            _ => None,
-        };
-        return plain::json(completions, picked).await.map_err(Exit::from);
-    } else if view.live() {
-        live::run(completions.clone(), options, decision).await
-    } else {
-        plain::labelled(completions.clone(), decision)
-            .await
-            .map_err(Exit::from)
-    };
-    match (pick, selection) {
-        (Some(pick), Some(task)) => {
-            let selection = task.await.unwrap_or_default();
-            println!("{}", pick.summary(&selection));
-            picked_verdict(&selection, shown)
-        }
-        _ => shown,
-    }
 }
 
 /// The exit of a run with a combinator: success when something was selected (the failures of
