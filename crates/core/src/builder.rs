@@ -292,6 +292,11 @@ impl CompletionsBuilder {
         Completions::start(self.config, true, sources.into_iter().collect(), false)
     }
 
+    /// The options, for the other ways to start a completion.
+    pub(crate) fn into_config(self) -> Config {
+        self.config
+    }
+
     /// The same demultiplexer without a runtime, with these limits, framing and dialect:
     /// for programs that own their I/O loop (see [`Demux`]).
     ///

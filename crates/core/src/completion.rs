@@ -122,6 +122,24 @@ pub(crate) struct CompletionShared {
     state: Mutex<CompletionState>,
     /// The usage, once computed (counting an estimate is done once).
     pub usage: tokio::sync::OnceCell<Usage>,
+    /// The samples still to start, for a completion of samples made on demand.
+    pub sampling: Mutex<Option<Sampling>>,
+}
+
+/// Samples made on demand: sample `k` is `make(k)`, at most `max`.
+pub(crate) struct Sampling {
+    pub made: usize,
+    pub max: usize,
+    pub make: Box<dyn FnMut(usize) -> crate::source::Source + Send>,
+}
+
+impl std::fmt::Debug for Sampling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampling")
+            .field("made", &self.made)
+            .field("max", &self.max)
+            .finish()
+    }
 }
 
 #[derive(Debug)]
@@ -138,6 +156,8 @@ pub(crate) struct CompletionState {
     pub fan_out: bool,
     /// Upstreams may still be added: the completion cannot end before this is false.
     pub open_ended: bool,
+    /// Its upstreams are samples made on demand.
+    pub sampled: bool,
     /// The first index of the next block of choices.
     next_block: u32,
     /// The next index given to a choice numbered in first-seen order.
@@ -309,6 +329,7 @@ impl CompletionShared {
             upstreams: Vec::new(),
             fan_out,
             open_ended: false,
+            sampled: false,
             next_block: 0,
             next_index: 0,
             undeclared: false,
@@ -317,6 +338,7 @@ impl CompletionShared {
             config,
             state: Mutex::new(state),
             usage: tokio::sync::OnceCell::new(),
+            sampling: Mutex::new(None),
         }
     }
 
@@ -340,10 +362,14 @@ impl CompletionShared {
 
     /// Cancels every choice, and those still to appear: tells every running reader.
     pub fn close(&self) {
+        // No sample starts any more.
+        *lock(&self.sampling) = None;
         let mut state = self.lock();
         if matches!(state.phase, Phase::Streaming) {
             state.phase = Phase::Closing;
         }
+        state.open_ended = false;
+        state.end_if_done();
         for reader in state.upstreams.iter().filter_map(|u| u.reader.as_ref()) {
             let _ = reader.send_message(ReaderMsg::Close);
         }

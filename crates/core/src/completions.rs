@@ -113,7 +113,6 @@ impl Completions {
     }
 
     /// No more sources will be added: the completion ends once those added have.
-    #[allow(dead_code)]
     pub(crate) fn seal(&self) {
         let mut state = self.shared.lock();
         state.open_ended = false;

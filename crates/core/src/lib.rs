@@ -60,6 +60,7 @@ mod diagnostics;
 mod lifetime;
 mod log;
 mod msg;
+mod samples;
 mod select;
 mod source;
 mod stream;

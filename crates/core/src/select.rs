@@ -46,6 +46,14 @@ pub struct Selection {
     pub vote: Option<Tally>,
     /// The winning score, for [`Completions::best_of`].
     pub score: Option<f64>,
+    /// For a completion of samples made on demand
+    /// ([`samples`](crate::CompletionsBuilder::samples)): how many samples were started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started: Option<usize>,
+    /// For a windowed vote ([`Pick::window`]): each window's choice indexes, in the order the
+    /// windows started.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<Vec<u32>>,
 }
 
 /// The outcome of a [`Completions::vote`]: the winning key and its support.
@@ -150,6 +158,7 @@ pub struct Pick<'a> {
     rule: Rule,
     deadline: Option<Duration>,
     keep_rest: bool,
+    window: Option<usize>,
 }
 
 impl fmt::Debug for Pick<'_> {
@@ -164,6 +173,7 @@ impl fmt::Debug for Pick<'_> {
             .field("rule", &rule)
             .field("deadline", &self.deadline)
             .field("keep_rest", &self.keep_rest)
+            .field("window", &self.window)
             .finish()
     }
 }
@@ -175,6 +185,7 @@ impl<'a> Pick<'a> {
             rule,
             deadline: None,
             keep_rest: false,
+            window: None,
         }
     }
 
@@ -221,14 +232,69 @@ impl<'a> Pick<'a> {
         self
     }
 
+    /// Votes window by window, starting samples only while the vote is undecided
+    /// (early-stopping self-consistency, with streaming). For [`vote`](Completions::vote)
+    /// only; the other combinators ignore it.
+    ///
+    /// The choices are taken in windows of `size`, in index order (on a completion of
+    /// [`samples`](crate::CompletionsBuilder::samples), one choice each, the samples are
+    /// started window by window: the first window at once, the next when needed). A window is
+    /// **unanimous** when its choices all finished (`stop` or `tool_calls`) with the same key;
+    /// the first unanimous window decides: its key wins, every running choice is cancelled
+    /// and no further sample starts. As soon as the latest window can no longer be unanimous
+    /// (two of its finished choices differ, or one finished without a key), the next window
+    /// starts at once, while the undecided window's choices run on and still vote. Once every
+    /// window has started and none was unanimous, the plurality over all finished choices
+    /// decides, as [`vote`](Completions::vote) does, early (the rest cancelled once they
+    /// cannot change the winner), ties to the key voted first. The last window is smaller when
+    /// the total is not a multiple of `size`. As with the plain vote, the selected choices are
+    /// every finished choice whose key won, in whichever window it ran;
+    /// [`Selection::started`] and [`Selection::windows`] say how far it went.
+    ///
+    /// ```
+    /// use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let answer = |text: &str| format!(
+    ///     "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":\"stop\"}}]}}\n\n");
+    /// // Up to 16 samples, which would answer 42 every time.
+    /// let completions = Completions::builder()
+    ///     .samples(16, move |_| Source::reader(std::io::Cursor::new(answer("42"))).n(1));
+    /// let selection = completions
+    ///     .vote(|m| m.message.content.clone())
+    ///     .window(4)
+    ///     .await;
+    /// assert_eq!(selection.vote.unwrap().key, "42");
+    /// assert_eq!(selection.started, Some(4)); // the first window agreed: 12 never started
+    /// assert_eq!(selection.windows, [vec![0, 1, 2, 3]]);
+    /// # }
+    /// ```
+    pub fn window(mut self, size: usize) -> Self {
+        self.window = Some(size.max(1));
+        self
+    }
+
     async fn run(self) -> Selection {
         let Pick {
             completions,
             rule,
             deadline,
             keep_rest,
+            window,
         } = self;
-        let decided = match rule {
+        let windowed = window.filter(|_| matches!(rule, Rule::Vote(_)));
+        if windowed.is_none() {
+            // Samples made on demand all start now.
+            completions.start_more(usize::MAX);
+        }
+        let decided = match (rule, windowed) {
+            (Rule::Vote(key), Some(size)) => vote_windowed(completions, deadline, key, size).await,
+            (rule, _) => Self::decide(completions, deadline, rule).await,
+        };
+        completions.conclude(decided, keep_rest).await
+    }
+
+    async fn decide(completions: &Completions, deadline: Option<Duration>, rule: Rule) -> Decided {
+        match rule {
             Rule::First => {
                 let reasons = [
                     "the deadline passed before any choice finished",
@@ -245,8 +311,7 @@ impl<'a> Pick<'a> {
             }
             Rule::Vote(key) => vote(completions, deadline, key).await,
             Rule::Best(score) => best(completions, deadline, score).await,
-        };
-        completions.conclude(decided, keep_rest).await
+        }
     }
 }
 
@@ -266,6 +331,7 @@ struct Decided {
     reason: Option<String>,
     vote: Option<Tally>,
     score: Option<f64>,
+    windows: Vec<Vec<u32>>,
 }
 
 impl Decided {
@@ -276,6 +342,7 @@ impl Decided {
             reason: Some(reason.to_string()),
             vote: None,
             score: None,
+            windows: Vec::new(),
         }
     }
 }
@@ -303,6 +370,7 @@ async fn first(
             reason: None,
             vote: None,
             score: None,
+            windows: Vec::new(),
         },
         (None, true) => Decided::nothing(true, reasons[0]),
         (None, false) => Decided::nothing(false, reasons[1]),
@@ -367,10 +435,169 @@ async fn vote(
                 reason: None,
                 vote: Some(tally),
                 score: None,
+                windows: Vec::new(),
             }
         }
         None if timed_out => Decided::nothing(true, "the deadline passed before any choice voted"),
         None => Decided::nothing(false, "no choice finished with a key to vote on"),
+    }
+}
+
+/// The windowed vote of [`Pick::window`]: windows of `size` choices in index order, samples
+/// started window by window.
+async fn vote_windowed(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    key: impl Fn(&ChoiceOutput) -> Option<String>,
+    size: usize,
+) -> Decided {
+    let sampled = completions.samples_made();
+    // How many choices there will be at most: the samples planned, else the choices
+    // declared, else those seen (final once the stream of choices ends).
+    let planned = match sampled {
+        true => Some(completions.planned()),
+        false => completions.expected_choices(),
+    };
+    let mut windows_started = 1usize;
+    if sampled {
+        completions.start_more(size);
+    }
+    let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
+    tokio::pin!(sleep);
+    let mut choices = completions.choices();
+    let mut listed = false;
+    let mut seen = 0usize;
+    let mut tasks = JoinSet::new();
+    // Each settled choice's key (`None`: it did not vote), and the order of first votes.
+    let mut keys: HashMap<u32, Option<String>> = HashMap::new();
+    let mut first_vote: HashMap<String, usize> = HashMap::new();
+    let mut winner: Option<String> = None;
+    let mut timed_out = false;
+    loop {
+        if listed && tasks.is_empty() {
+            break;
+        }
+        tokio::select! {
+            next = choices.next(), if !listed => match next {
+                Some(choice) => {
+                    seen += 1;
+                    tasks.spawn(async move { (choice.index(), choice.message().await) });
+                }
+                None => listed = true,
+            },
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                let Ok((index, result)) = joined else { continue };
+                let voted = match result {
+                    Ok(output) if good(&output) => key(&output),
+                    _ => None,
+                };
+                if let Some(k) = &voted {
+                    let order = first_vote.len();
+                    first_vote.entry(k.clone()).or_insert(order);
+                }
+                keys.insert(index, voted);
+                let total = planned.unwrap_or(seen).max(seen);
+                let window = |w: usize| (w * size) as u32..((w + 1) * size).min(total) as u32;
+                // The first unanimous window decides.
+                let unanimous = (0..windows_started).find_map(|w| {
+                    let mut agreed: Option<&String> = None;
+                    for i in window(w) {
+                        let k = keys.get(&i)?.as_ref()?;
+                        if agreed.is_some_and(|a| a != k) {
+                            return None;
+                        }
+                        agreed = Some(k);
+                    }
+                    agreed.cloned()
+                });
+                if let Some(k) = unanimous {
+                    winner = Some(k);
+                    break;
+                }
+                // The latest window can no longer be unanimous: the next one starts.
+                let latest = window(windows_started - 1);
+                let settled: Vec<Option<&String>> =
+                    latest.clone().filter_map(|i| keys.get(&i)).map(Option::as_ref).collect();
+                let first = settled.iter().copied().flatten().next();
+                let split = settled.iter().any(|k| k.is_none() || *k != first);
+                if split && windows_started * size < total {
+                    let next = window(windows_started);
+                    windows_started += 1;
+                    if sampled {
+                        completions.start_more(next.len());
+                    }
+                }
+                // Every window started: the plurality, decided as soon as it cannot change.
+                if windows_started * size >= total && (planned.is_some() || listed) {
+                    let remaining = total.saturating_sub(keys.len());
+                    let (leader, votes, second) = leader_of(&keys, &first_vote);
+                    if leader.is_some() && votes > second + remaining {
+                        winner = leader;
+                        break;
+                    }
+                }
+            }
+            () = &mut sleep, if deadline.is_some() => {
+                timed_out = true;
+                break;
+            }
+        }
+    }
+    let winner = winner.or_else(|| leader_of(&keys, &first_vote).0);
+    let total = planned.unwrap_or(seen).max(seen);
+    let windows: Vec<Vec<u32>> = (0..windows_started)
+        .map(|w| ((w * size) as u32..((w + 1) * size).min(total) as u32).collect())
+        .collect();
+    match winner {
+        Some(k) => {
+            let mut picked: Vec<u32> = (keys.iter())
+                .filter(|(_, v)| v.as_ref() == Some(&k))
+                .map(|(i, _)| *i)
+                .collect();
+            picked.sort_unstable();
+            let counted = keys.values().filter(|v| v.is_some()).count();
+            Decided {
+                vote: Some(Tally {
+                    key: k,
+                    votes: picked.len(),
+                    counted,
+                    choices: total.max(completions.choice_count()),
+                }),
+                selected: picked,
+                timed_out,
+                reason: None,
+                score: None,
+                windows,
+            }
+        }
+        None => Decided {
+            windows,
+            ..Decided::nothing(
+                timed_out,
+                match timed_out {
+                    true => "the deadline passed before any choice voted",
+                    false => "no choice finished with a key to vote on",
+                },
+            )
+        },
+    }
+}
+
+/// The key with the most votes (ties: voted first), its votes, and the runner-up's.
+fn leader_of(
+    keys: &HashMap<u32, Option<String>>,
+    first_vote: &HashMap<String, usize>,
+) -> (Option<String>, usize, usize) {
+    let mut counts: HashMap<&String, usize> = HashMap::new();
+    for k in keys.values().flatten() {
+        *counts.entry(k).or_default() += 1;
+    }
+    let mut ranked: Vec<(&String, usize)> = counts.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(first_vote[a.0].cmp(&first_vote[b.0])));
+    let second = ranked.get(1).map_or(0, |r| r.1);
+    match ranked.first() {
+        Some((k, v)) => (Some((*k).clone()), *v, second),
+        None => (None, 0, 0),
     }
 }
 
@@ -400,6 +627,7 @@ async fn best(
             reason: None,
             vote: None,
             score: Some(s),
+            windows: Vec::new(),
         },
         None if timed_out => {
             Decided::nothing(true, "the deadline passed before any choice was scored")
@@ -531,8 +759,12 @@ impl Completions {
             reason,
             vote,
             score,
+            windows,
         } = decided;
         selected.sort_unstable();
+        let sampled = self.samples_made();
+        // Decided: no further sample starts, whatever happens to the rest.
+        self.stop_sampling();
         let cancelled = match keep_rest {
             true => Vec::new(),
             false => self.cancel().await,
@@ -546,6 +778,8 @@ impl Completions {
             reason,
             vote,
             score,
+            started: sampled.then(|| self.started()),
+            windows,
         }
     }
 }

@@ -1,0 +1,179 @@
+//! Samples made on demand and the windowed vote (early-stopping self-consistency): a sample
+//! starts only while the vote is undecided. Each sample here is an in-memory stream whose
+//! answer and pace the test scripts; a sample that starts is recorded, and one that is
+//! dropped (its connection, were it HTTP) is counted.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use choicewise_core::{Completions, Source};
+use choicewise_test_support::within;
+
+const SETTLED: Duration = Duration::from_secs(20);
+
+/// What the samples did.
+#[derive(Default)]
+struct Log {
+    /// Sample numbers, in the order they started.
+    started: Mutex<Vec<usize>>,
+    /// Samples whose stream was dropped before it ended.
+    dropped: AtomicUsize,
+}
+
+/// Counts the drop of a stream that did not end.
+struct Dropped(Arc<Log>, bool);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Sample `k` answers `answers[k]` after `delays[k]` ms (a stream that first waits, then
+/// sends one chunk with the finish).
+fn samples(
+    answers: &[&'static str],
+    delays: &[u64],
+    window: usize,
+) -> (
+    Completions,
+    Arc<Log>,
+    impl std::future::Future<Output = choicewise_core::Selection>,
+) {
+    let log = Arc::new(Log::default());
+    let (answers, delays) = (answers.to_vec(), delays.to_vec());
+    let max = answers.len();
+    let made = log.clone();
+    let completions = Completions::builder().samples(max, move |k| {
+        made.started.lock().unwrap().push(k);
+        let text = answers[k];
+        let delay = Duration::from_millis(delays[k]);
+        let guard = Dropped(made.clone(), false);
+        let body = async move {
+            let mut guard = guard; // the whole guard moves in, not just its flag
+            tokio::time::sleep(delay).await;
+            guard.1 = true;
+            Ok::<_, std::io::Error>(format!(
+                "data: {{\"choices\":[{{\"delta\":{{\"content\":\"Answer: {text}\"}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+            ))
+        };
+        Source::sse(futures::stream::once(body)).n(1)
+    });
+    let c = completions.clone();
+    let vote = async move {
+        c.vote(|m| {
+            let text = m.message.content.as_deref()?;
+            text.strip_prefix("Answer: ").map(str::to_string)
+        })
+        .window(window)
+        .await
+    };
+    (completions, log, vote)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unanimous_first_window_starts_no_other() {
+    let (completions, log, vote) = samples(&["7"; 16], &[5; 16], 4);
+    let selection = within(SETTLED, "the vote", vote).await;
+    assert_eq!(selection.vote.as_ref().unwrap().key, "7");
+    assert_eq!(selection.selected, [0, 1, 2, 3]);
+    assert_eq!(selection.started, Some(4));
+    assert_eq!(selection.windows, [vec![0, 1, 2, 3]]);
+    assert_eq!(*log.started.lock().unwrap(), [0, 1, 2, 3]);
+    let whole = within(SETTLED, "collect", completions.collect())
+        .await
+        .unwrap();
+    assert_eq!(whole.choices.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_first_window_then_a_unanimous_second() {
+    let mut answers = ["5"; 12];
+    answers[1] = "6";
+    let (_, log, vote) = samples(&answers, &[5; 12], 4);
+    let selection = within(SETTLED, "the vote", vote).await;
+    assert_eq!(selection.vote.as_ref().unwrap().key, "5");
+    assert_eq!(selection.started, Some(8), "the third window never started");
+    assert_eq!(log.started.lock().unwrap().len(), 8);
+    assert_eq!(selection.windows, [vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    // Every finished sample whose key won, in whichever window it ran.
+    assert_eq!(selection.selected, [0, 2, 3, 4, 5, 6, 7]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_unanimous_window_then_the_plurality_of_all() {
+    // Windows of 3 over 8 samples (the last window has 2): none unanimous.
+    let answers = ["1", "2", "1", "3", "1", "4", "2", "1"];
+    let (_, log, vote) = samples(&answers, &[5; 8], 3);
+    let selection = within(SETTLED, "the vote", vote).await;
+    let tally = selection.vote.unwrap();
+    assert_eq!((tally.key.as_str(), tally.votes), ("1", 4));
+    assert_eq!(selection.started, Some(8));
+    assert_eq!(log.started.lock().unwrap().len(), 8);
+    assert_eq!(
+        selection.windows,
+        [vec![0, 1, 2], vec![3, 4, 5], vec![6, 7]]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_window_starts_as_soon_as_one_cannot_be_unanimous() {
+    // Sample 2 is slow; samples 0 and 1 disagree at once: window 1 starts long before
+    // sample 2 finishes, and sample 2 still votes.
+    let answers = ["8", "9", "8", "8", "8", "8", "8", "8"];
+    let delays = [5, 5, 1500, 5, 5, 5, 5, 5];
+    let (_, log, vote) = samples(&answers, &delays, 3);
+    let started = tokio::time::Instant::now();
+    let watch = {
+        let log = log.clone();
+        async move {
+            loop {
+                if log.started.lock().unwrap().len() > 3 {
+                    return started.elapsed();
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    };
+    let (selection, second_window_at) =
+        within(SETTLED, "the vote", async { tokio::join!(vote, watch) }).await;
+    assert!(
+        second_window_at < Duration::from_millis(1000),
+        "the second window started at {second_window_at:?}, not before the slow sample"
+    );
+    // Window 1 (3, 4, 5) is unanimous on 8 and decides; the slow sample 2 is cancelled.
+    assert_eq!(selection.vote.as_ref().unwrap().key, "8");
+    assert_eq!(selection.started, Some(6));
+    assert!(selection.selected.contains(&4));
+    assert_eq!(selection.cancelled, [2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_sample_is_dropped_and_a_finished_one_is_not() {
+    // Window 0 splits at once (5, 4) while its sample 2 is slow; window 1 agrees on 4 and
+    // decides: sample 2 is cancelled and its stream dropped (were it HTTP, its connection
+    // closed); the others had ended.
+    let answers = ["5", "4", "4", "4", "4", "4", "4"];
+    let delays = [5, 5, 3000, 5, 5, 5, 5];
+    let (completions, log, vote) = samples(&answers, &delays, 3);
+    let selection = within(SETTLED, "the vote", vote).await;
+    assert_eq!(selection.vote.as_ref().unwrap().key, "4");
+    assert_eq!(selection.cancelled, [2]);
+    assert_eq!(selection.selected, [1, 3, 4, 5]);
+    assert_eq!(selection.started, Some(6), "the third window never started");
+    within(SETTLED, "the end", completions.outcome())
+        .await
+        .unwrap();
+    assert_eq!(
+        log.dropped.load(Ordering::SeqCst),
+        1,
+        "the cancelled sample's stream"
+    );
+    let whole = within(SETTLED, "collect", completions.collect())
+        .await
+        .unwrap();
+    assert!(whole.choices[2].cancelled);
+}
