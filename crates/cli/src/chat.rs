@@ -40,10 +40,32 @@ pub struct ChatArgs {
     /// already first in --request).
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
-    /// A full request body (JSON: messages, tools, response_format, anything); -n, --model,
-    /// --system and the prompt then override or fill it.
+    /// A full request body (JSON: messages, tools, response_format, anything). -n, --model,
+    /// --system and the sampling flags override its fields; the prompt, if given, is appended
+    /// as the last user message.
     #[arg(long, value_name = "FILE")]
     request: Option<PathBuf>,
+    /// The most tokens each choice may generate (sent as max_tokens to chat and anthropic,
+    /// max_output_tokens to responses).
+    #[arg(long, value_name = "N")]
+    max_tokens: Option<u64>,
+    /// Sampling temperature (0 to 2).
+    #[arg(long, value_name = "T", value_parser = parse_finite)]
+    temperature: Option<f64>,
+    /// Nucleus sampling: the probability mass the tokens are drawn from (0 to 1).
+    #[arg(long, value_name = "P", value_parser = parse_finite)]
+    top_p: Option<f64>,
+    /// A seed, for providers that sample deterministically with one (chat only).
+    #[arg(long, value_name = "N")]
+    seed: Option<i64>,
+    /// Stop generating at this text (repeatable; stop_sequences for anthropic; not in the
+    /// responses API).
+    #[arg(long, value_name = "TEXT")]
+    stop: Vec<String>,
+    /// Set any top-level request field: KEY=JSON, the value parsed as JSON, a bare word taken
+    /// as a string (repeatable; applied last, so it overrides the flags above).
+    #[arg(long, value_name = "KEY=JSON", value_parser = parse_param)]
+    param: Vec<(String, Value)>,
     /// The API to call: chat (POST BASE_URL/chat/completions), responses (OpenAI's
     /// Responses API, BASE_URL/responses) or anthropic (Anthropic's Messages API,
     /// BASE_URL/messages; the request is reshaped for each).
@@ -88,6 +110,26 @@ pub struct ChatArgs {
     idle_timeout: Option<Duration>,
 }
 
+fn parse_finite(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        _ => Err(format!("{s:?} is not a number")),
+    }
+}
+
+/// `KEY=JSON`: the value parsed as JSON, or taken as a string when it is not JSON.
+fn parse_param(s: &str) -> Result<(String, Value), String> {
+    let Some((key, value)) = s.split_once('=') else {
+        return Err(format!("{s:?} is not KEY=JSON (no '=')"));
+    };
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(format!("{s:?} has no key before '='"));
+    }
+    let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
+    Ok((key.to_string(), value))
+}
+
 fn parse_seconds(s: &str) -> Result<Duration, String> {
     match s.parse::<f64>() {
         Ok(x) if x.is_finite() && x > 0.0 => Ok(Duration::from_secs_f64(x)),
@@ -120,6 +162,25 @@ fn build_request(
     }
     if let Some(n) = args.n {
         body.insert("n".into(), json!(n));
+    }
+    if let Some(max) = args.max_tokens {
+        body.remove("max_completion_tokens");
+        body.insert("max_tokens".into(), json!(max));
+    }
+    if let Some(t) = args.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = args.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(seed) = args.seed {
+        body.insert("seed".into(), json!(seed));
+    }
+    if !args.stop.is_empty() {
+        body.insert("stop".into(), json!(args.stop));
+    }
+    for (key, value) in &args.param {
+        body.insert(key.clone(), value.clone());
     }
     let messages = body.entry("messages").or_insert(json!([]));
     let Some(messages) = messages.as_array_mut() else {

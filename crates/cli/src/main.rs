@@ -6,6 +6,7 @@ mod plain;
 mod record;
 mod replay;
 mod show;
+mod sniff;
 mod upstream;
 mod view;
 
@@ -27,7 +28,7 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Ask an OpenAI-compatible endpoint for a chat completion with N choices and show them
     /// as they stream.
-    Chat(chat::ChatArgs),
+    Chat(Box<chat::ChatArgs>),
 }
 
 /// How a command failed: a one-line message for stderr and the exit status.
@@ -58,7 +59,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Replay(args) => replay::run(args).await,
-            Command::Chat(args) => chat::run(args).await,
+            Command::Chat(args) => chat::run(*args).await,
         }
     });
     // Blocking token counts still running (after Ctrl-C) must not hold the exit.

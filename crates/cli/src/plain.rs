@@ -180,6 +180,10 @@ pub fn usage_line(
     selection: Option<&choicewise::Selection>,
 ) -> Option<String> {
     use choicewise::UsageSource::{Estimated, Reported};
+    if c.choices.is_empty() {
+        // Nothing was seen: a usage line of zeros would only mislead.
+        return None;
+    }
     let u = c.usage.as_ref()?;
     let reported_parts: Vec<&choicewise::Usage> = u
         .upstreams
@@ -273,7 +277,8 @@ mod tests {
     }
 
     fn completion(usage: Usage) -> ChatCompletion {
-        let mut completion = ChatCompletion::default();
+        let choice = choicewise::ChoiceOutput::new(0, choicewise::Message::assistant("hi"));
+        let mut completion = ChatCompletion::new(vec![choice]);
         completion.usage = Some(usage);
         completion
     }

@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::show;
 use crate::view::ViewArgs;
-use crate::{Exit, live, record};
+use crate::{Exit, live, record, sniff};
 
 /// The stream replayed when no file is given: a recorded n = 3 completion whose choices
 /// first appear out of order, one of them making two parallel tool calls. It is
@@ -78,14 +78,15 @@ pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
             builder.start(with_request(Source::sse(record::play(DEMO, speed)))),
             "replay of the demo".to_string(),
         ),
-        Some(p) if p.as_os_str() == "-" => (
-            builder.start(with_request(Source::sse(record::play(
-                tokio::io::stdin(),
-                speed,
-            )))),
-            "replay of stdin".to_string(),
-        ),
+        Some(p) if p.as_os_str() == "-" => {
+            let stdin = sniffed_stdin().await?;
+            (
+                builder.start(with_request(Source::sse(record::play(stdin, speed)))),
+                "replay of stdin".to_string(),
+            )
+        }
         Some(p) => {
+            sniff_file(p)?;
             let input = record::play_file(p, speed)
                 .map_err(|e| format!("cannot open {}: {e}", p.display()))?;
             (
@@ -109,4 +110,46 @@ pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
         },
     )
     .await
+}
+
+/// Refuses a file that is not an SSE stream or a recording, saying what it is.
+fn sniff_file(path: &std::path::Path) -> Result<(), Exit> {
+    use std::io::Read;
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut head = Vec::new();
+    file.take(sniff::HEAD as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let at_end = head.len() < sniff::HEAD;
+    verdict(sniff::sniff(&head, at_end))
+}
+
+/// Standard input, once its first line said it is an SSE stream or a recording (what was
+/// read to tell is replayed first).
+async fn sniffed_stdin() -> Result<impl tokio::io::AsyncRead + Send + Unpin + 'static, Exit> {
+    use tokio::io::AsyncReadExt;
+    let mut stdin = tokio::io::stdin();
+    let mut head = Vec::new();
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = stdin
+            .read(&mut buf)
+            .await
+            .map_err(|e| format!("cannot read standard input: {e}"))?;
+        head.extend_from_slice(&buf[..n]);
+        match sniff::sniff(&head, n == 0) {
+            sniff::Sniffed::NeedMore => continue,
+            sniffed => verdict(sniffed)?,
+        }
+        return Ok(std::io::Cursor::new(head).chain(stdin));
+    }
+}
+
+fn verdict(sniffed: sniff::Sniffed) -> Result<(), Exit> {
+    match sniffed {
+        sniff::Sniffed::Sse | sniff::Sniffed::NeedMore => Ok(()),
+        sniff::Sniffed::Empty => Err(Exit::from(sniff::EMPTY.to_string())),
+        sniff::Sniffed::Not(message) => Err(Exit::from(message)),
+    }
 }

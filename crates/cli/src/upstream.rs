@@ -136,9 +136,11 @@ pub fn parse_fan_out(s: &str) -> Result<FanOutSpec, String> {
 /// The request (built in Chat Completions' shape from the flags) in `api`'s shape:
 ///
 /// - Responses: a first system or developer message becomes `instructions`, the others
-///   `input`; `max_tokens` / `max_completion_tokens` become `max_output_tokens`.
+///   `input`; `max_tokens` / `max_completion_tokens` become `max_output_tokens`; it has no
+///   `stop` and no `seed` (an error names them).
 /// - Anthropic: a first system or developer message becomes `system`; `max_tokens` is
-///   required (from `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`]).
+///   required (from `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`]); `stop`
+///   becomes `stop_sequences` (a string, a list); it has no `seed`.
 ///
 /// Neither has `n` (more than one choice is `--fan-out`'s job) nor `stream_options` (both
 /// report usage in the stream anyway).
@@ -166,9 +168,25 @@ pub fn shape(api: ApiName, request: &Value) -> Result<Value, String> {
         }
         _ => None,
     };
+    for unsupported in ["seed", "stop"] {
+        let missing = match api {
+            ApiName::Responses => true,
+            _ => unsupported == "seed",
+        };
+        if missing && body.get(unsupported).is_some_and(|v| !v.is_null()) {
+            return Err(format!(
+                "the {api} API has no {unsupported}: leave out --{unsupported} (or that field of --request) for it"
+            ));
+        }
+    }
     for (key, value) in body {
         match key.as_str() {
-            "n" | "stream_options" | "messages" | "max_tokens" | "max_completion_tokens" => {}
+            "n"
+            | "stream_options"
+            | "messages"
+            | "max_tokens"
+            | "max_completion_tokens"
+            | "stop" => {}
             _ => {
                 out.insert(key.clone(), value.clone());
             }
@@ -197,6 +215,15 @@ pub fn shape(api: ApiName, request: &Value) -> Result<Value, String> {
                 "max_tokens".into(),
                 max_tokens.unwrap_or(json!(DEFAULT_ANTHROPIC_MAX_TOKENS)),
             );
+            match body.get("stop") {
+                Some(Value::String(one)) => {
+                    out.insert("stop_sequences".into(), json!([one]));
+                }
+                Some(Value::Array(many)) => {
+                    out.insert("stop_sequences".into(), Value::Array(many.clone()));
+                }
+                _ => {}
+            }
         }
         ApiName::Chat => unreachable!("returned above"),
     }
@@ -277,5 +304,17 @@ mod tests {
         );
         let e = shape(ApiName::Anthropic, &json!({"n": 3, "messages": []})).unwrap_err();
         assert!(e.contains("--fan-out"), "{e}");
+        let sampled = json!({"model": "m", "stop": ["\n\n", "END"], "top_p": 0.9,
+                             "messages": [{"role": "user", "content": "hi"}]});
+        assert_eq!(
+            shape(ApiName::Anthropic, &sampled).unwrap()["stop_sequences"],
+            json!(["\n\n", "END"])
+        );
+        let e = shape(ApiName::Responses, &sampled).unwrap_err();
+        assert!(e.contains("the responses API has no stop"), "{e}");
+        let seeded = json!({"model": "m", "seed": 7, "messages": []});
+        assert!(shape(ApiName::Chat, &seeded).is_ok());
+        let e = shape(ApiName::Anthropic, &seeded).unwrap_err();
+        assert!(e.contains("no seed"), "{e}");
     }
 }

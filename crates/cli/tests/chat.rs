@@ -811,3 +811,96 @@ async fn chat_calls_a_responses_or_an_anthropic_endpoint() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("ANTHROPIC_API_KEY"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_flags_reach_every_request_of_a_fan_out() {
+    let server = TestServer::builder()
+        .body(answer("a"))
+        .then(TestServer::builder().body(answer("b")))
+        .start()
+        .await
+        .unwrap();
+    let out = fan_out(
+        &server,
+        &[
+            "--fan-out",
+            "2",
+            "--max-tokens",
+            "40",
+            "--temperature",
+            "0.8",
+            "--top-p",
+            "0.9",
+            "--seed",
+            "7",
+            "--stop",
+            "END",
+            "--stop",
+            "\n\n",
+            "--param",
+            "presence_penalty=0.5",
+            "--param",
+            "user=ada",
+            "--param",
+            r#"logit_bias={"50256": -100}"#,
+            "--json",
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        let body = r.json.as_ref().unwrap();
+        assert_eq!(body["max_tokens"], 40, "{body}");
+        assert_eq!(body["temperature"], 0.8);
+        assert_eq!(body["top_p"], 0.9);
+        assert_eq!(body["seed"], 7);
+        assert_eq!(body["stop"], serde_json::json!(["END", "\n\n"]));
+        assert_eq!(body["presence_penalty"], 0.5);
+        assert_eq!(body["user"], "ada", "a bare word is a string");
+        assert_eq!(body["logit_bias"]["50256"], -100);
+    }
+    let out = choicewise(&["chat", "--param", "no-equals-sign", "hi"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not KEY=JSON"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_files_prompt_comes_after_its_messages() {
+    let server = server().await;
+    let url = server.base_url();
+    let request = scratch("request-with-prompt.json");
+    std::fs::write(
+        &request,
+        r#"{"model": "m", "max_tokens": 9, "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "Sunny."}]}"#,
+    )
+    .unwrap();
+    let out = choicewise(&[
+        "chat",
+        "--base-url",
+        &url,
+        "--request",
+        request.to_str().unwrap(),
+        "--max-tokens",
+        "20",
+        "--json",
+        "And in Lisbon?",
+    ])
+    .await;
+    ok(&out);
+    let body = server.requests()[0].json.clone().unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4, "{body}");
+    assert_eq!(messages[2]["content"], "Sunny.");
+    assert_eq!(messages[3]["role"], "user");
+    assert_eq!(messages[3]["content"], "And in Lisbon?", "appended last");
+    assert_eq!(body["max_tokens"], 20, "the flag overrides the file");
+}

@@ -512,3 +512,63 @@ fn first_cancels_a_stalled_choice_and_the_usage_line_counts_it() {
     assert_eq!(v["choices"][0]["cancelled"], true);
     assert_eq!(v["choices"][0]["finish_reason"], Value::Null);
 }
+
+#[test]
+fn an_input_that_is_not_a_stream_is_named_and_exits_1() {
+    let dir = std::env::temp_dir().join(format!("choicewise-sniff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases: [(&str, &[u8], &str); 5] = [
+        ("empty.sse", b"", "empty input: no SSE events"),
+        ("blank.sse", b"\n \n", "empty input: no SSE events"),
+        (
+            "reply.json",
+            br#"{"choices": [{"message": {"content": "hi"}}]}"#,
+            "it looks like JSON",
+        ),
+        (
+            "image.png",
+            b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+            "binary data",
+        ),
+        ("notes.txt", b"hello\nworld\n", "text without data: lines"),
+    ];
+    for (name, bytes, what) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        for stdin in [false, true] {
+            let out = match stdin {
+                false => replay(&[path.to_str().unwrap()], None),
+                true => replay(&["-"], Some(bytes)),
+            };
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{name} (stdin {stdin}): {err}");
+            assert!(err.contains(what), "{name} (stdin {stdin}): {err}");
+            if what != "empty input: no SSE events" {
+                assert!(
+                    err.starts_with("choicewise: not an SSE stream or a choicewise recording"),
+                    "{name}: {err}"
+                );
+            } else {
+                assert_eq!(err.trim(), "choicewise: empty input: no SSE events");
+            }
+            assert!(
+                out.stdout.is_empty(),
+                "{name}: nothing on stdout, no usage line"
+            );
+        }
+    }
+    // A stream with no choice at all prints no usage line either.
+    let path = dir.join("done.sse");
+    std::fs::write(&path, b"data: [DONE]\n\n").unwrap();
+    let out = replay(&[path.to_str().unwrap(), "--plain"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("usage"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
