@@ -277,8 +277,13 @@ async fn default_model(
     let Some(url) = base_url.filter(|u| !azure && !is_openai(u)) else {
         return Ok(DEFAULT_MODEL.to_string());
     };
-    let models = client.models().await.map_err(|e| {
-        format!("no --model given, and the server's model list ({url}/models) could not be read: {e}; pass --model")
+    let models = client.models().await.map_err(|e| match e.kind() {
+        // Answered, but not with a model list: naming a model is the way round it.
+        choicewise_client::ClientErrorKind::InvalidResponse => format!(
+            "no --model given, and the server's model list ({url}/models) could not be read: {e}; pass --model"
+        ),
+        // Down, refused, or an error status: what failed, in its own words.
+        _ => e.to_string(),
     })?;
     match &models[..] {
         [] => Err(format!(
@@ -425,6 +430,12 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         .idle_timeout
         .unwrap_or(choicewise_client::DEFAULT_IDLE_TIMEOUT);
     let mut upstreams = upstreams(&args, &request, idle).await?;
+    if args.view.vote_window.is_some() && upstreams.len() < 2 {
+        return Err(Exit::from(
+            "--vote-window starts samples window by window: it needs --fan-out K (K samples)"
+                .to_string(),
+        ));
+    }
 
     if upstreams.len() > 1 {
         if args.record.is_some() {
@@ -433,14 +444,30 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
             ));
         }
         let start = Instant::now();
+        let k = upstreams.len();
         let title = fan_out_title(&upstreams, request["n"].as_u64().unwrap_or(1));
         let models: Vec<&str> = upstreams.iter().map(|u| u.model.as_str()).collect();
         let model = models
             .iter()
             .all(|m| *m == models[0])
             .then(|| models[0].to_string());
-        let sources = upstreams.iter().map(|u| u.client.source(u.body.clone()));
-        let completions = Completions::builder().fan_out(sources);
+        let completions = match args.view.vote_window {
+            // Samples started window by window, only while the vote is undecided.
+            Some(_) => {
+                let sources: Vec<(Client, Value)> = upstreams
+                    .iter()
+                    .map(|u| (u.client.clone(), u.body.clone()))
+                    .collect();
+                Completions::builder().samples(k, move |i| {
+                    let (client, body) = &sources[i];
+                    client.source(body.clone())
+                })
+            }
+            None => {
+                let sources = upstreams.iter().map(|u| u.client.source(u.body.clone()));
+                Completions::builder().fan_out(sources)
+            }
+        };
         let options = live::Options {
             start,
             title,

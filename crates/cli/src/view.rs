@@ -30,6 +30,19 @@ pub struct ViewArgs {
     /// whole match when it has no group) instead; choices without a match do not vote.
     #[arg(long, value_name = "REGEX", value_parser = parse_regex)]
     pub vote_by: Option<regex::Regex>,
+    /// A key needs at least K votes to win; with fewer, nothing is selected (exit 1, the
+    /// tally said) [default: 2, so that one vote out of several is no majority].
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub vote_min: Option<u32>,
+    /// Compare the keys after Unicode case folding, trimming and dropping trailing
+    /// punctuation ("no", "No" and "no." are one key).
+    #[arg(long)]
+    pub vote_normalize: bool,
+    /// Vote window by window (early-stopping self-consistency): with --fan-out K, start W
+    /// samples at a time, the next W only while the vote is undecided; the first window that
+    /// agrees unanimously decides and starts no more.
+    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..))]
+    pub vote_window: Option<u32>,
 }
 
 fn parse_regex(s: &str) -> Result<regex::Regex, String> {
@@ -40,42 +53,86 @@ fn parse_regex(s: &str) -> Result<regex::Regex, String> {
 #[derive(Debug, Clone)]
 pub enum Pick {
     First,
-    /// A vote, over the content or over a pattern's capture in it.
-    Vote(Option<regex::Regex>),
+    Vote(Vote),
 }
 
-impl Pick {
+/// A vote: over the content or over a pattern's capture in it.
+#[derive(Debug, Clone)]
+pub struct Vote {
+    pub pattern: Option<regex::Regex>,
+    /// The votes a key needs to win.
+    pub min: u32,
+    /// Keys compared case-folded, trimmed, without trailing punctuation.
+    pub normalize: bool,
+    /// Samples started window by window, this many at a time.
+    pub window: Option<u32>,
+}
+
+/// The votes a key needs unless `--vote-min` says: one vote out of several is no majority.
+pub const DEFAULT_VOTE_MIN: u32 = 2;
+
+impl Vote {
     /// The key a finished choice votes with.
-    fn key(pattern: Option<&regex::Regex>, output: &ChoiceOutput) -> Option<String> {
+    fn key(&self, output: &ChoiceOutput) -> Option<String> {
         let content = output.message.content.as_deref()?;
-        match pattern {
-            None => Some(content.trim().to_string()).filter(|k| !k.is_empty()),
+        let key = match &self.pattern {
+            None => content.trim().to_string(),
             Some(re) => {
                 let caps = re.captures(content)?;
                 caps.get(1)
                     .or_else(|| caps.get(0))
-                    .map(|m| m.as_str().to_string())
+                    .map(|m| m.as_str().to_string())?
             }
-        }
+        };
+        let key = match self.normalize {
+            true => normalize(&key),
+            false => key,
+        };
+        Some(key).filter(|k| !k.is_empty())
     }
+}
 
+/// A key as `--vote-normalize` compares it: case-folded (Unicode lowercase), trimmed, without
+/// trailing punctuation.
+pub fn normalize(key: &str) -> String {
+    let folded = key.trim().to_lowercase();
+    folded
+        .trim_end_matches(|c: char| {
+            c.is_ascii_punctuation() || "。、！？…»”’".contains(c) || c.is_whitespace()
+        })
+        .trim()
+        .to_string()
+}
+
+impl Pick {
     /// Runs the combinator over the completion as it streams.
     pub async fn run(self, completions: Completions) -> Selection {
         match self {
             Pick::First => completions.first_finished().await,
-            Pick::Vote(pattern) => {
-                completions
-                    .vote(move |o| Pick::key(pattern.as_ref(), o))
-                    .await
+            Pick::Vote(vote) => {
+                let min = vote.min as usize;
+                let window = vote.window;
+                let pick = completions.vote(move |o| vote.key(o)).min_votes(min);
+                match window {
+                    Some(w) => pick.window(w as usize).await,
+                    None => pick.await,
+                }
             }
         }
     }
 
-    /// The selection as `--json`'s top-level fields: `"selected"`, and for a vote `"vote"`.
+    /// The selection as `--json`'s top-level fields: `"selected"`, and for a vote `"vote"`
+    /// (and, with samples started on demand, `"started"` and `"windows"`).
     pub fn json_fields(&self, selection: &Selection) -> Vec<(&'static str, serde_json::Value)> {
         let mut fields = vec![("selected", serde_json::json!(selection.selected))];
         if let Pick::Vote(_) = self {
             fields.push(("vote", serde_json::json!(selection.vote)));
+        }
+        if let Some(started) = selection.started {
+            fields.push(("started", serde_json::json!(started)));
+        }
+        if !selection.windows.is_empty() {
+            fields.push(("windows", serde_json::json!(selection.windows)));
         }
         fields
     }
@@ -88,6 +145,11 @@ impl Pick {
             (picked, Pick::First) => format!("selected: choice {} (first finished)", list(picked)),
             (picked, Pick::Vote(_)) => format!("selected: choices {}", list(picked)),
         };
+        if selection.selected.is_empty()
+            && let Some(reason) = &selection.reason
+        {
+            line.push_str(&format!(" ({reason})"));
+        }
         if let Some(t) = &selection.vote {
             line.push_str(&format!(
                 " (vote: {:?} with {} of {} votes counted, {} choices)",
@@ -101,6 +163,19 @@ impl Pick {
                 selection.cancelled_tokens
             ));
         }
+        if let Some(started) = selection.started {
+            let windows = selection.windows.len();
+            let unanimous = (selection.windows.last())
+                .is_some_and(|w| !w.is_empty() && w.iter().all(|i| selection.selected.contains(i)));
+            let why = match (&selection.vote, unanimous) {
+                (Some(_), true) => "a window agreed unanimously",
+                (Some(_), false) => "the plurality was decided",
+                (None, _) => "no key won",
+            };
+            line.push_str(&format!(
+                "; {started} samples started in {windows} window(s), stopped because {why}"
+            ));
+        }
         line
     }
 }
@@ -108,10 +183,20 @@ impl Pick {
 impl ViewArgs {
     /// The combinator asked for, if any.
     pub fn pick(&self) -> Option<Pick> {
+        let vote = self.vote
+            || self.vote_by.is_some()
+            || self.vote_min.is_some()
+            || self.vote_normalize
+            || self.vote_window.is_some();
         if self.first {
             Some(Pick::First)
-        } else if self.vote || self.vote_by.is_some() {
-            Some(Pick::Vote(self.vote_by.clone()))
+        } else if vote {
+            Some(Pick::Vote(Vote {
+                pattern: self.vote_by.clone(),
+                min: self.vote_min.unwrap_or(DEFAULT_VOTE_MIN),
+                normalize: self.vote_normalize,
+                window: self.vote_window,
+            }))
         } else {
             None
         }
@@ -171,5 +256,21 @@ pub async fn verdict(completions: &Completions) -> Result<(), String> {
     match lines.is_empty() {
         true => Ok(()),
         false => Err(lines.join("\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize;
+
+    #[test]
+    fn normalized_keys_fold_case_trim_and_drop_trailing_punctuation() {
+        for same in ["no", "No", " no. ", "NO!!", "no…", "Nö"] {
+            let expected = if same == "Nö" { "nö" } else { "no" };
+            assert_eq!(normalize(same), expected, "{same:?}");
+        }
+        // Inner punctuation stays: "3.5" is not "35".
+        assert_eq!(normalize("3.5."), "3.5");
+        assert_eq!(normalize("¿Sí?"), "¿sí");
     }
 }

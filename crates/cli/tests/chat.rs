@@ -904,3 +904,239 @@ async fn a_request_files_prompt_comes_after_its_messages() {
     assert_eq!(messages[3]["content"], "And in Lisbon?", "appended last");
     assert_eq!(body["max_tokens"], 20, "the flag overrides the file");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_named_with_its_cause_and_no_model_advice() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    for with_model in [false, true] {
+        let mut args = vec!["chat", "--base-url", &url, "--json"];
+        if with_model {
+            args.extend(["--model", "m"]);
+        }
+        args.push("hi");
+        let out = choicewise(&args).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("connection refused"), "{err}");
+        assert!(err.contains(&format!("127.0.0.1:{port}/v1/")), "{err}");
+        assert!(
+            !err.contains("--model"),
+            "no --model advice when the server is down: {err}"
+        );
+    }
+    // A model list behind a key: the status, no advice either.
+    let server = TestServer::builder()
+        .fixture("demo.sse")
+        .api_key("sk-right")
+        .start()
+        .await
+        .unwrap();
+    let out = choicewise(&[
+        "chat",
+        "--base-url",
+        &server.base_url(),
+        "--api-key",
+        "sk-wrong",
+        "hi",
+    ])
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("401"), "{err}");
+    assert!(!err.contains("--model"), "{err}");
+    assert!(
+        !err.contains("sk-wrong") && !err.contains("sk-right"),
+        "no key in errors: {err}"
+    );
+}
+
+/// A loopback server whose k-th request is answered `answers[k]` (arrival order); `"…"`
+/// answers begin and then stall.
+async fn scripted(answers: &[&str]) -> TestServer {
+    let reply = |a: &str| match a {
+        "…" => stalled(),
+        a => TestServer::builder().body(answer(&format!("Answer: {a}"))),
+    };
+    let mut builder = reply(answers[0]);
+    for a in &answers[1..] {
+        builder = builder.then(reply(a));
+    }
+    builder.start().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_needs_two_votes_unless_told_and_can_normalize_keys() {
+    // Every answer differs: one vote out of four is no majority.
+    let server = scripted(&["1", "2", "3", "4"]).await;
+    let out = fan_out(
+        &server,
+        &["--fan-out", "4", "--vote-by", r"Answer: (\d+)", "--json"],
+    )
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("nothing selected: no key has 2 votes (tally: "),
+        "{err}"
+    );
+    for k in ["1", "2", "3", "4"] {
+        assert!(err.contains(&format!("\"{k}\" 1")), "{err}");
+    }
+    let json = json_of(&out);
+    assert_eq!(json["selected"], serde_json::json!([]));
+    // --vote-min 1: a plain plurality, the first voted wins the tie.
+    let server = scripted(&["1", "2", "3", "4"]).await;
+    let out = fan_out(
+        &server,
+        &[
+            "--fan-out",
+            "4",
+            "--vote-by",
+            r"Answer: (\d+)",
+            "--vote-min",
+            "1",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json_of(&out)["vote"]["votes"], 1);
+    // "no", "No" and "no." are one key with --vote-normalize (decided as soon as two agree),
+    // three keys of one vote each without.
+    for normalize in [true, false] {
+        let server = TestServer::builder()
+            .body(answer("no"))
+            .then(TestServer::builder().body(answer(" No ")))
+            .then(TestServer::builder().body(answer("no.")))
+            .start()
+            .await
+            .unwrap();
+        let mut args = vec!["--fan-out", "3", "--vote", "--vote-min", "1", "--json"];
+        if normalize {
+            args.push("--vote-normalize");
+        }
+        let out = fan_out(&server, &args).await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let vote = &json_of(&out)["vote"];
+        match normalize {
+            true => {
+                assert_eq!(vote["key"], "no", "{vote}");
+                assert!(vote["votes"].as_u64().unwrap() >= 2, "{vote}");
+            }
+            false => assert_eq!(
+                (vote["votes"].as_u64(), vote["counted"].as_u64()),
+                (Some(1), Some(3)),
+                "{vote}"
+            ),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_windowed_vote_starts_samples_only_while_undecided() {
+    let vote = [
+        "--vote-by",
+        r"Answer: (\d+)",
+        "--vote-window",
+        "4",
+        "--fan-out",
+        "12",
+        "--json",
+    ];
+    // The first window agrees: exactly 4 requests, none after.
+    let server = scripted(&["7"; 12]).await;
+    let out = fan_out(&server, &vote).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = json_of(&out);
+    assert_eq!(json["started"], 4);
+    assert_eq!(json["windows"], serde_json::json!([[0, 1, 2, 3]]));
+    assert_eq!(json["vote"]["key"], "7");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.request_count(), 4, "no request after the decision");
+
+    // The first window splits, the second agrees: 8 requests, the third window never starts.
+    let mut answers = ["5"; 12];
+    answers[2] = "6";
+    let server = scripted(&answers).await;
+    let out = fan_out(&server, &vote).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = json_of(&out);
+    assert_eq!(json["started"], 8);
+    assert_eq!(json["windows"].as_array().unwrap().len(), 2);
+    assert_eq!(json["vote"]["key"], "5");
+    assert_eq!(server.request_count(), 8);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // No window agrees: all 12 requests, the plurality decides.
+    let answers = ["1", "2", "1", "3", "1", "4", "2", "5", "1", "6", "7", "8"];
+    let server = scripted(&answers).await;
+    let out = fan_out(&server, &vote).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = json_of(&out);
+    assert_eq!(json["started"], 12);
+    assert_eq!(json["vote"]["key"], "1");
+    assert_eq!(server.request_count(), 12);
+
+    // A window that cannot agree any more starts the next at once, its stalled sample still
+    // running; the decision closes that sample's connection.
+    let mut answers = ["3"; 12];
+    answers[0] = "2";
+    answers[1] = "…";
+    let server = scripted(&answers).await;
+    let started = Instant::now();
+    let out = fan_out(&server, &vote).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let json = json_of(&out);
+    assert_eq!(json["started"], 8);
+    assert_eq!(json["vote"]["key"], "3");
+    assert_eq!(
+        json["choices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["cancelled"] == true)
+            .count(),
+        1
+    );
+    within(
+        Duration::from_secs(1),
+        "the stalled sample's connection closing",
+        server.wait_disconnects(1),
+    )
+    .await;
+}

@@ -159,6 +159,7 @@ pub struct Pick<'a> {
     deadline: Option<Duration>,
     keep_rest: bool,
     window: Option<usize>,
+    min_votes: usize,
 }
 
 impl fmt::Debug for Pick<'_> {
@@ -174,6 +175,7 @@ impl fmt::Debug for Pick<'_> {
             .field("deadline", &self.deadline)
             .field("keep_rest", &self.keep_rest)
             .field("window", &self.window)
+            .field("min_votes", &self.min_votes)
             .finish()
     }
 }
@@ -186,6 +188,7 @@ impl<'a> Pick<'a> {
             deadline: None,
             keep_rest: false,
             window: None,
+            min_votes: 1,
         }
     }
 
@@ -273,6 +276,30 @@ impl<'a> Pick<'a> {
         self
     }
 
+    /// A key needs at least `votes` votes to win ([`vote`](Completions::vote) only; default
+    /// 1, a plain plurality): with fewer, nothing is selected, [`Selection::reason`] giving
+    /// the tally. The early decision waits for it, and gives up early once no key can reach
+    /// it.
+    ///
+    /// ```
+    /// use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let answer = |a: &str| Source::reader(std::io::Cursor::new(format!(
+    ///     "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"))).n(1);
+    /// let c = Completions::builder().fan_out([answer("41"), answer("42"), answer("43")]);
+    /// let selection = c.vote(|m| m.message.content.clone()).min_votes(2).await;
+    /// assert!(selection.selected.is_empty()); // every answer differs: no winner
+    /// assert_eq!(
+    ///     selection.reason.as_deref(),
+    ///     Some("no key has 2 votes (tally: \"41\" 1, \"42\" 1, \"43\" 1)")
+    /// );
+    /// # }
+    /// ```
+    pub fn min_votes(mut self, votes: usize) -> Self {
+        self.min_votes = votes.max(1);
+        self
+    }
+
     async fn run(self) -> Selection {
         let Pick {
             completions,
@@ -280,6 +307,7 @@ impl<'a> Pick<'a> {
             deadline,
             keep_rest,
             window,
+            min_votes,
         } = self;
         let windowed = window.filter(|_| matches!(rule, Rule::Vote(_)));
         if windowed.is_none() {
@@ -287,7 +315,10 @@ impl<'a> Pick<'a> {
             completions.start_more(usize::MAX);
         }
         let decided = match (rule, windowed) {
-            (Rule::Vote(key), Some(size)) => vote_windowed(completions, deadline, key, size).await,
+            (Rule::Vote(key), Some(size)) => {
+                vote_windowed(completions, deadline, key, size, min_votes).await
+            }
+            (Rule::Vote(key), None) => vote(completions, deadline, key, min_votes).await,
             (rule, _) => Self::decide(completions, deadline, rule).await,
         };
         completions.conclude(decided, keep_rest).await
@@ -309,7 +340,7 @@ impl<'a> Pick<'a> {
                 ];
                 first(completions, deadline, |o| accept(o), reasons).await
             }
-            Rule::Vote(key) => vote(completions, deadline, key).await,
+            Rule::Vote(key) => vote(completions, deadline, key, 1).await,
             Rule::Best(score) => best(completions, deadline, score).await,
         }
     }
@@ -382,6 +413,7 @@ async fn vote(
     completions: &Completions,
     deadline: Option<Duration>,
     key: impl Fn(&ChoiceOutput) -> Option<String>,
+    min_votes: usize,
 ) -> Decided {
     let expected = completions.expected_choices();
     // Key → (votes, order of its first vote); voters by key.
@@ -415,11 +447,20 @@ async fn vote(
             (Some(n), false) => n.max(seen) - settled,
             (None, false) => return false,
         };
-        first.is_some_and(|(_, votes)| votes > second + remaining)
+        let votes = first.map_or(0, |(_, votes)| votes);
+        // Decided: the leader cannot be caught and has enough; or no key can reach enough.
+        (votes > second + remaining && votes >= min_votes) || votes + remaining < min_votes
     })
     .await;
     let total = total.max(completions.choice_count());
     match leader(&counts).0 {
+        Some((_, votes)) if votes < min_votes => {
+            let tally = counts
+                .iter()
+                .map(|(k, (v, o))| (k.clone(), *v, *o))
+                .collect();
+            Decided::nothing(timed_out, &short_of(min_votes, tally))
+        }
         Some((k, votes)) => {
             let mut picked = voters.remove(&k).unwrap_or_default();
             picked.sort_unstable();
@@ -450,6 +491,7 @@ async fn vote_windowed(
     deadline: Option<Duration>,
     key: impl Fn(&ChoiceOutput) -> Option<String>,
     size: usize,
+    min_votes: usize,
 ) -> Decided {
     let sampled = completions.samples_made();
     // How many choices there will be at most: the samples planned, else the choices
@@ -531,9 +573,12 @@ async fn vote_windowed(
                 if windows_started * size >= total && (planned.is_some() || listed) {
                     let remaining = total.saturating_sub(keys.len());
                     let (leader, votes, second) = leader_of(&keys, &first_vote);
-                    if leader.is_some() && votes > second + remaining {
+                    if leader.is_some() && votes > second + remaining && votes >= min_votes {
                         winner = leader;
                         break;
+                    }
+                    if votes + remaining < min_votes {
+                        break; // no key can reach enough votes
                     }
                 }
             }
@@ -543,7 +588,10 @@ async fn vote_windowed(
             }
         }
     }
-    let winner = winner.or_else(|| leader_of(&keys, &first_vote).0);
+    let winner = winner.or_else(|| {
+        let (leader, votes, _) = leader_of(&keys, &first_vote);
+        leader.filter(|_| votes >= min_votes)
+    });
     let total = planned.unwrap_or(seen).max(seen);
     let windows: Vec<Vec<u32>> = (0..windows_started)
         .map(|w| ((w * size) as u32..((w + 1) * size).min(total) as u32).collect())
@@ -570,17 +618,36 @@ async fn vote_windowed(
                 windows,
             }
         }
-        None => Decided {
-            windows,
-            ..Decided::nothing(
-                timed_out,
-                match timed_out {
-                    true => "the deadline passed before any choice voted",
-                    false => "no choice finished with a key to vote on",
-                },
-            )
-        },
+        None => {
+            let mut tally: HashMap<String, (usize, usize)> = HashMap::new();
+            for k in keys.values().flatten() {
+                tally.entry(k.clone()).or_insert((0, first_vote[k])).0 += 1;
+            }
+            let reason = match (tally.is_empty(), timed_out) {
+                (false, _) => short_of(
+                    min_votes,
+                    tally.into_iter().map(|(k, (v, o))| (k, v, o)).collect(),
+                ),
+                (true, true) => "the deadline passed before any choice voted".to_string(),
+                (true, false) => "no choice finished with a key to vote on".to_string(),
+            };
+            Decided {
+                windows,
+                ..Decided::nothing(timed_out, &reason)
+            }
+        }
     }
+}
+
+/// The reason nothing won when keys voted but none had `min_votes`: the tally, most votes
+/// first (`tally`: key, votes, order of its first vote).
+fn short_of(min_votes: usize, mut tally: Vec<(String, usize, usize)>) -> String {
+    tally.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
+    let listed: Vec<String> = tally.iter().map(|(k, v, _)| format!("{k:?} {v}")).collect();
+    format!(
+        "no key has {min_votes} votes (tally: {})",
+        listed.join(", ")
+    )
 }
 
 /// The key with the most votes (ties: voted first), its votes, and the runner-up's.
