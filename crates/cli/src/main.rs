@@ -29,6 +29,19 @@ enum Command {
     /// Ask an OpenAI-compatible endpoint for a chat completion with N choices and show them
     /// as they stream.
     Chat(Box<chat::ChatArgs>),
+    /// Print a shell completion script (e.g. `choicewise completions bash >
+    /// ~/.local/share/bash-completion/completions/choicewise`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, in roff (e.g. `choicewise man chat | man -l -`): of the command, or
+    /// of one of its subcommands.
+    Man {
+        /// The subcommand (chat, replay, completions).
+        subcommand: Option<String>,
+    },
 }
 
 /// How a command failed: a one-line message for stderr and the exit status.
@@ -46,6 +59,39 @@ impl From<String> for Exit {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The documentation commands need no runtime.
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut command, "choicewise", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Man { subcommand } => {
+            let top = <Cli as clap::CommandFactory>::command();
+            let command = match subcommand {
+                None => top,
+                Some(name) => match (name.as_str(), top.find_subcommand(name)) {
+                    ("chat", Some(sub)) => sub.clone().name("choicewise-chat"),
+                    ("replay", Some(sub)) => sub.clone().name("choicewise-replay"),
+                    ("completions", Some(sub)) => sub.clone().name("choicewise-completions"),
+                    _ => {
+                        eprintln!(
+                            "choicewise: no subcommand {name:?}: chat, replay, completions or man"
+                        );
+                        return ExitCode::from(2);
+                    }
+                },
+            };
+            return match clap_mangen::Man::new(command).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("choicewise: cannot write the man page: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -60,6 +106,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Replay(args) => replay::run(args).await,
             Command::Chat(args) => chat::run(*args).await,
+            Command::Completions { .. } | Command::Man { .. } => Ok(()),
         }
     });
     // Blocking token counts still running (after Ctrl-C) must not hold the exit.

@@ -572,3 +572,38 @@ fn an_input_that_is_not_a_stream_is_named_and_exits_1() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+fn choicewise(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn completions_for_every_shell_and_man_pages() {
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let out = choicewise(&["completions", shell]);
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        for word in ["choicewise", "replay", "vote-window", "max-tokens"] {
+            assert!(script.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    assert_eq!(choicewise(&["completions", "tcsh"]).status.code(), Some(2));
+    let top = choicewise(&["man"]);
+    assert!(top.status.success());
+    let page = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH choicewise 1"),
+        "{page}"
+    );
+    assert!(page.contains(".TH choicewise 1"));
+    let chat = String::from_utf8_lossy(&choicewise(&["man", "chat"]).stdout).into_owned();
+    assert!(chat.contains(".TH choicewise-chat 1"), "{chat}");
+    assert!(
+        chat.contains("max\\-tokens"),
+        "the chat page lists its flags"
+    );
+    assert_eq!(choicewise(&["man", "nope"]).status.code(), Some(2));
+}

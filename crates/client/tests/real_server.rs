@@ -26,26 +26,15 @@ static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Every test is bounded: a hang fails instead of blocking the suite.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// Says on stderr that `test` did not run and why. Written to the stderr handle itself, not
-/// with `eprintln!`, which the test harness captures and hides for a passing test.
-fn did_not_run(test: &str, why: &str) {
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "real_server::{test} DID NOT RUN: {why} \
-         (scripts/llama-server.sh run cargo test -p choicewise-client --test real_server)"
-    );
-}
+/// How to run these tests: they need the real server, so a plain `cargo test` leaves them
+/// out (ignored), and asking for them without it fails, saying this.
+const HOW: &str = "needs a llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-client --test real_server -- --include-ignored";
 
-/// The shared server's base URL (`http://127.0.0.1:PORT/v1`), or `None` after saying on
-/// stderr that `test` did not run.
-fn server_url(test: &str) -> Option<String> {
+/// The shared server's base URL (`http://127.0.0.1:PORT/v1`), from `CHOICEWISE_LLAMA_URL`.
+fn server_url(test: &str) -> String {
     match std::env::var("CHOICEWISE_LLAMA_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url.trim().trim_end_matches('/').to_string()),
-        _ => {
-            did_not_run(test, "CHOICEWISE_LLAMA_URL is not set");
-            None
-        }
+        Ok(url) if !url.trim().is_empty() => url.trim().trim_end_matches('/').to_string(),
+        _ => panic!("real_server::{test}: CHOICEWISE_LLAMA_URL is not set; {HOW}"),
     }
 }
 
@@ -143,10 +132,9 @@ async fn read_all(completions: &Completions) -> Vec<u32> {
 /// others, and finishes; the stream ends cleanly; the usage is the prompt once plus each
 /// choice's own completion tokens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-client --test real_server -- --include-ignored"]
 async fn n_choices_stream_interleaved_and_finish() {
-    let Some(url) = server_url("n_choices_stream_interleaved_and_finish") else {
-        return;
-    };
+    let url = server_url("n_choices_stream_interleaved_and_finish");
     let _turn = TURN.lock().await;
     within(LIMIT, "the requests of n = 1 to 4", async {
         let client = client(&url);
@@ -221,10 +209,9 @@ async fn n_choices_stream_interleaved_and_finish() {
 
 /// Dropping the completion mid-stream closes the connection, and the server frees its slots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-client --test real_server -- --include-ignored"]
 async fn dropping_mid_stream_frees_the_slots() {
-    let Some(url) = server_url("dropping_mid_stream_frees_the_slots") else {
-        return;
-    };
+    let url = server_url("dropping_mid_stream_frees_the_slots");
     let _turn = TURN.lock().await;
     within(LIMIT, "freeing the slots", async {
         let n = slots().min(4);
@@ -271,10 +258,9 @@ async fn dropping_mid_stream_frees_the_slots() {
 
 /// More choices than the server has slots: its 400 and its message, as a typed error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-client --test real_server -- --include-ignored"]
 async fn n_beyond_the_slots_is_a_typed_400() {
-    let Some(url) = server_url("n_beyond_the_slots_is_a_typed_400") else {
-        return;
-    };
+    let url = server_url("n_beyond_the_slots_is_a_typed_400");
     let _turn = TURN.lock().await;
     within(LIMIT, "the request of n beyond the slots", async {
         let n = slots() + 1;
@@ -299,18 +285,16 @@ struct PrivateServer {
 }
 
 impl PrivateServer {
-    /// Starts `scripts/llama_server.py` with 2 slots; `None` (said on stderr) without the
-    /// environment to do so.
+    /// Starts `scripts/llama_server.py` with 2 slots; fails the test without the environment
+    /// to do so.
     async fn start(test: &str) -> Option<PrivateServer> {
         let (Ok(python), Ok(model)) = (
             std::env::var("CHOICEWISE_LLAMA_PYTHON"),
             std::env::var("CHOICEWISE_LLAMA_MODEL"),
         ) else {
-            did_not_run(
-                test,
-                "CHOICEWISE_LLAMA_PYTHON and CHOICEWISE_LLAMA_MODEL are not set",
+            panic!(
+                "real_server::{test}: CHOICEWISE_LLAMA_PYTHON and CHOICEWISE_LLAMA_MODEL are not set; {HOW}"
             );
-            return None;
         };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -364,11 +348,10 @@ impl Drop for PrivateServer {
 
 /// The server killed mid-stream: a typed error, and everything received before it kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-client --test real_server -- --include-ignored"]
 async fn server_killed_mid_stream_keeps_what_arrived() {
     const TEST: &str = "server_killed_mid_stream_keeps_what_arrived";
-    if server_url(TEST).is_none() {
-        return;
-    }
+    server_url(TEST);
     let _turn = TURN.lock().await;
     within(LIMIT, "the stream of the killed server", async {
         let Some(mut server) = PrivateServer::start(TEST).await else {
