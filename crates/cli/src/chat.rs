@@ -307,6 +307,26 @@ struct Upstream {
     client: Client,
     body: Value,
     model: String,
+    api: ApiName,
+}
+
+impl Upstream {
+    /// Where its choices come from, as the views name it.
+    fn source(&self) -> live::SourceLabel {
+        let url = self.client.url();
+        let host = url
+            .split_once("://")
+            .map_or(url, |(_, rest)| rest)
+            .split(['/', '?'])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        live::SourceLabel {
+            api: self.api.to_string(),
+            model: self.model.clone(),
+            host,
+        }
+    }
 }
 
 /// An environment variable, if set and not blank.
@@ -414,6 +434,7 @@ async fn upstreams(
                 client: client.clone(),
                 body: body.clone(),
                 model: model.clone(),
+                api,
             });
         }
     }
@@ -468,10 +489,14 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
                 Completions::builder().fan_out(sources)
             }
         };
+        // Each choice's source: upstream k's choices are its request's n, in order.
+        let per_request = request["n"].as_u64().unwrap_or(1).max(1) as usize;
+        let sources: Vec<live::SourceLabel> = upstreams.iter().map(Upstream::source).collect();
         let options = live::Options {
             start,
             title,
             model,
+            sources: live::Sources::new(sources, per_request),
         };
         return show(completions, &args, options).await;
     }
@@ -521,6 +546,7 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         start,
         title,
         model,
+        sources: live::Sources::default(),
     };
     let shown = show(completions, &args, options).await;
 
@@ -573,15 +599,7 @@ async fn show(
     args: &ChatArgs,
     options: live::Options,
 ) -> Result<(), Exit> {
-    if show::live(&args.view) {
-        // The live view reads Ctrl-C itself and leaves its last frame on the screen.
-        show::show(completions, &args.view, options).await
-    } else {
-        tokio::select! {
-            shown = show::show(completions, &args.view, options) => shown,
-            _ = tokio::signal::ctrl_c() => Err(Exit { message: "interrupted".into(), code: 130 }),
-        }
-    }
+    show::show(completions, &args.view, options).await
 }
 
 #[derive(Default)]

@@ -1,5 +1,5 @@
-//! The live view, when standard output is a terminal: one column per choice, in order of first
-//! appearance, redrawn as the choices stream (ratatui over crossterm, inline below the prompt).
+//! The live view, when standard output is a terminal: one column per choice, in index order,
+//! redrawn as the choices stream (ratatui over crossterm, inline below the prompt).
 //!
 //! Each column is headed with its choice index, an estimate of its tokens so far, its state
 //! and its elapsed time. The token figure is a tiktoken count (`choicewise_usage`) of the
@@ -53,6 +53,55 @@ pub struct Options {
     pub title: String,
     /// The model, if known before the stream names it, to pick the encoding of live counts.
     pub model: Option<String>,
+    /// Where each choice comes from, in a fan-out.
+    pub sources: Sources,
+}
+
+/// One upstream of a fan-out, as the views name it: `API:MODEL@HOST`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceLabel {
+    pub api: String,
+    pub model: String,
+    pub host: String,
+}
+
+impl std::fmt::Display for SourceLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}@{}", self.api, self.model, self.host)
+    }
+}
+
+/// The upstreams of a fan-out, in order, each with `per_request` choices.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    upstreams: Vec<SourceLabel>,
+    per_request: usize,
+}
+
+impl Sources {
+    pub fn new(upstreams: Vec<SourceLabel>, per_request: usize) -> Self {
+        Sources {
+            upstreams,
+            per_request: per_request.max(1),
+        }
+    }
+
+    /// Upstream `k`'s label.
+    pub fn upstream(&self, k: usize) -> Option<&SourceLabel> {
+        self.upstreams.get(k)
+    }
+
+    /// The label of the choice with this index, when the fan-out mixes sources (a fan-out of
+    /// one source, or no fan-out, needs none).
+    pub fn of_choice(&self, index: u32) -> Option<String> {
+        let first = self.upstreams.first()?;
+        if self.upstreams.iter().all(|u| u == first) {
+            return None;
+        }
+        self.upstreams
+            .get(index as usize / self.per_request)
+            .map(ToString::to_string)
+    }
 }
 
 /// Whether the live view can be used: standard output is a terminal.
@@ -324,7 +373,7 @@ pub async fn run(
         Err(e) => {
             ratatui::restore();
             eprintln!("choicewise: no live view ({e}); plain lines instead");
-            return crate::plain::labelled(completions, decision)
+            return crate::plain::labelled(completions, decision, &options.sources)
                 .await
                 .map_err(Exit::from);
         }
@@ -395,8 +444,9 @@ pub async fn run(
         eprintln!("warning: {w}");
     }
     if interrupted {
+        // The view's last frame already says "interrupted": no second message.
         return Err(Exit {
-            message: "interrupted".into(),
+            message: String::new(),
             code: 130,
         });
     }
@@ -549,10 +599,14 @@ fn render(frame: &mut Frame, m: &Model, options: &Options, interrupted: bool) ->
     ]);
     frame.render_widget(top, Rect { height: 1, ..area });
     // Below the columns: the usage, and the error that ended the stream, if one did.
+    // (The top line says when Ctrl-C stopped the view: once.)
     let mut notes = vec![match (&m.usage, interrupted) {
-        (_, true) => ("interrupted".to_string(), Style::new().fg(Color::Red)),
         (Some(usage), _) => (usage.clone(), Style::new()),
-        (None, _) => (
+        (None, true) => (
+            "usage: none, the stream was stopped".to_string(),
+            Style::new().fg(Color::DarkGray),
+        ),
+        (None, false) => (
             "usage: when the stream ends".to_string(),
             Style::new().fg(Color::DarkGray),
         ),
@@ -574,7 +628,7 @@ fn render(frame: &mut Frame, m: &Model, options: &Options, interrupted: bool) ->
         height: room,
         ..area
     };
-    let used = render_columns(frame, m, options, body);
+    let used = render_columns(frame, m, options, body, interrupted);
     let footer_area = Rect {
         y: body.y + used,
         height: footer.len() as u16,
@@ -587,8 +641,17 @@ fn render(frame: &mut Frame, m: &Model, options: &Options, interrupted: bool) ->
 
 /// Draws the columns, each row as tall as its longest column (within `area`); returns the
 /// height used.
-fn render_columns(frame: &mut Frame, m: &Model, options: &Options, area: Rect) -> u16 {
-    let n = m.columns.len();
+fn render_columns(
+    frame: &mut Frame,
+    m: &Model,
+    options: &Options,
+    area: Rect,
+    interrupted: bool,
+) -> u16 {
+    // In index order, whatever order the choices appeared in.
+    let mut columns: Vec<&Column> = m.columns.iter().collect();
+    columns.sort_by_key(|c| c.choice.index());
+    let n = columns.len();
     if n == 0 {
         let waiting = if m.end.is_some() {
             "no choices"
@@ -603,8 +666,7 @@ fn render_columns(frame: &mut Frame, m: &Model, options: &Options, area: Rect) -
     let widths =
         Layout::horizontal(vec![Constraint::Fill(1); per_row]).split(Rect { height: 1, ..area });
     // Each column's lines, wrapped to its inner width (the borders take 2).
-    let bodies: Vec<Vec<Line<'static>>> = m
-        .columns
+    let bodies: Vec<Vec<Line<'static>>> = columns
         .iter()
         .enumerate()
         .map(|(i, c)| c.lines(widths[i % per_row].width.saturating_sub(2) as usize))
@@ -633,7 +695,7 @@ fn render_columns(frame: &mut Frame, m: &Model, options: &Options, area: Rect) -
     for (r, height) in heights.iter().enumerate() {
         for c in 0..per_row {
             let i = r * per_row + c;
-            let Some(column) = m.columns.get(i) else {
+            let Some(column) = columns.get(i).copied() else {
                 break;
             };
             let cell = Rect {
@@ -646,7 +708,7 @@ fn render_columns(frame: &mut Frame, m: &Model, options: &Options, area: Rect) -
             render_column(
                 frame,
                 column,
-                selected,
+                (selected, interrupted),
                 &bodies[i],
                 options,
                 cell.intersection(area),
@@ -662,13 +724,15 @@ fn render_columns(frame: &mut Frame, m: &Model, options: &Options, area: Rect) -
 fn render_column(
     frame: &mut Frame,
     column: &Column,
-    selected: bool,
+    (selected, interrupted): (bool, bool),
     lines: &[Line<'static>],
     options: &Options,
     area: Rect,
 ) {
     let elapsed = column.ended_at.unwrap_or_else(|| options.start.elapsed());
     let (state, color) = match &column.state {
+        // Stopped by Ctrl-C while it streamed.
+        State::Streaming if interrupted => ("interrupted".to_string(), Color::Red),
         State::Streaming => ("streaming".to_string(), Color::Yellow),
         State::Finished(reason) => (format!("finished: {reason}"), Color::Green),
         State::Failed(_) => ("error".to_string(), Color::Red),
@@ -681,8 +745,13 @@ fn render_column(
         State::Finished(reason) => reason.clone(),
         _ => state.clone(),
     };
+    let source = options
+        .sources
+        .of_choice(index)
+        .map(|s| format!("· {s} "))
+        .unwrap_or_default();
     let tiers = [
-        (format!(" choice {index} "), state, SELECTED),
+        (format!(" choice {index} {source}"), state, SELECTED),
         (format!(" {index} "), short_state.clone(), SELECTED),
         (format!(" {index} "), short_state, "★"),
     ];
@@ -819,15 +888,20 @@ mod tests {
 
     /// The frame `render` draws on a `width` × `height` screen, as text.
     fn frame(m: &Model, width: u16, height: u16) -> String {
+        frame_of(m, width, height, false, Sources::default())
+    }
+
+    fn frame_of(m: &Model, width: u16, height: u16, interrupted: bool, sources: Sources) -> String {
         let options = Options {
             start: Instant::now(),
             title: "replay of a test".into(),
             model: None,
+            sources,
         };
         let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
         terminal
             .draw(|frame| {
-                render(frame, m, &options, false);
+                render(frame, m, &options, interrupted);
             })
             .unwrap();
         let buffer = terminal.backend().buffer();
@@ -901,6 +975,58 @@ mod tests {
         assert!(!text.contains('★'), "{text}");
         assert!(!text.contains('╔'), "{text}");
         assert!(text.contains(" choice 0 · cancelled "), "{text}");
+    }
+
+    #[tokio::test]
+    async fn columns_are_in_index_order_and_say_when_ctrl_c_stopped_them() {
+        // Choices appearing as 2, 0, 1.
+        let sse = concat!(
+            "data: {\"choices\":[{\"index\":2,\"delta\":{\"content\":\"c\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"b\"}}]}\n\n",
+        );
+        let completions = Completions::new(Source::reader(sse.as_bytes()));
+        let choices: Vec<Choice> = completions.choices().collect().await;
+        assert_eq!(choices[0].index(), 2);
+        let m = Model {
+            columns: choices.into_iter().map(Column::new).collect(),
+            ..Model::default()
+        };
+        let text = frame_of(&m, 132, 8, true, Sources::default());
+        let top = line_with(&text, " choice 0 ");
+        let at = |i: u32| top.find(&format!(" choice {i} ")).unwrap();
+        assert!(at(0) < at(1) && at(1) < at(2), "{text}");
+        assert_eq!(top.matches("interrupted").count(), 3, "{text}");
+        assert!(!top.contains("streaming"), "{text}");
+        // The top line says it once; the notes do not repeat it.
+        assert_eq!(text.matches("interrupted").count(), 4, "{text}");
+        let streaming = frame_of(&m, 132, 8, false, Sources::default());
+        assert_eq!(
+            line_with(&streaming, " choice 0 ")
+                .matches("streaming")
+                .count(),
+            3
+        );
+        // A fan-out mixing sources names each choice's in its header; one source needs none.
+        let label = |api: &str, model: &str, host: &str| SourceLabel {
+            api: api.into(),
+            model: model.into(),
+            host: host.into(),
+        };
+        let mixed = Sources::new(
+            vec![
+                label("chat", "m", "127.0.0.1:1"),
+                label("anthropic", "c", "h:2"),
+                label("chat", "m", "127.0.0.1:1"),
+            ],
+            1,
+        );
+        let text = frame_of(&m, 200, 8, false, mixed);
+        let top = line_with(&text, " choice 0 ");
+        assert!(top.contains(" choice 1 · anthropic:c@h:2 "), "{text}");
+        assert!(top.contains(" choice 2 · chat:m@127.0.0.1:1 "), "{text}");
+        let same = Sources::new(vec![label("chat", "m", "x"), label("chat", "m", "x")], 1);
+        assert!(!frame_of(&m, 200, 8, false, same).contains("chat:m@x"));
     }
 
     #[test]

@@ -15,12 +15,14 @@ pub async fn json(
         crate::view::Pick,
         tokio::task::JoinHandle<choicewise::Selection>,
     )>,
+    sources: &crate::live::Sources,
+    before_printing: impl FnOnce(),
 ) -> Result<(), String> {
     let completion = match completions.collect().await {
         Ok(c) => c,
         Err(incomplete) => incomplete.partial,
     };
-    let mut value = serde_json::to_value(&completion).map_err(|e| e.to_string())?;
+    let mut value = completion_json(&completion, sources)?;
     let mut selection = None;
     if let Some((pick, task)) = picked {
         let picked = task.await.unwrap_or_default();
@@ -31,6 +33,7 @@ pub async fn json(
         }
         selection = Some(picked);
     }
+    before_printing();
     let mut out = std::io::stdout().lock();
     let written = serde_json::to_writer_pretty(&mut out, &value)
         .map_err(std::io::Error::from)
@@ -54,6 +57,31 @@ pub async fn json(
     }
 }
 
+/// The `collect()` object as JSON, each fan-out choice's `source` also naming its upstream's
+/// `api` and `host`.
+pub fn completion_json(
+    completion: &choicewise::ChatCompletion,
+    sources: &crate::live::Sources,
+) -> Result<serde_json::Value, String> {
+    let mut value = serde_json::to_value(completion).map_err(|e| e.to_string())?;
+    if let Some(choices) = value["choices"].as_array_mut() {
+        for choice in choices {
+            let Some(source) = choice.get_mut("source").and_then(|s| s.as_object_mut()) else {
+                continue;
+            };
+            let Some(label) = source["upstream"]
+                .as_u64()
+                .and_then(|k| sources.upstream(k as usize))
+            else {
+                continue;
+            };
+            source.insert("api".into(), serde_json::json!(label.api));
+            source.insert("host".into(), serde_json::json!(label.host));
+        }
+    }
+    Ok(value)
+}
+
 /// The default view: each choice's text and function calls as they arrive, one labelled line
 /// at a time. One task per choice formats its own lines; one printer writes them. With a
 /// combinator (`decision`), a choice it cancelled ends with `⊘ cancelled`, and the usage line
@@ -61,6 +89,7 @@ pub async fn json(
 pub async fn labelled(
     completions: Completions,
     decision: Option<crate::view::Decision>,
+    sources: &crate::live::Sources,
 ) -> Result<(), String> {
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let printer = tokio::spawn(async move {
@@ -75,8 +104,11 @@ pub async fn labelled(
     let mut choices = completions.choices();
     while let Some(choice) = choices.next().await {
         let tx = tx.clone();
+        let label = match sources.of_choice(choice.index()) {
+            Some(source) => format!("[choice {} {source}]", choice.index()),
+            None => format!("[choice {}]", choice.index()),
+        };
         tasks.push(tokio::spawn(async move {
-            let label = format!("[choice {}]", choice.index());
             let mut line = String::new();
             // Each call's arguments, parsed as they grow, shown whenever their value changes.
             let mut growing: HashMap<CallRef, (PartialArguments, u64)> = HashMap::new();

@@ -107,6 +107,7 @@ pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
             start,
             title,
             model,
+            sources: live::Sources::default(),
         },
     )
     .await

@@ -684,6 +684,43 @@ async fn one_fan_out_line_mixes_chat_responses_and_anthropic() {
         .map(|c| c["finish_reason"].as_str().unwrap())
         .collect();
     assert_eq!(finishes, ["stop", "stop", "tool_calls"]);
+    // Each choice's source names its upstream's API and host.
+    let host = |server: &TestServer| server.addr().to_string();
+    for (choice, (api, server)) in choices.iter().zip([
+        ("chat", &chat),
+        ("responses", &responses),
+        ("anthropic", &anthropic),
+    ]) {
+        assert_eq!(choice["source"]["api"], api, "{choice}");
+        assert_eq!(choice["source"]["host"], host(server), "{choice}");
+    }
+    // Plain lines name them too: the sources differ.
+    let plain = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["chat", "--api-key", "sk-openai-test", "--fan-out"])
+        .arg(&spec)
+        .args(["--plain", "Weather in Paris and Tokyo?"])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let lines = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        lines.contains(&format!(
+            "[choice 1 responses:gpt-5-mini@{}]",
+            host(&responses)
+        )),
+        "{lines}"
+    );
+    assert!(
+        lines.contains(&format!(
+            "[choice 2 anthropic:claude-sonnet-4-5@{}]",
+            host(&anthropic)
+        )),
+        "{lines}"
+    );
     assert_eq!(
         choices[2]["message"]["tool_calls"]
             .as_array()
@@ -1129,6 +1166,78 @@ async fn a_windowed_vote_starts_samples_only_while_undecided() {
     within(
         Duration::from_secs(1),
         "the stalled sample's connection closing",
+        server.wait_disconnects(1),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_shows_progress_then_ctrl_c_prints_what_was_assembled() {
+    // The answer begins, then stalls: a terminal user presses Ctrl-C.
+    let server = TestServer::builder()
+        .body(answer("half an answer"))
+        .stall_after_events(2)
+        .start()
+        .await
+        .unwrap();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args([
+            "chat",
+            "--base-url",
+            &server.base_url(),
+            "--model",
+            "m",
+            "-n",
+            "1",
+            "--json",
+            "hi",
+        ])
+        .env_remove("OPENAI_API_KEY")
+        .env("CHOICEWISE_PROGRESS", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the request and a few progress lines, then interrupt.
+    within(Duration::from_secs(10), "the request", async {
+        while server.request_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = within(
+        Duration::from_secs(10),
+        "the exit",
+        child.wait_with_output(),
+    )
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("⋯ 1 choice · ≈ "), "a progress line: {err:?}");
+    assert!(err.contains("\r\x1b[2K"), "cleared: {err:?}");
+    assert_eq!(err.matches("interrupted").count(), 1, "{err:?}");
+    let json = json_of(&out);
+    let choice = &json["choices"][0];
+    assert_eq!(choice["finish_reason"], serde_json::Value::Null, "{json}");
+    assert!(
+        choice["message"]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("half"),
+        "{json}"
+    );
+    within(
+        Duration::from_secs(5),
+        "the connection closing",
         server.wait_disconnects(1),
     )
     .await;

@@ -344,8 +344,13 @@ fn first_and_vote_select_and_say_so() {
             assert_eq!(c["finish_reason"], Value::Null);
         }
     }
-    // The whole content (trimmed) as the key: every answer differs, the first vote wins.
+    // The whole content (trimmed) as the key: every answer differs, so no key has the two
+    // votes a winner needs by default (exit 1, nothing selected)...
     let (code, v) = json(&["-", "--json", "--vote"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(v["selected"], serde_json::json!([]));
+    // ... and with --vote-min 1, a plain plurality: the first vote wins.
+    let (code, v) = json(&["-", "--json", "--vote", "--vote-min", "1"]);
     assert_eq!(code, Some(0));
     assert_eq!(v["vote"]["votes"], 1);
     // Without a combinator: no "selected".
