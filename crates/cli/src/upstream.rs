@@ -6,14 +6,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use choicewise_client::Api;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 /// The model asked of the Anthropic API when none is given.
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 /// The Anthropic API's base URL.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
-/// `max_tokens` sent to the Anthropic API (which requires it) when the request has none.
-pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 1024;
 
 /// A streaming API, as named on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -133,106 +131,27 @@ pub fn parse_fan_out(s: &str) -> Result<FanOutSpec, String> {
     Ok(FanOutSpec(items))
 }
 
-/// The request (built in Chat Completions' shape from the flags) in `api`'s shape:
-///
-/// - Responses: a first system or developer message becomes `instructions`, the others
-///   `input`; `max_tokens` / `max_completion_tokens` become `max_output_tokens`; it has no
-///   `stop` and no `seed` (an error names them).
-/// - Anthropic: a first system or developer message becomes `system`; `max_tokens` is
-///   required (from `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`]); `stop`
-///   becomes `stop_sequences` (a string, a list); it has no `seed`.
-///
-/// Neither has `n` (more than one choice is `--fan-out`'s job) nor `stream_options` (both
-/// report usage in the stream anyway).
+/// The request (built in Chat Completions' shape from the flags) in `api`'s shape (see
+/// [`Api::request_from_chat`]).
 pub fn shape(api: ApiName, request: &Value) -> Result<Value, String> {
-    let Some(body) = request.as_object() else {
-        return Err("the request body must be a JSON object".into());
-    };
-    if api == ApiName::Chat {
-        return Ok(request.clone());
-    }
-    if body.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
-        return Err(format!(
-            "the {api} API has no n: ask for several choices with --fan-out K*{api}:MODEL"
-        ));
-    }
-    let mut out = Map::new();
-    let mut messages: Vec<Value> = body
-        .get("messages")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let system = match messages.first() {
-        Some(m) if matches!(m["role"].as_str(), Some("system" | "developer")) => {
-            Some(messages.remove(0)["content"].clone())
+    api.api().request_from_chat(request).map_err(|e| {
+        if e.contains("has no n") {
+            format!("{e}: ask for several choices with --fan-out K*{api}:MODEL")
+        } else if let Some(field) = ["seed", "stop"]
+            .iter()
+            .find(|f| e.contains(&format!("has no {f}")))
+        {
+            format!("{e}: leave out --{field} (or that field of --request) for it")
+        } else {
+            e
         }
-        _ => None,
-    };
-    for unsupported in ["seed", "stop"] {
-        let missing = match api {
-            ApiName::Responses => true,
-            _ => unsupported == "seed",
-        };
-        if missing && body.get(unsupported).is_some_and(|v| !v.is_null()) {
-            return Err(format!(
-                "the {api} API has no {unsupported}: leave out --{unsupported} (or that field of --request) for it"
-            ));
-        }
-    }
-    for (key, value) in body {
-        match key.as_str() {
-            "n"
-            | "stream_options"
-            | "messages"
-            | "max_tokens"
-            | "max_completion_tokens"
-            | "stop" => {}
-            _ => {
-                out.insert(key.clone(), value.clone());
-            }
-        }
-    }
-    let max_tokens = body
-        .get("max_completion_tokens")
-        .or_else(|| body.get("max_tokens"))
-        .cloned();
-    match api {
-        ApiName::Responses => {
-            out.insert("input".into(), Value::Array(messages));
-            if let Some(system) = system {
-                out.insert("instructions".into(), system);
-            }
-            if let Some(max) = max_tokens {
-                out.insert("max_output_tokens".into(), max);
-            }
-        }
-        ApiName::Anthropic => {
-            out.insert("messages".into(), Value::Array(messages));
-            if let Some(system) = system {
-                out.insert("system".into(), system);
-            }
-            out.insert(
-                "max_tokens".into(),
-                max_tokens.unwrap_or(json!(DEFAULT_ANTHROPIC_MAX_TOKENS)),
-            );
-            match body.get("stop") {
-                Some(Value::String(one)) => {
-                    out.insert("stop_sequences".into(), json!([one]));
-                }
-                Some(Value::Array(many)) => {
-                    out.insert("stop_sequences".into(), Value::Array(many.clone()));
-                }
-                _ => {}
-            }
-        }
-        ApiName::Chat => unreachable!("returned above"),
-    }
-    Ok(Value::Object(out))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn fan_out_items() {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use reqwest::Url;
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value, json};
 
 use crate::{Client, ClientError, ClientErrorKind, Inner};
 
@@ -77,6 +78,125 @@ pub enum Api {
 }
 
 impl Api {
+    /// A request in Chat Completions' shape (`messages`, `max_tokens`, ...) in this API's
+    /// shape:
+    ///
+    /// - Responses: a first system or developer message becomes `instructions`, the others
+    ///   `input`; `max_tokens` / `max_completion_tokens` become `max_output_tokens`; it has no
+    ///   `stop` and no `seed` (an error names them).
+    /// - Anthropic: a first system or developer message becomes `system`; `max_tokens` is
+    ///   required (from `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`](crate::DEFAULT_ANTHROPIC_MAX_TOKENS)); `stop`
+    ///   becomes `stop_sequences` (a string, a list); it has no `seed`.
+    ///
+    /// Neither has `n` (more than one choice is `--fan-out`'s job) nor `stream_options` (both
+    /// report usage in the stream anyway).
+    ///
+    /// ```
+    /// use choicewise_client::Api;
+    /// let chat = serde_json::json!({"model": "m", "max_tokens": 50,
+    ///     "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]});
+    /// let anthropic = Api::Messages.request_from_chat(&chat).unwrap();
+    /// assert_eq!(anthropic["system"], "Be brief.");
+    /// assert_eq!(anthropic["max_tokens"], 50);
+    /// ```
+    pub fn request_from_chat(self, request: &Value) -> Result<Value, String> {
+        let api = self;
+        let Some(body) = request.as_object() else {
+            return Err("the request body must be a JSON object".into());
+        };
+        if api == Api::ChatCompletions {
+            return Ok(request.clone());
+        }
+        if body.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+            return Err(format!(
+                "the {} API has no n: send one request per choice",
+                api.name()
+            ));
+        }
+        let mut out = Map::new();
+        let mut messages: Vec<Value> = body
+            .get("messages")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let system = match messages.first() {
+            Some(m) if matches!(m["role"].as_str(), Some("system" | "developer")) => {
+                Some(messages.remove(0)["content"].clone())
+            }
+            _ => None,
+        };
+        for unsupported in ["seed", "stop"] {
+            let missing = match api {
+                Api::Responses => true,
+                _ => unsupported == "seed",
+            };
+            if missing && body.get(unsupported).is_some_and(|v| !v.is_null()) {
+                return Err(format!(
+                    "the {} API has no {unsupported}: leave it out for it",
+                    api.name()
+                ));
+            }
+        }
+        for (key, value) in body {
+            match key.as_str() {
+                "n"
+                | "stream_options"
+                | "messages"
+                | "max_tokens"
+                | "max_completion_tokens"
+                | "stop" => {}
+                _ => {
+                    out.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        let max_tokens = body
+            .get("max_completion_tokens")
+            .or_else(|| body.get("max_tokens"))
+            .cloned();
+        match api {
+            Api::Responses => {
+                out.insert("input".into(), Value::Array(messages));
+                if let Some(system) = system {
+                    out.insert("instructions".into(), system);
+                }
+                if let Some(max) = max_tokens {
+                    out.insert("max_output_tokens".into(), max);
+                }
+            }
+            Api::Messages => {
+                out.insert("messages".into(), Value::Array(messages));
+                if let Some(system) = system {
+                    out.insert("system".into(), system);
+                }
+                out.insert(
+                    "max_tokens".into(),
+                    max_tokens.unwrap_or(json!(crate::DEFAULT_ANTHROPIC_MAX_TOKENS)),
+                );
+                match body.get("stop") {
+                    Some(Value::String(one)) => {
+                        out.insert("stop_sequences".into(), json!([one]));
+                    }
+                    Some(Value::Array(many)) => {
+                        out.insert("stop_sequences".into(), Value::Array(many.clone()));
+                    }
+                    _ => {}
+                }
+            }
+            Api::ChatCompletions => unreachable!("returned above"),
+        }
+        Ok(Value::Object(out))
+    }
+
+    /// Its name as requests and errors say it: `chat`, `responses`, `anthropic`.
+    fn name(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "chat",
+            Api::Responses => "responses",
+            Api::Messages => "anthropic",
+        }
+    }
+
     /// The endpoint's path under the base URL.
     fn segments(self) -> &'static [&'static str] {
         match self {

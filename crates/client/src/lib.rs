@@ -93,6 +93,14 @@ pub use builder::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_MAX_RETRY_WAIT,
 };
 
+/// `max_tokens` sent to the Anthropic API, which requires it, when a request in Chat
+/// Completions' shape has none (see [`Api::request_from_chat`]).
+///
+/// ```
+/// assert_eq!(choicewise_client::DEFAULT_ANTHROPIC_MAX_TOKENS, 1024);
+/// ```
+pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 1024;
+
 mod error;
 use error::status_error;
 pub use error::{ClientError, ClientErrorKind};
