@@ -20,16 +20,17 @@ use crate::waiters::Waiters;
 /// Where the completion is in its life.
 ///
 /// ```text
-/// Streaming ──cancel()──▶ Closing ──every upstream ended──▶ Ended(result)
+/// Streaming ──cancel()──▶ Closing { keep } ──every upstream ended──▶ Ended(result)
 ///     └────────────────every upstream ended─────────────────────┘
 /// ```
 #[derive(Debug, Clone)]
 pub(crate) enum Phase {
     /// Its upstreams are read.
     Streaming,
-    /// [`Completions::cancel`](crate::Completions::cancel) was called: every choice was
-    /// cancelled, and those still to appear will be; no upstream is added.
-    Closing,
+    /// [`Completions::cancel`](crate::Completions::cancel) (or `cancel_except`) was called:
+    /// every choice but those kept was cancelled, and those still to appear will be; no
+    /// upstream is added.
+    Closing { keep: Arc<[u32]> },
     /// Every upstream ended: no more choices will appear. The first upstream's error, else
     /// `Ok`.
     Ended(Result<(), Error>),
@@ -360,18 +361,19 @@ impl CompletionShared {
             .or_else(|| state.meta.model.clone())
     }
 
-    /// Cancels every choice, and those still to appear: tells every running reader.
-    pub fn close(&self) {
+    /// Cancels every choice but those in `keep`, and those still to appear: tells every
+    /// running reader.
+    pub fn close(&self, keep: Arc<[u32]>) {
         // No sample starts any more.
         *lock(&self.sampling) = None;
         let mut state = self.lock();
         if matches!(state.phase, Phase::Streaming) {
-            state.phase = Phase::Closing;
+            state.phase = Phase::Closing { keep: keep.clone() };
         }
         state.open_ended = false;
         state.end_if_done();
         for reader in state.upstreams.iter().filter_map(|u| u.reader.as_ref()) {
-            let _ = reader.send_message(ReaderMsg::Close);
+            let _ = reader.send_message(ReaderMsg::Close { keep: keep.clone() });
         }
         state.waiters.wake_all();
     }
@@ -379,6 +381,16 @@ impl CompletionShared {
     /// Whether [`close`](Self::close) was called (or the completion ended).
     pub fn is_closing(&self) -> bool {
         !matches!(self.lock().phase, Phase::Streaming)
+    }
+
+    /// What a reader starting now must close: `None` while the completion streams; the
+    /// choices kept once it is closing; nothing kept once it ended.
+    pub fn closing_keep(&self) -> Option<Arc<[u32]>> {
+        match &self.lock().phase {
+            Phase::Streaming => None,
+            Phase::Closing { keep } => Some(keep.clone()),
+            Phase::Ended(_) => Some(Arc::from(Vec::new())),
+        }
     }
 
     /// Assembles the completion from the published choices; the first error met, if any. The

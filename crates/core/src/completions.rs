@@ -102,9 +102,10 @@ impl Completions {
             self.life.keep(reader.clone());
             let mut state = self.shared.lock();
             if state.upstreams[k].end.is_none() {
-                if !matches!(state.phase, crate::completion::Phase::Streaming) {
+                if let crate::completion::Phase::Closing { keep } = &state.phase {
                     // Closed while it started: it may have missed the close.
-                    let _ = reader.send_message(crate::msg::ReaderMsg::Close);
+                    let keep = keep.clone();
+                    let _ = reader.send_message(crate::msg::ReaderMsg::Close { keep });
                 }
                 state.upstreams[k].reader = Some(reader);
             }
@@ -381,7 +382,7 @@ impl Completions {
     /// # }
     /// ```
     pub async fn cancel(&self) -> Vec<u32> {
-        self.shared.close();
+        self.shared.close(Arc::from(Vec::new()));
         self.settled().await;
         let mut cancelled: Vec<u32> = self
             .entries()
@@ -391,6 +392,29 @@ impl Completions {
             .collect();
         cancelled.sort_unstable();
         cancelled
+    }
+
+    /// Cancels every choice but those in `keep` (indexes), and every choice still to appear
+    /// (a sample not started, a declared choice of a request not answered yet), without
+    /// waiting; the kept choices stream on. Each upstream with no kept choice left is dropped
+    /// at once, closing its connection, even before its first byte; a completion of samples
+    /// starts no more. For a program that picked its choices by its own rule.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # use futures::stream;
+    /// # #[tokio::main] async fn main() {
+    /// let quick = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let silent = stream::pending::<Result<&str, std::io::Error>>(); // no byte yet
+    /// let c = Completions::builder().fan_out([Source::reader(quick.as_bytes()).n(1), Source::sse(silent).n(1)]);
+    /// c.choice(0).await.unwrap().message().await.unwrap();
+    /// c.cancel_except(&[0]);
+    /// let whole = c.collect().await.unwrap(); // the silent upstream was dropped
+    /// assert!(whole.choices[1].cancelled);
+    /// # }
+    /// ```
+    pub fn cancel_except(&self, keep: &[u32]) {
+        self.shared.close(Arc::from(keep));
     }
 
     /// How many choices the completion will have, when every upstream declared it.

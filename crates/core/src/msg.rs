@@ -11,8 +11,8 @@ pub(crate) enum ReaderMsg {
     /// A handle asks to cancel the choice in this slot of the reader's.
     Cancel { slot: usize },
     /// [`Completions::cancel`](crate::Completions::cancel): cancel every choice, including
-    /// those still to appear.
-    Close,
+    /// those still to appear, except these (indexes of the completion).
+    Close { keep: std::sync::Arc<[u32]> },
     /// The choice actor of this slot failed its choice (its own bad update): the choice is
     /// no longer wanted from the upstream.
     Failed { slot: usize },

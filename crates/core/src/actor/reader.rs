@@ -53,13 +53,15 @@ pub(crate) struct ReaderArgs {
 /// Where the reader is in its life.
 ///
 /// ```text
-/// Reading { closing: false } ──Close──▶ Reading { closing: true }
+/// Reading { closing: None } ──Close { keep }──▶ Reading { closing: Some(keep) }
 ///        └──────── the stream ends, or no choice is wanted ────────▶ Draining ──last child ended──▶ (stops)
 /// ```
 enum ReaderPhase {
     /// Reading the upstream; `closing`: every choice, and every choice still to appear, is
-    /// unwanted (only the finishing ones are waited for).
-    Reading { closing: bool },
+    /// unwanted but those kept (only the kept and the finishing ones are waited for).
+    Reading {
+        closing: Option<std::sync::Arc<[u32]>>,
+    },
     /// The stream is over and every choice was told how (after its updates); waiting for
     /// the choice actors to end.
     Draining(Result<(), Error>),
@@ -331,10 +333,16 @@ impl ReaderState {
             let batch = std::mem::replace(batch, refill);
             self.send(i, ChoiceMsg::Batch(batch));
         }
-        if matches!(self.phase, ReaderPhase::Reading { closing: true }) {
-            // Every choice still to appear is unwanted.
+        if let ReaderPhase::Reading {
+            closing: Some(keep),
+        } = &self.phase
+        {
+            // Every choice still to appear is unwanted, but those kept.
+            let keep = keep.clone();
             for slot in known..self.slots.len() {
-                self.cancel(slot);
+                if !keep.contains(&self.slots[slot].entry.index()) {
+                    self.cancel(slot);
+                }
             }
         }
         if !new_choices.is_empty() || !self.splitter.warnings.is_empty() {
@@ -403,9 +411,10 @@ impl ReaderState {
     /// at least one choice was cancelled and every expected choice has appeared; and each
     /// has finished (its finish was seen), failed or been cancelled.
     fn unwanted(&self) -> bool {
-        let ReaderPhase::Reading { closing } = self.phase else {
+        let ReaderPhase::Reading { closing } = &self.phase else {
             return false;
         };
+        let closing = closing.is_some();
         if !closing
             && (!self.slots.iter().any(|s| s.cancelled)
                 || self.expected.is_some_and(|n| self.slots.len() < n as usize))
@@ -574,7 +583,7 @@ impl Actor for ReaderActor {
             reader: myself.clone(),
             scheduled: AtomicBool::new(false),
         });
-        let closing = args.completion.is_closing();
+        let closing = args.completion.closing_keep();
         Ok(ReaderState {
             upstream_input: Some(Upstream::new(args.input, args.idle)),
             splitter: Splitter::new(&config.stream),
@@ -613,11 +622,13 @@ impl Actor for ReaderActor {
             ReaderMsg::Poll => state.poll_upstream(),
             ReaderMsg::Cancel { slot } if slot < state.slots.len() => state.cancel(slot),
             ReaderMsg::Cancel { .. } => {}
-            ReaderMsg::Close => {
+            ReaderMsg::Close { keep } => {
                 if let ReaderPhase::Reading { closing } = &mut state.phase {
-                    *closing = true;
+                    *closing = Some(keep.clone());
                     let unfinished: Vec<usize> = (state.splitter.slots.iter().enumerate())
-                        .filter(|(_, split)| !split.finished)
+                        .filter(|(slot, split)| {
+                            !split.finished && !keep.contains(&state.slots[*slot].entry.index())
+                        })
                         .map(|(slot, _)| slot)
                         .collect();
                     for slot in unfinished {
