@@ -5,6 +5,7 @@ mod live;
 mod plain;
 mod record;
 mod replay;
+mod serve;
 mod show;
 mod sniff;
 mod upstream;
@@ -29,6 +30,9 @@ enum Command {
     /// Ask an OpenAI-compatible endpoint for a chat completion with N choices and show them
     /// as they stream.
     Chat(Box<chat::ChatArgs>),
+    /// Serve an OpenAI-compatible gateway: a correct streamed n for every model, picks
+    /// among samples while they stream (docs/gateway.md).
+    Serve(serve::ServeArgs),
     /// Print a shell completion script (e.g. `choicewise completions bash >
     /// ~/.local/share/bash-completion/completions/choicewise`).
     Completions {
@@ -106,6 +110,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Replay(args) => replay::run(args).await,
             Command::Chat(args) => chat::run(*args).await,
+            Command::Serve(args) => serve::run(args).await,
             Command::Completions { .. } | Command::Man { .. } => Ok(()),
         }
     });

@@ -335,7 +335,7 @@ impl Client {
         &self,
         request: &Value,
     ) -> Result<
-        impl futures::Stream<Item = Result<bytes::Bytes, ClientError>> + Send + 'static,
+        impl futures::Stream<Item = Result<bytes::Bytes, ClientError>> + Send + 'static + use<>,
         ClientError,
     > {
         use futures::TryStreamExt;

@@ -1,0 +1,254 @@
+//! The gateway's configuration: a TOML file ([`Config::from_toml`]), checked before anything
+//! listens.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The configuration of a gateway (the TOML file of `choicewise serve --config FILE`).
+///
+/// ```
+/// use choicewise_gateway::Config;
+/// let config = Config::from_toml(r#"
+///     listen = "127.0.0.1:8787"
+///     [[models]]
+///     name = "small"
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+///     model = "smollm2"
+/// "#).unwrap();
+/// assert_eq!(config.limits.max_n, 16);
+/// assert_eq!(config.models[0].upstreams[0].model.as_deref(), Some("smollm2"));
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Config {
+    /// The address to listen on (`--listen` overrides it).
+    pub listen: Option<String>,
+    /// The keys clients must send; without it only a loopback address may be listened on.
+    pub auth: Option<Auth>,
+    /// Limits of each request and of the gateway.
+    #[serde(default)]
+    pub limits: Limits,
+    /// How long open streams may finish after a shutdown signal, in seconds (default 30).
+    #[serde(default = "default_grace")]
+    pub shutdown_grace_s: f64,
+    /// The models clients may ask for.
+    pub models: Vec<Model>,
+}
+
+fn default_grace() -> f64 {
+    30.0
+}
+
+/// `[auth]`: the environment variable holding the accepted keys, comma-separated.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Auth {
+    /// The variable, e.g. `CHOICEWISE_KEYS`.
+    pub keys_env: String,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct Limits {
+    /// The most choices (`n`) a request may ask for.
+    pub max_n: u32,
+    /// The most samples a request may ask for (the `choicewise` extension's `samples`).
+    pub max_samples: u32,
+    /// The largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// The most requests served at once; more are answered 429.
+    pub max_concurrent_requests: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_n: 16,
+            max_samples: 16,
+            max_body_bytes: 8 * 1024 * 1024,
+            max_concurrent_requests: 1024,
+        }
+    }
+}
+
+/// `[[models]]`: a name clients ask for, and where its choices come from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Model {
+    /// What clients ask for (`"model"` of their request).
+    pub name: String,
+    /// Its upstreams: choice `i` of a request goes to upstream `i mod k`.
+    pub upstreams: Vec<Upstream>,
+}
+
+/// `[[models.upstreams]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Upstream {
+    /// The API it speaks.
+    pub api: ApiKind,
+    /// Its base URL (`http://127.0.0.1:8080/v1`, `https://api.openai.com/v1`).
+    pub base_url: String,
+    /// The upstream's model name (default: the model's name).
+    pub model: Option<String>,
+    /// The environment variable holding its key, if it needs one.
+    pub api_key_env: Option<String>,
+    /// How several choices are asked of it (default: native for chat, fan-out otherwise).
+    pub n: Option<NMode>,
+}
+
+/// The API an upstream speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ApiKind {
+    /// OpenAI Chat Completions and compatible servers.
+    Chat,
+    /// The OpenAI Responses API.
+    Responses,
+    /// The Anthropic Messages API.
+    Anthropic,
+}
+
+impl fmt::Display for ApiKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ApiKind::Chat => "chat",
+            ApiKind::Responses => "responses",
+            ApiKind::Anthropic => "anthropic",
+        })
+    }
+}
+
+/// How an upstream is asked for several choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NMode {
+    /// One request with `n`.
+    Native,
+    /// One request per choice.
+    FanOut,
+}
+
+impl Upstream {
+    /// How it is asked for several choices: as configured, else native for chat.
+    pub fn n_mode(&self) -> NMode {
+        self.n.unwrap_or(match self.api {
+            ApiKind::Chat => NMode::Native,
+            _ => NMode::FanOut,
+        })
+    }
+}
+
+/// What is wrong with a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub(crate) String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Parses and checks a configuration: at least one model, names unique and non-empty,
+    /// each with at least one upstream whose base URL is an `http(s)` URL and whose `n =
+    /// "native"` is only on a chat upstream; sensible limits.
+    ///
+    /// ```
+    /// use choicewise_gateway::Config;
+    /// let e = Config::from_toml("listen = \"127.0.0.1:1\"\nmodels = []").unwrap_err();
+    /// assert_eq!(e.to_string(), "the config names no model ([[models]])");
+    /// ```
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let config: Config =
+            toml::from_str(text).map_err(|e| ConfigError(format!("invalid config: {e}")))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError(m));
+        if self.models.is_empty() {
+            return err("the config names no model ([[models]])".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for model in &self.models {
+            if model.name.trim().is_empty() {
+                return err("a model has an empty name".into());
+            }
+            if !seen.insert(model.name.as_str()) {
+                return err(format!("model {:?} is configured twice", model.name));
+            }
+            if model.upstreams.is_empty() {
+                return err(format!("model {:?} has no upstream", model.name));
+            }
+            for (k, u) in model.upstreams.iter().enumerate() {
+                let scheme = u.base_url.split_once("://").map(|(s, _)| s);
+                if !matches!(scheme, Some("http" | "https")) {
+                    return err(format!(
+                        "model {:?}, upstream {k}: base_url {:?} is not an http or https URL",
+                        model.name, u.base_url
+                    ));
+                }
+                if u.n == Some(NMode::Native) && u.api != ApiKind::Chat {
+                    return err(format!(
+                        "model {:?}, upstream {k}: the {} API has no n (n = \"fan-out\")",
+                        model.name, u.api
+                    ));
+                }
+            }
+        }
+        let l = &self.limits;
+        if l.max_n == 0 || l.max_samples == 0 || l.max_concurrent_requests == 0 {
+            return err(
+                "limits: max_n, max_samples and max_concurrent_requests must be above 0".into(),
+            );
+        }
+        if !(self.shutdown_grace_s.is_finite() && self.shutdown_grace_s >= 0.0) {
+            return err("shutdown_grace_s must be a number of seconds, 0 or more".into());
+        }
+        Ok(())
+    }
+
+    /// The address to listen on: `over` (`--listen`), else the file's `listen`, else
+    /// `127.0.0.1:8787`; refused when it is not a loopback address and no `[auth]` is set.
+    ///
+    /// ```
+    /// use choicewise_gateway::Config;
+    /// let config = Config::from_toml(
+    ///     "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+    /// ).unwrap();
+    /// assert_eq!(config.listen_addr(None).unwrap().to_string(), "127.0.0.1:8787");
+    /// assert!(config.listen_addr(Some("0.0.0.0:8787")).unwrap_err().to_string().contains("[auth]"));
+    /// ```
+    pub fn listen_addr(&self, over: Option<&str>) -> Result<SocketAddr, ConfigError> {
+        let text = over.or(self.listen.as_deref()).unwrap_or("127.0.0.1:8787");
+        let addr: SocketAddr = text
+            .parse()
+            .map_err(|e| ConfigError(format!("listen address {text:?}: {e}")))?;
+        if !addr.ip().is_loopback() && self.auth.is_none() {
+            return Err(ConfigError(format!(
+                "refusing to listen on {addr} without [auth]: only a loopback address may be served without keys"
+            )));
+        }
+        Ok(addr)
+    }
+
+    /// The grace period of a shutdown.
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs_f64(self.shutdown_grace_s)
+    }
+}

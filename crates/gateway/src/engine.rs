@@ -1,0 +1,552 @@
+//! One client request, run: the upstream requests that make its samples (native `n` or one
+//! request per sample, spread over the model's upstreams), opened before any byte is answered;
+//! the pick among the samples while they stream; and the output choices, renumbered `0..n`.
+//!
+//! Every sample is a choice of one [`Completions`] made on demand
+//! ([`CompletionsBuilder::samples`](choicewise_core::CompletionsBuilder::samples)): the
+//! library numbers, cancels, accounts and closes them; this module decides which become the
+//! client's choices.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use choicewise_client::{Client, ClientError, ClientErrorKind};
+use choicewise_core::{ChoiceEvent, ChoiceOutput, Completions, Source, Usage, UsageSource};
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+
+use crate::config::{ApiKind, NMode};
+use crate::error::ApiError;
+use crate::request::{ChatRequest, Select};
+
+/// A configured model's upstream, ready to call.
+#[derive(Debug, Clone)]
+pub(crate) struct UpstreamRoute {
+    pub api: ApiKind,
+    pub client: Client,
+    /// The upstream's model name.
+    pub model: String,
+    pub n_mode: NMode,
+    /// Its host, for messages (never a key).
+    pub host: String,
+}
+
+/// One upstream request of a run.
+#[derive(Debug, Clone)]
+struct Planned {
+    upstream: usize,
+    /// Its choices: these samples, in order.
+    samples: Vec<u32>,
+    body: Value,
+}
+
+/// The requests that make the samples: sample `i` goes to upstream `i mod k`; a native
+/// upstream gets one request with its samples' count as `n`, any other (or every upstream
+/// when samples start one at a time: hedged or windowed) one request per sample.
+fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Result<Vec<Planned>, ApiError> {
+    let k = upstreams.len();
+    let one_by_one = matches!(
+        req.select,
+        Select::FirstToken {
+            hedge_after: Some(_)
+        } | Select::Vote {
+            window: Some(_),
+            ..
+        }
+    );
+    let mut planned = Vec::new();
+    if one_by_one {
+        for i in 0..req.samples {
+            planned.push((i as usize % k, vec![i]));
+        }
+    } else {
+        for (j, u) in upstreams.iter().enumerate() {
+            let mine: Vec<u32> = (0..req.samples).filter(|i| *i as usize % k == j).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            match u.n_mode {
+                NMode::Native => planned.push((j, mine)),
+                NMode::FanOut => planned.extend(mine.into_iter().map(|i| (j, vec![i]))),
+            }
+        }
+    }
+    planned
+        .into_iter()
+        .map(|(j, samples)| {
+            let u = &upstreams[j];
+            let mut body = req.body.clone();
+            body.insert("model".into(), json!(u.model));
+            body.insert("stream".into(), json!(true));
+            if u.api == ApiKind::Chat {
+                if samples.len() > 1 {
+                    body.insert("n".into(), json!(samples.len()));
+                }
+                body.insert("stream_options".into(), json!({"include_usage": true}));
+            }
+            let body = Value::Object(body);
+            let body = match u.api {
+                ApiKind::Chat => Ok(body),
+                ApiKind::Responses => choicewise_client::Api::Responses.request_from_chat(&body),
+                ApiKind::Anthropic => choicewise_client::Api::Messages.request_from_chat(&body),
+            }
+            .map_err(ApiError::invalid)?;
+            Ok(Planned {
+                upstream: j,
+                samples,
+                body,
+            })
+        })
+        .collect()
+}
+
+/// The error a failed upstream request is to the client: its own 4xx passed through, anything
+/// else (a 5xx, a refused connection, a timeout) a 502 naming the model, the upstream's API and
+/// host.
+fn upstream_error(model: &str, u: &UpstreamRoute, e: &ClientError) -> ApiError {
+    match e.status() {
+        Some(status @ 400..=499) => {
+            let kind_of = |key: &str| {
+                e.body()
+                    .and_then(|b| b.pointer(&format!("/error/{key}")))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            };
+            let mut error = ApiError::new(
+                axum::http::StatusCode::from_u16(status)
+                    .unwrap_or(axum::http::StatusCode::BAD_REQUEST),
+                "upstream_error",
+                e.message().to_string(),
+            );
+            error.code = kind_of("code");
+            if let Some(kind) = kind_of("type") {
+                // The provider's own type, kept when it is one of the usual words.
+                error.kind = match kind.as_str() {
+                    "invalid_request_error" => "invalid_request_error",
+                    "authentication_error" => "authentication_error",
+                    "permission_error" => "permission_error",
+                    "not_found_error" => "not_found_error",
+                    "rate_limit_error" | "rate_limit_exceeded" => "rate_limit_error",
+                    _ => "upstream_error",
+                };
+            }
+            error
+        }
+        _ => {
+            let why = match e.kind() {
+                ClientErrorKind::Status => e.to_string(),
+                _ => e.to_string(),
+            };
+            ApiError::new(
+                axum::http::StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                format!(
+                    "model {model:?}: the {} upstream at {} failed before its stream began: {why}",
+                    u.api, u.host
+                ),
+            )
+            .code("upstream_failed")
+        }
+    }
+}
+
+/// A request's samples, streaming.
+pub(crate) struct Run {
+    pub completions: Completions,
+    /// Per library choice index, its sample number.
+    sample_of: Vec<u32>,
+    /// Per sample, its library choice index.
+    index_of: HashMap<u32, u32>,
+    /// Per upstream request (the completion's upstreams, in start order), its first sample.
+    first_sample_of: Vec<u32>,
+    /// Per upstream request, its number of samples.
+    sizes: Vec<usize>,
+    /// Tasks that live as long as the run (hedging, picking): aborted with it.
+    pub tasks: Vec<tokio::task::AbortHandle>,
+    pub samples: u32,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Run {
+    /// Plans the request's samples, opens the first ones (all of them, or the first one when
+    /// hedged, or the first window), and fails as the client should see it if any of those
+    /// fails before its stream begins.
+    pub async fn start(
+        model: &str,
+        upstreams: &[UpstreamRoute],
+        req: &ChatRequest,
+    ) -> Result<Run, ApiError> {
+        let planned = plan(upstreams, req)?;
+        let first = match req.select {
+            Select::FirstToken {
+                hedge_after: Some(_),
+            } => 1,
+            Select::Vote {
+                window: Some(w), ..
+            } => w.min(planned.len()),
+            _ => planned.len(),
+        };
+        let opened = futures::future::join_all(planned[..first].iter().map(|p| {
+            let client = upstreams[p.upstream].client.clone();
+            let body = p.body.clone();
+            async move { client.stream(&body).await }
+        }))
+        .await;
+        let mut sources: Vec<Option<Source>> = Vec::new();
+        for (p, opened) in planned.iter().zip(opened) {
+            match opened {
+                Ok(reads) => sources.push(Some(
+                    Source::sse(reads)
+                        .n(p.samples.len() as u32)
+                        .request(p.body.clone()),
+                )),
+                Err(e) => return Err(upstream_error(model, &upstreams[p.upstream], &e)),
+            }
+        }
+        // The library numbers each request's choices as a block, in the order started.
+        let mut sample_of = Vec::new();
+        let mut first_sample_of = Vec::new();
+        let mut sizes = Vec::new();
+        for p in &planned {
+            first_sample_of.push(p.samples[0]);
+            sizes.push(p.samples.len());
+            sample_of.extend(p.samples.iter().copied());
+        }
+        let index_of = sample_of
+            .iter()
+            .enumerate()
+            .map(|(li, s)| (*s, li as u32))
+            .collect();
+        let later: Vec<(Client, Value, u32)> = planned
+            .iter()
+            .map(|p| {
+                (
+                    upstreams[p.upstream].client.clone(),
+                    p.body.clone(),
+                    p.samples.len() as u32,
+                )
+            })
+            .collect();
+        let sources = Mutex::new(sources);
+        let completions = Completions::builder().samples(planned.len(), move |r| {
+            if let Some(source) = sources
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_mut(r)
+                .and_then(Option::take)
+            {
+                return source;
+            }
+            let (client, body, n) = &later[r];
+            // Started after the answer began: a failure is its choices' error.
+            client.source(body.clone()).n(*n)
+        });
+        completions.start_more(first);
+        Ok(Run {
+            completions,
+            sample_of,
+            index_of,
+            first_sample_of,
+            sizes,
+            tasks: Vec::new(),
+            samples: req.samples,
+        })
+    }
+
+    pub fn index_of(&self, sample: u32) -> Option<u32> {
+        self.index_of.get(&sample).copied()
+    }
+
+    pub fn sample_of(&self, index: u32) -> Option<u32> {
+        self.sample_of.get(index as usize).copied()
+    }
+
+    /// Picks the output samples as `select` says, waiting as long as the pick needs (a
+    /// first-token pick until the first tokens, a vote or a first-finished pick until the
+    /// decision); `None` if nothing could be picked. The samples not picked are cancelled.
+    pub async fn pick(&mut self, req: &ChatRequest) -> Picked {
+        match &req.select {
+            Select::All => Picked::samples((0..req.n).collect(), "all"),
+            Select::FirstToken { hedge_after } => {
+                self.first(req.n, *hedge_after, Trigger::Token).await
+            }
+            Select::FirstFinished => self.first(req.n, None, Trigger::Finish).await,
+            Select::Vote { by, window } => {
+                let by = by.clone();
+                let key = move |o: &ChoiceOutput| {
+                    let content = o.message.content.as_deref()?;
+                    let key = match &by {
+                        None => content.trim().to_string(),
+                        Some(re) => {
+                            let caps = re.captures(content)?;
+                            caps.get(1).or_else(|| caps.get(0))?.as_str().to_string()
+                        }
+                    };
+                    Some(key).filter(|k| !k.is_empty())
+                };
+                let pick = self.completions.vote(key);
+                let selection = match window {
+                    Some(w) => pick.window(*w).await,
+                    None => pick.await,
+                };
+                let mut samples: Vec<u32> = (selection.selected.iter())
+                    .filter_map(|i| self.sample_of(*i))
+                    .collect();
+                samples.sort_unstable();
+                samples.truncate(req.n as usize);
+                Picked {
+                    samples,
+                    decision: "vote",
+                    reason: selection.reason.clone(),
+                    vote: selection.vote.as_ref().map(|t| json!(t)),
+                }
+            }
+        }
+    }
+
+    /// The first `n` samples to produce (content or a tool call) or to finish well, starting
+    /// the next sample after `hedge_after` without a token when hedged; the others cancelled.
+    async fn first(&mut self, n: u32, hedge_after: Option<Duration>, trigger: Trigger) -> Picked {
+        let completions = self.completions.clone();
+        let (found_tx, mut found) = tokio::sync::mpsc::unbounded_channel::<u32>();
+        // Watch every choice as it appears.
+        let watcher = tokio::spawn({
+            let completions = completions.clone();
+            async move {
+                let mut choices = completions.choices();
+                let mut watches = Vec::new();
+                while let Some(choice) = choices.next().await {
+                    let found = found_tx.clone();
+                    watches.push(tokio::spawn(async move {
+                        let hit = match trigger {
+                            Trigger::Token => {
+                                let mut events = choice.events();
+                                let mut hit = false;
+                                while let Some(Ok(event)) = events.next().await {
+                                    if produced(&event) {
+                                        hit = true;
+                                        break;
+                                    }
+                                }
+                                hit
+                            }
+                            Trigger::Finish => choice.message().await.is_ok_and(|o| {
+                                !o.cancelled
+                                    && matches!(
+                                        o.finish_reason.as_deref(),
+                                        Some("stop" | "tool_calls")
+                                    )
+                            }),
+                        };
+                        if hit {
+                            let _ = found.send(choice.index());
+                        }
+                    }));
+                }
+                drop(found_tx);
+                for w in watches {
+                    let _ = w.await;
+                }
+            }
+        });
+        self.tasks.push(watcher.abort_handle());
+        let mut picked: Vec<u32> = Vec::new();
+        let mut hedge = hedge_after.map(|d| Box::pin(tokio::time::sleep(d)));
+        loop {
+            tokio::select! {
+                next = found.recv() => match next {
+                    Some(index) => {
+                        picked.push(index);
+                        if picked.len() as u32 >= n {
+                            break;
+                        }
+                    }
+                    None => break, // every choice ended: as many as there were
+                },
+                () = async { hedge.as_mut().unwrap().await }, if hedge.is_some() && picked.is_empty() => {
+                    // Nothing yet: the next sample starts.
+                    match completions.start_more(1) {
+                        0 => hedge = None,
+                        _ => hedge = hedge_after.map(|d| Box::pin(tokio::time::sleep(d))),
+                    }
+                }
+            }
+        }
+        // Decided: no further sample; every other choice cancelled, now and as it appears
+        // (an upstream still silent is dropped at once).
+        completions.cancel_except(&picked);
+        let mut samples: Vec<u32> = picked.iter().filter_map(|i| self.sample_of(*i)).collect();
+        // The pick's order is the outputs' order: the first to produce is choice 0.
+        samples.dedup();
+        Picked {
+            reason: samples.is_empty().then(|| match trigger {
+                Trigger::Token => "no sample produced content or a tool call".to_string(),
+                Trigger::Finish => "no sample finished with stop or tool_calls".to_string(),
+            }),
+            samples,
+            decision: match trigger {
+                Trigger::Token => "first_token",
+                Trigger::Finish => "first_finished",
+            },
+            vote: None,
+        }
+    }
+
+    /// The usage of every sample started: the total (reported where the upstreams reported,
+    /// estimated elsewhere: a cancelled sample's is an estimate), and each sample's part
+    /// (`index`: its output choice, if it is one).
+    pub async fn usage(&self, outputs: &[u32]) -> Value {
+        let usage: Usage = self.completions.usage().await;
+        let whole = match self.completions.collect().await {
+            Ok(c) => c,
+            Err(incomplete) => incomplete.partial,
+        };
+        let mut per_choice = Vec::new();
+        for choice in &whole.choices {
+            let Some(sample) = self.sample_of(choice.index) else {
+                continue;
+            };
+            let (completion, estimated) = match &choice.usage {
+                Some(u) => (u.completion_tokens, u.source == UsageSource::Estimated),
+                None => (0, true),
+            };
+            // A request's prompt is billed once: to its first sample.
+            let prompt = (self.first_sample_of.iter().position(|s| *s == sample))
+                .and_then(|r| usage.upstreams.get(r))
+                .map_or(0, |u| u.prompt_tokens);
+            per_choice.push(json!({
+                "index": outputs.iter().position(|s| *s == sample),
+                "sample": sample,
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "estimated": estimated,
+            }));
+        }
+        json!({
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "choicewise": {
+                "per_choice": per_choice,
+                "estimated": usage.source == UsageSource::Estimated,
+            },
+        })
+    }
+
+    /// The final `choicewise` object of a pick: the samples asked for, those selected and
+    /// cancelled (sample numbers, in start order), how it was decided, and how many started.
+    pub async fn summary(&self, picked: &Picked) -> Value {
+        let whole = match self.completions.collect().await {
+            Ok(c) => c,
+            Err(incomplete) => incomplete.partial,
+        };
+        let mut cancelled: Vec<u32> = (whole.choices.iter())
+            .filter(|c| c.cancelled)
+            .filter_map(|c| self.sample_of(c.index))
+            .collect();
+        cancelled.sort_unstable();
+        let mut summary = Map::new();
+        summary.insert("samples".into(), json!(self.samples));
+        summary.insert("selected".into(), json!(picked.samples));
+        summary.insert("cancelled".into(), json!(cancelled));
+        summary.insert("decision".into(), json!(picked.decision));
+        summary.insert("started".into(), json!(self.started_samples()));
+        if let Some(vote) = &picked.vote {
+            summary.insert("vote".into(), vote.clone());
+        }
+        if let Some(reason) = &picked.reason {
+            summary.insert("reason".into(), json!(reason));
+        }
+        Value::Object(summary)
+    }
+
+    /// Samples whose request started.
+    fn started_samples(&self) -> usize {
+        self.sizes[..self.completions.started().min(self.sizes.len())]
+            .iter()
+            .sum()
+    }
+}
+
+/// What a pick chose.
+#[derive(Debug, Clone)]
+pub(crate) struct Picked {
+    /// The output choices' samples, in output order.
+    pub samples: Vec<u32>,
+    pub decision: &'static str,
+    /// Why nothing (or too little) was picked.
+    pub reason: Option<String>,
+    /// The vote's tally.
+    pub vote: Option<Value>,
+}
+
+impl Picked {
+    fn samples(samples: Vec<u32>, decision: &'static str) -> Self {
+        Picked {
+            samples,
+            decision,
+            reason: None,
+            vote: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Trigger {
+    Token,
+    Finish,
+}
+
+/// Whether an event is a sample producing something: a non-empty content delta, or a tool
+/// call (a role or an empty string is not).
+pub(crate) fn produced(event: &ChoiceEvent) -> bool {
+    match event {
+        ChoiceEvent::Content(t) => !t.is_empty(),
+        ChoiceEvent::FunctionCall(_) => true,
+        _ => false,
+    }
+}
+
+/// Shared by a run's output streams: the model's name and the answer's id and time.
+#[derive(Debug, Clone)]
+pub(crate) struct Envelope {
+    pub id: Arc<str>,
+    pub created: u64,
+    pub model: Arc<str>,
+}
+
+impl Envelope {
+    pub fn new(model: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Envelope {
+            id: Arc::from(
+                format!("chatcmpl-cw{:x}{n:x}", nanos.as_nanos() & 0xffff_ffff_ffff).as_str(),
+            ),
+            created: nanos.as_secs(),
+            model: Arc::from(model),
+        }
+    }
+
+    /// A chunk of these choices' elements.
+    pub fn chunk(&self, choices: Vec<Value>) -> Value {
+        json!({
+            "id": &*self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": &*self.model,
+            "choices": choices,
+        })
+    }
+}

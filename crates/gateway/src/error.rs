@@ -1,0 +1,47 @@
+//! Errors as the gateway answers them: OpenAI's shape, `{"error": {"message", "type",
+//! "code"}}`, with the status that says what went wrong.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub kind: &'static str,
+    pub code: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            code: None,
+        }
+    }
+
+    /// 400: the request is not one the gateway serves.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    pub fn code(mut self, code: &str) -> Self {
+        self.code = Some(code.to_string());
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        json!({"error": {"message": self.message, "type": self.kind, "code": self.code}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}

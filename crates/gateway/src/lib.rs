@@ -1,0 +1,504 @@
+//! # choicewise-gateway
+//!
+//! An OpenAI-compatible gateway (`choicewise serve`) that gives every model a correct streamed
+//! `n`, by one request with `n` where the provider serves it and one request per choice where
+//! it does not, spread over the model's upstreams (OpenAI Chat Completions, the Responses API,
+//! Anthropic Messages); that picks among samples while they stream (the first to produce, with
+//! hedged requests; the first to finish; a vote decided early, window by window); and that
+//! accounts every choice (each upstream's own figures, estimated where none came).
+//!
+//! [`Gateway::router`] is an axum [`Router`](axum::Router): serve it alone ([`serve`]) or
+//! mount it in an axum app of your own.
+//!
+//! ```no_run
+//! use choicewise_gateway::{Config, Gateway};
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::from_toml(r#"
+//!     [[models]]
+//!     name = "small"
+//!     [[models.upstreams]]
+//!     api = "chat"
+//!     base_url = "http://127.0.0.1:8080/v1"
+//! "#)?;
+//! let app = axum::Router::new().nest("/llm", Gateway::new(&config)?.router());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8787").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod chunks;
+mod config;
+mod engine;
+mod error;
+mod request;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use choicewise_client::Client;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+pub use config::{ApiKind, Auth, Config, ConfigError, Limits, Model, NMode, Upstream};
+
+use chunks::ChoiceChunks;
+use engine::{Envelope, Picked, Run, UpstreamRoute};
+use error::ApiError;
+use request::{ChatRequest, Select};
+
+/// A gateway: its routes, its keys, its limits. Cheap to clone.
+///
+/// ```
+/// use choicewise_gateway::{Config, Gateway};
+/// let config = Config::from_toml(
+///     "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+/// ).unwrap();
+/// let gateway = Gateway::new(&config).unwrap();
+/// let app: axum::Router = gateway.router();
+/// # drop(app);
+/// ```
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    limits: Limits,
+    /// The keys clients may send; none: no key needed.
+    keys: Vec<String>,
+    models: HashMap<String, Vec<UpstreamRoute>>,
+    /// In order, for `GET /v1/models`.
+    names: Vec<String>,
+    /// One per request being served (`max_concurrent_requests`).
+    slots: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("models", &self.inner.names)
+            .field("keys", &self.inner.keys.len())
+            .finish()
+    }
+}
+
+impl Gateway {
+    /// A gateway for this configuration: its upstreams' clients, their keys read from the
+    /// environment variables the configuration names (an unset one is an error naming the
+    /// variable, never a value).
+    pub fn new(config: &Config) -> Result<Gateway, ConfigError> {
+        Gateway::with_env(config, |name| std::env::var(name).ok())
+    }
+
+    /// As [`new`](Self::new), the variables looked up with `env` instead of the process's
+    /// environment (for a program that keeps its secrets elsewhere, and for tests).
+    ///
+    /// ```
+    /// use choicewise_gateway::{Config, Gateway};
+    /// let config = Config::from_toml(
+    ///     "[auth]\nkeys_env = \"KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+    /// ).unwrap();
+    /// assert!(Gateway::with_env(&config, |_| None).unwrap_err().to_string().contains("KEYS is not set"));
+    /// assert!(Gateway::with_env(&config, |_| Some("sk-1,sk-2".into())).is_ok());
+    /// ```
+    pub fn with_env(
+        config: &Config,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Gateway, ConfigError> {
+        let env_var = |name: &str| {
+            env(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| ConfigError(format!("the environment variable {name} is not set")))
+        };
+        let keys = match &config.auth {
+            None => Vec::new(),
+            Some(auth) => {
+                let keys: Vec<String> = env_var(&auth.keys_env)?
+                    .split(',')
+                    .map(|k| k.trim().to_string())
+                    .filter(|k| !k.is_empty())
+                    .collect();
+                if keys.is_empty() {
+                    return Err(ConfigError(format!("{} holds no key", auth.keys_env)));
+                }
+                keys
+            }
+        };
+        let mut models = HashMap::new();
+        let mut names = Vec::new();
+        for model in &config.models {
+            let mut routes = Vec::new();
+            for (k, u) in model.upstreams.iter().enumerate() {
+                let api = match u.api {
+                    ApiKind::Chat => choicewise_client::Api::ChatCompletions,
+                    ApiKind::Responses => choicewise_client::Api::Responses,
+                    ApiKind::Anthropic => choicewise_client::Api::Messages,
+                };
+                let mut builder = Client::builder().api(api).base_url(&u.base_url);
+                if let Some(var) = &u.api_key_env {
+                    let key = env_var(var).map_err(|e| {
+                        ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
+                    })?;
+                    builder = builder.api_key(key);
+                }
+                let client = builder.build().map_err(|e| {
+                    ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
+                })?;
+                let host = client
+                    .url()
+                    .split_once("://")
+                    .map_or("", |(_, rest)| rest)
+                    .split(['/', '?'])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                routes.push(UpstreamRoute {
+                    api: u.api,
+                    client,
+                    model: u.model.clone().unwrap_or_else(|| model.name.clone()),
+                    n_mode: u.n_mode(),
+                    host,
+                });
+            }
+            names.push(model.name.clone());
+            models.insert(model.name.clone(), routes);
+        }
+        Ok(Gateway {
+            inner: Arc::new(Inner {
+                limits: config.limits.clone(),
+                keys,
+                models,
+                names,
+                slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
+            }),
+        })
+    }
+
+    /// The gateway's routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`.
+    pub fn router(&self) -> axum::Router {
+        axum::Router::new()
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/models", get(list_models))
+            .route("/healthz", get(|| async { "ok" }))
+            .layer(DefaultBodyLimit::max(self.inner.limits.max_body_bytes))
+            .with_state(self.clone())
+    }
+
+    /// Checks the client's key (`Authorization: Bearer KEY`) when keys are configured.
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        if self.inner.keys.is_empty() {
+            return Ok(());
+        }
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        let known = given.is_some_and(|given| {
+            // Every key compared in full, whatever matches: no early exit to time.
+            (self.inner.keys.iter()).fold(false, |found, key| {
+                found | same(key.as_bytes(), given.as_bytes())
+            })
+        });
+        match (given, known) {
+            (_, true) => Ok(()),
+            (None, _) => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "no API key: send Authorization: Bearer KEY",
+            )
+            .code("missing_api_key")),
+            (Some(_), false) => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "the API key is not one this gateway accepts",
+            )
+            .code("invalid_api_key")),
+        }
+    }
+}
+
+/// Compares two byte strings in time that depends on their lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+async fn list_models(State(gw): State<Gateway>, headers: HeaderMap) -> Response {
+    if let Err(e) = gw.authorize(&headers) {
+        return e.into_response();
+    }
+    let data: Vec<Value> = (gw.inner.names.iter())
+        .map(|name| json!({"id": name, "object": "model", "created": 0, "owned_by": "choicewise"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn chat_completions(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match serve_chat(gw, headers, body).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn serve_chat(
+    gw: Gateway,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            format!(
+                "the gateway serves {} requests at once (max_concurrent_requests); retry later",
+                gw.inner.limits.max_concurrent_requests
+            ),
+        )
+        .code("too_many_requests"));
+    };
+    gw.authorize(&headers)?;
+    let bytes = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!(
+                "the request body is larger than {} bytes (max_body_bytes)",
+                gw.inner.limits.max_body_bytes
+            ),
+        )
+        .code("request_too_large"),
+        status => ApiError::new(status, "invalid_request_error", rejection.body_text()),
+    })?;
+    let req = ChatRequest::parse(&bytes, &gw.inner.limits)?;
+    let Some(upstreams) = gw.inner.models.get(&req.model) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!(
+                "the model {:?} does not exist here (GET /v1/models lists them)",
+                req.model
+            ),
+        )
+        .code("model_not_found"));
+    };
+    let mut run = Run::start(&req.model, upstreams, &req).await?;
+    let picked = run.pick(&req).await;
+    if picked.samples.is_empty() {
+        let reason = picked
+            .reason
+            .clone()
+            .unwrap_or_else(|| "nothing was picked".into());
+        return Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            format!("model {:?}: {reason}", req.model),
+        )
+        .code("no_choice"));
+    }
+    let envelope = Envelope::new(&req.model);
+    match req.stream {
+        true => Ok(stream_response(run, picked, req, envelope, permit)),
+        false => Ok(json_response(run, picked, req, envelope).await),
+    }
+}
+
+/// One output choice's chunk elements, from its start.
+fn output(
+    completions: choicewise_core::Completions,
+    index: Option<u32>,
+    output: u32,
+) -> futures::stream::BoxStream<'static, Value> {
+    async_stream::stream! {
+        let mut chunks = ChoiceChunks::new(output);
+        let choice = match index {
+            Some(index) => completions.choice(index).await,
+            None => None,
+        };
+        let Some(choice) = choice else {
+            yield chunks.failed("the upstream ended without this choice");
+            return;
+        };
+        let mut events = choice.events();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => {
+                    if let Some(element) = chunks.event(&event) {
+                        yield element;
+                    }
+                }
+                Err(e) => {
+                    yield chunks.failed(&e.to_string());
+                    return;
+                }
+            }
+        }
+        if !chunks.finished {
+            yield chunks.failed("the upstream ended the choice without a finish reason");
+        }
+    }
+    .boxed()
+}
+
+fn sse(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// The streamed answer: each output choice's chunks as they come, then the usage and the
+/// pick's summary when asked for, then `[DONE]`.
+fn stream_response(
+    run: Run,
+    picked: Picked,
+    req: ChatRequest,
+    envelope: Envelope,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Response {
+    let body = async_stream::stream! {
+        // Held as long as the answer streams; dropped with it when the client goes away,
+        // which drops every upstream.
+        let _permit = permit;
+        let outputs: Vec<_> = (picked.samples.iter().enumerate())
+            .map(|(o, sample)| output(run.completions.clone(), run.index_of(*sample), o as u32))
+            .collect();
+        let mut merged = futures::stream::select_all(outputs);
+        while let Some(element) = merged.next().await {
+            yield Ok::<_, std::convert::Infallible>(sse(&envelope.chunk(vec![element])));
+        }
+        let summary = match req.select {
+            Select::All => None,
+            _ => Some(run.summary(&picked).await),
+        };
+        if req.include_usage || summary.is_some() {
+            let mut last = envelope.chunk(Vec::new());
+            if req.include_usage {
+                last["usage"] = run.usage(&picked.samples).await;
+            }
+            if let Some(summary) = summary {
+                last["choicewise"] = summary;
+            }
+            yield Ok(sse(&last));
+        }
+        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The answer as one `chat.completion`.
+async fn json_response(run: Run, picked: Picked, req: ChatRequest, envelope: Envelope) -> Response {
+    let mut choices = Vec::new();
+    for (o, sample) in picked.samples.iter().enumerate() {
+        let choice = match run.index_of(*sample) {
+            Some(index) => run.completions.choice(index).await,
+            None => None,
+        };
+        let element = match choice {
+            None => {
+                json!({"index": o, "message": {"role": "assistant", "content": null}, "logprobs": null,
+                           "finish_reason": "error", "choicewise": {"error": "the upstream ended without this choice"}})
+            }
+            Some(choice) => match choice.message().await {
+                Ok(out) => json!({"index": o, "message": out.message, "logprobs": out.logprobs,
+                                  "finish_reason": out.finish_reason}),
+                Err(incomplete) => {
+                    json!({"index": o, "message": incomplete.partial.message, "logprobs": null,
+                                          "finish_reason": "error", "choicewise": {"error": incomplete.error.to_string()}})
+                }
+            },
+        };
+        choices.push(element);
+    }
+    let mut body = json!({
+        "id": &*envelope.id,
+        "object": "chat.completion",
+        "created": envelope.created,
+        "model": &*envelope.model,
+        "choices": choices,
+        "usage": run.usage(&picked.samples).await,
+    });
+    if !matches!(req.select, Select::All) {
+        body["choicewise"] = run.summary(&picked).await;
+    }
+    axum::Json(body).into_response()
+}
+
+/// Serves a gateway until Ctrl-C or SIGTERM: listens on `listen` (else the configuration's),
+/// saying `listening on http://ADDR` on stderr once it accepts connections.
+pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
+    let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
+    let gateway = Gateway::new(config).map_err(ServeError::Config)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServeError::Io(format!("cannot listen on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| ServeError::Io(e.to_string()))?;
+    eprintln!("listening on http://{local}");
+    axum::serve(listener, gateway.router())
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| ServeError::Io(e.to_string()))
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Why [`serve`] could not serve.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configuration is wrong (or names an unset variable).
+    Config(ConfigError),
+    /// Listening or serving failed.
+    Io(String),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Config(e) => e.fmt(f),
+            ServeError::Io(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}

@@ -1,0 +1,582 @@
+//! The gateway over real loopback HTTP: the project's test server as the upstreams, the
+//! gateway served on 127.0.0.1, reqwest as the client.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use choicewise_gateway::{Config, Gateway};
+use choicewise_test_support::within;
+use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The environment the gateways of these tests see.
+fn env(name: &str) -> Option<String> {
+    match name {
+        "UPSTREAM_KEY" => Some("sk-upstream-secret".into()),
+        "CLIENT_KEYS" => Some("sk-a, sk-b".into()),
+        _ => None,
+    }
+}
+
+/// A gateway of this configuration, served on a free port of 127.0.0.1.
+async fn gateway(toml: &str) -> SocketAddr {
+    let config = Config::from_toml(toml).unwrap();
+    let app = Gateway::with_env(&config, env).unwrap().router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// One model named `m` over these upstreams (`api`, `base_url`, extra TOML lines).
+fn config(upstreams: &[(&str, String, &str)]) -> String {
+    let mut toml = String::from("[[models]]\nname = \"m\"\n");
+    for (api, url, extra) in upstreams {
+        toml.push_str(&format!(
+            "[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{url}\"\nmodel = \"up\"\n{extra}\n"
+        ));
+    }
+    toml
+}
+
+async fn post(addr: SocketAddr, body: Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The chunks of a streamed answer, and whether it ended with `[DONE]`.
+async fn read_sse(response: reqwest::Response) -> (Vec<Value>, bool) {
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "text/event-stream",
+        "an SSE answer"
+    );
+    let text = within(LIMIT, "the stream", response.text()).await.unwrap();
+    let mut out = Vec::new();
+    let mut done = false;
+    for event in text.split("\n\n").filter(|e| !e.trim().is_empty()) {
+        let data = event
+            .strip_prefix("data: ")
+            .unwrap_or_else(|| panic!("{event}"));
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        assert!(!done, "nothing after [DONE]");
+        out.push(serde_json::from_str(data).unwrap());
+    }
+    (out, done)
+}
+
+/// Each output choice's text, finish reason and `choicewise` error, from the chunks.
+fn assemble(chunks: &[Value]) -> Vec<(String, Option<String>, Option<String>)> {
+    let mut choices: Vec<(String, Option<String>, Option<String>)> = Vec::new();
+    for chunk in chunks {
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["model"], "m", "the client's model name");
+        for c in chunk["choices"].as_array().unwrap() {
+            let i = c["index"].as_u64().unwrap() as usize;
+            if choices.len() <= i {
+                choices.resize(i + 1, (String::new(), None, None));
+            }
+            let entry = &mut choices[i];
+            assert!(entry.1.is_none(), "nothing after a choice's finish");
+            if let Some(t) = c["delta"]["content"].as_str() {
+                entry.0.push_str(t);
+            }
+            if let Some(f) = c["finish_reason"].as_str() {
+                entry.1 = Some(f.to_string());
+            }
+            if let Some(e) = c["choicewise"]["error"].as_str() {
+                entry.2 = Some(e.to_string());
+            }
+        }
+    }
+    choices
+}
+
+fn request(n: u32) -> Value {
+    json!({"model": "m", "n": n, "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_n_streams_every_choice_renumbered() {
+    let upstream = TestServer::builder()
+        .fixture("openai_n3_tools.sse")
+        .random_writes(1, 40)
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[("chat", upstream.base_url(), "")])).await;
+    let (chunks, done) = read_sse(post(addr, request(3)).await).await;
+    assert!(done);
+    let choices = assemble(&chunks);
+    assert_eq!(choices.len(), 3);
+    assert!(choices.iter().all(|c| c.1.is_some()), "{choices:?}");
+    // One upstream request, with n and the upstream's model name.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1);
+    let body = requests[0].json.as_ref().unwrap();
+    assert_eq!(
+        (body["n"].as_u64(), body["model"].as_str()),
+        (Some(3), Some("up"))
+    );
+    assert_eq!(body["stream"], true);
+    assert!(body.get("choicewise").is_none());
+    // Tool calls keep their own indexes per choice.
+    let tool_chunks = chunks
+        .iter()
+        .flat_map(|c| c["choices"].as_array().unwrap().clone())
+        .filter(|c| c["delta"].get("tool_calls").is_some())
+        .count();
+    assert!(tool_chunks > 0);
+
+    // The same, not streamed: one chat.completion, with usage.
+    let mut r = request(3);
+    r["stream"] = json!(false);
+    let whole: Value = post(addr, r).await.json().await.unwrap();
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"].as_array().unwrap().len(), 3);
+    assert!(whole["usage"]["total_tokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_sends_one_request_per_choice_and_mixes_dialects() {
+    let chat = TestServer::builder()
+        .body(answer("from chat"))
+        .start()
+        .await
+        .unwrap();
+    let responses = TestServer::builder()
+        .fixture("responses_text.sse")
+        .start()
+        .await
+        .unwrap();
+    let anthropic = TestServer::builder()
+        .fixture("anthropic_tools.sse")
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[
+        ("chat", chat.base_url(), "n = \"fan-out\""),
+        ("responses", responses.base_url(), ""),
+        ("anthropic", anthropic.base_url(), ""),
+    ]))
+    .await;
+    let mut r = request(6);
+    r["stream_options"] = json!({"include_usage": true});
+    let (chunks, done) = read_sse(post(addr, r).await).await;
+    assert!(done);
+    let choices = assemble(&chunks);
+    assert_eq!(choices.len(), 6);
+    // Choice i goes to upstream i mod 3.
+    assert_eq!(choices[0].0, "from chat");
+    assert_eq!(choices[3].0, "from chat");
+    assert_eq!(chat.request_count(), 2);
+    assert_eq!(responses.request_count(), 2);
+    assert_eq!(anthropic.request_count(), 2);
+    assert_eq!(choices[2].1.as_deref(), Some("tool_calls"));
+    for r in chat.requests() {
+        assert!(
+            r.json.as_ref().unwrap().get("n").is_none(),
+            "one choice per request"
+        );
+    }
+    assert_eq!(responses.requests()[0].path, "/v1/responses");
+    assert_eq!(anthropic.requests()[0].path, "/v1/messages");
+    assert!(
+        anthropic.requests()[0]
+            .json
+            .as_ref()
+            .unwrap()
+            .get("max_tokens")
+            .is_some()
+    );
+    // The last chunk: no choices, the usage of every request, each choice's part.
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"], json!([]));
+    let usage = &last["usage"];
+    let per_choice = usage["choicewise"]["per_choice"].as_array().unwrap();
+    assert_eq!(per_choice.len(), 6);
+    let prompts: u64 = per_choice
+        .iter()
+        .map(|p| p["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    let completions: u64 = per_choice
+        .iter()
+        .map(|p| p["completion_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(usage["prompt_tokens"].as_u64().unwrap(), prompts, "{usage}");
+    assert_eq!(
+        usage["completion_tokens"].as_u64().unwrap(),
+        completions,
+        "{usage}"
+    );
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        prompts + completions
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_before_the_first_byte_and_mid_stream() {
+    // A 5xx before any byte: 502 naming the model, the API and the host, never the key.
+    let down = TestServer::builder()
+        .fail(Failure::status(500).message("boom"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[(
+        "chat",
+        down.base_url(),
+        "api_key_env = \"UPSTREAM_KEY\"",
+    )]))
+    .await;
+    let response = post(addr, request(2)).await;
+    assert_eq!(response.status(), 502);
+    let text = response.text().await.unwrap();
+    let error: Value = serde_json::from_str(&text).unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"m\"")
+            && message.contains("chat")
+            && message.contains(&down.addr().to_string()),
+        "{message}"
+    );
+    assert!(!text.contains("sk-upstream-secret"), "{text}");
+    assert_eq!(error["error"]["type"], "upstream_error");
+    assert_eq!(
+        down.requests()[0].header("authorization"),
+        Some("Bearer sk-upstream-secret")
+    );
+    // Its own 4xx: passed through with its status and message.
+    let refusing = TestServer::builder()
+        .fail(
+            Failure::status(400)
+                .message("n is too large")
+                .code(Some("invalid_n")),
+        )
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[("chat", refusing.base_url(), "")])).await;
+    let response = post(addr, request(2)).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["message"], "n is too large");
+    // Unreachable: 502.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = gateway(&config(&[(
+        "chat",
+        format!("http://127.0.0.1:{port}/v1"),
+        "",
+    )]))
+    .await;
+    let response = post(addr, request(1)).await;
+    assert_eq!(response.status(), 502);
+    let message = response.text().await.unwrap();
+    assert!(message.contains("connection refused"), "{message}");
+
+    // Mid-stream: one request of a fan-out cut after its first event ends only its choice.
+    let cut = TestServer::builder()
+        .body(answer("fine"))
+        .then(
+            TestServer::builder()
+                .body(answer("cut short"))
+                .close_after_events(1),
+        )
+        .then(TestServer::builder().body(answer("fine")))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[("chat", cut.base_url(), "n = \"fan-out\"")])).await;
+    let (chunks, done) = read_sse(post(addr, request(3)).await).await;
+    assert!(done);
+    let choices = assemble(&chunks);
+    let errors: Vec<_> = choices
+        .iter()
+        .filter(|c| c.1.as_deref() == Some("error"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{choices:?}");
+    assert!(errors[0].2.is_some(), "the failed choice says why");
+    assert_eq!(
+        choices
+            .iter()
+            .filter(|c| c.1.as_deref() == Some("stop"))
+            .count(),
+        2,
+        "{choices:?}"
+    );
+}
+
+/// A sample that begins, then stalls as long as the client stays.
+fn stalled() -> TestServerBuilder {
+    TestServer::builder()
+        .body(answer("let me think about it"))
+        .stall_after_events(1)
+}
+
+fn select(samples: u32, select: &str) -> Value {
+    let mut r = request(1);
+    r["choicewise"] = json!({"samples": samples, "select": select});
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_finished_streams_the_winner_and_closes_the_rest() {
+    let server = stalled()
+        .then(TestServer::builder().body(answer("done")))
+        .then(stalled())
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
+    let started = Instant::now();
+    let (chunks, done) = read_sse(post(addr, select(3, "first_finished")).await).await;
+    assert!(done && started.elapsed() < Duration::from_secs(10));
+    let choices = assemble(&chunks);
+    assert_eq!(choices.len(), 1);
+    assert_eq!(
+        (choices[0].0.as_str(), choices[0].1.as_deref()),
+        ("done", Some("stop"))
+    );
+    let summary = &chunks.last().unwrap()["choicewise"];
+    assert_eq!(summary["samples"], 3);
+    assert_eq!(summary["decision"], "first_finished");
+    assert_eq!(summary["selected"].as_array().unwrap().len(), 1);
+    assert_eq!(summary["cancelled"].as_array().unwrap().len(), 2);
+    within(
+        Duration::from_secs(2),
+        "the stalled connections closing",
+        server.wait_disconnects(2),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_picks_the_majority_and_no_key_is_a_502() {
+    let server = TestServer::builder()
+        .body(answer("Answer: 42"))
+        .then(stalled())
+        .then(TestServer::builder().body(answer("Answer: 41")))
+        .then(TestServer::builder().body(answer("Answer: 42")))
+        .then(TestServer::builder().body(answer("Answer: 42")))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
+    let mut r = select(5, "vote");
+    r["choicewise"]["vote_by"] = json!(r"Answer: (\d+)");
+    r["stream"] = json!(false);
+    let whole: Value = within(LIMIT, "the vote", post(addr, r))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(whole["choices"].as_array().unwrap().len(), 1);
+    assert_eq!(whole["choices"][0]["message"]["content"], "Answer: 42");
+    assert_eq!(whole["choicewise"]["decision"], "vote");
+    assert_eq!(whole["choicewise"]["vote"]["key"], "42");
+    assert!(whole["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    within(
+        Duration::from_secs(2),
+        "the stalled connection closing",
+        server.wait_disconnects(1),
+    )
+    .await;
+    // No sample with a key: 502 before any byte.
+    let server = TestServer::builder()
+        .body(answer("no number"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
+    let mut r = select(3, "vote");
+    r["choicewise"]["vote_by"] = json!(r"Answer: (\d+)");
+    let response = post(addr, r).await;
+    assert_eq!(response.status(), 502);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_token_hedges_only_when_the_first_sample_is_slow() {
+    // A quick first sample: no second request.
+    let quick = TestServer::builder()
+        .body(answer("fast"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[("chat", quick.base_url(), "")])).await;
+    let mut r = select(3, "first_token");
+    r["choicewise"]["hedge_after_ms"] = json!(300);
+    let (chunks, _) = read_sse(post(addr, r.clone()).await).await;
+    assert_eq!(assemble(&chunks)[0].0, "fast");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        quick.request_count(),
+        1,
+        "no hedge after a quick first token"
+    );
+    // A first sample that thinks for 2 s: the second starts after 300 ms and wins.
+    let slow = TestServer::builder()
+        .body(answer("slow"))
+        .delay(Duration::from_secs(2))
+        .then(TestServer::builder().body(answer("hedged")))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[("chat", slow.base_url(), "")])).await;
+    let started = Instant::now();
+    let (chunks, done) = read_sse(post(addr, r).await).await;
+    assert!(done);
+    assert!(
+        started.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(assemble(&chunks)[0].0, "hedged");
+    assert_eq!(slow.request_count(), 2);
+    let summary = &chunks.last().unwrap()["choicewise"];
+    assert_eq!(summary["decision"], "first_token");
+    assert_eq!(summary["selected"], json!([1]));
+    assert_eq!(summary["cancelled"], json!([0]));
+    assert_eq!(summary["started"], 2, "the third sample never started");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_keys_limits_and_models() {
+    let upstream = TestServer::builder()
+        .body(answer("hi"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_n = 4\nmax_body_bytes = 2000\nmax_concurrent_requests = 1\n{}",
+        config(&[("chat", upstream.base_url(), "")])
+    );
+    let addr = gateway(&toml).await;
+    let url = format!("http://{addr}/v1/chat/completions");
+    let send = |key: Option<&str>, body: String| {
+        let url = url.clone();
+        let key = key.map(str::to_string);
+        async move {
+            let mut r = reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body);
+            if let Some(key) = key {
+                r = r.bearer_auth(key);
+            }
+            let response = r.send().await.unwrap();
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let ok = request(1).to_string();
+    assert_eq!(send(None, ok.clone()).await.0, 401);
+    assert_eq!(send(Some("sk-c"), ok.clone()).await.0, 401);
+    let (status, body) = send(Some("sk-b"), "{not json".into()).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(
+        send(
+            Some("sk-b"),
+            json!({"model": "m", "n": 5, "messages": []}).to_string()
+        )
+        .await
+        .0,
+        400
+    );
+    let (status, body) = send(
+        Some("sk-a"),
+        json!({"model": "nope", "messages": []}).to_string(),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let big = json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(3000)}]})
+        .to_string();
+    assert_eq!(send(Some("sk-a"), big).await.0, 413);
+    let (status, _) = send(Some("sk-a"), ok.clone()).await;
+    assert_eq!(status, 200);
+    // One request at a time: a second while one streams is 429.
+    let stalling = TestServer::builder()
+        .body(answer("slow"))
+        .stall_after_events(1)
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[limits]\nmax_concurrent_requests = 1\n{}",
+        config(&[("chat", stalling.base_url(), "")])
+    );
+    let addr = gateway(&toml).await;
+    let first = post(addr, request(1)).await;
+    assert_eq!(first.status(), 200);
+    let second = post(addr, request(1)).await;
+    assert_eq!(second.status(), 429);
+    drop(first);
+    // The models.
+    let models: Value = reqwest::get(format!("http://{addr}/v1/models"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "m");
+    assert_eq!(
+        reqwest::get(format!("http://{addr}/healthz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_closes_every_upstream_within_100_ms() {
+    let server = stalled().start().await.unwrap();
+    let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
+    let response = post(addr, request(3)).await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    // The first chunks arrived: every upstream is streaming.
+    let first = within(LIMIT, "the first chunk", body.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!first.is_empty());
+    within(LIMIT, "three requests", async {
+        while server.request_count() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let gone = Instant::now();
+    drop(body);
+    within(
+        Duration::from_secs(2),
+        "every upstream closing",
+        server.wait_disconnects(3),
+    )
+    .await;
+    assert!(
+        gone.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        gone.elapsed()
+    );
+}
