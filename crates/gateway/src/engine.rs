@@ -7,7 +7,7 @@
 //! library numbers, cancels, accounts and closes them; this module decides which become the
 //! client's choices.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -158,8 +158,6 @@ pub(crate) struct Run {
     sample_of: Vec<u32>,
     /// Per sample, its library choice index.
     index_of: HashMap<u32, u32>,
-    /// Per upstream request (the completion's upstreams, in start order), its first sample.
-    first_sample_of: Vec<u32>,
     /// Per upstream request, its number of samples.
     sizes: Vec<usize>,
     /// Tasks that live as long as the run (hedging, picking): aborted with it.
@@ -213,10 +211,8 @@ impl Run {
         }
         // The library numbers each request's choices as a block, in the order started.
         let mut sample_of = Vec::new();
-        let mut first_sample_of = Vec::new();
         let mut sizes = Vec::new();
         for p in &planned {
-            first_sample_of.push(p.samples[0]);
             sizes.push(p.samples.len());
             sample_of.extend(p.samples.iter().copied());
         }
@@ -254,7 +250,6 @@ impl Run {
             completions,
             sample_of,
             index_of,
-            first_sample_of,
             sizes,
             tasks: Vec::new(),
             samples: req.samples,
@@ -402,33 +397,88 @@ impl Run {
 
     /// The usage of every sample started: the total (reported where the upstreams reported,
     /// estimated elsewhere: a cancelled sample's is an estimate), and each sample's part
-    /// (`index`: its output choice, if it is one).
+    /// (`index`: its output choice, if it is one). A request's prompt is billed to its first
+    /// sample. Where an upstream reported one total for several choices, its completion
+    /// tokens are shared among them in proportion to their tiktoken counts, so that the
+    /// parts always add up to what the upstream bills (such a part is `estimated`).
     pub async fn usage(&self, outputs: &[u32]) -> Value {
         let usage: Usage = self.completions.usage().await;
         let whole = match self.completions.collect().await {
             Ok(c) => c,
             Err(incomplete) => incomplete.partial,
         };
+        let choices = whole.choices.clone();
+        let counted: BTreeMap<u32, u64> = tokio::task::spawn_blocking(move || {
+            Usage::estimate(None, None, &choices)
+                .estimate
+                .map(|e| e.choices)
+                .unwrap_or_default()
+        })
+        .await
+        .unwrap_or_default();
+        let by_index: HashMap<u32, &ChoiceOutput> =
+            whole.choices.iter().map(|c| (c.index, c)).collect();
         let mut per_choice = Vec::new();
-        for choice in &whole.choices {
-            let Some(sample) = self.sample_of(choice.index) else {
-                continue;
+        let mut first = 0u32;
+        for (r, size) in self.sizes.iter().enumerate() {
+            let block: Vec<u32> = (first..first + *size as u32)
+                .filter(|i| by_index.contains_key(i))
+                .collect();
+            first += *size as u32;
+            let upstream = match usage.upstreams.is_empty() {
+                true => Some(&usage),
+                false => usage.upstreams.get(r),
             };
-            let (completion, estimated) = match &choice.usage {
-                Some(u) => (u.completion_tokens, u.source == UsageSource::Estimated),
-                None => (0, true),
+            let Some(upstream) = upstream else { continue };
+            let own = |i: &u32| {
+                by_index[i]
+                    .usage
+                    .filter(|u| u.source == UsageSource::Reported)
             };
-            // A request's prompt is billed once: to its first sample.
-            let prompt = (self.first_sample_of.iter().position(|s| *s == sample))
-                .and_then(|r| usage.upstreams.get(r))
-                .map_or(0, |u| u.prompt_tokens);
-            per_choice.push(json!({
-                "index": outputs.iter().position(|s| *s == sample),
-                "sample": sample,
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "estimated": estimated,
-            }));
+            // The upstream's total not already counted choice by choice, shared out.
+            let shared = match upstream.source {
+                UsageSource::Reported => {
+                    let known: u64 = block
+                        .iter()
+                        .filter_map(own)
+                        .map(|u| u.completion_tokens)
+                        .sum();
+                    let rest: Vec<u32> =
+                        block.iter().copied().filter(|i| own(i).is_none()).collect();
+                    let weights: Vec<u64> = rest
+                        .iter()
+                        .map(|i| counted.get(i).copied().unwrap_or(0))
+                        .collect();
+                    rest.into_iter()
+                        .zip(share(
+                            upstream.completion_tokens.saturating_sub(known),
+                            &weights,
+                        ))
+                        .collect()
+                }
+                _ => HashMap::new(),
+            };
+            for (k, i) in block.iter().enumerate() {
+                let (completion, estimated) = match (own(i), shared.get(i)) {
+                    (Some(u), _) => (u.completion_tokens, false),
+                    (None, Some(part)) => (*part, true),
+                    (None, None) => (
+                        by_index[i].usage.map_or_else(
+                            || counted.get(i).copied().unwrap_or(0),
+                            |u| u.completion_tokens,
+                        ),
+                        true,
+                    ),
+                };
+                let sample = self.sample_of[*i as usize];
+                per_choice.push(json!({
+                    "index": outputs.iter().position(|s| *s == sample),
+                    "sample": sample,
+                    "prompt_tokens": if k == 0 { upstream.prompt_tokens } else { 0 },
+                    "completion_tokens": completion,
+                    "estimated": estimated,
+                }));
+            }
         }
         json!({
             "prompt_tokens": usage.prompt_tokens,
@@ -548,5 +598,53 @@ impl Envelope {
             "model": &*self.model,
             "choices": choices,
         })
+    }
+}
+
+/// `total` shared in proportion to `weights` (largest remainder, so the parts add up to
+/// `total`); equal parts when every weight is zero.
+fn share(total: u64, weights: &[u64]) -> Vec<u64> {
+    if weights.is_empty() {
+        return Vec::new();
+    }
+    let sum: u64 = weights.iter().sum();
+    let weights: Vec<u128> = match sum {
+        0 => vec![1; weights.len()],
+        _ => weights.iter().map(|w| u128::from(*w)).collect(),
+    };
+    let sum: u128 = weights.iter().sum();
+    let exact: Vec<(u64, u128)> = weights
+        .iter()
+        .map(|w| {
+            let scaled = u128::from(total) * w;
+            ((scaled / sum) as u64, scaled % sum)
+        })
+        .collect();
+    let mut parts: Vec<u64> = exact.iter().map(|(q, _)| *q).collect();
+    let mut left = total - parts.iter().sum::<u64>();
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by(|a, b| exact[*b].1.cmp(&exact[*a].1).then(a.cmp(b)));
+    for i in order.into_iter().cycle() {
+        if left == 0 {
+            break;
+        }
+        parts[i] += 1;
+        left -= 1;
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn shares_add_up_to_the_total() {
+        assert_eq!(share(10, &[1, 1]), [5, 5]);
+        assert_eq!(share(10, &[1, 2]), [3, 7]);
+        assert_eq!(share(7, &[0, 0, 0]), [3, 2, 2]);
+        assert_eq!(share(0, &[5, 9]), [0, 0]);
+        assert_eq!(share(126, &[40, 60, 20]).iter().sum::<u64>(), 126);
+        assert!(share(3, &[]).is_empty());
     }
 }
