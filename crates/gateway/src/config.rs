@@ -67,6 +67,9 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// The most requests served at once; more are answered 429.
     pub max_concurrent_requests: usize,
+    /// How long an upstream may send nothing before its choices fail (seconds, default
+    /// 300): a stalled upstream never holds a request forever.
+    pub upstream_idle_timeout_s: f64,
 }
 
 impl Default for Limits {
@@ -76,6 +79,7 @@ impl Default for Limits {
             max_samples: 16,
             max_body_bytes: 8 * 1024 * 1024,
             max_concurrent_requests: 1024,
+            upstream_idle_timeout_s: 300.0,
         }
     }
 }
@@ -215,6 +219,12 @@ impl Config {
         if l.max_n == 0 || l.max_samples == 0 || l.max_concurrent_requests == 0 {
             return err(
                 "limits: max_n, max_samples and max_concurrent_requests must be above 0".into(),
+            );
+        }
+        let idle = self.limits.upstream_idle_timeout_s;
+        if !(idle.is_finite() && idle > 0.0) {
+            return err(
+                "limits: upstream_idle_timeout_s must be a number of seconds above 0".into(),
             );
         }
         if !(self.shutdown_grace_s.is_finite() && self.shutdown_grace_s >= 0.0) {

@@ -30,6 +30,8 @@ pub(crate) struct UpstreamRoute {
     pub n_mode: NMode,
     /// Its host, for messages (never a key).
     pub host: String,
+    /// How long it may stay silent before its choices fail.
+    pub idle_timeout: Duration,
 }
 
 /// One upstream request of a run.
@@ -204,7 +206,8 @@ impl Run {
                 Ok(reads) => sources.push(Some(
                     Source::sse(reads)
                         .n(p.samples.len() as u32)
-                        .request(p.body.clone()),
+                        .request(p.body.clone())
+                        .idle_timeout(upstreams[p.upstream].idle_timeout),
                 )),
                 Err(e) => return Err(upstream_error(model, &upstreams[p.upstream], &e)),
             }
@@ -221,13 +224,15 @@ impl Run {
             .enumerate()
             .map(|(li, s)| (*s, li as u32))
             .collect();
-        let later: Vec<(Client, Value, u32)> = planned
+        let later: Vec<(Client, Value, u32, Duration)> = planned
             .iter()
             .map(|p| {
+                let route = &upstreams[p.upstream];
                 (
-                    upstreams[p.upstream].client.clone(),
+                    route.client.clone(),
                     p.body.clone(),
                     p.samples.len() as u32,
+                    route.idle_timeout,
                 )
             })
             .collect();
@@ -241,9 +246,9 @@ impl Run {
             {
                 return source;
             }
-            let (client, body, n) = &later[r];
+            let (client, body, n, idle) = &later[r];
             // Started after the answer began: a failure is its choices' error.
-            client.source(body.clone()).n(*n)
+            client.source(body.clone()).n(*n).idle_timeout(*idle)
         });
         completions.start_more(first);
         Ok(Run {

@@ -36,6 +36,7 @@ mod request;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -168,6 +169,7 @@ impl Gateway {
                     model: u.model.clone().unwrap_or_else(|| model.name.clone()),
                     n_mode: u.n_mode(),
                     host,
+                    idle_timeout: Duration::from_secs_f64(config.limits.upstream_idle_timeout_s),
                 });
             }
             names.push(model.name.clone());

@@ -580,3 +580,44 @@ async fn a_client_that_goes_away_closes_every_upstream_within_100_ms() {
         gone.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_upstream_fails_its_choices_after_the_idle_timeout() {
+    let server = TestServer::builder()
+        .body(answer("fine"))
+        .then(stalled())
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[limits]\nupstream_idle_timeout_s = 0.3\n{}",
+        config(&[("chat", server.base_url(), "n = \"fan-out\"")])
+    );
+    let addr = gateway(&toml).await;
+    let started = Instant::now();
+    let (chunks, done) = read_sse(post(addr, request(2)).await).await;
+    assert!(done);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut finishes: Vec<_> = assemble(&chunks).into_iter().map(|c| c.1).collect();
+    finishes.sort();
+    assert_eq!(
+        finishes,
+        [Some("error".to_string()), Some("stop".to_string())],
+        "the stalled choice fails alone"
+    );
+    // A first_finished pick with only a silent sample left ends too: never a hang.
+    let stalled_only = stalled().start().await.unwrap();
+    let toml = format!(
+        "[limits]\nupstream_idle_timeout_s = 0.3\n{}",
+        config(&[("chat", stalled_only.base_url(), "n = \"fan-out\"")])
+    );
+    let addr = gateway(&toml).await;
+    let mut r = select(2, "first_finished");
+    r["stream"] = json!(false);
+    let response = within(LIMIT, "the pick", post(addr, r)).await;
+    assert_eq!(response.status(), 502, "no sample finished");
+}
