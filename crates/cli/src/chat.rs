@@ -19,7 +19,7 @@ use crate::record::Recorder;
 use crate::show;
 use crate::upstream::{self, ApiName, Item};
 use crate::view::ViewArgs;
-use crate::{Exit, live, replay};
+use crate::{Exit, live, replay, view};
 
 /// The model asked for when neither `--model` nor `--request` names one.
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
@@ -312,7 +312,7 @@ struct Upstream {
 
 impl Upstream {
     /// Where its choices come from, as the views name it.
-    fn source(&self) -> live::SourceLabel {
+    fn source(&self) -> view::SourceLabel {
         let url = self.client.url();
         let host = url
             .split_once("://")
@@ -321,7 +321,7 @@ impl Upstream {
             .next()
             .unwrap_or_default()
             .to_string();
-        live::SourceLabel {
+        view::SourceLabel {
             api: self.api.to_string(),
             model: self.model.clone(),
             host,
@@ -491,12 +491,12 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         };
         // Each choice's source: upstream k's choices are its request's n, in order.
         let per_request = request["n"].as_u64().unwrap_or(1).max(1) as usize;
-        let sources: Vec<live::SourceLabel> = upstreams.iter().map(Upstream::source).collect();
+        let sources: Vec<view::SourceLabel> = upstreams.iter().map(Upstream::source).collect();
         let options = live::Options {
             start,
             title,
             model,
-            sources: live::Sources::new(sources, per_request),
+            sources: view::Sources::new(sources, per_request),
         };
         return show(completions, &args, options).await;
     }
@@ -546,7 +546,7 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         start,
         title,
         model,
-        sources: live::Sources::default(),
+        sources: view::Sources::default(),
     };
     let shown = show(completions, &args, options).await;
 

@@ -31,7 +31,7 @@ use ratatui::{Frame, TerminalOptions, Viewport};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 use crate::Exit;
-use crate::view::Decision;
+use crate::view::{Decision, Sources};
 
 /// How often the screen is redrawn (the elapsed times move even when nothing arrives).
 const FRAME: Duration = Duration::from_millis(50);
@@ -55,53 +55,6 @@ pub struct Options {
     pub model: Option<String>,
     /// Where each choice comes from, in a fan-out.
     pub sources: Sources,
-}
-
-/// One upstream of a fan-out, as the views name it: `API:MODEL@HOST`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceLabel {
-    pub api: String,
-    pub model: String,
-    pub host: String,
-}
-
-impl std::fmt::Display for SourceLabel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}@{}", self.api, self.model, self.host)
-    }
-}
-
-/// The upstreams of a fan-out, in order, each with `per_request` choices.
-#[derive(Debug, Clone, Default)]
-pub struct Sources {
-    upstreams: Vec<SourceLabel>,
-    per_request: usize,
-}
-
-impl Sources {
-    pub fn new(upstreams: Vec<SourceLabel>, per_request: usize) -> Self {
-        Sources {
-            upstreams,
-            per_request: per_request.max(1),
-        }
-    }
-
-    /// Upstream `k`'s label.
-    pub fn upstream(&self, k: usize) -> Option<&SourceLabel> {
-        self.upstreams.get(k)
-    }
-
-    /// The label of the choice with this index, when the fan-out mixes sources (a fan-out of
-    /// one source, or no fan-out, needs none).
-    pub fn of_choice(&self, index: u32) -> Option<String> {
-        let first = self.upstreams.first()?;
-        if self.upstreams.iter().all(|u| u == first) {
-            return None;
-        }
-        self.upstreams
-            .get(index as usize / self.per_request)
-            .map(ToString::to_string)
-    }
 }
 
 /// Whether the live view can be used: standard output is a terminal.
@@ -1008,7 +961,7 @@ mod tests {
             3
         );
         // A fan-out mixing sources names each choice's in its header; one source needs none.
-        let label = |api: &str, model: &str, host: &str| SourceLabel {
+        let label = |api: &str, model: &str, host: &str| crate::view::SourceLabel {
             api: api.into(),
             model: model.into(),
             host: host.into(),

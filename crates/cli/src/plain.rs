@@ -15,7 +15,7 @@ pub async fn json(
         crate::view::Pick,
         tokio::task::JoinHandle<choicewise::Selection>,
     )>,
-    sources: &crate::live::Sources,
+    sources: &crate::view::Sources,
     before_printing: impl FnOnce(),
 ) -> Result<(), String> {
     let completion = match completions.collect().await {
@@ -61,7 +61,7 @@ pub async fn json(
 /// `api` and `host`.
 pub fn completion_json(
     completion: &choicewise::ChatCompletion,
-    sources: &crate::live::Sources,
+    sources: &crate::view::Sources,
 ) -> Result<serde_json::Value, String> {
     let mut value = serde_json::to_value(completion).map_err(|e| e.to_string())?;
     if let Some(choices) = value["choices"].as_array_mut() {
@@ -89,7 +89,7 @@ pub fn completion_json(
 pub async fn labelled(
     completions: Completions,
     decision: Option<crate::view::Decision>,
-    sources: &crate::live::Sources,
+    sources: &crate::view::Sources,
 ) -> Result<(), String> {
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let printer = tokio::spawn(async move {

@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::show;
 use crate::view::ViewArgs;
-use crate::{Exit, live, record, sniff};
+use crate::{Exit, live, record, sniff, view};
 
 /// The stream replayed when no file is given: a recorded n = 3 completion whose choices
 /// first appear out of order, one of them making two parallel tool calls. It is
@@ -107,7 +107,7 @@ pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
             start,
             title,
             model,
-            sources: live::Sources::default(),
+            sources: view::Sources::default(),
         },
     )
     .await

@@ -259,6 +259,53 @@ pub async fn verdict(completions: &Completions) -> Result<(), String> {
     }
 }
 
+/// One upstream of a fan-out, as the views name it: `API:MODEL@HOST`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceLabel {
+    pub api: String,
+    pub model: String,
+    pub host: String,
+}
+
+impl std::fmt::Display for SourceLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}@{}", self.api, self.model, self.host)
+    }
+}
+
+/// The upstreams of a fan-out, in order, each with `per_request` choices.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    upstreams: Vec<SourceLabel>,
+    per_request: usize,
+}
+
+impl Sources {
+    pub fn new(upstreams: Vec<SourceLabel>, per_request: usize) -> Self {
+        Sources {
+            upstreams,
+            per_request: per_request.max(1),
+        }
+    }
+
+    /// Upstream `k`'s label.
+    pub fn upstream(&self, k: usize) -> Option<&SourceLabel> {
+        self.upstreams.get(k)
+    }
+
+    /// The label of the choice with this index, when the fan-out mixes sources (a fan-out of
+    /// one source, or no fan-out, needs none).
+    pub fn of_choice(&self, index: u32) -> Option<String> {
+        let first = self.upstreams.first()?;
+        if self.upstreams.iter().all(|u| u == first) {
+            return None;
+        }
+        self.upstreams
+            .get(index as usize / self.per_request)
+            .map(ToString::to_string)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::normalize;
