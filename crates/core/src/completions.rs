@@ -81,7 +81,9 @@ impl Completions {
         open_ended: bool,
     ) -> Completions {
         let shared = Arc::new(CompletionShared::new(config, fan_out));
-        shared.lock().open_ended = open_ended;
+        // Open while the sources are added: an upstream that ends before the next one is
+        // added must not end the completion.
+        shared.lock().open_ended = true;
         let completions = Completions {
             life: Arc::new(Lifetime::new(shared.clone())),
             shared,
@@ -89,7 +91,11 @@ impl Completions {
         for source in sources {
             completions.add(source);
         }
-        completions.shared.lock().end_if_done();
+        {
+            let mut state = completions.shared.lock();
+            state.open_ended = open_ended;
+            state.end_if_done();
+        }
         completions
     }
 

@@ -446,3 +446,23 @@ async fn a_declared_choice_that_never_appeared_is_listed_as_cancelled() {
         .collect();
     assert_eq!(listed, [(0, true), (1, true), (2, false)]);
 }
+
+/// An upstream that ends before the next one is added does not end the completion: every
+/// source's choices are there, however fast the first ones are read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_first_upstream_never_ends_the_fan_out_early() {
+    let answer = |a: &str| {
+        let sse = format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"
+        );
+        Source::reader(std::io::Cursor::new(sse)).n(1)
+    };
+    for _ in 0..300 {
+        let c = Completions::builder().fan_out([answer("41"), answer("42"), answer("43")]);
+        let whole = c.collect().await.unwrap();
+        let texts: Vec<_> = (whole.choices.iter())
+            .map(|c| c.message.content.as_deref().unwrap_or_default())
+            .collect();
+        assert_eq!(texts, ["41", "42", "43"]);
+    }
+}
