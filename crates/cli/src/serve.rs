@@ -8,7 +8,7 @@ use crate::Exit;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The configuration (TOML: listen, [auth], [limits], [[models]]; docs/gateway.md).
+    /// The configuration file (TOML; docs/gateway.md describes its keys).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
     /// The address to listen on (overrides the file's `listen`).

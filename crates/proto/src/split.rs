@@ -157,8 +157,8 @@ impl Batch {
 
 /// The emptied batches of one choice, handed back by whoever parsed them for the reader to
 /// fill again: the reader allocates a choice's batch buffers once, not once per read, and they
-/// are freed neither on the parsing thread nor read by read. Holds at most [`Self::KEEP`]
-/// batches, each of at most [`Self::KEEP_BYTES`] of text (a burst's large batch is freed).
+/// are freed neither on the parsing thread nor read by read. Holds at most two
+/// batches, each of at most 256 KiB of text (a burst's large batch is freed).
 #[derive(Debug, Default)]
 pub struct BatchPool(Vec<Batch>);
 

@@ -12,7 +12,7 @@
 //! - [`is_prefix_consistent`], the relation between a partial JSON snapshot and the complete
 //!   value, and [`json_workload`], the documents and fragments the partial-JSON benchmarks
 //!   parse;
-//! - with the feature `invariants`, [`invariants`]: what the fuzz targets check, replayed by
+//! - with the feature `invariants`, the module `invariants`: what the fuzz targets check, replayed by
 //!   the core's tests.
 //!
 //! Never published (`publish = false`): the crates that test with it name it as a path-only
