@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::{ApiKind, NMode};
 use crate::error::ApiError;
+use crate::metrics::{Metrics, Outcome, UpstreamTokens};
 use crate::request::{ChatRequest, Select};
 
 /// A configured model's upstream, ready to call.
@@ -32,6 +33,8 @@ pub(crate) struct UpstreamRoute {
     pub host: String,
     /// How long it may stay silent before its choices fail.
     pub idle_timeout: Duration,
+    /// `API:MODEL@HOST`, for metrics.
+    pub label: Arc<str>,
 }
 
 /// One upstream request of a run.
@@ -162,6 +165,10 @@ pub(crate) struct Run {
     index_of: HashMap<u32, u32>,
     /// Per upstream request, its number of samples.
     sizes: Vec<usize>,
+    /// Per upstream request, its upstream's label.
+    labels: Vec<Arc<str>>,
+    /// Every sample's tokens, counted once when first asked for.
+    accounting: tokio::sync::OnceCell<Accounting>,
     /// Tasks that live as long as the run (hedging, picking): aborted with it.
     pub tasks: Vec<tokio::task::AbortHandle>,
     pub samples: u32,
@@ -183,6 +190,7 @@ impl Run {
         model: &str,
         upstreams: &[UpstreamRoute],
         req: &ChatRequest,
+        metrics: &Arc<Metrics>,
     ) -> Result<Run, ApiError> {
         let planned = plan(upstreams, req)?;
         let first = match req.select {
@@ -204,7 +212,7 @@ impl Run {
         for (p, opened) in planned.iter().zip(opened) {
             match opened {
                 Ok(reads) => sources.push(Some(
-                    Source::sse(reads)
+                    Source::sse(counted(reads, metrics))
                         .n(p.samples.len() as u32)
                         .request(p.body.clone())
                         .idle_timeout(upstreams[p.upstream].idle_timeout),
@@ -224,6 +232,9 @@ impl Run {
             .enumerate()
             .map(|(li, s)| (*s, li as u32))
             .collect();
+        let labels = (planned.iter())
+            .map(|p| upstreams[p.upstream].label.clone())
+            .collect();
         let later: Vec<(Client, Value, u32, Duration)> = planned
             .iter()
             .map(|p| {
@@ -237,6 +248,7 @@ impl Run {
             })
             .collect();
         let sources = Mutex::new(sources);
+        let metrics = metrics.clone();
         let completions = Completions::builder().samples(planned.len(), move |r| {
             if let Some(source) = sources
                 .lock()
@@ -248,7 +260,14 @@ impl Run {
             }
             let (client, body, n, idle) = &later[r];
             // Started after the answer began: a failure is its choices' error.
-            client.source(body.clone()).n(*n).idle_timeout(*idle)
+            let (client, request, metrics) = (client.clone(), body.clone(), metrics.clone());
+            Source::open(async move {
+                let reads = client.stream(&request).await?;
+                Ok::<_, ClientError>(Source::sse(counted(reads, &metrics)))
+            })
+            .n(*n)
+            .request(body.clone())
+            .idle_timeout(*idle)
         });
         completions.start_more(first);
         Ok(Run {
@@ -256,6 +275,8 @@ impl Run {
             sample_of,
             index_of,
             sizes,
+            labels,
+            accounting: tokio::sync::OnceCell::new(),
             tasks: Vec::new(),
             samples: req.samples,
         })
@@ -400,13 +421,17 @@ impl Run {
         }
     }
 
-    /// The usage of every sample started: the total (reported where the upstreams reported,
-    /// estimated elsewhere: a cancelled sample's is an estimate), and each sample's part
-    /// (`index`: its output choice, if it is one). A request's prompt is billed to its first
-    /// sample. Where an upstream reported one total for several choices, its completion
-    /// tokens are shared among them in proportion to their tiktoken counts, so that the
-    /// parts always add up to what the upstream bills (such a part is `estimated`).
-    pub async fn usage(&self, outputs: &[u32]) -> Value {
+    /// Every started sample's tokens, counted once: the total (reported where the upstreams
+    /// reported, estimated elsewhere: a cancelled sample's is an estimate) and each sample's
+    /// part. A request's prompt is billed to its first sample. Where an upstream reported one
+    /// total for several choices, its completion tokens are shared among them in proportion
+    /// to their tiktoken counts, so that the parts always add up to what the upstream bills
+    /// (such a part is `estimated`).
+    async fn accounting(&self) -> &Accounting {
+        self.accounting.get_or_init(|| self.count()).await
+    }
+
+    async fn count(&self) -> Accounting {
         let usage: Usage = self.completions.usage().await;
         let whole = match self.completions.collect().await {
             Ok(c) => c,
@@ -423,7 +448,7 @@ impl Run {
         .unwrap_or_default();
         let by_index: HashMap<u32, &ChoiceOutput> =
             whole.choices.iter().map(|c| (c.index, c)).collect();
-        let mut per_choice = Vec::new();
+        let mut parts = Vec::new();
         let mut first = 0u32;
         for (r, size) in self.sizes.iter().enumerate() {
             let block: Vec<u32> = (first..first + *size as u32)
@@ -475,16 +500,34 @@ impl Run {
                         true,
                     ),
                 };
-                let sample = self.sample_of[*i as usize];
-                per_choice.push(json!({
-                    "index": outputs.iter().position(|s| *s == sample),
-                    "sample": sample,
-                    "prompt_tokens": if k == 0 { upstream.prompt_tokens } else { 0 },
-                    "completion_tokens": completion,
-                    "estimated": estimated,
-                }));
+                parts.push(Part {
+                    index: *i,
+                    sample: self.sample_of[*i as usize],
+                    prompt: if k == 0 { upstream.prompt_tokens } else { 0 },
+                    completion,
+                    estimated,
+                });
             }
         }
+        Accounting { usage, parts }
+    }
+
+    /// The `usage` object of the answer: the totals and each sample's part (`index`: its
+    /// output choice, if it is one of `outputs`).
+    pub async fn usage(&self, outputs: &[u32]) -> Value {
+        let Accounting { usage, parts } = self.accounting().await;
+        let per_choice: Vec<Value> = parts
+            .iter()
+            .map(|p| {
+                json!({
+                    "index": outputs.iter().position(|s| *s == p.sample),
+                    "sample": p.sample,
+                    "prompt_tokens": p.prompt,
+                    "completion_tokens": p.completion,
+                    "estimated": p.estimated,
+                })
+            })
+            .collect();
         json!({
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
@@ -494,6 +537,73 @@ impl Run {
                 "estimated": usage.source == UsageSource::Estimated,
             },
         })
+    }
+
+    /// What the request came to, for the metrics: how each sample ended, each upstream
+    /// request's tokens, and the completion tokens of samples cancelled or not selected.
+    /// `outputs` is `None` when every sample is an output (no selection).
+    pub async fn outcome(&self, outputs: Option<&[u32]>) -> Outcome {
+        let whole = match self.completions.collect().await {
+            Ok(c) => c,
+            Err(incomplete) => incomplete.partial,
+        };
+        let finishes: Vec<String> = (whole.choices.iter())
+            .map(|c| match (c.cancelled, &c.finish_reason) {
+                (true, _) => "cancelled".to_string(),
+                // Failed, or ended without a reason.
+                (false, None) => "error".to_string(),
+                (false, Some(reason)) => reason.clone(),
+            })
+            .collect();
+        let unselected = |c: &&ChoiceOutput| {
+            !c.cancelled
+                && outputs.is_some_and(|o| {
+                    self.sample_of(c.index)
+                        .is_some_and(|sample| !o.contains(&sample))
+                })
+        };
+        let mut outcome = Outcome {
+            finishes,
+            ..Outcome::default()
+        };
+        // Per-sample parts need every choice counted: only when some were not output.
+        let wasted = whole.choices.iter().any(|c| c.cancelled)
+            || whole.choices.iter().any(|c| unselected(&c));
+        let (usage, parts) = match wasted {
+            true => {
+                let Accounting { usage, parts } = self.accounting().await;
+                (usage.clone(), parts.as_slice())
+            }
+            false => (self.completions.usage().await, &[][..]),
+        };
+        let by_index: HashMap<u32, &ChoiceOutput> =
+            whole.choices.iter().map(|c| (c.index, c)).collect();
+        for part in parts {
+            let Some(choice) = by_index.get(&part.index) else {
+                continue;
+            };
+            if choice.cancelled {
+                outcome.cancelled_tokens += part.completion;
+            } else if unselected(choice) {
+                outcome.unselected_tokens += part.completion;
+            }
+        }
+        let per_request: Vec<&Usage> = match usage.upstreams.is_empty() {
+            true => vec![&usage],
+            false => usage.upstreams.iter().collect(),
+        };
+        for (r, u) in per_request.into_iter().enumerate() {
+            let Some(label) = self.labels.get(r) else {
+                continue;
+            };
+            outcome.upstreams.push(UpstreamTokens {
+                upstream: label.clone(),
+                prompt: u.prompt_tokens,
+                completion: u.completion_tokens,
+                estimated: u.source != UsageSource::Reported,
+            });
+        }
+        outcome
     }
 
     /// The final `choicewise` object of a pick: the samples asked for, those selected and
@@ -529,6 +639,39 @@ impl Run {
             .iter()
             .sum()
     }
+}
+
+/// A started sample's tokens.
+#[derive(Debug, Clone)]
+struct Part {
+    /// Its library choice index.
+    index: u32,
+    sample: u32,
+    prompt: u64,
+    completion: u64,
+    estimated: bool,
+}
+
+/// Every started sample's tokens ([`Run::accounting`]).
+#[derive(Debug)]
+struct Accounting {
+    usage: Usage,
+    parts: Vec<Part>,
+}
+
+/// Counts an upstream response in the open-connections gauge for as long as it is read.
+fn counted<S, T>(
+    reads: S,
+    metrics: &Arc<Metrics>,
+) -> impl futures::Stream<Item = T> + Send + 'static
+where
+    S: futures::Stream<Item = T> + Send + 'static,
+{
+    let open = metrics.open_upstream();
+    reads.map(move |read| {
+        let _open = &open;
+        read
+    })
 }
 
 /// What a pick chose.

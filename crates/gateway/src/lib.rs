@@ -32,11 +32,12 @@ mod chunks;
 mod config;
 mod engine;
 mod error;
+mod metrics;
 mod request;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -47,13 +48,14 @@ use axum::routing::{get, post};
 use choicewise_client::Client;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 pub use config::{ApiKind, Auth, Config, ConfigError, Limits, Model, NMode, Upstream};
 
 use chunks::ChoiceChunks;
 use engine::{Envelope, Picked, Run, UpstreamRoute};
 use error::ApiError;
+use metrics::Metrics;
 use request::{ChatRequest, Select};
 
 /// A gateway: its routes, its keys, its limits. Cheap to clone.
@@ -81,6 +83,9 @@ struct Inner {
     names: Vec<String>,
     /// One per request being served (`max_concurrent_requests`).
     slots: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
+    /// Set by [`Gateway::close`]: open answers end.
+    closing: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -163,10 +168,12 @@ impl Gateway {
                     .next()
                     .unwrap_or_default()
                     .to_string();
+                let upstream_model = u.model.clone().unwrap_or_else(|| model.name.clone());
                 routes.push(UpstreamRoute {
                     api: u.api,
                     client,
-                    model: u.model.clone().unwrap_or_else(|| model.name.clone()),
+                    label: Arc::from(format!("{}:{upstream_model}@{host}", u.api).as_str()),
+                    model: upstream_model,
                     n_mode: u.n_mode(),
                     host,
                     idle_timeout: Duration::from_secs_f64(config.limits.upstream_idle_timeout_s),
@@ -182,18 +189,40 @@ impl Gateway {
                 models,
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
+                metrics: Arc::new(Metrics::new()),
+                closing: watch::Sender::new(false),
             }),
         })
     }
 
-    /// The gateway's routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`.
+    /// The gateway's routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`,
+    /// and `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics).
     pub fn router(&self) -> axum::Router {
         axum::Router::new()
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/models", get(list_models))
             .route("/healthz", get(|| async { "ok" }))
+            .route("/metrics", get(metrics_text))
             .layer(DefaultBodyLimit::max(self.inner.limits.max_body_bytes))
             .with_state(self.clone())
+    }
+
+    /// Ends every open answer now, as a shutdown does when its grace period is over: each
+    /// choice still streaming ends with `finish_reason: "error"` (and `choicewise.error`
+    /// saying the gateway shut down), then the usage and `[DONE]` follow as usual; every
+    /// upstream is closed. Requests that arrive later are answered as usual: stop accepting
+    /// them first ([`serve`] does).
+    ///
+    /// ```
+    /// # use choicewise_gateway::{Config, Gateway};
+    /// # let config = Config::from_toml(
+    /// #     "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+    /// # ).unwrap();
+    /// let gateway = Gateway::new(&config).unwrap();
+    /// gateway.close();
+    /// ```
+    pub fn close(&self) {
+        self.inner.closing.send_replace(true);
     }
 
     /// Checks the client's key (`Authorization: Bearer KEY`) when keys are configured.
@@ -245,21 +274,41 @@ async fn list_models(State(gw): State<Gateway>, headers: HeaderMap) -> Response 
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
+async fn metrics_text(State(gw): State<Gateway>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        gw.inner.metrics.encode(),
+    )
+        .into_response()
+}
+
 async fn chat_completions(
     State(gw): State<Gateway>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match serve_chat(gw, headers, body).await {
+    let arrived = Instant::now();
+    // The configured model asked for, once known (empty for any other).
+    let mut model = String::new();
+    let response = match serve_chat(&gw, headers, body, arrived, &mut model).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
-    }
+    };
+    gw.inner
+        .metrics
+        .answered(&model, response.status().as_u16());
+    response
 }
 
 async fn serve_chat(
-    gw: Gateway,
+    gw: &Gateway,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
+    arrived: Instant,
+    model: &mut String,
 ) -> Result<Response, ApiError> {
     let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
         return Err(ApiError::new(
@@ -297,8 +346,17 @@ async fn serve_chat(
         )
         .code("model_not_found"));
     };
-    let mut run = Run::start(&req.model, upstreams, &req).await?;
+    model.clone_from(&req.model);
+    let mut run = Run::start(&req.model, upstreams, &req, &gw.inner.metrics).await?;
     let picked = run.pick(&req).await;
+    let finish = Finish {
+        metrics: gw.inner.metrics.clone(),
+        model: req.model.clone(),
+        arrived,
+        outputs: (!matches!(req.select, Select::All)).then(|| picked.samples.clone()),
+        completed: false,
+        run: Some(run),
+    };
     if picked.samples.is_empty() {
         let reason = picked
             .reason
@@ -312,9 +370,66 @@ async fn serve_chat(
         .code("no_choice"));
     }
     let envelope = Envelope::new(&req.model);
+    let closing = gw.inner.closing.subscribe();
     match req.stream {
-        true => Ok(stream_response(run, picked, req, envelope, permit)),
-        false => Ok(json_response(run, picked, req, envelope).await),
+        true => Ok(stream_response(
+            finish, picked, req, envelope, permit, closing,
+        )),
+        false => Ok(json_response(finish, picked, req, envelope, closing).await),
+    }
+}
+
+/// A request's run, accounted in the metrics when it is dropped: when its answer ended, or
+/// its client went away (then its samples are cancelled first, closing their upstreams).
+struct Finish {
+    metrics: Arc<Metrics>,
+    model: String,
+    arrived: Instant,
+    /// The output samples of a selection (`None`: every sample is an output).
+    outputs: Option<Vec<u32>>,
+    /// The answer was sent to its end.
+    completed: bool,
+    run: Option<Run>,
+}
+
+impl Finish {
+    fn run(&self) -> &Run {
+        self.run
+            .as_ref()
+            .expect("a Finish holds its run until dropped")
+    }
+
+    /// The answer was sent to its end: its samples need no cancel.
+    fn complete(&mut self) {
+        self.completed = true;
+    }
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        let Some(run) = self.run.take() else { return };
+        if !self.completed {
+            run.completions.cancel_except(&[]);
+        }
+        let took = self.arrived.elapsed();
+        let (metrics, model, outputs) = (
+            self.metrics.clone(),
+            std::mem::take(&mut self.model),
+            self.outputs.take(),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let outcome = run.outcome(outputs.as_deref()).await;
+                metrics.finished(&model, took, &outcome);
+            });
+        }
+    }
+}
+
+/// Resolves once the gateway closes ([`Gateway::close`]); never if it is dropped instead.
+async fn closed(closing: &mut watch::Receiver<bool>) {
+    if closing.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -323,6 +438,7 @@ fn output(
     completions: choicewise_core::Completions,
     index: Option<u32>,
     output: u32,
+    mut closing: watch::Receiver<bool>,
 ) -> futures::stream::BoxStream<'static, Value> {
     async_stream::stream! {
         let mut chunks = ChoiceChunks::new(output);
@@ -335,7 +451,16 @@ fn output(
             return;
         };
         let mut events = choice.events();
-        while let Some(event) = events.next().await {
+        loop {
+            let event = tokio::select! {
+                biased;
+                event = events.next() => event,
+                () = closed(&mut closing) => {
+                    yield chunks.failed(SHUT_DOWN);
+                    return;
+                }
+            };
+            let Some(event) = event else { break };
             match event {
                 Ok(event) => {
                     if let Some(element) = chunks.event(&event) {
@@ -355,6 +480,9 @@ fn output(
     .boxed()
 }
 
+/// Why a choice ended when the gateway closed.
+const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
+
 fn sse(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
@@ -362,22 +490,37 @@ fn sse(value: &Value) -> Bytes {
 /// The streamed answer: each output choice's chunks as they come, then the usage and the
 /// pick's summary when asked for, then `[DONE]`.
 fn stream_response(
-    run: Run,
+    mut finish: Finish,
     picked: Picked,
     req: ChatRequest,
     envelope: Envelope,
     permit: tokio::sync::OwnedSemaphorePermit,
+    closing: watch::Receiver<bool>,
 ) -> Response {
+    let open = finish.metrics.open_stream();
     let body = async_stream::stream! {
         // Held as long as the answer streams; dropped with it when the client goes away,
-        // which drops every upstream.
+        // which cancels every sample and closes every upstream.
         let _permit = permit;
+        let _open = open;
+        let run = finish.run();
         let outputs: Vec<_> = (picked.samples.iter().enumerate())
-            .map(|(o, sample)| output(run.completions.clone(), run.index_of(*sample), o as u32))
+            .map(|(o, sample)| {
+                let index = run.index_of(*sample);
+                output(run.completions.clone(), index, o as u32, closing.clone())
+            })
             .collect();
         let mut merged = futures::stream::select_all(outputs);
+        let mut first = true;
         while let Some(element) = merged.next().await {
+            if std::mem::take(&mut first) {
+                finish.metrics.first_chunk(&finish.model, finish.arrived.elapsed());
+            }
             yield Ok::<_, std::convert::Infallible>(sse(&envelope.chunk(vec![element])));
+        }
+        if *closing.borrow() {
+            // Cut short: the samples still running end now.
+            run.completions.cancel_except(&[]);
         }
         let summary = match req.select {
             Select::All => None,
@@ -393,6 +536,7 @@ fn stream_response(
             }
             yield Ok(sse(&last));
         }
+        finish.complete();
         yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
     };
     Response::builder()
@@ -405,45 +549,78 @@ fn stream_response(
 }
 
 /// The answer as one `chat.completion`.
-async fn json_response(run: Run, picked: Picked, req: ChatRequest, envelope: Envelope) -> Response {
-    let mut choices = Vec::new();
-    for (o, sample) in picked.samples.iter().enumerate() {
-        let choice = match run.index_of(*sample) {
-            Some(index) => run.completions.choice(index).await,
-            None => None,
-        };
-        let element = match choice {
-            None => {
-                json!({"index": o, "message": {"role": "assistant", "content": null}, "logprobs": null,
-                           "finish_reason": "error", "choicewise": {"error": "the upstream ended without this choice"}})
-            }
-            Some(choice) => match choice.message().await {
-                Ok(out) => json!({"index": o, "message": out.message, "logprobs": out.logprobs,
-                                  "finish_reason": out.finish_reason}),
-                Err(incomplete) => {
-                    json!({"index": o, "message": incomplete.partial.message, "logprobs": null,
-                                          "finish_reason": "error", "choicewise": {"error": incomplete.error.to_string()}})
-                }
-            },
-        };
-        choices.push(element);
-    }
-    let mut body = json!({
-        "id": &*envelope.id,
-        "object": "chat.completion",
-        "created": envelope.created,
-        "model": &*envelope.model,
-        "choices": choices,
-        "usage": run.usage(&picked.samples).await,
-    });
-    if !matches!(req.select, Select::All) {
-        body["choicewise"] = run.summary(&picked).await;
-    }
+async fn json_response(
+    mut finish: Finish,
+    picked: Picked,
+    req: ChatRequest,
+    envelope: Envelope,
+    mut closing: watch::Receiver<bool>,
+) -> Response {
+    let run = finish.run();
+    let answer = async {
+        let mut choices = Vec::new();
+        for (o, sample) in picked.samples.iter().enumerate() {
+            let choice = match run.index_of(*sample) {
+                Some(index) => run.completions.choice(index).await,
+                None => None,
+            };
+            let failed = |message: Option<Value>, error: &str| {
+                json!({"index": o, "message": message.unwrap_or_else(|| json!({"role": "assistant", "content": null})),
+                       "logprobs": null, "finish_reason": "error", "choicewise": {"error": error}})
+            };
+            let element = match choice {
+                None => failed(None, "the upstream ended without this choice"),
+                Some(choice) => match choice.message().await {
+                    Ok(out) if out.cancelled => {
+                        failed(serde_json::to_value(&out.message).ok(), SHUT_DOWN)
+                    }
+                    Ok(out) => json!({"index": o, "message": out.message, "logprobs": out.logprobs,
+                                      "finish_reason": out.finish_reason}),
+                    Err(incomplete) => failed(
+                        serde_json::to_value(&incomplete.partial.message).ok(),
+                        &incomplete.error.to_string(),
+                    ),
+                },
+            };
+            choices.push(element);
+        }
+        let mut body = json!({
+            "id": &*envelope.id,
+            "object": "chat.completion",
+            "created": envelope.created,
+            "model": &*envelope.model,
+            "choices": choices,
+            "usage": run.usage(&picked.samples).await,
+        });
+        if !matches!(req.select, Select::All) {
+            body["choicewise"] = run.summary(&picked).await;
+        }
+        body
+    };
+    // A shutdown's grace over: the samples still running end (cancelled), and the answer is
+    // what they had.
+    let ends = async {
+        closed(&mut closing).await;
+        run.completions.cancel_except(&[]);
+    };
+    let body = {
+        let mut answer = std::pin::pin!(answer);
+        tokio::select! {
+            body = &mut answer => body,
+            () = ends => answer.await,
+        }
+    };
+    finish.complete();
     axum::Json(body).into_response()
 }
 
 /// Serves a gateway until Ctrl-C or SIGTERM: listens on `listen` (else the configuration's),
 /// saying `listening on http://ADDR` on stderr once it accepts connections.
+///
+/// On the signal it stops accepting connections and lets the open answers finish for up to
+/// `shutdown_grace_s`; then it ends the rest ([`Gateway::close`]: their unfinished choices
+/// end with `finish_reason: "error"`), closes every upstream and returns `Ok`. A client that
+/// does not read its answer's end is not waited for more than [`CLOSE_WAIT`] after that.
 pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
     let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
     let gateway = Gateway::new(config).map_err(ServeError::Config)?;
@@ -454,11 +631,39 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
         .local_addr()
         .map_err(|e| ServeError::Io(e.to_string()))?;
     eprintln!("listening on http://{local}");
-    axum::serve(listener, gateway.router())
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| ServeError::Io(e.to_string()))
+    let (signalled_tx, mut signalled) = watch::channel(false);
+    let server = axum::serve(listener, gateway.router())
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            signalled_tx.send_replace(true);
+        })
+        .into_future();
+    let mut server = std::pin::pin!(server);
+    let io = |e: std::io::Error| ServeError::Io(e.to_string());
+    tokio::select! {
+        done = &mut server => return done.map_err(io),
+        _ = signalled.wait_for(|s| *s) => {}
+    }
+    let grace = config.shutdown_grace();
+    eprintln!(
+        "shutting down: no new connections; open answers have {}s to finish",
+        grace.as_secs_f64()
+    );
+    if let Ok(done) = tokio::time::timeout(grace, &mut server).await {
+        return done.map_err(io);
+    }
+    eprintln!("grace period over: the open answers end now");
+    gateway.close();
+    match tokio::time::timeout(CLOSE_WAIT, &mut server).await {
+        Ok(done) => done.map_err(io),
+        // Clients that do not read their answers' ends: their connections go with the process.
+        Err(_) => Ok(()),
+    }
 }
+
+/// How long [`serve`] waits, after its grace period, for the ended answers to reach their
+/// clients.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// Ctrl-C, or SIGTERM on Unix.
 async fn shutdown_signal() {

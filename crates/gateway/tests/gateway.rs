@@ -621,3 +621,187 @@ async fn a_silent_upstream_fails_its_choices_after_the_idle_timeout() {
     let response = within(LIMIT, "the pick", post(addr, r)).await;
     assert_eq!(response.status(), 502, "no sample finished");
 }
+
+/// A gateway of this configuration served on 127.0.0.1, and the gateway itself.
+async fn gateway_and_handle(toml: &str) -> (SocketAddr, Gateway) {
+    let config = Config::from_toml(toml).unwrap();
+    let gateway = Gateway::with_env(&config, env).unwrap();
+    let app = gateway.router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, gateway)
+}
+
+/// `GET /metrics` as text, once these lines are all in it (the accounting of an answer
+/// lands just after its end).
+async fn metrics_with(addr: SocketAddr, lines: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let response = reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/openmetrics-text")
+        );
+        let text = response.text().await.unwrap();
+        let missing: Vec<_> = lines.iter().filter(|l| !text.contains(**l)).collect();
+        if missing.is_empty() {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "{missing:?} not in\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_choices_tokens_and_open_connections() {
+    let server = TestServer::builder()
+        .fixture("demo.sse")
+        .start()
+        .await
+        .unwrap();
+    let host = server.base_url().split('/').nth(2).unwrap().to_string();
+    let (addr, _gateway) = gateway_and_handle(&config(&[("chat", server.base_url(), "")])).await;
+    let mut r = request(3);
+    r["stream_options"] = json!({"include_usage": true});
+    let (chunks, done) = read_sse(post(addr, r).await).await;
+    assert!(done);
+    let usage = &chunks.last().unwrap()["usage"];
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    let completion = usage["completion_tokens"].as_u64().unwrap();
+    let unknown = post(addr, json!({"model": "nope", "messages": []})).await;
+    assert_eq!(unknown.status(), 404);
+    let text = metrics_with(
+        addr,
+        &[
+            "choicewise_requests_total{model=\"m\",status=\"200\"} 1",
+            "choicewise_requests_total{model=\"\",status=\"404\"} 1",
+            "choicewise_choices_total{model=\"m\",finish_reason=\"stop\"} 2",
+            "choicewise_choices_total{model=\"m\",finish_reason=\"tool_calls\"} 1",
+            &format!(
+                "choicewise_tokens_total{{model=\"m\",upstream=\"chat:up@{host}\",kind=\"completion\",source=\"reported\"}} {completion}"
+            ),
+            &format!(
+                "choicewise_tokens_total{{model=\"m\",upstream=\"chat:up@{host}\",kind=\"prompt\",source=\"reported\"}} {prompt}"
+            ),
+            "choicewise_time_to_first_chunk_seconds_count{model=\"m\"} 1",
+            "choicewise_request_duration_seconds_count{model=\"m\"} 1",
+            "choicewise_open_streams 0",
+            "choicewise_open_upstream_connections 0",
+        ],
+    )
+    .await;
+    assert!(!text.contains("sk-upstream-secret"));
+
+    // A first_finished pick: the losers are cancelled, their tokens counted as such, and
+    // while a stalled answer streams, its stream and upstream are open.
+    let picks = TestServer::builder()
+        .body(answer("let me think about it"))
+        .stall_after_events(3)
+        .then(TestServer::builder().body(answer("done")))
+        .start()
+        .await
+        .unwrap();
+    let (addr, _gateway) =
+        gateway_and_handle(&config(&[("chat", picks.base_url(), "n = \"fan-out\"")])).await;
+    let (_, done) = read_sse(post(addr, select(2, "first_finished")).await).await;
+    assert!(done);
+    let text = metrics_with(
+        addr,
+        &[
+            "choicewise_choices_total{model=\"m\",finish_reason=\"stop\"} 1",
+            "choicewise_choices_total{model=\"m\",finish_reason=\"cancelled\"} 1",
+            "choicewise_open_upstream_connections 0",
+        ],
+    )
+    .await;
+    let cancelled: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("choicewise_cancelled_tokens_total{model=\"m\"} "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        cancelled > 0,
+        "the cancelled sample's tokens, estimated: {text}"
+    );
+    let open = post(addr, request(1)).await;
+    let mut body = open.bytes_stream();
+    within(LIMIT, "the first chunk", body.next())
+        .await
+        .unwrap()
+        .unwrap();
+    metrics_with(
+        addr,
+        &[
+            "choicewise_open_streams 1",
+            "choicewise_open_upstream_connections 1",
+        ],
+    )
+    .await;
+    drop(body);
+    metrics_with(
+        addr,
+        &[
+            "choicewise_open_streams 0",
+            "choicewise_open_upstream_connections 0",
+            "choicewise_choices_total{model=\"m\",finish_reason=\"cancelled\"} 2",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_ends_open_answers_with_an_error_and_closes_their_upstreams() {
+    let server = stalled().start().await.unwrap();
+    let (addr, gateway) =
+        gateway_and_handle(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
+    let mut r = request(2);
+    r["stream_options"] = json!({"include_usage": true});
+    let streamed = tokio::spawn(async move { read_sse(post(addr, r).await).await });
+    let mut whole = request(1);
+    whole["stream"] = json!(false);
+    let answered = tokio::spawn(async move { post(addr, whole).await });
+    within(LIMIT, "three upstream requests", async {
+        while server.request_count() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    gateway.close();
+    let (chunks, done) = within(Duration::from_secs(5), "the streamed answer", streamed)
+        .await
+        .unwrap();
+    assert!(done, "the answer still ends with [DONE]");
+    let choices = assemble(&chunks);
+    assert_eq!(choices.len(), 2);
+    for (text, finish, error) in &choices {
+        assert!(text.starts_with("let"), "what arrived stays: {text:?}");
+        assert_eq!(finish.as_deref(), Some("error"));
+        assert!(error.as_deref().unwrap().contains("shut down"), "{error:?}");
+    }
+    assert!(chunks.last().unwrap()["usage"]["completion_tokens"].as_u64() > Some(0));
+    let answer: Value = within(Duration::from_secs(5), "the JSON answer", answered)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["choices"][0]["finish_reason"], "error");
+    assert!(
+        (answer["choices"][0]["message"]["content"].as_str()).is_some_and(|t| t.starts_with("let")),
+        "{answer}"
+    );
+    within(
+        Duration::from_secs(2),
+        "every upstream closing",
+        server.wait_disconnects(3),
+    )
+    .await;
+}

@@ -1,0 +1,298 @@
+//! The gateway's Prometheus metrics (`GET /metrics`): what it served, what each choice became,
+//! what the upstreams billed and what was generated for nothing, how long answers took, and
+//! what is open now.
+//!
+//! Counted once per request, when its answer ends (or its client goes away): see
+//! [`Metrics::finished`].
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    model: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChoiceLabels {
+    model: String,
+    finish_reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    model: String,
+    upstream: String,
+    kind: &'static str,
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+}
+
+fn seconds() -> Histogram {
+    // 1 ms to about 2 min.
+    Histogram::new(exponential_buckets(0.001, 2.0, 18))
+}
+
+/// The gateway's metrics and their registry.
+pub(crate) struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    choices: Family<ChoiceLabels, Counter>,
+    tokens: Family<TokenLabels, Counter>,
+    cancelled_tokens: Family<ModelLabels, Counter>,
+    unselected_tokens: Family<ModelLabels, Counter>,
+    first_chunk: Family<ModelLabels, Histogram, fn() -> Histogram>,
+    duration: Family<ModelLabels, Histogram, fn() -> Histogram>,
+    open_streams: Gauge<i64, AtomicI64>,
+    open_upstreams: Gauge<i64, AtomicI64>,
+}
+
+/// One upstream request's tokens, for [`Metrics::finished`].
+#[derive(Debug, Clone)]
+pub(crate) struct UpstreamTokens {
+    /// `API:MODEL@HOST`.
+    pub upstream: Arc<str>,
+    pub prompt: u64,
+    pub completion: u64,
+    pub estimated: bool,
+}
+
+/// What one request came to, for [`Metrics::finished`].
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// Each sample's finish: its `finish_reason`, `error` or `cancelled`.
+    pub finishes: Vec<String>,
+    pub upstreams: Vec<UpstreamTokens>,
+    /// Completion tokens of cancelled samples (estimated).
+    pub cancelled_tokens: u64,
+    /// Completion tokens of samples that finished but were not selected.
+    pub unselected_tokens: u64,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("choicewise");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests answered, by model and HTTP status",
+            requests.clone(),
+        );
+        let choices = Family::<ChoiceLabels, Counter>::default();
+        registry.register(
+            "choices",
+            "Samples, by model and how each ended (its finish_reason, error or cancelled)",
+            choices.clone(),
+        );
+        let tokens = Family::<TokenLabels, Counter>::default();
+        registry.register(
+            "tokens",
+            "Tokens billed, by model, upstream, kind (prompt, completion) and source (reported, estimated)",
+            tokens.clone(),
+        );
+        let cancelled_tokens = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "cancelled_tokens",
+            "Completion tokens of cancelled samples (estimated), by model",
+            cancelled_tokens.clone(),
+        );
+        let unselected_tokens = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "unselected_tokens",
+            "Completion tokens of samples that finished but a selection did not pick, by model",
+            unselected_tokens.clone(),
+        );
+        let first_chunk: Family<ModelLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(seconds);
+        registry.register(
+            "time_to_first_chunk_seconds",
+            "From a streamed request's arrival to its first choice chunk, by model",
+            first_chunk.clone(),
+        );
+        let duration: Family<ModelLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(seconds);
+        registry.register(
+            "request_duration_seconds",
+            "From a request's arrival to the end of its answer, by model",
+            duration.clone(),
+        );
+        let open_streams = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "open_streams",
+            "Streamed answers being sent",
+            open_streams.clone(),
+        );
+        let open_upstreams = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "open_upstream_connections",
+            "Upstream responses being read",
+            open_upstreams.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            choices,
+            tokens,
+            cancelled_tokens,
+            unselected_tokens,
+            first_chunk,
+            duration,
+            open_streams,
+            open_upstreams,
+        }
+    }
+
+    /// The metrics in the Prometheus (OpenMetrics) text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
+    /// A request answered with this status (`model` empty when it named no configured model).
+    pub fn answered(&self, model: &str, status: u16) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                model: model.to_string(),
+                status,
+            })
+            .inc();
+    }
+
+    /// A streamed answer's first chunk, this long after its request arrived.
+    pub fn first_chunk(&self, model: &str, after: std::time::Duration) {
+        self.first_chunk
+            .get_or_create(&ModelLabels {
+                model: model.to_string(),
+            })
+            .observe(after.as_secs_f64());
+    }
+
+    /// A request's answer ended (or its client went away), this long after it arrived.
+    pub fn finished(&self, model: &str, took: std::time::Duration, outcome: &Outcome) {
+        let model = model.to_string();
+        let labels = ModelLabels {
+            model: model.clone(),
+        };
+        self.duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        for finish in &outcome.finishes {
+            self.choices
+                .get_or_create(&ChoiceLabels {
+                    model: model.clone(),
+                    finish_reason: finish.clone(),
+                })
+                .inc();
+        }
+        for u in &outcome.upstreams {
+            let source = if u.estimated { "estimated" } else { "reported" };
+            for (kind, count) in [("prompt", u.prompt), ("completion", u.completion)] {
+                self.tokens
+                    .get_or_create(&TokenLabels {
+                        model: model.clone(),
+                        upstream: u.upstream.to_string(),
+                        kind,
+                        source,
+                    })
+                    .inc_by(count);
+            }
+        }
+        self.cancelled_tokens
+            .get_or_create(&labels)
+            .inc_by(outcome.cancelled_tokens);
+        self.unselected_tokens
+            .get_or_create(&labels)
+            .inc_by(outcome.unselected_tokens);
+    }
+
+    /// Counts a streamed answer as open until the guard is dropped.
+    pub fn open_stream(self: &Arc<Self>) -> Open {
+        self.open_streams.inc();
+        Open {
+            metrics: self.clone(),
+            upstream: false,
+        }
+    }
+
+    /// Counts an upstream response as open until the guard is dropped.
+    pub fn open_upstream(self: &Arc<Self>) -> Open {
+        self.open_upstreams.inc();
+        Open {
+            metrics: self.clone(),
+            upstream: true,
+        }
+    }
+}
+
+/// Holds one open stream or upstream connection in its gauge.
+pub(crate) struct Open {
+    metrics: Arc<Metrics>,
+    upstream: bool,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        match self.upstream {
+            true => self.metrics.open_upstreams.dec(),
+            false => self.metrics.open_streams.dec(),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_gauges_show_in_the_text_format() {
+        let metrics = Arc::new(Metrics::new());
+        metrics.answered("small", 200);
+        metrics.answered("small", 200);
+        metrics.answered("", 404);
+        let outcome = Outcome {
+            finishes: vec!["stop".into(), "cancelled".into()],
+            upstreams: vec![UpstreamTokens {
+                upstream: "chat:m@127.0.0.1:9".into(),
+                prompt: 7,
+                completion: 30,
+                estimated: false,
+            }],
+            cancelled_tokens: 12,
+            unselected_tokens: 0,
+        };
+        metrics.finished("small", std::time::Duration::from_millis(20), &outcome);
+        let stream = metrics.open_stream();
+        let upstream = metrics.open_upstream();
+        let text = metrics.encode();
+        for line in [
+            "choicewise_requests_total{model=\"small\",status=\"200\"} 2",
+            "choicewise_requests_total{model=\"\",status=\"404\"} 1",
+            "choicewise_choices_total{model=\"small\",finish_reason=\"cancelled\"} 1",
+            "choicewise_tokens_total{model=\"small\",upstream=\"chat:m@127.0.0.1:9\",kind=\"completion\",source=\"reported\"} 30",
+            "choicewise_cancelled_tokens_total{model=\"small\"} 12",
+            "choicewise_request_duration_seconds_count{model=\"small\"} 1",
+            "choicewise_open_streams 1",
+            "choicewise_open_upstream_connections 1",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        drop((stream, upstream));
+        let text = metrics.encode();
+        assert!(text.contains("choicewise_open_streams 0"), "{text}");
+        assert!(text.contains("choicewise_open_upstream_connections 0"));
+    }
+}
