@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use choicewise_test_support::within;
 use choicewise_testserver::{TestServer, answer};
+use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -51,35 +52,20 @@ async fn stream(
     (choices, done)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_lets_open_answers_finish_within_the_grace_then_ends_the_rest() {
-    // One model's answers take 1.5 s; the other's stall after their first words.
-    let slow = TestServer::builder()
-        .body(answer("slow but sure"))
-        .delay(Duration::from_millis(1500))
-        .start()
-        .await
-        .unwrap();
-    let stalled = TestServer::builder()
-        .body(answer("let me think about it"))
-        .stall_after_events(2)
-        .start()
-        .await
-        .unwrap();
+/// A `choicewise serve` process on a free port of 127.0.0.1 with this configuration (without
+/// `listen`): the process, its base URL, and the rest of its stderr.
+async fn serve(
+    name: &str,
+    toml: &str,
+) -> (
+    tokio::process::Child,
+    String,
+    tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+) {
     let dir = std::env::temp_dir().join(format!("choicewise-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:0\"\nshutdown_grace_s = 3\n\
-             [[models]]\nname = \"slow\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n\
-             [[models]]\nname = \"stalled\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
-            slow.base_url(),
-            stalled.base_url()
-        ),
-    )
-    .unwrap();
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, format!("listen = \"127.0.0.1:0\"\n{toml}")).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
         .args(["serve", "--config", config.to_str().unwrap()])
         .stdin(Stdio::null())
@@ -96,6 +82,35 @@ async fn sigterm_lets_open_answers_finish_within_the_grace_then_ends_the_rest() 
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("{first}"))
         .to_string();
+    (child, base, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_open_answers_finish_within_the_grace_then_ends_the_rest() {
+    // One model's answers take 1.5 s; the other's stall after their first words.
+    let slow = TestServer::builder()
+        .body(answer("slow but sure"))
+        .delay(Duration::from_millis(1500))
+        .start()
+        .await
+        .unwrap();
+    let stalled = TestServer::builder()
+        .body(answer("let me think about it"))
+        .stall_after_events(2)
+        .start()
+        .await
+        .unwrap();
+    let (mut child, base, mut stderr) = serve(
+        "grace",
+        &format!(
+            "shutdown_grace_s = 3\n\
+             [[models]]\nname = \"slow\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n\
+             [[models]]\nname = \"stalled\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
+            slow.base_url(),
+            stalled.base_url()
+        ),
+    )
+    .await;
     let slow_answer = tokio::spawn(stream(base.clone(), "slow"));
     let stalled_answer = tokio::spawn(stream(base.clone(), "stalled"));
     within(LIMIT, "both upstreams asked", async {
@@ -160,5 +175,158 @@ async fn sigterm_lets_open_answers_finish_within_the_grace_then_ends_the_rest() 
     }
     assert!(said.contains("shutting down"), "{said}");
     assert!(said.contains("grace period over"), "{said}");
+}
+
+/// An nginx master process, stopped with SIGTERM (so that it stops its workers) when dropped.
+struct Nginx(std::process::Child);
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// nginx (the Debian package; CI installs it) in front of two `choicewise serve` processes,
+/// buffering off, as docs/gateway.md shows: streamed n = 3 answers come through whole, spread
+/// over both gateways, and chunks pass as they come. Ignored by a plain `cargo test`; it fails
+/// rather than passes when nginx is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nginx on the PATH (CI installs it: apt-get install nginx-light)"]
+async fn nginx_in_front_of_two_gateways_streams_n_3() {
+    let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("nginx is not installed (apt-get install nginx-light); this test DID NOT RUN");
+    let whole = TestServer::builder()
+        .fixture("demo.sse")
+        .start()
+        .await
+        .unwrap();
+    let stalled = TestServer::builder()
+        .fixture("demo.sse")
+        .stall_after_events(4)
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"whole\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n\
+         [[models]]\nname = \"stalled\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
+        whole.base_url(),
+        stalled.base_url()
+    );
+    let (_a, base_a, _) = serve("lb-a", &toml).await;
+    let (_b, base_b, _) = serve("lb-b", &toml).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("choicewise-nginx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = |base: &str| base.trim_start_matches("http://").to_string();
+    let conf = format!(
+        "worker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{\n  access_log off;\n\
+           client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
+           fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
+           upstream choicewise {{ server {a}; server {b}; }}\n\
+           server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
+               proxy_pass http://choicewise;\n      proxy_http_version 1.1;\n\
+               proxy_set_header Connection \"\";\n      proxy_buffering off;\n\
+               proxy_read_timeout 1h;\n    }}\n  }}\n}}\n",
+        dir = dir.display(),
+        a = host(&base_a),
+        b = host(&base_b),
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let _nginx = Nginx(
+        std::process::Command::new(nginx)
+            .args([
+                "-p",
+                dir.to_str().unwrap(),
+                "-e",
+                "error.log",
+                "-c",
+                "nginx.conf",
+            ])
+            .args(["-g", "daemon off;"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let front = format!("http://127.0.0.1:{port}");
+    within(LIMIT, "nginx accepting", async {
+        while reqwest::get(format!("{front}/healthz")).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    let client = reqwest::Client::new();
+    let ask = |model: &str| {
+        client
+            .post(format!("{front}/v1/chat/completions"))
+            .json(&json!({"model": model, "n": 3, "stream": true,
+                          "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    for _ in 0..6 {
+        let response = within(LIMIT, "an answer through nginx", ask("whole"))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let text = response.text().await.unwrap();
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        let mut finishes = [None, None, None];
+        for data in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
+            let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
+            for c in chunk["choices"].as_array().unwrap() {
+                if let Some(f) = c["finish_reason"].as_str() {
+                    finishes[c["index"].as_u64().unwrap() as usize] = Some(f.to_string());
+                }
+            }
+        }
+        assert!(
+            finishes
+                .iter()
+                .all(|f| matches!(f.as_deref(), Some("stop" | "tool_calls"))),
+            "{finishes:?}"
+        );
+    }
+    // Both gateways served: nginx spread the requests.
+    for base in [&base_a, &base_b] {
+        let metrics = reqwest::get(format!("{base}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics.contains("choicewise_requests_total{model=\"whole\",status=\"200\"} 3"),
+            "{base}: {metrics}"
+        );
+    }
+    // An answer whose upstream stalls after its first events: those chunks arrive through
+    // nginx while it stalls (nothing holds them back).
+    let response = within(LIMIT, "the stalled answer's headers", ask("stalled"))
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let first = within(
+        Duration::from_secs(5),
+        "the first chunk through nginx",
+        body.next(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(first.starts_with(b"data: "), "{first:?}");
+    drop(body);
     let _ = std::fs::remove_dir_all(dir);
 }
