@@ -1123,8 +1123,9 @@ async fn a_windowed_vote_starts_samples_only_while_undecided() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // No window agrees: all 12 requests, the plurality decides.
-    let answers = ["1", "2", "1", "3", "1", "4", "2", "5", "1", "6", "7", "8"];
+    // No window agrees: all 12 requests, the plurality decides. The last sample breaks a tie
+    // of "1" and "2", so no decision can come before its request is made.
+    let answers = ["1", "2", "1", "3", "2", "4", "5", "6", "7", "8", "9", "1"];
     let server = scripted(&answers).await;
     let out = fan_out(&server, &vote).await;
     assert!(
