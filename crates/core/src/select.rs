@@ -501,9 +501,15 @@ async fn vote_windowed(
         false => completions.expected_choices(),
     };
     let mut windows_started = 1usize;
-    if sampled {
-        completions.start_more(size);
-    }
+    // Window `w` is samples `w * size ..`: each start tops the samples up to the window's end,
+    // so samples a caller started before the vote (its first window, opened early to fail
+    // before an answer begins) count towards it rather than shifting every window.
+    let start_through = |end: usize| {
+        if sampled {
+            completions.start_more(end.saturating_sub(completions.started()));
+        }
+    };
+    start_through(size);
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
     tokio::pin!(sleep);
     let mut choices = completions.choices();
@@ -565,9 +571,7 @@ async fn vote_windowed(
                 if split && windows_started * size < total {
                     let next = window(windows_started);
                     windows_started += 1;
-                    if sampled {
-                        completions.start_more(next.len());
-                    }
+                    start_through(next.end as usize);
                 }
                 // Every window started: the plurality, decided as soon as it cannot change.
                 if windows_started * size >= total && (planned.is_some() || listed) {

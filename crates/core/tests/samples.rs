@@ -104,6 +104,21 @@ async fn a_split_first_window_then_a_unanimous_second() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_started_before_the_vote_count_towards_its_first_window() {
+    // A caller (the gateway) opens the first window itself, to fail before its answer begins;
+    // the vote then starts only what each window lacks, never a window ahead.
+    let mut answers = ["5"; 12];
+    answers[1] = "6";
+    let (completions, log, vote) = samples(&answers, &[5; 12], 4);
+    assert_eq!(completions.start_more(4), 4);
+    let selection = within(SETTLED, "the vote", vote).await;
+    assert_eq!(selection.vote.as_ref().unwrap().key, "5");
+    assert_eq!(selection.started, Some(8), "the third window never started");
+    assert_eq!(log.started.lock().unwrap().len(), 8);
+    assert_eq!(selection.windows, [vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_unanimous_window_then_the_plurality_of_all() {
     // Windows of 3 over 8 samples (the last window has 2): none unanimous.
     let answers = ["1", "2", "1", "3", "1", "4", "2", "1"];

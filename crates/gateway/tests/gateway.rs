@@ -410,6 +410,45 @@ async fn a_vote_picks_the_majority_and_no_key_is_a_502() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_windowed_vote_starts_samples_only_while_undecided() {
+    // Samples 0..3 split (a "6" among "5"s), so the second window starts; it agrees, and
+    // the third window never starts: 8 requests of the 12 allowed.
+    let mut script = TestServer::builder().body(answer("Answer: 5"));
+    for k in 1..12 {
+        let text = if k == 2 { "Answer: 6" } else { "Answer: 5" };
+        script = script.then(TestServer::builder().body(answer(text)));
+    }
+    let server = script.start().await.unwrap();
+    let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
+    let mut r = select(12, "vote");
+    r["choicewise"]["vote_by"] = json!(r"Answer: (\d+)");
+    r["choicewise"]["window"] = json!(4);
+    r["stream_options"] = json!({"include_usage": true});
+    let (chunks, done) = read_sse(within(LIMIT, "the vote", post(addr, r.clone())).await).await;
+    assert!(done);
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choicewise"]["samples"], 12);
+    assert_eq!(last["choicewise"]["started"], 8, "{last}");
+    assert_eq!(last["choicewise"]["vote"]["key"], "5", "{last}");
+    assert_eq!(assemble(&chunks)[0].0, "Answer: 5");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.request_count(), 8, "the third window never starts");
+    // Usage counts the started samples only: 8 prompts.
+    let per_choice = last["usage"]["choicewise"]["per_choice"].as_array().unwrap();
+    assert_eq!(per_choice.len(), 8, "{last}");
+
+    // A window is a positive integer.
+    r["choicewise"]["window"] = json!(0);
+    let response = post(addr, r).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains("choicewise.window"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_token_hedges_only_when_the_first_sample_is_slow() {
     // A quick first sample: no second request.
     let quick = TestServer::builder()
