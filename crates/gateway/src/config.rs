@@ -37,6 +37,9 @@ pub struct Config {
     /// How long open streams may finish after a shutdown signal, in seconds (default 30).
     #[serde(default = "default_grace")]
     pub shutdown_grace_s: f64,
+    /// Traces of the requests (off unless it names an OTLP endpoint).
+    #[serde(default)]
+    pub telemetry: Telemetry,
     /// The models clients may ask for.
     pub models: Vec<Model>,
 }
@@ -81,6 +84,46 @@ impl Default for Limits {
             max_concurrent_requests: 1024,
             upstream_idle_timeout_s: 300.0,
         }
+    }
+}
+
+/// `[telemetry]`: one OpenTelemetry span per chat request (the GenAI semantic conventions),
+/// sent over OTLP/HTTP (JSON) to `{otlp_endpoint}/v1/traces`; off when no endpoint is named.
+///
+/// ```
+/// use choicewise_gateway::Config;
+/// let config = Config::from_toml(r#"
+///     [telemetry]
+///     otlp_endpoint = "http://127.0.0.1:4318"
+///     capture_content = false
+///     [[models]]
+///     name = "small"
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+/// "#).unwrap();
+/// assert_eq!(config.telemetry.traces_url().as_deref(), Some("http://127.0.0.1:4318/v1/traces"));
+/// assert!(!config.telemetry.capture_content);
+/// ```
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct Telemetry {
+    /// The OTLP/HTTP collector's base URL, as in `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// (`http://127.0.0.1:4318`): spans go to its `/v1/traces`. None: no traces.
+    pub otlp_endpoint: Option<String>,
+    /// Put the messages in the spans (`gen_ai.input.messages`, and the content of
+    /// `gen_ai.output.messages`); off by default, as the conventions advise: prompts and
+    /// answers may be sensitive.
+    pub capture_content: bool,
+}
+
+impl Telemetry {
+    /// Where spans are sent: the endpoint's `/v1/traces` (a trailing `/` of the endpoint
+    /// dropped); `None` when traces are off.
+    pub fn traces_url(&self) -> Option<String> {
+        let base = self.otlp_endpoint.as_deref()?.trim_end_matches('/');
+        Some(format!("{base}/v1/traces"))
     }
 }
 
@@ -169,7 +212,7 @@ impl std::error::Error for ConfigError {}
 impl Config {
     /// Parses and checks a configuration: at least one model, names unique and non-empty,
     /// each with at least one upstream whose base URL is an `http(s)` URL and whose `n =
-    /// "native"` is only on a chat upstream; sensible limits.
+    /// "native"` is only on a chat upstream; sensible limits; an `http(s)` OTLP endpoint.
     ///
     /// ```
     /// use choicewise_gateway::Config;
@@ -226,6 +269,16 @@ impl Config {
             return err(
                 "limits: upstream_idle_timeout_s must be a number of seconds above 0".into(),
             );
+        }
+        if let Some(endpoint) = &self.telemetry.otlp_endpoint {
+            let rest = (endpoint.strip_prefix("http://"))
+                .or_else(|| endpoint.strip_prefix("https://"))
+                .unwrap_or_default();
+            if rest.trim_end_matches('/').is_empty() || rest.contains(char::is_whitespace) {
+                return err(format!(
+                    "telemetry: otlp_endpoint {endpoint:?} is not an http or https URL"
+                ));
+            }
         }
         if !(self.shutdown_grace_s.is_finite() && self.shutdown_grace_s >= 0.0) {
             return err("shutdown_grace_s must be a number of seconds, 0 or more".into());

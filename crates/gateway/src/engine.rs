@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::{ApiKind, NMode};
 use crate::error::ApiError;
-use crate::metrics::{Metrics, Outcome, UpstreamTokens};
+use crate::metrics::{Metrics, Outcome, SampleEnd, UpstreamTokens};
 use crate::request::{ChatRequest, Select};
 
 /// A configured model's upstream, ready to call.
@@ -539,20 +539,26 @@ impl Run {
         })
     }
 
-    /// What the request came to, for the metrics: how each sample ended, each upstream
-    /// request's tokens, and the completion tokens of samples cancelled or not selected.
+    /// What the request came to, for the metrics and the span: how each sample ended and what
+    /// it said, the request's and each upstream request's tokens, and the completion tokens of
+    /// samples cancelled or not selected.
     /// `outputs` is `None` when every sample is an output (no selection).
     pub async fn outcome(&self, outputs: Option<&[u32]>) -> Outcome {
-        let whole = match self.completions.collect().await {
+        let mut whole = match self.completions.collect().await {
             Ok(c) => c,
             Err(incomplete) => incomplete.partial,
         };
-        let finishes: Vec<String> = (whole.choices.iter())
-            .map(|c| match (c.cancelled, &c.finish_reason) {
-                (true, _) => "cancelled".to_string(),
-                // Failed, or ended without a reason.
-                (false, None) => "error".to_string(),
-                (false, Some(reason)) => reason.clone(),
+        let samples: Vec<SampleEnd> = (whole.choices.iter_mut())
+            .map(|c| SampleEnd {
+                sample: self.sample_of(c.index),
+                finish: match (c.cancelled, &c.finish_reason) {
+                    (true, _) => "cancelled".to_string(),
+                    // Failed, or ended without a reason.
+                    (false, None) => "error".to_string(),
+                    (false, Some(reason)) => reason.clone(),
+                },
+                // Moved: what follows needs no message.
+                message: std::mem::take(&mut c.message),
             })
             .collect();
         let unselected = |c: &&ChoiceOutput| {
@@ -563,7 +569,8 @@ impl Run {
                 })
         };
         let mut outcome = Outcome {
-            finishes,
+            samples,
+            response_model: Some(whole.model.clone()).filter(|m| !m.is_empty()),
             ..Outcome::default()
         };
         // Per-sample parts need every choice counted: only when some were not output.
@@ -576,6 +583,10 @@ impl Run {
             }
             false => (self.completions.usage().await, &[][..]),
         };
+        outcome.prompt_tokens = usage.prompt_tokens;
+        outcome.completion_tokens = usage.completion_tokens;
+        // As the answer's `usage.choicewise.estimated` says.
+        outcome.estimated = usage.source == UsageSource::Estimated;
         let by_index: HashMap<u32, &ChoiceOutput> =
             whole.choices.iter().map(|c| (c.index, c)).collect();
         for part in parts {

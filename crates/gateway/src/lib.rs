@@ -34,6 +34,7 @@ mod engine;
 mod error;
 mod metrics;
 mod request;
+mod traces;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,13 +51,14 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
-pub use config::{ApiKind, Auth, Config, ConfigError, Limits, Model, NMode, Upstream};
+pub use config::{ApiKind, Auth, Config, ConfigError, Limits, Model, NMode, Telemetry, Upstream};
 
 use chunks::ChoiceChunks;
 use engine::{Envelope, Picked, Run, UpstreamRoute};
 use error::ApiError;
 use metrics::Metrics;
 use request::{ChatRequest, Select};
+use traces::{RequestSpan, Traces};
 
 /// A gateway: its routes, its keys, its limits. Cheap to clone.
 ///
@@ -84,6 +86,8 @@ struct Inner {
     /// One per request being served (`max_concurrent_requests`).
     slots: Arc<Semaphore>,
     metrics: Arc<Metrics>,
+    /// `[telemetry]`'s traces, if an endpoint is named.
+    traces: Option<Arc<Traces>>,
     /// Set by [`Gateway::close`]: open answers end.
     closing: watch::Sender<bool>,
 }
@@ -100,7 +104,8 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// A gateway for this configuration: its upstreams' clients, their keys read from the
     /// environment variables the configuration names (an unset one is an error naming the
-    /// variable, never a value).
+    /// variable, never a value), and its trace exporter when `[telemetry]` names an
+    /// endpoint (then it must be made inside a tokio runtime, which sends the spans).
     pub fn new(config: &Config) -> Result<Gateway, ConfigError> {
         Gateway::with_env(config, |name| std::env::var(name).ok())
     }
@@ -190,6 +195,7 @@ impl Gateway {
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
                 metrics: Arc::new(Metrics::new()),
+                traces: Traces::new(&config.telemetry)?,
                 closing: watch::Sender::new(false),
             }),
         })
@@ -223,6 +229,24 @@ impl Gateway {
     /// ```
     pub fn close(&self) {
         self.inner.closing.send_replace(true);
+    }
+
+    /// Sends the spans of the requests answered so far to the OTLP endpoint now, once those
+    /// whose answers have ended are made (waiting a few seconds at most); nothing without
+    /// `[telemetry] otlp_endpoint`. Spans are otherwise sent in batches, every few seconds.
+    pub async fn flush_traces(&self) {
+        if let Some(traces) = &self.inner.traces {
+            traces.flush().await;
+        }
+    }
+
+    /// Sends the last spans and stops the trace exporter (waiting a few seconds at most):
+    /// for a program that serves [`router`](Self::router) itself, once it is done serving
+    /// ([`serve`] does it). Nothing without `[telemetry] otlp_endpoint`.
+    pub async fn shutdown_traces(&self) {
+        if let Some(traces) = &self.inner.traces {
+            traces.shutdown().await;
+        }
     }
 
     /// Checks the client's key (`Authorization: Bearer KEY`) when keys are configured.
@@ -291,16 +315,36 @@ async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let arrived = Instant::now();
-    // The configured model asked for, once known (empty for any other).
-    let mut model = String::new();
-    let response = match serve_chat(&gw, headers, body, arrived, &mut model).await {
+    let mut seen = Seen {
+        parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
+        ..Seen::default()
+    };
+    let response = match serve_chat(&gw, headers, body, arrived, &mut seen).await {
         Ok(response) => response,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            // Answered before its run began: its span now (a run's is its Finish's).
+            if let (Some(traces), Some(parent)) = (&gw.inner.traces, &seen.parent) {
+                traces.record_error(parent, arrived.elapsed(), seen.asked.as_deref(), &e);
+            }
+            e.into_response()
+        }
     };
     gw.inner
         .metrics
-        .answered(&model, response.status().as_u16());
+        .answered(&seen.model, response.status().as_u16());
     response
+}
+
+/// What [`chat_completions`] learns of a request as it is served, for its accounting.
+#[derive(Default)]
+struct Seen {
+    /// The configured model asked for, once known (empty for any other): the metrics' label.
+    model: String,
+    /// The model asked for, configured or not, once read: the span's.
+    asked: Option<String>,
+    /// With traces on, the trace the request belongs to, until its run's [`Finish`] takes
+    /// it (and makes the span).
+    parent: Option<opentelemetry::Context>,
 }
 
 async fn serve_chat(
@@ -308,7 +352,7 @@ async fn serve_chat(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
     arrived: Instant,
-    model: &mut String,
+    seen: &mut Seen,
 ) -> Result<Response, ApiError> {
     let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
         return Err(ApiError::new(
@@ -335,6 +379,7 @@ async fn serve_chat(
         status => ApiError::new(status, "invalid_request_error", rejection.body_text()),
     })?;
     let req = ChatRequest::parse(&bytes, &gw.inner.limits)?;
+    seen.asked = Some(req.model.clone());
     let Some(upstreams) = gw.inner.models.get(&req.model) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -346,18 +391,27 @@ async fn serve_chat(
         )
         .code("model_not_found"));
     };
-    model.clone_from(&req.model);
+    seen.model.clone_from(&req.model);
     let mut run = Run::start(&req.model, upstreams, &req, &gw.inner.metrics).await?;
+    let span = match (&gw.inner.traces, seen.parent.take()) {
+        (Some(traces), Some(parent)) => {
+            Some(traces.request(parent, &req, upstreams.iter().map(|u| u.api)))
+        }
+        _ => None,
+    };
     let picked = run.pick(&req).await;
-    let finish = Finish {
+    let mut finish = Finish {
         metrics: gw.inner.metrics.clone(),
         model: req.model.clone(),
         arrived,
         outputs: (!matches!(req.select, Select::All)).then(|| picked.samples.clone()),
         completed: false,
+        span,
+        failure: None,
         run: Some(run),
     };
     if picked.samples.is_empty() {
+        finish.failure = Some("no_choice");
         let reason = picked
             .reason
             .clone()
@@ -370,6 +424,9 @@ async fn serve_chat(
         .code("no_choice"));
     }
     let envelope = Envelope::new(&req.model);
+    if let Some(span) = &mut finish.span {
+        span.response_id = Some(envelope.id.clone());
+    }
     let closing = gw.inner.closing.subscribe();
     match req.stream {
         true => Ok(stream_response(
@@ -379,8 +436,9 @@ async fn serve_chat(
     }
 }
 
-/// A request's run, accounted in the metrics when it is dropped: when its answer ended, or
-/// its client went away (then its samples are cancelled first, closing their upstreams).
+/// A request's run, accounted in the metrics (and its span made, with traces on) when it is
+/// dropped: when its answer ended, or its client went away (then its samples are cancelled
+/// first, closing their upstreams).
 struct Finish {
     metrics: Arc<Metrics>,
     model: String,
@@ -389,6 +447,10 @@ struct Finish {
     outputs: Option<Vec<u32>>,
     /// The answer was sent to its end.
     completed: bool,
+    /// The request's span, with traces on.
+    span: Option<RequestSpan>,
+    /// Why the request was answered with an error, if it was (the span's `error.type`).
+    failure: Option<&'static str>,
     run: Option<Run>,
 }
 
@@ -412,15 +474,21 @@ impl Drop for Finish {
             run.completions.cancel_except(&[]);
         }
         let took = self.arrived.elapsed();
-        let (metrics, model, outputs) = (
+        let (metrics, model, outputs, span, failure, completed) = (
             self.metrics.clone(),
             std::mem::take(&mut self.model),
             self.outputs.take(),
+            self.span.take(),
+            self.failure,
+            self.completed,
         );
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let outcome = run.outcome(outputs.as_deref()).await;
                 metrics.finished(&model, took, &outcome);
+                if let Some(span) = span {
+                    span.end(took, &outcome, outputs.as_deref(), failure, completed);
+                }
             });
         }
     }
@@ -514,7 +582,11 @@ fn stream_response(
         let mut first = true;
         while let Some(element) = merged.next().await {
             if std::mem::take(&mut first) {
-                finish.metrics.first_chunk(&finish.model, finish.arrived.elapsed());
+                let after = finish.arrived.elapsed();
+                finish.metrics.first_chunk(&finish.model, after);
+                if let Some(span) = &finish.span {
+                    let _ = span.first_chunk.set(after);
+                }
             }
             yield Ok::<_, std::convert::Infallible>(sse(&envelope.chunk(vec![element])));
         }
@@ -621,6 +693,8 @@ async fn json_response(
 /// `shutdown_grace_s`; then it ends the rest ([`Gateway::close`]: their unfinished choices
 /// end with `finish_reason: "error"`), closes every upstream and returns `Ok`. A client that
 /// does not read its answer's end is not waited for more than [`CLOSE_WAIT`] after that.
+/// Last, it sends the last spans when `[telemetry]` names an endpoint
+/// ([`Gateway::shutdown_traces`]: a few seconds at most).
 pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
     let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
     let gateway = Gateway::new(config).map_err(ServeError::Config)?;
@@ -631,6 +705,17 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
         .local_addr()
         .map_err(|e| ServeError::Io(e.to_string()))?;
     eprintln!("listening on http://{local}");
+    let served = serve_until_shut_down(&gateway, listener, config.shutdown_grace()).await;
+    gateway.shutdown_traces().await;
+    served
+}
+
+/// [`serve`]'s serving, from listening to the end of the shutdown.
+async fn serve_until_shut_down(
+    gateway: &Gateway,
+    listener: tokio::net::TcpListener,
+    grace: Duration,
+) -> Result<(), ServeError> {
     let (signalled_tx, mut signalled) = watch::channel(false);
     let server = axum::serve(listener, gateway.router())
         .with_graceful_shutdown(async move {
@@ -644,7 +729,6 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
         done = &mut server => return done.map_err(io),
         _ = signalled.wait_for(|s| *s) => {}
     }
-    let grace = config.shutdown_grace();
     eprintln!(
         "shutting down: no new connections; open answers have {}s to finish",
         grace.as_secs_f64()

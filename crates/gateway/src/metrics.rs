@@ -69,12 +69,31 @@ pub(crate) struct UpstreamTokens {
     pub estimated: bool,
 }
 
-/// What one request came to, for [`Metrics::finished`].
+/// How one started sample ended, for [`Metrics::finished`] and the request's span.
+#[derive(Debug, Clone)]
+pub(crate) struct SampleEnd {
+    /// Its sample number.
+    pub sample: Option<u32>,
+    /// Its `finish_reason`, `error` or `cancelled`.
+    pub finish: String,
+    /// Its assembled message, as far as it got.
+    pub message: choicewise_core::Message,
+}
+
+/// What one request came to, for [`Metrics::finished`] and the request's span
+/// ([`Traces::record`](crate::traces::Traces::record)).
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {
-    /// Each sample's finish: its `finish_reason`, `error` or `cancelled`.
-    pub finishes: Vec<String>,
+    /// Each started sample's end, in the library's order.
+    pub samples: Vec<SampleEnd>,
     pub upstreams: Vec<UpstreamTokens>,
+    /// The request's tokens, every sample's (reported, or estimated where none came).
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Some of those tokens are estimated.
+    pub estimated: bool,
+    /// The model the upstream named in its answer, if it named one.
+    pub response_model: Option<String>,
     /// Completion tokens of cancelled samples (estimated).
     pub cancelled_tokens: u64,
     /// Completion tokens of samples that finished but were not selected.
@@ -190,11 +209,11 @@ impl Metrics {
         self.duration
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
-        for finish in &outcome.finishes {
+        for sample in &outcome.samples {
             self.choices
                 .get_or_create(&ChoiceLabels {
                     model: model.clone(),
-                    finish_reason: finish.clone(),
+                    finish_reason: sample.finish.clone(),
                 })
                 .inc();
         }
@@ -263,8 +282,13 @@ mod tests {
         metrics.answered("small", 200);
         metrics.answered("small", 200);
         metrics.answered("", 404);
+        let end = |sample: u32, finish: &str| SampleEnd {
+            sample: Some(sample),
+            finish: finish.into(),
+            message: choicewise_core::Message::default(),
+        };
         let outcome = Outcome {
-            finishes: vec!["stop".into(), "cancelled".into()],
+            samples: vec![end(0, "stop"), end(1, "cancelled")],
             upstreams: vec![UpstreamTokens {
                 upstream: "chat:m@127.0.0.1:9".into(),
                 prompt: 7,
@@ -273,6 +297,7 @@ mod tests {
             }],
             cancelled_tokens: 12,
             unselected_tokens: 0,
+            ..Outcome::default()
         };
         metrics.finished("small", std::time::Duration::from_millis(20), &outcome);
         let stream = metrics.open_stream();
