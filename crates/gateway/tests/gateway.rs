@@ -434,7 +434,9 @@ async fn a_windowed_vote_starts_samples_only_while_undecided() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(server.request_count(), 8, "the third window never starts");
     // Usage counts the started samples only: 8 prompts.
-    let per_choice = last["usage"]["choicewise"]["per_choice"].as_array().unwrap();
+    let per_choice = last["usage"]["choicewise"]["per_choice"]
+        .as_array()
+        .unwrap();
     assert_eq!(per_choice.len(), 8, "{last}");
 
     // A window is a positive integer.
@@ -443,7 +445,10 @@ async fn a_windowed_vote_starts_samples_only_while_undecided() {
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.unwrap();
     assert!(
-        error["error"]["message"].as_str().unwrap().contains("choicewise.window"),
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("choicewise.window"),
         "{error}"
     );
 }
