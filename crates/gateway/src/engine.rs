@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::config::{ApiKind, NMode};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome, SampleEnd, UpstreamTokens};
+use crate::pace::{BoxError, Pace, paced, silent};
 use crate::request::{ChatRequest, Select};
 
 /// A configured model's upstream, ready to call.
@@ -172,6 +173,8 @@ pub(crate) struct Run {
     /// Tasks that live as long as the run (hedging, picking): aborted with it.
     pub tasks: Vec<tokio::task::AbortHandle>,
     pub samples: u32,
+    /// How far its upstreams may read ahead of its client (back-pressure).
+    pub pace: Arc<Pace>,
 }
 
 impl Drop for Run {
@@ -193,6 +196,7 @@ impl Run {
         metrics: &Arc<Metrics>,
     ) -> Result<Run, ApiError> {
         let planned = plan(upstreams, req)?;
+        let pace = Arc::new(Pace::default());
         let first = match req.select {
             Select::FirstToken {
                 hedge_after: Some(_),
@@ -212,10 +216,13 @@ impl Run {
         for (p, opened) in planned.iter().zip(opened) {
             match opened {
                 Ok(reads) => sources.push(Some(
-                    Source::sse(counted(reads, metrics))
-                        .n(p.samples.len() as u32)
-                        .request(p.body.clone())
-                        .idle_timeout(upstreams[p.upstream].idle_timeout),
+                    Source::sse(paced(
+                        counted(reads, metrics),
+                        pace.clone(),
+                        upstreams[p.upstream].idle_timeout,
+                    ))
+                    .n(p.samples.len() as u32)
+                    .request(p.body.clone()),
                 )),
                 Err(e) => return Err(upstream_error(model, &upstreams[p.upstream], &e)),
             }
@@ -249,6 +256,7 @@ impl Run {
             .collect();
         let sources = Mutex::new(sources);
         let metrics = metrics.clone();
+        let paces = pace.clone();
         let completions = Completions::builder().samples(planned.len(), move |r| {
             if let Some(source) = sources
                 .lock()
@@ -261,13 +269,16 @@ impl Run {
             let (client, body, n, idle) = &later[r];
             // Started after the answer began: a failure is its choices' error.
             let (client, request, metrics) = (client.clone(), body.clone(), metrics.clone());
+            let (pace, idle) = (paces.clone(), *idle);
             Source::open(async move {
-                let reads = client.stream(&request).await?;
-                Ok::<_, ClientError>(Source::sse(counted(reads, &metrics)))
+                let reads = match tokio::time::timeout(idle, client.stream(&request)).await {
+                    Ok(reads) => reads?,
+                    Err(_) => return Err(silent(idle)),
+                };
+                Ok::<_, BoxError>(Source::sse(paced(counted(reads, &metrics), pace, idle)))
             })
             .n(*n)
             .request(body.clone())
-            .idle_timeout(*idle)
         });
         completions.start_more(first);
         Ok(Run {
@@ -279,6 +290,7 @@ impl Run {
             accounting: tokio::sync::OnceCell::new(),
             tasks: Vec::new(),
             samples: req.samples,
+            pace,
         })
     }
 

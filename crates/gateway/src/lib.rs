@@ -33,11 +33,13 @@ mod config;
 mod engine;
 mod error;
 mod metrics;
+mod pace;
 mod request;
 mod traces;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
@@ -580,7 +582,18 @@ fn stream_response(
             .collect();
         let mut merged = futures::stream::select_all(outputs);
         let mut first = true;
-        while let Some(element) = merged.next().await {
+        // From here the upstreams read no further ahead of this client than pace::AHEAD.
+        run.pace.streaming();
+        loop {
+            let next = match futures::poll!(merged.next()) {
+                Poll::Ready(next) => next,
+                Poll::Pending => {
+                    // Everything received is written: the upstreams may read on.
+                    run.pace.caught_up();
+                    merged.next().await
+                }
+            };
+            let Some(element) = next else { break };
             if std::mem::take(&mut first) {
                 let after = finish.arrived.elapsed();
                 finish.metrics.first_chunk(&finish.model, after);
@@ -588,7 +601,11 @@ fn stream_response(
                     let _ = span.first_chunk.set(after);
                 }
             }
-            yield Ok::<_, std::convert::Infallible>(sse(&envelope.chunk(vec![element])));
+            let bytes = sse(&envelope.chunk(vec![element]));
+            // Counted as taken once hyper asks for more, which it does when it can write.
+            let len = bytes.len();
+            yield Ok::<_, std::convert::Infallible>(bytes);
+            run.pace.sent(len);
         }
         if *closing.borrow() {
             // Cut short: the samples still running end now.

@@ -849,3 +849,84 @@ async fn closing_ends_open_answers_with_an_error_and_closes_their_upstreams() {
     )
     .await;
 }
+
+/// An upstream whose answer is `chunks` content chunks of `size` letters, made only as its
+/// connection takes them; the count of those made so far.
+async fn lazy_upstream(
+    chunks: usize,
+    size: usize,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let made = Arc::new(AtomicUsize::new(0));
+    let counter = made.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            let counter = counter.clone();
+            async move {
+                let text = "x".repeat(size);
+                let body = futures::stream::iter(0..=chunks).map(move |i| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let event = match i == chunks {
+                        false => format!(
+                            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n"
+                        ),
+                        true => "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n".to_string(),
+                    };
+                    Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(event))
+                });
+                axum::response::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(axum::body::Body::from_stream(body))
+                    .unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), made)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_slowly_holds_back_its_upstream() {
+    use std::sync::atomic::Ordering;
+    // About 50 MB of answer: far more than the sockets between the three can buffer.
+    const CHUNKS: usize = 160_000;
+    let (url, made) = lazy_upstream(CHUNKS, 256).await;
+    let addr = gateway(&config(&[("chat", url, "")])).await;
+    let response = post(addr, request(1)).await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut received = body.next().await.unwrap().unwrap().len();
+    // The client stops reading: the upstream is held once the buffers between are full.
+    let mut last = usize::MAX;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = made.load(Ordering::SeqCst);
+        if now == last || Instant::now() > deadline {
+            break;
+        }
+        last = now;
+    }
+    let held = made.load(Ordering::SeqCst);
+    assert!(
+        held < CHUNKS / 2,
+        "the upstream made {held} of {CHUNKS} chunks for a client that read one read"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(made.load(Ordering::SeqCst), held, "and stays held");
+    // The client reads on: the whole answer arrives, in order and intact.
+    let mut tail = Vec::new();
+    while let Some(read) = within(Duration::from_secs(120), "the rest", body.next()).await {
+        let read = read.unwrap();
+        received += read.len();
+        tail.extend_from_slice(&read[read.len().saturating_sub(64)..]);
+        tail.drain(..tail.len().saturating_sub(64));
+    }
+    assert!(String::from_utf8_lossy(&tail).ends_with("data: [DONE]\n\n"));
+    assert_eq!(made.load(Ordering::SeqCst), CHUNKS + 1);
+    assert!(received > CHUNKS * 256, "{received} bytes");
+}
