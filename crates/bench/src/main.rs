@@ -17,6 +17,7 @@
 mod baseline;
 mod close;
 mod fan_out;
+mod gateway;
 mod r#gen;
 mod heap;
 mod latency;
@@ -24,11 +25,15 @@ mod latency;
 mod openai;
 mod pieces;
 mod plots;
+mod procs;
+mod proxy;
 mod replay;
 mod reports;
 mod scale;
+mod soak;
 mod stats;
 mod throughput;
+mod upstream;
 
 use clap::{Args, Parser, Subcommand};
 use tokio::runtime::Runtime;
@@ -71,6 +76,49 @@ enum Command {
     /// A baseline as a whole process of its own, for `replay`'s paired runs.
     #[command(hide = true)]
     BaselineProcess(BaselineArgs),
+    /// The gateway (`choicewise serve`): overhead against direct, relay throughput against a
+    /// byte-for-byte proxy, memory, LiteLLM beside it, the tokens a selection saves.
+    Gateway(gateway::GatewayArgs),
+    /// The gateway under load with faults: panics, choices not received intact, upstream
+    /// connections left open. Exits 1 when any is not 0.
+    Soak(soak::SoakArgs),
+    /// The synthetic upstream of `gateway` and `soak`, as a process of its own.
+    #[command(hide = true)]
+    GatewayUpstream(UpstreamArgs),
+    /// The byte-for-byte reverse proxy of `gateway`, as a process of its own.
+    #[command(hide = true)]
+    GatewayProxy(ProxyArgs),
+    /// The gateway's router served with `TCP_NODELAY` (`gateway --gateway-nodelay`).
+    #[command(hide = true)]
+    GatewayNodelay(NodelayArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+struct NodelayArgs {
+    /// The gateway's configuration file.
+    #[arg(long)]
+    config: std::path::PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+struct UpstreamArgs {
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    /// One request per connection (`Connection: close`).
+    #[arg(long)]
+    close: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+struct ProxyArgs {
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    /// `http://HOST:PORT` of the upstream.
+    #[arg(long)]
+    upstream: String,
+    /// Set `TCP_NODELAY` on accepted connections.
+    #[arg(long)]
+    nodelay: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -343,8 +391,20 @@ fn fresh_process(args: &[&str]) -> Report {
 
 fn main() {
     let cli = Cli::parse();
+    match &cli.command {
+        Command::GatewayUpstream(a) => return upstream::serve(&a.listen, a.close),
+        Command::GatewayProxy(a) => return proxy::serve(&a.listen, &a.upstream, a.nodelay),
+        Command::GatewayNodelay(a) => return procs::serve_nodelay(&a.config),
+        _ => {}
+    }
     machine();
+    let soak = matches!(cli.command, Command::Soak(_));
     let report = match cli.command {
+        Command::Gateway(a) => gateway::run(&a),
+        Command::Soak(a) => soak::run(&a),
+        Command::GatewayUpstream(_) | Command::GatewayProxy(_) | Command::GatewayNodelay(_) => {
+            return;
+        }
         Command::Throughput(a) => reports::throughput(&a),
         Command::Latency(a) => reports::latency(&a),
         Command::Scale(a) => reports::scale(&a),
@@ -423,6 +483,9 @@ fn main() {
         }
     };
     report.print();
+    if soak && !report.targets.iter().all(Target::pass) {
+        std::process::exit(1);
+    }
 }
 
 /// Writes the plots of `all` (the figures kept by its throughput and latency runs) into
