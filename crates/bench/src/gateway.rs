@@ -11,16 +11,21 @@
 //!   length; streams started in that ramp are not counted) for `--secs`, and at least
 //!   `--min-streams` streams. Measured per stream: time to first chunk (request sent to the
 //!   first content event read); per content event: its delay (read time less send time).
-//!   Direct to the upstream (one request with n = 4), then through the gateway with n = 4
-//!   native (one upstream request), then by fan-out (four upstream requests of n = 1), at the
-//!   same C. Overhead = gateway's percentile less direct's, same run.
-//! - **Throughput at saturation.** `--sat-streams` unpaced n = 4 streams at once (the
-//!   upstream writes a prebuilt body as fast as it is read), for `--sat-secs`: content events
-//!   per second read by the clients, direct, through the proxy, through the gateway.
-//! - **Memory.** The gateway's VmRSS when started, at its peak during the 1,000-stream native
-//!   level, and 2 s after the last load.
-//! - **LiteLLM** (with `--litellm PATH`): its proxy, one worker, no database, on the same
-//!   upstream, the same native levels and saturation run.
+//!   Direct to the upstream (one request with n = 4), through the byte-for-byte proxy (the
+//!   HTTP stack's own share), through the gateway with n = 4 native (one upstream request),
+//!   then by fan-out (four upstream requests of n = 1), at the same C. Overhead = the
+//!   percentile through it less direct's, same run.
+//! - **Throughput at saturation.** `--sat-streams` unpaced n = 4 streams at once for
+//!   `--sat-secs`: content events per second read by the clients, direct, through the proxy,
+//!   through the gateway; once with the upstream writing each tick's 4 events alone (a model
+//!   server's framing), once in 64 KiB writes.
+//! - **Memory.** The gateway's VmRSS when started; when the 1,000-stream native level starts
+//!   and at its peak while at least 95% of its streams are open (per stream: the difference
+//!   over the streams open then); after the paced levels, after the saturation runs, and 2 s
+//!   after the last load.
+//! - **LiteLLM** (with `--litellm PATH`): its proxy, one worker, no database (a master key
+//!   set: it refuses to start without one), on the same upstream, the same native levels
+//!   (`--litellm-concurrency`) and saturation run.
 //! - **Savings.** Five samples of lengths 8, 14, 20, 26 and 32 ticks (10 ms apart), three
 //!   agreeing on the answer: the content events the upstream wrote for `select:
 //!   first_finished` and `vote` against n = 5 with every sample to its end.
@@ -50,16 +55,16 @@ pub struct GatewayArgs {
     #[arg(long, default_value_t = 5.0)]
     pub secs: f64,
     /// Fewest streams counted per level.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 10)]
     pub min_streams: usize,
     /// Concurrent streams of the levels.
     #[arg(long, value_delimiter = ',', default_value = "1,100,1000")]
     pub concurrency: Vec<usize>,
     /// Content events per choice of a paced stream.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 8)]
     pub ticks: u32,
     /// Between a choice's content events, ms.
-    #[arg(long, default_value_t = 50.0)]
+    #[arg(long, default_value_t = 200.0)]
     pub interval_ms: f64,
     /// The upstream's wait before its first event, ms.
     #[arg(long, default_value_t = 20.0)]
@@ -206,9 +211,11 @@ pub struct Level {
     pub delay_p99_ms: f64,
     /// Content events per second read (all streams of the level, ramp included).
     pub events_per_s: f64,
-    /// Peak VmRSS of the watched process during the level, KiB, and the streams open then.
+    /// Peak VmRSS of the watched process while at least 95% of the level's streams were
+    /// open, KiB, and the streams open then; its VmRSS when the level started.
     pub peak_rss_kib: u64,
     pub open_at_peak: usize,
+    pub rss_before_kib: u64,
 }
 
 struct LevelSpec<'a> {
@@ -233,14 +240,17 @@ async fn level(client: &reqwest::Client, spec: LevelSpec<'_>) -> Level {
     let open = Arc::new(AtomicUsize::new(0));
     let events = Arc::new(AtomicU64::new(0));
     let finished = Arc::new(AtomicBool::new(false));
+    let rss_before = spec.watch.map_or(0, procs::tree_rss_kib);
+    let full = (spec.concurrency * 95).div_ceil(100);
     let sampler = spec.watch.map(|pid| {
         let (open, finished) = (open.clone(), finished.clone());
         tokio::spawn(async move {
             let mut peak = (0u64, 0usize);
             while !finished.load(Relaxed) {
                 let rss = procs::tree_rss_kib(pid);
-                if rss > peak.0 {
-                    peak = (rss, open.load(Relaxed));
+                let now_open = open.load(Relaxed);
+                if now_open >= full && rss > peak.0 {
+                    peak = (rss, now_open);
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -291,7 +301,10 @@ async fn level(client: &reqwest::Client, spec: LevelSpec<'_>) -> Level {
     }
     let mut ttfc = Vec::new();
     let mut delays = Vec::new();
-    let mut result = Level::default();
+    let mut result = Level {
+        rss_before_kib: rss_before,
+        ..Level::default()
+    };
     for task in tasks {
         let Ok((t, d, s, e)) = task.await else {
             result.errors += 1;
@@ -350,6 +363,8 @@ pub struct Run {
     pub rss_after_levels_kib: u64,
     pub rss_after_sat_kib: u64,
     pub rss_start_kib: u64,
+    /// VmRSS when the 1,000-stream native level started, and at its peak with them open.
+    pub rss_before_1000_kib: u64,
     pub rss_peak_1000_kib: u64,
     pub open_at_peak: usize,
     pub rss_after_kib: u64,
@@ -589,6 +604,7 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
             print_level("gateway, fan-out n = 4", c, &fanout);
             if c == 1000 {
                 run.rss_peak_1000_kib = native.peak_rss_kib;
+                run.rss_before_1000_kib = native.rss_before_kib;
                 run.open_at_peak = native.open_at_peak;
             }
             run.levels.push((c, direct, native, fanout, proxied));
@@ -629,9 +645,10 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
     run.rss_after_kib = gateway.rss_kib();
     run.gateway_panics = gateway.panics();
     println!(
-        "\nGateway VmRSS: start {} KiB, peak in the 1,000-stream native level {} KiB ({} streams open), \
+        "\nGateway VmRSS: start {} KiB, {} KiB when the 1,000-stream native level started, its peak {} KiB ({} streams open), \
          1 s after the paced levels {} KiB, 1 s after the saturation runs {} KiB, 2 s after the last load {} KiB",
         run.rss_start_kib,
+        run.rss_before_1000_kib,
         run.rss_peak_1000_kib,
         run.open_at_peak,
         run.rss_after_levels_kib,
@@ -660,6 +677,11 @@ fn litellm_run(
         let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
         l.local_addr().map_err(|e| e.to_string())?.port()
     };
+    // A master key it accepts (it refuses to start without one); sent by the clients.
+    let key = format!(
+        "sk-bench-{:032x}",
+        u128::from(now_ns()) * 0x9E37_79B9_7F4A_7C15
+    );
     let config = dir.join("litellm.yaml");
     std::fs::write(
         &config,
@@ -683,7 +705,7 @@ fn litellm_run(
         .env("LITELLM_LOG", "ERROR")
         .env("DISABLE_SCHEMA_UPDATE", "True")
         .env_remove("DATABASE_URL")
-        .env_remove("LITELLM_MASTER_KEY");
+        .env("LITELLM_MASTER_KEY", &key);
     let base = format!("http://127.0.0.1:{port}");
     let server = Server::start(
         "litellm",
@@ -700,7 +722,15 @@ fn litellm_run(
     let url = format!("{base}/v1/chat/completions");
     let plan = paced_plan(args);
     let length = stream_length(args);
-    let client = reqwest::Client::new();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {key}").parse().map_err(|_| "a header")?,
+    );
+    let client = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .map_err(|e| e.to_string())?;
     let levels = args
         .litellm_concurrency
         .clone()
@@ -971,7 +1001,7 @@ fn summarise(args: &GatewayArgs, runs: &[Run]) -> Report {
     }
     let per_stream = |r: &Run| {
         (r.rss_peak_1000_kib > 0).then(|| {
-            (r.rss_peak_1000_kib.saturating_sub(r.rss_start_kib)) as f64
+            (r.rss_peak_1000_kib.saturating_sub(r.rss_before_1000_kib)) as f64
                 / r.open_at_peak.max(1) as f64
         })
     };
@@ -995,11 +1025,12 @@ fn summarise(args: &GatewayArgs, runs: &[Run]) -> Report {
         });
     }
     report.info.push(format!(
-        "INFO gateway VmRSS KiB per run (start / peak at 1000 / streams open then / after the paced levels / after saturation / at the end): {}",
+        "INFO gateway VmRSS KiB per run (start / before the 1000 level / its peak / streams open then / after the paced levels / after saturation / at the end): {}",
         runs.iter()
             .map(|r| format!(
-                "{}/{}/{}/{}/{}/{}",
+                "{}/{}/{}/{}/{}/{}/{}",
                 r.rss_start_kib,
+                r.rss_before_1000_kib,
                 r.rss_peak_1000_kib,
                 r.open_at_peak,
                 r.rss_after_levels_kib,

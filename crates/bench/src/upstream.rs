@@ -362,6 +362,10 @@ fn paced(up: Arc<Upstream>, plan: Plan, samples: Vec<u32>, include_usage: bool) 
             }
             match plan.fault {
                 Fault::Cut(k) if k == t => {
+                    // hyper drops what it holds unwritten when a body fails: one pending poll
+                    // first, so that it writes out the ticks already yielded (a runtime that
+                    // ran late may have yielded several in one go), which were counted sent.
+                    tokio::task::yield_now().await;
                     up.counters.cuts.fetch_add(1, Relaxed);
                     ending.done = true;
                     yield Err(std::io::Error::other("synthetic cut"));
