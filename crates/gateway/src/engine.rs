@@ -760,6 +760,17 @@ impl Envelope {
         }
     }
 
+    /// A chunk's JSON up to the opening of its `choices` array, for writing chunks without
+    /// building each one's envelope (`{"id":…,"object":…,"created":…,"model":…,"choices":[`).
+    pub fn prefix(&self) -> String {
+        format!(
+            "{{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[",
+            Value::from(&*self.id),
+            self.created,
+            Value::from(&*self.model),
+        )
+    }
+
     /// A chunk of these choices' elements.
     pub fn chunk(&self, choices: Vec<Value>) -> Value {
         json!({

@@ -21,7 +21,10 @@
 //!     base_url = "http://127.0.0.1:8080/v1"
 //! "#)?;
 //! let app = axum::Router::new().nest("/llm", Gateway::new(&config)?.router());
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8787").await?;
+//! // Nagle off, so that each chunk is written when it is made.
+//! use axum::serve::ListenerExt;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8787").await?
+//!     .tap_io(|tcp| { let _ = tcp.set_nodelay(true); });
 //! axum::serve(listener, app).await?;
 //! # Ok(()) }
 //! ```
@@ -557,6 +560,19 @@ fn sse(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
 
+/// How many bytes of chunks already made go into one write at most.
+const WRITE_BYTES: usize = 16 * 1024;
+
+/// Appends the SSE event of one chunk holding `element`: `prefix` is the envelope up to its
+/// `choices` array ([`Envelope::prefix`]).
+fn chunk_event(write: &mut Vec<u8>, prefix: &str, element: &Value) {
+    write.extend_from_slice(b"data: ");
+    write.extend_from_slice(prefix.as_bytes());
+    // A Value serialises without error into memory.
+    let _ = serde_json::to_writer(&mut *write, element);
+    write.extend_from_slice(b"]}\n\n");
+}
+
 /// The streamed answer: each output choice's chunks as they come, then the usage and the
 /// pick's summary when asked for, then `[DONE]`.
 fn stream_response(
@@ -584,7 +600,9 @@ fn stream_response(
         let mut first = true;
         // From here the upstreams read no further ahead of this client than pace::AHEAD.
         run.pace.streaming();
-        loop {
+        let prefix = envelope.prefix();
+        let mut ended = false;
+        while !ended {
             let next = match futures::poll!(merged.next()) {
                 Poll::Ready(next) => next,
                 Poll::Pending => {
@@ -601,10 +619,23 @@ fn stream_response(
                     let _ = span.first_chunk.set(after);
                 }
             }
-            let bytes = sse(&envelope.chunk(vec![element]));
+            // One chunk per element, as the upstreams send them; every element already
+            // there goes in the same write.
+            let mut write = Vec::with_capacity(512);
+            chunk_event(&mut write, &prefix, &element);
+            while write.len() < WRITE_BYTES {
+                match futures::poll!(merged.next()) {
+                    Poll::Ready(Some(element)) => chunk_event(&mut write, &prefix, &element),
+                    Poll::Ready(None) => {
+                        ended = true;
+                        break;
+                    }
+                    Poll::Pending => break,
+                }
+            }
             // Counted as taken once hyper asks for more, which it does when it can write.
-            let len = bytes.len();
-            yield Ok::<_, std::convert::Infallible>(bytes);
+            let len = write.len();
+            yield Ok::<_, std::convert::Infallible>(Bytes::from(write));
             run.pace.sent(len);
         }
         if *closing.borrow() {
@@ -734,6 +765,12 @@ async fn serve_until_shut_down(
     grace: Duration,
 ) -> Result<(), ServeError> {
     let (signalled_tx, mut signalled) = watch::channel(false);
+    use axum::serve::ListenerExt;
+    // Nagle off: a chunk is written as soon as it is made. With it on, each small write after
+    // the first waits for the client's delayed ACK (tens of milliseconds on Linux).
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, gateway.router())
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
@@ -810,3 +847,25 @@ impl std::fmt::Display for ServeError {
 }
 
 impl std::error::Error for ServeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_chunk_is_the_envelope_around_its_element() {
+        let envelope = Envelope::new("m \"quoted\"");
+        let element = json!({"index": 2, "delta": {"content": "a \"b\"\n"}, "finish_reason": null});
+        let mut write = Vec::new();
+        chunk_event(&mut write, &envelope.prefix(), &element);
+        chunk_event(&mut write, &envelope.prefix(), &element);
+        let text = String::from_utf8(write).unwrap();
+        let events: Vec<&str> = text.split_terminator("\n\n").collect();
+        assert_eq!(events.len(), 2);
+        for event in events {
+            let data = event.strip_prefix("data: ").unwrap();
+            let chunk: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(chunk, envelope.chunk(vec![element.clone()]));
+        }
+    }
+}
