@@ -93,13 +93,6 @@ pub struct GatewayArgs {
     /// Skip the savings runs.
     #[arg(long)]
     pub no_savings: bool,
-    /// Set `TCP_NODELAY` on the proxy's accepted connections (the gateway's `serve` does not).
-    #[arg(long)]
-    pub proxy_nodelay: bool,
-    /// Serve the gateway's router from this harness with `TCP_NODELAY` on accepted
-    /// connections (`gateway-nodelay`, a process of its own) instead of `choicewise serve`.
-    #[arg(long)]
-    pub gateway_nodelay: bool,
 }
 
 /// What a stream's reads are scanned for.
@@ -516,9 +509,6 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
         "--upstream",
         &upstream.url,
     ]);
-    if args.proxy_nodelay {
-        proxy_cmd.arg("--nodelay");
-    }
     let proxy = Server::start(
         "proxy",
         proxy_cmd,
@@ -528,11 +518,7 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
     )?;
     let bin = procs::choicewise_bin(args.choicewise.as_deref());
     let config = procs::gateway_config(&upstream.url, 300.0);
-    let gateway = if args.gateway_nodelay {
-        procs::gateway_nodelay(&dir, &config)?
-    } else {
-        procs::gateway(&dir, &bin, &config)?
-    };
+    let gateway = procs::gateway(&dir, &bin, &config)?;
     std::thread::sleep(Duration::from_millis(300));
     let mut run = Run {
         rss_start_kib: gateway.rss_kib(),

@@ -88,16 +88,6 @@ enum Command {
     /// The byte-for-byte reverse proxy of `gateway`, as a process of its own.
     #[command(hide = true)]
     GatewayProxy(ProxyArgs),
-    /// The gateway's router served with `TCP_NODELAY` (`gateway --gateway-nodelay`).
-    #[command(hide = true)]
-    GatewayNodelay(NodelayArgs),
-}
-
-#[derive(Debug, Clone, Args)]
-struct NodelayArgs {
-    /// The gateway's configuration file.
-    #[arg(long)]
-    config: std::path::PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -116,9 +106,6 @@ struct ProxyArgs {
     /// `http://HOST:PORT` of the upstream.
     #[arg(long)]
     upstream: String,
-    /// Set `TCP_NODELAY` on accepted connections.
-    #[arg(long)]
-    nodelay: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -393,8 +380,7 @@ fn main() {
     let cli = Cli::parse();
     match &cli.command {
         Command::GatewayUpstream(a) => return upstream::serve(&a.listen, a.close),
-        Command::GatewayProxy(a) => return proxy::serve(&a.listen, &a.upstream, a.nodelay),
-        Command::GatewayNodelay(a) => return procs::serve_nodelay(&a.config),
+        Command::GatewayProxy(a) => return proxy::serve(&a.listen, &a.upstream),
         _ => {}
     }
     machine();
@@ -402,7 +388,7 @@ fn main() {
     let report = match cli.command {
         Command::Gateway(a) => gateway::run(&a),
         Command::Soak(a) => soak::run(&a),
-        Command::GatewayUpstream(_) | Command::GatewayProxy(_) | Command::GatewayNodelay(_) => {
+        Command::GatewayUpstream(_) | Command::GatewayProxy(_) => {
             return;
         }
         Command::Throughput(a) => reports::throughput(&a),

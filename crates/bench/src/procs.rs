@@ -206,51 +206,6 @@ pub fn gateway(dir: &Path, bin: &Path, config: &str) -> Result<Server, String> {
     )
 }
 
-/// Starts the gateway's router served by this harness with `TCP_NODELAY`
-/// (`gateway-nodelay`).
-pub fn gateway_nodelay(dir: &Path, config: &str) -> Result<Server, String> {
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, config).map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(harness());
-    cmd.arg("gateway-nodelay").arg("--config").arg(&path);
-    Server::start(
-        "gateway",
-        cmd,
-        &dir.join("gateway.log"),
-        Ready::Line,
-        Duration::from_secs(10),
-    )
-}
-
-/// Serves `Gateway::router()` of the configuration in `config` as `choicewise serve` does
-/// (a runtime of one worker per CPU), but with `TCP_NODELAY` on each accepted connection.
-pub fn serve_nodelay(config: &Path) {
-    use axum::serve::ListenerExt;
-    let text = std::fs::read_to_string(config).expect("read the config");
-    let config = choicewise_gateway::Config::from_toml(&text).expect("a valid config");
-    let gateway = choicewise_gateway::Gateway::new(&config).expect("the gateway starts");
-    let addr = config.listen_addr(None).expect("a listen address");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a Tokio runtime");
-    rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .expect("bind the gateway");
-        eprintln!(
-            "listening on http://{}",
-            listener.local_addr().expect("its address")
-        );
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        axum::serve(listener, gateway.router())
-            .await
-            .expect("serve the gateway");
-    });
-}
-
 /// The gateway's configuration: model `native` (one request with n) and `fanout` (one
 /// request per choice), both on the upstream at `upstream` (`http://HOST:PORT`).
 pub fn gateway_config(upstream: &str, idle_timeout_s: f64) -> String {

@@ -52,9 +52,8 @@ async fn forward(State(proxy): State<Arc<Proxy>>, req: Request) -> Response {
 
 /// Serves the proxy on `listen` in front of `upstream` (`http://HOST:PORT`) until the process
 /// ends, saying `listening on http://ADDR` on stderr once it accepts connections.
-/// With `nodelay`, each accepted connection gets `TCP_NODELAY` (`axum::serve` on a plain
-/// `TcpListener`, as the gateway's `serve`, leaves Nagle's algorithm on).
-pub fn serve(listen: &str, upstream: &str, nodelay: bool) {
+/// Each accepted connection gets `TCP_NODELAY`, as the gateway's `serve` sets it.
+pub fn serve(listen: &str, upstream: &str) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -70,14 +69,10 @@ pub fn serve(listen: &str, upstream: &str, nodelay: bool) {
             .expect("bind the proxy");
         let addr = listener.local_addr().expect("its address");
         eprintln!("listening on http://{addr}");
-        if nodelay {
-            use axum::serve::ListenerExt;
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            axum::serve(listener, app).await.expect("serve the proxy");
-        } else {
-            axum::serve(listener, app).await.expect("serve the proxy");
-        }
+        use axum::serve::ListenerExt;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        axum::serve(listener, app).await.expect("serve the proxy");
     });
 }
