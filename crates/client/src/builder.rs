@@ -45,6 +45,17 @@ pub const DEFAULT_MAX_RETRIES: u32 = 2;
 /// ```
 pub const DEFAULT_MAX_RETRY_WAIT: Duration = Duration::from_secs(20);
 
+/// The most idle connections a client keeps for reuse
+/// ([`ClientBuilder::max_idle_connections`]).
+///
+/// ```
+/// assert_eq!(choicewise_client::DEFAULT_MAX_IDLE_CONNECTIONS, 32);
+/// ```
+pub const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 32;
+
+/// How long an idle connection is kept for reuse.
+const IDLE_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
 /// The Anthropic API version sent with [`Api::Messages`] requests (`anthropic-version`),
 /// unless a [`header`](ClientBuilder::header) of that name is given.
 ///
@@ -239,6 +250,7 @@ pub struct ClientBuilder {
     max_retries: u32,
     max_retry_wait: Duration,
     max_concurrent: Option<usize>,
+    max_idle: usize,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -274,6 +286,7 @@ impl Default for ClientBuilder {
             max_retries: DEFAULT_MAX_RETRIES,
             max_retry_wait: DEFAULT_MAX_RETRY_WAIT,
             max_concurrent: None,
+            max_idle: DEFAULT_MAX_IDLE_CONNECTIONS,
         }
     }
 }
@@ -420,6 +433,20 @@ impl ClientBuilder {
         self
     }
 
+    /// The most idle connections kept open for reuse (default 32). A burst of many requests
+    /// opens as many connections; past the burst, only this many stay open (each for at most
+    /// 60 s), so that a server or gateway comes back to its idle memory.
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().max_idle_connections(8).build();
+    /// assert!(client.is_ok());
+    /// ```
+    pub fn max_idle_connections(mut self, count: usize) -> Self {
+        self.max_idle = count;
+        self
+    }
+
     /// Checks the settings and builds the client.
     ///
     /// ```
@@ -470,6 +497,8 @@ impl ClientBuilder {
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let http = reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
+            .pool_max_idle_per_host(self.max_idle)
+            .pool_idle_timeout(IDLE_CONNECTION_LIFETIME)
             .user_agent(concat!("choicewise-client/", env!("CARGO_PKG_VERSION")))
             .build()?;
         Ok(Client {

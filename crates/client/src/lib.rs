@@ -90,7 +90,8 @@ use serde_json::Value;
 mod builder;
 pub use builder::{
     ANTHROPIC_VERSION, Api, ClientBuilder, DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_RETRIES, DEFAULT_MAX_RETRY_WAIT,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_IDLE_CONNECTIONS, DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_RETRY_WAIT,
 };
 
 /// `max_tokens` sent to the Anthropic API, which requires it, when a request in Chat
