@@ -61,6 +61,9 @@ impl From<String> for Exit {
     }
 }
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The documentation commands need no runtime.
