@@ -520,16 +520,13 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
     let config = procs::gateway_config(&upstream.url, 300.0);
     let gateway = procs::gateway(&dir, &bin, &config)?;
     std::thread::sleep(Duration::from_millis(300));
-    let mut run = Run {
-        rss_start_kib: gateway.rss_kib(),
-        ..Run::default()
-    };
+    let mut run = Run::default();
     println!(
-        "\n### run {} of {} (gateway pid {}, VmRSS at start {} KiB)\n",
+        "\n### run {} of {} (gateway pid {}, VmRSS when started {} KiB)\n",
         rep + 1,
         args.reps,
         gateway.pid(),
-        run.rss_start_kib
+        gateway.rss_kib()
     );
     let client = reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(30))
@@ -563,6 +560,11 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
             )
             .await;
         }
+        // Where the load starts from: a gateway that has served (its runtime, pools and token
+        // tables made), then idle.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        run.rss_start_kib = gateway.rss_kib();
+        println!("Gateway VmRSS after the warm-up: {} KiB\n", run.rss_start_kib);
         println!(
             "Paced n = 4 streams: {} content events per choice, {} ms apart after {} ms; times in ms.\n",
             args.ticks, args.interval_ms, args.first_ms
