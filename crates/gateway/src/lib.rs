@@ -767,7 +767,7 @@ async fn serve_until_shut_down(
     let (signalled_tx, mut signalled) = watch::channel(false);
     use axum::serve::ListenerExt;
     // Nagle off: a chunk is written as soon as it is made. With it on, each small write after
-    // the first waits for the client's delayed ACK (tens of milliseconds on Linux).
+    // the first waits for the client's delayed ACK (docs/benchmarks.md, Gateway).
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });

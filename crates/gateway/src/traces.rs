@@ -295,13 +295,10 @@ impl RequestSpan {
                 "gen_ai.response.finish_reasons",
                 Attr::Array(Array::String(finish_reasons)),
             ),
-            KeyValue::new(
-                "gen_ai.usage.input_tokens",
-                outcome.prompt_tokens.min(i64::MAX as u64) as i64,
-            ),
+            KeyValue::new("gen_ai.usage.input_tokens", count(outcome.prompt_tokens)),
             KeyValue::new(
                 "gen_ai.usage.output_tokens",
-                outcome.completion_tokens.min(i64::MAX as u64) as i64,
+                count(outcome.completion_tokens),
             ),
             KeyValue::new("gen_ai.output.messages", Value::Array(messages).to_string()),
             KeyValue::new("choicewise.samples", i64::from(self.samples)),
@@ -323,11 +320,11 @@ impl RequestSpan {
             KeyValue::new("choicewise.usage.estimated", outcome.estimated),
             KeyValue::new(
                 "choicewise.usage.cancelled_tokens",
-                outcome.cancelled_tokens.min(i64::MAX as u64) as i64,
+                count(outcome.cancelled_tokens),
             ),
             KeyValue::new(
                 "choicewise.usage.unselected_tokens",
-                outcome.unselected_tokens.min(i64::MAX as u64) as i64,
+                count(outcome.unselected_tokens),
             ),
             KeyValue::new("choicewise.client_closed", !completed),
         ];
@@ -528,6 +525,11 @@ impl opentelemetry_http::HttpClient for Http {
         *response.headers_mut() = headers;
         Ok(response)
     }
+}
+
+/// A token count as an OpenTelemetry integer (saturating).
+fn count(tokens: u64) -> i64 {
+    i64::try_from(tokens).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
