@@ -746,6 +746,21 @@ async fn json_response(
 pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
     let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
     let gateway = Gateway::new(config).map_err(ServeError::Config)?;
+    // Every answer's accounting counts its samples' tokens (a cancelled sample's are always
+    // estimated), with the default encoding and its upstream models' ones: their tables are
+    // loaded now rather than by the first request, which would wait for them, so that the
+    // memory they take is there from the start.
+    let mut encodings = vec![choicewise_usage::DEFAULT_ENCODING];
+    for m in &config.models {
+        for u in &m.upstreams {
+            let model = u.model.as_deref().unwrap_or(&m.name);
+            encodings.push(choicewise_usage::encoding_for_model(model).name);
+        }
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        encodings.into_iter().for_each(choicewise_usage::preload)
+    })
+    .await;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| ServeError::Io(format!("cannot listen on {addr}: {e}")))?;
