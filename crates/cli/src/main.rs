@@ -2,6 +2,7 @@
 
 mod chat;
 mod live;
+mod memory;
 mod plain;
 mod record;
 mod replay;
@@ -61,9 +62,6 @@ impl From<String> for Exit {
     }
 }
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // The documentation commands need no runtime.
@@ -99,10 +97,14 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Command::Serve(_) = cli.command {
+        // A gateway lives long, under a load that comes and goes.
+        memory::return_freed_memory_at_once();
+        builder.on_thread_park(memory::collect_when_idle);
+    }
+    let runtime = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("choicewise: cannot start the async runtime: {e}");
