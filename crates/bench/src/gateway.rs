@@ -364,7 +364,10 @@ pub struct Run {
     pub rss_before_1000_kib: u64,
     pub rss_peak_1000_kib: u64,
     pub open_at_peak: usize,
+    /// VmRSS `--settle-secs` after the last load, the harness's keep-alive connections to it
+    /// still open; then again once the harness has closed them.
     pub rss_after_kib: u64,
+    pub rss_closed_kib: u64,
     pub gateway_panics: usize,
     pub litellm: Option<Other>,
     pub savings: Option<Savings>,
@@ -635,10 +638,16 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
         tokio::time::sleep(Duration::from_secs_f64(args.settle_secs)).await;
     });
     run.rss_after_kib = gateway.rss_kib();
+    // The connections a client keeps open hold their buffers in the gateway; once the client
+    // closes them, what stays is the gateway's own.
+    drop(client);
+    std::thread::sleep(Duration::from_secs(1));
+    run.rss_closed_kib = gateway.rss_kib();
     run.gateway_panics = gateway.panics();
     println!(
         "\nGateway VmRSS: start {} KiB, {} KiB when the 1,000-stream native level started, its peak {} KiB ({} streams open), \
-         1 s after the paced levels {} KiB, 1 s after the saturation runs {} KiB, {} s after the last load {} KiB",
+         1 s after the paced levels {} KiB, 1 s after the saturation runs {} KiB, {} s after the last load {} KiB, \
+         1 s after the clients closed their connections {} KiB",
         run.rss_start_kib,
         run.rss_before_1000_kib,
         run.rss_peak_1000_kib,
@@ -646,7 +655,8 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
         run.rss_after_levels_kib,
         run.rss_after_sat_kib,
         args.settle_secs,
-        run.rss_after_kib
+        run.rss_after_kib,
+        run.rss_closed_kib
     );
     drop(gateway);
     drop(proxy);
@@ -1007,7 +1017,13 @@ fn summarise(args: &GatewayArgs, runs: &[Run]) -> Report {
             unit: "KiB",
         });
     }
-    let after = |r: &Run| Some(r.rss_after_kib as f64 / r.rss_start_kib.max(1) as f64);
+    let open = |r: &Run| Some(r.rss_after_kib as f64 / r.rss_start_kib.max(1) as f64);
+    if let Some(m) = med(runs, open) {
+        report.info.push(format!(
+            "INFO gateway_rss_after_load_vs_start, the clients' keep-alive connections open: {m:.2}x"
+        ));
+    }
+    let after = |r: &Run| Some(r.rss_closed_kib as f64 / r.rss_start_kib.max(1) as f64);
     if let Some(m) = med(runs, after) {
         report.targets.push(Target {
             name: "gateway_rss_after_load_vs_start",
@@ -1018,17 +1034,18 @@ fn summarise(args: &GatewayArgs, runs: &[Run]) -> Report {
         });
     }
     report.info.push(format!(
-        "INFO gateway VmRSS KiB per run (start / before the 1000 level / its peak / streams open then / after the paced levels / after saturation / at the end): {}",
+        "INFO gateway VmRSS KiB per run (start / before the 1000 level / its peak / streams open then / after the paced levels / after saturation / after the last load / its clients' connections closed): {}",
         runs.iter()
             .map(|r| format!(
-                "{}/{}/{}/{}/{}/{}/{}",
+                "{}/{}/{}/{}/{}/{}/{}/{}",
                 r.rss_start_kib,
                 r.rss_before_1000_kib,
                 r.rss_peak_1000_kib,
                 r.open_at_peak,
                 r.rss_after_levels_kib,
                 r.rss_after_sat_kib,
-                r.rss_after_kib
+                r.rss_after_kib,
+                r.rss_closed_kib
             ))
             .collect::<Vec<_>>()
             .join(", ")
