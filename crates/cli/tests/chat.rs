@@ -1162,7 +1162,8 @@ async fn a_windowed_vote_starts_samples_only_while_undecided() {
             .iter()
             .filter(|c| c["cancelled"] == true)
             .count(),
-        1
+        1,
+        "only the stalled sample is cancelled: {json:#}"
     );
     within(
         Duration::from_secs(1),
