@@ -1155,15 +1155,16 @@ async fn a_windowed_vote_starts_samples_only_while_undecided() {
     let json = json_of(&out);
     assert_eq!(json["started"], 8);
     assert_eq!(json["vote"]["key"], "3");
-    assert_eq!(
-        json["choices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["cancelled"] == true)
-            .count(),
-        1,
-        "only the stalled sample is cancelled: {json:#}"
+    // The stalled sample is cancelled; so is a sample of the first window whose request
+    // arrived after the second window's (a loaded machine), never one of the second window,
+    // which decided by finishing.
+    let cancelled: Vec<u64> = (json["choices"].as_array().unwrap().iter())
+        .filter(|c| c["cancelled"] == true)
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert!(
+        !cancelled.is_empty() && cancelled.iter().all(|i| *i < 4),
+        "cancelled {cancelled:?}: {json:#}"
     );
     within(
         Duration::from_secs(1),
