@@ -14,9 +14,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use choicewise_core::{Completions, Source};
-use choicewise_gateway::{Config, Gateway};
-use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer, fixture};
+use choicewise_testserver::{Failure, TestServer, answer, fixture};
 use serde_json::Value;
+
+mod common;
+use common::{serve, stalled};
 
 const KEY: &str = "sk-client-test";
 
@@ -33,12 +35,6 @@ fn clients_dir() -> PathBuf {
 struct Upstreams {
     _servers: Vec<TestServer>,
     addr: SocketAddr,
-}
-
-fn stalled() -> TestServerBuilder {
-    TestServer::builder()
-        .body(answer("let me think about it"))
-        .stall_after_events(1)
 }
 
 async fn gateway() -> Upstreams {
@@ -81,7 +77,7 @@ async fn gateway() -> Upstreams {
         .unwrap();
     let vote = TestServer::builder()
         .body(answer("Answer: 42"))
-        .then(stalled())
+        .then(stalled(1))
         .then(TestServer::builder().body(answer("Answer: 41")))
         .then(TestServer::builder().body(answer("Answer: 42")))
         .then(TestServer::builder().body(answer("Answer: 42")))
@@ -89,7 +85,7 @@ async fn gateway() -> Upstreams {
         .await
         .unwrap();
     // Two samples per request, one stalling and one quick, whichever connects first.
-    let race = stalled()
+    let race = stalled(1)
         .then(TestServer::builder().body(answer("done quickly")))
         .start()
         .await
@@ -115,12 +111,8 @@ async fn gateway() -> Upstreams {
         toml += &upstream("llama", "chat", &llama, "native");
         toml += &upstream("llama-fan-out", "chat", &llama, "fan-out");
     }
-    let config = Config::from_toml(&toml).unwrap();
     let env = |name: &str| (name == "CLIENT_KEYS").then(|| KEY.to_string());
-    let app = Gateway::with_env(&config, env).unwrap().router();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (addr, _) = serve(&toml, env).await;
     Upstreams {
         _servers: vec![native, chat, responses, anthropic, failing, cut, vote, race],
         addr,

@@ -4,9 +4,11 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use choicewise_gateway::{Config, Gateway};
 use choicewise_test_support::within;
-use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer};
+use choicewise_testserver::{Failure, TestServer, answer};
+
+mod common;
+use common::{serve, stalled};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -23,12 +25,7 @@ fn env(name: &str) -> Option<String> {
 
 /// A gateway of this configuration, served on a free port of 127.0.0.1.
 async fn gateway(toml: &str) -> SocketAddr {
-    let config = Config::from_toml(toml).unwrap();
-    let app = Gateway::with_env(&config, env).unwrap().router();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
+    serve(toml, env).await.0
 }
 
 /// One model named `m` over these upstreams (`api`, `base_url`, extra TOML lines).
@@ -321,13 +318,6 @@ async fn failures_before_the_first_byte_and_mid_stream() {
     );
 }
 
-/// A sample that begins, then stalls as long as the client stays.
-fn stalled() -> TestServerBuilder {
-    TestServer::builder()
-        .body(answer("let me think about it"))
-        .stall_after_events(1)
-}
-
 fn select(samples: u32, select: &str) -> Value {
     let mut r = request(1);
     r["choicewise"] = json!({"samples": samples, "select": select});
@@ -336,9 +326,9 @@ fn select(samples: u32, select: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_finished_streams_the_winner_and_closes_the_rest() {
-    let server = stalled()
+    let server = stalled(1)
         .then(TestServer::builder().body(answer("done")))
-        .then(stalled())
+        .then(stalled(1))
         .start()
         .await
         .unwrap();
@@ -369,7 +359,7 @@ async fn first_finished_streams_the_winner_and_closes_the_rest() {
 async fn a_vote_picks_the_majority_and_no_key_is_a_502() {
     let server = TestServer::builder()
         .body(answer("Answer: 42"))
-        .then(stalled())
+        .then(stalled(1))
         .then(TestServer::builder().body(answer("Answer: 41")))
         .then(TestServer::builder().body(answer("Answer: 42")))
         .then(TestServer::builder().body(answer("Answer: 42")))
@@ -592,7 +582,7 @@ async fn bad_requests_keys_limits_and_models() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_closes_every_upstream_within_100_ms() {
-    let server = stalled().start().await.unwrap();
+    let server = stalled(1).start().await.unwrap();
     let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
     let response = post(addr, request(3)).await;
     assert_eq!(response.status(), 200);
@@ -629,7 +619,7 @@ async fn a_client_that_goes_away_closes_every_upstream_within_100_ms() {
 async fn a_silent_upstream_fails_its_choices_after_the_idle_timeout() {
     let server = TestServer::builder()
         .body(answer("fine"))
-        .then(stalled())
+        .then(stalled(1))
         .start()
         .await
         .unwrap();
@@ -654,7 +644,7 @@ async fn a_silent_upstream_fails_its_choices_after_the_idle_timeout() {
         "the stalled choice fails alone"
     );
     // A first_finished pick with only a silent sample left ends too: never a hang.
-    let stalled_only = stalled().start().await.unwrap();
+    let stalled_only = stalled(1).start().await.unwrap();
     let toml = format!(
         "[limits]\nupstream_idle_timeout_s = 0.3\n{}",
         config(&[("chat", stalled_only.base_url(), "n = \"fan-out\"")])
@@ -664,17 +654,6 @@ async fn a_silent_upstream_fails_its_choices_after_the_idle_timeout() {
     r["stream"] = json!(false);
     let response = within(LIMIT, "the pick", post(addr, r)).await;
     assert_eq!(response.status(), 502, "no sample finished");
-}
-
-/// A gateway of this configuration served on 127.0.0.1, and the gateway itself.
-async fn gateway_and_handle(toml: &str) -> (SocketAddr, Gateway) {
-    let config = Config::from_toml(toml).unwrap();
-    let gateway = Gateway::with_env(&config, env).unwrap();
-    let app = gateway.router();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, gateway)
 }
 
 /// `GET /metrics` as text, once these lines are all in it (the accounting of an answer
@@ -710,7 +689,7 @@ async fn metrics_count_requests_choices_tokens_and_open_connections() {
         .await
         .unwrap();
     let host = server.base_url().split('/').nth(2).unwrap().to_string();
-    let (addr, _gateway) = gateway_and_handle(&config(&[("chat", server.base_url(), "")])).await;
+    let (addr, _gateway) = serve(&config(&[("chat", server.base_url(), "")]), env).await;
     let mut r = request(3);
     r["stream_options"] = json!({"include_usage": true});
     let (chunks, done) = read_sse(post(addr, r).await).await;
@@ -751,8 +730,11 @@ async fn metrics_count_requests_choices_tokens_and_open_connections() {
         .start()
         .await
         .unwrap();
-    let (addr, _gateway) =
-        gateway_and_handle(&config(&[("chat", picks.base_url(), "n = \"fan-out\"")])).await;
+    let (addr, _gateway) = serve(
+        &config(&[("chat", picks.base_url(), "n = \"fan-out\"")]),
+        env,
+    )
+    .await;
     let (_, done) = read_sse(post(addr, select(2, "first_finished")).await).await;
     assert!(done);
     let text = metrics_with(
@@ -802,9 +784,12 @@ async fn metrics_count_requests_choices_tokens_and_open_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_ends_open_answers_with_an_error_and_closes_their_upstreams() {
-    let server = stalled().start().await.unwrap();
-    let (addr, gateway) =
-        gateway_and_handle(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
+    let server = stalled(1).start().await.unwrap();
+    let (addr, gateway) = serve(
+        &config(&[("chat", server.base_url(), "n = \"fan-out\"")]),
+        env,
+    )
+    .await;
     let mut r = request(2);
     r["stream_options"] = json!({"include_usage": true});
     let streamed = tokio::spawn(async move { read_sse(post(addr, r).await).await });

@@ -11,12 +11,15 @@ use axum::extract::State;
 
 use choicewise_gateway::{Config, Gateway};
 use choicewise_test_support::within;
-use choicewise_testserver::{TestServer, TestServerBuilder, answer};
+use choicewise_testserver::{TestServer, answer};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::{Map, Value, json};
+
+mod common;
+use common::{serve, stalled};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -165,13 +168,7 @@ impl Receiver {
 
 /// A gateway of this configuration served on 127.0.0.1, and the gateway itself.
 async fn gateway(toml: &str) -> (SocketAddr, Gateway) {
-    let config = Config::from_toml(toml).unwrap();
-    let gateway = Gateway::with_env(&config, env).unwrap();
-    let app = gateway.router();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, gateway)
+    serve(toml, env).await
 }
 
 /// `[telemetry]`, `[auth]` and these models: `(name, base_url, extra upstream TOML)`, each
@@ -222,13 +219,6 @@ fn request(model: &str, n: u32) -> Value {
            "messages": [{"role": "user", "content": "What is the weather in Paris?"}]})
 }
 
-/// A sample that begins, then stalls as long as the client stays.
-fn stalled() -> TestServerBuilder {
-    TestServer::builder()
-        .body(answer("let me think about it"))
-        .stall_after_events(2)
-}
-
 /// The span of the request whose answer had this id.
 fn span_of<'a>(spans: &'a [Span], id: &Value) -> &'a Span {
     (spans.iter())
@@ -276,9 +266,9 @@ async fn one_span_per_request_with_every_choice_and_no_content_unless_asked() {
     let winner = TestServer::builder()
         .body(answer("the answer is 42"))
         .delay(Duration::from_millis(300));
-    let picks = stalled()
+    let picks = stalled(2)
         .then(winner)
-        .then(stalled())
+        .then(stalled(2))
         .start()
         .await
         .unwrap();

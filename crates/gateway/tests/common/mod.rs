@@ -1,0 +1,26 @@
+//! What the gateway's loopback tests share: a gateway served on 127.0.0.1, and an upstream
+//! sample that stalls.
+
+use std::net::SocketAddr;
+
+use choicewise_gateway::{Config, Gateway};
+use choicewise_testserver::{TestServer, TestServerBuilder, answer};
+
+/// A gateway of this configuration (TOML), its environment read from `env`, served on a free
+/// port of 127.0.0.1; and the gateway itself.
+pub async fn serve(toml: &str, env: impl Fn(&str) -> Option<String>) -> (SocketAddr, Gateway) {
+    let config = Config::from_toml(toml).unwrap();
+    let gateway = Gateway::with_env(&config, env).unwrap();
+    let app = gateway.router();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, gateway)
+}
+
+/// A sample that sends `events` events, then stalls as long as the client stays.
+pub fn stalled(events: usize) -> TestServerBuilder {
+    TestServer::builder()
+        .body(answer("let me think about it"))
+        .stall_after_events(events)
+}
