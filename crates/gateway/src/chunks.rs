@@ -1,7 +1,11 @@
 //! A choice's events as OpenAI `chat.completion.chunk` deltas, renumbered for the client.
+//!
+//! An [`Element`] is typed and borrows the event's text, so that a chunk is written straight
+//! into the answer's buffer: no JSON tree is built per event. Its keys are written in sorted
+//! order, as a `serde_json::Value` of the same element would write them.
 
-use choicewise_core::{CallKind, ChoiceEvent, FunctionCallEvent};
-use serde_json::{Value, json};
+use choicewise_core::{CallKind, ChoiceEvent, FunctionCallEvent, Text};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
 /// Turns one output choice's events into the `choices[]` elements of chunks.
 #[derive(Debug)]
@@ -14,6 +18,42 @@ pub(crate) struct ChoiceChunks {
     pub finished: bool,
 }
 
+/// One element of a chunk's `choices` array.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Element {
+    index: u32,
+    /// The author role, on a choice's first element.
+    role: Option<Text>,
+    delta: Delta,
+    finish_reason: Option<Text>,
+    /// Why the choice failed (`choicewise.error`), on the element that ends it with `error`.
+    error: Option<Text>,
+}
+
+/// What a delta carries besides the role.
+#[derive(Debug, Clone, PartialEq)]
+enum Delta {
+    Empty,
+    Content(Text),
+    Reasoning(Text),
+    Refusal(Text),
+    ToolStarted {
+        position: u32,
+        id: Option<Text>,
+        name: Option<Text>,
+    },
+    ToolArguments {
+        position: u32,
+        fragment: Text,
+    },
+    FunctionStarted {
+        name: Option<Text>,
+    },
+    FunctionArguments {
+        fragment: Text,
+    },
+}
+
 impl ChoiceChunks {
     pub fn new(index: u32) -> Self {
         ChoiceChunks {
@@ -23,59 +63,195 @@ impl ChoiceChunks {
         }
     }
 
-    fn element(&mut self, mut delta: Value, finish: Option<&str>) -> Value {
-        if !self.role_sent {
-            self.role_sent = true;
-            if delta.get("role").is_none() {
-                delta["role"] = json!("assistant");
-            }
-        }
+    fn element(&mut self, role: Option<Text>, delta: Delta, finish: Option<Text>) -> Element {
+        let role = match std::mem::replace(&mut self.role_sent, true) {
+            false => role.or_else(|| Some(Text::from("assistant"))),
+            true => role,
+        };
         if finish.is_some() {
             self.finished = true;
         }
-        json!({"index": self.index, "delta": delta, "logprobs": null, "finish_reason": finish})
+        Element {
+            index: self.index,
+            role,
+            delta,
+            finish_reason: finish,
+            error: None,
+        }
     }
 
     /// The element for one event, if it shows in a chunk.
-    pub fn event(&mut self, event: &ChoiceEvent) -> Option<Value> {
-        let delta = match event {
-            ChoiceEvent::Role(role) => json!({"role": &**role, "content": ""}),
-            ChoiceEvent::Content(t) => json!({"content": &**t}),
-            ChoiceEvent::Reasoning(t) => json!({"reasoning_content": &**t}),
-            ChoiceEvent::Refusal(t) => json!({"refusal": &**t}),
+    pub fn event(&mut self, event: &ChoiceEvent) -> Option<Element> {
+        let (role, delta) = match event {
+            ChoiceEvent::Role(role) => (Some(role.clone()), Delta::Content(Text::from(""))),
+            ChoiceEvent::Content(t) => (None, Delta::Content(t.clone())),
+            ChoiceEvent::Reasoning(t) => (None, Delta::Reasoning(t.clone())),
+            ChoiceEvent::Refusal(t) => (None, Delta::Refusal(t.clone())),
             ChoiceEvent::FunctionCall(call) => match call {
                 FunctionCallEvent::Started { call, id, name } => match call.kind {
-                    CallKind::Tool => json!({"tool_calls": [{
-                        "index": call.position,
-                        "id": id.as_deref().unwrap_or_default(),
-                        "type": "function",
-                        "function": {"name": name.as_deref().unwrap_or_default(), "arguments": ""},
-                    }]}),
-                    _ => {
-                        json!({"function_call": {"name": name.as_deref().unwrap_or_default(), "arguments": ""}})
-                    }
+                    CallKind::Tool => (
+                        None,
+                        Delta::ToolStarted {
+                            position: call.position,
+                            id: id.clone(),
+                            name: name.clone(),
+                        },
+                    ),
+                    _ => (None, Delta::FunctionStarted { name: name.clone() }),
                 },
                 FunctionCallEvent::Arguments { call, fragment } => match call.kind {
-                    CallKind::Tool => json!({"tool_calls": [{
-                        "index": call.position,
-                        "function": {"arguments": &**fragment},
-                    }]}),
-                    _ => json!({"function_call": {"arguments": &**fragment}}),
+                    CallKind::Tool => (
+                        None,
+                        Delta::ToolArguments {
+                            position: call.position,
+                            fragment: fragment.clone(),
+                        },
+                    ),
+                    _ => (
+                        None,
+                        Delta::FunctionArguments {
+                            fragment: fragment.clone(),
+                        },
+                    ),
                 },
                 _ => return None,
             },
-            ChoiceEvent::Finished(reason) => return Some(self.element(json!({}), Some(reason))),
+            ChoiceEvent::Finished(reason) => {
+                return Some(self.element(None, Delta::Empty, Some(reason.clone())));
+            }
             _ => return None,
         };
-        Some(self.element(delta, None))
+        Some(self.element(role, delta, None))
     }
 
     /// The element ending a choice that failed (or was cut short): `finish_reason: "error"`,
     /// and what went wrong in `choicewise.error`.
-    pub fn failed(&mut self, message: &str) -> Value {
-        let mut element = self.element(json!({}), Some("error"));
-        element["choicewise"] = json!({"error": message});
+    pub fn failed(&mut self, message: &str) -> Element {
+        let mut element = self.element(None, Delta::Empty, Some(Text::from("error")));
+        element.error = Some(Text::from(message));
         element
+    }
+}
+
+impl Serialize for Element {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Error<'a>(&'a str);
+        impl Serialize for Error<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry("error", self.0)?;
+                map.end()
+            }
+        }
+        let mut map = s.serialize_map(None)?;
+        if let Some(error) = &self.error {
+            map.serialize_entry("choicewise", &Error(error))?;
+        }
+        map.serialize_entry("delta", &DeltaOut(self))?;
+        map.serialize_entry("finish_reason", &self.finish_reason.as_deref())?;
+        map.serialize_entry("index", &self.index)?;
+        map.serialize_entry("logprobs", &())?;
+        map.end()
+    }
+}
+
+/// An element's `delta` object.
+struct DeltaOut<'a>(&'a Element);
+
+impl Serialize for DeltaOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Element { role, delta, .. } = self.0;
+        let role = role.as_deref();
+        let mut map = s.serialize_map(None)?;
+        // Keys in sorted order: the delta's own key goes before `role` except `tool_calls`.
+        match delta {
+            Delta::Empty | Delta::ToolStarted { .. } | Delta::ToolArguments { .. } => {}
+            Delta::Content(t) => map.serialize_entry("content", &**t)?,
+            Delta::Reasoning(t) => map.serialize_entry("reasoning_content", &**t)?,
+            Delta::Refusal(t) => map.serialize_entry("refusal", &**t)?,
+            Delta::FunctionStarted { name } => map.serialize_entry(
+                "function_call",
+                &Function {
+                    arguments: "",
+                    name: Some(name.as_deref().unwrap_or_default()),
+                },
+            )?,
+            Delta::FunctionArguments { fragment } => map.serialize_entry(
+                "function_call",
+                &Function {
+                    arguments: fragment,
+                    name: None,
+                },
+            )?,
+        }
+        if let Some(role) = role {
+            map.serialize_entry("role", role)?;
+        }
+        match delta {
+            Delta::ToolStarted { position, id, name } => map.serialize_entry(
+                "tool_calls",
+                &[ToolCall {
+                    function: Function {
+                        arguments: "",
+                        name: Some(name.as_deref().unwrap_or_default()),
+                    },
+                    id: Some(id.as_deref().unwrap_or_default()),
+                    index: *position,
+                }],
+            )?,
+            Delta::ToolArguments { position, fragment } => map.serialize_entry(
+                "tool_calls",
+                &[ToolCall {
+                    function: Function {
+                        arguments: fragment,
+                        name: None,
+                    },
+                    id: None,
+                    index: *position,
+                }],
+            )?,
+            _ => {}
+        }
+        map.end()
+    }
+}
+
+/// A delta's `function` or `function_call` object: `name` only when the call starts.
+struct Function<'a> {
+    arguments: &'a str,
+    name: Option<&'a str>,
+}
+
+impl Serialize for Function<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("arguments", self.arguments)?;
+        if let Some(name) = self.name {
+            map.serialize_entry("name", name)?;
+        }
+        map.end()
+    }
+}
+
+/// One entry of a delta's `tool_calls`: `id` and `type` only when the call starts.
+struct ToolCall<'a> {
+    function: Function<'a>,
+    id: Option<&'a str>,
+    index: u32,
+}
+
+impl Serialize for ToolCall<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("function", &self.function)?;
+        if let Some(id) = self.id {
+            map.serialize_entry("id", id)?;
+        }
+        map.serialize_entry("index", &self.index)?;
+        if self.id.is_some() {
+            map.serialize_entry("type", "function")?;
+        }
+        map.end()
     }
 }
 
@@ -84,13 +260,18 @@ mod tests {
     use super::*;
     use choicewise_core::CallRef;
 
+    /// The element as the client reads it.
+    fn written(element: &Element) -> String {
+        serde_json::to_string(element).unwrap()
+    }
+
     #[test]
     fn events_become_openai_deltas() {
         let mut c = ChoiceChunks::new(2);
-        let first = c.event(&ChoiceEvent::Content("Hi".into())).unwrap();
+        let first = c.event(&ChoiceEvent::Content("Hi \"x\"\n".into())).unwrap();
         assert_eq!(
-            first,
-            json!({"index": 2, "delta": {"role": "assistant", "content": "Hi"}, "logprobs": null, "finish_reason": null})
+            written(&first),
+            r#"{"delta":{"content":"Hi \"x\"\n","role":"assistant"},"finish_reason":null,"index":2,"logprobs":null}"#
         );
         let call = CallRef {
             kind: CallKind::Tool,
@@ -103,12 +284,10 @@ mod tests {
                 name: Some("get_weather".into()),
             }))
             .unwrap();
-        assert_eq!(started["delta"]["tool_calls"][0]["index"], 1);
         assert_eq!(
-            started["delta"]["tool_calls"][0]["function"]["name"],
-            "get_weather"
+            written(&started),
+            r#"{"delta":{"tool_calls":[{"function":{"arguments":"","name":"get_weather"},"id":"call_1","index":1,"type":"function"}]},"finish_reason":null,"index":2,"logprobs":null}"#
         );
-        assert!(started["delta"].get("role").is_none());
         let fragment = c
             .event(&ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
                 call,
@@ -116,17 +295,59 @@ mod tests {
             }))
             .unwrap();
         assert_eq!(
-            fragment["delta"]["tool_calls"][0]["function"]["arguments"],
-            "{\"city\""
+            written(&fragment),
+            r#"{"delta":{"tool_calls":[{"function":{"arguments":"{\"city\""},"index":1}]},"finish_reason":null,"index":2,"logprobs":null}"#
         );
         let done = c
             .event(&ChoiceEvent::Finished("tool_calls".into()))
             .unwrap();
-        assert_eq!(done["finish_reason"], "tool_calls");
+        assert_eq!(
+            written(&done),
+            r#"{"delta":{},"finish_reason":"tool_calls","index":2,"logprobs":null}"#
+        );
         assert!(c.finished);
         let mut d = ChoiceChunks::new(0);
         let failed = d.failed("the connection closed");
-        assert_eq!(failed["finish_reason"], "error");
-        assert_eq!(failed["choicewise"]["error"], "the connection closed");
+        assert_eq!(
+            written(&failed),
+            r#"{"choicewise":{"error":"the connection closed"},"delta":{"role":"assistant"},"finish_reason":"error","index":0,"logprobs":null}"#
+        );
+    }
+
+    #[test]
+    fn the_first_element_carries_the_role() {
+        let mut c = ChoiceChunks::new(0);
+        let role = c.event(&ChoiceEvent::Role("assistant".into())).unwrap();
+        assert_eq!(
+            written(&role),
+            r#"{"delta":{"content":"","role":"assistant"},"finish_reason":null,"index":0,"logprobs":null}"#
+        );
+        let reasoning = c.event(&ChoiceEvent::Reasoning("hm".into())).unwrap();
+        assert_eq!(
+            written(&reasoning),
+            r#"{"delta":{"reasoning_content":"hm"},"finish_reason":null,"index":0,"logprobs":null}"#
+        );
+        let mut legacy = ChoiceChunks::new(1);
+        let call = CallRef {
+            kind: CallKind::Function,
+            position: 0,
+        };
+        let started = legacy
+            .event(&ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
+                call,
+                id: None,
+                name: Some("f".into()),
+            }))
+            .unwrap();
+        assert_eq!(
+            written(&started),
+            r#"{"delta":{"function_call":{"arguments":"","name":"f"},"role":"assistant"},"finish_reason":null,"index":1,"logprobs":null}"#
+        );
+        let refusal = legacy.event(&ChoiceEvent::Refusal("no".into())).unwrap();
+        assert_eq!(
+            written(&refusal),
+            r#"{"delta":{"refusal":"no"},"finish_reason":null,"index":1,"logprobs":null}"#
+        );
+        assert_eq!(legacy.event(&ChoiceEvent::Cancelled), None);
     }
 }

@@ -58,7 +58,7 @@ use tokio::sync::{Semaphore, watch};
 
 pub use config::{ApiKind, Auth, Config, ConfigError, Limits, Model, NMode, Telemetry, Upstream};
 
-use chunks::ChoiceChunks;
+use chunks::{ChoiceChunks, Element};
 use engine::{Envelope, Picked, Run, UpstreamRoute};
 use error::ApiError;
 use metrics::Metrics;
@@ -512,7 +512,7 @@ fn output(
     index: Option<u32>,
     output: u32,
     mut closing: watch::Receiver<bool>,
-) -> futures::stream::BoxStream<'static, Value> {
+) -> futures::stream::BoxStream<'static, Element> {
     async_stream::stream! {
         let mut chunks = ChoiceChunks::new(output);
         let choice = match index {
@@ -565,10 +565,10 @@ const WRITE_BYTES: usize = 16 * 1024;
 
 /// Appends the SSE event of one chunk holding `element`: `prefix` is the envelope up to its
 /// `choices` array ([`Envelope::prefix`]).
-fn chunk_event(write: &mut Vec<u8>, prefix: &str, element: &Value) {
+fn chunk_event(write: &mut Vec<u8>, prefix: &str, element: &Element) {
     write.extend_from_slice(b"data: ");
     write.extend_from_slice(prefix.as_bytes());
-    // A Value serialises without error into memory.
+    // An element serialises without error into memory.
     let _ = serde_json::to_writer(&mut *write, element);
     write.extend_from_slice(b"]}\n\n");
 }
@@ -870,17 +870,21 @@ mod tests {
     #[test]
     fn a_written_chunk_is_the_envelope_around_its_element() {
         let envelope = Envelope::new("m \"quoted\"");
-        let element = json!({"index": 2, "delta": {"content": "a \"b\"\n"}, "finish_reason": null});
+        let element = ChoiceChunks::new(2)
+            .event(&choicewise_core::ChoiceEvent::Content("a \"b\"\n".into()))
+            .unwrap();
         let mut write = Vec::new();
         chunk_event(&mut write, &envelope.prefix(), &element);
         chunk_event(&mut write, &envelope.prefix(), &element);
         let text = String::from_utf8(write).unwrap();
         let events: Vec<&str> = text.split_terminator("\n\n").collect();
         assert_eq!(events.len(), 2);
+        let expected = json!({"index": 2, "delta": {"role": "assistant", "content": "a \"b\"\n"},
+                              "logprobs": null, "finish_reason": null});
         for event in events {
             let data = event.strip_prefix("data: ").unwrap();
             let chunk: Value = serde_json::from_str(data).unwrap();
-            assert_eq!(chunk, envelope.chunk(vec![element.clone()]));
+            assert_eq!(chunk, envelope.chunk(vec![expected.clone()]));
         }
     }
 }
