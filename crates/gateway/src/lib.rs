@@ -506,49 +506,40 @@ async fn closed(closing: &mut watch::Receiver<bool>) {
     }
 }
 
-/// One output choice's chunk elements, from its start.
+/// What an output choice's stream says.
+enum Out {
+    Event(choicewise_core::ChoiceEvent),
+    /// It failed: why.
+    Failed(String),
+    /// Its events ended.
+    Ended,
+}
+
+/// One output choice's events, from its start.
 fn output(
     completions: choicewise_core::Completions,
     index: Option<u32>,
-    output: u32,
-    mut closing: watch::Receiver<bool>,
-) -> futures::stream::BoxStream<'static, Element> {
+) -> futures::stream::BoxStream<'static, Out> {
     async_stream::stream! {
-        let mut chunks = ChoiceChunks::new(output);
         let choice = match index {
             Some(index) => completions.choice(index).await,
             None => None,
         };
         let Some(choice) = choice else {
-            yield chunks.failed("the upstream ended without this choice");
+            yield Out::Failed("the upstream ended without this choice".into());
             return;
         };
         let mut events = choice.events();
-        loop {
-            let event = tokio::select! {
-                biased;
-                event = events.next() => event,
-                () = closed(&mut closing) => {
-                    yield chunks.failed(SHUT_DOWN);
-                    return;
-                }
-            };
-            let Some(event) = event else { break };
+        while let Some(event) = events.next().await {
             match event {
-                Ok(event) => {
-                    if let Some(element) = chunks.event(&event) {
-                        yield element;
-                    }
-                }
+                Ok(event) => yield Out::Event(event),
                 Err(e) => {
-                    yield chunks.failed(&e.to_string());
+                    yield Out::Failed(e.to_string());
                     return;
                 }
             }
         }
-        if !chunks.finished {
-            yield chunks.failed("the upstream ended the choice without a finish reason");
-        }
+        yield Out::Ended;
     }
     .boxed()
 }
@@ -562,6 +553,19 @@ fn sse(value: &Value) -> Bytes {
 
 /// How many bytes of chunks already made go into one write at most.
 const WRITE_BYTES: usize = 16 * 1024;
+
+/// Appends the chunk, if any, that one output choice's `out` makes.
+fn chunk_out(write: &mut Vec<u8>, prefix: &str, chunks: &mut ChoiceChunks, out: Out) {
+    let element = match out {
+        Out::Event(event) => chunks.event(&event),
+        Out::Failed(why) => Some(chunks.failed(&why)),
+        Out::Ended => (!chunks.finished)
+            .then(|| chunks.failed("the upstream ended the choice without a finish reason")),
+    };
+    if let Some(element) = element {
+        chunk_event(write, prefix, &element);
+    }
+}
 
 /// Appends the SSE event of one chunk holding `element`: `prefix` is the envelope up to its
 /// `choices` array ([`Envelope::prefix`]).
@@ -581,7 +585,7 @@ fn stream_response(
     req: ChatRequest,
     envelope: Envelope,
     permit: tokio::sync::OwnedSemaphorePermit,
-    closing: watch::Receiver<bool>,
+    mut closing: watch::Receiver<bool>,
 ) -> Response {
     let open = finish.metrics.open_stream();
     let body = async_stream::stream! {
@@ -591,11 +595,10 @@ fn stream_response(
         let _open = open;
         let run = finish.run();
         let outputs: Vec<_> = (picked.samples.iter().enumerate())
-            .map(|(o, sample)| {
-                let index = run.index_of(*sample);
-                output(run.completions.clone(), index, o as u32, closing.clone())
-            })
+            .map(|(o, sample)| output(run.completions.clone(), run.index_of(*sample)).map(move |out| (o, out)))
             .collect();
+        let mut chunks: Vec<ChoiceChunks> =
+            (0..outputs.len() as u32).map(ChoiceChunks::new).collect();
         let mut merged = futures::stream::select_all(outputs);
         let mut first = true;
         // From here the upstreams read no further ahead of this client than pace::AHEAD.
@@ -608,24 +611,21 @@ fn stream_response(
                 Poll::Pending => {
                     // Everything received is written: the upstreams may read on.
                     run.pace.caught_up();
-                    merged.next().await
+                    tokio::select! {
+                        biased;
+                        next = merged.next() => next,
+                        () = closed(&mut closing) => None,
+                    }
                 }
             };
-            let Some(element) = next else { break };
-            if std::mem::take(&mut first) {
-                let after = finish.arrived.elapsed();
-                finish.metrics.first_chunk(&finish.model, after);
-                if let Some(span) = &finish.span {
-                    let _ = span.first_chunk.set(after);
-                }
-            }
+            let Some((o, out)) = next else { break };
             // One chunk per element, as the upstreams send them; every element already
             // there goes in the same write.
             let mut write = Vec::with_capacity(512);
-            chunk_event(&mut write, &prefix, &element);
+            chunk_out(&mut write, &prefix, &mut chunks[o], out);
             while write.len() < WRITE_BYTES {
                 match futures::poll!(merged.next()) {
-                    Poll::Ready(Some(element)) => chunk_event(&mut write, &prefix, &element),
+                    Poll::Ready(Some((o, out))) => chunk_out(&mut write, &prefix, &mut chunks[o], out),
                     Poll::Ready(None) => {
                         ended = true;
                         break;
@@ -633,10 +633,29 @@ fn stream_response(
                     Poll::Pending => break,
                 }
             }
+            if write.is_empty() {
+                continue;
+            }
+            if std::mem::take(&mut first) {
+                let after = finish.arrived.elapsed();
+                finish.metrics.first_chunk(&finish.model, after);
+                if let Some(span) = &finish.span {
+                    let _ = span.first_chunk.set(after);
+                }
+            }
             // Counted as taken once hyper asks for more, which it does when it can write.
             let len = write.len();
             yield Ok::<_, std::convert::Infallible>(Bytes::from(write));
             run.pace.sent(len);
+        }
+        drop(merged);
+        // Cut short by the gateway's close: the choices not finished end now.
+        let mut write = Vec::new();
+        for c in chunks.iter_mut().filter(|c| !c.finished) {
+            chunk_event(&mut write, &prefix, &c.failed(SHUT_DOWN));
+        }
+        if !write.is_empty() {
+            yield Ok(Bytes::from(write));
         }
         if *closing.borrow() {
             // Cut short: the samples still running end now.
