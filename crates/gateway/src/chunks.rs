@@ -4,14 +4,14 @@
 //! into the answer's buffer: no JSON tree is built per event. Its keys are written in sorted
 //! order, as a `serde_json::Value` of the same element would write them.
 
-use choicewise_core::{CallKind, ChoiceEvent, FunctionCallEvent, Text};
+use choicewise_core::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
 /// Turns one output choice's events into the `choices[]` elements of chunks.
 #[derive(Debug)]
 pub(crate) struct ChoiceChunks {
     /// The index the client sees.
-    pub index: u32,
+    index: u32,
     /// The role was sent (the first chunk of a choice carries it).
     role_sent: bool,
     /// The choice's `finish_reason` was sent.
@@ -37,21 +37,20 @@ enum Delta {
     Content(Text),
     Reasoning(Text),
     Refusal(Text),
-    ToolStarted {
-        position: u32,
-        id: Option<Text>,
-        name: Option<Text>,
+    /// A step of a tool call or of the legacy function call: its start (`start`, with no
+    /// arguments yet) or a fragment of its arguments.
+    Call {
+        call: CallRef,
+        start: Option<Start>,
+        arguments: Text,
     },
-    ToolArguments {
-        position: u32,
-        fragment: Text,
-    },
-    FunctionStarted {
-        name: Option<Text>,
-    },
-    FunctionArguments {
-        fragment: Text,
-    },
+}
+
+/// What a call's first delta names.
+#[derive(Debug, Clone, PartialEq)]
+struct Start {
+    id: Option<Text>,
+    name: Option<Text>,
 }
 
 impl ChoiceChunks {
@@ -87,35 +86,25 @@ impl ChoiceChunks {
             ChoiceEvent::Content(t) => (None, Delta::Content(t.clone())),
             ChoiceEvent::Reasoning(t) => (None, Delta::Reasoning(t.clone())),
             ChoiceEvent::Refusal(t) => (None, Delta::Refusal(t.clone())),
-            ChoiceEvent::FunctionCall(call) => match call {
-                FunctionCallEvent::Started { call, id, name } => match call.kind {
-                    CallKind::Tool => (
-                        None,
-                        Delta::ToolStarted {
-                            position: call.position,
-                            id: id.clone(),
-                            name: name.clone(),
-                        },
-                    ),
-                    _ => (None, Delta::FunctionStarted { name: name.clone() }),
+            ChoiceEvent::FunctionCall(FunctionCallEvent::Started { call, id, name }) => (
+                None,
+                Delta::Call {
+                    call: *call,
+                    start: Some(Start {
+                        id: id.clone(),
+                        name: name.clone(),
+                    }),
+                    arguments: Text::from(""),
                 },
-                FunctionCallEvent::Arguments { call, fragment } => match call.kind {
-                    CallKind::Tool => (
-                        None,
-                        Delta::ToolArguments {
-                            position: call.position,
-                            fragment: fragment.clone(),
-                        },
-                    ),
-                    _ => (
-                        None,
-                        Delta::FunctionArguments {
-                            fragment: fragment.clone(),
-                        },
-                    ),
+            ),
+            ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments { call, fragment }) => (
+                None,
+                Delta::Call {
+                    call: *call,
+                    start: None,
+                    arguments: fragment.clone(),
                 },
-                _ => return None,
-            },
+            ),
             ChoiceEvent::Finished(reason) => {
                 return Some(self.element(None, Delta::Empty, Some(reason.clone())));
             }
@@ -161,56 +150,40 @@ struct DeltaOut<'a>(&'a Element);
 impl Serialize for DeltaOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let Element { role, delta, .. } = self.0;
-        let role = role.as_deref();
         let mut map = s.serialize_map(None)?;
         // Keys in sorted order: the delta's own key goes before `role` except `tool_calls`.
+        let mut tool_calls = None;
         match delta {
-            Delta::Empty | Delta::ToolStarted { .. } | Delta::ToolArguments { .. } => {}
+            Delta::Empty => {}
             Delta::Content(t) => map.serialize_entry("content", &**t)?,
             Delta::Reasoning(t) => map.serialize_entry("reasoning_content", &**t)?,
             Delta::Refusal(t) => map.serialize_entry("refusal", &**t)?,
-            Delta::FunctionStarted { name } => map.serialize_entry(
-                "function_call",
-                &Function {
-                    arguments: "",
-                    name: Some(name.as_deref().unwrap_or_default()),
-                },
-            )?,
-            Delta::FunctionArguments { fragment } => map.serialize_entry(
-                "function_call",
-                &Function {
-                    arguments: fragment,
-                    name: None,
-                },
-            )?,
+            Delta::Call {
+                call,
+                start,
+                arguments,
+            } => {
+                let function = Function {
+                    arguments,
+                    name: (start.as_ref()).map(|s| s.name.as_deref().unwrap_or_default()),
+                };
+                match call.kind {
+                    CallKind::Tool => {
+                        tool_calls = Some([ToolCall {
+                            function,
+                            id: (start.as_ref()).map(|s| s.id.as_deref().unwrap_or_default()),
+                            index: call.position,
+                        }]);
+                    }
+                    _ => map.serialize_entry("function_call", &function)?,
+                }
+            }
         }
-        if let Some(role) = role {
+        if let Some(role) = role.as_deref() {
             map.serialize_entry("role", role)?;
         }
-        match delta {
-            Delta::ToolStarted { position, id, name } => map.serialize_entry(
-                "tool_calls",
-                &[ToolCall {
-                    function: Function {
-                        arguments: "",
-                        name: Some(name.as_deref().unwrap_or_default()),
-                    },
-                    id: Some(id.as_deref().unwrap_or_default()),
-                    index: *position,
-                }],
-            )?,
-            Delta::ToolArguments { position, fragment } => map.serialize_entry(
-                "tool_calls",
-                &[ToolCall {
-                    function: Function {
-                        arguments: fragment,
-                        name: None,
-                    },
-                    id: None,
-                    index: *position,
-                }],
-            )?,
-            _ => {}
+        if let Some(calls) = &tool_calls {
+            map.serialize_entry("tool_calls", calls)?;
         }
         map.end()
     }
@@ -258,11 +231,19 @@ impl Serialize for ToolCall<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use choicewise_core::CallRef;
 
     /// The element as the client reads it.
     fn written(element: &Element) -> String {
         serde_json::to_string(element).unwrap()
+    }
+
+    /// A call's first event.
+    fn call_start(kind: CallKind, position: u32, id: Option<&str>, name: &str) -> ChoiceEvent {
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
+            call: CallRef { kind, position },
+            id: id.map(Text::from),
+            name: Some(name.into()),
+        })
     }
 
     #[test]
@@ -278,11 +259,12 @@ mod tests {
             position: 1,
         };
         let started = c
-            .event(&ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
-                call,
-                id: Some("call_1".into()),
-                name: Some("get_weather".into()),
-            }))
+            .event(&call_start(
+                CallKind::Tool,
+                1,
+                Some("call_1"),
+                "get_weather",
+            ))
             .unwrap();
         assert_eq!(
             written(&started),
@@ -328,16 +310,8 @@ mod tests {
             r#"{"delta":{"reasoning_content":"hm"},"finish_reason":null,"index":0,"logprobs":null}"#
         );
         let mut legacy = ChoiceChunks::new(1);
-        let call = CallRef {
-            kind: CallKind::Function,
-            position: 0,
-        };
         let started = legacy
-            .event(&ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
-                call,
-                id: None,
-                name: Some("f".into()),
-            }))
+            .event(&call_start(CallKind::Function, 0, None, "f"))
             .unwrap();
         assert_eq!(
             written(&started),
