@@ -5,7 +5,9 @@
 //! waker that sends it [`ReaderMsg::Poll`]: when the upstream is pending, the reader goes
 //! back to its mailbox, free to handle a cancel or a supervision event at once, and the
 //! upstream's readiness reaches it as the next message (one task wake-up, as an `await`
-//! would cost). One read is routed per message.
+//! would cost). One read is split per message; its updates go to their choices when the
+//! upstream has nothing more ready (or enough bytes are held, see [`FLUSH_BYTES`]), and before
+//! a cancel or a close is handled.
 //!
 //! Its children, one actor per choice, are spawned linked to it when the choice first
 //! appears. The reader handles their supervision events: a child that panicked fails its
@@ -36,6 +38,13 @@ use crate::source::{Input, Upstream};
 /// burst), while a live stream's small reads leave the slots empty, holding no memory while
 /// the stream is quiet.
 const REFILL_BYTES: usize = 4096;
+
+/// The reader sends the choices their updates when the upstream has nothing more ready, or
+/// once the updates it holds come to this many bytes of JSON, whichever is first. A live
+/// stream's reads come one at a time, each followed by a wait, so every read is sent at
+/// once; reads that are ready back to back (a replayed file, a burst) go out in fewer,
+/// larger batches: fewer messages and wake-ups per byte.
+const FLUSH_BYTES: usize = 64 * 1024;
 
 pub(crate) struct ReaderActor;
 
@@ -153,6 +162,7 @@ impl ReaderState {
         let splitter = &mut self.splitter;
         let step = match catch_unwind(AssertUnwindSafe(|| upstream.poll_step(&mut cx, splitter))) {
             Ok(Poll::Pending) => {
+                self.flush();
                 self.poll_quiet();
                 return;
             }
@@ -163,9 +173,14 @@ impl ReaderState {
             }))),
         };
         self.last_read = tokio::time::Instant::now();
-        self.flush();
         match step {
-            Step::Continue => self.waker.wake_by_ref(),
+            Step::Continue => {
+                // A new choice is published at once, whatever the bytes held.
+                if self.splitter.slots.len() > self.slots.len() || self.unflushed() >= FLUSH_BYTES {
+                    self.flush();
+                }
+                self.waker.wake_by_ref()
+            }
             Step::End(outcome) => self.end(outcome),
         }
     }
@@ -283,6 +298,13 @@ impl ReaderState {
         publish_orphan(log, orphan);
     }
 
+    /// Bytes of updates read and not yet sent to their choices.
+    fn unflushed(&self) -> usize {
+        (self.splitter.slots.iter())
+            .map(|s| s.batch.text_len())
+            .sum()
+    }
+
     /// Publishes the choices the last read brought, sends every choice its updates, and
     /// publishes the warnings.
     fn flush(&mut self) {
@@ -364,9 +386,10 @@ impl ReaderState {
         }
     }
 
-    /// The stream is over: tells every choice (after its updates), lists the declared
+    /// The stream is over: sends every choice what was read and then its end, lists the declared
     /// choices that never appeared, and records the upstream's end.
     fn end(&mut self, outcome: Result<(), Error>) {
+        self.flush();
         let outcome = match outcome {
             Ok(()) => Ok(()),
             Err(e) => Err(self.completion.lock().upstream_error(self.upstream, e)),
@@ -618,6 +641,10 @@ impl Actor for ReaderActor {
         message: ReaderMsg,
         state: &mut ReaderState,
     ) -> Result<(), ActorProcessingErr> {
+        if !matches!(message, ReaderMsg::Poll) {
+            // What was read before a cancel or a close reaches its choices before it.
+            state.flush();
+        }
         match message {
             ReaderMsg::Poll => state.poll_upstream(),
             ReaderMsg::Cancel { slot } if slot < state.slots.len() => state.cancel(slot),
