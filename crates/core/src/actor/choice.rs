@@ -8,6 +8,7 @@
 //! message. When the upstream goes quiet the actor stops on [`ChoiceMsg::Retire`], and its
 //! state goes back to the reader in the supervision event, for the next actor.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use choicewise_proto::__private::{Batch, BatchPool, ChoiceCore, Closed, Phase};
@@ -20,13 +21,22 @@ use crate::msg::{ChoiceMsg, ReaderMsg};
 
 pub(crate) struct ChoiceActor;
 
+/// What a choice's actors hand back to the reader: the emptied batches, for the reader to
+/// fill again, and how many batches they have applied (the reader, which counts those it
+/// sent, knows from it whether the choice's actor still has updates to work through).
+#[derive(Default)]
+pub(crate) struct Handback {
+    pub pool: Mutex<BatchPool>,
+    pub applied: AtomicU64,
+}
+
 /// What a choice actor starts with: the choice's state (new, or handed back by the actor
 /// before it), where it publishes, and where it reports.
 pub(crate) struct ChoiceArgs {
     pub core: Box<ChoiceCore>,
     pub log: Arc<ChoiceLog>,
     pub completion: Arc<CompletionShared>,
-    pub pool: Arc<Mutex<BatchPool>>,
+    pub handback: Arc<Handback>,
     pub reader: ActorRef<ReaderMsg>,
     pub slot: usize,
 }
@@ -35,8 +45,7 @@ pub(crate) struct ChoiceActorState {
     pub core: Box<ChoiceCore>,
     log: Arc<ChoiceLog>,
     completion: Arc<CompletionShared>,
-    /// The emptied batches, handed back for the reader to fill again.
-    pool: Arc<Mutex<BatchPool>>,
+    handback: Arc<Handback>,
     reader: ActorRef<ReaderMsg>,
     slot: usize,
     /// The events of one message, reused.
@@ -78,7 +87,8 @@ impl ChoiceActorState {
         if panic_after {
             panic!("injected fault in choice {}", self.core.index());
         }
-        lock(&self.pool).put(batch);
+        lock(&self.handback.pool).put(batch);
+        self.handback.applied.fetch_add(1, Ordering::Release);
     }
 
     /// Test-only faults: a slow choice, and a panic after the updates before the trigger are
@@ -107,7 +117,7 @@ impl Actor for ChoiceActor {
             core: args.core,
             log: args.log,
             completion: args.completion,
-            pool: args.pool,
+            handback: args.handback,
             reader: args.reader,
             slot: args.slot,
             events: Vec::new(),
@@ -136,12 +146,12 @@ impl Actor for ChoiceActor {
                     state.warnings.push(w);
                 }
                 state.publish(was_open);
-                *lock(&state.pool) = BatchPool::default();
+                *lock(&state.handback.pool) = BatchPool::default();
                 myself.stop(None);
             }
             ChoiceMsg::Retire => {
                 // Quiet: the buffers kept for the next reads are freed.
-                *lock(&state.pool) = BatchPool::default();
+                *lock(&state.handback.pool) = BatchPool::default();
                 state.core.release_buffers();
                 myself.stop(None);
             }

@@ -5,9 +5,9 @@
 //! waker that sends it [`ReaderMsg::Poll`]: when the upstream is pending, the reader goes
 //! back to its mailbox, free to handle a cancel or a supervision event at once, and the
 //! upstream's readiness reaches it as the next message (one task wake-up, as an `await`
-//! would cost). One read is split per message; its updates go to their choices when the
-//! upstream has nothing more ready (or enough bytes are held, see [`FLUSH_BYTES`]), and before
-//! a cancel or a close is handled.
+//! would cost). One read is split per message; its updates go at once to the choices whose
+//! actors are idle, and to the busy ones with a later read (see [`FLUSH_BYTES`]), when the
+//! upstream has nothing more ready, or before a cancel or a close is handled.
 //!
 //! Its children, one actor per choice, are spawned linked to it when the choice first
 //! appears. The reader handles their supervision events: a child that panicked fails its
@@ -19,15 +19,15 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
-use choicewise_proto::__private::{Batch, BatchPool, ChoiceCore, Closed, Phase, Splitter, Step};
+use choicewise_proto::__private::{Batch, ChoiceCore, Closed, Phase, Splitter, Step};
 use choicewise_proto::{ChoiceOutput, Error, ErrorDetail};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
-use super::choice::{ChoiceActor, ChoiceActorState, ChoiceArgs};
+use super::choice::{ChoiceActor, ChoiceActorState, ChoiceArgs, Handback};
 use crate::completion::{ChoiceEntry, CompletionShared};
 use crate::log::{ChoiceLog, lock};
 use crate::msg::{ChoiceMsg, ReaderMsg};
@@ -39,14 +39,23 @@ use crate::source::{Input, Upstream};
 /// the stream is quiet.
 const REFILL_BYTES: usize = 4096;
 
-/// The reader sends the choices their updates when the upstream has nothing more ready, or
-/// once the updates it holds come to this many bytes of JSON, whichever is first. A live
-/// stream's reads come one at a time, each followed by a wait, so every read is sent at
-/// once; reads that are ready back to back (a replayed file, a burst) go out in fewer,
-/// larger batches: fewer messages and wake-ups per byte.
+/// After a read, the reader sends a choice its updates at once if the choice's actor has
+/// applied every batch sent to it; a busy actor's updates wait for a later read, until the
+/// upstream has nothing more ready or the updates held come to this many bytes of JSON. A
+/// live stream's actors are idle when a read comes, so every read is sent at once; while
+/// reads come faster than the actors apply them (a replayed file, a burst), they go out in
+/// fewer, larger batches: fewer messages and wake-ups per byte.
 const FLUSH_BYTES: usize = 64 * 1024;
 
 pub(crate) struct ReaderActor;
+
+/// Which choices a flush sends their updates to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Flush {
+    All,
+    /// Those whose actor has applied every batch sent to it.
+    Idle,
+}
 
 pub(crate) struct ReaderArgs {
     pub input: Input,
@@ -102,8 +111,10 @@ pub(crate) struct ReaderState {
 /// A choice as its reader sees it.
 struct ChoiceSlot {
     entry: Arc<ChoiceEntry>,
-    /// The choice's emptied batches, handed back by its actor for the reader to fill again.
-    pool: Arc<Mutex<BatchPool>>,
+    /// The choice's emptied batches and its count of batches applied, from its actors.
+    handback: Arc<Handback>,
+    /// Batches sent to the choice.
+    sent: u64,
     actor: ActorSlot,
     /// A cancel was sent to the choice.
     cancelled: bool,
@@ -175,9 +186,9 @@ impl ReaderState {
         self.last_read = tokio::time::Instant::now();
         match step {
             Step::Continue => {
-                // A new choice is published at once, whatever the bytes held.
-                if self.splitter.slots.len() > self.slots.len() || self.unflushed() >= FLUSH_BYTES {
-                    self.flush();
+                match self.unflushed() >= FLUSH_BYTES {
+                    true => self.flush_to(Flush::All),
+                    false => self.flush_to(Flush::Idle),
                 }
                 self.waker.wake_by_ref()
             }
@@ -235,7 +246,7 @@ impl ReaderState {
             core,
             log: entry.log.clone(),
             completion: self.completion.clone(),
-            pool: self.slots[slot].pool.clone(),
+            handback: self.slots[slot].handback.clone(),
             reader: self.myself.clone(),
             slot,
         };
@@ -308,6 +319,12 @@ impl ReaderState {
     /// Publishes the choices the last read brought, sends every choice its updates, and
     /// publishes the warnings.
     fn flush(&mut self) {
+        self.flush_to(Flush::All);
+    }
+
+    /// Publishes the choices the last read brought and the warnings, and sends the choices
+    /// their updates: all of them, or only those whose actor has applied every batch sent.
+    fn flush_to(&mut self, to: Flush) {
         let known = self.slots.len();
         let mut new_choices = Vec::new();
         if self.splitter.slots.len() > known {
@@ -326,7 +343,8 @@ impl ReaderState {
                 new_choices.push(entry.clone());
                 self.slots.push(ChoiceSlot {
                     entry,
-                    pool: Arc::default(),
+                    handback: Arc::default(),
+                    sent: 0,
                     actor: ActorSlot::Gone(None),
                     cancelled: false,
                     failed: false,
@@ -338,16 +356,19 @@ impl ReaderState {
                 self.slots[slot].actor = self.spawn(slot, core);
             }
         }
-        let routed: usize = (self.splitter.slots.iter())
-            .map(|s| s.batch.text_len())
-            .sum();
+        let routed = self.unflushed();
         for i in 0..self.slots.len() {
             let batch = &mut self.splitter.slots[i].batch;
             if batch.is_empty() {
                 continue;
             }
+            let slot = &mut self.slots[i];
+            if to == Flush::Idle && slot.handback.applied.load(Ordering::Acquire) < slot.sent {
+                continue; // Its actor is busy: these go with the next ones.
+            }
+            slot.sent += 1;
             let refill = match routed > REFILL_BYTES {
-                true => lock(&self.slots[i].pool)
+                true => lock(&self.slots[i].handback.pool)
                     .take()
                     .unwrap_or_else(|| Batch::sized_like(batch)),
                 false => Batch::default(),
