@@ -97,6 +97,7 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
+    memory::no_transparent_huge_pages();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if let Command::Serve(_) = cli.command {
