@@ -595,7 +595,9 @@ fn stream_response(
         let _open = open;
         let run = finish.run();
         let outputs: Vec<_> = (picked.samples.iter().enumerate())
-            .map(|(o, sample)| output(run.completions.clone(), run.index_of(*sample)).map(move |out| (o, out)))
+            .map(|(o, sample)| {
+                output(run.completions.clone(), run.index_of(*sample)).map(move |out| (o, out))
+            })
             .collect();
         let mut chunks: Vec<ChoiceChunks> =
             (0..outputs.len() as u32).map(ChoiceChunks::new).collect();
@@ -625,7 +627,9 @@ fn stream_response(
             chunk_out(&mut write, &prefix, &mut chunks[o], out);
             while write.len() < WRITE_BYTES {
                 match futures::poll!(merged.next()) {
-                    Poll::Ready(Some((o, out))) => chunk_out(&mut write, &prefix, &mut chunks[o], out),
+                    Poll::Ready(Some((o, out))) => {
+                        chunk_out(&mut write, &prefix, &mut chunks[o], out)
+                    }
                     Poll::Ready(None) => {
                         ended = true;
                         break;

@@ -53,7 +53,8 @@ pub(crate) struct ReaderActor;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Flush {
     All,
-    /// Those whose actor has applied every batch sent to it.
+    /// Those whose actor has applied every batch sent to it; all once [`FLUSH_BYTES`] are
+    /// held.
     Idle,
 }
 
@@ -186,10 +187,7 @@ impl ReaderState {
         self.last_read = tokio::time::Instant::now();
         match step {
             Step::Continue => {
-                match self.unflushed() >= FLUSH_BYTES {
-                    true => self.flush_to(Flush::All),
-                    false => self.flush_to(Flush::Idle),
-                }
+                self.flush_to(Flush::Idle);
                 self.waker.wake_by_ref()
             }
             Step::End(outcome) => self.end(outcome),
@@ -323,7 +321,7 @@ impl ReaderState {
     }
 
     /// Publishes the choices the last read brought and the warnings, and sends the choices
-    /// their updates: all of them, or only those whose actor has applied every batch sent.
+    /// their updates, as `to` says.
     fn flush_to(&mut self, to: Flush) {
         let known = self.slots.len();
         let mut new_choices = Vec::new();
@@ -357,13 +355,14 @@ impl ReaderState {
             }
         }
         let routed = self.unflushed();
+        let hold_busy = to == Flush::Idle && routed < FLUSH_BYTES;
         for i in 0..self.slots.len() {
             let batch = &mut self.splitter.slots[i].batch;
             if batch.is_empty() {
                 continue;
             }
             let slot = &mut self.slots[i];
-            if to == Flush::Idle && slot.handback.applied.load(Ordering::Acquire) < slot.sent {
+            if hold_busy && slot.handback.applied.load(Ordering::Acquire) < slot.sent {
                 continue; // Its actor is busy: these go with the next ones.
             }
             slot.sent += 1;
