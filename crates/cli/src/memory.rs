@@ -4,8 +4,8 @@
 //! and returns the pages a thread owns only when that thread allocates or frees again. A
 //! gateway's worker threads go quiet when its load ends, so the memory of the peak could stay
 //! with them. For `serve`, freed pages are returned at once, and each worker thread collects
-//! its heap when it parks, at most once a second (docs/benchmarks.md, Gateway, measures what
-//! this gives back).
+//! its heap when it parks, once a second while a load goes on and at once when it ends
+//! (docs/benchmarks.md, Gateway, measures what this gives back).
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -42,20 +42,54 @@ pub fn return_freed_memory_at_once() {
 }
 
 /// For `tokio::runtime::Builder::on_thread_park`: a worker thread going idle returns the pages
-/// it holds that are free, unless it did so less than [`COLLECT_EVERY`] ago.
+/// it holds that are free, if it last did so [`COLLECT_EVERY`] ago, or if the runtime's
+/// tasks have fallen below half of what they were then: a load has ended, and what its
+/// connections freed would otherwise stay with a thread that now sleeps until the next
+/// request. (Each such collection halves the count it waits for, so they stay few.)
 pub fn collect_when_idle() {
     thread_local! {
-        static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
+        /// When this thread last collected, and the runtime's tasks then.
+        static LAST: Cell<Option<(Instant, usize)>> = const { Cell::new(None) };
     }
     let now = Instant::now();
+    let tasks = tokio::runtime::Handle::try_current()
+        .map(|h| h.metrics().num_alive_tasks())
+        .unwrap_or(0);
     LAST.with(|last| {
-        if last
-            .get()
-            .is_none_or(|t| now.duration_since(t) >= COLLECT_EVERY)
-        {
-            last.set(Some(now));
+        if collection_due(last.get(), now, tasks) {
+            last.set(Some((now, tasks)));
             // SAFETY: collects the calling thread's own heap; no pointer is passed.
             unsafe { libmimalloc_sys::mi_collect(true) };
         }
     });
+}
+
+/// Whether a thread that last collected at `last` (when, and the runtime's tasks then)
+/// collects now, with `tasks` alive.
+fn collection_due(last: Option<(Instant, usize)>, now: Instant, tasks: usize) -> bool {
+    last.is_none_or(|(at, then)| {
+        now.duration_since(at) >= COLLECT_EVERY || tasks.saturating_mul(2) < then
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_collects_first_then_once_a_second_or_when_the_tasks_halve() {
+        let t0 = Instant::now();
+        let soon = t0 + Duration::from_millis(10);
+        assert!(collection_due(None, t0, 0));
+        // A steady load: once a second.
+        assert!(!collection_due(Some((t0, 1000)), soon, 990));
+        assert!(!collection_due(Some((t0, 1000)), soon, 1500));
+        assert!(collection_due(Some((t0, 1000)), t0 + COLLECT_EVERY, 1000));
+        // A load ending: at once.
+        assert!(!collection_due(Some((t0, 1000)), soon, 500));
+        assert!(collection_due(Some((t0, 1000)), soon, 499));
+        // Idle: no collection on every park.
+        assert!(!collection_due(Some((t0, 0)), soon, 0));
+        assert!(!collection_due(Some((t0, 1)), soon, 1));
+    }
 }
