@@ -19,10 +19,13 @@
 //!   `--sat-secs`: content events per second read by the clients, direct, through the proxy,
 //!   through the gateway; once with the upstream writing each tick's 4 events alone (a model
 //!   server's framing), once in 64 KiB writes.
-//! - **Memory.** The gateway's VmRSS when started; when the 1,000-stream native level starts
-//!   and at its peak while at least 95% of its streams are open (per stream: the difference
-//!   over the streams open then); after the paced levels, after the saturation runs, and 2 s
-//!   after the last load.
+//! - **Memory.** The gateway's VmRSS when started and after the warm-up (the start); when the
+//!   1,000-stream native level starts and at its peak while at least 95% of its streams are
+//!   open (per stream: the difference over the streams open then); 1 s after the paced levels,
+//!   then 1 s after their client closed its connections (the after-load target: the end of
+//!   the load it measures); 1 s after the saturation runs, `--settle-secs` after the last
+//!   load, and 1 s after the other client closed its connections (the upstream connections
+//!   the gateway keeps for reuse still open).
 //! - **LiteLLM** (with `--litellm PATH`): its proxy, one worker, no database (a master key
 //!   set: it refuses to start without one), on the same upstream, the same native levels
 //!   (`--litellm-concurrency`) and saturation run.
