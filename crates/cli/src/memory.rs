@@ -50,11 +50,12 @@ pub fn collect_when_idle() {
     thread_local! {
         /// When this thread last collected, and the runtime's tasks then.
         static LAST: Cell<Option<(Instant, usize)>> = const { Cell::new(None) };
+        /// The runtime of this worker thread, taken at its first park: a park reads its task
+        /// count (one atomic load) without cloning the handle each time.
+        static RUNTIME: Option<tokio::runtime::Handle> = tokio::runtime::Handle::try_current().ok();
     }
     let now = Instant::now();
-    let tasks = tokio::runtime::Handle::try_current()
-        .map(|h| h.metrics().num_alive_tasks())
-        .unwrap_or(0);
+    let tasks = RUNTIME.with(|rt| rt.as_ref().map_or(0, |h| h.metrics().num_alive_tasks()));
     LAST.with(|last| {
         if collection_due(last.get(), now, tasks) {
             last.set(Some((now, tasks)));
