@@ -601,6 +601,7 @@ fn stream_response(
             .collect();
         let mut chunks: Vec<ChoiceChunks> =
             (0..outputs.len() as u32).map(ChoiceChunks::new).collect();
+        let several = outputs.len() > 1;
         let mut merged = futures::stream::select_all(outputs);
         let mut first = true;
         // From here the upstreams read no further ahead of this client than pace::AHEAD.
@@ -622,9 +623,13 @@ fn stream_response(
             };
             let Some((o, out)) = next else { break };
             // One chunk per element, as the upstreams send them; every element already
-            // there goes in the same write.
+            // there goes in the same write. The other choices of the same upstream read
+            // are published by their own actors, which the runtime runs after this task
+            // (a task woken by the running one runs next), so with several choices the
+            // task steps aside once, behind the tasks already runnable, before it writes.
             let mut write = Vec::with_capacity(512);
             chunk_out(&mut write, &prefix, &mut chunks[o], out);
+            let mut stepped_aside = !several;
             while write.len() < WRITE_BYTES {
                 match futures::poll!(merged.next()) {
                     Poll::Ready(Some((o, out))) => {
@@ -633,6 +638,10 @@ fn stream_response(
                     Poll::Ready(None) => {
                         ended = true;
                         break;
+                    }
+                    Poll::Pending if !stepped_aside => {
+                        stepped_aside = true;
+                        tokio::task::yield_now().await;
                     }
                     Poll::Pending => break,
                 }
