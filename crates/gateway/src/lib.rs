@@ -624,7 +624,7 @@ fn stream_response(
             let Some((o, out)) = next else { break };
             // One chunk per element, as the upstreams send them; every element already
             // there goes in the same write. The other choices of the same upstream read
-            // are published by their own actors, which the runtime runs after this task
+            // are published by their own actors, which the runtime may run after this task
             // (a task woken by the running one runs next), so with several choices the
             // task steps aside once, behind the tasks already runnable, before it writes.
             let mut write = Vec::with_capacity(512);
