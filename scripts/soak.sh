@@ -8,7 +8,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS=${1:-500}
 CONCURRENCY=${2:-200}
-cargo build --release -p choicewise-bench -p choicewise-cli
+# Two builds, not one: the bench turns on a test-only feature of the core, which one build of
+# both would give the CLI too. Built alone, the CLI is the README's binary (no rebuild after
+# `cargo run --release -p choicewise-cli`), and the soak runs what users run.
+cargo build --release -p choicewise-cli
+cargo build --release -p choicewise-bench
 # Each request holds up to 5 upstream connections besides its own.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 exec target/release/choicewise-bench soak --requests "$REQUESTS" --concurrency "$CONCURRENCY" \
