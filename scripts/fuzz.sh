@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the cargo-fuzz targets of fuzz/ and runs each for a bounded time, one after the other.
+# Builds the cargo-fuzz targets of fuzz/ and runs each for a bounded time.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   # default: 60 s each, every target
 #   scripts/fuzz.sh smoke [SECONDS_PER_TARGET]          # CI: 15 s each, no cargo-fuzz needed
@@ -77,20 +77,37 @@ if [[ ${1:-} == smoke ]]; then
   RUSTFLAGS=$flags cargo build --release --bins --target "$triple" --target-dir target/smoke
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  for t in "${all[@]}"; do
-    seed "$t" "$work/$t"
-    echo "=== smoke $t: ${seconds}s"
-    rc=0
+  # One target per core at a time: each libFuzzer run is single-threaded.
+  jobs=${FUZZ_JOBS:-$(nproc)}
+  smoke_one() {
+    local t=$1 rc=0
     "target/smoke/$triple/release/$t" "$work/$t" -max_total_time="$seconds" -timeout=30 \
-      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/" > "$work/$t.log" 2>&1 || rc=$?
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/$t-" > "$work/$t.log" 2>&1 || rc=$?
+    echo "$rc" > "$work/$t.rc"
+  }
+  for t in "${all[@]}"; do seed "$t" "$work/$t"; done
+  for ((i = 0; i < ${#all[@]}; i += jobs)); do
+    for t in "${all[@]:i:jobs}"; do
+      echo "=== smoke $t: ${seconds}s"
+      smoke_one "$t" &
+    done
+    wait
+  done
+  failed=0
+  for t in "${all[@]}"; do
+    echo "--- $t"
     grep -E '^(Done|stat::new_units_added)' "$work/$t.log" || true
+    rc=$(cat "$work/$t.rc")
     if [[ $rc -ne 0 ]]; then
       tail -60 "$work/$t.log"
-      echo "fuzz smoke: $t failed (exit $rc); its input is in $work" >&2
-      trap - EXIT
-      exit 1
+      echo "fuzz smoke: $t failed (exit $rc); its input and log are in $work" >&2
+      failed=1
     fi
   done
+  if [[ $failed -ne 0 ]]; then
+    trap - EXIT
+    exit 1
+  fi
   exit 0
 fi
 
