@@ -146,57 +146,64 @@ fn check(clean: &Run, poisoned: &Run, index: u32, what: &str) {
     assert!(names_choice(error, index), "{what}: {error:?}");
 }
 
+// One test per recording, so that the harness runs them side by side.
 #[test]
-fn a_poisoned_choice_in_every_position_fails_alone_under_any_split() {
-    for fixture in ["openai_n3_tools.sse", "vllm_n4_reasoning.sse"] {
-        let chunks = chunks_of(fixture);
-        let clean = RUNTIME.block_on(run(vec![sse_of(&chunks)]));
-        assert!(clean.error.is_none(), "{fixture}: {:?}", clean.error);
-        let indexes: Vec<u32> = clean.choices.iter().map(|c| c.0).collect();
-        for &index in &indexes {
-            // The chunk with the choice's first update, and its last.
-            let mine = |c: &Value| {
+fn a_poisoned_choice_in_every_position_fails_alone_under_any_split_openai() {
+    a_poisoned_choice_in_every_position_fails_alone("openai_n3_tools.sse");
+}
+
+#[test]
+fn a_poisoned_choice_in_every_position_fails_alone_under_any_split_vllm() {
+    a_poisoned_choice_in_every_position_fails_alone("vllm_n4_reasoning.sse");
+}
+
+fn a_poisoned_choice_in_every_position_fails_alone(fixture: &str) {
+    let chunks = chunks_of(fixture);
+    let clean = RUNTIME.block_on(run(vec![sse_of(&chunks)]));
+    assert!(clean.error.is_none(), "{fixture}: {:?}", clean.error);
+    let indexes: Vec<u32> = clean.choices.iter().map(|c| c.0).collect();
+    for &index in &indexes {
+        // The chunk with the choice's first update, and its last.
+        let mine = |c: &Value| {
+            c["choices"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|e| e["index"] == index))
+        };
+        let first = chunks.iter().position(mine).unwrap();
+        let last = chunks.iter().rposition(mine).unwrap();
+        for (p, poison) in poisons(index).into_iter().enumerate() {
+            let alone = |at: usize| {
+                let mut c = chunks.clone();
+                c.insert(at, json!({"id": "x", "choices": [poison.clone()]}));
+                c
+            };
+            // First seen (the poison is its first update), just before its last update
+            // (its finish), and inside a chunk with another choice's update, before its
+            // finish.
+            let mut places = vec![
+                ("first seen", alone(first)),
+                ("before its last update", alone(last)),
+            ];
+            let with_others = chunks[..last].iter().position(|c| {
                 c["choices"]
                     .as_array()
-                    .is_some_and(|a| a.iter().any(|e| e["index"] == index))
-            };
-            let first = chunks.iter().position(mine).unwrap();
-            let last = chunks.iter().rposition(mine).unwrap();
-            for (p, poison) in poisons(index).into_iter().enumerate() {
-                let alone = |at: usize| {
-                    let mut c = chunks.clone();
-                    c.insert(at, json!({"id": "x", "choices": [poison.clone()]}));
-                    c
-                };
-                // First seen (the poison is its first update), just before its last update
-                // (its finish), and inside a chunk with another choice's update, before its
-                // finish.
-                let mut places = vec![
-                    ("first seen", alone(first)),
-                    ("before its last update", alone(last)),
-                ];
-                let with_others = chunks[..last].iter().position(|c| {
-                    c["choices"]
-                        .as_array()
-                        .is_some_and(|a| a.iter().any(|e| e["index"] != index))
-                });
-                if let Some(at) = with_others {
-                    let mut shared = chunks.clone();
-                    shared[at]["choices"]
-                        .as_array_mut()
-                        .unwrap()
-                        .push(poison.clone());
-                    places.push(("in a chunk with others", shared));
-                }
-                for (place, stream) in places {
-                    let bytes = sse_of(&stream);
-                    for sizes in common::SPLITS {
-                        let what =
-                            format!("{fixture}, choice {index}, poison {p}, {place}, {sizes:?}");
-                        let reads = common::split(&bytes, sizes);
-                        let poisoned = RUNTIME.block_on(run(reads));
-                        check(&clean, &poisoned, index, &what);
-                    }
+                    .is_some_and(|a| a.iter().any(|e| e["index"] != index))
+            });
+            if let Some(at) = with_others {
+                let mut shared = chunks.clone();
+                shared[at]["choices"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(poison.clone());
+                places.push(("in a chunk with others", shared));
+            }
+            for (place, stream) in places {
+                let bytes = sse_of(&stream);
+                for sizes in common::SPLITS {
+                    let what = format!("{fixture}, choice {index}, poison {p}, {place}, {sizes:?}");
+                    let reads = common::split(&bytes, sizes);
+                    let poisoned = RUNTIME.block_on(run(reads));
+                    check(&clean, &poisoned, index, &what);
                 }
             }
         }
