@@ -8,11 +8,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS=${1:-500}
 CONCURRENCY=${2:-200}
-# Two builds, not one: the bench turns on a test-only feature of the core, which one build of
-# both would give the CLI too. Built alone, the CLI is the README's binary (no rebuild after
-# `cargo run --release -p choicewise-cli`), and the soak runs what users run.
-cargo build --release -p choicewise-cli
-cargo build --release -p choicewise-bench
+# The bench without its default features (the baselines, and the core's test-only actor
+# counts, which the soak does not use), in one command with the CLI: the features of every
+# crate they share are then the CLI's own, so the CLI is the very binary
+# `cargo run --release -p choicewise-cli` builds (not rebuilt after it), the soak runs what
+# users run, and only what the bench adds is compiled. A later
+# `cargo build --release -p choicewise-bench` builds the full harness again.
+cargo build --release -p choicewise-cli -p choicewise-bench --no-default-features
 # Each request holds up to 5 upstream connections besides its own.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 exec target/release/choicewise-bench soak --requests "$REQUESTS" --concurrency "$CONCURRENCY" \

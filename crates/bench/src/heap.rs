@@ -1,6 +1,10 @@
 //! Live heap bytes, counted by the global allocator (the kit's [`CountingAlloc`]) while
 //! [`counting`] is on (the scale figures); otherwise every call goes straight to the system
 //! allocator after one relaxed load.
+//!
+//! The allocator is installed in every build, so that every benchmark runs on the same one;
+//! only the scale figures (feature `diagnostics`) read it.
+#![cfg_attr(not(feature = "diagnostics"), allow(dead_code))]
 
 use choicewise_test_support::CountingAlloc;
 

@@ -29,6 +29,7 @@ mod procs;
 mod proxy;
 mod replay;
 mod reports;
+#[cfg(feature = "diagnostics")]
 mod scale;
 mod soak;
 mod stats;

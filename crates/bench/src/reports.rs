@@ -8,7 +8,7 @@ use crate::throughput::{ASYNC_OPENAI, BORROWED, CHOICEWISE, DEMUX, HANDWRITTEN, 
 use crate::{
     CloseArgs, FanOutArgs, LatencyArgs, PLOT_LATENCY, PLOT_THROUGHPUT, PieceArgs, ReplayArgs,
     Report, ScaleArgs, Target, ThroughputArgs, close, fan_out, latency, load, pieces, replay,
-    runtime, scale, stats, throughput,
+    runtime, stats, throughput,
 };
 
 pub(crate) fn throughput(args: &ThroughputArgs) -> Report {
@@ -254,7 +254,20 @@ pub(crate) fn latency(args: &LatencyArgs) -> Report {
     Report { targets, info }
 }
 
+#[cfg(not(feature = "diagnostics"))]
+pub(crate) fn scale(_: &ScaleArgs) -> Report {
+    Report {
+        targets: vec![],
+        info: vec![
+            "INFO scale not measured (build with the diagnostics feature: it counts the actors)"
+                .to_string(),
+        ],
+    }
+}
+
+#[cfg(feature = "diagnostics")]
 pub(crate) fn scale(args: &ScaleArgs) -> Report {
+    use crate::scale;
     let rt = runtime(args.common.workers);
     let idle = scale::idle(&rt, args.completions, args.n);
     println!(
