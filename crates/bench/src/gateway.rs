@@ -25,7 +25,8 @@
 //!   then 1 s after their client closed its connections (the after-load target: the end of
 //!   the load it measures); 1 s after the saturation runs, `--settle-secs` after the last
 //!   load, and 1 s after the other client closed its connections (the upstream connections
-//!   the gateway keeps for reuse still open, unless `--settle-secs` is 125 or more).
+//!   the gateway keeps for reuse still open, unless `--settle-secs` is at least two of their
+//!   idle lifetimes and 5 s).
 //! - **LiteLLM** (with `--litellm PATH`): its proxy, one worker, no database (a master key
 //!   set: it refuses to start without one), on the same upstream, the same native levels
 //!   (`--litellm-concurrency`) and saturation run.
@@ -97,16 +98,18 @@ pub struct GatewayArgs {
     #[arg(long)]
     pub no_savings: bool,
     /// Seconds of quiet after the last load before the gateway's memory is read for the
-    /// end-of-run figure. Its idle upstream connections close 60 s to 120 s after they went
-    /// idle (the pool checks them once per idle lifetime); from 125 s on, the figure is
-    /// named as read with them closed.
+    /// end-of-run figure. Its idle upstream connections close one to two idle lifetimes
+    /// (`choicewise_client::IDLE_CONNECTION_LIFETIME`) after they went idle; from two
+    /// lifetimes and 5 s on, the figure is named as read with them closed.
     #[arg(long, default_value_t = 2.0)]
     pub settle_secs: f64,
 }
 
 /// `--settle-secs` from which every upstream connection the gateway kept for reuse has
 /// closed: two idle lifetimes (the pool's check runs once per lifetime), and a margin.
-const POOL_CLOSED_SECS: f64 = 125.0;
+fn pool_closed_secs() -> f64 {
+    2.0 * choicewise_client::IDLE_CONNECTION_LIFETIME.as_secs_f64() + 5.0
+}
 
 /// What a stream's reads are scanned for.
 #[derive(Clone, Copy, PartialEq)]
@@ -1062,7 +1065,7 @@ fn summarise(args: &GatewayArgs, runs: &[Run]) -> Report {
     // clients' connections closed. Until the upstream connections the gateway keeps for reuse
     // have closed, what they hold (and the allocator pages they keep) is in the figure.
     if let Some(m) = med(runs, vs_start(|r| r.rss_closed_kib)) {
-        let (name, pool) = if args.settle_secs >= POOL_CLOSED_SECS {
+        let (name, pool) = if args.settle_secs >= pool_closed_secs() {
             (
                 "gateway_rss_after_pool_closed_vs_start",
                 "the upstream connections kept for reuse closed",

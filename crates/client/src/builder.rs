@@ -53,8 +53,13 @@ pub const DEFAULT_MAX_RETRY_WAIT: Duration = Duration::from_secs(20);
 /// ```
 pub const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 32;
 
-/// How long an idle connection is kept for reuse.
-const IDLE_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// How long an idle connection is kept for reuse. The pool looks for expired connections
+/// once per lifetime, so one closes between one and two lifetimes after it went idle.
+///
+/// ```
+/// assert_eq!(choicewise_client::IDLE_CONNECTION_LIFETIME.as_secs(), 60);
+/// ```
+pub const IDLE_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
 /// The Anthropic API version sent with [`Api::Messages`] requests (`anthropic-version`),
 /// unless a [`header`](ClientBuilder::header) of that name is given.

@@ -91,7 +91,7 @@ mod builder;
 pub use builder::{
     ANTHROPIC_VERSION, Api, ClientBuilder, DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_IDLE_CONNECTIONS, DEFAULT_MAX_RETRIES,
-    DEFAULT_MAX_RETRY_WAIT,
+    DEFAULT_MAX_RETRY_WAIT, IDLE_CONNECTION_LIFETIME,
 };
 
 /// `max_tokens` sent to the Anthropic API, which requires it, when a request in Chat

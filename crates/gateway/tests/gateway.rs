@@ -904,7 +904,7 @@ async fn a_client_that_reads_slowly_holds_back_its_upstream() {
         held < CHUNKS / 2,
         "the upstream made {held} of {CHUNKS} chunks for a client that read one read"
     );
-    // And it stays held: a few seconds on, without a read, it has made little more.
+    // And it stays held: seconds on, without a read, it is still under that bound.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let later = settled(Instant::now() + Duration::from_secs(5)).await;
     assert!(
