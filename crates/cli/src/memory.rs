@@ -1,4 +1,5 @@
-//! The process's allocator, and how a long-running `serve` gives back what a load left.
+//! How a long-running `serve` gives back what a load left, under mimalloc (the binary's
+//! allocator, set in `src/main.rs`).
 //!
 //! mimalloc by default keeps freed pages for a second before returning them to the system,
 //! and returns the pages a thread owns only when that thread allocates or frees again. A
@@ -10,29 +11,12 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// `mi_option_purge_delay` in mimalloc.h: the milliseconds before freed memory is returned.
 /// (The enum keeps its retired options in place, so its values do not move between versions.)
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// How often a worker thread collects its heap at most.
 const COLLECT_EVERY: Duration = Duration::from_secs(1);
-
-/// No transparent huge pages for the process's memory from here on. mimalloc commits its
-/// arenas at once where the system overcommits; the kernel then backs them with huge pages,
-/// and every touched 2 MiB counts as resident: a replay's peak and the gateway's memory were
-/// about twice what the process used (docs/benchmarks.md has the figures). mimalloc has an
-/// option for it, read only before its first allocation, which comes before `main`.
-pub fn no_transparent_huge_pages() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: `prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)` takes integers and touches no memory of
-    // ours; it fails harmlessly on a kernel without transparent huge pages.
-    unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-    }
-}
 
 /// Freed pages go back to the system at once; for processes that live long and whose load
 /// comes and goes.
