@@ -6,7 +6,11 @@ use std::task::Poll;
 
 use serde::de::DeserializeOwned;
 
-use choicewise_proto::{ChoiceEvent, ChoiceOutput, ChoiceUsage, Incomplete, Text, UsageSource};
+use futures::StreamExt;
+
+use choicewise_proto::{
+    ChoiceEvent, ChoiceOutput, ChoiceUsage, Incomplete, Text, TokenLogprob, UsageSource,
+};
 
 use crate::arguments::{ArgumentsSnapshot, FunctionCalls};
 use crate::completion::ChoiceEntry;
@@ -211,6 +215,47 @@ impl Choice {
             ChoiceEvent::Refusal(t) => Some(t.clone()),
             _ => None,
         })
+    }
+
+    /// The log-probabilities of the message's tokens, token by token, typed: each token and
+    /// its top-k alternatives as the Chat Completions wire carries them
+    /// (`logprobs.content[i]`, see [`TokenLogprob`]). Like every sub-stream it replays from
+    /// the start. Empty when the upstream sent none (the request did not ask with
+    /// `"logprobs": true`, or the API has none); malformed entries are skipped (see
+    /// [`TokenLogprob`]) and never fail the choice, and the raw JSON is still in
+    /// [`ChoiceEvent::Logprobs`] and [`ChoiceOutput::logprobs`].
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"delta\":{\"content\":\"4\"},\"logprobs\":{\"content\":[",
+    ///     "{\"token\":\"4\",\"logprob\":-0.25,\"top_logprobs\":[{\"token\":\"4\",\"logprob\":-0.25},{\"token\":\"5\",\"logprob\":-1.75}]}",
+    ///     "]},\"finish_reason\":\"stop\"}]}\n\n",
+    /// );
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
+    /// let tokens: Vec<_> = c.logprobs().try_collect().await.unwrap();
+    /// assert_eq!(tokens[0].token, "4");
+    /// assert_eq!(tokens[0].top_logprobs[1].logprob, -1.75);
+    /// assert_eq!(tokens[0].confidence(), Some(1.0)); // -(−0.25 − 1.75) / 2
+    /// # }
+    /// ```
+    pub fn logprobs(&self) -> EventStream<TokenLogprob> {
+        let raw = self.stream(|e| match e {
+            ChoiceEvent::Logprobs(v) => Some(v.clone()),
+            _ => None,
+        });
+        EventStream::derived(
+            raw.flat_map(|item| {
+                let tokens: Vec<Result<TokenLogprob, choicewise_proto::Error>> = match item {
+                    Ok(value) => TokenLogprob::parse(&value).into_iter().map(Ok).collect(),
+                    Err(e) => vec![Err(e)],
+                };
+                futures::stream::iter(tokens)
+            })
+            .boxed(),
+        )
     }
 
     /// Progress of the choice's tool calls and legacy function call: each call is started,

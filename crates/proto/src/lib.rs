@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod confidence;
 mod config;
 mod decode;
 mod demux;
@@ -55,6 +56,10 @@ pub use choicewise_partial_json::{PartialJsonError, Snapshot};
 pub use choicewise_sse::SseError;
 #[cfg(feature = "estimate")]
 pub use choicewise_usage::EncodingName;
+pub use confidence::{
+    Confidence, SampleConfidence, TokenLogprob, TopLogprob, WeightedVote, quantile,
+    token_confidence,
+};
 pub use config::{
     DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS, StreamConfig,
 };

@@ -1,0 +1,810 @@
+//! Token log-probabilities as typed values, and the arithmetic of confidence-guided sampling
+//! (DeepConf: Fu, Wang, Tian, Zhao, "Deep Think with Confidence", arXiv 2508.15260, 2025).
+//!
+//! Everything here is synchronous and pure: [`TokenLogprob`] reads the `logprobs` a Chat
+//! Completions update carries; [`SampleConfidence`] follows one sample's token and group
+//! confidence token by token; [`quantile`] and [`Confidence::threshold`] turn the warmup
+//! samples' confidences into the threshold; [`WeightedVote`] tallies keys weighted by
+//! confidence. `choicewise-core` drives them from the choices' streams (`Pick::confidence`).
+//!
+//! ```
+//! use choicewise_proto::{Confidence, SampleConfidence, WeightedVote};
+//!
+//! let options = Confidence::new().group_tokens(2).keep(0.5);
+//! // Two warmup samples: token confidences (-mean of the top-k log-probabilities).
+//! let mut sure = SampleConfidence::new(options.group_tokens);
+//! let mut unsure = SampleConfidence::new(options.group_tokens);
+//! for c in [4.0, 4.0, 3.0] { sure.push(c); }
+//! for c in [1.0, 0.5, 1.5] { unsure.push(c); }
+//! assert_eq!(sure.confidence(), Some(3.5));   // its lowest group: (4 + 3) / 2
+//! assert_eq!(unsure.confidence(), Some(0.75)); // (1 + 0.5) / 2
+//! // The threshold: the (1 - keep) quantile of the warmup confidences.
+//! let s = options.threshold(&[3.5, 0.75]).unwrap();
+//! assert_eq!(s, 2.125);
+//! // The vote, weighted by each finished sample's confidence.
+//! let mut vote = WeightedVote::new();
+//! vote.add("42", 3.5);
+//! vote.add("41", 0.75);
+//! assert_eq!(vote.leader().map(|l| l.0), Some("42"));
+//! ```
+
+use std::collections::VecDeque;
+
+use serde_json::Value;
+
+/// One generated token with its log-probability and the top-k alternatives, as the Chat
+/// Completions wire carries them (`logprobs.content[i]`: `token`, `logprob`,
+/// `top_logprobs[j].token` / `.logprob`).
+///
+/// Malformed parts never fail anything: an entry that is not an object is skipped; a token
+/// whose `top_logprobs` is missing, not an array, or has an entry without a finite
+/// log-probability at most 0 keeps an empty [`top_logprobs`](Self::top_logprobs) (and so
+/// counts for no confidence); the raw JSON is still kept in `ChoiceOutput::logprobs` and
+/// `ChoiceEvent::Logprobs`.
+///
+/// ```
+/// use choicewise_proto::TokenLogprob;
+/// let update = serde_json::json!({"content": [
+///     {"token": "4", "logprob": -0.1, "top_logprobs": [
+///         {"token": "4", "logprob": -0.1}, {"token": "5", "logprob": -2.5}]},
+/// ]});
+/// let tokens = TokenLogprob::parse(&update);
+/// assert_eq!(tokens[0].token, "4");
+/// assert_eq!(tokens[0].logprob, Some(-0.1));
+/// assert_eq!(tokens[0].top_logprobs[1].token, "5");
+/// assert!((tokens[0].confidence().unwrap() - 1.3).abs() < 1e-12);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TokenLogprob {
+    /// The token, as sent (empty when the provider left it out).
+    pub token: String,
+    /// The generated token's log-probability, when sent as a number.
+    pub logprob: Option<f64>,
+    /// The top-k alternatives (the wire's `top_logprobs`), most likely first as sent; empty
+    /// when not sent or malformed.
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+/// One of a token's top-k alternatives.
+///
+/// ```
+/// use choicewise_proto::TokenLogprob;
+/// let update = serde_json::json!({"content": [{"token": "a", "logprob": -0.5,
+///     "top_logprobs": [{"token": "a", "logprob": -0.5}]}]});
+/// let top = &TokenLogprob::parse(&update)[0].top_logprobs[0];
+/// assert_eq!((top.token.as_str(), top.logprob), ("a", -0.5));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TopLogprob {
+    /// The alternative token.
+    pub token: String,
+    /// Its log-probability (finite, at most 0).
+    pub logprob: f64,
+}
+
+impl TokenLogprob {
+    /// A token with its top-k alternatives, for programs and tests that build them.
+    ///
+    /// ```
+    /// use choicewise_proto::TokenLogprob;
+    /// let t = TokenLogprob::new("x", Some(-1.0), [("x", -1.0), ("y", -3.0)]);
+    /// assert_eq!(t.confidence(), Some(2.0));
+    /// ```
+    pub fn new<'a>(
+        token: &str,
+        logprob: Option<f64>,
+        top: impl IntoIterator<Item = (&'a str, f64)>,
+    ) -> Self {
+        TokenLogprob {
+            token: token.to_string(),
+            logprob,
+            top_logprobs: top
+                .into_iter()
+                .map(|(token, logprob)| TopLogprob {
+                    token: token.to_string(),
+                    logprob,
+                })
+                .collect(),
+        }
+    }
+
+    /// The tokens of one update's `logprobs` value (`{"content": [...]}`), in order. Only
+    /// `content` is read (the message's tokens; `refusal` is left out). Anything malformed
+    /// is skipped as described on the type; never fails.
+    ///
+    /// ```
+    /// use choicewise_proto::TokenLogprob;
+    /// assert!(TokenLogprob::parse(&serde_json::json!(null)).is_empty());
+    /// assert!(TokenLogprob::parse(&serde_json::json!({"content": "oops"})).is_empty());
+    /// let odd = serde_json::json!({"content": [7, {"token": "b", "top_logprobs": [{"logprob": "x"}]}]});
+    /// let tokens = TokenLogprob::parse(&odd);
+    /// assert_eq!(tokens.len(), 1);
+    /// assert!(tokens[0].top_logprobs.is_empty() && tokens[0].confidence().is_none());
+    /// ```
+    pub fn parse(logprobs: &Value) -> Vec<TokenLogprob> {
+        let Some(Value::Array(content)) = logprobs.get("content") else {
+            return Vec::new();
+        };
+        content.iter().filter_map(Self::parse_one).collect()
+    }
+
+    fn parse_one(entry: &Value) -> Option<TokenLogprob> {
+        let entry = entry.as_object()?;
+        let token = entry.get("token").and_then(Value::as_str).unwrap_or("");
+        let logprob = entry.get("logprob").and_then(Value::as_f64);
+        let top = match entry.get("top_logprobs") {
+            Some(Value::Array(top)) => top
+                .iter()
+                .map(|t| {
+                    let logprob = t.get("logprob")?.as_f64().filter(|l| valid(*l))?;
+                    let token = t.get("token").and_then(Value::as_str).unwrap_or("");
+                    Some(TopLogprob {
+                        token: token.to_string(),
+                        logprob,
+                    })
+                })
+                .collect::<Option<Vec<_>>>()
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        Some(TokenLogprob {
+            token: token.to_string(),
+            logprob,
+            top_logprobs: top,
+        })
+    }
+
+    /// The token's confidence, `C = -(1/k) Σ_j log p(j)` over its `k` top log-probabilities
+    /// ([`token_confidence`]); `None` without any.
+    ///
+    /// ```
+    /// use choicewise_proto::TokenLogprob;
+    /// assert_eq!(TokenLogprob::new("a", Some(-0.5), [("a", -0.5), ("b", -1.5)]).confidence(), Some(1.0));
+    /// assert_eq!(TokenLogprob::new("a", Some(-0.5), []).confidence(), None);
+    /// ```
+    pub fn confidence(&self) -> Option<f64> {
+        let top: Vec<f64> = self.top_logprobs.iter().map(|t| t.logprob).collect();
+        token_confidence(&top)
+    }
+}
+
+/// A log-probability is a finite number at most 0.
+fn valid(logprob: f64) -> bool {
+    logprob.is_finite() && logprob <= 0.0
+}
+
+/// Token confidence as DeepConf defines it: the negative mean of the top-k
+/// log-probabilities, `C = -(1/k) Σ_j log p(j)`. High when the model's probability mass is
+/// on one token (the alternatives are very unlikely), low when it hesitates. `None` for no
+/// log-probabilities, or when one is not a finite number at most 0.
+///
+/// ```
+/// use choicewise_proto::token_confidence;
+/// assert_eq!(token_confidence(&[-0.01, -5.0, -6.99]), Some(4.0));
+/// assert_eq!(token_confidence(&[]), None);
+/// assert_eq!(token_confidence(&[0.5]), None); // not a log-probability
+/// ```
+pub fn token_confidence(top_logprobs: &[f64]) -> Option<f64> {
+    if top_logprobs.is_empty() || !top_logprobs.iter().all(|l| valid(*l)) {
+        return None;
+    }
+    let sum: f64 = top_logprobs.iter().sum();
+    Some(-sum / top_logprobs.len() as f64)
+}
+
+/// One sample's confidence, token by token: the group confidence (the mean token confidence
+/// over a sliding window of the last `group_tokens` tokens) and the sample's confidence (its
+/// lowest group confidence).
+///
+/// **Before a full window** (fewer than `group_tokens` tokens so far), the group confidence
+/// is the mean over the tokens so far, and no full group has been seen: the online rule
+/// stops a sample only on a full group ([`is_below`](Self::is_below)). The sample's
+/// [`confidence`](Self::confidence) is its lowest group confidence over full windows; a
+/// sample shorter than one window gets the mean over all its tokens (as the paper's
+/// reference code does).
+///
+/// ```
+/// use choicewise_proto::SampleConfidence;
+/// let mut s = SampleConfidence::new(2);
+/// assert_eq!(s.push(3.0), 3.0);            // one token: not a full group yet
+/// assert_eq!((s.is_full(), s.confidence()), (false, Some(3.0)));
+/// assert_eq!(s.push(1.0), 2.0);            // (3 + 1) / 2, the first full group
+/// assert_eq!(s.push(2.0), 1.5);            // (1 + 2) / 2
+/// assert_eq!(s.push(4.0), 3.0);            // (2 + 4) / 2
+/// assert_eq!(s.confidence(), Some(1.5));   // the lowest full group
+/// assert!(s.is_below(1.6) && !s.is_below(1.5));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleConfidence {
+    group_tokens: usize,
+    window: VecDeque<f64>,
+    sum: f64,
+    tokens: u64,
+    lowest_full: Option<f64>,
+}
+
+impl SampleConfidence {
+    /// A sample with no token yet, grouping `group_tokens` tokens (at least 1).
+    ///
+    /// ```
+    /// use choicewise_proto::SampleConfidence;
+    /// let s = SampleConfidence::new(64);
+    /// assert_eq!((s.tokens(), s.group(), s.confidence()), (0, None, None));
+    /// ```
+    pub fn new(group_tokens: usize) -> Self {
+        let group_tokens = group_tokens.max(1);
+        SampleConfidence {
+            group_tokens,
+            window: VecDeque::with_capacity(group_tokens.min(4096)),
+            sum: 0.0,
+            tokens: 0,
+            lowest_full: None,
+        }
+    }
+
+    /// Adds one token's confidence; returns the group confidence after it. A value that is
+    /// not finite is taken as 0 (no confidence) rather than poisoning the mean.
+    ///
+    /// ```
+    /// use choicewise_proto::SampleConfidence;
+    /// let mut s = SampleConfidence::new(3);
+    /// s.push(1.0);
+    /// s.push(2.0);
+    /// assert_eq!(s.push(6.0), 3.0);
+    /// assert_eq!(s.push(f64::NAN), 8.0 / 3.0); // NaN counts as 0
+    /// ```
+    pub fn push(&mut self, confidence: f64) -> f64 {
+        let c = if confidence.is_finite() {
+            confidence
+        } else {
+            0.0
+        };
+        if self.window.len() == self.group_tokens
+            && let Some(old) = self.window.pop_front()
+        {
+            self.sum -= old;
+        }
+        self.window.push_back(c);
+        self.sum += c;
+        self.tokens += 1;
+        if self.tokens.is_multiple_of(self.group_tokens as u64) {
+            // Once per window, the sum is recomputed: no drift over long samples.
+            self.sum = self.window.iter().sum();
+        }
+        let group = self.sum / self.window.len() as f64;
+        if self.is_full() {
+            self.lowest_full = Some(self.lowest_full.map_or(group, |l| l.min(group)));
+        }
+        group
+    }
+
+    /// Adds a token from the wire: its [`confidence`](TokenLogprob::confidence). A token
+    /// without top log-probabilities is skipped (returns `None`, nothing changes).
+    ///
+    /// ```
+    /// use choicewise_proto::{SampleConfidence, TokenLogprob};
+    /// let mut s = SampleConfidence::new(4);
+    /// assert_eq!(s.push_token(&TokenLogprob::new("a", None, [("a", -2.0)])), Some(2.0));
+    /// assert_eq!(s.push_token(&TokenLogprob::new("b", None, [])), None);
+    /// assert_eq!(s.tokens(), 1);
+    /// ```
+    pub fn push_token(&mut self, token: &TokenLogprob) -> Option<f64> {
+        token.confidence().map(|c| self.push(c))
+    }
+
+    /// Tokens counted (those with top log-probabilities).
+    ///
+    /// ```
+    /// use choicewise_proto::SampleConfidence;
+    /// let mut s = SampleConfidence::new(4);
+    /// s.push(1.0);
+    /// assert_eq!(s.tokens(), 1);
+    /// ```
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    /// The current group confidence: the mean over the last `group_tokens` tokens (over all
+    /// tokens so far before a full window); `None` before the first token.
+    ///
+    /// ```
+    /// use choicewise_proto::SampleConfidence;
+    /// let mut s = SampleConfidence::new(2);
+    /// s.push(1.0);
+    /// s.push(3.0);
+    /// s.push(5.0);
+    /// assert_eq!(s.group(), Some(4.0));
+    /// ```
+    pub fn group(&self) -> Option<f64> {
+        (!self.window.is_empty()).then(|| self.sum / self.window.len() as f64)
+    }
+
+    /// Whether a full group (`group_tokens` tokens) has been seen.
+    ///
+    /// ```
+    /// use choicewise_proto::SampleConfidence;
+    /// let mut s = SampleConfidence::new(2);
+    /// s.push(1.0);
+    /// assert!(!s.is_full());
+    /// s.push(1.0);
+    /// assert!(s.is_full());
+    /// ```
+    pub fn is_full(&self) -> bool {
+        self.window.len() == self.group_tokens
+    }
+
+    /// The sample's confidence: its lowest group confidence over full windows so far, or,
+    /// before a full window, the mean over its tokens so far; `None` before any token.
+    ///
+    /// ```
+    /// use choicewise_proto::SampleConfidence;
+    /// let mut s = SampleConfidence::new(2);
+    /// for c in [5.0, 1.0, 5.0] { s.push(c); }
+    /// assert_eq!(s.confidence(), Some(3.0)); // groups (5, 1) and (1, 5)
+    /// ```
+    pub fn confidence(&self) -> Option<f64> {
+        self.lowest_full.or_else(|| self.group())
+    }
+
+    /// Whether a full group's confidence has fallen below `threshold` (strictly): the online
+    /// rule's test for stopping a sample. Never before a full group.
+    ///
+    /// ```
+    /// use choicewise_proto::SampleConfidence;
+    /// let mut s = SampleConfidence::new(2);
+    /// s.push(0.1);
+    /// assert!(!s.is_below(1.0)); // one token: not a full group
+    /// s.push(0.1);
+    /// assert!(s.is_below(1.0));
+    /// ```
+    pub fn is_below(&self, threshold: f64) -> bool {
+        self.lowest_full.is_some_and(|l| l < threshold)
+    }
+}
+
+/// The `q` quantile of `values` (`q` clamped to 0..=1), interpolated linearly between the
+/// two nearest ranks (NumPy's default `percentile`, which the paper's reference code uses):
+/// with the values sorted, position `h = (n - 1) q`, the value there interpolated between
+/// `floor(h)` and `ceil(h)`. `None` for no values; values that are not finite are left out.
+///
+/// ```
+/// use choicewise_proto::quantile;
+/// assert_eq!(quantile(&[4.0, 1.0, 3.0, 2.0], 0.5), Some(2.5));
+/// assert_eq!(quantile(&[4.0, 1.0, 3.0, 2.0], 0.25), Some(1.75)); // h = 0.75, between 1 and 2
+/// assert_eq!(quantile(&[7.0], 0.9), Some(7.0));
+/// assert_eq!(quantile(&[], 0.5), None);
+/// ```
+pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let q = if q.is_nan() { 0.5 } else { q.clamp(0.0, 1.0) };
+    let h = (sorted.len() - 1) as f64 * q;
+    let (lo, hi) = (h.floor() as usize, h.ceil() as usize);
+    let (a, b) = (sorted[lo], sorted[hi.min(sorted.len() - 1)]);
+    Some(a + (b - a) * (h - lo as f64))
+}
+
+/// A vote weighted by confidence: each voter adds its weight to its key. The leader is the
+/// key with the most weight (ties: the key voted first); its share is its weight over the
+/// total.
+///
+/// ```
+/// use choicewise_proto::WeightedVote;
+/// let mut vote = WeightedVote::new();
+/// vote.add("a", 1.0);
+/// vote.add("b", 2.0);
+/// vote.add("a", 1.5);
+/// assert_eq!(vote.leader(), Some(("a", 2.5, 2)));
+/// assert_eq!(vote.total(), 4.5);
+/// assert_eq!(vote.share(), Some(2.5 / 4.5));
+/// assert!(vote.reaches(0.5) && !vote.reaches(0.6));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WeightedVote {
+    /// Key, weight, votes; in the order of the keys' first votes.
+    keys: Vec<(String, f64, usize)>,
+}
+
+impl WeightedVote {
+    /// An empty vote.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::WeightedVote::new().leader(), None);
+    /// ```
+    pub fn new() -> Self {
+        WeightedVote::default()
+    }
+
+    /// One vote for `key` with `weight` (a weight that is not finite or is negative counts
+    /// as 0: the vote is counted, with no weight).
+    ///
+    /// ```
+    /// use choicewise_proto::WeightedVote;
+    /// let mut vote = WeightedVote::new();
+    /// vote.add("a", -1.0);
+    /// assert_eq!(vote.leader(), Some(("a", 0.0, 1)));
+    /// assert_eq!(vote.share(), None); // no weight at all
+    /// ```
+    pub fn add(&mut self, key: &str, weight: f64) {
+        let weight = if weight.is_finite() {
+            weight.max(0.0)
+        } else {
+            0.0
+        };
+        match self.keys.iter_mut().find(|(k, _, _)| k == key) {
+            Some((_, w, votes)) => {
+                *w += weight;
+                *votes += 1;
+            }
+            None => self.keys.push((key.to_string(), weight, 1)),
+        }
+    }
+
+    /// The total weight.
+    ///
+    /// ```
+    /// let mut vote = choicewise_proto::WeightedVote::new();
+    /// vote.add("a", 0.5);
+    /// vote.add("b", 0.25);
+    /// assert_eq!(vote.total(), 0.75);
+    /// ```
+    pub fn total(&self) -> f64 {
+        self.keys.iter().map(|(_, w, _)| w).sum()
+    }
+
+    /// The leading key, its weight and its votes: the most weight, ties to the key voted
+    /// first; `None` before any vote.
+    ///
+    /// ```
+    /// let mut vote = choicewise_proto::WeightedVote::new();
+    /// vote.add("first", 1.0);
+    /// vote.add("second", 1.0);
+    /// assert_eq!(vote.leader(), Some(("first", 1.0, 1)));
+    /// ```
+    pub fn leader(&self) -> Option<(&str, f64, usize)> {
+        let mut best: Option<&(String, f64, usize)> = None;
+        for entry in &self.keys {
+            if best.is_none_or(|b| entry.1 > b.1) {
+                best = Some(entry);
+            }
+        }
+        best.map(|(k, w, v)| (k.as_str(), *w, *v))
+    }
+
+    /// The leader's share of the total weight; `None` while the total is 0.
+    ///
+    /// ```
+    /// let mut vote = choicewise_proto::WeightedVote::new();
+    /// vote.add("a", 3.0);
+    /// vote.add("b", 1.0);
+    /// assert_eq!(vote.share(), Some(0.75));
+    /// ```
+    pub fn share(&self) -> Option<f64> {
+        let total = self.total();
+        let (_, weight, _) = self.leader()?;
+        (total > 0.0).then(|| weight / total)
+    }
+
+    /// Whether the leader's share has reached `consensus` (`>=`): the vote is decided.
+    ///
+    /// ```
+    /// let mut vote = choicewise_proto::WeightedVote::new();
+    /// vote.add("a", 19.0);
+    /// vote.add("b", 1.0);
+    /// assert!(vote.reaches(0.95));
+    /// ```
+    pub fn reaches(&self, consensus: f64) -> bool {
+        self.share().is_some_and(|s| s >= consensus)
+    }
+
+    /// Each key's weight and votes, in the order of the keys' first votes.
+    ///
+    /// ```
+    /// let mut vote = choicewise_proto::WeightedVote::new();
+    /// vote.add("b", 1.0);
+    /// vote.add("a", 2.0);
+    /// let keys: Vec<_> = vote.keys().collect();
+    /// assert_eq!(keys, [("b", 1.0, 1), ("a", 2.0, 1)]);
+    /// ```
+    pub fn keys(&self) -> impl Iterator<Item = (&str, f64, usize)> {
+        self.keys.iter().map(|(k, w, v)| (k.as_str(), *w, *v))
+    }
+}
+
+/// The options of confidence-guided sampling (DeepConf online), built from
+/// [`Confidence::new`] with one method per option. Values out of range are clamped (see
+/// each method); `choicewise-core`'s `Pick::confidence` runs the rule.
+///
+/// ```
+/// use choicewise_proto::Confidence;
+/// let c = Confidence::new().warmup(16).keep(0.1).group_tokens(2048).top_logprobs(20).consensus(0.9);
+/// assert_eq!((c.warmup, c.keep, c.group_tokens, c.top_logprobs, c.consensus), (16, 0.1, 2048, 20, 0.9));
+/// let d = Confidence::default();
+/// assert_eq!((d.warmup, d.keep, d.group_tokens, d.top_logprobs, d.consensus), (8, 0.9, 64, 5, 0.95));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Confidence {
+    /// The first `warmup` samples run to their end and set the threshold (default 8).
+    pub warmup: usize,
+    /// The share of warmup confidences that would pass: the threshold is their
+    /// `(1 - keep)` quantile (default 0.9, conservative; 0.1 keeps only the top 10%).
+    pub keep: f64,
+    /// Tokens per group: the sliding window of the group confidence (default 64).
+    pub group_tokens: usize,
+    /// How many top log-probabilities per token to ask an upstream for (`top_logprobs` in a
+    /// Chat Completions request; default 5). The rule uses whatever `k` the upstream sends.
+    pub top_logprobs: usize,
+    /// The leader's share of the total confidence weight that decides the vote (default
+    /// 0.95).
+    pub consensus: f64,
+}
+
+impl Default for Confidence {
+    fn default() -> Self {
+        Confidence {
+            warmup: 8,
+            keep: 0.9,
+            group_tokens: 64,
+            top_logprobs: 5,
+            consensus: 0.95,
+        }
+    }
+}
+
+impl Confidence {
+    /// The defaults: warmup 8, keep 0.9, group_tokens 64, top_logprobs 5, consensus 0.95.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Confidence::new().warmup, 8);
+    /// ```
+    pub fn new() -> Self {
+        Confidence::default()
+    }
+
+    /// Warmup samples (at least 1).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Confidence::new().warmup(0).warmup, 1);
+    /// ```
+    pub fn warmup(mut self, samples: usize) -> Self {
+        self.warmup = samples.max(1);
+        self
+    }
+
+    /// The share kept, clamped to 0..=1 (NaN: the default, 0.9).
+    ///
+    /// ```
+    /// use choicewise_proto::Confidence;
+    /// assert_eq!(Confidence::new().keep(1.5).keep, 1.0);
+    /// assert_eq!(Confidence::new().keep(f64::NAN).keep, 0.9);
+    /// ```
+    pub fn keep(mut self, share: f64) -> Self {
+        self.keep = if share.is_nan() {
+            0.9
+        } else {
+            share.clamp(0.0, 1.0)
+        };
+        self
+    }
+
+    /// Tokens per group (at least 1).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Confidence::new().group_tokens(0).group_tokens, 1);
+    /// ```
+    pub fn group_tokens(mut self, tokens: usize) -> Self {
+        self.group_tokens = tokens.max(1);
+        self
+    }
+
+    /// Top log-probabilities per token to ask for (at least 1).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Confidence::new().top_logprobs(3).top_logprobs, 3);
+    /// ```
+    pub fn top_logprobs(mut self, k: usize) -> Self {
+        self.top_logprobs = k.max(1);
+        self
+    }
+
+    /// The deciding share, clamped to 0..=1 (NaN: the default, 0.95).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Confidence::new().consensus(2.0).consensus, 1.0);
+    /// ```
+    pub fn consensus(mut self, share: f64) -> Self {
+        self.consensus = if share.is_nan() {
+            0.95
+        } else {
+            share.clamp(0.0, 1.0)
+        };
+        self
+    }
+
+    /// The threshold from the warmup samples' confidences: their `(1 - keep)` quantile
+    /// ([`quantile`]); `None` without any.
+    ///
+    /// ```
+    /// use choicewise_proto::Confidence;
+    /// let warmup = [1.0, 2.0, 3.0, 4.0, 5.0];
+    /// let low = Confidence::new().keep(0.9).threshold(&warmup).unwrap(); // most pass
+    /// assert!((low - 1.4).abs() < 1e-9);
+    /// let high = Confidence::new().keep(0.1).threshold(&warmup).unwrap(); // few pass
+    /// assert!((high - 4.6).abs() < 1e-9);
+    /// ```
+    pub fn threshold(&self, warmup_confidences: &[f64]) -> Option<f64> {
+        let keep = if self.keep.is_nan() {
+            0.9
+        } else {
+            self.keep.clamp(0.0, 1.0)
+        };
+        quantile(warmup_confidences, 1.0 - keep)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn token_confidence_is_the_negative_mean_of_the_top_k() {
+        // ln(0.5) = -0.693..., ln(0.25) = -1.386...: C = (0.693 + 1.386 + 1.386) / 3.
+        let (a, b) = (0.5f64.ln(), 0.25f64.ln());
+        let c = token_confidence(&[a, b, b]).unwrap();
+        assert!(close(c, -(a + 2.0 * b) / 3.0));
+        assert!(close(c, 1.155_245_300_933_242));
+        // A sure token: the alternatives are very unlikely, the confidence high.
+        assert_eq!(token_confidence(&[0.0, -10.0, -20.0]), Some(10.0));
+        // An unsure one: two near-equal alternatives.
+        assert_eq!(token_confidence(&[-0.5, -1.0]), Some(0.75));
+        assert_eq!(token_confidence(&[-1.0, f64::NEG_INFINITY]), None);
+        assert_eq!(token_confidence(&[-1.0, f64::NAN]), None);
+    }
+
+    #[test]
+    fn the_group_slides_and_the_sample_keeps_its_lowest_full_group() {
+        let mut s = SampleConfidence::new(3);
+        let groups: Vec<f64> = [6.0, 3.0, 3.0, 0.0, 3.0, 9.0, 9.0]
+            .into_iter()
+            .map(|c| s.push(c))
+            .collect();
+        // 6; (6+3)/2; (6+3+3)/3; (3+3+0)/3; (3+0+3)/3; (0+3+9)/3; (3+9+9)/3.
+        assert_eq!(groups, [6.0, 4.5, 4.0, 2.0, 2.0, 4.0, 7.0]);
+        assert_eq!(s.confidence(), Some(2.0));
+        assert_eq!(s.tokens(), 7);
+        assert!(s.is_below(2.1) && !s.is_below(2.0));
+    }
+
+    #[test]
+    fn a_sample_shorter_than_a_group_is_the_mean_of_its_tokens() {
+        let mut s = SampleConfidence::new(64);
+        for c in [1.0, 2.0, 6.0] {
+            s.push(c);
+        }
+        assert_eq!(s.confidence(), Some(3.0));
+        assert!(!s.is_full());
+        // Never below anything before a full group: the online rule waits for one.
+        assert!(!s.is_below(100.0));
+    }
+
+    #[test]
+    fn a_long_sample_does_not_drift() {
+        let mut s = SampleConfidence::new(4);
+        for i in 0..100_000 {
+            s.push(if i % 2 == 0 { 0.1 } else { 1e6 });
+        }
+        assert!(close(s.group().unwrap(), (0.1 + 1e6) / 2.0));
+    }
+
+    #[test]
+    fn quantiles_interpolate_between_ranks() {
+        let v = [3.0, 1.0, 4.0, 1.5, 5.0];
+        // Sorted 1, 1.5, 3, 4, 5; h = 4q.
+        assert_eq!(quantile(&v, 0.0), Some(1.0));
+        assert_eq!(quantile(&v, 1.0), Some(5.0));
+        assert_eq!(quantile(&v, 0.5), Some(3.0));
+        assert!(close(quantile(&v, 0.1).unwrap(), 1.0 + 0.5 * 0.4)); // h = 0.4
+        assert!(close(quantile(&v, 0.9).unwrap(), 4.0 + 1.0 * 0.6)); // h = 3.6
+        assert_eq!(quantile(&v, -3.0), Some(1.0));
+        assert_eq!(quantile(&[f64::NAN, 2.0], 0.5), Some(2.0));
+        assert_eq!(quantile(&[f64::NAN], 0.5), None);
+    }
+
+    #[test]
+    fn the_threshold_is_the_one_minus_keep_quantile() {
+        // Eight warmup samples, as by default.
+        let warmup = [10.0, 12.0, 14.0, 16.0, 11.0, 13.0, 15.0, 17.0];
+        // keep 0.9: the 0.1 quantile, h = 0.7: 10 + 0.7 * (11 - 10).
+        assert!(close(Confidence::new().threshold(&warmup).unwrap(), 10.7));
+        // keep 0.1: the 0.9 quantile, h = 6.3: 16 + 0.3 * (17 - 16).
+        let high = Confidence::new().keep(0.1).threshold(&warmup).unwrap();
+        assert!(close(high, 16.3));
+        assert_eq!(Confidence::new().threshold(&[]), None);
+    }
+
+    #[test]
+    fn the_weighted_tally_decides_at_the_consensus_share() {
+        let mut vote = WeightedVote::new();
+        vote.add("7", 12.0);
+        vote.add("8", 2.0);
+        vote.add("7", 10.0);
+        // 22 / 24 = 0.9166...
+        assert_eq!(vote.leader(), Some(("7", 22.0, 2)));
+        assert!(close(vote.share().unwrap(), 22.0 / 24.0));
+        assert!(!vote.reaches(0.95));
+        vote.add("7", 16.0); // 38 / 40 = 0.95
+        assert!(vote.reaches(0.95));
+        // One confident vote outweighs two unsure ones.
+        let mut vote = WeightedVote::new();
+        vote.add("a", 1.0);
+        vote.add("a", 1.0);
+        vote.add("b", 5.0);
+        assert_eq!(vote.leader(), Some(("b", 5.0, 1)));
+        // Ties go to the key voted first.
+        let mut vote = WeightedVote::new();
+        vote.add("x", 2.0);
+        vote.add("y", 2.0);
+        assert_eq!(vote.leader().unwrap().0, "x");
+        vote.add("z", f64::INFINITY);
+        assert_eq!(vote.total(), 4.0);
+    }
+
+    #[test]
+    fn wire_logprobs_parse_and_tolerate_garbage() {
+        let update = json!({"content": [
+            {"token": "A", "logprob": -0.2, "bytes": [65],
+             "top_logprobs": [{"token": "A", "logprob": -0.2}, {"token": "B", "logprob": -1.8}]},
+            {"token": "x", "logprob": -1.0, "top_logprobs": [{"token": "x", "logprob": 1.5}]},
+            {"token": "y", "logprob": "bad", "top_logprobs": null},
+            "not an entry",
+            {"logprob": -0.3, "top_logprobs": [{"logprob": -0.3}]},
+        ], "refusal": null});
+        let tokens = TokenLogprob::parse(&update);
+        assert_eq!(tokens.len(), 4);
+        assert!(close(tokens[0].confidence().unwrap(), 1.0));
+        assert!(tokens[1].top_logprobs.is_empty()); // a positive log-probability
+        assert_eq!((tokens[2].logprob, tokens[2].confidence()), (None, None));
+        assert_eq!(tokens[3].token, "");
+        assert!(close(tokens[3].confidence().unwrap(), 0.3));
+        for odd in [json!(null), json!([]), json!({"content": {}}), json!(5)] {
+            assert!(TokenLogprob::parse(&odd).is_empty());
+        }
+        let mut s = SampleConfidence::new(2);
+        let pushed: Vec<_> = tokens.iter().filter_map(|t| s.push_token(t)).collect();
+        assert_eq!(pushed.len(), 2);
+        assert!(close(s.confidence().unwrap(), 0.65));
+    }
+
+    #[test]
+    fn options_clamp() {
+        let c = Confidence::new()
+            .warmup(0)
+            .keep(-1.0)
+            .group_tokens(0)
+            .top_logprobs(0)
+            .consensus(f64::NAN);
+        assert_eq!(
+            (
+                c.warmup,
+                c.keep,
+                c.group_tokens,
+                c.top_logprobs,
+                c.consensus
+            ),
+            (1, 0.0, 1, 1, 0.95)
+        );
+        // keep 0: only the best passes (the threshold is the maximum).
+        assert_eq!(c.threshold(&[1.0, 3.0, 2.0]), Some(3.0));
+    }
+}
