@@ -214,44 +214,104 @@ pub fn preload(name: EncodingName) {
 /// may differ from tiktoken's by a token or two per cut.
 const MAX_WHITESPACE_RUN: usize = 1 << 16;
 
+/// Runs of letters, or of symbols, longer than this many bytes are counted by
+/// [`linear_count`] rather than by byte-pair merges.
+///
+/// Such a run is one piece for the pre-tokenizer, and merging a piece costs
+/// time quadratic in its length (a 7.5 MiB word took seconds and hundreds of
+/// MiB). No word of a language is this long; a run that is (a client's
+/// padding, a flood of one character) is counted in time linear in its
+/// length.
+const LONG_RUN: usize = 256;
+
+/// The estimate of a run over [`LONG_RUN`] bytes: one token per four bytes,
+/// about what byte-pair encodings average on text.
+fn linear_count(bytes: usize) -> u64 {
+    bytes.div_ceil(4) as u64
+}
+
+/// The classes whose runs the pre-tokenizer keeps as one piece.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Space,
+    Letter,
+    Digit,
+    Symbol,
+}
+
+fn class(c: char) -> Class {
+    if c.is_whitespace() {
+        Class::Space
+    } else if c.is_alphabetic() {
+        Class::Letter
+    } else if c.is_numeric() {
+        Class::Digit
+    } else {
+        Class::Symbol
+    }
+}
+
 /// Counts the tokens of `text` as ordinary text (special-token spellings
 /// such as `<|endoftext|>` are split like any other text, never rejected).
 ///
-/// Equals `encode_ordinary(text).len()` of tiktoken, for every text without
-/// a run of more than 65,536 whitespace characters. Longer runs are cut
-/// there and counted in pieces, because tiktoken-rs panics on runs of about
-/// a million; such texts may count a token or two off per cut, and never
-/// panic.
+/// Equals `encode_ordinary(text).len()` of tiktoken for every text without a
+/// run of more than 65,536 whitespace characters, and without a run of more
+/// than 256 bytes of letters alone or of symbols alone. Longer whitespace
+/// runs are cut and counted in pieces (tiktoken-rs panics on runs of about a
+/// million; a token or two off per cut); longer runs of letters or symbols
+/// are counted as one token per four bytes, since merging them costs time
+/// quadratic in their length. Either way the count takes time linear in the
+/// text and never panics.
 ///
 /// ```
 /// use choicewise_usage::{count_text, EncodingName};
 ///
 /// assert_eq!(count_text(EncodingName::Cl100kBase, "tiktoken is great!"), 6);
 /// assert_eq!(count_text(EncodingName::O200kBase, ""), 0);
+/// // A "word" of a million letters: counted at once, by the linear rule.
+/// assert_eq!(count_text(EncodingName::O200kBase, &"a".repeat(1_000_000)), 250_000);
 /// ```
 pub fn count_text(name: EncodingName, text: &str) -> u64 {
     if text.is_empty() {
         return 0;
     }
     let bpe = name.bpe();
-    if text.len() <= MAX_WHITESPACE_RUN {
+    let exact = |piece: &str| bpe.encode_ordinary(piece).len() as u64;
+    if text.len() <= LONG_RUN {
         // Too short to hold an over-long run (a character is at least a byte).
-        return bpe.encode_ordinary(text).len() as u64;
+        return exact(text);
     }
     let mut total = 0u64;
+    // Where the text not yet counted starts.
     let mut start = 0;
-    let mut run = 0usize;
+    // The current run of one class: where it starts, and its length in characters.
+    let mut run_start = 0;
+    let mut run_class = None;
+    let mut run_chars = 0usize;
+    let long = |class: Option<Class>, bytes: usize| {
+        matches!(class, Some(Class::Letter | Class::Symbol)) && bytes > LONG_RUN
+    };
     for (i, c) in text.char_indices() {
-        if c.is_whitespace() {
-            run += 1;
-            if run > MAX_WHITESPACE_RUN {
-                total += bpe.encode_ordinary(&text[start..i]).len() as u64;
+        let this = class(c);
+        if Some(this) != run_class {
+            if long(run_class, i - run_start) {
+                total += exact(&text[start..run_start]) + linear_count(i - run_start);
                 start = i;
-                run = 1;
             }
-        } else {
-            run = 0;
+            run_start = i;
+            run_class = Some(this);
+            run_chars = 0;
+        }
+        run_chars += 1;
+        if this == Class::Space && run_chars > MAX_WHITESPACE_RUN {
+            total += exact(&text[start..i]);
+            start = i;
+            run_chars = 1;
         }
     }
-    total + bpe.encode_ordinary(&text[start..]).len() as u64
+    if long(run_class, text.len() - run_start) {
+        total + exact(&text[start..run_start]) + linear_count(text.len() - run_start)
+    } else {
+        total + exact(&text[start..])
+    }
 }

@@ -153,7 +153,7 @@ fn long_runs_below_the_cut_match_tiktoken() {
         " ".repeat(65_536) + "x",
         "\n".repeat(70_000),
         "word ".repeat(20_000),
-        "a".repeat(70_000),
+        "a".repeat(256) + " " + &"b".repeat(256),
         "\u{3000}".repeat(60_000) + "end",
     ];
     for enc in BOTH {
@@ -165,6 +165,23 @@ fn long_runs_below_the_cut_match_tiktoken() {
                 s.len()
             );
         }
+    }
+}
+
+#[test]
+fn runs_of_letters_or_symbols_over_the_cut_are_counted_linearly() {
+    // Merging one piece costs time quadratic in its length: a run over 256 bytes of letters
+    // alone, or of symbols alone, is counted as a token per four bytes; the rest of the
+    // text as tiktoken counts it.
+    for enc in BOTH {
+        assert_eq!(count_text(enc, &"a".repeat(70_000)), 17_500);
+        assert_eq!(count_text(enc, &"!".repeat(1001)), 251);
+        let text = format!("Hello there. {} bye", "z".repeat(400));
+        let expected = tiktoken(enc, "Hello there. ") + 100 + tiktoken(enc, " bye");
+        assert_eq!(count_text(enc, &text), expected);
+        // Digits and mixed words are pieces of their own: counted exactly.
+        let mixed = "ab1".repeat(1000);
+        assert_eq!(count_text(enc, &mixed), tiktoken(enc, &mixed));
     }
 }
 
