@@ -1,0 +1,771 @@
+//! Anthropic Messages in: a `POST /v1/messages` body read into a Chat Completions request,
+//! and errors in Anthropic's shape. The answer's encoder is in `anthropic/encode.rs`.
+//!
+//! | Messages | Chat Completions |
+//! |---|---|
+//! | `model`, `stream`, `temperature`, `top_p`, `top_k` (vLLM, llama.cpp and Anthropic take it) | the same |
+//! | `max_tokens` (required: missing is a 400 naming it, as at Anthropic) | `max_tokens`, the name every compatible server reads |
+//! | `system` (a string or text blocks, joined by a blank line) | a first `system` message |
+//! | `messages[].content` text blocks | text, a string when it is one block |
+//! | `image` blocks (`base64` or `url` source) | `image_url` parts (a `data:` URL for base64) |
+//! | assistant `tool_use` blocks | the message's `tool_calls` (`input` as JSON text) |
+//! | user `tool_result` blocks | `tool` messages before the user's other blocks (text joined by newlines; its images go to the user message after it) |
+//! | assistant `thinking` / `redacted_thinking` blocks | dropped: no Chat Completions upstream takes them back |
+//! | `tools` (`input_schema`) | function tools (`parameters`) |
+//! | `tool_choice` `auto` / `any` / `tool` / `none`, `disable_parallel_tool_use` | `auto` / `required` / the named function / `none`, `parallel_tool_calls: false` |
+//! | `stop_sequences` | `stop` |
+//! | `thinking` `enabled` with `budget_tokens` | `reasoning_effort` (below 2048 `low`, below 4096 `medium`, else `high`, the inverse of the usual effort-to-budget table), and kept in [`Translated::native`] for an Anthropic upstream: Chat Completions has no budget, and OpenAI-compatible servers refuse a `thinking` field |
+//! | `choicewise` | kept as sent |
+//!
+//! Ignored: `metadata`, `service_tier`, `cache_control` on blocks, a `tool_result`'s
+//! `is_error`, and any field not named here. Refused (400 naming the field): server tools
+//! and Anthropic-defined tools without a schema (`tools.N.type`), `mcp_servers`,
+//! `container`, `document` and other block types, file sources.
+
+mod encode;
+
+pub(crate) use encode::{MessagesEncoder, message};
+
+use axum::http::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::{Api, IngressError, Reply, Translated, field, kind_of};
+
+/// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
+pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
+    json!({"type": "error", "error": {"type": error_type(status), "message": message}})
+}
+
+/// The Anthropic error type a status stands for.
+pub(crate) fn error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        s if s >= 500 => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// Reads a Messages request body into a Chat Completions one (see the module's table).
+pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
+    translate(body, true)
+}
+
+/// As [`to_chat`], for `POST /v1/messages/count_tokens`, whose body has no `max_tokens`:
+/// the translated `messages` and `tools` are what a count reads.
+pub(crate) fn to_chat_for_count(body: &Value) -> Result<Translated, IngressError> {
+    translate(body, false)
+}
+
+fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, IngressError> {
+    let Some(obj) = body.as_object() else {
+        return Err(IngressError::body_error(
+            "the request body must be a JSON object",
+        ));
+    };
+    for refused in ["mcp_servers", "container"] {
+        if field(obj, refused).is_some() {
+            return Err(IngressError::unsupported(
+                refused,
+                "not served by this gateway (it runs no server-side tools)",
+            ));
+        }
+    }
+    let model = match field(obj, "model") {
+        None => return Err(IngressError::missing("model")),
+        Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
+        Some(v) => {
+            return Err(IngressError::invalid(
+                "model",
+                format!("must be a non-empty string, not {}", kind_of(v)),
+            ));
+        }
+    };
+    let mut chat = Map::new();
+    chat.insert("model".into(), Value::String(model.clone()));
+    match field(obj, "max_tokens") {
+        None if needs_max_tokens => return Err(IngressError::missing("max_tokens")),
+        None => {}
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 => {
+                chat.insert("max_tokens".into(), json!(n));
+            }
+            _ => {
+                return Err(IngressError::invalid(
+                    "max_tokens",
+                    format!("must be an integer of 1 or more, not {v}"),
+                ));
+            }
+        },
+    }
+    let mut messages = Vec::new();
+    if let Some(system) = field(obj, "system") {
+        messages.push(json!({"role": "system", "content": system_text(system)?}));
+    }
+    match field(obj, "messages") {
+        None => return Err(IngressError::missing("messages")),
+        Some(Value::Array(list)) => {
+            for (i, m) in list.iter().enumerate() {
+                message_of(i, m, &mut messages)?;
+            }
+        }
+        Some(v) => {
+            return Err(IngressError::invalid(
+                "messages",
+                format!("must be an array, not {}", kind_of(v)),
+            ));
+        }
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+    if let Some(stream) = field(obj, "stream") {
+        let Value::Bool(_) = stream else {
+            return Err(IngressError::invalid(
+                "stream",
+                format!("must be a boolean, not {}", kind_of(stream)),
+            ));
+        };
+        chat.insert("stream".into(), stream.clone());
+    }
+    for key in ["temperature", "top_p", "top_k"] {
+        if let Some(v) = field(obj, key) {
+            if !v.is_number() {
+                return Err(IngressError::invalid(
+                    key,
+                    format!("must be a number, not {}", kind_of(v)),
+                ));
+            }
+            chat.insert(key.into(), v.clone());
+        }
+    }
+    let stop = stop_sequences(obj)?;
+    if !stop.is_empty() {
+        chat.insert("stop".into(), json!(stop));
+    }
+    let has_tools = tools(obj, &mut chat)?;
+    tool_choice(obj, has_tools, &mut chat)?;
+    let mut native = Map::new();
+    let reasoning = match field(obj, "thinking") {
+        None => false,
+        Some(thinking) => {
+            let effort = thinking_effort(thinking)?;
+            native.insert("thinking".into(), thinking.clone());
+            if let Some(effort) = effort {
+                chat.insert("reasoning_effort".into(), json!(effort));
+            }
+            thinking["type"] != "disabled"
+        }
+    };
+    if let Some(ext) = obj.get("choicewise") {
+        chat.insert("choicewise".into(), ext.clone());
+    }
+    Ok(Translated {
+        stream: chat.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        chat: Value::Object(chat),
+        native,
+        reply: Reply {
+            api: Api::Messages,
+            model,
+            reasoning,
+            stop,
+            echo: Map::new(),
+        },
+    })
+}
+
+/// `system`: a string, or text blocks joined by a blank line.
+fn system_text(system: &Value) -> Result<String, IngressError> {
+    match system {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(blocks) => {
+            let mut texts = Vec::with_capacity(blocks.len());
+            for (i, b) in blocks.iter().enumerate() {
+                match (b["type"].as_str(), b["text"].as_str()) {
+                    (Some("text"), Some(t)) => texts.push(t),
+                    _ => {
+                        return Err(IngressError::invalid(
+                            format!("system.{i}"),
+                            "must be a text block ({\"type\": \"text\", \"text\": ...})",
+                        ));
+                    }
+                }
+            }
+            Ok(texts.join("\n\n"))
+        }
+        v => Err(IngressError::invalid(
+            "system",
+            format!(
+                "must be a string or an array of text blocks, not {}",
+                kind_of(v)
+            ),
+        )),
+    }
+}
+
+/// One Messages message as Chat Completions messages (a user message's tool results become
+/// `tool` messages first).
+fn message_of(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), IngressError> {
+    let at = format!("messages.{i}");
+    let role = match m.get("role").and_then(Value::as_str) {
+        Some(role @ ("user" | "assistant")) => role,
+        Some(other) => {
+            return Err(IngressError::invalid(
+                format!("{at}.role"),
+                format!("must be \"user\" or \"assistant\", not {other:?}"),
+            ));
+        }
+        None => return Err(IngressError::missing(format!("{at}.role"))),
+    };
+    let blocks = match m.get("content") {
+        Some(Value::String(text)) => {
+            out.push(json!({"role": role, "content": text}));
+            return Ok(());
+        }
+        Some(Value::Array(blocks)) => blocks,
+        None | Some(Value::Null) => return Err(IngressError::missing(format!("{at}.content"))),
+        Some(v) => {
+            return Err(IngressError::invalid(
+                format!("{at}.content"),
+                format!("must be a string or an array of blocks, not {}", kind_of(v)),
+            ));
+        }
+    };
+    match role {
+        "user" => user_blocks(&at, blocks, out),
+        _ => assistant_blocks(&at, blocks, out),
+    }
+}
+
+/// A user message's blocks: tool results as `tool` messages, then the rest as one user
+/// message (its images with the tool results' images).
+fn user_blocks(at: &str, blocks: &[Value], out: &mut Vec<Value>) -> Result<(), IngressError> {
+    let mut parts = Vec::new();
+    let mut results = Vec::new();
+    let mut result_images = Vec::new();
+    for (j, b) in blocks.iter().enumerate() {
+        let at = format!("{at}.content.{j}");
+        match b["type"].as_str() {
+            Some("text") => parts.push(text_part(&at, b)?),
+            Some("image") => parts.push(image_part(&at, b)?),
+            Some("tool_result") => {
+                let Some(id) = b["tool_use_id"].as_str() else {
+                    return Err(IngressError::missing(format!("{at}.tool_use_id")));
+                };
+                let content = tool_result_text(&at, &b["content"], &mut result_images)?;
+                results.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+            }
+            other => return Err(unsupported_block(&at, other)),
+        }
+    }
+    parts.extend(result_images);
+    let only_results = parts.is_empty() && !results.is_empty();
+    out.extend(results);
+    if !only_results {
+        // An empty user message stays one.
+        out.push(json!({"role": "user", "content": collapse(parts)}));
+    }
+    Ok(())
+}
+
+/// An assistant message's blocks: its text joined, its `tool_use` blocks as `tool_calls`.
+fn assistant_blocks(at: &str, blocks: &[Value], out: &mut Vec<Value>) -> Result<(), IngressError> {
+    let mut text: Option<String> = None;
+    let mut calls = Vec::new();
+    for (j, b) in blocks.iter().enumerate() {
+        let at = format!("{at}.content.{j}");
+        match b["type"].as_str() {
+            Some("text") => {
+                let t = text_part(&at, b)?;
+                text.get_or_insert_default()
+                    .push_str(t["text"].as_str().unwrap_or_default());
+            }
+            Some("tool_use") => {
+                let (Some(id), Some(name)) = (b["id"].as_str(), b["name"].as_str()) else {
+                    return Err(IngressError::invalid(
+                        at,
+                        "a tool_use block needs its \"id\" and \"name\"",
+                    ));
+                };
+                let arguments = match b.get("input") {
+                    None | Some(Value::Null) => "{}".to_string(),
+                    Some(input) => input.to_string(),
+                };
+                calls.push(json!({"id": id, "type": "function",
+                                  "function": {"name": name, "arguments": arguments}}));
+            }
+            Some("thinking" | "redacted_thinking") => {}
+            other => return Err(unsupported_block(&at, other)),
+        }
+    }
+    let mut message = json!({"role": "assistant"});
+    message["content"] = match (text, calls.is_empty()) {
+        (Some(t), _) => Value::String(t),
+        (None, true) => Value::String(String::new()),
+        (None, false) => Value::Null,
+    };
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    out.push(message);
+    Ok(())
+}
+
+/// A text block as a Chat Completions text part.
+fn text_part(at: &str, b: &Value) -> Result<Value, IngressError> {
+    match b["text"].as_str() {
+        Some(t) => Ok(json!({"type": "text", "text": t})),
+        None => Err(IngressError::missing(format!("{at}.text"))),
+    }
+}
+
+/// An image block as an `image_url` part.
+fn image_part(at: &str, b: &Value) -> Result<Value, IngressError> {
+    let source = &b["source"];
+    let url = match source["type"].as_str() {
+        Some("base64") => match (source["media_type"].as_str(), source["data"].as_str()) {
+            (Some(media), Some(data)) => format!("data:{media};base64,{data}"),
+            _ => {
+                return Err(IngressError::invalid(
+                    format!("{at}.source"),
+                    "a base64 source needs its \"media_type\" and \"data\"",
+                ));
+            }
+        },
+        Some("url") => match source["url"].as_str() {
+            Some(url) => url.to_string(),
+            None => return Err(IngressError::missing(format!("{at}.source.url"))),
+        },
+        Some(other) => {
+            return Err(IngressError::unsupported(
+                format!("{at}.source.type"),
+                format!("{other:?} sources are not served by this gateway (base64, url)"),
+            ));
+        }
+        None => return Err(IngressError::missing(format!("{at}.source.type"))),
+    };
+    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
+/// A `tool_result`'s content as text (its text blocks joined by newlines); its images are
+/// added to `images`.
+fn tool_result_text(
+    at: &str,
+    content: &Value,
+    images: &mut Vec<Value>,
+) -> Result<String, IngressError> {
+    match content {
+        Value::Null => Ok(String::new()),
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(blocks) => {
+            let mut texts = Vec::new();
+            for (k, b) in blocks.iter().enumerate() {
+                let at = format!("{at}.content.{k}");
+                match b["type"].as_str() {
+                    Some("text") => texts.push(b["text"].as_str().unwrap_or_default()),
+                    Some("image") => images.push(image_part(&at, b)?),
+                    other => return Err(unsupported_block(&at, other)),
+                }
+            }
+            Ok(texts.join("\n"))
+        }
+        v => Err(IngressError::invalid(
+            format!("{at}.content"),
+            format!("must be a string or an array of blocks, not {}", kind_of(v)),
+        )),
+    }
+}
+
+/// The 400 for a block type not served here.
+fn unsupported_block(at: &str, kind: Option<&str>) -> IngressError {
+    match kind {
+        Some(kind) => IngressError::unsupported(
+            format!("{at}.type"),
+            format!("{kind:?} blocks are not served by this gateway here"),
+        ),
+        None => IngressError::missing(format!("{at}.type")),
+    }
+}
+
+/// One text part becomes a plain string, none an empty one; anything else stays parts.
+fn collapse(mut parts: Vec<Value>) -> Value {
+    if parts.is_empty() {
+        return Value::String(String::new());
+    }
+    if parts.len() == 1 && parts[0]["type"] == "text" {
+        return parts.swap_remove(0)["text"].take();
+    }
+    Value::Array(parts)
+}
+
+/// `stop_sequences`: a list of strings.
+fn stop_sequences(obj: &Map<String, Value>) -> Result<Vec<String>, IngressError> {
+    match field(obj, "stop_sequences") {
+        None => Ok(Vec::new()),
+        Some(Value::Array(list)) => (list.iter().enumerate())
+            .map(|(i, s)| match s {
+                Value::String(s) => Ok(s.clone()),
+                v => Err(IngressError::invalid(
+                    format!("stop_sequences.{i}"),
+                    format!("must be a string, not {}", kind_of(v)),
+                )),
+            })
+            .collect(),
+        Some(v) => Err(IngressError::invalid(
+            "stop_sequences",
+            format!("must be an array of strings, not {}", kind_of(v)),
+        )),
+    }
+}
+
+/// `tools` as function tools; whether there are any.
+fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<bool, IngressError> {
+    let list = match field(obj, "tools") {
+        None => return Ok(false),
+        Some(Value::Array(list)) => list,
+        Some(v) => {
+            return Err(IngressError::invalid(
+                "tools",
+                format!("must be an array, not {}", kind_of(v)),
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        match t["type"].as_str() {
+            None | Some("custom") => {}
+            Some(other) => {
+                return Err(IngressError::unsupported(
+                    format!("tools.{i}.type"),
+                    format!(
+                        "{other:?} is not served by this gateway: only client tools with an input_schema"
+                    ),
+                ));
+            }
+        }
+        let Some(name) = t["name"].as_str() else {
+            return Err(IngressError::missing(format!("tools.{i}.name")));
+        };
+        let Some(schema) = t.get("input_schema").filter(|s| s.is_object()) else {
+            return Err(IngressError::missing(format!("tools.{i}.input_schema")));
+        };
+        let mut function = json!({"name": name, "parameters": schema});
+        if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
+            function["description"] = d.clone();
+        }
+        out.push(json!({"type": "function", "function": function}));
+    }
+    let any = !out.is_empty();
+    if any {
+        chat.insert("tools".into(), Value::Array(out));
+    }
+    Ok(any)
+}
+
+/// `tool_choice`: `auto`, `any` (→ `required`), `tool` (→ that function), `none`;
+/// `disable_parallel_tool_use: true` → `parallel_tool_calls: false` (with tools only).
+fn tool_choice(
+    obj: &Map<String, Value>,
+    has_tools: bool,
+    chat: &mut Map<String, Value>,
+) -> Result<(), IngressError> {
+    let Some(choice) = field(obj, "tool_choice") else {
+        return Ok(());
+    };
+    let mapped = match choice["type"].as_str() {
+        Some("auto") => json!("auto"),
+        Some("any") => json!("required"),
+        Some("none") => json!("none"),
+        Some("tool") => match choice["name"].as_str() {
+            Some(name) => json!({"type": "function", "function": {"name": name}}),
+            None => return Err(IngressError::missing("tool_choice.name")),
+        },
+        Some(other) => {
+            return Err(IngressError::invalid(
+                "tool_choice.type",
+                format!("must be \"auto\", \"any\", \"tool\" or \"none\", not {other:?}"),
+            ));
+        }
+        None => return Err(IngressError::missing("tool_choice.type")),
+    };
+    chat.insert("tool_choice".into(), mapped);
+    if has_tools && choice["disable_parallel_tool_use"] == true {
+        chat.insert("parallel_tool_calls".into(), json!(false));
+    }
+    Ok(())
+}
+
+/// `thinking`'s `reasoning_effort`, if it asks for one: `enabled` with its budget
+/// (`budget_tokens`), `adaptive` (the upstream's default effort: none), `disabled` (none).
+fn thinking_effort(thinking: &Value) -> Result<Option<&'static str>, IngressError> {
+    match thinking["type"].as_str() {
+        Some("enabled") => match thinking["budget_tokens"].as_u64() {
+            Some(b) if b < 2048 => Ok(Some("low")),
+            Some(b) if b < 4096 => Ok(Some("medium")),
+            Some(_) => Ok(Some("high")),
+            None => Err(IngressError::missing("thinking.budget_tokens")),
+        },
+        Some("adaptive" | "disabled") => Ok(None),
+        Some(other) => Err(IngressError::invalid(
+            "thinking.type",
+            format!("must be \"enabled\", \"adaptive\" or \"disabled\", not {other:?}"),
+        )),
+        None => Err(IngressError::missing("thinking.type")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(body: Value) -> Translated {
+        to_chat(&body).unwrap_or_else(|e| panic!("{body}: {e}"))
+    }
+
+    fn refused(body: Value) -> IngressError {
+        match to_chat(&body) {
+            Ok(t) => panic!("{body} was accepted: {}", t.chat),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn a_messages_request_becomes_a_chat_request() {
+        let t = ok(json!({
+            "model": "claude", "max_tokens": 512, "stream": true, "temperature": 0.3,
+            "top_p": 0.9, "top_k": 40, "stop_sequences": ["END"], "metadata": {"user_id": "u1"},
+            "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind.", "cache_control": {"type": "ephemeral"}}],
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "What is in this picture, and the weather?"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}},
+                    {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}}]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "hm", "signature": "sig"},
+                    {"type": "text", "text": "A cat. Checking."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "18C"}, {"type": "text", "text": "sunny"}]},
+                    {"type": "text", "text": "Thanks"}]},
+                {"role": "assistant", "content": "You're welcome."}
+            ],
+            "tools": [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+            "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true},
+            "thinking": {"type": "enabled", "budget_tokens": 3000},
+            "choicewise": {"samples": 3, "select": "first_finished"}
+        }));
+        assert_eq!(
+            t.chat,
+            json!({
+                "model": "claude", "max_tokens": 512, "stream": true, "temperature": 0.3,
+                "top_p": 0.9, "top_k": 40, "stop": ["END"],
+                "messages": [
+                    {"role": "system", "content": "Be brief.\n\nBe kind."},
+                    {"role": "user", "content": [
+                        {"type": "text", "text": "What is in this picture, and the weather?"},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}},
+                        {"type": "image_url", "image_url": {"url": "https://example.com/a.jpg"}}]},
+                    {"role": "assistant", "content": "A cat. Checking.", "tool_calls": [
+                        {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+                    {"role": "tool", "tool_call_id": "toolu_1", "content": "18C\nsunny"},
+                    {"role": "user", "content": "Thanks"},
+                    {"role": "assistant", "content": "You're welcome."}
+                ],
+                "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                "parallel_tool_calls": false,
+                "reasoning_effort": "medium",
+                "choicewise": {"samples": 3, "select": "first_finished"}
+            })
+        );
+        assert!(t.stream && t.reply.reasoning);
+        assert_eq!(t.reply.stop, ["END"]);
+        assert_eq!(t.reply.model, "claude");
+        assert_eq!(t.native["thinking"]["budget_tokens"], 3000);
+    }
+
+    #[test]
+    fn tool_choices_results_and_nulls() {
+        for (choice, chat) in [
+            (json!({"type": "auto"}), json!("auto")),
+            (json!({"type": "any"}), json!("required")),
+            (json!({"type": "none"}), json!("none")),
+        ] {
+            let t = ok(json!({"model": "m", "max_tokens": 1, "tool_choice": choice,
+                              "messages": [{"role": "user", "content": "hi"}]}));
+            assert_eq!(t.chat["tool_choice"], chat);
+        }
+        // Tool results only: tool messages, no empty user message; an image in a result
+        // goes to a user message after them. Nulls are absent fields.
+        let t = ok(
+            json!({"model": "m", "max_tokens": 1, "temperature": null, "system": null,
+            "stream": null, "thinking": {"type": "disabled"},
+            "messages": [{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+                {"type": "tool_result", "tool_use_id": "b", "is_error": true},
+                {"type": "tool_result", "tool_use_id": "c", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}]}]}),
+        );
+        assert_eq!(
+            t.chat["messages"],
+            json!([
+                {"role": "tool", "tool_call_id": "a", "content": "1"},
+                {"role": "tool", "tool_call_id": "b", "content": ""},
+                {"role": "tool", "tool_call_id": "c", "content": ""},
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]},
+            ])
+        );
+        assert!(!t.stream && !t.reply.reasoning);
+        assert!(t.chat.get("temperature").is_none() && t.chat.get("reasoning_effort").is_none());
+        // An assistant turn of tool calls only has null content.
+        let t = ok(json!({"model": "m", "max_tokens": 1, "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}]}));
+        assert_eq!(
+            t.chat["messages"][0],
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+        );
+        // max_tokens is not needed to count tokens.
+        let count = to_chat_for_count(&json!({"model": "m", "messages": []})).unwrap();
+        assert!(count.chat.get("max_tokens").is_none());
+    }
+
+    #[test]
+    fn each_refusal_is_a_400_naming_the_field() {
+        let hi = json!([{"role": "user", "content": "hi"}]);
+        for (body, param, says) in [
+            (
+                json!({"model": "m", "messages": hi}),
+                "max_tokens",
+                "max_tokens: Field required",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 0, "messages": hi}),
+                "max_tokens",
+                "1 or more",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": hi}),
+                "model",
+                "Field required",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5}),
+                "messages",
+                "Field required",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": {}}),
+                "messages",
+                "an array",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}),
+                "messages.0.role",
+                "\"user\" or \"assistant\"",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}),
+                "messages.0.content.0.type",
+                "\"document\"",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]}),
+                "messages.0.content.0.source.type",
+                "\"file\"",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}),
+                "messages.0.content.0.tool_use_id",
+                "Field required",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
+                "tools.0.type",
+                "web_search_20250305",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "tools": [{"name": "f"}]}),
+                "tools.0.input_schema",
+                "Field required",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "tool_choice": {"type": "some"}}),
+                "tool_choice.type",
+                "\"some\"",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "tool_choice": {"type": "tool"}}),
+                "tool_choice.name",
+                "Field required",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "thinking": {"type": "enabled"}}),
+                "thinking.budget_tokens",
+                "Field required",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "stop_sequences": "END"}),
+                "stop_sequences",
+                "an array",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "temperature": "hot"}),
+                "temperature",
+                "a number",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "system": 3}),
+                "system",
+                "a string",
+            ),
+            (
+                json!({"model": "m", "max_tokens": 5, "messages": hi, "mcp_servers": [{}]}),
+                "mcp_servers",
+                "not served",
+            ),
+        ] {
+            let e = refused(body.clone());
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}");
+            assert!(e.message.contains(says), "{body}: {}", e.message);
+            let shaped = e.body(Api::Messages);
+            assert_eq!(shaped["type"], "error");
+            assert_eq!(shaped["error"]["type"], "invalid_request_error");
+            assert_eq!(shaped["error"]["message"], e.message.as_str());
+        }
+        assert_eq!(refused(json!([1])).status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn errors_take_anthropics_types_by_status() {
+        for (status, kind) in [
+            (400, "invalid_request_error"),
+            (401, "authentication_error"),
+            (403, "permission_error"),
+            (404, "not_found_error"),
+            (413, "request_too_large"),
+            (429, "rate_limit_error"),
+            (500, "api_error"),
+            (502, "api_error"),
+            (529, "overloaded_error"),
+        ] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert_eq!(
+                super::super::error_body(Api::Messages, status, "why"),
+                json!({"type": "error", "error": {"type": kind, "message": "why"}})
+            );
+        }
+        let gateway = crate::error::ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "the model \"x\" does not exist here",
+        );
+        assert_eq!(
+            super::super::api_error_body(Api::Messages, &gateway)["error"]["type"],
+            "not_found_error"
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! One choice's answer as Anthropic's Messages stream, or as one `message` object.
+//!
+//! The stream is Anthropic's sequence: `message_start`; per content block
+//! `content_block_start`, its `content_block_delta`s (`text_delta`, `thinking_delta`,
+//! `input_json_delta`) and `content_block_stop`, blocks opened and closed in order (a block
+//! of another kind, or another tool call, closes the open one); one `ping` after the first
+//! block's start; then `message_delta` (its `stop_reason` and `stop_sequence`, the usage,
+//! and the `choicewise` summary as a top-level field) and `message_stop`. A failure is an
+//! `error` event instead, and nothing follows it.
+//!
+//! Finish reasons map back as Anthropic's own: `stop` → `end_turn` (`stop_sequence` when
+//! the provider said so; its `stop_sequence` is the request's when it named exactly one),
+//! `length` → `max_tokens`, `tool_calls` (and `function_call`) → `tool_use`,
+//! `content_filter` → `refusal`; Anthropic's own reasons pass as they are, any other is
+//! `end_turn`. Refusal text is text (Anthropic has no refusal block). Thinking blocks carry
+//! an empty `signature`: the gateway has none to give.
+
+use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent, Text};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::ingress::{Encoder, Reply, Tokens, frame, new_id};
+
+/// Where the stream is.
+#[derive(Debug)]
+enum Phase {
+    /// Nothing written yet.
+    Idle,
+    /// `message_start` written; the open content block, if any.
+    Open(Option<Block>),
+    /// The choice finished (its reason); its last block closed.
+    Finished(Text),
+    /// The last frame is written; whether the choice had finished.
+    Closed { finished: bool },
+}
+
+/// An open content block.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Block {
+    index: u32,
+    kind: Kind,
+}
+
+/// What a content block holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Text,
+    Thinking,
+    /// A tool call's `tool_use` block.
+    Tool(CallRef),
+}
+
+/// Writes one choice's answer as Anthropic's Messages stream.
+#[derive(Debug)]
+pub(crate) struct MessagesEncoder {
+    id: String,
+    model: String,
+    reasoning: bool,
+    stop: Vec<String>,
+    phase: Phase,
+    /// The next content block's index.
+    next: u32,
+    pinged: bool,
+}
+
+/// A `content_block_delta` event.
+#[derive(Serialize)]
+struct BlockDelta<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    index: u32,
+    delta: Delta<'a>,
+}
+
+/// A content block delta's body.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Delta<'a> {
+    TextDelta { text: &'a str },
+    ThinkingDelta { thinking: &'a str },
+    InputJsonDelta { partial_json: &'a str },
+}
+
+impl MessagesEncoder {
+    /// An encoder for a request's answer.
+    pub fn new(reply: &Reply) -> Self {
+        MessagesEncoder {
+            id: new_id("msg"),
+            model: reply.model.clone(),
+            reasoning: reply.reasoning,
+            stop: reply.stop.clone(),
+            phase: Phase::Idle,
+            next: 0,
+            pinged: false,
+        }
+    }
+
+    /// The open block, if the stream is open; `None` otherwise.
+    fn open_block(&mut self, out: &mut Vec<u8>) -> Option<&mut Option<Block>> {
+        if let Phase::Idle = self.phase {
+            self.start(out);
+        }
+        match &mut self.phase {
+            Phase::Open(block) => Some(block),
+            _ => None,
+        }
+    }
+
+    /// Makes a block of kind `want` the open block: the open one stays if it is of that kind
+    /// (text, thinking), else it closes and a new one opens with `start` as its
+    /// `content_block`. Returns the open block's index, or `None` after the finish.
+    fn block(&mut self, want: Kind, start: Value, out: &mut Vec<u8>) -> Option<u32> {
+        let next = self.next;
+        let block = self.open_block(out)?;
+        match *block {
+            Some(b) if b.kind == want && !matches!(want, Kind::Tool(_)) => return Some(b.index),
+            Some(b) => stop_block(b, out),
+            None => {}
+        }
+        *block = Some(Block {
+            index: next,
+            kind: want,
+        });
+        self.next += 1;
+        frame(
+            out,
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": next, "content_block": start}),
+        );
+        if !std::mem::replace(&mut self.pinged, true) {
+            frame(out, "ping", &json!({"type": "ping"}));
+        }
+        Some(next)
+    }
+
+    /// Closes the open block, if any.
+    fn close(&mut self, out: &mut Vec<u8>) {
+        if let Phase::Open(block) = &mut self.phase
+            && let Some(b) = block.take()
+        {
+            stop_block(b, out);
+        }
+    }
+
+    /// A delta of the open text or thinking block.
+    fn delta(&mut self, want: Kind, start: Value, delta: Delta, out: &mut Vec<u8>) {
+        if let Some(index) = self.block(want, start, out) {
+            let event = BlockDelta {
+                kind: "content_block_delta",
+                index,
+                delta,
+            };
+            frame(out, "content_block_delta", &event);
+        }
+    }
+
+    fn call_event(&mut self, event: &FunctionCallEvent, out: &mut Vec<u8>) {
+        match event {
+            FunctionCallEvent::Started { call, id, name } => {
+                let id = id
+                    .as_deref()
+                    .map_or_else(|| new_id("toolu"), str::to_string);
+                let start = json!({"type": "tool_use", "id": id,
+                                   "name": name.as_deref().unwrap_or_default(), "input": {}});
+                self.block(Kind::Tool(*call), start, out);
+            }
+            FunctionCallEvent::Arguments { call, fragment } => {
+                // A fragment belongs to the open call's block; one for a call already closed
+                // cannot be sent (a block does not reopen) and is dropped.
+                let Some(Some(open)) = self.open_block(out).map(|b| *b) else {
+                    return;
+                };
+                if open.kind == Kind::Tool(*call) && !fragment.is_empty() {
+                    let event = BlockDelta {
+                        kind: "content_block_delta",
+                        index: open.index,
+                        delta: Delta::InputJsonDelta {
+                            partial_json: fragment,
+                        },
+                    };
+                    frame(out, "content_block_delta", &event);
+                }
+            }
+            FunctionCallEvent::Finished { call, .. } => {
+                if let Phase::Open(Some(open)) = self.phase
+                    && open.kind == Kind::Tool(*call)
+                {
+                    self.close(out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `content_block_stop` of a block.
+fn stop_block(block: Block, out: &mut Vec<u8>) {
+    frame(
+        out,
+        "content_block_stop",
+        &json!({"type": "content_block_stop", "index": block.index}),
+    );
+}
+
+impl Encoder for MessagesEncoder {
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if !matches!(self.phase, Phase::Idle) {
+            return;
+        }
+        self.phase = Phase::Open(None);
+        let message = json!({
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 0, "output_tokens": 0},
+        });
+        frame(
+            out,
+            "message_start",
+            &json!({"type": "message_start", "message": message}),
+        );
+    }
+
+    fn event(&mut self, event: &ChoiceEvent, out: &mut Vec<u8>) {
+        let text_start = || json!({"type": "text", "text": ""});
+        match event {
+            ChoiceEvent::Content(t) | ChoiceEvent::Refusal(t) if !t.is_empty() => {
+                self.delta(Kind::Text, text_start(), Delta::TextDelta { text: t }, out);
+            }
+            ChoiceEvent::Reasoning(t) if self.reasoning && !t.is_empty() => {
+                let start = json!({"type": "thinking", "thinking": "", "signature": ""});
+                let delta = Delta::ThinkingDelta { thinking: t };
+                self.delta(Kind::Thinking, start, delta, out);
+            }
+            ChoiceEvent::FunctionCall(call) => self.call_event(call, out),
+            ChoiceEvent::Finished(reason) => {
+                if self.open_block(out).is_some() {
+                    self.close(out);
+                    self.phase = Phase::Finished(reason.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn failed(&mut self, why: &str, choicewise: Option<&Value>, out: &mut Vec<u8>) {
+        if matches!(self.phase, Phase::Closed { .. }) {
+            return;
+        }
+        self.phase = Phase::Closed { finished: false };
+        let mut event = json!({"type": "error", "error": {"type": "api_error", "message": why}});
+        if let Some(c) = choicewise {
+            event["choicewise"] = c.clone();
+        }
+        frame(out, "error", &event);
+    }
+
+    fn end(
+        &mut self,
+        usage: &Tokens,
+        stop_reason: Option<&str>,
+        choicewise: Option<&Value>,
+        out: &mut Vec<u8>,
+    ) {
+        let finish = match &self.phase {
+            Phase::Closed { .. } => return,
+            Phase::Finished(reason) if &**reason == "error" => {
+                let why = "the upstream ended the choice with finish_reason \"error\"";
+                return self.failed(why, choicewise, out);
+            }
+            Phase::Finished(reason) => reason.clone(),
+            Phase::Idle | Phase::Open(_) => {
+                let why = "the upstream ended the choice without a finish reason";
+                return self.failed(why, choicewise, out);
+            }
+        };
+        self.phase = Phase::Closed { finished: true };
+        let (reason, sequence) = stop_reason_of(&finish, stop_reason, &self.stop);
+        let mut delta = json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": usage_of(usage),
+        });
+        if let Some(c) = choicewise {
+            delta["choicewise"] = c.clone();
+        }
+        frame(out, "message_delta", &delta);
+        frame(out, "message_stop", &json!({"type": "message_stop"}));
+    }
+
+    fn finished(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Finished(_) | Phase::Closed { finished: true }
+        )
+    }
+}
+
+/// Anthropic's `stop_reason` and `stop_sequence` for a finish reason (and the provider's own
+/// stop reason, when known).
+fn stop_reason_of<'a>(
+    finish: &'a str,
+    provider: Option<&str>,
+    stop: &'a [String],
+) -> (&'a str, Option<&'a str>) {
+    match finish {
+        "stop" if provider == Some("stop_sequence") => (
+            "stop_sequence",
+            match stop {
+                [one] => Some(one.as_str()),
+                _ => None,
+            },
+        ),
+        "stop" => ("end_turn", None),
+        "length" => ("max_tokens", None),
+        "tool_calls" | "function_call" => ("tool_use", None),
+        "content_filter" => ("refusal", None),
+        own @ ("end_turn"
+        | "max_tokens"
+        | "stop_sequence"
+        | "tool_use"
+        | "pause_turn"
+        | "refusal"
+        | "model_context_window_exceeded") => (own, None),
+        _ => ("end_turn", None),
+    }
+}
+
+/// The usage object: Anthropic counts cache reads apart from `input_tokens`.
+fn usage_of(usage: &Tokens) -> Value {
+    let cached = usage.cached_input.min(usage.input);
+    json!({
+        "input_tokens": usage.input - cached,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+        "output_tokens": usage.output,
+    })
+}
+
+/// The non-streamed answer: a `message` object, its content blocks in Anthropic's order
+/// (thinking when asked for, text, then each tool call as `tool_use` with its arguments
+/// parsed: `{}` when empty, the raw text as a string when not valid JSON). A choice that
+/// did not finish has `stop_reason: null`.
+pub(crate) fn message(
+    reply: &Reply,
+    output: &ChoiceOutput,
+    usage: &Tokens,
+    choicewise: Option<&Value>,
+) -> Value {
+    let m = &output.message;
+    let mut content = Vec::new();
+    if let Some(thinking) = m
+        .reasoning_content
+        .as_deref()
+        .filter(|t| reply.reasoning && !t.is_empty())
+    {
+        content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));
+    }
+    let text: String = [m.content.as_deref(), m.refusal.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !text.is_empty() {
+        content.push(json!({"type": "text", "text": text}));
+    }
+    let calls = (m.tool_calls.iter())
+        .map(|c| (Some(c.id.as_str()).filter(|id| !id.is_empty()), &c.function))
+        .chain(m.function_call.iter().map(|f| (None, f)));
+    for (id, f) in calls {
+        let input = match f.arguments.trim() {
+            "" => json!({}),
+            raw => serde_json::from_str(raw).unwrap_or_else(|_| Value::String(f.arguments.clone())),
+        };
+        let id = id.map_or_else(|| new_id("toolu"), str::to_string);
+        content.push(json!({"type": "tool_use", "id": id, "name": f.name, "input": input}));
+    }
+    let (reason, sequence) = match output.finish_reason.as_deref() {
+        None | Some("error") => (None, None),
+        Some(finish) => {
+            let (r, s) = stop_reason_of(finish, output.stop_reason.as_deref(), &reply.stop);
+            (Some(r), s)
+        }
+    };
+    let mut body = json!({
+        "id": new_id("msg"), "type": "message", "role": "assistant", "model": reply.model,
+        "content": content, "stop_reason": reason, "stop_sequence": sequence,
+        "usage": usage_of(usage),
+    });
+    if let Some(c) = choicewise {
+        body["choicewise"] = c.clone();
+    }
+    body
+}

@@ -1,0 +1,361 @@
+//! The SDKs' own APIs in front of the gateway: Anthropic Messages (`POST /v1/messages`) and
+//! OpenAI Responses (`POST /v1/responses`, stateless), translated onto the Chat Completions
+//! request the gateway already serves, and its one answer written back in the client's API.
+//!
+//! Nothing here does I/O: each part is a pure function or a small state machine over bytes,
+//! tested without a server.
+//!
+//! **The request path.** [`to_chat`] reads the client's body into a [`Translated`]: the
+//! Chat Completions body (`model`, `messages`, `stream`, the `choicewise` extension as sent,
+//! and the sampling fields), which `ChatRequest::parse` accepts, and a [`Reply`]: what the
+//! answer needs to know (the API, the model asked for, whether the client asked for thinking
+//! or reasoning, its stop sequences). A request these APIs do not serve here is an
+//! [`IngressError`] (400 naming the field), answered with [`IngressError::body`].
+//!
+//! **The answer path.** The gateway runs the request as usual (these APIs have no `n`: one
+//! output choice) and then either
+//!
+//! - streams: `reply.encoder()` gives an [`Encoder`]; `start` once, `event` for every
+//!   `ChoiceEvent` of the output choice, then exactly one of `failed` (the choice failed) or
+//!   `end` (with the usage, the provider's own stop reason when known, and the `choicewise`
+//!   summary); the bytes it appends are whole SSE frames, ready to write;
+//! - or answers one JSON object: `reply.message(&output, &usage, choicewise)`.
+//!
+//! Failures before the answer starts (401, 404, 413, 429, 502, ...) are answered in the
+//! client's terms with [`error_body`] or [`api_error_body`].
+
+mod anthropic;
+mod responses;
+
+#[cfg(test)]
+mod round_trip;
+
+use std::fmt;
+
+use axum::http::StatusCode;
+use choicewise_core::{ChoiceEvent, ChoiceOutput, Usage};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// The API a client speaks to the gateway (besides Chat Completions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Api {
+    /// Anthropic Messages, `POST /v1/messages`.
+    Messages,
+    /// OpenAI Responses, `POST /v1/responses` (stateless).
+    Responses,
+}
+
+/// A request refused before it runs, in the terms of the client's API: a status, the field
+/// concerned when there is one, a message naming it, and (Responses) OpenAI's error code.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct IngressError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The field concerned, in the API's own path notation (`messages.0.content.1.type`,
+    /// `input[0].type`), if any.
+    pub param: Option<String>,
+    /// What is wrong, naming the field.
+    pub message: String,
+    /// OpenAI's `code` (`missing_required_parameter`, `invalid_value`, ...), if any.
+    pub code: Option<&'static str>,
+}
+
+impl IngressError {
+    /// 400: the field `param` is wrong; `what` says how (the message is `param: what`).
+    pub fn invalid(param: impl Into<String>, what: impl fmt::Display) -> Self {
+        let param = param.into();
+        IngressError {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("{param}: {what}"),
+            param: Some(param),
+            code: Some("invalid_value"),
+        }
+    }
+
+    /// 400: the required field `param` is missing.
+    pub fn missing(param: impl Into<String>) -> Self {
+        let mut e = IngressError::invalid(param, "Field required");
+        e.code = Some("missing_required_parameter");
+        e
+    }
+
+    /// 400: a field naming something the gateway does not serve (server state, server-side
+    /// tools); `what` says which and why.
+    pub fn unsupported(param: impl Into<String>, what: impl fmt::Display) -> Self {
+        let mut e = IngressError::invalid(param, what);
+        e.code = Some("unsupported_parameter");
+        e
+    }
+
+    /// 400 about the body as a whole (not JSON, not an object).
+    pub fn body_error(message: impl Into<String>) -> Self {
+        IngressError {
+            status: StatusCode::BAD_REQUEST,
+            param: None,
+            message: message.into(),
+            code: Some("invalid_json"),
+        }
+    }
+
+    /// The error's JSON body in `api`'s shape.
+    pub fn body(&self, api: Api) -> Value {
+        match api {
+            Api::Messages => anthropic::error_body(self.status, &self.message),
+            Api::Responses => responses::error_object(
+                self.status,
+                &self.message,
+                None,
+                self.param.as_deref(),
+                self.code,
+            ),
+        }
+    }
+}
+
+impl fmt::Display for IngressError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+/// Reads a request body as JSON: not JSON, or not an object, is a 400.
+pub(crate) fn parse_body(bytes: &[u8]) -> Result<Value, IngressError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        IngressError::body_error(format!("the request body is not valid JSON: {e}"))
+    })?;
+    if !value.is_object() {
+        return Err(IngressError::body_error(
+            "the request body must be a JSON object",
+        ));
+    }
+    Ok(value)
+}
+
+/// Any failure's JSON body in `api`'s shape: Anthropic's
+/// `{"type": "error", "error": {"type", "message"}}` with the error type its status stands
+/// for (`invalid_request_error` 400, `authentication_error` 401, `permission_error` 403,
+/// `not_found_error` 404, `request_too_large` 413, `rate_limit_error` 429, `api_error` 500
+/// and other 5xx, `overloaded_error` 529); OpenAI's `{"error": {"message", "type", "param",
+/// "code"}}` for Responses (`invalid_request_error` below 500 but 429's `rate_limit_error`,
+/// `server_error` from 500).
+pub(crate) fn error_body(api: Api, status: StatusCode, message: &str) -> Value {
+    match api {
+        Api::Messages => anthropic::error_body(status, message),
+        Api::Responses => responses::error_object(status, message, None, None, None),
+    }
+}
+
+/// One of the gateway's own errors (the Chat Completions endpoint's [`ApiError`]: 401, 404,
+/// 413, 429, 502, or a 400 of `ChatRequest::parse`) in `api`'s shape: the same status and
+/// message; Responses keeps its OpenAI `type` and `code` too.
+pub(crate) fn api_error_body(api: Api, error: &ApiError) -> Value {
+    match api {
+        Api::Messages => anthropic::error_body(error.status, &error.message),
+        Api::Responses => responses::error_object(
+            error.status,
+            &error.message,
+            Some(error.kind),
+            None,
+            error.code.as_deref(),
+        ),
+    }
+}
+
+/// A request translated: the Chat Completions body to run, and what its answer needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Translated {
+    /// The Chat Completions body: `model`, `messages`, `stream` when sent, the `choicewise`
+    /// extension as sent, and the translated sampling and tool fields. No `n`.
+    pub chat: Value,
+    /// The client asked for a streamed answer.
+    pub stream: bool,
+    /// The client's own fields that an upstream of the same API takes as they are but Chat
+    /// Completions cannot carry: Anthropic's `thinking` (its budget), Responses'
+    /// `reasoning` (with `summary`). An upstream of the client's API may restore them over
+    /// the Chat Completions approximation (`reasoning_effort`).
+    pub native: Map<String, Value>,
+    /// What the answer needs.
+    pub reply: Reply,
+}
+
+/// What an answer in the client's API needs to know of its request.
+#[derive(Debug, Clone)]
+pub(crate) struct Reply {
+    /// The API to answer in.
+    pub api: Api,
+    /// The model the client asked for, named in the answer.
+    pub model: String,
+    /// The client asked for thinking (Anthropic `thinking` enabled or adaptive) or reasoning
+    /// (a Responses `reasoning` object): reasoning text is answered as thinking blocks or
+    /// reasoning summary items. Otherwise it is left out, as those APIs do.
+    pub reasoning: bool,
+    /// The request's stop sequences (Anthropic's `stop_sequence` names the one that stopped
+    /// the answer when it can be known).
+    pub stop: Vec<String>,
+    /// Responses: the request's parameters a response object repeats (`instructions`,
+    /// `tools`, `tool_choice`, `temperature`, ...).
+    pub echo: Map<String, Value>,
+}
+
+/// Translates a request body of `api` (see [`anthropic::to_chat`], [`responses::to_chat`]).
+pub(crate) fn to_chat(api: Api, body: &Value) -> Result<Translated, IngressError> {
+    match api {
+        Api::Messages => anthropic::to_chat(body),
+        Api::Responses => responses::to_chat(body),
+    }
+}
+
+impl Reply {
+    /// A new streamed-answer encoder for this request.
+    pub fn encoder(&self) -> Box<dyn Encoder> {
+        match self.api {
+            Api::Messages => Box::new(anthropic::MessagesEncoder::new(self)),
+            Api::Responses => Box::new(responses::ResponsesEncoder::new(self)),
+        }
+    }
+
+    /// The non-streamed answer: an Anthropic `message` object, or a Responses `response`
+    /// object with its `output` items; `choicewise`, when given, as a top-level field.
+    pub fn message(
+        &self,
+        output: &ChoiceOutput,
+        usage: &Tokens,
+        choicewise: Option<&Value>,
+    ) -> Value {
+        match self.api {
+            Api::Messages => anthropic::message(self, output, usage, choicewise),
+            Api::Responses => responses::message(self, output, usage, choicewise),
+        }
+    }
+}
+
+/// Writes one output choice's streamed answer in a client's API, as whole SSE frames
+/// (`event: NAME\ndata: JSON\n\n`) appended to `out`.
+///
+/// Call `start` once, then `event` for each of the choice's events in order, then exactly
+/// one of `failed` and `end`. Each call is total: nothing panics, an event that does not fit
+/// where it comes (after the finish, a fragment for a call already closed) is dropped, and
+/// after the last frame (`failed`, `end`) nothing more is written.
+pub(crate) trait Encoder: Send {
+    /// The answer's opening frames (Anthropic `message_start`; Responses `response.created`
+    /// and `response.in_progress`). Implied by the first other call if not made.
+    fn start(&mut self, out: &mut Vec<u8>);
+
+    /// The frames of one event: text, reasoning (when asked for), refusal, a tool call's
+    /// start, argument fragments and end, the finish. Roles, log-probabilities, filter
+    /// annotations and warnings show nothing.
+    fn event(&mut self, event: &ChoiceEvent, out: &mut Vec<u8>);
+
+    /// The choice failed (`why`): Anthropic's `error` event, Responses' `response.failed`;
+    /// `choicewise` rides on it when given. The last frame.
+    fn failed(&mut self, why: &str, choicewise: Option<&Value>, out: &mut Vec<u8>);
+
+    /// The answer's end: the open block or item closed, then Anthropic's `message_delta`
+    /// (its `stop_reason`, the usage) and `message_stop`, or Responses' `response.completed`
+    /// (`response.incomplete` for a `length` or `content_filter` finish) with the usage and
+    /// every output item. `stop_reason` is the provider's own when known
+    /// (`ChoiceOutput::stop_reason`: Anthropic's `stop_sequence` tells a stop sequence from
+    /// an end of turn). A choice that never finished, or finished with `error`, ends as
+    /// `failed` does. `choicewise` rides on the last frame.
+    fn end(
+        &mut self,
+        usage: &Tokens,
+        stop_reason: Option<&str>,
+        choicewise: Option<&Value>,
+        out: &mut Vec<u8>,
+    );
+
+    /// Whether the choice's finish has been seen (a `Finished` event).
+    fn finished(&self) -> bool;
+}
+
+/// An answer's token counts, as both APIs report them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tokens {
+    /// Prompt tokens, cached ones included (Chat Completions' `prompt_tokens`).
+    pub input: u64,
+    /// Output tokens (`completion_tokens`).
+    pub output: u64,
+    /// Of the prompt tokens, those read from a cache (`prompt_tokens_details.cached_tokens`).
+    pub cached_input: u64,
+    /// Of the output tokens, reasoning ones (`completion_tokens_details.reasoning_tokens`).
+    pub reasoning: u64,
+}
+
+impl Tokens {
+    /// From a usage object in Chat Completions' shape: the gateway's `Run::usage` answer or
+    /// an upstream's; missing or non-numeric figures count 0.
+    pub fn from_chat(usage: &Value) -> Tokens {
+        let n = |v: &Value| v.as_u64().unwrap_or(0);
+        Tokens {
+            input: n(&usage["prompt_tokens"]),
+            output: n(&usage["completion_tokens"]),
+            cached_input: n(&usage["prompt_tokens_details"]["cached_tokens"]),
+            reasoning: n(&usage["completion_tokens_details"]["reasoning_tokens"]),
+        }
+    }
+
+    /// From the library's [`Usage`].
+    pub fn from_usage(usage: &Usage) -> Tokens {
+        let detail = |outer: &str, inner: &str| {
+            (usage.details.get(outer))
+                .and_then(|d| d.get(inner))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
+        Tokens {
+            input: usage.prompt_tokens,
+            output: usage.completion_tokens,
+            cached_input: detail("prompt_tokens_details", "cached_tokens"),
+            reasoning: detail("completion_tokens_details", "reasoning_tokens"),
+        }
+    }
+}
+
+/// A fresh id: `prefix`, then the time and a process-wide counter in hex (`msg_cw…`).
+pub(crate) fn new_id(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{prefix}_cw{:012x}{n:x}",
+        unix_time().as_nanos() & 0xffff_ffff_ffff
+    )
+}
+
+/// The time since the Unix epoch (zero if the clock is before it).
+pub(crate) fn unix_time() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// Appends one SSE frame, `event: NAME\ndata: JSON\n\n`.
+pub(crate) fn frame(out: &mut Vec<u8>, name: &str, data: &impl Serialize) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    // Serialising into memory fails only for a map with non-string keys, which no frame has.
+    let _ = serde_json::to_writer(&mut *out, data);
+    out.extend_from_slice(b"\n\n");
+}
+
+/// A JSON value's type, for messages (`a string`, `an object`, ...).
+pub(crate) fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The field `key` of `obj`, `None` when absent or `null` (these APIs treat both alike).
+pub(crate) fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get(key).filter(|v| !v.is_null())
+}

@@ -1,0 +1,734 @@
+//! OpenAI Responses in (stateless): a `POST /v1/responses` body read into a Chat Completions
+//! request, and errors in OpenAI's shape. The answer's encoder is in `responses/encode.rs`.
+//!
+//! | Responses | Chat Completions |
+//! |---|---|
+//! | `model`, `stream`, `temperature`, `top_p`, `parallel_tool_calls`, `user`, `safety_identifier`, `prompt_cache_key`, `service_tier` | the same |
+//! | `instructions` | a first `system` message |
+//! | `input` as a string | one user message |
+//! | `message` items (`role` user, assistant, system; `developer` as `system`, which every compatible server knows) with a string or `input_text` / `output_text` / `refusal` / `input_image` parts | messages; text parts alone in one part as a string; images as `image_url` parts (`detail` kept) |
+//! | `function_call` items (`call_id`, `name`, `arguments`) | `tool_calls` of the assistant message they follow (or of a new one) |
+//! | `function_call_output` items | `tool` messages (`tool_call_id`; text parts joined) |
+//! | `reasoning` items | dropped: no Chat Completions upstream takes them back |
+//! | `tools` of type `function` (flat: `name`, `description`, `parameters`, `strict`) | function tools |
+//! | `tool_choice` `auto` / `none` / `required`, `{"type": "function", "name"}`, `allowed_tools` | the same choices in Chat Completions' shape |
+//! | `max_output_tokens` | `max_tokens`, the name every compatible server reads |
+//! | `reasoning.effort` | `reasoning_effort`; the whole `reasoning` object also in [`Translated::native`] |
+//! | `text.format` (`json_schema`, `json_object`; `text` is the default), `text.verbosity` | `response_format`, `verbosity` |
+//! | `choicewise` | kept as sent |
+//!
+//! Refused (400 naming the field), since the gateway keeps no state and runs no tools:
+//! `store: true`, `previous_response_id`, `conversation`, `background: true`, `prompt`,
+//! `item_reference` and server-side tool items, `input_file` parts and `file_id` images, and
+//! tools or tool choices of any type but `function`. Ignored: `metadata`, `include`,
+//! `truncation`, `top_logprobs`, `max_tool_calls`, `stream_options`, and any field not named
+//! here.
+
+mod encode;
+
+pub(crate) use encode::{ResponsesEncoder, message};
+
+use axum::http::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::{Api, IngressError, Reply, Translated, field, kind_of};
+
+/// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`, the type the
+/// status stands for unless `kind` is given.
+pub(crate) fn error_object(
+    status: StatusCode,
+    message: &str,
+    kind: Option<&str>,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Value {
+    let kind = kind.unwrap_or(match status.as_u16() {
+        429 => "rate_limit_error",
+        s if s >= 500 => "server_error",
+        _ => "invalid_request_error",
+    });
+    json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+}
+
+/// The request's fields a response object repeats.
+const ECHOED: [&str; 11] = [
+    "instructions",
+    "max_output_tokens",
+    "metadata",
+    "parallel_tool_calls",
+    "reasoning",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_p",
+    "user",
+];
+
+/// Reads a Responses request body into a Chat Completions one (see the module's table).
+pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
+    let Some(obj) = body.as_object() else {
+        return Err(IngressError::body_error(
+            "the request body must be a JSON object",
+        ));
+    };
+    refuse_state(obj)?;
+    let model = match field(obj, "model") {
+        None => return Err(IngressError::missing("model")),
+        Some(Value::String(m)) if !m.trim().is_empty() => m.clone(),
+        Some(v) => {
+            return Err(IngressError::invalid(
+                "model",
+                format!("must be a non-empty string, not {}", kind_of(v)),
+            ));
+        }
+    };
+    let mut chat = Map::new();
+    chat.insert("model".into(), Value::String(model.clone()));
+    let mut messages = Vec::new();
+    match field(obj, "instructions") {
+        None => {}
+        Some(Value::String(s)) => messages.push(json!({"role": "system", "content": s})),
+        Some(v) => {
+            return Err(IngressError::invalid(
+                "instructions",
+                format!("must be a string, not {}", kind_of(v)),
+            ));
+        }
+    }
+    match field(obj, "input") {
+        None => return Err(IngressError::missing("input")),
+        Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                item_of(i, item, &mut messages)?;
+            }
+        }
+        Some(v) => {
+            return Err(IngressError::invalid(
+                "input",
+                format!("must be a string or an array of items, not {}", kind_of(v)),
+            ));
+        }
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+    if let Some(stream) = field(obj, "stream") {
+        let Value::Bool(_) = stream else {
+            return Err(IngressError::invalid(
+                "stream",
+                format!("must be a boolean, not {}", kind_of(stream)),
+            ));
+        };
+        chat.insert("stream".into(), stream.clone());
+    }
+    if let Some(v) = field(obj, "max_output_tokens") {
+        match v.as_u64() {
+            Some(n) if n >= 1 => chat.insert("max_tokens".into(), json!(n)),
+            _ => {
+                return Err(IngressError::invalid(
+                    "max_output_tokens",
+                    format!("must be an integer of 1 or more, not {v}"),
+                ));
+            }
+        };
+    }
+    for key in ["temperature", "top_p"] {
+        if let Some(v) = field(obj, key) {
+            if !v.is_number() {
+                return Err(IngressError::invalid(
+                    key,
+                    format!("must be a number, not {}", kind_of(v)),
+                ));
+            }
+            chat.insert(key.into(), v.clone());
+        }
+    }
+    for key in [
+        "parallel_tool_calls",
+        "user",
+        "safety_identifier",
+        "prompt_cache_key",
+        "service_tier",
+    ] {
+        if let Some(v) = field(obj, key) {
+            chat.insert(key.into(), v.clone());
+        }
+    }
+    tools(obj, &mut chat)?;
+    if let Some(choice) = field(obj, "tool_choice") {
+        chat.insert("tool_choice".into(), tool_choice(choice)?);
+    }
+    text_options(obj, &mut chat)?;
+    let mut native = Map::new();
+    let reasoning = match field(obj, "reasoning") {
+        None => false,
+        Some(r @ Value::Object(o)) => {
+            native.insert("reasoning".into(), r.clone());
+            if let Some(effort) = field(o, "effort") {
+                chat.insert("reasoning_effort".into(), effort.clone());
+            }
+            true
+        }
+        Some(v) => {
+            return Err(IngressError::invalid(
+                "reasoning",
+                format!("must be an object, not {}", kind_of(v)),
+            ));
+        }
+    };
+    if let Some(ext) = obj.get("choicewise") {
+        chat.insert("choicewise".into(), ext.clone());
+    }
+    let echo = (ECHOED.iter())
+        .filter_map(|k| obj.get(*k).map(|v| (k.to_string(), v.clone())))
+        .collect();
+    Ok(Translated {
+        stream: chat.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        chat: Value::Object(chat),
+        native,
+        reply: Reply {
+            api: Api::Responses,
+            model,
+            reasoning,
+            stop: Vec::new(),
+            echo,
+        },
+    })
+}
+
+/// What needs a stateful server: `store: true`, `previous_response_id`, `conversation`,
+/// `background: true`, `prompt`.
+fn refuse_state(obj: &Map<String, Value>) -> Result<(), IngressError> {
+    let stateless = "the gateway keeps no state: send the whole conversation in \"input\"";
+    if obj.get("store") == Some(&Value::Bool(true)) {
+        return Err(IngressError::unsupported(
+            "store",
+            format!("true is not served ({stateless}, with store false)"),
+        ));
+    }
+    for key in ["previous_response_id", "conversation", "prompt"] {
+        if field(obj, key).is_some() {
+            return Err(IngressError::unsupported(
+                key,
+                format!("not served ({stateless})"),
+            ));
+        }
+    }
+    if obj.get("background") == Some(&Value::Bool(true)) {
+        return Err(IngressError::unsupported(
+            "background",
+            "true is not served (the gateway keeps no responses to poll)",
+        ));
+    }
+    Ok(())
+}
+
+/// One input item as Chat Completions messages.
+fn item_of(i: usize, item: &Value, out: &mut Vec<Value>) -> Result<(), IngressError> {
+    let at = format!("input[{i}]");
+    let kind = match item["type"].as_str() {
+        Some(kind) => kind,
+        // A message may leave out its type (EasyInputMessage).
+        None if item.get("role").is_some() => "message",
+        None => return Err(IngressError::missing(format!("{at}.type"))),
+    };
+    match kind {
+        "message" => message_item(&at, item, out),
+        "function_call" => {
+            let (Some(call_id), Some(name)) = (item["call_id"].as_str(), item["name"].as_str())
+            else {
+                return Err(IngressError::invalid(
+                    at,
+                    "a function_call item needs its \"call_id\" and \"name\"",
+                ));
+            };
+            let arguments = match &item["arguments"] {
+                Value::String(s) => s.clone(),
+                Value::Null => "{}".to_string(),
+                v => v.to_string(),
+            };
+            let call = json!({"id": call_id, "type": "function",
+                              "function": {"name": name, "arguments": arguments}});
+            // Calls join the assistant message just before them, as Chat Completions has it.
+            match out.last_mut() {
+                Some(last) if last["role"] == "assistant" => match &mut last["tool_calls"] {
+                    Value::Array(calls) => calls.push(call),
+                    slot => *slot = json!([call]),
+                },
+                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+            Ok(())
+        }
+        "function_call_output" => {
+            let Some(call_id) = item["call_id"].as_str() else {
+                return Err(IngressError::missing(format!("{at}.call_id")));
+            };
+            let content = match &item["output"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => {
+                    let mut texts = Vec::new();
+                    for (k, p) in parts.iter().enumerate() {
+                        match (p["type"].as_str(), p["text"].as_str()) {
+                            (Some("input_text" | "output_text"), Some(t)) => texts.push(t),
+                            _ => {
+                                return Err(IngressError::unsupported(
+                                    format!("{at}.output[{k}]"),
+                                    "only text parts are served in a function_call_output",
+                                ));
+                            }
+                        }
+                    }
+                    texts.join("\n")
+                }
+                Value::Null => return Err(IngressError::missing(format!("{at}.output"))),
+                v => v.to_string(),
+            };
+            out.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
+            Ok(())
+        }
+        "reasoning" => Ok(()),
+        "item_reference" => Err(IngressError::unsupported(
+            format!("{at}.type"),
+            "item_reference is not served (the gateway keeps no items: send the item itself)",
+        )),
+        other => Err(IngressError::unsupported(
+            format!("{at}.type"),
+            format!(
+                "{other:?} items are not served by this gateway (it runs no server-side tools)"
+            ),
+        )),
+    }
+}
+
+/// A `message` item.
+fn message_item(at: &str, item: &Value, out: &mut Vec<Value>) -> Result<(), IngressError> {
+    let role = match item["role"].as_str() {
+        Some(role @ ("user" | "assistant" | "system")) => role,
+        Some("developer") => "system",
+        Some(other) => {
+            return Err(IngressError::invalid(
+                format!("{at}.role"),
+                format!("must be user, assistant, system or developer, not {other:?}"),
+            ));
+        }
+        None => return Err(IngressError::missing(format!("{at}.role"))),
+    };
+    let content = match &item["content"] {
+        Value::String(s) => Value::String(s.clone()),
+        Value::Array(parts) => {
+            let mut out = Vec::with_capacity(parts.len());
+            for (k, p) in parts.iter().enumerate() {
+                out.push(part_of(&format!("{at}.content[{k}]"), p)?);
+            }
+            collapse(out)
+        }
+        Value::Null => return Err(IngressError::missing(format!("{at}.content"))),
+        v => {
+            return Err(IngressError::invalid(
+                format!("{at}.content"),
+                format!("must be a string or an array of parts, not {}", kind_of(v)),
+            ));
+        }
+    };
+    out.push(json!({"role": role, "content": content}));
+    Ok(())
+}
+
+/// A content part as a Chat Completions part.
+fn part_of(at: &str, p: &Value) -> Result<Value, IngressError> {
+    match p["type"].as_str() {
+        Some("input_text" | "output_text") => match p["text"].as_str() {
+            Some(t) => Ok(json!({"type": "text", "text": t})),
+            None => Err(IngressError::missing(format!("{at}.text"))),
+        },
+        Some("refusal") => match p["refusal"].as_str() {
+            Some(t) => Ok(json!({"type": "text", "text": t})),
+            None => Err(IngressError::missing(format!("{at}.refusal"))),
+        },
+        Some("input_image") => {
+            let Some(url) = p["image_url"].as_str() else {
+                return Err(match p.get("file_id").filter(|f| !f.is_null()) {
+                    Some(_) => IngressError::unsupported(
+                        format!("{at}.file_id"),
+                        "images by file_id are not served (the gateway keeps no files): send image_url",
+                    ),
+                    None => IngressError::missing(format!("{at}.image_url")),
+                });
+            };
+            let mut image = json!({"url": url});
+            if let Some(detail) = p.get("detail").filter(|d| !d.is_null()) {
+                image["detail"] = detail.clone();
+            }
+            Ok(json!({"type": "image_url", "image_url": image}))
+        }
+        Some(other) => Err(IngressError::unsupported(
+            format!("{at}.type"),
+            format!("{other:?} parts are not served by this gateway"),
+        )),
+        None => Err(IngressError::missing(format!("{at}.type"))),
+    }
+}
+
+/// One text part becomes a plain string, none an empty one; anything else stays parts.
+fn collapse(mut parts: Vec<Value>) -> Value {
+    if parts.is_empty() {
+        return Value::String(String::new());
+    }
+    if parts.len() == 1 && parts[0]["type"] == "text" {
+        return parts.swap_remove(0)["text"].take();
+    }
+    Value::Array(parts)
+}
+
+/// `tools`: function tools only.
+fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<(), IngressError> {
+    let list = match field(obj, "tools") {
+        None => return Ok(()),
+        Some(Value::Array(list)) => list,
+        Some(v) => {
+            return Err(IngressError::invalid(
+                "tools",
+                format!("must be an array, not {}", kind_of(v)),
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        match t["type"].as_str() {
+            Some("function") => {}
+            Some(other) => {
+                return Err(IngressError::unsupported(
+                    format!("tools[{i}].type"),
+                    format!(
+                        "{other:?} tools are not served by this gateway (it runs no server-side tools): only function tools"
+                    ),
+                ));
+            }
+            None => return Err(IngressError::missing(format!("tools[{i}].type"))),
+        }
+        let Some(name) = t["name"].as_str() else {
+            return Err(IngressError::missing(format!("tools[{i}].name")));
+        };
+        let mut function = json!({"name": name});
+        for key in ["description", "parameters", "strict"] {
+            if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
+                function[key] = v.clone();
+            }
+        }
+        out.push(json!({"type": "function", "function": function}));
+    }
+    if !out.is_empty() {
+        chat.insert("tools".into(), Value::Array(out));
+    }
+    Ok(())
+}
+
+/// `tool_choice` in Chat Completions' shape.
+fn tool_choice(choice: &Value) -> Result<Value, IngressError> {
+    let function = |t: &Value, at: &str| match (t["type"].as_str(), t["name"].as_str()) {
+        (Some("function"), Some(name)) => {
+            Ok(json!({"type": "function", "function": {"name": name}}))
+        }
+        (Some("function"), None) => Err(IngressError::missing(format!("{at}.name"))),
+        (other, _) => Err(IngressError::unsupported(
+            format!("{at}.type"),
+            format!(
+                "{:?} is not served by this gateway: only function tools",
+                other.unwrap_or_default()
+            ),
+        )),
+    };
+    match choice {
+        Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
+            Ok(choice.clone())
+        }
+        Value::String(s) => Err(IngressError::invalid(
+            "tool_choice",
+            format!("must be \"auto\", \"none\", \"required\" or an object, not {s:?}"),
+        )),
+        Value::Object(_) if choice["type"] == "allowed_tools" => {
+            let Some(list) = choice["tools"].as_array() else {
+                return Err(IngressError::missing("tool_choice.tools"));
+            };
+            let tools = (list.iter().enumerate())
+                .map(|(i, t)| function(t, &format!("tool_choice.tools[{i}]")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mode = choice.get("mode").cloned().unwrap_or(json!("auto"));
+            Ok(json!({"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}))
+        }
+        Value::Object(_) => function(choice, "tool_choice"),
+        v => Err(IngressError::invalid(
+            "tool_choice",
+            format!("must be a string or an object, not {}", kind_of(v)),
+        )),
+    }
+}
+
+/// `text.format` → `response_format`; `text.verbosity` → `verbosity`.
+fn text_options(
+    obj: &Map<String, Value>,
+    chat: &mut Map<String, Value>,
+) -> Result<(), IngressError> {
+    let Some(text) = field(obj, "text") else {
+        return Ok(());
+    };
+    if let Some(format) = text.get("format").filter(|f| !f.is_null()) {
+        match format["type"].as_str() {
+            Some("text") => {}
+            Some("json_object") => {
+                chat.insert("response_format".into(), json!({"type": "json_object"}));
+            }
+            Some("json_schema") => {
+                let mut schema = Map::new();
+                for key in ["name", "schema", "description", "strict"] {
+                    if let Some(v) = format.get(key).filter(|v| !v.is_null()) {
+                        schema.insert(key.into(), v.clone());
+                    }
+                }
+                chat.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": schema}),
+                );
+            }
+            other => {
+                return Err(IngressError::invalid(
+                    "text.format.type",
+                    format!(
+                        "must be \"text\", \"json_object\" or \"json_schema\", not {:?}",
+                        other.unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(v) = text.get("verbosity").filter(|v| !v.is_null()) {
+        chat.insert("verbosity".into(), v.clone());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(body: Value) -> Translated {
+        to_chat(&body).unwrap_or_else(|e| panic!("{body}: {e}"))
+    }
+
+    #[test]
+    fn a_responses_request_becomes_a_chat_request() {
+        let t = ok(json!({
+            "model": "gpt-5-mini", "instructions": "Be brief.", "stream": true,
+            "max_output_tokens": 300, "temperature": 0.5, "top_p": 1, "store": false,
+            "user": "u1", "metadata": {"k": "v"}, "include": ["reasoning.encrypted_content"],
+            "reasoning": {"effort": "low", "summary": "auto"},
+            "text": {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": true}, "verbosity": "low"},
+            "input": [
+                {"role": "developer", "content": "Use tools."},
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_text", "text": "Weather here?"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,iVBOR", "detail": "low"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking.", "annotations": []}]},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"},
+                {"type": "function_call", "call_id": "call_2", "name": "get_time", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "4C"},
+                {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "12:00"}]},
+                {"type": "function_call", "call_id": "call_3", "name": "get_time", "arguments": "{}"}
+            ],
+            "tools": [{"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object"}, "strict": true}],
+            "tool_choice": {"type": "function", "name": "get_weather"},
+            "choicewise": {"samples": 2, "select": "vote"}
+        }));
+        assert_eq!(
+            t.chat,
+            json!({
+                "model": "gpt-5-mini", "stream": true, "max_tokens": 300, "temperature": 0.5,
+                "top_p": 1, "user": "u1",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "system", "content": "Use tools."},
+                    {"role": "user", "content": [
+                        {"type": "text", "text": "Weather here?"},
+                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR", "detail": "low"}}]},
+                    {"role": "assistant", "content": "Checking.", "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}},
+                        {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "4C"},
+                    {"role": "tool", "tool_call_id": "call_2", "content": "12:00"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_3", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}
+                ],
+                "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}, "strict": true}}],
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": true}},
+                "verbosity": "low",
+                "reasoning_effort": "low",
+                "choicewise": {"samples": 2, "select": "vote"}
+            })
+        );
+        assert!(t.stream && t.reply.reasoning);
+        assert_eq!(t.native["reasoning"]["summary"], "auto");
+        assert_eq!(t.reply.echo["instructions"], "Be brief.");
+        assert_eq!(t.reply.echo["max_output_tokens"], 300);
+        // A string input is one user message; nothing asked, nothing added.
+        let t =
+            ok(json!({"model": "m", "input": "hi", "tool_choice": "required", "reasoning": null}));
+        assert_eq!(
+            t.chat,
+            json!({"model": "m", "tool_choice": "required", "messages": [{"role": "user", "content": "hi"}]})
+        );
+        assert!(!t.stream && !t.reply.reasoning);
+        let t = ok(json!({"model": "m", "input": "hi", "tool_choice":
+            {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "f"}]}}));
+        assert_eq!(
+            t.chat["tool_choice"],
+            json!({"type": "allowed_tools", "allowed_tools": {"mode": "required",
+                   "tools": [{"type": "function", "function": {"name": "f"}}]}})
+        );
+    }
+
+    #[test]
+    fn each_refusal_is_a_400_naming_the_field() {
+        for (body, param, says) in [
+            (
+                json!({"model": "m", "input": "hi", "store": true}),
+                "store",
+                "no state",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "previous_response_id": "resp_1"}),
+                "previous_response_id",
+                "no state",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "conversation": "conv_1"}),
+                "conversation",
+                "no state",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "background": true}),
+                "background",
+                "poll",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}),
+                "tools[0].type",
+                "\"web_search\"",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "tools": [{"type": "file_search", "vector_store_ids": []}]}),
+                "tools[0].type",
+                "\"file_search\"",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "tools": [{"type": "function"}]}),
+                "tools[0].name",
+                "Field required",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "tool_choice": {"type": "web_search_preview"}}),
+                "tool_choice.type",
+                "only function",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "tool_choice": "any"}),
+                "tool_choice",
+                "\"any\"",
+            ),
+            (json!({"model": "m"}), "input", "Field required"),
+            (json!({"input": "hi"}), "model", "Field required"),
+            (
+                json!({"model": "m", "input": 3}),
+                "input",
+                "a string or an array",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}),
+                "input[0].type",
+                "item_reference",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "web_search_call", "id": "ws_1"}]}),
+                "input[0].type",
+                "\"web_search_call\"",
+            ),
+            (
+                json!({"model": "m", "input": [{"role": "tool", "content": "x"}]}),
+                "input[0].role",
+                "\"tool\"",
+            ),
+            (
+                json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}),
+                "input[0].content[0].type",
+                "\"input_file\"",
+            ),
+            (
+                json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]}),
+                "input[0].content[0].file_id",
+                "no files",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}),
+                "input[0].call_id",
+                "Field required",
+            ),
+            (
+                json!({"model": "m", "input": [{"type": "function_call", "name": "f"}]}),
+                "input[0]",
+                "call_id",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "max_output_tokens": -1}),
+                "max_output_tokens",
+                "1 or more",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "text": {"format": {"type": "xml"}}}),
+                "text.format.type",
+                "\"xml\"",
+            ),
+            (
+                json!({"model": "m", "input": "hi", "reasoning": "high"}),
+                "reasoning",
+                "an object",
+            ),
+        ] {
+            let e = match to_chat(&body) {
+                Ok(t) => panic!("{body} was accepted: {}", t.chat),
+                Err(e) => e,
+            };
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
+            assert_eq!(e.param.as_deref(), Some(param), "{body}");
+            assert!(e.message.contains(says), "{body}: {}", e.message);
+            let shaped = e.body(Api::Responses);
+            assert_eq!(shaped["error"]["type"], "invalid_request_error");
+            assert_eq!(shaped["error"]["param"], param);
+            assert_eq!(shaped["error"]["message"], e.message.as_str());
+            assert!(shaped["error"]["code"].is_string());
+        }
+        // `store: false` and a null previous_response_id are fine.
+        ok(json!({"model": "m", "input": "hi", "store": false, "previous_response_id": null}));
+    }
+
+    #[test]
+    fn errors_take_openais_shape() {
+        let body = super::super::error_body(Api::Responses, StatusCode::UNAUTHORIZED, "no key");
+        assert_eq!(
+            body,
+            json!({"error": {"message": "no key", "type": "invalid_request_error", "param": null, "code": null}})
+        );
+        let body = super::super::error_body(Api::Responses, StatusCode::BAD_GATEWAY, "down");
+        assert_eq!(body["error"]["type"], "server_error");
+        let gateway =
+            crate::error::ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "busy")
+                .code("too_many_requests");
+        assert_eq!(
+            super::super::api_error_body(Api::Responses, &gateway),
+            json!({"error": {"message": "busy", "type": "rate_limit_error", "param": null, "code": "too_many_requests"}})
+        );
+        let bad = super::super::parse_body(b"{").unwrap_err();
+        assert_eq!(bad.body(Api::Responses)["error"]["code"], "invalid_json");
+        assert!(super::super::parse_body(b"[]").is_err());
+    }
+}

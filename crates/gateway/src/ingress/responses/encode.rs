@@ -1,0 +1,674 @@
+//! One choice's answer as OpenAI's Responses stream, or as one `response` object.
+//!
+//! The stream is the Responses sequence: `response.created`, `response.in_progress`; per
+//! output item `response.output_item.added` and `.done` around its content: a `message`
+//! item's parts (`response.content_part.added`, `response.output_text.delta` or
+//! `response.refusal.delta`, their `.done`, `response.content_part.done`), a `reasoning`
+//! item's summary (`response.reasoning_summary_part.added`,
+//! `response.reasoning_summary_text.delta` / `.done`, `response.reasoning_summary_part.done`),
+//! a `function_call` item's arguments (`response.function_call_arguments.delta` / `.done`);
+//! items opened and closed in order (an item of another kind, or another call, closes the
+//! open one); then `response.completed` with every output item and the usage
+//! (`response.incomplete` for a `length` finish, reason `max_output_tokens`, or a
+//! `content_filter` one), the `choicewise` summary as a top-level field. A failure is
+//! `response.failed` instead. Every event has its `sequence_number`, from 0.
+//!
+//! Ids are made here (`resp_…`, `msg_…`, `rs_…`, `fc_…`); a call's `call_id` is the
+//! upstream's tool call id (`call_…` made here only when it sent none).
+
+use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent, Text};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::ingress::{Encoder, Reply, Tokens, frame, new_id, unix_time};
+
+/// Where the stream is.
+#[derive(Debug)]
+enum Phase {
+    /// Nothing written yet.
+    Idle,
+    /// `response.created` written; the open output item, if any.
+    Open(Option<Item>),
+    /// The choice finished (its reason); its last item closed.
+    Finished(Text),
+    /// The last event is written; whether the choice had finished.
+    Closed { finished: bool },
+}
+
+/// An open output item.
+#[derive(Debug)]
+enum Item {
+    /// A reasoning item: its summary text so far.
+    Reasoning { id: String, text: String },
+    /// A message item: its closed parts, and the open one.
+    Message {
+        id: String,
+        parts: Vec<Value>,
+        part: Option<Part>,
+    },
+    /// A function call item.
+    Call {
+        id: String,
+        call: CallRef,
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+/// A message item's open content part: refusal or text, and its text so far.
+#[derive(Debug)]
+struct Part {
+    refusal: bool,
+    text: String,
+}
+
+impl Part {
+    /// The part as the output lists it.
+    fn value(&self) -> Value {
+        match self.refusal {
+            true => json!({"type": "refusal", "refusal": self.text}),
+            false => {
+                json!({"type": "output_text", "text": self.text, "annotations": [], "logprobs": []})
+            }
+        }
+    }
+}
+
+/// A text delta event (`response.output_text.delta`, `response.refusal.delta`,
+/// `response.reasoning_summary_text.delta`, `response.function_call_arguments.delta`).
+#[derive(Serialize)]
+struct DeltaEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    sequence_number: u64,
+    item_id: &'a str,
+    output_index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_index: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary_index: Option<usize>,
+    delta: &'a str,
+    /// `[]` on output text deltas.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<[u8; 0]>,
+}
+
+/// Writes one choice's answer as the Responses stream.
+#[derive(Debug)]
+pub(crate) struct ResponsesEncoder {
+    id: String,
+    model: String,
+    created_at: u64,
+    reasoning: bool,
+    echo: Map<String, Value>,
+    /// The next event's `sequence_number`.
+    seq: u64,
+    phase: Phase,
+    /// The closed output items, in order (the open one's `output_index` is their count).
+    items: Vec<Value>,
+}
+
+impl ResponsesEncoder {
+    /// An encoder for a request's answer.
+    pub fn new(reply: &Reply) -> Self {
+        ResponsesEncoder {
+            id: new_id("resp"),
+            model: reply.model.clone(),
+            created_at: unix_time().as_secs(),
+            reasoning: reply.reasoning,
+            echo: reply.echo.clone(),
+            seq: 0,
+            phase: Phase::Idle,
+            items: Vec::new(),
+        }
+    }
+
+    /// Writes an event: `data` gets its `type` and `sequence_number`.
+    fn emit(&mut self, out: &mut Vec<u8>, name: &str, mut data: Value) {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(self.next_seq());
+        frame(out, name, &data);
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        let seq = self.seq;
+        self.seq += 1;
+        seq
+    }
+
+    /// The response object in a state: `output` is the closed items.
+    fn response(&self, status: &str, usage: Value, error: Value, incomplete: Value) -> Value {
+        response_object(
+            ResponseParts {
+                id: &self.id,
+                created_at: self.created_at,
+                model: &self.model,
+                echo: &self.echo,
+            },
+            status,
+            Value::Array(self.items.clone()),
+            usage,
+            error,
+            incomplete,
+        )
+    }
+
+    /// The open item slot, starting the stream if needed; `None` after the finish.
+    fn slot(&mut self, out: &mut Vec<u8>) -> Option<&mut Option<Item>> {
+        if let Phase::Idle = self.phase {
+            self.start(out);
+        }
+        match &mut self.phase {
+            Phase::Open(item) => Some(item),
+            _ => None,
+        }
+    }
+
+    /// Closes the open item, if any, with this status (`completed`, `incomplete`).
+    fn close_item(&mut self, status: &str, out: &mut Vec<u8>) {
+        let Phase::Open(slot) = &mut self.phase else {
+            return;
+        };
+        let Some(item) = slot.take() else { return };
+        let index = self.items.len();
+        let done = match item {
+            Item::Reasoning { id, text } => {
+                let part = json!({"type": "summary_text", "text": text});
+                self.emit(
+                    out,
+                    "response.reasoning_summary_text.done",
+                    json!({
+                    "item_id": id, "output_index": index, "summary_index": 0, "text": text}),
+                );
+                self.emit(
+                    out,
+                    "response.reasoning_summary_part.done",
+                    json!({
+                    "item_id": id, "output_index": index, "summary_index": 0, "part": part}),
+                );
+                json!({"id": id, "type": "reasoning", "summary": [part]})
+            }
+            Item::Message {
+                id,
+                mut parts,
+                part,
+            } => {
+                if let Some(part) = part {
+                    self.close_part(&id, index, parts.len(), &part, out);
+                    parts.push(part.value());
+                }
+                json!({"id": id, "type": "message", "status": status, "role": "assistant",
+                       "content": parts})
+            }
+            Item::Call {
+                id,
+                call_id,
+                name,
+                arguments,
+                ..
+            } => {
+                self.emit(
+                    out,
+                    "response.function_call_arguments.done",
+                    json!({
+                    "item_id": id, "output_index": index, "name": name, "arguments": arguments}),
+                );
+                json!({"id": id, "type": "function_call", "status": status,
+                       "arguments": arguments, "call_id": call_id, "name": name})
+            }
+        };
+        self.emit(
+            out,
+            "response.output_item.done",
+            json!({"output_index": index, "item": done}),
+        );
+        self.items.push(done);
+    }
+
+    /// A content part's `.done` events.
+    fn close_part(
+        &mut self,
+        id: &str,
+        index: usize,
+        content: usize,
+        part: &Part,
+        out: &mut Vec<u8>,
+    ) {
+        let (name, key) = match part.refusal {
+            true => ("response.refusal.done", "refusal"),
+            false => ("response.output_text.done", "text"),
+        };
+        let mut done = json!({"item_id": id, "output_index": index, "content_index": content});
+        done[key] = json!(part.text);
+        if !part.refusal {
+            done["logprobs"] = json!([]);
+        }
+        self.emit(out, name, done);
+        self.emit(
+            out,
+            "response.content_part.done",
+            json!({
+            "item_id": id, "output_index": index, "content_index": content, "part": part.value()}),
+        );
+    }
+
+    /// Takes the open item out of the stream to work on it (put it back with [`put`]);
+    /// the stream started if needed. `None` after the finish.
+    ///
+    /// [`put`]: Self::put
+    fn take(&mut self, out: &mut Vec<u8>) -> Option<Option<Item>> {
+        self.slot(out).map(Option::take)
+    }
+
+    /// Puts the open item back.
+    fn put(&mut self, item: Item) {
+        if let Phase::Open(slot) = &mut self.phase {
+            *slot = Some(item);
+        }
+    }
+
+    /// Text or refusal text: into the open message item's part of that kind (the item and
+    /// the part opened as needed; a part of the other kind closes).
+    fn message_text(&mut self, refusal: bool, text: &str, out: &mut Vec<u8>) {
+        let Some(open) = self.take(out) else { return };
+        let (id, mut parts, mut part) = match open {
+            Some(Item::Message { id, parts, part }) => (id, parts, part),
+            other => {
+                if let Some(other) = other {
+                    self.put(other);
+                }
+                self.close_item("completed", out);
+                let id = new_id("msg");
+                let item = json!({"id": id, "type": "message", "status": "in_progress",
+                                  "role": "assistant", "content": []});
+                let index = self.items.len();
+                self.emit(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": item}),
+                );
+                (id, Vec::new(), None)
+            }
+        };
+        let index = self.items.len();
+        if let Some(old) = part.take_if(|p| p.refusal != refusal) {
+            self.close_part(&id, index, parts.len(), &old, out);
+            parts.push(old.value());
+        }
+        if part.is_none() {
+            let new = Part {
+                refusal,
+                text: String::new(),
+            };
+            self.emit(
+                out,
+                "response.content_part.added",
+                json!({"item_id": id,
+                "output_index": index, "content_index": parts.len(), "part": new.value()}),
+            );
+            part = Some(new);
+        }
+        if let Some(open) = &mut part {
+            open.text.push_str(text);
+        }
+        let event = DeltaEvent {
+            kind: match refusal {
+                true => "response.refusal.delta",
+                false => "response.output_text.delta",
+            },
+            sequence_number: self.next_seq(),
+            item_id: &id,
+            output_index: index,
+            content_index: Some(parts.len()),
+            summary_index: None,
+            delta: text,
+            logprobs: (!refusal).then_some([]),
+        };
+        frame(out, event.kind, &event);
+        self.put(Item::Message { id, parts, part });
+    }
+
+    /// Reasoning text: into the open reasoning item (opened as needed).
+    fn reasoning_text(&mut self, text: &str, out: &mut Vec<u8>) {
+        let Some(open) = self.take(out) else { return };
+        let (id, mut all) = match open {
+            Some(Item::Reasoning { id, text }) => (id, text),
+            other => {
+                if let Some(other) = other {
+                    self.put(other);
+                }
+                self.close_item("completed", out);
+                let id = new_id("rs");
+                let index = self.items.len();
+                self.emit(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": index,
+                    "item": {"id": id, "type": "reasoning", "summary": []}}),
+                );
+                self.emit(
+                    out,
+                    "response.reasoning_summary_part.added",
+                    json!({"item_id": id,
+                    "output_index": index, "summary_index": 0,
+                    "part": {"type": "summary_text", "text": ""}}),
+                );
+                (id, String::new())
+            }
+        };
+        all.push_str(text);
+        let event = DeltaEvent {
+            kind: "response.reasoning_summary_text.delta",
+            sequence_number: self.next_seq(),
+            item_id: &id,
+            output_index: self.items.len(),
+            content_index: None,
+            summary_index: Some(0),
+            delta: text,
+            logprobs: None,
+        };
+        frame(out, event.kind, &event);
+        self.put(Item::Reasoning { id, text: all });
+    }
+
+    fn call_event(&mut self, event: &FunctionCallEvent, out: &mut Vec<u8>) {
+        match event {
+            FunctionCallEvent::Started { call, id, name } => {
+                if self.slot(out).is_none() {
+                    return;
+                }
+                self.close_item("completed", out);
+                let item_id = new_id("fc");
+                let call_id = id.as_deref().map_or_else(|| new_id("call"), str::to_string);
+                let name = name.as_deref().unwrap_or_default().to_string();
+                let index = self.items.len();
+                self.emit(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": index,
+                    "item": {"id": item_id, "type": "function_call", "status": "in_progress",
+                             "arguments": "", "call_id": call_id, "name": name}}),
+                );
+                if let Phase::Open(slot) = &mut self.phase {
+                    *slot = Some(Item::Call {
+                        id: item_id,
+                        call: *call,
+                        call_id,
+                        name,
+                        arguments: String::new(),
+                    });
+                }
+            }
+            FunctionCallEvent::Arguments { call, fragment } => {
+                // A fragment belongs to the open call's item; one for a call already closed
+                // cannot be sent (an item does not reopen) and is dropped.
+                let index = self.items.len();
+                let seq = self.seq;
+                let Phase::Open(Some(Item::Call {
+                    id,
+                    call: open,
+                    arguments,
+                    ..
+                })) = &mut self.phase
+                else {
+                    return;
+                };
+                if open != call || fragment.is_empty() {
+                    return;
+                }
+                arguments.push_str(fragment);
+                let event = DeltaEvent {
+                    kind: "response.function_call_arguments.delta",
+                    sequence_number: seq,
+                    item_id: id,
+                    output_index: index,
+                    content_index: None,
+                    summary_index: None,
+                    delta: fragment,
+                    logprobs: None,
+                };
+                frame(out, event.kind, &event);
+                self.seq += 1;
+            }
+            FunctionCallEvent::Finished { call, .. } => {
+                if let Phase::Open(Some(Item::Call { call: open, .. })) = &self.phase
+                    && open == call
+                {
+                    self.close_item("completed", out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Encoder for ResponsesEncoder {
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if !matches!(self.phase, Phase::Idle) {
+            return;
+        }
+        self.phase = Phase::Open(None);
+        let response = self.response("in_progress", Value::Null, Value::Null, Value::Null);
+        self.emit(out, "response.created", json!({"response": response}));
+        self.emit(out, "response.in_progress", json!({"response": response}));
+    }
+
+    fn event(&mut self, event: &ChoiceEvent, out: &mut Vec<u8>) {
+        match event {
+            ChoiceEvent::Content(t) if !t.is_empty() => self.message_text(false, t, out),
+            ChoiceEvent::Refusal(t) if !t.is_empty() => self.message_text(true, t, out),
+            ChoiceEvent::Reasoning(t) if self.reasoning && !t.is_empty() => {
+                self.reasoning_text(t, out);
+            }
+            ChoiceEvent::FunctionCall(call) => self.call_event(call, out),
+            ChoiceEvent::Finished(reason) => {
+                if self.slot(out).is_some() {
+                    let status = match incomplete_reason(reason) {
+                        Some(_) => "incomplete",
+                        None => "completed",
+                    };
+                    self.close_item(status, out);
+                    self.phase = Phase::Finished(reason.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn failed(&mut self, why: &str, choicewise: Option<&Value>, out: &mut Vec<u8>) {
+        match self.phase {
+            Phase::Closed { .. } => return,
+            Phase::Idle => self.start(out),
+            _ => {}
+        }
+        self.phase = Phase::Closed { finished: false };
+        let error = json!({"code": "server_error", "message": why});
+        let mut event =
+            json!({"response": self.response("failed", Value::Null, error, Value::Null)});
+        if let Some(c) = choicewise {
+            event["choicewise"] = c.clone();
+        }
+        self.emit(out, "response.failed", event);
+    }
+
+    fn end(
+        &mut self,
+        usage: &Tokens,
+        _stop_reason: Option<&str>,
+        choicewise: Option<&Value>,
+        out: &mut Vec<u8>,
+    ) {
+        let finish = match &self.phase {
+            Phase::Closed { .. } => return,
+            Phase::Finished(reason) if &**reason == "error" => {
+                let why = "the upstream ended the choice with finish_reason \"error\"";
+                return self.failed(why, choicewise, out);
+            }
+            Phase::Finished(reason) => reason.clone(),
+            Phase::Idle | Phase::Open(_) => {
+                let why = "the upstream ended the choice without a finish reason";
+                return self.failed(why, choicewise, out);
+            }
+        };
+        self.phase = Phase::Closed { finished: true };
+        let (name, status, incomplete) = match incomplete_reason(&finish) {
+            Some(reason) => (
+                "response.incomplete",
+                "incomplete",
+                json!({"reason": reason}),
+            ),
+            None => ("response.completed", "completed", Value::Null),
+        };
+        let response = self.response(status, usage_of(usage), Value::Null, incomplete);
+        let mut event = json!({"response": response});
+        if let Some(c) = choicewise {
+            event["choicewise"] = c.clone();
+        }
+        self.emit(out, name, event);
+    }
+
+    fn finished(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Finished(_) | Phase::Closed { finished: true }
+        )
+    }
+}
+
+/// The `incomplete_details.reason` of a finish that leaves the response incomplete.
+fn incomplete_reason(finish: &str) -> Option<&'static str> {
+    match finish {
+        "length" => Some("max_output_tokens"),
+        "content_filter" => Some("content_filter"),
+        _ => None,
+    }
+}
+
+/// The usage object.
+fn usage_of(usage: &Tokens) -> Value {
+    json!({
+        "input_tokens": usage.input,
+        "input_tokens_details": {"cached_tokens": usage.cached_input},
+        "output_tokens": usage.output,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning},
+        "total_tokens": usage.input + usage.output,
+    })
+}
+
+/// What a response object names besides its state.
+struct ResponseParts<'a> {
+    id: &'a str,
+    created_at: u64,
+    model: &'a str,
+    echo: &'a Map<String, Value>,
+}
+
+/// A response object: the request's parameters repeated (OpenAI's defaults for those not
+/// sent), its state, output and usage.
+fn response_object(
+    parts: ResponseParts<'_>,
+    status: &str,
+    output: Value,
+    usage: Value,
+    error: Value,
+    incomplete: Value,
+) -> Value {
+    let mut r = json!({
+        "id": parts.id, "object": "response", "created_at": parts.created_at,
+        "status": status, "background": false, "error": error,
+        "incomplete_details": incomplete, "instructions": null, "max_output_tokens": null,
+        "metadata": {}, "model": parts.model, "output": output, "parallel_tool_calls": true,
+        "previous_response_id": null, "reasoning": {"effort": null, "summary": null},
+        "store": false, "temperature": null, "text": {"format": {"type": "text"}},
+        "tool_choice": "auto", "tools": [], "top_p": null, "truncation": "disabled",
+        "usage": usage, "user": null,
+    });
+    for (k, v) in parts.echo {
+        r[k] = v.clone();
+    }
+    r
+}
+
+/// The non-streamed answer: a `response` object whose `output` holds a reasoning item (when
+/// asked for and given), a message item (its text and refusal parts; an empty text when the
+/// choice has neither nor calls), then each call's `function_call` item. `incomplete` for a
+/// `length` or `content_filter` finish; `failed` when the choice did not finish.
+pub(crate) fn message(
+    reply: &Reply,
+    output: &ChoiceOutput,
+    usage: &Tokens,
+    choicewise: Option<&Value>,
+) -> Value {
+    let m = &output.message;
+    let finish = output.finish_reason.as_deref();
+    let incomplete = finish.and_then(incomplete_reason);
+    let item_status = match incomplete {
+        Some(_) => "incomplete",
+        None => "completed",
+    };
+    let mut items = Vec::new();
+    if let Some(text) = m
+        .reasoning_content
+        .as_deref()
+        .filter(|t| reply.reasoning && !t.is_empty())
+    {
+        items.push(json!({"id": new_id("rs"), "type": "reasoning",
+                          "summary": [{"type": "summary_text", "text": text}]}));
+    }
+    let calls: Vec<_> = (m.tool_calls.iter())
+        .map(|c| (Some(c.id.as_str()).filter(|id| !id.is_empty()), &c.function))
+        .chain(m.function_call.iter().map(|f| (None, f)))
+        .collect();
+    let mut parts = Vec::new();
+    if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty()) {
+        parts.push(json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []}));
+    }
+    if let Some(text) = m.refusal.as_deref().filter(|t| !t.is_empty()) {
+        parts.push(json!({"type": "refusal", "refusal": text}));
+    }
+    if parts.is_empty() && calls.is_empty() {
+        parts.push(json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []}));
+    }
+    if !parts.is_empty() {
+        items.push(
+            json!({"id": new_id("msg"), "type": "message", "status": item_status,
+                          "role": "assistant", "content": parts}),
+        );
+    }
+    for (id, f) in calls {
+        let call_id = id.map_or_else(|| new_id("call"), str::to_string);
+        items.push(
+            json!({"id": new_id("fc"), "type": "function_call", "status": item_status,
+                          "arguments": f.arguments, "call_id": call_id, "name": f.name}),
+        );
+    }
+    let (status, error, details) = match (finish, incomplete) {
+        (None | Some("error"), _) => (
+            "failed",
+            json!({"code": "server_error", "message": "the upstream ended the choice without a finish reason"}),
+            Value::Null,
+        ),
+        (_, Some(reason)) => ("incomplete", Value::Null, json!({"reason": reason})),
+        _ => ("completed", Value::Null, Value::Null),
+    };
+    let id = new_id("resp");
+    let parts = ResponseParts {
+        id: &id,
+        created_at: unix_time().as_secs(),
+        model: &reply.model,
+        echo: &reply.echo,
+    };
+    let mut body = response_object(
+        parts,
+        status,
+        Value::Array(items),
+        usage_of(usage),
+        error,
+        details,
+    );
+    if let Some(c) = choicewise {
+        body["choicewise"] = c.clone();
+    }
+    body
+}
