@@ -74,11 +74,14 @@ struct BlockDelta<'a> {
 
 /// A content block delta's body.
 #[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type")]
 enum Delta<'a> {
-    TextDelta { text: &'a str },
-    ThinkingDelta { thinking: &'a str },
-    InputJsonDelta { partial_json: &'a str },
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
 }
 
 impl MessagesEncoder {
@@ -174,7 +177,7 @@ impl MessagesEncoder {
                     let event = BlockDelta {
                         kind: "content_block_delta",
                         index: open.index,
-                        delta: Delta::InputJsonDelta {
+                        delta: Delta::InputJson {
                             partial_json: fragment,
                         },
                     };
@@ -189,6 +192,16 @@ impl MessagesEncoder {
                 }
             }
             _ => {}
+        }
+    }
+}
+
+impl MessagesEncoder {
+    /// The choice's finish: the open block closes; the end comes with [`Encoder::end`].
+    fn finish(&mut self, reason: &Text, out: &mut Vec<u8>) {
+        if self.open_block(out).is_some() {
+            self.close(out);
+            self.phase = Phase::Finished(reason.clone());
         }
     }
 }
@@ -224,20 +237,15 @@ impl Encoder for MessagesEncoder {
         let text_start = || json!({"type": "text", "text": ""});
         match event {
             ChoiceEvent::Content(t) | ChoiceEvent::Refusal(t) if !t.is_empty() => {
-                self.delta(Kind::Text, text_start(), Delta::TextDelta { text: t }, out);
+                self.delta(Kind::Text, text_start(), Delta::Text { text: t }, out);
             }
             ChoiceEvent::Reasoning(t) if self.reasoning && !t.is_empty() => {
                 let start = json!({"type": "thinking", "thinking": "", "signature": ""});
-                let delta = Delta::ThinkingDelta { thinking: t };
+                let delta = Delta::Thinking { thinking: t };
                 self.delta(Kind::Thinking, start, delta, out);
             }
             ChoiceEvent::FunctionCall(call) => self.call_event(call, out),
-            ChoiceEvent::Finished(reason) => {
-                if self.open_block(out).is_some() {
-                    self.close(out);
-                    self.phase = Phase::Finished(reason.clone());
-                }
-            }
+            ChoiceEvent::Finished(reason) => self.finish(reason, out),
             _ => {}
         }
     }

@@ -179,13 +179,15 @@ impl ResponsesEncoder {
                     out,
                     "response.reasoning_summary_text.done",
                     json!({
-                    "item_id": id, "output_index": index, "summary_index": 0, "text": text}),
+                        "item_id": id, "output_index": index, "summary_index": 0, "text": text
+                    }),
                 );
                 self.emit(
                     out,
                     "response.reasoning_summary_part.done",
                     json!({
-                    "item_id": id, "output_index": index, "summary_index": 0, "part": part}),
+                        "item_id": id, "output_index": index, "summary_index": 0, "part": part
+                    }),
                 );
                 json!({"id": id, "type": "reasoning", "summary": [part]})
             }
@@ -212,7 +214,8 @@ impl ResponsesEncoder {
                     out,
                     "response.function_call_arguments.done",
                     json!({
-                    "item_id": id, "output_index": index, "name": name, "arguments": arguments}),
+                        "item_id": id, "output_index": index, "name": name, "arguments": arguments
+                    }),
                 );
                 json!({"id": id, "type": "function_call", "status": status,
                        "arguments": arguments, "call_id": call_id, "name": name})
@@ -249,7 +252,8 @@ impl ResponsesEncoder {
             out,
             "response.content_part.done",
             json!({
-            "item_id": id, "output_index": index, "content_index": content, "part": part.value()}),
+                "item_id": id, "output_index": index, "content_index": content, "part": part.value()
+            }),
         );
     }
 
@@ -372,6 +376,19 @@ impl ResponsesEncoder {
         self.put(Item::Reasoning { id, text: all });
     }
 
+    /// The choice's finish: the open item closes (`incomplete` for a `length` or
+    /// `content_filter` finish); the end comes with [`Encoder::end`].
+    fn finish(&mut self, reason: &Text, out: &mut Vec<u8>) {
+        if self.slot(out).is_some() {
+            let status = match incomplete_reason(reason) {
+                Some(_) => "incomplete",
+                None => "completed",
+            };
+            self.close_item(status, out);
+            self.phase = Phase::Finished(reason.clone());
+        }
+    }
+
     fn call_event(&mut self, event: &FunctionCallEvent, out: &mut Vec<u8>) {
         match event {
             FunctionCallEvent::Started { call, id, name } => {
@@ -462,16 +479,7 @@ impl Encoder for ResponsesEncoder {
                 self.reasoning_text(t, out);
             }
             ChoiceEvent::FunctionCall(call) => self.call_event(call, out),
-            ChoiceEvent::Finished(reason) => {
-                if self.slot(out).is_some() {
-                    let status = match incomplete_reason(reason) {
-                        Some(_) => "incomplete",
-                        None => "completed",
-                    };
-                    self.close_item(status, out);
-                    self.phase = Phase::Finished(reason.clone());
-                }
-            }
+            ChoiceEvent::Finished(reason) => self.finish(reason, out),
             _ => {}
         }
     }

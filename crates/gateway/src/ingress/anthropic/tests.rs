@@ -1,0 +1,258 @@
+//! The translation of Messages requests: each field, and each refusal a 400 naming it.
+
+use super::*;
+
+fn ok(body: Value) -> Translated {
+    to_chat(&body).unwrap_or_else(|e| panic!("{body}: {e}"))
+}
+
+fn refused(body: Value) -> IngressError {
+    match to_chat(&body) {
+        Ok(t) => panic!("{body} was accepted: {}", t.chat),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn a_messages_request_becomes_a_chat_request() {
+    let t = ok(json!({
+        "model": "claude", "max_tokens": 512, "stream": true, "temperature": 0.3,
+        "top_p": 0.9, "top_k": 40, "stop_sequences": ["END"], "metadata": {"user_id": "u1"},
+        "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is in this picture, and the weather?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR"}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.jpg"}}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "sig"},
+                {"type": "text", "text": "A cat. Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "18C"}, {"type": "text", "text": "sunny"}]},
+                {"type": "text", "text": "Thanks"}]},
+            {"role": "assistant", "content": "You're welcome."}
+        ],
+        "tools": [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+        "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true},
+        "thinking": {"type": "enabled", "budget_tokens": 3000},
+        "choicewise": {"samples": 3, "select": "first_finished"}
+    }));
+    assert_eq!(
+        t.chat,
+        json!({
+            "model": "claude", "max_tokens": 512, "stream": true, "temperature": 0.3,
+            "top_p": 0.9, "top_k": 40, "stop": ["END"],
+            "messages": [
+                {"role": "system", "content": "Be brief.\n\nBe kind."},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "What is in this picture, and the weather?"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}},
+                    {"type": "image_url", "image_url": {"url": "https://example.com/a.jpg"}}]},
+                {"role": "assistant", "content": "A cat. Checking.", "tool_calls": [
+                    {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+                {"role": "tool", "tool_call_id": "toolu_1", "content": "18C\nsunny"},
+                {"role": "user", "content": "Thanks"},
+                {"role": "assistant", "content": "You're welcome."}
+            ],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "parallel_tool_calls": false,
+            "reasoning_effort": "medium",
+            "choicewise": {"samples": 3, "select": "first_finished"}
+        })
+    );
+    assert!(t.stream && t.reply.reasoning);
+    assert_eq!(t.reply.stop, ["END"]);
+    assert_eq!(t.reply.model, "claude");
+    assert_eq!(t.native["thinking"]["budget_tokens"], 3000);
+}
+
+#[test]
+fn tool_choices_results_and_nulls() {
+    for (choice, chat) in [
+        (json!({"type": "auto"}), json!("auto")),
+        (json!({"type": "any"}), json!("required")),
+        (json!({"type": "none"}), json!("none")),
+    ] {
+        let t = ok(json!({"model": "m", "max_tokens": 1, "tool_choice": choice,
+                          "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+                          "messages": [{"role": "user", "content": "hi"}]}));
+        assert_eq!(t.chat["tool_choice"], chat);
+        assert!(t.chat.get("parallel_tool_calls").is_none());
+        // Without tools, no tool choice is sent.
+        let t = ok(json!({"model": "m", "max_tokens": 1, "tool_choice": choice,
+                          "messages": [{"role": "user", "content": "hi"}]}));
+        assert!(t.chat.get("tool_choice").is_none());
+    }
+    // Tool results only: tool messages, no empty user message; an image in a result
+    // goes to a user message after them. Nulls are absent fields.
+    let t = ok(
+        json!({"model": "m", "max_tokens": 1, "temperature": null, "system": null,
+        "stream": null, "thinking": {"type": "disabled"},
+        "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+            {"type": "tool_result", "tool_use_id": "b", "is_error": true},
+            {"type": "tool_result", "tool_use_id": "c", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}]}]}),
+    );
+    assert_eq!(
+        t.chat["messages"],
+        json!([
+            {"role": "tool", "tool_call_id": "a", "content": "1"},
+            {"role": "tool", "tool_call_id": "b", "content": ""},
+            {"role": "tool", "tool_call_id": "c", "content": ""},
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]},
+        ])
+    );
+    assert!(!t.stream && !t.reply.reasoning);
+    assert!(t.chat.get("temperature").is_none() && t.chat.get("reasoning_effort").is_none());
+    // An assistant turn of tool calls only has null content.
+    let t = ok(json!({"model": "m", "max_tokens": 1, "messages": [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}]}));
+    assert_eq!(
+        t.chat["messages"][0],
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
+    );
+    // max_tokens is not needed to count tokens.
+    let count = to_chat_for_count(&json!({"model": "m", "messages": []})).unwrap();
+    assert!(count.chat.get("max_tokens").is_none());
+}
+
+#[test]
+fn each_refusal_is_a_400_naming_the_field() {
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    for (body, param, says) in [
+        (
+            json!({"model": "m", "messages": hi}),
+            "max_tokens",
+            "max_tokens: Field required",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 0, "messages": hi}),
+            "max_tokens",
+            "1 or more",
+        ),
+        (
+            json!({"max_tokens": 5, "messages": hi}),
+            "model",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5}),
+            "messages",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": {}}),
+            "messages",
+            "an array",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}),
+            "messages.0.role",
+            "\"user\" or \"assistant\"",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}),
+            "messages.0.content.0.type",
+            "\"document\"",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]}),
+            "messages.0.content.0.source.type",
+            "\"file\"",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}),
+            "messages.0.content.0.tool_use_id",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
+            "tools.0.type",
+            "web_search_20250305",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "tools": [{"name": "f"}]}),
+            "tools.0.input_schema",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "tool_choice": {"type": "some"}}),
+            "tool_choice.type",
+            "\"some\"",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "tool_choice": {"type": "tool"}}),
+            "tool_choice.name",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "thinking": {"type": "enabled"}}),
+            "thinking.budget_tokens",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "stop_sequences": "END"}),
+            "stop_sequences",
+            "an array",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "temperature": "hot"}),
+            "temperature",
+            "a number",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "system": 3}),
+            "system",
+            "a string",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": hi, "mcp_servers": [{}]}),
+            "mcp_servers",
+            "not served",
+        ),
+    ] {
+        let e = refused(body.clone());
+        assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(e.param.as_deref(), Some(param), "{body}");
+        assert!(e.message.contains(says), "{body}: {}", e.message);
+        let shaped = e.body(Api::Messages);
+        assert_eq!(shaped["type"], "error");
+        assert_eq!(shaped["error"]["type"], "invalid_request_error");
+        assert_eq!(shaped["error"]["message"], e.message.as_str());
+    }
+    assert_eq!(refused(json!([1])).status, StatusCode::BAD_REQUEST);
+}
+
+#[test]
+fn errors_take_anthropics_types_by_status() {
+    for (status, kind) in [
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (413, "request_too_large"),
+        (429, "rate_limit_error"),
+        (500, "api_error"),
+        (502, "api_error"),
+        (529, "overloaded_error"),
+    ] {
+        let status = StatusCode::from_u16(status).unwrap();
+        assert_eq!(
+            super::super::error_body(Api::Messages, status, "why"),
+            json!({"type": "error", "error": {"type": kind, "message": "why"}})
+        );
+    }
+    let gateway = crate::error::ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "the model \"x\" does not exist here",
+    );
+    assert_eq!(
+        super::super::api_error_body(Api::Messages, &gateway)["error"]["type"],
+        "not_found_error"
+    );
+}

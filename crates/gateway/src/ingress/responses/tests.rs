@@ -1,0 +1,226 @@
+//! The translation of Responses requests: each field, and each refusal a 400 naming it.
+
+use super::*;
+
+fn ok(body: Value) -> Translated {
+    to_chat(&body).unwrap_or_else(|e| panic!("{body}: {e}"))
+}
+
+#[test]
+fn a_responses_request_becomes_a_chat_request() {
+    let t = ok(json!({
+        "model": "gpt-5-mini", "instructions": "Be brief.", "stream": true,
+        "max_output_tokens": 300, "temperature": 0.5, "top_p": 1, "store": false,
+        "user": "u1", "metadata": {"k": "v"}, "include": ["reasoning.encrypted_content"],
+        "reasoning": {"effort": "low", "summary": "auto"},
+        "text": {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": true}, "verbosity": "low"},
+        "input": [
+            {"role": "developer", "content": "Use tools."},
+            {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Weather here?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBOR", "detail": "low"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking.", "annotations": []}]},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"},
+            {"type": "function_call", "call_id": "call_2", "name": "get_time", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "4C"},
+            {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "12:00"}]},
+            {"type": "function_call", "call_id": "call_3", "name": "get_time", "arguments": "{}"}
+        ],
+        "tools": [{"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object"}, "strict": true}],
+        "tool_choice": {"type": "function", "name": "get_weather"},
+        "choicewise": {"samples": 2, "select": "vote"}
+    }));
+    assert_eq!(
+        t.chat,
+        json!({
+            "model": "gpt-5-mini", "stream": true, "max_tokens": 300, "temperature": 0.5,
+            "top_p": 1, "user": "u1",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "system", "content": "Use tools."},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Weather here?"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR", "detail": "low"}}]},
+                {"role": "assistant", "content": "Checking.", "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}},
+                    {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "4C"},
+                {"role": "tool", "tool_call_id": "call_2", "content": "12:00"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_3", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}
+            ],
+            "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}, "strict": true}}],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": true}},
+            "verbosity": "low",
+            "reasoning_effort": "low",
+            "choicewise": {"samples": 2, "select": "vote"}
+        })
+    );
+    assert!(t.stream && t.reply.reasoning);
+    assert_eq!(t.native["reasoning"]["summary"], "auto");
+    assert_eq!(t.reply.echo["instructions"], "Be brief.");
+    assert_eq!(t.reply.echo["max_output_tokens"], 300);
+    // A string input is one user message; nothing asked, nothing added.
+    // A tool choice without tools is not sent (Chat Completions refuses it).
+    let t = ok(json!({"model": "m", "input": "hi", "tool_choice": "required", "reasoning": null}));
+    assert_eq!(
+        t.chat,
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    );
+    assert!(!t.stream && !t.reply.reasoning);
+    let t = ok(
+        json!({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}],
+        "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "f"}]}}),
+    );
+    assert_eq!(
+        t.chat["tool_choice"],
+        json!({"type": "allowed_tools", "allowed_tools": {"mode": "required",
+               "tools": [{"type": "function", "function": {"name": "f"}}]}})
+    );
+}
+
+#[test]
+fn each_refusal_is_a_400_naming_the_field() {
+    for (body, param, says) in [
+        (
+            json!({"model": "m", "input": "hi", "store": true}),
+            "store",
+            "no state",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "previous_response_id": "resp_1"}),
+            "previous_response_id",
+            "no state",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "conversation": "conv_1"}),
+            "conversation",
+            "no state",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "background": true}),
+            "background",
+            "poll",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}),
+            "tools[0].type",
+            "\"web_search\"",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "tools": [{"type": "file_search", "vector_store_ids": []}]}),
+            "tools[0].type",
+            "\"file_search\"",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "tools": [{"type": "function"}]}),
+            "tools[0].name",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "tool_choice": {"type": "web_search_preview"}}),
+            "tool_choice.type",
+            "only function",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "tool_choice": "any"}),
+            "tool_choice",
+            "\"any\"",
+        ),
+        (json!({"model": "m"}), "input", "Field required"),
+        (json!({"input": "hi"}), "model", "Field required"),
+        (
+            json!({"model": "m", "input": 3}),
+            "input",
+            "a string or an array",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}),
+            "input[0].type",
+            "item_reference",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "web_search_call", "id": "ws_1"}]}),
+            "input[0].type",
+            "\"web_search_call\"",
+        ),
+        (
+            json!({"model": "m", "input": [{"role": "tool", "content": "x"}]}),
+            "input[0].role",
+            "\"tool\"",
+        ),
+        (
+            json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}),
+            "input[0].content[0].type",
+            "\"input_file\"",
+        ),
+        (
+            json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]}),
+            "input[0].content[0].file_id",
+            "no files",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}),
+            "input[0].call_id",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "function_call", "name": "f"}]}),
+            "input[0]",
+            "call_id",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "max_output_tokens": -1}),
+            "max_output_tokens",
+            "1 or more",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "text": {"format": {"type": "xml"}}}),
+            "text.format.type",
+            "\"xml\"",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "reasoning": "high"}),
+            "reasoning",
+            "an object",
+        ),
+    ] {
+        let e = match to_chat(&body) {
+            Ok(t) => panic!("{body} was accepted: {}", t.chat),
+            Err(e) => e,
+        };
+        assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(e.param.as_deref(), Some(param), "{body}");
+        assert!(e.message.contains(says), "{body}: {}", e.message);
+        let shaped = e.body(Api::Responses);
+        assert_eq!(shaped["error"]["type"], "invalid_request_error");
+        assert_eq!(shaped["error"]["param"], param);
+        assert_eq!(shaped["error"]["message"], e.message.as_str());
+        assert!(shaped["error"]["code"].is_string());
+    }
+    // `store: false` and a null previous_response_id are fine.
+    ok(json!({"model": "m", "input": "hi", "store": false, "previous_response_id": null}));
+}
+
+#[test]
+fn errors_take_openais_shape() {
+    let body = super::super::error_body(Api::Responses, StatusCode::UNAUTHORIZED, "no key");
+    assert_eq!(
+        body,
+        json!({"error": {"message": "no key", "type": "invalid_request_error", "param": null, "code": null}})
+    );
+    let body = super::super::error_body(Api::Responses, StatusCode::BAD_GATEWAY, "down");
+    assert_eq!(body["error"]["type"], "server_error");
+    let gateway =
+        crate::error::ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "busy")
+            .code("too_many_requests");
+    assert_eq!(
+        super::super::api_error_body(Api::Responses, &gateway),
+        json!({"error": {"message": "busy", "type": "rate_limit_error", "param": null, "code": "too_many_requests"}})
+    );
+    let bad = super::super::parse_body(b"{").unwrap_err();
+    assert_eq!(bad.body(Api::Responses)["error"]["code"], "invalid_json");
+    assert!(super::super::parse_body(b"[]").is_err());
+}
