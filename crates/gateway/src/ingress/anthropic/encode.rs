@@ -124,7 +124,7 @@ impl MessagesEncoder {
             index: next,
             kind: want,
         });
-        self.next += 1;
+        self.next = self.next.saturating_add(1);
         frame(
             out,
             "content_block_start",

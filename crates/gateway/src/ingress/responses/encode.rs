@@ -133,7 +133,7 @@ impl ResponsesEncoder {
 
     fn next_seq(&mut self) -> u64 {
         let seq = self.seq;
-        self.seq += 1;
+        self.seq = self.seq.saturating_add(1);
         seq
     }
 
@@ -446,7 +446,7 @@ impl ResponsesEncoder {
                     logprobs: None,
                 };
                 frame(out, event.kind, &event);
-                self.seq += 1;
+                self.seq = self.seq.saturating_add(1);
             }
             FunctionCallEvent::Finished { call, .. } => {
                 if let Phase::Open(Some(Item::Call { call: open, .. })) = &self.phase
@@ -560,7 +560,7 @@ fn usage_of(usage: &Tokens) -> Value {
         "input_tokens_details": {"cached_tokens": usage.cached_input},
         "output_tokens": usage.output,
         "output_tokens_details": {"reasoning_tokens": usage.reasoning},
-        "total_tokens": usage.input + usage.output,
+        "total_tokens": usage.input.saturating_add(usage.output),
     })
 }
 
