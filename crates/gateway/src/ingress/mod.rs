@@ -24,8 +24,8 @@
 //! Failures before the answer starts (401, 404, 413, 429, 502, ...) are answered in the
 //! client's terms with [`error_body`] or [`api_error_body`].
 
-mod anthropic;
-mod responses;
+pub(crate) mod anthropic;
+pub(crate) mod responses;
 
 #[cfg(test)]
 mod round_trip;
