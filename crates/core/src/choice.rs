@@ -134,6 +134,31 @@ impl Choice {
         self.entry.log.lock().phase.is_cancelled()
     }
 
+    /// Whether a vote guided by confidence ([`Pick::confidence`](crate::Pick::confidence))
+    /// stopped this choice because a group of its tokens fell below the threshold, rather
+    /// than cancelling it because the vote was decided (or any other cancel). Set before the
+    /// cancel is sent, so a reader that sees the choice's [`ChoiceEvent::Cancelled`] can
+    /// ask. Such a choice does not vote; it normally ends cancelled, or finished if its
+    /// finish arrived before the cancel took effect.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
+    /// c.cancel();
+    /// assert!(!c.stopped_for_low_confidence()); // cancelled, but not for its confidence
+    /// # }
+    /// ```
+    pub fn stopped_for_low_confidence(&self) -> bool {
+        self.entry.log.is_low_confidence()
+    }
+
+    /// Marks the choice as stopped by the confidence rule.
+    pub(crate) fn mark_low_confidence(&self) {
+        self.entry.log.mark_low_confidence();
+    }
+
     fn stream<T>(&self, select: fn(&ChoiceEvent) -> Option<T>) -> EventStream<T> {
         EventStream::new(self.entry.log.clone(), self.life.clone(), select)
     }

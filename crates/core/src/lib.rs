@@ -54,6 +54,7 @@ mod builder;
 mod choice;
 mod completion;
 mod completions;
+mod confidence;
 mod config;
 #[cfg(feature = "diagnostics")]
 mod diagnostics;
@@ -81,6 +82,7 @@ pub use choicewise_proto::{
     Warning, WarningKind, WeightedVote, quantile, token_confidence,
 };
 pub use completions::{Choices, Completions};
+pub use confidence::{ConfidenceApplied, ConfidenceReport};
 pub use config::DEFAULT_HIBERNATE_AFTER;
 #[cfg(feature = "diagnostics")]
 #[doc(hidden)]

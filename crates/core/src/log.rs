@@ -74,6 +74,8 @@ pub(crate) struct ChoiceLog {
     pub index: u32,
     /// A cancel of the choice was asked for (it takes effect in the choice's actor).
     cancel_asked: AtomicBool,
+    /// The confidence rule stopped the choice (set before its cancel is asked for).
+    low_confidence: AtomicBool,
     published: Mutex<Published>,
 }
 
@@ -132,6 +134,7 @@ impl ChoiceLog {
         ChoiceLog {
             index,
             cancel_asked: AtomicBool::new(false),
+            low_confidence: AtomicBool::new(false),
             published: Mutex::new(Published {
                 events: EventLog::default(),
                 phase: Phase::Open,
@@ -171,6 +174,18 @@ impl ChoiceLog {
             return false;
         }
         !self.cancel_asked.swap(true, Ordering::AcqRel)
+    }
+}
+
+impl ChoiceLog {
+    /// Records that the confidence rule stopped the choice.
+    pub fn mark_low_confidence(&self) {
+        self.low_confidence.store(true, Ordering::Release);
+    }
+
+    /// Whether the confidence rule stopped the choice.
+    pub fn is_low_confidence(&self) -> bool {
+        self.low_confidence.load(Ordering::Acquire)
     }
 }
 

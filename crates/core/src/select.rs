@@ -13,6 +13,8 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 
 use crate::completions::Completions;
+use crate::confidence::{ConfidenceReport, vote_confident};
+use choicewise_proto::Confidence;
 use choicewise_proto::{ChoiceOutput, Incomplete};
 
 /// What a combinator picked, and what it cancelled to get there.
@@ -54,6 +56,32 @@ pub struct Selection {
     /// windows started.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<Vec<u32>>,
+    /// For a vote guided by confidence ([`Pick::confidence`]): the threshold, the warmup
+    /// samples, the samples stopped for low confidence and each key's weight; or, when no
+    /// warmup sample carried log-probabilities and the plain vote decided instead, why
+    /// (serialised as `{"unavailable": "REASON"}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<ConfidenceReport>,
+}
+
+impl Selection {
+    /// Whether choice `index` was stopped for low confidence by a vote guided by confidence
+    /// ([`Pick::confidence`]), rather than cancelled because the vote was decided (both are
+    /// listed in [`cancelled`](Self::cancelled) when they ended cancelled).
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let selection = Completions::new(Source::reader(sse.as_bytes())).first_finished().await;
+    /// assert!(!selection.stopped_for_low_confidence(0)); // no confidence rule ran
+    /// # }
+    /// ```
+    pub fn stopped_for_low_confidence(&self, index: u32) -> bool {
+        self.confidence
+            .as_ref()
+            .is_some_and(|c| c.stopped().contains(&index))
+    }
 }
 
 /// The outcome of a [`Completions::vote`]: the winning key and its support.
@@ -76,7 +104,7 @@ pub struct Tally {
 }
 
 /// Whether a finish reason counts as a good finish for the combinators.
-fn good(output: &ChoiceOutput) -> bool {
+pub(crate) fn good(output: &ChoiceOutput) -> bool {
     !output.cancelled && matches!(output.finish_reason.as_deref(), Some("stop" | "tool_calls"))
 }
 
@@ -118,7 +146,7 @@ async fn watch(
 }
 
 /// A caller's judgement of a finished choice.
-type Judge<T> = Box<dyn Fn(&ChoiceOutput) -> T + Send + Sync>;
+pub(crate) type Judge<T> = Box<dyn Fn(&ChoiceOutput) -> T + Send + Sync>;
 
 /// What a [`Pick`] decides by.
 enum Rule {
@@ -160,6 +188,7 @@ pub struct Pick<'a> {
     keep_rest: bool,
     window: Option<usize>,
     min_votes: usize,
+    confidence: Option<Confidence>,
 }
 
 impl fmt::Debug for Pick<'_> {
@@ -176,6 +205,7 @@ impl fmt::Debug for Pick<'_> {
             .field("keep_rest", &self.keep_rest)
             .field("window", &self.window)
             .field("min_votes", &self.min_votes)
+            .field("confidence", &self.confidence)
             .finish()
     }
 }
@@ -189,6 +219,7 @@ impl<'a> Pick<'a> {
             keep_rest: false,
             window: None,
             min_votes: 1,
+            confidence: None,
         }
     }
 
@@ -300,6 +331,76 @@ impl<'a> Pick<'a> {
         self
     }
 
+    /// Guides the vote by the model's confidence, as DeepConf's online algorithm does (Fu,
+    /// Wang, Tian, Zhao, "Deep Think with Confidence", arXiv 2508.15260, 2025):
+    /// [`vote`](Completions::vote) only; the other combinators ignore it. The choices need
+    /// top log-probabilities (ask with `"logprobs": true, "top_logprobs": K` —
+    /// [`Confidence::top_logprobs`] is the `K` to ask for); read from
+    /// [`Choice::logprobs`](crate::Choice::logprobs).
+    ///
+    /// - Each token's confidence is `-(1/k) Σ_j log p(j)` over its top-k; a choice's group
+    ///   confidence is the mean over its last `group_tokens` tokens (see
+    ///   [`SampleConfidence`](crate::SampleConfidence)), its confidence the lowest group
+    ///   confidence.
+    /// - **Warmup**: the first `warmup` choices (by index) run to their end; the threshold is
+    ///   the `(1 - keep)` quantile of their confidences.
+    /// - **Online**: every later choice is stopped — cancelled, and its upstream dropped when
+    ///   none of its choices is wanted any more — as soon as a full group's confidence falls
+    ///   below the threshold; it does not vote ([`Choice::stopped_for_low_confidence`]
+    ///   (crate::Choice::stopped_for_low_confidence) and [`ConfidenceReport::stopped`] name it).
+    /// - **Vote**: each choice that finishes with `stop` or `tool_calls`, has a key and a
+    ///   confidence votes with its confidence as weight (the warmup's too). Decided once the
+    ///   warmup is over, as soon as the leader's share of the total weight reaches
+    ///   `consensus`; else when every choice is in, to the key with the most weight (ties:
+    ///   voted first). [`min_votes`](Self::min_votes) still applies (to the winner's votes).
+    ///
+    /// On a completion of [`samples`](crate::CompletionsBuilder::samples) made on demand, the
+    /// warmup samples start first, and more only while the vote is undecided: all the rest at
+    /// once when the warmup ends, or with [`window`](Self::window) `W`, `W` at a time, each
+    /// batch once every sample started before it has ended (one choice per sample);
+    /// [`Selection::windows`] lists the warmup, then each batch. On fixed sources every
+    /// choice streams from the start, and the later ones are stopped once the threshold is
+    /// known if they already fell below it.
+    ///
+    /// **Fallback**: when no warmup choice carried top log-probabilities, the plain vote
+    /// (windowed with `window`) decides over every choice and
+    /// [`Selection::confidence`] says why, `{"unavailable": "REASON"}`; the same when the
+    /// [deadline](Self::deadline) passes before the warmup ended (the plain plurality over
+    /// the choices in by then).
+    ///
+    /// ```
+    /// use choicewise_core::{Completions, Confidence, Source};
+    /// # #[tokio::main] async fn main() {
+    /// // One token each, whose top-2 log-probabilities give it confidence `c`.
+    /// let sample = |answer: &str, c: f64| {
+    ///     let token = serde_json::json!({"token": answer, "logprob": -c / 2.0, "top_logprobs": [
+    ///         {"token": answer, "logprob": -c / 2.0}, {"token": "?", "logprob": -1.5 * c}]});
+    ///     let chunk = serde_json::json!({"choices": [{"delta": {"content": answer},
+    ///         "logprobs": {"content": [token]}, "finish_reason": "stop"}]});
+    ///     Source::reader(std::io::Cursor::new(format!("data: {chunk}\n\n"))).n(1)
+    /// };
+    /// let answers = [("42", 4.0), ("41", 3.0), ("42", 0.5), ("42", 3.5)];
+    /// let completions =
+    ///     Completions::builder().samples(4, move |k| sample(answers[k].0, answers[k].1));
+    /// let selection = completions
+    ///     .vote(|m| m.message.content.clone())
+    ///     .confidence(Confidence::new().warmup(2).group_tokens(1))
+    ///     .await;
+    /// let report = selection.confidence.as_ref().unwrap();
+    /// // The threshold: the 0.1 quantile of the warmup's 4 and 3.
+    /// assert!((report.threshold().unwrap() - 3.1).abs() < 1e-9);
+    /// assert_eq!(report.warmup(), [0, 1]);
+    /// assert_eq!(report.stopped(), [2]); // 0.5: below the threshold, no vote
+    /// assert!(selection.stopped_for_low_confidence(2));
+    /// assert_eq!(report.weights()["42"], 7.5); // samples 0 and 3
+    /// assert_eq!(selection.selected, [0, 3]);
+    /// # }
+    /// ```
+    pub fn confidence(mut self, options: Confidence) -> Self {
+        self.confidence = Some(options);
+        self
+    }
+
     async fn run(self) -> Selection {
         let Pick {
             completions,
@@ -308,7 +409,13 @@ impl<'a> Pick<'a> {
             keep_rest,
             window,
             min_votes,
+            confidence,
         } = self;
+        if let (Rule::Vote(key), Some(options)) = (&rule, confidence) {
+            let decided =
+                vote_confident(completions, deadline, key, options, window, min_votes).await;
+            return completions.conclude(decided, keep_rest).await;
+        }
         let windowed = window.filter(|_| matches!(rule, Rule::Vote(_)));
         if windowed.is_none() {
             // Samples made on demand all start now.
@@ -356,17 +463,18 @@ impl<'a> IntoFuture for Pick<'a> {
 }
 
 /// What a rule decided, before the rest is cancelled.
-struct Decided {
-    selected: Vec<u32>,
-    timed_out: bool,
-    reason: Option<String>,
-    vote: Option<Tally>,
-    score: Option<f64>,
-    windows: Vec<Vec<u32>>,
+pub(crate) struct Decided {
+    pub(crate) selected: Vec<u32>,
+    pub(crate) timed_out: bool,
+    pub(crate) reason: Option<String>,
+    pub(crate) vote: Option<Tally>,
+    pub(crate) score: Option<f64>,
+    pub(crate) windows: Vec<Vec<u32>>,
+    pub(crate) confidence: Option<ConfidenceReport>,
 }
 
 impl Decided {
-    fn nothing(timed_out: bool, reason: &str) -> Self {
+    pub(crate) fn nothing(timed_out: bool, reason: &str) -> Self {
         Decided {
             selected: Vec::new(),
             timed_out,
@@ -374,6 +482,7 @@ impl Decided {
             vote: None,
             score: None,
             windows: Vec::new(),
+            confidence: None,
         }
     }
 }
@@ -402,6 +511,7 @@ async fn first(
             vote: None,
             score: None,
             windows: Vec::new(),
+            confidence: None,
         },
         (None, true) => Decided::nothing(true, reasons[0]),
         (None, false) => Decided::nothing(false, reasons[1]),
@@ -409,7 +519,7 @@ async fn first(
 }
 
 /// Plurality over `key`, decided as soon as the rest cannot change the winner.
-async fn vote(
+pub(crate) async fn vote(
     completions: &Completions,
     deadline: Option<Duration>,
     key: impl Fn(&ChoiceOutput) -> Option<String>,
@@ -477,6 +587,7 @@ async fn vote(
                 vote: Some(tally),
                 score: None,
                 windows: Vec::new(),
+                confidence: None,
             }
         }
         None if timed_out => Decided::nothing(true, "the deadline passed before any choice voted"),
@@ -486,7 +597,7 @@ async fn vote(
 
 /// The windowed vote of [`Pick::window`]: windows of `size` choices in index order, samples
 /// started window by window.
-async fn vote_windowed(
+pub(crate) async fn vote_windowed(
     completions: &Completions,
     deadline: Option<Duration>,
     key: impl Fn(&ChoiceOutput) -> Option<String>,
@@ -620,6 +731,7 @@ async fn vote_windowed(
                 reason: None,
                 score: None,
                 windows,
+                confidence: None,
             }
         }
         None => {
@@ -645,7 +757,7 @@ async fn vote_windowed(
 
 /// The reason nothing won when keys voted but none had `min_votes`: the tally, most votes
 /// first (`tally`: key, votes, order of its first vote).
-fn short_of(min_votes: usize, mut tally: Vec<(String, usize, usize)>) -> String {
+pub(crate) fn short_of(min_votes: usize, mut tally: Vec<(String, usize, usize)>) -> String {
     tally.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
     let listed: Vec<String> = tally.iter().map(|(k, v, _)| format!("{k:?} {v}")).collect();
     format!(
@@ -699,6 +811,7 @@ async fn best(
             vote: None,
             score: Some(s),
             windows: Vec::new(),
+            confidence: None,
         },
         None if timed_out => {
             Decided::nothing(true, "the deadline passed before any choice was scored")
@@ -831,6 +944,7 @@ impl Completions {
             vote,
             score,
             windows,
+            confidence,
         } = decided;
         selected.sort_unstable();
         let sampled = self.samples_made();
@@ -851,6 +965,7 @@ impl Completions {
             score,
             started: sampled.then(|| self.started()),
             windows,
+            confidence,
         }
     }
 }

@@ -2,17 +2,26 @@
 //! tokens, and the vote that stops unsure samples while they stream and weighs the rest by
 //! confidence. Every sample here is a scripted stream whose tokens carry known top-k
 //! log-probabilities, so each token's confidence is known: a token whose top-2 are
-//! `-(c - 1)` and `-(c + 1)` has confidence exactly `c`.
+//! `-c/2` and `-3c/2` has confidence `c` (their negative mean).
 
-use choicewise_core::{Completions, SampleConfidence, Source};
-use futures::{StreamExt, TryStreamExt};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use choicewise_core::{
+    ChoiceOutput, Completions, Confidence, ConfidenceReport, SampleConfidence, Selection, Source,
+};
+use choicewise_test_support::within;
+use futures::{Stream, StreamExt, TryStreamExt, stream};
 use serde_json::{Value, json};
 
-/// The top-2 log-probabilities of a token of confidence `c` (`c >= 1`).
+const SETTLED: Duration = Duration::from_secs(20);
+
+/// A token of confidence `c` with its top-2 log-probabilities.
 fn top2(token: &str, c: f64) -> Value {
-    json!({"token": token, "logprob": -(c - 1.0), "top_logprobs": [
-        {"token": token, "logprob": -(c - 1.0)},
-        {"token": "~", "logprob": -(c + 1.0)},
+    json!({"token": token, "logprob": -c / 2.0, "top_logprobs": [
+        {"token": token, "logprob": -c / 2.0},
+        {"token": "~", "logprob": -1.5 * c},
     ]})
 }
 
@@ -70,4 +79,310 @@ async fn a_choice_without_logprobs_has_none() {
     let completions = Completions::new(Source::reader(sse.as_bytes()));
     let choice = completions.choice(0).await.unwrap();
     assert_eq!(choice.logprobs().count().await, 0);
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+/// The events of a sample answering `Answer: KEY` in as many tokens as `confidences` (at
+/// least 2), each token of that confidence: `Answer: `, empty ones, then the key.
+fn tokens(key: &str, confidences: &[f64]) -> Vec<String> {
+    let last = confidences.len() - 1;
+    (confidences.iter().enumerate())
+        .map(|(i, c)| {
+            let text = match i {
+                0 => "Answer: ",
+                i if i == last => key,
+                _ => "",
+            };
+            token_event(0, text, *c)
+        })
+        .collect()
+}
+
+/// A whole sample: its tokens, its finish, `[DONE]`.
+fn finished(key: &str, confidences: &[f64]) -> Vec<String> {
+    let mut events = tokens(key, confidences);
+    events.push(finish_event(0));
+    events.push("data: [DONE]\n\n".to_string());
+    events
+}
+
+fn answer_of(m: &ChoiceOutput) -> Option<String> {
+    let text = m.message.content.as_deref()?;
+    text.strip_prefix("Answer: ").map(|k| k.trim().to_string())
+}
+
+/// Sets its flag when dropped: tells a test that the upstream holding it was dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// An upstream sending `events`, then stalling forever (a sample still generating); the flag
+/// says it was dropped (its connection closed).
+fn stalling(
+    events: Vec<String>,
+) -> (
+    impl Stream<Item = Result<String, std::io::Error>> + Send + 'static,
+    Arc<AtomicBool>,
+) {
+    let dropped = Arc::new(AtomicBool::new(false));
+    let guard = DropFlag(dropped.clone());
+    let s = stream::iter(events.into_iter().map(Ok))
+        .chain(stream::pending())
+        .map(move |r| {
+            let _keep = &guard;
+            r
+        });
+    (s, dropped)
+}
+
+/// An upstream that sends nothing until `gate` opens, then `events`.
+fn gated(
+    events: Vec<String>,
+    gate: tokio::sync::oneshot::Receiver<()>,
+) -> impl Stream<Item = Result<String, std::io::Error>> + Send + 'static {
+    stream::once(gate)
+        .map(move |_| stream::iter(events.clone().into_iter().map(Ok)))
+        .flatten()
+}
+
+fn ready(events: Vec<String>) -> Source {
+    Source::sse(stream::iter(
+        events.into_iter().map(Ok::<_, std::io::Error>),
+    ))
+    .n(1)
+}
+
+async fn eventually(flag: &AtomicBool) -> bool {
+    for _ in 0..1000 {
+        if flag.load(Ordering::SeqCst) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
+fn report(selection: &Selection) -> &ConfidenceReport {
+    selection.confidence.as_ref().expect("a confidence report")
+}
+
+/// Four warmup samples set the threshold; of the later ones, an unsure sample and one whose
+/// confidence drops mid-way are stopped at once (their upstreams dropped while another
+/// sample is still generating), and a confident one votes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsure_samples_are_stopped_and_their_upstreams_dropped() {
+    // Warmup (groups of 2 tokens): confidences 5, 4, 3 and 6. Sample 2 is below the
+    // threshold it helps set, and runs to its end all the same: warmup samples are never
+    // stopped.
+    let (unsure, unsure_dropped) = stalling(tokens("43", &[1.0, 1.0, 1.0]));
+    // Sure at first, then unsure: its groups are 5, 5, then (5 + 1) / 2 = 3 < 3.3.
+    let (wavering, wavering_dropped) = stalling(tokens("44", &[5.0, 5.0, 5.0, 1.0, 1.0]));
+    let (open, gate) = tokio::sync::oneshot::channel();
+    let completions = Completions::builder().fan_out([
+        ready(finished("42", &[5.0; 4])),
+        ready(finished("42", &[4.0; 4])),
+        ready(finished("41", &[3.0; 4])),
+        ready(finished("42", &[6.0; 4])),
+        Source::sse(unsure).n(1),
+        Source::sse(wavering).n(1),
+        // Confident, but it answers only once the test has seen the others dropped.
+        Source::sse(gated(finished("42", &[5.0; 4]), gate)).n(1),
+    ]);
+    let c = completions.clone();
+    let vote = tokio::spawn(async move {
+        c.vote(answer_of)
+            .confidence(Confidence::new().warmup(4).group_tokens(2))
+            .await
+    });
+    // Stopped and dropped while the vote is still open: promptly, not at its end.
+    assert!(
+        eventually(&unsure_dropped).await,
+        "the unsure upstream was not dropped"
+    );
+    assert!(
+        eventually(&wavering_dropped).await,
+        "the wavering upstream was not dropped"
+    );
+    assert!(!vote.is_finished(), "the vote waits for the gated sample");
+    for index in [4, 5] {
+        let choice = completions.choice(index).await.unwrap();
+        assert!(choice.is_cancelled() && choice.stopped_for_low_confidence());
+    }
+    open.send(()).unwrap();
+    let selection = within(SETTLED, "the vote", vote).await.unwrap();
+
+    let report = report(&selection);
+    // The 0.1 quantile of 3, 4, 5, 6: 3 + 0.3 × (4 - 3).
+    assert!(close(report.threshold().unwrap(), 3.3), "{report:?}");
+    assert_eq!(report.warmup(), [0, 1, 2, 3]);
+    assert_eq!(report.stopped(), [4, 5]);
+    assert!(selection.stopped_for_low_confidence(4) && !selection.stopped_for_low_confidence(6));
+    // The weights: 42 from samples 0, 1, 3 and 6; 41 from sample 2 (warmup, it votes).
+    let weights = report.weights();
+    assert!(close(weights["42"], 5.0 + 4.0 + 6.0 + 5.0) && close(weights["41"], 3.0));
+    assert_eq!(
+        weights.len(),
+        2,
+        "a stopped sample does not vote: {weights:?}"
+    );
+    assert_eq!(selection.selected, [0, 1, 3, 6]);
+    let tally = selection.vote.as_ref().unwrap();
+    assert_eq!(
+        (tally.key.as_str(), tally.votes, tally.counted),
+        ("42", 4, 5)
+    );
+    // Stopped choices ended cancelled, and are listed as such.
+    assert_eq!(selection.cancelled, [4, 5]);
+    let whole = completions.collect().await.unwrap();
+    assert!(whole.choices[4].cancelled && whole.choices[5].cancelled);
+    assert_eq!(whole.choices[2].finish_reason.as_deref(), Some("stop"));
+    // The report's shape.
+    let json = serde_json::to_value(&selection).unwrap();
+    let keys: Vec<&String> = json["confidence"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["stopped", "threshold", "warmup", "weights"]);
+    assert_eq!(json["confidence"]["stopped"], json!([4, 5]));
+    assert_eq!(json["confidence"]["weights"]["41"], 3.0);
+}
+
+/// Samples made on demand: one confident answer outweighs several unsure ones, where the
+/// plain vote would pick the most frequent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vote_is_weighted_by_confidence() {
+    let script = || {
+        vec![
+            finished("8", &[9.0; 3]),
+            finished("7", &[2.0; 3]),
+            finished("7", &[2.5; 3]),
+            finished("7", &[2.2; 3]),
+            finished("7", &[1.0; 3]),
+        ]
+    };
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let log = started.clone();
+    let samples = script();
+    let completions = Completions::builder().samples(5, move |k| {
+        log.lock().unwrap().push(k);
+        ready(samples[k].clone())
+    });
+    let selection = within(
+        SETTLED,
+        "the vote",
+        completions
+            .vote(answer_of)
+            .confidence(Confidence::new().warmup(3).group_tokens(2)),
+    )
+    .await;
+    let report = report(&selection);
+    // The 0.1 quantile of 2, 2.5, 9: 2 + 0.2 × 0.5.
+    assert!(close(report.threshold().unwrap(), 2.1), "{report:?}");
+    assert_eq!(report.stopped(), [4]); // 1.0 < 2.1
+    assert!(close(report.weights()["8"], 9.0));
+    assert!(close(report.weights()["7"], 2.0 + 2.5 + 2.2));
+    assert_eq!(selection.selected, [0]);
+    assert_eq!(selection.vote.as_ref().unwrap().key, "8");
+    // The warmup started first, then the rest, the weighted vote being undecided (9 / 15.7).
+    assert_eq!(*started.lock().unwrap(), [0, 1, 2, 3, 4]);
+    assert_eq!(selection.windows, [vec![0, 1, 2], vec![3, 4]]);
+    assert_eq!(selection.started, Some(5));
+
+    // The plain vote over the same samples picks the most frequent answer.
+    let samples = script();
+    let plain = Completions::builder()
+        .samples(5, move |k| ready(samples[k].clone()))
+        .vote(answer_of)
+        .await;
+    assert_eq!(plain.vote.unwrap().key, "7");
+    assert_eq!(plain.confidence, None);
+}
+
+/// With a window, samples start a few at a time and only while the weighted vote is
+/// undecided: here the first window after the warmup reaches the consensus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_start_only_while_the_weighted_vote_is_undecided() {
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let log = started.clone();
+    let completions = Completions::builder().samples(16, move |k| {
+        log.lock().unwrap().push(k);
+        match k {
+            2 => ready(finished("41", &[1.0; 2])),
+            5 => {
+                // Slow: still generating when the vote is decided.
+                let events = finished("42", &[5.0; 2]);
+                let body = async move {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    Ok::<_, std::io::Error>(events.concat())
+                };
+                Source::sse(stream::once(body)).n(1)
+            }
+            _ => ready(finished("42", &[5.0; 2])),
+        }
+    });
+    let selection = within(
+        SETTLED,
+        "the vote",
+        completions
+            .vote(answer_of)
+            .window(2)
+            .confidence(Confidence::new().warmup(4).group_tokens(2)),
+    )
+    .await;
+    // After the warmup 42 has 15 of 16 (0.9375 < 0.95): one window of 2 starts; sample 4
+    // brings 42 to 20 of 21 (0.952): decided, sample 5 cancelled, none of 6.. started.
+    assert_eq!(*started.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(selection.windows, [vec![0, 1, 2, 3], vec![4, 5]]);
+    assert_eq!(selection.started, Some(6));
+    assert_eq!(selection.selected, [0, 1, 3, 4]);
+    assert_eq!(selection.cancelled, [5]);
+    let report = report(&selection);
+    assert!(
+        report.stopped().is_empty(),
+        "sample 5 was cancelled, not stopped"
+    );
+    assert!(!selection.stopped_for_low_confidence(5));
+    // The 0.1 quantile of 1, 5, 5, 5: 1 + 0.3 × 4.
+    assert!(close(report.threshold().unwrap(), 2.2));
+}
+
+/// Without log-probabilities the rule cannot run: the plain vote decides, and the report
+/// says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_logprobs_the_plain_vote_decides_and_says_why() {
+    let plain = |answer: &str| {
+        let chunk = json!({"choices": [{"index": 0, "delta": {"content": format!("Answer: {answer}")},
+            "finish_reason": "stop"}]});
+        ready(vec![
+            format!("data: {chunk}\n\n"),
+            "data: [DONE]\n\n".to_string(),
+        ])
+    };
+    let completions =
+        Completions::builder().fan_out([plain("42"), plain("41"), plain("42"), plain("40")]);
+    let selection = within(
+        SETTLED,
+        "the vote",
+        completions
+            .vote(answer_of)
+            .confidence(Confidence::new().warmup(2)),
+    )
+    .await;
+    assert_eq!(selection.selected, [0, 2]);
+    assert_eq!(selection.vote.as_ref().unwrap().key, "42");
+    let report = report(&selection);
+    assert_eq!(
+        report.unavailable(),
+        Some("none of the 2 warmup choices carried top log-probabilities")
+    );
+    assert_eq!(report.threshold(), None);
+    let json = serde_json::to_value(&selection).unwrap();
+    assert_eq!(
+        json["confidence"],
+        json!({"unavailable": "none of the 2 warmup choices carried top log-probabilities"})
+    );
 }

@@ -1,0 +1,523 @@
+//! The vote guided by confidence ([`Pick::confidence`](crate::Pick::confidence)): DeepConf's
+//! online algorithm driven over the choices' streams. The arithmetic is
+//! `choicewise-proto`'s ([`SampleConfidence`], [`WeightedVote`], [`Confidence::threshold`]);
+//! this module watches each choice's log-probabilities, stops the unsure ones, starts samples
+//! while the vote is undecided, and reports.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use choicewise_proto::{ChoiceOutput, Confidence, Incomplete, SampleConfidence, WeightedVote};
+
+use crate::choice::Choice;
+use crate::completions::Completions;
+use crate::select::{Decided, Judge, Tally, good, short_of, vote, vote_windowed};
+
+/// What a vote guided by confidence did ([`Selection::confidence`](crate::Selection::confidence)):
+/// either the rule ran ([`Applied`](Self::Applied)), or it could not and the plain vote
+/// decided ([`Unavailable`](Self::Unavailable)) — never a silent change of meaning.
+///
+/// Serialised as `{"threshold": S, "warmup": [..], "stopped": [..], "weights": {"KEY": W}}`
+/// (with `"unscored": [..]` when some finished choices had no log-probabilities), or
+/// `{"unavailable": "REASON"}`.
+///
+/// ```
+/// use choicewise_core::ConfidenceReport;
+/// let report = ConfidenceReport::unavailable_for("no log-probabilities");
+/// assert_eq!(serde_json::to_string(&report).unwrap(), r#"{"unavailable":"no log-probabilities"}"#);
+/// assert_eq!(report.threshold(), None);
+/// assert!(report.stopped().is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+#[non_exhaustive]
+pub enum ConfidenceReport {
+    /// The rule ran.
+    Applied(ConfidenceApplied),
+    /// The rule could not run, and the plain vote decided.
+    Unavailable {
+        /// Why (no warmup choice carried top log-probabilities; the deadline passed before
+        /// the warmup ended).
+        unavailable: String,
+    },
+}
+
+/// The figures of a vote guided by confidence that ran.
+///
+/// ```
+/// use choicewise_core::{ConfidenceApplied, ConfidenceReport};
+/// let applied = ConfidenceApplied::new(2.5, vec![0, 1], vec![3], [("42".to_string(), 7.25)].into());
+/// let json = serde_json::to_value(ConfidenceReport::Applied(applied)).unwrap();
+/// assert_eq!(json, serde_json::json!({"threshold": 2.5, "warmup": [0, 1], "stopped": [3], "weights": {"42": 7.25}}));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct ConfidenceApplied {
+    /// The threshold: the `(1 - keep)` quantile of the warmup choices' confidences.
+    pub threshold: f64,
+    /// The warmup choices' indexes, ascending.
+    pub warmup: Vec<u32>,
+    /// The choices stopped because a group's confidence fell below the threshold,
+    /// ascending. They do not vote. Each was cancelled (listed in
+    /// [`Selection::cancelled`](crate::Selection::cancelled) too), unless its finish arrived
+    /// before the cancel took effect.
+    pub stopped: Vec<u32>,
+    /// Each key's weight: the sum of the confidences of the choices that voted for it.
+    pub weights: BTreeMap<String, f64>,
+    /// Choices that finished with a key but carried no top log-probabilities, so had no
+    /// confidence and did not vote, ascending (left out of the JSON when empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unscored: Vec<u32>,
+}
+
+impl ConfidenceApplied {
+    /// A report with these figures (and no unscored choice), for programs and tests.
+    ///
+    /// ```
+    /// use choicewise_core::ConfidenceApplied;
+    /// let a = ConfidenceApplied::new(1.0, vec![0], vec![], Default::default());
+    /// assert_eq!(a.threshold, 1.0);
+    /// ```
+    pub fn new(
+        threshold: f64,
+        warmup: Vec<u32>,
+        stopped: Vec<u32>,
+        weights: BTreeMap<String, f64>,
+    ) -> Self {
+        ConfidenceApplied {
+            threshold,
+            warmup,
+            stopped,
+            weights,
+            unscored: Vec::new(),
+        }
+    }
+}
+
+impl ConfidenceReport {
+    /// A report of the fallback to the plain vote, with its reason.
+    ///
+    /// ```
+    /// use choicewise_core::ConfidenceReport;
+    /// assert_eq!(ConfidenceReport::unavailable_for("why").unavailable(), Some("why"));
+    /// ```
+    pub fn unavailable_for(reason: impl Into<String>) -> Self {
+        ConfidenceReport::Unavailable {
+            unavailable: reason.into(),
+        }
+    }
+
+    /// Why the rule could not run, when it could not.
+    ///
+    /// ```
+    /// use choicewise_core::{ConfidenceApplied, ConfidenceReport};
+    /// let ran = ConfidenceReport::Applied(ConfidenceApplied::new(1.0, vec![0], vec![], Default::default()));
+    /// assert_eq!(ran.unavailable(), None);
+    /// ```
+    pub fn unavailable(&self) -> Option<&str> {
+        match self {
+            ConfidenceReport::Unavailable { unavailable } => Some(unavailable),
+            ConfidenceReport::Applied(_) => None,
+        }
+    }
+
+    /// The threshold, when the rule ran.
+    ///
+    /// ```
+    /// use choicewise_core::{ConfidenceApplied, ConfidenceReport};
+    /// let ran = ConfidenceReport::Applied(ConfidenceApplied::new(1.5, vec![0], vec![], Default::default()));
+    /// assert_eq!(ran.threshold(), Some(1.5));
+    /// ```
+    pub fn threshold(&self) -> Option<f64> {
+        self.applied().map(|a| a.threshold)
+    }
+
+    /// The warmup choices (empty when the rule did not run).
+    ///
+    /// ```
+    /// use choicewise_core::ConfidenceReport;
+    /// assert!(ConfidenceReport::unavailable_for("why").warmup().is_empty());
+    /// ```
+    pub fn warmup(&self) -> &[u32] {
+        self.applied().map_or(&[], |a| &a.warmup)
+    }
+
+    /// The choices stopped for low confidence (empty when the rule did not run).
+    ///
+    /// ```
+    /// use choicewise_core::{ConfidenceApplied, ConfidenceReport};
+    /// let ran = ConfidenceReport::Applied(ConfidenceApplied::new(1.0, vec![0], vec![4], Default::default()));
+    /// assert_eq!(ran.stopped(), [4]);
+    /// ```
+    pub fn stopped(&self) -> &[u32] {
+        self.applied().map_or(&[], |a| &a.stopped)
+    }
+
+    /// Each key's weight (empty when the rule did not run).
+    ///
+    /// ```
+    /// use choicewise_core::ConfidenceReport;
+    /// assert!(ConfidenceReport::unavailable_for("why").weights().is_empty());
+    /// ```
+    pub fn weights(&self) -> &BTreeMap<String, f64> {
+        static EMPTY: BTreeMap<String, f64> = BTreeMap::new();
+        self.applied().map_or(&EMPTY, |a| &a.weights)
+    }
+
+    /// The figures, when the rule ran.
+    ///
+    /// ```
+    /// use choicewise_core::ConfidenceReport;
+    /// assert!(ConfidenceReport::unavailable_for("why").applied().is_none());
+    /// ```
+    pub fn applied(&self) -> Option<&ConfidenceApplied> {
+        match self {
+            ConfidenceReport::Applied(a) => Some(a),
+            ConfidenceReport::Unavailable { .. } => None,
+        }
+    }
+}
+
+/// A choice's end as the vote sees it.
+struct Ended {
+    index: u32,
+    output: Result<ChoiceOutput, Incomplete<ChoiceOutput>>,
+    confidence: Option<f64>,
+    stopped: bool,
+}
+
+/// Follows one choice's log-probabilities to its end. A choice not in the warmup is stopped
+/// as soon as a full group falls below the threshold (once the threshold is known).
+async fn follow(
+    choice: Choice,
+    group_tokens: usize,
+    warmup: bool,
+    mut threshold: watch::Receiver<Option<f64>>,
+) -> Ended {
+    let mut confidence = SampleConfidence::new(group_tokens);
+    let mut tokens = choice.logprobs();
+    let mut stopped = false;
+    let mut listening = !warmup;
+    loop {
+        if listening
+            && let Some(s) = *threshold.borrow_and_update()
+            && confidence.is_below(s)
+        {
+            stopped = true;
+            break;
+        }
+        tokio::select! {
+            token = tokens.next() => match token {
+                Some(Ok(token)) => {
+                    confidence.push_token(&token);
+                }
+                _ => break,
+            },
+            changed = threshold.changed(), if listening => {
+                if changed.is_err() {
+                    listening = false;
+                }
+            }
+        }
+    }
+    if stopped {
+        // Marked before the cancel: whoever sees the cancel can tell why.
+        choice.mark_low_confidence();
+        choice.cancel();
+    }
+    Ended {
+        index: choice.index(),
+        output: choice.message().await,
+        confidence: confidence.confidence(),
+        stopped,
+    }
+}
+
+/// How a settled choice counts.
+struct Counted {
+    key: Option<String>,
+    confidence: Option<f64>,
+    stopped: bool,
+}
+
+/// The vote of [`Pick::confidence`](crate::Pick::confidence).
+pub(crate) async fn vote_confident(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    key: &Judge<Option<String>>,
+    options: Confidence,
+    window: Option<usize>,
+    min_votes: usize,
+) -> Decided {
+    let began = Instant::now();
+    let warmup_n = options.warmup.max(1);
+    let consensus = if options.consensus.is_nan() {
+        0.95
+    } else {
+        options.consensus.clamp(0.0, 1.0)
+    };
+    let sampled = completions.samples_made();
+    let planned = match sampled {
+        true => Some(completions.planned()),
+        false => completions.expected_choices(),
+    };
+    let mut batches: Vec<Vec<u32>> = Vec::new();
+    // Starts up to `count` more samples; records them as one batch (one choice each).
+    let start = |count: usize, batches: &mut Vec<Vec<u32>>| {
+        if !sampled {
+            return;
+        }
+        let before = completions.started();
+        let started = completions.start_more(count);
+        if started > 0 {
+            batches.push((before as u32..(before + started) as u32).collect());
+        }
+    };
+    start(warmup_n.saturating_sub(completions.started()), &mut batches);
+    if sampled && batches.is_empty() && completions.started() > 0 {
+        // Started by the caller before the vote: the warmup all the same.
+        batches.push((0..completions.started().min(warmup_n) as u32).collect());
+    }
+
+    let (threshold_tx, threshold_rx) = watch::channel(None::<f64>);
+    let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
+    tokio::pin!(sleep);
+    let mut choices = completions.choices();
+    let mut listed = false;
+    let mut seen = 0usize;
+    let mut tasks = JoinSet::new();
+    let mut counted: BTreeMap<u32, Counted> = BTreeMap::new();
+    let mut threshold: Option<f64> = None;
+    let mut weighted = WeightedVote::new();
+    let mut voters: HashMap<String, Vec<u32>> = HashMap::new();
+    let mut rest_started = false;
+    let mut winner: Option<String> = None;
+    let mut timed_out = false;
+    loop {
+        if listed && tasks.is_empty() {
+            break;
+        }
+        tokio::select! {
+            next = choices.next(), if !listed => match next {
+                Some(choice) => {
+                    seen += 1;
+                    let warmup = (choice.index() as usize) < warmup_n;
+                    let rx = threshold_rx.clone();
+                    tasks.spawn(follow(choice, options.group_tokens, warmup, rx));
+                }
+                None => listed = true,
+            },
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                let Ok(ended) = joined else { continue };
+                let voted = match &ended.output {
+                    Ok(output) if good(output) && !ended.stopped => key(output),
+                    _ => None,
+                };
+                counted.insert(ended.index, Counted {
+                    key: voted.clone(),
+                    confidence: ended.confidence,
+                    stopped: ended.stopped,
+                });
+                if let (Some(k), Some(c)) = (&voted, ended.confidence) {
+                    weighted.add(k, c);
+                    voters.entry(k.clone()).or_default().push(ended.index);
+                }
+                if threshold.is_none() {
+                    let total = if listed { Some(seen.max(planned.unwrap_or(0))) } else { planned };
+                    let need = total.map_or(warmup_n, |t| t.min(warmup_n));
+                    let warmup_over = (0..need as u32).all(|i| counted.contains_key(&i))
+                        && (total.is_some() || seen >= warmup_n);
+                    if !warmup_over {
+                        continue;
+                    }
+                    let confidences: Vec<f64> = (0..need as u32)
+                        .filter_map(|i| counted.get(&i)?.confidence)
+                        .collect();
+                    match options.threshold(&confidences) {
+                        Some(s) => {
+                            threshold = Some(s);
+                            let _ = threshold_tx.send(Some(s));
+                        }
+                        None => {
+                            // The plain vote decides instead, over every choice.
+                            drop(tasks);
+                            let reason = format!(
+                                "none of the {need} warmup choices carried top log-probabilities"
+                            );
+                            let left = deadline.map(|d| d.saturating_sub(began.elapsed()));
+                            return fall_back(completions, left, key, window, min_votes, reason)
+                                .await;
+                        }
+                    }
+                }
+                let leads = weighted.leader().is_some_and(|(_, _, votes)| votes >= min_votes);
+                if weighted.reaches(consensus) && leads {
+                    winner = weighted.leader().map(|(k, _, _)| k.to_string());
+                    break;
+                }
+                // Undecided: more samples.
+                match window {
+                    None if !rest_started => {
+                        rest_started = true;
+                        start(usize::MAX, &mut batches);
+                    }
+                    Some(w) => {
+                        let started = completions.started() as u32;
+                        if (0..started).all(|i| counted.contains_key(&i)) {
+                            start(w.max(1), &mut batches);
+                        }
+                    }
+                    None => {}
+                }
+            }
+            () = &mut sleep, if deadline.is_some() => {
+                timed_out = true;
+                break;
+            }
+        }
+    }
+    drop(tasks);
+    let total = planned
+        .unwrap_or(seen)
+        .max(seen)
+        .max(completions.choice_count());
+    let Some(threshold) = threshold else {
+        // The deadline passed before the warmup ended: the plain plurality over what is in.
+        let reason = "the deadline passed before the warmup ended";
+        return plain(&counted, total, timed_out, min_votes, reason);
+    };
+    let winner = winner.or_else(|| {
+        let (k, _, votes) = weighted.leader()?;
+        (votes >= min_votes).then(|| k.to_string())
+    });
+    let report = ConfidenceReport::Applied(ConfidenceApplied {
+        threshold,
+        warmup: (0..warmup_n.min(total) as u32).collect(),
+        stopped: (counted.iter().filter(|(_, c)| c.stopped))
+            .map(|(i, _)| *i)
+            .collect(),
+        weights: weighted
+            .keys()
+            .map(|(k, w, _)| (k.to_string(), w))
+            .collect(),
+        unscored: (counted.iter())
+            .filter(|(_, c)| c.key.is_some() && c.confidence.is_none())
+            .map(|(i, _)| *i)
+            .collect(),
+    });
+    let votes_counted = weighted.keys().map(|(_, _, v)| v).sum();
+    let decided = match winner {
+        Some(k) => {
+            let mut picked = voters.remove(&k).unwrap_or_default();
+            picked.sort_unstable();
+            Decided {
+                vote: Some(Tally {
+                    key: k,
+                    votes: picked.len(),
+                    counted: votes_counted,
+                    choices: total,
+                }),
+                selected: picked,
+                timed_out,
+                reason: None,
+                score: None,
+                windows: Vec::new(),
+                confidence: None,
+            }
+        }
+        None => {
+            let tally: Vec<(String, usize, usize)> = (weighted.keys().enumerate())
+                .map(|(order, (k, _, v))| (k.to_string(), v, order))
+                .collect();
+            let reason = match (tally.is_empty(), timed_out) {
+                (false, _) => short_of(min_votes, tally),
+                (true, true) => "the deadline passed before any choice voted".to_string(),
+                (true, false) => {
+                    "no choice finished with a key, a confidence and no stop to vote on".to_string()
+                }
+            };
+            Decided::nothing(timed_out, &reason)
+        }
+    };
+    Decided {
+        windows: batches,
+        confidence: Some(report),
+        ..decided
+    }
+}
+
+/// No warmup choice carried log-probabilities: the plain vote (windowed with `window`)
+/// decides over every choice, and the report says why.
+async fn fall_back(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    key: &Judge<Option<String>>,
+    window: Option<usize>,
+    min_votes: usize,
+    reason: String,
+) -> Decided {
+    let decided = match window {
+        Some(size) => vote_windowed(completions, deadline, |o| key(o), size, min_votes).await,
+        None => {
+            completions.start_more(usize::MAX);
+            vote(completions, deadline, |o| key(o), min_votes).await
+        }
+    };
+    Decided {
+        confidence: Some(ConfidenceReport::unavailable_for(reason)),
+        ..decided
+    }
+}
+
+/// The plain plurality over the choices settled so far (ties: voted first, by index).
+fn plain(
+    counted: &BTreeMap<u32, Counted>,
+    total: usize,
+    timed_out: bool,
+    min_votes: usize,
+    reason: &str,
+) -> Decided {
+    let mut tally = WeightedVote::new();
+    let mut voters: HashMap<&str, Vec<u32>> = HashMap::new();
+    for (i, c) in counted {
+        if let Some(k) = &c.key {
+            tally.add(k, 1.0);
+            voters.entry(k).or_default().push(*i);
+        }
+    }
+    let report = Some(ConfidenceReport::unavailable_for(reason));
+    match tally.leader() {
+        Some((k, _, votes)) if votes >= min_votes => Decided {
+            selected: voters.remove(k).unwrap_or_default(),
+            timed_out,
+            reason: None,
+            vote: Some(Tally {
+                key: k.to_string(),
+                votes,
+                counted: voters.values().map(Vec::len).sum::<usize>() + votes,
+                choices: total,
+            }),
+            score: None,
+            windows: Vec::new(),
+            confidence: report,
+        },
+        Some(_) => {
+            let listed = (tally.keys().enumerate())
+                .map(|(order, (k, _, v))| (k.to_string(), v, order))
+                .collect();
+            Decided {
+                confidence: report,
+                ..Decided::nothing(timed_out, &short_of(min_votes, listed))
+            }
+        }
+        None => Decided {
+            confidence: report,
+            ..Decided::nothing(timed_out, "the deadline passed before any choice voted")
+        },
+    }
+}
