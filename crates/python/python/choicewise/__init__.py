@@ -1,0 +1,126 @@
+"""Per-choice streams for streamed chat completions with several choices (``n > 1``).
+
+A streamed completion with ``n > 1`` arrives as one stream whose chunks interleave the
+choices, out of order. ``choicewise`` splits it into one stream per choice, with the Rust
+engine underneath (the GIL is released while it parses)::
+
+    import choicewise
+
+    async with choicewise.stream(client, model="gpt-4o-mini", n=3, messages=[...]) as completions:
+        async for choice in completions.choices():      # in order of first appearance
+            asyncio.create_task(show(choice))           # choice.index, choice.content()
+        whole = await completions.collect()             # an openai ChatCompletion
+
+    completions = choicewise.Completions(byte_chunks)   # any sync or async iterable of bytes
+    winner = completions.vote(r"Answer: (\\d+)")         # outside an event loop: the result
+
+Every waiting method (``collect()``, ``vote()``, ``first_finished()``, ``message()``...)
+returns an awaitable when called where an asyncio loop runs, and its result directly
+elsewhere; every iterator (``choices()``, ``content()``, ``function_calls()``) is both an
+iterator and an async iterator. Errors are ``ChoicewiseError`` with ``.kind``, ``.line``,
+``.offset``, ``.choice``.
+"""
+
+import json
+from typing import Any, Dict, Optional
+
+from ._choicewise import (
+    Choice,
+    ChoiceIterator,
+    ChoicewiseError,
+    Completions,
+    FunctionCallIterator,
+    PartialJson,
+    PartialJsonError,
+    Selection,
+    TextIterator,
+    __version__,
+)
+
+__all__ = [
+    "Choice",
+    "ChoiceIterator",
+    "ChoicewiseError",
+    "Completions",
+    "FunctionCallIterator",
+    "PartialJson",
+    "PartialJsonError",
+    "Selection",
+    "TextIterator",
+    "__version__",
+    "stream",
+]
+
+
+def _request_json(params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The request body as JSON, for the token estimate of the prompt (``None`` if some
+    parameter is not plain JSON)."""
+    try:
+        return json.loads(json.dumps(params))
+    except (TypeError, ValueError):
+        return None
+
+
+class stream:
+    """A streamed chat completion request made with an openai client, as ``Completions``.
+
+    ``async with stream(async_client, **params) as completions`` (an ``openai.AsyncOpenAI``),
+    or ``with stream(client, **params)`` (an ``openai.OpenAI``): ``params`` are those of
+    ``client.chat.completions.create`` (``model``, ``n``, ``messages``, ``tools``...),
+    ``stream=True`` is added.
+
+    The request is the client's own (``chat.completions.with_streaming_response``): its
+    base URL, key, headers, retries, timeouts and Azure settings apply, and an error status
+    raises openai's own exception. Its response bytes are read by the Rust engine.
+
+    Leaving the block cancels every choice still open and closes the response; cancelling
+    the task inside the block does the same.
+    """
+
+    def __init__(self, client: Any, **params: Any) -> None:
+        self._client = client
+        self._params = params
+        self._manager: Any = None
+        self.completions: Optional[Completions] = None
+
+    def _start(self, response: Any, chunks: Any) -> Completions:
+        n = self._params.get("n")
+        self.completions = Completions(
+            chunks,
+            n=n if isinstance(n, int) else None,
+            request=_request_json(self._params),
+        )
+        return self.completions
+
+    def _create(self) -> Any:
+        params = dict(self._params)
+        params["stream"] = True
+        return self._client.chat.completions.with_streaming_response.create(**params)
+
+    async def __aenter__(self) -> Completions:
+        self._manager = self._create()
+        if not hasattr(self._manager, "__aenter__"):
+            raise TypeError("async with choicewise.stream(...) needs an openai.AsyncOpenAI client")
+        response = await self._manager.__aenter__()
+        return self._start(response, response.iter_bytes())
+
+    async def __aexit__(self, *exc: Any) -> Optional[bool]:
+        try:
+            if self.completions is not None:
+                self.completions.cancel_except([])
+        finally:
+            return await self._manager.__aexit__(*exc)
+
+    def __enter__(self) -> Completions:
+        self._manager = self._create()
+        if not hasattr(self._manager, "__enter__"):
+            raise TypeError("with choicewise.stream(...) needs an openai.OpenAI client")
+        response = self._manager.__enter__()
+        return self._start(response, response.iter_bytes())
+
+    def __exit__(self, *exc: Any) -> Optional[bool]:
+        try:
+            if self.completions is not None:
+                self.completions.cancel_except([])
+        finally:
+            return self._manager.__exit__(*exc)

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The Python package (crates/python): a venv with the wheel built from this checkout, its
+# tests, and its two figures.
+#
+#   scripts/python.sh install   # .venv-python/: maturin, pytest, openai, jiter from PyPI, then the wheel
+#   scripts/python.sh test      # pytest (crates/python/tests); fails on a failure, or if none ran
+#   scripts/python.sh bench     # the figures of docs/python.md: medians of three runs, as ratios
+#
+# Environment: PYTHON (default python3) makes the venv; CHOICEWISE_PY_PROFILE (default
+# release) is the cargo profile of the wheel: `quick` (opt-level 1) builds faster, for tests;
+# CHOICEWISE_TESTSERVER, the test server binary (default: built here with cargo).
+# Builds run under `nice`, so they leave room to whatever else runs on the machine.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv=${CHOICEWISE_PY_VENV:-$repo/.venv-python}
+profile=${CHOICEWISE_PY_PROFILE:-release}
+
+# Pinned, so that a new release changes nothing here until someone moves the pin.
+MATURIN=maturin==1.16.0
+PYTEST=pytest==9.2.0
+OPENAI=openai==3.54.0
+JITER=jiter==0.19.0
+
+testserver() {
+  if [[ -n ${CHOICEWISE_TESTSERVER:-} ]]; then
+    echo "$CHOICEWISE_TESTSERVER"
+    return
+  fi
+  # --workspace: the features of the workspace's own test build, so it reuses that build.
+  (cd "$repo" && nice -n 10 cargo build --quiet --workspace --bin choicewise-testserver >&2)
+  echo "$repo/target/debug/choicewise-testserver"
+}
+
+case "${1:-}" in
+  install)
+    if [[ ! -x $venv/bin/python ]]; then
+      "${PYTHON:-python3}" -m venv "$venv"
+    fi
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+      "$MATURIN" "$PYTEST" "$OPENAI" "$JITER"
+    rm -rf "$repo/crates/python/target/wheels"
+    # maturin builds the wheel as `pip install ./crates/python` would (same backend), with the
+    # profile chosen.
+    (cd "$repo/crates/python" && nice -n 10 "$venv/bin/maturin" build --quiet --profile "$profile" \
+      --interpreter "$venv/bin/python" --out target/wheels)
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall \
+      --no-deps "$repo"/crates/python/target/wheels/choicewise-*.whl
+    printf 'python.sh: installed %s into %s (%s, profile %s)\n' \
+      "$(basename "$repo"/crates/python/target/wheels/choicewise-*.whl)" "$venv" \
+      "$("$venv/bin/python" --version)" "$profile" >&2
+    ;;
+  test)
+    shift
+    server=$(testserver)
+    status=0
+    CHOICEWISE_TESTSERVER=$server CHOICEWISE_FIXTURES=$repo/tests/fixtures \
+      "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/crates/python/tests" "$@" || status=$?
+    if [[ $status -eq 5 ]]; then
+      echo "python.sh: pytest ran no test" >&2
+      exit 1
+    fi
+    exit "$status"
+    ;;
+  bench)
+    shift
+    CHOICEWISE_FIXTURES=$repo/tests/fixtures "$venv/bin/python" "$repo/crates/python/bench/bench.py" "$@"
+    ;;
+  *)
+    echo "usage: scripts/python.sh install|test|bench" >&2
+    exit 2
+    ;;
+esac
