@@ -505,6 +505,10 @@ impl ClientBuilder {
             .pool_max_idle_per_host(self.max_idle)
             .pool_idle_timeout(IDLE_CONNECTION_LIFETIME)
             .user_agent(concat!("choicewise-client/", env!("CARGO_PKG_VERSION")))
+            // Only the configured server is ever called: a redirect would re-send the
+            // prompt, and a key in a header reqwest does not strip, to another host. A 3xx
+            // is the server's failure, with its status.
+            .redirect(reqwest::redirect::Policy::none())
             .build()?;
         Ok(Client {
             inner: Arc::new(Inner {

@@ -93,6 +93,8 @@ impl ClientError {
 
     /// No connection to `url`: `source` says why.
     pub(crate) fn connect(url: &str, source: reqwest::Error) -> Self {
+        // Its URL may hold credentials (`user:password@`, `?api-key=`): `url` is redacted.
+        let source = source.without_url();
         let mut e = ClientError::new(ClientErrorKind::Connect, connect_cause(&source));
         e.inner.url = Some(url.to_string());
         e.inner.source = Some(Box::new(source));
@@ -108,8 +110,11 @@ impl ClientError {
 
     /// The request failed after it was sent.
     pub(crate) fn request(source: reqwest::Error) -> Self {
+        let url = source.url().map(redact);
+        // Its URL may hold credentials: the message and the source go without it.
+        let source = source.without_url();
         let mut e = ClientError::new(ClientErrorKind::Request, source.to_string());
-        e.inner.url = source.url().map(|u| u.to_string());
+        e.inner.url = url;
         e.inner.source = Some(Box::new(source));
         e
     }
@@ -240,6 +245,17 @@ impl From<reqwest::Error> for ClientError {
     }
 }
 
+/// `url` without what may be a secret: its user name and password, its query (`?api-key=`)
+/// and its fragment.
+pub(crate) fn redact(url: &reqwest::Url) -> String {
+    let mut url = url.clone();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.set_query(None);
+    url.set_fragment(None);
+    url.to_string()
+}
+
 /// Why a connection failed, in plain words: the kind of the innermost cause (`connection
 /// refused`, `no such host`, `timed out`, a TLS failure), then its own message.
 fn connect_cause(error: &reqwest::Error) -> String {
@@ -348,6 +364,17 @@ fn json_message(body: &Value) -> Option<String> {
         .or_else(|| body.get("error").and_then(text))
         .or_else(|| body.get("message").and_then(text))
         .or_else(|| body.get("detail").and_then(text))
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact;
+
+    #[test]
+    fn credentials_and_queries_are_dropped() {
+        let url = reqwest::Url::parse("https://user:pw@h.example:8443/v1/x?api-key=k#f").unwrap();
+        assert_eq!(redact(&url), "https://h.example:8443/v1/x");
+    }
 }
 
 #[cfg(test)]

@@ -187,6 +187,23 @@ impl Client {
         self.inner.url.as_str()
     }
 
+    /// The host the requests go to, with its port when the URL names one (`127.0.0.1:8080`,
+    /// `api.openai.com`): no credentials, no path, no query. What a label or a log may name.
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().base_url("http://user:pw@127.0.0.1:8000/v1?api-key=k").build().unwrap();
+    /// assert_eq!(client.host(), "127.0.0.1:8000");
+    /// ```
+    pub fn host(&self) -> String {
+        let url = &self.inner.url;
+        let host = url.host_str().unwrap_or_default();
+        match url.port() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        }
+    }
+
     /// POSTs the request to `{base_url}/chat/completions` with `"stream": true` forced into
     /// it, retrying as described in [the retry policy](crate#retries). Returns once a `2xx`
     /// status and the headers arrived; the body is not read yet.
@@ -201,7 +218,8 @@ impl Client {
         body.insert("stream".to_string(), Value::Bool(true));
         let body = Value::Object(body);
         let inner = &self.inner;
-        let url_text = || inner.url.to_string();
+        // Errors name the URL without its credentials or query.
+        let url_text = || error::redact(&inner.url);
         let mut retry = 0;
         loop {
             let sent = inner
