@@ -237,6 +237,7 @@ async fn nginx_in_front_of_two_gateways_streams_n_3() {
            server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
                proxy_pass http://choicewise;\n      proxy_http_version 1.1;\n\
                proxy_set_header Connection \"\";\n      proxy_buffering off;\n\
+               proxy_set_header Host localhost;\n\
                proxy_read_timeout 1h;\n    }}\n  }}\n}}\n",
         dir = dir.display(),
         a = host(&base_a),

@@ -31,6 +31,10 @@ pub struct Config {
     pub listen: Option<String>,
     /// The keys clients must send; without it only a loopback address may be listened on.
     pub auth: Option<Auth>,
+    /// Without `[auth]`: the web origins (`https://app.example`) whose pages may call the
+    /// gateway; a request with any other `Origin` header is answered 403.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
     /// Limits of each request and of the gateway.
     #[serde(default)]
     pub limits: Limits,
@@ -73,6 +77,25 @@ pub struct Limits {
     /// How long an upstream may send nothing before its choices fail (seconds, default
     /// 300): a stalled upstream never holds a request forever.
     pub upstream_idle_timeout_s: f64,
+    /// How long a client may take to send a request's headers (seconds, default 10); then
+    /// its connection is closed.
+    pub header_read_timeout_s: f64,
+    /// How long a client may take to send a request's body (seconds, default 30); then it
+    /// is answered 408.
+    pub body_read_timeout_s: f64,
+    /// How long a connection may stay open with no request in flight and nothing received
+    /// (seconds, default 60); then it is closed.
+    pub idle_connection_timeout_s: f64,
+    /// The most client connections open at once (default 4096); beyond it new connections
+    /// are closed at once, and logged.
+    pub max_connections: usize,
+    /// The largest request head (request line and headers), in bytes (default 32768);
+    /// a larger one is answered 431.
+    pub max_header_bytes: usize,
+    /// How long a client may take nothing of an answer it is sent (seconds, default 60, as
+    /// nginx's `send_timeout`); then the answer ends, its samples are cancelled and its
+    /// slot freed.
+    pub client_stall_timeout_s: f64,
 }
 
 impl Default for Limits {
@@ -83,6 +106,12 @@ impl Default for Limits {
             max_body_bytes: 8 * 1024 * 1024,
             max_concurrent_requests: 1024,
             upstream_idle_timeout_s: 300.0,
+            header_read_timeout_s: 10.0,
+            body_read_timeout_s: 30.0,
+            idle_connection_timeout_s: 60.0,
+            max_connections: 4096,
+            max_header_bytes: 32 * 1024,
+            client_stall_timeout_s: 60.0,
         }
     }
 }
@@ -264,11 +293,35 @@ impl Config {
                 "limits: max_n, max_samples and max_concurrent_requests must be above 0".into(),
             );
         }
-        let idle = self.limits.upstream_idle_timeout_s;
-        if !(idle.is_finite() && idle > 0.0) {
-            return err(
-                "limits: upstream_idle_timeout_s must be a number of seconds above 0".into(),
-            );
+        for (name, secs) in [
+            ("upstream_idle_timeout_s", l.upstream_idle_timeout_s),
+            ("header_read_timeout_s", l.header_read_timeout_s),
+            ("body_read_timeout_s", l.body_read_timeout_s),
+            ("idle_connection_timeout_s", l.idle_connection_timeout_s),
+            ("client_stall_timeout_s", l.client_stall_timeout_s),
+        ] {
+            // Above 0, and at most a year: `Duration::from_secs_f64` takes it without panic.
+            if !(secs.is_finite() && secs > 0.0 && secs <= 31_536_000.0) {
+                return err(format!(
+                    "limits: {name} must be a number of seconds above 0 (at most a year)"
+                ));
+            }
+        }
+        if l.max_connections == 0 {
+            return err("limits: max_connections must be above 0".into());
+        }
+        if l.max_header_bytes < 8192 {
+            return err("limits: max_header_bytes must be at least 8192".into());
+        }
+        for origin in &self.allowed_origins {
+            let rest = (origin.strip_prefix("http://"))
+                .or_else(|| origin.strip_prefix("https://"))
+                .unwrap_or_default();
+            if rest.is_empty() || rest.contains(['/', ' ']) {
+                return err(format!(
+                    "allowed_origins: {origin:?} is not an origin (scheme://host[:port], no path)"
+                ));
+            }
         }
         if let Some(endpoint) = &self.telemetry.otlp_endpoint {
             let rest = (endpoint.strip_prefix("http://"))

@@ -140,8 +140,11 @@ fn upstream_error(model: &str, u: &UpstreamRoute, e: &ClientError) -> ApiError {
             error
         }
         _ => {
+            // The upstream is named by its label's host alone: never its URL, which may
+            // hold credentials.
             let why = match e.kind() {
-                ClientErrorKind::Status => e.to_string(),
+                ClientErrorKind::Connect => format!("could not connect: {}", e.message()),
+                ClientErrorKind::Timeout => "no answer in time".to_string(),
                 _ => e.to_string(),
             };
             ApiError::new(

@@ -35,6 +35,8 @@ mod chunks;
 mod config;
 mod engine;
 mod error;
+mod layers;
+mod listen;
 mod metrics;
 mod pace;
 mod request;
@@ -46,9 +48,9 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use choicewise_client::Client;
@@ -95,6 +97,12 @@ struct Inner {
     traces: Option<Arc<Traces>>,
     /// Set by [`Gateway::close`]: open answers end.
     closing: watch::Sender<bool>,
+    /// Without `[auth]`: the web origins whose pages may call the gateway.
+    allowed_origins: Vec<String>,
+    /// The address [`serve`] listens on, once it does: a keyless gateway's own `Host`.
+    listening: std::sync::OnceLock<std::net::SocketAddr>,
+    /// How long open answers may finish after a shutdown signal (`shutdown_grace_s`).
+    grace: Duration,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -170,14 +178,9 @@ impl Gateway {
                 let client = builder.build().map_err(|e| {
                     ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
                 })?;
-                let host = client
-                    .url()
-                    .split_once("://")
-                    .map_or("", |(_, rest)| rest)
-                    .split(['/', '?'])
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
+                // Labels and messages name the host and port only: a base URL's
+                // `user:password@` or `?api-key=` never leaves.
+                let host = client.host();
                 let upstream_model = u.model.clone().unwrap_or_else(|| model.name.clone());
                 routes.push(UpstreamRoute {
                     api: u.api,
@@ -202,20 +205,59 @@ impl Gateway {
                 metrics: Arc::new(Metrics::new()),
                 traces: Traces::new(&config.telemetry)?,
                 closing: watch::Sender::new(false),
+                allowed_origins: config.allowed_origins.clone(),
+                listening: std::sync::OnceLock::new(),
+                grace: config.shutdown_grace(),
             }),
         })
     }
 
     /// The gateway's routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`,
     /// and `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics).
+    ///
+    /// Its layers, outermost first (docs/gateway.md): without `[auth]`, the checks that keep
+    /// web pages out (a loopback `Host`, no `Origin` unless listed in `allowed_origins`, JSON
+    /// bodies only); the client's key, from the headers, on the `/v1` routes; then, for a
+    /// chat request, a declared body over `max_body_bytes` refused and a slot taken
+    /// (`max_concurrent_requests`), held until the answer's last byte.
     pub fn router(&self) -> axum::Router {
-        axum::Router::new()
-            .route("/v1/chat/completions", post(chat_completions))
+        let gw = self.clone();
+        let chat = post(chat_completions).layer(from_fn_with_state(gw.clone(), layers::slots));
+        let api = axum::Router::new()
+            .route("/v1/chat/completions", chat)
             .route("/v1/models", get(list_models))
+            .route_layer(from_fn_with_state(gw.clone(), layers::auth));
+        axum::Router::new()
+            .merge(api)
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(metrics_text))
-            .layer(DefaultBodyLimit::max(self.inner.limits.max_body_bytes))
-            .with_state(self.clone())
+            .layer(from_fn_with_state(gw.clone(), layers::browsers))
+            .with_state(gw)
+    }
+
+    /// Whether `host` (a `Host` header) names this gateway on loopback: `localhost`,
+    /// `127.0.0.1`, `[::1]` or the address it listens on, with the port it listens on when
+    /// it names one and the gateway knows its own.
+    fn loopback_host(&self, host: &str) -> bool {
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port)) if !port.contains(']') => (name, Some(port)),
+            _ => (host, None),
+        };
+        let listening = self.inner.listening.get();
+        let own = listening.map(|a| match a.ip() {
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        });
+        let known = ["localhost", "127.0.0.1", "[::1]"]
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name))
+            || own.as_deref() == Some(name);
+        let port_ok = match (port, listening) {
+            (Some(port), Some(addr)) => port.parse::<u16>().ok() == Some(addr.port()),
+            (Some(port), None) => port.parse::<u16>().is_ok(),
+            (None, _) => true,
+        };
+        known && port_ok
     }
 
     /// Ends every open answer now, as a shutdown does when its grace period is over: each
@@ -293,10 +335,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-async fn list_models(State(gw): State<Gateway>, headers: HeaderMap) -> Response {
-    if let Err(e) = gw.authorize(&headers) {
-        return e.into_response();
-    }
+async fn list_models(State(gw): State<Gateway>) -> Response {
     let data: Vec<Value> = (gw.inner.names.iter())
         .map(|name| json!({"id": name, "object": "model", "created": 0, "owned_by": "choicewise"}))
         .collect();
@@ -314,17 +353,15 @@ async fn metrics_text(State(gw): State<Gateway>) -> Response {
         .into_response()
 }
 
-async fn chat_completions(
-    State(gw): State<Gateway>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn chat_completions(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
     let arrived = Instant::now();
     let mut seen = Seen {
         parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
         ..Seen::default()
     };
-    let response = match serve_chat(&gw, headers, body, arrived, &mut seen).await {
+    let response = match serve_chat(&gw, body, arrived, &mut seen).await {
         Ok(response) => response,
         Err(e) => {
             // Answered before its run began: its span now (a run's is its Finish's).
@@ -354,36 +391,18 @@ struct Seen {
 
 async fn serve_chat(
     gw: &Gateway,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
     arrived: Instant,
     seen: &mut Seen,
 ) -> Result<Response, ApiError> {
-    let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
-            format!(
-                "the gateway serves {} requests at once (max_concurrent_requests); retry later",
-                gw.inner.limits.max_concurrent_requests
-            ),
-        )
-        .code("too_many_requests"));
-    };
-    gw.authorize(&headers)?;
-    let bytes = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            format!(
-                "the request body is larger than {} bytes (max_body_bytes)",
-                gw.inner.limits.max_body_bytes
-            ),
-        )
-        .code("request_too_large"),
-        status => ApiError::new(status, "invalid_request_error", rejection.body_text()),
-    })?;
-    let req = ChatRequest::parse(&bytes, &gw.inner.limits)?;
+    // The key was checked and a slot taken by the layers (`Gateway::router`).
+    let bytes = layers::read_body(gw, body).await?;
+    // Parsing a body of up to max_body_bytes and compiling its vote_by take CPU time: on a
+    // blocking thread, never on the workers that serve every connection.
+    let limits = gw.inner.limits.clone();
+    let req = tokio::task::spawn_blocking(move || ChatRequest::parse(&bytes, &limits))
+        .await
+        .map_err(|_| ApiError::invalid("the request could not be parsed"))??;
     seen.asked = Some(req.model.clone());
     let Some(upstreams) = gw.inner.models.get(&req.model) else {
         return Err(ApiError::new(
@@ -434,9 +453,7 @@ async fn serve_chat(
     }
     let closing = gw.inner.closing.subscribe();
     match req.stream {
-        true => Ok(stream_response(
-            finish, picked, req, envelope, permit, closing,
-        )),
+        true => Ok(stream_response(finish, picked, req, envelope, closing)),
         false => Ok(json_response(finish, picked, req, envelope, closing).await),
     }
 }
@@ -584,14 +601,12 @@ fn stream_response(
     picked: Picked,
     req: ChatRequest,
     envelope: Envelope,
-    permit: tokio::sync::OwnedSemaphorePermit,
     mut closing: watch::Receiver<bool>,
 ) -> Response {
     let open = finish.metrics.open_stream();
     let body = async_stream::stream! {
-        // Held as long as the answer streams; dropped with it when the client goes away,
-        // which cancels every sample and closes every upstream.
-        let _permit = permit;
+        // Dropped with the answer when the client goes away, which cancels every sample
+        // and closes every upstream (`Finish`'s drop).
         let _open = open;
         let run = finish.run();
         let outputs: Vec<_> = (picked.samples.iter().enumerate())
@@ -622,6 +637,8 @@ fn stream_response(
                 }
             };
             let Some((o, out)) = next else { break };
+            // Something to write: from here the upstreams wait while the client is behind.
+            run.pace.writing();
             // One chunk per element, as the upstreams send them; every element already
             // there goes in the same write. The other choices of the same upstream read
             // are published by their own actors, which the runtime may run after this task
@@ -662,6 +679,9 @@ fn stream_response(
             run.pace.sent(len);
         }
         drop(merged);
+        // The usage and the summary wait for the upstreams' ends (a Responses stream's
+        // closing events, the usage chunk), which write nothing until then: read freely.
+        run.pace.caught_up();
         // Cut short by the gateway's close: the choices not finished end now.
         let mut write = Vec::new();
         for c in chunks.iter_mut().filter(|c| !c.finished) {
@@ -767,7 +787,9 @@ async fn json_response(
 }
 
 /// Serves a gateway until Ctrl-C or SIGTERM: listens on `listen` (else the configuration's),
-/// saying `listening on http://ADDR` on stderr once it accepts connections.
+/// saying `listening on http://ADDR` on stderr once it accepts connections, with the
+/// connection bounds of `[limits]` ([`Gateway::serve_on`]). It first raises the process's
+/// soft limit of open files to its hard limit, warning when `max_connections` exceeds it.
 ///
 /// On the signal it stops accepting connections and lets the open answers finish for up to
 /// `shutdown_grace_s`; then it ends the rest ([`Gateway::close`]: their unfinished choices
@@ -793,6 +815,7 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
         encodings.into_iter().for_each(choicewise_usage::preload)
     })
     .await;
+    listen::raise_fd_limit(config.limits.max_connections);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| ServeError::Io(format!("cannot listen on {addr}: {e}")))?;
@@ -800,49 +823,62 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
         .local_addr()
         .map_err(|e| ServeError::Io(e.to_string()))?;
     eprintln!("listening on http://{local}");
-    let served = serve_until_shut_down(&gateway, listener, config.shutdown_grace()).await;
+    let served = gateway.serve_on(listener, shutdown_signal()).await;
     gateway.shutdown_traces().await;
     served
 }
 
-/// [`serve`]'s serving, from listening to the end of the shutdown.
-async fn serve_until_shut_down(
-    gateway: &Gateway,
-    listener: tokio::net::TcpListener,
-    grace: Duration,
-) -> Result<(), ServeError> {
-    let (signalled_tx, mut signalled) = watch::channel(false);
-    use axum::serve::ListenerExt;
-    // Nagle off: a chunk is written as soon as it is made. With it on, each small write after
-    // the first waits for the client's delayed ACK (docs/benchmarks.md, Gateway).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, gateway.router())
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
+impl Gateway {
+    /// Serves [`router`](Self::router) on `listener` until `signal` resolves, then shuts
+    /// down as [`serve`] does (no new connections; open answers get `shutdown_grace_s`,
+    /// then [`close`](Self::close) ends them). Each connection is bounded as `[limits]`
+    /// says: `max_connections`, `max_header_bytes` (431), `header_read_timeout_s`,
+    /// `idle_connection_timeout_s` and `client_stall_timeout_s` (docs/reliability.md).
+    /// Nagle is off: a chunk is written as soon as it is made.
+    ///
+    /// ```no_run
+    /// # use choicewise_gateway::{Config, Gateway};
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let config = Config::from_toml(
+    /// #     "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+    /// # ).unwrap();
+    /// let gateway = Gateway::new(&config)?;
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8787").await?;
+    /// gateway.serve_on(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn serve_on(
+        &self,
+        listener: tokio::net::TcpListener,
+        signal: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        if let Ok(addr) = listener.local_addr() {
+            let _ = self.inner.listening.set(addr);
+        }
+        let grace = self.inner.grace;
+        let (signalled_tx, mut signalled) = watch::channel(false);
+        let server = listen::accept_until(self.clone(), listener, async move {
+            signal.await;
             signalled_tx.send_replace(true);
-        })
-        .into_future();
-    let mut server = std::pin::pin!(server);
-    let io = |e: std::io::Error| ServeError::Io(e.to_string());
-    tokio::select! {
-        done = &mut server => return done.map_err(io),
-        _ = signalled.wait_for(|s| *s) => {}
-    }
-    eprintln!(
-        "shutting down: no new connections; open answers have {}s to finish",
-        grace.as_secs_f64()
-    );
-    if let Ok(done) = tokio::time::timeout(grace, &mut server).await {
-        return done.map_err(io);
-    }
-    eprintln!("grace period over: the open answers end now");
-    gateway.close();
-    match tokio::time::timeout(CLOSE_WAIT, &mut server).await {
-        Ok(done) => done.map_err(io),
-        // Clients that do not read their answers' ends: their connections go with the process.
-        Err(_) => Ok(()),
+        });
+        let mut server = std::pin::pin!(server);
+        tokio::select! {
+            () = &mut server => return Ok(()),
+            _ = signalled.wait_for(|s| *s) => {}
+        }
+        eprintln!(
+            "shutting down: no new connections; open answers have {}s to finish",
+            grace.as_secs_f64()
+        );
+        if tokio::time::timeout(grace, &mut server).await.is_ok() {
+            return Ok(());
+        }
+        eprintln!("grace period over: the open answers end now");
+        self.close();
+        // Clients that do not read their answers' ends: their connections go with the
+        // process.
+        let _ = tokio::time::timeout(CLOSE_WAIT, &mut server).await;
+        Ok(())
     }
 }
 

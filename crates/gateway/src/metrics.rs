@@ -57,6 +57,28 @@ pub(crate) struct Metrics {
     duration: Family<ModelLabels, Histogram, fn() -> Histogram>,
     open_streams: Gauge<i64, AtomicI64>,
     open_upstreams: Gauge<i64, AtomicI64>,
+    connections_refused: Counter,
+    client_stalls: Counter,
+}
+
+/// The finish reasons that are labels as they are; any other an upstream sends is `other`,
+/// so that an upstream cannot grow the metrics without bound.
+const FINISH_LABELS: &[&str] = &[
+    "stop",
+    "length",
+    "tool_calls",
+    "content_filter",
+    "function_call",
+    "error",
+    "cancelled",
+];
+
+/// A finish reason as a label: a known one, else `other`.
+fn finish_label(finish: &str) -> String {
+    match FINISH_LABELS.contains(&finish) {
+        true => finish.to_string(),
+        false => "other".to_string(),
+    }
 }
 
 /// One upstream request's tokens, for [`Metrics::finished`].
@@ -159,8 +181,22 @@ impl Metrics {
             "Upstream responses being read",
             open_upstreams.clone(),
         );
+        let connections_refused = Counter::default();
+        registry.register(
+            "connections_refused",
+            "Client connections closed at once because max_connections were open",
+            connections_refused.clone(),
+        );
+        let client_stalls = Counter::default();
+        registry.register(
+            "client_stalls",
+            "Answers ended because their client took nothing for client_stall_timeout_s",
+            client_stalls.clone(),
+        );
         Metrics {
             registry,
+            connections_refused,
+            client_stalls,
             requests,
             choices,
             tokens,
@@ -213,7 +249,7 @@ impl Metrics {
             self.choices
                 .get_or_create(&ChoiceLabels {
                     model: model.clone(),
-                    finish_reason: sample.finish.clone(),
+                    finish_reason: finish_label(&sample.finish),
                 })
                 .inc();
         }
@@ -236,6 +272,16 @@ impl Metrics {
         self.unselected_tokens
             .get_or_create(&labels)
             .inc_by(outcome.unselected_tokens);
+    }
+
+    /// A client connection closed at once: `max_connections` were open.
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
+    /// An answer ended because its client took nothing for `client_stall_timeout_s`.
+    pub fn client_stalled(&self) {
+        self.client_stalls.inc();
     }
 
     /// Counts a streamed answer as open until the guard is dropped.
@@ -275,6 +321,28 @@ impl Drop for Open {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_finish_reasons_are_one_label() {
+        let metrics = Metrics::new();
+        for i in 0..50 {
+            let outcome = Outcome {
+                samples: vec![SampleEnd {
+                    sample: Some(0),
+                    finish: format!("bomb-{i}"),
+                    message: Default::default(),
+                }],
+                ..Outcome::default()
+            };
+            metrics.finished("m", std::time::Duration::ZERO, &outcome);
+        }
+        let text = metrics.encode();
+        assert!(!text.contains("bomb-"), "{text}");
+        assert!(
+            text.contains(r#"choicewise_choices_total{model="m",finish_reason="other"} 50"#),
+            "{text}"
+        );
+    }
 
     #[test]
     fn counts_and_gauges_show_in_the_text_format() {

@@ -8,11 +8,13 @@
 //! fill and the providers' writes wait, as over one TCP connection.
 //!
 //! Received and sent bytes are not the same bytes (an upstream's chunk and the chunk the
-//! gateway writes for it differ in size, and some upstream events write nothing), so the
-//! count could say "ahead" with nothing left to write. The answer therefore says when it
-//! has written everything available and waits for more ([`Pace::caught_up`]): the gate
-//! opens then, whatever the count. An upstream is held only while its client has bytes to
-//! take and does not take them.
+//! gateway writes for it differ in size, and some upstream events write nothing: keep-alive
+//! comments, a Responses stream's closing events that repeat the whole text), so the count
+//! could say "ahead" with nothing left to write. The answer therefore says when it has
+//! written everything available and waits for the upstreams ([`Pace::caught_up`]): the gate
+//! stays open, whatever the count, until the answer has something to write again
+//! ([`Pace::writing`]). An upstream is held only while its client has bytes to take and
+//! does not take them, never while the answer itself waits for the upstream.
 //!
 //! The gate closes only once the answer streams ([`Pace::streaming`]): before that, a pick
 //! (first finished, a vote) reads its samples as they come, since no client is reading yet.
@@ -40,6 +42,8 @@ pub(crate) struct Pace {
     received: AtomicUsize,
     sent: AtomicUsize,
     streaming: AtomicBool,
+    /// The answer has written everything it had and waits for the upstreams.
+    waiting: AtomicBool,
     room: Notify,
 }
 
@@ -47,8 +51,9 @@ impl Pace {
     /// The answer has begun: from now on the upstreams wait for the client. What was
     /// received before counts as taken (the answer replays it from the choices' logs).
     pub(crate) fn streaming(&self) {
-        self.caught_up();
+        self.writing();
         self.streaming.store(true, Ordering::Release);
+        self.room.notify_waiters();
     }
 
     /// The client took `bytes` of the answer.
@@ -60,17 +65,29 @@ impl Pace {
     }
 
     /// The answer wrote everything the upstreams had sent and waits for more: the
-    /// upstreams may read again.
+    /// upstreams read freely until it has something to write again ([`writing`](Self::writing)).
     pub(crate) fn caught_up(&self) {
         let received = self.received.load(Ordering::Acquire);
         self.sent.fetch_max(received, Ordering::AcqRel);
+        self.waiting.store(true, Ordering::Release);
         self.room.notify_waiters();
     }
 
+    /// The answer has something to write: from now on the upstreams wait while it is more
+    /// than [`AHEAD`] bytes behind them.
+    pub(crate) fn writing(&self) {
+        let received = self.received.load(Ordering::Acquire);
+        self.sent.fetch_max(received, Ordering::AcqRel);
+        self.waiting.store(false, Ordering::Release);
+    }
+
     fn has_room(&self) -> bool {
+        if !self.streaming.load(Ordering::Acquire) || self.waiting.load(Ordering::Acquire) {
+            return true;
+        }
         let received = self.received.load(Ordering::Acquire);
         let sent = self.sent.load(Ordering::Acquire);
-        !self.streaming.load(Ordering::Acquire) || received.saturating_sub(sent) <= AHEAD
+        received.saturating_sub(sent) <= AHEAD
     }
 
     /// Waits while the upstreams are more than [`AHEAD`] bytes ahead of the client.
@@ -154,6 +171,31 @@ mod tests {
                 .is_err()
         );
         // The client caught up: reads go on.
+        pace.caught_up();
+        assert!(upstream.next().await.is_some());
+    }
+
+    #[tokio::test]
+    async fn reads_freely_while_the_answer_waits_for_the_upstream() {
+        let pace = Arc::new(Pace::default());
+        pace.streaming();
+        // Bytes that write nothing for the client (a Responses stream's closing events, or
+        // keep-alive comments), far more than AHEAD: the answer waits all along.
+        pace.caught_up();
+        let upstream = paced(reads(100, 64 * 1024), pace.clone(), Duration::MAX);
+        let all = tokio::time::timeout(Duration::from_secs(5), upstream.count()).await;
+        assert_eq!(all.ok(), Some(100));
+        // Once the answer writes again, the count holds the upstream as before.
+        pace.writing();
+        let mut upstream = Box::pin(paced(reads(100, 64 * 1024), pace.clone(), Duration::MAX));
+        let mut got = 0;
+        while tokio::time::timeout(Duration::from_millis(50), upstream.next())
+            .await
+            .is_ok()
+        {
+            got += 1;
+        }
+        assert_eq!(got, AHEAD / (64 * 1024) + 1);
         pace.caught_up();
         assert!(upstream.next().await.is_some());
     }

@@ -8,6 +8,11 @@ use serde_json::{Map, Value};
 use crate::config::Limits;
 use crate::error::ApiError;
 
+/// The most memory a `vote_by` expression may compile to (the regex crate's size limits):
+/// compiling takes time about proportional to it, so a client's expression costs a bounded
+/// few milliseconds at most.
+const VOTE_BY_SIZE_LIMIT: usize = 256 * 1024;
+
 /// How the samples are picked from.
 #[derive(Debug, Clone)]
 pub(crate) enum Select {
@@ -143,11 +148,22 @@ fn extension_of(
     };
     let vote_by = match ext.get("vote_by") {
         None | Some(Value::Null) => None,
-        Some(Value::String(re)) => Some(regex::Regex::new(re).map_err(|e| {
-            err(format!(
-                "\"choicewise.vote_by\" is not a valid regular expression: {e}"
-            ))
-        })?),
+        Some(Value::String(re)) => Some(
+            regex::RegexBuilder::new(re)
+                .size_limit(VOTE_BY_SIZE_LIMIT)
+                .dfa_size_limit(VOTE_BY_SIZE_LIMIT)
+                .build()
+                .map_err(|e| match e {
+                    regex::Error::CompiledTooBig(_) => err(format!(
+                        "\"choicewise.vote_by\" is too large once compiled (over {} KiB); write a smaller expression",
+                        VOTE_BY_SIZE_LIMIT / 1024
+                    ))
+                    .code("vote_by_too_large"),
+                    e => err(format!(
+                        "\"choicewise.vote_by\" is not a valid regular expression: {e}"
+                    )),
+                })?,
+        ),
         Some(v) => {
             return Err(err(format!(
                 "\"choicewise.vote_by\" must be a string, not {v}"

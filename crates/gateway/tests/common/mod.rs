@@ -7,14 +7,15 @@ use choicewise_gateway::{Config, Gateway};
 use choicewise_testserver::{TestServer, TestServerBuilder, answer};
 
 /// A gateway of this configuration (TOML), its environment read from `env`, served on a free
-/// port of 127.0.0.1; and the gateway itself.
+/// port of 127.0.0.1 with its connection bounds ([`Gateway::serve_on`]); and the gateway
+/// itself.
 pub async fn serve(toml: &str, env: impl Fn(&str) -> Option<String>) -> (SocketAddr, Gateway) {
     let config = Config::from_toml(toml).unwrap();
     let gateway = Gateway::with_env(&config, env).unwrap();
-    let app = gateway.router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let served = gateway.clone();
+    tokio::spawn(async move { served.serve_on(listener, std::future::pending()).await });
     (addr, gateway)
 }
 

@@ -1,0 +1,190 @@
+//! The gateway's request layers, outermost first: the keyless mode's checks against web
+//! pages ([`browsers`]), the client's key ([`auth`]), and the request slots ([`slots`]),
+//! each an axum middleware (a `tower` layer) around plain handlers.
+//!
+//! The order is the point: a request without a valid key is answered 401 from its headers,
+//! before any of its body is read and before it could hold a slot; a body announced larger
+//! than `max_body_bytes` is refused from its `Content-Length` alone; only then does a
+//! request take one of the `max_concurrent_requests` slots, held until its answer's last
+//! byte.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+
+use crate::Gateway;
+use crate::error::ApiError;
+
+/// Without `[auth]`: only loopback `Host`s, no cross-origin page unless its origin is
+/// listed in `allowed_origins`, and JSON bodies only (a page's form or `text/plain` POST
+/// needs no preflight). A web page, or a DNS-rebound name, cannot spend the upstreams' keys.
+pub(crate) async fn browsers(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
+    if !gw.inner.keys.is_empty() {
+        return next.run(request).await;
+    }
+    if let Err(e) = keyless_checks(&gw, request.method(), request.headers()) {
+        gw.inner.metrics.answered("", e.status.as_u16());
+        return e.into_response();
+    }
+    next.run(request).await
+}
+
+fn keyless_checks(gw: &Gateway, method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
+    let forbidden = |message: String| {
+        ApiError::new(StatusCode::FORBIDDEN, "permission_error", message).code("forbidden")
+    };
+    if let Some(host) = headers.get(header::HOST) {
+        let host = host.to_str().unwrap_or_default();
+        if !gw.loopback_host(host) {
+            return Err(forbidden(format!(
+                "the Host {host:?} is not this gateway's: without [auth] it answers only \
+                 localhost, 127.0.0.1, [::1] and its listen address"
+            )));
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default();
+        if !gw.inner.allowed_origins.iter().any(|o| o == origin) {
+            return Err(forbidden(format!(
+                "requests from web pages (Origin {origin:?}) are refused without [auth]; \
+                 list the origin in allowed_origins to accept it"
+            )));
+        }
+    }
+    if method == Method::POST && !is_json(headers) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            "the request body must be JSON: send Content-Type: application/json",
+        )
+        .code("unsupported_media_type"));
+    }
+    Ok(())
+}
+
+/// `Content-Type: application/json`, with or without parameters, or a `+json` type.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return false;
+    };
+    let essence = value
+        .to_str()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// The client's key, from the headers alone: 401 before anything else happens.
+pub(crate) async fn auth(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
+    if let Err(e) = gw.authorize(request.headers()) {
+        gw.inner.metrics.answered("", e.status.as_u16());
+        return e.into_response();
+    }
+    next.run(request).await
+}
+
+/// A declared body over `max_body_bytes` is refused at once (413); then the request takes
+/// a slot (429 when none is free), held until its answer's body is dropped: its last byte
+/// written, or its client gone.
+pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
+    let declared = (request.headers().get(header::CONTENT_LENGTH))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|len| len > gw.inner.limits.max_body_bytes as u64) {
+        let e = too_large(&gw);
+        gw.inner.metrics.answered("", e.status.as_u16());
+        return e.into_response();
+    }
+    let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
+        let e = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "the gateway is serving as many requests as it may at once; retry later",
+        )
+        .code("too_many_requests");
+        gw.inner.metrics.answered("", e.status.as_u16());
+        let mut response = e.into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return response;
+    };
+    let response = next.run(request).await;
+    response.map(|body| {
+        // The slot goes with the body: when hyper drops it, at its end or its client's.
+        let frames = body.into_data_stream().map(move |frame| {
+            let _held = &permit;
+            frame
+        });
+        Body::from_stream(frames)
+    })
+}
+
+/// 413: the body is larger than `max_body_bytes`.
+pub(crate) fn too_large(gw: &Gateway) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request_error",
+        format!(
+            "the request body is larger than {} bytes (max_body_bytes)",
+            gw.inner.limits.max_body_bytes
+        ),
+    )
+    .code("request_too_large")
+}
+
+/// The body, at most `max_body_bytes`, within `body_read_timeout_s`.
+pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    let limit = gw.inner.limits.max_body_bytes;
+    let timeout = std::time::Duration::from_secs_f64(gw.inner.limits.body_read_timeout_s);
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {}s (body_read_timeout_s)",
+                timeout.as_secs_f64()
+            ),
+        )
+        .code("request_timeout")),
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            // A body over the limit, or a connection that failed while sending it.
+            let over = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            Err(match over {
+                true => too_large(gw),
+                false => ApiError::invalid(format!("the request body could not be read: {e}")),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_content_types() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, v.parse().unwrap());
+            is_json(&h)
+        };
+        assert!(with("application/json"));
+        assert!(with("Application/JSON; charset=utf-8"));
+        assert!(with("application/vnd.api+json"));
+        assert!(!with("text/plain"));
+        assert!(!with("application/x-www-form-urlencoded"));
+        assert!(!with("multipart/form-data; boundary=x"));
+        assert!(!is_json(&HeaderMap::new()));
+    }
+}
