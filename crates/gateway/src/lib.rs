@@ -35,6 +35,8 @@ mod chunks;
 mod config;
 mod engine;
 mod error;
+#[allow(dead_code)] // until the router serves /v1/messages and /v1/responses
+mod ingress;
 mod layers;
 mod listen;
 mod metrics;
