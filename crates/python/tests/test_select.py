@@ -1,0 +1,65 @@
+"""Selection while the choices stream: vote() and first_finished() decide early and cancel
+what is no longer needed (a stalled upstream included)."""
+
+import asyncio
+
+import choicewise
+
+
+def answer(text: str) -> bytes:
+    return (
+        f'data: {{"choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":"stop"}}]}}\n\n'
+        "data: [DONE]\n\n"
+    ).encode()
+
+
+async def stalled():
+    yield b'data: {"choices":[{"index":0,"delta":{"content":"thinking"}}]}\n\n'
+    await asyncio.sleep(3600)
+    yield b""
+
+
+def test_vote_decides_early_and_cancels_the_stalled_sample():
+    async def main():
+        completions = choicewise.Completions.fan_out(
+            [answer("Answer: 42"), stalled(), answer("so... Answer: 42"), answer("Answer: 41"), answer("Answer: 42")]
+        )
+        winner = await asyncio.wait_for(completions.vote(r"Answer: (\d+)"), 10)
+        whole = await asyncio.wait_for(completions.collect(), 10)
+        return winner, whole
+
+    winner, whole = asyncio.run(main())
+    # 42 has 3 votes, 41 one: the stalled sample cannot change the winner.
+    assert (winner.key, winner.votes, winner.counted) == ("42", 3, 4)
+    assert winner.selected == [0, 2, 4] and winner.cancelled == [1]
+    assert winner.choice.index == 0 and winner
+    assert "".join(winner.choice.content()) == "Answer: 42"
+    assert whole.choices[1].finish_reason is None
+
+
+def test_first_finished_sync_and_min_votes():
+    completions = choicewise.Completions.fan_out([answer("a"), answer("b")])
+    first = completions.first_finished()
+    assert first.selected in ([0], [1]) and first.key is None
+    none = choicewise.Completions.fan_out([answer("1"), answer("2")]).vote(r"\d", min_votes=2)
+    assert not none and none.choice is None and "no key has 2 votes" in none.reason
+
+
+def test_cancelling_a_task_reading_a_choice_cancels_that_choice():
+    async def main():
+        completions = choicewise.Completions.fan_out([stalled(), answer("done")])
+        slow = await completions.choice(0)
+
+        async def read():
+            return [d async for d in slow.content()]
+
+        task = asyncio.create_task(read())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        whole = await asyncio.wait_for(completions.collect(), 10)
+        return slow, whole
+
+    slow, whole = asyncio.run(main())
+    assert slow.cancelled
+    assert whole.choices[1].message.content == "done"
