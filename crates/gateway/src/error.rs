@@ -12,6 +12,8 @@ pub(crate) struct ApiError {
     pub message: String,
     pub kind: &'static str,
     pub code: Option<String>,
+    /// The request field concerned, when there is one.
+    pub param: Option<String>,
 }
 
 impl ApiError {
@@ -21,6 +23,7 @@ impl ApiError {
             message: message.into(),
             kind,
             code: None,
+            param: None,
         }
     }
 
@@ -36,12 +39,24 @@ impl ApiError {
 
     /// The JSON body.
     pub fn body(&self) -> Value {
-        json!({"error": {"message": self.message, "type": self.kind, "code": self.code}})
+        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+impl From<crate::ingress::IngressError> for ApiError {
+    fn from(e: crate::ingress::IngressError) -> Self {
+        ApiError {
+            status: e.status,
+            message: e.message,
+            kind: "invalid_request_error",
+            code: e.code.map(str::to_string),
+            param: e.param,
+        }
     }
 }

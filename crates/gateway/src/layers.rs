@@ -17,6 +17,44 @@ use futures::StreamExt;
 
 use crate::Gateway;
 use crate::error::ApiError;
+use crate::ingress::{self, Api};
+
+/// The API a path belongs to: its errors are answered in that API's shape.
+pub(crate) fn api_of(path: &str) -> Option<Api> {
+    if path.starts_with("/v1/messages") {
+        Some(Api::Messages)
+    } else if path.starts_with("/v1/responses") {
+        Some(Api::Responses)
+    } else {
+        None
+    }
+}
+
+/// An error answered in the shape of `api` (Chat Completions' when none).
+pub(crate) fn shaped(api: Option<Api>, e: ApiError) -> Response {
+    match api {
+        None => e.into_response(),
+        Some(api) => (e.status, axum::Json(ingress::api_error_body(api, &e))).into_response(),
+    }
+}
+
+/// Any other route: 404 in the shape of the API its path looks like, naming the routes that
+/// exist.
+pub(crate) async fn unknown_route(request: Request) -> Response {
+    let path = request.uri().path().to_string();
+    let e = ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!(
+            "no route {} {path} here: this gateway serves POST /v1/chat/completions, \
+             POST /v1/messages, POST /v1/messages/count_tokens, POST /v1/responses, \
+             GET /v1/models, GET /v1/models/{{id}}, GET /healthz and GET /metrics",
+            request.method()
+        ),
+    )
+    .code("unknown_route");
+    shaped(api_of(&path), e)
+}
 
 /// Without `[auth]`: only loopback `Host`s, no cross-origin page unless its origin is
 /// listed in `allowed_origins`, and JSON bodies only (a page's form or `text/plain` POST
@@ -27,7 +65,7 @@ pub(crate) async fn browsers(State(gw): State<Gateway>, request: Request, next: 
     }
     if let Err(e) = keyless_checks(&gw, request.method(), request.headers()) {
         gw.inner.metrics.answered("", e.status.as_u16());
-        return e.into_response();
+        return shaped(api_of(request.uri().path()), e);
     }
     next.run(request).await
 }
@@ -86,7 +124,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 pub(crate) async fn auth(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
     if let Err(e) = gw.authorize(request.headers()) {
         gw.inner.metrics.answered("", e.status.as_u16());
-        return e.into_response();
+        return shaped(api_of(request.uri().path()), e);
     }
     next.run(request).await
 }
@@ -98,10 +136,11 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     let declared = (request.headers().get(header::CONTENT_LENGTH))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
+    let api = api_of(request.uri().path());
     if declared.is_some_and(|len| len > gw.inner.limits.max_body_bytes as u64) {
         let e = too_large(&gw);
         gw.inner.metrics.answered("", e.status.as_u16());
-        return e.into_response();
+        return shaped(api, e);
     }
     let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
         let e = ApiError::new(
@@ -111,7 +150,7 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
         )
         .code("too_many_requests");
         gw.inner.metrics.answered("", e.status.as_u16());
-        let mut response = e.into_response();
+        let mut response = shaped(api, e);
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));

@@ -31,11 +31,11 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod answer_api;
 mod chunks;
 mod config;
 mod engine;
 mod error;
-#[allow(dead_code)] // until the router serves /v1/messages and /v1/responses
 mod ingress;
 mod layers;
 mod listen;
@@ -224,15 +224,23 @@ impl Gateway {
     /// (`max_concurrent_requests`), held until the answer's last byte.
     pub fn router(&self) -> axum::Router {
         let gw = self.clone();
-        let chat = post(chat_completions).layer(from_fn_with_state(gw.clone(), layers::slots));
+        let slots = || from_fn_with_state(gw.clone(), layers::slots);
         let api = axum::Router::new()
-            .route("/v1/chat/completions", chat)
+            .route(
+                "/v1/chat/completions",
+                post(chat_completions).layer(slots()),
+            )
+            .route("/v1/messages", post(messages).layer(slots()))
+            .route("/v1/responses", post(responses).layer(slots()))
+            .route("/v1/messages/count_tokens", post(count_tokens))
             .route("/v1/models", get(list_models))
+            .route("/v1/models/{id}", get(one_model))
             .route_layer(from_fn_with_state(gw.clone(), layers::auth));
         axum::Router::new()
             .merge(api)
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(metrics_text))
+            .fallback(layers::unknown_route)
             .layer(from_fn_with_state(gw.clone(), layers::browsers))
             .with_state(gw)
     }
@@ -298,16 +306,18 @@ impl Gateway {
         }
     }
 
-    /// Checks the client's key (`Authorization: Bearer KEY`) when keys are configured.
+    /// Checks the client's key (`Authorization: Bearer KEY`, or Anthropic's `x-api-key:
+    /// KEY`) when keys are configured.
     fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         if self.inner.keys.is_empty() {
             return Ok(());
         }
-        let given = headers
+        let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        let given = bearer.or(x_api_key).map(str::trim);
         let known = given.is_some_and(|given| {
             // Every key compared in full, whatever matches: no early exit to time.
             (self.inner.keys.iter()).fold(false, |found, key| {
@@ -319,7 +329,7 @@ impl Gateway {
             (None, _) => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
-                "no API key: send Authorization: Bearer KEY",
+                "no API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
             )
             .code("missing_api_key")),
             (Some(_), false) => Err(ApiError::new(
@@ -344,6 +354,64 @@ async fn list_models(State(gw): State<Gateway>) -> Response {
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
+/// `GET /v1/models/{id}`: the model, or 404 naming it.
+async fn one_model(
+    State(gw): State<Gateway>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if gw.inner.models.contains_key(&id) {
+        return axum::Json(
+            json!({"id": id, "object": "model", "created": 0, "owned_by": "choicewise"}),
+        )
+        .into_response();
+    }
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!("the model {id:?} does not exist here (GET /v1/models lists them)"),
+    )
+    .code("model_not_found")
+    .into_response()
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's tokens, counted with tiktoken (the
+/// encoding of the model's first upstream), said so in `x-choicewise-token-count: estimated`.
+async fn count_tokens(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
+    let api = Some(ingress::Api::Messages);
+    let bytes = match layers::read_body(&gw, request.into_body()).await {
+        Ok(bytes) => bytes,
+        Err(e) => return layers::shaped(api, e),
+    };
+    let gateway = gw.clone();
+    let counted = tokio::task::spawn_blocking(move || {
+        let body = ingress::parse_body(&bytes).map_err(ApiError::from)?;
+        let translated = ingress::anthropic::to_chat_for_count(&body).map_err(ApiError::from)?;
+        let model = translated.reply.model.clone();
+        let Some(routes) = gateway.inner.models.get(&model) else {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                format!("the model {model:?} does not exist here (GET /v1/models lists them)"),
+            ));
+        };
+        let upstream_model = routes.first().map_or(model.as_str(), |r| r.model.as_str());
+        let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+        choicewise_usage::count_prompt(encoding, &translated.chat)
+            .map(|count| count.total)
+            .map_err(|e| ApiError::invalid(format!("the prompt could not be counted: {e}")))
+    })
+    .await
+    .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
+    match counted {
+        Ok(tokens) => (
+            [("x-choicewise-token-count", "estimated")],
+            axum::Json(json!({"input_tokens": tokens})),
+        )
+            .into_response(),
+        Err(e) => layers::shaped(api, e),
+    }
+}
+
 async fn metrics_text(State(gw): State<Gateway>) -> Response {
     (
         [(
@@ -356,6 +424,26 @@ async fn metrics_text(State(gw): State<Gateway>) -> Response {
 }
 
 async fn chat_completions(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
+    answer(gw, request, None).await
+}
+
+/// `POST /v1/messages`: Anthropic's Messages API over any configured model.
+async fn messages(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
+    answer(gw, request, Some(ingress::Api::Messages)).await
+}
+
+/// `POST /v1/responses`: OpenAI's Responses API (stateless) over any configured model.
+async fn responses(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
+    answer(gw, request, Some(ingress::Api::Responses)).await
+}
+
+/// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
+/// API's terms, its failures included.
+async fn answer(
+    gw: Gateway,
+    request: axum::extract::Request,
+    api: Option<ingress::Api>,
+) -> Response {
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
     let arrived = Instant::now();
@@ -363,14 +451,14 @@ async fn chat_completions(State(gw): State<Gateway>, request: axum::extract::Req
         parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
         ..Seen::default()
     };
-    let response = match serve_chat(&gw, body, arrived, &mut seen).await {
+    let response = match serve_chat(&gw, body, arrived, &mut seen, api).await {
         Ok(response) => response,
         Err(e) => {
             // Answered before its run began: its span now (a run's is its Finish's).
             if let (Some(traces), Some(parent)) = (&gw.inner.traces, &seen.parent) {
                 traces.record_error(parent, arrived.elapsed(), seen.asked.as_deref(), &e);
             }
-            e.into_response()
+            layers::shaped(api, e)
         }
     };
     gw.inner
@@ -396,15 +484,27 @@ async fn serve_chat(
     body: Body,
     arrived: Instant,
     seen: &mut Seen,
+    api: Option<ingress::Api>,
 ) -> Result<Response, ApiError> {
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(gw, body).await?;
-    // Parsing a body of up to max_body_bytes and compiling its vote_by take CPU time: on a
-    // blocking thread, never on the workers that serve every connection.
+    // Parsing a body of up to max_body_bytes (translating it from the client's API) and
+    // compiling its vote_by take CPU time: on a blocking thread, never on the workers that
+    // serve every connection.
     let limits = gw.inner.limits.clone();
-    let req = tokio::task::spawn_blocking(move || ChatRequest::parse(&bytes, &limits))
-        .await
-        .map_err(|_| ApiError::invalid("the request could not be parsed"))??;
+    let (req, reply) = tokio::task::spawn_blocking(move || match api {
+        None => Ok::<_, ApiError>((ChatRequest::parse(&bytes, &limits)?, None)),
+        Some(api) => {
+            let translated = ingress::parse_body(&bytes)
+                .and_then(|body| ingress::to_chat(api, &body))
+                .map_err(ApiError::from)?;
+            let chat = serde_json::to_vec(&translated.chat)
+                .map_err(|e| ApiError::invalid(e.to_string()))?;
+            Ok((ChatRequest::parse(&chat, &limits)?, Some(translated.reply)))
+        }
+    })
+    .await
+    .map_err(|_| ApiError::invalid("the request could not be parsed"))??;
     seen.asked = Some(req.model.clone());
     let Some(upstreams) = gw.inner.models.get(&req.model) else {
         return Err(ApiError::new(
@@ -454,9 +554,11 @@ async fn serve_chat(
         span.response_id = Some(envelope.id.clone());
     }
     let closing = gw.inner.closing.subscribe();
-    match req.stream {
-        true => Ok(stream_response(finish, picked, req, envelope, closing)),
-        false => Ok(json_response(finish, picked, req, envelope, closing).await),
+    match (reply, req.stream) {
+        (None, true) => Ok(stream_response(finish, picked, req, envelope, closing)),
+        (None, false) => Ok(json_response(finish, picked, req, envelope, closing).await),
+        (Some(reply), true) => Ok(answer_api::stream(finish, picked, req, reply, closing)),
+        (Some(reply), false) => Ok(answer_api::json(finish, picked, req, reply, closing).await),
     }
 }
 

@@ -33,7 +33,9 @@ mod round_trip;
 use std::fmt;
 
 use axum::http::StatusCode;
-use choicewise_core::{ChoiceEvent, ChoiceOutput, Usage};
+#[cfg(test)]
+use choicewise_core::Usage;
+use choicewise_core::{ChoiceEvent, ChoiceOutput};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -100,7 +102,9 @@ impl IngressError {
         }
     }
 
-    /// The error's JSON body in `api`'s shape.
+    /// The error's JSON body in `api`'s shape (the gateway answers through
+    /// [`ApiError`]'s conversion and [`api_error_body`]; the tests check this shape).
+    #[cfg(test)]
     pub fn body(&self, api: Api) -> Value {
         match api {
             Api::Messages => anthropic::error_body(self.status, &self.message),
@@ -158,7 +162,7 @@ pub(crate) fn api_error_body(api: Api, error: &ApiError) -> Value {
             error.status,
             &error.message,
             Some(error.kind),
-            None,
+            error.param.as_deref(),
             error.code.as_deref(),
         ),
     }
@@ -171,11 +175,13 @@ pub(crate) struct Translated {
     /// extension as sent, and the translated sampling and tool fields. No `n`.
     pub chat: Value,
     /// The client asked for a streamed answer.
+    #[allow(dead_code)] // the chat body carries it too; read by the tests
     pub stream: bool,
     /// The client's own fields that an upstream of the same API takes as they are but Chat
     /// Completions cannot carry: Anthropic's `thinking` (its budget), Responses'
     /// `reasoning` (with `summary`). An upstream of the client's API may restore them over
     /// the Chat Completions approximation (`reasoning_effort`).
+    #[allow(dead_code)] // for the upstream reshaping to restore; read by the tests
     pub native: Map<String, Value>,
     /// What the answer needs.
     pub reply: Reply,
@@ -299,6 +305,7 @@ impl Tokens {
     }
 
     /// From the library's [`Usage`].
+    #[cfg(test)]
     pub fn from_usage(usage: &Usage) -> Tokens {
         let detail = |outer: &str, inner: &str| {
             (usage.details.get(outer))

@@ -20,6 +20,7 @@ pub async fn serve(toml: &str, env: impl Fn(&str) -> Option<String>) -> (SocketA
 }
 
 /// A sample that sends `events` events, then stalls as long as the client stays.
+#[allow(dead_code)] // not every test binary that shares this module stalls an upstream
 pub fn stalled(events: usize) -> TestServerBuilder {
     TestServer::builder()
         .body(answer("let me think about it"))

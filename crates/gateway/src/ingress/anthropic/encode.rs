@@ -31,7 +31,10 @@ enum Phase {
     /// The choice finished (its reason); its last block closed.
     Finished(Text),
     /// The last frame is written; whether the choice had finished.
-    Closed { finished: bool },
+    Closed {
+        #[allow(dead_code)] // shown by Debug, in the tests' messages
+        finished: bool,
+    },
 }
 
 /// An open content block.

@@ -32,7 +32,10 @@ enum Phase {
     /// The choice finished (its reason); its last item closed.
     Finished(Text),
     /// The last event is written; whether the choice had finished.
-    Closed { finished: bool },
+    Closed {
+        #[allow(dead_code)] // shown by Debug, in the tests' messages
+        finished: bool,
+    },
 }
 
 /// An open output item.

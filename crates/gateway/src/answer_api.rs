@@ -1,0 +1,190 @@
+//! The answers of `POST /v1/messages` and `POST /v1/responses`: the request's one output
+//! choice written in the client's API by its [`Encoder`](crate::ingress::Encoder), streamed
+//! or as one object, with the same back-pressure, shutdown and accounting as the chat answer.
+
+use std::task::Poll;
+
+use axum::body::{Body, Bytes};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tokio::sync::watch;
+
+use crate::engine::Picked;
+use crate::ingress::{self, Reply, Tokens};
+use crate::request::{ChatRequest, Select};
+use crate::{Finish, Out, SHUT_DOWN, WRITE_BYTES, closed, output};
+
+/// The streamed answer: the API's opening events at once, then the output choice's events as
+/// they come, then its end (usage, stop reason, the pick's summary) or its failure.
+pub(crate) fn stream(
+    mut finish: Finish,
+    picked: Picked,
+    req: ChatRequest,
+    reply: Reply,
+    mut closing: watch::Receiver<bool>,
+) -> Response {
+    let open = finish.metrics.open_stream();
+    let body = async_stream::stream! {
+        let _open = open;
+        let run = finish.run();
+        let sample = picked.samples[0];
+        let index = run.index_of(sample);
+        let mut events = output(run.completions.clone(), index);
+        let mut encoder = reply.encoder();
+        let mut write = Vec::with_capacity(512);
+        encoder.start(&mut write);
+        yield Ok::<_, std::convert::Infallible>(Bytes::from(std::mem::take(&mut write)));
+        run.pace.streaming();
+        let mut failure: Option<String> = None;
+        let mut first = true;
+        let mut ended = false;
+        while !ended {
+            let next = match futures::poll!(events.next()) {
+                Poll::Ready(next) => next,
+                Poll::Pending => {
+                    run.pace.caught_up();
+                    tokio::select! {
+                        biased;
+                        next = events.next() => next,
+                        () = closed(&mut closing) => {
+                            failure.get_or_insert_with(|| SHUT_DOWN.to_string());
+                            None
+                        }
+                    }
+                }
+            };
+            let Some(out) = next else { break };
+            run.pace.writing();
+            let mut take = |out: Out, write: &mut Vec<u8>| match out {
+                Out::Event(event) => encoder.event(&event, write),
+                Out::Failed(why) => {
+                    failure.get_or_insert(why);
+                }
+                Out::Ended => {}
+            };
+            take(out, &mut write);
+            while write.len() < WRITE_BYTES {
+                match futures::poll!(events.next()) {
+                    Poll::Ready(Some(out)) => take(out, &mut write),
+                    Poll::Ready(None) => {
+                        ended = true;
+                        break;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            if write.is_empty() {
+                continue;
+            }
+            if std::mem::take(&mut first) {
+                let after = finish.arrived.elapsed();
+                finish.metrics.first_chunk(&finish.model, after);
+                if let Some(span) = &finish.span {
+                    let _ = span.first_chunk.set(after);
+                }
+            }
+            let len = write.len();
+            yield Ok(Bytes::from(std::mem::take(&mut write)));
+            run.pace.sent(len);
+        }
+        drop(events);
+        run.pace.caught_up();
+        if *closing.borrow() {
+            run.completions.cancel_except(&[]);
+        }
+        let summary = match req.select {
+            Select::All => None,
+            _ => Some(run.summary(&picked).await),
+        };
+        // A choice whose events ended without its finish ends as a failure (the encoder's
+        // `end` writes it so itself; said here for the log of the request).
+        let unfinished = failure.is_none() && !encoder.finished();
+        match failure {
+            Some(why) => encoder.failed(&why, summary.as_ref(), &mut write),
+            None => {
+                let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
+                let stop_reason = match index {
+                    Some(i) => match run.completions.choice(i).await {
+                        Some(choice) => choice.message().await.ok().and_then(|o| o.stop_reason),
+                        None => None,
+                    },
+                    None => None,
+                };
+                encoder.end(&usage, stop_reason.as_deref(), summary.as_ref(), &mut write);
+            }
+        }
+        if unfinished {
+            finish.failure = Some("no_finish");
+        }
+        finish.complete();
+        yield Ok(Bytes::from(write));
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The answer as one object (an Anthropic `message`, a Responses `response`); a choice that
+/// failed, or was cut short by a shutdown, is a 502 in the API's error shape.
+pub(crate) async fn json(
+    mut finish: Finish,
+    picked: Picked,
+    req: ChatRequest,
+    reply: Reply,
+    mut closing: watch::Receiver<bool>,
+) -> Response {
+    let run = finish.run();
+    let answer = async {
+        let choice = match run.index_of(picked.samples[0]) {
+            Some(index) => run.completions.choice(index).await,
+            None => None,
+        };
+        let Some(choice) = choice else {
+            return Err("the upstream ended without this choice".to_string());
+        };
+        let out = match choice.message().await {
+            Ok(out) if out.cancelled => return Err(SHUT_DOWN.to_string()),
+            Ok(out) => out,
+            Err(incomplete) => return Err(incomplete.error.to_string()),
+        };
+        if out.finish_reason.is_none() {
+            return Err("the upstream ended the choice without a finish reason".to_string());
+        }
+        let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
+        let summary = match req.select {
+            Select::All => None,
+            _ => Some(run.summary(&picked).await),
+        };
+        Ok(reply.message(&out, &usage, summary.as_ref()))
+    };
+    let ends = async {
+        closed(&mut closing).await;
+        run.completions.cancel_except(&[]);
+    };
+    let answer = {
+        let mut answer = std::pin::pin!(answer);
+        tokio::select! {
+            answer = &mut answer => answer,
+            () = ends => answer.await,
+        }
+    };
+    finish.complete();
+    match answer {
+        Ok(body) => axum::Json(body).into_response(),
+        Err(why) => {
+            finish.failure = Some("choice_failed");
+            let status = StatusCode::BAD_GATEWAY;
+            let message = format!("model {:?}: {why}", req.model);
+            (
+                status,
+                axum::Json(ingress::error_body(reply.api, status, &message)),
+            )
+                .into_response()
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The gateway serving the SDKs' own APIs, Anthropic Messages (`/v1/messages`) and OpenAI
+//! Responses (`/v1/responses`), over a Chat Completions upstream: real loopback HTTP, the
+//! project's test server as the upstream.
+
+use std::net::SocketAddr;
+
+use choicewise_testserver::{Failure, TestServer, answer};
+use serde_json::{Value, json};
+
+mod common;
+use common::serve;
+
+fn env(name: &str) -> Option<String> {
+    (name == "CLIENT_KEYS").then(|| "sk-a".to_string())
+}
+
+async fn gateway(upstream: &TestServer) -> SocketAddr {
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+        upstream.base_url()
+    );
+    serve(&toml, env).await.0
+}
+
+async fn post(addr: SocketAddr, path: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .header("x-api-key", "sk-a")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Each SSE frame's event name and data.
+async fn frames(response: reqwest::Response) -> Vec<(String, Value)> {
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let text = response.text().await.unwrap();
+    assert!(!text.contains("[DONE]"));
+    text.split("\n\n")
+        .filter(|f| !f.trim().is_empty())
+        .map(|frame| {
+            let mut name = String::new();
+            let mut data = Value::Null;
+            for line in frame.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_string();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(d).unwrap();
+                }
+            }
+            assert_eq!(data["type"], name.as_str(), "{frame}");
+            (name, data)
+        })
+        .collect()
+}
+
+fn messages_request(stream: bool) -> Value {
+    json!({"model": "m", "max_tokens": 100, "stream": stream,
+           "system": "Be brief.", "messages": [{"role": "user", "content": "hi"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_streamed_and_not() {
+    let upstream = TestServer::builder()
+        .body(answer("Hello from chat"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    let frames = frames(post(addr, "/v1/messages", messages_request(true)).await).await;
+    let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[..3], ["message_start", "content_block_start", "ping"]);
+    assert_eq!(
+        names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"]
+    );
+    let text: String = frames
+        .iter()
+        .filter(|(n, _)| n == "content_block_delta")
+        .map(|(_, d)| d["delta"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(text, "Hello from chat");
+    let delta = &frames[frames.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+    assert!(delta["usage"]["output_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(frames[0].1["message"]["model"], "m");
+    // The upstream got a Chat Completions request with the system message first.
+    let sent = upstream.requests()[0].json.clone().unwrap();
+    assert_eq!(sent["messages"][0]["role"], "system");
+    assert_eq!(sent["max_tokens"], 100);
+
+    let message: Value = post(addr, "/v1/messages", messages_request(false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(message["type"], "message");
+    assert_eq!(message["content"][0]["text"], "Hello from chat");
+    assert_eq!(message["stop_reason"], "end_turn");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_failures_in_anthropic_terms() {
+    let upstream = TestServer::builder()
+        .fail(Failure::status(503).message("down for maintenance"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    let error = |v: &Value| (v["type"].clone(), v["error"]["type"].clone());
+    // No max_tokens: 400, as at Anthropic.
+    let mut body = messages_request(false);
+    body.as_object_mut().unwrap().remove("max_tokens");
+    let r = post(addr, "/v1/messages", body).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(error(&v), (json!("error"), json!("invalid_request_error")));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_tokens")
+    );
+    // No key: 401, in Anthropic's shape.
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/messages"))
+        .json(&messages_request(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(error(&v), (json!("error"), json!("authentication_error")));
+    // The upstream fails: 502 in Anthropic's shape, naming the upstream.
+    let r = post(addr, "/v1/messages", messages_request(false)).await;
+    assert_eq!(r.status(), 502);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "error");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("503"),
+        "{v}"
+    );
+    // An unknown route under /v1/messages: 404 in Anthropic's shape.
+    let r = post(addr, "/v1/messages/batches", json!({})).await;
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(error(&v), (json!("error"), json!("not_found_error")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_streamed_and_not() {
+    let upstream = TestServer::builder()
+        .body(answer("Hello from chat"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    let request = |stream: bool| {
+        json!({"model": "m", "stream": stream, "instructions": "Be brief.", "input": "hi",
+               "max_output_tokens": 50})
+    };
+    let frames = frames(post(addr, "/v1/responses", request(true)).await).await;
+    let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[..2], ["response.created", "response.in_progress"]);
+    assert_eq!(names.last(), Some(&"response.completed"));
+    for (k, (_, data)) in frames.iter().enumerate() {
+        assert_eq!(data["sequence_number"], k as u64);
+    }
+    let text: String = frames
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(text, "Hello from chat");
+    let done = &frames.last().unwrap().1["response"];
+    assert_eq!(done["status"], "completed");
+    assert!(done["usage"]["output_tokens"].as_u64().unwrap() > 0);
+
+    let response: Value = post(addr, "/v1/responses", request(false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(response["object"], "response");
+    let item = response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "message")
+        .unwrap();
+    assert_eq!(item["content"][0]["text"], "Hello from chat");
+
+    // State the gateway does not keep: 400 naming the field, in OpenAI's shape.
+    let mut stored = request(false);
+    stored["store"] = json!(true);
+    let r = post(addr, "/v1/responses", stored).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "store");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selection_through_each_api() {
+    let upstream = TestServer::builder()
+        .body(answer("Answer: 42"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    let extension = json!({"samples": 3, "select": "first_finished"});
+    let mut body = messages_request(true);
+    body["choicewise"] = extension.clone();
+    let frames_m = frames(post(addr, "/v1/messages", body).await).await;
+    let delta = &frames_m[frames_m.len() - 2].1;
+    assert_eq!(delta["type"], "message_delta");
+    assert_eq!(delta["choicewise"]["decision"], "first_finished", "{delta}");
+    let body = json!({"model": "m", "stream": true, "input": "hi", "choicewise": extension});
+    let frames_r = frames(post(addr, "/v1/responses", body).await).await;
+    let last = &frames_r.last().unwrap().1;
+    assert!(last["choicewise"].is_object(), "{last}");
+    // One request with n = 3 each time (a chat upstream is native).
+    let sent: Vec<u64> = upstream
+        .requests()
+        .iter()
+        .map(|r| r.json.as_ref().unwrap()["n"].as_u64().unwrap_or(1))
+        .collect();
+    assert_eq!(sent, [3, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_counts_and_unknown_routes() {
+    let upstream = TestServer::builder().start().await.unwrap();
+    let addr = gateway(&upstream).await;
+    let client = reqwest::Client::new();
+    let get = |path: &str| {
+        client
+            .get(format!("http://{addr}{path}"))
+            .bearer_auth("sk-a")
+            .send()
+    };
+    let model: Value = get("/v1/models/m").await.unwrap().json().await.unwrap();
+    assert_eq!(model["id"], "m");
+    let missing = get("/v1/models/nope").await.unwrap();
+    assert_eq!(missing.status(), 404);
+    for path in ["/v1/completions", "/v1/embeddings", "/v1/chat/completion"] {
+        let r = client
+            .post(format!("http://{addr}{path}"))
+            .bearer_auth("sk-a")
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        let v: Value = r.json().await.unwrap();
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(path) && message.contains("/v1/chat/completions"),
+            "{message}"
+        );
+    }
+    let r = post(
+        addr,
+        "/v1/messages/count_tokens",
+        json!({"model": "m", "messages": [{"role": "user", "content": "Hello there, how are you?"}]}),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-choicewise-token-count"], "estimated");
+    let v: Value = r.json().await.unwrap();
+    assert!(v["input_tokens"].as_u64().unwrap() > 5, "{v}");
+    assert_eq!(upstream.request_count(), 0);
+}
