@@ -34,6 +34,9 @@ pub(crate) struct Element {
 #[derive(Debug, Clone, PartialEq)]
 enum Delta {
     Empty,
+    /// A choice's opening: its role, and `content: null` as the upstream's own opening
+    /// carries it (never `""`, which clients would take as a text part).
+    Opening,
     Content(Text),
     Reasoning(Text),
     Refusal(Text),
@@ -79,10 +82,19 @@ impl ChoiceChunks {
         }
     }
 
+    /// The choice's opening element (its role, `content: null`), written for every choice
+    /// in index order before any upstream is heard from: clients that index choices by
+    /// position (openai-python's stream helper) then find each one in place.
+    pub fn opening(&mut self) -> Element {
+        self.element(None, Delta::Opening, None)
+    }
+
     /// The element for one event, if it shows in a chunk.
     pub fn event(&mut self, event: &ChoiceEvent) -> Option<Element> {
         let (role, delta) = match event {
-            ChoiceEvent::Role(role) => (Some(role.clone()), Delta::Content(Text::from(""))),
+            // The opening was written already.
+            ChoiceEvent::Role(_) if self.role_sent => return None,
+            ChoiceEvent::Role(role) => (Some(role.clone()), Delta::Opening),
             ChoiceEvent::Content(t) => (None, Delta::Content(t.clone())),
             ChoiceEvent::Reasoning(t) => (None, Delta::Reasoning(t.clone())),
             ChoiceEvent::Refusal(t) => (None, Delta::Refusal(t.clone())),
@@ -155,6 +167,7 @@ impl Serialize for DeltaOut<'_> {
         let mut tool_calls = None;
         match delta {
             Delta::Empty => {}
+            Delta::Opening => map.serialize_entry("content", &None::<&str>)?,
             Delta::Content(t) => map.serialize_entry("content", &**t)?,
             Delta::Reasoning(t) => map.serialize_entry("reasoning_content", &**t)?,
             Delta::Refusal(t) => map.serialize_entry("refusal", &**t)?,
@@ -302,7 +315,7 @@ mod tests {
         let role = c.event(&ChoiceEvent::Role("assistant".into())).unwrap();
         assert_eq!(
             written(&role),
-            r#"{"delta":{"content":"","role":"assistant"},"finish_reason":null,"index":0,"logprobs":null}"#
+            r#"{"delta":{"content":null,"role":"assistant"},"finish_reason":null,"index":0,"logprobs":null}"#
         );
         let reasoning = c.event(&ChoiceEvent::Reasoning("hm".into())).unwrap();
         assert_eq!(

@@ -722,10 +722,16 @@ fn stream_response(
             (0..outputs.len() as u32).map(ChoiceChunks::new).collect();
         let several = outputs.len() > 1;
         let mut merged = futures::stream::select_all(outputs);
+        let prefix = envelope.prefix();
+        // Every choice's opening, in index order, in the first write: waiting for no upstream.
+        let mut opening = Vec::with_capacity(256 * chunks.len());
+        for c in chunks.iter_mut() {
+            chunk_event(&mut opening, &prefix, &c.opening());
+        }
+        yield Ok::<_, std::convert::Infallible>(Bytes::from(opening));
         let mut first = true;
         // From here the upstreams read no further ahead of this client than pace::AHEAD.
         run.pace.streaming();
-        let prefix = envelope.prefix();
         let mut ended = false;
         while !ended {
             let next = match futures::poll!(merged.next()) {
@@ -779,7 +785,7 @@ fn stream_response(
             }
             // Counted as taken once hyper asks for more, which it does when it can write.
             let len = write.len();
-            yield Ok::<_, std::convert::Infallible>(Bytes::from(write));
+            yield Ok(Bytes::from(write));
             run.pace.sent(len);
         }
         drop(merged);
@@ -835,12 +841,15 @@ async fn json_response(
     let run = finish.run();
     let answer = async {
         let mut choices = Vec::new();
+        // Why each output choice failed, when it did.
+        let mut failures = Vec::new();
         for (o, sample) in picked.samples.iter().enumerate() {
             let choice = match run.index_of(*sample) {
                 Some(index) => run.completions.choice(index).await,
                 None => None,
             };
-            let failed = |message: Option<Value>, error: &str| {
+            let mut failed = |message: Option<Value>, error: &str| {
+                failures.push(format!("choice {o}: {error}"));
                 json!({"index": o, "message": message.unwrap_or_else(|| json!({"role": "assistant", "content": null})),
                        "logprobs": null, "finish_reason": "error", "choicewise": {"error": error}})
             };
@@ -860,6 +869,10 @@ async fn json_response(
             };
             choices.push(element);
         }
+        if !failures.is_empty() && failures.len() == choices.len() {
+            // Every choice failed: a failure in the client's terms, not a 200 of errors.
+            return Err(failures.join("; "));
+        }
         let mut body = json!({
             "id": &*envelope.id,
             "object": "chat.completion",
@@ -871,7 +884,7 @@ async fn json_response(
         if !matches!(req.select, Select::All) {
             body["choicewise"] = run.summary(&picked).await;
         }
-        body
+        Ok(body)
     };
     // A shutdown's grace over: the samples still running end (cancelled), and the answer is
     // what they had.
@@ -887,7 +900,19 @@ async fn json_response(
         }
     };
     finish.complete();
-    axum::Json(body).into_response()
+    match body {
+        Ok(body) => axum::Json(body).into_response(),
+        Err(why) => {
+            finish.failure = Some("every_choice_failed");
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                format!("model {:?}: every choice failed: {why}", req.model),
+            )
+            .code("every_choice_failed")
+            .into_response()
+        }
+    }
 }
 
 /// Serves a gateway until Ctrl-C or SIGTERM: listens on `listen` (else the configuration's),

@@ -272,3 +272,71 @@ async fn models_counts_and_unknown_routes() {
     assert!(v["input_tokens"].as_u64().unwrap() > 5, "{v}");
     assert_eq!(upstream.request_count(), 0);
 }
+
+/// Clients that index choices by position (openai-python's stream helper): every choice's
+/// opening comes first, in index order, with `content: null` (never `""`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choices_open_in_index_order_with_null_content() {
+    let upstream = TestServer::builder()
+        .fixture("openai_n2_interleaved_tools.sse")
+        .random_writes(1, 40)
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    let body = json!({"model": "m", "n": 2, "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .bearer_auth("sk-a")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    let chunks: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    for (k, chunk) in chunks[..2].iter().enumerate() {
+        let c = &chunk["choices"][0];
+        assert_eq!(c["index"], k as u64);
+        assert_eq!(c["delta"]["role"], "assistant");
+        assert!(c["delta"]["content"].is_null(), "{chunk}");
+    }
+    for chunk in &chunks {
+        for c in chunk["choices"].as_array().unwrap() {
+            assert_ne!(c["delta"]["content"], "", "{chunk}");
+        }
+    }
+}
+
+/// A non-streamed request whose every choice failed is a 502 naming why, not a 200 of
+/// `finish_reason: "error"` choices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_choice_failed_is_a_502() {
+    let upstream = TestServer::builder()
+        .body(answer("a long enough answer to be cut"))
+        .close_after_events(2)
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    let body = json!({"model": "m", "n": 2, "messages": [{"role": "user", "content": "hi"}]});
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .bearer_auth("sk-a")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "every_choice_failed");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("choice 0"),
+        "{v}"
+    );
+}
