@@ -329,26 +329,15 @@ pub(crate) async fn vote_confident(
                 }
                 if threshold.is_none() {
                     let total = if listed { Some(seen.max(planned.unwrap_or(0))) } else { planned };
-                    let need = total.map_or(warmup_n, |t| t.min(warmup_n));
-                    let warmup_over = (0..need as u32).all(|i| counted.contains_key(&i))
-                        && (total.is_some() || seen >= warmup_n);
-                    if !warmup_over {
-                        continue;
-                    }
-                    let confidences: Vec<f64> = (0..need as u32)
-                        .filter_map(|i| counted.get(&i)?.confidence)
-                        .collect();
-                    match options.threshold(&confidences) {
-                        Some(s) => {
+                    match warmup_over(&counted, &options, total, seen) {
+                        Warmup::Running => continue,
+                        Warmup::Threshold(s) => {
                             threshold = Some(s);
                             let _ = threshold_tx.send(Some(s));
                         }
-                        None => {
+                        Warmup::Unscored(reason) => {
                             // The plain vote decides instead, over every choice.
                             drop(tasks);
-                            let reason = format!(
-                                "none of the {need} warmup choices carried top log-probabilities"
-                            );
                             let left = deadline.map(|d| d.saturating_sub(began.elapsed()));
                             return fall_back(completions, left, key, window, min_votes, reason)
                                 .await;
@@ -382,6 +371,16 @@ pub(crate) async fn vote_confident(
         }
     }
     drop(tasks);
+    if threshold.is_none() && !timed_out {
+        // Every choice is in, fewer than the warmup and their number learnt only at the end.
+        match warmup_over(&counted, &options, Some(seen), seen) {
+            Warmup::Threshold(s) => threshold = Some(s),
+            Warmup::Unscored(reason) => {
+                return fall_back(completions, None, key, window, min_votes, reason).await;
+            }
+            Warmup::Running => {}
+        }
+    }
     let total = planned
         .unwrap_or(seen)
         .max(seen)
@@ -448,6 +447,42 @@ pub(crate) async fn vote_confident(
         windows: batches,
         confidence: Some(report),
         ..decided
+    }
+}
+
+/// Where the warmup is.
+enum Warmup {
+    /// Some warmup choice is still running.
+    Running,
+    /// Over: the threshold.
+    Threshold(f64),
+    /// Over, and no warmup choice had a confidence: why the rule cannot run.
+    Unscored(String),
+}
+
+/// Whether the warmup (choices `0..min(warmup, total)`) is over, and its threshold. `total`:
+/// the choices there will be, when known.
+fn warmup_over(
+    counted: &BTreeMap<u32, Counted>,
+    options: &Confidence,
+    total: Option<usize>,
+    seen: usize,
+) -> Warmup {
+    let warmup = options.warmup.max(1);
+    let need = total.map_or(warmup, |t| t.min(warmup));
+    let over =
+        (0..need as u32).all(|i| counted.contains_key(&i)) && (total.is_some() || seen >= warmup);
+    if !over {
+        return Warmup::Running;
+    }
+    let confidences: Vec<f64> = (0..need as u32)
+        .filter_map(|i| counted.get(&i)?.confidence)
+        .collect();
+    match options.threshold(&confidences) {
+        Some(s) => Warmup::Threshold(s),
+        None => Warmup::Unscored(format!(
+            "none of the {need} warmup choices carried top log-probabilities"
+        )),
     }
 }
 

@@ -386,3 +386,86 @@ async fn without_logprobs_the_plain_vote_decides_and_says_why() {
         json!({"unavailable": "none of the 2 warmup choices carried top log-probabilities"})
     );
 }
+
+/// One stream of three choices that never says how many: the warmup (8 by default) is every
+/// choice, known only once the stream ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warmup_longer_than_the_completion_is_the_whole_completion() {
+    let choice = |index: u32, key: &str, c: f64| {
+        [
+            token_event(index, "Answer: ", c),
+            token_event(index, key, c),
+            finish_event(index),
+        ]
+        .concat()
+    };
+    let sse = [
+        choice(1, "42", 4.0),
+        choice(0, "42", 5.0),
+        choice(2, "41", 3.0),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)));
+    let selection = within(
+        SETTLED,
+        "the vote",
+        completions.vote(answer_of).confidence(Confidence::new()),
+    )
+    .await;
+    let applied = report(&selection);
+    // The 0.1 quantile of 3, 4, 5: 3 + 0.2 × 1.
+    assert!(close(applied.threshold().unwrap(), 3.2), "{applied:?}");
+    assert_eq!(applied.warmup(), [0, 1, 2]);
+    assert!(applied.stopped().is_empty());
+    assert_eq!(selection.selected, [0, 1]);
+
+    // The same without log-probabilities: the fallback, with its reason.
+    let plain = |index: u32, key: &str| {
+        let chunk = json!({"choices": [{"index": index, "delta": {"content": format!("Answer: {key}")},
+            "finish_reason": "stop"}]});
+        format!("data: {chunk}\n\n")
+    };
+    let sse = [plain(0, "1"), plain(1, "2"), plain(2, "2")].concat();
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)));
+    let selection = within(
+        SETTLED,
+        "the vote",
+        completions.vote(answer_of).confidence(Confidence::new()),
+    )
+    .await;
+    assert_eq!(selection.selected, [1, 2]);
+    assert_eq!(
+        report(&selection).unavailable(),
+        Some("none of the 3 warmup choices carried top log-probabilities")
+    );
+}
+
+/// A deadline that passes during the warmup: no threshold, so the plain plurality over the
+/// choices in by then, and the report says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_during_the_warmup_falls_back_and_says_so() {
+    let (stalled, dropped) = stalling(tokens("9", &[5.0, 5.0]));
+    let completions = Completions::builder().fan_out([
+        ready(finished("42", &[5.0; 2])),
+        Source::sse(stalled).n(1),
+        ready(finished("42", &[4.0; 2])),
+    ]);
+    let selection = within(
+        SETTLED,
+        "the vote",
+        completions
+            .vote(answer_of)
+            .confidence(Confidence::new().warmup(3))
+            .deadline(Duration::from_millis(300)),
+    )
+    .await;
+    assert!(selection.timed_out);
+    assert_eq!(selection.selected, [0, 2]);
+    assert_eq!(
+        report(&selection).unavailable(),
+        Some("the deadline passed before the warmup ended")
+    );
+    assert_eq!(selection.cancelled, [1]);
+    assert!(eventually(&dropped).await);
+}
