@@ -153,7 +153,7 @@ impl PartialJson {
         } else if let Ok(b) = fragment.cast::<pyo3::types::PyBytes>() {
             let text = std::str::from_utf8(b.as_bytes())
                 .map_err(|e| errors::value_error(format!("the fragment is not UTF-8: {e}")))?;
-            self.parser.push(&text)
+            self.parser.push(text)
         } else {
             return Err(pyo3::exceptions::PyTypeError::new_err(
                 "PartialJson.feed takes str or bytes",

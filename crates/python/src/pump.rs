@@ -6,20 +6,23 @@
 //! the event loop. `__next__` waits with the GIL released; `__anext__` returns an awaitable
 //! already resolved when an item is ready ([`Ready`]), else an asyncio future on the runtime.
 //! An error is raised after every item received before it; the iterator ends after it.
+//! Inside a running event loop, `__next__` serves what is ready but will not wait (that would
+//! block the loop, and an async source driven by it): it raises `RuntimeError`, use
+//! `async for`.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
-use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
+use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyStopIteration};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use choicewise::{CallKind, FunctionCallEvent};
 
 use crate::completions::Choice;
-use crate::{errors, json, runtime, wait};
+use crate::{errors, in_event_loop, json, runtime, wait};
 
 /// Most items taken at once without waiting.
 const BATCH: usize = 1024;
@@ -124,6 +127,13 @@ impl<C: Convert> Pump<C> {
         let item = match ready {
             Some(item) => item,
             None => {
+                if in_event_loop(py) {
+                    // Waiting here would stall the loop, and with it an async source.
+                    return Err(PyRuntimeError::new_err(
+                        "the next item is not there yet, and waiting for it would block the \
+                         running event loop: use `async for` here",
+                    ));
+                }
                 let state = self.state.clone();
                 wait(py, async move { state.lock().await.next().await })?
             }

@@ -150,3 +150,19 @@ def test_collect_without_openai_gives_a_dict(monkeypatch):
     monkeypatch.setattr(compat, "_ChatCompletion", None)
     whole = choicewise.Completions(fixture_bytes("demo.sse")).collect()
     assert isinstance(whole, dict) and whole["object"] == "chat.completion"
+
+
+def test_a_blocking_for_inside_a_loop_raises_rather_than_stalls_it():
+    async def main():
+        async def later():
+            await asyncio.sleep(0.2)
+            yield b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+
+        completions = choicewise.Completions(later())
+        with pytest.raises(RuntimeError, match="async for"):
+            next(completions.choices())
+        # The loop was not blocked: the async source still feeds the completion.
+        choice = await completions.choice(0)
+        return [d async for d in choice.content()]
+
+    assert asyncio.run(main()) == ["hi"]
