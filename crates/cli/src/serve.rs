@@ -14,9 +14,36 @@ pub struct ServeArgs {
     /// The address to listen on (overrides the file's `listen`).
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
+    /// How the log on stderr is written: `text` lines, or one JSON object per line. What is
+    /// logged is chosen by `RUST_LOG` (default `warn,choicewise_gateway=info`).
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// The log's format (`--log-format`).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Prints the gateway's `tracing` events on stderr, filtered by `RUST_LOG`.
+fn init_log(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,choicewise_gateway=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    // A subscriber set already (a program embedding the command) is kept.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
 }
 
 pub async fn run(args: ServeArgs) -> Result<(), Exit> {
+    init_log(args.log_format);
     let text = tokio::fs::read_to_string(&args.config)
         .await
         .map_err(|e| format!("cannot read {}: {e}", args.config.display()))?;

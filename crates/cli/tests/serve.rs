@@ -62,12 +62,26 @@ async fn serve(
     String,
     tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
 ) {
+    serve_with(name, toml, &[]).await
+}
+
+/// [`serve`], with more arguments for the command.
+async fn serve_with(
+    name: &str,
+    toml: &str,
+    more: &[&str],
+) -> (
+    tokio::process::Child,
+    String,
+    tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+) {
     let dir = std::env::temp_dir().join(format!("choicewise-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join(format!("{name}.toml"));
     std::fs::write(&config, format!("listen = \"127.0.0.1:0\"\n{toml}")).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
         .args(["serve", "--config", config.to_str().unwrap()])
+        .args(more)
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -193,6 +207,37 @@ impl Drop for Nginx {
 /// buffering off, as docs/gateway.md shows: streamed n = 3 answers come through whole, spread
 /// over both gateways, and chunks pass as they come. Ignored by a plain `cargo test`; it fails
 /// rather than passes when nginx is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_logged_as_json() {
+    let upstream = TestServer::builder().start().await.unwrap();
+    let (_child, base, mut stderr) = serve_with(
+        "log",
+        &format!(
+            "[limits]\nmax_connections = 1\n\
+             [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
+            upstream.base_url()
+        ),
+        &["--log-format", "json"],
+    )
+    .await;
+    let addr = base.trim_start_matches("http://").to_string();
+    let _held = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _refused = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let line = within(LIMIT, "the refusal's log line", async {
+        loop {
+            let line = stderr.next_line().await.unwrap().unwrap();
+            if line.contains("refused a connection") {
+                return line;
+            }
+        }
+    })
+    .await;
+    let entry: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(entry["level"], "WARN", "{line}");
+    assert_eq!(entry["fields"]["max_connections"], 1, "{line}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx on the PATH (CI installs it: apt-get install nginx-light)"]
 async fn nginx_in_front_of_two_gateways_streams_n_3() {
