@@ -849,7 +849,11 @@ async fn json_response(
                 None => None,
             };
             let mut failed = |message: Option<Value>, error: &str| {
-                failures.push(format!("choice {o}: {error}"));
+                // A choice cut by the gateway's shutdown is an answer as far as it got (the
+                // shutdown's contract), not an upstream's failure.
+                if error != SHUT_DOWN {
+                    failures.push(format!("choice {o}: {error}"));
+                }
                 json!({"index": o, "message": message.unwrap_or_else(|| json!({"role": "assistant", "content": null})),
                        "logprobs": null, "finish_reason": "error", "choicewise": {"error": error}})
             };
@@ -870,7 +874,8 @@ async fn json_response(
             choices.push(element);
         }
         if !failures.is_empty() && failures.len() == choices.len() {
-            // Every choice failed: a failure in the client's terms, not a 200 of errors.
+            // Every choice failed upstream: a failure in the client's terms, not a 200 of
+            // errors.
             return Err(failures.join("; "));
         }
         let mut body = json!({
