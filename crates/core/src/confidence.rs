@@ -67,7 +67,8 @@ pub struct ConfidenceApplied {
     /// [`Selection::cancelled`](crate::Selection::cancelled) too), unless its finish arrived
     /// before the cancel took effect.
     pub stopped: Vec<u32>,
-    /// Each key's weight: the sum of the confidences of the choices that voted for it.
+    /// Each key's weight: the sum of the confidences of the choices that voted for it (those
+    /// that finished with a confidence at least the threshold).
     pub weights: BTreeMap<String, f64>,
     /// Choices that finished with a key but carried no top log-probabilities, so had no
     /// confidence and did not vote, ascending (left out of the JSON when empty).
@@ -293,8 +294,7 @@ pub(crate) async fn vote_confident(
     let mut tasks = JoinSet::new();
     let mut counted: BTreeMap<u32, Counted> = BTreeMap::new();
     let mut threshold: Option<f64> = None;
-    let mut weighted = WeightedVote::new();
-    let mut voters: HashMap<String, Vec<u32>> = HashMap::new();
+    let mut ballot = Ballot::default();
     let mut rest_started = false;
     let mut winner: Option<String> = None;
     let mut timed_out = false;
@@ -323,9 +323,8 @@ pub(crate) async fn vote_confident(
                     confidence: ended.confidence,
                     stopped: ended.stopped,
                 });
-                if let (Some(k), Some(c)) = (&voted, ended.confidence) {
-                    weighted.add(k, c);
-                    voters.entry(k.clone()).or_default().push(ended.index);
+                if let (Some(k), Some(c)) = (voted, ended.confidence) {
+                    ballot.cast(ended.index, k, c);
                 }
                 if threshold.is_none() {
                     let total = if listed { Some(seen.max(planned.unwrap_or(0))) } else { planned };
@@ -333,6 +332,7 @@ pub(crate) async fn vote_confident(
                         Warmup::Running => continue,
                         Warmup::Threshold(s) => {
                             threshold = Some(s);
+                            ballot.open(s);
                             let _ = threshold_tx.send(Some(s));
                         }
                         Warmup::Unscored(reason) => {
@@ -344,9 +344,9 @@ pub(crate) async fn vote_confident(
                         }
                     }
                 }
-                let leads = weighted.leader().is_some_and(|(_, _, votes)| votes >= min_votes);
-                if weighted.reaches(consensus) && leads {
-                    winner = weighted.leader().map(|(k, _, _)| k.to_string());
+                let leads = ballot.weighted.leader().is_some_and(|(_, _, votes)| votes >= min_votes);
+                if ballot.weighted.reaches(consensus) && leads {
+                    winner = ballot.weighted.leader().map(|(k, _, _)| k.to_string());
                     break;
                 }
                 // Undecided: more samples.
@@ -374,13 +374,21 @@ pub(crate) async fn vote_confident(
     if threshold.is_none() && !timed_out {
         // Every choice is in, fewer than the warmup and their number learnt only at the end.
         match warmup_over(&counted, &options, Some(seen), seen) {
-            Warmup::Threshold(s) => threshold = Some(s),
+            Warmup::Threshold(s) => {
+                threshold = Some(s);
+                ballot.open(s);
+            }
             Warmup::Unscored(reason) => {
                 return fall_back(completions, None, key, window, min_votes, reason).await;
             }
             Warmup::Running => {}
         }
     }
+    let Ballot {
+        weighted,
+        mut voters,
+        ..
+    } = ballot;
     let total = planned
         .unwrap_or(seen)
         .max(seen)
@@ -447,6 +455,37 @@ pub(crate) async fn vote_confident(
         windows: batches,
         confidence: Some(report),
         ..decided
+    }
+}
+
+/// The weighted vote: a choice votes with its confidence if that is at least the threshold
+/// (as in the paper's reference code, the warmup's choices too); votes cast before the
+/// threshold is known wait for it.
+#[derive(Default)]
+struct Ballot {
+    weighted: WeightedVote,
+    voters: HashMap<String, Vec<u32>>,
+    threshold: Option<f64>,
+    waiting: Vec<(u32, String, f64)>,
+}
+
+impl Ballot {
+    fn cast(&mut self, index: u32, key: String, confidence: f64) {
+        match self.threshold {
+            None => self.waiting.push((index, key, confidence)),
+            Some(s) if confidence >= s => {
+                self.weighted.add(&key, confidence);
+                self.voters.entry(key).or_default().push(index);
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn open(&mut self, threshold: f64) {
+        self.threshold = Some(threshold);
+        for (index, key, confidence) in std::mem::take(&mut self.waiting) {
+            self.cast(index, key, confidence);
+        }
     }
 }
 

@@ -349,7 +349,9 @@ impl<'a> Pick<'a> {
     ///   below the threshold; it does not vote ([`Choice::stopped_for_low_confidence`]
     ///   (crate::Choice::stopped_for_low_confidence) and [`ConfidenceReport::stopped`] name it).
     /// - **Vote**: each choice that finishes with `stop` or `tool_calls`, has a key and a
-    ///   confidence votes with its confidence as weight (the warmup's too). Decided once the
+    ///   confidence at least the threshold votes with its confidence as weight (the warmup's
+    ///   too: a warmup choice below the threshold runs to its end but does not vote, as in the
+    ///   paper's reference code). Decided once the
     ///   warmup is over, as soon as the leader's share of the total weight reaches
     ///   `consensus`; else when every choice is in, to the key with the most weight (ties:
     ///   voted first). [`min_votes`](Self::min_votes) still applies (to the winner's votes).
@@ -379,7 +381,7 @@ impl<'a> Pick<'a> {
     ///         "logprobs": {"content": [token]}, "finish_reason": "stop"}]});
     ///     Source::reader(std::io::Cursor::new(format!("data: {chunk}\n\n"))).n(1)
     /// };
-    /// let answers = [("42", 4.0), ("41", 3.0), ("42", 0.5), ("42", 3.5)];
+    /// let answers = [("42", 4.0), ("41", 4.0), ("42", 0.5), ("42", 4.5)];
     /// let completions =
     ///     Completions::builder().samples(4, move |k| sample(answers[k].0, answers[k].1));
     /// let selection = completions
@@ -387,12 +389,13 @@ impl<'a> Pick<'a> {
     ///     .confidence(Confidence::new().warmup(2).group_tokens(1))
     ///     .await;
     /// let report = selection.confidence.as_ref().unwrap();
-    /// // The threshold: the 0.1 quantile of the warmup's 4 and 3.
-    /// assert!((report.threshold().unwrap() - 3.1).abs() < 1e-9);
+    /// // The threshold: the 0.1 quantile of the warmup's 4 and 4. Undecided (4 against 4),
+    /// // the rest start.
+    /// assert_eq!(report.threshold(), Some(4.0));
     /// assert_eq!(report.warmup(), [0, 1]);
     /// assert_eq!(report.stopped(), [2]); // 0.5: below the threshold, no vote
     /// assert!(selection.stopped_for_low_confidence(2));
-    /// assert_eq!(report.weights()["42"], 7.5); // samples 0 and 3
+    /// assert_eq!(report.weights()["42"], 8.5); // samples 0 and 3
     /// assert_eq!(selection.selected, [0, 3]);
     /// # }
     /// ```

@@ -179,16 +179,16 @@ fn report(selection: &Selection) -> &ConfidenceReport {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsure_samples_are_stopped_and_their_upstreams_dropped() {
     // Warmup (groups of 2 tokens): confidences 5, 4, 3 and 6. Sample 2 is below the
-    // threshold it helps set, and runs to its end all the same: warmup samples are never
-    // stopped.
+    // threshold it helps set: it runs to its end all the same (warmup samples are never
+    // stopped), but does not vote.
     let (unsure, unsure_dropped) = stalling(tokens("43", &[1.0, 1.0, 1.0]));
     // Sure at first, then unsure: its groups are 5, 5, then (5 + 1) / 2 = 3 < 3.3.
     let (wavering, wavering_dropped) = stalling(tokens("44", &[5.0, 5.0, 5.0, 1.0, 1.0]));
     let (open, gate) = tokio::sync::oneshot::channel();
     let completions = Completions::builder().fan_out([
         ready(finished("42", &[5.0; 4])),
-        ready(finished("42", &[4.0; 4])),
-        ready(finished("41", &[3.0; 4])),
+        ready(finished("41", &[4.0; 4])),
+        ready(finished("42", &[3.0; 4])),
         ready(finished("42", &[6.0; 4])),
         Source::sse(unsure).n(1),
         Source::sse(wavering).n(1),
@@ -224,19 +224,20 @@ async fn unsure_samples_are_stopped_and_their_upstreams_dropped() {
     assert_eq!(report.warmup(), [0, 1, 2, 3]);
     assert_eq!(report.stopped(), [4, 5]);
     assert!(selection.stopped_for_low_confidence(4) && !selection.stopped_for_low_confidence(6));
-    // The weights: 42 from samples 0, 1, 3 and 6; 41 from sample 2 (warmup, it votes).
+    // After the warmup, 42 had 11 of 15 (0.73): undecided. The weights: 42 from samples 0, 3
+    // and 6; 41 from sample 1; not sample 2 (warmup, below the threshold).
     let weights = report.weights();
-    assert!(close(weights["42"], 5.0 + 4.0 + 6.0 + 5.0) && close(weights["41"], 3.0));
+    assert!(close(weights["42"], 5.0 + 6.0 + 5.0) && close(weights["41"], 4.0));
     assert_eq!(
         weights.len(),
         2,
         "a stopped sample does not vote: {weights:?}"
     );
-    assert_eq!(selection.selected, [0, 1, 3, 6]);
+    assert_eq!(selection.selected, [0, 3, 6]);
     let tally = selection.vote.as_ref().unwrap();
     assert_eq!(
         (tally.key.as_str(), tally.votes, tally.counted),
-        ("42", 4, 5)
+        ("42", 3, 4)
     );
     // Stopped choices ended cancelled, and are listed as such.
     assert_eq!(selection.cancelled, [4, 5]);
@@ -248,7 +249,7 @@ async fn unsure_samples_are_stopped_and_their_upstreams_dropped() {
     let keys: Vec<&String> = json["confidence"].as_object().unwrap().keys().collect();
     assert_eq!(keys, ["stopped", "threshold", "warmup", "weights"]);
     assert_eq!(json["confidence"]["stopped"], json!([4, 5]));
-    assert_eq!(json["confidence"]["weights"]["41"], 3.0);
+    assert_eq!(json["confidence"]["weights"]["41"], 4.0);
 }
 
 /// Samples made on demand: one confident answer outweighs several unsure ones, where the
@@ -259,7 +260,7 @@ async fn the_vote_is_weighted_by_confidence() {
         vec![
             finished("8", &[9.0; 3]),
             finished("7", &[2.0; 3]),
-            finished("7", &[2.5; 3]),
+            finished("7", &[2.0; 3]),
             finished("7", &[2.2; 3]),
             finished("7", &[1.0; 3]),
         ]
@@ -280,14 +281,14 @@ async fn the_vote_is_weighted_by_confidence() {
     )
     .await;
     let report = report(&selection);
-    // The 0.1 quantile of 2, 2.5, 9: 2 + 0.2 × 0.5.
-    assert!(close(report.threshold().unwrap(), 2.1), "{report:?}");
-    assert_eq!(report.stopped(), [4]); // 1.0 < 2.1
+    // The 0.1 quantile of 2, 2, 9: 2 (both 2s are at the threshold, and vote).
+    assert!(close(report.threshold().unwrap(), 2.0), "{report:?}");
+    assert_eq!(report.stopped(), [4]); // 1.0 < 2
     assert!(close(report.weights()["8"], 9.0));
-    assert!(close(report.weights()["7"], 2.0 + 2.5 + 2.2));
+    assert!(close(report.weights()["7"], 2.0 + 2.0 + 2.2));
     assert_eq!(selection.selected, [0]);
     assert_eq!(selection.vote.as_ref().unwrap().key, "8");
-    // The warmup started first, then the rest, the weighted vote being undecided (9 / 15.7).
+    // The warmup started first, then the rest, the weighted vote being undecided (9 / 13).
     assert_eq!(*started.lock().unwrap(), [0, 1, 2, 3, 4]);
     assert_eq!(selection.windows, [vec![0, 1, 2], vec![3, 4]]);
     assert_eq!(selection.started, Some(5));
@@ -312,6 +313,8 @@ async fn samples_start_only_while_the_weighted_vote_is_undecided() {
         log.lock().unwrap().push(k);
         match k {
             2 => ready(finished("41", &[1.0; 2])),
+            3 => ready(finished("42", &[1.0; 2])),
+            4 => ready(finished("42", &[10.0; 2])),
             5 => {
                 // Slow: still generating when the vote is decided.
                 let events = finished("42", &[5.0; 2]);
@@ -333,8 +336,9 @@ async fn samples_start_only_while_the_weighted_vote_is_undecided() {
             .confidence(Confidence::new().warmup(4).group_tokens(2)),
     )
     .await;
-    // After the warmup 42 has 15 of 16 (0.9375 < 0.95): one window of 2 starts; sample 4
-    // brings 42 to 20 of 21 (0.952): decided, sample 5 cancelled, none of 6.. started.
+    // The threshold is 1 (the 0.1 quantile of 5, 5, 1, 1), so every warmup sample votes.
+    // After the warmup 42 has 11 of 12 (0.917 < 0.95): one window of 2 starts; sample 4
+    // brings 42 to 21 of 22 (0.955): decided, sample 5 cancelled, none of 6.. started.
     assert_eq!(*started.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
     assert_eq!(selection.windows, [vec![0, 1, 2, 3], vec![4, 5]]);
     assert_eq!(selection.started, Some(6));
@@ -346,8 +350,7 @@ async fn samples_start_only_while_the_weighted_vote_is_undecided() {
         "sample 5 was cancelled, not stopped"
     );
     assert!(!selection.stopped_for_low_confidence(5));
-    // The 0.1 quantile of 1, 5, 5, 5: 1 + 0.3 × 4.
-    assert!(close(report.threshold().unwrap(), 2.2));
+    assert_eq!(report.threshold(), Some(1.0));
 }
 
 /// Without log-probabilities the rule cannot run: the plain vote decides, and the report
