@@ -11,7 +11,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use choicewise_core::{Completions, Source};
 use choicewise_testserver::{Failure, TestServer, answer, fixture};
@@ -121,33 +121,56 @@ async fn gateway() -> Upstreams {
 
 /// Runs a client's script against a fresh gateway; what it parsed.
 async fn run(program: PathBuf, script: &str, node: bool) -> Value {
+    let gateway = gateway().await;
+    run_script(gateway.addr, program, script, node.then_some("openai")).await
+}
+
+/// Runs a client's script against the gateway at `addr`; what it parsed. `package`: the npm
+/// package a Node script needs.
+async fn run_script(
+    addr: SocketAddr,
+    program: PathBuf,
+    script: &str,
+    package: Option<&str>,
+) -> Value {
     assert!(
         program.exists() || !program.is_absolute(),
         "{} is missing: run scripts/gateway-clients.sh install",
         program.display()
     );
-    let gateway = gateway().await;
     let mut command = Command::new(&program);
     command
         .arg(repo().join("crates/gateway/tests/clients").join(script))
-        .env(
-            "CHOICEWISE_GATEWAY_URL",
-            format!("http://{}/v1", gateway.addr),
-        )
+        .env("CHOICEWISE_GATEWAY_URL", format!("http://{addr}/v1"))
         .env("CHOICEWISE_GATEWAY_KEY", KEY);
-    if node {
+    if let Some(package) = package {
         let modules = clients_dir().join("node/node_modules");
         assert!(
-            modules.join("openai").exists(),
-            "{} has no openai: run scripts/gateway-clients.sh install",
+            modules.join(package).exists(),
+            "{} has no {package}: run scripts/gateway-clients.sh install",
             modules.display()
         );
         command.env("NODE_PATH", modules);
     }
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    let pid = child.id();
+    // Bounded: a client that hangs is killed and fails the test instead of holding CI.
+    let output = match tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await
+    {
+        Ok(output) => output.unwrap().unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("{script} did not finish within 120 s");
+        }
+    };
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{script} failed: {stderr}");
     serde_json::from_slice(&output.stdout)
@@ -395,4 +418,257 @@ async fn openai_python() {
 #[ignore = "needs openai-node from npm: scripts/gateway-clients.sh install"]
 async fn openai_node() {
     check(run(PathBuf::from("node"), "run.cjs", true).await).await;
+}
+
+// The SDKs' own APIs: Anthropic Messages (`/v1/messages`) and OpenAI Responses
+// (`/v1/responses`), each client's script run against a gateway of Chat Completions upstreams.
+
+/// A one-choice Chat Completions stream calling `get_weather` with `{"city": "Paris"}` (the
+/// arguments in two fragments), finishing with `tool_calls`.
+fn tool_call() -> String {
+    let chunk = |delta: Value, finish: Value| {
+        let chunk = serde_json::json!({"id": "chatcmpl-tool", "object": "chat.completion.chunk",
+            "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {chunk}\n\n")
+    };
+    let mut sse = chunk(
+        serde_json::json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
+            "id": "call_weather", "type": "function",
+            "function": {"name": "get_weather", "arguments": ""}}]}),
+        Value::Null,
+    );
+    for part in ["{\"city\": ", "\"Paris\"}"] {
+        sse += &chunk(
+            serde_json::json!({"tool_calls": [{"index": 0, "function": {"arguments": part}}]}),
+            Value::Null,
+        );
+    }
+    sse += &chunk(serde_json::json!({}), "tool_calls".into());
+    sse + "data: [DONE]\n\n"
+}
+
+/// The text the tools upstream answers once the tool's result is back.
+const AFTER_TOOL: &str = "It is sunny in Paris.";
+
+/// The upstreams of one SDK's run: `echo` answers text, `tools` a tool call then (the
+/// result sent back) text, in turn; `select` fans out 3 samples, one of two stalling;
+/// `failing` answers 503.
+struct SdkUpstreams {
+    tools: TestServer,
+    _servers: Vec<TestServer>,
+    addr: SocketAddr,
+}
+
+async fn sdk_gateway() -> SdkUpstreams {
+    let echo = TestServer::builder()
+        .body(answer("Hello from chat"))
+        .start()
+        .await
+        .unwrap();
+    let tools = TestServer::builder()
+        .body(tool_call())
+        .then(TestServer::builder().body(answer(AFTER_TOOL)))
+        .start()
+        .await
+        .unwrap();
+    let select = stalled(1)
+        .then(TestServer::builder().body(answer("Answer: 42")))
+        .start()
+        .await
+        .unwrap();
+    let failing = TestServer::builder()
+        .fail(Failure::status(503).message("down for maintenance"))
+        .start()
+        .await
+        .unwrap();
+    let upstream = |name: &str, url: &str, n: &str| {
+        format!(
+            "[[models]]\nname = \"{name}\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"{n}\"\n"
+        )
+    };
+    let mut toml = String::from("[auth]\nkeys_env = \"CLIENT_KEYS\"\n");
+    toml += &upstream("echo", &echo.base_url(), "native");
+    toml += &upstream("tools", &tools.base_url(), "native");
+    toml += &upstream("select", &select.base_url(), "fan-out");
+    toml += &upstream("failing", &failing.base_url(), "native");
+    let env = |name: &str| (name == "CLIENT_KEYS").then(|| KEY.to_string());
+    let (addr, _) = serve(&toml, env).await;
+    SdkUpstreams {
+        tools,
+        _servers: vec![echo, select, failing],
+        addr,
+    }
+}
+
+/// What the tools upstream was sent: `pairs` tool round trips, each a request answered with
+/// the call, then one carrying the call and its result (`sunny`) back as Chat Completions
+/// messages.
+fn check_round_trips(tools: &TestServer, pairs: usize, what: &str) {
+    let requests = tools.requests();
+    assert_eq!(requests.len(), 2 * pairs, "{what}: tool requests");
+    for pair in requests.chunks(2) {
+        let first = pair[0].json.as_ref().unwrap();
+        assert_eq!(
+            first["tools"][0]["function"]["name"], "get_weather",
+            "{what}: the tool is offered: {first}"
+        );
+        let second = pair[1].json.as_ref().unwrap();
+        let messages = second["messages"].as_array().unwrap();
+        let call = messages
+            .iter()
+            .find(|m| m["role"] == "assistant" && m["tool_calls"].is_array())
+            .unwrap_or_else(|| panic!("{what}: the call is sent back: {second}"));
+        assert_eq!(call["tool_calls"][0]["id"], "call_weather", "{what}");
+        assert_eq!(
+            call["tool_calls"][0]["function"]["name"], "get_weather",
+            "{what}"
+        );
+        let args: Value = serde_json::from_str(
+            call["tool_calls"][0]["function"]["arguments"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(args, serde_json::json!({"city": "Paris"}), "{what}");
+        let result = messages
+            .iter()
+            .find(|m| m["role"] == "tool")
+            .unwrap_or_else(|| panic!("{what}: the result is sent back: {second}"));
+        assert_eq!(result["tool_call_id"], "call_weather", "{what}: {second}");
+        assert!(
+            result["content"].to_string().contains("sunny"),
+            "{what}: {second}"
+        );
+    }
+}
+
+/// A `choicewise` summary of the selection every SDK asks for.
+fn check_selection(summary: &Value, what: &str) {
+    assert_eq!(summary["decision"], "first_finished", "{what}: {summary}");
+    assert_eq!(summary["samples"], 3, "{what}: {summary}");
+    assert_eq!(
+        summary["selected"].as_array().map(Vec::len),
+        Some(1),
+        "{what}: {summary}"
+    );
+}
+
+/// An error the client raised: its status, class and a non-empty message.
+fn check_error(got: &Value, status: u16, class: &str, what: &str) {
+    assert_eq!(got["status"], status, "{what}: {got}");
+    assert_eq!(got["class"], class, "{what}: {got}");
+    assert!(
+        got["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: {got}"
+    );
+}
+
+/// An Anthropic `message` as a client parsed it: its text, stop reason and usage.
+fn check_message(got: &Value, text: &str, what: &str) {
+    assert_eq!(got["type"], "message", "{what}: {got}");
+    assert_eq!(got["role"], "assistant", "{what}: {got}");
+    assert_eq!(got["content"][0]["type"], "text", "{what}: {got}");
+    assert_eq!(got["content"][0]["text"], text, "{what}: {got}");
+    assert_eq!(got["stop_reason"], "end_turn", "{what}: {got}");
+    assert!(
+        got["usage"]["output_tokens"].as_u64().unwrap() > 0,
+        "{what}: {got}"
+    );
+}
+
+/// Anthropic's streamed event sequence, as a client typed it.
+fn check_anthropic_events(got: &Value, text: &str, what: &str) {
+    let events: Vec<&str> = got["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(events.first(), Some(&"message_start"), "{what}: {got}");
+    assert_eq!(
+        events[events.len() - 2..],
+        ["message_delta", "message_stop"],
+        "{what}: {got}"
+    );
+    assert!(events.contains(&"content_block_start"), "{what}: {got}");
+    assert!(events.contains(&"content_block_stop"), "{what}: {got}");
+    assert_eq!(got["text"], text, "{what}: {got}");
+    assert_eq!(got["stop_reason"], "end_turn", "{what}: {got}");
+    assert!(
+        got["usage"]["output_tokens"].as_u64().unwrap() > 0,
+        "{what}: {got}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs anthropic-python from PyPI: scripts/gateway-clients.sh install"]
+async fn anthropic_python() {
+    let python = clients_dir().join("venv/bin/python");
+    let gateway = sdk_gateway().await;
+    let got = run_script(gateway.addr, python, "anthropic_run.py", None).await;
+    let client = got["client"].as_str().unwrap().to_string();
+    eprintln!("checking {client}");
+
+    check_message(&got["create_whole"], "Hello from chat", &client);
+    assert_eq!(got["create_whole"]["model"], "echo", "{client}");
+    check_anthropic_events(&got["create_stream"], "Hello from chat", &client);
+    let helper = &got["stream_helper"];
+    assert_eq!(
+        helper["text_stream"], "Hello from chat",
+        "{client}: {helper}"
+    );
+    check_message(&helper["final"], "Hello from chat", &client);
+
+    // A tool call, its result sent back, the answer: with `create` and with `stream`.
+    for name in ["tool_round_trip", "tool_round_trip_stream"] {
+        let what = format!("{client} {name}");
+        let first = &got[name]["first"];
+        assert_eq!(first["stop_reason"], "tool_use", "{what}: {first}");
+        let call = first["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["type"] == "tool_use")
+            .unwrap();
+        assert_eq!(call["id"], "call_weather", "{what}: {first}");
+        assert_eq!(call["name"], "get_weather", "{what}: {first}");
+        assert_eq!(
+            call["input"],
+            serde_json::json!({"city": "Paris"}),
+            "{what}"
+        );
+        check_message(&got[name]["second"], AFTER_TOOL, &what);
+    }
+    check_round_trips(&gateway.tools, 2, &client);
+
+    let counted = got["count_tokens"].as_u64().unwrap();
+    assert!(counted > 3, "{client}: count_tokens {counted}");
+
+    // A selection: the quick sample's answer, the summary beside it.
+    check_message(&got["select_whole"], "Answer: 42", &client);
+    check_selection(&got["select_whole"]["choicewise"], &client);
+    check_anthropic_events(&got["select_stream"], "Answer: 42", &client);
+    check_selection(&got["select_stream"]["choicewise"], &client);
+
+    // A failing upstream: 502 in Anthropic's shape; a bad request and a wrong key too.
+    for name in ["failing", "failing_stream"] {
+        let failing = &got[name];
+        check_error(failing, 502, "InternalServerError", &client);
+        assert_eq!(failing["shape"], "error", "{client}: {failing}");
+        assert_eq!(failing["type"], "api_error", "{client}: {failing}");
+        assert!(
+            failing["message"].as_str().unwrap().contains("503"),
+            "{client}: {failing}"
+        );
+    }
+    let bad = &got["no_max_tokens"];
+    check_error(bad, 400, "BadRequestError", &client);
+    assert_eq!(bad["type"], "invalid_request_error", "{client}: {bad}");
+    assert!(
+        bad["message"].as_str().unwrap().contains("max_tokens"),
+        "{client}: {bad}"
+    );
+    let wrong = &got["wrong_key"];
+    check_error(wrong, 401, "AuthenticationError", &client);
+    assert_eq!(wrong["type"], "authentication_error", "{client}: {wrong}");
 }
