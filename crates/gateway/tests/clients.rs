@@ -455,6 +455,7 @@ const AFTER_TOOL: &str = "It is sunny in Paris.";
 /// `failing` answers 503.
 struct SdkUpstreams {
     tools: TestServer,
+    select: TestServer,
     _servers: Vec<TestServer>,
     addr: SocketAddr,
 }
@@ -495,7 +496,8 @@ async fn sdk_gateway() -> SdkUpstreams {
     let (addr, _) = serve(&toml, env).await;
     SdkUpstreams {
         tools,
-        _servers: vec![echo, select, failing],
+        select,
+        _servers: vec![echo, failing],
         addr,
     }
 }
@@ -671,4 +673,168 @@ async fn anthropic_python() {
     let wrong = &got["wrong_key"];
     check_error(wrong, 401, "AuthenticationError", &client);
     assert_eq!(wrong["type"], "authentication_error", "{client}: {wrong}");
+}
+
+/// A Responses `response` as a client parsed it, answering `text`.
+fn check_response(got: &Value, text: &str, what: &str) {
+    assert_eq!(got["status"], "completed", "{what}: {got}");
+    assert_eq!(got["output_text"], text, "{what}: {got}");
+    assert!(
+        got["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["type"] == "message" && i["text"] == text),
+        "{what}: {got}"
+    );
+    assert!(
+        got["usage"]["output_tokens"].as_u64().unwrap() > 0,
+        "{what}: {got}"
+    );
+}
+
+/// Responses' streamed events as `responses.create(stream=True)` typed them.
+fn check_responses_events(got: &Value, text: &str, what: &str) {
+    let events: Vec<&str> = got["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        events[..2],
+        ["response.created", "response.in_progress"],
+        "{what}: {got}"
+    );
+    assert_eq!(events.last(), Some(&"response.completed"), "{what}: {got}");
+    for name in [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.output_item.done",
+    ] {
+        assert!(events.contains(&name), "{what}: {name}: {got}");
+    }
+    assert_eq!(got["in_order"], true, "{what}: sequence numbers: {got}");
+    assert_eq!(got["text"], text, "{what}: {got}");
+    check_response(&got["final"], text, what);
+}
+
+/// The first half of a function-call round trip: the call as the client parsed it.
+fn check_function_call(response: &Value, what: &str) {
+    let call = response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .unwrap_or_else(|| panic!("{what}: no function call: {response}"));
+    assert_eq!(call["call_id"], "call_weather", "{what}: {call}");
+    assert_eq!(call["name"], "get_weather", "{what}: {call}");
+    let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, serde_json::json!({"city": "Paris"}), "{what}: {call}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs openai-python from PyPI: scripts/gateway-clients.sh install"]
+async fn openai_python_responses() {
+    let python = clients_dir().join("venv/bin/python");
+    let gateway = sdk_gateway().await;
+    let got = run_script(gateway.addr, python, "responses_run.py", None).await;
+    let client = got["client"].as_str().unwrap().to_string();
+    eprintln!("checking {client} (Responses)");
+    if std::env::var_os("CHOICEWISE_CLIENTS_DUMP").is_some() {
+        eprintln!("{got:#}");
+    }
+
+    check_responses_events(&got["create_stream"], "Hello from chat", &client);
+    check_response(&got["create_whole"], "Hello from chat", &client);
+    assert_eq!(got["create_whole"]["model"], "echo", "{client}");
+    check_response(&got["helper_stream"]["final"], "Hello from chat", &client);
+
+    // A function call, its output sent back, the answer: create(stream=True) and stream().
+    let plain = &got["tool_round_trip"];
+    check_function_call(&plain["first"]["final"], &client);
+    assert!(
+        plain["first"]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "response.function_call_arguments.done"),
+        "{client}: {plain}"
+    );
+    check_responses_events(&plain["second"], AFTER_TOOL, &client);
+    let helper = &got["tool_round_trip_helper"];
+    check_function_call(&helper["first"]["final"], &client);
+    let streamed: Value =
+        serde_json::from_str(helper["first"]["arguments_streamed"].as_str().unwrap()).unwrap();
+    assert_eq!(streamed, serde_json::json!({"city": "Paris"}), "{client}");
+    check_response(&helper["second"]["final"], AFTER_TOOL, &client);
+    check_round_trips(&gateway.tools, 2, &client);
+
+    // A selection: the quick sample's answer, the summary on response.completed.
+    check_responses_events(&got["select_stream"], "Answer: 42", &client);
+    check_selection(&got["select_stream"]["choicewise"], &client);
+    check_response(&got["select_whole"], "Answer: 42", &client);
+    check_selection(&got["select_whole"]["choicewise"], &client);
+    assert_eq!(
+        gateway.select.request_count(),
+        6,
+        "{client}: 3 samples each"
+    );
+
+    let failing = &got["failing"];
+    check_error(failing, 502, "InternalServerError", &client);
+    assert!(
+        failing["message"].as_str().unwrap().contains("503"),
+        "{client}: {failing}"
+    );
+    let stored = &got["stored"];
+    check_error(stored, 400, "BadRequestError", &client);
+    assert_eq!(stored["param"], "store", "{client}: {stored}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs openai-agents from PyPI: scripts/gateway-clients.sh install"]
+async fn openai_agents() {
+    let python = clients_dir().join("venv/bin/python");
+    let gateway = sdk_gateway().await;
+    let got = run_script(gateway.addr, python, "agents_run.py", None).await;
+    let client = got["client"].as_str().unwrap().to_string();
+    eprintln!("checking {client}");
+    if std::env::var_os("CHOICEWISE_CLIENTS_DUMP").is_some() {
+        eprintln!("{got:#}");
+    }
+
+    // The agent calls its tool once, then answers: run and run_streamed.
+    for name in ["run", "run_streamed"] {
+        let run = &got[name];
+        assert_eq!(run["final_output"], AFTER_TOOL, "{client} {name}: {run}");
+        assert_eq!(
+            run["tool_calls"],
+            serde_json::json!(["Paris"]),
+            "{client} {name}"
+        );
+        let items: Vec<&str> = run["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            items,
+            ["ToolCallItem", "ToolCallOutputItem", "MessageOutputItem"],
+            "{client} {name}"
+        );
+    }
+    assert_eq!(got["run_streamed"]["deltas"], AFTER_TOOL, "{client}");
+    check_round_trips(&gateway.tools, 2, &client);
+
+    assert_eq!(got["select"]["final_output"], "Answer: 42", "{client}");
+    assert_eq!(gateway.select.request_count(), 3, "{client}: 3 samples");
+
+    let failing = &got["failing"];
+    check_error(failing, 502, "InternalServerError", &client);
+    let stored = &got["stored"];
+    check_error(stored, 400, "BadRequestError", &client);
+    assert_eq!(stored["param"], "store", "{client}: {stored}");
 }
