@@ -34,6 +34,7 @@ struct Inner {
     url: Option<String>,
     status: Option<u16>,
     body: Option<Value>,
+    retry_after: Option<Duration>,
     source: Option<BoxError>,
 }
 
@@ -78,6 +79,7 @@ impl ClientError {
                 url: None,
                 status: None,
                 body: None,
+                retry_after: None,
                 source: None,
             }),
         }
@@ -178,6 +180,25 @@ impl ClientError {
     /// ```
     pub fn message(&self) -> &str {
         &self.inner.message
+    }
+
+    /// The wait the server asked for before another try (`retry-after-ms`, else
+    /// `Retry-After` in seconds or as an HTTP date), on a [`ClientErrorKind::Status`] error
+    /// whose answer said one.
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = choicewise_testserver::TestServer::builder()
+    /// #     .fail(choicewise_testserver::Failure::status(429).retry_after("3")).start().await?;
+    /// let client = Client::builder().base_url(server.base_url()).max_retries(0).build()?;
+    /// let request = serde_json::json!({"model": "m", "messages": []});
+    /// let err = client.chat(request).await.unwrap_err();
+    /// assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(3)));
+    /// # Ok(()) }
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.inner.retry_after
     }
 
     /// The URL requested, when the error is about one (connect, timeout, request).
@@ -325,6 +346,7 @@ impl From<ClientError> for choicewise_core::Error {
 /// most [`MAX_ERROR_BODY`] bytes).
 pub(crate) async fn status_error(response: reqwest::Response, timeout: Duration) -> ClientError {
     let status = response.status();
+    let retry_after = crate::retry::retry_after(response.headers(), std::time::SystemTime::now());
     let mut bytes = Vec::new();
     let mut stream = response.bytes_stream();
     let read = async {
@@ -352,7 +374,9 @@ pub(crate) async fn status_error(response: reqwest::Response, timeout: Duration)
                 .unwrap_or("no reason given")
                 .to_string()
         });
-    ClientError::status_error(status.as_u16(), message, body)
+    let mut e = ClientError::status_error(status.as_u16(), message, body);
+    e.inner.retry_after = retry_after;
+    e
 }
 
 /// The message of a provider's JSON error: `error.message`, `error` as text, `message`,

@@ -94,7 +94,7 @@ pub(crate) fn stream(
             run.completions.cancel_except(&[]);
         }
         let summary = match req.select {
-            Select::All => None,
+            Select::All => run.tries_summary(),
             _ => Some(run.summary(&picked).await),
         };
         // A choice whose events ended without its finish ends as a failure (the encoder's
@@ -157,7 +157,7 @@ pub(crate) async fn json(
         }
         let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
         let summary = match req.select {
-            Select::All => None,
+            Select::All => run.tries_summary(),
             _ => Some(run.summary(&picked).await),
         };
         Ok(reply.message(&out, &usage, summary.as_ref()))

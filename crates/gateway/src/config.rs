@@ -96,6 +96,9 @@ pub struct Limits {
     /// nginx's `send_timeout`); then the answer ends, its samples are cancelled and its
     /// slot freed.
     pub client_stall_timeout_s: f64,
+    /// Retries over the last 10 s may be at most this share of first tries, in percent
+    /// (default 20; at least 10 retries are always allowed).
+    pub retry_budget_percent: f64,
 }
 
 impl Default for Limits {
@@ -112,6 +115,7 @@ impl Default for Limits {
             max_connections: 4096,
             max_header_bytes: 32 * 1024,
             client_stall_timeout_s: 60.0,
+            retry_budget_percent: 20.0,
         }
     }
 }
@@ -163,8 +167,79 @@ impl Telemetry {
 pub struct Model {
     /// What clients ask for (`"model"` of their request).
     pub name: String,
-    /// Its upstreams: choice `i` of a request goes to upstream `i mod k`.
+    /// Its upstreams: a request's samples are spread over them by their weights (smooth
+    /// weighted round robin; with equal weights sample `i` goes to upstream `i mod k`).
     pub upstreams: Vec<Upstream>,
+    /// Models tried in order when every try of this model failed before a first byte.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+    /// `[models.retry]`: the tries of each sample.
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// `[models.health]`: when an upstream is ejected.
+    #[serde(default)]
+    pub health: HealthConfig,
+}
+
+/// `[models.retry]`: how a sample is tried over its model's upstreams.
+///
+/// ```
+/// use choicewise_gateway::Config;
+/// let config = Config::from_toml(r#"
+///     [[models]]
+///     name = "m"
+///     [models.retry]
+///     attempts = 5
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+/// "#).unwrap();
+/// assert_eq!(config.models[0].retry.attempts, 5);
+/// assert_eq!(config.models[0].retry.backoff_ms, 100);
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct RetryConfig {
+    /// Tries per sample over the model's upstreams, the first included (1: none).
+    pub attempts: u32,
+    /// The base of the exponential backoff, with full jitter, between tries on one upstream.
+    pub backoff_ms: u64,
+    /// A `Retry-After` above this is not waited for on that upstream; the backoff's cap.
+    pub max_backoff_ms: u64,
+    /// A try with no first byte by then fails (and is retried).
+    pub first_byte_timeout_s: f64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            attempts: 3,
+            backoff_ms: 100,
+            max_backoff_ms: 10_000,
+            first_byte_timeout_s: 60.0,
+        }
+    }
+}
+
+/// `[models.health]`: passive health of each upstream.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct HealthConfig {
+    /// Consecutive failed tries of one upstream that eject it.
+    pub eject_after: u32,
+    /// How long it is skipped (doubling on each ejection in a row, at most 300 s).
+    pub eject_for_s: f64,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            eject_after: 5,
+            eject_for_s: 30.0,
+        }
+    }
 }
 
 /// `[[models.upstreams]]`.
@@ -182,6 +257,13 @@ pub struct Upstream {
     pub api_key_env: Option<String>,
     /// How several choices are asked of it (default: native for chat, fan-out otherwise).
     pub n: Option<NMode>,
+    /// Its share of the model's samples (default 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// The API an upstream speaks.
@@ -249,8 +331,15 @@ impl Config {
     /// assert_eq!(e.to_string(), "the config names no model ([[models]])");
     /// ```
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let config: Config =
-            toml::from_str(text).map_err(|e| ConfigError(format!("invalid config: {e}")))?;
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let mut message = format!("invalid config: {e}");
+            if message.contains("expected a sequence") && message.contains("upstreams") {
+                message.push_str("\n(each upstream is a [[models.upstreams]] table: two brackets)");
+            } else if message.contains("expected a sequence") && message.contains("models") {
+                message.push_str("\n(each model is a [[models]] table: two brackets)");
+            }
+            ConfigError(message)
+        })?;
         config.check()?;
         Ok(config)
     }
@@ -271,12 +360,51 @@ impl Config {
             if model.upstreams.is_empty() {
                 return err(format!("model {:?} has no upstream", model.name));
             }
+            for fallback in &model.fallbacks {
+                if fallback == &model.name {
+                    return err(format!("model {:?} names itself as a fallback", model.name));
+                }
+                if !self.models.iter().any(|m| &m.name == fallback) {
+                    return err(format!(
+                        "model {:?}: its fallback {fallback:?} is not a configured model",
+                        model.name
+                    ));
+                }
+            }
+            let r = &model.retry;
+            if r.attempts == 0
+                || !(r.first_byte_timeout_s.is_finite()
+                    && r.first_byte_timeout_s > 0.0
+                    && r.first_byte_timeout_s <= 31_536_000.0)
+            {
+                return err(format!(
+                    "model {:?}: retry.attempts must be at least 1 and retry.first_byte_timeout_s a number of seconds above 0",
+                    model.name
+                ));
+            }
+            let h = &model.health;
+            if h.eject_after == 0
+                || !(h.eject_for_s.is_finite()
+                    && h.eject_for_s >= 0.0
+                    && h.eject_for_s <= 31_536_000.0)
+            {
+                return err(format!(
+                    "model {:?}: health.eject_after must be at least 1 and health.eject_for_s a number of seconds, 0 or more",
+                    model.name
+                ));
+            }
             for (k, u) in model.upstreams.iter().enumerate() {
                 let scheme = u.base_url.split_once("://").map(|(s, _)| s);
                 if !matches!(scheme, Some("http" | "https")) {
                     return err(format!(
                         "model {:?}, upstream {k}: base_url {:?} is not an http or https URL",
                         model.name, u.base_url
+                    ));
+                }
+                if u.weight == 0 {
+                    return err(format!(
+                        "model {:?}, upstream {k}: weight must be at least 1",
+                        model.name
                     ));
                 }
                 if u.n == Some(NMode::Native) && u.api != ApiKind::Chat {
@@ -306,6 +434,9 @@ impl Config {
                     "limits: {name} must be a number of seconds above 0 (at most a year)"
                 ));
             }
+        }
+        if !(l.retry_budget_percent.is_finite() && l.retry_budget_percent >= 0.0) {
+            return err("limits: retry_budget_percent must be a number, 0 or more".into());
         }
         if l.max_connections == 0 {
             return err("limits: max_connections must be above 0".into());
@@ -349,10 +480,16 @@ impl Config {
     /// ).unwrap();
     /// assert_eq!(config.listen_addr(None).unwrap().to_string(), "127.0.0.1:8787");
     /// assert!(config.listen_addr(Some("0.0.0.0:8787")).unwrap_err().to_string().contains("[auth]"));
+    /// assert_eq!(config.listen_addr(Some("localhost:0")).unwrap().to_string(), "127.0.0.1:0");
     /// ```
     pub fn listen_addr(&self, over: Option<&str>) -> Result<SocketAddr, ConfigError> {
         let text = over.or(self.listen.as_deref()).unwrap_or("127.0.0.1:8787");
-        let addr: SocketAddr = text
+        // `localhost:PORT` is the loopback address: 127.0.0.1.
+        let resolved = match text.strip_prefix("localhost:") {
+            Some(port) => format!("127.0.0.1:{port}"),
+            None => text.to_string(),
+        };
+        let addr: SocketAddr = resolved
             .parse()
             .map_err(|e| ConfigError(format!("listen address {text:?}: {e}")))?;
         if !addr.ip().is_loopback() && self.auth.is_none() {
@@ -366,5 +503,56 @@ impl Config {
     /// The grace period of a shutdown.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs_f64(self.shutdown_grace_s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UPSTREAM: &str =
+        "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
+
+    #[test]
+    fn single_brackets_name_the_fix() {
+        let e = Config::from_toml(
+            "[[models]]\nname = \"m\"\n[models.upstreams]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("[[models.upstreams]]"), "{e}");
+    }
+
+    #[test]
+    fn resilience_keys_and_their_checks() {
+        let config = Config::from_toml(&format!(
+            "[limits]\nretry_budget_percent = 5\n[[models]]\nname = \"m\"\nfallbacks = [\"n\"]\n\
+             [models.retry]\nattempts = 4\nfirst_byte_timeout_s = 2.5\n[models.health]\neject_after = 2\n{UPSTREAM}weight = 3\n\
+             [[models]]\nname = \"n\"\n{UPSTREAM}"
+        ))
+        .unwrap();
+        let m = &config.models[0];
+        assert_eq!(
+            (m.retry.attempts, m.retry.backoff_ms, m.retry.max_backoff_ms),
+            (4, 100, 10_000)
+        );
+        assert_eq!((m.health.eject_after, m.health.eject_for_s), (2, 30.0));
+        assert_eq!(
+            (m.upstreams[0].weight, config.models[1].upstreams[0].weight),
+            (3, 1)
+        );
+        assert_eq!(config.limits.retry_budget_percent, 5.0);
+        let unknown = Config::from_toml(&format!(
+            "[[models]]\nname = \"m\"\nfallbacks = [\"x\"]\n{UPSTREAM}"
+        ))
+        .unwrap_err();
+        assert!(
+            unknown
+                .to_string()
+                .contains("\"x\" is not a configured model"),
+            "{unknown}"
+        );
+        let zero = Config::from_toml(&format!("[[models]]\nname = \"m\"\n{UPSTREAM}weight = 0\n"))
+            .unwrap_err();
+        assert!(zero.to_string().contains("weight"), "{zero}");
     }
 }

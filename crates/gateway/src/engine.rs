@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use choicewise_client::{Client, ClientError, ClientErrorKind};
+use choicewise_client::Client;
 use choicewise_core::{ChoiceEvent, ChoiceOutput, Completions, Source, Usage, UsageSource};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
@@ -19,8 +19,10 @@ use serde_json::{Map, Value, json};
 use crate::config::{ApiKind, NMode};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome, SampleEnd, UpstreamTokens};
-use crate::pace::{BoxError, Pace, paced, silent};
+use crate::open::{Opener, TryRecord, request_body};
+use crate::pace::{BoxError, Pace, paced};
 use crate::request::{ChatRequest, Select};
+use crate::resilience::Health;
 
 /// A configured model's upstream, ready to call.
 #[derive(Debug, Clone)]
@@ -36,22 +38,26 @@ pub(crate) struct UpstreamRoute {
     pub idle_timeout: Duration,
     /// `API:MODEL@HOST`, for metrics.
     pub label: Arc<str>,
+    /// Its share of the model's samples.
+    pub weight: u32,
+    /// Its passive health, shared by every request.
+    pub health: Arc<Health>,
 }
 
 /// One upstream request of a run.
 #[derive(Debug, Clone)]
 struct Planned {
+    /// The upstream it is first tried at.
     upstream: usize,
     /// Its choices: these samples, in order.
     samples: Vec<u32>,
-    body: Value,
 }
 
-/// The requests that make the samples: sample `i` goes to upstream `i mod k`; a native
+/// The requests that make the samples: each sample goes to the next upstream by smooth
+/// weighted round robin (with equal weights, sample `i` to upstream `i mod k`); a native
 /// upstream gets one request with its samples' count as `n`, any other (or every upstream
 /// when samples start one at a time: hedged or windowed) one request per sample.
-fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Result<Vec<Planned>, ApiError> {
-    let k = upstreams.len();
+fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Vec<Planned> {
     let one_by_one = matches!(
         req.select,
         Select::FirstToken {
@@ -61,103 +67,48 @@ fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Result<Vec<Planned>, 
             ..
         }
     );
+    // Smooth weighted round robin (nginx's): each turn every upstream gains its weight, the
+    // one with the most is chosen and loses the total.
+    let total: i64 = upstreams.iter().map(|u| i64::from(u.weight)).sum();
+    let mut current = vec![0i64; upstreams.len()];
+    let mut to = Vec::with_capacity(req.samples as usize);
+    for _ in 0..req.samples {
+        for (c, u) in current.iter_mut().zip(upstreams) {
+            *c += i64::from(u.weight);
+        }
+        let (j, _) = (current.iter().enumerate())
+            .max_by_key(|(j, c)| (**c, std::cmp::Reverse(*j)))
+            .unwrap_or((0, &0));
+        current[j] -= total;
+        to.push(j);
+    }
     let mut planned = Vec::new();
     if one_by_one {
-        for i in 0..req.samples {
-            planned.push((i as usize % k, vec![i]));
+        for (i, j) in to.iter().enumerate() {
+            planned.push(Planned {
+                upstream: *j,
+                samples: vec![i as u32],
+            });
         }
     } else {
         for (j, u) in upstreams.iter().enumerate() {
-            let mine: Vec<u32> = (0..req.samples).filter(|i| *i as usize % k == j).collect();
+            let mine: Vec<u32> = (0..req.samples).filter(|i| to[*i as usize] == j).collect();
             if mine.is_empty() {
                 continue;
             }
             match u.n_mode {
-                NMode::Native => planned.push((j, mine)),
-                NMode::FanOut => planned.extend(mine.into_iter().map(|i| (j, vec![i]))),
+                NMode::Native => planned.push(Planned {
+                    upstream: j,
+                    samples: mine,
+                }),
+                NMode::FanOut => planned.extend(mine.into_iter().map(|i| Planned {
+                    upstream: j,
+                    samples: vec![i],
+                })),
             }
         }
     }
     planned
-        .into_iter()
-        .map(|(j, samples)| {
-            let u = &upstreams[j];
-            let mut body = req.body.clone();
-            body.insert("model".into(), json!(u.model));
-            body.insert("stream".into(), json!(true));
-            if u.api == ApiKind::Chat {
-                if samples.len() > 1 {
-                    body.insert("n".into(), json!(samples.len()));
-                }
-                body.insert("stream_options".into(), json!({"include_usage": true}));
-            }
-            let body = Value::Object(body);
-            let body = match u.api {
-                ApiKind::Chat => Ok(body),
-                ApiKind::Responses => choicewise_client::Api::Responses.request_from_chat(&body),
-                ApiKind::Anthropic => choicewise_client::Api::Messages.request_from_chat(&body),
-            }
-            .map_err(ApiError::invalid)?;
-            Ok(Planned {
-                upstream: j,
-                samples,
-                body,
-            })
-        })
-        .collect()
-}
-
-/// The error a failed upstream request is to the client: its own 4xx passed through, anything
-/// else (a 5xx, a refused connection, a timeout) a 502 naming the model, the upstream's API and
-/// host.
-fn upstream_error(model: &str, u: &UpstreamRoute, e: &ClientError) -> ApiError {
-    match e.status() {
-        Some(status @ 400..=499) => {
-            let kind_of = |key: &str| {
-                e.body()
-                    .and_then(|b| b.pointer(&format!("/error/{key}")))
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            };
-            let mut error = ApiError::new(
-                axum::http::StatusCode::from_u16(status)
-                    .unwrap_or(axum::http::StatusCode::BAD_REQUEST),
-                "upstream_error",
-                e.message().to_string(),
-            );
-            error.code = kind_of("code");
-            if let Some(kind) = kind_of("type") {
-                // The provider's own type, kept when it is one of the usual words.
-                error.kind = match kind.as_str() {
-                    "invalid_request_error" => "invalid_request_error",
-                    "authentication_error" => "authentication_error",
-                    "permission_error" => "permission_error",
-                    "not_found_error" => "not_found_error",
-                    "rate_limit_error" | "rate_limit_exceeded" => "rate_limit_error",
-                    _ => "upstream_error",
-                };
-            }
-            error
-        }
-        _ => {
-            // The upstream is named by its label's host alone: never its URL, which may
-            // hold credentials.
-            let why = match e.kind() {
-                ClientErrorKind::Connect => format!("could not connect: {}", e.message()),
-                ClientErrorKind::Timeout => "no answer in time".to_string(),
-                _ => e.to_string(),
-            };
-            ApiError::new(
-                axum::http::StatusCode::BAD_GATEWAY,
-                "upstream_error",
-                format!(
-                    "model {model:?}: the {} upstream at {} failed before its stream began: {why}",
-                    u.api, u.host
-                ),
-            )
-            .code("upstream_failed")
-        }
-    }
 }
 
 /// A request's samples, streaming.
@@ -169,8 +120,10 @@ pub(crate) struct Run {
     index_of: HashMap<u32, u32>,
     /// Per upstream request, its number of samples.
     sizes: Vec<usize>,
-    /// Per upstream request, its upstream's label.
-    labels: Vec<Arc<str>>,
+    /// Per upstream request, the label of the upstream that answered it.
+    labels: Arc<Mutex<Vec<Arc<str>>>>,
+    /// Every try of the run.
+    pub tries: Arc<Mutex<Vec<TryRecord>>>,
     /// Every sample's tokens, counted once when first asked for.
     accounting: tokio::sync::OnceCell<Accounting>,
     /// Tasks that live as long as the run (hedging, picking): aborted with it.
@@ -192,13 +145,9 @@ impl Run {
     /// Plans the request's samples, opens the first ones (all of them, or the first one when
     /// hedged, or the first window), and fails as the client should see it if any of those
     /// fails before its stream begins.
-    pub async fn start(
-        model: &str,
-        upstreams: &[UpstreamRoute],
-        req: &ChatRequest,
-        metrics: &Arc<Metrics>,
-    ) -> Result<Run, ApiError> {
-        let planned = plan(upstreams, req)?;
+    pub async fn start(opener: Opener, req: &ChatRequest) -> Result<Run, ApiError> {
+        let upstreams = &opener.model.routes;
+        let planned = plan(upstreams, req);
         let pace = Arc::new(Pace::default());
         let first = match req.select {
             Select::FirstToken {
@@ -209,26 +158,30 @@ impl Run {
             } => w.min(planned.len()),
             _ => planned.len(),
         };
-        let opened = futures::future::join_all(planned[..first].iter().map(|p| {
-            let client = upstreams[p.upstream].client.clone();
-            let body = p.body.clone();
-            async move { client.stream(&body).await }
-        }))
+        let opened = futures::future::join_all(
+            (planned[..first].iter()).map(|p| opener.open(p.upstream, &p.samples)),
+        )
         .await;
+        // Each planned request's upstream label, once it answered (the planned one until).
+        let labels: Arc<Mutex<Vec<Arc<str>>>> = Arc::new(Mutex::new(
+            (planned.iter())
+                .map(|p| upstreams[p.upstream].label.clone())
+                .collect(),
+        ));
         let mut sources: Vec<Option<Source>> = Vec::new();
-        for (p, opened) in planned.iter().zip(opened) {
-            match opened {
-                Ok(reads) => sources.push(Some(
-                    Source::sse(paced(
-                        counted(reads, metrics),
-                        pace.clone(),
-                        upstreams[p.upstream].idle_timeout,
-                    ))
-                    .n(p.samples.len() as u32)
-                    .request(p.body.clone()),
-                )),
-                Err(e) => return Err(upstream_error(model, &upstreams[p.upstream], &e)),
-            }
+        for (r, (p, opened)) in planned.iter().zip(opened).enumerate() {
+            let opened = opened?;
+            lock(&labels)[r] = opened.route.label.clone();
+            let reads = cuts(opened.reads, &opener, p.samples[0], &opened.route.label);
+            sources.push(Some(
+                Source::sse(paced(
+                    counted(reads, &opener.metrics),
+                    pace.clone(),
+                    opened.route.idle_timeout,
+                ))
+                .n(p.samples.len() as u32)
+                .request(opened.body),
+            ));
         }
         // The library numbers each request's choices as a block, in the order started.
         let mut sample_of = Vec::new();
@@ -242,46 +195,39 @@ impl Run {
             .enumerate()
             .map(|(li, s)| (*s, li as u32))
             .collect();
-        let labels = (planned.iter())
-            .map(|p| upstreams[p.upstream].label.clone())
-            .collect();
-        let later: Vec<(Client, Value, u32, Duration)> = planned
-            .iter()
-            .map(|p| {
-                let route = &upstreams[p.upstream];
-                (
-                    route.client.clone(),
-                    p.body.clone(),
-                    p.samples.len() as u32,
-                    route.idle_timeout,
-                )
-            })
-            .collect();
         let sources = Mutex::new(sources);
-        let metrics = metrics.clone();
         let paces = pace.clone();
+        let tries = opener.tries.clone();
+        let later_labels = labels.clone();
         let completions = Completions::builder().samples(planned.len(), move |r| {
-            if let Some(source) = sources
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_mut(r)
-                .and_then(Option::take)
-            {
+            if let Some(source) = lock(&sources).get_mut(r).and_then(Option::take) {
                 return source;
             }
-            let (client, body, n, idle) = &later[r];
-            // Started after the answer began: a failure is its choices' error.
-            let (client, request, metrics) = (client.clone(), body.clone(), metrics.clone());
-            let (pace, idle) = (paces.clone(), *idle);
-            Source::open(async move {
-                let reads = match tokio::time::timeout(idle, client.stream(&request)).await {
-                    Ok(reads) => reads?,
-                    Err(_) => return Err(silent(idle)),
-                };
-                Ok::<_, BoxError>(Source::sse(paced(counted(reads, &metrics), pace, idle)))
+            // Started after the answer began: when every try fails, its choices' error.
+            let p = planned[r].clone();
+            let route = &opener.model.routes[p.upstream];
+            let request = request_body(route, &opener.body, p.samples.len()).ok();
+            let (opener, pace, labels) = (opener.clone(), paces.clone(), later_labels.clone());
+            let n = p.samples.len() as u32;
+            let source = Source::open(async move {
+                let opened = opener
+                    .open(p.upstream, &p.samples)
+                    .await
+                    .map_err(|e| BoxError::from(e.message))?;
+                lock(&labels)[r] = opened.route.label.clone();
+                let idle = opened.route.idle_timeout;
+                let reads = cuts(opened.reads, &opener, p.samples[0], &opened.route.label);
+                Ok::<_, BoxError>(Source::sse(paced(
+                    counted(reads, &opener.metrics),
+                    pace,
+                    idle,
+                )))
             })
-            .n(*n)
-            .request(body.clone())
+            .n(n);
+            match request {
+                Some(request) => source.request(request),
+                None => source,
+            }
         });
         completions.start_more(first);
         Ok(Run {
@@ -290,11 +236,32 @@ impl Run {
             index_of,
             sizes,
             labels,
+            tries,
             accounting: tokio::sync::OnceCell::new(),
             tasks: Vec::new(),
             samples: req.samples,
             pace,
         })
+    }
+
+    /// Every try so far, in order.
+    pub fn tries(&self) -> Vec<TryRecord> {
+        lock(&self.tries).clone()
+    }
+
+    /// The `tries` of the final `choicewise` object.
+    pub fn tries_json(&self) -> Value {
+        let tries: Vec<Value> = (self.tries().iter())
+            .map(|t| json!({"sample": t.sample, "upstream": &*t.upstream, "outcome": t.outcome.as_str()}))
+            .collect();
+        Value::Array(tries)
+    }
+
+    /// The final `choicewise` object of a request without the extension: its `tries`, when
+    /// some try failed.
+    pub fn tries_summary(&self) -> Option<Value> {
+        let retried = (self.tries().iter()).any(|t| t.outcome != crate::resilience::Outcome::Ok);
+        retried.then(|| json!({"tries": self.tries_json()}))
     }
 
     pub fn index_of(&self, sample: u32) -> Option<u32> {
@@ -619,7 +586,7 @@ impl Run {
             false => usage.upstreams.iter().collect(),
         };
         for (r, u) in per_request.into_iter().enumerate() {
-            let Some(label) = self.labels.get(r) else {
+            let Some(label) = lock(&self.labels).get(r).cloned() else {
                 continue;
             };
             outcome.upstreams.push(UpstreamTokens {
@@ -650,6 +617,7 @@ impl Run {
         summary.insert("cancelled".into(), json!(cancelled));
         summary.insert("decision".into(), json!(picked.decision));
         summary.insert("started".into(), json!(self.started_samples()));
+        summary.insert("tries".into(), self.tries_json());
         if let Some(vote) = &picked.vote {
             summary.insert("vote".into(), vote.clone());
         }
@@ -683,6 +651,31 @@ struct Part {
 struct Accounting {
     usage: Usage,
     parts: Vec<Part>,
+}
+
+/// An upstream's reads, a failure after the first byte recorded as a `cut` try.
+fn cuts(
+    reads: futures::stream::BoxStream<
+        'static,
+        Result<bytes::Bytes, choicewise_client::ClientError>,
+    >,
+    opener: &Opener,
+    sample: u32,
+    label: &Arc<str>,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, choicewise_client::ClientError>> + Send + 'static
+{
+    let (opener, label) = (opener.clone(), label.clone());
+    let mut cut = false;
+    reads.inspect(move |read| {
+        if read.is_err() && !std::mem::replace(&mut cut, true) {
+            opener.record(sample, &label, crate::resilience::Outcome::Cut);
+        }
+    })
+}
+
+/// A mutex's value, even after a panic of another holder.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Counts an upstream response in the open-connections gauge for as long as it is read.

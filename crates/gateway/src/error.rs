@@ -14,6 +14,8 @@ pub(crate) struct ApiError {
     pub code: Option<String>,
     /// The request field concerned, when there is one.
     pub param: Option<String>,
+    /// Seconds the client should wait before another try (a `Retry-After` header).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -24,6 +26,7 @@ impl ApiError {
             kind,
             code: None,
             param: None,
+            retry_after: None,
         }
     }
 
@@ -45,7 +48,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if let Some(wait) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, wait.into());
+        }
+        response
     }
 }
 
@@ -57,6 +66,7 @@ impl From<crate::ingress::IngressError> for ApiError {
             kind: "invalid_request_error",
             code: e.code.map(str::to_string),
             param: e.param,
+            retry_after: None,
         }
     }
 }

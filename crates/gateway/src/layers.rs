@@ -34,7 +34,16 @@ pub(crate) fn api_of(path: &str) -> Option<Api> {
 pub(crate) fn shaped(api: Option<Api>, e: ApiError) -> Response {
     match api {
         None => e.into_response(),
-        Some(api) => (e.status, axum::Json(ingress::api_error_body(api, &e))).into_response(),
+        Some(api) => {
+            let mut response =
+                (e.status, axum::Json(ingress::api_error_body(api, &e))).into_response();
+            if let Some(wait) = e.retry_after {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, wait.into());
+            }
+            response
+        }
     }
 }
 

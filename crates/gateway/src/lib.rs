@@ -40,8 +40,10 @@ mod ingress;
 mod layers;
 mod listen;
 mod metrics;
+mod open;
 mod pace;
 mod request;
+mod resilience;
 mod traces;
 
 use std::collections::HashMap;
@@ -60,7 +62,10 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
-pub use config::{ApiKind, Auth, Config, ConfigError, Limits, Model, NMode, Telemetry, Upstream};
+pub use config::{
+    ApiKind, Auth, Config, ConfigError, HealthConfig, Limits, Model, NMode, RetryConfig, Telemetry,
+    Upstream,
+};
 
 use chunks::{ChoiceChunks, Element};
 use engine::{Envelope, Picked, Run, UpstreamRoute};
@@ -89,7 +94,9 @@ struct Inner {
     limits: Limits,
     /// The keys clients may send; none: no key needed.
     keys: Vec<String>,
-    models: HashMap<String, Vec<UpstreamRoute>>,
+    models: open::Models,
+    /// The retry budget every model's tries share.
+    budget: Arc<resilience::Budget>,
     /// In order, for `GET /v1/models`.
     names: Vec<String>,
     /// One per request being served (`max_concurrent_requests`).
@@ -134,17 +141,21 @@ impl Gateway {
     ///     "[auth]\nkeys_env = \"KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
     /// ).unwrap();
     /// assert!(Gateway::with_env(&config, |_| None).unwrap_err().to_string().contains("KEYS is not set"));
+    /// assert!(Gateway::with_env(&config, |_| Some(" ".into())).unwrap_err().to_string().contains("KEYS is empty"));
     /// assert!(Gateway::with_env(&config, |_| Some("sk-1,sk-2".into())).is_ok());
     /// ```
     pub fn with_env(
         config: &Config,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Gateway, ConfigError> {
-        let env_var = |name: &str| {
-            env(name)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| ConfigError(format!("the environment variable {name} is not set")))
+        let env_var = |name: &str| match env(name).map(|v| v.trim().to_string()) {
+            None => Err(ConfigError(format!(
+                "the environment variable {name} is not set"
+            ))),
+            Some(v) if v.is_empty() => Err(ConfigError(format!(
+                "the environment variable {name} is empty"
+            ))),
+            Some(v) => Ok(v),
         };
         let keys = match &config.auth {
             None => Vec::new(),
@@ -170,7 +181,11 @@ impl Gateway {
                     ApiKind::Responses => choicewise_client::Api::Responses,
                     ApiKind::Anthropic => choicewise_client::Api::Messages,
                 };
-                let mut builder = Client::builder().api(api).base_url(&u.base_url);
+                // Every try is the gateway's (src/open.rs): the client's own retries are off.
+                let mut builder = Client::builder()
+                    .api(api)
+                    .base_url(&u.base_url)
+                    .max_retries(0);
                 if let Some(var) = &u.api_key_env {
                     let key = env_var(var).map_err(|e| {
                         ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
@@ -192,16 +207,27 @@ impl Gateway {
                     n_mode: u.n_mode(),
                     host,
                     idle_timeout: Duration::from_secs_f64(config.limits.upstream_idle_timeout_s),
+                    weight: u.weight,
+                    health: Arc::new(resilience::Health::new(&model.health)),
                 });
             }
             names.push(model.name.clone());
-            models.insert(model.name.clone(), routes);
+            models.insert(
+                model.name.clone(),
+                Arc::new(open::ModelRoutes {
+                    name: model.name.clone(),
+                    routes,
+                    retry: resilience::RetryPolicy::of(&model.retry),
+                    fallbacks: model.fallbacks.clone(),
+                }),
+            );
         }
         Ok(Gateway {
             inner: Arc::new(Inner {
                 limits: config.limits.clone(),
                 keys,
-                models,
+                models: Arc::new(models),
+                budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
                 metrics: Arc::new(Metrics::new()),
@@ -394,7 +420,7 @@ async fn count_tokens(State(gw): State<Gateway>, request: axum::extract::Request
                 format!("the model {model:?} does not exist here (GET /v1/models lists them)"),
             ));
         };
-        let upstream_model = routes.first().map_or(model.as_str(), |r| r.model.as_str());
+        let upstream_model = (routes.routes.first()).map_or(model.as_str(), |r| r.model.as_str());
         let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
         choicewise_usage::count_prompt(encoding, &translated.chat)
             .map(|count| count.total)
@@ -506,7 +532,7 @@ async fn serve_chat(
     .await
     .map_err(|_| ApiError::invalid("the request could not be parsed"))??;
     seen.asked = Some(req.model.clone());
-    let Some(upstreams) = gw.inner.models.get(&req.model) else {
+    let Some(model) = gw.inner.models.get(&req.model).cloned() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
@@ -518,11 +544,18 @@ async fn serve_chat(
         .code("model_not_found"));
     };
     seen.model.clone_from(&req.model);
-    let mut run = Run::start(&req.model, upstreams, &req, &gw.inner.metrics).await?;
+    let apis: Vec<ApiKind> = model.routes.iter().map(|u| u.api).collect();
+    let opener = open::Opener {
+        models: gw.inner.models.clone(),
+        model,
+        body: Arc::new(req.body.clone()),
+        metrics: gw.inner.metrics.clone(),
+        budget: gw.inner.budget.clone(),
+        tries: Arc::default(),
+    };
+    let mut run = Run::start(opener, &req).await?;
     let span = match (&gw.inner.traces, seen.parent.take()) {
-        (Some(traces), Some(parent)) => {
-            Some(traces.request(parent, &req, upstreams.iter().map(|u| u.api)))
-        }
+        (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
         _ => None,
     };
     let picked = run.pick(&req).await;
@@ -554,12 +587,19 @@ async fn serve_chat(
         span.response_id = Some(envelope.id.clone());
     }
     let closing = gw.inner.closing.subscribe();
-    match (reply, req.stream) {
-        (None, true) => Ok(stream_response(finish, picked, req, envelope, closing)),
-        (None, false) => Ok(json_response(finish, picked, req, envelope, closing).await),
-        (Some(reply), true) => Ok(answer_api::stream(finish, picked, req, reply, closing)),
-        (Some(reply), false) => Ok(answer_api::json(finish, picked, req, reply, closing).await),
-    }
+    let tries = finish.run().tries.clone();
+    let mut response = match (reply, req.stream) {
+        (None, true) => stream_response(finish, picked, req, envelope, closing),
+        (None, false) => json_response(finish, picked, req, envelope, closing).await,
+        (Some(reply), true) => answer_api::stream(finish, picked, req, reply, closing),
+        (Some(reply), false) => answer_api::json(finish, picked, req, reply, closing).await,
+    };
+    // Every answer's headers are sent after its first tries ended: how many there were.
+    let count = tries.lock().map_or(0, |t| t.len());
+    response
+        .headers_mut()
+        .insert("x-choicewise-tries", count.into());
+    Ok(response)
 }
 
 /// A request's run, accounted in the metrics (and its span made, with traces on) when it is
@@ -612,6 +652,25 @@ impl Drop for Finish {
             runtime.spawn(async move {
                 let outcome = run.outcome(outputs.as_deref()).await;
                 metrics.finished(&model, took, &outcome);
+                // The request's line in the operator's log.
+                let tries = run.tries();
+                let ended = match (completed, failure) {
+                    (_, Some(why)) => why,
+                    (true, None) => "complete",
+                    (false, None) => "client_gone",
+                };
+                tracing::info!(
+                    model = %model,
+                    samples = run.samples,
+                    tries = tries.len(),
+                    failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
+                    prompt_tokens = outcome.prompt_tokens,
+                    completion_tokens = outcome.completion_tokens,
+                    estimated = outcome.estimated,
+                    duration_ms = took.as_millis() as u64,
+                    ended,
+                    "request"
+                );
                 if let Some(span) = span {
                     span.end(took, &outcome, outputs.as_deref(), failure, completed);
                 }
@@ -805,7 +864,7 @@ fn stream_response(
             run.completions.cancel_except(&[]);
         }
         let summary = match req.select {
-            Select::All => None,
+            Select::All => run.tries_summary(),
             _ => Some(run.summary(&picked).await),
         };
         if req.include_usage || summary.is_some() {
@@ -886,8 +945,12 @@ async fn json_response(
             "choices": choices,
             "usage": run.usage(&picked.samples).await,
         });
-        if !matches!(req.select, Select::All) {
-            body["choicewise"] = run.summary(&picked).await;
+        let summary = match req.select {
+            Select::All => run.tries_summary(),
+            _ => Some(run.summary(&picked).await),
+        };
+        if let Some(summary) = summary {
+            body["choicewise"] = summary;
         }
         Ok(body)
     };

@@ -40,6 +40,24 @@ struct ModelLabels {
     model: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TryLabels {
+    model: String,
+    upstream: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    upstream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FallbackLabels {
+    model: String,
+    to: String,
+}
+
 fn seconds() -> Histogram {
     // 1 ms to about 2 min.
     Histogram::new(exponential_buckets(0.001, 2.0, 18))
@@ -59,6 +77,10 @@ pub(crate) struct Metrics {
     open_upstreams: Gauge<i64, AtomicI64>,
     connections_refused: Counter,
     client_stalls: Counter,
+    tries: Family<TryLabels, Counter>,
+    ejected: Family<UpstreamLabels, Gauge<i64, AtomicI64>>,
+    fallbacks: Family<FallbackLabels, Counter>,
+    budget_exhausted: Counter,
 }
 
 /// The finish reasons that are labels as they are; any other an upstream sends is `other`,
@@ -193,10 +215,38 @@ impl Metrics {
             "Answers ended because their client took nothing for client_stall_timeout_s",
             client_stalls.clone(),
         );
+        let tries = Family::<TryLabels, Counter>::default();
+        registry.register(
+            "upstream_tries",
+            "Upstream tries up to their first byte, by model, upstream and outcome (ok, connect, timeout, 429, 5xx, cut)",
+            tries.clone(),
+        );
+        let ejected = Family::<UpstreamLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "upstream_ejected",
+            "1 while an upstream is ejected for failing, else 0",
+            ejected.clone(),
+        );
+        let fallbacks = Family::<FallbackLabels, Counter>::default();
+        registry.register(
+            "fallbacks",
+            "Samples tried on a fallback model after every try of their model failed",
+            fallbacks.clone(),
+        );
+        let budget_exhausted = Counter::default();
+        registry.register(
+            "retry_budget_exhausted",
+            "Retries not made because the retry budget was spent",
+            budget_exhausted.clone(),
+        );
         Metrics {
             registry,
             connections_refused,
             client_stalls,
+            tries,
+            ejected,
+            fallbacks,
+            budget_exhausted,
             requests,
             choices,
             tokens,
@@ -272,6 +322,41 @@ impl Metrics {
         self.unselected_tokens
             .get_or_create(&labels)
             .inc_by(outcome.unselected_tokens);
+    }
+
+    /// One try of an upstream, and how it ended.
+    pub fn tried(&self, model: &str, upstream: &str, outcome: &'static str) {
+        self.tries
+            .get_or_create(&TryLabels {
+                model: model.to_string(),
+                upstream: upstream.to_string(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// An upstream was ejected (`true`) or restored.
+    pub fn ejected(&self, upstream: &str, ejected: bool) {
+        self.ejected
+            .get_or_create(&UpstreamLabels {
+                upstream: upstream.to_string(),
+            })
+            .set(i64::from(ejected));
+    }
+
+    /// A sample of `model` was tried on its fallback `to`.
+    pub fn fallback(&self, model: &str, to: &str) {
+        self.fallbacks
+            .get_or_create(&FallbackLabels {
+                model: model.to_string(),
+                to: to.to_string(),
+            })
+            .inc();
+    }
+
+    /// A retry was not made: the budget was spent.
+    pub fn retry_budget_exhausted(&self) {
+        self.budget_exhausted.inc();
     }
 
     /// A client connection closed at once: `max_connections` were open.

@@ -602,6 +602,58 @@ fn check_anthropic_events(got: &Value, text: &str, what: &str) {
     );
 }
 
+/// What both Anthropic SDKs run: `create` streamed and not, the stream helper, a selection,
+/// a failing upstream, a missing `max_tokens`, a wrong key.
+fn check_anthropic(got: &Value, gateway: &SdkUpstreams, client: &str) {
+    check_message(&got["create_whole"], "Hello from chat", client);
+    assert_eq!(got["create_whole"]["model"], "echo", "{client}");
+    check_anthropic_events(&got["create_stream"], "Hello from chat", client);
+    assert_eq!(got["create_stream"]["model"], "echo", "{client}");
+    let helper = &got["stream_helper"];
+    assert_eq!(helper["text_stream"], "Hello from chat", "{client}: {helper}");
+    check_message(&helper["final"], "Hello from chat", client);
+
+    // A selection: the quick sample's answer, the summary beside it; 3 upstream requests each.
+    check_message(&got["select_whole"], "Answer: 42", client);
+    check_selection(&got["select_whole"]["choicewise"], client);
+    check_anthropic_events(&got["select_stream"], "Answer: 42", client);
+    check_selection(&got["select_stream"]["choicewise"], client);
+    assert_eq!(gateway.select.request_count(), 6, "{client}: 3 samples each");
+
+    // A failing upstream: 502 in Anthropic's shape; a bad request and a wrong key too.
+    for name in ["failing", "failing_stream"] {
+        let failing = &got[name];
+        check_error(failing, 502, "InternalServerError", client);
+        assert_eq!(failing["shape"], "error", "{client}: {failing}");
+        assert_eq!(failing["type"], "api_error", "{client}: {failing}");
+        assert!(
+            failing["message"].as_str().unwrap().contains("503"),
+            "{client}: {failing}"
+        );
+    }
+    let bad = &got["no_max_tokens"];
+    check_error(bad, 400, "BadRequestError", client);
+    assert_eq!(bad["type"], "invalid_request_error", "{client}: {bad}");
+    assert!(
+        bad["message"].as_str().unwrap().contains("max_tokens"),
+        "{client}: {bad}"
+    );
+    let wrong = &got["wrong_key"];
+    check_error(wrong, 401, "AuthenticationError", client);
+    assert_eq!(wrong["type"], "authentication_error", "{client}: {wrong}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the Anthropic TypeScript SDK from npm: scripts/gateway-clients.sh install"]
+async fn anthropic_node() {
+    let gateway = sdk_gateway().await;
+    let node = PathBuf::from("node");
+    let got = run_script(gateway.addr, node, "anthropic_run.cjs", Some("@anthropic-ai/sdk")).await;
+    let client = got["client"].as_str().unwrap().to_string();
+    eprintln!("checking {client}");
+    check_anthropic(&got, &gateway, &client);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs anthropic-python from PyPI: scripts/gateway-clients.sh install"]
 async fn anthropic_python() {
@@ -610,16 +662,7 @@ async fn anthropic_python() {
     let got = run_script(gateway.addr, python, "anthropic_run.py", None).await;
     let client = got["client"].as_str().unwrap().to_string();
     eprintln!("checking {client}");
-
-    check_message(&got["create_whole"], "Hello from chat", &client);
-    assert_eq!(got["create_whole"]["model"], "echo", "{client}");
-    check_anthropic_events(&got["create_stream"], "Hello from chat", &client);
-    let helper = &got["stream_helper"];
-    assert_eq!(
-        helper["text_stream"], "Hello from chat",
-        "{client}: {helper}"
-    );
-    check_message(&helper["final"], "Hello from chat", &client);
+    check_anthropic(&got, &gateway, &client);
 
     // A tool call, its result sent back, the answer: with `create` and with `stream`.
     for name in ["tool_round_trip", "tool_round_trip_stream"] {
@@ -645,34 +688,6 @@ async fn anthropic_python() {
 
     let counted = got["count_tokens"].as_u64().unwrap();
     assert!(counted > 3, "{client}: count_tokens {counted}");
-
-    // A selection: the quick sample's answer, the summary beside it.
-    check_message(&got["select_whole"], "Answer: 42", &client);
-    check_selection(&got["select_whole"]["choicewise"], &client);
-    check_anthropic_events(&got["select_stream"], "Answer: 42", &client);
-    check_selection(&got["select_stream"]["choicewise"], &client);
-
-    // A failing upstream: 502 in Anthropic's shape; a bad request and a wrong key too.
-    for name in ["failing", "failing_stream"] {
-        let failing = &got[name];
-        check_error(failing, 502, "InternalServerError", &client);
-        assert_eq!(failing["shape"], "error", "{client}: {failing}");
-        assert_eq!(failing["type"], "api_error", "{client}: {failing}");
-        assert!(
-            failing["message"].as_str().unwrap().contains("503"),
-            "{client}: {failing}"
-        );
-    }
-    let bad = &got["no_max_tokens"];
-    check_error(bad, 400, "BadRequestError", &client);
-    assert_eq!(bad["type"], "invalid_request_error", "{client}: {bad}");
-    assert!(
-        bad["message"].as_str().unwrap().contains("max_tokens"),
-        "{client}: {bad}"
-    );
-    let wrong = &got["wrong_key"];
-    check_error(wrong, 401, "AuthenticationError", &client);
-    assert_eq!(wrong["type"], "authentication_error", "{client}: {wrong}");
 }
 
 /// A Responses `response` as a client parsed it, answering `text`.

@@ -268,7 +268,14 @@ async fn failures_before_the_first_byte_and_mid_stream() {
     let response = post(addr, request(2)).await;
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.unwrap();
-    assert_eq!(error["error"]["message"], "n is too large");
+    // Named as the upstream's, so that a client tells it from the gateway's own errors.
+    assert_eq!(
+        error["error"]["message"],
+        format!(
+            "the chat upstream {} answered 400: n is too large",
+            refusing.addr()
+        )
+    );
     // Unreachable: 502.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

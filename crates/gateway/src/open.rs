@@ -1,0 +1,325 @@
+//! Opening one planned upstream request: its tries over the model's upstreams, then over
+//! each fallback model's, as [`crate::resilience`] rules; and the error the client gets
+//! when none succeeded.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use choicewise_client::{ClientError, ClientErrorKind};
+use serde_json::{Map, Value, json};
+
+use crate::config::{ApiKind, NMode};
+use crate::engine::UpstreamRoute;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::resilience::{Availability, Budget, Outcome, RetryPolicy, classify};
+
+/// A configured model: its upstreams, its retry rules, its fallbacks.
+#[derive(Debug)]
+pub(crate) struct ModelRoutes {
+    pub name: String,
+    pub routes: Vec<UpstreamRoute>,
+    pub retry: RetryPolicy,
+    pub fallbacks: Vec<String>,
+}
+
+/// Every configured model, by name.
+pub(crate) type Models = Arc<HashMap<String, Arc<ModelRoutes>>>;
+
+/// One try, for the final `choicewise` object's `tries`.
+#[derive(Debug, Clone)]
+pub(crate) struct TryRecord {
+    pub sample: u32,
+    pub upstream: Arc<str>,
+    pub outcome: Outcome,
+}
+
+/// An upstream request that answered: its reads, the upstream that answered and the body
+/// it was sent.
+pub(crate) struct Opened {
+    pub reads: futures::stream::BoxStream<'static, Result<bytes::Bytes, ClientError>>,
+    pub route: UpstreamRoute,
+    pub body: Value,
+}
+
+/// What opening a request needs: shared by a run's first requests and those started later.
+#[derive(Clone)]
+pub(crate) struct Opener {
+    pub models: Models,
+    pub model: Arc<ModelRoutes>,
+    /// The client's request as Chat Completions, without `model`, `stream` and `n`.
+    pub body: Arc<Map<String, Value>>,
+    pub metrics: Arc<Metrics>,
+    pub budget: Arc<Budget>,
+    /// Every try of the run, in order.
+    pub tries: Arc<Mutex<Vec<TryRecord>>>,
+}
+
+/// The body of a request for `samples` samples to upstream `u`, in its API.
+pub(crate) fn request_body(
+    u: &UpstreamRoute,
+    base: &Map<String, Value>,
+    samples: usize,
+) -> Result<Value, ApiError> {
+    let mut body = base.clone();
+    body.insert("model".into(), json!(u.model));
+    body.insert("stream".into(), json!(true));
+    if u.api == ApiKind::Chat {
+        if samples > 1 {
+            body.insert("n".into(), json!(samples));
+        }
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    let body = Value::Object(body);
+    match u.api {
+        ApiKind::Chat => Ok(body),
+        ApiKind::Responses => choicewise_client::Api::Responses.request_from_chat(&body),
+        ApiKind::Anthropic => choicewise_client::Api::Messages.request_from_chat(&body),
+    }
+    .map_err(ApiError::invalid)
+}
+
+/// Whether `u` serves `samples` samples in one request.
+fn serves(u: &UpstreamRoute, samples: usize) -> bool {
+    samples == 1 || (u.api == ApiKind::Chat && u.n_mode == NMode::Native)
+}
+
+/// A failed try: its upstream, how it failed, the wait it asked for, and its message.
+struct Failed {
+    upstream: Arc<str>,
+    outcome: Outcome,
+    retry_after: Option<Duration>,
+    message: String,
+}
+
+impl Opener {
+    /// Records one try of `sample` (and counts it in the metrics).
+    pub fn record(&self, sample: u32, upstream: &Arc<str>, outcome: Outcome) {
+        self.metrics
+            .tried(&self.model.name, upstream, outcome.as_str());
+        (self.tries.lock().unwrap_or_else(|p| p.into_inner())).push(TryRecord {
+            sample,
+            upstream: upstream.clone(),
+            outcome,
+        });
+    }
+
+    /// Opens the request for `samples`, first at the model's upstream `first`: its tries as
+    /// the model's rules say, then each fallback model's. The client's own error (a 4xx
+    /// other than 408 and 429) ends the tries at once and is passed through.
+    pub async fn open(&self, first: usize, samples: &[u32]) -> Result<Opened, ApiError> {
+        let sample = samples.first().copied().unwrap_or(0);
+        let mut failed: Vec<Failed> = Vec::new();
+        let mut chain = vec![self.model.clone()];
+        chain.extend(
+            (self.model.fallbacks.iter()).filter_map(|name| self.models.get(name).cloned()),
+        );
+        let mut first_try = true;
+        for (m, model) in chain.iter().enumerate() {
+            let candidates: Vec<usize> = (0..model.routes.len())
+                .filter(|&j| serves(&model.routes[j], samples.len()))
+                .collect();
+            if candidates.is_empty() {
+                continue;
+            }
+            if m > 0 {
+                self.metrics.fallback(&self.model.name, &model.name);
+                tracing::warn!(model = %self.model.name, to = %model.name, "falling back");
+            }
+            let start = match m {
+                0 => candidates.iter().position(|&j| j == first).unwrap_or(0),
+                _ => 0,
+            };
+            let mut last: Option<usize> = None;
+            for attempt in 0..model.retry.attempts {
+                let now = Instant::now();
+                if std::mem::take(&mut first_try) {
+                    self.budget.first(now);
+                } else if !self.budget.retry(now) {
+                    self.metrics.retry_budget_exhausted();
+                    tracing::warn!(model = %self.model.name, "retry budget exhausted");
+                    return Err(self.failure(&failed, true));
+                }
+                // The next upstream after the last one tried that may be tried now; else
+                // the one free soonest, if that is within the longest wait.
+                let from = last.and_then(|l| candidates.iter().position(|&j| j == l));
+                let from = from.map_or(start, |p| p + 1);
+                let order =
+                    (0..candidates.len()).map(|k| candidates[(from + k) % candidates.len()]);
+                let mut chosen = None;
+                let mut soonest: Option<(usize, Instant)> = None;
+                for j in order {
+                    match model.routes[j].health.take(now) {
+                        Availability::Healthy | Availability::Probe => {
+                            chosen = Some(j);
+                            break;
+                        }
+                        Availability::Until(t) => {
+                            if soonest.is_none_or(|(_, s)| t < s) {
+                                soonest = Some((j, t));
+                            }
+                        }
+                    }
+                }
+                let j = match (chosen, soonest) {
+                    (Some(j), _) => {
+                        if Some(j) == last {
+                            tokio::time::sleep(model.retry.backoff(attempt)).await;
+                        }
+                        j
+                    }
+                    (None, Some((j, t))) if t - now <= model.retry.max_backoff => {
+                        tokio::time::sleep(t - now).await;
+                        j
+                    }
+                    _ => break,
+                };
+                last = Some(j);
+                let route = &model.routes[j];
+                let body = request_body(route, &self.body, samples.len())?;
+                let tried = tokio::time::timeout(
+                    model.retry.first_byte_timeout,
+                    route.client.stream(&body),
+                )
+                .await;
+                let (outcome, retry_after, message) = match tried {
+                    Ok(Ok(reads)) => {
+                        let reads = futures::StreamExt::boxed(reads);
+                        if route.health.succeeded() {
+                            self.metrics.ejected(&route.label, false);
+                            tracing::info!(upstream = %route.label, "restored after a probe");
+                        }
+                        self.record(sample, &route.label, Outcome::Ok);
+                        return Ok(Opened {
+                            reads,
+                            route: route.clone(),
+                            body,
+                        });
+                    }
+                    Ok(Err(e)) => match classify(&e) {
+                        None => return Err(upstream_error(&model.name, route, &e)),
+                        Some(outcome) => (outcome, e.retry_after(), why(&e)),
+                    },
+                    Err(_) => (
+                        Outcome::Timeout,
+                        None,
+                        format!(
+                            "no first byte within {}s (first_byte_timeout_s)",
+                            model.retry.first_byte_timeout.as_secs_f64()
+                        ),
+                    ),
+                };
+                self.record(sample, &route.label, outcome);
+                tracing::warn!(
+                    model = %model.name,
+                    upstream = %route.label,
+                    outcome = outcome.as_str(),
+                    "a try failed: {message}"
+                );
+                if route.health.failed(Instant::now(), retry_after) {
+                    self.metrics.ejected(&route.label, true);
+                    tracing::warn!(upstream = %route.label, "ejected");
+                }
+                failed.push(Failed {
+                    upstream: route.label.clone(),
+                    outcome,
+                    retry_after,
+                    message,
+                });
+            }
+        }
+        Err(self.failure(&failed, false))
+    }
+
+    /// The answer when every try failed: 429 with the smallest `Retry-After` when every
+    /// try was a 429, else 502 listing each try.
+    fn failure(&self, failed: &[Failed], budget: bool) -> ApiError {
+        let name = &self.model.name;
+        if !failed.is_empty() && failed.iter().all(|f| f.outcome == Outcome::TooMany) {
+            let wait = failed.iter().filter_map(|f| f.retry_after).min();
+            let mut e = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                format!("model {name:?}: every upstream answered 429; retry later"),
+            )
+            .code("upstream_rate_limited");
+            e.retry_after = wait.map(|w| w.as_secs_f64().ceil() as u64);
+            return e;
+        }
+        let tries: Vec<String> = (failed.iter())
+            .map(|f| format!("{} {} ({})", f.upstream, f.outcome.as_str(), f.message))
+            .collect();
+        let mut message = match tries.is_empty() {
+            true => format!("model {name:?}: no upstream could be tried (every one is ejected)"),
+            false => format!(
+                "model {name:?}: every try failed before a first byte: {}",
+                tries.join("; ")
+            ),
+        };
+        if budget {
+            message.push_str("; the retry budget is spent, so no more tries were made");
+        }
+        ApiError::new(StatusCode::BAD_GATEWAY, "upstream_error", message).code("upstream_failed")
+    }
+}
+
+/// A failed try's cause, naming no URL (which may hold credentials).
+fn why(e: &ClientError) -> String {
+    match e.kind() {
+        ClientErrorKind::Connect => format!("could not connect: {}", e.message()),
+        ClientErrorKind::Timeout => "no answer in time".to_string(),
+        _ => e.to_string(),
+    }
+}
+
+/// The error a failed upstream request is to the client: its own 4xx passed through with the
+/// upstream named, anything else (a 3xx, a refused connection, a timeout) a 502 naming the
+/// model, the upstream's API and host.
+pub(crate) fn upstream_error(model: &str, u: &UpstreamRoute, e: &ClientError) -> ApiError {
+    match e.status() {
+        Some(status @ 400..=499) => {
+            let kind_of = |key: &str| {
+                e.body()
+                    .and_then(|b| b.pointer(&format!("/error/{key}")))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            };
+            let mut error = ApiError::new(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+                "upstream_error",
+                format!(
+                    "the {} upstream {} answered {status}: {}",
+                    u.api,
+                    u.host,
+                    e.message()
+                ),
+            );
+            error.code = kind_of("code");
+            if let Some(kind) = kind_of("type") {
+                // The provider's own type, kept when it is one of the usual words.
+                error.kind = match kind.as_str() {
+                    "invalid_request_error" => "invalid_request_error",
+                    "authentication_error" => "authentication_error",
+                    "permission_error" => "permission_error",
+                    "not_found_error" => "not_found_error",
+                    "rate_limit_error" | "rate_limit_exceeded" => "rate_limit_error",
+                    _ => "upstream_error",
+                };
+            }
+            error
+        }
+        _ => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            format!(
+                "model {model:?}: the {} upstream at {} failed before its stream began: {}",
+                u.api,
+                u.host,
+                why(e)
+            ),
+        )
+        .code("upstream_failed"),
+    }
+}

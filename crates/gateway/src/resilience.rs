@@ -1,0 +1,372 @@
+//! When upstreams fail: the tries of a sample over a model's upstreams and its fallbacks,
+//! each upstream's passive health (ejection, a probe), and the gateway's retry budget.
+//!
+//! A **try** is one upstream request up to its first byte (its status and headers, within
+//! `first_byte_timeout_s`). It fails on a refused connection, on no answer in time, or on a
+//! status of 408, 429, 500, 502, 503, 504 or 529; any other status is the client's own error
+//! and ends the tries at once. The next try goes to the model's next upstream that can serve
+//! the request (skipping ejected ones, and one whose `Retry-After` is not over), else waits
+//! its backoff (full jitter) on the same one. Once a try has streamed, nothing here restarts
+//! it: what the client received is never duplicated or spliced.
+//!
+//! [`Health`] ejects an upstream after `eject_after` failed tries in a row, for `eject_for_s`
+//! doubled at each ejection in a row (300 s at most); when that time is over one try is let
+//! through as a probe, and its success restores the upstream. [`Budget`] bounds retries to a
+//! share of first tries over the last ten seconds, so that a gateway whose upstreams are all
+//! down answers at once instead of multiplying its load.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use choicewise_client::{ClientError, ClientErrorKind};
+
+use crate::config::{HealthConfig, RetryConfig};
+
+/// A model's retry rules (`[models.retry]`), as durations.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetryPolicy {
+    /// Tries per sample over the model's upstreams, the first included.
+    pub attempts: u32,
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+    pub first_byte_timeout: Duration,
+}
+
+impl RetryPolicy {
+    pub fn of(config: &RetryConfig) -> RetryPolicy {
+        RetryPolicy {
+            attempts: config.attempts.max(1),
+            backoff: Duration::from_millis(config.backoff_ms),
+            max_backoff: Duration::from_millis(config.max_backoff_ms),
+            first_byte_timeout: Duration::from_secs_f64(config.first_byte_timeout_s),
+        }
+    }
+
+    /// The wait before try `retry` (1 for the first retry) on the same upstream: a random
+    /// share of `backoff · 2^(retry-1)`, at most `max_backoff` (full jitter).
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let ceiling = self
+            .backoff
+            .saturating_mul(1u32 << retry.saturating_sub(1).min(16))
+            .min(self.max_backoff);
+        ceiling.mul_f64(jitter())
+    }
+}
+
+/// A number in [0, 1), from the clock: enough to spread retries, no generator to seed.
+fn jitter() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // xorshift of the nanoseconds, so that close calls differ.
+    let mut x = u64::from(nanos) | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    (x % 1_000_000) as f64 / 1_000_000.0
+}
+
+/// How one try ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Ok,
+    /// No connection.
+    Connect,
+    /// No first byte within `first_byte_timeout_s`.
+    Timeout,
+    /// 429.
+    TooMany,
+    /// 408, 5xx or 529.
+    Server,
+    /// The stream was cut after its first byte.
+    Cut,
+}
+
+impl Outcome {
+    /// Its name in `tries` and in the metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Connect => "connect",
+            Outcome::Timeout => "timeout",
+            Outcome::TooMany => "429",
+            Outcome::Server => "5xx",
+            Outcome::Cut => "cut",
+        }
+    }
+}
+
+/// What a failed try means: retried (with the outcome), or the client's own error.
+pub(crate) fn classify(e: &ClientError) -> Option<Outcome> {
+    match (e.kind(), e.status()) {
+        (ClientErrorKind::Connect, _) => Some(Outcome::Connect),
+        (ClientErrorKind::Timeout, _) => Some(Outcome::Timeout),
+        (_, Some(429)) => Some(Outcome::TooMany),
+        (_, Some(408 | 500 | 502 | 503 | 504 | 529)) => Some(Outcome::Server),
+        // A request that failed once sent (a reset before the headers) is a connection's
+        // failure too.
+        (ClientErrorKind::Request, None) => Some(Outcome::Connect),
+        _ => None,
+    }
+}
+
+/// Whether an upstream may be tried now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Availability {
+    Healthy,
+    /// Ejected, its time over: one try as a probe.
+    Probe,
+    /// Ejected, or asked to wait (`Retry-After`): not before this instant.
+    Until(Instant),
+}
+
+/// One upstream's passive health (`[models.health]`).
+#[derive(Debug)]
+pub(crate) struct Health {
+    eject_after: u32,
+    eject_for: Duration,
+    state: Mutex<HealthState>,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    failures_in_row: u32,
+    ejected_until: Option<Instant>,
+    ejections_in_row: u32,
+    probing: bool,
+    wait_until: Option<Instant>,
+}
+
+/// The longest an upstream stays ejected.
+const MAX_EJECTION: Duration = Duration::from_secs(300);
+
+impl Health {
+    pub fn new(config: &HealthConfig) -> Health {
+        Health {
+            eject_after: config.eject_after.max(1),
+            eject_for: Duration::from_secs_f64(config.eject_for_s),
+            state: Mutex::new(HealthState::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether it may be tried now; a probe is handed out once.
+    pub fn take(&self, now: Instant) -> Availability {
+        let mut s = self.state();
+        if let Some(until) = s.ejected_until {
+            if now < until || s.probing {
+                return Availability::Until(until.max(now + Duration::from_millis(1)));
+            }
+            s.probing = true;
+            return Availability::Probe;
+        }
+        match s.wait_until {
+            Some(until) if now < until => Availability::Until(until),
+            _ => Availability::Healthy,
+        }
+    }
+
+    /// Whether it is ejected now.
+    #[cfg(test)]
+    pub fn ejected(&self) -> bool {
+        self.state().ejected_until.is_some()
+    }
+
+    /// A try succeeded: the upstream is healthy (restored, if it was ejected).
+    pub fn succeeded(&self) -> bool {
+        let mut s = self.state();
+        let restored = s.ejected_until.is_some();
+        *s = HealthState::default();
+        restored
+    }
+
+    /// A try failed; `wait` is a `Retry-After` it asked for. Returns whether this failure
+    /// ejected it.
+    pub fn failed(&self, now: Instant, wait: Option<Duration>) -> bool {
+        let mut s = self.state();
+        if let Some(wait) = wait {
+            s.wait_until = Some(now + wait);
+        }
+        if s.probing || s.ejected_until.is_some() {
+            // The probe failed: ejected again, for longer.
+            s.probing = false;
+            s.ejections_in_row += 1;
+            s.ejected_until = Some(now + self.ejection(s.ejections_in_row));
+            return true;
+        }
+        s.failures_in_row += 1;
+        if s.failures_in_row >= self.eject_after {
+            s.failures_in_row = 0;
+            s.ejections_in_row += 1;
+            s.ejected_until = Some(now + self.ejection(s.ejections_in_row));
+            return true;
+        }
+        false
+    }
+
+    fn ejection(&self, in_row: u32) -> Duration {
+        self.eject_for
+            .saturating_mul(1u32 << in_row.saturating_sub(1).min(16))
+            .min(MAX_EJECTION)
+    }
+}
+
+/// The gateway's retry budget (`[limits] retry_budget_percent`): retries over the last ten
+/// seconds may be at most that share of first tries, and at least ten.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    percent: f64,
+    /// (when, a retry): the tries of the last ten seconds.
+    window: Mutex<VecDeque<(Instant, bool)>>,
+}
+
+/// The window the budget counts over.
+const BUDGET_WINDOW: Duration = Duration::from_secs(10);
+/// Retries always allowed within the window.
+const BUDGET_FLOOR: usize = 10;
+
+impl Budget {
+    pub fn new(percent: f64) -> Budget {
+        Budget {
+            percent,
+            window: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn window(&self, now: Instant) -> std::sync::MutexGuard<'_, VecDeque<(Instant, bool)>> {
+        let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        while w
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > BUDGET_WINDOW)
+        {
+            w.pop_front();
+        }
+        w
+    }
+
+    /// A first try.
+    pub fn first(&self, now: Instant) {
+        self.window(now).push_back((now, false));
+    }
+
+    /// Asks for a retry: counted and `true` while within the budget.
+    pub fn retry(&self, now: Instant) -> bool {
+        let mut w = self.window(now);
+        let retries = w.iter().filter(|(_, r)| *r).count();
+        let firsts = w.len() - retries;
+        let allowed = ((firsts as f64) * self.percent / 100.0) as usize;
+        if retries >= allowed.max(BUDGET_FLOOR) {
+            return false;
+        }
+        w.push_back((now, true));
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(eject_after: u32, eject_for_s: f64) -> Health {
+        Health::new(&HealthConfig {
+            eject_after,
+            eject_for_s,
+        })
+    }
+
+    #[test]
+    fn ejection_after_failures_in_a_row_then_one_probe() {
+        let h = health(3, 10.0);
+        let t = Instant::now();
+        assert!(!h.failed(t, None));
+        assert!(!h.failed(t, None));
+        assert_eq!(h.take(t), Availability::Healthy);
+        assert!(h.failed(t, None));
+        assert!(matches!(h.take(t), Availability::Until(u) if u == t + Duration::from_secs(10)));
+        // Time over: one probe, and only one.
+        let later = t + Duration::from_secs(11);
+        assert_eq!(h.take(later), Availability::Probe);
+        assert!(matches!(h.take(later), Availability::Until(_)));
+        // The probe fails: ejected for twice as long.
+        assert!(h.failed(later, None));
+        assert!(
+            matches!(h.take(later), Availability::Until(u) if u == later + Duration::from_secs(20))
+        );
+        // A success restores it.
+        let much_later = later + Duration::from_secs(21);
+        assert_eq!(h.take(much_later), Availability::Probe);
+        assert!(h.succeeded());
+        assert_eq!(h.take(much_later), Availability::Healthy);
+        assert!(!h.ejected());
+    }
+
+    #[test]
+    fn a_success_between_failures_resets_the_count() {
+        let h = health(2, 10.0);
+        let t = Instant::now();
+        assert!(!h.failed(t, None));
+        h.succeeded();
+        assert!(!h.failed(t, None));
+        assert_eq!(h.take(t), Availability::Healthy);
+    }
+
+    #[test]
+    fn ejections_double_up_to_five_minutes() {
+        let h = health(1, 100.0);
+        let mut t = Instant::now();
+        let mut lengths = Vec::new();
+        for _ in 0..4 {
+            h.failed(t, None);
+            let Availability::Until(u) = h.take(t) else {
+                panic!()
+            };
+            lengths.push((u - t).as_secs());
+            t = u;
+            assert_eq!(h.take(t), Availability::Probe);
+        }
+        assert_eq!(lengths, [100, 200, 300, 300]);
+    }
+
+    #[test]
+    fn retry_after_holds_the_upstream() {
+        let h = health(5, 10.0);
+        let t = Instant::now();
+        h.failed(t, Some(Duration::from_secs(1)));
+        assert_eq!(h.take(t), Availability::Until(t + Duration::from_secs(1)));
+        assert_eq!(h.take(t + Duration::from_secs(2)), Availability::Healthy);
+    }
+
+    #[test]
+    fn the_budget_allows_a_share_of_first_tries_and_a_floor() {
+        let b = Budget::new(20.0);
+        let t = Instant::now();
+        // No traffic: the floor of ten.
+        assert_eq!((0..15).filter(|_| b.retry(t)).count(), 10);
+        let b = Budget::new(20.0);
+        for _ in 0..100 {
+            b.first(t);
+        }
+        assert_eq!((0..50).filter(|_| b.retry(t)).count(), 20);
+        // Ten seconds later the window is empty again.
+        let later = t + Duration::from_secs(11);
+        assert_eq!((0..50).filter(|_| b.retry(later)).count(), 10);
+    }
+
+    #[test]
+    fn backoff_is_jittered_under_its_ceiling() {
+        let p = RetryPolicy {
+            attempts: 3,
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(250),
+            first_byte_timeout: Duration::from_secs(1),
+        };
+        for retry in 1..6 {
+            let ceiling = Duration::from_millis((100u64 << (retry - 1)).min(250));
+            assert!(p.backoff(retry) <= ceiling);
+        }
+    }
+}

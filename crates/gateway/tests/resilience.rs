@@ -1,0 +1,340 @@
+//! Upstreams that fail on purpose, and answers that do not: tries across upstreams,
+//! fallbacks, ejection and its probe, the retry budget. Real loopback HTTP.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use choicewise_test_support::within;
+use choicewise_testserver::{Failure, TestServer, answer};
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+
+mod common;
+use common::serve;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn env(_: &str) -> Option<String> {
+    None
+}
+
+/// A port nothing listens on.
+fn refused() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}/v1")
+}
+
+/// A server that takes connections and never answers: no first byte.
+async fn silent() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0; 65536];
+                while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+fn upstream(url: &str, extra: &str) -> String {
+    format!(
+        "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n{extra}\n"
+    )
+}
+
+fn chat(n: u32, stream: bool) -> Value {
+    json!({"model": "m", "n": n, "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+async fn post(addr: SocketAddr, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn metrics(addr: SocketAddr) -> String {
+    reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// One upstream refusing connections, one answering 429 with `Retry-After: 1`, one fine:
+/// every choice of every request is answered, and the tries say how.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_healthy_upstream_answers_every_choice() {
+    let limited = TestServer::builder()
+        .fail(Failure::status(429).retry_after("1"))
+        .start()
+        .await
+        .unwrap();
+    let fine = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nattempts = 3\nbackoff_ms = 10\n{}{}{}",
+        upstream(&refused(), ""),
+        upstream(&limited.base_url(), ""),
+        upstream(&fine.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    // Not streamed: every choice "fine", and the tries listed.
+    let r = post(addr, &chat(3, false)).await;
+    assert_eq!(r.status(), 200);
+    let tries: usize = r.headers()["x-choicewise-tries"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    for c in body["choices"].as_array().unwrap() {
+        assert_eq!(c["message"]["content"], "fine", "{body}");
+        assert_eq!(c["finish_reason"], "stop");
+    }
+    let listed = body["choicewise"]["tries"].as_array().unwrap();
+    assert_eq!(listed.len(), tries);
+    let outcomes: Vec<&str> = listed
+        .iter()
+        .map(|t| t["outcome"].as_str().unwrap())
+        .collect();
+    assert!(
+        outcomes.contains(&"connect") && outcomes.contains(&"429"),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes.iter().filter(|o| **o == "ok").count(), 3);
+    // Streamed: the same.
+    let r = post(addr, &chat(3, true)).await;
+    assert_eq!(r.status(), 200);
+    let text = within(LIMIT, "the streamed answer", r.text())
+        .await
+        .unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    assert!(!text.contains("\"error\""), "{text}");
+    let m = metrics(addr).await;
+    assert!(
+        m.contains("choicewise_upstream_tries_total{model=\"m\",upstream=\"chat:up@127.0.0.1:"),
+        "{m}"
+    );
+    assert!(m.contains("outcome=\"connect\""), "{m}");
+}
+
+/// A 503 then fine on the model's only upstream: retried after a backoff, answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passing_failure_is_retried_on_the_same_upstream() {
+    let flaky = TestServer::builder()
+        .body(answer("second time lucky"))
+        .fail_first(1, Failure::status(503))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream(&flaky.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let r = post(addr, &chat(1, false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-choicewise-tries"], "2");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "second time lucky"
+    );
+    assert_eq!(
+        body["choicewise"]["tries"],
+        json!([{"sample": 0, "upstream": format!("chat:up@{}", flaky.addr()), "outcome": "5xx"},
+               {"sample": 0, "upstream": format!("chat:up@{}", flaky.addr()), "outcome": "ok"}])
+    );
+    assert_eq!(flaky.request_count(), 2);
+}
+
+/// An upstream that holds its first byte past first_byte_timeout_s: the try fails and the
+/// next upstream answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_upstream_is_left_for_the_next() {
+    let fine = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nfirst_byte_timeout_s = 0.5\n{}{}",
+        upstream(&silent().await, ""),
+        upstream(&fine.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let started = Instant::now();
+    let r = post(addr, &chat(1, false)).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["choicewise"]["tries"][0]["outcome"], "timeout");
+    assert_eq!(body["choicewise"]["tries"][1]["outcome"], "ok");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// Every try of a model failed: its fallback answers. The client's own error is never
+/// retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallbacks_answer_and_client_errors_pass_through() {
+    let local = TestServer::builder()
+        .body(answer("from the fallback"))
+        .start()
+        .await
+        .unwrap();
+    let refusing = TestServer::builder()
+        .fail(Failure::status(400).message("bad parameter"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\nfallbacks = [\"local\"]\n[models.retry]\nbackoff_ms = 1\n{}\
+         [[models]]\nname = \"local\"\n{}\
+         [[models]]\nname = \"strict\"\nfallbacks = [\"local\"]\n{}",
+        upstream(&refused(), ""),
+        upstream(&local.base_url(), ""),
+        upstream(&refusing.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let r = post(addr, &chat(1, false)).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "from the fallback"
+    );
+    assert_eq!(body["model"], "m", "the client's model name");
+    let m = metrics(addr).await;
+    assert!(
+        m.contains("choicewise_fallbacks_total{model=\"m\",to=\"local\"} 1"),
+        "{m}"
+    );
+    // A 400 is the client's: passed through after one try, no fallback.
+    let mut strict = chat(1, false);
+    strict["model"] = json!("strict");
+    let r = post(addr, &strict).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(refusing.request_count(), 1);
+    assert_eq!(local.request_count(), 1);
+}
+
+/// Every upstream down: the retry budget stops the tries, and the answers come at once;
+/// every try a 429: the answer is a 429 with the smallest Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_stops_retry_storms() {
+    let toml = format!(
+        "[limits]\nretry_budget_percent = 0\n[[models]]\nname = \"m\"\n[models.retry]\nattempts = 5\nbackoff_ms = 1\n[models.health]\neject_after = 1000\n{}",
+        upstream(&refused(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let started = Instant::now();
+    for _ in 0..8 {
+        let r = post(addr, &chat(1, false)).await;
+        assert_eq!(r.status(), 502);
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("connect"),
+            "{v}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let m = metrics(addr).await;
+    // 8 first tries, and only the floor of 10 retries in the window.
+    let tries: u64 = m
+        .lines()
+        .filter(|l| l.starts_with("choicewise_upstream_tries_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(tries, 18, "{m}");
+    assert!(m.contains("choicewise_retry_budget_exhausted_total"), "{m}");
+    let exhausted = m
+        .lines()
+        .find_map(|l| l.strip_prefix("choicewise_retry_budget_exhausted_total "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(exhausted.is_some_and(|n| n > 0), "{m}");
+
+    let limited = TestServer::builder()
+        .fail(Failure::status(429).retry_after("7"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nattempts = 2\nmax_backoff_ms = 100\n{}",
+        upstream(&limited.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let r = post(addr, &chat(1, false)).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "7");
+}
+
+/// An upstream that keeps failing is ejected (skipped, its gauge at 1); once its time is
+/// over one probe is sent, and its success restores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ejection_and_recovery_by_probe() {
+    let flaky = TestServer::builder()
+        .body(answer("flaky is back"))
+        .fail_first(2, Failure::status(500))
+        .start()
+        .await
+        .unwrap();
+    let fine = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 2\neject_for_s = 1\n{}{}",
+        upstream(&flaky.base_url(), ""),
+        upstream(&fine.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let flaky_label = format!("chat:up@{}", flaky.addr());
+    // Two requests, each first tried at the flaky upstream: two failures eject it.
+    for _ in 0..2 {
+        let r = post(addr, &chat(1, false)).await;
+        assert_eq!(r.status(), 200);
+    }
+    let m = metrics(addr).await;
+    assert!(
+        m.contains(&format!(
+            "choicewise_upstream_ejected{{upstream=\"{flaky_label}\"}} 1"
+        )),
+        "{m}"
+    );
+    // Ejected: the next requests never try it.
+    let before = flaky.request_count();
+    for _ in 0..3 {
+        let r = post(addr, &chat(1, false)).await;
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(flaky.request_count(), before);
+    // Its time over: one probe, which succeeds, and it is back.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = post(addr, &chat(1, false)).await;
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"], "flaky is back",
+        "{body}"
+    );
+    let m = metrics(addr).await;
+    assert!(
+        m.contains(&format!(
+            "choicewise_upstream_ejected{{upstream=\"{flaky_label}\"}} 0"
+        )),
+        "{m}"
+    );
+}
