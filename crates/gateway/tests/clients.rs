@@ -1,10 +1,19 @@
-//! The gateway under the official OpenAI clients, which no one here wrote: openai-python and
-//! openai-node (scripts/gateway-clients.sh installs them under .clients/) run the same cases
-//! (tests/clients/run.py, run.cjs) against a gateway on 127.0.0.1 over the project's test
-//! servers — native `n`, fan-out over three dialects, a failing upstream, a choice cut
-//! mid-stream, selection — and, when `CHOICEWISE_LLAMA_URL` names a real llama.cpp server
-//! (scripts/llama-server.sh), over it too. Each script prints what its client parsed; the
-//! expectations, one set for both clients, are here.
+//! The gateway under the official OpenAI and Anthropic clients, which no one here wrote
+//! (scripts/gateway-clients.sh installs them under .clients/).
+//!
+//! Chat Completions: openai-python and openai-node run the same cases (tests/clients/run.py,
+//! run.cjs) against a gateway on 127.0.0.1 over the project's test servers — native `n`,
+//! fan-out over three dialects, a failing upstream, a choice cut mid-stream, selection — and,
+//! when `CHOICEWISE_LLAMA_URL` names a real llama.cpp server (scripts/llama-server.sh), over
+//! it too.
+//!
+//! The SDKs' own APIs, over Chat Completions test upstreams: anthropic-python and the
+//! Anthropic TypeScript SDK on `/v1/messages` (anthropic_run.py, anthropic_run.cjs),
+//! openai-python on `/v1/responses` (responses_run.py) and the OpenAI Agents SDK running an
+//! agent with a function tool (agents_run.py): streamed and not, the SDKs' stream helpers,
+//! tool round trips, a selection, a failing upstream and a bad request.
+//!
+//! Each script prints what its client parsed; the expectations are here.
 //!
 //! Ignored by a plain `cargo test` (the clients come from PyPI and npm); CI installs them and
 //! runs `cargo test -p choicewise-gateway --test clients -- --ignored`.
@@ -610,7 +619,10 @@ fn check_anthropic(got: &Value, gateway: &SdkUpstreams, client: &str) {
     check_anthropic_events(&got["create_stream"], "Hello from chat", client);
     assert_eq!(got["create_stream"]["model"], "echo", "{client}");
     let helper = &got["stream_helper"];
-    assert_eq!(helper["text_stream"], "Hello from chat", "{client}: {helper}");
+    assert_eq!(
+        helper["text_stream"], "Hello from chat",
+        "{client}: {helper}"
+    );
     check_message(&helper["final"], "Hello from chat", client);
 
     // A selection: the quick sample's answer, the summary beside it; 3 upstream requests each.
@@ -618,7 +630,11 @@ fn check_anthropic(got: &Value, gateway: &SdkUpstreams, client: &str) {
     check_selection(&got["select_whole"]["choicewise"], client);
     check_anthropic_events(&got["select_stream"], "Answer: 42", client);
     check_selection(&got["select_stream"]["choicewise"], client);
-    assert_eq!(gateway.select.request_count(), 6, "{client}: 3 samples each");
+    assert_eq!(
+        gateway.select.request_count(),
+        6,
+        "{client}: 3 samples each"
+    );
 
     // A failing upstream: 502 in Anthropic's shape; a bad request and a wrong key too.
     for name in ["failing", "failing_stream"] {
@@ -648,7 +664,13 @@ fn check_anthropic(got: &Value, gateway: &SdkUpstreams, client: &str) {
 async fn anthropic_node() {
     let gateway = sdk_gateway().await;
     let node = PathBuf::from("node");
-    let got = run_script(gateway.addr, node, "anthropic_run.cjs", Some("@anthropic-ai/sdk")).await;
+    let got = run_script(
+        gateway.addr,
+        node,
+        "anthropic_run.cjs",
+        Some("@anthropic-ai/sdk"),
+    )
+    .await;
     let client = got["client"].as_str().unwrap().to_string();
     eprintln!("checking {client}");
     check_anthropic(&got, &gateway, &client);
