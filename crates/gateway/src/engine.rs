@@ -158,8 +158,18 @@ impl Run {
             } => w.min(planned.len()),
             _ => planned.len(),
         };
+        // Hedged, nothing is opened here: the first sample opens in the background like the
+        // hedges after it, so that a first upstream that holds even its status line cannot
+        // hold the hedge back.
+        let hedged = matches!(
+            req.select,
+            Select::FirstToken {
+                hedge_after: Some(_)
+            }
+        );
+        let eager = if hedged { 0 } else { first };
         let opened = futures::future::join_all(
-            (planned[..first].iter()).map(|p| opener.open(p.upstream, &p.samples)),
+            (planned[..eager].iter()).map(|p| opener.open(p.upstream, &p.samples)),
         )
         .await;
         // Each planned request's upstream label, once it answered (the planned one until).

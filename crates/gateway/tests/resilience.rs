@@ -338,3 +338,33 @@ async fn ejection_and_recovery_by_probe() {
         "{m}"
     );
 }
+
+/// A hedge exists for a first upstream that holds even its status line: the second sample
+/// starts after `hedge_after_ms` and answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hedge_starts_when_the_first_upstream_is_silent() {
+    let fine = TestServer::builder()
+        .body(answer("hedged"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}{}",
+        upstream(&silent().await, ""),
+        upstream(&fine.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let mut body = chat(1, false);
+    body["choicewise"] = json!({"samples": 3, "select": "first_token", "hedge_after_ms": 300});
+    let started = Instant::now();
+    let r = within(LIMIT, "the hedged answer", post(addr, &body)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "hedged", "{v}");
+    assert_eq!(v["choicewise"]["selected"], json!([1]));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
