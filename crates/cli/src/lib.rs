@@ -52,7 +52,7 @@ enum Command {
     /// Print the man page, in roff (e.g. `choicewise man chat | man -l -`): of the command, or
     /// of one of its subcommands.
     Man {
-        /// The subcommand (chat, replay, completions).
+        /// The subcommand (chat, replay, serve, completions).
         subcommand: Option<String>,
     },
 }
@@ -116,10 +116,11 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
                 Some(name) => match (name.as_str(), top.find_subcommand(name)) {
                     ("chat", Some(sub)) => sub.clone().name("choicewise-chat"),
                     ("replay", Some(sub)) => sub.clone().name("choicewise-replay"),
+                    ("serve", Some(sub)) => sub.clone().name("choicewise-serve"),
                     ("completions", Some(sub)) => sub.clone().name("choicewise-completions"),
                     _ => {
                         eprintln!(
-                            "choicewise: no subcommand {name:?}: chat, replay, completions or man"
+                            "choicewise: no subcommand {name:?}: chat, replay, serve, completions or man"
                         );
                         return 2;
                     }

@@ -610,5 +610,11 @@ fn completions_for_every_shell_and_man_pages() {
         chat.contains("max\\-tokens"),
         "the chat page lists its flags"
     );
+    let serve = String::from_utf8_lossy(&choicewise(&["man", "serve"]).stdout).into_owned();
+    assert!(serve.contains(".TH choicewise-serve 1"), "{serve}");
+    assert!(
+        serve.contains("log\\-format"),
+        "the serve page lists its flags"
+    );
     assert_eq!(choicewise(&["man", "nope"]).status.code(), Some(2));
 }
