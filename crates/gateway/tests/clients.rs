@@ -557,6 +557,7 @@ fn check_round_trips(tools: &TestServer, pairs: usize, what: &str) {
 fn check_selection(summary: &Value, what: &str) {
     assert_eq!(summary["decision"], "first_finished", "{what}: {summary}");
     assert_eq!(summary["samples"], 3, "{what}: {summary}");
+    assert_eq!(summary["started"], 3, "{what}: {summary}");
     assert_eq!(
         summary["selected"].as_array().map(Vec::len),
         Some(1),
@@ -613,7 +614,7 @@ fn check_anthropic_events(got: &Value, text: &str, what: &str) {
 
 /// What both Anthropic SDKs run: `create` streamed and not, the stream helper, a selection,
 /// a failing upstream, a missing `max_tokens`, a wrong key.
-fn check_anthropic(got: &Value, gateway: &SdkUpstreams, client: &str) {
+fn check_anthropic(got: &Value, client: &str) {
     check_message(&got["create_whole"], "Hello from chat", client);
     assert_eq!(got["create_whole"]["model"], "echo", "{client}");
     check_anthropic_events(&got["create_stream"], "Hello from chat", client);
@@ -625,16 +626,11 @@ fn check_anthropic(got: &Value, gateway: &SdkUpstreams, client: &str) {
     );
     check_message(&helper["final"], "Hello from chat", client);
 
-    // A selection: the quick sample's answer, the summary beside it; 3 upstream requests each.
+    // A selection: the quick sample's answer, the summary beside it.
     check_message(&got["select_whole"], "Answer: 42", client);
     check_selection(&got["select_whole"]["choicewise"], client);
     check_anthropic_events(&got["select_stream"], "Answer: 42", client);
     check_selection(&got["select_stream"]["choicewise"], client);
-    assert_eq!(
-        gateway.select.request_count(),
-        6,
-        "{client}: 3 samples each"
-    );
 
     // A failing upstream: 502 in Anthropic's shape; a bad request and a wrong key too.
     for name in ["failing", "failing_stream"] {
@@ -673,7 +669,7 @@ async fn anthropic_node() {
     .await;
     let client = got["client"].as_str().unwrap().to_string();
     eprintln!("checking {client}");
-    check_anthropic(&got, &gateway, &client);
+    check_anthropic(&got, &client);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -684,7 +680,7 @@ async fn anthropic_python() {
     let got = run_script(gateway.addr, python, "anthropic_run.py", None).await;
     let client = got["client"].as_str().unwrap().to_string();
     eprintln!("checking {client}");
-    check_anthropic(&got, &gateway, &client);
+    check_anthropic(&got, &client);
 
     // A tool call, its result sent back, the answer: with `create` and with `stream`.
     for name in ["tool_round_trip", "tool_round_trip_stream"] {
@@ -813,11 +809,6 @@ async fn openai_python_responses() {
     check_selection(&got["select_stream"]["choicewise"], &client);
     check_response(&got["select_whole"], "Answer: 42", &client);
     check_selection(&got["select_whole"]["choicewise"], &client);
-    assert_eq!(
-        gateway.select.request_count(),
-        6,
-        "{client}: 3 samples each"
-    );
 
     let failing = &got["failing"];
     check_error(failing, 502, "InternalServerError", &client);
@@ -867,7 +858,12 @@ async fn openai_agents() {
     check_round_trips(&gateway.tools, 2, &client);
 
     assert_eq!(got["select"]["final_output"], "Answer: 42", "{client}");
-    assert_eq!(gateway.select.request_count(), 3, "{client}: 3 samples");
+    // The SDK keeps no `choicewise` summary: the upstream saw the fan-out. (At least 2: a
+    // sample cancelled at the decision may be cut before the upstream has read its request.)
+    assert!(
+        gateway.select.request_count() >= 2,
+        "{client}: samples fanned out"
+    );
 
     let failing = &got["failing"];
     check_error(failing, 502, "InternalServerError", &client);
