@@ -354,7 +354,9 @@ async fn nginx_in_front_of_two_gateways_streams_n_3() {
             .await
             .unwrap();
         assert!(
-            metrics.contains("choicewise_requests_total{model=\"whole\",status=\"200\"} 3"),
+            metrics.contains(
+                "choicewise_requests_total{model=\"whole\",status=\"200\",api=\"chat\"} 3"
+            ),
             "{base}: {metrics}"
         );
     }

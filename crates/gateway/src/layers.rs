@@ -30,6 +30,16 @@ pub(crate) fn api_of(path: &str) -> Option<Api> {
     }
 }
 
+/// The `api` label of a path's requests in the metrics.
+pub(crate) fn api_label(path: &str) -> &'static str {
+    match api_of(path) {
+        Some(Api::Messages) => "messages",
+        Some(Api::Responses) => "responses",
+        None if path.starts_with("/v1/chat/completions") => "chat",
+        None => "",
+    }
+}
+
 /// An error answered in the shape of `api` (Chat Completions' when none).
 pub(crate) fn shaped(api: Option<Api>, e: ApiError) -> Response {
     match api {
@@ -73,7 +83,9 @@ pub(crate) async fn browsers(State(gw): State<Gateway>, request: Request, next: 
         return next.run(request).await;
     }
     if let Err(e) = keyless_checks(&gw, request.method(), request.headers()) {
-        gw.inner.metrics.answered("", e.status.as_u16());
+        gw.inner
+            .metrics
+            .answered(api_label(request.uri().path()), "", e.status.as_u16());
         return shaped(api_of(request.uri().path()), e);
     }
     next.run(request).await
@@ -132,7 +144,9 @@ fn is_json(headers: &HeaderMap) -> bool {
 /// The client's key, from the headers alone: 401 before anything else happens.
 pub(crate) async fn auth(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
     if let Err(e) = gw.authorize(request.headers()) {
-        gw.inner.metrics.answered("", e.status.as_u16());
+        gw.inner
+            .metrics
+            .answered(api_label(request.uri().path()), "", e.status.as_u16());
         return shaped(api_of(request.uri().path()), e);
     }
     next.run(request).await
@@ -148,7 +162,9 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     let api = api_of(request.uri().path());
     if declared.is_some_and(|len| len > gw.inner.limits.max_body_bytes as u64) {
         let e = too_large(&gw);
-        gw.inner.metrics.answered("", e.status.as_u16());
+        gw.inner
+            .metrics
+            .answered(api_label(request.uri().path()), "", e.status.as_u16());
         return shaped(api, e);
     }
     let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
@@ -158,7 +174,9 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
             "the gateway is serving as many requests as it may at once; retry later",
         )
         .code("too_many_requests");
-        gw.inner.metrics.answered("", e.status.as_u16());
+        gw.inner
+            .metrics
+            .answered(api_label(request.uri().path()), "", e.status.as_u16());
         let mut response = shaped(api, e);
         response
             .headers_mut()

@@ -489,8 +489,17 @@ async fn answer(
     };
     gw.inner
         .metrics
-        .answered(&seen.model, response.status().as_u16());
+        .answered(api_label(api), &seen.model, response.status().as_u16());
     response
+}
+
+/// The `api` label of a request of this API (none: Chat Completions).
+fn api_label(api: Option<ingress::Api>) -> &'static str {
+    match api {
+        None => "chat",
+        Some(ingress::Api::Messages) => "messages",
+        Some(ingress::Api::Responses) => "responses",
+    }
 }
 
 /// What [`chat_completions`] learns of a request as it is served, for its accounting.

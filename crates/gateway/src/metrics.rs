@@ -19,6 +19,8 @@ use prometheus_client::registry::Registry;
 struct RequestLabels {
     model: String,
     status: u16,
+    /// The API the client spoke: `chat`, `messages`, `responses`, or empty for another path.
+    api: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -150,7 +152,7 @@ impl Metrics {
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register(
             "requests",
-            "Requests answered, by model and HTTP status",
+            "Requests answered, by model, HTTP status and API (chat, messages, responses)",
             requests.clone(),
         );
         let choices = Family::<ChoiceLabels, Counter>::default();
@@ -267,12 +269,14 @@ impl Metrics {
         text
     }
 
-    /// A request answered with this status (`model` empty when it named no configured model).
-    pub fn answered(&self, model: &str, status: u16) {
+    /// A request of `api` answered with this status (`model` empty when it named no
+    /// configured model).
+    pub fn answered(&self, api: &'static str, model: &str, status: u16) {
         self.requests
             .get_or_create(&RequestLabels {
                 model: model.to_string(),
                 status,
+                api,
             })
             .inc();
     }
@@ -432,9 +436,9 @@ mod tests {
     #[test]
     fn counts_and_gauges_show_in_the_text_format() {
         let metrics = Arc::new(Metrics::new());
-        metrics.answered("small", 200);
-        metrics.answered("small", 200);
-        metrics.answered("", 404);
+        metrics.answered("chat", "small", 200);
+        metrics.answered("chat", "small", 200);
+        metrics.answered("", "", 404);
         let end = |sample: u32, finish: &str| SampleEnd {
             sample: Some(sample),
             finish: finish.into(),
@@ -457,8 +461,8 @@ mod tests {
         let upstream = metrics.open_upstream();
         let text = metrics.encode();
         for line in [
-            "choicewise_requests_total{model=\"small\",status=\"200\"} 2",
-            "choicewise_requests_total{model=\"\",status=\"404\"} 1",
+            "choicewise_requests_total{model=\"small\",status=\"200\",api=\"chat\"} 2",
+            "choicewise_requests_total{model=\"\",status=\"404\",api=\"\"} 1",
             "choicewise_choices_total{model=\"small\",finish_reason=\"cancelled\"} 1",
             "choicewise_tokens_total{model=\"small\",upstream=\"chat:m@127.0.0.1:9\",kind=\"completion\",source=\"reported\"} 30",
             "choicewise_cancelled_tokens_total{model=\"small\"} 12",

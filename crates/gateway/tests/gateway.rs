@@ -709,8 +709,8 @@ async fn metrics_count_requests_choices_tokens_and_open_connections() {
     let text = metrics_with(
         addr,
         &[
-            "choicewise_requests_total{model=\"m\",status=\"200\"} 1",
-            "choicewise_requests_total{model=\"\",status=\"404\"} 1",
+            "choicewise_requests_total{model=\"m\",status=\"200\",api=\"chat\"} 1",
+            "choicewise_requests_total{model=\"\",status=\"404\",api=\"chat\"} 1",
             "choicewise_choices_total{model=\"m\",finish_reason=\"stop\"} 2",
             "choicewise_choices_total{model=\"m\",finish_reason=\"tool_calls\"} 1",
             &format!(
