@@ -3,7 +3,8 @@
 # bench's synthetic upstream, REQUESTS requests at CONCURRENCY (default: CI's short form, 500
 # at 200; the full soak is `scripts/soak.sh 10000`). Exits non-zero when a panic, a choice not
 # received intact, an answer cut short, a hung request or an upstream connection left open is
-# found (see crates/bench/src/soak.rs).
+# found, and in its second run (--resilience) when a client sees an upstream's failure (see
+# crates/bench/src/soak.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS=${1:-500}
@@ -17,5 +18,9 @@ CONCURRENCY=${2:-200}
 cargo build --release -p choicewise-cli -p choicewise-bench --no-default-features
 # Each request holds up to 5 upstream connections besides its own.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-exec target/release/choicewise-bench soak --requests "$REQUESTS" --concurrency "$CONCURRENCY" \
+target/release/choicewise-bench soak --requests "$REQUESTS" --concurrency "$CONCURRENCY" \
     --choicewise target/release/choicewise
+# Issue 40's run: three upstreams per model, one down and one failing 30% of its tries; no
+# client may see a failure.
+exec target/release/choicewise-bench soak --resilience --requests "$REQUESTS" \
+    --concurrency "$CONCURRENCY" --choicewise target/release/choicewise

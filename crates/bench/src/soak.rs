@@ -26,6 +26,14 @@
 //!
 //! Reported beside them: the gateway's VmRSS before and after, error answers by kind (HTTP
 //! status and code; in the stream, each choice's `choicewise.error`).
+//!
+//! `--resilience`: the run of issue 40. Each model has three upstreams, one refusing
+//! connections and one failing 3 tries in 10 with a 503 before any byte; the requests carry
+//! no upstream fault of their own (the clients' faults stay). Checked besides the above:
+//! **client-visible failures** (an error status, or a choice ended with `choicewise.error`)
+//! must be 0, as long as one upstream is healthy. Reported: tries per request (from
+//! `x-choicewise-tries`) and the time to the answer's headers of the requests that needed a
+//! retry beside those that did not (p50, p99).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -60,6 +68,10 @@ pub struct SoakArgs {
     /// Worker threads of the clients' runtime.
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
+    /// Three upstreams per model, one down and one failing 30% of its tries; no upstream
+    /// fault in the requests: no client may see a failure.
+    #[arg(long)]
+    pub resilience: bool,
 }
 
 fn splitmix(mut x: u64) -> u64 {
@@ -182,6 +194,9 @@ struct Outcome {
     /// Per output choice: its text, its finish_reason, its `choicewise.error`.
     choices: BTreeMap<u64, (String, Option<String>, Option<String>)>,
     hung: bool,
+    /// `x-choicewise-tries`, and the time to the answer's headers.
+    tries: Option<u64>,
+    headers_after: Duration,
 }
 
 fn apply_choice(out: &mut Outcome, element: &Value, message: bool) {
@@ -205,6 +220,7 @@ fn apply_choice(out: &mut Outcome, element: &Value, message: bool) {
 
 async fn one(client: &reqwest::Client, url: &str, c: &Case) -> Outcome {
     let mut out = Outcome::default();
+    let sent = Instant::now();
     let resp = match client
         .post(url)
         .header("content-type", "application/json")
@@ -219,6 +235,10 @@ async fn one(client: &reqwest::Client, url: &str, c: &Case) -> Outcome {
         }
     };
     out.status = resp.status().as_u16();
+    out.headers_after = sent.elapsed();
+    out.tries = (resp.headers().get("x-choicewise-tries"))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
     if out.status != 200 {
         let text = resp.text().await.unwrap_or_default();
         let code = serde_json::from_str::<Value>(&text)
@@ -341,11 +361,18 @@ pub fn run(args: &SoakArgs) -> Report {
         }
     };
     let bin = procs::choicewise_bin(args.choicewise.as_deref());
-    let gateway = match procs::gateway(
-        &dir,
-        &bin,
-        &procs::gateway_config(&upstream.url, args.idle_timeout_s),
-    ) {
+    let config = match args.resilience {
+        true => {
+            // A port nothing listens on: the upstream that is down.
+            let down = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| format!("http://{a}"))
+                .unwrap_or_else(|_| "http://127.0.0.1:9".into());
+            procs::resilient_gateway_config(&upstream.url, &down, args.idle_timeout_s)
+        }
+        false => procs::gateway_config(&upstream.url, args.idle_timeout_s),
+    };
+    let gateway = match procs::gateway(&dir, &bin, &config) {
         Ok(g) => g,
         Err(e) => {
             fail(&mut report, e);
@@ -363,7 +390,7 @@ pub fn run(args: &SoakArgs) -> Report {
         let mut tasks = Vec::new();
         for _ in 0..args.concurrency {
             let (client, url, next) = (client.clone(), url.clone(), next.clone());
-            let (seed, total) = (args.seed, args.requests);
+            let (seed, total, resilience) = (args.seed, args.requests, args.resilience);
             tasks.push(tokio::spawn(async move {
                 let mut outcomes = Vec::new();
                 loop {
@@ -371,7 +398,10 @@ pub fn run(args: &SoakArgs) -> Report {
                     if k >= total {
                         break;
                     }
-                    let c = case(seed, k);
+                    let mut c = case(seed, k);
+                    if resilience {
+                        c.plan.fault = Fault::None;
+                    }
                     let out = tokio::time::timeout(Duration::from_secs(30), one(&client, &url, &c))
                         .await
                         .unwrap_or_else(|_| Outcome {
@@ -427,6 +457,10 @@ pub fn run(args: &SoakArgs) -> Report {
     let left_open = (after.open_connections - 1).max(0);
 
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    // An error status, or a choice ended with an error: what a client sees of a failure.
+    let visible = (outcomes.iter())
+        .filter(|(_, o)| !o.hung && (o.status != 200 || o.choices.values().any(|c| c.2.is_some())))
+        .count();
     let (mut not_intact, mut corrupt, mut cut_short, mut hung) = (0usize, 0usize, 0, 0);
     let mut examples: Vec<String> = Vec::new();
     let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
@@ -592,6 +626,50 @@ pub fn run(args: &SoakArgs) -> Report {
     );
     for e in &examples {
         println!("example: {e}");
+    }
+    if args.resilience {
+        let planned = |c: &Case| match c.model {
+            "native" => 1,
+            _ => c.samples as u64,
+        };
+        let tries: u64 = outcomes.iter().filter_map(|(_, o)| o.tries).sum();
+        let answered = outcomes.iter().filter(|(_, o)| o.tries.is_some()).count();
+        let (mut retried, mut first): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
+        for (c, o) in &outcomes {
+            // Samples started later (hedges, windows) are not in the headers' count.
+            if c.select != Select::All || o.tries.is_none() {
+                continue;
+            }
+            let ms = o.headers_after.as_secs_f64() * 1e3;
+            match o.tries.unwrap_or(0) > planned(c) {
+                true => retried.push(ms),
+                false => first.push(ms),
+            }
+        }
+        let pct = |v: &mut Vec<f64>, p: f64| {
+            v.sort_by(f64::total_cmp);
+            v.get(((v.len() as f64 - 1.0) * p).round().max(0.0) as usize)
+                .copied()
+                .unwrap_or(f64::NAN)
+        };
+        println!(
+            "resilience: {:.2} tries per request ({tries} tries over {answered} answers); time to headers, \
+             requests that needed a retry ({}): p50 {:.1} ms, p99 {:.1} ms; first try enough ({}): p50 {:.1} ms, p99 {:.1} ms",
+            tries as f64 / answered.max(1) as f64,
+            retried.len(),
+            pct(&mut retried, 0.5),
+            pct(&mut retried, 0.99),
+            first.len(),
+            pct(&mut first, 0.5),
+            pct(&mut first, 0.99),
+        );
+        report.targets.push(Target {
+            name: "soak_client_visible_failures",
+            measured: visible as f64,
+            target: 0.0,
+            at_least: false,
+            unit: "",
+        });
     }
     for (name, measured) in [
         ("soak_panics", panics as f64),

@@ -208,6 +208,8 @@ struct Upstream {
     bursts: Mutex<HashMap<(u32, u32), Bytes>>,
     /// Answer `Connection: close` (one request per connection).
     close: bool,
+    /// Requests to `/flaky/v1/chat/completions`, of which 3 in 10 are answered 503.
+    flaky: AtomicU64,
 }
 
 impl Upstream {
@@ -286,6 +288,24 @@ impl Drop for Ending<'_> {
             self.counters.abandoned.fetch_add(1, Relaxed);
         }
     }
+}
+
+/// `/flaky/v1/chat/completions`: the same upstream, failing 3 tries in 10 with a 503 before
+/// any byte (the soak's resilience run: an upstream that fails 30% of its tries).
+async fn flaky_chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
+    let k = up.flaky.fetch_add(1, Relaxed);
+    if k % 10 < 3 {
+        up.counters.statuses.fetch_add(1, Relaxed);
+        let body = "{\"error\":{\"message\":\"synthetic flaky 503\",\"type\":\"server_error\"}}";
+        let response = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
+        return with_close(&up, response);
+    }
+    chat(State(up), body).await
 }
 
 async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
@@ -576,9 +596,11 @@ pub fn serve(listen: &str, close: bool) {
             completed: Mutex::new(HashMap::new()),
             bursts: Mutex::new(HashMap::new()),
             close,
+            flaky: AtomicU64::new(0),
         });
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/flaky/v1/chat/completions", post(flaky_chat))
             .route(
                 "/stats",
                 get(|State(up): State<Arc<Upstream>>| async move {

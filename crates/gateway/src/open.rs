@@ -150,7 +150,25 @@ impl Opener {
                     (0..candidates.len()).map(|k| candidates[(from + k) % candidates.len()]);
                 let mut chosen = None;
                 let mut soonest: Option<(usize, Instant)> = None;
-                for j in order {
+                // A first try whose planned upstream cannot be tried goes to one of those that
+                // can, by its sample number: an ejected upstream's share is spread over the
+                // others rather than falling on its neighbour alone.
+                if last.is_none()
+                    && !matches!(
+                        model.routes[candidates[start]].health.peek(now),
+                        Availability::Healthy
+                    )
+                {
+                    let open: Vec<usize> = (candidates.iter().copied())
+                        .filter(|&j| {
+                            matches!(model.routes[j].health.peek(now), Availability::Healthy)
+                        })
+                        .collect();
+                    if !open.is_empty() {
+                        chosen = Some(open[sample as usize % open.len()]);
+                    }
+                }
+                for j in order.filter(|_| chosen.is_none()) {
                     match model.routes[j].health.take(now) {
                         Availability::Healthy | Availability::Probe => {
                             chosen = Some(j);

@@ -170,6 +170,18 @@ impl Health {
         }
     }
 
+    /// Whether it may be tried now, handing out nothing (a probe shows as `Until`).
+    pub fn peek(&self, now: Instant) -> Availability {
+        let s = self.state();
+        if let Some(until) = s.ejected_until {
+            return Availability::Until(until.max(now));
+        }
+        match s.wait_until {
+            Some(until) if now < until => Availability::Until(until),
+            _ => Availability::Healthy,
+        }
+    }
+
     /// Whether it is ejected now.
     #[cfg(test)]
     pub fn ejected(&self) -> bool {
