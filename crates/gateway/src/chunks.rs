@@ -16,6 +16,8 @@ pub(crate) struct ChoiceChunks {
     role_sent: bool,
     /// The choice's `finish_reason` was sent.
     pub finished: bool,
+    /// The client asked for log-probabilities: they pass through as the upstream sent them.
+    logprobs: bool,
 }
 
 /// One element of a chunk's `choices` array.
@@ -28,6 +30,8 @@ pub(crate) struct Element {
     finish_reason: Option<Text>,
     /// Why the choice failed (`choicewise.error`), on the element that ends it with `error`.
     error: Option<Text>,
+    /// The upstream's `logprobs` object, as it sent it.
+    logprobs: Option<std::sync::Arc<serde_json::Value>>,
 }
 
 /// What a delta carries besides the role.
@@ -62,7 +66,14 @@ impl ChoiceChunks {
             index,
             role_sent: false,
             finished: false,
+            logprobs: false,
         }
+    }
+
+    /// Whether the upstream's log-probabilities pass through (the client asked for them).
+    pub fn logprobs(mut self, pass: bool) -> Self {
+        self.logprobs = pass;
+        self
     }
 
     fn element(&mut self, role: Option<Text>, delta: Delta, finish: Option<Text>) -> Element {
@@ -79,6 +90,7 @@ impl ChoiceChunks {
             delta,
             finish_reason: finish,
             error: None,
+            logprobs: None,
         }
     }
 
@@ -117,6 +129,11 @@ impl ChoiceChunks {
                     arguments: fragment.clone(),
                 },
             ),
+            ChoiceEvent::Logprobs(lp) if self.logprobs => {
+                let mut element = self.element(None, Delta::Empty, None);
+                element.logprobs = Some(lp.clone());
+                return Some(element);
+            }
             ChoiceEvent::Finished(reason) => {
                 return Some(self.element(None, Delta::Empty, Some(reason.clone())));
             }
@@ -151,7 +168,7 @@ impl Serialize for Element {
         map.serialize_entry("delta", &DeltaOut(self))?;
         map.serialize_entry("finish_reason", &self.finish_reason.as_deref())?;
         map.serialize_entry("index", &self.index)?;
-        map.serialize_entry("logprobs", &())?;
+        map.serialize_entry("logprobs", &self.logprobs.as_deref())?;
         map.end()
     }
 }

@@ -65,6 +65,9 @@ fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Vec<Planned> {
         } | Select::Vote {
             window: Some(_),
             ..
+        } | Select::Vote {
+            confidence: Some(_),
+            ..
         }
     );
     // Smooth weighted round robin (nginx's): each turn every upstream gains its weight, the
@@ -153,6 +156,11 @@ impl Run {
             Select::FirstToken {
                 hedge_after: Some(_),
             } => 1,
+            // DeepConf: the warmup first; the pick starts the rest while it is undecided.
+            Select::Vote {
+                confidence: Some(c),
+                ..
+            } => c.warmup.min(planned.len()),
             Select::Vote {
                 window: Some(w), ..
             } => w.min(planned.len()),
@@ -216,7 +224,7 @@ impl Run {
             // Started after the answer began: when every try fails, its choices' error.
             let p = planned[r].clone();
             let route = &opener.model.routes[p.upstream];
-            let request = request_body(route, &opener.body, p.samples.len()).ok();
+            let request = request_body(route, &opener.body, p.samples.len(), opener.logprobs).ok();
             let (opener, pace, labels) = (opener.clone(), paces.clone(), later_labels.clone());
             let n = p.samples.len() as u32;
             let source = Source::open(async move {
@@ -292,7 +300,11 @@ impl Run {
                 self.first(req.n, *hedge_after, Trigger::Token).await
             }
             Select::FirstFinished => self.first(req.n, None, Trigger::Finish).await,
-            Select::Vote { by, window } => {
+            Select::Vote {
+                by,
+                window,
+                confidence,
+            } => {
                 let by = by.clone();
                 let key = move |o: &ChoiceOutput| {
                     let content = o.message.content.as_deref()?;
@@ -305,7 +317,10 @@ impl Run {
                     };
                     Some(key).filter(|k| !k.is_empty())
                 };
-                let pick = self.completions.vote(key);
+                let mut pick = self.completions.vote(key);
+                if let Some(c) = confidence {
+                    pick = pick.confidence(*c);
+                }
                 let selection = match window {
                     Some(w) => pick.window(*w).await,
                     None => pick.await,
@@ -320,6 +335,7 @@ impl Run {
                     decision: "vote",
                     reason: selection.reason.clone(),
                     vote: selection.vote.as_ref().map(|t| json!(t)),
+                    confidence: selection.confidence.as_ref().map(|c| json!(c)),
                 }
             }
         }
@@ -410,6 +426,7 @@ impl Run {
                 Trigger::Finish => "first_finished",
             },
             vote: None,
+            confidence: None,
         }
     }
 
@@ -631,6 +648,9 @@ impl Run {
         if let Some(vote) = &picked.vote {
             summary.insert("vote".into(), vote.clone());
         }
+        if let Some(confidence) = &picked.confidence {
+            summary.insert("confidence".into(), confidence.clone());
+        }
         if let Some(reason) = &picked.reason {
             summary.insert("reason".into(), json!(reason));
         }
@@ -713,6 +733,9 @@ pub(crate) struct Picked {
     pub reason: Option<String>,
     /// The vote's tally.
     pub vote: Option<Value>,
+    /// A confidence-guided vote's report (threshold, warmup, stopped, weights; or why it was
+    /// unavailable).
+    pub confidence: Option<Value>,
 }
 
 impl Picked {
@@ -722,6 +745,7 @@ impl Picked {
             decision,
             reason: None,
             vote: None,
+            confidence: None,
         }
     }
 }

@@ -558,6 +558,13 @@ async fn serve_chat(
         models: gw.inner.models.clone(),
         model,
         body: Arc::new(req.body.clone()),
+        logprobs: match &req.select {
+            Select::Vote {
+                confidence: Some(c),
+                ..
+            } => Some(c.top_logprobs),
+            _ => None,
+        },
         metrics: gw.inner.metrics.clone(),
         budget: gw.inner.budget.clone(),
         tries: Arc::default(),
@@ -786,8 +793,9 @@ fn stream_response(
                 output(run.completions.clone(), run.index_of(*sample)).map(move |out| (o, out))
             })
             .collect();
-        let mut chunks: Vec<ChoiceChunks> =
-            (0..outputs.len() as u32).map(ChoiceChunks::new).collect();
+        let mut chunks: Vec<ChoiceChunks> = (0..outputs.len() as u32)
+            .map(|o| ChoiceChunks::new(o).logprobs(req.logprobs))
+            .collect();
         let several = outputs.len() > 1;
         let mut merged = futures::stream::select_all(outputs);
         let prefix = envelope.prefix();
@@ -931,7 +939,8 @@ async fn json_response(
                     Ok(out) if out.cancelled => {
                         failed(serde_json::to_value(&out.message).ok(), SHUT_DOWN)
                     }
-                    Ok(out) => json!({"index": o, "message": out.message, "logprobs": out.logprobs,
+                    Ok(out) => json!({"index": o, "message": out.message,
+                                      "logprobs": if req.logprobs { out.logprobs } else { None },
                                       "finish_reason": out.finish_reason}),
                     Err(incomplete) => failed(
                         serde_json::to_value(&incomplete.partial.message).ok(),

@@ -51,6 +51,8 @@ pub(crate) struct Opener {
     pub model: Arc<ModelRoutes>,
     /// The client's request as Chat Completions, without `model`, `stream` and `n`.
     pub body: Arc<Map<String, Value>>,
+    /// A confidence-guided vote's `top_logprobs`: chat upstreams are asked for them.
+    pub logprobs: Option<usize>,
     pub metrics: Arc<Metrics>,
     pub budget: Arc<Budget>,
     /// Every try of the run, in order.
@@ -62,8 +64,17 @@ pub(crate) fn request_body(
     u: &UpstreamRoute,
     base: &Map<String, Value>,
     samples: usize,
+    logprobs: Option<usize>,
 ) -> Result<Value, ApiError> {
     let mut body = base.clone();
+    if let (Some(k), ApiKind::Chat) = (logprobs, u.api) {
+        let asked = body
+            .get("top_logprobs")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        body.insert("logprobs".into(), json!(true));
+        body.insert("top_logprobs".into(), json!(asked.max(k as u64)));
+    }
     body.insert("model".into(), json!(u.model));
     body.insert("stream".into(), json!(true));
     if u.api == ApiKind::Chat {
@@ -153,19 +164,18 @@ impl Opener {
                 // A first try whose planned upstream cannot be tried goes to one of those that
                 // can, by its sample number: an ejected upstream's share is spread over the
                 // others rather than falling on its neighbour alone.
-                if last.is_none()
-                    && !matches!(
-                        model.routes[candidates[start]].health.peek(now),
-                        Availability::Healthy
-                    )
-                {
+                let closed =
+                    |j: usize| matches!(model.routes[j].health.peek(now), Availability::Until(_));
+                if last.is_none() && closed(candidates[start]) {
                     let open: Vec<usize> = (candidates.iter().copied())
-                        .filter(|&j| {
-                            matches!(model.routes[j].health.peek(now), Availability::Healthy)
-                        })
+                        .filter(|&j| !closed(j))
                         .collect();
                     if !open.is_empty() {
-                        chosen = Some(open[sample as usize % open.len()]);
+                        let j = open[sample as usize % open.len()];
+                        // Taken as the loop below would (a probe is handed out once).
+                        if !matches!(model.routes[j].health.take(now), Availability::Until(_)) {
+                            chosen = Some(j);
+                        }
                     }
                 }
                 for j in order.filter(|_| chosen.is_none()) {
@@ -196,7 +206,7 @@ impl Opener {
                 };
                 last = Some(j);
                 let route = &model.routes[j];
-                let body = request_body(route, &self.body, samples.len())?;
+                let body = request_body(route, &self.body, samples.len(), self.logprobs)?;
                 let tried = tokio::time::timeout(
                     model.retry.first_byte_timeout,
                     route.client.stream(&body),

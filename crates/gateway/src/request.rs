@@ -28,6 +28,8 @@ pub(crate) enum Select {
     Vote {
         by: Option<regex::Regex>,
         window: Option<usize>,
+        /// DeepConf online: samples stopped for low confidence, the vote weighted by it.
+        confidence: Option<choicewise_core::Confidence>,
     },
 }
 
@@ -42,6 +44,8 @@ pub(crate) struct ChatRequest {
     pub samples: u32,
     pub stream: bool,
     pub include_usage: bool,
+    /// The client asked for log-probabilities (`"logprobs": true`): they pass through.
+    pub logprobs: bool,
     pub select: Select,
     /// The body to send upstream, in Chat Completions' shape, without what the gateway
     /// decides (`model`, `n`, `stream`, `stream_options`, `choicewise`).
@@ -102,6 +106,7 @@ impl ChatRequest {
             Some(v) => return Err(err(format!("\"choicewise\" must be an object, not {v}"))),
         };
         let (samples, select) = extension_of(&extension, n, limits)?;
+        let logprobs = body.get("logprobs").and_then(Value::as_bool) == Some(true);
         if !matches!(body.get("messages"), Some(Value::Array(_))) {
             return Err(err("\"messages\" must be an array".into()).code("invalid_messages"));
         }
@@ -111,13 +116,62 @@ impl ChatRequest {
             samples,
             stream,
             include_usage,
+            logprobs,
             select,
             body,
         })
     }
 }
 
-/// The `choicewise` extension: `samples`, `select`, `vote_by`, `hedge_after_ms`, `window`.
+/// `choicewise.confidence`: DeepConf online's parameters (`warmup`, `keep`, `group_tokens`,
+/// `top_logprobs`, `consensus`), each optional with the library's defaults (8, 0.9, 64, 5,
+/// 0.95).
+fn confidence_of(
+    ext: &Map<String, Value>,
+) -> Result<Option<choicewise_core::Confidence>, ApiError> {
+    let options = match ext.get("confidence") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(o)) => o,
+        Some(v) => {
+            return Err(err(format!(
+                "\"choicewise.confidence\" must be an object, not {v}"
+            )));
+        }
+    };
+    let mut c = choicewise_core::Confidence::new();
+    for (key, v) in options {
+        let whole = |lo: u64, hi: u64| {
+            v.as_u64().filter(|x| (lo..=hi).contains(x)).map(|x| x as usize).ok_or_else(|| {
+                err(format!(
+                    "\"choicewise.confidence.{key}\" must be an integer from {lo} to {hi}, not {v}"
+                ))
+            })
+        };
+        let share = || {
+            v.as_f64().filter(|x| *x > 0.0 && *x <= 1.0).ok_or_else(|| {
+                err(format!(
+                    "\"choicewise.confidence.{key}\" must be a number above 0 and at most 1, not {v}"
+                ))
+            })
+        };
+        c = match key.as_str() {
+            "warmup" => c.warmup(whole(1, 64)?),
+            "keep" => c.keep(share()?),
+            "group_tokens" => c.group_tokens(whole(1, 100_000)?),
+            "top_logprobs" => c.top_logprobs(whole(1, 20)?),
+            "consensus" => c.consensus(share()?),
+            _ => {
+                return Err(err(format!(
+                    "unknown field \"choicewise.confidence.{key}\" (warmup, keep, group_tokens, top_logprobs, consensus)"
+                )));
+            }
+        };
+    }
+    Ok(Some(c))
+}
+
+/// The `choicewise` extension: `samples`, `select`, `vote_by`, `hedge_after_ms`, `window`,
+/// `confidence`.
 fn extension_of(
     ext: &Map<String, Value>,
     n: u32,
@@ -126,10 +180,10 @@ fn extension_of(
     for key in ext.keys() {
         if !matches!(
             key.as_str(),
-            "samples" | "select" | "vote_by" | "hedge_after_ms" | "window"
+            "samples" | "select" | "vote_by" | "hedge_after_ms" | "window" | "confidence"
         ) {
             return Err(err(format!(
-                "unknown field \"choicewise.{key}\" (samples, select, vote_by, hedge_after_ms, window)"
+                "unknown field \"choicewise.{key}\" (samples, select, vote_by, hedge_after_ms, window, confidence)"
             )));
         }
     }
@@ -205,6 +259,7 @@ fn extension_of(
             "vote" => Select::Vote {
                 by: vote_by.clone(),
                 window,
+                confidence: confidence_of(ext)?,
             },
             other => {
                 return Err(err(format!(
@@ -227,6 +282,12 @@ fn extension_of(
     if window.is_some() && !matches!(select, Select::Vote { .. }) {
         return Err(err(
             "\"choicewise.window\" goes with \"select\": \"vote\"".into()
+        ));
+    }
+    if ext.get("confidence").is_some_and(|c| !c.is_null()) && !matches!(select, Select::Vote { .. })
+    {
+        return Err(err(
+            "\"choicewise.confidence\" goes with \"select\": \"vote\"".into(),
         ));
     }
     if vote_by.is_some() && !matches!(select, Select::Vote { .. }) {

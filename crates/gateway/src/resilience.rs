@@ -170,11 +170,14 @@ impl Health {
         }
     }
 
-    /// Whether it may be tried now, handing out nothing (a probe shows as `Until`).
+    /// Whether it may be tried now, handing out nothing (a probe due shows as `Probe`).
     pub fn peek(&self, now: Instant) -> Availability {
         let s = self.state();
         if let Some(until) = s.ejected_until {
-            return Availability::Until(until.max(now));
+            if now < until || s.probing {
+                return Availability::Until(until.max(now + Duration::from_millis(1)));
+            }
+            return Availability::Probe;
         }
         match s.wait_until {
             Some(until) if now < until => Availability::Until(until),

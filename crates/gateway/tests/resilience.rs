@@ -368,3 +368,126 @@ async fn a_hedge_starts_when_the_first_upstream_is_silent() {
         started.elapsed()
     );
 }
+
+/// A one-choice Chat Completions stream of `tokens` (each with its top log-probabilities),
+/// finishing with `stop`.
+fn with_logprobs(tokens: &[&str], tops: &[f64]) -> String {
+    let mut sse = String::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let top: Vec<Value> = (tops.iter().enumerate())
+            .map(|(j, lp)| json!({"token": format!("{t}{j}"), "logprob": lp}))
+            .collect();
+        let delta = match i {
+            0 => json!({"role": "assistant", "content": t}),
+            _ => json!({"content": t}),
+        };
+        let chunk = json!({"object": "chat.completion.chunk", "model": "up", "choices": [{
+            "index": 0, "delta": delta, "finish_reason": null,
+            "logprobs": {"content": [{"token": t, "logprob": tops[0], "top_logprobs": top}]}}]});
+        sse.push_str(&format!("data: {chunk}\n\n"));
+    }
+    let end = json!({"object": "chat.completion.chunk", "model": "up",
+                     "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    sse.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+    sse
+}
+
+const SURE: [f64; 3] = [-0.01, -5.0, -6.0];
+const UNSURE: [f64; 3] = [-0.7, -0.8, -0.9];
+
+/// The DeepConf vote through the gateway: upstreams asked for log-probabilities, the warmup
+/// sets the threshold, an unsure sample is stopped, the vote is weighted and reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confidence_vote_stops_unsure_samples() {
+    let answer_42 = ["Answer", ": ", "42", "."];
+    let answer_41 = ["Answer", ": ", "41", "."];
+    let unsure: Vec<String> = (0..40).map(|i| format!("w{i} ")).collect();
+    let unsure: Vec<&str> = unsure.iter().map(String::as_str).collect();
+    let server = TestServer::builder()
+        .body(with_logprobs(&answer_42, &SURE))
+        .then(TestServer::builder().body(with_logprobs(&answer_41, &SURE)))
+        .then(
+            TestServer::builder()
+                .body(with_logprobs(&unsure, &UNSURE))
+                .max_write_delay(Duration::from_millis(20)),
+        )
+        .then(TestServer::builder().body(with_logprobs(&answer_42, &SURE)))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream(&server.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let mut body = chat(1, false);
+    body["choicewise"] = json!({"samples": 4, "select": "vote", "vote_by": "Answer: (\\d+)",
+        "confidence": {"warmup": 2, "keep": 0.9, "group_tokens": 2}});
+    let r = within(LIMIT, "the confidence vote", post(addr, &body)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "Answer: 42.", "{v}");
+    assert!(
+        v["choices"][0]["logprobs"].is_null(),
+        "the client did not ask: {v}"
+    );
+    let report = &v["choicewise"]["confidence"];
+    assert!(report["threshold"].as_f64().is_some(), "{v}");
+    assert_eq!(report["warmup"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(report["stopped"].as_array().map(Vec::len), Some(1), "{v}");
+    assert!(
+        report["weights"]["42"].as_f64().unwrap() > report["weights"]["41"].as_f64().unwrap_or(0.0),
+        "{v}"
+    );
+    for request in server.requests() {
+        let sent = request.json.unwrap();
+        assert_eq!(
+            (sent["logprobs"].as_bool(), sent["top_logprobs"].as_u64()),
+            (Some(true), Some(5))
+        );
+    }
+    // Confidence goes with a vote.
+    let mut bad = chat(1, false);
+    bad["choicewise"] = json!({"samples": 2, "select": "first_finished", "confidence": {}});
+    assert_eq!(post(addr, &bad).await.status(), 400);
+}
+
+/// Log-probabilities pass through to a client that asked for them, streamed and not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_pass_through_when_asked() {
+    let server = TestServer::builder()
+        .body(with_logprobs(&["Hi", " there"], &SURE))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream(&server.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let mut body = chat(1, true);
+    body["logprobs"] = json!(true);
+    body["top_logprobs"] = json!(3);
+    let text = post(addr, &body).await.text().await.unwrap();
+    let tokens: Vec<String> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+        .flat_map(|c| {
+            c["logprobs"]["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|t| t["token"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(tokens, ["Hi", " there"]);
+    body["stream"] = json!(false);
+    let v: Value = post(addr, &body).await.json().await.unwrap();
+    assert_eq!(
+        v["choices"][0]["logprobs"]["content"][1]["token"], " there",
+        "{v}"
+    );
+}
