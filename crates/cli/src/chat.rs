@@ -220,6 +220,20 @@ fn build_request(
     Ok(Value::Object(body))
 }
 
+/// `--confidence`: ask for each token's top `k` log-probabilities (`logprobs: true,
+/// top_logprobs: k`), unless the request already asks for some (its own `top_logprobs`
+/// kept).
+fn ask_for_logprobs(request: &mut Value, k: usize) {
+    let Some(body) = request.as_object_mut() else {
+        return;
+    };
+    body.insert("logprobs".into(), json!(true));
+    let asked = body.get("top_logprobs").and_then(Value::as_u64);
+    if asked.is_none_or(|n| n == 0) {
+        body.insert("top_logprobs".into(), json!(k));
+    }
+}
+
 /// The prompt: the arguments, else standard input when it is not a terminal.
 fn prompt(args: &ChatArgs) -> Result<Option<String>, String> {
     if !args.prompt.is_empty() {
@@ -428,6 +442,15 @@ async fn upstreams(
         };
         let mut body = request.clone();
         body["model"] = json!(model);
+        if args.view.confidence
+            && api != ApiName::Chat
+            && let Some(fields) = body.as_object_mut()
+        {
+            // Log-probabilities are a Chat Completions field: the other APIs' choices carry
+            // none and do not vote under --confidence (its report names them).
+            fields.remove("logprobs");
+            fields.remove("top_logprobs");
+        }
         let body = upstream::shape(api, &body)?;
         for _ in 0..item.copies {
             out.push(Upstream {
@@ -446,7 +469,10 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         Some(path) => Some(replay::read_request(path).await?),
         None => None,
     };
-    let request = build_request(base, &args, prompt(&args)?, None)?;
+    let mut request = build_request(base, &args, prompt(&args)?, None)?;
+    if let Some(options) = args.view.confidence() {
+        ask_for_logprobs(&mut request, options.top_logprobs);
+    }
     let idle = args
         .idle_timeout
         .unwrap_or(choicewise_client::DEFAULT_IDLE_TIMEOUT);
@@ -472,9 +498,11 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
             .iter()
             .all(|m| *m == models[0])
             .then(|| models[0].to_string());
-        let completions = match args.view.vote_window {
-            // Samples started window by window, only while the vote is undecided.
-            Some(_) => {
+        // Samples started window by window, or after the warmup of --confidence, only while
+        // the vote is undecided.
+        let on_demand = args.view.vote_window.is_some() || args.view.confidence;
+        let completions = match on_demand {
+            true => {
                 let sources: Vec<(Client, Value)> = upstreams
                     .iter()
                     .map(|u| (u.client.clone(), u.body.clone()))
@@ -484,7 +512,7 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
                     client.source(body.clone())
                 })
             }
-            None => {
+            false => {
                 let sources = upstreams.iter().map(|u| u.client.source(u.body.clone()));
                 Completions::builder().fan_out(sources)
             }

@@ -8,7 +8,8 @@
 //! figure as the usage estimate. A usage line ends the view.
 //!
 //! With a combinator (`--first`, `--vote`), a choice it cancelled reads `cancelled` where a
-//! finish reason would show, and once it has decided, each selected choice's column is marked
+//! finish reason would show (`low confidence` when `--confidence` stopped it), and once it has
+//! decided, each selected choice's column is marked
 //! `★ selected` (with a double border); the usage line then says what the cancelled choices
 //! had used.
 
@@ -41,6 +42,8 @@ const COUNT_EVERY: Duration = Duration::from_millis(300);
 const MIN_COLUMN_WIDTH: u16 = 24;
 /// The colour of a cancelled choice: neither finished (green) nor failed (red).
 const CANCELLED: Color = Color::Magenta;
+/// The colour of a choice `--confidence` stopped: cancelled, for a reason of its own.
+const LOW_CONFIDENCE: Color = Color::LightMagenta;
 /// The mark on a selected choice's column.
 const SELECTED: &str = "★ selected";
 
@@ -96,6 +99,8 @@ enum State {
     Failed(String),
     /// Cancelled by the combinator before it finished.
     Cancelled,
+    /// Stopped by `--confidence`: a group of its tokens fell below the threshold.
+    LowConfidence,
 }
 
 #[derive(Debug)]
@@ -208,7 +213,11 @@ impl Column {
                 self.ended_at = Some(elapsed);
             }
             ChoiceEvent::Cancelled => {
-                self.state = State::Cancelled;
+                // Marked before the cancel is sent, so known by now.
+                self.state = match self.choice.stopped_for_low_confidence() {
+                    true => State::LowConfidence,
+                    false => State::Cancelled,
+                };
                 self.ended_at = Some(elapsed);
             }
             _ => {}
@@ -273,6 +282,12 @@ impl Column {
                 out.push(Line::styled(
                     "⊘ cancelled",
                     Style::new().fg(CANCELLED).bold(),
+                ));
+            }
+            State::LowConfidence => {
+                out.push(Line::styled(
+                    "⊘ low confidence",
+                    Style::new().fg(LOW_CONFIDENCE).bold(),
                 ));
             }
             State::Streaming | State::Finished(_) => {}
@@ -690,6 +705,7 @@ fn render_column(
         State::Finished(reason) => (format!("finished: {reason}"), Color::Green),
         State::Failed(_) => ("error".to_string(), Color::Red),
         State::Cancelled => ("cancelled".to_string(), CANCELLED),
+        State::LowConfidence => ("low confidence".to_string(), LOW_CONFIDENCE),
     };
     // Shortened when the column is narrow: the index alone and the finish reason alone, then
     // the mark alone.
@@ -980,6 +996,67 @@ mod tests {
         assert!(top.contains(" choice 2 · chat:m@127.0.0.1:1 "), "{text}");
         let same = Sources::new(vec![label("chat", "m", "x"), label("chat", "m", "x")], 1);
         assert!(!frame_of(&m, 200, 8, false, same).contains("chat:m@x"));
+    }
+
+    /// A sample `--confidence` stops reads `low confidence`, not `cancelled`: two confident
+    /// warmup samples (confidence 4, "41" and "42", so undecided), then one that hesitates
+    /// (confidence 0.5) and would go on for ever.
+    #[tokio::test]
+    async fn a_choice_stopped_for_low_confidence_says_so() {
+        use choicewise::Confidence;
+        use futures::stream;
+        let event = |text: &str, c: f64, finish: bool| {
+            let token = serde_json::json!({"token": text, "logprob": -c / 2.0, "top_logprobs": [
+                {"token": text, "logprob": -c / 2.0}, {"token": "~", "logprob": -1.5 * c}]});
+            let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"content": text},
+                "logprobs": {"content": [token]},
+                "finish_reason": if finish { Some("stop") } else { None }}]});
+            Ok::<_, std::io::Error>(format!("data: {chunk}\n\n"))
+        };
+        let completions = Completions::builder().samples(3, move |k| {
+            let source = |events| Source::sse(stream::iter(events)).n(1);
+            match k {
+                0 => source(vec![event("42", 4.0, true)]),
+                1 => source(vec![event("41", 4.0, true)]),
+                _ => {
+                    let hesitant = vec![event("hmm", 0.5, false), event("hmm", 0.5, false)];
+                    Source::sse(stream::iter(hesitant).chain(stream::pending())).n(1)
+                }
+            }
+        });
+        let pick = completions
+            .vote(|o| o.message.content.clone())
+            .min_votes(1)
+            .confidence(Confidence::new().warmup(2).group_tokens(2));
+        let selection = tokio::time::timeout(Duration::from_secs(20), pick)
+            .await
+            .expect("the vote ends once the unsure sample is stopped");
+        assert_eq!(
+            selection.confidence.as_ref().map(|r| r.stopped().to_vec()),
+            Some(vec![2])
+        );
+        let choices: Vec<Choice> = completions.choices().collect().await;
+        let mut columns: Vec<Column> = choices.into_iter().map(Column::new).collect();
+        let at = Duration::from_millis(100);
+        for column in &mut columns {
+            let events: Vec<_> = column.choice.events().collect().await;
+            for event in events.into_iter().flatten() {
+                column.apply(event, at);
+            }
+        }
+        assert_eq!(columns[2].state, State::LowConfidence);
+        let m = Model {
+            columns,
+            end: Some(Ok(())),
+            ended_at: Some(at),
+            selection: Some(selection),
+            ..Model::default()
+        };
+        let text = frame(&m, 132, 10);
+        let top = line_with(&text, " choice 0 ");
+        assert!(top.contains(" choice 2 · low confidence "), "{text}");
+        assert!(text.contains("⊘ low confidence"), "{text}");
+        assert!(!text.contains("cancelled"), "{text}");
     }
 
     #[test]

@@ -84,7 +84,8 @@ pub fn completion_json(
 
 /// The default view: each choice's text and function calls as they arrive, one labelled line
 /// at a time. One task per choice formats its own lines; one printer writes them. With a
-/// combinator (`decision`), a choice it cancelled ends with `⊘ cancelled`, and the usage line
+/// combinator (`decision`), a choice it cancelled ends with `⊘ cancelled` (`⊘ low confidence`
+/// when `--confidence` stopped it), and the usage line
 /// waits for its decision to say what the cancelled choices had used.
 pub async fn labelled(
     completions: Completions,
@@ -167,7 +168,12 @@ pub async fn labelled(
                     }
                     ChoiceEvent::Cancelled => {
                         flush(&tx, &label, &mut line);
-                        let _ = tx.send(format!("{label} ⊘ cancelled"));
+                        // Stopped by --confidence, not cancelled because the vote was decided.
+                        let why = match choice.stopped_for_low_confidence() {
+                            true => "low confidence",
+                            false => "cancelled",
+                        };
+                        let _ = tx.send(format!("{label} ⊘ {why}"));
                     }
                     _ => {}
                 }

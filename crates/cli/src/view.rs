@@ -1,6 +1,6 @@
 //! Choosing the view: `--json`, the plain labelled lines, or the live view on a terminal.
 
-use choicewise::{ChoiceOutput, Completions, Selection};
+use choicewise::{ChoiceOutput, Completions, Confidence, ConfidenceReport, Selection};
 use clap::Args;
 use tokio::sync::watch;
 
@@ -8,6 +8,7 @@ use crate::Exit;
 
 /// How a completion is shown (shared by `replay` and `chat`).
 #[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("a_vote").args(["vote", "vote_by"]).multiple(true)))]
 pub struct ViewArgs {
     /// Print the assembled completion as one `chat.completion` JSON object instead (exactly
     /// `collect()`).
@@ -43,6 +44,38 @@ pub struct ViewArgs {
     /// agrees unanimously decides and starts no more.
     #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..))]
     pub vote_window: Option<u32>,
+    /// Guide the vote by the model's confidence (DeepConf online, arXiv 2508.15260): needs
+    /// --vote or --vote-by, and choices with top log-probabilities (chat asks its upstreams
+    /// for logprobs: true, top_logprobs: 5). The first --warmup samples run to their end and
+    /// set a threshold; every later one is stopped (its connection closed) as soon as the mean
+    /// confidence of its last --group-tokens tokens falls below it, shown as `low confidence`,
+    /// and does not vote; the others vote with their confidence as weight. With --fan-out K,
+    /// the rest start only if the warmup leaves the vote undecided. Without log-probabilities,
+    /// the plain vote decides and --json's "confidence" says why.
+    #[arg(long, requires = "a_vote")]
+    pub confidence: bool,
+    /// With --confidence: the samples that run to their end and set the threshold [default:
+    /// 8].
+    #[arg(long, value_name = "N", requires = "confidence",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub warmup: Option<u32>,
+    /// With --confidence: the share of warmup confidences that pass; the threshold is their
+    /// (1 - F) quantile (0.9: conservative, 0.1: only the most confident tenth) [default: 0.9].
+    #[arg(long, value_name = "F", requires = "confidence", value_parser = parse_share)]
+    pub keep: Option<f64>,
+    /// With --confidence: the tokens whose mean confidence is compared with the threshold (a
+    /// sliding window) [default: 64].
+    #[arg(long, value_name = "N", requires = "confidence",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub group_tokens: Option<u32>,
+}
+
+/// A share: a number from 0 to 1.
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("{s:?} is not a share (a number from 0 to 1)")),
+    }
 }
 
 fn parse_regex(s: &str) -> Result<regex::Regex, String> {
@@ -66,6 +99,8 @@ pub struct Vote {
     pub normalize: bool,
     /// Samples started window by window, this many at a time.
     pub window: Option<u32>,
+    /// Guided by confidence (`--confidence`).
+    pub confidence: Option<Confidence>,
 }
 
 /// The votes a key needs unless `--vote-min` says: one vote out of several is no majority.
@@ -112,7 +147,11 @@ impl Pick {
             Pick::Vote(vote) => {
                 let min = vote.min as usize;
                 let window = vote.window;
-                let pick = completions.vote(move |o| vote.key(o)).min_votes(min);
+                let confidence = vote.confidence;
+                let mut pick = completions.vote(move |o| vote.key(o)).min_votes(min);
+                if let Some(options) = confidence {
+                    pick = pick.confidence(options);
+                }
                 match window {
                     Some(w) => pick.window(w as usize).await,
                     None => pick.await,
@@ -133,6 +172,9 @@ impl Pick {
         }
         if !selection.windows.is_empty() {
             fields.push(("windows", serde_json::json!(selection.windows)));
+        }
+        if let Some(report) = &selection.confidence {
+            fields.push(("confidence", serde_json::json!(report)));
         }
         fields
     }
@@ -176,11 +218,56 @@ impl Pick {
                 "; {started} samples started in {windows} window(s), stopped because {why}"
             ));
         }
+        if let Some(report) = &selection.confidence {
+            line.push_str(&confidence_summary(report));
+        }
         line
     }
 }
 
+/// What a vote guided by confidence did, for the summary line: `; confidence: threshold
+/// 2.2, low confidence 3, 5, weights "41" 7.5, "42" 6.3`, or `; confidence unavailable
+/// (REASON): plain vote`.
+fn confidence_summary(report: &ConfidenceReport) -> String {
+    if let Some(reason) = report.unavailable() {
+        return format!("; confidence unavailable ({reason}): plain vote");
+    }
+    let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    let mut line = match report.threshold() {
+        Some(s) => format!("; confidence: threshold {s:.3}"),
+        None => "; confidence:".to_string(),
+    };
+    if !report.stopped().is_empty() {
+        line.push_str(&format!(", low confidence {}", list(report.stopped())));
+    }
+    let weights: Vec<String> = (report.weights().iter())
+        .map(|(k, w)| format!("{k:?} {w:.3}"))
+        .collect();
+    if !weights.is_empty() {
+        line.push_str(&format!(", weights {}", weights.join(", ")));
+    }
+    line
+}
+
 impl ViewArgs {
+    /// The options of `--confidence`, when asked for.
+    pub fn confidence(&self) -> Option<Confidence> {
+        if !self.confidence {
+            return None;
+        }
+        let mut options = Confidence::new();
+        if let Some(n) = self.warmup {
+            options = options.warmup(n as usize);
+        }
+        if let Some(keep) = self.keep {
+            options = options.keep(keep);
+        }
+        if let Some(n) = self.group_tokens {
+            options = options.group_tokens(n as usize);
+        }
+        Some(options)
+    }
+
     /// The combinator asked for, if any.
     pub fn pick(&self) -> Option<Pick> {
         let vote = self.vote
@@ -196,6 +283,7 @@ impl ViewArgs {
                 min: self.vote_min.unwrap_or(DEFAULT_VOTE_MIN),
                 normalize: self.vote_normalize,
                 window: self.vote_window,
+                confidence: self.confidence(),
             }))
         } else {
             None

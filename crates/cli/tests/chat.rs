@@ -1245,3 +1245,190 @@ async fn json_shows_progress_then_ctrl_c_prints_what_was_assembled() {
     )
     .await;
 }
+
+/// A one-choice stream of `tokens`, each carrying top-2 log-probabilities that give it
+/// confidence `c` (`-c/2` and `-3c/2`: their negative mean is `c`), then a finish.
+fn logprob_answer(tokens: &[&str], c: f64) -> String {
+    let mut sse = String::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let delta = match i {
+            0 => serde_json::json!({"role": "assistant", "content": token}),
+            _ => serde_json::json!({"content": token}),
+        };
+        let logprob = serde_json::json!({"token": token, "logprob": -c / 2.0, "top_logprobs": [
+            {"token": token, "logprob": -c / 2.0}, {"token": "~", "logprob": -1.5 * c}]});
+        let chunk = serde_json::json!({"id": "chatcmpl-c", "object": "chat.completion.chunk",
+            "model": "m", "choices": [{"index": 0, "delta": delta,
+            "logprobs": {"content": [logprob]}, "finish_reason": null}]});
+        sse.push_str(&format!("data: {chunk}\n\n"));
+    }
+    let end = serde_json::json!({"id": "chatcmpl-c", "object": "chat.completion.chunk",
+        "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    sse.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+    sse
+}
+
+/// Seven samples for `--fan-out 7 --confidence --warmup 3 --group-tokens 2`, by arrival
+/// order. The warmup (any order among the first three requests): "42" at confidence 4, "41"
+/// at 3, "42" at 2: the threshold is their 0.1 quantile, 2.2, so the third does not vote, and
+/// "42" 4 against "41" 3 leaves the vote undecided. Then: two samples that hesitate
+/// (confidence 0.5 and 1, "Hmm maybe …") and stall after two tokens, to be stopped; "41" at
+/// 4.5 and "42" at 2.3. Weighted, "41" wins 7.5 to 6.3, although "42" has three finished
+/// answers to two.
+async fn confidence_server() -> TestServer {
+    let sure =
+        |n: &str, c: f64| TestServer::builder().body(logprob_answer(&["Answer", ": ", n], c));
+    let unsure = |n: &'static str, c: f64| {
+        TestServer::builder()
+            .body(logprob_answer(&["Hmm", " maybe", n, "\nAnswer: ", n], c))
+            .stall_after_events(2)
+    };
+    sure("42", 4.0)
+        .then(sure("41", 3.0))
+        .then(sure("42", 2.0))
+        .then(unsure(" 41", 0.5))
+        .then(sure("41", 4.5))
+        .then(unsure(" 42", 1.0))
+        .then(sure("42", 2.3))
+        .start()
+        .await
+        .unwrap()
+}
+
+const CONFIDENCE: [&str; 10] = [
+    "--fan-out",
+    "7",
+    "--vote-by",
+    r"Answer: (\d+)",
+    "--confidence",
+    "--warmup",
+    "3",
+    "--keep",
+    "0.9",
+    "--group-tokens",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confidence_stops_the_unsure_samples_and_weighs_the_vote() {
+    let server = confidence_server().await;
+    let mut args = CONFIDENCE.to_vec();
+    args.extend(["2", "--json"]);
+    let out = fan_out(&server, &args).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = json_of(&out);
+    // Every request asked for log-probabilities, top 5 (the default).
+    let requests = server.requests();
+    assert_eq!(requests.len(), 7);
+    for r in &requests {
+        let body = r.json.as_ref().unwrap();
+        assert_eq!(
+            (&body["logprobs"], &body["top_logprobs"]),
+            (&serde_json::json!(true), &serde_json::json!(5)),
+            "{body}"
+        );
+    }
+    let report = &json["confidence"];
+    assert!(
+        (report["threshold"].as_f64().unwrap() - 2.2).abs() < 1e-9,
+        "{report}"
+    );
+    assert_eq!(report["warmup"], serde_json::json!([0, 1, 2]));
+    let weights = &report["weights"];
+    assert_eq!(weights["41"], 7.5, "{report}");
+    assert!(
+        (weights["42"].as_f64().unwrap() - 6.3).abs() < 1e-9,
+        "{report}"
+    );
+    assert_eq!(json["vote"]["key"], "41");
+    assert_eq!(json["started"], 7);
+    assert_eq!(json["windows"].as_array().unwrap().len(), 2, "{json:#}");
+    // The stopped samples are exactly the hesitant ones: later than the warmup, cancelled
+    // after their two tokens, not voting.
+    let choices = json["choices"].as_array().unwrap();
+    let content = |c: &serde_json::Value| {
+        c["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let hesitant: Vec<u64> = (choices.iter())
+        .filter(|c| content(c).starts_with("Hmm"))
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(hesitant.len(), 2, "{json:#}");
+    assert!(hesitant.iter().all(|i| *i >= 3), "{json:#}");
+    assert_eq!(report["stopped"], serde_json::json!(hesitant), "{report}");
+    for i in &hesitant {
+        let c = &choices[*i as usize];
+        assert_eq!(
+            (&c["cancelled"], &c["finish_reason"]),
+            (&serde_json::json!(true), &serde_json::Value::Null)
+        );
+    }
+    let selected: Vec<u64> = (choices.iter())
+        .filter(|c| content(c) == "Answer: 41")
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(json["selected"], serde_json::json!(selected));
+    // Their stalled connections were closed.
+    within(
+        Duration::from_secs(2),
+        "the stopped samples' connections closing",
+        server.wait_disconnects(2),
+    )
+    .await;
+
+    // Piped, the stopped samples say `low confidence`, apart from `cancelled`, and the last
+    // line says the threshold, who was stopped and the weights.
+    let server = confidence_server().await;
+    let mut args = CONFIDENCE.to_vec();
+    args.push("2");
+    let out = fan_out(&server, &args).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let marked: Vec<&str> = text
+        .lines()
+        .filter(|l| l.ends_with("⊘ low confidence"))
+        .collect();
+    assert_eq!(marked.len(), 2, "{text}");
+    assert!(!text.contains("⊘ cancelled"), "{text}");
+    for line in marked {
+        let label = line.split(']').next().unwrap_or_default();
+        assert!(text.contains(&format!("{label}] Hmm maybe")), "{text}");
+    }
+    let summary = text.lines().last().unwrap_or_default();
+    assert!(
+        summary.contains("(vote: \"41\" with 2 of 4 votes counted, 7 choices)"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("confidence: threshold 2.200, low confidence "),
+        "{summary}"
+    );
+    assert!(
+        summary.ends_with("weights \"41\" 7.500, \"42\" 6.300"),
+        "{summary}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confidence_needs_a_vote() {
+    let server = confidence_server().await;
+    let out = fan_out(&server, &["--fan-out", "3", "--confidence", "--json"]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("required arguments were not provided"),
+        "{err}"
+    );
+    assert!(err.contains("<--vote|--vote-by <REGEX>>"), "{err}");
+    assert_eq!(server.request_count(), 0, "nothing was sent");
+}

@@ -618,3 +618,122 @@ fn completions_for_every_shell_and_man_pages() {
     );
     assert_eq!(choicewise(&["man", "nope"]).status.code(), Some(2));
 }
+
+/// `--confidence` on a recording with log-probabilities (`confidence_n5_logprobs.rec`: choices
+/// 0-2, the warmup, finish at once with confidences 4, 3 and 2 on "42", "41" and "42"; choice 3,
+/// "41" at 4.5, finishes at 700 ms; choice 4 hesitates at 1.0 from 300 ms and would finish at
+/// 600 ms). The threshold is the 0.1 quantile of 2, 3, 4: 2.2, so choice 2 does not vote and
+/// choice 4 is stopped; "41" outweighs "42" (7.5 against 4) although a plain vote ties them.
+/// The decision is the library's own over the same stream.
+#[test]
+fn confidence_on_a_recording_with_logprobs_decides_as_the_library_does() {
+    let file = fixture("confidence_n5_logprobs.rec");
+    let path = file.to_str().unwrap();
+    let flags = [
+        "--vote-by",
+        r"Answer: (\d+)",
+        "--confidence",
+        "--warmup",
+        "3",
+        "--group-tokens",
+        "2",
+        "--speed",
+        "1",
+    ];
+    let mut args = vec![path, "--json"];
+    args.extend(flags);
+    let out = replay(&args, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = &json["confidence"];
+    assert!(
+        (report["threshold"].as_f64().unwrap() - 2.2).abs() < 1e-9,
+        "{report}"
+    );
+    assert_eq!(report["warmup"], serde_json::json!([0, 1, 2]));
+    assert_eq!(report["stopped"], serde_json::json!([4]), "{report}");
+    assert_eq!(report["weights"], serde_json::json!({"41": 7.5, "42": 4.0}));
+    assert_eq!(json["selected"], serde_json::json!([1, 3]));
+    assert_eq!(json["vote"]["key"], "41");
+    let stopped = &json["choices"][4];
+    assert_eq!(
+        (&stopped["cancelled"], &stopped["finish_reason"]),
+        (&Value::Bool(true), &Value::Null)
+    );
+
+    // The library, over the same bytes (the stamps are SSE comments), as fast as it can read:
+    // the same decision.
+    let library = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use choicewise::{Completions, Confidence, Source};
+        let bytes = std::fs::read(&file).unwrap();
+        let re = regex::Regex::new(r"Answer: (\d+)").unwrap();
+        Completions::new(Source::reader(std::io::Cursor::new(bytes)))
+            .vote(move |o| {
+                let content = o.message.content.as_deref()?;
+                Some(re.captures(content)?.get(1)?.as_str().to_string())
+            })
+            .min_votes(2)
+            .confidence(Confidence::new().warmup(3).group_tokens(2))
+            .await
+    });
+    let ours: Vec<u64> = (json["selected"].as_array().unwrap().iter())
+        .filter_map(Value::as_u64)
+        .collect();
+    let theirs: Vec<u64> = library.selected.iter().map(|i| u64::from(*i)).collect();
+    assert_eq!(ours, theirs);
+    assert_eq!(library.vote.as_ref().map(|t| t.key.as_str()), Some("41"));
+    let report = library.confidence.as_ref().unwrap();
+    assert_eq!(
+        serde_json::to_value(report.weights()).unwrap(),
+        json["confidence"]["weights"]
+    );
+    assert_eq!(report.threshold(), json["confidence"]["threshold"].as_f64());
+
+    // The plain view marks the stopped choice apart from a cancelled one, and says why.
+    let mut args = vec![path];
+    args.extend(flags);
+    let out = replay(&args, None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("[choice 4] ⊘ low confidence"), "{text}");
+    assert!(!text.contains("⊘ cancelled"), "{text}");
+    let summary = text.lines().last().unwrap_or_default();
+    assert!(
+        summary.starts_with("selected: choices 1, 3 (vote: \"41\""),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "confidence: threshold 2.200, low confidence 4, weights \"41\" 7.500, \"42\" 4.000"
+        ),
+        "{summary}"
+    );
+}
+
+#[test]
+fn confidence_without_a_vote_is_a_usage_error() {
+    let file = fixture("confidence_n5_logprobs.rec");
+    for args in [
+        vec!["--confidence"],
+        vec!["--confidence", "--first"],
+        vec!["--warmup", "3", "--vote"],
+        vec!["--vote", "--confidence", "--keep", "1.5"],
+    ] {
+        let mut all = vec![file.to_str().unwrap()];
+        all.extend(&args);
+        let out = replay(&all, None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let expected = match args[0] {
+            "--confidence" => "<--vote|--vote-by <REGEX>>",
+            "--warmup" => "--confidence",
+            _ => "is not a share",
+        };
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+}
