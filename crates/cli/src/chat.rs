@@ -754,6 +754,28 @@ mod tests {
     }
 
     #[test]
+    fn confidence_asks_for_top_logprobs_unless_the_request_does() {
+        let mut r = json!({"messages": []});
+        ask_for_logprobs(&mut r, 5);
+        assert_eq!(
+            (&r["logprobs"], &r["top_logprobs"]),
+            (&json!(true), &json!(5))
+        );
+        let mut r = json!({"messages": [], "top_logprobs": 3});
+        ask_for_logprobs(&mut r, 5);
+        assert_eq!(
+            (&r["logprobs"], &r["top_logprobs"]),
+            (&json!(true), &json!(3))
+        );
+        let mut r = json!({"messages": [], "logprobs": false, "top_logprobs": 0});
+        ask_for_logprobs(&mut r, 5);
+        assert_eq!(
+            (&r["logprobs"], &r["top_logprobs"]),
+            (&json!(true), &json!(5))
+        );
+    }
+
+    #[test]
     fn a_request_without_a_prompt_is_refused() {
         let e = build_request(None, &args(&["--system", "s"]), None, None).unwrap_err();
         assert!(e.starts_with("no prompt"), "{e}");

@@ -209,10 +209,15 @@ impl Pick {
             let windows = selection.windows.len();
             let unanimous = (selection.windows.last())
                 .is_some_and(|w| !w.is_empty() && w.iter().all(|i| selection.selected.contains(i)));
-            let why = match (&selection.vote, unanimous) {
-                (Some(_), true) => "a window agreed unanimously",
-                (Some(_), false) => "the plurality was decided",
-                (None, _) => "no key won",
+            let weighted = selection
+                .confidence
+                .as_ref()
+                .is_some_and(|r| r.applied().is_some());
+            let why = match (&selection.vote, unanimous, weighted) {
+                (Some(_), _, true) => "the confidence-weighted vote was decided",
+                (Some(_), true, false) => "a window agreed unanimously",
+                (Some(_), false, false) => "the plurality was decided",
+                (None, _, _) => "no key won",
             };
             line.push_str(&format!(
                 "; {started} samples started in {windows} window(s), stopped because {why}"

@@ -1410,6 +1410,12 @@ async fn confidence_stops_the_unsure_samples_and_weighs_the_vote() {
         "{summary}"
     );
     assert!(
+        summary.contains(
+            "; 7 samples started in 2 window(s), stopped because the confidence-weighted vote was decided"
+        ),
+        "{summary}"
+    );
+    assert!(
         summary.contains("confidence: threshold 2.200, low confidence "),
         "{summary}"
     );
@@ -1431,4 +1437,94 @@ async fn confidence_needs_a_vote() {
     );
     assert!(err.contains("<--vote|--vote-by <REGEX>>"), "{err}");
     assert_eq!(server.request_count(), 0, "nothing was sent");
+}
+
+/// Through a choicewise gateway, a choice whose upstream failed arrives as `finish_reason:
+/// "error"` with `choicewise.error`: a failed choice, as it is read from the upstream
+/// directly (exit 1, the message shown), not `finished: error` and exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateways_failed_choice_is_a_failed_choice() {
+    let chunk = |index: u32,
+                 delta: serde_json::Value,
+                 finish: Option<&str>,
+                 extra: serde_json::Value| {
+        let mut c = serde_json::json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": finish});
+        if !extra.is_null() {
+            c["choicewise"] = extra;
+        }
+        let chunk = serde_json::json!({"id": "chatcmpl-cw1", "object": "chat.completion.chunk",
+                                       "created": 1, "model": "m", "choices": [c]});
+        format!("data: {chunk}\n\n")
+    };
+    let body = [
+        chunk(
+            0,
+            serde_json::json!({"role": "assistant", "content": null}),
+            None,
+            serde_json::Value::Null,
+        ),
+        chunk(
+            1,
+            serde_json::json!({"role": "assistant", "content": null}),
+            None,
+            serde_json::Value::Null,
+        ),
+        chunk(
+            0,
+            serde_json::json!({"content": "half an"}),
+            None,
+            serde_json::Value::Null,
+        ),
+        chunk(
+            1,
+            serde_json::json!({"content": "whole answer"}),
+            None,
+            serde_json::Value::Null,
+        ),
+        chunk(
+            1,
+            serde_json::json!({}),
+            Some("stop"),
+            serde_json::Value::Null,
+        ),
+        chunk(
+            0,
+            serde_json::json!({}),
+            Some("error"),
+            serde_json::json!({"error": "upstream 0: the connection closed after 120 bytes"}),
+        ),
+        "data: [DONE]\n\n".to_string(),
+    ]
+    .concat();
+    let server = TestServer::builder().body(body).start().await.unwrap();
+    let out = choicewise(&[
+        "chat",
+        "-n",
+        "2",
+        "--base-url",
+        &server.base_url(),
+        "--model",
+        "m",
+        "--json",
+        "hi",
+    ])
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the connection closed after 120 bytes"),
+        "{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["choices"][1]["finish_reason"], "stop");
+    assert_eq!(json["choices"][1]["message"]["content"], "whole answer");
+    assert_eq!(
+        json["choices"][0]["message"]["content"], "half an",
+        "what came before stays"
+    );
 }
