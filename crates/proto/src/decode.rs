@@ -226,6 +226,8 @@ enum ChoiceField {
     FinishReason,
     Logprobs,
     ContentFilterResults,
+    /// A choicewise gateway's own field on a choice: `{"error": "why"}` on a failed one.
+    Choicewise,
     #[serde(other)]
     Other,
 }
@@ -237,6 +239,7 @@ const CHOICE_FIELDS: &[&str] = &[
     "finish_reason",
     "logprobs",
     "content_filter_results",
+    "choicewise",
 ];
 
 /// The fields of [`Delta`](wire::Delta), in the order of [`DELTA_FIELDS`].
@@ -327,6 +330,13 @@ impl<'de> Visitor<'de> for ChoiceSeed<'_> {
                 }
                 ChoiceField::ContentFilterResults => {
                     update.content_filter_results = map.next_value::<Option<Box<Value>>>()?;
+                }
+                ChoiceField::Choicewise => {
+                    let value = map.next_value::<Option<Value>>()?;
+                    update.gateway_error = (value.as_ref())
+                        .and_then(|v| v.get("error"))
+                        .and_then(Value::as_str)
+                        .map(Box::from);
                 }
                 ChoiceField::Other => {
                     map.next_value::<IgnoredAny>()?;

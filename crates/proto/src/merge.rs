@@ -55,6 +55,9 @@ pub(crate) struct ChoiceUpdate {
     // Rare fields are boxed: updates are moved several times on the hot path.
     pub logprobs: Option<Box<Value>>,
     pub content_filter_results: Option<Box<Value>>,
+    /// A choicewise gateway's `choicewise.error` on this choice: why it failed upstream of
+    /// the gateway (with `finish_reason: "error"`).
+    pub gateway_error: Option<Box<str>>,
 }
 
 impl ChoiceUpdate {
@@ -309,6 +312,19 @@ impl ChoiceAccumulator {
         }
         if let Some(reason) = u.stop_reason {
             self.rare.get_or_insert_default().stop_reason = Some(reason);
+        }
+        if let (Some("error"), Some(why)) = (u.finish_reason.as_deref(), u.gateway_error) {
+            // A gateway that relayed the choice says it failed, and why: the choice failed,
+            // as it would have read from the upstream itself; what came before it stays.
+            return Err(Error::from(crate::error::ErrorDetail::Upstream(Arc::new(
+                crate::error::UpstreamError {
+                    message: why.to_string(),
+                    kind: Some("gateway_choice_error".to_string()),
+                    code: None,
+                    line,
+                    raw: serde_json::json!({"choicewise": {"error": &*why}}),
+                },
+            ))));
         }
         if let Some(reason) = u.finish_reason {
             match self.finish.as_ref().or(self.pending_finish.as_ref()) {
