@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Confidence-guided voting (DeepConf online) on a real model, against the plain and windowed votes.
+
+    scripts/llama-server.sh install
+    cargo build --release -p choicewise-cli       # or pass --choicewise target/debug/choicewise
+    python3 scripts/confidence-eval.py [--samples 16] [--questions 50] [--seed 42] > table.md
+
+Starts a private llama.cpp server (xllamacpp and SmolLM2-135M-Instruct from PyPI, as installed
+by scripts/llama-server.sh) with one slot per sample, log-probabilities served on request. Each
+question is asked four times, one after the other, with
+`choicewise chat --fan-out K --vote-by 'Answer: (\\d+)' --temperature 0.8 --json`:
+
+- plain: a plain vote over all K samples (decided early, the rest closed);
+- window: `--vote-window W` (early-stopping self-consistency);
+- conf 0.9 and conf 0.1: `--confidence --warmup N --keep 0.9|0.1 --group-tokens G` (the CLI
+  asks every upstream for `logprobs: true, top_logprobs: 5`).
+
+The runs are sequential, so the server's own counter of generated tokens
+(`llamacpp:tokens_predicted_total` on /metrics; it counts the tokens of a cancelled request too)
+tells each run's cost exactly. Prints a Markdown table: per method, the samples started, the
+tokens generated, the right answers with a 95% Wilson interval, and on how many questions the
+answer differs from the plain vote's; then whether the methods' confidence tracked correctness
+(mean confidence weight of the winning key when right and when wrong).
+
+The questions are generated with a fixed seed (`random.Random(seed)`), in turn: a sum `a + b`
+(a in 2..30, b in 2..20), a difference `a - b` (a in 10..40, b in 2..9) and a product `a * b`
+(both in 2..9); the small model gets them right only sometimes. The prompt is few-shot so that
+the model answers `Answer: N` and nothing else: a handful of tokens per sample, which keeps the
+run short on a CPU (hence group_tokens 2). Standard library only.
+"""
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import random
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+LLAMA_DIR = pathlib.Path(os.environ.get("CHOICEWISE_LLAMA_DIR", REPO / ".llama"))
+KEY = r"Answer: (\d+)"
+
+FEW_SHOT = [
+    {"role": "system", "content": "Answer the arithmetic question with 'Answer: N' only."},
+    {"role": "user", "content": "What is 3 + 4?"},
+    {"role": "assistant", "content": "Answer: 7"},
+    {"role": "user", "content": "What is 12 - 5?"},
+    {"role": "assistant", "content": "Answer: 7"},
+    {"role": "user", "content": "What is 6 * 3?"},
+    {"role": "assistant", "content": "Answer: 18"},
+]
+
+
+def questions(count, seed):
+    """`count` questions and their answers, the same for the same seed."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        kind = i % 3
+        if kind == 0:
+            a, b = rng.randint(2, 30), rng.randint(2, 20)
+            out.append((f"{a} + {b}", a + b))
+        elif kind == 1:
+            a, b = rng.randint(10, 40), rng.randint(2, 9)
+            out.append((f"{a} - {b}", a - b))
+        else:
+            a, b = rng.randint(2, 9), rng.randint(2, 9)
+            out.append((f"{a} * {b}", a * b))
+    return out
+
+
+def wilson(right, n, z=1.96):
+    """The 95% Wilson score interval of a proportion, as (low, high)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = right / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def metrics(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return int(float(re.search(r"^llamacpp:tokens_predicted_total (\S+)", text, re.M).group(1)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(python, model, slots):
+    port = free_port()
+    log = open(LLAMA_DIR / "confidence-server.log", "w")
+    server = subprocess.Popen(
+        [python, str(REPO / "scripts" / "llama_server.py"), "--model", model, "--port", str(port),
+         "--parallel", str(slots), "--ctx", str(slots * 512)],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            sys.exit(f"the llama.cpp server exited; see {log.name}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return server, port
+        except OSError:
+            time.sleep(0.3)
+    server.kill()
+    sys.exit("the llama.cpp server did not become healthy in 120 s")
+
+
+def ask(args, port, request_file, question, extra):
+    """One vote: its JSON and the tokens the server generated for it."""
+    before = metrics(port)
+    command = [
+        args.choicewise, "chat", "--base-url", f"http://127.0.0.1:{port}/v1", "--api-key", "unused",
+        "--request", str(request_file), "--fan-out", str(args.samples), "--vote-by", KEY,
+        "--temperature", "0.8", "--max-tokens", str(args.max_tokens), "--json", *extra,
+        f"What is {question}?",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    # Exit 1: no key won (the tally says why); anything else is a failure of the run.
+    if done.returncode not in (0, 1):
+        sys.exit(f"{' '.join(command)}\nexit {done.returncode}: {done.stderr}")
+    out = json.loads(done.stdout)
+    time.sleep(0.3)  # a cancelled request's last tokens reach the counter
+    return out, metrics(port) - before
+
+
+def winner(out):
+    """The winning key, or None."""
+    vote = out.get("vote") or {}
+    return vote.get("key") if out.get("selected") else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=16, help="K, samples per vote")
+    parser.add_argument("--window", type=int, default=4, help="W of the windowed vote")
+    parser.add_argument("--warmup", type=int, default=4, help="warmup samples of --confidence")
+    parser.add_argument("--group-tokens", type=int, default=2, help="tokens per group")
+    parser.add_argument("--questions", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--max-tokens", type=int, default=12)
+    release = REPO / "target" / "release" / "choicewise"
+    parser.add_argument("--choicewise", default=str(release))
+    parser.add_argument("--rows", help="also write each question's results to this JSON-lines file")
+    args = parser.parse_args()
+
+    venv_python = LLAMA_DIR / "venv" / "bin" / "python"
+    if not venv_python.exists():
+        sys.exit("run scripts/llama-server.sh install first")
+    if not pathlib.Path(args.choicewise).exists():
+        sys.exit(f"no {args.choicewise}: cargo build --release -p choicewise-cli, or --choicewise")
+    model = subprocess.run(
+        [str(REPO / "scripts" / "llama-server.sh"), "model"], capture_output=True, text=True
+    ).stdout.strip()
+    if not model:
+        sys.exit("scripts/llama-server.sh model printed no model path")
+    request_file = LLAMA_DIR / "confidence-request.json"
+    request_file.write_text(json.dumps({"messages": FEW_SHOT}))
+
+    confidence = ["--confidence", "--warmup", str(args.warmup),
+                  "--group-tokens", str(args.group_tokens)]
+    methods = [
+        (f"plain vote, K = {args.samples}", []),
+        (f"windowed vote, W = {args.window}", ["--vote-window", str(args.window)]),
+        ("confidence, keep 0.9", confidence + ["--keep", "0.9"]),
+        ("confidence, keep 0.1", confidence + ["--keep", "0.1"]),
+    ]
+    server, port = start_server(str(venv_python), model, args.samples)
+    rows = []
+    began = time.monotonic()
+    rows_file = open(args.rows, "w") if args.rows else None
+    try:
+        for question, truth in questions(args.questions, args.seed):
+            row = {"question": question, "truth": str(truth), "runs": []}
+            for name, extra in methods:
+                out, tokens = ask(args, port, request_file, question, extra)
+                report = out.get("confidence") or {}
+                key = winner(out)
+                row["runs"].append({
+                    "method": name, "answer": key, "tokens": tokens,
+                    "started": out.get("started", args.samples),
+                    "stopped": len(report.get("stopped", [])),
+                    "weight": (report.get("weights") or {}).get(key) if key else None,
+                    "weight_total": sum((report.get("weights") or {}).values()),
+                    "unavailable": report.get("unavailable"),
+                })
+            rows.append(row)
+            line = json.dumps(row)
+            print(line, file=sys.stderr, flush=True)
+            if rows_file:
+                print(line, file=rows_file, flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    elapsed = time.monotonic() - began
+
+    n = len(rows)
+    plain_tokens = sum(r["runs"][0]["tokens"] for r in rows)
+    print(f"{n} questions (seed {args.seed}), K = {args.samples} samples at most, max_tokens "
+          f"{args.max_tokens}, temperature 0.8; confidence: warmup {args.warmup}, group_tokens "
+          f"{args.group_tokens}, top_logprobs 5, consensus 0.95; {elapsed / 60:.1f} min in all.")
+    print()
+    print("| method | samples started | stopped for low confidence | tokens generated | vs plain | "
+          "right | accuracy (95% Wilson) | answer differs from plain |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    for m, (name, _) in enumerate(methods):
+        runs = [r["runs"][m] for r in rows]
+        started = sum(x["started"] for x in runs)
+        stopped = sum(x["stopped"] for x in runs)
+        tokens = sum(x["tokens"] for x in runs)
+        right = sum(x["answer"] == r["truth"] for x, r in zip(runs, rows))
+        low, high = wilson(right, n)
+        differs = sum(x["answer"] != r["runs"][0]["answer"] for x, r in zip(runs, rows))
+        saved = "—" if m == 0 else f"{100 * (tokens / plain_tokens - 1):+.0f}%"
+        print(f"| {name} | {started} | {stopped if m >= 2 else '—'} | {tokens} | {saved} | "
+              f"{right}/{n} | {100 * right / n:.0f}% ({100 * low:.0f}–{100 * high:.0f}%) | "
+              f"{differs if m else '—'} |")
+    print()
+    # Does confidence track correctness? The winning key's share of the weight, right vs wrong.
+    for m, (name, _) in list(enumerate(methods))[2:]:
+        runs = [(r["runs"][m], r["truth"]) for r in rows]
+        fell_back = sum(1 for x, _ in runs if x["unavailable"])
+        share = {True: [], False: []}
+        for x, truth in runs:
+            if x["answer"] is not None and x["weight"] and x["weight_total"]:
+                share[x["answer"] == truth].append(x["weight"] / x["weight_total"])
+        mean = lambda v: f"{sum(v) / len(v):.2f} (n = {len(v)})" if v else "—"
+        print(f"- {name}: the winner's share of the confidence weight {mean(share[True])} when "
+              f"right, {mean(share[False])} when wrong; fell back to the plain vote on "
+              f"{fell_back} questions.")
+
+
+if __name__ == "__main__":
+    main()
