@@ -10,10 +10,11 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use tokio::sync::watch;
 
+use crate::Finish;
+use crate::answer_chat::{Out, SHUT_DOWN, WRITE_BYTES, closed, output};
 use crate::engine::Picked;
 use crate::ingress::{self, Reply, Tokens};
 use crate::request::{ChatRequest, Select};
-use crate::{Finish, Out, SHUT_DOWN, WRITE_BYTES, closed, output};
 
 /// The streamed answer: the API's opening events at once, then the output choice's events as
 /// they come, then its end (usage, stop reason, the pick's summary) or its failure.

@@ -1,0 +1,350 @@
+//! The answer of `POST /v1/chat/completions`: each output choice's chunks as they come
+//! (streamed) or one `chat.completion`, with back-pressure, the shutdown's cut and the
+//! request's accounting.
+
+use std::task::Poll;
+
+use axum::body::{Body, Bytes};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::Finish;
+use crate::chunks::{ChoiceChunks, Element};
+use crate::engine::{Envelope, Picked};
+use crate::error::ApiError;
+use crate::request::{ChatRequest, Select};
+
+/// Resolves once the gateway closes ([`Gateway::close`]); never if it is dropped instead.
+pub(crate) async fn closed(closing: &mut watch::Receiver<bool>) {
+    if closing.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// What an output choice's stream says.
+pub(crate) enum Out {
+    Event(choicewise_core::ChoiceEvent),
+    /// It failed: why.
+    Failed(String),
+    /// Its events ended.
+    Ended,
+}
+
+/// One output choice's events, from its start.
+pub(crate) fn output(
+    completions: choicewise_core::Completions,
+    index: Option<u32>,
+) -> futures::stream::BoxStream<'static, Out> {
+    async_stream::stream! {
+        let choice = match index {
+            Some(index) => completions.choice(index).await,
+            None => None,
+        };
+        let Some(choice) = choice else {
+            yield Out::Failed("the upstream ended without this choice".into());
+            return;
+        };
+        let mut events = choice.events();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => yield Out::Event(event),
+                Err(e) => {
+                    yield Out::Failed(e.to_string());
+                    return;
+                }
+            }
+        }
+        yield Out::Ended;
+    }
+    .boxed()
+}
+
+/// Why a choice ended when the gateway closed.
+pub(crate) const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
+
+fn sse(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// How many bytes of chunks already made go into one write at most.
+pub(crate) const WRITE_BYTES: usize = 16 * 1024;
+
+/// Appends the chunk, if any, that one output choice's `out` makes.
+fn chunk_out(write: &mut Vec<u8>, prefix: &str, chunks: &mut ChoiceChunks, out: Out) {
+    let element = match out {
+        Out::Event(event) => chunks.event(&event),
+        Out::Failed(why) => Some(chunks.failed(&why)),
+        Out::Ended => (!chunks.finished)
+            .then(|| chunks.failed("the upstream ended the choice without a finish reason")),
+    };
+    if let Some(element) = element {
+        chunk_event(write, prefix, &element);
+    }
+}
+
+/// Appends the SSE event of one chunk holding `element`: `prefix` is the envelope up to its
+/// `choices` array ([`Envelope::prefix`]).
+fn chunk_event(write: &mut Vec<u8>, prefix: &str, element: &Element) {
+    write.extend_from_slice(b"data: ");
+    write.extend_from_slice(prefix.as_bytes());
+    // An element serialises without error into memory.
+    let _ = serde_json::to_writer(&mut *write, element);
+    write.extend_from_slice(b"]}\n\n");
+}
+
+/// The streamed answer: each output choice's chunks as they come, then the usage and the
+/// pick's summary when asked for, then `[DONE]`.
+pub(crate) fn stream_response(
+    mut finish: Finish,
+    picked: Picked,
+    req: ChatRequest,
+    envelope: Envelope,
+    mut closing: watch::Receiver<bool>,
+) -> Response {
+    let open = finish.metrics.open_stream();
+    let body = async_stream::stream! {
+        // Dropped with the answer when the client goes away, which cancels every sample
+        // and closes every upstream (`Finish`'s drop).
+        let _open = open;
+        let run = finish.run();
+        let outputs: Vec<_> = (picked.samples.iter().enumerate())
+            .map(|(o, sample)| {
+                output(run.completions.clone(), run.index_of(*sample)).map(move |out| (o, out))
+            })
+            .collect();
+        let mut chunks: Vec<ChoiceChunks> = (0..outputs.len() as u32)
+            .map(|o| ChoiceChunks::new(o).logprobs(req.logprobs))
+            .collect();
+        let several = outputs.len() > 1;
+        let mut merged = futures::stream::select_all(outputs);
+        let prefix = envelope.prefix();
+        // Every choice's opening, in index order, in the first write: waiting for no upstream.
+        let mut opening = Vec::with_capacity(256 * chunks.len());
+        for c in chunks.iter_mut() {
+            chunk_event(&mut opening, &prefix, &c.opening());
+        }
+        yield Ok::<_, std::convert::Infallible>(Bytes::from(opening));
+        let mut first = true;
+        // From here the upstreams read no further ahead of this client than pace::AHEAD.
+        run.pace.streaming();
+        let mut ended = false;
+        while !ended {
+            let next = match futures::poll!(merged.next()) {
+                Poll::Ready(next) => next,
+                Poll::Pending => {
+                    // Everything received is written: the upstreams may read on.
+                    run.pace.caught_up();
+                    tokio::select! {
+                        biased;
+                        next = merged.next() => next,
+                        () = closed(&mut closing) => None,
+                    }
+                }
+            };
+            let Some((o, out)) = next else { break };
+            // Something to write: from here the upstreams wait while the client is behind.
+            run.pace.writing();
+            // One chunk per element, as the upstreams send them; every element already
+            // there goes in the same write. The other choices of the same upstream read
+            // are published by their own actors, which the runtime may run after this task
+            // (a task woken by the running one runs next), so with several choices the
+            // task steps aside once, behind the tasks already runnable, before it writes.
+            let mut write = Vec::with_capacity(512);
+            chunk_out(&mut write, &prefix, &mut chunks[o], out);
+            let mut stepped_aside = !several;
+            while write.len() < WRITE_BYTES {
+                match futures::poll!(merged.next()) {
+                    Poll::Ready(Some((o, out))) => {
+                        chunk_out(&mut write, &prefix, &mut chunks[o], out)
+                    }
+                    Poll::Ready(None) => {
+                        ended = true;
+                        break;
+                    }
+                    Poll::Pending if !stepped_aside => {
+                        stepped_aside = true;
+                        tokio::task::yield_now().await;
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            if write.is_empty() {
+                continue;
+            }
+            if std::mem::take(&mut first) {
+                let after = finish.arrived.elapsed();
+                finish.metrics.first_chunk(&finish.model, after);
+                if let Some(span) = &finish.span {
+                    let _ = span.first_chunk.set(after);
+                }
+            }
+            // Counted as taken once hyper asks for more, which it does when it can write.
+            let len = write.len();
+            yield Ok(Bytes::from(write));
+            run.pace.sent(len);
+        }
+        drop(merged);
+        // The usage and the summary wait for the upstreams' ends (a Responses stream's
+        // closing events, the usage chunk), which write nothing until then: read freely.
+        run.pace.caught_up();
+        // Cut short by the gateway's close: the choices not finished end now.
+        let mut write = Vec::new();
+        for c in chunks.iter_mut().filter(|c| !c.finished) {
+            chunk_event(&mut write, &prefix, &c.failed(SHUT_DOWN));
+        }
+        if !write.is_empty() {
+            yield Ok(Bytes::from(write));
+        }
+        if *closing.borrow() {
+            // Cut short: the samples still running end now.
+            run.completions.cancel_except(&[]);
+        }
+        let summary = match req.select {
+            Select::All => run.tries_summary(),
+            _ => Some(run.summary(&picked).await),
+        };
+        if req.include_usage || summary.is_some() {
+            let mut last = envelope.chunk(Vec::new());
+            if req.include_usage {
+                last["usage"] = run.usage(&picked.samples).await;
+            }
+            if let Some(summary) = summary {
+                last["choicewise"] = summary;
+            }
+            yield Ok(sse(&last));
+        }
+        finish.complete();
+        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The answer as one `chat.completion`.
+pub(crate) async fn json_response(
+    mut finish: Finish,
+    picked: Picked,
+    req: ChatRequest,
+    envelope: Envelope,
+    mut closing: watch::Receiver<bool>,
+) -> Response {
+    let run = finish.run();
+    let answer = async {
+        let mut choices = Vec::new();
+        // Why each output choice failed, when it did.
+        let mut failures = Vec::new();
+        for (o, sample) in picked.samples.iter().enumerate() {
+            let choice = match run.index_of(*sample) {
+                Some(index) => run.completions.choice(index).await,
+                None => None,
+            };
+            let mut failed = |message: Option<Value>, error: &str| {
+                // A choice cut by the gateway's shutdown is an answer as far as it got (the
+                // shutdown's contract), not an upstream's failure.
+                if error != SHUT_DOWN {
+                    failures.push(format!("choice {o}: {error}"));
+                }
+                json!({"index": o, "message": message.unwrap_or_else(|| json!({"role": "assistant", "content": null})),
+                       "logprobs": null, "finish_reason": "error", "choicewise": {"error": error}})
+            };
+            let element = match choice {
+                None => failed(None, "the upstream ended without this choice"),
+                Some(choice) => match choice.message().await {
+                    Ok(out) if out.cancelled => {
+                        failed(serde_json::to_value(&out.message).ok(), SHUT_DOWN)
+                    }
+                    Ok(out) => json!({"index": o, "message": out.message,
+                                      "logprobs": if req.logprobs { out.logprobs } else { None },
+                                      "finish_reason": out.finish_reason}),
+                    Err(incomplete) => failed(
+                        serde_json::to_value(&incomplete.partial.message).ok(),
+                        &incomplete.error.to_string(),
+                    ),
+                },
+            };
+            choices.push(element);
+        }
+        if !failures.is_empty() && failures.len() == choices.len() {
+            // Every choice failed upstream: a failure in the client's terms, not a 200 of
+            // errors.
+            return Err(failures.join("; "));
+        }
+        let mut body = json!({
+            "id": &*envelope.id,
+            "object": "chat.completion",
+            "created": envelope.created,
+            "model": &*envelope.model,
+            "choices": choices,
+            "usage": run.usage(&picked.samples).await,
+        });
+        let summary = match req.select {
+            Select::All => run.tries_summary(),
+            _ => Some(run.summary(&picked).await),
+        };
+        if let Some(summary) = summary {
+            body["choicewise"] = summary;
+        }
+        Ok(body)
+    };
+    // A shutdown's grace over: the samples still running end (cancelled), and the answer is
+    // what they had.
+    let ends = async {
+        closed(&mut closing).await;
+        run.completions.cancel_except(&[]);
+    };
+    let body = {
+        let mut answer = std::pin::pin!(answer);
+        tokio::select! {
+            body = &mut answer => body,
+            () = ends => answer.await,
+        }
+    };
+    finish.complete();
+    match body {
+        Ok(body) => axum::Json(body).into_response(),
+        Err(why) => {
+            finish.failure = Some("every_choice_failed");
+            ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                format!("model {:?}: every choice failed: {why}", req.model),
+            )
+            .code("every_choice_failed")
+            .into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_chunk_is_the_envelope_around_its_element() {
+        let envelope = Envelope::new("m \"quoted\"");
+        let element = ChoiceChunks::new(2)
+            .event(&choicewise_core::ChoiceEvent::Content("a \"b\"\n".into()))
+            .unwrap();
+        let mut write = Vec::new();
+        chunk_event(&mut write, &envelope.prefix(), &element);
+        chunk_event(&mut write, &envelope.prefix(), &element);
+        let text = String::from_utf8(write).unwrap();
+        let events: Vec<&str> = text.split_terminator("\n\n").collect();
+        assert_eq!(events.len(), 2);
+        let expected = json!({"index": 2, "delta": {"role": "assistant", "content": "a \"b\"\n"},
+                              "logprobs": null, "finish_reason": null});
+        for event in events {
+            let data = event.strip_prefix("data: ").unwrap();
+            let chunk: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(chunk, envelope.chunk(vec![expected.clone()]));
+        }
+    }
+}

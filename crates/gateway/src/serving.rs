@@ -1,0 +1,155 @@
+//! Serving a gateway: [`serve`] from a configuration, [`Gateway::serve_on`] on a listener,
+//! and the shutdown they share.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::{Config, ConfigError};
+
+use crate::{Gateway, listen};
+
+/// Serves a gateway until Ctrl-C or SIGTERM: listens on `listen` (else the configuration's),
+/// saying `listening on http://ADDR` on stderr once it accepts connections, with the
+/// connection bounds of `[limits]` ([`Gateway::serve_on`]). It first raises the process's
+/// soft limit of open files to its hard limit, warning when `max_connections` exceeds it.
+///
+/// On the signal it stops accepting connections and lets the open answers finish for up to
+/// `shutdown_grace_s`; then it ends the rest ([`Gateway::close`]: their unfinished choices
+/// end with `finish_reason: "error"`), closes every upstream and returns `Ok`. A client that
+/// does not read its answer's end is not waited for more than [`CLOSE_WAIT`] after that.
+/// Last, it sends the last spans when `[telemetry]` names an endpoint
+/// ([`Gateway::shutdown_traces`]: a few seconds at most).
+pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
+    let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
+    let gateway = Gateway::new(config).map_err(ServeError::Config)?;
+    // Every answer's accounting counts its samples' tokens (a cancelled sample's are always
+    // estimated), with the default encoding and its upstream models' ones: their tables are
+    // loaded now rather than by the first request, which would wait for them, so that the
+    // memory they take is there from the start.
+    let mut encodings = vec![choicewise_usage::DEFAULT_ENCODING];
+    for m in &config.models {
+        for u in &m.upstreams {
+            let model = u.model.as_deref().unwrap_or(&m.name);
+            encodings.push(choicewise_usage::encoding_for_model(model).name);
+        }
+    }
+    let _ = tokio::task::spawn_blocking(move || {
+        encodings.into_iter().for_each(choicewise_usage::preload)
+    })
+    .await;
+    listen::raise_fd_limit(config.limits.max_connections);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServeError::Io(format!("cannot listen on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| ServeError::Io(e.to_string()))?;
+    eprintln!("listening on http://{local}");
+    let served = gateway.serve_on(listener, shutdown_signal()).await;
+    gateway.shutdown_traces().await;
+    served
+}
+
+impl Gateway {
+    /// Serves [`router`](Self::router) on `listener` until `signal` resolves, then shuts
+    /// down as [`serve`] does (no new connections; open answers get `shutdown_grace_s`,
+    /// then [`close`](Self::close) ends them). Each connection is bounded as `[limits]`
+    /// says: `max_connections`, `max_header_bytes` (431), `header_read_timeout_s`,
+    /// `idle_connection_timeout_s` and `client_stall_timeout_s` (docs/reliability.md).
+    /// Nagle is off: a chunk is written as soon as it is made.
+    ///
+    /// ```no_run
+    /// # use choicewise_gateway::{Config, Gateway};
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let config = Config::from_toml(
+    /// #     "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+    /// # ).unwrap();
+    /// let gateway = Gateway::new(&config)?;
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8787").await?;
+    /// gateway.serve_on(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn serve_on(
+        &self,
+        listener: tokio::net::TcpListener,
+        signal: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        if let Ok(addr) = listener.local_addr() {
+            let _ = self.inner.listening.set(addr);
+        }
+        let grace = self.inner.grace;
+        let (signalled_tx, mut signalled) = watch::channel(false);
+        let server = listen::accept_until(self.clone(), listener, async move {
+            signal.await;
+            signalled_tx.send_replace(true);
+        });
+        let mut server = std::pin::pin!(server);
+        tokio::select! {
+            () = &mut server => return Ok(()),
+            _ = signalled.wait_for(|s| *s) => {}
+        }
+        eprintln!(
+            "shutting down: no new connections; open answers have {}s to finish",
+            grace.as_secs_f64()
+        );
+        if tokio::time::timeout(grace, &mut server).await.is_ok() {
+            return Ok(());
+        }
+        eprintln!("grace period over: the open answers end now");
+        self.close();
+        // Clients that do not read their answers' ends: their connections go with the
+        // process.
+        let _ = tokio::time::timeout(CLOSE_WAIT, &mut server).await;
+        Ok(())
+    }
+}
+
+/// How long [`serve`] waits, after its grace period, for the ended answers to reach their
+/// clients.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Why [`serve`] could not serve.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configuration is wrong (or names an unset variable).
+    Config(ConfigError),
+    /// Listening or serving failed.
+    Io(String),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServeError::Config(e) => e.fmt(f),
+            ServeError::Io(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
