@@ -54,7 +54,6 @@ mod builder;
 mod choice;
 mod completion;
 mod completions;
-mod confidence;
 mod config;
 #[cfg(feature = "diagnostics")]
 mod diagnostics;
@@ -82,11 +81,11 @@ pub use choicewise_proto::{
     Warning, WarningKind, WeightedVote, quantile, token_confidence,
 };
 pub use completions::{Choices, Completions};
-pub use confidence::{ConfidenceApplied, ConfidenceReport};
 pub use config::DEFAULT_HIBERNATE_AFTER;
 #[cfg(feature = "diagnostics")]
 #[doc(hidden)]
 pub use diagnostics::{actors_started, live_actors};
+pub use select::confidence::{ConfidenceApplied, ConfidenceReport};
 pub use select::{Pick, Selection, Tally};
 pub use source::Source;
 pub use stream::EventStream;

@@ -2,6 +2,9 @@
 //! [`first_where`](Completions::first_where), [`vote`](Completions::vote),
 //! [`best_of`](Completions::best_of)) and cancel what is no longer needed.
 
+/// The confidence-guided vote (DeepConf online): a part of picking, over its vote.
+pub(crate) mod confidence;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::future::{Future, IntoFuture};
@@ -13,9 +16,9 @@ use serde::Serialize;
 use tokio::task::JoinSet;
 
 use crate::completions::Completions;
-use crate::confidence::{ConfidenceReport, vote_confident};
 use choicewise_proto::Confidence;
 use choicewise_proto::{ChoiceOutput, Incomplete};
+use confidence::{ConfidenceReport, vote_confident};
 
 /// What a combinator picked, and what it cancelled to get there.
 ///

@@ -11,38 +11,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use choicewise_client::Client;
 use choicewise_core::{ChoiceEvent, ChoiceOutput, Completions, Source, Usage, UsageSource};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
-use crate::config::{ApiKind, NMode};
+use crate::config::NMode;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome, SampleEnd, UpstreamTokens};
-use crate::open::{Opener, TryRecord, request_body};
+use crate::open::{Opener, TryRecord, UpstreamRoute, request_body};
 use crate::pace::{BoxError, Pace, paced};
 use crate::request::{ChatRequest, Select};
-use crate::resilience::Health;
-
-/// A configured model's upstream, ready to call.
-#[derive(Debug, Clone)]
-pub(crate) struct UpstreamRoute {
-    pub api: ApiKind,
-    pub client: Client,
-    /// The upstream's model name.
-    pub model: String,
-    pub n_mode: NMode,
-    /// Its host, for messages (never a key).
-    pub host: String,
-    /// How long it may stay silent before its choices fail.
-    pub idle_timeout: Duration,
-    /// `API:MODEL@HOST`, for metrics.
-    pub label: Arc<str>,
-    /// Its share of the model's samples.
-    pub weight: u32,
-    /// Its passive health, shared by every request.
-    pub health: Arc<Health>,
-}
 
 /// One upstream request of a run.
 #[derive(Debug, Clone)]

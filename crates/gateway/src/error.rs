@@ -57,16 +57,3 @@ impl IntoResponse for ApiError {
         response
     }
 }
-
-impl From<crate::ingress::IngressError> for ApiError {
-    fn from(e: crate::ingress::IngressError) -> Self {
-        ApiError {
-            status: e.status,
-            message: e.message,
-            kind: "invalid_request_error",
-            code: e.code.map(str::to_string),
-            param: e.param,
-            retry_after: None,
-        }
-    }
-}

@@ -67,9 +67,10 @@ pub use config::{
     Upstream,
 };
 
-use engine::{Envelope, Run, UpstreamRoute};
+use engine::{Envelope, Run};
 use error::ApiError;
 use metrics::Metrics;
+use open::UpstreamRoute;
 use request::{ChatRequest, Select};
 use traces::{RequestSpan, Traces};
 

@@ -11,10 +11,30 @@ use choicewise_client::{ClientError, ClientErrorKind};
 use serde_json::{Map, Value, json};
 
 use crate::config::{ApiKind, NMode};
-use crate::engine::UpstreamRoute;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::resilience::{Availability, Budget, Outcome, RetryPolicy, classify};
+use crate::resilience::{Availability, Budget, Health, Outcome, RetryPolicy, classify};
+use choicewise_client::Client;
+
+/// A configured model's upstream, ready to call.
+#[derive(Debug, Clone)]
+pub(crate) struct UpstreamRoute {
+    pub api: ApiKind,
+    pub client: Client,
+    /// The upstream's model name.
+    pub model: String,
+    pub n_mode: NMode,
+    /// Its host, for messages (never a key).
+    pub host: String,
+    /// How long it may stay silent before its choices fail.
+    pub idle_timeout: Duration,
+    /// `API:MODEL@HOST`, for metrics.
+    pub label: Arc<str>,
+    /// Its share of the model's samples.
+    pub weight: u32,
+    /// Its passive health, shared by every request.
+    pub health: Arc<Health>,
+}
 
 /// A configured model: its upstreams, its retry rules, its fallbacks.
 #[derive(Debug)]

@@ -144,7 +144,10 @@ impl Completions {
     /// `async for` iterator of `Choice`.
     fn choices(&self) -> ChoiceIterator {
         let stream = self.inner.choices().map(Ok).boxed();
-        ChoiceIterator::new(Pump::new(stream, Choices))
+        ChoiceIterator::new(Pump::new(
+            stream,
+            Choices(|py, choice| Ok(Py::new(py, Choice::new(choice))?.into_any())),
+        ))
     }
 
     /// The choice with this index once it appears, or `None` if the stream ends without it.

@@ -21,7 +21,6 @@ use pyo3::types::{PyDict, PyString};
 
 use choicewise::{CallKind, FunctionCallEvent};
 
-use crate::completions::Choice;
 use crate::{errors, in_event_loop, json, runtime, wait};
 
 /// Most items taken at once without waiting.
@@ -247,14 +246,15 @@ macro_rules! iterator {
     };
 }
 
-/// The choices of a completion, as `Choice` objects.
-pub(crate) struct Choices;
+/// The choices of a completion, as Python objects: made by the function the completion
+/// gives (its `Choice` class), so that this module names no class of the completion's.
+pub(crate) struct Choices(pub(crate) fn(Python<'_>, choicewise::Choice) -> PyResult<Py<PyAny>>);
 
 impl Convert for Choices {
     type Item = choicewise::Choice;
 
     fn convert(&self, py: Python<'_>, item: choicewise::Choice) -> PyResult<Py<PyAny>> {
-        Ok(Py::new(py, Choice::new(item))?.into_any())
+        (self.0)(py, item)
     }
 }
 

@@ -366,3 +366,17 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
 pub(crate) fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
+
+/// A refused request as the gateway answers it (its shape chosen by the API it came in).
+impl From<IngressError> for ApiError {
+    fn from(e: IngressError) -> Self {
+        ApiError {
+            status: e.status,
+            message: e.message,
+            kind: "invalid_request_error",
+            code: e.code.map(str::to_string),
+            param: e.param,
+            retry_after: None,
+        }
+    }
+}
