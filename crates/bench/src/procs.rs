@@ -197,12 +197,34 @@ pub fn gateway(dir: &Path, bin: &Path, config: &str) -> Result<Server, String> {
     std::fs::write(&path, config).map_err(|e| e.to_string())?;
     let mut cmd = Command::new(bin);
     cmd.arg("serve").arg("--config").arg(&path);
+    // The key a soak's configuration names for its upstreams: it must never reach a client.
+    cmd.env("SOAK_UPSTREAM_KEY", SOAK_KEY);
     Server::start(
         "gateway",
         cmd,
         &dir.join("gateway.log"),
         Ready::Line,
         Duration::from_secs(10),
+    )
+}
+
+/// The upstream key of the soak's gateways (`api_key_env = "SOAK_UPSTREAM_KEY"`): the soak
+/// fails if any byte a client reads holds it.
+pub const SOAK_KEY: &str = "sk-soak-upstream-secret-7f3a";
+
+/// The soak's configuration: [`gateway_config`], its upstreams keyed with [`SOAK_KEY`], a
+/// body deadline of 2 s, and model `responses` over the upstream's Responses-API answer of
+/// about 200 KB.
+pub fn soak_gateway_config(upstream: &str, idle_timeout_s: f64) -> String {
+    let config = gateway_config(upstream, idle_timeout_s)
+        .replace(
+            "model = \"m\"\n",
+            "model = \"m\"\napi_key_env = \"SOAK_UPSTREAM_KEY\"\n",
+        )
+        .replace("[limits]\n", "[limits]\nbody_read_timeout_s = 2\n");
+    format!(
+        "{config}\n[[models]]\nname = \"responses\"\n[[models.upstreams]]\napi = \"responses\"\n\
+         base_url = \"{upstream}/responses/v1\"\nmodel = \"m\"\napi_key_env = \"SOAK_UPSTREAM_KEY\"\n"
     )
 }
 

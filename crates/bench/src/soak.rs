@@ -12,6 +12,13 @@
 //! - the client disconnects after its first 1 to 4 events;
 //! - the client reads slowly (10 ms between reads).
 //!
+//! About 3% of the requests ask model `responses` instead: the upstream's Responses-API answer
+//! of about 200 KB, whose closing events repeat the whole text (more than the back-pressure
+//! allowance): each must end whole. Beside the load, one hostile upload per 20 requests (a
+//! declared body over `max_body_bytes`, a `text/plain` POST, a body that never comes) must be
+//! answered 413, 415 and 408 from the keyless gateway; and no byte any client reads may hold
+//! the upstreams' key (`api_key_env`).
+//!
 //! Checked at the end, each failing the run (exit status 1) when not 0:
 //!
 //! - **panics**: `panicked` in the gateway's output, and the harness's own client tasks;
@@ -158,6 +165,23 @@ fn case(seed: u64, k: usize) -> Case {
         stream,
         client,
     }
+    .or_responses(r(7) % 100 < 3)
+}
+
+impl Case {
+    /// This case as a request for model `responses` instead (the upstream's long
+    /// Responses-API answer): one choice, streamed, every sample returned.
+    fn or_responses(mut self, yes: bool) -> Case {
+        if yes {
+            self.model = "responses";
+            self.n = 1;
+            self.samples = 1;
+            self.select = Select::All;
+            self.stream = true;
+            self.plan.fault = Fault::None;
+        }
+        self
+    }
 }
 
 fn body(c: &Case) -> String {
@@ -194,6 +218,8 @@ struct Outcome {
     /// Per output choice: its text, its finish_reason, its `choicewise.error`.
     choices: BTreeMap<u64, (String, Option<String>, Option<String>)>,
     hung: bool,
+    /// A byte read held the upstreams' key.
+    leaked: bool,
     /// `x-choicewise-tries`, and the time to the answer's headers.
     tries: Option<u64>,
     headers_after: Duration,
@@ -241,6 +267,7 @@ async fn one(client: &reqwest::Client, url: &str, c: &Case) -> Outcome {
         .and_then(|v| v.parse().ok());
     if out.status != 200 {
         let text = resp.text().await.unwrap_or_default();
+        out.leaked |= text.contains(procs::SOAK_KEY);
         let code = serde_json::from_str::<Value>(&text)
             .ok()
             .and_then(|v| {
@@ -255,6 +282,7 @@ async fn one(client: &reqwest::Client, url: &str, c: &Case) -> Outcome {
     if !c.stream {
         match resp.bytes().await {
             Ok(b) => {
+                out.leaked |= memchr::memmem::find(&b, procs::SOAK_KEY.as_bytes()).is_some();
                 out.read_to_end = true;
                 out.done = true;
                 if let Ok(v) = serde_json::from_slice::<Value>(&b) {
@@ -279,6 +307,7 @@ async fn one(client: &reqwest::Client, url: &str, c: &Case) -> Outcome {
             }
         };
         carry.extend_from_slice(&read);
+        out.leaked |= memchr::memmem::find(&carry, procs::SOAK_KEY.as_bytes()).is_some();
         while let Some(end) = memchr::memmem::find(&carry, b"\n\n") {
             let event: Vec<u8> = carry.drain(..end + 2).collect();
             let Some(data) = event.strip_prefix(b"data: ") else {
@@ -307,6 +336,44 @@ async fn one(client: &reqwest::Client, url: &str, c: &Case) -> Outcome {
     }
     out.read_to_end = true;
     out
+}
+
+/// One hostile upload to the keyless gateway at `addr` (`host:port`), of kind `k % 3`: a
+/// declared body over `max_body_bytes` (413 at once), a `text/plain` POST (415), a body that
+/// never arrives (408 after `body_read_timeout_s`). `None` when answered so, else what came.
+async fn hostile(addr: &str, k: usize) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (head, body, expect) = match k % 3 {
+        0 => (
+            "content-type: application/json\r\ncontent-length: 9000000",
+            "",
+            "413",
+        ),
+        1 => ("content-type: text/plain\r\ncontent-length: 2", "{}", "415"),
+        _ => (
+            "content-type: application/json\r\ncontent-length: 1000",
+            "{\"model\":",
+            "408",
+        ),
+    };
+    let request =
+        format!("POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\n{head}\r\n\r\n{body}");
+    let answer = async {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+        tcp.write_all(request.as_bytes()).await.ok()?;
+        let mut buf = vec![0; 512];
+        let n = tcp.read(&mut buf).await.ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).to_string())
+    };
+    match tokio::time::timeout(Duration::from_secs(8), answer).await {
+        Ok(Some(a)) if a.starts_with(&format!("HTTP/1.1 {expect}")) => None,
+        Ok(Some(a)) => Some(format!(
+            "expected {expect}, got {:?}",
+            a.lines().next().unwrap_or("")
+        )),
+        Ok(None) => Some(format!("expected {expect}, the connection failed")),
+        Err(_) => Some(format!("expected {expect}, nothing within 8 s")),
+    }
 }
 
 /// Digits masked, cut at 70 characters: an error message as a kind.
@@ -370,7 +437,7 @@ pub fn run(args: &SoakArgs) -> Report {
                 .unwrap_or_else(|_| "http://127.0.0.1:9".into());
             procs::resilient_gateway_config(&upstream.url, &down, args.idle_timeout_s)
         }
-        false => procs::gateway_config(&upstream.url, args.idle_timeout_s),
+        false => procs::soak_gateway_config(&upstream.url, args.idle_timeout_s),
     };
     let gateway = match procs::gateway(&dir, &bin, &config) {
         Ok(g) => g,
@@ -385,7 +452,20 @@ pub fn run(args: &SoakArgs) -> Report {
     let client = reqwest::Client::new();
     let url = format!("{}/v1/chat/completions", gateway.url);
     let started = Instant::now();
-    let (outcomes, client_panics) = rt.block_on(async {
+    let hostile_addr = gateway.url.trim_start_matches("http://").to_string();
+    let hostile_count = if args.resilience {
+        0
+    } else {
+        args.requests / 20
+    };
+    let (outcomes, client_panics, misanswered) = rt.block_on(async {
+        // Hostile uploads beside the load: a keyless gateway answers them from their heads.
+        let uploads: Vec<_> = (0..hostile_count)
+            .map(|k| {
+                let addr = hostile_addr.clone();
+                tokio::spawn(async move { hostile(&addr, k).await })
+            })
+            .collect();
         let next = Arc::new(AtomicUsize::new(0));
         let mut tasks = Vec::new();
         for _ in 0..args.concurrency {
@@ -401,6 +481,9 @@ pub fn run(args: &SoakArgs) -> Report {
                     let mut c = case(seed, k);
                     if resilience {
                         c.plan.fault = Fault::None;
+                        if c.model == "responses" {
+                            c.model = "native";
+                        }
                     }
                     let out = tokio::time::timeout(Duration::from_secs(30), one(&client, &url, &c))
                         .await
@@ -421,7 +504,15 @@ pub fn run(args: &SoakArgs) -> Report {
                 Err(_) => panics += 1,
             }
         }
-        (all, panics)
+        let mut misanswered = Vec::new();
+        for u in uploads {
+            match u.await {
+                Ok(None) => {}
+                Ok(Some(what)) => misanswered.push(what),
+                Err(_) => panics += 1,
+            }
+        }
+        (all, panics, misanswered)
     });
     let took = started.elapsed();
     // Open upstream connections: the stalls end at the idle timeout, the rest at once.
@@ -494,6 +585,28 @@ pub fn run(args: &SoakArgs) -> Report {
                     ))
                     .or_default() += 1;
             }
+        }
+        if c.model == "responses" {
+            // The long Responses answer: read to its end, it is whole and ends with [DONE].
+            if out.read_to_end {
+                let whole = out.choices.get(&0).is_some_and(|ch| {
+                    ch.0 == crate::upstream::long_text() && ch.1.as_deref() == Some("stop")
+                });
+                if !(out.done && whole && out.choices.len() == 1) {
+                    cut_short += 1;
+                    if examples.len() < 5 {
+                        examples.push(format!(
+                            "request {} (responses): done {}, {} choices, finish {:?}, {} bytes",
+                            c.plan.tag,
+                            out.done,
+                            out.choices.len(),
+                            out.choices.get(&0).map(|ch| ch.1.clone()),
+                            out.choices.get(&0).map_or(0, |ch| ch.0.len())
+                        ));
+                    }
+                }
+            }
+            continue;
         }
         // Every text, whole or cut short, is a prefix of what the upstream sends.
         let planned: Vec<String> = (0..16).map(|s| text(&c.plan, s)).collect();
@@ -587,7 +700,7 @@ pub fn run(args: &SoakArgs) -> Report {
     let count = |f: &dyn Fn(&Case) -> bool| outcomes.iter().filter(|(c, _)| f(c)).count();
     println!(
         "mix: upstream cut {}, stall {}, 500 {}, 429 {}; client disconnects {}, slow readers {}; \
-         native {}, fan-out {}; selections: all {} (not streamed {}), first_finished {}, vote {}, first_token {}",
+         native {}, fan-out {}, responses (200 KB answers) {}; selections: all {} (not streamed {}), first_finished {}, vote {}, first_token {}",
         count(&|c| matches!(c.plan.fault, Fault::Cut(_))),
         count(&|c| matches!(c.plan.fault, Fault::Stall(_))),
         count(&|c| c.plan.fault == Fault::Status(500)),
@@ -596,6 +709,7 @@ pub fn run(args: &SoakArgs) -> Report {
         count(&|c| c.client == ClientFault::Slow),
         count(&|c| c.model == "native"),
         count(&|c| c.model == "fanout"),
+        count(&|c| c.model == "responses"),
         count(&|c| c.select == Select::All),
         count(&|c| !c.stream),
         count(&|c| c.select == Select::FirstFinished),
@@ -626,6 +740,16 @@ pub fn run(args: &SoakArgs) -> Report {
     );
     for e in &examples {
         println!("example: {e}");
+    }
+    if hostile_count > 0 {
+        println!(
+            "hostile uploads beside the load: {hostile_count} (oversize, text/plain, a body that never comes), {} misanswered{}",
+            misanswered.len(),
+            misanswered
+                .first()
+                .map(|m| format!(", e.g. {m}"))
+                .unwrap_or_default()
+        );
     }
     if args.resilience {
         let planned = |c: &Case| match c.model {
@@ -681,6 +805,11 @@ pub fn run(args: &SoakArgs) -> Report {
         ("soak_answers_cut_short", cut_short as f64),
         ("soak_requests_hung", hung as f64),
         ("soak_upstream_connections_left_open", left_open as f64),
+        (
+            "soak_keys_leaked",
+            outcomes.iter().filter(|(_, o)| o.leaked).count() as f64,
+        ),
+        ("soak_hostile_uploads_misanswered", misanswered.len() as f64),
     ] {
         report.targets.push(Target {
             name,

@@ -34,7 +34,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -288,6 +288,87 @@ impl Drop for Ending<'_> {
             self.counters.abandoned.fetch_add(1, Relaxed);
         }
     }
+}
+
+/// The text of the Responses answer (`/responses/v1/responses`): about 200 KB, far more than
+/// the gateway's back-pressure allowance (256 KiB counting the closing events, which repeat
+/// it three times).
+pub fn long_text() -> String {
+    (0..25_000).map(|i| format!("w{} ", i % 97)).collect()
+}
+
+/// `/responses/v1/responses`: a Responses-API stream of [`long_text`] in 2,000-byte deltas,
+/// with the closing events a real one sends, each repeating the whole text (the soak's
+/// check that every such answer ends).
+async fn responses(State(up): State<Arc<Upstream>>) -> Response {
+    up.counters.requests.fetch_add(1, Relaxed);
+    let text = long_text();
+    let mut sse = String::new();
+    let mut seq = 0u64;
+    let mut event = |name: &str, mut data: Value| {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(seq);
+        seq += 1;
+        sse.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    };
+    let response = |status: &str, output: Value, usage: Value| {
+        json!({"id": "resp_soak", "object": "response", "created_at": 1, "status": status,
+               "model": "m", "output": output, "usage": usage})
+    };
+    event(
+        "response.created",
+        json!({"response": response("in_progress", json!([]), Value::Null)}),
+    );
+    event(
+        "response.output_item.added",
+        json!({"output_index": 0,
+        "item": {"id": "msg_1", "type": "message", "role": "assistant", "content": []}}),
+    );
+    event(
+        "response.content_part.added",
+        json!({"item_id": "msg_1", "output_index": 0,
+        "content_index": 0, "part": {"type": "output_text", "text": ""}}),
+    );
+    let mut rest = text.as_str();
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(2_000);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (piece, tail) = rest.split_at(cut);
+        event(
+            "response.output_text.delta",
+            json!({"item_id": "msg_1", "output_index": 0,
+            "content_index": 0, "delta": piece}),
+        );
+        rest = tail;
+    }
+    event(
+        "response.output_text.done",
+        json!({"item_id": "msg_1", "output_index": 0,
+        "content_index": 0, "text": text}),
+    );
+    event(
+        "response.content_part.done",
+        json!({"item_id": "msg_1", "output_index": 0,
+        "content_index": 0, "part": {"type": "output_text", "text": text}}),
+    );
+    let item = json!({"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+                      "content": [{"type": "output_text", "text": text}]});
+    event(
+        "response.output_item.done",
+        json!({"output_index": 0, "item": item}),
+    );
+    event(
+        "response.completed",
+        json!({"response": response("completed", json!([item]),
+        json!({"input_tokens": 5, "output_tokens": 6_000, "total_tokens": 6_005}))}),
+    );
+    let response = Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from(sse))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+    with_close(&up, response)
 }
 
 /// `/flaky/v1/chat/completions`: the same upstream, failing 3 tries in 10 with a 503 before
@@ -601,6 +682,7 @@ pub fn serve(listen: &str, close: bool) {
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/flaky/v1/chat/completions", post(flaky_chat))
+            .route("/responses/v1/responses", post(responses))
             .route(
                 "/stats",
                 get(|State(up): State<Arc<Upstream>>| async move {
