@@ -239,6 +239,30 @@ async fn a_refused_connection_is_logged_as_json() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_url_without_v1_is_named_at_start() {
+    let upstream = TestServer::builder().start().await.unwrap();
+    let bare = upstream.base_url().trim_end_matches("/v1").to_string();
+    let (_child, _base, mut stderr) = serve(
+        "v1",
+        &format!(
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{bare}\"\n"
+        ),
+    )
+    .await;
+    let line = within(LIMIT, "the /v1 warning", async {
+        loop {
+            let line = stderr.next_line().await.unwrap().unwrap();
+            if line.contains("lacks /v1") {
+                return line;
+            }
+        }
+    })
+    .await;
+    assert!(line.contains("add /v1 to base_url"), "{line}");
+    assert!(line.contains(&upstream.addr().to_string()), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx on the PATH (CI installs it: apt-get install nginx-light)"]
 async fn nginx_in_front_of_two_gateways_streams_n_3() {
     let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]

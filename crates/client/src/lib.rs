@@ -279,7 +279,7 @@ impl Client {
     /// ```
     pub async fn models(&self) -> Result<Vec<String>, ClientError> {
         let inner = &self.inner;
-        let url_text = || inner.models_url.to_string();
+        let url_text = || error::redact(&inner.models_url);
         let sent = inner
             .http
             .get(inner.models_url.clone())

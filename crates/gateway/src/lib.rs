@@ -112,6 +112,8 @@ struct Inner {
     listening: std::sync::OnceLock<std::net::SocketAddr>,
     /// How long open answers may finish after a shutdown signal (`shutdown_grace_s`).
     grace: Duration,
+    /// Chat upstreams whose base URL lacks `/v1`, and the same with it: checked at start.
+    v1_checks: Vec<(Client, Client)>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -172,6 +174,7 @@ impl Gateway {
             }
         };
         let mut models = HashMap::new();
+        let mut v1_checks = Vec::new();
         let mut names = Vec::new();
         for model in &config.models {
             let mut routes = Vec::new();
@@ -186,15 +189,32 @@ impl Gateway {
                     .api(api)
                     .base_url(&u.base_url)
                     .max_retries(0);
+                let mut key = None;
                 if let Some(var) = &u.api_key_env {
-                    let key = env_var(var).map_err(|e| {
+                    let value = env_var(var).map_err(|e| {
                         ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
                     })?;
-                    builder = builder.api_key(key);
+                    builder = builder.api_key(value.clone());
+                    key = Some(value);
                 }
                 let client = builder.build().map_err(|e| {
                     ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
                 })?;
+                // A local server's base URL without `/v1` is a common slip: `serve` asks its
+                // model list at start, and at `/v1` when that is a 404 (serving::check_v1).
+                let trimmed = u.base_url.trim_end_matches('/');
+                if u.api == ApiKind::Chat && !trimmed.ends_with("/v1") {
+                    let mut alt = Client::builder()
+                        .api(api)
+                        .base_url(format!("{trimmed}/v1"))
+                        .max_retries(0);
+                    if let Some(key) = key {
+                        alt = alt.api_key(key);
+                    }
+                    if let Ok(alt) = alt.build() {
+                        v1_checks.push((client.clone(), alt));
+                    }
+                }
                 // Labels and messages name the host and port only: a base URL's
                 // `user:password@` or `?api-key=` never leaves.
                 let host = client.host();
@@ -236,6 +256,7 @@ impl Gateway {
                 allowed_origins: config.allowed_origins.clone(),
                 listening: std::sync::OnceLock::new(),
                 grace: config.shutdown_grace(),
+                v1_checks,
             }),
         })
     }

@@ -46,6 +46,7 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
         .local_addr()
         .map_err(|e| ServeError::Io(e.to_string()))?;
     eprintln!("listening on http://{local}");
+    check_v1(&gateway);
     let served = gateway.serve_on(listener, shutdown_signal()).await;
     gateway.shutdown_traces().await;
     served
@@ -153,3 +154,22 @@ impl std::fmt::Display for ServeError {
 }
 
 impl std::error::Error for ServeError {}
+
+/// For each chat upstream whose base URL lacks `/v1`: when its model list answers 404 there
+/// and not at `/v1`, a warning naming the fix (a local server's usual slip). In the
+/// background: serving does not wait for it.
+fn check_v1(gateway: &Gateway) {
+    for (client, alt) in gateway.inner.v1_checks.clone() {
+        tokio::spawn(async move {
+            let Err(e) = client.models().await else {
+                return;
+            };
+            if e.status() == Some(404) && alt.models().await.is_ok() {
+                tracing::warn!(
+                    upstream = %client.host(),
+                    "the upstream's base_url lacks /v1: its models answer 404 there and not at /v1; add /v1 to base_url"
+                );
+            }
+        });
+    }
+}
