@@ -349,8 +349,9 @@ impl<'a> Pick<'a> {
     ///   the `(1 - keep)` quantile of their confidences.
     /// - **Online**: every later choice is stopped — cancelled, and its upstream dropped when
     ///   none of its choices is wanted any more — as soon as a full group's confidence falls
-    ///   below the threshold; it does not vote ([`Choice::stopped_for_low_confidence`]
-    ///   (crate::Choice::stopped_for_low_confidence) and [`ConfidenceReport::stopped`] name it).
+    ///   below the threshold; it does not vote
+    ///   ([`Choice::stopped_for_low_confidence`](crate::Choice::stopped_for_low_confidence)
+    ///   and [`ConfidenceReport::stopped`] name it).
     /// - **Vote**: each choice that finishes with `stop` or `tool_calls`, has a key and a
     ///   confidence at least the threshold votes with its confidence as weight (the warmup's
     ///   too: a warmup choice below the threshold runs to its end but does not vote, as in the
