@@ -11,7 +11,7 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 use crate::Finish;
-use crate::answer_chat::{Out, SHUT_DOWN, WRITE_BYTES, closed, output};
+use crate::answer_chat::{Out, SHUT_DOWN, WRITE_BYTES, closed, output, until_closed};
 use crate::engine::Picked;
 use crate::ingress::{self, Reply, Tokens};
 use crate::request::{ChatRequest, Select};
@@ -94,26 +94,30 @@ pub(crate) fn stream(
         if *closing.borrow() {
             run.completions.cancel_except(&[]);
         }
-        let summary = match req.select {
-            Select::All => run.tries_summary(),
-            _ => Some(run.summary(&picked).await),
+        // The usage and the summary wait for every upstream's end; a shutdown that comes
+        // meanwhile ends them too.
+        let tail = async {
+            let summary = match req.select {
+                Select::All => run.tries_summary(),
+                _ => Some(run.summary(&picked).await),
+            };
+            let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
+            let stop_reason = match index {
+                Some(i) => match run.completions.choice(i).await {
+                    Some(choice) => choice.message().await.ok().and_then(|o| o.stop_reason),
+                    None => None,
+                },
+                None => None,
+            };
+            (summary, usage, stop_reason)
         };
+        let (summary, usage, stop_reason) = until_closed(tail, &mut closing, run).await;
         // A choice whose events ended without its finish ends as a failure (the encoder's
         // `end` writes it so itself; said here for the log of the request).
         let unfinished = failure.is_none() && !encoder.finished();
         match failure {
             Some(why) => encoder.failed(&why, summary.as_ref(), &mut write),
-            None => {
-                let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
-                let stop_reason = match index {
-                    Some(i) => match run.completions.choice(i).await {
-                        Some(choice) => choice.message().await.ok().and_then(|o| o.stop_reason),
-                        None => None,
-                    },
-                    None => None,
-                };
-                encoder.end(&usage, stop_reason.as_deref(), summary.as_ref(), &mut write);
-            }
+            None => encoder.end(&usage, stop_reason.as_deref(), summary.as_ref(), &mut write),
         }
         if unfinished {
             finish.failure = Some("no_finish");

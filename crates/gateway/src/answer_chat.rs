@@ -24,6 +24,23 @@ pub(crate) async fn closed(closing: &mut watch::Receiver<bool>) {
     }
 }
 
+/// Awaits `work`; if the gateway closes first, its run's samples still running are
+/// cancelled (their upstreams closed), and `work` ends with what they had.
+pub(crate) async fn until_closed<T>(
+    work: impl std::future::Future<Output = T>,
+    closing: &mut watch::Receiver<bool>,
+    run: &crate::engine::Run,
+) -> T {
+    let mut work = std::pin::pin!(work);
+    tokio::select! {
+        done = &mut work => done,
+        () = closed(closing) => {
+            run.completions.cancel_except(&[]);
+            work.await
+        }
+    }
+}
+
 /// What an output choice's stream says.
 pub(crate) enum Out {
     Event(choicewise_core::ChoiceEvent),
@@ -202,14 +219,24 @@ pub(crate) fn stream_response(
             // Cut short: the samples still running end now.
             run.completions.cancel_except(&[]);
         }
-        let summary = match req.select {
-            Select::All => run.tries_summary(),
-            _ => Some(run.summary(&picked).await),
+        // The usage and the summary wait for every upstream's end; a shutdown that comes
+        // meanwhile ends them too (what they had is counted).
+        let tail = async {
+            let summary = match req.select {
+                Select::All => run.tries_summary(),
+                _ => Some(run.summary(&picked).await),
+            };
+            let usage = match req.include_usage {
+                true => Some(run.usage(&picked.samples).await),
+                false => None,
+            };
+            (summary, usage)
         };
-        if req.include_usage || summary.is_some() {
+        let (summary, usage) = until_closed(tail, &mut closing, run).await;
+        if usage.is_some() || summary.is_some() {
             let mut last = envelope.chunk(Vec::new());
-            if req.include_usage {
-                last["usage"] = run.usage(&picked.samples).await;
+            if let Some(usage) = usage {
+                last["usage"] = usage;
             }
             if let Some(summary) = summary {
                 last["choicewise"] = summary;

@@ -438,8 +438,11 @@ impl Config {
         if !(l.retry_budget_percent.is_finite() && l.retry_budget_percent >= 0.0) {
             return err("limits: retry_budget_percent must be a number, 0 or more".into());
         }
-        if l.max_connections == 0 {
-            return err("limits: max_connections must be above 0".into());
+        if l.max_connections == 0 || l.max_connections > 1 << 24 {
+            return err("limits: max_connections must be from 1 to 16777216".into());
+        }
+        if l.max_concurrent_requests > 1 << 24 {
+            return err("limits: max_concurrent_requests must be at most 16777216".into());
         }
         if l.max_header_bytes < 8192 {
             return err("limits: max_header_bytes must be at least 8192".into());
@@ -464,8 +467,13 @@ impl Config {
                 ));
             }
         }
-        if !(self.shutdown_grace_s.is_finite() && self.shutdown_grace_s >= 0.0) {
-            return err("shutdown_grace_s must be a number of seconds, 0 or more".into());
+        if !(self.shutdown_grace_s.is_finite()
+            && self.shutdown_grace_s >= 0.0
+            && self.shutdown_grace_s <= 31_536_000.0)
+        {
+            return err(
+                "shutdown_grace_s must be a number of seconds, 0 or more (at most a year)".into(),
+            );
         }
         Ok(())
     }

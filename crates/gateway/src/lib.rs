@@ -279,7 +279,10 @@ impl Gateway {
             )
             .route("/v1/messages", post(messages).layer(slots()))
             .route("/v1/responses", post(responses).layer(slots()))
-            .route("/v1/messages/count_tokens", post(count_tokens))
+            .route(
+                "/v1/messages/count_tokens",
+                post(count_tokens).layer(slots()),
+            )
             .route("/v1/models", get(list_models))
             .route("/v1/models/{id}", get(one_model))
             .route_layer(from_fn_with_state(gw.clone(), layers::auth));
@@ -505,7 +508,14 @@ async fn answer(
             if let (Some(traces), Some(parent)) = (&gw.inner.traces, &seen.parent) {
                 traces.record_error(parent, arrived.elapsed(), seen.asked.as_deref(), &e);
             }
-            layers::shaped(api, e)
+            let mut response = layers::shaped(api, e);
+            if let Some(tries) = &seen.tries {
+                let count = tries.lock().map_or(0, |t| t.len());
+                response
+                    .headers_mut()
+                    .insert("x-choicewise-tries", count.into());
+            }
+            response
         }
     };
     gw.inner
@@ -533,6 +543,9 @@ struct Seen {
     /// With traces on, the trace the request belongs to, until its run's [`Finish`] takes
     /// it (and makes the span).
     parent: Option<opentelemetry::Context>,
+    /// The request's tries, once its upstreams are tried: counted in `x-choicewise-tries`
+    /// on a failure too.
+    tries: Option<Arc<std::sync::Mutex<Vec<open::TryRecord>>>>,
 }
 
 async fn serve_chat(
@@ -590,6 +603,7 @@ async fn serve_chat(
         budget: gw.inner.budget.clone(),
         tries: Arc::default(),
     };
+    seen.tries = Some(opener.tries.clone());
     let mut run = Run::start(opener, &req).await?;
     let span = match (&gw.inner.traces, seen.parent.take()) {
         (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),

@@ -180,6 +180,8 @@ impl Opener {
                 let order =
                     (0..candidates.len()).map(|k| candidates[(from + k) % candidates.len()]);
                 let mut chosen = None;
+                // Whether the chosen try is an ejected upstream's probe.
+                let mut probe = false;
                 let mut soonest: Option<(usize, Instant)> = None;
                 // A first try whose planned upstream cannot be tried goes to one of those that
                 // can, by its sample number: an ejected upstream's share is spread over the
@@ -193,15 +195,20 @@ impl Opener {
                     if !open.is_empty() {
                         let j = open[sample as usize % open.len()];
                         // Taken as the loop below would (a probe is handed out once).
-                        if !matches!(model.routes[j].health.take(now), Availability::Until(_)) {
-                            chosen = Some(j);
+                        match model.routes[j].health.take(now) {
+                            Availability::Until(_) => {}
+                            taken => {
+                                chosen = Some(j);
+                                probe = taken == Availability::Probe;
+                            }
                         }
                     }
                 }
                 for j in order.filter(|_| chosen.is_none()) {
                     match model.routes[j].health.take(now) {
-                        Availability::Healthy | Availability::Probe => {
+                        taken @ (Availability::Healthy | Availability::Probe) => {
                             chosen = Some(j);
+                            probe = taken == Availability::Probe;
                             break;
                         }
                         Availability::Until(t) => {
@@ -220,21 +227,38 @@ impl Opener {
                     }
                     (None, Some((j, t))) if t - now <= model.retry.max_backoff => {
                         tokio::time::sleep(t - now).await;
-                        j
+                        // Taken now as any try is: an ejected upstream still gets one probe
+                        // at a time.
+                        match model.routes[j].health.take(Instant::now()) {
+                            Availability::Until(_) => break,
+                            taken => {
+                                probe = taken == Availability::Probe;
+                                j
+                            }
+                        }
                     }
                     _ => break,
                 };
                 last = Some(j);
                 let route = &model.routes[j];
+                // Whatever ends this try (an answer, a failure, the client's own error, or
+                // this future dropped: a client gone, a sample cancelled), a probe it was is
+                // over: the next one may go.
+                let _probe = probe.then(|| ProbeDone(&route.health));
                 let body = request_body(route, &self.body, samples.len(), self.logprobs)?;
-                let tried = tokio::time::timeout(
-                    model.retry.first_byte_timeout,
-                    route.client.stream(&body),
-                )
+                // The try succeeds on its first byte of body, not on its headers: a server
+                // that answers 200 and then holds its first event is a failed try too.
+                let tried = tokio::time::timeout(model.retry.first_byte_timeout, async {
+                    let mut reads = futures::StreamExt::boxed(route.client.stream(&body).await?);
+                    let first = futures::StreamExt::next(&mut reads).await;
+                    let first = futures::stream::iter(first);
+                    Ok::<_, ClientError>(futures::StreamExt::boxed(futures::StreamExt::chain(
+                        first, reads,
+                    )))
+                })
                 .await;
                 let (outcome, retry_after, message) = match tried {
                     Ok(Ok(reads)) => {
-                        let reads = futures::StreamExt::boxed(reads);
                         if route.health.succeeded() {
                             self.metrics.ejected(&route.label, false);
                             tracing::info!(upstream = %route.label, "restored after a probe");
@@ -247,7 +271,11 @@ impl Opener {
                         });
                     }
                     Ok(Err(e)) => match classify(&e) {
-                        None => return Err(upstream_error(&model.name, route, &e)),
+                        None => {
+                            // The upstream answered: it is healthy, the request was refused.
+                            route.health.succeeded();
+                            return Err(upstream_error(&model.name, route, &e));
+                        }
                         Some(outcome) => (outcome, e.retry_after(), why(&e)),
                     },
                     Err(_) => (
@@ -286,7 +314,10 @@ impl Opener {
     fn failure(&self, failed: &[Failed], budget: bool) -> ApiError {
         let name = &self.model.name;
         if !failed.is_empty() && failed.iter().all(|f| f.outcome == Outcome::TooMany) {
-            let wait = failed.iter().filter_map(|f| f.retry_after).min();
+            let wait = (failed.iter())
+                .filter_map(|f| f.retry_after)
+                .min()
+                .map(|w| w.min(Duration::from_secs(300)));
             let mut e = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limit_error",
@@ -313,6 +344,15 @@ impl Opener {
     }
 }
 
+/// Ends a probe when dropped, however its try ended ([`Health::probe_over`]).
+struct ProbeDone<'a>(&'a Health);
+
+impl Drop for ProbeDone<'_> {
+    fn drop(&mut self) {
+        self.0.probe_over();
+    }
+}
+
 /// A failed try's cause, naming no URL (which may hold credentials).
 fn why(e: &ClientError) -> String {
     match e.kind() {
@@ -327,6 +367,18 @@ fn why(e: &ClientError) -> String {
 /// model, the upstream's API and host.
 pub(crate) fn upstream_error(model: &str, u: &UpstreamRoute, e: &ClientError) -> ApiError {
     match e.status() {
+        // The upstream refused the gateway's own credentials: the gateway's failure, not the
+        // client's (whose SDK would blame its own key), and the provider's message is left
+        // out (it may quote part of the key).
+        Some(status @ (401 | 403 | 407)) => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            format!(
+                "model {model:?}: the {} upstream at {} refused the gateway's credentials ({status})",
+                u.api, u.host
+            ),
+        )
+        .code("upstream_credentials"),
         Some(status @ 400..=499) => {
             let kind_of = |key: &str| {
                 e.body()

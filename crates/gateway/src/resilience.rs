@@ -185,6 +185,13 @@ impl Health {
         }
     }
 
+    /// The probe handed out (if any) is over without a result: the next may go. A no-op
+    /// when the try's end was already said ([`succeeded`](Self::succeeded),
+    /// [`failed`](Self::failed)).
+    pub fn probe_over(&self) {
+        self.state().probing = false;
+    }
+
     /// Whether it is ejected now.
     #[cfg(test)]
     pub fn ejected(&self) -> bool {
@@ -204,7 +211,9 @@ impl Health {
     pub fn failed(&self, now: Instant, wait: Option<Duration>) -> bool {
         let mut s = self.state();
         if let Some(wait) = wait {
-            s.wait_until = Some(now + wait);
+            // A `Retry-After` far in the future (an HTTP date) holds it no longer than an
+            // ejection would.
+            s.wait_until = Some(now + wait.min(MAX_EJECTION));
         }
         if s.probing || s.ejected_until.is_some() {
             // The probe failed: ejected again, for longer.
@@ -231,53 +240,65 @@ impl Health {
 }
 
 /// The gateway's retry budget (`[limits] retry_budget_percent`): retries over the last ten
-/// seconds may be at most that share of first tries, and at least ten.
+/// seconds may be at most that share of first tries, and at least ten. Counted in one bucket
+/// per second, so that a call costs the same however busy the gateway is.
 #[derive(Debug)]
 pub(crate) struct Budget {
     percent: f64,
-    /// (when, a retry): the tries of the last ten seconds.
-    window: Mutex<VecDeque<(Instant, bool)>>,
+    /// (second since `origin`, first tries, retries), oldest first, the last ten seconds.
+    window: Mutex<VecDeque<(u64, u64, u64)>>,
+    origin: Instant,
 }
 
-/// The window the budget counts over.
-const BUDGET_WINDOW: Duration = Duration::from_secs(10);
+/// The window the budget counts over, in seconds.
+const BUDGET_WINDOW_S: u64 = 10;
 /// Retries always allowed within the window.
-const BUDGET_FLOOR: usize = 10;
+const BUDGET_FLOOR: u64 = 10;
 
 impl Budget {
     pub fn new(percent: f64) -> Budget {
         Budget {
             percent,
             window: Mutex::new(VecDeque::new()),
+            origin: Instant::now(),
         }
     }
 
-    fn window(&self, now: Instant) -> std::sync::MutexGuard<'_, VecDeque<(Instant, bool)>> {
+    /// The window up to `now`, its current second's bucket last.
+    fn window(&self, now: Instant) -> std::sync::MutexGuard<'_, VecDeque<(u64, u64, u64)>> {
+        let second = now.saturating_duration_since(self.origin).as_secs();
         let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
         while w
             .front()
-            .is_some_and(|(t, _)| now.duration_since(*t) > BUDGET_WINDOW)
+            .is_some_and(|(s, _, _)| second.saturating_sub(*s) >= BUDGET_WINDOW_S)
         {
             w.pop_front();
+        }
+        if w.back().is_none_or(|(s, _, _)| *s != second) {
+            w.push_back((second, 0, 0));
         }
         w
     }
 
     /// A first try.
     pub fn first(&self, now: Instant) {
-        self.window(now).push_back((now, false));
+        if let Some(bucket) = self.window(now).back_mut() {
+            bucket.1 += 1;
+        }
     }
 
     /// Asks for a retry: counted and `true` while within the budget.
     pub fn retry(&self, now: Instant) -> bool {
         let mut w = self.window(now);
-        let retries = w.iter().filter(|(_, r)| *r).count();
-        let firsts = w.len() - retries;
-        let allowed = ((firsts as f64) * self.percent / 100.0) as usize;
+        let firsts: u64 = w.iter().map(|b| b.1).sum();
+        let retries: u64 = w.iter().map(|b| b.2).sum();
+        let allowed = ((firsts as f64) * self.percent / 100.0) as u64;
         if retries >= allowed.max(BUDGET_FLOOR) {
             return false;
         }
-        w.push_back((now, true));
+        if let Some(bucket) = w.back_mut() {
+            bucket.2 += 1;
+        }
         true
     }
 }
@@ -367,6 +388,9 @@ mod tests {
         }
         assert_eq!((0..50).filter(|_| b.retry(t)).count(), 20);
         // Ten seconds later the window is empty again.
+        let later = t + Duration::from_secs(11);
+        assert!(b.retry(later));
+        let b = Budget::new(20.0);
         let later = t + Duration::from_secs(11);
         assert_eq!((0..50).filter(|_| b.retry(later)).count(), 10);
     }

@@ -491,3 +491,80 @@ async fn logprobs_pass_through_when_asked() {
         "{v}"
     );
 }
+
+/// A probe that ends in the client's own error (a 400) still ends the probe: the upstream
+/// is tried again, not left ejected for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_ending_in_a_client_error_does_not_stick() {
+    let a = TestServer::builder()
+        .fail(Failure::status(500))
+        .then(TestServer::builder().fail(Failure::status(500)))
+        .then(TestServer::builder().fail(Failure::status(400).message("bad request")))
+        .then(TestServer::builder().body(answer("from a")))
+        .start()
+        .await
+        .unwrap();
+    let b = TestServer::builder()
+        .body(answer("from b"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 2\neject_for_s = 0.5\n{}{}",
+        upstream(&a.base_url(), ""),
+        upstream(&b.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    for _ in 0..2 {
+        assert_eq!(post(addr, &chat(1, false)).await.status(), 200);
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // The probe: A's 400 is the client's.
+    assert_eq!(post(addr, &chat(1, false)).await.status(), 400);
+    // A is tried again (and answers), not held as ejected.
+    let v: Value = post(addr, &chat(1, false)).await.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "from a", "{v}");
+}
+
+/// A try succeeds on its first event, not its headers: headers and then silence is a
+/// failed try. An upstream that refuses the gateway's key is the gateway's failure (502),
+/// its message left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_events_and_refused_credentials() {
+    let mute = TestServer::builder()
+        .body(answer("never"))
+        .stall_after_events(0)
+        .start()
+        .await
+        .unwrap();
+    let fine = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nfirst_byte_timeout_s = 0.5\n{}{}",
+        upstream(&mute.base_url(), ""),
+        upstream(&fine.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let v: Value = post(addr, &chat(1, false)).await.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "fine", "{v}");
+    assert_eq!(v["choicewise"]["tries"][0]["outcome"], "timeout", "{v}");
+
+    let refusing = TestServer::builder()
+        .fail(Failure::status(401).message("Incorrect API key provided: sk-abc1***wxyz"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream(&refusing.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let r = post(addr, &chat(1, false)).await;
+    assert_eq!(r.status(), 502);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("refused the gateway's credentials"), "{text}");
+    assert!(!text.contains("sk-abc1"), "{text}");
+}
