@@ -114,6 +114,24 @@ async fn gateway() -> Upstreams {
     );
     toml += &upstream("failing", "chat", &failing.base_url(), "native");
     toml += &upstream("cut", "chat", &cut.base_url(), "fan-out");
+    // One upstream refusing connections, one answering 500, one fine: the client sees no
+    // failure (issue 40).
+    let refused = {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        format!("http://127.0.0.1:{port}/v1")
+    };
+    toml += &upstream("resilient", "chat", &refused, "fan-out");
+    toml += &format!(
+        "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"fan-out\"\n\
+         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"fan-out\"\n\
+         [models.retry]\nbackoff_ms = 1\n",
+        failing.base_url(),
+        chat.base_url()
+    );
     toml += &upstream("vote", "chat", &vote.base_url(), "fan-out");
     toml += &upstream("race", "chat", &race.base_url(), "fan-out");
     if let Ok(llama) = std::env::var("CHOICEWISE_LLAMA_URL") {
@@ -264,6 +282,19 @@ async fn check(results: Value) {
             models.as_array().unwrap().iter().any(|x| x == m),
             "{client}: {models}"
         );
+    }
+
+    // One healthy upstream of three: no failure the client sees, every choice the healthy
+    // one's.
+    for name in ["resilient_stream", "resilient_whole"] {
+        let got = case(name);
+        let choices = got["choices"].as_array().unwrap();
+        assert_eq!(choices.len(), 3, "{client} {name}: {got}");
+        for c in choices {
+            assert_eq!(c["content"], "from chat", "{client} {name}: {got}");
+            assert_eq!(c["finish_reason"], "stop", "{client} {name}: {got}");
+            assert!(c["error"].is_null(), "{client} {name}: {got}");
+        }
     }
 
     // Native n: every choice, renumbered 0..n-1, tool calls merged by their own index.

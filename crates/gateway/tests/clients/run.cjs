@@ -82,6 +82,8 @@ async function main() {
   results.mixed_whole = await whole(client, { model: 'mixed', n: 3 });
   results.failing = await errorOf(() => streamed(client, { model: 'failing', n: 2 }));
   results.cut_stream = await streamed(client, { model: 'cut', n: 3 });
+  results.resilient_stream = await streamed(client, { model: 'resilient', n: 3, ...usage });
+  results.resilient_whole = await whole(client, { model: 'resilient', n: 3 });
   // openai-node sends unknown body keys as they are.
   results.vote_stream = await streamed(client, { model: 'vote', choicewise: vote, ...usage });
   results.vote_whole = await whole(client, { model: 'vote', choicewise: vote });

@@ -99,6 +99,8 @@ def main():
     results["mixed_whole"] = whole(client, model="mixed", n=3)
     results["failing"] = error_of(lambda: streamed(client, model="failing", n=2))
     results["cut_stream"] = streamed(client, model="cut", n=3)
+    results["resilient_stream"] = streamed(client, model="resilient", n=3, **usage)
+    results["resilient_whole"] = whole(client, model="resilient", n=3)
     results["vote_stream"] = streamed(client, model="vote", extra_body={"choicewise": vote}, **usage)
     results["vote_whole"] = whole(client, model="vote", extra_body={"choicewise": vote})
     results["first_finished_stream"] = streamed(
