@@ -3,6 +3,7 @@ choicewise.stream(): real HTTP to 127.0.0.1, the client's own request."""
 
 import asyncio
 import json
+import os
 
 import openai
 import pytest
@@ -92,3 +93,38 @@ def test_cancelling_the_task_cancels_the_request():
         choice, whole = asyncio.run(main(url))
     assert choice.cancelled
     assert all(c.finish_reason in (None, "stop", "tool_calls") for c in whole.choices)
+
+
+@pytest.mark.skipif(
+    not os.environ.get("CHOICEWISE_LLAMA_URL"),
+    reason="needs the real llama.cpp server (CI starts it: scripts/llama-server.sh)",
+)
+def test_a_real_llama_server_streams_n_choices():
+    """llama.cpp's own server (CHOICEWISE_LLAMA_URL, on 127.0.0.1): n = 3 per-choice
+    streams through openai-python, each choice whole and finished."""
+    url = os.environ["CHOICEWISE_LLAMA_URL"]
+
+    async def main():
+        client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+        async with choicewise.stream(
+            client,
+            model="smollm2",
+            n=3,
+            max_tokens=16,
+            temperature=0.8,
+            seed=7,
+            messages=[{"role": "user", "content": "Name a colour."}],
+        ) as completions:
+            texts = {}
+            async for choice in completions.choices():
+                texts[choice.index] = "".join([d async for d in choice.content()])
+            whole = await completions.collect()
+        return texts, whole
+
+    texts, whole = asyncio.run(main())
+    assert sorted(texts) == [0, 1, 2]
+    assert all(texts.values()), texts
+    assert all(c.finish_reason in ("stop", "length") for c in whole.choices), whole
+    assert [c.message.content for c in sorted(whole.choices, key=lambda c: c.index)] == [
+        texts[i] for i in range(3)
+    ]
