@@ -14,6 +14,7 @@
 //! (throughput against n, latency percentiles) into `docs/img`, the ones
 //! `docs/benchmarks.md` shows, and `all --plots DIR` into `DIR`.
 
+mod apis;
 mod baseline;
 mod close;
 mod fan_out;
@@ -83,6 +84,9 @@ enum Command {
     /// The gateway under load with faults: panics, choices not received intact, upstream
     /// connections left open. Exits 1 when any is not 0.
     Soak(soak::SoakArgs),
+    /// The first-event latency the gateway adds on Chat Completions, Messages and
+    /// Responses, beside direct, at 1 and 100 concurrent streams.
+    GatewayApis(apis::ApisArgs),
     /// The synthetic upstream of `gateway` and `soak`, as a process of its own.
     #[command(hide = true)]
     GatewayUpstream(UpstreamArgs),
@@ -389,6 +393,7 @@ fn main() {
     let report = match cli.command {
         Command::Gateway(a) => gateway::run(&a),
         Command::Soak(a) => soak::run(&a),
+        Command::GatewayApis(a) => apis::run(&a),
         Command::GatewayUpstream(_) | Command::GatewayProxy(_) => {
             return;
         }
