@@ -49,14 +49,14 @@ fn endpoints(plan: &Plan) -> Vec<(&'static str, bool, &'static str, String, &'st
             false,
             "/v1/chat/completions",
             direct.to_string(),
-            b"\"content\":\"c",
+            b"\"content\":\"",
         ),
         (
             "gateway chat",
             true,
             "/v1/chat/completions",
             chat.to_string(),
-            b"\"content\":\"c",
+            b"\"content\":\"",
         ),
         (
             "gateway messages",
@@ -98,7 +98,10 @@ async fn first_event(
     let mut first = None;
     while let Some(Ok(read)) = reads.next().await {
         seen.extend_from_slice(&read);
-        if first.is_none() && memchr::memmem::find(&seen, mark).is_some() {
+        // The mark, followed by anything but an empty string's closing quote.
+        let found = memchr::memmem::find_iter(&seen, mark)
+            .any(|at| seen.get(at + mark.len()).is_some_and(|b| *b != b'"'));
+        if first.is_none() && found {
             first = Some(started.elapsed().as_secs_f64() * 1e3);
         }
     }
