@@ -690,6 +690,9 @@ impl Drop for Finish {
         if !self.completed {
             run.completions.cancel_except(&[]);
         }
+        // No client waits any more: an upstream read held back for it goes on, so that its
+        // reader sees the cancel and closes it rather than waiting on the gate for ever.
+        run.pace.release();
         let took = self.arrived.elapsed();
         let (metrics, model, outputs, span, failure, completed) = (
             self.metrics.clone(),

@@ -56,6 +56,13 @@ impl Pace {
         self.room.notify_waiters();
     }
 
+    /// The answer is over (its client gone, or its end written): the upstreams are never
+    /// held again.
+    pub(crate) fn release(&self) {
+        self.streaming.store(false, Ordering::Release);
+        self.room.notify_waiters();
+    }
+
     /// The client took `bytes` of the answer.
     pub(crate) fn sent(&self, bytes: usize) {
         self.sent.fetch_add(bytes, Ordering::AcqRel);
@@ -198,6 +205,22 @@ mod tests {
         assert_eq!(got, AHEAD / (64 * 1024) + 1);
         pace.caught_up();
         assert!(upstream.next().await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_released_pace_holds_nothing() {
+        let pace = Arc::new(Pace::default());
+        pace.streaming();
+        pace.writing();
+        let mut upstream = Box::pin(paced(reads(100, 64 * 1024), pace.clone(), Duration::MAX));
+        while tokio::time::timeout(Duration::from_millis(50), upstream.next())
+            .await
+            .is_ok()
+        {}
+        // Held; the answer goes away: the held read goes on, and every read after it.
+        pace.release();
+        let rest = tokio::time::timeout(Duration::from_secs(5), upstream.count()).await;
+        assert!(rest.is_ok_and(|n| n > 0));
     }
 
     #[tokio::test]
