@@ -467,6 +467,14 @@ async fn a_client_that_never_reads_frees_its_slot() {
     socket.set_recv_buffer_size(4096).unwrap();
     let mut stalled = socket.connect(addr).await.unwrap();
     stalled.write_all(head.as_bytes()).await.unwrap();
+    // The stalled request holds the slot once its upstream has it (else a probe could take
+    // the slot first, and the stalled request get the 429).
+    within(LIMIT, "the stalled request reaching its upstream", async {
+        while upstream.request_count() < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     // The one slot is taken: a small request waits for its 429 to turn into a 200.
     let mut probe = chat(false);
     probe["model"] = json!("small");
@@ -486,17 +494,26 @@ async fn a_client_that_never_reads_frees_its_slot() {
     // (How many probes were refused first depends on the machine's load: not asserted.)
     let _ = refused;
     assert!(served.contains("fine"));
-    let metrics = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("choicewise_client_stalls_total 1"),
-        "{metrics}"
-    );
-    // The stalled answer's upstream was closed.
+    // The stall is counted, and the stalled answer's sample cancelled.
+    within(LIMIT, "the stall counted and its sample cancelled", async {
+        loop {
+            let metrics = reqwest::get(format!("http://{addr}/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let stalled = metrics.contains("choicewise_client_stalls_total 1");
+            let cancelled = metrics
+                .contains("choicewise_choices_total{model=\"m\",finish_reason=\"cancelled\"} 1");
+            if stalled && cancelled {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    // Its upstream was closed.
     within(LIMIT, "the stalled answer's upstream closing", async {
         while upstream.disconnects() < 1 {
             tokio::time::sleep(Duration::from_millis(50)).await;
