@@ -4,14 +4,14 @@
 
 use std::task::Poll;
 
-use axum::body::{Body, Bytes};
-use axum::http::{StatusCode, header};
+use axum::body::Bytes;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use tokio::sync::watch;
 
 use crate::Finish;
-use crate::answer_chat::{Out, SHUT_DOWN, WRITE_BYTES, closed, output, until_closed};
+use crate::answer_chat::{Out, SHUT_DOWN, WRITE_BYTES, closed, output, sse_response, until_closed};
 use crate::engine::Picked;
 use crate::ingress::{self, Reply, Tokens};
 use crate::request::{ChatRequest, Select};
@@ -79,11 +79,7 @@ pub(crate) fn stream(
                 continue;
             }
             if std::mem::take(&mut first) {
-                let after = finish.arrived.elapsed();
-                finish.metrics.first_chunk(&finish.model, after);
-                if let Some(span) = &finish.span {
-                    let _ = span.first_chunk.set(after);
-                }
+                finish.first_chunk();
             }
             let len = write.len();
             yield Ok(Bytes::from(std::mem::take(&mut write)));
@@ -125,13 +121,7 @@ pub(crate) fn stream(
         finish.complete();
         yield Ok(Bytes::from(write));
     };
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    sse_response(body)
 }
 
 /// The answer as one object (an Anthropic `message`, a Responses `response`); a choice that

@@ -24,6 +24,19 @@ pub(crate) async fn closed(closing: &mut watch::Receiver<bool>) {
     }
 }
 
+/// A streamed answer's response: 200, `text/event-stream`, no caching or proxy buffering.
+pub(crate) fn sse_response(
+    body: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
+) -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
 /// Awaits `work`; if the gateway closes first, its run's samples still running are
 /// cancelled (their upstreams closed), and `work` ends with what they had.
 pub(crate) async fn until_closed<T>(
@@ -192,11 +205,7 @@ pub(crate) fn stream_response(
                 continue;
             }
             if std::mem::take(&mut first) {
-                let after = finish.arrived.elapsed();
-                finish.metrics.first_chunk(&finish.model, after);
-                if let Some(span) = &finish.span {
-                    let _ = span.first_chunk.set(after);
-                }
+                finish.first_chunk();
             }
             // Counted as taken once hyper asks for more, which it does when it can write.
             let len = write.len();
@@ -246,13 +255,7 @@ pub(crate) fn stream_response(
         finish.complete();
         yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
     };
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+    sse_response(body)
 }
 
 /// The answer as one `chat.completion`.

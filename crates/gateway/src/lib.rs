@@ -678,6 +678,15 @@ impl Finish {
             .expect("a Finish holds its run until dropped")
     }
 
+    /// A streamed answer's first chunk is written: its time, in the metrics and the span.
+    fn first_chunk(&self) {
+        let after = self.arrived.elapsed();
+        self.metrics.first_chunk(&self.model, after);
+        if let Some(span) = &self.span {
+            let _ = span.first_chunk.set(after);
+        }
+    }
+
     /// The answer was sent to its end: its samples need no cancel.
     fn complete(&mut self) {
         self.completed = true;
