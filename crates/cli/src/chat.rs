@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use choicewise::{Completions, Source};
+use choicewise::{Completions, Dialect, Source};
 use choicewise_client::Client;
 use clap::Args;
 use futures::Stream;
@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 use crate::record::Recorder;
 use crate::show;
-use crate::upstream::{self, ApiName, Item};
+use crate::upstream::{self, Item};
 use crate::view::ViewArgs;
 use crate::{Exit, live, replay, view};
 
@@ -69,8 +69,8 @@ pub struct ChatArgs {
     /// The API to call: chat (POST BASE_URL/chat/completions), responses (OpenAI's
     /// Responses API, BASE_URL/responses) or anthropic (Anthropic's Messages API,
     /// BASE_URL/messages; the request is reshaped for each).
-    #[arg(long, value_name = "API", default_value = "chat")]
-    api: ApiName,
+    #[arg(long, value_name = "API", default_value = "chat", value_parser = upstream::api_parser())]
+    api: Dialect,
     /// The API's base URL (a URL without a path, such as http://127.0.0.1:8080, means
     /// http://127.0.0.1:8080/v1; a trailing slash is ignored) [default: $OPENAI_BASE_URL, else
     /// https://api.openai.com/v1; with --api anthropic, $ANTHROPIC_BASE_URL, else
@@ -321,24 +321,16 @@ struct Upstream {
     client: Client,
     body: Value,
     model: String,
-    api: ApiName,
+    api: Dialect,
 }
 
 impl Upstream {
     /// Where its choices come from, as the views name it.
     fn source(&self) -> view::SourceLabel {
-        let url = self.client.url();
-        let host = url
-            .split_once("://")
-            .map_or(url, |(_, rest)| rest)
-            .split(['/', '?'])
-            .next()
-            .unwrap_or_default()
-            .to_string();
         view::SourceLabel {
             api: self.api.to_string(),
             model: self.model.clone(),
-            host,
+            host: self.client.host(),
         }
     }
 }
@@ -355,12 +347,12 @@ fn env_var(name: &str) -> Option<String> {
 /// base URL is a server other than the provider's own.
 fn client_for(
     args: &ChatArgs,
-    api: ApiName,
+    api: Dialect,
     url: Option<&str>,
     idle: Duration,
 ) -> Result<(Client, Option<String>), Exit> {
     let own = api == args.api;
-    let (key_env, url_env) = api.env();
+    let (key_env, url_env) = upstream::env_of(api);
     let azure = args.azure.as_ref().filter(|_| own);
     let base_url = url
         .map(str::to_string)
@@ -374,17 +366,17 @@ fn client_for(
         .then(|| nonempty(&args.api_key).map(str::to_string))
         .flatten()
         .or_else(|| env_var(key_env));
-    let mut builder = Client::builder().api(api.api());
+    let mut builder = Client::builder().api(api);
     match (&base_url, api) {
         (Some(url), _) => builder = builder.base_url(url),
-        (None, ApiName::Anthropic) => builder = builder.base_url(upstream::ANTHROPIC_BASE_URL),
+        (None, Dialect::Anthropic) => builder = builder.base_url(upstream::ANTHROPIC_BASE_URL),
         (None, _) => {}
     }
     match key {
         Some(key) => builder = builder.api_key(key),
         None if base_url.is_none() => {
             let message = match api {
-                ApiName::Chat => format!(
+                Dialect::Chat => format!(
                     "no API key: pass --api-key or set {key_env} (or --base-url for a local server)"
                 ),
                 _ if own => format!(
@@ -432,18 +424,18 @@ async fn upstreams(
         {
             Some(model) => model,
             None => match api {
-                ApiName::Chat => {
+                Dialect::Chat => {
                     let azure = args.azure.is_some() && api == args.api;
                     default_model(&client, base_url.as_deref(), azure).await?
                 }
-                ApiName::Responses => DEFAULT_MODEL.to_string(),
-                ApiName::Anthropic => upstream::DEFAULT_ANTHROPIC_MODEL.to_string(),
+                Dialect::Anthropic => upstream::DEFAULT_ANTHROPIC_MODEL.to_string(),
+                _ => DEFAULT_MODEL.to_string(),
             },
         };
         let mut body = request.clone();
         body["model"] = json!(model);
         if args.view.confidence
-            && api != ApiName::Chat
+            && api != Dialect::Chat
             && let Some(fields) = body.as_object_mut()
         {
             // Log-probabilities are a Chat Completions field: the other APIs' choices carry

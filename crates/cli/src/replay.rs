@@ -59,7 +59,10 @@ pub async fn read_request(path: &Path) -> Result<serde_json::Value, String> {
 }
 
 pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
-    let builder = Completions::builder().dialect(args.format.unwrap_or_default());
+    let mut builder = Completions::builder();
+    if let Some(dialect) = args.format {
+        builder = builder.dialect(dialect);
+    }
     let mut model = None;
     let mut request = None;
     if let Some(path) = &args.request {

@@ -2,10 +2,7 @@
 //! `--fan-out`), its key and base URL from the flags or the usual environment variables, and
 //! the request in that API's shape.
 
-use std::fmt;
-use std::str::FromStr;
-
-use choicewise_client::Api;
+use choicewise::Dialect;
 use serde_json::Value;
 
 /// The model asked of the Anthropic API when none is given.
@@ -13,58 +10,19 @@ pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 /// The Anthropic API's base URL.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 
-/// A streaming API, as named on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ApiName {
-    /// OpenAI Chat Completions and compatible servers.
-    #[default]
-    Chat,
-    /// The OpenAI Responses API.
-    Responses,
-    /// The Anthropic Messages API.
-    Anthropic,
-}
-
-impl ApiName {
-    pub fn api(self) -> Api {
-        match self {
-            ApiName::Chat => Api::ChatCompletions,
-            ApiName::Responses => Api::Responses,
-            ApiName::Anthropic => Api::Messages,
-        }
-    }
-
-    /// The environment variables of its key and base URL.
-    pub fn env(self) -> (&'static str, &'static str) {
-        match self {
-            ApiName::Chat | ApiName::Responses => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
-            ApiName::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-        }
+/// The environment variables of an API's key and base URL.
+pub fn env_of(api: Dialect) -> (&'static str, &'static str) {
+    match api {
+        Dialect::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+        _ => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
     }
 }
 
-impl fmt::Display for ApiName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ApiName::Chat => "chat",
-            ApiName::Responses => "responses",
-            ApiName::Anthropic => "anthropic",
-        })
-    }
-}
-
-impl FromStr for ApiName {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "chat" => Ok(ApiName::Chat),
-            "responses" => Ok(ApiName::Responses),
-            "anthropic" => Ok(ApiName::Anthropic),
-            other => Err(format!(
-                "unknown API {other:?} (chat, responses or anthropic)"
-            )),
-        }
-    }
+/// `--api`: `chat`, `responses` or `anthropic`, listed in `--help`.
+pub fn api_parser() -> impl clap::builder::TypedValueParser<Value = Dialect> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(Dialect::ALL.map(Dialect::name))
+        .try_map(|s| s.parse::<Dialect>())
 }
 
 /// One item of `--fan-out`: `K` copies of the command's own request, or `[K*]API:MODEL[@URL]`.
@@ -72,7 +30,7 @@ impl FromStr for ApiName {
 pub struct Item {
     pub copies: usize,
     /// `None`: the command's `--api`, `--model`, `--base-url` and key.
-    pub api: Option<ApiName>,
+    pub api: Option<Dialect>,
     pub model: Option<String>,
     pub base_url: Option<String>,
 }
@@ -112,7 +70,7 @@ pub fn parse_fan_out(s: &str) -> Result<FanOutSpec, String> {
                 "{part:?}: expected K, or [K*]API:MODEL[@URL] with API chat, responses or anthropic"
             ));
         };
-        let api: ApiName = api.parse()?;
+        let api: Dialect = api.parse()?;
         let (model, base_url) = match rest.split_once('@') {
             Some((model, url)) => (model, Some(url.to_string())),
             None => (rest, None),
@@ -132,9 +90,9 @@ pub fn parse_fan_out(s: &str) -> Result<FanOutSpec, String> {
 }
 
 /// The request (built in Chat Completions' shape from the flags) in `api`'s shape (see
-/// [`Api::request_from_chat`]).
-pub fn shape(api: ApiName, request: &Value) -> Result<Value, String> {
-    api.api().request_from_chat(request).map_err(|e| {
+/// [`Dialect::request_from_chat`]).
+pub fn shape(api: Dialect, request: &Value) -> Result<Value, String> {
+    api.request_from_chat(request).map_err(|e| {
         if e.contains("has no n") {
             format!("{e}: ask for several choices with --fan-out K*{api}:MODEL")
         } else if let Some(field) = ["seed", "stop"]
@@ -182,15 +140,15 @@ mod tests {
         assert_eq!(
             short,
             [
-                (2, ApiName::Chat, "gpt-4o-mini", None),
-                (1, ApiName::Responses, "gpt-5-mini", None),
+                (2, Dialect::Chat, "gpt-4o-mini", None),
+                (1, Dialect::Responses, "gpt-5-mini", None),
                 (
                     1,
-                    ApiName::Anthropic,
+                    Dialect::Anthropic,
                     "claude-sonnet-4-5",
                     Some("http://127.0.0.1:9/v1")
                 ),
-                (3, ApiName::Chat, "qwen3:8b", Some("http://h:1")),
+                (3, Dialect::Chat, "qwen3:8b", Some("http://h:1")),
             ]
         );
         for bad in ["0", "gemini:x", "chat", "2*", "1025", "600,600"] {
@@ -205,35 +163,35 @@ mod tests {
             "stream_options": {"include_usage": true},
             "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
         });
-        assert_eq!(shape(ApiName::Chat, &chat).unwrap(), chat);
+        assert_eq!(shape(Dialect::Chat, &chat).unwrap(), chat);
         assert_eq!(
-            shape(ApiName::Responses, &chat).unwrap(),
+            shape(Dialect::Responses, &chat).unwrap(),
             json!({"model": "m", "temperature": 0.2, "max_output_tokens": 50,
                    "instructions": "Be brief.", "input": [{"role": "user", "content": "hi"}]})
         );
         assert_eq!(
-            shape(ApiName::Anthropic, &chat).unwrap(),
+            shape(Dialect::Anthropic, &chat).unwrap(),
             json!({"model": "m", "temperature": 0.2, "max_tokens": 50,
                    "system": "Be brief.", "messages": [{"role": "user", "content": "hi"}]})
         );
         let plain = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
         assert_eq!(
-            shape(ApiName::Anthropic, &plain).unwrap()["max_tokens"],
+            shape(Dialect::Anthropic, &plain).unwrap()["max_tokens"],
             1024
         );
-        let e = shape(ApiName::Anthropic, &json!({"n": 3, "messages": []})).unwrap_err();
+        let e = shape(Dialect::Anthropic, &json!({"n": 3, "messages": []})).unwrap_err();
         assert!(e.contains("--fan-out"), "{e}");
         let sampled = json!({"model": "m", "stop": ["\n\n", "END"], "top_p": 0.9,
                              "messages": [{"role": "user", "content": "hi"}]});
         assert_eq!(
-            shape(ApiName::Anthropic, &sampled).unwrap()["stop_sequences"],
+            shape(Dialect::Anthropic, &sampled).unwrap()["stop_sequences"],
             json!(["\n\n", "END"])
         );
-        let e = shape(ApiName::Responses, &sampled).unwrap_err();
+        let e = shape(Dialect::Responses, &sampled).unwrap_err();
         assert!(e.contains("the responses API has no stop"), "{e}");
         let seeded = json!({"model": "m", "seed": 7, "messages": []});
-        assert!(shape(ApiName::Chat, &seeded).is_ok());
-        let e = shape(ApiName::Anthropic, &seeded).unwrap_err();
+        assert!(shape(Dialect::Chat, &seeded).is_ok());
+        let e = shape(Dialect::Anthropic, &seeded).unwrap_err();
         assert!(e.contains("no seed"), "{e}");
     }
 }

@@ -1,4 +1,4 @@
-//! The options of a [`Client`]: [`ClientBuilder`], the [`Api`] it speaks, the defaults, and
+//! The options of a [`Client`]: [`ClientBuilder`], the [`Dialect`] it speaks, the defaults, and
 //! the endpoint URLs it builds.
 
 use std::fmt;
@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use reqwest::Url;
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
-use serde_json::{Map, Value, json};
+
+use choicewise_core::Dialect;
 
 use crate::{Client, ClientError, ClientErrorKind, Inner};
 
@@ -61,167 +62,13 @@ pub const DEFAULT_MAX_IDLE_CONNECTIONS: usize = 32;
 /// ```
 pub const IDLE_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
-/// The Anthropic API version sent with [`Api::Messages`] requests (`anthropic-version`),
+/// The Anthropic API version sent with [`Dialect::Anthropic`] requests (`anthropic-version`),
 /// unless a [`header`](ClientBuilder::header) of that name is given.
 ///
 /// ```
 /// assert_eq!(choicewise_client::ANTHROPIC_VERSION, "2023-06-01");
 /// ```
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
-
-/// Which streaming API a [`Client`] speaks: its endpoint and how the key is sent. The
-/// request body is the caller's, in that API's shape; the streamed answer's dialect is
-/// recognised by the [`Completions`] whatever the API, and `collect()` gives Chat
-/// Completions' shape for every one.
-///
-/// ```
-/// use choicewise_client::{Api, Client};
-/// let client = Client::builder().api(Api::Messages).base_url("https://api.anthropic.com/v1").build().unwrap();
-/// assert_eq!(client.url(), "https://api.anthropic.com/v1/messages");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Api {
-    /// OpenAI Chat Completions and compatible servers: `POST {base}/chat/completions`, the
-    /// key as `Authorization: Bearer KEY` (`api-key: KEY` in Azure mode).
-    #[default]
-    ChatCompletions,
-    /// The OpenAI Responses API: `POST {base}/responses`, the key as a bearer token.
-    Responses,
-    /// The Anthropic Messages API: `POST {base}/messages`, the key as `x-api-key: KEY`, with
-    /// `anthropic-version: ANTHROPIC_VERSION`.
-    Messages,
-}
-
-impl Api {
-    /// A request in Chat Completions' shape (`messages`, `max_tokens`, ...) in this API's
-    /// shape:
-    ///
-    /// - Responses: a first system or developer message becomes `instructions`, the others
-    ///   `input`; `max_tokens` / `max_completion_tokens` become `max_output_tokens`; it has no
-    ///   `stop` and no `seed` (an error names them).
-    /// - Anthropic: a first system or developer message becomes `system`; `max_tokens` is
-    ///   required (from `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`](crate::DEFAULT_ANTHROPIC_MAX_TOKENS)); `stop`
-    ///   becomes `stop_sequences` (a string, a list); it has no `seed`.
-    ///
-    /// Neither has `n` (more than one choice is `--fan-out`'s job) nor `stream_options` (both
-    /// report usage in the stream anyway).
-    ///
-    /// ```
-    /// use choicewise_client::Api;
-    /// let chat = serde_json::json!({"model": "m", "max_tokens": 50,
-    ///     "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]});
-    /// let anthropic = Api::Messages.request_from_chat(&chat).unwrap();
-    /// assert_eq!(anthropic["system"], "Be brief.");
-    /// assert_eq!(anthropic["max_tokens"], 50);
-    /// ```
-    pub fn request_from_chat(self, request: &Value) -> Result<Value, String> {
-        let api = self;
-        let Some(body) = request.as_object() else {
-            return Err("the request body must be a JSON object".into());
-        };
-        if api == Api::ChatCompletions {
-            return Ok(request.clone());
-        }
-        if body.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
-            return Err(format!(
-                "the {} API has no n: send one request per choice",
-                api.name()
-            ));
-        }
-        let mut out = Map::new();
-        let mut messages: Vec<Value> = body
-            .get("messages")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let system = match messages.first() {
-            Some(m) if matches!(m["role"].as_str(), Some("system" | "developer")) => {
-                Some(messages.remove(0)["content"].clone())
-            }
-            _ => None,
-        };
-        for unsupported in ["seed", "stop"] {
-            let missing = match api {
-                Api::Responses => true,
-                _ => unsupported == "seed",
-            };
-            if missing && body.get(unsupported).is_some_and(|v| !v.is_null()) {
-                return Err(format!(
-                    "the {} API has no {unsupported}: leave it out for it",
-                    api.name()
-                ));
-            }
-        }
-        for (key, value) in body {
-            match key.as_str() {
-                "n"
-                | "stream_options"
-                | "messages"
-                | "max_tokens"
-                | "max_completion_tokens"
-                | "stop" => {}
-                _ => {
-                    out.insert(key.clone(), value.clone());
-                }
-            }
-        }
-        let max_tokens = body
-            .get("max_completion_tokens")
-            .or_else(|| body.get("max_tokens"))
-            .cloned();
-        match api {
-            Api::Responses => {
-                out.insert("input".into(), Value::Array(messages));
-                if let Some(system) = system {
-                    out.insert("instructions".into(), system);
-                }
-                if let Some(max) = max_tokens {
-                    out.insert("max_output_tokens".into(), max);
-                }
-            }
-            Api::Messages => {
-                out.insert("messages".into(), Value::Array(messages));
-                if let Some(system) = system {
-                    out.insert("system".into(), system);
-                }
-                out.insert(
-                    "max_tokens".into(),
-                    max_tokens.unwrap_or(json!(crate::DEFAULT_ANTHROPIC_MAX_TOKENS)),
-                );
-                match body.get("stop") {
-                    Some(Value::String(one)) => {
-                        out.insert("stop_sequences".into(), json!([one]));
-                    }
-                    Some(Value::Array(many)) => {
-                        out.insert("stop_sequences".into(), Value::Array(many.clone()));
-                    }
-                    _ => {}
-                }
-            }
-            Api::ChatCompletions => unreachable!("returned above"),
-        }
-        Ok(Value::Object(out))
-    }
-
-    /// Its name as requests and errors say it: `chat`, `responses`, `anthropic`.
-    fn name(self) -> &'static str {
-        match self {
-            Api::ChatCompletions => "chat",
-            Api::Responses => "responses",
-            Api::Messages => "anthropic",
-        }
-    }
-
-    /// The endpoint's path under the base URL.
-    fn segments(self) -> &'static [&'static str] {
-        match self {
-            Api::ChatCompletions => &["chat", "completions"],
-            Api::Responses => &["responses"],
-            Api::Messages => &["messages"],
-        }
-    }
-}
 
 /// Options of a [`Client`].
 ///
@@ -245,7 +92,7 @@ impl Api {
 /// ```
 #[derive(Clone)]
 pub struct ClientBuilder {
-    api: Api,
+    api: Dialect,
     base_url: String,
     api_key: Option<String>,
     azure: Option<String>,
@@ -281,7 +128,7 @@ impl fmt::Debug for ClientBuilder {
 impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {
-            api: Api::ChatCompletions,
+            api: Dialect::Chat,
             base_url: DEFAULT_BASE_URL.to_string(),
             api_key: None,
             azure: None,
@@ -297,15 +144,15 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// Which API to speak (default [`Api::ChatCompletions`]): the endpoint under the base URL
+    /// Which API to speak (default [`Dialect::Chat`]): the endpoint under the base URL
     /// and how the key is sent.
     ///
     /// ```
-    /// # use choicewise_client::{Api, Client};
-    /// let client = Client::builder().api(Api::Responses).build().unwrap();
+    /// # use choicewise_client::{Client, Dialect};
+    /// let client = Client::builder().api(Dialect::Responses).build().unwrap();
     /// assert_eq!(client.url(), "https://api.openai.com/v1/responses");
     /// ```
-    pub fn api(mut self, api: Api) -> Self {
+    pub fn api(mut self, api: Dialect) -> Self {
         self.api = api;
         self
     }
@@ -325,7 +172,7 @@ impl ClientBuilder {
     }
 
     /// The API key: sent as `Authorization: Bearer KEY`, as `api-key: KEY` in Azure mode, or
-    /// as `x-api-key: KEY` to the Anthropic API ([`Api::Messages`]) (default: none).
+    /// as `x-api-key: KEY` to the Anthropic API ([`Dialect::Anthropic`]) (default: none).
     ///
     /// ```
     /// # use choicewise_client::Client;
@@ -460,7 +307,7 @@ impl ClientBuilder {
     /// assert!(Client::builder().base_url("").build().is_err_and(|e| e.kind() == ClientErrorKind::InvalidUrl));
     /// ```
     pub fn build(self) -> Result<Client, ClientError> {
-        if self.azure.is_some() && self.api != Api::ChatCompletions {
+        if self.azure.is_some() && self.api != Dialect::Chat {
             return Err(ClientError::invalid(
                 ClientErrorKind::InvalidUrl,
                 format!(
@@ -469,8 +316,8 @@ impl ClientBuilder {
                 ),
             ));
         }
-        let url = endpoint(&self.base_url, self.azure.as_deref(), self.api.segments())?;
-        let models_url = endpoint(&self.base_url, self.azure.as_deref(), &["models"])?;
+        let url = endpoint(&self.base_url, self.azure.as_deref(), self.api.endpoint())?;
+        let models_url = endpoint(&self.base_url, self.azure.as_deref(), "models")?;
         let mut headers = HeaderMap::new();
         for (name, value) in &self.headers {
             let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
@@ -481,7 +328,7 @@ impl ClientBuilder {
             })?;
             headers.append(name, value);
         }
-        if self.api == Api::Messages && !headers.contains_key("anthropic-version") {
+        if self.api == Dialect::Anthropic && !headers.contains_key("anthropic-version") {
             headers.insert(
                 HeaderName::from_static("anthropic-version"),
                 HeaderValue::from_static(ANTHROPIC_VERSION),
@@ -490,7 +337,7 @@ impl ClientBuilder {
         if let Some(key) = &self.api_key {
             let (name, value) = match (self.azure.as_ref(), self.api) {
                 (Some(_), _) => (HeaderName::from_static("api-key"), key.clone()),
-                (None, Api::Messages) => (HeaderName::from_static("x-api-key"), key.clone()),
+                (None, Dialect::Anthropic) => (HeaderName::from_static("x-api-key"), key.clone()),
                 (None, _) => (AUTHORIZATION, format!("Bearer {key}")),
             };
             let mut value = HeaderValue::from_str(&value).map_err(|_| {
@@ -546,8 +393,8 @@ impl ClientBuilder {
     }
 }
 
-/// `{base}/SEGMENTS` (`chat/completions`, `models`), with `?api-version=` in Azure mode.
-fn endpoint(base: &str, azure: Option<&str>, segments: &[&str]) -> Result<Url, ClientError> {
+/// `{base}/PATH` (`chat/completions`, `models`), with `?api-version=` in Azure mode.
+fn endpoint(base: &str, azure: Option<&str>, path: &str) -> Result<Url, ClientError> {
     let invalid =
         |why: &str| ClientError::invalid(ClientErrorKind::InvalidUrl, format!("{base:?}: {why}"));
     let mut url = Url::parse(base.trim()).map_err(|e| invalid(&e.to_string()))?;
@@ -560,7 +407,7 @@ fn endpoint(base: &str, azure: Option<&str>, segments: &[&str]) -> Result<Url, C
     url.path_segments_mut()
         .map_err(|()| invalid("not a base URL"))?
         .pop_if_empty()
-        .extend(segments);
+        .extend(path.split('/'));
     if let Some(version) = azure {
         url.query_pairs_mut().append_pair("api-version", version);
     }
@@ -573,9 +420,8 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        let url = |base: &str, azure| {
-            endpoint(base, azure, &["chat", "completions"]).map(|u| u.to_string())
-        };
+        let url =
+            |base: &str, azure| endpoint(base, azure, "chat/completions").map(|u| u.to_string());
         assert_eq!(
             url("https://api.openai.com/v1", None).unwrap(),
             "https://api.openai.com/v1/chat/completions"
@@ -610,13 +456,13 @@ mod tests {
                 .build()
                 .unwrap()
         };
-        let chat = build(Api::ChatCompletions);
+        let chat = build(Dialect::Chat);
         assert_eq!(chat.url(), "http://h:1/v1/chat/completions");
         assert_eq!(chat.inner.headers["authorization"], "Bearer k");
-        let responses = build(Api::Responses);
+        let responses = build(Dialect::Responses);
         assert_eq!(responses.url(), "http://h:1/v1/responses");
         assert_eq!(responses.inner.headers["authorization"], "Bearer k");
-        let messages = build(Api::Messages);
+        let messages = build(Dialect::Anthropic);
         assert_eq!(messages.url(), "http://h:1/v1/messages");
         assert_eq!(messages.inner.headers["x-api-key"], "k");
         assert_eq!(
@@ -625,13 +471,13 @@ mod tests {
         );
         assert!(!messages.inner.headers.contains_key("authorization"));
         let pinned = Client::builder()
-            .api(Api::Messages)
+            .api(Dialect::Anthropic)
             .header("anthropic-version", "2024-01-01")
             .build()
             .unwrap();
         assert_eq!(pinned.inner.headers["anthropic-version"], "2024-01-01");
         let azure = Client::builder()
-            .api(Api::Responses)
+            .api(Dialect::Responses)
             .azure("2024-10-21")
             .build();
         assert!(azure.is_err_and(|e| e.kind() == ClientErrorKind::InvalidUrl));

@@ -89,18 +89,12 @@ use serde_json::Value;
 
 mod builder;
 pub use builder::{
-    ANTHROPIC_VERSION, Api, ClientBuilder, DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT,
+    ANTHROPIC_VERSION, ClientBuilder, DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_IDLE_CONNECTIONS, DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_RETRY_WAIT, IDLE_CONNECTION_LIFETIME,
 };
 
-/// `max_tokens` sent to the Anthropic API, which requires it, when a request in Chat
-/// Completions' shape has none (see [`Api::request_from_chat`]).
-///
-/// ```
-/// assert_eq!(choicewise_client::DEFAULT_ANTHROPIC_MAX_TOKENS, 1024);
-/// ```
-pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 1024;
+pub use choicewise_core::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect};
 
 mod error;
 use error::status_error;

@@ -101,7 +101,7 @@ impl CompletionsBuilder {
     /// # }
     /// ```
     pub fn dialect(mut self, dialect: crate::Dialect) -> Self {
-        self.config.stream.dialect = dialect;
+        self.config.stream.dialect = Some(dialect);
         self
     }
 

@@ -74,11 +74,12 @@ pub use choicewise_proto::EncodingName;
 pub use choicewise_proto::wire;
 pub use choicewise_proto::{
     ArgumentsError, CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource,
-    ChoiceUsage, Confidence, DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS,
-    Demux, Dialect, Error, ErrorDetail, ErrorKind, Estimate, Flow, FunctionCall, FunctionCallEvent,
-    Incomplete, Message, Parsed, PartialJsonError, SampleConfidence, Snapshot, SseError,
-    StreamConfig, Text, TokenLogprob, ToolCall, TopLogprob, UpstreamError, Usage, UsageSource,
-    Warning, WarningKind, WeightedVote, quantile, token_confidence,
+    ChoiceUsage, Confidence, DEFAULT_ANTHROPIC_MAX_TOKENS, DEFAULT_MAX_CHOICES,
+    DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS, Demux, Dialect, Error, ErrorDetail, ErrorKind,
+    Estimate, Flow, FunctionCall, FunctionCallEvent, Incomplete, Message, Parsed, PartialJsonError,
+    SampleConfidence, Snapshot, SseError, StreamConfig, Text, TokenLogprob, ToolCall, TopLogprob,
+    UpstreamError, Usage, UsageSource, Warning, WarningKind, WeightedVote, quantile,
+    token_confidence,
 };
 pub use completions::{Choices, Completions};
 pub use config::DEFAULT_HIBERNATE_AFTER;

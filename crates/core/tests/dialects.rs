@@ -15,7 +15,7 @@ use futures::TryStreamExt;
 /// result and choice 0's events.
 async fn run(
     name: &str,
-    dialect: Dialect,
+    dialect: Option<Dialect>,
 ) -> (
     Result<ChatCompletion, (ChatCompletion, Error)>,
     Vec<ChoiceEvent>,
@@ -26,10 +26,11 @@ async fn run(
     for sizes in common::SPLITS {
         let reads = common::split(&bytes, sizes);
         let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
-        let completions = Completions::builder()
-            .dialect(dialect)
-            .estimate_usage(false)
-            .start(Source::sse(stream));
+        let mut builder = Completions::builder();
+        if let Some(dialect) = dialect {
+            builder = builder.dialect(dialect);
+        }
+        let completions = builder.estimate_usage(false).start(Source::sse(stream));
         let result = completions
             .collect()
             .await
@@ -87,7 +88,7 @@ fn positions(events: &[ChoiceEvent], p: u32) -> (usize, usize, usize) {
 
 #[tokio::test]
 async fn anthropic_text_thinking_and_tool_calls() {
-    for dialect in [Dialect::Detect, Dialect::Anthropic] {
+    for dialect in [None, Some(Dialect::Anthropic)] {
         let (result, events) = run("anthropic_tools.sse", dialect).await;
         let c = result.expect("a complete message");
         assert_eq!(
@@ -161,7 +162,7 @@ async fn an_anthropic_call_finishes_exactly_at_its_block_stop() {
 
 #[tokio::test]
 async fn anthropic_max_tokens_cuts_a_call_and_the_last_event_lacks_its_blank_line() {
-    let (result, events) = run("anthropic_max_tokens.sse", Dialect::Detect).await;
+    let (result, events) = run("anthropic_max_tokens.sse", None).await;
     let c = result.expect("a complete message");
     assert_eq!(c.choices[0].finish_reason.as_deref(), Some("length"));
     // The call keeps what it received.
@@ -176,7 +177,7 @@ async fn anthropic_max_tokens_cuts_a_call_and_the_last_event_lacks_its_blank_lin
 
 #[tokio::test]
 async fn an_anthropic_error_event_is_a_typed_error_with_everything_kept() {
-    let (result, _) = run("anthropic_error.sse", Dialect::Detect).await;
+    let (result, _) = run("anthropic_error.sse", None).await;
     let (partial, error) = result.unwrap_err();
     let ErrorDetail::Upstream(u) = error.detail() else {
         panic!("{error:?}")
@@ -190,7 +191,7 @@ async fn an_anthropic_error_event_is_a_typed_error_with_everything_kept() {
 
 #[tokio::test]
 async fn responses_text_with_a_reasoning_summary_and_a_foreign_done() {
-    let (result, _) = run("responses_text.sse", Dialect::Detect).await;
+    let (result, _) = run("responses_text.sse", None).await;
     let c = result.expect("complete");
     assert_eq!(
         (c.id.as_str(), c.model.as_str()),
@@ -213,7 +214,7 @@ async fn responses_text_with_a_reasoning_summary_and_a_foreign_done() {
 
 #[tokio::test]
 async fn responses_parallel_calls_by_output_index_and_arguments_only_in_done() {
-    let (result, events) = run("responses_tools.sse", Dialect::Responses).await;
+    let (result, events) = run("responses_tools.sse", Some(Dialect::Responses)).await;
     let c = result.expect("complete");
     assert_eq!(
         calls(&c),
@@ -274,7 +275,7 @@ async fn responses_refusal_incomplete_and_unknown_events() {
 
 #[tokio::test]
 async fn a_failed_response_is_an_upstream_error() {
-    let (result, _) = run("responses_failed.sse", Dialect::Detect).await;
+    let (result, _) = run("responses_failed.sse", None).await;
     let (partial, error) = result.unwrap_err();
     let ErrorDetail::Upstream(u) = error.detail() else {
         panic!("{error:?}")
@@ -341,7 +342,7 @@ async fn the_providers_own_stop_reason_is_kept_beside_the_mapped_finish() {
         ("anthropic_refusal.sse", "content_filter", "refusal"),
     ];
     for (name, finish, raw) in cases {
-        let (result, _) = run(name, Dialect::Detect).await;
+        let (result, _) = run(name, None).await;
         let c = result.unwrap_or_else(|(partial, _)| partial);
         let choice = &c.choices[0];
         assert_eq!(
@@ -355,7 +356,7 @@ async fn the_providers_own_stop_reason_is_kept_beside_the_mapped_finish() {
         assert_eq!(serde_json::to_value(choice).unwrap()["stop_reason"], raw);
     }
     // Chat Completions streams have no other reason: the field is left out.
-    let (result, _) = run("demo.sse", Dialect::Detect).await;
+    let (result, _) = run("demo.sse", None).await;
     let c = result.map_err(|(_, e)| e).unwrap();
     assert!(c.choices.iter().all(|c| c.stop_reason.is_none()));
     assert!(
@@ -407,7 +408,7 @@ async fn parsed_events_of_every_dialect_give_what_their_bytes_give() {
         "openai_n3_tools.sse",
         "vllm_n4_reasoning.sse",
     ] {
-        let (from_bytes, bytes_events) = run(name, Dialect::Detect).await;
+        let (from_bytes, bytes_events) = run(name, None).await;
         let completions = from_events(parsed_events(name));
         let from_values = completions
             .collect()
@@ -570,7 +571,7 @@ async fn a_mixed_fan_out_keeps_each_sources_id_and_model() {
 
 #[tokio::test]
 async fn an_anthropic_refusal_keeps_its_text_and_finishes_as_content_filter() {
-    let (result, events) = run("anthropic_refusal.sse", Dialect::Detect).await;
+    let (result, events) = run("anthropic_refusal.sse", None).await;
     let c = result.map_err(|(_, e)| e).unwrap();
     assert_eq!(c.id, "msg_04Ref");
     let choice = &c.choices[0];

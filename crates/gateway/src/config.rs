@@ -5,6 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use choicewise_core::Dialect;
 use serde::Deserialize;
 
 /// The configuration of a gateway (the TOML file of `choicewise serve --config FILE`).
@@ -248,7 +249,7 @@ impl Default for HealthConfig {
 #[non_exhaustive]
 pub struct Upstream {
     /// The API it speaks.
-    pub api: ApiKind,
+    pub api: Dialect,
     /// Its base URL (`http://127.0.0.1:8080/v1`, `https://api.openai.com/v1`).
     pub base_url: String,
     /// The upstream's model name (default: the model's name).
@@ -266,28 +267,6 @@ fn one() -> u32 {
     1
 }
 
-/// The API an upstream speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ApiKind {
-    /// OpenAI Chat Completions and compatible servers.
-    Chat,
-    /// The OpenAI Responses API.
-    Responses,
-    /// The Anthropic Messages API.
-    Anthropic,
-}
-
-impl fmt::Display for ApiKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ApiKind::Chat => "chat",
-            ApiKind::Responses => "responses",
-            ApiKind::Anthropic => "anthropic",
-        })
-    }
-}
-
 /// How an upstream is asked for several choices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -302,7 +281,7 @@ impl Upstream {
     /// How it is asked for several choices: as configured, else native for chat.
     pub fn n_mode(&self) -> NMode {
         self.n.unwrap_or(match self.api {
-            ApiKind::Chat => NMode::Native,
+            Dialect::Chat => NMode::Native,
             _ => NMode::FanOut,
         })
     }
@@ -407,7 +386,7 @@ impl Config {
                         model.name
                     ));
                 }
-                if u.n == Some(NMode::Native) && u.api != ApiKind::Chat {
+                if u.n == Some(NMode::Native) && u.api != Dialect::Chat {
                     return err(format!(
                         "model {:?}, upstream {k}: the {} API has no n (n = \"fan-out\")",
                         model.name, u.api

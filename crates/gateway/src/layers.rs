@@ -17,34 +17,33 @@ use futures::StreamExt;
 
 use crate::Gateway;
 use crate::error::ApiError;
-use crate::ingress::{self, Api};
+use crate::ingress;
+use choicewise_core::Dialect;
 
 /// The API a path belongs to: its errors are answered in that API's shape.
-pub(crate) fn api_of(path: &str) -> Option<Api> {
+pub(crate) fn api_of(path: &str) -> Dialect {
     if path.starts_with("/v1/messages") {
-        Some(Api::Messages)
+        Dialect::Anthropic
     } else if path.starts_with("/v1/responses") {
-        Some(Api::Responses)
+        Dialect::Responses
     } else {
-        None
+        Dialect::Chat
     }
 }
 
 /// The `api` label of a path's requests in the metrics.
 pub(crate) fn api_label(path: &str) -> &'static str {
     match api_of(path) {
-        Some(Api::Messages) => "messages",
-        Some(Api::Responses) => "responses",
-        None if path.starts_with("/v1/chat/completions") => "chat",
-        None => "",
+        Dialect::Chat if !path.starts_with("/v1/chat/completions") => "",
+        api => crate::api_label(api),
     }
 }
 
-/// An error answered in the shape of `api` (Chat Completions' when none).
-pub(crate) fn shaped(api: Option<Api>, e: ApiError) -> Response {
+/// An error answered in the shape of `api`.
+pub(crate) fn shaped(api: Dialect, e: ApiError) -> Response {
     match api {
-        None => e.into_response(),
-        Some(api) => {
+        Dialect::Chat => e.into_response(),
+        api => {
             let mut response =
                 (e.status, axum::Json(ingress::api_error_body(api, &e))).into_response();
             if let Some(wait) = e.retry_after {

@@ -58,13 +58,12 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use choicewise_client::Client;
+use choicewise_client::{Client, Dialect};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
 pub use config::{
-    ApiKind, Auth, Config, ConfigError, HealthConfig, Limits, Model, NMode, RetryConfig, Telemetry,
-    Upstream,
+    Auth, Config, ConfigError, HealthConfig, Limits, Model, NMode, RetryConfig, Telemetry, Upstream,
 };
 
 use engine::{Envelope, Run};
@@ -179,11 +178,7 @@ impl Gateway {
         for model in &config.models {
             let mut routes = Vec::new();
             for (k, u) in model.upstreams.iter().enumerate() {
-                let api = match u.api {
-                    ApiKind::Chat => choicewise_client::Api::ChatCompletions,
-                    ApiKind::Responses => choicewise_client::Api::Responses,
-                    ApiKind::Anthropic => choicewise_client::Api::Messages,
-                };
+                let api = u.api;
                 // Every try is the gateway's (src/open.rs): the client's own retries are off.
                 let mut builder = Client::builder()
                     .api(api)
@@ -203,7 +198,7 @@ impl Gateway {
                 // A local server's base URL without `/v1` is a common slip: `serve` asks its
                 // model list at start, and at `/v1` when that is a 404 (serving::check_v1).
                 let trimmed = u.base_url.trim_end_matches('/');
-                if u.api == ApiKind::Chat && !trimmed.ends_with("/v1") {
+                if u.api == Dialect::Chat && !trimmed.ends_with("/v1") {
                     let mut alt = Client::builder()
                         .api(api)
                         .base_url(format!("{trimmed}/v1"))
@@ -427,7 +422,7 @@ async fn one_model(
 /// `POST /v1/messages/count_tokens`: the prompt's tokens, counted with tiktoken (the
 /// encoding of the model's first upstream), said so in `x-choicewise-token-count: estimated`.
 async fn count_tokens(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
-    let api = Some(ingress::Api::Messages);
+    let api = Dialect::Anthropic;
     let bytes = match layers::read_body(&gw, request.into_body()).await {
         Ok(bytes) => bytes,
         Err(e) => return layers::shaped(api, e),
@@ -474,26 +469,22 @@ async fn metrics_text(State(gw): State<Gateway>) -> Response {
 }
 
 async fn chat_completions(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
-    answer(gw, request, None).await
+    answer(gw, request, Dialect::Chat).await
 }
 
 /// `POST /v1/messages`: Anthropic's Messages API over any configured model.
 async fn messages(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
-    answer(gw, request, Some(ingress::Api::Messages)).await
+    answer(gw, request, Dialect::Anthropic).await
 }
 
 /// `POST /v1/responses`: OpenAI's Responses API (stateless) over any configured model.
 async fn responses(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
-    answer(gw, request, Some(ingress::Api::Responses)).await
+    answer(gw, request, Dialect::Responses).await
 }
 
 /// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
 /// API's terms, its failures included.
-async fn answer(
-    gw: Gateway,
-    request: axum::extract::Request,
-    api: Option<ingress::Api>,
-) -> Response {
+async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> Response {
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
     let arrived = Instant::now();
@@ -525,11 +516,12 @@ async fn answer(
 }
 
 /// The `api` label of a request of this API (none: Chat Completions).
-fn api_label(api: Option<ingress::Api>) -> &'static str {
+/// The `api` label of an API's requests in the metrics: its endpoint's name (`chat`,
+/// `responses`, `messages`).
+pub(crate) fn api_label(api: Dialect) -> &'static str {
     match api {
-        None => "chat",
-        Some(ingress::Api::Messages) => "messages",
-        Some(ingress::Api::Responses) => "responses",
+        Dialect::Anthropic => "messages",
+        other => other.name(),
     }
 }
 
@@ -553,7 +545,7 @@ async fn serve_chat(
     body: Body,
     arrived: Instant,
     seen: &mut Seen,
-    api: Option<ingress::Api>,
+    api: Dialect,
 ) -> Result<Response, ApiError> {
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(gw, body).await?;
@@ -562,8 +554,8 @@ async fn serve_chat(
     // serve every connection.
     let limits = gw.inner.limits.clone();
     let (req, reply) = tokio::task::spawn_blocking(move || match api {
-        None => Ok::<_, ApiError>((ChatRequest::parse(&bytes, &limits)?, None)),
-        Some(api) => {
+        Dialect::Chat => Ok::<_, ApiError>((ChatRequest::parse(&bytes, &limits)?, None)),
+        api => {
             let translated = ingress::parse_body(&bytes)
                 .and_then(|body| ingress::to_chat(api, &body))
                 .map_err(ApiError::from)?;
@@ -587,7 +579,7 @@ async fn serve_chat(
         .code("model_not_found"));
     };
     seen.model.clone_from(&req.model);
-    let apis: Vec<ApiKind> = model.routes.iter().map(|u| u.api).collect();
+    let apis: Vec<Dialect> = model.routes.iter().map(|u| u.api).collect();
     let opener = open::Opener {
         models: gw.inner.models.clone(),
         model,

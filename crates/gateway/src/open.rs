@@ -10,16 +10,17 @@ use axum::http::StatusCode;
 use choicewise_client::{ClientError, ClientErrorKind};
 use serde_json::{Map, Value, json};
 
-use crate::config::{ApiKind, NMode};
+use crate::config::NMode;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::resilience::{Availability, Budget, Health, Outcome, RetryPolicy, classify};
 use choicewise_client::Client;
+use choicewise_core::Dialect;
 
 /// A configured model's upstream, ready to call.
 #[derive(Debug, Clone)]
 pub(crate) struct UpstreamRoute {
-    pub api: ApiKind,
+    pub api: Dialect,
     pub client: Client,
     /// The upstream's model name.
     pub model: String,
@@ -87,7 +88,7 @@ pub(crate) fn request_body(
     logprobs: Option<usize>,
 ) -> Result<Value, ApiError> {
     let mut body = base.clone();
-    if let (Some(k), ApiKind::Chat) = (logprobs, u.api) {
+    if let (Some(k), Dialect::Chat) = (logprobs, u.api) {
         let asked = body
             .get("top_logprobs")
             .and_then(Value::as_u64)
@@ -97,7 +98,7 @@ pub(crate) fn request_body(
     }
     body.insert("model".into(), json!(u.model));
     body.insert("stream".into(), json!(true));
-    if u.api == ApiKind::Chat {
+    if u.api == Dialect::Chat {
         if samples > 1 {
             body.insert("n".into(), json!(samples));
         }
@@ -105,16 +106,15 @@ pub(crate) fn request_body(
     }
     let body = Value::Object(body);
     match u.api {
-        ApiKind::Chat => Ok(body),
-        ApiKind::Responses => choicewise_client::Api::Responses.request_from_chat(&body),
-        ApiKind::Anthropic => choicewise_client::Api::Messages.request_from_chat(&body),
+        Dialect::Chat => Ok(body),
+        api => api.request_from_chat(&body),
     }
     .map_err(ApiError::invalid)
 }
 
 /// Whether `u` serves `samples` samples in one request.
 fn serves(u: &UpstreamRoute, samples: usize) -> bool {
-    samples == 1 || (u.api == ApiKind::Chat && u.n_mode == NMode::Native)
+    samples == 1 || (u.api == Dialect::Chat && u.n_mode == NMode::Native)
 }
 
 /// A failed try: its upstream, how it failed, the wait it asked for, and its message.

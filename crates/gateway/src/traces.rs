@@ -25,10 +25,11 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::config::{ApiKind, ConfigError, Telemetry};
+use crate::config::{ConfigError, Telemetry};
 use crate::error::ApiError;
 use crate::metrics::{Outcome, SampleEnd};
 use crate::request::{ChatRequest, Select};
+use choicewise_core::Dialect;
 
 /// How long one export may take (the HTTP request to the collector).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -112,7 +113,7 @@ impl Traces {
         self: &Arc<Self>,
         parent: Context,
         req: &ChatRequest,
-        apis: impl Iterator<Item = ApiKind>,
+        apis: impl Iterator<Item = Dialect>,
     ) -> RequestSpan {
         self.pending.send_modify(|n| *n += 1);
         RequestSpan {
@@ -375,10 +376,10 @@ fn span_name(model: Option<&str>) -> String {
 
 /// `gen_ai.provider.name`: the upstreams' API (`openai` for Chat Completions and Responses,
 /// `anthropic`), or `choicewise` when a model's upstreams mix them.
-fn provider_name(apis: impl Iterator<Item = ApiKind>) -> &'static str {
+fn provider_name(apis: impl Iterator<Item = Dialect>) -> &'static str {
     let mut names = apis.map(|api| match api {
-        ApiKind::Chat | ApiKind::Responses => "openai",
-        ApiKind::Anthropic => "anthropic",
+        Dialect::Anthropic => "anthropic",
+        _ => "openai",
     });
     let first = names.next().unwrap_or("choicewise");
     match names.all(|n| n == first) {
@@ -597,7 +598,7 @@ mod tests {
 
     #[test]
     fn the_provider_is_the_upstreams_api_or_choicewise_when_mixed() {
-        use ApiKind::*;
+        use Dialect::*;
         assert_eq!(provider_name([Chat, Responses].into_iter()), "openai");
         assert_eq!(provider_name([Anthropic].into_iter()), "anthropic");
         assert_eq!(provider_name([Chat, Anthropic].into_iter()), "choicewise");

@@ -1,6 +1,6 @@
 //! What every reader of a stream is configured with: its limits, its framing and its dialect.
 
-use crate::wire::Dialect;
+use crate::Dialect;
 
 /// The largest SSE event accepted unless told otherwise (bytes of one event's data).
 ///
@@ -30,7 +30,7 @@ pub const DEFAULT_MAX_TOOL_CALLS: usize = 128;
 /// use choicewise_proto::{Demux, Dialect, StreamConfig};
 /// let mut config = StreamConfig::default();
 /// config.max_choices = 4;
-/// config.dialect = Dialect::Chat;
+/// config.dialect = Some(Dialect::Chat);
 /// let demux = Demux::with_config(config);
 /// # drop(demux);
 /// ```
@@ -46,8 +46,8 @@ pub struct StreamConfig {
     /// WHATWG framing only, without the tolerance for events written without the blank line
     /// between them (`false` by default).
     pub strict_sse: bool,
-    /// The stream's dialect ([`Dialect::Detect`] by default).
-    pub dialect: Dialect,
+    /// The stream's dialect (`None` by default: recognised from its first event).
+    pub dialect: Option<Dialect>,
 }
 
 impl Default for StreamConfig {
@@ -57,7 +57,7 @@ impl Default for StreamConfig {
             max_choices: DEFAULT_MAX_CHOICES,
             max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
             strict_sse: false,
-            dialect: Dialect::Detect,
+            dialect: None,
         }
     }
 }

@@ -25,10 +25,10 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
+pub use crate::api::Dialect;
 use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::WarningKind;
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
-pub use crate::wire::Dialect;
 
 /// The dialect an event's type belongs to, if it is one of the typed dialects.
 pub(crate) fn dialect_of(kind: &str) -> Option<Dialect> {

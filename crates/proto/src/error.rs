@@ -413,7 +413,7 @@ pub enum ErrorDetail {
     #[error("line {line}: {found:?} is not an event of the {expected} dialect")]
     WrongDialect {
         /// The stream's dialect.
-        expected: crate::wire::Dialect,
+        expected: crate::Dialect,
         /// The event's type.
         found: String,
         /// Where.

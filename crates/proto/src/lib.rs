@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod api;
 mod confidence;
 mod config;
 mod decode;
@@ -52,6 +53,7 @@ mod split;
 mod usage;
 pub mod wire;
 
+pub use api::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect};
 pub use choicewise_partial_json::{PartialJsonError, Snapshot};
 pub use choicewise_sse::SseError;
 #[cfg(feature = "estimate")]
@@ -71,7 +73,6 @@ pub use event::{
 pub use response::{ChatCompletion, ChoiceOutput, ChoiceSource, FunctionCall, Message, ToolCall};
 pub use split::Parsed;
 pub use usage::{ChoiceUsage, Estimate, Usage, UsageSource};
-pub use wire::Dialect;
 
 /// The interface between this crate and the runtime of `choicewise-core`: the pieces the
 /// actors run (the splitter, a choice's state, the event log). Not part of the public API:

@@ -304,8 +304,8 @@ pub struct Splitter {
     scanned: Vec<crate::scan::ScannedChoice>,
     /// The head of the last chunk scanned, which the next chunk most likely repeats.
     head: Head,
-    /// The stream's dialect (`Detect` until its first event says).
-    dialect: Dialect,
+    /// The stream's dialect (`None` until its first event says).
+    dialect: Option<Dialect>,
     /// The state of a typed-dialect stream (boxed: most streams are Chat Completions).
     typed: Option<Box<DialectDecoder>>,
     max_choices: usize,
@@ -442,7 +442,9 @@ impl Splitter {
             return Step::End(Err(e));
         }
         let mut tail = tail;
-        if matches!(self.dialect, Dialect::Responses | Dialect::Anthropic) && dispatched.is_none() {
+        if matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic))
+            && dispatched.is_none()
+        {
             // A typed stream's last event written without its closing blank line (seen in
             // recordings): a complete JSON object is that event.
             let pending = tail.pending_data.take().filter(|d| {
@@ -481,7 +483,8 @@ impl Splitter {
     /// cut short (`events`: how many there were).
     pub fn end_of_events(&mut self, events: u64) -> Step {
         let unfinished = self.unfinished();
-        if unfinished.is_empty() || !matches!(self.dialect, Dialect::Responses | Dialect::Anthropic)
+        if unfinished.is_empty()
+            || !matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic))
         {
             return Step::End(Ok(()));
         }
@@ -736,14 +739,16 @@ impl Splitter {
                 message: format!("expected a JSON object, found {}", json_type(&value)),
             }));
         };
-        if self.dialect == Dialect::Detect {
-            self.dialect = object
-                .get("type")
-                .and_then(Value::as_str)
-                .and_then(dialect_of)
-                .unwrap_or(Dialect::Chat);
+        if self.dialect.is_none() {
+            self.dialect = Some(
+                object
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .and_then(dialect_of)
+                    .unwrap_or(Dialect::Chat),
+            );
         }
-        if matches!(self.dialect, Dialect::Responses | Dialect::Anthropic) {
+        if matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic)) {
             return self.typed_value("", value, line, 0).map(drop);
         }
         if let Some(kind) = object.get("type").and_then(Value::as_str)
@@ -795,11 +800,13 @@ impl Splitter {
         line: u64,
         offset: u64,
     ) -> Result<Flow, Error> {
+        // Only called once the stream's dialect is known to be a typed one.
+        let dialect = self.dialect.unwrap_or_default();
         let kind = match value.get("type").and_then(Value::as_str) {
             Some(kind) => kind.to_string(),
             None if value.get("choices").is_some() => {
                 return Err(Error::from(ErrorDetail::WrongDialect {
-                    expected: self.dialect,
+                    expected: dialect,
                     found: "chat.completion.chunk".to_string(),
                     line,
                 }));
@@ -807,7 +814,7 @@ impl Splitter {
             None => event.to_string(),
         };
         let decoded = self.typed.get_or_insert_with(Box::default).event(
-            self.dialect,
+            dialect,
             &kind,
             &value,
             (line, offset),
@@ -861,10 +868,10 @@ impl Splitter {
             // Also a typed dialect's stream end that some clients' recordings add: tolerated.
             return Ok(Flow::Done);
         }
-        if self.dialect == Dialect::Detect && trimmed.starts_with('{') {
-            self.dialect = detect(event, trimmed);
+        if self.dialect.is_none() && trimmed.starts_with('{') {
+            self.dialect = Some(detect(event, trimmed));
         }
-        if matches!(self.dialect, Dialect::Responses | Dialect::Anthropic) {
+        if matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic)) {
             return self.typed_event(event, trimmed, line, offset, data_lines);
         }
         if event == "error" {

@@ -622,59 +622,6 @@ pub(crate) fn lenient_i64<'de, D: Deserializer<'de>>(
     deserializer.deserialize_any(Lenient)
 }
 
-/// The wire dialect of a stream.
-///
-/// ```
-/// use choicewise_proto::Dialect;
-/// assert_eq!(Dialect::default(), Dialect::Detect);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Dialect {
-    /// Recognised from the stream's first event (the default).
-    #[default]
-    Detect,
-    /// OpenAI Chat Completions chunks (`chat.completion.chunk`), any `n`.
-    Chat,
-    /// The OpenAI Responses API's typed events: one choice.
-    Responses,
-    /// The Anthropic Messages API's events: one choice.
-    Anthropic,
-}
-
-impl std::fmt::Display for Dialect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Dialect::Detect => "detected",
-            Dialect::Chat => "chat",
-            Dialect::Responses => "responses",
-            Dialect::Anthropic => "anthropic",
-        })
-    }
-}
-
-impl std::str::FromStr for Dialect {
-    type Err = String;
-
-    /// `chat`, `responses` or `anthropic`.
-    ///
-    /// ```
-    /// use choicewise_proto::Dialect;
-    /// assert_eq!("anthropic".parse::<Dialect>(), Ok(Dialect::Anthropic));
-    /// assert!("grpc".parse::<Dialect>().is_err());
-    /// ```
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "chat" => Ok(Dialect::Chat),
-            "responses" => Ok(Dialect::Responses),
-            "anthropic" => Ok(Dialect::Anthropic),
-            other => Err(format!(
-                "unknown format {other:?} (chat, responses or anthropic)"
-            )),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,23 +78,24 @@ fn full(bytes: impl Into<Bytes>) -> Body {
         .boxed()
 }
 
-/// Which API a path belongs to.
-enum Api {
-    OpenAi,
+/// How a path's requests carry their key: a bearer token (OpenAI), `api-key` (Azure
+/// OpenAI, with `?api-version=`) or `x-api-key` (Anthropic).
+enum KeyHeader {
+    Bearer,
     Azure,
-    Anthropic,
+    XApiKey,
 }
 
-fn route(path: &str) -> Option<Api> {
+fn route(path: &str) -> Option<KeyHeader> {
     match path {
-        "/v1/chat/completions" | "/v1/responses" => return Some(Api::OpenAi),
-        "/v1/messages" => return Some(Api::Anthropic),
+        "/v1/chat/completions" | "/v1/responses" => return Some(KeyHeader::Bearer),
+        "/v1/messages" => return Some(KeyHeader::XApiKey),
         _ => {}
     }
     let deployment = path
         .strip_prefix("/openai/deployments/")?
         .strip_suffix("/chat/completions")?;
-    (!deployment.is_empty() && !deployment.contains('/')).then_some(Api::Azure)
+    (!deployment.is_empty() && !deployment.contains('/')).then_some(KeyHeader::Azure)
 }
 
 /// `GET /v1/models`.
@@ -179,7 +180,7 @@ async fn handle(
             .kind("invalid_request_error")
             .response());
     }
-    if matches!(api, Api::Azure)
+    if matches!(api, KeyHeader::Azure)
         && recorded
             .query_param("api-version")
             .is_none_or(str::is_empty)
@@ -191,12 +192,12 @@ async fn handle(
     }
     if let Some(key) = &state.api_key {
         let authorized = match api {
-            Api::OpenAi => recorded
+            KeyHeader::Bearer => recorded
                 .header("authorization")
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .is_some_and(|k| k == key),
-            Api::Azure => recorded.header("api-key") == Some(key.as_str()),
-            Api::Anthropic => recorded.header("x-api-key") == Some(key.as_str()),
+            KeyHeader::Azure => recorded.header("api-key") == Some(key.as_str()),
+            KeyHeader::XApiKey => recorded.header("x-api-key") == Some(key.as_str()),
         };
         if !authorized {
             return Ok(Failure::status(401).response());

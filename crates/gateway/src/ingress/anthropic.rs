@@ -27,9 +27,10 @@ mod encode;
 pub(crate) use encode::{MessagesEncoder, message};
 
 use axum::http::StatusCode;
+use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
-use super::{Api, IngressError, Reply, Translated, field, kind_of};
+use super::{IngressError, Reply, Translated, field, kind_of};
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
 pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
@@ -167,7 +168,7 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
         chat: Value::Object(chat),
         native,
         reply: Reply {
-            api: Api::Messages,
+            api: Dialect::Anthropic,
             model,
             reasoning,
             stop,

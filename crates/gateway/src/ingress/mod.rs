@@ -35,20 +35,11 @@ use std::fmt;
 use axum::http::StatusCode;
 #[cfg(test)]
 use choicewise_core::Usage;
-use choicewise_core::{ChoiceEvent, ChoiceOutput};
+use choicewise_core::{ChoiceEvent, ChoiceOutput, Dialect};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
-
-/// The API a client speaks to the gateway (besides Chat Completions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Api {
-    /// Anthropic Messages, `POST /v1/messages`.
-    Messages,
-    /// OpenAI Responses, `POST /v1/responses` (stateless).
-    Responses,
-}
 
 /// A request refused before it runs, in the terms of the client's API: a status, the field
 /// concerned when there is one, a message naming it, and (Responses) OpenAI's error code.
@@ -105,10 +96,10 @@ impl IngressError {
     /// The error's JSON body in `api`'s shape (the gateway answers through
     /// [`ApiError`]'s conversion and [`api_error_body`]; the tests check this shape).
     #[cfg(test)]
-    pub fn body(&self, api: Api) -> Value {
+    pub fn body(&self, api: Dialect) -> Value {
         match api {
-            Api::Messages => anthropic::error_body(self.status, &self.message),
-            Api::Responses => responses::error_object(
+            Dialect::Anthropic => anthropic::error_body(self.status, &self.message),
+            _ => responses::error_object(
                 self.status,
                 &self.message,
                 None,
@@ -144,21 +135,22 @@ pub(crate) fn parse_body(bytes: &[u8]) -> Result<Value, IngressError> {
 /// `not_found_error` 404, `request_too_large` 413, `rate_limit_error` 429, `api_error` 500
 /// and other 5xx, `overloaded_error` 529); OpenAI's `{"error": {"message", "type", "param",
 /// "code"}}` for Responses (`invalid_request_error` below 500 but 429's `rate_limit_error`,
-/// `server_error` from 500).
-pub(crate) fn error_body(api: Api, status: StatusCode, message: &str) -> Value {
+/// `server_error` from 500) for both OpenAI APIs.
+pub(crate) fn error_body(api: Dialect, status: StatusCode, message: &str) -> Value {
     match api {
-        Api::Messages => anthropic::error_body(status, message),
-        Api::Responses => responses::error_object(status, message, None, None, None),
+        Dialect::Anthropic => anthropic::error_body(status, message),
+        _ => responses::error_object(status, message, None, None, None),
     }
 }
 
 /// One of the gateway's own errors (the Chat Completions endpoint's [`ApiError`]: 401, 404,
 /// 413, 429, 502, or a 400 of `ChatRequest::parse`) in `api`'s shape: the same status and
 /// message; Responses keeps its OpenAI `type` and `code` too.
-pub(crate) fn api_error_body(api: Api, error: &ApiError) -> Value {
+pub(crate) fn api_error_body(api: Dialect, error: &ApiError) -> Value {
     match api {
-        Api::Messages => anthropic::error_body(error.status, &error.message),
-        Api::Responses => responses::error_object(
+        Dialect::Anthropic => anthropic::error_body(error.status, &error.message),
+        Dialect::Chat => error.body(),
+        _ => responses::error_object(
             error.status,
             &error.message,
             Some(error.kind),
@@ -190,8 +182,8 @@ pub(crate) struct Translated {
 /// What an answer in the client's API needs to know of its request.
 #[derive(Debug, Clone)]
 pub(crate) struct Reply {
-    /// The API to answer in.
-    pub api: Api,
+    /// The API to answer in: Responses or Anthropic (only their requests are translated).
+    pub api: Dialect,
     /// The model the client asked for, named in the answer.
     pub model: String,
     /// The client asked for thinking (Anthropic `thinking` enabled or adaptive) or reasoning
@@ -206,11 +198,15 @@ pub(crate) struct Reply {
     pub echo: Map<String, Value>,
 }
 
-/// Translates a request body of `api` (see [`anthropic::to_chat`], [`responses::to_chat`]).
-pub(crate) fn to_chat(api: Api, body: &Value) -> Result<Translated, IngressError> {
+/// Translates a request body of `api` (see [`anthropic::to_chat`], [`responses::to_chat`]);
+/// a Chat Completions body is not translated (a 400 says so).
+pub(crate) fn to_chat(api: Dialect, body: &Value) -> Result<Translated, IngressError> {
     match api {
-        Api::Messages => anthropic::to_chat(body),
-        Api::Responses => responses::to_chat(body),
+        Dialect::Anthropic => anthropic::to_chat(body),
+        Dialect::Responses => responses::to_chat(body),
+        other => Err(IngressError::body_error(format!(
+            "a {other} request is not translated"
+        ))),
     }
 }
 
@@ -218,8 +214,8 @@ impl Reply {
     /// A new streamed-answer encoder for this request.
     pub fn encoder(&self) -> Box<dyn Encoder> {
         match self.api {
-            Api::Messages => Box::new(anthropic::MessagesEncoder::new(self)),
-            Api::Responses => Box::new(responses::ResponsesEncoder::new(self)),
+            Dialect::Anthropic => Box::new(anthropic::MessagesEncoder::new(self)),
+            _ => Box::new(responses::ResponsesEncoder::new(self)),
         }
     }
 
@@ -232,8 +228,8 @@ impl Reply {
         choicewise: Option<&Value>,
     ) -> Value {
         match self.api {
-            Api::Messages => anthropic::message(self, output, usage, choicewise),
-            Api::Responses => responses::message(self, output, usage, choicewise),
+            Dialect::Anthropic => anthropic::message(self, output, usage, choicewise),
+            _ => responses::message(self, output, usage, choicewise),
         }
     }
 }

@@ -29,9 +29,10 @@ mod encode;
 pub(crate) use encode::{ResponsesEncoder, message};
 
 use axum::http::StatusCode;
+use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
-use super::{Api, IngressError, Reply, Translated, field, kind_of};
+use super::{IngressError, Reply, Translated, field, kind_of};
 
 /// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`, the type the
 /// status stands for unless `kind` is given.
@@ -191,7 +192,7 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
         chat: Value::Object(chat),
         native,
         reply: Reply {
-            api: Api::Responses,
+            api: Dialect::Responses,
             model,
             reasoning,
             stop: Vec::new(),

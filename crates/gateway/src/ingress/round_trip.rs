@@ -11,7 +11,7 @@ use choicewise_core::{
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
-use super::{Api, Reply, Tokens};
+use super::{Reply, Tokens};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -51,7 +51,7 @@ async fn read(bytes: Vec<u8>, dialect: Dialect, index: u32) -> Read {
     }
 }
 
-fn reply(api: Api, stop: &[&str]) -> Reply {
+fn reply(api: Dialect, stop: &[&str]) -> Reply {
     Reply {
         api,
         model: "served-model".into(),
@@ -122,14 +122,14 @@ fn frames(bytes: &[u8]) -> Vec<(String, Value)> {
 
 /// The rules of each API's sequence, whatever the content: names agree with `type`s, blocks
 /// or items open and close in order, Responses' sequence numbers count from 0.
-fn well_formed(api: Api, bytes: &[u8]) {
+fn well_formed(api: Dialect, bytes: &[u8]) {
     let frames = frames(bytes);
     let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();
     for (name, data) in &frames {
         assert_eq!(data["type"], name.as_str(), "{names:?}");
     }
     match api {
-        Api::Messages => {
+        Dialect::Anthropic => {
             // A failure before anything else is a lone `error` event.
             assert!(
                 names[0] == "message_start" || names == ["error"],
@@ -155,7 +155,7 @@ fn well_formed(api: Api, bytes: &[u8]) {
             let pings = names.iter().filter(|n| **n == "ping").count();
             assert_eq!(pings, usize::from(next > 0), "{names:?}");
         }
-        Api::Responses => {
+        Dialect::Responses => {
             assert_eq!(names[..2], ["response.created", "response.in_progress"]);
             let last = *names.last().unwrap();
             assert!(
@@ -192,15 +192,13 @@ fn well_formed(api: Api, bytes: &[u8]) {
                 assert_eq!(output.as_array().map(Vec::len), Some(items as usize));
             }
         }
+        other => unreachable!("{other} requests are not translated"),
     }
 }
 
 /// One recording through its API's encoder and back: the same essentials, usage and failure.
-async fn round_trip(name: &str, api: Api, stop: &[&str]) -> (Read, Read, Vec<u8>) {
-    let dialect = match api {
-        Api::Messages => Dialect::Anthropic,
-        Api::Responses => Dialect::Responses,
-    };
+async fn round_trip(name: &str, api: Dialect, stop: &[&str]) -> (Read, Read, Vec<u8>) {
+    let dialect = api;
     let original = read(fixture(name), dialect, 0).await;
     let reply = reply(api, stop);
     let bytes = encode(&reply, &original, 0);
@@ -236,10 +234,11 @@ async fn every_anthropic_recording_comes_back_the_same() {
         "anthropic_error.sse",
         "anthropic_stop_sequence.sse",
     ] {
-        round_trip(name, Api::Messages, &[]).await;
+        round_trip(name, Dialect::Anthropic, &[]).await;
     }
     // The one stop sequence asked for is named; the failure keeps its cause.
-    let (_, back, bytes) = round_trip("anthropic_stop_sequence.sse", Api::Messages, &["4."]).await;
+    let (_, back, bytes) =
+        round_trip("anthropic_stop_sequence.sse", Dialect::Anthropic, &["4."]).await;
     assert_eq!(
         back.completion.choices[0].stop_reason.as_deref(),
         Some("stop_sequence")
@@ -252,7 +251,7 @@ async fn every_anthropic_recording_comes_back_the_same() {
         delta.1["delta"],
         json!({"stop_reason": "stop_sequence", "stop_sequence": "4."})
     );
-    let (original, back, _) = round_trip("anthropic_error.sse", Api::Messages, &[]).await;
+    let (original, back, _) = round_trip("anthropic_error.sse", Dialect::Anthropic, &[]).await;
     assert_eq!(back.error.unwrap().kind(), ErrorKind::Upstream);
     assert_eq!(
         back.completion.choices[0].message.content.as_deref(),
@@ -271,9 +270,10 @@ async fn every_responses_recording_comes_back_the_same() {
         "responses_text_then_call.sse",
         "responses_max_output_tokens.sse",
     ] {
-        round_trip(name, Api::Responses, &[]).await;
+        round_trip(name, Dialect::Responses, &[]).await;
     }
-    let (_, back, bytes) = round_trip("responses_max_output_tokens.sse", Api::Responses, &[]).await;
+    let (_, back, bytes) =
+        round_trip("responses_max_output_tokens.sse", Dialect::Responses, &[]).await;
     assert_eq!(
         back.completion.choices[0].finish_reason.as_deref(),
         Some("length")
@@ -283,7 +283,7 @@ async fn every_responses_recording_comes_back_the_same() {
         last["response"]["incomplete_details"]["reason"],
         "max_output_tokens"
     );
-    let (_, back, _) = round_trip("responses_failed.sse", Api::Responses, &[]).await;
+    let (_, back, _) = round_trip("responses_failed.sse", Dialect::Responses, &[]).await;
     assert_eq!(back.error.unwrap().kind(), ErrorKind::Upstream);
 }
 
@@ -304,8 +304,8 @@ async fn chat_completions_choices_go_out_in_both_apis() {
             .find(|c| c.index == index)
             .unwrap();
         for (api, dialect) in [
-            (Api::Messages, Dialect::Anthropic),
-            (Api::Responses, Dialect::Responses),
+            (Dialect::Anthropic, Dialect::Anthropic),
+            (Dialect::Responses, Dialect::Responses),
         ] {
             let bytes = encode(&reply(api, &[]), &original, index);
             well_formed(api, &bytes);
@@ -316,7 +316,7 @@ async fn chat_completions_choices_go_out_in_both_apis() {
                 back.error
             );
             let mut want = essentials(want, false);
-            if api == Api::Messages {
+            if api == Dialect::Anthropic {
                 // Anthropic has no refusal: its text is text.
                 if let Some(refusal) = want["refusal"].as_str().map(str::to_string) {
                     want["content"] = json!(format!(
@@ -344,7 +344,7 @@ fn runs(bytes: &[u8]) -> Vec<String> {
 
 #[tokio::test]
 async fn the_event_sequences_are_the_apis_own() {
-    let (_, _, bytes) = round_trip("anthropic_tools.sse", Api::Messages, &[]).await;
+    let (_, _, bytes) = round_trip("anthropic_tools.sse", Dialect::Anthropic, &[]).await;
     assert_eq!(
         runs(&bytes),
         [
@@ -381,7 +381,7 @@ async fn the_event_sequences_are_the_apis_own() {
     assert_eq!(delta["usage"]["input_tokens"], 472);
     assert_eq!(delta["usage"]["output_tokens"], 89);
 
-    let (_, _, bytes) = round_trip("responses_text.sse", Api::Responses, &[]).await;
+    let (_, _, bytes) = round_trip("responses_text.sse", Dialect::Responses, &[]).await;
     assert_eq!(
         runs(&bytes),
         [
@@ -402,7 +402,7 @@ async fn the_event_sequences_are_the_apis_own() {
             "response.completed",
         ]
     );
-    let (_, _, bytes) = round_trip("responses_tools.sse", Api::Responses, &[]).await;
+    let (_, _, bytes) = round_trip("responses_tools.sse", Dialect::Responses, &[]).await;
     assert_eq!(
         runs(&bytes),
         [
@@ -433,7 +433,7 @@ async fn the_event_sequences_are_the_apis_own() {
 #[test]
 fn the_choicewise_summary_rides_on_the_last_event() {
     let summary = json!({"samples": 3, "selected": [1], "decision": "first_finished"});
-    for api in [Api::Messages, Api::Responses] {
+    for api in [Dialect::Anthropic, Dialect::Responses] {
         let mut encoder = reply(api, &[]).encoder();
         let mut out = Vec::new();
         encoder.event(&ChoiceEvent::Content("Hi".into()), &mut out);
@@ -448,14 +448,15 @@ fn the_choicewise_summary_rides_on_the_last_event() {
         let mut frames = frames(&out);
         let (name, last) = frames.pop().unwrap();
         match api {
-            Api::Messages => {
+            Dialect::Anthropic => {
                 assert_eq!(name, "message_stop");
                 assert_eq!(frames.pop().unwrap().1["choicewise"], summary);
             }
-            Api::Responses => {
+            Dialect::Responses => {
                 assert_eq!(name, "response.completed");
                 assert_eq!(last["choicewise"], summary);
             }
+            other => unreachable!("{other} requests are not translated"),
         }
         // Nothing after the end.
         let len = out.len();
@@ -507,7 +508,7 @@ fn odd_event_orders_give_well_formed_streams() {
         ChoiceEvent::Finished("length".into()),
         ChoiceEvent::Content("after".into()),
     ];
-    for api in [Api::Messages, Api::Responses] {
+    for api in [Dialect::Anthropic, Dialect::Responses] {
         for cut in 0..=odd.len() {
             for ending in 0..3 {
                 let mut encoder = reply(api, &["a", "b"]).encoder();
@@ -540,7 +541,7 @@ async fn non_streamed_answers() {
     let choice = &original.completion.choices[0];
     let usage = Tokens::from_usage(original.completion.usage.as_ref().unwrap());
     let summary = json!({"decision": "vote"});
-    let m = reply(Api::Messages, &[]).message(choice, &usage, Some(&summary));
+    let m = reply(Dialect::Anthropic, &[]).message(choice, &usage, Some(&summary));
     assert_eq!(m["type"], "message");
     assert_eq!(m["model"], "served-model");
     assert_eq!(
@@ -560,14 +561,14 @@ async fn non_streamed_answers() {
     assert_eq!(m["usage"]["output_tokens"], 89);
     assert_eq!(m["choicewise"], summary);
     // Without thinking asked for, none is answered.
-    let mut plain = reply(Api::Messages, &[]);
+    let mut plain = reply(Dialect::Anthropic, &[]);
     plain.reasoning = false;
     assert_eq!(
         plain.message(choice, &usage, None)["content"][0]["type"],
         "text"
     );
 
-    let r = reply(Api::Responses, &[]).message(choice, &usage, None);
+    let r = reply(Dialect::Responses, &[]).message(choice, &usage, None);
     assert_eq!(
         (r["object"].as_str(), r["status"].as_str()),
         (Some("response"), Some("completed"))
@@ -592,7 +593,7 @@ async fn non_streamed_answers() {
 
     let cut = read(fixture("anthropic_max_tokens.sse"), Dialect::Anthropic, 0).await;
     let choice = &cut.completion.choices[0];
-    let m = reply(Api::Messages, &[]).message(choice, &Tokens::default(), None);
+    let m = reply(Dialect::Anthropic, &[]).message(choice, &Tokens::default(), None);
     assert_eq!(m["stop_reason"], "max_tokens");
     // Arguments cut short are not JSON: kept as their text.
     assert!(
@@ -601,12 +602,12 @@ async fn non_streamed_answers() {
             .unwrap()
             .starts_with("{\"path\"")
     );
-    let r = reply(Api::Responses, &[]).message(choice, &Tokens::default(), None);
+    let r = reply(Dialect::Responses, &[]).message(choice, &Tokens::default(), None);
     assert_eq!(r["status"], "incomplete");
     assert_eq!(r["incomplete_details"]["reason"], "max_output_tokens");
     let unfinished = ChoiceOutput::default();
-    let r = reply(Api::Responses, &[]).message(&unfinished, &Tokens::default(), None);
+    let r = reply(Dialect::Responses, &[]).message(&unfinished, &Tokens::default(), None);
     assert_eq!(r["status"], "failed");
-    let m = reply(Api::Messages, &[]).message(&unfinished, &Tokens::default(), None);
+    let m = reply(Dialect::Anthropic, &[]).message(&unfinished, &Tokens::default(), None);
     assert_eq!(m["stop_reason"], Value::Null);
 }

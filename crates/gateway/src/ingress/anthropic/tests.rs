@@ -219,7 +219,7 @@ fn each_refusal_is_a_400_naming_the_field() {
         assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(e.param.as_deref(), Some(param), "{body}");
         assert!(e.message.contains(says), "{body}: {}", e.message);
-        let shaped = e.body(Api::Messages);
+        let shaped = e.body(Dialect::Anthropic);
         assert_eq!(shaped["type"], "error");
         assert_eq!(shaped["error"]["type"], "invalid_request_error");
         assert_eq!(shaped["error"]["message"], e.message.as_str());
@@ -242,7 +242,7 @@ fn errors_take_anthropics_types_by_status() {
     ] {
         let status = StatusCode::from_u16(status).unwrap();
         assert_eq!(
-            super::super::error_body(Api::Messages, status, "why"),
+            super::super::error_body(Dialect::Anthropic, status, "why"),
             json!({"type": "error", "error": {"type": kind, "message": "why"}})
         );
     }
@@ -252,7 +252,7 @@ fn errors_take_anthropics_types_by_status() {
         "the model \"x\" does not exist here",
     );
     assert_eq!(
-        super::super::api_error_body(Api::Messages, &gateway)["error"]["type"],
+        super::super::api_error_body(Dialect::Anthropic, &gateway)["error"]["type"],
         "not_found_error"
     );
 }

@@ -194,7 +194,7 @@ fn each_refusal_is_a_400_naming_the_field() {
         assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(e.param.as_deref(), Some(param), "{body}");
         assert!(e.message.contains(says), "{body}: {}", e.message);
-        let shaped = e.body(Api::Responses);
+        let shaped = e.body(Dialect::Responses);
         assert_eq!(shaped["error"]["type"], "invalid_request_error");
         assert_eq!(shaped["error"]["param"], param);
         assert_eq!(shaped["error"]["message"], e.message.as_str());
@@ -206,21 +206,24 @@ fn each_refusal_is_a_400_naming_the_field() {
 
 #[test]
 fn errors_take_openais_shape() {
-    let body = super::super::error_body(Api::Responses, StatusCode::UNAUTHORIZED, "no key");
+    let body = super::super::error_body(Dialect::Responses, StatusCode::UNAUTHORIZED, "no key");
     assert_eq!(
         body,
         json!({"error": {"message": "no key", "type": "invalid_request_error", "param": null, "code": null}})
     );
-    let body = super::super::error_body(Api::Responses, StatusCode::BAD_GATEWAY, "down");
+    let body = super::super::error_body(Dialect::Responses, StatusCode::BAD_GATEWAY, "down");
     assert_eq!(body["error"]["type"], "server_error");
     let gateway =
         crate::error::ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "busy")
             .code("too_many_requests");
     assert_eq!(
-        super::super::api_error_body(Api::Responses, &gateway),
+        super::super::api_error_body(Dialect::Responses, &gateway),
         json!({"error": {"message": "busy", "type": "rate_limit_error", "param": null, "code": "too_many_requests"}})
     );
     let bad = super::super::parse_body(b"{").unwrap_err();
-    assert_eq!(bad.body(Api::Responses)["error"]["code"], "invalid_json");
+    assert_eq!(
+        bad.body(Dialect::Responses)["error"]["code"],
+        "invalid_json"
+    );
     assert!(super::super::parse_body(b"[]").is_err());
 }

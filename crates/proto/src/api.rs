@@ -1,0 +1,209 @@
+//! The three API dialects: their names, their endpoints, and a request in Chat Completions'
+//! shape in each one's shape.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// `max_tokens` sent to the Anthropic API, which requires it, when a request in Chat
+/// Completions' shape has none (see [`Dialect::request_from_chat`]).
+///
+/// ```
+/// assert_eq!(choicewise_proto::DEFAULT_ANTHROPIC_MAX_TOKENS, 1024);
+/// ```
+pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 1024;
+
+/// An API dialect: what a stream speaks, what an upstream is asked in, what a client sent.
+/// The one name of an API across choicewise (configuration files, flags, metrics labels).
+///
+/// A stream whose dialect is not given is recognised from its first event.
+///
+/// ```
+/// use choicewise_proto::Dialect;
+/// assert_eq!("anthropic".parse::<Dialect>(), Ok(Dialect::Anthropic));
+/// assert_eq!(Dialect::Responses.to_string(), "responses");
+/// assert_eq!(Dialect::Chat.endpoint(), "chat/completions");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Dialect {
+    /// OpenAI Chat Completions and compatible servers: `chat.completion.chunk` events, any
+    /// `n` (the default).
+    #[default]
+    Chat,
+    /// The OpenAI Responses API's typed events: one choice.
+    Responses,
+    /// The Anthropic Messages API's events: one choice.
+    Anthropic,
+}
+
+impl Dialect {
+    /// Every dialect, in the order of their names in messages.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::ALL.len(), 3);
+    /// ```
+    pub const ALL: [Dialect; 3] = [Dialect::Chat, Dialect::Responses, Dialect::Anthropic];
+
+    /// Its name: `chat`, `responses`, `anthropic` (configuration, flags, labels).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Chat.name(), "chat");
+    /// ```
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dialect::Chat => "chat",
+            Dialect::Responses => "responses",
+            Dialect::Anthropic => "anthropic",
+        }
+    }
+
+    /// Its streaming endpoint's path under an API's base URL (`…/v1`).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Anthropic.endpoint(), "messages");
+    /// ```
+    pub const fn endpoint(self) -> &'static str {
+        match self {
+            Dialect::Chat => "chat/completions",
+            Dialect::Responses => "responses",
+            Dialect::Anthropic => "messages",
+        }
+    }
+
+    /// A request in Chat Completions' shape (`messages`, `max_tokens`, ...) in this dialect's
+    /// shape (Chat: unchanged):
+    ///
+    /// - Responses: a first system or developer message becomes `instructions`, the others
+    ///   `input`; `max_tokens` / `max_completion_tokens` become `max_output_tokens`; it has no
+    ///   `stop` and no `seed` (an error names them).
+    /// - Anthropic: a first system or developer message becomes `system`; `max_tokens` is
+    ///   required (from `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`]);
+    ///   `stop` becomes `stop_sequences` (a string, a list); it has no `seed`.
+    ///
+    /// Neither has `n` (more than one choice is one request per choice) nor `stream_options`
+    /// (both report usage in the stream anyway).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let chat = serde_json::json!({"model": "m", "max_tokens": 50,
+    ///     "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]});
+    /// let anthropic = Dialect::Anthropic.request_from_chat(&chat).unwrap();
+    /// assert_eq!(anthropic["system"], "Be brief.");
+    /// assert_eq!(anthropic["max_tokens"], 50);
+    /// ```
+    pub fn request_from_chat(self, request: &Value) -> Result<Value, String> {
+        let api = self;
+        let Some(body) = request.as_object() else {
+            return Err("the request body must be a JSON object".into());
+        };
+        if api == Dialect::Chat {
+            return Ok(request.clone());
+        }
+        if body.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+            return Err(format!(
+                "the {} API has no n: send one request per choice",
+                api
+            ));
+        }
+        let mut out = Map::new();
+        let mut messages: Vec<Value> = body
+            .get("messages")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let system = match messages.first() {
+            Some(m) if matches!(m["role"].as_str(), Some("system" | "developer")) => {
+                Some(messages.remove(0)["content"].clone())
+            }
+            _ => None,
+        };
+        for unsupported in ["seed", "stop"] {
+            let missing = match api {
+                Dialect::Responses => true,
+                _ => unsupported == "seed",
+            };
+            if missing && body.get(unsupported).is_some_and(|v| !v.is_null()) {
+                return Err(format!(
+                    "the {} API has no {unsupported}: leave it out for it",
+                    api
+                ));
+            }
+        }
+        for (key, value) in body {
+            match key.as_str() {
+                "n"
+                | "stream_options"
+                | "messages"
+                | "max_tokens"
+                | "max_completion_tokens"
+                | "stop" => {}
+                _ => {
+                    out.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        let max_tokens = body
+            .get("max_completion_tokens")
+            .or_else(|| body.get("max_tokens"))
+            .cloned();
+        match api {
+            Dialect::Responses => {
+                out.insert("input".into(), Value::Array(messages));
+                if let Some(system) = system {
+                    out.insert("instructions".into(), system);
+                }
+                if let Some(max) = max_tokens {
+                    out.insert("max_output_tokens".into(), max);
+                }
+            }
+            Dialect::Anthropic => {
+                out.insert("messages".into(), Value::Array(messages));
+                if let Some(system) = system {
+                    out.insert("system".into(), system);
+                }
+                out.insert(
+                    "max_tokens".into(),
+                    max_tokens.unwrap_or(json!(DEFAULT_ANTHROPIC_MAX_TOKENS)),
+                );
+                match body.get("stop") {
+                    Some(Value::String(one)) => {
+                        out.insert("stop_sequences".into(), json!([one]));
+                    }
+                    Some(Value::Array(many)) => {
+                        out.insert("stop_sequences".into(), Value::Array(many.clone()));
+                    }
+                    _ => {}
+                }
+            }
+            Dialect::Chat => {}
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Dialect {
+    type Err = String;
+
+    /// `chat`, `responses` or `anthropic`.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!("grpc".parse::<Dialect>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<Self, String> {
+        Dialect::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| format!("unknown API {s:?} (chat, responses or anthropic)"))
+    }
+}
