@@ -2,6 +2,12 @@
 //! one owner (its actor; the reader only for a choice whose actor is gone) and read by any
 //! number of handles, each at its own pace.
 //!
+//! Writing takes a [`LogWriter`]: whoever holds the newest one is the log's one writer. The
+//! reader gives each actor it starts a new writer ([`ChoiceLog::take_over`]) and takes one
+//! itself when an actor is gone (it panicked, could not start, or dies with the reader);
+//! taking over fences off the writer before, whose later writes are refused. A log refuses
+//! every write once the choice has settled.
+//!
 //! A reader holds a cursor into the log, so every sub-stream replays from the start: the
 //! writer never waits for a reader, and memory is the size of the response however slowly
 //! anyone reads. Waiting readers park a [`Waker`](std::task::Waker) in a slot of their own;
@@ -82,6 +88,8 @@ pub(crate) struct ChoiceLog {
 /// What the choice's owner published.
 #[derive(Debug)]
 pub(crate) struct Published {
+    /// The epoch of the log's current writer (see [`ChoiceLog::take_over`]).
+    writer: u64,
     pub events: EventLog,
     /// Where the choice is, as of the last publish.
     pub phase: Phase,
@@ -136,6 +144,7 @@ impl ChoiceLog {
             cancel_asked: AtomicBool::new(false),
             low_confidence: AtomicBool::new(false),
             published: Mutex::new(Published {
+                writer: 0,
                 events: EventLog::default(),
                 phase: Phase::Open,
                 output: None,
@@ -148,23 +157,16 @@ impl ChoiceLog {
         lock(&self.published)
     }
 
-    /// Appends events and the phase they led to; `output` (the message) once the choice has
-    /// closed. Wakes the readers.
-    pub fn publish(
-        &self,
-        events: &mut Vec<ChoiceEvent>,
-        phase: &Phase,
-        output: impl FnOnce() -> Option<ChoiceOutput>,
-    ) {
+    /// Makes the caller the log's one writer: the writer before (if any) is fenced off, its
+    /// later writes refused. The reader calls it for each actor it starts, and for itself
+    /// when the choice's actor is gone.
+    pub fn take_over(self: &Arc<Self>) -> LogWriter {
         let mut published = self.lock();
-        published.events.append(events);
-        if key(&published.phase) != key(phase) {
-            published.phase = phase.clone();
-            if let Some(output) = output() {
-                published.output = Some(output);
-            }
+        published.writer += 1;
+        LogWriter {
+            log: self.clone(),
+            epoch: published.writer,
         }
-        published.waiters.wake_all();
     }
 
     /// Records a request to cancel; `false` if one was already asked for or the choice has
@@ -189,6 +191,54 @@ impl ChoiceLog {
     }
 }
 
+/// The right to write a choice's log, held by its one writer (see [`ChoiceLog::take_over`]).
+/// Not `Clone`: a writer is passed on by moving it.
+#[derive(Debug)]
+pub(crate) struct LogWriter {
+    log: Arc<ChoiceLog>,
+    epoch: u64,
+}
+
+/// Why a log refused a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The choice has settled: its log is final.
+    Settled,
+    /// Another writer took over (the actor this writer belonged to is gone).
+    Fenced,
+}
+
+impl LogWriter {
+    /// Appends events and the phase they led to; `output` (the message) once the choice has
+    /// closed. Wakes the readers. Refused, changing nothing, once the choice has settled or
+    /// when another writer has taken over.
+    pub fn publish(
+        &self,
+        events: &mut Vec<ChoiceEvent>,
+        phase: &Phase,
+        output: impl FnOnce() -> Option<ChoiceOutput>,
+    ) -> Result<(), Refused> {
+        let mut published = self.log.lock();
+        if published.writer != self.epoch {
+            events.clear();
+            return Err(Refused::Fenced);
+        }
+        if published.phase.is_settled() {
+            events.clear();
+            return Err(Refused::Settled);
+        }
+        published.events.append(events);
+        if key(&published.phase) != key(phase) {
+            published.phase = phase.clone();
+            if let Some(output) = output() {
+                published.output = Some(output);
+            }
+        }
+        published.waiters.wake_all();
+        Ok(())
+    }
+}
+
 impl Watched for ChoiceLog {
     type State = Published;
     fn state(&self) -> &Mutex<Published> {
@@ -196,5 +246,82 @@ impl Watched for ChoiceLog {
     }
     fn waiters(state: &mut Published) -> &mut Waiters {
         &mut state.waiters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use choicewise_proto::ChoiceEvent;
+
+    use super::*;
+
+    fn content(text: &str) -> Vec<ChoiceEvent> {
+        vec![ChoiceEvent::Content(text.into())]
+    }
+
+    #[test]
+    fn a_settled_log_refuses_every_write() {
+        let log = Arc::new(ChoiceLog::new(0));
+        let writer = log.take_over();
+        let ended = Closed::Ended { late_error: None };
+        writer
+            .publish(&mut content("a"), &Phase::Closed(ended.clone()), || None)
+            .unwrap();
+        writer
+            .publish(&mut Vec::new(), &Phase::Settled(ended), || None)
+            .unwrap();
+        let mut late = content("late");
+        assert_eq!(
+            writer.publish(&mut late, &Phase::Open, || None),
+            Err(Refused::Settled)
+        );
+        assert!(late.is_empty(), "the refused events are dropped");
+        // Nor does a writer that takes over after the choice settled change it.
+        let reader = log.take_over();
+        let failed = Phase::Settled(Closed::Cancelled);
+        assert_eq!(
+            reader.publish(&mut content("x"), &failed, || None),
+            Err(Refused::Settled)
+        );
+        let published = log.lock();
+        assert!(published.phase.is_settled());
+        assert!(matches!(
+            published.phase.closed(),
+            Some(Closed::Ended { .. })
+        ));
+        assert_eq!(
+            published.events.get(0),
+            Some(&ChoiceEvent::Content("a".into()))
+        );
+        assert_eq!(published.events.get(1), None);
+    }
+
+    #[test]
+    fn a_writer_taken_over_is_fenced_off() {
+        let log = Arc::new(ChoiceLog::new(3));
+        let actor = log.take_over();
+        actor
+            .publish(&mut content("a"), &Phase::Open, || None)
+            .unwrap();
+        // The actor is gone (say it panicked): the reader takes over.
+        let reader = log.take_over();
+        assert_eq!(
+            actor.publish(&mut content("stale"), &Phase::Open, || None),
+            Err(Refused::Fenced)
+        );
+        reader
+            .publish(&mut content("b"), &Phase::Open, || None)
+            .unwrap();
+        let published = log.lock();
+        let events: Vec<_> = (0..)
+            .map_while(|i| published.events.get(i).cloned())
+            .collect();
+        assert_eq!(
+            events,
+            [
+                ChoiceEvent::Content("a".into()),
+                ChoiceEvent::Content("b".into())
+            ]
+        );
     }
 }

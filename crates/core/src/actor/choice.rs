@@ -16,7 +16,7 @@ use choicewise_proto::{ChoiceEvent, Warning};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::completion::CompletionShared;
-use crate::log::{ChoiceLog, lock};
+use crate::log::{LogWriter, lock};
 use crate::msg::{ChoiceMsg, ReaderMsg};
 
 pub(crate) struct ChoiceActor;
@@ -34,7 +34,8 @@ pub(crate) struct Handback {
 /// before it), where it publishes, and where it reports.
 pub(crate) struct ChoiceArgs {
     pub core: Box<ChoiceCore>,
-    pub log: Arc<ChoiceLog>,
+    /// The right to write the choice's log, for as long as this actor runs.
+    pub writer: LogWriter,
     pub completion: Arc<CompletionShared>,
     pub handback: Arc<Handback>,
     pub reader: ActorRef<ReaderMsg>,
@@ -43,7 +44,7 @@ pub(crate) struct ChoiceArgs {
 
 pub(crate) struct ChoiceActorState {
     pub core: Box<ChoiceCore>,
-    log: Arc<ChoiceLog>,
+    writer: LogWriter,
     completion: Arc<CompletionShared>,
     handback: Arc<Handback>,
     reader: ActorRef<ReaderMsg>,
@@ -64,7 +65,10 @@ impl ChoiceActorState {
             self.completion.lock().warnings.append(&mut self.warnings);
         }
         let core = &self.core;
-        self.log
+        // Refused only once the reader has taken the choice over (this actor is being
+        // stopped with it) or after the choice settled: nothing of this actor's is wanted.
+        let _ = self
+            .writer
             .publish(&mut self.events, core.phase(), || match core.phase() {
                 Phase::Open => None,
                 _ => Some(core.output()),
@@ -115,7 +119,7 @@ impl Actor for ChoiceActor {
     ) -> Result<ChoiceActorState, ActorProcessingErr> {
         Ok(ChoiceActorState {
             core: args.core,
-            log: args.log,
+            writer: args.writer,
             completion: args.completion,
             handback: args.handback,
             reader: args.reader,

@@ -242,7 +242,7 @@ impl ReaderState {
         let entry = &self.slots[slot].entry;
         let args = ChoiceArgs {
             core,
-            log: entry.log.clone(),
+            writer: entry.log.take_over(),
             completion: self.completion.clone(),
             handback: self.slots[slot].handback.clone(),
             reader: self.myself.clone(),
@@ -299,7 +299,12 @@ impl ReaderState {
     }
 
     /// Settles a choice whose actor died, publishing its warning.
-    fn settle_orphan(&self, log: &ChoiceLog, orphan: &mut ChoiceCore, outcome: Result<(), Error>) {
+    fn settle_orphan(
+        &self,
+        log: &Arc<ChoiceLog>,
+        orphan: &mut ChoiceCore,
+        outcome: Result<(), Error>,
+    ) {
         let mut events = Vec::new();
         if let Some(w) = orphan.settle(outcome, &mut events) {
             self.completion.lock().warnings.push(w);
@@ -438,7 +443,10 @@ impl ReaderState {
                     core.cancel(&mut events);
                 }
                 core.settle(outcome.clone(), &mut events);
-                log.publish(&mut events, core.phase(), || Some(core.output()));
+                // A new log: its first writer, refused nothing.
+                let _ = log
+                    .take_over()
+                    .publish(&mut events, core.phase(), || Some(core.output()));
                 state
                     .choices
                     .push(Arc::new(ChoiceEntry { log, addr: None }));
@@ -562,15 +570,18 @@ fn orphan_of(log: &ChoiceLog) -> ChoiceCore {
     ChoiceCore::orphan(log.index, log.lock().phase.clone())
 }
 
-/// Publishes the phase of a choice whose actor is gone; its message is the one published at
-/// its close, or rebuilt from its events.
-fn publish_orphan(log: &ChoiceLog, orphan: &ChoiceCore) {
+/// Publishes the phase of a choice whose actor is gone, the reader taking the log over; its
+/// message is the one published at its close, or rebuilt from its events. Refused, as a
+/// settled log refuses every write, when the choice had settled.
+fn publish_orphan(log: &Arc<ChoiceLog>, orphan: &ChoiceCore) {
     let output = {
         let published = log.lock();
         published.outcome(log.index).0
     };
     let output = mark_cancelled(output, orphan.phase());
-    log.publish(&mut Vec::new(), orphan.phase(), || Some(output));
+    let _ = log
+        .take_over()
+        .publish(&mut Vec::new(), orphan.phase(), || Some(output));
 }
 
 fn mark_cancelled(mut output: ChoiceOutput, phase: &Phase) -> ChoiceOutput {
