@@ -330,6 +330,68 @@ pub fn run_handwritten_fan_out(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> R
     finish_run(produced, &received, arrivals, g.content_deltas)
 }
 
+/// One paced run through a hand-written floor with the design's two hand-offs: the
+/// hand-written loop sends each content delta's text down an unbounded channel to its choice's
+/// own forwarding task (spawned when the index first appears, standing in for the choice
+/// actor), which sends it down a second unbounded channel to a consumer task of that choice's
+/// own (standing in for the consumer of the choice's handle); the consumer stamps it on
+/// arrival. choicewise's design asks for exactly these two hand-offs (the reader parses → the
+/// choice's actor, the only writer of the choice → the consumer's task), so this is the floor
+/// of the design: two task wake-ups per choice per read through the same scheduler, and no
+/// merge, log or fault isolation. `run_handwritten_fan_out` is the one-hand-off floor.
+pub fn run_handwritten_two_handoff(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let received = Received::new(g.event_ends.len());
+    let stamps = received.clone();
+    let reader = rt.spawn(async move {
+        let mut choices: Vec<Option<mpsc::UnboundedSender<String>>> = Vec::new();
+        let mut forwarders = Vec::new();
+        let mut consumers = Vec::new();
+        hand_written_loop(channel_stream(rx, stamps), |index, text| {
+            if choices.len() <= index {
+                choices.resize_with(index + 1, || None);
+            }
+            let choice = choices[index].get_or_insert_with(|| {
+                let (to_consumer, mut from_forwarder) = mpsc::unbounded_channel::<String>();
+                consumers.push(tokio::spawn(async move {
+                    let mut arrivals = Vec::with_capacity(1 << 16);
+                    while let Some(text) = from_forwarder.recv().await {
+                        let at = Instant::now();
+                        if let Some(seq) = seq_of(&text) {
+                            arrivals.push((seq, at));
+                        }
+                    }
+                    arrivals
+                }));
+                let (to_forwarder, mut from_reader) = mpsc::unbounded_channel::<String>();
+                forwarders.push(tokio::spawn(async move {
+                    while let Some(text) = from_reader.recv().await {
+                        let _ = to_consumer.send(text);
+                    }
+                    // Dropping `to_consumer` here ends the consumer.
+                }));
+                to_forwarder
+            });
+            let _ = choice.send(text.to_owned());
+        })
+        .await;
+        // Closing the first channels ends the forwarders, whose ends close the second ones.
+        drop(choices);
+        for forwarder in forwarders {
+            forwarder.await.expect("forwarders do not panic");
+        }
+        let mut arrivals = Vec::new();
+        for consumer in consumers {
+            arrivals.extend(consumer.await.expect("consumers do not panic"));
+        }
+        arrivals
+    });
+    let producer = spawn_producer(g.clone(), rate, tx);
+    let arrivals = rt.block_on(reader).expect("the run does not panic");
+    let produced = producer.join().expect("the producer does not panic");
+    finish_run(produced, &received, arrivals, g.content_deltas)
+}
+
 /// Medians over runs of p50, p99, p99.9 and max, µs.
 #[derive(Debug, Clone, Copy)]
 pub struct Summary {
@@ -408,7 +470,12 @@ mod tests {
                 .enable_all()
                 .build()
                 .expect("a runtime");
-            for run in [run_handwritten, run_handwritten_fan_out, run_choicewise] {
+            for run in [
+                run_handwritten,
+                run_handwritten_fan_out,
+                run_handwritten_two_handoff,
+                run_choicewise,
+            ] {
                 // `finish_run` also asserts that as many deltas arrived as the stream holds.
                 let r = run(&rt, &g, 1e6);
                 assert_eq!(r.latencies_ns.len(), g.content_deltas);
