@@ -240,6 +240,15 @@ impl CompletionsBuilder {
         self
     }
 
+    /// Test-only (feature `fault-injection`): installs a hook that makes a choice's actor
+    /// panic or stall at the updates it picks ([`fault`](crate::fault)).
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn fault_hook(mut self, hook: impl crate::fault::FaultHook) -> Self {
+        self.config.fault_hook = crate::fault::Hook(Some(std::sync::Arc::new(hook)));
+        self
+    }
+
     /// Starts reading one source: a reader actor starts consuming it at once. Panics when
     /// called outside a Tokio runtime, like `tokio::spawn`.
     ///

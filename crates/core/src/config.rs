@@ -19,6 +19,8 @@ pub(crate) struct Config {
     pub hibernate_after: Option<Duration>,
     pub model: Option<String>,
     pub estimate_usage: bool,
+    #[cfg(feature = "fault-injection")]
+    pub fault_hook: crate::fault::Hook,
 }
 
 impl Default for Config {
@@ -29,6 +31,8 @@ impl Default for Config {
             hibernate_after: Some(DEFAULT_HIBERNATE_AFTER),
             model: None,
             estimate_usage: cfg!(feature = "estimate"),
+            #[cfg(feature = "fault-injection")]
+            fault_hook: crate::fault::Hook::default(),
         }
     }
 }

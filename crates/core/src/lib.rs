@@ -91,7 +91,6 @@ pub use select::{Pick, Selection, Tally};
 pub use source::Source;
 pub use stream::EventStream;
 
-/// Test-only fault triggers (feature `fault-injection`).
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]
-pub use choicewise_proto::fault;
+pub mod fault;

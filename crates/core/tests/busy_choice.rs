@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use choicewise_core::fault::FAULT_SLOW_CHOICE;
 use choicewise_core::{ChoiceEvent, Completions, Source};
+use choicewise_test_support::fault::{Markers, SLOW_CHOICE};
 use choicewise_test_support::{content_chunk, within};
 use futures::StreamExt;
 use futures::channel::mpsc::unbounded;
@@ -18,11 +18,12 @@ const SETTLED: Duration = Duration::from_secs(20);
 async fn a_busy_choices_updates_arrive_while_the_upstream_waits() {
     let (tx, rx) = unbounded::<Read>();
     let completions = Completions::builder()
+        .fault_hook(Markers)
         .hibernate_after(Duration::from_secs(3600))
         .start(Source::sse(rx));
     // Two reads ready back to back: the first keeps choice 0's actor busy for 50 ms, so the
     // second comes while it is busy. Then the upstream waits, open, with nothing more.
-    let slow = format!("{FAULT_SLOW_CHOICE}a");
+    let slow = format!("{SLOW_CHOICE}a");
     tx.unbounded_send(Ok(content_chunk(0, &slow, None).into_bytes()))
         .unwrap();
     tx.unbounded_send(Ok((content_chunk(0, "b", None)

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use choicewise_core::fault::FAULT_SLOW_CHOICE;
 use choicewise_core::{ChoiceEvent, Completions, Source};
+use choicewise_test_support::fault::{Markers, SLOW_CHOICE};
 use choicewise_test_support::{content_chunk, within};
 use futures::TryStreamExt;
 use futures::channel::mpsc::{UnboundedSender, unbounded};
@@ -19,9 +19,10 @@ const SETTLED: Duration = Duration::from_secs(20);
 fn slow_choice_beside_a_fast_one(finish_0: Option<&str>) -> (Completions, UnboundedSender<Read>) {
     let (tx, rx) = unbounded::<Read>();
     let completions = Completions::builder()
+        .fault_hook(Markers)
         .hibernate_after(Duration::from_secs(3600))
         .start(Source::sse(rx));
-    let read = content_chunk(0, &format!("{FAULT_SLOW_CHOICE}a"), finish_0)
+    let read = content_chunk(0, &format!("{SLOW_CHOICE}a"), finish_0)
         + &content_chunk(1, "x", Some("stop"));
     tx.unbounded_send(Ok(read.into_bytes())).unwrap();
     (completions, tx)
@@ -41,7 +42,7 @@ async fn a_cancel_keeps_the_update_received_before_it() {
     let events: Vec<ChoiceEvent> = within(SETTLED, "choice 0", zero.events().try_collect())
         .await
         .unwrap();
-    let slow = ChoiceEvent::Content(format!("{FAULT_SLOW_CHOICE}a").into());
+    let slow = ChoiceEvent::Content(format!("{SLOW_CHOICE}a").into());
     assert!(events.contains(&slow), "{events:?}");
     assert_eq!(events.last(), Some(&ChoiceEvent::Cancelled), "{events:?}");
     assert!(zero.is_cancelled());
@@ -54,7 +55,7 @@ async fn a_cancel_keeps_the_update_received_before_it() {
     assert_eq!(c0.finish_reason, None);
     assert_eq!(
         c0.message.content.as_deref(),
-        Some(format!("{FAULT_SLOW_CHOICE}a").as_str())
+        Some(format!("{SLOW_CHOICE}a").as_str())
     );
     assert_eq!(completion.choices[1].finish_reason.as_deref(), Some("stop"));
 }

@@ -33,7 +33,7 @@ fn poisons(index: u32) -> Vec<Value> {
         json!({"index": index, "delta": {"tool_calls": {"index": 0}}}),
         json!({"index": index, "delta": {"tool_calls": [{"index": -1}]}}),
         json!({"index": index, "delta": {"role": "assistant", "refusal": ["no"]}, "finish_reason": 3}),
-        json!({"index": index, "delta": {"content": choicewise_core::fault::FAULT_PANIC_CHOICE}}),
+        json!({"index": index, "delta": {"content": choicewise_test_support::fault::PANIC_CHOICE}}),
     ]
 }
 
@@ -60,6 +60,7 @@ struct Run {
 
 async fn run(reads: Vec<Vec<u8>>) -> Run {
     let completions = Completions::builder()
+        .fault_hook(choicewise_test_support::fault::Markers)
         .estimate_usage(false)
         .start(Source::sse(upstream(reads)));
     let (completion, error) = match completions.collect().await {

@@ -49,6 +49,7 @@ const SETTLED: Duration = Duration::from_secs(20);
 fn controlled(quiet: Duration) -> (Completions, UnboundedSender<Read>) {
     let (tx, rx) = unbounded::<Read>();
     let completions = Completions::builder()
+        .fault_hook(choicewise_test_support::fault::Markers)
         .hibernate_after(quiet)
         .start(Source::sse(rx));
     (completions, tx)

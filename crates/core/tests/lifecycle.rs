@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use choicewise_core::{ChoiceEvent, Completions, ErrorDetail, Source};
-use choicewise_test_support::{DONE, content_chunk, sse_chunk, within};
+use choicewise_test_support::{DONE, content_chunk, within};
 use futures::{StreamExt, TryStreamExt};
 
 fn two_choices() -> String {
@@ -211,7 +211,7 @@ async fn an_idle_upstream_times_out_with_a_typed_error() {
 
 #[tokio::test]
 async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
-    let poison = choicewise_core::fault::FAULT_PANIC_CHOICE;
+    let poison = choicewise_test_support::fault::PANIC_CHOICE;
     let sse = [
         content_chunk(0, "before ", None),
         content_chunk(1, "fine", None),
@@ -221,7 +221,9 @@ async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
         DONE.to_string(),
     ]
     .concat();
-    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)));
+    let completions = Completions::builder()
+        .fault_hook(choicewise_test_support::fault::Markers)
+        .start(Source::reader(std::io::Cursor::new(sse)));
     let c0 = completions.choice(0).await.unwrap();
     let mut content = c0.content();
     assert_eq!(&*content.next().await.unwrap().unwrap(), "before ");
@@ -253,13 +255,14 @@ async fn a_panic_in_a_choice_actor_is_a_typed_error_on_that_choice_only() {
 
 #[tokio::test]
 async fn a_panic_in_the_reader_ends_every_stream_with_a_typed_error() {
-    let sse = [
-        content_chunk(0, "kept", None),
-        sse_chunk(choicewise_core::fault::FAULT_PANIC_READER),
-        content_chunk(0, "never", Some("stop")),
-    ]
-    .concat();
-    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)));
+    // The upstream's own poll panics after its first read: the reader catches it around
+    // reading and splitting, as it would a panic of its own.
+    let mut reads = vec![content_chunk(0, "kept", None).into_bytes()].into_iter();
+    let input = futures::stream::poll_fn(move |_| match reads.next() {
+        Some(read) => std::task::Poll::Ready(Some(Ok::<_, std::io::Error>(read))),
+        None => panic!("injected fault in the reader"),
+    });
+    let completions = Completions::new(Source::sse(input));
     let inc = within(Duration::from_secs(5), "collect", completions.collect())
         .await
         .unwrap_err();

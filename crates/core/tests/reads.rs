@@ -23,6 +23,7 @@ const SETTLED: Duration = Duration::from_secs(20);
 fn controlled() -> (Completions, UnboundedSender<Read>) {
     let (tx, rx) = unbounded::<Read>();
     let completions = Completions::builder()
+        .fault_hook(choicewise_test_support::fault::Markers)
         .hibernate_after(Duration::from_secs(3600))
         .start(Source::sse(rx));
     (completions, tx)
@@ -42,7 +43,7 @@ async fn a_small_read_waits_for_the_choices_busy_actor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_in_a_choice_actor_fails_that_choice_only() {
-    let poison = choicewise_core::fault::FAULT_PANIC_CHOICE;
+    let poison = choicewise_test_support::fault::PANIC_CHOICE;
     let (completions, tx) = controlled();
     tx.unbounded_send(Ok([chunk(0, "a", None), chunk(1, "x", None)].concat()))
         .unwrap();

@@ -86,16 +86,3 @@ pub mod __private {
     pub use crate::split::{Batch, BatchPool, Meta, Slot, Splitter, Step};
     pub use crate::usage::ReportedUsage;
 }
-
-/// Test-only fault triggers (feature `fault-injection`).
-#[cfg(feature = "fault-injection")]
-#[doc(hidden)]
-pub mod fault {
-    /// A content delta with exactly this text panics inside its choice's actor.
-    pub const FAULT_PANIC_CHOICE: &str = "\u{1}choicewise:panic-choice";
-    /// A content delta starting with this text makes its choice's actor block its thread for
-    /// 50 ms before applying the batch (which then merges as usual): a slow actor.
-    pub const FAULT_SLOW_CHOICE: &str = "\u{1}choicewise:slow-choice";
-    /// An SSE event with exactly this data panics inside the reader.
-    pub const FAULT_PANIC_READER: &str = "\u{1}choicewise:panic-reader";
-}

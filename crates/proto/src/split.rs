@@ -118,40 +118,18 @@ impl Batch {
 
 #[cfg(feature = "fault-injection")]
 impl Batch {
-    /// Whether an update's content contains `marker` (the test-only fault triggers).
-    fn has_marker(&self, update: &RawUpdate, marker: &str) -> bool {
-        let marker = marker.trim_start_matches('\u{1}');
-        match &update.body {
-            Body::Json(range) => self.text[range.clone()].contains(marker),
-            Body::Parsed(choice) => choice
-                .delta
-                .as_ref()
-                .and_then(|d| d.content.as_deref())
-                .is_some_and(|c| c.contains(marker)),
-            Body::Update(update) => update
-                .content
-                .as_deref()
-                .is_some_and(|c| c.contains(marker)),
-        }
-    }
-
-    /// Whether an update of the batch carries `marker`.
-    pub fn carries(&self, marker: &str) -> bool {
-        self.updates.iter().any(|u| self.has_marker(u, marker))
-    }
-
-    /// Splits the batch before the first update carrying `marker`: returns that update and
-    /// those after it (this batch keeps the ones before), if one does.
-    pub fn split_at_marker(&mut self, marker: &str) -> Option<Batch> {
-        let at = self
-            .updates
-            .iter()
-            .position(|u| self.has_marker(u, marker))?;
-        let tail = self.updates.split_off(at);
-        Some(Batch {
-            text: self.text.clone(),
-            updates: tail,
+    /// The JSON text of the batch's updates, in order (`None` for an update parsed before it
+    /// came: a typed dialect's, or one of `Source::parsed`): what a test's fault hook looks at.
+    pub fn update_texts(&self) -> impl Iterator<Item = Option<&str>> {
+        self.updates.iter().map(|u| match &u.body {
+            Body::Json(range) => Some(&self.text[range.clone()]),
+            Body::Parsed(_) | Body::Update(_) => None,
         })
+    }
+
+    /// Keeps the first `len` updates, dropping the others.
+    pub fn truncate(&mut self, len: usize) {
+        self.updates.truncate(len);
     }
 }
 
@@ -859,10 +837,6 @@ impl Splitter {
         offset: u64,
         data_lines: DataLines<'_>,
     ) -> Result<Flow, Error> {
-        #[cfg(feature = "fault-injection")]
-        if data == crate::fault::FAULT_PANIC_READER {
-            panic!("injected fault in the reader at line {line}");
-        }
         let trimmed = data.trim_ascii();
         if trimmed == "[DONE]" {
             // Also a typed dialect's stream end that some clients' recordings add: tolerated.

@@ -33,6 +33,8 @@
 //! ```
 #![deny(missing_docs)]
 
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 mod heap;
 #[cfg(feature = "invariants")]
 #[allow(missing_docs)]

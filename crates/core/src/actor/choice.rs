@@ -95,15 +95,18 @@ impl ChoiceActorState {
         self.handback.applied.fetch_add(1, Ordering::Release);
     }
 
-    /// Test-only faults: a slow choice, and a panic after the updates before the trigger are
-    /// applied and published.
+    /// Test-only faults, as the completion's hook says: a stall, and a panic after the
+    /// updates before it are applied and published.
     #[cfg(feature = "fault-injection")]
     fn injected_faults(&mut self, batch: &mut Batch) -> bool {
-        use choicewise_proto::fault::{FAULT_PANIC_CHOICE, FAULT_SLOW_CHOICE};
-        if batch.carries(FAULT_SLOW_CHOICE) {
-            std::thread::sleep(std::time::Duration::from_millis(50));
+        let hook = &self.completion.config.fault_hook;
+        match hook.panic_at(self.core.index(), batch) {
+            Some(at) => {
+                batch.truncate(at);
+                true
+            }
+            None => false,
         }
-        batch.split_at_marker(FAULT_PANIC_CHOICE).is_some()
     }
 }
 

@@ -68,7 +68,7 @@ pub async fn content_after_a_slow_update(
     tx: futures::channel::mpsc::UnboundedSender<Result<Vec<u8>, std::io::Error>>,
     later: Vec<Vec<u8>>,
 ) -> String {
-    let slow = choicewise_core::fault::FAULT_SLOW_CHOICE;
+    let slow = choicewise_test_support::fault::SLOW_CHOICE;
     let first = choicewise_test_support::content_chunk(0, &format!("{slow}a"), None);
     tx.unbounded_send(Ok(first.into_bytes())).unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;
