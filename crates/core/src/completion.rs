@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use choicewise_proto::__private::{Meta, assemble};
+use choicewise_proto::driver::{Meta, assemble};
 use choicewise_proto::{
     ChatCompletion, ChoiceSource, Error, ErrorDetail, ErrorKind, Usage, Warning,
 };
@@ -111,7 +111,7 @@ impl UpstreamState {
         let never_opened = matches!(&self.end, Some(Err(e)) if e.kind() == ErrorKind::Open);
         match never_opened {
             true => Some(Usage::sum(Vec::new())),
-            false => self.meta.usage.usage(),
+            false => self.meta.usage().usage(),
         }
     }
 }
@@ -236,8 +236,8 @@ impl CompletionState {
         })?;
         let mut source = ChoiceSource::default();
         source.upstream = k;
-        source.id = upstream.meta.id.clone();
-        source.model = upstream.meta.model.clone();
+        source.id = upstream.meta.id().map(str::to_string);
+        source.model = upstream.meta.model().map(str::to_string);
         Some(source)
     }
 
@@ -257,10 +257,11 @@ impl CompletionState {
         if upstream.end.is_some() {
             return;
         }
-        if !self.fan_out || self.meta.id.is_none() {
-            let model = self.meta.model.take();
+        if !self.fan_out || self.meta.id().is_none() {
+            let model = self.meta.model().map(str::to_string);
             self.meta = meta.clone();
-            self.meta.model = self.meta.model.take().or(model);
+            let model = self.meta.model().map(str::to_string).or(model);
+            self.meta.set_model(model);
         }
         upstream.meta = meta;
         upstream.end = Some(outcome);
@@ -290,11 +291,11 @@ impl CompletionState {
     /// index.
     pub fn reported_per_choice(&self) -> BTreeMap<u32, u64> {
         if !self.fan_out {
-            return self.meta.usage.per_choice();
+            return self.meta.usage().per_choice();
         }
         let mut all = BTreeMap::new();
         for u in &self.upstreams {
-            for (local, tokens) in u.meta.usage.per_choice() {
+            for (local, tokens) in u.meta.usage().per_choice() {
                 if let Some(global) = u.global_of(local) {
                     all.insert(global, tokens);
                 }
@@ -306,7 +307,7 @@ impl CompletionState {
     /// The usage every upstream reported, summed; `None` if any reported none.
     pub fn reported_usage(&self) -> Option<Usage> {
         if !self.fan_out {
-            return self.meta.usage.usage();
+            return self.meta.usage().usage();
         }
         let parts: Option<Vec<Usage>> = self
             .upstreams
@@ -358,7 +359,7 @@ impl CompletionShared {
                 let request = state.upstreams.first()?.request.as_deref()?;
                 request.get("model")?.as_str().map(str::to_string)
             })
-            .or_else(|| state.meta.model.clone())
+            .or_else(|| state.meta.model().map(str::to_string))
     }
 
     /// Cancels every choice but those in `keep`, and those still to appear: tells every

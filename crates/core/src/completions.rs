@@ -252,7 +252,7 @@ impl Completions {
         if reported.is_some() || self.shared.config.estimate_usage {
             let usage = self.usage().await;
             let reported = self.shared.lock().reported_per_choice();
-            choicewise_proto::__private::fill_choice_usage(
+            choicewise_proto::driver::fill_choice_usage(
                 &reported,
                 &mut completion.choices,
                 Some(&usage),
@@ -320,7 +320,7 @@ impl Completions {
                             .iter()
                             .map(|u| {
                                 let indexes: Vec<u32> = u.map.values().copied().collect();
-                                let own = (u.request.clone(), u.meta.model.clone());
+                                let own = (u.request.clone(), u.meta.model().map(str::to_string));
                                 (u.reported_usage(), indexes, own)
                             })
                             .collect()

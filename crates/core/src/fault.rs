@@ -53,11 +53,7 @@ impl PartialEq for Hook {
 impl Hook {
     /// Asks the hook about a batch: stalls as it says, and returns how many of the batch's
     /// updates come before the first `Panic`, if one does.
-    pub fn panic_at(
-        &self,
-        choice: u32,
-        batch: &choicewise_proto::__private::Batch,
-    ) -> Option<usize> {
+    pub fn panic_at(&self, choice: u32, batch: &choicewise_proto::driver::Batch) -> Option<usize> {
         let hook = self.0.as_ref()?;
         for (i, text) in batch.update_texts().enumerate() {
             match hook.on_update(choice, text) {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
-use choicewise_proto::__private::{Closed, EventLog, Phase, output_from_events};
+use choicewise_proto::driver::{Closed, EventLog, Phase, output_from_events};
 use choicewise_proto::{ChoiceEvent, ChoiceOutput, Error};
 
 use crate::waiters::Waiters;

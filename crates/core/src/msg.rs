@@ -1,7 +1,7 @@
 //! The messages of the actors: what a reader is told, what a choice actor is told.
 
-use choicewise_proto::__private::Batch;
 use choicewise_proto::Error;
+use choicewise_proto::driver::Batch;
 
 /// Messages of a reader actor (besides the supervision events of its choice actors).
 #[derive(Debug)]

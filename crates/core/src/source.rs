@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use choicewise_proto::__private::{Splitter, Step};
+use choicewise_proto::driver::{Splitter, Step};
 use choicewise_proto::{Error, ErrorDetail, Parsed};
 use futures::{Stream, TryStreamExt};
 use serde_json::Value;

@@ -74,15 +74,29 @@ pub use response::{ChatCompletion, ChoiceOutput, ChoiceSource, FunctionCall, Mes
 pub use split::Parsed;
 pub use usage::{ChoiceUsage, Estimate, Usage, UsageSource};
 
-/// The interface between this crate and the runtime of `choicewise-core`: the pieces the
-/// actors run (the splitter, a choice's state, the event log). Not part of the public API:
-/// no stability promise, hidden from the documentation.
-#[doc(hidden)]
-pub mod __private {
+/// The driver API: what a runtime needs to run this protocol on tasks or actors of its own,
+/// as `choicewise-core` does (a reader per stream, an actor per choice). No type here has a
+/// public field; each is driven through its methods.
+///
+/// - The reader's share: a [`Splitter`](driver::Splitter) is fed the stream's bytes (or its
+///   parsed values) and splits each chunk's `choices` into per-choice
+///   [`Batch`](driver::Batch)es of raw updates, gathering the completion's
+///   [`Meta`](driver::Meta) and warnings; each [`Step`](driver::Step) says whether more may
+///   come. Emptied batches go back through a per-choice [`BatchPool`](driver::BatchPool).
+/// - A choice's share: a [`ChoiceCore`](driver::ChoiceCore) applies its batches, merging
+///   them into events, and carries the choice's lifecycle ([`Phase`](driver::Phase),
+///   [`Closed`](driver::Closed)); an [`EventLog`](driver::EventLog) keeps the events for
+///   readers at their own pace.
+/// - The end: [`assemble`](driver::assemble) builds the [`ChatCompletion`] from the facts and
+///   every choice's outcome; [`fill_choice_usage`](driver::fill_choice_usage) and
+///   [`output_from_events`](driver::output_from_events) fill in a choice's message.
+///
+/// [`Demux`] is this API driven on one thread: read it to see the order of the calls.
+pub mod driver {
     pub use crate::event_log::EventLog;
     pub use crate::lifecycle::{
         ChoiceCore, Closed, Phase, assemble, fill_choice_usage, output_from_events,
     };
-    pub use crate::split::{Batch, BatchPool, Meta, Slot, Splitter, Step};
+    pub use crate::split::{Batch, BatchPool, Meta, Splitter, Step};
     pub use crate::usage::ReportedUsage;
 }

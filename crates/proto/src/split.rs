@@ -169,7 +169,7 @@ impl BatchPool {
 
 /// A choice as the reader knows it.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// The choice's index, as the stream numbers it.
     pub index: u32,
     /// Updates split off since the last flush.
@@ -182,19 +182,42 @@ pub struct Slot {
 #[derive(Debug, Clone, Default)]
 pub struct Meta {
     /// The completion's id.
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     /// The model that answered.
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// When it was created (Unix seconds).
-    pub created: Option<i64>,
+    pub(crate) created: Option<i64>,
     /// The provider's system fingerprint.
-    pub system_fingerprint: Option<String>,
+    pub(crate) system_fingerprint: Option<String>,
     /// The provider's service tier.
-    pub service_tier: Option<String>,
+    pub(crate) service_tier: Option<String>,
     /// Azure's prompt filter results, as sent.
-    pub prompt_filter_results: Vec<Value>,
+    pub(crate) prompt_filter_results: Vec<Value>,
     /// The usage the stream reported.
-    pub usage: ReportedUsage,
+    pub(crate) usage: ReportedUsage,
+}
+
+impl Meta {
+    /// The completion's id, once the stream said it.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The model that answered, once the stream said it.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
+    /// Names the model (a fan-out's completion keeps the first upstream's when a later one
+    /// says none).
+    pub fn set_model(&mut self, model: Option<String>) {
+        self.model = model;
+    }
+
+    /// The usage the stream reported.
+    pub fn usage(&self) -> &ReportedUsage {
+        &self.usage
+    }
 }
 
 /// The chunk envelope, parsed by serde: the reader's path for the chunks the scan leaves to
@@ -292,11 +315,11 @@ pub struct Splitter {
     /// ... and for the others.
     large: HashMap<u32, usize>,
     /// The choices seen, in order of first appearance, each with its updates not yet taken.
-    pub slots: Vec<Slot>,
+    pub(crate) slots: Vec<Slot>,
     /// The completion's facts so far.
-    pub meta: Meta,
+    pub(crate) meta: Meta,
     /// Warnings not yet published.
-    pub warnings: Vec<Warning>,
+    pub(crate) warnings: Vec<Warning>,
 }
 
 const SMALL_INDEXES: usize = 256;
@@ -325,6 +348,58 @@ impl Splitter {
     /// Bytes fed so far.
     pub fn offset(&self) -> u64 {
         self.offset
+    }
+
+    /// How many choices have appeared. A choice's slot is its place in the order of first
+    /// appearance: `0..choice_count()`.
+    pub fn choice_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The index (as the stream numbers it) of the choice in `slot`.
+    pub fn choice_index(&self, slot: usize) -> u32 {
+        self.slots[slot].index
+    }
+
+    /// Whether the stream finished the choice in `slot` (a finish reason came for it).
+    pub fn choice_finished(&self, slot: usize) -> bool {
+        self.slots[slot].finished
+    }
+
+    /// The updates split off for the choice in `slot` and not taken yet.
+    pub fn pending(&self, slot: usize) -> &Batch {
+        &self.slots[slot].batch
+    }
+
+    /// Bytes of updates split off and not taken yet, every choice's.
+    pub fn pending_bytes(&self) -> usize {
+        self.slots.iter().map(|s| s.batch.text_len()).sum()
+    }
+
+    /// Takes the updates of the choice in `slot`, leaving `refill` (an emptied batch, to
+    /// reuse its buffers) in their place.
+    pub fn take_pending(&mut self, slot: usize, refill: Batch) -> Batch {
+        std::mem::replace(&mut self.slots[slot].batch, refill)
+    }
+
+    /// The completion's facts so far.
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// Takes the completion's facts (at the stream's end).
+    pub fn take_meta(&mut self) -> Meta {
+        std::mem::take(&mut self.meta)
+    }
+
+    /// Whether warnings wait to be taken.
+    pub fn has_warnings(&self) -> bool {
+        !self.warnings.is_empty()
+    }
+
+    /// Moves the warnings not taken yet to the end of `to`.
+    pub fn take_warnings(&mut self, to: &mut Vec<Warning>) {
+        to.append(&mut self.warnings);
     }
 
     /// The choices that have not finished, in index order.

@@ -153,9 +153,9 @@ pub struct ReportedUsage {
     pub(crate) usage_only: Vec<UsageOnly>,
     /// The last usage seen on a chunk carrying exactly one choice, by choice: vLLM's running
     /// per-choice counts.
-    pub running: BTreeMap<u32, Value>,
+    pub(crate) running: BTreeMap<u32, Value>,
     /// The last usage seen on a chunk carrying several choices.
-    pub last_shared: Option<Value>,
+    pub(crate) last_shared: Option<Value>,
     /// The ambiguity warning was given.
     warned: bool,
 }

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use choicewise_proto::__private::{Batch, BatchPool, ChoiceCore, Closed, Phase};
+use choicewise_proto::driver::{Batch, BatchPool, ChoiceCore, Closed, Phase};
 use choicewise_proto::{ChoiceEvent, Warning};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 

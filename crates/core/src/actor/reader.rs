@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
-use choicewise_proto::__private::{Batch, ChoiceCore, Closed, Phase, Splitter, Step};
+use choicewise_proto::driver::{Batch, ChoiceCore, Closed, Phase, Splitter, Step};
 use choicewise_proto::{ChoiceOutput, Error, ErrorDetail};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
@@ -314,9 +314,7 @@ impl ReaderState {
 
     /// Bytes of updates read and not yet sent to their choices.
     fn unflushed(&self) -> usize {
-        (self.splitter.slots.iter())
-            .map(|s| s.batch.text_len())
-            .sum()
+        self.splitter.pending_bytes()
     }
 
     /// Publishes the choices the last read brought, sends every choice its updates, and
@@ -330,11 +328,11 @@ impl ReaderState {
     fn flush_to(&mut self, to: Flush) {
         let known = self.slots.len();
         let mut new_choices = Vec::new();
-        if self.splitter.slots.len() > known {
+        if self.splitter.choice_count() > known {
             let indexes: Vec<u32> = {
                 let mut state = self.completion.lock();
-                (self.splitter.slots[known..].iter())
-                    .map(|s| state.global_index(self.upstream, s.index))
+                (known..self.splitter.choice_count())
+                    .map(|slot| state.global_index(self.upstream, self.splitter.choice_index(slot)))
                     .collect()
             };
             for index in indexes {
@@ -362,8 +360,7 @@ impl ReaderState {
         let routed = self.unflushed();
         let hold_busy = to == Flush::Idle && routed < FLUSH_BYTES;
         for i in 0..self.slots.len() {
-            let batch = &mut self.splitter.slots[i].batch;
-            if batch.is_empty() {
+            if self.splitter.pending(i).is_empty() {
                 continue;
             }
             let slot = &mut self.slots[i];
@@ -374,10 +371,10 @@ impl ReaderState {
             let refill = match routed > REFILL_BYTES {
                 true => lock(&self.slots[i].handback.pool)
                     .take()
-                    .unwrap_or_else(|| Batch::sized_like(batch)),
+                    .unwrap_or_else(|| Batch::sized_like(self.splitter.pending(i))),
                 false => Batch::default(),
             };
-            let batch = std::mem::replace(batch, refill);
+            let batch = self.splitter.take_pending(i, refill);
             self.send(i, ChoiceMsg::Batch(batch));
         }
         if let ReaderPhase::Reading {
@@ -392,14 +389,15 @@ impl ReaderState {
                 }
             }
         }
-        if !new_choices.is_empty() || !self.splitter.warnings.is_empty() {
+        if !new_choices.is_empty() || self.splitter.has_warnings() {
             let mut state = self.completion.lock();
-            if !new_choices.is_empty() && state.meta.model.is_none() {
+            if !new_choices.is_empty() && state.meta.model().is_none() {
                 // The model is known early to choice handles that count tokens.
-                state.meta.model = self.splitter.meta.model.clone();
+                let model = self.splitter.meta().model().map(str::to_string);
+                state.meta.set_model(model);
             }
             state.choices.extend(new_choices);
-            state.warnings.append(&mut self.splitter.warnings);
+            self.splitter.take_warnings(&mut state.warnings);
             state.waiters.wake_all();
         }
     }
@@ -424,7 +422,7 @@ impl ReaderState {
         for slot in 0..self.slots.len() {
             self.send(slot, ChoiceMsg::End(outcome.clone()));
         }
-        let meta = std::mem::take(&mut self.splitter.meta);
+        let meta = self.splitter.take_meta();
         let mut state = self.completion.lock();
         let dropped = state.upstreams[self.upstream].dropped;
         if let Some(n) = self.expected.filter(|_| dropped || outcome.is_err()) {
@@ -432,8 +430,9 @@ impl ReaderState {
             // choice asked for is accounted for: failed with the upstream's error (its request
             // failed before it appeared), or cancelled (nobody wanted it). Nothing runs it:
             // the reader is its only writer.
-            let seen: std::collections::HashSet<u32> =
-                self.splitter.slots.iter().map(|s| s.index).collect();
+            let seen: std::collections::HashSet<u32> = (0..self.splitter.choice_count())
+                .map(|slot| self.splitter.choice_index(slot))
+                .collect();
             for local in (0..n).filter(|i| !seen.contains(i)) {
                 let index = state.global_index(self.upstream, local);
                 let log = Arc::new(ChoiceLog::new(index));
@@ -472,8 +471,8 @@ impl ReaderState {
         {
             return false;
         }
-        (self.splitter.slots.iter().zip(&self.slots))
-            .all(|(split, slot)| split.finished || slot.cancelled || slot.failed)
+        (self.slots.iter().enumerate())
+            .all(|(i, slot)| self.splitter.choice_finished(i) || slot.cancelled || slot.failed)
     }
 
     /// Ends the stream early when no choice is wanted: what was routed is delivered, every
@@ -615,7 +614,7 @@ impl Drop for ReaderState {
             orphan.settle(Err(error.clone()), &mut events);
             publish_orphan(log, &orphan);
         }
-        let meta = std::mem::take(&mut self.splitter.meta);
+        let meta = self.splitter.take_meta();
         self.completion
             .lock()
             .end_upstream(self.upstream, meta, Err(error));
@@ -683,11 +682,11 @@ impl Actor for ReaderActor {
             ReaderMsg::Close { keep } => {
                 if let ReaderPhase::Reading { closing } = &mut state.phase {
                     *closing = Some(keep.clone());
-                    let unfinished: Vec<usize> = (state.splitter.slots.iter().enumerate())
-                        .filter(|(slot, split)| {
-                            !split.finished && !keep.contains(&state.slots[*slot].entry.index())
+                    let unfinished: Vec<usize> = (0..state.splitter.choice_count())
+                        .filter(|&slot| {
+                            !state.splitter.choice_finished(slot)
+                                && !keep.contains(&state.slots[slot].entry.index())
                         })
-                        .map(|(slot, _)| slot)
                         .collect();
                     for slot in unfinished {
                         state.cancel(slot);
