@@ -1,17 +1,18 @@
 //! Per-choice streams from async-openai's chat stream (feature `async-openai`).
 
+#[cfg(doc)]
+use choicewise_core::Completions;
+use choicewise_core::Source;
 use choicewise_core::wire::ChatCompletionChunk;
-use choicewise_core::{Completions, Source};
 use futures::{Stream, StreamExt};
 
 use async_openai::types::chat::CreateChatCompletionStreamResponse;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Demultiplexes async-openai's chat stream (what
-/// `client.chat().create_stream(request).await?` returns, a stream of
-/// `Result<CreateChatCompletionStreamResponse, OpenAIError>`) into per-choice streams,
-/// without changing the HTTP client. Each chunk goes through a JSON round trip into
+/// async-openai's chat stream (what `client.chat().create_stream(request).await?` returns, a
+/// stream of `Result<CreateChatCompletionStreamResponse, OpenAIError>`) as a [`Source`], for
+/// per-choice streams without changing the HTTP client (`Completions::new(source)`). Each chunk goes through a JSON round trip into
 /// [`choicewise_core::wire::ChatCompletionChunk`]; fields async-openai does not model (vLLM's
 /// `reasoning`, DeepSeek's `reasoning_content`, Azure's filter results) are lost on the way,
 /// which is one reason to prefer [`Client`](crate::Client).
@@ -19,13 +20,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// An error item of the stream ends the completion with
 /// [`choicewise_core::ErrorDetail::Transport`]; the end of the stream is the end of the completion.
 ///
-/// # Panics
-///
-/// Outside a Tokio runtime, like [`Completions::new`].
-///
 /// ```
 /// use async_openai::types::chat::CreateChatCompletionStreamResponse;
-/// use choicewise_client::from_async_openai;
+/// use choicewise_client::async_openai_source;
+/// use choicewise_core::Completions;
 ///
 /// # #[tokio::main] async fn main() {
 /// // In real code: `let stream = openai.chat().create_stream(request).await?;`
@@ -35,21 +33,21 @@ type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// ].iter().map(|c| serde_json::from_str(c).unwrap()).collect();
 /// let stream = futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>));
 ///
-/// let completions = from_async_openai(stream);
+/// let completions = Completions::new(async_openai_source(stream));
 /// let whole = completions.collect().await.unwrap();
 /// assert_eq!(whole.choices[0].message.content.as_deref(), Some("A"));
 /// assert_eq!(whole.choices[1].message.content.as_deref(), Some("B"));
 /// # }
 /// ```
-pub fn from_async_openai<S, E>(stream: S) -> Completions
+pub fn async_openai_source<S, E>(stream: S) -> Source
 where
     S: Stream<Item = Result<CreateChatCompletionStreamResponse, E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
-    Completions::new(Source::parsed(stream.map(|item| match item {
+    Source::parsed(stream.map(|item| match item {
         Ok(chunk) => convert(&chunk),
         Err(e) => Err(Box::new(e) as BoxError),
-    })))
+    }))
 }
 
 /// One async-openai chunk as a choicewise chunk, through JSON.

@@ -75,7 +75,7 @@
 //! ## Without this client
 //!
 //! Any HTTP body is a [`Source::sse`] (a stream of byte reads); with the `async-openai`
-//! feature, `from_async_openai` reads async-openai's chat stream.
+//! feature, `async_openai_source` reads async-openai's chat stream.
 #![deny(missing_docs)]
 
 use std::fmt;
@@ -106,7 +106,7 @@ use retry::{backoff, retry_after};
 #[cfg(feature = "async-openai")]
 mod async_openai_compat;
 #[cfg(feature = "async-openai")]
-pub use async_openai_compat::from_async_openai;
+pub use async_openai_compat::async_openai_source;
 
 struct Inner {
     http: reqwest::Client,
@@ -305,7 +305,9 @@ impl Client {
     /// Sends the request and returns its completion once the provider answered `2xx` (an
     /// error status, a refused connection or a timeout before that is a [`ClientError`]),
     /// read with this client's idle timeout, the request counted in usage estimates: the
-    /// usual entry point.
+    /// usual entry point, shorthand for `Completions::new(client.open(request).await?)` (see
+    /// [`open`](Self::open) to set the completion's options with
+    /// [`Completions::builder`]).
     ///
     /// ```
     /// use choicewise_client::Client;
@@ -319,11 +321,31 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn chat(&self, request: Value) -> Result<Completions, ClientError> {
+        Ok(Completions::new(self.open(request).await?))
+    }
+
+    /// Sends the request and returns its answer as a [`Source`] once the provider answered
+    /// `2xx` (an error status, a refused connection or a timeout before that is a
+    /// [`ClientError`]): read with this client's idle timeout, the request counted in usage
+    /// estimates. For a completion with options of its own; [`source`](Self::source) is the
+    /// same request still to be sent, for a fan-out.
+    ///
+    /// ```
+    /// use choicewise_client::Client;
+    /// use choicewise_core::Completions;
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = choicewise_testserver::TestServer::builder().fixture("demo.sse").start().await?;
+    /// let client = Client::builder().base_url(server.base_url()).build()?;
+    /// let source = client.open(serde_json::json!({"model": "gpt-4o-mini", "n": 3, "messages": []})).await?;
+    /// let completions = Completions::builder().max_choices(8).start(source);
+    /// assert_eq!(completions.collect().await?.choices.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    pub async fn open(&self, request: Value) -> Result<Source, ClientError> {
         let body = self.stream(&request).await?;
-        let source = Source::sse(body)
+        Ok(Source::sse(body)
             .request(request)
-            .idle_timeout(self.inner.idle_timeout);
-        Ok(Completions::new(source))
+            .idle_timeout(self.inner.idle_timeout))
     }
 
     /// Sends the request and returns the answer's body, raw, once the provider answered

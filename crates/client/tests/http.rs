@@ -595,7 +595,7 @@ async fn invalid_settings() {
 #[cfg(feature = "async-openai")]
 mod async_openai {
     use async_openai::types::chat::CreateChatCompletionStreamResponse;
-    use choicewise_client::from_async_openai;
+    use choicewise_client::async_openai_source;
     use choicewise_core::{Completions, Source};
     use choicewise_testserver::fixture;
 
@@ -617,7 +617,10 @@ mod async_openai {
                     .into_iter()
                     .map(Ok::<_, async_openai::error::OpenAIError>),
             );
-            let ours = from_async_openai(stream).collect().await.unwrap();
+            let ours = Completions::new(async_openai_source(stream))
+                .collect()
+                .await
+                .unwrap();
             let reference = Completions::new(Source::reader(std::io::Cursor::new(fixture(name))))
                 .collect()
                 .await
@@ -637,7 +640,7 @@ mod async_openai {
         items.push(Err(async_openai::error::OpenAIError::InvalidArgument(
             "stream failed".into(),
         )));
-        let incomplete = from_async_openai(futures::stream::iter(items))
+        let incomplete = Completions::new(async_openai_source(futures::stream::iter(items)))
             .collect()
             .await
             .unwrap_err();
