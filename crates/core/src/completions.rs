@@ -269,7 +269,7 @@ impl Completions {
     }
 
     /// The completion's choices so far.
-    fn entries(&self) -> Vec<Arc<ChoiceEntry>> {
+    pub(crate) fn entries(&self) -> Vec<Arc<ChoiceEntry>> {
         self.shared.lock().choices.clone()
     }
 

@@ -1,6 +1,11 @@
-//! Combinators that pick choices while they stream ([`Completions::first_finished`],
+//! Combinators that pick choices while they stream ([`Completions::first_token`],
+//! [`first_finished`](Completions::first_finished),
 //! [`first_where`](Completions::first_where), [`vote`](Completions::vote),
-//! [`best_of`](Completions::best_of)) and cancel what is no longer needed.
+//! [`best_of`](Completions::best_of)) and cancel what is no longer needed. Every selection a
+//! program (the gateway, the CLI) makes is one of these, with its options.
+//!
+//! The rules they share live with the values they judge: a good finish is
+//! [`ChoiceOutput::finished_well`], a choice producing is [`ChoiceEvent::produces`].
 
 /// The confidence-guided vote (DeepConf online): a part of picking, over its vote.
 pub(crate) mod confidence;
@@ -9,6 +14,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -17,7 +23,8 @@ use tokio::task::JoinSet;
 
 use crate::completions::Completions;
 use choicewise_proto::Confidence;
-use choicewise_proto::{ChoiceOutput, Incomplete};
+use choicewise_proto::driver::Closed;
+use choicewise_proto::{ChoiceEvent, ChoiceOutput, Incomplete};
 use confidence::{ConfidenceReport, vote_confident};
 
 /// What a combinator picked, and what it cancelled to get there.
@@ -106,11 +113,6 @@ pub struct Tally {
     pub choices: usize,
 }
 
-/// Whether a finish reason counts as a good finish for the combinators.
-pub(crate) fn good(output: &ChoiceOutput) -> bool {
-    !output.cancelled && matches!(output.finish_reason.as_deref(), Some("stop" | "tool_calls"))
-}
-
 /// Watches every choice's message as it settles, calling `decide` with each; stops when
 /// `decide` returns `true`, the deadline passes (returns `true` then) or every choice is in.
 async fn watch(
@@ -153,6 +155,7 @@ pub(crate) type Judge<T> = Box<dyn Fn(&ChoiceOutput) -> T + Send + Sync>;
 
 /// What a [`Pick`] decides by.
 enum Rule {
+    Token,
     First,
     Where(Judge<bool>),
     Vote(Judge<Option<String>>),
@@ -187,6 +190,8 @@ enum Rule {
 pub struct Pick<'a> {
     completions: &'a Completions,
     rule: Rule,
+    take: usize,
+    hedge_after: Option<Duration>,
     deadline: Option<Duration>,
     keep_rest: bool,
     window: Option<usize>,
@@ -197,6 +202,7 @@ pub struct Pick<'a> {
 impl fmt::Debug for Pick<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let rule = match self.rule {
+            Rule::Token => "first_token",
             Rule::First => "first_finished",
             Rule::Where(_) => "first_where",
             Rule::Vote(_) => "vote",
@@ -204,6 +210,8 @@ impl fmt::Debug for Pick<'_> {
         };
         f.debug_struct("Pick")
             .field("rule", &rule)
+            .field("take", &self.take)
+            .field("hedge_after", &self.hedge_after)
             .field("deadline", &self.deadline)
             .field("keep_rest", &self.keep_rest)
             .field("window", &self.window)
@@ -218,6 +226,8 @@ impl<'a> Pick<'a> {
         Pick {
             completions,
             rule,
+            take: 1,
+            hedge_after: None,
             deadline: None,
             keep_rest: false,
             window: None,
@@ -408,10 +418,54 @@ impl<'a> Pick<'a> {
         self
     }
 
+    /// Selects the first `n` choices to qualify instead of the first one
+    /// ([`first_token`](Completions::first_token), [`first_finished`](Completions::first_finished),
+    /// [`first_where`](Completions::first_where) only): decided at the `n`-th, or with fewer
+    /// when every choice is in.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let answer = |i: u32| format!("data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{i}\"}},\"finish_reason\":\"stop\"}}]}}\n\n");
+    /// let c = Completions::new(Source::reader(std::io::Cursor::new(answer(2) + &answer(0) + &answer(1))));
+    /// assert_eq!(c.first_finished().take(2).await.selected.len(), 2);
+    /// # }
+    /// ```
+    pub fn take(mut self, n: usize) -> Self {
+        self.take = n.max(1);
+        self
+    }
+
+    /// Hedges a completion of samples made on demand
+    /// ([`samples`](crate::CompletionsBuilder::samples)) against a slow upstream: one sample
+    /// runs first (started now if none has), and while nothing is selected one more starts
+    /// every `after` (the first-* picks only; the others start every sample at once).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use choicewise_core::{Completions, Source};
+    /// # use futures::stream;
+    /// # #[tokio::main] async fn main() {
+    /// let fast = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    /// let c = Completions::builder().samples(3, move |k| match k {
+    ///     0 => Source::sse(stream::pending::<Result<&str, std::io::Error>>()).n(1), // silent
+    ///     _ => Source::reader(fast.as_bytes()).n(1),
+    /// });
+    /// let selection = c.first_token().hedge_after(Duration::from_millis(20)).await;
+    /// assert_eq!((selection.selected, selection.started), (vec![1], Some(2)));
+    /// # }
+    /// ```
+    pub fn hedge_after(mut self, after: Duration) -> Self {
+        self.hedge_after = Some(after);
+        self
+    }
+
     async fn run(self) -> Selection {
         let Pick {
             completions,
             rule,
+            take,
+            hedge_after,
             deadline,
             keep_rest,
             window,
@@ -421,42 +475,32 @@ impl<'a> Pick<'a> {
         if let (Rule::Vote(key), Some(options)) = (&rule, confidence) {
             let decided =
                 vote_confident(completions, deadline, key, options, window, min_votes).await;
-            return completions.conclude(decided, keep_rest).await;
+            return completions.conclude(decided, keep_rest, false, false).await;
         }
         let windowed = window.filter(|_| matches!(rule, Rule::Vote(_)));
-        if windowed.is_none() {
+        let first = matches!(rule, Rule::Token | Rule::First | Rule::Where(_));
+        let hedge = hedge_after.filter(|_| first);
+        if hedge.is_some() {
+            // One sample first; the hedges start the others.
+            if completions.started() == 0 {
+                completions.start_more(1);
+            }
+        } else if windowed.is_none() {
             // Samples made on demand all start now.
             completions.start_more(usize::MAX);
         }
+        let streaming = matches!(rule, Rule::Token);
         let decided = match (rule, windowed) {
             (Rule::Vote(key), Some(size)) => {
                 vote_windowed(completions, deadline, key, size, min_votes).await
             }
             (Rule::Vote(key), None) => vote(completions, deadline, key, min_votes).await,
-            (rule, _) => Self::decide(completions, deadline, rule).await,
+            (Rule::Best(score), _) => best(completions, deadline, score).await,
+            (rule, _) => first_n(completions, deadline, rule, take, hedge).await,
         };
-        completions.conclude(decided, keep_rest).await
-    }
-
-    async fn decide(completions: &Completions, deadline: Option<Duration>, rule: Rule) -> Decided {
-        match rule {
-            Rule::First => {
-                let reasons = [
-                    "the deadline passed before any choice finished",
-                    "no choice finished with stop or tool_calls",
-                ];
-                first(completions, deadline, |_| true, reasons).await
-            }
-            Rule::Where(accept) => {
-                let reasons = [
-                    "the deadline passed before a finished choice was accepted",
-                    "no choice finished with stop or tool_calls and was accepted",
-                ];
-                first(completions, deadline, |o| accept(o), reasons).await
-            }
-            Rule::Vote(key) => vote(completions, deadline, key, 1).await,
-            Rule::Best(score) => best(completions, deadline, score).await,
-        }
+        completions
+            .conclude(decided, keep_rest, first, streaming)
+            .await
     }
 }
 
@@ -494,34 +538,107 @@ impl Decided {
     }
 }
 
-/// The first good finish that `accept` takes.
-async fn first(
+/// The first `take` choices to qualify under a first-* rule, in the order they did: to
+/// produce (`Token`), or to finish well (`First`), and be accepted (`Where`); hedged, one
+/// more sample starts every `hedge` while none has.
+async fn first_n(
     completions: &Completions,
     deadline: Option<Duration>,
-    accept: impl Fn(&ChoiceOutput) -> bool,
-    reasons: [&str; 2],
+    rule: Rule,
+    take: usize,
+    hedge: Option<Duration>,
 ) -> Decided {
-    let mut winner = None;
-    let timed_out = watch(completions, deadline, |result, _, _| match result {
-        Ok(output) if good(&output) && accept(&output) => {
-            winner = Some(output.index);
-            true
+    let (reasons, accept): ([&str; 2], Option<Arc<Judge<bool>>>) = match rule {
+        Rule::Token => (
+            [
+                "the deadline passed before any choice produced content or a tool call",
+                "no choice produced content or a tool call",
+            ],
+            None,
+        ),
+        Rule::Where(accept) => (
+            [
+                "the deadline passed before a finished choice was accepted",
+                "no choice finished with stop or tool_calls and was accepted",
+            ],
+            Some(Arc::new(accept)),
+        ),
+        _ => (
+            [
+                "the deadline passed before any choice finished",
+                "no choice finished with stop or tool_calls",
+            ],
+            Some(Arc::new(Box::new(|_: &ChoiceOutput| true) as Judge<bool>)),
+        ),
+    };
+    let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
+    tokio::pin!(sleep);
+    let hedge_timer = || hedge.map(|d| Box::pin(tokio::time::sleep(d)));
+    let mut hedging = hedge_timer();
+    let mut choices = completions.choices();
+    let mut listed = false;
+    let mut tasks = JoinSet::new();
+    let mut selected: Vec<u32> = Vec::new();
+    let timed_out = loop {
+        if (listed && tasks.is_empty()) || selected.len() >= take {
+            break false;
         }
-        _ => false,
-    })
-    .await;
-    match (winner, timed_out) {
-        (Some(index), _) => Decided {
-            selected: vec![index],
-            timed_out,
-            reason: None,
-            vote: None,
-            score: None,
-            windows: Vec::new(),
-            confidence: None,
-        },
-        (None, true) => Decided::nothing(true, reasons[0]),
-        (None, false) => Decided::nothing(false, reasons[1]),
+        tokio::select! {
+            next = choices.next(), if !listed => match next {
+                Some(choice) => match &accept {
+                    // A token: the choice's first event that produces.
+                    None => {
+                        tasks.spawn(async move {
+                            let index = choice.index();
+                            let mut events = choice.events();
+                            while let Some(Ok(event)) = events.next().await {
+                                if ChoiceEvent::produces(&event) {
+                                    return Some(index);
+                                }
+                            }
+                            None
+                        });
+                    }
+                    Some(accept) => {
+                        let accept = accept.clone();
+                        tasks.spawn(async move {
+                            let output = choice.message().await.ok()?;
+                            (output.finished_well() && accept(&output)).then_some(output.index)
+                        });
+                    }
+                },
+                None => listed = true,
+            },
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Ok(Some(index)) = joined {
+                    selected.push(index);
+                }
+            }
+            () = async { hedging.as_mut().expect("guarded").await },
+                if hedging.is_some() && selected.is_empty() =>
+            {
+                // Nothing yet: the next sample starts (none left: no more hedges).
+                hedging = match completions.start_more(1) {
+                    0 => None,
+                    _ => hedge_timer(),
+                };
+            }
+            () = &mut sleep, if deadline.is_some() => break true,
+        }
+    };
+    let reason = match (selected.is_empty(), timed_out) {
+        (false, _) => None,
+        (true, true) => Some(reasons[0].to_string()),
+        (true, false) => Some(reasons[1].to_string()),
+    };
+    Decided {
+        selected,
+        timed_out,
+        reason,
+        vote: None,
+        score: None,
+        windows: Vec::new(),
+        confidence: None,
     }
 }
 
@@ -550,7 +667,7 @@ pub(crate) async fn vote(
         settled += 1;
         total = expected.unwrap_or(seen).max(seen);
         if let Ok(output) = result
-            && good(&output)
+            && output.finished_well()
             && let Some(k) = key(&output)
         {
             counted += 1;
@@ -654,7 +771,7 @@ pub(crate) async fn vote_windowed(
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 let Ok((index, result)) = joined else { continue };
                 let voted = match result {
-                    Ok(output) if good(&output) => key(&output),
+                    Ok(output) if output.finished_well() => key(&output),
                     _ => None,
                 };
                 if let Some(k) = &voted {
@@ -800,7 +917,7 @@ async fn best(
     let mut best: Option<(f64, u32)> = None;
     let timed_out = watch(completions, deadline, |result, _, _| {
         if let Ok(output) = result
-            && good(&output)
+            && output.finished_well()
             && let Some(s) = score(&output).filter(|s| !s.is_nan())
             // Ties go to the choice that finished first.
             && best.is_none_or(|(b, _)| s > b)
@@ -831,6 +948,29 @@ async fn best(
 }
 
 impl Completions {
+    /// The first choice to produce something: a non-empty content delta or a tool call
+    /// ([`ChoiceEvent::produces`]), for a program that streams one answer as early as it can.
+    /// Decided at that event: the selected choice streams on while the others are asked to
+    /// stop (without waiting for them: [`Selection::cancelled`] lists those asked).
+    /// [`take(n)`](Pick::take) selects the first `n`; on samples made on demand,
+    /// [`hedge_after`](Pick::hedge_after) starts them one at a time.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # use futures::stream;
+    /// # #[tokio::main] async fn main() {
+    /// let thinking = "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
+    /// let writing = "data: {\"choices\":[{\"delta\":{\"content\":\"4\"}}]}\n\n";
+    /// let open = |sse: &'static str| futures::StreamExt::chain(stream::iter([Ok::<_, std::io::Error>(sse)]), stream::pending());
+    /// let c = Completions::builder().fan_out([Source::sse(open(thinking)).n(1), Source::sse(open(writing)).n(1)]);
+    /// let selection = c.first_token().await;
+    /// assert_eq!((selection.selected, selection.cancelled), (vec![1], vec![0]));
+    /// # }
+    /// ```
+    pub fn first_token(&self) -> Pick<'_> {
+        Pick::new(self, Rule::Token)
+    }
+
     /// The first choice to finish with `stop` or `tool_calls` (not `length`,
     /// `content_filter`, an error or a cancel). Once it is in, every other choice is
     /// cancelled at once (dropping the upstreams nobody needs any more). Nothing is selected
@@ -943,7 +1083,17 @@ impl Completions {
 
     /// Cancels everything not selected (unless `keep_rest`) and counts what the cancelled
     /// choices had received.
-    async fn conclude(&self, decided: Decided, keep_rest: bool) -> Selection {
+    ///
+    /// A first-* pick's selection stays in the order the choices qualified (`in_order`); a
+    /// first-token pick's selected choices are still streaming (`streaming`): the others are
+    /// asked to stop without waiting for them, and `cancelled` lists those asked.
+    async fn conclude(
+        &self,
+        decided: Decided,
+        keep_rest: bool,
+        in_order: bool,
+        streaming: bool,
+    ) -> Selection {
         let Decided {
             mut selected,
             timed_out,
@@ -953,13 +1103,19 @@ impl Completions {
             windows,
             confidence,
         } = decided;
-        selected.sort_unstable();
+        if !in_order {
+            selected.sort_unstable();
+        }
         let sampled = self.samples_made();
         // Decided: no further sample starts, whatever happens to the rest.
         self.stop_sampling();
-        let cancelled = match keep_rest {
-            true => Vec::new(),
-            false => self.cancel().await,
+        let cancelled = match (keep_rest, streaming) {
+            (true, _) => Vec::new(),
+            (false, false) => self.cancel().await,
+            (false, true) => {
+                self.cancel_except(&selected);
+                self.still_open_except(&selected)
+            }
         };
         let cancelled_tokens = self.estimated_tokens(&cancelled).await;
         Selection {
@@ -978,6 +1134,23 @@ impl Completions {
 }
 
 impl Completions {
+    /// The choices not in `except` that have not finished or failed, ascending.
+    fn still_open_except(&self, except: &[u32]) -> Vec<u32> {
+        let mut open: Vec<u32> = (self.entries().iter())
+            .filter(|c| !except.contains(&c.index()))
+            .filter(|c| {
+                let published = c.log.lock();
+                !matches!(
+                    published.phase.closed(),
+                    Some(Closed::Ended { .. } | Closed::Failed(_))
+                )
+            })
+            .map(|c| c.index())
+            .collect();
+        open.sort_unstable();
+        open
+    }
+
     /// The completion tokens these choices received, estimated (0 without the `estimate`
     /// feature).
     async fn estimated_tokens(&self, indexes: &[u32]) -> u64 {

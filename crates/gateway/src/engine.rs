@@ -9,9 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use choicewise_core::{ChoiceEvent, ChoiceOutput, Completions, Source, Usage, UsageSource};
+use choicewise_core::{ChoiceOutput, Completions, Selection, Source, Usage, UsageSource};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
@@ -107,19 +106,9 @@ pub(crate) struct Run {
     pub tries: Arc<Mutex<Vec<TryRecord>>>,
     /// Every sample's tokens, counted once when first asked for.
     accounting: tokio::sync::OnceCell<Accounting>,
-    /// Tasks that live as long as the run (hedging, picking): aborted with it.
-    pub tasks: Vec<tokio::task::AbortHandle>,
     pub samples: u32,
     /// How far its upstreams may read ahead of its client (back-pressure).
     pub pace: Arc<Pace>,
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
 }
 
 impl Run {
@@ -234,7 +223,6 @@ impl Run {
             labels,
             tries,
             accounting: tokio::sync::OnceCell::new(),
-            tasks: Vec::new(),
             samples: req.samples,
             pace,
         })
@@ -274,10 +262,20 @@ impl Run {
     pub async fn pick(&mut self, req: &ChatRequest) -> Picked {
         match &req.select {
             Select::All => Picked::samples((0..req.n).collect(), "all"),
+            // Core's first-* picks: decided at the n-th sample to produce (hedged: one more
+            // sample every `hedge_after` while none has) or to finish well; the rest cancelled.
             Select::FirstToken { hedge_after } => {
-                self.first(req.n, *hedge_after, Trigger::Token).await
+                let mut pick = self.completions.first_token().take(req.n as usize);
+                if let Some(after) = hedge_after {
+                    pick = pick.hedge_after(*after);
+                }
+                let selection = pick.await;
+                self.first_picked(&selection, "first_token")
             }
-            Select::FirstFinished => self.first(req.n, None, Trigger::Finish).await,
+            Select::FirstFinished => {
+                let selection = self.completions.first_finished().take(req.n as usize).await;
+                self.first_picked(&selection, "first_finished")
+            }
             Select::Vote {
                 by,
                 window,
@@ -319,90 +317,19 @@ impl Run {
         }
     }
 
-    /// The first `n` samples to produce (content or a tool call) or to finish well, starting
-    /// the next sample after `hedge_after` without a token when hedged; the others cancelled.
-    async fn first(&mut self, n: u32, hedge_after: Option<Duration>, trigger: Trigger) -> Picked {
-        let completions = self.completions.clone();
-        let (found_tx, mut found) = tokio::sync::mpsc::unbounded_channel::<u32>();
-        // Watch every choice as it appears.
-        let watcher = tokio::spawn({
-            let completions = completions.clone();
-            async move {
-                let mut choices = completions.choices();
-                let mut watches = Vec::new();
-                while let Some(choice) = choices.next().await {
-                    let found = found_tx.clone();
-                    watches.push(tokio::spawn(async move {
-                        let hit = match trigger {
-                            Trigger::Token => {
-                                let mut events = choice.events();
-                                let mut hit = false;
-                                while let Some(Ok(event)) = events.next().await {
-                                    if produced(&event) {
-                                        hit = true;
-                                        break;
-                                    }
-                                }
-                                hit
-                            }
-                            Trigger::Finish => choice.message().await.is_ok_and(|o| {
-                                !o.cancelled
-                                    && matches!(
-                                        o.finish_reason.as_deref(),
-                                        Some("stop" | "tool_calls")
-                                    )
-                            }),
-                        };
-                        if hit {
-                            let _ = found.send(choice.index());
-                        }
-                    }));
-                }
-                drop(found_tx);
-                for w in watches {
-                    let _ = w.await;
-                }
-            }
-        });
-        self.tasks.push(watcher.abort_handle());
-        let mut picked: Vec<u32> = Vec::new();
-        let mut hedge = hedge_after.map(|d| Box::pin(tokio::time::sleep(d)));
-        loop {
-            tokio::select! {
-                next = found.recv() => match next {
-                    Some(index) => {
-                        picked.push(index);
-                        if picked.len() as u32 >= n {
-                            break;
-                        }
-                    }
-                    None => break, // every choice ended: as many as there were
-                },
-                () = async { hedge.as_mut().unwrap().await }, if hedge.is_some() && picked.is_empty() => {
-                    // Nothing yet: the next sample starts.
-                    match completions.start_more(1) {
-                        0 => hedge = None,
-                        _ => hedge = hedge_after.map(|d| Box::pin(tokio::time::sleep(d))),
-                    }
-                }
-            }
-        }
-        // Decided: no further sample; every other choice cancelled, now and as it appears
-        // (an upstream still silent is dropped at once).
-        completions.cancel_except(&picked);
-        let mut samples: Vec<u32> = picked.iter().filter_map(|i| self.sample_of(*i)).collect();
-        // The pick's order is the outputs' order: the first to produce is choice 0.
-        samples.dedup();
+    /// What a first-* pick chose, as samples in the order they qualified (the first to
+    /// produce is output choice 0).
+    fn first_picked(&self, selection: &Selection, decision: &'static str) -> Picked {
+        let samples: Vec<u32> = (selection.selected.iter())
+            .filter_map(|i| self.sample_of(*i))
+            .collect();
         Picked {
-            reason: samples.is_empty().then(|| match trigger {
-                Trigger::Token => "no sample produced content or a tool call".to_string(),
-                Trigger::Finish => "no sample finished with stop or tool_calls".to_string(),
+            reason: samples.is_empty().then(|| match decision {
+                "first_token" => "no sample produced content or a tool call".to_string(),
+                _ => "no sample finished with stop or tool_calls".to_string(),
             }),
             samples,
-            decision: match trigger {
-                Trigger::Token => "first_token",
-                Trigger::Finish => "first_finished",
-            },
+            decision,
             vote: None,
             confidence: None,
         }
@@ -725,22 +652,6 @@ impl Picked {
             vote: None,
             confidence: None,
         }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Trigger {
-    Token,
-    Finish,
-}
-
-/// Whether an event is a sample producing something: a non-empty content delta, or a tool
-/// call (a role or an empty string is not).
-pub(crate) fn produced(event: &ChoiceEvent) -> bool {
-    match event {
-        ChoiceEvent::Content(t) => !t.is_empty(),
-        ChoiceEvent::FunctionCall(_) => true,
-        _ => false,
     }
 }
 

@@ -68,6 +68,24 @@ impl ChoiceEvent {
             _ => None,
         }
     }
+
+    /// Whether the choice produces something with this event: a non-empty content delta,
+    /// or progress of a tool call (a role, an empty string, reasoning are not). The rule of a
+    /// first-token pick.
+    ///
+    /// ```
+    /// use choicewise_proto::ChoiceEvent;
+    /// assert!(ChoiceEvent::Content("4".into()).produces());
+    /// assert!(!ChoiceEvent::Content("".into()).produces());
+    /// assert!(!ChoiceEvent::Reasoning("hm".into()).produces());
+    /// ```
+    pub fn produces(&self) -> bool {
+        match self {
+            ChoiceEvent::Content(t) => !t.is_empty(),
+            ChoiceEvent::FunctionCall(_) => true,
+            _ => false,
+        }
+    }
 }
 
 /// Which function call of a choice an event is about.

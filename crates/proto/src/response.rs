@@ -126,6 +126,23 @@ pub struct ChoiceOutput {
 }
 
 impl ChoiceOutput {
+    /// Whether the choice finished well: not cancelled, its finish reason `stop` or
+    /// `tool_calls` (not `length`, `content_filter`, `error`, ...). What every pick counts
+    /// as a finished answer.
+    ///
+    /// ```
+    /// use choicewise_proto::{ChoiceOutput, Message};
+    /// let mut c = ChoiceOutput::new(0, Message::assistant("Hi"));
+    /// assert!(!c.finished_well());
+    /// c.finish_reason = Some("stop".into());
+    /// assert!(c.finished_well());
+    /// c.finish_reason = Some("length".into());
+    /// assert!(!c.finished_well());
+    /// ```
+    pub fn finished_well(&self) -> bool {
+        !self.cancelled && matches!(self.finish_reason.as_deref(), Some("stop" | "tool_calls"))
+    }
+
     /// A choice with this index and message; nothing else set (no finish reason yet).
     ///
     /// ```

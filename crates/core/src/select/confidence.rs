@@ -16,7 +16,7 @@ use choicewise_proto::{ChoiceOutput, Confidence, Incomplete, SampleConfidence, W
 
 use crate::choice::Choice;
 use crate::completions::Completions;
-use crate::select::{Decided, Judge, Tally, good, short_of, vote, vote_windowed};
+use crate::select::{Decided, Judge, Tally, short_of, vote, vote_windowed};
 
 /// What a vote guided by confidence did ([`Selection::confidence`](crate::Selection::confidence)):
 /// either the rule ran ([`Applied`](Self::Applied)), or it could not and the plain vote
@@ -315,7 +315,7 @@ pub(crate) async fn vote_confident(
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 let Ok(ended) = joined else { continue };
                 let voted = match &ended.output {
-                    Ok(output) if good(output) && !ended.stopped => key(output),
+                    Ok(output) if output.finished_well() && !ended.stopped => key(output),
                     _ => None,
                 };
                 counted.insert(ended.index, Counted {
