@@ -1,6 +1,6 @@
 //! Choosing the view: `--json`, the plain labelled lines, or the live view on a terminal.
 
-use choicewise::{ChoiceOutput, Completions, Confidence, ConfidenceReport, Selection};
+use choicewise::{Completions, Confidence, ConfidenceReport, Selection, VoteKey};
 use clap::Args;
 use tokio::sync::watch;
 
@@ -29,8 +29,8 @@ pub struct ViewArgs {
     pub vote: bool,
     /// Vote over the first capture group of REGEX in each finished choice's content (the
     /// whole match when it has no group) instead; choices without a match do not vote.
-    #[arg(long, value_name = "REGEX", value_parser = parse_regex)]
-    pub vote_by: Option<regex::Regex>,
+    #[arg(long, value_name = "REGEX", value_parser = parse_pattern)]
+    pub vote_by: Option<VoteKey>,
     /// A key needs at least K votes to win; with fewer, nothing is selected (exit 1, the
     /// tally said) [default: 2, so that one vote out of several is no majority].
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
@@ -78,8 +78,8 @@ fn parse_share(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_regex(s: &str) -> Result<regex::Regex, String> {
-    regex::Regex::new(s).map_err(|e| e.to_string())
+fn parse_pattern(s: &str) -> Result<VoteKey, String> {
+    VoteKey::pattern(s).map_err(|e| e.to_string())
 }
 
 /// A combinator picking choices while they stream.
@@ -92,11 +92,10 @@ pub enum Pick {
 /// A vote: over the content or over a pattern's capture in it.
 #[derive(Debug, Clone)]
 pub struct Vote {
-    pub pattern: Option<regex::Regex>,
+    /// What a finished choice votes with.
+    pub key: VoteKey,
     /// The votes a key needs to win.
     pub min: u32,
-    /// Keys compared case-folded, trimmed, without trailing punctuation.
-    pub normalize: bool,
     /// Samples started window by window, this many at a time.
     pub window: Option<u32>,
     /// Guided by confidence (`--confidence`).
@@ -105,39 +104,6 @@ pub struct Vote {
 
 /// The votes a key needs unless `--vote-min` says: one vote out of several is no majority.
 pub const DEFAULT_VOTE_MIN: u32 = 2;
-
-impl Vote {
-    /// The key a finished choice votes with.
-    fn key(&self, output: &ChoiceOutput) -> Option<String> {
-        let content = output.message.content.as_deref()?;
-        let key = match &self.pattern {
-            None => content.trim().to_string(),
-            Some(re) => {
-                let caps = re.captures(content)?;
-                caps.get(1)
-                    .or_else(|| caps.get(0))
-                    .map(|m| m.as_str().to_string())?
-            }
-        };
-        let key = match self.normalize {
-            true => normalize(&key),
-            false => key,
-        };
-        Some(key).filter(|k| !k.is_empty())
-    }
-}
-
-/// A key as `--vote-normalize` compares it: case-folded (Unicode lowercase), trimmed, without
-/// trailing punctuation.
-pub fn normalize(key: &str) -> String {
-    let folded = key.trim().to_lowercase();
-    folded
-        .trim_end_matches(|c: char| {
-            c.is_ascii_punctuation() || "。、！？…»”’".contains(c) || c.is_whitespace()
-        })
-        .trim()
-        .to_string()
-}
 
 impl Pick {
     /// Runs the combinator over the completion as it streams.
@@ -148,7 +114,8 @@ impl Pick {
                 let min = vote.min as usize;
                 let window = vote.window;
                 let confidence = vote.confidence;
-                let mut pick = completions.vote(move |o| vote.key(o)).min_votes(min);
+                let key = vote.key;
+                let mut pick = completions.vote(move |o| key.of(o)).min_votes(min);
                 if let Some(options) = confidence {
                     pick = pick.confidence(options);
                 }
@@ -284,9 +251,10 @@ impl ViewArgs {
             Some(Pick::First)
         } else if vote {
             Some(Pick::Vote(Vote {
-                pattern: self.vote_by.clone(),
+                key: (self.vote_by.clone())
+                    .unwrap_or_else(VoteKey::content)
+                    .normalize(self.vote_normalize),
                 min: self.vote_min.unwrap_or(DEFAULT_VOTE_MIN),
-                normalize: self.vote_normalize,
                 window: self.vote_window,
                 confidence: self.confidence(),
             }))
@@ -396,21 +364,5 @@ impl Sources {
         self.upstreams
             .get(index as usize / self.per_request)
             .map(ToString::to_string)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::normalize;
-
-    #[test]
-    fn normalized_keys_fold_case_trim_and_drop_trailing_punctuation() {
-        for same in ["no", "No", " no. ", "NO!!", "no…", "Nö"] {
-            let expected = if same == "Nö" { "nö" } else { "no" };
-            assert_eq!(normalize(same), expected, "{same:?}");
-        }
-        // Inner punctuation stays: "3.5" is not "35".
-        assert_eq!(normalize("3.5."), "3.5");
-        assert_eq!(normalize("¿Sí?"), "¿sí");
     }
 }

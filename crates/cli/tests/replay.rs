@@ -668,14 +668,11 @@ fn confidence_on_a_recording_with_logprobs_decides_as_the_library_does() {
     // The library, over the same bytes (the stamps are SSE comments), as fast as it can read:
     // the same decision.
     let library = tokio::runtime::Runtime::new().unwrap().block_on(async {
-        use choicewise::{Completions, Confidence, Source};
+        use choicewise::{Completions, Confidence, Source, VoteKey};
         let bytes = std::fs::read(&file).unwrap();
-        let re = regex::Regex::new(r"Answer: (\d+)").unwrap();
+        let key = VoteKey::pattern(r"Answer: (\d+)").unwrap();
         Completions::new(Source::reader(std::io::Cursor::new(bytes)))
-            .vote(move |o| {
-                let content = o.message.content.as_deref()?;
-                Some(re.captures(content)?.get(1)?.as_str().to_string())
-            })
+            .vote(move |o| key.of(o))
             .min_votes(2)
             .confidence(Confidence::new().warmup(3).group_tokens(2))
             .await

@@ -87,7 +87,7 @@ pub use config::DEFAULT_HIBERNATE_AFTER;
 #[doc(hidden)]
 pub use diagnostics::{actors_started, live_actors};
 pub use select::confidence::{ConfidenceApplied, ConfidenceReport};
-pub use select::{Pick, Selection, Tally};
+pub use select::{Pick, Selection, Tally, VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError};
 pub use source::Source;
 pub use stream::EventStream;
 

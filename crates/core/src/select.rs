@@ -9,6 +9,9 @@
 
 /// The confidence-guided vote (DeepConf online): a part of picking, over its vote.
 pub(crate) mod confidence;
+mod vote_key;
+
+pub use vote_key::{VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError};
 
 use std::collections::HashMap;
 use std::fmt;

@@ -277,23 +277,12 @@ impl Run {
                 self.first_picked(&selection, "first_finished")
             }
             Select::Vote {
-                by,
+                key,
                 window,
                 confidence,
             } => {
-                let by = by.clone();
-                let key = move |o: &ChoiceOutput| {
-                    let content = o.message.content.as_deref()?;
-                    let key = match &by {
-                        None => content.trim().to_string(),
-                        Some(re) => {
-                            let caps = re.captures(content)?;
-                            caps.get(1).or_else(|| caps.get(0))?.as_str().to_string()
-                        }
-                    };
-                    Some(key).filter(|k| !k.is_empty())
-                };
-                let mut pick = self.completions.vote(key);
+                let key = key.clone();
+                let mut pick = self.completions.vote(move |o| key.of(o));
                 if let Some(c) = confidence {
                     pick = pick.confidence(*c);
                 }

@@ -8,11 +8,6 @@ use serde_json::{Map, Value};
 use crate::config::Limits;
 use crate::error::ApiError;
 
-/// The most memory a `vote_by` expression may compile to (the regex crate's size limits):
-/// compiling takes time about proportional to it, so a client's expression costs a bounded
-/// few milliseconds at most.
-const VOTE_BY_SIZE_LIMIT: usize = 256 * 1024;
-
 /// How the samples are picked from.
 #[derive(Debug, Clone)]
 pub(crate) enum Select {
@@ -26,7 +21,7 @@ pub(crate) enum Select {
     /// A plurality vote over each finished sample's key (its trimmed content, or the first
     /// capture of `by`), decided early; `window`: samples started window by window.
     Vote {
-        by: Option<regex::Regex>,
+        key: choicewise_core::VoteKey,
         window: Option<usize>,
         /// DeepConf online: samples stopped for low confidence, the vote weighted by it.
         confidence: Option<choicewise_core::Confidence>,
@@ -202,22 +197,18 @@ fn extension_of(
     };
     let vote_by = match ext.get("vote_by") {
         None | Some(Value::Null) => None,
-        Some(Value::String(re)) => Some(
-            regex::RegexBuilder::new(re)
-                .size_limit(VOTE_BY_SIZE_LIMIT)
-                .dfa_size_limit(VOTE_BY_SIZE_LIMIT)
-                .build()
-                .map_err(|e| match e {
-                    regex::Error::CompiledTooBig(_) => err(format!(
-                        "\"choicewise.vote_by\" is too large once compiled (over {} KiB); write a smaller expression",
-                        VOTE_BY_SIZE_LIMIT / 1024
-                    ))
-                    .code("vote_by_too_large"),
-                    e => err(format!(
-                        "\"choicewise.vote_by\" is not a valid regular expression: {e}"
-                    )),
-                })?,
-        ),
+        // Compiled within `VOTE_PATTERN_SIZE_LIMIT`: a client's expression costs a bounded
+        // few milliseconds at most.
+        Some(Value::String(re)) => Some(choicewise_core::VoteKey::pattern(re).map_err(|e| {
+            match e.too_large() {
+                true => err(format!(
+                    "\"choicewise.vote_by\" is too large once compiled (over {} KiB); write a smaller expression",
+                    choicewise_core::VOTE_PATTERN_SIZE_LIMIT / 1024
+                ))
+                .code("vote_by_too_large"),
+                false => err(format!("\"choicewise.vote_by\" is {e}")),
+            }
+        })?),
         Some(v) => {
             return Err(err(format!(
                 "\"choicewise.vote_by\" must be a string, not {v}"
@@ -257,7 +248,9 @@ fn extension_of(
             "first_token" => Select::FirstToken { hedge_after: hedge },
             "first_finished" => Select::FirstFinished,
             "vote" => Select::Vote {
-                by: vote_by.clone(),
+                key: vote_by
+                    .clone()
+                    .unwrap_or_else(choicewise_core::VoteKey::content),
                 window,
                 confidence: confidence_of(ext)?,
             },

@@ -233,18 +233,12 @@ impl Completions {
         deadline: Option<f64>,
         keep_rest: bool,
     ) -> PyResult<Py<PyAny>> {
-        let regex = regex::Regex::new(pattern)
-            .map_err(|e| errors::value_error(format!("not a regex: {e}")))?;
+        let key = choicewise::VoteKey::pattern(pattern)
+            .map_err(|e| errors::value_error(format!("pattern {pattern:?}: {e}")))?;
         let deadline = deadline.map(seconds_to_duration).transpose()?;
         let inner = self.inner.clone();
         let future = async move {
-            let key = move |m: &choicewise::ChoiceOutput| {
-                let text = m.message.content.as_deref()?;
-                let captures = regex.captures(text)?;
-                let found = captures.get(1).or_else(|| captures.get(0))?;
-                Some(found.as_str().to_string())
-            };
-            let mut pick = inner.vote(key).min_votes(min_votes);
+            let mut pick = inner.vote(move |m| key.of(m)).min_votes(min_votes);
             if let Some(size) = window {
                 pick = pick.window(size);
             }
