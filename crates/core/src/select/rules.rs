@@ -1,0 +1,422 @@
+//! The rules a [`Pick`](super::Pick) decides by, each until its decision: the first-* picks
+//! (`first_n`), the plurality vote (all at once or window by window), and the best score.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::task::JoinSet;
+
+use super::{Decided, Judge, Rule, Tally, watch};
+use crate::completions::Completions;
+use choicewise_proto::{ChoiceEvent, ChoiceOutput};
+
+/// The first `take` choices to qualify under a first-* rule, in the order they did: to
+/// produce (`Token`), or to finish well (`First`), and be accepted (`Where`); hedged, one
+/// more sample starts every `hedge` while none has.
+pub(super) async fn first_n(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    rule: Rule,
+    take: usize,
+    hedge: Option<Duration>,
+) -> Decided {
+    let (reasons, accept): ([&str; 2], Option<Arc<Judge<bool>>>) = match rule {
+        Rule::Token => (
+            [
+                "the deadline passed before any choice produced content or a tool call",
+                "no choice produced content or a tool call",
+            ],
+            None,
+        ),
+        Rule::Where(accept) => (
+            [
+                "the deadline passed before a finished choice was accepted",
+                "no choice finished with stop or tool_calls and was accepted",
+            ],
+            Some(Arc::new(accept)),
+        ),
+        _ => (
+            [
+                "the deadline passed before any choice finished",
+                "no choice finished with stop or tool_calls",
+            ],
+            Some(Arc::new(Box::new(|_: &ChoiceOutput| true) as Judge<bool>)),
+        ),
+    };
+    let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
+    tokio::pin!(sleep);
+    let hedge_timer = || hedge.map(|d| Box::pin(tokio::time::sleep(d)));
+    let mut hedging = hedge_timer();
+    let mut choices = completions.choices();
+    let mut listed = false;
+    let mut tasks = JoinSet::new();
+    let mut selected: Vec<u32> = Vec::new();
+    let timed_out = loop {
+        if (listed && tasks.is_empty()) || selected.len() >= take {
+            break false;
+        }
+        tokio::select! {
+            next = choices.next(), if !listed => match next {
+                Some(choice) => match &accept {
+                    // A token: the choice's first event that produces.
+                    None => {
+                        tasks.spawn(async move {
+                            let index = choice.index();
+                            let mut events = choice.events();
+                            while let Some(Ok(event)) = events.next().await {
+                                if ChoiceEvent::produces(&event) {
+                                    return Some(index);
+                                }
+                            }
+                            None
+                        });
+                    }
+                    Some(accept) => {
+                        let accept = accept.clone();
+                        tasks.spawn(async move {
+                            let output = choice.message().await.ok()?;
+                            (output.finished_well() && accept(&output)).then_some(output.index)
+                        });
+                    }
+                },
+                None => listed = true,
+            },
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Ok(Some(index)) = joined {
+                    selected.push(index);
+                }
+            }
+            () = async { hedging.as_mut().expect("guarded").await },
+                if hedging.is_some() && selected.is_empty() =>
+            {
+                // Nothing yet: the next sample starts (none left: no more hedges).
+                hedging = match completions.start_more(1) {
+                    0 => None,
+                    _ => hedge_timer(),
+                };
+            }
+            () = &mut sleep, if deadline.is_some() => break true,
+        }
+    };
+    let reason = match (selected.is_empty(), timed_out) {
+        (false, _) => None,
+        (true, true) => Some(reasons[0].to_string()),
+        (true, false) => Some(reasons[1].to_string()),
+    };
+    Decided {
+        selected,
+        timed_out,
+        reason,
+        vote: None,
+        score: None,
+        windows: Vec::new(),
+        confidence: None,
+    }
+}
+
+/// Plurality over `key`, decided as soon as the rest cannot change the winner.
+pub(crate) async fn vote(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    key: impl Fn(&ChoiceOutput) -> Option<String>,
+    min_votes: usize,
+) -> Decided {
+    let expected = completions.expected_choices();
+    // Key → (votes, order of its first vote); voters by key.
+    let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
+    let mut voters: HashMap<String, Vec<u32>> = HashMap::new();
+    let mut counted = 0usize;
+    let mut settled = 0usize;
+    let mut total = 0usize;
+    let leader = |counts: &HashMap<String, (usize, usize)>| {
+        let mut ranked: Vec<(&String, &(usize, usize))> = counts.iter().collect();
+        ranked.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)));
+        let first = ranked.first().map(|(k, (v, _))| ((*k).clone(), *v));
+        let second = ranked.get(1).map_or(0, |(_, (v, _))| *v);
+        (first, second)
+    };
+    let timed_out = watch(completions, deadline, |result, seen, listed| {
+        settled += 1;
+        total = expected.unwrap_or(seen).max(seen);
+        if let Ok(output) = result
+            && output.finished_well()
+            && let Some(k) = key(&output)
+        {
+            counted += 1;
+            let order = counts.len();
+            counts.entry(k.clone()).or_insert((0, order)).0 += 1;
+            voters.entry(k).or_default().push(output.index);
+        }
+        let (first, second) = leader(&counts);
+        let remaining = match (expected, listed) {
+            (_, true) => seen - settled,
+            (Some(n), false) => n.max(seen) - settled,
+            (None, false) => return false,
+        };
+        let votes = first.map_or(0, |(_, votes)| votes);
+        // Decided: the leader cannot be caught and has enough; or no key can reach enough.
+        (votes > second + remaining && votes >= min_votes) || votes + remaining < min_votes
+    })
+    .await;
+    let total = total.max(completions.choice_count());
+    match leader(&counts).0 {
+        Some((_, votes)) if votes < min_votes => {
+            let tally = counts
+                .iter()
+                .map(|(k, (v, o))| (k.clone(), *v, *o))
+                .collect();
+            Decided::nothing(timed_out, &short_of(min_votes, tally))
+        }
+        Some((k, votes)) => {
+            let mut picked = voters.remove(&k).unwrap_or_default();
+            picked.sort_unstable();
+            let tally = Tally {
+                key: k,
+                votes,
+                counted,
+                choices: total,
+            };
+            Decided {
+                selected: picked,
+                timed_out,
+                reason: None,
+                vote: Some(tally),
+                score: None,
+                windows: Vec::new(),
+                confidence: None,
+            }
+        }
+        None if timed_out => Decided::nothing(true, "the deadline passed before any choice voted"),
+        None => Decided::nothing(false, "no choice finished with a key to vote on"),
+    }
+}
+
+/// The windowed vote of [`Pick::window`]: windows of `size` choices in index order, samples
+/// started window by window.
+pub(crate) async fn vote_windowed(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    key: impl Fn(&ChoiceOutput) -> Option<String>,
+    size: usize,
+    min_votes: usize,
+) -> Decided {
+    let sampled = completions.samples_made();
+    // How many choices there will be at most: the samples planned, else the choices
+    // declared, else those seen (final once the stream of choices ends).
+    let planned = match sampled {
+        true => Some(completions.planned()),
+        false => completions.expected_choices(),
+    };
+    let mut windows_started = 1usize;
+    // Window `w` is samples `w * size ..`: each start tops the samples up to the window's end,
+    // so samples a caller started before the vote (its first window, opened early to fail
+    // before an answer begins) count towards it rather than shifting every window.
+    let start_through = |end: usize| {
+        if sampled {
+            completions.start_more(end.saturating_sub(completions.started()));
+        }
+    };
+    start_through(size);
+    let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
+    tokio::pin!(sleep);
+    let mut choices = completions.choices();
+    let mut listed = false;
+    let mut seen = 0usize;
+    let mut tasks = JoinSet::new();
+    // Each settled choice's key (`None`: it did not vote), and the order of first votes.
+    let mut keys: HashMap<u32, Option<String>> = HashMap::new();
+    let mut first_vote: HashMap<String, usize> = HashMap::new();
+    let mut winner: Option<String> = None;
+    let mut timed_out = false;
+    loop {
+        if listed && tasks.is_empty() {
+            break;
+        }
+        tokio::select! {
+            next = choices.next(), if !listed => match next {
+                Some(choice) => {
+                    seen += 1;
+                    tasks.spawn(async move { (choice.index(), choice.message().await) });
+                }
+                None => listed = true,
+            },
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                let Ok((index, result)) = joined else { continue };
+                let voted = match result {
+                    Ok(output) if output.finished_well() => key(&output),
+                    _ => None,
+                };
+                if let Some(k) = &voted {
+                    let order = first_vote.len();
+                    first_vote.entry(k.clone()).or_insert(order);
+                }
+                keys.insert(index, voted);
+                let total = planned.unwrap_or(seen).max(seen);
+                let window = |w: usize| (w * size) as u32..((w + 1) * size).min(total) as u32;
+                // The first unanimous window decides.
+                let unanimous = (0..windows_started).find_map(|w| {
+                    let mut agreed: Option<&String> = None;
+                    for i in window(w) {
+                        let k = keys.get(&i)?.as_ref()?;
+                        if agreed.is_some_and(|a| a != k) {
+                            return None;
+                        }
+                        agreed = Some(k);
+                    }
+                    agreed.cloned()
+                });
+                if let Some(k) = unanimous {
+                    winner = Some(k);
+                    break;
+                }
+                // The latest window can no longer be unanimous: the next one starts.
+                let latest = window(windows_started - 1);
+                let settled: Vec<Option<&String>> =
+                    latest.clone().filter_map(|i| keys.get(&i)).map(Option::as_ref).collect();
+                let first = settled.iter().copied().flatten().next();
+                let split = settled.iter().any(|k| k.is_none() || *k != first);
+                if split && windows_started * size < total {
+                    let next = window(windows_started);
+                    windows_started += 1;
+                    start_through(next.end as usize);
+                }
+                // Every window started: the plurality, decided as soon as it cannot change.
+                if windows_started * size >= total && (planned.is_some() || listed) {
+                    let remaining = total.saturating_sub(keys.len());
+                    let (leader, votes, second) = leader_of(&keys, &first_vote);
+                    if leader.is_some() && votes > second + remaining && votes >= min_votes {
+                        winner = leader;
+                        break;
+                    }
+                    if votes + remaining < min_votes {
+                        break; // no key can reach enough votes
+                    }
+                }
+            }
+            () = &mut sleep, if deadline.is_some() => {
+                timed_out = true;
+                break;
+            }
+        }
+    }
+    let winner = winner.or_else(|| {
+        let (leader, votes, _) = leader_of(&keys, &first_vote);
+        leader.filter(|_| votes >= min_votes)
+    });
+    let total = planned.unwrap_or(seen).max(seen);
+    let windows: Vec<Vec<u32>> = (0..windows_started)
+        .map(|w| ((w * size) as u32..((w + 1) * size).min(total) as u32).collect())
+        .collect();
+    match winner {
+        Some(k) => {
+            let mut picked: Vec<u32> = (keys.iter())
+                .filter(|(_, v)| v.as_ref() == Some(&k))
+                .map(|(i, _)| *i)
+                .collect();
+            picked.sort_unstable();
+            let counted = keys.values().filter(|v| v.is_some()).count();
+            Decided {
+                vote: Some(Tally {
+                    key: k,
+                    votes: picked.len(),
+                    counted,
+                    choices: total.max(completions.choice_count()),
+                }),
+                selected: picked,
+                timed_out,
+                reason: None,
+                score: None,
+                windows,
+                confidence: None,
+            }
+        }
+        None => {
+            let mut tally: HashMap<String, (usize, usize)> = HashMap::new();
+            for k in keys.values().flatten() {
+                tally.entry(k.clone()).or_insert((0, first_vote[k])).0 += 1;
+            }
+            let reason = match (tally.is_empty(), timed_out) {
+                (false, _) => short_of(
+                    min_votes,
+                    tally.into_iter().map(|(k, (v, o))| (k, v, o)).collect(),
+                ),
+                (true, true) => "the deadline passed before any choice voted".to_string(),
+                (true, false) => "no choice finished with a key to vote on".to_string(),
+            };
+            Decided {
+                windows,
+                ..Decided::nothing(timed_out, &reason)
+            }
+        }
+    }
+}
+
+/// The reason nothing won when keys voted but none had `min_votes`: the tally, most votes
+/// first (`tally`: key, votes, order of its first vote).
+pub(crate) fn short_of(min_votes: usize, mut tally: Vec<(String, usize, usize)>) -> String {
+    tally.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
+    let listed: Vec<String> = tally.iter().map(|(k, v, _)| format!("{k:?} {v}")).collect();
+    format!(
+        "no key has {min_votes} votes (tally: {})",
+        listed.join(", ")
+    )
+}
+
+/// The key with the most votes (ties: voted first), its votes, and the runner-up's.
+fn leader_of(
+    keys: &HashMap<u32, Option<String>>,
+    first_vote: &HashMap<String, usize>,
+) -> (Option<String>, usize, usize) {
+    let mut counts: HashMap<&String, usize> = HashMap::new();
+    for k in keys.values().flatten() {
+        *counts.entry(k).or_default() += 1;
+    }
+    let mut ranked: Vec<(&String, usize)> = counts.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(first_vote[a.0].cmp(&first_vote[b.0])));
+    let second = ranked.get(1).map_or(0, |r| r.1);
+    match ranked.first() {
+        Some((k, v)) => (Some((*k).clone()), *v, second),
+        None => (None, 0, 0),
+    }
+}
+
+/// The highest score of a good finish, once every choice is in (or at the deadline).
+pub(super) async fn best(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    score: impl Fn(&ChoiceOutput) -> Option<f64>,
+) -> Decided {
+    let mut best: Option<(f64, u32)> = None;
+    let timed_out = watch(completions, deadline, |result, _, _| {
+        if let Ok(output) = result
+            && output.finished_well()
+            && let Some(s) = score(&output).filter(|s| !s.is_nan())
+            // Ties go to the choice that finished first.
+            && best.is_none_or(|(b, _)| s > b)
+        {
+            best = Some((s, output.index));
+        }
+        false
+    })
+    .await;
+    match best {
+        Some((s, index)) => Decided {
+            selected: vec![index],
+            timed_out,
+            reason: None,
+            vote: None,
+            score: Some(s),
+            windows: Vec::new(),
+            confidence: None,
+        },
+        None if timed_out => {
+            Decided::nothing(true, "the deadline passed before any choice was scored")
+        }
+        None => Decided::nothing(
+            false,
+            "no choice finished with stop or tool_calls and a score",
+        ),
+    }
+}

@@ -1,0 +1,130 @@
+//! Events the caller parsed already, and the typed dialects' events (Responses, Anthropic
+//! Messages): decoded by the reader into its one choice's updates.
+
+use serde_json::Value;
+
+use super::*;
+
+impl Splitter {
+    /// One event that the caller parsed already: a Chat Completions chunk, or an event of
+    /// the Responses or Anthropic Messages API (its `type` says which). `line` stands for
+    /// the event's position in the stream (its count).
+    pub fn parsed_event(&mut self, value: Value, line: u64) -> Result<(), Error> {
+        let Value::Object(object) = &value else {
+            return Err(Error::from(ErrorDetail::Json {
+                line,
+                offset: 0,
+                message: format!("expected a JSON object, found {}", json_type(&value)),
+            }));
+        };
+        if self.dialect.is_none() {
+            self.dialect = Some(
+                object
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .and_then(dialect_of)
+                    .unwrap_or(Dialect::Chat),
+            );
+        }
+        if matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic)) {
+            return self.typed_value("", value, line, 0).map(drop);
+        }
+        if let Some(kind) = object.get("type").and_then(Value::as_str)
+            && let Some(found) = dialect_of(kind)
+        {
+            return Err(Error::from(ErrorDetail::WrongDialect {
+                expected: Dialect::Chat,
+                found: format!("{kind} (of the {found} dialect)"),
+                line,
+            }));
+        }
+        let chunk = ChatCompletionChunk::deserialize(value).map_err(|e| ErrorDetail::Json {
+            line,
+            offset: 0,
+            message: e.to_string(),
+        })?;
+        self.parsed(chunk, line)
+    }
+
+    /// One event of a typed dialect (Responses, Anthropic): decoded here into the update of
+    /// the stream's one choice (index 0), its facts and its usage.
+    pub(super) fn typed_event(
+        &mut self,
+        event: &str,
+        data: &str,
+        line: u64,
+        offset: u64,
+        data_lines: DataLines<'_>,
+    ) -> Result<Flow, Error> {
+        let value: Value = match serde_json::from_str(data) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => {
+                return Err(Error::from(ErrorDetail::Json {
+                    line: data_lines.line(0).unwrap_or(line),
+                    offset,
+                    message: "expected a JSON object".to_string(),
+                }));
+            }
+            Err(e) => return Err(json_error(&e, line, offset, data_lines)),
+        };
+        self.typed_value(event, value, line, offset)
+    }
+
+    /// One parsed event of a typed dialect; `event` its `event:` line, if any.
+    pub(super) fn typed_value(
+        &mut self,
+        event: &str,
+        value: Value,
+        line: u64,
+        offset: u64,
+    ) -> Result<Flow, Error> {
+        // Only called once the stream's dialect is known to be a typed one.
+        let dialect = self.dialect.unwrap_or_default();
+        let kind = match value.get("type").and_then(Value::as_str) {
+            Some(kind) => kind.to_string(),
+            None if value.get("choices").is_some() => {
+                return Err(Error::from(ErrorDetail::WrongDialect {
+                    expected: dialect,
+                    found: "chat.completion.chunk".to_string(),
+                    line,
+                }));
+            }
+            None => event.to_string(),
+        };
+        let decoded = self.typed.get_or_insert_with(Box::default).event(
+            dialect,
+            &kind,
+            &value,
+            (line, offset),
+        )?;
+        if let Some(kind) = decoded.warning {
+            self.warnings.push(Warning {
+                choice: None,
+                line,
+                kind,
+            });
+        }
+        if let Some(update) = decoded.update {
+            let slot = self.slot_for(0, line)?;
+            let slot = &mut self.slots[slot];
+            slot.finished |= update.finish_reason.is_some();
+            slot.batch.updates.push(RawUpdate {
+                line,
+                offset,
+                body: Body::Update(Box::new(update)),
+            });
+        }
+        self.facts(
+            Facts {
+                id: decoded.id.map(Cow::Owned),
+                model: decoded.model.map(Cow::Owned),
+                created: decoded.created,
+                usage: decoded.usage,
+                ..Facts::default()
+            },
+            [],
+            line,
+        );
+        Ok(Flow::Continue)
+    }
+}
