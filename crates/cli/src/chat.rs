@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use choicewise::{Completions, Dialect, Source};
+use choicewise::{Completions, Dialect, Opening, Plan, PlanUpstream, Source};
 use choicewise_client::Client;
 use clap::Args;
 use futures::Stream;
@@ -490,24 +490,25 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
             .iter()
             .all(|m| *m == models[0])
             .then(|| models[0].to_string());
-        // Samples started window by window, or after the warmup of --confidence, only while
-        // the vote is undecided.
-        let on_demand = args.view.vote_window.is_some() || args.view.confidence;
-        let completions = match on_demand {
-            true => {
-                let sources: Vec<(Client, Value)> = upstreams
-                    .iter()
-                    .map(|u| (u.client.clone(), u.body.clone()))
-                    .collect();
-                Completions::builder().samples(k, move |i| {
-                    let (client, body) = &sources[i];
-                    client.source(body.clone())
-                })
-            }
-            false => {
-                let sources = upstreams.iter().map(|u| u.client.source(u.body.clone()));
-                Completions::builder().fan_out(sources)
-            }
+        // One request per item copy, in order; started window by window, or after the
+        // warmup of --confidence, only while the vote is undecided.
+        let opening = match (args.view.confidence(), args.view.vote_window) {
+            (Some(c), _) => Opening::First(c.warmup),
+            (None, Some(w)) => Opening::First(w as usize),
+            (None, None) => Opening::All,
+        };
+        let plan = Plan::new(k as u32, &vec![PlanUpstream::new(1); k], opening);
+        let sources: Vec<(Client, Value)> = (plan.requests().iter())
+            .map(|r| &upstreams[r.upstream()])
+            .map(|u| (u.client.clone(), u.body.clone()))
+            .collect();
+        let completions = match plan.on_demand() {
+            true => Completions::builder().samples(k, move |i| {
+                let (client, body) = &sources[i];
+                client.source(body.clone())
+            }),
+            false => Completions::builder()
+                .fan_out((sources.into_iter()).map(|(client, body)| client.source(body))),
         };
         // Each choice's source: upstream k's choices are its request's n, in order.
         let per_request = request["n"].as_u64().unwrap_or(1).max(1) as usize;

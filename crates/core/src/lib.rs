@@ -60,6 +60,7 @@ mod diagnostics;
 mod lifetime;
 mod log;
 mod msg;
+mod plan;
 mod samples;
 mod select;
 mod source;
@@ -86,6 +87,7 @@ pub use config::DEFAULT_HIBERNATE_AFTER;
 #[cfg(feature = "diagnostics")]
 #[doc(hidden)]
 pub use diagnostics::{actors_started, live_actors};
+pub use plan::{Opening, Plan, PlanUpstream, PlannedRequest};
 pub use select::confidence::{ConfidenceApplied, ConfidenceReport};
 pub use select::{Pick, Selection, Tally, VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError};
 pub use source::Source;

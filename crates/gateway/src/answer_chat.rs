@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::Finish;
+use crate::chunks::Envelope;
 use crate::chunks::{ChoiceChunks, Element};
-use crate::engine::{Envelope, Picked};
+use crate::engine::Picked;
 use crate::error::ApiError;
 use crate::request::{ChatRequest, Select};
 

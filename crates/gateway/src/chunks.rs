@@ -4,8 +4,11 @@
 //! into the answer's buffer: no JSON tree is built per event. Its keys are written in sorted
 //! order, as a `serde_json::Value` of the same element would write them.
 
+use std::sync::Arc;
+
 use choicewise_core::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text};
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Value, json};
 
 /// Turns one output choice's events into the `choices[]` elements of chunks.
 #[derive(Debug)]
@@ -255,6 +258,53 @@ impl Serialize for ToolCall<'_> {
             map.serialize_entry("type", "function")?;
         }
         map.end()
+    }
+}
+
+/// Shared by a run's output streams: the model's name and the answer's id and time.
+#[derive(Debug, Clone)]
+pub(crate) struct Envelope {
+    pub id: Arc<str>,
+    pub created: u64,
+    pub model: Arc<str>,
+}
+
+impl Envelope {
+    pub fn new(model: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Envelope {
+            id: Arc::from(
+                format!("chatcmpl-cw{:x}{n:x}", nanos.as_nanos() & 0xffff_ffff_ffff).as_str(),
+            ),
+            created: nanos.as_secs(),
+            model: Arc::from(model),
+        }
+    }
+
+    /// A chunk's JSON up to the opening of its `choices` array, for writing chunks without
+    /// building each one's envelope (`{"id":…,"object":…,"created":…,"model":…,"choices":[`).
+    pub fn prefix(&self) -> String {
+        format!(
+            "{{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[",
+            Value::from(&*self.id),
+            self.created,
+            Value::from(&*self.model),
+        )
+    }
+
+    /// A chunk of these choices' elements.
+    pub fn chunk(&self, choices: Vec<Value>) -> Value {
+        json!({
+            "id": &*self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": &*self.model,
+            "choices": choices,
+        })
     }
 }
 

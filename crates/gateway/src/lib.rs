@@ -66,7 +66,8 @@ pub use config::{
     Auth, Config, ConfigError, HealthConfig, Limits, Model, NMode, RetryConfig, Telemetry, Upstream,
 };
 
-use engine::{Envelope, Run};
+use chunks::Envelope;
+use engine::Run;
 use error::ApiError;
 use metrics::Metrics;
 use open::UpstreamRoute;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use choicewise_client::{ClientError, ClientErrorKind};
+use futures::StreamExt;
 use serde_json::{Map, Value, json};
 
 use crate::config::NMode;
@@ -422,4 +423,39 @@ pub(crate) fn upstream_error(model: &str, u: &UpstreamRoute, e: &ClientError) ->
         )
         .code("upstream_failed"),
     }
+}
+
+/// An upstream's reads, a failure after the first byte recorded as a `cut` try.
+pub(crate) fn cuts(
+    reads: futures::stream::BoxStream<
+        'static,
+        Result<bytes::Bytes, choicewise_client::ClientError>,
+    >,
+    opener: &Opener,
+    sample: u32,
+    label: &Arc<str>,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, choicewise_client::ClientError>> + Send + 'static
+{
+    let (opener, label) = (opener.clone(), label.clone());
+    let mut cut = false;
+    reads.inspect(move |read| {
+        if read.is_err() && !std::mem::replace(&mut cut, true) {
+            opener.record(sample, &label, crate::resilience::Outcome::Cut);
+        }
+    })
+}
+
+/// Counts an upstream response in the open-connections gauge for as long as it is read.
+pub(crate) fn counted<S, T>(
+    reads: S,
+    metrics: &Arc<Metrics>,
+) -> impl futures::Stream<Item = T> + Send + 'static
+where
+    S: futures::Stream<Item = T> + Send + 'static,
+{
+    let open = metrics.open_upstream();
+    reads.map(move |read| {
+        let _open = &open;
+        read
+    })
 }
