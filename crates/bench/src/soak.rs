@@ -41,6 +41,12 @@
 //! must be 0, as long as one upstream is healthy. Reported: tries per request (from
 //! `x-choicewise-tries`) and the time to the answer's headers of the requests that needed a
 //! retry beside those that did not (p50, p99).
+//!
+//! Here: the arguments and the run with its checks; the mix of requests is in `mix`, the
+//! clients' requests and reads in `client`.
+
+mod client;
+mod mix;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -48,12 +54,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use serde_json::{Value, json};
-
 use crate::procs;
-use crate::upstream::{Fault, Plan, Snapshot, text};
+use crate::upstream::{Fault, text};
 use crate::{Report, Target, runtime};
+
+use client::{Outcome, gateway_gauge, hostile, one, upstream_stats};
+use mix::{Case, ClientFault, Select, case};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SoakArgs {
@@ -81,301 +87,6 @@ pub struct SoakArgs {
     pub resilience: bool,
 }
 
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Select {
-    All,
-    FirstFinished,
-    Vote,
-    FirstToken,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum ClientFault {
-    None,
-    /// Goes away after this many events.
-    Disconnect(usize),
-    Slow,
-}
-
-#[derive(Debug, Clone)]
-struct Case {
-    plan: Plan,
-    model: &'static str,
-    n: u32,
-    samples: u32,
-    select: Select,
-    stream: bool,
-    client: ClientFault,
-}
-
-fn case(seed: u64, k: usize) -> Case {
-    let r = |salt: u64| splitmix(seed ^ (k as u64).wrapping_mul(0x1000_0001) ^ (salt << 56));
-    let fault_draw = r(1) % 1000;
-    let tick = 2 + (r(2) % 5) as u32;
-    let (fault, mut client) = match fault_draw {
-        0..25 => (Fault::Cut(tick), ClientFault::None),
-        25..50 => (Fault::Stall(tick), ClientFault::None),
-        50..75 => (Fault::Status(500), ClientFault::None),
-        75..100 => (Fault::Status(429), ClientFault::None),
-        100..200 => (
-            Fault::None,
-            ClientFault::Disconnect(1 + (r(3) % 4) as usize),
-        ),
-        200..300 => (Fault::None, ClientFault::Slow),
-        _ => (Fault::None, ClientFault::None),
-    };
-    let (select, n, samples, stream) = match r(4) % 100 {
-        0..50 => {
-            let n = 1 + (r(5) % 4) as u32;
-            (Select::All, n, n, true)
-        }
-        50..65 => (Select::FirstFinished, 1, 4, true),
-        65..80 => (Select::Vote, 1, 5, true),
-        80..90 => (Select::FirstToken, 1, 3, true),
-        _ => {
-            let n = 1 + (r(5) % 4) as u32;
-            (Select::All, n, n, false)
-        }
-    };
-    if !stream {
-        client = ClientFault::None;
-    }
-    Case {
-        plan: Plan {
-            tag: k as u64,
-            ticks: 4,
-            spread: 3,
-            first_us: 2_000,
-            interval_us: 3_000,
-            stamp: false,
-            fault,
-            tick_writes: false,
-        },
-        model: if r(6) % 2 == 0 { "native" } else { "fanout" },
-        n,
-        samples,
-        select,
-        stream,
-        client,
-    }
-    .or_responses(r(7) % 100 < 3)
-}
-
-impl Case {
-    /// This case as a request for model `responses` instead (the upstream's long
-    /// Responses-API answer): one choice, streamed, every sample returned.
-    fn or_responses(mut self, yes: bool) -> Case {
-        if yes {
-            self.model = "responses";
-            self.n = 1;
-            self.samples = 1;
-            self.select = Select::All;
-            self.stream = true;
-            self.plan.fault = Fault::None;
-        }
-        self
-    }
-}
-
-fn body(c: &Case) -> String {
-    let mut b = json!({
-        "model": c.model,
-        "n": c.n,
-        "stream": c.stream,
-        "messages": [{"role": "user", "content": c.plan.message()}],
-    });
-    match c.select {
-        Select::All => {}
-        Select::FirstFinished => {
-            b["choicewise"] = json!({"samples": c.samples, "select": "first_finished"})
-        }
-        Select::Vote => {
-            b["choicewise"] =
-                json!({"samples": c.samples, "select": "vote", "vote_by": "Answer: (\\d+)"})
-        }
-        Select::FirstToken => {
-            b["choicewise"] = json!({"samples": c.samples, "select": "first_token"})
-        }
-    }
-    b.to_string()
-}
-
-/// What a client received.
-#[derive(Debug, Default)]
-struct Outcome {
-    status: u16,
-    /// The error answer's code, or a transport error.
-    error: Option<String>,
-    read_to_end: bool,
-    done: bool,
-    /// Per output choice: its text, its finish_reason, its `choicewise.error`.
-    choices: BTreeMap<u64, (String, Option<String>, Option<String>)>,
-    hung: bool,
-    /// A byte read held the upstreams' key.
-    leaked: bool,
-    /// `x-choicewise-tries`, and the time to the answer's headers.
-    tries: Option<u64>,
-    headers_after: Duration,
-}
-
-fn apply_choice(out: &mut Outcome, element: &Value, message: bool) {
-    let index = element.get("index").and_then(Value::as_u64).unwrap_or(999);
-    let entry = out.choices.entry(index).or_default();
-    let content = if message {
-        element.pointer("/message/content")
-    } else {
-        element.pointer("/delta/content")
-    };
-    if let Some(t) = content.and_then(Value::as_str) {
-        entry.0.push_str(t);
-    }
-    if let Some(f) = element.get("finish_reason").and_then(Value::as_str) {
-        entry.1 = Some(f.to_string());
-    }
-    if let Some(e) = element.pointer("/choicewise/error").and_then(Value::as_str) {
-        entry.2 = Some(e.to_string());
-    }
-}
-
-async fn one(client: &reqwest::Client, url: &str, c: &Case) -> Outcome {
-    let mut out = Outcome::default();
-    let sent = Instant::now();
-    let resp = match client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body(c))
-        .send()
-        .await
-    {
-        Ok(r) => r,
-        Err(e) => {
-            out.error = Some(format!("transport: {e}"));
-            return out;
-        }
-    };
-    out.status = resp.status().as_u16();
-    out.headers_after = sent.elapsed();
-    out.tries = (resp.headers().get("x-choicewise-tries"))
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok());
-    if out.status != 200 {
-        let text = resp.text().await.unwrap_or_default();
-        out.leaked |= text.contains(procs::SOAK_KEY);
-        let code = serde_json::from_str::<Value>(&text)
-            .ok()
-            .and_then(|v| {
-                v.pointer("/error/code")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            })
-            .unwrap_or_else(|| "-".into());
-        out.error = Some(code);
-        return out;
-    }
-    if !c.stream {
-        match resp.bytes().await {
-            Ok(b) => {
-                out.leaked |= memchr::memmem::find(&b, procs::SOAK_KEY.as_bytes()).is_some();
-                out.read_to_end = true;
-                out.done = true;
-                if let Ok(v) = serde_json::from_slice::<Value>(&b) {
-                    for ch in v["choices"].as_array().into_iter().flatten() {
-                        apply_choice(&mut out, ch, true);
-                    }
-                }
-            }
-            Err(e) => out.error = Some(format!("transport: {e}")),
-        }
-        return out;
-    }
-    let mut reads = resp.bytes_stream();
-    let mut carry: Vec<u8> = Vec::new();
-    let mut events = 0usize;
-    while let Some(read) = reads.next().await {
-        let read = match read {
-            Ok(r) => r,
-            Err(e) => {
-                out.error = Some(format!("transport mid-stream: {e}"));
-                return out;
-            }
-        };
-        carry.extend_from_slice(&read);
-        out.leaked |= memchr::memmem::find(&carry, procs::SOAK_KEY.as_bytes()).is_some();
-        while let Some(end) = memchr::memmem::find(&carry, b"\n\n") {
-            let event: Vec<u8> = carry.drain(..end + 2).collect();
-            let Some(data) = event.strip_prefix(b"data: ") else {
-                continue;
-            };
-            let data = &data[..data.len() - 2];
-            if data == b"[DONE]" {
-                out.done = true;
-                continue;
-            }
-            events += 1;
-            match serde_json::from_slice::<Value>(data) {
-                Ok(v) => {
-                    for ch in v["choices"].as_array().into_iter().flatten() {
-                        apply_choice(&mut out, ch, false);
-                    }
-                }
-                Err(_) => out.error = Some("an event that is not JSON".into()),
-            }
-        }
-        match c.client {
-            ClientFault::Disconnect(after) if events >= after => return out,
-            ClientFault::Slow => tokio::time::sleep(Duration::from_millis(10)).await,
-            _ => {}
-        }
-    }
-    out.read_to_end = true;
-    out
-}
-
-/// One hostile upload to the keyless gateway at `addr` (`host:port`), of kind `k % 3`: a
-/// declared body over `max_body_bytes` (413 at once), a `text/plain` POST (415), a body that
-/// never arrives (408 after `body_read_timeout_s`). `None` when answered so, else what came.
-async fn hostile(addr: &str, k: usize) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (head, body, expect) = match k % 3 {
-        0 => (
-            "content-type: application/json\r\ncontent-length: 9000000",
-            "",
-            "413",
-        ),
-        1 => ("content-type: text/plain\r\ncontent-length: 2", "{}", "415"),
-        _ => (
-            "content-type: application/json\r\ncontent-length: 1000",
-            "{\"model\":",
-            "408",
-        ),
-    };
-    let request =
-        format!("POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\n{head}\r\n\r\n{body}");
-    let answer = async {
-        let mut tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
-        tcp.write_all(request.as_bytes()).await.ok()?;
-        let mut buf = vec![0; 512];
-        let n = tcp.read(&mut buf).await.ok()?;
-        Some(String::from_utf8_lossy(&buf[..n]).to_string())
-    };
-    match tokio::time::timeout(Duration::from_secs(8), answer).await {
-        Ok(Some(a)) if a.starts_with(&format!("HTTP/1.1 {expect}")) => None,
-        Ok(Some(a)) => Some(format!(
-            "expected {expect}, got {:?}",
-            a.lines().next().unwrap_or("")
-        )),
-        Ok(None) => Some(format!("expected {expect}, the connection failed")),
-        Err(_) => Some(format!("expected {expect}, nothing within 8 s")),
-    }
-}
-
 /// Digits masked, cut at 70 characters: an error message as a kind.
 fn kind(message: &str) -> String {
     let masked: String = message
@@ -383,28 +94,6 @@ fn kind(message: &str) -> String {
         .map(|c| if c.is_ascii_digit() { '#' } else { c })
         .collect();
     masked.chars().take(70).collect()
-}
-
-async fn upstream_stats(client: &reqwest::Client, upstream: &str) -> Snapshot {
-    match client.get(format!("{upstream}/stats")).send().await {
-        Ok(r) => r.json().await.unwrap_or_default(),
-        Err(_) => Snapshot::default(),
-    }
-}
-
-async fn gateway_gauge(client: &reqwest::Client, gateway: &str, name: &str) -> Option<f64> {
-    let text = client
-        .get(format!("{gateway}/metrics"))
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()?;
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
 }
 
 pub fn run(args: &SoakArgs) -> Report {
@@ -825,24 +514,4 @@ pub fn run(args: &SoakArgs) -> Report {
         took.as_secs_f64()
     ));
     report
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_mix_has_each_fault_near_its_share() {
-        let cases: Vec<Case> = (0..10_000).map(|k| case(29, k)).collect();
-        let share = |f: &dyn Fn(&Case) -> bool| cases.iter().filter(|c| f(c)).count();
-        let upstream = share(&|c| c.plan.fault != Fault::None);
-        let disconnects = share(&|c| matches!(c.client, ClientFault::Disconnect(_)));
-        let slow = share(&|c| c.client == ClientFault::Slow);
-        assert!((800..1200).contains(&upstream), "{upstream}");
-        // Non-streamed requests read whole: their client faults are dropped.
-        assert!((700..1100).contains(&disconnects), "{disconnects}");
-        assert!((700..1100).contains(&slow), "{slow}");
-        assert!(share(&|c| c.model == "native") > 4000);
-        assert!(share(&|c| c.select == Select::Vote) > 1000);
-    }
 }
