@@ -74,6 +74,46 @@ pub(crate) async fn unknown_route(request: Request) -> Response {
     shaped(api_of(&path), e)
 }
 
+/// The configured model a request named, set by its handler on the answer (absent: none).
+#[derive(Debug, Clone)]
+pub(crate) struct ModelLabel(pub String);
+
+/// Counts every answer in `choicewise_requests_total`: the API its path belongs to, its
+/// status, and the model its handler named ([`ModelLabel`]); the layers' refusals (403,
+/// 415, 401, 413, 429) and unknown routes included.
+pub(crate) async fn count(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
+    let api = api_label(request.uri().path());
+    let response = next.run(request).await;
+    let model = (response.extensions().get::<ModelLabel>()).map_or("", |m| m.0.as_str());
+    gw.inner
+        .metrics
+        .answered(api, model, response.status().as_u16());
+    response
+}
+
+/// Makes the id of a request that came without an `x-request-id`: `req-` then the time
+/// and a counter, in hexadecimal (unique within a gateway's life).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RequestIds;
+
+impl tower_http::request_id::MakeRequestId for RequestIds {
+    fn make_request_id<B>(
+        &mut self,
+        _: &axum::http::Request<B>,
+    ) -> Option<tower_http::request_id::RequestId> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let id = format!("req-{:x}{n:04x}", nanos & 0xffff_ffff_ffff);
+        header::HeaderValue::from_str(&id)
+            .ok()
+            .map(tower_http::request_id::RequestId::new)
+    }
+}
+
 /// Without `[auth]`: only loopback `Host`s, no cross-origin page unless its origin is
 /// listed in `allowed_origins`, and JSON bodies only (a page's form or `text/plain` POST
 /// needs no preflight). A web page, or a DNS-rebound name, cannot spend the upstreams' keys.
@@ -82,9 +122,6 @@ pub(crate) async fn browsers(State(gw): State<Gateway>, request: Request, next: 
         return next.run(request).await;
     }
     if let Err(e) = keyless_checks(&gw, request.method(), request.headers()) {
-        gw.inner
-            .metrics
-            .answered(api_label(request.uri().path()), "", e.status.as_u16());
         return shaped(api_of(request.uri().path()), e);
     }
     next.run(request).await
@@ -143,9 +180,6 @@ fn is_json(headers: &HeaderMap) -> bool {
 /// The client's key, from the headers alone: 401 before anything else happens.
 pub(crate) async fn auth(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
     if let Err(e) = gw.authorize(request.headers()) {
-        gw.inner
-            .metrics
-            .answered(api_label(request.uri().path()), "", e.status.as_u16());
         return shaped(api_of(request.uri().path()), e);
     }
     next.run(request).await
@@ -160,11 +194,7 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
         .and_then(|v| v.trim().parse::<u64>().ok());
     let api = api_of(request.uri().path());
     if declared.is_some_and(|len| len > gw.inner.limits.max_body_bytes as u64) {
-        let e = too_large(&gw);
-        gw.inner
-            .metrics
-            .answered(api_label(request.uri().path()), "", e.status.as_u16());
-        return shaped(api, e);
+        return shaped(api, too_large(&gw));
     }
     let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
         let e = ApiError::new(
@@ -173,9 +203,6 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
             "the gateway is serving as many requests as it may at once; retry later",
         )
         .code("too_many_requests");
-        gw.inner
-            .metrics
-            .answered(api_label(request.uri().path()), "", e.status.as_u16());
         let mut response = shaped(api, e);
         response
             .headers_mut()

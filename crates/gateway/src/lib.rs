@@ -260,7 +260,9 @@ impl Gateway {
     /// The gateway's routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`,
     /// and `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics).
     ///
-    /// Its layers, outermost first (docs/gateway.md): without `[auth]`, the checks that keep
+    /// Its layers, outermost first (docs/gateway.md): the request's id (`x-request-id`, the
+    /// client's or one made here, echoed on the answer); the count of every answer in
+    /// `choicewise_requests_total`; without `[auth]`, the checks that keep
     /// web pages out (a loopback `Host`, no `Origin` unless listed in `allowed_origins`, JSON
     /// bodies only); the client's key, from the headers, on the `/v1` routes; then, for a
     /// chat request, a declared body over `max_body_bytes` refused and a slot taken
@@ -288,6 +290,11 @@ impl Gateway {
             .route("/metrics", get(metrics_text))
             .fallback(layers::unknown_route)
             .layer(from_fn_with_state(gw.clone(), layers::browsers))
+            .layer(from_fn_with_state(gw.clone(), layers::count))
+            .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
+            .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+                layers::RequestIds,
+            ))
             .with_state(gw)
     }
 
@@ -491,6 +498,10 @@ async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> R
     let arrived = Instant::now();
     let mut seen = Seen {
         parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
+        request_id: (headers.get("x-request-id"))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .unwrap_or_default(),
         ..Seen::default()
     };
     let response = match serve_chat(&gw, body, arrived, &mut seen, api).await {
@@ -510,13 +521,11 @@ async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> R
             response
         }
     };
-    gw.inner
-        .metrics
-        .answered(api_label(api), &seen.model, response.status().as_u16());
+    let mut response = response;
+    (response.extensions_mut()).insert(layers::ModelLabel(std::mem::take(&mut seen.model)));
     response
 }
 
-/// The `api` label of a request of this API (none: Chat Completions).
 /// The `api` label of an API's requests in the metrics: its endpoint's name (`chat`,
 /// `responses`, `messages`).
 pub(crate) fn api_label(api: Dialect) -> &'static str {
@@ -531,6 +540,8 @@ pub(crate) fn api_label(api: Dialect) -> &'static str {
 struct Seen {
     /// The configured model asked for, once known (empty for any other): the metrics' label.
     model: String,
+    /// The request's id (`x-request-id`), for its log line.
+    request_id: String,
     /// The model asked for, configured or not, once read: the span's.
     asked: Option<String>,
     /// With traces on, the trace the request belongs to, until its run's [`Finish`] takes
@@ -606,6 +617,7 @@ async fn serve_chat(
     let mut finish = Finish {
         metrics: gw.inner.metrics.clone(),
         model: req.model.clone(),
+        request_id: std::mem::take(&mut seen.request_id),
         arrived,
         outputs: (!matches!(req.select, Select::All)).then(|| picked.samples.clone()),
         completed: false,
@@ -652,6 +664,8 @@ async fn serve_chat(
 struct Finish {
     metrics: Arc<Metrics>,
     model: String,
+    /// The request's id (`x-request-id`), named in its log line.
+    request_id: String,
     arrived: Instant,
     /// The output samples of a selection (`None`: every sample is an output).
     outputs: Option<Vec<u32>>,
@@ -696,6 +710,7 @@ impl Drop for Finish {
         // reader sees the cancel and closes it rather than waiting on the gate for ever.
         run.pace.release();
         let took = self.arrived.elapsed();
+        let request_id = std::mem::take(&mut self.request_id);
         let (metrics, model, outputs, span, failure, completed) = (
             self.metrics.clone(),
             std::mem::take(&mut self.model),
@@ -716,6 +731,7 @@ impl Drop for Finish {
                     (false, None) => "client_gone",
                 };
                 tracing::info!(
+                    request_id = %request_id,
                     model = %model,
                     samples = run.samples,
                     tries = tries.len(),

@@ -688,6 +688,57 @@ async fn metrics_with(addr: SocketAddr, lines: &[&str]) -> String {
     }
 }
 
+/// Every answer carries the request's id (the client's `x-request-id`, else one the gateway
+/// made) and is counted once in `choicewise_requests_total`, the layers' refusals included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_has_a_request_id_and_is_counted_once() {
+    let upstream = TestServer::builder()
+        .body(answer("hi"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n{}",
+        config(&[("chat", upstream.base_url(), "")])
+    );
+    let addr = gateway(&toml).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/v1/chat/completions");
+    let mine = client
+        .post(&url)
+        .bearer_auth("sk-a")
+        .header("x-request-id", "trace-me-42")
+        .json(&request(1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mine.status(), 200);
+    assert_eq!(mine.headers()["x-request-id"], "trace-me-42");
+    let made = client.post(&url).json(&request(1)).send().await.unwrap();
+    assert_eq!(made.status(), 401);
+    let id = made.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert!(id.starts_with("req-") && id.len() > 8, "{id}");
+    let again = client.post(&url).json(&request(1)).send().await.unwrap();
+    assert_ne!(again.headers()["x-request-id"].to_str().unwrap(), id);
+    let unknown = client
+        .get(format!("http://{addr}/v2/nothing"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert!(unknown.headers().contains_key("x-request-id"));
+    let text = metrics_with(
+        addr,
+        &[
+            "choicewise_requests_total{model=\"m\",status=\"200\",api=\"chat\"} 1",
+            "choicewise_requests_total{model=\"\",status=\"401\",api=\"chat\"} 2",
+            "choicewise_requests_total{model=\"\",status=\"404\",api=\"\"} 1",
+        ],
+    )
+    .await;
+    assert!(!text.contains("trace-me-42"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_choices_tokens_and_open_connections() {
     let server = TestServer::builder()
