@@ -21,9 +21,11 @@ use crate::msg::{ChoiceMsg, ReaderMsg};
 
 pub(crate) struct ChoiceActor;
 
-/// What a choice's actors hand back to the reader: the emptied batches, for the reader to
-/// fill again, and how many batches they have applied (the reader, which counts those it
-/// sent, knows from it whether the choice's actor still has updates to work through).
+/// What a choice's actor hands back to the reader, beside the mailbox (one per actor, made
+/// by the reader when it starts one): the emptied batches, for the reader to fill again (the
+/// pool: the actor puts, the reader takes, under its lock), and how many batches the actor
+/// has applied (written by the actor alone; the reader, which counts those it sent, knows
+/// from it whether the actor still has updates to work through).
 #[derive(Default)]
 pub(crate) struct Handback {
     pub pool: Mutex<BatchPool>,

@@ -95,6 +95,9 @@ pub(crate) struct ReaderState {
     expected: Option<u32>,
     /// One per splitter slot, in the same order.
     slots: Vec<ChoiceSlot>,
+    /// A choice of this upstream was cancelled: the upstream may be dropped once no choice
+    /// is wanted (see [`ReaderState::unwanted`]).
+    cancelled_any: bool,
     phase: ReaderPhase,
     myself: ActorRef<ReaderMsg>,
     /// Wakes the reader through its mailbox.
@@ -109,24 +112,52 @@ pub(crate) struct ReaderState {
     _live: crate::diagnostics::LiveActor,
 }
 
-/// A choice as its reader sees it.
+/// A choice as its reader sees it: its entry (log and address), who holds its state, and
+/// whether its updates are still wanted. (Whether the stream finished it is the
+/// splitter's: [`Splitter::choice_finished`].)
 struct ChoiceSlot {
     entry: Arc<ChoiceEntry>,
-    /// The choice's emptied batches and its count of batches applied, from its actors.
-    handback: Arc<Handback>,
-    /// Batches sent to the choice.
-    sent: u64,
     actor: ActorSlot,
+    wanted: Wanted,
+}
+
+/// Whether a choice's updates are still wanted.
+///
+/// ```text
+/// Yes ──cancel sent──▶ Cancelled
+///  └──┴──its update or its actor failed──▶ Failed
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wanted {
+    Yes,
     /// A cancel was sent to the choice.
-    cancelled: bool,
+    Cancelled,
     /// The choice failed (its own update, or its actor).
-    failed: bool,
+    Failed,
+}
+
+/// A running actor's progress: the batches the reader sent it, and what the actor hands
+/// back (its emptied batches and the count it applied; see [`Handback`] for who writes
+/// what). New with each actor.
+struct Progress {
+    sent: u64,
+    handback: Arc<Handback>,
+}
+
+impl Progress {
+    /// Whether the actor still has batches to apply.
+    fn busy(&self) -> bool {
+        self.handback.applied.load(Ordering::Acquire) < self.sent
+    }
 }
 
 /// Who holds the choice's state.
 enum ActorSlot {
-    /// Its actor.
-    Running(ActorRef<ChoiceMsg>),
+    /// Its actor, and its progress.
+    Running {
+        actor: ActorRef<ChoiceMsg>,
+        progress: Progress,
+    },
     /// Its actor, asked to retire; its state comes back in the actor's supervision event,
     /// and what comes for the choice meanwhile waits here.
     Retiring {
@@ -203,7 +234,7 @@ impl ReaderState {
         if !self
             .slots
             .iter()
-            .any(|s| matches!(s.actor, ActorSlot::Running(_)))
+            .any(|s| matches!(s.actor, ActorSlot::Running { .. }))
         {
             return;
         }
@@ -226,7 +257,7 @@ impl ReaderState {
         }
         self.quiet = None;
         for slot in &mut self.slots {
-            if let ActorSlot::Running(actor) = &slot.actor {
+            if let ActorSlot::Running { actor, .. } = &slot.actor {
                 let id = actor.get_id();
                 let _ = actor.send_message(ChoiceMsg::Retire);
                 slot.actor = ActorSlot::Retiring {
@@ -240,16 +271,20 @@ impl ReaderState {
     /// Starts a choice's actor with its state.
     fn spawn(&self, slot: usize, core: Box<ChoiceCore>) -> ActorSlot {
         let entry = &self.slots[slot].entry;
+        let handback = Arc::new(Handback::default());
         let args = ChoiceArgs {
             core,
             writer: entry.log.take_over(),
             completion: self.completion.clone(),
-            handback: self.slots[slot].handback.clone(),
+            handback: handback.clone(),
             reader: self.myself.clone(),
             slot,
         };
         match ActorRuntime::spawn_linked_instant(None, ChoiceActor, args, self.myself.get_cell()) {
-            Ok((actor, _)) => ActorSlot::Running(actor),
+            Ok((actor, _)) => ActorSlot::Running {
+                actor,
+                progress: Progress { sent: 0, handback },
+            },
             Err(e) => {
                 let mut orphan = orphan_of(&entry.log);
                 orphan.fail(Error::from(ErrorDetail::ActorFailed {
@@ -267,19 +302,29 @@ impl ReaderState {
     fn send(&mut self, slot: usize, message: ChoiceMsg) {
         let actor = std::mem::replace(&mut self.slots[slot].actor, ActorSlot::Gone(None));
         self.slots[slot].actor = match actor {
-            ActorSlot::Running(actor) => match actor.send_message(message) {
-                Ok(()) => ActorSlot::Running(actor),
-                // It died; its supervision event is on its way and will fail the choice.
-                Err(_) => ActorSlot::Running(actor),
-            },
+            ActorSlot::Running {
+                actor,
+                mut progress,
+            } => {
+                let batch = matches!(message, ChoiceMsg::Batch(_));
+                // Sent, or it died: its supervision event is on its way and will fail the
+                // choice.
+                if actor.send_message(message).is_ok() && batch {
+                    progress.sent += 1;
+                }
+                ActorSlot::Running { actor, progress }
+            }
             ActorSlot::Retiring { id, mut pending } => {
                 pending.push(message);
                 ActorSlot::Retiring { id, pending }
             }
             ActorSlot::Parked(core) => {
-                let started = self.spawn(slot, core);
-                if let ActorSlot::Running(actor) = &started {
-                    let _ = actor.send_message(message);
+                let mut started = self.spawn(slot, core);
+                if let ActorSlot::Running { actor, progress } = &mut started {
+                    let batch = matches!(message, ChoiceMsg::Batch(_));
+                    if actor.send_message(message).is_ok() && batch {
+                        progress.sent += 1;
+                    }
                 }
                 started
             }
@@ -344,11 +389,8 @@ impl ReaderState {
                 new_choices.push(entry.clone());
                 self.slots.push(ChoiceSlot {
                     entry,
-                    handback: Arc::default(),
-                    sent: 0,
                     actor: ActorSlot::Gone(None),
-                    cancelled: false,
-                    failed: false,
+                    wanted: Wanted::Yes,
                 });
                 let core = Box::new(ChoiceCore::new(
                     index,
@@ -363,15 +405,21 @@ impl ReaderState {
             if self.splitter.pending(i).is_empty() {
                 continue;
             }
-            let slot = &mut self.slots[i];
-            if hold_busy && slot.handback.applied.load(Ordering::Acquire) < slot.sent {
+            let busy = match &self.slots[i].actor {
+                ActorSlot::Running { progress, .. } => progress.busy(),
+                // Its updates queue behind its retirement.
+                ActorSlot::Retiring { .. } => true,
+                ActorSlot::Parked(_) | ActorSlot::Gone(_) => false,
+            };
+            if hold_busy && busy {
                 continue; // Its actor is busy: these go with the next ones.
             }
-            slot.sent += 1;
+            let recycled = match (&self.slots[i].actor, routed > REFILL_BYTES) {
+                (ActorSlot::Running { progress, .. }, true) => lock(&progress.handback.pool).take(),
+                _ => None,
+            };
             let refill = match routed > REFILL_BYTES {
-                true => lock(&self.slots[i].handback.pool)
-                    .take()
-                    .unwrap_or_else(|| Batch::sized_like(self.splitter.pending(i))),
+                true => recycled.unwrap_or_else(|| Batch::sized_like(self.splitter.pending(i))),
                 false => Batch::default(),
             };
             let batch = self.splitter.take_pending(i, refill);
@@ -404,7 +452,9 @@ impl ReaderState {
 
     /// Sends the choice in `slot` a cancel (after the updates sent before it).
     fn cancel(&mut self, slot: usize) {
-        if !std::mem::replace(&mut self.slots[slot].cancelled, true) {
+        self.cancelled_any = true;
+        if self.slots[slot].wanted == Wanted::Yes {
+            self.slots[slot].wanted = Wanted::Cancelled;
             self.send(slot, ChoiceMsg::Cancel);
         }
     }
@@ -466,13 +516,12 @@ impl ReaderState {
         };
         let closing = closing.is_some();
         if !closing
-            && (!self.slots.iter().any(|s| s.cancelled)
-                || self.expected.is_some_and(|n| self.slots.len() < n as usize))
+            && (!self.cancelled_any || self.expected.is_some_and(|n| self.slots.len() < n as usize))
         {
             return false;
         }
         (self.slots.iter().enumerate())
-            .all(|(i, slot)| self.splitter.choice_finished(i) || slot.cancelled || slot.failed)
+            .all(|(i, slot)| self.splitter.choice_finished(i) || slot.wanted != Wanted::Yes)
     }
 
     /// Ends the stream early when no choice is wanted: what was routed is delivered, every
@@ -488,7 +537,7 @@ impl ReaderState {
     /// The actor with this id, if it is one of the choices': its slot.
     fn slot_of(&self, id: ActorId) -> Option<usize> {
         self.slots.iter().position(|s| match &s.actor {
-            ActorSlot::Running(actor) => actor.get_id() == id,
+            ActorSlot::Running { actor, .. } => actor.get_id() == id,
             ActorSlot::Retiring { id: retiring, .. } => *retiring == id,
             _ => false,
         })
@@ -543,7 +592,7 @@ impl ReaderState {
             ActorSlot::Retiring { pending, .. } => pending,
             _ => Vec::new(),
         };
-        self.slots[slot].failed = true;
+        self.slots[slot].wanted = Wanted::Failed;
         for message in pending {
             self.send(slot, message);
         }
@@ -644,6 +693,7 @@ impl Actor for ReaderActor {
             upstream: args.upstream,
             completion: args.completion,
             slots: Vec::new(),
+            cancelled_any: false,
             phase: ReaderPhase::Reading { closing },
             myself,
             waker: Waker::from(poll.clone()),
@@ -695,7 +745,7 @@ impl Actor for ReaderActor {
             }
             ReaderMsg::Failed { slot } => {
                 if let Some(slot) = state.slots.get_mut(slot) {
-                    slot.failed = true;
+                    slot.wanted = Wanted::Failed;
                 }
             }
         }
