@@ -8,4 +8,5 @@
 //! ```
 
 pub(crate) mod choice;
+mod policy;
 pub(crate) mod reader;

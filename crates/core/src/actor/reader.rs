@@ -6,7 +6,7 @@
 //! back to its mailbox, free to handle a cancel or a supervision event at once, and the
 //! upstream's readiness reaches it as the next message (one task wake-up, as an `await`
 //! would cost). One read is split per message; its updates go at once to the choices whose
-//! actors are idle, and to the busy ones with a later read (see [`FLUSH_BYTES`]), when the
+//! actors are idle, and to the busy ones with a later read (see `policy::FLUSH_BYTES`), when the
 //! upstream has nothing more ready, or before a cancel or a close is handled.
 //!
 //! Its children, one actor per choice, are spawned linked to it when the choice first
@@ -28,35 +28,13 @@ use choicewise_proto::{ChoiceOutput, Error, ErrorDetail};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
 use super::choice::{ChoiceActor, ChoiceActorState, ChoiceArgs, Handback};
+use super::policy::{Flush, FlushPolicy, retire_at};
 use crate::completion::{ChoiceEntry, CompletionShared};
 use crate::log::{ChoiceLog, lock};
 use crate::msg::{ChoiceMsg, ReaderMsg};
 use crate::source::{Input, Upstream};
 
-/// A read whose updates come to more than this many bytes of JSON refills the slots it
-/// emptied with recycled batches: more such reads are likely to follow (a replayed file, a
-/// burst), while a live stream's small reads leave the slots empty, holding no memory while
-/// the stream is quiet.
-const REFILL_BYTES: usize = 4096;
-
-/// After a read, the reader sends a choice its updates at once if the choice's actor has
-/// applied every batch sent to it; a busy actor's updates wait for a later read, until the
-/// upstream has nothing more ready or the updates held come to this many bytes of JSON. A
-/// live stream's actors are idle when a read comes, so every read is sent at once; while
-/// reads come faster than the actors apply them (a replayed file, a burst), they go out in
-/// fewer, larger batches: fewer messages and wake-ups per byte.
-const FLUSH_BYTES: usize = 64 * 1024;
-
 pub(crate) struct ReaderActor;
-
-/// Which choices a flush sends their updates to.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Flush {
-    All,
-    /// Those whose actor has applied every batch sent to it; all once [`FLUSH_BYTES`] are
-    /// held.
-    Idle,
-}
 
 pub(crate) struct ReaderArgs {
     pub input: Input,
@@ -228,9 +206,6 @@ impl ReaderState {
     /// While the upstream waits and choice actors run: once it has been quiet for
     /// `hibernate_after`, the actors retire (their state comes back to the reader).
     fn poll_quiet(&mut self) {
-        let Some(after) = self.completion.config.hibernate_after else {
-            return;
-        };
         if !self
             .slots
             .iter()
@@ -238,7 +213,7 @@ impl ReaderState {
         {
             return;
         }
-        let Some(due) = self.last_read.checked_add(after) else {
+        let Some(due) = retire_at(self.last_read, self.completion.config.hibernate_after) else {
             return; // Never: the actors stay for the whole stream.
         };
         let timer = self
@@ -400,7 +375,7 @@ impl ReaderState {
             }
         }
         let routed = self.unflushed();
-        let hold_busy = to == Flush::Idle && routed < FLUSH_BYTES;
+        let policy = FlushPolicy::new(to, routed);
         for i in 0..self.slots.len() {
             if self.splitter.pending(i).is_empty() {
                 continue;
@@ -411,14 +386,14 @@ impl ReaderState {
                 ActorSlot::Retiring { .. } => true,
                 ActorSlot::Parked(_) | ActorSlot::Gone(_) => false,
             };
-            if hold_busy && busy {
+            if !policy.sends(busy) {
                 continue; // Its actor is busy: these go with the next ones.
             }
-            let recycled = match (&self.slots[i].actor, routed > REFILL_BYTES) {
+            let recycled = match (&self.slots[i].actor, policy.refills()) {
                 (ActorSlot::Running { progress, .. }, true) => lock(&progress.handback.pool).take(),
                 _ => None,
             };
-            let refill = match routed > REFILL_BYTES {
+            let refill = match policy.refills() {
                 true => recycled.unwrap_or_else(|| Batch::sized_like(self.splitter.pending(i))),
                 false => Batch::default(),
             };
