@@ -14,7 +14,7 @@ use crate::Finish;
 use crate::answer_chat::{Out, SHUT_DOWN, WRITE_BYTES, closed, output, sse_response, until_closed};
 use crate::engine::Picked;
 use crate::ingress::{self, Reply, Tokens};
-use crate::request::{ChatRequest, Select};
+use crate::request::ChatRequest;
 
 /// The streamed answer: the API's opening events at once, then the output choice's events as
 /// they come, then its end (usage, stop reason, the pick's summary) or its failure.
@@ -93,10 +93,7 @@ pub(crate) fn stream(
         // The usage and the summary wait for every upstream's end; a shutdown that comes
         // meanwhile ends them too.
         let tail = async {
-            let summary = match req.select {
-                Select::All => run.tries_summary(),
-                _ => Some(run.summary(&picked).await),
-            };
+            let summary = run.final_summary(&picked, &req.select).await;
             let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
             let stop_reason = match index {
                 Some(i) => match run.completions.choice(i).await {
@@ -151,23 +148,10 @@ pub(crate) async fn json(
             return Err("the upstream ended the choice without a finish reason".to_string());
         }
         let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
-        let summary = match req.select {
-            Select::All => run.tries_summary(),
-            _ => Some(run.summary(&picked).await),
-        };
+        let summary = run.final_summary(&picked, &req.select).await;
         Ok(reply.message(&out, &usage, summary.as_ref()))
     };
-    let ends = async {
-        closed(&mut closing).await;
-        run.completions.cancel_except(&[]);
-    };
-    let answer = {
-        let mut answer = std::pin::pin!(answer);
-        tokio::select! {
-            answer = &mut answer => answer,
-            () = ends => answer.await,
-        }
-    };
+    let answer = until_closed(answer, &mut closing, run).await;
     finish.complete();
     match answer {
         Ok(body) => axum::Json(body).into_response(),

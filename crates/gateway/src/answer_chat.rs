@@ -16,7 +16,7 @@ use crate::chunks::Envelope;
 use crate::chunks::{ChoiceChunks, Element};
 use crate::engine::Picked;
 use crate::error::ApiError;
-use crate::request::{ChatRequest, Select};
+use crate::request::ChatRequest;
 
 /// Resolves once the gateway closes ([`Gateway::close`]); never if it is dropped instead.
 pub(crate) async fn closed(closing: &mut watch::Receiver<bool>) {
@@ -232,10 +232,7 @@ pub(crate) fn stream_response(
         // The usage and the summary wait for every upstream's end; a shutdown that comes
         // meanwhile ends them too (what they had is counted).
         let tail = async {
-            let summary = match req.select {
-                Select::All => run.tries_summary(),
-                _ => Some(run.summary(&picked).await),
-            };
+            let summary = run.final_summary(&picked, &req.select).await;
             let usage = match req.include_usage {
                 true => Some(run.usage(&picked.samples).await),
                 false => None,
@@ -316,10 +313,7 @@ pub(crate) async fn json_response(
             "choices": choices,
             "usage": run.usage(&picked.samples).await,
         });
-        let summary = match req.select {
-            Select::All => run.tries_summary(),
-            _ => Some(run.summary(&picked).await),
-        };
+        let summary = run.final_summary(&picked, &req.select).await;
         if let Some(summary) = summary {
             body["choicewise"] = summary;
         }
@@ -327,17 +321,7 @@ pub(crate) async fn json_response(
     };
     // A shutdown's grace over: the samples still running end (cancelled), and the answer is
     // what they had.
-    let ends = async {
-        closed(&mut closing).await;
-        run.completions.cancel_except(&[]);
-    };
-    let body = {
-        let mut answer = std::pin::pin!(answer);
-        tokio::select! {
-            body = &mut answer => body,
-            () = ends => answer.await,
-        }
-    };
+    let body = until_closed(answer, &mut closing, run).await;
     finish.complete();
     match body {
         Ok(body) => axum::Json(body).into_response(),

@@ -265,6 +265,15 @@ impl Run {
         }
     }
 
+    /// The answer's final `choicewise` object: a pick's [`summary`](Self::summary), or,
+    /// without a selection, the `tries` when some try failed.
+    pub async fn final_summary(&self, picked: &Picked, select: &Select) -> Option<Value> {
+        match select {
+            Select::All => self.tries_summary(),
+            _ => Some(self.summary(picked).await),
+        }
+    }
+
     /// The final `choicewise` object of a pick: the samples asked for, those selected and
     /// cancelled (sample numbers, in start order), how it was decided, and how many started.
     pub async fn summary(&self, picked: &Picked) -> Value {
