@@ -7,6 +7,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+mod tools;
+
 /// `max_tokens` sent to the Anthropic API, which requires it, when a request in Chat
 /// Completions' shape has none (see [`Dialect::request_from_chat`]).
 ///
@@ -78,11 +80,16 @@ impl Dialect {
     /// shape (Chat: unchanged):
     ///
     /// - Responses: a first system or developer message becomes `instructions`, the others
-    ///   `input`; `max_tokens` / `max_completion_tokens` become `max_output_tokens`; it has no
-    ///   `stop` and no `seed` (an error names them).
-    /// - Anthropic: a first system or developer message becomes `system`; `max_tokens` is
-    ///   required (from `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`]);
-    ///   `stop` becomes `stop_sequences` (a string, a list); it has no `seed`.
+    ///   `input` items (an assistant's `tool_calls` as `function_call` items, a `tool`
+    ///   message as a `function_call_output`, images as `input_image`); `tools` and
+    ///   `tool_choice` in its flat shape; `max_tokens` / `max_completion_tokens` become
+    ///   `max_output_tokens`; it has no `stop` and no `seed` (an error names them).
+    /// - Anthropic: a first system or developer message becomes `system`; an assistant's
+    ///   `tool_calls` become `tool_use` blocks, `tool` messages `tool_result` blocks of a
+    ///   user turn, images image blocks; `tools` get an `input_schema`, `tool_choice` and
+    ///   `parallel_tool_calls` become its `tool_choice`; `max_tokens` is required (from
+    ///   `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`]); `stop` becomes
+    ///   `stop_sequences` (a string, a list); it has no `seed`.
     ///
     /// Neither has `n` (more than one choice is one request per choice) nor `stream_options`
     /// (both report usage in the stream anyway).
@@ -94,6 +101,21 @@ impl Dialect {
     /// let anthropic = Dialect::Anthropic.request_from_chat(&chat).unwrap();
     /// assert_eq!(anthropic["system"], "Be brief.");
     /// assert_eq!(anthropic["max_tokens"], 50);
+    ///
+    /// let turn = serde_json::json!({"model": "m", "messages": [
+    ///     {"role": "user", "content": "Weather in Paris?"},
+    ///     {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+    ///         "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+    ///     {"role": "tool", "tool_call_id": "call_1", "content": "18C"}],
+    ///     "tools": [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]});
+    /// let anthropic = Dialect::Anthropic.request_from_chat(&turn).unwrap();
+    /// assert_eq!(anthropic["messages"][1]["content"][0]["input"]["city"], "Paris");
+    /// assert_eq!(anthropic["messages"][2]["content"][0]["tool_use_id"], "call_1");
+    /// assert_eq!(anthropic["tools"][0]["input_schema"]["type"], "object");
+    /// let responses = Dialect::Responses.request_from_chat(&turn).unwrap();
+    /// assert_eq!(responses["input"][1]["type"], "function_call");
+    /// assert_eq!(responses["input"][2]["output"], "18C");
+    /// assert_eq!(responses["tools"][0]["name"], "weather");
     /// ```
     pub fn request_from_chat(self, request: &Value) -> Result<Value, String> {
         let api = self;
@@ -140,7 +162,10 @@ impl Dialect {
                 | "messages"
                 | "max_tokens"
                 | "max_completion_tokens"
-                | "stop" => {}
+                | "stop"
+                | "tools"
+                | "tool_choice" => {}
+                "parallel_tool_calls" if api == Dialect::Anthropic => {}
                 _ => {
                     out.insert(key.clone(), value.clone());
                 }
@@ -152,7 +177,14 @@ impl Dialect {
             .cloned();
         match api {
             Dialect::Responses => {
-                out.insert("input".into(), Value::Array(messages));
+                let input = tools::responses_input(messages)?;
+                out.insert("input".into(), Value::Array(input));
+                if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
+                    out.insert("tools".into(), tools::tools(list, false)?);
+                }
+                if let Some(choice) = body.get("tool_choice").filter(|c| !c.is_null()) {
+                    out.insert("tool_choice".into(), tools::responses_tool_choice(choice)?);
+                }
                 if let Some(system) = system {
                     out.insert("instructions".into(), system);
                 }
@@ -161,7 +193,18 @@ impl Dialect {
                 }
             }
             Dialect::Anthropic => {
+                let messages = tools::anthropic_messages(messages)?;
                 out.insert("messages".into(), Value::Array(messages));
+                if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
+                    out.insert("tools".into(), tools::tools(list, true)?);
+                }
+                let choice = tools::anthropic_tool_choice(
+                    body.get("tool_choice"),
+                    body.get("parallel_tool_calls"),
+                )?;
+                if let Some(choice) = choice {
+                    out.insert("tool_choice".into(), choice);
+                }
                 if let Some(system) = system {
                     out.insert("system".into(), system);
                 }

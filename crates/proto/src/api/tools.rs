@@ -1,0 +1,391 @@
+//! The parts of a Chat Completions request that the Anthropic Messages and OpenAI Responses
+//! APIs write differently: tools and the tool choice, the turns of a tool call (an
+//! assistant's `tool_calls`, a `tool` message's result), and images in a user's content.
+//! Each function names the message or field it could not translate.
+
+use serde_json::{Map, Value, json};
+
+/// Chat's `tools` (`{"type": "function", "function": {name, description, parameters}}`) in
+/// Anthropic's shape (`{name, description, input_schema}`) or Responses' (`{"type":
+/// "function", name, description, parameters}`).
+pub(super) fn tools(tools: &Value, anthropic: bool) -> Result<Value, String> {
+    let Some(list) = tools.as_array() else {
+        return Err("\"tools\" must be a list".into());
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, tool) in list.iter().enumerate() {
+        if tool["type"] != "function" {
+            return Err(format!(
+                "tools[{i}]: only function tools can be sent to the {} API",
+                if anthropic { "anthropic" } else { "responses" }
+            ));
+        }
+        let f = &tool["function"];
+        let Some(name) = f["name"].as_str() else {
+            return Err(format!("tools[{i}].function.name is missing"));
+        };
+        let mut t = Map::new();
+        if !anthropic {
+            t.insert("type".into(), json!("function"));
+        }
+        t.insert("name".into(), json!(name));
+        if let Some(d) = f.get("description").filter(|d| !d.is_null()) {
+            t.insert("description".into(), d.clone());
+        }
+        let schema = match f.get("parameters") {
+            Some(p) if !p.is_null() => p.clone(),
+            _ => json!({"type": "object", "properties": {}}),
+        };
+        t.insert(
+            if anthropic {
+                "input_schema"
+            } else {
+                "parameters"
+            }
+            .into(),
+            schema,
+        );
+        if !anthropic && let Some(strict) = f.get("strict").filter(|s| !s.is_null()) {
+            t.insert("strict".into(), strict.clone());
+        }
+        out.push(Value::Object(t));
+    }
+    Ok(Value::Array(out))
+}
+
+/// Chat's `tool_choice` (`"auto"`, `"none"`, `"required"`, or a named function) and
+/// `parallel_tool_calls` in Anthropic's shape (`{"type": "auto" | "none" | "any" | "tool",
+/// "name", "disable_parallel_tool_use"}`).
+pub(super) fn anthropic_tool_choice(
+    choice: Option<&Value>,
+    parallel: Option<&Value>,
+) -> Result<Option<Value>, String> {
+    let mut out = match choice {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "auto" => json!({"type": "auto"}),
+            "none" => json!({"type": "none"}),
+            "required" => json!({"type": "any"}),
+            other => {
+                return Err(format!(
+                    "tool_choice {other:?} is not auto, none or required"
+                ));
+            }
+        }),
+        Some(named) => match named["function"]["name"].as_str() {
+            Some(name) => Some(json!({"type": "tool", "name": name})),
+            None => return Err("tool_choice names no function".into()),
+        },
+    };
+    if parallel == Some(&Value::Bool(false)) {
+        let choice = out.get_or_insert_with(|| json!({"type": "auto"}));
+        if choice["type"] != "none" {
+            choice["disable_parallel_tool_use"] = json!(true);
+        }
+    }
+    Ok(out)
+}
+
+/// Chat's `tool_choice` in Responses' shape (a named function is `{"type": "function",
+/// "name"}`).
+pub(super) fn responses_tool_choice(choice: &Value) -> Result<Value, String> {
+    match choice {
+        Value::String(_) | Value::Null => Ok(choice.clone()),
+        named => match named["function"]["name"].as_str() {
+            Some(name) => Ok(json!({"type": "function", "name": name})),
+            None => Err("tool_choice names no function".into()),
+        },
+    }
+}
+
+/// A tool call's `arguments` (a JSON string) as a value; `at` names the call.
+fn arguments(call: &Value, at: &str) -> Result<Value, String> {
+    match &call["function"]["arguments"] {
+        Value::String(text) if text.trim().is_empty() => Ok(json!({})),
+        Value::String(text) => serde_json::from_str(text)
+            .map_err(|e| format!("{at}.function.arguments is not JSON: {e}")),
+        Value::Null => Ok(json!({})),
+        other => Ok(other.clone()),
+    }
+}
+
+/// A message's content as text: a string, or its text parts joined.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => (parts.iter())
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// An `image_url` part's image in Anthropic's shape: a data URL's bytes, or the URL.
+fn anthropic_image(url: &str, at: &str) -> Result<Value, String> {
+    if let Some(data) = url.strip_prefix("data:") {
+        let Some((media, b64)) = data.split_once(";base64,") else {
+            return Err(format!("{at}: a data URL must be base64"));
+        };
+        return Ok(
+            json!({"type": "image", "source": {"type": "base64", "media_type": media, "data": b64}}),
+        );
+    }
+    Ok(json!({"type": "image", "source": {"type": "url", "url": url}}))
+}
+
+/// A user's content in Anthropic's shape: a string as is; text parts as they are (the same
+/// shape), images translated.
+fn anthropic_content(content: &Value, at: &str) -> Result<Value, String> {
+    let Value::Array(parts) = content else {
+        return Ok(content.clone());
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for (k, part) in parts.iter().enumerate() {
+        let at = format!("{at}.content[{k}]");
+        match part["type"].as_str() {
+            Some("image_url") => match part["image_url"]["url"].as_str() {
+                Some(url) => out.push(anthropic_image(url, &at)?),
+                None => return Err(format!("{at}.image_url.url is missing")),
+            },
+            _ => out.push(part.clone()),
+        }
+    }
+    Ok(Value::Array(out))
+}
+
+/// Chat's messages (the first system one already taken out) in Anthropic's shape: an
+/// assistant's `tool_calls` become `tool_use` blocks after its text, `tool` messages become
+/// `tool_result` blocks of one user turn (consecutive ones together), images become image
+/// blocks. Other system or developer messages are refused (Anthropic has one system prompt).
+pub(super) fn anthropic_messages(messages: Vec<Value>) -> Result<Vec<Value>, String> {
+    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+    for (i, m) in messages.into_iter().enumerate() {
+        let at = format!("messages[{i}]");
+        match m["role"].as_str() {
+            Some("tool") => {
+                let block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": m["tool_call_id"].as_str().unwrap_or_default(),
+                    "content": text_of(&m["content"]),
+                });
+                let last_is_results = out.last().is_some_and(|l: &Value| {
+                    l["role"] == "user"
+                        && l["content"]
+                            .as_array()
+                            .is_some_and(|c| c.iter().all(|b| b["type"] == "tool_result"))
+                });
+                match (last_is_results, out.last_mut()) {
+                    (true, Some(last)) => {
+                        if let Some(blocks) = last["content"].as_array_mut() {
+                            blocks.push(block);
+                        }
+                    }
+                    _ => out.push(json!({"role": "user", "content": [block]})),
+                }
+            }
+            Some("assistant") => {
+                let calls = m["tool_calls"].as_array().cloned().unwrap_or_default();
+                if calls.is_empty() {
+                    let mut m = m;
+                    if m["content"].is_null() {
+                        m["content"] = json!("");
+                    }
+                    if let Some(o) = m.as_object_mut() {
+                        o.remove("tool_calls");
+                        o.remove("refusal");
+                    }
+                    out.push(m);
+                    continue;
+                }
+                let mut blocks = Vec::new();
+                let text = text_of(&m["content"]);
+                if !text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
+                for (k, call) in calls.iter().enumerate() {
+                    let call_at = format!("{at}.tool_calls[{k}]");
+                    blocks.push(json!({
+                        "type": "tool_use",
+                        "id": call["id"].as_str().unwrap_or_default(),
+                        "name": call["function"]["name"].as_str().unwrap_or_default(),
+                        "input": arguments(call, &call_at)?,
+                    }));
+                }
+                out.push(json!({"role": "assistant", "content": blocks}));
+            }
+            Some("user") => out.push(json!({
+                "role": "user",
+                "content": anthropic_content(&m["content"], &at)?,
+            })),
+            Some(role @ ("system" | "developer")) => {
+                return Err(format!(
+                    "{at}: the anthropic API takes one system prompt, the first message; a later {role} message cannot be sent to it"
+                ));
+            }
+            other => return Err(format!("{at}: unknown role {other:?}")),
+        }
+    }
+    Ok(out)
+}
+
+/// A user's content in Responses' shape: a string as is; text parts as `input_text`,
+/// images as `input_image`.
+fn responses_content(content: &Value, at: &str) -> Result<Value, String> {
+    let Value::Array(parts) = content else {
+        return Ok(content.clone());
+    };
+    let mut out = Vec::with_capacity(parts.len());
+    for (k, part) in parts.iter().enumerate() {
+        let at = format!("{at}.content[{k}]");
+        out.push(match part["type"].as_str() {
+            Some("text") => json!({"type": "input_text", "text": part["text"]}),
+            Some("image_url") => {
+                let Some(url) = part["image_url"]["url"].as_str() else {
+                    return Err(format!("{at}.image_url.url is missing"));
+                };
+                let mut image = json!({"type": "input_image", "image_url": url});
+                if let Some(detail) = part["image_url"].get("detail") {
+                    image["detail"] = detail.clone();
+                }
+                image
+            }
+            _ => part.clone(),
+        });
+    }
+    Ok(Value::Array(out))
+}
+
+/// Chat's messages (the first system one already taken out) as Responses `input` items: an
+/// assistant's `tool_calls` become `function_call` items after its text, a `tool` message a
+/// `function_call_output`, images `input_image` parts.
+pub(super) fn responses_input(messages: Vec<Value>) -> Result<Vec<Value>, String> {
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.into_iter().enumerate() {
+        let at = format!("messages[{i}]");
+        match m["role"].as_str() {
+            Some("tool") => out.push(json!({
+                "type": "function_call_output",
+                "call_id": m["tool_call_id"].as_str().unwrap_or_default(),
+                "output": text_of(&m["content"]),
+            })),
+            Some("assistant") => {
+                let text = text_of(&m["content"]);
+                if !text.is_empty() {
+                    out.push(json!({"role": "assistant", "content": text}));
+                }
+                for (k, call) in (m["tool_calls"].as_array().into_iter().flatten()).enumerate() {
+                    let call_at = format!("{at}.tool_calls[{k}]");
+                    let args = match &call["function"]["arguments"] {
+                        Value::String(s) => s.clone(),
+                        _ => arguments(call, &call_at)?.to_string(),
+                    };
+                    out.push(json!({
+                        "type": "function_call",
+                        "call_id": call["id"].as_str().unwrap_or_default(),
+                        "name": call["function"]["name"].as_str().unwrap_or_default(),
+                        "arguments": args,
+                    }));
+                }
+            }
+            Some(role @ ("user" | "system" | "developer")) => out.push(json!({
+                "role": role,
+                "content": responses_content(&m["content"], &at)?,
+            })),
+            other => return Err(format!("{at}: unknown role {other:?}")),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Dialect;
+
+    #[test]
+    fn consecutive_tool_results_are_one_user_turn() {
+        let messages = vec![
+            json!({"role": "user", "content": "two cities"}),
+            json!({"role": "assistant", "content": "Looking.", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "w", "arguments": "{\"c\":1}"}},
+                {"id": "b", "type": "function", "function": {"name": "w", "arguments": ""}}]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "1"}),
+            json!({"role": "tool", "tool_call_id": "b", "content": [{"type": "text", "text": "2"}]}),
+            json!({"role": "user", "content": "thanks"}),
+        ];
+        let out = anthropic_messages(messages).unwrap();
+        assert_eq!(out.len(), 4);
+        assert_eq!(
+            out[1]["content"][0],
+            json!({"type": "text", "text": "Looking."})
+        );
+        assert_eq!(out[1]["content"][2]["input"], json!({}));
+        assert_eq!(out[2]["content"].as_array().unwrap().len(), 2);
+        assert_eq!(out[2]["content"][1]["content"], "2");
+        assert_eq!(out[3]["content"], "thanks");
+    }
+
+    #[test]
+    fn images_and_bad_arguments() {
+        let image = json!({"role": "user", "content": [
+            {"type": "text", "text": "what is it?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+            {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}]});
+        let a = anthropic_messages(vec![image.clone()]).unwrap();
+        assert_eq!(
+            a[0]["content"][1]["source"],
+            json!({"type": "base64", "media_type": "image/png", "data": "iVBO"})
+        );
+        assert_eq!(
+            a[0]["content"][2]["source"]["url"],
+            "https://example.com/a.png"
+        );
+        let r = responses_input(vec![image]).unwrap();
+        assert_eq!(r[0]["content"][0]["type"], "input_text");
+        assert_eq!(
+            r[0]["content"][2],
+            json!({"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"})
+        );
+        let bad = json!({"role": "assistant", "tool_calls": [
+            {"id": "a", "function": {"name": "w", "arguments": "{oops"}}]});
+        let e = anthropic_messages(vec![json!({"role": "user", "content": "x"}), bad]).unwrap_err();
+        assert!(
+            e.starts_with("messages[1].tool_calls[0].function.arguments is not JSON"),
+            "{e}"
+        );
+        let e = anthropic_messages(vec![json!({"role": "system", "content": "late"})]).unwrap_err();
+        assert!(e.contains("one system prompt"), "{e}");
+    }
+
+    #[test]
+    fn tool_choices() {
+        let named = json!({"type": "function", "function": {"name": "w"}});
+        assert_eq!(
+            anthropic_tool_choice(Some(&json!("required")), None).unwrap(),
+            Some(json!({"type": "any"}))
+        );
+        assert_eq!(
+            anthropic_tool_choice(Some(&named), Some(&json!(false))).unwrap(),
+            Some(json!({"type": "tool", "name": "w", "disable_parallel_tool_use": true}))
+        );
+        assert_eq!(
+            anthropic_tool_choice(None, Some(&json!(false))).unwrap(),
+            Some(json!({"type": "auto", "disable_parallel_tool_use": true}))
+        );
+        assert_eq!(anthropic_tool_choice(None, None).unwrap(), None);
+        assert_eq!(
+            responses_tool_choice(&named).unwrap(),
+            json!({"type": "function", "name": "w"})
+        );
+        let request = json!({"model": "m", "messages": [], "parallel_tool_calls": false,
+            "tools": [{"type": "function", "function": {"name": "w", "strict": true}}]});
+        let r = Dialect::Responses.request_from_chat(&request).unwrap();
+        assert_eq!(r["parallel_tool_calls"], false, "Responses has it too");
+        assert_eq!(r["tools"][0]["parameters"]["type"], "object");
+        assert_eq!(r["tools"][0]["strict"], true);
+        let a = Dialect::Anthropic.request_from_chat(&request).unwrap();
+        assert!(a.get("parallel_tool_calls").is_none());
+        assert!(tools(&json!([{"type": "web_search"}]), true).is_err());
+    }
+}
