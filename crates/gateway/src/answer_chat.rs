@@ -7,6 +7,7 @@ use std::task::Poll;
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use choicewise_core::{ChatCompletion, ChoiceOutput};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -267,52 +268,62 @@ pub(crate) async fn json_response(
     let run = finish.run();
     let answer = async {
         let mut choices = Vec::new();
-        // Why each output choice failed, when it did.
-        let mut failures = Vec::new();
+        // Each output choice's error, when it failed.
+        let mut errors: Vec<(usize, String)> = Vec::new();
         for (o, sample) in picked.samples.iter().enumerate() {
             let choice = match run.index_of(*sample) {
                 Some(index) => run.completions.choice(index).await,
                 None => None,
             };
-            let mut failed = |message: Option<Value>, error: &str| {
-                // A choice cut by the gateway's shutdown is an answer as far as it got (the
-                // shutdown's contract), not an upstream's failure.
-                if error != SHUT_DOWN {
-                    failures.push(format!("choice {o}: {error}"));
-                }
-                json!({"index": o, "message": message.unwrap_or_else(|| json!({"role": "assistant", "content": null})),
-                       "logprobs": null, "finish_reason": "error", "choicewise": {"error": error}})
-            };
-            let element = match choice {
-                None => failed(None, "the upstream ended without this choice"),
+            let (mut output, error) = match choice {
+                None => (
+                    ChoiceOutput::default(),
+                    Some("the upstream ended without this choice".to_string()),
+                ),
                 Some(choice) => match choice.message().await {
-                    Ok(out) if out.cancelled => {
-                        failed(serde_json::to_value(&out.message).ok(), SHUT_DOWN)
-                    }
-                    Ok(out) => json!({"index": o, "message": out.message,
-                                      "logprobs": if req.logprobs { out.logprobs } else { None },
-                                      "finish_reason": out.finish_reason}),
-                    Err(incomplete) => failed(
-                        serde_json::to_value(&incomplete.partial.message).ok(),
-                        &incomplete.error.to_string(),
-                    ),
+                    Ok(out) if out.cancelled => (out, Some(SHUT_DOWN.to_string())),
+                    Ok(out) => (out, None),
+                    Err(incomplete) => (incomplete.partial, Some(incomplete.error.to_string())),
                 },
             };
-            choices.push(element);
+            // The client's choice `o`, as its upstream sent it: what the library adds of its
+            // own (per-choice usage, the source, a mapped dialect's stop reason) left out.
+            output.index = o as u32;
+            output.usage = None;
+            output.source = None;
+            output.stop_reason = None;
+            output.cancelled = false;
+            if !req.logprobs {
+                output.logprobs = None;
+            }
+            if let Some(error) = error {
+                output.finish_reason = Some("error".into());
+                output.logprobs = None;
+                errors.push((o, error));
+            }
+            choices.push(output);
         }
+        // A choice cut by the gateway's shutdown is an answer as far as it got (the
+        // shutdown's contract), not an upstream's failure.
+        let failures: Vec<String> = (errors.iter())
+            .filter(|(_, e)| e != SHUT_DOWN)
+            .map(|(o, e)| format!("choice {o}: {e}"))
+            .collect();
         if !failures.is_empty() && failures.len() == choices.len() {
             // Every choice failed upstream: a failure in the client's terms, not a 200 of
             // errors.
             return Err(failures.join("; "));
         }
-        let mut body = json!({
-            "id": &*envelope.id,
-            "object": "chat.completion",
-            "created": envelope.created,
-            "model": &*envelope.model,
-            "choices": choices,
-            "usage": run.usage(&picked.samples).await,
-        });
+        let mut completion = ChatCompletion::new(choices);
+        completion.id = envelope.id.to_string();
+        completion.object = "chat.completion".into();
+        completion.created = i64::try_from(envelope.created).unwrap_or(i64::MAX);
+        completion.model = envelope.model.to_string();
+        let mut body = serde_json::to_value(&completion).map_err(|e| e.to_string())?;
+        for (o, error) in errors {
+            body["choices"][o]["choicewise"] = json!({"error": error});
+        }
+        body["usage"] = run.usage(&picked.samples).await;
         let summary = run.final_summary(&picked, &req.select).await;
         if let Some(summary) = summary {
             body["choicewise"] = summary;
