@@ -744,7 +744,7 @@ impl Drop for Finish {
                     "request"
                 );
                 if let Some(span) = span {
-                    span.end(took, &outcome, outputs.as_deref(), failure, completed);
+                    span.end(took, &outcome, &tries, outputs.as_deref(), failure, completed);
                 }
             });
         }

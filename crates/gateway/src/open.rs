@@ -56,6 +56,8 @@ pub(crate) struct TryRecord {
     pub sample: u32,
     pub upstream: Arc<str>,
     pub outcome: Outcome,
+    /// When it ended (its event's time in the request's span).
+    pub at: std::time::SystemTime,
 }
 
 /// An upstream request that answered: its reads, the upstream that answered and the body
@@ -135,6 +137,7 @@ impl Opener {
             sample,
             upstream: upstream.clone(),
             outcome,
+            at: std::time::SystemTime::now(),
         });
     }
 

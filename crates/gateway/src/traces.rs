@@ -242,6 +242,7 @@ impl RequestSpan {
         mut self,
         took: Duration,
         outcome: &Outcome,
+        tries: &[crate::open::TryRecord],
         outputs: Option<&[u32]>,
         failure: Option<&str>,
         completed: bool,
@@ -328,6 +329,7 @@ impl RequestSpan {
                 count(outcome.unselected_tokens),
             ),
             KeyValue::new("choicewise.client_closed", !completed),
+            KeyValue::new("choicewise.tries", count(tries.len() as u64)),
         ];
         if let Some(id) = &self.response_id {
             attributes.push(KeyValue::new("gen_ai.response.id", id.to_string()));
@@ -354,6 +356,18 @@ impl RequestSpan {
             .with_start_time(end.checked_sub(took).unwrap_or(end))
             .with_attributes(attributes)
             .start_with_context(tracer, &self.parent);
+        // Each upstream try, at its end: the sample, the upstream and how it went.
+        for t in tries {
+            span.add_event_with_timestamp(
+                "choicewise.try",
+                t.at,
+                vec![
+                    KeyValue::new("choicewise.sample", i64::from(t.sample)),
+                    KeyValue::new("choicewise.upstream", t.upstream.to_string()),
+                    KeyValue::new("choicewise.try.outcome", t.outcome.as_str()),
+                ],
+            );
+        }
         if let Some(failure) = failure {
             span.set_status(Status::error(failure));
         }

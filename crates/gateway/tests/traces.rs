@@ -11,7 +11,7 @@ use axum::extract::State;
 
 use choicewise_gateway::{Config, Gateway};
 use choicewise_test_support::within;
-use choicewise_testserver::{TestServer, answer};
+use choicewise_testserver::{Failure, TestServer, answer};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -45,6 +45,8 @@ struct Span {
     service: Option<String>,
     /// Its attributes as JSON values (arrays as arrays).
     attributes: Map<String, Value>,
+    /// Its events: each one's name, time and attributes.
+    events: Vec<(String, u64, Map<String, Value>)>,
 }
 
 impl Span {
@@ -113,6 +115,17 @@ async fn receive(State(receiver): State<Receiver>, body: Bytes) -> axum::Json<Va
                         .map(|kv| {
                             let value = kv.value.as_ref().and_then(|v| v.value.as_ref());
                             (kv.key.clone(), json_of(value))
+                        })
+                        .collect(),
+                    events: (span.events.iter())
+                        .map(|e| {
+                            let attributes = (e.attributes.iter())
+                                .map(|kv| {
+                                    let value = kv.value.as_ref().and_then(|v| v.value.as_ref());
+                                    (kv.key.clone(), json_of(value))
+                                })
+                                .collect();
+                            (e.name.clone(), e.time_unix_nano, attributes)
                         })
                         .collect(),
                 });
@@ -372,6 +385,58 @@ async fn one_span_per_request_with_every_choice_and_no_content_unless_asked() {
         "sk-client-secret",
     ] {
         assert!(!raw.contains(never), "{never:?} in an export");
+    }
+}
+
+/// Each upstream try is an event of the request's span, at its end, naming its sample, its
+/// upstream and how it went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_try_is_an_event_of_the_requests_span() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let upstream = TestServer::builder()
+        .body(answer("retried"))
+        .fail_first(1, Failure::status(503))
+        .start()
+        .await
+        .unwrap();
+    let (addr, gateway) = gateway(&config(
+        &endpoint,
+        false,
+        &[(
+            "m",
+            upstream.base_url(),
+            "[models.retry]\nattempts = 2\nbackoff_ms = 1",
+        )],
+    ))
+    .await;
+    let chunks = read_sse(post(addr, request("m", 1)).await).await;
+    let spans = receiver.spans(&gateway, 1).await;
+    let span = span_of(&spans, &chunks[0]["id"]);
+    assert_eq!(span.attr("choicewise.tries"), 2);
+    let tries: Vec<(&str, &Value, &Value)> = (span.events.iter())
+        .map(|(name, _, a)| {
+            (
+                name.as_str(),
+                &a["choicewise.try.outcome"],
+                &a["choicewise.sample"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        tries,
+        [
+            ("choicewise.try", &json!("5xx"), &json!(0)),
+            ("choicewise.try", &json!("ok"), &json!(0))
+        ]
+    );
+    for (_, at, a) in &span.events {
+        assert!(span.start <= *at && *at <= span.end, "within the span");
+        assert!(
+            a["choicewise.upstream"]
+                .as_str()
+                .unwrap()
+                .starts_with("chat:up@")
+        );
     }
 }
 
