@@ -11,7 +11,9 @@
 //! Anthropic TypeScript SDK on `/v1/messages` (anthropic_run.py, anthropic_run.cjs),
 //! openai-python on `/v1/responses` (responses_run.py) and the OpenAI Agents SDK running an
 //! agent with a function tool (agents_run.py): streamed and not, the SDKs' stream helpers,
-//! tool round trips, a selection, a failing upstream and a bad request.
+//! tool round trips, a selection, a failing upstream and a bad request; with
+//! `CHOICEWISE_LLAMA_URL`, anthropic-python and openai-python's Responses also over the real
+//! llama.cpp server.
 //!
 //! Each script prints what its client parsed; the expectations are here.
 //!
@@ -532,6 +534,9 @@ async fn sdk_gateway() -> SdkUpstreams {
     toml += &upstream("tools", &tools.base_url(), "native");
     toml += &upstream("select", &select.base_url(), "fan-out");
     toml += &upstream("failing", &failing.base_url(), "native");
+    if let Ok(llama) = std::env::var("CHOICEWISE_LLAMA_URL") {
+        toml += &upstream("llama", &llama, "native");
+    }
     let env = |name: &str| (name == "CLIENT_KEYS").then(|| KEY.to_string());
     let (addr, _) = serve(&toml, env).await;
     SdkUpstreams {
@@ -737,6 +742,41 @@ async fn anthropic_python() {
 
     let counted = got["count_tokens"].as_u64().unwrap();
     assert!(counted > 3, "{client}: count_tokens {counted}");
+
+    if std::env::var_os("CHOICEWISE_LLAMA_URL").is_some() {
+        // A real model: its own words, a stop reason Anthropic's terms have, real counts.
+        for name in ["llama_whole", "llama_select"] {
+            let m = &got[name];
+            let text = m["content"][0]["text"].as_str().unwrap_or_default();
+            assert!(!text.trim().is_empty(), "{client} {name}: {m}");
+            assert!(
+                matches!(m["stop_reason"].as_str(), Some("end_turn" | "max_tokens")),
+                "{client} {name}: {m}"
+            );
+            assert!(
+                m["usage"]["output_tokens"].as_u64().unwrap() > 0,
+                "{client} {name}: {m}"
+            );
+            assert!(
+                m["usage"]["input_tokens"].as_u64().unwrap() > 0,
+                "{client} {name}: {m}"
+            );
+        }
+        assert_eq!(
+            got["llama_select"]["choicewise"]["decision"], "first_token",
+            "{client}"
+        );
+        let stream = &got["llama_stream"];
+        assert!(
+            !stream["text"].as_str().unwrap().trim().is_empty(),
+            "{client}: {stream}"
+        );
+        assert_eq!(stream["events"][0], "message_start", "{client}: {stream}");
+        assert_eq!(
+            stream["events"].as_array().unwrap().last().unwrap(),
+            "message_stop"
+        );
+    }
 }
 
 /// A Responses `response` as a client parsed it, answering `text`.
@@ -850,6 +890,30 @@ async fn openai_python_responses() {
     let stored = &got["stored"];
     check_error(stored, 400, "BadRequestError", &client);
     assert_eq!(stored["param"], "store", "{client}: {stored}");
+
+    if std::env::var_os("CHOICEWISE_LLAMA_URL").is_some() {
+        // A real model: its own words (cut at max_output_tokens or not), real counts.
+        for r in [&got["llama_whole"], &got["llama_stream"]["final"]] {
+            assert!(
+                matches!(r["status"].as_str(), Some("completed" | "incomplete")),
+                "{client}: {r}"
+            );
+            assert!(
+                !r["output_text"].as_str().unwrap().trim().is_empty(),
+                "{client}: {r}"
+            );
+            assert!(
+                r["usage"]["output_tokens"].as_u64().unwrap() > 0,
+                "{client}: {r}"
+            );
+        }
+        let stream = &got["llama_stream"];
+        assert_eq!(stream["in_order"], true, "{client}: {stream}");
+        assert_eq!(
+            stream["text"], stream["final"]["output_text"],
+            "{client}: the deltas add up to the text"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -148,6 +148,13 @@ def main():
     )
     wrong_key = Anthropic(base_url=root, api_key="sk-wrong", max_retries=0, timeout=60)
     results["wrong_key"] = error_of(lambda: wrong_key.messages.create(**basic))
+    if os.environ.get("CHOICEWISE_LLAMA_URL"):
+        # A real model behind the gateway (llama.cpp): its own text, stop reason and counts.
+        llama = {"model": "llama", "max_tokens": 24, "system": "Be brief.", "messages": MESSAGES}
+        results["llama_whole"] = whole(client.messages.create(**llama))
+        results["llama_stream"] = raw_stream(client, **llama)
+        picked = {**llama, "extra_body": {"choicewise": {"samples": 2, "select": "first_token"}}}
+        results["llama_select"] = whole(client.messages.create(**picked))
     json.dump(results, sys.stdout)
 
 

@@ -68,7 +68,7 @@ def create_stream(client, **request):
         sequence.append(event.sequence_number)
         if event.type == "response.output_text.delta":
             text += event.delta
-        elif event.type == "response.completed":
+        elif event.type in ("response.completed", "response.incomplete"):
             final = whole(event.response)
             summary = extra(event, "choicewise") or final["choicewise"]
     return {"events": events, "text": text, "in_order": sequence == list(range(len(sequence))), "final": final, "choicewise": summary}
@@ -133,6 +133,11 @@ def main():
     results["select_whole"] = whole(client.responses.create(**selected))
     results["failing"] = error_of(lambda: create_stream(client, **{**basic, "model": "failing"}))
     results["stored"] = error_of(lambda: client.responses.create(**basic, store=True))
+    if os.environ.get("CHOICEWISE_LLAMA_URL"):
+        # A real model behind the gateway (llama.cpp): its own text and counts.
+        llama = {"model": "llama", "instructions": "Be brief.", "input": QUESTION, "max_output_tokens": 24}
+        results["llama_whole"] = whole(client.responses.create(**llama))
+        results["llama_stream"] = create_stream(client, **llama)
     json.dump(results, sys.stdout)
 
 
