@@ -709,7 +709,9 @@ impl Drop for Finish {
         // No client waits any more: an upstream read held back for it goes on, so that its
         // reader sees the cancel and closes it rather than waiting on the gate for ever.
         run.pace.release();
-        let took = self.arrived.elapsed();
+        // When the answer ended: the span's end, even though it is made after the run's
+        // upstreams have ended and been counted (`end - took` is then the request's arrival).
+        let (took, ended_at) = (self.arrived.elapsed(), std::time::SystemTime::now());
         let request_id = std::mem::take(&mut self.request_id);
         let (metrics, model, outputs, span, failure, completed) = (
             self.metrics.clone(),
@@ -744,7 +746,8 @@ impl Drop for Finish {
                     "request"
                 );
                 if let Some(span) = span {
-                    span.end(took, &outcome, &tries, outputs.as_deref(), failure, completed);
+                    let arrived_at = ended_at.checked_sub(took).unwrap_or(ended_at);
+                    span.end(arrived_at..ended_at, &outcome, &tries, outputs.as_deref(), failure, completed);
                 }
             });
         }

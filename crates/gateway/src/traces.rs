@@ -234,20 +234,20 @@ impl Drop for RequestSpan {
 }
 
 impl RequestSpan {
-    /// Ends the span of a request that took this long and came to `outcome`. `outputs`: the
+    /// Ends the span of a request that lasted from its arrival to its answer's end (`lasted`)
+    /// and came to `outcome`, its upstream `tries` as events. `outputs`: the
     /// output choices' samples, in output order (`None`: every sample, `0..n`); `failure`:
     /// why the request was answered with an error, if it was; `completed`: the answer was sent
     /// to its end (not: its client went away).
     pub fn end(
         mut self,
-        took: Duration,
+        lasted: std::ops::Range<SystemTime>,
         outcome: &Outcome,
         tries: &[crate::open::TryRecord],
         outputs: Option<&[u32]>,
         failure: Option<&str>,
         completed: bool,
     ) {
-        let end = SystemTime::now();
         let all: Vec<u32>;
         let outputs = match outputs {
             Some(o) => o,
@@ -353,7 +353,7 @@ impl RequestSpan {
         let mut span = tracer
             .span_builder(span_name(Some(&self.model)))
             .with_kind(SpanKind::Server)
-            .with_start_time(end.checked_sub(took).unwrap_or(end))
+            .with_start_time(lasted.start)
             .with_attributes(attributes)
             .start_with_context(tracer, &self.parent);
         // Each upstream try, at its end: the sample, the upstream and how it went.
@@ -371,7 +371,7 @@ impl RequestSpan {
         if let Some(failure) = failure {
             span.set_status(Status::error(failure));
         }
-        span.end_with_timestamp(end);
+        span.end_with_timestamp(lasted.end);
     }
 }
 
