@@ -29,8 +29,11 @@ def test_vote_decides_early_and_cancels_the_stalled_sample():
         return winner, whole
 
     winner, whole = asyncio.run(main())
-    # 42 has 3 votes, 41 one: the stalled sample cannot change the winner.
-    assert (winner.key, winner.votes, winner.counted) == ("42", 3, 4)
+    # 42 has 3 votes, 41 at most one: the stalled sample cannot change the winner. Decided at
+    # the third 42, whether 41's vote came before it (4 counted) or not (3): the samples
+    # finish in whatever order their tasks run.
+    assert (winner.key, winner.votes) == ("42", 3)
+    assert winner.counted in (3, 4)
     assert winner.selected == [0, 2, 4] and winner.cancelled == [1]
     assert winner.choice.index == 0 and winner
     assert "".join(winner.choice.content()) == "Answer: 42"
