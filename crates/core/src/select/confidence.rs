@@ -10,13 +10,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde::Serialize;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 
 use choicewise_proto::{ChoiceOutput, Confidence, Incomplete, SampleConfidence, WeightedVote};
 
 use crate::choice::Choice;
 use crate::completions::Completions;
-use crate::select::{Decided, Judge, Tally, short_of, vote, vote_windowed};
+use crate::select::{Decided, Following, Judge, Tally, short_of, vote, vote_windowed};
 
 /// What a vote guided by confidence did ([`Selection::confidence`](crate::Selection::confidence)):
 /// either the rule ran ([`Applied`](Self::Applied)), or it could not and the plain vote
@@ -288,10 +287,11 @@ pub(crate) async fn vote_confident(
     let (threshold_tx, threshold_rx) = watch::channel(None::<f64>);
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
     tokio::pin!(sleep);
-    let mut choices = completions.choices();
-    let mut listed = false;
-    let mut seen = 0usize;
-    let mut tasks = JoinSet::new();
+    let group_tokens = options.group_tokens;
+    let mut following = Following::new(completions, |choice: Choice| {
+        let warmup = (choice.index() as usize) < warmup_n;
+        follow(choice, group_tokens, warmup, threshold_rx.clone())
+    });
     let mut counted: BTreeMap<u32, Counted> = BTreeMap::new();
     let mut threshold: Option<f64> = None;
     let mut ballot = Ballot::default();
@@ -299,21 +299,10 @@ pub(crate) async fn vote_confident(
     let mut winner: Option<String> = None;
     let mut timed_out = false;
     loop {
-        if listed && tasks.is_empty() {
-            break;
-        }
         tokio::select! {
-            next = choices.next(), if !listed => match next {
-                Some(choice) => {
-                    seen += 1;
-                    let warmup = (choice.index() as usize) < warmup_n;
-                    let rx = threshold_rx.clone();
-                    tasks.spawn(follow(choice, options.group_tokens, warmup, rx));
-                }
-                None => listed = true,
-            },
-            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                let Ok(ended) = joined else { continue };
+            next = following.next() => {
+                let Some(ended) = next else { break };
+                let (seen, listed) = (following.seen(), following.listed());
                 let voted = match &ended.output {
                     Ok(output) if output.finished_well() && !ended.stopped => key(output),
                     _ => None,
@@ -337,7 +326,7 @@ pub(crate) async fn vote_confident(
                         }
                         Warmup::Unscored(reason) => {
                             // The plain vote decides instead, over every choice.
-                            drop(tasks);
+                            drop(following);
                             let left = deadline.map(|d| d.saturating_sub(began.elapsed()));
                             return fall_back(completions, left, key, window, min_votes, reason)
                                 .await;
@@ -370,7 +359,8 @@ pub(crate) async fn vote_confident(
             }
         }
     }
-    drop(tasks);
+    let seen = following.seen();
+    drop(following);
     if threshold.is_none() && !timed_out {
         // Every choice is in, fewer than the warmup and their number learnt only at the end.
         match warmup_over(&counted, &options, Some(seen), seen) {

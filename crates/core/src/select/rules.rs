@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::task::JoinSet;
 
-use super::{Decided, Judge, Rule, Tally, watch};
+use super::{Decided, Following, Judge, Rule, Tally, watch};
+use crate::choice::Choice;
 use crate::completions::Completions;
 use choicewise_proto::{ChoiceEvent, ChoiceOutput};
 
@@ -49,45 +49,39 @@ pub(super) async fn first_n(
     tokio::pin!(sleep);
     let hedge_timer = || hedge.map(|d| Box::pin(tokio::time::sleep(d)));
     let mut hedging = hedge_timer();
-    let mut choices = completions.choices();
-    let mut listed = false;
-    let mut tasks = JoinSet::new();
+    // Each follower gives its choice's index if the choice qualified.
+    let mut following = Following::new(completions, |choice: Choice| {
+        let accept = accept.clone();
+        async move {
+            match accept {
+                // A token: the choice's first event that produces.
+                None => {
+                    let mut events = choice.events();
+                    while let Some(Ok(event)) = events.next().await {
+                        if ChoiceEvent::produces(&event) {
+                            return Some(choice.index());
+                        }
+                    }
+                    None
+                }
+                Some(accept) => {
+                    let output = choice.message().await.ok()?;
+                    (output.finished_well() && accept(&output)).then_some(output.index)
+                }
+            }
+        }
+    });
     let mut selected: Vec<u32> = Vec::new();
     let timed_out = loop {
-        if (listed && tasks.is_empty()) || selected.len() >= take {
+        if selected.len() >= take {
             break false;
         }
         tokio::select! {
-            next = choices.next(), if !listed => match next {
-                Some(choice) => match &accept {
-                    // A token: the choice's first event that produces.
-                    None => {
-                        tasks.spawn(async move {
-                            let index = choice.index();
-                            let mut events = choice.events();
-                            while let Some(Ok(event)) = events.next().await {
-                                if ChoiceEvent::produces(&event) {
-                                    return Some(index);
-                                }
-                            }
-                            None
-                        });
-                    }
-                    Some(accept) => {
-                        let accept = accept.clone();
-                        tasks.spawn(async move {
-                            let output = choice.message().await.ok()?;
-                            (output.finished_well() && accept(&output)).then_some(output.index)
-                        });
-                    }
-                },
-                None => listed = true,
+            next = following.next() => match next {
+                Some(Some(index)) => selected.push(index),
+                Some(None) => {}
+                None => break false,
             },
-            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                if let Ok(Some(index)) = joined {
-                    selected.push(index);
-                }
-            }
             () = async { hedging.as_mut().expect("guarded").await },
                 if hedging.is_some() && selected.is_empty() =>
             {
@@ -221,29 +215,19 @@ pub(crate) async fn vote_windowed(
     start_through(size);
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
     tokio::pin!(sleep);
-    let mut choices = completions.choices();
-    let mut listed = false;
-    let mut seen = 0usize;
-    let mut tasks = JoinSet::new();
+    let mut following = Following::new(completions, |choice: Choice| async move {
+        (choice.index(), choice.message().await)
+    });
     // Each settled choice's key (`None`: it did not vote), and the order of first votes.
     let mut keys: HashMap<u32, Option<String>> = HashMap::new();
     let mut first_vote: HashMap<String, usize> = HashMap::new();
     let mut winner: Option<String> = None;
     let mut timed_out = false;
     loop {
-        if listed && tasks.is_empty() {
-            break;
-        }
         tokio::select! {
-            next = choices.next(), if !listed => match next {
-                Some(choice) => {
-                    seen += 1;
-                    tasks.spawn(async move { (choice.index(), choice.message().await) });
-                }
-                None => listed = true,
-            },
-            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                let Ok((index, result)) = joined else { continue };
+            next = following.next() => {
+                let Some((index, result)) = next else { break };
+                let (seen, listed) = (following.seen(), following.listed());
                 let voted = match result {
                     Ok(output) if output.finished_well() => key(&output),
                     _ => None,
@@ -305,6 +289,7 @@ pub(crate) async fn vote_windowed(
         let (leader, votes, _) = leader_of(&keys, &first_vote);
         leader.filter(|_| votes >= min_votes)
     });
+    let seen = following.seen();
     let total = planned.unwrap_or(seen).max(seen);
     let windows: Vec<Vec<u32>> = (0..windows_started)
         .map(|w| ((w * size) as u32..((w + 1) * size).min(total) as u32).collect())
