@@ -289,45 +289,7 @@ pub fn run_handwritten(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
 /// a task of its own, as choicewise's per-choice handles do: one task wake-up per choice per
 /// read, through the same scheduler, and nothing else.
 pub fn run_handwritten_fan_out(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let received = Received::new(g.event_ends.len());
-    let stamps = received.clone();
-    let reader = rt.spawn(async move {
-        let mut choices: Vec<Option<mpsc::UnboundedSender<String>>> = Vec::new();
-        let mut consumers = Vec::new();
-        hand_written_loop(channel_stream(rx, stamps), |index, text| {
-            if choices.len() <= index {
-                choices.resize_with(index + 1, || None);
-            }
-            let choice = choices[index].get_or_insert_with(|| {
-                let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-                consumers.push(tokio::spawn(async move {
-                    let mut arrivals = Vec::with_capacity(1 << 16);
-                    while let Some(text) = rx.recv().await {
-                        let at = Instant::now();
-                        if let Some(seq) = seq_of(&text) {
-                            arrivals.push((seq, at));
-                        }
-                    }
-                    arrivals
-                }));
-                tx
-            });
-            let _ = choice.send(text.to_owned());
-        })
-        .await;
-        // Closing the channels ends the consumers.
-        drop(choices);
-        let mut arrivals = Vec::new();
-        for consumer in consumers {
-            arrivals.extend(consumer.await.expect("consumers do not panic"));
-        }
-        arrivals
-    });
-    let producer = spawn_producer(g.clone(), rate, tx);
-    let arrivals = rt.block_on(reader).expect("the run does not panic");
-    let produced = producer.join().expect("the producer does not panic");
-    finish_run(produced, &received, arrivals, g.content_deltas)
+    run_fan_out_floor(rt, g, rate, 1)
 }
 
 /// One paced run through a hand-written floor with the design's two hand-offs: the
@@ -338,8 +300,15 @@ pub fn run_handwritten_fan_out(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> R
 /// arrival. choicewise's design asks for exactly these two hand-offs (the reader parses → the
 /// choice's actor, the only writer of the choice → the consumer's task), so this is the floor
 /// of the design: two task wake-ups per choice per read through the same scheduler, and no
-/// merge, log or fault isolation. `run_handwritten_fan_out` is the one-hand-off floor.
+/// merge, log or fault isolation. [`run_handwritten_fan_out`] is the one-hand-off floor.
 pub fn run_handwritten_two_handoff(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
+    run_fan_out_floor(rt, g, rate, 2)
+}
+
+/// The hand-written fan-out floors: each choice's texts pass `handoffs` unbounded channels,
+/// through `handoffs - 1` forwarding tasks, to a consumer task that stamps their arrival.
+fn run_fan_out_floor(rt: &Runtime, g: &Arc<Generated>, rate: f64, handoffs: usize) -> Run {
+    type Arrivals = Vec<(usize, Instant)>;
     let (tx, rx) = mpsc::unbounded_channel();
     let received = Received::new(g.event_ends.len());
     let stamps = received.clone();
@@ -352,10 +321,10 @@ pub fn run_handwritten_two_handoff(rt: &Runtime, g: &Arc<Generated>, rate: f64) 
                 choices.resize_with(index + 1, || None);
             }
             let choice = choices[index].get_or_insert_with(|| {
-                let (to_consumer, mut from_forwarder) = mpsc::unbounded_channel::<String>();
+                let (mut to_next, mut from_last) = mpsc::unbounded_channel::<String>();
                 consumers.push(tokio::spawn(async move {
-                    let mut arrivals = Vec::with_capacity(1 << 16);
-                    while let Some(text) = from_forwarder.recv().await {
+                    let mut arrivals: Arrivals = Vec::with_capacity(1 << 16);
+                    while let Some(text) = from_last.recv().await {
                         let at = Instant::now();
                         if let Some(seq) = seq_of(&text) {
                             arrivals.push((seq, at));
@@ -363,19 +332,24 @@ pub fn run_handwritten_two_handoff(rt: &Runtime, g: &Arc<Generated>, rate: f64) 
                     }
                     arrivals
                 }));
-                let (to_forwarder, mut from_reader) = mpsc::unbounded_channel::<String>();
-                forwarders.push(tokio::spawn(async move {
-                    while let Some(text) = from_reader.recv().await {
-                        let _ = to_consumer.send(text);
-                    }
-                    // Dropping `to_consumer` here ends the consumer.
-                }));
-                to_forwarder
+                for _ in 1..handoffs {
+                    let (to_forwarder, mut from_before) = mpsc::unbounded_channel::<String>();
+                    let onward = to_next;
+                    forwarders.push(tokio::spawn(async move {
+                        while let Some(text) = from_before.recv().await {
+                            let _ = onward.send(text);
+                        }
+                        // Dropping `onward` here closes the next channel.
+                    }));
+                    to_next = to_forwarder;
+                }
+                to_next
             });
             let _ = choice.send(text.to_owned());
         })
         .await;
-        // Closing the first channels ends the forwarders, whose ends close the second ones.
+        // Closing the first channels ends the forwarders, whose ends close the next ones, and
+        // the consumers end last.
         drop(choices);
         for forwarder in forwarders {
             forwarder.await.expect("forwarders do not panic");
