@@ -746,8 +746,13 @@ fn detect(event: &str, data: &str) -> Dialect {
     let kind = serde_json::from_str::<Typed<'_>>(data)
         .ok()
         .and_then(|t| t.kind);
-    kind.as_deref()
-        .and_then(dialect_of)
+    dialect_from(kind.as_deref(), event)
+}
+
+/// The dialect an event's `type` (the truth) or, without one, its `event:` name says;
+/// Chat Completions when neither names a typed dialect's event.
+pub(super) fn dialect_from(kind: Option<&str>, event: &str) -> Dialect {
+    kind.and_then(dialect_of)
         .or_else(|| dialect_of(event))
         .unwrap_or(Dialect::Chat)
 }

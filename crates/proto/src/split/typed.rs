@@ -18,13 +18,8 @@ impl Splitter {
             }));
         };
         if self.dialect.is_none() {
-            self.dialect = Some(
-                object
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .and_then(dialect_of)
-                    .unwrap_or(Dialect::Chat),
-            );
+            let kind = object.get("type").and_then(Value::as_str);
+            self.dialect = Some(dialect_from(kind, ""));
         }
         if matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic)) {
             return self.typed_value("", value, line, 0).map(drop);
