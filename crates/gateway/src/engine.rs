@@ -211,11 +211,13 @@ impl Run {
                     pick = pick.hedge_after(*after);
                 }
                 let selection = pick.await;
-                self.first_picked(&selection, "first_token")
+                let none = "no sample produced content or a tool call";
+                self.first_picked(&selection, "first_token", none)
             }
             Select::FirstFinished => {
                 let selection = self.completions.first_finished().take(req.n as usize).await;
-                self.first_picked(&selection, "first_finished")
+                let none = "no sample finished with stop or tool_calls";
+                self.first_picked(&selection, "first_finished", none)
             }
             Select::Vote {
                 key,
@@ -248,16 +250,18 @@ impl Run {
     }
 
     /// What a first-* pick chose, as samples in the order they qualified (the first to
-    /// produce is output choice 0).
-    fn first_picked(&self, selection: &Selection, decision: &'static str) -> Picked {
+    /// produce is output choice 0); `none` says why when it chose nothing.
+    fn first_picked(
+        &self,
+        selection: &Selection,
+        decision: &'static str,
+        none: &'static str,
+    ) -> Picked {
         let samples: Vec<u32> = (selection.selected.iter())
             .filter_map(|i| self.sample_of(*i))
             .collect();
         Picked {
-            reason: samples.is_empty().then(|| match decision {
-                "first_token" => "no sample produced content or a tool call".to_string(),
-                _ => "no sample finished with stop or tool_calls".to_string(),
-            }),
+            reason: samples.is_empty().then(|| none.to_string()),
             samples,
             decision,
             vote: None,

@@ -32,7 +32,7 @@ pub(crate) fn api_of(path: &str) -> Dialect {
 }
 
 /// The `api` label of a path's requests in the metrics.
-pub(crate) fn api_label(path: &str) -> &'static str {
+pub(crate) fn path_api_label(path: &str) -> &'static str {
     match api_of(path) {
         Dialect::Chat if !path.starts_with("/v1/chat/completions") => "",
         api => crate::api_label(api),
@@ -82,7 +82,7 @@ pub(crate) struct ModelLabel(pub String);
 /// status, and the model its handler named ([`ModelLabel`]); the layers' refusals (403,
 /// 415, 401, 413, 429) and unknown routes included.
 pub(crate) async fn count(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
-    let api = api_label(request.uri().path());
+    let api = path_api_label(request.uri().path());
     let response = next.run(request).await;
     let model = (response.extensions().get::<ModelLabel>()).map_or("", |m| m.0.as_str());
     gw.inner
