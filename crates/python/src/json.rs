@@ -1,6 +1,8 @@
 //! JSON values as Python objects, and `PartialJson`: the incremental partial-JSON parser of
 //! `choicewise-partial-json`.
 
+use std::collections::HashMap;
+
 use choicewise_partial_json::{PartialJson as Parser, Snapshot};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
@@ -111,6 +113,189 @@ impl Mirror {
     }
 }
 
+/// The one Python object of a [`PartialJson`] made with `live=True`, updated in place: an
+/// open array or object is the same `list` or `dict` from one `.value` to the next, gaining
+/// its new members; only an open string is a new `str` each time (set into its container).
+/// Each `.value` walks the open path and what arrived since the last one, not the whole.
+#[derive(Default)]
+enum Live {
+    /// Nothing shown yet.
+    #[default]
+    Empty,
+    /// An open array shown as `list`: its elements' mirrors (only the last can be open).
+    Array(Py<PyList>, Vec<Live>),
+    /// An open object shown as `dict`: its members' mirrors.
+    Object(Py<PyDict>, Members),
+    /// An open string as last shown, and its length in bytes then: the text that arrives
+    /// is appended to it (a copy, not a decoding of the whole text again).
+    Text(Py<PyString>, usize),
+    /// A closed value: shown once (its container holds it), never touched again.
+    Closed,
+}
+
+/// What showing a node did: its container must store `New` (a new object) and keeps `Same`.
+enum Shown<'py> {
+    New(Bound<'py, PyAny>),
+    Same,
+}
+
+impl Live {
+    /// Brings the Python object of this node up to `snapshot`.
+    fn show<'py>(&mut self, py: Python<'py>, snapshot: Snapshot<'_>) -> PyResult<Shown<'py>> {
+        let created = match (&*self, snapshot.value()) {
+            (Live::Closed, _) => return Ok(Shown::Same),
+            (Live::Array(..), Value::Array(_)) | (Live::Object(..), Value::Object(_)) => false,
+            (_, Value::Array(_)) if !snapshot.is_final() => {
+                *self = Live::Array(PyList::empty(py).unbind(), Vec::new());
+                true
+            }
+            (_, Value::Object(_)) if !snapshot.is_final() => {
+                *self = Live::Object(PyDict::new(py).unbind(), Members::default());
+                true
+            }
+            (Live::Text(shown, len), Value::String(text)) if text.is_char_boundary(*len) => {
+                // The same string, grown (or closed).
+                let obj = match &text[*len..] {
+                    "" => shown.bind(py).clone(),
+                    more => shown.bind(py).add(PyString::new(py, more))?.cast_into()?,
+                };
+                let grown = text.len() > *len;
+                *self = match snapshot.is_final() {
+                    true => Live::Closed,
+                    false => Live::Text(obj.clone().unbind(), text.len()),
+                };
+                return Ok(if grown {
+                    Shown::New(obj.into_any())
+                } else {
+                    Shown::Same
+                });
+            }
+            (_, Value::String(text)) if !snapshot.is_final() => {
+                let obj = PyString::new(py, text);
+                *self = Live::Text(obj.clone().unbind(), text.len());
+                return Ok(Shown::New(obj.into_any()));
+            }
+            (_, value) => {
+                // A scalar, a closed string, or a container closed before it was ever shown.
+                let obj = to_py(py, value)?;
+                *self = Live::Closed;
+                return Ok(Shown::New(obj));
+            }
+        };
+        let obj = match self {
+            Live::Array(list, elements) => {
+                let list = list.bind(py).clone();
+                show_elements(py, &list, elements, snapshot)?;
+                list.into_any()
+            }
+            Live::Object(dict, members) => {
+                let dict = dict.bind(py).clone();
+                show_members(py, &dict, members, snapshot)?;
+                dict.into_any()
+            }
+            // Not reached: a container was set just above.
+            Live::Empty | Live::Text(..) | Live::Closed => return Ok(Shown::Same),
+        };
+        if snapshot.is_final() {
+            *self = Live::Closed;
+        }
+        Ok(if created {
+            Shown::New(obj)
+        } else {
+            Shown::Same
+        })
+    }
+}
+
+/// An open array's elements: the last one shown (it may have changed or closed), then those
+/// that arrived since.
+fn show_elements(
+    py: Python<'_>,
+    list: &Bound<'_, PyList>,
+    elements: &mut Vec<Live>,
+    snapshot: Snapshot<'_>,
+) -> PyResult<()> {
+    let len = snapshot.value().as_array().map_or(0, Vec::len);
+    for i in elements.len().saturating_sub(1)..len {
+        let Some(element) = snapshot.index(i) else {
+            break;
+        };
+        if i == elements.len() {
+            elements.push(Live::Empty);
+        }
+        if let Shown::New(obj) = elements[i].show(py, element)? {
+            if i < list.len() {
+                list.set_item(i, obj)?;
+            } else {
+                list.append(obj)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An open object's members: the one open when last shown, the keys new since (looked for
+/// only when the count of members grew), and the one open now. Members appear in the dict in
+/// the order they arrived, as `json.loads` keeps them.
+fn show_members(
+    py: Python<'_>,
+    dict: &Bound<'_, PyDict>,
+    members: &mut Members,
+    snapshot: Snapshot<'_>,
+) -> PyResult<()> {
+    let count = snapshot.value().as_object().map_or(0, |m| m.len());
+    if let Some(key) = members.open.take()
+        && let Some(member) = snapshot.get(&key)
+    {
+        members.show(py, dict, &key, member)?;
+    }
+    if count != members.shown.len() {
+        for (key, member) in snapshot.entries() {
+            if !members.shown.contains_key(key) {
+                members.show(py, dict, key, member)?;
+            }
+        }
+    }
+    if !snapshot.is_final()
+        && let Some((key, member)) = snapshot.entries().find(|(_, m)| !m.is_final())
+    {
+        members.show(py, dict, key, member)?;
+        members.open = Some(key.to_string());
+    }
+    Ok(())
+}
+
+/// The members of an open object shown live: each key's mirror, and the key open when last
+/// shown.
+#[derive(Default)]
+struct Members {
+    shown: HashMap<String, Live>,
+    open: Option<String>,
+}
+
+impl Members {
+    fn show(
+        &mut self,
+        py: Python<'_>,
+        dict: &Bound<'_, PyDict>,
+        key: &str,
+        member: Snapshot<'_>,
+    ) -> PyResult<()> {
+        let live = match self.shown.get_mut(key) {
+            Some(live) => live,
+            None => self.shown.entry(key.to_string()).or_default(),
+        };
+        if !member.is_final() && matches!(live, Live::Closed) {
+            // A duplicate key: its new value replaces the one shown.
+            *live = Live::Empty;
+        }
+        if let Shown::New(obj) = live.show(py, member)? {
+            dict.set_item(key, obj)?;
+        }
+        Ok(())
+    }
+}
+
 /// An incremental parser of one JSON value arriving in fragments (function-call arguments
 /// streamed a few bytes at a time): `feed()` each fragment, read `.value` at any time.
 ///
@@ -120,21 +305,37 @@ impl Mirror {
 /// costs time in proportion to its length, and each `.value` only re-converts the parts still
 /// open: the closed parts are the same Python objects from one snapshot to the next (do not
 /// mutate them). `finish()` gives what `json.loads` gives for the whole text.
+///
+/// `PartialJson(live=True)` shows one live object instead of snapshots: the open list or dict
+/// is the same object at every `.value`, gaining members in place (a value read earlier shows
+/// the later members too; `copy.deepcopy` keeps a snapshot), so a `.value` costs what arrived
+/// since the last one and the open path, not the open containers' size. An object's members
+/// keep their order of arrival.
 #[pyclass(module = "choicewise")]
 pub(crate) struct PartialJson {
     parser: Parser,
-    mirror: Mirror,
+    shown: Shows,
     /// The value as last converted, and the parser's revision then.
     cached: Option<(u64, Py<PyAny>)>,
+}
+
+/// How `.value` shows the value: a fresh snapshot each time, or one live object.
+enum Shows {
+    Snapshots(Mirror),
+    Live(Live),
 }
 
 #[pymethods]
 impl PartialJson {
     #[new]
-    fn new() -> Self {
+    #[pyo3(signature = (*, live = false))]
+    fn new(live: bool) -> Self {
         PartialJson {
             parser: Parser::new(),
-            mirror: Mirror::Open,
+            shown: match live {
+                true => Shows::Live(Live::Empty),
+                false => Shows::Snapshots(Mirror::Open),
+            },
             cached: None,
         }
     }
@@ -171,9 +372,18 @@ impl PartialJson {
         {
             return Ok(obj.clone_ref(py));
         }
-        let obj = match self.parser.snapshot() {
-            None => py.None(),
-            Some(snapshot) => self.mirror.convert(py, snapshot)?.unbind(),
+        let obj = match (self.parser.snapshot(), &mut self.shown) {
+            (None, _) => py.None(),
+            (Some(snapshot), Shows::Snapshots(mirror)) => mirror.convert(py, snapshot)?.unbind(),
+            (Some(snapshot), Shows::Live(live)) => match live.show(py, snapshot)? {
+                Shown::New(obj) => obj.unbind(),
+                // The live root, updated in place.
+                Shown::Same => match &self.cached {
+                    Some((_, obj)) => obj.clone_ref(py),
+                    // Not reached: a live root is new the first time it is shown.
+                    None => py.None(),
+                },
+            },
         };
         self.cached = Some((revision, obj.clone_ref(py)));
         Ok(obj)

@@ -34,11 +34,12 @@ def consistent(partial, whole):
     return partial == whole
 
 
+@pytest.mark.parametrize("live", [False, True])
 @pytest.mark.parametrize("text", CORPUS)
 @pytest.mark.parametrize("size", [1, 4, 17])
-def test_snapshots_and_the_end_match_json_loads(text, size):
+def test_snapshots_and_the_end_match_json_loads(text, size, live):
     whole = json.loads(text)
-    p = choicewise.PartialJson()
+    p = choicewise.PartialJson(live=live)
     for i in range(0, len(text), size):
         p.feed(text[i : i + size])
         if p.value is not None:
@@ -46,6 +47,36 @@ def test_snapshots_and_the_end_match_json_loads(text, size):
     assert p.finish() == whole
     if not isinstance(whole, (int, float)):
         assert p.value == whole
+
+
+def test_a_live_value_is_one_object_updated_in_place():
+    text = '{"b": [1, {"x": "he'
+    rest = 'llo"}, 2], "a": "z", "c": {}}'
+    p = choicewise.PartialJson(live=True)
+    p.feed(text)
+    first = p.value
+    assert first == {"b": [1, {"x": "he"}]}
+    p.feed(rest)
+    last = p.value
+    assert last is first, "the root is the same object"
+    assert last == {"b": [1, {"x": "hello"}, 2], "a": "z", "c": {}}
+    assert list(last) == ["b", "a", "c"], "members keep their order of arrival, as json.loads"
+    # A snapshot parser's values are each their own.
+    q = choicewise.PartialJson()
+    q.feed(text)
+    before = q.value
+    q.feed(rest)
+    assert before == {"b": [1, {"x": "he"}]} and q.value is not before
+
+
+def test_a_live_value_follows_a_duplicate_key():
+    p = choicewise.PartialJson(live=True)
+    for ch in '{"a": "old", "a": "ne':
+        p.feed(ch)
+        p.value
+    assert p.value == {"a": "ne"}
+    p.feed('w"}')
+    assert p.value == {"a": "new"} == json.loads('{"a": "old", "a": "new"}')
 
 
 def test_random_cuts_and_bytes():
