@@ -6,8 +6,9 @@
    event) with a hand-written per-choice accumulator. Both read the same bytes from memory
    in 64 KiB pieces.
 2. Partial JSON: a ~100 KB function-call argument in 4-byte fragments, a snapshot after each:
-   choicewise.PartialJson (feed, then .value) against jiter re-parsing the whole buffer in
-   partial mode after each fragment, and against one json.loads of the whole.
+   choicewise.PartialJson (feed, then .value; as fresh snapshots, and live=True) against
+   jiter re-parsing the whole buffer in partial mode after each fragment, and against one
+   json.loads of the whole; feeding alone (no value read) is printed as the floor.
 
     python bench.py [--mb 50] [--kb 100] [--runs 3]
 """
@@ -141,6 +142,14 @@ def partial_choicewise(frags, live=False):
     return value
 
 
+def partial_feed_only(frags):
+    """The floor of any snapshot: the fragments fed, no value read."""
+    p = choicewise.PartialJson()
+    for f in frags:
+        p.feed(f)
+    return p.finish()
+
+
 def partial_jiter(frags):
     buf = ""
     value = None
@@ -182,16 +191,19 @@ def main():
     whole = json.loads(text)
     t_p, v_p = median_time(partial_choicewise, frags, runs=args.runs)
     t_v, v_v = median_time(partial_choicewise, frags, True, runs=args.runs)
+    t_f, v_f = median_time(partial_feed_only, frags, runs=args.runs)
     t_j, v_j = median_time(partial_jiter, frags, runs=args.runs)
     t_l, _ = median_time(json.loads, text, runs=max(args.runs, 5))
-    assert v_p == whole and v_v == whole and v_j == whole, "the partial parsers differ from json.loads at the end"
+    assert v_p == whole and v_v == whole and v_f == whole and v_j == whole, "the partial parsers differ from json.loads at the end"
     print(f"partial JSON, {len(text.encode()) / 1e3:.0f} KB in {len(frags)} fragments of 4 bytes, a snapshot after each, median of {args.runs}:")
     print(f"  choicewise.PartialJson {t_p:8.4f} s  (a fresh snapshot each time)")
     print(f"  PartialJson(live=True) {t_v:8.4f} s  (one object updated in place)")
+    print(f"  feeding alone          {t_f:8.4f} s  (no value read: the floor)")
     print(f"  jiter partial re-parse {t_j:8.4f} s")
     print(f"  one json.loads         {t_l:8.4f} s")
     print(f"  ratio: {t_j / t_p:.1f}x faster than jiter (target: at least 20x); {t_p / t_l:.1f}x one json.loads (target: at most 3x)")
     print(f"  live:  {t_j / t_v:.1f}x faster than jiter; {t_v / t_l:.1f}x one json.loads")
+    print(f"  feeding alone: {t_f / t_l:.1f}x one json.loads")
 
 
 if __name__ == "__main__":
