@@ -9,6 +9,7 @@
 
 /// The confidence-guided vote (DeepConf online): a part of picking, over its vote.
 pub(crate) mod confidence;
+mod following;
 mod rules;
 mod vote_key;
 
@@ -19,16 +20,14 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde::Serialize;
-use tokio::task::JoinSet;
 
-use crate::choice::Choice;
-use crate::completions::{Choices, Completions};
+use crate::completions::Completions;
+use choicewise_proto::ChoiceOutput;
 use choicewise_proto::Confidence;
 use choicewise_proto::driver::Closed;
-use choicewise_proto::{ChoiceOutput, Incomplete};
 use confidence::{ConfidenceReport, vote_confident};
+use following::{Following, watch};
 use rules::{best, first_n};
 pub(crate) use rules::{short_of, vote, vote_windowed};
 
@@ -116,93 +115,6 @@ pub struct Tally {
     pub counted: usize,
     /// Choices of the completion (expected, when known, else seen).
     pub choices: usize,
-}
-
-/// Every choice of a completion as it appears, each followed by its own task (made by
-/// `follow`), and the tasks' results as they end: the scaffolding every rule decides over.
-/// [`next`](Self::next) is cancel-safe, so a rule selects on it beside its timers.
-pub(super) struct Following<T, F> {
-    choices: Choices,
-    follow: F,
-    tasks: JoinSet<T>,
-    listed: bool,
-    seen: usize,
-}
-
-impl<T, F, Fut> Following<T, F>
-where
-    T: Send + 'static,
-    F: FnMut(Choice) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-{
-    pub(super) fn new(completions: &Completions, follow: F) -> Self {
-        Self {
-            choices: completions.choices(),
-            follow,
-            tasks: JoinSet::new(),
-            listed: false,
-            seen: 0,
-        }
-    }
-
-    /// The next follower's result; `None` once every choice has appeared and been followed
-    /// to its end. A follower that panicked is passed over.
-    pub(super) async fn next(&mut self) -> Option<T> {
-        loop {
-            if self.listed && self.tasks.is_empty() {
-                return None;
-            }
-            tokio::select! {
-                next = self.choices.next(), if !self.listed => match next {
-                    Some(choice) => {
-                        self.seen += 1;
-                        self.tasks.spawn((self.follow)(choice));
-                    }
-                    None => self.listed = true,
-                },
-                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
-                    if let Ok(result) = joined {
-                        return Some(result);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Choices that have appeared so far.
-    pub(super) fn seen(&self) -> usize {
-        self.seen
-    }
-
-    /// Whether every choice has appeared (the completion's stream of choices ended).
-    pub(super) fn listed(&self) -> bool {
-        self.listed
-    }
-}
-
-/// Watches every choice's message as it settles, calling `decide` with each; stops when
-/// `decide` returns `true`, the deadline passes (returns `true` then) or every choice is in.
-async fn watch(
-    completions: &Completions,
-    deadline: Option<Duration>,
-    mut decide: impl FnMut(Result<ChoiceOutput, Incomplete<ChoiceOutput>>, usize, bool) -> bool,
-) -> bool {
-    let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
-    tokio::pin!(sleep);
-    let mut following = Following::new(completions, |choice| async move { choice.message().await });
-    loop {
-        tokio::select! {
-            next = following.next() => match next {
-                Some(result) => {
-                    if decide(result, following.seen(), following.listed()) {
-                        return false;
-                    }
-                }
-                None => return false,
-            },
-            () = &mut sleep, if deadline.is_some() => return true,
-        }
-    }
 }
 
 /// A caller's judgement of a finished choice.

@@ -1,0 +1,99 @@
+//! The scaffolding every rule decides over: a completion's choices as they appear, each
+//! followed by a task of its own, and the tasks' results as they end.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::task::JoinSet;
+
+use crate::choice::Choice;
+use crate::completions::{Choices, Completions};
+use choicewise_proto::{ChoiceOutput, Incomplete};
+
+/// Every choice of a completion as it appears, each followed by its own task (made by
+/// `follow`), and the tasks' results as they end: the scaffolding every rule decides over.
+/// [`next`](Self::next) is cancel-safe, so a rule selects on it beside its timers.
+pub(crate) struct Following<T, F> {
+    choices: Choices,
+    follow: F,
+    tasks: JoinSet<T>,
+    listed: bool,
+    seen: usize,
+}
+
+impl<T, F, Fut> Following<T, F>
+where
+    T: Send + 'static,
+    F: FnMut(Choice) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+{
+    pub(crate) fn new(completions: &Completions, follow: F) -> Self {
+        Self {
+            choices: completions.choices(),
+            follow,
+            tasks: JoinSet::new(),
+            listed: false,
+            seen: 0,
+        }
+    }
+
+    /// The next follower's result; `None` once every choice has appeared and been followed
+    /// to its end. A follower that panicked is passed over.
+    pub(crate) async fn next(&mut self) -> Option<T> {
+        loop {
+            if self.listed && self.tasks.is_empty() {
+                return None;
+            }
+            tokio::select! {
+                next = self.choices.next(), if !self.listed => match next {
+                    Some(choice) => {
+                        self.seen += 1;
+                        self.tasks.spawn((self.follow)(choice));
+                    }
+                    None => self.listed = true,
+                },
+                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    if let Ok(result) = joined {
+                        return Some(result);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Choices that have appeared so far.
+    pub(crate) fn seen(&self) -> usize {
+        self.seen
+    }
+
+    /// Whether every choice has appeared (the completion's stream of choices ended).
+    pub(crate) fn listed(&self) -> bool {
+        self.listed
+    }
+}
+
+/// Watches every choice's message as it settles, calling `decide` with each; stops when
+/// `decide` returns `true`, the deadline passes (returns `true` then) or every choice is in.
+pub(super) async fn watch(
+    completions: &Completions,
+    deadline: Option<Duration>,
+    mut decide: impl FnMut(Result<ChoiceOutput, Incomplete<ChoiceOutput>>, usize, bool) -> bool,
+) -> bool {
+    let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
+    tokio::pin!(sleep);
+    let mut following = Following::new(completions, |choice| async move { choice.message().await });
+    loop {
+        tokio::select! {
+            next = following.next() => match next {
+                Some(result) => {
+                    if decide(result, following.seen(), following.listed()) {
+                        return false;
+                    }
+                }
+                None => return false,
+            },
+            () = &mut sleep, if deadline.is_some() => return true,
+        }
+    }
+}
