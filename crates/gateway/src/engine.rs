@@ -131,8 +131,7 @@ impl Run {
             // Started after the answer began: when every try fails, its choices' error.
             let p = planned[r].clone();
             let route = &opener.model.routes[p.upstream()];
-            let request =
-                request_body(route, &opener.body, p.samples().len(), opener.logprobs).ok();
+            let request = request_body(route, &opener, p.samples().len()).ok();
             let (opener, pace, labels) = (opener.clone(), paces.clone(), later_labels.clone());
             let n = p.samples().len() as u32;
             let source = Source::open(async move {

@@ -565,15 +565,21 @@ async fn serve_chat(
     // compiling its vote_by take CPU time: on a blocking thread, never on the workers that
     // serve every connection.
     let limits = gw.inner.limits.clone();
-    let (req, reply) = tokio::task::spawn_blocking(move || match api {
-        Dialect::Chat => Ok::<_, ApiError>((ChatRequest::parse(&bytes, &limits)?, None)),
+    let (req, reply, native) = tokio::task::spawn_blocking(move || match api {
+        Dialect::Chat => Ok::<_, ApiError>((ChatRequest::parse(&bytes, &limits)?, None, None)),
         api => {
             let translated = ingress::parse_body(&bytes)
                 .and_then(|body| ingress::to_chat(api, &body))
                 .map_err(ApiError::from)?;
             let chat = serde_json::to_vec(&translated.chat)
                 .map_err(|e| ApiError::invalid(e.to_string()))?;
-            Ok((ChatRequest::parse(&chat, &limits)?, Some(translated.reply)))
+            let native =
+                (!translated.native.is_empty()).then(|| Arc::new((api, translated.native)));
+            Ok((
+                ChatRequest::parse(&chat, &limits)?,
+                Some(translated.reply),
+                native,
+            ))
         }
     })
     .await
@@ -596,6 +602,7 @@ async fn serve_chat(
         models: gw.inner.models.clone(),
         model,
         body: Arc::new(req.body.clone()),
+        native,
         logprobs: match &req.select {
             Select::Vote {
                 confidence: Some(c),

@@ -75,6 +75,10 @@ pub(crate) struct Opener {
     pub model: Arc<ModelRoutes>,
     /// The client's request as Chat Completions, without `model`, `stream` and `n`.
     pub body: Arc<Map<String, Value>>,
+    /// The client's own fields that only an upstream of its API takes as they are
+    /// (Anthropic's `thinking`, Responses' `reasoning`), with that API: they replace the
+    /// Chat Completions approximation for such an upstream.
+    pub native: Option<Arc<(Dialect, Map<String, Value>)>>,
     /// A confidence-guided vote's `top_logprobs`: chat upstreams are asked for them.
     pub logprobs: Option<usize>,
     pub metrics: Arc<Metrics>,
@@ -86,11 +90,14 @@ pub(crate) struct Opener {
 /// The body of a request for `samples` samples to upstream `u`, in its API.
 pub(crate) fn request_body(
     u: &UpstreamRoute,
-    base: &Map<String, Value>,
+    opener: &Opener,
     samples: usize,
-    logprobs: Option<usize>,
 ) -> Result<Value, ApiError> {
+    let (base, logprobs) = (&*opener.body, opener.logprobs);
     let mut body = base.clone();
+    if let Some(native) = opener.native.as_deref().filter(|(api, _)| *api == u.api) {
+        body.extend(native.1.clone());
+    }
     if let (Some(k), Dialect::Chat) = (logprobs, u.api) {
         let asked = body
             .get("top_logprobs")
@@ -249,7 +256,7 @@ impl Opener {
                 // this future dropped: a client gone, a sample cancelled), a probe it was is
                 // over: the next one may go.
                 let _probe = probe.then(|| ProbeDone(&route.health));
-                let body = request_body(route, &self.body, samples.len(), self.logprobs)?;
+                let body = request_body(route, self, samples.len())?;
                 // The try succeeds on its first byte of body, not on its headers: a server
                 // that answers 200 and then holds its first event is a failed try too.
                 let tried = tokio::time::timeout(model.retry.first_byte_timeout, async {

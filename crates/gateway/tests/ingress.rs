@@ -455,3 +455,64 @@ async fn recorded_streams_round_trip_through_the_gateway() {
         assert_eq!(back, original, "{fixture}");
     }
 }
+
+/// A client's thinking or reasoning reaches each upstream in that upstream's own terms: an
+/// upstream of the client's API gets the client's object as it was (Anthropic's exact
+/// budget, Responses' summary), a chat upstream `reasoning_effort`, never a field it would
+/// refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_reaches_each_upstream_in_its_own_terms() {
+    let sent = |upstream: &TestServer| -> Value {
+        let requests = upstream.requests();
+        let last = requests.last().expect("the upstream was asked");
+        serde_json::from_slice(&last.body).unwrap()
+    };
+    let thinking = json!({"type": "enabled", "budget_tokens": 3000});
+    let reasoning = json!({"effort": "low", "summary": "auto"});
+    let cases = [
+        ("anthropic", "anthropic_tools.sse", "/v1/messages"),
+        ("responses", "responses_text.sse", "/v1/responses"),
+        ("chat", "", "/v1/messages"),
+        ("chat", "", "/v1/responses"),
+    ];
+    for (api, fixture, path) in cases {
+        let builder = TestServer::builder();
+        let builder = match fixture {
+            "" => builder.body(answer("hi")),
+            f => builder.fixture(f),
+        };
+        let upstream = builder.start().await.unwrap();
+        let toml = format!(
+            "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+            upstream.base_url()
+        );
+        let (addr, _) = serve(&toml, env).await;
+        let body = match path {
+            "/v1/messages" => json!({"model": "m", "max_tokens": 5000, "stream": true,
+                "thinking": thinking, "messages": [{"role": "user", "content": "hi"}]}),
+            _ => json!({"model": "m", "stream": true, "reasoning": reasoning, "input": "hi"}),
+        };
+        let r = post(addr, path, body).await;
+        assert_eq!(r.status(), 200, "{api} {path}");
+        let _ = r.bytes().await.unwrap();
+        let got = sent(&upstream);
+        match (api, path) {
+            ("anthropic", _) => {
+                assert_eq!(got["thinking"], thinking);
+                assert!(got.get("reasoning_effort").is_none(), "{got}");
+            }
+            ("responses", _) => {
+                assert_eq!(got["reasoning"], reasoning);
+                assert!(got.get("reasoning_effort").is_none(), "{got}");
+            }
+            (_, "/v1/messages") => {
+                assert_eq!(got["reasoning_effort"], "medium", "3000 tokens of budget");
+                assert!(got.get("thinking").is_none(), "{got}");
+            }
+            _ => {
+                assert_eq!(got["reasoning_effort"], "low");
+                assert!(got.get("reasoning").is_none(), "{got}");
+            }
+        }
+    }
+}

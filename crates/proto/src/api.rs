@@ -76,6 +76,27 @@ impl Dialect {
         }
     }
 
+    /// The Anthropic `thinking` budget (`budget_tokens`) that stands for a Chat Completions
+    /// `reasoning_effort`: `none` thinks not (`Some(None)`); `minimal` and `low` 1,024 (the
+    /// API's least), `medium` 2,048, `high` 4,096: the lower bound of each effort the gateway
+    /// reads back from a budget. `None` for an effort it does not know.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::thinking_budget("medium"), Some(Some(2048)));
+    /// assert_eq!(Dialect::thinking_budget("none"), Some(None));
+    /// assert_eq!(Dialect::thinking_budget("extreme"), None);
+    /// ```
+    pub fn thinking_budget(effort: &str) -> Option<Option<u64>> {
+        match effort {
+            "none" => Some(None),
+            "minimal" | "low" => Some(Some(1024)),
+            "medium" => Some(Some(2048)),
+            "high" => Some(Some(4096)),
+            _ => None,
+        }
+    }
+
     /// A request in Chat Completions' shape (`messages`, `max_tokens`, ...) in this dialect's
     /// shape (Chat: unchanged):
     ///
@@ -83,13 +104,18 @@ impl Dialect {
     ///   `input` items (an assistant's `tool_calls` as `function_call` items, a `tool`
     ///   message as a `function_call_output`, images as `input_image`); `tools` and
     ///   `tool_choice` in its flat shape; `max_tokens` / `max_completion_tokens` become
-    ///   `max_output_tokens`; it has no `stop` and no `seed` (an error names them).
+    ///   `max_output_tokens`; `reasoning_effort` becomes `reasoning: {"effort": ...}` (a
+    ///   `reasoning` object the request already carries, a Responses client's own, wins); it
+    ///   has no `stop` and no `seed` (an error names them).
     /// - Anthropic: a first system or developer message becomes `system`; an assistant's
     ///   `tool_calls` become `tool_use` blocks, `tool` messages `tool_result` blocks of a
     ///   user turn, images image blocks; `tools` get an `input_schema`, `tool_choice` and
     ///   `parallel_tool_calls` become its `tool_choice`; `max_tokens` is required (from
     ///   `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`]); `stop` becomes
-    ///   `stop_sequences` (a string, a list); it has no `seed`.
+    ///   `stop_sequences` (a string, a list); `reasoning_effort` becomes `thinking` with a
+    ///   budget ([`thinking_budget`](Self::thinking_budget); without `max_tokens`, the answer
+    ///   keeps the default room above it; a `thinking` object the request already carries,
+    ///   an Anthropic client's own, wins); it has no `seed`.
     ///
     /// Neither has `n` (more than one choice is one request per choice) nor `stream_options`
     /// (both report usage in the stream anyway).
@@ -164,7 +190,8 @@ impl Dialect {
                 | "max_completion_tokens"
                 | "stop"
                 | "tools"
-                | "tool_choice" => {}
+                | "tool_choice"
+                | "reasoning_effort" => {}
                 "parallel_tool_calls" if api == Dialect::Anthropic => {}
                 _ => {
                     out.insert(key.clone(), value.clone());
@@ -175,6 +202,7 @@ impl Dialect {
             .get("max_completion_tokens")
             .or_else(|| body.get("max_tokens"))
             .cloned();
+        let effort = body.get("reasoning_effort").and_then(Value::as_str);
         match api {
             Dialect::Responses => {
                 let input = tools::responses_input(messages)?;
@@ -190,6 +218,11 @@ impl Dialect {
                 }
                 if let Some(max) = max_tokens {
                     out.insert("max_output_tokens".into(), max);
+                }
+                if let Some(effort) = effort
+                    && !out.contains_key("reasoning")
+                {
+                    out.insert("reasoning".into(), json!({ "effort": effort }));
                 }
             }
             Dialect::Anthropic => {
@@ -208,10 +241,36 @@ impl Dialect {
                 if let Some(system) = system {
                     out.insert("system".into(), system);
                 }
-                out.insert(
-                    "max_tokens".into(),
-                    max_tokens.unwrap_or(json!(DEFAULT_ANTHROPIC_MAX_TOKENS)),
-                );
+                let budget = match effort {
+                    Some(effort) if !out.contains_key("thinking") => {
+                        Dialect::thinking_budget(effort).ok_or_else(|| {
+                            format!(
+                                "reasoning_effort {effort:?} has no thinking budget in the {api} \
+                                 API: use none, minimal, low, medium or high"
+                            )
+                        })?
+                    }
+                    _ => None,
+                };
+                let max = match (&max_tokens, budget) {
+                    (Some(max), Some(budget)) if max.as_u64().is_some_and(|m| m <= budget) => {
+                        return Err(format!(
+                            "the {api} API thinks within max_tokens: reasoning_effort {:?} \
+                             (budget_tokens {budget}) needs max_tokens above {budget}, not {max}",
+                            effort.unwrap_or_default()
+                        ));
+                    }
+                    (Some(max), _) => max.clone(),
+                    (None, Some(budget)) => json!(budget + DEFAULT_ANTHROPIC_MAX_TOKENS),
+                    (None, None) => json!(DEFAULT_ANTHROPIC_MAX_TOKENS),
+                };
+                out.insert("max_tokens".into(), max);
+                if let Some(budget) = budget {
+                    out.insert(
+                        "thinking".into(),
+                        json!({"type": "enabled", "budget_tokens": budget}),
+                    );
+                }
                 match body.get("stop") {
                     Some(Value::String(one)) => {
                         out.insert("stop_sequences".into(), json!([one]));

@@ -171,9 +171,8 @@ pub(crate) struct Translated {
     pub stream: bool,
     /// The client's own fields that an upstream of the same API takes as they are but Chat
     /// Completions cannot carry: Anthropic's `thinking` (its budget), Responses'
-    /// `reasoning` (with `summary`). An upstream of the client's API may restore them over
-    /// the Chat Completions approximation (`reasoning_effort`).
-    #[allow(dead_code)] // for the upstream reshaping to restore; read by the tests
+    /// `reasoning` (with `summary`). An upstream of the client's API gets them over the Chat
+    /// Completions approximation (`reasoning_effort`): [`crate::open::Opener::native`].
     pub native: Map<String, Value>,
     /// What the answer needs.
     pub reply: Reply,

@@ -301,7 +301,73 @@ pub(super) fn responses_input(messages: Vec<Value>) -> Result<Vec<Value>, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Dialect;
+    use crate::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect};
+
+    #[test]
+    fn reasoning_effort_becomes_each_apis_own_field() {
+        let chat = |extra: Value| {
+            let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            body
+        };
+        let responses = Dialect::Responses
+            .request_from_chat(&chat(json!({"reasoning_effort": "high"})))
+            .unwrap();
+        assert_eq!(responses["reasoning"], json!({"effort": "high"}));
+        assert!(responses.get("reasoning_effort").is_none());
+        // A Responses client's own object (summary and all) wins over the approximation.
+        let own = json!({"effort": "low", "summary": "auto"});
+        let responses = Dialect::Responses
+            .request_from_chat(&chat(json!({"reasoning_effort": "low", "reasoning": own})))
+            .unwrap();
+        assert_eq!(responses["reasoning"], own);
+
+        let anthropic = Dialect::Anthropic
+            .request_from_chat(&chat(json!({"reasoning_effort": "medium"})))
+            .unwrap();
+        assert_eq!(
+            anthropic["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+        assert_eq!(anthropic["max_tokens"], 2048 + DEFAULT_ANTHROPIC_MAX_TOKENS);
+        assert!(anthropic.get("reasoning_effort").is_none());
+        let anthropic = Dialect::Anthropic
+            .request_from_chat(&chat(
+                json!({"reasoning_effort": "low", "max_tokens": 3000}),
+            ))
+            .unwrap();
+        assert_eq!(anthropic["thinking"]["budget_tokens"], 1024);
+        assert_eq!(anthropic["max_tokens"], 3000);
+        let none = Dialect::Anthropic
+            .request_from_chat(&chat(json!({"reasoning_effort": "none"})))
+            .unwrap();
+        assert!(none.get("thinking").is_none());
+        assert_eq!(none["max_tokens"], DEFAULT_ANTHROPIC_MAX_TOKENS);
+        // An Anthropic client's own budget wins.
+        let own = json!({"type": "enabled", "budget_tokens": 3000});
+        let anthropic = Dialect::Anthropic
+            .request_from_chat(&chat(
+                json!({"reasoning_effort": "medium", "thinking": own, "max_tokens": 5000}),
+            ))
+            .unwrap();
+        assert_eq!(anthropic["thinking"], own);
+
+        let short = Dialect::Anthropic
+            .request_from_chat(&chat(
+                json!({"reasoning_effort": "high", "max_tokens": 500}),
+            ))
+            .unwrap_err();
+        assert!(
+            short.contains("needs max_tokens above 4096, not 500"),
+            "{short}"
+        );
+        let unknown = Dialect::Anthropic
+            .request_from_chat(&chat(json!({"reasoning_effort": "extreme"})))
+            .unwrap_err();
+        assert!(unknown.contains("\"extreme\""), "{unknown}");
+    }
 
     #[test]
     fn consecutive_tool_results_are_one_user_turn() {
