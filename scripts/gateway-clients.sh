@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The official OpenAI and Anthropic clients, for the gateway's client tests
 # (crates/gateway/tests/clients.rs): openai-python, the OpenAI Agents SDK and anthropic-python
-# from PyPI into one venv, openai-node and the Anthropic TypeScript SDK from npm into one
+# from PyPI into one venv, openai-node, the Anthropic TypeScript SDK and the Vercel AI SDK
+# (ai with its OpenAI provider, whose default model speaks Responses) from npm into one
 # prefix, all under .clients/ (or CHOICEWISE_CLIENTS_DIR).
 #
 #   scripts/gateway-clients.sh install
@@ -17,6 +18,10 @@ OPENAI_NODE=openai@6.49.0
 ANTHROPIC_PYTHON=anthropic==2.14.0
 OPENAI_AGENTS=openai-agents==0.24.0
 ANTHROPIC_NODE=@anthropic-ai/sdk@1.14.0
+# ai 7 needs Node.js 22; the machine's Node.js is 20. zod is the provider's peer dependency.
+AI_SDK=ai@5.0.277
+AI_SDK_OPENAI=@ai-sdk/openai@2.0.130
+ZOD=zod@3.25.76
 
 case "${1:-}" in
   install)
@@ -26,10 +31,11 @@ case "${1:-}" in
     fi
     "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
       "$OPENAI_PYTHON" "$ANTHROPIC_PYTHON" "$OPENAI_AGENTS"
-    npm install --silent --no-audit --no-fund --prefix "$dir/node" "$OPENAI_NODE" "$ANTHROPIC_NODE"
-    printf 'gateway-clients.sh: installed %s, %s, %s (%s) and %s, %s (node %s) in %s\n' \
+    npm install --silent --no-audit --no-fund --prefix "$dir/node" "$OPENAI_NODE" "$ANTHROPIC_NODE" \
+      "$AI_SDK" "$AI_SDK_OPENAI" "$ZOD"
+    printf 'gateway-clients.sh: installed %s, %s, %s (%s) and %s, %s, %s, %s (node %s) in %s\n' \
       "$OPENAI_PYTHON" "$ANTHROPIC_PYTHON" "$OPENAI_AGENTS" "$("$dir/venv/bin/python" --version)" \
-      "$OPENAI_NODE" "$ANTHROPIC_NODE" "$(node --version)" "$dir" >&2
+      "$OPENAI_NODE" "$ANTHROPIC_NODE" "$AI_SDK" "$AI_SDK_OPENAI" "$(node --version)" "$dir" >&2
     ;;
   *)
     echo "usage: scripts/gateway-clients.sh install" >&2

@@ -10,7 +10,8 @@
 //! The SDKs' own APIs, over Chat Completions test upstreams: anthropic-python and the
 //! Anthropic TypeScript SDK on `/v1/messages` (anthropic_run.py, anthropic_run.cjs),
 //! openai-python on `/v1/responses` (responses_run.py) and the OpenAI Agents SDK running an
-//! agent with a function tool (agents_run.py): streamed and not, the SDKs' stream helpers,
+//! agent with a function tool (agents_run.py), and the Vercel AI SDK, whose default OpenAI
+//! provider speaks Responses (ai_sdk_run.cjs): streamed and not, the SDKs' stream helpers,
 //! tool round trips, a selection, a failing upstream and a bad request; with
 //! `CHOICEWISE_LLAMA_URL`, anthropic-python and openai-python's Responses also over the real
 //! llama.cpp server.
@@ -453,7 +454,26 @@ async fn check(results: Value) {
 #[ignore = "needs openai-python from PyPI: scripts/gateway-clients.sh install"]
 async fn openai_python() {
     let python = clients_dir().join("venv/bin/python");
-    check(run(python, "run.py", false).await).await;
+    let results = run(python, "run.py", false).await;
+    // openai-python's own stream helper, 20 times over native n = 3 whose choices first
+    // appear out of order: every run ends with the three choices the library assembles.
+    let expected = assembled("openai_n3_tools.sse").await;
+    let runs = results["stream_helper"].as_array().unwrap();
+    assert_eq!(runs.len(), 20);
+    for (i, run) in runs.iter().enumerate() {
+        assert!(run.get("error").is_none(), "run {i}: {run}");
+        let choices = run["choices"].as_array().unwrap();
+        assert_eq!(choices.len(), expected.len(), "run {i}: {run}");
+        for (got, want) in choices.iter().zip(&expected) {
+            assert_eq!(got["index"], want["index"], "run {i}: {run}");
+            assert_eq!(got["content"], want["content"], "run {i}: {run}");
+            assert_eq!(
+                got["finish_reason"], want["finish_reason"],
+                "run {i}: {run}"
+            );
+        }
+    }
+    check(results).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -553,6 +573,12 @@ async fn sdk_gateway() -> SdkUpstreams {
 fn check_round_trips(tools: &TestServer, pairs: usize, what: &str) {
     let requests = tools.requests();
     assert_eq!(requests.len(), 2 * pairs, "{what}: tool requests");
+    check_round_trip_requests(&requests, what);
+}
+
+/// `requests`, in pairs: a request offering the tool, then one carrying the call and its
+/// result back.
+fn check_round_trip_requests(requests: &[choicewise_testserver::RecordedRequest], what: &str) {
     for pair in requests.chunks(2) {
         let first = pair[0].json.as_ref().unwrap();
         assert_eq!(
@@ -965,4 +991,70 @@ async fn openai_agents() {
     let stored = &got["stored"];
     check_error(stored, 400, "BadRequestError", &client);
     assert_eq!(stored["param"], "store", "{client}: {stored}");
+}
+
+/// The Vercel AI SDK's default OpenAI provider, `openai(model)`, which speaks Responses:
+/// text whole and streamed, a tool round trip the SDK drives itself, and a failing upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the Vercel AI SDK from npm: scripts/gateway-clients.sh install"]
+async fn ai_sdk() {
+    let gateway = sdk_gateway().await;
+    let got = run_script(
+        gateway.addr,
+        PathBuf::from("node"),
+        "ai_sdk_run.cjs",
+        Some("@ai-sdk/openai"),
+    )
+    .await;
+    let client = got["client"].as_str().unwrap().to_string();
+    eprintln!("checking {client}");
+    if std::env::var_os("CHOICEWISE_CLIENTS_DUMP").is_some() {
+        eprintln!("{got:#}");
+    }
+    for urls in got["urls"].as_array().unwrap() {
+        assert!(
+            urls.as_str().unwrap().ends_with("/v1/responses"),
+            "{client}: the default provider speaks Responses: {urls}"
+        );
+    }
+    for case in ["generate", "stream"] {
+        let r = &got[case];
+        assert_eq!(r["text"], "Hello from chat", "{client} {case}: {r}");
+        assert_eq!(r["finish_reason"], "stop", "{client} {case}: {r}");
+        assert!(
+            r["output_tokens"].as_u64().unwrap() > 0,
+            "{client} {case}: {r}"
+        );
+    }
+    assert_eq!(got["generate"]["model"], "echo", "{client}");
+
+    let round = &got["tool_round_trip"];
+    assert_eq!(round["text"], AFTER_TOOL, "{client}: {round}");
+    assert_eq!(
+        round["calls"],
+        serde_json::json!([{"name": "get_weather", "input": {"city": "Paris"}}]),
+        "{client}"
+    );
+    assert_eq!(round["results"], serde_json::json!(["sunny"]), "{client}");
+    // The round trip's two requests, then the first step of the one that refers to its call
+    // by id (its second step is refused before any upstream).
+    let requests = gateway.tools.requests();
+    assert_eq!(requests.len(), 3, "{client}: tool requests");
+    check_round_trip_requests(&requests[..2], &client);
+    let referenced = &got["referenced"];
+    check_error(referenced, 400, "APICallError", &client);
+    assert!(
+        referenced["message"]
+            .as_str()
+            .unwrap()
+            .contains("item_reference"),
+        "{client}: {referenced}"
+    );
+
+    let failing = &got["failing"];
+    check_error(failing, 502, "APICallError", &client);
+    assert!(
+        failing["message"].as_str().unwrap().contains("503"),
+        "{client}: {failing}"
+    );
 }

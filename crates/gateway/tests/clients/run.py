@@ -77,6 +77,35 @@ def whole(client, **request):
     return {"choices": choices, "usage": usage, "choicewise": extra(completion, "choicewise")}
 
 
+def helper_runs(client, runs, **request):
+    """openai-python's own stream helper (`chat.completions.stream`), `runs` times: it indexes
+    choices by position, so a choice first heard after a later one raised IndexError before
+    the gateway opened every choice in index order. Each run's final choices, or its error."""
+    out = []
+    for _ in range(runs):
+        try:
+            with client.chat.completions.stream(messages=MESSAGES, **request) as stream:
+                for _event in stream:
+                    pass
+                final = stream.get_final_completion()
+            out.append(
+                {
+                    "choices": [
+                        {
+                            "index": c.index,
+                            "content": c.message.content or "",
+                            "finish_reason": c.finish_reason,
+                            "tool_calls": [tc.function.name for tc in c.message.tool_calls or []],
+                        }
+                        for c in final.choices
+                    ]
+                }
+            )
+        except Exception as e:  # noqa: BLE001: the error is the result
+            out.append({"error": f"{type(e).__name__}: {e}"})
+    return out
+
+
 def error_of(call):
     try:
         call()
@@ -95,6 +124,7 @@ def main():
     results["models"] = [m.id for m in client.models.list()]
     results["native_stream"] = streamed(client, model="native", n=3, **usage)
     results["native_whole"] = whole(client, model="native", n=3)
+    results["stream_helper"] = helper_runs(client, 20, model="native", n=3)
     results["mixed_stream"] = streamed(client, model="mixed", n=3, **usage)
     results["mixed_whole"] = whole(client, model="mixed", n=3)
     results["failing"] = error_of(lambda: streamed(client, model="failing", n=2))
