@@ -318,6 +318,10 @@ impl ClientBuilder {
         }
         let url = endpoint(&self.base_url, self.azure.as_deref(), self.api.endpoint())?;
         let models_url = endpoint(&self.base_url, self.azure.as_deref(), "models")?;
+        let count_url = match self.api {
+            Dialect::Anthropic => Some(endpoint(&self.base_url, None, "messages/count_tokens")?),
+            _ => None,
+        };
         let mut headers = HeaderMap::new();
         for (name, value) in &self.headers {
             let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
@@ -362,6 +366,7 @@ impl ClientBuilder {
                 http,
                 url,
                 models_url,
+                count_url,
                 headers,
                 azure: self.azure,
                 has_key: self.api_key.is_some(),

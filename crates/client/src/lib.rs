@@ -113,6 +113,8 @@ struct Inner {
     url: Url,
     /// `{base}/models`.
     models_url: Url,
+    /// `{base}/messages/count_tokens`, for the Anthropic API.
+    count_url: Option<Url>,
     /// Accept, the key, the extra headers.
     headers: HeaderMap,
     azure: Option<String>,
@@ -272,11 +274,61 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn models(&self) -> Result<Vec<String>, ClientError> {
+        let list = self
+            .exchange(&self.inner.models_url, None, "model list")
+            .await?;
+        Ok(model_ids(&list))
+    }
+
+    /// The input tokens of a Messages request as the Anthropic API counts them: `POST
+    /// {base_url}/messages/count_tokens` with `request` (its `model`, `system`, `messages`,
+    /// `tools`), its `input_tokens`. Only a client of the Anthropic API
+    /// ([`ClientBuilder::api`]) has the endpoint; others get an
+    /// [`InvalidRequest`](ClientErrorKind::InvalidRequest) error. Not retried; bounded by the
+    /// idle timeout.
+    ///
+    /// ```
+    /// use choicewise_client::{Client, Dialect};
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = choicewise_testserver::TestServer::builder().start().await?;
+    /// let client = Client::builder().api(Dialect::Anthropic).base_url(server.base_url()).build()?;
+    /// let request = serde_json::json!({"model": "claude-sonnet-4-5",
+    ///     "messages": [{"role": "user", "content": "Hello, Claude"}]});
+    /// let tokens = client.count_tokens(&request).await?; // the test server counts words: 2
+    /// assert_eq!(tokens, 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn count_tokens(&self, request: &Value) -> Result<u64, ClientError> {
+        let Some(url) = &self.inner.count_url else {
+            return Err(ClientError::invalid(
+                ClientErrorKind::InvalidRequest,
+                "only the anthropic API counts tokens (messages/count_tokens)".to_string(),
+            ));
+        };
+        let answer = self.exchange(url, Some(request), "token count").await?;
+        answer["input_tokens"].as_u64().ok_or_else(|| {
+            ClientError::invalid(
+                ClientErrorKind::InvalidResponse,
+                format!("{}: no input_tokens in {answer}", error::redact(url)),
+            )
+        })
+    }
+
+    /// A JSON exchange with the server: `GET url`, or `POST url` with `body`; the answer's
+    /// JSON (`what` names it in errors). Not retried; bounded by the idle timeout.
+    async fn exchange(
+        &self,
+        url: &Url,
+        body: Option<&Value>,
+        what: &str,
+    ) -> Result<Value, ClientError> {
         let inner = &self.inner;
-        let url_text = || error::redact(&inner.models_url);
-        let sent = inner
-            .http
-            .get(inner.models_url.clone())
+        let url_text = || error::redact(url);
+        let request = match body {
+            None => inner.http.get(url.clone()),
+            Some(body) => inner.http.post(url.clone()).json(body),
+        };
+        let sent = request
             .headers(inner.headers.clone())
             .header(ACCEPT, "application/json")
             .send();
@@ -293,13 +345,12 @@ impl Client {
             Err(_) => return Err(ClientError::timeout(&url_text())),
             Ok(body) => body?,
         };
-        let list: Value = serde_json::from_slice(&body).map_err(|e| {
+        serde_json::from_slice(&body).map_err(|e| {
             ClientError::invalid(
                 ClientErrorKind::InvalidResponse,
-                format!("{}: not a JSON model list: {e}", url_text()),
+                format!("{}: not a JSON {what}: {e}", url_text()),
             )
-        })?;
-        Ok(model_ids(&list))
+        })
     }
 
     /// Sends the request and returns its completion once the provider answered `2xx` (an

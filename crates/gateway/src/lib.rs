@@ -427,8 +427,10 @@ async fn one_model(
     .into_response()
 }
 
-/// `POST /v1/messages/count_tokens`: the prompt's tokens, counted with tiktoken (the
-/// encoding of the model's first upstream), said so in `x-choicewise-token-count: estimated`.
+/// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
+/// upstream counts them (its own `count_tokens`); else, or when it cannot answer, counted
+/// with tiktoken (the encoding of the model's first upstream) and said so in
+/// `x-choicewise-token-count: estimated`.
 async fn count_tokens(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
     let api = Dialect::Anthropic;
     let bytes = match layers::read_body(&gw, request.into_body()).await {
@@ -436,20 +438,43 @@ async fn count_tokens(State(gw): State<Gateway>, request: axum::extract::Request
         Err(e) => return layers::shaped(api, e),
     };
     let gateway = gw.clone();
-    let counted = tokio::task::spawn_blocking(move || {
+    let parsed = tokio::task::spawn_blocking(move || {
         let body = ingress::parse_body(&bytes).map_err(ApiError::from)?;
         let translated = ingress::anthropic::to_chat_for_count(&body).map_err(ApiError::from)?;
         let model = translated.reply.model.clone();
-        let Some(routes) = gateway.inner.models.get(&model) else {
+        let Some(routes) = gateway.inner.models.get(&model).cloned() else {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found_error",
                 format!("the model {model:?} does not exist here (GET /v1/models lists them)"),
             ));
         };
-        let upstream_model = (routes.routes.first()).map_or(model.as_str(), |r| r.model.as_str());
-        let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
-        choicewise_usage::count_prompt(encoding, &translated.chat)
+        Ok((body, translated.chat, routes))
+    })
+    .await
+    .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
+    let (mut body, chat, routes) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return layers::shaped(api, e),
+    };
+    if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic)
+        && let Some(fields) = body.as_object_mut()
+    {
+        fields.remove("choicewise");
+        fields.insert("model".into(), json!(route.model));
+        match route.client.count_tokens(&body).await {
+            Ok(tokens) => return axum::Json(json!({"input_tokens": tokens})).into_response(),
+            Err(e) => tracing::warn!(
+                upstream = &*route.label,
+                error = %e,
+                "the upstream did not count the tokens: estimated instead"
+            ),
+        }
+    }
+    let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
+    let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+    let counted = tokio::task::spawn_blocking(move || {
+        choicewise_usage::count_prompt(encoding, &chat)
             .map(|count| count.total)
             .map_err(|e| ApiError::invalid(format!("the prompt could not be counted: {e}")))
     })

@@ -516,3 +516,46 @@ async fn thinking_reaches_each_upstream_in_its_own_terms() {
         }
     }
 }
+
+/// `count_tokens` over an Anthropic upstream is that upstream's own count (no estimate
+/// header), asked with the upstream's model name; an upstream that cannot answer leaves the
+/// estimate, flagged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_tokens_asks_an_anthropic_upstream() {
+    let counting = TestServer::builder().start().await.unwrap();
+    let failing = TestServer::builder()
+        .fail(Failure::status(500).message("boom"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n\
+         [[models]]\nname = \"counted\"\n[[models.upstreams]]\napi = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"up\"\n\
+         [[models]]\nname = \"estimated\"\n[[models.upstreams]]\napi = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+        counting.base_url(),
+        failing.base_url()
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let body = |model: &str| {
+        json!({"model": model, "system": "Be brief.",
+               "messages": [{"role": "user", "content": "Hello there, how are you?"}],
+               "choicewise": {"samples": 2}})
+    };
+    let r = post(addr, "/v1/messages/count_tokens", body("counted")).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-choicewise-token-count").is_none());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["input_tokens"], 7, "the upstream's count: its words");
+    let asked = &counting.requests()[0];
+    assert_eq!(asked.path, "/v1/messages/count_tokens");
+    let sent = asked.json.as_ref().unwrap();
+    assert_eq!(sent["model"], "up");
+    assert!(sent.get("choicewise").is_none(), "{sent}");
+
+    let r = post(addr, "/v1/messages/count_tokens", body("estimated")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-choicewise-token-count"], "estimated");
+    let v: Value = r.json().await.unwrap();
+    assert!(v["input_tokens"].as_u64().unwrap() > 5, "{v}");
+    assert_eq!(failing.request_count(), 1, "asked once, then estimated");
+}

@@ -89,13 +89,42 @@ enum KeyHeader {
 fn route(path: &str) -> Option<KeyHeader> {
     match path {
         "/v1/chat/completions" | "/v1/responses" => return Some(KeyHeader::Bearer),
-        "/v1/messages" => return Some(KeyHeader::XApiKey),
+        "/v1/messages" | "/v1/messages/count_tokens" => return Some(KeyHeader::XApiKey),
         _ => {}
     }
     let deployment = path
         .strip_prefix("/openai/deployments/")?
         .strip_suffix("/chat/completions")?;
     (!deployment.is_empty() && !deployment.contains('/')).then_some(KeyHeader::Azure)
+}
+
+/// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`, N the words of the request's
+/// text (its `system` and its messages' text, as strings or text blocks): a stand-in for the
+/// provider's own count, so that a test can tell it from an estimate.
+fn count_tokens(request: &RecordedRequest) -> Response<Body> {
+    fn words(value: &serde_json::Value) -> usize {
+        match value {
+            serde_json::Value::String(s) => s.split_whitespace().count(),
+            serde_json::Value::Array(items) => items.iter().map(words).sum(),
+            serde_json::Value::Object(block) => block.get("text").map_or(0, words),
+            _ => 0,
+        }
+    }
+    let Some(body) = &request.json else {
+        return Failure::status(400)
+            .message("The request body is not JSON.")
+            .kind("invalid_request_error")
+            .response();
+    };
+    let messages = body["messages"].as_array().map_or(0, |m| {
+        m.iter().map(|message| words(&message["content"])).sum()
+    });
+    let count = words(&body["system"]) + messages;
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(full(format!("{{\"input_tokens\":{count}}}")))
+        .expect("a valid response")
 }
 
 /// `GET /v1/models`.
@@ -206,6 +235,9 @@ async fn handle(
     let reply = &state.replies[number % state.replies.len()];
     if let Some(failure) = reply.failure.as_ref().filter(|_| number < reply.fail_first) {
         return Ok(failure.response());
+    }
+    if recorded.path == "/v1/messages/count_tokens" {
+        return Ok(count_tokens(&recorded));
     }
     let response = Response::builder()
         .status(StatusCode::OK)

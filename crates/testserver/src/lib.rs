@@ -10,6 +10,9 @@
 //! - `POST /openai/deployments/{deployment}/chat/completions?api-version=V` (Azure style,
 //!   `api-key: KEY`);
 //! - `GET /v1/models`: the model list of [`TestServerBuilder::models`], OpenAI's shape;
+//! - `POST /v1/messages/count_tokens` (`x-api-key: KEY`): `{"input_tokens": N}`, N the
+//!   words of the request's text (a stand-in for the provider's count), unless a configured
+//!   failure answers first;
 //!
 //! and behaves as its [`TestServerBuilder`] says, deterministically for a seed: random write
 //! boundaries (cutting lines and multi-byte UTF-8 characters), small delays, keep-alive
