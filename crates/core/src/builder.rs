@@ -55,7 +55,7 @@ impl Completions {
 #[derive(Debug, Clone, Default)]
 #[must_use = "a builder does nothing until it starts a completion"]
 pub struct CompletionsBuilder {
-    config: Config,
+    pub(crate) config: Config,
 }
 
 impl CompletionsBuilder {

@@ -132,6 +132,11 @@ pub(crate) struct Sampling {
     pub made: usize,
     pub max: usize,
     pub make: Box<dyn FnMut(usize) -> crate::source::Source + Send>,
+    /// Failed samples that may still be replaced (each replacement raises `max` by one).
+    pub replacements: usize,
+    /// The completion's lifetime, to start a replacement from a reader (weak: the
+    /// handles own it).
+    pub life: std::sync::Weak<crate::lifetime::Lifetime>,
 }
 
 impl std::fmt::Debug for Sampling {
@@ -139,6 +144,7 @@ impl std::fmt::Debug for Sampling {
         f.debug_struct("Sampling")
             .field("made", &self.made)
             .field("max", &self.max)
+            .field("replacements", &self.replacements)
             .finish()
     }
 }

@@ -19,6 +19,8 @@ pub(crate) struct Config {
     pub hibernate_after: Option<Duration>,
     pub model: Option<String>,
     pub estimate_usage: bool,
+    /// Failed samples replaced, for samples made on demand.
+    pub replace_failed: usize,
     #[cfg(feature = "fault-injection")]
     pub fault_hook: crate::fault::Hook,
 }
@@ -31,6 +33,7 @@ impl Default for Config {
             hibernate_after: Some(DEFAULT_HIBERNATE_AFTER),
             model: None,
             estimate_usage: cfg!(feature = "estimate"),
+            replace_failed: 0,
             #[cfg(feature = "fault-injection")]
             fault_hook: crate::fault::Hook::default(),
         }

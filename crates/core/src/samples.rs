@@ -3,7 +3,9 @@
 //! them ([`Pick::window`](crate::Pick::window)).
 
 use crate::builder::CompletionsBuilder;
-use crate::completion::Sampling;
+use std::sync::Arc;
+
+use crate::completion::{CompletionShared, Sampling};
 use crate::completions::Completions;
 use crate::log::lock;
 use crate::source::Source;
@@ -38,14 +40,107 @@ impl CompletionsBuilder {
     where
         F: FnMut(usize) -> Source + Send + 'static,
     {
+        let replacements = self.config.replace_failed;
         let completions = Completions::start(self.into_config(), true, Vec::new(), max > 0);
         completions.shared.lock().sampled = true;
         *lock(&completions.shared.sampling) = Some(Sampling {
             made: 0,
             max,
             make: Box::new(sample),
+            replacements,
+            life: Arc::downgrade(&completions.life),
         });
         completions
+    }
+
+    /// For [`samples`](Self::samples): up to `count` samples that fail (their stream ends in
+    /// an error: cut, malformed, silent past the idle timeout) are each replaced by one more
+    /// sample, `sample(k)` for the next `k`, started as the failure is seen, so that a pick
+    /// still decides over as many samples as planned. The failed sample stays a failed
+    /// choice. Replacing stops once sampling stops: a combinator's decision, a cancel,
+    /// [`stop_sampling`](Completions::stop_sampling), or a windowed or confidence-guided vote
+    /// (which start samples as they decide, and count them by window); until then, sampling
+    /// stays open after the last planned sample started, and the completion ends when every
+    /// started sample has ended with no replacement due.
+    ///
+    /// ```
+    /// use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let sample = |k: usize| {
+    ///     let sse = match k {
+    ///         1 => "data: {\"choices\":[{\"delta\":{\"content\":\"Answer: 4\"}}]}\n\ndata: {oops\n\n".to_string(),
+    ///         _ => "data: {\"choices\":[{\"delta\":{\"content\":\"Answer: 42\"},\"finish_reason\":\"stop\"}]}\n\n".to_string(),
+    ///     };
+    ///     Source::reader(std::io::Cursor::new(sse)).n(1)
+    /// };
+    /// let completions = Completions::builder().replace_failed(1).samples(3, sample);
+    /// completions.start_more(3);
+    /// let selection = completions.vote(|o| o.message.content.clone()).min_votes(3).await;
+    /// assert_eq!(completions.started(), 4, "the failed sample 1 was replaced by sample 3");
+    /// assert_eq!(selection.selected, [0, 2, 3]);
+    /// # }
+    /// ```
+    pub fn replace_failed(mut self, count: usize) -> Self {
+        self.config.replace_failed = count;
+        self
+    }
+}
+
+/// Reserves the replacement of a sample that failed, if one may still be made: called by its
+/// reader before its choices learn of the failure, so that a pick counting them already
+/// counts the replacement. `true` if one was reserved ([`start_replacement`] starts it).
+pub(crate) fn reserve_replacement(shared: &CompletionShared) -> bool {
+    if shared.is_closing() {
+        return false;
+    }
+    let mut sampling = lock(&shared.sampling);
+    match sampling.as_mut() {
+        Some(s) if s.replacements > 0 => {
+            s.replacements -= 1;
+            s.max += 1;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// After an upstream of a completion of samples ended: starts the replacement its reader
+/// reserved (`reserved`), or, when every planned sample has started and ended with none due,
+/// stops sampling so that the completion ends.
+pub(crate) fn after_upstream_end(shared: &CompletionShared, reserved: bool) {
+    let mut sampling = lock(&shared.sampling);
+    let Some(s) = sampling.as_mut() else {
+        return;
+    };
+    if reserved && s.made < s.max {
+        let k = s.made;
+        s.made += 1;
+        let source = (s.make)(k);
+        let life = s.life.upgrade();
+        drop(sampling);
+        // No handle left: nobody reads the replacement.
+        if let Some(life) = life {
+            let completions = Completions {
+                shared: life.shared.clone(),
+                life,
+            };
+            completions.add(source);
+        }
+        return;
+    }
+    // The sampling lock is held while the upstreams are read (the one place both are held,
+    // always in this order): a replacement reserved meanwhile raised `max` first, and a
+    // sample being started is counted in `made` before its upstream is added.
+    let done = {
+        let state = shared.lock();
+        state.upstreams.len() >= s.max && state.upstreams.iter().all(|u| u.end.is_some())
+    };
+    if done {
+        *sampling = None;
+        drop(sampling);
+        let mut state = shared.lock();
+        state.open_ended = false;
+        state.end_if_done();
     }
 }
 
@@ -85,8 +180,10 @@ impl Completions {
             self.add(source);
             started += 1;
         }
+        // Replacements still possible keep sampling open: the last upstream to end stops it
+        // ([`after_upstream_end`]).
         let exhausted = match &*lock(&self.shared.sampling) {
-            Some(s) => s.made >= s.max,
+            Some(s) => s.made >= s.max && s.replacements == 0,
             None => false,
         };
         if exhausted {
@@ -122,6 +219,21 @@ impl Completions {
     /// ```
     pub fn started(&self) -> usize {
         self.shared.lock().upstreams.len()
+    }
+
+    /// No failed sample will be replaced any more (a pick that starts samples as it decides
+    /// counts them by position); sampling stops if every planned sample has started.
+    pub(crate) fn forgo_replacements(&self) {
+        let exhausted = match &mut *lock(&self.shared.sampling) {
+            Some(s) => {
+                s.replacements = 0;
+                s.made >= s.max
+            }
+            None => false,
+        };
+        if exhausted {
+            self.stop_sampling();
+        }
     }
 
     /// Whether it is a completion of samples made on demand (sampling may have stopped).

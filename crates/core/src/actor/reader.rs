@@ -442,6 +442,11 @@ impl ReaderState {
             Ok(()) => Ok(()),
             Err(e) => Err(self.completion.lock().upstream_error(self.upstream, e)),
         };
+        // A failed sample's replacement is reserved before its choices learn of the failure:
+        // a pick that counts them then counts the replacement too.
+        let dropped = self.completion.lock().upstreams[self.upstream].dropped;
+        let reserved =
+            outcome.is_err() && !dropped && crate::samples::reserve_replacement(&self.completion);
         self.phase = ReaderPhase::Draining(outcome.clone());
         self.quiet = None;
         for slot in 0..self.slots.len() {
@@ -480,6 +485,7 @@ impl ReaderState {
         drop(state);
         // The upstream is closed now, whatever its choices' actors still have to do.
         self.upstream_input = None;
+        crate::samples::after_upstream_end(&self.completion, reserved);
     }
 
     /// Whether no choice of this upstream is wanted any more: the completion is closing, or
@@ -642,6 +648,9 @@ impl Drop for ReaderState {
         self.completion
             .lock()
             .end_upstream(self.upstream, meta, Err(error));
+        // Not replaced (killed: its completion is going; failed: a fault of ours), but the
+        // last upstream to end still stops an open sampling.
+        crate::samples::after_upstream_end(&self.completion, false);
     }
 }
 

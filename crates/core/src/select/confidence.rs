@@ -261,6 +261,8 @@ pub(crate) async fn vote_confident(
     } else {
         options.consensus.clamp(0.0, 1.0)
     };
+    // The warmup and the batches are counted by position: no failed sample is replaced.
+    completions.forgo_replacements();
     let sampled = completions.samples_made();
     let planned = match sampled {
         true => Some(completions.planned()),

@@ -117,7 +117,12 @@ pub(crate) async fn vote(
     key: impl Fn(&ChoiceOutput) -> Option<String>,
     min_votes: usize,
 ) -> Decided {
-    let expected = completions.expected_choices();
+    // The choices there will be: for samples made on demand, those planned (a failed
+    // sample's replacement is planned before the failure is seen); else those declared.
+    let expected = || match completions.samples_made() {
+        true => Some(completions.planned()),
+        false => completions.expected_choices(),
+    };
     // Key → (votes, order of its first vote); voters by key.
     let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
     let mut voters: HashMap<String, Vec<u32>> = HashMap::new();
@@ -133,6 +138,7 @@ pub(crate) async fn vote(
     };
     let timed_out = watch(completions, deadline, |result, seen, listed| {
         settled += 1;
+        let expected = expected();
         total = expected.unwrap_or(seen).max(seen);
         if let Ok(output) = result
             && output.finished_well()
@@ -196,6 +202,8 @@ pub(crate) async fn vote_windowed(
     size: usize,
     min_votes: usize,
 ) -> Decided {
+    // Windows are counted by position: no failed sample is replaced.
+    completions.forgo_replacements();
     let sampled = completions.samples_made();
     // How many choices there will be at most: the samples planned, else the choices
     // declared, else those seen (final once the stream of choices ends).
