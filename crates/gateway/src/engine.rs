@@ -108,12 +108,35 @@ impl Run {
                 .request(opened.body),
             ));
         }
-        // The library numbers each request's choices as a block, in the order started.
+        // A sample that fails before any of it is sent (a vote or a first-finished pick has
+        // exposed nothing until it decides) is replaced by a new try while tries remain: one
+        // more single-sample request, numbered after the planned samples. For fan-out plans
+        // (one sample per request), where a failure is one sample's.
+        let replacements = match (&req.select, planned.iter().all(|p| p.samples().len() == 1)) {
+            (
+                Select::Vote {
+                    window: None,
+                    confidence: None,
+                    ..
+                }
+                | Select::FirstFinished,
+                true,
+            ) => req.samples as usize * (opener.model.retry.attempts as usize - 1),
+            _ => 0,
+        };
+        // The library numbers each request's choices as a block, in the order started; the
+        // replacements' slots are reserved after the planned ones.
         let mut sample_of = Vec::new();
         let mut sizes = Vec::new();
         for p in &planned {
             sizes.push(p.samples().len());
             sample_of.extend(p.samples().iter().copied());
+        }
+        for j in 0..replacements {
+            sizes.push(1);
+            sample_of.push(req.samples + j as u32);
+            let upstream = planned[j % planned.len()].upstream();
+            lock(&labels).push(upstreams[upstream].label.clone());
         }
         let index_of = sample_of
             .iter()
@@ -124,24 +147,41 @@ impl Run {
         let paces = pace.clone();
         let tries = opener.tries.clone();
         let later_labels = labels.clone();
-        let completions = Completions::builder().samples(planned.len(), move |r| {
+        let planned_samples = req.samples;
+        let builder = Completions::builder().replace_failed(replacements);
+        let completions = builder.samples(planned.len(), move |r| {
             if let Some(source) = lock(&sources).get_mut(r).and_then(Option::take) {
                 return source;
             }
-            // Started after the answer began: when every try fails, its choices' error.
-            let p = planned[r].clone();
-            let route = &opener.model.routes[p.upstream()];
-            let request = request_body(route, &opener, p.samples().len()).ok();
+            // Started after the answer began: when every try fails, its choices' error. A
+            // replacement is a retry: within the retry budget.
+            let (upstream, samples): (usize, Vec<u32>) = match planned.get(r) {
+                Some(p) => (p.upstream(), p.samples().to_vec()),
+                None => {
+                    let j = r - planned.len();
+                    let sample = planned_samples + j as u32;
+                    if !opener.budget.retry(std::time::Instant::now()) {
+                        opener.metrics.retry_budget_exhausted();
+                        let message =
+                            format!("sample {sample} not started: the retry budget is spent");
+                        let failed = async move { Err::<Source, BoxError>(message.into()) };
+                        return Source::open(failed).n(1);
+                    }
+                    (planned[j % planned.len()].upstream(), vec![sample])
+                }
+            };
+            let route = &opener.model.routes[upstream];
+            let request = request_body(route, &opener, samples.len()).ok();
             let (opener, pace, labels) = (opener.clone(), paces.clone(), later_labels.clone());
-            let n = p.samples().len() as u32;
+            let n = samples.len() as u32;
             let source = Source::open(async move {
                 let opened = opener
-                    .open(p.upstream(), p.samples())
+                    .open(upstream, &samples)
                     .await
                     .map_err(|e| BoxError::from(e.message))?;
                 lock(&labels)[r] = opened.route.label.clone();
                 let idle = opened.route.idle_timeout;
-                let reads = cuts(opened.reads, &opener, p.samples()[0], &opened.route.label);
+                let reads = cuts(opened.reads, &opener, samples[0], &opened.route.label);
                 Ok::<_, BoxError>(Source::sse(paced(
                     counted(reads, &opener.metrics),
                     pace,

@@ -568,3 +568,77 @@ async fn first_events_and_refused_credentials() {
     assert!(text.contains("refused the gateway's credentials"), "{text}");
     assert!(!text.contains("sk-abc1"), "{text}");
 }
+
+/// A sample cut mid-stream while a vote holds it (nothing of it sent) is replaced by a new
+/// try, so the vote decides over three answers: 41, 42 and the replacement's 42 (without
+/// it, 41 and 42 tie).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sample_cut_before_the_vote_decided_is_replaced() {
+    let cut = TestServer::builder()
+        .body(answer("Answer: 41"))
+        .then(
+            TestServer::builder()
+                .body(answer("Answer: 40"))
+                .close_after_events(1),
+        )
+        .then(TestServer::builder().body(answer("Answer: 42")))
+        .then(TestServer::builder().body(answer("Answer: 42")))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream(&cut.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    // Four replies in turn, per request: each round of four requests gets them all.
+    for (round, stream) in [false, true].into_iter().enumerate() {
+        let mut body = chat(1, stream);
+        body["choicewise"] = json!({"samples": 3, "select": "vote", "vote_by": "Answer: (\\d+)"});
+        let r = within(LIMIT, "the answer", post(addr, &body)).await;
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        let (content, summary) = match stream {
+            false => {
+                let whole: Value = serde_json::from_str(&text).unwrap();
+                let content = whole["choices"][0]["message"]["content"].clone();
+                (
+                    content.as_str().unwrap().to_string(),
+                    whole["choicewise"].clone(),
+                )
+            }
+            true => {
+                let chunks: Vec<Value> = (text.lines())
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                    .collect();
+                let content: String = (chunks.iter())
+                    .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+                    .collect();
+                let summary = chunks.iter().find_map(|c| c.get("choicewise").cloned());
+                (content, summary.unwrap())
+            }
+        };
+        assert_eq!(content, "Answer: 42", "{text}");
+        assert_eq!(summary["vote"]["key"], "42", "{summary}");
+        assert_eq!(summary["vote"]["votes"], 2, "{summary}");
+        assert_eq!(summary["started"], 4, "{summary}");
+        let tries = summary["tries"].as_array().unwrap();
+        let outcomes: Vec<&str> = tries
+            .iter()
+            .map(|t| t["outcome"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == "cut").count(),
+            1,
+            "{summary}"
+        );
+        assert!(
+            tries
+                .iter()
+                .any(|t| t["sample"] == 3 && t["outcome"] == "ok"),
+            "the replacement is sample 3: {summary}"
+        );
+        assert_eq!(cut.request_count(), 4 * (round + 1));
+    }
+}
