@@ -108,6 +108,11 @@ pub struct ChatArgs {
     /// Give up when the server sends nothing for this long, in seconds [default: 60].
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     idle_timeout: Option<Duration>,
+    /// Tries after the first when a request fails before any answer: a failed connection,
+    /// or the status 408, 429, 500, 502, 503, 504 or 529 (waiting what the server asks, else
+    /// an exponential backoff). Once an answer streams, nothing is retried.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    retries: u32,
 }
 
 fn parse_finite(s: &str) -> Result<f64, String> {
@@ -395,6 +400,8 @@ fn client_for(
     }
     let client = builder
         .idle_timeout(idle)
+        .max_retries(args.retries)
+        .retry_server_errors(true)
         .build()
         .map_err(|e| e.to_string())?;
     Ok((client, base_url))

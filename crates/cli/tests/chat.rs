@@ -195,6 +195,42 @@ async fn an_http_error_is_one_line_with_the_status_and_the_providers_message() {
     );
 }
 
+/// `--retries N` (default 2): a request failed before any answer (here a 500, then a 502) is
+/// tried again; with `--retries 0` the first failure is the command's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_request_is_retried_before_any_answer() {
+    let flaky = || {
+        TestServer::builder()
+            .fail(Failure::status(500).message("The server had an error"))
+            .then(TestServer::builder().fail(Failure::status(502).message("Bad gateway")))
+            .then(TestServer::builder().body(answer("third time")))
+    };
+    let server = flaky().start().await.unwrap();
+    let url = server.base_url();
+    let out = choicewise(&["chat", "--base-url", &url, "--model", "m", "--json", "hi"]).await;
+    let json: serde_json::Value = serde_json::from_slice(ok(&out)).unwrap();
+    assert_eq!(json["choices"][0]["message"]["content"], "third time");
+    assert_eq!(server.request_count(), 3, "two retries");
+
+    let server = flaky().start().await.unwrap();
+    let url = server.base_url();
+    let out = choicewise(&[
+        "chat",
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "--retries",
+        "0",
+        "hi",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("500"), "{stderr}");
+    assert_eq!(server.request_count(), 1, "no retry");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_file_is_sent_with_the_flags_over_it() {
     let server = server().await;
@@ -565,7 +601,8 @@ async fn fan_out_with_a_failing_upstream_exits_1_naming_it() {
         .start()
         .await
         .unwrap();
-    let out = fan_out(&server, &["--fan-out", "3", "--json"]).await;
+    // No retries: the 500 stays the upstream's failure (with them, the next try answers).
+    let out = fan_out(&server, &["--fan-out", "3", "--retries", "0", "--json"]).await;
     assert_eq!(out.status.code(), Some(1));
     let json = json_of(&out);
     let choices = json["choices"].as_array().unwrap();

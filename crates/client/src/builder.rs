@@ -101,6 +101,7 @@ pub struct ClientBuilder {
     idle_timeout: Duration,
     max_retries: u32,
     max_retry_wait: Duration,
+    retry_server_errors: bool,
     max_concurrent: Option<usize>,
     max_idle: usize,
 }
@@ -120,6 +121,7 @@ impl fmt::Debug for ClientBuilder {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
             .field("max_retry_wait", &self.max_retry_wait)
+            .field("retry_server_errors", &self.retry_server_errors)
             .field("max_concurrent", &self.max_concurrent)
             .finish()
     }
@@ -137,6 +139,7 @@ impl Default for ClientBuilder {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_retries: DEFAULT_MAX_RETRIES,
             max_retry_wait: DEFAULT_MAX_RETRY_WAIT,
+            retry_server_errors: false,
             max_concurrent: None,
             max_idle: DEFAULT_MAX_IDLE_CONNECTIONS,
         }
@@ -253,6 +256,22 @@ impl ClientBuilder {
     /// ```
     pub fn max_retries(mut self, retries: u32) -> Self {
         self.max_retries = retries;
+        self
+    }
+
+    /// Also retries a request answered `408`, `500`, `502`, `504` or `529` (beside `429`
+    /// and `503`), as a gateway does between its upstreams: such a status comes before any
+    /// answer, though the server may have begun work it then dropped (default `false`: the
+    /// library retries only what certainly produced nothing; see
+    /// [the retry policy](crate#retries)). `choicewise chat --retries` turns it on.
+    ///
+    /// ```
+    /// # use choicewise_client::Client;
+    /// let client = Client::builder().max_retries(2).retry_server_errors(true).build();
+    /// assert!(client.is_ok());
+    /// ```
+    pub fn retry_server_errors(mut self, on: bool) -> Self {
+        self.retry_server_errors = on;
         self
     }
 
@@ -373,6 +392,7 @@ impl ClientBuilder {
                 idle_timeout: self.idle_timeout,
                 max_retries: self.max_retries,
                 max_retry_wait: self.max_retry_wait,
+                retry_server_errors: self.retry_server_errors,
                 slots: (self.max_concurrent).map(|n| Arc::new(tokio::sync::Semaphore::new(n))),
             }),
         })

@@ -50,6 +50,9 @@
 //! 1 s, 2 s, ..., the wait capped by [`max_retry_wait`](ClientBuilder::max_retry_wait)
 //! (default 20 s).
 //!
+//! With [`retry_server_errors`](ClientBuilder::retry_server_errors), `408`, `500`, `502`,
+//! `504` and `529` are retried the same way (as a gateway retries between its upstreams).
+//!
 //! Nothing else is retried: any other status (400, 401, 404, 500, ...) is returned at once as
 //! a [`ClientErrorKind::Status`] error with the provider's JSON error body; an error after the request was
 //! sent (a connection reset, no response headers within the idle timeout) is returned as is;
@@ -122,6 +125,8 @@ struct Inner {
     idle_timeout: Duration,
     max_retries: u32,
     max_retry_wait: Duration,
+    /// 408, 500, 502, 504 and 529 are retried too.
+    retry_server_errors: bool,
     /// The slots of [`ClientBuilder::max_concurrent_requests`].
     slots: Option<Arc<tokio::sync::Semaphore>>,
 }
@@ -233,7 +238,9 @@ impl Client {
                 Ok(response) => {
                     let status = response.status();
                     let retryable = status == StatusCode::TOO_MANY_REQUESTS
-                        || status == StatusCode::SERVICE_UNAVAILABLE;
+                        || status == StatusCode::SERVICE_UNAVAILABLE
+                        || (inner.retry_server_errors
+                            && matches!(status.as_u16(), 408 | 500 | 502 | 504 | 529));
                     if !retryable || retry >= inner.max_retries {
                         return Err(status_error(response, inner.idle_timeout).await);
                     }
