@@ -109,7 +109,8 @@ impl Run {
             ));
         }
         // A sample that fails before any of it is sent (a vote or a first-finished pick has
-        // exposed nothing until it decides) is replaced by a new try while tries remain: one
+        // exposed nothing until it decides; a first-token pick nothing of a sample it has not
+        // chosen) is replaced by a new try while tries remain: one
         // more single-sample request, numbered after the planned samples. For fan-out plans
         // (one sample per request), where a failure is one sample's.
         let replacements = match (&req.select, planned.iter().all(|p| p.samples().len() == 1)) {
@@ -119,7 +120,8 @@ impl Run {
                     confidence: None,
                     ..
                 }
-                | Select::FirstFinished,
+                | Select::FirstFinished
+                | Select::FirstToken { .. },
                 true,
             ) => req.samples as usize * (opener.model.retry.attempts as usize - 1),
             _ => 0,

@@ -642,3 +642,31 @@ async fn a_sample_cut_before_the_vote_decided_is_replaced() {
         assert_eq!(cut.request_count(), 4 * (round + 1));
     }
 }
+
+/// A first-token pick's sample cut before it produced anything is replaced: the
+/// replacement's tokens are the answer (without it, nothing produced: a 502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_token_sample_cut_before_its_first_token_is_replaced() {
+    let role_only = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n\
+                     data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lost\"}}]}\n\n";
+    let upstream_server = TestServer::builder()
+        .body(role_only)
+        .close_after_events(1)
+        .then(TestServer::builder().body(answer("replaced")))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream(&upstream_server.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let mut body = chat(1, false);
+    body["choicewise"] = json!({"samples": 1, "select": "first_token"});
+    let r = within(LIMIT, "the answer", post(addr, &body)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "replaced", "{v}");
+    assert_eq!(v["choicewise"]["selected"], json!([1]), "{v}");
+    assert_eq!(v["choicewise"]["started"], 2, "{v}");
+}
