@@ -34,6 +34,7 @@ pub enum Opening {
 pub struct PlanUpstream {
     weight: u32,
     native_n: bool,
+    max_n: Option<u32>,
 }
 
 impl PlanUpstream {
@@ -43,7 +44,24 @@ impl PlanUpstream {
         PlanUpstream {
             weight,
             native_n: false,
+            max_n: None,
         }
+    }
+
+    /// The most samples one request to it may carry, when it takes `n` (a provider that
+    /// refuses a larger `n`): its samples are split over requests of at most this many
+    /// (`None`, the default: no limit; 0 counts as 1).
+    ///
+    /// ```
+    /// use choicewise_core::{Opening, Plan, PlanUpstream};
+    /// let upstreams = [PlanUpstream::new(1).native_n(true).max_n(Some(2))];
+    /// let plan = Plan::new(5, &upstreams, Opening::All);
+    /// let sizes: Vec<usize> = plan.requests().iter().map(|r| r.samples().len()).collect();
+    /// assert_eq!(sizes, [2, 2, 1]);
+    /// ```
+    pub fn max_n(mut self, max: Option<u32>) -> Self {
+        self.max_n = max.map(|m| m.max(1));
+        self
     }
 
     /// Whether it takes `n` (several samples in one request).
@@ -85,7 +103,8 @@ impl PlannedRequest {
 /// The requests that make `samples` samples over some upstreams. Each sample goes to the
 /// next upstream by smooth weighted round robin (nginx's: with equal weights, sample `i` to
 /// upstream `i mod k`); with [`Opening::All`], an upstream that takes `n` gets one request of
-/// its samples, any other one request per sample; otherwise every request is one sample, in
+/// its samples (several of at most [`max_n`](PlanUpstream::max_n) when it has one), any
+/// other one request per sample; otherwise every request is one sample, in
 /// sample order, so that they can start one at a time.
 ///
 /// ```
@@ -136,10 +155,13 @@ impl Plan {
                 let mine: Vec<u32> = (0..samples).filter(|i| to[*i as usize] == j).collect();
                 match (mine.is_empty(), u.native_n) {
                     (true, _) => {}
-                    (false, true) => requests.push(PlannedRequest {
-                        upstream: j,
-                        samples: mine,
-                    }),
+                    (false, true) => {
+                        let size = u.max_n.map_or(mine.len(), |m| m as usize);
+                        requests.extend(mine.chunks(size).map(|part| PlannedRequest {
+                            upstream: j,
+                            samples: part.to_vec(),
+                        }));
+                    }
                     (false, false) => requests.extend(mine.into_iter().map(|i| PlannedRequest {
                         upstream: j,
                         samples: vec![i],

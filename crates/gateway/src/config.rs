@@ -261,6 +261,10 @@ pub struct Upstream {
     /// Its share of the model's samples (default 1).
     #[serde(default = "one")]
     pub weight: u32,
+    /// For an upstream asked with native `n`: the most samples one request carries (a
+    /// provider that refuses a larger `n`); more are split over several requests. None: no
+    /// limit.
+    pub max_n: Option<u32>,
 }
 
 fn one() -> u32 {
@@ -338,6 +342,22 @@ impl Config {
             }
             if model.upstreams.is_empty() {
                 return err(format!("model {:?} has no upstream", model.name));
+            }
+            for (k, u) in model.upstreams.iter().enumerate() {
+                if u.max_n == Some(0) {
+                    return err(format!(
+                        "model {:?}, upstream {}: max_n must be at least 1",
+                        model.name,
+                        k + 1
+                    ));
+                }
+                if u.max_n.is_some() && u.n_mode() != NMode::Native {
+                    return err(format!(
+                        "model {:?}, upstream {}: max_n limits an upstream asked with n = \"native\", and this one is asked one request per choice",
+                        model.name,
+                        k + 1
+                    ));
+                }
             }
             for fallback in &model.fallbacks {
                 if fallback == &model.name {
@@ -541,5 +561,24 @@ mod tests {
         let zero = Config::from_toml(&format!("[[models]]\nname = \"m\"\n{UPSTREAM}weight = 0\n"))
             .unwrap_err();
         assert!(zero.to_string().contains("weight"), "{zero}");
+    }
+
+    #[test]
+    fn max_n_is_for_native_upstreams_and_at_least_one() {
+        let ok =
+            Config::from_toml(&format!("[[models]]\nname = \"m\"\n{UPSTREAM}max_n = 2\n")).unwrap();
+        assert_eq!(ok.models[0].upstreams[0].max_n, Some(2));
+        let zero = Config::from_toml(&format!("[[models]]\nname = \"m\"\n{UPSTREAM}max_n = 0\n"))
+            .unwrap_err();
+        assert!(
+            zero.to_string()
+                .contains("upstream 1: max_n must be at least 1"),
+            "{zero}"
+        );
+        let fan_out = Config::from_toml(&format!(
+            "[[models]]\nname = \"m\"\n{UPSTREAM}n = \"fan-out\"\nmax_n = 2\n"
+        ))
+        .unwrap_err();
+        assert!(fan_out.to_string().contains("native"), "{fan_out}");
     }
 }

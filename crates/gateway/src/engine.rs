@@ -41,7 +41,7 @@ fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Plan {
         _ => Opening::All,
     };
     let upstreams: Vec<PlanUpstream> = (upstreams.iter())
-        .map(|u| PlanUpstream::new(u.weight).native_n(u.n_mode == NMode::Native))
+        .map(|u| (PlanUpstream::new(u.weight).native_n(u.n_mode == NMode::Native)).max_n(u.max_n))
         .collect();
     Plan::new(req.samples, &upstreams, opening)
 }

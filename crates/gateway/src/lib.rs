@@ -221,6 +221,7 @@ impl Gateway {
                     label: Arc::from(format!("{}:{upstream_model}@{host}", u.api).as_str()),
                     model: upstream_model,
                     n_mode: u.n_mode(),
+                    max_n: u.max_n,
                     host,
                     idle_timeout: Duration::from_secs_f64(config.limits.upstream_idle_timeout_s),
                     weight: u.weight,

@@ -26,6 +26,8 @@ pub(crate) struct UpstreamRoute {
     /// The upstream's model name.
     pub model: String,
     pub n_mode: NMode,
+    /// The most samples one request carries, when native (`max_n`).
+    pub max_n: Option<u32>,
     /// Its host, for messages (never a key).
     pub host: String,
     /// How long it may stay silent before its choices fail.
@@ -124,7 +126,10 @@ pub(crate) fn request_body(
 
 /// Whether `u` serves `samples` samples in one request.
 fn serves(u: &UpstreamRoute, samples: usize) -> bool {
-    samples == 1 || (u.api == Dialect::Chat && u.n_mode == NMode::Native)
+    samples == 1
+        || (u.api == Dialect::Chat
+            && u.n_mode == NMode::Native
+            && u.max_n.is_none_or(|max| samples <= max as usize))
 }
 
 /// A failed try: its upstream, how it failed, the wait it asked for, and its message.

@@ -670,3 +670,30 @@ async fn a_first_token_sample_cut_before_its_first_token_is_replaced() {
     assert_eq!(v["choicewise"]["selected"], json!([1]), "{v}");
     assert_eq!(v["choicewise"]["started"], 2, "{v}");
 }
+
+/// A native upstream with `max_n` gets no request above it: five samples go as requests of
+/// two, two and one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_above_max_n_are_split_over_requests() {
+    let native = TestServer::builder()
+        .body(answer("Answer: 42"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"native\"\nmax_n = 2\n",
+        native.base_url()
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let mut body = chat(1, false);
+    body["choicewise"] = json!({"samples": 5, "select": "first_finished"});
+    let r = within(LIMIT, "the answer", post(addr, &body)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "Answer: 42", "{v}");
+    let mut ns: Vec<u64> = (native.requests().iter())
+        .map(|q| q.json.as_ref().unwrap()["n"].as_u64().unwrap_or(1))
+        .collect();
+    ns.sort_unstable();
+    assert_eq!(ns, [1, 2, 2], "requests of at most max_n samples");
+}
