@@ -134,9 +134,9 @@ pub(crate) struct Sampling {
     pub make: Box<dyn FnMut(usize) -> crate::source::Source + Send>,
     /// Failed samples that may still be replaced (each replacement raises `max` by one).
     pub replacements: usize,
-    /// The completion's lifetime, to start a replacement from a reader (weak: the
-    /// handles own it).
-    pub life: std::sync::Weak<crate::lifetime::Lifetime>,
+    /// Starts a sample's source in the completion, from a reader (holding the completion's
+    /// lifetime weakly: the handles own it; without one, nobody reads the sample).
+    pub start: Arc<dyn Fn(crate::source::Source) + Send + Sync>,
 }
 
 impl std::fmt::Debug for Sampling {
@@ -325,6 +325,65 @@ impl CompletionState {
 }
 
 impl CompletionShared {
+    /// Reserves the replacements of `failed` failed samples (the choices of an upstream that
+    /// failed), as many as may still be made: called by the upstream's reader before its
+    /// choices learn of the failure, so that a pick counting them already counts the
+    /// replacements. How many were reserved ([`after_upstream_end`](Self::after_upstream_end)
+    /// starts them).
+    pub fn reserve_replacements(&self, failed: usize) -> usize {
+        if failed == 0 || self.is_closing() {
+            return 0;
+        }
+        let mut sampling = lock(&self.sampling);
+        match sampling.as_mut() {
+            Some(s) => {
+                let reserved = failed.min(s.replacements);
+                s.replacements -= reserved;
+                s.max += reserved;
+                reserved
+            }
+            None => 0,
+        }
+    }
+
+    /// After an upstream of a completion of samples ended: starts the `reserved`
+    /// replacements its reader reserved, or, when every planned sample has started and ended
+    /// with none due, stops sampling so that the completion ends.
+    pub fn after_upstream_end(&self, reserved: usize) {
+        let mut sampling = lock(&self.sampling);
+        let Some(s) = sampling.as_mut() else {
+            return;
+        };
+        if reserved > 0 && s.made < s.max {
+            let mut sources = Vec::new();
+            while sources.len() < reserved && s.made < s.max {
+                let k = s.made;
+                s.made += 1;
+                sources.push((s.make)(k));
+            }
+            let start = s.start.clone();
+            drop(sampling);
+            for source in sources {
+                start(source);
+            }
+            return;
+        }
+        // The sampling lock is held while the upstreams are read (the one place both are
+        // held, always in this order): a replacement reserved meanwhile raised `max` first,
+        // and a sample being started is counted in `made` before its upstream is added.
+        let done = {
+            let state = self.lock();
+            state.upstreams.len() >= s.max && state.upstreams.iter().all(|u| u.end.is_some())
+        };
+        if done {
+            *sampling = None;
+            drop(sampling);
+            let mut state = self.lock();
+            state.open_ended = false;
+            state.end_if_done();
+        }
+    }
+
     /// A completion without upstreams yet; `fan_out`: its choices are numbered across them
     /// and its errors name them.
     pub fn new(config: Config, fan_out: bool) -> Self {

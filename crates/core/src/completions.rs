@@ -425,10 +425,16 @@ impl Completions {
 
     /// How many choices the completion will have, when every upstream declared it.
     pub(crate) fn expected_choices(&self) -> Option<usize> {
-        let state = self.shared.lock();
-        if state.open_ended {
+        if self.shared.lock().open_ended {
             return None;
         }
+        self.declared_choices()
+    }
+
+    /// The choices the upstreams started so far declare (their `n`), whether or not more
+    /// will be added; `None` if one does not say.
+    pub(crate) fn declared_choices(&self) -> Option<usize> {
+        let state = self.shared.lock();
         let mut total = 0usize;
         for u in &state.upstreams {
             match u.indexing {

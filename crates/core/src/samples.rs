@@ -5,7 +5,7 @@
 use crate::builder::CompletionsBuilder;
 use std::sync::Arc;
 
-use crate::completion::{CompletionShared, Sampling};
+use crate::completion::Sampling;
 use crate::completions::Completions;
 use crate::log::lock;
 use crate::source::Source;
@@ -48,7 +48,19 @@ impl CompletionsBuilder {
             max,
             make: Box::new(sample),
             replacements,
-            life: Arc::downgrade(&completions.life),
+            start: {
+                let life = Arc::downgrade(&completions.life);
+                Arc::new(move |source| {
+                    // No handle left: nobody reads the sample.
+                    if let Some(life) = life.upgrade() {
+                        let completions = Completions {
+                            shared: life.shared.clone(),
+                            life,
+                        };
+                        completions.add(source);
+                    }
+                })
+            },
         });
         completions
     }
@@ -57,7 +69,9 @@ impl CompletionsBuilder {
     /// an error: cut, malformed, silent past the idle timeout) are each replaced by one more
     /// sample, `sample(k)` for the next `k`, started as the failure is seen, so that a pick
     /// still decides over as many samples as planned. The failed sample stays a failed
-    /// choice. Replacing stops once sampling stops: a combinator's decision, a cancel,
+    /// choice. A source of several choices that fails counts one failed sample for each
+    /// choice it had not finished (and each declared one that never appeared): give
+    /// `sample(k)` for `k` past the planned samples one choice. Replacing stops once sampling stops: a combinator's decision, a cancel,
     /// [`stop_sampling`](Completions::stop_sampling), or a windowed or confidence-guided vote
     /// (which start samples as they decide, and count them by window); until then, sampling
     /// stays open after the last planned sample started, and the completion ends when every
@@ -83,64 +97,6 @@ impl CompletionsBuilder {
     pub fn replace_failed(mut self, count: usize) -> Self {
         self.config.replace_failed = count;
         self
-    }
-}
-
-/// Reserves the replacement of a sample that failed, if one may still be made: called by its
-/// reader before its choices learn of the failure, so that a pick counting them already
-/// counts the replacement. `true` if one was reserved ([`start_replacement`] starts it).
-pub(crate) fn reserve_replacement(shared: &CompletionShared) -> bool {
-    if shared.is_closing() {
-        return false;
-    }
-    let mut sampling = lock(&shared.sampling);
-    match sampling.as_mut() {
-        Some(s) if s.replacements > 0 => {
-            s.replacements -= 1;
-            s.max += 1;
-            true
-        }
-        _ => false,
-    }
-}
-
-/// After an upstream of a completion of samples ended: starts the replacement its reader
-/// reserved (`reserved`), or, when every planned sample has started and ended with none due,
-/// stops sampling so that the completion ends.
-pub(crate) fn after_upstream_end(shared: &CompletionShared, reserved: bool) {
-    let mut sampling = lock(&shared.sampling);
-    let Some(s) = sampling.as_mut() else {
-        return;
-    };
-    if reserved && s.made < s.max {
-        let k = s.made;
-        s.made += 1;
-        let source = (s.make)(k);
-        let life = s.life.upgrade();
-        drop(sampling);
-        // No handle left: nobody reads the replacement.
-        if let Some(life) = life {
-            let completions = Completions {
-                shared: life.shared.clone(),
-                life,
-            };
-            completions.add(source);
-        }
-        return;
-    }
-    // The sampling lock is held while the upstreams are read (the one place both are held,
-    // always in this order): a replacement reserved meanwhile raised `max` first, and a
-    // sample being started is counted in `made` before its upstream is added.
-    let done = {
-        let state = shared.lock();
-        state.upstreams.len() >= s.max && state.upstreams.iter().all(|u| u.end.is_some())
-    };
-    if done {
-        *sampling = None;
-        drop(sampling);
-        let mut state = shared.lock();
-        state.open_ended = false;
-        state.end_if_done();
     }
 }
 
@@ -181,7 +137,7 @@ impl Completions {
             started += 1;
         }
         // Replacements still possible keep sampling open: the last upstream to end stops it
-        // ([`after_upstream_end`]).
+        // (`CompletionShared::after_upstream_end`).
         let exhausted = match &*lock(&self.shared.sampling) {
             Some(s) => s.made >= s.max && s.replacements == 0,
             None => false,

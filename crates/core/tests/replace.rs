@@ -145,3 +145,37 @@ async fn a_windowed_vote_forgoes_replacements() {
         started.lock().unwrap()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_of_several_choices_is_replaced_choice_by_choice() {
+    // Sample 0 is one source of three choices: choice 0 finishes, choice 1 is cut, choice 2
+    // never appears; the two it did not finish are replaced by samples of one choice each.
+    let answer = |n: u32| {
+        format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"Answer: {n}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"
+        )
+    };
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let log = started.clone();
+    let completions = Completions::builder()
+        .replace_failed(5)
+        .samples(1, move |k| {
+            log.lock().unwrap().push(k);
+            if k == 0 {
+                let reads = async_stream::stream! {
+                    yield Ok::<_, std::io::Error>(
+                        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Answer: 5\"},\"finish_reason\":\"stop\"},{\"index\":1,\"delta\":{\"content\":\"Answer: \"}}]}\n\n".to_string(),
+                    );
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"));
+                };
+                return Source::sse(reads).n(3);
+            }
+            Source::reader(std::io::Cursor::new(answer(5))).n(1)
+        });
+    completions.start_more(1);
+    let selection = within(SETTLED, "the vote", completions.vote(key).min_votes(3)).await;
+    assert_eq!(*started.lock().unwrap(), [0, 1, 2], "two replacements");
+    assert_eq!(selection.selected.len(), 3, "{selection:?}");
+    assert_eq!(selection.vote.unwrap().votes, 3);
+}

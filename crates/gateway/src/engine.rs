@@ -110,20 +110,19 @@ impl Run {
         }
         // A sample that fails before any of it is sent (a vote or a first-finished pick has
         // exposed nothing until it decides; a first-token pick nothing of a sample it has not
-        // chosen) is replaced by a new try while tries remain: one
-        // more single-sample request, numbered after the planned samples. For fan-out plans
-        // (one sample per request), where a failure is one sample's.
-        let replacements = match (&req.select, planned.iter().all(|p| p.samples().len() == 1)) {
-            (
-                Select::Vote {
-                    window: None,
-                    confidence: None,
-                    ..
-                }
-                | Select::FirstFinished
-                | Select::FirstToken { .. },
-                true,
-            ) => req.samples as usize * (opener.model.retry.attempts as usize - 1),
+        // chosen) is replaced by a new try while tries remain: one more single-sample
+        // request, numbered after the planned samples (a native request that fails is
+        // replaced sample by sample).
+        let replacements = match &req.select {
+            Select::Vote {
+                window: None,
+                confidence: None,
+                ..
+            }
+            | Select::FirstFinished
+            | Select::FirstToken { .. } => {
+                req.samples as usize * (opener.model.retry.attempts as usize - 1)
+            }
             _ => 0,
         };
         // The library numbers each request's choices as a block, in the order started; the

@@ -445,8 +445,10 @@ impl ReaderState {
         // A failed sample's replacement is reserved before its choices learn of the failure:
         // a pick that counts them then counts the replacement too.
         let dropped = self.completion.lock().upstreams[self.upstream].dropped;
-        let reserved =
-            outcome.is_err() && !dropped && crate::samples::reserve_replacement(&self.completion);
+        let reserved = match outcome.is_err() && !dropped {
+            true => self.completion.reserve_replacements(self.failing()),
+            false => 0,
+        };
         self.phase = ReaderPhase::Draining(outcome.clone());
         self.quiet = None;
         for slot in 0..self.slots.len() {
@@ -485,7 +487,19 @@ impl ReaderState {
         drop(state);
         // The upstream is closed now, whatever its choices' actors still have to do.
         self.upstream_input = None;
-        crate::samples::after_upstream_end(&self.completion, reserved);
+        self.completion.after_upstream_end(reserved);
+    }
+
+    /// How many of this upstream's choices its failure fails: those still wanted and not
+    /// finished, and the declared ones that never appeared.
+    fn failing(&self) -> usize {
+        let open = (self.slots.iter().enumerate())
+            .filter(|(i, slot)| slot.wanted == Wanted::Yes && !self.splitter.choice_finished(*i))
+            .count();
+        let missing = self
+            .expected
+            .map_or(0, |n| (n as usize).saturating_sub(self.slots.len()));
+        open + missing
     }
 
     /// Whether no choice of this upstream is wanted any more: the completion is closing, or
@@ -650,7 +664,7 @@ impl Drop for ReaderState {
             .end_upstream(self.upstream, meta, Err(error));
         // Not replaced (killed: its completion is going; failed: a fault of ours), but the
         // last upstream to end still stops an open sampling.
-        crate::samples::after_upstream_end(&self.completion, false);
+        self.completion.after_upstream_end(0);
     }
 }
 

@@ -117,10 +117,13 @@ pub(crate) async fn vote(
     key: impl Fn(&ChoiceOutput) -> Option<String>,
     min_votes: usize,
 ) -> Decided {
-    // The choices there will be: for samples made on demand, those planned (a failed
-    // sample's replacement is planned before the failure is seen); else those declared.
+    // The choices there will be: for samples made on demand, those the started samples
+    // declare and one for each sample planned but not started (a failed sample's
+    // replacement is planned before the failure is seen); else those declared.
     let expected = || match completions.samples_made() {
-        true => Some(completions.planned()),
+        true => completions
+            .declared_choices()
+            .map(|n| n + completions.planned().saturating_sub(completions.started())),
         false => completions.expected_choices(),
     };
     // Key → (votes, order of its first vote); voters by key.
