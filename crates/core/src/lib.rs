@@ -72,7 +72,6 @@ pub use builder::CompletionsBuilder;
 pub use choice::Choice;
 #[cfg(feature = "estimate")]
 pub use choicewise_proto::EncodingName;
-pub use choicewise_proto::wire;
 pub use choicewise_proto::{
     ArgumentsError, CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource,
     ChoiceUsage, Confidence, DEFAULT_ANTHROPIC_MAX_TOKENS, DEFAULT_MAX_CHOICES,
@@ -82,6 +81,7 @@ pub use choicewise_proto::{
     UpstreamError, Usage, UsageSource, Warning, WarningKind, WeightedVote, quantile,
     token_confidence,
 };
+pub use choicewise_proto::{chunks, wire};
 pub use completions::{Choices, Completions};
 pub use config::DEFAULT_HIBERNATE_AFTER;
 #[cfg(feature = "diagnostics")]

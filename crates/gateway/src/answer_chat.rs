@@ -13,11 +13,11 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::Finish;
-use crate::chunks::Envelope;
-use crate::chunks::{ChoiceChunks, Element};
 use crate::engine::Picked;
 use crate::error::ApiError;
 use crate::request::ChatRequest;
+use choicewise_core::chunks::Envelope;
+use choicewise_core::chunks::{ChoiceChunks, Element};
 
 /// Resolves once the gateway closes ([`Gateway::close`]); never if it is dropped instead.
 pub(crate) async fn closed(closing: &mut watch::Receiver<bool>) {
@@ -109,7 +109,7 @@ fn chunk_out(write: &mut Vec<u8>, prefix: &str, chunks: &mut ChoiceChunks, out: 
     let element = match out {
         Out::Event(event) => chunks.event(&event),
         Out::Failed(why) => Some(chunks.failed(&why)),
-        Out::Ended => (!chunks.finished)
+        Out::Ended => (!chunks.is_finished())
             .then(|| chunks.failed("the upstream ended the choice without a finish reason")),
     };
     if let Some(element) = element {
@@ -220,7 +220,7 @@ pub(crate) fn stream_response(
         run.pace.caught_up();
         // Cut short by the gateway's close: the choices not finished end now.
         let mut write = Vec::new();
-        for c in chunks.iter_mut().filter(|c| !c.finished) {
+        for c in chunks.iter_mut().filter(|c| !c.is_finished()) {
             chunk_event(&mut write, &prefix, &c.failed(SHUT_DOWN));
         }
         if !write.is_empty() {

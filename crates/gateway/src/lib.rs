@@ -33,7 +33,6 @@
 
 mod answer_api;
 mod answer_chat;
-mod chunks;
 mod config;
 mod engine;
 mod error;
@@ -66,7 +65,7 @@ pub use config::{
     Auth, Config, ConfigError, HealthConfig, Limits, Model, NMode, RetryConfig, Telemetry, Upstream,
 };
 
-use chunks::Envelope;
+use choicewise_core::chunks::Envelope;
 use engine::Run;
 use error::ApiError;
 use metrics::Metrics;

@@ -35,6 +35,7 @@
 #![deny(missing_docs)]
 
 mod api;
+pub mod chunks;
 mod confidence;
 mod config;
 mod decode;

@@ -1,31 +1,68 @@
-//! A choice's events as OpenAI `chat.completion.chunk` deltas, renumbered for the client.
+//! A choice's events written back as OpenAI `chat.completion.chunk` deltas, renumbered: the
+//! one chunk encoder of the workspace (the gateway's streamed Chat Completions answers).
 //!
-//! An [`Element`] is typed and borrows the event's text, so that a chunk is written straight
-//! into the answer's buffer: no JSON tree is built per event. Its keys are written in sorted
-//! order, as a `serde_json::Value` of the same element would write them.
+//! [`ChoiceChunks`] turns one choice's [`ChoiceEvent`]s into the elements of a chunk's
+//! `choices` array; an [`Element`] is typed and shares the event's text, so a chunk is written
+//! straight into a buffer (no JSON tree per event), its keys in sorted order as a
+//! `serde_json::Value` of the same element would write them; an [`Envelope`] holds what every
+//! chunk of one answer repeats (its id, time and model).
+//!
+//! ```
+//! use choicewise_proto::ChoiceEvent;
+//! use choicewise_proto::chunks::{ChoiceChunks, Envelope};
+//!
+//! let envelope = Envelope::new("gpt-4o-mini");
+//! let mut choice = ChoiceChunks::new(1); // the client sees this choice as index 1
+//! let opening = choice.opening();
+//! let text = choice.event(&ChoiceEvent::Content("Hi".into())).unwrap();
+//! let chunk = envelope.chunk(vec![serde_json::to_value(&text).unwrap()]);
+//! assert_eq!(chunk["choices"][0]["delta"]["content"], "Hi");
+//! assert_eq!(chunk["choices"][0]["index"], 1);
+//! assert_eq!(serde_json::to_value(&opening).unwrap()["delta"]["role"], "assistant");
+//! ```
 
 use std::sync::Arc;
 
-use choicewise_core::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text};
+use crate::{CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Value, json};
 
-/// Turns one output choice's events into the `choices[]` elements of chunks.
+/// Turns one output choice's events into the `choices[]` elements of chunks: the first
+/// element carries the role, a finish ends it, a failure ends it with `finish_reason:
+/// "error"` and the reason in `choicewise.error`.
+///
+/// ```
+/// use choicewise_proto::ChoiceEvent;
+/// use choicewise_proto::chunks::ChoiceChunks;
+///
+/// let mut choice = ChoiceChunks::new(0);
+/// assert!(choice.event(&ChoiceEvent::Finished("stop".into())).is_some());
+/// assert!(choice.is_finished());
+/// ```
 #[derive(Debug)]
-pub(crate) struct ChoiceChunks {
+pub struct ChoiceChunks {
     /// The index the client sees.
     index: u32,
     /// The role was sent (the first chunk of a choice carries it).
     role_sent: bool,
     /// The choice's `finish_reason` was sent.
-    pub finished: bool,
+    finished: bool,
     /// The client asked for log-probabilities: they pass through as the upstream sent them.
     logprobs: bool,
 }
 
-/// One element of a chunk's `choices` array.
+/// One element of a chunk's `choices` array, written by its [`Serialize`] implementation.
+///
+/// ```
+/// use choicewise_proto::chunks::ChoiceChunks;
+///
+/// let element = ChoiceChunks::new(2).failed("cut short");
+/// let written = serde_json::to_value(&element).unwrap();
+/// assert_eq!(written["finish_reason"], "error");
+/// assert_eq!(written["choicewise"]["error"], "cut short");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Element {
+pub struct Element {
     index: u32,
     /// The author role, on a choice's first element.
     role: Option<Text>,
@@ -64,6 +101,12 @@ struct Start {
 }
 
 impl ChoiceChunks {
+    /// The elements of the choice the client sees as `index`.
+    ///
+    /// ```
+    /// # use choicewise_proto::chunks::ChoiceChunks;
+    /// assert!(!ChoiceChunks::new(0).is_finished());
+    /// ```
     pub fn new(index: u32) -> Self {
         ChoiceChunks {
             index,
@@ -73,7 +116,14 @@ impl ChoiceChunks {
         }
     }
 
-    /// Whether the upstream's log-probabilities pass through (the client asked for them).
+    /// Whether the upstream's log-probabilities pass through (the client asked for them);
+    /// by default they are left out.
+    ///
+    /// ```
+    /// # use choicewise_proto::chunks::ChoiceChunks;
+    /// let choice = ChoiceChunks::new(0).logprobs(true);
+    /// # let _ = choice;
+    /// ```
     pub fn logprobs(mut self, pass: bool) -> Self {
         self.logprobs = pass;
         self
@@ -97,14 +147,40 @@ impl ChoiceChunks {
         }
     }
 
+    /// Whether the choice's `finish_reason` was written (a finish or a failure).
+    ///
+    /// ```
+    /// # use choicewise_proto::chunks::ChoiceChunks;
+    /// let mut choice = ChoiceChunks::new(0);
+    /// choice.failed("cut short");
+    /// assert!(choice.is_finished());
+    /// ```
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
     /// The choice's opening element (its role, `content: null`), written for every choice
     /// in index order before any upstream is heard from: clients that index choices by
     /// position (openai-python's stream helper) then find each one in place.
+    ///
+    /// ```
+    /// # use choicewise_proto::chunks::ChoiceChunks;
+    /// let opening = serde_json::to_value(ChoiceChunks::new(0).opening()).unwrap();
+    /// assert_eq!(opening["delta"]["content"], serde_json::Value::Null);
+    /// ```
     pub fn opening(&mut self) -> Element {
         self.element(None, Delta::Opening, None)
     }
 
-    /// The element for one event, if it shows in a chunk.
+    /// The element for one event, if it shows in a chunk (text, reasoning, refusal, a call's
+    /// start or arguments, the finish; log-probabilities when passed through).
+    ///
+    /// ```
+    /// # use choicewise_proto::{ChoiceEvent, chunks::ChoiceChunks};
+    /// let mut choice = ChoiceChunks::new(0);
+    /// let element = choice.event(&ChoiceEvent::Reasoning("Hmm".into())).unwrap();
+    /// assert_eq!(serde_json::to_value(&element).unwrap()["delta"]["reasoning_content"], "Hmm");
+    /// ```
     pub fn event(&mut self, event: &ChoiceEvent) -> Option<Element> {
         let (role, delta) = match event {
             // The opening was written already.
@@ -146,7 +222,7 @@ impl ChoiceChunks {
     }
 
     /// The element ending a choice that failed (or was cut short): `finish_reason: "error"`,
-    /// and what went wrong in `choicewise.error`.
+    /// and what went wrong in `choicewise.error` (see [`Element`]).
     pub fn failed(&mut self, message: &str) -> Element {
         let mut element = self.element(None, Delta::Empty, Some(Text::from("error")));
         element.error = Some(Text::from(message));
@@ -261,15 +337,26 @@ impl Serialize for ToolCall<'_> {
     }
 }
 
-/// Shared by a run's output streams: the model's name and the answer's id and time.
+/// What every chunk of one answer repeats: its id, its time and the model's name.
+///
+/// ```
+/// use choicewise_proto::chunks::Envelope;
+/// let envelope = Envelope::new("m");
+/// assert!(envelope.id.starts_with("chatcmpl-"));
+/// assert!(envelope.prefix().ends_with("\"choices\":["));
+/// ```
 #[derive(Debug, Clone)]
-pub(crate) struct Envelope {
+pub struct Envelope {
+    /// The answer's id (`chatcmpl-…`, unique within the process).
     pub id: Arc<str>,
+    /// When it was made, in seconds since the Unix epoch.
     pub created: u64,
+    /// The model's name, as the client asked for it.
     pub model: Arc<str>,
 }
 
 impl Envelope {
+    /// A new answer's envelope for `model`: a fresh id, the time now.
     pub fn new(model: &str) -> Self {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -286,7 +373,8 @@ impl Envelope {
     }
 
     /// A chunk's JSON up to the opening of its `choices` array, for writing chunks without
-    /// building each one's envelope (`{"id":…,"object":…,"created":…,"model":…,"choices":[`).
+    /// building each one's envelope (`{"id":…,"object":…,"created":…,"model":…,"choices":[`);
+    /// close it with the elements and `]}`.
     pub fn prefix(&self) -> String {
         format!(
             "{{\"id\":{},\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"choices\":[",
@@ -296,7 +384,13 @@ impl Envelope {
         )
     }
 
-    /// A chunk of these choices' elements.
+    /// A chunk of these choices' elements, as a JSON value.
+    ///
+    /// ```
+    /// # use choicewise_proto::chunks::Envelope;
+    /// let chunk = Envelope::new("m").chunk(Vec::new());
+    /// assert_eq!(chunk["object"], "chat.completion.chunk");
+    /// ```
     pub fn chunk(&self, choices: Vec<Value>) -> Value {
         json!({
             "id": &*self.id,
