@@ -697,3 +697,45 @@ async fn samples_above_max_n_are_split_over_requests() {
     ns.sort_unstable();
     assert_eq!(ns, [1, 2, 2], "requests of at most max_n samples");
 }
+
+/// A native request of three samples cut after two finished: its unfinished sample is
+/// replaced by a single-sample request, and the vote counts it (42 twice, not a 42–41 tie).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_request_cut_mid_stream_is_replaced_sample_by_sample() {
+    let chunk = |index: u32, text: &str, finish: bool| {
+        let finish = if finish { "\"stop\"" } else { "null" };
+        format!(
+            "data: {{\"choices\":[{{\"index\":{index},\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    let native_body = chunk(0, "Answer: 42", true)
+        + &chunk(1, "Answer: 41", true)
+        + &chunk(2, "Answer: ", false)
+        + &chunk(2, "42", true)
+        + "data: [DONE]\n\n";
+    let server = TestServer::builder()
+        .body(native_body)
+        .close_after_events(3)
+        .then(TestServer::builder().body(answer("Answer: 42")))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"native\"\n",
+        server.base_url()
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let mut body = chat(1, false);
+    body["choicewise"] = json!({"samples": 3, "select": "vote", "vote_by": "Answer: (\\d+)"});
+    let r = within(LIMIT, "the answer", post(addr, &body)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let summary = &v["choicewise"];
+    assert_eq!(v["choices"][0]["message"]["content"], "Answer: 42", "{v}");
+    assert_eq!(summary["vote"]["votes"], 2, "{summary}");
+    assert_eq!(summary["started"], 4, "{summary}");
+    let ns: Vec<u64> = (server.requests().iter())
+        .map(|q| q.json.as_ref().unwrap()["n"].as_u64().unwrap_or(1))
+        .collect();
+    assert_eq!(ns, [3, 1], "one native request, then one replacement");
+}
