@@ -715,6 +715,40 @@ fn check_anthropic(got: &Value, client: &str) {
     let wrong = &got["wrong_key"];
     check_error(wrong, 401, "AuthenticationError", client);
     assert_eq!(wrong["type"], "authentication_error", "{client}: {wrong}");
+    if std::env::var_os("CHOICEWISE_LLAMA_URL").is_some() {
+        // A real model: its own words, a stop reason Anthropic's terms have, real counts.
+        for name in ["llama_whole", "llama_select"] {
+            let m = &got[name];
+            let text = m["content"][0]["text"].as_str().unwrap_or_default();
+            assert!(!text.trim().is_empty(), "{client} {name}: {m}");
+            assert!(
+                matches!(m["stop_reason"].as_str(), Some("end_turn" | "max_tokens")),
+                "{client} {name}: {m}"
+            );
+            assert!(
+                m["usage"]["output_tokens"].as_u64().unwrap() > 0,
+                "{client} {name}: {m}"
+            );
+            assert!(
+                m["usage"]["input_tokens"].as_u64().unwrap() > 0,
+                "{client} {name}: {m}"
+            );
+        }
+        assert_eq!(
+            got["llama_select"]["choicewise"]["decision"], "first_token",
+            "{client}"
+        );
+        let stream = &got["llama_stream"];
+        assert!(
+            !stream["text"].as_str().unwrap().trim().is_empty(),
+            "{client}: {stream}"
+        );
+        assert_eq!(stream["events"][0], "message_start", "{client}: {stream}");
+        assert_eq!(
+            stream["events"].as_array().unwrap().last().unwrap(),
+            "message_stop"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -768,41 +802,6 @@ async fn anthropic_python() {
 
     let counted = got["count_tokens"].as_u64().unwrap();
     assert!(counted > 3, "{client}: count_tokens {counted}");
-
-    if std::env::var_os("CHOICEWISE_LLAMA_URL").is_some() {
-        // A real model: its own words, a stop reason Anthropic's terms have, real counts.
-        for name in ["llama_whole", "llama_select"] {
-            let m = &got[name];
-            let text = m["content"][0]["text"].as_str().unwrap_or_default();
-            assert!(!text.trim().is_empty(), "{client} {name}: {m}");
-            assert!(
-                matches!(m["stop_reason"].as_str(), Some("end_turn" | "max_tokens")),
-                "{client} {name}: {m}"
-            );
-            assert!(
-                m["usage"]["output_tokens"].as_u64().unwrap() > 0,
-                "{client} {name}: {m}"
-            );
-            assert!(
-                m["usage"]["input_tokens"].as_u64().unwrap() > 0,
-                "{client} {name}: {m}"
-            );
-        }
-        assert_eq!(
-            got["llama_select"]["choicewise"]["decision"], "first_token",
-            "{client}"
-        );
-        let stream = &got["llama_stream"];
-        assert!(
-            !stream["text"].as_str().unwrap().trim().is_empty(),
-            "{client}: {stream}"
-        );
-        assert_eq!(stream["events"][0], "message_start", "{client}: {stream}");
-        assert_eq!(
-            stream["events"].as_array().unwrap().last().unwrap(),
-            "message_stop"
-        );
-    }
 }
 
 /// A Responses `response` as a client parsed it, answering `text`.
@@ -991,6 +990,26 @@ async fn openai_agents() {
     let stored = &got["stored"];
     check_error(stored, 400, "BadRequestError", &client);
     assert_eq!(stored["param"], "store", "{client}: {stored}");
+
+    if std::env::var_os("CHOICEWISE_LLAMA_URL").is_some() {
+        // A real model: an agent without tools answers in its own words, or the SDK reports
+        // the answer cut at max_tokens (`response.incomplete`) in its own terms.
+        let llama = &got["llama"];
+        match llama["incomplete"].as_str() {
+            Some(why) => assert!(why.contains("max_output_tokens"), "{client}: {llama}"),
+            None => {
+                assert!(
+                    !llama["final_output"].as_str().unwrap().trim().is_empty(),
+                    "{client}: {llama}"
+                );
+                assert_eq!(
+                    llama["items"],
+                    serde_json::json!(["MessageOutputItem"]),
+                    "{client}"
+                );
+            }
+        }
+    }
 }
 
 /// The Vercel AI SDK's default OpenAI provider, `openai(model)`, which speaks Responses:

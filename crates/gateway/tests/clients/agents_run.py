@@ -15,6 +15,7 @@ import sys
 
 import openai
 from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents.exceptions import ModelBehaviorError
 from openai import AsyncOpenAI
 
 CALLS = []
@@ -82,6 +83,15 @@ async def main():
 
     results["failing"] = await error_of(lambda: Runner.run(agent(client, "failing"), question))
     results["stored"] = await error_of(lambda: Runner.run(agent(client, "tools", ModelSettings(store=True)), question))
+    if os.environ.get("CHOICEWISE_LLAMA_URL"):
+        # A real model behind the gateway (llama.cpp): an agent without tools, its own words;
+        # or, cut at max_tokens, the SDK's own error for a `response.incomplete`.
+        short = ModelSettings(max_tokens=64)
+        try:
+            llama = await Runner.run(agent(client, "llama", short, tools=False), "Say hello.")
+            results["llama"] = {"final_output": llama.final_output, "items": items(llama)}
+        except ModelBehaviorError as e:
+            results["llama"] = {"incomplete": str(e)}
     json.dump(results, sys.stdout)
 
 

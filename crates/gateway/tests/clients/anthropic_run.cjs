@@ -82,6 +82,14 @@ async function main() {
   results.no_max_tokens = await errorOf(() => client.messages.create({ model: 'echo', messages: MESSAGES }));
   const wrongKey = new Anthropic({ baseURL, apiKey: 'sk-wrong', maxRetries: 0, timeout: 60000 });
   results.wrong_key = await errorOf(() => wrongKey.messages.create(basic));
+  if (process.env.CHOICEWISE_LLAMA_URL) {
+    // A real model behind the gateway (llama.cpp): its own text, stop reason and counts.
+    const llama = { model: 'llama', max_tokens: 24, system: 'Be brief.', messages: MESSAGES };
+    results.llama_whole = whole(await client.messages.create(llama));
+    results.llama_stream = await rawStream(client, llama);
+    const picked = { ...llama, choicewise: { samples: 2, select: 'first_token' } };
+    results.llama_select = whole(await client.messages.create(picked));
+  }
   process.stdout.write(JSON.stringify(results));
 }
 
