@@ -97,6 +97,23 @@ impl Dialect {
         }
     }
 
+    /// The Chat Completions `reasoning_effort` that stands for an Anthropic `thinking`
+    /// budget: the inverse of [`thinking_budget`](Self::thinking_budget), one table for both
+    /// directions (below 2,048 tokens `low`, below 4,096 `medium`, else `high`).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::thinking_effort(3000), "medium");
+    /// assert_eq!(Dialect::thinking_budget(Dialect::thinking_effort(5000)), Some(Some(4096)));
+    /// ```
+    pub fn thinking_effort(budget: u64) -> &'static str {
+        match budget {
+            ..2048 => "low",
+            2048..4096 => "medium",
+            _ => "high",
+        }
+    }
+
     /// A request in Chat Completions' shape (`messages`, `max_tokens`, ...) in this dialect's
     /// shape (Chat: unchanged):
     ///

@@ -14,7 +14,7 @@
 //! | `tools` (`input_schema`) | function tools (`parameters`) |
 //! | `tool_choice` `auto` / `any` / `tool` / `none`, `disable_parallel_tool_use` | `auto` / `required` / the named function / `none`, `parallel_tool_calls: false` |
 //! | `stop_sequences` | `stop` |
-//! | `thinking` `enabled` with `budget_tokens` | `reasoning_effort` (below 2048 `low`, below 4096 `medium`, else `high`, the inverse of the usual effort-to-budget table), and kept in [`Translated::native`] for an Anthropic upstream: Chat Completions has no budget, and OpenAI-compatible servers refuse a `thinking` field |
+//! | `thinking` `enabled` with `budget_tokens` | `reasoning_effort` (`Dialect::thinking_effort`: below 2048 `low`, below 4096 `medium`, else `high`, the inverse of `Dialect::thinking_budget`), and kept in [`Translated::native`] for an Anthropic upstream: Chat Completions has no budget, and OpenAI-compatible servers refuse a `thinking` field |
 //! | `choicewise` | kept as sent |
 //!
 //! Ignored: `metadata`, `service_tier`, `cache_control` on blocks, a `tool_result`'s
@@ -508,9 +508,7 @@ fn tool_choice(
 fn thinking_effort(thinking: &Value) -> Result<Option<&'static str>, IngressError> {
     match thinking["type"].as_str() {
         Some("enabled") => match thinking["budget_tokens"].as_u64() {
-            Some(b) if b < 2048 => Ok(Some("low")),
-            Some(b) if b < 4096 => Ok(Some("medium")),
-            Some(_) => Ok(Some("high")),
+            Some(budget) => Ok(Some(Dialect::thinking_effort(budget))),
             None => Err(IngressError::missing("thinking.budget_tokens")),
         },
         Some("adaptive" | "disabled") => Ok(None),
