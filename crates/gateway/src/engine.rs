@@ -46,6 +46,12 @@ fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Plan {
     Plan::new(req.samples, &upstreams, opening)
 }
 
+/// The upstream a request's `j`-th replacement sample is first asked of: the planned
+/// requests' upstreams in turn (its tries then go on as every try does).
+fn replacement_upstream(planned: &[choicewise_core::PlannedRequest], j: usize) -> usize {
+    planned[j % planned.len()].upstream()
+}
+
 /// A request's samples, streaming.
 pub(crate) struct Run {
     pub completions: Completions,
@@ -136,7 +142,7 @@ impl Run {
         for j in 0..replacements {
             sizes.push(1);
             sample_of.push(req.samples + j as u32);
-            let upstream = planned[j % planned.len()].upstream();
+            let upstream = replacement_upstream(&planned, j);
             lock(&labels).push(upstreams[upstream].label.clone());
         }
         let index_of = sample_of
@@ -168,7 +174,7 @@ impl Run {
                         let failed = async move { Err::<Source, BoxError>(message.into()) };
                         return Source::open(failed).n(1);
                     }
-                    (planned[j % planned.len()].upstream(), vec![sample])
+                    (replacement_upstream(&planned, j), vec![sample])
                 }
             };
             let route = &opener.model.routes[upstream];
