@@ -239,8 +239,7 @@ impl Client {
                     let status = response.status();
                     let retryable = status == StatusCode::TOO_MANY_REQUESTS
                         || status == StatusCode::SERVICE_UNAVAILABLE
-                        || (inner.retry_server_errors
-                            && matches!(status.as_u16(), 408 | 500 | 502 | 504 | 529));
+                        || (inner.retry_server_errors && retryable_status(status.as_u16()));
                     if !retryable || retry >= inner.max_retries {
                         return Err(status_error(response, inner.idle_timeout).await);
                     }
@@ -479,6 +478,19 @@ impl Client {
         .request(request)
         .idle_timeout(self.inner.idle_timeout)
     }
+}
+
+/// Whether a status says a try failed before any answer and may pass on another try: 408,
+/// 429, 500, 502, 503, 504 and 529. The client retries them with
+/// [`retry_server_errors`](ClientBuilder::retry_server_errors) (429 and 503 always); a
+/// gateway between upstreams classifies its tries by the same list.
+///
+/// ```
+/// assert!(choicewise_client::retryable_status(529));
+/// assert!(!choicewise_client::retryable_status(400));
+/// ```
+pub fn retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500 | 502 | 503 | 504 | 529)
 }
 
 /// The model ids of a `/models` answer: `data[].id`, else `models[].name` / `models[].model`.

@@ -103,7 +103,7 @@ pub(crate) fn classify(e: &ClientError) -> Option<Outcome> {
         (ClientErrorKind::Connect, _) => Some(Outcome::Connect),
         (ClientErrorKind::Timeout, _) => Some(Outcome::Timeout),
         (_, Some(429)) => Some(Outcome::TooMany),
-        (_, Some(408 | 500 | 502 | 503 | 504 | 529)) => Some(Outcome::Server),
+        (_, Some(status)) if choicewise_client::retryable_status(status) => Some(Outcome::Server),
         // A request that failed once sent (a reset before the headers) is a connection's
         // failure too.
         (ClientErrorKind::Request, None) => Some(Outcome::Connect),
