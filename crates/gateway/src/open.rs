@@ -182,12 +182,9 @@ impl Opener {
             let mut last: Option<usize> = None;
             for attempt in 0..model.retry.attempts {
                 let now = Instant::now();
-                if std::mem::take(&mut first_try) {
+                let retry = !std::mem::take(&mut first_try);
+                if !retry {
                     self.budget.first(now);
-                } else if !self.budget.retry(now) {
-                    self.metrics.retry_budget_exhausted();
-                    tracing::warn!(model = %self.model.name, "retry budget exhausted");
-                    return Err(self.failure(&failed, true));
                 }
                 // The next upstream after the last one tried that may be tried now; else
                 // the one free soonest, if that is within the longest wait.
@@ -233,6 +230,23 @@ impl Opener {
                             }
                         }
                     }
+                }
+                // A retry is charged to the budget, unless it leaves an ejected upstream for
+                // a healthy one: that moves a try away from an upstream known to be failing
+                // and adds no load to it, and it is what a burst meets while one upstream is
+                // going down (every try already sent to it fails). When every upstream is
+                // failing, each is ejected in turn and no such retry remains.
+                let leaves_ejected = last.is_some_and(|l| model.routes[l].health.ejected())
+                    && chosen.is_some_and(|j| Some(j) != last)
+                    && !probe;
+                if retry && !leaves_ejected && !self.budget.retry(now) {
+                    if let (true, Some(j)) = (probe, chosen) {
+                        // The probe handed out is not made: the next try may probe.
+                        model.routes[j].health.probe_over();
+                    }
+                    self.metrics.retry_budget_exhausted();
+                    tracing::warn!(model = %self.model.name, "retry budget exhausted");
+                    return Err(self.failure(&failed, true));
                 }
                 let j = match (chosen, soonest) {
                     (Some(j), _) => {
@@ -310,7 +324,7 @@ impl Opener {
                     outcome = outcome.as_str(),
                     "a try failed: {message}"
                 );
-                if route.health.failed(Instant::now(), retry_after) {
+                if route.health.failed(Instant::now(), retry_after, probe) {
                     self.metrics.ejected(&route.label, true);
                     tracing::warn!(upstream = %route.label, "ejected");
                 }

@@ -192,8 +192,7 @@ impl Health {
         self.state().probing = false;
     }
 
-    /// Whether it is ejected now.
-    #[cfg(test)]
+    /// Whether it is ejected now (its time may be over, its probe not yet back).
     pub fn ejected(&self) -> bool {
         self.state().ejected_until.is_some()
     }
@@ -206,21 +205,29 @@ impl Health {
         restored
     }
 
-    /// A try failed; `wait` is a `Retry-After` it asked for. Returns whether this failure
-    /// ejected it.
-    pub fn failed(&self, now: Instant, wait: Option<Duration>) -> bool {
+    /// A try failed; `wait` is a `Retry-After` it asked for, `probe` whether the try was
+    /// the probe [`take`](Self::take) handed out. Returns whether this failure ejected it.
+    ///
+    /// Only the probe's failure ejects an ejected upstream again (for longer): the failures
+    /// of tries already under way when it was ejected say nothing new, and counting them
+    /// would double its time once for each, so that a burst of failures held it out for five
+    /// minutes instead of `eject_for_s`.
+    pub fn failed(&self, now: Instant, wait: Option<Duration>, probe: bool) -> bool {
         let mut s = self.state();
         if let Some(wait) = wait {
             // A `Retry-After` far in the future (an HTTP date) holds it no longer than an
             // ejection would.
             s.wait_until = Some(now + wait.min(MAX_EJECTION));
         }
-        if s.probing || s.ejected_until.is_some() {
+        if probe {
             // The probe failed: ejected again, for longer.
             s.probing = false;
             s.ejections_in_row += 1;
             s.ejected_until = Some(now + self.ejection(s.ejections_in_row));
             return true;
+        }
+        if s.ejected_until.is_some() {
+            return false;
         }
         s.failures_in_row += 1;
         if s.failures_in_row >= self.eject_after {
@@ -318,17 +325,17 @@ mod tests {
     fn ejection_after_failures_in_a_row_then_one_probe() {
         let h = health(3, 10.0);
         let t = Instant::now();
-        assert!(!h.failed(t, None));
-        assert!(!h.failed(t, None));
+        assert!(!h.failed(t, None, false));
+        assert!(!h.failed(t, None, false));
         assert_eq!(h.take(t), Availability::Healthy);
-        assert!(h.failed(t, None));
+        assert!(h.failed(t, None, false));
         assert!(matches!(h.take(t), Availability::Until(u) if u == t + Duration::from_secs(10)));
         // Time over: one probe, and only one.
         let later = t + Duration::from_secs(11);
         assert_eq!(h.take(later), Availability::Probe);
         assert!(matches!(h.take(later), Availability::Until(_)));
         // The probe fails: ejected for twice as long.
-        assert!(h.failed(later, None));
+        assert!(h.failed(later, None, true));
         assert!(
             matches!(h.take(later), Availability::Until(u) if u == later + Duration::from_secs(20))
         );
@@ -344,9 +351,9 @@ mod tests {
     fn a_success_between_failures_resets_the_count() {
         let h = health(2, 10.0);
         let t = Instant::now();
-        assert!(!h.failed(t, None));
+        assert!(!h.failed(t, None, false));
         h.succeeded();
-        assert!(!h.failed(t, None));
+        assert!(!h.failed(t, None, false));
         assert_eq!(h.take(t), Availability::Healthy);
     }
 
@@ -355,8 +362,8 @@ mod tests {
         let h = health(1, 100.0);
         let mut t = Instant::now();
         let mut lengths = Vec::new();
-        for _ in 0..4 {
-            h.failed(t, None);
+        for probe in [false, true, true, true] {
+            h.failed(t, None, probe);
             let Availability::Until(u) = h.take(t) else {
                 panic!()
             };
@@ -368,10 +375,32 @@ mod tests {
     }
 
     #[test]
+    fn failures_under_way_at_the_ejection_do_not_lengthen_it() {
+        let h = health(2, 30.0);
+        let t = Instant::now();
+        assert!(!h.failed(t, None, false));
+        assert!(h.failed(t, None, false));
+        // Tries sent before the ejection fail after it: it stays ejected for 30 s, not 60,
+        // 120, ... once for each.
+        for _ in 0..20 {
+            assert!(!h.failed(t, None, false));
+        }
+        assert_eq!(h.take(t), Availability::Until(t + Duration::from_secs(30)));
+        let later = t + Duration::from_secs(30);
+        assert_eq!(h.take(later), Availability::Probe);
+        // The probe's failure does: 60 s.
+        assert!(h.failed(later, None, true));
+        assert_eq!(
+            h.take(later),
+            Availability::Until(later + Duration::from_secs(60))
+        );
+    }
+
+    #[test]
     fn retry_after_holds_the_upstream() {
         let h = health(5, 10.0);
         let t = Instant::now();
-        h.failed(t, Some(Duration::from_secs(1)));
+        h.failed(t, Some(Duration::from_secs(1)), false);
         assert_eq!(h.take(t), Availability::Until(t + Duration::from_secs(1)));
         assert_eq!(h.take(t + Duration::from_secs(2)), Availability::Healthy);
     }

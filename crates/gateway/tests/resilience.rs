@@ -2,12 +2,14 @@
 //! fallbacks, ejection and its probe, the retry budget. Real loopback HTTP.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer, answer};
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
 use common::serve;
@@ -229,6 +231,72 @@ async fn fallbacks_answer_and_client_errors_pass_through() {
     assert_eq!(r.status(), 400);
     assert_eq!(refusing.request_count(), 1);
     assert_eq!(local.request_count(), 1);
+}
+
+/// A server that answers every request 503 after `after`, counting them: an upstream going
+/// down under tries already sent to it.
+async fn failing_after(after: Duration) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0; 65536];
+                let mut head = Vec::new();
+                // The request's head and its body (a small JSON body comes with it).
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(after).await;
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    (format!("http://{addr}/v1"), count)
+}
+
+/// A burst meets an upstream going down: the tries already sent to it fail after its
+/// ejection. Their retries leave an ejected upstream for a healthy one, so the budget does
+/// not charge them, and no request of the burst fails even at a budget of 0 (its floor of
+/// ten retries is less than the tries that failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_leaving_an_ejected_upstream_are_not_charged() {
+    let (failing, sent) = failing_after(Duration::from_millis(400)).await;
+    let fine = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[limits]\nretry_budget_percent = 0\n[[models]]\nname = \"m\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 1\neject_for_s = 60\n{}{}",
+        upstream(&failing, ""),
+        upstream(&fine.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let body = chat(1, false);
+    let burst = (0..48).map(|_| post(addr, &body));
+    let answers = within(LIMIT, "the burst", futures::future::join_all(burst)).await;
+    for r in answers {
+        assert_eq!(r.status(), 200);
+    }
+    let failed = sent.load(Ordering::SeqCst);
+    assert!(failed > 10, "only {failed} tries met the failing upstream");
+    let m = metrics(addr).await;
+    assert!(
+        !m.lines().any(
+            |l| l.starts_with("choicewise_retry_budget_exhausted_total ") && !l.ends_with(" 0")
+        ),
+        "{m}"
+    );
 }
 
 /// Every upstream down: the retry budget stops the tries, and the answers come at once;
