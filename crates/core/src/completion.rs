@@ -134,6 +134,12 @@ pub(crate) struct Sampling {
     pub make: Box<dyn FnMut(usize) -> crate::source::Source + Send>,
     /// Failed samples that may still be replaced (each replacement raises `max` by one).
     pub replacements: usize,
+    /// Replacements reserved so far.
+    pub reserved: usize,
+    /// Who starts a reserved replacement: the reader once its upstream's end is recorded
+    /// (`false`), or the pick, in the place it gives it (`true`: a windowed vote, whose
+    /// windows are made of positions).
+    pub pick_starts: bool,
     /// Starts a sample's source in the completion, from a reader (holding the completion's
     /// lifetime weakly: the handles own it; without one, nobody reads the sample).
     pub start: Arc<dyn Fn(crate::source::Source) + Send + Sync>,
@@ -145,6 +151,8 @@ impl std::fmt::Debug for Sampling {
             .field("made", &self.made)
             .field("max", &self.max)
             .field("replacements", &self.replacements)
+            .field("reserved", &self.reserved)
+            .field("pick_starts", &self.pick_starts)
             .finish()
     }
 }
@@ -339,6 +347,7 @@ impl CompletionShared {
             Some(s) => {
                 let reserved = failed.min(s.replacements);
                 s.replacements -= reserved;
+                s.reserved += reserved;
                 s.max += reserved;
                 reserved
             }
@@ -347,14 +356,15 @@ impl CompletionShared {
     }
 
     /// After an upstream of a completion of samples ended: starts the `reserved`
-    /// replacements its reader reserved, or, when every planned sample has started and ended
-    /// with none due, stops sampling so that the completion ends.
+    /// replacements its reader reserved (unless the pick starts them), or, when every
+    /// planned sample has started and ended with none due, stops sampling so that the
+    /// completion ends.
     pub fn after_upstream_end(&self, reserved: usize) {
         let mut sampling = lock(&self.sampling);
         let Some(s) = sampling.as_mut() else {
             return;
         };
-        if reserved > 0 && s.made < s.max {
+        if reserved > 0 && s.made < s.max && !s.pick_starts {
             let mut sources = Vec::new();
             while sources.len() < reserved && s.made < s.max {
                 let k = s.made;

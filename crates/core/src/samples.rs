@@ -48,6 +48,8 @@ impl CompletionsBuilder {
             max,
             make: Box::new(sample),
             replacements,
+            reserved: 0,
+            pick_starts: false,
             start: {
                 let life = Arc::downgrade(&completions.life);
                 Arc::new(move |source| {
@@ -71,11 +73,13 @@ impl CompletionsBuilder {
     /// still decides over as many samples as planned. The failed sample stays a failed
     /// choice. A source of several choices that fails counts one failed sample for each
     /// choice it had not finished (and each declared one that never appeared): give
-    /// `sample(k)` for `k` past the planned samples one choice. Replacing stops once sampling stops: a combinator's decision, a cancel,
-    /// [`stop_sampling`](Completions::stop_sampling), or a windowed or confidence-guided vote
-    /// (which start samples as they decide, and count them by window); until then, sampling
-    /// stays open after the last planned sample started, and the completion ends when every
-    /// started sample has ended with no replacement due.
+    /// `sample(k)` for `k` past the planned samples one choice. Under a windowed vote
+    /// ([`Pick::window`](crate::Pick::window)) a replacement joins its failed sample's window,
+    /// started by the vote at the next position. Replacing stops once sampling stops: a
+    /// combinator's decision, a cancel, [`stop_sampling`](Completions::stop_sampling), or a
+    /// confidence-guided vote (which counts its warmup and batches by position); until then,
+    /// sampling stays open after the last planned sample started, and the completion ends
+    /// when every started sample has ended with no replacement due.
     ///
     /// ```
     /// use choicewise_core::{Completions, Source};
@@ -190,6 +194,24 @@ impl Completions {
         if exhausted {
             self.stop_sampling();
         }
+    }
+
+    /// From now on the pick starts the replacements reserved for failed samples, in the
+    /// places it gives them ([`start_more`](Self::start_more) as for any sample), rather
+    /// than the reader as each failure is seen: a windowed vote, whose windows are made of
+    /// positions, puts a failed sample's replacement in that sample's window.
+    pub(crate) fn pick_starts_replacements(&self) {
+        if let Some(s) = lock(&self.shared.sampling).as_mut() {
+            s.pick_starts = true;
+        }
+    }
+
+    /// How many replacements of failed samples were reserved so far (each raised
+    /// [`planned`](Self::planned) by one).
+    pub(crate) fn replacements_reserved(&self) -> usize {
+        lock(&self.shared.sampling)
+            .as_ref()
+            .map_or(0, |s| s.reserved)
     }
 
     /// Whether it is a completion of samples made on demand (sampling may have stopped).

@@ -263,7 +263,10 @@ impl<'a> Pick<'a> {
     /// cannot change the winner), ties to the key voted first. The last window is smaller when
     /// the total is not a multiple of `size`. As with the plain vote, the selected choices are
     /// every finished choice whose key won, in whichever window it ran;
-    /// [`Selection::started`] and [`Selection::windows`] say how far it went.
+    /// [`Selection::started`] and [`Selection::windows`] say how far it went. With
+    /// [`replace_failed`](crate::CompletionsBuilder::replace_failed), a sample that fails
+    /// (cut, malformed, silent) is replaced within its window: the replacement takes the next
+    /// position, votes in the failed sample's place, and the later windows start after it.
     ///
     /// ```
     /// use choicewise_core::{Completions, Source};

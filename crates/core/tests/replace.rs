@@ -132,18 +132,63 @@ async fn a_decided_pick_replaces_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_windowed_vote_forgoes_replacements() {
+async fn a_windowed_vote_replaces_a_failed_sample_within_its_window() {
     use Plan::*;
-    let plans = vec![Answers(5, 1), Breaks(1), Answers(5, 1), Answers(5, 1)];
-    let (completions, started) = completion(plans, Answers(5, 1), 2);
+    // Windows of two. Sample 1 breaks: its replacement takes position 2 in the first window
+    // and agrees with sample 0, so the first window decides; the samples that would answer
+    // 7 never start.
+    let plans = vec![
+        Answers(5, 1),
+        Breaks(1),
+        Answers(5, 20),
+        Answers(7, 1),
+        Answers(7, 1),
+        Answers(7, 1),
+    ];
+    let (completions, started) = completion(plans.clone(), Answers(7, 1), 2);
     let selection = within(SETTLED, "the vote", completions.vote(key).window(2)).await;
-    assert!(!selection.selected.is_empty(), "{selection:?}");
-    let _ = within(SETTLED, "the completion", completions.outcome()).await;
-    assert!(
-        started.lock().unwrap().iter().all(|k| *k < 4),
-        "windows count samples by position: {:?}",
-        started.lock().unwrap()
+    assert_eq!(
+        selection.vote.as_ref().unwrap().key,
+        "Answer: 5",
+        "{selection:?}"
     );
+    assert_eq!(selection.selected, [0, 2]);
+    assert_eq!(selection.windows, [vec![0, 1, 2]]);
+    let _ = within(SETTLED, "the completion", completions.outcome()).await;
+    assert_eq!(*started.lock().unwrap(), [0, 1, 2]);
+
+    // Without replacements the broken sample splits the first window; the next windows run,
+    // and the plurality of what finished decides.
+    let (completions, started) = completion(plans, Answers(7, 1), 0);
+    let selection = within(SETTLED, "the vote", completions.vote(key).window(2)).await;
+    assert_eq!(
+        selection.vote.as_ref().unwrap().key,
+        "Answer: 7",
+        "{selection:?}"
+    );
+    assert_eq!(selection.windows, [vec![0, 1], vec![2, 3], vec![4, 5]]);
+    let _ = within(SETTLED, "the completion", completions.outcome()).await;
+    assert_eq!(*started.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_windowed_vote_gives_later_windows_the_positions_after_a_replacement() {
+    use Plan::*;
+    // Windows of two over four planned samples. The first window splits (5 against 6);
+    // sample 3, in the second window, breaks after that window opened: its replacement takes
+    // the next position (4), which joins the second window, not a third.
+    let plans = vec![Answers(5, 1), Answers(6, 30), Answers(8, 40), Breaks(80)];
+    let (completions, started) = completion(plans, Answers(8, 1), 1);
+    let selection = within(SETTLED, "the vote", completions.vote(key).window(2)).await;
+    assert_eq!(
+        selection.vote.as_ref().unwrap().key,
+        "Answer: 8",
+        "{selection:?}"
+    );
+    assert_eq!(selection.windows, [vec![0, 1], vec![2, 3, 4]]);
+    assert_eq!(selection.selected, [2, 4]);
+    let _ = within(SETTLED, "the completion", completions.outcome()).await;
+    assert_eq!(*started.lock().unwrap(), [0, 1, 2, 3, 4]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

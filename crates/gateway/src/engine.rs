@@ -121,9 +121,7 @@ impl Run {
         // replaced sample by sample).
         let replacements = match &req.select {
             Select::Vote {
-                window: None,
-                confidence: None,
-                ..
+                confidence: None, ..
             }
             | Select::FirstFinished
             | Select::FirstToken { .. } => {

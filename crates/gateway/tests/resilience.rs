@@ -711,6 +711,65 @@ async fn a_sample_cut_before_the_vote_decided_is_replaced() {
     }
 }
 
+/// A windowed vote's sample cut before the vote decided is replaced within its window: the
+/// replacement votes in its place, and the first window decides with three samples started
+/// (without the replacement, the cut sample splits the first window and a second one runs:
+/// four).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_windowed_vote_replaces_a_cut_sample_within_its_window() {
+    let cut = TestServer::builder()
+        .body(answer("Answer: 42"))
+        .then(
+            TestServer::builder()
+                .body(answer("Answer: 40"))
+                .close_after_events(1),
+        )
+        .then(TestServer::builder().body(answer("Answer: 42")))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream(&cut.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    // Three replies in turn: each request's three samples get them all.
+    for (round, stream) in [false, true].into_iter().enumerate() {
+        let mut body = chat(1, stream);
+        body["choicewise"] = json!({"samples": 4, "select": "vote", "window": 2,
+                                    "vote_by": "Answer: (\\d+)"});
+        let r = within(LIMIT, "the answer", post(addr, &body)).await;
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        let summary = match stream {
+            false => serde_json::from_str::<Value>(&text).unwrap()["choicewise"].clone(),
+            true => (text.lines())
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                .find_map(|c| c.get("choicewise").cloned())
+                .unwrap(),
+        };
+        assert_eq!(summary["vote"]["key"], "42", "{summary}");
+        assert_eq!(summary["vote"]["votes"], 2, "{summary}");
+        assert_eq!(summary["started"], 3, "{summary}");
+        let outcomes: Vec<(u64, &str)> = (summary["tries"].as_array().unwrap().iter())
+            .map(|t| {
+                (
+                    t["sample"].as_u64().unwrap(),
+                    t["outcome"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        // The first window's two requests race for the replies: either may be cut.
+        assert!(
+            outcomes.contains(&(0, "cut")) || outcomes.contains(&(1, "cut")),
+            "{summary}"
+        );
+        assert!(outcomes.contains(&(2, "ok")), "the replacement: {summary}");
+        assert_eq!(cut.request_count(), 3 * (round + 1));
+    }
+}
+
 /// A first-token pick's sample cut before it produced anything is replaced: the
 /// replacement's tokens are the answer (without it, nothing produced: a 502).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

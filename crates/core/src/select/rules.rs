@@ -196,8 +196,67 @@ pub(crate) async fn vote(
     }
 }
 
+/// The windows of a windowed vote, made of positions (sample `k` is choice `k`): window `w`
+/// is `size` positions from its start, and the replacements of its failed samples, each
+/// given the next position when its failure is seen (the later windows start after it).
+struct Windows {
+    size: usize,
+    /// Each window's first position.
+    starts: Vec<usize>,
+    /// Each window's replacements.
+    extra: Vec<Vec<u32>>,
+    /// The next position to give.
+    next: usize,
+}
+
+impl Windows {
+    fn new(size: usize) -> Self {
+        Windows {
+            size,
+            starts: Vec::new(),
+            extra: Vec::new(),
+            next: 0,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Opens the next window; returns the position its samples are started through.
+    fn open(&mut self) -> usize {
+        self.starts.push(self.next);
+        self.extra.push(Vec::new());
+        self.next += self.size;
+        self.next
+    }
+
+    /// Gives window `w` one more position, a replacement's; returns the position samples
+    /// are started through.
+    fn replace_in(&mut self, w: usize) -> usize {
+        self.extra[w].push(self.next as u32);
+        self.next += 1;
+        self.next
+    }
+
+    /// Window `w`'s choices, of the `total` there will be at most.
+    fn members(&self, w: usize, total: usize) -> impl Iterator<Item = u32> + '_ {
+        let start = self.starts[w];
+        (start..(start + self.size).min(total).max(start))
+            .map(|i| i as u32)
+            .chain(self.extra[w].iter().copied())
+    }
+
+    /// The window choice `index` belongs to.
+    fn of(&self, index: u32, total: usize) -> Option<usize> {
+        (0..self.count()).find(|&w| self.members(w, total).any(|i| i == index))
+    }
+}
+
 /// The windowed vote of [`Pick::window`]: windows of `size` choices in index order, samples
-/// started window by window.
+/// started window by window. A sample that fails while replacements remain
+/// ([`replace_failed`](crate::CompletionsBuilder::replace_failed)) is replaced within its
+/// window: it does not vote, and its replacement votes in its place.
 pub(crate) async fn vote_windowed(
     completions: &Completions,
     deadline: Option<Duration>,
@@ -205,25 +264,26 @@ pub(crate) async fn vote_windowed(
     size: usize,
     min_votes: usize,
 ) -> Decided {
-    // Windows are counted by position: no failed sample is replaced.
-    completions.forgo_replacements();
     let sampled = completions.samples_made();
-    // How many choices there will be at most: the samples planned, else the choices
-    // declared, else those seen (final once the stream of choices ends).
-    let planned = match sampled {
+    // A failed sample's replacement takes the next position, in its own window: this vote
+    // starts it, as it starts every sample.
+    completions.pick_starts_replacements();
+    // How many choices there will be at most: the samples planned (with the replacements
+    // reserved so far), else the choices declared, else those seen (final once the stream
+    // of choices ends).
+    let planned = || match sampled {
         true => Some(completions.planned()),
         false => completions.expected_choices(),
     };
-    let mut windows_started = 1usize;
-    // Window `w` is samples `w * size ..`: each start tops the samples up to the window's end,
-    // so samples a caller started before the vote (its first window, opened early to fail
+    // Samples a caller started before the vote (its first window, opened early to fail
     // before an answer begins) count towards it rather than shifting every window.
     let start_through = |end: usize| {
         if sampled {
             completions.start_more(end.saturating_sub(completions.started()));
         }
     };
-    start_through(size);
+    let mut windows = Windows::new(size);
+    start_through(windows.open());
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
     tokio::pin!(sleep);
     let mut following = Following::new(completions, |choice: Choice| async move {
@@ -232,6 +292,8 @@ pub(crate) async fn vote_windowed(
     // Each settled choice's key (`None`: it did not vote), and the order of first votes.
     let mut keys: HashMap<u32, Option<String>> = HashMap::new();
     let mut first_vote: HashMap<String, usize> = HashMap::new();
+    // The failed choices replaced within their window.
+    let mut replaced: std::collections::HashSet<u32> = std::collections::HashSet::new();
     let mut winner: Option<String> = None;
     let mut timed_out = false;
     loop {
@@ -239,6 +301,15 @@ pub(crate) async fn vote_windowed(
             next = following.next() => {
                 let Some((index, result)) = next else { break };
                 let (seen, listed) = (following.seen(), following.listed());
+                let total = planned().unwrap_or(seen).max(seen);
+                // A failed sample whose replacement was reserved: the replacement takes
+                // its place in its window.
+                if result.is_err() && completions.replacements_reserved() > replaced.len()
+                    && let Some(w) = windows.of(index, total)
+                {
+                    replaced.insert(index);
+                    start_through(windows.replace_in(w));
+                }
                 let voted = match result {
                     Ok(output) if output.finished_well() => key(&output),
                     _ => None,
@@ -248,13 +319,18 @@ pub(crate) async fn vote_windowed(
                     first_vote.entry(k.clone()).or_insert(order);
                 }
                 keys.insert(index, voted);
-                let total = planned.unwrap_or(seen).max(seen);
-                let window = |w: usize| (w * size) as u32..((w + 1) * size).min(total) as u32;
+                // A window's votes: every member but those replaced.
+                let votes = |w: usize| {
+                    (windows.members(w, total))
+                        .filter(|i| !replaced.contains(i))
+                        .map(|i| keys.get(&i))
+                        .collect::<Vec<_>>()
+                };
                 // The first unanimous window decides.
-                let unanimous = (0..windows_started).find_map(|w| {
+                let unanimous = (0..windows.count()).find_map(|w| {
                     let mut agreed: Option<&String> = None;
-                    for i in window(w) {
-                        let k = keys.get(&i)?.as_ref()?;
+                    for k in votes(w) {
+                        let k = k?.as_ref()?;
                         if agreed.is_some_and(|a| a != k) {
                             return None;
                         }
@@ -267,18 +343,15 @@ pub(crate) async fn vote_windowed(
                     break;
                 }
                 // The latest window can no longer be unanimous: the next one starts.
-                let latest = window(windows_started - 1);
                 let settled: Vec<Option<&String>> =
-                    latest.clone().filter_map(|i| keys.get(&i)).map(Option::as_ref).collect();
+                    votes(windows.count() - 1).into_iter().flatten().map(Option::as_ref).collect();
                 let first = settled.iter().copied().flatten().next();
                 let split = settled.iter().any(|k| k.is_none() || *k != first);
-                if split && windows_started * size < total {
-                    let next = window(windows_started);
-                    windows_started += 1;
-                    start_through(next.end as usize);
+                if split && windows.next < total {
+                    start_through(windows.open());
                 }
                 // Every window started: the plurality, decided as soon as it cannot change.
-                if windows_started * size >= total && (planned.is_some() || listed) {
+                if windows.next >= total && (planned().is_some() || listed) {
                     let remaining = total.saturating_sub(keys.len());
                     let (leader, votes, second) = leader_of(&keys, &first_vote);
                     if leader.is_some() && votes > second + remaining && votes >= min_votes {
@@ -301,9 +374,9 @@ pub(crate) async fn vote_windowed(
         leader.filter(|_| votes >= min_votes)
     });
     let seen = following.seen();
-    let total = planned.unwrap_or(seen).max(seen);
-    let windows: Vec<Vec<u32>> = (0..windows_started)
-        .map(|w| ((w * size) as u32..((w + 1) * size).min(total) as u32).collect())
+    let total = planned().unwrap_or(seen).max(seen);
+    let windows: Vec<Vec<u32>> = (0..windows.count())
+        .map(|w| windows.members(w, total).collect())
         .collect();
     match winner {
         Some(k) => {
