@@ -232,12 +232,14 @@ pub fn soak_gateway_config(upstream: &str, idle_timeout_s: f64) -> String {
 /// request per choice), both on the upstream at `upstream` (`http://HOST:PORT`).
 /// The soak's resilience run: models `native` and `fanout` each over three upstreams, one
 /// refusing connections (`down`), one failing 3 tries in 10 (the upstream's `/flaky` path),
-/// and the upstream itself. The retry budget is 100%: a third of the first tries fail until
-/// the down upstream is ejected (every try already under way when it went down among them),
-/// and 3 in 10 of the flaky one's after that, above the default 20%; with 200 requests
-/// opening at once, a second try can itself fail, and at 50% the budget sometimes ran out
-/// (docs/reliability.md).
-pub fn resilient_gateway_config(upstream: &str, down: &str, idle_timeout_s: f64) -> String {
+/// and the upstream itself; the retry budget `budget_percent` (default: the gateway's own).
+pub fn resilient_gateway_config(
+    upstream: &str,
+    down: &str,
+    idle_timeout_s: f64,
+    budget_percent: Option<f64>,
+) -> String {
+    let budget = budget_percent.map_or(String::new(), |p| format!("retry_budget_percent = {p}\n"));
     let upstreams = |n: &str| {
         [format!("{down}/v1"), format!("{upstream}/flaky/v1"), format!("{upstream}/v1")]
             .iter()
@@ -250,7 +252,7 @@ pub fn resilient_gateway_config(upstream: &str, down: &str, idle_timeout_s: f64)
     };
     format!(
         "listen = \"127.0.0.1:0\"\nshutdown_grace_s = 1\n\n[limits]\nmax_concurrent_requests = 4096\n\
-         upstream_idle_timeout_s = {idle_timeout_s}\nretry_budget_percent = 100\n\n\
+         upstream_idle_timeout_s = {idle_timeout_s}\n{budget}\n\
          [[models]]\nname = \"native\"\n[models.retry]\nbackoff_ms = 20\n{}\n\
          [[models]]\nname = \"fanout\"\n[models.retry]\nbackoff_ms = 20\n{}",
         upstreams("native"),
