@@ -75,11 +75,12 @@ impl CompletionsBuilder {
     /// choice it had not finished (and each declared one that never appeared): give
     /// `sample(k)` for `k` past the planned samples one choice. Under a windowed vote
     /// ([`Pick::window`](crate::Pick::window)) a replacement joins its failed sample's window,
-    /// started by the vote at the next position. Replacing stops once sampling stops: a
-    /// combinator's decision, a cancel, [`stop_sampling`](Completions::stop_sampling), or a
-    /// confidence-guided vote (which counts its warmup and batches by position); until then,
-    /// sampling stays open after the last planned sample started, and the completion ends
-    /// when every started sample has ended with no replacement due.
+    /// started by the vote at the next position, and under a confidence-guided vote
+    /// ([`Pick::confidence`](crate::Pick::confidence)) the replacement of a warmup sample
+    /// joins the warmup. Replacing stops once sampling stops: a combinator's decision, a
+    /// cancel, or [`stop_sampling`](Completions::stop_sampling); until then, sampling stays
+    /// open after the last planned sample started, and the completion ends when every
+    /// started sample has ended with no replacement due.
     ///
     /// ```
     /// use choicewise_core::{Completions, Source};
@@ -181,25 +182,10 @@ impl Completions {
         self.shared.lock().upstreams.len()
     }
 
-    /// No failed sample will be replaced any more (a pick that starts samples as it decides
-    /// counts them by position); sampling stops if every planned sample has started.
-    pub(crate) fn forgo_replacements(&self) {
-        let exhausted = match &mut *lock(&self.shared.sampling) {
-            Some(s) => {
-                s.replacements = 0;
-                s.made >= s.max
-            }
-            None => false,
-        };
-        if exhausted {
-            self.stop_sampling();
-        }
-    }
-
     /// From now on the pick starts the replacements reserved for failed samples, in the
     /// places it gives them ([`start_more`](Self::start_more) as for any sample), rather
-    /// than the reader as each failure is seen: a windowed vote, whose windows are made of
-    /// positions, puts a failed sample's replacement in that sample's window.
+    /// than the reader as each failure is seen: a windowed vote puts a failed sample's
+    /// replacement in that sample's window, a confidence-guided vote in its warmup.
     pub(crate) fn pick_starts_replacements(&self) {
         if let Some(s) = lock(&self.shared.sampling).as_mut() {
             s.pick_starts = true;

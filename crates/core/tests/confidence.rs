@@ -472,3 +472,61 @@ async fn a_deadline_during_the_warmup_falls_back_and_says_so() {
     assert_eq!(selection.cancelled, [1]);
     assert!(eventually(&dropped).await);
 }
+
+/// A warmup sample that breaks is replaced within the warmup (`replace_failed`): the
+/// replacement counts towards the threshold in its place, so a broken, unsure sample does
+/// not lower the threshold. Without replacements its partial confidence sets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warmup_sample_that_breaks_is_replaced_within_the_warmup() {
+    fn broken(events: Vec<String>) -> Source {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        Source::sse(
+            stream::iter(events.into_iter().map(Ok)).chain(stream::once(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err::<String, _>(reset)
+            })),
+        )
+        .n(1)
+    }
+    for replace in [1, 0] {
+        let started = Arc::new(Mutex::new(Vec::new()));
+        let log = started.clone();
+        let completions = Completions::builder()
+            .replace_failed(replace)
+            .samples(8, move |k| {
+                log.lock().unwrap().push(k);
+                match k {
+                    3 => broken(tokens("41", &[0.5; 2])),
+                    5.. => ready(finished("7", &[2.0; 2])),
+                    _ => ready(finished("42", &[5.0; 2])),
+                }
+            });
+        let selection = within(
+            SETTLED,
+            "the vote",
+            completions
+                .vote(answer_of)
+                .confidence(Confidence::new().warmup(4).group_tokens(2)),
+        )
+        .await;
+        let report = report(&selection);
+        assert_eq!(selection.vote.as_ref().unwrap().key, "42", "{selection:?}");
+        match replace {
+            1 => {
+                // Samples 0, 1, 2 and the replacement 4: the threshold is 5, and 42 has all
+                // the weight: decided once the warmup ends.
+                assert_eq!(report.warmup(), [0, 1, 2, 3, 4]);
+                assert_eq!(report.threshold(), Some(5.0));
+                assert_eq!(*started.lock().unwrap(), [0, 1, 2, 3, 4]);
+                assert_eq!(selection.selected, [0, 1, 2, 4]);
+                assert_eq!(selection.windows, [vec![0, 1, 2, 3, 4]]);
+            }
+            _ => {
+                // The broken sample's 0.5 is in the warmup: the threshold falls below 5.
+                assert_eq!(report.warmup(), [0, 1, 2, 3]);
+                assert!(report.threshold().unwrap() < 5.0, "{report:?}");
+                assert_eq!(selection.selected, [0, 1, 2]);
+            }
+        }
+    }
+}

@@ -120,11 +120,7 @@ impl Run {
         // request, numbered after the planned samples (a native request that fails is
         // replaced sample by sample).
         let replacements = match &req.select {
-            Select::Vote {
-                confidence: None, ..
-            }
-            | Select::FirstFinished
-            | Select::FirstToken { .. } => {
+            Select::Vote { .. } | Select::FirstFinished | Select::FirstToken { .. } => {
                 req.samples as usize * (opener.model.retry.attempts as usize - 1)
             }
             _ => 0,

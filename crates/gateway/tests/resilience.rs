@@ -520,6 +520,51 @@ async fn a_confidence_vote_stops_unsure_samples() {
     assert_eq!(post(addr, &bad).await.status(), 400);
 }
 
+/// A confidence-guided vote's warmup sample cut mid-stream is replaced within the warmup:
+/// the warmup counts three samples (the cut one and its replacement among them) and the
+/// threshold comes from the two that finished. Without the replacement the warmup would be
+/// the two first samples, the cut one's partial confidence in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confidence_vote_replaces_a_cut_warmup_sample() {
+    let answer_42 = ["Answer", ": ", "42", "."];
+    let server = TestServer::builder()
+        .body(with_logprobs(&answer_42, &SURE))
+        .then(
+            TestServer::builder()
+                .body(with_logprobs(&answer_42, &SURE))
+                .close_after_events(1),
+        )
+        .then(TestServer::builder().body(with_logprobs(&answer_42, &SURE)))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream(&server.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let mut body = chat(1, false);
+    body["choicewise"] = json!({"samples": 4, "select": "vote", "vote_by": "Answer: (\\d+)",
+        "confidence": {"warmup": 2, "keep": 0.9, "group_tokens": 2}});
+    let r = within(LIMIT, "the confidence vote", post(addr, &body)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "Answer: 42.", "{v}");
+    let summary = &v["choicewise"];
+    assert_eq!(summary["confidence"]["warmup"], json!([0, 1, 2]), "{v}");
+    assert_eq!(summary["started"], 3, "{v}");
+    assert_eq!(summary["vote"]["votes"], 2, "{v}");
+    let tries = summary["tries"].as_array().unwrap();
+    assert!(tries.iter().any(|t| t["outcome"] == "cut"), "{v}");
+    assert!(
+        tries
+            .iter()
+            .any(|t| t["sample"] == 2 && t["outcome"] == "ok"),
+        "the replacement: {v}"
+    );
+    assert_eq!(server.request_count(), 3);
+}
+
 /// Log-probabilities pass through to a client that asked for them, streamed and not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logprobs_pass_through_when_asked() {

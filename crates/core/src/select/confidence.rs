@@ -4,7 +4,7 @@
 //! this module watches each choice's log-probabilities, stops the unsure ones, starts samples
 //! while the vote is undecided, and reports.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -261,10 +261,16 @@ pub(crate) async fn vote_confident(
     } else {
         options.consensus.clamp(0.0, 1.0)
     };
-    // The warmup and the batches are counted by position: no failed sample is replaced.
-    completions.forgo_replacements();
     let sampled = completions.samples_made();
-    let planned = match sampled {
+    // A failed sample's replacement takes the next position, started by this vote: in the
+    // warmup while it runs (it then counts towards the threshold in the failed sample's
+    // place), else as one more sample. Those the readers started before the vote began are
+    // samples like any other.
+    completions.pick_starts_replacements();
+    let reserved_before = completions.replacements_reserved();
+    // How many choices there will be at most: the samples planned (with the replacements
+    // reserved so far), else the choices declared.
+    let planned = || match sampled {
         true => Some(completions.planned()),
         false => completions.expected_choices(),
     };
@@ -285,13 +291,22 @@ pub(crate) async fn vote_confident(
         // Started by the caller before the vote: the warmup all the same.
         batches.push((0..completions.started().min(warmup_n) as u32).collect());
     }
+    // The positions from here on are this vote's to start: while the warmup runs, only the
+    // replacements of its failed samples, which belong to it.
+    let first_later = completions.started().max(warmup_n) as u32;
+    // The failed samples replaced, and the warmup's replacements.
+    let mut replaced: HashSet<u32> = HashSet::new();
+    let mut warmup_extra: Vec<u32> = Vec::new();
 
     let (threshold_tx, threshold_rx) = watch::channel(None::<f64>);
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
     tokio::pin!(sleep);
     let group_tokens = options.group_tokens;
     let mut following = Following::new(completions, |choice: Choice| {
-        let warmup = (choice.index() as usize) < warmup_n;
+        let index = choice.index();
+        // A replacement started while the warmup runs is one of its samples.
+        let warmup = (index as usize) < warmup_n
+            || (sampled && index >= first_later && threshold_rx.borrow().is_none());
         follow(choice, group_tokens, warmup, threshold_rx.clone())
     });
     let mut counted: BTreeMap<u32, Counted> = BTreeMap::new();
@@ -305,6 +320,25 @@ pub(crate) async fn vote_confident(
             next = following.next() => {
                 let Some(ended) = next else { break };
                 let (seen, listed) = (following.seen(), following.listed());
+                // A failed sample whose replacement was reserved: the replacement starts at
+                // the next position, in the warmup if this sample was one of it.
+                if ended.output.is_err()
+                    && completions.replacements_reserved() > reserved_before + replaced.len()
+                {
+                    replaced.insert(ended.index);
+                    let position = completions.started() as u32;
+                    let in_warmup = threshold.is_none()
+                        && ((ended.index as usize) < warmup_n || warmup_extra.contains(&ended.index));
+                    if completions.start_more(1) == 1 {
+                        match (in_warmup, batches.first_mut()) {
+                            (true, Some(first)) => {
+                                warmup_extra.push(position);
+                                first.push(position);
+                            }
+                            _ => batches.push(vec![position]),
+                        }
+                    }
+                }
                 let voted = match &ended.output {
                     Ok(output) if output.finished_well() && !ended.stopped => key(output),
                     _ => None,
@@ -318,8 +352,9 @@ pub(crate) async fn vote_confident(
                     ballot.cast(ended.index, k, c);
                 }
                 if threshold.is_none() {
-                    let total = if listed { Some(seen.max(planned.unwrap_or(0))) } else { planned };
-                    match warmup_over(&counted, &options, total, seen) {
+                    let total = if listed { Some(seen.max(planned().unwrap_or(0))) } else { planned() };
+                    let members = WarmupMembers { replaced: &replaced, extra: &warmup_extra };
+                    match warmup_over(&counted, &options, total, seen, members) {
                         Warmup::Running => continue,
                         Warmup::Threshold(s) => {
                             threshold = Some(s);
@@ -365,7 +400,11 @@ pub(crate) async fn vote_confident(
     drop(following);
     if threshold.is_none() && !timed_out {
         // Every choice is in, fewer than the warmup and their number learnt only at the end.
-        match warmup_over(&counted, &options, Some(seen), seen) {
+        let members = WarmupMembers {
+            replaced: &replaced,
+            extra: &warmup_extra,
+        };
+        match warmup_over(&counted, &options, Some(seen), seen, members) {
             Warmup::Threshold(s) => {
                 threshold = Some(s);
                 ballot.open(s);
@@ -381,7 +420,7 @@ pub(crate) async fn vote_confident(
         mut voters,
         ..
     } = ballot;
-    let total = planned
+    let total = planned()
         .unwrap_or(seen)
         .max(seen)
         .max(completions.choice_count());
@@ -396,7 +435,9 @@ pub(crate) async fn vote_confident(
     });
     let report = ConfidenceReport::Applied(ConfidenceApplied {
         threshold,
-        warmup: (0..warmup_n.min(total) as u32).collect(),
+        warmup: (0..warmup_n.min(total) as u32)
+            .chain(warmup_extra.iter().copied())
+            .collect(),
         stopped: (counted.iter().filter(|(_, c)| c.stopped))
             .map(|(i, _)| *i)
             .collect(),
@@ -491,23 +532,43 @@ enum Warmup {
     Unscored(String),
 }
 
-/// Whether the warmup (choices `0..min(warmup, total)`) is over, and its threshold. `total`:
-/// the choices there will be, when known.
+/// Which samples the warmup has besides its first positions: the failed ones replaced (out)
+/// and their replacements (in).
+#[derive(Clone, Copy)]
+struct WarmupMembers<'a> {
+    replaced: &'a HashSet<u32>,
+    extra: &'a [u32],
+}
+
+/// Whether the warmup (choices `0..min(warmup, total)`, those replaced taken out and their
+/// replacements in) is over, and its threshold. `total`: the choices there will be, when
+/// known.
 fn warmup_over(
     counted: &BTreeMap<u32, Counted>,
     options: &Confidence,
     total: Option<usize>,
     seen: usize,
+    members: WarmupMembers<'_>,
 ) -> Warmup {
     let warmup = options.warmup.max(1);
     let need = total.map_or(warmup, |t| t.min(warmup));
-    let over =
-        (0..need as u32).all(|i| counted.contains_key(&i)) && (total.is_some() || seen >= warmup);
+    let warmup_samples: Vec<u32> = (0..need as u32)
+        .filter(|i| !members.replaced.contains(i))
+        .chain(
+            members
+                .extra
+                .iter()
+                .copied()
+                .filter(|i| !members.replaced.contains(i)),
+        )
+        .collect();
+    let over = warmup_samples.iter().all(|i| counted.contains_key(i))
+        && (total.is_some() || seen >= warmup);
     if !over {
         return Warmup::Running;
     }
-    let confidences: Vec<f64> = (0..need as u32)
-        .filter_map(|i| counted.get(&i)?.confidence)
+    let confidences: Vec<f64> = (warmup_samples.iter())
+        .filter_map(|i| counted.get(i)?.confidence)
         .collect();
     match options.threshold(&confidences) {
         Some(s) => Warmup::Threshold(s),
