@@ -64,6 +64,24 @@ async fn post(addr: SocketAddr, body: &Value) -> reqwest::Response {
         .unwrap()
 }
 
+/// A gateway with model `m` on the one upstream at `url`.
+async fn one_upstream(url: &str) -> SocketAddr {
+    let toml = format!("[[models]]\nname = \"m\"\n{}", upstream(url, ""));
+    serve(&toml, env).await.0
+}
+
+/// The final `choicewise` object of an answer, streamed (in its last chunks) or not.
+fn summary_of(text: &str, stream: bool) -> Value {
+    match stream {
+        false => serde_json::from_str::<Value>(text).unwrap()["choicewise"].clone(),
+        true => (text.lines())
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .find_map(|c| c.get("choicewise").cloned())
+            .expect("a chunk with the choicewise object"),
+    }
+}
+
 async fn metrics(addr: SocketAddr) -> String {
     reqwest::get(format!("http://{addr}/metrics"))
         .await
@@ -143,11 +161,7 @@ async fn a_passing_failure_is_retried_on_the_same_upstream() {
         .start()
         .await
         .unwrap();
-    let toml = format!(
-        "[[models]]\nname = \"m\"\n{}",
-        upstream(&flaky.base_url(), "")
-    );
-    let (addr, _) = serve(&toml, env).await;
+    let addr = one_upstream(&flaky.base_url()).await;
     let r = post(addr, &chat(1, false)).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-choicewise-tries"], "2");
@@ -483,11 +497,7 @@ async fn a_confidence_vote_stops_unsure_samples() {
         .start()
         .await
         .unwrap();
-    let toml = format!(
-        "[[models]]\nname = \"m\"\n{}",
-        upstream(&server.base_url(), "")
-    );
-    let (addr, _) = serve(&toml, env).await;
+    let addr = one_upstream(&server.base_url()).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 4, "select": "vote", "vote_by": "Answer: (\\d+)",
         "confidence": {"warmup": 2, "keep": 0.9, "group_tokens": 2}});
@@ -538,11 +548,7 @@ async fn a_confidence_vote_replaces_a_cut_warmup_sample() {
         .start()
         .await
         .unwrap();
-    let toml = format!(
-        "[[models]]\nname = \"m\"\n{}",
-        upstream(&server.base_url(), "")
-    );
-    let (addr, _) = serve(&toml, env).await;
+    let addr = one_upstream(&server.base_url()).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 4, "select": "vote", "vote_by": "Answer: (\\d+)",
         "confidence": {"warmup": 2, "keep": 0.9, "group_tokens": 2}});
@@ -573,11 +579,7 @@ async fn logprobs_pass_through_when_asked() {
         .start()
         .await
         .unwrap();
-    let toml = format!(
-        "[[models]]\nname = \"m\"\n{}",
-        upstream(&server.base_url(), "")
-    );
-    let (addr, _) = serve(&toml, env).await;
+    let addr = one_upstream(&server.base_url()).await;
     let mut body = chat(1, true);
     body["logprobs"] = json!(true);
     body["top_logprobs"] = json!(3);
@@ -670,11 +672,7 @@ async fn first_events_and_refused_credentials() {
         .start()
         .await
         .unwrap();
-    let toml = format!(
-        "[[models]]\nname = \"m\"\n{}",
-        upstream(&refusing.base_url(), "")
-    );
-    let (addr, _) = serve(&toml, env).await;
+    let addr = one_upstream(&refusing.base_url()).await;
     let r = post(addr, &chat(1, false)).await;
     assert_eq!(r.status(), 502);
     let text = r.text().await.unwrap();
@@ -699,11 +697,7 @@ async fn a_sample_cut_before_the_vote_decided_is_replaced() {
         .start()
         .await
         .unwrap();
-    let toml = format!(
-        "[[models]]\nname = \"m\"\n{}",
-        upstream(&cut.base_url(), "")
-    );
-    let (addr, _) = serve(&toml, env).await;
+    let addr = one_upstream(&cut.base_url()).await;
     // Four replies in turn, per request: each round of four requests gets them all.
     for (round, stream) in [false, true].into_iter().enumerate() {
         let mut body = chat(1, stream);
@@ -773,11 +767,7 @@ async fn a_windowed_vote_replaces_a_cut_sample_within_its_window() {
         .start()
         .await
         .unwrap();
-    let toml = format!(
-        "[[models]]\nname = \"m\"\n{}",
-        upstream(&cut.base_url(), "")
-    );
-    let (addr, _) = serve(&toml, env).await;
+    let addr = one_upstream(&cut.base_url()).await;
     // Three replies in turn: each request's three samples get them all.
     for (round, stream) in [false, true].into_iter().enumerate() {
         let mut body = chat(1, stream);
@@ -786,14 +776,7 @@ async fn a_windowed_vote_replaces_a_cut_sample_within_its_window() {
         let r = within(LIMIT, "the answer", post(addr, &body)).await;
         assert_eq!(r.status(), 200);
         let text = r.text().await.unwrap();
-        let summary = match stream {
-            false => serde_json::from_str::<Value>(&text).unwrap()["choicewise"].clone(),
-            true => (text.lines())
-                .filter_map(|l| l.strip_prefix("data: "))
-                .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-                .find_map(|c| c.get("choicewise").cloned())
-                .unwrap(),
-        };
+        let summary = summary_of(&text, stream);
         assert_eq!(summary["vote"]["key"], "42", "{summary}");
         assert_eq!(summary["vote"]["votes"], 2, "{summary}");
         assert_eq!(summary["started"], 3, "{summary}");
@@ -828,11 +811,7 @@ async fn a_first_token_sample_cut_before_its_first_token_is_replaced() {
         .start()
         .await
         .unwrap();
-    let toml = format!(
-        "[[models]]\nname = \"m\"\n{}",
-        upstream(&upstream_server.base_url(), "")
-    );
-    let (addr, _) = serve(&toml, env).await;
+    let addr = one_upstream(&upstream_server.base_url()).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 1, "select": "first_token"});
     let r = within(LIMIT, "the answer", post(addr, &body)).await;
