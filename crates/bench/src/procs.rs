@@ -232,14 +232,13 @@ pub fn soak_gateway_config(upstream: &str, idle_timeout_s: f64) -> String {
 /// request per choice), both on the upstream at `upstream` (`http://HOST:PORT`).
 /// The soak's resilience run: models `native` and `fanout` each over three upstreams, one
 /// refusing connections (`down`), one failing 3 tries in 10 (the upstream's `/flaky` path),
-/// and the upstream itself; the retry budget `budget_percent` (default: the gateway's own).
+/// and the upstream itself, with a retry budget of `budget_percent`.
 pub fn resilient_gateway_config(
     upstream: &str,
     down: &str,
     idle_timeout_s: f64,
-    budget_percent: Option<f64>,
+    budget_percent: f64,
 ) -> String {
-    let budget = budget_percent.map_or(String::new(), |p| format!("retry_budget_percent = {p}\n"));
     let upstreams = |n: &str| {
         [format!("{down}/v1"), format!("{upstream}/flaky/v1"), format!("{upstream}/v1")]
             .iter()
@@ -252,7 +251,7 @@ pub fn resilient_gateway_config(
     };
     format!(
         "listen = \"127.0.0.1:0\"\nshutdown_grace_s = 1\n\n[limits]\nmax_concurrent_requests = 4096\n\
-         upstream_idle_timeout_s = {idle_timeout_s}\n{budget}\n\
+         upstream_idle_timeout_s = {idle_timeout_s}\nretry_budget_percent = {budget_percent}\n\n\
          [[models]]\nname = \"native\"\n[models.retry]\nbackoff_ms = 20\n{}\n\
          [[models]]\nname = \"fanout\"\n[models.retry]\nbackoff_ms = 20\n{}",
         upstreams("native"),

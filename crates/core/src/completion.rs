@@ -137,8 +137,8 @@ pub(crate) struct Sampling {
     /// Replacements reserved so far.
     pub reserved: usize,
     /// Who starts a reserved replacement: the reader once its upstream's end is recorded
-    /// (`false`), or the pick, in the place it gives it (`true`: a windowed vote, whose
-    /// windows are made of positions).
+    /// (`false`), or the pick, in the place it gives it (`true`: a windowed vote puts it in
+    /// the failed sample's window, a confidence-guided vote in its warmup).
     pub pick_starts: bool,
     /// Starts a sample's source in the completion, from a reader (holding the completion's
     /// lifetime weakly: the handles own it; without one, nobody reads the sample).

@@ -27,7 +27,7 @@ use choicewise_proto::ChoiceOutput;
 use choicewise_proto::Confidence;
 use choicewise_proto::driver::Closed;
 use confidence::{ConfidenceReport, vote_confident};
-use following::{Following, watch};
+use following::{Following, Replacing, watch};
 use rules::{best, first_n};
 pub(crate) use rules::{short_of, vote, vote_windowed};
 

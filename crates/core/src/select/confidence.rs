@@ -5,6 +5,8 @@
 //! while the vote is undecided, and reports.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::Replacing;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -266,8 +268,7 @@ pub(crate) async fn vote_confident(
     // warmup while it runs (it then counts towards the threshold in the failed sample's
     // place), else as one more sample. Those the readers started before the vote began are
     // samples like any other.
-    completions.pick_starts_replacements();
-    let reserved_before = completions.replacements_reserved();
+    let mut replacing = Replacing::new(completions, false);
     // How many choices there will be at most: the samples planned (with the replacements
     // reserved so far), else the choices declared.
     let planned = || match sampled {
@@ -294,8 +295,7 @@ pub(crate) async fn vote_confident(
     // The positions from here on are this vote's to start: while the warmup runs, only the
     // replacements of its failed samples, which belong to it.
     let first_later = completions.started().max(warmup_n) as u32;
-    // The failed samples replaced, and the warmup's replacements.
-    let mut replaced: HashSet<u32> = HashSet::new();
+    // The warmup's replacements.
     let mut warmup_extra: Vec<u32> = Vec::new();
 
     let (threshold_tx, threshold_rx) = watch::channel(None::<f64>);
@@ -322,10 +322,7 @@ pub(crate) async fn vote_confident(
                 let (seen, listed) = (following.seen(), following.listed());
                 // A failed sample whose replacement was reserved: the replacement starts at
                 // the next position, in the warmup if this sample was one of it.
-                if ended.output.is_err()
-                    && completions.replacements_reserved() > reserved_before + replaced.len()
-                {
-                    replaced.insert(ended.index);
+                if replacing.take(ended.index, ended.output.is_err()) {
                     let position = completions.started() as u32;
                     let in_warmup = threshold.is_none()
                         && ((ended.index as usize) < warmup_n || warmup_extra.contains(&ended.index));
@@ -353,7 +350,7 @@ pub(crate) async fn vote_confident(
                 }
                 if threshold.is_none() {
                     let total = if listed { Some(seen.max(planned().unwrap_or(0))) } else { planned() };
-                    let members = WarmupMembers { replaced: &replaced, extra: &warmup_extra };
+                    let members = WarmupMembers { replaced: replacing.all(), extra: &warmup_extra };
                     match warmup_over(&counted, &options, total, seen, members) {
                         Warmup::Running => continue,
                         Warmup::Threshold(s) => {
@@ -401,7 +398,7 @@ pub(crate) async fn vote_confident(
     if threshold.is_none() && !timed_out {
         // Every choice is in, fewer than the warmup and their number learnt only at the end.
         let members = WarmupMembers {
-            replaced: &replaced,
+            replaced: replacing.all(),
             extra: &warmup_extra,
         };
         match warmup_over(&counted, &options, Some(seen), seen, members) {

@@ -97,3 +97,55 @@ pub(super) async fn watch(
         }
     }
 }
+
+/// The replacements of failed samples that a vote places itself
+/// ([`pick_starts_replacements`](Completions::pick_starts_replacements)): one for each
+/// failed sample it sees while the readers have reserved one that no earlier failure took.
+/// A windowed vote places every replacement, those reserved before it began too (a reader
+/// started those at the next position, which is where the vote puts them); a
+/// confidence-guided vote only those reserved after it began (one started before it is
+/// followed as an ordinary sample, not as one of the warmup).
+pub(crate) struct Replacing<'a> {
+    completions: &'a Completions,
+    /// Reserved replacements this vote does not place.
+    skipped: usize,
+    replaced: std::collections::HashSet<u32>,
+}
+
+impl<'a> Replacing<'a> {
+    /// From now on `completions`' reserved replacements are the vote's to start; with
+    /// `earlier`, those already reserved too.
+    pub(crate) fn new(completions: &'a Completions, earlier: bool) -> Self {
+        completions.pick_starts_replacements();
+        Replacing {
+            completions,
+            skipped: match earlier {
+                true => 0,
+                false => completions.replacements_reserved(),
+            },
+            replaced: std::collections::HashSet::new(),
+        }
+    }
+
+    /// Whether the choice `index`, which ended `failed` or not, is replaced: a reserved
+    /// replacement is left for it (the caller starts it). Counted once per choice.
+    pub(crate) fn take(&mut self, index: u32, failed: bool) -> bool {
+        let due = failed
+            && !self.replaced.contains(&index)
+            && self.completions.replacements_reserved() > self.skipped + self.replaced.len();
+        if due {
+            self.replaced.insert(index);
+        }
+        due
+    }
+
+    /// Whether the choice `index` was replaced.
+    pub(crate) fn replaced(&self, index: u32) -> bool {
+        self.replaced.contains(&index)
+    }
+
+    /// The choices replaced.
+    pub(crate) fn all(&self) -> &std::collections::HashSet<u32> {
+        &self.replaced
+    }
+}

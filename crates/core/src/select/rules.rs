@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::{Decided, Following, Judge, Rule, Tally, watch};
+use super::{Decided, Following, Judge, Replacing, Rule, Tally, watch};
 use crate::choice::Choice;
 use crate::completions::Completions;
 use choicewise_proto::{ChoiceEvent, ChoiceOutput};
@@ -267,7 +267,7 @@ pub(crate) async fn vote_windowed(
     let sampled = completions.samples_made();
     // A failed sample's replacement takes the next position, in its own window: this vote
     // starts it, as it starts every sample.
-    completions.pick_starts_replacements();
+    let mut replacing = Replacing::new(completions, true);
     // How many choices there will be at most: the samples planned (with the replacements
     // reserved so far), else the choices declared, else those seen (final once the stream
     // of choices ends).
@@ -292,8 +292,6 @@ pub(crate) async fn vote_windowed(
     // Each settled choice's key (`None`: it did not vote), and the order of first votes.
     let mut keys: HashMap<u32, Option<String>> = HashMap::new();
     let mut first_vote: HashMap<String, usize> = HashMap::new();
-    // The failed choices replaced within their window.
-    let mut replaced: std::collections::HashSet<u32> = std::collections::HashSet::new();
     let mut winner: Option<String> = None;
     let mut timed_out = false;
     loop {
@@ -304,10 +302,9 @@ pub(crate) async fn vote_windowed(
                 let total = planned().unwrap_or(seen).max(seen);
                 // A failed sample whose replacement was reserved: the replacement takes
                 // its place in its window.
-                if result.is_err() && completions.replacements_reserved() > replaced.len()
-                    && let Some(w) = windows.of(index, total)
+                if let Some(w) = windows.of(index, total)
+                    && replacing.take(index, result.is_err())
                 {
-                    replaced.insert(index);
                     start_through(windows.replace_in(w));
                 }
                 let voted = match result {
@@ -322,7 +319,7 @@ pub(crate) async fn vote_windowed(
                 // A window's votes: every member but those replaced.
                 let votes = |w: usize| {
                     (windows.members(w, total))
-                        .filter(|i| !replaced.contains(i))
+                        .filter(|i| !replacing.replaced(*i))
                         .map(|i| keys.get(&i))
                         .collect::<Vec<_>>()
                 };
