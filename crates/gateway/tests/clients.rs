@@ -119,14 +119,7 @@ async fn gateway() -> Upstreams {
     toml += &upstream("cut", "chat", &cut.base_url(), "fan-out");
     // One upstream refusing connections, one answering 500, one fine: the client sees no
     // failure (issue 40).
-    let refused = {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        format!("http://127.0.0.1:{port}/v1")
-    };
+    let (refused, _refusing) = common::refusing();
     toml += &upstream("resilient", "chat", &refused, "fan-out");
     toml += &format!(
         "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"fan-out\"\n\

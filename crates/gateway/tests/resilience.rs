@@ -20,16 +20,6 @@ fn env(_: &str) -> Option<String> {
     None
 }
 
-/// A port nothing listens on.
-fn refused() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("http://127.0.0.1:{port}/v1")
-}
-
 /// A server that takes connections and never answers: no first byte.
 async fn silent() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -105,9 +95,10 @@ async fn one_healthy_upstream_answers_every_choice() {
         .start()
         .await
         .unwrap();
+    let (refused, _refusing) = common::refusing();
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nattempts = 3\nbackoff_ms = 10\n{}{}{}",
-        upstream(&refused(), ""),
+        upstream(&refused, ""),
         upstream(&limited.base_url(), ""),
         upstream(&fine.base_url(), "")
     );
@@ -216,11 +207,12 @@ async fn fallbacks_answer_and_client_errors_pass_through() {
         .start()
         .await
         .unwrap();
+    let (refused, _refusing) = common::refusing();
     let toml = format!(
         "[[models]]\nname = \"m\"\nfallbacks = [\"local\"]\n[models.retry]\nbackoff_ms = 1\n{}\
          [[models]]\nname = \"local\"\n{}\
          [[models]]\nname = \"strict\"\nfallbacks = [\"local\"]\n{}",
-        upstream(&refused(), ""),
+        upstream(&refused, ""),
         upstream(&local.base_url(), ""),
         upstream(&refusing.base_url(), "")
     );
@@ -317,9 +309,10 @@ async fn retries_leaving_an_ejected_upstream_are_not_charged() {
 /// every try a 429: the answer is a 429 with the smallest Retry-After.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_budget_stops_retry_storms() {
+    let (refused, _refusing) = common::refusing();
     let toml = format!(
         "[limits]\nretry_budget_percent = 0\n[[models]]\nname = \"m\"\n[models.retry]\nattempts = 5\nbackoff_ms = 1\n[models.health]\neject_after = 1000\n{}",
-        upstream(&refused(), "")
+        upstream(&refused, "")
     );
     let (addr, _) = serve(&toml, env).await;
     let started = Instant::now();
