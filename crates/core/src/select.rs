@@ -518,12 +518,14 @@ impl Completions {
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};
-    /// # use futures::stream;
+    /// # use futures::{StreamExt, stream};
     /// # #[tokio::main] async fn main() {
     /// let thinking = "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n";
     /// let writing = "data: {\"choices\":[{\"delta\":{\"content\":\"4\"}}]}\n\n";
-    /// let open = |sse: &'static str| futures::StreamExt::chain(stream::iter([Ok::<_, std::io::Error>(sse)]), stream::pending());
+    /// let open = |sse: &'static str| stream::iter([Ok::<_, std::io::Error>(sse)]).chain(stream::pending());
     /// let c = Completions::builder().fan_out([Source::sse(open(thinking)).n(1), Source::sse(open(writing)).n(1)]);
+    /// // Once both choices have appeared, the one not selected is among those asked to stop.
+    /// let both: Vec<_> = c.choices().take(2).collect().await;
     /// let selection = c.first_token().await;
     /// assert_eq!((selection.selected, selection.cancelled), (vec![1], vec![0]));
     /// # }

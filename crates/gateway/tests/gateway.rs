@@ -277,17 +277,9 @@ async fn failures_before_the_first_byte_and_mid_stream() {
         )
     );
     // Unreachable: 502.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = gateway(&config(&[(
-        "chat",
-        format!("http://127.0.0.1:{port}/v1"),
-        "",
-    )]))
-    .await;
+    // Bound, not listening, and held: no later server can take its port.
+    let (unreachable, _held) = common::refusing();
+    let addr = gateway(&config(&[("chat", unreachable, "")])).await;
     let response = post(addr, request(1)).await;
     assert_eq!(response.status(), 502);
     let message = response.text().await.unwrap();

@@ -308,9 +308,9 @@ async fn credentials_in_a_base_url_never_leave() {
         .start()
         .await
         .unwrap();
-    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let closed = refused.local_addr().unwrap();
-    drop(refused);
+    // Bound, not listening, and held: no later server can take its port.
+    let (_, held) = common::refusing();
+    let closed = held.local_addr().unwrap();
     let url =
         |addr: SocketAddr| format!("http://user:hunter2-pass@{addr}/v1?api-key=hunter2-query");
     let toml = format!(
