@@ -619,13 +619,15 @@ async fn serve_chat(
     // Parsing a body of up to max_body_bytes (translating it from the client's API) and
     // compiling its vote_by take CPU time: on a blocking thread, never on the workers that
     // serve every connection. A small body without a vote_by parses in microseconds, less
-    // than the two thread hand-offs of the blocking pool: on the worker.
+    // than the two thread hand-offs of the blocking pool: on the worker. Either way a panic
+    // while parsing is the client's 400, not a dropped connection.
+    let unparsed = || ApiError::invalid("the request could not be parsed");
     let (req, reply, native) = if inline {
-        parse()?
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).map_err(|_| unparsed())??
     } else {
         tokio::task::spawn_blocking(parse)
             .await
-            .map_err(|_| ApiError::invalid("the request could not be parsed"))??
+            .map_err(|_| unparsed())??
     };
     seen.asked = Some(req.model.clone());
     let Some(model) = gw.inner.models.get(&req.model).cloned() else {
