@@ -22,6 +22,12 @@ tokens generated, the right answers with a 95% Wilson interval, and on how many 
 answer differs from the plain vote's; then whether the methods' confidence tracked correctness
 (mean confidence weight of the winning key when right and when wrong).
 
+`--reasoning` asks two-step questions instead (`a + b * c`, `b * c - a`), after a worked
+few-shot prompt (`First the product: … Then the sum: … Answer: N`), for models that reason
+before they answer; pair it with a larger `--max-tokens` and `--group-tokens`. `--server URL`
+uses a llama.cpp server already running (started with `--metrics` and at least `--samples`
+slots), whatever its model, instead of the private one.
+
 The questions are generated with a fixed seed (`random.Random(seed)`), in turn: a sum `a + b`
 (a in 2..30, b in 2..20), a difference `a - b` (a in 10..40, b in 2..9) and a product `a * b`
 (both in 2..9); the small model gets them right only sometimes. The prompt is few-shot so that
@@ -57,6 +63,33 @@ FEW_SHOT = [
 ]
 
 
+# --reasoning: two-step questions, answered after worked steps (longer samples, for models that
+# reason before they answer).
+FEW_SHOT_REASONING = [
+    {"role": "system",
+     "content": "Solve the arithmetic problem step by step, then give the result as 'Answer: N'."},
+    {"role": "user", "content": "What is 3 + 4 * 5?"},
+    {"role": "assistant",
+     "content": "First the product: 4 * 5 = 20. Then the sum: 3 + 20 = 23. Answer: 23"},
+    {"role": "user", "content": "What is 6 * 7 - 9?"},
+    {"role": "assistant",
+     "content": "First the product: 6 * 7 = 42. Then the difference: 42 - 9 = 33. Answer: 33"},
+]
+
+
+def reasoning_questions(count, seed):
+    """`count` two-step questions (`a + b * c`, `b * c - a`) and their answers."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        a, b, c = rng.randint(2, 20), rng.randint(2, 9), rng.randint(2, 9)
+        if i % 2:
+            out.append((f"{b} * {c} - {a}", b * c - a))
+        else:
+            out.append((f"{a} + {b} * {c}", a + b * c))
+    return out
+
+
 def questions(count, seed):
     """`count` questions and their answers, the same for the same seed."""
     rng = random.Random(seed)
@@ -85,8 +118,8 @@ def wilson(right, n, z=1.96):
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def metrics(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+def metrics(base):
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
         text = r.read().decode()
     return int(float(re.search(r"^llamacpp:tokens_predicted_total (\S+)", text, re.M).group(1)))
 
@@ -119,11 +152,11 @@ def start_server(python, model, slots):
     sys.exit("the llama.cpp server did not become healthy in 120 s")
 
 
-def ask(args, port, request_file, question, extra):
+def ask(args, base, request_file, question, extra):
     """One vote: its JSON and the tokens the server generated for it."""
-    before = metrics(port)
+    before = metrics(base)
     command = [
-        args.choicewise, "chat", "--base-url", f"http://127.0.0.1:{port}/v1", "--api-key", "unused",
+        args.choicewise, "chat", "--base-url", f"{base}/v1", "--api-key", "unused",
         "--request", str(request_file), "--fan-out", str(args.samples), "--vote-by", KEY,
         "--temperature", "0.8", "--max-tokens", str(args.max_tokens), "--json", *extra,
         f"What is {question}?",
@@ -134,7 +167,7 @@ def ask(args, port, request_file, question, extra):
         sys.exit(f"{' '.join(command)}\nexit {done.returncode}: {done.stderr}")
     out = json.loads(done.stdout)
     time.sleep(0.3)  # a cancelled request's last tokens reach the counter
-    return out, metrics(port) - before
+    return out, metrics(base) - before
 
 
 def winner(out):
@@ -155,20 +188,30 @@ def main():
     release = REPO / "target" / "release" / "choicewise"
     parser.add_argument("--choicewise", default=str(release))
     parser.add_argument("--rows", help="also write each question's results to this JSON-lines file")
+    parser.add_argument("--reasoning", action="store_true",
+                        help="two-step questions after a worked few-shot prompt (longer samples); "
+                             "pair with a larger --max-tokens and --group-tokens")
+    parser.add_argument("--server", metavar="URL",
+                        help="a running llama.cpp server (http://HOST:PORT, started with --metrics "
+                             "and at least --samples slots) instead of a private one with SmolLM2")
     args = parser.parse_args()
 
     venv_python = LLAMA_DIR / "venv" / "bin" / "python"
-    if not venv_python.exists():
-        sys.exit("run scripts/llama-server.sh install first")
+    if not args.server and not venv_python.exists():
+        sys.exit("run scripts/llama-server.sh install first, or pass --server")
     if not pathlib.Path(args.choicewise).exists():
         sys.exit(f"no {args.choicewise}: cargo build --release -p choicewise-cli, or --choicewise")
-    model = subprocess.run(
-        [str(REPO / "scripts" / "llama-server.sh"), "model"], capture_output=True, text=True
-    ).stdout.strip()
-    if not model:
-        sys.exit("scripts/llama-server.sh model printed no model path")
+    model = None
+    if not args.server:
+        model = subprocess.run(
+            [str(REPO / "scripts" / "llama-server.sh"), "model"], capture_output=True, text=True
+        ).stdout.strip()
+        if not model:
+            sys.exit("scripts/llama-server.sh model printed no model path")
+    LLAMA_DIR.mkdir(exist_ok=True)
     request_file = LLAMA_DIR / "confidence-request.json"
-    request_file.write_text(json.dumps({"messages": FEW_SHOT}))
+    request_file.write_text(
+        json.dumps({"messages": FEW_SHOT_REASONING if args.reasoning else FEW_SHOT}))
 
     confidence = ["--confidence", "--warmup", str(args.warmup),
                   "--group-tokens", str(args.group_tokens)]
@@ -178,15 +221,20 @@ def main():
         ("confidence, keep 0.9", confidence + ["--keep", "0.9"]),
         ("confidence, keep 0.1", confidence + ["--keep", "0.1"]),
     ]
-    server, port = start_server(str(venv_python), model, args.samples)
+    if args.server:
+        server, port = None, None
+    else:
+        server, port = start_server(str(venv_python), model, args.samples)
+    base = args.server.rstrip("/") if args.server else f"http://127.0.0.1:{port}"
+    asked = (reasoning_questions if args.reasoning else questions)(args.questions, args.seed)
     rows = []
     began = time.monotonic()
     rows_file = open(args.rows, "w") if args.rows else None
     try:
-        for question, truth in questions(args.questions, args.seed):
+        for question, truth in asked:
             row = {"question": question, "truth": str(truth), "runs": []}
             for name, extra in methods:
-                out, tokens = ask(args, port, request_file, question, extra)
+                out, tokens = ask(args, base, request_file, question, extra)
                 report = out.get("confidence") or {}
                 key = winner(out)
                 row["runs"].append({
@@ -203,8 +251,9 @@ def main():
             if rows_file:
                 print(line, file=rows_file, flush=True)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        if server:
+            server.terminate()
+            server.wait(timeout=30)
     elapsed = time.monotonic() - began
 
     n = len(rows)
