@@ -974,12 +974,9 @@ async fn a_request_files_prompt_comes_after_its_messages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_named_with_its_cause_and_no_model_advice() {
-    // Bound, not listening, and held: nothing listens there, and no later server can take
-    // its port.
-    let held = tokio::net::TcpSocket::new_v4().unwrap();
-    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    // Nothing listens there, and no later server can take its port.
+    let (url, held) = choicewise_test_support::refusing();
     let port = held.local_addr().unwrap().port();
-    let url = format!("http://127.0.0.1:{port}");
     for with_model in [false, true] {
         let mut args = vec!["chat", "--base-url", &url, "--json"];
         if with_model {

@@ -6,6 +6,7 @@
 //! - [`CountingAlloc`], a global allocator that counts the live heap and its peak, and
 //!   [`rss_bytes`], the resident set of the process;
 //! - [`within`], a time bound on a future that fails the test naming what did not end;
+//! - [`refusing`], an upstream that refuses connections, its port held;
 //! - builders of upstream streams: [`split`] and [`SPLITS`] (the read splits a stream is
 //!   replayed under), [`upstream`] (reads as a byte stream), [`sse_chunk`], [`sse_stream`],
 //!   [`content_chunk`] and [`DONE`] (SSE events);
@@ -41,11 +42,13 @@ mod heap;
 pub mod invariants;
 #[allow(missing_docs)]
 pub mod json_workload;
+mod net;
 mod prefix;
 mod sse;
 mod time;
 
 pub use heap::{CountingAlloc, rss_bytes};
+pub use net::refusing;
 pub use prefix::is_prefix_consistent;
 pub use sse::{DONE, SPLITS, content_chunk, split, sse_chunk, sse_stream, upstream};
 pub use time::within;

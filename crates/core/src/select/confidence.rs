@@ -5,8 +5,6 @@
 //! while the vote is undecided, and reports.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-use super::Replacing;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -17,7 +15,7 @@ use choicewise_proto::{ChoiceOutput, Confidence, Incomplete, SampleConfidence, W
 
 use crate::choice::Choice;
 use crate::completions::Completions;
-use crate::select::{Decided, Following, Judge, Tally, short_of, vote, vote_windowed};
+use crate::select::{Decided, Following, Judge, Replacing, Tally, short_of, vote, vote_windowed};
 
 /// What a vote guided by confidence did ([`Selection::confidence`](crate::Selection::confidence)):
 /// either the rule ran ([`Applied`](Self::Applied)), or it could not and the plain vote

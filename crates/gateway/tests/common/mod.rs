@@ -27,14 +27,6 @@ pub fn stalled(events: usize) -> TestServerBuilder {
         .stall_after_events(events)
 }
 
-/// An upstream that refuses connections: a port of 127.0.0.1 bound and never listened on,
-/// held by the socket returned (keep it alive), so that no server the tests start later is
-/// given the same port. (A port found free and let go could be handed to the next server
-/// bound to port 0, which would then answer in place of the refusal.)
-#[allow(dead_code)] // not every test binary that shares this module needs one
-pub fn refusing() -> (String, tokio::net::TcpSocket) {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let port = socket.local_addr().unwrap().port();
-    (format!("http://127.0.0.1:{port}/v1"), socket)
-}
+/// An upstream that refuses connections, its port held (the workspace's test kit).
+#[allow(unused_imports)] // not every test binary that shares this module needs one
+pub use choicewise_test_support::refusing;
