@@ -7,8 +7,10 @@
 #   scripts/python.sh bench     # the figures of docs/python.md: medians of three runs, as ratios
 #
 # Environment: PYTHON (default python3) makes the venv; CHOICEWISE_PY_PROFILE (default
-# release) is the cargo profile of the wheel: `quick` (opt-level 1) builds faster, for tests;
-# CHOICEWISE_TESTSERVER, the test server binary (default: built here with cargo).
+# release) is the cargo profile of the wheel: `dev`, the profile of the workspace's tests,
+# reuses their build (crates/python is a member of the workspace) and is what CI tests; the
+# figures of docs/python.md use `release`. CHOICEWISE_TESTSERVER, the test server binary
+# (default: built here with cargo).
 # Builds run under `nice`, so they leave room to whatever else runs on the machine.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,15 +40,16 @@ case "${1:-}" in
     fi
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
       "$MATURIN" "$PYTEST" "$OPENAI" "$JITER"
-    rm -rf "$repo/crates/python/target/wheels"
+    wheels=$repo/target/wheels
+    rm -rf "$wheels"
     # maturin builds the wheel as `pip install ./crates/python` would (same backend), with the
-    # profile chosen.
+    # profile chosen, in the workspace's target directory.
     (cd "$repo/crates/python" && nice -n 10 "$venv/bin/maturin" build --quiet --profile "$profile" \
-      --interpreter "$venv/bin/python" --out target/wheels)
+      --interpreter "$venv/bin/python" --out "$wheels")
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --force-reinstall \
-      --no-deps "$repo"/crates/python/target/wheels/choicewise-*.whl
+      --no-deps "$wheels"/choicewise-*.whl
     printf 'python.sh: installed %s into %s (%s, profile %s)\n' \
-      "$(basename "$repo"/crates/python/target/wheels/choicewise-*.whl)" "$venv" \
+      "$(basename "$wheels"/choicewise-*.whl)" "$venv" \
       "$("$venv/bin/python" --version)" "$profile" >&2
     ;;
   test)

@@ -9,18 +9,31 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS=${1:-500}
 CONCURRENCY=${2:-200}
-# The bench without its default features (the baselines, and the core's test-only actor
-# counts, which the soak does not use), in one command with the CLI: the features of every
-# crate they share are then the CLI's own, so the CLI is the very binary
-# `cargo run --release -p choicewise-cli` builds (not rebuilt after it), the soak runs what
-# users run, and only what the bench adds is compiled. A later
-# `cargo build --release -p choicewise-bench` builds the full harness again.
-cargo build --release -p choicewise-cli -p choicewise-bench --no-default-features
+# CHOICEWISE_SOAK_PROFILE: `dev` (default) soaks the binaries of the workspace's test build,
+# which CI has built already: `--workspace` with the two test-only features that the tests'
+# dev-dependencies turn on gives every crate the test build's features, so only the bench's
+# own binary is compiled; `release` soaks what `cargo install` gives users: the CLI and the bench
+# without its default features (the baselines, and the core's test-only actor counts, which
+# the soak does not use) in one command, so that the features of every crate they share are
+# the CLI's own.
+profile=${CHOICEWISE_SOAK_PROFILE:-dev}
+case $profile in
+  dev)
+    cargo build --workspace --bin choicewise --bin choicewise-bench \
+      --features choicewise-core/fault-injection,choicewise-test-support/fault-injection
+    bin=target/debug ;;
+  release)
+    cargo build --release -p choicewise-cli -p choicewise-bench --no-default-features
+    bin=target/release ;;
+  *)
+    echo "soak.sh: CHOICEWISE_SOAK_PROFILE is dev or release, not $profile" >&2
+    exit 2 ;;
+esac
 # Each request holds up to 5 upstream connections besides its own.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-target/release/choicewise-bench soak --requests "$REQUESTS" --concurrency "$CONCURRENCY" \
-    --choicewise target/release/choicewise
+"$bin"/choicewise-bench soak --requests "$REQUESTS" --concurrency "$CONCURRENCY" \
+    --choicewise "$bin"/choicewise
 # Issue 40's run: three upstreams per model, one down and one failing 30% of its tries; no
 # client may see a failure.
-exec target/release/choicewise-bench soak --resilience --requests "$REQUESTS" \
-    --concurrency "$CONCURRENCY" --choicewise target/release/choicewise
+exec "$bin"/choicewise-bench soak --resilience --requests "$REQUESTS" \
+    --concurrency "$CONCURRENCY" --choicewise "$bin"/choicewise

@@ -508,12 +508,43 @@ pub fn play_file(
 /// its stamp, divided by `speed`, has elapsed since the first poll. `speed` 0 plays as fast as
 /// the input can be read; input without stamps plays as it is read. Reads as it plays, so a
 /// pipe can be played while it is written.
-pub fn play<R>(mut input: R, speed: f64) -> impl Stream<Item = io::Result<Vec<u8>>> + Send
+pub fn play<R>(input: R, speed: f64) -> impl Stream<Item = io::Result<Vec<u8>>> + Send
+where
+    R: AsyncRead + Send + Unpin + 'static,
+{
+    play_on(input, speed, || Wall(tokio::time::Instant::now()))
+}
+
+/// The time a recording is played by: how long since playing started, and a wait until a
+/// given time since then. The wall clock plays; the tests play on a clock of their own.
+trait Clock: Send + 'static {
+    fn elapsed(&self) -> Duration;
+    fn sleep_until(&mut self, at: Duration) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// The wall clock, from the first poll of the played stream.
+struct Wall(tokio::time::Instant);
+
+impl Clock for Wall {
+    fn elapsed(&self) -> Duration {
+        self.0.elapsed()
+    }
+    fn sleep_until(&mut self, at: Duration) -> impl std::future::Future<Output = ()> + Send {
+        tokio::time::sleep_until(self.0 + at)
+    }
+}
+
+/// [`play`] on any clock, made at the stream's first poll.
+fn play_on<R, C: Clock>(
+    mut input: R,
+    speed: f64,
+    clock: impl FnOnce() -> C + Send + 'static,
+) -> impl Stream<Item = io::Result<Vec<u8>>> + Send
 where
     R: AsyncRead + Send + Unpin + 'static,
 {
     async_stream::try_stream! {
-        let start = tokio::time::Instant::now();
+        let mut clock = clock();
         let mut reader = Unstamper::new();
         let mut buf = vec![0u8; 64 * 1024];
         let mut pieces = Vec::new();
@@ -529,12 +560,12 @@ where
                 match piece {
                     Piece::Bytes(b) => ready.extend_from_slice(&b),
                     Piece::Stamp(at) if speed > 0.0 => {
-                        let due = start + at.div_f64(speed);
-                        if due > tokio::time::Instant::now() {
+                        let due = at.div_f64(speed);
+                        if due > clock.elapsed() {
                             if !ready.is_empty() {
                                 yield std::mem::take(&mut ready);
                             }
-                            tokio::time::sleep_until(due).await;
+                            clock.sleep_until(due).await;
                         }
                     }
                     Piece::Stamp(_) => {}
@@ -721,13 +752,29 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
+    /// A clock that jumps to each time it is asked to wait for, and tells the time it is at.
+    #[derive(Clone, Default)]
+    struct Jumps(std::sync::Arc<std::sync::Mutex<Duration>>);
+
+    impl Clock for Jumps {
+        fn elapsed(&self) -> Duration {
+            *self.0.lock().unwrap()
+        }
+        fn sleep_until(&mut self, at: Duration) -> impl std::future::Future<Output = ()> + Send {
+            let mut now = self.0.lock().unwrap();
+            *now = (*now).max(at);
+            std::future::ready(())
+        }
+    }
+
+    #[tokio::test]
     async fn play_honours_the_stamps_at_the_speed_factor() {
         let recording = b": choicewise-recording v1\n: t=0\ndata: a\n\n: t=300\ndata: b\n\n: t=900.5\ndata: [DONE]\n\n";
         for (speed, last) in [(1.0, 900.5), (3.0, 300.1666), (0.0, 0.0)] {
-            let t0 = tokio::time::Instant::now();
-            let chunks: Vec<(Vec<u8>, f64)> = play(&recording[..], speed)
-                .map_ok(|b| (b, t0.elapsed().as_secs_f64() * 1000.0))
+            let clock = Jumps::default();
+            let at = clock.clone();
+            let chunks: Vec<(Vec<u8>, f64)> = play_on(&recording[..], speed, move || clock)
+                .map_ok(|b| (b, at.elapsed().as_secs_f64() * 1000.0))
                 .try_collect()
                 .await
                 .unwrap();
@@ -737,6 +784,11 @@ mod tests {
             assert!((end - last).abs() < 1.0, "speed {speed}: ended at {end} ms");
             if speed > 0.0 {
                 assert_eq!(chunks.len(), 3);
+                let times: Vec<f64> = chunks.iter().map(|c| c.1).collect();
+                assert!(
+                    (times[1] - 300.0 / speed).abs() < 1.0,
+                    "speed {speed}: {times:?}"
+                );
             }
         }
     }
