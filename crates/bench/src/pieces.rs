@@ -78,6 +78,43 @@ pub struct TokenFigures {
     pub text_bytes: usize,
 }
 
+/// The slowest median time, in milliseconds, of counting 7.5 MiB of one unit repeated, over
+/// units shaped to make a count costly (a letter and a combining mark alternating, long
+/// runs of whitespace, digits, symbols), in both encodings; and the shape that took it.
+pub fn hostile_tokens(reps: usize) -> (f64, String) {
+    let units = [
+        "a\u{301}",
+        "\u{5d0}\u{5b8}",
+        "\u{915}\u{94d}",
+        "a",
+        "%",
+        "7",
+        "a%",
+        "a7",
+        " ",
+        "\n",
+        " \n",
+        "\u{3000}",
+        "\u{4e2d}",
+        "\u{1f44d}\u{1f3fd}",
+        "hello world, ",
+    ];
+    let mut worst = (0.0, String::new());
+    for enc in [EncodingName::O200kBase, EncodingName::Cl100kBase] {
+        preload(enc);
+        for unit in units {
+            let text = unit.repeat((15 << 19) / unit.len());
+            let ms = time(reps, || {
+                black_box(count_text(enc, &text));
+            }) * 1e3;
+            if ms > worst.0 {
+                worst = (ms, format!("{} {unit:?}", enc.as_str()));
+            }
+        }
+    }
+    worst
+}
+
 /// Table load times (first use in the process) and counting throughput on generated text.
 pub fn tokens(reps: usize, text: &str) -> TokenFigures {
     let start = Instant::now();

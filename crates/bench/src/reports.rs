@@ -610,9 +610,16 @@ pub(crate) fn tokens_cmd(args: &PieceArgs) -> Report {
         .filter_map(|c| c.content.as_deref())
         .collect::<Vec<_>>()
         .join("\n");
-    // Content is a small share of a stream's bytes: repeat it to a few MiB of text.
-    let text = text.repeat((2 * 1024 * 1024 / text.len().max(1)) + 1);
-    let f = pieces::tokens(args.common.reps.max(5), &text);
+    // Content is a small share of a stream's bytes: repeat it to 256 KiB of text, the most
+    // `count_text` counts whole (a longer text is estimated from windows of it).
+    let mut text = text.repeat((256 * 1024 / text.len().max(1)) + 1);
+    let mut cut = 256 * 1024;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    let f = pieces::tokens(args.common.reps.max(5) * 8, &text);
+    let (worst, shape) = pieces::hostile_tokens(args.common.reps.max(3));
     println!(
         "\n### tokens: first load o200k_base {:.0} ms, cl100k_base {:.0} ms; counting {:.1} MiB of generated text: o200k_base {:.1} MiB/s, cl100k_base {:.1} MiB/s",
         f.o200k_first_load_ms,
@@ -621,8 +628,17 @@ pub(crate) fn tokens_cmd(args: &PieceArgs) -> Report {
         f.o200k_mib_per_s,
         f.cl100k_mib_per_s
     );
+    println!(
+        "### tokens: 7.5 MiB floods of hostile shapes, the slowest count: {worst:.1} ms ({shape})"
+    );
     Report {
-        targets: vec![],
+        targets: vec![Target {
+            name: "tokens_hostile_7_5_mib_worst_ms",
+            measured: worst,
+            target: 200.0,
+            at_least: false,
+            unit: "ms",
+        }],
         info: vec![format!(
             "INFO tokens measured=first load o200k {:.0} ms, cl100k {:.0} ms; counting o200k {:.1} MiB/s, cl100k {:.1} MiB/s",
             f.o200k_first_load_ms, f.cl100k_first_load_ms, f.o200k_mib_per_s, f.cl100k_mib_per_s

@@ -208,11 +208,21 @@ pub fn preload(name: EncodingName) {
 /// Whitespace runs longer than this many characters are counted in pieces.
 ///
 /// tiktoken-rs 0.12 matches the pre-tokenizer's `\s+(?!\S)` with
-/// fancy-regex, whose backtracking stack overflows on a run of about
-/// 1,000,000 whitespace characters; `encode_ordinary` then panics. Cutting
-/// longer runs keeps [`count_text`] total; the count of a run that is cut
-/// may differ from tiktoken's by a token or two per cut.
-const MAX_WHITESPACE_RUN: usize = 1 << 16;
+/// fancy-regex, whose backtracking costs time quadratic in the run's length
+/// and overflows its stack on a run of about 1,000,000 whitespace characters
+/// (`encode_ordinary` then panics). Cutting longer runs keeps [`count_text`]
+/// linear and total. The cut is a multiple of the longest whitespace tokens
+/// (128 spaces; 16 newlines or ideographic spaces), so runs of one of those
+/// count exactly; other runs may be a token or two off per cut.
+const MAX_WHITESPACE_RUN: usize = 1 << 12;
+
+/// Texts longer than this many bytes are estimated from [`WINDOWS`] windows
+/// of [`WINDOW`] bytes, evenly spaced, each counted as a text of its own and
+/// scaled to the whole length: the time and memory of a count are bounded
+/// whatever the length of the text.
+const EXACT_UP_TO: usize = 256 << 10;
+const WINDOWS: usize = 16;
+const WINDOW: usize = 16 << 10;
 
 /// Runs of letters, or of symbols, longer than this many bytes are counted by
 /// [`linear_count`] rather than by byte-pair merges.
@@ -240,12 +250,17 @@ enum Class {
 }
 
 fn class(c: char) -> Class {
+    use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
     if c.is_whitespace() {
         Class::Space
     } else if c.is_alphabetic() {
         Class::Letter
     } else if c.is_numeric() {
         Class::Digit
+    } else if !c.is_ascii() && c.general_category_group() == GeneralCategoryGroup::Mark {
+        // The pre-tokenizer's letters include the combining marks (`[\p{L}\p{M}]+`): a letter
+        // and a mark, alternating, are one piece, and so one run here.
+        Class::Letter
     } else {
         Class::Symbol
     }
@@ -254,14 +269,16 @@ fn class(c: char) -> Class {
 /// Counts the tokens of `text` as ordinary text (special-token spellings
 /// such as `<|endoftext|>` are split like any other text, never rejected).
 ///
-/// Equals `encode_ordinary(text).len()` of tiktoken for every text without a
-/// run of more than 65,536 whitespace characters, and without a run of more
-/// than 256 bytes of letters alone or of symbols alone. Longer whitespace
-/// runs are cut and counted in pieces (tiktoken-rs panics on runs of about a
-/// million; a token or two off per cut); longer runs of letters or symbols
-/// are counted as one token per four bytes, since merging them costs time
-/// quadratic in their length. Either way the count takes time linear in the
-/// text and never panics.
+/// Equals `encode_ordinary(text).len()` of tiktoken for every text of at
+/// most 256 KiB without a run of more than 4,096 whitespace characters (runs
+/// of spaces or of newlines alone may be longer), and without a run of more
+/// than 256 bytes of letters (with their combining marks) alone or of symbols
+/// alone. Longer whitespace runs are cut and counted in pieces (a token or two
+/// off per cut); longer runs of letters or symbols are counted as one token
+/// per four bytes, since merging them costs time quadratic in their length; a
+/// longer text is estimated from 16 windows of 16 KiB spread over it, each
+/// counted so, and scaled to its length. Either way the count takes bounded
+/// time and memory and never panics.
 ///
 /// ```
 /// use choicewise_usage::{count_text, EncodingName};
@@ -272,6 +289,29 @@ fn class(c: char) -> Class {
 /// assert_eq!(count_text(EncodingName::O200kBase, &"a".repeat(1_000_000)), 250_000);
 /// ```
 pub fn count_text(name: EncodingName, text: &str) -> u64 {
+    if text.len() <= EXACT_UP_TO {
+        return count_runs(name, text);
+    }
+    // Each window starts and ends on a character boundary.
+    let floor = |mut i: usize| {
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let step = (text.len() - WINDOW) / (WINDOWS - 1);
+    let (mut tokens, mut bytes) = (0u64, 0usize);
+    for w in 0..WINDOWS {
+        let start = floor(w * step);
+        let end = floor((w * step + WINDOW).min(text.len()));
+        tokens += count_runs(name, &text[start..end]);
+        bytes += end - start;
+    }
+    ((tokens as u128 * text.len() as u128).div_ceil(bytes.max(1) as u128)) as u64
+}
+
+/// [`count_text`] of a text of any length, in time linear in it.
+fn count_runs(name: EncodingName, text: &str) -> u64 {
     if text.is_empty() {
         return 0;
     }
