@@ -100,6 +100,33 @@ pub struct Limits {
     /// Retries over the last 10 s may be at most this share of first tries, in percent
     /// (default 20; at least 10 retries are always allowed).
     pub retry_budget_percent: f64,
+    /// The most bytes one upstream answer may send for each sample it carries (default
+    /// 16777216, 16 MiB; a native request for 4 samples may send 4 times that): past it the
+    /// answer's choices fail as an upstream's failure does, and its connection is closed.
+    pub max_answer_bytes: usize,
+    /// The process's memory, in MiB, above which new requests are refused with 503 and
+    /// `Retry-After` while those in flight go on: its resident set plus the request bodies
+    /// admitted and not yet answered. Default: three quarters of the memory the process may
+    /// use (its cgroup's limit, else the machine's); 0 turns the ceiling off.
+    pub memory_high_watermark_mb: Option<u64>,
+    /// Once refusing, the memory in MiB below which requests are admitted again (default: 90%
+    /// of the high watermark).
+    pub memory_low_watermark_mb: Option<u64>,
+}
+
+impl Limits {
+    /// The memory ceiling's two marks in bytes, defaults resolved (`0, 0`: off).
+    pub(crate) fn memory_watermarks(&self) -> (u64, u64) {
+        let high = match self.memory_high_watermark_mb {
+            Some(mb) => mb.saturating_mul(1 << 20),
+            None => crate::overload::memory_available().map_or(0, |bytes| bytes / 4 * 3),
+        };
+        let low = match self.memory_low_watermark_mb {
+            Some(mb) => mb.saturating_mul(1 << 20),
+            None => high / 10 * 9,
+        };
+        (high, low)
+    }
 }
 
 impl Default for Limits {
@@ -117,6 +144,9 @@ impl Default for Limits {
             max_header_bytes: 32 * 1024,
             client_stall_timeout_s: 60.0,
             retry_budget_percent: 20.0,
+            max_answer_bytes: 16 * 1024 * 1024,
+            memory_high_watermark_mb: None,
+            memory_low_watermark_mb: None,
         }
     }
 }
@@ -442,6 +472,17 @@ impl Config {
         }
         if l.max_concurrent_requests > 1 << 24 {
             return err("limits: max_concurrent_requests must be at most 16777216".into());
+        }
+        if l.max_answer_bytes < 1024 {
+            return err("limits: max_answer_bytes must be at least 1024".into());
+        }
+        let (high, low) = l.memory_watermarks();
+        if high > 0 && low >= high {
+            return err(format!(
+                "limits: memory_low_watermark_mb ({} MiB) must be below memory_high_watermark_mb ({} MiB)",
+                low >> 20,
+                high >> 20
+            ));
         }
         if l.max_header_bytes < 8192 {
             return err("limits: max_header_bytes must be at least 8192".into());

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use crate::config::NMode;
 use crate::error::ApiError;
 use crate::open::{Opener, TryRecord, UpstreamRoute, counted, cuts, request_body};
-use crate::pace::{BoxError, Pace, paced};
+use crate::pace::{BoxError, Pace, bounded, paced};
 use crate::request::{ChatRequest, Select};
 
 mod accounting;
@@ -106,7 +106,10 @@ impl Run {
             let reads = cuts(opened.reads, &opener, p.samples()[0], &opened.route.label);
             sources.push(Some(
                 Source::sse(paced(
-                    counted(reads, &opener.metrics),
+                    bounded(
+                        counted(reads, &opener.metrics),
+                        max_bytes(&opened.route, p.samples()),
+                    ),
                     pace.clone(),
                     opened.route.idle_timeout,
                 ))
@@ -182,9 +185,10 @@ impl Run {
                     .map_err(|e| BoxError::from(e.message))?;
                 lock(&labels)[r] = opened.route.label.clone();
                 let idle = opened.route.idle_timeout;
+                let max = max_bytes(&opened.route, &samples);
                 let reads = cuts(opened.reads, &opener, samples[0], &opened.route.label);
                 Ok::<_, BoxError>(Source::sse(paced(
-                    counted(reads, &opener.metrics),
+                    bounded(counted(reads, &opener.metrics), max),
                     pace,
                     idle,
                 )))
@@ -358,6 +362,12 @@ impl Run {
 }
 
 /// A mutex's value, even after a panic of another holder.
+/// The most bytes an answer of `route` may send: `max_answer_bytes` for each sample it
+/// carries.
+fn max_bytes(route: &UpstreamRoute, samples: &[u32]) -> usize {
+    (route.max_answer_bytes).saturating_mul(samples.len().max(1))
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

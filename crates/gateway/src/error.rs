@@ -40,6 +40,12 @@ impl ApiError {
         self
     }
 
+    /// With a `Retry-After` of `seconds`.
+    pub fn wait(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
     /// The JSON body.
     pub fn body(&self) -> Value {
         json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})

@@ -193,9 +193,34 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let api = api_of(request.uri().path());
-    if declared.is_some_and(|len| len > gw.inner.limits.max_body_bytes as u64) {
+    let max_body = gw.inner.limits.max_body_bytes as u64;
+    if declared.is_some_and(|len| len > max_body) {
         return shaped(api, too_large(&gw));
     }
+    // The memory ceiling, the body counted at its declared length (at the limit when it
+    // declares none) until the handler has answered.
+    let ceiling = &gw.inner.ceiling;
+    let (admitted, change) = ceiling.admit(declared.unwrap_or(max_body));
+    match change {
+        Some(true) => tracing::warn!(
+            used_mib = ceiling_mib(&admitted),
+            "memory above memory_high_watermark_mb: new requests are refused with 503 until \
+             it is below memory_low_watermark_mb"
+        ),
+        Some(false) => {
+            tracing::info!("memory below memory_low_watermark_mb: requests are admitted again")
+        }
+        None => {}
+    }
+    if admitted.is_err() || change.is_some() {
+        gw.inner
+            .metrics
+            .overload(admitted.is_err(), ceiling.refusing());
+    }
+    let reservation = match admitted {
+        Ok(reservation) => reservation,
+        Err(refused) => return shaped(api, overloaded(refused)),
+    };
     let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
         let e = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -210,6 +235,8 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
         return response;
     };
     let response = next.run(request).await;
+    // The handler has answered: its body was read and parsed.
+    drop(reservation);
     response.map(|body| {
         // The slot goes with the body: when hyper drops it, at its end or its client's.
         let frames = body.into_data_stream().map(move |frame| {
@@ -218,6 +245,27 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
         });
         Body::from_stream(frames)
     })
+}
+
+/// The memory counted when a request was refused, in MiB, for the log.
+fn ceiling_mib<T>(admitted: &Result<T, crate::overload::Refused>) -> u64 {
+    admitted.as_ref().err().map_or(0, |r| r.used >> 20)
+}
+
+/// 503: the process's memory is above the ceiling (`memory_high_watermark_mb`).
+fn overloaded(refused: crate::overload::Refused) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded_error",
+        format!(
+            "the gateway is short of memory ({} MiB in use, memory_high_watermark_mb {}): \
+             retry later",
+            refused.used >> 20,
+            refused.high >> 20
+        ),
+    )
+    .code("overloaded")
+    .wait(1)
 }
 
 /// 413: the body is larger than `max_body_bytes`.
@@ -233,11 +281,32 @@ pub(crate) fn too_large(gw: &Gateway) -> ApiError {
     .code("request_too_large")
 }
 
+/// A body's bytes, at most `limit`, in one buffer sized from its declared length: the body
+/// is held once while it arrives (the memory ceiling counts it once), not as its frames and
+/// then their copy.
+async fn collect(body: Body, limit: usize) -> Result<axum::body::Bytes, axum::Error> {
+    use http_body_util::BodyExt;
+    let mut body = http_body_util::Limited::new(body, limit);
+    let declared = http_body::Body::size_hint(&body).lower() as usize;
+    let mut buf = bytes::BytesMut::with_capacity(declared.min(limit));
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.map_err(axum::Error::new)?.into_data() {
+            if buf.is_empty() && data.len() >= declared {
+                // One frame, the whole body: kept as it is.
+                buf = bytes::BytesMut::from(data);
+            } else {
+                buf.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(buf.freeze())
+}
+
 /// The body, at most `max_body_bytes`, within `body_read_timeout_s`.
 pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<axum::body::Bytes, ApiError> {
     let limit = gw.inner.limits.max_body_bytes;
     let timeout = std::time::Duration::from_secs_f64(gw.inner.limits.body_read_timeout_s);
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+    match tokio::time::timeout(timeout, collect(body, limit)).await {
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "invalid_request_error",

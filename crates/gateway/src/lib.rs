@@ -41,6 +41,7 @@ mod layers;
 mod listen;
 mod metrics;
 mod open;
+mod overload;
 mod pace;
 mod request;
 mod resilience;
@@ -100,6 +101,8 @@ struct Inner {
     names: Vec<String>,
     /// One per request being served (`max_concurrent_requests`).
     slots: Arc<Semaphore>,
+    /// The process-wide memory ceiling (`memory_high_watermark_mb`).
+    ceiling: Arc<overload::Ceiling>,
     metrics: Arc<Metrics>,
     /// `[telemetry]`'s traces, if an endpoint is named.
     traces: Option<Arc<Traces>>,
@@ -223,6 +226,7 @@ impl Gateway {
                     max_n: u.max_n,
                     host,
                     idle_timeout: Duration::from_secs_f64(config.limits.upstream_idle_timeout_s),
+                    max_answer_bytes: config.limits.max_answer_bytes,
                     weight: u.weight,
                     health: Arc::new(resilience::Health::new(&model.health)),
                 });
@@ -246,6 +250,7 @@ impl Gateway {
                 budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
+                ceiling: Arc::new(overload::Ceiling::new(&config.limits)),
                 metrics: Arc::new(Metrics::new()),
                 traces: Traces::new(&config.telemetry)?,
                 closing: watch::Sender::new(false),

@@ -83,6 +83,8 @@ pub(crate) struct Metrics {
     ejected: Family<UpstreamLabels, Gauge<i64, AtomicI64>>,
     fallbacks: Family<FallbackLabels, Counter>,
     budget_exhausted: Counter,
+    overload_refused: Counter,
+    overloaded: Gauge<i64, AtomicI64>,
 }
 
 /// The finish reasons that are labels as they are; any other an upstream sends is `other`,
@@ -241,8 +243,22 @@ impl Metrics {
             "Retries not made because the retry budget was spent",
             budget_exhausted.clone(),
         );
+        let overload_refused = Counter::default();
+        registry.register(
+            "overload_refused",
+            "Requests refused with 503 by the memory ceiling (memory_high_watermark_mb)",
+            overload_refused.clone(),
+        );
+        let overloaded = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "overloaded",
+            "1 while the memory ceiling refuses new requests, else 0",
+            overloaded.clone(),
+        );
         Metrics {
             registry,
+            overload_refused,
+            overloaded,
             connections_refused,
             client_stalls,
             tries,
@@ -356,6 +372,14 @@ impl Metrics {
                 to: to.to_string(),
             })
             .inc();
+    }
+
+    /// A request refused by the memory ceiling; `now` whether it refuses new requests.
+    pub fn overload(&self, refused: bool, now: bool) {
+        if refused {
+            self.overload_refused.inc();
+        }
+        self.overloaded.set(i64::from(now));
     }
 
     /// A retry was not made: the budget was spent.

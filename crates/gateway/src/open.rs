@@ -32,6 +32,8 @@ pub(crate) struct UpstreamRoute {
     pub host: String,
     /// How long it may stay silent before its choices fail.
     pub idle_timeout: Duration,
+    /// The most bytes one answer of this upstream may send per sample (`max_answer_bytes`).
+    pub max_answer_bytes: usize,
     /// `API:MODEL@HOST`, for metrics.
     pub label: Arc<str>,
     /// Its share of the model's samples.

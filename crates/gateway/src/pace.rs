@@ -138,6 +138,37 @@ where
     })
 }
 
+/// An upstream's reads, ended with an error once they pass `max` bytes in all
+/// (`max_answer_bytes`): an upstream that sends without end costs a bounded memory.
+pub(crate) fn bounded<S, E>(
+    reads: S,
+    max: usize,
+) -> impl Stream<Item = Result<Bytes, BoxError>> + Send + 'static
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    let mut total = 0usize;
+    let mut over = false;
+    reads
+        .map(move |read| {
+            let read = read.map_err(Into::into)?;
+            total = total.saturating_add(read.len());
+            match total > max {
+                true => Err(
+                    format!("the upstream's answer passed {max} bytes (max_answer_bytes)").into(),
+                ),
+                false => Ok(read),
+            }
+        })
+        // Nothing after the error: the reads end there.
+        .take_while(move |read| {
+            let go = !over;
+            over |= read.is_err();
+            futures::future::ready(go)
+        })
+}
+
 /// The error of an upstream silent for `idle`.
 pub(crate) fn silent(idle: Duration) -> BoxError {
     format!(
@@ -153,6 +184,16 @@ mod tests {
 
     fn reads(count: usize, size: usize) -> impl Stream<Item = Result<Bytes, BoxError>> {
         futures::stream::iter((0..count).map(move |_| Ok(Bytes::from(vec![b'x'; size]))))
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_its_bound_ends_in_an_error() {
+        let within: Vec<_> = bounded(reads(4, 1000), 4000).collect().await;
+        assert!(within.iter().all(Result::is_ok));
+        let over: Vec<_> = bounded(reads(100, 1000), 2500).collect().await;
+        assert_eq!(over.len(), 3, "two reads, then the error, then nothing");
+        let e = over[2].as_ref().unwrap_err().to_string();
+        assert!(e.contains("2500 bytes (max_answer_bytes)"), "{e}");
     }
 
     #[tokio::test]
