@@ -70,7 +70,7 @@ use engine::Run;
 use error::ApiError;
 use metrics::Metrics;
 use open::UpstreamRoute;
-use request::{ChatRequest, Select};
+use request::ChatRequest;
 use traces::{RequestSpan, Traces};
 
 /// A gateway: its routes, its keys, its limits. Cheap to clone.
@@ -648,13 +648,7 @@ async fn serve_chat(
         model,
         body: Arc::new(req.body.clone()),
         native,
-        logprobs: match &req.select {
-            Select::Vote {
-                confidence: Some(c),
-                ..
-            } => Some(c.top_logprobs),
-            _ => None,
-        },
+        logprobs: req.policy.confidence().map(|c| c.top_logprobs),
         metrics: gw.inner.metrics.clone(),
         budget: gw.inner.budget.clone(),
         tries: Arc::default(),
@@ -671,7 +665,8 @@ async fn serve_chat(
         model: req.model.clone(),
         request_id: std::mem::take(&mut seen.request_id),
         arrived,
-        outputs: (!matches!(req.select, Select::All)).then(|| picked.samples.clone()),
+        outputs: (req.policy.rule() != choicewise_core::PickRule::All)
+            .then(|| picked.samples.clone()),
         completed: false,
         span,
         failure: None,
