@@ -94,6 +94,8 @@ struct Inner {
     /// The keys clients may send; none: no key needed.
     keys: Vec<String>,
     models: open::Models,
+    /// Each model's default policy (`[models.choicewise]`), checked at start.
+    policies: HashMap<String, choicewise_core::Policy>,
     /// The retry budget every model's tries share.
     budget: Arc<resilience::Budget>,
     /// In order, for `GET /v1/models`.
@@ -173,6 +175,7 @@ impl Gateway {
             }
         };
         let mut models = HashMap::new();
+        let mut policies = HashMap::new();
         let mut v1_checks = Vec::new();
         let mut names = Vec::new();
         for model in &config.models {
@@ -228,6 +231,9 @@ impl Gateway {
                 });
             }
             names.push(model.name.clone());
+            if let Some(policy) = model.policy(&config.limits)? {
+                policies.insert(model.name.clone(), policy);
+            }
             models.insert(
                 model.name.clone(),
                 Arc::new(open::ModelRoutes {
@@ -243,6 +249,7 @@ impl Gateway {
                 limits: config.limits.clone(),
                 keys,
                 models: Arc::new(models),
+                policies,
                 budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
@@ -642,6 +649,10 @@ async fn serve_chat(
         .code("model_not_found"));
     };
     seen.model.clone_from(&req.model);
+    // Every ingress's request is read here: the model's default policy applies to those
+    // that carry no extension (an agent cannot send one).
+    let default = gw.inner.policies.get(&req.model);
+    let req = req.with_default(default, &gw.inner.limits)?;
     let apis: Vec<Dialect> = model.routes.iter().map(|u| u.api).collect();
     let opener = open::Opener {
         models: gw.inner.models.clone(),

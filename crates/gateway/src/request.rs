@@ -20,9 +20,12 @@ pub(crate) struct ChatRequest {
     pub include_usage: bool,
     /// The client asked for log-probabilities (`"logprobs": true`): they pass through.
     pub logprobs: bool,
-    /// How the samples are picked from: the request's `choicewise` extension, else every
-    /// sample a choice.
+    /// How the samples are picked from: the request's `choicewise` extension, else its
+    /// model's default ([`with_default`](Self::with_default)), else every sample a choice.
     pub policy: Policy,
+    /// Whether the request carried a `choicewise` extension (a model's default then does
+    /// not apply).
+    pub extension: bool,
     /// The body to send upstream, in Chat Completions' shape, without what the gateway
     /// decides (`model`, `n`, `stream`, `stream_options`, `choicewise`).
     pub body: Map<String, Value>,
@@ -76,9 +79,9 @@ impl ChatRequest {
                 )));
             }
         };
-        let fields = match body.remove("choicewise") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(o)) => o,
+        let (extension, fields) = match body.remove("choicewise") {
+            None | Some(Value::Null) => (false, Map::new()),
+            Some(Value::Object(o)) => (true, o),
             Some(v) => return Err(err(format!("\"choicewise\" must be an object, not {v}"))),
         };
         let policy = Policy::from_json(&fields, &policy_limits(n, limits)).map_err(refused)?;
@@ -94,8 +97,35 @@ impl ChatRequest {
             include_usage,
             logprobs,
             policy,
+            extension,
             body,
         })
+    }
+
+    /// Applies its model's default policy (`[models.choicewise]`) when the request carried
+    /// no extension: a request's extension replaces the default wholly. The default is
+    /// checked again against the request's `n` (its `samples` must be at least `n`).
+    pub fn with_default(
+        mut self,
+        default: Option<&Policy>,
+        limits: &Limits,
+    ) -> Result<ChatRequest, ApiError> {
+        let Some(default) = default.filter(|_| !self.extension) else {
+            return Ok(self);
+        };
+        let policy = default
+            .checked_for(&policy_limits(self.n, limits))
+            .map_err(|e| {
+                let mut e = refused(e);
+                e.message.push_str(&format!(
+                    " (the default of model {:?}, its [models.choicewise])",
+                    self.model
+                ));
+                e
+            })?;
+        self.samples = policy.samples();
+        self.policy = policy;
+        Ok(self)
     }
 }
 
