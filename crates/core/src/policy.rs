@@ -197,6 +197,19 @@ impl PolicyError {
     pub fn kind(&self) -> PolicyErrorKind {
         self.kind
     }
+
+    /// What is wrong, without the field's name where the message starts with it (`must be
+    /// at least 10 ..., not 0`): for a program that names the field its own way (a flag).
+    ///
+    /// ```
+    /// use choicewise_core::{PickRule, Policy, PolicyLimits};
+    /// let e = Policy::builder().select(PickRule::Vote).min_votes(0).build(&PolicyLimits::default()).unwrap_err();
+    /// assert_eq!((e.field(), e.problem()), ("min_votes", "must be an integer of 1 or more, not 0"));
+    /// ```
+    pub fn problem(&self) -> &str {
+        let named = format!("\"choicewise.{}\" ", self.field);
+        self.message.strip_prefix(&named).unwrap_or(&self.message)
+    }
 }
 
 impl fmt::Display for PolicyError {
