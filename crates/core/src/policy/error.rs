@@ -21,7 +21,8 @@ pub enum PolicyErrorKind {
     NeedsRule,
     /// A field that goes with another rule than the one selected.
     GoesWith,
-    /// A `vote_by` that compiles to more than [`VOTE_PATTERN_SIZE_LIMIT`].
+    /// A `vote_by` that compiles to more than
+    /// [`VOTE_PATTERN_SIZE_LIMIT`](crate::VOTE_PATTERN_SIZE_LIMIT).
     PatternTooLarge,
     /// A value of the wrong type or out of its range.
     Invalid,
