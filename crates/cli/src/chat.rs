@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use choicewise::{Completions, Dialect, Opening, Plan, PlanUpstream, Source};
+use choicewise::{Completions, Dialect, Opening, Plan, PlanUpstream, Policy, Source};
 use choicewise_client::Client;
 use clap::Args;
 use futures::Stream;
@@ -468,8 +468,10 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         Some(path) => Some(replay::read_request(path).await?),
         None => None,
     };
+    // The pick is checked before anything is sent.
+    let policy = args.view.policy()?;
     let mut request = build_request(base, &args, prompt(&args)?, None)?;
-    if let Some(options) = args.view.confidence() {
+    if let Some(options) = policy.as_ref().and_then(Policy::confidence) {
         ask_for_logprobs(&mut request, options.top_logprobs);
     }
     let idle = args
@@ -499,11 +501,7 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
             .then(|| models[0].to_string());
         // One request per item copy, in order; started window by window, or after the
         // warmup of --confidence, only while the vote is undecided.
-        let opening = match (args.view.confidence(), args.view.vote_window) {
-            (Some(c), _) => Opening::First(c.warmup),
-            (None, Some(w)) => Opening::First(w as usize),
-            (None, None) => Opening::All,
-        };
+        let opening = policy.as_ref().map_or(Opening::All, Policy::opening);
         let plan = Plan::new(k as u32, &vec![PlanUpstream::new(1); k], opening);
         let sources: Vec<(Client, Value)> = (plan.requests().iter())
             .map(|r| &upstreams[r.upstream()])

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 pub async fn json(
     completions: Completions,
     picked: Option<(
-        crate::view::Pick,
+        choicewise::Policy,
         tokio::task::JoinHandle<choicewise::Selection>,
     )>,
     sources: &crate::view::Sources,
@@ -27,7 +27,7 @@ pub async fn json(
     if let Some((pick, task)) = picked {
         let picked = task.await.unwrap_or_default();
         if let Some(object) = value.as_object_mut() {
-            for (key, field) in pick.json_fields(&picked) {
+            for (key, field) in crate::view::Shown(&pick).json_fields(&picked) {
                 object.insert(key.to_string(), field);
             }
         }

@@ -10,7 +10,7 @@ use choicewise::{ChoiceEvent, Completions, FunctionCallEvent};
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::view::{ViewArgs, picked_verdict};
+use crate::view::{Shown, ViewArgs, picked_verdict};
 use crate::{Exit, live, plain};
 
 /// Whether the live view will be used.
@@ -24,12 +24,12 @@ pub async fn show(
     view: &ViewArgs,
     options: live::Options,
 ) -> Result<(), Exit> {
-    let pick = view.pick();
+    let pick = view.policy()?;
     let (publish, decision) = watch::channel(None);
-    let selection = pick.clone().map(|p| {
+    let selection = pick.clone().map(|policy| {
         let completions = completions.clone();
         tokio::spawn(async move {
-            let selection = p.run(completions).await;
+            let selection = completions.pick(&policy).await;
             publish.send_replace(Some(selection.clone()));
             selection
         })
@@ -83,7 +83,7 @@ pub async fn show(
     match (pick, selection) {
         (Some(pick), Some(task)) => {
             let selection = task.await.unwrap_or_default();
-            println!("{}", pick.summary(&selection));
+            println!("{}", Shown(&pick).summary(&selection));
             picked_verdict(&selection, shown)
         }
         _ => shown,

@@ -1,6 +1,9 @@
 //! Choosing the view: `--json`, the plain labelled lines, or the live view on a terminal.
 
-use choicewise::{Completions, Confidence, ConfidenceReport, Selection, VoteKey};
+use choicewise::{
+    Completions, Confidence, ConfidenceReport, PickRule, Policy, PolicyError, PolicyLimits,
+    Selection,
+};
 use clap::Args;
 use tokio::sync::watch;
 
@@ -29,11 +32,11 @@ pub struct ViewArgs {
     pub vote: bool,
     /// Vote over the first capture group of REGEX in each finished choice's content (the
     /// whole match when it has no group) instead; choices without a match do not vote.
-    #[arg(long, value_name = "REGEX", value_parser = parse_pattern)]
-    pub vote_by: Option<VoteKey>,
+    #[arg(long, value_name = "REGEX")]
+    pub vote_by: Option<String>,
     /// A key needs at least K votes to win; with fewer, nothing is selected (exit 1, the
     /// tally said) [default: 2, so that one vote out of several is no majority].
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "K")]
     pub vote_min: Option<u32>,
     /// Compare the keys after Unicode case folding, trimming and dropping trailing
     /// punctuation ("no", "No" and "no." are one key).
@@ -42,7 +45,7 @@ pub struct ViewArgs {
     /// Vote window by window (early-stopping self-consistency): with --fan-out K, start W
     /// samples at a time, the next W only while the vote is undecided; the first window that
     /// agrees unanimously decides and starts no more.
-    #[arg(long, value_name = "W", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "W")]
     pub vote_window: Option<u32>,
     /// Guide the vote by the model's confidence (DeepConf online, arXiv 2508.15260): needs
     /// --vote or --vote-by, and choices with top log-probabilities (chat asks its upstreams
@@ -54,19 +57,18 @@ pub struct ViewArgs {
     /// the plain vote decides and --json's "confidence" says why.
     #[arg(long, requires = "a_vote")]
     pub confidence: bool,
-    /// With --confidence: the samples that run to their end and set the threshold [default:
-    /// 8].
-    #[arg(long, value_name = "N", requires = "confidence",
-          value_parser = clap::value_parser!(u32).range(1..))]
+    /// With --confidence: the samples that run to their end and set the threshold, 1 to 64
+    /// [default: 8].
+    #[arg(long, value_name = "N", requires = "confidence")]
     pub warmup: Option<u32>,
-    /// With --confidence: the share of warmup confidences that pass; the threshold is their
-    /// (1 - F) quantile (0.9: conservative, 0.1: only the most confident tenth) [default: 0.9].
+    /// With --confidence: the share of warmup confidences that pass, above 0 and at most 1;
+    /// the threshold is their (1 - F) quantile (0.9: conservative, 0.1: only the most
+    /// confident tenth) [default: 0.9].
     #[arg(long, value_name = "F", requires = "confidence", value_parser = parse_share)]
     pub keep: Option<f64>,
     /// With --confidence: the tokens whose mean confidence is compared with the threshold (a
-    /// sliding window) [default: 64].
-    #[arg(long, value_name = "N", requires = "confidence",
-          value_parser = clap::value_parser!(u32).range(1..))]
+    /// sliding window), 1 to 100000 [default: 64].
+    #[arg(long, value_name = "N", requires = "confidence")]
     pub group_tokens: Option<u32>,
 }
 
@@ -78,60 +80,38 @@ fn parse_share(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_pattern(s: &str) -> Result<VoteKey, String> {
-    VoteKey::pattern(s).map_err(|e| e.to_string())
-}
-
-/// A combinator picking choices while they stream.
-#[derive(Debug, Clone)]
-pub enum Pick {
-    First,
-    Vote(Vote),
-}
-
-/// A vote: over the content or over a pattern's capture in it.
-#[derive(Debug, Clone)]
-pub struct Vote {
-    /// What a finished choice votes with.
-    pub key: VoteKey,
-    /// The votes a key needs to win.
-    pub min: u32,
-    /// Samples started window by window, this many at a time.
-    pub window: Option<u32>,
-    /// Guided by confidence (`--confidence`).
-    pub confidence: Option<Confidence>,
-}
-
-/// The votes a key needs unless `--vote-min` says: one vote out of several is no majority.
-pub const DEFAULT_VOTE_MIN: u32 = 2;
-
-impl Pick {
-    /// Runs the combinator over the completion as it streams.
-    pub async fn run(self, completions: Completions) -> Selection {
-        match self {
-            Pick::First => completions.first_finished().await,
-            Pick::Vote(vote) => {
-                let min = vote.min as usize;
-                let window = vote.window;
-                let confidence = vote.confidence;
-                let key = vote.key;
-                let mut pick = completions.vote(move |o| key.of(o)).min_votes(min);
-                if let Some(options) = confidence {
-                    pick = pick.confidence(options);
-                }
-                match window {
-                    Some(w) => pick.window(w as usize).await,
-                    None => pick.await,
-                }
-            }
-        }
+/// The flag that states a policy's field, for its refusal.
+fn flag_of(field: &str) -> &str {
+    match field {
+        "vote_by" => "--vote-by",
+        "min_votes" => "--vote-min",
+        "window" => "--vote-window",
+        "vote_normalize" => "--vote-normalize",
+        "confidence" => "--confidence",
+        "confidence.warmup" => "--warmup",
+        "confidence.keep" => "--keep",
+        "confidence.group_tokens" => "--group-tokens",
+        other => other,
     }
+}
 
+/// A refused policy as a usage error (exit 2) naming the flag.
+fn refused(e: &PolicyError) -> Exit {
+    Exit {
+        message: format!("{}: {}", flag_of(e.field()), e.problem()),
+        code: 2,
+    }
+}
+
+/// How a pick's selection is shown: `--json`'s fields and the summary line.
+pub struct Shown<'a>(pub &'a Policy);
+
+impl Shown<'_> {
     /// The selection as `--json`'s top-level fields: `"selected"`, and for a vote `"vote"`
     /// (and, with samples started on demand, `"started"` and `"windows"`).
     pub fn json_fields(&self, selection: &Selection) -> Vec<(&'static str, serde_json::Value)> {
         let mut fields = vec![("selected", serde_json::json!(selection.selected))];
-        if let Pick::Vote(_) = self {
+        if self.0.rule() == PickRule::Vote {
             fields.push(("vote", serde_json::json!(selection.vote)));
         }
         if let Some(started) = selection.started {
@@ -149,10 +129,10 @@ impl Pick {
     /// One line saying what was picked, for the plain and live views.
     pub fn summary(&self, selection: &Selection) -> String {
         let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
-        let mut line = match (&selection.selected[..], self) {
+        let mut line = match (&selection.selected[..], self.0.rule()) {
             ([], _) => "selected: none".to_string(),
-            (picked, Pick::First) => format!("selected: choice {} (first finished)", list(picked)),
-            (picked, Pick::Vote(_)) => format!("selected: choices {}", list(picked)),
+            (picked, PickRule::Vote) => format!("selected: choices {}", list(picked)),
+            (picked, _) => format!("selected: choice {} (first finished)", list(picked)),
         };
         if selection.selected.is_empty()
             && let Some(reason) = &selection.reason
@@ -222,50 +202,63 @@ fn confidence_summary(report: &ConfidenceReport) -> String {
 }
 
 impl ViewArgs {
-    /// The options of `--confidence`, when asked for.
+    /// The options of `--confidence`, when asked for (checked with the pick, by
+    /// [`policy`](Self::policy)).
     pub fn confidence(&self) -> Option<Confidence> {
         if !self.confidence {
             return None;
         }
         let mut options = Confidence::new();
         if let Some(n) = self.warmup {
-            options = options.warmup(n as usize);
+            options.warmup = n as usize;
         }
         if let Some(keep) = self.keep {
-            options = options.keep(keep);
+            options.keep = keep;
         }
         if let Some(n) = self.group_tokens {
-            options = options.group_tokens(n as usize);
+            options.group_tokens = n as usize;
         }
         Some(options)
     }
 
-    /// The combinator asked for, if any.
-    pub fn pick(&self) -> Option<Pick> {
+    /// The pick asked for, if any (`--first`, or a vote's flags), as core's [`Policy`], with
+    /// its defaults and its checks; a refusal is a usage error naming the flag.
+    pub fn policy(&self) -> Result<Option<Policy>, Exit> {
         let vote = self.vote
             || self.vote_by.is_some()
             || self.vote_min.is_some()
             || self.vote_normalize
             || self.vote_window.is_some();
-        if self.first {
-            Some(Pick::First)
+        let policy = if self.first {
+            Policy::builder().select(PickRule::FirstFinished)
         } else if vote {
-            Some(Pick::Vote(Vote {
-                key: (self.vote_by.clone())
-                    .unwrap_or_else(VoteKey::content)
-                    .normalize(self.vote_normalize),
-                min: self.vote_min.unwrap_or(DEFAULT_VOTE_MIN),
-                window: self.vote_window,
-                confidence: self.confidence(),
-            }))
+            let mut policy =
+                (Policy::builder().select(PickRule::Vote)).vote_normalize(self.vote_normalize);
+            if let Some(pattern) = &self.vote_by {
+                policy = policy.vote_by(pattern);
+            }
+            if let Some(k) = self.vote_min {
+                policy = policy.min_votes(k as usize);
+            }
+            if let Some(w) = self.vote_window {
+                policy = policy.window(w as usize);
+            }
+            if let Some(options) = self.confidence() {
+                policy = policy.confidence(options);
+            }
+            policy
         } else {
-            None
-        }
+            return Ok(None);
+        };
+        policy
+            .build(&PolicyLimits::default())
+            .map(Some)
+            .map_err(|e| refused(&e))
     }
 }
 
 /// The combinator's decision as the plain and live views see it: `None` until it is made,
-/// then the [`Selection`] (published by `show::show` the moment [`Pick::run`] returns).
+/// then the [`Selection`] (published by `show::show` the moment the pick returns).
 pub type Decision = watch::Receiver<Option<Selection>>;
 
 /// Waits for the combinator's decision; `None` without a combinator, or if its task ended

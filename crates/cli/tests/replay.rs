@@ -734,3 +734,40 @@ fn confidence_without_a_vote_is_a_usage_error() {
         assert!(err.contains(expected), "{args:?}: {err}");
     }
 }
+
+/// The pick's flags are core's `Policy`, checked there: a refusal is a usage error (exit 2)
+/// naming the flag.
+#[test]
+fn a_refused_pick_names_its_flag() {
+    let file = fixture("confidence_n5_logprobs.rec");
+    for (args, says) in [
+        (
+            vec!["--vote", "--vote-min", "0"],
+            "--vote-min: must be an integer of 1 or more, not 0",
+        ),
+        (
+            vec!["--vote", "--vote-window", "0"],
+            "--vote-window: must be an integer of 1 or more, not 0",
+        ),
+        (
+            vec!["--vote-by", "("],
+            "--vote-by: is not a valid regular expression",
+        ),
+        (
+            vec!["--vote", "--confidence", "--warmup", "65"],
+            "--warmup: must be an integer from 1 to 64, not 65",
+        ),
+        (
+            vec!["--vote", "--confidence", "--keep", "0"],
+            "--keep: must be a number above 0 and at most 1, not 0",
+        ),
+    ] {
+        let mut all = vec![file.to_str().unwrap()];
+        all.extend(&args);
+        let out = replay(&all, None);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

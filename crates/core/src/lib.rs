@@ -61,6 +61,7 @@ mod lifetime;
 mod log;
 mod msg;
 mod plan;
+mod policy;
 mod samples;
 mod select;
 mod source;
@@ -88,6 +89,10 @@ pub use config::DEFAULT_HIBERNATE_AFTER;
 #[doc(hidden)]
 pub use diagnostics::{actors_started, live_actors};
 pub use plan::{Opening, Plan, PlanUpstream, PlannedRequest};
+pub use policy::{
+    DEFAULT_MIN_VOTES, HEDGE_AFTER_FLOOR, PickRule, Policy, PolicyBuilder, PolicyError,
+    PolicyErrorKind, PolicyLimits,
+};
 pub use select::confidence::{ConfidenceApplied, ConfidenceReport};
 pub use select::{Pick, Selection, Tally, VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError};
 pub use source::Source;

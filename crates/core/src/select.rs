@@ -122,6 +122,8 @@ pub(crate) type Judge<T> = Box<dyn Fn(&ChoiceOutput) -> T + Send + Sync>;
 
 /// What a [`Pick`] decides by.
 enum Rule {
+    /// Every choice, nothing picked ([`PickRule::All`](crate::PickRule::All)).
+    All,
     Token,
     First,
     Where(Judge<bool>),
@@ -169,6 +171,7 @@ pub struct Pick<'a> {
 impl fmt::Debug for Pick<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let rule = match self.rule {
+            Rule::All => "all",
             Rule::Token => "first_token",
             Rule::First => "first_finished",
             Rule::Where(_) => "first_where",
@@ -442,6 +445,15 @@ impl<'a> Pick<'a> {
             min_votes,
             confidence,
         } = self;
+        if let Rule::All = rule {
+            // Nothing to pick: every sample starts, every choice streams on.
+            completions.start_more(usize::MAX);
+            return Selection {
+                selected: (0..take as u32).collect(),
+                started: completions.samples_made().then(|| completions.started()),
+                ..Selection::default()
+            };
+        }
         if let (Rule::Vote(key), Some(options)) = (&rule, confidence) {
             let decided =
                 vote_confident(completions, deadline, key, options, window, min_votes).await;
@@ -509,6 +521,54 @@ impl Decided {
 }
 
 impl Completions {
+    /// The pick a [`Policy`](crate::Policy) states, with its options (its `take`, hedge,
+    /// window, minimum votes, confidence, deadline); further options read as methods
+    /// ([`keep_rest`](Pick::keep_rest)). A policy of [`PickRule::All`](crate::PickRule::All)
+    /// starts every sample and selects the first [`take`](crate::Policy::take) choices at
+    /// once, cancelling nothing.
+    ///
+    /// ```
+    /// use choicewise_core::{Completions, Policy, PolicyLimits, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let answer = |a: &str| Source::reader(std::io::Cursor::new(format!(
+    ///     "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"))).n(1);
+    /// let c = Completions::builder().fan_out([answer("41"), answer("42"), answer("42")]);
+    /// let ext = serde_json::json!({"samples": 3, "select": "vote"});
+    /// let policy = Policy::from_json(ext.as_object().unwrap(), &PolicyLimits::default()).unwrap();
+    /// let selection = c.pick(&policy).await;
+    /// assert_eq!((selection.selected, selection.vote.unwrap().votes), (vec![1, 2], 2));
+    /// # }
+    /// ```
+    pub fn pick(&self, policy: &crate::Policy) -> Pick<'_> {
+        use crate::PickRule;
+        let mut pick = match (policy.rule(), policy.vote_key()) {
+            (PickRule::FirstToken, _) => self.first_token().take(policy.take()),
+            (PickRule::FirstFinished, _) => self.first_finished().take(policy.take()),
+            (PickRule::Vote, key) => {
+                let key = key.cloned().unwrap_or_default();
+                let mut vote = self.vote(move |o| key.of(o)).min_votes(policy.min_votes());
+                if let Some(size) = policy.window() {
+                    vote = vote.window(size);
+                }
+                if let Some(options) = policy.confidence() {
+                    vote = vote.confidence(options);
+                }
+                vote
+            }
+            _ => Pick {
+                take: policy.take().max(1),
+                ..Pick::new(self, Rule::All)
+            },
+        };
+        if let Some(after) = policy.hedge_after() {
+            pick = pick.hedge_after(after);
+        }
+        if let Some(deadline) = policy.deadline() {
+            pick = pick.deadline(deadline);
+        }
+        pick
+    }
+
     /// The first choice to produce something: a non-empty content delta or a tool call
     /// ([`ChoiceEvent::produces`](crate::ChoiceEvent::produces)), for a program that streams one answer as early as it can.
     /// Decided at that event: the selected choice streams on while the others are asked to

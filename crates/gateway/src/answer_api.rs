@@ -93,7 +93,7 @@ pub(crate) fn stream(
         // The usage and the summary wait for every upstream's end; a shutdown that comes
         // meanwhile ends them too.
         let tail = async {
-            let summary = run.final_summary(&picked, &req.select).await;
+            let summary = run.final_summary(&picked, &req.policy).await;
             let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
             let stop_reason = match index {
                 Some(i) => match run.completions.choice(i).await {
@@ -148,7 +148,7 @@ pub(crate) async fn json(
             return Err("the upstream ended the choice without a finish reason".to_string());
         }
         let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
-        let summary = run.final_summary(&picked, &req.select).await;
+        let summary = run.final_summary(&picked, &req.policy).await;
         Ok(reply.message(&out, &usage, summary.as_ref()))
     };
     let answer = until_closed(answer, &mut closing, run).await;

@@ -233,7 +233,7 @@ pub(crate) fn stream_response(
         // The usage and the summary wait for every upstream's end; a shutdown that comes
         // meanwhile ends them too (what they had is counted).
         let tail = async {
-            let summary = run.final_summary(&picked, &req.select).await;
+            let summary = run.final_summary(&picked, &req.policy).await;
             let usage = match req.include_usage {
                 true => Some(run.usage(&picked.samples).await),
                 false => None,
@@ -324,7 +324,7 @@ pub(crate) async fn json_response(
             body["choices"][o]["choicewise"] = json!({"error": error});
         }
         body["usage"] = run.usage(&picked.samples).await;
-        let summary = run.final_summary(&picked, &req.select).await;
+        let summary = run.final_summary(&picked, &req.policy).await;
         if let Some(summary) = summary {
             body["choicewise"] = summary;
         }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use choicewise_core::Dialect;
+use choicewise_core::{Dialect, Policy};
 use serde::Deserialize;
 
 /// The configuration of a gateway (the TOML file of `choicewise serve --config FILE`).
@@ -210,6 +210,25 @@ pub struct Model {
     /// `[models.health]`: when an upstream is ejected.
     #[serde(default)]
     pub health: HealthConfig,
+    /// `[models.choicewise]`: the model's default policy, with the `choicewise` extension's
+    /// own fields (`samples`, `select`, `hedge_after_ms`, `vote_by`, `window`, `confidence`,
+    /// ...), for the requests that carry no extension (a request's extension replaces it
+    /// wholly). Checked at start with the extension's rules.
+    #[serde(default)]
+    pub choicewise: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Model {
+    /// Its default policy (`[models.choicewise]`), checked as a request's extension of `n` =
+    /// 1 would be; an error names the model.
+    pub(crate) fn policy(&self, limits: &Limits) -> Result<Option<Policy>, ConfigError> {
+        let Some(table) = &self.choicewise else {
+            return Ok(None);
+        };
+        Policy::from_json(table, &crate::request::policy_limits(1, limits))
+            .map(Some)
+            .map_err(|e| ConfigError(format!("model {:?}, [models.choicewise]: {e}", self.name)))
+    }
 }
 
 /// `[models.retry]`: how a sample is tried over its model's upstreams.
@@ -400,6 +419,7 @@ impl Config {
                     ));
                 }
             }
+            model.policy(&self.limits)?;
             let r = &model.retry;
             if r.attempts == 0
                 || !(r.first_byte_timeout_s.is_finite()

@@ -10,40 +10,29 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use choicewise_core::{Completions, Opening, Plan, PlanUpstream, Selection, Source};
+use choicewise_core::{
+    Completions, Opening, PickRule, Plan, PlanUpstream, Policy, Selection, Source,
+};
 use serde_json::{Map, Value, json};
 
 use crate::config::NMode;
 use crate::error::ApiError;
 use crate::open::{Opener, TryRecord, UpstreamRoute, counted, cuts, request_body};
 use crate::pace::{BoxError, Pace, bounded, paced};
-use crate::request::{ChatRequest, Select};
+use crate::request::ChatRequest;
 
 mod accounting;
 
 use accounting::Accounting;
 
-/// The plan of a request's samples over its model's upstreams: samples start one at a time
-/// when hedged, window by window, or after a confidence-guided vote's warmup.
+/// The plan of a request's samples over its model's upstreams, opened as its policy says
+/// ([`Policy::opening`]: one at a time when hedged, window by window, or after a
+/// confidence-guided vote's warmup).
 fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Plan {
-    let opening = match req.select {
-        Select::FirstToken {
-            hedge_after: Some(_),
-        } => Opening::Hedged,
-        // DeepConf: the warmup first; the pick starts the rest while it is undecided.
-        Select::Vote {
-            confidence: Some(c),
-            ..
-        } => Opening::First(c.warmup),
-        Select::Vote {
-            window: Some(w), ..
-        } => Opening::First(w),
-        _ => Opening::All,
-    };
     let upstreams: Vec<PlanUpstream> = (upstreams.iter())
         .map(|u| (PlanUpstream::new(u.weight).native_n(u.n_mode == NMode::Native)).max_n(u.max_n))
         .collect();
-    Plan::new(req.samples, &upstreams, opening)
+    req.policy.plan(&upstreams)
 }
 
 /// The upstream a request's `j`-th replacement sample is first asked of: the planned
@@ -122,11 +111,9 @@ impl Run {
         // chosen) is replaced by a new try while tries remain: one more single-sample
         // request, numbered after the planned samples (a native request that fails is
         // replaced sample by sample).
-        let replacements = match &req.select {
-            Select::Vote { .. } | Select::FirstFinished | Select::FirstToken { .. } => {
-                req.samples as usize * (opener.model.retry.attempts as usize - 1)
-            }
-            _ => 0,
+        let replacements = match req.policy.rule() {
+            PickRule::All => 0,
+            _ => req.samples as usize * (opener.model.retry.attempts as usize - 1),
         };
         // The library numbers each request's choices as a block, in the order started; the
         // replacements' slots are reserved after the planned ones.
@@ -241,42 +228,28 @@ impl Run {
         self.sample_of.get(index as usize).copied()
     }
 
-    /// Picks the output samples as `select` says, waiting as long as the pick needs (a
-    /// first-token pick until the first tokens, a vote or a first-finished pick until the
-    /// decision); `None` if nothing could be picked. The samples not picked are cancelled.
+    /// Picks the output samples as the request's policy says, waiting as long as the pick
+    /// needs (a first-token pick until the first tokens, a vote or a first-finished pick
+    /// until the decision); `None` if nothing could be picked. The samples not picked are
+    /// cancelled.
     pub async fn pick(&mut self, req: &ChatRequest) -> Picked {
-        match &req.select {
-            Select::All => Picked::samples((0..req.n).collect(), "all"),
-            // Core's first-* picks: decided at the n-th sample to produce (hedged: one more
-            // sample every `hedge_after` while none has) or to finish well; the rest cancelled.
-            Select::FirstToken { hedge_after } => {
-                let mut pick = self.completions.first_token().take(req.n as usize);
-                if let Some(after) = hedge_after {
-                    pick = pick.hedge_after(*after);
-                }
-                let selection = pick.await;
+        let rule = req.policy.rule();
+        if rule == PickRule::All {
+            return Picked::samples((0..req.n).collect(), "all");
+        }
+        // Core's picks: a first-* pick decided at the n-th sample to produce (hedged: one
+        // more sample every `hedge_after` while none has) or to finish well; a vote early.
+        let selection = self.completions.pick(&req.policy).await;
+        match rule {
+            PickRule::FirstToken => {
                 let none = "no sample produced content or a tool call";
                 self.first_picked(&selection, "first_token", none)
             }
-            Select::FirstFinished => {
-                let selection = self.completions.first_finished().take(req.n as usize).await;
+            PickRule::FirstFinished => {
                 let none = "no sample finished with stop or tool_calls";
                 self.first_picked(&selection, "first_finished", none)
             }
-            Select::Vote {
-                key,
-                window,
-                confidence,
-            } => {
-                let key = key.clone();
-                let mut pick = self.completions.vote(move |o| key.of(o));
-                if let Some(c) = confidence {
-                    pick = pick.confidence(*c);
-                }
-                let selection = match window {
-                    Some(w) => pick.window(*w).await,
-                    None => pick.await,
-                };
+            _ => {
                 let mut samples: Vec<u32> = (selection.selected.iter())
                     .filter_map(|i| self.sample_of(*i))
                     .collect();
@@ -315,9 +288,9 @@ impl Run {
 
     /// The answer's final `choicewise` object: a pick's [`summary`](Self::summary), or,
     /// without a selection, the `tries` when some try failed.
-    pub async fn final_summary(&self, picked: &Picked, select: &Select) -> Option<Value> {
-        match select {
-            Select::All => self.tries_summary(),
+    pub async fn final_summary(&self, picked: &Picked, policy: &Policy) -> Option<Value> {
+        match policy.rule() {
+            PickRule::All => self.tries_summary(),
             _ => Some(self.summary(picked).await),
         }
     }

@@ -71,7 +71,7 @@ use engine::Run;
 use error::ApiError;
 use metrics::Metrics;
 use open::UpstreamRoute;
-use request::{ChatRequest, Select};
+use request::ChatRequest;
 use traces::{RequestSpan, Traces};
 
 /// A gateway: its routes, its keys, its limits. Cheap to clone.
@@ -95,6 +95,8 @@ struct Inner {
     /// The keys clients may send; none: no key needed.
     keys: Vec<String>,
     models: open::Models,
+    /// Each model's default policy (`[models.choicewise]`), checked at start.
+    policies: HashMap<String, choicewise_core::Policy>,
     /// The retry budget every model's tries share.
     budget: Arc<resilience::Budget>,
     /// In order, for `GET /v1/models`.
@@ -176,6 +178,7 @@ impl Gateway {
             }
         };
         let mut models = HashMap::new();
+        let mut policies = HashMap::new();
         let mut v1_checks = Vec::new();
         let mut names = Vec::new();
         for model in &config.models {
@@ -232,6 +235,9 @@ impl Gateway {
                 });
             }
             names.push(model.name.clone());
+            if let Some(policy) = model.policy(&config.limits)? {
+                policies.insert(model.name.clone(), policy);
+            }
             models.insert(
                 model.name.clone(),
                 Arc::new(open::ModelRoutes {
@@ -247,6 +253,7 @@ impl Gateway {
                 limits: config.limits.clone(),
                 keys,
                 models: Arc::new(models),
+                policies,
                 budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
@@ -647,19 +654,17 @@ async fn serve_chat(
         .code("model_not_found"));
     };
     seen.model.clone_from(&req.model);
+    // Every ingress's request is read here: the model's default policy applies to those
+    // that carry no extension (an agent cannot send one).
+    let default = gw.inner.policies.get(&req.model);
+    let req = req.with_default(default, &gw.inner.limits)?;
     let apis: Vec<Dialect> = model.routes.iter().map(|u| u.api).collect();
     let opener = open::Opener {
         models: gw.inner.models.clone(),
         model,
         body: Arc::new(req.body.clone()),
         native,
-        logprobs: match &req.select {
-            Select::Vote {
-                confidence: Some(c),
-                ..
-            } => Some(c.top_logprobs),
-            _ => None,
-        },
+        logprobs: req.policy.confidence().map(|c| c.top_logprobs),
         metrics: gw.inner.metrics.clone(),
         budget: gw.inner.budget.clone(),
         tries: Arc::default(),
@@ -676,7 +681,8 @@ async fn serve_chat(
         model: req.model.clone(),
         request_id: std::mem::take(&mut seen.request_id),
         arrived,
-        outputs: (!matches!(req.select, Select::All)).then(|| picked.samples.clone()),
+        outputs: (req.policy.rule() != choicewise_core::PickRule::All)
+            .then(|| picked.samples.clone()),
         completed: false,
         span,
         failure: None,

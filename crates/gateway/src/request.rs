@@ -1,32 +1,11 @@
 //! A client's request as the gateway reads it: the model, `n`, `stream`, the usage option, and
 //! the `choicewise` extension, each checked against the limits (400 naming what is wrong).
 
-use std::time::Duration;
-
+use choicewise_core::{Policy, PolicyError, PolicyErrorKind, PolicyLimits};
 use serde_json::{Map, Value};
 
 use crate::config::Limits;
 use crate::error::ApiError;
-
-/// How the samples are picked from.
-#[derive(Debug, Clone)]
-pub(crate) enum Select {
-    /// Every sample is a choice (`samples` = `n`).
-    All,
-    /// The first samples to produce content or a tool call, streamed live; with a hedge, the
-    /// next sample starts only if none has produced this long after the last started.
-    FirstToken { hedge_after: Option<Duration> },
-    /// The first samples to finish with `stop` or `tool_calls`.
-    FirstFinished,
-    /// A plurality vote over each finished sample's key (its trimmed content, or the first
-    /// capture of `by`), decided early; `window`: samples started window by window.
-    Vote {
-        key: choicewise_core::VoteKey,
-        window: Option<usize>,
-        /// DeepConf online: samples stopped for low confidence, the vote weighted by it.
-        confidence: Option<choicewise_core::Confidence>,
-    },
-}
 
 /// A checked request.
 #[derive(Debug, Clone)]
@@ -35,13 +14,18 @@ pub(crate) struct ChatRequest {
     pub model: String,
     /// Choices to return.
     pub n: u32,
-    /// Samples to take upstream (at least `n`).
+    /// Samples to take upstream (at least `n`): the policy's.
     pub samples: u32,
     pub stream: bool,
     pub include_usage: bool,
     /// The client asked for log-probabilities (`"logprobs": true`): they pass through.
     pub logprobs: bool,
-    pub select: Select,
+    /// How the samples are picked from: the request's `choicewise` extension, else its
+    /// model's default ([`with_default`](Self::with_default)), else every sample a choice.
+    pub policy: Policy,
+    /// Whether the request carried a `choicewise` extension (a model's default then does
+    /// not apply).
+    pub extension: bool,
     /// The body to send upstream, in Chat Completions' shape, without what the gateway
     /// decides (`model`, `n`, `stream`, `stream_options`, `choicewise`).
     pub body: Map<String, Value>,
@@ -95,12 +79,12 @@ impl ChatRequest {
                 )));
             }
         };
-        let extension = match body.remove("choicewise") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(o)) => o,
+        let (extension, fields) = match body.remove("choicewise") {
+            None | Some(Value::Null) => (false, Map::new()),
+            Some(Value::Object(o)) => (true, o),
             Some(v) => return Err(err(format!("\"choicewise\" must be an object, not {v}"))),
         };
-        let (samples, select) = extension_of(&extension, n, limits)?;
+        let policy = Policy::from_json(&fields, &policy_limits(n, limits)).map_err(refused)?;
         let logprobs = body.get("logprobs").and_then(Value::as_bool) == Some(true);
         if !matches!(body.get("messages"), Some(Value::Array(_))) {
             return Err(err("\"messages\" must be an array".into()).code("invalid_messages"));
@@ -108,187 +92,62 @@ impl ChatRequest {
         Ok(ChatRequest {
             model,
             n,
-            samples,
+            samples: policy.samples(),
             stream,
             include_usage,
             logprobs,
-            select,
+            policy,
+            extension,
             body,
         })
     }
+
+    /// Applies its model's default policy (`[models.choicewise]`) when the request carried
+    /// no extension: a request's extension replaces the default wholly. The default is
+    /// checked again against the request's `n` (its `samples` must be at least `n`).
+    pub fn with_default(
+        mut self,
+        default: Option<&Policy>,
+        limits: &Limits,
+    ) -> Result<ChatRequest, ApiError> {
+        let Some(default) = default.filter(|_| !self.extension) else {
+            return Ok(self);
+        };
+        let policy = default
+            .checked_for(&policy_limits(self.n, limits))
+            .map_err(|e| {
+                let mut e = refused(e);
+                e.message.push_str(&format!(
+                    " (the default of model {:?}, its [models.choicewise])",
+                    self.model
+                ));
+                e
+            })?;
+        self.samples = policy.samples();
+        self.policy = policy;
+        Ok(self)
+    }
 }
 
-/// `choicewise.confidence`: DeepConf online's parameters (`warmup`, `keep`, `group_tokens`,
-/// `top_logprobs`, `consensus`), each optional with the library's defaults (8, 0.9, 64, 5,
-/// 0.95).
-fn confidence_of(
-    ext: &Map<String, Value>,
-) -> Result<Option<choicewise_core::Confidence>, ApiError> {
-    let options = match ext.get("confidence") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(o)) => o,
-        Some(v) => {
-            return Err(err(format!(
-                "\"choicewise.confidence\" must be an object, not {v}"
-            )));
-        }
-    };
-    let mut c = choicewise_core::Confidence::new();
-    for (key, v) in options {
-        let whole = |lo: u64, hi: u64| {
-            v.as_u64().filter(|x| (lo..=hi).contains(x)).map(|x| x as usize).ok_or_else(|| {
-                err(format!(
-                    "\"choicewise.confidence.{key}\" must be an integer from {lo} to {hi}, not {v}"
-                ))
-            })
-        };
-        let share = || {
-            v.as_f64().filter(|x| *x > 0.0 && *x <= 1.0).ok_or_else(|| {
-                err(format!(
-                    "\"choicewise.confidence.{key}\" must be a number above 0 and at most 1, not {v}"
-                ))
-            })
-        };
-        c = match key.as_str() {
-            "warmup" => c.warmup(whole(1, 64)?),
-            "keep" => c.keep(share()?),
-            "group_tokens" => c.group_tokens(whole(1, 100_000)?),
-            "top_logprobs" => c.top_logprobs(whole(1, 20)?),
-            "consensus" => c.consensus(share()?),
-            _ => {
-                return Err(err(format!(
-                    "unknown field \"choicewise.confidence.{key}\" (warmup, keep, group_tokens, top_logprobs, consensus)"
-                )));
-            }
-        };
-    }
-    Ok(Some(c))
+/// What a policy is checked against: the request's `n` and the gateway's `max_samples`.
+pub(crate) fn policy_limits(n: u32, limits: &Limits) -> PolicyLimits {
+    PolicyLimits::new(n).max_samples(limits.max_samples)
 }
 
-/// The `choicewise` extension: `samples`, `select`, `vote_by`, `hedge_after_ms`, `window`,
-/// `confidence`.
-fn extension_of(
-    ext: &Map<String, Value>,
-    n: u32,
-    limits: &Limits,
-) -> Result<(u32, Select), ApiError> {
-    for key in ext.keys() {
-        if !matches!(
-            key.as_str(),
-            "samples" | "select" | "vote_by" | "hedge_after_ms" | "window" | "confidence"
-        ) {
-            return Err(err(format!(
-                "unknown field \"choicewise.{key}\" (samples, select, vote_by, hedge_after_ms, window, confidence)"
-            )));
-        }
-    }
-    let samples = match ext.get("samples") {
-        None | Some(Value::Null) => n,
-        Some(v) => match v.as_u64() {
-            Some(k) if k >= u64::from(n) && k <= u64::from(limits.max_samples) => k as u32,
-            _ => {
-                return Err(err(format!(
-                    "\"choicewise.samples\" must be an integer from n ({n}) to {} (max_samples), not {v}",
-                    limits.max_samples
-                ))
-                .code("invalid_samples"));
-            }
-        },
+/// A refused policy as the client's 400, with the codes the extension's errors have.
+fn refused(e: PolicyError) -> ApiError {
+    let code = match e.kind() {
+        PolicyErrorKind::Samples => Some("invalid_samples"),
+        PolicyErrorKind::UnknownRule => Some("invalid_select"),
+        PolicyErrorKind::PatternTooLarge => Some("vote_by_too_large"),
+        _ => None,
     };
-    let vote_by = match ext.get("vote_by") {
-        None | Some(Value::Null) => None,
-        // Compiled within `VOTE_PATTERN_SIZE_LIMIT`: a client's expression costs a bounded
-        // few milliseconds at most.
-        Some(Value::String(re)) => Some(choicewise_core::VoteKey::pattern(re).map_err(|e| {
-            match e.too_large() {
-                true => err(format!(
-                    "\"choicewise.vote_by\" is too large once compiled (over {} KiB); write a smaller expression",
-                    choicewise_core::VOTE_PATTERN_SIZE_LIMIT / 1024
-                ))
-                .code("vote_by_too_large"),
-                false => err(format!("\"choicewise.vote_by\" is {e}")),
-            }
-        })?),
-        Some(v) => {
-            return Err(err(format!(
-                "\"choicewise.vote_by\" must be a string, not {v}"
-            )));
-        }
-    };
-    let hedge = match ext.get("hedge_after_ms") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(ms) => Some(Duration::from_millis(ms)),
-            None => {
-                return Err(err(format!(
-                    "\"choicewise.hedge_after_ms\" must be a whole number of milliseconds, not {v}"
-                )));
-            }
-        },
-    };
-    let window = match ext.get("window") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(w) if w >= 1 => Some(w as usize),
-            _ => {
-                return Err(err(format!(
-                    "\"choicewise.window\" must be an integer of 1 or more, not {v}"
-                )));
-            }
-        },
-    };
-    let select = match ext.get("select") {
-        None | Some(Value::Null) if samples == n && window.is_none() => Select::All,
-        None | Some(Value::Null) => {
-            return Err(err(
-                "\"choicewise.samples\" above n needs \"choicewise.select\" (first_token, first_finished or vote)".into(),
-            ));
-        }
-        Some(Value::String(s)) => match s.as_str() {
-            "first_token" => Select::FirstToken { hedge_after: hedge },
-            "first_finished" => Select::FirstFinished,
-            "vote" => Select::Vote {
-                key: vote_by
-                    .clone()
-                    .unwrap_or_else(choicewise_core::VoteKey::content),
-                window,
-                confidence: confidence_of(ext)?,
-            },
-            other => {
-                return Err(err(format!(
-                    "unknown \"choicewise.select\": {other:?} (first_token, first_finished or vote)"
-                ))
-                .code("invalid_select"));
-            }
-        },
-        Some(v) => {
-            return Err(err(format!(
-                "\"choicewise.select\" must be a string, not {v}"
-            )));
-        }
-    };
-    if hedge.is_some() && !matches!(select, Select::FirstToken { .. }) {
-        return Err(err(
-            "\"choicewise.hedge_after_ms\" goes with \"select\": \"first_token\"".into(),
-        ));
+    let mut refused = err(e.to_string());
+    refused.param = Some(format!("choicewise.{}", e.field()));
+    match code {
+        Some(code) => refused.code(code),
+        None => refused,
     }
-    if window.is_some() && !matches!(select, Select::Vote { .. }) {
-        return Err(err(
-            "\"choicewise.window\" goes with \"select\": \"vote\"".into()
-        ));
-    }
-    if ext.get("confidence").is_some_and(|c| !c.is_null()) && !matches!(select, Select::Vote { .. })
-    {
-        return Err(err(
-            "\"choicewise.confidence\" goes with \"select\": \"vote\"".into(),
-        ));
-    }
-    if vote_by.is_some() && !matches!(select, Select::Vote { .. }) {
-        return Err(err(
-            "\"choicewise.vote_by\" goes with \"select\": \"vote\"".into()
-        ));
-    }
-    Ok((samples, select))
 }
 
 #[cfg(test)]
@@ -303,7 +162,7 @@ mod tests {
     fn requests_are_checked_naming_what_is_wrong() {
         let ok = parse(r#"{"model": "m", "n": 3, "stream": true, "messages": []}"#).unwrap();
         assert_eq!((ok.n, ok.samples, ok.stream), (3, 3, true));
-        assert!(matches!(ok.select, Select::All));
+        assert_eq!(ok.policy.rule(), choicewise_core::PickRule::All);
         for (body, says) in [
             ("{", "not valid JSON"),
             ("[1]", "must be a JSON object"),
@@ -341,8 +200,12 @@ mod tests {
             assert!(e.message.contains(says), "{body}: {}", e.message);
         }
         let hedged = parse(r#"{"model": "m", "choicewise": {"samples": 3, "select": "first_token", "hedge_after_ms": 250}, "messages": []}"#).unwrap();
-        assert!(
-            matches!(hedged.select, Select::FirstToken { hedge_after: Some(d) } if d == Duration::from_millis(250))
+        assert_eq!(
+            (hedged.policy.rule(), hedged.policy.hedge_after()),
+            (
+                choicewise_core::PickRule::FirstToken,
+                Some(std::time::Duration::from_millis(250))
+            )
         );
         assert!(!hedged.body.contains_key("choicewise"));
     }

@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use crate::config::{ConfigError, Telemetry};
 use crate::error::ApiError;
 use crate::metrics::{Outcome, SampleEnd};
-use crate::request::{ChatRequest, Select};
+use crate::request::ChatRequest;
 use choicewise_core::Dialect;
 
 /// How long one export may take (the HTTP request to the collector).
@@ -124,12 +124,7 @@ impl Traces {
             n: req.n,
             samples: req.samples,
             stream: req.stream,
-            select: match req.select {
-                Select::All => "all",
-                Select::FirstToken { .. } => "first_token",
-                Select::FirstFinished => "first_finished",
-                Select::Vote { .. } => "vote",
-            },
+            select: req.policy.rule().as_str(),
             input: (self.capture_content)
                 .then(|| input_messages(req.body.get("messages")).to_string()),
             response_id: None,

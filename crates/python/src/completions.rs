@@ -222,40 +222,42 @@ impl Completions {
 
     /// Plurality vote over the choices that finish (`stop` or `tool_calls`): each votes with
     /// `pattern`'s first group in its content (the whole match if no group; no match, no
-    /// vote), decided early, the rest cancelled (unless `keep_rest`). Gives a `Selection`.
-    #[pyo3(signature = (pattern, *, min_votes = 1, window = None, deadline = None, keep_rest = false))]
+    /// vote), decided early, the rest cancelled (unless `keep_rest`). A key needs
+    /// `min_votes` votes to win (default 2: one vote out of several is no majority). Gives a
+    /// `Selection`.
+    #[pyo3(signature = (pattern, *, min_votes = None, window = None, deadline = None, keep_rest = false))]
     fn vote(
         &self,
         py: Python<'_>,
         pattern: &str,
-        min_votes: usize,
+        min_votes: Option<usize>,
         window: Option<usize>,
         deadline: Option<f64>,
         keep_rest: bool,
     ) -> PyResult<Py<PyAny>> {
-        let key = choicewise::VoteKey::pattern(pattern)
-            .map_err(|e| errors::value_error(format!("pattern {pattern:?}: {e}")))?;
-        let deadline = deadline.map(seconds_to_duration).transpose()?;
-        let inner = self.inner.clone();
-        let future = async move {
-            let mut pick = inner.vote(move |m| key.of(m)).min_votes(min_votes);
-            if let Some(size) = window {
-                pick = pick.window(size);
-            }
-            if let Some(deadline) = deadline {
-                pick = pick.deadline(deadline);
-            }
-            if keep_rest {
-                pick = pick.keep_rest();
-            }
-            let selection = pick.await;
-            let first = match selection.selected.first() {
-                Some(&index) => inner.choice(index).await,
-                None => None,
-            };
-            (selection, first)
-        };
-        dual(py, future, Selection::to_py)
+        let mut policy = choicewise::Policy::builder()
+            .select(choicewise::PickRule::Vote)
+            .vote_by(pattern);
+        if let Some(votes) = min_votes {
+            policy = policy.min_votes(votes);
+        }
+        if let Some(size) = window {
+            policy = policy.window(size);
+        }
+        if let Some(seconds) = deadline {
+            policy = policy.deadline(seconds_to_duration(seconds)?);
+        }
+        let policy = policy
+            .build(&choicewise::PolicyLimits::default())
+            .map_err(|e| {
+                let argument = match e.field() {
+                    "vote_by" => "pattern",
+                    "deadline_ms" => "deadline",
+                    field => field,
+                };
+                errors::value_error(format!("{argument}: {}", e.problem()))
+            })?;
+        self.run(py, policy, keep_rest)
     }
 
     /// The first choice to finish (`stop` or `tool_calls`); the rest cancelled (unless
@@ -267,24 +269,32 @@ impl Completions {
         deadline: Option<f64>,
         keep_rest: bool,
     ) -> PyResult<Py<PyAny>> {
-        let deadline = deadline.map(seconds_to_duration).transpose()?;
-        let inner = self.inner.clone();
-        let future = async move {
-            let mut pick = inner.first_finished();
-            if let Some(deadline) = deadline {
-                pick = pick.deadline(deadline);
-            }
-            if keep_rest {
-                pick = pick.keep_rest();
-            }
-            let selection = pick.await;
-            let first = match selection.selected.first() {
-                Some(&index) => inner.choice(index).await,
-                None => None,
-            };
-            (selection, first)
+        let mut policy = choicewise::Policy::builder().select(choicewise::PickRule::FirstFinished);
+        if let Some(seconds) = deadline {
+            policy = policy.deadline(seconds_to_duration(seconds)?);
+        }
+        let policy = policy
+            .build(&choicewise::PolicyLimits::default())
+            .map_err(|e| errors::value_error(e.to_string()))?;
+        self.run(py, policy, keep_rest)
+    }
+
+    /// The pick a policy states, as a dict with the gateway's extension's fields (`select`,
+    /// `vote_by`, `min_votes`, `window`, `confidence`, `deadline_ms`, ...), checked as the
+    /// gateway checks it (`ValueError` naming the field). Gives a `Selection`.
+    #[pyo3(signature = (policy, *, keep_rest = false))]
+    fn pick(
+        &self,
+        py: Python<'_>,
+        policy: &Bound<'_, PyAny>,
+        keep_rest: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let serde_json::Value::Object(fields) = from_py_value(py, policy)? else {
+            return Err(errors::value_error("a policy is a dict"));
         };
-        dual(py, future, Selection::to_py)
+        let policy = choicewise::Policy::from_json(&fields, &choicewise::PolicyLimits::default())
+            .map_err(|e| errors::value_error(e.to_string()))?;
+        self.run(py, policy, keep_rest)
     }
 
     /// The tolerated irregularities of the input so far, one line each.
@@ -298,6 +308,32 @@ impl Completions {
 
     fn __repr__(&self) -> String {
         format!("{:?}", self.inner)
+    }
+}
+
+impl Completions {
+    /// Runs `policy` (the rest cancelled unless `keep_rest`), giving a `Selection` with its
+    /// first selected choice.
+    fn run(
+        &self,
+        py: Python<'_>,
+        policy: choicewise::Policy,
+        keep_rest: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let inner = self.inner.clone();
+        let future = async move {
+            let pick = inner.pick(&policy);
+            let selection = match keep_rest {
+                true => pick.keep_rest().await,
+                false => pick.await,
+            };
+            let first = match selection.selected.first() {
+                Some(&index) => inner.choice(index).await,
+                None => None,
+            };
+            (selection, first)
+        };
+        dual(py, future, Selection::to_py)
     }
 }
 

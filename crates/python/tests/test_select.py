@@ -48,6 +48,37 @@ def test_first_finished_sync_and_min_votes():
     assert not none and none.choice is None and "no key has 2 votes" in none.reason
 
 
+def test_one_set_of_defaults_and_a_policy_as_a_dict():
+    # A vote needs two votes unless told, as in the CLI and the gateway.
+    split = choicewise.Completions.fan_out([answer("1"), answer("2")]).vote(r"\d")
+    assert not split and "no key has 2 votes" in split.reason
+    plurality = choicewise.Completions.fan_out([answer("1"), answer("2")]).vote(r"\d", min_votes=1)
+    assert plurality and plurality.votes == 1
+    # The gateway's extension's fields, checked as the gateway checks them.
+    picked = choicewise.Completions.fan_out([answer("Answer: 7"), answer("Answer: 7")]).pick(
+        {"select": "vote", "vote_by": r"Answer: (\d+)"}
+    )
+    assert (picked.key, picked.votes, picked.selected) == ("7", 2, [0, 1])
+    first = choicewise.Completions.fan_out([answer("a"), answer("b")]).pick({"select": "first_finished"})
+    assert first.selected in ([0], [1])
+    for policy, says in [
+        ({"select": "first_finished", "window": 2}, '"choicewise.window" goes with "select": "vote"'),
+        ({"select": "vote", "best": 1}, 'unknown field "choicewise.best"'),
+    ]:
+        try:
+            choicewise.Completions.fan_out([answer("1")]).pick(policy)
+        except ValueError as e:
+            assert says in str(e), str(e)
+        else:
+            raise AssertionError(f"{policy} was taken")
+    try:
+        choicewise.Completions.fan_out([answer("1")]).vote(r"\d", min_votes=0)
+    except ValueError as e:
+        assert "min_votes: must be an integer of 1 or more, not 0" in str(e), str(e)
+    else:
+        raise AssertionError("min_votes=0 was taken")
+
+
 def test_cancelling_a_task_reading_a_choice_cancels_that_choice():
     async def main():
         completions = choicewise.Completions.fan_out([stalled(), answer("done")])

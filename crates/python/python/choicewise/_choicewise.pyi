@@ -114,7 +114,7 @@ class Completions:
         self,
         pattern: str,
         *,
-        min_votes: int = 1,
+        min_votes: Optional[int] = None,
         window: Optional[int] = None,
         deadline: Optional[float] = None,
         keep_rest: bool = False,
@@ -122,6 +122,9 @@ class Completions:
         """A ``Selection``, or an awaitable of it."""
     def first_finished(self, *, deadline: Optional[float] = None, keep_rest: bool = False) -> Any:
         """A ``Selection``, or an awaitable of it."""
+    def pick(self, policy: Dict[str, Any], *, keep_rest: bool = False) -> Any:
+        """The pick a policy states (the gateway's ``choicewise`` extension's fields): a
+        ``Selection``, or an awaitable of it."""
     def warnings(self) -> List[str]: ...
 
 class PartialJson:

@@ -1,0 +1,354 @@
+//! A pick stated as data: `Policy`, checked in one place with errors naming their field,
+//! its serde form (the gateway's extension), its request plan's opening, and
+//! `Completions::pick` running it.
+
+use std::time::Duration;
+
+use choicewise_core::{
+    Completions, DEFAULT_MIN_VOTES, Opening, PickRule, Policy, PolicyErrorKind, PolicyLimits,
+    Source,
+};
+use choicewise_test_support::{content_chunk, within};
+use futures::stream;
+use serde_json::{Value, json};
+
+const SETTLED: Duration = Duration::from_secs(20);
+
+fn limits() -> PolicyLimits {
+    PolicyLimits::new(1).max_samples(16)
+}
+
+fn read(v: Value) -> Result<Policy, choicewise_core::PolicyError> {
+    Policy::from_json(v.as_object().unwrap(), &limits())
+}
+
+#[test]
+fn every_refusal_names_its_field_and_what_is_wrong() {
+    let two = PolicyLimits::new(2).max_samples(16);
+    let e = Policy::from_json(
+        json!({"samples": 1, "select": "vote"}).as_object().unwrap(),
+        &two,
+    )
+    .unwrap_err();
+    assert_eq!((e.field(), e.kind()), ("samples", PolicyErrorKind::Samples));
+    assert_eq!(
+        e.to_string(),
+        "\"choicewise.samples\" must be an integer from n (2) to 16 (max_samples), not 1"
+    );
+    for (ext, field, kind, says) in [
+        (
+            json!({"samples": 17, "select": "vote"}),
+            "samples",
+            PolicyErrorKind::Samples,
+            "max_samples",
+        ),
+        (
+            json!({"samples": "3"}),
+            "samples",
+            PolicyErrorKind::Samples,
+            "not \"3\"",
+        ),
+        (
+            json!({"samples": 3, "select": "best"}),
+            "select",
+            PolicyErrorKind::UnknownRule,
+            "unknown \"choicewise.select\": \"best\" (first_token, first_finished or vote)",
+        ),
+        (
+            json!({"samples": 3, "select": 1}),
+            "select",
+            PolicyErrorKind::Invalid,
+            "must be a string",
+        ),
+        (
+            json!({"samples": 3}),
+            "select",
+            PolicyErrorKind::NeedsRule,
+            "\"choicewise.samples\" above n needs \"choicewise.select\"",
+        ),
+        (
+            json!({"take": 2}),
+            "take",
+            PolicyErrorKind::UnknownField,
+            "unknown field \"choicewise.take\" (samples, select, vote_by, hedge_after_ms, window, confidence, min_votes, vote_normalize, deadline_ms)",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "vote_by": "("}),
+            "vote_by",
+            PolicyErrorKind::Invalid,
+            "\"choicewise.vote_by\" is not a valid regular",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "vote_by": format!("({})", vec!["\\w{50}"; 400].join("|"))}),
+            "vote_by",
+            PolicyErrorKind::PatternTooLarge,
+            "too large once compiled",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "hedge_after_ms": 50}),
+            "hedge_after_ms",
+            PolicyErrorKind::GoesWith,
+            "\"choicewise.hedge_after_ms\" goes with \"select\": \"first_token\"",
+        ),
+        (
+            json!({"samples": 3, "select": "first_token", "hedge_after_ms": 0}),
+            "hedge_after_ms",
+            PolicyErrorKind::Invalid,
+            "\"choicewise.hedge_after_ms\" must be at least 10",
+        ),
+        (
+            json!({"samples": 3, "select": "first_token", "hedge_after_ms": -1}),
+            "hedge_after_ms",
+            PolicyErrorKind::Invalid,
+            "whole number of milliseconds",
+        ),
+        (
+            json!({"samples": 3, "select": "first_finished", "window": 2}),
+            "window",
+            PolicyErrorKind::GoesWith,
+            "\"choicewise.window\" goes with \"select\": \"vote\"",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "window": 0}),
+            "window",
+            PolicyErrorKind::Invalid,
+            "must be an integer of 1 or more, not 0",
+        ),
+        (
+            json!({"samples": 3, "select": "first_token", "confidence": {}}),
+            "confidence",
+            PolicyErrorKind::GoesWith,
+            "\"choicewise.confidence\" goes with \"select\": \"vote\"",
+        ),
+        (
+            json!({"samples": 3, "select": "first_token", "vote_by": "x"}),
+            "vote_by",
+            PolicyErrorKind::GoesWith,
+            "\"choicewise.vote_by\" goes with",
+        ),
+        (
+            json!({"samples": 3, "select": "first_token", "min_votes": 2}),
+            "min_votes",
+            PolicyErrorKind::GoesWith,
+            "\"choicewise.min_votes\" goes with",
+        ),
+        (
+            json!({"samples": 3, "select": "first_token", "vote_normalize": true}),
+            "vote_normalize",
+            PolicyErrorKind::GoesWith,
+            "goes with",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "min_votes": 4}),
+            "min_votes",
+            PolicyErrorKind::Invalid,
+            "(4) is more than \"choicewise.samples\" (3)",
+        ),
+        (
+            json!({"samples": 1, "select": "vote"}),
+            "min_votes",
+            PolicyErrorKind::Invalid,
+            "(2, the default) is more than",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "confidence": {"warmup": 65}}),
+            "confidence.warmup",
+            PolicyErrorKind::Invalid,
+            "\"choicewise.confidence.warmup\" must be an integer from 1 to 64, not 65",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "confidence": {"keep": 0}}),
+            "confidence.keep",
+            PolicyErrorKind::Invalid,
+            "must be a number above 0 and at most 1, not 0",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "confidence": {"depth": 1}}),
+            "confidence.depth",
+            PolicyErrorKind::UnknownField,
+            "unknown field \"choicewise.confidence.depth\" (warmup, keep",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "confidence": 1}),
+            "confidence",
+            PolicyErrorKind::Invalid,
+            "must be an object",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "deadline_ms": 0}),
+            "deadline_ms",
+            PolicyErrorKind::Invalid,
+            "1 or more",
+        ),
+    ] {
+        let e = read(ext.clone()).unwrap_err();
+        assert_eq!((e.field(), e.kind()), (field, kind), "{ext}: {e}");
+        assert!(e.to_string().contains(says), "{ext}: {e}");
+    }
+}
+
+#[test]
+fn the_builder_refuses_what_the_json_form_refuses() {
+    let e = Policy::builder()
+        .select(PickRule::Vote)
+        .samples(3)
+        .take(2)
+        .build(&limits())
+        .unwrap_err();
+    assert_eq!((e.field(), e.kind()), ("take", PolicyErrorKind::GoesWith));
+    let e = Policy::builder()
+        .select(PickRule::FirstFinished)
+        .window(2)
+        .build(&limits())
+        .unwrap_err();
+    assert_eq!(e.field(), "window");
+    let e = Policy::builder()
+        .select(PickRule::FirstToken)
+        .samples(2)
+        .hedge_after(Duration::from_millis(9))
+        .build(&limits())
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "\"choicewise.hedge_after_ms\" must be at least 10 (a shorter hedge would start every sample at once), not 9"
+    );
+    let ok = Policy::builder()
+        .select(PickRule::FirstFinished)
+        .take(2)
+        .samples(3)
+        .build(&limits())
+        .unwrap();
+    assert_eq!((ok.take(), ok.samples()), (2, 3));
+}
+
+#[test]
+fn defaults_are_one_set() {
+    let all = read(json!({})).unwrap();
+    assert_eq!(
+        (all.rule(), all.samples(), all.take()),
+        (PickRule::All, 1, 1)
+    );
+    let n3 = Policy::from_json(&Default::default(), &PolicyLimits::new(3)).unwrap();
+    assert_eq!((n3.samples(), n3.take()), (3, 3));
+    let vote = read(json!({"samples": 5, "select": "vote"})).unwrap();
+    assert_eq!(vote.min_votes(), DEFAULT_MIN_VOTES);
+    assert_eq!(DEFAULT_MIN_VOTES, 2);
+    assert!(vote.vote_key().is_some());
+    let c = read(json!({"samples": 9, "select": "vote", "confidence": {"keep": 0.5}}))
+        .unwrap()
+        .confidence()
+        .unwrap();
+    assert_eq!(
+        (
+            c.warmup,
+            c.keep,
+            c.group_tokens,
+            c.top_logprobs,
+            c.consensus
+        ),
+        (8, 0.5, 64, 5, 0.95)
+    );
+    // null is a field left out.
+    let nulls = read(json!({"samples": null, "select": null, "window": null})).unwrap();
+    assert_eq!(nulls.rule(), PickRule::All);
+}
+
+#[test]
+fn the_serde_form_is_the_extension() {
+    let ext = json!({"samples": 4, "select": "vote", "vote_by": "Answer: (\\d+)", "window": 2,
+        "min_votes": 3, "vote_normalize": true, "deadline_ms": 5000,
+        "confidence": {"warmup": 2, "keep": 0.5, "group_tokens": 16, "top_logprobs": 3, "consensus": 0.9}});
+    let policy: Policy = serde_json::from_value(ext.clone()).unwrap();
+    assert_eq!(serde_json::to_value(&policy).unwrap(), ext);
+    assert_eq!(policy.deadline(), Some(Duration::from_secs(5)));
+    assert_eq!(policy.opening(), Opening::First(2));
+    let hedged: Policy = serde_json::from_value(
+        json!({"samples": 2, "select": "first_token", "hedge_after_ms": 300}),
+    )
+    .unwrap();
+    assert_eq!(hedged.opening(), Opening::Hedged);
+    assert_eq!(hedged.hedge_after(), Some(Duration::from_millis(300)));
+    let e = serde_json::from_value::<Policy>(json!({"samples": 2})).unwrap_err();
+    assert!(e.to_string().contains("needs \"choicewise.select\""), "{e}");
+    let windowed = read(json!({"samples": 6, "select": "vote", "window": 3})).unwrap();
+    assert_eq!(windowed.opening(), Opening::First(3));
+    assert_eq!(
+        read(json!({"samples": 3, "select": "first_finished"}))
+            .unwrap()
+            .opening(),
+        Opening::All
+    );
+}
+
+#[test]
+fn a_policy_is_checked_again_for_another_n() {
+    let policy =
+        read(json!({"samples": 2, "select": "first_token", "hedge_after_ms": 100})).unwrap();
+    let two = policy
+        .checked_for(&PolicyLimits::new(2).max_samples(16))
+        .unwrap();
+    assert_eq!((two.take(), two.samples()), (2, 2));
+    let e = policy
+        .checked_for(&PolicyLimits::new(3).max_samples(16))
+        .unwrap_err();
+    assert_eq!(e.kind(), PolicyErrorKind::Samples);
+    assert!(e.to_string().contains("from n (3)"), "{e}");
+    let e = policy
+        .checked_for(&PolicyLimits::new(1).max_samples(1))
+        .unwrap_err();
+    assert!(e.to_string().contains("to 1 (max_samples)"), "{e}");
+}
+
+/// `samples` samples made on demand: the first silent, the others answering at once.
+fn silent_first(samples: usize) -> Completions {
+    Completions::builder().samples(samples, move |k| match k {
+        0 => Source::sse(stream::pending::<Result<Vec<u8>, std::io::Error>>()).n(1),
+        _ => {
+            let chunk = content_chunk(0, "hedged", Some("stop")).into_bytes();
+            Source::sse(stream::iter([Ok::<_, std::io::Error>(chunk)])).n(1)
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pick_runs_a_hedged_policy() {
+    let policy =
+        read(json!({"samples": 3, "select": "first_token", "hedge_after_ms": 50})).unwrap();
+    let completions = silent_first(3);
+    let selection = within(SETTLED, "the hedged pick", completions.pick(&policy)).await;
+    assert_eq!(selection.selected, [1]);
+    assert_eq!(selection.started, Some(2), "one hedge was enough");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pick_runs_a_vote_with_its_minimum_and_every_sample_for_all() {
+    let answer = |a: &str| {
+        let chunk = content_chunk(0, a, Some("stop")).into_bytes();
+        Source::sse(stream::iter([Ok::<_, std::io::Error>(chunk)])).n(1)
+    };
+    // Every answer differs: the default minimum of two votes is not reached.
+    let c = Completions::builder().fan_out([answer("1"), answer("2"), answer("3")]);
+    let policy = read(json!({"samples": 3, "select": "vote"})).unwrap();
+    let selection = within(SETTLED, "the vote", c.pick(&policy)).await;
+    assert!(selection.selected.is_empty());
+    assert!(
+        selection
+            .reason
+            .as_deref()
+            .unwrap()
+            .starts_with("no key has 2 votes"),
+        "{selection:?}"
+    );
+    let c = Completions::builder().fan_out([answer("1"), answer("2"), answer("3")]);
+    let plurality = read(json!({"samples": 3, "select": "vote", "min_votes": 1})).unwrap();
+    let selection = within(SETTLED, "the vote", c.pick(&plurality)).await;
+    assert_eq!(selection.vote.unwrap().votes, 1);
+    // Every sample: nothing picked, nothing cancelled.
+    let c = Completions::builder().fan_out([answer("1"), answer("2")]);
+    let all = Policy::from_json(&Default::default(), &PolicyLimits::new(2)).unwrap();
+    let selection = within(SETTLED, "every sample", c.pick(&all)).await;
+    assert_eq!(selection.selected, [0, 1]);
+    assert!(selection.cancelled.is_empty());
+    let whole = within(SETTLED, "collect", c.collect()).await.unwrap();
+    assert_eq!(whole.choices.len(), 2);
+}
