@@ -180,6 +180,24 @@ pub struct Model {
     /// `[models.health]`: when an upstream is ejected.
     #[serde(default)]
     pub health: HealthConfig,
+    /// What is done with a request's hosted tools, which the gateway cannot run (Responses'
+    /// `web_search`, `file_search`, `code_interpreter`, `computer_use*`, `image_generation`,
+    /// `mcp`, ...; Messages' server tools): `"drop"` (the default) leaves them out of the
+    /// upstream request and names their types in the answer's `x-choicewise-dropped-tools`
+    /// header; `"refuse"` answers 400 naming the tool.
+    #[serde(default)]
+    pub hosted_tools: HostedTools,
+}
+
+/// `hosted_tools` of a model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostedTools {
+    /// Left out of the upstream request, and named in `x-choicewise-dropped-tools`.
+    #[default]
+    Drop,
+    /// The request is refused (400 naming the tool).
+    Refuse,
 }
 
 /// `[models.retry]`: how a sample is tried over its model's upstreams.

@@ -124,7 +124,8 @@ impl Dialect {
     ///   `max_output_tokens`; `reasoning_effort` becomes `reasoning: {"effort": ...}` (a
     ///   `reasoning` object the request already carries, a Responses client's own, wins); it
     ///   has no `stop` and no `seed` (an error names them).
-    /// - Anthropic: a first system or developer message becomes `system`; an assistant's
+    /// - Anthropic: a first system or developer message becomes `system`, a later one a
+    ///   `system` turn at its place (as Anthropic's API takes it); an assistant's
     ///   `tool_calls` become `tool_use` blocks, `tool` messages `tool_result` blocks of a
     ///   user turn, images image blocks; `tools` get an `input_schema`, `tool_choice` and
     ///   `parallel_tool_calls` become its `tool_choice`; `max_tokens` is required (from

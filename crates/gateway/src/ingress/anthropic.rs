@@ -30,7 +30,7 @@ use axum::http::StatusCode;
 use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
-use super::{IngressError, Reply, Translated, field, kind_of};
+use super::{Hosted, IngressError, Reply, Translated, field, kind_of};
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
 pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
@@ -105,7 +105,7 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
     }
     let mut messages = Vec::new();
     if let Some(system) = field(obj, "system") {
-        messages.push(json!({"role": "system", "content": system_text(system)?}));
+        messages.push(json!({"role": "system", "content": system_text("system", system)?}));
     }
     match field(obj, "messages") {
         None => return Err(IngressError::missing("messages")),
@@ -146,7 +146,8 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
     if !stop.is_empty() {
         chat.insert("stop".into(), json!(stop));
     }
-    let has_tools = tools(obj, &mut chat)?;
+    let mut hosted = Vec::new();
+    let has_tools = tools(obj, &mut chat, &mut hosted)?;
     tool_choice(obj, has_tools, &mut chat)?;
     let mut native = Map::new();
     let reasoning = match field(obj, "thinking") {
@@ -167,18 +168,21 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
         stream: chat.get("stream").and_then(Value::as_bool).unwrap_or(false),
         chat: Value::Object(chat),
         native,
+        hosted,
         reply: Reply {
             api: Dialect::Anthropic,
             model,
             reasoning,
             stop,
             echo: Map::new(),
+            ..Reply::default()
         },
     })
 }
 
-/// `system`: a string, or text blocks joined by a blank line.
-fn system_text(system: &Value) -> Result<String, IngressError> {
+/// `system` (or a system turn's content, at `at`): a string, or text blocks joined by a
+/// blank line.
+fn system_text(at: &str, system: &Value) -> Result<String, IngressError> {
     match system {
         Value::String(s) => Ok(s.clone()),
         Value::Array(blocks) => {
@@ -188,7 +192,7 @@ fn system_text(system: &Value) -> Result<String, IngressError> {
                     (Some("text"), Some(t)) => texts.push(t),
                     _ => {
                         return Err(IngressError::invalid(
-                            format!("system.{i}"),
+                            format!("{at}.{i}"),
                             "must be a text block ({\"type\": \"text\", \"text\": ...})",
                         ));
                     }
@@ -197,7 +201,7 @@ fn system_text(system: &Value) -> Result<String, IngressError> {
             Ok(texts.join("\n\n"))
         }
         v => Err(IngressError::invalid(
-            "system",
+            at,
             format!(
                 "must be a string or an array of text blocks, not {}",
                 kind_of(v)
@@ -212,10 +216,24 @@ fn message_of(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), IngressEr
     let at = format!("messages.{i}");
     let role = match m.get("role").and_then(Value::as_str) {
         Some(role @ ("user" | "assistant")) => role,
-        Some(other) => {
+        // A system turn inside the conversation (Claude Code's environment block, after the
+        // first user turn): a system message at the same place.
+        Some("system") => {
+            let content = match m.get("content") {
+                None | Some(Value::Null) => {
+                    return Err(IngressError::missing(format!("{at}.content")));
+                }
+                Some(content) => system_text(&format!("{at}.content"), content)?,
+            };
+            out.push(json!({"role": "system", "content": content}));
+            return Ok(());
+        }
+        // Anthropic's own wording: Claude Code's fallback for servers that refuse a system
+        // turn looks for it.
+        Some(_) => {
             return Err(IngressError::invalid(
                 format!("{at}.role"),
-                format!("must be \"user\" or \"assistant\", not {other:?}"),
+                "Input should be 'user' or 'assistant'",
             ));
         }
         None => return Err(IngressError::missing(format!("{at}.role"))),
@@ -421,8 +439,14 @@ fn stop_sequences(obj: &Map<String, Value>) -> Result<Vec<String>, IngressError>
     }
 }
 
-/// `tools` as function tools; whether there are any.
-fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<bool, IngressError> {
+/// `tools` as function tools; whether there are any. Server tools and Anthropic-defined
+/// tools (a `type` other than `custom`) are left for the model's `hosted_tools` rule, in
+/// `hosted`.
+fn tools(
+    obj: &Map<String, Value>,
+    chat: &mut Map<String, Value>,
+    hosted: &mut Vec<Hosted>,
+) -> Result<bool, IngressError> {
     let list = match field(obj, "tools") {
         None => return Ok(false),
         Some(Value::Array(list)) => list,
@@ -438,12 +462,11 @@ fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<bool
         match t["type"].as_str() {
             None | Some("custom") => {}
             Some(other) => {
-                return Err(IngressError::unsupported(
-                    format!("tools.{i}.type"),
-                    format!(
-                        "{other:?} is not served by this gateway: only client tools with an input_schema"
-                    ),
-                ));
+                hosted.push(Hosted {
+                    param: format!("tools.{i}.type"),
+                    kind: other.to_string(),
+                });
+                continue;
             }
         }
         let Some(name) = t["name"].as_str() else {

@@ -11,6 +11,8 @@
 //! | `function_call_output` items | `tool` messages (`tool_call_id`; text parts joined) |
 //! | `reasoning` items | dropped: no Chat Completions upstream takes them back |
 //! | `tools` of type `function` (flat: `name`, `description`, `parameters`, `strict`) | function tools |
+//! | `tools` of type `namespace` (a group of the client's functions: `name`, `tools`) | a function tool per function, named `NAMESPACE__NAME` (`_2`, `_3`, ... added if another tool has that name); the model's calls of them are given back as `function_call` items with `name` and `namespace`, and such items of the input are sent back under the flat name |
+//! | hosted tools (any other type: `web_search`, `file_search`, `code_interpreter`, `computer_use*`, `image_generation`, `mcp`, ...) | left out, or the request refused, as the model's `hosted_tools` says ([`Translated::hosted`]) |
 //! | `tool_choice` `auto` / `none` / `required`, `{"type": "function", "name"}`, `allowed_tools` | the same choices in Chat Completions' shape |
 //! | `max_output_tokens` | `max_tokens`, the name every compatible server reads |
 //! | `reasoning.effort` | `reasoning_effort`; the whole `reasoning` object also in [`Translated::native`] |
@@ -19,8 +21,8 @@
 //!
 //! Refused (400 naming the field), since the gateway keeps no state and runs no tools:
 //! `store: true`, `previous_response_id`, `conversation`, `background: true`, `prompt`,
-//! `item_reference` and server-side tool items, `input_file` parts and `file_id` images, and
-//! tools or tool choices of any type but `function`. Ignored: `metadata`, `include`,
+//! `item_reference` and server-side tool items, `input_file` parts and `file_id` images,
+//! tool choices of any type but `function`. Ignored: `metadata`, `include`,
 //! `truncation`, `top_logprobs`, `max_tool_calls`, `stream_options`, and any field not named
 //! here.
 
@@ -32,7 +34,9 @@ use axum::http::StatusCode;
 use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
-use super::{IngressError, Reply, Translated, field, kind_of};
+use std::collections::HashMap;
+
+use super::{Hosted, IngressError, Reply, Translated, field, kind_of};
 
 /// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`, the type the
 /// status stands for unless `kind` is given.
@@ -86,6 +90,12 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
     };
     let mut chat = Map::new();
     chat.insert("model".into(), Value::String(model.clone()));
+    // The tools first: the input's calls of a namespace's functions take their flat names.
+    let mut hosted = Vec::new();
+    let namespaced = tools(obj, &mut chat, &mut hosted)?;
+    let flat: HashMap<(&str, &str), &str> = (namespaced.iter())
+        .map(|(flat, (ns, name))| ((ns.as_str(), name.as_str()), flat.as_str()))
+        .collect();
     let mut messages = Vec::new();
     match field(obj, "instructions") {
         None => {}
@@ -102,7 +112,7 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
         Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                item_of(i, item, &mut messages)?;
+                item_of(i, item, &flat, &mut messages)?;
             }
         }
         Some(v) => {
@@ -155,7 +165,6 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
             chat.insert(key.into(), v.clone());
         }
     }
-    tools(obj, &mut chat)?;
     if let Some(choice) = field(obj, "tool_choice") {
         let choice = tool_choice(choice)?;
         // Chat Completions refuses a tool choice without tools.
@@ -191,12 +200,15 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
         stream: chat.get("stream").and_then(Value::as_bool).unwrap_or(false),
         chat: Value::Object(chat),
         native,
+        hosted,
         reply: Reply {
             api: Dialect::Responses,
             model,
             reasoning,
             stop: Vec::new(),
             echo,
+            namespaced,
+            ..Reply::default()
         },
     })
 }
@@ -228,8 +240,14 @@ fn refuse_state(obj: &Map<String, Value>) -> Result<(), IngressError> {
     Ok(())
 }
 
-/// One input item as Chat Completions messages.
-fn item_of(i: usize, item: &Value, out: &mut Vec<Value>) -> Result<(), IngressError> {
+/// One input item as Chat Completions messages; `flat` names the functions of the request's
+/// namespaces as they are sent upstream.
+fn item_of(
+    i: usize,
+    item: &Value,
+    flat: &HashMap<(&str, &str), &str>,
+    out: &mut Vec<Value>,
+) -> Result<(), IngressError> {
     let at = format!("input[{i}]");
     let kind = match item["type"].as_str() {
         Some(kind) => kind,
@@ -251,6 +269,14 @@ fn item_of(i: usize, item: &Value, out: &mut Vec<Value>) -> Result<(), IngressEr
                 Value::String(s) => s.clone(),
                 Value::Null => "{}".to_string(),
                 v => v.to_string(),
+            };
+            // A call of a namespace's function: the name its upstream knows it by.
+            let name = match item["namespace"].as_str() {
+                Some(ns) => match flat.get(&(ns, name)) {
+                    Some(flat) => (*flat).to_string(),
+                    None => flat_name(ns, name),
+                },
+                None => name.to_string(),
             };
             let call = json!({"id": call_id, "type": "function",
                               "function": {"name": name, "arguments": arguments}});
@@ -385,10 +411,45 @@ fn collapse(mut parts: Vec<Value>) -> Value {
     Value::Array(parts)
 }
 
-/// `tools`: function tools only.
-fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<(), IngressError> {
+/// A namespace's function as a function tool's name: `NAMESPACE__NAME`.
+fn flat_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}__{name}")
+}
+
+/// A function tool of the client's (`tools[i]`, or `tools[i].tools[j]` of a namespace) in
+/// Chat Completions' shape, under `name`.
+fn function_tool(at: &str, t: &Value, name: &str) -> Result<Value, IngressError> {
+    match t["type"].as_str() {
+        Some("function") => {}
+        Some(other) => {
+            return Err(IngressError::unsupported(
+                format!("{at}.type"),
+                format!("{other:?} tools are not served inside a namespace: only function tools"),
+            ));
+        }
+        None => return Err(IngressError::missing(format!("{at}.type"))),
+    }
+    let mut function = json!({"name": name});
+    for key in ["description", "parameters", "strict"] {
+        if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
+            function[key] = v.clone();
+        }
+    }
+    Ok(json!({"type": "function", "function": function}))
+}
+
+/// `tools`: function tools, and the functions of `namespace` tools as function tools of
+/// names no other tool has (`NAMESPACE__NAME`, with `_2`, `_3`, ... if that is taken); hosted
+/// tools (any other type) go to `hosted`. Returns the namespaces' functions by their flat
+/// names.
+fn tools(
+    obj: &Map<String, Value>,
+    chat: &mut Map<String, Value>,
+    hosted: &mut Vec<Hosted>,
+) -> Result<HashMap<String, (String, String)>, IngressError> {
+    let mut namespaced = HashMap::new();
     let list = match field(obj, "tools") {
-        None => return Ok(()),
+        None => return Ok(namespaced),
         Some(Value::Array(list)) => list,
         Some(v) => {
             return Err(IngressError::invalid(
@@ -397,35 +458,56 @@ fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<(), 
             ));
         }
     };
+    // The client's own function names: a namespace's flat names keep clear of them.
+    let mut taken: std::collections::HashSet<String> = (list.iter())
+        .filter(|t| t["type"] == "function")
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
     let mut out = Vec::with_capacity(list.len());
     for (i, t) in list.iter().enumerate() {
+        let at = format!("tools[{i}]");
         match t["type"].as_str() {
-            Some("function") => {}
-            Some(other) => {
-                return Err(IngressError::unsupported(
-                    format!("tools[{i}].type"),
-                    format!(
-                        "{other:?} tools are not served by this gateway (it runs no server-side tools): only function tools"
-                    ),
-                ));
+            Some("function") => {
+                let Some(name) = t["name"].as_str() else {
+                    return Err(IngressError::missing(format!("{at}.name")));
+                };
+                out.push(function_tool(&at, t, name)?);
             }
-            None => return Err(IngressError::missing(format!("tools[{i}].type"))),
-        }
-        let Some(name) = t["name"].as_str() else {
-            return Err(IngressError::missing(format!("tools[{i}].name")));
-        };
-        let mut function = json!({"name": name});
-        for key in ["description", "parameters", "strict"] {
-            if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
-                function[key] = v.clone();
+            Some("namespace") => {
+                let Some(ns) = t["name"].as_str() else {
+                    return Err(IngressError::missing(format!("{at}.name")));
+                };
+                let Some(inner) = t["tools"].as_array() else {
+                    return Err(IngressError::missing(format!("{at}.tools")));
+                };
+                for (j, f) in inner.iter().enumerate() {
+                    let at = format!("{at}.tools[{j}]");
+                    let Some(name) = f["name"].as_str() else {
+                        return Err(IngressError::missing(format!("{at}.name")));
+                    };
+                    let base = flat_name(ns, name);
+                    let mut flat = base.clone();
+                    let mut k = 1;
+                    while taken.contains(&flat) {
+                        k += 1;
+                        flat = format!("{base}_{k}");
+                    }
+                    taken.insert(flat.clone());
+                    out.push(function_tool(&at, f, &flat)?);
+                    namespaced.insert(flat, (ns.to_string(), name.to_string()));
+                }
             }
+            Some(other) => hosted.push(Hosted {
+                param: format!("{at}.type"),
+                kind: other.to_string(),
+            }),
+            None => return Err(IngressError::missing(format!("{at}.type"))),
         }
-        out.push(json!({"type": "function", "function": function}));
     }
     if !out.is_empty() {
         chat.insert("tools".into(), Value::Array(out));
     }
-    Ok(())
+    Ok(namespaced)
 }
 
 /// `tool_choice` in Chat Completions' shape.

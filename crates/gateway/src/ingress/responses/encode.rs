@@ -14,11 +14,14 @@
 //! `response.failed` instead. Every event has its `sequence_number`, from 0.
 //!
 //! Ids are made here (`resp_…`, `msg_…`, `rs_…`, `fc_…`); a call's `call_id` is the
-//! upstream's tool call id (`call_…` made here only when it sent none).
+//! upstream's tool call id (`call_…` made here only when it sent none). A call of a function
+//! of one of the client's `namespace` tools is given back under its own name, with its
+//! `namespace` ([`Reply::namespaced`]).
 
 use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent, Text};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use std::collections::HashMap;
 
 use crate::ingress::{Encoder, Reply, Tokens, frame, new_id, unix_time};
 
@@ -49,12 +52,13 @@ enum Item {
         parts: Vec<Value>,
         part: Option<Part>,
     },
-    /// A function call item.
+    /// A function call item (of a namespace's function: its namespace).
     Call {
         id: String,
         call: CallRef,
         call_id: String,
         name: String,
+        namespace: Option<String>,
         arguments: String,
     },
 }
@@ -105,6 +109,7 @@ pub(crate) struct ResponsesEncoder {
     created_at: u64,
     reasoning: bool,
     echo: Map<String, Value>,
+    namespaced: HashMap<String, (String, String)>,
     /// The next event's `sequence_number`.
     seq: u64,
     phase: Phase,
@@ -121,6 +126,7 @@ impl ResponsesEncoder {
             created_at: unix_time().as_secs(),
             reasoning: reply.reasoning,
             echo: reply.echo.clone(),
+            namespaced: reply.namespaced.clone(),
             seq: 0,
             phase: Phase::Idle,
             items: Vec::new(),
@@ -210,6 +216,7 @@ impl ResponsesEncoder {
                 id,
                 call_id,
                 name,
+                namespace,
                 arguments,
                 ..
             } => {
@@ -220,8 +227,14 @@ impl ResponsesEncoder {
                         "item_id": id, "output_index": index, "name": name, "arguments": arguments
                     }),
                 );
-                json!({"id": id, "type": "function_call", "status": status,
-                       "arguments": arguments, "call_id": call_id, "name": name})
+                call_item(
+                    &id,
+                    status,
+                    &arguments,
+                    &call_id,
+                    &name,
+                    namespace.as_deref(),
+                )
             }
         };
         self.emit(
@@ -401,14 +414,20 @@ impl ResponsesEncoder {
                 self.close_item("completed", out);
                 let item_id = new_id("fc");
                 let call_id = id.as_deref().map_or_else(|| new_id("call"), str::to_string);
-                let name = name.as_deref().unwrap_or_default().to_string();
+                let (name, namespace) = client_name(&self.namespaced, name.as_deref());
                 let index = self.items.len();
+                let item = call_item(
+                    &item_id,
+                    "in_progress",
+                    "",
+                    &call_id,
+                    &name,
+                    namespace.as_deref(),
+                );
                 self.emit(
                     out,
                     "response.output_item.added",
-                    json!({"output_index": index,
-                    "item": {"id": item_id, "type": "function_call", "status": "in_progress",
-                             "arguments": "", "call_id": call_id, "name": name}}),
+                    json!({"output_index": index, "item": item}),
                 );
                 if let Phase::Open(slot) = &mut self.phase {
                     *slot = Some(Item::Call {
@@ -416,6 +435,7 @@ impl ResponsesEncoder {
                         call: *call,
                         call_id,
                         name,
+                        namespace,
                         arguments: String::new(),
                     });
                 }
@@ -547,6 +567,36 @@ impl Encoder for ResponsesEncoder {
     }
 }
 
+/// A call's name as the client knows it: a namespace's function by its own name, with its
+/// namespace; any other as it came.
+fn client_name(
+    namespaced: &HashMap<String, (String, String)>,
+    name: Option<&str>,
+) -> (String, Option<String>) {
+    let name = name.unwrap_or_default();
+    match namespaced.get(name) {
+        Some((namespace, own)) => (own.clone(), Some(namespace.clone())),
+        None => (name.to_string(), None),
+    }
+}
+
+/// A `function_call` output item (`namespace` after `name` when it has one).
+fn call_item(
+    id: &str,
+    status: &str,
+    arguments: &str,
+    call_id: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> Value {
+    let mut item = json!({"id": id, "type": "function_call", "status": status,
+                          "arguments": arguments, "call_id": call_id, "name": name});
+    if let Some(namespace) = namespace {
+        item["namespace"] = json!(namespace);
+    }
+    item
+}
+
 /// The `incomplete_details.reason` of a finish that leaves the response incomplete.
 fn incomplete_reason(finish: &str) -> Option<&'static str> {
     match finish {
@@ -649,10 +699,15 @@ pub(crate) fn message(
     }
     for (id, f) in calls {
         let call_id = id.map_or_else(|| new_id("call"), str::to_string);
-        items.push(
-            json!({"id": new_id("fc"), "type": "function_call", "status": item_status,
-                          "arguments": f.arguments, "call_id": call_id, "name": f.name}),
-        );
+        let (name, namespace) = client_name(&reply.namespaced, Some(&f.name));
+        items.push(call_item(
+            &new_id("fc"),
+            item_status,
+            &f.arguments,
+            &call_id,
+            &name,
+            namespace.as_deref(),
+        ));
     }
     let (status, error, details) = match (finish, incomplete) {
         (None | Some("error"), _) => (
