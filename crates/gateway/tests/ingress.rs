@@ -897,3 +897,75 @@ async fn codex_as_sent_namespaces_and_hosted_tools() {
     );
     assert_eq!(upstream.request_count(), 2);
 }
+
+/// A streamed answer whose every choice failed ends with OpenAI's mid-stream error event
+/// before `[DONE]`; one choice failing beside one that finished keeps its per-choice finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_every_choice_failed_ends_with_an_error_event() {
+    let cut = TestServer::builder()
+        .body(answer("a long enough answer to be cut"))
+        .close_after_events(2)
+        .start()
+        .await
+        .unwrap();
+    let half = TestServer::builder()
+        .body(answer("a fine answer"))
+        .then(
+            TestServer::builder()
+                .body(answer("a long enough answer to be cut"))
+                .close_after_events(2),
+        )
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n\
+         [[models]]\nname = \"cut\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nn = \"fan-out\"\n\
+         [[models]]\nname = \"half\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nn = \"fan-out\"\n",
+        cut.base_url(),
+        half.base_url()
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let events = |model: &'static str| async move {
+        let body = json!({"model": model, "n": 2, "stream": true,
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let r = reqwest::Client::new()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .bearer_auth("sk-a")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        text.split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let all = events("cut").await;
+    assert_eq!(all.last().unwrap(), "[DONE]");
+    let error: Value = serde_json::from_str(&all[all.len() - 2]).unwrap();
+    assert_eq!(error["error"]["code"], "every_choice_failed", "{all:?}");
+    assert_eq!(error["error"]["type"], "upstream_error");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("choice 0") && message.contains("choice 1"),
+        "{message}"
+    );
+    assert_eq!(all.iter().filter(|e| e.contains("\"error\":{")).count(), 1);
+
+    let some = events("half").await;
+    assert!(
+        !some.iter().any(|e| e.contains("every_choice_failed")),
+        "{some:?}"
+    );
+    let finishes: Vec<String> = (some.iter())
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["finish_reason"].as_str().map(str::to_string))
+        .collect();
+    let mut sorted = finishes.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["error", "stop"], "{some:?}");
+}
