@@ -268,7 +268,18 @@ async fn failures_before_the_first_byte_and_mid_stream() {
     let response = post(addr, request(2)).await;
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.unwrap();
-    // Named as the upstream's, so that a client tells it from the gateway's own errors.
+    // Named as the upstream's, so that a client tells it from the gateway's own errors; a
+    // request of several samples in one names the model and max_n (issue 49).
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "the chat upstream {} answered 400: n is too large (model \"m\" asked it for 2 samples in one request with n = 2, and it has no max_n: ",
+            refusing.addr()
+        )) && message.contains("set max_n on that upstream"),
+        "{message}"
+    );
+    // One sample: the upstream's refusal alone.
+    let error: Value = post(addr, request(1)).await.json().await.unwrap();
     assert_eq!(
         error["error"]["message"],
         format!(
