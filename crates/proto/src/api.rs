@@ -133,7 +133,8 @@ impl Dialect {
     ///   `stop_sequences` (a string, a list); `reasoning_effort` becomes `thinking` with a
     ///   budget ([`thinking_budget`](Self::thinking_budget); without `max_tokens`, the answer
     ///   keeps the default room above it; a `thinking` object the request already carries,
-    ///   an Anthropic client's own, wins); it has no `seed`.
+    ///   an Anthropic client's own, wins); it has no `seed`; OpenAI's `prompt_cache_key`,
+    ///   `user`, `safety_identifier` and `service_tier` are left out.
     ///
     /// Neither has `n` (more than one choice is one request per choice) nor `stream_options`
     /// (both report usage in the stream anyway).
@@ -211,6 +212,10 @@ impl Dialect {
                 | "tool_choice"
                 | "reasoning_effort" => {}
                 "parallel_tool_calls" if api == Dialect::Anthropic => {}
+                // OpenAI's own request fields (Codex CLI sends `prompt_cache_key`), which the
+                // Anthropic API refuses as unknown: left out for it.
+                "prompt_cache_key" | "user" | "safety_identifier" | "service_tier"
+                    if api == Dialect::Anthropic => {}
                 _ => {
                     out.insert(key.clone(), value.clone());
                 }

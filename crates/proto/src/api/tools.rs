@@ -460,6 +460,17 @@ mod tests {
         assert_eq!(r["tools"][0]["strict"], true);
         let a = Dialect::Anthropic.request_from_chat(&request).unwrap();
         assert!(a.get("parallel_tool_calls").is_none());
+        // OpenAI's own fields are left out for Anthropic, kept for Responses.
+        let mut openai = request.clone();
+        openai["prompt_cache_key"] = json!("k");
+        openai["user"] = json!("u");
+        openai["service_tier"] = json!("flex");
+        let a = Dialect::Anthropic.request_from_chat(&openai).unwrap();
+        for key in ["prompt_cache_key", "user", "service_tier"] {
+            assert!(a.get(key).is_none(), "{key}");
+        }
+        let r = Dialect::Responses.request_from_chat(&openai).unwrap();
+        assert_eq!(r["prompt_cache_key"], "k");
         assert!(tools(&json!([{"type": "web_search"}]), true).is_err());
     }
 }
