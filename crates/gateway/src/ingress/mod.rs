@@ -225,6 +225,10 @@ pub(crate) struct Reply {
     /// were sent upstream under: their namespace and own name, as the model's calls of them
     /// are given back.
     pub namespaced: std::collections::HashMap<String, (String, String)>,
+    /// Responses: the client's `custom` (free-form) tools, sent upstream as function tools
+    /// of one string argument, `input`: the model's calls of them are given back as
+    /// `custom_tool_call` items.
+    pub custom: std::collections::HashSet<String>,
     /// Messages: the prompt's input tokens known when the answer starts (the gateway's
     /// estimate), for `message_start`.
     pub input_tokens: Option<u64>,

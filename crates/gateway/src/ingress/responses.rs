@@ -12,6 +12,7 @@
 //! | `reasoning` items | dropped: no Chat Completions upstream takes them back |
 //! | `tools` of type `function` (flat: `name`, `description`, `parameters`, `strict`) | function tools |
 //! | `tools` of type `namespace` (a group of the client's functions: `name`, `tools`) | a function tool per function, named `NAMESPACE__NAME` (`_2`, `_3`, ... added if another tool has that name); the model's calls of them are given back as `function_call` items with `name` and `namespace`, and such items of the input are sent back under the flat name |
+//! | `tools` of type `custom` (free-form input, a grammar or text) | a function tool of one string argument, `input` (the format in its description); the model's calls given back as `custom_tool_call` items, and `custom_tool_call` / `custom_tool_call_output` items of the input sent as a call and its `tool` message |
 //! | hosted tools (any other type: `web_search`, `file_search`, `code_interpreter`, `computer_use*`, `image_generation`, `mcp`, ...) | left out, or the request refused, as the model's `hosted_tools` says ([`Translated::hosted`]) |
 //! | `tool_choice` `auto` / `none` / `required`, `{"type": "function", "name"}`, `allowed_tools` | the same choices in Chat Completions' shape |
 //! | `max_output_tokens` | `max_tokens`, the name every compatible server reads |
@@ -34,7 +35,7 @@ use axum::http::StatusCode;
 use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{Hosted, IngressError, Reply, Translated, field, kind_of};
 
@@ -92,7 +93,8 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
     chat.insert("model".into(), Value::String(model.clone()));
     // The tools first: the input's calls of a namespace's functions take their flat names.
     let mut hosted = Vec::new();
-    let namespaced = tools(obj, &mut chat, &mut hosted)?;
+    let mut custom = HashSet::new();
+    let namespaced = tools(obj, &mut chat, &mut hosted, &mut custom)?;
     let flat: HashMap<(&str, &str), &str> = (namespaced.iter())
         .map(|(flat, (ns, name))| ((ns.as_str(), name.as_str()), flat.as_str()))
         .collect();
@@ -208,6 +210,7 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
             stop: Vec::new(),
             echo,
             namespaced,
+            custom,
             ..Reply::default()
         },
     })
@@ -290,7 +293,27 @@ fn item_of(
             }
             Ok(())
         }
-        "function_call_output" => {
+        "custom_tool_call" => {
+            let (Some(call_id), Some(name)) = (item["call_id"].as_str(), item["name"].as_str())
+            else {
+                return Err(IngressError::invalid(
+                    at,
+                    "a custom_tool_call item needs its \"call_id\" and \"name\"",
+                ));
+            };
+            let input = item["input"].as_str().unwrap_or_default();
+            let call = json!({"id": call_id, "type": "function",
+                              "function": {"name": name, "arguments": json!({"input": input}).to_string()}});
+            match out.last_mut() {
+                Some(last) if last["role"] == "assistant" => match &mut last["tool_calls"] {
+                    Value::Array(calls) => calls.push(call),
+                    slot => *slot = json!([call]),
+                },
+                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+            Ok(())
+        }
+        "function_call_output" | "custom_tool_call_output" => {
             let Some(call_id) = item["call_id"].as_str() else {
                 return Err(IngressError::missing(format!("{at}.call_id")));
             };
@@ -438,7 +461,29 @@ fn function_tool(at: &str, t: &Value, name: &str) -> Result<Value, IngressError>
     Ok(json!({"type": "function", "function": function}))
 }
 
-/// `tools`: function tools, and the functions of `namespace` tools as function tools of
+/// A `custom` (free-form) tool as a function tool of one string argument, `input`; its
+/// description says the input's format (a grammar's definition, when it has one).
+fn custom_tool(t: &Value, name: &str) -> Value {
+    let mut description = t["description"].as_str().unwrap_or_default().to_string();
+    let format = &t["format"];
+    let note = match (format["type"].as_str(), format["definition"].as_str()) {
+        (Some("grammar"), Some(definition)) => format!(
+            "The input is free-form text following this {} grammar:\n{definition}",
+            format["syntax"].as_str().unwrap_or("lark")
+        ),
+        _ => "The input is free-form text.".to_string(),
+    };
+    if !description.is_empty() {
+        description.push_str("\n\n");
+    }
+    description.push_str(&note);
+    json!({"type": "function", "function": {"name": name, "description": description,
+        "parameters": {"type": "object", "properties": {"input": {"type": "string"}},
+                       "required": ["input"], "additionalProperties": false}}})
+}
+
+/// `tools`: function tools, `custom` tools (as functions of one string, `input`), and the
+/// functions of `namespace` tools as function tools of
 /// names no other tool has (`NAMESPACE__NAME`, with `_2`, `_3`, ... if that is taken); hosted
 /// tools (any other type) go to `hosted`. Returns the namespaces' functions by their flat
 /// names.
@@ -446,6 +491,7 @@ fn tools(
     obj: &Map<String, Value>,
     chat: &mut Map<String, Value>,
     hosted: &mut Vec<Hosted>,
+    custom: &mut HashSet<String>,
 ) -> Result<HashMap<String, (String, String)>, IngressError> {
     let mut namespaced = HashMap::new();
     let list = match field(obj, "tools") {
@@ -459,8 +505,8 @@ fn tools(
         }
     };
     // The client's own function names: a namespace's flat names keep clear of them.
-    let mut taken: std::collections::HashSet<String> = (list.iter())
-        .filter(|t| t["type"] == "function")
+    let mut taken: HashSet<String> = (list.iter())
+        .filter(|t| t["type"] == "function" || t["type"] == "custom")
         .filter_map(|t| t["name"].as_str().map(str::to_string))
         .collect();
     let mut out = Vec::with_capacity(list.len());
@@ -472,6 +518,13 @@ fn tools(
                     return Err(IngressError::missing(format!("{at}.name")));
                 };
                 out.push(function_tool(&at, t, name)?);
+            }
+            Some("custom") => {
+                let Some(name) = t["name"].as_str() else {
+                    return Err(IngressError::missing(format!("{at}.name")));
+                };
+                out.push(custom_tool(t, name));
+                custom.insert(name.to_string());
             }
             Some("namespace") => {
                 let Some(ns) = t["name"].as_str() else {

@@ -370,3 +370,99 @@ fn a_namespaced_call_is_answered_in_its_namespace() {
     assert_eq!(body["output"][1]["name"], "plain");
     assert!(body["output"][1].get("namespace").is_none());
 }
+
+#[test]
+fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
+    use choicewise_core::{CallKind, CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent};
+    let t = ok(json!({"model": "m", "stream": true,
+        "input": [
+            {"type": "message", "role": "user", "content": "patch it"},
+            {"type": "custom_tool_call", "call_id": "call_p", "name": "apply_patch", "input": "*** Begin Patch"},
+            {"type": "custom_tool_call_output", "call_id": "call_p", "output": "Done!"}],
+        "tools": [
+            {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch"}},
+            {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]}));
+    let function = &t.chat["tools"][0]["function"];
+    assert_eq!(function["name"], "apply_patch");
+    assert_eq!(
+        function["parameters"]["properties"]["input"]["type"],
+        "string"
+    );
+    let description = function["description"].as_str().unwrap();
+    assert!(
+        description.starts_with("Edit files.") && description.contains("start: begin_patch"),
+        "{description}"
+    );
+    assert!(t.hosted.is_empty());
+    assert_eq!(
+        t.chat["messages"][1]["tool_calls"][0]["function"],
+        json!({"name": "apply_patch", "arguments": "{\"input\":\"*** Begin Patch\"}"})
+    );
+    assert_eq!(
+        t.chat["messages"][2],
+        json!({"role": "tool", "tool_call_id": "call_p", "content": "Done!"})
+    );
+    // Streamed: a custom_tool_call item, its input whole when the call closes.
+    let reply = t.reply;
+    let mut encoder = reply.encoder();
+    let mut out = Vec::new();
+    let call = CallRef {
+        kind: CallKind::Tool,
+        position: 0,
+    };
+    for event in [
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
+            call,
+            id: Some("call_q".into()),
+            name: Some("apply_patch".into()),
+        }),
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
+            call,
+            fragment: "{\"input\": \"*** Begin".into(),
+        }),
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
+            call,
+            fragment: " Patch\\n\"}".into(),
+        }),
+        ChoiceEvent::Finished("tool_calls".into()),
+    ] {
+        encoder.event(&event, &mut out);
+    }
+    encoder.end(&crate::ingress::Tokens::default(), None, None, &mut out);
+    let text = String::from_utf8(out).unwrap();
+    let events: Vec<Value> = (text.lines())
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert!(
+        !kinds.contains(&"response.function_call_arguments.delta"),
+        "{kinds:?}"
+    );
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "response.custom_tool_call_input.done")
+        .unwrap();
+    assert_eq!(done["input"], "*** Begin Patch\n");
+    let item = &events.last().unwrap()["response"]["output"][0];
+    assert_eq!(item["type"], "custom_tool_call");
+    assert_eq!(
+        (&item["name"], &item["call_id"], &item["input"]),
+        (
+            &json!("apply_patch"),
+            &json!("call_q"),
+            &json!("*** Begin Patch\n")
+        )
+    );
+    assert!(item["id"].as_str().unwrap().starts_with("ctc_"));
+    // Not streamed.
+    let mut output = ChoiceOutput::default();
+    output.finish_reason = Some("tool_calls".into());
+    output.message.tool_calls = serde_json::from_value(json!([
+        {"id": "call_r", "type": "function", "function": {"name": "apply_patch", "arguments": "{\"input\":\"x\"}"}}]))
+    .unwrap();
+    let body = reply.message(&output, &crate::ingress::Tokens::default(), None);
+    assert_eq!(body["output"][0]["type"], "custom_tool_call");
+    assert_eq!(body["output"][0]["input"], "x");
+}
