@@ -168,7 +168,7 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
         }
     }
     if let Some(choice) = field(obj, "tool_choice") {
-        let choice = tool_choice(choice)?;
+        let choice = tool_choice(choice, &flat)?;
         // Chat Completions refuses a tool choice without tools.
         if chat.contains_key("tools") {
             chat.insert("tool_choice".into(), choice);
@@ -563,13 +563,21 @@ fn tools(
     Ok(namespaced)
 }
 
-/// `tool_choice` in Chat Completions' shape.
-fn tool_choice(choice: &Value) -> Result<Value, IngressError> {
+/// `tool_choice` in Chat Completions' shape (a namespace's function, or a custom tool, as the
+/// function it is sent upstream as).
+fn tool_choice(choice: &Value, flat: &HashMap<(&str, &str), &str>) -> Result<Value, IngressError> {
     let function = |t: &Value, at: &str| match (t["type"].as_str(), t["name"].as_str()) {
-        (Some("function"), Some(name)) => {
+        (Some("function" | "custom"), Some(name)) => {
+            // A namespace's function, by the name its upstream knows it by.
+            let name = match t["namespace"].as_str() {
+                Some(ns) => flat
+                    .get(&(ns, name))
+                    .map_or_else(|| flat_name(ns, name), |f| f.to_string()),
+                None => name.to_string(),
+            };
             Ok(json!({"type": "function", "function": {"name": name}}))
         }
-        (Some("function"), None) => Err(IngressError::missing(format!("{at}.name"))),
+        (Some("function" | "custom"), None) => Err(IngressError::missing(format!("{at}.name"))),
         (other, _) => Err(IngressError::unsupported(
             format!("{at}.type"),
             format!(

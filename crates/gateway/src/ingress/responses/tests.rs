@@ -289,6 +289,21 @@ fn namespace_tools_are_flat_functions_whose_calls_keep_their_namespace() {
         }]
     );
     assert!(!t.chat.to_string().contains("web_search"));
+    // A tool choice naming a namespace's function names its flat name.
+    let mut body = json!({"model": "m", "input": "hi",
+        "tool_choice": {"type": "function", "name": "close_agent", "namespace": "agents"},
+        "tools": [{"type": "namespace", "name": "agents", "tools": [
+            {"type": "function", "name": "close_agent"}]}]});
+    assert_eq!(
+        ok(body.clone()).chat["tool_choice"],
+        json!({"type": "function", "function": {"name": "agents__close_agent"}})
+    );
+    body["tool_choice"] = json!({"type": "allowed_tools", "mode": "auto", "tools": [
+        {"type": "function", "name": "close_agent", "namespace": "agents"}]});
+    assert_eq!(
+        ok(body).chat["tool_choice"]["allowed_tools"]["tools"][0]["function"]["name"],
+        "agents__close_agent"
+    );
     let refused = t.hosted[0].refused("m");
     assert_eq!(refused.param.as_deref(), Some("tools[3].type"));
     assert!(
