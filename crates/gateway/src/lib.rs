@@ -456,27 +456,57 @@ async fn one_model(
 /// with tiktoken (the encoding of the model's first upstream) and said so in
 /// `x-choicewise-token-count: estimated`.
 async fn count_tokens(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
+    // Counted in the metrics under its model when that is a configured one, refused or not.
+    let mut label = String::new();
+    let mut response = count_tokens_answer(&gw, request, &mut label).await;
+    (response.extensions_mut()).insert(layers::ModelLabel(label));
+    response
+}
+
+/// [`count_tokens`]' answer; `label` gets the configured model the request names, if any.
+async fn count_tokens_answer(
+    gw: &Gateway,
+    request: axum::extract::Request,
+    label: &mut String,
+) -> Response {
     let api = Dialect::Anthropic;
-    let bytes = match layers::read_body(&gw, request.into_body()).await {
+    let bytes = match layers::read_body(gw, request.into_body()).await {
         Ok(bytes) => bytes,
         Err(e) => return layers::shaped(api, e),
     };
     let gateway = gw.clone();
-    let parsed = tokio::task::spawn_blocking(move || {
-        let body = ingress::parse_body(&bytes).map_err(ApiError::from)?;
-        let translated = ingress::anthropic::to_chat_for_count(&body).map_err(ApiError::from)?;
+    let (asked, parsed) = tokio::task::spawn_blocking(move || {
+        let body = match ingress::parse_body(&bytes) {
+            Ok(body) => body,
+            Err(e) => return (None, Err(ApiError::from(e))),
+        };
+        let asked = body
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let translated = match ingress::anthropic::to_chat_for_count(&body) {
+            Ok(translated) => translated,
+            Err(e) => return (asked, Err(ApiError::from(e))),
+        };
         let model = translated.reply.model.clone();
         let Some(routes) = gateway.inner.models.get(&model).cloned() else {
-            return Err(ApiError::new(
+            let e = ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found_error",
                 format!("the model {model:?} does not exist here (GET /v1/models lists them)"),
-            ));
+            );
+            return (asked, Err(e));
         };
-        Ok((body, translated.chat, routes))
+        (asked, Ok((body, translated.chat, routes)))
     })
     .await
-    .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
+    .unwrap_or_else(|_| {
+        let e = ApiError::invalid("the prompt could not be counted");
+        (None, Err(e))
+    });
+    if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
+        *label = model;
+    }
     let (mut body, chat, routes) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => return layers::shaped(api, e),
@@ -623,26 +653,34 @@ async fn serve_chat(
     let bytes = layers::read_body(gw, body).await?;
     let inline = parses_inline(&bytes);
     let limits = gw.inner.limits.clone();
+    // A refusal carries the model the body names, when it could be read: a refused Messages or
+    // Responses request is counted in the metrics under its model.
     let parse = move || match api {
-        Dialect::Chat => Ok::<_, ApiError>((
-            ChatRequest::parse(&bytes, &limits)?,
+        Dialect::Chat => Ok::<_, Box<(ApiError, Option<String>)>>((
+            ChatRequest::parse(&bytes, &limits).map_err(|e| Box::new((e, None)))?,
             None,
             None,
             Translation::default(),
         )),
         api => {
-            let translated = ingress::parse_body(&bytes)
-                .and_then(|body| ingress::to_chat(api, &body))
-                .map_err(ApiError::from)?;
+            let body =
+                ingress::parse_body(&bytes).map_err(|e| Box::new((ApiError::from(e), None)))?;
+            let asked = body
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let refused = |e: ApiError| Box::new((e, asked.clone()));
+            let translated =
+                ingress::to_chat(api, &body).map_err(|e| refused(ApiError::from(e)))?;
             let chat = serde_json::to_vec(&translated.chat)
-                .map_err(|e| ApiError::invalid(e.to_string()))?;
+                .map_err(|e| refused(ApiError::invalid(e.to_string())))?;
             let native =
                 (!translated.native.is_empty()).then(|| Arc::new((api, translated.native)));
             // A streamed Messages answer names the prompt's tokens in its first event.
             let prompt =
                 (api == Dialect::Anthropic && translated.stream).then(|| translated.chat.clone());
             Ok((
-                ChatRequest::parse(&chat, &limits)?,
+                ChatRequest::parse(&chat, &limits).map_err(refused)?,
                 Some(translated.reply),
                 native,
                 Translation {
@@ -657,13 +695,22 @@ async fn serve_chat(
     // serve every connection. A small body without a vote_by parses in microseconds, less
     // than the two thread hand-offs of the blocking pool: on the worker. Either way a panic
     // while parsing is the client's 400, not a dropped connection.
-    let unparsed = || ApiError::invalid("the request could not be parsed");
-    let (req, reply, native, translation) = if inline {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).map_err(|_| unparsed())??
+    let unparsed = || Box::new((ApiError::invalid("the request could not be parsed"), None));
+    let parsed = if inline {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))
+            .unwrap_or_else(|_| Err(unparsed()))
     } else {
-        tokio::task::spawn_blocking(parse)
-            .await
-            .map_err(|_| unparsed())??
+        (tokio::task::spawn_blocking(parse).await).unwrap_or_else(|_| Err(unparsed()))
+    };
+    let (req, reply, native, translation) = match parsed {
+        Ok(parsed) => parsed,
+        Err(refused) => {
+            let (e, asked) = *refused;
+            if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
+                seen.model = model;
+            }
+            return Err(e);
+        }
     };
     seen.asked = Some(req.model.clone());
     let Some(model) = gw.inner.models.get(&req.model).cloned() else {

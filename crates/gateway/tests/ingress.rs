@@ -717,6 +717,26 @@ async fn claude_code_as_sent_over_each_upstream_api() {
         json!({"type": "error", "error": {"type": "invalid_request_error",
                "message": "messages.1.role: Input should be 'user' or 'assistant'"}})
     );
+    // Refusals and counts are in the metrics under their model when it is a configured one.
+    let mut unknown = claude_code_body("nope");
+    unknown["messages"][1]["role"] = json!("tool");
+    assert_eq!(post(addr, "/v1/messages", unknown).await.status(), 400);
+    let metrics = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "choicewise_requests_total{model=\"claude-over-chat\",status=\"400\",api=\"messages\"} 1",
+        // The streamed answer and the count.
+        "choicewise_requests_total{model=\"claude-over-anthropic\",status=\"200\",api=\"messages\"} 2",
+        "choicewise_requests_total{model=\"\",status=\"400\",api=\"messages\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
     // The model list, as Claude Code's gateway model discovery asks for it.
     let list: Value = client
         .get(format!("http://{addr}/v1/models?limit=1000"))
