@@ -6,21 +6,26 @@
 //! | `model`, `stream`, `temperature`, `top_p`, `top_k` (vLLM, llama.cpp and Anthropic take it) | the same |
 //! | `max_tokens` (required: missing is a 400 naming it, as at Anthropic) | `max_tokens`, the name every compatible server reads |
 //! | `system` (a string or text blocks, joined by a blank line) | a first `system` message |
+//! | a `system` turn inside `messages` (Claude Code's environment block; a string or text blocks) | a `system` message at its place |
 //! | `messages[].content` text blocks | text, a string when it is one block |
 //! | `image` blocks (`base64` or `url` source) | `image_url` parts (a `data:` URL for base64) |
 //! | assistant `tool_use` blocks | the message's `tool_calls` (`input` as JSON text) |
 //! | user `tool_result` blocks | `tool` messages before the user's other blocks (text joined by newlines; its images go to the user message after it) |
 //! | assistant `thinking` / `redacted_thinking` blocks | dropped: no Chat Completions upstream takes them back |
-//! | `tools` (`input_schema`) | function tools (`parameters`) |
+//! | `tools` (`input_schema`; `defer_loading`, `cache_control` left out) | function tools (`parameters`) |
+//! | server tools and Anthropic-defined tools without a schema (any other `type`: `web_search_20250305`, `bash_20250124`, ...) | left out, or the request refused, as the model's `hosted_tools` says ([`Translated::hosted`]) |
 //! | `tool_choice` `auto` / `any` / `tool` / `none`, `disable_parallel_tool_use` | `auto` / `required` / the named function / `none`, `parallel_tool_calls: false` |
 //! | `stop_sequences` | `stop` |
+//! | `thinking` `adaptive` | nothing (the upstream's default effort), and kept in [`Translated::native`] for an Anthropic upstream |
 //! | `thinking` `enabled` with `budget_tokens` | `reasoning_effort` (`Dialect::thinking_effort`: below 2048 `low`, below 4096 `medium`, else `high`, the inverse of `Dialect::thinking_budget`), and kept in [`Translated::native`] for an Anthropic upstream: Chat Completions has no budget, and OpenAI-compatible servers refuse a `thinking` field |
 //! | `choicewise` | kept as sent |
 //!
 //! Ignored: `metadata`, `service_tier`, `cache_control` on blocks, a `tool_result`'s
-//! `is_error`, and any field not named here. Refused (400 naming the field): server tools
-//! and Anthropic-defined tools without a schema (`tools.N.type`), `mcp_servers`,
-//! `container`, `document` and other block types, file sources.
+//! `is_error`, `context_management`, `output_config`, and any field not named here (as are
+//! the `anthropic-beta` header and `?beta=true`). Refused (400 naming the field, in
+//! Anthropic's shape): a role other than `user`, `assistant` and `system` (in Anthropic's
+//! words, `Input should be 'user' or 'assistant'`), `mcp_servers`, `container`, `document`
+//! and other block types, file sources.
 
 mod encode;
 
