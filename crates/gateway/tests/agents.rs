@@ -6,7 +6,8 @@
 //! each API (Chat Completions, Anthropic Messages, Responses): a text answer; a tool loop
 //! (the upstream's first answer calls the agent's shell tool, which runs a command whose
 //! output reaches the upstream's second request, answered with text); an upstream cut
-//! mid-answer (the agent shows the error and exits non-zero).
+//! mid-answer (the agent shows the error and exits non-zero). And Claude Code's gateway model
+//! discovery over the gateway's model list.
 //!
 //! A hedged model (its first upstream silent, the turn completed by the second) needs a
 //! model's default `choicewise` policy, which a request from an agent cannot carry: it is
@@ -80,6 +81,8 @@ struct Ran {
     code: Option<i32>,
     stdout: String,
     stderr: String,
+    /// The text files the run left in its home (path under it, text).
+    files: Vec<(String, String)>,
 }
 
 impl std::fmt::Display for Ran {
@@ -109,6 +112,18 @@ fn fresh_dir(what: &str) -> PathBuf {
 /// Runs `agent` headless on `prompt` against the gateway at `addr`, asking for `model`: its
 /// own home (no user configuration), a fresh working directory, no input.
 async fn run_agent(agent: Agent, addr: SocketAddr, model: &str, prompt: &str) -> Ran {
+    run_agent_with(agent, addr, model, prompt, &[]).await
+}
+
+/// As [`run_agent`], with `env` set too; the files the run left in its home, as `Ran::files`
+/// (path under the home, text).
+async fn run_agent_with(
+    agent: Agent,
+    addr: SocketAddr,
+    model: &str,
+    prompt: &str,
+    env: &[(&str, &str)],
+) -> Ran {
     let home = fresh_dir("home");
     let work = fresh_dir("work");
     let mut command = Command::new(agent.program());
@@ -162,6 +177,7 @@ async fn run_agent(agent: Agent, addr: SocketAddr, model: &str, prompt: &str) ->
                 .env("CHOICEWISE_AGENT_KEY", KEY);
         }
     }
+    command.envs(env.iter().copied());
     let child = command.spawn().unwrap_or_else(|e| panic!("{agent:?}: {e}"));
     let pid = child.id();
     let output = match tokio::time::timeout(
@@ -176,6 +192,7 @@ async fn run_agent(agent: Agent, addr: SocketAddr, model: &str, prompt: &str) ->
             panic!("{agent:?} did not finish within {RUN_LIMIT:?}");
         }
     };
+    let files = files_under(&home, &home);
     for dir in [&home, &work] {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -183,7 +200,23 @@ async fn run_agent(agent: Agent, addr: SocketAddr, model: &str, prompt: &str) ->
         code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        files,
     }
+}
+
+/// The text files under `dir`, by their path under `root`.
+fn files_under(root: &std::path::Path, dir: &std::path::Path) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(files_under(root, &path));
+        } else if let Ok(text) = std::fs::read_to_string(&path) {
+            let name = path.strip_prefix(root).unwrap_or(&path);
+            files.push((name.display().to_string(), text));
+        }
+    }
+    files
 }
 
 /// The upstream APIs the agents are tried over.
@@ -524,6 +557,50 @@ async fn cut_answer_over_each_api(agent: Agent) {
 #[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
 async fn claude_code_text_answer() {
     text_answer_over_each_api(Agent::ClaudeCode).await;
+}
+
+/// Claude Code's gateway model discovery (`CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY=1`, the
+/// feature under test) reads the gateway's model list: it caches the models whose name says
+/// `claude`, which only a list it accepts gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
+async fn claude_code_model_discovery() {
+    let upstream = TestServer::builder()
+        .body(answer("Discovered."))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"AGENT_KEYS\"\n\
+         [[models]]\nname = \"claude-gateway-model\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n\
+         [[models]]\nname = \"other-model\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n",
+        url = upstream.base_url()
+    );
+    let (addr, _) = serve(&toml, |name| {
+        (name == "AGENT_KEYS").then(|| KEY.to_string())
+    })
+    .await;
+    let ran = run_agent_with(
+        Agent::ClaudeCode,
+        addr,
+        "claude-gateway-model",
+        "Say something.",
+        &[("CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY", "1")],
+    )
+    .await;
+    assert_eq!(ran.code, Some(0), "{ran}");
+    assert!(ran.stdout.contains("Discovered."), "{ran}");
+    let cached = (ran.files.iter())
+        .find(|(path, _)| path.ends_with("gateway-models.json"))
+        .unwrap_or_else(|| {
+            let names: Vec<&str> = ran.files.iter().map(|(p, _)| p.as_str()).collect();
+            panic!("no gateway-models.json among {names:?}: {ran}")
+        });
+    let cached: Value = serde_json::from_str(&cached.1).unwrap();
+    let ids: Vec<&str> = (cached["models"].as_array().unwrap().iter())
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["claude-gateway-model"], "{cached}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
