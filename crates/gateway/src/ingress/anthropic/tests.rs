@@ -379,3 +379,48 @@ fn message_start_names_the_prompts_tokens() {
     let start: Value = serde_json::from_str(data).unwrap();
     assert_eq!(start["message"]["usage"]["input_tokens"], 1234);
 }
+
+#[test]
+fn claude_codes_tool_changes_and_tool_references_are_served() {
+    let t = ok(json!({"model": "m", "max_tokens": 5,
+    "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+    "messages": [
+        {"role": "user", "content": "find the slack tool"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ToolSearch", "input": {"query": "slack"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+            "content": [{"type": "tool_reference", "tool_name": "slack_send"}]}]},
+        {"role": "system", "content": [
+            {"type": "text", "text": "Tools changed."},
+            {"type": "tool_addition", "tool": {"type": "tool_definition", "definition":
+                {"name": "slack_send", "description": "Send.", "input_schema": {"type": "object"}}}},
+            {"type": "tool_addition", "tool": {"type": "tool_definition", "definition":
+                {"name": "Bash", "input_schema": {"type": "object"}}}},
+            {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "Read"}},
+            {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "Old"}}]},
+        {"role": "system", "content": [
+            {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "Other"}}]}
+    ]}));
+    let names: Vec<&str> = (t.chat["tools"].as_array().unwrap().iter())
+        .map(|tool| tool["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Bash", "slack_send"]);
+    let messages = t.chat["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[2],
+        json!({"role": "tool", "tool_call_id": "t1", "content": "Tool slack_send is available."})
+    );
+    // A system turn of tool changes alone leaves no message.
+    assert_eq!(messages.len(), 4);
+    assert_eq!(
+        messages[3],
+        json!({"role": "system", "content": "Tools changed."})
+    );
+    // A definition without its schema is named where it is.
+    let e = refused(json!({"model": "m", "max_tokens": 5, "messages": [
+        {"role": "system", "content": [{"type": "tool_addition", "tool": {"type": "tool_definition",
+            "definition": {"name": "x"}}}]}]}));
+    assert_eq!(
+        e.param.as_deref(),
+        Some("messages.0.content.0.tool.definition.input_schema")
+    );
+}
