@@ -16,18 +16,23 @@ use crate::engine::Picked;
 use crate::ingress::{self, Reply, Tokens};
 use crate::request::ChatRequest;
 
-/// The streamed answer: the API's opening events at once, then the output choice's events as
+/// The streamed answer: the API's opening events at once (with the prompt's tokens when
+/// `estimate` counts them: Messages' `message_start`), then the output choice's events as
 /// they come, then its end (usage, stop reason, the pick's summary) or its failure.
 pub(crate) fn stream(
     mut finish: Finish,
     picked: Picked,
     req: ChatRequest,
-    reply: Reply,
+    mut reply: Reply,
+    estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
     mut closing: watch::Receiver<bool>,
 ) -> Response {
     let open = finish.metrics.open_stream();
     let body = async_stream::stream! {
         let _open = open;
+        if let Some(estimate) = estimate {
+            reply.input_tokens = estimate.await.ok().flatten();
+        }
         let run = finish.run();
         let sample = picked.samples[0];
         let index = run.index_of(sample);

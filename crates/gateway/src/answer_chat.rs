@@ -104,17 +104,35 @@ fn sse(value: &Value) -> Bytes {
 /// How many bytes of chunks already made go into one write at most.
 pub(crate) const WRITE_BYTES: usize = 16 * 1024;
 
-/// Appends the chunk, if any, that one output choice's `out` makes.
-fn chunk_out(write: &mut Vec<u8>, prefix: &str, chunks: &mut ChoiceChunks, out: Out) {
-    let element = match out {
-        Out::Event(event) => chunks.event(&event),
-        Out::Failed(why) => Some(chunks.failed(&why)),
-        Out::Ended => (!chunks.is_finished())
-            .then(|| chunks.failed("the upstream ended the choice without a finish reason")),
+/// Appends the chunk, if any, that one output choice's `out` makes; why the choice failed,
+/// if `out` says it did (an error, an end without a finish, a finish of `error`).
+fn chunk_out(
+    write: &mut Vec<u8>,
+    prefix: &str,
+    chunks: &mut ChoiceChunks,
+    out: Out,
+) -> Option<String> {
+    let (element, failed) = match out {
+        Out::Event(event) => {
+            let failed = match &event {
+                choicewise_core::ChoiceEvent::Finished(reason) if &**reason == "error" => {
+                    Some("the upstream ended the choice with finish_reason \"error\"".to_string())
+                }
+                _ => None,
+            };
+            (chunks.event(&event), failed)
+        }
+        Out::Failed(why) => (Some(chunks.failed(&why)), Some(why)),
+        Out::Ended if !chunks.is_finished() => {
+            let why = "the upstream ended the choice without a finish reason";
+            (Some(chunks.failed(why)), Some(why.to_string()))
+        }
+        Out::Ended => (None, None),
     };
     if let Some(element) = element {
         chunk_event(write, prefix, &element);
     }
+    failed
 }
 
 /// Appends the SSE event of one chunk holding `element`: `prefix` is the envelope up to its
@@ -128,7 +146,8 @@ fn chunk_event(write: &mut Vec<u8>, prefix: &str, element: &Element) {
 }
 
 /// The streamed answer: each output choice's chunks as they come, then the usage and the
-/// pick's summary when asked for, then `[DONE]`.
+/// pick's summary when asked for, then (when every choice failed upstream) an error event
+/// `{"error": {...}}`, then `[DONE]`.
 pub(crate) fn stream_response(
     mut finish: Finish,
     picked: Picked,
@@ -151,6 +170,8 @@ pub(crate) fn stream_response(
             .map(|o| ChoiceChunks::new(o).logprobs(req.logprobs))
             .collect();
         let several = outputs.len() > 1;
+        // Why each output choice failed, if it did.
+        let mut failures: Vec<Option<String>> = vec![None; outputs.len()];
         let mut merged = futures::stream::select_all(outputs);
         let prefix = envelope.prefix();
         // Every choice's opening, in index order, in the first write: waiting for no upstream.
@@ -185,12 +206,16 @@ pub(crate) fn stream_response(
             // (a task woken by the running one runs next), so with several choices the
             // task steps aside once, behind the tasks already runnable, before it writes.
             let mut write = Vec::with_capacity(512);
-            chunk_out(&mut write, &prefix, &mut chunks[o], out);
+            if let Some(why) = chunk_out(&mut write, &prefix, &mut chunks[o], out) {
+                failures[o].get_or_insert(why);
+            }
             let mut stepped_aside = !several;
             while write.len() < WRITE_BYTES {
                 match futures::poll!(merged.next()) {
                     Poll::Ready(Some((o, out))) => {
-                        chunk_out(&mut write, &prefix, &mut chunks[o], out)
+                        if let Some(why) = chunk_out(&mut write, &prefix, &mut chunks[o], out) {
+                            failures[o].get_or_insert(why);
+                        }
                     }
                     Poll::Ready(None) => {
                         ended = true;
@@ -250,6 +275,22 @@ pub(crate) fn stream_response(
                 last["choicewise"] = summary;
             }
             yield Ok(sse(&last));
+        }
+        // Every choice failed upstream (a shutdown's cut is not a failure): the stream ends
+        // with OpenAI's mid-stream error event, which the SDKs raise, rather than as a
+        // success of truncated choices.
+        let failed: Vec<String> = (failures.iter().enumerate())
+            .filter_map(|(o, why)| why.as_ref().map(|why| format!("choice {o}: {why}")))
+            .collect();
+        if !failed.is_empty() && failed.len() == failures.len() {
+            finish.failure = Some("every_choice_failed");
+            let error = ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                format!("model {:?}: every choice failed: {}", req.model, failed.join("; ")),
+            )
+            .code("every_choice_failed");
+            yield Ok(sse(&error.body()));
         }
         finish.complete();
         yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));

@@ -216,6 +216,13 @@ pub struct Model {
     /// wholly). Checked at start with the extension's rules.
     #[serde(default)]
     pub choicewise: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What is done with a request's hosted tools, which the gateway cannot run (Responses'
+    /// `web_search`, `file_search`, `code_interpreter`, `computer_use*`, `image_generation`,
+    /// `mcp`, ...; Messages' server tools): `"drop"` (the default) leaves them out of the
+    /// upstream request and names their types in the answer's `x-choicewise-dropped-tools`
+    /// header; `"refuse"` answers 400 naming the tool.
+    #[serde(default)]
+    pub hosted_tools: HostedTools,
 }
 
 impl Model {
@@ -229,6 +236,17 @@ impl Model {
             .map(Some)
             .map_err(|e| ConfigError(format!("model {:?}, [models.choicewise]: {e}", self.name)))
     }
+}
+
+/// `hosted_tools` of a model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostedTools {
+    /// Left out of the upstream request, and named in `x-choicewise-dropped-tools`.
+    #[default]
+    Drop,
+    /// The request is refused (400 naming the tool).
+    Refuse,
 }
 
 /// `[models.retry]`: how a sample is tried over its model's upstreams.
@@ -373,7 +391,45 @@ impl Config {
             ConfigError(message)
         })?;
         config.check()?;
+        config.check_endpoint_paths(text)?;
         Ok(config)
+    }
+
+    /// A `base_url` ending in an API's endpoint path (`…/v1/chat/completions`, `…/messages`,
+    /// `…/responses`) is refused, naming its line of `text`: the gateway adds the path itself,
+    /// so such an upstream would be asked at `…/chat/completions/chat/completions`.
+    fn check_endpoint_paths(&self, text: &str) -> Result<(), ConfigError> {
+        // Each URL's lines, in order: the n-th upstream with a URL is on its n-th line.
+        let mut used: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for model in &self.models {
+            for (k, u) in model.upstreams.iter().enumerate() {
+                let trimmed = u.base_url.trim_end_matches('/');
+                let Some(endpoint) = ["/chat/completions", "/messages", "/responses"]
+                    .into_iter()
+                    .find(|e| trimmed.ends_with(e))
+                else {
+                    continue;
+                };
+                let seen = used.entry(u.base_url.as_str()).or_default();
+                let line = (text.lines().enumerate())
+                    .filter(|(_, l)| {
+                        l.trim_start().starts_with("base_url") && l.contains(u.base_url.as_str())
+                    })
+                    .nth(*seen)
+                    .map(|(i, _)| i + 1);
+                *seen += 1;
+                let at = line.map_or_else(String::new, |n| format!("line {n}: "));
+                let base = &trimmed[..trimmed.len() - endpoint.len()];
+                return Err(ConfigError(format!(
+                    "{at}model {:?}, upstream {}: base_url {:?} ends in the endpoint path {endpoint}; \
+                     give the API's base URL ({base:?}): the gateway adds {endpoint} itself",
+                    model.name,
+                    k + 1,
+                    u.base_url
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn check(&self) -> Result<(), ConfigError> {
@@ -622,6 +678,34 @@ mod tests {
         let zero = Config::from_toml(&format!("[[models]]\nname = \"m\"\n{UPSTREAM}weight = 0\n"))
             .unwrap_err();
         assert!(zero.to_string().contains("weight"), "{zero}");
+    }
+
+    #[test]
+    fn a_base_url_with_an_endpoint_path_is_refused_naming_its_line() {
+        for (url, endpoint) in [
+            (
+                "http://127.0.0.1:9/v1/chat/completions",
+                "/chat/completions",
+            ),
+            ("https://api.anthropic.com/v1/messages/", "/messages"),
+            ("http://127.0.0.1:9/v1/responses", "/responses"),
+        ] {
+            let text = format!(
+                "[[models]]\nname = \"ok\"\n{UPSTREAM}\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n"
+            );
+            let e = Config::from_toml(&text).unwrap_err().to_string();
+            assert!(e.starts_with("line 11: model \"m\", upstream 1: "), "{e}");
+            assert!(
+                e.contains(&format!("ends in the endpoint path {endpoint}")),
+                "{e}"
+            );
+            assert!(e.contains("\"http"), "{e}");
+        }
+        // A base URL whose last segment merely resembles one is fine.
+        Config::from_toml(
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://h/messages-api/v1\"\n",
+        )
+        .unwrap();
     }
 
     #[test]

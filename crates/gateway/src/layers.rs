@@ -74,6 +74,26 @@ pub(crate) async fn unknown_route(request: Request) -> Response {
     shaped(api_of(&path), e)
 }
 
+/// A `POST` route asked with another method: 405 (`Allow: POST`) in the shape of the route's
+/// API, naming the method to use.
+pub(crate) async fn post_only(request: Request) -> Response {
+    let path = request.uri().path().to_string();
+    let e = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        format!(
+            "{} {path} is not served: send the request with POST",
+            request.method()
+        ),
+    )
+    .code("method_not_allowed");
+    let mut response = shaped(api_of(&path), e);
+    response
+        .headers_mut()
+        .insert(header::ALLOW, axum::http::HeaderValue::from_static("POST"));
+    response
+}
+
 /// The configured model a request named, set by its handler on the answer (absent: none).
 #[derive(Debug, Clone)]
 pub(crate) struct ModelLabel(pub String);

@@ -63,7 +63,8 @@ use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
 pub use config::{
-    Auth, Config, ConfigError, HealthConfig, Limits, Model, NMode, RetryConfig, Telemetry, Upstream,
+    Auth, Config, ConfigError, HealthConfig, HostedTools, Limits, Model, NMode, RetryConfig,
+    Telemetry, Upstream,
 };
 
 use choicewise_core::chunks::Envelope;
@@ -118,6 +119,8 @@ struct Inner {
     grace: Duration,
     /// Chat upstreams whose base URL lacks `/v1`, and the same with it: checked at start.
     v1_checks: Vec<(Client, Client)>,
+    /// Each model's rule for hosted tools (`hosted_tools`).
+    hosted_tools: HashMap<String, HostedTools>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -181,6 +184,7 @@ impl Gateway {
         let mut policies = HashMap::new();
         let mut v1_checks = Vec::new();
         let mut names = Vec::new();
+        let mut hosted_tools = HashMap::new();
         for model in &config.models {
             let mut routes = Vec::new();
             for (k, u) in model.upstreams.iter().enumerate() {
@@ -238,6 +242,7 @@ impl Gateway {
             if let Some(policy) = model.policy(&config.limits)? {
                 policies.insert(model.name.clone(), policy);
             }
+            hosted_tools.insert(model.name.clone(), model.hosted_tools);
             models.insert(
                 model.name.clone(),
                 Arc::new(open::ModelRoutes {
@@ -265,6 +270,7 @@ impl Gateway {
                 listening: std::sync::OnceLock::new(),
                 grace: config.shutdown_grace(),
                 v1_checks,
+                hosted_tools,
             }),
         })
     }
@@ -285,13 +291,23 @@ impl Gateway {
         let api = axum::Router::new()
             .route(
                 "/v1/chat/completions",
-                post(chat_completions).layer(slots()),
+                post(chat_completions)
+                    .layer(slots())
+                    .fallback(layers::post_only),
             )
-            .route("/v1/messages", post(messages).layer(slots()))
-            .route("/v1/responses", post(responses).layer(slots()))
+            .route(
+                "/v1/messages",
+                post(messages).layer(slots()).fallback(layers::post_only),
+            )
+            .route(
+                "/v1/responses",
+                post(responses).layer(slots()).fallback(layers::post_only),
+            )
             .route(
                 "/v1/messages/count_tokens",
-                post(count_tokens).layer(slots()),
+                post(count_tokens)
+                    .layer(slots())
+                    .fallback(layers::post_only),
             )
             .route("/v1/models", get(list_models))
             .route("/v1/models/{id}", get(one_model))
@@ -412,11 +428,22 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
+/// A model as `GET /v1/models` lists it: OpenAI's fields (`object`, `created`, `owned_by`)
+/// and Anthropic's (`type`, `display_name`, `created_at`), so that the clients of both APIs
+/// read it (Claude Code's gateway model discovery reads `id` and `display_name`).
+fn model_entry(name: &str) -> Value {
+    json!({"id": name, "object": "model", "created": 0, "owned_by": "choicewise",
+           "type": "model", "display_name": name, "created_at": "1970-01-01T00:00:00Z"})
+}
+
+/// `GET /v1/models`: every configured model, in the list shapes of both APIs (OpenAI's
+/// `object: "list"`, Anthropic's `has_more`, `first_id`, `last_id`).
 async fn list_models(State(gw): State<Gateway>) -> Response {
-    let data: Vec<Value> = (gw.inner.names.iter())
-        .map(|name| json!({"id": name, "object": "model", "created": 0, "owned_by": "choicewise"}))
-        .collect();
-    axum::Json(json!({"object": "list", "data": data})).into_response()
+    let names = &gw.inner.names;
+    let data: Vec<Value> = names.iter().map(|name| model_entry(name)).collect();
+    axum::Json(json!({"object": "list", "data": data, "has_more": false,
+                      "first_id": names.first(), "last_id": names.last()}))
+    .into_response()
 }
 
 /// `GET /v1/models/{id}`: the model, or 404 naming it.
@@ -425,10 +452,7 @@ async fn one_model(
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
     if gw.inner.models.contains_key(&id) {
-        return axum::Json(
-            json!({"id": id, "object": "model", "created": 0, "owned_by": "choicewise"}),
-        )
-        .into_response();
+        return axum::Json(model_entry(&id)).into_response();
     }
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -444,27 +468,57 @@ async fn one_model(
 /// with tiktoken (the encoding of the model's first upstream) and said so in
 /// `x-choicewise-token-count: estimated`.
 async fn count_tokens(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
+    // Counted in the metrics under its model when that is a configured one, refused or not.
+    let mut label = String::new();
+    let mut response = count_tokens_answer(&gw, request, &mut label).await;
+    (response.extensions_mut()).insert(layers::ModelLabel(label));
+    response
+}
+
+/// [`count_tokens`]' answer; `label` gets the configured model the request names, if any.
+async fn count_tokens_answer(
+    gw: &Gateway,
+    request: axum::extract::Request,
+    label: &mut String,
+) -> Response {
     let api = Dialect::Anthropic;
-    let bytes = match layers::read_body(&gw, request.into_body()).await {
+    let bytes = match layers::read_body(gw, request.into_body()).await {
         Ok(bytes) => bytes,
         Err(e) => return layers::shaped(api, e),
     };
     let gateway = gw.clone();
-    let parsed = tokio::task::spawn_blocking(move || {
-        let body = ingress::parse_body(&bytes).map_err(ApiError::from)?;
-        let translated = ingress::anthropic::to_chat_for_count(&body).map_err(ApiError::from)?;
+    let (asked, parsed) = tokio::task::spawn_blocking(move || {
+        let body = match ingress::parse_body(&bytes) {
+            Ok(body) => body,
+            Err(e) => return (None, Err(ApiError::from(e))),
+        };
+        let asked = body
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let translated = match ingress::anthropic::to_chat_for_count(&body) {
+            Ok(translated) => translated,
+            Err(e) => return (asked, Err(ApiError::from(e))),
+        };
         let model = translated.reply.model.clone();
         let Some(routes) = gateway.inner.models.get(&model).cloned() else {
-            return Err(ApiError::new(
+            let e = ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found_error",
                 format!("the model {model:?} does not exist here (GET /v1/models lists them)"),
-            ));
+            );
+            return (asked, Err(e));
         };
-        Ok((body, translated.chat, routes))
+        (asked, Ok((body, translated.chat, routes)))
     })
     .await
-    .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
+    .unwrap_or_else(|_| {
+        let e = ApiError::invalid("the prompt could not be counted");
+        (None, Err(e))
+    });
+    if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
+        *label = model;
+    }
     let (mut body, chat, routes) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => return layers::shaped(api, e),
@@ -611,20 +665,40 @@ async fn serve_chat(
     let bytes = layers::read_body(gw, body).await?;
     let inline = parses_inline(&bytes);
     let limits = gw.inner.limits.clone();
+    // A refusal carries the model the body names, when it could be read: a refused Messages or
+    // Responses request is counted in the metrics under its model.
     let parse = move || match api {
-        Dialect::Chat => Ok::<_, ApiError>((ChatRequest::parse(&bytes, &limits)?, None, None)),
+        Dialect::Chat => Ok::<_, Box<(ApiError, Option<String>)>>((
+            ChatRequest::parse(&bytes, &limits).map_err(|e| Box::new((e, None)))?,
+            None,
+            None,
+            Translation::default(),
+        )),
         api => {
-            let translated = ingress::parse_body(&bytes)
-                .and_then(|body| ingress::to_chat(api, &body))
-                .map_err(ApiError::from)?;
+            let body =
+                ingress::parse_body(&bytes).map_err(|e| Box::new((ApiError::from(e), None)))?;
+            let asked = body
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let refused = |e: ApiError| Box::new((e, asked.clone()));
+            let translated =
+                ingress::to_chat(api, &body).map_err(|e| refused(ApiError::from(e)))?;
             let chat = serde_json::to_vec(&translated.chat)
-                .map_err(|e| ApiError::invalid(e.to_string()))?;
+                .map_err(|e| refused(ApiError::invalid(e.to_string())))?;
             let native =
                 (!translated.native.is_empty()).then(|| Arc::new((api, translated.native)));
+            // A streamed Messages answer names the prompt's tokens in its first event.
+            let prompt =
+                (api == Dialect::Anthropic && translated.stream).then(|| translated.chat.clone());
             Ok((
-                ChatRequest::parse(&chat, &limits)?,
+                ChatRequest::parse(&chat, &limits).map_err(refused)?,
                 Some(translated.reply),
                 native,
+                Translation {
+                    hosted: translated.hosted,
+                    prompt,
+                },
             ))
         }
     };
@@ -633,13 +707,22 @@ async fn serve_chat(
     // serve every connection. A small body without a vote_by parses in microseconds, less
     // than the two thread hand-offs of the blocking pool: on the worker. Either way a panic
     // while parsing is the client's 400, not a dropped connection.
-    let unparsed = || ApiError::invalid("the request could not be parsed");
-    let (req, reply, native) = if inline {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).map_err(|_| unparsed())??
+    let unparsed = || Box::new((ApiError::invalid("the request could not be parsed"), None));
+    let parsed = if inline {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))
+            .unwrap_or_else(|_| Err(unparsed()))
     } else {
-        tokio::task::spawn_blocking(parse)
-            .await
-            .map_err(|_| unparsed())??
+        (tokio::task::spawn_blocking(parse).await).unwrap_or_else(|_| Err(unparsed()))
+    };
+    let (req, reply, native, translation) = match parsed {
+        Ok(parsed) => parsed,
+        Err(refused) => {
+            let (e, asked) = *refused;
+            if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
+                seen.model = model;
+            }
+            return Err(e);
+        }
     };
     seen.asked = Some(req.model.clone());
     let Some(model) = gw.inner.models.get(&req.model).cloned() else {
@@ -658,6 +741,40 @@ async fn serve_chat(
     // that carry no extension (an agent cannot send one).
     let default = gw.inner.policies.get(&req.model);
     let req = req.with_default(default, &gw.inner.limits)?;
+    // Hosted tools the gateway cannot run: left out, or the request refused, as the model
+    // says.
+    let dropped = match gw.inner.hosted_tools.get(&req.model) {
+        Some(HostedTools::Refuse) => match translation.hosted.first() {
+            Some(tool) => return Err(tool.refused(&req.model).into()),
+            None => None,
+        },
+        _ => {
+            let mut kinds: Vec<&str> = Vec::new();
+            for tool in &translation.hosted {
+                if !kinds.contains(&tool.kind.as_str()) {
+                    kinds.push(&tool.kind);
+                }
+            }
+            (!kinds.is_empty()).then(|| kinds.join(","))
+        }
+    };
+    if let Some(dropped) = &dropped {
+        tracing::info!(
+            model = %req.model,
+            dropped_tools = %dropped,
+            "hosted tools left out of the upstream request (hosted_tools = \"drop\")"
+        );
+    }
+    let estimate = translation.prompt.map(|chat| {
+        let upstream_model =
+            (model.routes.first()).map_or(model.name.as_str(), |r| r.model.as_str());
+        let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+        tokio::task::spawn_blocking(move || {
+            choicewise_usage::count_prompt(encoding, &chat)
+                .ok()
+                .map(|count| count.total)
+        })
+    });
     let apis: Vec<Dialect> = model.routes.iter().map(|u| u.api).collect();
     let opener = open::Opener {
         models: gw.inner.models.clone(),
@@ -710,7 +827,7 @@ async fn serve_chat(
     let mut response = match (reply, req.stream) {
         (None, true) => stream_response(finish, picked, req, envelope, closing),
         (None, false) => json_response(finish, picked, req, envelope, closing).await,
-        (Some(reply), true) => answer_api::stream(finish, picked, req, reply, closing),
+        (Some(reply), true) => answer_api::stream(finish, picked, req, reply, estimate, closing),
         (Some(reply), false) => answer_api::json(finish, picked, req, reply, closing).await,
     };
     // Every answer's headers are sent after its first tries ended: how many there were.
@@ -718,7 +835,22 @@ async fn serve_chat(
     response
         .headers_mut()
         .insert("x-choicewise-tries", count.into());
+    if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
+        response
+            .headers_mut()
+            .insert("x-choicewise-dropped-tools", value);
+    }
     Ok(response)
+}
+
+/// What a translated request (Messages, Responses) brings besides its Chat Completions body.
+#[derive(Default)]
+struct Translation {
+    /// Its hosted tools, left out of the body.
+    hosted: Vec<ingress::Hosted>,
+    /// A streamed Messages request's Chat Completions body, whose prompt tokens are estimated
+    /// for its `message_start`.
+    prompt: Option<Value>,
 }
 
 /// A request's run, accounted in the metrics (and its span made, with traces on) when it is

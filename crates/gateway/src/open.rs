@@ -306,7 +306,7 @@ impl Opener {
                         None => {
                             // The upstream answered: it is healthy, the request was refused.
                             route.health.succeeded();
-                            return Err(upstream_error(&model.name, route, &e));
+                            return Err(upstream_error(&model.name, route, &e, samples.len()));
                         }
                         Some(outcome) => (outcome, e.retry_after(), why(&e)),
                     },
@@ -396,8 +396,15 @@ fn why(e: &ClientError) -> String {
 
 /// The error a failed upstream request is to the client: its own 4xx passed through with the
 /// upstream named, anything else (a 3xx, a refused connection, a timeout) a 502 naming the
-/// model, the upstream's API and host.
-pub(crate) fn upstream_error(model: &str, u: &UpstreamRoute, e: &ClientError) -> ApiError {
+/// model, the upstream's API and host. A 400 to a request of `samples` > 1 in one (native
+/// `n`) says how many were asked, and names `max_n`: the likely cause is a provider serving
+/// fewer per request.
+pub(crate) fn upstream_error(
+    model: &str,
+    u: &UpstreamRoute,
+    e: &ClientError,
+    samples: usize,
+) -> ApiError {
     match e.status() {
         // The upstream refused the gateway's own credentials: the gateway's failure, not the
         // client's (whose SDK would blame its own key), and the provider's message is left
@@ -418,15 +425,27 @@ pub(crate) fn upstream_error(model: &str, u: &UpstreamRoute, e: &ClientError) ->
                     .and_then(Value::as_str)
                     .map(str::to_string)
             };
+            let mut message = format!(
+                "the {} upstream {} answered {status}: {}",
+                u.api,
+                u.host,
+                e.message()
+            );
+            if status == 400 && samples > 1 {
+                let limit = match u.max_n {
+                    Some(max) => format!("its max_n is {max}"),
+                    None => "it has no max_n".to_string(),
+                };
+                message.push_str(&format!(
+                    " (model {model:?} asked it for {samples} samples in one request with n = {samples}, \
+                     and {limit}: if it serves fewer per request, set max_n on that upstream \
+                     in the config, or n = \"fan-out\")"
+                ));
+            }
             let mut error = ApiError::new(
                 StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
                 "upstream_error",
-                format!(
-                    "the {} upstream {} answered {status}: {}",
-                    u.api,
-                    u.host,
-                    e.message()
-                ),
+                message,
             );
             error.code = kind_of("code");
             if let Some(kind) = kind_of("type") {

@@ -537,6 +537,13 @@ async fn sdk_gateway() -> SdkUpstreams {
         .start()
         .await
         .unwrap();
+    // Every answer cut after its first words.
+    let cut = TestServer::builder()
+        .body(answer("an answer cut before its end"))
+        .close_after_events(2)
+        .start()
+        .await
+        .unwrap();
     let upstream = |name: &str, url: &str, n: &str| {
         format!(
             "[[models]]\nname = \"{name}\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"{n}\"\n"
@@ -547,6 +554,7 @@ async fn sdk_gateway() -> SdkUpstreams {
     toml += &upstream("tools", &tools.base_url(), "native");
     toml += &upstream("select", &select.base_url(), "fan-out");
     toml += &upstream("failing", &failing.base_url(), "native");
+    toml += &upstream("cut", &cut.base_url(), "native");
     if let Ok(llama) = std::env::var("CHOICEWISE_LLAMA_URL") {
         toml += &upstream("llama", &llama, "native");
     }
@@ -555,7 +563,7 @@ async fn sdk_gateway() -> SdkUpstreams {
     SdkUpstreams {
         tools,
         select,
-        _servers: vec![echo, failing],
+        _servers: vec![echo, failing, cut],
         addr,
     }
 }
@@ -983,6 +991,16 @@ async fn openai_agents() {
     let stored = &got["stored"];
     check_error(stored, 400, "BadRequestError", &client);
     assert_eq!(stored["param"], "store", "{client}: {stored}");
+    // The Chat model on a stream whose only choice was cut: the SDK raises the gateway's
+    // mid-stream error event (issue 49), it does not return the truncated text.
+    let cut = &got["cut"];
+    assert_eq!(cut["raised"], "APIError", "{client}: {cut}");
+    assert!(
+        cut["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("every choice failed")),
+        "{client}: {cut}"
+    );
 
     if std::env::var_os("CHOICEWISE_LLAMA_URL").is_some() {
         // A real model: an agent without tools answers in its own words, or the SDK reports

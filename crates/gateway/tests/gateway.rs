@@ -268,7 +268,18 @@ async fn failures_before_the_first_byte_and_mid_stream() {
     let response = post(addr, request(2)).await;
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.unwrap();
-    // Named as the upstream's, so that a client tells it from the gateway's own errors.
+    // Named as the upstream's, so that a client tells it from the gateway's own errors; a
+    // request of several samples in one names the model and max_n (issue 49).
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "the chat upstream {} answered 400: n is too large (model \"m\" asked it for 2 samples in one request with n = 2, and it has no max_n: ",
+            refusing.addr()
+        )) && message.contains("set max_n on that upstream"),
+        "{message}"
+    );
+    // One sample: the upstream's refusal alone.
+    let error: Value = post(addr, request(1)).await.json().await.unwrap();
     assert_eq!(
         error["error"]["message"],
         format!(
@@ -972,4 +983,91 @@ async fn a_client_that_reads_slowly_holds_back_its_upstream() {
     assert!(String::from_utf8_lossy(&tail).ends_with("data: [DONE]\n\n"));
     assert_eq!(made.load(Ordering::SeqCst), CHUNKS + 1);
     assert!(received > CHUNKS * 256, "{received} bytes");
+}
+
+/// A fan-out sample cancelled mid-stream (a pick's loser, before its usage came) takes its
+/// prompt tokens from its sibling request's reported figure, flagged estimated; the total
+/// says estimated whenever a part is (issue 49).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_samples_prompt_is_its_siblings_reported_figure() {
+    let mut quick = answer("done quickly").replace("data: [DONE]\n\n", "");
+    quick.push_str(&format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        json!({"id": "chatcmpl-answer", "object": "chat.completion.chunk", "model": "m", "choices": [],
+               "usage": {"prompt_tokens": 37, "completion_tokens": 3, "total_tokens": 40}})
+    ));
+    // Whichever request comes first answers at once; the other begins and goes quiet.
+    let server = TestServer::builder()
+        .body(quick)
+        .then(stalled(1))
+        .start()
+        .await
+        .unwrap();
+    let (addr, _gateway) = serve(
+        &config(&[("chat", server.base_url(), "n = \"fan-out\"")]),
+        env,
+    )
+    .await;
+    let mut body = select(2, "first_finished");
+    body["stream"] = json!(false);
+    let answer: Value = post(addr, body).await.json().await.unwrap();
+    assert_eq!(answer["choices"][0]["message"]["content"], "done quickly");
+    let usage = &answer["usage"];
+    let parts = usage["choicewise"]["per_choice"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "{usage}");
+    let (won, lost): (Vec<&Value>, Vec<&Value>) = parts.iter().partition(|p| p["index"] == 0);
+    assert_eq!(won[0]["prompt_tokens"], 37, "{usage}");
+    assert_eq!(won[0]["estimated"], false, "{usage}");
+    assert_eq!(
+        lost[0]["prompt_tokens"], 37,
+        "the sibling's figure: {usage}"
+    );
+    assert_eq!(lost[0]["estimated"], true, "{usage}");
+    assert_eq!(usage["prompt_tokens"], 74, "{usage}");
+    assert_eq!(usage["choicewise"]["estimated"], true, "{usage}");
+}
+
+/// One total reported for several choices of a native request is shared among them: each
+/// part is an estimate, so the total says `estimated: true` though its figures are the
+/// upstream's own (issue 49).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_total_is_flagged_estimated() {
+    let chunk = |i: u32, delta: Value, finish: Value| {
+        json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+               "choices": [{"index": i, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut sse = String::new();
+    for c in [
+        chunk(
+            0,
+            json!({"role": "assistant", "content": "two words"}),
+            Value::Null,
+        ),
+        chunk(
+            1,
+            json!({"role": "assistant", "content": "one"}),
+            Value::Null,
+        ),
+        chunk(0, json!({}), json!("stop")),
+        chunk(1, json!({}), json!("stop")),
+        json!({"id": "c", "object": "chat.completion.chunk", "model": "up", "choices": [],
+               "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}),
+    ] {
+        sse.push_str(&format!("data: {c}\n\n"));
+    }
+    sse.push_str("data: [DONE]\n\n");
+    let server = TestServer::builder().body(sse).start().await.unwrap();
+    let addr = gateway(&config(&[("chat", server.base_url(), "")])).await;
+    let mut body = request(2);
+    body["stream"] = json!(false);
+    let answer: Value = post(addr, body).await.json().await.unwrap();
+    let usage = &answer["usage"];
+    assert_eq!(
+        (&usage["prompt_tokens"], &usage["completion_tokens"]),
+        (&json!(5), &json!(4)),
+        "{usage}"
+    );
+    let parts = usage["choicewise"]["per_choice"].as_array().unwrap();
+    assert!(parts.iter().all(|p| p["estimated"] == true), "{usage}");
+    assert_eq!(usage["choicewise"]["estimated"], true, "{usage}");
 }

@@ -559,3 +559,433 @@ async fn count_tokens_asks_an_anthropic_upstream() {
     assert!(v["input_tokens"].as_u64().unwrap() > 5, "{v}");
     assert_eq!(failing.request_count(), 1, "asked once, then estimated");
 }
+
+/// A body as Claude Code 2.1 sends it (its shape and fields; shortened texts): a system
+/// turn inside `messages`, adaptive thinking, `context_management`, `output_config`,
+/// `cache_control`, a `defer_loading` tool, `metadata`, `max_tokens: 32000`.
+fn claude_code_body(model: &str) -> Value {
+    json!({
+        "model": model, "max_tokens": 32000, "stream": true,
+        "metadata": {"user_id": "{\"device_id\":\"d1\",\"session_id\":\"s1\"}"},
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.328;"},
+            {"type": "text", "text": "You are a coding agent. Answer in one line.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>Be careful with files.</system-reminder>"},
+                {"type": "text", "text": "List the files here.", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "system", "content": [
+                {"type": "text", "text": "# Environment\nPrimary working directory: /tmp/w\nPlatform: linux"}]}],
+        "tools": [
+            {"name": "Bash", "description": "Runs a shell command.", "input_schema": {
+                "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+                "properties": {"command": {"type": "string"}}, "required": ["command"]}},
+            {"name": "DeferredToolPlaceholder", "description": "Never call this tool.",
+             "input_schema": {"type": "object", "properties": {}}, "defer_loading": true}]
+    })
+}
+
+/// Claude Code's request as it sends it (`?beta=true`, `anthropic-beta`, a system turn in
+/// `messages`, ...) over each upstream API: the system turn reaches each at its place, the
+/// answer's `message_start` names the prompt's tokens, `count_tokens` counts the same body;
+/// the model list is one its model discovery reads; GET on a POST route is a 405 in the
+/// route's API shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_as_sent_over_each_upstream_api() {
+    let chat = TestServer::builder()
+        .body(answer("Here they are"))
+        .start()
+        .await
+        .unwrap();
+    let anthropic = TestServer::builder()
+        .fixture("anthropic_tools.sse")
+        .start()
+        .await
+        .unwrap();
+    let responses = TestServer::builder()
+        .fixture("responses_text.sse")
+        .start()
+        .await
+        .unwrap();
+    let mut toml = String::from("[auth]\nkeys_env = \"CLIENT_KEYS\"\n");
+    for (name, api, server) in [
+        ("claude-over-chat", "chat", &chat),
+        ("claude-over-anthropic", "anthropic", &anthropic),
+        ("claude-over-responses", "responses", &responses),
+    ] {
+        toml += &format!(
+            "[[models]]\nname = \"{name}\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+            server.base_url()
+        );
+    }
+    let (addr, _) = serve(&toml, env).await;
+    let client = reqwest::Client::new();
+    for (model, server) in [
+        ("claude-over-chat", &chat),
+        ("claude-over-anthropic", &anthropic),
+        ("claude-over-responses", &responses),
+    ] {
+        let r = client
+            .post(format!("http://{addr}/v1/messages?beta=true"))
+            .header("x-api-key", "sk-a")
+            .header("anthropic-version", "2023-06-01")
+            .header(
+                "anthropic-beta",
+                "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27",
+            )
+            .json(&claude_code_body(model))
+            .send()
+            .await
+            .unwrap();
+        let frames = frames(r).await;
+        let start = &frames[0].1;
+        assert_eq!(start["type"], "message_start", "{model}");
+        let input = start["message"]["usage"]["input_tokens"].as_u64().unwrap();
+        assert!(
+            input > 20,
+            "{model}: message_start names {input} input tokens"
+        );
+        assert_eq!(frames.last().unwrap().0, "message_stop", "{model}");
+        let sent = server.requests().last().unwrap().json.clone().unwrap();
+        match model {
+            "claude-over-chat" => {
+                let roles: Vec<&str> = (sent["messages"].as_array().unwrap().iter())
+                    .map(|m| m["role"].as_str().unwrap())
+                    .collect();
+                assert_eq!(roles, ["system", "user", "system"], "{sent}");
+                assert!(
+                    sent["messages"][2]["content"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("# Environment")
+                );
+                assert_eq!(sent["max_tokens"], 32000);
+                assert_eq!(sent["tools"].as_array().unwrap().len(), 2);
+                let text = sent.to_string();
+                for absent in [
+                    "thinking",
+                    "context_management",
+                    "output_config",
+                    "defer_loading",
+                    "cache_control",
+                ] {
+                    assert!(
+                        !text.contains(absent),
+                        "{absent} sent to a chat upstream: {text}"
+                    );
+                }
+            }
+            "claude-over-anthropic" => {
+                assert!(sent["system"].as_str().unwrap().contains("coding agent"));
+                assert_eq!(sent["messages"][1]["role"], "system", "{sent}");
+                assert_eq!(sent["thinking"]["type"], "adaptive");
+                assert_eq!(sent["max_tokens"], 32000);
+            }
+            _ => {
+                assert!(
+                    sent["instructions"]
+                        .as_str()
+                        .unwrap()
+                        .contains("coding agent")
+                );
+                assert_eq!(sent["input"][1]["role"], "system", "{sent}");
+                assert_eq!(sent["max_output_tokens"], 32000);
+            }
+        }
+        // count_tokens on the same body.
+        let mut count = claude_code_body(model);
+        let fields = count.as_object_mut().unwrap();
+        fields.remove("max_tokens");
+        fields.remove("stream");
+        let r = post(addr, "/v1/messages/count_tokens?beta=true", count).await;
+        assert_eq!(r.status(), 200, "{model}");
+        let v: Value = r.json().await.unwrap();
+        assert!(v["input_tokens"].as_u64().unwrap() > 5, "{model}: {v}");
+    }
+    // A role Messages does not take: Anthropic's own wording, which Claude Code's fallback
+    // looks for.
+    let mut body = claude_code_body("claude-over-chat");
+    body["messages"][1]["role"] = json!("tool");
+    let r = post(addr, "/v1/messages?beta=true", body).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v,
+        json!({"type": "error", "error": {"type": "invalid_request_error",
+               "message": "messages.1.role: Input should be 'user' or 'assistant'"}})
+    );
+    // Refusals and counts are in the metrics under their model when it is a configured one.
+    let mut unknown = claude_code_body("nope");
+    unknown["messages"][1]["role"] = json!("tool");
+    assert_eq!(post(addr, "/v1/messages", unknown).await.status(), 400);
+    let metrics = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "choicewise_requests_total{model=\"claude-over-chat\",status=\"400\",api=\"messages\"} 1",
+        // The streamed answer and the count.
+        "choicewise_requests_total{model=\"claude-over-anthropic\",status=\"200\",api=\"messages\"} 2",
+        "choicewise_requests_total{model=\"\",status=\"400\",api=\"messages\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
+    // The model list, as Claude Code's gateway model discovery asks for it.
+    let list: Value = client
+        .get(format!("http://{addr}/v1/models?limit=1000"))
+        .header("x-api-key", "sk-a")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["object"], "list");
+    assert_eq!(list["has_more"], false);
+    assert_eq!(list["first_id"], "claude-over-chat");
+    assert_eq!(list["data"][0]["id"], "claude-over-chat");
+    assert_eq!(list["data"][0]["display_name"], "claude-over-chat");
+    assert_eq!(list["data"][0]["type"], "model");
+    // GET on a POST route: 405 in the route's API shape.
+    for (path, anthropic_shape) in [
+        ("/v1/messages", true),
+        ("/v1/messages/count_tokens", true),
+        ("/v1/chat/completions", false),
+        ("/v1/responses", false),
+    ] {
+        let r = client
+            .get(format!("http://{addr}{path}"))
+            .header("x-api-key", "sk-a")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{path}");
+        assert_eq!(r.headers()["allow"], "POST", "{path}");
+        let v: Value = r.json().await.unwrap();
+        let message = match anthropic_shape {
+            true => {
+                assert_eq!(v["type"], "error", "{path}: {v}");
+                v["error"]["message"].as_str().unwrap().to_string()
+            }
+            false => {
+                assert_eq!(v["error"]["code"], "method_not_allowed", "{path}: {v}");
+                v["error"]["message"].as_str().unwrap().to_string()
+            }
+        };
+        assert!(
+            message.contains("GET") && message.contains("POST"),
+            "{message}"
+        );
+    }
+}
+
+/// A one-choice Chat Completions stream answering with one call of `name`.
+fn tool_call_answer(name: &str, arguments: &str) -> String {
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": "up",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let start = chunk(
+        json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_7",
+               "type": "function", "function": {"name": name, "arguments": ""}}]}),
+        Value::Null,
+    );
+    let args = chunk(
+        json!({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
+        Value::Null,
+    );
+    let end = chunk(json!({}), json!("tool_calls"));
+    format!("data: {start}\n\ndata: {args}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
+/// A body as Codex CLI 0.169 sends it: developer items, a `namespace` tool (a group of its own
+/// functions), a hosted `web_search`, `store: false`, `include`, `prompt_cache_key`,
+/// `client_metadata`, `reasoning` with a summary.
+fn codex_body(model: &str, input: Value) -> Value {
+    json!({
+        "model": model, "stream": true, "store": false, "tool_choice": "auto",
+        "parallel_tool_calls": true, "reasoning": {"summary": "auto"},
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "session-1",
+        "client_metadata": {"x-codex-window-id": "session-1:0"},
+        "input": input,
+        "tools": [
+            {"type": "function", "name": "exec_command", "description": "Runs a command.", "strict": false,
+             "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}},
+            {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [
+                {"type": "function", "name": "close_agent", "description": "Close an agent.", "strict": false,
+                 "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}]},
+            {"type": "web_search", "external_web_access": false}
+        ]
+    })
+}
+
+/// Codex CLI's request as it sends it: the namespace's function reaches the upstream as a
+/// flat function, the model's call of it comes back in its namespace (streamed and not),
+/// the client's namespaced call goes back flat; the hosted tool is left out and named in
+/// `x-choicewise-dropped-tools`, or refused where the model says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_as_sent_namespaces_and_hosted_tools() {
+    let upstream = TestServer::builder()
+        .body(tool_call_answer(
+            "multi_agent_v1__close_agent",
+            "{\"id\":\"a1\"}",
+        ))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n\
+         [[models]]\nname = \"codex\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\n\
+         [[models]]\nname = \"strict\"\nhosted_tools = \"refuse\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\n",
+        url = upstream.base_url()
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let first_turn = json!([
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are a coding agent."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "close agent a1"}]}]);
+    let r = post(
+        addr,
+        "/v1/responses",
+        codex_body("codex", first_turn.clone()),
+    )
+    .await;
+    assert_eq!(r.headers()["x-choicewise-dropped-tools"], "web_search");
+    let frames = frames(r).await;
+    let (name, done) = frames.last().unwrap();
+    assert_eq!(name, "response.completed");
+    let call = &done["response"]["output"][0];
+    assert_eq!(call["type"], "function_call");
+    assert_eq!(
+        (&call["name"], &call["namespace"]),
+        (&json!("close_agent"), &json!("multi_agent_v1"))
+    );
+    assert_eq!(call["arguments"], "{\"id\":\"a1\"}");
+    let added = frames
+        .iter()
+        .find(|(n, _)| n == "response.output_item.added")
+        .unwrap();
+    assert_eq!(added.1["item"]["namespace"], "multi_agent_v1");
+    let sent = upstream.requests()[0].json.clone().unwrap();
+    let names: Vec<&str> = (sent["tools"].as_array().unwrap().iter())
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["exec_command", "multi_agent_v1__close_agent"]);
+    assert!(!sent.to_string().contains("web_search"), "{sent}");
+    assert_eq!(sent["prompt_cache_key"], "session-1");
+    assert_eq!(sent["messages"][0]["role"], "system");
+
+    // The second turn sends the call back, in its namespace, with its output.
+    let mut second = first_turn.as_array().unwrap().clone();
+    second.push(call.clone());
+    second.push(
+        json!({"type": "function_call_output", "call_id": call["call_id"], "output": "closed"}),
+    );
+    let mut body = codex_body("codex", Value::Array(second));
+    body["stream"] = json!(false);
+    let r = post(addr, "/v1/responses", body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-choicewise-dropped-tools"], "web_search");
+    let response: Value = r.json().await.unwrap();
+    assert_eq!(response["output"][0]["namespace"], "multi_agent_v1");
+    let sent = upstream.requests()[1].json.clone().unwrap();
+    let messages = sent["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[2]["tool_calls"][0]["function"]["name"],
+        "multi_agent_v1__close_agent"
+    );
+    assert_eq!(
+        messages[3],
+        json!({"role": "tool", "tool_call_id": "call_7", "content": "closed"})
+    );
+
+    // hosted_tools = "refuse": a 400 naming the tool, nothing sent upstream.
+    let r = post(addr, "/v1/responses", codex_body("strict", first_turn)).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "tools[2].type");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"web_search\"") && message.contains("refuse"),
+        "{message}"
+    );
+    assert_eq!(upstream.request_count(), 2);
+}
+
+/// A streamed answer whose every choice failed ends with OpenAI's mid-stream error event
+/// before `[DONE]`; one choice failing beside one that finished keeps its per-choice finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_every_choice_failed_ends_with_an_error_event() {
+    let cut = TestServer::builder()
+        .body(answer("a long enough answer to be cut"))
+        .close_after_events(2)
+        .start()
+        .await
+        .unwrap();
+    let half = TestServer::builder()
+        .body(answer("a fine answer"))
+        .then(
+            TestServer::builder()
+                .body(answer("a long enough answer to be cut"))
+                .close_after_events(2),
+        )
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n\
+         [[models]]\nname = \"cut\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nn = \"fan-out\"\n\
+         [[models]]\nname = \"half\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nn = \"fan-out\"\n",
+        cut.base_url(),
+        half.base_url()
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let events = |model: &'static str| async move {
+        let body = json!({"model": model, "n": 2, "stream": true,
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let r = reqwest::Client::new()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .bearer_auth("sk-a")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        text.split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let all = events("cut").await;
+    assert_eq!(all.last().unwrap(), "[DONE]");
+    let error: Value = serde_json::from_str(&all[all.len() - 2]).unwrap();
+    assert_eq!(error["error"]["code"], "every_choice_failed", "{all:?}");
+    assert_eq!(error["error"]["type"], "upstream_error");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("choice 0") && message.contains("choice 1"),
+        "{message}"
+    );
+    assert_eq!(all.iter().filter(|e| e.contains("\"error\":{")).count(), 1);
+
+    let some = events("half").await;
+    assert!(
+        !some.iter().any(|e| e.contains("every_choice_failed")),
+        "{some:?}"
+    );
+    let finishes: Vec<String> = (some.iter())
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["finish_reason"].as_str().map(str::to_string))
+        .collect();
+    let mut sorted = finishes.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["error", "stop"], "{some:?}");
+}

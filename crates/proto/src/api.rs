@@ -124,7 +124,8 @@ impl Dialect {
     ///   `max_output_tokens`; `reasoning_effort` becomes `reasoning: {"effort": ...}` (a
     ///   `reasoning` object the request already carries, a Responses client's own, wins); it
     ///   has no `stop` and no `seed` (an error names them).
-    /// - Anthropic: a first system or developer message becomes `system`; an assistant's
+    /// - Anthropic: a first system or developer message becomes `system`, a later one a
+    ///   `system` turn at its place (as Anthropic's API takes it); an assistant's
     ///   `tool_calls` become `tool_use` blocks, `tool` messages `tool_result` blocks of a
     ///   user turn, images image blocks; `tools` get an `input_schema`, `tool_choice` and
     ///   `parallel_tool_calls` become its `tool_choice`; `max_tokens` is required (from
@@ -132,7 +133,8 @@ impl Dialect {
     ///   `stop_sequences` (a string, a list); `reasoning_effort` becomes `thinking` with a
     ///   budget ([`thinking_budget`](Self::thinking_budget); without `max_tokens`, the answer
     ///   keeps the default room above it; a `thinking` object the request already carries,
-    ///   an Anthropic client's own, wins); it has no `seed`.
+    ///   an Anthropic client's own, wins); it has no `seed`; OpenAI's `prompt_cache_key`,
+    ///   `user`, `safety_identifier` and `service_tier` are left out.
     ///
     /// Neither has `n` (more than one choice is one request per choice) nor `stream_options`
     /// (both report usage in the stream anyway).
@@ -210,6 +212,10 @@ impl Dialect {
                 | "tool_choice"
                 | "reasoning_effort" => {}
                 "parallel_tool_calls" if api == Dialect::Anthropic => {}
+                // OpenAI's own request fields (Codex CLI sends `prompt_cache_key`), which the
+                // Anthropic API refuses as unknown: left out for it.
+                "prompt_cache_key" | "user" | "safety_identifier" | "service_tier"
+                    if api == Dialect::Anthropic => {}
                 _ => {
                     out.insert(key.clone(), value.clone());
                 }

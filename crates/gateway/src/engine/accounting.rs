@@ -22,8 +22,37 @@ impl Run {
         self.accounting.get_or_init(|| self.count()).await
     }
 
+    /// The run's usage: the library's, where a fan-out request that reported none (a sample
+    /// cancelled before its usage came) takes its prompt tokens from a sibling request to the
+    /// same upstream that reported them (the same prompt, the same tokenizer) rather than a
+    /// tiktoken estimate; it stays flagged estimated, and the totals follow.
+    async fn run_usage(&self) -> Usage {
+        let mut usage: Usage = self.completions.usage().await;
+        if usage.upstreams.len() < 2 {
+            return usage;
+        }
+        let labels = lock(&self.labels).clone();
+        let reported: HashMap<&str, u64> = (usage.upstreams.iter().enumerate())
+            .filter(|(_, u)| u.source == UsageSource::Reported)
+            .filter_map(|(r, u)| labels.get(r).map(|l| (&**l, u.prompt_tokens)))
+            .collect();
+        if reported.is_empty() {
+            return usage;
+        }
+        for (r, u) in usage.upstreams.iter_mut().enumerate() {
+            let sibling = labels.get(r).and_then(|l| reported.get(&**l));
+            if let (false, Some(prompt)) = (u.source == UsageSource::Reported, sibling) {
+                u.prompt_tokens = *prompt;
+                u.total_tokens = u.prompt_tokens.saturating_add(u.completion_tokens);
+            }
+        }
+        usage.prompt_tokens = usage.upstreams.iter().map(|u| u.prompt_tokens).sum();
+        usage.total_tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
+        usage
+    }
+
     async fn count(&self) -> Accounting {
-        let usage: Usage = self.completions.usage().await;
+        let usage: Usage = self.run_usage().await;
         let whole = match self.completions.collect().await {
             Ok(c) => c,
             Err(incomplete) => incomplete.partial,
@@ -125,7 +154,7 @@ impl Run {
             "total_tokens": usage.total_tokens,
             "choicewise": {
                 "per_choice": per_choice,
-                "estimated": usage.source == UsageSource::Estimated,
+                "estimated": estimated(usage, parts),
             },
         })
     }
@@ -172,12 +201,12 @@ impl Run {
                 let Accounting { usage, parts } = self.accounting().await;
                 (usage.clone(), parts.as_slice())
             }
-            false => (self.completions.usage().await, &[][..]),
+            false => (self.run_usage().await, &[][..]),
         };
         outcome.prompt_tokens = usage.prompt_tokens;
         outcome.completion_tokens = usage.completion_tokens;
         // As the answer's `usage.choicewise.estimated` says.
-        outcome.estimated = usage.source == UsageSource::Estimated;
+        outcome.estimated = estimated(&usage, parts);
         let by_index: HashMap<u32, &ChoiceOutput> =
             whole.choices.iter().map(|c| (c.index, c)).collect();
         for part in parts {
@@ -225,6 +254,17 @@ pub(super) struct Part {
 pub(super) struct Accounting {
     usage: Usage,
     parts: Vec<Part>,
+}
+
+/// Whether a usage's totals are (partly) estimated: estimated by the library, or any
+/// sample's part is (an estimate, or a share of a total reported for several choices).
+fn estimated(usage: &Usage, parts: &[Part]) -> bool {
+    usage.source != UsageSource::Reported
+        || usage
+            .upstreams
+            .iter()
+            .any(|u| u.source != UsageSource::Reported)
+        || parts.iter().any(|p| p.estimated)
 }
 
 /// `total` shared in proportion to `weights` (largest remainder, so the parts add up to

@@ -6,21 +6,28 @@
 //! | `model`, `stream`, `temperature`, `top_p`, `top_k` (vLLM, llama.cpp and Anthropic take it) | the same |
 //! | `max_tokens` (required: missing is a 400 naming it, as at Anthropic) | `max_tokens`, the name every compatible server reads |
 //! | `system` (a string or text blocks, joined by a blank line) | a first `system` message |
+//! | a `system` turn inside `messages` (Claude Code's environment block; a string or text blocks) | a `system` message at its place |
+//! | a system turn's `tool_addition` blocks (Claude Code's mid-conversation tool changes) | a `tool_definition`'s tool added to the function tools (unless one has its name); a `tool_reference`, and `tool_removal` blocks, change nothing |
+//! | `tool_reference` blocks of a `tool_result` (a tool search's matches) | `Tool NAME is available.` in the tool message |
 //! | `messages[].content` text blocks | text, a string when it is one block |
 //! | `image` blocks (`base64` or `url` source) | `image_url` parts (a `data:` URL for base64) |
 //! | assistant `tool_use` blocks | the message's `tool_calls` (`input` as JSON text) |
 //! | user `tool_result` blocks | `tool` messages before the user's other blocks (text joined by newlines; its images go to the user message after it) |
 //! | assistant `thinking` / `redacted_thinking` blocks | dropped: no Chat Completions upstream takes them back |
-//! | `tools` (`input_schema`) | function tools (`parameters`) |
+//! | `tools` (`input_schema`; `defer_loading`, `cache_control` left out) | function tools (`parameters`) |
+//! | server tools and Anthropic-defined tools without a schema (any other `type`: `web_search_20250305`, `bash_20250124`, ...) | left out, or the request refused, as the model's `hosted_tools` says ([`Translated::hosted`]) |
 //! | `tool_choice` `auto` / `any` / `tool` / `none`, `disable_parallel_tool_use` | `auto` / `required` / the named function / `none`, `parallel_tool_calls: false` |
 //! | `stop_sequences` | `stop` |
+//! | `thinking` `adaptive` | nothing (the upstream's default effort), and kept in [`Translated::native`] for an Anthropic upstream |
 //! | `thinking` `enabled` with `budget_tokens` | `reasoning_effort` (`Dialect::thinking_effort`: below 2048 `low`, below 4096 `medium`, else `high`, the inverse of `Dialect::thinking_budget`), and kept in [`Translated::native`] for an Anthropic upstream: Chat Completions has no budget, and OpenAI-compatible servers refuse a `thinking` field |
 //! | `choicewise` | kept as sent |
 //!
 //! Ignored: `metadata`, `service_tier`, `cache_control` on blocks, a `tool_result`'s
-//! `is_error`, and any field not named here. Refused (400 naming the field): server tools
-//! and Anthropic-defined tools without a schema (`tools.N.type`), `mcp_servers`,
-//! `container`, `document` and other block types, file sources.
+//! `is_error`, `context_management`, `output_config`, and any field not named here (as are
+//! the `anthropic-beta` header and `?beta=true`). Refused (400 naming the field, in
+//! Anthropic's shape): a role other than `user`, `assistant` and `system` (in Anthropic's
+//! words, `Input should be 'user' or 'assistant'`), `mcp_servers`, `container`, `document`
+//! and other block types, file sources.
 
 mod encode;
 
@@ -30,7 +37,7 @@ use axum::http::StatusCode;
 use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
-use super::{IngressError, Reply, Translated, field, kind_of};
+use super::{Hosted, IngressError, Reply, Translated, field, kind_of};
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
 pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
@@ -104,14 +111,16 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
         },
     }
     let mut messages = Vec::new();
+    // Tools a system turn adds mid-conversation (Claude Code's `tool_addition` blocks).
+    let mut added = Vec::new();
     if let Some(system) = field(obj, "system") {
-        messages.push(json!({"role": "system", "content": system_text(system)?}));
+        messages.push(json!({"role": "system", "content": system_text("system", system)?}));
     }
     match field(obj, "messages") {
         None => return Err(IngressError::missing("messages")),
         Some(Value::Array(list)) => {
             for (i, m) in list.iter().enumerate() {
-                message_of(i, m, &mut messages)?;
+                message_of(i, m, &mut messages, &mut added)?;
             }
         }
         Some(v) => {
@@ -146,7 +155,8 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
     if !stop.is_empty() {
         chat.insert("stop".into(), json!(stop));
     }
-    let has_tools = tools(obj, &mut chat)?;
+    let mut hosted = Vec::new();
+    let has_tools = tools(obj, &added, &mut chat, &mut hosted)?;
     tool_choice(obj, has_tools, &mut chat)?;
     let mut native = Map::new();
     let reasoning = match field(obj, "thinking") {
@@ -167,18 +177,21 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
         stream: chat.get("stream").and_then(Value::as_bool).unwrap_or(false),
         chat: Value::Object(chat),
         native,
+        hosted,
         reply: Reply {
             api: Dialect::Anthropic,
             model,
             reasoning,
             stop,
             echo: Map::new(),
+            ..Reply::default()
         },
     })
 }
 
-/// `system`: a string, or text blocks joined by a blank line.
-fn system_text(system: &Value) -> Result<String, IngressError> {
+/// `system` (or a system turn's content, at `at`): a string, or text blocks joined by a
+/// blank line.
+fn system_text(at: &str, system: &Value) -> Result<String, IngressError> {
     match system {
         Value::String(s) => Ok(s.clone()),
         Value::Array(blocks) => {
@@ -188,7 +201,7 @@ fn system_text(system: &Value) -> Result<String, IngressError> {
                     (Some("text"), Some(t)) => texts.push(t),
                     _ => {
                         return Err(IngressError::invalid(
-                            format!("system.{i}"),
+                            format!("{at}.{i}"),
                             "must be a text block ({\"type\": \"text\", \"text\": ...})",
                         ));
                     }
@@ -197,7 +210,7 @@ fn system_text(system: &Value) -> Result<String, IngressError> {
             Ok(texts.join("\n\n"))
         }
         v => Err(IngressError::invalid(
-            "system",
+            at,
             format!(
                 "must be a string or an array of text blocks, not {}",
                 kind_of(v)
@@ -206,16 +219,67 @@ fn system_text(system: &Value) -> Result<String, IngressError> {
     }
 }
 
+/// A system turn's content (at `at`): a string, or blocks: text blocks joined by a blank line;
+/// Claude Code's `tool_addition` blocks with a `tool_definition` go to `added` (with where
+/// they are), those naming a tool already sent (`tool_reference`) and `tool_removal` blocks
+/// change nothing (Chat Completions' tools are the request's).
+fn system_turn(
+    at: &str,
+    content: &Value,
+    added: &mut Vec<(String, Value)>,
+) -> Result<String, IngressError> {
+    let Value::Array(blocks) = content else {
+        return system_text(at, content);
+    };
+    let mut texts = Vec::new();
+    for (j, b) in blocks.iter().enumerate() {
+        match b["type"].as_str() {
+            Some("tool_addition") => {
+                if b["tool"]["type"] == "tool_definition" {
+                    added.push((
+                        format!("{at}.{j}.tool.definition"),
+                        b["tool"]["definition"].clone(),
+                    ));
+                }
+            }
+            Some("tool_removal") => {}
+            _ => texts.push(b.clone()),
+        }
+    }
+    system_text(at, &Value::Array(texts))
+}
+
 /// One Messages message as Chat Completions messages (a user message's tool results become
 /// `tool` messages first).
-fn message_of(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), IngressError> {
+fn message_of(
+    i: usize,
+    m: &Value,
+    out: &mut Vec<Value>,
+    added: &mut Vec<(String, Value)>,
+) -> Result<(), IngressError> {
     let at = format!("messages.{i}");
     let role = match m.get("role").and_then(Value::as_str) {
         Some(role @ ("user" | "assistant")) => role,
-        Some(other) => {
+        // A system turn inside the conversation (Claude Code's environment block, after the
+        // first user turn): a system message at the same place.
+        Some("system") => {
+            let content = match m.get("content") {
+                None | Some(Value::Null) => {
+                    return Err(IngressError::missing(format!("{at}.content")));
+                }
+                Some(content) => system_turn(&format!("{at}.content"), content, added)?,
+            };
+            if !content.is_empty() {
+                out.push(json!({"role": "system", "content": content}));
+            }
+            return Ok(());
+        }
+        // Anthropic's own wording: Claude Code's fallback for servers that refuse a system
+        // turn looks for it.
+        Some(_) => {
             return Err(IngressError::invalid(
                 format!("{at}.role"),
-                format!("must be \"user\" or \"assistant\", not {other:?}"),
+                "Input should be 'user' or 'assistant'",
             ));
         }
         None => return Err(IngressError::missing(format!("{at}.role"))),
@@ -365,7 +429,13 @@ fn tool_result_text(
             for (k, b) in blocks.iter().enumerate() {
                 let at = format!("{at}.content.{k}");
                 match b["type"].as_str() {
-                    Some("text") => texts.push(b["text"].as_str().unwrap_or_default()),
+                    Some("text") => texts.push(b["text"].as_str().unwrap_or_default().to_string()),
+                    // A tool search's match (Claude Code's ToolSearch): the tool is among the
+                    // request's tools already.
+                    Some("tool_reference") => texts.push(format!(
+                        "Tool {} is available.",
+                        b["tool_name"].as_str().unwrap_or_default()
+                    )),
                     Some("image") => images.push(image_part(&at, b)?),
                     other => return Err(unsupported_block(&at, other)),
                 }
@@ -421,10 +491,18 @@ fn stop_sequences(obj: &Map<String, Value>) -> Result<Vec<String>, IngressError>
     }
 }
 
-/// `tools` as function tools; whether there are any.
-fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<bool, IngressError> {
+/// `tools` as function tools, then the tools system turns `added` (where `at` is), those of
+/// a name not already there; whether there are any. Server tools and Anthropic-defined tools
+/// (a `type` other than `custom`) are left for the model's `hosted_tools` rule, in `hosted`.
+fn tools(
+    obj: &Map<String, Value>,
+    added: &[(String, Value)],
+    chat: &mut Map<String, Value>,
+    hosted: &mut Vec<Hosted>,
+) -> Result<bool, IngressError> {
+    let none = Vec::new();
     let list = match field(obj, "tools") {
-        None => return Ok(false),
+        None => &none,
         Some(Value::Array(list)) => list,
         Some(v) => {
             return Err(IngressError::invalid(
@@ -438,31 +516,42 @@ fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<bool
         match t["type"].as_str() {
             None | Some("custom") => {}
             Some(other) => {
-                return Err(IngressError::unsupported(
-                    format!("tools.{i}.type"),
-                    format!(
-                        "{other:?} is not served by this gateway: only client tools with an input_schema"
-                    ),
-                ));
+                hosted.push(Hosted {
+                    param: format!("tools.{i}.type"),
+                    kind: other.to_string(),
+                });
+                continue;
             }
         }
-        let Some(name) = t["name"].as_str() else {
-            return Err(IngressError::missing(format!("tools.{i}.name")));
-        };
-        let Some(schema) = t.get("input_schema").filter(|s| s.is_object()) else {
-            return Err(IngressError::missing(format!("tools.{i}.input_schema")));
-        };
-        let mut function = json!({"name": name, "parameters": schema});
-        if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
-            function["description"] = d.clone();
+        out.push(function_tool(&format!("tools.{i}"), t)?);
+    }
+    for (at, t) in added {
+        let name = t["name"].as_str();
+        let known = |o: &Value| o["function"]["name"].as_str() == name;
+        if !out.iter().any(known) {
+            out.push(function_tool(at, t)?);
         }
-        out.push(json!({"type": "function", "function": function}));
     }
     let any = !out.is_empty();
     if any {
         chat.insert("tools".into(), Value::Array(out));
     }
     Ok(any)
+}
+
+/// A client tool (`at`: where it is) as a function tool.
+fn function_tool(at: &str, t: &Value) -> Result<Value, IngressError> {
+    let Some(name) = t["name"].as_str() else {
+        return Err(IngressError::missing(format!("{at}.name")));
+    };
+    let Some(schema) = t.get("input_schema").filter(|s| s.is_object()) else {
+        return Err(IngressError::missing(format!("{at}.input_schema")));
+    };
+    let mut function = json!({"name": name, "parameters": schema});
+    if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
+        function["description"] = d.clone();
+    }
+    Ok(json!({"type": "function", "function": function}))
 }
 
 /// `tool_choice`: `auto`, `any` (→ `required`), `tool` (→ that function), `none`;

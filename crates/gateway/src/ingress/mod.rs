@@ -174,12 +174,38 @@ pub(crate) struct Translated {
     /// `reasoning` (with `summary`). An upstream of the client's API gets them over the Chat
     /// Completions approximation (`reasoning_effort`): [`crate::open::Opener::native`].
     pub native: Map<String, Value>,
+    /// The client's hosted tools (server-side tools the gateway cannot run: Responses'
+    /// `web_search`, `file_search`, ..., Messages' server and Anthropic-defined tools), left
+    /// out of `chat`: the model's `hosted_tools` rule drops them or refuses the request.
+    pub hosted: Vec<Hosted>,
     /// What the answer needs.
     pub reply: Reply,
 }
 
+/// A hosted tool of the request, left out of the Chat Completions body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hosted {
+    /// Where it is, in the API's path notation (`tools[8].type`, `tools.2.type`).
+    pub param: String,
+    /// Its type (`web_search`, `web_search_20250305`, ...).
+    pub kind: String,
+}
+
+impl Hosted {
+    /// The 400 of a model whose `hosted_tools` is `"refuse"`.
+    pub fn refused(&self, model: &str) -> IngressError {
+        IngressError::unsupported(
+            self.param.clone(),
+            format!(
+                "{:?} is a hosted tool, which this gateway cannot run (model {model:?} has hosted_tools = \"refuse\"; with \"drop\" it is left out)",
+                self.kind
+            ),
+        )
+    }
+}
+
 /// What an answer in the client's API needs to know of its request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Reply {
     /// The API to answer in: Responses or Anthropic (only their requests are translated).
     pub api: Dialect,
@@ -195,6 +221,17 @@ pub(crate) struct Reply {
     /// Responses: the request's parameters a response object repeats (`instructions`,
     /// `tools`, `tool_choice`, `temperature`, ...).
     pub echo: Map<String, Value>,
+    /// Responses: the functions of the client's `namespace` tools, by the flat name they
+    /// were sent upstream under: their namespace and own name, as the model's calls of them
+    /// are given back.
+    pub namespaced: std::collections::HashMap<String, (String, String)>,
+    /// Responses: the client's `custom` (free-form) tools, sent upstream as function tools
+    /// of one string argument, `input`: the model's calls of them are given back as
+    /// `custom_tool_call` items.
+    pub custom: std::collections::HashSet<String>,
+    /// Messages: the prompt's input tokens known when the answer starts (the gateway's
+    /// estimate), for `message_start`.
+    pub input_tokens: Option<u64>,
 }
 
 /// Translates a request body of `api` (see [`anthropic::to_chat`], [`responses::to_chat`]);

@@ -11,6 +11,9 @@
 //! | `function_call_output` items | `tool` messages (`tool_call_id`; text parts joined) |
 //! | `reasoning` items | dropped: no Chat Completions upstream takes them back |
 //! | `tools` of type `function` (flat: `name`, `description`, `parameters`, `strict`) | function tools |
+//! | `tools` of type `namespace` (a group of the client's functions: `name`, `tools`) | a function tool per function, named `NAMESPACE__NAME` (`_2`, `_3`, ... added if another tool has that name); the model's calls of them are given back as `function_call` items with `name` and `namespace`, and such items of the input are sent back under the flat name |
+//! | `tools` of type `custom` (free-form input, a grammar or text) | a function tool of one string argument, `input` (the format in its description); the model's calls given back as `custom_tool_call` items, and `custom_tool_call` / `custom_tool_call_output` items of the input sent as a call and its `tool` message |
+//! | hosted tools (any other type: `web_search`, `file_search`, `code_interpreter`, `computer_use*`, `image_generation`, `mcp`, ...) | left out, or the request refused, as the model's `hosted_tools` says ([`Translated::hosted`]) |
 //! | `tool_choice` `auto` / `none` / `required`, `{"type": "function", "name"}`, `allowed_tools` | the same choices in Chat Completions' shape |
 //! | `max_output_tokens` | `max_tokens`, the name every compatible server reads |
 //! | `reasoning.effort` | `reasoning_effort`; the whole `reasoning` object also in [`Translated::native`] |
@@ -19,8 +22,8 @@
 //!
 //! Refused (400 naming the field), since the gateway keeps no state and runs no tools:
 //! `store: true`, `previous_response_id`, `conversation`, `background: true`, `prompt`,
-//! `item_reference` and server-side tool items, `input_file` parts and `file_id` images, and
-//! tools or tool choices of any type but `function`. Ignored: `metadata`, `include`,
+//! `item_reference` and server-side tool items, `input_file` parts and `file_id` images,
+//! tool choices of any type but `function`. Ignored: `metadata`, `include`,
 //! `truncation`, `top_logprobs`, `max_tool_calls`, `stream_options`, and any field not named
 //! here.
 
@@ -32,7 +35,9 @@ use axum::http::StatusCode;
 use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
-use super::{IngressError, Reply, Translated, field, kind_of};
+use std::collections::{HashMap, HashSet};
+
+use super::{Hosted, IngressError, Reply, Translated, field, kind_of};
 
 /// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`, the type the
 /// status stands for unless `kind` is given.
@@ -86,6 +91,13 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
     };
     let mut chat = Map::new();
     chat.insert("model".into(), Value::String(model.clone()));
+    // The tools first: the input's calls of a namespace's functions take their flat names.
+    let mut hosted = Vec::new();
+    let mut custom = HashSet::new();
+    let namespaced = tools(obj, &mut chat, &mut hosted, &mut custom)?;
+    let flat: HashMap<(&str, &str), &str> = (namespaced.iter())
+        .map(|(flat, (ns, name))| ((ns.as_str(), name.as_str()), flat.as_str()))
+        .collect();
     let mut messages = Vec::new();
     match field(obj, "instructions") {
         None => {}
@@ -102,7 +114,7 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
         Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                item_of(i, item, &mut messages)?;
+                item_of(i, item, &flat, &mut messages)?;
             }
         }
         Some(v) => {
@@ -155,9 +167,8 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
             chat.insert(key.into(), v.clone());
         }
     }
-    tools(obj, &mut chat)?;
     if let Some(choice) = field(obj, "tool_choice") {
-        let choice = tool_choice(choice)?;
+        let choice = tool_choice(choice, &flat)?;
         // Chat Completions refuses a tool choice without tools.
         if chat.contains_key("tools") {
             chat.insert("tool_choice".into(), choice);
@@ -191,12 +202,16 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
         stream: chat.get("stream").and_then(Value::as_bool).unwrap_or(false),
         chat: Value::Object(chat),
         native,
+        hosted,
         reply: Reply {
             api: Dialect::Responses,
             model,
             reasoning,
             stop: Vec::new(),
             echo,
+            namespaced,
+            custom,
+            ..Reply::default()
         },
     })
 }
@@ -228,8 +243,14 @@ fn refuse_state(obj: &Map<String, Value>) -> Result<(), IngressError> {
     Ok(())
 }
 
-/// One input item as Chat Completions messages.
-fn item_of(i: usize, item: &Value, out: &mut Vec<Value>) -> Result<(), IngressError> {
+/// One input item as Chat Completions messages; `flat` names the functions of the request's
+/// namespaces as they are sent upstream.
+fn item_of(
+    i: usize,
+    item: &Value,
+    flat: &HashMap<(&str, &str), &str>,
+    out: &mut Vec<Value>,
+) -> Result<(), IngressError> {
     let at = format!("input[{i}]");
     let kind = match item["type"].as_str() {
         Some(kind) => kind,
@@ -252,6 +273,14 @@ fn item_of(i: usize, item: &Value, out: &mut Vec<Value>) -> Result<(), IngressEr
                 Value::Null => "{}".to_string(),
                 v => v.to_string(),
             };
+            // A call of a namespace's function: the name its upstream knows it by.
+            let name = match item["namespace"].as_str() {
+                Some(ns) => match flat.get(&(ns, name)) {
+                    Some(flat) => (*flat).to_string(),
+                    None => flat_name(ns, name),
+                },
+                None => name.to_string(),
+            };
             let call = json!({"id": call_id, "type": "function",
                               "function": {"name": name, "arguments": arguments}});
             // Calls join the assistant message just before them, as Chat Completions has it.
@@ -264,7 +293,27 @@ fn item_of(i: usize, item: &Value, out: &mut Vec<Value>) -> Result<(), IngressEr
             }
             Ok(())
         }
-        "function_call_output" => {
+        "custom_tool_call" => {
+            let (Some(call_id), Some(name)) = (item["call_id"].as_str(), item["name"].as_str())
+            else {
+                return Err(IngressError::invalid(
+                    at,
+                    "a custom_tool_call item needs its \"call_id\" and \"name\"",
+                ));
+            };
+            let input = item["input"].as_str().unwrap_or_default();
+            let call = json!({"id": call_id, "type": "function",
+                              "function": {"name": name, "arguments": json!({"input": input}).to_string()}});
+            match out.last_mut() {
+                Some(last) if last["role"] == "assistant" => match &mut last["tool_calls"] {
+                    Value::Array(calls) => calls.push(call),
+                    slot => *slot = json!([call]),
+                },
+                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+            Ok(())
+        }
+        "function_call_output" | "custom_tool_call_output" => {
             let Some(call_id) = item["call_id"].as_str() else {
                 return Err(IngressError::missing(format!("{at}.call_id")));
             };
@@ -385,10 +434,68 @@ fn collapse(mut parts: Vec<Value>) -> Value {
     Value::Array(parts)
 }
 
-/// `tools`: function tools only.
-fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<(), IngressError> {
+/// A namespace's function as a function tool's name: `NAMESPACE__NAME`.
+fn flat_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}__{name}")
+}
+
+/// A function tool of the client's (`tools[i]`, or `tools[i].tools[j]` of a namespace) in
+/// Chat Completions' shape, under `name`.
+fn function_tool(at: &str, t: &Value, name: &str) -> Result<Value, IngressError> {
+    match t["type"].as_str() {
+        Some("function") => {}
+        Some(other) => {
+            return Err(IngressError::unsupported(
+                format!("{at}.type"),
+                format!("{other:?} tools are not served inside a namespace: only function tools"),
+            ));
+        }
+        None => return Err(IngressError::missing(format!("{at}.type"))),
+    }
+    let mut function = json!({"name": name});
+    for key in ["description", "parameters", "strict"] {
+        if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
+            function[key] = v.clone();
+        }
+    }
+    Ok(json!({"type": "function", "function": function}))
+}
+
+/// A `custom` (free-form) tool as a function tool of one string argument, `input`; its
+/// description says the input's format (a grammar's definition, when it has one).
+fn custom_tool(t: &Value, name: &str) -> Value {
+    let mut description = t["description"].as_str().unwrap_or_default().to_string();
+    let format = &t["format"];
+    let note = match (format["type"].as_str(), format["definition"].as_str()) {
+        (Some("grammar"), Some(definition)) => format!(
+            "The input is free-form text following this {} grammar:\n{definition}",
+            format["syntax"].as_str().unwrap_or("lark")
+        ),
+        _ => "The input is free-form text.".to_string(),
+    };
+    if !description.is_empty() {
+        description.push_str("\n\n");
+    }
+    description.push_str(&note);
+    json!({"type": "function", "function": {"name": name, "description": description,
+        "parameters": {"type": "object", "properties": {"input": {"type": "string"}},
+                       "required": ["input"], "additionalProperties": false}}})
+}
+
+/// `tools`: function tools, `custom` tools (as functions of one string, `input`), and the
+/// functions of `namespace` tools as function tools of
+/// names no other tool has (`NAMESPACE__NAME`, with `_2`, `_3`, ... if that is taken); hosted
+/// tools (any other type) go to `hosted`. Returns the namespaces' functions by their flat
+/// names.
+fn tools(
+    obj: &Map<String, Value>,
+    chat: &mut Map<String, Value>,
+    hosted: &mut Vec<Hosted>,
+    custom: &mut HashSet<String>,
+) -> Result<HashMap<String, (String, String)>, IngressError> {
+    let mut namespaced = HashMap::new();
     let list = match field(obj, "tools") {
-        None => return Ok(()),
+        None => return Ok(namespaced),
         Some(Value::Array(list)) => list,
         Some(v) => {
             return Err(IngressError::invalid(
@@ -397,44 +504,80 @@ fn tools(obj: &Map<String, Value>, chat: &mut Map<String, Value>) -> Result<(), 
             ));
         }
     };
+    // The client's own function names: a namespace's flat names keep clear of them.
+    let mut taken: HashSet<String> = (list.iter())
+        .filter(|t| t["type"] == "function" || t["type"] == "custom")
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect();
     let mut out = Vec::with_capacity(list.len());
     for (i, t) in list.iter().enumerate() {
+        let at = format!("tools[{i}]");
         match t["type"].as_str() {
-            Some("function") => {}
-            Some(other) => {
-                return Err(IngressError::unsupported(
-                    format!("tools[{i}].type"),
-                    format!(
-                        "{other:?} tools are not served by this gateway (it runs no server-side tools): only function tools"
-                    ),
-                ));
+            Some("function") => {
+                let Some(name) = t["name"].as_str() else {
+                    return Err(IngressError::missing(format!("{at}.name")));
+                };
+                out.push(function_tool(&at, t, name)?);
             }
-            None => return Err(IngressError::missing(format!("tools[{i}].type"))),
-        }
-        let Some(name) = t["name"].as_str() else {
-            return Err(IngressError::missing(format!("tools[{i}].name")));
-        };
-        let mut function = json!({"name": name});
-        for key in ["description", "parameters", "strict"] {
-            if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
-                function[key] = v.clone();
+            Some("custom") => {
+                let Some(name) = t["name"].as_str() else {
+                    return Err(IngressError::missing(format!("{at}.name")));
+                };
+                out.push(custom_tool(t, name));
+                custom.insert(name.to_string());
             }
+            Some("namespace") => {
+                let Some(ns) = t["name"].as_str() else {
+                    return Err(IngressError::missing(format!("{at}.name")));
+                };
+                let Some(inner) = t["tools"].as_array() else {
+                    return Err(IngressError::missing(format!("{at}.tools")));
+                };
+                for (j, f) in inner.iter().enumerate() {
+                    let at = format!("{at}.tools[{j}]");
+                    let Some(name) = f["name"].as_str() else {
+                        return Err(IngressError::missing(format!("{at}.name")));
+                    };
+                    let base = flat_name(ns, name);
+                    let mut flat = base.clone();
+                    let mut k = 1;
+                    while taken.contains(&flat) {
+                        k += 1;
+                        flat = format!("{base}_{k}");
+                    }
+                    taken.insert(flat.clone());
+                    out.push(function_tool(&at, f, &flat)?);
+                    namespaced.insert(flat, (ns.to_string(), name.to_string()));
+                }
+            }
+            Some(other) => hosted.push(Hosted {
+                param: format!("{at}.type"),
+                kind: other.to_string(),
+            }),
+            None => return Err(IngressError::missing(format!("{at}.type"))),
         }
-        out.push(json!({"type": "function", "function": function}));
     }
     if !out.is_empty() {
         chat.insert("tools".into(), Value::Array(out));
     }
-    Ok(())
+    Ok(namespaced)
 }
 
-/// `tool_choice` in Chat Completions' shape.
-fn tool_choice(choice: &Value) -> Result<Value, IngressError> {
+/// `tool_choice` in Chat Completions' shape (a namespace's function, or a custom tool, as the
+/// function it is sent upstream as).
+fn tool_choice(choice: &Value, flat: &HashMap<(&str, &str), &str>) -> Result<Value, IngressError> {
     let function = |t: &Value, at: &str| match (t["type"].as_str(), t["name"].as_str()) {
-        (Some("function"), Some(name)) => {
+        (Some("function" | "custom"), Some(name)) => {
+            // A namespace's function, by the name its upstream knows it by.
+            let name = match t["namespace"].as_str() {
+                Some(ns) => flat
+                    .get(&(ns, name))
+                    .map_or_else(|| flat_name(ns, name), |f| f.to_string()),
+                None => name.to_string(),
+            };
             Ok(json!({"type": "function", "function": {"name": name}}))
         }
-        (Some("function"), None) => Err(IngressError::missing(format!("{at}.name"))),
+        (Some("function" | "custom"), None) => Err(IngressError::missing(format!("{at}.name"))),
         (other, _) => Err(IngressError::unsupported(
             format!("{at}.type"),
             format!(

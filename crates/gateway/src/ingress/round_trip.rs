@@ -58,6 +58,7 @@ fn reply(api: Dialect, stop: &[&str]) -> Reply {
         reasoning: true,
         stop: stop.iter().map(|s| s.to_string()).collect(),
         echo: Map::new(),
+        ..Reply::default()
     }
 }
 

@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK (openai-agents) against `choicewise serve`'s Responses endpoint
 (`/v1/responses`): one agent with one function tool, run as the SDK runs it by default
 (OpenAIResponsesModel), plainly and streamed; then a selection, a failing upstream and a bad
-request. Prints, as one JSON object, what the SDK gave; the Rust test
+request; and the Chat model (OpenAIChatCompletionsModel) on a stream cut mid-answer. Prints, as one JSON object, what the SDK gave; the Rust test
 (crates/gateway/tests/clients.rs, `openai_agents`) holds the expectations.
 
 Environment: CHOICEWISE_GATEWAY_URL (base URL, .../v1), CHOICEWISE_GATEWAY_KEY.
@@ -14,7 +14,8 @@ import os
 import sys
 
 import openai
-from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner,
+                    function_tool, set_tracing_disabled)
 from agents.exceptions import ModelBehaviorError
 from openai import AsyncOpenAI
 
@@ -83,6 +84,17 @@ async def main():
 
     results["failing"] = await error_of(lambda: Runner.run(agent(client, "failing"), question))
     results["stored"] = await error_of(lambda: Runner.run(agent(client, "tools", ModelSettings(store=True)), question))
+    # The Chat model, streamed, on an upstream that cuts every answer: the gateway's mid-stream
+    # error event is raised, not a truncated answer returned.
+    chat_agent = Agent(name="cut", instructions="Answer.",
+                       model=OpenAIChatCompletionsModel(model="cut", openai_client=client))
+    try:
+        cut = Runner.run_streamed(chat_agent, question)
+        async for _ in cut.stream_events():
+            pass
+        results["cut"] = {"raised": None, "final_output": cut.final_output}
+    except openai.APIError as e:
+        results["cut"] = {"raised": type(e).__name__, "message": e.message}
     if os.environ.get("CHOICEWISE_LLAMA_URL"):
         # A real model behind the gateway (llama.cpp): an agent without tools, its own words;
         # or, cut at max_tokens, the SDK's own error for a `response.incomplete`.

@@ -157,7 +157,7 @@ fn anthropic_content(content: &Value, at: &str) -> Result<Value, String> {
 /// Chat's messages (the first system one already taken out) in Anthropic's shape: an
 /// assistant's `tool_calls` become `tool_use` blocks after its text, `tool` messages become
 /// `tool_result` blocks of one user turn (consecutive ones together), images become image
-/// blocks. Other system or developer messages are refused (Anthropic has one system prompt).
+/// blocks. A later system or developer message stays a `system` turn at its place.
 pub(super) fn anthropic_messages(messages: Vec<Value>) -> Result<Vec<Value>, String> {
     let mut out: Vec<Value> = Vec::with_capacity(messages.len());
     for (i, m) in messages.into_iter().enumerate() {
@@ -218,11 +218,12 @@ pub(super) fn anthropic_messages(messages: Vec<Value>) -> Result<Vec<Value>, Str
                 "role": "user",
                 "content": anthropic_content(&m["content"], &at)?,
             })),
-            Some(role @ ("system" | "developer")) => {
-                return Err(format!(
-                    "{at}: the anthropic API takes one system prompt, the first message; a later {role} message cannot be sent to it"
-                ));
-            }
+            // A system turn inside the conversation, as Anthropic's API takes it (and
+            // Claude Code sends it).
+            Some("system" | "developer") => out.push(json!({
+                "role": "system",
+                "content": anthropic_content(&m["content"], &at)?,
+            })),
             other => return Err(format!("{at}: unknown role {other:?}")),
         }
     }
@@ -420,8 +421,15 @@ mod tests {
             e.starts_with("messages[1].tool_calls[0].function.arguments is not JSON"),
             "{e}"
         );
-        let e = anthropic_messages(vec![json!({"role": "system", "content": "late"})]).unwrap_err();
-        assert!(e.contains("one system prompt"), "{e}");
+        let late = anthropic_messages(vec![
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "developer", "content": [{"type": "text", "text": "late"}]}),
+        ])
+        .unwrap();
+        assert_eq!(
+            late[1],
+            json!({"role": "system", "content": [{"type": "text", "text": "late"}]})
+        );
     }
 
     #[test]
@@ -452,6 +460,17 @@ mod tests {
         assert_eq!(r["tools"][0]["strict"], true);
         let a = Dialect::Anthropic.request_from_chat(&request).unwrap();
         assert!(a.get("parallel_tool_calls").is_none());
+        // OpenAI's own fields are left out for Anthropic, kept for Responses.
+        let mut openai = request.clone();
+        openai["prompt_cache_key"] = json!("k");
+        openai["user"] = json!("u");
+        openai["service_tier"] = json!("flex");
+        let a = Dialect::Anthropic.request_from_chat(&openai).unwrap();
+        for key in ["prompt_cache_key", "user", "service_tier"] {
+            assert!(a.get(key).is_none(), "{key}");
+        }
+        let r = Dialect::Responses.request_from_chat(&openai).unwrap();
+        assert_eq!(r["prompt_cache_key"], "k");
         assert!(tools(&json!([{"type": "web_search"}]), true).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! One choice's answer as Anthropic's Messages stream, or as one `message` object.
 //!
-//! The stream is Anthropic's sequence: `message_start`; per content block
+//! The stream is Anthropic's sequence: `message_start` (the prompt's input tokens as known
+//! when the answer starts: [`Reply::input_tokens`]); per content block
 //! `content_block_start`, its `content_block_delta`s (`text_delta`, `thinking_delta`,
 //! `input_json_delta`) and `content_block_stop`, blocks opened and closed in order (a block
 //! of another kind, or another tool call, closes the open one); one `ping` after the first
@@ -60,6 +61,8 @@ pub(crate) struct MessagesEncoder {
     model: String,
     reasoning: bool,
     stop: Vec<String>,
+    /// The prompt's tokens as known at the start, for `message_start`.
+    input_tokens: u64,
     phase: Phase,
     /// The next content block's index.
     next: u32,
@@ -95,6 +98,7 @@ impl MessagesEncoder {
             model: reply.model.clone(),
             reasoning: reply.reasoning,
             stop: reply.stop.clone(),
+            input_tokens: reply.input_tokens.unwrap_or(0),
             phase: Phase::Idle,
             next: 0,
             pinged: false,
@@ -227,7 +231,7 @@ impl Encoder for MessagesEncoder {
         let message = json!({
             "id": self.id, "type": "message", "role": "assistant", "model": self.model,
             "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},
         });
         frame(
             out,

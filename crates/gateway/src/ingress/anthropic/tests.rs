@@ -1,6 +1,7 @@
 //! The translation of Messages requests: each field, and each refusal a 400 naming it.
 
 use super::*;
+use crate::ingress::Hosted;
 
 fn ok(body: Value) -> Translated {
     to_chat(&body).unwrap_or_else(|e| panic!("{body}: {e}"))
@@ -150,9 +151,14 @@ fn each_refusal_is_a_400_naming_the_field() {
             "an array",
         ),
         (
-            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}),
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}),
             "messages.0.role",
-            "\"user\" or \"assistant\"",
+            "messages.0.role: Input should be 'user' or 'assistant'",
+        ),
+        (
+            json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": [{"type": "image"}]}]}),
+            "messages.0.content.0",
+            "a text block",
         ),
         (
             json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}),
@@ -168,11 +174,6 @@ fn each_refusal_is_a_400_naming_the_field() {
             json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}),
             "messages.0.content.0.tool_use_id",
             "Field required",
-        ),
-        (
-            json!({"model": "m", "max_tokens": 5, "messages": hi, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
-            "tools.0.type",
-            "web_search_20250305",
         ),
         (
             json!({"model": "m", "max_tokens": 5, "messages": hi, "tools": [{"name": "f"}]}),
@@ -254,5 +255,172 @@ fn errors_take_anthropics_types_by_status() {
     assert_eq!(
         super::super::api_error_body(Dialect::Anthropic, &gateway)["error"]["type"],
         "not_found_error"
+    );
+}
+
+/// A body as Claude Code 2.1 sends it (its shape and fields, shortened texts).
+pub(crate) fn claude_code_body() -> Value {
+    json!({
+        "model": "claude-sonnet-gateway",
+        "max_tokens": 32000,
+        "stream": true,
+        "metadata": {"user_id": "{\"device_id\":\"d1\",\"session_id\":\"s1\"}"},
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.328;"},
+            {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}}
+        ],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "<system-reminder>Be careful.</system-reminder>"},
+                {"type": "text", "text": "List the files.", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "system", "content": [
+                {"type": "text", "text": "# Environment\nPrimary working directory: /tmp/w"}]}
+        ],
+        "tools": [
+            {"name": "Bash", "description": "Runs a shell command.", "input_schema": {
+                "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+                "properties": {"command": {"type": "string"}}, "required": ["command"]}},
+            {"name": "ToolSearch", "description": "Fetches deferred tools.", "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}},
+             "cache_control": {"type": "ephemeral"}},
+            {"name": "DeferredToolPlaceholder", "description": "Never call this tool.", "input_schema": {"type": "object", "properties": {}}, "defer_loading": true}
+        ]
+    })
+}
+
+#[test]
+fn claude_codes_body_is_served_with_its_system_turn_in_place() {
+    let t = ok(claude_code_body());
+    let messages = t.chat["messages"].as_array().unwrap();
+    assert_eq!(
+        messages
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["system", "user", "system"]
+    );
+    assert_eq!(
+        messages[0]["content"],
+        "x-anthropic-billing-header: cc_version=2.1.328;\n\nYou are a coding agent."
+    );
+    assert_eq!(
+        messages[2]["content"],
+        "# Environment\nPrimary working directory: /tmp/w"
+    );
+    assert_eq!(t.chat["max_tokens"], 32000);
+    // Adaptive thinking: no effort for Chat Completions, the object for an Anthropic upstream.
+    assert!(t.chat.get("reasoning_effort").is_none());
+    assert_eq!(t.native["thinking"]["type"], "adaptive");
+    assert!(t.reply.reasoning);
+    // Every tool is a function; what only Anthropic knows (`defer_loading`, `cache_control`,
+    // `context_management`, `output_config`, `metadata`) is left out.
+    let tools = t.chat["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 3);
+    assert!(t.hosted.is_empty());
+    let text = t.chat.to_string();
+    for absent in [
+        "defer_loading",
+        "cache_control",
+        "context_management",
+        "output_config",
+        "metadata",
+    ] {
+        assert!(!text.contains(absent), "{absent} in {text}");
+    }
+    // The body counts too (count_tokens has no max_tokens).
+    let mut count = claude_code_body();
+    count.as_object_mut().unwrap().remove("max_tokens");
+    assert_eq!(
+        to_chat_for_count(&count).unwrap().chat["messages"],
+        t.chat["messages"]
+    );
+    // Each upstream API takes the system turn at its place.
+    let mut chat = t.chat.clone();
+    chat.as_object_mut().unwrap().extend(t.native.clone());
+    let anthropic = Dialect::Anthropic.request_from_chat(&chat).unwrap();
+    assert_eq!(anthropic["system"], messages[0]["content"]);
+    assert_eq!(anthropic["messages"][1]["role"], "system");
+    assert_eq!(anthropic["thinking"]["type"], "adaptive");
+    let responses = Dialect::Responses.request_from_chat(&t.chat).unwrap();
+    assert_eq!(responses["input"][1]["role"], "system");
+    assert_eq!(responses["instructions"], messages[0]["content"]);
+}
+
+#[test]
+fn server_tools_are_left_for_the_models_rule() {
+    let t = ok(
+        json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "f", "input_schema": {"type": "object"}},
+                  {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]}),
+    );
+    assert_eq!(t.chat["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        t.hosted,
+        [Hosted {
+            param: "tools.1.type".into(),
+            kind: "web_search_20250305".into()
+        }]
+    );
+    let shaped = t.hosted[0].refused("m").body(Dialect::Anthropic);
+    assert_eq!(shaped["error"]["type"], "invalid_request_error");
+}
+
+#[test]
+fn message_start_names_the_prompts_tokens() {
+    let mut reply = ok(claude_code_body()).reply;
+    reply.input_tokens = Some(1234);
+    let mut encoder = reply.encoder();
+    let mut out = Vec::new();
+    encoder.start(&mut out);
+    let text = String::from_utf8(out).unwrap();
+    let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+    let start: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(start["message"]["usage"]["input_tokens"], 1234);
+}
+
+#[test]
+fn claude_codes_tool_changes_and_tool_references_are_served() {
+    let t = ok(json!({"model": "m", "max_tokens": 5,
+    "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+    "messages": [
+        {"role": "user", "content": "find the slack tool"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ToolSearch", "input": {"query": "slack"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+            "content": [{"type": "tool_reference", "tool_name": "slack_send"}]}]},
+        {"role": "system", "content": [
+            {"type": "text", "text": "Tools changed."},
+            {"type": "tool_addition", "tool": {"type": "tool_definition", "definition":
+                {"name": "slack_send", "description": "Send.", "input_schema": {"type": "object"}}}},
+            {"type": "tool_addition", "tool": {"type": "tool_definition", "definition":
+                {"name": "Bash", "input_schema": {"type": "object"}}}},
+            {"type": "tool_addition", "tool": {"type": "tool_reference", "name": "Read"}},
+            {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "Old"}}]},
+        {"role": "system", "content": [
+            {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "Other"}}]}
+    ]}));
+    let names: Vec<&str> = (t.chat["tools"].as_array().unwrap().iter())
+        .map(|tool| tool["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Bash", "slack_send"]);
+    let messages = t.chat["messages"].as_array().unwrap();
+    assert_eq!(
+        messages[2],
+        json!({"role": "tool", "tool_call_id": "t1", "content": "Tool slack_send is available."})
+    );
+    // A system turn of tool changes alone leaves no message.
+    assert_eq!(messages.len(), 4);
+    assert_eq!(
+        messages[3],
+        json!({"role": "system", "content": "Tools changed."})
+    );
+    // A definition without its schema is named where it is.
+    let e = refused(json!({"model": "m", "max_tokens": 5, "messages": [
+        {"role": "system", "content": [{"type": "tool_addition", "tool": {"type": "tool_definition",
+            "definition": {"name": "x"}}}]}]}));
+    assert_eq!(
+        e.param.as_deref(),
+        Some("messages.0.content.0.tool.definition.input_schema")
     );
 }

@@ -13,12 +13,17 @@
 //! `content_filter` one), the `choicewise` summary as a top-level field. A failure is
 //! `response.failed` instead. Every event has its `sequence_number`, from 0.
 //!
-//! Ids are made here (`resp_…`, `msg_…`, `rs_…`, `fc_…`); a call's `call_id` is the
-//! upstream's tool call id (`call_…` made here only when it sent none).
+//! Ids are made here (`resp_…`, `msg_…`, `rs_…`, `fc_…`, `ctc_…`); a call's `call_id` is the
+//! upstream's tool call id (`call_…` made here only when it sent none). A call of a function
+//! of one of the client's `namespace` tools is given back under its own name, with its
+//! `namespace` ([`Reply::namespaced`]); a call of one of its `custom` tools as a
+//! `custom_tool_call` item, its `input` sent whole when the call closes
+//! (`response.custom_tool_call_input.delta` and `.done`).
 
 use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent, Text};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
 
 use crate::ingress::{Encoder, Reply, Tokens, frame, new_id, unix_time};
 
@@ -49,12 +54,15 @@ enum Item {
         parts: Vec<Value>,
         part: Option<Part>,
     },
-    /// A function call item.
+    /// A function call item (of a namespace's function: its namespace), or a custom tool's
+    /// call (its arguments, `{"input": ...}`, held until it closes).
     Call {
         id: String,
         call: CallRef,
         call_id: String,
         name: String,
+        namespace: Option<String>,
+        custom: bool,
         arguments: String,
     },
 }
@@ -105,6 +113,8 @@ pub(crate) struct ResponsesEncoder {
     created_at: u64,
     reasoning: bool,
     echo: Map<String, Value>,
+    namespaced: HashMap<String, (String, String)>,
+    custom: HashSet<String>,
     /// The next event's `sequence_number`.
     seq: u64,
     phase: Phase,
@@ -121,6 +131,8 @@ impl ResponsesEncoder {
             created_at: unix_time().as_secs(),
             reasoning: reply.reasoning,
             echo: reply.echo.clone(),
+            namespaced: reply.namespaced.clone(),
+            custom: reply.custom.clone(),
             seq: 0,
             phase: Phase::Idle,
             items: Vec::new(),
@@ -210,6 +222,25 @@ impl ResponsesEncoder {
                 id,
                 call_id,
                 name,
+                custom: true,
+                arguments,
+                ..
+            } => {
+                let input = custom_input(&arguments);
+                let at = json!({"item_id": id, "output_index": index});
+                let mut delta = at.clone();
+                delta["delta"] = json!(input);
+                self.emit(out, "response.custom_tool_call_input.delta", delta);
+                let mut done = at;
+                done["input"] = json!(input);
+                self.emit(out, "response.custom_tool_call_input.done", done);
+                custom_item(&id, status, &input, &call_id, &name)
+            }
+            Item::Call {
+                id,
+                call_id,
+                name,
+                namespace,
                 arguments,
                 ..
             } => {
@@ -220,8 +251,14 @@ impl ResponsesEncoder {
                         "item_id": id, "output_index": index, "name": name, "arguments": arguments
                     }),
                 );
-                json!({"id": id, "type": "function_call", "status": status,
-                       "arguments": arguments, "call_id": call_id, "name": name})
+                call_item(
+                    &id,
+                    status,
+                    &arguments,
+                    &call_id,
+                    &name,
+                    namespace.as_deref(),
+                )
             }
         };
         self.emit(
@@ -399,16 +436,26 @@ impl ResponsesEncoder {
                     return;
                 }
                 self.close_item("completed", out);
-                let item_id = new_id("fc");
                 let call_id = id.as_deref().map_or_else(|| new_id("call"), str::to_string);
-                let name = name.as_deref().unwrap_or_default().to_string();
+                let (name, namespace) = client_name(&self.namespaced, name.as_deref());
+                let custom = namespace.is_none() && self.custom.contains(&name);
+                let item_id = new_id(if custom { "ctc" } else { "fc" });
                 let index = self.items.len();
+                let item = match custom {
+                    true => custom_item(&item_id, "in_progress", "", &call_id, &name),
+                    false => call_item(
+                        &item_id,
+                        "in_progress",
+                        "",
+                        &call_id,
+                        &name,
+                        namespace.as_deref(),
+                    ),
+                };
                 self.emit(
                     out,
                     "response.output_item.added",
-                    json!({"output_index": index,
-                    "item": {"id": item_id, "type": "function_call", "status": "in_progress",
-                             "arguments": "", "call_id": call_id, "name": name}}),
+                    json!({"output_index": index, "item": item}),
                 );
                 if let Phase::Open(slot) = &mut self.phase {
                     *slot = Some(Item::Call {
@@ -416,6 +463,8 @@ impl ResponsesEncoder {
                         call: *call,
                         call_id,
                         name,
+                        namespace,
+                        custom,
                         arguments: String::new(),
                     });
                 }
@@ -429,6 +478,7 @@ impl ResponsesEncoder {
                     id,
                     call: open,
                     arguments,
+                    custom,
                     ..
                 })) = &mut self.phase
                 else {
@@ -438,6 +488,10 @@ impl ResponsesEncoder {
                     return;
                 }
                 arguments.push_str(fragment);
+                if *custom {
+                    // A custom call's input is its arguments' one string: sent when whole.
+                    return;
+                }
                 let event = DeltaEvent {
                     kind: "response.function_call_arguments.delta",
                     sequence_number: seq,
@@ -547,6 +601,54 @@ impl Encoder for ResponsesEncoder {
     }
 }
 
+/// A call's name as the client knows it: a namespace's function by its own name, with its
+/// namespace; any other as it came.
+fn client_name(
+    namespaced: &HashMap<String, (String, String)>,
+    name: Option<&str>,
+) -> (String, Option<String>) {
+    let name = name.unwrap_or_default();
+    match namespaced.get(name) {
+        Some((namespace, own)) => (own.clone(), Some(namespace.clone())),
+        None => (name.to_string(), None),
+    }
+}
+
+/// A custom tool call's input: the `input` string of its arguments (`{"input": ...}`), else
+/// the arguments' text as it came.
+fn custom_input(arguments: &str) -> String {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(mut o)) => match o.remove("input") {
+            Some(Value::String(input)) => input,
+            _ => arguments.to_string(),
+        },
+        _ => arguments.to_string(),
+    }
+}
+
+/// A `custom_tool_call` output item.
+fn custom_item(id: &str, status: &str, input: &str, call_id: &str, name: &str) -> Value {
+    json!({"id": id, "type": "custom_tool_call", "status": status, "call_id": call_id,
+           "name": name, "input": input})
+}
+
+/// A `function_call` output item (`namespace` after `name` when it has one).
+fn call_item(
+    id: &str,
+    status: &str,
+    arguments: &str,
+    call_id: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> Value {
+    let mut item = json!({"id": id, "type": "function_call", "status": status,
+                          "arguments": arguments, "call_id": call_id, "name": name});
+    if let Some(namespace) = namespace {
+        item["namespace"] = json!(namespace);
+    }
+    item
+}
+
 /// The `incomplete_details.reason` of a finish that leaves the response incomplete.
 fn incomplete_reason(finish: &str) -> Option<&'static str> {
     match finish {
@@ -649,10 +751,26 @@ pub(crate) fn message(
     }
     for (id, f) in calls {
         let call_id = id.map_or_else(|| new_id("call"), str::to_string);
-        items.push(
-            json!({"id": new_id("fc"), "type": "function_call", "status": item_status,
-                          "arguments": f.arguments, "call_id": call_id, "name": f.name}),
-        );
+        let (name, namespace) = client_name(&reply.namespaced, Some(&f.name));
+        if namespace.is_none() && reply.custom.contains(&name) {
+            let input = custom_input(&f.arguments);
+            items.push(custom_item(
+                &new_id("ctc"),
+                item_status,
+                &input,
+                &call_id,
+                &name,
+            ));
+            continue;
+        }
+        items.push(call_item(
+            &new_id("fc"),
+            item_status,
+            &f.arguments,
+            &call_id,
+            &name,
+            namespace.as_deref(),
+        ));
     }
     let (status, error, details) = match (finish, incomplete) {
         (None | Some("error"), _) => (

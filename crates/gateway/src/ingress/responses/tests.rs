@@ -105,14 +105,19 @@ fn each_refusal_is_a_400_naming_the_field() {
             "poll",
         ),
         (
-            json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]}),
-            "tools[0].type",
-            "\"web_search\"",
+            json!({"model": "m", "input": "hi", "tools": [{"type": "namespace", "tools": []}]}),
+            "tools[0].name",
+            "Field required",
         ),
         (
-            json!({"model": "m", "input": "hi", "tools": [{"type": "file_search", "vector_store_ids": []}]}),
-            "tools[0].type",
-            "\"file_search\"",
+            json!({"model": "m", "input": "hi", "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}]}),
+            "tools[0].tools[0].name",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "web_search", "name": "w"}]}]}),
+            "tools[0].tools[0].type",
+            "only function tools",
         ),
         (
             json!({"model": "m", "input": "hi", "tools": [{"type": "function"}]}),
@@ -226,4 +231,253 @@ fn errors_take_openais_shape() {
         "invalid_json"
     );
     assert!(super::super::parse_body(b"[]").is_err());
+}
+
+#[test]
+fn namespace_tools_are_flat_functions_whose_calls_keep_their_namespace() {
+    let t = ok(json!({
+        "model": "m", "stream": true, "store": false,
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k1",
+        "client_metadata": {"x-codex-window-id": "w"},
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are a coding agent."}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "spawn one"}]},
+            {"type": "function_call", "call_id": "call_1", "name": "spawn_agent", "namespace": "agents", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "spawned"}
+        ],
+        "tools": [
+            {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+            // A function of the client's own that already has the flat name.
+            {"type": "function", "name": "agents__spawn_agent", "parameters": {"type": "object"}},
+            {"type": "namespace", "name": "agents", "description": "Sub-agents.", "tools": [
+                {"type": "function", "name": "spawn_agent", "description": "Spawn.", "strict": false, "parameters": {"type": "object"}},
+                {"type": "function", "name": "close_agent", "parameters": {"type": "object"}}]},
+            {"type": "web_search", "external_web_access": false}
+        ]
+    }));
+    let names: Vec<&str> = (t.chat["tools"].as_array().unwrap().iter())
+        .map(|tool| tool["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "exec_command",
+            "agents__spawn_agent",
+            "agents__spawn_agent_2",
+            "agents__close_agent"
+        ]
+    );
+    assert_eq!(t.chat["tools"][2]["function"]["description"], "Spawn.");
+    assert_eq!(
+        t.reply.namespaced["agents__spawn_agent_2"],
+        ("agents".to_string(), "spawn_agent".to_string())
+    );
+    assert!(!t.reply.namespaced.contains_key("agents__spawn_agent"));
+    // The client's namespaced call goes upstream under the flat name.
+    assert_eq!(
+        t.chat["messages"][2]["tool_calls"][0]["function"]["name"],
+        "agents__spawn_agent_2"
+    );
+    assert_eq!(t.chat["messages"][0]["role"], "system");
+    assert_eq!(t.chat["prompt_cache_key"], "k1");
+    // The hosted tool is left for the model's rule.
+    assert_eq!(
+        t.hosted,
+        [Hosted {
+            param: "tools[3].type".into(),
+            kind: "web_search".into()
+        }]
+    );
+    assert!(!t.chat.to_string().contains("web_search"));
+    // A tool choice naming a namespace's function names its flat name.
+    let mut body = json!({"model": "m", "input": "hi",
+        "tool_choice": {"type": "function", "name": "close_agent", "namespace": "agents"},
+        "tools": [{"type": "namespace", "name": "agents", "tools": [
+            {"type": "function", "name": "close_agent"}]}]});
+    assert_eq!(
+        ok(body.clone()).chat["tool_choice"],
+        json!({"type": "function", "function": {"name": "agents__close_agent"}})
+    );
+    body["tool_choice"] = json!({"type": "allowed_tools", "mode": "auto", "tools": [
+        {"type": "function", "name": "close_agent", "namespace": "agents"}]});
+    assert_eq!(
+        ok(body).chat["tool_choice"]["allowed_tools"]["tools"][0]["function"]["name"],
+        "agents__close_agent"
+    );
+    let refused = t.hosted[0].refused("m");
+    assert_eq!(refused.param.as_deref(), Some("tools[3].type"));
+    assert!(
+        refused.message.contains("\"web_search\" is a hosted tool")
+            && refused.message.contains("hosted_tools = \"refuse\""),
+        "{}",
+        refused.message
+    );
+}
+
+#[test]
+fn a_namespaced_call_is_answered_in_its_namespace() {
+    use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent};
+    let t = ok(json!({"model": "m", "input": "hi", "tools": [
+        {"type": "namespace", "name": "agents", "tools": [{"type": "function", "name": "close_agent"}]},
+        {"type": "function", "name": "plain"}]}));
+    let reply = t.reply;
+    // Streamed.
+    let mut encoder = reply.encoder();
+    let mut out = Vec::new();
+    encoder.start(&mut out);
+    let call = CallRef {
+        kind: choicewise_core::CallKind::Tool,
+        position: 0,
+    };
+    for event in [
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
+            call,
+            id: Some("call_9".into()),
+            name: Some("agents__close_agent".into()),
+        }),
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
+            call,
+            fragment: "{\"id\":1}".into(),
+        }),
+        ChoiceEvent::Finished("tool_calls".into()),
+    ] {
+        encoder.event(&event, &mut out);
+    }
+    encoder.end(&crate::ingress::Tokens::default(), None, None, &mut out);
+    let text = String::from_utf8(out).unwrap();
+    let events: Vec<Value> = (text.lines())
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let added = events
+        .iter()
+        .find(|e| e["type"] == "response.output_item.added")
+        .unwrap();
+    assert_eq!(added["item"]["name"], "close_agent");
+    assert_eq!(added["item"]["namespace"], "agents");
+    let completed = events.last().unwrap();
+    assert_eq!(completed["type"], "response.completed");
+    let item = &completed["response"]["output"][0];
+    assert_eq!(
+        (
+            &item["name"],
+            &item["namespace"],
+            &item["call_id"],
+            &item["arguments"]
+        ),
+        (
+            &json!("close_agent"),
+            &json!("agents"),
+            &json!("call_9"),
+            &json!("{\"id\":1}")
+        )
+    );
+    // Not streamed; a call of a plain function has no namespace.
+    let mut output = ChoiceOutput::default();
+    output.finish_reason = Some("tool_calls".into());
+    output.message.tool_calls = serde_json::from_value(json!([
+        {"id": "call_1", "type": "function", "function": {"name": "agents__close_agent", "arguments": "{}"}},
+        {"id": "call_2", "type": "function", "function": {"name": "plain", "arguments": "{}"}}]))
+    .unwrap();
+    let body = reply.message(&output, &crate::ingress::Tokens::default(), None);
+    assert_eq!(body["output"][0]["name"], "close_agent");
+    assert_eq!(body["output"][0]["namespace"], "agents");
+    assert_eq!(body["output"][1]["name"], "plain");
+    assert!(body["output"][1].get("namespace").is_none());
+}
+
+#[test]
+fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
+    use choicewise_core::{CallKind, CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent};
+    let t = ok(json!({"model": "m", "stream": true,
+        "input": [
+            {"type": "message", "role": "user", "content": "patch it"},
+            {"type": "custom_tool_call", "call_id": "call_p", "name": "apply_patch", "input": "*** Begin Patch"},
+            {"type": "custom_tool_call_output", "call_id": "call_p", "output": "Done!"}],
+        "tools": [
+            {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch"}},
+            {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]}));
+    let function = &t.chat["tools"][0]["function"];
+    assert_eq!(function["name"], "apply_patch");
+    assert_eq!(
+        function["parameters"]["properties"]["input"]["type"],
+        "string"
+    );
+    let description = function["description"].as_str().unwrap();
+    assert!(
+        description.starts_with("Edit files.") && description.contains("start: begin_patch"),
+        "{description}"
+    );
+    assert!(t.hosted.is_empty());
+    assert_eq!(
+        t.chat["messages"][1]["tool_calls"][0]["function"],
+        json!({"name": "apply_patch", "arguments": "{\"input\":\"*** Begin Patch\"}"})
+    );
+    assert_eq!(
+        t.chat["messages"][2],
+        json!({"role": "tool", "tool_call_id": "call_p", "content": "Done!"})
+    );
+    // Streamed: a custom_tool_call item, its input whole when the call closes.
+    let reply = t.reply;
+    let mut encoder = reply.encoder();
+    let mut out = Vec::new();
+    let call = CallRef {
+        kind: CallKind::Tool,
+        position: 0,
+    };
+    for event in [
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
+            call,
+            id: Some("call_q".into()),
+            name: Some("apply_patch".into()),
+        }),
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
+            call,
+            fragment: "{\"input\": \"*** Begin".into(),
+        }),
+        ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
+            call,
+            fragment: " Patch\\n\"}".into(),
+        }),
+        ChoiceEvent::Finished("tool_calls".into()),
+    ] {
+        encoder.event(&event, &mut out);
+    }
+    encoder.end(&crate::ingress::Tokens::default(), None, None, &mut out);
+    let text = String::from_utf8(out).unwrap();
+    let events: Vec<Value> = (text.lines())
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert!(
+        !kinds.contains(&"response.function_call_arguments.delta"),
+        "{kinds:?}"
+    );
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "response.custom_tool_call_input.done")
+        .unwrap();
+    assert_eq!(done["input"], "*** Begin Patch\n");
+    let item = &events.last().unwrap()["response"]["output"][0];
+    assert_eq!(item["type"], "custom_tool_call");
+    assert_eq!(
+        (&item["name"], &item["call_id"], &item["input"]),
+        (
+            &json!("apply_patch"),
+            &json!("call_q"),
+            &json!("*** Begin Patch\n")
+        )
+    );
+    assert!(item["id"].as_str().unwrap().starts_with("ctc_"));
+    // Not streamed.
+    let mut output = ChoiceOutput::default();
+    output.finish_reason = Some("tool_calls".into());
+    output.message.tool_calls = serde_json::from_value(json!([
+        {"id": "call_r", "type": "function", "function": {"name": "apply_patch", "arguments": "{\"input\":\"x\"}"}}]))
+    .unwrap();
+    let body = reply.message(&output, &crate::ingress::Tokens::default(), None);
+    assert_eq!(body["output"][0]["type"], "custom_tool_call");
+    assert_eq!(body["output"][0]["input"], "x");
 }
