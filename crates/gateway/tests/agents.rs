@@ -6,12 +6,10 @@
 //! each API (Chat Completions, Anthropic Messages, Responses): a text answer; a tool loop
 //! (the upstream's first answer calls the agent's shell tool, which runs a command whose
 //! output reaches the upstream's second request, answered with text); an upstream cut
-//! mid-answer (the agent shows the error and exits non-zero). And Claude Code's gateway model
+//! mid-answer (the agent shows the error and exits non-zero); a hedged model (its default
+//! policy, `[models.choicewise]`, hedges the first token across two upstreams, the first of
+//! them silent: the turn completes from the second). And Claude Code's gateway model
 //! discovery over the gateway's model list.
-//!
-//! A hedged model (its first upstream silent, the turn completed by the second) needs a
-//! model's default `choicewise` policy, which a request from an agent cannot carry: it is
-//! not here yet.
 //!
 //! Ignored by a plain `cargo test`: the agents come from npm, and each is a platform binary
 //! of its own. CI runs `scripts/agents.sh install`, then
@@ -443,6 +441,64 @@ async fn gateway(api: &str, upstream: &TestServer) -> SocketAddr {
     .0
 }
 
+/// A server that takes connections and never answers: no first byte.
+async fn silent() -> String {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0; 65536];
+                while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+/// A gateway whose model `agent-model` hedges its first token across two upstreams of `api`
+/// by its default policy (an agent sends no `choicewise` extension): `first` and `second`.
+async fn hedged_gateway(api: &str, first: &str, second: &str) -> SocketAddr {
+    // A Chat upstream would carry both samples in one request with `n`: one request each.
+    let n = match api {
+        "chat" => "n = \"fan-out\"\n",
+        _ => "",
+    };
+    let toml = format!(
+        "[auth]\nkeys_env = \"AGENT_KEYS\"\n\
+         [[models]]\nname = \"agent-model\"\n\
+         [models.choicewise]\nselect = \"first_token\"\nsamples = 2\nhedge_after_ms = 300\n\
+         [[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{first}\"\nmodel = \"up\"\n{n}\
+         [[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{second}\"\nmodel = \"up\"\n{n}\
+         [models.retry]\nbackoff_ms = 1\n"
+    );
+    serve(&toml, |name| {
+        (name == "AGENT_KEYS").then(|| KEY.to_string())
+    })
+    .await
+    .0
+}
+
+/// The agent's turn, on a model hedged across a silent upstream and one that answers,
+/// completes from the second, over each upstream API.
+async fn hedged_answer_over_each_api(agent: Agent) {
+    futures::future::join_all(APIS.map(|api| async move {
+        let said = format!("The hedge answered over {api}.");
+        let fine = TestServer::builder()
+            .body(text_answer(api, &said))
+            .start()
+            .await
+            .unwrap();
+        let addr = hedged_gateway(api, &silent().await, &fine.base_url()).await;
+        let ran = run_agent(agent, addr, "agent-model", "Say something.").await;
+        assert_eq!(ran.code, Some(0), "{agent:?} over {api}: {ran}");
+        assert!(ran.stdout.contains(&said), "{agent:?} over {api}: {ran}");
+        assert_eq!(turns(&fine, api).len(), 1, "{agent:?} over {api}: {ran}");
+    }))
+    .await;
+}
+
 /// The upstream's requests on its API's endpoint (not `count_tokens` or `GET /v1/models`).
 fn turns(upstream: &TestServer, api: &str) -> Vec<Value> {
     let path = match api {
@@ -631,4 +687,16 @@ async fn codex_tool_loop() {
 #[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
 async fn codex_cut_answer() {
     cut_answer_over_each_api(Agent::Codex).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
+async fn claude_code_hedged_model() {
+    hedged_answer_over_each_api(Agent::ClaudeCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
+async fn codex_hedged_model() {
+    hedged_answer_over_each_api(Agent::Codex).await;
 }
