@@ -941,7 +941,12 @@ async fn a_client_that_reads_slowly_holds_back_its_upstream() {
     // About 50 MB of answer: far more than the sockets between the three can buffer.
     const CHUNKS: usize = 160_000;
     let (url, made) = lazy_upstream(CHUNKS, 256).await;
-    let addr = gateway(&config(&[("chat", url, "")])).await;
+    // An answer over the default max_answer_bytes (16 MiB): the bound raised for this one.
+    let toml = format!(
+        "[limits]\nmax_answer_bytes = 134217728\n{}",
+        config(&[("chat", url, "")])
+    );
+    let addr = gateway(&toml).await;
     let response = post(addr, request(1)).await;
     assert_eq!(response.status(), 200);
     let mut body = response.bytes_stream();
