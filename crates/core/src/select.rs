@@ -408,8 +408,9 @@ impl<'a> Pick<'a> {
 
     /// Hedges a completion of samples made on demand
     /// ([`samples`](crate::CompletionsBuilder::samples)) against a slow upstream: one sample
-    /// runs first (started now if none has), and while nothing is selected one more starts
-    /// every `after` (the first-* picks only; the others start every sample at once).
+    /// runs first (started now if none has), and while fewer than [`take`](Self::take) are
+    /// selected one more starts every `after` (the first-* picks only; the others start
+    /// every sample at once).
     ///
     /// ```
     /// # use std::time::Duration;
