@@ -13,7 +13,10 @@ mod following;
 mod rules;
 mod vote_key;
 
-pub use vote_key::{VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError};
+pub use vote_key::{
+    VOTE_PATTERN_MAX_BYTES, VOTE_PATTERN_MAX_DEPTH, VOTE_PATTERN_MAX_FOLDED_CLASSES,
+    VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError,
+};
 
 use std::fmt;
 use std::future::{Future, IntoFuture};

@@ -195,26 +195,24 @@ fn extension_of(
             }
         },
     };
-    let vote_by = match ext.get("vote_by") {
-        None | Some(Value::Null) => None,
-        // Compiled within `VOTE_PATTERN_SIZE_LIMIT`: a client's expression costs a bounded
-        // few milliseconds at most.
-        Some(Value::String(re)) => Some(choicewise_core::VoteKey::pattern(re).map_err(|e| {
-            match e.too_large() {
-                true => err(format!(
-                    "\"choicewise.vote_by\" is too large once compiled (over {} KiB); write a smaller expression",
-                    choicewise_core::VOTE_PATTERN_SIZE_LIMIT / 1024
-                ))
-                .code("vote_by_too_large"),
-                false => err(format!("\"choicewise.vote_by\" is {e}")),
+    let vote_by =
+        match ext.get("vote_by") {
+            None | Some(Value::Null) => None,
+            // Bounded in length and nesting before it is parsed, then compiled within
+            // `VOTE_PATTERN_SIZE_LIMIT`: a client's expression costs a bounded few milliseconds
+            // and megabytes at most.
+            Some(Value::String(re)) => Some(choicewise_core::VoteKey::pattern(re).map_err(
+                |e| match e.too_large() {
+                    true => err(format!("\"choicewise.vote_by\" is {e}")).code("vote_by_too_large"),
+                    false => err(format!("\"choicewise.vote_by\" is {e}")),
+                },
+            )?),
+            Some(v) => {
+                return Err(err(format!(
+                    "\"choicewise.vote_by\" must be a string, not {v}"
+                )));
             }
-        })?),
-        Some(v) => {
-            return Err(err(format!(
-                "\"choicewise.vote_by\" must be a string, not {v}"
-            )));
-        }
-    };
+        };
     let hedge = match ext.get("hedge_after_ms") {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_u64() {
