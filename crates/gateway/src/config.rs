@@ -100,6 +100,11 @@ pub struct Limits {
     /// Retries over the last 10 s may be at most this share of first tries, in percent
     /// (default 20; at least 10 retries are always allowed).
     pub retry_budget_percent: f64,
+    /// How long one request may run, from its arrival to its answer's end (seconds,
+    /// default 600): then whatever still runs ends as a failure in the client's API's terms
+    /// (a 504 before the answer began, its choices ending with an error after), and is
+    /// logged.
+    pub request_deadline_s: f64,
 }
 
 impl Default for Limits {
@@ -117,6 +122,7 @@ impl Default for Limits {
             max_header_bytes: 32 * 1024,
             client_stall_timeout_s: 60.0,
             retry_budget_percent: 20.0,
+            request_deadline_s: 600.0,
         }
     }
 }
@@ -426,6 +432,7 @@ impl Config {
             ("body_read_timeout_s", l.body_read_timeout_s),
             ("idle_connection_timeout_s", l.idle_connection_timeout_s),
             ("client_stall_timeout_s", l.client_stall_timeout_s),
+            ("request_deadline_s", l.request_deadline_s),
         ] {
             // Above 0, and at most a year: `Duration::from_secs_f64` takes it without panic.
             if !(secs.is_finite() && secs > 0.0 && secs <= 31_536_000.0) {

@@ -660,12 +660,41 @@ async fn serve_chat(
         tries: Arc::default(),
     };
     seen.tries = Some(opener.tries.clone());
-    let mut run = Run::start(opener, &req).await?;
+    // Everything the request does ends by its deadline: opening its first samples, the pick,
+    // the answer (`closing`).
+    let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);
+    let past_deadline = |while_: &str| {
+        tracing::warn!(
+            request_id = %seen.request_id,
+            model = %req.model,
+            request_deadline_s = gw.inner.limits.request_deadline_s,
+            "the request passed its deadline {while_}"
+        );
+        ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            format!(
+                "model {:?}: the request passed its deadline ({}s, request_deadline_s) {while_}",
+                req.model, gw.inner.limits.request_deadline_s
+            ),
+        )
+        .code("request_deadline")
+    };
+    let mut run = match tokio::time::timeout_at(deadline.into(), Run::start(opener, &req)).await {
+        Ok(run) => run?,
+        Err(_) => return Err(past_deadline("while its first samples were opened")),
+    };
     let span = match (&gw.inner.traces, seen.parent.take()) {
         (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
         _ => None,
     };
-    let picked = run.pick(&req).await;
+    let picked = run
+        .pick(&req, deadline.saturating_duration_since(Instant::now()))
+        .await;
+    let past_deadline = (picked.samples.is_empty() && picked.timed_out).then(|| {
+        let reason = picked.reason.as_deref().unwrap_or("nothing was picked");
+        past_deadline(&format!("before its pick decided: {reason}"))
+    });
     let mut finish = Finish {
         metrics: gw.inner.metrics.clone(),
         model: req.model.clone(),
@@ -677,6 +706,10 @@ async fn serve_chat(
         failure: None,
         run: Some(run),
     };
+    if let Some(e) = past_deadline {
+        finish.failure = Some("request_deadline");
+        return Err(e);
+    }
     if picked.samples.is_empty() {
         finish.failure = Some("no_choice");
         let reason = picked
@@ -694,7 +727,7 @@ async fn serve_chat(
     if let Some(span) = &mut finish.span {
         span.response_id = Some(envelope.id.clone());
     }
-    let closing = gw.inner.closing.subscribe();
+    let closing = answer_closing(gw, deadline, &finish.request_id, &req.model);
     let tries = finish.run().tries.clone();
     let mut response = match (reply, req.stream) {
         (None, true) => stream_response(finish, picked, req, envelope, closing),
@@ -708,6 +741,44 @@ async fn serve_chat(
         .headers_mut()
         .insert("x-choicewise-tries", count.into());
     Ok(response)
+}
+
+/// What cuts a request's answer short: the gateway's close ([`Gateway::close`]), or its
+/// deadline (`request_deadline_s`, logged), whichever comes first. Watched by a task of its
+/// own, which ends with the answer.
+fn answer_closing(
+    gw: &Gateway,
+    deadline: Instant,
+    request_id: &str,
+    model: &str,
+) -> answer_chat::Closing {
+    let (cut, closing) = watch::channel(None);
+    let mut gateway = gw.inner.closing.subscribe();
+    let (request_id, model) = (request_id.to_string(), model.to_string());
+    let after = gw.inner.limits.request_deadline_s;
+    tokio::spawn(async move {
+        let shut = async {
+            if gateway.wait_for(|c| *c).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = shut => {
+                cut.send_replace(Some(answer_chat::SHUT_DOWN));
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                tracing::warn!(
+                    request_id = %request_id,
+                    model = %model,
+                    request_deadline_s = after,
+                    "the request passed its deadline: its answer ends now"
+                );
+                cut.send_replace(Some(answer_chat::PAST_DEADLINE));
+            }
+            () = cut.closed() => {}
+        }
+    });
+    closing
 }
 
 /// A request's run, accounted in the metrics (and its span made, with traces on) when it is

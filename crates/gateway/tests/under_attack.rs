@@ -113,3 +113,101 @@ async fn a_huge_vote_by_is_refused_before_it_is_parsed() {
     }
     assert_eq!(upstream.request_count(), 1, "only the warm-up reached it");
 }
+
+/// A model `m` over upstreams asked one request per sample, `[models.retry]` and
+/// `[models.health]` as given.
+fn fan_out(urls: &[String], before: &str, model: &str) -> String {
+    let mut toml = format!("{before}\n[[models]]\nname = \"m\"\n{model}\n");
+    for url in urls {
+        toml.push_str(&format!(
+            "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n"
+        ));
+    }
+    toml
+}
+
+/// The data of each event of an SSE text.
+fn events(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// Finding 2: the windowed vote that hung. Windows of 1 and 2 over six samples, every
+/// sample cut mid-stream, their replacements started until the retry budget refuses them:
+/// the pick fails once the last sample has ended (no timer ends it: the request's deadline
+/// is far), with a reason that says how the samples failed, the refused replacements
+/// included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_windowed_vote_whose_samples_are_cut_and_replacements_refused_fails() {
+    let _serial = SERIAL.lock().await;
+    let upstream = TestServer::builder()
+        .body(answer("Answer: 4"))
+        .close_after_events(1)
+        .start()
+        .await
+        .unwrap();
+    for window in [1, 2] {
+        // A gateway of its own each time: a budget of its own.
+        let (addr, _) = serve(&fan_out(&[upstream.base_url()], "", ""), env).await;
+        let before = upstream.request_count();
+        let mut body = chat(false);
+        body["choicewise"] = json!({"samples": 6, "select": "vote", "window": window});
+        let r = post(addr, &body, None).await;
+        assert_eq!(r.status(), 502, "window {window}");
+        let answer: Value = r.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], "no_choice", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        // Six planned, twelve replacements (two more tries each); the budget's floor of ten
+        // retries refuses the last two.
+        assert!(
+            message.contains(
+                "18 of 18 samples failed, 2 of them replacements the retry budget refused"
+            ),
+            "{message}"
+        );
+        assert_eq!(upstream.request_count() - before, 16, "window {window}");
+    }
+}
+
+/// Finding 2: the request's deadline ends what no other bound would: an upstream that
+/// stalls mid-answer, with idle and stall timeouts far away. Before the answer began (a
+/// first-finished pick still waiting), a 504 `request_deadline`; once it streams, its choice
+/// ends with an error naming the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_deadline_ends_what_still_runs() {
+    let _serial = SERIAL.lock().await;
+    let upstream = common::stalled(1).start().await.unwrap();
+    let limits = "[limits]\nrequest_deadline_s = 1\nupstream_idle_timeout_s = 3600\nclient_stall_timeout_s = 3600";
+    let (addr, _) = serve(&config(&upstream.base_url(), limits), env).await;
+
+    let mut body = chat(false);
+    body["choicewise"] = json!({"samples": 2, "select": "first_finished"});
+    let r = post(addr, &body, None).await;
+    assert_eq!(r.status(), 504);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "request_deadline", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("request_deadline_s"), "{message}");
+
+    let r = post(addr, &chat(true), None).await;
+    assert_eq!(r.status(), 200);
+    let text = within(LIMIT, "the streamed answer", r.text())
+        .await
+        .unwrap();
+    let chunks = events(&text);
+    let last_choice = (chunks.iter())
+        .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+        .last()
+        .unwrap();
+    assert_eq!(last_choice["finish_reason"], "error", "{text}");
+    assert!(
+        last_choice["choicewise"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("request_deadline_s")),
+        "{text}"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"));
+}
