@@ -105,6 +105,10 @@ pub struct Limits {
     /// (a 504 before the answer began, its choices ending with an error after), and is
     /// logged.
     pub request_deadline_s: f64,
+    /// The most upstream requests one client request may cause, its samples, hedges,
+    /// replacements, retries and fallbacks together (default 64); past it, its next try
+    /// fails as a 502 `upstream_requests_bound`.
+    pub max_upstream_requests_per_request: usize,
 }
 
 impl Default for Limits {
@@ -123,6 +127,7 @@ impl Default for Limits {
             client_stall_timeout_s: 60.0,
             retry_budget_percent: 20.0,
             request_deadline_s: 600.0,
+            max_upstream_requests_per_request: 64,
         }
     }
 }
@@ -425,6 +430,9 @@ impl Config {
             return err(
                 "limits: max_n, max_samples and max_concurrent_requests must be above 0".into(),
             );
+        }
+        if l.max_upstream_requests_per_request == 0 {
+            return err("limits: max_upstream_requests_per_request must be above 0".into());
         }
         for (name, secs) in [
             ("upstream_idle_timeout_s", l.upstream_idle_timeout_s),

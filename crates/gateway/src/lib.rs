@@ -94,8 +94,6 @@ struct Inner {
     /// The keys clients may send; none: no key needed.
     keys: Vec<String>,
     models: open::Models,
-    /// The retry budget every model's tries share.
-    budget: Arc<resilience::Budget>,
     /// In order, for `GET /v1/models`.
     names: Vec<String>,
     /// One per request being served (`max_concurrent_requests`).
@@ -235,6 +233,7 @@ impl Gateway {
                     routes,
                     retry: resilience::RetryPolicy::of(&model.retry),
                     fallbacks: model.fallbacks.clone(),
+                    budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
                 }),
             );
         }
@@ -243,7 +242,6 @@ impl Gateway {
                 limits: config.limits.clone(),
                 keys,
                 models: Arc::new(models),
-                budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
                 metrics: Arc::new(Metrics::new()),
@@ -395,6 +393,31 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Who a request comes from, for the ejection rules (`resilience::Health`): a hash of
+    /// its key when keys are configured, else of its connection's peer address (its IP: a
+    /// client's several connections are one client); one anonymous client for a router
+    /// served without the gateway's own listener.
+    fn client_of(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<std::net::IpAddr>,
+    ) -> resilience::ClientId {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        if self.inner.keys.is_empty() {
+            peer.hash(&mut hasher);
+        } else {
+            let bearer = (headers.get(header::AUTHORIZATION))
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+            bearer.or(x_api_key).map(str::trim).hash(&mut hasher);
+        }
+        hasher.finish()
+    }
+}
+
 /// Compares two byte strings in time that depends on their lengths only.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
@@ -521,7 +544,9 @@ async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> R
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
     let arrived = Instant::now();
+    let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
     let mut seen = Seen {
+        client: gw.client_of(&headers, peer),
         parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
         request_id: (headers.get("x-request-id"))
             .and_then(|v| v.to_str().ok())
@@ -563,6 +588,8 @@ pub(crate) fn api_label(api: Dialect) -> &'static str {
 /// What [`chat_completions`] learns of a request as it is served, for its accounting.
 #[derive(Default)]
 struct Seen {
+    /// Who the request comes from, for the ejection rules.
+    client: resilience::ClientId,
     /// The configured model asked for, once known (empty for any other): the metrics' label.
     model: String,
     /// The request's id (`x-request-id`), for its log line.
@@ -643,6 +670,7 @@ async fn serve_chat(
     };
     seen.model.clone_from(&req.model);
     let apis: Vec<Dialect> = model.routes.iter().map(|u| u.api).collect();
+    let budget = model.budget.clone();
     let opener = open::Opener {
         models: gw.inner.models.clone(),
         model,
@@ -656,8 +684,11 @@ async fn serve_chat(
             _ => None,
         },
         metrics: gw.inner.metrics.clone(),
-        budget: gw.inner.budget.clone(),
+        budget,
         tries: Arc::default(),
+        client: seen.client,
+        sent: Arc::default(),
+        max_requests: gw.inner.limits.max_upstream_requests_per_request,
     };
     seen.tries = Some(opener.tries.clone());
     // Everything the request does ends by its deadline: opening its first samples, the pick,

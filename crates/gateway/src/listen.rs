@@ -73,7 +73,7 @@ pub(crate) async fn accept_until(
         let tcp = tokio::select! {
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok((tcp, peer)) => (tcp, peer),
                 Err(e) => {
                     // Out of file descriptors, or a connection that failed before it was
                     // taken: said once, and the loop goes on after a pause rather than
@@ -84,6 +84,7 @@ pub(crate) async fn accept_until(
                 }
             },
         };
+        let (tcp, peer) = tcp;
         let Ok(slot) = open.clone().try_acquire_owned() else {
             gateway.inner.metrics.connection_refused();
             tracing::warn!(
@@ -102,8 +103,9 @@ pub(crate) async fn accept_until(
             gateway.clone(),
         ));
         let router = router.clone();
-        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             in_flight.fetch_add(1, Ordering::AcqRel);
+            request.extensions_mut().insert(Peer(peer.ip()));
             let guard = InFlight(in_flight.clone());
             let answer = router.clone().oneshot(request.map(Body::new));
             async move {
@@ -143,6 +145,11 @@ pub(crate) async fn accept_until(
     drop(alive);
     let _ = all_ended.recv().await;
 }
+
+/// The peer address of a request's connection (its IP), set on every request the gateway's
+/// own listener serves: who a keyless gateway's request comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) std::net::IpAddr);
 
 /// One request in flight on a connection, until dropped.
 struct InFlight(Arc<AtomicUsize>);

@@ -83,6 +83,7 @@ pub(crate) struct Metrics {
     ejected: Family<UpstreamLabels, Gauge<i64, AtomicI64>>,
     fallbacks: Family<FallbackLabels, Counter>,
     budget_exhausted: Counter,
+    panic_routed: Family<ModelLabels, Counter>,
 }
 
 /// The finish reasons that are labels as they are; any other an upstream sends is `other`,
@@ -241,8 +242,15 @@ impl Metrics {
             "Retries not made because the retry budget was spent",
             budget_exhausted.clone(),
         );
+        let panic_routed = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "panic_routed",
+            "Samples tried on a model's ejected upstreams because every one was ejected",
+            panic_routed.clone(),
+        );
         Metrics {
             registry,
+            panic_routed,
             connections_refused,
             client_stalls,
             tries,
@@ -346,6 +354,15 @@ impl Metrics {
                 upstream: upstream.to_string(),
             })
             .set(i64::from(ejected));
+    }
+
+    /// A sample of `model` was tried on its upstreams although every one is ejected.
+    pub fn panic_routed(&self, model: &str) {
+        self.panic_routed
+            .get_or_create(&ModelLabels {
+                model: model.to_string(),
+            })
+            .inc();
     }
 
     /// A sample of `model` was tried on its fallback `to`.

@@ -211,3 +211,263 @@ async fn the_request_deadline_ends_what_still_runs() {
     );
     assert!(text.ends_with("data: [DONE]\n\n"));
 }
+
+/// An upstream that answers 500 to any request whose prompt holds `poison`, and `answer`
+/// to the others: a prompt one client can send to make it fail.
+async fn poisoned_upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = requests.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move |body: String| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::Relaxed);
+                let status = match body.contains("poison") {
+                    true => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    false => axum::http::StatusCode::OK,
+                };
+                let body = match status.is_success() {
+                    true => answer("fine"),
+                    false => r#"{"error": {"message": "boom", "type": "server_error"}}"#.into(),
+                };
+                let kind = match status.is_success() {
+                    true => "text/event-stream",
+                    false => "application/json",
+                };
+                (status, [(axum::http::header::CONTENT_TYPE, kind)], body)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), requests)
+}
+
+/// The gateway's metrics text.
+async fn metrics(addr: SocketAddr) -> String {
+    let r = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap();
+    r.text().await.unwrap()
+}
+
+/// Whether the metrics say some upstream is ejected now.
+fn some_ejected(metrics: &str) -> bool {
+    metrics
+        .lines()
+        .any(|l| l.starts_with("choicewise_upstream_ejected{") && l.ends_with(" 1"))
+}
+
+/// Of `count` requests of `key` (one after another), how many were answered 200.
+async fn successes(addr: SocketAddr, key: &str, body: &Value, count: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..count {
+        let r = post(addr, body, Some(key)).await;
+        if r.status() == 200 {
+            let _ = r.bytes().await;
+            ok += 1;
+        }
+    }
+    ok
+}
+
+/// Finding 4: one client cannot eject an upstream that serves others. The attacker's
+/// prompts make the model's upstreams answer 500, many times in a row (eight samples,
+/// three tries each, per request): the upstreams serve another client, so they are not
+/// ejected, and that client's success rate during the attack is its baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_eject_an_upstream_for_others() {
+    let _serial = SERIAL.lock().await;
+    let (first, _) = poisoned_upstream().await;
+    let (second, _) = poisoned_upstream().await;
+    let toml = fan_out(
+        &[first, second],
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"",
+        "[models.health]\neject_after = 2\neject_for_s = 50",
+    );
+    let (addr, _) = serve(&toml, env).await;
+    // Two samples, one on each upstream: both serve the victim.
+    let mut victim = chat(false);
+    victim["choicewise"] = json!({"samples": 2, "select": "first_finished"});
+    let baseline = successes(addr, "sk-b", &victim, 10).await;
+    assert_eq!(baseline, 10);
+
+    let mut poison = chat(false);
+    poison["messages"][0]["content"] = json!("poison");
+    poison["choicewise"] = json!({"samples": 8, "select": "first_finished"});
+    let mut during = 0;
+    for _ in 0..5 {
+        let r = post(addr, &poison, Some("sk-a")).await;
+        assert_eq!(r.status(), 502, "the attacker's own requests fail");
+        assert!(
+            !some_ejected(&metrics(addr).await),
+            "one client's failures ejected an upstream that serves another"
+        );
+        during += successes(addr, "sk-b", &victim, 4).await;
+    }
+    assert_eq!(
+        during, 20,
+        "the other client's success rate stays at its baseline"
+    );
+}
+
+/// Finding 4: a dead upstream is still ejected after `eject_after` failures, when those
+/// failures come from one client and no other is served by it (a gateway with one client),
+/// and when they come from two clients; the model's other upstream serves meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_upstream_is_still_ejected() {
+    let _serial = SERIAL.lock().await;
+    for keys in [&["sk-a", "sk-a"], &["sk-a", "sk-b"]] {
+        let dead = TestServer::builder()
+            .fail(choicewise_testserver::Failure::status(500))
+            .start()
+            .await
+            .unwrap();
+        let healthy = TestServer::builder()
+            .body(answer("fine"))
+            .start()
+            .await
+            .unwrap();
+        let toml = fan_out(
+            &[dead.base_url(), healthy.base_url()],
+            "[auth]\nkeys_env = \"CLIENT_KEYS\"",
+            "[models.health]\neject_after = 2\neject_for_s = 50",
+        );
+        let (addr, _) = serve(&toml, env).await;
+        let mut body = chat(false);
+        body["choicewise"] = json!({"samples": 2, "select": "first_finished"});
+        for key in keys {
+            assert_eq!(post(addr, &body, Some(key)).await.status(), 200);
+        }
+        let text = metrics(addr).await;
+        assert!(some_ejected(&text), "{keys:?}: {text}");
+        // Ejected: the next requests do not reach it.
+        let reached = dead.request_count();
+        assert_eq!(successes(addr, keys[0], &body, 4).await, 4);
+        assert_eq!(dead.request_count(), reached, "{keys:?}");
+    }
+}
+
+/// Finding 4: when every upstream of a model would be ejected, they are tried anyway
+/// (Envoy's panic threshold): a model is never out of service because of ejections alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_whose_every_upstream_is_ejected_is_still_tried() {
+    let _serial = SERIAL.lock().await;
+    // Fails its first four requests, then answers.
+    let upstream = TestServer::builder()
+        .body(answer("fine"))
+        .fail_first(4, choicewise_testserver::Failure::status(500))
+        .start()
+        .await
+        .unwrap();
+    let toml = fan_out(
+        &[upstream.base_url()],
+        "",
+        "[models.health]\neject_after = 2\neject_for_s = 300\n[models.retry]\nattempts = 2\nbackoff_ms = 1",
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let body = chat(false);
+    // Two failed tries eject the only upstream.
+    assert_eq!(post(addr, &body, None).await.status(), 502);
+    assert!(some_ejected(&metrics(addr).await));
+    // Ejected for 300 s, yet tried: the next request fails twice more, the one after is
+    // answered (and restores it).
+    assert_eq!(post(addr, &body, None).await.status(), 502);
+    assert_eq!(post(addr, &body, None).await.status(), 200);
+    assert_eq!(upstream.request_count(), 5);
+    let text = metrics(addr).await;
+    assert!(!some_ejected(&text), "{text}");
+    assert!(
+        text.contains("choicewise_panic_routed_total{model=\"m\"}"),
+        "{text}"
+    );
+}
+
+/// Finding 4: retry budgets are kept per model. Another model's failing traffic spends its
+/// own budget: the victim model's requests, each needing one retry, fail no more than at
+/// their baseline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_models_failures_do_not_spend_a_models_retries() {
+    let _serial = SERIAL.lock().await;
+    let failing = TestServer::builder()
+        .fail(choicewise_testserver::Failure::status(500))
+        .start()
+        .await
+        .unwrap();
+    let healthy = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    // The victim `m`: its first upstream always fails (never ejected), so each request
+    // needs one retry; the attacker's model `x` only fails.
+    let toml = format!(
+        "{}\n[[models]]\nname = \"x\"\n[models.health]\neject_after = 1000\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
+        fan_out(
+            &[failing.base_url(), healthy.base_url()],
+            "",
+            "[models.health]\neject_after = 1000"
+        ),
+        failing.base_url()
+    );
+    let victim = chat(false);
+    let mut attack = chat(false);
+    attack["model"] = json!("x");
+    let count = |addr| {
+        let victim = victim.clone();
+        async move {
+            let mut ok = 0;
+            for _ in 0..8 {
+                if post(addr, &victim, None).await.status() == 200 {
+                    ok += 1;
+                }
+            }
+            ok
+        }
+    };
+    let (alone, _) = serve(&toml, env).await;
+    let baseline = count(alone).await;
+    assert_eq!(baseline, 8);
+    let (addr, _) = serve(&toml, env).await;
+    for _ in 0..10 {
+        assert_eq!(post(addr, &attack, None).await.status(), 502);
+    }
+    let text = metrics(addr).await;
+    assert!(
+        text.contains("choicewise_retry_budget_exhausted_total"),
+        "{text}"
+    );
+    assert_eq!(
+        count(addr).await,
+        baseline,
+        "the victim's failures stay at baseline"
+    );
+}
+
+/// Finding 4: every upstream request one client request may cause is bounded by
+/// `max_upstream_requests_per_request`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requests_upstream_requests_are_bounded() {
+    let _serial = SERIAL.lock().await;
+    let failing = TestServer::builder()
+        .fail(choicewise_testserver::Failure::status(500))
+        .start()
+        .await
+        .unwrap();
+    let toml = fan_out(
+        &[failing.base_url()],
+        "[limits]\nmax_upstream_requests_per_request = 5",
+        "[models.health]\neject_after = 1000\n[models.retry]\nattempts = 3\nbackoff_ms = 1",
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let mut body = chat(false);
+    // Four samples of three tries each would be twelve requests.
+    body["choicewise"] = json!({"samples": 4, "select": "first_finished"});
+    let r = post(addr, &body, None).await;
+    assert_eq!(r.status(), 502);
+    assert_eq!(failing.request_count(), 5);
+}
