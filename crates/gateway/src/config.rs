@@ -109,6 +109,11 @@ pub struct Limits {
     /// replacements, retries and fallbacks together (default 64); past it, its next try
     /// fails as a 502 `upstream_requests_bound`.
     pub max_upstream_requests_per_request: usize,
+    /// The least a client must take of its answer, in bytes per second of the time the
+    /// answer waits for it to take more (default 4096; 0: no minimum), over each
+    /// `client_stall_timeout_s` of such waiting: a client that drains its answer slower ends
+    /// it as a stalled one does.
+    pub client_min_bytes_per_s: f64,
 }
 
 impl Default for Limits {
@@ -128,6 +133,7 @@ impl Default for Limits {
             retry_budget_percent: 20.0,
             request_deadline_s: 600.0,
             max_upstream_requests_per_request: 64,
+            client_min_bytes_per_s: 4096.0,
         }
     }
 }
@@ -448,6 +454,9 @@ impl Config {
                     "limits: {name} must be a number of seconds above 0 (at most a year)"
                 ));
             }
+        }
+        if !(l.client_min_bytes_per_s.is_finite() && l.client_min_bytes_per_s >= 0.0) {
+            return err("limits: client_min_bytes_per_s must be a number, 0 or more".into());
         }
         if !(l.retry_budget_percent.is_finite() && l.retry_budget_percent >= 0.0) {
             return err("limits: retry_budget_percent must be a number, 0 or more".into());

@@ -79,6 +79,7 @@ pub(crate) struct Metrics {
     open_upstreams: Gauge<i64, AtomicI64>,
     connections_refused: Counter,
     client_stalls: Counter,
+    client_slow_drains: Counter,
     tries: Family<TryLabels, Counter>,
     ejected: Family<UpstreamLabels, Gauge<i64, AtomicI64>>,
     fallbacks: Family<FallbackLabels, Counter>,
@@ -248,9 +249,16 @@ impl Metrics {
             "Samples tried on a model's ejected upstreams because every one was ejected",
             panic_routed.clone(),
         );
+        let client_slow_drains = Counter::default();
+        registry.register(
+            "client_slow_drains",
+            "Answers ended because their client took less than client_min_bytes_per_s while the answer waited for it",
+            client_slow_drains.clone(),
+        );
         Metrics {
             registry,
             panic_routed,
+            client_slow_drains,
             connections_refused,
             client_stalls,
             tries,
@@ -383,6 +391,11 @@ impl Metrics {
     /// A client connection closed at once: `max_connections` were open.
     pub fn connection_refused(&self) {
         self.connections_refused.inc();
+    }
+
+    /// An answer ended because its client took less than `client_min_bytes_per_s`.
+    pub fn client_drained_slowly(&self) {
+        self.client_slow_drains.inc();
     }
 
     /// An answer ended because its client took nothing for `client_stall_timeout_s`.

@@ -471,3 +471,81 @@ async fn a_requests_upstream_requests_are_bounded() {
     assert_eq!(r.status(), 502);
     assert_eq!(failing.request_count(), 5);
 }
+
+/// Finding 5: a client that keeps its stream open but drains it slower than
+/// `client_min_bytes_per_s` (here about 1.6 MB/s against a minimum of 20 MB/s: scaled up so
+/// that the gateway's writes, woken once a third of its socket's buffer is free, complete
+/// well within the stall bound; the client never stops reading, so the stall bound alone
+/// would not end it) ends its answer as a stalled one does: the stream is cut before its
+/// end, counted, and the slot freed for the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_drain_releases_its_slot() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _serial = SERIAL.lock().await;
+    // 24 MB of answer in large events: more than the sockets between can hold, and more
+    // than the client drains before the bound applies.
+    let piece = "x".repeat(80_000);
+    let mut sse = String::new();
+    for _ in 0..300 {
+        let chunk =
+            json!({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]});
+        sse.push_str(&format!("data: {chunk}\n\n"));
+    }
+    sse.push_str(&format!(
+        "data: {}\n\ndata: [DONE]\n\n",
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    ));
+    let upstream = TestServer::builder().body(sse).start().await.unwrap();
+    let limits = "[limits]\nclient_stall_timeout_s = 2\nclient_min_bytes_per_s = 20000000\nmax_concurrent_requests = 1";
+    let (addr, _) = serve(&config(&upstream.base_url(), limits), env).await;
+
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(16 * 1024).unwrap();
+    let mut tcp = socket.connect(addr).await.unwrap();
+    let body = chat(true).to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let drain = async {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        got
+    };
+    let got = within(LIMIT, "the slow drain's end", drain).await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
+    assert!(
+        !text.contains("[DONE]"),
+        "the answer was cut before its end"
+    );
+    assert!(got.len() < 24_000_000);
+    let metrics_text = metrics(addr).await;
+    assert!(
+        metrics_text.contains("choicewise_client_slow_drains_total 1"),
+        "{metrics_text}"
+    );
+    // The slot is free again: the next request is served (not 429).
+    let served = async {
+        loop {
+            let r = post(addr, &chat(false), None).await;
+            if r.status() != 429 {
+                return r.status();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    assert_eq!(within(LIMIT, "a free slot", served).await, 200);
+}
