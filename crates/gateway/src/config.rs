@@ -97,8 +97,9 @@ pub struct Limits {
     /// nginx's `send_timeout`); then the answer ends, its samples are cancelled and its
     /// slot freed.
     pub client_stall_timeout_s: f64,
-    /// Retries over the last 10 s may be at most this share of first tries, in percent
-    /// (default 20; at least 10 retries are always allowed).
+    /// A model's retries over the last 10 s may be at most this share of its first tries,
+    /// in percent (default 20; at least 10 retries are always allowed); each model has a
+    /// budget of its own.
     pub retry_budget_percent: f64,
     /// How long one request may run, from its arrival to its answer's end (seconds,
     /// default 600): then whatever still runs ends as a failure in the client's API's terms

@@ -1,5 +1,5 @@
 //! When upstreams fail: the tries of a sample over a model's upstreams and its fallbacks,
-//! each upstream's passive health (ejection, a probe), and the gateway's retry budget.
+//! each upstream's passive health (ejection, a probe), and each model's retry budget.
 //!
 //! A **try** is one upstream request up to its first byte (its status and headers, within
 //! `first_byte_timeout_s`). It fails on a refused connection, on no answer in time, or on a
@@ -304,9 +304,10 @@ impl Health {
     }
 }
 
-/// The gateway's retry budget (`[limits] retry_budget_percent`): retries over the last ten
-/// seconds may be at most that share of first tries, and at least ten. Counted in one bucket
-/// per second, so that a call costs the same however busy the gateway is.
+/// A model's retry budget (`[limits] retry_budget_percent`, one per model): its retries over
+/// the last ten seconds may be at most that share of its first tries, and at least ten.
+/// Counted in one bucket per second, so that a call costs the same however busy the gateway
+/// is.
 #[derive(Debug)]
 pub(crate) struct Budget {
     percent: f64,
