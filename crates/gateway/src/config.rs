@@ -589,6 +589,39 @@ mod tests {
     }
 
     #[test]
+    fn the_bounds_of_one_request_and_their_checks() {
+        let model = format!("[[models]]\nname = \"m\"\n{UPSTREAM}");
+        let defaults = Config::from_toml(&model).unwrap().limits;
+        assert_eq!(defaults.request_deadline_s, 600.0);
+        assert_eq!(defaults.max_upstream_requests_per_request, 64);
+        assert_eq!(defaults.client_min_bytes_per_s, 4096.0);
+        let set = Config::from_toml(&format!(
+            "[limits]\nrequest_deadline_s = 5\nmax_upstream_requests_per_request = 10\nclient_min_bytes_per_s = 0\n{model}"
+        ))
+        .unwrap()
+        .limits;
+        assert_eq!(
+            (
+                set.request_deadline_s,
+                set.max_upstream_requests_per_request,
+                set.client_min_bytes_per_s
+            ),
+            (5.0, 10, 0.0)
+        );
+        for (bad, named) in [
+            ("request_deadline_s = 0", "request_deadline_s"),
+            (
+                "max_upstream_requests_per_request = 0",
+                "max_upstream_requests_per_request",
+            ),
+            ("client_min_bytes_per_s = -1", "client_min_bytes_per_s"),
+        ] {
+            let e = Config::from_toml(&format!("[limits]\n{bad}\n{model}")).unwrap_err();
+            assert!(e.to_string().contains(named), "{e}");
+        }
+    }
+
+    #[test]
     fn max_n_is_for_native_upstreams_and_at_least_one() {
         let ok =
             Config::from_toml(&format!("[[models]]\nname = \"m\"\n{UPSTREAM}max_n = 2\n")).unwrap();
