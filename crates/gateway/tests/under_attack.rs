@@ -496,7 +496,7 @@ async fn a_slow_drain_releases_its_slot() {
         json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     ));
     let upstream = TestServer::builder().body(sse).start().await.unwrap();
-    let limits = "[limits]\nclient_stall_timeout_s = 2\nclient_min_bytes_per_s = 20000000\nmax_concurrent_requests = 1";
+    let limits = "[limits]\nclient_stall_timeout_s = 4\nclient_min_bytes_per_s = 20000000\nmax_concurrent_requests = 1";
     let (addr, _) = serve(&config(&upstream.base_url(), limits), env).await;
 
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
