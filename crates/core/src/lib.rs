@@ -94,7 +94,10 @@ pub use policy::{
     PolicyErrorKind, PolicyLimits,
 };
 pub use select::confidence::{ConfidenceApplied, ConfidenceReport};
-pub use select::{Pick, Selection, Tally, VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError};
+pub use select::{
+    Pick, Selection, Tally, VOTE_PATTERN_MAX_BYTES, VOTE_PATTERN_MAX_DEPTH,
+    VOTE_PATTERN_MAX_FOLDED_CLASSES, VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError,
+};
 pub use source::Source;
 pub use stream::EventStream;
 

@@ -26,7 +26,7 @@ use error::{
 pub use error::{PolicyError, PolicyErrorKind};
 
 use crate::plan::{Opening, Plan, PlanUpstream};
-use crate::select::{VOTE_PATTERN_SIZE_LIMIT, VoteKey};
+use crate::select::VoteKey;
 
 /// The votes a key needs to win unless a policy says otherwise (`min_votes`): one vote out
 /// of several is no majority.
@@ -244,13 +244,12 @@ impl PolicyBuilder {
             (Some(_), Some(key)) => Some(key.clone()),
             (Some(pattern), None) => Some(VoteKey::pattern(pattern).map_err(|e| {
                 match e.too_large() {
+                    // The error says which bound: its length, nesting, case-folded classes
+                    // or compiled size.
                     true => PolicyError::new(
                         "vote_by",
                         PolicyErrorKind::PatternTooLarge,
-                        format!(
-                            "\"choicewise.vote_by\" is too large once compiled (over {} KiB); write a smaller expression",
-                            VOTE_PATTERN_SIZE_LIMIT / 1024
-                        ),
+                        format!("\"choicewise.vote_by\" is {e}"),
                     ),
                     false => PolicyError::invalid("vote_by", format_args!("is {e}")),
                 }

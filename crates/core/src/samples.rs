@@ -192,6 +192,18 @@ impl Completions {
         }
     }
 
+    /// From now on the readers start the replacements reserved for failed samples again,
+    /// as each failure is seen (undoes [`pick_starts_replacements`](Self::pick_starts_replacements)):
+    /// for a pick that hands over to one that places none (a confidence-guided vote falling
+    /// back to the plain vote), so that no reserved replacement is left for nobody to start.
+    /// Those reserved meanwhile are started by the caller's next
+    /// [`start_more`](Self::start_more), as planned samples are.
+    pub(crate) fn readers_start_replacements(&self) {
+        if let Some(s) = lock(&self.shared.sampling).as_mut() {
+            s.pick_starts = false;
+        }
+    }
+
     /// How many replacements of failed samples were reserved so far (each raised
     /// [`planned`](Self::planned) by one).
     pub(crate) fn replacements_reserved(&self) -> usize {

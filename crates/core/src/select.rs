@@ -13,7 +13,10 @@ mod following;
 mod rules;
 mod vote_key;
 
-pub use vote_key::{VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError};
+pub use vote_key::{
+    VOTE_PATTERN_MAX_BYTES, VOTE_PATTERN_MAX_DEPTH, VOTE_PATTERN_MAX_FOLDED_CLASSES,
+    VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError,
+};
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
@@ -411,8 +414,9 @@ impl<'a> Pick<'a> {
 
     /// Hedges a completion of samples made on demand
     /// ([`samples`](crate::CompletionsBuilder::samples)) against a slow upstream: one sample
-    /// runs first (started now if none has), and while nothing is selected one more starts
-    /// every `after` (the first-* picks only; the others start every sample at once).
+    /// runs first (started now if none has), and while fewer than [`take`](Self::take) are
+    /// selected one more starts every `after` (the first-* picks only; the others start
+    /// every sample at once).
     ///
     /// ```
     /// # use std::time::Duration;

@@ -8,10 +8,11 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use tokio::sync::watch;
 
 use crate::Finish;
-use crate::answer_chat::{Out, SHUT_DOWN, WRITE_BYTES, closed, output, sse_response, until_closed};
+use crate::answer_chat::{
+    Closing, Out, SHUT_DOWN, WRITE_BYTES, closed, cut_short, output, sse_response, until_closed,
+};
 use crate::engine::Picked;
 use crate::ingress::{self, Reply, Tokens};
 use crate::request::ChatRequest;
@@ -25,7 +26,7 @@ pub(crate) fn stream(
     req: ChatRequest,
     mut reply: Reply,
     estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
-    mut closing: watch::Receiver<bool>,
+    mut closing: Closing,
 ) -> Response {
     let open = finish.metrics.open_stream();
     let body = async_stream::stream! {
@@ -53,8 +54,8 @@ pub(crate) fn stream(
                     tokio::select! {
                         biased;
                         next = events.next() => next,
-                        () = closed(&mut closing) => {
-                            failure.get_or_insert_with(|| SHUT_DOWN.to_string());
+                        why = closed(&mut closing) => {
+                            failure.get_or_insert_with(|| why.to_string());
                             None
                         }
                     }
@@ -92,7 +93,7 @@ pub(crate) fn stream(
         }
         drop(events);
         run.pace.caught_up();
-        if *closing.borrow() {
+        if cut_short(&closing).is_some() {
             run.completions.cancel_except(&[]);
         }
         // The usage and the summary wait for every upstream's end; a shutdown that comes
@@ -133,9 +134,10 @@ pub(crate) async fn json(
     picked: Picked,
     req: ChatRequest,
     reply: Reply,
-    mut closing: watch::Receiver<bool>,
+    mut closing: Closing,
 ) -> Response {
     let run = finish.run();
+    let why = closing.clone();
     let answer = async {
         let choice = match run.index_of(picked.samples[0]) {
             Some(index) => run.completions.choice(index).await,
@@ -145,7 +147,9 @@ pub(crate) async fn json(
             return Err("the upstream ended without this choice".to_string());
         };
         let out = match choice.message().await {
-            Ok(out) if out.cancelled => return Err(SHUT_DOWN.to_string()),
+            Ok(out) if out.cancelled => {
+                return Err(cut_short(&why).unwrap_or(SHUT_DOWN).to_string());
+            }
             Ok(out) => out,
             Err(incomplete) => return Err(incomplete.error.to_string()),
         };

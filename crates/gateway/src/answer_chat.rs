@@ -19,11 +19,23 @@ use crate::request::ChatRequest;
 use choicewise_core::chunks::Envelope;
 use choicewise_core::chunks::{ChoiceChunks, Element};
 
-/// Resolves once the gateway closes ([`Gateway::close`]); never if it is dropped instead.
-pub(crate) async fn closed(closing: &mut watch::Receiver<bool>) {
-    if closing.wait_for(|c| *c).await.is_err() {
-        std::future::pending::<()>().await;
+/// Why an answer is cut short, once it is: the gateway closes ([`SHUT_DOWN`],
+/// [`Gateway::close`](crate::Gateway::close)) or the request passes its deadline
+/// ([`PAST_DEADLINE`], `request_deadline_s`).
+pub(crate) type Closing = watch::Receiver<Option<&'static str>>;
+
+/// Resolves once the answer is cut short, with why; never if nothing can cut it any more.
+pub(crate) async fn closed(closing: &mut Closing) -> &'static str {
+    let why = (closing.wait_for(Option::is_some).await).map(|why| (*why).unwrap_or(SHUT_DOWN));
+    match why {
+        Ok(why) => why,
+        Err(_) => std::future::pending().await,
     }
+}
+
+/// Why the answer was cut short, if it was.
+pub(crate) fn cut_short(closing: &Closing) -> Option<&'static str> {
+    *closing.borrow()
 }
 
 /// A streamed answer's response: 200, `text/event-stream`, no caching or proxy buffering.
@@ -43,13 +55,13 @@ pub(crate) fn sse_response(
 /// cancelled (their upstreams closed), and `work` ends with what they had.
 pub(crate) async fn until_closed<T>(
     work: impl std::future::Future<Output = T>,
-    closing: &mut watch::Receiver<bool>,
+    closing: &mut Closing,
     run: &crate::engine::Run,
 ) -> T {
     let mut work = std::pin::pin!(work);
     tokio::select! {
         done = &mut work => done,
-        () = closed(closing) => {
+        _ = closed(closing) => {
             run.completions.cancel_except(&[]);
             work.await
         }
@@ -96,6 +108,10 @@ pub(crate) fn output(
 
 /// Why a choice ended when the gateway closed.
 pub(crate) const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
+
+/// Why a choice ended when its request passed its deadline.
+pub(crate) const PAST_DEADLINE: &str =
+    "the request passed its deadline (request_deadline_s) before this choice finished";
 
 fn sse(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
@@ -153,7 +169,7 @@ pub(crate) fn stream_response(
     picked: Picked,
     req: ChatRequest,
     envelope: Envelope,
-    mut closing: watch::Receiver<bool>,
+    mut closing: Closing,
 ) -> Response {
     let open = finish.metrics.open_stream();
     let body = async_stream::stream! {
@@ -193,7 +209,7 @@ pub(crate) fn stream_response(
                     tokio::select! {
                         biased;
                         next = merged.next() => next,
-                        () = closed(&mut closing) => None,
+                        _ = closed(&mut closing) => None,
                     }
                 }
             };
@@ -243,15 +259,16 @@ pub(crate) fn stream_response(
         // The usage and the summary wait for the upstreams' ends (a Responses stream's
         // closing events, the usage chunk), which write nothing until then: read freely.
         run.pace.caught_up();
-        // Cut short by the gateway's close: the choices not finished end now.
+        // Cut short by the gateway's close or the deadline: the choices not finished end now.
         let mut write = Vec::new();
+        let why = cut_short(&closing).unwrap_or(SHUT_DOWN);
         for c in chunks.iter_mut().filter(|c| !c.is_finished()) {
-            chunk_event(&mut write, &prefix, &c.failed(SHUT_DOWN));
+            chunk_event(&mut write, &prefix, &c.failed(why));
         }
         if !write.is_empty() {
             yield Ok(Bytes::from(write));
         }
-        if *closing.borrow() {
+        if cut_short(&closing).is_some() {
             // Cut short: the samples still running end now.
             run.completions.cancel_except(&[]);
         }
@@ -304,9 +321,10 @@ pub(crate) async fn json_response(
     picked: Picked,
     req: ChatRequest,
     envelope: Envelope,
-    mut closing: watch::Receiver<bool>,
+    mut closing: Closing,
 ) -> Response {
     let run = finish.run();
+    let why = closing.clone();
     let answer = async {
         let mut choices = Vec::new();
         // Each output choice's error, when it failed.
@@ -322,7 +340,9 @@ pub(crate) async fn json_response(
                     Some("the upstream ended without this choice".to_string()),
                 ),
                 Some(choice) => match choice.message().await {
-                    Ok(out) if out.cancelled => (out, Some(SHUT_DOWN.to_string())),
+                    Ok(out) if out.cancelled => {
+                        (out, Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()))
+                    }
                     Ok(out) => (out, None),
                     Err(incomplete) => (incomplete.partial, Some(incomplete.error.to_string())),
                 },

@@ -97,8 +97,9 @@ pub struct Limits {
     /// nginx's `send_timeout`); then the answer ends, its samples are cancelled and its
     /// slot freed.
     pub client_stall_timeout_s: f64,
-    /// Retries over the last 10 s may be at most this share of first tries, in percent
-    /// (default 20; at least 10 retries are always allowed).
+    /// A model's retries over the last 10 s may be at most this share of its first tries,
+    /// in percent (default 20; at least 10 retries are always allowed); each model has a
+    /// budget of its own.
     pub retry_budget_percent: f64,
     /// The most bytes one upstream answer may send for each sample it carries (default
     /// 16777216, 16 MiB; a native request for 4 samples may send 4 times that): past it the
@@ -112,6 +113,20 @@ pub struct Limits {
     /// Once refusing, the memory in MiB below which requests are admitted again (default: 90%
     /// of the high watermark).
     pub memory_low_watermark_mb: Option<u64>,
+    /// How long one request may run, from its arrival to its answer's end (seconds,
+    /// default 600): then whatever still runs ends as a failure in the client's API's terms
+    /// (a 504 before the answer began, its choices ending with an error after), and is
+    /// logged.
+    pub request_deadline_s: f64,
+    /// The most upstream requests one client request may cause, its samples, hedges,
+    /// replacements, retries and fallbacks together (default 64); past it, its next try
+    /// fails as a 502 `upstream_requests_bound`.
+    pub max_upstream_requests_per_request: usize,
+    /// The least a client must take of its answer, in bytes per second of the time the
+    /// answer waits for it to take more (default 4096; 0: no minimum), over each
+    /// `client_stall_timeout_s` of such waiting: a client that drains its answer slower ends
+    /// it as a stalled one does.
+    pub client_min_bytes_per_s: f64,
 }
 
 impl Limits {
@@ -147,6 +162,9 @@ impl Default for Limits {
             max_answer_bytes: 16 * 1024 * 1024,
             memory_high_watermark_mb: None,
             memory_low_watermark_mb: None,
+            request_deadline_s: 600.0,
+            max_upstream_requests_per_request: 64,
+            client_min_bytes_per_s: 4096.0,
         }
     }
 }
@@ -526,12 +544,16 @@ impl Config {
                 "limits: max_n, max_samples and max_concurrent_requests must be above 0".into(),
             );
         }
+        if l.max_upstream_requests_per_request == 0 {
+            return err("limits: max_upstream_requests_per_request must be above 0".into());
+        }
         for (name, secs) in [
             ("upstream_idle_timeout_s", l.upstream_idle_timeout_s),
             ("header_read_timeout_s", l.header_read_timeout_s),
             ("body_read_timeout_s", l.body_read_timeout_s),
             ("idle_connection_timeout_s", l.idle_connection_timeout_s),
             ("client_stall_timeout_s", l.client_stall_timeout_s),
+            ("request_deadline_s", l.request_deadline_s),
         ] {
             // Above 0, and at most a year: `Duration::from_secs_f64` takes it without panic.
             if !(secs.is_finite() && secs > 0.0 && secs <= 31_536_000.0) {
@@ -539,6 +561,9 @@ impl Config {
                     "limits: {name} must be a number of seconds above 0 (at most a year)"
                 ));
             }
+        }
+        if !(l.client_min_bytes_per_s.is_finite() && l.client_min_bytes_per_s >= 0.0) {
+            return err("limits: client_min_bytes_per_s must be a number, 0 or more".into());
         }
         if !(l.retry_budget_percent.is_finite() && l.retry_budget_percent >= 0.0) {
             return err("limits: retry_budget_percent must be a number, 0 or more".into());
@@ -706,6 +731,39 @@ mod tests {
             "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://h/messages-api/v1\"\n",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn the_bounds_of_one_request_and_their_checks() {
+        let model = format!("[[models]]\nname = \"m\"\n{UPSTREAM}");
+        let defaults = Config::from_toml(&model).unwrap().limits;
+        assert_eq!(defaults.request_deadline_s, 600.0);
+        assert_eq!(defaults.max_upstream_requests_per_request, 64);
+        assert_eq!(defaults.client_min_bytes_per_s, 4096.0);
+        let set = Config::from_toml(&format!(
+            "[limits]\nrequest_deadline_s = 5\nmax_upstream_requests_per_request = 10\nclient_min_bytes_per_s = 0\n{model}"
+        ))
+        .unwrap()
+        .limits;
+        assert_eq!(
+            (
+                set.request_deadline_s,
+                set.max_upstream_requests_per_request,
+                set.client_min_bytes_per_s
+            ),
+            (5.0, 10, 0.0)
+        );
+        for (bad, named) in [
+            ("request_deadline_s = 0", "request_deadline_s"),
+            (
+                "max_upstream_requests_per_request = 0",
+                "max_upstream_requests_per_request",
+            ),
+            ("client_min_bytes_per_s = -1", "client_min_bytes_per_s"),
+        ] {
+            let e = Config::from_toml(&format!("[limits]\n{bad}\n{model}")).unwrap_err();
+            assert!(e.to_string().contains(named), "{e}");
+        }
     }
 
     #[test]

@@ -41,6 +41,9 @@ fn replacement_upstream(planned: &[choicewise_core::PlannedRequest], j: usize) -
     planned[j % planned.len()].upstream()
 }
 
+/// Why a replacement sample was not started: the words a pick's failure counts it by.
+const BUDGET_REFUSED: &str = "the retry budget is spent";
+
 /// A request's samples, streaming.
 pub(crate) struct Run {
     pub completions: Completions,
@@ -153,8 +156,7 @@ impl Run {
                     let sample = planned_samples + j as u32;
                     if !opener.budget.retry(std::time::Instant::now()) {
                         opener.metrics.retry_budget_exhausted();
-                        let message =
-                            format!("sample {sample} not started: the retry budget is spent");
+                        let message = format!("sample {sample} not started: {BUDGET_REFUSED}");
                         let failed = async move { Err::<Source, BoxError>(message.into()) };
                         return Source::open(failed).n(1);
                     }
@@ -228,18 +230,67 @@ impl Run {
         self.sample_of.get(index as usize).copied()
     }
 
-    /// Picks the output samples as the request's policy says, waiting as long as the pick
-    /// needs (a first-token pick until the first tokens, a vote or a first-finished pick
-    /// until the decision); `None` if nothing could be picked. The samples not picked are
-    /// cancelled.
-    pub async fn pick(&mut self, req: &ChatRequest) -> Picked {
+    /// Picks the output samples as the request's policy says, waiting as long as the pick needs (a
+    /// first-token pick until the first tokens, a vote or a first-finished pick until the
+    /// decision) and at most `left` (the request's deadline); nothing picked, the reason
+    /// says why, with how its samples failed. The samples not picked are cancelled.
+    pub async fn pick(&mut self, req: &ChatRequest, left: std::time::Duration) -> Picked {
+        let mut picked = self.pick_within(req, left).await;
+        if picked.samples.is_empty()
+            && let Some(failed) = self.failures().await
+        {
+            let reason = picked.reason.take().unwrap_or_default();
+            picked.reason = Some(format!("{reason}; {failed}"));
+        }
+        picked
+    }
+
+    /// How the samples failed, for a pick that chose nothing: how many, how many of them
+    /// were replacements the retry budget refused, and the last other failure.
+    async fn failures(&self) -> Option<String> {
+        // The pick has concluded: every sample is settled or being cancelled.
+        let errors = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            self.completions.choice_errors(),
+        )
+        .await
+        .ok()?;
+        if errors.is_empty() {
+            return None;
+        }
+        let refused = (errors.iter())
+            .filter(|(_, e)| e.to_string().contains(BUDGET_REFUSED))
+            .count();
+        let mut said = format!(
+            "{} of {} samples failed",
+            errors.len(),
+            self.started_samples()
+        );
+        if refused > 0 {
+            said.push_str(&format!(
+                ", {refused} of them replacements the retry budget refused ({BUDGET_REFUSED})"
+            ));
+        }
+        if let Some((index, e)) = (errors.iter())
+            .rev()
+            .find(|(_, e)| !e.to_string().contains(BUDGET_REFUSED))
+        {
+            let sample = self.sample_of(*index).unwrap_or(*index);
+            said.push_str(&format!("; sample {sample}: {e}"));
+        }
+        Some(said)
+    }
+
+    async fn pick_within(&mut self, req: &ChatRequest, left: std::time::Duration) -> Picked {
         let rule = req.policy.rule();
         if rule == PickRule::All {
             return Picked::samples((0..req.n).collect(), "all");
         }
         // Core's picks: a first-* pick decided at the n-th sample to produce (hedged: one
         // more sample every `hedge_after` while none has) or to finish well; a vote early.
-        let selection = self.completions.pick(&req.policy).await;
+        // The policy's own deadline, within what is left of the request's.
+        let deadline = req.policy.deadline().map_or(left, |d| d.min(left));
+        let selection = self.completions.pick(&req.policy).deadline(deadline).await;
         match rule {
             PickRule::FirstToken => {
                 let none = "no sample produced content or a tool call";
@@ -258,6 +309,7 @@ impl Run {
                 Picked {
                     samples,
                     decision: "vote",
+                    timed_out: selection.timed_out,
                     reason: selection.reason.clone(),
                     vote: selection.vote.as_ref().map(|t| json!(t)),
                     confidence: selection.confidence.as_ref().map(|c| json!(c)),
@@ -278,9 +330,13 @@ impl Run {
             .filter_map(|i| self.sample_of(*i))
             .collect();
         Picked {
-            reason: samples.is_empty().then(|| none.to_string()),
+            reason: samples.is_empty().then(|| match selection.timed_out {
+                true => format!("{none} before the request's deadline"),
+                false => none.to_string(),
+            }),
             samples,
             decision,
+            timed_out: selection.timed_out,
             vote: None,
             confidence: None,
         }
@@ -351,6 +407,8 @@ pub(crate) struct Picked {
     /// The output choices' samples, in output order.
     pub samples: Vec<u32>,
     pub decision: &'static str,
+    /// The request's deadline passed before the pick was certain.
+    pub timed_out: bool,
     /// Why nothing (or too little) was picked.
     pub reason: Option<String>,
     /// The vote's tally.
@@ -365,6 +423,7 @@ impl Picked {
         Picked {
             samples,
             decision,
+            timed_out: false,
             reason: None,
             vote: None,
             confidence: None,

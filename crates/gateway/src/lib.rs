@@ -98,8 +98,6 @@ struct Inner {
     models: open::Models,
     /// Each model's default policy (`[models.choicewise]`), checked at start.
     policies: HashMap<String, choicewise_core::Policy>,
-    /// The retry budget every model's tries share.
-    budget: Arc<resilience::Budget>,
     /// In order, for `GET /v1/models`.
     names: Vec<String>,
     /// One per request being served (`max_concurrent_requests`).
@@ -250,6 +248,7 @@ impl Gateway {
                     routes,
                     retry: resilience::RetryPolicy::of(&model.retry),
                     fallbacks: model.fallbacks.clone(),
+                    budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
                 }),
             );
         }
@@ -259,7 +258,6 @@ impl Gateway {
                 keys,
                 models: Arc::new(models),
                 policies,
-                budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
                 ceiling: Arc::new(overload::Ceiling::new(&config.limits)),
@@ -420,6 +418,31 @@ impl Gateway {
             )
             .code("invalid_api_key")),
         }
+    }
+}
+
+impl Gateway {
+    /// Who a request comes from, for the ejection rules (`resilience::Health`): a hash of
+    /// its key when keys are configured, else of its connection's peer address (its IP: a
+    /// client's several connections are one client); one anonymous client for a router
+    /// served without the gateway's own listener.
+    fn client_of(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<std::net::IpAddr>,
+    ) -> resilience::ClientId {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        if self.inner.keys.is_empty() {
+            peer.hash(&mut hasher);
+        } else {
+            let bearer = (headers.get(header::AUTHORIZATION))
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+            bearer.or(x_api_key).map(str::trim).hash(&mut hasher);
+        }
+        hasher.finish()
     }
 }
 
@@ -587,7 +610,9 @@ async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> R
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
     let arrived = Instant::now();
+    let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
     let mut seen = Seen {
+        client: gw.client_of(&headers, peer),
         parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
         request_id: (headers.get("x-request-id"))
             .and_then(|v| v.to_str().ok())
@@ -629,6 +654,8 @@ pub(crate) fn api_label(api: Dialect) -> &'static str {
 /// What [`chat_completions`] learns of a request as it is served, for its accounting.
 #[derive(Default)]
 struct Seen {
+    /// Who the request comes from, for the ejection rules.
+    client: resilience::ClientId,
     /// The configured model asked for, once known (empty for any other): the metrics' label.
     model: String,
     /// The request's id (`x-request-id`), for its log line.
@@ -776,6 +803,7 @@ async fn serve_chat(
         })
     });
     let apis: Vec<Dialect> = model.routes.iter().map(|u| u.api).collect();
+    let budget = model.budget.clone();
     let opener = open::Opener {
         models: gw.inner.models.clone(),
         model,
@@ -783,16 +811,48 @@ async fn serve_chat(
         native,
         logprobs: req.policy.confidence().map(|c| c.top_logprobs),
         metrics: gw.inner.metrics.clone(),
-        budget: gw.inner.budget.clone(),
+        budget,
         tries: Arc::default(),
+        client: seen.client,
+        sent: Arc::default(),
+        max_requests: gw.inner.limits.max_upstream_requests_per_request,
     };
     seen.tries = Some(opener.tries.clone());
-    let mut run = Run::start(opener, &req).await?;
+    // Everything the request does ends by its deadline: opening its first samples, the pick,
+    // the answer (`closing`).
+    let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);
+    let past_deadline = |while_: &str| {
+        tracing::warn!(
+            request_id = %seen.request_id,
+            model = %req.model,
+            request_deadline_s = gw.inner.limits.request_deadline_s,
+            "the request passed its deadline {while_}"
+        );
+        ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            format!(
+                "model {:?}: the request passed its deadline ({}s, request_deadline_s) {while_}",
+                req.model, gw.inner.limits.request_deadline_s
+            ),
+        )
+        .code("request_deadline")
+    };
+    let mut run = match tokio::time::timeout_at(deadline.into(), Run::start(opener, &req)).await {
+        Ok(run) => run?,
+        Err(_) => return Err(past_deadline("while its first samples were opened")),
+    };
     let span = match (&gw.inner.traces, seen.parent.take()) {
         (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
         _ => None,
     };
-    let picked = run.pick(&req).await;
+    let picked = run
+        .pick(&req, deadline.saturating_duration_since(Instant::now()))
+        .await;
+    let past_deadline = (picked.samples.is_empty() && picked.timed_out).then(|| {
+        let reason = picked.reason.as_deref().unwrap_or("nothing was picked");
+        past_deadline(&format!("before its pick decided: {reason}"))
+    });
     let mut finish = Finish {
         metrics: gw.inner.metrics.clone(),
         model: req.model.clone(),
@@ -805,6 +865,10 @@ async fn serve_chat(
         failure: None,
         run: Some(run),
     };
+    if let Some(e) = past_deadline {
+        finish.failure = Some("request_deadline");
+        return Err(e);
+    }
     if picked.samples.is_empty() {
         finish.failure = Some("no_choice");
         let reason = picked
@@ -822,7 +886,7 @@ async fn serve_chat(
     if let Some(span) = &mut finish.span {
         span.response_id = Some(envelope.id.clone());
     }
-    let closing = gw.inner.closing.subscribe();
+    let closing = answer_closing(gw, deadline, &finish.request_id, &req.model);
     let tries = finish.run().tries.clone();
     let mut response = match (reply, req.stream) {
         (None, true) => stream_response(finish, picked, req, envelope, closing),
@@ -851,6 +915,44 @@ struct Translation {
     /// A streamed Messages request's Chat Completions body, whose prompt tokens are estimated
     /// for its `message_start`.
     prompt: Option<Value>,
+}
+
+/// What cuts a request's answer short: the gateway's close ([`Gateway::close`]), or its
+/// deadline (`request_deadline_s`, logged), whichever comes first. Watched by a task of its
+/// own, which ends with the answer.
+fn answer_closing(
+    gw: &Gateway,
+    deadline: Instant,
+    request_id: &str,
+    model: &str,
+) -> answer_chat::Closing {
+    let (cut, closing) = watch::channel(None);
+    let mut gateway = gw.inner.closing.subscribe();
+    let (request_id, model) = (request_id.to_string(), model.to_string());
+    let after = gw.inner.limits.request_deadline_s;
+    tokio::spawn(async move {
+        let shut = async {
+            if gateway.wait_for(|c| *c).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = shut => {
+                cut.send_replace(Some(answer_chat::SHUT_DOWN));
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                tracing::warn!(
+                    request_id = %request_id,
+                    model = %model,
+                    request_deadline_s = after,
+                    "the request passed its deadline: its answer ends now"
+                );
+                cut.send_replace(Some(answer_chat::PAST_DEADLINE));
+            }
+            () = cut.closed() => {}
+        }
+    });
+    closing
 }
 
 /// A request's run, accounted in the metrics (and its span made, with traces on) when it is

@@ -9,7 +9,10 @@
 //!   `idle_connection_timeout_s` is closed;
 //! - a write the client takes nothing of for `client_stall_timeout_s` fails, which ends the
 //!   connection and drops its answer (its samples cancelled, its slot freed), and is
-//!   counted in `choicewise_client_stalls_total`.
+//!   counted in `choicewise_client_stalls_total`;
+//! - a client that takes less than `client_min_bytes_per_s` of its answer, over each
+//!   `client_stall_timeout_s` the answer spent waiting for it, ends the same way (a slow
+//!   drain holds a slot as a stall does), counted in `choicewise_client_slow_drains_total`.
 //!
 //! The body's own deadline (`body_read_timeout_s`) is the handler's ([`crate::layers`]).
 
@@ -40,6 +43,8 @@ struct Bounds {
     header_read: Duration,
     idle: Duration,
     stall: Duration,
+    /// Bytes per second of waiting a client must take (0: no minimum).
+    min_rate: f64,
     max_header_bytes: usize,
 }
 
@@ -49,6 +54,7 @@ impl Bounds {
             header_read: Duration::from_secs_f64(limits.header_read_timeout_s),
             idle: Duration::from_secs_f64(limits.idle_connection_timeout_s),
             stall: Duration::from_secs_f64(limits.client_stall_timeout_s),
+            min_rate: limits.client_min_bytes_per_s,
             max_header_bytes: limits.max_header_bytes,
         }
     }
@@ -73,7 +79,7 @@ pub(crate) async fn accept_until(
         let tcp = tokio::select! {
             () = &mut stop => break,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok((tcp, peer)) => (tcp, peer),
                 Err(e) => {
                     // Out of file descriptors, or a connection that failed before it was
                     // taken: said once, and the loop goes on after a pause rather than
@@ -84,6 +90,7 @@ pub(crate) async fn accept_until(
                 }
             },
         };
+        let (tcp, peer) = tcp;
         let Ok(slot) = open.clone().try_acquire_owned() else {
             gateway.inner.metrics.connection_refused();
             tracing::warn!(
@@ -102,8 +109,9 @@ pub(crate) async fn accept_until(
             gateway.clone(),
         ));
         let router = router.clone();
-        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             in_flight.fetch_add(1, Ordering::AcqRel);
+            request.extensions_mut().insert(Peer(peer.ip()));
             let guard = InFlight(in_flight.clone());
             let answer = router.clone().oneshot(request.map(Body::new));
             async move {
@@ -143,6 +151,11 @@ pub(crate) async fn accept_until(
     drop(alive);
     let _ = all_ended.recv().await;
 }
+
+/// The peer address of a request's connection (its IP), set on every request the gateway's
+/// own listener serves: who a keyless gateway's request comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) std::net::IpAddr);
 
 /// One request in flight on a connection, until dropped.
 struct InFlight(Arc<AtomicUsize>);
@@ -192,6 +205,11 @@ struct Watched {
     idle: Option<Pin<Box<Sleep>>>,
     /// Armed while a write waits for the client to take something.
     stalled: Option<Pin<Box<Sleep>>>,
+    /// The drain: since when the pending write waits, how long writes waited and how many
+    /// bytes the client took since the rate was last checked.
+    waiting_since: Option<std::time::Instant>,
+    waited: Duration,
+    taken: u64,
 }
 
 impl Watched {
@@ -203,11 +221,48 @@ impl Watched {
             gateway,
             idle: None,
             stalled: None,
+            waiting_since: None,
+            waited: Duration::ZERO,
+            taken: 0,
         }
+    }
+
+    /// A write was taken after `Pending`s or not: counts the drain, and fails once the
+    /// client took less than the minimum rate over a stall bound's worth of waiting.
+    fn taken(&mut self, written: &io::Result<usize>) -> Option<io::Error> {
+        self.stalled = None;
+        if let Some(since) = self.waiting_since.take() {
+            self.waited += since.elapsed();
+        }
+        if let Ok(n) = written {
+            self.taken += *n as u64;
+        }
+        let (stall, min_rate) = (self.bounds.stall, self.bounds.min_rate);
+        if min_rate <= 0.0 || self.waited < stall {
+            return None;
+        }
+        let rate = self.taken as f64 / self.waited.as_secs_f64();
+        self.waited = Duration::ZERO;
+        self.taken = 0;
+        if rate >= min_rate {
+            return None;
+        }
+        self.gateway.inner.metrics.client_drained_slowly();
+        tracing::warn!(
+            client_min_bytes_per_s = min_rate,
+            bytes_per_s = rate as u64,
+            "closed a connection whose client drained its answer too slowly"
+        );
+        Some(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client took its answer slower than client_min_bytes_per_s",
+        ))
     }
 
     /// A write is pending: fails once the client has taken nothing for the stall bound.
     fn poll_stall(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.waiting_since
+            .get_or_insert_with(std::time::Instant::now);
         let stall = self.bounds.stall;
         let timer = self
             .stalled
@@ -270,10 +325,10 @@ impl AsyncWrite for Watched {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         match Pin::new(&mut this.tcp).poll_write(cx, buf) {
-            Poll::Ready(done) => {
-                this.stalled = None;
-                Poll::Ready(done)
-            }
+            Poll::Ready(done) => match this.taken(&done) {
+                Some(slow) => Poll::Ready(Err(slow)),
+                None => Poll::Ready(done),
+            },
             Poll::Pending => this.poll_stall(cx),
         }
     }
@@ -285,10 +340,10 @@ impl AsyncWrite for Watched {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         match Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs) {
-            Poll::Ready(done) => {
-                this.stalled = None;
-                Poll::Ready(done)
-            }
+            Poll::Ready(done) => match this.taken(&done) {
+                Some(slow) => Poll::Ready(Err(slow)),
+                None => Poll::Ready(done),
+            },
             Poll::Pending => this.poll_stall(cx),
         }
     }

@@ -79,12 +79,14 @@ pub(crate) struct Metrics {
     open_upstreams: Gauge<i64, AtomicI64>,
     connections_refused: Counter,
     client_stalls: Counter,
+    client_slow_drains: Counter,
     tries: Family<TryLabels, Counter>,
     ejected: Family<UpstreamLabels, Gauge<i64, AtomicI64>>,
     fallbacks: Family<FallbackLabels, Counter>,
     budget_exhausted: Counter,
     overload_refused: Counter,
     overloaded: Gauge<i64, AtomicI64>,
+    panic_routed: Family<ModelLabels, Counter>,
 }
 
 /// The finish reasons that are labels as they are; any other an upstream sends is `other`,
@@ -255,10 +257,24 @@ impl Metrics {
             "1 while the memory ceiling refuses new requests, else 0",
             overloaded.clone(),
         );
+        let panic_routed = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "panic_routed",
+            "Samples tried on a model's ejected upstreams because every one was ejected",
+            panic_routed.clone(),
+        );
+        let client_slow_drains = Counter::default();
+        registry.register(
+            "client_slow_drains",
+            "Answers ended because their client took less than client_min_bytes_per_s while the answer waited for it",
+            client_slow_drains.clone(),
+        );
         Metrics {
             registry,
             overload_refused,
             overloaded,
+            panic_routed,
+            client_slow_drains,
             connections_refused,
             client_stalls,
             tries,
@@ -364,6 +380,15 @@ impl Metrics {
             .set(i64::from(ejected));
     }
 
+    /// A sample of `model` was tried on its upstreams although every one is ejected.
+    pub fn panic_routed(&self, model: &str) {
+        self.panic_routed
+            .get_or_create(&ModelLabels {
+                model: model.to_string(),
+            })
+            .inc();
+    }
+
     /// A sample of `model` was tried on its fallback `to`.
     pub fn fallback(&self, model: &str, to: &str) {
         self.fallbacks
@@ -390,6 +415,11 @@ impl Metrics {
     /// A client connection closed at once: `max_connections` were open.
     pub fn connection_refused(&self) {
         self.connections_refused.inc();
+    }
+
+    /// An answer ended because its client took less than `client_min_bytes_per_s`.
+    pub fn client_drained_slowly(&self) {
+        self.client_slow_drains.inc();
     }
 
     /// An answer ended because its client took nothing for `client_stall_timeout_s`.

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use crate::config::NMode;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::resilience::{Availability, Budget, Health, Outcome, RetryPolicy, classify};
+use crate::resilience::{Availability, Budget, ClientId, Health, Outcome, RetryPolicy, classify};
 use choicewise_client::Client;
 use choicewise_core::Dialect;
 
@@ -49,6 +49,9 @@ pub(crate) struct ModelRoutes {
     pub routes: Vec<UpstreamRoute>,
     pub retry: RetryPolicy,
     pub fallbacks: Vec<String>,
+    /// Its retry budget: a model whose traffic fails spends its own retries, never
+    /// another's.
+    pub budget: Arc<Budget>,
 }
 
 /// Every configured model, by name.
@@ -86,9 +89,16 @@ pub(crate) struct Opener {
     /// A confidence-guided vote's `top_logprobs`: chat upstreams are asked for them.
     pub logprobs: Option<usize>,
     pub metrics: Arc<Metrics>,
+    /// The requested model's retry budget.
     pub budget: Arc<Budget>,
     /// Every try of the run, in order.
     pub tries: Arc<Mutex<Vec<TryRecord>>>,
+    /// Who the request comes from (the ejection rules).
+    pub client: ClientId,
+    /// Upstream requests the run has sent, and the most it may
+    /// (`max_upstream_requests_per_request`).
+    pub sent: Arc<std::sync::atomic::AtomicUsize>,
+    pub max_requests: usize,
 }
 
 /// The body of a request for `samples` samples to upstream `u`, in its API.
@@ -203,6 +213,14 @@ impl Opener {
                 // others rather than falling on its neighbour alone.
                 let closed =
                     |j: usize| matches!(model.routes[j].health.peek(now), Availability::Until(_));
+                // Envoy's panic threshold: when every upstream of the model is ejected, they
+                // are tried anyway (in turn, as healthy ones are) rather than none at all, so
+                // that no burst of failures, whoever's, takes a whole model out.
+                let panic = (candidates.iter()).all(|&j| model.routes[j].health.ejected());
+                if panic && last.is_none() {
+                    self.metrics.panic_routed(&model.name);
+                    tracing::warn!(model = %model.name, "every upstream is ejected: trying them anyway");
+                }
                 if last.is_none() && closed(candidates[start]) {
                     let open: Vec<usize> = (candidates.iter().copied())
                         .filter(|&j| !closed(j))
@@ -220,6 +238,12 @@ impl Opener {
                     }
                 }
                 for j in order.filter(|_| chosen.is_none()) {
+                    if panic && !matches!(model.routes[j].health.peek(now), Availability::Probe) {
+                        // Tried as if healthy: not its probe (which a success would end
+                        // anyway), and a failure does not lengthen its ejection.
+                        chosen = Some(j);
+                        break;
+                    }
                     match model.routes[j].health.take(now) {
                         taken @ (Availability::Healthy | Availability::Probe) => {
                             chosen = Some(j);
@@ -238,7 +262,8 @@ impl Opener {
                 // and adds no load to it, and it is what a burst meets while one upstream is
                 // going down (every try already sent to it fails). When every upstream is
                 // failing, each is ejected in turn and no such retry remains.
-                let leaves_ejected = last.is_some_and(|l| model.routes[l].health.ejected())
+                let leaves_ejected = !panic
+                    && last.is_some_and(|l| model.routes[l].health.ejected())
                     && chosen.is_some_and(|j| Some(j) != last)
                     && !probe;
                 if retry && !leaves_ejected && !self.budget.retry(now) {
@@ -273,6 +298,19 @@ impl Opener {
                 };
                 last = Some(j);
                 let route = &model.routes[j];
+                // Every upstream request of the run counts against one bound.
+                let sent = self.sent.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                if sent >= self.max_requests {
+                    if probe {
+                        route.health.probe_over();
+                    }
+                    tracing::warn!(
+                        model = %self.model.name,
+                        max_upstream_requests_per_request = self.max_requests,
+                        "a request reached its bound of upstream requests"
+                    );
+                    return Err(self.too_many_requests(&failed));
+                }
                 // Whatever ends this try (an answer, a failure, the client's own error, or
                 // this future dropped: a client gone, a sample cancelled), a probe it was is
                 // over: the next one may go.
@@ -291,7 +329,7 @@ impl Opener {
                 .await;
                 let (outcome, retry_after, message) = match tried {
                     Ok(Ok(reads)) => {
-                        if route.health.succeeded() {
+                        if route.health.succeeded(self.client, Instant::now()) {
                             self.metrics.ejected(&route.label, false);
                             tracing::info!(upstream = %route.label, "restored after a probe");
                         }
@@ -305,7 +343,7 @@ impl Opener {
                     Ok(Err(e)) => match classify(&e) {
                         None => {
                             // The upstream answered: it is healthy, the request was refused.
-                            route.health.succeeded();
+                            route.health.succeeded(self.client, Instant::now());
                             return Err(upstream_error(&model.name, route, &e, samples.len()));
                         }
                         Some(outcome) => (outcome, e.retry_after(), why(&e)),
@@ -326,7 +364,7 @@ impl Opener {
                     outcome = outcome.as_str(),
                     "a try failed: {message}"
                 );
-                if route.health.failed(Instant::now(), retry_after, probe) {
+                if (route.health).failed(Instant::now(), retry_after, probe, self.client, outcome) {
                     self.metrics.ejected(&route.label, true);
                     tracing::warn!(upstream = %route.label, "ejected");
                 }
@@ -339,6 +377,22 @@ impl Opener {
             }
         }
         Err(self.failure(&failed, false))
+    }
+
+    /// The answer when the run reached `max_upstream_requests_per_request`: 502 naming the
+    /// bound, and the tries that failed before it.
+    fn too_many_requests(&self, failed: &[Failed]) -> ApiError {
+        let mut e = self.failure(failed, false);
+        let bound = format!(
+            "model {:?}: the request reached its bound of {} upstream requests (max_upstream_requests_per_request)",
+            self.model.name, self.max_requests
+        );
+        e.status = StatusCode::BAD_GATEWAY;
+        e.message = match failed.is_empty() {
+            true => bound,
+            false => format!("{bound}; {}", e.message),
+        };
+        e.code("upstream_requests_bound")
     }
 
     /// The answer when every try failed: 429 with the smallest `Retry-After` when every

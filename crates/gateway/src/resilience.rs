@@ -1,5 +1,5 @@
 //! When upstreams fail: the tries of a sample over a model's upstreams and its fallbacks,
-//! each upstream's passive health (ejection, a probe), and the gateway's retry budget.
+//! each upstream's passive health (ejection, a probe), and each model's retry budget.
 //!
 //! A **try** is one upstream request up to its first byte (its status and headers, within
 //! `first_byte_timeout_s`). It fails on a refused connection, on no answer in time, or on a
@@ -11,9 +11,14 @@
 //!
 //! [`Health`] ejects an upstream after `eject_after` failed tries in a row, for `eject_for_s`
 //! doubled at each ejection in a row (300 s at most); when that time is over one try is let
-//! through as a probe, and its success restores the upstream. [`Budget`] bounds retries to a
-//! share of first tries over the last ten seconds, so that a gateway whose upstreams are all
-//! down answers at once instead of multiplying its load.
+//! through as a probe, and its success restores the upstream. As in Envoy's outlier
+//! detection, one client cannot eject an upstream that serves others: failures in a row from
+//! one client alone eject it only when no other client was served by it lately (or when it
+//! refuses connections, which no request's content causes), and a probe that fails for a
+//! client whose failures ejected it ejects it again for no longer. [`Budget`] bounds retries to
+//! a share of first tries over the last ten seconds, one budget per model, so that a model
+//! whose upstreams are all down answers at once instead of multiplying its load, and spends
+//! no other model's retries.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -132,14 +137,28 @@ pub(crate) struct Health {
 #[derive(Debug, Default)]
 struct HealthState {
     failures_in_row: u32,
+    /// The clients of the failures in a row (two at most: enough to say "several").
+    failing_clients: Vec<ClientId>,
+    /// The clients whose failures ejected it.
+    ejected_by: Vec<ClientId>,
     ejected_until: Option<Instant>,
     ejections_in_row: u32,
     probing: bool,
     wait_until: Option<Instant>,
+    /// The last two distinct clients it served, and when.
+    served: Vec<(ClientId, Instant)>,
 }
+
+/// Who a request comes from, for the ejection rules: its API key's hash, or without keys its
+/// connection's peer address's (never the key itself).
+pub(crate) type ClientId = u64;
 
 /// The longest an upstream stays ejected.
 const MAX_EJECTION: Duration = Duration::from_secs(300);
+
+/// How long an upstream counts as serving a client after that client's last success: while
+/// it serves another, one client's failures alone do not eject it.
+pub(crate) const SERVED_WITHIN: Duration = Duration::from_secs(60);
 
 impl Health {
     pub fn new(config: &HealthConfig) -> Health {
@@ -197,22 +216,45 @@ impl Health {
         self.state().ejected_until.is_some()
     }
 
-    /// A try succeeded: the upstream is healthy (restored, if it was ejected).
-    pub fn succeeded(&self) -> bool {
+    /// A try of `client` succeeded (or the upstream answered it with the client's own
+    /// error): the upstream is healthy (restored, if it was ejected), and serves `client`.
+    pub fn succeeded(&self, client: ClientId, now: Instant) -> bool {
         let mut s = self.state();
         let restored = s.ejected_until.is_some();
+        let mut served = std::mem::take(&mut s.served);
         *s = HealthState::default();
+        served.retain(|(c, _)| *c != client);
+        served.insert(0, (client, now));
+        served.truncate(2);
+        s.served = served;
         restored
     }
 
-    /// A try failed; `wait` is a `Retry-After` it asked for, `probe` whether the try was
-    /// the probe [`take`](Self::take) handed out. Returns whether this failure ejected it.
+    /// A try of `client` failed as `outcome`; `wait` is a `Retry-After` it asked for,
+    /// `probe` whether the try was the probe [`take`](Self::take) handed out. Returns whether
+    /// this failure ejected it.
     ///
-    /// Only the probe's failure ejects an ejected upstream again (for longer): the failures
-    /// of tries already under way when it was ejected say nothing new, and counting them
-    /// would double its time once for each, so that a burst of failures held it out for five
-    /// minutes instead of `eject_for_s`.
-    pub fn failed(&self, now: Instant, wait: Option<Duration>, probe: bool) -> bool {
+    /// Only the probe's failure ejects an ejected upstream again: the failures of tries
+    /// already under way when it was ejected say nothing new, and counting them would double
+    /// its time once for each, so that a burst of failures held it out for five minutes
+    /// instead of `eject_for_s`. The probe's failure doubles the time only when it confirms
+    /// the ejection independently: a refused connection, or a client other than those whose
+    /// failures ejected it (else a client whose requests make it fail could hold it out ever
+    /// longer by failing its probes).
+    ///
+    /// `eject_after` failures in a row eject it when they come from two clients or more, or
+    /// from one client while no other was served by it within [`SERVED_WITHIN`], or when the
+    /// last is a refused connection: one client's failures alone (a prompt that makes it
+    /// answer 500, or outlasts `first_byte_timeout_s`) never eject an upstream that serves
+    /// others.
+    pub fn failed(
+        &self,
+        now: Instant,
+        wait: Option<Duration>,
+        probe: bool,
+        client: ClientId,
+        outcome: Outcome,
+    ) -> bool {
         let mut s = self.state();
         if let Some(wait) = wait {
             // A `Retry-After` far in the future (an HTTP date) holds it no longer than an
@@ -220,23 +262,39 @@ impl Health {
             s.wait_until = Some(now + wait.min(MAX_EJECTION));
         }
         if probe {
-            // The probe failed: ejected again, for longer.
             s.probing = false;
-            s.ejections_in_row += 1;
-            s.ejected_until = Some(now + self.ejection(s.ejections_in_row));
+            if outcome == Outcome::Connect || !s.ejected_by.contains(&client) {
+                // Confirmed by another client, or by a refused connection: for longer.
+                s.ejections_in_row += 1;
+                if !s.ejected_by.contains(&client) {
+                    s.ejected_by.push(client);
+                }
+            }
+            s.ejected_until = Some(now + self.ejection(s.ejections_in_row.max(1)));
             return true;
         }
         if s.ejected_until.is_some() {
             return false;
         }
         s.failures_in_row += 1;
-        if s.failures_in_row >= self.eject_after {
-            s.failures_in_row = 0;
-            s.ejections_in_row += 1;
-            s.ejected_until = Some(now + self.ejection(s.ejections_in_row));
-            return true;
+        if !s.failing_clients.contains(&client) && s.failing_clients.len() < 2 {
+            s.failing_clients.push(client);
         }
-        false
+        if s.failures_in_row < self.eject_after {
+            return false;
+        }
+        let serves_others = (s.served.iter())
+            .any(|(c, at)| *c != client && now.saturating_duration_since(*at) < SERVED_WITHIN);
+        let one_client = s.failing_clients.len() < 2;
+        if one_client && serves_others && outcome != Outcome::Connect {
+            // One client's failures alone: the streak waits for another client's.
+            return false;
+        }
+        s.failures_in_row = 0;
+        s.ejected_by = std::mem::take(&mut s.failing_clients);
+        s.ejections_in_row += 1;
+        s.ejected_until = Some(now + self.ejection(s.ejections_in_row));
+        true
     }
 
     fn ejection(&self, in_row: u32) -> Duration {
@@ -246,9 +304,10 @@ impl Health {
     }
 }
 
-/// The gateway's retry budget (`[limits] retry_budget_percent`): retries over the last ten
-/// seconds may be at most that share of first tries, and at least ten. Counted in one bucket
-/// per second, so that a call costs the same however busy the gateway is.
+/// A model's retry budget (`[limits] retry_budget_percent`, one per model): its retries over
+/// the last ten seconds may be at most that share of its first tries, and at least ten.
+/// Counted in one bucket per second, so that a call costs the same however busy the gateway
+/// is.
 #[derive(Debug)]
 pub(crate) struct Budget {
     percent: f64,
@@ -314,6 +373,10 @@ impl Budget {
 mod tests {
     use super::*;
 
+    /// Two clients.
+    const A: ClientId = 1;
+    const B: ClientId = 2;
+
     fn health(eject_after: u32, eject_for_s: f64) -> Health {
         Health::new(&HealthConfig {
             eject_after,
@@ -325,24 +388,24 @@ mod tests {
     fn ejection_after_failures_in_a_row_then_one_probe() {
         let h = health(3, 10.0);
         let t = Instant::now();
-        assert!(!h.failed(t, None, false));
-        assert!(!h.failed(t, None, false));
+        assert!(!h.failed(t, None, false, A, Outcome::Server));
+        assert!(!h.failed(t, None, false, A, Outcome::Server));
         assert_eq!(h.take(t), Availability::Healthy);
-        assert!(h.failed(t, None, false));
+        assert!(h.failed(t, None, false, A, Outcome::Server));
         assert!(matches!(h.take(t), Availability::Until(u) if u == t + Duration::from_secs(10)));
         // Time over: one probe, and only one.
         let later = t + Duration::from_secs(11);
         assert_eq!(h.take(later), Availability::Probe);
         assert!(matches!(h.take(later), Availability::Until(_)));
-        // The probe fails: ejected for twice as long.
-        assert!(h.failed(later, None, true));
+        // Another client's probe fails: ejected for twice as long.
+        assert!(h.failed(later, None, true, B, Outcome::Server));
         assert!(
             matches!(h.take(later), Availability::Until(u) if u == later + Duration::from_secs(20))
         );
         // A success restores it.
         let much_later = later + Duration::from_secs(21);
         assert_eq!(h.take(much_later), Availability::Probe);
-        assert!(h.succeeded());
+        assert!(h.succeeded(A, much_later));
         assert_eq!(h.take(much_later), Availability::Healthy);
         assert!(!h.ejected());
     }
@@ -351,9 +414,9 @@ mod tests {
     fn a_success_between_failures_resets_the_count() {
         let h = health(2, 10.0);
         let t = Instant::now();
-        assert!(!h.failed(t, None, false));
-        h.succeeded();
-        assert!(!h.failed(t, None, false));
+        assert!(!h.failed(t, None, false, A, Outcome::Server));
+        h.succeeded(A, t);
+        assert!(!h.failed(t, None, false, A, Outcome::Server));
         assert_eq!(h.take(t), Availability::Healthy);
     }
 
@@ -363,7 +426,7 @@ mod tests {
         let mut t = Instant::now();
         let mut lengths = Vec::new();
         for probe in [false, true, true, true] {
-            h.failed(t, None, probe);
+            h.failed(t, None, probe, A, Outcome::Connect);
             let Availability::Until(u) = h.take(t) else {
                 panic!()
             };
@@ -378,18 +441,18 @@ mod tests {
     fn failures_under_way_at_the_ejection_do_not_lengthen_it() {
         let h = health(2, 30.0);
         let t = Instant::now();
-        assert!(!h.failed(t, None, false));
-        assert!(h.failed(t, None, false));
+        assert!(!h.failed(t, None, false, A, Outcome::Server));
+        assert!(h.failed(t, None, false, A, Outcome::Server));
         // Tries sent before the ejection fail after it: it stays ejected for 30 s, not 60,
         // 120, ... once for each.
         for _ in 0..20 {
-            assert!(!h.failed(t, None, false));
+            assert!(!h.failed(t, None, false, A, Outcome::Server));
         }
         assert_eq!(h.take(t), Availability::Until(t + Duration::from_secs(30)));
         let later = t + Duration::from_secs(30);
         assert_eq!(h.take(later), Availability::Probe);
         // The probe's failure does: 60 s.
-        assert!(h.failed(later, None, true));
+        assert!(h.failed(later, None, true, B, Outcome::Server));
         assert_eq!(
             h.take(later),
             Availability::Until(later + Duration::from_secs(60))
@@ -397,10 +460,61 @@ mod tests {
     }
 
     #[test]
+    fn one_clients_failures_alone_do_not_eject_an_upstream_serving_others() {
+        let h = health(2, 30.0);
+        let t = Instant::now();
+        h.succeeded(B, t);
+        // A's prompt makes it answer 500, many times in a row: B is served, it stays.
+        for _ in 0..10 {
+            assert!(!h.failed(t, None, false, A, Outcome::Server));
+        }
+        assert_eq!(h.take(t), Availability::Healthy);
+        // B fails too: two clients, it is ejected.
+        assert!(h.failed(t, None, false, B, Outcome::Server));
+        assert!(h.ejected());
+        // Refused connections are no client's doing: ejected by one client's tries too.
+        let h = health(2, 30.0);
+        h.succeeded(B, t);
+        assert!(!h.failed(t, None, false, A, Outcome::Connect));
+        assert!(h.failed(t, None, false, A, Outcome::Connect));
+        // No other client served lately: one client's failures eject it (a dead upstream of
+        // a gateway with one client).
+        let h = health(2, 30.0);
+        h.succeeded(B, t);
+        let later = t + SERVED_WITHIN + Duration::from_secs(1);
+        assert!(!h.failed(later, None, false, A, Outcome::Timeout));
+        assert!(h.failed(later, None, false, A, Outcome::Timeout));
+    }
+
+    #[test]
+    fn a_probe_failed_by_the_ejecting_client_does_not_lengthen_the_ejection() {
+        let h = health(2, 30.0);
+        let t = Instant::now();
+        assert!(!h.failed(t, None, false, A, Outcome::Server));
+        assert!(h.failed(t, None, false, A, Outcome::Server));
+        let later = t + Duration::from_secs(30);
+        assert_eq!(h.take(later), Availability::Probe);
+        // A's own request is the probe and fails: 30 s again, not 60.
+        assert!(h.failed(later, None, true, A, Outcome::Server));
+        assert_eq!(
+            h.take(later),
+            Availability::Until(later + Duration::from_secs(30))
+        );
+        // B's probe fails: confirmed, 60 s.
+        let again = later + Duration::from_secs(30);
+        assert_eq!(h.take(again), Availability::Probe);
+        assert!(h.failed(again, None, true, B, Outcome::Server));
+        assert_eq!(
+            h.take(again),
+            Availability::Until(again + Duration::from_secs(60))
+        );
+    }
+
+    #[test]
     fn retry_after_holds_the_upstream() {
         let h = health(5, 10.0);
         let t = Instant::now();
-        h.failed(t, Some(Duration::from_secs(1)), false);
+        h.failed(t, Some(Duration::from_secs(1)), false, A, Outcome::TooMany);
         assert_eq!(h.take(t), Availability::Until(t + Duration::from_secs(1)));
         assert_eq!(h.take(t + Duration::from_secs(2)), Availability::Healthy);
     }

@@ -457,6 +457,7 @@ impl ReaderState {
         let meta = self.splitter.take_meta();
         let mut state = self.completion.lock();
         let dropped = state.upstreams[self.upstream].dropped;
+        let mut listed = false;
         if let Some(n) = self.expected.filter(|_| dropped || outcome.is_err()) {
             // A declared choice that never appeared is listed all the same, so that every
             // choice asked for is accounted for: failed with the upstream's error (its request
@@ -481,7 +482,14 @@ impl ReaderState {
                 state
                     .choices
                     .push(Arc::new(ChoiceEntry { log, addr: None }));
+                listed = true;
             }
+        }
+        // Whoever waits for the choices learns of those listed now, even when the
+        // completion does not end with this upstream (samples whose replacements are still
+        // due keep it open): a pick never waits for a choice it was not told of.
+        if listed {
+            state.waiters.wake_all();
         }
         state.end_upstream(self.upstream, meta, outcome);
         drop(state);

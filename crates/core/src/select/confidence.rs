@@ -586,6 +586,8 @@ async fn fall_back(
     let decided = match window {
         Some(size) => vote_windowed(completions, deadline, |o| key(o), size, min_votes).await,
         None => {
+            // The plain vote places no replacement: the readers start them again.
+            completions.readers_start_replacements();
             completions.start_more(usize::MAX);
             vote(completions, deadline, |o| key(o), min_votes).await
         }

@@ -14,7 +14,7 @@ use choicewise_proto::{ChoiceEvent, ChoiceOutput};
 
 /// The first `take` choices to qualify under a first-* rule, in the order they did: to
 /// produce (`Token`), or to finish well (`First`), and be accepted (`Where`); hedged, one
-/// more sample starts every `hedge` while none has.
+/// more sample starts every `hedge` while fewer than `take` have.
 pub(super) async fn first_n(
     completions: &Completions,
     deadline: Option<Duration>,
@@ -82,10 +82,11 @@ pub(super) async fn first_n(
                 Some(None) => {}
                 None => break false,
             },
-            () = async { hedging.as_mut().expect("guarded").await },
-                if hedging.is_some() && selected.is_empty() =>
+            // Fewer than `take` yet (the loop ends at `take`): the next sample starts (none
+            // left: no more hedges). A hedge that waited for none at all would leave the
+            // samples not started unstarted, and a pick short of `take` waiting for them.
+            () = async { hedging.as_mut().expect("guarded").await }, if hedging.is_some() =>
             {
-                // Nothing yet: the next sample starts (none left: no more hedges).
                 hedging = match completions.start_more(1) {
                     0 => None,
                     _ => hedge_timer(),
@@ -317,35 +318,47 @@ pub(crate) async fn vote_windowed(
                 }
                 keys.insert(index, voted);
                 // A window's votes: every member but those replaced.
-                let votes = |w: usize| {
+                let votes = |windows: &Windows, w: usize| {
                     (windows.members(w, total))
                         .filter(|i| !replacing.replaced(*i))
                         .map(|i| keys.get(&i))
                         .collect::<Vec<_>>()
                 };
-                // The first unanimous window decides.
-                let unanimous = (0..windows.count()).find_map(|w| {
-                    let mut agreed: Option<&String> = None;
-                    for k in votes(w) {
-                        let k = k?.as_ref()?;
-                        if agreed.is_some_and(|a| a != k) {
-                            return None;
+                // Opening a window may find its choices already settled (started before the
+                // vote, or by a confidence-guided vote's warmup): it is judged at once, and
+                // the next opened if it splits too, since no later event would judge it.
+                let decided = loop {
+                    // The first unanimous window decides.
+                    let unanimous = (0..windows.count()).find_map(|w| {
+                        let mut agreed: Option<&String> = None;
+                        for k in votes(&windows, w) {
+                            let k = k?.as_ref()?;
+                            if agreed.is_some_and(|a| a != k) {
+                                return None;
+                            }
+                            agreed = Some(k);
                         }
-                        agreed = Some(k);
+                        agreed.cloned()
+                    });
+                    if unanimous.is_some() {
+                        break unanimous;
                     }
-                    agreed.cloned()
-                });
-                if let Some(k) = unanimous {
+                    // The latest window can no longer be unanimous: the next one starts.
+                    let settled: Vec<Option<&String>> = votes(&windows, windows.count() - 1)
+                        .into_iter()
+                        .flatten()
+                        .map(Option::as_ref)
+                        .collect();
+                    let first = settled.iter().copied().flatten().next();
+                    let split = settled.iter().any(|k| k.is_none() || *k != first);
+                    if !(split && windows.next < total) {
+                        break None;
+                    }
+                    start_through(windows.open());
+                };
+                if let Some(k) = decided {
                     winner = Some(k);
                     break;
-                }
-                // The latest window can no longer be unanimous: the next one starts.
-                let settled: Vec<Option<&String>> =
-                    votes(windows.count() - 1).into_iter().flatten().map(Option::as_ref).collect();
-                let first = settled.iter().copied().flatten().next();
-                let split = settled.iter().any(|k| k.is_none() || *k != first);
-                if split && windows.next < total {
-                    start_through(windows.open());
                 }
                 // Every window started: the plurality, decided as soon as it cannot change.
                 if windows.next >= total && (planned().is_some() || listed) {

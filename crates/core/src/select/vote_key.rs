@@ -15,6 +15,33 @@ use choicewise_proto::ChoiceOutput;
 /// ```
 pub const VOTE_PATTERN_SIZE_LIMIT: usize = 256 * 1024;
 
+/// The longest pattern a key may have, in bytes: checked before the pattern is parsed, so
+/// that a client's expression costs a bounded few milliseconds and megabytes whatever it
+/// holds (the parser expands each Unicode class into its table of ranges).
+///
+/// ```
+/// assert_eq!(choicewise_core::VOTE_PATTERN_MAX_BYTES, 1024);
+/// ```
+pub const VOTE_PATTERN_MAX_BYTES: usize = 1024;
+
+/// The deepest a key's pattern may nest groups and bracketed classes (each `(` or `[` opens
+/// one level), checked before the pattern is parsed.
+///
+/// ```
+/// assert_eq!(choicewise_core::VOTE_PATTERN_MAX_DEPTH, 16);
+/// ```
+pub const VOTE_PATTERN_MAX_DEPTH: usize = 16;
+
+/// The most Unicode property classes (`\p{..}`, `\P{..}`) and ranges (`a-z`) a
+/// case-insensitive pattern (one that sets the `i` flag) may hold: the parser case-folds
+/// such a class code point by code point, which costs milliseconds for one spanning much of
+/// Unicode (`\p{Any}`, `[\x{0}-\x{10FFFF}]`). Checked before the pattern is parsed.
+///
+/// ```
+/// assert_eq!(choicewise_core::VOTE_PATTERN_MAX_FOLDED_CLASSES, 4);
+/// ```
+pub const VOTE_PATTERN_MAX_FOLDED_CLASSES: usize = 4;
+
 /// The key a finished choice votes with in [`Completions::vote`](crate::Completions::vote):
 /// its content trimmed, or the first capture group of a pattern in it (the whole match when
 /// the pattern has no group); with [`normalize`](Self::normalize), case-folded and without
@@ -49,12 +76,16 @@ pub struct VoteKeyError {
 }
 
 impl VoteKeyError {
-    /// Whether the pattern compiles to more than [`VOTE_PATTERN_SIZE_LIMIT`] (else it is not
-    /// a valid regular expression).
+    /// Whether the pattern is too large: longer than [`VOTE_PATTERN_MAX_BYTES`], nested
+    /// deeper than [`VOTE_PATTERN_MAX_DEPTH`], case-insensitive with more than
+    /// [`VOTE_PATTERN_MAX_FOLDED_CLASSES`] property classes and ranges, or compiling to more than
+    /// [`VOTE_PATTERN_SIZE_LIMIT`] (else it is not a valid regular expression).
     ///
     /// ```
-    /// let huge = format!("({})", vec!["\\w{50}"; 400].join("|"));
+    /// let huge = format!("({})", vec!["\\w{50}"; 20].join("|"));
     /// assert!(choicewise_core::VoteKey::pattern(&huge).unwrap_err().too_large());
+    /// let long = "\\w".repeat(1000);
+    /// assert!(choicewise_core::VoteKey::pattern(&long).unwrap_err().too_large());
     /// ```
     pub fn too_large(&self) -> bool {
         self.too_large
@@ -81,15 +112,19 @@ impl VoteKey {
     }
 
     /// The first capture group of `pattern` in the content (the whole match without a
-    /// group). Refused when it is not a regular expression, or when it compiles to more than
-    /// [`VOTE_PATTERN_SIZE_LIMIT`].
+    /// group). Refused when it is not a regular expression, or when it is too large (see
+    /// [`VoteKeyError::too_large`]): its length, nesting and case-folded classes are checked
+    /// in one pass over its bytes before it is parsed, its compiled size while it compiles.
     ///
     /// ```
     /// use choicewise_core::{ChoiceOutput, Message, VoteKey};
     /// let key = VoteKey::pattern(r"\d+").unwrap();
     /// assert_eq!(key.of(&ChoiceOutput::new(0, Message::assistant("it is 221."))), Some("221".to_string()));
+    /// let deep = format!("{}a{}", "(".repeat(17), ")".repeat(17));
+    /// assert!(VoteKey::pattern(&deep).unwrap_err().to_string().contains("nested deeper than 16"));
     /// ```
     pub fn pattern(pattern: &str) -> Result<Self, VoteKeyError> {
+        refuse_costly(pattern)?;
         let regex = regex::RegexBuilder::new(pattern)
             .size_limit(VOTE_PATTERN_SIZE_LIMIT)
             .dfa_size_limit(VOTE_PATTERN_SIZE_LIMIT)
@@ -149,6 +184,68 @@ impl VoteKey {
     }
 }
 
+/// Refuses, before it is parsed, a pattern whose parsing could cost more than a few
+/// milliseconds and megabytes: longer than [`VOTE_PATTERN_MAX_BYTES`], nested deeper than
+/// [`VOTE_PATTERN_MAX_DEPTH`], or case-insensitive with more than
+/// [`VOTE_PATTERN_MAX_FOLDED_CLASSES`] property classes and ranges. One pass over at most
+/// the byte limit; it counts conservatively (a `(`, `[` or `-` that is a literal counts
+/// too), so it may refuse a pattern that would have been cheap, never let a costly one
+/// through.
+fn refuse_costly(pattern: &str) -> Result<(), VoteKeyError> {
+    let too_large = |message: String| VoteKeyError {
+        too_large: true,
+        message,
+    };
+    if pattern.len() > VOTE_PATTERN_MAX_BYTES {
+        return Err(too_large(format!(
+            "longer than {VOTE_PATTERN_MAX_BYTES} bytes ({} bytes): write a shorter expression",
+            pattern.len()
+        )));
+    }
+    let bytes = pattern.as_bytes();
+    let (mut depth, mut deepest, mut classes) = (0usize, 0usize, 0usize);
+    let mut folded = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => {
+                if matches!(bytes.get(i + 1), Some(b'p' | b'P')) {
+                    classes += 1;
+                }
+                i += 2;
+                continue;
+            }
+            b'(' => {
+                depth += 1;
+                // Flags: `(?i)`, `(?xi:...)`; an `i` after `-` turns it off, counted all the same.
+                if bytes.get(i + 1) == Some(&b'?') {
+                    let flags = bytes[i + 2..]
+                        .iter()
+                        .take_while(|b| b.is_ascii_alphabetic() || **b == b'-');
+                    folded |= flags.into_iter().any(|b| *b == b'i');
+                }
+            }
+            b'[' => depth += 1,
+            b')' | b']' => depth = depth.saturating_sub(1),
+            b'-' => classes += 1,
+            _ => {}
+        }
+        deepest = deepest.max(depth);
+        i += 1;
+    }
+    if deepest > VOTE_PATTERN_MAX_DEPTH {
+        return Err(too_large(format!(
+            "nested deeper than {VOTE_PATTERN_MAX_DEPTH} groups or classes: write a flatter expression"
+        )));
+    }
+    if folded && classes > VOTE_PATTERN_MAX_FOLDED_CLASSES {
+        return Err(too_large(format!(
+            "case-insensitive with more than {VOTE_PATTERN_MAX_FOLDED_CLASSES} Unicode property classes or ranges: write fewer, or drop the i flag"
+        )));
+    }
+    Ok(())
+}
+
 /// A key case-folded (Unicode lowercase), trimmed, without trailing punctuation.
 fn normalized(key: &str) -> String {
     let folded = key.trim().to_lowercase();
@@ -173,5 +270,60 @@ mod tests {
         // Inner punctuation stays: "3.5" is not "35".
         assert_eq!(normalized("3.5."), "3.5");
         assert_eq!(normalized("¿Sí?"), "¿sí");
+    }
+
+    #[test]
+    fn costly_patterns_are_refused_before_they_are_parsed() {
+        use super::*;
+        let refused = |p: &str| VoteKey::pattern(p).unwrap_err();
+        // What a vote key usually is passes.
+        for fine in [
+            r"Answer: (\w+)",
+            r"(?i)answer:\s*\(?([A-D])\)?",
+            r"\\boxed\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}",
+            r"####\s*(-?[\d,]+(?:\.\d+)?)",
+        ] {
+            assert!(VoteKey::pattern(fine).is_ok(), "{fine}");
+        }
+        // Longer than the limit: refused whatever it holds, \w's (each a table of ranges once
+        // parsed) or nested repetitions.
+        let words = "\\w".repeat(150_000);
+        let e = refused(&words);
+        assert!(
+            e.too_large() && e.to_string().starts_with("longer than 1024 bytes"),
+            "{e}"
+        );
+        let repeated = format!("(?:{})", "a?".repeat(510));
+        assert!(repeated.len() <= VOTE_PATTERN_MAX_BYTES);
+        assert!(VoteKey::pattern(&repeated).is_ok());
+        assert!(refused(&format!("(?:{})", "a?".repeat(600))).too_large());
+        // Nesting, counted over groups and classes alike; an escaped bracket is a literal.
+        let deep = |n: usize| format!("{}a{}", "(".repeat(n), ")".repeat(n));
+        assert!(VoteKey::pattern(&deep(16)).is_ok());
+        let e = refused(&deep(17));
+        assert!(
+            e.too_large() && e.to_string().contains("nested deeper than 16"),
+            "{e}"
+        );
+        assert!(refused(&format!("{}a{}", "[".repeat(17), "]".repeat(17))).too_large());
+        assert!(VoteKey::pattern(&"\\(".repeat(40)).is_ok());
+        // Case-insensitive: each class is case-folded range by range; wide ones cost
+        // milliseconds each.
+        let wide = r"[\x{0}-\x{10FFFF}]";
+        assert!(
+            VoteKey::pattern(&wide.repeat(20)).is_ok(),
+            "without the i flag"
+        );
+        let e = refused(&format!("(?i){}", wide.repeat(5)));
+        assert!(
+            e.too_large() && e.to_string().contains("case-insensitive"),
+            "{e}"
+        );
+        assert!(refused(&format!("(?i:{})", r"\p{Any}".repeat(5))).too_large());
+        assert!(VoteKey::pattern(&format!("(?i){}", r"\p{Any}".repeat(4))).is_ok());
+        // Perl classes fold cheaply: not counted.
+        assert!(VoteKey::pattern(&format!("(?i){}", r"\w\d\s\W".repeat(2))).is_ok());
+        // Not too large: an invalid expression.
+        assert!(!refused("(").too_large());
     }
 }
