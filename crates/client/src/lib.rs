@@ -97,7 +97,8 @@ pub use builder::{
     DEFAULT_MAX_RETRY_WAIT, IDLE_CONNECTION_LIFETIME,
 };
 
-pub use choicewise_core::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect};
+pub use choicewise_core::Dialect;
+pub use choicewise_core::defaults::DEFAULT_ANTHROPIC_MAX_TOKENS;
 
 mod error;
 use error::status_error;
