@@ -350,7 +350,7 @@ impl Client {
         };
         let body = match tokio::time::timeout(inner.idle_timeout, response.bytes()).await {
             Err(_) => return Err(ClientError::timeout(&url_text())),
-            Ok(body) => body?,
+            Ok(body) => body.map_err(ClientError::request)?,
         };
         serde_json::from_slice(&body).map_err(|e| {
             ClientError::invalid(
