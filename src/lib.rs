@@ -44,6 +44,11 @@
 //! | **Errors** | one [`Error`]: its [`kind`](Error::kind), [`line`](Error::line), [`offset`](Error::offset), [`choice`](Error::choice); a failed choice fails alone, and [`Incomplete`] keeps what arrived |
 //! | **Without a runtime** | [`Demux`], the same demultiplexer for synchronous code |
 //!
+//! The crate root holds what an application uses. The finer pieces are in modules: [`plan`]
+//! (the gateway's request plans), [`confidence`] (DeepConf's options, log-probabilities and
+//! the report of a vote guided by them), [`defaults`] (defaults and bounds), [`input`] (the
+//! input side's lower-level types), [`wire`] (chunk types) and [`chunks`] (the chunk encoder).
+//!
 //! The repository's `docs/` explain the architecture (the actors and the flow of one chunk),
 //! the benchmarks, the reliability guarantees, each capability, and which parts of this API
 //! are stable (`docs/api.md`).

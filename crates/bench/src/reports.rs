@@ -323,7 +323,7 @@ pub(crate) fn scale(args: &ScaleArgs) -> Report {
          retired after {} ms of quiet upstream)",
         idle.heap_per_completion / 1024.0,
         idle.actors,
-        choicewise::DEFAULT_HIBERNATE_AFTER.as_millis(),
+        choicewise::defaults::DEFAULT_HIBERNATE_AFTER.as_millis(),
     );
     println!(
         "  RSS growth: {:.1} KiB per completion for the first {} (glibc keeps the retired \

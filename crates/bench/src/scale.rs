@@ -6,7 +6,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use choicewise::{Choice, Completions, DEFAULT_HIBERNATE_AFTER, Source, live_actors};
+use choicewise::defaults::DEFAULT_HIBERNATE_AFTER;
+use choicewise::{Choice, Completions, Source, live_actors};
 use choicewise_test_support::rss_bytes;
 use futures::StreamExt;
 use tokio::runtime::Runtime;

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use choicewise::{Completions, Dialect, Opening, Plan, PlanUpstream, Policy, Source};
+use choicewise::plan::{Opening, Plan, PlanUpstream};
+use choicewise::{Completions, Dialect, Policy, Source};
 use choicewise_client::Client;
 use clap::Args;
 use futures::Stream;

@@ -1,9 +1,7 @@
 //! Choosing the view: `--json`, the plain labelled lines, or the live view on a terminal.
 
-use choicewise::{
-    Completions, Confidence, ConfidenceReport, PickRule, Policy, PolicyError, PolicyLimits,
-    Selection,
-};
+use choicewise::confidence::{Confidence, ConfidenceReport};
+use choicewise::{Completions, PickRule, Policy, PolicyError, PolicyLimits, Selection};
 use clap::Args;
 use tokio::sync::watch;
 

@@ -668,7 +668,8 @@ fn confidence_on_a_recording_with_logprobs_decides_as_the_library_does() {
     // The library, over the same bytes (the stamps are SSE comments), as fast as it can read:
     // the same decision.
     let library = tokio::runtime::Runtime::new().unwrap().block_on(async {
-        use choicewise::{Completions, Confidence, Source, VoteKey};
+        use choicewise::confidence::Confidence;
+        use choicewise::{Completions, Source, VoteKey};
         let bytes = std::fs::read(&file).unwrap();
         let key = VoteKey::pattern(r"Answer: (\d+)").unwrap();
         Completions::new(Source::reader(std::io::Cursor::new(bytes)))

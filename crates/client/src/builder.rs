@@ -379,7 +379,8 @@ impl ClientBuilder {
             // prompt, and a key in a header reqwest does not strip, to another host. A 3xx
             // is the server's failure, with its status.
             .redirect(reqwest::redirect::Policy::none())
-            .build()?;
+            .build()
+            .map_err(ClientError::request)?;
         Ok(Client {
             inner: Arc::new(Inner {
                 http,

@@ -260,12 +260,6 @@ impl std::error::Error for ClientError {
     }
 }
 
-impl From<reqwest::Error> for ClientError {
-    fn from(e: reqwest::Error) -> Self {
-        ClientError::request(e)
-    }
-}
-
 /// `url` without what may be a secret: its user name and password, its query (`?api-key=`)
 /// and its fragment.
 pub(crate) fn redact(url: &reqwest::Url) -> String {

@@ -97,7 +97,8 @@ pub use builder::{
     DEFAULT_MAX_RETRY_WAIT, IDLE_CONNECTION_LIFETIME,
 };
 
-pub use choicewise_core::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect};
+pub use choicewise_core::Dialect;
+pub use choicewise_core::defaults::DEFAULT_ANTHROPIC_MAX_TOKENS;
 
 mod error;
 use error::status_error;
@@ -349,7 +350,7 @@ impl Client {
         };
         let body = match tokio::time::timeout(inner.idle_timeout, response.bytes()).await {
             Err(_) => return Err(ClientError::timeout(&url_text())),
-            Ok(body) => body?,
+            Ok(body) => body.map_err(ClientError::request)?,
         };
         serde_json::from_slice(&body).map_err(|e| {
             ClientError::invalid(

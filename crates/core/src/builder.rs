@@ -6,6 +6,10 @@ use choicewise_proto::Demux;
 
 use crate::completions::Completions;
 use crate::config::Config;
+#[cfg(doc)]
+use crate::defaults::{
+    DEFAULT_HIBERNATE_AFTER, DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS,
+};
 use crate::source::Source;
 
 impl Completions {
@@ -60,7 +64,7 @@ pub struct CompletionsBuilder {
 
 impl CompletionsBuilder {
     /// The largest SSE event accepted, in bytes (default
-    /// [`DEFAULT_MAX_EVENT_SIZE`](crate::DEFAULT_MAX_EVENT_SIZE)); a larger one ends the stream
+    /// [`DEFAULT_MAX_EVENT_SIZE`]); a larger one ends the stream
     /// with [`ErrorDetail::Sse`](crate::ErrorDetail::Sse) instead of growing memory.
     ///
     /// ```
@@ -127,7 +131,7 @@ impl CompletionsBuilder {
     }
 
     /// The most distinct choices accepted (default
-    /// [`DEFAULT_MAX_CHOICES`](crate::DEFAULT_MAX_CHOICES)); one more ends the stream with
+    /// [`DEFAULT_MAX_CHOICES`]); one more ends the stream with
     /// [`ErrorDetail::TooManyChoices`](crate::ErrorDetail::TooManyChoices).
     ///
     /// ```
@@ -145,7 +149,7 @@ impl CompletionsBuilder {
     }
 
     /// The most tool calls accepted in one choice (default
-    /// [`DEFAULT_MAX_TOOL_CALLS`](crate::DEFAULT_MAX_TOOL_CALLS)); one more ends that choice
+    /// [`DEFAULT_MAX_TOOL_CALLS`]); one more ends that choice
     /// with [`ErrorDetail::InvalidToolCall`](crate::ErrorDetail::InvalidToolCall).
     ///
     /// ```
@@ -178,7 +182,7 @@ impl CompletionsBuilder {
     }
 
     /// Retires the choice actors when the upstream has sent nothing for this long (default:
-    /// [`DEFAULT_HIBERNATE_AFTER`](crate::DEFAULT_HIBERNATE_AFTER), 250 ms). A choice keeps
+    /// [`DEFAULT_HIBERNATE_AFTER`], 250 ms). A choice keeps
     /// its state and its sub-streams while its actor is retired; the next update for it spawns
     /// a new actor, once the old one has applied everything it had queued. An idle completion
     /// then holds only its reader actor. `Duration::MAX` keeps the actors for the whole

@@ -8,7 +8,8 @@ use choicewise_proto::StreamConfig;
 /// How long the upstream stays quiet before the choice actors retire, unless told otherwise.
 ///
 /// ```
-/// assert_eq!(choicewise_core::DEFAULT_HIBERNATE_AFTER, std::time::Duration::from_millis(250));
+/// use choicewise_core::defaults::DEFAULT_HIBERNATE_AFTER;
+/// assert_eq!(DEFAULT_HIBERNATE_AFTER, std::time::Duration::from_millis(250));
 /// ```
 pub const DEFAULT_HIBERNATE_AFTER: Duration = Duration::from_millis(250);
 

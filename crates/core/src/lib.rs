@@ -15,7 +15,11 @@
 //!   that replay from the start at any time, and [`Choice::message`], the assembled message.
 //! - [`Completions::collect`] gives the whole completion in the shape of a non-streaming
 //!   response; [`Completions::first_finished`], [`vote`](Completions::vote) and the other
-//!   combinators pick choices while they stream and cancel the rest.
+//!   combinators pick choices while they stream and cancel the rest; a [`Policy`] states a
+//!   pick as data.
+//!
+//! The crate root holds what an application uses; the finer pieces are in modules: [`plan`],
+//! [`confidence`], [`defaults`], [`input`], [`wire`] and [`chunks`].
 //!
 //! ```
 //! use choicewise_core::{Completions, Source};
@@ -60,7 +64,7 @@ mod diagnostics;
 mod lifetime;
 mod log;
 mod msg;
-mod plan;
+pub mod plan;
 mod policy;
 mod samples;
 mod select;
@@ -75,31 +79,80 @@ pub use choice::Choice;
 pub use choicewise_proto::EncodingName;
 pub use choicewise_proto::{
     ArgumentsError, CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource,
-    ChoiceUsage, Confidence, DEFAULT_ANTHROPIC_MAX_TOKENS, DEFAULT_MAX_CHOICES,
-    DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS, Demux, Dialect, Error, ErrorDetail, ErrorKind,
-    Estimate, Flow, FunctionCall, FunctionCallEvent, Incomplete, Message, Parsed, PartialJsonError,
-    SampleConfidence, Snapshot, SseError, StreamConfig, Text, TokenLogprob, ToolCall, TopLogprob,
-    UpstreamError, Usage, UsageSource, Warning, WarningKind, WeightedVote, quantile,
-    token_confidence,
+    ChoiceUsage, Demux, Dialect, Error, ErrorDetail, ErrorKind, Estimate, FunctionCall,
+    FunctionCallEvent, Incomplete, Message, PartialJsonError, Snapshot, Text, ToolCall,
+    UpstreamError, Usage, UsageSource, Warning, WarningKind,
 };
 pub use choicewise_proto::{chunks, wire};
 pub use completions::{Choices, Completions};
-pub use config::DEFAULT_HIBERNATE_AFTER;
 #[cfg(feature = "diagnostics")]
 #[doc(hidden)]
 pub use diagnostics::{actors_started, live_actors};
-pub use plan::{Opening, Plan, PlanUpstream, PlannedRequest};
-pub use policy::{
-    DEFAULT_MIN_VOTES, HEDGE_AFTER_FLOOR, PickRule, Policy, PolicyBuilder, PolicyError,
-    PolicyErrorKind, PolicyLimits,
-};
-pub use select::confidence::{ConfidenceApplied, ConfidenceReport};
-pub use select::{
-    Pick, Selection, Tally, VOTE_PATTERN_MAX_BYTES, VOTE_PATTERN_MAX_DEPTH,
-    VOTE_PATTERN_MAX_FOLDED_CLASSES, VOTE_PATTERN_SIZE_LIMIT, VoteKey, VoteKeyError,
-};
+pub use policy::{PickRule, Policy, PolicyBuilder, PolicyError, PolicyErrorKind, PolicyLimits};
+pub use select::{Pick, Selection, Tally, VoteKey, VoteKeyError};
 pub use source::Source;
 pub use stream::EventStream;
+
+pub mod confidence {
+    //! Confidence from log-probabilities (DeepConf), for a vote guided by it
+    //! ([`Pick::confidence`](crate::Pick::confidence)) and for a caller's own use: the
+    //! options ([`Confidence`]), a choice's log-probabilities as they stream
+    //! ([`Choice::logprobs`](crate::Choice::logprobs), items of [`TokenLogprob`]), a sample's
+    //! running confidence ([`SampleConfidence`], [`token_confidence`]), the threshold's
+    //! [`quantile`], the weighted tally ([`WeightedVote`]) and what a vote reports of it
+    //! ([`ConfidenceReport`], in [`Selection::confidence`](crate::Selection::confidence)).
+    //!
+    //! ```
+    //! use choicewise_core::confidence::{Confidence, quantile};
+    //! let options = Confidence::new().warmup(8).keep(0.9);
+    //! assert_eq!(quantile(&[1.0, 2.0, 3.0], 0.5), Some(2.0));
+    //! # let _ = options;
+    //! ```
+
+    pub use crate::select::confidence::{ConfidenceApplied, ConfidenceReport};
+    pub use choicewise_proto::{
+        Confidence, SampleConfidence, TokenLogprob, TopLogprob, WeightedVote, quantile,
+        token_confidence,
+    };
+}
+
+pub mod defaults {
+    //! The defaults and bounds that the builders and a [`Policy`](crate::Policy) apply when
+    //! nothing else is said.
+    //!
+    //! ```
+    //! use choicewise_core::defaults::{DEFAULT_MAX_CHOICES, DEFAULT_MIN_VOTES};
+    //! assert!(DEFAULT_MAX_CHOICES > 1);
+    //! assert_eq!(DEFAULT_MIN_VOTES, 2);
+    //! ```
+
+    pub use crate::config::DEFAULT_HIBERNATE_AFTER;
+    pub use crate::policy::{DEFAULT_MIN_VOTES, HEDGE_AFTER_FLOOR};
+    pub use crate::select::{
+        VOTE_PATTERN_MAX_BYTES, VOTE_PATTERN_MAX_DEPTH, VOTE_PATTERN_MAX_FOLDED_CLASSES,
+        VOTE_PATTERN_SIZE_LIMIT,
+    };
+    pub use choicewise_proto::{
+        DEFAULT_ANTHROPIC_MAX_TOKENS, DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE,
+        DEFAULT_MAX_TOOL_CALLS,
+    };
+}
+
+pub mod input {
+    //! The input side's lower-level pieces: the bound on the items of
+    //! [`Source::parsed`](crate::Source::parsed) ([`Parsed`]), what
+    //! [`Demux::feed`](crate::Demux::feed) says of its input ([`Flow`]), the options a stream
+    //! is read with ([`StreamConfig`]) and the framing's error ([`SseError`]).
+    //!
+    //! ```
+    //! use choicewise_core::Demux;
+    //! use choicewise_core::input::Flow;
+    //! let mut demux = Demux::new();
+    //! assert_eq!(demux.feed(b"data: [DONE]\n\n").unwrap(), Flow::Done);
+    //! ```
+
+    pub use choicewise_proto::{Flow, Parsed, SseError, StreamConfig};
+}
 
 #[cfg(feature = "fault-injection")]
 #[doc(hidden)]

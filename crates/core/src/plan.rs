@@ -5,7 +5,7 @@
 /// When a plan's requests start.
 ///
 /// ```
-/// use choicewise_core::Opening;
+/// use choicewise_core::plan::Opening;
 /// assert_eq!(Opening::default(), Opening::All);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -26,7 +26,7 @@ pub enum Opening {
 /// samples then go in one request when they all open at once).
 ///
 /// ```
-/// use choicewise_core::PlanUpstream;
+/// use choicewise_core::plan::PlanUpstream;
 /// let u = PlanUpstream::new(2).native_n(true);
 /// assert_eq!((u.weight(), u.takes_n()), (2, true));
 /// ```
@@ -53,7 +53,7 @@ impl PlanUpstream {
     /// (`None`, the default: no limit; 0 counts as 1).
     ///
     /// ```
-    /// use choicewise_core::{Opening, Plan, PlanUpstream};
+    /// use choicewise_core::plan::{Opening, Plan, PlanUpstream};
     /// let upstreams = [PlanUpstream::new(1).native_n(true).max_n(Some(2))];
     /// let plan = Plan::new(5, &upstreams, Opening::All);
     /// let sizes: Vec<usize> = plan.requests().iter().map(|r| r.samples().len()).collect();
@@ -108,7 +108,7 @@ impl PlannedRequest {
 /// sample order, so that they can start one at a time.
 ///
 /// ```
-/// use choicewise_core::{Opening, Plan, PlanUpstream};
+/// use choicewise_core::plan::{Opening, Plan, PlanUpstream};
 /// let upstreams = [PlanUpstream::new(1).native_n(true), PlanUpstream::new(1)];
 /// let plan = Plan::new(4, &upstreams, Opening::All);
 /// let requests: Vec<(usize, &[u32])> = plan.requests().iter().map(|r| (r.upstream(), r.samples())).collect();

@@ -32,7 +32,7 @@ use crate::select::VoteKey;
 /// of several is no majority.
 ///
 /// ```
-/// assert_eq!(choicewise_core::DEFAULT_MIN_VOTES, 2);
+/// assert_eq!(choicewise_core::defaults::DEFAULT_MIN_VOTES, 2);
 /// ```
 pub const DEFAULT_MIN_VOTES: usize = 2;
 
@@ -40,7 +40,7 @@ pub const DEFAULT_MIN_VOTES: usize = 2;
 /// sample at once, which is no hedge.
 ///
 /// ```
-/// assert_eq!(choicewise_core::HEDGE_AFTER_FLOOR.as_millis(), 10);
+/// assert_eq!(choicewise_core::defaults::HEDGE_AFTER_FLOOR.as_millis(), 10);
 /// ```
 pub const HEDGE_AFTER_FLOOR: Duration = Duration::from_millis(10);
 
@@ -373,7 +373,8 @@ fn check_confidence(c: &Confidence) -> Result<(), PolicyError> {
 /// [`opening`](Self::opening).
 ///
 /// ```
-/// use choicewise_core::{Opening, PickRule, Policy, PolicyLimits};
+/// use choicewise_core::{PickRule, Policy, PolicyLimits};
+/// use choicewise_core::plan::Opening;
 /// let ext = serde_json::json!({"samples": 8, "select": "vote", "vote_by": "Answer: (\\d+)", "window": 4});
 /// let policy = Policy::from_json(ext.as_object().unwrap(), &PolicyLimits::new(1).max_samples(16)).unwrap();
 /// assert_eq!((policy.rule(), policy.samples(), policy.min_votes()), (PickRule::Vote, 8, 2));
@@ -482,7 +483,8 @@ impl Policy {
     /// a pick to a [`Plan`]'s opening.
     ///
     /// ```
-    /// use choicewise_core::{Opening, Policy, PolicyLimits};
+    /// use choicewise_core::{Policy, PolicyLimits};
+    /// use choicewise_core::plan::Opening;
     /// let read = |v: serde_json::Value| Policy::from_json(v.as_object().unwrap(), &PolicyLimits::default()).unwrap();
     /// assert_eq!(read(serde_json::json!({"samples": 3, "select": "first_token", "hedge_after_ms": 200})).opening(), Opening::Hedged);
     /// assert_eq!(read(serde_json::json!({"samples": 9, "select": "vote", "confidence": {"warmup": 4}})).opening(), Opening::First(4));
@@ -507,7 +509,8 @@ impl Policy {
     /// [`opening`](Self::opening) says.
     ///
     /// ```
-    /// use choicewise_core::{Policy, PolicyLimits, PlanUpstream};
+    /// use choicewise_core::{Policy, PolicyLimits};
+    /// use choicewise_core::plan::PlanUpstream;
     /// let ext = serde_json::json!({"samples": 3, "select": "first_token", "hedge_after_ms": 200});
     /// let policy = Policy::from_json(ext.as_object().unwrap(), &PolicyLimits::default()).unwrap();
     /// let plan = policy.plan(&[PlanUpstream::new(1), PlanUpstream::new(1)]);

@@ -329,8 +329,8 @@ impl<'a> Pick<'a> {
     ///
     /// - Each token's confidence is `-(1/k) Σ_j log p(j)` over its top-k; a choice's group
     ///   confidence is the mean over its last `group_tokens` tokens (see
-    ///   [`SampleConfidence`](crate::SampleConfidence)), its confidence the lowest group
-    ///   confidence.
+    ///   [`SampleConfidence`](crate::confidence::SampleConfidence)), its confidence the lowest
+    ///   group confidence.
     /// - **Warmup**: the first `warmup` choices (by index) run to their end; the threshold is
     ///   the `(1 - keep)` quantile of their confidences.
     /// - **Online**: every later choice is stopped — cancelled, and its upstream dropped when
@@ -361,7 +361,8 @@ impl<'a> Pick<'a> {
     /// the choices in by then).
     ///
     /// ```
-    /// use choicewise_core::{Completions, Confidence, Source};
+    /// use choicewise_core::{Completions, Source};
+    /// use choicewise_core::confidence::Confidence;
     /// # #[tokio::main] async fn main() {
     /// // One token each, whose top-2 log-probabilities give it confidence `c`.
     /// let sample = |answer: &str, c: f64| {

@@ -8,9 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use choicewise_core::{
-    ChoiceOutput, Completions, Confidence, ConfidenceReport, SampleConfidence, Selection, Source,
-};
+use choicewise_core::confidence::{Confidence, ConfidenceReport, SampleConfidence};
+use choicewise_core::{ChoiceOutput, Completions, Selection, Source};
 use choicewise_test_support::within;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use serde_json::{Value, json};

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use choicewise_core::{Completions, Confidence, Selection, Source};
+use choicewise_core::confidence::Confidence;
+use choicewise_core::{Completions, Selection, Source};
 use choicewise_test_support::within;
 use proptest::prelude::*;
 use serde_json::json;

@@ -18,9 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise_core::Source;
+use choicewise_core::input::SseError;
 use choicewise_core::{
     ChatCompletion, ChoiceEvent, Completions, CompletionsBuilder, Error, ErrorDetail,
-    FunctionCallEvent, Incomplete, SseError, WarningKind,
+    FunctionCallEvent, Incomplete, WarningKind,
 };
 use choicewise_test_support::{DONE, content_chunk, sse_chunk, within};
 use futures::{Stream, StreamExt, TryStreamExt};

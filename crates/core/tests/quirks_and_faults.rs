@@ -299,7 +299,7 @@ async fn invalid_utf8_is_a_typed_error_naming_its_line_after_the_earlier_data() 
     assert!(
         matches!(
             inc.error.detail(),
-            ErrorDetail::Sse(choicewise_core::SseError::InvalidUtf8 { line: 3, .. })
+            ErrorDetail::Sse(choicewise_core::input::SseError::InvalidUtf8 { line: 3, .. })
         ),
         "{:?}",
         inc.error
@@ -354,7 +354,7 @@ async fn a_runaway_event_fails_early_without_reading_the_rest() {
     assert!(
         matches!(
             err.detail(),
-            ErrorDetail::Sse(choicewise_core::SseError::EventTooLarge {
+            ErrorDetail::Sse(choicewise_core::input::SseError::EventTooLarge {
                 limit: 1_048_576,
                 line: 1,
                 offset: 0

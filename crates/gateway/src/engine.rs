@@ -10,9 +10,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use choicewise_core::{
-    Completions, Opening, PickRule, Plan, PlanUpstream, Policy, Selection, Source,
-};
+use choicewise_core::plan::{Opening, Plan, PlanUpstream};
+use choicewise_core::{Completions, PickRule, Policy, Selection, Source};
 use serde_json::{Map, Value, json};
 
 use crate::config::NMode;
@@ -37,7 +36,7 @@ fn plan(upstreams: &[UpstreamRoute], req: &ChatRequest) -> Plan {
 
 /// The upstream a request's `j`-th replacement sample is first asked of: the planned
 /// requests' upstreams in turn (its tries then go on as every try does).
-fn replacement_upstream(planned: &[choicewise_core::PlannedRequest], j: usize) -> usize {
+fn replacement_upstream(planned: &[choicewise_core::plan::PlannedRequest], j: usize) -> usize {
     planned[j % planned.len()].upstream()
 }
 

@@ -273,15 +273,24 @@ impl Gateway {
         })
     }
 
-    /// The gateway's routes: `POST /v1/chat/completions`, `GET /v1/models`, `GET /healthz`,
-    /// and `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics).
+    /// The gateway's eight routes:
+    ///
+    /// - `POST /v1/chat/completions` (OpenAI Chat Completions),
+    /// - `POST /v1/messages` (Anthropic Messages),
+    /// - `POST /v1/messages/count_tokens` (Anthropic's token count),
+    /// - `POST /v1/responses` (OpenAI Responses),
+    /// - `GET /v1/models` and `GET /v1/models/{id}` (the configured models),
+    /// - `GET /healthz`,
+    /// - `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics).
+    ///
+    /// Another method on a `POST` route is answered 405, an unknown path 404.
     ///
     /// Its layers, outermost first (docs/gateway.md): the request's id (`x-request-id`, the
     /// client's or one made here, echoed on the answer); the count of every answer in
     /// `choicewise_requests_total`; without `[auth]`, the checks that keep
     /// web pages out (a loopback `Host`, no `Origin` unless listed in `allowed_origins`, JSON
-    /// bodies only); the client's key, from the headers, on the `/v1` routes; then, for a
-    /// chat request, a declared body over `max_body_bytes` refused and a slot taken
+    /// bodies only); the client's key, from the headers, on the `/v1` routes; then, on each
+    /// `POST` route, a declared body over `max_body_bytes` refused and a slot taken
     /// (`max_concurrent_requests`), held until the answer's last byte.
     pub fn router(&self) -> axum::Router {
         let gw = self.clone();

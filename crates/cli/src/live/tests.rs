@@ -190,7 +190,7 @@ async fn columns_are_in_index_order_and_say_when_ctrl_c_stopped_them() {
 /// (confidence 0.5) and would go on for ever.
 #[tokio::test]
 async fn a_choice_stopped_for_low_confidence_says_so() {
-    use choicewise::Confidence;
+    use choicewise::confidence::Confidence;
     use futures::stream;
     let event = |text: &str, c: f64, finish: bool| {
         let token = serde_json::json!({"token": text, "logprob": -c / 2.0, "top_logprobs": [

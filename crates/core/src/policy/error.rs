@@ -22,7 +22,7 @@ pub enum PolicyErrorKind {
     /// A field that goes with another rule than the one selected.
     GoesWith,
     /// A `vote_by` that compiles to more than
-    /// [`VOTE_PATTERN_SIZE_LIMIT`](crate::VOTE_PATTERN_SIZE_LIMIT).
+    /// [`VOTE_PATTERN_SIZE_LIMIT`](crate::defaults::VOTE_PATTERN_SIZE_LIMIT).
     PatternTooLarge,
     /// A value of the wrong type or out of its range.
     Invalid,

@@ -26,7 +26,7 @@ use crate::select::{Decided, Following, Judge, Replacing, Tally, short_of, vote,
 /// `{"unavailable": "REASON"}`.
 ///
 /// ```
-/// use choicewise_core::ConfidenceReport;
+/// use choicewise_core::confidence::ConfidenceReport;
 /// let report = ConfidenceReport::unavailable_for("no log-probabilities");
 /// assert_eq!(serde_json::to_string(&report).unwrap(), r#"{"unavailable":"no log-probabilities"}"#);
 /// assert_eq!(report.threshold(), None);
@@ -49,7 +49,7 @@ pub enum ConfidenceReport {
 /// The figures of a vote guided by confidence that ran.
 ///
 /// ```
-/// use choicewise_core::{ConfidenceApplied, ConfidenceReport};
+/// use choicewise_core::confidence::{ConfidenceApplied, ConfidenceReport};
 /// let applied = ConfidenceApplied::new(2.5, vec![0, 1], vec![3], [("42".to_string(), 7.25)].into());
 /// let json = serde_json::to_value(ConfidenceReport::Applied(applied)).unwrap();
 /// assert_eq!(json, serde_json::json!({"threshold": 2.5, "warmup": [0, 1], "stopped": [3], "weights": {"42": 7.25}}));
@@ -79,7 +79,7 @@ impl ConfidenceApplied {
     /// A report with these figures (and no unscored choice), for programs and tests.
     ///
     /// ```
-    /// use choicewise_core::ConfidenceApplied;
+    /// use choicewise_core::confidence::ConfidenceApplied;
     /// let a = ConfidenceApplied::new(1.0, vec![0], vec![], Default::default());
     /// assert_eq!(a.threshold, 1.0);
     /// ```
@@ -103,7 +103,7 @@ impl ConfidenceReport {
     /// A report of the fallback to the plain vote, with its reason.
     ///
     /// ```
-    /// use choicewise_core::ConfidenceReport;
+    /// use choicewise_core::confidence::ConfidenceReport;
     /// assert_eq!(ConfidenceReport::unavailable_for("why").unavailable(), Some("why"));
     /// ```
     pub fn unavailable_for(reason: impl Into<String>) -> Self {
@@ -115,7 +115,7 @@ impl ConfidenceReport {
     /// Why the rule could not run, when it could not.
     ///
     /// ```
-    /// use choicewise_core::{ConfidenceApplied, ConfidenceReport};
+    /// use choicewise_core::confidence::{ConfidenceApplied, ConfidenceReport};
     /// let ran = ConfidenceReport::Applied(ConfidenceApplied::new(1.0, vec![0], vec![], Default::default()));
     /// assert_eq!(ran.unavailable(), None);
     /// ```
@@ -129,7 +129,7 @@ impl ConfidenceReport {
     /// The threshold, when the rule ran.
     ///
     /// ```
-    /// use choicewise_core::{ConfidenceApplied, ConfidenceReport};
+    /// use choicewise_core::confidence::{ConfidenceApplied, ConfidenceReport};
     /// let ran = ConfidenceReport::Applied(ConfidenceApplied::new(1.5, vec![0], vec![], Default::default()));
     /// assert_eq!(ran.threshold(), Some(1.5));
     /// ```
@@ -140,7 +140,7 @@ impl ConfidenceReport {
     /// The warmup choices (empty when the rule did not run).
     ///
     /// ```
-    /// use choicewise_core::ConfidenceReport;
+    /// use choicewise_core::confidence::ConfidenceReport;
     /// assert!(ConfidenceReport::unavailable_for("why").warmup().is_empty());
     /// ```
     pub fn warmup(&self) -> &[u32] {
@@ -150,7 +150,7 @@ impl ConfidenceReport {
     /// The choices stopped for low confidence (empty when the rule did not run).
     ///
     /// ```
-    /// use choicewise_core::{ConfidenceApplied, ConfidenceReport};
+    /// use choicewise_core::confidence::{ConfidenceApplied, ConfidenceReport};
     /// let ran = ConfidenceReport::Applied(ConfidenceApplied::new(1.0, vec![0], vec![4], Default::default()));
     /// assert_eq!(ran.stopped(), [4]);
     /// ```
@@ -161,7 +161,7 @@ impl ConfidenceReport {
     /// Each key's weight (empty when the rule did not run).
     ///
     /// ```
-    /// use choicewise_core::ConfidenceReport;
+    /// use choicewise_core::confidence::ConfidenceReport;
     /// assert!(ConfidenceReport::unavailable_for("why").weights().is_empty());
     /// ```
     pub fn weights(&self) -> &BTreeMap<String, f64> {
@@ -172,7 +172,7 @@ impl ConfidenceReport {
     /// The figures, when the rule ran.
     ///
     /// ```
-    /// use choicewise_core::ConfidenceReport;
+    /// use choicewise_core::confidence::ConfidenceReport;
     /// assert!(ConfidenceReport::unavailable_for("why").applied().is_none());
     /// ```
     pub fn applied(&self) -> Option<&ConfidenceApplied> {

@@ -11,7 +11,7 @@ use choicewise_proto::ChoiceOutput;
 /// milliseconds at most.
 ///
 /// ```
-/// assert_eq!(choicewise_core::VOTE_PATTERN_SIZE_LIMIT, 256 * 1024);
+/// assert_eq!(choicewise_core::defaults::VOTE_PATTERN_SIZE_LIMIT, 256 * 1024);
 /// ```
 pub const VOTE_PATTERN_SIZE_LIMIT: usize = 256 * 1024;
 
