@@ -20,7 +20,7 @@ pub const VOTE_PATTERN_SIZE_LIMIT: usize = 256 * 1024;
 /// holds (the parser expands each Unicode class into its table of ranges).
 ///
 /// ```
-/// assert_eq!(choicewise_core::VOTE_PATTERN_MAX_BYTES, 1024);
+/// assert_eq!(choicewise_core::defaults::VOTE_PATTERN_MAX_BYTES, 1024);
 /// ```
 pub const VOTE_PATTERN_MAX_BYTES: usize = 1024;
 
@@ -28,7 +28,7 @@ pub const VOTE_PATTERN_MAX_BYTES: usize = 1024;
 /// one level), checked before the pattern is parsed.
 ///
 /// ```
-/// assert_eq!(choicewise_core::VOTE_PATTERN_MAX_DEPTH, 16);
+/// assert_eq!(choicewise_core::defaults::VOTE_PATTERN_MAX_DEPTH, 16);
 /// ```
 pub const VOTE_PATTERN_MAX_DEPTH: usize = 16;
 
@@ -38,7 +38,7 @@ pub const VOTE_PATTERN_MAX_DEPTH: usize = 16;
 /// Unicode (`\p{Any}`, `[\x{0}-\x{10FFFF}]`). Checked before the pattern is parsed.
 ///
 /// ```
-/// assert_eq!(choicewise_core::VOTE_PATTERN_MAX_FOLDED_CLASSES, 4);
+/// assert_eq!(choicewise_core::defaults::VOTE_PATTERN_MAX_FOLDED_CLASSES, 4);
 /// ```
 pub const VOTE_PATTERN_MAX_FOLDED_CLASSES: usize = 4;
 
