@@ -24,7 +24,7 @@ use choicewise_testserver::{TestServer, answer};
 use serde_json::{Value, json};
 
 mod common;
-use common::serve;
+use common::{serve, silent};
 
 const KEY: &str = "sk-agent-test";
 
@@ -439,22 +439,6 @@ async fn gateway(api: &str, upstream: &TestServer) -> SocketAddr {
     })
     .await
     .0
-}
-
-/// A server that takes connections and never answers: no first byte.
-async fn silent() -> String {
-    use tokio::io::AsyncReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0; 65536];
-                while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
-            });
-        }
-    });
-    format!("http://{addr}/v1")
 }
 
 /// A gateway whose model `agent-model` hedges its first token across two upstreams of `api`

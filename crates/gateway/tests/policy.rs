@@ -11,30 +11,14 @@ use choicewise_gateway::Config;
 use choicewise_test_support::within;
 use choicewise_testserver::{TestServer, answer};
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
 
 mod common;
-use common::serve;
+use common::{serve, silent};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 fn env(_: &str) -> Option<String> {
     None
-}
-
-/// A server that takes connections and never answers: no first byte.
-async fn silent() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0; 65536];
-                while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
-            });
-        }
-    });
-    format!("http://{addr}/v1")
 }
 
 fn upstream(url: &str) -> String {

@@ -30,3 +30,20 @@ pub fn stalled(events: usize) -> TestServerBuilder {
 /// An upstream that refuses connections, its port held (the workspace's test kit).
 #[allow(unused_imports)] // not every test binary that shares this module needs one
 pub use choicewise_test_support::refusing;
+
+/// An upstream that takes connections and never answers (no first byte): its base URL.
+#[allow(dead_code)] // not every test binary that shares this module needs one
+pub async fn silent() -> String {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0; 65536];
+                while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
