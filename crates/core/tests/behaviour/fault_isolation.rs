@@ -2,9 +2,7 @@
 //! exactly as they would have without it, in every position of the poison and under any read
 //! split; the poisoned choice keeps what it had and names its index, line and byte offset.
 
-mod common;
-
-use common::streams::{completion, interleave, orderly};
+use crate::common::streams::{completion, interleave, orderly};
 
 use std::sync::LazyLock;
 
@@ -95,7 +93,7 @@ fn sse_of(chunks: &[Value]) -> Vec<u8> {
 
 /// The chunks of a fixture, parsed.
 fn chunks_of(name: &str) -> Vec<Value> {
-    String::from_utf8(common::fixture(name))
+    String::from_utf8(crate::common::fixture(name))
         .unwrap()
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
@@ -200,9 +198,9 @@ fn a_poisoned_choice_in_every_position_fails_alone(fixture: &str) {
             }
             for (place, stream) in places {
                 let bytes = sse_of(&stream);
-                for sizes in common::SPLITS {
+                for sizes in crate::common::SPLITS {
                     let what = format!("{fixture}, choice {index}, poison {p}, {place}, {sizes:?}");
-                    let reads = common::split(&bytes, sizes);
+                    let reads = crate::common::split(&bytes, sizes);
                     let poisoned = RUNTIME.block_on(run(reads));
                     check(&clean, &poisoned, index, &what);
                 }
@@ -263,7 +261,7 @@ proptest! {
         let at = place.index(poisoned_choices[v].len().max(1)).min(poisoned_choices[v].len().saturating_sub(1));
         poisoned_choices[v].insert(at, poisons(index)[kind].clone());
         let shuffled = sse_of_entries(&interleave(&poisoned_choices, &picks, &group));
-        let poisoned = RUNTIME.block_on(run(common::split(&shuffled, &sizes)));
+        let poisoned = RUNTIME.block_on(run(crate::common::split(&shuffled, &sizes)));
         check(&clean, &poisoned, index, "property");
     }
 }

@@ -3,9 +3,7 @@
 //! bytes into reads give, choice for choice, the same events and the same assembled result as
 //! the orderly stream (each choice's updates in one run, read in one piece).
 
-mod common;
-
-use common::streams::{completion, interleave, orderly, sse};
+use crate::common::streams::{completion, interleave, orderly, sse};
 
 use std::sync::LazyLock;
 
@@ -22,7 +20,7 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 });
 
 async fn outcome(reads: Vec<Vec<u8>>) -> (ChatCompletion, Vec<(u32, Vec<ChoiceEvent>)>) {
-    common::observe(Completions::new(Source::sse(upstream(reads)))).await
+    crate::common::observe(Completions::new(Source::sse(upstream(reads)))).await
 }
 
 proptest! {
@@ -37,7 +35,7 @@ proptest! {
     ) {
         let reference = RUNTIME.block_on(outcome(vec![sse(&orderly(&choices))]));
         let shuffled = sse(&interleave(&choices, &picks, &group));
-        let actual = RUNTIME.block_on(outcome(common::split(&shuffled, &sizes)));
+        let actual = RUNTIME.block_on(outcome(crate::common::split(&shuffled, &sizes)));
         prop_assert_eq!(&actual.0.choices, &reference.0.choices);
         prop_assert_eq!(&actual.1, &reference.1);
         // And the reference is what the updates say, for the texts.

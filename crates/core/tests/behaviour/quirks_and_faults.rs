@@ -1,17 +1,15 @@
 //! Fixtures that the OpenAI SDK cannot accumulate (provider quirks) or that end badly
 //! (errors, truncation): each choice's exact result, the typed error and where it points.
 
-mod common;
-
 use choicewise_core::{ChatCompletion, Completions, ErrorDetail, Incomplete, Source, WarningKind};
 use choicewise_test_support::upstream;
 use futures::{StreamExt, TryStreamExt};
 
 async fn run(name: &str) -> Vec<Result<ChatCompletion, Incomplete<ChatCompletion>>> {
-    let bytes = common::fixture(name);
+    let bytes = crate::common::fixture(name);
     let mut results = Vec::new();
-    for split in common::SPLITS {
-        results.push(common::collect_reads(common::split(&bytes, split)).await);
+    for split in crate::common::SPLITS {
+        results.push(crate::common::collect_reads(crate::common::split(&bytes, split)).await);
     }
     // The same result whatever the reads.
     for r in &results[1..] {
@@ -121,7 +119,7 @@ async fn fragments_without_index_follow_their_id_or_the_latest_call() {
 
 #[tokio::test]
 async fn wire_quirks_frame_like_a_clean_stream_and_concatenated_objects_warn() {
-    let bytes = common::fixture("quirks_wire.sse");
+    let bytes = crate::common::fixture("quirks_wire.sse");
     let c = run("quirks_wire.sse").await.remove(0).unwrap();
     assert_eq!(
         c.choices[0].message.content.as_deref(),
@@ -170,9 +168,9 @@ async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
         ]
     );
     // Each choice's own streams: the text first, then the error; [DONE] after it changes nothing.
-    let completions = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
-        "error_mid_stream.sse",
-    ))));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(
+        crate::common::fixture("error_mid_stream.sse"),
+    )));
     let choice = completions.choice(1).await.unwrap();
     let mut content = choice.content();
     let mut text = String::new();
@@ -195,7 +193,7 @@ async fn an_error_mid_stream_ends_open_choices_with_it_after_their_text() {
 
 #[tokio::test]
 async fn a_cut_stream_is_a_truncation_error_naming_the_discarded_tail() {
-    let bytes = common::fixture("missing_done_truncated.sse");
+    let bytes = crate::common::fixture("missing_done_truncated.sse");
     let inc = run("missing_done_truncated.sse")
         .await
         .remove(0)
@@ -277,9 +275,9 @@ async fn azure_annotations_are_kept_and_do_not_reopen_a_finished_choice() {
         assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
         assert!(choice.content_filter_results.is_some());
     }
-    let completions = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
-        "azure_filters.sse",
-    ))));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(
+        crate::common::fixture("azure_filters.sse"),
+    )));
     completions.collect().await.unwrap();
     assert!(
         !completions
@@ -295,7 +293,7 @@ async fn azure_annotations_are_kept_and_do_not_reopen_a_finished_choice() {
 async fn invalid_utf8_is_a_typed_error_naming_its_line_after_the_earlier_data() {
     let mut bytes = b"data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\n".to_vec();
     bytes.extend_from_slice(b"data: {\"choices\":[{\"delta\":{\"content\":\"\xff\"}}]}\n\n");
-    let inc = common::collect_reads(vec![bytes]).await.unwrap_err();
+    let inc = crate::common::collect_reads(vec![bytes]).await.unwrap_err();
     assert!(
         matches!(
             inc.error.detail(),
@@ -387,8 +385,8 @@ async fn finish_before_the_last_argument_fragment_keeps_the_call_open() {
         (format!("{head}{tail}"), r#"{"city": "Paris"}"#, true),
         (format!("{head}data: [DONE]\n\n"), r#"{"city": "#, false),
     ] {
-        for split in common::SPLITS {
-            let reads = common::split(stream.as_bytes(), split);
+        for split in crate::common::SPLITS {
+            let reads = crate::common::split(stream.as_bytes(), split);
             let completions = Completions::new(Source::sse(upstream(reads)));
             let choice = completions.choice(0).await.unwrap();
             let events: Vec<_> = choice.events().try_collect().await.unwrap();
@@ -443,15 +441,15 @@ async fn finish_before_the_last_argument_fragment_keeps_the_call_open() {
 /// lines.
 #[tokio::test]
 async fn data_lines_without_blank_lines_are_applied_line_by_line_with_a_warning() {
-    let proper = String::from_utf8(common::fixture("openai_n3_tools.sse")).unwrap();
-    let reference = common::collect_reads(vec![proper.clone().into_bytes()])
+    let proper = String::from_utf8(crate::common::fixture("openai_n3_tools.sse")).unwrap();
+    let reference = crate::common::collect_reads(vec![proper.clone().into_bytes()])
         .await
         .unwrap();
     let squeezed = proper.replace("\n\n", "\n");
     let without_done = squeezed.replace("data: [DONE]\n", "");
     for stream in [squeezed, without_done] {
-        for split in common::SPLITS {
-            let reads = common::split(stream.as_bytes(), split);
+        for split in crate::common::SPLITS {
+            let reads = crate::common::split(stream.as_bytes(), split);
             let completions = Completions::new(Source::sse(upstream(reads)));
             let whole = completions.collect().await.unwrap();
             assert_eq!(whole.choices, reference.choices, "{split:?}");

@@ -1,8 +1,6 @@
 //! Function-call arguments while they stream: partial values, typed snapshots, the text of
 //! one field, repair of raw control characters, invalid arguments, and finality.
 
-mod common;
-
 use choicewise_core::{CallKind, ChoiceEvent, Completions, ErrorDetail, FunctionCallEvent, Source};
 use choicewise_test_support::{DONE, sse_chunk, upstream};
 use futures::{StreamExt, TryStreamExt};
@@ -19,7 +17,7 @@ struct Answer {
 
 fn golden_arguments(index: usize) -> Value {
     let golden: Value =
-        serde_json::from_slice(&common::fixture("expected/answer_question.json")).unwrap();
+        serde_json::from_slice(&crate::common::fixture("expected/answer_question.json")).unwrap();
     let args = golden["choices"][index]["tool_calls"][0]["function"]["arguments"]
         .as_str()
         .unwrap();
@@ -32,9 +30,9 @@ fn reads_stream(reads: Vec<Vec<u8>>) -> Completions {
 
 #[tokio::test]
 async fn the_answer_field_streams_as_decoded_text_under_any_split() {
-    let bytes = common::fixture("answer_question.sse");
-    for split in common::SPLITS {
-        let completions = reads_stream(common::split(&bytes, split));
+    let bytes = crate::common::fixture("answer_question.sse");
+    for split in crate::common::SPLITS {
+        let completions = reads_stream(crate::common::split(&bytes, split));
         for index in [0usize, 1] {
             let choice = completions.choice(index as u32).await.unwrap();
             let pieces: Vec<_> = choice
@@ -58,9 +56,9 @@ async fn the_answer_field_streams_as_decoded_text_under_any_split() {
 
 #[tokio::test]
 async fn typed_snapshots_grow_as_prefixes_and_end_with_the_final_value() {
-    let completions = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
-        "answer_question.sse",
-    ))));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(
+        crate::common::fixture("answer_question.sse"),
+    )));
     let choice = completions.choice(0).await.unwrap();
     let snapshots: Vec<_> = choice
         .arguments::<Answer>("answer_question")
@@ -88,9 +86,9 @@ async fn typed_snapshots_grow_as_prefixes_and_end_with_the_final_value() {
 
 #[tokio::test]
 async fn partial_values_are_consistent_with_the_final_value_after_every_fragment() {
-    let completions = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
-        "answer_question.sse",
-    ))));
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(
+        crate::common::fixture("answer_question.sse"),
+    )));
     let choice = completions.choice(1).await.unwrap();
     let final_value = golden_arguments(1);
     let mut calls = choice.function_calls();

@@ -2,8 +2,6 @@
 //! each dialect (authored from the providers' public event references), whole and in small
 //! read splits, recognised from the stream itself or forced.
 
-mod common;
-
 use choicewise_core::Source;
 use choicewise_core::{
     CallKind, ChatCompletion, ChoiceEvent, Completions, Demux, Dialect, Error, ErrorDetail,
@@ -11,7 +9,7 @@ use choicewise_core::{
 };
 use futures::TryStreamExt;
 
-/// Collects a fixture under every split of `common::SPLITS`, checking they agree; returns the
+/// Collects a fixture under every split of `crate::common::SPLITS`, checking they agree; returns the
 /// result and choice 0's events.
 async fn run(
     name: &str,
@@ -20,11 +18,11 @@ async fn run(
     Result<ChatCompletion, (ChatCompletion, Error)>,
     Vec<ChoiceEvent>,
 ) {
-    let bytes = common::fixture(name);
+    let bytes = crate::common::fixture(name);
     let mut reference: Option<String> = None;
     let mut out = None;
-    for sizes in common::SPLITS {
-        let reads = common::split(&bytes, sizes);
+    for sizes in crate::common::SPLITS {
+        let reads = crate::common::split(&bytes, sizes);
         let stream = futures::stream::iter(reads.into_iter().map(Ok::<_, std::io::Error>));
         let mut builder = Completions::builder();
         if let Some(dialect) = dialect {
@@ -140,7 +138,7 @@ async fn anthropic_text_thinking_and_tool_calls() {
 #[tokio::test]
 async fn an_anthropic_call_finishes_exactly_at_its_block_stop() {
     // Without the runtime: feed event by event and look at the events after each.
-    let bytes = common::fixture("anthropic_tools.sse");
+    let bytes = crate::common::fixture("anthropic_tools.sse");
     let text = String::from_utf8(bytes).unwrap();
     let mut demux = Completions::builder().demux();
     let mut finished_at = None;
@@ -245,7 +243,7 @@ async fn responses_parallel_calls_by_output_index_and_arguments_only_in_done() {
 
 #[tokio::test]
 async fn responses_refusal_incomplete_and_unknown_events() {
-    let bytes = common::fixture("responses_incomplete.sse");
+    let bytes = crate::common::fixture("responses_incomplete.sse");
     let completions = Completions::new(Source::reader(std::io::Cursor::new(bytes)));
     let c = completions.collect().await.expect("complete");
     assert_eq!(
@@ -316,7 +314,7 @@ fn chat_streams_are_still_recognised_as_chat() {
         "vllm_n4_reasoning.sse",
     ] {
         let mut demux = Demux::new();
-        let bytes = common::fixture(name);
+        let bytes = crate::common::fixture(name);
         for read in bytes.chunks(97) {
             if demux.feed(read).is_err() {
                 break;
@@ -370,7 +368,7 @@ async fn the_providers_own_stop_reason_is_kept_beside_the_mapped_finish() {
 /// The JSON of every event of an SSE fixture, as another client would hand them over
 /// already parsed (`[DONE]` left out).
 fn parsed_events(name: &str) -> Vec<serde_json::Value> {
-    let text = String::from_utf8(common::fixture(name)).unwrap();
+    let text = String::from_utf8(crate::common::fixture(name)).unwrap();
     text.replace("\r\n", "\n")
         .split("\n\n")
         .filter_map(|event| {
@@ -504,7 +502,7 @@ async fn a_typed_stream_of_parsed_events_that_stops_early_is_truncated_with_its_
 
 #[tokio::test]
 async fn a_mixed_fan_out_keeps_each_sources_id_and_model() {
-    let chat = common::fixture("demo.sse");
+    let chat = crate::common::fixture("demo.sse");
     let completions = Completions::builder().fan_out([
         Source::parsed(futures::stream::iter(
             parsed_events("anthropic_tools.sse")
@@ -557,9 +555,9 @@ async fn a_mixed_fan_out_keeps_each_sources_id_and_model() {
     let json = serde_json::to_value(&completion).unwrap();
     assert_eq!(json["choices"][0]["source"]["upstream"], 0);
     // A single stream's choices have no source.
-    let single = Completions::new(Source::reader(std::io::Cursor::new(common::fixture(
-        "demo.sse",
-    ))));
+    let single = Completions::new(Source::reader(std::io::Cursor::new(
+        crate::common::fixture("demo.sse"),
+    )));
     let single = single.collect().await.unwrap();
     assert!(single.choices.iter().all(|c| c.source.is_none()));
     assert!(

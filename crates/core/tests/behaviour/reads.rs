@@ -2,8 +2,6 @@
 //! on the batches before it: a choice's updates apply in order, and a fault stays with its
 //! choice.
 
-mod common;
-
 use std::time::Duration;
 
 use choicewise_core::{ChoiceEvent, Completions, ErrorDetail, Source};
@@ -36,7 +34,7 @@ async fn a_small_read_waits_for_the_choices_busy_actor() {
     // works: they must queue behind it, not be applied ahead of it by the reader.
     let later = vec![chunk(0, "b", None), chunk(0, "c", Some("stop"))];
     assert_eq!(
-        common::content_after_a_slow_update(completions, tx, later).await,
+        crate::common::content_after_a_slow_update(completions, tx, later).await,
         "abc"
     );
 }

@@ -1,8 +1,6 @@
 //! Usage: the provider's figures pass through unchanged; without them, an estimate equal to
 //! what tiktoken counts for the same strings, flagged as estimated.
 
-mod common;
-
 use choicewise_core::{Completions, Source, UsageSource, WarningKind};
 use choicewise_test_support::upstream;
 use choicewise_usage::{
@@ -28,9 +26,9 @@ async fn reported_usage_passes_through_unchanged() {
         "vllm_n4_reasoning.sse",
         "missing_done_finished.sse",
     ] {
-        let bytes = common::fixture(name);
+        let bytes = crate::common::fixture(name);
         let raw = last_raw_usage(&bytes);
-        let completion = common::collect_reads(vec![bytes]).await.unwrap();
+        let completion = crate::common::collect_reads(vec![bytes]).await.unwrap();
         let usage = completion.usage.unwrap();
         assert_eq!(usage.source, UsageSource::Reported, "{name}");
         let mut ours = serde_json::to_value(&usage).unwrap();
@@ -61,7 +59,7 @@ async fn a_later_chunk_without_usage_never_erases_it() {
 #[tokio::test]
 async fn without_usage_the_estimate_is_what_tiktoken_counts_for_the_same_strings() {
     // The tool-call fixture with its usage chunk removed.
-    let text = String::from_utf8(common::fixture("openai_n3_tools.sse")).unwrap();
+    let text = String::from_utf8(crate::common::fixture("openai_n3_tools.sse")).unwrap();
     let stripped: String = text
         .split("\n\n")
         .filter(|e| !e.contains("\"choices\":[]"))
@@ -166,9 +164,10 @@ async fn an_unknown_model_falls_back_to_the_default_encoding_and_says_so() {
 /// total counts the prompt once and adds the completions, and each choice gets its own.
 #[tokio::test]
 async fn llama_cpp_usage_chunks_per_choice_add_up_with_the_prompt_once() {
-    let bytes = common::fixture("llama_n4_usage_per_choice.sse");
-    for split in common::SPLITS {
-        let completions = Completions::new(Source::sse(upstream(common::split(&bytes, split))));
+    let bytes = crate::common::fixture("llama_n4_usage_per_choice.sse");
+    for split in crate::common::SPLITS {
+        let completions =
+            Completions::new(Source::sse(upstream(crate::common::split(&bytes, split))));
         let completion = completions.collect().await.unwrap();
         let usage = completion.usage.clone().unwrap();
         assert_eq!(usage.source, UsageSource::Reported);
@@ -222,7 +221,7 @@ async fn llama_cpp_usage_chunks_per_choice_add_up_with_the_prompt_once() {
 /// `Choice::usage()` estimates one, flagged.
 #[tokio::test]
 async fn openai_single_final_usage_chunk_is_the_total_and_choices_are_estimated() {
-    let bytes = common::fixture("openai_n3_tools.sse");
+    let bytes = crate::common::fixture("openai_n3_tools.sse");
     let raw = last_raw_usage(&bytes);
     let completions = Completions::new(Source::sse(futures::stream::iter([
         Ok::<_, std::io::Error>(bytes),

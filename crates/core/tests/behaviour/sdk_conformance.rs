@@ -4,13 +4,11 @@
 //! itself fails on the flattened stream (a choice first seen after a higher index), the golden
 //! file records that failure and its per-choice result.
 
-mod common;
-
 use choicewise_core::ChatCompletion;
 use serde_json::{Value, json};
 
 fn goldens() -> Vec<(String, Value)> {
-    let dir = common::fixture_path("expected");
+    let dir = crate::common::fixture_path("expected");
     let mut out: Vec<(String, Value)> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -73,9 +71,9 @@ fn compare(name: &str, split: &[usize], completion: &ChatCompletion, golden: &Va
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_golden_fixture_matches_the_sdk_under_any_read_split() {
     for (name, golden) in goldens() {
-        let bytes = common::fixture(&name);
-        for split in common::SPLITS {
-            let completion = common::collect_reads(common::split(&bytes, split))
+        let bytes = crate::common::fixture(&name);
+        for split in crate::common::SPLITS {
+            let completion = crate::common::collect_reads(crate::common::split(&bytes, split))
                 .await
                 .unwrap_or_else(|e| panic!("{name} with reads of {split:?}: {}", e.error));
             compare(&name, split, &completion, &golden);
@@ -95,7 +93,7 @@ async fn where_the_sdk_fails_on_out_of_order_choices_we_do_not() {
         "the SDK is known to fail on a stream whose first chunk is not choice 0: {failing:?}"
     );
     for name in failing {
-        let completion = common::collect_reads(vec![common::fixture(&name)])
+        let completion = crate::common::collect_reads(vec![crate::common::fixture(&name)])
             .await
             .unwrap();
         let indexes: Vec<u32> = completion.choices.iter().map(|c| c.index).collect();
@@ -106,9 +104,10 @@ async fn where_the_sdk_fails_on_out_of_order_choices_we_do_not() {
 
 #[tokio::test]
 async fn collect_has_the_non_streaming_shape_and_the_reported_usage() {
-    let completion = common::collect_reads(vec![common::fixture("openai_n3_tools.sse")])
-        .await
-        .unwrap();
+    let completion =
+        crate::common::collect_reads(vec![crate::common::fixture("openai_n3_tools.sse")])
+            .await
+            .unwrap();
     let json = serde_json::to_value(&completion).unwrap();
     assert_eq!(json["object"], "chat.completion");
     assert!(json["id"].as_str().unwrap().starts_with("chatcmpl-"));
