@@ -526,52 +526,13 @@ impl Decided {
 }
 
 impl Completions {
-    /// The pick a [`Policy`](crate::Policy) states, with its options (its `take`, hedge,
-    /// window, minimum votes, confidence, deadline); further options read as methods
-    /// ([`keep_rest`](Pick::keep_rest)). A policy of [`PickRule::All`](crate::PickRule::All)
-    /// starts every sample and selects the first [`take`](crate::Policy::take) choices at
-    /// once, cancelling nothing.
-    ///
-    /// ```
-    /// use choicewise_core::{Completions, Policy, PolicyLimits, Source};
-    /// # #[tokio::main] async fn main() {
-    /// let answer = |a: &str| Source::reader(std::io::Cursor::new(format!(
-    ///     "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"))).n(1);
-    /// let c = Completions::builder().fan_out([answer("41"), answer("42"), answer("42")]);
-    /// let ext = serde_json::json!({"samples": 3, "select": "vote"});
-    /// let policy = Policy::from_json(ext.as_object().unwrap(), &PolicyLimits::default()).unwrap();
-    /// let selection = c.pick(&policy).await;
-    /// assert_eq!((selection.selected, selection.vote.unwrap().votes), (vec![1, 2], 2));
-    /// # }
-    /// ```
-    pub fn pick(&self, policy: &crate::Policy) -> Pick<'_> {
-        use crate::PickRule;
-        let mut pick = match (policy.rule(), policy.vote_key()) {
-            (PickRule::FirstToken, _) => self.first_token().take(policy.take()),
-            (PickRule::FirstFinished, _) => self.first_finished().take(policy.take()),
-            (PickRule::Vote, key) => {
-                let key = key.cloned().unwrap_or_default();
-                let mut vote = self.vote(move |o| key.of(o)).min_votes(policy.min_votes());
-                if let Some(size) = policy.window() {
-                    vote = vote.window(size);
-                }
-                if let Some(options) = policy.confidence() {
-                    vote = vote.confidence(options);
-                }
-                vote
-            }
-            _ => Pick {
-                take: policy.take().max(1),
-                ..Pick::new(self, Rule::All)
-            },
-        };
-        if let Some(after) = policy.hedge_after() {
-            pick = pick.hedge_after(after);
+    /// Every choice, the first `take` of them selected at once, nothing cancelled: a
+    /// [`Policy`](crate::Policy) of [`PickRule::All`](crate::PickRule::All).
+    pub(crate) fn all(&self, take: usize) -> Pick<'_> {
+        Pick {
+            take: take.max(1),
+            ..Pick::new(self, Rule::All)
         }
-        if let Some(deadline) = policy.deadline() {
-            pick = pick.deadline(deadline);
-        }
-        pick
     }
 
     /// The first choice to produce something: a non-empty content delta or a tool call

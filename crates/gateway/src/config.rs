@@ -130,17 +130,53 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The memory ceiling's two marks in bytes, defaults resolved (`0, 0`: off).
-    pub(crate) fn memory_watermarks(&self) -> (u64, u64) {
+    /// What a policy is checked against for a request of `n` choices: `max_samples`.
+    pub(crate) fn policy_limits(&self, n: u32) -> choicewise_core::PolicyLimits {
+        choicewise_core::PolicyLimits::new(n).max_samples(self.max_samples)
+    }
+
+    /// The memory ceiling's two marks in bytes, defaults resolved (`0, 0`: off): `memory`
+    /// is what the process may use, for the default.
+    pub(crate) fn memory_watermarks_of(&self, memory: Option<u64>) -> (u64, u64) {
         let high = match self.memory_high_watermark_mb {
             Some(mb) => mb.saturating_mul(1 << 20),
-            None => crate::overload::memory_available().map_or(0, |bytes| bytes / 4 * 3),
+            None => memory.map_or(0, |bytes| bytes / 4 * 3),
         };
         let low = match self.memory_low_watermark_mb {
             Some(mb) => mb.saturating_mul(1 << 20),
             None => high / 10 * 9,
         };
         (high, low)
+    }
+
+    /// The memory ceiling's two marks in bytes, defaults resolved (`0, 0`: off).
+    pub(crate) fn memory_watermarks(&self) -> (u64, u64) {
+        let memory = match self.memory_high_watermark_mb {
+            Some(_) => None,
+            None => memory_available(),
+        };
+        self.memory_watermarks_of(memory)
+    }
+}
+
+/// The memory the process may use: its cgroup's limit (v2 `memory.max`, v1
+/// `memory.limit_in_bytes`) or the machine's memory, whichever is smaller; `None` where
+/// neither can be read.
+fn memory_available() -> Option<u64> {
+    let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib << 10)
+    });
+    let cgroup = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok());
+    match (machine, cgroup) {
+        (Some(m), Some(c)) => Some(m.min(c)),
+        (m, c) => m.or(c),
     }
 }
 
@@ -250,7 +286,7 @@ impl Model {
         let Some(table) = &self.choicewise else {
             return Ok(None);
         };
-        Policy::from_json(table, &crate::request::policy_limits(1, limits))
+        Policy::from_json(table, &limits.policy_limits(1))
             .map(Some)
             .map_err(|e| ConfigError(format!("model {:?}, [models.choicewise]: {e}", self.name)))
     }

@@ -260,7 +260,10 @@ impl Gateway {
                 policies,
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
-                ceiling: Arc::new(overload::Ceiling::new(&config.limits)),
+                ceiling: {
+                    let (high, low) = config.limits.memory_watermarks();
+                    Arc::new(overload::Ceiling::new(high, low))
+                },
                 metrics: Arc::new(Metrics::new()),
                 traces: Traces::new(&config.telemetry)?,
                 closing: watch::Sender::new(false),

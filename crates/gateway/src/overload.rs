@@ -14,8 +14,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::Limits;
-
 /// How stale the resident-set reading may be when a request asks.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
@@ -64,9 +62,8 @@ impl Drop for Reservation {
 pub(crate) type Change = Option<bool>;
 
 impl Ceiling {
-    /// The ceiling of `limits` (`memory_high_watermark_mb = 0` turns it off).
-    pub(crate) fn new(limits: &Limits) -> Ceiling {
-        let (high, low) = limits.memory_watermarks();
+    /// A ceiling at these marks, in bytes (a high mark of 0 turns it off).
+    pub(crate) fn new(high: u64, low: u64) -> Ceiling {
         Ceiling::with_marks(high, low, resident_bytes)
     }
 
@@ -203,27 +200,6 @@ fn page_size() -> u64 {
     })
 }
 
-/// The memory the process may use: its cgroup's limit (v2 `memory.max`, v1
-/// `memory.limit_in_bytes`) or the machine's memory, whichever is smaller; `None` where
-/// neither can be read.
-pub(crate) fn memory_available() -> Option<u64> {
-    let machine = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
-        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib << 10)
-    });
-    let cgroup = [
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ]
-    .iter()
-    .find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok());
-    match (machine, cgroup) {
-        (Some(m), Some(c)) => Some(m.min(c)),
-        (m, c) => m.or(c),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,6 +280,5 @@ mod tests {
     fn reads_the_process_memory() {
         let rss = resident_bytes().expect("/proc/self/statm");
         assert!(rss > MIB, "{rss}");
-        assert!(memory_available().is_some_and(|m| m > rss));
     }
 }

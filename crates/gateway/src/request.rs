@@ -131,7 +131,7 @@ impl ChatRequest {
 
 /// What a policy is checked against: the request's `n` and the gateway's `max_samples`.
 pub(crate) fn policy_limits(n: u32, limits: &Limits) -> PolicyLimits {
-    PolicyLimits::new(n).max_samples(limits.max_samples)
+    limits.policy_limits(n)
 }
 
 /// A refused policy as the client's 400, with the codes the extension's errors have.
