@@ -10,3 +10,4 @@
 pub(crate) mod choice;
 mod policy;
 pub(crate) mod reader;
+pub(crate) mod router;
