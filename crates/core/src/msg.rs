@@ -8,8 +8,11 @@ use choicewise_proto::driver::Batch;
 pub(crate) enum ReaderMsg {
     /// The upstream (or a timer of the reader's) may be ready: poll it.
     Poll,
-    /// A handle asks to cancel the choice in this slot of the reader's.
-    Cancel { slot: usize },
+    /// A handle asks to cancel the choice in this slot of the reader's, for this reason.
+    Cancel {
+        slot: usize,
+        reason: crate::actor::router::CancelReason,
+    },
     /// [`Completions::cancel`](crate::Completions::cancel): cancel every choice, including
     /// those still to appear, except these (indexes of the completion).
     Close { keep: std::sync::Arc<[u32]> },

@@ -28,9 +28,6 @@
 //!         Open | Closed(_) ──the upstream's end sent──▶ Ended   (nothing is routed after it)
 //! ```
 
-// The reader is moved onto it in the commits that follow.
-#![allow(dead_code)]
-
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -241,10 +238,12 @@ impl<A: Child> Router<A> {
         self.out.pop_front()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.slots.len()
     }
 
+    #[cfg(test)]
     pub fn slot(&self, slot: usize) -> Option<&Slot<A>> {
         self.slots.get(slot)
     }
@@ -266,6 +265,7 @@ impl<A: Child> Router<A> {
     }
 
     /// The orphan the reader holds for the slot.
+    #[cfg(test)]
     pub fn orphan(&self, slot: usize) -> Option<&ChoiceCore> {
         match &self.slots.get(slot)?.held {
             Held::Orphaned(core) => Some(core),
@@ -285,16 +285,9 @@ impl<A: Child> Router<A> {
         matches!(self.phase, ReaderPhase::Reading { .. })
     }
 
-    /// The stream's outcome, once it is over.
-    pub fn outcome(&self) -> Option<&Result<(), Error>> {
-        match &self.phase {
-            ReaderPhase::Draining(outcome) => Some(outcome),
-            ReaderPhase::Reading { .. } => None,
-        }
-    }
-
-    pub fn dropped(&self) -> bool {
-        self.dropped
+    /// How many choices the upstream will have, when known.
+    pub fn expected(&self) -> Option<u32> {
+        self.expected
     }
 
     /// Whether a choice actor runs (not retiring): the quiet timer is armed only then.
@@ -793,10 +786,6 @@ mod tests {
                 self.settles[slot] += 1;
             }
             self.published[slot] = phase;
-        }
-
-        fn finished(&self) -> impl Fn(usize) -> bool + '_ {
-            |slot| self.finished[slot]
         }
 
         /// Executes the router's commands, as the reader does.
