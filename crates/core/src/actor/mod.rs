@@ -8,6 +8,8 @@
 //! ```
 
 pub(crate) mod choice;
+mod orphan;
 mod policy;
 pub(crate) mod reader;
 pub(crate) mod router;
+mod wake;

@@ -19,18 +19,19 @@
 //! stops once the last child has.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
 
-use choicewise_proto::driver::{Batch, ChoiceCore, Closed, Phase, Splitter, Step};
-use choicewise_proto::{ChoiceOutput, Error, ErrorDetail};
+use choicewise_proto::driver::{Batch, ChoiceCore, Splitter, Step};
+use choicewise_proto::{Error, ErrorDetail};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
 use super::choice::{ChoiceActor, ChoiceActorState, ChoiceArgs, Handback};
+use super::orphan::{list_unseen, orphan_of, publish_orphan, settle_all};
 use super::policy::{Flush, FlushPolicy, retire_at};
 use super::router::{CancelReason, Child, Command, Router};
+use super::wake::{PollWaker, QuietTimer};
 use crate::completion::{ChoiceEntry, CompletionShared};
 use crate::log::{ChoiceLog, lock};
 use crate::msg::{ChoiceMsg, ReaderMsg};
@@ -66,9 +67,8 @@ pub(crate) struct ReaderState {
     /// Wakes the reader through its mailbox.
     poll: Arc<PollWaker>,
     waker: Waker,
-    /// The hibernation timer (boxed: a timer inline would enlarge every idle completion),
-    /// armed while choice actors run and the upstream waits.
-    quiet: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The hibernation timer.
+    quiet: QuietTimer,
     /// When the last read came, for the hibernation timer.
     last_read: tokio::time::Instant,
     #[cfg(feature = "diagnostics")]
@@ -94,30 +94,12 @@ impl Child for Running {
     }
 }
 
-/// A waker that sends the reader [`ReaderMsg::Poll`], at most one at a time.
-struct PollWaker {
-    reader: ActorRef<ReaderMsg>,
-    scheduled: AtomicBool,
-}
-
-impl Wake for PollWaker {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref()
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        if !self.scheduled.swap(true, Ordering::AcqRel) {
-            let _ = self.reader.send_message(ReaderMsg::Poll);
-        }
-    }
-}
-
 impl ReaderState {
     /// Polls the upstream once: routes what one read brought, or arms the timers and waits
     /// for the waker. A panic while reading or splitting (or in the upstream's own code)
     /// ends the stream with a typed error, after what was routed before it.
     fn poll_upstream(&mut self) {
-        self.poll.scheduled.store(false, Ordering::Release);
+        self.poll.polling();
         if !self.router.is_reading() {
             return;
         }
@@ -157,23 +139,11 @@ impl ReaderState {
         let Some(due) = retire_at(self.last_read, self.completion.config.hibernate_after) else {
             return; // Never: the actors stay for the whole stream.
         };
-        let timer = self
-            .quiet
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
         let mut cx = Context::from_waker(&self.waker);
-        loop {
-            if timer.as_mut().poll(&mut cx).is_pending() {
-                return;
-            }
-            if tokio::time::Instant::now() >= due {
-                break;
-            }
-            // Reads came since it was set: moved on, not reset at every read.
-            timer.as_mut().reset(due);
+        if self.quiet.elapsed(due, &mut cx) {
+            self.router.quiet();
+            self.run();
         }
-        self.quiet = None;
-        self.router.quiet();
-        self.run();
     }
 
     /// Executes the router's commands, in order.
@@ -325,37 +295,18 @@ impl ReaderState {
         };
         let splitter = &self.splitter;
         let _ = (self.router).end(outcome.clone(), |i| splitter.choice_finished(i));
-        self.quiet = None;
+        self.quiet.disarm();
         self.run();
         let reserved = std::mem::take(&mut self.reserved);
         let meta = self.splitter.take_meta();
         let mut state = self.completion.lock();
         let dropped = state.upstreams[self.upstream].dropped;
         if let Some(n) = (self.router.expected()).filter(|_| dropped || outcome.is_err()) {
-            // A declared choice that never appeared is listed all the same, so that every
-            // choice asked for is accounted for: failed with the upstream's error (its request
-            // failed before it appeared), or cancelled (nobody wanted it). Nothing runs it:
-            // the reader is its only writer.
-            let seen: std::collections::HashSet<u32> = (0..self.splitter.choice_count())
+            // Listed all the same, so that every choice asked for is accounted for.
+            let seen = (0..self.splitter.choice_count())
                 .map(|slot| self.splitter.choice_index(slot))
                 .collect();
-            for local in (0..n).filter(|i| !seen.contains(i)) {
-                let index = state.global_index(self.upstream, local);
-                let log = Arc::new(ChoiceLog::new(index));
-                let mut core = ChoiceCore::new(index, 0);
-                let mut events = Vec::new();
-                if dropped {
-                    core.cancel(&mut events);
-                }
-                core.settle(outcome.clone(), &mut events);
-                // A new log: its first writer, refused nothing.
-                let _ = log
-                    .take_over()
-                    .publish(&mut events, core.phase(), || Some(core.output()));
-                state
-                    .choices
-                    .push(Arc::new(ChoiceEntry { log, addr: None }));
-            }
+            list_unseen(&mut state, self.upstream, n, &seen, dropped, &outcome);
         }
         state.end_upstream(self.upstream, meta, outcome);
         drop(state);
@@ -383,33 +334,6 @@ impl ReaderState {
     }
 }
 
-/// What is left of a choice whose actor is gone, as its log published it.
-fn orphan_of(log: &ChoiceLog) -> ChoiceCore {
-    ChoiceCore::orphan(log.index, log.lock().phase.clone())
-}
-
-/// Publishes the phase of a choice whose actor is gone, the reader taking the log over; its
-/// message is the one published at its close, or rebuilt from its events. Refused, as a
-/// settled log refuses every write, when the choice had settled.
-fn publish_orphan(log: &Arc<ChoiceLog>, phase: &Phase) {
-    let output = {
-        let published = log.lock();
-        published.outcome(log.index).0
-    };
-    let output = mark_cancelled(output, phase);
-    let _ = log
-        .take_over()
-        .publish(&mut Vec::new(), phase, || Some(output));
-}
-
-fn mark_cancelled(mut output: ChoiceOutput, phase: &Phase) -> ChoiceOutput {
-    if matches!(phase.closed(), Some(Closed::Cancelled)) {
-        output.cancelled = true;
-        output.finish_reason = None;
-    }
-    output
-}
-
 impl Drop for ReaderState {
     fn drop(&mut self) {
         if self.router.done() {
@@ -423,14 +347,7 @@ impl Drop for ReaderState {
             message: "the reader stopped before the stream ended".to_string(),
         });
         let error = self.completion.lock().upstream_error(self.upstream, error);
-        for entry in &self.entries {
-            let mut orphan = orphan_of(&entry.log);
-            if orphan.phase().is_settled() {
-                continue;
-            }
-            orphan.settle(Err(error.clone()), &mut Vec::new());
-            publish_orphan(&entry.log, orphan.phase());
-        }
+        settle_all(&self.entries, &error);
         let meta = self.splitter.take_meta();
         self.completion
             .lock()
@@ -452,10 +369,7 @@ impl Actor for ReaderActor {
         args: ReaderArgs,
     ) -> Result<ReaderState, ActorProcessingErr> {
         let config = &args.completion.config;
-        let poll = Arc::new(PollWaker {
-            reader: myself.clone(),
-            scheduled: AtomicBool::new(false),
-        });
+        let poll = Arc::new(PollWaker::new(myself.clone()));
         let closing = args.completion.closing_keep();
         Ok(ReaderState {
             upstream_input: Some(Upstream::new(args.input, args.idle)),
@@ -468,7 +382,7 @@ impl Actor for ReaderActor {
             myself,
             waker: Waker::from(poll.clone()),
             poll,
-            quiet: None,
+            quiet: QuietTimer::default(),
             last_read: tokio::time::Instant::now(),
             #[cfg(feature = "diagnostics")]
             _live: crate::diagnostics::LiveActor::new(),
