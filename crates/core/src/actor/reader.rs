@@ -20,17 +20,16 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
 use choicewise_proto::driver::{Batch, ChoiceCore, Splitter, Step};
 use choicewise_proto::{Error, ErrorDetail};
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
-use super::choice::{ChoiceActor, ChoiceActorState, ChoiceArgs, Handback};
+use super::choice::{ChoiceActorState, Running};
 use super::orphan::{list_unseen, orphan_of, publish_orphan, settle_all};
 use super::policy::{Flush, FlushPolicy, retire_at};
-use super::router::{CancelReason, Child, Command, Router};
+use super::router::{CancelReason, Command, Router};
 use super::wake::{PollWaker, QuietTimer};
 use crate::completion::{ChoiceEntry, CompletionShared};
 use crate::log::{ChoiceLog, lock};
@@ -73,25 +72,6 @@ pub(crate) struct ReaderState {
     last_read: tokio::time::Instant,
     #[cfg(feature = "diagnostics")]
     _live: crate::diagnostics::LiveActor,
-}
-
-/// A running choice actor: its address, and what it hands back (its emptied batches and the
-/// count it applied; see [`Handback`] for who writes what). New with each actor.
-pub(crate) struct Running {
-    actor: ActorRef<ChoiceMsg>,
-    handback: Arc<Handback>,
-}
-
-impl Child for Running {
-    type Id = ActorId;
-
-    fn id(&self) -> ActorId {
-        self.actor.get_id()
-    }
-
-    fn applied(&self) -> u64 {
-        self.handback.applied.load(Ordering::Acquire)
-    }
 }
 
 impl ReaderState {
@@ -192,18 +172,8 @@ impl ReaderState {
     /// Starts a choice's actor with its state, and tells the router how it went.
     fn spawn(&mut self, slot: usize, core: Box<ChoiceCore>) {
         let log = &self.entries[slot].log;
-        let handback = Arc::new(Handback::default());
-        let args = ChoiceArgs {
-            core,
-            writer: log.take_over(),
-            completion: self.completion.clone(),
-            handback: handback.clone(),
-            reader: self.myself.clone(),
-            slot,
-        };
-        let cell = self.myself.get_cell();
-        let _ = match ActorRuntime::spawn_linked_instant(None, ChoiceActor, args, cell) {
-            Ok((actor, _)) => self.router.started(slot, Running { actor, handback }),
+        let _ = match Running::start(core, log, &self.completion, &self.myself, slot) {
+            Ok(running) => self.router.started(slot, running),
             Err(e) => {
                 let orphan = Box::new(orphan_of(log));
                 (self.router).start_failed(slot, orphan, format!("could not start: {e}"))
@@ -257,14 +227,8 @@ impl ReaderState {
             let _ = self.router.batch(i, batch);
             self.run();
         }
-        if let Some(keep) = self.router.closing().cloned() {
-            // Every choice still to appear is unwanted, but those kept.
-            for slot in known..self.entries.len() {
-                if !keep.contains(&self.entries[slot].index()) {
-                    self.cancel(slot, CancelReason::Closing);
-                }
-            }
-        }
+        self.router.cancel_new(known);
+        self.run();
         if !new_choices.is_empty() || self.splitter.has_warnings() {
             let mut state = self.completion.lock();
             if !new_choices.is_empty() && state.meta.model().is_none() {
@@ -413,17 +377,9 @@ impl Actor for ReaderActor {
             ReaderMsg::Poll => state.poll_upstream(),
             ReaderMsg::Cancel { slot, reason } => state.cancel(slot, reason),
             ReaderMsg::Close { keep } => {
-                if state.router.close(keep.clone()).is_ok() {
-                    let unfinished: Vec<usize> = (0..state.entries.len())
-                        .filter(|&slot| {
-                            !state.splitter.choice_finished(slot)
-                                && !keep.contains(&state.entries[slot].index())
-                        })
-                        .collect();
-                    for slot in unfinished {
-                        state.cancel(slot, CancelReason::Closing);
-                    }
-                }
+                let splitter = &state.splitter;
+                let _ = (state.router).close(keep, |slot| splitter.choice_finished(slot));
+                state.run();
             }
             ReaderMsg::Failed { slot } => {
                 let _ = state.router.failed(slot);

@@ -117,6 +117,8 @@ pub(crate) enum Held<A> {
 /// One choice as the router sees it.
 #[derive(Debug)]
 pub(crate) struct Slot<A> {
+    /// The choice's index in the completion.
+    pub index: u32,
     pub held: Held<A>,
     pub life: Life,
 }
@@ -311,6 +313,7 @@ impl<A: Child> Router<A> {
     pub fn add(&mut self, core: Box<ChoiceCore>) -> usize {
         let slot = self.slots.len();
         self.slots.push(Slot {
+            index: core.index(),
             held: Held::Starting {
                 pending: Vec::new(),
             },
@@ -393,14 +396,35 @@ impl<A: Child> Router<A> {
     }
 
     /// [`Completions::cancel`](crate::Completions::cancel): every choice, and every choice
-    /// still to appear, is unwanted but those kept. The caller cancels the unfinished ones.
-    pub fn close(&mut self, keep: Arc<[u32]>) -> Result<(), Refused> {
-        match &mut self.phase {
-            ReaderPhase::Reading { closing } => {
-                *closing = Some(keep);
-                Ok(())
+    /// still to appear, is unwanted but those kept (indexes of the completion); those not
+    /// finished (`finished`) are cancelled now.
+    pub fn close(
+        &mut self,
+        keep: Arc<[u32]>,
+        finished: impl Fn(usize) -> bool,
+    ) -> Result<(), Refused> {
+        let ReaderPhase::Reading { closing } = &mut self.phase else {
+            return Err(Refused::Draining);
+        };
+        *closing = Some(keep.clone());
+        for slot in 0..self.slots.len() {
+            if !finished(slot) && !keep.contains(&self.slots[slot].index) {
+                let _ = self.cancel(slot, CancelReason::Closing);
             }
-            ReaderPhase::Draining(_) => Err(Refused::Draining),
+        }
+        Ok(())
+    }
+
+    /// While the completion is closing, the choices from slot `from` on (new with the last
+    /// read, after their first updates) are cancelled but those kept.
+    pub fn cancel_new(&mut self, from: usize) {
+        let Some(keep) = self.closing().cloned() else {
+            return;
+        };
+        for slot in from..self.slots.len() {
+            if !keep.contains(&self.slots[slot].index) {
+                let _ = self.cancel(slot, CancelReason::Closing);
+            }
         }
     }
 
@@ -916,14 +940,8 @@ mod tests {
                     Ok(())
                 }
                 Input::Close(keep) => {
-                    if self.router.close(keep.clone()).is_ok() {
-                        for slot in 0..self.router.len() {
-                            if !self.finished[slot] && !keep.contains(&(slot as u32)) {
-                                self.cancel(slot, CancelReason::Closing);
-                            }
-                        }
-                    }
-                    Ok(())
+                    let finished = &self.finished;
+                    self.router.close(keep, |s| finished[s])
                 }
             };
             self.after_input();
@@ -1002,11 +1020,8 @@ mod tests {
                     self.end_sent.push(0);
                     self.cancel_sent.push(0);
                     self.router.add(Box::new(ChoiceCore::new(slot as u32, 0)));
-                    if let Some(keep) = self.router.closing().cloned()
-                        && !keep.contains(&(slot as u32))
-                    {
-                        self.cancel(slot, CancelReason::Closing);
-                    }
+                    self.router.batch(slot, Batch::default()).unwrap();
+                    self.router.cancel_new(slot);
                     self.after_input();
                 }
                 Op::Batch(s) if self.router.is_reading() && len > 0 => {
