@@ -123,6 +123,7 @@ impl ReaderState {
         if self.quiet.elapsed(due, &mut cx) {
             self.router.quiet();
             self.run();
+            self.router.release_buffers();
         }
     }
 

@@ -13,19 +13,18 @@
 //! refusing ([`Refused`]) a transition that is not allowed.
 //!
 //! ```text
-//!            add                 started                quiet
-//!  (new) ──────────▶ Starting ─────────────▶ Live ──────────────▶ Retiring { pending }
-//!                      │  ▲                   │  ▲                  │
-//!        start failed  │  │ a message comes   │  │ (pending sent)   │ stopped with its state
-//!                      │  └──────── Retired(core) ◀─────────────────┘
-//!                      ▼                      │
-//!                  Orphaned(core) ◀── panicked, or stopped unsettled (Live / Retiring)
-//!                      (the reader settles it)│
-//!                                             └── stopped settled (after its end) ──▶ Gone
+//! Held:
+//!  add ─▶ Starting ──started──▶ Live ──quiet──▶ Retiring{pending} ──stopped, state back──▶ Retired
+//!           ▲   │                │ │                 │                                        │
+//!           │   │ start failed   │ └─stopped settled (after its end)──▶ Gone                  │
+//!           │   ▼                ▼                   ▼                                        │
+//!           │  Orphaned(core) ◀──── panicked, or stopped unsettled                            │
+//!           │  (the reader settles it at the end)                                             │
+//!           └──────────────── a message comes, or messages waited ────────────────────────────┘
 //!
-//!  Life:  Open ──cancel(reason)──▶ Closed(Cancelled(reason))
-//!           └────its update or its actor failed──▶ Closed(Failed)
-//!         Open | Closed(_) ──the upstream's end sent──▶ Ended   (nothing is routed after it)
+//! Life:  Open ──cancel(reason)──▶ Closed(Cancelled(Asked | LowConfidence | Closing))
+//!          └──its update or its actor failed──▶ Closed(Failed)
+//!        Open | Closed(_) ──the upstream's end sent──▶ Ended   (nothing is routed after it)
 //! ```
 
 use std::collections::VecDeque;
@@ -238,6 +237,14 @@ impl<A: Child> Router<A> {
     /// The next command to execute.
     pub fn next_command(&mut self) -> Option<Command> {
         self.out.pop_front()
+    }
+
+    /// Frees the command queue's buffer once it is empty (the upstream went quiet: an idle
+    /// reader holds no more than it must).
+    pub fn release_buffers(&mut self) {
+        if self.out.is_empty() {
+            self.out = VecDeque::new();
+        }
     }
 
     #[cfg(test)]
@@ -1057,6 +1064,7 @@ mod tests {
                 Op::Quiet if self.router.is_reading() && self.router.any_live() => {
                     self.router.quiet();
                     self.after_input();
+                    self.router.release_buffers();
                 }
                 Op::Panic(a) | Op::Kill(a) => {
                     let running = self.running();
