@@ -486,6 +486,9 @@ impl<A: Child> Router<A> {
             }
             Held::Orphaned(orphan) => match msg {
                 ChoiceMsg::Batch(batch) => orphan.ignored(batch.len() as u64, batch.first_line()),
+                // Settled already (its end waited for an actor that died, and came again):
+                // its log takes no more writes.
+                ChoiceMsg::End(_) if orphan.phase().is_settled() => {}
                 ChoiceMsg::End(outcome) => {
                     let warning = orphan.settle(outcome, &mut Vec::new());
                     self.out.push_back(Command::PublishOrphan {
@@ -681,7 +684,8 @@ mod tests {
     //! The router driven through random interleavings of reads, cancels, failures, panics,
     //! retirements and the upstream's end, with a model of the choice actors and their logs
     //! (no runtime): every choice settles once, nothing is sent to a retiring or stopped
-    //! actor, nothing is written to a choice after its end, replacements are reserved once.
+    //! actor, nothing is routed to a choice after its end nor written to its log after it
+    //! settled, replacements are reserved once.
 
     use std::cell::Cell;
     use std::collections::{BTreeMap, VecDeque};
@@ -811,7 +815,10 @@ mod tests {
 
         fn publish(&mut self, slot: usize, phase: Phase) {
             if self.published[slot].is_settled() {
-                return; // A settled log refuses every write.
+                // A settled log would refuse it; nothing should try.
+                self.violations
+                    .push(format!("a write to slot {slot} after it settled"));
+                return;
             }
             if phase.is_settled() {
                 self.settles[slot] += 1;
