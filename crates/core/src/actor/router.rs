@@ -33,6 +33,7 @@ use std::sync::Arc;
 use choicewise_proto::driver::{Batch, ChoiceCore, Phase};
 use choicewise_proto::{Error, ErrorDetail, Warning};
 
+pub(crate) use crate::msg::CancelReason;
 use crate::msg::ChoiceMsg;
 
 /// What the router needs of a running choice actor (the reader's actor handle; a model in
@@ -43,17 +44,6 @@ pub(crate) trait Child {
     fn id(&self) -> Self::Id;
     /// How many batches the actor has applied (it counts them itself).
     fn applied(&self) -> u64;
-}
-
-/// Why a choice was cancelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CancelReason {
-    /// A handle asked ([`Choice::cancel`](crate::Choice::cancel)).
-    Asked,
-    /// The confidence rule stopped it.
-    LowConfidence,
-    /// The completion is closing ([`Completions::cancel`](crate::Completions::cancel)).
-    Closing,
 }
 
 /// Why a choice's updates are no longer wanted.
