@@ -12,6 +12,7 @@ use choicewise_proto::{
 use ractor::ActorRef;
 use serde_json::Value;
 
+use crate::actor::router::CancelReason;
 use crate::config::Config;
 use crate::log::{ChoiceLog, Watched, lock};
 use crate::msg::ReaderMsg;
@@ -58,8 +59,14 @@ impl ChoiceEntry {
         if !self.log.ask_cancel() {
             return false;
         }
+        // The confidence rule marks the choice before it cancels it.
+        let reason = match self.log.is_low_confidence() {
+            true => CancelReason::LowConfidence,
+            false => CancelReason::Asked,
+        };
+        let slot = *slot;
         reader
-            .send_message(ReaderMsg::Cancel { slot: *slot })
+            .send_message(ReaderMsg::Cancel { slot, reason })
             .is_ok()
     }
 }

@@ -8,8 +8,8 @@ use choicewise_proto::driver::Batch;
 pub(crate) enum ReaderMsg {
     /// The upstream (or a timer of the reader's) may be ready: poll it.
     Poll,
-    /// A handle asks to cancel the choice in this slot of the reader's.
-    Cancel { slot: usize },
+    /// A handle asks to cancel the choice in this slot of the reader's, for this reason.
+    Cancel { slot: usize, reason: CancelReason },
     /// [`Completions::cancel`](crate::Completions::cancel): cancel every choice, including
     /// those still to appear, except these (indexes of the completion).
     Close { keep: std::sync::Arc<[u32]> },
@@ -29,4 +29,15 @@ pub(crate) enum ChoiceMsg {
     End(Result<(), Error>),
     /// The upstream went quiet: stop, handing the choice's state back to the reader.
     Retire,
+}
+
+/// Why a choice was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CancelReason {
+    /// A handle asked ([`Choice::cancel`](crate::Choice::cancel)).
+    Asked,
+    /// The confidence rule stopped it.
+    LowConfidence,
+    /// The completion is closing ([`Completions::cancel`](crate::Completions::cancel)).
+    Closing,
 }

@@ -13,10 +13,12 @@ use std::sync::{Arc, Mutex};
 
 use choicewise_proto::driver::{Batch, BatchPool, ChoiceCore, Closed, Phase};
 use choicewise_proto::{ChoiceEvent, Warning};
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SpawnErr};
+
+use super::router::Child;
 
 use crate::completion::CompletionShared;
-use crate::log::{LogWriter, lock};
+use crate::log::{ChoiceLog, LogWriter, lock};
 use crate::msg::{ChoiceMsg, ReaderMsg};
 
 pub(crate) struct ChoiceActor;
@@ -30,6 +32,50 @@ pub(crate) struct ChoiceActor;
 pub(crate) struct Handback {
     pub pool: Mutex<BatchPool>,
     pub applied: AtomicU64,
+}
+
+/// A running choice actor as its reader holds it: its address, and what it hands back.
+/// New with each actor.
+pub(crate) struct Running {
+    pub actor: ActorRef<ChoiceMsg>,
+    pub handback: Arc<Handback>,
+}
+
+impl Running {
+    /// Starts a choice's actor with its state, linked to its reader (`slot`: the choice's
+    /// there), the writer of the choice's log from now.
+    pub fn start(
+        core: Box<ChoiceCore>,
+        log: &Arc<ChoiceLog>,
+        completion: &Arc<CompletionShared>,
+        reader: &ActorRef<ReaderMsg>,
+        slot: usize,
+    ) -> Result<Running, SpawnErr> {
+        let handback = Arc::new(Handback::default());
+        let args = ChoiceArgs {
+            core,
+            writer: log.take_over(),
+            completion: completion.clone(),
+            handback: handback.clone(),
+            reader: reader.clone(),
+            slot,
+        };
+        let (actor, _) =
+            ActorRuntime::spawn_linked_instant(None, ChoiceActor, args, reader.get_cell())?;
+        Ok(Running { actor, handback })
+    }
+}
+
+impl Child for Running {
+    type Id = ActorId;
+
+    fn id(&self) -> ActorId {
+        self.actor.get_id()
+    }
+
+    fn applied(&self) -> u64 {
+        self.handback.applied.load(Ordering::Acquire)
+    }
 }
 
 /// What a choice actor starts with: the choice's state (new, or handed back by the actor
