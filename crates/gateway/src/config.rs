@@ -770,6 +770,33 @@ mod tests {
     }
 
     #[test]
+    fn the_memory_ceiling_defaults_to_three_quarters_of_the_memory() {
+        let limits = Limits::default();
+        // Three quarters of what the process may use, the low mark 90% of it.
+        let (high, low) = limits.memory_watermarks_of(Some(16 << 30));
+        assert_eq!((high, low), (12 << 30, (12u64 << 30) / 10 * 9));
+        // Read from this machine: a ceiling, below its memory.
+        let (high, low) = limits.memory_watermarks();
+        let machine = memory_available().expect("/proc/meminfo");
+        assert!(
+            high > 0 && high < machine && low < high,
+            "{high} {low} {machine}"
+        );
+        // Set: the marks as given; 0 turns the ceiling off.
+        let set = Limits {
+            memory_high_watermark_mb: Some(100),
+            memory_low_watermark_mb: Some(80),
+            ..Limits::default()
+        };
+        assert_eq!(set.memory_watermarks(), (100 << 20, 80 << 20));
+        let off = Limits {
+            memory_high_watermark_mb: Some(0),
+            ..Limits::default()
+        };
+        assert_eq!(off.memory_watermarks().0, 0);
+    }
+
+    #[test]
     fn the_bounds_of_one_request_and_their_checks() {
         let model = format!("[[models]]\nname = \"m\"\n{UPSTREAM}");
         let defaults = Config::from_toml(&model).unwrap().limits;

@@ -1,7 +1,7 @@
 //! A client's request as the gateway reads it: the model, `n`, `stream`, the usage option, and
 //! the `choicewise` extension, each checked against the limits (400 naming what is wrong).
 
-use choicewise_core::{Policy, PolicyError, PolicyErrorKind, PolicyLimits};
+use choicewise_core::{Policy, PolicyError, PolicyErrorKind};
 use serde_json::{Map, Value};
 
 use crate::config::Limits;
@@ -84,7 +84,7 @@ impl ChatRequest {
             Some(Value::Object(o)) => (true, o),
             Some(v) => return Err(err(format!("\"choicewise\" must be an object, not {v}"))),
         };
-        let policy = Policy::from_json(&fields, &policy_limits(n, limits)).map_err(refused)?;
+        let policy = Policy::from_json(&fields, &limits.policy_limits(n)).map_err(refused)?;
         let logprobs = body.get("logprobs").and_then(Value::as_bool) == Some(true);
         if !matches!(body.get("messages"), Some(Value::Array(_))) {
             return Err(err("\"messages\" must be an array".into()).code("invalid_messages"));
@@ -114,7 +114,7 @@ impl ChatRequest {
             return Ok(self);
         };
         let policy = default
-            .checked_for(&policy_limits(self.n, limits))
+            .checked_for(&limits.policy_limits(self.n))
             .map_err(|e| {
                 let mut e = refused(e);
                 e.message.push_str(&format!(
@@ -127,11 +127,6 @@ impl ChatRequest {
         self.policy = policy;
         Ok(self)
     }
-}
-
-/// What a policy is checked against: the request's `n` and the gateway's `max_samples`.
-pub(crate) fn policy_limits(n: u32, limits: &Limits) -> PolicyLimits {
-    limits.policy_limits(n)
 }
 
 /// A refused policy as the client's 400, with the codes the extension's errors have.

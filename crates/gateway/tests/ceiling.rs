@@ -233,7 +233,7 @@ async fn endless_upstream() -> SocketAddr {
 async fn an_endless_upstream_is_cut_at_the_answer_limit() {
     let _one = ONE_AT_A_TIME.lock().await;
     let upstream = endless_upstream().await;
-    // The default max_answer_bytes (32 MiB), one slot: the answer must end and free it.
+    // The default max_answer_bytes, one slot: the answer must end and free it.
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_concurrent_requests = 1\n\
          [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://{upstream}/v1\"\n"

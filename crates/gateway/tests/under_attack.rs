@@ -56,7 +56,7 @@ async fn post(addr: SocketAddr, body: &Value, key: Option<&str>) -> reqwest::Res
 }
 
 /// Finding 1: a `vote_by` is bounded before it is parsed. A 0.3 MB pattern of `\w` (each
-/// one a table of ranges once parsed: 784 MiB before) and a 2 MB pattern of nested optional
+/// one a table of ranges once parsed) and a 2 MB pattern of nested optional
 /// repetitions are refused as `vote_by_too_large` without parsing them: the request costs
 /// less than 16 MiB of heap, its body included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
