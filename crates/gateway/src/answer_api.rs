@@ -9,11 +9,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use crate::Finish;
 use crate::answer_chat::{
     Closing, Out, SHUT_DOWN, WRITE_BYTES, closed, cut_short, output, sse_response, until_closed,
 };
 use crate::engine::Picked;
+use crate::finish::Finish;
 use crate::ingress::{self, Reply, Tokens};
 use crate::request::ChatRequest;
 

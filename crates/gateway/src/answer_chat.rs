@@ -12,9 +12,9 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::Finish;
 use crate::engine::Picked;
 use crate::error::ApiError;
+use crate::finish::Finish;
 use crate::request::ChatRequest;
 use choicewise_core::chunks::Envelope;
 use choicewise_core::chunks::{ChoiceChunks, Element};

@@ -35,7 +35,7 @@ pub(crate) fn api_of(path: &str) -> Dialect {
 pub(crate) fn path_api_label(path: &str) -> &'static str {
     match api_of(path) {
         Dialect::Chat if !path.starts_with("/v1/chat/completions") => "",
-        api => crate::api_label(api),
+        api => api_label(api),
     }
 }
 
@@ -346,6 +346,15 @@ pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<axum::body::By
                 false => ApiError::invalid(format!("the request body could not be read: {e}")),
             })
         }
+    }
+}
+
+/// The `api` label of an API's requests in the metrics: its endpoint's name (`chat`,
+/// `responses`, `messages`).
+pub(crate) fn api_label(api: Dialect) -> &'static str {
+    match api {
+        Dialect::Anthropic => "messages",
+        other => other.name(),
     }
 }
 

@@ -31,11 +31,15 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod answer;
 mod answer_api;
 mod answer_chat;
 mod config;
+mod count;
 mod engine;
 mod error;
+mod finish;
+mod handlers;
 mod ingress;
 mod layers;
 mod listen;
@@ -50,16 +54,12 @@ mod traces;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::from_fn_with_state;
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use choicewise_client::{Client, Dialect};
-use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
 pub use config::{
@@ -67,13 +67,10 @@ pub use config::{
     Telemetry, Upstream,
 };
 
-use choicewise_core::chunks::Envelope;
-use engine::Run;
 use error::ApiError;
 use metrics::Metrics;
 use open::UpstreamRoute;
-use request::ChatRequest;
-use traces::{RequestSpan, Traces};
+use traces::Traces;
 
 /// A gateway: its routes, its keys, its limits. Cheap to clone.
 ///
@@ -301,31 +298,35 @@ impl Gateway {
         let api = axum::Router::new()
             .route(
                 "/v1/chat/completions",
-                post(chat_completions)
+                post(handlers::chat_completions)
                     .layer(slots())
                     .fallback(layers::post_only),
             )
             .route(
                 "/v1/messages",
-                post(messages).layer(slots()).fallback(layers::post_only),
-            )
-            .route(
-                "/v1/responses",
-                post(responses).layer(slots()).fallback(layers::post_only),
-            )
-            .route(
-                "/v1/messages/count_tokens",
-                post(count_tokens)
+                post(handlers::messages)
                     .layer(slots())
                     .fallback(layers::post_only),
             )
-            .route("/v1/models", get(list_models))
-            .route("/v1/models/{id}", get(one_model))
+            .route(
+                "/v1/responses",
+                post(handlers::responses)
+                    .layer(slots())
+                    .fallback(layers::post_only),
+            )
+            .route(
+                "/v1/messages/count_tokens",
+                post(count::count_tokens)
+                    .layer(slots())
+                    .fallback(layers::post_only),
+            )
+            .route("/v1/models", get(handlers::list_models))
+            .route("/v1/models/{id}", get(handlers::one_model))
             .route_layer(from_fn_with_state(gw.clone(), layers::auth));
         axum::Router::new()
             .merge(api)
             .route("/healthz", get(|| async { "ok" }))
-            .route("/metrics", get(metrics_text))
+            .route("/metrics", get(handlers::metrics_text))
             .fallback(layers::unknown_route)
             .layer(from_fn_with_state(gw.clone(), layers::browsers))
             .layer(from_fn_with_state(gw.clone(), layers::count))
@@ -463,626 +464,4 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-/// A model as `GET /v1/models` lists it: OpenAI's fields (`object`, `created`, `owned_by`)
-/// and Anthropic's (`type`, `display_name`, `created_at`), so that the clients of both APIs
-/// read it (Claude Code's gateway model discovery reads `id` and `display_name`).
-fn model_entry(name: &str) -> Value {
-    json!({"id": name, "object": "model", "created": 0, "owned_by": "choicewise",
-           "type": "model", "display_name": name, "created_at": "1970-01-01T00:00:00Z"})
-}
-
-/// `GET /v1/models`: every configured model, in the list shapes of both APIs (OpenAI's
-/// `object: "list"`, Anthropic's `has_more`, `first_id`, `last_id`).
-async fn list_models(State(gw): State<Gateway>) -> Response {
-    let names = &gw.inner.names;
-    let data: Vec<Value> = names.iter().map(|name| model_entry(name)).collect();
-    axum::Json(json!({"object": "list", "data": data, "has_more": false,
-                      "first_id": names.first(), "last_id": names.last()}))
-    .into_response()
-}
-
-/// `GET /v1/models/{id}`: the model, or 404 naming it.
-async fn one_model(
-    State(gw): State<Gateway>,
-    axum::extract::Path(id): axum::extract::Path<String>,
-) -> Response {
-    if gw.inner.models.contains_key(&id) {
-        return axum::Json(model_entry(&id)).into_response();
-    }
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
-        format!("the model {id:?} does not exist here (GET /v1/models lists them)"),
-    )
-    .code("model_not_found")
-    .into_response()
-}
-
-/// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
-/// upstream counts them (its own `count_tokens`); else, or when it cannot answer, counted
-/// with tiktoken (the encoding of the model's first upstream) and said so in
-/// `x-choicewise-token-count: estimated`.
-async fn count_tokens(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
-    // Counted in the metrics under its model when that is a configured one, refused or not.
-    let mut label = String::new();
-    let mut response = count_tokens_answer(&gw, request, &mut label).await;
-    (response.extensions_mut()).insert(layers::ModelLabel(label));
-    response
-}
-
-/// [`count_tokens`]' answer; `label` gets the configured model the request names, if any.
-async fn count_tokens_answer(
-    gw: &Gateway,
-    request: axum::extract::Request,
-    label: &mut String,
-) -> Response {
-    let api = Dialect::Anthropic;
-    let bytes = match layers::read_body(gw, request.into_body()).await {
-        Ok(bytes) => bytes,
-        Err(e) => return layers::shaped(api, e),
-    };
-    let gateway = gw.clone();
-    let (asked, parsed) = tokio::task::spawn_blocking(move || {
-        let body = match ingress::parse_body(&bytes) {
-            Ok(body) => body,
-            Err(e) => return (None, Err(ApiError::from(e))),
-        };
-        let asked = body
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let translated = match ingress::anthropic::to_chat_for_count(&body) {
-            Ok(translated) => translated,
-            Err(e) => return (asked, Err(ApiError::from(e))),
-        };
-        let model = translated.reply.model.clone();
-        let Some(routes) = gateway.inner.models.get(&model).cloned() else {
-            let e = ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found_error",
-                format!("the model {model:?} does not exist here (GET /v1/models lists them)"),
-            );
-            return (asked, Err(e));
-        };
-        (asked, Ok((body, translated.chat, routes)))
-    })
-    .await
-    .unwrap_or_else(|_| {
-        let e = ApiError::invalid("the prompt could not be counted");
-        (None, Err(e))
-    });
-    if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
-        *label = model;
-    }
-    let (mut body, chat, routes) = match parsed {
-        Ok(parsed) => parsed,
-        Err(e) => return layers::shaped(api, e),
-    };
-    if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic)
-        && let Some(fields) = body.as_object_mut()
-    {
-        fields.remove("choicewise");
-        fields.insert("model".into(), json!(route.model));
-        match route.client.count_tokens(&body).await {
-            Ok(tokens) => return axum::Json(json!({"input_tokens": tokens})).into_response(),
-            Err(e) => tracing::warn!(
-                upstream = &*route.label,
-                error = %e,
-                "the upstream did not count the tokens: estimated instead"
-            ),
-        }
-    }
-    let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
-    let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
-    let counted = tokio::task::spawn_blocking(move || {
-        choicewise_usage::count_prompt(encoding, &chat)
-            .map(|count| count.total)
-            .map_err(|e| ApiError::invalid(format!("the prompt could not be counted: {e}")))
-    })
-    .await
-    .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
-    match counted {
-        Ok(tokens) => (
-            [("x-choicewise-token-count", "estimated")],
-            axum::Json(json!({"input_tokens": tokens})),
-        )
-            .into_response(),
-        Err(e) => layers::shaped(api, e),
-    }
-}
-
-async fn metrics_text(State(gw): State<Gateway>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        gw.inner.metrics.encode(),
-    )
-        .into_response()
-}
-
-async fn chat_completions(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
-    answer(gw, request, Dialect::Chat).await
-}
-
-/// `POST /v1/messages`: Anthropic's Messages API over any configured model.
-async fn messages(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
-    answer(gw, request, Dialect::Anthropic).await
-}
-
-/// `POST /v1/responses`: OpenAI's Responses API (stateless) over any configured model.
-async fn responses(State(gw): State<Gateway>, request: axum::extract::Request) -> Response {
-    answer(gw, request, Dialect::Responses).await
-}
-
-/// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
-/// API's terms, its failures included.
-async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> Response {
-    let (parts, body) = request.into_parts();
-    let headers = parts.headers;
-    let arrived = Instant::now();
-    let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
-    let mut seen = Seen {
-        client: gw.client_of(&headers, peer),
-        parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
-        request_id: (headers.get("x-request-id"))
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-            .unwrap_or_default(),
-        ..Seen::default()
-    };
-    let response = match serve_chat(&gw, body, arrived, &mut seen, api).await {
-        Ok(response) => response,
-        Err(e) => {
-            // Answered before its run began: its span now (a run's is its Finish's).
-            if let (Some(traces), Some(parent)) = (&gw.inner.traces, &seen.parent) {
-                traces.record_error(parent, arrived.elapsed(), seen.asked.as_deref(), &e);
-            }
-            let mut response = layers::shaped(api, e);
-            if let Some(tries) = &seen.tries {
-                let count = tries.lock().map_or(0, |t| t.len());
-                response
-                    .headers_mut()
-                    .insert("x-choicewise-tries", count.into());
-            }
-            response
-        }
-    };
-    let mut response = response;
-    (response.extensions_mut()).insert(layers::ModelLabel(std::mem::take(&mut seen.model)));
-    response
-}
-
-/// The `api` label of an API's requests in the metrics: its endpoint's name (`chat`,
-/// `responses`, `messages`).
-pub(crate) fn api_label(api: Dialect) -> &'static str {
-    match api {
-        Dialect::Anthropic => "messages",
-        other => other.name(),
-    }
-}
-
-/// What [`chat_completions`] learns of a request as it is served, for its accounting.
-#[derive(Default)]
-struct Seen {
-    /// Who the request comes from, for the ejection rules.
-    client: resilience::ClientId,
-    /// The configured model asked for, once known (empty for any other): the metrics' label.
-    model: String,
-    /// The request's id (`x-request-id`), for its log line.
-    request_id: String,
-    /// The model asked for, configured or not, once read: the span's.
-    asked: Option<String>,
-    /// With traces on, the trace the request belongs to, until its run's [`Finish`] takes
-    /// it (and makes the span).
-    parent: Option<opentelemetry::Context>,
-    /// The request's tries, once its upstreams are tried: counted in `x-choicewise-tries`
-    /// on a failure too.
-    tries: Option<Arc<std::sync::Mutex<Vec<open::TryRecord>>>>,
-}
-
-/// Bodies of at most this many bytes without a `vote_by` are parsed on the worker that
-/// read them (see [`parses_inline`]).
-const INLINE_PARSE_BYTES: usize = 16 * 1024;
-
-/// Whether a request body is parsed on the worker: at most [`INLINE_PARSE_BYTES`], and no
-/// `vote_by` to compile, nor a `\u` escape that could spell one.
-fn parses_inline(body: &[u8]) -> bool {
-    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
-    body.len() <= INLINE_PARSE_BYTES && !has(b"vote_by") && !has(b"\\u")
-}
-
-async fn serve_chat(
-    gw: &Gateway,
-    body: Body,
-    arrived: Instant,
-    seen: &mut Seen,
-    api: Dialect,
-) -> Result<Response, ApiError> {
-    // The key was checked and a slot taken by the layers (`Gateway::router`).
-    let bytes = layers::read_body(gw, body).await?;
-    let inline = parses_inline(&bytes);
-    let limits = gw.inner.limits.clone();
-    // A refusal carries the model the body names, when it could be read: a refused Messages or
-    // Responses request is counted in the metrics under its model.
-    let parse = move || match api {
-        Dialect::Chat => Ok::<_, Box<(ApiError, Option<String>)>>((
-            ChatRequest::parse(&bytes, &limits).map_err(|e| Box::new((e, None)))?,
-            None,
-            None,
-            Translation::default(),
-        )),
-        api => {
-            let body =
-                ingress::parse_body(&bytes).map_err(|e| Box::new((ApiError::from(e), None)))?;
-            let asked = body
-                .get("model")
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            let refused = |e: ApiError| Box::new((e, asked.clone()));
-            let translated =
-                ingress::to_chat(api, &body).map_err(|e| refused(ApiError::from(e)))?;
-            let chat = serde_json::to_vec(&translated.chat)
-                .map_err(|e| refused(ApiError::invalid(e.to_string())))?;
-            let native =
-                (!translated.native.is_empty()).then(|| Arc::new((api, translated.native)));
-            // A streamed Messages answer names the prompt's tokens in its first event.
-            let prompt =
-                (api == Dialect::Anthropic && translated.stream).then(|| translated.chat.clone());
-            Ok((
-                ChatRequest::parse(&chat, &limits).map_err(refused)?,
-                Some(translated.reply),
-                native,
-                Translation {
-                    hosted: translated.hosted,
-                    prompt,
-                },
-            ))
-        }
-    };
-    // Parsing a body of up to max_body_bytes (translating it from the client's API) and
-    // compiling its vote_by take CPU time: on a blocking thread, never on the workers that
-    // serve every connection. A small body without a vote_by parses in microseconds, less
-    // than the two thread hand-offs of the blocking pool: on the worker. Either way a panic
-    // while parsing is the client's 400, not a dropped connection.
-    let unparsed = || Box::new((ApiError::invalid("the request could not be parsed"), None));
-    let parsed = if inline {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))
-            .unwrap_or_else(|_| Err(unparsed()))
-    } else {
-        (tokio::task::spawn_blocking(parse).await).unwrap_or_else(|_| Err(unparsed()))
-    };
-    let (req, reply, native, translation) = match parsed {
-        Ok(parsed) => parsed,
-        Err(refused) => {
-            let (e, asked) = *refused;
-            if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
-                seen.model = model;
-            }
-            return Err(e);
-        }
-    };
-    seen.asked = Some(req.model.clone());
-    let Some(model) = gw.inner.models.get(&req.model).cloned() else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!(
-                "the model {:?} does not exist here (GET /v1/models lists them)",
-                req.model
-            ),
-        )
-        .code("model_not_found"));
-    };
-    seen.model.clone_from(&req.model);
-    // Every ingress's request is read here: the model's default policy applies to those
-    // that carry no extension (an agent cannot send one).
-    let default = gw.inner.policies.get(&req.model);
-    let req = req.with_default(default, &gw.inner.limits)?;
-    // Hosted tools the gateway cannot run: left out, or the request refused, as the model
-    // says.
-    let dropped = match gw.inner.hosted_tools.get(&req.model) {
-        Some(HostedTools::Refuse) => match translation.hosted.first() {
-            Some(tool) => return Err(tool.refused(&req.model).into()),
-            None => None,
-        },
-        _ => {
-            let mut kinds: Vec<&str> = Vec::new();
-            for tool in &translation.hosted {
-                if !kinds.contains(&tool.kind.as_str()) {
-                    kinds.push(&tool.kind);
-                }
-            }
-            (!kinds.is_empty()).then(|| kinds.join(","))
-        }
-    };
-    if let Some(dropped) = &dropped {
-        tracing::info!(
-            model = %req.model,
-            dropped_tools = %dropped,
-            "hosted tools left out of the upstream request (hosted_tools = \"drop\")"
-        );
-    }
-    let estimate = translation.prompt.map(|chat| {
-        let upstream_model =
-            (model.routes.first()).map_or(model.name.as_str(), |r| r.model.as_str());
-        let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
-        tokio::task::spawn_blocking(move || {
-            choicewise_usage::count_prompt(encoding, &chat)
-                .ok()
-                .map(|count| count.total)
-        })
-    });
-    let apis: Vec<Dialect> = model.routes.iter().map(|u| u.api).collect();
-    let budget = model.budget.clone();
-    let opener = open::Opener {
-        models: gw.inner.models.clone(),
-        model,
-        body: Arc::new(req.body.clone()),
-        native,
-        logprobs: req.policy.confidence().map(|c| c.top_logprobs),
-        metrics: gw.inner.metrics.clone(),
-        budget,
-        tries: Arc::default(),
-        client: seen.client,
-        sent: Arc::default(),
-        max_requests: gw.inner.limits.max_upstream_requests_per_request,
-    };
-    seen.tries = Some(opener.tries.clone());
-    // Everything the request does ends by its deadline: opening its first samples, the pick,
-    // the answer (`closing`).
-    let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);
-    let past_deadline = |while_: &str| {
-        tracing::warn!(
-            request_id = %seen.request_id,
-            model = %req.model,
-            request_deadline_s = gw.inner.limits.request_deadline_s,
-            "the request passed its deadline {while_}"
-        );
-        ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
-            "upstream_error",
-            format!(
-                "model {:?}: the request passed its deadline ({}s, request_deadline_s) {while_}",
-                req.model, gw.inner.limits.request_deadline_s
-            ),
-        )
-        .code("request_deadline")
-    };
-    let mut run = match tokio::time::timeout_at(deadline.into(), Run::start(opener, &req)).await {
-        Ok(run) => run?,
-        Err(_) => return Err(past_deadline("while its first samples were opened")),
-    };
-    let span = match (&gw.inner.traces, seen.parent.take()) {
-        (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
-        _ => None,
-    };
-    let picked = run
-        .pick(&req, deadline.saturating_duration_since(Instant::now()))
-        .await;
-    let past_deadline = (picked.samples.is_empty() && picked.timed_out).then(|| {
-        let reason = picked.reason.as_deref().unwrap_or("nothing was picked");
-        past_deadline(&format!("before its pick decided: {reason}"))
-    });
-    let mut finish = Finish {
-        metrics: gw.inner.metrics.clone(),
-        model: req.model.clone(),
-        request_id: std::mem::take(&mut seen.request_id),
-        arrived,
-        outputs: (req.policy.rule() != choicewise_core::PickRule::All)
-            .then(|| picked.samples.clone()),
-        completed: false,
-        span,
-        failure: None,
-        run: Some(run),
-    };
-    if let Some(e) = past_deadline {
-        finish.failure = Some("request_deadline");
-        return Err(e);
-    }
-    if picked.samples.is_empty() {
-        finish.failure = Some("no_choice");
-        let reason = picked
-            .reason
-            .clone()
-            .unwrap_or_else(|| "nothing was picked".into());
-        return Err(ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            format!("model {:?}: {reason}", req.model),
-        )
-        .code("no_choice"));
-    }
-    let envelope = Envelope::new(&req.model);
-    if let Some(span) = &mut finish.span {
-        span.response_id = Some(envelope.id.clone());
-    }
-    let closing = answer_closing(gw, deadline, &finish.request_id, &req.model);
-    let tries = finish.run().tries.clone();
-    let mut response = match (reply, req.stream) {
-        (None, true) => stream_response(finish, picked, req, envelope, closing),
-        (None, false) => json_response(finish, picked, req, envelope, closing).await,
-        (Some(reply), true) => answer_api::stream(finish, picked, req, reply, estimate, closing),
-        (Some(reply), false) => answer_api::json(finish, picked, req, reply, closing).await,
-    };
-    // Every answer's headers are sent after its first tries ended: how many there were.
-    let count = tries.lock().map_or(0, |t| t.len());
-    response
-        .headers_mut()
-        .insert("x-choicewise-tries", count.into());
-    if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
-        response
-            .headers_mut()
-            .insert("x-choicewise-dropped-tools", value);
-    }
-    Ok(response)
-}
-
-/// What a translated request (Messages, Responses) brings besides its Chat Completions body.
-#[derive(Default)]
-struct Translation {
-    /// Its hosted tools, left out of the body.
-    hosted: Vec<ingress::Hosted>,
-    /// A streamed Messages request's Chat Completions body, whose prompt tokens are estimated
-    /// for its `message_start`.
-    prompt: Option<Value>,
-}
-
-/// What cuts a request's answer short: the gateway's close ([`Gateway::close`]), or its
-/// deadline (`request_deadline_s`, logged), whichever comes first. Watched by a task of its
-/// own, which ends with the answer.
-fn answer_closing(
-    gw: &Gateway,
-    deadline: Instant,
-    request_id: &str,
-    model: &str,
-) -> answer_chat::Closing {
-    let (cut, closing) = watch::channel(None);
-    let mut gateway = gw.inner.closing.subscribe();
-    let (request_id, model) = (request_id.to_string(), model.to_string());
-    let after = gw.inner.limits.request_deadline_s;
-    tokio::spawn(async move {
-        let shut = async {
-            if gateway.wait_for(|c| *c).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            () = shut => {
-                cut.send_replace(Some(answer_chat::SHUT_DOWN));
-            }
-            () = tokio::time::sleep_until(deadline.into()) => {
-                tracing::warn!(
-                    request_id = %request_id,
-                    model = %model,
-                    request_deadline_s = after,
-                    "the request passed its deadline: its answer ends now"
-                );
-                cut.send_replace(Some(answer_chat::PAST_DEADLINE));
-            }
-            () = cut.closed() => {}
-        }
-    });
-    closing
-}
-
-/// A request's run, accounted in the metrics (and its span made, with traces on) when it is
-/// dropped: when its answer ended, or its client went away (then its samples are cancelled
-/// first, closing their upstreams).
-struct Finish {
-    metrics: Arc<Metrics>,
-    model: String,
-    /// The request's id (`x-request-id`), named in its log line.
-    request_id: String,
-    arrived: Instant,
-    /// The output samples of a selection (`None`: every sample is an output).
-    outputs: Option<Vec<u32>>,
-    /// The answer was sent to its end.
-    completed: bool,
-    /// The request's span, with traces on.
-    span: Option<RequestSpan>,
-    /// Why the request was answered with an error, if it was (the span's `error.type`).
-    failure: Option<&'static str>,
-    run: Option<Run>,
-}
-
-impl Finish {
-    fn run(&self) -> &Run {
-        self.run
-            .as_ref()
-            .expect("a Finish holds its run until dropped")
-    }
-
-    /// A streamed answer's first chunk is written: its time, in the metrics and the span.
-    fn first_chunk(&self) {
-        let after = self.arrived.elapsed();
-        self.metrics.first_chunk(&self.model, after);
-        if let Some(span) = &self.span {
-            let _ = span.first_chunk.set(after);
-        }
-    }
-
-    /// The answer was sent to its end: its samples need no cancel.
-    fn complete(&mut self) {
-        self.completed = true;
-    }
-}
-
-impl Drop for Finish {
-    fn drop(&mut self) {
-        let Some(run) = self.run.take() else { return };
-        if !self.completed {
-            run.completions.cancel_except(&[]);
-        }
-        // No client waits any more: an upstream read held back for it goes on, so that its
-        // reader sees the cancel and closes it rather than waiting on the gate for ever.
-        run.pace.release();
-        // When the answer ended: the span's end, even though it is made after the run's
-        // upstreams have ended and been counted (`end - took` is then the request's arrival).
-        let (took, ended_at) = (self.arrived.elapsed(), std::time::SystemTime::now());
-        let request_id = std::mem::take(&mut self.request_id);
-        let (metrics, model, outputs, span, failure, completed) = (
-            self.metrics.clone(),
-            std::mem::take(&mut self.model),
-            self.outputs.take(),
-            self.span.take(),
-            self.failure,
-            self.completed,
-        );
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let outcome = run.outcome(outputs.as_deref()).await;
-                metrics.finished(&model, took, &outcome);
-                // The request's line in the operator's log.
-                let tries = run.tries();
-                let ended = match (completed, failure) {
-                    (_, Some(why)) => why,
-                    (true, None) => "complete",
-                    (false, None) => "client_gone",
-                };
-                tracing::info!(
-                    request_id = %request_id,
-                    model = %model,
-                    samples = run.samples,
-                    tries = tries.len(),
-                    failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
-                    prompt_tokens = outcome.prompt_tokens,
-                    completion_tokens = outcome.completion_tokens,
-                    estimated = outcome.estimated,
-                    duration_ms = took.as_millis() as u64,
-                    ended,
-                    "request"
-                );
-                if let Some(span) = span {
-                    let arrived_at = ended_at.checked_sub(took).unwrap_or(ended_at);
-                    span.end(arrived_at..ended_at, &outcome, &tries, outputs.as_deref(), failure, completed);
-                }
-            });
-        }
-    }
-}
-
-use answer_chat::{json_response, stream_response};
 pub use serving::{CLOSE_WAIT, ServeError, serve};
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn small_bodies_without_a_vote_key_parse_on_the_worker() {
-        let small = br#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
-        assert!(parses_inline(small));
-        let vote = br#"{"model": "m", "choicewise": {"select": "vote", "vote_by": "(\\d+)"}}"#;
-        assert!(!parses_inline(vote), "a vote_by compiles off the workers");
-        let escaped = br#"{"model": "m", "choicewise": {"vote\u005fby": "x"}}"#;
-        assert!(!parses_inline(escaped), "an escape could spell vote_by");
-        let mut large = br#"{"model": "m", "messages": [{"role": "user", "content": ""#.to_vec();
-        large.resize(INLINE_PARSE_BYTES + 1, b'a');
-        assert!(
-            !parses_inline(&large),
-            "a large body parses off the workers"
-        );
-    }
-}

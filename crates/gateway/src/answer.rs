@@ -1,0 +1,384 @@
+//! A request of any of the three APIs, from its body to its answer: read, checked, its
+//! policy applied, its samples opened and picked, answered in its API's terms.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use axum::response::Response;
+use choicewise_client::Dialect;
+use choicewise_core::chunks::Envelope;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::answer_chat::{self, json_response, stream_response};
+use crate::engine::Run;
+use crate::error::ApiError;
+use crate::finish::Finish;
+use crate::request::ChatRequest;
+use crate::traces::Traces;
+use crate::{Gateway, HostedTools, answer_api, ingress, layers, listen, open, resilience};
+
+/// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
+/// API's terms, its failures included.
+pub(crate) async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> Response {
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
+    let arrived = Instant::now();
+    let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
+    let mut seen = Seen {
+        client: gw.client_of(&headers, peer),
+        parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
+        request_id: (headers.get("x-request-id"))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .unwrap_or_default(),
+        ..Seen::default()
+    };
+    let response = match serve_chat(&gw, body, arrived, &mut seen, api).await {
+        Ok(response) => response,
+        Err(e) => {
+            // Answered before its run began: its span now (a run's is its Finish's).
+            if let (Some(traces), Some(parent)) = (&gw.inner.traces, &seen.parent) {
+                traces.record_error(parent, arrived.elapsed(), seen.asked.as_deref(), &e);
+            }
+            let mut response = layers::shaped(api, e);
+            if let Some(tries) = &seen.tries {
+                let count = tries.lock().map_or(0, |t| t.len());
+                response
+                    .headers_mut()
+                    .insert("x-choicewise-tries", count.into());
+            }
+            response
+        }
+    };
+    let mut response = response;
+    (response.extensions_mut()).insert(layers::ModelLabel(std::mem::take(&mut seen.model)));
+    response
+}
+
+/// What [`chat_completions`] learns of a request as it is served, for its accounting.
+#[derive(Default)]
+struct Seen {
+    /// Who the request comes from, for the ejection rules.
+    client: resilience::ClientId,
+    /// The configured model asked for, once known (empty for any other): the metrics' label.
+    model: String,
+    /// The request's id (`x-request-id`), for its log line.
+    request_id: String,
+    /// The model asked for, configured or not, once read: the span's.
+    asked: Option<String>,
+    /// With traces on, the trace the request belongs to, until its run's [`Finish`] takes
+    /// it (and makes the span).
+    parent: Option<opentelemetry::Context>,
+    /// The request's tries, once its upstreams are tried: counted in `x-choicewise-tries`
+    /// on a failure too.
+    tries: Option<Arc<std::sync::Mutex<Vec<open::TryRecord>>>>,
+}
+
+/// Bodies of at most this many bytes without a `vote_by` are parsed on the worker that
+/// read them (see [`parses_inline`]).
+const INLINE_PARSE_BYTES: usize = 16 * 1024;
+
+/// Whether a request body is parsed on the worker: at most [`INLINE_PARSE_BYTES`], and no
+/// `vote_by` to compile, nor a `\u` escape that could spell one.
+fn parses_inline(body: &[u8]) -> bool {
+    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    body.len() <= INLINE_PARSE_BYTES && !has(b"vote_by") && !has(b"\\u")
+}
+
+async fn serve_chat(
+    gw: &Gateway,
+    body: Body,
+    arrived: Instant,
+    seen: &mut Seen,
+    api: Dialect,
+) -> Result<Response, ApiError> {
+    // The key was checked and a slot taken by the layers (`Gateway::router`).
+    let bytes = layers::read_body(gw, body).await?;
+    let inline = parses_inline(&bytes);
+    let limits = gw.inner.limits.clone();
+    // A refusal carries the model the body names, when it could be read: a refused Messages or
+    // Responses request is counted in the metrics under its model.
+    let parse = move || match api {
+        Dialect::Chat => Ok::<_, Box<(ApiError, Option<String>)>>((
+            ChatRequest::parse(&bytes, &limits).map_err(|e| Box::new((e, None)))?,
+            None,
+            None,
+            Translation::default(),
+        )),
+        api => {
+            let body =
+                ingress::parse_body(&bytes).map_err(|e| Box::new((ApiError::from(e), None)))?;
+            let asked = body
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let refused = |e: ApiError| Box::new((e, asked.clone()));
+            let translated =
+                ingress::to_chat(api, &body).map_err(|e| refused(ApiError::from(e)))?;
+            let chat = serde_json::to_vec(&translated.chat)
+                .map_err(|e| refused(ApiError::invalid(e.to_string())))?;
+            let native =
+                (!translated.native.is_empty()).then(|| Arc::new((api, translated.native)));
+            // A streamed Messages answer names the prompt's tokens in its first event.
+            let prompt =
+                (api == Dialect::Anthropic && translated.stream).then(|| translated.chat.clone());
+            Ok((
+                ChatRequest::parse(&chat, &limits).map_err(refused)?,
+                Some(translated.reply),
+                native,
+                Translation {
+                    hosted: translated.hosted,
+                    prompt,
+                },
+            ))
+        }
+    };
+    // Parsing a body of up to max_body_bytes (translating it from the client's API) and
+    // compiling its vote_by take CPU time: on a blocking thread, never on the workers that
+    // serve every connection. A small body without a vote_by parses in microseconds, less
+    // than the two thread hand-offs of the blocking pool: on the worker. Either way a panic
+    // while parsing is the client's 400, not a dropped connection.
+    let unparsed = || Box::new((ApiError::invalid("the request could not be parsed"), None));
+    let parsed = if inline {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))
+            .unwrap_or_else(|_| Err(unparsed()))
+    } else {
+        (tokio::task::spawn_blocking(parse).await).unwrap_or_else(|_| Err(unparsed()))
+    };
+    let (req, reply, native, translation) = match parsed {
+        Ok(parsed) => parsed,
+        Err(refused) => {
+            let (e, asked) = *refused;
+            if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
+                seen.model = model;
+            }
+            return Err(e);
+        }
+    };
+    seen.asked = Some(req.model.clone());
+    let Some(model) = gw.inner.models.get(&req.model).cloned() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!(
+                "the model {:?} does not exist here (GET /v1/models lists them)",
+                req.model
+            ),
+        )
+        .code("model_not_found"));
+    };
+    seen.model.clone_from(&req.model);
+    // Every ingress's request is read here: the model's default policy applies to those
+    // that carry no extension (an agent cannot send one).
+    let default = gw.inner.policies.get(&req.model);
+    let req = req.with_default(default, &gw.inner.limits)?;
+    // Hosted tools the gateway cannot run: left out, or the request refused, as the model
+    // says.
+    let dropped = match gw.inner.hosted_tools.get(&req.model) {
+        Some(HostedTools::Refuse) => match translation.hosted.first() {
+            Some(tool) => return Err(tool.refused(&req.model).into()),
+            None => None,
+        },
+        _ => {
+            let mut kinds: Vec<&str> = Vec::new();
+            for tool in &translation.hosted {
+                if !kinds.contains(&tool.kind.as_str()) {
+                    kinds.push(&tool.kind);
+                }
+            }
+            (!kinds.is_empty()).then(|| kinds.join(","))
+        }
+    };
+    if let Some(dropped) = &dropped {
+        tracing::info!(
+            model = %req.model,
+            dropped_tools = %dropped,
+            "hosted tools left out of the upstream request (hosted_tools = \"drop\")"
+        );
+    }
+    let estimate = translation.prompt.map(|chat| {
+        let upstream_model =
+            (model.routes.first()).map_or(model.name.as_str(), |r| r.model.as_str());
+        let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+        tokio::task::spawn_blocking(move || {
+            choicewise_usage::count_prompt(encoding, &chat)
+                .ok()
+                .map(|count| count.total)
+        })
+    });
+    let apis: Vec<Dialect> = model.routes.iter().map(|u| u.api).collect();
+    let budget = model.budget.clone();
+    let opener = open::Opener {
+        models: gw.inner.models.clone(),
+        model,
+        body: Arc::new(req.body.clone()),
+        native,
+        logprobs: req.policy.confidence().map(|c| c.top_logprobs),
+        metrics: gw.inner.metrics.clone(),
+        budget,
+        tries: Arc::default(),
+        client: seen.client,
+        sent: Arc::default(),
+        max_requests: gw.inner.limits.max_upstream_requests_per_request,
+    };
+    seen.tries = Some(opener.tries.clone());
+    // Everything the request does ends by its deadline: opening its first samples, the pick,
+    // the answer (`closing`).
+    let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);
+    let past_deadline = |while_: &str| {
+        tracing::warn!(
+            request_id = %seen.request_id,
+            model = %req.model,
+            request_deadline_s = gw.inner.limits.request_deadline_s,
+            "the request passed its deadline {while_}"
+        );
+        ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            format!(
+                "model {:?}: the request passed its deadline ({}s, request_deadline_s) {while_}",
+                req.model, gw.inner.limits.request_deadline_s
+            ),
+        )
+        .code("request_deadline")
+    };
+    let mut run = match tokio::time::timeout_at(deadline.into(), Run::start(opener, &req)).await {
+        Ok(run) => run?,
+        Err(_) => return Err(past_deadline("while its first samples were opened")),
+    };
+    let span = match (&gw.inner.traces, seen.parent.take()) {
+        (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
+        _ => None,
+    };
+    let picked = run
+        .pick(&req, deadline.saturating_duration_since(Instant::now()))
+        .await;
+    let past_deadline = (picked.samples.is_empty() && picked.timed_out).then(|| {
+        let reason = picked.reason.as_deref().unwrap_or("nothing was picked");
+        past_deadline(&format!("before its pick decided: {reason}"))
+    });
+    let mut finish = Finish {
+        metrics: gw.inner.metrics.clone(),
+        model: req.model.clone(),
+        request_id: std::mem::take(&mut seen.request_id),
+        arrived,
+        outputs: (req.policy.rule() != choicewise_core::PickRule::All)
+            .then(|| picked.samples.clone()),
+        completed: false,
+        span,
+        failure: None,
+        run: Some(run),
+    };
+    if let Some(e) = past_deadline {
+        finish.failure = Some("request_deadline");
+        return Err(e);
+    }
+    if picked.samples.is_empty() {
+        finish.failure = Some("no_choice");
+        let reason = picked
+            .reason
+            .clone()
+            .unwrap_or_else(|| "nothing was picked".into());
+        return Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            format!("model {:?}: {reason}", req.model),
+        )
+        .code("no_choice"));
+    }
+    let envelope = Envelope::new(&req.model);
+    if let Some(span) = &mut finish.span {
+        span.response_id = Some(envelope.id.clone());
+    }
+    let closing = answer_closing(gw, deadline, &finish.request_id, &req.model);
+    let tries = finish.run().tries.clone();
+    let mut response = match (reply, req.stream) {
+        (None, true) => stream_response(finish, picked, req, envelope, closing),
+        (None, false) => json_response(finish, picked, req, envelope, closing).await,
+        (Some(reply), true) => answer_api::stream(finish, picked, req, reply, estimate, closing),
+        (Some(reply), false) => answer_api::json(finish, picked, req, reply, closing).await,
+    };
+    // Every answer's headers are sent after its first tries ended: how many there were.
+    let count = tries.lock().map_or(0, |t| t.len());
+    response
+        .headers_mut()
+        .insert("x-choicewise-tries", count.into());
+    if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
+        response
+            .headers_mut()
+            .insert("x-choicewise-dropped-tools", value);
+    }
+    Ok(response)
+}
+
+/// What a translated request (Messages, Responses) brings besides its Chat Completions body.
+#[derive(Default)]
+struct Translation {
+    /// Its hosted tools, left out of the body.
+    hosted: Vec<ingress::Hosted>,
+    /// A streamed Messages request's Chat Completions body, whose prompt tokens are estimated
+    /// for its `message_start`.
+    prompt: Option<Value>,
+}
+
+/// What cuts a request's answer short: the gateway's close ([`Gateway::close`]), or its
+/// deadline (`request_deadline_s`, logged), whichever comes first. Watched by a task of its
+/// own, which ends with the answer.
+fn answer_closing(
+    gw: &Gateway,
+    deadline: Instant,
+    request_id: &str,
+    model: &str,
+) -> answer_chat::Closing {
+    let (cut, closing) = watch::channel(None);
+    let mut gateway = gw.inner.closing.subscribe();
+    let (request_id, model) = (request_id.to_string(), model.to_string());
+    let after = gw.inner.limits.request_deadline_s;
+    tokio::spawn(async move {
+        let shut = async {
+            if gateway.wait_for(|c| *c).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            () = shut => {
+                cut.send_replace(Some(answer_chat::SHUT_DOWN));
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                tracing::warn!(
+                    request_id = %request_id,
+                    model = %model,
+                    request_deadline_s = after,
+                    "the request passed its deadline: its answer ends now"
+                );
+                cut.send_replace(Some(answer_chat::PAST_DEADLINE));
+            }
+            () = cut.closed() => {}
+        }
+    });
+    closing
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_bodies_without_a_vote_key_parse_on_the_worker() {
+        let small = br#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+        assert!(parses_inline(small));
+        let vote = br#"{"model": "m", "choicewise": {"select": "vote", "vote_by": "(\\d+)"}}"#;
+        assert!(!parses_inline(vote), "a vote_by compiles off the workers");
+        let escaped = br#"{"model": "m", "choicewise": {"vote\u005fby": "x"}}"#;
+        assert!(!parses_inline(escaped), "an escape could spell vote_by");
+        let mut large = br#"{"model": "m", "messages": [{"role": "user", "content": ""#.to_vec();
+        large.resize(INLINE_PARSE_BYTES + 1, b'a');
+        assert!(
+            !parses_inline(&large),
+            "a large body parses off the workers"
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! `POST /v1/messages/count_tokens`.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use choicewise_client::Dialect;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::{Gateway, ingress, layers};
+
+/// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
+/// upstream counts them (its own `count_tokens`); else, or when it cannot answer, counted
+/// with tiktoken (the encoding of the model's first upstream) and said so in
+/// `x-choicewise-token-count: estimated`.
+pub(crate) async fn count_tokens(
+    State(gw): State<Gateway>,
+    request: axum::extract::Request,
+) -> Response {
+    // Counted in the metrics under its model when that is a configured one, refused or not.
+    let mut label = String::new();
+    let mut response = count_tokens_answer(&gw, request, &mut label).await;
+    (response.extensions_mut()).insert(layers::ModelLabel(label));
+    response
+}
+
+/// [`count_tokens`]' answer; `label` gets the configured model the request names, if any.
+async fn count_tokens_answer(
+    gw: &Gateway,
+    request: axum::extract::Request,
+    label: &mut String,
+) -> Response {
+    let api = Dialect::Anthropic;
+    let bytes = match layers::read_body(gw, request.into_body()).await {
+        Ok(bytes) => bytes,
+        Err(e) => return layers::shaped(api, e),
+    };
+    let gateway = gw.clone();
+    let (asked, parsed) = tokio::task::spawn_blocking(move || {
+        let body = match ingress::parse_body(&bytes) {
+            Ok(body) => body,
+            Err(e) => return (None, Err(ApiError::from(e))),
+        };
+        let asked = body
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let translated = match ingress::anthropic::to_chat_for_count(&body) {
+            Ok(translated) => translated,
+            Err(e) => return (asked, Err(ApiError::from(e))),
+        };
+        let model = translated.reply.model.clone();
+        let Some(routes) = gateway.inner.models.get(&model).cloned() else {
+            let e = ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                format!("the model {model:?} does not exist here (GET /v1/models lists them)"),
+            );
+            return (asked, Err(e));
+        };
+        (asked, Ok((body, translated.chat, routes)))
+    })
+    .await
+    .unwrap_or_else(|_| {
+        let e = ApiError::invalid("the prompt could not be counted");
+        (None, Err(e))
+    });
+    if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
+        *label = model;
+    }
+    let (mut body, chat, routes) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) => return layers::shaped(api, e),
+    };
+    if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic)
+        && let Some(fields) = body.as_object_mut()
+    {
+        fields.remove("choicewise");
+        fields.insert("model".into(), json!(route.model));
+        match route.client.count_tokens(&body).await {
+            Ok(tokens) => return axum::Json(json!({"input_tokens": tokens})).into_response(),
+            Err(e) => tracing::warn!(
+                upstream = &*route.label,
+                error = %e,
+                "the upstream did not count the tokens: estimated instead"
+            ),
+        }
+    }
+    let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
+    let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+    let counted = tokio::task::spawn_blocking(move || {
+        choicewise_usage::count_prompt(encoding, &chat)
+            .map(|count| count.total)
+            .map_err(|e| ApiError::invalid(format!("the prompt could not be counted: {e}")))
+    })
+    .await
+    .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
+    match counted {
+        Ok(tokens) => (
+            [("x-choicewise-token-count", "estimated")],
+            axum::Json(json!({"input_tokens": tokens})),
+        )
+            .into_response(),
+        Err(e) => layers::shaped(api, e),
+    }
+}

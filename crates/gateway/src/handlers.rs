@@ -1,0 +1,81 @@
+//! The gateway's plain routes: the model list, the metrics, and the three APIs' endpoints
+//! (each answered by [`crate::answer::answer`]).
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use choicewise_client::Dialect;
+use serde_json::{Value, json};
+
+use crate::Gateway;
+use crate::answer::answer;
+use crate::error::ApiError;
+
+/// A model as `GET /v1/models` lists it: OpenAI's fields (`object`, `created`, `owned_by`)
+/// and Anthropic's (`type`, `display_name`, `created_at`), so that the clients of both APIs
+/// read it (Claude Code's gateway model discovery reads `id` and `display_name`).
+fn model_entry(name: &str) -> Value {
+    json!({"id": name, "object": "model", "created": 0, "owned_by": "choicewise",
+           "type": "model", "display_name": name, "created_at": "1970-01-01T00:00:00Z"})
+}
+
+/// `GET /v1/models`: every configured model, in the list shapes of both APIs (OpenAI's
+/// `object: "list"`, Anthropic's `has_more`, `first_id`, `last_id`).
+pub(crate) async fn list_models(State(gw): State<Gateway>) -> Response {
+    let names = &gw.inner.names;
+    let data: Vec<Value> = names.iter().map(|name| model_entry(name)).collect();
+    axum::Json(json!({"object": "list", "data": data, "has_more": false,
+                      "first_id": names.first(), "last_id": names.last()}))
+    .into_response()
+}
+
+/// `GET /v1/models/{id}`: the model, or 404 naming it.
+pub(crate) async fn one_model(
+    State(gw): State<Gateway>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if gw.inner.models.contains_key(&id) {
+        return axum::Json(model_entry(&id)).into_response();
+    }
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!("the model {id:?} does not exist here (GET /v1/models lists them)"),
+    )
+    .code("model_not_found")
+    .into_response()
+}
+
+pub(crate) async fn metrics_text(State(gw): State<Gateway>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        gw.inner.metrics.encode(),
+    )
+        .into_response()
+}
+
+pub(crate) async fn chat_completions(
+    State(gw): State<Gateway>,
+    request: axum::extract::Request,
+) -> Response {
+    answer(gw, request, Dialect::Chat).await
+}
+
+/// `POST /v1/messages`: Anthropic's Messages API over any configured model.
+pub(crate) async fn messages(
+    State(gw): State<Gateway>,
+    request: axum::extract::Request,
+) -> Response {
+    answer(gw, request, Dialect::Anthropic).await
+}
+
+/// `POST /v1/responses`: OpenAI's Responses API (stateless) over any configured model.
+pub(crate) async fn responses(
+    State(gw): State<Gateway>,
+    request: axum::extract::Request,
+) -> Response {
+    answer(gw, request, Dialect::Responses).await
+}
