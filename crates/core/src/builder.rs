@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use choicewise_proto::Demux;
 
+use crate::completion::Mode;
 use crate::completions::Completions;
 use crate::config::Config;
 #[cfg(doc)]
@@ -265,7 +266,7 @@ impl CompletionsBuilder {
     /// # }
     /// ```
     pub fn start(self, source: Source) -> Completions {
-        Completions::start(self.config, false, vec![source], false)
+        Completions::start(self.config, Mode::Single, vec![source])
     }
 
     /// One completion whose choices come from several sources (one request each, for
@@ -302,7 +303,7 @@ impl CompletionsBuilder {
     /// # }
     /// ```
     pub fn fan_out(self, sources: impl IntoIterator<Item = Source>) -> Completions {
-        Completions::start(self.config, true, sources.into_iter().collect(), false)
+        Completions::start(self.config, Mode::FanOut, sources.into_iter().collect())
     }
 
     /// The options, for the other ways to start a completion.

@@ -130,15 +130,29 @@ pub(crate) struct CompletionShared {
     state: Mutex<CompletionState>,
     /// The usage, once computed (counting an estimate is done once).
     pub usage: tokio::sync::OnceCell<Usage>,
-    /// The samples still to start, for a completion of samples made on demand.
-    pub sampling: Mutex<Option<Sampling>>,
+}
+
+/// What a completion reads, and whether more upstreams may still come.
+#[derive(Debug)]
+pub(crate) enum Mode {
+    /// One upstream's choices, numbered as it numbers them.
+    Single,
+    /// Fixed upstreams, their choices numbered across them and their errors naming them.
+    FanOut,
+    /// Samples made on demand, numbered as a fan-out's: `Some` while more may start
+    /// (sampling goes on), `None` once sampling stopped.
+    Samples(Option<Sampling>),
 }
 
 /// Samples made on demand: sample `k` is `make(k)`, at most `max`.
 pub(crate) struct Sampling {
     pub made: usize,
     pub max: usize,
-    pub make: Box<dyn FnMut(usize) -> crate::source::Source + Send>,
+    /// The caller's maker of samples: `None` while a caller runs it, outside the lock
+    /// (see [`CompletionShared::start_samples`]).
+    pub make: Option<MakeSample>,
+    /// Samples asked for while the maker was out: the caller running it starts them too.
+    pub queued: usize,
     /// Failed samples that may still be replaced (each replacement raises `max` by one).
     pub replacements: usize,
     /// Replacements reserved so far.
@@ -152,11 +166,37 @@ pub(crate) struct Sampling {
     pub start: Arc<dyn Fn(crate::source::Source) + Send + Sync>,
 }
 
+/// Makes sample `k`'s source ([`CompletionsBuilder::samples`](crate::CompletionsBuilder::samples)).
+pub(crate) type MakeSample = Box<dyn FnMut(usize) -> crate::source::Source + Send>;
+
+impl Sampling {
+    /// Samples `make` makes on demand, at most `max`; `replacements` failed ones may be
+    /// replaced; `start` starts a sample's source in the completion.
+    pub fn new(
+        max: usize,
+        make: MakeSample,
+        replacements: usize,
+        start: Arc<dyn Fn(crate::source::Source) + Send + Sync>,
+    ) -> Self {
+        Sampling {
+            made: 0,
+            max,
+            make: Some(make),
+            queued: 0,
+            replacements,
+            reserved: 0,
+            pick_starts: false,
+            start,
+        }
+    }
+}
+
 impl std::fmt::Debug for Sampling {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sampling")
             .field("made", &self.made)
             .field("max", &self.max)
+            .field("queued", &self.queued)
             .field("replacements", &self.replacements)
             .field("reserved", &self.reserved)
             .field("pick_starts", &self.pick_starts)
@@ -174,12 +214,11 @@ pub(crate) struct CompletionState {
     pub waiters: Waiters,
     /// Every upstream, in the order added (one unless fanned out).
     pub upstreams: Vec<UpstreamState>,
-    /// Built by a fan-out: indexes are renumbered and errors name their upstream.
-    pub fan_out: bool,
-    /// Upstreams may still be added: the completion cannot end before this is false.
-    pub open_ended: bool,
-    /// Its upstreams are samples made on demand.
-    pub sampled: bool,
+    /// What it reads: one upstream, a fan-out, or samples made on demand.
+    pub mode: Mode,
+    /// Its constructor is still adding its sources: an upstream that ends before the next
+    /// is added must not end the completion.
+    pub adding: bool,
     /// The first index of the next block of choices.
     next_block: u32,
     /// The next index given to a choice numbered in first-seen order.
@@ -190,6 +229,34 @@ pub(crate) struct CompletionState {
 }
 
 impl CompletionState {
+    /// Whether its choices are numbered across several upstreams (a fan-out, or samples),
+    /// and its errors name them.
+    pub fn fan_out(&self) -> bool {
+        !matches!(self.mode, Mode::Single)
+    }
+
+    /// Whether upstreams may still be added: the completion cannot end before they may not.
+    pub fn open_ended(&self) -> bool {
+        self.adding || matches!(self.mode, Mode::Samples(Some(_)))
+    }
+
+    /// Its sampling while it goes on.
+    pub fn sampling(&mut self) -> Option<&mut Sampling> {
+        match &mut self.mode {
+            Mode::Samples(Some(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// No more samples will start (for a completion of samples): it ends once those started
+    /// have. The maker is dropped by the caller running it, if one does.
+    pub fn stop_sampling(&mut self) {
+        if let Mode::Samples(sampling) = &mut self.mode {
+            *sampling = None;
+        }
+        self.end_if_done();
+    }
+
     /// Whether every upstream has ended.
     pub fn end(&self) -> Option<&Result<(), Error>> {
         match &self.phase {
@@ -200,7 +267,7 @@ impl CompletionState {
 
     /// Adds an upstream that declares `n` choices (or not); returns its number.
     pub fn add_upstream(&mut self, n: Option<u32>, request: Option<Arc<Value>>) -> usize {
-        let indexing = match (self.fan_out, n, self.undeclared) {
+        let indexing = match (self.fan_out(), n, self.undeclared) {
             (false, _, _) => Indexing::AsSent,
             (true, Some(n), false) => {
                 let offset = self.next_block.max(self.next_index);
@@ -242,7 +309,7 @@ impl CompletionState {
         };
         // A fan-out lists each upstream's choices (its usage parts); a single stream
         // numbered as sent needs no map.
-        if self.fan_out || global != local {
+        if self.fan_out() || global != local {
             self.upstreams[k].map.insert(local, global);
         }
         global
@@ -264,7 +331,7 @@ impl CompletionState {
 
     /// The error that ended upstream `k`, as its choices and the completion report it.
     pub fn upstream_error(&self, k: usize, error: Error) -> Error {
-        if self.fan_out {
+        if self.fan_out() {
             Error::from(ErrorDetail::UpstreamFailed { upstream: k, error })
         } else {
             error
@@ -274,16 +341,16 @@ impl CompletionState {
     /// Records how upstream `k` ended (`outcome` already as its choices see it); once every
     /// upstream has ended and none will be added, the completion's end.
     pub fn end_upstream(&mut self, k: usize, meta: Meta, outcome: Result<(), Error>) {
-        let upstream = &mut self.upstreams[k];
-        if upstream.end.is_some() {
+        if self.upstreams[k].end.is_some() {
             return;
         }
-        if !self.fan_out || self.meta.id().is_none() {
+        if !self.fan_out() || self.meta.id().is_none() {
             let model = self.meta.model().map(str::to_string);
             self.meta = meta.clone();
             let model = self.meta.model().map(str::to_string).or(model);
             self.meta.set_model(model);
         }
+        let upstream = &mut self.upstreams[k];
         upstream.meta = meta;
         upstream.end = Some(outcome);
         upstream.reader = None;
@@ -293,7 +360,7 @@ impl CompletionState {
     /// Ends the completion if every upstream has ended and none will be added: the first
     /// upstream's error, else `Ok`.
     pub fn end_if_done(&mut self) {
-        if self.open_ended
+        if self.open_ended()
             || self.end().is_some()
             || !self.upstreams.iter().all(|u| u.end.is_some())
         {
@@ -311,7 +378,7 @@ impl CompletionState {
     /// Each choice's completion tokens as the upstreams reported them, by the completion's
     /// index.
     pub fn reported_per_choice(&self) -> BTreeMap<u32, u64> {
-        if !self.fan_out {
+        if !self.fan_out() {
             return self.meta.usage().per_choice();
         }
         let mut all = BTreeMap::new();
@@ -327,7 +394,7 @@ impl CompletionState {
 
     /// The usage every upstream reported, summed; `None` if any reported none.
     pub fn reported_usage(&self) -> Option<Usage> {
-        if !self.fan_out {
+        if !self.fan_out() {
             return self.meta.usage().usage();
         }
         let parts: Option<Vec<Usage>> = self
@@ -346,11 +413,11 @@ impl CompletionShared {
     /// replacements. How many were reserved ([`after_upstream_end`](Self::after_upstream_end)
     /// starts them).
     pub fn reserve_replacements(&self, failed: usize) -> usize {
-        if failed == 0 || self.is_closing() {
+        let mut state = self.lock();
+        if failed == 0 || !matches!(state.phase, Phase::Streaming) {
             return 0;
         }
-        let mut sampling = lock(&self.sampling);
-        match sampling.as_mut() {
+        match state.sampling() {
             Some(s) => {
                 let reserved = failed.min(s.replacements);
                 s.replacements -= reserved;
@@ -367,43 +434,76 @@ impl CompletionShared {
     /// planned sample has started and ended with none due, stops sampling so that the
     /// completion ends.
     pub fn after_upstream_end(&self, reserved: usize) {
-        let mut sampling = lock(&self.sampling);
-        let Some(s) = sampling.as_mut() else {
+        let mut state = self.lock();
+        let upstreams = state.upstreams.len();
+        let all_ended = state.upstreams.iter().all(|u| u.end.is_some());
+        let Some(s) = state.sampling() else {
             return;
         };
         if reserved > 0 && s.made < s.max && !s.pick_starts {
-            let mut sources = Vec::new();
-            while sources.len() < reserved && s.made < s.max {
-                let k = s.made;
-                s.made += 1;
-                sources.push((s.make)(k));
-            }
-            let start = s.start.clone();
-            drop(sampling);
-            for source in sources {
-                start(source);
-            }
+            drop(state);
+            self.start_samples(reserved);
             return;
         }
-        // The sampling lock is held while the upstreams are read (the one place both are
-        // held, always in this order): a replacement reserved meanwhile raised `max` first,
-        // and a sample being started is counted in `made` before its upstream is added.
-        let done = {
-            let state = self.lock();
-            state.upstreams.len() >= s.max && state.upstreams.iter().all(|u| u.end.is_some())
-        };
-        if done {
-            *sampling = None;
-            drop(sampling);
-            let mut state = self.lock();
-            state.open_ended = false;
-            state.end_if_done();
+        // A sample being started is counted in `made` before its upstream is added, and a
+        // replacement reserved raised `max` first: every planned sample has started and
+        // ended only when the upstreams number `max`.
+        if upstreams >= s.max && all_ended {
+            state.stop_sampling();
         }
     }
 
-    /// A completion without upstreams yet; `fan_out`: its choices are numbered across them
-    /// and its errors name them.
-    pub fn new(config: Config, fan_out: bool) -> Self {
+    /// Starts up to `count` more samples of a completion of samples; how many it took on
+    /// (none once all were started, sampling stopped, or the completion is closing). The
+    /// caller's maker runs outside the lock, so that it may call back into the completion:
+    /// samples asked for while it runs (by it, or on another thread) are queued, and
+    /// started by the caller running it before it puts it back.
+    pub fn start_samples(&self, count: usize) -> usize {
+        let (mut make, admitted) = {
+            let mut state = self.lock();
+            if !matches!(state.phase, Phase::Streaming) {
+                return 0;
+            }
+            let Some(s) = state.sampling() else {
+                return 0;
+            };
+            let admitted = count.min(s.max.saturating_sub(s.made + s.queued));
+            s.queued += admitted;
+            match s.make.take() {
+                Some(make) => (make, admitted),
+                // Another caller runs the maker: it starts these.
+                None => return admitted,
+            }
+        };
+        // A maker that panics stops sampling: nobody could make a sample after it.
+        let stop_on_panic = StopOnPanic(self);
+        loop {
+            let (k, start) = {
+                let mut state = self.lock();
+                let streaming = matches!(state.phase, Phase::Streaming);
+                // Sampling stopped meanwhile: the maker is dropped here.
+                let Some(s) = state.sampling() else {
+                    break;
+                };
+                if s.queued == 0 || s.made >= s.max || !streaming {
+                    s.queued = 0;
+                    s.make = Some(make);
+                    break;
+                }
+                s.queued -= 1;
+                let k = s.made;
+                s.made += 1;
+                (k, s.start.clone())
+            };
+            start(make(k));
+        }
+        std::mem::forget(stop_on_panic);
+        admitted
+    }
+
+    /// A completion without upstreams yet, of this `mode`, its constructor adding its
+    /// sources (until [`CompletionState::adding`] is cleared).
+    pub fn new(config: Config, mode: Mode) -> Self {
         let state = CompletionState {
             phase: Phase::Streaming,
             choices: Vec::new(),
@@ -411,9 +511,8 @@ impl CompletionShared {
             meta: Meta::default(),
             waiters: Waiters::default(),
             upstreams: Vec::new(),
-            fan_out,
-            open_ended: false,
-            sampled: false,
+            mode,
+            adding: true,
             next_block: 0,
             next_index: 0,
             undeclared: false,
@@ -422,7 +521,6 @@ impl CompletionShared {
             config,
             state: Mutex::new(state),
             usage: tokio::sync::OnceCell::new(),
-            sampling: Mutex::new(None),
         }
     }
 
@@ -447,23 +545,16 @@ impl CompletionShared {
     /// Cancels every choice but those in `keep`, and those still to appear: tells every
     /// running reader.
     pub fn close(&self, keep: Arc<[u32]>) {
-        // No sample starts any more.
-        *lock(&self.sampling) = None;
         let mut state = self.lock();
         if matches!(state.phase, Phase::Streaming) {
             state.phase = Phase::Closing { keep: keep.clone() };
         }
-        state.open_ended = false;
-        state.end_if_done();
+        // No sample starts any more.
+        state.stop_sampling();
         for reader in state.upstreams.iter().filter_map(|u| u.reader.as_ref()) {
             let _ = reader.send_message(ReaderMsg::Close { keep: keep.clone() });
         }
         state.waiters.wake_all();
-    }
-
-    /// Whether [`close`](Self::close) was called (or the completion ended).
-    pub fn is_closing(&self) -> bool {
-        !matches!(self.lock().phase, Phase::Streaming)
     }
 
     /// What a reader starting now must close: `None` while the completion streams; the
@@ -491,12 +582,22 @@ impl CompletionShared {
         let outcomes = choices.iter().map(|c| c.log.lock().outcome(c.index()));
         let (mut completion, error) = assemble(meta, &per_choice, end.as_ref(), outcomes);
         let state = self.lock();
-        if state.fan_out {
+        if state.fan_out() {
             for choice in &mut completion.choices {
                 choice.source = state.source_of(choice.index);
             }
         }
         (completion, error)
+    }
+}
+
+/// Stops sampling when dropped: held while a maker of samples runs, and forgotten after, so
+/// that it acts only when the maker panics.
+struct StopOnPanic<'a>(&'a CompletionShared);
+
+impl Drop for StopOnPanic<'_> {
+    fn drop(&mut self) {
+        self.0.lock().stop_sampling();
     }
 }
 

@@ -10,7 +10,7 @@ use futures::Stream;
 
 use crate::actor::reader::spawn_reader;
 use crate::choice::Choice;
-use crate::completion::{ChoiceEntry, CompletionShared};
+use crate::completion::{ChoiceEntry, CompletionShared, Mode};
 use crate::config::Config;
 use crate::lifetime::Lifetime;
 use crate::log::Subscription;
@@ -72,31 +72,32 @@ impl fmt::Debug for Completions {
 }
 
 impl Completions {
-    /// A completion reading `sources` (numbered across them when `fan_out`); `open_ended`:
-    /// more may be added with [`add`](Self::add), until [`seal`](Self::seal).
-    pub(crate) fn start(
-        config: Config,
-        fan_out: bool,
-        sources: Vec<Source>,
-        open_ended: bool,
-    ) -> Completions {
-        let shared = Arc::new(CompletionShared::new(config, fan_out));
-        // Open while the sources are added: an upstream that ends before the next one is
-        // added must not end the completion.
-        shared.lock().open_ended = true;
-        let completions = Completions {
-            life: Arc::new(Lifetime::new(shared.clone())),
-            shared,
-        };
+    /// A completion of this `mode` reading `sources`.
+    pub(crate) fn start(config: Config, mode: Mode, sources: Vec<Source>) -> Completions {
+        let completions = Completions::adding(config, mode);
         for source in sources {
             completions.add(source);
         }
-        {
-            let mut state = completions.shared.lock();
-            state.open_ended = open_ended;
-            state.end_if_done();
-        }
+        completions.added();
         completions
+    }
+
+    /// A completion of this `mode` whose constructor adds its sources, then calls
+    /// [`added`](Self::added).
+    pub(crate) fn adding(config: Config, mode: Mode) -> Completions {
+        let shared = Arc::new(CompletionShared::new(config, mode));
+        Completions {
+            life: Arc::new(Lifetime::new(shared.clone())),
+            shared,
+        }
+    }
+
+    /// Its constructor added its sources: the completion ends once they have (and, for one
+    /// of samples, once sampling stopped).
+    pub(crate) fn added(&self) {
+        let mut state = self.shared.lock();
+        state.adding = false;
+        state.end_if_done();
     }
 
     /// Starts reading one more source; its number among the completion's upstreams.
@@ -117,13 +118,6 @@ impl Completions {
             }
         }
         k
-    }
-
-    /// No more sources will be added: the completion ends once those added have.
-    pub(crate) fn seal(&self) {
-        let mut state = self.shared.lock();
-        state.open_ended = false;
-        state.end_if_done();
     }
 
     /// The choices, each once, in order of first appearance (not index order). The stream
@@ -314,7 +308,7 @@ impl Completions {
                 // A fan-out: each upstream's reported usage, or `None` and its choices.
                 let (reported, parts) = {
                     let state = shared.lock();
-                    let parts: Option<Vec<_>> = state.fan_out.then(|| {
+                    let parts: Option<Vec<_>> = state.fan_out().then(|| {
                         state
                             .upstreams
                             .iter()
@@ -425,7 +419,7 @@ impl Completions {
 
     /// How many choices the completion will have, when every upstream declared it.
     pub(crate) fn expected_choices(&self) -> Option<usize> {
-        if self.shared.lock().open_ended {
+        if self.shared.lock().open_ended() {
             return None;
         }
         self.declared_choices()

@@ -5,9 +5,8 @@
 use crate::builder::CompletionsBuilder;
 use std::sync::Arc;
 
-use crate::completion::Sampling;
+use crate::completion::{Mode, Sampling};
 use crate::completions::Completions;
-use crate::log::lock;
 use crate::source::Source;
 
 impl CompletionsBuilder {
@@ -41,29 +40,27 @@ impl CompletionsBuilder {
         F: FnMut(usize) -> Source + Send + 'static,
     {
         let replacements = self.config.replace_failed;
-        let completions = Completions::start(self.into_config(), true, Vec::new(), max > 0);
-        completions.shared.lock().sampled = true;
-        *lock(&completions.shared.sampling) = Some(Sampling {
-            made: 0,
-            max,
-            make: Box::new(sample),
-            replacements,
-            reserved: 0,
-            pick_starts: false,
-            start: {
-                let life = Arc::downgrade(&completions.life);
-                Arc::new(move |source| {
-                    // No handle left: nobody reads the sample.
-                    if let Some(life) = life.upgrade() {
-                        let completions = Completions {
-                            shared: life.shared.clone(),
-                            life,
-                        };
-                        completions.add(source);
-                    }
-                })
-            },
-        });
+        let completions = Completions::adding(self.into_config(), Mode::Samples(None));
+        if max > 0 {
+            let life = Arc::downgrade(&completions.life);
+            let start = Arc::new(move |source| {
+                // No handle left: nobody reads the sample.
+                if let Some(life) = life.upgrade() {
+                    let completions = Completions {
+                        shared: life.shared.clone(),
+                        life,
+                    };
+                    completions.add(source);
+                }
+            });
+            completions.shared.lock().mode = Mode::Samples(Some(Sampling::new(
+                max,
+                Box::new(sample),
+                replacements,
+                start,
+            )));
+        }
+        completions.added();
         completions
     }
 
@@ -121,34 +118,15 @@ impl Completions {
     /// # }
     /// ```
     pub fn start_more(&self, count: usize) -> usize {
-        let mut started = 0;
-        loop {
-            if started == count {
-                break;
-            }
-            let source = {
-                let mut sampling = lock(&self.shared.sampling);
-                let Some(s) = sampling.as_mut() else {
-                    break;
-                };
-                if s.made >= s.max || self.shared.is_closing() {
-                    break;
-                }
-                let k = s.made;
-                s.made += 1;
-                (s.make)(k)
-            };
-            self.add(source);
-            started += 1;
-        }
+        let started = self.shared.start_samples(count);
         // Replacements still possible keep sampling open: the last upstream to end stops it
         // (`CompletionShared::after_upstream_end`).
-        let exhausted = match &*lock(&self.shared.sampling) {
-            Some(s) => s.made >= s.max && s.replacements == 0,
-            None => false,
-        };
-        if exhausted {
-            self.stop_sampling();
+        let mut state = self.shared.lock();
+        if state
+            .sampling()
+            .is_some_and(|s| s.made >= s.max && s.replacements == 0)
+        {
+            state.stop_sampling();
         }
         started
     }
@@ -164,8 +142,7 @@ impl Completions {
     /// # }
     /// ```
     pub fn stop_sampling(&self) {
-        *lock(&self.shared.sampling) = None;
-        self.seal();
+        self.shared.lock().stop_sampling();
     }
 
     /// How many samples were started (how many sources the completion reads, for one of
@@ -187,7 +164,7 @@ impl Completions {
     /// than the reader as each failure is seen: a windowed vote puts a failed sample's
     /// replacement in that sample's window, a confidence-guided vote in its warmup.
     pub(crate) fn pick_starts_replacements(&self) {
-        if let Some(s) = lock(&self.shared.sampling).as_mut() {
+        if let Some(s) = self.shared.lock().sampling() {
             s.pick_starts = true;
         }
     }
@@ -199,7 +176,7 @@ impl Completions {
     /// Those reserved meanwhile are started by the caller's next
     /// [`start_more`](Self::start_more), as planned samples are.
     pub(crate) fn readers_start_replacements(&self) {
-        if let Some(s) = lock(&self.shared.sampling).as_mut() {
+        if let Some(s) = self.shared.lock().sampling() {
             s.pick_starts = false;
         }
     }
@@ -207,22 +184,21 @@ impl Completions {
     /// How many replacements of failed samples were reserved so far (each raised
     /// [`planned`](Self::planned) by one).
     pub(crate) fn replacements_reserved(&self) -> usize {
-        lock(&self.shared.sampling)
-            .as_ref()
-            .map_or(0, |s| s.reserved)
+        self.shared.lock().sampling().map_or(0, |s| s.reserved)
     }
 
     /// Whether it is a completion of samples made on demand (sampling may have stopped).
     pub(crate) fn samples_made(&self) -> bool {
-        self.shared.lock().sampled
+        matches!(self.shared.lock().mode, Mode::Samples(_))
     }
 
     /// The most samples this completion can have: `max` for one made by
     /// [`samples`](CompletionsBuilder::samples) while sampling goes on, else those started.
     pub(crate) fn planned(&self) -> usize {
-        match &*lock(&self.shared.sampling) {
+        let mut state = self.shared.lock();
+        match state.sampling() {
             Some(s) => s.max,
-            None => self.started(),
+            None => state.upstreams.len(),
         }
     }
 }

@@ -192,3 +192,81 @@ async fn a_cancelled_sample_is_dropped_and_a_finished_one_is_not() {
         .unwrap();
     assert!(whole.choices[2].cancelled);
 }
+
+/// One finished answer, as a sample's stream.
+fn answer(k: usize) -> Source {
+    let sse = format!(
+        "data: {{\"choices\":[{{\"delta\":{{\"content\":\"sample {k}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"
+    );
+    Source::reader(std::io::Cursor::new(sse)).n(1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maker_that_starts_more_samples_does_not_deadlock() {
+    // The maker runs outside the completion's lock: one that calls back into the completion
+    // (here, sample 0 asks for two more) is served, its samples started after it returns.
+    let handle: Arc<Mutex<Option<Completions>>> = Arc::default();
+    let inside = handle.clone();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let seen = asked.clone();
+    let completions = Completions::builder().samples(4, move |k| {
+        if k == 0
+            && let Some(c) = inside.lock().unwrap().clone()
+        {
+            let more = c.start_more(2);
+            seen.lock().unwrap().push((more, c.started()));
+        }
+        answer(k)
+    });
+    *handle.lock().unwrap() = Some(completions.clone());
+    // On a blocking thread, so that a deadlock fails the test rather than hanging it.
+    let c = completions.clone();
+    let started = within(
+        SETTLED,
+        "start_more",
+        tokio::task::spawn_blocking(move || c.start_more(1)),
+    )
+    .await
+    .expect("start_more returns");
+    assert_eq!(started, 1);
+    assert_eq!(
+        *asked.lock().unwrap(),
+        [(2, 0)],
+        "queued while sample 0 was made"
+    );
+    assert_eq!(
+        completions.started(),
+        3,
+        "sample 0, then the two it asked for"
+    );
+    handle.lock().unwrap().take();
+    completions.stop_sampling();
+    let whole = within(SETTLED, "the completion", completions.collect())
+        .await
+        .unwrap();
+    let texts: Vec<_> = (whole.choices.iter())
+        .map(|c| c.message.content.clone().unwrap())
+        .collect();
+    assert_eq!(texts, ["sample 0", "sample 1", "sample 2"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maker_that_panics_stops_sampling_and_the_completion_ends() {
+    let completions = Completions::builder().samples(3, |k| {
+        assert!(k < 1, "the maker fails on sample {k}");
+        answer(k)
+    });
+    assert_eq!(completions.start_more(1), 1);
+    let c = completions.clone();
+    let panicked = tokio::task::spawn_blocking(move || c.start_more(1)).await;
+    assert!(panicked.is_err(), "the maker's panic reaches its caller");
+    assert_eq!(completions.start_more(1), 0, "sampling stopped");
+    let whole = within(SETTLED, "the completion", completions.collect())
+        .await
+        .unwrap();
+    assert_eq!(
+        whole.choices.len(),
+        1,
+        "the sample made before the panic is kept"
+    );
+}
