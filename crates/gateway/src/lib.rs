@@ -231,6 +231,7 @@ impl Gateway {
                     max_answer_bytes: config.limits.max_answer_bytes,
                     weight: u.weight,
                     health: Arc::new(resilience::Health::new(&model.health)),
+                    budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
                 });
             }
             names.push(model.name.clone());

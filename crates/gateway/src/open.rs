@@ -40,6 +40,9 @@ pub(crate) struct UpstreamRoute {
     pub weight: u32,
     /// Its passive health, shared by every request.
     pub health: Arc<Health>,
+    /// Its own retry budget: the retries sent to it (its model's, and those of every
+    /// model that falls back to it) are a share of the first tries it is sent.
+    pub budget: Arc<Budget>,
 }
 
 /// A configured model: its upstreams, its retry rules, its fallbacks.
@@ -298,6 +301,25 @@ impl Opener {
                 };
                 last = Some(j);
                 let route = &model.routes[j];
+                // The upstream's own budget, beside its model's: a try that moves away from
+                // an ejected upstream is free in both, but any other retry sent to this
+                // upstream, from its model or from a model falling back to it, is bounded
+                // by the first tries it serves, so that no other model's failures flood it.
+                let now = Instant::now();
+                if !retry {
+                    route.budget.first(now);
+                } else if !leaves_ejected && !route.budget.retry(now) {
+                    if probe {
+                        route.health.probe_over();
+                    }
+                    self.metrics.retry_budget_exhausted();
+                    tracing::warn!(
+                        model = %self.model.name,
+                        upstream = %route.label,
+                        "the upstream's retry budget is exhausted"
+                    );
+                    return Err(self.failure(&failed, true));
+                }
                 // Every upstream request of the run counts against one bound.
                 let sent = self.sent.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 if sent >= self.max_requests {

@@ -450,6 +450,66 @@ async fn another_models_failures_do_not_spend_a_models_retries() {
     );
 }
 
+/// Finding 4, retry budgets per upstream entry: two models that fail and fall back to a
+/// third's upstream each spend their own budget (its floor, ten retries), but that upstream
+/// takes at most its own budget of retries from them, not the sum: no other model's
+/// failures flood it. Its own model's first tries are not retries: they still succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallbacks_from_several_models_are_bounded_by_the_upstreams_budget() {
+    let _serial = SERIAL.lock().await;
+    let failing = TestServer::builder()
+        .fail(choicewise_testserver::Failure::status(500))
+        .start()
+        .await
+        .unwrap();
+    let shared = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    let mut toml = String::new();
+    for name in ["x1", "x2"] {
+        toml.push_str(&format!(
+            "[[models]]\nname = \"{name}\"\nfallbacks = [\"y\"]\n[models.retry]\nattempts = 1\n\
+             [models.health]\neject_after = 1000\n\
+             [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
+            failing.base_url()
+        ));
+    }
+    toml.push_str(&format!(
+        "[[models]]\nname = \"y\"\n[models.retry]\nattempts = 1\n\
+         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
+        shared.base_url()
+    ));
+    let (addr, _) = serve(&toml, env).await;
+    let mut fell_back = 0;
+    for name in ["x1", "x2"] {
+        let mut body = chat(false);
+        body["model"] = json!(name);
+        for _ in 0..15 {
+            let r = post(addr, &body, None).await;
+            if r.status() == 200 {
+                fell_back += 1;
+            }
+        }
+    }
+    let reached = shared.requests().len();
+    assert_eq!(
+        reached, fell_back,
+        "every request that reached y's upstream was answered"
+    );
+    assert_eq!(
+        reached, 10,
+        "y's upstream took its own budget's floor of retries, not each model's"
+    );
+    // y's own traffic: first tries, not charged as retries.
+    let mut own = chat(false);
+    own["model"] = json!("y");
+    for _ in 0..5 {
+        assert_eq!(post(addr, &own, None).await.status(), 200);
+    }
+}
+
 /// Finding 4: every upstream request one client request may cause is bounded by
 /// `max_upstream_requests_per_request`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
