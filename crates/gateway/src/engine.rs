@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::NMode;
 use crate::error::ApiError;
-use crate::open::{Opener, TryRecord, UpstreamRoute, counted, cuts, request_body};
+use crate::open::{Opened, Opener, TryRecord, UpstreamRoute, counted, cuts, request_body};
 use crate::pace::{BoxError, Pace, bounded, paced};
 use crate::request::ChatRequest;
 
@@ -80,33 +80,55 @@ impl Run {
             Opening::Hedged => 0,
             _ => first,
         };
-        let opened = futures::future::join_all(
-            (planned[..eager].iter()).map(|p| opener.open(p.upstream(), p.samples())),
-        )
-        .await;
         // Each planned request's upstream label, once it answered (the planned one until).
         let labels: Arc<Mutex<Vec<Arc<str>>>> = Arc::new(Mutex::new(
             (planned.iter())
                 .map(|p| upstreams[p.upstream()].label.clone())
                 .collect(),
         ));
+        let opens: Vec<OpenFuture> = (planned[..eager].iter())
+            .map(|p| {
+                let (opener, samples) = (opener.clone(), p.samples().to_vec());
+                let upstream = p.upstream();
+                Box::pin(async move { opener.open(upstream, &samples).await }) as OpenFuture
+            })
+            .collect();
+        // A first-token pick goes on once one sample opened: the others go on opening in
+        // the background, as later samples do, so that one upstream holding its status
+        // line cannot hold the first tokens of another back. A failure met before any
+        // success is still the client's answer, in its own terms (an upstream's 400 is a
+        // 400). Other picks need every opened sample, so they wait for all of them.
+        let race = req.policy.rule() == PickRule::FirstToken;
         let mut sources: Vec<Option<Source>> = Vec::new();
-        for (r, (p, opened)) in planned.iter().zip(opened).enumerate() {
-            let opened = opened?;
-            lock(&labels)[r] = opened.route.label.clone();
-            let reads = cuts(opened.reads, &opener, p.samples()[0], &opened.route.label);
-            sources.push(Some(
-                Source::sse(paced(
-                    bounded(
-                        counted(reads, &opener.metrics),
-                        max_bytes(&opened.route, p.samples()),
-                    ),
-                    pace.clone(),
-                    opened.route.idle_timeout,
-                ))
-                .n(p.samples().len() as u32)
-                .request(opened.body),
-            ));
+        let openings = open_first(opens, race).await?;
+        for (r, (p, opening)) in planned.iter().zip(openings).enumerate() {
+            let n = p.samples().len() as u32;
+            let source = match opening {
+                Start::Done(opened) => {
+                    let body = opened.body.clone();
+                    reads_source(opened, &opener, p.samples(), &pace, &labels, r)
+                        .n(n)
+                        .request(body)
+                }
+                Start::Pending(pending) => {
+                    let route = &upstreams[p.upstream()];
+                    let request = request_body(route, &opener, p.samples().len()).ok();
+                    let (opener, pace, labels) = (opener.clone(), pace.clone(), labels.clone());
+                    let samples = p.samples().to_vec();
+                    let source = Source::open(async move {
+                        let opened = pending.await.map_err(|e| BoxError::from(e.message))?;
+                        Ok::<_, BoxError>(reads_source(
+                            opened, &opener, &samples, &pace, &labels, r,
+                        ))
+                    })
+                    .n(n);
+                    match request {
+                        Some(request) => source.request(request),
+                        None => source,
+                    }
+                }
+            };
+            sources.push(Some(source));
         }
         // A sample that fails before any of it is sent (a vote or a first-finished pick has
         // exposed nothing until it decides; a first-token pick nothing of a sample it has not
@@ -171,15 +193,7 @@ impl Run {
                     .open(upstream, &samples)
                     .await
                     .map_err(|e| BoxError::from(e.message))?;
-                lock(&labels)[r] = opened.route.label.clone();
-                let idle = opened.route.idle_timeout;
-                let max = max_bytes(&opened.route, &samples);
-                let reads = cuts(opened.reads, &opener, samples[0], &opened.route.label);
-                Ok::<_, BoxError>(Source::sse(paced(
-                    bounded(counted(reads, &opener.metrics), max),
-                    pace,
-                    idle,
-                )))
+                Ok::<_, BoxError>(reads_source(opened, &opener, &samples, &pace, &labels, r))
             })
             .n(n);
             match request {
@@ -428,4 +442,67 @@ impl Picked {
             confidence: None,
         }
     }
+}
+
+/// An upstream request being opened (its tries, [`Opener::open`]).
+type OpenFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Opened, ApiError>> + Send>>;
+
+/// A planned request opened at the start: opened, or (a first-token pick's others once one
+/// opened) still opening.
+enum Start {
+    Done(Opened),
+    Pending(OpenFuture),
+}
+
+/// Drives the requests opened at the start until every one opened or, with `race`, until
+/// the first one did (the rest then go on opening where their samples are read). The first
+/// failure met ends it: the client's answer, the requests still opening dropped.
+async fn open_first(opens: Vec<OpenFuture>, race: bool) -> Result<Vec<Start>, ApiError> {
+    let mut done: Vec<Option<Opened>> = (0..opens.len()).map(|_| None).collect();
+    let (mut indexes, mut pending): (Vec<usize>, Vec<OpenFuture>) =
+        opens.into_iter().enumerate().unzip();
+    while !pending.is_empty() {
+        let (opened, i, rest) = futures::future::select_all(pending).await;
+        // `select_all` swap-removes the one that finished: the indexes follow.
+        let r = indexes.swap_remove(i);
+        pending = rest;
+        done[r] = Some(opened?);
+        if race {
+            break;
+        }
+    }
+    let mut still: Vec<Option<OpenFuture>> = (0..done.len()).map(|_| None).collect();
+    for (r, f) in indexes.into_iter().zip(pending) {
+        still[r] = Some(f);
+    }
+    Ok((done.into_iter().zip(still))
+        .map(|(done, still)| match (done, still) {
+            (Some(opened), _) => Start::Done(opened),
+            (None, Some(f)) => Start::Pending(f),
+            (None, None) => unreachable!("every request is opened or still opening"),
+        })
+        .collect())
+}
+
+/// An opened request's reads as a sample's source: cut at a client's sample's end, counted,
+/// bounded (`max_answer_bytes`), paced by the client; its upstream's label recorded as
+/// planned request `r`'s.
+fn reads_source(
+    opened: Opened,
+    opener: &Opener,
+    samples: &[u32],
+    pace: &Arc<Pace>,
+    labels: &Mutex<Vec<Arc<str>>>,
+    r: usize,
+) -> Source {
+    lock(labels)[r] = opened.route.label.clone();
+    let idle = opened.route.idle_timeout;
+    let max = max_bytes(&opened.route, samples);
+    let reads = cuts(opened.reads, opener, samples[0], &opened.route.label);
+    Source::sse(paced(
+        bounded(counted(reads, &opener.metrics), max),
+        pace.clone(),
+        idle,
+    ))
 }

@@ -399,6 +399,31 @@ async fn ejection_and_recovery_by_probe() {
     );
 }
 
+/// A first-token pick without a hedge opens its samples at once, and goes on once one of
+/// them opened: an upstream that holds even its status line (here, for longer than the
+/// test waits) does not hold the other sample's first tokens back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_token_pick_does_not_wait_for_a_silent_upstream_to_open() {
+    let fine = TestServer::builder()
+        .body(answer("first"))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nfirst_byte_timeout_s = 120\n{}{}",
+        upstream(&silent().await, ""),
+        upstream(&fine.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let mut body = chat(1, false);
+    body["choicewise"] = json!({"samples": 2, "select": "first_token"});
+    let r = within(LIMIT, "the first-token answer", post(addr, &body)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "first", "{v}");
+    assert_eq!(v["choicewise"]["selected"], json!([1]));
+}
+
 /// A hedge exists for a first upstream that holds even its status line: the second sample
 /// starts after `hedge_after_ms` and answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
