@@ -91,7 +91,7 @@ pub struct ChoiceOutput {
     pub message: Message,
     /// Why the choice ended, as the provider sent it; `None` if it never said.
     pub finish_reason: Option<String>,
-    /// Log probabilities, merged across updates (see [`Logprobs::merged`]), if any were
+    /// Log probabilities, merged across updates (see [`Logprobs::merged`](crate::Logprobs::merged)), if any were
     /// sent and the stream kept them as text: written verbatim.
     pub logprobs: Option<crate::Logprobs>,
     /// Azure's content filter annotations, the latest sent.
