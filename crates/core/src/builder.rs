@@ -165,6 +165,37 @@ impl CompletionsBuilder {
         self
     }
 
+    /// What the choices keep of the log-probabilities the upstream sends (default
+    /// [`LogprobsKept::Raw`](crate::LogprobsKept::Raw): their JSON text, in
+    /// [`ChoiceEvent::Logprobs`](crate::ChoiceEvent::Logprobs) and
+    /// [`ChoiceOutput::logprobs`](crate::ChoiceOutput::logprobs)).
+    /// [`LogprobsKept::Confidence`](crate::LogprobsKept::Confidence) keeps only each token's
+    /// confidence, what a vote guided by it reads ([`Choice::token_confidences`](crate::Choice::token_confidences));
+    /// [`LogprobsKept::Nothing`](crate::LogprobsKept::Nothing) drops them unparsed.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, LogprobsKept, Source};
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"delta\":{\"content\":\"4\"},\"logprobs\":{\"content\":[",
+    ///     "{\"token\":\"4\",\"logprob\":-0.25,\"top_logprobs\":[{\"token\":\"4\",\"logprob\":-0.25},{\"token\":\"5\",\"logprob\":-1.75}]}",
+    ///     "]},\"finish_reason\":\"stop\"}]}\n\n",
+    /// );
+    /// let c = Completions::builder()
+    ///     .logprobs(LogprobsKept::Confidence)
+    ///     .start(Source::reader(sse.as_bytes()));
+    /// let choice = c.choice(0).await.unwrap();
+    /// let confidences: Vec<f64> = choice.token_confidences().try_collect().await.unwrap();
+    /// assert_eq!(confidences, [1.0]);
+    /// assert_eq!(choice.message().await.unwrap().logprobs, None); // no text kept
+    /// # }
+    /// ```
+    pub fn logprobs(mut self, kept: crate::LogprobsKept) -> Self {
+        self.config.stream.logprobs = kept;
+        self
+    }
+
     /// Ends the stream with [`ErrorDetail::IdleTimeout`](crate::ErrorDetail::IdleTimeout) when the upstream sends nothing for this
     /// long (default: wait forever).
     ///

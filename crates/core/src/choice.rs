@@ -246,9 +246,11 @@ impl Choice {
     /// its top-k alternatives as the Chat Completions wire carries them
     /// (`logprobs.content[i]`, see [`TokenLogprob`]). Like every sub-stream it replays from
     /// the start. Empty when the upstream sent none (the request did not ask with
-    /// `"logprobs": true`, or the API has none); malformed entries are skipped (see
-    /// [`TokenLogprob`]) and never fail the choice, and the raw JSON is still in
-    /// [`ChoiceEvent::Logprobs`] and [`ChoiceOutput::logprobs`].
+    /// `"logprobs": true`, or the API has none) or the stream did not keep their text
+    /// ([`CompletionsBuilder::logprobs`](crate::CompletionsBuilder::logprobs)); malformed
+    /// entries are skipped (see [`TokenLogprob`]) and never fail the choice, and the raw JSON
+    /// is still in [`ChoiceEvent::Logprobs`] and [`ChoiceOutput::logprobs`]. Each update's
+    /// text is parsed as it is read, and dropped once its tokens are given.
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};
@@ -274,10 +276,57 @@ impl Choice {
         EventStream::derived(
             raw.flat_map(|item| {
                 let tokens: Vec<Result<TokenLogprob, choicewise_proto::Error>> = match item {
-                    Ok(value) => TokenLogprob::parse(&value).into_iter().map(Ok).collect(),
+                    Ok(value) => value.tokens().into_iter().map(Ok).collect(),
                     Err(e) => vec![Err(e)],
                 };
                 futures::stream::iter(tokens)
+            })
+            .boxed(),
+        )
+    }
+
+    /// Each token's confidence (see [`TokenLogprob::confidence`]), token by token, for the
+    /// tokens that have one (valid top log-probabilities): what a vote guided by confidence
+    /// reads. From the log-probabilities' text ([`LogprobsKept::Raw`](crate::LogprobsKept::Raw),
+    /// only their numbers parsed), or from the confidences alone when the stream keeps only
+    /// those ([`LogprobsKept::Confidence`](crate::LogprobsKept::Confidence)). Like every
+    /// sub-stream it replays from the start.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"delta\":{\"content\":\"4\"},\"logprobs\":{\"content\":[",
+    ///     "{\"token\":\"4\",\"logprob\":-0.25,\"top_logprobs\":[{\"token\":\"4\",\"logprob\":-0.25},{\"token\":\"5\",\"logprob\":-1.75}]},",
+    ///     "{\"token\":\"!\",\"logprob\":-0.5,\"top_logprobs\":[]}",
+    ///     "]},\"finish_reason\":\"stop\"}]}\n\n",
+    /// );
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
+    /// let confidences: Vec<f64> = c.token_confidences().try_collect().await.unwrap();
+    /// assert_eq!(confidences, [1.0]); // the second token has no top log-probabilities
+    /// # }
+    /// ```
+    pub fn token_confidences(&self) -> EventStream<f64> {
+        enum Tokens {
+            Text(choicewise_proto::Logprobs),
+            One(f64),
+        }
+        let raw = self.stream(|e| match e {
+            ChoiceEvent::Logprobs(v) => Some(Tokens::Text(v.clone())),
+            ChoiceEvent::TokenConfidence(c) => Some(Tokens::One(*c)),
+            _ => None,
+        });
+        EventStream::derived(
+            raw.flat_map(|item| {
+                let confidences: Vec<Result<f64, choicewise_proto::Error>> = match item {
+                    Ok(Tokens::Text(value)) => {
+                        value.confidences().into_iter().flatten().map(Ok).collect()
+                    }
+                    Ok(Tokens::One(c)) => vec![Ok(c)],
+                    Err(e) => vec![Err(e)],
+                };
+                futures::stream::iter(confidences)
             })
             .boxed(),
         )

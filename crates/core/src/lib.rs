@@ -80,8 +80,8 @@ pub use choicewise_proto::EncodingName;
 pub use choicewise_proto::{
     ArgumentsError, CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource,
     ChoiceUsage, Demux, Dialect, Error, ErrorDetail, ErrorKind, Estimate, FunctionCall,
-    FunctionCallEvent, Incomplete, Message, PartialJsonError, Snapshot, Text, ToolCall,
-    UpstreamError, Usage, UsageSource, Warning, WarningKind,
+    FunctionCallEvent, Incomplete, Logprobs, LogprobsKept, Message, PartialJsonError, Snapshot,
+    Text, ToolCall, UpstreamError, Usage, UsageSource, Warning, WarningKind,
 };
 pub use choicewise_proto::{chunks, wire};
 pub use completions::{Choices, Completions};
@@ -97,7 +97,8 @@ pub mod confidence {
     //! Confidence from log-probabilities (DeepConf), for a vote guided by it
     //! ([`Pick::confidence`](crate::Pick::confidence)) and for a caller's own use: the
     //! options ([`Confidence`]), a choice's log-probabilities as they stream
-    //! ([`Choice::logprobs`](crate::Choice::logprobs), items of [`TokenLogprob`]), a sample's
+    //! ([`Choice::logprobs`](crate::Choice::logprobs), items of [`TokenLogprob`], and
+    //! [`Choice::token_confidences`](crate::Choice::token_confidences)), a sample's
     //! running confidence ([`SampleConfidence`], [`token_confidence`]), the threshold's
     //! [`quantile`], the weighted tally ([`WeightedVote`]) and what a vote reports of it
     //! ([`ConfidenceReport`], in [`Selection::confidence`](crate::Selection::confidence)).

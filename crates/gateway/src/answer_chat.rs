@@ -7,7 +7,7 @@ use std::task::Poll;
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use choicewise_core::{ChatCompletion, ChoiceOutput};
+use choicewise_core::{ChatCompletion, ChoiceOutput, Logprobs};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -375,6 +375,9 @@ pub(crate) async fn json_response(
             // errors.
             return Err(failures.join("; "));
         }
+        // Log-probabilities stay text: out of the tree, written verbatim with it.
+        let logprobs: Vec<Option<Logprobs>> =
+            choices.iter_mut().map(|c| c.logprobs.take()).collect();
         let mut completion = ChatCompletion::new(choices);
         completion.id = envelope.id.to_string();
         completion.object = "chat.completion".into();
@@ -389,14 +392,14 @@ pub(crate) async fn json_response(
         if let Some(summary) = summary {
             body["choicewise"] = summary;
         }
-        Ok(body)
+        Ok(WithLogprobs { body, logprobs })
     };
     // A shutdown's grace over: the samples still running end (cancelled), and the answer is
     // what they had.
     let body = until_closed(answer, &mut closing, run).await;
     finish.complete();
     match body {
-        Ok(body) => axum::Json(body).into_response(),
+        Ok(answer) => axum::Json(answer).into_response(),
         Err(why) => {
             finish.failure = Some("every_choice_failed");
             ApiError::new(
@@ -407,6 +410,59 @@ pub(crate) async fn json_response(
             .code("every_choice_failed")
             .into_response()
         }
+    }
+}
+
+/// A `chat.completion` whose choices' `logprobs` are written from their text, in place of
+/// the body's own (`null`): a tree of them would cost many times their bytes.
+struct WithLogprobs {
+    body: Value,
+    /// By choice, in order.
+    logprobs: Vec<Option<Logprobs>>,
+}
+
+impl serde::Serialize for WithLogprobs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        struct Choice<'a>(&'a Value, Option<&'a Logprobs>);
+        impl serde::Serialize for Choice<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let Some(fields) = self.0.as_object() else {
+                    return self.0.serialize(s);
+                };
+                let mut map = s.serialize_map(Some(fields.len()))?;
+                for (key, value) in fields {
+                    match (key.as_str(), self.1) {
+                        ("logprobs", Some(lp)) => map.serialize_entry(key, lp)?,
+                        _ => map.serialize_entry(key, value)?,
+                    }
+                }
+                map.end()
+            }
+        }
+        struct Choices<'a>(&'a [Value], &'a [Option<Logprobs>]);
+        impl serde::Serialize for Choices<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut seq = s.serialize_seq(Some(self.0.len()))?;
+                for (o, choice) in self.0.iter().enumerate() {
+                    seq.serialize_element(&Choice(choice, self.1.get(o).and_then(Option::as_ref)))?;
+                }
+                seq.end()
+            }
+        }
+        let Some(fields) = self.body.as_object() else {
+            return self.body.serialize(s);
+        };
+        let mut map = s.serialize_map(Some(fields.len()))?;
+        for (key, value) in fields {
+            match (key.as_str(), value.as_array()) {
+                ("choices", Some(choices)) => {
+                    map.serialize_entry(key, &Choices(choices, &self.logprobs))?
+                }
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        map.end()
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use choicewise_core::plan::{Opening, Plan, PlanUpstream};
-use choicewise_core::{Completions, PickRule, Policy, Selection, Source};
+use choicewise_core::{Completions, LogprobsKept, PickRule, Policy, Selection, Source};
 use serde_json::{Map, Value, json};
 
 use crate::config::NMode;
@@ -163,7 +163,16 @@ impl Run {
         let tries = opener.tries.clone();
         let later_labels = labels.clone();
         let planned_samples = req.samples;
-        let builder = Completions::builder().replace_failed(replacements);
+        // Log-probabilities: their text when the client asked for them, only each token's
+        // confidence for a vote guided by it, else nothing (docs/reliability.md).
+        let logprobs = match (req.logprobs, req.policy.confidence()) {
+            (true, _) => LogprobsKept::Raw,
+            (false, Some(_)) => LogprobsKept::Confidence,
+            (false, None) => LogprobsKept::Nothing,
+        };
+        let builder = Completions::builder()
+            .replace_failed(replacements)
+            .logprobs(logprobs);
         let completions = builder.samples(planned.len(), move |r| {
             if let Some(source) = lock(&sources).get_mut(r).and_then(Option::take) {
                 return source;

@@ -70,8 +70,8 @@ pub struct Element {
     finish_reason: Option<Text>,
     /// Why the choice failed (`choicewise.error`), on the element that ends it with `error`.
     error: Option<Text>,
-    /// The upstream's `logprobs` object, as it sent it.
-    logprobs: Option<std::sync::Arc<serde_json::Value>>,
+    /// The upstream's `logprobs` object, as it sent it (its text).
+    logprobs: Option<crate::Logprobs>,
 }
 
 /// What a delta carries besides the role.
@@ -247,7 +247,7 @@ impl Serialize for Element {
         map.serialize_entry("delta", &DeltaOut(self))?;
         map.serialize_entry("finish_reason", &self.finish_reason.as_deref())?;
         map.serialize_entry("index", &self.index)?;
-        map.serialize_entry("logprobs", &self.logprobs.as_deref())?;
+        map.serialize_entry("logprobs", &self.logprobs)?;
         map.end()
     }
 }

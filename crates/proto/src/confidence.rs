@@ -40,7 +40,8 @@ use serde_json::Value;
 /// whose `top_logprobs` is missing, not an array, or has an entry without a finite
 /// log-probability at most 0 keeps an empty [`top_logprobs`](Self::top_logprobs) (and so
 /// counts for no confidence); the raw JSON is still kept in `ChoiceOutput::logprobs` and
-/// `ChoiceEvent::Logprobs`.
+/// `ChoiceEvent::Logprobs` ([`Logprobs`](crate::Logprobs), whose
+/// [`tokens`](crate::Logprobs::tokens) these are).
 ///
 /// ```
 /// use choicewise_proto::TokenLogprob;

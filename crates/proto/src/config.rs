@@ -1,6 +1,6 @@
 //! What every reader of a stream is configured with: its limits, its framing and its dialect.
 
-use crate::Dialect;
+use crate::{Dialect, LogprobsKept};
 
 /// The largest SSE event accepted unless told otherwise (bytes of one event's data).
 ///
@@ -48,6 +48,9 @@ pub struct StreamConfig {
     pub strict_sse: bool,
     /// The stream's dialect (`None` by default: recognised from its first event).
     pub dialect: Option<Dialect>,
+    /// What is kept of the log-probabilities the stream carries ([`LogprobsKept::Raw`] by
+    /// default: their JSON text).
+    pub logprobs: LogprobsKept,
 }
 
 impl Default for StreamConfig {
@@ -58,6 +61,7 @@ impl Default for StreamConfig {
             max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
             strict_sse: false,
             dialect: None,
+            logprobs: LogprobsKept::Raw,
         }
     }
 }

@@ -11,10 +11,12 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::error::{Error, ErrorDetail};
 use crate::event::Text;
-use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
+use crate::logprobs::{Logprobs, LogprobsKept, confidences_of, nests_within};
+use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, UpdateLogprobs, text};
 use crate::split::{Batch, Body, RawUpdate};
 use crate::wire::{self, ChunkChoice, FunctionCallDelta, ToolCallDelta};
 
@@ -29,9 +31,10 @@ pub(crate) struct DecodeError {
 
 /// Parses every update of `batch` into `out`, in order, and empties the batch, keeping its
 /// buffers for the next one (see [`BatchPool`](crate::split::BatchPool)). On error, `out` holds the updates
-/// before the malformed one.
+/// before the malformed one. Log-probabilities are kept as `kept` says.
 pub(crate) fn decode_batch(
     index: u32,
+    kept: LogprobsKept,
     batch: &mut Batch,
     out: &mut Vec<ChoiceUpdate>,
 ) -> Result<(), DecodeError> {
@@ -51,13 +54,15 @@ pub(crate) fn decode_batch(
                     ..ChoiceUpdate::default()
                 });
                 let update = out.last_mut().expect("an update was just pushed");
-                let decoded = decode_into(&text[range], index, update);
+                let decoded = decode_into(&text[range], index, kept, update);
                 if decoded.is_err() {
                     out.pop();
                 }
                 decoded
             }
-            Body::Parsed(choice) => convert(*choice, index, line, offset).map(|u| out.push(u)),
+            Body::Parsed(choice) => {
+                convert(*choice, index, kept, line, offset).map(|u| out.push(u))
+            }
             Body::Update(update) => {
                 out.push(*update);
                 Ok(())
@@ -141,14 +146,18 @@ fn tool_fragments(
 pub(crate) fn convert(
     choice: ChunkChoice<'_>,
     index: u32,
+    kept: LogprobsKept,
     line: u64,
     offset: u64,
 ) -> Result<ChoiceUpdate, Error> {
+    let logprobs = choice.logprobs.filter(|v| !v.is_null());
     let mut update = ChoiceUpdate {
         line,
         offset,
         finish_reason: non_empty(choice.finish_reason),
-        logprobs: choice.logprobs.filter(|v| !v.is_null()),
+        logprobs: logprobs
+            .and_then(|v| serde_json::value::to_raw_value(&v).ok())
+            .and_then(|raw| keep(&raw, kept)),
         content_filter_results: choice.content_filter_results.filter(|v| !v.is_null()),
         ..ChoiceUpdate::default()
     };
@@ -179,9 +188,14 @@ pub(crate) fn convert(
 /// straight into the update instead of the ~200-byte `ChunkChoice` and `Delta` being moved
 /// through serde's `Option`, `Result` and object layers, then into [`convert`]: at n = 16
 /// those moves were 7.8% of all samples.
-fn decode_into(json: &str, index: u32, update: &mut ChoiceUpdate) -> Result<(), Error> {
+fn decode_into(
+    json: &str,
+    index: u32,
+    kept: LogprobsKept,
+    update: &mut ChoiceUpdate,
+) -> Result<(), Error> {
     let mut de = serde_json::Deserializer::from_str(json);
-    let calls = ChoiceSeed(update)
+    let calls = ChoiceSeed(update, kept)
         .deserialize(&mut de)
         .and_then(|calls| de.end().map(|()| calls))
         .map_err(|e| ErrorDetail::InvalidUpdate {
@@ -288,8 +302,27 @@ impl Seen {
     }
 }
 
-/// An element of `choices`, parsed into the update it borrows.
-struct ChoiceSeed<'u>(&'u mut ChoiceUpdate);
+/// An update's log-probabilities from their JSON text (not `null`), as `kept` says: the
+/// text, or each token's confidence (tokens without one left out), or nothing.
+fn keep(raw: &RawValue, kept: LogprobsKept) -> Option<UpdateLogprobs> {
+    match kept {
+        LogprobsKept::Raw => Some(UpdateLogprobs::Raw(Logprobs::from_raw(raw))),
+        LogprobsKept::Confidence => {
+            let mut confidences = Vec::new();
+            confidences_of(raw.get(), |c| confidences.extend(c));
+            Some(UpdateLogprobs::Confidence(confidences.into_boxed_slice()))
+        }
+        LogprobsKept::Nothing => None,
+    }
+}
+
+/// How deep log-probabilities kept as text may nest: as deep as `serde_json` parses a value
+/// inside an element of `choices`, so that whoever parses the text later can.
+const LOGPROBS_DEPTH: usize = 127;
+
+/// An element of `choices`, parsed into the update it borrows; log-probabilities kept as the
+/// second field says.
+struct ChoiceSeed<'u>(&'u mut ChoiceUpdate, LogprobsKept);
 
 impl<'de> DeserializeSeed<'de> for ChoiceSeed<'_> {
     type Value = Calls<'de>;
@@ -307,7 +340,7 @@ impl<'de> Visitor<'de> for ChoiceSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Calls<'de>, A::Error> {
-        let update = self.0;
+        let (update, kept) = (self.0, self.1);
         let mut seen = Seen::default();
         let mut calls = None;
         while let Some(field) = map.next_key::<ChoiceField>()? {
@@ -325,8 +358,22 @@ impl<'de> Visitor<'de> for ChoiceSeed<'_> {
                 ChoiceField::FinishReason => {
                     update.finish_reason = non_empty(map.next_value::<Str<'de>>()?.0);
                 }
+                ChoiceField::Logprobs if kept == LogprobsKept::Nothing => {
+                    map.next_value::<IgnoredAny>()?;
+                    update.logprobs = None;
+                }
                 ChoiceField::Logprobs => {
-                    update.logprobs = map.next_value::<Option<Box<Value>>>()?;
+                    // Kept as text (or read for the numbers only): never a tree.
+                    let raw = map.next_value::<&'de RawValue>()?;
+                    if kept == LogprobsKept::Raw && !nests_within(raw.get(), LOGPROBS_DEPTH) {
+                        return Err(serde::de::Error::custom(
+                            "logprobs: recursion limit exceeded",
+                        ));
+                    }
+                    update.logprobs = match raw.get() {
+                        "null" => None,
+                        _ => keep(raw, kept),
+                    };
                 }
                 ChoiceField::ContentFilterResults => {
                     update.content_filter_results = map.next_value::<Option<Box<Value>>>()?;
@@ -445,7 +492,7 @@ mod tests {
     /// The update as the wire types give it: `ChunkChoice` parsed whole, then converted.
     fn reference(json: &str, index: u32) -> Result<ChoiceUpdate, Error> {
         match serde_json::from_str::<ChunkChoice<'_>>(json) {
-            Ok(choice) => convert(choice, index, 7, 70),
+            Ok(choice) => convert(choice, index, LogprobsKept::Raw, 7, 70),
             Err(e) => Err(ErrorDetail::InvalidUpdate {
                 choice: index,
                 line: 7,
@@ -462,7 +509,7 @@ mod tests {
             offset: 70,
             ..ChoiceUpdate::default()
         };
-        decode_into(json, index, &mut update).map(|()| update)
+        decode_into(json, index, LogprobsKept::Raw, &mut update).map(|()| update)
     }
 
     fn assert_same(json: &str) {
@@ -632,8 +679,7 @@ mod tests {
     #[test]
     fn parses_a_batch_in_order() {
         let mut out = Vec::new();
-        decode_batch(
-            3,
+        decode_batch(3, LogprobsKept::Raw,
             &mut batch(&[
                 r#"{"delta":{"role":"assistant","content":"a"}}"#,
                 r#"{"delta":{"role":"","tool_calls":[{"index":0,"id":"","function":{"name":"","arguments":""}}]},"finish_reason":""}"#,
@@ -653,6 +699,69 @@ mod tests {
     }
 
     #[test]
+    fn logprobs_are_kept_as_text_as_numbers_or_not_at_all() {
+        let lp = r#"{"content": [{"token": "a", "logprob": -0.5, "bytes": [97],
+            "top_logprobs": [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": -1.5}]},
+            {"token": "c", "top_logprobs": []}]}"#;
+        let jsons = [
+            format!(r#"{{"delta":{{"content":"a"}},"logprobs":{lp}}}"#),
+            r#"{"delta":{"content":"b"},"logprobs":null}"#.to_string(),
+        ];
+        let jsons: Vec<&str> = jsons.iter().map(String::as_str).collect();
+        let decoded = |kept| {
+            let mut out = Vec::new();
+            decode_batch(0, kept, &mut batch(&jsons), &mut out).unwrap();
+            out.into_iter().map(|u| u.logprobs).collect::<Vec<_>>()
+        };
+        // As text: verbatim, the spaces and line breaks as sent; `null` is none.
+        let raw = decoded(LogprobsKept::Raw);
+        match &raw[0] {
+            Some(UpdateLogprobs::Raw(kept)) => assert_eq!(kept.json(), lp),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(raw[1], None);
+        // As numbers: each token's confidence, those without one left out.
+        assert_eq!(
+            decoded(LogprobsKept::Confidence),
+            [Some(UpdateLogprobs::Confidence(Box::new([1.0]))), None]
+        );
+        assert_eq!(decoded(LogprobsKept::Nothing), [None, None]);
+        // The wire types' path (a parsed chunk) keeps the same.
+        let parsed: ChunkChoice<'_> = serde_json::from_str(jsons[0]).unwrap();
+        match convert(parsed, 0, LogprobsKept::Raw, 1, 1)
+            .unwrap()
+            .logprobs
+        {
+            Some(UpdateLogprobs::Raw(kept)) => {
+                assert_eq!(kept.to_value(), serde_json::from_str::<Value>(lp).unwrap())
+            }
+            other => panic!("{other:?}"),
+        }
+        let parsed: ChunkChoice<'_> = serde_json::from_str(jsons[0]).unwrap();
+        assert_eq!(
+            convert(parsed, 0, LogprobsKept::Confidence, 1, 1)
+                .unwrap()
+                .logprobs,
+            Some(UpdateLogprobs::Confidence(Box::new([1.0])))
+        );
+    }
+
+    #[test]
+    fn logprobs_too_deep_to_parse_later_fail_the_update_unless_dropped() {
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        let json = format!(r#"{{"delta":{{}},"logprobs":{deep}}}"#);
+        let e = decode_batch(0, LogprobsKept::Raw, &mut batch(&[&json]), &mut Vec::new())
+            .unwrap_err()
+            .error;
+        assert!(e.to_string().contains("recursion limit"), "{e}");
+        for kept in [LogprobsKept::Confidence, LogprobsKept::Nothing] {
+            decode_batch(0, kept, &mut batch(&[&json]), &mut Vec::new()).unwrap();
+        }
+        let fine = format!(r#"{{"logprobs":{}}}"#, "[".repeat(120) + &"]".repeat(120));
+        decode_batch(0, LogprobsKept::Raw, &mut batch(&[&fine]), &mut Vec::new()).unwrap();
+    }
+
+    #[test]
     fn a_parsed_batch_is_left_empty_with_its_buffers() {
         for jsons in [
             &[
@@ -664,7 +773,7 @@ mod tests {
         ] {
             let mut b = batch(jsons);
             let (text, updates) = (b.text.capacity(), b.updates.capacity());
-            let _ = decode_batch(0, &mut b, &mut Vec::new());
+            let _ = decode_batch(0, LogprobsKept::Raw, &mut b, &mut Vec::new());
             assert!(b.is_empty() && b.text.is_empty(), "{jsons:?}");
             assert_eq!((b.text.capacity(), b.updates.capacity()), (text, updates));
         }
@@ -684,6 +793,7 @@ mod tests {
             let mut out = Vec::new();
             let e = decode_batch(
                 2,
+                LogprobsKept::Raw,
                 &mut batch(&[r#"{"delta":{"content":"kept"}}"#, json]),
                 &mut out,
             )
@@ -706,6 +816,7 @@ mod tests {
         let mut out = Vec::new();
         let e = decode_batch(
             1,
+            LogprobsKept::Raw,
             &mut batch(&[r#"{"delta":{"tool_calls":[{"index":-4}]}}"#]),
             &mut out,
         )

@@ -307,7 +307,8 @@ impl Demux {
     fn step(&mut self, step: Step) -> Result<Flow, Error> {
         let known = self.choices.len();
         for slot in &self.splitter.slots[known..] {
-            let core = ChoiceCore::new(slot.index, self.config.max_tool_calls);
+            let core = ChoiceCore::new(slot.index, self.config.max_tool_calls)
+                .logprobs(self.config.logprobs);
             self.choices.push((core, EventLog::default()));
         }
         self.warnings.append(&mut self.splitter.warnings);

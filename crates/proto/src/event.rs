@@ -36,8 +36,14 @@ pub enum ChoiceEvent {
     Reasoning(Text),
     /// Progress of a tool call or of the legacy function call.
     FunctionCall(FunctionCallEvent),
-    /// Log probabilities sent with this update, as the provider sent them.
-    Logprobs(Arc<Value>),
+    /// Log probabilities sent with this update, as the provider sent them: their JSON text
+    /// ([`LogprobsKept::Raw`](crate::LogprobsKept::Raw), the default).
+    Logprobs(crate::Logprobs),
+    /// One token's confidence (see [`TokenLogprob::confidence`](crate::TokenLogprob::confidence)),
+    /// in place of [`Logprobs`](Self::Logprobs) when the stream keeps only those
+    /// ([`LogprobsKept::Confidence`](crate::LogprobsKept::Confidence)); tokens without valid
+    /// top log-probabilities have none.
+    TokenConfidence(f64),
     /// Content filter annotations sent with this update (Azure).
     ContentFilter(Arc<Value>),
     /// Something about the input that was tolerated but is worth knowing.

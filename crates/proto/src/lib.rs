@@ -47,6 +47,7 @@ mod estimate;
 mod event;
 mod event_log;
 mod lifecycle;
+mod logprobs;
 mod merge;
 mod response;
 mod scan;
@@ -71,6 +72,7 @@ pub use error::{Error, ErrorDetail, ErrorKind, Incomplete, UpstreamError};
 pub use event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };
+pub use logprobs::{Logprobs, LogprobsKept};
 pub use response::{ChatCompletion, ChoiceOutput, ChoiceSource, FunctionCall, Message, ToolCall};
 pub use split::Parsed;
 pub use usage::{ChoiceUsage, Estimate, Usage, UsageSource};

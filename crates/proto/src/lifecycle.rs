@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::decode::decode_batch;
 use crate::error::Error;
 use crate::event::{ChoiceEvent, Warning, WarningKind};
+use crate::logprobs::LogprobsKept;
 use crate::merge::{ChoiceAccumulator, ChoiceUpdate};
 use crate::response::{ChatCompletion, ChoiceOutput};
 use crate::split::{Batch, Meta};
@@ -108,6 +109,8 @@ pub struct ChoiceCore {
     updates: Vec<ChoiceUpdate>,
     /// The events of one update, reused.
     buf: Vec<ChoiceEvent>,
+    /// What is kept of the updates' log-probabilities.
+    logprobs: LogprobsKept,
 }
 
 impl ChoiceCore {
@@ -120,7 +123,15 @@ impl ChoiceCore {
             ignored: (0, 0),
             updates: Vec::new(),
             buf: Vec::new(),
+            logprobs: LogprobsKept::Raw,
         }
+    }
+
+    /// Keeps of the updates' log-probabilities what `kept` says
+    /// ([`StreamConfig::logprobs`](crate::StreamConfig::logprobs); their text by default).
+    pub fn logprobs(mut self, kept: LogprobsKept) -> Self {
+        self.logprobs = kept;
+        self
     }
 
     /// A choice whose state was lost (its owner stopped) in `phase`, kept to take it through
@@ -192,7 +203,7 @@ impl ChoiceCore {
         }
         let mut updates = std::mem::take(&mut self.updates);
         updates.clear();
-        let decoded = decode_batch(self.index, batch, &mut updates);
+        let decoded = decode_batch(self.index, self.logprobs, batch, &mut updates);
         self.apply(&mut updates, decoded, events, warnings);
         self.updates = updates;
     }
@@ -369,6 +380,7 @@ pub fn output_from_events<'a>(
     let mut message = Message::default();
     let mut output = ChoiceOutput::new(index, Message::default());
     let mut cancelled = false;
+    let mut logprobs = Vec::new();
     for event in events {
         match event {
             ChoiceEvent::Role(role) => message.role = role.to_string(),
@@ -415,14 +427,15 @@ pub fn output_from_events<'a>(
                     _ => {}
                 }
             }
-            ChoiceEvent::Logprobs(lp) => crate::merge::merge_logprobs(&mut output.logprobs, lp),
+            ChoiceEvent::Logprobs(lp) => logprobs.push(lp),
             ChoiceEvent::ContentFilter(cf) => output.content_filter_results = Some((**cf).clone()),
-            ChoiceEvent::Warning(_) => {}
+            ChoiceEvent::Warning(_) | ChoiceEvent::TokenConfidence(_) => {}
             ChoiceEvent::Finished(reason) => output.finish_reason = Some(reason.to_string()),
             ChoiceEvent::Cancelled => cancelled = true,
         }
     }
     output.message = message;
+    output.logprobs = crate::Logprobs::merged(logprobs);
     if cancelled {
         output.cancelled = true;
         output.finish_reason = None;

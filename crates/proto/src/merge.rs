@@ -30,6 +30,7 @@ use crate::error::{Error, ErrorDetail};
 use crate::event::{
     ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
 };
+use crate::logprobs::Logprobs;
 use crate::response::{ChoiceOutput, FunctionCall, Message, ToolCall};
 
 /// One choice's share of one chunk, detached from the input so it can travel to the choice's
@@ -52,8 +53,9 @@ pub(crate) struct ChoiceUpdate {
     /// The provider's own stop reason, when `finish_reason` was mapped from another dialect's
     /// (Anthropic's `end_turn`, a Responses `incomplete` reason).
     pub stop_reason: Option<Text>,
+    /// Log-probabilities, as the stream keeps them (`None` for `null`).
+    pub logprobs: Option<UpdateLogprobs>,
     // Rare fields are boxed: updates are moved several times on the hot path.
-    pub logprobs: Option<Box<Value>>,
     pub content_filter_results: Option<Box<Value>>,
     /// A choicewise gateway's `choicewise.error` on this choice: why it failed upstream of
     /// the gateway (with `finish_reason: "error"`).
@@ -71,6 +73,15 @@ impl ChoiceUpdate {
             || !self.tool_calls.is_empty()
             || self.logprobs.is_some()
     }
+}
+
+/// An update's log-probabilities as the stream keeps them ([`LogprobsKept`](crate::LogprobsKept)).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum UpdateLogprobs {
+    /// The JSON text.
+    Raw(Logprobs),
+    /// Each token's confidence, in order (tokens without one left out).
+    Confidence(Box<[f64]>),
 }
 
 /// A fragment of a function call (legacy `function_call`, or the `function` of a tool call).
@@ -207,7 +218,8 @@ pub(crate) struct ChoiceAccumulator {
 /// What few choices carry.
 #[derive(Debug, Clone, Default)]
 struct Rare {
-    logprobs: Option<Value>,
+    /// Every update's log-probabilities (shared with their events), merged when asked.
+    logprobs: Vec<Logprobs>,
     content_filter_results: Option<Value>,
     stop_reason: Option<Text>,
 }
@@ -302,9 +314,15 @@ impl ChoiceAccumulator {
         if waiting {
             self.complete_pending_finish(out);
         }
-        if let Some(lp) = u.logprobs {
-            merge_logprobs(&mut self.rare.get_or_insert_default().logprobs, &lp);
-            out.push(ChoiceEvent::Logprobs(Arc::new(*lp)));
+        match u.logprobs {
+            Some(UpdateLogprobs::Raw(lp)) => {
+                self.rare.get_or_insert_default().logprobs.push(lp.clone());
+                out.push(ChoiceEvent::Logprobs(lp));
+            }
+            Some(UpdateLogprobs::Confidence(confidences)) => {
+                out.extend(confidences.iter().map(|&c| ChoiceEvent::TokenConfidence(c)));
+            }
+            None => {}
         }
         if let Some(cf) = u.content_filter_results {
             self.rare.get_or_insert_default().content_filter_results = Some((*cf).clone());
@@ -581,7 +599,10 @@ impl ChoiceAccumulator {
                 .as_deref()
                 .or(self.pending_finish.as_deref())
                 .map(str::to_string),
-            logprobs: self.rare.as_ref().and_then(|r| r.logprobs.clone()),
+            logprobs: self
+                .rare
+                .as_ref()
+                .and_then(|r| Logprobs::merged(&r.logprobs)),
             content_filter_results: self
                 .rare
                 .as_ref()
@@ -683,28 +704,6 @@ fn append_arguments(
         call,
         fragment: fragment.clone(),
     }));
-}
-
-/// Log probabilities arrive as `{"content": [...], "refusal": [...]}` per update: arrays are
-/// concatenated key by key; any other value replaces the previous one.
-pub(crate) fn merge_logprobs(slot: &mut Option<Value>, incoming: &Value) {
-    let (Some(Value::Object(acc)), Value::Object(new)) = (slot.as_mut(), incoming) else {
-        if !incoming.is_null() {
-            *slot = Some(incoming.clone());
-        }
-        return;
-    };
-    for (key, value) in new {
-        match (acc.get_mut(key), value) {
-            (_, Value::Null) => {}
-            (Some(Value::Array(existing)), Value::Array(more)) => {
-                existing.extend(more.iter().cloned())
-            }
-            _ => {
-                acc.insert(key.clone(), value.clone());
-            }
-        }
-    }
 }
 
 #[cfg(test)]

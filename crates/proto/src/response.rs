@@ -91,8 +91,9 @@ pub struct ChoiceOutput {
     pub message: Message,
     /// Why the choice ended, as the provider sent it; `None` if it never said.
     pub finish_reason: Option<String>,
-    /// Log probabilities, merged across updates, if any were sent.
-    pub logprobs: Option<Value>,
+    /// Log probabilities, merged across updates (see [`Logprobs::merged`](crate::Logprobs::merged)), if any were
+    /// sent and the stream kept them as text: written verbatim.
+    pub logprobs: Option<crate::Logprobs>,
     /// Azure's content filter annotations, the latest sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_filter_results: Option<Value>,

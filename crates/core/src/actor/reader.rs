@@ -207,9 +207,9 @@ impl ReaderState {
                 });
                 new_choices.push(entry.clone());
                 self.entries.push(entry);
-                let max_tool_calls = self.completion.config.stream.max_tool_calls;
-                self.router
-                    .add(Box::new(ChoiceCore::new(index, max_tool_calls)));
+                let stream = &self.completion.config.stream;
+                let core = ChoiceCore::new(index, stream.max_tool_calls).logprobs(stream.logprobs);
+                self.router.add(Box::new(core));
                 self.run();
             }
         }

@@ -200,7 +200,8 @@ async fn follow(
     mut threshold: watch::Receiver<Option<f64>>,
 ) -> Ended {
     let mut confidence = SampleConfidence::new(group_tokens);
-    let mut tokens = choice.logprobs();
+    // Only the numbers: each token's confidence, whether the stream kept the text or not.
+    let mut tokens = choice.token_confidences();
     let mut stopped = false;
     let mut listening = !warmup;
     loop {
@@ -214,7 +215,7 @@ async fn follow(
         tokio::select! {
             token = tokens.next() => match token {
                 Some(Ok(token)) => {
-                    confidence.push_token(&token);
+                    confidence.push(token);
                 }
                 _ => break,
             },

@@ -222,26 +222,53 @@ fn legacy_function_call_and_arguments_sent_as_json() {
 #[test]
 fn logprobs_arrays_concatenate_key_by_key() {
     let mut acc = ChoiceAccumulator::new(0, 8);
+    let raw = |json: &str| Some(UpdateLogprobs::Raw(Logprobs::from_json(json).unwrap()));
     apply(
         &mut acc,
         ChoiceUpdate {
-            logprobs: Some(Box::new(
-                json!({"content": [{"token": "a"}], "refusal": null}),
-            )),
+            logprobs: raw(r#"{"content": [{"token": "a"}], "refusal": null}"#),
             ..update(1)
         },
     );
     apply(
         &mut acc,
         ChoiceUpdate {
-            logprobs: Some(Box::new(json!({"content": [{"token": "b"}]}))),
+            logprobs: raw(r#"{"content": [{"token": "b"}]}"#),
             ..update(2)
         },
     );
+    let merged = acc.output().logprobs.unwrap();
     assert_eq!(
-        acc.output().logprobs,
-        Some(json!({"content": [{"token": "a"}, {"token": "b"}], "refusal": null}))
+        merged.to_value(),
+        json!({"content": [{"token": "a"}, {"token": "b"}], "refusal": null})
     );
+    // Each element's text as sent.
+    assert_eq!(
+        merged.json(),
+        r#"{"content":[{"token": "a"},{"token": "b"}],"refusal":null}"#
+    );
+}
+
+#[test]
+fn token_confidences_are_events_and_no_logprobs() {
+    let mut acc = ChoiceAccumulator::new(0, 8);
+    let mut out = Vec::new();
+    acc.apply(
+        ChoiceUpdate {
+            logprobs: Some(UpdateLogprobs::Confidence(Box::new([1.5, 2.0]))),
+            ..update(1)
+        },
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        [
+            ChoiceEvent::TokenConfidence(1.5),
+            ChoiceEvent::TokenConfidence(2.0)
+        ]
+    );
+    assert_eq!(acc.output().logprobs, None);
 }
 
 #[test]
