@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::NMode;
 use crate::error::ApiError;
-use crate::open::{Opener, TryRecord, UpstreamRoute, counted, cuts, request_body};
+use crate::open::{Opener, TryRecord, UpstreamRoute, accounting, counted, cuts};
 use crate::pace::{BoxError, Pace, bounded, paced};
 use crate::request::ChatRequest;
 
@@ -61,6 +61,8 @@ pub(crate) struct Run {
     pub samples: u32,
     /// How far its upstreams may read ahead of its client (back-pressure).
     pub pace: Arc<Pace>,
+    /// The request's Chat Completions fields, for an estimate of its prompt's tokens.
+    prompt: Arc<crate::request::Fields>,
 }
 
 impl Run {
@@ -68,6 +70,7 @@ impl Run {
     /// hedged, or the first window), and fails as the client should see it if any of those
     /// fails before its stream begins.
     pub async fn start(opener: Opener, req: &ChatRequest) -> Result<Run, ApiError> {
+        let prompt = opener.body.clone();
         let upstreams = &opener.model.routes;
         let plan = plan(upstreams, req);
         let planned = plan.requests().to_vec();
@@ -163,7 +166,7 @@ impl Run {
                 }
             };
             let route = &opener.model.routes[upstream];
-            let request = request_body(route, &opener, samples.len()).ok();
+            let request = accounting(route, samples.len());
             let (opener, pace, labels) = (opener.clone(), paces.clone(), later_labels.clone());
             let n = samples.len() as u32;
             let source = Source::open(async move {
@@ -182,10 +185,7 @@ impl Run {
                 )))
             })
             .n(n);
-            match request {
-                Some(request) => source.request(request),
-                None => source,
-            }
+            source.request(request)
         });
         completions.start_more(first);
         Ok(Run {
@@ -198,6 +198,7 @@ impl Run {
             accounting: tokio::sync::OnceCell::new(),
             samples: req.samples,
             pace,
+            prompt,
         })
     }
 
