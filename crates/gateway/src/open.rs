@@ -134,8 +134,13 @@ pub(crate) fn request_body(
         let over: Vec<(&str, &[u8])> = over.iter().map(|(k, v)| (*k, &v[..])).collect();
         return Ok(crate::request::write_object(base, &over).into());
     }
+    // What the translation reads or reshapes is parsed; the tools are translated one at a
+    // time, their schemas copied; every other field passes through as the client sent it.
     let mut body = Map::new();
-    for (k, text) in base {
+    for (k, text) in base
+        .iter()
+        .filter(|(k, _)| TRANSLATED.contains(&k.as_str()))
+    {
         body.insert(
             k.clone(),
             crate::request::parse_field(k, text).map_err(ApiError::invalid)?,
@@ -146,13 +151,49 @@ pub(crate) fn request_body(
     }
     body.insert("model".into(), json!(u.model));
     body.insert("stream".into(), json!(true));
-    let body = u
-        .api
+    let Value::Object(body) = (u.api)
         .request_from_chat(&Value::Object(body))
-        .map_err(ApiError::invalid)?;
-    let text = serde_json::to_vec(&body).map_err(|e| ApiError::invalid(e.to_string()))?;
-    Ok(text.into())
+        .map_err(ApiError::invalid)?
+    else {
+        return Err(ApiError::invalid("the translated request is not an object"));
+    };
+    let mut fields = crate::request::fields_of(body);
+    if let Some(tools) = base.get("tools").filter(|t| &t[..] != b"null") {
+        let tools = u
+            .api
+            .tools_from_chat_json(tools)
+            .map_err(ApiError::invalid)?;
+        fields.insert("tools".into(), tools.into());
+    }
+    for (k, text) in base {
+        if !TRANSLATED.contains(&k.as_str()) && k != "tools" {
+            // A field the translation writes itself (`system`, `input`, ...) is its own.
+            fields.entry(k.clone()).or_insert_with(|| text.clone());
+        }
+    }
+    Ok(crate::request::write_object(&fields, &[]).into())
 }
+
+/// The Chat Completions fields [`Dialect::request_from_chat`] reads or reshapes for another
+/// API (the rest it passes on as they are).
+const TRANSLATED: [&str; 16] = [
+    "n",
+    "stream_options",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "tool_choice",
+    "reasoning_effort",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "user",
+    "safety_identifier",
+    "service_tier",
+    "thinking",
+    "reasoning",
+];
 
 /// The request for `samples` samples to upstream `u` as the library reads it for their
 /// accounting: the upstream's `model`, the request's `n`.

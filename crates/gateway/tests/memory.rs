@@ -45,9 +45,17 @@ data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\"choi
 \"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1,\"total_tokens\":8}}\n\n\
 data: [DONE]\n\n";
 
+/// A streamed Anthropic Messages answer of one word, with its usage.
+const ANTHROPIC_ANSWER: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"up\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
 /// A Chat Completions upstream that reads each request's body into a small buffer (keeping
 /// none of it) and answers [`ANSWER`]; its base URL.
 async fn upstream() -> String {
+    upstream_answering(ANSWER).await
+}
+
+/// An upstream that reads each request's body into a small buffer and answers `answer`.
+async fn upstream_answering(answer: &'static str) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -95,8 +103,8 @@ async fn upstream() -> String {
                 }
                 let answer = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\
-                     connection: close\r\n\r\n{ANSWER}",
-                    ANSWER.len()
+                     connection: close\r\n\r\n{answer}",
+                    answer.len()
                 );
                 let _ = tcp.write_all(answer.as_bytes()).await;
                 let _ = tcp.shutdown().await;
@@ -145,13 +153,17 @@ fn body(path: &str) -> Vec<u8> {
     out
 }
 
-/// A gateway with model `m` over [`upstream`], taking bodies of up to 16 MiB.
+/// A gateway with model `m` over [`upstream`] and model `a` over an Anthropic one, taking
+/// bodies of up to 16 MiB.
 async fn gateway() -> SocketAddr {
     let url = upstream().await;
+    let anthropic = upstream_answering(ANTHROPIC_ANSWER).await;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n\
          [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n\
-         model = \"up\"\n",
+         model = \"up\"\n\
+         [[models]]\nname = \"a\"\n[[models.upstreams]]\napi = \"anthropic\"\n\
+         base_url = \"{anthropic}\"\nmodel = \"up\"\n",
         16 * MIB
     );
     serve(&toml, env).await.0
@@ -221,9 +233,12 @@ async fn measured(addr: SocketAddr, requests: &[(&'static str, Vec<u8>)]) -> (f6
 }
 
 async fn one(path: &'static str) {
+    one_to(path, body(path)).await;
+}
+
+async fn one_to(path: &'static str, body: Vec<u8>) {
     let _one = SERIAL.lock().await;
     let addr = gateway().await;
-    let body = body(path);
     let len = body.len();
     let (heap, rss) = measured(addr, &[(path, body)]).await;
     eprintln!(
@@ -251,6 +266,17 @@ async fn responses_tools_stay_raw() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn count_tokens_counts_without_a_tree() {
     one("/v1/messages/count_tokens").await;
+}
+
+/// The same body to an Anthropic upstream: translated there and back, its tools one at a
+/// time, their schemas copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_to_an_anthropic_upstream_keep_tools_raw() {
+    let mut body = body("/v1/messages");
+    let head = br#"{"model":"m""#;
+    assert!(body.starts_with(head));
+    body.splice(..head.len(), br#"{"model":"a""#.iter().copied());
+    one_to("/v1/messages", body).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
