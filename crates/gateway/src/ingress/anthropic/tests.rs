@@ -437,3 +437,21 @@ fn claude_codes_tool_changes_and_tool_references_are_served() {
         Some("messages.0.content.0.tool.definition.input_schema")
     );
 }
+
+/// A tool's schema is copied as the client sent it (its key order, its spacing), never
+/// parsed: each tool is translated on its own, and `metadata` and unknown fields are not
+/// read at all.
+#[test]
+fn tool_schemas_are_copied_as_sent() {
+    let text = br#"{"model": "m", "max_tokens": 5, "metadata": {"user_id": "u"}, "x_unknown": [1],
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "b", "description": null, "input_schema": {"type": "object", "properties": {"z": {}, "a": {}}}},
+                  {"name": "c", "description": "C", "input_schema": {"properties" :{}}, "cache_control": {"type": "ephemeral"}}]}"#;
+    let body = crate::ingress::parse_body(&bytes::Bytes::from_static(text)).unwrap();
+    let t = super::to_chat(&body).unwrap();
+    assert_eq!(
+        std::str::from_utf8(&t.chat["tools"]).unwrap(),
+        r#"[{"function":{"name":"b","parameters":{"type": "object", "properties": {"z": {}, "a": {}}}},"type":"function"},{"function":{"description":"C","name":"c","parameters":{"properties" :{}}},"type":"function"}]"#
+    );
+    assert!(!t.chat.contains_key("metadata") && !t.chat.contains_key("x_unknown"));
+}
