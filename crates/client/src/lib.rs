@@ -218,7 +218,13 @@ impl Client {
         };
         let mut body = object.clone();
         body.insert("stream".to_string(), Value::Bool(true));
-        let body = Value::Object(body);
+        let body = serde_json::to_vec(&Value::Object(body))
+            .map_err(|e| ClientError::invalid(ClientErrorKind::InvalidRequest, e.to_string()))?;
+        self.send_bytes(bytes::Bytes::from(body)).await
+    }
+
+    /// [`send`](Self::send) of a body already serialised (with its `"stream": true`).
+    async fn send_bytes(&self, body: bytes::Bytes) -> Result<reqwest::Response, ClientError> {
         let inner = &self.inner;
         // Errors name the URL without its credentials or query.
         let url_text = || error::redact(&inner.url);
@@ -228,7 +234,8 @@ impl Client {
                 .http
                 .post(inner.url.clone())
                 .headers(inner.headers.clone())
-                .json(&body)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
                 .send();
             let sent = match tokio::time::timeout(inner.idle_timeout, sent).await {
                 Ok(sent) => sent,
@@ -306,13 +313,22 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn count_tokens(&self, request: &Value) -> Result<u64, ClientError> {
+        let body = serde_json::to_vec(request)
+            .map_err(|e| ClientError::invalid(ClientErrorKind::InvalidRequest, e.to_string()))?;
+        self.count_tokens_json(bytes::Bytes::from(body)).await
+    }
+
+    /// [`count_tokens`](Self::count_tokens) of a request already serialised: `body` is the
+    /// JSON text of the request object, sent as it is (a gateway forwarding a client's body
+    /// need not parse it).
+    pub async fn count_tokens_json(&self, body: bytes::Bytes) -> Result<u64, ClientError> {
         let Some(url) = &self.inner.count_url else {
             return Err(ClientError::invalid(
                 ClientErrorKind::InvalidRequest,
                 "only the anthropic API counts tokens (messages/count_tokens)".to_string(),
             ));
         };
-        let answer = self.exchange(url, Some(request), "token count").await?;
+        let answer = self.exchange(url, Some(body), "token count").await?;
         answer["input_tokens"].as_u64().ok_or_else(|| {
             ClientError::invalid(
                 ClientErrorKind::InvalidResponse,
@@ -326,14 +342,16 @@ impl Client {
     async fn exchange(
         &self,
         url: &Url,
-        body: Option<&Value>,
+        body: Option<bytes::Bytes>,
         what: &str,
     ) -> Result<Value, ClientError> {
         let inner = &self.inner;
         let url_text = || error::redact(url);
         let request = match body {
             None => inner.http.get(url.clone()),
-            Some(body) => inner.http.post(url.clone()).json(body),
+            Some(body) => (inner.http.post(url.clone()))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body),
         };
         let sent = request
             .headers(inner.headers.clone())
@@ -431,17 +449,45 @@ impl Client {
         impl futures::Stream<Item = Result<bytes::Bytes, ClientError>> + Send + 'static + use<>,
         ClientError,
     > {
-        use futures::TryStreamExt;
         let slot = match &self.inner.slots {
             Some(slots) => slots.clone().acquire_owned().await.ok(),
             None => None,
         };
         let response = self.send(request).await?;
+        Ok(Self::held(response, slot))
+    }
+
+    /// [`stream`](Self::stream) of a request already serialised: `body` is the JSON text of
+    /// the request object, sent as it is, so it must ask for a stream (`"stream": true`)
+    /// itself. A gateway that writes its upstream's body from the client's raw fields sends
+    /// it without building it as a [`Value`].
+    pub async fn stream_json(
+        &self,
+        body: bytes::Bytes,
+    ) -> Result<
+        impl futures::Stream<Item = Result<bytes::Bytes, ClientError>> + Send + 'static + use<>,
+        ClientError,
+    > {
+        let slot = match &self.inner.slots {
+            Some(slots) => slots.clone().acquire_owned().await.ok(),
+            None => None,
+        };
+        let response = self.send_bytes(body).await?;
+        Ok(Self::held(response, slot))
+    }
+
+    /// A response's body as a stream of reads, holding `slot` until it is dropped.
+    fn held(
+        response: reqwest::Response,
+        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> impl futures::Stream<Item = Result<bytes::Bytes, ClientError>> + Send + 'static + use<>
+    {
+        use futures::TryStreamExt;
         // The slot is held by the body: freed when it is dropped.
-        Ok(response.bytes_stream().map_err(move |e| {
+        response.bytes_stream().map_err(move |e| {
             let _held = &slot;
             ClientError::request(e)
-        }))
+        })
     }
 
     /// The request as a [`Source`] still to be opened: sent when a completion starts reading

@@ -9,7 +9,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use choicewise_client::Dialect;
 use choicewise_core::chunks::Envelope;
-use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::answer_chat::{self, json_response, stream_response};
@@ -111,22 +110,17 @@ async fn serve_chat(
         api => {
             let body =
                 ingress::parse_body(&bytes).map_err(|e| Box::new((ApiError::from(e), None)))?;
-            let asked = body
-                .get("model")
-                .and_then(Value::as_str)
-                .map(str::to_string);
+            let asked = (body.get("model")).and_then(|m| serde_json::from_slice::<String>(m).ok());
             let refused = |e: ApiError| Box::new((e, asked.clone()));
             let translated =
                 ingress::to_chat(api, &body).map_err(|e| refused(ApiError::from(e)))?;
-            let chat = serde_json::to_vec(&translated.chat)
-                .map_err(|e| refused(ApiError::invalid(e.to_string())))?;
             let native =
                 (!translated.native.is_empty()).then(|| Arc::new((api, translated.native)));
             // A streamed Messages answer names the prompt's tokens in its first event.
             let prompt =
                 (api == Dialect::Anthropic && translated.stream).then(|| translated.chat.clone());
             Ok((
-                ChatRequest::parse(&chat, &limits).map_err(refused)?,
+                ChatRequest::from_fields(translated.chat, &limits).map_err(refused)?,
                 Some(translated.reply),
                 native,
                 Translation {
@@ -204,7 +198,8 @@ async fn serve_chat(
             (model.routes.first()).map_or(model.name.as_str(), |r| r.model.as_str());
         let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
         tokio::task::spawn_blocking(move || {
-            choicewise_usage::count_prompt(encoding, &chat)
+            let fields = chat.iter().map(|(k, v)| (k.as_str(), &v[..]));
+            choicewise_usage::count_prompt_fields(encoding, fields)
                 .ok()
                 .map(|count| count.total)
         })
@@ -321,7 +316,7 @@ struct Translation {
     hosted: Vec<ingress::Hosted>,
     /// A streamed Messages request's Chat Completions body, whose prompt tokens are estimated
     /// for its `message_start`.
-    prompt: Option<Value>,
+    prompt: Option<crate::request::Fields>,
 }
 
 /// What cuts a request's answer short: the gateway's close ([`Gateway::close`]), or its

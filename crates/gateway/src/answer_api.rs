@@ -158,12 +158,16 @@ pub(crate) async fn json(
         }
         let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
         let summary = run.final_summary(&picked, &req.policy).await;
-        Ok(reply.message(&out, &usage, summary.as_ref()))
+        Ok(reply.answer_text(&reply.message(&out, &usage, summary.as_ref())))
     };
     let answer = until_closed(answer, &mut closing, run).await;
     finish.complete();
     match answer {
-        Ok(body) => axum::Json(body).into_response(),
+        Ok(body) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
         Err(why) => {
             finish.failure = Some("choice_failed");
             let status = StatusCode::BAD_GATEWAY;

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use choicewise_client::Dialect;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::error::ApiError;
 use crate::{Gateway, ingress, layers};
@@ -41,10 +41,7 @@ async fn count_tokens_answer(
             Ok(body) => body,
             Err(e) => return (None, Err(ApiError::from(e))),
         };
-        let asked = body
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        let asked = (body.get("model")).and_then(|m| serde_json::from_slice::<String>(m).ok());
         let translated = match ingress::anthropic::to_chat_for_count(&body) {
             Ok(translated) => translated,
             Err(e) => return (asked, Err(ApiError::from(e))),
@@ -72,12 +69,12 @@ async fn count_tokens_answer(
         Ok(parsed) => parsed,
         Err(e) => return layers::shaped(api, e),
     };
-    if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic)
-        && let Some(fields) = body.as_object_mut()
-    {
-        fields.remove("choicewise");
-        fields.insert("model".into(), json!(route.model));
-        match route.client.count_tokens(&body).await {
+    if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic) {
+        // The client's body as it came, but for its model and the gateway's extension.
+        body.remove("choicewise");
+        let model = json!(route.model).to_string();
+        let text = crate::request::write_object(&body, &[("model", model.as_bytes())]);
+        match route.client.count_tokens_json(text.into()).await {
             Ok(tokens) => return axum::Json(json!({"input_tokens": tokens})).into_response(),
             Err(e) => tracing::warn!(
                 upstream = &*route.label,
@@ -89,7 +86,8 @@ async fn count_tokens_answer(
     let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
     let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
     let counted = tokio::task::spawn_blocking(move || {
-        choicewise_usage::count_prompt(encoding, &chat)
+        let fields = chat.iter().map(|(k, v)| (k.as_str(), &v[..]));
+        choicewise_usage::count_prompt_fields(encoding, fields)
             .map(|count| count.total)
             .map_err(|e| ApiError::invalid(format!("the prompt could not be counted: {e}")))
     })

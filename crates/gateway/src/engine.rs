@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::NMode;
 use crate::error::ApiError;
-use crate::open::{Opened, Opener, TryRecord, UpstreamRoute, counted, cuts, request_body};
+use crate::open::{Opened, Opener, TryRecord, UpstreamRoute, accounting, counted, cuts};
 use crate::pace::{BoxError, Pace, bounded, paced};
 use crate::request::ChatRequest;
 
@@ -61,6 +61,8 @@ pub(crate) struct Run {
     pub samples: u32,
     /// How far its upstreams may read ahead of its client (back-pressure).
     pub pace: Arc<Pace>,
+    /// The request's Chat Completions fields, for an estimate of its prompt's tokens.
+    prompt: Arc<crate::request::Fields>,
 }
 
 impl Run {
@@ -68,6 +70,7 @@ impl Run {
     /// hedged, or the first window), and fails as the client should see it if any of those
     /// fails before its stream begins.
     pub async fn start(opener: Opener, req: &ChatRequest) -> Result<Run, ApiError> {
+        let prompt = opener.body.clone();
         let upstreams = &opener.model.routes;
         let plan = plan(upstreams, req);
         let planned = plan.requests().to_vec();
@@ -111,8 +114,7 @@ impl Run {
                         .request(body)
                 }
                 Start::Pending(pending) => {
-                    let route = &upstreams[p.upstream()];
-                    let request = request_body(route, &opener, p.samples().len()).ok();
+                    let request = accounting(&upstreams[p.upstream()], p.samples().len());
                     let (opener, pace, labels) = (opener.clone(), pace.clone(), labels.clone());
                     let samples = p.samples().to_vec();
                     let source = Source::open(async move {
@@ -122,10 +124,7 @@ impl Run {
                         ))
                     })
                     .n(n);
-                    match request {
-                        Some(request) => source.request(request),
-                        None => source,
-                    }
+                    source.request(request)
                 }
             };
             sources.push(Some(source));
@@ -194,7 +193,7 @@ impl Run {
                 }
             };
             let route = &opener.model.routes[upstream];
-            let request = request_body(route, &opener, samples.len()).ok();
+            let request = accounting(route, samples.len());
             let (opener, pace, labels) = (opener.clone(), paces.clone(), later_labels.clone());
             let n = samples.len() as u32;
             let source = Source::open(async move {
@@ -205,10 +204,7 @@ impl Run {
                 Ok::<_, BoxError>(reads_source(opened, &opener, &samples, &pace, &labels, r))
             })
             .n(n);
-            match request {
-                Some(request) => source.request(request),
-                None => source,
-            }
+            source.request(request)
         });
         completions.start_more(first);
         Ok(Run {
@@ -221,6 +217,7 @@ impl Run {
             accounting: tokio::sync::OnceCell::new(),
             samples: req.samples,
             pace,
+            prompt,
         })
     }
 
@@ -465,21 +462,24 @@ enum Start {
 }
 
 /// Drives the requests opened at the start until every one opened or, with `race`, until
-/// the first one did (the rest then go on opening where their samples are read). The first
-/// failure met ends it: the client's answer, the requests still opening dropped.
+/// the first one did (the rest then go on opening where their samples are read). A failure
+/// is the client's answer: without `race` the first in plan order once every open ended (as
+/// each sample's tries are bounded, a failing one ends anyway); with `race`, one met before
+/// any success, the requests still opening dropped.
 async fn open_first(opens: Vec<OpenFuture>, race: bool) -> Result<Vec<Start>, ApiError> {
+    if !race {
+        let opened = futures::future::join_all(opens).await;
+        return opened.into_iter().map(|o| o.map(Start::Done)).collect();
+    }
     let mut done: Vec<Option<Opened>> = (0..opens.len()).map(|_| None).collect();
     let (mut indexes, mut pending): (Vec<usize>, Vec<OpenFuture>) =
         opens.into_iter().enumerate().unzip();
-    while !pending.is_empty() {
+    if !pending.is_empty() {
         let (opened, i, rest) = futures::future::select_all(pending).await;
         // `select_all` swap-removes the one that finished: the indexes follow.
         let r = indexes.swap_remove(i);
         pending = rest;
         done[r] = Some(opened?);
-        if race {
-            break;
-        }
     }
     let mut still: Vec<Option<OpenFuture>> = (0..done.len()).map(|_| None).collect();
     for (r, f) in indexes.into_iter().zip(pending) {

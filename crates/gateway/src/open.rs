@@ -70,8 +70,8 @@ pub(crate) struct TryRecord {
     pub at: std::time::SystemTime,
 }
 
-/// An upstream request that answered: its reads, the upstream that answered and the body
-/// it was sent.
+/// An upstream request that answered: its reads, the upstream that answered and the
+/// request as its accounting reads it (see [`request_body`]).
 pub(crate) struct Opened {
     pub reads: futures::stream::BoxStream<'static, Result<bytes::Bytes, ClientError>>,
     pub route: UpstreamRoute,
@@ -83,8 +83,9 @@ pub(crate) struct Opened {
 pub(crate) struct Opener {
     pub models: Models,
     pub model: Arc<ModelRoutes>,
-    /// The client's request as Chat Completions, without `model`, `stream` and `n`.
-    pub body: Arc<Map<String, Value>>,
+    /// The client's request as Chat Completions, without `model`, `stream` and `n`: its
+    /// fields' JSON text, shared by every upstream request of the run.
+    pub body: Arc<crate::request::Fields>,
     /// The client's own fields that only an upstream of its API takes as they are
     /// (Anthropic's `thinking`, Responses' `reasoning`), with that API: they replace the
     /// Chat Completions approximation for such an upstream.
@@ -104,39 +105,107 @@ pub(crate) struct Opener {
     pub max_requests: usize,
 }
 
-/// The body of a request for `samples` samples to upstream `u`, in its API.
+/// The body of a request for `samples` samples to upstream `u`, in its API, as JSON text.
+///
+/// A Chat Completions upstream's body is the client's fields as they came, with the fields
+/// the gateway decides written over them: nothing of it is parsed. Another API's is
+/// translated from a parsed copy ([`Dialect::request_from_chat`]).
 pub(crate) fn request_body(
     u: &UpstreamRoute,
     opener: &Opener,
     samples: usize,
-) -> Result<Value, ApiError> {
+) -> Result<bytes::Bytes, ApiError> {
     let (base, logprobs) = (&*opener.body, opener.logprobs);
-    let mut body = base.clone();
+    if u.api == Dialect::Chat {
+        let model = serde_json::to_vec(&u.model).map_err(|e| ApiError::invalid(e.to_string()))?;
+        let mut over: Vec<(&str, Vec<u8>)> = vec![
+            ("model", model),
+            ("stream", b"true".to_vec()),
+            ("stream_options", br#"{"include_usage":true}"#.to_vec()),
+        ];
+        if samples > 1 {
+            over.push(("n", samples.to_string().into_bytes()));
+        }
+        if let Some(k) = logprobs {
+            let asked = (base.get("top_logprobs"))
+                .and_then(|t| serde_json::from_slice::<Value>(t).ok())
+                .and_then(|t| t.as_u64())
+                .unwrap_or(0);
+            over.push(("logprobs", b"true".to_vec()));
+            over.push(("top_logprobs", asked.max(k as u64).to_string().into_bytes()));
+        }
+        let over: Vec<(&str, &[u8])> = over.iter().map(|(k, v)| (*k, &v[..])).collect();
+        return Ok(crate::request::write_object(base, &over).into());
+    }
+    // What the translation reads or reshapes is parsed; the tools are translated one at a
+    // time, their schemas copied; every other field passes through as the client sent it.
+    let mut body = Map::new();
+    for (k, text) in base
+        .iter()
+        .filter(|(k, _)| TRANSLATED.contains(&k.as_str()))
+    {
+        body.insert(
+            k.clone(),
+            crate::request::parse_field(k, text).map_err(ApiError::invalid)?,
+        );
+    }
     if let Some(native) = opener.native.as_deref().filter(|(api, _)| *api == u.api) {
         body.extend(native.1.clone());
     }
-    if let (Some(k), Dialect::Chat) = (logprobs, u.api) {
-        let asked = body
-            .get("top_logprobs")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        body.insert("logprobs".into(), json!(true));
-        body.insert("top_logprobs".into(), json!(asked.max(k as u64)));
-    }
     body.insert("model".into(), json!(u.model));
     body.insert("stream".into(), json!(true));
-    if u.api == Dialect::Chat {
-        if samples > 1 {
-            body.insert("n".into(), json!(samples));
+    let Value::Object(body) = (u.api)
+        .request_from_chat(&Value::Object(body))
+        .map_err(ApiError::invalid)?
+    else {
+        return Err(ApiError::invalid("the translated request is not an object"));
+    };
+    let mut fields = crate::request::fields_of(body);
+    if let Some(tools) = base.get("tools").filter(|t| &t[..] != b"null") {
+        let tools = u
+            .api
+            .tools_from_chat_json(tools)
+            .map_err(ApiError::invalid)?;
+        fields.insert("tools".into(), tools.into());
+    }
+    for (k, text) in base {
+        if !TRANSLATED.contains(&k.as_str()) && k != "tools" {
+            // A field the translation writes itself (`system`, `input`, ...) is its own.
+            fields.entry(k.clone()).or_insert_with(|| text.clone());
         }
-        body.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    let body = Value::Object(body);
-    match u.api {
-        Dialect::Chat => Ok(body),
-        api => api.request_from_chat(&body),
+    Ok(crate::request::write_object(&fields, &[]).into())
+}
+
+/// The Chat Completions fields [`Dialect::request_from_chat`] reads or reshapes for another
+/// API (the rest it passes on as they are).
+const TRANSLATED: [&str; 16] = [
+    "n",
+    "stream_options",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "tool_choice",
+    "reasoning_effort",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "user",
+    "safety_identifier",
+    "service_tier",
+    "thinking",
+    "reasoning",
+];
+
+/// The request for `samples` samples to upstream `u` as the library reads it for their
+/// accounting: the upstream's `model`, the request's `n`.
+pub(crate) fn accounting(u: &UpstreamRoute, samples: usize) -> Value {
+    let mut request = json!({"model": u.model});
+    if u.api == Dialect::Chat && samples > 1 {
+        request["n"] = json!(samples);
     }
-    .map_err(ApiError::invalid)
+    request
 }
 
 /// Whether `u` serves `samples` samples in one request.
@@ -337,11 +406,12 @@ impl Opener {
                 // this future dropped: a client gone, a sample cancelled), a probe it was is
                 // over: the next one may go.
                 let _probe = probe.then(|| ProbeDone(&route.health));
-                let body = request_body(route, self, samples.len())?;
+                let text = request_body(route, self, samples.len())?;
                 // The try succeeds on its first byte of body, not on its headers: a server
                 // that answers 200 and then holds its first event is a failed try too.
                 let tried = tokio::time::timeout(model.retry.first_byte_timeout, async {
-                    let mut reads = futures::StreamExt::boxed(route.client.stream(&body).await?);
+                    let mut reads =
+                        futures::StreamExt::boxed(route.client.stream_json(text).await?);
                     let first = futures::StreamExt::next(&mut reads).await;
                     let first = futures::stream::iter(first);
                     Ok::<_, ClientError>(futures::StreamExt::boxed(futures::StreamExt::chain(
@@ -359,7 +429,7 @@ impl Opener {
                         return Ok(Opened {
                             reads,
                             route: route.clone(),
-                            body,
+                            body: accounting(route, samples.len()),
                         });
                     }
                     Ok(Err(e)) => match classify(&e) {

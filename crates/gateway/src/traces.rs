@@ -125,8 +125,11 @@ impl Traces {
             samples: req.samples,
             stream: req.stream,
             select: req.policy.rule().as_str(),
-            input: (self.capture_content)
-                .then(|| input_messages(req.body.get("messages")).to_string()),
+            input: (self.capture_content).then(|| {
+                let messages = (req.body.get("messages"))
+                    .and_then(|m| serde_json::from_slice::<Value>(m).ok());
+                input_messages(messages.as_ref()).to_string()
+            }),
             response_id: None,
             first_chunk: OnceLock::new(),
         }

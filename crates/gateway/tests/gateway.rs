@@ -145,6 +145,49 @@ async fn native_n_streams_every_choice_renumbered() {
     assert!(whole["usage"]["total_tokens"].as_u64().unwrap() > 0);
 }
 
+/// The client's fields reach the upstream as they were sent (unknown ones, `metadata`,
+/// `null` ones, the tools' schemas), with the gateway's own written over them; and when the
+/// upstream reports no usage, the prompt is estimated from those fields as the whole body
+/// counts (issue 52: the body is never parsed whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_fields_are_forwarded_and_their_prompt_estimated() {
+    let server = TestServer::builder()
+        .body(answer("hello there"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&config(&[("chat", server.base_url(), "")])).await;
+    let body = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}],
+        "tools": [{"type": "function", "function": {"name": "weather", "description": "Today's weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}}}}}],
+        "tool_choice": {"type": "function", "function": {"name": "weather"}},
+        "metadata": null, "x_vendor": {"deep": [1, {"k": "é"}]}, "temperature": 0.25});
+    let (chunks, done) = read_sse(post(addr, body.clone()).await).await;
+    assert!(done);
+    let sent = server.requests()[0].json.clone().unwrap();
+    for key in [
+        "messages",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "x_vendor",
+        "temperature",
+    ] {
+        assert_eq!(sent[key], body[key], "{key}");
+    }
+    assert_eq!(sent["model"], "up");
+    assert_eq!(sent["stream"], true);
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+    let usage = &chunks.last().unwrap()["usage"];
+    let encoding = choicewise_usage::encoding_for_model("up").name;
+    let prompt = choicewise_usage::count_prompt(encoding, &body)
+        .unwrap()
+        .total;
+    assert!(prompt > 20, "{prompt}");
+    assert_eq!(usage["prompt_tokens"], prompt, "{usage}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_sends_one_request_per_choice_and_mixes_dialects() {
     let chat = TestServer::builder()

@@ -114,6 +114,29 @@ impl Dialect {
         }
     }
 
+    /// A Chat Completions request's `tools`, given as their JSON text, in this API's shape
+    /// as [`request_from_chat`](Self::request_from_chat) writes them, as JSON text: each tool
+    /// is read on its own and its schema copied as sent, so that a request of many tools
+    /// never exists as a parsed tree (the text is returned as it is for Chat Completions).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let tools = br#"[{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}]"#;
+    /// let anthropic = Dialect::Anthropic.tools_from_chat_json(tools).unwrap();
+    /// assert_eq!(anthropic, br#"[{"input_schema":{"type": "object"},"name":"w"}]"#);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As `request_from_chat` for its `tools`: not a list, a tool that is not a function, a
+    /// function without a name.
+    pub fn tools_from_chat_json(self, tools: &[u8]) -> Result<Vec<u8>, String> {
+        match self {
+            Dialect::Chat => Ok(tools.to_vec()),
+            api => tools::tools_text(tools, api == Dialect::Anthropic),
+        }
+    }
+
     /// A request in Chat Completions' shape (`messages`, `max_tokens`, ...) in this dialect's
     /// shape (Chat: unchanged):
     ///

@@ -46,6 +46,15 @@ pub enum UsageError {
         /// The limit ([`MAX_SCHEMA_DEPTH`](crate::MAX_SCHEMA_DEPTH)).
         limit: usize,
     },
+    /// A field given as JSON text ([`count_prompt_fields`](crate::count_prompt_fields)) is
+    /// not JSON, or nests deeper than the parser goes.
+    #[error("{path}: not readable JSON: {message}")]
+    NotJson {
+        /// Where the text is.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
 }
 
 impl UsageError {
@@ -62,7 +71,8 @@ impl UsageError {
         match self {
             UsageError::WrongType { path, .. }
             | UsageError::Missing { path }
-            | UsageError::TooDeep { path, .. } => path,
+            | UsageError::TooDeep { path, .. }
+            | UsageError::NotJson { path, .. } => path,
         }
     }
 }
@@ -124,6 +134,13 @@ impl<'a> Path<'a> {
     pub(crate) fn missing(&self) -> UsageError {
         UsageError::Missing {
             path: self.render(),
+        }
+    }
+
+    pub(crate) fn not_json(&self, e: &serde_json::Error) -> UsageError {
+        UsageError::NotJson {
+            path: self.render(),
+            message: e.to_string(),
         }
     }
 

@@ -12,7 +12,7 @@ use crate::encoding::EncodingName;
 use crate::error::{Path, UsageError};
 
 use messages::Counter;
-use tools::{FunctionDef, render_namespace};
+use tools::FunctionDef;
 
 /// Tokens framing every message (`<|start|>{role}<|message|>…<|end|>` less the
 /// role, which is counted as text). OpenAI cookbook, "How to count tokens with
@@ -347,46 +347,138 @@ pub fn count_prompt_with(
         images: 0,
         uncounted: 0,
     };
-
-    // Function definitions, from `tools` and the legacy `functions`.
-    let mut defs: Vec<FunctionDef<'_>> = Vec::new();
-    let mut other_tools: u64 = 0;
-    let tools_path = root.key("tools");
+    let mut defs = Definitions::new(enc, opts);
     if let Some(tools) = optional_array(body, "tools", &root)? {
+        let tools_path = root.key("tools");
         for (i, tool) in tools.iter().enumerate() {
-            let p = tools_path.index(i);
-            let obj = tool
-                .as_object()
-                .ok_or_else(|| p.wrong_type("an object", tool))?;
-            let ty = optional_str(obj, "type", &p)?;
-            match (ty, obj.get("function")) {
-                (Some("function"), _) | (None, Some(_)) => {
-                    let fp = p.key("function");
-                    let f = obj.get("function").ok_or_else(|| fp.missing())?;
-                    defs.push(FunctionDef::parse(f, &fp)?);
-                }
-                _ => {
-                    other_tools += counter.text(&tool.to_string());
-                }
-            }
+            defs.tool(tool, &tools_path.index(i), &counter)?;
         }
     }
-    let functions_path = root.key("functions");
     if let Some(functions) = optional_array(body, "functions", &root)? {
+        let functions_path = root.key("functions");
         for (i, f) in functions.iter().enumerate() {
-            defs.push(FunctionDef::parse(f, &functions_path.index(i))?);
+            defs.function(f, &functions_path.index(i), &counter)?;
         }
     }
-
-    let namespace = opts.tool_formula == ToolFormula::Namespace && !defs.is_empty();
-
-    // Messages.
     let messages_path = root.key("messages");
     let messages = match body.get("messages") {
         None => return Err(messages_path.missing()),
         Some(Value::Array(a)) => a,
         Some(v) => return Err(messages_path.wrong_type("an array of messages", v)),
     };
+    let msg_total = count_messages(messages, &defs, &mut counter, &messages_path)?;
+    defs.finish(msg_total, body, &counter)
+}
+
+/// Estimates the `prompt_tokens` of a chat completion request body given as its top-level
+/// fields, each its JSON text (`("messages", b"[...]")`, ...): the same count as
+/// [`count_prompt`] of the object they make (a field given twice counts its last text).
+/// Each `tools` and `functions` entry is parsed and counted on its own, so that the
+/// definitions of a request never exist as one parsed tree.
+///
+/// ```
+/// use choicewise_usage::{count_prompt, count_prompt_fields, EncodingName};
+/// use serde_json::json;
+///
+/// let tools = r#"[{"type": "function", "function": {"name": "f", "parameters": {}}}]"#;
+/// let messages = r#"[{"role": "user", "content": "hello"}]"#;
+/// let fields = [("tools", tools.as_bytes()), ("messages", messages.as_bytes())];
+/// let whole = json!({"tools": serde_json::from_str::<serde_json::Value>(tools).unwrap(),
+///                    "messages": serde_json::from_str::<serde_json::Value>(messages).unwrap()});
+/// assert_eq!(
+///     count_prompt_fields(EncodingName::O200kBase, fields).unwrap(),
+///     count_prompt(EncodingName::O200kBase, &whole).unwrap()
+/// );
+/// ```
+///
+/// # Errors
+///
+/// As [`count_prompt`]; [`UsageError::NotJson`] when a field read is not JSON text.
+pub fn count_prompt_fields<'a>(
+    enc: EncodingName,
+    fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> Result<PromptCount, UsageError> {
+    let opts = PromptOptions::default();
+    let root = Path::Root;
+    let mut read: std::collections::BTreeMap<&str, &[u8]> = std::collections::BTreeMap::new();
+    for (key, text) in fields {
+        if matches!(
+            key,
+            "tools" | "functions" | "messages" | "tool_choice" | "function_call"
+        ) {
+            read.insert(key, text);
+        }
+    }
+    let mut counter = Counter {
+        enc,
+        images: 0,
+        uncounted: 0,
+    };
+    let mut defs = Definitions::new(enc, &opts);
+    for (key, tool) in [("tools", true), ("functions", false)] {
+        let Some(items) = raw_array(read.get(key).copied(), key, &root)? else {
+            continue;
+        };
+        let list_path = root.key(key);
+        for (i, item) in items.iter().enumerate() {
+            let p = list_path.index(i);
+            let value = parse(item.get().as_bytes(), &p)?;
+            match tool {
+                true => defs.tool(&value, &p, &counter)?,
+                false => defs.function(&value, &p, &counter)?,
+            }
+        }
+    }
+    let messages_path = root.key("messages");
+    let messages = match read.get("messages") {
+        None => return Err(messages_path.missing()),
+        Some(text) => parse(text, &messages_path)?,
+    };
+    let Value::Array(messages) = &messages else {
+        return Err(messages_path.wrong_type("an array of messages", &messages));
+    };
+    let msg_total = count_messages(messages, &defs, &mut counter, &messages_path)?;
+    let mut choices = Map::new();
+    for key in ["tool_choice", "function_call"] {
+        if let Some(text) = read.get(key) {
+            choices.insert(key.to_string(), parse(text, &root.key(key))?);
+        }
+    }
+    defs.finish(msg_total, &choices, &counter)
+}
+
+/// A field's JSON text parsed (`p`: where it is).
+fn parse(text: &[u8], p: &Path<'_>) -> Result<Value, UsageError> {
+    serde_json::from_slice(text).map_err(|e| p.not_json(&e))
+}
+
+/// An optional array field's entries, each its JSON text (`null` is no array).
+fn raw_array<'t>(
+    text: Option<&'t [u8]>,
+    key: &str,
+    root: &Path<'_>,
+) -> Result<Option<Vec<&'t serde_json::value::RawValue>>, UsageError> {
+    let p = root.key(key);
+    match text {
+        None => Ok(None),
+        Some(text) if text.first() == Some(&b'[') => serde_json::from_slice(text)
+            .map(Some)
+            .map_err(|e| p.not_json(&e)),
+        Some(text) => match parse(text, &p)? {
+            Value::Null => Ok(None),
+            v => Err(p.wrong_type("an array", &v)),
+        },
+    }
+}
+
+/// The messages' tokens, with the reply's priming.
+fn count_messages(
+    messages: &[Value],
+    defs: &Definitions,
+    counter: &mut Counter,
+    messages_path: &Path<'_>,
+) -> Result<i64, UsageError> {
+    let namespace = defs.namespace();
     let mut msg_total: i64 = 0;
     let mut padded_system = false;
     let mut has_system = false;
@@ -408,30 +500,99 @@ pub fn count_prompt_with(
     if namespace && has_system {
         msg_total -= 4;
     }
+    Ok(msg_total)
+}
 
-    // Definitions and tool choice.
-    let mut tools_total: i64 = other_tools as i64;
-    if !defs.is_empty() {
-        tools_total += match opts.tool_formula {
-            ToolFormula::Cookbook => {
-                let c = CookbookConstants::for_encoding(enc);
-                defs.iter().map(|d| d.cookbook(&counter, &c)).sum::<i64>() + c.func_end
-            }
-            ToolFormula::Namespace => counter.text(&render_namespace(&defs)) as i64 + 9,
-        };
+/// Function definitions (`tools` entries of type `function`, legacy `functions`) and other
+/// tools, counted as they come: the cookbook's sum, or the namespace text written so far.
+struct Definitions {
+    formula: ToolFormula,
+    constants: CookbookConstants,
+    /// Definitions seen.
+    count: usize,
+    /// The cookbook formula's sum of the definitions so far.
+    cookbook: i64,
+    /// The namespace formula's text so far.
+    text: tools::NamespaceText,
+    /// Tokens of the tools that are not function definitions.
+    other_tools: u64,
+}
+
+impl Definitions {
+    fn new(enc: EncodingName, opts: &PromptOptions) -> Self {
+        Definitions {
+            formula: opts.tool_formula,
+            constants: CookbookConstants::for_encoding(enc),
+            count: 0,
+            cookbook: 0,
+            text: tools::NamespaceText::new(),
+            other_tools: 0,
+        }
     }
-    tools_total += counter.choice(body, "tool_choice", &root)?;
-    tools_total += counter.choice(body, "function_call", &root)?;
 
-    let messages = msg_total.max(0) as u64;
-    let tools = tools_total.max(0) as u64;
-    Ok(PromptCount {
-        total: messages + tools,
-        messages,
-        tools,
-        image_parts: counter.images,
-        uncounted_parts: counter.uncounted,
-    })
+    /// One `tools` entry.
+    fn tool(&mut self, tool: &Value, p: &Path<'_>, counter: &Counter) -> Result<(), UsageError> {
+        let obj = tool
+            .as_object()
+            .ok_or_else(|| p.wrong_type("an object", tool))?;
+        let ty = optional_str(obj, "type", p)?;
+        match (ty, obj.get("function")) {
+            (Some("function"), _) | (None, Some(_)) => {
+                let fp = p.key("function");
+                let f = obj.get("function").ok_or_else(|| fp.missing())?;
+                self.function(f, &fp, counter)
+            }
+            _ => {
+                self.other_tools += counter.text(&tool.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    /// One function definition.
+    fn function(&mut self, f: &Value, p: &Path<'_>, counter: &Counter) -> Result<(), UsageError> {
+        let def = FunctionDef::parse(f, p)?;
+        self.count += 1;
+        match self.formula {
+            ToolFormula::Cookbook => self.cookbook += def.cookbook(counter, &self.constants),
+            ToolFormula::Namespace => self.text.add(&def),
+        }
+        Ok(())
+    }
+
+    /// Whether the namespace formula applies (it pads a first system message).
+    fn namespace(&self) -> bool {
+        self.formula == ToolFormula::Namespace && self.count > 0
+    }
+
+    /// The whole count: the messages' (`msg_total`), the definitions', and the request's
+    /// `tool_choice` and `function_call` (in `body`).
+    fn finish(
+        self,
+        msg_total: i64,
+        body: &Map<String, Value>,
+        counter: &Counter,
+    ) -> Result<PromptCount, UsageError> {
+        let root = Path::Root;
+        let mut tools_total: i64 = self.other_tools as i64;
+        if self.count > 0 {
+            tools_total += match self.formula {
+                ToolFormula::Cookbook => self.cookbook + self.constants.func_end,
+                ToolFormula::Namespace => counter.text(&self.text.finish()) as i64 + 9,
+            };
+        }
+        tools_total += counter.choice(body, "tool_choice", &root)?;
+        tools_total += counter.choice(body, "function_call", &root)?;
+        let messages = msg_total.max(0) as u64;
+        let tools = tools_total.max(0) as u64;
+        Ok(PromptCount {
+            total: messages + tools,
+            messages,
+            tools,
+            image_parts: counter.images,
+            uncounted_parts: counter.uncounted,
+        })
+    }
 }
 
 fn optional_array<'v>(

@@ -9,7 +9,7 @@
 //! * community.openai.com/t/strange-token-cost-calculation-for-tool-calls/538914:
 //!   40 prompt tokens on gpt-3.5-turbo.
 
-use choicewise_usage::{EncodingName, count_prompt};
+use choicewise_usage::{EncodingName, count_prompt, count_prompt_fields};
 use serde_json::{Value, json};
 
 const CL100K: EncodingName = EncodingName::Cl100kBase;
@@ -189,4 +189,37 @@ fn observed_counts_with_known_deviations() {
         }
     }
     assert!(report.is_empty(), "{report:#?}");
+}
+
+/// A body given as its fields' JSON text counts as the body does, for every case here (tools,
+/// calls, images, tool choices), and one of many tools.
+#[test]
+fn fields_count_as_the_body_does() {
+    let mut bodies: Vec<Value> = cases().into_iter().map(|c| c.1).collect();
+    let tools: Vec<_> = (0..200)
+        .map(|i| json!({"type": "function", "function": {"name": format!("t{i}"), "description": "d",
+            "parameters": {"type": "object", "properties": {"x": {"type": "string", "enum": ["a", "b"]}}}}}))
+        .collect();
+    bodies.push(
+        json!({"messages": [{"role": "system", "content": "s"}], "tools": tools,
+        "tool_choice": {"type": "function", "function": {"name": "t3"}}}),
+    );
+    for body in bodies {
+        let texts: Vec<(String, Vec<u8>)> = (body.as_object().unwrap().iter())
+            .map(|(k, v)| (k.clone(), serde_json::to_vec(v).unwrap()))
+            .collect();
+        let fields = texts.iter().map(|(k, v)| (k.as_str(), v.as_slice()));
+        assert_eq!(
+            count_prompt_fields(CL100K, fields).unwrap(),
+            count_prompt(CL100K, &body).unwrap(),
+            "{body}"
+        );
+    }
+    let missing = count_prompt_fields(CL100K, [("tools", &b"[]"[..])]).unwrap_err();
+    assert_eq!(missing.path(), "messages");
+    let wrong = count_prompt_fields(CL100K, [("messages", &b"[]"[..]), ("tools", &b"{}"[..])]);
+    assert_eq!(
+        wrong.unwrap_err().to_string(),
+        "tools: expected an array, found an object"
+    );
 }

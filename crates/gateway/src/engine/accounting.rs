@@ -28,6 +28,7 @@ impl Run {
     /// tiktoken estimate; it stays flagged estimated, and the totals follow.
     async fn run_usage(&self) -> Usage {
         let mut usage: Usage = self.completions.usage().await;
+        self.estimate_prompts(&mut usage).await;
         if usage.upstreams.len() < 2 {
             return usage;
         }
@@ -49,6 +50,58 @@ impl Run {
         usage.prompt_tokens = usage.upstreams.iter().map(|u| u.prompt_tokens).sum();
         usage.total_tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
         usage
+    }
+
+    /// The library estimates a request's tokens without its prompt when its upstream
+    /// reported none (it is given the request's `model` and `n` only: the body stays the
+    /// client's bytes): each estimated part's prompt is counted here from the request's Chat
+    /// Completions fields, as the library would count the whole body, one tool at a time
+    /// ([`choicewise_usage::count_prompt_fields`]), once per encoding.
+    async fn estimate_prompts(&self, usage: &mut Usage) {
+        let mut counted: HashMap<&'static str, Result<u64, String>> = HashMap::new();
+        let fan_out = !usage.upstreams.is_empty();
+        let parts: Vec<&mut Usage> = match fan_out {
+            true => usage.upstreams.iter_mut().collect(),
+            false => vec![&mut *usage],
+        };
+        for part in parts {
+            if part.source != UsageSource::Estimated {
+                continue;
+            }
+            let Some(estimate) = part.estimate.as_mut() else {
+                continue;
+            };
+            let model = estimate.model.as_deref().unwrap_or_default();
+            let encoding = choicewise_usage::encoding_for_model(model).name;
+            let tokens = match counted.get(encoding.as_str()) {
+                Some(tokens) => tokens.clone(),
+                None => {
+                    let fields = self.prompt.clone();
+                    let tokens = tokio::task::spawn_blocking(move || {
+                        let texts = fields.iter().map(|(k, v)| (k.as_str(), &v[..]));
+                        (choicewise_usage::count_prompt_fields(encoding, texts))
+                            .map(|count| count.total)
+                            .map_err(|e| e.to_string())
+                    })
+                    .await
+                    .unwrap_or_else(|_| Err("the prompt could not be counted".into()));
+                    counted.insert(encoding.as_str(), tokens.clone());
+                    tokens
+                }
+            };
+            let (prompt, error) = match tokens {
+                Ok(tokens) => (tokens, None),
+                Err(e) => (0, Some(e)),
+            };
+            estimate.prompt_counted = error.is_none();
+            estimate.prompt_error = error;
+            part.prompt_tokens = prompt;
+            part.total_tokens = prompt.saturating_add(part.completion_tokens);
+        }
+        if fan_out {
+            usage.prompt_tokens = usage.upstreams.iter().map(|u| u.prompt_tokens).sum();
+            usage.total_tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
+        }
     }
 
     async fn count(&self) -> Accounting {

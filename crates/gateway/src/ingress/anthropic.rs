@@ -33,11 +33,18 @@ mod encode;
 
 pub(crate) use encode::{MessagesEncoder, message};
 
+use std::collections::HashSet;
+
 use axum::http::StatusCode;
+use bytes::Bytes;
 use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
-use super::{Hosted, IngressError, Reply, Translated, field, kind_of};
+use super::{
+    Hosted, IngressError, Reply, Translated, field, kind_of, raw_entries, raw_field, raw_object,
+    read_fields, small, write_function_tool,
+};
+use crate::request::{Fields, fields_of, kind_of_text};
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
 pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
@@ -59,22 +66,36 @@ pub(crate) fn error_type(status: StatusCode) -> &'static str {
 }
 
 /// Reads a Messages request body into a Chat Completions one (see the module's table).
-pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
+pub(crate) fn to_chat(body: &Fields) -> Result<Translated, IngressError> {
     translate(body, true)
 }
 
 /// As [`to_chat`], for `POST /v1/messages/count_tokens`, whose body has no `max_tokens`:
 /// the translated `messages` and `tools` are what a count reads.
-pub(crate) fn to_chat_for_count(body: &Value) -> Result<Translated, IngressError> {
+pub(crate) fn to_chat_for_count(body: &Fields) -> Result<Translated, IngressError> {
     translate(body, false)
 }
 
-fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, IngressError> {
-    let Some(obj) = body.as_object() else {
-        return Err(IngressError::body_error(
-            "the request body must be a JSON object",
-        ));
-    };
+/// The fields a translation reads (parsed); `tools` is read entry by entry, the others are
+/// ignored, and `choicewise` passed on as sent.
+const READ: [&str; 13] = [
+    "mcp_servers",
+    "container",
+    "model",
+    "max_tokens",
+    "system",
+    "messages",
+    "stream",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop_sequences",
+    "tool_choice",
+    "thinking",
+];
+
+fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, IngressError> {
+    let obj = &read_fields(body, &READ)?;
     for refused in ["mcp_servers", "container"] {
         if field(obj, refused).is_some() {
             return Err(IngressError::unsupported(
@@ -156,8 +177,8 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
         chat.insert("stop".into(), json!(stop));
     }
     let mut hosted = Vec::new();
-    let has_tools = tools(obj, &added, &mut chat, &mut hosted)?;
-    tool_choice(obj, has_tools, &mut chat)?;
+    let tools = tools(body, &added, &mut hosted)?;
+    tool_choice(obj, tools.is_some(), &mut chat)?;
     let mut native = Map::new();
     let reasoning = match field(obj, "thinking") {
         None => false,
@@ -170,12 +191,17 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
             thinking["type"] != "disabled"
         }
     };
-    if let Some(ext) = obj.get("choicewise") {
+    let stream = chat.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let mut chat = fields_of(chat);
+    if let Some(tools) = tools {
+        chat.insert("tools".into(), tools);
+    }
+    if let Some(ext) = body.get("choicewise") {
         chat.insert("choicewise".into(), ext.clone());
     }
     Ok(Translated {
-        stream: chat.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        chat: Value::Object(chat),
+        stream,
+        chat,
         native,
         hosted,
         reply: Reply {
@@ -183,7 +209,6 @@ fn translate(body: &Value, needs_max_tokens: bool) -> Result<Translated, Ingress
             model,
             reasoning,
             stop,
-            echo: Map::new(),
             ..Reply::default()
         },
     })
@@ -492,51 +517,79 @@ fn stop_sequences(obj: &Map<String, Value>) -> Result<Vec<String>, IngressError>
 }
 
 /// `tools` as function tools, then the tools system turns `added` (where `at` is), those of
-/// a name not already there; whether there are any. Server tools and Anthropic-defined tools
-/// (a `type` other than `custom`) are left for the model's `hosted_tools` rule, in `hosted`.
+/// a name not already there: the Chat Completions `tools` array's text, if there are any.
+/// Server tools and Anthropic-defined tools (a `type` other than `custom`) are left for the
+/// model's `hosted_tools` rule, in `hosted`. Each tool is read on its own and written at once,
+/// its schema copied as sent: the list never exists as a parsed tree.
 fn tools(
-    obj: &Map<String, Value>,
+    body: &Fields,
     added: &[(String, Value)],
-    chat: &mut Map<String, Value>,
     hosted: &mut Vec<Hosted>,
-) -> Result<bool, IngressError> {
-    let none = Vec::new();
-    let list = match field(obj, "tools") {
-        None => &none,
-        Some(Value::Array(list)) => list,
-        Some(v) => {
+) -> Result<Option<Bytes>, IngressError> {
+    let list = match raw_field(body, "tools") {
+        None => Vec::new(),
+        Some(text) if text.first() == Some(&b'[') => raw_entries(text, "tools")?,
+        Some(text) => {
             return Err(IngressError::invalid(
                 "tools",
-                format!("must be an array, not {}", kind_of(v)),
+                format!("must be an array, not {}", kind_of_text(text)),
             ));
         }
     };
-    let mut out = Vec::with_capacity(list.len());
-    for (i, t) in list.iter().enumerate() {
-        match t["type"].as_str() {
-            None | Some("custom") => {}
-            Some(other) => {
+    let mut out = Vec::with_capacity(body.get("tools").map_or(0, |t| t.len() + t.len() / 4));
+    out.push(b'[');
+    let mut names: HashSet<String> = HashSet::new();
+    let mut any = false;
+    for (i, t) in list.into_iter().enumerate() {
+        let at = format!("tools.{i}");
+        let t = raw_object(t).unwrap_or_default();
+        match small(&t, "type") {
+            Value::Null => {}
+            Value::String(kind) if kind == "custom" => {}
+            Value::String(other) => {
                 hosted.push(Hosted {
-                    param: format!("tools.{i}.type"),
-                    kind: other.to_string(),
+                    param: format!("{at}.type"),
+                    kind: other,
                 });
                 continue;
             }
+            // Not a string: read as no type, as a parsed tool's would be.
+            _ => {}
         }
-        out.push(function_tool(&format!("tools.{i}"), t)?);
+        let Value::String(name) = small(&t, "name") else {
+            return Err(IngressError::missing(format!("{at}.name")));
+        };
+        let Some(schema) = t.get("input_schema").filter(|s| s.get().starts_with('{')) else {
+            return Err(IngressError::missing(format!("{at}.input_schema")));
+        };
+        let mut parts = vec![("parameters", schema.get().as_bytes())];
+        if let Some(d) = t.get("description").filter(|d| d.get() != "null") {
+            parts.push(("description", d.get().as_bytes()));
+        }
+        if any {
+            out.push(b',');
+        }
+        write_function_tool(&mut out, &name, &parts);
+        names.insert(name);
+        any = true;
     }
     for (at, t) in added {
-        let name = t["name"].as_str();
-        let known = |o: &Value| o["function"]["name"].as_str() == name;
-        if !out.iter().any(known) {
-            out.push(function_tool(at, t)?);
+        if t["name"].as_str().is_some_and(|name| names.contains(name)) {
+            continue;
         }
+        let tool = function_tool(at, t)?;
+        if let Some(name) = tool["function"]["name"].as_str() {
+            names.insert(name.to_string());
+        }
+        if any {
+            out.push(b',');
+        }
+        // A value always serialises.
+        let _ = serde_json::to_writer(&mut out, &tool);
+        any = true;
     }
-    let any = !out.is_empty();
-    if any {
-        chat.insert("tools".into(), Value::Array(out));
-    }
-    Ok(any)
+    out.push(b']');
+    Ok(any.then(|| Bytes::from(out)))
 }
 
 /// A client tool (`at`: where it is) as a function tool.

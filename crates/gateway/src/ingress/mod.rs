@@ -32,14 +32,19 @@ mod round_trip;
 
 use std::fmt;
 
+use std::collections::BTreeMap;
+
 use axum::http::StatusCode;
+use bytes::Bytes;
 #[cfg(test)]
 use choicewise_core::Usage;
 use choicewise_core::{ChoiceEvent, ChoiceOutput, Dialect};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::error::ApiError;
+use crate::request::{Fields, NotAnObject, split_object};
 
 /// A request refused before it runs, in the terms of the client's API: a status, the field
 /// concerned when there is one, a message naming it, and (Responses) OpenAI's error code.
@@ -116,17 +121,80 @@ impl fmt::Display for IngressError {
     }
 }
 
-/// Reads a request body as JSON: not JSON, or not an object, is a 400.
-pub(crate) fn parse_body(bytes: &[u8]) -> Result<Value, IngressError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-        IngressError::body_error(format!("the request body is not valid JSON: {e}"))
-    })?;
-    if !value.is_object() {
-        return Err(IngressError::body_error(
-            "the request body must be a JSON object",
-        ));
+/// Reads a request body as a JSON object's top-level fields ([`Fields`]: nothing below its
+/// top level is parsed): not JSON, or not an object, is a 400.
+pub(crate) fn parse_body(bytes: &Bytes) -> Result<Fields, IngressError> {
+    split_object(bytes).map_err(|e| match e {
+        NotAnObject::Json(e) => {
+            IngressError::body_error(format!("the request body is not valid JSON: {e}"))
+        }
+        NotAnObject::Type => IngressError::body_error("the request body must be a JSON object"),
+    })
+}
+
+/// The fields of a client's body that a translation reads, parsed (`null` ones included);
+/// the others stay as they came. A field too deeply nested to parse is a 400 naming it.
+pub(crate) fn read_fields(
+    body: &Fields,
+    keys: &[&str],
+) -> Result<Map<String, Value>, IngressError> {
+    let mut obj = Map::new();
+    for key in keys {
+        if let Some(text) = body.get(*key) {
+            let value = serde_json::from_slice(text)
+                .map_err(|e| IngressError::invalid(*key, format!("could not be read: {e}")))?;
+            obj.insert(key.to_string(), value);
+        }
     }
-    Ok(value)
+    Ok(obj)
+}
+
+/// A field's text, `None` when absent or `null` (these APIs treat both alike).
+pub(crate) fn raw_field<'a>(body: &'a Fields, key: &str) -> Option<&'a Bytes> {
+    body.get(key).filter(|t| &t[..] != b"null")
+}
+
+/// Writes one function tool in Chat Completions' shape,
+/// `{"function":{"description":…,"name":…,"parameters":…,"strict":…},"type":"function"}`
+/// (keys in order, as a parsed object writes them), from its parts' JSON text: the schema
+/// is copied as the client sent it.
+pub(crate) fn write_function_tool(out: &mut Vec<u8>, name: &str, parts: &[(&str, &[u8])]) {
+    let mut fields: Vec<(&str, &[u8])> = parts.to_vec();
+    let name_text = serde_json::to_vec(name).unwrap_or_else(|_| b"\"\"".to_vec());
+    fields.push(("name", &name_text));
+    fields.sort_by_key(|(k, _)| *k);
+    out.extend_from_slice(b"{\"function\":{");
+    for (i, (k, v)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'"');
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(b"\":");
+        out.extend_from_slice(v);
+    }
+    out.extend_from_slice(b"},\"type\":\"function\"}");
+}
+
+/// A JSON array's entries, each its text (`what`: the field, for the error).
+pub(crate) fn raw_entries<'a>(text: &'a [u8], at: &str) -> Result<Vec<&'a RawValue>, IngressError> {
+    serde_json::from_slice(text)
+        .map_err(|e| IngressError::invalid(at, format!("could not be read: {e}")))
+}
+
+/// An entry's top-level fields, each its text; `None` when it is not an object.
+pub(crate) fn raw_object(entry: &RawValue) -> Option<BTreeMap<String, &RawValue>> {
+    if !entry.get().starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(entry.get()).ok()
+}
+
+/// A small field of an entry, parsed (its `type`, `name`): `Null` when absent.
+pub(crate) fn small(entry: &BTreeMap<String, &RawValue>, key: &str) -> Value {
+    (entry.get(key))
+        .and_then(|t| serde_json::from_str(t.get()).ok())
+        .unwrap_or(Value::Null)
 }
 
 /// Any failure's JSON body in `api`'s shape: Anthropic's
@@ -163,9 +231,10 @@ pub(crate) fn api_error_body(api: Dialect, error: &ApiError) -> Value {
 /// A request translated: the Chat Completions body to run, and what its answer needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Translated {
-    /// The Chat Completions body: `model`, `messages`, `stream` when sent, the `choicewise`
-    /// extension as sent, and the translated sampling and tool fields. No `n`.
-    pub chat: Value,
+    /// The Chat Completions body's fields: `model`, `messages`, `stream` when sent, the
+    /// `choicewise` extension as sent, and the translated sampling and tool fields. No `n`.
+    /// The tools are written one by one, their schemas copied as sent.
+    pub chat: Fields,
     /// The client asked for a streamed answer.
     #[allow(dead_code)] // the chat body carries it too; read by the tests
     pub stream: bool,
@@ -219,8 +288,9 @@ pub(crate) struct Reply {
     /// the answer when it can be known).
     pub stop: Vec<String>,
     /// Responses: the request's parameters a response object repeats (`instructions`,
-    /// `tools`, `tool_choice`, `temperature`, ...).
-    pub echo: Map<String, Value>,
+    /// `tools`, `tool_choice`, `temperature`, ...), as they were sent: written into every
+    /// response object as their JSON text ([`responses::Echoed`]).
+    pub echo: std::sync::Arc<Fields>,
     /// Responses: the functions of the client's `namespace` tools, by the flat name they
     /// were sent upstream under: their namespace and own name, as the model's calls of them
     /// are given back.
@@ -236,7 +306,7 @@ pub(crate) struct Reply {
 
 /// Translates a request body of `api` (see [`anthropic::to_chat`], [`responses::to_chat`]);
 /// a Chat Completions body is not translated (a 400 says so).
-pub(crate) fn to_chat(api: Dialect, body: &Value) -> Result<Translated, IngressError> {
+pub(crate) fn to_chat(api: Dialect, body: &Fields) -> Result<Translated, IngressError> {
     match api {
         Dialect::Anthropic => anthropic::to_chat(body),
         Dialect::Responses => responses::to_chat(body),
@@ -246,7 +316,35 @@ pub(crate) fn to_chat(api: Dialect, body: &Value) -> Result<Translated, IngressE
     }
 }
 
+#[cfg(test)]
+impl Translated {
+    /// The Chat Completions body, parsed: for the tests.
+    pub fn chat(&self) -> Value {
+        let fields = (self.chat.iter())
+            .map(|(k, v)| (k.clone(), serde_json::from_slice(v).unwrap()))
+            .collect();
+        Value::Object(fields)
+    }
+}
+
+/// A test's body as the gateway reads it.
+#[cfg(test)]
+pub(crate) fn fields_of(body: &Value) -> Result<Fields, IngressError> {
+    parse_body(&Bytes::from(serde_json::to_vec(body).unwrap()))
+}
+
 impl Reply {
+    /// A non-streamed answer ([`message`](Self::message)) as the JSON text sent: a
+    /// Responses answer with the request's echoed parameters as they were sent.
+    pub fn answer_text(&self, body: &Value) -> Vec<u8> {
+        let echoed = responses::Echoed {
+            value: body,
+            echo: &self.echo,
+        };
+        // A value always serialises.
+        serde_json::to_vec(&echoed).unwrap_or_default()
+    }
+
     /// A new streamed-answer encoder for this request.
     pub fn encoder(&self) -> Box<dyn Encoder> {
         match self.api {

@@ -29,15 +29,46 @@
 
 mod encode;
 
-pub(crate) use encode::{ResponsesEncoder, message};
+pub(crate) use encode::{Echoed, ResponsesEncoder, message};
 
 use axum::http::StatusCode;
+use bytes::Bytes;
 use choicewise_core::Dialect;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{Hosted, IngressError, Reply, Translated, field, kind_of};
+use super::{
+    Hosted, IngressError, Reply, Translated, field, kind_of, raw_entries, raw_field, raw_object,
+    read_fields, small, write_function_tool,
+};
+use crate::request::{Fields, fields_of, kind_of_text};
+
+/// The fields a translation reads (parsed); `tools` is read entry by entry, the echoed ones
+/// are repeated as sent, the others are ignored, and `choicewise` is passed on as sent.
+const READ: [&str; 20] = [
+    "store",
+    "previous_response_id",
+    "conversation",
+    "prompt",
+    "background",
+    "model",
+    "instructions",
+    "input",
+    "stream",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "parallel_tool_calls",
+    "user",
+    "safety_identifier",
+    "prompt_cache_key",
+    "service_tier",
+    "tool_choice",
+    "text",
+    "reasoning",
+];
 
 /// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`, the type the
 /// status stands for unless `kind` is given.
@@ -72,12 +103,8 @@ const ECHOED: [&str; 11] = [
 ];
 
 /// Reads a Responses request body into a Chat Completions one (see the module's table).
-pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
-    let Some(obj) = body.as_object() else {
-        return Err(IngressError::body_error(
-            "the request body must be a JSON object",
-        ));
-    };
+pub(crate) fn to_chat(body: &Fields) -> Result<Translated, IngressError> {
+    let obj = &read_fields(body, &READ)?;
     refuse_state(obj)?;
     let model = match field(obj, "model") {
         None => return Err(IngressError::missing("model")),
@@ -94,7 +121,7 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
     // The tools first: the input's calls of a namespace's functions take their flat names.
     let mut hosted = Vec::new();
     let mut custom = HashSet::new();
-    let namespaced = tools(obj, &mut chat, &mut hosted, &mut custom)?;
+    let (tools, namespaced) = tools(body, &mut hosted, &mut custom)?;
     let flat: HashMap<(&str, &str), &str> = (namespaced.iter())
         .map(|(flat, (ns, name))| ((ns.as_str(), name.as_str()), flat.as_str()))
         .collect();
@@ -170,7 +197,7 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
     if let Some(choice) = field(obj, "tool_choice") {
         let choice = tool_choice(choice, &flat)?;
         // Chat Completions refuses a tool choice without tools.
-        if chat.contains_key("tools") {
+        if tools.is_some() {
             chat.insert("tool_choice".into(), choice);
         }
     }
@@ -192,15 +219,20 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
             ));
         }
     };
-    if let Some(ext) = obj.get("choicewise") {
+    let echo = (ECHOED.iter())
+        .filter_map(|k| body.get(*k).map(|v| (k.to_string(), v.clone())))
+        .collect();
+    let stream = chat.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let mut chat = fields_of(chat);
+    if let Some(tools) = tools {
+        chat.insert("tools".into(), tools);
+    }
+    if let Some(ext) = body.get("choicewise") {
         chat.insert("choicewise".into(), ext.clone());
     }
-    let echo = (ECHOED.iter())
-        .filter_map(|k| obj.get(*k).map(|v| (k.to_string(), v.clone())))
-        .collect();
     Ok(Translated {
-        stream: chat.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        chat: Value::Object(chat),
+        stream,
+        chat,
         native,
         hosted,
         reply: Reply {
@@ -208,7 +240,7 @@ pub(crate) fn to_chat(body: &Value) -> Result<Translated, IngressError> {
             model,
             reasoning,
             stop: Vec::new(),
-            echo,
+            echo: std::sync::Arc::new(echo),
             namespaced,
             custom,
             ..Reply::default()
@@ -440,25 +472,34 @@ fn flat_name(namespace: &str, name: &str) -> String {
 }
 
 /// A function tool of the client's (`tools[i]`, or `tools[i].tools[j]` of a namespace) in
-/// Chat Completions' shape, under `name`.
-fn function_tool(at: &str, t: &Value, name: &str) -> Result<Value, IngressError> {
-    match t["type"].as_str() {
-        Some("function") => {}
-        Some(other) => {
+/// Chat Completions' shape, under `name`, appended to `out`: its `description`,
+/// `parameters` and `strict` copied as sent.
+fn function_tool(
+    at: &str,
+    t: &BTreeMap<String, &RawValue>,
+    name: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), IngressError> {
+    match small(t, "type") {
+        Value::String(kind) if kind == "function" => {}
+        Value::String(other) => {
             return Err(IngressError::unsupported(
                 format!("{at}.type"),
                 format!("{other:?} tools are not served inside a namespace: only function tools"),
             ));
         }
-        None => return Err(IngressError::missing(format!("{at}.type"))),
+        _ => return Err(IngressError::missing(format!("{at}.type"))),
     }
-    let mut function = json!({"name": name});
-    for key in ["description", "parameters", "strict"] {
-        if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
-            function[key] = v.clone();
-        }
-    }
-    Ok(json!({"type": "function", "function": function}))
+    let parts: Vec<(&str, &[u8])> = ["description", "parameters", "strict"]
+        .into_iter()
+        .filter_map(|key| {
+            (t.get(key))
+                .filter(|v| v.get() != "null")
+                .map(|v| (key, v.get().as_bytes()))
+        })
+        .collect();
+    write_function_tool(out, name, &parts);
+    Ok(())
 }
 
 /// A `custom` (free-form) tool as a function tool of one string argument, `input`; its
@@ -485,60 +526,90 @@ fn custom_tool(t: &Value, name: &str) -> Value {
 /// `tools`: function tools, `custom` tools (as functions of one string, `input`), and the
 /// functions of `namespace` tools as function tools of
 /// names no other tool has (`NAMESPACE__NAME`, with `_2`, `_3`, ... if that is taken); hosted
-/// tools (any other type) go to `hosted`. Returns the namespaces' functions by their flat
-/// names.
+/// tools (any other type) go to `hosted`. Returns the Chat Completions `tools` array's text,
+/// if there are any, and the namespaces' functions by their flat names. Each tool is read on
+/// its own and written at once, its schema copied as sent: the list never exists as a parsed
+/// tree.
+type Tools = (Option<Bytes>, HashMap<String, (String, String)>);
+
 fn tools(
-    obj: &Map<String, Value>,
-    chat: &mut Map<String, Value>,
+    body: &Fields,
     hosted: &mut Vec<Hosted>,
     custom: &mut HashSet<String>,
-) -> Result<HashMap<String, (String, String)>, IngressError> {
+) -> Result<Tools, IngressError> {
     let mut namespaced = HashMap::new();
-    let list = match field(obj, "tools") {
-        None => return Ok(namespaced),
-        Some(Value::Array(list)) => list,
-        Some(v) => {
+    let list = match raw_field(body, "tools") {
+        None => return Ok((None, namespaced)),
+        Some(text) if text.first() == Some(&b'[') => raw_entries(text, "tools")?,
+        Some(text) => {
             return Err(IngressError::invalid(
                 "tools",
-                format!("must be an array, not {}", kind_of(v)),
+                format!("must be an array, not {}", kind_of_text(text)),
             ));
         }
     };
     // The client's own function names: a namespace's flat names keep clear of them.
-    let mut taken: HashSet<String> = (list.iter())
-        .filter(|t| t["type"] == "function" || t["type"] == "custom")
-        .filter_map(|t| t["name"].as_str().map(str::to_string))
-        .collect();
-    let mut out = Vec::with_capacity(list.len());
+    let mut taken: HashSet<String> = HashSet::new();
+    for t in &list {
+        let t = raw_object(t).unwrap_or_default();
+        if matches!(small(&t, "type").as_str(), Some("function" | "custom"))
+            && let Value::String(name) = small(&t, "name")
+        {
+            taken.insert(name);
+        }
+    }
+    let mut out = Vec::with_capacity(body.get("tools").map_or(0, |t| t.len() + t.len() / 4));
+    out.push(b'[');
+    let mut any = false;
+    let mut next = |out: &mut Vec<u8>| {
+        if std::mem::replace(&mut any, true) {
+            out.push(b',');
+        }
+    };
     for (i, t) in list.iter().enumerate() {
         let at = format!("tools[{i}]");
-        match t["type"].as_str() {
+        let t = raw_object(t).unwrap_or_default();
+        match small(&t, "type").as_str() {
             Some("function") => {
-                let Some(name) = t["name"].as_str() else {
+                let Value::String(name) = small(&t, "name") else {
                     return Err(IngressError::missing(format!("{at}.name")));
                 };
-                out.push(function_tool(&at, t, name)?);
+                next(&mut out);
+                function_tool(&at, &t, &name, &mut out)?;
             }
             Some("custom") => {
-                let Some(name) = t["name"].as_str() else {
+                let Value::String(name) = small(&t, "name") else {
                     return Err(IngressError::missing(format!("{at}.name")));
                 };
-                out.push(custom_tool(t, name));
-                custom.insert(name.to_string());
+                let whole: Value = (t.iter())
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            serde_json::from_str(v.get()).unwrap_or(Value::Null),
+                        )
+                    })
+                    .collect::<Map<String, Value>>()
+                    .into();
+                next(&mut out);
+                // A value always serialises.
+                let _ = serde_json::to_writer(&mut out, &custom_tool(&whole, &name));
+                custom.insert(name);
             }
             Some("namespace") => {
-                let Some(ns) = t["name"].as_str() else {
+                let Value::String(ns) = small(&t, "name") else {
                     return Err(IngressError::missing(format!("{at}.name")));
                 };
-                let Some(inner) = t["tools"].as_array() else {
-                    return Err(IngressError::missing(format!("{at}.tools")));
+                let inner = match t.get("tools").filter(|l| l.get().starts_with('[')) {
+                    Some(inner) => raw_entries(inner.get().as_bytes(), &format!("{at}.tools"))?,
+                    None => return Err(IngressError::missing(format!("{at}.tools"))),
                 };
-                for (j, f) in inner.iter().enumerate() {
+                for (j, f) in inner.into_iter().enumerate() {
                     let at = format!("{at}.tools[{j}]");
-                    let Some(name) = f["name"].as_str() else {
+                    let f = raw_object(f).unwrap_or_default();
+                    let Value::String(name) = small(&f, "name") else {
                         return Err(IngressError::missing(format!("{at}.name")));
                     };
-                    let base = flat_name(ns, name);
+                    let base = flat_name(&ns, &name);
                     let mut flat = base.clone();
                     let mut k = 1;
                     while taken.contains(&flat) {
@@ -546,8 +617,9 @@ fn tools(
                         flat = format!("{base}_{k}");
                     }
                     taken.insert(flat.clone());
-                    out.push(function_tool(&at, f, &flat)?);
-                    namespaced.insert(flat, (ns.to_string(), name.to_string()));
+                    next(&mut out);
+                    function_tool(&at, &f, &flat, &mut out)?;
+                    namespaced.insert(flat, (ns.clone(), name));
                 }
             }
             Some(other) => hosted.push(Hosted {
@@ -557,10 +629,8 @@ fn tools(
             None => return Err(IngressError::missing(format!("{at}.type"))),
         }
     }
-    if !out.is_empty() {
-        chat.insert("tools".into(), Value::Array(out));
-    }
-    Ok(namespaced)
+    out.push(b']');
+    Ok((any.then(|| Bytes::from(out)), namespaced))
 }
 
 /// `tool_choice` in Chat Completions' shape (a namespace's function, or a custom tool, as the

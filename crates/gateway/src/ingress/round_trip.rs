@@ -9,7 +9,7 @@ use choicewise_core::{
     ChatCompletion, ChoiceEvent, ChoiceOutput, Completions, Dialect, Error, ErrorKind, Source,
 };
 use futures::StreamExt;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::{Reply, Tokens};
 
@@ -57,7 +57,7 @@ fn reply(api: Dialect, stop: &[&str]) -> Reply {
         model: "served-model".into(),
         reasoning: true,
         stop: stop.iter().map(|s| s.to_string()).collect(),
-        echo: Map::new(),
+        echo: Default::default(),
         ..Reply::default()
     }
 }

@@ -53,6 +53,85 @@ pub(super) fn tools(tools: &Value, anthropic: bool) -> Result<Value, String> {
     Ok(Value::Array(out))
 }
 
+/// [`tools`] of a list given as its JSON text, written as JSON text: each tool is read on its
+/// own and its schema (`parameters`), `description` and `strict` copied as sent, so that the
+/// list never exists as a parsed tree. The same tools, keys in the same order.
+pub(super) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, String> {
+    use serde_json::value::RawValue;
+    use std::collections::BTreeMap;
+    type Fields<'a> = BTreeMap<String, &'a RawValue>;
+    fn object<'a>(raw: Option<&&'a RawValue>) -> Fields<'a> {
+        (raw.filter(|r| r.get().starts_with('{')))
+            .and_then(|r| serde_json::from_str(r.get()).ok())
+            .unwrap_or_default()
+    }
+    let small = |fields: &Fields<'_>, key: &str| -> Value {
+        (fields.get(key))
+            .and_then(|r| serde_json::from_str(r.get()).ok())
+            .unwrap_or(Value::Null)
+    };
+    let not_null = |fields: &Fields<'_>, key: &str| -> Option<Vec<u8>> {
+        (fields.get(key))
+            .filter(|r| r.get() != "null")
+            .map(|r| r.get().as_bytes().to_vec())
+    };
+    let list: Vec<&RawValue> =
+        serde_json::from_slice(tools).map_err(|_| "\"tools\" must be a list".to_string())?;
+    let mut out = Vec::with_capacity(tools.len());
+    out.push(b'[');
+    for (i, tool) in list.iter().enumerate() {
+        let tool = object(Some(tool));
+        if small(&tool, "type") != "function" {
+            return Err(format!(
+                "tools[{i}]: only function tools can be sent to the {} API",
+                if anthropic { "anthropic" } else { "responses" }
+            ));
+        }
+        let f = object(tool.get("function"));
+        let Value::String(name) = small(&f, "name") else {
+            return Err(format!("tools[{i}].function.name is missing"));
+        };
+        let mut t: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+        if !anthropic {
+            t.insert("type", b"\"function\"".to_vec());
+        }
+        t.insert("name", json!(name).to_string().into_bytes());
+        if let Some(d) = not_null(&f, "description") {
+            t.insert("description", d);
+        }
+        let schema = not_null(&f, "parameters").unwrap_or_else(|| {
+            json!({"type": "object", "properties": {}})
+                .to_string()
+                .into_bytes()
+        });
+        t.insert(
+            if anthropic {
+                "input_schema"
+            } else {
+                "parameters"
+            },
+            schema,
+        );
+        if !anthropic && let Some(strict) = not_null(&f, "strict") {
+            t.insert("strict", strict);
+        }
+        if i > 0 {
+            out.push(b',');
+        }
+        out.push(b'{');
+        for (j, (k, v)) in t.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(format!("{k:?}:").as_bytes());
+            out.extend_from_slice(v);
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+    Ok(out)
+}
+
 /// Chat's `tool_choice` (`"auto"`, `"none"`, `"required"`, or a named function) and
 /// `parallel_tool_calls` in Anthropic's shape (`{"type": "auto" | "none" | "any" | "tool",
 /// "name", "disable_parallel_tool_use"}`).
@@ -472,5 +551,31 @@ mod tests {
         let r = Dialect::Responses.request_from_chat(&openai).unwrap();
         assert_eq!(r["prompt_cache_key"], "k");
         assert!(tools(&json!([{"type": "web_search"}]), true).is_err());
+        // Written from their text, the tools are the same, errors included.
+        let list = json!([
+            {"type": "function", "function": {"name": "w", "strict": true}},
+            {"type": "function", "function": {"name": "é\"", "description": "d", "strict": null,
+                "parameters": {"type": "object", "properties": {"x": {"enum": [1, "a"]}}}}},
+            {"type": "function", "function": {"name": "n", "description": null, "parameters": null}}]);
+        for anthropic in [true, false] {
+            let text = tools_text(list.to_string().as_bytes(), anthropic).unwrap();
+            assert_eq!(
+                String::from_utf8(text).unwrap(),
+                tools(&list, anthropic).unwrap().to_string()
+            );
+            for bad in [
+                json!([{"type": "web_search"}]),
+                json!([{"type": "function", "function": {}}]),
+                json!([{"type": "function"}]),
+                json!({}),
+                json!([3]),
+            ] {
+                assert_eq!(
+                    tools_text(bad.to_string().as_bytes(), anthropic).unwrap_err(),
+                    tools(&bad, anthropic).unwrap_err(),
+                    "{bad}"
+                );
+            }
+        }
     }
 }

@@ -185,26 +185,39 @@ impl<'v> Schema<'v> {
     }
 }
 
-/// hmarr/openai-chat-tokens `formatFunctionDefinitions`: the TypeScript
-/// namespace the model is shown.
-pub(super) fn render_namespace(defs: &[FunctionDef<'_>]) -> String {
-    let mut lines: Vec<String> = vec!["namespace functions {".into(), String::new()];
-    for f in defs {
+/// hmarr/openai-chat-tokens `formatFunctionDefinitions`: the TypeScript namespace the model
+/// is shown, written one definition at a time (the definitions need not all exist at once).
+pub(super) struct NamespaceText(String);
+
+impl NamespaceText {
+    pub(super) fn new() -> Self {
+        NamespaceText("namespace functions {\n".to_string())
+    }
+
+    fn line(&mut self, line: &str) {
+        self.0.push('\n');
+        self.0.push_str(line);
+    }
+
+    pub(super) fn add(&mut self, f: &FunctionDef<'_>) {
         if let Some(d) = f.description {
-            lines.push(format!("// {d}"));
+            self.line(&format!("// {d}"));
         }
         match &f.params {
             Some(params) if !params.properties.is_empty() => {
-                lines.push(format!("type {} = (_: {{", f.name));
-                lines.push(render_properties(params, 0));
-                lines.push("}) => any;".into());
+                self.line(&format!("type {} = (_: {{", f.name));
+                self.line(&render_properties(params, 0));
+                self.line("}) => any;");
             }
-            _ => lines.push(format!("type {} = () => any;", f.name)),
+            _ => self.line(&format!("type {} = () => any;", f.name)),
         }
-        lines.push(String::new());
+        self.line("");
     }
-    lines.push("} // namespace functions".into());
-    lines.join("\n")
+
+    pub(super) fn finish(mut self) -> String {
+        self.line("} // namespace functions");
+        self.0
+    }
 }
 
 fn render_properties(obj: &Schema<'_>, indent: usize) -> String {

@@ -3,13 +3,22 @@
 use super::*;
 use crate::ingress::Hosted;
 
+/// A test's body translated as the gateway translates it (split into its fields first).
+fn to_chat(body: &Value) -> Result<Translated, IngressError> {
+    super::to_chat(&crate::ingress::fields_of(body)?)
+}
+
+fn to_chat_for_count(body: &Value) -> Result<Translated, IngressError> {
+    super::to_chat_for_count(&crate::ingress::fields_of(body)?)
+}
+
 fn ok(body: Value) -> Translated {
     to_chat(&body).unwrap_or_else(|e| panic!("{body}: {e}"))
 }
 
 fn refused(body: Value) -> IngressError {
     match to_chat(&body) {
-        Ok(t) => panic!("{body} was accepted: {}", t.chat),
+        Ok(t) => panic!("{body} was accepted: {}", t.chat()),
         Err(e) => e,
     }
 }
@@ -40,7 +49,7 @@ fn a_messages_request_becomes_a_chat_request() {
         "choicewise": {"samples": 3, "select": "first_finished"}
     }));
     assert_eq!(
-        t.chat,
+        t.chat(),
         json!({
             "model": "claude", "max_tokens": 512, "stream": true, "temperature": 0.3,
             "top_p": 0.9, "top_k": 40, "stop": ["END"],
@@ -80,12 +89,12 @@ fn tool_choices_results_and_nulls() {
         let t = ok(json!({"model": "m", "max_tokens": 1, "tool_choice": choice,
                           "tools": [{"name": "f", "input_schema": {"type": "object"}}],
                           "messages": [{"role": "user", "content": "hi"}]}));
-        assert_eq!(t.chat["tool_choice"], chat);
-        assert!(t.chat.get("parallel_tool_calls").is_none());
+        assert_eq!(t.chat()["tool_choice"], chat);
+        assert!(t.chat().get("parallel_tool_calls").is_none());
         // Without tools, no tool choice is sent.
         let t = ok(json!({"model": "m", "max_tokens": 1, "tool_choice": choice,
                           "messages": [{"role": "user", "content": "hi"}]}));
-        assert!(t.chat.get("tool_choice").is_none());
+        assert!(t.chat().get("tool_choice").is_none());
     }
     // Tool results only: tool messages, no empty user message; an image in a result
     // goes to a user message after them. Nulls are absent fields.
@@ -98,7 +107,7 @@ fn tool_choices_results_and_nulls() {
             {"type": "tool_result", "tool_use_id": "c", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}]}]}),
     );
     assert_eq!(
-        t.chat["messages"],
+        t.chat()["messages"],
         json!([
             {"role": "tool", "tool_call_id": "a", "content": "1"},
             {"role": "tool", "tool_call_id": "b", "content": ""},
@@ -107,18 +116,18 @@ fn tool_choices_results_and_nulls() {
         ])
     );
     assert!(!t.stream && !t.reply.reasoning);
-    assert!(t.chat.get("temperature").is_none() && t.chat.get("reasoning_effort").is_none());
+    assert!(t.chat().get("temperature").is_none() && t.chat().get("reasoning_effort").is_none());
     // An assistant turn of tool calls only has null content.
     let t = ok(json!({"model": "m", "max_tokens": 1, "messages": [
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}]}));
     assert_eq!(
-        t.chat["messages"][0],
+        t.chat()["messages"][0],
         json!({"role": "assistant", "content": null, "tool_calls": [
             {"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}]})
     );
     // max_tokens is not needed to count tokens.
     let count = to_chat_for_count(&json!({"model": "m", "messages": []})).unwrap();
-    assert!(count.chat.get("max_tokens").is_none());
+    assert!(count.chat().get("max_tokens").is_none());
 }
 
 #[test]
@@ -293,7 +302,8 @@ pub(crate) fn claude_code_body() -> Value {
 #[test]
 fn claude_codes_body_is_served_with_its_system_turn_in_place() {
     let t = ok(claude_code_body());
-    let messages = t.chat["messages"].as_array().unwrap();
+    let chat = t.chat();
+    let messages = chat["messages"].as_array().unwrap();
     assert_eq!(
         messages
             .iter()
@@ -309,17 +319,18 @@ fn claude_codes_body_is_served_with_its_system_turn_in_place() {
         messages[2]["content"],
         "# Environment\nPrimary working directory: /tmp/w"
     );
-    assert_eq!(t.chat["max_tokens"], 32000);
+    assert_eq!(t.chat()["max_tokens"], 32000);
     // Adaptive thinking: no effort for Chat Completions, the object for an Anthropic upstream.
-    assert!(t.chat.get("reasoning_effort").is_none());
+    assert!(t.chat().get("reasoning_effort").is_none());
     assert_eq!(t.native["thinking"]["type"], "adaptive");
     assert!(t.reply.reasoning);
     // Every tool is a function; what only Anthropic knows (`defer_loading`, `cache_control`,
     // `context_management`, `output_config`, `metadata`) is left out.
-    let tools = t.chat["tools"].as_array().unwrap();
+    let chat = t.chat();
+    let tools = chat["tools"].as_array().unwrap();
     assert_eq!(tools.len(), 3);
     assert!(t.hosted.is_empty());
-    let text = t.chat.to_string();
+    let text = t.chat().to_string();
     for absent in [
         "defer_loading",
         "cache_control",
@@ -333,17 +344,17 @@ fn claude_codes_body_is_served_with_its_system_turn_in_place() {
     let mut count = claude_code_body();
     count.as_object_mut().unwrap().remove("max_tokens");
     assert_eq!(
-        to_chat_for_count(&count).unwrap().chat["messages"],
-        t.chat["messages"]
+        to_chat_for_count(&count).unwrap().chat()["messages"],
+        t.chat()["messages"]
     );
     // Each upstream API takes the system turn at its place.
-    let mut chat = t.chat.clone();
+    let mut chat = t.chat().clone();
     chat.as_object_mut().unwrap().extend(t.native.clone());
     let anthropic = Dialect::Anthropic.request_from_chat(&chat).unwrap();
     assert_eq!(anthropic["system"], messages[0]["content"]);
     assert_eq!(anthropic["messages"][1]["role"], "system");
     assert_eq!(anthropic["thinking"]["type"], "adaptive");
-    let responses = Dialect::Responses.request_from_chat(&t.chat).unwrap();
+    let responses = Dialect::Responses.request_from_chat(&t.chat()).unwrap();
     assert_eq!(responses["input"][1]["role"], "system");
     assert_eq!(responses["instructions"], messages[0]["content"]);
 }
@@ -355,7 +366,7 @@ fn server_tools_are_left_for_the_models_rule() {
         "tools": [{"name": "f", "input_schema": {"type": "object"}},
                   {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]}),
     );
-    assert_eq!(t.chat["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(t.chat()["tools"].as_array().unwrap().len(), 1);
     assert_eq!(
         t.hosted,
         [Hosted {
@@ -400,11 +411,13 @@ fn claude_codes_tool_changes_and_tool_references_are_served() {
         {"role": "system", "content": [
             {"type": "tool_removal", "tool": {"type": "tool_reference", "name": "Other"}}]}
     ]}));
-    let names: Vec<&str> = (t.chat["tools"].as_array().unwrap().iter())
+    let chat = t.chat();
+    let names: Vec<&str> = (chat["tools"].as_array().unwrap().iter())
         .map(|tool| tool["function"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["Bash", "slack_send"]);
-    let messages = t.chat["messages"].as_array().unwrap();
+    let chat = t.chat();
+    let messages = chat["messages"].as_array().unwrap();
     assert_eq!(
         messages[2],
         json!({"role": "tool", "tool_call_id": "t1", "content": "Tool slack_send is available."})
@@ -423,4 +436,22 @@ fn claude_codes_tool_changes_and_tool_references_are_served() {
         e.param.as_deref(),
         Some("messages.0.content.0.tool.definition.input_schema")
     );
+}
+
+/// A tool's schema is copied as the client sent it (its key order, its spacing), never
+/// parsed: each tool is translated on its own, and `metadata` and unknown fields are not
+/// read at all.
+#[test]
+fn tool_schemas_are_copied_as_sent() {
+    let text = br#"{"model": "m", "max_tokens": 5, "metadata": {"user_id": "u"}, "x_unknown": [1],
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "b", "description": null, "input_schema": {"type": "object", "properties": {"z": {}, "a": {}}}},
+                  {"name": "c", "description": "C", "input_schema": {"properties" :{}}, "cache_control": {"type": "ephemeral"}}]}"#;
+    let body = crate::ingress::parse_body(&bytes::Bytes::from_static(text)).unwrap();
+    let t = super::to_chat(&body).unwrap();
+    assert_eq!(
+        std::str::from_utf8(&t.chat["tools"]).unwrap(),
+        r#"[{"function":{"name":"b","parameters":{"type": "object", "properties": {"z": {}, "a": {}}}},"type":"function"},{"function":{"description":"C","name":"c","parameters":{"properties" :{}}},"type":"function"}]"#
+    );
+    assert!(!t.chat.contains_key("metadata") && !t.chat.contains_key("x_unknown"));
 }

@@ -22,10 +22,11 @@
 
 use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent, Text};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 
 use crate::ingress::{Encoder, Reply, Tokens, frame, new_id, unix_time};
+use crate::request::Fields;
 
 /// Where the stream is.
 #[derive(Debug)]
@@ -112,7 +113,7 @@ pub(crate) struct ResponsesEncoder {
     model: String,
     created_at: u64,
     reasoning: bool,
-    echo: Map<String, Value>,
+    echo: std::sync::Arc<Fields>,
     namespaced: HashMap<String, (String, String)>,
     custom: HashSet<String>,
     /// The next event's `sequence_number`.
@@ -143,7 +144,8 @@ impl ResponsesEncoder {
     fn emit(&mut self, out: &mut Vec<u8>, name: &str, mut data: Value) {
         data["type"] = json!(name);
         data["sequence_number"] = json!(self.next_seq());
-        frame(out, name, &data);
+        let echo = &*self.echo;
+        frame(out, name, &Echoed { value: &data, echo });
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -159,7 +161,6 @@ impl ResponsesEncoder {
                 id: &self.id,
                 created_at: self.created_at,
                 model: &self.model,
-                echo: &self.echo,
             },
             status,
             Value::Array(self.items.clone()),
@@ -674,7 +675,59 @@ struct ResponseParts<'a> {
     id: &'a str,
     created_at: u64,
     model: &'a str,
-    echo: &'a Map<String, Value>,
+}
+
+/// A value written with the request's echoed parameters (`echo`, their JSON text as sent)
+/// in every response object in it (an object whose `object` is `"response"`), in place of
+/// its defaults: the echoed `tools` and `metadata` are copied, never parsed.
+pub(crate) struct Echoed<'a> {
+    /// The value: an event, or a response object.
+    pub value: &'a Value,
+    /// The echoed parameters.
+    pub echo: &'a Fields,
+}
+
+impl Serialize for Echoed<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeMap, SerializeSeq};
+        let echo = self.echo;
+        if echo.is_empty() {
+            return self.value.serialize(s);
+        }
+        match self.value {
+            Value::Object(o) => {
+                let response = o.get("object") == Some(&json!("response"));
+                let echoed = |k: &str| response.then(|| echo.get(k)).flatten();
+                let mut map = s.serialize_map(None)?;
+                let mut keys: Vec<&str> = o.keys().map(String::as_str).collect();
+                if response {
+                    keys.extend(echo.keys().map(String::as_str));
+                    keys.sort_unstable();
+                    keys.dedup();
+                }
+                for k in keys {
+                    match (echoed(k), o.get(k)) {
+                        (Some(text), _) => {
+                            let raw: &serde_json::value::RawValue =
+                                serde_json::from_slice(text).map_err(S::Error::custom)?;
+                            map.serialize_entry(k, raw)?;
+                        }
+                        (None, Some(v)) => map.serialize_entry(k, &Echoed { value: v, echo })?,
+                        (None, None) => {}
+                    }
+                }
+                map.end()
+            }
+            Value::Array(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for v in a {
+                    seq.serialize_element(&Echoed { value: v, echo })?;
+                }
+                seq.end()
+            }
+            v => v.serialize(s),
+        }
+    }
 }
 
 /// A response object: the request's parameters repeated (OpenAI's defaults for those not
@@ -687,7 +740,7 @@ fn response_object(
     error: Value,
     incomplete: Value,
 ) -> Value {
-    let mut r = json!({
+    let r = json!({
         "id": parts.id, "object": "response", "created_at": parts.created_at,
         "status": status, "background": false, "error": error,
         "incomplete_details": incomplete, "instructions": null, "max_output_tokens": null,
@@ -697,9 +750,6 @@ fn response_object(
         "tool_choice": "auto", "tools": [], "top_p": null, "truncation": "disabled",
         "usage": usage, "user": null,
     });
-    for (k, v) in parts.echo {
-        r[k] = v.clone();
-    }
     r
 }
 
@@ -786,7 +836,6 @@ pub(crate) fn message(
         id: &id,
         created_at: unix_time().as_secs(),
         model: &reply.model,
-        echo: &reply.echo,
     };
     let mut body = response_object(
         parts,
