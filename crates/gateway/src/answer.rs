@@ -12,13 +12,13 @@ use choicewise_core::chunks::Envelope;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::answer_chat::{self, json_response, stream_response};
+use crate::answer_chat::{json_response, stream_response};
 use crate::engine::Run;
 use crate::error::ApiError;
 use crate::finish::Finish;
 use crate::request::ChatRequest;
 use crate::traces::Traces;
-use crate::{Gateway, HostedTools, answer_api, ingress, layers, listen, open, resilience};
+use crate::{Gateway, HostedTools, answer_api, ingress, layers, listen, open, resilience, write};
 
 /// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
 /// API's terms, its failures included.
@@ -253,6 +253,8 @@ async fn serve_chat(
         (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
         _ => None,
     };
+    // The span names how each sample ended, and its parts.
+    run.keep_messages = span.is_some();
     let picked = run
         .pick(&req, deadline.saturating_duration_since(Instant::now()))
         .await;
@@ -271,13 +273,14 @@ async fn serve_chat(
         span,
         failure: None,
         run: Some(run),
+        settled: None,
     };
     if let Some(e) = past_deadline {
-        finish.failure = Some("request_deadline");
+        finish.fail("request_deadline").await;
         return Err(e);
     }
     if picked.samples.is_empty() {
-        finish.failure = Some("no_choice");
+        finish.fail("no_choice").await;
         let reason = picked
             .reason
             .clone()
@@ -332,7 +335,7 @@ fn answer_closing(
     deadline: Instant,
     request_id: &str,
     model: &str,
-) -> answer_chat::Closing {
+) -> write::Closing {
     let (cut, closing) = watch::channel(None);
     let mut gateway = gw.inner.closing.subscribe();
     let (request_id, model) = (request_id.to_string(), model.to_string());
@@ -345,7 +348,7 @@ fn answer_closing(
         };
         tokio::select! {
             () = shut => {
-                cut.send_replace(Some(answer_chat::SHUT_DOWN));
+                cut.send_replace(Some(write::SHUT_DOWN));
             }
             () = tokio::time::sleep_until(deadline.into()) => {
                 tracing::warn!(
@@ -354,7 +357,7 @@ fn answer_closing(
                     request_deadline_s = after,
                     "the request passed its deadline: its answer ends now"
                 );
-                cut.send_replace(Some(answer_chat::PAST_DEADLINE));
+                cut.send_replace(Some(write::PAST_DEADLINE));
             }
             () = cut.closed() => {}
         }

@@ -2,168 +2,70 @@
 //! (streamed) or one `chat.completion`, with back-pressure, the shutdown's cut and the
 //! request's accounting.
 
-use std::task::Poll;
-
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use choicewise_core::{ChatCompletion, ChoiceOutput};
-use futures::StreamExt;
-use serde_json::{Value, json};
-use tokio::sync::watch;
+use choicewise_core::ChoiceOutput;
+use choicewise_core::chunks::{ChoiceChunks, ChunkEncoder, DONE, Envelope};
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::engine::Picked;
 use crate::error::ApiError;
-use crate::finish::Finish;
+use crate::finish::{Accounted, Finish, Settled};
 use crate::request::ChatRequest;
-use choicewise_core::chunks::Envelope;
-use choicewise_core::chunks::{ChoiceChunks, Element};
+use crate::write::{
+    Closing, Framing, Out, SHUT_DOWN, cut_short, output, sse_response, until_closed, write_loop,
+};
 
-/// Why an answer is cut short, once it is: the gateway closes ([`SHUT_DOWN`],
-/// [`Gateway::close`](crate::Gateway::close)) or the request passes its deadline
-/// ([`PAST_DEADLINE`], `request_deadline_s`).
-pub(crate) type Closing = watch::Receiver<Option<&'static str>>;
-
-/// Resolves once the answer is cut short, with why; never if nothing can cut it any more.
-pub(crate) async fn closed(closing: &mut Closing) -> &'static str {
-    let why = (closing.wait_for(Option::is_some).await).map(|why| (*why).unwrap_or(SHUT_DOWN));
-    match why {
-        Ok(why) => why,
-        Err(_) => std::future::pending().await,
-    }
+/// A Chat Completions answer's events: each output choice's chunks (proto's encoder), and
+/// why each choice failed, if it did (an error, an end without a finish, a finish of
+/// `error`).
+struct ChatFraming {
+    encoder: ChunkEncoder,
+    chunks: Vec<ChoiceChunks>,
+    failures: Vec<Option<String>>,
 }
 
-/// Why the answer was cut short, if it was.
-pub(crate) fn cut_short(closing: &Closing) -> Option<&'static str> {
-    *closing.borrow()
-}
-
-/// A streamed answer's response: 200, `text/event-stream`, no caching or proxy buffering.
-pub(crate) fn sse_response(
-    body: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
-) -> Response {
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-}
-
-/// Awaits `work`; if the gateway closes first, its run's samples still running are
-/// cancelled (their upstreams closed), and `work` ends with what they had.
-pub(crate) async fn until_closed<T>(
-    work: impl std::future::Future<Output = T>,
-    closing: &mut Closing,
-    run: &crate::engine::Run,
-) -> T {
-    let mut work = std::pin::pin!(work);
-    tokio::select! {
-        done = &mut work => done,
-        _ = closed(closing) => {
-            run.completions.cancel_except(&[]);
-            work.await
+impl Framing for ChatFraming {
+    fn open(&mut self, write: &mut Vec<u8>) {
+        // Every choice's opening, in index order.
+        for c in self.chunks.iter_mut() {
+            self.encoder.element(write, &c.opening());
         }
     }
-}
 
-/// What an output choice's stream says.
-pub(crate) enum Out {
-    Event(choicewise_core::ChoiceEvent),
-    /// It failed: why.
-    Failed(String),
-    /// Its events ended.
-    Ended,
-}
-
-/// One output choice's events, from its start.
-pub(crate) fn output(
-    completions: choicewise_core::Completions,
-    index: Option<u32>,
-) -> futures::stream::BoxStream<'static, Out> {
-    async_stream::stream! {
-        let choice = match index {
-            Some(index) => completions.choice(index).await,
-            None => None,
-        };
-        let Some(choice) = choice else {
-            yield Out::Failed("the upstream ended without this choice".into());
-            return;
-        };
-        let mut events = choice.events();
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(event) => yield Out::Event(event),
-                Err(e) => {
-                    yield Out::Failed(e.to_string());
-                    return;
-                }
+    fn out(&mut self, o: usize, out: Out, write: &mut Vec<u8>) {
+        let chunks = &mut self.chunks[o];
+        let (element, failed) = match out {
+            Out::Event(event) => {
+                let failed = match &event {
+                    choicewise_core::ChoiceEvent::Finished(reason) if &**reason == "error" => Some(
+                        "the upstream ended the choice with finish_reason \"error\"".to_string(),
+                    ),
+                    _ => None,
+                };
+                (chunks.event(&event), failed)
             }
+            Out::Failed(why) => (Some(chunks.failed(&why)), Some(why)),
+            Out::Ended if !chunks.is_finished() => {
+                let why = "the upstream ended the choice without a finish reason";
+                (Some(chunks.failed(why)), Some(why.to_string()))
+            }
+            Out::Ended => (None, None),
+        };
+        if let Some(element) = element {
+            self.encoder.element(write, &element);
         }
-        yield Out::Ended;
+        if let Some(why) = failed {
+            self.failures[o].get_or_insert(why);
+        }
     }
-    .boxed()
-}
-
-/// Why a choice ended when the gateway closed.
-pub(crate) const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
-
-/// Why a choice ended when its request passed its deadline.
-pub(crate) const PAST_DEADLINE: &str =
-    "the request passed its deadline (request_deadline_s) before this choice finished";
-
-fn sse(value: &Value) -> Bytes {
-    Bytes::from(format!("data: {value}\n\n"))
-}
-
-/// How many bytes of chunks already made go into one write at most.
-pub(crate) const WRITE_BYTES: usize = 16 * 1024;
-
-/// Appends the chunk, if any, that one output choice's `out` makes; why the choice failed,
-/// if `out` says it did (an error, an end without a finish, a finish of `error`).
-fn chunk_out(
-    write: &mut Vec<u8>,
-    prefix: &str,
-    chunks: &mut ChoiceChunks,
-    out: Out,
-) -> Option<String> {
-    let (element, failed) = match out {
-        Out::Event(event) => {
-            let failed = match &event {
-                choicewise_core::ChoiceEvent::Finished(reason) if &**reason == "error" => {
-                    Some("the upstream ended the choice with finish_reason \"error\"".to_string())
-                }
-                _ => None,
-            };
-            (chunks.event(&event), failed)
-        }
-        Out::Failed(why) => (Some(chunks.failed(&why)), Some(why)),
-        Out::Ended if !chunks.is_finished() => {
-            let why = "the upstream ended the choice without a finish reason";
-            (Some(chunks.failed(why)), Some(why.to_string()))
-        }
-        Out::Ended => (None, None),
-    };
-    if let Some(element) = element {
-        chunk_event(write, prefix, &element);
-    }
-    failed
-}
-
-/// Appends the SSE event of one chunk holding `element`: `prefix` is the envelope up to its
-/// `choices` array ([`Envelope::prefix`]).
-fn chunk_event(write: &mut Vec<u8>, prefix: &str, element: &Element) {
-    write.extend_from_slice(b"data: ");
-    write.extend_from_slice(prefix.as_bytes());
-    // An element serialises without error into memory.
-    let _ = serde_json::to_writer(&mut *write, element);
-    write.extend_from_slice(b"]}\n\n");
 }
 
 /// The streamed answer: each output choice's chunks as they come, then the usage and the
 /// pick's summary when asked for, then (when every choice failed upstream) an error event
-/// `{"error": {...}}`, then `[DONE]`.
+/// `{"error": {...}}`, then `[DONE]`. The body ends once what the run came to is read.
 pub(crate) fn stream_response(
     mut finish: Finish,
     picked: Picked,
@@ -177,96 +79,31 @@ pub(crate) fn stream_response(
         // and closes every upstream (`Finish`'s drop).
         let _open = open;
         let run = finish.run();
-        let outputs: Vec<_> = (picked.samples.iter().enumerate())
-            .map(|(o, sample)| {
-                output(run.completions.clone(), run.index_of(*sample)).map(move |out| (o, out))
-            })
+        let outputs: Vec<_> = (picked.samples.iter())
+            .map(|sample| output(run.completions.clone(), run.index_of(*sample)))
             .collect();
-        let mut chunks: Vec<ChoiceChunks> = (0..outputs.len() as u32)
-            .map(|o| ChoiceChunks::new(o).logprobs(req.logprobs))
-            .collect();
-        let several = outputs.len() > 1;
-        // Why each output choice failed, if it did.
-        let mut failures: Vec<Option<String>> = vec![None; outputs.len()];
-        let mut merged = futures::stream::select_all(outputs);
-        let prefix = envelope.prefix();
-        // Every choice's opening, in index order, in the first write: waiting for no upstream.
-        let mut opening = Vec::with_capacity(256 * chunks.len());
-        for c in chunks.iter_mut() {
-            chunk_event(&mut opening, &prefix, &c.opening());
+        let mut framing = ChatFraming {
+            encoder: envelope.encoder(),
+            chunks: (0..outputs.len() as u32)
+                .map(|o| ChoiceChunks::new(o).logprobs(req.logprobs))
+                .collect(),
+            failures: vec![None; outputs.len()],
+        };
+        let mut cut = None;
+        let written = write_loop(&mut framing, outputs, &finish, &mut closing, &mut cut);
+        for await write in written {
+            yield Ok::<_, std::convert::Infallible>(write);
         }
-        yield Ok::<_, std::convert::Infallible>(Bytes::from(opening));
-        let mut first = true;
-        // From here the upstreams read no further ahead of this client than pace::AHEAD.
-        run.pace.streaming();
-        let mut ended = false;
-        while !ended {
-            let next = match futures::poll!(merged.next()) {
-                Poll::Ready(next) => next,
-                Poll::Pending => {
-                    // Everything received is written: the upstreams may read on.
-                    run.pace.caught_up();
-                    tokio::select! {
-                        biased;
-                        next = merged.next() => next,
-                        _ = closed(&mut closing) => None,
-                    }
-                }
-            };
-            let Some((o, out)) = next else { break };
-            // Something to write: from here the upstreams wait while the client is behind.
-            run.pace.writing();
-            // One chunk per element, as the upstreams send them; every element already
-            // there goes in the same write. The other choices of the same upstream read
-            // are published by their own actors, which the runtime may run after this task
-            // (a task woken by the running one runs next), so with several choices the
-            // task steps aside once, behind the tasks already runnable, before it writes.
-            let mut write = Vec::with_capacity(512);
-            if let Some(why) = chunk_out(&mut write, &prefix, &mut chunks[o], out) {
-                failures[o].get_or_insert(why);
-            }
-            let mut stepped_aside = !several;
-            while write.len() < WRITE_BYTES {
-                match futures::poll!(merged.next()) {
-                    Poll::Ready(Some((o, out))) => {
-                        if let Some(why) = chunk_out(&mut write, &prefix, &mut chunks[o], out) {
-                            failures[o].get_or_insert(why);
-                        }
-                    }
-                    Poll::Ready(None) => {
-                        ended = true;
-                        break;
-                    }
-                    Poll::Pending if !stepped_aside => {
-                        stepped_aside = true;
-                        tokio::task::yield_now().await;
-                    }
-                    Poll::Pending => break,
-                }
-            }
-            if write.is_empty() {
-                continue;
-            }
-            if std::mem::take(&mut first) {
-                finish.first_chunk();
-            }
-            // Counted as taken once hyper asks for more, which it does when it can write.
-            let len = write.len();
-            yield Ok(Bytes::from(write));
-            run.pace.sent(len);
-        }
-        drop(merged);
-        // The usage and the summary wait for the upstreams' ends (a Responses stream's
-        // closing events, the usage chunk), which write nothing until then: read freely.
-        run.pace.caught_up();
+        let run = finish.run();
+        let ChatFraming { encoder, mut chunks, failures } = framing;
         // Cut short by the gateway's close or the deadline: the choices not finished end now.
         let mut write = Vec::new();
         let why = cut_short(&closing).unwrap_or(SHUT_DOWN);
         for c in chunks.iter_mut().filter(|c| !c.is_finished()) {
-            chunk_event(&mut write, &prefix, &c.failed(why));
+            encoder.element(&mut write, &c.failed(why));
         }
         if !write.is_empty() {
-            yield Ok(Bytes::from(write));
+            yield Ok(Bytes::from(std::mem::take(&mut write)));
         }
         if cut_short(&closing).is_some() {
             // Cut short: the samples still running end now.
@@ -284,14 +121,7 @@ pub(crate) fn stream_response(
         };
         let (summary, usage) = until_closed(tail, &mut closing, run).await;
         if usage.is_some() || summary.is_some() {
-            let mut last = envelope.chunk(Vec::new());
-            if let Some(usage) = usage {
-                last["usage"] = usage;
-            }
-            if let Some(summary) = summary {
-                last["choicewise"] = summary;
-            }
-            yield Ok(sse(&last));
+            encoder.last(&mut write, usage.as_ref(), summary.as_ref());
         }
         // Every choice failed upstream (a shutdown's cut is not a failure): the stream ends
         // with OpenAI's mid-stream error event, which the SDKs raise, rather than as a
@@ -307,15 +137,48 @@ pub(crate) fn stream_response(
                 format!("model {:?}: every choice failed: {}", req.model, failed.join("; ")),
             )
             .code("every_choice_failed");
-            yield Ok(sse(&error.body()));
+            ChunkEncoder::event(&mut write, &error.body());
         }
         finish.complete();
-        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+        write.extend_from_slice(DONE);
+        yield Ok(Bytes::from(write));
+        // The body ends once what the run came to is read: its record needs nothing more.
+        finish.settle_until_closed(&mut closing).await;
     };
     sse_response(body)
 }
 
-/// The answer as one `chat.completion`.
+/// An output choice of a non-streamed answer: the choice as its upstream sent it, and why it
+/// failed, if it did.
+#[derive(Serialize)]
+struct AnsweredChoice {
+    #[serde(flatten)]
+    output: ChoiceOutput,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    choicewise: Option<ChoiceError>,
+}
+
+#[derive(Serialize)]
+struct ChoiceError {
+    error: String,
+}
+
+/// A non-streamed answer: a `chat.completion` with the run's usage and the pick's summary.
+#[derive(Serialize)]
+struct Completion<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: &'a [AnsweredChoice],
+    usage: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    choicewise: Option<&'a Value>,
+}
+
+/// The answer as one `chat.completion`, written from its types into its bytes once: the
+/// choices' texts are held by the run and, while it is written, once more by the answer;
+/// the run is let go before the answer is sent.
 pub(crate) async fn json_response(
     mut finish: Finish,
     picked: Picked,
@@ -325,94 +188,131 @@ pub(crate) async fn json_response(
 ) -> Response {
     let run = finish.run();
     let why = closing.clone();
-    let answer = async {
-        let mut choices = Vec::new();
-        // Each output choice's error, when it failed.
-        let mut errors: Vec<(usize, String)> = Vec::new();
-        for (o, sample) in picked.samples.iter().enumerate() {
-            let choice = match run.index_of(*sample) {
-                Some(index) => run.completions.choice(index).await,
-                None => None,
-            };
-            let (mut output, error) = match choice {
-                None => (
-                    ChoiceOutput::default(),
-                    Some("the upstream ended without this choice".to_string()),
-                ),
-                Some(choice) => match choice.message().await {
-                    Ok(out) if out.cancelled => {
-                        (out, Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()))
-                    }
-                    Ok(out) => (out, None),
-                    Err(incomplete) => (incomplete.partial, Some(incomplete.error.to_string())),
-                },
-            };
-            // The client's choice `o`, as its upstream sent it: what the library adds of its
-            // own (per-choice usage, the source, a mapped dialect's stop reason) left out.
-            output.index = o as u32;
-            output.usage = None;
-            output.source = None;
-            output.stop_reason = None;
-            output.cancelled = false;
-            if !req.logprobs {
-                output.logprobs = None;
-            }
-            if let Some(error) = error {
-                output.finish_reason = Some("error".into());
-                output.logprobs = None;
-                errors.push((o, error));
-            }
-            choices.push(output);
-        }
-        // A choice cut by the gateway's shutdown is an answer as far as it got (the
-        // shutdown's contract), not an upstream's failure.
-        let failures: Vec<String> = (errors.iter())
-            .filter(|(_, e)| e != SHUT_DOWN)
-            .map(|(o, e)| format!("choice {o}: {e}"))
-            .collect();
-        if !failures.is_empty() && failures.len() == choices.len() {
-            // Every choice failed upstream: a failure in the client's terms, not a 200 of
-            // errors.
-            return Err(failures.join("; "));
-        }
-        let mut completion = ChatCompletion::new(choices);
-        completion.id = envelope.id.to_string();
-        completion.object = "chat.completion".into();
-        completion.created = i64::try_from(envelope.created).unwrap_or(i64::MAX);
-        completion.model = envelope.model.to_string();
-        let mut body = serde_json::to_value(&completion).map_err(|e| e.to_string())?;
-        for (o, error) in errors {
-            body["choices"][o]["choicewise"] = json!({"error": error});
-        }
-        body["usage"] = run.usage(&picked.samples).await;
+    // The usage and the summary wait for every sample's end; a shutdown's grace over, the
+    // samples still running end (cancelled), and the answer is what they had.
+    let outputs = finish.outputs.clone();
+    let tail = async {
+        let usage = run.usage(&picked.samples).await;
         let summary = run.final_summary(&picked, &req.policy).await;
-        if let Some(summary) = summary {
-            body["choicewise"] = summary;
-        }
-        Ok(body)
+        let settled = Settled::read(run, outputs.as_deref()).await;
+        (usage, summary, settled)
     };
-    // A shutdown's grace over: the samples still running end (cancelled), and the answer is
-    // what they had.
-    let body = until_closed(answer, &mut closing, run).await;
+    let (usage, summary, settled) = until_closed(tail, &mut closing, run).await;
+    let mut choices = Vec::with_capacity(picked.samples.len());
+    // Each output choice's error, when it failed.
+    let mut errors: Vec<(usize, String)> = Vec::new();
+    for (o, sample) in picked.samples.iter().enumerate() {
+        let choice = match run.index_of(*sample) {
+            Some(index) => run.completions.choice(index).await,
+            None => None,
+        };
+        let (mut output, error) = match choice {
+            None => (
+                ChoiceOutput::default(),
+                Some("the upstream ended without this choice".to_string()),
+            ),
+            Some(choice) => match choice.message().await {
+                Ok(out) if out.cancelled => {
+                    (out, Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()))
+                }
+                Ok(out) => (out, None),
+                Err(incomplete) => (incomplete.partial, Some(incomplete.error.to_string())),
+            },
+        };
+        // The client's choice `o`, as its upstream sent it: what the library adds of its
+        // own (per-choice usage, the source, a mapped dialect's stop reason) left out.
+        output.index = o as u32;
+        output.usage = None;
+        output.source = None;
+        output.stop_reason = None;
+        output.cancelled = false;
+        if !req.logprobs {
+            output.logprobs = None;
+        }
+        if let Some(error) = &error {
+            output.finish_reason = Some("error".into());
+            output.logprobs = None;
+            errors.push((o, error.clone()));
+        }
+        choices.push(AnsweredChoice {
+            output,
+            choicewise: error.map(|error| ChoiceError { error }),
+        });
+    }
+    finish.settled = Some(settled);
     finish.complete();
-    match body {
-        Ok(body) => axum::Json(body).into_response(),
-        Err(why) => {
-            finish.failure = Some("every_choice_failed");
-            ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_error",
-                format!("model {:?}: every choice failed: {why}", req.model),
-            )
-            .code("every_choice_failed")
-            .into_response()
+    // A choice cut by the gateway's shutdown is an answer as far as it got (the
+    // shutdown's contract), not an upstream's failure.
+    let failures: Vec<String> = (errors.iter())
+        .filter(|(_, e)| e != SHUT_DOWN)
+        .map(|(o, e)| format!("choice {o}: {e}"))
+        .collect();
+    if !failures.is_empty() && failures.len() == choices.len() {
+        // Every choice failed upstream: a failure in the client's terms, not a 200 of
+        // errors.
+        finish.failure = Some("every_choice_failed");
+        return ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            format!(
+                "model {:?}: every choice failed: {}",
+                req.model,
+                failures.join("; ")
+            ),
+        )
+        .code("every_choice_failed")
+        .into_response();
+    }
+    let completion = Completion {
+        id: &envelope.id,
+        object: "chat.completion",
+        created: envelope.created,
+        model: &envelope.model,
+        choices: &choices,
+        usage: &usage,
+        choicewise: summary.as_ref(),
+    };
+    let bytes = written(&completion);
+    drop(choices);
+    // The texts are in the bytes: the run's copies go before the answer is sent.
+    finish.release();
+    json_body(bytes, finish)
+}
+
+/// `value` written as JSON into one buffer of its exact size (counted first), so that a
+/// large answer is held once, never grown and copied.
+pub(crate) fn written(value: &impl Serialize) -> Bytes {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
     }
+    let mut count = Count(0);
+    // Values in memory serialise without error.
+    let _ = serde_json::to_writer(&mut count, value);
+    let mut bytes = Vec::with_capacity(count.0);
+    let _ = serde_json::to_writer(&mut bytes, value);
+    Bytes::from(bytes)
+}
+
+/// A JSON answer's response, accounted when its body has been sent (or dropped).
+pub(crate) fn json_body(bytes: Bytes, finish: Finish) -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::new(Accounted::new(bytes, finish)))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_written_chunk_is_the_envelope_around_its_element() {
@@ -421,8 +321,9 @@ mod tests {
             .event(&choicewise_core::ChoiceEvent::Content("a \"b\"\n".into()))
             .unwrap();
         let mut write = Vec::new();
-        chunk_event(&mut write, &envelope.prefix(), &element);
-        chunk_event(&mut write, &envelope.prefix(), &element);
+        let encoder = envelope.encoder();
+        encoder.element(&mut write, &element);
+        encoder.element(&mut write, &element);
         let text = String::from_utf8(write).unwrap();
         let events: Vec<&str> = text.split_terminator("\n\n").collect();
         assert_eq!(events.len(), 2);

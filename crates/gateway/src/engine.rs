@@ -59,6 +59,8 @@ pub(crate) struct Run {
     /// Every sample's tokens, counted once when first asked for.
     accounting: tokio::sync::OnceCell<Accounting>,
     pub samples: u32,
+    /// The samples' messages are kept for the request's span ([`Run::outcome`]).
+    pub keep_messages: bool,
     /// How far its upstreams may read ahead of its client (back-pressure).
     pub pace: Arc<Pace>,
 }
@@ -197,6 +199,7 @@ impl Run {
             tries,
             accounting: tokio::sync::OnceCell::new(),
             samples: req.samples,
+            keep_messages: false,
             pace,
         })
     }
@@ -353,15 +356,7 @@ impl Run {
     /// The final `choicewise` object of a pick: the samples asked for, those selected and
     /// cancelled (sample numbers, in start order), how it was decided, and how many started.
     pub async fn summary(&self, picked: &Picked) -> Value {
-        let whole = match self.completions.collect().await {
-            Ok(c) => c,
-            Err(incomplete) => incomplete.partial,
-        };
-        let mut cancelled: Vec<u32> = (whole.choices.iter())
-            .filter(|c| c.cancelled)
-            .filter_map(|c| self.sample_of(c.index))
-            .collect();
-        cancelled.sort_unstable();
+        let cancelled = self.cancelled_samples().await;
         let mut summary = Map::new();
         summary.insert("samples".into(), json!(self.samples));
         summary.insert("selected".into(), json!(picked.samples));

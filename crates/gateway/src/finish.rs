@@ -1,16 +1,25 @@
-//! A request's end, accounted: its metrics, its log line and its span.
+//! A request's end, accounted: its metrics, its log line and its span, recorded when its
+//! answer's body ends or is dropped.
 
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime};
+
+use axum::body::Bytes;
 
 use crate::engine::Run;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Outcome};
+use crate::open::TryRecord;
 use crate::resilience;
 use crate::traces::RequestSpan;
+use crate::write::{Closing, until_closed};
 
-/// A request's run, accounted in the metrics (and its span made, with traces on) when it is
-/// dropped: when its answer ended, or its client went away (then its samples are cancelled
-/// first, closing their upstreams).
+/// A request's run and its accounting. The answer reads what the run came to
+/// ([`settle`](Self::settle)) once its samples are over, before its last bytes; the record
+/// (metrics, log line, span) is made, without waiting for anything, when the `Finish` is
+/// dropped with the answer's body: when the body ended, or its client went away (then the
+/// samples still running are cancelled, closing their upstreams).
 pub(crate) struct Finish {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) model: String,
@@ -25,14 +34,35 @@ pub(crate) struct Finish {
     pub(crate) span: Option<RequestSpan>,
     /// Why the request was answered with an error, if it was (the span's `error.type`).
     pub(crate) failure: Option<&'static str>,
+    /// The run, until its answer no longer needs it.
     pub(crate) run: Option<Run>,
+    /// What the run came to, once [`settle`](Self::settle) read it.
+    pub(crate) settled: Option<Settled>,
+}
+
+/// What a run came to, read when its samples are over.
+pub(crate) struct Settled {
+    outcome: Outcome,
+    tries: Vec<TryRecord>,
+    samples: u32,
+}
+
+impl Settled {
+    /// What `run` came to, once its samples are over (`outputs`: as [`Finish::outputs`]).
+    pub(crate) async fn read(run: &Run, outputs: Option<&[u32]>) -> Settled {
+        Settled {
+            outcome: run.outcome(outputs).await,
+            tries: run.tries(),
+            samples: run.samples,
+        }
+    }
 }
 
 impl Finish {
     pub(crate) fn run(&self) -> &Run {
         self.run
             .as_ref()
-            .expect("a Finish holds its run until dropped")
+            .expect("a Finish holds its run until its answer is built")
     }
 
     /// A streamed answer's first chunk is written: its time, in the metrics and the span.
@@ -44,62 +74,183 @@ impl Finish {
         }
     }
 
+    /// Reads what the run came to, once its samples are over: the answer awaits it before
+    /// its last bytes, so that the record needs nothing more.
+    pub(crate) async fn settle(&mut self) {
+        if self.settled.is_some() {
+            return;
+        }
+        let Some(run) = &self.run else { return };
+        self.settled = Some(Settled::read(run, self.outputs.as_deref()).await);
+    }
+
+    /// As [`settle`](Self::settle), unless the answer is cut short first (the gateway's
+    /// close, the request's deadline): then the samples still running are cancelled, and
+    /// what they came to is read.
+    pub(crate) async fn settle_until_closed(&mut self, closing: &mut Closing) {
+        if self.settled.is_some() {
+            return;
+        }
+        let Some(run) = &self.run else { return };
+        let read = Settled::read(run, self.outputs.as_deref());
+        self.settled = Some(until_closed(read, closing, run).await);
+    }
+
+    /// The request fails with `why` (the span's `error.type`) before its answer began: its
+    /// samples are cancelled and what they came to read.
+    pub(crate) async fn fail(&mut self, why: &'static str) {
+        self.failure = Some(why);
+        if let Some(run) = &self.run {
+            run.completions.cancel_except(&[]);
+        }
+        self.settle().await;
+    }
+
     /// The answer was sent to its end: its samples need no cancel.
     pub(crate) fn complete(&mut self) {
         self.completed = true;
+    }
+
+    /// The answer is built and what its run came to read: the run (and the samples' texts it
+    /// holds) is let go before the answer is sent.
+    pub(crate) fn release(&mut self) {
+        if self.settled.is_some()
+            && let Some(run) = self.run.take()
+        {
+            run.pace.release();
+        }
+    }
+
+    /// The request's metrics, log line and span, from what was settled.
+    fn record(&mut self, settled: Settled) {
+        let took = self.arrived.elapsed();
+        let Settled {
+            outcome,
+            tries,
+            samples,
+        } = settled;
+        self.metrics.finished(&self.model, took, &outcome);
+        let ended = match (self.completed, self.failure) {
+            (_, Some(why)) => why,
+            (true, None) => "complete",
+            (false, None) => "client_gone",
+        };
+        // The request's line in the operator's log.
+        tracing::info!(
+            request_id = %self.request_id,
+            model = %self.model,
+            samples,
+            tries = tries.len(),
+            failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
+            prompt_tokens = outcome.prompt_tokens,
+            completion_tokens = outcome.completion_tokens,
+            estimated = outcome.estimated,
+            duration_ms = took.as_millis() as u64,
+            ended,
+            "request"
+        );
+        if let Some(span) = self.span.take() {
+            let ended_at = SystemTime::now();
+            let arrived_at = ended_at.checked_sub(took).unwrap_or(ended_at);
+            span.end(
+                arrived_at..ended_at,
+                &outcome,
+                &tries,
+                self.outputs.as_deref(),
+                self.failure,
+                self.completed,
+            );
+        }
     }
 }
 
 impl Drop for Finish {
     fn drop(&mut self) {
-        let Some(run) = self.run.take() else { return };
-        if !self.completed {
-            run.completions.cancel_except(&[]);
+        if let Some(run) = self.run.take() {
+            if !self.completed {
+                run.completions.cancel_except(&[]);
+            }
+            // No client waits any more: an upstream read held back for it goes on, so that its
+            // reader sees the cancel and closes it rather than waiting on the gate for ever.
+            run.pace.release();
+            if self.settled.is_none() {
+                // The client went away before the answer's end: the samples it cancelled are
+                // read as they end, by the run's own reader.
+                gone(self, run);
+                return;
+            }
         }
-        // No client waits any more: an upstream read held back for it goes on, so that its
-        // reader sees the cancel and closes it rather than waiting on the gate for ever.
-        run.pace.release();
-        // When the answer ended: the span's end, even though it is made after the run's
-        // upstreams have ended and been counted (`end - took` is then the request's arrival).
-        let (took, ended_at) = (self.arrived.elapsed(), std::time::SystemTime::now());
-        let request_id = std::mem::take(&mut self.request_id);
-        let (metrics, model, outputs, span, failure, completed) = (
-            self.metrics.clone(),
-            std::mem::take(&mut self.model),
-            self.outputs.take(),
-            self.span.take(),
-            self.failure,
-            self.completed,
-        );
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let outcome = run.outcome(outputs.as_deref()).await;
-                metrics.finished(&model, took, &outcome);
-                // The request's line in the operator's log.
-                let tries = run.tries();
-                let ended = match (completed, failure) {
-                    (_, Some(why)) => why,
-                    (true, None) => "complete",
-                    (false, None) => "client_gone",
-                };
-                tracing::info!(
-                    request_id = %request_id,
-                    model = %model,
-                    samples = run.samples,
-                    tries = tries.len(),
-                    failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
-                    prompt_tokens = outcome.prompt_tokens,
-                    completion_tokens = outcome.completion_tokens,
-                    estimated = outcome.estimated,
-                    duration_ms = took.as_millis() as u64,
-                    ended,
-                    "request"
-                );
-                if let Some(span) = span {
-                    let arrived_at = ended_at.checked_sub(took).unwrap_or(ended_at);
-                    span.end(arrived_at..ended_at, &outcome, &tries, outputs.as_deref(), failure, completed);
-                }
-            });
+        if let Some(settled) = self.settled.take() {
+            self.record(settled);
         }
+    }
+}
+
+/// A request whose client went away mid-answer: its record waits for its cancelled samples to
+/// end (which their cancel brings at once) and is made then.
+fn gone(finish: &mut Finish, run: Run) {
+    let mut rest = Finish {
+        metrics: finish.metrics.clone(),
+        model: std::mem::take(&mut finish.model),
+        request_id: std::mem::take(&mut finish.request_id),
+        arrived: finish.arrived,
+        outputs: finish.outputs.take(),
+        completed: false,
+        span: finish.span.take(),
+        failure: finish.failure,
+        // Without its run: dropped unsettled (its runtime shutting down), it records nothing.
+        run: None,
+        settled: None,
+    };
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let settled = Settled::read(&run, rest.outputs.as_deref()).await;
+            drop(run);
+            rest.record(settled);
+        });
+    }
+}
+
+/// A one-piece answer's body (a JSON answer), holding the request's [`Finish`]: accounted
+/// when the body has been sent, or dropped.
+pub(crate) struct Accounted {
+    bytes: Option<Bytes>,
+    finish: Option<Finish>,
+}
+
+impl Accounted {
+    pub(crate) fn new(bytes: Bytes, finish: Finish) -> Self {
+        Accounted {
+            bytes: Some(bytes),
+            finish: Some(finish),
+        }
+    }
+}
+
+impl http_body::Body for Accounted {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        match this.bytes.take() {
+            Some(bytes) => Poll::Ready(Some(Ok(http_body::Frame::data(bytes)))),
+            None => {
+                // Sent: accounted now.
+                this.finish.take();
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |b| b.len() as u64))
     }
 }

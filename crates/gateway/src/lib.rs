@@ -51,6 +51,7 @@ mod request;
 mod resilience;
 mod serving;
 mod traces;
+mod write;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -131,7 +132,8 @@ impl Gateway {
     /// A gateway for this configuration: its upstreams' clients, their keys read from the
     /// environment variables the configuration names (an unset one is an error naming the
     /// variable, never a value), and its trace exporter when `[telemetry]` names an
-    /// endpoint (then it must be made inside a tokio runtime, which sends the spans).
+    /// endpoint (then it must be made inside a tokio runtime, which sends the spans). The
+    /// token-count tables its accounting uses are loaded here, once per process.
     pub fn new(config: &Config) -> Result<Gateway, ConfigError> {
         Gateway::with_env(config, |name| std::env::var(name).ok())
     }
@@ -249,6 +251,7 @@ impl Gateway {
                 }),
             );
         }
+        serving::preload_encodings(&models);
         Ok(Gateway {
             inner: Arc::new(Inner {
                 limits: config.limits.clone(),

@@ -5,19 +5,21 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use choicewise_core::{ChoiceOutput, Usage, UsageSource};
+use std::sync::Mutex;
+
+use choicewise_core::{ChoiceUsage, Message, Usage, UsageSource};
 use serde_json::{Value, json};
 
 use super::{Run, lock};
 use crate::metrics::{Outcome, SampleEnd, UpstreamTokens};
 
 impl Run {
-    /// Every started sample's tokens, counted once: the total (reported where the upstreams
-    /// reported, estimated elsewhere: a cancelled sample's is an estimate) and each sample's
-    /// part. A request's prompt is billed to its first sample. Where an upstream reported one
-    /// total for several choices, its completion tokens are shared among them in proportion
-    /// to their tiktoken counts, so that the parts always add up to what the upstream bills
-    /// (such a part is `estimated`).
+    /// Every started sample's tokens and end, from one reading of the run once it is over
+    /// (see [`Accounting`]). Core's usage gives the totals and each choice's part where it has
+    /// one (a choice's own reported figure, or its estimate); tiktoken counts only where an
+    /// upstream reported one total for several choices, to share it among them in proportion
+    /// to their texts, so that the parts always add up to what the upstream bills (such a
+    /// part is `estimated`). A request's prompt is billed to its first sample.
     async fn accounting(&self) -> &Accounting {
         self.accounting.get_or_init(|| self.count()).await
     }
@@ -51,74 +53,94 @@ impl Run {
         usage
     }
 
+    /// Each upstream request's block of library choice indexes, with the usage core gives
+    /// for it (the whole usage when the run is one request).
+    fn blocks<'u>(&self, usage: &'u Usage) -> Vec<(std::ops::Range<u32>, Option<&'u Usage>)> {
+        let mut first = 0u32;
+        (self.sizes.iter().enumerate())
+            .map(|(r, size)| {
+                let block = first..first + *size as u32;
+                first = block.end;
+                let upstream = match usage.upstreams.is_empty() {
+                    true => Some(usage),
+                    false => usage.upstreams.get(r),
+                };
+                (block, upstream)
+            })
+            .collect()
+    }
+
     async fn count(&self) -> Accounting {
         let usage: Usage = self.run_usage().await;
-        let whole = match self.completions.collect().await {
-            Ok(c) => c,
-            Err(incomplete) => incomplete.partial,
-        };
-        let choices = whole.choices.clone();
-        let counted: BTreeMap<u32, u64> = tokio::task::spawn_blocking(move || {
-            Usage::estimate(None, None, &choices)
-                .estimate
-                .map(|e| e.choices)
-                .unwrap_or_default()
-        })
-        .await
-        .unwrap_or_default();
-        let by_index: HashMap<u32, &ChoiceOutput> =
-            whole.choices.iter().map(|c| (c.index, c)).collect();
+        // Each choice's end, read where it is published: its text is not copied (but for the
+        // span's output messages, with traces on).
+        let keep = self.keep_messages;
+        let choices: Vec<Facts> = self.completions.inspect(|c, usage| Facts {
+            index: c.index,
+            usage,
+            cancelled: c.cancelled,
+            finish_reason: c.finish_reason.clone(),
+            message: keep.then(|| c.message.clone()),
+        });
+        let response_model = self.completions.response_model();
+        // A choice's own reported figure.
+        let own = |c: &Facts| c.usage.filter(|u| u.source == UsageSource::Reported);
+        let by_index: HashMap<u32, &Facts> = choices.iter().map(|c| (c.index, c)).collect();
+        // The choices whose upstream reported one total for them: weighed by their texts.
+        let mut weighed: Vec<u32> = Vec::new();
+        for (block, upstream) in self.blocks(&usage) {
+            if upstream.is_some_and(|u| u.source == UsageSource::Reported) {
+                let rest: Vec<u32> =
+                    (block.filter(|i| by_index.get(i).is_some_and(|c| own(c).is_none()))).collect();
+                if rest.len() > 1 {
+                    weighed.extend(rest);
+                }
+            }
+        }
+        let mut counted: BTreeMap<u32, u64> = BTreeMap::new();
+        if !weighed.is_empty() {
+            // Counted on a blocking thread, each text where it is published.
+            let completions = self.completions.clone();
+            let counting = tokio::task::spawn_blocking(move || {
+                let encoding = choicewise_usage::DEFAULT_ENCODING;
+                (completions.inspect(|c, _| {
+                    (weighed.contains(&c.index)).then(|| (c.index, c.completion_tokens(encoding)))
+                }))
+                .into_iter()
+                .flatten()
+                .collect()
+            });
+            // Counting panicked: equal shares.
+            counted = counting.await.unwrap_or_default();
+        }
         let mut parts = Vec::new();
-        let mut first = 0u32;
-        for (r, size) in self.sizes.iter().enumerate() {
-            let block: Vec<u32> = (first..first + *size as u32)
-                .filter(|i| by_index.contains_key(i))
-                .collect();
-            first += *size as u32;
-            let upstream = match usage.upstreams.is_empty() {
-                true => Some(&usage),
-                false => usage.upstreams.get(r),
-            };
+        for (block, upstream) in self.blocks(&usage) {
             let Some(upstream) = upstream else { continue };
-            let own = |i: &u32| {
-                by_index[i]
-                    .usage
-                    .filter(|u| u.source == UsageSource::Reported)
-            };
+            let block: Vec<u32> = block.filter(|i| by_index.contains_key(i)).collect();
             // The upstream's total not already counted choice by choice, shared out.
-            let shared = match upstream.source {
+            let shared: HashMap<u32, u64> = match upstream.source {
                 UsageSource::Reported => {
-                    let known: u64 = block
-                        .iter()
-                        .filter_map(own)
+                    let known: u64 = (block.iter())
+                        .filter_map(|i| own(by_index[i]))
                         .map(|u| u.completion_tokens)
                         .sum();
-                    let rest: Vec<u32> =
-                        block.iter().copied().filter(|i| own(i).is_none()).collect();
-                    let weights: Vec<u64> = rest
-                        .iter()
+                    let rest: Vec<u32> = (block.iter().copied())
+                        .filter(|i| own(by_index[i]).is_none())
+                        .collect();
+                    let weights: Vec<u64> = (rest.iter())
                         .map(|i| counted.get(i).copied().unwrap_or(0))
                         .collect();
-                    rest.into_iter()
-                        .zip(share(
-                            upstream.completion_tokens.saturating_sub(known),
-                            &weights,
-                        ))
-                        .collect()
+                    let left = upstream.completion_tokens.saturating_sub(known);
+                    rest.into_iter().zip(share(left, &weights)).collect()
                 }
                 _ => HashMap::new(),
             };
             for (k, i) in block.iter().enumerate() {
-                let (completion, estimated) = match (own(i), shared.get(i)) {
+                let (completion, estimated) = match (own(by_index[i]), shared.get(i)) {
                     (Some(u), _) => (u.completion_tokens, false),
                     (None, Some(part)) => (*part, true),
-                    (None, None) => (
-                        by_index[i].usage.map_or_else(
-                            || counted.get(i).copied().unwrap_or(0),
-                            |u| u.completion_tokens,
-                        ),
-                        true,
-                    ),
+                    // Core's estimate of the choice.
+                    (None, None) => (by_index[i].usage.map_or(0, |u| u.completion_tokens), true),
                 };
                 parts.push(Part {
                     index: *i,
@@ -129,13 +151,44 @@ impl Run {
                 });
             }
         }
-        Accounting { usage, parts }
+        drop(by_index);
+        let ends: Vec<End> = (choices.into_iter())
+            .map(|c| End {
+                index: c.index,
+                sample: self.sample_of(c.index),
+                cancelled: c.cancelled,
+                finish: match (c.cancelled, c.finish_reason) {
+                    (true, _) => "cancelled".to_string(),
+                    // Failed, or ended without a reason.
+                    (false, None) => "error".to_string(),
+                    (false, Some(reason)) => reason,
+                },
+                message: c.message,
+            })
+            .collect();
+        let cancelled = (ends.iter().filter(|e| e.cancelled))
+            .filter_map(|e| e.sample)
+            .collect();
+        Accounting {
+            usage,
+            parts,
+            ends: Mutex::new(ends),
+            cancelled,
+            response_model,
+        }
+    }
+
+    /// The samples that ended cancelled, by number, in start order: once the run is over.
+    pub async fn cancelled_samples(&self) -> Vec<u32> {
+        let mut cancelled = self.accounting().await.cancelled.clone();
+        cancelled.sort_unstable();
+        cancelled
     }
 
     /// The `usage` object of the answer: the totals and each sample's part (`index`: its
     /// output choice, if it is one of `outputs`).
     pub async fn usage(&self, outputs: &[u32]) -> Value {
-        let Accounting { usage, parts } = self.accounting().await;
+        let Accounting { usage, parts, .. } = self.accounting().await;
         let per_choice: Vec<Value> = parts
             .iter()
             .map(|p| {
@@ -160,67 +213,53 @@ impl Run {
     }
 
     /// What the request came to, for the metrics and the span: how each sample ended and what
-    /// it said, the request's and each upstream request's tokens, and the completion tokens of
-    /// samples cancelled or not selected.
+    /// it said (with traces on), the request's and each upstream request's tokens, and the
+    /// completion tokens of samples cancelled or not selected. Once the run is over; asked
+    /// once (the samples' messages move into it).
     /// `outputs` is `None` when every sample is an output (no selection).
     pub async fn outcome(&self, outputs: Option<&[u32]>) -> Outcome {
-        let mut whole = match self.completions.collect().await {
-            Ok(c) => c,
-            Err(incomplete) => incomplete.partial,
+        let accounting = self.accounting().await;
+        let ends = std::mem::take(&mut *lock(&accounting.ends));
+        let unselected = |e: &End| {
+            !e.cancelled
+                && outputs.is_some_and(|o| e.sample.is_some_and(|sample| !o.contains(&sample)))
         };
-        let samples: Vec<SampleEnd> = (whole.choices.iter_mut())
-            .map(|c| SampleEnd {
-                sample: self.sample_of(c.index),
-                finish: match (c.cancelled, &c.finish_reason) {
-                    (true, _) => "cancelled".to_string(),
-                    // Failed, or ended without a reason.
-                    (false, None) => "error".to_string(),
-                    (false, Some(reason)) => reason.clone(),
-                },
-                // Moved: what follows needs no message.
-                message: std::mem::take(&mut c.message),
-            })
-            .collect();
-        let unselected = |c: &&ChoiceOutput| {
-            !c.cancelled
-                && outputs.is_some_and(|o| {
-                    self.sample_of(c.index)
-                        .is_some_and(|sample| !o.contains(&sample))
-                })
+        // Per-sample parts count only when some samples were not output.
+        let wasted = ends.iter().any(|e| e.cancelled || unselected(e));
+        let usage = &accounting.usage;
+        let parts = match wasted {
+            true => accounting.parts.as_slice(),
+            false => &[][..],
         };
         let mut outcome = Outcome {
-            samples,
-            response_model: Some(whole.model.clone()).filter(|m| !m.is_empty()),
+            response_model: accounting.response_model.clone(),
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            // As the answer's `usage.choicewise.estimated` says.
+            estimated: estimated(usage, parts),
             ..Outcome::default()
         };
-        // Per-sample parts need every choice counted: only when some were not output.
-        let wasted = whole.choices.iter().any(|c| c.cancelled)
-            || whole.choices.iter().any(|c| unselected(&c));
-        let (usage, parts) = match wasted {
-            true => {
-                let Accounting { usage, parts } = self.accounting().await;
-                (usage.clone(), parts.as_slice())
-            }
-            false => (self.run_usage().await, &[][..]),
-        };
-        outcome.prompt_tokens = usage.prompt_tokens;
-        outcome.completion_tokens = usage.completion_tokens;
-        // As the answer's `usage.choicewise.estimated` says.
-        outcome.estimated = estimated(&usage, parts);
-        let by_index: HashMap<u32, &ChoiceOutput> =
-            whole.choices.iter().map(|c| (c.index, c)).collect();
+        let by_index: HashMap<u32, &End> = ends.iter().map(|e| (e.index, e)).collect();
         for part in parts {
-            let Some(choice) = by_index.get(&part.index) else {
+            let Some(end) = by_index.get(&part.index) else {
                 continue;
             };
-            if choice.cancelled {
+            if end.cancelled {
                 outcome.cancelled_tokens += part.completion;
-            } else if unselected(choice) {
+            } else if unselected(end) {
                 outcome.unselected_tokens += part.completion;
             }
         }
+        drop(by_index);
+        outcome.samples = (ends.into_iter())
+            .map(|e| SampleEnd {
+                sample: e.sample,
+                finish: e.finish,
+                message: e.message.unwrap_or_default(),
+            })
+            .collect();
         let per_request: Vec<&Usage> = match usage.upstreams.is_empty() {
-            true => vec![&usage],
+            true => vec![usage],
             false => usage.upstreams.iter().collect(),
         };
         for (r, u) in per_request.into_iter().enumerate() {
@@ -238,6 +277,30 @@ impl Run {
     }
 }
 
+/// What the accounting reads of a choice.
+struct Facts {
+    index: u32,
+    /// Its own usage, reported or core's estimate.
+    usage: Option<ChoiceUsage>,
+    cancelled: bool,
+    finish_reason: Option<String>,
+    /// Its message, with traces on.
+    message: Option<Message>,
+}
+
+/// How a started sample ended.
+#[derive(Debug)]
+pub(super) struct End {
+    /// Its library choice index.
+    index: u32,
+    sample: Option<u32>,
+    cancelled: bool,
+    /// Its `finish_reason`, `error` or `cancelled`.
+    finish: String,
+    /// Its message, as far as it got, with traces on.
+    message: Option<Message>,
+}
+
 /// A started sample's tokens.
 #[derive(Debug, Clone)]
 pub(super) struct Part {
@@ -249,11 +312,18 @@ pub(super) struct Part {
     estimated: bool,
 }
 
-/// Every started sample's tokens ([`Run::accounting`]).
+/// What a run came to, read once when it is over ([`Run::accounting`]).
 #[derive(Debug)]
 pub(super) struct Accounting {
     usage: Usage,
+    /// Every started sample's tokens.
     parts: Vec<Part>,
+    /// Every started sample's end, until [`Run::outcome`] takes them.
+    ends: Mutex<Vec<End>>,
+    /// The samples that ended cancelled.
+    cancelled: Vec<u32>,
+    /// The model the upstream named in its answer, if it named one.
+    response_model: Option<String>,
 }
 
 /// Whether a usage's totals are (partly) estimated: estimated by the library, or any
