@@ -369,54 +369,56 @@ impl Completions {
         shared
             .usage
             .get_or_init(|| async {
-                // A fan-out: each upstream's reported usage, or `None` and its choices.
-                let (reported, parts) = {
-                    let state = shared.lock();
-                    let parts: Option<Vec<_>> = state.fan_out.then(|| {
-                        state
-                            .upstreams
-                            .iter()
-                            .map(|u| {
-                                let indexes: Vec<u32> = u.map.values().copied().collect();
-                                let own = (u.request.clone(), u.meta.model().map(str::to_string));
-                                (u.reported_usage(), indexes, own)
-                            })
-                            .collect()
-                    });
-                    (state.reported_usage(), parts)
-                };
-                if let Some(reported) = reported {
-                    return reported;
+                match usage_counting(shared) {
+                    Ok(reported) => reported,
+                    Err(count) => tokio::task::spawn_blocking(count)
+                        .await
+                        .unwrap_or_else(|e| Usage::failed_estimate(e.to_string())),
                 }
-                // The choices' messages are counted where they are published, not copied.
-                let entries = shared.lock().choices.clone();
-                let model = shared.model();
-                let request = shared
-                    .lock()
-                    .upstreams
-                    .first()
-                    .and_then(|u| u.request.clone());
-                let counting = tokio::task::spawn_blocking(move || match parts {
-                    None => estimate(model, request.as_deref(), &entries, None),
-                    Some(parts) => Usage::sum(
-                        parts
-                            .into_iter()
-                            .map(|(reported, indexes, (own_request, own_model))| {
-                                reported.unwrap_or_else(|| {
-                                    let request = own_request.as_deref();
-                                    let model = own_model.or_else(|| model.clone());
-                                    estimate(model, request, &entries, Some(&indexes))
-                                })
-                            })
-                            .collect(),
-                    ),
-                });
-                counting
-                    .await
-                    .unwrap_or_else(|e| Usage::failed_estimate(e.to_string()))
             })
             .await
             .clone()
+    }
+
+    /// The usage as it stands, without waiting: as [`usage`](Self::usage) says, of what was
+    /// received so far (an estimate counted on the calling thread, in bounded time). For a
+    /// caller that cannot wait for the end, such as one accounting for a completion it
+    /// cancels as it drops it; the figures may be below those `usage` gives at the end.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source, UsageSource};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::new(Source::reader(sse.as_bytes()));
+    /// c.choice(0).await.unwrap().message().await.unwrap();
+    /// let usage = c.usage_now();
+    /// assert_eq!((usage.completion_tokens, usage.source), (2, UsageSource::Estimated));
+    /// # }
+    /// ```
+    pub fn usage_now(&self) -> Usage {
+        match usage_counting(&self.shared) {
+            Ok(reported) => reported,
+            Err(count) => count(),
+        }
+    }
+
+    /// The indexes of the choices still open: not finished, failed or cancelled.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let c = Completions::new(Source::reader(&b"data: [DONE]\n\n"[..]));
+    /// c.outcome().await.unwrap();
+    /// assert!(c.open_choices().is_empty());
+    /// # }
+    /// ```
+    pub fn open_choices(&self) -> Vec<u32> {
+        let mut open: Vec<u32> = (self.entries().iter())
+            .filter(|c| c.log.lock().closed().is_none())
+            .map(|c| c.index())
+            .collect();
+        open.sort_unstable();
+        open
     }
 
     /// Cancels every choice still open and every choice still to appear (see
@@ -536,6 +538,54 @@ impl Completions {
     pub fn warnings(&self) -> Vec<Warning> {
         self.shared.lock().warnings.clone()
     }
+}
+
+/// The usage reported, or the counting of an estimate of what was received (blocking: run
+/// it where counting may block).
+#[allow(clippy::type_complexity)]
+fn usage_counting(shared: &CompletionShared) -> Result<Usage, Box<dyn FnOnce() -> Usage + Send>> {
+    // A fan-out: each upstream's reported usage, or `None` and its choices.
+    let (reported, parts) = {
+        let state = shared.lock();
+        let parts: Option<Vec<_>> = state.fan_out.then(|| {
+            state
+                .upstreams
+                .iter()
+                .map(|u| {
+                    let indexes: Vec<u32> = u.map.values().copied().collect();
+                    let own = (u.request.clone(), u.meta.model().map(str::to_string));
+                    (u.reported_usage(), indexes, own)
+                })
+                .collect()
+        });
+        (state.reported_usage(), parts)
+    };
+    if let Some(reported) = reported {
+        return Ok(reported);
+    }
+    // The choices' messages are counted where they are published, not copied.
+    let entries = shared.lock().choices.clone();
+    let model = shared.model();
+    let request = shared
+        .lock()
+        .upstreams
+        .first()
+        .and_then(|u| u.request.clone());
+    Err(Box::new(move || match parts {
+        None => estimate(model, request.as_deref(), &entries, None),
+        Some(parts) => Usage::sum(
+            parts
+                .into_iter()
+                .map(|(reported, indexes, (own_request, own_model))| {
+                    reported.unwrap_or_else(|| {
+                        let request = own_request.as_deref();
+                        let model = own_model.or_else(|| model.clone());
+                        estimate(model, request, &entries, Some(&indexes))
+                    })
+                })
+                .collect(),
+        ),
+    }))
 }
 
 /// Counts an estimate of the choices of `entries` (those of `indexes`, when given) and of

@@ -1,5 +1,5 @@
 //! A request's end, accounted: its metrics, its log line and its span, recorded when its
-//! answer's body ends or is dropped.
+//! answer's body ends or is dropped, synchronously (no task is spawned for it).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,9 +17,10 @@ use crate::write::{Closing, until_closed};
 
 /// A request's run and its accounting. The answer reads what the run came to
 /// ([`settle`](Self::settle)) once its samples are over, before its last bytes; the record
-/// (metrics, log line, span) is made, without waiting for anything, when the `Finish` is
-/// dropped with the answer's body: when the body ended, or its client went away (then the
-/// samples still running are cancelled, closing their upstreams).
+/// (metrics, log line, span) is made, without waiting for anything and without a task, when
+/// the `Finish` is dropped with the answer's body: when the body ended, or its client went
+/// away (then the samples still running are cancelled, closing their upstreams, and the
+/// record says what they had received: [`Run::outcome_now`]).
 pub(crate) struct Finish {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) model: String,
@@ -52,6 +53,16 @@ impl Settled {
     pub(crate) async fn read(run: &Run, outputs: Option<&[u32]>) -> Settled {
         Settled {
             outcome: run.outcome(outputs).await,
+            tries: run.tries(),
+            samples: run.samples,
+        }
+    }
+
+    /// What `run` came to so far, without waiting: its samples still open counted as
+    /// cancelled (they are being), their tokens what they had received.
+    fn now(run: &Run, outputs: Option<&[u32]>) -> Settled {
+        Settled {
+            outcome: run.outcome_now(outputs),
             tries: run.tries(),
             samples: run.samples,
         }
@@ -174,40 +185,13 @@ impl Drop for Finish {
             // reader sees the cancel and closes it rather than waiting on the gate for ever.
             run.pace.release();
             if self.settled.is_none() {
-                // The client went away before the answer's end: the samples it cancelled are
-                // read as they end, by the run's own reader.
-                gone(self, run);
-                return;
+                // The client went away before the answer's end: what the run came to so far.
+                self.settled = Some(Settled::now(&run, self.outputs.as_deref()));
             }
         }
         if let Some(settled) = self.settled.take() {
             self.record(settled);
         }
-    }
-}
-
-/// A request whose client went away mid-answer: its record waits for its cancelled samples to
-/// end (which their cancel brings at once) and is made then.
-fn gone(finish: &mut Finish, run: Run) {
-    let mut rest = Finish {
-        metrics: finish.metrics.clone(),
-        model: std::mem::take(&mut finish.model),
-        request_id: std::mem::take(&mut finish.request_id),
-        arrived: finish.arrived,
-        outputs: finish.outputs.take(),
-        completed: false,
-        span: finish.span.take(),
-        failure: finish.failure,
-        // Without its run: dropped unsettled (its runtime shutting down), it records nothing.
-        run: None,
-        settled: None,
-    };
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            let settled = Settled::read(&run, rest.outputs.as_deref()).await;
-            drop(run);
-            rest.record(settled);
-        });
     }
 }
 

@@ -29,7 +29,12 @@ impl Run {
     /// same upstream that reported them (the same prompt, the same tokenizer) rather than a
     /// tiktoken estimate; it stays flagged estimated, and the totals follow.
     async fn run_usage(&self) -> Usage {
-        let mut usage: Usage = self.completions.usage().await;
+        self.siblings(self.completions.usage().await)
+    }
+
+    /// `usage`, a fan-out request that reported none taking its prompt tokens from a sibling
+    /// (see [`run_usage`](Self::run_usage)).
+    fn siblings(&self, mut usage: Usage) -> Usage {
         if usage.upstreams.len() < 2 {
             return usage;
         }
@@ -72,47 +77,72 @@ impl Run {
 
     async fn count(&self) -> Accounting {
         let usage: Usage = self.run_usage().await;
-        // Each choice's end, read where it is published: its text is not copied (but for the
-        // span's output messages, with traces on).
+        let choices = self.facts();
+        let weighed = self.weighed(&usage, &choices);
+        let mut counted: BTreeMap<u32, u64> = BTreeMap::new();
+        if !weighed.is_empty() {
+            // Counted on a blocking thread.
+            let completions = self.completions.clone();
+            let counting = tokio::task::spawn_blocking(move || weigh(&completions, &weighed));
+            // Counting panicked: equal shares.
+            counted = counting.await.unwrap_or_default();
+        }
+        self.tally(usage, choices, &counted)
+    }
+
+    /// What the run came to so far, read without waiting: for a request whose client went
+    /// away mid-answer, its samples cancelled as it is recorded. The samples still open end
+    /// cancelled (their cancel was asked for); the tokens are those reported so far, else an
+    /// estimate of what was received, counted here in bounded time.
+    fn accounting_now(&self) -> Accounting {
+        let open = self.completions.open_choices();
+        let usage = self.siblings(self.completions.usage_now());
+        let mut choices = self.facts();
+        for c in choices.iter_mut().filter(|c| open.contains(&c.index)) {
+            c.cancelled = true;
+            c.finish_reason = None;
+        }
+        let weighed = self.weighed(&usage, &choices);
+        let counted = weigh(&self.completions, &weighed);
+        self.tally(usage, choices, &counted)
+    }
+
+    /// Each choice's end, read where it is published: its text is not copied (but for the
+    /// span's output messages, with traces on).
+    fn facts(&self) -> Vec<Facts> {
         let keep = self.keep_messages;
-        let choices: Vec<Facts> = self.completions.inspect(|c, usage| Facts {
+        self.completions.inspect(|c, usage| Facts {
             index: c.index,
             usage,
             cancelled: c.cancelled,
             finish_reason: c.finish_reason.clone(),
             message: keep.then(|| c.message.clone()),
-        });
-        let response_model = self.completions.response_model();
-        // A choice's own reported figure.
-        let own = |c: &Facts| c.usage.filter(|u| u.source == UsageSource::Reported);
+        })
+    }
+
+    /// The choices whose upstream reported one total for several of them: shared out in
+    /// proportion to their texts' tiktoken counts.
+    fn weighed(&self, usage: &Usage, choices: &[Facts]) -> Vec<u32> {
         let by_index: HashMap<u32, &Facts> = choices.iter().map(|c| (c.index, c)).collect();
-        // The choices whose upstream reported one total for them: weighed by their texts.
         let mut weighed: Vec<u32> = Vec::new();
-        for (block, upstream) in self.blocks(&usage) {
+        for (block, upstream) in self.blocks(usage) {
             if upstream.is_some_and(|u| u.source == UsageSource::Reported) {
-                let rest: Vec<u32> =
-                    (block.filter(|i| by_index.get(i).is_some_and(|c| own(c).is_none()))).collect();
+                let rest: Vec<u32> = block
+                    .filter(|i| by_index.get(i).is_some_and(|c| own(c).is_none()))
+                    .collect();
                 if rest.len() > 1 {
                     weighed.extend(rest);
                 }
             }
         }
-        let mut counted: BTreeMap<u32, u64> = BTreeMap::new();
-        if !weighed.is_empty() {
-            // Counted on a blocking thread, each text where it is published.
-            let completions = self.completions.clone();
-            let counting = tokio::task::spawn_blocking(move || {
-                let encoding = choicewise_usage::DEFAULT_ENCODING;
-                (completions.inspect(|c, _| {
-                    (weighed.contains(&c.index)).then(|| (c.index, c.completion_tokens(encoding)))
-                }))
-                .into_iter()
-                .flatten()
-                .collect()
-            });
-            // Counting panicked: equal shares.
-            counted = counting.await.unwrap_or_default();
-        }
+        weighed
+    }
+
+    /// Every started sample's tokens and end, from core's usage, each choice's end and the
+    /// weights of the totals to share.
+    fn tally(&self, usage: Usage, choices: Vec<Facts>, counted: &BTreeMap<u32, u64>) -> Accounting {
+        let response_model = self.completions.response_model();
+        let by_index: HashMap<u32, &Facts> = choices.iter().map(|c| (c.index, c)).collect();
         let mut parts = Vec::new();
         for (block, upstream) in self.blocks(&usage) {
             let Some(upstream) = upstream else { continue };
@@ -135,12 +165,18 @@ impl Run {
                 }
                 _ => HashMap::new(),
             };
+            // An estimated upstream's choices: core's estimate of each.
+            let estimate = upstream.estimate.as_ref().map(|e| &e.choices);
             for (k, i) in block.iter().enumerate() {
                 let (completion, estimated) = match (own(by_index[i]), shared.get(i)) {
                     (Some(u), _) => (u.completion_tokens, false),
                     (None, Some(part)) => (*part, true),
-                    // Core's estimate of the choice.
-                    (None, None) => (by_index[i].usage.map_or(0, |u| u.completion_tokens), true),
+                    (None, None) => (
+                        (by_index[i].usage.map(|u| u.completion_tokens))
+                            .or_else(|| estimate.and_then(|e| e.get(i).copied()))
+                            .unwrap_or(0),
+                        true,
+                    ),
                 };
                 parts.push(Part {
                     index: *i,
@@ -218,7 +254,16 @@ impl Run {
     /// once (the samples' messages move into it).
     /// `outputs` is `None` when every sample is an output (no selection).
     pub async fn outcome(&self, outputs: Option<&[u32]>) -> Outcome {
-        let accounting = self.accounting().await;
+        self.outcome_of(self.accounting().await, outputs)
+    }
+
+    /// As [`outcome`](Self::outcome), without waiting: what the run came to so far, its
+    /// samples still open counted as cancelled (see [`accounting_now`](Self::accounting_now)).
+    pub fn outcome_now(&self, outputs: Option<&[u32]>) -> Outcome {
+        self.outcome_of(&self.accounting_now(), outputs)
+    }
+
+    fn outcome_of(&self, accounting: &Accounting, outputs: Option<&[u32]>) -> Outcome {
         let ends = std::mem::take(&mut *lock(&accounting.ends));
         let unselected = |e: &End| {
             !e.cancelled
@@ -275,6 +320,26 @@ impl Run {
         }
         outcome
     }
+}
+
+/// A choice's own reported figure.
+fn own(c: &Facts) -> Option<ChoiceUsage> {
+    c.usage.filter(|u| u.source == UsageSource::Reported)
+}
+
+/// The tiktoken counts of the `weighed` choices' texts, each read where it is published.
+/// Blocking.
+fn weigh(completions: &choicewise_core::Completions, weighed: &[u32]) -> BTreeMap<u32, u64> {
+    if weighed.is_empty() {
+        return BTreeMap::new();
+    }
+    let encoding = choicewise_usage::DEFAULT_ENCODING;
+    (completions.inspect(|c, _| {
+        (weighed.contains(&c.index)).then(|| (c.index, c.completion_tokens(encoding)))
+    }))
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// What the accounting reads of a choice.
