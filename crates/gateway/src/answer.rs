@@ -18,7 +18,9 @@ use crate::error::ApiError;
 use crate::finish::Finish;
 use crate::request::ChatRequest;
 use crate::traces::Traces;
-use crate::{Gateway, HostedTools, answer_api, ingress, layers, listen, open, resilience, write};
+use crate::{
+    Gateway, HostedTools, answer_api, auth, ingress, layers, listen, open, resilience, write,
+};
 
 /// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
 /// API's terms, its failures included.
@@ -28,7 +30,7 @@ pub(crate) async fn answer(gw: Gateway, request: axum::extract::Request, api: Di
     let arrived = Instant::now();
     let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
     let mut seen = Seen {
-        client: gw.client_of(&headers, peer),
+        client: auth::client_of(&gw.inner.keys, &headers, peer),
         parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
         request_id: (headers.get("x-request-id"))
             .and_then(|v| v.to_str().ok())
@@ -254,7 +256,7 @@ async fn serve_chat(
         _ => None,
     };
     // The span names how each sample ended, and its parts.
-    run.keep_messages = span.is_some();
+    run.keep_messages(span.is_some());
     let picked = run
         .pick(&req, deadline.saturating_duration_since(Instant::now()))
         .await;

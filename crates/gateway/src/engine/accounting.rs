@@ -5,15 +5,35 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use choicewise_core::{ChoiceUsage, Message, Usage, UsageSource};
+use choicewise_core::{ChoiceUsage, Completions, Message, Usage, UsageSource};
 use serde_json::{Value, json};
 
-use super::{Run, lock};
+use super::lock;
 use crate::metrics::{Outcome, SampleEnd, UpstreamTokens};
 
-impl Run {
+/// A run's accounting: what it needs to know of the run (how its samples are numbered, its
+/// upstream requests' sizes and upstreams) and what it read of it, once.
+pub(super) struct Ledger {
+    pub(super) completions: Completions,
+    /// Per library choice index, its sample number.
+    pub(super) sample_of: Vec<u32>,
+    /// Per upstream request, its number of samples.
+    pub(super) sizes: Vec<usize>,
+    /// Per upstream request, the label of the upstream that answered it.
+    pub(super) labels: Arc<Mutex<Vec<Arc<str>>>>,
+    /// The samples' messages are kept for the request's span ([`Ledger::outcome`]).
+    pub(super) keep_messages: bool,
+    /// What the run came to, read once it is over.
+    pub(super) read: tokio::sync::OnceCell<Accounting>,
+}
+
+impl Ledger {
+    fn sample_of(&self, index: u32) -> Option<u32> {
+        self.sample_of.get(index as usize).copied()
+    }
+
     /// Every started sample's tokens and end, from one reading of the run once it is over
     /// (see [`Accounting`]). Core's usage gives the totals and each choice's part where it has
     /// one (a choice's own reported figure, or its estimate); tiktoken counts only where an
@@ -21,7 +41,7 @@ impl Run {
     /// to their texts, so that the parts always add up to what the upstream bills (such a
     /// part is `estimated`). A request's prompt is billed to its first sample.
     async fn accounting(&self) -> &Accounting {
-        self.accounting.get_or_init(|| self.count()).await
+        self.read.get_or_init(|| self.count()).await
     }
 
     /// The run's usage: the library's, where a fan-out request that reported none (a sample
@@ -215,7 +235,7 @@ impl Run {
     }
 
     /// The samples that ended cancelled, by number, in start order: once the run is over.
-    pub async fn cancelled_samples(&self) -> Vec<u32> {
+    pub(super) async fn cancelled_samples(&self) -> Vec<u32> {
         let mut cancelled = self.accounting().await.cancelled.clone();
         cancelled.sort_unstable();
         cancelled
@@ -223,7 +243,7 @@ impl Run {
 
     /// The `usage` object of the answer: the totals and each sample's part (`index`: its
     /// output choice, if it is one of `outputs`).
-    pub async fn usage(&self, outputs: &[u32]) -> Value {
+    pub(super) async fn usage(&self, outputs: &[u32]) -> Value {
         let Accounting { usage, parts, .. } = self.accounting().await;
         let per_choice: Vec<Value> = parts
             .iter()
@@ -253,13 +273,13 @@ impl Run {
     /// completion tokens of samples cancelled or not selected. Once the run is over; asked
     /// once (the samples' messages move into it).
     /// `outputs` is `None` when every sample is an output (no selection).
-    pub async fn outcome(&self, outputs: Option<&[u32]>) -> Outcome {
+    pub(super) async fn outcome(&self, outputs: Option<&[u32]>) -> Outcome {
         self.outcome_of(self.accounting().await, outputs)
     }
 
     /// As [`outcome`](Self::outcome), without waiting: what the run came to so far, its
     /// samples still open counted as cancelled (see [`accounting_now`](Self::accounting_now)).
-    pub fn outcome_now(&self, outputs: Option<&[u32]>) -> Outcome {
+    pub(super) fn outcome_now(&self, outputs: Option<&[u32]>) -> Outcome {
         self.outcome_of(&self.accounting_now(), outputs)
     }
 
@@ -329,7 +349,7 @@ fn own(c: &Facts) -> Option<ChoiceUsage> {
 
 /// The tiktoken counts of the `weighed` choices' texts, each read where it is published.
 /// Blocking.
-fn weigh(completions: &choicewise_core::Completions, weighed: &[u32]) -> BTreeMap<u32, u64> {
+fn weigh(completions: &Completions, weighed: &[u32]) -> BTreeMap<u32, u64> {
     if weighed.is_empty() {
         return BTreeMap::new();
     }
@@ -377,13 +397,13 @@ pub(super) struct Part {
     estimated: bool,
 }
 
-/// What a run came to, read once when it is over ([`Run::accounting`]).
+/// What a run came to, read once when it is over ([`Ledger::accounting`]).
 #[derive(Debug)]
 pub(super) struct Accounting {
     usage: Usage,
     /// Every started sample's tokens.
     parts: Vec<Part>,
-    /// Every started sample's end, until [`Run::outcome`] takes them.
+    /// Every started sample's end, until [`Ledger::outcome`] takes them.
     ends: Mutex<Vec<End>>,
     /// The samples that ended cancelled.
     cancelled: Vec<u32>,
