@@ -1,19 +1,23 @@
 //! A request's end, accounted: its metrics, its log line and its span, recorded when its
 //! answer's body ends or is dropped, synchronously (no task is spawned for it).
 
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime};
 
 use axum::body::Bytes;
+use axum::http::HeaderMap;
 
 use crate::engine::Run;
+use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome};
 use crate::open::TryRecord;
 use crate::resilience;
-use crate::traces::RequestSpan;
+use crate::traces::{RequestSpan, Traces};
 use crate::write::{Closing, until_closed};
+use crate::{Gateway, auth};
 
 /// A request's run and its accounting. The answer reads what the run came to
 /// ([`settle`](Self::settle)) once its samples are over, before its last bytes; the record
@@ -23,10 +27,22 @@ use crate::write::{Closing, until_closed};
 /// record says what they had received: [`Run::outcome_now`]).
 pub(crate) struct Finish {
     pub(crate) metrics: Arc<Metrics>,
+    /// The configured model asked for, once known (empty for any other): the metrics' label.
     pub(crate) model: String,
+    /// The model asked for, configured or not, once read: the span's.
+    pub(crate) asked: Option<String>,
     /// The request's id (`x-request-id`), named in its log line.
     pub(crate) request_id: String,
     pub(crate) arrived: Instant,
+    /// Who the request comes from, for the ejection rules.
+    pub(crate) client: resilience::ClientId,
+    /// With traces on, the traces and the trace the request belongs to, until its span is
+    /// made.
+    pub(crate) traces: Option<Arc<Traces>>,
+    pub(crate) parent: Option<opentelemetry::Context>,
+    /// The request's tries, once its upstreams are tried: counted in `x-choicewise-tries`,
+    /// on a failure too.
+    pub(crate) tries: Option<Arc<Mutex<Vec<TryRecord>>>>,
     /// The output samples of a selection (`None`: every sample is an output).
     pub(crate) outputs: Option<Vec<u32>>,
     /// The answer was sent to its end.
@@ -70,6 +86,39 @@ impl Settled {
 }
 
 impl Finish {
+    /// The record of a request arriving now with these headers, from `peer`.
+    pub(crate) fn new(gw: &Gateway, headers: &HeaderMap, peer: Option<IpAddr>) -> Finish {
+        let traces = gw.inner.traces.clone();
+        Finish {
+            metrics: gw.inner.metrics.clone(),
+            model: String::new(),
+            asked: None,
+            request_id: (headers.get("x-request-id"))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+                .unwrap_or_default(),
+            arrived: Instant::now(),
+            client: auth::client_of(&gw.inner.keys, headers, peer),
+            parent: traces.as_ref().map(|_| Traces::parent(headers)),
+            traces,
+            tries: None,
+            outputs: None,
+            completed: false,
+            span: None,
+            failure: None,
+            run: None,
+            settled: None,
+        }
+    }
+
+    /// The request was answered with `e`: before its run began, its span is made now (a
+    /// run's is made with its record).
+    pub(crate) fn refused(&mut self, e: &ApiError) {
+        if let (Some(traces), Some(parent)) = (&self.traces, self.parent.take()) {
+            traces.record_error(&parent, self.arrived.elapsed(), self.asked.as_deref(), e);
+        }
+    }
+
     pub(crate) fn run(&self) -> &Run {
         self.run
             .as_ref()
