@@ -5,9 +5,10 @@
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use choicewise_core::ChoiceOutput;
 use choicewise_core::chunks::{ChoiceChunks, ChunkEncoder, DONE, Envelope};
+use choicewise_core::{Choice, ChoiceOutput};
 use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 
 use crate::engine::Picked;
@@ -148,19 +149,73 @@ pub(crate) fn stream_response(
     sse_response(body)
 }
 
-/// An output choice of a non-streamed answer: the choice as its upstream sent it, and why it
-/// failed, if it did.
-#[derive(Serialize)]
-struct AnsweredChoice {
-    #[serde(flatten)]
-    output: ChoiceOutput,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    choicewise: Option<ChoiceError>,
+/// The output choices of a non-streamed answer, each written from the run's own copy of it
+/// (read in place, [`Choice::inspect`](choicewise_core::Choice::inspect)), with why it failed,
+/// if it did.
+struct AnsweredChoices<'a> {
+    choices: &'a [(Option<Choice>, Option<String>)],
+    /// The client asked for log-probabilities.
+    logprobs: bool,
 }
 
-#[derive(Serialize)]
-struct ChoiceError {
-    error: String,
+impl Serialize for AnsweredChoices<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.choices.len()))?;
+        for (o, (choice, error)) in self.choices.iter().enumerate() {
+            let (index, error, logprobs) = (o as u32, error.as_deref(), self.logprobs);
+            let mut write = |output: &ChoiceOutput| {
+                seq.serialize_element(&AnsweredChoice {
+                    index,
+                    output,
+                    error,
+                    logprobs,
+                })
+            };
+            match choice {
+                Some(choice) => choice.inspect(write)?,
+                None => write(&ChoiceOutput::default())?,
+            }
+        }
+        seq.end()
+    }
+}
+
+/// The client's choice `index`, as its upstream sent it: what the library adds of its own
+/// (per-choice usage, the source, a mapped dialect's stop reason) left out; a failed one
+/// ends with `finish_reason: "error"` and why in `choicewise.error`.
+struct AnsweredChoice<'a> {
+    index: u32,
+    output: &'a ChoiceOutput,
+    error: Option<&'a str>,
+    logprobs: bool,
+}
+
+impl Serialize for AnsweredChoice<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Error<'a> {
+            error: &'a str,
+        }
+        let output = self.output;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("index", &self.index)?;
+        map.serialize_entry("message", &output.message)?;
+        match self.error {
+            Some(_) => map.serialize_entry("finish_reason", "error")?,
+            None => map.serialize_entry("finish_reason", &output.finish_reason)?,
+        }
+        let logprobs = (self.logprobs && self.error.is_none())
+            .then_some(output.logprobs.as_ref())
+            .flatten();
+        map.serialize_entry("logprobs", &logprobs)?;
+        if let Some(filter) = &output.content_filter_results {
+            map.serialize_entry("content_filter_results", filter)?;
+        }
+        if let Some(error) = self.error {
+            map.serialize_entry("choicewise", &Error { error })?;
+        }
+        map.end()
+    }
 }
 
 /// A non-streamed answer: a `chat.completion` with the run's usage and the pick's summary.
@@ -170,15 +225,15 @@ struct Completion<'a> {
     object: &'static str,
     created: u64,
     model: &'a str,
-    choices: &'a [AnsweredChoice],
+    choices: AnsweredChoices<'a>,
     usage: &'a Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     choicewise: Option<&'a Value>,
 }
 
-/// The answer as one `chat.completion`, written from its types into its bytes once: the
-/// choices' texts are held by the run and, while it is written, once more by the answer;
-/// the run is let go before the answer is sent.
+/// The answer as one `chat.completion`, written from its types into one buffer of its exact
+/// size: each choice's text is read where the run holds it and written once, into the
+/// answer's bytes; the run is let go before they are sent.
 pub(crate) async fn json_response(
     mut finish: Finish,
     picked: Picked,
@@ -198,53 +253,30 @@ pub(crate) async fn json_response(
         (usage, summary, settled)
     };
     let (usage, summary, settled) = until_closed(tail, &mut closing, run).await;
-    let mut choices = Vec::with_capacity(picked.samples.len());
-    // Each output choice's error, when it failed.
-    let mut errors: Vec<(usize, String)> = Vec::new();
-    for (o, sample) in picked.samples.iter().enumerate() {
+    // Each output choice, and why it failed, if it did.
+    let mut choices: Vec<(Option<Choice>, Option<String>)> = Vec::new();
+    for sample in &picked.samples {
         let choice = match run.index_of(*sample) {
             Some(index) => run.completions.choice(index).await,
             None => None,
         };
-        let (mut output, error) = match choice {
-            None => (
-                ChoiceOutput::default(),
-                Some("the upstream ended without this choice".to_string()),
-            ),
-            Some(choice) => match choice.message().await {
-                Ok(out) if out.cancelled => {
-                    (out, Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()))
-                }
-                Ok(out) => (out, None),
-                Err(incomplete) => (incomplete.partial, Some(incomplete.error.to_string())),
+        let error = match &choice {
+            None => Some("the upstream ended without this choice".to_string()),
+            Some(choice) => match (choice.error(), choice.inspect(|o| o.cancelled)) {
+                (Some(error), _) => Some(error.to_string()),
+                (None, true) => Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()),
+                (None, false) => None,
             },
         };
-        // The client's choice `o`, as its upstream sent it: what the library adds of its
-        // own (per-choice usage, the source, a mapped dialect's stop reason) left out.
-        output.index = o as u32;
-        output.usage = None;
-        output.source = None;
-        output.stop_reason = None;
-        output.cancelled = false;
-        if !req.logprobs {
-            output.logprobs = None;
-        }
-        if let Some(error) = &error {
-            output.finish_reason = Some("error".into());
-            output.logprobs = None;
-            errors.push((o, error.clone()));
-        }
-        choices.push(AnsweredChoice {
-            output,
-            choicewise: error.map(|error| ChoiceError { error }),
-        });
+        choices.push((choice, error));
     }
     finish.settled = Some(settled);
     finish.complete();
     // A choice cut by the gateway's shutdown is an answer as far as it got (the
     // shutdown's contract), not an upstream's failure.
-    let failures: Vec<String> = (errors.iter())
-        .filter(|(_, e)| e != SHUT_DOWN)
+    let failures: Vec<String> = (choices.iter().enumerate())
+        .filter_map(|(o, (_, e))| e.as_ref().map(|e| (o, e)))
+        .filter(|(_, e)| *e != SHUT_DOWN)
         .map(|(o, e)| format!("choice {o}: {e}"))
         .collect();
     if !failures.is_empty() && failures.len() == choices.len() {
@@ -268,7 +300,10 @@ pub(crate) async fn json_response(
         object: "chat.completion",
         created: envelope.created,
         model: &envelope.model,
-        choices: &choices,
+        choices: AnsweredChoices {
+            choices: &choices,
+            logprobs: req.logprobs,
+        },
         usage: &usage,
         choicewise: summary.as_ref(),
     };
@@ -313,6 +348,45 @@ pub(crate) fn json_body(bytes: Bytes, finish: Finish) -> Response {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_answered_choice_is_its_output_renumbered_without_the_librarys_additions() {
+        let mut output = ChoiceOutput::new(7, choicewise_core::Message::assistant("Hi"));
+        output.finish_reason = Some("stop".into());
+        output.logprobs = Some(json!({"content": []}));
+        output.content_filter_results = Some(json!({"hate": {"filtered": false}}));
+        output.stop_reason = Some("end_turn".into());
+        output.usage = Some(choicewise_core::ChoiceUsage::new(
+            3,
+            choicewise_core::UsageSource::Reported,
+        ));
+        let written = |error: Option<&str>, logprobs: bool| {
+            serde_json::to_value(AnsweredChoice {
+                index: 2,
+                output: &output,
+                error,
+                logprobs,
+            })
+            .unwrap()
+        };
+        // As the library's own serialisation of the choice says it, but for its additions.
+        let mut expected = output.clone();
+        expected.index = 2;
+        (expected.usage, expected.stop_reason) = (None, None);
+        assert_eq!(
+            written(None, true),
+            serde_json::to_value(&expected).unwrap()
+        );
+        expected.logprobs = None;
+        assert_eq!(
+            written(None, false),
+            serde_json::to_value(&expected).unwrap()
+        );
+        let mut failed = serde_json::to_value(&expected).unwrap();
+        failed["finish_reason"] = json!("error");
+        failed["choicewise"] = json!({"error": "cut"});
+        assert_eq!(written(Some("cut"), true), failed);
+    }
 
     #[test]
     fn a_written_chunk_is_the_envelope_around_its_element() {
