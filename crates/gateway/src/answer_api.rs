@@ -134,23 +134,24 @@ pub(crate) async fn json(
                 settled,
             );
         };
-        let out = match choice.message().await {
-            Ok(out) if out.cancelled => {
-                return (
-                    Err(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()),
-                    settled,
-                );
+        // The choice is over (settled): read where the run holds it, not copied.
+        let (cancelled, unfinished) =
+            choice.inspect(|out| (out.cancelled, out.finish_reason.is_none()));
+        let failed = match (choice.error(), cancelled, unfinished) {
+            (Some(error), _, _) => Some(error.to_string()),
+            (None, true, _) => Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()),
+            (None, false, true) => {
+                Some("the upstream ended the choice without a finish reason".to_string())
             }
-            Ok(out) => out,
-            Err(incomplete) => return (Err(incomplete.error.to_string()), settled),
+            (None, false, false) => None,
         };
-        if out.finish_reason.is_none() {
-            let why = "the upstream ended the choice without a finish reason";
-            return (Err(why.to_string()), settled);
+        if let Some(why) = failed {
+            return (Err(why), settled);
         }
         let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
         let summary = run.final_summary(&picked, &req.policy).await;
-        (Ok(reply.message(&out, &usage, summary.as_ref())), settled)
+        let message = choice.inspect(|out| reply.message(out, &usage, summary.as_ref()));
+        (Ok(message), settled)
     };
     let (answer, settled) = until_closed(answer, &mut closing, run).await;
     finish.settled = Some(settled);
