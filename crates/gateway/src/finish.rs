@@ -57,6 +57,10 @@ pub(crate) struct Finish {
     pub(crate) settled: Option<Settled>,
 }
 
+/// How long a failed request's answer waits for its cancelled samples to end, to account
+/// for them as they ended.
+const SETTLE_AFTER_CANCEL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What a run came to, read when its samples are over.
 pub(crate) struct Settled {
     outcome: Outcome,
@@ -163,7 +167,9 @@ impl Finish {
         if let Some(run) = &self.run {
             run.completions.cancel_except(&[]);
         }
-        self.settle().await;
+        // Cancelled, the samples end at once; what one that does not end in time had is read
+        // as it stands when the record is made.
+        let _ = tokio::time::timeout(SETTLE_AFTER_CANCEL, self.settle()).await;
     }
 
     /// The answer was sent to its end: its samples need no cancel.
