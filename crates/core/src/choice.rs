@@ -532,6 +532,29 @@ impl Choice {
         }
     }
 
+    /// `f` of the choice as [`snapshot`](Self::snapshot) returns it, read where it is
+    /// published rather than copied: for a large message read once it has closed.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
+    /// let _ = c.message().await;
+    /// assert_eq!(c.inspect(|o| o.message.content.as_ref().map(String::len)), Some(2));
+    /// assert!(c.error().is_none());
+    /// # }
+    /// ```
+    pub fn inspect<T>(&self, f: impl FnOnce(&ChoiceOutput) -> T) -> T {
+        self.entry.log.lock().with_output(self.index(), f)
+    }
+
+    /// The error that ended the choice, once it closed with one (the error
+    /// [`message`](Self::message) returns); `None` while it is open.
+    pub fn error(&self) -> Option<choicewise_proto::Error> {
+        self.entry.log.lock().error()
+    }
+
     /// The choice as assembled so far, without waiting: its message once it has closed (at
     /// its finish, a cancel or an error), and while it streams the message its events tell
     /// so far (text, calls, finish; see `Choice::events`).

@@ -5,7 +5,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use choicewise_proto::{ChatCompletion, Error, Incomplete, Usage, Warning};
+use choicewise_proto::{
+    ChatCompletion, ChoiceUsage, Error, Incomplete, Usage, UsageSource, Warning,
+};
 use futures::Stream;
 
 use crate::actor::reader::spawn_reader;
@@ -262,6 +264,62 @@ impl Completions {
         }
     }
 
+    /// `f` of each choice as [`collect`](Self::collect) returns it (its own usage as
+    /// [`ChoiceOutput::usage`](choicewise_proto::ChoiceOutput::usage) says it, passed apart),
+    /// read where it is published rather than copied: a choice's message is held once however
+    /// many read it. By index; each choice as it is now, so call it once the completion is
+    /// over (after [`usage`](Self::usage) or [`collect`](Self::collect)) for their ends.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"model\":\"m-1\",\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::new(Source::reader(sse.as_bytes()));
+    /// let usage = c.usage().await;
+    /// let ends = c.inspect(|o, u| (o.finish_reason.clone(), u.map(|u| u.completion_tokens)));
+    /// assert_eq!(ends, [(Some("stop".to_string()), Some(usage.completion_tokens))]);
+    /// assert_eq!(c.response_model().as_deref(), Some("m-1"));
+    /// # }
+    /// ```
+    pub fn inspect<T>(
+        &self,
+        mut f: impl FnMut(&choicewise_proto::ChoiceOutput, Option<ChoiceUsage>) -> T,
+    ) -> Vec<T> {
+        let (mut entries, reported) = {
+            let state = self.shared.lock();
+            (state.choices.clone(), state.reported_per_choice())
+        };
+        entries.sort_by_key(|c| c.index());
+        let estimate = (self.shared.usage.get())
+            .and_then(|u| u.estimate.as_ref())
+            .map(|e| &e.choices);
+        (entries.iter())
+            .map(|c| {
+                let index = c.index();
+                let usage = match (reported.get(&index), estimate.and_then(|e| e.get(&index))) {
+                    (Some(&n), _) => Some(ChoiceUsage::new(n, UsageSource::Reported)),
+                    (None, Some(&n)) => Some(ChoiceUsage::new(n, UsageSource::Estimated)),
+                    (None, None) => None,
+                };
+                c.log.lock().with_output(index, |output| f(output, usage))
+            })
+            .collect()
+    }
+
+    /// The model the stream named in its answer, if it named one.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let c = Completions::new(Source::reader(&b"data: [DONE]\n\n"[..]));
+    /// c.outcome().await.unwrap();
+    /// assert_eq!(c.response_model(), None);
+    /// # }
+    /// ```
+    pub fn response_model(&self) -> Option<String> {
+        self.shared.lock().meta.model().map(str::to_string)
+    }
+
     /// The completion's choices so far.
     pub(crate) fn entries(&self) -> Vec<Arc<ChoiceEntry>> {
         self.shared.lock().choices.clone()
@@ -305,59 +363,56 @@ impl Completions {
         shared
             .usage
             .get_or_init(|| async {
-                // A fan-out: each upstream's reported usage, or `None` and its choices.
-                let (reported, parts) = {
-                    let state = shared.lock();
-                    let parts: Option<Vec<_>> = state.fan_out().then(|| {
-                        state
-                            .upstreams
-                            .iter()
-                            .map(|u| {
-                                let indexes: Vec<u32> = u.map.values().copied().collect();
-                                let own = (u.request.clone(), u.meta.model().map(str::to_string));
-                                (u.reported_usage(), indexes, own)
-                            })
-                            .collect()
-                    });
-                    (state.reported_usage(), parts)
-                };
-                if let Some(reported) = reported {
-                    return reported;
+                match usage_counting(shared) {
+                    Ok(reported) => reported,
+                    Err(count) => tokio::task::spawn_blocking(count)
+                        .await
+                        .unwrap_or_else(|e| Usage::failed_estimate(e.to_string())),
                 }
-                let (completion, _) = shared.assemble();
-                let model = shared.model();
-                let request = shared
-                    .lock()
-                    .upstreams
-                    .first()
-                    .and_then(|u| u.request.clone());
-                let counting = tokio::task::spawn_blocking(move || match parts {
-                    None => estimate(model, request.as_deref(), &completion.choices),
-                    Some(parts) => Usage::sum(
-                        parts
-                            .into_iter()
-                            .map(|(reported, indexes, (own_request, own_model))| {
-                                reported.unwrap_or_else(|| {
-                                    let request = own_request.as_deref();
-                                    let model = own_model.or_else(|| model.clone());
-                                    let choices: Vec<_> = completion
-                                        .choices
-                                        .iter()
-                                        .filter(|c| indexes.contains(&c.index))
-                                        .cloned()
-                                        .collect();
-                                    estimate(model, request, &choices)
-                                })
-                            })
-                            .collect(),
-                    ),
-                });
-                counting
-                    .await
-                    .unwrap_or_else(|e| Usage::failed_estimate(e.to_string()))
             })
             .await
             .clone()
+    }
+
+    /// The usage as it stands, without waiting: as [`usage`](Self::usage) says, of what was
+    /// received so far (an estimate counted on the calling thread, in bounded time). For a
+    /// caller that cannot wait for the end, such as one accounting for a completion it
+    /// cancels as it drops it; the figures may be below those `usage` gives at the end.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source, UsageSource};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello!\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let c = Completions::new(Source::reader(sse.as_bytes()));
+    /// c.choice(0).await.unwrap().message().await.unwrap();
+    /// let usage = c.usage_now();
+    /// assert_eq!((usage.completion_tokens, usage.source), (2, UsageSource::Estimated));
+    /// # }
+    /// ```
+    pub fn usage_now(&self) -> Usage {
+        match usage_counting(&self.shared) {
+            Ok(reported) => reported,
+            Err(count) => count(),
+        }
+    }
+
+    /// The indexes of the choices still open: not finished, failed or cancelled.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let c = Completions::new(Source::reader(&b"data: [DONE]\n\n"[..]));
+    /// c.outcome().await.unwrap();
+    /// assert!(c.open_choices().is_empty());
+    /// # }
+    /// ```
+    pub fn open_choices(&self) -> Vec<u32> {
+        let mut open: Vec<u32> = (self.entries().iter())
+            .filter(|c| c.log.lock().closed().is_none())
+            .map(|c| c.index())
+            .collect();
+        open.sort_unstable();
+        open
     }
 
     /// Cancels every choice still open and every choice still to appear (see
@@ -479,19 +534,87 @@ impl Completions {
     }
 }
 
-/// Counts an estimate (feature `estimate`), or says that none can be counted.
+/// The usage reported, or the counting of an estimate of what was received (blocking: run
+/// it where counting may block).
+#[allow(clippy::type_complexity)]
+fn usage_counting(shared: &CompletionShared) -> Result<Usage, Box<dyn FnOnce() -> Usage + Send>> {
+    // A fan-out: each upstream's reported usage, or `None` and its choices.
+    let (reported, parts) = {
+        let state = shared.lock();
+        let parts: Option<Vec<_>> = state.fan_out().then(|| {
+            state
+                .upstreams
+                .iter()
+                .map(|u| {
+                    let indexes: Vec<u32> = u.map.values().copied().collect();
+                    let own = (u.request.clone(), u.meta.model().map(str::to_string));
+                    (u.reported_usage(), indexes, own)
+                })
+                .collect()
+        });
+        (state.reported_usage(), parts)
+    };
+    if let Some(reported) = reported {
+        return Ok(reported);
+    }
+    // The choices' messages are counted where they are published, not copied.
+    let entries = shared.lock().choices.clone();
+    let model = shared.model();
+    let request = shared
+        .lock()
+        .upstreams
+        .first()
+        .and_then(|u| u.request.clone());
+    Err(Box::new(move || match parts {
+        None => estimate(model, request.as_deref(), &entries, None),
+        Some(parts) => Usage::sum(
+            parts
+                .into_iter()
+                .map(|(reported, indexes, (own_request, own_model))| {
+                    reported.unwrap_or_else(|| {
+                        let request = own_request.as_deref();
+                        let model = own_model.or_else(|| model.clone());
+                        estimate(model, request, &entries, Some(&indexes))
+                    })
+                })
+                .collect(),
+        ),
+    }))
+}
+
+/// Counts an estimate of the choices of `entries` (those of `indexes`, when given) and of
+/// the prompt (feature `estimate`), or says that none can be counted. Each message is counted
+/// where it is published, under its log's lock (the completion is over: nothing writes).
 fn estimate(
     model: Option<String>,
     request: Option<&serde_json::Value>,
-    choices: &[choicewise_proto::ChoiceOutput],
+    entries: &[Arc<ChoiceEntry>],
+    indexes: Option<&[u32]>,
 ) -> Usage {
     #[cfg(feature = "estimate")]
     {
-        Usage::estimate(model, request, choices)
+        let encoding = choicewise_usage::encoding_for_model(model.as_deref().unwrap_or_default());
+        // The prompt's count, and the estimate's shape, from no choice.
+        let mut usage = Usage::estimate(model, request, &[]);
+        let counted = (entries.iter())
+            .filter(|c| indexes.is_none_or(|i| i.contains(&c.index())))
+            .map(|c| {
+                let index = c.index();
+                let tokens =
+                    (c.log.lock()).with_output(index, |o| o.completion_tokens(encoding.name));
+                (index, tokens)
+            });
+        let choices: std::collections::BTreeMap<u32, u64> = counted.collect();
+        usage.completion_tokens = choices.values().sum();
+        usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
+        if let Some(estimate) = &mut usage.estimate {
+            estimate.choices = choices;
+        }
+        usage
     }
     #[cfg(not(feature = "estimate"))]
     {
-        let _ = (model, request, choices);
+        let _ = (model, request, entries, indexes);
         Usage::failed_estimate("token estimates are not compiled in (feature `estimate`)".into())
     }
 }

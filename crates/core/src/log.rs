@@ -114,6 +114,20 @@ impl Published {
         (output, self.phase.closed().and_then(Closed::error))
     }
 
+    /// The error that ended the choice, once it closed with one.
+    pub fn error(&self) -> Option<Error> {
+        self.phase.closed().and_then(Closed::error)
+    }
+
+    /// `f` of the choice's message as published (as [`outcome`](Self::outcome) returns it),
+    /// read in place rather than copied.
+    pub fn with_output<T>(&self, index: u32, f: impl FnOnce(&ChoiceOutput) -> T) -> T {
+        match &self.output {
+            Some(output) => f(output),
+            None => f(&self.rebuilt(index)),
+        }
+    }
+
     /// The message as the events tell it.
     pub fn rebuilt(&self, index: u32) -> ChoiceOutput {
         output_from_events(index, (0..).map_while(|i| self.events.get(i)))

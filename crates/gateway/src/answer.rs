@@ -11,69 +11,39 @@ use choicewise_client::Dialect;
 use choicewise_core::chunks::Envelope;
 use tokio::sync::watch;
 
-use crate::answer_chat::{self, json_response, stream_response};
-use crate::engine::Run;
+use crate::answer_chat::{json_response, stream_response};
+use crate::engine::{Picked, Run};
 use crate::error::ApiError;
 use crate::finish::Finish;
 use crate::request::ChatRequest;
-use crate::traces::Traces;
-use crate::{Gateway, HostedTools, answer_api, ingress, layers, listen, open, resilience};
+use crate::{Gateway, HostedTools, answer_api, ingress, layers, listen, open, write};
 
 /// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
-/// API's terms, its failures included.
+/// API's terms, its failures included. Its record ([`Finish`]) is made as it arrives, filled
+/// in as it is served, and goes with its answer's body, which records it when it ends.
 pub(crate) async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> Response {
     let (parts, body) = request.into_parts();
-    let headers = parts.headers;
-    let arrived = Instant::now();
     let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
-    let mut seen = Seen {
-        client: gw.client_of(&headers, peer),
-        parent: gw.inner.traces.as_ref().map(|_| Traces::parent(&headers)),
-        request_id: (headers.get("x-request-id"))
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
-            .unwrap_or_default(),
-        ..Seen::default()
-    };
-    let response = match serve_chat(&gw, body, arrived, &mut seen, api).await {
-        Ok(response) => response,
+    let mut finish = Finish::new(&gw, &parts.headers, peer);
+    let served = serve_chat(&gw, body, &mut finish, api).await;
+    let label = layers::ModelLabel(finish.model.clone());
+    let tries = finish.tries.clone();
+    let mut response = match served {
+        Ok(ready) => ready.answer(finish).await,
         Err(e) => {
-            // Answered before its run began: its span now (a run's is its Finish's).
-            if let (Some(traces), Some(parent)) = (&gw.inner.traces, &seen.parent) {
-                traces.record_error(parent, arrived.elapsed(), seen.asked.as_deref(), &e);
-            }
-            let mut response = layers::shaped(api, e);
-            if let Some(tries) = &seen.tries {
-                let count = tries.lock().map_or(0, |t| t.len());
-                response
-                    .headers_mut()
-                    .insert("x-choicewise-tries", count.into());
-            }
-            response
+            finish.refused(&e);
+            layers::shaped(api, e)
         }
     };
-    let mut response = response;
-    (response.extensions_mut()).insert(layers::ModelLabel(std::mem::take(&mut seen.model)));
+    // Every answer's headers are sent after its first tries ended: how many there were.
+    if let Some(tries) = tries {
+        let count = tries.lock().map_or(0, |t| t.len());
+        response
+            .headers_mut()
+            .insert("x-choicewise-tries", count.into());
+    }
+    response.extensions_mut().insert(label);
     response
-}
-
-/// What [`chat_completions`] learns of a request as it is served, for its accounting.
-#[derive(Default)]
-struct Seen {
-    /// Who the request comes from, for the ejection rules.
-    client: resilience::ClientId,
-    /// The configured model asked for, once known (empty for any other): the metrics' label.
-    model: String,
-    /// The request's id (`x-request-id`), for its log line.
-    request_id: String,
-    /// The model asked for, configured or not, once read: the span's.
-    asked: Option<String>,
-    /// With traces on, the trace the request belongs to, until its run's [`Finish`] takes
-    /// it (and makes the span).
-    parent: Option<opentelemetry::Context>,
-    /// The request's tries, once its upstreams are tried: counted in `x-choicewise-tries`
-    /// on a failure too.
-    tries: Option<Arc<std::sync::Mutex<Vec<open::TryRecord>>>>,
 }
 
 /// Bodies of at most this many bytes without a `vote_by` are parsed on the worker that
@@ -87,13 +57,15 @@ fn parses_inline(body: &[u8]) -> bool {
     body.len() <= INLINE_PARSE_BYTES && !has(b"vote_by") && !has(b"\\u")
 }
 
+/// Serves a request up to its answer: read, checked, its policy applied, its samples opened
+/// and picked; `finish` learns what the request's record needs as it goes.
 async fn serve_chat(
     gw: &Gateway,
     body: Body,
-    arrived: Instant,
-    seen: &mut Seen,
+    finish: &mut Finish,
     api: Dialect,
-) -> Result<Response, ApiError> {
+) -> Result<Ready, ApiError> {
+    let arrived = finish.arrived;
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(gw, body).await?;
     let inline = parses_inline(&bytes);
@@ -147,12 +119,12 @@ async fn serve_chat(
         Err(refused) => {
             let (e, asked) = *refused;
             if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
-                seen.model = model;
+                finish.model = model;
             }
             return Err(e);
         }
     };
-    seen.asked = Some(req.model.clone());
+    finish.asked = Some(req.model.clone());
     let Some(model) = gw.inner.models.get(&req.model).cloned() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -164,7 +136,7 @@ async fn serve_chat(
         )
         .code("model_not_found"));
     };
-    seen.model.clone_from(&req.model);
+    finish.model.clone_from(&req.model);
     // Every ingress's request is read here: the model's default policy applies to those
     // that carry no extension (an agent cannot send one).
     let default = gw.inner.policies.get(&req.model);
@@ -215,17 +187,17 @@ async fn serve_chat(
         metrics: gw.inner.metrics.clone(),
         budget,
         tries: Arc::default(),
-        client: seen.client,
+        client: finish.client,
         sent: Arc::default(),
         max_requests: gw.inner.limits.max_upstream_requests_per_request,
     };
-    seen.tries = Some(opener.tries.clone());
+    finish.tries = Some(opener.tries.clone());
     // Everything the request does ends by its deadline: opening its first samples, the pick,
     // the answer (`closing`).
     let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);
     let past_deadline = |while_: &str| {
         tracing::warn!(
-            request_id = %seen.request_id,
+            request_id = %finish.request_id,
             model = %req.model,
             request_deadline_s = gw.inner.limits.request_deadline_s,
             "the request passed its deadline {while_}"
@@ -244,10 +216,12 @@ async fn serve_chat(
         Ok(run) => run?,
         Err(_) => return Err(past_deadline("while its first samples were opened")),
     };
-    let span = match (&gw.inner.traces, seen.parent.take()) {
+    let span = match (&gw.inner.traces, finish.parent.take()) {
         (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
         _ => None,
     };
+    // The span names how each sample ended, and its parts.
+    run.keep_messages(span.is_some());
     let picked = run
         .pick(&req, deadline.saturating_duration_since(Instant::now()))
         .await;
@@ -255,24 +229,16 @@ async fn serve_chat(
         let reason = picked.reason.as_deref().unwrap_or("nothing was picked");
         past_deadline(&format!("before its pick decided: {reason}"))
     });
-    let mut finish = Finish {
-        metrics: gw.inner.metrics.clone(),
-        model: req.model.clone(),
-        request_id: std::mem::take(&mut seen.request_id),
-        arrived,
-        outputs: (req.policy.rule() != choicewise_core::PickRule::All)
-            .then(|| picked.samples.clone()),
-        completed: false,
-        span,
-        failure: None,
-        run: Some(run),
-    };
+    finish.outputs =
+        (req.policy.rule() != choicewise_core::PickRule::All).then(|| picked.samples.clone());
+    finish.span = span;
+    finish.run = Some(run);
     if let Some(e) = past_deadline {
-        finish.failure = Some("request_deadline");
+        finish.fail("request_deadline").await;
         return Err(e);
     }
     if picked.samples.is_empty() {
-        finish.failure = Some("no_choice");
+        finish.fail("no_choice").await;
         let reason = picked
             .reason
             .clone()
@@ -289,24 +255,58 @@ async fn serve_chat(
         span.response_id = Some(envelope.id.clone());
     }
     let closing = answer_closing(gw, deadline, &finish.request_id, &req.model);
-    let tries = finish.run().tries.clone();
-    let mut response = match (reply, req.stream) {
-        (None, true) => stream_response(finish, picked, req, envelope, closing),
-        (None, false) => json_response(finish, picked, req, envelope, closing).await,
-        (Some(reply), true) => answer_api::stream(finish, picked, req, reply, estimate, closing),
-        (Some(reply), false) => answer_api::json(finish, picked, req, reply, closing).await,
-    };
-    // Every answer's headers are sent after its first tries ended: how many there were.
-    let count = tries.lock().map_or(0, |t| t.len());
-    response
-        .headers_mut()
-        .insert("x-choicewise-tries", count.into());
-    if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
+    Ok(Ready {
+        picked,
+        req,
+        reply,
+        estimate,
+        envelope,
+        closing,
+        dropped,
+    })
+}
+
+/// A request ready to be answered: its pick made, what its answer is made of.
+struct Ready {
+    picked: Picked,
+    req: ChatRequest,
+    /// The client's API, when it is not Chat Completions.
+    reply: Option<ingress::Reply>,
+    /// A streamed Messages answer's prompt tokens, being counted.
+    estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
+    envelope: Envelope,
+    closing: write::Closing,
+    /// The hosted tools left out of the upstream request.
+    dropped: Option<String>,
+}
+
+impl Ready {
+    /// The answer, in the client's API, streamed or not; `finish` goes with its body.
+    async fn answer(self, finish: Finish) -> Response {
+        let Ready {
+            picked,
+            req,
+            reply,
+            estimate,
+            envelope,
+            closing,
+            dropped,
+        } = self;
+        let mut response = match (reply, req.stream) {
+            (None, true) => stream_response(finish, picked, req, envelope, closing),
+            (None, false) => json_response(finish, picked, req, envelope, closing).await,
+            (Some(reply), true) => {
+                answer_api::stream(finish, picked, req, reply, estimate, closing)
+            }
+            (Some(reply), false) => answer_api::json(finish, picked, req, reply, closing).await,
+        };
+        if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
+            response
+                .headers_mut()
+                .insert("x-choicewise-dropped-tools", value);
+        }
         response
-            .headers_mut()
-            .insert("x-choicewise-dropped-tools", value);
     }
-    Ok(response)
 }
 
 /// What a translated request (Messages, Responses) brings besides its Chat Completions body.
@@ -327,7 +327,7 @@ fn answer_closing(
     deadline: Instant,
     request_id: &str,
     model: &str,
-) -> answer_chat::Closing {
+) -> write::Closing {
     let (cut, closing) = watch::channel(None);
     let mut gateway = gw.inner.closing.subscribe();
     let (request_id, model) = (request_id.to_string(), model.to_string());
@@ -340,7 +340,7 @@ fn answer_closing(
         };
         tokio::select! {
             () = shut => {
-                cut.send_replace(Some(answer_chat::SHUT_DOWN));
+                cut.send_replace(Some(write::SHUT_DOWN));
             }
             () = tokio::time::sleep_until(deadline.into()) => {
                 tracing::warn!(
@@ -349,7 +349,7 @@ fn answer_closing(
                     request_deadline_s = after,
                     "the request passed its deadline: its answer ends now"
                 );
-                cut.send_replace(Some(answer_chat::PAST_DEADLINE));
+                cut.send_replace(Some(write::PAST_DEADLINE));
             }
             () = cut.closed() => {}
         }

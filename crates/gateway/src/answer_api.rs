@@ -2,24 +2,46 @@
 //! choice written in the client's API by its [`Encoder`](crate::ingress::Encoder), streamed
 //! or as one object, with the same back-pressure, shutdown and accounting as the chat answer.
 
-use std::task::Poll;
-
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 
-use crate::answer_chat::{
-    Closing, Out, SHUT_DOWN, WRITE_BYTES, closed, cut_short, output, sse_response, until_closed,
-};
+use crate::answer_chat::json_body;
 use crate::engine::Picked;
-use crate::finish::Finish;
-use crate::ingress::{self, Reply, Tokens};
+use crate::finish::{Finish, Settled};
+use crate::ingress::{self, Encoder, Reply, Tokens};
 use crate::request::ChatRequest;
+use crate::write::{
+    Closing, Framing, Out, SHUT_DOWN, cut_short, output, sse_response, until_closed, write_loop,
+};
+
+/// A Messages or Responses answer's events: the one output choice's, by the API's
+/// [`Encoder`], and why the choice failed, if it did.
+struct ApiFraming {
+    encoder: Box<dyn Encoder>,
+    failure: Option<String>,
+}
+
+impl Framing for ApiFraming {
+    fn open(&mut self, write: &mut Vec<u8>) {
+        self.encoder.start(write);
+    }
+
+    fn out(&mut self, _: usize, out: Out, write: &mut Vec<u8>) {
+        match out {
+            Out::Event(event) => self.encoder.event(&event, write),
+            Out::Failed(why) => {
+                self.failure.get_or_insert(why);
+            }
+            Out::Ended => {}
+        }
+    }
+}
 
 /// The streamed answer: the API's opening events at once (with the prompt's tokens when
 /// `estimate` counts them: Messages' `message_start`), then the output choice's events as
-/// they come, then its end (usage, stop reason, the pick's summary) or its failure.
+/// they come, then its end (usage, stop reason, the pick's summary) or its failure. The body
+/// ends once what the run came to is read.
 pub(crate) fn stream(
     mut finish: Finish,
     picked: Picked,
@@ -35,64 +57,22 @@ pub(crate) fn stream(
             reply.input_tokens = estimate.await.ok().flatten();
         }
         let run = finish.run();
-        let sample = picked.samples[0];
-        let index = run.index_of(sample);
-        let mut events = output(run.completions.clone(), index);
-        let mut encoder = reply.encoder();
-        let mut write = Vec::with_capacity(512);
-        encoder.start(&mut write);
-        yield Ok::<_, std::convert::Infallible>(Bytes::from(std::mem::take(&mut write)));
-        run.pace.streaming();
-        let mut failure: Option<String> = None;
-        let mut first = true;
-        let mut ended = false;
-        while !ended {
-            let next = match futures::poll!(events.next()) {
-                Poll::Ready(next) => next,
-                Poll::Pending => {
-                    run.pace.caught_up();
-                    tokio::select! {
-                        biased;
-                        next = events.next() => next,
-                        why = closed(&mut closing) => {
-                            failure.get_or_insert_with(|| why.to_string());
-                            None
-                        }
-                    }
-                }
-            };
-            let Some(out) = next else { break };
-            run.pace.writing();
-            let mut take = |out: Out, write: &mut Vec<u8>| match out {
-                Out::Event(event) => encoder.event(&event, write),
-                Out::Failed(why) => {
-                    failure.get_or_insert(why);
-                }
-                Out::Ended => {}
-            };
-            take(out, &mut write);
-            while write.len() < WRITE_BYTES {
-                match futures::poll!(events.next()) {
-                    Poll::Ready(Some(out)) => take(out, &mut write),
-                    Poll::Ready(None) => {
-                        ended = true;
-                        break;
-                    }
-                    Poll::Pending => break,
-                }
-            }
-            if write.is_empty() {
-                continue;
-            }
-            if std::mem::take(&mut first) {
-                finish.first_chunk();
-            }
-            let len = write.len();
-            yield Ok(Bytes::from(std::mem::take(&mut write)));
-            run.pace.sent(len);
+        let index = run.index_of(picked.samples[0]);
+        let outputs = vec![output(run.completions.clone(), index)];
+        let mut framing = ApiFraming {
+            encoder: reply.encoder(),
+            failure: None,
+        };
+        let mut cut = None;
+        let written = write_loop(&mut framing, outputs, &finish, &mut closing, &mut cut);
+        for await write in written {
+            yield Ok::<_, std::convert::Infallible>(write);
         }
-        drop(events);
-        run.pace.caught_up();
+        let run = finish.run();
+        let ApiFraming { mut encoder, mut failure } = framing;
+        if let Some(why) = cut {
+            failure.get_or_insert_with(|| why.to_string());
+        }
         if cut_short(&closing).is_some() {
             run.completions.cancel_except(&[]);
         }
@@ -114,6 +94,7 @@ pub(crate) fn stream(
         // A choice whose events ended without its finish ends as a failure (the encoder's
         // `end` writes it so itself; said here for the log of the request).
         let unfinished = failure.is_none() && !encoder.finished();
+        let mut write = Vec::new();
         match failure {
             Some(why) => encoder.failed(&why, summary.as_ref(), &mut write),
             None => encoder.end(&usage, stop_reason.as_deref(), summary.as_ref(), &mut write),
@@ -123,6 +104,8 @@ pub(crate) fn stream(
         }
         finish.complete();
         yield Ok(Bytes::from(write));
+        // The body ends once what the run came to is read: its record needs nothing more.
+        finish.settle_until_closed(&mut closing).await;
     };
     sse_response(body)
 }
@@ -138,36 +121,48 @@ pub(crate) async fn json(
 ) -> Response {
     let run = finish.run();
     let why = closing.clone();
+    let outputs = finish.outputs.clone();
     let answer = async {
+        let settled = Settled::read(run, outputs.as_deref()).await;
         let choice = match run.index_of(picked.samples[0]) {
             Some(index) => run.completions.choice(index).await,
             None => None,
         };
         let Some(choice) = choice else {
-            return Err("the upstream ended without this choice".to_string());
+            return (
+                Err("the upstream ended without this choice".to_string()),
+                settled,
+            );
         };
-        let out = match choice.message().await {
-            Ok(out) if out.cancelled => {
-                return Err(cut_short(&why).unwrap_or(SHUT_DOWN).to_string());
+        // The choice is over (settled): read where the run holds it, not copied.
+        let (cancelled, unfinished) =
+            choice.inspect(|out| (out.cancelled, out.finish_reason.is_none()));
+        let failed = match (choice.error(), cancelled, unfinished) {
+            (Some(error), _, _) => Some(error.to_string()),
+            (None, true, _) => Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()),
+            (None, false, true) => {
+                Some("the upstream ended the choice without a finish reason".to_string())
             }
-            Ok(out) => out,
-            Err(incomplete) => return Err(incomplete.error.to_string()),
+            (None, false, false) => None,
         };
-        if out.finish_reason.is_none() {
-            return Err("the upstream ended the choice without a finish reason".to_string());
+        if let Some(why) = failed {
+            return (Err(why), settled);
         }
         let usage = Tokens::from_chat(&run.usage(&picked.samples).await);
         let summary = run.final_summary(&picked, &req.policy).await;
-        Ok(reply.answer_text(&reply.message(&out, &usage, summary.as_ref())))
+        // The request's parameters a Responses answer repeats are spliced in as sent.
+        let message =
+            choice.inspect(|out| reply.answer_text(&reply.message(out, &usage, summary.as_ref())));
+        (Ok(message), settled)
     };
-    let answer = until_closed(answer, &mut closing, run).await;
+    let (answer, settled) = until_closed(answer, &mut closing, run).await;
+    finish.settled = Some(settled);
     finish.complete();
     match answer {
-        Ok(body) => (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response(),
+        Ok(body) => {
+            finish.release();
+            json_body(Bytes::from(body), finish)
+        }
         Err(why) => {
             finish.failure = Some("choice_failed");
             let status = StatusCode::BAD_GATEWAY;

@@ -2,168 +2,71 @@
 //! (streamed) or one `chat.completion`, with back-pressure, the shutdown's cut and the
 //! request's accounting.
 
-use std::task::Poll;
-
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use choicewise_core::{ChatCompletion, ChoiceOutput, Logprobs};
-use futures::StreamExt;
-use serde_json::{Value, json};
-use tokio::sync::watch;
+use choicewise_core::chunks::{ChoiceChunks, ChunkEncoder, DONE, Envelope};
+use choicewise_core::{Choice, ChoiceOutput};
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde_json::Value;
 
 use crate::engine::Picked;
 use crate::error::ApiError;
-use crate::finish::Finish;
+use crate::finish::{Accounted, Finish, Settled};
 use crate::request::ChatRequest;
-use choicewise_core::chunks::Envelope;
-use choicewise_core::chunks::{ChoiceChunks, Element};
+use crate::write::{
+    Closing, Framing, Out, SHUT_DOWN, cut_short, output, sse_response, until_closed, write_loop,
+};
 
-/// Why an answer is cut short, once it is: the gateway closes ([`SHUT_DOWN`],
-/// [`Gateway::close`](crate::Gateway::close)) or the request passes its deadline
-/// ([`PAST_DEADLINE`], `request_deadline_s`).
-pub(crate) type Closing = watch::Receiver<Option<&'static str>>;
-
-/// Resolves once the answer is cut short, with why; never if nothing can cut it any more.
-pub(crate) async fn closed(closing: &mut Closing) -> &'static str {
-    let why = (closing.wait_for(Option::is_some).await).map(|why| (*why).unwrap_or(SHUT_DOWN));
-    match why {
-        Ok(why) => why,
-        Err(_) => std::future::pending().await,
-    }
+/// A Chat Completions answer's events: each output choice's chunks (proto's encoder), and
+/// why each choice failed, if it did (an error, an end without a finish, a finish of
+/// `error`).
+struct ChatFraming {
+    encoder: ChunkEncoder,
+    chunks: Vec<ChoiceChunks>,
+    failures: Vec<Option<String>>,
 }
 
-/// Why the answer was cut short, if it was.
-pub(crate) fn cut_short(closing: &Closing) -> Option<&'static str> {
-    *closing.borrow()
-}
-
-/// A streamed answer's response: 200, `text/event-stream`, no caching or proxy buffering.
-pub(crate) fn sse_response(
-    body: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
-) -> Response {
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-}
-
-/// Awaits `work`; if the gateway closes first, its run's samples still running are
-/// cancelled (their upstreams closed), and `work` ends with what they had.
-pub(crate) async fn until_closed<T>(
-    work: impl std::future::Future<Output = T>,
-    closing: &mut Closing,
-    run: &crate::engine::Run,
-) -> T {
-    let mut work = std::pin::pin!(work);
-    tokio::select! {
-        done = &mut work => done,
-        _ = closed(closing) => {
-            run.completions.cancel_except(&[]);
-            work.await
+impl Framing for ChatFraming {
+    fn open(&mut self, write: &mut Vec<u8>) {
+        // Every choice's opening, in index order.
+        for c in self.chunks.iter_mut() {
+            self.encoder.element(write, &c.opening());
         }
     }
-}
 
-/// What an output choice's stream says.
-pub(crate) enum Out {
-    Event(choicewise_core::ChoiceEvent),
-    /// It failed: why.
-    Failed(String),
-    /// Its events ended.
-    Ended,
-}
-
-/// One output choice's events, from its start.
-pub(crate) fn output(
-    completions: choicewise_core::Completions,
-    index: Option<u32>,
-) -> futures::stream::BoxStream<'static, Out> {
-    async_stream::stream! {
-        let choice = match index {
-            Some(index) => completions.choice(index).await,
-            None => None,
-        };
-        let Some(choice) = choice else {
-            yield Out::Failed("the upstream ended without this choice".into());
-            return;
-        };
-        let mut events = choice.events();
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(event) => yield Out::Event(event),
-                Err(e) => {
-                    yield Out::Failed(e.to_string());
-                    return;
-                }
+    fn out(&mut self, o: usize, out: Out, write: &mut Vec<u8>) {
+        let chunks = &mut self.chunks[o];
+        let (element, failed) = match out {
+            Out::Event(event) => {
+                let failed = match &event {
+                    choicewise_core::ChoiceEvent::Finished(reason) if &**reason == "error" => Some(
+                        "the upstream ended the choice with finish_reason \"error\"".to_string(),
+                    ),
+                    _ => None,
+                };
+                (chunks.event(&event), failed)
             }
+            Out::Failed(why) => (Some(chunks.failed(&why)), Some(why)),
+            Out::Ended if !chunks.is_finished() => {
+                let why = "the upstream ended the choice without a finish reason";
+                (Some(chunks.failed(why)), Some(why.to_string()))
+            }
+            Out::Ended => (None, None),
+        };
+        if let Some(element) = element {
+            self.encoder.element(write, &element);
         }
-        yield Out::Ended;
+        if let Some(why) = failed {
+            self.failures[o].get_or_insert(why);
+        }
     }
-    .boxed()
-}
-
-/// Why a choice ended when the gateway closed.
-pub(crate) const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
-
-/// Why a choice ended when its request passed its deadline.
-pub(crate) const PAST_DEADLINE: &str =
-    "the request passed its deadline (request_deadline_s) before this choice finished";
-
-fn sse(value: &Value) -> Bytes {
-    Bytes::from(format!("data: {value}\n\n"))
-}
-
-/// How many bytes of chunks already made go into one write at most.
-pub(crate) const WRITE_BYTES: usize = 16 * 1024;
-
-/// Appends the chunk, if any, that one output choice's `out` makes; why the choice failed,
-/// if `out` says it did (an error, an end without a finish, a finish of `error`).
-fn chunk_out(
-    write: &mut Vec<u8>,
-    prefix: &str,
-    chunks: &mut ChoiceChunks,
-    out: Out,
-) -> Option<String> {
-    let (element, failed) = match out {
-        Out::Event(event) => {
-            let failed = match &event {
-                choicewise_core::ChoiceEvent::Finished(reason) if &**reason == "error" => {
-                    Some("the upstream ended the choice with finish_reason \"error\"".to_string())
-                }
-                _ => None,
-            };
-            (chunks.event(&event), failed)
-        }
-        Out::Failed(why) => (Some(chunks.failed(&why)), Some(why)),
-        Out::Ended if !chunks.is_finished() => {
-            let why = "the upstream ended the choice without a finish reason";
-            (Some(chunks.failed(why)), Some(why.to_string()))
-        }
-        Out::Ended => (None, None),
-    };
-    if let Some(element) = element {
-        chunk_event(write, prefix, &element);
-    }
-    failed
-}
-
-/// Appends the SSE event of one chunk holding `element`: `prefix` is the envelope up to its
-/// `choices` array ([`Envelope::prefix`]).
-fn chunk_event(write: &mut Vec<u8>, prefix: &str, element: &Element) {
-    write.extend_from_slice(b"data: ");
-    write.extend_from_slice(prefix.as_bytes());
-    // An element serialises without error into memory.
-    let _ = serde_json::to_writer(&mut *write, element);
-    write.extend_from_slice(b"]}\n\n");
 }
 
 /// The streamed answer: each output choice's chunks as they come, then the usage and the
 /// pick's summary when asked for, then (when every choice failed upstream) an error event
-/// `{"error": {...}}`, then `[DONE]`.
+/// `{"error": {...}}`, then `[DONE]`. The body ends once what the run came to is read.
 pub(crate) fn stream_response(
     mut finish: Finish,
     picked: Picked,
@@ -177,96 +80,31 @@ pub(crate) fn stream_response(
         // and closes every upstream (`Finish`'s drop).
         let _open = open;
         let run = finish.run();
-        let outputs: Vec<_> = (picked.samples.iter().enumerate())
-            .map(|(o, sample)| {
-                output(run.completions.clone(), run.index_of(*sample)).map(move |out| (o, out))
-            })
+        let outputs: Vec<_> = (picked.samples.iter())
+            .map(|sample| output(run.completions.clone(), run.index_of(*sample)))
             .collect();
-        let mut chunks: Vec<ChoiceChunks> = (0..outputs.len() as u32)
-            .map(|o| ChoiceChunks::new(o).logprobs(req.logprobs))
-            .collect();
-        let several = outputs.len() > 1;
-        // Why each output choice failed, if it did.
-        let mut failures: Vec<Option<String>> = vec![None; outputs.len()];
-        let mut merged = futures::stream::select_all(outputs);
-        let prefix = envelope.prefix();
-        // Every choice's opening, in index order, in the first write: waiting for no upstream.
-        let mut opening = Vec::with_capacity(256 * chunks.len());
-        for c in chunks.iter_mut() {
-            chunk_event(&mut opening, &prefix, &c.opening());
+        let mut framing = ChatFraming {
+            encoder: envelope.encoder(),
+            chunks: (0..outputs.len() as u32)
+                .map(|o| ChoiceChunks::new(o).logprobs(req.logprobs))
+                .collect(),
+            failures: vec![None; outputs.len()],
+        };
+        let mut cut = None;
+        let written = write_loop(&mut framing, outputs, &finish, &mut closing, &mut cut);
+        for await write in written {
+            yield Ok::<_, std::convert::Infallible>(write);
         }
-        yield Ok::<_, std::convert::Infallible>(Bytes::from(opening));
-        let mut first = true;
-        // From here the upstreams read no further ahead of this client than pace::AHEAD.
-        run.pace.streaming();
-        let mut ended = false;
-        while !ended {
-            let next = match futures::poll!(merged.next()) {
-                Poll::Ready(next) => next,
-                Poll::Pending => {
-                    // Everything received is written: the upstreams may read on.
-                    run.pace.caught_up();
-                    tokio::select! {
-                        biased;
-                        next = merged.next() => next,
-                        _ = closed(&mut closing) => None,
-                    }
-                }
-            };
-            let Some((o, out)) = next else { break };
-            // Something to write: from here the upstreams wait while the client is behind.
-            run.pace.writing();
-            // One chunk per element, as the upstreams send them; every element already
-            // there goes in the same write. The other choices of the same upstream read
-            // are published by their own actors, which the runtime may run after this task
-            // (a task woken by the running one runs next), so with several choices the
-            // task steps aside once, behind the tasks already runnable, before it writes.
-            let mut write = Vec::with_capacity(512);
-            if let Some(why) = chunk_out(&mut write, &prefix, &mut chunks[o], out) {
-                failures[o].get_or_insert(why);
-            }
-            let mut stepped_aside = !several;
-            while write.len() < WRITE_BYTES {
-                match futures::poll!(merged.next()) {
-                    Poll::Ready(Some((o, out))) => {
-                        if let Some(why) = chunk_out(&mut write, &prefix, &mut chunks[o], out) {
-                            failures[o].get_or_insert(why);
-                        }
-                    }
-                    Poll::Ready(None) => {
-                        ended = true;
-                        break;
-                    }
-                    Poll::Pending if !stepped_aside => {
-                        stepped_aside = true;
-                        tokio::task::yield_now().await;
-                    }
-                    Poll::Pending => break,
-                }
-            }
-            if write.is_empty() {
-                continue;
-            }
-            if std::mem::take(&mut first) {
-                finish.first_chunk();
-            }
-            // Counted as taken once hyper asks for more, which it does when it can write.
-            let len = write.len();
-            yield Ok(Bytes::from(write));
-            run.pace.sent(len);
-        }
-        drop(merged);
-        // The usage and the summary wait for the upstreams' ends (a Responses stream's
-        // closing events, the usage chunk), which write nothing until then: read freely.
-        run.pace.caught_up();
+        let run = finish.run();
+        let ChatFraming { encoder, mut chunks, failures } = framing;
         // Cut short by the gateway's close or the deadline: the choices not finished end now.
         let mut write = Vec::new();
         let why = cut_short(&closing).unwrap_or(SHUT_DOWN);
         for c in chunks.iter_mut().filter(|c| !c.is_finished()) {
-            chunk_event(&mut write, &prefix, &c.failed(why));
+            encoder.element(&mut write, &c.failed(why));
         }
         if !write.is_empty() {
-            yield Ok(Bytes::from(write));
+            yield Ok(Bytes::from(std::mem::take(&mut write)));
         }
         if cut_short(&closing).is_some() {
             // Cut short: the samples still running end now.
@@ -284,14 +122,7 @@ pub(crate) fn stream_response(
         };
         let (summary, usage) = until_closed(tail, &mut closing, run).await;
         if usage.is_some() || summary.is_some() {
-            let mut last = envelope.chunk(Vec::new());
-            if let Some(usage) = usage {
-                last["usage"] = usage;
-            }
-            if let Some(summary) = summary {
-                last["choicewise"] = summary;
-            }
-            yield Ok(sse(&last));
+            encoder.last(&mut write, usage.as_ref(), summary.as_ref());
         }
         // Every choice failed upstream (a shutdown's cut is not a failure): the stream ends
         // with OpenAI's mid-stream error event, which the SDKs raise, rather than as a
@@ -307,15 +138,102 @@ pub(crate) fn stream_response(
                 format!("model {:?}: every choice failed: {}", req.model, failed.join("; ")),
             )
             .code("every_choice_failed");
-            yield Ok(sse(&error.body()));
+            ChunkEncoder::event(&mut write, &error.body());
         }
         finish.complete();
-        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+        write.extend_from_slice(DONE);
+        yield Ok(Bytes::from(write));
+        // The body ends once what the run came to is read: its record needs nothing more.
+        finish.settle_until_closed(&mut closing).await;
     };
     sse_response(body)
 }
 
-/// The answer as one `chat.completion`.
+/// The output choices of a non-streamed answer, each written from the run's own copy of it
+/// (read in place, [`Choice::inspect`](choicewise_core::Choice::inspect)), with why it failed,
+/// if it did.
+struct AnsweredChoices<'a> {
+    choices: &'a [(Option<Choice>, Option<String>)],
+    /// The client asked for log-probabilities.
+    logprobs: bool,
+}
+
+impl Serialize for AnsweredChoices<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.choices.len()))?;
+        for (o, (choice, error)) in self.choices.iter().enumerate() {
+            let (index, error, logprobs) = (o as u32, error.as_deref(), self.logprobs);
+            let mut write = |output: &ChoiceOutput| {
+                seq.serialize_element(&AnsweredChoice {
+                    index,
+                    output,
+                    error,
+                    logprobs,
+                })
+            };
+            match choice {
+                Some(choice) => choice.inspect(write)?,
+                None => write(&ChoiceOutput::default())?,
+            }
+        }
+        seq.end()
+    }
+}
+
+/// The client's choice `index`, as its upstream sent it: what the library adds of its own
+/// (per-choice usage, the source, a mapped dialect's stop reason) left out; a failed one
+/// ends with `finish_reason: "error"` and why in `choicewise.error`.
+struct AnsweredChoice<'a> {
+    index: u32,
+    output: &'a ChoiceOutput,
+    error: Option<&'a str>,
+    logprobs: bool,
+}
+
+impl Serialize for AnsweredChoice<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Error<'a> {
+            error: &'a str,
+        }
+        let output = self.output;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("index", &self.index)?;
+        map.serialize_entry("message", &output.message)?;
+        match self.error {
+            Some(_) => map.serialize_entry("finish_reason", "error")?,
+            None => map.serialize_entry("finish_reason", &output.finish_reason)?,
+        }
+        let logprobs = (self.logprobs && self.error.is_none())
+            .then_some(output.logprobs.as_ref())
+            .flatten();
+        map.serialize_entry("logprobs", &logprobs)?;
+        if let Some(filter) = &output.content_filter_results {
+            map.serialize_entry("content_filter_results", filter)?;
+        }
+        if let Some(error) = self.error {
+            map.serialize_entry("choicewise", &Error { error })?;
+        }
+        map.end()
+    }
+}
+
+/// A non-streamed answer: a `chat.completion` with the run's usage and the pick's summary.
+#[derive(Serialize)]
+struct Completion<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: AnsweredChoices<'a>,
+    usage: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    choicewise: Option<&'a Value>,
+}
+
+/// The answer as one `chat.completion`, written from its types into one buffer of its exact
+/// size: each choice's text is read where the run holds it and written once, into the
+/// answer's bytes; the run is let go before they are sent.
 pub(crate) async fn json_response(
     mut finish: Finish,
     picked: Picked,
@@ -325,150 +243,152 @@ pub(crate) async fn json_response(
 ) -> Response {
     let run = finish.run();
     let why = closing.clone();
-    let answer = async {
-        let mut choices = Vec::new();
-        // Each output choice's error, when it failed.
-        let mut errors: Vec<(usize, String)> = Vec::new();
-        for (o, sample) in picked.samples.iter().enumerate() {
-            let choice = match run.index_of(*sample) {
-                Some(index) => run.completions.choice(index).await,
-                None => None,
-            };
-            let (mut output, error) = match choice {
-                None => (
-                    ChoiceOutput::default(),
-                    Some("the upstream ended without this choice".to_string()),
-                ),
-                Some(choice) => match choice.message().await {
-                    Ok(out) if out.cancelled => {
-                        (out, Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()))
-                    }
-                    Ok(out) => (out, None),
-                    Err(incomplete) => (incomplete.partial, Some(incomplete.error.to_string())),
-                },
-            };
-            // The client's choice `o`, as its upstream sent it: what the library adds of its
-            // own (per-choice usage, the source, a mapped dialect's stop reason) left out.
-            output.index = o as u32;
-            output.usage = None;
-            output.source = None;
-            output.stop_reason = None;
-            output.cancelled = false;
-            if !req.logprobs {
-                output.logprobs = None;
-            }
-            if let Some(error) = error {
-                output.finish_reason = Some("error".into());
-                output.logprobs = None;
-                errors.push((o, error));
-            }
-            choices.push(output);
-        }
-        // A choice cut by the gateway's shutdown is an answer as far as it got (the
-        // shutdown's contract), not an upstream's failure.
-        let failures: Vec<String> = (errors.iter())
-            .filter(|(_, e)| e != SHUT_DOWN)
-            .map(|(o, e)| format!("choice {o}: {e}"))
-            .collect();
-        if !failures.is_empty() && failures.len() == choices.len() {
-            // Every choice failed upstream: a failure in the client's terms, not a 200 of
-            // errors.
-            return Err(failures.join("; "));
-        }
-        // Log-probabilities stay text: out of the tree, written verbatim with it.
-        let logprobs: Vec<Option<Logprobs>> =
-            choices.iter_mut().map(|c| c.logprobs.take()).collect();
-        let mut completion = ChatCompletion::new(choices);
-        completion.id = envelope.id.to_string();
-        completion.object = "chat.completion".into();
-        completion.created = i64::try_from(envelope.created).unwrap_or(i64::MAX);
-        completion.model = envelope.model.to_string();
-        let mut body = serde_json::to_value(&completion).map_err(|e| e.to_string())?;
-        for (o, error) in errors {
-            body["choices"][o]["choicewise"] = json!({"error": error});
-        }
-        body["usage"] = run.usage(&picked.samples).await;
+    // The usage and the summary wait for every sample's end; a shutdown's grace over, the
+    // samples still running end (cancelled), and the answer is what they had.
+    let outputs = finish.outputs.clone();
+    let tail = async {
+        let usage = run.usage(&picked.samples).await;
         let summary = run.final_summary(&picked, &req.policy).await;
-        if let Some(summary) = summary {
-            body["choicewise"] = summary;
-        }
-        Ok(WithLogprobs { body, logprobs })
+        let settled = Settled::read(run, outputs.as_deref()).await;
+        (usage, summary, settled)
     };
-    // A shutdown's grace over: the samples still running end (cancelled), and the answer is
-    // what they had.
-    let body = until_closed(answer, &mut closing, run).await;
-    finish.complete();
-    match body {
-        Ok(answer) => axum::Json(answer).into_response(),
-        Err(why) => {
-            finish.failure = Some("every_choice_failed");
-            ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_error",
-                format!("model {:?}: every choice failed: {why}", req.model),
-            )
-            .code("every_choice_failed")
-            .into_response()
-        }
-    }
-}
-
-/// A `chat.completion` whose choices' `logprobs` are written from their text, in place of
-/// the body's own (`null`): a tree of them would cost many times their bytes.
-struct WithLogprobs {
-    body: Value,
-    /// By choice, in order.
-    logprobs: Vec<Option<Logprobs>>,
-}
-
-impl serde::Serialize for WithLogprobs {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeMap, SerializeSeq};
-        struct Choice<'a>(&'a Value, Option<&'a Logprobs>);
-        impl serde::Serialize for Choice<'_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let Some(fields) = self.0.as_object() else {
-                    return self.0.serialize(s);
-                };
-                let mut map = s.serialize_map(Some(fields.len()))?;
-                for (key, value) in fields {
-                    match (key.as_str(), self.1) {
-                        ("logprobs", Some(lp)) => map.serialize_entry(key, lp)?,
-                        _ => map.serialize_entry(key, value)?,
-                    }
-                }
-                map.end()
-            }
-        }
-        struct Choices<'a>(&'a [Value], &'a [Option<Logprobs>]);
-        impl serde::Serialize for Choices<'_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut seq = s.serialize_seq(Some(self.0.len()))?;
-                for (o, choice) in self.0.iter().enumerate() {
-                    seq.serialize_element(&Choice(choice, self.1.get(o).and_then(Option::as_ref)))?;
-                }
-                seq.end()
-            }
-        }
-        let Some(fields) = self.body.as_object() else {
-            return self.body.serialize(s);
+    let (usage, summary, settled) = until_closed(tail, &mut closing, run).await;
+    // Each output choice, and why it failed, if it did.
+    let mut choices: Vec<(Option<Choice>, Option<String>)> = Vec::new();
+    for sample in &picked.samples {
+        let choice = match run.index_of(*sample) {
+            Some(index) => run.completions.choice(index).await,
+            None => None,
         };
-        let mut map = s.serialize_map(Some(fields.len()))?;
-        for (key, value) in fields {
-            match (key.as_str(), value.as_array()) {
-                ("choices", Some(choices)) => {
-                    map.serialize_entry(key, &Choices(choices, &self.logprobs))?
-                }
-                _ => map.serialize_entry(key, value)?,
-            }
-        }
-        map.end()
+        let error = match &choice {
+            None => Some("the upstream ended without this choice".to_string()),
+            Some(choice) => match (choice.error(), choice.inspect(|o| o.cancelled)) {
+                (Some(error), _) => Some(error.to_string()),
+                (None, true) => Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()),
+                (None, false) => None,
+            },
+        };
+        choices.push((choice, error));
     }
+    finish.settled = Some(settled);
+    finish.complete();
+    // A choice cut by the gateway's shutdown is an answer as far as it got (the
+    // shutdown's contract), not an upstream's failure.
+    let failures: Vec<String> = (choices.iter().enumerate())
+        .filter_map(|(o, (_, e))| e.as_ref().map(|e| (o, e)))
+        .filter(|(_, e)| *e != SHUT_DOWN)
+        .map(|(o, e)| format!("choice {o}: {e}"))
+        .collect();
+    if !failures.is_empty() && failures.len() == choices.len() {
+        // Every choice failed upstream: a failure in the client's terms, not a 200 of
+        // errors.
+        finish.failure = Some("every_choice_failed");
+        return ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            format!(
+                "model {:?}: every choice failed: {}",
+                req.model,
+                failures.join("; ")
+            ),
+        )
+        .code("every_choice_failed")
+        .into_response();
+    }
+    let completion = Completion {
+        id: &envelope.id,
+        object: "chat.completion",
+        created: envelope.created,
+        model: &envelope.model,
+        choices: AnsweredChoices {
+            choices: &choices,
+            logprobs: req.logprobs,
+        },
+        usage: &usage,
+        choicewise: summary.as_ref(),
+    };
+    let bytes = written(&completion);
+    drop(choices);
+    // The texts are in the bytes: the run's copies go before the answer is sent.
+    finish.release();
+    json_body(bytes, finish)
+}
+
+/// `value` written as JSON into one buffer of its exact size (counted first), so that a
+/// large answer is held once, never grown and copied.
+pub(crate) fn written(value: &impl Serialize) -> Bytes {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Values in memory serialise without error.
+    let _ = serde_json::to_writer(&mut count, value);
+    let mut bytes = Vec::with_capacity(count.0);
+    let _ = serde_json::to_writer(&mut bytes, value);
+    Bytes::from(bytes)
+}
+
+/// A JSON answer's response, accounted when its body has been sent (or dropped).
+pub(crate) fn json_body(bytes: Bytes, finish: Finish) -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::new(Accounted::new(bytes, finish)))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_answered_choice_is_its_output_renumbered_without_the_librarys_additions() {
+        let mut output = ChoiceOutput::new(7, choicewise_core::Message::assistant("Hi"));
+        output.finish_reason = Some("stop".into());
+        output.logprobs = Some(choicewise_core::Logprobs::from_value(
+            &json!({"content": []}),
+        ));
+        output.content_filter_results = Some(json!({"hate": {"filtered": false}}));
+        output.stop_reason = Some("end_turn".into());
+        output.usage = Some(choicewise_core::ChoiceUsage::new(
+            3,
+            choicewise_core::UsageSource::Reported,
+        ));
+        let written = |error: Option<&str>, logprobs: bool| {
+            serde_json::to_value(AnsweredChoice {
+                index: 2,
+                output: &output,
+                error,
+                logprobs,
+            })
+            .unwrap()
+        };
+        // As the library's own serialisation of the choice says it, but for its additions.
+        let mut expected = output.clone();
+        expected.index = 2;
+        (expected.usage, expected.stop_reason) = (None, None);
+        assert_eq!(
+            written(None, true),
+            serde_json::to_value(&expected).unwrap()
+        );
+        expected.logprobs = None;
+        assert_eq!(
+            written(None, false),
+            serde_json::to_value(&expected).unwrap()
+        );
+        let mut failed = serde_json::to_value(&expected).unwrap();
+        failed["finish_reason"] = json!("error");
+        failed["choicewise"] = json!({"error": "cut"});
+        assert_eq!(written(Some("cut"), true), failed);
+    }
 
     #[test]
     fn a_written_chunk_is_the_envelope_around_its_element() {
@@ -477,8 +397,9 @@ mod tests {
             .event(&choicewise_core::ChoiceEvent::Content("a \"b\"\n".into()))
             .unwrap();
         let mut write = Vec::new();
-        chunk_event(&mut write, &envelope.prefix(), &element);
-        chunk_event(&mut write, &envelope.prefix(), &element);
+        let encoder = envelope.encoder();
+        encoder.element(&mut write, &element);
+        encoder.element(&mut write, &element);
         let text = String::from_utf8(write).unwrap();
         let events: Vec<&str> = text.split_terminator("\n\n").collect();
         assert_eq!(events.len(), 2);

@@ -16,13 +16,14 @@ use serde_json::{Map, Value, json};
 
 use crate::config::NMode;
 use crate::error::ApiError;
+use crate::metrics::Outcome;
 use crate::open::{Opened, Opener, TryRecord, UpstreamRoute, accounting, counted, cuts};
 use crate::pace::{BoxError, Pace, bounded, paced};
 use crate::request::ChatRequest;
 
 mod accounting;
 
-use accounting::Accounting;
+use accounting::Ledger;
 
 /// The plan of a request's samples over its model's upstreams, opened as its policy says
 /// ([`Policy::opening`]: one at a time when hedged, window by window, or after a
@@ -46,23 +47,15 @@ const BUDGET_REFUSED: &str = "the retry budget is spent";
 /// A request's samples, streaming.
 pub(crate) struct Run {
     pub completions: Completions,
-    /// Per library choice index, its sample number.
-    sample_of: Vec<u32>,
     /// Per sample, its library choice index.
     index_of: HashMap<u32, u32>,
-    /// Per upstream request, its number of samples.
-    sizes: Vec<usize>,
-    /// Per upstream request, the label of the upstream that answered it.
-    labels: Arc<Mutex<Vec<Arc<str>>>>,
     /// Every try of the run.
     pub tries: Arc<Mutex<Vec<TryRecord>>>,
-    /// Every sample's tokens, counted once when first asked for.
-    accounting: tokio::sync::OnceCell<Accounting>,
+    /// Its accounting: every sample's tokens and end, read once when first asked for.
+    ledger: Ledger,
     pub samples: u32,
     /// How far its upstreams may read ahead of its client (back-pressure).
     pub pace: Arc<Pace>,
-    /// The request's Chat Completions fields, for an estimate of its prompt's tokens.
-    prompt: Arc<crate::request::Fields>,
 }
 
 impl Run {
@@ -208,16 +201,21 @@ impl Run {
         });
         completions.start_more(first);
         Ok(Run {
-            completions,
-            sample_of,
+            completions: completions.clone(),
             index_of,
-            sizes,
-            labels,
             tries,
-            accounting: tokio::sync::OnceCell::new(),
+            ledger: Ledger {
+                completions,
+                sample_of,
+                sizes,
+                labels,
+                keep_messages: false,
+                read: tokio::sync::OnceCell::new(),
+                prompt,
+                prompt_counts: Mutex::default(),
+            },
             samples: req.samples,
             pace,
-            prompt,
         })
     }
 
@@ -246,7 +244,31 @@ impl Run {
     }
 
     pub fn sample_of(&self, index: u32) -> Option<u32> {
-        self.sample_of.get(index as usize).copied()
+        self.ledger.sample_of.get(index as usize).copied()
+    }
+
+    /// Keeps the samples' messages for the request's span ([`outcome`](Self::outcome)).
+    pub fn keep_messages(&mut self, keep: bool) {
+        self.ledger.keep_messages = keep;
+    }
+
+    /// The `usage` object of the answer: the totals and each sample's part (`index`: its
+    /// output choice, if it is one of `outputs`). Once the run is over.
+    pub async fn usage(&self, outputs: &[u32]) -> Value {
+        self.ledger.usage(outputs).await
+    }
+
+    /// What the request came to, for the metrics and the span (`outputs`: `None` when every
+    /// sample is an output). Once the run is over; asked once (the samples' messages move
+    /// into it).
+    pub async fn outcome(&self, outputs: Option<&[u32]>) -> Outcome {
+        self.ledger.outcome(outputs).await
+    }
+
+    /// As [`outcome`](Self::outcome), without waiting: what the run came to so far, its
+    /// samples still open counted as cancelled (for a client gone mid-answer).
+    pub fn outcome_now(&self, outputs: Option<&[u32]>) -> Outcome {
+        self.ledger.outcome_now(outputs)
     }
 
     /// Picks the output samples as the request's policy says, waiting as long as the pick needs (a
@@ -373,15 +395,7 @@ impl Run {
     /// The final `choicewise` object of a pick: the samples asked for, those selected and
     /// cancelled (sample numbers, in start order), how it was decided, and how many started.
     pub async fn summary(&self, picked: &Picked) -> Value {
-        let whole = match self.completions.collect().await {
-            Ok(c) => c,
-            Err(incomplete) => incomplete.partial,
-        };
-        let mut cancelled: Vec<u32> = (whole.choices.iter())
-            .filter(|c| c.cancelled)
-            .filter_map(|c| self.sample_of(c.index))
-            .collect();
-        cancelled.sort_unstable();
+        let cancelled = self.ledger.cancelled_samples().await;
         let mut summary = Map::new();
         summary.insert("samples".into(), json!(self.samples));
         summary.insert("selected".into(), json!(picked.samples));
@@ -403,7 +417,8 @@ impl Run {
 
     /// Samples whose request started.
     fn started_samples(&self) -> usize {
-        self.sizes[..self.completions.started().min(self.sizes.len())]
+        let sizes = &self.ledger.sizes;
+        sizes[..self.completions.started().min(sizes.len())]
             .iter()
             .sum()
     }

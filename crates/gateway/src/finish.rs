@@ -1,22 +1,48 @@
-//! A request's end, accounted: its metrics, its log line and its span.
+//! A request's end, accounted: its metrics, its log line and its span, recorded when its
+//! answer's body ends or is dropped, synchronously (no task is spawned for it).
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime};
+
+use axum::body::Bytes;
+use axum::http::HeaderMap;
 
 use crate::engine::Run;
-use crate::metrics::Metrics;
+use crate::error::ApiError;
+use crate::metrics::{Metrics, Outcome};
+use crate::open::TryRecord;
 use crate::resilience;
-use crate::traces::RequestSpan;
+use crate::traces::{RequestSpan, Traces};
+use crate::write::{Closing, until_closed};
+use crate::{Gateway, auth};
 
-/// A request's run, accounted in the metrics (and its span made, with traces on) when it is
-/// dropped: when its answer ended, or its client went away (then its samples are cancelled
-/// first, closing their upstreams).
+/// A request's run and its accounting. The answer reads what the run came to
+/// ([`settle`](Self::settle)) once its samples are over, before its last bytes; the record
+/// (metrics, log line, span) is made, without waiting for anything and without a task, when
+/// the `Finish` is dropped with the answer's body: when the body ended, or its client went
+/// away (then the samples still running are cancelled, closing their upstreams, and the
+/// record says what they had received: [`Run::outcome_now`]).
 pub(crate) struct Finish {
     pub(crate) metrics: Arc<Metrics>,
+    /// The configured model asked for, once known (empty for any other): the metrics' label.
     pub(crate) model: String,
+    /// The model asked for, configured or not, once read: the span's.
+    pub(crate) asked: Option<String>,
     /// The request's id (`x-request-id`), named in its log line.
     pub(crate) request_id: String,
     pub(crate) arrived: Instant,
+    /// Who the request comes from, for the ejection rules.
+    pub(crate) client: resilience::ClientId,
+    /// With traces on, the traces and the trace the request belongs to, until its span is
+    /// made.
+    pub(crate) traces: Option<Arc<Traces>>,
+    pub(crate) parent: Option<opentelemetry::Context>,
+    /// The request's tries, once its upstreams are tried: counted in `x-choicewise-tries`,
+    /// on a failure too.
+    pub(crate) tries: Option<Arc<Mutex<Vec<TryRecord>>>>,
     /// The output samples of a selection (`None`: every sample is an output).
     pub(crate) outputs: Option<Vec<u32>>,
     /// The answer was sent to its end.
@@ -25,14 +51,82 @@ pub(crate) struct Finish {
     pub(crate) span: Option<RequestSpan>,
     /// Why the request was answered with an error, if it was (the span's `error.type`).
     pub(crate) failure: Option<&'static str>,
+    /// The run, until its answer no longer needs it.
     pub(crate) run: Option<Run>,
+    /// What the run came to, once [`settle`](Self::settle) read it.
+    pub(crate) settled: Option<Settled>,
+}
+
+/// How long a failed request's answer waits for its cancelled samples to end, to account
+/// for them as they ended.
+const SETTLE_AFTER_CANCEL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What a run came to, read when its samples are over.
+pub(crate) struct Settled {
+    outcome: Outcome,
+    tries: Vec<TryRecord>,
+    samples: u32,
+}
+
+impl Settled {
+    /// What `run` came to, once its samples are over (`outputs`: as [`Finish::outputs`]).
+    pub(crate) async fn read(run: &Run, outputs: Option<&[u32]>) -> Settled {
+        Settled {
+            outcome: run.outcome(outputs).await,
+            tries: run.tries(),
+            samples: run.samples,
+        }
+    }
+
+    /// What `run` came to so far, without waiting: its samples still open counted as
+    /// cancelled (they are being), their tokens what they had received.
+    fn now(run: &Run, outputs: Option<&[u32]>) -> Settled {
+        Settled {
+            outcome: run.outcome_now(outputs),
+            tries: run.tries(),
+            samples: run.samples,
+        }
+    }
 }
 
 impl Finish {
+    /// The record of a request arriving now with these headers, from `peer`.
+    pub(crate) fn new(gw: &Gateway, headers: &HeaderMap, peer: Option<IpAddr>) -> Finish {
+        let traces = gw.inner.traces.clone();
+        Finish {
+            metrics: gw.inner.metrics.clone(),
+            model: String::new(),
+            asked: None,
+            request_id: (headers.get("x-request-id"))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+                .unwrap_or_default(),
+            arrived: Instant::now(),
+            client: auth::client_of(&gw.inner.keys, headers, peer),
+            parent: traces.as_ref().map(|_| Traces::parent(headers)),
+            traces,
+            tries: None,
+            outputs: None,
+            completed: false,
+            span: None,
+            failure: None,
+            run: None,
+            settled: None,
+        }
+    }
+
+    /// The request was answered with `e`: before its run began, its span is made now (a
+    /// run's is made with its record).
+    pub(crate) fn refused(&mut self, e: &ApiError) {
+        if let (Some(traces), Some(parent)) = (&self.traces, self.parent.take()) {
+            traces.record_error(&parent, self.arrived.elapsed(), self.asked.as_deref(), e);
+        }
+    }
+
     pub(crate) fn run(&self) -> &Run {
         self.run
             .as_ref()
-            .expect("a Finish holds its run until dropped")
+            .expect("a Finish holds its run until its answer is built")
     }
 
     /// A streamed answer's first chunk is written: its time, in the metrics and the span.
@@ -44,62 +138,158 @@ impl Finish {
         }
     }
 
+    /// Reads what the run came to, once its samples are over: the answer awaits it before
+    /// its last bytes, so that the record needs nothing more.
+    pub(crate) async fn settle(&mut self) {
+        if self.settled.is_some() {
+            return;
+        }
+        let Some(run) = &self.run else { return };
+        self.settled = Some(Settled::read(run, self.outputs.as_deref()).await);
+    }
+
+    /// As [`settle`](Self::settle), unless the answer is cut short first (the gateway's
+    /// close, the request's deadline): then the samples still running are cancelled, and
+    /// what they came to is read.
+    pub(crate) async fn settle_until_closed(&mut self, closing: &mut Closing) {
+        if self.settled.is_some() {
+            return;
+        }
+        let Some(run) = &self.run else { return };
+        let read = Settled::read(run, self.outputs.as_deref());
+        self.settled = Some(until_closed(read, closing, run).await);
+    }
+
+    /// The request fails with `why` (the span's `error.type`) before its answer began: its
+    /// samples are cancelled and what they came to read.
+    pub(crate) async fn fail(&mut self, why: &'static str) {
+        self.failure = Some(why);
+        if let Some(run) = &self.run {
+            run.completions.cancel_except(&[]);
+        }
+        // Cancelled, the samples end at once; what one that does not end in time had is read
+        // as it stands when the record is made.
+        let _ = tokio::time::timeout(SETTLE_AFTER_CANCEL, self.settle()).await;
+    }
+
     /// The answer was sent to its end: its samples need no cancel.
     pub(crate) fn complete(&mut self) {
         self.completed = true;
+    }
+
+    /// The answer is built and what its run came to read: the run (and the samples' texts it
+    /// holds) is let go before the answer is sent.
+    pub(crate) fn release(&mut self) {
+        if self.settled.is_some()
+            && let Some(run) = self.run.take()
+        {
+            run.pace.release();
+        }
+    }
+
+    /// The request's metrics, log line and span, from what was settled.
+    fn record(&mut self, settled: Settled) {
+        let took = self.arrived.elapsed();
+        let Settled {
+            outcome,
+            tries,
+            samples,
+        } = settled;
+        self.metrics.finished(&self.model, took, &outcome);
+        let ended = match (self.completed, self.failure) {
+            (_, Some(why)) => why,
+            (true, None) => "complete",
+            (false, None) => "client_gone",
+        };
+        // The request's line in the operator's log.
+        tracing::info!(
+            request_id = %self.request_id,
+            model = %self.model,
+            samples,
+            tries = tries.len(),
+            failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
+            prompt_tokens = outcome.prompt_tokens,
+            completion_tokens = outcome.completion_tokens,
+            estimated = outcome.estimated,
+            duration_ms = took.as_millis() as u64,
+            ended,
+            "request"
+        );
+        if let Some(span) = self.span.take() {
+            let ended_at = SystemTime::now();
+            let arrived_at = ended_at.checked_sub(took).unwrap_or(ended_at);
+            span.end(
+                arrived_at..ended_at,
+                &outcome,
+                &tries,
+                self.outputs.as_deref(),
+                self.failure,
+                self.completed,
+            );
+        }
     }
 }
 
 impl Drop for Finish {
     fn drop(&mut self) {
-        let Some(run) = self.run.take() else { return };
-        if !self.completed {
-            run.completions.cancel_except(&[]);
+        if let Some(run) = self.run.take() {
+            if !self.completed {
+                run.completions.cancel_except(&[]);
+            }
+            // No client waits any more: an upstream read held back for it goes on, so that its
+            // reader sees the cancel and closes it rather than waiting on the gate for ever.
+            run.pace.release();
+            if self.settled.is_none() {
+                // The client went away before the answer's end: what the run came to so far.
+                self.settled = Some(Settled::now(&run, self.outputs.as_deref()));
+            }
         }
-        // No client waits any more: an upstream read held back for it goes on, so that its
-        // reader sees the cancel and closes it rather than waiting on the gate for ever.
-        run.pace.release();
-        // When the answer ended: the span's end, even though it is made after the run's
-        // upstreams have ended and been counted (`end - took` is then the request's arrival).
-        let (took, ended_at) = (self.arrived.elapsed(), std::time::SystemTime::now());
-        let request_id = std::mem::take(&mut self.request_id);
-        let (metrics, model, outputs, span, failure, completed) = (
-            self.metrics.clone(),
-            std::mem::take(&mut self.model),
-            self.outputs.take(),
-            self.span.take(),
-            self.failure,
-            self.completed,
-        );
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let outcome = run.outcome(outputs.as_deref()).await;
-                metrics.finished(&model, took, &outcome);
-                // The request's line in the operator's log.
-                let tries = run.tries();
-                let ended = match (completed, failure) {
-                    (_, Some(why)) => why,
-                    (true, None) => "complete",
-                    (false, None) => "client_gone",
-                };
-                tracing::info!(
-                    request_id = %request_id,
-                    model = %model,
-                    samples = run.samples,
-                    tries = tries.len(),
-                    failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
-                    prompt_tokens = outcome.prompt_tokens,
-                    completion_tokens = outcome.completion_tokens,
-                    estimated = outcome.estimated,
-                    duration_ms = took.as_millis() as u64,
-                    ended,
-                    "request"
-                );
-                if let Some(span) = span {
-                    let arrived_at = ended_at.checked_sub(took).unwrap_or(ended_at);
-                    span.end(arrived_at..ended_at, &outcome, &tries, outputs.as_deref(), failure, completed);
-                }
-            });
+        if let Some(settled) = self.settled.take() {
+            self.record(settled);
         }
+    }
+}
+
+/// A one-piece answer's body (a JSON answer), holding the request's [`Finish`]: accounted
+/// when the body has been sent, or dropped.
+pub(crate) struct Accounted {
+    bytes: Option<Bytes>,
+    finish: Option<Finish>,
+}
+
+impl Accounted {
+    pub(crate) fn new(bytes: Bytes, finish: Finish) -> Self {
+        Accounted {
+            bytes: Some(bytes),
+            finish: Some(finish),
+        }
+    }
+}
+
+impl http_body::Body for Accounted {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        match this.bytes.take() {
+            Some(bytes) => Poll::Ready(Some(Ok(http_body::Frame::data(bytes)))),
+            None => {
+                // Sent: accounted now.
+                this.finish.take();
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |b| b.len() as u64))
     }
 }

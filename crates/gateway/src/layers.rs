@@ -15,9 +15,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use crate::Gateway;
 use crate::error::ApiError;
 use crate::ingress;
+use crate::{Gateway, auth};
 use choicewise_core::Dialect;
 
 /// The API a path belongs to: its errors are answered in that API's shape.
@@ -153,7 +153,7 @@ fn keyless_checks(gw: &Gateway, method: &Method, headers: &HeaderMap) -> Result<
     };
     if let Some(host) = headers.get(header::HOST) {
         let host = host.to_str().unwrap_or_default();
-        if !gw.loopback_host(host) {
+        if !auth::loopback_host(gw.inner.listening.get(), host) {
             return Err(forbidden(format!(
                 "the Host {host:?} is not this gateway's: without [auth] it answers only \
                  localhost, 127.0.0.1, [::1] and its listen address"
@@ -199,7 +199,7 @@ fn is_json(headers: &HeaderMap) -> bool {
 
 /// The client's key, from the headers alone: 401 before anything else happens.
 pub(crate) async fn auth(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
-    if let Err(e) = gw.authorize(request.headers()) {
+    if let Err(e) = auth::authorize(&gw.inner.keys, request.headers()) {
         return shaped(api_of(request.uri().path()), e);
     }
     next.run(request).await

@@ -34,6 +34,7 @@
 mod answer;
 mod answer_api;
 mod answer_chat;
+mod auth;
 mod config;
 mod count;
 mod engine;
@@ -51,12 +52,12 @@ mod request;
 mod resilience;
 mod serving;
 mod traces;
+mod write;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use choicewise_client::{Client, Dialect};
@@ -67,7 +68,6 @@ pub use config::{
     Telemetry, Upstream,
 };
 
-use error::ApiError;
 use metrics::Metrics;
 use open::UpstreamRoute;
 use traces::Traces;
@@ -131,7 +131,8 @@ impl Gateway {
     /// A gateway for this configuration: its upstreams' clients, their keys read from the
     /// environment variables the configuration names (an unset one is an error naming the
     /// variable, never a value), and its trace exporter when `[telemetry]` names an
-    /// endpoint (then it must be made inside a tokio runtime, which sends the spans).
+    /// endpoint (then it must be made inside a tokio runtime, which sends the spans). The
+    /// token-count tables its accounting uses are loaded here, once per process.
     pub fn new(config: &Config) -> Result<Gateway, ConfigError> {
         Gateway::with_env(config, |name| std::env::var(name).ok())
     }
@@ -250,6 +251,7 @@ impl Gateway {
                 }),
             );
         }
+        serving::preload_encodings(&models);
         Ok(Gateway {
             inner: Arc::new(Inner {
                 limits: config.limits.clone(),
@@ -338,31 +340,6 @@ impl Gateway {
             .with_state(gw)
     }
 
-    /// Whether `host` (a `Host` header) names this gateway on loopback: `localhost`,
-    /// `127.0.0.1`, `[::1]` or the address it listens on, with the port it listens on when
-    /// it names one and the gateway knows its own.
-    fn loopback_host(&self, host: &str) -> bool {
-        let (name, port) = match host.rsplit_once(':') {
-            Some((name, port)) if !port.contains(']') => (name, Some(port)),
-            _ => (host, None),
-        };
-        let listening = self.inner.listening.get();
-        let own = listening.map(|a| match a.ip() {
-            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
-            ip => ip.to_string(),
-        });
-        let known = ["localhost", "127.0.0.1", "[::1]"]
-            .iter()
-            .any(|n| n.eq_ignore_ascii_case(name))
-            || own.as_deref() == Some(name);
-        let port_ok = match (port, listening) {
-            (Some(port), Some(addr)) => port.parse::<u16>().ok() == Some(addr.port()),
-            (Some(port), None) => port.parse::<u16>().is_ok(),
-            (None, _) => true,
-        };
-        known && port_ok
-    }
-
     /// Ends every open answer now, as a shutdown does when its grace period is over: each
     /// choice still streaming ends with `finish_reason: "error"` (and `choicewise.error`
     /// saying the gateway shut down), then the usage and `[DONE]` follow as usual; every
@@ -398,71 +375,6 @@ impl Gateway {
             traces.shutdown().await;
         }
     }
-
-    /// Checks the client's key (`Authorization: Bearer KEY`, or Anthropic's `x-api-key:
-    /// KEY`) when keys are configured.
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        if self.inner.keys.is_empty() {
-            return Ok(());
-        }
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-        let given = bearer.or(x_api_key).map(str::trim);
-        let known = given.is_some_and(|given| {
-            // Every key compared in full, whatever matches: no early exit to time.
-            (self.inner.keys.iter()).fold(false, |found, key| {
-                found | same(key.as_bytes(), given.as_bytes())
-            })
-        });
-        match (given, known) {
-            (_, true) => Ok(()),
-            (None, _) => Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
-                "no API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
-            )
-            .code("missing_api_key")),
-            (Some(_), false) => Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
-                "the API key is not one this gateway accepts",
-            )
-            .code("invalid_api_key")),
-        }
-    }
-}
-
-impl Gateway {
-    /// Who a request comes from, for the ejection rules (`resilience::Health`): a hash of
-    /// its key when keys are configured, else of its connection's peer address (its IP: a
-    /// client's several connections are one client); one anonymous client for a router
-    /// served without the gateway's own listener.
-    fn client_of(
-        &self,
-        headers: &HeaderMap,
-        peer: Option<std::net::IpAddr>,
-    ) -> resilience::ClientId {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        if self.inner.keys.is_empty() {
-            peer.hash(&mut hasher);
-        } else {
-            let bearer = (headers.get(header::AUTHORIZATION))
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
-            let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-            bearer.or(x_api_key).map(str::trim).hash(&mut hasher);
-        }
-        hasher.finish()
-    }
-}
-
-/// Compares two byte strings in time that depends on their lengths only.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 pub use serving::{CLOSE_WAIT, ServeError, serve};

@@ -1,6 +1,8 @@
 //! Serving a gateway: [`serve`] from a configuration, [`Gateway::serve_on`] on a listener,
 //! and the shutdown they share.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -23,21 +25,6 @@ use crate::{Gateway, listen};
 pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
     let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
     let gateway = Gateway::new(config).map_err(ServeError::Config)?;
-    // Every answer's accounting counts its samples' tokens (a cancelled sample's are always
-    // estimated), with the default encoding and its upstream models' ones: their tables are
-    // loaded now rather than by the first request, which would wait for them, so that the
-    // memory they take is there from the start.
-    let mut encodings = vec![choicewise_usage::DEFAULT_ENCODING];
-    for m in &config.models {
-        for u in &m.upstreams {
-            let model = u.model.as_deref().unwrap_or(&m.name);
-            encodings.push(choicewise_usage::encoding_for_model(model).name);
-        }
-    }
-    let _ = tokio::task::spawn_blocking(move || {
-        encodings.into_iter().for_each(choicewise_usage::preload)
-    })
-    .await;
     listen::raise_fd_limit(config.limits.max_connections);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -104,6 +91,24 @@ impl Gateway {
         let _ = tokio::time::timeout(CLOSE_WAIT, &mut server).await;
         Ok(())
     }
+}
+
+/// Loads the token-count tables of the default encoding and of `models`' upstream models'
+/// ones. Every answer's accounting counts its samples' tokens where no upstream reported them
+/// (a cancelled sample's are always estimated): loaded when the gateway is made rather than
+/// by the first request, which would wait for them, so that the memory they take is there
+/// from the start.
+pub(crate) fn preload_encodings(models: &HashMap<String, Arc<crate::open::ModelRoutes>>) {
+    let mut encodings = vec![choicewise_usage::DEFAULT_ENCODING];
+    for model in models.values() {
+        for route in &model.routes {
+            let name = choicewise_usage::encoding_for_model(&route.model).name;
+            if !encodings.contains(&name) {
+                encodings.push(name);
+            }
+        }
+    }
+    encodings.into_iter().for_each(choicewise_usage::preload);
 }
 
 /// How long [`serve`] waits, after its grace period, for the ended answers to reach their

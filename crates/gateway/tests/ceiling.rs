@@ -240,9 +240,9 @@ async fn an_endless_upstream_is_cut_at_the_answer_limit() {
     );
     let (addr, _) = serve(&toml, env).await;
     let before = rss_bytes();
-    // Streamed: the client takes the answer as it comes. (A non-streamed answer holds the
-    // whole text until it is written: its memory is docs/reliability.md's open item.)
-    for stream in [true] {
+    // Streamed, the client takes the answer as it comes; not streamed, the answer's text is
+    // held once more than the run holds it, while it is written.
+    for stream in [true, false] {
         let body = json!({"model": "m", "stream": stream,
                           "messages": [{"role": "user", "content": "hi"}]});
         let response = post(addr, "/v1/chat/completions", &body).await;

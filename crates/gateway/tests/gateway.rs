@@ -886,6 +886,40 @@ async fn metrics_count_requests_choices_tokens_and_open_connections() {
     .await;
 }
 
+/// A client that goes away mid-answer: the request is recorded when its answer is dropped,
+/// its samples cancelled with the tokens they had received (estimated).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_client_went_away_is_recorded_with_its_cancelled_tokens() {
+    let server = stalled(3).start().await.unwrap();
+    let (addr, _gateway) = serve(&config(&[("chat", server.base_url(), "")]), env).await;
+    let response = post(addr, request(1)).await;
+    let mut body = response.bytes_stream();
+    // The opening, then the upstream's first text.
+    let mut read = Vec::new();
+    within(LIMIT, "the upstream's text", async {
+        while !String::from_utf8_lossy(&read).contains("\"content\":\"") {
+            read.extend_from_slice(&body.next().await.unwrap().unwrap());
+        }
+    })
+    .await;
+    drop(body);
+    let text = metrics_with(
+        addr,
+        &[
+            "choicewise_choices_total{model=\"m\",finish_reason=\"cancelled\"} 1",
+            "choicewise_open_streams 0",
+        ],
+    )
+    .await;
+    let cancelled: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("choicewise_cancelled_tokens_total{model=\"m\"} "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(cancelled > 0, "what the sample had received: {text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_ends_open_answers_with_an_error_and_closes_their_upstreams() {
     let server = stalled(1).start().await.unwrap();

@@ -402,6 +402,98 @@ impl Envelope {
     }
 }
 
+/// What ends a Chat Completions stream: its `[DONE]` event.
+pub const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// Writes one answer's server-sent events: each chunk (the envelope around one element), the
+/// last chunk (`choices: []`, the usage and the summary), an error event, `[DONE]`. Every
+/// event is framed `data: {json}\n\n` and written straight into the caller's buffer.
+///
+/// ```
+/// use choicewise_proto::chunks::{ChoiceChunks, Envelope, DONE};
+///
+/// let encoder = Envelope::new("m").encoder();
+/// let mut out = Vec::new();
+/// encoder.element(&mut out, &ChoiceChunks::new(0).opening());
+/// encoder.last(&mut out, Some(&serde_json::json!({"total_tokens": 3})), None);
+/// out.extend_from_slice(DONE);
+/// let text = String::from_utf8(out).unwrap();
+/// let events: Vec<&str> = text.split_terminator("\n\n").collect();
+/// let last: serde_json::Value = serde_json::from_str(&events[1]["data: ".len()..]).unwrap();
+/// assert_eq!(last["usage"]["total_tokens"], 3);
+/// assert_eq!(last["choices"], serde_json::json!([]));
+/// assert_eq!(events[2], "data: [DONE]");
+/// ```
+#[derive(Debug, Clone)]
+pub struct ChunkEncoder {
+    envelope: Envelope,
+    /// A chunk up to its `choices` array ([`Envelope::prefix`]).
+    prefix: String,
+}
+
+impl Envelope {
+    /// The encoder of this answer's events.
+    ///
+    /// ```
+    /// # use choicewise_proto::chunks::Envelope;
+    /// let encoder = Envelope::new("m").encoder();
+    /// # let _ = encoder;
+    /// ```
+    pub fn encoder(&self) -> ChunkEncoder {
+        ChunkEncoder {
+            prefix: self.prefix(),
+            envelope: self.clone(),
+        }
+    }
+}
+
+impl ChunkEncoder {
+    /// Appends the event of one chunk holding `element`.
+    pub fn element(&self, out: &mut Vec<u8>, element: &Element) {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(self.prefix.as_bytes());
+        // An element serialises without error into memory.
+        let _ = serde_json::to_writer(&mut *out, element);
+        out.extend_from_slice(b"]}\n\n");
+    }
+
+    /// Appends the answer's last chunk: no choice, its `usage` and its `choicewise` summary
+    /// when given.
+    pub fn last(&self, out: &mut Vec<u8>, usage: Option<&Value>, choicewise: Option<&Value>) {
+        #[derive(serde::Serialize)]
+        struct Last<'a> {
+            choices: [(); 0],
+            #[serde(skip_serializing_if = "Option::is_none")]
+            choicewise: Option<&'a Value>,
+            created: u64,
+            id: &'a str,
+            model: &'a str,
+            object: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            usage: Option<&'a Value>,
+        }
+        let envelope = &self.envelope;
+        let last = Last {
+            choices: [],
+            choicewise,
+            created: envelope.created,
+            id: &envelope.id,
+            model: &envelope.model,
+            object: "chat.completion.chunk",
+            usage,
+        };
+        Self::event(out, &last);
+    }
+
+    /// Appends one event of `data` (an error event's `{"error": {...}}`).
+    pub fn event(out: &mut Vec<u8>, data: &impl Serialize) {
+        out.extend_from_slice(b"data: ");
+        // A value in memory serialises without error.
+        let _ = serde_json::to_writer(&mut *out, data);
+        out.extend_from_slice(b"\n\n");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -165,6 +165,17 @@ impl ChoiceCore {
         (self.output(), self.phase.closed().and_then(Closed::error))
     }
 
+    /// As [`output`](Self::output), its texts moved out rather than copied: for a settled
+    /// choice, whose message is published for the last time (its texts are left empty).
+    pub fn take_output(&mut self) -> ChoiceOutput {
+        let mut output = self.acc.take_output();
+        if self.phase.is_cancelled() {
+            output.cancelled = true;
+            output.finish_reason = None;
+        }
+        output
+    }
+
     /// The choice as assembled so far; a cancelled one is flagged, without a finish reason.
     pub fn output(&self) -> ChoiceOutput {
         let mut output = self.acc.output();

@@ -571,6 +571,21 @@ impl ChoiceAccumulator {
     }
 
     /// The choice as assembled so far.
+    /// The message, its texts moved out rather than copied: for a choice that takes no more
+    /// updates (its texts are left empty).
+    pub fn take_output(&mut self) -> ChoiceOutput {
+        let (content, refusal, reasoning) = (
+            self.content.take(),
+            self.refusal.take(),
+            self.reasoning.take(),
+        );
+        let mut output = self.output();
+        let message = &mut output.message;
+        (message.content, message.refusal, message.reasoning_content) =
+            (content, refusal, reasoning);
+        output
+    }
+
     pub fn output(&self) -> ChoiceOutput {
         let call = |c: &CallState| FunctionCall {
             name: c.name.as_deref().unwrap_or_default().to_string(),

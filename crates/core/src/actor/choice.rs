@@ -112,15 +112,19 @@ impl ChoiceActorState {
         if !self.warnings.is_empty() {
             self.completion.lock().warnings.append(&mut self.warnings);
         }
-        let core = &self.core;
+        let core = &mut self.core;
+        let phase = core.phase().clone();
         // Refused only once the reader has taken the choice over (this actor is being
         // stopped with it) or after the choice settled: nothing of this actor's is wanted.
         let _ = self
             .writer
-            .publish(&mut self.events, core.phase(), || match core.phase() {
+            .publish(&mut self.events, &phase, || match &phase {
                 Phase::Open => None,
+                // Settled: the actor stops, its message is moved to the log rather than copied.
+                Phase::Settled(_) => Some(core.take_output()),
                 _ => Some(core.output()),
             });
+        let core = &self.core;
         if was_open && matches!(core.phase().closed(), Some(Closed::Failed(_))) {
             let _ = self
                 .reader

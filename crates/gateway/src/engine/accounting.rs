@@ -5,21 +5,112 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use choicewise_core::{ChoiceOutput, Usage, UsageSource};
+use std::sync::{Arc, Mutex};
+
+use choicewise_core::{ChoiceUsage, Completions, Message, Usage, UsageSource};
 use serde_json::{Value, json};
 
-use super::{Run, lock};
+use super::lock;
 use crate::metrics::{Outcome, SampleEnd, UpstreamTokens};
 
-impl Run {
-    /// Every started sample's tokens, counted once: the total (reported where the upstreams
-    /// reported, estimated elsewhere: a cancelled sample's is an estimate) and each sample's
-    /// part. A request's prompt is billed to its first sample. Where an upstream reported one
-    /// total for several choices, its completion tokens are shared among them in proportion
-    /// to their tiktoken counts, so that the parts always add up to what the upstream bills
-    /// (such a part is `estimated`).
+/// A run's accounting: what it needs to know of the run (how its samples are numbered, its
+/// upstream requests' sizes and upstreams) and what it read of it, once.
+pub(super) struct Ledger {
+    pub(super) completions: Completions,
+    /// Per library choice index, its sample number.
+    pub(super) sample_of: Vec<u32>,
+    /// Per upstream request, its number of samples.
+    pub(super) sizes: Vec<usize>,
+    /// Per upstream request, the label of the upstream that answered it.
+    pub(super) labels: Arc<Mutex<Vec<Arc<str>>>>,
+    /// The samples' messages are kept for the request's span ([`Ledger::outcome`]).
+    pub(super) keep_messages: bool,
+    /// What the run came to, read once it is over.
+    pub(super) read: tokio::sync::OnceCell<Accounting>,
+    /// The request's Chat Completions fields, for an estimate of its prompt's tokens.
+    pub(super) prompt: Arc<crate::request::Fields>,
+    /// The prompt's tokens by encoding, once counted.
+    pub(super) prompt_counts: Mutex<HashMap<&'static str, Result<u64, String>>>,
+}
+
+/// The largest prompt (its fields' bytes) counted at once, on the thread that records a
+/// request whose client went away.
+const PROMPT_COUNTED_NOW_BYTES: usize = 64 * 1024;
+
+/// The parts of `usage` (each upstream request's, or the whole) estimated by the library.
+fn estimated_parts(usage: &mut Usage) -> Vec<&mut Usage> {
+    let parts: Vec<&mut Usage> = match usage.upstreams.is_empty() {
+        true => vec![usage],
+        false => usage.upstreams.iter_mut().collect(),
+    };
+    (parts.into_iter())
+        .filter(|p| p.source == UsageSource::Estimated && p.estimate.is_some())
+        .collect()
+}
+
+/// The encodings the estimated parts of `usage` count their prompts with.
+fn prompt_encodings(usage: &mut Usage) -> Vec<choicewise_usage::EncodingName> {
+    let mut encodings = Vec::new();
+    for part in estimated_parts(usage) {
+        let model = (part.estimate.as_ref()).and_then(|e| e.model.as_deref());
+        let encoding = choicewise_usage::encoding_for_model(model.unwrap_or_default()).name;
+        if !encodings.contains(&encoding) {
+            encodings.push(encoding);
+        }
+    }
+    encodings
+}
+
+/// The prompt's tokens, from the request's fields.
+fn count_prompt(
+    fields: &crate::request::Fields,
+    encoding: choicewise_usage::EncodingName,
+) -> Result<u64, String> {
+    let texts = fields.iter().map(|(k, v)| (k.as_str(), &v[..]));
+    (choicewise_usage::count_prompt_fields(encoding, texts))
+        .map(|count| count.total)
+        .map_err(|e| e.to_string())
+}
+
+/// Each estimated part of `usage` given its prompt's tokens, by its encoding, and the totals
+/// summed again.
+fn apply_prompts(usage: &mut Usage, counts: &HashMap<&'static str, Result<u64, String>>) {
+    let fan_out = !usage.upstreams.is_empty();
+    for part in estimated_parts(usage) {
+        let Some(estimate) = part.estimate.as_mut() else {
+            continue;
+        };
+        let model = estimate.model.as_deref().unwrap_or_default();
+        let encoding = choicewise_usage::encoding_for_model(model).name;
+        let (prompt, error) = match counts.get(encoding.as_str()) {
+            Some(Ok(tokens)) => (*tokens, None),
+            Some(Err(e)) => (0, Some(e.clone())),
+            None => continue,
+        };
+        estimate.prompt_counted = error.is_none();
+        estimate.prompt_error = error;
+        part.prompt_tokens = prompt;
+        part.total_tokens = prompt.saturating_add(part.completion_tokens);
+    }
+    if fan_out {
+        usage.prompt_tokens = usage.upstreams.iter().map(|u| u.prompt_tokens).sum();
+        usage.total_tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
+    }
+}
+
+impl Ledger {
+    fn sample_of(&self, index: u32) -> Option<u32> {
+        self.sample_of.get(index as usize).copied()
+    }
+
+    /// Every started sample's tokens and end, from one reading of the run once it is over
+    /// (see [`Accounting`]). Core's usage gives the totals and each choice's part where it has
+    /// one (a choice's own reported figure, or its estimate); tiktoken counts only where an
+    /// upstream reported one total for several choices, to share it among them in proportion
+    /// to their texts, so that the parts always add up to what the upstream bills (such a
+    /// part is `estimated`). A request's prompt is billed to its first sample.
     async fn accounting(&self) -> &Accounting {
-        self.accounting.get_or_init(|| self.count()).await
+        self.read.get_or_init(|| self.count()).await
     }
 
     /// The run's usage: the library's, where a fan-out request that reported none (a sample
@@ -29,6 +120,12 @@ impl Run {
     async fn run_usage(&self) -> Usage {
         let mut usage: Usage = self.completions.usage().await;
         self.estimate_prompts(&mut usage).await;
+        self.siblings(usage)
+    }
+
+    /// `usage`, a fan-out request that reported none taking its prompt tokens from a sibling
+    /// (see [`run_usage`](Self::run_usage)).
+    fn siblings(&self, mut usage: Usage) -> Usage {
         if usage.upstreams.len() < 2 {
             return usage;
         }
@@ -56,120 +153,159 @@ impl Run {
     /// reported none (it is given the request's `model` and `n` only: the body stays the
     /// client's bytes): each estimated part's prompt is counted here from the request's Chat
     /// Completions fields, as the library would count the whole body, one tool at a time
-    /// ([`choicewise_usage::count_prompt_fields`]), once per encoding.
+    /// ([`choicewise_usage::count_prompt_fields`]), once per encoding, on a blocking thread.
     async fn estimate_prompts(&self, usage: &mut Usage) {
-        let mut counted: HashMap<&'static str, Result<u64, String>> = HashMap::new();
-        let fan_out = !usage.upstreams.is_empty();
-        let parts: Vec<&mut Usage> = match fan_out {
-            true => usage.upstreams.iter_mut().collect(),
-            false => vec![&mut *usage],
-        };
-        for part in parts {
-            if part.source != UsageSource::Estimated {
+        for encoding in prompt_encodings(usage) {
+            if lock(&self.prompt_counts).contains_key(encoding.as_str()) {
                 continue;
             }
-            let Some(estimate) = part.estimate.as_mut() else {
-                continue;
-            };
-            let model = estimate.model.as_deref().unwrap_or_default();
-            let encoding = choicewise_usage::encoding_for_model(model).name;
-            let tokens = match counted.get(encoding.as_str()) {
-                Some(tokens) => tokens.clone(),
-                None => {
-                    let fields = self.prompt.clone();
-                    let tokens = tokio::task::spawn_blocking(move || {
-                        let texts = fields.iter().map(|(k, v)| (k.as_str(), &v[..]));
-                        (choicewise_usage::count_prompt_fields(encoding, texts))
-                            .map(|count| count.total)
-                            .map_err(|e| e.to_string())
-                    })
-                    .await
-                    .unwrap_or_else(|_| Err("the prompt could not be counted".into()));
-                    counted.insert(encoding.as_str(), tokens.clone());
-                    tokens
-                }
-            };
-            let (prompt, error) = match tokens {
-                Ok(tokens) => (tokens, None),
-                Err(e) => (0, Some(e)),
-            };
-            estimate.prompt_counted = error.is_none();
-            estimate.prompt_error = error;
-            part.prompt_tokens = prompt;
-            part.total_tokens = prompt.saturating_add(part.completion_tokens);
+            let fields = self.prompt.clone();
+            let tokens = tokio::task::spawn_blocking(move || count_prompt(&fields, encoding))
+                .await
+                .unwrap_or_else(|_| Err("the prompt could not be counted".into()));
+            lock(&self.prompt_counts).insert(encoding.as_str(), tokens);
         }
-        if fan_out {
-            usage.prompt_tokens = usage.upstreams.iter().map(|u| u.prompt_tokens).sum();
-            usage.total_tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
+        apply_prompts(usage, &lock(&self.prompt_counts));
+    }
+
+    /// [`estimate_prompts`](Self::estimate_prompts) without waiting, for a request whose
+    /// client went away: a prompt already counted, else counted here when it is small (at
+    /// most [`PROMPT_COUNTED_NOW_BYTES`]); a larger one is left uncounted, and the estimate
+    /// says so.
+    fn estimate_prompts_now(&self, usage: &mut Usage) {
+        let small =
+            self.prompt.values().map(|v| v.len()).sum::<usize>() <= PROMPT_COUNTED_NOW_BYTES;
+        let mut counts = lock(&self.prompt_counts);
+        for encoding in prompt_encodings(usage) {
+            counts
+                .entry(encoding.as_str())
+                .or_insert_with(|| match small {
+                    true => count_prompt(&self.prompt, encoding),
+                    false => Err("the prompt was not counted: its client went away first".into()),
+                });
         }
+        apply_prompts(usage, &counts);
+    }
+
+    /// Each upstream request's block of library choice indexes, with the usage core gives
+    /// for it (the whole usage when the run is one request).
+    fn blocks<'u>(&self, usage: &'u Usage) -> Vec<(std::ops::Range<u32>, Option<&'u Usage>)> {
+        let mut first = 0u32;
+        (self.sizes.iter().enumerate())
+            .map(|(r, size)| {
+                let block = first..first + *size as u32;
+                first = block.end;
+                let upstream = match usage.upstreams.is_empty() {
+                    true => Some(usage),
+                    false => usage.upstreams.get(r),
+                };
+                (block, upstream)
+            })
+            .collect()
     }
 
     async fn count(&self) -> Accounting {
         let usage: Usage = self.run_usage().await;
-        let whole = match self.completions.collect().await {
-            Ok(c) => c,
-            Err(incomplete) => incomplete.partial,
-        };
-        let choices = whole.choices.clone();
-        let counted: BTreeMap<u32, u64> = tokio::task::spawn_blocking(move || {
-            Usage::estimate(None, None, &choices)
-                .estimate
-                .map(|e| e.choices)
-                .unwrap_or_default()
+        let choices = self.facts();
+        let weighed = self.weighed(&usage, &choices);
+        let mut counted: BTreeMap<u32, u64> = BTreeMap::new();
+        if !weighed.is_empty() {
+            // Counted on a blocking thread.
+            let completions = self.completions.clone();
+            let counting = tokio::task::spawn_blocking(move || weigh(&completions, &weighed));
+            // Counting panicked: equal shares.
+            counted = counting.await.unwrap_or_default();
+        }
+        self.tally(usage, choices, &counted)
+    }
+
+    /// What the run came to so far, read without waiting: for a request whose client went
+    /// away mid-answer, its samples cancelled as it is recorded. The samples still open end
+    /// cancelled (their cancel was asked for); the tokens are those reported so far, else an
+    /// estimate of what was received, counted here in bounded time.
+    fn accounting_now(&self) -> Accounting {
+        let open = self.completions.open_choices();
+        let mut usage = self.completions.usage_now();
+        self.estimate_prompts_now(&mut usage);
+        let usage = self.siblings(usage);
+        let mut choices = self.facts();
+        for c in choices.iter_mut().filter(|c| open.contains(&c.index)) {
+            c.cancelled = true;
+            c.finish_reason = None;
+        }
+        let weighed = self.weighed(&usage, &choices);
+        let counted = weigh(&self.completions, &weighed);
+        self.tally(usage, choices, &counted)
+    }
+
+    /// Each choice's end, read where it is published: its text is not copied (but for the
+    /// span's output messages, with traces on).
+    fn facts(&self) -> Vec<Facts> {
+        let keep = self.keep_messages;
+        self.completions.inspect(|c, usage| Facts {
+            index: c.index,
+            usage,
+            cancelled: c.cancelled,
+            finish_reason: c.finish_reason.clone(),
+            message: keep.then(|| c.message.clone()),
         })
-        .await
-        .unwrap_or_default();
-        let by_index: HashMap<u32, &ChoiceOutput> =
-            whole.choices.iter().map(|c| (c.index, c)).collect();
+    }
+
+    /// The choices whose upstream reported one total for several of them: shared out in
+    /// proportion to their texts' tiktoken counts.
+    fn weighed(&self, usage: &Usage, choices: &[Facts]) -> Vec<u32> {
+        let by_index: HashMap<u32, &Facts> = choices.iter().map(|c| (c.index, c)).collect();
+        let mut weighed: Vec<u32> = Vec::new();
+        for (block, upstream) in self.blocks(usage) {
+            if upstream.is_some_and(|u| u.source == UsageSource::Reported) {
+                let rest: Vec<u32> = block
+                    .filter(|i| by_index.get(i).is_some_and(|c| own(c).is_none()))
+                    .collect();
+                if rest.len() > 1 {
+                    weighed.extend(rest);
+                }
+            }
+        }
+        weighed
+    }
+
+    /// Every started sample's tokens and end, from core's usage, each choice's end and the
+    /// weights of the totals to share.
+    fn tally(&self, usage: Usage, choices: Vec<Facts>, counted: &BTreeMap<u32, u64>) -> Accounting {
+        let response_model = self.completions.response_model();
+        let by_index: HashMap<u32, &Facts> = choices.iter().map(|c| (c.index, c)).collect();
         let mut parts = Vec::new();
-        let mut first = 0u32;
-        for (r, size) in self.sizes.iter().enumerate() {
-            let block: Vec<u32> = (first..first + *size as u32)
-                .filter(|i| by_index.contains_key(i))
-                .collect();
-            first += *size as u32;
-            let upstream = match usage.upstreams.is_empty() {
-                true => Some(&usage),
-                false => usage.upstreams.get(r),
-            };
+        for (block, upstream) in self.blocks(&usage) {
             let Some(upstream) = upstream else { continue };
-            let own = |i: &u32| {
-                by_index[i]
-                    .usage
-                    .filter(|u| u.source == UsageSource::Reported)
-            };
+            let block: Vec<u32> = block.filter(|i| by_index.contains_key(i)).collect();
             // The upstream's total not already counted choice by choice, shared out.
-            let shared = match upstream.source {
+            let shared: HashMap<u32, u64> = match upstream.source {
                 UsageSource::Reported => {
-                    let known: u64 = block
-                        .iter()
-                        .filter_map(own)
+                    let known: u64 = (block.iter())
+                        .filter_map(|i| own(by_index[i]))
                         .map(|u| u.completion_tokens)
                         .sum();
-                    let rest: Vec<u32> =
-                        block.iter().copied().filter(|i| own(i).is_none()).collect();
-                    let weights: Vec<u64> = rest
-                        .iter()
+                    let rest: Vec<u32> = (block.iter().copied())
+                        .filter(|i| own(by_index[i]).is_none())
+                        .collect();
+                    let weights: Vec<u64> = (rest.iter())
                         .map(|i| counted.get(i).copied().unwrap_or(0))
                         .collect();
-                    rest.into_iter()
-                        .zip(share(
-                            upstream.completion_tokens.saturating_sub(known),
-                            &weights,
-                        ))
-                        .collect()
+                    let left = upstream.completion_tokens.saturating_sub(known);
+                    rest.into_iter().zip(share(left, &weights)).collect()
                 }
                 _ => HashMap::new(),
             };
+            // An estimated upstream's choices: core's estimate of each.
+            let estimate = upstream.estimate.as_ref().map(|e| &e.choices);
             for (k, i) in block.iter().enumerate() {
-                let (completion, estimated) = match (own(i), shared.get(i)) {
+                let (completion, estimated) = match (own(by_index[i]), shared.get(i)) {
                     (Some(u), _) => (u.completion_tokens, false),
                     (None, Some(part)) => (*part, true),
                     (None, None) => (
-                        by_index[i].usage.map_or_else(
-                            || counted.get(i).copied().unwrap_or(0),
-                            |u| u.completion_tokens,
-                        ),
+                        (by_index[i].usage.map(|u| u.completion_tokens))
+                            .or_else(|| estimate.and_then(|e| e.get(i).copied()))
+                            .unwrap_or(0),
                         true,
                     ),
                 };
@@ -182,13 +318,44 @@ impl Run {
                 });
             }
         }
-        Accounting { usage, parts }
+        drop(by_index);
+        let ends: Vec<End> = (choices.into_iter())
+            .map(|c| End {
+                index: c.index,
+                sample: self.sample_of(c.index),
+                cancelled: c.cancelled,
+                finish: match (c.cancelled, c.finish_reason) {
+                    (true, _) => "cancelled".to_string(),
+                    // Failed, or ended without a reason.
+                    (false, None) => "error".to_string(),
+                    (false, Some(reason)) => reason,
+                },
+                message: c.message,
+            })
+            .collect();
+        let cancelled = (ends.iter().filter(|e| e.cancelled))
+            .filter_map(|e| e.sample)
+            .collect();
+        Accounting {
+            usage,
+            parts,
+            ends: Mutex::new(ends),
+            cancelled,
+            response_model,
+        }
+    }
+
+    /// The samples that ended cancelled, by number, in start order: once the run is over.
+    pub(super) async fn cancelled_samples(&self) -> Vec<u32> {
+        let mut cancelled = self.accounting().await.cancelled.clone();
+        cancelled.sort_unstable();
+        cancelled
     }
 
     /// The `usage` object of the answer: the totals and each sample's part (`index`: its
     /// output choice, if it is one of `outputs`).
-    pub async fn usage(&self, outputs: &[u32]) -> Value {
-        let Accounting { usage, parts } = self.accounting().await;
+    pub(super) async fn usage(&self, outputs: &[u32]) -> Value {
+        let Accounting { usage, parts, .. } = self.accounting().await;
         let per_choice: Vec<Value> = parts
             .iter()
             .map(|p| {
@@ -213,67 +380,62 @@ impl Run {
     }
 
     /// What the request came to, for the metrics and the span: how each sample ended and what
-    /// it said, the request's and each upstream request's tokens, and the completion tokens of
-    /// samples cancelled or not selected.
+    /// it said (with traces on), the request's and each upstream request's tokens, and the
+    /// completion tokens of samples cancelled or not selected. Once the run is over; asked
+    /// once (the samples' messages move into it).
     /// `outputs` is `None` when every sample is an output (no selection).
-    pub async fn outcome(&self, outputs: Option<&[u32]>) -> Outcome {
-        let mut whole = match self.completions.collect().await {
-            Ok(c) => c,
-            Err(incomplete) => incomplete.partial,
+    pub(super) async fn outcome(&self, outputs: Option<&[u32]>) -> Outcome {
+        self.outcome_of(self.accounting().await, outputs)
+    }
+
+    /// As [`outcome`](Self::outcome), without waiting: what the run came to so far, its
+    /// samples still open counted as cancelled (see [`accounting_now`](Self::accounting_now)).
+    pub(super) fn outcome_now(&self, outputs: Option<&[u32]>) -> Outcome {
+        self.outcome_of(&self.accounting_now(), outputs)
+    }
+
+    fn outcome_of(&self, accounting: &Accounting, outputs: Option<&[u32]>) -> Outcome {
+        let ends = std::mem::take(&mut *lock(&accounting.ends));
+        let unselected = |e: &End| {
+            !e.cancelled
+                && outputs.is_some_and(|o| e.sample.is_some_and(|sample| !o.contains(&sample)))
         };
-        let samples: Vec<SampleEnd> = (whole.choices.iter_mut())
-            .map(|c| SampleEnd {
-                sample: self.sample_of(c.index),
-                finish: match (c.cancelled, &c.finish_reason) {
-                    (true, _) => "cancelled".to_string(),
-                    // Failed, or ended without a reason.
-                    (false, None) => "error".to_string(),
-                    (false, Some(reason)) => reason.clone(),
-                },
-                // Moved: what follows needs no message.
-                message: std::mem::take(&mut c.message),
-            })
-            .collect();
-        let unselected = |c: &&ChoiceOutput| {
-            !c.cancelled
-                && outputs.is_some_and(|o| {
-                    self.sample_of(c.index)
-                        .is_some_and(|sample| !o.contains(&sample))
-                })
+        // Per-sample parts count only when some samples were not output.
+        let wasted = ends.iter().any(|e| e.cancelled || unselected(e));
+        let usage = &accounting.usage;
+        let parts = match wasted {
+            true => accounting.parts.as_slice(),
+            false => &[][..],
         };
         let mut outcome = Outcome {
-            samples,
-            response_model: Some(whole.model.clone()).filter(|m| !m.is_empty()),
+            response_model: accounting.response_model.clone(),
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            // As the answer's `usage.choicewise.estimated` says.
+            estimated: estimated(usage, parts),
             ..Outcome::default()
         };
-        // Per-sample parts need every choice counted: only when some were not output.
-        let wasted = whole.choices.iter().any(|c| c.cancelled)
-            || whole.choices.iter().any(|c| unselected(&c));
-        let (usage, parts) = match wasted {
-            true => {
-                let Accounting { usage, parts } = self.accounting().await;
-                (usage.clone(), parts.as_slice())
-            }
-            false => (self.run_usage().await, &[][..]),
-        };
-        outcome.prompt_tokens = usage.prompt_tokens;
-        outcome.completion_tokens = usage.completion_tokens;
-        // As the answer's `usage.choicewise.estimated` says.
-        outcome.estimated = estimated(&usage, parts);
-        let by_index: HashMap<u32, &ChoiceOutput> =
-            whole.choices.iter().map(|c| (c.index, c)).collect();
+        let by_index: HashMap<u32, &End> = ends.iter().map(|e| (e.index, e)).collect();
         for part in parts {
-            let Some(choice) = by_index.get(&part.index) else {
+            let Some(end) = by_index.get(&part.index) else {
                 continue;
             };
-            if choice.cancelled {
+            if end.cancelled {
                 outcome.cancelled_tokens += part.completion;
-            } else if unselected(choice) {
+            } else if unselected(end) {
                 outcome.unselected_tokens += part.completion;
             }
         }
+        drop(by_index);
+        outcome.samples = (ends.into_iter())
+            .map(|e| SampleEnd {
+                sample: e.sample,
+                finish: e.finish,
+                message: e.message.unwrap_or_default(),
+            })
+            .collect();
         let per_request: Vec<&Usage> = match usage.upstreams.is_empty() {
-            true => vec![&usage],
+            true => vec![usage],
             false => usage.upstreams.iter().collect(),
         };
         for (r, u) in per_request.into_iter().enumerate() {
@@ -291,6 +453,50 @@ impl Run {
     }
 }
 
+/// A choice's own reported figure.
+fn own(c: &Facts) -> Option<ChoiceUsage> {
+    c.usage.filter(|u| u.source == UsageSource::Reported)
+}
+
+/// The tiktoken counts of the `weighed` choices' texts, each read where it is published.
+/// Blocking.
+fn weigh(completions: &Completions, weighed: &[u32]) -> BTreeMap<u32, u64> {
+    if weighed.is_empty() {
+        return BTreeMap::new();
+    }
+    let encoding = choicewise_usage::DEFAULT_ENCODING;
+    (completions.inspect(|c, _| {
+        (weighed.contains(&c.index)).then(|| (c.index, c.completion_tokens(encoding)))
+    }))
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// What the accounting reads of a choice.
+struct Facts {
+    index: u32,
+    /// Its own usage, reported or core's estimate.
+    usage: Option<ChoiceUsage>,
+    cancelled: bool,
+    finish_reason: Option<String>,
+    /// Its message, with traces on.
+    message: Option<Message>,
+}
+
+/// How a started sample ended.
+#[derive(Debug)]
+pub(super) struct End {
+    /// Its library choice index.
+    index: u32,
+    sample: Option<u32>,
+    cancelled: bool,
+    /// Its `finish_reason`, `error` or `cancelled`.
+    finish: String,
+    /// Its message, as far as it got, with traces on.
+    message: Option<Message>,
+}
+
 /// A started sample's tokens.
 #[derive(Debug, Clone)]
 pub(super) struct Part {
@@ -302,11 +508,18 @@ pub(super) struct Part {
     estimated: bool,
 }
 
-/// Every started sample's tokens ([`Run::accounting`]).
+/// What a run came to, read once when it is over ([`Ledger::accounting`]).
 #[derive(Debug)]
 pub(super) struct Accounting {
     usage: Usage,
+    /// Every started sample's tokens.
     parts: Vec<Part>,
+    /// Every started sample's end, until [`Ledger::outcome`] takes them.
+    ends: Mutex<Vec<End>>,
+    /// The samples that ended cancelled.
+    cancelled: Vec<u32>,
+    /// The model the upstream named in its answer, if it named one.
+    response_model: Option<String>,
 }
 
 /// Whether a usage's totals are (partly) estimated: estimated by the library, or any

@@ -315,3 +315,30 @@ fn null_content_and_empty_content_stay_apart() {
     assert!(events.is_empty(), "an empty string is no content event");
     assert_eq!(acc.output().message.content.as_deref(), Some(""));
 }
+
+#[test]
+fn a_taken_output_is_the_output_with_its_texts_moved() {
+    let mut acc = ChoiceAccumulator::new(3, 8);
+    apply(
+        &mut acc,
+        ChoiceUpdate {
+            content: Some(text("the answer")),
+            reasoning: Some(text("thinking")),
+            refusal: Some(text("no")),
+            tool_calls: vec![tool(Some(0), Some("call_1"), Some("f"), "{}")],
+            finish_reason: Some(text("stop")),
+            ..update(1)
+        },
+    );
+    let copied = acc.output();
+    let taken = acc.take_output();
+    assert_eq!(taken, copied);
+    assert_eq!(taken.message.content.as_deref(), Some("the answer"));
+    // The texts left the accumulator; the rest of it stays.
+    let left = acc.output();
+    assert_eq!(
+        (left.message.content, left.message.reasoning_content),
+        (None, None)
+    );
+    assert_eq!(left.message.tool_calls, copied.message.tool_calls);
+}

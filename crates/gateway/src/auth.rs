@@ -1,0 +1,96 @@
+//! Who a request comes from: the client's key checked, a keyless gateway's own `Host`, and
+//! the client's identity for the ejection rules.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::http::{HeaderMap, StatusCode, header};
+
+use crate::error::ApiError;
+use crate::resilience;
+
+/// The key a request sends: `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
+fn given_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = (headers.get(header::AUTHORIZATION))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    bearer.or(x_api_key).map(str::trim)
+}
+
+/// Checks the client's key (`Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`)
+/// when `keys` are configured.
+pub(crate) fn authorize(keys: &[String], headers: &HeaderMap) -> Result<(), ApiError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let given = given_key(headers);
+    let known = given.is_some_and(|given| {
+        // Every key compared in full, whatever matches: no early exit to time.
+        (keys.iter()).fold(false, |found, key| {
+            found | same(key.as_bytes(), given.as_bytes())
+        })
+    });
+    match (given, known) {
+        (_, true) => Ok(()),
+        (None, _) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "no API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
+        )
+        .code("missing_api_key")),
+        (Some(_), false) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "the API key is not one this gateway accepts",
+        )
+        .code("invalid_api_key")),
+    }
+}
+
+/// Whether `host` (a `Host` header) names a gateway listening on `listening` on loopback:
+/// `localhost`, `127.0.0.1`, `[::1]` or the address it listens on, with the port it listens on
+/// when it names one and the gateway knows its own.
+pub(crate) fn loopback_host(listening: Option<&SocketAddr>, host: &str) -> bool {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) if !port.contains(']') => (name, Some(port)),
+        _ => (host, None),
+    };
+    let own = listening.map(|a| match a.ip() {
+        IpAddr::V6(ip) => format!("[{ip}]"),
+        ip => ip.to_string(),
+    });
+    let known = ["localhost", "127.0.0.1", "[::1]"]
+        .iter()
+        .any(|n| n.eq_ignore_ascii_case(name))
+        || own.as_deref() == Some(name);
+    let port_ok = match (port, listening) {
+        (Some(port), Some(addr)) => port.parse::<u16>().ok() == Some(addr.port()),
+        (Some(port), None) => port.parse::<u16>().is_ok(),
+        (None, _) => true,
+    };
+    known && port_ok
+}
+
+/// Who a request comes from, for the ejection rules (`resilience::Health`): a hash of its key
+/// when `keys` are configured, else of its connection's peer address (its IP: a client's
+/// several connections are one client); one anonymous client for a router served without the
+/// gateway's own listener.
+pub(crate) fn client_of(
+    keys: &[String],
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+) -> resilience::ClientId {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    if keys.is_empty() {
+        peer.hash(&mut hasher);
+    } else {
+        given_key(headers).hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// Compares two byte strings in time that depends on their lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
