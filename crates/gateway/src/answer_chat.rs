@@ -143,8 +143,9 @@ pub(crate) fn stream_response(
         finish.complete();
         write.extend_from_slice(DONE);
         yield Ok(Bytes::from(write));
-        // The body ends once what the run came to is read: its record needs nothing more.
-        finish.settle_until_closed(&mut closing).await;
+        // The body ends once what the run came to is read (its record needs nothing more),
+        // or a moment after, an upstream still open then closed.
+        finish.settle_after_answer(&mut closing).await;
     };
     sse_response(body)
 }

@@ -61,6 +61,10 @@ pub(crate) struct Finish {
 /// for them as they ended.
 const SETTLE_AFTER_CANCEL: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long a streamed answer's body, its last event written, waits for its upstreams to end
+/// (their usage), before those still open are closed and the run is read as it stands.
+const SETTLE_AFTER_ANSWER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What a run came to, read when its samples are over.
 pub(crate) struct Settled {
     outcome: Outcome,
@@ -158,6 +162,24 @@ impl Finish {
         let Some(run) = &self.run else { return };
         let read = Settled::read(run, self.outputs.as_deref());
         self.settled = Some(until_closed(read, closing, run).await);
+    }
+
+    /// A streamed answer's last event is written: as [`settle_until_closed`](Self::settle_until_closed)
+    /// for at most [`SETTLE_AFTER_ANSWER`], so that an upstream silent after its last
+    /// choice's finish cannot hold the body's end (and its slot); then the samples still
+    /// running are cancelled, and what they came to is read.
+    pub(crate) async fn settle_after_answer(&mut self, closing: &mut Closing) {
+        let settled = self.settle_until_closed(closing);
+        if tokio::time::timeout(SETTLE_AFTER_ANSWER, settled)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        if let Some(run) = &self.run {
+            run.completions.cancel_except(&[]);
+        }
+        let _ = tokio::time::timeout(SETTLE_AFTER_CANCEL, self.settle()).await;
     }
 
     /// The request fails with `why` (the span's `error.type`) before its answer began: its

@@ -424,6 +424,44 @@ async fn a_first_token_pick_does_not_wait_for_a_silent_upstream_to_open() {
     assert_eq!(v["choicewise"]["selected"], json!([1]));
 }
 
+/// An upstream that finishes its choice and then stays silent, without `[DONE]` or closing,
+/// does not hold the streamed answer's end (and its slot) until `upstream_idle_timeout_s`:
+/// the body ends a moment after its `[DONE]`, and one slot serves the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_silent_after_its_finish_does_not_hold_the_answers_end() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_after = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0; 65536];
+                let _ = tcp.read(&mut buf).await;
+                let chunk = json!({"id": "c", "object": "chat.completion.chunk", "created": 1,
+                    "model": "up", "choices": [{"index": 0, "delta": {"content": "done"},
+                    "finish_reason": "stop"}]});
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+                let _ = tcp
+                    .write_all(format!("{head}data: {chunk}\n\n").as_bytes())
+                    .await;
+                // Silent from now on, the connection held open.
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            });
+        }
+    });
+    let toml = format!(
+        "[limits]\nmax_concurrent_requests = 1\n[[models]]\nname = \"m\"\n{}",
+        upstream(&format!("http://{silent_after}/v1"), "")
+    );
+    let (addr, _) = serve(&toml, env).await;
+    for _ in 0..2 {
+        let r = within(LIMIT, "the answer", post(addr, &chat(1, true))).await;
+        assert_eq!(r.status(), 200);
+        let text = within(LIMIT, "the answer's end", r.text()).await.unwrap();
+        assert!(text.contains("done"), "{text}");
+        assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    }
+}
+
 /// A hedge exists for a first upstream that holds even its status line: the second sample
 /// starts after `hedge_after_ms` and answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
