@@ -533,7 +533,8 @@ impl Choice {
     }
 
     /// `f` of the choice as [`snapshot`](Self::snapshot) returns it, read where it is
-    /// published rather than copied: for a large message read once it has closed.
+    /// published rather than copied: for a large message read once it has closed. `f` runs
+    /// with no lock held, so it may read the choice or its completion again.
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};
@@ -546,7 +547,8 @@ impl Choice {
     /// # }
     /// ```
     pub fn inspect<T>(&self, f: impl FnOnce(&ChoiceOutput) -> T) -> T {
-        self.entry.log.lock().with_output(self.index(), f)
+        let output = self.entry.log.lock().shared_output(self.index());
+        f(&output)
     }
 
     /// The error that ended the choice, once it closed with one (the error

@@ -268,7 +268,8 @@ impl Completions {
     /// [`ChoiceOutput::usage`](choicewise_proto::ChoiceOutput::usage) says it, passed apart),
     /// read where it is published rather than copied: a choice's message is held once however
     /// many read it. By index; each choice as it is now, so call it once the completion is
-    /// over (after [`usage`](Self::usage) or [`collect`](Self::collect)) for their ends.
+    /// over (after [`usage`](Self::usage) or [`collect`](Self::collect)) for their ends. `f`
+    /// runs with no lock held, so it may read the completion again.
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};
@@ -301,7 +302,8 @@ impl Completions {
                     (None, Some(&n)) => Some(ChoiceUsage::new(n, UsageSource::Estimated)),
                     (None, None) => None,
                 };
-                c.log.lock().with_output(index, |output| f(output, usage))
+                let output = c.log.lock().shared_output(index);
+                f(&output, usage)
             })
             .collect()
     }
@@ -600,8 +602,9 @@ fn estimate(
             .filter(|c| indexes.is_none_or(|i| i.contains(&c.index())))
             .map(|c| {
                 let index = c.index();
-                let tokens =
-                    (c.log.lock()).with_output(index, |o| o.completion_tokens(encoding.name));
+                // Counted with the log's lock let go.
+                let output = c.log.lock().shared_output(index);
+                let tokens = output.completion_tokens(encoding.name);
                 (index, tokens)
             });
         let choices: std::collections::BTreeMap<u32, u64> = counted.collect();

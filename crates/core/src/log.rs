@@ -93,8 +93,9 @@ pub(crate) struct Published {
     pub events: EventLog,
     /// Where the choice is, as of the last publish.
     pub phase: Phase,
-    /// The message, published when the choice closes and again when it settles.
-    output: Option<ChoiceOutput>,
+    /// The message, published when the choice closes and again when it settles; shared, so
+    /// that a reader holds it without copying it and without holding the lock.
+    output: Option<Arc<ChoiceOutput>>,
     pub waiters: Waiters,
 }
 
@@ -108,7 +109,7 @@ impl Published {
     /// the message so far, rebuilt from its events.
     pub fn outcome(&self, index: u32) -> (ChoiceOutput, Option<Error>) {
         let output = match &self.output {
-            Some(output) => output.clone(),
+            Some(output) => ChoiceOutput::clone(output),
             None => self.rebuilt(index),
         };
         (output, self.phase.closed().and_then(Closed::error))
@@ -119,12 +120,12 @@ impl Published {
         self.phase.closed().and_then(Closed::error)
     }
 
-    /// `f` of the choice's message as published (as [`outcome`](Self::outcome) returns it),
-    /// read in place rather than copied.
-    pub fn with_output<T>(&self, index: u32, f: impl FnOnce(&ChoiceOutput) -> T) -> T {
+    /// The choice's message as published (as [`outcome`](Self::outcome) returns it), shared
+    /// rather than copied: read it after the lock is let go.
+    pub fn shared_output(&self, index: u32) -> Arc<ChoiceOutput> {
         match &self.output {
-            Some(output) => f(output),
-            None => f(&self.rebuilt(index)),
+            Some(output) => output.clone(),
+            None => Arc::new(self.rebuilt(index)),
         }
     }
 
@@ -245,7 +246,7 @@ impl LogWriter {
         if key(&published.phase) != key(phase) {
             published.phase = phase.clone();
             if let Some(output) = output() {
-                published.output = Some(output);
+                published.output = Some(Arc::new(output));
             }
         }
         published.waiters.wake_all();

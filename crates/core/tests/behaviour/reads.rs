@@ -133,3 +133,25 @@ async fn large_and_small_reads_in_turn_give_the_same_completion() {
         assert_eq!(got, reference, "reads of {pattern:?} chunks");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inspecting_closure_may_read_the_choice_and_the_completion_again() {
+    // The closures run with no lock held: reading the same choice or the completion from
+    // inside them does not deadlock (a blocking thread, so that a deadlock fails the test).
+    let sse =
+        "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+    let completions = Completions::new(Source::reader(sse.as_bytes()));
+    let choice = completions.choice(0).await.unwrap();
+    let _ = choice.message().await;
+    let c = completions.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let inner = choice.inspect(|o| (o.message.content.clone(), choice.snapshot().index));
+        let outer = c.inspect(|o, _| (o.index, c.inspect(|p, _| p.index)));
+        (inner, outer)
+    });
+    let (inner, outer) = within(SETTLED, "the inspecting closures", read)
+        .await
+        .unwrap();
+    assert_eq!(inner, (Some("Hi".to_string()), 0));
+    assert_eq!(outer, [(0, vec![0])]);
+}
