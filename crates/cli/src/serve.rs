@@ -31,9 +31,14 @@ enum LogFormat {
 fn init_log(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,choicewise_gateway=info"));
+    // A log that cannot be written (stderr closed: its reader gone) is lost, never a panic
+    // in the task that logged: tracing-subscriber's report of its own write errors is an
+    // `eprintln!`, which panics on the same broken stderr, and a request's record is logged
+    // as its answer's body ends.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .with_ansi(false);
     // A subscriber set already (a program embedding the command) is kept.
     let _ = match format {

@@ -262,6 +262,44 @@ async fn a_base_url_without_v1_is_named_at_start() {
     assert!(line.contains(&upstream.addr().to_string()), "{line}");
 }
 
+/// A gateway whose stderr's reader is gone (a log collector that died) still answers whole:
+/// a log line that cannot be written is lost, not a panic that cuts the answer it was
+/// written for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_whose_stderr_is_closed_still_answers_whole() {
+    let upstream = TestServer::builder()
+        .fixture("demo.sse")
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"whole\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
+        upstream.base_url()
+    );
+    let (_child, base, stderr) = serve("closed-stderr", &toml).await;
+    // The listening line was read: nobody reads stderr any more.
+    drop(stderr);
+    let client = reqwest::Client::new();
+    for _ in 0..3 {
+        let response = within(
+            LIMIT,
+            "an answer",
+            client
+                .post(format!("{base}/v1/chat/completions"))
+                .json(&json!({"model": "whole", "n": 3, "stream": true,
+                              "messages": [{"role": "user", "content": "hi"}]}))
+                .send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status(), 200);
+        let text = within(LIMIT, "the whole answer", response.text())
+            .await
+            .expect("the answer's body ends well");
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx on the PATH (CI installs it: apt-get install nginx-light)"]
 async fn nginx_in_front_of_two_gateways_streams_n_3() {

@@ -32,7 +32,7 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
     let local = listener
         .local_addr()
         .map_err(|e| ServeError::Io(e.to_string()))?;
-    eprintln!("listening on http://{local}");
+    say(format_args!("listening on http://{local}"));
     check_v1(&gateway);
     let served = gateway.serve_on(listener, shutdown_signal()).await;
     gateway.shutdown_traces().await;
@@ -77,14 +77,14 @@ impl Gateway {
             () = &mut server => return Ok(()),
             _ = signalled.wait_for(|s| *s) => {}
         }
-        eprintln!(
+        say(format_args!(
             "shutting down: no new connections; open answers have {}s to finish",
             grace.as_secs_f64()
-        );
+        ));
         if tokio::time::timeout(grace, &mut server).await.is_ok() {
             return Ok(());
         }
-        eprintln!("grace period over: the open answers end now");
+        say(format_args!("grace period over: the open answers end now"));
         self.close();
         // Clients that do not read their answers' ends: their connections go with the
         // process.
@@ -177,4 +177,11 @@ fn check_v1(gateway: &Gateway) {
             }
         });
     }
+}
+
+/// A line on stderr, for the operator: lost if stderr cannot be written (its reader gone),
+/// where `eprintln!` would panic.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
