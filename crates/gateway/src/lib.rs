@@ -35,6 +35,7 @@ mod answer;
 mod answer_api;
 mod answer_chat;
 mod auth;
+mod closing;
 mod config;
 mod count;
 mod engine;
