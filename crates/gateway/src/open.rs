@@ -339,13 +339,8 @@ impl Opener {
                     && chosen.is_some_and(|j| Some(j) != last)
                     && !probe;
                 if retry && !leaves_ejected && !self.budget.retry(now) {
-                    if let (true, Some(j)) = (probe, chosen) {
-                        // The probe handed out is not made: the next try may probe.
-                        model.routes[j].health.probe_over();
-                    }
-                    self.metrics.retry_budget_exhausted();
-                    tracing::warn!(model = %self.model.name, "retry budget exhausted");
-                    return Err(self.failure(&failed, true));
+                    let probed = chosen.filter(|_| probe).map(|j| &model.routes[j]);
+                    return Err(self.budget_refused(&failed, probed, "model"));
                 }
                 let j = match (chosen, soonest) {
                     (Some(j), _) => {
@@ -378,16 +373,8 @@ impl Opener {
                 if !retry {
                     route.budget.first(now);
                 } else if !leaves_ejected && !route.budget.retry(now) {
-                    if probe {
-                        route.health.probe_over();
-                    }
-                    self.metrics.retry_budget_exhausted();
-                    tracing::warn!(
-                        model = %self.model.name,
-                        upstream = %route.label,
-                        "the upstream's retry budget is exhausted"
-                    );
-                    return Err(self.failure(&failed, true));
+                    let probed = probe.then_some(route);
+                    return Err(self.budget_refused(&failed, probed, &route.label));
                 }
                 // Every upstream request of the run counts against one bound.
                 let sent = self.sent.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -489,6 +476,23 @@ impl Opener {
 
     /// The answer when every try failed: 429 with the smallest `Retry-After` when every
     /// try was a 429, else 502 listing each try.
+    /// A retry a budget refused (`budget`: `model`, or the upstream's label): the probe it
+    /// was handed out, if any, is not made (the next try may probe); counted, logged, and
+    /// the client's error says the budget is spent.
+    fn budget_refused(
+        &self,
+        failed: &[Failed],
+        probed: Option<&UpstreamRoute>,
+        budget: &str,
+    ) -> ApiError {
+        if let Some(route) = probed {
+            route.health.probe_over();
+        }
+        self.metrics.retry_budget_exhausted();
+        tracing::warn!(model = %self.model.name, budget, "retry budget exhausted");
+        self.failure(failed, true)
+    }
+
     fn failure(&self, failed: &[Failed], budget: bool) -> ApiError {
         let name = &self.model.name;
         if !failed.is_empty() && failed.iter().all(|f| f.outcome == Outcome::TooMany) {

@@ -890,34 +890,45 @@ async fn metrics_count_requests_choices_tokens_and_open_connections() {
 /// its samples cancelled with the tokens they had received (estimated).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_whose_client_went_away_is_recorded_with_its_cancelled_tokens() {
-    let server = stalled(3).start().await.unwrap();
-    let (addr, _gateway) = serve(&config(&[("chat", server.base_url(), "")]), env).await;
-    let response = post(addr, request(1)).await;
-    let mut body = response.bytes_stream();
-    // The opening, then the upstream's first text.
-    let mut read = Vec::new();
-    within(LIMIT, "the upstream's text", async {
-        while !String::from_utf8_lossy(&read).contains("\"content\":\"") {
-            read.extend_from_slice(&body.next().await.unwrap().unwrap());
-        }
-    })
-    .await;
-    drop(body);
-    let text = metrics_with(
-        addr,
-        &[
-            "choicewise_choices_total{model=\"m\",finish_reason=\"cancelled\"} 1",
-            "choicewise_open_streams 0",
-        ],
-    )
-    .await;
-    let cancelled: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("choicewise_cancelled_tokens_total{model=\"m\"} "))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(cancelled > 0, "what the sample had received: {text}");
+    // The upstream reports no usage: the prompt is estimated from the request's fields at
+    // once when it is small, and left uncounted (the record made without waiting) when it
+    // is over 64 KiB.
+    for (prompt, counted) in [("hi".to_string(), true), ("word ".repeat(20_000), false)] {
+        let server = stalled(3).start().await.unwrap();
+        let (addr, _gateway) = serve(&config(&[("chat", server.base_url(), "")]), env).await;
+        let mut body = request(1);
+        body["messages"][0]["content"] = json!(prompt);
+        let response = post(addr, body).await;
+        let mut body = response.bytes_stream();
+        // The opening, then the upstream's first text.
+        let mut read = Vec::new();
+        within(LIMIT, "the upstream's text", async {
+            while !String::from_utf8_lossy(&read).contains("\"content\":\"") {
+                read.extend_from_slice(&body.next().await.unwrap().unwrap());
+            }
+        })
+        .await;
+        drop(body);
+        let text = metrics_with(
+            addr,
+            &[
+                "choicewise_choices_total{model=\"m\",finish_reason=\"cancelled\"} 1",
+                "choicewise_open_streams 0",
+            ],
+        )
+        .await;
+        let cancelled: u64 = (text.lines())
+            .find_map(|l| l.strip_prefix("choicewise_cancelled_tokens_total{model=\"m\"} "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(cancelled > 0, "what the sample had received: {text}");
+        let prompt = (text.lines())
+            .find(|l| l.contains("kind=\"prompt\"") && l.contains("source=\"estimated\""))
+            .unwrap_or_else(|| panic!("no estimated prompt tokens: {text}"));
+        let tokens: u64 = prompt.rsplit(' ').next().unwrap().parse().unwrap();
+        assert_eq!(tokens > 0, counted, "{prompt}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -62,11 +62,7 @@ async fn post(addr: SocketAddr, body: &Value, key: Option<&str>) -> reqwest::Res
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_vote_by_is_refused_before_it_is_parsed() {
     let _serial = SERIAL.lock().await;
-    let upstream = TestServer::builder()
-        .body(answer("4"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("4").await;
     let (addr, _) = serve(&config(&upstream.base_url(), ""), env).await;
     // Warm: the first request's one-off allocations (the client's pool, the router's
     // first use) are not the pattern's.
@@ -125,6 +121,24 @@ fn fan_out(urls: &[String], before: &str, model: &str) -> String {
         ));
     }
     toml
+}
+
+/// An upstream that answers every request 500.
+async fn failing() -> TestServer {
+    (TestServer::builder())
+        .fail(choicewise_testserver::Failure::status(500))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// An upstream that answers every request with `text`.
+async fn answering(text: &str) -> TestServer {
+    TestServer::builder()
+        .body(answer(text))
+        .start()
+        .await
+        .unwrap()
 }
 
 /// The data of each event of an SSE text.
@@ -324,16 +338,8 @@ async fn one_client_cannot_eject_an_upstream_for_others() {
 async fn a_dead_upstream_is_still_ejected() {
     let _serial = SERIAL.lock().await;
     for keys in [&["sk-a", "sk-a"], &["sk-a", "sk-b"]] {
-        let dead = TestServer::builder()
-            .fail(choicewise_testserver::Failure::status(500))
-            .start()
-            .await
-            .unwrap();
-        let healthy = TestServer::builder()
-            .body(answer("fine"))
-            .start()
-            .await
-            .unwrap();
+        let dead = failing().await;
+        let healthy = answering("fine").await;
         let toml = fan_out(
             &[dead.base_url(), healthy.base_url()],
             "[auth]\nkeys_env = \"CLIENT_KEYS\"",
@@ -395,16 +401,8 @@ async fn a_model_whose_every_upstream_is_ejected_is_still_tried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_models_failures_do_not_spend_a_models_retries() {
     let _serial = SERIAL.lock().await;
-    let failing = TestServer::builder()
-        .fail(choicewise_testserver::Failure::status(500))
-        .start()
-        .await
-        .unwrap();
-    let healthy = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let failing = failing().await;
+    let healthy = answering("fine").await;
     // The victim `m`: its first upstream always fails (never ejected), so each request
     // needs one retry; the attacker's model `x` only fails.
     let toml = format!(
@@ -457,16 +455,8 @@ async fn another_models_failures_do_not_spend_a_models_retries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fallbacks_from_several_models_are_bounded_by_the_upstreams_budget() {
     let _serial = SERIAL.lock().await;
-    let failing = TestServer::builder()
-        .fail(choicewise_testserver::Failure::status(500))
-        .start()
-        .await
-        .unwrap();
-    let shared = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let failing = failing().await;
+    let shared = answering("fine").await;
     let mut toml = String::new();
     for name in ["x1", "x2"] {
         toml.push_str(&format!(
@@ -515,11 +505,7 @@ async fn fallbacks_from_several_models_are_bounded_by_the_upstreams_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requests_upstream_requests_are_bounded() {
     let _serial = SERIAL.lock().await;
-    let failing = TestServer::builder()
-        .fail(choicewise_testserver::Failure::status(500))
-        .start()
-        .await
-        .unwrap();
+    let failing = failing().await;
     let toml = fan_out(
         &[failing.base_url()],
         "[limits]\nmax_upstream_requests_per_request = 5",
