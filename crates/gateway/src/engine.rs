@@ -486,7 +486,7 @@ async fn open_first(opens: Vec<OpenFuture>, race: bool) -> Result<Vec<Start>, Ap
         let opened = futures::future::join_all(opens).await;
         return opened.into_iter().map(|o| o.map(Start::Done)).collect();
     }
-    let mut done: Vec<Option<Opened>> = (0..opens.len()).map(|_| None).collect();
+    let mut starts: Vec<Option<Start>> = (0..opens.len()).map(|_| None).collect();
     let (mut indexes, mut pending): (Vec<usize>, Vec<OpenFuture>) =
         opens.into_iter().enumerate().unzip();
     if !pending.is_empty() {
@@ -494,18 +494,13 @@ async fn open_first(opens: Vec<OpenFuture>, race: bool) -> Result<Vec<Start>, Ap
         // `select_all` swap-removes the one that finished: the indexes follow.
         let r = indexes.swap_remove(i);
         pending = rest;
-        done[r] = Some(opened?);
+        starts[r] = Some(Start::Done(opened?));
     }
-    let mut still: Vec<Option<OpenFuture>> = (0..done.len()).map(|_| None).collect();
     for (r, f) in indexes.into_iter().zip(pending) {
-        still[r] = Some(f);
+        starts[r] = Some(Start::Pending(f));
     }
-    Ok((done.into_iter().zip(still))
-        .map(|(done, still)| match (done, still) {
-            (Some(opened), _) => Start::Done(opened),
-            (None, Some(f)) => Start::Pending(f),
-            (None, None) => unreachable!("every request is opened or still opening"),
-        })
+    Ok((starts.into_iter())
+        .map(|s| s.expect("every request is opened or still opening"))
         .collect())
 }
 
