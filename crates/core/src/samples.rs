@@ -104,9 +104,12 @@ impl CompletionsBuilder {
 
 impl Completions {
     /// Starts up to `count` more samples of a completion made by
-    /// [`samples`](CompletionsBuilder::samples); returns how many started (none once all were
-    /// started, sampling stopped, or the completion was cancelled; none for a completion of
-    /// fixed sources). Starting the last one means no more will start.
+    /// [`samples`](CompletionsBuilder::samples); returns how many it took on (none once all
+    /// were started, sampling stopped, or the completion was cancelled; none for a completion
+    /// of fixed sources). They have started when it returns, unless the sample maker was
+    /// running meanwhile (this call made from inside it, or from another thread): then that
+    /// maker's caller starts them as soon as the maker returns. Starting the last one means no
+    /// more will start.
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};
