@@ -187,11 +187,13 @@ async fn serve_chat(
         metrics: gw.inner.metrics.clone(),
         budget,
         tries: Arc::default(),
+        limits_set: Arc::default(),
         client: finish.client,
         sent: Arc::default(),
         max_requests: gw.inner.limits.max_upstream_requests_per_request,
     };
     finish.tries = Some(opener.tries.clone());
+    finish.limits_set = Some(opener.limits_set.clone());
     // Everything the request does ends by its deadline: opening its first samples, the pick,
     // the answer (`closing`).
     let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);

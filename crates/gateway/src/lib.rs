@@ -228,6 +228,8 @@ impl Gateway {
                     model: upstream_model,
                     n_mode: u.n_mode(),
                     max_n: u.max_n,
+                    max_tokens: u.max_tokens.or((u.api == Dialect::Anthropic)
+                        .then_some(choicewise_core::defaults::DEFAULT_ANTHROPIC_MAX_TOKENS)),
                     host,
                     idle_timeout: Duration::from_secs_f64(config.limits.upstream_idle_timeout_s),
                     max_answer_bytes: config.limits.max_answer_bytes,
