@@ -22,6 +22,10 @@ use choicewise_core::Dialect;
 
 /// The API a path belongs to: its errors are answered in that API's shape.
 pub(crate) fn api_of(path: &str) -> Dialect {
+    let path = path
+        .strip_prefix("/v1")
+        .filter(|p| p.starts_with("/v1/"))
+        .unwrap_or(path);
     if path.starts_with("/v1/messages") {
         Dialect::Anthropic
     } else if path.starts_with("/v1/responses") {
@@ -34,7 +38,12 @@ pub(crate) fn api_of(path: &str) -> Dialect {
 /// The `api` label of a path's requests in the metrics.
 pub(crate) fn path_api_label(path: &str) -> &'static str {
     match api_of(path) {
-        Dialect::Chat if !path.starts_with("/v1/chat/completions") => "",
+        Dialect::Chat
+            if !(path.starts_with("/v1/chat/completions")
+                || path.starts_with("/v1/v1/chat/completions")) =>
+        {
+            ""
+        }
         api => api_label(api),
     }
 }
@@ -72,6 +81,20 @@ pub(crate) async fn unknown_route(request: Request) -> Response {
     )
     .code("unknown_route");
     shaped(api_of(&path), e)
+}
+
+/// Serves a request of a doubled `/v1` (`/v1/v1/messages`) as its route, and tells the
+/// operator once per process which base URL to fix.
+pub(crate) async fn doubled_v1(request: Request, next: axum::middleware::Next) -> Response {
+    static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            path = %request.uri().path(),
+            "a client asked a path with /v1 twice (its base URL ends in /v1 and it adds /v1 \
+             itself): served as the single /v1 route; give that client the base URL without /v1"
+        );
+    }
+    next.run(request).await
 }
 
 /// A `POST` route asked with another method: 405 (`Allow: POST`) in the shape of the route's

@@ -1057,3 +1057,40 @@ async fn a_request_without_a_limit_gets_its_upstreams_answer_room() {
         "{e}"
     );
 }
+
+/// A client whose base URL already ends in `/v1` asks `/v1/v1/...`: served as the route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_doubled_v1_is_served_as_its_route() {
+    let upstream = TestServer::builder()
+        .body(answer("hi there"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    let v: Value = post(addr, "/v1/v1/messages", messages_request(false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["content"][0]["text"], "hi there", "{v}");
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(addr, "/v1/v1/chat/completions", chat).await;
+    assert_eq!(r.status(), 200);
+    let models = reqwest::Client::new()
+        .get(format!("http://{addr}/v1/v1/models"))
+        .header("x-api-key", "sk-a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 200);
+    // Still keyed; one /v1 too many is served, not any number.
+    let unkeyed = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/v1/messages"))
+        .json(&messages_request(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unkeyed.status(), 401);
+    let r = post(addr, "/v1/v1/v1/messages", messages_request(false)).await;
+    assert_eq!(r.status(), 404);
+}
