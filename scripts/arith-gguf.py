@@ -210,7 +210,8 @@ def start_server(python, gguf_path):
     log = open(LLAMA_DIR / "arith-check.log", "w")
     server = subprocess.Popen(
         [python, str(REPO / "scripts" / "llama_server.py"), "--model", str(gguf_path),
-         "--port", str(port), "--parallel", "1", "--ctx", "192", "--alias", "arith-6m"],
+         "--port", str(port), "--parallel", "1", "--ctx", "192", "--alias", "arith-6m",
+         "--threads", "1"],
         stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

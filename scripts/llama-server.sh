@@ -18,7 +18,9 @@
 # Environment: CHOICEWISE_LLAMA_DIR (default .llama in the repository: the venv, the logs, the pid
 # files), CHOICEWISE_LLAMA_PORT (default: a free port), CHOICEWISE_LLAMA_PARALLEL (slots, default 4),
 # CHOICEWISE_ARITH_PORT (default: a free port), CHOICEWISE_ARITH_PARALLEL (the arithmetic model's
-# slots, default 4, each with the model's 192-token context), PYTHON (default python3).
+# slots, default 4, each with the model's 192-token context), CHOICEWISE_ARITH_THREADS (its
+# threads, default 1: on a busy machine, two threads that wait for each other ran it 50 times
+# slower, docs/real-server.md), PYTHON (default python3).
 #
 # `start` exports, for the tests:
 #   CHOICEWISE_LLAMA_URL     the SmolLM2 server's base URL, http://127.0.0.1:PORT/v1
@@ -34,6 +36,7 @@ venv=$dir/venv
 py=$venv/bin/python
 parallel=${CHOICEWISE_LLAMA_PARALLEL:-4}
 arith_parallel=${CHOICEWISE_ARITH_PARALLEL:-4}
+arith_threads=${CHOICEWISE_ARITH_THREADS:-1}
 arith_model=$repo/models/arith-6m-f16.gguf
 
 # Pinned: the wire habits the tests check are those of this build (llama.cpp b11549).
@@ -89,13 +92,14 @@ free_port() {
   "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# Starts one server in the background (NAME MODEL PORT SLOTS CTX ALIAS; its log and pid file are
+# Starts one server in the background (NAME MODEL PORT SLOTS CTX ALIAS [THREADS, 0: llama.cpp's
+# default]; its log and pid file are
 # $dir/NAME.log and $dir/NAME.pid) and waits until /health answers 200, at most 60 s. When it
 # does not, prints its log, stops every server started, and exits 1.
 start_one() {
-  local name=$1 model=$2 port=$3 slots=$4 ctx=$5 alias=$6 pid
+  local name=$1 model=$2 port=$3 slots=$4 ctx=$5 alias=$6 threads=${7:-0} pid
   "$py" "$repo/scripts/llama_server.py" --model "$model" --port "$port" --parallel "$slots" \
-    --ctx "$ctx" --alias "$alias" > "$dir/$name.log" 2>&1 &
+    --ctx "$ctx" --alias "$alias" --threads "$threads" > "$dir/$name.log" 2>&1 &
   pid=$!
   echo "$pid" > "$dir/$name.pid"
   if ! "$py" - "$port" "$pid" <<'EOF'
@@ -134,7 +138,8 @@ start() {
   start_one server "$model" "$port" "$parallel" 4096 smollm2
   arith_port=${CHOICEWISE_ARITH_PORT:-$(free_port)}
   # The context is shared by the slots: 192 tokens each, the model's own context.
-  start_one arith-server "$arith_model" "$arith_port" "$arith_parallel" $((192 * arith_parallel)) arith-6m
+  start_one arith-server "$arith_model" "$arith_port" "$arith_parallel" $((192 * arith_parallel)) arith-6m \
+    "$arith_threads"
   printf 'export CHOICEWISE_LLAMA_URL=%q\n' "http://127.0.0.1:$port/v1"
   printf 'export CHOICEWISE_LLAMA_SLOTS=%q\n' "$parallel"
   printf 'export CHOICEWISE_LLAMA_PYTHON=%q\n' "$py"
