@@ -235,7 +235,7 @@ def check(args):
     if not args.server and not python.exists():
         sys.exit("run scripts/llama-server.sh install first, or pass --server")
     if args.server:
-        server, base = None, args.server.rstrip("/")
+        server, base = None, args.server.rstrip("/").removesuffix("/v1")
     else:
         server, base = start_server(str(python), args.gguf)
     token_ok = template_ok = greedy_ok = 0
@@ -305,7 +305,7 @@ def main():
     c.add_argument("--tolerance", type=float, default=0.1,
                    help="largest difference of a top-5 log-probability (natural log)")
     c.add_argument("--server", metavar="URL",
-                   help="a running llama.cpp server with the GGUF (http://HOST:PORT)")
+                   help="a running llama.cpp server with the GGUF (http://HOST:PORT[/v1])")
     args = parser.parse_args()
     return write(args) if args.command == "write" else check(args)
 
