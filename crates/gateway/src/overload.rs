@@ -4,11 +4,16 @@
 //! again.
 //!
 //! The memory is the process's resident set (`/proc/self/statm`, read at most every
-//! [`SAMPLE_EVERY`] by the request that finds the last reading stale), plus the request bodies
-//! admitted and not yet read: a body is reserved at its declared length (or at
-//! `max_body_bytes` when it declares none) from its admission until its handler has answered,
-//! so that a burst of large uploads counts before it is resident. Where the process's
-//! memory cannot be read (no `/proc`), only the reservations count.
+//! [`SAMPLE_EVERY`] by the request that finds the last reading stale), plus what the requests
+//! admitted will cost and have not yet taken: a request is charged from its admission until
+//! its handler has answered, so that a burst of large uploads, or of bodies that cost many
+//! times their size to parse, counts before it is resident. The charge is first
+//! [`cost_bound`] of its declared length (of `max_body_bytes` when it declares none): its
+//! route's factor over the whole body; once the body is read, [`cost`] of its fields' sizes
+//! (the factor over the fields its handler builds from). The charges of the parses running at
+//! once are all under the mark, so together they never pass it; once parsed, the mark is
+//! checked again ([`Ceiling::recheck`]). Where the process's memory cannot be read (no
+//! `/proc`), only the charges count.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +60,127 @@ impl Drop for Reservation {
             .reserved
             .fetch_sub(self.bytes, Ordering::AcqRel);
     }
+}
+
+impl Reservation {
+    /// Charges the request `bytes` in all, in place of what it holds: less is released at
+    /// once; more is taken only if it fits under the high mark with everything else in use
+    /// (else the reservation stays as it was, and the refusal says why).
+    pub(crate) fn charge(&mut self, bytes: u64) -> Result<(), Refused> {
+        let ceiling = &self.ceiling;
+        if bytes <= self.bytes {
+            ceiling
+                .reserved
+                .fetch_sub(self.bytes - bytes, Ordering::AcqRel);
+            self.bytes = bytes;
+            return Ok(());
+        }
+        let extra = bytes - self.bytes;
+        let resident = ceiling.resident();
+        let mut reserved = ceiling.reserved.load(Ordering::Acquire);
+        loop {
+            let used = resident + reserved;
+            if used + extra > ceiling.high {
+                return Err(Refused {
+                    used,
+                    high: ceiling.high,
+                });
+            }
+            match ceiling.reserved.compare_exchange_weak(
+                reserved,
+                reserved + extra,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.bytes = bytes;
+                    return Ok(());
+                }
+                Err(now) => reserved = now,
+            }
+        }
+    }
+
+    /// The bytes it holds.
+    #[cfg(test)]
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// The routes whose requests cost more to process than their bodies, by what their
+/// handlers build from the body: see [`cost`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/messages/count_tokens`.
+    CountTokens,
+    /// `POST /v1/responses`.
+    Responses,
+    /// Any other: only its body counts.
+    Other,
+}
+
+impl Route {
+    /// The route of a request's path.
+    pub(crate) fn of(path: &str) -> Route {
+        match path.trim_end_matches('/') {
+            "/v1/chat/completions" => Route::Chat,
+            "/v1/messages" => Route::Messages,
+            "/v1/messages/count_tokens" => Route::CountTokens,
+            "/v1/responses" => Route::Responses,
+            _ => Route::Other,
+        }
+    }
+
+    /// The fields its handler reads entry by entry into something new (translated
+    /// messages, the upstream's body, the prompt's count): what makes it cost more than
+    /// its bytes.
+    fn heavy(self) -> &'static [&'static str] {
+        match self {
+            Route::Chat => &["messages", "tools", "functions"],
+            Route::Messages | Route::CountTokens => &["messages", "system", "tools"],
+            Route::Responses => &["input", "instructions", "tools"],
+            Route::Other => &[],
+        }
+    }
+
+    /// The memory its handler takes per byte of those fields, beyond the body itself, in
+    /// sixteenths: the resident growth measured per body byte (docs/reliability.md, "The
+    /// memory model"), rounded up.
+    fn sixteenths(self) -> u64 {
+        match self {
+            Route::Chat => 20,
+            Route::Messages => 24,
+            Route::CountTokens => 24,
+            Route::Responses => 24,
+            Route::Other => 0,
+        }
+    }
+}
+
+/// What a request of `route` whose body is `body` bytes may cost before its fields are
+/// known: the body, and the route's factor over all of it (an upper bound of [`cost`]).
+pub(crate) fn cost_bound(route: Route, body: u64) -> u64 {
+    body.saturating_add(body.saturating_mul(route.sixteenths()) / 16)
+}
+
+/// What a request of `route` costs to process, from its fields' sizes (`fields`: each
+/// top-level field's name and length): its body, held while it is served, and the route's
+/// factor over the fields its handler builds from.
+pub(crate) fn cost<'a>(
+    route: Route,
+    body: u64,
+    fields: impl IntoIterator<Item = (&'a str, usize)>,
+) -> u64 {
+    let heavy: u64 = (fields.into_iter())
+        .filter(|(k, _)| route.heavy().contains(k))
+        .map(|(_, len)| len as u64)
+        .sum();
+    body.saturating_add(heavy.saturating_mul(route.sixteenths()) / 16)
 }
 
 /// What a state change says, for the log and the metric: `Some(true)` on starting to refuse,
@@ -168,6 +294,27 @@ impl Ceiling {
             .map(|_| refusing)
     }
 
+    /// The mark checked again once a request's body is parsed, against the resident set
+    /// read anew (its parse's memory is there now, or freed): refused when the process is
+    /// above the high mark, which turns the gateway to refusing.
+    pub(crate) fn recheck(&self) -> (Result<(), Refused>, Change) {
+        if self.high == 0 {
+            return (Ok(()), None);
+        }
+        let now = self.epoch.elapsed().as_micros() as u64;
+        self.read_at.store(now, Ordering::Release);
+        let resident = (self.read)().unwrap_or(0);
+        self.resident.store(resident, Ordering::Release);
+        if resident > self.high {
+            let refused = Refused {
+                used: resident,
+                high: self.high,
+            };
+            return (Err(refused), self.turn(true));
+        }
+        (Ok(()), None)
+    }
+
     /// Whether the gateway refuses new requests now.
     pub(crate) fn refusing(&self) -> bool {
         self.refusing.load(Ordering::Acquire)
@@ -274,6 +421,68 @@ mod tests {
         let (admitted, change) = ceiling.admit(u64::MAX / 2);
         assert!(matches!(admitted, Ok(None)));
         assert_eq!(change, None);
+    }
+
+    #[test]
+    fn a_charge_grows_only_within_the_mark_and_shrinks_at_once() {
+        let ceiling = Arc::new(Ceiling::with_marks(64 * MIB, 48 * MIB, nothing));
+        let mut held = ceiling.admit(8 * MIB).0.expect("room").expect("reserved");
+        // Grown to what the request will cost: counted against the mark.
+        held.charge(40 * MIB).expect("fits");
+        assert_eq!((held.bytes(), ceiling.used()), (40 * MIB, 40 * MIB));
+        let (refused, _) = ceiling.admit(30 * MIB);
+        assert!(refused.is_err());
+        // Past the mark: refused, the reservation as it was.
+        let e = held.charge(70 * MIB).expect_err("past the mark");
+        assert_eq!((e.used, e.high), (40 * MIB, 64 * MIB));
+        assert_eq!(ceiling.used(), 40 * MIB);
+        // Smaller: released at once.
+        held.charge(4 * MIB).expect("smaller");
+        assert_eq!(ceiling.used(), 4 * MIB);
+        drop(held);
+        assert_eq!(ceiling.used(), 0);
+    }
+
+    #[test]
+    fn the_recheck_reads_the_resident_set_anew() {
+        fn big() -> Option<u64> {
+            Some(70 * MIB)
+        }
+        let ceiling = Ceiling::with_marks(64 * MIB, 48 * MIB, big);
+        let (refused, change) = ceiling.recheck();
+        assert!(matches!(refused, Err(Refused { used, .. }) if used == 70 * MIB));
+        assert_eq!(change, Some(true));
+        let calm = Ceiling::with_marks(64 * MIB, 48 * MIB, nothing);
+        assert!(matches!(calm.recheck(), (Ok(()), None)));
+    }
+
+    #[test]
+    fn a_request_costs_its_body_and_its_route_over_its_heavy_fields() {
+        // A chat body of 1 MiB of messages: its body, and its factor over the messages.
+        let chat = cost(
+            Route::Chat,
+            MIB + 20,
+            [("messages", MIB as usize), ("model", 3)],
+        );
+        assert_eq!(chat, MIB + 20 + MIB * Route::Chat.sixteenths() / 16);
+        // Another route or a light field: the body alone.
+        assert_eq!(cost(Route::Other, MIB, [("messages", MIB as usize)]), MIB);
+        assert_eq!(
+            cost(Route::Messages, MIB, [("metadata", MIB as usize)]),
+            MIB
+        );
+        // The bound before the fields are known is never below the cost.
+        for route in [
+            Route::Chat,
+            Route::Messages,
+            Route::CountTokens,
+            Route::Responses,
+        ] {
+            let heavy = route.heavy()[0];
+            assert!(cost(route, MIB, [(heavy, MIB as usize)]) <= cost_bound(route, MIB));
+        }
+        assert_eq!(Route::of("/v1/messages/count_tokens"), Route::CountTokens);
+        assert_eq!(Route::of("/v1/models"), Route::Other);
     }
 
     #[test]
