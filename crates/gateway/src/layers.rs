@@ -268,24 +268,19 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     })
 }
 
-/// Bodies up to this size are charged their route's bound, without their fields' sizes:
-/// splitting them would cost more than it tells.
+/// Bodies up to this size are scanned for their cost on the worker that read them, larger
+/// ones on a blocking thread; only larger ones are checked again once parsed ([`parsed`]).
 const SPLIT_FROM: usize = 16 * 1024;
 
 /// What a read body costs to process ([`overload::cost`]): from its top-level fields'
-/// sizes, split on a blocking thread (the bound for a small body, or one not an object).
+/// sizes (the route's bound when the scan could not run).
 async fn cost_of(route: overload::Route, bytes: axum::body::Bytes) -> u64 {
-    let len = bytes.len() as u64;
-    let bound = overload::cost_bound(route, len);
     if bytes.len() <= SPLIT_FROM || route == overload::Route::Other {
-        return bound;
+        return overload::cost(route, &bytes);
     }
-    let split = tokio::task::spawn_blocking(move || {
-        let fields = crate::request::split_object(&bytes).ok()?;
-        let sizes = fields.iter().map(|(k, v)| (k.as_str(), v.len()));
-        Some(overload::cost(route, len, sizes))
-    });
-    split.await.ok().flatten().unwrap_or(bound)
+    let bound = overload::cost_bound(route, bytes.len() as u64);
+    let scan = tokio::task::spawn_blocking(move || overload::cost(route, &bytes));
+    scan.await.unwrap_or(bound)
 }
 
 /// A handler has parsed a body of `len` bytes: the mark checked again against the memory

@@ -168,19 +168,75 @@ pub(crate) fn cost_bound(route: Route, body: u64) -> u64 {
     body.saturating_add(body.saturating_mul(route.sixteenths()) / 16)
 }
 
-/// What a request of `route` costs to process, from its fields' sizes (`fields`: each
-/// top-level field's name and length): its body, held while it is served, and the route's
-/// factor over the fields its handler builds from.
-pub(crate) fn cost<'a>(
-    route: Route,
-    body: u64,
-    fields: impl IntoIterator<Item = (&'a str, usize)>,
-) -> u64 {
-    let heavy: u64 = (fields.into_iter())
-        .filter(|(k, _)| route.heavy().contains(k))
-        .map(|(_, len)| len as u64)
-        .sum();
-    body.saturating_add(heavy.saturating_mul(route.sixteenths()) / 16)
+/// What a request of `route` costs to process, from its fields' sizes: its body (`text`),
+/// held while it is served, and the route's factor over the fields its handler builds from
+/// ([`heavy_bytes`]).
+pub(crate) fn cost(route: Route, text: &[u8]) -> u64 {
+    let heavy = heavy_bytes(route, text);
+    (text.len() as u64).saturating_add(heavy.saturating_mul(route.sixteenths()) / 16)
+}
+
+/// The bytes of the top-level fields of a JSON object's text that `route`'s handler builds
+/// from: a scan that follows strings and nesting only, allocating nothing (the handler
+/// checks the body is JSON). Counted high rather than low: a key written with an escape
+/// counts as one of them, a field sent twice counts twice, and text that is not an object
+/// counts whole.
+pub(crate) fn heavy_bytes(route: Route, text: &[u8]) -> u64 {
+    let heavy = route.heavy();
+    if heavy.is_empty() {
+        return 0;
+    }
+    let mut total = 0u64;
+    let mut depth = 0usize;
+    // At depth 1: whether the next string is a key, the last key, where its value began.
+    let mut expect_key = true;
+    let mut key: &[u8] = b"";
+    let mut value: Option<usize> = None;
+    let mut i = 0;
+    let mut objects = 0;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                let start = i + 1;
+                i = start;
+                while i < text.len() && text[i] != b'"' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+                if depth == 1 && expect_key {
+                    key = &text[start..i.min(text.len())];
+                }
+            }
+            b'{' | b'[' => {
+                if depth == 0 {
+                    objects += 1;
+                }
+                depth += 1;
+            }
+            b':' if depth == 1 => {
+                expect_key = false;
+                let named = heavy.iter().any(|k| k.as_bytes() == key) || key.contains(&b'\\');
+                value = named.then_some(i + 1);
+            }
+            b',' | b'}' | b']' if depth == 1 => {
+                if let Some(start) = value.take() {
+                    total += (i - start) as u64;
+                }
+                expect_key = true;
+                if text[i] != b',' {
+                    depth -= 1;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    if objects != 1 || text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        // Not one object: the handler refuses it, and nothing here says what it holds.
+        return text.len() as u64;
+    }
+    // An object cut short: its last field runs to the end.
+    total + value.map_or(0, |start| (text.len() - start) as u64)
 }
 
 /// What a state change says, for the log and the metric: `Some(true)` on starting to refuse,
@@ -458,29 +514,44 @@ mod tests {
 
     #[test]
     fn a_request_costs_its_body_and_its_route_over_its_heavy_fields() {
-        // A chat body of 1 MiB of messages: its body, and its factor over the messages.
-        let chat = cost(
-            Route::Chat,
-            MIB + 20,
-            [("messages", MIB as usize), ("model", 3)],
+        let messages = format!(
+            r#"[{}]"#,
+            vec![r#"{"role":"user","content":"hi"}"#; 1000].join(",")
         );
-        assert_eq!(chat, MIB + 20 + MIB * Route::Chat.sixteenths() / 16);
-        // Another route or a light field: the body alone.
-        assert_eq!(cost(Route::Other, MIB, [("messages", MIB as usize)]), MIB);
+        let body = format!(r#"{{"model":"m","messages":{messages},"metadata":{{"a":"}}"}}}}"#);
+        let text = body.as_bytes();
+        // The messages' bytes exactly, whatever their nesting and strings hold.
+        assert_eq!(heavy_bytes(Route::Chat, text), messages.len() as u64);
+        let len = text.len() as u64;
+        let chat = cost(Route::Chat, text);
         assert_eq!(
-            cost(Route::Messages, MIB, [("metadata", MIB as usize)]),
-            MIB
+            chat,
+            len + messages.len() as u64 * Route::Chat.sixteenths() / 16
         );
-        // The bound before the fields are known is never below the cost.
+        // Another route: the body alone; the bound before the fields are known is never
+        // below the cost.
+        assert_eq!(cost(Route::Other, text), len);
         for route in [
             Route::Chat,
             Route::Messages,
             Route::CountTokens,
             Route::Responses,
         ] {
-            let heavy = route.heavy()[0];
-            assert!(cost(route, MIB, [(heavy, MIB as usize)]) <= cost_bound(route, MIB));
+            assert!(cost(route, text) <= cost_bound(route, len));
         }
+        // A light field is not counted; a key with an escape, a field sent twice, and text
+        // that is not one object are counted high.
+        assert_eq!(heavy_bytes(Route::Messages, br#"{"metadata":[1,2,3]}"#), 0);
+        assert_eq!(
+            heavy_bytes(Route::Messages, br#"{"messag\u0065s":[1,2]}"#),
+            5
+        );
+        assert_eq!(
+            heavy_bytes(Route::Responses, br#"{"input":[1], "input":"abc"}"#),
+            3 + 5
+        );
+        assert_eq!(heavy_bytes(Route::Chat, br#"[{"messages":1}]"#), 16);
+        assert_eq!(heavy_bytes(Route::Chat, br#"{"a":1}{"messages":2}"#), 21);
         assert_eq!(Route::of("/v1/messages/count_tokens"), Route::CountTokens);
         assert_eq!(Route::of("/v1/models"), Route::Other);
     }

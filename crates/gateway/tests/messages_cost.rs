@@ -395,3 +395,55 @@ async fn a_silent_count_ends_in_time_and_frees_its_slot() {
     .await;
     assert_eq!(status, 200, "{text}");
 }
+
+/// The ceiling charges what a request will cost, not its body's size: with 12 MiB of room
+/// under the mark, a count_tokens body of 5.9 MiB (which its size alone would fit) is
+/// refused with 503 before it is read, since its route's bound is 2.5 times it; a small one
+/// is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_charges_the_cost_not_the_body() {
+    let _one = SERIAL.lock().await;
+    let large = body("/v1/messages/count_tokens", "m");
+    let url = no_usage_upstream().await;
+    // The token tables and the runtime's threads loaded by a first gateway's count: the
+    // memory at idle is read after.
+    let warm = gateway("").await;
+    let small = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#.to_vec();
+    let client = reqwest::Client::new();
+    let counted = post(
+        client.clone(),
+        warm,
+        "/v1/messages/count_tokens",
+        small.clone(),
+    )
+    .await;
+    assert_eq!(counted.0, 200, "{}", counted.1);
+    let idle = status_bytes("VmRSS");
+    let high = idle / MIB + 12;
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n\
+         memory_high_watermark_mb = {high}\nmemory_low_watermark_mb = {}\n\
+         [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n",
+        16 * MIB,
+        high - 1
+    );
+    let addr = serve(&toml, env).await.0;
+    // Its head alone: the refusal comes before the body is read (and the connection is
+    // closed, so an HTTP client sending the body would see its write fail).
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/messages/count_tokens HTTP/1.1\r\nhost: 127.0.0.1\r\nx-api-key: sk-a\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        large.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 4096];
+    let n = within(LIMIT, "the refusal", tcp.read(&mut answer))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("memory_high_watermark_mb"), "{text}");
+    let (status, text) = post(client, addr, "/v1/messages/count_tokens", small).await;
+    assert_eq!(status, 200, "{text}");
+}
