@@ -68,6 +68,7 @@ async fn serve_chat(
     let arrived = finish.arrived;
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(gw, body).await?;
+    let len = bytes.len();
     let inline = parses_inline(&bytes);
     let limits = gw.inner.limits.clone();
     // A refusal carries the model the body names, when it could be read: a refused Messages or
@@ -124,6 +125,8 @@ async fn serve_chat(
             return Err(e);
         }
     };
+    // Parsed: the memory mark checked again before the request goes on.
+    layers::parsed(gw, len)?;
     finish.asked = Some(req.model.clone());
     let Some(model) = gw.inner.models.get(&req.model).cloned() else {
         return Err(ApiError::new(
