@@ -7,6 +7,9 @@ use choicewise_usage::{EncodingName, count_text};
 #[global_allocator]
 static HEAP: CountingAlloc = CountingAlloc::new();
 
+/// The heap is the process's: the tests that measure it run one at a time.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// 7.5 MiB of one unit repeated.
 fn flood(unit: &str) -> String {
     unit.repeat((15 << 19) / unit.len())
@@ -17,6 +20,7 @@ const BOUND: i64 = 64 << 20;
 
 #[test]
 fn floods_of_any_shape_are_counted_in_a_bounded_heap() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     for enc in [EncodingName::O200kBase, EncodingName::Cl100kBase] {
         // Load the tables before measuring.
         count_text(enc, "warm up");
@@ -53,6 +57,7 @@ fn floods_of_any_shape_are_counted_in_a_bounded_heap() {
 /// fraction of the text, never by the tree of every message at once (about 40 times it).
 #[test]
 fn many_messages_are_counted_one_at_a_time() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     use choicewise_usage::{count_prompt, count_prompt_fields};
     let enc = EncodingName::O200kBase;
     count_text(enc, "warm up");
