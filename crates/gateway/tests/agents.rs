@@ -242,14 +242,16 @@ async fn run_agent_in(
         Agent::Codex => {
             let codex_home = home.join(".codex");
             std::fs::create_dir_all(&codex_home).unwrap();
-            // A custom provider: the gateway, speaking Responses.
+            // A custom provider: the gateway, speaking Responses. Its plugins' sync (GitHub,
+            // chatgpt.com) and analytics off.
             std::fs::write(
                 codex_home.join("config.toml"),
                 format!(
                     "model = \"{model}\"\nmodel_provider = \"choicewise\"\n\n\
                      [model_providers.choicewise]\nname = \"choicewise\"\n\
                      base_url = \"http://{addr}/v1\"\nwire_api = \"responses\"\n\
-                     env_key = \"CHOICEWISE_AGENT_KEY\"\n"
+                     env_key = \"CHOICEWISE_AGENT_KEY\"\n\n\
+                     [features]\nplugins = false\n\n[analytics]\nenabled = false\n"
                 ),
             )
             .unwrap();
