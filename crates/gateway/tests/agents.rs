@@ -197,6 +197,8 @@ async fn run_agent_in(
     work: PathBuf,
 ) -> Ran {
     let home = fresh_dir("home");
+    // Both go when the run ends, however it ends (a panic of the test included).
+    let _remove = Remove(vec![home.clone(), work.clone()]);
     let mut command = Command::new(agent.program());
     command
         .current_dir(&work)
@@ -337,9 +339,6 @@ async fn run_agent_in(
     }
     let files = files_under(&home, &home);
     let work_files = files_under(&work, &work);
-    for dir in [&home, &work] {
-        let _ = std::fs::remove_dir_all(dir);
-    }
     Ran {
         code: status.code(),
         stdout,
@@ -359,6 +358,17 @@ impl Drop for Group {
             .args(["-9", "--", &format!("-{}", self.0)])
             .stderr(Stdio::null())
             .status();
+    }
+}
+
+/// Directories removed when dropped.
+struct Remove(Vec<PathBuf>);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
