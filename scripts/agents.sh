@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The coding agents, for the gateway's agent tests (crates/gateway/tests/agents.rs): Claude
-# Code and Codex CLI from npm (each a platform binary in a package of its own), into one prefix
-# under .clients/agents (or CHOICEWISE_AGENTS_DIR).
+# Code, Codex CLI and opencode from npm (each a platform binary in a package of its own) and pi
+# (Node.js), into one prefix under .clients/agents (or CHOICEWISE_AGENTS_DIR).
 #
 #   scripts/agents.sh install
 #   cargo test -p choicewise-gateway --test agents -- --ignored
@@ -11,20 +11,25 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${CHOICEWISE_AGENTS_DIR:-$repo/.clients/agents}
 
-CLAUDE_CODE=@anthropic-ai/claude-code@2.1.328
+CLAUDE_CODE=@anthropic-ai/claude-code@2.1.332
 CODEX=@openai/codex@0.169.0
+OPENCODE=opencode-ai@1.18.33
+PI=@mariozechner/pi-coding-agent@0.73.1
 
 case "${1:-}" in
   install)
     mkdir -p "$dir"
     # Claude Code declares Node.js 22 but runs its own binary: npm's engine warning on an
     # older Node.js is harmless.
-    npm install --silent --no-audit --no-fund --prefix "$dir" "$CLAUDE_CODE" "$CODEX"
-    # Both run here, offline.
+    npm install --silent --no-audit --no-fund --prefix "$dir" \
+      "$CLAUDE_CODE" "$CODEX" "$OPENCODE" "$PI"
+    # Each runs here, offline.
     claude=$("$dir/node_modules/.bin/claude" --version)
     codex=$("$dir/node_modules/.bin/codex" --version)
-    printf 'agents.sh: installed %s (%s) and %s (%s) in %s\n' \
-      "$CLAUDE_CODE" "$claude" "$CODEX" "$codex" "$dir" >&2
+    opencode=$(OPENCODE_DISABLE_AUTOUPDATE=1 "$dir/node_modules/.bin/opencode" --version)
+    pi=$(PI_OFFLINE=1 "$dir/node_modules/.bin/pi" --version 2>&1)
+    printf 'agents.sh: installed %s (%s), %s (%s), %s (%s) and %s (%s) in %s\n' \
+      "$CLAUDE_CODE" "$claude" "$CODEX" "$codex" "$OPENCODE" "$opencode" "$PI" "$pi" "$dir" >&2
     ;;
   *)
     echo "usage: scripts/agents.sh install" >&2

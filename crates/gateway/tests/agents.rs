@@ -1,35 +1,58 @@
 //! The gateway under the coding agents, as installed: Claude Code (npm
-//! `@anthropic-ai/claude-code`) on `/v1/messages` and Codex CLI (npm `@openai/codex`) on
-//! `/v1/responses`, pinned and installed by scripts/agents.sh under .clients/agents/, run
-//! headless with their default settings (no capability override, no feature flag; only
-//! telemetry and updates off) against a gateway on 127.0.0.1, over a scripted upstream of
-//! each API (Chat Completions, Anthropic Messages, Responses): a text answer; a tool loop
-//! (the upstream's first answer calls the agent's shell tool, which runs a command whose
-//! output reaches the upstream's second request, answered with text); an upstream cut
-//! mid-answer (the agent shows the error and exits non-zero); a hedged model (its default
-//! policy, `[models.choicewise]`, hedges the first token across two upstreams, the first of
-//! them silent: the turn completes from the second). And Claude Code's gateway model
-//! discovery over the gateway's model list.
+//! `@anthropic-ai/claude-code`) on `/v1/messages`, Codex CLI (npm `@openai/codex`) on
+//! `/v1/responses`, opencode (npm `opencode-ai`) and pi (npm `@mariozechner/pi-coding-agent`)
+//! on `/v1/chat/completions`, pinned and installed by scripts/agents.sh under .clients/agents/,
+//! run headless with their default settings (no capability override, no feature flag; only
+//! telemetry, updates and other fetches of the internet off), each in a home of its own,
+//! against a gateway on 127.0.0.1 over a scripted upstream of each API (Chat Completions,
+//! Anthropic Messages, Responses): a text answer; a tool loop (the upstream's first answer
+//! calls one of the agent's tools, a shell command or a file write, which the agent runs; its
+//! result reaches the upstream's next request, answered with text); an upstream cut
+//! mid-answer (the agent shows the error and exits non-zero); a vote model
+//! (`[models.choicewise] select = "vote"`, 3 samples) whose samples all call the same tool
+//! (the agent runs it and ends the turn, exit 0); a hedged model (its default policy hedges
+//! the first token across two upstreams, the first of them silent: the turn completes from the
+//! second). And Claude Code's gateway model discovery over the gateway's model list.
 //!
-//! Ignored by a plain `cargo test`: the agents come from npm, and each is a platform binary
-//! of its own. CI runs `scripts/agents.sh install`, then
-//! `cargo test --workspace --test agents -- --ignored`.
+//! Each test serves one gateway with a model per upstream API (`agent-chat`,
+//! `agent-anthropic`, `agent-responses`) and runs the agent over the three at once.
+//!
+//! Ignored by a plain `cargo test`: the agents come from npm, and each is a program of its
+//! own. CI runs `scripts/agents.sh install`, then
+//! `cargo test --workspace --test agents -- --ignored --test-threads 32` (the agents wait on
+//! their upstreams and their own backoff far more than they compute).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use choicewise_testserver::{TestServer, answer};
+use choicewise_testserver::{TestServer, TestServerBuilder, answer};
 use serde_json::{Value, json};
 
 mod common;
-use common::{serve, silent};
+use common::{refusing, serve, silent};
 
 const KEY: &str = "sk-agent-test";
 
 /// How long one run of an agent may take before it is killed and the test fails.
 const RUN_LIMIT: Duration = Duration::from_secs(180);
+
+/// The agents that may run at once, across the tests (`CHOICEWISE_AGENTS_PARALLEL`, default
+/// 8): the agents mostly wait on their upstreams and their own backoff, but each start takes
+/// a few seconds of a core (opencode's the most), so the tests can all start at once
+/// (`--test-threads`) while the machine runs no more agents than it can start.
+fn agent_slots() -> &'static tokio::sync::Semaphore {
+    static SLOTS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    SLOTS.get_or_init(|| {
+        let parallel = std::env::var("CHOICEWISE_AGENTS_PARALLEL")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(8);
+        tokio::sync::Semaphore::new(parallel)
+    })
+}
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -45,6 +68,23 @@ fn agents_dir() -> PathBuf {
 enum Agent {
     ClaudeCode,
     Codex,
+    OpenCode,
+    Pi,
+}
+
+/// A tool call the upstream asks an agent for, and what running it leaves.
+struct ToolCall {
+    name: &'static str,
+    arguments: Value,
+    effect: Effect,
+}
+
+/// What running a [`ToolCall`] leaves.
+enum Effect {
+    /// The tool's output, which only running it gives, reaches the next turn.
+    Output(&'static str),
+    /// A file of the working directory (its path under it) holds this text.
+    File(&'static str, &'static str),
 }
 
 impl Agent {
@@ -52,6 +92,8 @@ impl Agent {
         let name = match self {
             Agent::ClaudeCode => "claude",
             Agent::Codex => "codex",
+            Agent::OpenCode => "opencode",
+            Agent::Pi => "pi",
         };
         let path = agents_dir().join("node_modules/.bin").join(name);
         assert!(
@@ -62,14 +104,43 @@ impl Agent {
         path
     }
 
-    /// The agent's shell tool, and its arguments to run `command`.
-    fn shell_call(self, command: &str) -> (&'static str, Value) {
+    /// A call of one of the agent's own tools, in the working directory `work`: its shell
+    /// running a command whose output (`cw-42`) is not in its text (Claude Code, Codex), or
+    /// its file write (opencode, pi).
+    fn tool_call(self, work: &Path) -> ToolCall {
+        let command = "echo cw-$((6*7))";
         match self {
-            Agent::ClaudeCode => (
-                "Bash",
-                json!({"command": command, "description": "Print a number"}),
-            ),
-            Agent::Codex => ("exec_command", json!({"cmd": command})),
+            Agent::ClaudeCode => ToolCall {
+                name: "Bash",
+                arguments: json!({"command": command, "description": "Print a number"}),
+                effect: Effect::Output("cw-42"),
+            },
+            Agent::Codex => ToolCall {
+                name: "exec_command",
+                arguments: json!({"cmd": command}),
+                effect: Effect::Output("cw-42"),
+            },
+            // opencode's write takes an absolute path.
+            Agent::OpenCode => ToolCall {
+                name: "write",
+                arguments: json!({"filePath": work.join("notes.txt"), "content": "cw-42\n"}),
+                effect: Effect::File("notes.txt", "cw-42\n"),
+            },
+            Agent::Pi => ToolCall {
+                name: "write",
+                arguments: json!({"path": "notes.txt", "content": "cw-42\n"}),
+                effect: Effect::File("notes.txt", "cw-42\n"),
+            },
+        }
+    }
+
+    /// The requests the agent sends beside its turn, which take upstream answers too:
+    /// opencode asks the same model for the session's title (a request without tools) as its
+    /// first turn starts.
+    fn side_requests(self) -> usize {
+        match self {
+            Agent::OpenCode => 1,
+            _ => 0,
         }
     }
 }
@@ -81,6 +152,8 @@ struct Ran {
     stderr: String,
     /// The text files the run left in its home (path under it, text).
     files: Vec<(String, String)>,
+    /// The text files the run left in its working directory (path under it, text).
+    work_files: Vec<(String, String)>,
 }
 
 impl std::fmt::Display for Ran {
@@ -110,25 +183,32 @@ fn fresh_dir(what: &str) -> PathBuf {
 /// Runs `agent` headless on `prompt` against the gateway at `addr`, asking for `model`: its
 /// own home (no user configuration), a fresh working directory, no input.
 async fn run_agent(agent: Agent, addr: SocketAddr, model: &str, prompt: &str) -> Ran {
-    run_agent_with(agent, addr, model, prompt, &[]).await
+    run_agent_in(agent, addr, model, prompt, &[], fresh_dir("work")).await
 }
 
-/// As [`run_agent`], with `env` set too; the files the run left in its home, as `Ran::files`
-/// (path under the home, text).
-async fn run_agent_with(
+/// As [`run_agent`], with `env` set too, in the working directory `work` (removed after);
+/// the files the run left in its home as `Ran::files`, in `work` as `Ran::work_files`.
+async fn run_agent_in(
     agent: Agent,
     addr: SocketAddr,
     model: &str,
     prompt: &str,
     env: &[(&str, &str)],
+    work: PathBuf,
 ) -> Ran {
     let home = fresh_dir("home");
-    let work = fresh_dir("work");
+    // Both go when the run ends, however it ends (a panic of the test included).
+    let _remove = Remove(vec![home.clone(), work.clone()]);
     let mut command = Command::new(agent.program());
     command
         .current_dir(&work)
+        // opencode takes its directory from PWD: the test's own (this repository) otherwise.
+        .env("PWD", &work)
         .env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -141,9 +221,15 @@ async fn run_agent_with(
         "OPENAI_API_KEY",
         "OPENAI_BASE_URL",
         "CODEX_HOME",
+        "OPENCODE_CONFIG",
+        "OPENCODE_CONFIG_CONTENT",
+        "OPENCODE_CONFIG_DIR",
+        "PI_CODING_AGENT_DIR",
     ] {
         command.env_remove(var);
     }
+    // A port of 127.0.0.1 that refuses connections, held for the run (opencode's registry).
+    let (refused, _held) = refusing();
     match agent {
         Agent::ClaudeCode => {
             command
@@ -158,14 +244,16 @@ async fn run_agent_with(
         Agent::Codex => {
             let codex_home = home.join(".codex");
             std::fs::create_dir_all(&codex_home).unwrap();
-            // A custom provider: the gateway, speaking Responses.
+            // A custom provider: the gateway, speaking Responses. Its plugins' sync (GitHub,
+            // chatgpt.com) and analytics off.
             std::fs::write(
                 codex_home.join("config.toml"),
                 format!(
                     "model = \"{model}\"\nmodel_provider = \"choicewise\"\n\n\
                      [model_providers.choicewise]\nname = \"choicewise\"\n\
                      base_url = \"http://{addr}/v1\"\nwire_api = \"responses\"\n\
-                     env_key = \"CHOICEWISE_AGENT_KEY\"\n"
+                     env_key = \"CHOICEWISE_AGENT_KEY\"\n\n\
+                     [features]\nplugins = false\n\n[analytics]\nenabled = false\n"
                 ),
             )
             .unwrap();
@@ -174,36 +262,126 @@ async fn run_agent_with(
                 .env("CODEX_HOME", &codex_home)
                 .env("CHOICEWISE_AGENT_KEY", KEY);
         }
+        Agent::OpenCode => {
+            // A provider of its own config file: the gateway, speaking Chat Completions.
+            let config = home.join(".config/opencode");
+            std::fs::create_dir_all(&config).unwrap();
+            let provider = json!({
+                "$schema": "https://opencode.ai/config.json",
+                "provider": {"choicewise": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "choicewise",
+                    "options": {"baseURL": format!("http://{addr}/v1"),
+                                "apiKey": "{env:CHOICEWISE_AGENT_KEY}"},
+                    "models": {model: {"name": model}},
+                }},
+            });
+            std::fs::write(config.join("opencode.json"), provider.to_string()).unwrap();
+            command
+                .args(["run", "-m", &format!("choicewise/{model}"), prompt])
+                .env("CHOICEWISE_AGENT_KEY", KEY)
+                // Updates, sharing and the models.dev list off; and the npm install it
+                // starts in its config directory (its plugin package) goes to a port that
+                // refuses, not to the registry.
+                .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+                .env("OPENCODE_DISABLE_SHARE", "1")
+                .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+                .env("npm_config_registry", refused.trim_end_matches("/v1"));
+        }
+        Agent::Pi => {
+            // A provider of its models.json: the gateway, speaking Chat Completions.
+            let config = home.join(".pi/agent");
+            std::fs::create_dir_all(&config).unwrap();
+            let provider = json!({"providers": {"choicewise": {
+                "baseUrl": format!("http://{addr}/v1"),
+                "api": "openai-completions",
+                "apiKey": "CHOICEWISE_AGENT_KEY",
+                "models": [{"id": model}],
+            }}});
+            std::fs::write(config.join("models.json"), provider.to_string()).unwrap();
+            command
+                .args(["-p", "--provider", "choicewise", "--model", model, prompt])
+                .env("CHOICEWISE_AGENT_KEY", KEY)
+                // Its startup fetches (update and package checks) off.
+                .env("PI_OFFLINE", "1");
+        }
     }
     command.envs(env.iter().copied());
-    let child = command.spawn().unwrap_or_else(|e| panic!("{agent:?}: {e}"));
-    let pid = child.id();
-    let output = match tokio::time::timeout(
-        RUN_LIMIT,
-        tokio::task::spawn_blocking(move || child.wait_with_output()),
-    )
-    .await
-    {
-        Ok(output) => output.unwrap().unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("{agent:?} did not finish within {RUN_LIMIT:?}");
-        }
+    // A process group of its own: the agent's helpers (Codex's binary under its Node.js
+    // wrapper, opencode's server) end with it.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let _slot = agent_slots().acquire().await.unwrap();
+    let started = std::time::Instant::now();
+    let mut child = tokio::process::Command::from(command)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{agent:?}: {e}"));
+    let group = Group(child.id().expect("a running child"));
+    let stdout = tokio::spawn(read_all(child.stdout.take().unwrap()));
+    let stderr = tokio::spawn(read_all(child.stderr.take().unwrap()));
+    let status = tokio::time::timeout(RUN_LIMIT, child.wait()).await;
+    // Whatever of the group is left holds the pipes open: end it before reading them out.
+    drop(group);
+    // A helper that left the group (a daemon of its own session) may hold them still.
+    let read_out = |task: tokio::task::JoinHandle<Vec<u8>>| async move {
+        let read = tokio::time::timeout(Duration::from_secs(5), task).await;
+        String::from_utf8_lossy(&read.map(Result::unwrap).unwrap_or_default()).into_owned()
     };
-    let files = files_under(&home, &home);
-    for dir in [&home, &work] {
-        let _ = std::fs::remove_dir_all(dir);
+    let stdout = read_out(stdout).await;
+    let stderr = read_out(stderr).await;
+    let Ok(status) = status else {
+        panic!(
+            "{agent:?} did not finish within {RUN_LIMIT:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+        );
+    };
+    let status = status.unwrap();
+    if std::env::var_os("CHOICEWISE_AGENTS_SHOW").is_some() {
+        eprintln!("{agent:?} on {model}: {status} in {:?}", started.elapsed());
     }
+    let files = files_under(&home, &home);
+    let work_files = files_under(&work, &work);
     Ran {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        code: status.code(),
+        stdout,
+        stderr,
         files,
+        work_files,
     }
 }
 
+/// A running agent's process group, killed when dropped: at the run's end, its time limit, or
+/// a test's panic, so that no agent outlives its test.
+struct Group(u32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-9", "--", &format!("-{}", self.0)])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Directories removed when dropped.
+struct Remove(Vec<PathBuf>);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Everything `from` gives until its end (or an error).
+async fn read_all(mut from: impl tokio::io::AsyncRead + Unpin) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut all = Vec::new();
+    let _ = from.read_to_end(&mut all).await;
+    all
+}
+
 /// The text files under `dir`, by their path under `root`.
-fn files_under(root: &std::path::Path, dir: &std::path::Path) -> Vec<(String, String)> {
+fn files_under(root: &Path, dir: &Path) -> Vec<(String, String)> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();
@@ -425,15 +603,34 @@ fn responses_completed(item: Value, output_tokens: usize) -> (&'static str, Valu
     )
 }
 
-/// A gateway whose model `agent-model` has the one upstream `upstream` of `api`.
-async fn gateway(api: &str, upstream: &TestServer) -> SocketAddr {
-    let toml = format!(
-        "[auth]\nkeys_env = \"AGENT_KEYS\"\n\
-         [[models]]\nname = \"agent-model\"\n\
-         [[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n\
-         [models.retry]\nbackoff_ms = 1\n",
-        upstream.base_url()
-    );
+/// The name of the test gateway's model over `api`.
+fn model_of(api: &str) -> String {
+    format!("agent-{api}")
+}
+
+/// A gateway with, for each `(api, base URLs)`, a model named by [`model_of`] whose upstreams
+/// are those of that API, each with `extra` TOML (its own keys), and whose `[models.choicewise]`
+/// table is `policy` (none if empty).
+async fn gateway_of(models: &[(&str, Vec<String>)], policy: &str) -> SocketAddr {
+    let mut toml = String::from("[auth]\nkeys_env = \"AGENT_KEYS\"\n");
+    for (api, urls) in models {
+        toml.push_str(&format!("[[models]]\nname = \"{}\"\n", model_of(api)));
+        if !policy.is_empty() {
+            toml.push_str(&format!("[models.choicewise]\n{policy}"));
+        }
+        // A Chat upstream would carry several samples in one request with `n`: one request
+        // each, as the other APIs take them.
+        let n = match *api {
+            "chat" => "n = \"fan-out\"\n",
+            _ => "",
+        };
+        for url in urls {
+            toml.push_str(&format!(
+                "[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{url}\"\nmodel = \"up\"\n{n}"
+            ));
+        }
+        toml.push_str("[models.retry]\nbackoff_ms = 1\n");
+    }
     serve(&toml, |name| {
         (name == "AGENT_KEYS").then(|| KEY.to_string())
     })
@@ -441,49 +638,57 @@ async fn gateway(api: &str, upstream: &TestServer) -> SocketAddr {
     .0
 }
 
-/// A gateway whose model `agent-model` hedges its first token across two upstreams of `api`
-/// by its default policy (an agent sends no `choicewise` extension): `first` and `second`.
-async fn hedged_gateway(api: &str, first: &str, second: &str) -> SocketAddr {
-    // A Chat upstream would carry both samples in one request with `n`: one request each.
-    let n = match api {
-        "chat" => "n = \"fan-out\"\n",
-        _ => "",
-    };
-    let toml = format!(
-        "[auth]\nkeys_env = \"AGENT_KEYS\"\n\
-         [[models]]\nname = \"agent-model\"\n\
-         [models.choicewise]\nselect = \"first_token\"\nsamples = 2\nhedge_after_ms = 300\n\
-         [[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{first}\"\nmodel = \"up\"\n{n}\
-         [[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{second}\"\nmodel = \"up\"\n{n}\
-         [models.retry]\nbackoff_ms = 1\n"
-    );
-    serve(&toml, |name| {
-        (name == "AGENT_KEYS").then(|| KEY.to_string())
-    })
-    .await
-    .0
+/// A gateway whose model over each API has the one upstream of `upstreams` (in [`APIS`]'
+/// order).
+async fn gateway(upstreams: &[TestServer; 3]) -> SocketAddr {
+    let models: Vec<(&str, Vec<String>)> = (APIS.iter().zip(upstreams))
+        .map(|(api, upstream)| (*api, vec![upstream.base_url()]))
+        .collect();
+    gateway_of(&models, "").await
+}
+
+/// An upstream of each API, each answering every request as `answers(api)` says in turn
+/// (cycling after the last).
+async fn upstreams(answers: impl Fn(&str) -> Vec<TestServerBuilder>) -> [TestServer; 3] {
+    let started = futures::future::join_all(APIS.map(|api| {
+        let mut answers = answers(api).into_iter();
+        let mut builder = answers.next().expect("an answer");
+        for next in answers {
+            builder = builder.then(next);
+        }
+        builder.start()
+    }))
+    .await;
+    let started: Vec<TestServer> = started.into_iter().map(Result::unwrap).collect();
+    started.try_into().unwrap_or_else(|_| unreachable!())
 }
 
 /// The agent's turn, on a model hedged across a silent upstream and one that answers,
 /// completes from the second, over each upstream API.
 async fn hedged_answer_over_each_api(agent: Agent) {
-    futures::future::join_all(APIS.map(|api| async move {
-        let said = format!("The hedge answered over {api}.");
-        let fine = TestServer::builder()
-            .body(text_answer(api, &said))
-            .start()
-            .await
-            .unwrap();
-        let addr = hedged_gateway(api, &silent().await, &fine.base_url()).await;
-        let ran = run_agent(agent, addr, "agent-model", "Say something.").await;
+    let said = |api: &str| format!("The hedge answered over {api}.");
+    let fine =
+        upstreams(|api| vec![TestServer::builder().body(text_answer(api, &said(api)))]).await;
+    let mut models = Vec::new();
+    for (api, upstream) in APIS.iter().zip(&fine) {
+        models.push((*api, vec![silent().await, upstream.base_url()]));
+    }
+    let policy = "select = \"first_token\"\nsamples = 2\nhedge_after_ms = 300\n";
+    let addr = gateway_of(&models, policy).await;
+    futures::future::join_all(APIS.iter().zip(&fine).map(|(api, fine)| async move {
+        let ran = run_agent(agent, addr, &model_of(api), "Say something.").await;
         assert_eq!(ran.code, Some(0), "{agent:?} over {api}: {ran}");
-        assert!(ran.stdout.contains(&said), "{agent:?} over {api}: {ran}");
-        assert_eq!(turns(&fine, api).len(), 1, "{agent:?} over {api}: {ran}");
+        assert!(
+            ran.stdout.contains(&said(api)),
+            "{agent:?} over {api}: {ran}"
+        );
+        assert_eq!(turns(fine, api).len(), 1, "{agent:?} over {api}: {ran}");
     }))
     .await;
 }
 
-/// The upstream's requests on its API's endpoint (not `count_tokens` or `GET /v1/models`).
+/// The agent's turns the upstream was asked for on its API's endpoint: its requests that
+/// offer tools (not `count_tokens`, `GET /v1/models` or opencode's title request).
 fn turns(upstream: &TestServer, api: &str) -> Vec<Value> {
     let path = match api {
         "chat" => "/v1/chat/completions",
@@ -493,105 +698,170 @@ fn turns(upstream: &TestServer, api: &str) -> Vec<Value> {
     (upstream.requests().into_iter())
         .filter(|r| r.path == path)
         .map(|r| r.json.expect("a JSON body"))
+        .filter(|body| body["tools"].as_array().is_some_and(|t| !t.is_empty()))
         .collect()
 }
 
 /// The agent answers with the upstream's text, over each upstream API.
 async fn text_answer_over_each_api(agent: Agent) {
-    futures::future::join_all(APIS.map(|api| async move {
-        let said = format!("The gateway answered over {api}.");
-        let upstream = TestServer::builder()
-            .body(text_answer(api, &said))
-            .start()
-            .await
-            .unwrap();
-        let addr = gateway(api, &upstream).await;
-        let ran = run_agent(agent, addr, "agent-model", "Say something.").await;
-        assert_eq!(ran.code, Some(0), "{agent:?} over {api}: {ran}");
-        assert!(ran.stdout.contains(&said), "{agent:?} over {api}: {ran}");
-        let turns = turns(&upstream, api);
-        assert_eq!(turns.len(), 1, "{agent:?} over {api}: {turns:?}");
-        assert_eq!(turns[0]["model"], "up");
-    }))
+    let said = |api: &str| format!("The gateway answered over {api}.");
+    let upstreams =
+        upstreams(|api| vec![TestServer::builder().body(text_answer(api, &said(api)))]).await;
+    let addr = gateway(&upstreams).await;
+    futures::future::join_all(
+        APIS.iter()
+            .zip(&upstreams)
+            .map(|(api, upstream)| async move {
+                let ran = run_agent(agent, addr, &model_of(api), "Say something.").await;
+                assert_eq!(ran.code, Some(0), "{agent:?} over {api}: {ran}");
+                assert!(
+                    ran.stdout.contains(&said(api)),
+                    "{agent:?} over {api}: {ran}"
+                );
+                let turns = turns(upstream, api);
+                assert_eq!(turns.len(), 1, "{agent:?} over {api}: {turns:?}");
+                assert_eq!(turns[0]["model"], "up");
+            }),
+    )
     .await;
 }
 
-/// The agent runs the upstream's shell command and sends its output back; the upstream's
-/// second answer ends the turn.
-async fn tool_loop_over_each_api(agent: Agent) {
-    // The command's output (`cw-42`) is not in its text: only running it gives it.
-    let command = "echo cw-$((6*7))";
-    futures::future::join_all(APIS.map(|api| async move {
-        let (tool, arguments) = agent.shell_call(command);
-        let said = format!("The command ran through the gateway over {api}.");
-        let upstream = TestServer::builder()
-            .body(call_answer(api, tool, &arguments))
-            .then(TestServer::builder().body(text_answer(api, &said)))
-            .start()
-            .await
-            .unwrap();
-        let addr = gateway(api, &upstream).await;
-        let ran = run_agent(agent, addr, "agent-model", "Run the command.").await;
-        assert_eq!(ran.code, Some(0), "{agent:?} over {api}: {ran}");
-        assert!(ran.stdout.contains(&said), "{agent:?} over {api}: {ran}");
-        let turns = turns(&upstream, api);
-        assert_eq!(turns.len(), 2, "{agent:?} over {api}: {ran}");
-        let second = turns[1].to_string();
-        assert!(
-            second.contains("cw-42"),
-            "{agent:?} over {api}: the command's output is not in the second turn: {second}"
-        );
-        assert!(
-            second.contains(tool),
-            "{agent:?} over {api}: the call is not in the second turn: {second}"
-        );
-    }))
+/// The agent runs the tool the upstream calls, in each of `samples` samples of the turn, and
+/// sends its result back; the upstream's next answer (text, in every sample) ends the turn.
+/// Over each upstream API, on a gateway whose models have `policy`.
+async fn tool_loop_over_each_api(agent: Agent, samples: usize, policy: &str) {
+    let said = |api: &str| format!("The tool ran through the gateway over {api}.");
+    let works = APIS.map(|_| fresh_dir("work"));
+    let calls = works.each_ref().map(|work| agent.tool_call(work));
+    let upstreams = upstreams(|api| {
+        let call = &calls[APIS.iter().position(|a| *a == api).unwrap()];
+        // The side requests take calls too, whichever arrives first.
+        let mut answers =
+            vec![
+                TestServer::builder().body(call_answer(api, call.name, &call.arguments));
+                samples * (1 + agent.side_requests())
+            ];
+        answers.extend(vec![
+            TestServer::builder().body(text_answer(api, &said(api)));
+            samples
+        ]);
+        answers
+    })
     .await;
+    let models: Vec<(&str, Vec<String>)> = (APIS.iter().zip(&upstreams))
+        .map(|(api, upstream)| (*api, vec![upstream.base_url()]))
+        .collect();
+    let addr = gateway_of(&models, policy).await;
+    let runs = (APIS.iter().zip(&upstreams).zip(works).zip(&calls)).map(
+        |(((api, upstream), work), call)| async move {
+            let ran = run_agent_in(agent, addr, &model_of(api), "Do it.", &[], work).await;
+            assert_eq!(ran.code, Some(0), "{agent:?} over {api}: {ran}");
+            assert!(
+                ran.stdout.contains(&said(api)),
+                "{agent:?} over {api}: {ran}"
+            );
+            let turns = turns(upstream, api);
+            assert!(turns.len() >= 2 * samples, "{agent:?} over {api}: {ran}");
+            // The turn that carried the call's result back. A gateway that fails the call's
+            // turn (a 502) leaves the agent retrying until the upstream's text comes round: it
+            // then ends well, the tool never run.
+            let last = turns.last().unwrap().to_string();
+            // Its end, where the call and its result are (the whole turn is long).
+            let from = (last.len().saturating_sub(1500)..last.len())
+                .find(|i| last.is_char_boundary(*i))
+                .unwrap_or(last.len());
+            let end = &last[from..];
+            let retried = format!(
+                "{} turns of {samples} samples (did the call's turn fail, the agent retry?)",
+                turns.len()
+            );
+            match call.effect {
+                // Only running the command gives its output.
+                Effect::Output(output) => assert!(
+                    last.contains(output),
+                    "{agent:?} over {api}: the tool's output is not in the last turn; \
+                     {retried}: ...{end}"
+                ),
+                Effect::File(path, text) => {
+                    // The prompt names no file: only the call sent back, or its result, does.
+                    assert!(
+                        last.contains(path),
+                        "{agent:?} over {api}: the call is not in the last turn; \
+                         {retried}: ...{end}"
+                    );
+                    let written = ran.work_files.iter().find(|(p, _)| p == path);
+                    assert_eq!(
+                        written.map(|(_, t)| t.as_str()),
+                        Some(text),
+                        "{agent:?} over {api}: {path} not written; {retried}: {ran}"
+                    );
+                }
+            }
+        },
+    );
+    futures::future::join_all(runs).await;
 }
 
 /// Every answer of the upstream is cut mid-way: the agent shows an error and exits non-zero
 /// (`CHOICEWISE_AGENTS_SHOW=1` prints what it showed).
 async fn cut_answer_over_each_api(agent: Agent) {
-    // The agents retry a failed turn with their own backoff (Claude Code for minutes): the
-    // three runs go at once.
-    futures::future::join_all(APIS.map(|api| async move {
-        let said = "This answer is long enough to be cut before its end by the upstream.";
+    let said = "This answer is long enough to be cut before its end by the upstream.";
+    let upstreams = upstreams(|api| {
         // After the opening events and a few words.
         let events = match api {
             "chat" => 3,
             _ => 5,
         };
-        let upstream = TestServer::builder()
-            .body(text_answer(api, said))
-            .close_after_events(events)
-            .start()
-            .await
-            .unwrap();
-        let addr = gateway(api, &upstream).await;
-        let ran = run_agent(agent, addr, "agent-model", "Say something.").await;
-        assert!(
-            ran.code.is_some_and(|c| c != 0),
-            "{agent:?} over {api}: exited 0 on a cut answer: {ran}"
-        );
-        assert!(
-            !ran.stdout.contains(said),
-            "{agent:?} over {api}: printed the whole answer: {ran}"
-        );
-        let shown = format!("{}{}", ran.stdout, ran.stderr).to_lowercase();
-        assert!(
-            shown.contains("error"),
-            "{agent:?} over {api}: no error shown: {ran}"
-        );
-        assert!(
-            !turns(&upstream, api).is_empty(),
-            "{agent:?} over {api}: never reached the upstream: {ran}"
-        );
-        if std::env::var_os("CHOICEWISE_AGENTS_SHOW").is_some() {
-            eprintln!("{agent:?} over {api}, cut: {ran}");
-        }
-    }))
+        vec![
+            TestServer::builder()
+                .body(text_answer(api, said))
+                .close_after_events(events),
+        ]
+    })
+    .await;
+    let addr = gateway(&upstreams).await;
+    // The agents retry a failed turn with their own backoff: Claude Code ten times, for
+    // about two and a half minutes, so here twice (its documented `CLAUDE_CODE_MAX_RETRIES`):
+    // the same error after its last retry, in the suite's time.
+    let env: &[(&str, &str)] = match agent {
+        Agent::ClaudeCode => &[("CLAUDE_CODE_MAX_RETRIES", "2")],
+        _ => &[],
+    };
+    futures::future::join_all(
+        APIS.iter()
+            .zip(&upstreams)
+            .map(|(api, upstream)| async move {
+                let work = fresh_dir("work");
+                let ran =
+                    run_agent_in(agent, addr, &model_of(api), "Say something.", env, work).await;
+                assert!(
+                    ran.code.is_some_and(|c| c != 0),
+                    "{agent:?} over {api}: exited 0 on a cut answer: {ran}"
+                );
+                assert!(
+                    !ran.stdout.contains(said),
+                    "{agent:?} over {api}: printed the whole answer: {ran}"
+                );
+                // The word error, or the gateway's own message (pi prints only the message).
+                let shown = format!("{}{}", ran.stdout, ran.stderr).to_lowercase();
+                assert!(
+                    shown.contains("error") || shown.contains("the connection closed"),
+                    "{agent:?} over {api}: no error shown: {ran}"
+                );
+                assert!(
+                    !turns(upstream, api).is_empty(),
+                    "{agent:?} over {api}: never reached the upstream: {ran}"
+                );
+                if std::env::var_os("CHOICEWISE_AGENTS_SHOW").is_some() {
+                    eprintln!("{agent:?} over {api}, cut: {ran}");
+                }
+            }),
+    )
     .await;
 }
+
+/// The default policy of a vote model for agents: three samples, a majority wins.
+const VOTE: &str = "select = \"vote\"\nsamples = 3\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
@@ -620,12 +890,13 @@ async fn claude_code_model_discovery() {
         (name == "AGENT_KEYS").then(|| KEY.to_string())
     })
     .await;
-    let ran = run_agent_with(
+    let ran = run_agent_in(
         Agent::ClaudeCode,
         addr,
         "claude-gateway-model",
         "Say something.",
         &[("CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY", "1")],
+        fresh_dir("work"),
     )
     .await;
     assert_eq!(ran.code, Some(0), "{ran}");
@@ -646,13 +917,25 @@ async fn claude_code_model_discovery() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
 async fn claude_code_tool_loop() {
-    tool_loop_over_each_api(Agent::ClaudeCode).await;
+    tool_loop_over_each_api(Agent::ClaudeCode, 1, "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
 async fn claude_code_cut_answer() {
     cut_answer_over_each_api(Agent::ClaudeCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
+async fn claude_code_hedged_model() {
+    hedged_answer_over_each_api(Agent::ClaudeCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
+async fn claude_code_vote_model_tool_call() {
+    tool_loop_over_each_api(Agent::ClaudeCode, 3, VOTE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -664,7 +947,7 @@ async fn codex_text_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
 async fn codex_tool_loop() {
-    tool_loop_over_each_api(Agent::Codex).await;
+    tool_loop_over_each_api(Agent::Codex, 1, "").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -674,13 +957,61 @@ async fn codex_cut_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
-async fn claude_code_hedged_model() {
-    hedged_answer_over_each_api(Agent::ClaudeCode).await;
+#[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
+async fn codex_hedged_model() {
+    hedged_answer_over_each_api(Agent::Codex).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
-async fn codex_hedged_model() {
-    hedged_answer_over_each_api(Agent::Codex).await;
+async fn codex_vote_model_tool_call() {
+    tool_loop_over_each_api(Agent::Codex, 3, VOTE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs opencode from npm: scripts/agents.sh install"]
+async fn opencode_text_answer() {
+    text_answer_over_each_api(Agent::OpenCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs opencode from npm: scripts/agents.sh install"]
+async fn opencode_tool_loop() {
+    tool_loop_over_each_api(Agent::OpenCode, 1, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs opencode from npm: scripts/agents.sh install"]
+async fn opencode_cut_answer() {
+    cut_answer_over_each_api(Agent::OpenCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs opencode from npm: scripts/agents.sh install"]
+async fn opencode_vote_model_tool_call() {
+    tool_loop_over_each_api(Agent::OpenCode, 3, VOTE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pi from npm: scripts/agents.sh install"]
+async fn pi_text_answer() {
+    text_answer_over_each_api(Agent::Pi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pi from npm: scripts/agents.sh install"]
+async fn pi_tool_loop() {
+    tool_loop_over_each_api(Agent::Pi, 1, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pi from npm: scripts/agents.sh install"]
+async fn pi_cut_answer() {
+    cut_answer_over_each_api(Agent::Pi).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pi from npm: scripts/agents.sh install"]
+async fn pi_vote_model_tool_call() {
+    tool_loop_over_each_api(Agent::Pi, 3, VOTE).await;
 }
