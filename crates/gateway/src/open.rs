@@ -330,13 +330,16 @@ impl Opener {
                     }
                 }
                 // A retry is charged to the budget, unless it leaves an ejected upstream for
-                // a healthy one: that moves a try away from an upstream known to be failing
-                // and adds no load to it, and it is what a burst meets while one upstream is
-                // going down (every try already sent to it fails). When every upstream is
-                // failing, each is ejected in turn and no such retry remains.
+                // one whose last try succeeded: that moves a try away from an upstream known
+                // to be failing to one known to answer, and it is what a burst meets while
+                // one upstream is going down (every try already sent to it fails). Leaving
+                // an ejected upstream for one not known to answer (in an outage of every
+                // upstream, the next to be ejected) is charged as any retry, so that the
+                // budget bounds the tries of an outage.
                 let leaves_ejected = !panic
                     && last.is_some_and(|l| model.routes[l].health.ejected())
-                    && chosen.is_some_and(|j| Some(j) != last)
+                    && chosen
+                        .is_some_and(|j| Some(j) != last && model.routes[j].health.answering())
                     && !probe;
                 if retry && !leaves_ejected && !self.budget.retry(now) {
                     let probed = chosen.filter(|_| probe).map(|j| &model.routes[j]);
@@ -366,7 +369,7 @@ impl Opener {
                 last = Some(j);
                 let route = &model.routes[j];
                 // The upstream's own budget, beside its model's: a try that moves away from
-                // an ejected upstream is free in both, but any other retry sent to this
+                // an ejected upstream to one that answers is free in both, but any other retry sent to this
                 // upstream, from its model or from a model falling back to it, is bounded
                 // by the first tries it serves, so that no other model's failures flood it.
                 let now = Instant::now();

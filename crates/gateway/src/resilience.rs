@@ -216,6 +216,14 @@ impl Health {
         self.state().ejected_until.is_some()
     }
 
+    /// Whether its last try succeeded: it served someone, and has failed no try since (nor
+    /// is it ejected). What a retry that leaves an ejected upstream must find to be free of
+    /// the retry budget.
+    pub fn answering(&self) -> bool {
+        let s = self.state();
+        s.ejected_until.is_none() && s.failures_in_row == 0 && !s.served.is_empty()
+    }
+
     /// A try of `client` succeeded (or the upstream answered it with the client's own
     /// error): the upstream is healthy (restored, if it was ejected), and serves `client`.
     pub fn succeeded(&self, client: ClientId, now: Instant) -> bool {
