@@ -247,6 +247,7 @@ impl Gateway {
                     retry: resilience::RetryPolicy::of(&model.retry),
                     fallbacks: model.fallbacks.clone(),
                     budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
+                    warnings: resilience::Warnings::default(),
                 }),
             );
         }

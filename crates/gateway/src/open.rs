@@ -14,7 +14,9 @@ use serde_json::{Map, Value, json};
 use crate::config::NMode;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::resilience::{Availability, Budget, ClientId, Health, Outcome, RetryPolicy, classify};
+use crate::resilience::{
+    Availability, Budget, ClientId, Health, Outcome, RetryPolicy, Warnings, classify,
+};
 use choicewise_client::Client;
 use choicewise_core::Dialect;
 
@@ -55,6 +57,8 @@ pub(crate) struct ModelRoutes {
     /// Its retry budget: a model whose traffic fails spends its own retries, never
     /// another's.
     pub budget: Arc<Budget>,
+    /// Its warnings of the tries, rate-limited.
+    pub warnings: Warnings,
 }
 
 /// Every configured model, by name.
@@ -257,7 +261,9 @@ impl Opener {
             }
             if m > 0 {
                 self.metrics.fallback(&self.model.name, &model.name);
-                tracing::warn!(model = %self.model.name, to = %model.name, "falling back");
+                if let Some(left_out) = self.model.warnings.allow("fallback", Instant::now()) {
+                    tracing::warn!(model = %self.model.name, to = %model.name, left_out, "falling back");
+                }
             }
             let start = match m {
                 0 => candidates.iter().position(|&j| j == first).unwrap_or(0),
@@ -291,7 +297,13 @@ impl Opener {
                 let panic = (candidates.iter()).all(|&j| model.routes[j].health.ejected());
                 if panic && last.is_none() {
                     self.metrics.panic_routed(&model.name);
-                    tracing::warn!(model = %model.name, "every upstream is ejected: trying them anyway");
+                    if let Some(left_out) = model.warnings.allow("panic_routed", now) {
+                        tracing::warn!(
+                            model = %model.name,
+                            left_out,
+                            "every upstream is ejected: trying them anyway"
+                        );
+                    }
                 }
                 if last.is_none() && closed(candidates[start]) {
                     let open: Vec<usize> = (candidates.iter().copied())
@@ -385,11 +397,14 @@ impl Opener {
                     if probe {
                         route.health.probe_over();
                     }
-                    tracing::warn!(
-                        model = %self.model.name,
-                        max_upstream_requests_per_request = self.max_requests,
-                        "a request reached its bound of upstream requests"
-                    );
+                    if let Some(left_out) = self.model.warnings.allow("bound", now) {
+                        tracing::warn!(
+                            model = %self.model.name,
+                            max_upstream_requests_per_request = self.max_requests,
+                            left_out,
+                            "a request reached its bound of upstream requests"
+                        );
+                    }
                     return Err(self.too_many_requests(&failed));
                 }
                 // Whatever ends this try (an answer, a failure, the client's own error, or
@@ -440,12 +455,15 @@ impl Opener {
                     ),
                 };
                 self.record(sample, &route.label, outcome);
-                tracing::warn!(
-                    model = %model.name,
-                    upstream = %route.label,
-                    outcome = outcome.as_str(),
-                    "a try failed: {message}"
-                );
+                if let Some(left_out) = model.warnings.allow("try_failed", Instant::now()) {
+                    tracing::warn!(
+                        model = %model.name,
+                        upstream = %route.label,
+                        outcome = outcome.as_str(),
+                        left_out,
+                        "a try failed: {message}"
+                    );
+                }
                 if (route.health).failed(Instant::now(), retry_after, probe, self.client, outcome) {
                     self.metrics.ejected(&route.label, true);
                     tracing::warn!(upstream = %route.label, "ejected");
@@ -492,7 +510,9 @@ impl Opener {
             route.health.probe_over();
         }
         self.metrics.retry_budget_exhausted();
-        tracing::warn!(model = %self.model.name, budget, "retry budget exhausted");
+        if let Some(left_out) = self.model.warnings.allow("budget", Instant::now()) {
+            tracing::warn!(model = %self.model.name, budget, left_out, "retry budget exhausted");
+        }
         self.failure(failed, true)
     }
 
