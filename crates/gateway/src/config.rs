@@ -101,9 +101,11 @@ pub struct Limits {
     /// in percent (default 20; at least 10 retries are always allowed); each model has a
     /// budget of its own.
     pub retry_budget_percent: f64,
-    /// The most bytes one upstream answer may send for each sample it carries (default
-    /// 16777216, 16 MiB; a native request for 4 samples may send 4 times that): past it the
-    /// answer's choices fail as an upstream's failure does, and its connection is closed.
+    /// The most bytes one choice's updates may take (default 16777216, 16 MiB): past it that
+    /// choice fails alone and the others go on. One upstream answer's bytes are also cut at
+    /// it times the samples it carries (a native request for 4 samples may send 4 times
+    /// that): past that the answer's choices fail as an upstream's failure does, and its
+    /// connection is closed.
     pub max_answer_bytes: usize,
     /// The process's memory, in MiB, above which new requests are refused with 503 and
     /// `Retry-After` while those in flight go on: its resident set plus the request bodies

@@ -308,7 +308,8 @@ impl Demux {
         let known = self.choices.len();
         for slot in &self.splitter.slots[known..] {
             let core = ChoiceCore::new(slot.index, self.config.max_tool_calls)
-                .logprobs(self.config.logprobs);
+                .logprobs(self.config.logprobs)
+                .max_bytes(self.config.max_choice_bytes);
             self.choices.push((core, EventLog::default()));
         }
         self.warnings.append(&mut self.splitter.warnings);
