@@ -109,8 +109,9 @@ pub(crate) struct ChatRequest {
     pub include_usage: bool,
     /// The client asked for log-probabilities (`"logprobs": true`): they pass through.
     pub logprobs: bool,
-    /// How the samples are picked from: the request's `choicewise` extension, else its
-    /// model's default ([`with_default`](Self::with_default)), else every sample a choice.
+    /// How the samples are picked from: the request's `choicewise` extension merged over its
+    /// model's default, or either alone ([`with_model`](Self::with_model)), else every
+    /// sample a choice.
     pub policy: Policy,
     /// The request's `choicewise` extension as sent, if it carried one: merged over its
     /// model's default ([`with_model`](Self::with_model)).
