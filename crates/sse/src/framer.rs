@@ -222,7 +222,7 @@ struct State {
     max_lines: u32,
     /// Field lines of the pending event so far.
     field_lines: u32,
-    /// Whether `data` is complete JSON objects, kept as it grows.
+    /// Whether `data` is complete JSON objects, brought up to date when asked.
     objects: ObjectScan,
     data: String,
     has_data: bool,
@@ -425,7 +425,10 @@ impl Framer {
             && self.poisoned.is_none()
             && !has_partial
             && self.st.has_data
-            && self.st.objects.complete()
+            && {
+                self.st.objects.catch_up(&self.st.data);
+                self.st.objects.complete()
+            }
         {
             let line = self.st.event_start.map_or(self.line_no, |(l, _)| l);
             self.st.note_unterminated(line);

@@ -28,6 +28,8 @@ pub(super) struct ObjectScan {
     first: Option<u8>,
     /// The last byte that is not ASCII whitespace.
     last: u8,
+    /// Bytes of the data taken in so far (see [`catch_up`](Self::catch_up)).
+    upto: usize,
 }
 
 impl ObjectScan {
@@ -74,6 +76,16 @@ impl ObjectScan {
         }
     }
 
+    /// Takes in what `data` gained since the last call (it only grows until the scan is
+    /// reset): the scan runs only when asked, so a stream whose events have their blank
+    /// lines never pays for it.
+    pub(super) fn catch_up(&mut self, data: &str) {
+        if let Some(new) = data.as_bytes().get(self.upto..) {
+            self.feed(new);
+        }
+        self.upto = data.len();
+    }
+
     /// Whether the data taken in so far is one or more complete JSON objects.
     pub(super) fn complete(&self) -> bool {
         !self.invalid
@@ -86,8 +98,12 @@ impl ObjectScan {
 
 /// Whether the pending data may be dispatched without its blank line (tolerant mode): complete
 /// JSON objects, or `[DONE]` alone on its one data line.
-fn dispatchable_without_blank_line(st: &State) -> bool {
-    (st.data_count == 1 && st.data.trim_ascii() == "[DONE]") || st.objects.complete()
+fn dispatchable_without_blank_line(st: &mut State) -> bool {
+    if st.data_count == 1 && st.data.trim_ascii() == "[DONE]" {
+        return true;
+    }
+    st.objects.catch_up(&st.data);
+    st.objects.complete()
 }
 
 /// Runs of data lines remembered per event (see [`DataLines`]).
@@ -174,11 +190,9 @@ impl State {
                 }
                 if self.has_data {
                     self.data.push('\n');
-                    self.objects.feed(b"\n");
                 }
                 self.has_data = true;
                 self.data.push_str(value);
-                self.objects.feed(value.as_bytes());
                 let contiguous = self.data_runs.last().is_some_and(|&(first, index)| {
                     first + u64::from(self.data_count - index) == line_no
                 });
