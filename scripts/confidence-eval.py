@@ -4,6 +4,7 @@
     scripts/llama-server.sh install
     cargo build --release -p choicewise-cli       # or pass --choicewise target/debug/choicewise
     python3 scripts/confidence-eval.py [--samples 16] [--questions 50] [--seed 42] > table.md
+    python3 scripts/confidence-eval.py --arith --server "$CHOICEWISE_ARITH_URL" > table.md
 
 Starts a private llama.cpp server (xllamacpp and SmolLM2-135M-Instruct from PyPI, as installed
 by scripts/llama-server.sh) with one slot per sample, log-probabilities served on request. Each
@@ -22,11 +23,19 @@ tokens generated, the right answers with a 95% Wilson interval, and on how many 
 answer differs from the plain vote's; then whether the methods' confidence tracked correctness
 (mean confidence weight of the winning key when right and when wrong).
 
+`--arith` asks the arithmetic model instead (models/arith-6m-f16.gguf; pass its server, e.g.
+`--server "$CHOICEWISE_ARITH_URL"` after `eval "$(scripts/llama-server.sh start)"`): the held-out
+problems of tests/fixtures/arith-set-a-50.json, each prompt the bare expression (the model's chat
+template makes it `EXPR=\n`), keyed by `#### (\d+)`, at temperature 1.0 with `top_k: 0, top_p: 1,
+min_p: 0` (the model's own distribution), `max_tokens` 175, and by default warmup 8 and
+group_tokens 16 (the window of DeepConf's reference figures for this model).
+
 `--reasoning` asks two-step questions instead (`a + b * c`, `b * c - a`), after a worked
 few-shot prompt (`First the product: … Then the sum: … Answer: N`), for models that reason
 before they answer; pair it with a larger `--max-tokens` and `--group-tokens`. `--server URL`
-uses a llama.cpp server already running (started with `--metrics` and at least `--samples`
-slots), whatever its model, instead of the private one.
+uses a llama.cpp server already running (started with `--metrics`; a base URL ending in `/v1` is
+taken as the server's), whatever its model, instead of the private one. With fewer slots than
+`--samples`, the samples beyond them wait in the server's queue (hence `--idle-timeout`).
 
 The questions are generated with a fixed seed (`random.Random(seed)`), in turn: a sum `a + b`
 (a in 2..30, b in 2..20), a difference `a - b` (a in 10..40, b in 2..9) and a product `a * b`
@@ -51,6 +60,8 @@ import urllib.request
 REPO = pathlib.Path(__file__).resolve().parent.parent
 LLAMA_DIR = pathlib.Path(os.environ.get("CHOICEWISE_LLAMA_DIR", REPO / ".llama"))
 KEY = r"Answer: (\d+)"
+ARITH_KEY = r"#### (\d+)"
+ARITH_FIXTURE = REPO / "tests" / "fixtures" / "arith-set-a-50.json"
 
 FEW_SHOT = [
     {"role": "system", "content": "Answer the arithmetic question with 'Answer: N' only."},
@@ -108,6 +119,12 @@ def questions(count, seed):
     return out
 
 
+def arith_questions(count):
+    """The first `count` held-out problems of the arithmetic fixture: expression, answer."""
+    problems = json.loads(ARITH_FIXTURE.read_text())["problems"]
+    return [(p["prompt"].strip(), p["answer"]) for p in problems[:count]]
+
+
 def wilson(right, n, z=1.96):
     """The 95% Wilson score interval of a proportion, as (low, high)."""
     if n == 0:
@@ -157,9 +174,10 @@ def ask(args, base, request_file, question, extra):
     before = metrics(base)
     command = [
         args.choicewise, "chat", "--base-url", f"{base}/v1", "--api-key", "unused",
-        "--request", str(request_file), "--fan-out", str(args.samples), "--vote-by", KEY,
-        "--temperature", "0.8", "--max-tokens", str(args.max_tokens), "--json", *extra,
-        f"What is {question}?",
+        "--request", str(request_file), "--fan-out", str(args.samples), "--vote-by", args.key,
+        "--temperature", str(args.temperature), "--max-tokens", str(args.max_tokens),
+        "--idle-timeout", str(args.idle_timeout), "--json", *extra,
+        question if args.arith else f"What is {question}?",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     # Exit 1: no key won (the tally says why); anything else is a failure of the run.
@@ -180,11 +198,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=16, help="K, samples per vote")
     parser.add_argument("--window", type=int, default=4, help="W of the windowed vote")
-    parser.add_argument("--warmup", type=int, default=4, help="warmup samples of --confidence")
-    parser.add_argument("--group-tokens", type=int, default=2, help="tokens per group")
+    parser.add_argument("--warmup", type=int, help="warmup samples of --confidence [4; --arith 8]")
+    parser.add_argument("--group-tokens", type=int,
+                        help="tokens per group [2; --arith 16]")
     parser.add_argument("--questions", type=int, default=50)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--max-tokens", type=int, default=12)
+    parser.add_argument("--max-tokens", type=int, help="[12; --arith 175]")
+    parser.add_argument("--temperature", type=float, help="[0.8; --arith 1.0]")
+    parser.add_argument("--idle-timeout", type=int, default=300,
+                        help="seconds a sample may wait for its first byte (queued beyond the slots)")
     release = REPO / "target" / "release" / "choicewise"
     parser.add_argument("--choicewise", default=str(release))
     parser.add_argument("--rows", help="also write each question's results to this JSON-lines file")
@@ -194,7 +216,20 @@ def main():
     parser.add_argument("--server", metavar="URL",
                         help="a running llama.cpp server (http://HOST:PORT, started with --metrics "
                              "and at least --samples slots) instead of a private one with SmolLM2")
+    parser.add_argument("--arith", action="store_true",
+                        help="the arithmetic model's held-out problems (tests/fixtures/"
+                             "arith-set-a-50.json) on its server, given with --server")
     args = parser.parse_args()
+    if args.arith and args.reasoning:
+        sys.exit("--arith and --reasoning: one or the other")
+    if args.arith and not args.server:
+        sys.exit("--arith needs --server: the arithmetic model's server "
+                 "(eval \"$(scripts/llama-server.sh start)\"; --server \"$CHOICEWISE_ARITH_URL\")")
+    defaults = (8, 16, 175, 1.0) if args.arith else (4, 2, 12, 0.8)
+    for name, value in zip(("warmup", "group_tokens", "max_tokens", "temperature"), defaults):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.key = ARITH_KEY if args.arith else KEY
 
     venv_python = LLAMA_DIR / "venv" / "bin" / "python"
     if not args.server and not venv_python.exists():
@@ -210,8 +245,12 @@ def main():
             sys.exit("scripts/llama-server.sh model printed no model path")
     LLAMA_DIR.mkdir(exist_ok=True)
     request_file = LLAMA_DIR / "confidence-request.json"
-    request_file.write_text(
-        json.dumps({"messages": FEW_SHOT_REASONING if args.reasoning else FEW_SHOT}))
+    if args.arith:
+        # The model's own distribution (the server's defaults are top_k 40, top_p 0.95, min_p 0.05).
+        request = {"messages": [], "top_k": 0, "top_p": 1, "min_p": 0}
+    else:
+        request = {"messages": FEW_SHOT_REASONING if args.reasoning else FEW_SHOT}
+    request_file.write_text(json.dumps(request))
 
     confidence = ["--confidence", "--warmup", str(args.warmup),
                   "--group-tokens", str(args.group_tokens)]
@@ -225,8 +264,11 @@ def main():
         server, port = None, None
     else:
         server, port = start_server(str(venv_python), model, args.samples)
-    base = args.server.rstrip("/") if args.server else f"http://127.0.0.1:{port}"
-    asked = (reasoning_questions if args.reasoning else questions)(args.questions, args.seed)
+    base = args.server.rstrip("/").removesuffix("/v1") if args.server else f"http://127.0.0.1:{port}"
+    if args.arith:
+        asked = arith_questions(args.questions)
+    else:
+        asked = (reasoning_questions if args.reasoning else questions)(args.questions, args.seed)
     rows = []
     began = time.monotonic()
     rows_file = open(args.rows, "w") if args.rows else None
@@ -258,8 +300,9 @@ def main():
 
     n = len(rows)
     plain_tokens = sum(r["runs"][0]["tokens"] for r in rows)
-    print(f"{n} questions (seed {args.seed}), K = {args.samples} samples at most, max_tokens "
-          f"{args.max_tokens}, temperature 0.8; confidence: warmup {args.warmup}, group_tokens "
+    what = "held-out arithmetic problems" if args.arith else f"questions (seed {args.seed})"
+    print(f"{n} {what}, K = {args.samples} samples at most, max_tokens "
+          f"{args.max_tokens}, temperature {args.temperature}; confidence: warmup {args.warmup}, group_tokens "
           f"{args.group_tokens}, top_logprobs 5, consensus 0.95; {elapsed / 60:.1f} min in all.")
     print()
     print("| method | samples started | stopped for low confidence | tokens generated | vs plain | "

@@ -100,6 +100,36 @@ pub use builder::{
 pub use choicewise_core::Dialect;
 pub use choicewise_core::defaults::DEFAULT_ANTHROPIC_MAX_TOKENS;
 
+/// The most bytes [`Client::count_tokens_json`] reads of a token count's answer
+/// (`{"input_tokens": N}`): past it, the answer is an error.
+///
+/// ```
+/// assert_eq!(choicewise_client::MAX_COUNT_ANSWER_BYTES, 64 * 1024);
+/// ```
+pub const MAX_COUNT_ANSWER_BYTES: usize = 64 * 1024;
+
+/// The bounds of a token count's exchange with its server
+/// ([`Client::count_tokens_within`]).
+///
+/// ```
+/// use std::time::Duration;
+/// let bounds = choicewise_client::CountBounds {
+///     first_byte: Duration::from_secs(10),
+///     idle: Duration::from_secs(30),
+///     max_bytes: choicewise_client::MAX_COUNT_ANSWER_BYTES,
+/// };
+/// assert!(bounds.first_byte < bounds.idle);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountBounds {
+    /// The longest wait for the answer's head (its status line and headers).
+    pub first_byte: std::time::Duration,
+    /// The longest silence between two reads of the answer's body.
+    pub idle: std::time::Duration,
+    /// The most bytes the answer's body may have.
+    pub max_bytes: usize,
+}
+
 mod error;
 use error::status_error;
 pub use error::{ClientError, ClientErrorKind};
@@ -288,9 +318,14 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn models(&self) -> Result<Vec<String>, ClientError> {
-        let list = self
-            .exchange(&self.inner.models_url, None, "model list")
-            .await?;
+        let idle = self.inner.idle_timeout;
+        // A provider's list of models may be long: its size is not bounded here.
+        let bounds = CountBounds {
+            first_byte: idle,
+            idle,
+            max_bytes: usize::MAX,
+        };
+        let list = (self.exchange(&self.inner.models_url, None, "model list", bounds)).await?;
         Ok(model_ids(&list))
     }
 
@@ -322,13 +357,49 @@ impl Client {
     /// JSON text of the request object, sent as it is (a gateway forwarding a client's body
     /// need not parse it).
     pub async fn count_tokens_json(&self, body: bytes::Bytes) -> Result<u64, ClientError> {
+        let idle = self.inner.idle_timeout;
+        let bounds = CountBounds {
+            first_byte: idle,
+            idle,
+            max_bytes: MAX_COUNT_ANSWER_BYTES,
+        };
+        self.count_tokens_within(body, bounds).await
+    }
+
+    /// [`count_tokens_json`](Self::count_tokens_json) within `bounds`: the wait for the
+    /// answer's head, the silence between its reads, and its size (a count is small: an
+    /// answer past `max_bytes` is an [`InvalidResponse`](ClientErrorKind::InvalidResponse)
+    /// error, read no further). A caller with a deadline of its own puts the call under it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use choicewise_client::{Client, CountBounds, Dialect};
+    /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let server = choicewise_testserver::TestServer::builder().start().await?;
+    /// let client = Client::builder().api(Dialect::Anthropic).base_url(server.base_url()).build()?;
+    /// let body = r#"{"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello, Claude"}]}"#;
+    /// let bounds = CountBounds {
+    ///     first_byte: Duration::from_secs(5),
+    ///     idle: Duration::from_secs(5),
+    ///     max_bytes: 64 * 1024,
+    /// };
+    /// assert_eq!(client.count_tokens_within(body.into(), bounds).await?, 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn count_tokens_within(
+        &self,
+        body: bytes::Bytes,
+        bounds: CountBounds,
+    ) -> Result<u64, ClientError> {
         let Some(url) = &self.inner.count_url else {
             return Err(ClientError::invalid(
                 ClientErrorKind::InvalidRequest,
                 "only the anthropic API counts tokens (messages/count_tokens)".to_string(),
             ));
         };
-        let answer = self.exchange(url, Some(body), "token count").await?;
+        let answer = self
+            .exchange(url, Some(body), "token count", bounds)
+            .await?;
         answer["input_tokens"].as_u64().ok_or_else(|| {
             ClientError::invalid(
                 ClientErrorKind::InvalidResponse,
@@ -338,12 +409,14 @@ impl Client {
     }
 
     /// A JSON exchange with the server: `GET url`, or `POST url` with `body`; the answer's
-    /// JSON (`what` names it in errors). Not retried; bounded by the idle timeout.
+    /// JSON (`what` names it in errors). Not retried; its head awaited `bounds.first_byte`,
+    /// each read of its body `bounds.idle`, and its body read up to `bounds.max_bytes`.
     async fn exchange(
         &self,
         url: &Url,
         body: Option<bytes::Bytes>,
         what: &str,
+        bounds: CountBounds,
     ) -> Result<Value, ClientError> {
         let inner = &self.inner;
         let url_text = || error::redact(url);
@@ -357,19 +430,45 @@ impl Client {
             .headers(inner.headers.clone())
             .header(ACCEPT, "application/json")
             .send();
-        let response = match tokio::time::timeout(inner.idle_timeout, sent).await {
+        let mut response = match tokio::time::timeout(bounds.first_byte, sent).await {
             Err(_) => return Err(ClientError::timeout(&url_text())),
             Ok(Err(e)) if e.is_connect() => return Err(ClientError::connect(&url_text(), e)),
             Ok(Err(e)) => return Err(ClientError::request(e)),
             Ok(Ok(r)) if !r.status().is_success() => {
-                return Err(status_error(r, inner.idle_timeout).await);
+                return Err(status_error(r, bounds.idle).await);
             }
             Ok(Ok(r)) => r,
         };
-        let body = match tokio::time::timeout(inner.idle_timeout, response.bytes()).await {
-            Err(_) => return Err(ClientError::timeout(&url_text())),
-            Ok(body) => body.map_err(ClientError::request)?,
+        let too_large = || {
+            ClientError::invalid(
+                ClientErrorKind::InvalidResponse,
+                format!(
+                    "{}: the {what} is larger than {} bytes",
+                    url_text(),
+                    bounds.max_bytes
+                ),
+            )
         };
+        if response
+            .content_length()
+            .is_some_and(|len| len > bounds.max_bytes as u64)
+        {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        loop {
+            match tokio::time::timeout(bounds.idle, response.chunk()).await {
+                Err(_) => return Err(ClientError::timeout(&url_text())),
+                Ok(Err(e)) => return Err(ClientError::request(e)),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(chunk))) => {
+                    if body.len() + chunk.len() > bounds.max_bytes {
+                        return Err(too_large());
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+            }
+        }
         serde_json::from_slice(&body).map_err(|e| {
             ClientError::invalid(
                 ClientErrorKind::InvalidResponse,

@@ -89,7 +89,7 @@ pub use completions::{Choices, Completions};
 #[doc(hidden)]
 pub use diagnostics::{actors_started, live_actors};
 pub use policy::{PickRule, Policy, PolicyBuilder, PolicyError, PolicyErrorKind, PolicyLimits};
-pub use select::{Pick, Selection, Tally, VoteKey, VoteKeyError};
+pub use select::{KeyVotes, Pick, Selection, Tally, VoteKey, VoteKeyError};
 pub use source::Source;
 pub use stream::EventStream;
 

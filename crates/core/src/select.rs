@@ -21,6 +21,7 @@ pub use vote_key::{
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -59,7 +60,8 @@ pub struct Selection {
     pub cancelled_tokens: u64,
     /// The deadline passed before the answer was certain.
     pub timed_out: bool,
-    /// Why nothing was selected, when nothing was.
+    /// Why nothing was selected, when nothing was; for a vote that no key won, why, also
+    /// when [`or_first_finished`](Pick::or_first_finished) selected a choice all the same.
     pub reason: Option<String>,
     /// The tally, for [`Completions::vote`].
     pub vote: Option<Tally>,
@@ -101,16 +103,38 @@ impl Selection {
     }
 }
 
-/// The outcome of a [`Completions::vote`]: the winning key and its support.
+/// The outcome of a [`Completions::vote`]: the winning key and its support, and every key's
+/// votes.
+///
+/// When no key won and the pick was told to answer anyway
+/// ([`or_first_finished`](Pick::or_first_finished)), `decided` is false, `key` is the key of
+/// the choice selected instead (the first to finish well; empty when it had none) and
+/// `votes` that key's votes.
 ///
 /// ```
-/// use choicewise_core::Tally;
-/// let t = Tally { key: "42".into(), votes: 3, counted: 3, choices: 5 };
-/// assert_eq!(serde_json::to_value(&t).unwrap()["votes"], 3);
+/// # use choicewise_core::{Completions, Source};
+/// # #[tokio::main] async fn main() {
+/// let sse = concat!(
+///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n",
+///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n",
+///     "data: {\"choices\":[{\"index\":2,\"delta\":{\"content\":\"5\"},\"finish_reason\":\"stop\"}]}\n\n",
+/// );
+/// let selection = Completions::new(Source::reader(sse.as_bytes())).vote(|o| o.message.content.clone()).await;
+/// let tally = selection.vote.unwrap();
+/// assert!(tally.decided);
+/// assert_eq!((tally.key.as_str(), tally.votes, tally.counted), ("4", 2, 3));
+/// assert_eq!(serde_json::to_value(&tally).unwrap()["tally"], serde_json::json!([
+///     {"key": "4", "votes": 2}, {"key": "5", "votes": 1},
+/// ]));
+/// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Tally {
-    /// The winning key.
+    /// Whether a key won; false when the choice selected is the first to finish well,
+    /// chosen because no key won ([`Pick::or_first_finished`]).
+    pub decided: bool,
+    /// The winning key (or the key of the choice selected instead).
     pub key: String,
     /// Votes for it.
     pub votes: usize,
@@ -118,6 +142,36 @@ pub struct Tally {
     pub counted: usize,
     /// Choices of the completion (expected, when known, else seen).
     pub choices: usize,
+    /// Every key voted for and its votes, most votes first (ties: the first voted first).
+    pub tally: Vec<KeyVotes>,
+}
+
+impl Tally {
+    /// A key that won, with its support; its `tally` is filled when the pick concludes.
+    pub(crate) fn won(key: String, votes: usize, counted: usize, choices: usize) -> Self {
+        Tally {
+            decided: true,
+            key,
+            votes,
+            counted,
+            choices,
+            tally: Vec::new(),
+        }
+    }
+}
+
+/// One key of a [`Tally`] and its votes.
+///
+/// ```
+/// let v = choicewise_core::KeyVotes { key: "42".into(), votes: 3 };
+/// assert_eq!(serde_json::to_value(&v).unwrap(), serde_json::json!({"key": "42", "votes": 3}));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyVotes {
+    /// The key.
+    pub key: String,
+    /// The finished choices that voted for it.
+    pub votes: usize,
 }
 
 /// A caller's judgement of a finished choice.
@@ -169,6 +223,7 @@ pub struct Pick<'a> {
     window: Option<usize>,
     min_votes: usize,
     confidence: Option<Confidence>,
+    or_first_finished: bool,
 }
 
 impl fmt::Debug for Pick<'_> {
@@ -206,6 +261,7 @@ impl<'a> Pick<'a> {
             window: None,
             min_votes: 1,
             confidence: None,
+            or_first_finished: false,
         }
     }
 
@@ -293,6 +349,31 @@ impl<'a> Pick<'a> {
     /// ```
     pub fn window(mut self, size: usize) -> Self {
         self.window = Some(size.max(1));
+        self
+    }
+
+    /// When no key wins a vote ([`vote`](Completions::vote) only), selects the first choice
+    /// that finished well (`stop` or `tool_calls`) instead of nothing: an answer some sample
+    /// gave is still an answer. [`Selection::vote`] then says `decided: false`, with the
+    /// tally; [`Selection::reason`] still says why no key won. Nothing is selected only when
+    /// no choice finished well.
+    ///
+    /// ```
+    /// use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let answer = |a: &str| Source::reader(std::io::Cursor::new(format!(
+    ///     "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"))).n(1);
+    /// let c = Completions::builder().fan_out([answer("41"), answer("42"), answer("43")]);
+    /// let selection = c.vote(|m| m.message.content.clone()).min_votes(2).or_first_finished().await;
+    /// assert_eq!(selection.selected.len(), 1); // every answer differs: the first to finish
+    /// let tally = selection.vote.unwrap();
+    /// assert!(!tally.decided);
+    /// assert_eq!((tally.votes, tally.counted, tally.tally.len()), (1, 3, 3));
+    /// assert!(selection.reason.unwrap().starts_with("no key has 2 votes"));
+    /// # }
+    /// ```
+    pub fn or_first_finished(mut self) -> Self {
+        self.or_first_finished = true;
         self
     }
 
@@ -449,7 +530,33 @@ impl<'a> Pick<'a> {
             window,
             min_votes,
             confidence,
+            or_first_finished,
         } = self;
+        // A vote's judgements, in the order the choices finished well: its tally, and the
+        // choice to answer with when no key wins.
+        let judged: Arc<Mutex<Judged>> = Arc::default();
+        let rule = match rule {
+            Rule::Vote(key) => {
+                let judged = Arc::clone(&judged);
+                Rule::Vote(Box::new(move |output: &ChoiceOutput| {
+                    let k = key(output);
+                    let mut judged = judged.lock().unwrap_or_else(|e| e.into_inner());
+                    if !judged.iter().any(|(i, _)| *i == output.index) {
+                        judged.push((output.index, k.clone()));
+                    }
+                    k
+                }))
+            }
+            rule => rule,
+        };
+        let voting = matches!(rule, Rule::Vote(_));
+        let tallied = |mut decided: Decided| {
+            if voting {
+                let judged = judged.lock().unwrap_or_else(|e| e.into_inner());
+                complete_tally(&mut decided, &judged, or_first_finished, completions);
+            }
+            decided
+        };
         if let Rule::All = rule {
             // Nothing to pick: every sample starts, every choice streams on.
             completions.start_more(usize::MAX);
@@ -462,7 +569,9 @@ impl<'a> Pick<'a> {
         if let (Rule::Vote(key), Some(options)) = (&rule, confidence) {
             let decided =
                 vote_confident(completions, deadline, key, options, window, min_votes).await;
-            return completions.conclude(decided, keep_rest, false, false).await;
+            return (completions)
+                .conclude(tallied(decided), keep_rest, false, false)
+                .await;
         }
         let windowed = window.filter(|_| matches!(rule, Rule::Vote(_)));
         let first = matches!(rule, Rule::Token | Rule::First | Rule::Where(_));
@@ -486,7 +595,7 @@ impl<'a> Pick<'a> {
             (rule, _) => first_n(completions, deadline, rule, take, hedge).await,
         };
         completions
-            .conclude(decided, keep_rest, first, streaming)
+            .conclude(tallied(decided), keep_rest, first, streaming)
             .await
     }
 }
@@ -498,6 +607,52 @@ impl<'a> IntoFuture for Pick<'a> {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.run())
     }
+}
+
+/// A vote's judgements: each choice that finished well and its key, in the order they
+/// finished.
+type Judged = Vec<(u32, Option<String>)>;
+
+/// Completes a vote's tally from its judgements (`judged`: each choice that finished well and
+/// its key, in the order they finished): every key's votes; and, when no key won and
+/// `or_first_finished`, the first choice judged, selected undecided.
+fn complete_tally(
+    decided: &mut Decided,
+    judged: &[(u32, Option<String>)],
+    or_first_finished: bool,
+    completions: &Completions,
+) {
+    let mut tally: Vec<KeyVotes> = Vec::new();
+    for key in judged.iter().filter_map(|(_, k)| k.as_ref()) {
+        match tally.iter_mut().find(|v| &v.key == key) {
+            Some(v) => v.votes += 1,
+            None => tally.push(KeyVotes {
+                key: key.clone(),
+                votes: 1,
+            }),
+        }
+    }
+    // Most votes first; the sort is stable, so ties stay in the order of their first vote.
+    tally.sort_by_key(|v| std::cmp::Reverse(v.votes));
+    if let Some(won) = &mut decided.vote {
+        won.tally = tally;
+        return;
+    }
+    let Some((index, key)) = judged.first().filter(|_| or_first_finished) else {
+        return;
+    };
+    let key = key.clone().unwrap_or_default();
+    let votes = tally.iter().find(|v| v.key == key).map_or(0, |v| v.votes);
+    let counted = tally.iter().map(|v| v.votes).sum();
+    decided.selected = vec![*index];
+    decided.vote = Some(Tally {
+        decided: false,
+        key,
+        votes,
+        counted,
+        choices: completions.choice_count().max(judged.len()),
+        tally,
+    });
 }
 
 /// What a rule decided, before the rest is cancelled.

@@ -68,6 +68,7 @@ async fn serve_chat(
     let arrived = finish.arrived;
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(gw, body).await?;
+    let len = bytes.len();
     let inline = parses_inline(&bytes);
     let limits = gw.inner.limits.clone();
     let picks = gw.inner.picks.clone();
@@ -129,6 +130,8 @@ async fn serve_chat(
             return Err(e);
         }
     };
+    // Parsed: the memory mark checked again before the request goes on.
+    layers::parsed(gw, len)?;
     finish.asked = Some(req.model.clone());
     let Some(model) = gw.inner.models.get(&req.model).cloned() else {
         return Err(ApiError::new(
@@ -188,11 +191,13 @@ async fn serve_chat(
         metrics: gw.inner.metrics.clone(),
         budget,
         tries: Arc::default(),
+        limits_set: Arc::default(),
         client: finish.client,
         sent: Arc::default(),
         max_requests: gw.inner.limits.max_upstream_requests_per_request,
     };
     finish.tries = Some(opener.tries.clone());
+    finish.limits_set = Some(opener.limits_set.clone());
     // Everything the request does ends by its deadline: opening its first samples, the pick,
     // the answer (`closing`).
     let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);

@@ -443,6 +443,12 @@ pub struct Upstream {
     /// provider that refuses a larger `n`); more are split over several requests. None: no
     /// limit.
     pub max_n: Option<u32>,
+    /// The answer room it is asked for when a request states no limit of its own
+    /// (`max_tokens` / `max_completion_tokens` / `max_output_tokens`): sent as its API's
+    /// limit. None: no limit is sent, except to an Anthropic upstream, which requires one and
+    /// gets [`DEFAULT_ANTHROPIC_MAX_TOKENS`](choicewise_core::defaults::DEFAULT_ANTHROPIC_MAX_TOKENS).
+    /// A client's own limit is always passed as sent.
+    pub max_tokens: Option<u64>,
 }
 
 fn one() -> u32 {
@@ -560,6 +566,13 @@ impl Config {
                 return err(format!("model {:?} has no upstream", model.name));
             }
             for (k, u) in model.upstreams.iter().enumerate() {
+                if u.max_tokens == Some(0) {
+                    return err(format!(
+                        "model {:?}, upstream {}: max_tokens must be at least 1",
+                        model.name,
+                        k + 1
+                    ));
+                }
                 if u.max_n == Some(0) {
                     return err(format!(
                         "model {:?}, upstream {}: max_n must be at least 1",

@@ -3,16 +3,20 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use choicewise_client::Dialect;
+use std::time::{Duration, Instant};
+
+use choicewise_client::{ClientErrorKind, CountBounds, Dialect, MAX_COUNT_ANSWER_BYTES};
 use serde_json::json;
 
 use crate::error::ApiError;
 use crate::{Gateway, ingress, layers};
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
-/// upstream counts them (its own `count_tokens`); else, or when it cannot answer, counted
-/// with tiktoken (the encoding of the model's first upstream) and said so in
-/// `x-choicewise-token-count: estimated`.
+/// upstream counts them (its own `count_tokens`, its answer at most
+/// [`MAX_COUNT_ANSWER_BYTES`], its wait bounded by `first_byte_timeout_s`,
+/// `upstream_idle_timeout_s` and `request_deadline_s`); else, or when it cannot answer in
+/// time, counted with tiktoken (the encoding of the model's first upstream) and said so in
+/// `x-choicewise-token-count: estimated`. An answer too large, or not a count, is a 502.
 pub(crate) async fn count_tokens(
     State(gw): State<Gateway>,
     request: axum::extract::Request,
@@ -31,11 +35,13 @@ async fn count_tokens_answer(
     label: &mut String,
 ) -> Response {
     let api = Dialect::Anthropic;
+    let arrived = Instant::now();
     let bytes = match layers::read_body(gw, request.into_body()).await {
         Ok(bytes) => bytes,
         Err(e) => return layers::shaped(api, e),
     };
     let gateway = gw.clone();
+    let len = bytes.len();
     let (asked, parsed) = tokio::task::spawn_blocking(move || {
         let body = match ingress::parse_body(&bytes) {
             Ok(body) => body,
@@ -69,18 +75,65 @@ async fn count_tokens_answer(
         Ok(parsed) => parsed,
         Err(e) => return layers::shaped(api, e),
     };
+    // Parsed: the memory mark checked again before the count goes on.
+    if let Err(e) = layers::parsed(gw, len) {
+        return layers::shaped(api, e);
+    }
     if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic) {
         // The client's body as it came, but for its model and the gateway's extension.
         body.remove("choicewise");
         let model = json!(route.model).to_string();
         let text = crate::request::write_object(&body, &[("model", model.as_bytes())]);
-        match route.client.count_tokens_json(text.into()).await {
-            Ok(tokens) => return axum::Json(json!({"input_tokens": tokens})).into_response(),
-            Err(e) => tracing::warn!(
-                upstream = &*route.label,
-                error = %e,
-                "the upstream did not count the tokens: estimated instead"
+        // A count is small, and its wait bounded as a sample's is: its head within
+        // first_byte_timeout_s, each read within upstream_idle_timeout_s, all of it within
+        // the request's deadline (request_deadline_s).
+        let bounds = CountBounds {
+            first_byte: routes.retry.first_byte_timeout,
+            idle: route.idle_timeout,
+            max_bytes: MAX_COUNT_ANSWER_BYTES,
+        };
+        let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);
+        let counted = route.client.count_tokens_within(text.into(), bounds);
+        let failed = match tokio::time::timeout_at(deadline.into(), counted).await {
+            Ok(Ok(tokens)) => {
+                return axum::Json(json!({"input_tokens": tokens})).into_response();
+            }
+            Ok(Err(e)) if e.kind() == ClientErrorKind::InvalidResponse => {
+                // An answer past the bound, or not a count: the upstream's failure, said so
+                // (an estimate would hide it).
+                tracing::warn!(upstream = &*route.label, error = %e, "the upstream's token count is unreadable");
+                let e = ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "api_error",
+                    format!("the upstream's token count could not be read: {e}"),
+                )
+                .code("bad_upstream_answer");
+                return layers::shaped(api, e);
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "no count within the request's deadline ({}s, request_deadline_s)",
+                gw.inner.limits.request_deadline_s
             ),
+        };
+        tracing::warn!(
+            upstream = &*route.label,
+            error = %failed,
+            "the upstream did not count the tokens: estimated instead"
+        );
+        if Instant::now() >= deadline {
+            // Nothing is left of the request's time to count it here.
+            let e = ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "api_error",
+                format!(
+                    "the tokens were not counted within the request's deadline ({}s, \
+                     request_deadline_s)",
+                    gw.inner.limits.request_deadline_s
+                ),
+            )
+            .code("deadline_exceeded");
+            return layers::shaped(api, e);
         }
     }
     let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());

@@ -334,7 +334,12 @@ impl Run {
         // more sample every `hedge_after` while none has) or to finish well; a vote early.
         // The policy's own deadline, within what is left of the request's.
         let deadline = req.policy.deadline().map_or(left, |d| d.min(left));
-        let selection = self.completions.pick(&req.policy).deadline(deadline).await;
+        // A vote no key wins answers with the first sample that finished well: an answer
+        // some sample gave is never turned into a failure.
+        let selection = (self.completions.pick(&req.policy))
+            .deadline(deadline)
+            .or_first_finished()
+            .await;
         match rule {
             PickRule::FirstToken => {
                 let none = "no sample produced content or a tool call";
@@ -519,6 +524,13 @@ fn reads_source(
     r: usize,
 ) -> Source {
     lock(labels)[r] = opened.route.label.clone();
+    if let Some(max_tokens) = opened.limit_set {
+        lock(&opener.limits_set).extend(samples.iter().map(|&sample| crate::open::LimitSet {
+            sample,
+            upstream: opened.route.label.clone(),
+            max_tokens,
+        }));
+    }
     let idle = opened.route.idle_timeout;
     let max = max_bytes(&opened.route, samples);
     let reads = cuts(opened.reads, opener, samples[0], &opened.route.label);

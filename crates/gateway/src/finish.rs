@@ -43,6 +43,8 @@ pub(crate) struct Finish {
     /// The request's tries, once its upstreams are tried: counted in `x-choicewise-tries`,
     /// on a failure too.
     pub(crate) tries: Option<Arc<Mutex<Vec<TryRecord>>>>,
+    /// The limits the gateway set on its samples' requests, the client having stated none.
+    pub(crate) limits_set: Option<Arc<Mutex<Vec<crate::open::LimitSet>>>>,
     /// The output samples of a selection (`None`: every sample is an output).
     pub(crate) outputs: Option<Vec<u32>>,
     /// The answer was sent to its end.
@@ -110,6 +112,7 @@ impl Finish {
             parent: traces.as_ref().map(|_| Traces::parent(headers)),
             traces,
             tries: None,
+            limits_set: None,
             outputs: None,
             completed: false,
             span: None,
@@ -237,6 +240,7 @@ impl Finish {
             ended,
             "request"
         );
+        self.name_cut_by_default_limit(&outcome);
         if let Some(span) = self.span.take() {
             let ended_at = SystemTime::now();
             let arrived_at = ended_at.checked_sub(took).unwrap_or(ended_at);
@@ -250,6 +254,37 @@ impl Finish {
             );
         }
     }
+}
+
+impl Finish {
+    /// Names in the log the samples that stopped at a limit the gateway set (`length`, the
+    /// client having stated no limit): one line per request, with how many.
+    fn name_cut_by_default_limit(&self, outcome: &Outcome) {
+        let Some(set) = &self.limits_set else { return };
+        let set = set.lock().unwrap_or_else(|p| p.into_inner());
+        let cut = cut_by_limits_set(outcome, &set);
+        if let Some(first) = cut.first() {
+            tracing::warn!(
+                request_id = %self.request_id,
+                model = %self.model,
+                upstream = %first.upstream,
+                max_tokens = first.max_tokens,
+                samples = cut.len(),
+                "an answer stopped at the max_tokens the gateway set (the request stated no limit): raise the upstream's max_tokens for more room"
+            );
+        }
+    }
+}
+
+/// The limits set by the gateway that stopped a sample (`length`), one per such sample.
+fn cut_by_limits_set<'a>(
+    outcome: &Outcome,
+    set: &'a [crate::open::LimitSet],
+) -> Vec<&'a crate::open::LimitSet> {
+    (outcome.samples.iter())
+        .filter(|s| s.finish == "length")
+        .filter_map(|s| set.iter().find(|l| Some(l.sample) == s.sample))
+        .collect()
 }
 
 impl Drop for Finish {
@@ -313,5 +348,35 @@ impl http_body::Body for Accounted {
 
     fn size_hint(&self) -> http_body::SizeHint {
         http_body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |b| b.len() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::SampleEnd;
+    use crate::open::LimitSet;
+
+    #[test]
+    fn a_length_stop_is_named_only_where_the_gateway_set_the_limit() {
+        let end = |sample: u32, finish: &str| SampleEnd {
+            sample: Some(sample),
+            finish: finish.into(),
+            message: choicewise_core::Message::assistant(""),
+        };
+        let outcome = Outcome {
+            samples: vec![end(0, "length"), end(1, "stop"), end(2, "length")],
+            ..Outcome::default()
+        };
+        let set = |sample: u32| LimitSet {
+            sample,
+            upstream: "anthropic:claude@127.0.0.1:1".into(),
+            max_tokens: 8192,
+        };
+        // Samples 0 and 1 had the gateway's limit; 2 its client's own.
+        let limits = [set(0), set(1)];
+        let cut = cut_by_limits_set(&outcome, &limits);
+        assert_eq!(cut.iter().map(|l| l.sample).collect::<Vec<_>>(), [0]);
+        assert!(cut_by_limits_set(&outcome, &[]).is_empty());
     }
 }

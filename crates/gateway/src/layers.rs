@@ -16,12 +16,16 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
 use crate::error::ApiError;
-use crate::ingress;
 use crate::{Gateway, auth};
+use crate::{ingress, overload};
 use choicewise_core::Dialect;
 
 /// The API a path belongs to: its errors are answered in that API's shape.
 pub(crate) fn api_of(path: &str) -> Dialect {
+    let path = path
+        .strip_prefix("/v1")
+        .filter(|p| p.starts_with("/v1/"))
+        .unwrap_or(path);
     if path.starts_with("/v1/messages") {
         Dialect::Anthropic
     } else if path.starts_with("/v1/responses") {
@@ -34,7 +38,12 @@ pub(crate) fn api_of(path: &str) -> Dialect {
 /// The `api` label of a path's requests in the metrics.
 pub(crate) fn path_api_label(path: &str) -> &'static str {
     match api_of(path) {
-        Dialect::Chat if !path.starts_with("/v1/chat/completions") => "",
+        Dialect::Chat
+            if !(path.starts_with("/v1/chat/completions")
+                || path.starts_with("/v1/v1/chat/completions")) =>
+        {
+            ""
+        }
         api => api_label(api),
     }
 }
@@ -72,6 +81,20 @@ pub(crate) async fn unknown_route(request: Request) -> Response {
     )
     .code("unknown_route");
     shaped(api_of(&path), e)
+}
+
+/// Serves a request of a doubled `/v1` (`/v1/v1/messages`) as its route, and tells the
+/// operator once per process which base URL to fix.
+pub(crate) async fn doubled_v1(request: Request, next: axum::middleware::Next) -> Response {
+    static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            path = %request.uri().path(),
+            "a client asked a path with /v1 twice (its base URL ends in /v1 and it adds /v1 \
+             itself): served as the single /v1 route; give that client the base URL without /v1"
+        );
+    }
+    next.run(request).await
 }
 
 /// A `POST` route asked with another method: 405 (`Allow: POST`) in the shape of the route's
@@ -217,27 +240,13 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     if declared.is_some_and(|len| len > max_body) {
         return shaped(api, too_large(&gw));
     }
-    // The memory ceiling, the body counted at its declared length (at the limit when it
-    // declares none) until the handler has answered.
-    let ceiling = &gw.inner.ceiling;
-    let (admitted, change) = ceiling.admit(declared.unwrap_or(max_body));
-    match change {
-        Some(true) => tracing::warn!(
-            used_mib = ceiling_mib(&admitted),
-            "memory above memory_high_watermark_mb: new requests are refused with 503 until \
-             it is below memory_low_watermark_mb"
-        ),
-        Some(false) => {
-            tracing::info!("memory below memory_low_watermark_mb: requests are admitted again")
-        }
-        None => {}
-    }
-    if admitted.is_err() || change.is_some() {
-        gw.inner
-            .metrics
-            .overload(admitted.is_err(), ceiling.refusing());
-    }
-    let reservation = match admitted {
+    // The memory ceiling: the request charged what it may cost, from its route and its
+    // declared length (the limit when it declares none), until the handler has answered.
+    let route = overload::Route::of(request.uri().path());
+    let bound = overload::cost_bound(route, declared.unwrap_or(max_body));
+    let (admitted, change) = gw.inner.ceiling.admit(bound);
+    admission(&gw, admitted.as_ref().err(), change);
+    let mut reservation = match admitted {
         Ok(reservation) => reservation,
         Err(refused) => return shaped(api, overloaded(refused)),
     };
@@ -254,6 +263,21 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
             .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         return response;
     };
+    // The body read here, and the charge made what its fields' sizes say it costs: less
+    // than the bound, or (a body of no declared length) more, which the mark may refuse.
+    let (parts, body) = request.into_parts();
+    let bytes = match read_body(&gw, body).await {
+        Ok(bytes) => bytes,
+        Err(e) => return shaped(api, e),
+    };
+    if let Some(reservation) = &mut reservation {
+        let cost = cost_of(route, bytes.clone()).await;
+        if let Err(refused) = reservation.charge(cost) {
+            admission(&gw, Some(&refused), None);
+            return shaped(api, overloaded(refused));
+        }
+    }
+    let request = Request::from_parts(parts, Body::from(bytes));
     let response = next.run(request).await;
     // The handler has answered: its body was read and parsed.
     drop(reservation);
@@ -267,9 +291,53 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     })
 }
 
-/// The memory counted when a request was refused, in MiB, for the log.
-fn ceiling_mib<T>(admitted: &Result<T, crate::overload::Refused>) -> u64 {
-    admitted.as_ref().err().map_or(0, |r| r.used >> 20)
+/// Bodies up to this size are scanned for their cost on the worker that read them, larger
+/// ones on a blocking thread; only larger ones are checked again once parsed ([`parsed`]).
+const SPLIT_FROM: usize = 16 * 1024;
+
+/// What a read body costs to process ([`overload::cost`]): from its top-level fields'
+/// sizes (the route's bound when the scan could not run).
+async fn cost_of(route: overload::Route, bytes: axum::body::Bytes) -> u64 {
+    if bytes.len() <= SPLIT_FROM || route == overload::Route::Other {
+        return overload::cost(route, &bytes);
+    }
+    let bound = overload::cost_bound(route, bytes.len() as u64);
+    let scan = tokio::task::spawn_blocking(move || overload::cost(route, &bytes));
+    scan.await.unwrap_or(bound)
+}
+
+/// A handler has parsed a body of `len` bytes: the mark checked again against the memory
+/// now resident (bodies up to [`SPLIT_FROM`] are not: their parse is too small to tell).
+/// A 503 when the process is above it.
+pub(crate) fn parsed(gw: &Gateway, len: usize) -> Result<(), ApiError> {
+    if len <= SPLIT_FROM {
+        return Ok(());
+    }
+    let (checked, change) = gw.inner.ceiling.recheck();
+    admission(gw, checked.as_ref().err(), change);
+    checked.map_err(overloaded)
+}
+
+/// Logs and counts what the ceiling did with a request (`refused`: it was refused; `change`:
+/// the gateway turned to refusing, or to admitting again).
+fn admission(gw: &Gateway, refused: Option<&overload::Refused>, change: overload::Change) {
+    match change {
+        Some(true) => tracing::warn!(
+            used_mib = refused.map_or(0, |r| r.used >> 20),
+            "memory above memory_high_watermark_mb: new requests are refused with 503 until \
+             it is below memory_low_watermark_mb"
+        ),
+        Some(false) => {
+            tracing::info!("memory below memory_low_watermark_mb: requests are admitted again")
+        }
+        None => {}
+    }
+    let ceiling = &gw.inner.ceiling;
+    if refused.is_some() || change.is_some() {
+        gw.inner
+            .metrics
+            .overload(refused.is_some(), ceiling.refusing());
+    }
 }
 
 /// 503: the process's memory is above the ceiling (`memory_high_watermark_mb`).

@@ -228,6 +228,8 @@ impl Gateway {
                     model: upstream_model,
                     n_mode: u.n_mode(),
                     max_n: u.max_n,
+                    max_tokens: u.max_tokens.or((u.api == Dialect::Anthropic)
+                        .then_some(choicewise_core::defaults::DEFAULT_ANTHROPIC_MAX_TOKENS)),
                     host,
                     idle_timeout: Duration::from_secs_f64(config.limits.upstream_idle_timeout_s),
                     max_answer_bytes: config.limits.max_answer_bytes,
@@ -326,8 +328,14 @@ impl Gateway {
             .route("/v1/models", get(handlers::list_models))
             .route("/v1/models/{id}", get(handlers::one_model))
             .route_layer(from_fn_with_state(gw.clone(), layers::auth));
+        // A client whose base URL already ends in `/v1` and adds `/v1` itself (Claude Code
+        // given `.../v1`) asks `/v1/v1/...`: served as `/v1/...`, the operator told once.
+        let doubled = api
+            .clone()
+            .layer(axum::middleware::from_fn(layers::doubled_v1));
         axum::Router::new()
             .merge(api)
+            .nest("/v1", doubled)
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(handlers::metrics_text))
             .fallback(layers::unknown_route)

@@ -30,6 +30,9 @@ pub(crate) struct UpstreamRoute {
     pub n_mode: NMode,
     /// The most samples one request carries, when native (`max_n`).
     pub max_n: Option<u32>,
+    /// The limit a request that states none is sent with (`max_tokens`; an Anthropic
+    /// upstream's default when not configured).
+    pub max_tokens: Option<u64>,
     /// Its host, for messages (never a key).
     pub host: String,
     /// How long it may stay silent before its choices fail.
@@ -74,12 +77,32 @@ pub(crate) struct TryRecord {
     pub at: std::time::SystemTime,
 }
 
+/// A limit the gateway set on a sample's request, the client having stated none: a `length`
+/// finish of that sample is named in the log (the operator may want more room).
+#[derive(Debug, Clone)]
+pub(crate) struct LimitSet {
+    pub sample: u32,
+    pub upstream: Arc<str>,
+    pub max_tokens: u64,
+}
+
+/// The answer room a request for upstream `u` is given when its body (`base`) states no
+/// limit of its own: `u`'s `max_tokens`; None when the client stated one, or `u` has none.
+fn limit_to_set(u: &UpstreamRoute, base: &crate::request::Fields) -> Option<u64> {
+    let stated = ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .any(|k| base.get(*k).is_some_and(|v| &v[..] != b"null"));
+    u.max_tokens.filter(|_| !stated)
+}
+
 /// An upstream request that answered: its reads, the upstream that answered and the
-/// request as its accounting reads it (see [`request_body`]).
+/// request as its accounting reads it (see [`request_body`]), and the limit the gateway set
+/// on it, if it set one.
 pub(crate) struct Opened {
     pub reads: futures::stream::BoxStream<'static, Result<bytes::Bytes, ClientError>>,
     pub route: UpstreamRoute,
     pub body: Value,
+    pub limit_set: Option<u64>,
 }
 
 /// What opening a request needs: shared by a run's first requests and those started later.
@@ -101,6 +124,8 @@ pub(crate) struct Opener {
     pub budget: Arc<Budget>,
     /// Every try of the run, in order.
     pub tries: Arc<Mutex<Vec<TryRecord>>>,
+    /// The samples whose request the gateway gave a limit the client did not state.
+    pub limits_set: Arc<Mutex<Vec<LimitSet>>>,
     /// Who the request comes from (the ejection rules).
     pub client: ClientId,
     /// Upstream requests the run has sent, and the most it may
@@ -113,7 +138,8 @@ pub(crate) struct Opener {
 ///
 /// A Chat Completions upstream's body is the client's fields as they came, with the fields
 /// the gateway decides written over them: nothing of it is parsed. Another API's is
-/// translated from a parsed copy ([`Dialect::request_from_chat`]).
+/// translated from a parsed copy ([`Dialect::request_from_chat`]). A request that states no
+/// limit gets the upstream's `max_tokens` ([`limit_to_set`]).
 pub(crate) fn request_body(
     u: &UpstreamRoute,
     opener: &Opener,
@@ -129,6 +155,9 @@ pub(crate) fn request_body(
         ];
         if samples > 1 {
             over.push(("n", samples.to_string().into_bytes()));
+        }
+        if let Some(limit) = limit_to_set(u, base) {
+            over.push(("max_tokens", limit.to_string().into_bytes()));
         }
         if let Some(k) = logprobs {
             let asked = (base.get("top_logprobs"))
@@ -155,6 +184,9 @@ pub(crate) fn request_body(
     }
     if let Some(native) = opener.native.as_deref().filter(|(api, _)| *api == u.api) {
         body.extend(native.1.clone());
+    }
+    if let Some(limit) = limit_to_set(u, base) {
+        body.entry("max_tokens").or_insert(json!(limit));
     }
     body.insert("model".into(), json!(u.model));
     body.insert("stream".into(), json!(true));
@@ -435,6 +467,7 @@ impl Opener {
                             reads,
                             route: route.clone(),
                             body: accounting(route, samples.len()),
+                            limit_set: limit_to_set(route, &self.body),
                         });
                     }
                     Ok(Err(e)) => match classify(&e) {

@@ -4,11 +4,16 @@
 //! again.
 //!
 //! The memory is the process's resident set (`/proc/self/statm`, read at most every
-//! [`SAMPLE_EVERY`] by the request that finds the last reading stale), plus the request bodies
-//! admitted and not yet read: a body is reserved at its declared length (or at
-//! `max_body_bytes` when it declares none) from its admission until its handler has answered,
-//! so that a burst of large uploads counts before it is resident. Where the process's
-//! memory cannot be read (no `/proc`), only the reservations count.
+//! [`SAMPLE_EVERY`] by the request that finds the last reading stale), plus what the requests
+//! admitted will cost and have not yet taken: a request is charged from its admission until
+//! its handler has answered, so that a burst of large uploads, or of bodies that cost many
+//! times their size to parse, counts before it is resident. The charge is first
+//! [`cost_bound`] of its declared length (of `max_body_bytes` when it declares none): its
+//! route's factor over the whole body; once the body is read, [`cost`] of its fields' sizes
+//! (the factor over the fields its handler builds from). The charges of the parses running at
+//! once are all under the mark, so together they never pass it; once parsed, the mark is
+//! checked again ([`Ceiling::recheck`]). Where the process's memory cannot be read (no
+//! `/proc`), only the charges count.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,6 +60,183 @@ impl Drop for Reservation {
             .reserved
             .fetch_sub(self.bytes, Ordering::AcqRel);
     }
+}
+
+impl Reservation {
+    /// Charges the request `bytes` in all, in place of what it holds: less is released at
+    /// once; more is taken only if it fits under the high mark with everything else in use
+    /// (else the reservation stays as it was, and the refusal says why).
+    pub(crate) fn charge(&mut self, bytes: u64) -> Result<(), Refused> {
+        let ceiling = &self.ceiling;
+        if bytes <= self.bytes {
+            ceiling
+                .reserved
+                .fetch_sub(self.bytes - bytes, Ordering::AcqRel);
+            self.bytes = bytes;
+            return Ok(());
+        }
+        let extra = bytes - self.bytes;
+        let resident = ceiling.resident();
+        let mut reserved = ceiling.reserved.load(Ordering::Acquire);
+        loop {
+            let used = resident + reserved;
+            if used + extra > ceiling.high {
+                return Err(Refused {
+                    used,
+                    high: ceiling.high,
+                });
+            }
+            match ceiling.reserved.compare_exchange_weak(
+                reserved,
+                reserved + extra,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    self.bytes = bytes;
+                    return Ok(());
+                }
+                Err(now) => reserved = now,
+            }
+        }
+    }
+
+    /// The bytes it holds.
+    #[cfg(test)]
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// The routes whose requests cost more to process than their bodies, by what their
+/// handlers build from the body: see [`cost`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/messages`.
+    Messages,
+    /// `POST /v1/messages/count_tokens`.
+    CountTokens,
+    /// `POST /v1/responses`.
+    Responses,
+    /// Any other: only its body counts.
+    Other,
+}
+
+impl Route {
+    /// The route of a request's path.
+    pub(crate) fn of(path: &str) -> Route {
+        match path.trim_end_matches('/') {
+            "/v1/chat/completions" => Route::Chat,
+            "/v1/messages" => Route::Messages,
+            "/v1/messages/count_tokens" => Route::CountTokens,
+            "/v1/responses" => Route::Responses,
+            _ => Route::Other,
+        }
+    }
+
+    /// The fields its handler reads entry by entry into something new (translated
+    /// messages, the upstream's body, the prompt's count): what makes it cost more than
+    /// its bytes.
+    fn heavy(self) -> &'static [&'static str] {
+        match self {
+            Route::Chat => &["messages", "tools", "functions"],
+            Route::Messages | Route::CountTokens => &["messages", "system", "tools"],
+            Route::Responses => &["input", "instructions", "tools"],
+            Route::Other => &[],
+        }
+    }
+
+    /// The memory its handler takes per byte of those fields, beyond the body itself, in
+    /// sixteenths: the resident growth measured per body byte (docs/reliability.md, "The
+    /// memory model"), rounded up.
+    fn sixteenths(self) -> u64 {
+        match self {
+            Route::Chat => 20,
+            Route::Messages => 24,
+            Route::CountTokens => 24,
+            Route::Responses => 24,
+            Route::Other => 0,
+        }
+    }
+}
+
+/// What a request of `route` whose body is `body` bytes may cost before its fields are
+/// known: the body, and the route's factor over all of it (an upper bound of [`cost`]).
+pub(crate) fn cost_bound(route: Route, body: u64) -> u64 {
+    body.saturating_add(body.saturating_mul(route.sixteenths()) / 16)
+}
+
+/// What a request of `route` costs to process, from its fields' sizes: its body (`text`),
+/// held while it is served, and the route's factor over the fields its handler builds from
+/// ([`heavy_bytes`]).
+pub(crate) fn cost(route: Route, text: &[u8]) -> u64 {
+    let heavy = heavy_bytes(route, text);
+    (text.len() as u64).saturating_add(heavy.saturating_mul(route.sixteenths()) / 16)
+}
+
+/// The bytes of the top-level fields of a JSON object's text that `route`'s handler builds
+/// from: a scan that follows strings and nesting only, allocating nothing (the handler
+/// checks the body is JSON). Counted high rather than low: a key written with an escape
+/// counts as one of them, a field sent twice counts twice, and text that is not an object
+/// counts whole.
+pub(crate) fn heavy_bytes(route: Route, text: &[u8]) -> u64 {
+    let heavy = route.heavy();
+    if heavy.is_empty() {
+        return 0;
+    }
+    let mut total = 0u64;
+    let mut depth = 0usize;
+    // At depth 1: whether the next string is a key, the last key, where its value began.
+    let mut expect_key = true;
+    let mut key: &[u8] = b"";
+    let mut value: Option<usize> = None;
+    let mut i = 0;
+    let mut objects = 0;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                let start = i + 1;
+                i = start;
+                while i < text.len() && text[i] != b'"' {
+                    i += if text[i] == b'\\' { 2 } else { 1 };
+                }
+                if depth == 1 && expect_key {
+                    key = &text[start..i.min(text.len())];
+                }
+            }
+            b'{' | b'[' => {
+                if depth == 0 {
+                    objects += 1;
+                }
+                depth += 1;
+            }
+            b':' if depth == 1 => {
+                expect_key = false;
+                let named = heavy.iter().any(|k| k.as_bytes() == key) || key.contains(&b'\\');
+                value = named.then_some(i + 1);
+            }
+            b',' | b'}' | b']' if depth == 1 => {
+                if let Some(start) = value.take() {
+                    total += (i - start) as u64;
+                }
+                expect_key = true;
+                if text[i] != b',' {
+                    depth -= 1;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    if objects != 1 || text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        // Not one object: the handler refuses it, and nothing here says what it holds.
+        return text.len() as u64;
+    }
+    // An object cut short: its last field runs to the end.
+    total + value.map_or(0, |start| (text.len() - start) as u64)
 }
 
 /// What a state change says, for the log and the metric: `Some(true)` on starting to refuse,
@@ -168,6 +350,27 @@ impl Ceiling {
             .map(|_| refusing)
     }
 
+    /// The mark checked again once a request's body is parsed, against the resident set
+    /// read anew (its parse's memory is there now, or freed): refused when the process is
+    /// above the high mark, which turns the gateway to refusing.
+    pub(crate) fn recheck(&self) -> (Result<(), Refused>, Change) {
+        if self.high == 0 {
+            return (Ok(()), None);
+        }
+        let now = self.epoch.elapsed().as_micros() as u64;
+        self.read_at.store(now, Ordering::Release);
+        let resident = (self.read)().unwrap_or(0);
+        self.resident.store(resident, Ordering::Release);
+        if resident > self.high {
+            let refused = Refused {
+                used: resident,
+                high: self.high,
+            };
+            return (Err(refused), self.turn(true));
+        }
+        (Ok(()), None)
+    }
+
     /// Whether the gateway refuses new requests now.
     pub(crate) fn refusing(&self) -> bool {
         self.refusing.load(Ordering::Acquire)
@@ -274,6 +477,83 @@ mod tests {
         let (admitted, change) = ceiling.admit(u64::MAX / 2);
         assert!(matches!(admitted, Ok(None)));
         assert_eq!(change, None);
+    }
+
+    #[test]
+    fn a_charge_grows_only_within_the_mark_and_shrinks_at_once() {
+        let ceiling = Arc::new(Ceiling::with_marks(64 * MIB, 48 * MIB, nothing));
+        let mut held = ceiling.admit(8 * MIB).0.expect("room").expect("reserved");
+        // Grown to what the request will cost: counted against the mark.
+        held.charge(40 * MIB).expect("fits");
+        assert_eq!((held.bytes(), ceiling.used()), (40 * MIB, 40 * MIB));
+        let (refused, _) = ceiling.admit(30 * MIB);
+        assert!(refused.is_err());
+        // Past the mark: refused, the reservation as it was.
+        let e = held.charge(70 * MIB).expect_err("past the mark");
+        assert_eq!((e.used, e.high), (40 * MIB, 64 * MIB));
+        assert_eq!(ceiling.used(), 40 * MIB);
+        // Smaller: released at once.
+        held.charge(4 * MIB).expect("smaller");
+        assert_eq!(ceiling.used(), 4 * MIB);
+        drop(held);
+        assert_eq!(ceiling.used(), 0);
+    }
+
+    #[test]
+    fn the_recheck_reads_the_resident_set_anew() {
+        fn big() -> Option<u64> {
+            Some(70 * MIB)
+        }
+        let ceiling = Ceiling::with_marks(64 * MIB, 48 * MIB, big);
+        let (refused, change) = ceiling.recheck();
+        assert!(matches!(refused, Err(Refused { used, .. }) if used == 70 * MIB));
+        assert_eq!(change, Some(true));
+        let calm = Ceiling::with_marks(64 * MIB, 48 * MIB, nothing);
+        assert!(matches!(calm.recheck(), (Ok(()), None)));
+    }
+
+    #[test]
+    fn a_request_costs_its_body_and_its_route_over_its_heavy_fields() {
+        let messages = format!(
+            r#"[{}]"#,
+            vec![r#"{"role":"user","content":"hi"}"#; 1000].join(",")
+        );
+        let body = format!(r#"{{"model":"m","messages":{messages},"metadata":{{"a":"}}"}}}}"#);
+        let text = body.as_bytes();
+        // The messages' bytes exactly, whatever their nesting and strings hold.
+        assert_eq!(heavy_bytes(Route::Chat, text), messages.len() as u64);
+        let len = text.len() as u64;
+        let chat = cost(Route::Chat, text);
+        assert_eq!(
+            chat,
+            len + messages.len() as u64 * Route::Chat.sixteenths() / 16
+        );
+        // Another route: the body alone; the bound before the fields are known is never
+        // below the cost.
+        assert_eq!(cost(Route::Other, text), len);
+        for route in [
+            Route::Chat,
+            Route::Messages,
+            Route::CountTokens,
+            Route::Responses,
+        ] {
+            assert!(cost(route, text) <= cost_bound(route, len));
+        }
+        // A light field is not counted; a key with an escape, a field sent twice, and text
+        // that is not one object are counted high.
+        assert_eq!(heavy_bytes(Route::Messages, br#"{"metadata":[1,2,3]}"#), 0);
+        assert_eq!(
+            heavy_bytes(Route::Messages, br#"{"messag\u0065s":[1,2]}"#),
+            5
+        );
+        assert_eq!(
+            heavy_bytes(Route::Responses, br#"{"input":[1], "input":"abc"}"#),
+            3 + 5
+        );
+        assert_eq!(heavy_bytes(Route::Chat, br#"[{"messages":1}]"#), 16);
+        assert_eq!(heavy_bytes(Route::Chat, br#"{"a":1}{"messages":2}"#), 21);
+        assert_eq!(Route::of("/v1/messages/count_tokens"), Route::CountTokens);
+        assert_eq!(Route::of("/v1/models"), Route::Other);
     }
 
     #[test]

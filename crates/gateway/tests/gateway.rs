@@ -409,7 +409,7 @@ async fn first_finished_streams_the_winner_and_closes_the_rest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vote_picks_the_majority_and_no_key_is_a_502() {
+async fn a_vote_picks_the_majority_and_without_a_key_answers_the_first_finished() {
     let server = TestServer::builder()
         .body(answer("Answer: 42"))
         .then(stalled(1))
@@ -439,7 +439,8 @@ async fn a_vote_picks_the_majority_and_no_key_is_a_502() {
         server.wait_disconnects(1),
     )
     .await;
-    // No sample with a key: 502 before any byte.
+    // No sample with a key, but every one finished: the first to finish is the answer,
+    // the vote undecided (a 502 is only for a vote where no sample finished).
     let server = TestServer::builder()
         .body(answer("no number"))
         .start()
@@ -448,8 +449,22 @@ async fn a_vote_picks_the_majority_and_no_key_is_a_502() {
     let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
     let mut r = select(3, "vote");
     r["choicewise"]["vote_by"] = json!(r"Answer: (\d+)");
+    r["stream"] = json!(false);
     let response = post(addr, r).await;
-    assert_eq!(response.status(), 502);
+    assert_eq!(response.status(), 200);
+    let whole: Value = response.json().await.unwrap();
+    assert_eq!(whole["choices"][0]["message"]["content"], "no number");
+    let vote = &whole["choicewise"]["vote"];
+    assert_eq!(
+        (vote["decided"].clone(), vote["counted"].clone()),
+        (json!(false), json!(0)),
+        "{whole}"
+    );
+    assert_eq!(vote["tally"], json!([]), "{whole}");
+    assert_eq!(
+        whole["choicewise"]["reason"], "no choice finished with a key to vote on",
+        "{whole}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use choicewise_testserver::{Failure, TestServer, answer};
+use choicewise_testserver::{Failure, TestServer, answer, tool_call_answer};
 use serde_json::{Value, json};
 
 mod common;
@@ -786,25 +786,6 @@ async fn claude_code_as_sent_over_each_upstream_api() {
     }
 }
 
-/// A one-choice Chat Completions stream answering with one call of `name`.
-fn tool_call_answer(name: &str, arguments: &str) -> String {
-    let chunk = |delta: Value, finish: Value| {
-        json!({"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": "up",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    };
-    let start = chunk(
-        json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_7",
-               "type": "function", "function": {"name": name, "arguments": ""}}]}),
-        Value::Null,
-    );
-    let args = chunk(
-        json!({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
-        Value::Null,
-    );
-    let end = chunk(json!({}), json!("tool_calls"));
-    format!("data: {start}\n\ndata: {args}\n\ndata: {end}\n\ndata: [DONE]\n\n")
-}
-
 /// A body as Codex CLI 0.169 sends it: developer items, a `namespace` tool (a group of its own
 /// functions), a hosted `web_search`, `store: false`, `include`, `prompt_cache_key`,
 /// `client_metadata`, `reasoning` with a summary.
@@ -988,4 +969,128 @@ async fn a_stream_whose_every_choice_failed_ends_with_an_error_event() {
     let mut sorted = finishes.clone();
     sorted.sort();
     assert_eq!(sorted, ["error", "stop"], "{some:?}");
+}
+
+/// A request that states no limit gets its upstream's answer room: the upstream entry's
+/// `max_tokens`, else, for an Anthropic upstream (which requires one), 8192; a client's own
+/// limit is passed as sent; an upstream of another API with no `max_tokens` gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_a_limit_gets_its_upstreams_answer_room() {
+    let chat = |limit: Option<u64>| {
+        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        if let Some(limit) = limit {
+            body["max_tokens"] = json!(limit);
+        }
+        ("/v1/chat/completions", body)
+    };
+    // Codex: the Responses API, no max_output_tokens.
+    let codex = (
+        "/v1/responses",
+        json!({"model": "m", "stream": true, "input": "hi"}),
+    );
+    let cases = [
+        ("anthropic", "", codex.clone(), "max_tokens", json!(8192)),
+        ("anthropic", "", chat(None), "max_tokens", json!(8192)),
+        (
+            "anthropic",
+            "max_tokens = 20000",
+            chat(None),
+            "max_tokens",
+            json!(20000),
+        ),
+        (
+            "anthropic",
+            "max_tokens = 20000",
+            chat(Some(300)),
+            "max_tokens",
+            json!(300),
+        ),
+        (
+            "chat",
+            "max_tokens = 4096",
+            chat(None),
+            "max_tokens",
+            json!(4096),
+        ),
+        ("chat", "", chat(None), "max_tokens", Value::Null),
+        (
+            "responses",
+            "max_tokens = 5000",
+            codex,
+            "max_output_tokens",
+            json!(5000),
+        ),
+    ];
+    for (api, key, (path, body), field, expected) in cases {
+        let fixture = match api {
+            "anthropic" => "anthropic_tools.sse",
+            "responses" => "responses_text.sse",
+            _ => "",
+        };
+        let builder = TestServer::builder();
+        let builder = match fixture {
+            "" => builder.body(answer("hi")),
+            f => builder.fixture(f),
+        };
+        let upstream = builder.start().await.unwrap();
+        let toml = format!(
+            "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n{key}\n",
+            upstream.base_url()
+        );
+        let (addr, _) = serve(&toml, env).await;
+        let r = post(addr, path, body).await;
+        assert_eq!(r.status(), 200, "{api} {key} {path}");
+        let _ = r.bytes().await.unwrap();
+        let sent: Value =
+            serde_json::from_slice(&upstream.requests().last().unwrap().body).unwrap();
+        assert_eq!(sent[field], expected, "{api} {key} {path}: {sent}");
+    }
+    // A limit of 0 is refused at start, naming the model and the upstream.
+    let e = choicewise_gateway::Config::from_toml(
+        "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"anthropic\"\nbase_url = \"http://127.0.0.1:1\"\nmax_tokens = 0\n",
+    )
+    .and_then(|c| choicewise_gateway::Gateway::with_env(&c, |_| None).map(|_| ()))
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("upstream 1: max_tokens must be at least 1"),
+        "{e}"
+    );
+}
+
+/// A client whose base URL already ends in `/v1` asks `/v1/v1/...`: served as the route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_doubled_v1_is_served_as_its_route() {
+    let upstream = TestServer::builder()
+        .body(answer("hi there"))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    let v: Value = post(addr, "/v1/v1/messages", messages_request(false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["content"][0]["text"], "hi there", "{v}");
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(addr, "/v1/v1/chat/completions", chat).await;
+    assert_eq!(r.status(), 200);
+    let models = reqwest::Client::new()
+        .get(format!("http://{addr}/v1/v1/models"))
+        .header("x-api-key", "sk-a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 200);
+    // Still keyed; one /v1 too many is served, not any number.
+    let unkeyed = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/v1/messages"))
+        .json(&messages_request(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unkeyed.status(), 401);
+    let r = post(addr, "/v1/v1/v1/messages", messages_request(false)).await;
+    assert_eq!(r.status(), 404);
 }

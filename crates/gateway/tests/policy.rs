@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use choicewise_gateway::Config;
 use choicewise_test_support::within;
-use choicewise_testserver::{TestServer, answer};
+use choicewise_testserver::{TestServer, TestServerBuilder, answer, tool_call_answer};
 use serde_json::{Value, json};
 
 mod common;
@@ -400,4 +400,199 @@ fn a_bad_default_is_refused_at_start_naming_the_model_and_field() {
         ok.models[0].choicewise.as_ref().unwrap()["hedge_after_ms"],
         json!(200)
     );
+}
+
+/// Model `agents` with a vote of 3 samples over one Chat upstream that answers each request
+/// as `script` says, in turn.
+async fn vote_model(script: TestServerBuilder) -> (SocketAddr, TestServer) {
+    let server = script.start().await.unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"agents\"\n[models.choicewise]\nselect = \"vote\"\nsamples = 3\n{}",
+        upstream(&server.base_url())
+    );
+    let (addr, _) = serve(&toml, env).await;
+    (addr, server)
+}
+
+/// The one function call of an answer, in whichever API it came: its name and arguments.
+fn the_call(path: &str, v: &Value) -> (String, Value) {
+    let (name, args) = match path {
+        "/v1/chat/completions" => {
+            assert_eq!(v["choices"].as_array().unwrap().len(), 1, "{v}");
+            assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
+            let call = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+            let args = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+            (call["name"].clone(), args)
+        }
+        "/v1/messages" => {
+            assert_eq!(v["stop_reason"], "tool_use", "{v}");
+            let call = (v["content"].as_array().unwrap().iter())
+                .find(|b| b["type"] == "tool_use")
+                .unwrap();
+            (call["name"].clone(), call["input"].clone())
+        }
+        _ => {
+            let call = (v["output"].as_array().unwrap().iter())
+                .find(|i| i["type"] == "function_call")
+                .unwrap();
+            let args = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+            (call["name"].clone(), args)
+        }
+    };
+    (name.as_str().unwrap().to_string(), args)
+}
+
+/// Each ingress's request for model `agents`, with one tool to call.
+fn tool_requests() -> [(&'static str, Value); 3] {
+    let user = json!([{"role": "user", "content": "read a.rs"}]);
+    let params = json!({"type": "object", "properties": {"path": {"type": "string"}}});
+    [
+        (
+            "/v1/chat/completions",
+            json!({"model": "agents", "messages": user, "tools": [{"type": "function",
+                "function": {"name": "read", "parameters": params}}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "agents", "max_tokens": 100, "messages": user,
+                "tools": [{"name": "read", "input_schema": params}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "agents", "input": "read a.rs",
+                "tools": [{"type": "function", "name": "read", "parameters": params}]}),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_decides_a_tool_call_on_every_ingress() {
+    // Three samples make the same call, written three ways: one key, 3 votes.
+    let (addr, server) = vote_model(
+        TestServer::builder()
+            .body(tool_call_answer("read", r#"{"path": "a.rs", "n": 1}"#))
+            .then(TestServer::builder().body(tool_call_answer("read", r#"{"n":1,"path":"a.rs"}"#)))
+            .then(TestServer::builder().body(tool_call_answer(
+                "read",
+                "{ \"path\" : \"a.rs\",\n \"n\": 1 }",
+            ))),
+    )
+    .await;
+    for (path, body) in tool_requests() {
+        let v = answered(addr, path, &body).await;
+        assert_eq!(
+            the_call(path, &v),
+            ("read".into(), json!({"path": "a.rs", "n": 1})),
+            "{path}"
+        );
+        if path == "/v1/chat/completions" {
+            let vote = &v["choicewise"]["vote"];
+            assert_eq!(vote["decided"], true, "{v}");
+            // Decided at the second vote: the third cannot change it.
+            assert!(vote["votes"].as_u64().unwrap() >= 2, "{v}");
+            assert_eq!(vote["key"], r#"[["read",{"n":1,"path":"a.rs"}]]"#, "{v}");
+        }
+        // Streamed: the same call, and the summary says the vote decided.
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let r = within(LIMIT, "the streamed vote", post(addr, path, &streamed)).await;
+        assert_eq!(r.status(), 200, "{path}");
+        let text = r.text().await.unwrap();
+        assert!(
+            text.contains("read") && text.contains("a.rs"),
+            "{path}: {text}"
+        );
+        if path == "/v1/chat/completions" {
+            assert!(text.contains(r#""decided":true"#), "{text}");
+        }
+    }
+    assert_eq!(
+        server.request_count(),
+        18,
+        "3 samples for each of 6 requests"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_calls_of_three_agreeing_win_and_text_shares_the_tally() {
+    // Two samples call read(a.rs); the third answers text: the call wins, 2 votes of 3.
+    let (addr, _server) = vote_model(
+        TestServer::builder()
+            .body(tool_call_answer("read", r#"{"path": "a.rs"}"#))
+            .then(TestServer::builder().body(answer("I cannot read files.")))
+            .then(TestServer::builder().body(tool_call_answer("read", r#"{"path":"a.rs"}"#))),
+    )
+    .await;
+    let [(path, body), ..] = tool_requests();
+    let v = answered(addr, path, &body).await;
+    assert_eq!(the_call(path, &v).1, json!({"path": "a.rs"}));
+    let vote = &v["choicewise"]["vote"];
+    assert_eq!(
+        (vote["decided"].clone(), vote["votes"].clone()),
+        (json!(true), json!(2)),
+        "{v}"
+    );
+    // The text sample votes too, when it finished before the calls decided.
+    let tally = vote["tally"].as_array().unwrap();
+    assert_eq!(tally[0]["votes"], 2, "{v}");
+    if let Some(text) = tally.get(1) {
+        assert_eq!(
+            text,
+            &json!({"key": "I cannot read files.", "votes": 1}),
+            "{v}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_no_key_wins_answers_the_first_finished_sample() {
+    // Three different calls: no key has 2 votes. The sample written at once finishes first
+    // and is the answer, 200, the vote saying it did not decide; the other two trickle in
+    // (their first bytes come at once: the gateway waits for every sample's first byte).
+    let slowly = |b: TestServerBuilder| {
+        b.random_writes(8, 16)
+            .max_write_delay(Duration::from_millis(100))
+    };
+    let (addr, _server) = vote_model(
+        slowly(TestServer::builder().body(tool_call_answer("read", r#"{"path": "a.rs"}"#)))
+            .then(TestServer::builder().body(tool_call_answer("read", r#"{"path": "b.rs"}"#)))
+            .then(slowly(
+                TestServer::builder().body(tool_call_answer("list", "{}")),
+            )),
+    )
+    .await;
+    for (path, body) in tool_requests() {
+        let v = answered(addr, path, &body).await;
+        assert_eq!(
+            the_call(path, &v),
+            ("read".into(), json!({"path": "b.rs"})),
+            "{path}: {v}"
+        );
+        if path == "/v1/chat/completions" {
+            let vote = &v["choicewise"]["vote"];
+            assert_eq!(vote["decided"], false, "{v}");
+            assert_eq!(vote["key"], r#"[["read",{"path":"b.rs"}]]"#, "{v}");
+            assert_eq!(
+                (vote["votes"].clone(), vote["counted"].clone()),
+                (json!(1), json!(3)),
+                "{v}"
+            );
+            assert_eq!(vote["tally"].as_array().unwrap().len(), 3, "{v}");
+            let reason = v["choicewise"]["reason"].as_str().unwrap();
+            assert!(
+                reason.starts_with("no key has 2 votes (tally: "),
+                "{reason}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_answers_502_only_when_no_sample_finished() {
+    let (addr, _server) =
+        vote_model(TestServer::builder().fail(choicewise_testserver::Failure::status(500))).await;
+    for (path, body) in tool_requests() {
+        let r = within(LIMIT, "the failed vote", post(addr, path, &body)).await;
+        assert_eq!(r.status(), 502, "{path}");
+    }
 }

@@ -12,10 +12,16 @@ mod tools;
 /// `max_tokens` sent to the Anthropic API, which requires it, when a request in Chat
 /// Completions' shape has none (see [`Dialect::request_from_chat`]).
 ///
+/// 8,192: room for a whole answer of an agent's turn (a file written out, a long plan)
+/// rather than a cut one, and the largest output every current Anthropic model accepts
+/// (Claude 3.5 Haiku and Sonnet stop there; later models allow more), so that the default
+/// never makes a request invalid. A gateway operator gives more per upstream (its
+/// `max_tokens` key); a client's own limit always wins.
+///
 /// ```
-/// assert_eq!(choicewise_proto::DEFAULT_ANTHROPIC_MAX_TOKENS, 1024);
+/// assert_eq!(choicewise_proto::DEFAULT_ANTHROPIC_MAX_TOKENS, 8192);
 /// ```
-pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 1024;
+pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 8192;
 
 /// An API dialect: what a stream speaks, what an upstream is asked in, what a client sent.
 /// The one name of an API across choicewise (configuration files, flags, metrics labels).

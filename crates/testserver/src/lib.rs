@@ -128,6 +128,33 @@ pub fn answer(text: &str) -> String {
     sse
 }
 
+/// A one-choice Chat Completions stream answering with one call of `name`: a chunk opening
+/// the call (id `call_7`), one with its `arguments` text, a chunk finishing with
+/// `tool_calls`, then `[DONE]`.
+///
+/// ```
+/// let sse = choicewise_testserver::tool_call_answer("read", r#"{"path":"a.rs"}"#);
+/// assert!(sse.contains(r#""finish_reason":"tool_calls""#));
+/// assert!(sse.ends_with("data: [DONE]\n\n"));
+/// ```
+pub fn tool_call_answer(name: &str, arguments: &str) -> String {
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        json!({"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": "up",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let start = chunk(
+        json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": "call_7",
+               "type": "function", "function": {"name": name, "arguments": ""}}]}),
+        serde_json::Value::Null,
+    );
+    let args = chunk(
+        json!({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
+        serde_json::Value::Null,
+    );
+    let end = chunk(json!({}), json!("tool_calls"));
+    format!("data: {start}\n\ndata: {args}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+}
+
 // What the builder sets up and the I/O (`http`) serves from: kept at the root, so that every
 // module sees their fields.
 

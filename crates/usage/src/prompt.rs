@@ -366,8 +366,11 @@ pub fn count_prompt_with(
         Some(Value::Array(a)) => a,
         Some(v) => return Err(messages_path.wrong_type("an array of messages", v)),
     };
-    let msg_total = count_messages(messages, &defs, &mut counter, &messages_path)?;
-    defs.finish(msg_total, body, &counter)
+    let mut total = MessagesTotal::new(&defs);
+    for (i, m) in messages.iter().enumerate() {
+        total.add(m, &messages_path.index(i), &mut counter)?;
+    }
+    defs.finish(total.finish(), body, &counter)
 }
 
 /// Estimates the `prompt_tokens` of a chat completion request body given as its top-level
@@ -430,14 +433,25 @@ pub fn count_prompt_fields<'a>(
         }
     }
     let messages_path = root.key("messages");
-    let messages = match read.get("messages") {
+    let mut total = MessagesTotal::new(&defs);
+    match read.get("messages") {
         None => return Err(messages_path.missing()),
-        Some(text) => parse(text, &messages_path)?,
-    };
-    let Value::Array(messages) = &messages else {
-        return Err(messages_path.wrong_type("an array of messages", &messages));
-    };
-    let msg_total = count_messages(messages, &defs, &mut counter, &messages_path)?;
+        Some(text) if text.first() == Some(&b'[') => {
+            // One message parsed at a time: the list never exists as a parsed tree.
+            let counted = for_each_entry(text, |i, m| {
+                total.add(&m, &messages_path.index(i), &mut counter)
+            });
+            match counted {
+                Ok(result) => result?,
+                Err(e) => return Err(messages_path.not_json(&e)),
+            }
+        }
+        Some(text) => {
+            let v = parse(text, &messages_path)?;
+            return Err(messages_path.wrong_type("an array of messages", &v));
+        }
+    }
+    let msg_total = total.finish();
     let mut choices = Map::new();
     for key in ["tool_choice", "function_call"] {
         if let Some(text) = read.get(key) {
@@ -471,36 +485,93 @@ fn raw_array<'t>(
     }
 }
 
-/// The messages' tokens, with the reply's priming.
-fn count_messages(
-    messages: &[Value],
-    defs: &Definitions,
-    counter: &mut Counter,
-    messages_path: &Path<'_>,
-) -> Result<i64, UsageError> {
-    let namespace = defs.namespace();
-    let mut msg_total: i64 = 0;
-    let mut padded_system = false;
-    let mut has_system = false;
-    for (i, m) in messages.iter().enumerate() {
-        let p = messages_path.index(i);
-        let pad = if namespace && !padded_system {
+/// Calls `each` with every entry of the JSON array `text` in order, each parsed on its own
+/// as the array is read (a visitor over the sequence): at most one entry's tree exists at a
+/// time. `Err` when the text is not an array of JSON values; `Ok(Err(e))` when `each`
+/// stopped with `e`.
+fn for_each_entry<E>(
+    text: &[u8],
+    mut each: impl FnMut(usize, Value) -> Result<(), E>,
+) -> Result<Result<(), E>, serde_json::Error> {
+    use serde::de::{Deserializer as _, Error as _, SeqAccess, Visitor};
+
+    struct Entries<'f, E> {
+        each: &'f mut dyn FnMut(usize, Value) -> Result<(), E>,
+        stopped: Option<E>,
+    }
+    impl<'de, E> Visitor<'de> for &mut Entries<'_, E> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while let Some(entry) = seq.next_element::<Value>()? {
+                if let Err(e) = (self.each)(i, entry) {
+                    self.stopped = Some(e);
+                    return Err(A::Error::custom("stopped"));
+                }
+                i += 1;
+            }
+            Ok(())
+        }
+    }
+    let mut entries = Entries {
+        each: &mut each,
+        stopped: None,
+    };
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let read = de.deserialize_seq(&mut entries).and_then(|()| de.end());
+    match (entries.stopped.take(), read) {
+        (Some(e), _) => Ok(Err(e)),
+        (None, Err(e)) => Err(e),
+        (None, Ok(())) => Ok(Ok(())),
+    }
+}
+
+/// The messages' tokens, added one message at a time; [`finish`](Self::finish) adds the
+/// reply's priming.
+struct MessagesTotal {
+    namespace: bool,
+    total: i64,
+    padded_system: bool,
+    has_system: bool,
+}
+
+impl MessagesTotal {
+    fn new(defs: &Definitions) -> Self {
+        MessagesTotal {
+            namespace: defs.namespace(),
+            total: 0,
+            padded_system: false,
+            has_system: false,
+        }
+    }
+
+    /// One message (`p`: where it is).
+    fn add(&mut self, m: &Value, p: &Path<'_>, counter: &mut Counter) -> Result<(), UsageError> {
+        let pad = if self.namespace && !self.padded_system {
             let role = m.get("role").and_then(Value::as_str);
             let is_system = matches!(role, Some("system" | "developer"));
-            padded_system = is_system;
+            self.padded_system = is_system;
             is_system
         } else {
             false
         };
-        let (n, role) = counter.message(m, &p, pad)?;
-        has_system |= matches!(role, "system" | "developer");
-        msg_total += n;
+        let (n, role) = counter.message(m, p, pad)?;
+        self.has_system |= matches!(role, "system" | "developer");
+        self.total += n;
+        Ok(())
     }
-    msg_total += REPLY_PRIMING as i64;
-    if namespace && has_system {
-        msg_total -= 4;
+
+    /// The messages' total, with the reply's priming.
+    fn finish(self) -> i64 {
+        let mut total = self.total + REPLY_PRIMING as i64;
+        if self.namespace && self.has_system {
+            total -= 4;
+        }
+        total
     }
-    Ok(msg_total)
 }
 
 /// Function definitions (`tools` entries of type `function`, legacy `functions`) and other

@@ -48,3 +48,37 @@ fn floods_of_any_shape_are_counted_in_a_bounded_heap() {
         }
     }
 }
+
+/// 200,000 small messages (6 MB of text) are counted one at a time: the heap grows by a
+/// fraction of the text, never by the tree of every message at once (about 40 times it).
+#[test]
+fn many_messages_are_counted_one_at_a_time() {
+    use choicewise_usage::{count_prompt, count_prompt_fields};
+    let enc = EncodingName::O200kBase;
+    count_text(enc, "warm up");
+    let message = r#"{"role":"user","content":"hi there"}"#;
+    let mut text = String::with_capacity(200_000 * (message.len() + 1) + 2);
+    text.push('[');
+    for i in 0..200_000 {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(message);
+    }
+    text.push(']');
+    HEAP.reset_peak();
+    let before = HEAP.live();
+    let counted = count_prompt_fields(enc, [("messages", text.as_bytes())]).expect("counted");
+    let grew = HEAP.peak() - before;
+    assert!(
+        grew < (text.len() as i64) / 4,
+        "counting {} MB of messages took {} MiB of heap",
+        text.len() / 1_000_000,
+        grew >> 20
+    );
+    // The same count as the whole request parsed.
+    let whole =
+        serde_json::json!({"messages": serde_json::from_str::<serde_json::Value>(&text).unwrap()});
+    assert_eq!(counted, count_prompt(enc, &whole).unwrap());
+    assert_eq!(counted.total, 200_000 * (3 + 1 + 2) + 3);
+}

@@ -452,12 +452,7 @@ pub(crate) async fn vote_confident(
             let mut picked = voters.remove(&k).unwrap_or_default();
             picked.sort_unstable();
             Decided {
-                vote: Some(Tally {
-                    key: k,
-                    votes: picked.len(),
-                    counted: votes_counted,
-                    choices: total,
-                }),
+                vote: Some(Tally::won(k, picked.len(), votes_counted, total)),
                 selected: picked,
                 timed_out,
                 reason: None,
@@ -621,12 +616,12 @@ fn plain(
             selected: voters.remove(k).unwrap_or_default(),
             timed_out,
             reason: None,
-            vote: Some(Tally {
-                key: k.to_string(),
+            vote: Some(Tally::won(
+                k.to_string(),
                 votes,
-                counted: voters.values().map(Vec::len).sum::<usize>() + votes,
-                choices: total,
-            }),
+                voters.values().map(Vec::len).sum::<usize>() + votes,
+                total,
+            )),
             score: None,
             windows: Vec::new(),
             confidence: report,

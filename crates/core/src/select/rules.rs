@@ -176,12 +176,7 @@ pub(crate) async fn vote(
         Some((k, votes)) => {
             let mut picked = voters.remove(&k).unwrap_or_default();
             picked.sort_unstable();
-            let tally = Tally {
-                key: k,
-                votes,
-                counted,
-                choices: total,
-            };
+            let tally = Tally::won(k, votes, counted, total);
             Decided {
                 selected: picked,
                 timed_out,
@@ -397,12 +392,12 @@ pub(crate) async fn vote_windowed(
             picked.sort_unstable();
             let counted = keys.values().filter(|v| v.is_some()).count();
             Decided {
-                vote: Some(Tally {
-                    key: k,
-                    votes: picked.len(),
+                vote: Some(Tally::won(
+                    k,
+                    picked.len(),
                     counted,
-                    choices: total.max(completions.choice_count()),
-                }),
+                    total.max(completions.choice_count()),
+                )),
                 selected: picked,
                 timed_out,
                 reason: None,

@@ -1,6 +1,7 @@
-//! What a choice votes with: its trimmed content, or what a pattern captures in it, compared
-//! as written or normalised. One rule for every vote a program states (the gateway's
-//! `vote_by`, the CLI's `--vote-by` and `--vote-normalize`).
+//! What a choice votes with: the tool calls it ended in, else its trimmed content or what a
+//! pattern captures in it, compared as written or normalised. One rule for every vote a
+//! program states (the gateway's `vote_by`, the CLI's `--vote-by` and `--vote-normalize`,
+//! Python's `vote_by`).
 
 use std::fmt;
 
@@ -42,19 +43,32 @@ pub const VOTE_PATTERN_MAX_DEPTH: usize = 16;
 /// ```
 pub const VOTE_PATTERN_MAX_FOLDED_CLASSES: usize = 4;
 
-/// The key a finished choice votes with in [`Completions::vote`](crate::Completions::vote):
-/// its content trimmed, or the first capture group of a pattern in it (the whole match when
-/// the pattern has no group); with [`normalize`](Self::normalize), case-folded and without
-/// trailing punctuation. A choice without content, without a match, or whose key is empty
-/// does not vote.
+/// The key a finished choice votes with in [`Completions::vote`](crate::Completions::vote).
+///
+/// A choice that ended in tool calls votes with them: the ordered list of its calls, each
+/// its function's name and its arguments as canonical JSON (object keys sorted, no
+/// insignificant whitespace; arguments that are not JSON count as their trimmed text), written
+/// as one JSON array: `[["get_weather",{"city":"Paris"}]]`. Two samples that make the same
+/// calls in the same order therefore agree whatever their spacing or key order, whatever
+/// text came with the calls.
+///
+/// Any other choice votes with its content trimmed, or the first capture group of a pattern
+/// in it (the whole match when the pattern has no group); with
+/// [`normalize`](Self::normalize), case-folded and without trailing punctuation. The pattern
+/// and the normalisation apply to text only. A choice without content or tool calls, without
+/// a match, or whose key is empty does not vote. Text and tool-call keys share one tally.
 ///
 /// ```
-/// use choicewise_core::{ChoiceOutput, Message, VoteKey};
+/// use choicewise_core::{ChoiceOutput, Message, ToolCall, VoteKey};
 /// let answer = |text: &str| ChoiceOutput::new(0, Message::assistant(text));
 /// let key = VoteKey::pattern(r"Answer: (\w+)").unwrap().normalize(true);
 /// assert_eq!(key.of(&answer("So... Answer: Paris.")), Some("paris".to_string()));
 /// assert_eq!(key.of(&answer("no idea")), None);
 /// assert_eq!(VoteKey::content().of(&answer("  42 ")), Some("42".to_string()));
+///
+/// let mut call = answer("Let me look.");
+/// call.message.tool_calls.push(ToolCall::function("call_1", "get_weather", r#"{ "unit": "C", "city": "Paris" }"#));
+/// assert_eq!(key.of(&call).as_deref(), Some(r#"[["get_weather",{"city":"Paris","unit":"C"}]]"#));
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct VoteKey {
@@ -168,6 +182,9 @@ impl VoteKey {
     /// assert_eq!(VoteKey::content().of(&ChoiceOutput::new(0, Message::assistant("4"))), Some("4".into()));
     /// ```
     pub fn of(&self, output: &ChoiceOutput) -> Option<String> {
+        if let Some(calls) = tool_call_key(output) {
+            return Some(calls);
+        }
         let content = output.message.content.as_deref()?;
         let key = match &self.pattern {
             None => content.trim().to_string(),
@@ -181,6 +198,72 @@ impl VoteKey {
             false => key,
         };
         Some(key).filter(|k| !k.is_empty())
+    }
+}
+
+/// The key of a choice that ended in tool calls (or the legacy function call): the JSON
+/// array of `[name, arguments]` pairs in call order, arguments in canonical form.
+fn tool_call_key(output: &ChoiceOutput) -> Option<String> {
+    let message = &output.message;
+    let calls: Vec<&choicewise_proto::FunctionCall> = match &message.function_call {
+        Some(call) if message.tool_calls.is_empty() => vec![call],
+        _ => message.tool_calls.iter().map(|c| &c.function).collect(),
+    };
+    if calls.is_empty() {
+        return None;
+    }
+    let mut key = String::from("[");
+    for (i, call) in calls.into_iter().enumerate() {
+        if i > 0 {
+            key.push(',');
+        }
+        key.push('[');
+        write_canonical(&serde_json::Value::from(call.name.as_str()), &mut key);
+        key.push(',');
+        match serde_json::from_str::<serde_json::Value>(&call.arguments) {
+            Ok(arguments) => write_canonical(&arguments, &mut key),
+            // Not JSON: the text itself, as a string (an empty text as `{}`: no arguments).
+            Err(_) => match call.arguments.trim() {
+                "" => key.push_str("{}"),
+                text => write_canonical(&serde_json::Value::from(text), &mut key),
+            },
+        }
+        key.push(']');
+    }
+    key.push(']');
+    Some(key)
+}
+
+/// `value` as canonical JSON: object keys sorted by their bytes, no insignificant
+/// whitespace, strings and numbers as serde_json writes them.
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::from(k.as_str()).to_string());
+                out.push(':');
+                write_canonical(v, out);
+            }
+            out.push('}');
+        }
+        scalar => out.push_str(&scalar.to_string()),
     }
 }
 
@@ -270,6 +353,76 @@ mod tests {
         // Inner punctuation stays: "3.5" is not "35".
         assert_eq!(normalized("3.5."), "3.5");
         assert_eq!(normalized("¿Sí?"), "¿sí");
+    }
+
+    #[test]
+    fn tool_calls_key_by_name_and_canonical_arguments_in_order() {
+        use super::VoteKey;
+        use choicewise_proto::{ChoiceOutput, FunctionCall, Message, ToolCall};
+        let with_calls = |text: &str, calls: &[(&str, &str)]| {
+            let mut output = ChoiceOutput::new(0, Message::assistant(text));
+            for (i, (name, args)) in calls.iter().enumerate() {
+                (output.message.tool_calls).push(ToolCall::function(
+                    format!("call_{i}"),
+                    *name,
+                    *args,
+                ));
+            }
+            output
+        };
+        let key = VoteKey::pattern(r"Answer: (\d+)").unwrap().normalize(true);
+        let a = with_calls(
+            "",
+            &[(
+                "read",
+                r#"{"path": "a.rs", "lines": [1, 2], "opt": {"z": 1, "a": null}}"#,
+            )],
+        );
+        let b = with_calls(
+            "I will read it.",
+            &[(
+                "read",
+                r#"{"opt":{"a":null,"z":1},"lines":[1,2],"path":"a.rs"}"#,
+            )],
+        );
+        assert_eq!(
+            key.of(&a),
+            key.of(&b),
+            "spacing, key order and text do not matter"
+        );
+        assert_eq!(
+            key.of(&a).unwrap(),
+            r#"[["read",{"lines":[1,2],"opt":{"a":null,"z":1},"path":"a.rs"}]]"#
+        );
+        // Another argument, another function, or another order: another key.
+        let other_args = with_calls("", &[("read", r#"{"path": "b.rs"}"#)]);
+        assert_ne!(key.of(&a), key.of(&other_args));
+        let two = with_calls("", &[("read", "{}"), ("write", r#"{"x":1}"#)]);
+        let swapped = with_calls("", &[("write", r#"{"x":1}"#), ("read", "{}")]);
+        assert_ne!(key.of(&two), key.of(&swapped));
+        assert_eq!(key.of(&two).unwrap(), r#"[["read",{}],["write",{"x":1}]]"#);
+        // Arguments that are not JSON count as their text; none as {}.
+        let text_args = with_calls("", &[("shell", " ls -la ")]);
+        assert_eq!(key.of(&text_args).unwrap(), r#"[["shell","ls -la"]]"#);
+        assert_eq!(
+            key.of(&with_calls("", &[("now", "")])).unwrap(),
+            r#"[["now",{}]]"#
+        );
+        // Case and strings are kept as sent: the normalisation is for text only.
+        let upper = with_calls("", &[("read", r#"{"path": "A.rs"}"#)]);
+        assert_ne!(
+            key.of(&upper),
+            key.of(&with_calls("", &[("read", r#"{"path": "a.rs"}"#)]))
+        );
+        // The legacy function call votes the same way.
+        let mut legacy = ChoiceOutput::new(0, Message::assistant(""));
+        legacy.message.function_call = Some(FunctionCall::new("read", r#"{ "path":"b.rs" }"#));
+        assert_eq!(key.of(&legacy), key.of(&other_args));
+        // Text without a call keys as before.
+        assert_eq!(
+            key.of(&with_calls("Answer: 42.", &[])).as_deref(),
+            Some("42")
+        );
     }
 
     #[test]

@@ -161,3 +161,81 @@ async fn no_hedge_when_the_first_sample_answers_in_time() {
     assert_eq!(selection.started, Some(1));
     assert_eq!(*quick.lock().unwrap(), [0]);
 }
+
+/// A vote that no key wins answers, when told to, with the choice that finished well first
+/// (in time, not by index); the tally lists every key, text and tool calls alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecided_vote_answers_the_first_to_finish_when_told_to() {
+    use choicewise_core::VoteKey;
+    let (a, a_tx) = fed();
+    let (b, b_tx) = fed();
+    let (c, c_tx) = fed();
+    let completions = Arc::new(Completions::builder().fan_out([a, b, c]));
+    let key = VoteKey::content();
+    let picking = {
+        let completions = Arc::clone(&completions);
+        tokio::spawn(async move {
+            (completions.vote(move |o| key.of(o)))
+                .min_votes(2)
+                .or_first_finished()
+                .await
+        })
+    };
+    // Choice 2 finishes first, then 0, then 1: every answer differs.
+    send(&c_tx, "three", Some("stop"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    send(&a_tx, "one", Some("stop"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    send(&b_tx, "two", Some("stop"));
+    let selection = within(SETTLED, "the vote", picking).await.unwrap();
+    assert_eq!(selection.selected, [2]);
+    let tally = selection.vote.unwrap();
+    assert!(!tally.decided);
+    assert_eq!(
+        (tally.key.as_str(), tally.votes, tally.counted),
+        ("three", 1, 3)
+    );
+    let keys: Vec<&str> = tally.tally.iter().map(|v| v.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["three", "one", "two"],
+        "ties in the order of the first votes"
+    );
+    assert!(selection.reason.unwrap().starts_with("no key has 2 votes"));
+}
+
+/// Without `or_first_finished` an undecided vote selects nothing; with it, a vote whose
+/// every choice failed still selects nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecided_vote_selects_nothing_unless_some_choice_finished_well() {
+    let (a, a_tx) = fed();
+    let (b, b_tx) = fed();
+    let completions = Completions::builder().fan_out([a, b]);
+    send(&a_tx, "one", Some("stop"));
+    send(&b_tx, "two", Some("stop"));
+    let selection = within(
+        SETTLED,
+        "the vote",
+        completions.vote(|o| o.message.content.clone()).min_votes(2),
+    )
+    .await;
+    assert!(selection.selected.is_empty());
+    assert!(selection.vote.is_none());
+
+    let (a, a_tx) = fed();
+    let (b, b_tx) = fed();
+    let completions = Completions::builder().fan_out([a, b]);
+    send(&a_tx, "cut", Some("length"));
+    drop(a_tx);
+    b_tx.unbounded_send(Err(std::io::Error::other("reset")))
+        .unwrap();
+    let pick = completions
+        .vote(|o| o.message.content.clone())
+        .or_first_finished();
+    let selection = within(SETTLED, "the vote", pick).await;
+    assert!(selection.selected.is_empty(), "{selection:?}");
+    assert_eq!(
+        selection.reason.as_deref(),
+        Some("no choice finished with a key to vote on")
+    );
+}

@@ -41,8 +41,8 @@ use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Hosted, IngressError, Reply, Translated, field, kind_of, raw_entries, raw_field, raw_object,
-    read_fields, small, write_function_tool,
+    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_entry, kind_of,
+    raw_entries, raw_field, raw_object, read_fields, small, write_function_tool,
 };
 use crate::request::{Fields, fields_of, kind_of_text};
 
@@ -76,15 +76,15 @@ pub(crate) fn to_chat_for_count(body: &Fields) -> Result<Translated, IngressErro
     translate(body, false)
 }
 
-/// The fields a translation reads (parsed); `tools` is read entry by entry, the others are
+/// The fields a translation reads (parsed); `messages` and `tools` are read entry by entry
+/// ([`for_each_entry`], [`raw_entries`]), the others are
 /// ignored, and `choicewise` passed on as sent.
-const READ: [&str; 13] = [
+const READ: [&str; 12] = [
     "mcp_servers",
     "container",
     "model",
     "max_tokens",
     "system",
-    "messages",
     "stream",
     "temperature",
     "top_p",
@@ -131,27 +131,32 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
             }
         },
     }
-    let mut messages = Vec::new();
+    let list = raw_field(body, "messages");
+    let mut messages = MessagesOut::with_capacity(list.map_or(0, |l| l.len() + l.len() / 8));
     // Tools a system turn adds mid-conversation (Claude Code's `tool_addition` blocks).
     let mut added = Vec::new();
     if let Some(system) = field(obj, "system") {
-        messages.push(json!({"role": "system", "content": system_text("system", system)?}));
+        let content = system_text("system", system)?;
+        (messages.made).push(json!({"role": "system", "content": content}));
     }
-    match field(obj, "messages") {
+    match list {
         None => return Err(IngressError::missing("messages")),
-        Some(Value::Array(list)) => {
-            for (i, m) in list.iter().enumerate() {
-                message_of(i, m, &mut messages, &mut added)?;
-            }
+        // One message read, translated and written at a time: the list is never a tree.
+        Some(text) if text.first() == Some(&b'[') => {
+            for_each_entry(text, "messages", |i, m| {
+                message_of(i, &m, &mut messages.made, &mut added)?;
+                messages.written();
+                Ok(())
+            })?;
         }
-        Some(v) => {
+        Some(text) => {
             return Err(IngressError::invalid(
                 "messages",
-                format!("must be an array, not {}", kind_of(v)),
+                format!("must be an array, not {}", kind_of_text(text)),
             ));
         }
     }
-    chat.insert("messages".into(), Value::Array(messages));
+    let messages = messages.finish();
     if let Some(stream) = field(obj, "stream") {
         let Value::Bool(_) = stream else {
             return Err(IngressError::invalid(
@@ -193,6 +198,7 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
     };
     let stream = chat.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let mut chat = fields_of(chat);
+    chat.insert("messages".into(), messages);
     if let Some(tools) = tools {
         chat.insert("tools".into(), tools);
     }

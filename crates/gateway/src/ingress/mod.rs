@@ -182,6 +182,103 @@ pub(crate) fn raw_entries<'a>(text: &'a [u8], at: &str) -> Result<Vec<&'a RawVal
         .map_err(|e| IngressError::invalid(at, format!("could not be read: {e}")))
 }
 
+/// Calls `each` with every entry of the JSON array `text` (the field `at`) in order, each
+/// parsed on its own as the array is read, by a visitor over the sequence on a borrowed
+/// deserializer: at most one entry's tree exists at a time, never the list's. Text that is
+/// not an array of JSON values is a 400 naming `at`; `each`'s own error stops the reading.
+pub(crate) fn for_each_entry(
+    text: &[u8],
+    at: &str,
+    mut each: impl FnMut(usize, Value) -> Result<(), IngressError>,
+) -> Result<(), IngressError> {
+    use serde::de::{Deserializer as _, Error as _, SeqAccess, Visitor};
+
+    struct Entries<'f> {
+        each: &'f mut dyn FnMut(usize, Value) -> Result<(), IngressError>,
+        stopped: Option<IngressError>,
+    }
+    impl<'de> Visitor<'de> for &mut Entries<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while let Some(entry) = seq.next_element::<Value>()? {
+                if let Err(e) = (self.each)(i, entry) {
+                    self.stopped = Some(e);
+                    return Err(A::Error::custom("stopped"));
+                }
+                i += 1;
+            }
+            Ok(())
+        }
+    }
+    let mut entries = Entries {
+        each: &mut each,
+        stopped: None,
+    };
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let read = de.deserialize_seq(&mut entries).and_then(|()| de.end());
+    match (entries.stopped.take(), read) {
+        (Some(e), _) => Err(e),
+        (None, Err(e)) => Err(IngressError::invalid(at, format!("could not be read: {e}"))),
+        (None, Ok(())) => Ok(()),
+    }
+}
+
+/// A Chat Completions `messages` array written as its messages are made: the translation
+/// of an item pushes onto [`made`](Self::made), and every message but the last (which a
+/// following item may still add tool calls to) is written out after each item
+/// ([`written`](Self::written)), so the translated list is text, never a tree.
+#[derive(Debug)]
+pub(crate) struct MessagesOut {
+    text: Vec<u8>,
+    /// Made and not yet written.
+    pub made: Vec<Value>,
+    any: bool,
+}
+
+impl MessagesOut {
+    /// An empty list, its text's buffer sized for about `size` bytes.
+    pub fn with_capacity(size: usize) -> Self {
+        let mut text = Vec::with_capacity(size.saturating_add(2));
+        text.push(b'[');
+        MessagesOut {
+            text,
+            made: Vec::new(),
+            any: false,
+        }
+    }
+
+    /// Writes out every message made but the last.
+    pub fn written(&mut self) {
+        if self.made.len() > 1 {
+            let last = self.made.pop();
+            self.write_made();
+            self.made.extend(last);
+        }
+    }
+
+    fn write_made(&mut self) {
+        for m in self.made.drain(..) {
+            if self.any {
+                self.text.push(b',');
+            }
+            // A value always serialises.
+            let _ = serde_json::to_writer(&mut self.text, &m);
+            self.any = true;
+        }
+    }
+
+    /// The array's JSON text.
+    pub fn finish(mut self) -> Bytes {
+        self.write_made();
+        self.text.push(b']');
+        Bytes::from(self.text)
+    }
+}
+
 /// An entry's top-level fields, each its text; `None` when it is not an object.
 pub(crate) fn raw_object(entry: &RawValue) -> Option<BTreeMap<String, &RawValue>> {
     if !entry.get().starts_with('{') {

@@ -40,14 +40,15 @@ use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{
-    Hosted, IngressError, Reply, Translated, field, kind_of, raw_entries, raw_field, raw_object,
-    read_fields, small, write_function_tool,
+    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_entry, kind_of,
+    raw_entries, raw_field, raw_object, read_fields, small, write_function_tool,
 };
 use crate::request::{Fields, fields_of, kind_of_text};
 
-/// The fields a translation reads (parsed); `tools` is read entry by entry, the echoed ones
+/// The fields a translation reads (parsed); `input` and `tools` are read entry by entry
+/// ([`for_each_entry`], [`raw_entries`]), the echoed ones
 /// are repeated as sent, the others are ignored, and `choicewise` is passed on as sent.
-const READ: [&str; 20] = [
+const READ: [&str; 19] = [
     "store",
     "previous_response_id",
     "conversation",
@@ -55,7 +56,6 @@ const READ: [&str; 20] = [
     "background",
     "model",
     "instructions",
-    "input",
     "stream",
     "max_output_tokens",
     "temperature",
@@ -125,10 +125,11 @@ pub(crate) fn to_chat(body: &Fields) -> Result<Translated, IngressError> {
     let flat: HashMap<(&str, &str), &str> = (namespaced.iter())
         .map(|(flat, (ns, name))| ((ns.as_str(), name.as_str()), flat.as_str()))
         .collect();
-    let mut messages = Vec::new();
+    let input = raw_field(body, "input");
+    let mut messages = MessagesOut::with_capacity(input.map_or(0, |l| l.len() + l.len() / 8));
     match field(obj, "instructions") {
         None => {}
-        Some(Value::String(s)) => messages.push(json!({"role": "system", "content": s})),
+        Some(Value::String(s)) => (messages.made).push(json!({"role": "system", "content": s})),
         Some(v) => {
             return Err(IngressError::invalid(
                 "instructions",
@@ -136,22 +137,32 @@ pub(crate) fn to_chat(body: &Fields) -> Result<Translated, IngressError> {
             ));
         }
     }
-    match field(obj, "input") {
+    match input {
         None => return Err(IngressError::missing("input")),
-        Some(Value::String(s)) => messages.push(json!({"role": "user", "content": s})),
-        Some(Value::Array(items)) => {
-            for (i, item) in items.iter().enumerate() {
-                item_of(i, item, &flat, &mut messages)?;
-            }
+        // One item read, translated and written at a time: the list is never a tree.
+        Some(text) if text.first() == Some(&b'[') => {
+            for_each_entry(text, "input", |i, item| {
+                item_of(i, &item, &flat, &mut messages.made)?;
+                messages.written();
+                Ok(())
+            })?;
         }
-        Some(v) => {
+        Some(text) if text.first() == Some(&b'"') => {
+            let s: String = serde_json::from_slice(text)
+                .map_err(|e| IngressError::invalid("input", format!("could not be read: {e}")))?;
+            (messages.made).push(json!({"role": "user", "content": s}));
+        }
+        Some(text) => {
             return Err(IngressError::invalid(
                 "input",
-                format!("must be a string or an array of items, not {}", kind_of(v)),
+                format!(
+                    "must be a string or an array of items, not {}",
+                    kind_of_text(text)
+                ),
             ));
         }
     }
-    chat.insert("messages".into(), Value::Array(messages));
+    let messages = messages.finish();
     if let Some(stream) = field(obj, "stream") {
         let Value::Bool(_) = stream else {
             return Err(IngressError::invalid(
@@ -224,6 +235,7 @@ pub(crate) fn to_chat(body: &Fields) -> Result<Translated, IngressError> {
         .collect();
     let stream = chat.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let mut chat = fields_of(chat);
+    chat.insert("messages".into(), messages);
     if let Some(tools) = tools {
         chat.insert("tools".into(), tools);
     }

@@ -1,0 +1,284 @@
+//! The picks on a real model, live: the arithmetic model (models/arith-6m-f16.gguf) served by
+//! llama.cpp's own server (scripts/llama-server.sh), the gateway on 127.0.0.1 in front of it,
+//! held-out problems (tests/fixtures/arith-set-a-50.json) asked through the gateway's Chat
+//! endpoint at temperature 1.0 with three picks: `single` (one sample), `vote-16` (a vote of
+//! 16 keyed by `#### (\d+)`) and `confidence-high` (the confidence-guided vote, keep 0.9,
+//! warmup 16). Prints a table per pick (accuracy, the tokens the gateway reports and the
+//! tokens the server generated, upstream requests, time) and asserts margins that hold at
+//! temperature 1.0 (docs/real-server.md has the figures).
+//!
+//! Ignored by a plain `cargo test`: it needs the server. Run it with
+//! `scripts/llama-server.sh run cargo test -p choicewise-gateway --test arith -- --include-ignored`.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+mod common;
+
+const HOW: &str = "needs the arithmetic model's llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-gateway --test arith -- --include-ignored";
+
+/// The held-out problems: prompt (`EXPR=\n`) and answer, and what the set's 64 recorded samples
+/// of each say.
+const FIXTURE: &str = include_str!("../../../tests/fixtures/arith-set-a-50.json");
+
+/// The longest answer the server's 192-token slots leave room for after the longest prompt.
+const MAX_TOKENS: u64 = 175;
+
+/// One pick: its name in the table, its `choicewise` extension (none: one sample), and how many
+/// problems are asked at once.
+struct Pick {
+    name: &'static str,
+    extension: Option<Value>,
+    in_flight: usize,
+}
+
+/// What one pick did over the problems.
+#[derive(Default)]
+struct Tally {
+    right: usize,
+    asked: usize,
+    /// `usage.completion_tokens` of the gateway's answers: every sample, cancelled ones included.
+    tokens: u64,
+    /// Tokens the server generated during the pick (its `/metrics` counter).
+    generated: u64,
+    /// Samples the gateway sent upstream (`choicewise.started`; one request each: fan-out).
+    requests: u64,
+    /// Samples a confidence-guided vote stopped for low confidence.
+    stopped: u64,
+    /// Answers whose confidence report says it was unavailable.
+    unavailable: usize,
+    seconds: f64,
+}
+
+/// The answer after `#### ` in a text: its digits.
+fn answer_of(text: &str) -> Option<&str> {
+    let rest = &text[text.find("#### ")? + 5..];
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
+/// The server's count of generated tokens (`llamacpp:tokens_predicted_total`).
+async fn generated(server: &str) -> u64 {
+    let text = reqwest::get(format!("{server}/metrics"))
+        .await
+        .expect("the server's /metrics")
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("llamacpp:tokens_predicted_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("llamacpp:tokens_predicted_total in /metrics") as u64
+}
+
+/// Asks one problem through the gateway; the answer's body.
+async fn ask(client: &reqwest::Client, addr: SocketAddr, prompt: &str, pick: &Pick) -> Value {
+    let mut body = json!({
+        "model": "arith",
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 1.0,
+        // The model's own distribution: the server's defaults are top_k 40, top_p 0.95, min_p 0.05.
+        "top_k": 0,
+        "top_p": 1.0,
+        "min_p": 0.0,
+        "max_tokens": MAX_TOKENS,
+    });
+    if let Some(extension) = &pick.extension {
+        body["choicewise"] = extension.clone();
+    }
+    let response = client
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("the gateway answers");
+    let status = response.status();
+    let text = response.text().await.expect("the answer's body");
+    assert_eq!(status, 200, "{} on {prompt:?}: {text}", pick.name);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {text}", pick.name))
+}
+
+async fn run(addr: SocketAddr, server: &str, problems: &[Value], pick: &Pick) -> Tally {
+    let client = reqwest::Client::new();
+    let before = generated(server).await;
+    let began = Instant::now();
+    let answers: Vec<(usize, Value)> = futures::stream::iter(problems.iter().enumerate())
+        .map(|(i, p)| {
+            let client = &client;
+            async move {
+                (
+                    i,
+                    ask(client, addr, p["prompt"].as_str().unwrap(), pick).await,
+                )
+            }
+        })
+        .buffer_unordered(pick.in_flight)
+        .collect()
+        .await;
+    let mut tally = Tally {
+        seconds: began.elapsed().as_secs_f64(),
+        asked: problems.len(),
+        ..Tally::default()
+    };
+    // A cancelled request's last tokens reach the counter a little after its cancel.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tally.generated = generated(server).await - before;
+    for (i, body) in answers {
+        let content = body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}: no content in {body}", pick.name));
+        let truth = problems[i]["answer"].as_str().unwrap();
+        tally.right += usize::from(answer_of(content) == Some(truth));
+        tally.tokens += body["usage"]["completion_tokens"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{}: no usage in {body}", pick.name));
+        let report = &body["choicewise"];
+        tally.requests += report["started"].as_u64().unwrap_or(1);
+        if let Some(confidence) = report.get("confidence") {
+            if confidence.get("unavailable").is_some() {
+                tally.unavailable += 1;
+            }
+            tally.stopped += confidence["stopped"]
+                .as_array()
+                .map_or(0, |s| s.len() as u64);
+        }
+    }
+    tally
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the arithmetic model's llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-gateway --test arith -- --include-ignored"]
+async fn picks_on_the_arithmetic_model() {
+    let upstream = std::env::var("CHOICEWISE_ARITH_URL")
+        .unwrap_or_else(|_| panic!("CHOICEWISE_ARITH_URL is not set: {HOW}"));
+    let server = upstream.trim_end_matches('/').trim_end_matches("/v1");
+    let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+    let problems = fixture["problems"].as_array().unwrap();
+    let limit = std::env::var("CHOICEWISE_ARITH_PROBLEMS")
+        .ok()
+        .map(|n| {
+            n.parse::<usize>()
+                .expect("CHOICEWISE_ARITH_PROBLEMS: a number")
+        })
+        .unwrap_or(problems.len())
+        .min(problems.len());
+    let problems = &problems[..limit];
+
+    // Fan-out: one upstream request per sample (the server's 4 slots serve `n` only up to 4;
+    // the requests beyond its slots wait in its queue). A queued sample has no first byte
+    // until a slot frees.
+    let toml = format!(
+        "[limits]\nmax_samples = 64\n\
+         [[models]]\nname = \"arith\"\n\
+         [models.retry]\nfirst_byte_timeout_s = 300\n\
+         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{upstream}\"\nmodel = \"arith-6m\"\nn = \"fan-out\"\n"
+    );
+    let (addr, _gateway) = common::serve(&toml, |_| None).await;
+
+    let picks = [
+        Pick {
+            name: "single",
+            extension: None,
+            in_flight: 4,
+        },
+        Pick {
+            name: "vote-16",
+            extension: Some(json!({"samples": 16, "select": "vote", "vote_by": "#### (\\d+)"})),
+            in_flight: 2,
+        },
+        Pick {
+            name: "confidence-high",
+            extension: Some(json!({
+                "samples": 32, "select": "vote", "vote_by": "#### (\\d+)",
+                "confidence": {"warmup": 16, "keep": 0.9, "group_tokens": 16, "top_logprobs": 5},
+            })),
+            in_flight: 2,
+        },
+    ];
+    let mut tallies = Vec::new();
+    for pick in &picks {
+        let tally = run(addr, server, problems, pick).await;
+        eprintln!(
+            "{}: {}/{} right, {:.1} s",
+            pick.name, tally.right, tally.asked, tally.seconds
+        );
+        tallies.push(tally);
+    }
+
+    let n = problems.len() as f64;
+    let recorded: f64 = problems
+        .iter()
+        .map(|p| p["samples_right"].as_f64().unwrap())
+        .sum::<f64>()
+        / n;
+    let majority = problems
+        .iter()
+        .filter(|p| p["majority_of_64"] == p["answer"])
+        .count() as f64
+        / n;
+    println!(
+        "\n{} held-out problems of set-a at temperature 1.0 (recorded samples: one right {recorded:.3}, \
+         majority of 64 right {majority:.2})\n",
+        problems.len()
+    );
+    println!(
+        "| pick | accuracy | tokens (gateway usage) | tokens generated (server) | requests | stopped | time |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (pick, t) in picks.iter().zip(&tallies) {
+        println!(
+            "| {} | {:.2} ({}/{}) | {} | {} | {} | {} | {:.1} s |",
+            pick.name,
+            t.right as f64 / n,
+            t.right,
+            t.asked,
+            t.tokens,
+            t.generated,
+            t.requests,
+            t.stopped,
+            t.seconds
+        );
+    }
+    println!();
+
+    let [single, vote, confidence] = &tallies[..] else {
+        unreachable!()
+    };
+    let accuracy = |t: &Tally| t.right as f64 / n;
+    // Margins from the recorded samples of these 50 problems: one sample right 0.773 (sd 0.037
+    // over runs), a vote of 16 right 0.818 (sd 0.017); none of 4,000 simulated runs crossed them.
+    if problems.len() == 50 {
+        assert!(accuracy(single) >= 0.55, "single: {}", accuracy(single));
+        assert!(accuracy(vote) >= 0.70, "vote-16: {}", accuracy(vote));
+        assert!(
+            accuracy(vote) >= accuracy(single) - 0.08,
+            "vote-16 {} against single {}",
+            accuracy(vote),
+            accuracy(single)
+        );
+        assert!(
+            accuracy(confidence) >= 0.70,
+            "confidence-high: {}",
+            accuracy(confidence)
+        );
+    }
+    // One request per sample; the vote and the confidence vote take 16 samples at least.
+    assert_eq!(single.requests, problems.len() as u64);
+    assert!(vote.requests >= 16 * problems.len() as u64);
+    assert!(confidence.requests >= 16 * problems.len() as u64);
+    // The log-probabilities reached the vote: every confidence vote was guided.
+    assert_eq!(confidence.unavailable, 0, "confidence unavailable");
+    // A vote decided early cancels samples: fewer tokens than 16 samples of each problem.
+    let per_sample = single.generated as f64 / n;
+    assert!(
+        (vote.generated as f64) < 15.0 * per_sample * n,
+        "vote-16 generated {} tokens, single {} a sample",
+        vote.generated,
+        per_sample
+    );
+}
