@@ -165,6 +165,32 @@ impl CompletionsBuilder {
         self
     }
 
+    /// The most bytes of raw updates one choice may take (each its JSON element of a chunk's
+    /// `choices`; default: no bound but the event size's); past it that choice ends with
+    /// [`ErrorDetail::ChoiceTooLarge`](crate::ErrorDetail::ChoiceTooLarge) and the others go
+    /// on: an upstream that sends one choice without end costs a bounded memory. Updates of
+    /// the Messages and Responses dialects (one choice per stream) are not counted.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source, ErrorDetail};
+    /// # #[tokio::main] async fn main() {
+    /// let chunk = |i: u32, text: &str| format!(
+    ///     "data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n");
+    /// let mut sse = chunk(1, "short");
+    /// sse.push_str(&"data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
+    /// for _ in 0..100 { sse.push_str(&chunk(0, "and on")); }
+    /// sse.push_str("data: [DONE]\n\n");
+    /// let c = Completions::builder().max_choice_bytes(1024).start(Source::reader(std::io::Cursor::new(sse)));
+    /// let errors = c.choice_errors().await;
+    /// assert_eq!(errors.len(), 1);
+    /// assert!(matches!(errors[0].1.detail(), ErrorDetail::ChoiceTooLarge { choice: 0, limit: 1024, .. }));
+    /// # }
+    /// ```
+    pub fn max_choice_bytes(mut self, bytes: usize) -> Self {
+        self.config.stream.max_choice_bytes = Some(bytes);
+        self
+    }
+
     /// What the choices keep of the log-probabilities the upstream sends (default
     /// [`LogprobsKept::Raw`](crate::LogprobsKept::Raw): their JSON text, in
     /// [`ChoiceEvent::Logprobs`](crate::ChoiceEvent::Logprobs) and

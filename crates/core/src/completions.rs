@@ -609,7 +609,7 @@ fn estimate(
             });
         let choices: std::collections::BTreeMap<u32, u64> = counted.collect();
         usage.completion_tokens = choices.values().sum();
-        usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
+        usage.total_tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
         if let Some(estimate) = &mut usage.estimate {
             estimate.choices = choices;
         }

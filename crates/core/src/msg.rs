@@ -14,8 +14,9 @@ pub(crate) enum ReaderMsg {
     /// those still to appear, except these (indexes of the completion).
     Close { keep: std::sync::Arc<[u32]> },
     /// The choice actor of this slot failed its choice (its own bad update): the choice is
-    /// no longer wanted from the upstream.
-    Failed { slot: usize },
+    /// no longer wanted from the upstream. `bounded`: it passed its bound of bytes
+    /// (`max_choice_bytes`), so the upstream may be dropped once no other choice is wanted.
+    Failed { slot: usize, bounded: bool },
 }
 
 /// Messages of a choice actor.

@@ -71,11 +71,14 @@ async fn serve_chat(
     let len = bytes.len();
     let inline = parses_inline(&bytes);
     let limits = gw.inner.limits.clone();
+    let picks = gw.inner.picks.clone();
     // A refusal carries the model the body names, when it could be read: a refused Messages or
     // Responses request is counted in the metrics under its model.
     let parse = move || match api {
         Dialect::Chat => Ok::<_, Box<(ApiError, Option<String>)>>((
-            ChatRequest::parse(&bytes, &limits).map_err(|e| Box::new((e, None)))?,
+            ChatRequest::parse(&bytes, &limits)
+                .and_then(|r| r.with_model(&picks, &limits))
+                .map_err(|e| Box::new((e, None)))?,
             None,
             None,
             Translation::default(),
@@ -93,7 +96,9 @@ async fn serve_chat(
             let prompt =
                 (api == Dialect::Anthropic && translated.stream).then(|| translated.chat.clone());
             Ok((
-                ChatRequest::from_fields(translated.chat, &limits).map_err(refused)?,
+                ChatRequest::from_fields(translated.chat, &limits)
+                    .and_then(|r| r.with_model(&picks, &limits))
+                    .map_err(refused)?,
                 Some(translated.reply),
                 native,
                 Translation {
@@ -140,10 +145,6 @@ async fn serve_chat(
         .code("model_not_found"));
     };
     finish.model.clone_from(&req.model);
-    // Every ingress's request is read here: the model's default policy applies to those
-    // that carry no extension (an agent cannot send one).
-    let default = gw.inner.policies.get(&req.model);
-    let req = req.with_default(default, &gw.inner.limits)?;
     // Hosted tools the gateway cannot run: left out, or the request refused, as the model
     // says.
     let dropped = match gw.inner.hosted_tools.get(&req.model) {

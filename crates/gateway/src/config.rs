@@ -101,9 +101,11 @@ pub struct Limits {
     /// in percent (default 20; at least 10 retries are always allowed); each model has a
     /// budget of its own.
     pub retry_budget_percent: f64,
-    /// The most bytes one upstream answer may send for each sample it carries (default
-    /// 16777216, 16 MiB; a native request for 4 samples may send 4 times that): past it the
-    /// answer's choices fail as an upstream's failure does, and its connection is closed.
+    /// The most bytes one choice's updates may take (default 16777216, 16 MiB): past it that
+    /// choice fails alone and the others go on. One upstream answer's bytes are also cut at
+    /// it times the samples it carries (a native request for 4 samples may send 4 times
+    /// that): past that the answer's choices fail as an upstream's failure does, and its
+    /// connection is closed.
     pub max_answer_bytes: usize,
     /// The process's memory, in MiB, above which new requests are refused with 503 and
     /// `Retry-After` while those in flight go on: its resident set plus the request bodies
@@ -266,10 +268,17 @@ pub struct Model {
     pub health: HealthConfig,
     /// `[models.choicewise]`: the model's default policy, with the `choicewise` extension's
     /// own fields (`samples`, `select`, `hedge_after_ms`, `vote_by`, `window`, `confidence`,
-    /// ...), for the requests that carry no extension (a request's extension replaces it
-    /// wholly). Checked at start with the extension's rules.
+    /// ...), and `lock`. A request's extension is merged over it field by field (the merge
+    /// rule of docs/gateway.md: the fields a request states replace the model's, its
+    /// `deadline_ms` may only lower the model's); with `lock = true`, a request carrying an
+    /// extension is refused. Checked at start with the extension's rules.
     #[serde(default)]
     pub choicewise: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The most samples one request of this model may take (its `n`, or its extension's
+    /// `samples`): above it, a 400 naming the model and the cap. The gateway-wide
+    /// `[limits] max_samples` applies too; the lower one wins.
+    #[serde(default)]
+    pub max_samples: Option<u32>,
     /// What is done with a request's hosted tools, which the gateway cannot run (Responses'
     /// `web_search`, `file_search`, `code_interpreter`, `computer_use*`, `image_generation`,
     /// `mcp`, ...; Messages' server tools): `"drop"` (the default) leaves them out of the
@@ -280,16 +289,64 @@ pub struct Model {
 }
 
 impl Model {
-    /// Its default policy (`[models.choicewise]`), checked as a request's extension of `n` =
-    /// 1 would be; an error names the model.
-    pub(crate) fn policy(&self, limits: &Limits) -> Result<Option<Policy>, ConfigError> {
-        let Some(table) = &self.choicewise else {
-            return Ok(None);
+    /// Its pick as the operator set it: `[models.choicewise]` (without `lock`, checked as a
+    /// request's extension of `n` = 1 would be), `lock` and `max_samples`; an error names
+    /// the model.
+    pub(crate) fn pick(&self, limits: &Limits) -> Result<ModelPick, ConfigError> {
+        let name = &self.name;
+        let max_samples = match self.max_samples {
+            Some(0) => {
+                return Err(ConfigError(format!(
+                    "model {name:?}: max_samples must be at least 1"
+                )));
+            }
+            max => max.map(|max| max.min(limits.max_samples)),
         };
-        Policy::from_json(table, &limits.policy_limits(1))
-            .map(Some)
-            .map_err(|e| ConfigError(format!("model {:?}, [models.choicewise]: {e}", self.name)))
+        let mut pick = ModelPick {
+            model: name.clone(),
+            default: None,
+            policy: None,
+            lock: false,
+            max_samples,
+        };
+        let Some(table) = &self.choicewise else {
+            return Ok(pick);
+        };
+        let mut table = table.clone();
+        pick.lock = match table.remove("lock") {
+            None => false,
+            Some(serde_json::Value::Bool(lock)) => lock,
+            Some(v) => {
+                return Err(ConfigError(format!(
+                    "model {name:?}, [models.choicewise]: lock must be true or false, not {v}"
+                )));
+            }
+        };
+        let cap = max_samples.unwrap_or(limits.max_samples);
+        let policy = Policy::from_json(&table, &limits.policy_limits(1).max_samples(cap))
+            .map_err(|e| ConfigError(format!("model {name:?}, [models.choicewise]: {e}")))?;
+        pick.policy = Some(policy);
+        pick.default = Some(table);
+        Ok(pick)
     }
+}
+
+/// A model's pick as the operator set it ([`Model::pick`]): what a request's own extension is
+/// merged with ([`ChatRequest::with_model`](crate::request::ChatRequest::with_model)).
+#[derive(Debug, Clone)]
+pub(crate) struct ModelPick {
+    /// The model's name, for the refusals.
+    pub model: String,
+    /// `[models.choicewise]` without `lock`: the fields a request's extension is merged over.
+    pub default: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The default read and checked, for the requests that carry no extension.
+    pub policy: Option<Policy>,
+    /// `lock = true`: a request's extension is refused.
+    pub lock: bool,
+    /// The most samples one request may take: the model's `max_samples`, at most the
+    /// gateway's; `None` when the model sets none (the gateway's bounds the extension's
+    /// `samples` only).
+    pub max_samples: Option<u32>,
 }
 
 /// `hosted_tools` of a model.
@@ -542,7 +599,7 @@ impl Config {
                     ));
                 }
             }
-            model.policy(&self.limits)?;
+            model.pick(&self.limits)?;
             let r = &model.retry;
             if r.attempts == 0
                 || !(r.first_byte_timeout_s.is_finite()

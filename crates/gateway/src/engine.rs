@@ -162,9 +162,12 @@ impl Run {
             (false, Some(_)) => LogprobsKept::Confidence,
             (false, None) => LogprobsKept::Nothing,
         };
+        // `max_answer_bytes` bounds each choice: one that goes on without end fails alone.
+        let per_choice = (upstreams.iter().map(|u| u.max_answer_bytes)).max();
         let builder = Completions::builder()
             .replace_failed(replacements)
-            .logprobs(logprobs);
+            .logprobs(logprobs)
+            .max_choice_bytes(per_choice.unwrap_or(usize::MAX));
         let completions = builder.samples(planned.len(), move |r| {
             if let Some(source) = lock(&sources).get_mut(r).and_then(Option::take) {
                 return source;

@@ -40,6 +40,12 @@ impl ApiError {
         self
     }
 
+    /// Naming the request field concerned.
+    pub fn param(mut self, param: &str) -> Self {
+        self.param = Some(param.to_string());
+        self
+    }
+
     /// With a `Retry-After` of `seconds`.
     pub fn wait(mut self, seconds: u64) -> Self {
         self.retry_after = Some(seconds);

@@ -94,8 +94,8 @@ struct Inner {
     /// The keys clients may send; none: no key needed.
     keys: Vec<String>,
     models: open::Models,
-    /// Each model's default policy (`[models.choicewise]`), checked at start.
-    policies: HashMap<String, choicewise_core::Policy>,
+    /// Each model's pick as the operator set it (`[models.choicewise]`, `max_samples`).
+    picks: Arc<HashMap<String, config::ModelPick>>,
     /// In order, for `GET /v1/models`.
     names: Vec<String>,
     /// One per request being served (`max_concurrent_requests`).
@@ -178,7 +178,7 @@ impl Gateway {
             }
         };
         let mut models = HashMap::new();
-        let mut policies = HashMap::new();
+        let mut picks = HashMap::new();
         let mut v1_checks = Vec::new();
         let mut names = Vec::new();
         let mut hosted_tools = HashMap::new();
@@ -239,9 +239,7 @@ impl Gateway {
                 });
             }
             names.push(model.name.clone());
-            if let Some(policy) = model.policy(&config.limits)? {
-                policies.insert(model.name.clone(), policy);
-            }
+            picks.insert(model.name.clone(), model.pick(&config.limits)?);
             hosted_tools.insert(model.name.clone(), model.hosted_tools);
             models.insert(
                 model.name.clone(),
@@ -251,6 +249,7 @@ impl Gateway {
                     retry: resilience::RetryPolicy::of(&model.retry),
                     fallbacks: model.fallbacks.clone(),
                     budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
+                    warnings: resilience::Warnings::default(),
                 }),
             );
         }
@@ -260,7 +259,7 @@ impl Gateway {
                 limits: config.limits.clone(),
                 keys,
                 models: Arc::new(models),
-                policies,
+                picks: Arc::new(picks),
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
                 ceiling: {

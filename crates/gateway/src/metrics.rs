@@ -342,22 +342,18 @@ impl Metrics {
         for u in &outcome.upstreams {
             let source = if u.estimated { "estimated" } else { "reported" };
             for (kind, count) in [("prompt", u.prompt), ("completion", u.completion)] {
-                self.tokens
+                (self.tokens)
                     .get_or_create(&TokenLabels {
                         model: model.clone(),
                         upstream: u.upstream.to_string(),
                         kind,
                         source,
                     })
-                    .inc_by(count);
+                    .add(count);
             }
         }
-        self.cancelled_tokens
-            .get_or_create(&labels)
-            .inc_by(outcome.cancelled_tokens);
-        self.unselected_tokens
-            .get_or_create(&labels)
-            .inc_by(outcome.unselected_tokens);
+        (self.cancelled_tokens.get_or_create(&labels)).add(outcome.cancelled_tokens);
+        (self.unselected_tokens.get_or_create(&labels)).add(outcome.unselected_tokens);
     }
 
     /// One try of an upstream, and how it ended.
@@ -458,6 +454,24 @@ impl Drop for Open {
             true => self.metrics.open_upstreams.dec(),
             false => self.metrics.open_streams.dec(),
         };
+    }
+}
+
+/// A counter that stays at `u64::MAX` rather than wrapping: token counts come from
+/// upstreams, whose figures are clamped but whose sum over a long life is not bounded.
+trait Saturating {
+    /// Adds `v`, at most up to `u64::MAX`.
+    fn add(&self, v: u64);
+}
+
+impl Saturating for Counter {
+    fn add(&self, v: u64) {
+        // Monotonic, as a counter must be: it only ever grows, up to u64::MAX.
+        let _ = (self.inner()).fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |now| Some(now.saturating_add(v)),
+        );
     }
 }
 

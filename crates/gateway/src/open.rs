@@ -14,7 +14,9 @@ use serde_json::{Map, Value, json};
 use crate::config::NMode;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::resilience::{Availability, Budget, ClientId, Health, Outcome, RetryPolicy, classify};
+use crate::resilience::{
+    Availability, Budget, ClientId, Health, Outcome, RetryPolicy, Warnings, classify,
+};
 use choicewise_client::Client;
 use choicewise_core::Dialect;
 
@@ -58,6 +60,8 @@ pub(crate) struct ModelRoutes {
     /// Its retry budget: a model whose traffic fails spends its own retries, never
     /// another's.
     pub budget: Arc<Budget>,
+    /// Its warnings of the tries, rate-limited.
+    pub warnings: Warnings,
 }
 
 /// Every configured model, by name.
@@ -289,7 +293,9 @@ impl Opener {
             }
             if m > 0 {
                 self.metrics.fallback(&self.model.name, &model.name);
-                tracing::warn!(model = %self.model.name, to = %model.name, "falling back");
+                if let Some(left_out) = self.model.warnings.allow("fallback", Instant::now()) {
+                    tracing::warn!(model = %self.model.name, to = %model.name, left_out, "falling back");
+                }
             }
             let start = match m {
                 0 => candidates.iter().position(|&j| j == first).unwrap_or(0),
@@ -323,7 +329,13 @@ impl Opener {
                 let panic = (candidates.iter()).all(|&j| model.routes[j].health.ejected());
                 if panic && last.is_none() {
                     self.metrics.panic_routed(&model.name);
-                    tracing::warn!(model = %model.name, "every upstream is ejected: trying them anyway");
+                    if let Some(left_out) = model.warnings.allow("panic_routed", now) {
+                        tracing::warn!(
+                            model = %model.name,
+                            left_out,
+                            "every upstream is ejected: trying them anyway"
+                        );
+                    }
                 }
                 if last.is_none() && closed(candidates[start]) {
                     let open: Vec<usize> = (candidates.iter().copied())
@@ -362,13 +374,16 @@ impl Opener {
                     }
                 }
                 // A retry is charged to the budget, unless it leaves an ejected upstream for
-                // a healthy one: that moves a try away from an upstream known to be failing
-                // and adds no load to it, and it is what a burst meets while one upstream is
-                // going down (every try already sent to it fails). When every upstream is
-                // failing, each is ejected in turn and no such retry remains.
+                // one whose last try succeeded: that moves a try away from an upstream known
+                // to be failing to one known to answer, and it is what a burst meets while
+                // one upstream is going down (every try already sent to it fails). Leaving
+                // an ejected upstream for one not known to answer (in an outage of every
+                // upstream, the next to be ejected) is charged as any retry, so that the
+                // budget bounds the tries of an outage.
                 let leaves_ejected = !panic
                     && last.is_some_and(|l| model.routes[l].health.ejected())
-                    && chosen.is_some_and(|j| Some(j) != last)
+                    && chosen
+                        .is_some_and(|j| Some(j) != last && model.routes[j].health.answering())
                     && !probe;
                 if retry && !leaves_ejected && !self.budget.retry(now) {
                     let probed = chosen.filter(|_| probe).map(|j| &model.routes[j]);
@@ -398,7 +413,7 @@ impl Opener {
                 last = Some(j);
                 let route = &model.routes[j];
                 // The upstream's own budget, beside its model's: a try that moves away from
-                // an ejected upstream is free in both, but any other retry sent to this
+                // an ejected upstream to one that answers is free in both, but any other retry sent to this
                 // upstream, from its model or from a model falling back to it, is bounded
                 // by the first tries it serves, so that no other model's failures flood it.
                 let now = Instant::now();
@@ -414,11 +429,14 @@ impl Opener {
                     if probe {
                         route.health.probe_over();
                     }
-                    tracing::warn!(
-                        model = %self.model.name,
-                        max_upstream_requests_per_request = self.max_requests,
-                        "a request reached its bound of upstream requests"
-                    );
+                    if let Some(left_out) = self.model.warnings.allow("bound", now) {
+                        tracing::warn!(
+                            model = %self.model.name,
+                            max_upstream_requests_per_request = self.max_requests,
+                            left_out,
+                            "a request reached its bound of upstream requests"
+                        );
+                    }
                     return Err(self.too_many_requests(&failed));
                 }
                 // Whatever ends this try (an answer, a failure, the client's own error, or
@@ -470,12 +488,15 @@ impl Opener {
                     ),
                 };
                 self.record(sample, &route.label, outcome);
-                tracing::warn!(
-                    model = %model.name,
-                    upstream = %route.label,
-                    outcome = outcome.as_str(),
-                    "a try failed: {message}"
-                );
+                if let Some(left_out) = model.warnings.allow("try_failed", Instant::now()) {
+                    tracing::warn!(
+                        model = %model.name,
+                        upstream = %route.label,
+                        outcome = outcome.as_str(),
+                        left_out,
+                        "a try failed: {message}"
+                    );
+                }
                 if (route.health).failed(Instant::now(), retry_after, probe, self.client, outcome) {
                     self.metrics.ejected(&route.label, true);
                     tracing::warn!(upstream = %route.label, "ejected");
@@ -522,7 +543,9 @@ impl Opener {
             route.health.probe_over();
         }
         self.metrics.retry_budget_exhausted();
-        tracing::warn!(model = %self.model.name, budget, "retry budget exhausted");
+        if let Some(left_out) = self.model.warnings.allow("budget", Instant::now()) {
+            tracing::warn!(model = %self.model.name, budget, left_out, "retry budget exhausted");
+        }
         self.failure(failed, true)
     }
 

@@ -8,7 +8,7 @@ use choicewise_core::{Policy, PolicyError, PolicyErrorKind};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::config::Limits;
+use crate::config::{Limits, ModelPick};
 use crate::error::ApiError;
 
 /// A JSON object's top-level fields by name, each its JSON text: as the client sent it (a
@@ -109,12 +109,13 @@ pub(crate) struct ChatRequest {
     pub include_usage: bool,
     /// The client asked for log-probabilities (`"logprobs": true`): they pass through.
     pub logprobs: bool,
-    /// How the samples are picked from: the request's `choicewise` extension, else its
-    /// model's default ([`with_default`](Self::with_default)), else every sample a choice.
+    /// How the samples are picked from: the request's `choicewise` extension merged over its
+    /// model's default, or either alone ([`with_model`](Self::with_model)), else every
+    /// sample a choice.
     pub policy: Policy,
-    /// Whether the request carried a `choicewise` extension (a model's default then does
-    /// not apply).
-    pub extension: bool,
+    /// The request's `choicewise` extension as sent, if it carried one: merged over its
+    /// model's default ([`with_model`](Self::with_model)).
+    pub extension: Option<Map<String, Value>>,
     /// The body to send upstream, in Chat Completions' shape, without what the gateway
     /// decides (`model`, `n`, `stream`, `stream_options`, `choicewise`): raw fields.
     pub body: Fields,
@@ -178,12 +179,14 @@ impl ChatRequest {
                 )));
             }
         };
-        let (extension, fields) = match take("choicewise")? {
-            None | Some(Value::Null) => (false, Map::new()),
-            Some(Value::Object(o)) => (true, o),
+        let extension = match take("choicewise")? {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(o)) => Some(o),
             Some(v) => return Err(err(format!("\"choicewise\" must be an object, not {v}"))),
         };
-        let policy = Policy::from_json(&fields, &limits.policy_limits(n)).map_err(refused)?;
+        // Every sample a choice until the model's pick and the extension are applied
+        // (`with_model`), which checks the extension.
+        let policy = Policy::from_json(&Map::new(), &limits.policy_limits(n)).map_err(refused)?;
         let logprobs = body.get("logprobs").map(|t| &t[..]) == Some(b"true");
         if body.get("messages").and_then(|m| m.first()) != Some(&b'[') {
             return Err(err("\"messages\" must be an array".into()).code("invalid_messages"));
@@ -201,31 +204,130 @@ impl ChatRequest {
         })
     }
 
-    /// Applies its model's default policy (`[models.choicewise]`) when the request carried
-    /// no extension: a request's extension replaces the default wholly. The default is
-    /// checked again against the request's `n` (its `samples` must be at least `n`).
-    pub fn with_default(
+    /// Applies its model's pick as the operator set it (its [`ModelPick`] in `picks`; none
+    /// for a model that is not configured, whose request is refused later) and checks the
+    /// request's extension, by the merge rule of docs/gateway.md:
+    ///
+    /// - with `lock`, a request carrying an extension (even `{}`) is refused;
+    /// - a request's `n`, or its merged `samples`, above the model's `max_samples` is refused,
+    ///   naming the model and the cap;
+    /// - without an extension, the model's default applies as it is;
+    /// - with one, the extension is merged over the default ([`merge`]) and the result
+    ///   checked against the request's `n`.
+    pub fn with_model(
         mut self,
-        default: Option<&Policy>,
+        picks: &std::collections::HashMap<String, ModelPick>,
         limits: &Limits,
     ) -> Result<ChatRequest, ApiError> {
-        let Some(default) = default.filter(|_| !self.extension) else {
-            return Ok(self);
+        let pick = picks.get(&self.model);
+        let (model, default, lock, cap) = match pick {
+            Some(p) => (p.model.as_str(), p.default.as_ref(), p.lock, p.max_samples),
+            None => (self.model.as_str(), None, false, None),
         };
-        let policy = default
-            .checked_for(&limits.policy_limits(self.n))
-            .map_err(|e| {
-                let mut e = refused(e);
-                e.message.push_str(&format!(
-                    " (the default of model {:?}, its [models.choicewise])",
-                    self.model
-                ));
-                e
-            })?;
+        if lock && self.extension.is_some() {
+            return Err(err(format!(
+                "the pick of model {model:?} is set by the operator (lock = true in its \
+                 [models.choicewise]): leave out the \"choicewise\" extension"
+            ))
+            .code("choicewise_locked")
+            .param("choicewise"));
+        }
+        let over_cap = |cap: u32, asked: u64, param: &str| {
+            err(format!(
+                "model {model:?} takes at most {cap} samples (its max_samples), and the request \
+                 asks for {asked} ({param})"
+            ))
+            .code("invalid_samples")
+            .param(param)
+        };
+        if let Some(cap) = cap
+            && self.n > cap
+        {
+            return Err(over_cap(cap, u64::from(self.n), "n"));
+        }
+        let (fields, whose) = match (&self.extension, default) {
+            (None, None) => return Ok(self),
+            (None, Some(_)) => (None, " (the default of model"),
+            (Some(ext), None) => (Some(ext.clone()), ""),
+            (Some(ext), Some(default)) => (
+                Some(merge(default, ext)),
+                " (the request's extension merged over the default of model",
+            ),
+        };
+        let asked = (fields.as_ref().or(default))
+            .and_then(|f| f.get("samples"))
+            .and_then(Value::as_u64);
+        if let (Some(cap), Some(asked)) = (cap, asked)
+            && asked > u64::from(cap)
+        {
+            return Err(over_cap(cap, asked, "choicewise.samples"));
+        }
+        let checks = limits
+            .policy_limits(self.n)
+            .max_samples(cap.unwrap_or(limits.max_samples));
+        let policy = match (&fields, pick.and_then(|p| p.policy.as_ref())) {
+            (None, Some(default)) => default.checked_for(&checks),
+            (fields, _) => Policy::from_json(fields.as_ref().unwrap_or(&Map::new()), &checks),
+        };
+        let policy = policy.map_err(|e| {
+            let mut e = refused(e);
+            if !whose.is_empty() {
+                e.message
+                    .push_str(&format!("{whose} {model:?}, its [models.choicewise])"));
+            }
+            e
+        })?;
         self.samples = policy.samples();
         self.policy = policy;
         Ok(self)
     }
+}
+
+/// The fields of the policies' JSON form that only some rules take: those of a model's
+/// default that a request choosing another `select` leaves behind.
+const RULE_FIELDS: [&str; 6] = [
+    "hedge_after_ms",
+    "vote_by",
+    "vote_normalize",
+    "min_votes",
+    "window",
+    "confidence",
+];
+
+/// A request's `choicewise` extension merged over its model's default (the merge rule of
+/// docs/gateway.md): each field the request states (not `null`) replaces the model's, the
+/// others stay the model's (an empty extension keeps the model's pick, its hedge included);
+/// a request's `deadline_ms` may lower the model's, never raise it; a request that picks
+/// another `select` than the model's keeps none of the model's fields that go with a rule
+/// ([`RULE_FIELDS`]).
+///
+pub(crate) fn merge(
+    default: &Map<String, Value>,
+    request: &Map<String, Value>,
+) -> Map<String, Value> {
+    let mut merged = default.clone();
+    let stated = |key: &str| request.get(key).filter(|v| !v.is_null());
+    if let Some(select) = stated("select")
+        && default.get("select") != Some(select)
+    {
+        for key in RULE_FIELDS {
+            merged.remove(key);
+        }
+    }
+    for (key, value) in request {
+        if value.is_null() {
+            continue;
+        }
+        let lower = match (key.as_str(), merged.get(key)) {
+            ("deadline_ms", Some(model)) => match (model.as_u64(), value.as_u64()) {
+                (Some(model_ms), Some(asked)) if asked > model_ms => Some(model.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        merged.insert(key.clone(), lower.unwrap_or_else(|| value.clone()));
+    }
+    merged
 }
 
 /// A refused policy as the client's 400, with the codes the extension's errors have.
@@ -249,7 +351,9 @@ mod tests {
     use super::*;
 
     fn parse(body: &str) -> Result<ChatRequest, ApiError> {
-        ChatRequest::parse(&Bytes::from(body.to_string()), &Limits::default())
+        let limits = Limits::default();
+        ChatRequest::parse(&Bytes::from(body.to_string()), &limits)?
+            .with_model(&Default::default(), &limits)
     }
 
     #[test]
@@ -302,6 +406,54 @@ mod tests {
             )
         );
         assert!(!hedged.body.contains_key("choicewise"));
+    }
+
+    #[test]
+    fn a_requests_extension_is_merged_over_the_models_default() {
+        let merged = |model: Value, request: Value| {
+            Value::Object(merge(
+                model.as_object().unwrap(),
+                request.as_object().unwrap(),
+            ))
+        };
+        let hedged = serde_json::json!({"samples": 2, "select": "first_token", "hedge_after_ms": 400, "deadline_ms": 5000});
+        // Nothing stated: the model's, whole.
+        assert_eq!(merged(hedged.clone(), serde_json::json!({})), hedged);
+        assert_eq!(
+            merged(hedged.clone(), serde_json::json!({"hedge_after_ms": null})),
+            hedged
+        );
+        // The fields stated replace the model's; the deadline may only be lowered.
+        assert_eq!(
+            merged(
+                hedged.clone(),
+                serde_json::json!({"samples": 16, "deadline_ms": 9000})
+            ),
+            serde_json::json!({"samples": 16, "select": "first_token", "hedge_after_ms": 400, "deadline_ms": 5000})
+        );
+        assert_eq!(
+            merged(hedged.clone(), serde_json::json!({"deadline_ms": 300}))["deadline_ms"],
+            300
+        );
+        // Another rule leaves the model's rule's fields behind, not its samples or deadline.
+        assert_eq!(
+            merged(hedged.clone(), serde_json::json!({"select": "vote"})),
+            serde_json::json!({"samples": 2, "select": "vote", "deadline_ms": 5000})
+        );
+        let vote =
+            serde_json::json!({"select": "vote", "samples": 5, "vote_by": "x", "min_votes": 2});
+        assert_eq!(
+            merged(
+                vote.clone(),
+                serde_json::json!({"select": "vote", "samples": 3})
+            ),
+            serde_json::json!({"select": "vote", "samples": 3, "vote_by": "x", "min_votes": 2})
+        );
+        // A bad value stated is the request's, for its own error.
+        assert_eq!(
+            merged(hedged, serde_json::json!({"deadline_ms": "soon"}))["deadline_ms"],
+            "soon"
+        );
     }
 
     #[test]

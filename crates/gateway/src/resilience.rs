@@ -216,6 +216,14 @@ impl Health {
         self.state().ejected_until.is_some()
     }
 
+    /// Whether its last try succeeded: it served someone, and has failed no try since (nor
+    /// is it ejected). What a retry that leaves an ejected upstream must find to be free of
+    /// the retry budget.
+    pub fn answering(&self) -> bool {
+        let s = self.state();
+        s.ejected_until.is_none() && s.failures_in_row == 0 && !s.served.is_empty()
+    }
+
     /// A try of `client` succeeded (or the upstream answered it with the client's own
     /// error): the upstream is healthy (restored, if it was ejected), and serves `client`.
     pub fn succeeded(&self, client: ClientId, now: Instant) -> bool {
@@ -369,6 +377,40 @@ impl Budget {
     }
 }
 
+/// How often one kind of warning of one model is written at most.
+pub(crate) const WARN_EVERY: Duration = Duration::from_secs(1);
+
+/// Warnings rate-limited by kind (one model's: a value per model): at most one of a kind per
+/// [`WARN_EVERY`], the next one written saying how many were left out, so that a client
+/// whose requests all fail the same way cannot fill the logs.
+#[derive(Debug, Default)]
+pub(crate) struct Warnings {
+    /// Per kind: when one was last written, and how many were left out since.
+    kinds: Mutex<Vec<(&'static str, Instant, u64)>>,
+}
+
+impl Warnings {
+    /// Whether a warning of `kind` may be written at `now`: `Some(left_out)`, the number
+    /// left out since the last one written, or `None` (this one left out, and counted).
+    pub fn allow(&self, kind: &'static str, now: Instant) -> Option<u64> {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        match kinds.iter_mut().find(|(k, _, _)| *k == kind) {
+            None => {
+                kinds.push((kind, now, 0));
+                Some(0)
+            }
+            Some((_, last, left_out)) if now.saturating_duration_since(*last) >= WARN_EVERY => {
+                *last = now;
+                Some(std::mem::take(left_out))
+            }
+            Some((_, _, left_out)) => {
+                *left_out = left_out.saturating_add(1);
+                None
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -382,6 +424,21 @@ mod tests {
             eject_after,
             eject_for_s,
         })
+    }
+
+    #[test]
+    fn warnings_are_one_per_kind_per_second_with_the_count_left_out() {
+        let w = Warnings::default();
+        let t = Instant::now();
+        assert_eq!(w.allow("a", t), Some(0));
+        for k in 1..=500u64 {
+            assert_eq!(w.allow("a", t + Duration::from_micros(k)), None);
+        }
+        // Another kind is not held by the first.
+        assert_eq!(w.allow("b", t), Some(0));
+        assert_eq!(w.allow("a", t + WARN_EVERY), Some(500));
+        assert_eq!(w.allow("a", t + WARN_EVERY), None);
+        assert_eq!(w.allow("a", t + 3 * WARN_EVERY), Some(1));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Picking per model: a model's `[models.choicewise]` table is the default policy of the
 //! requests that carry no `choicewise` extension, on every ingress (Chat Completions,
 //! Anthropic Messages, OpenAI Responses: an agent cannot send the extension); a request's
-//! extension replaces it wholly; a bad table is refused at start naming the model and the
-//! field. Real loopback HTTP.
+//! extension is merged over it (the fields it states replace the model's, its `deadline_ms`
+//! may only lower the model's); the model's `max_samples` and `lock` are the operator's and
+//! stay; a bad table is refused at start naming the model and the field. Real loopback HTTP.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -94,7 +95,7 @@ async fn a_models_default_policy_hedges_every_ingress() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_requests_extension_replaces_the_models_default() {
+async fn a_requests_extension_is_merged_over_the_models_default() {
     let fine = TestServer::builder()
         .body(answer("fine"))
         .start()
@@ -102,9 +103,10 @@ async fn a_requests_extension_replaces_the_models_default() {
         .unwrap();
     let toml = agents(&silent().await, &fine.base_url(), HEDGED);
     let (addr, _) = serve(&toml, env).await;
+    let user = json!([{"role": "user", "content": "hi"}]);
     // Its own samples and hedge: three samples, the second started after 1 s, not 200 ms.
-    let body = json!({"model": "agents", "messages": [{"role": "user", "content": "hi"}],
-                      "choicewise": {"samples": 3, "select": "first_token", "hedge_after_ms": 1000}});
+    let body = json!({"model": "agents", "messages": user,
+                      "choicewise": {"samples": 3, "hedge_after_ms": 1000}});
     let started = Instant::now();
     let v = answered(addr, "/v1/chat/completions", &body).await;
     assert!(
@@ -114,20 +116,37 @@ async fn a_requests_extension_replaces_the_models_default() {
     );
     assert_eq!(v["choices"][0]["message"]["content"], "fine", "{v}");
     assert_eq!(v["choicewise"]["samples"], 3, "{v}");
+    assert_eq!(
+        v["choicewise"]["decision"], "first_token",
+        "the model's select, kept: {v}"
+    );
     assert_eq!(v["choicewise"]["selected"], json!([1]), "{v}");
-    // The extension's own checks, not the default's fields: a hedge with a vote is refused.
-    let bad = json!({"model": "agents", "messages": [{"role": "user", "content": "hi"}],
+    // An empty extension keeps the model's pick, its hedge included: answered by the hedge
+    // (`answered` asserts well before the silent upstream's timeout).
+    for empty in [json!({}), json!({"hedge_after_ms": null, "select": null})] {
+        let body = json!({"model": "agents", "messages": user, "choicewise": empty});
+        let v = answered(addr, "/v1/chat/completions", &body).await;
+        assert_eq!(v["choicewise"]["decision"], "first_token", "{v}");
+        assert_eq!(v["choicewise"]["samples"], 2, "{v}");
+    }
+    // The request's own fields still go through the extension's checks.
+    let bad = json!({"model": "agents", "messages": user,
                      "choicewise": {"samples": 2, "select": "vote", "hedge_after_ms": 200}});
     let r = post(addr, "/v1/chat/completions", &bad).await;
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
-    assert_eq!(
-        e["error"]["message"],
-        "\"choicewise.hedge_after_ms\" goes with \"select\": \"first_token\""
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("\"choicewise.hedge_after_ms\" goes with \"select\": \"first_token\""),
+        "{message}"
+    );
+    assert!(
+        message.contains("merged over the default of model \"agents\""),
+        "{message}"
     );
     assert_eq!(e["error"]["param"], "choicewise.hedge_after_ms");
     // A default of 2 samples cannot serve n = 3: 400 naming the model's default.
-    let three = json!({"model": "agents", "n": 3, "messages": [{"role": "user", "content": "hi"}]});
+    let three = json!({"model": "agents", "n": 3, "messages": user});
     let r = post(addr, "/v1/chat/completions", &three).await;
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
@@ -141,6 +160,178 @@ async fn a_requests_extension_replaces_the_models_default() {
         "{message}"
     );
     assert_eq!(e["error"]["code"], "invalid_samples");
+}
+
+/// A model of one upstream with `extra` in its `[[models]]` entry and `policy` as its
+/// `[models.choicewise]`.
+fn one_model(url: &str, extra: &str, policy: &str) -> String {
+    format!(
+        "[[models]]\nname = \"m\"\n{extra}\n[models.choicewise]\n{policy}\n{}",
+        upstream(url)
+    )
+}
+
+async fn refusal(addr: SocketAddr, body: &Value) -> Value {
+    let r = within(
+        LIMIT,
+        "the refusal",
+        post(addr, "/v1/chat/completions", body),
+    )
+    .await;
+    assert_eq!(r.status(), 400, "{body}");
+    let e: Value = r.json().await.unwrap();
+    e["error"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_models_max_samples_caps_every_request() {
+    let fine = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    let toml = one_model(
+        &fine.base_url(),
+        "max_samples = 4",
+        "select = \"vote\"\nsamples = 2",
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let user = json!([{"role": "user", "content": "hi"}]);
+    for (body, param, asked) in [
+        (
+            json!({"model": "m", "messages": user, "choicewise": {"samples": 16, "select": "vote"}}),
+            "choicewise.samples",
+            16,
+        ),
+        (
+            json!({"model": "m", "messages": user, "choicewise": {"samples": 16}}),
+            "choicewise.samples",
+            16,
+        ),
+        (json!({"model": "m", "messages": user, "n": 16}), "n", 16),
+        (
+            json!({"model": "m", "messages": user, "n": 5, "choicewise": {}}),
+            "n",
+            5,
+        ),
+    ] {
+        let e = refusal(addr, &body).await;
+        assert_eq!(
+            e["message"],
+            format!(
+                "model \"m\" takes at most 4 samples (its max_samples), and the request asks for {asked} ({param})"
+            ),
+            "{body}"
+        );
+        assert_eq!(
+            (e["code"].as_str(), e["param"].as_str()),
+            (Some("invalid_samples"), Some(param))
+        );
+    }
+    assert_eq!(fine.request_count(), 0, "nothing refused went upstream");
+    // Up to the cap is served.
+    let four = json!({"model": "m", "messages": user, "choicewise": {"samples": 4}});
+    let r = within(
+        LIMIT,
+        "the answer",
+        post(addr, "/v1/chat/completions", &four),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choicewise"]["samples"], 4, "{v}");
+    assert_eq!(fine.request_count(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_models_pick_refuses_every_extension() {
+    let fine = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    let toml = one_model(
+        &fine.base_url(),
+        "",
+        "lock = true\nselect = \"first_finished\"\nsamples = 2",
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let user = json!([{"role": "user", "content": "hi"}]);
+    for ext in [
+        json!({}),
+        json!({"samples": 2, "select": "first_finished"}),
+        json!({"deadline_ms": 100}),
+    ] {
+        let body = json!({"model": "m", "messages": user, "choicewise": ext});
+        let e = refusal(addr, &body).await;
+        assert_eq!(
+            e["message"],
+            "the pick of model \"m\" is set by the operator (lock = true in its [models.choicewise]): leave out the \"choicewise\" extension",
+            "{body}"
+        );
+        assert_eq!(
+            (e["code"].as_str(), e["param"].as_str()),
+            (Some("choicewise_locked"), Some("choicewise"))
+        );
+    }
+    // On the other ingresses too: a Messages request carries the extension as a field.
+    let messages = json!({"model": "m", "max_tokens": 10, "messages": user, "choicewise": {}});
+    let r = within(LIMIT, "the refusal", post(addr, "/v1/messages", &messages)).await;
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("set by the operator"));
+    assert_eq!(fine.request_count(), 0);
+    // Without the extension, the model's pick.
+    let body = json!({"model": "m", "messages": user});
+    let r = within(
+        LIMIT,
+        "the answer",
+        post(addr, "/v1/chat/completions", &body),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choicewise"]["decision"], "first_finished", "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_models_deadline_is_a_ceiling_a_request_may_lower() {
+    // A vote of two samples, one of them stalled after its first event: the vote waits for
+    // it until its deadline.
+    let fine = TestServer::builder()
+        .body(answer("fine"))
+        .start()
+        .await
+        .unwrap();
+    let stalled = common::stalled(1).start().await.unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.choicewise]\nselect = \"vote\"\nsamples = 2\nmin_votes = 1\ndeadline_ms = 1500\n{}{}",
+        upstream(&fine.base_url()),
+        upstream(&stalled.base_url())
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let user = json!([{"role": "user", "content": "hi"}]);
+    for (ext, at_least, under) in [
+        // Dropped or raised: the model's 1.5 s stays.
+        (json!({"samples": 2, "select": "vote"}), 1.5, 10.0),
+        (json!({"deadline_ms": 60000}), 1.5, 10.0),
+        (json!({"deadline_ms": null}), 1.5, 10.0),
+        // Lowered: the request's.
+        (json!({"deadline_ms": 300}), 0.3, 1.4),
+    ] {
+        let body = json!({"model": "m", "messages": user, "choicewise": ext});
+        let started = Instant::now();
+        let r = within(
+            LIMIT,
+            "the answer",
+            post(addr, "/v1/chat/completions", &body),
+        )
+        .await;
+        let took = started.elapsed().as_secs_f64();
+        assert_eq!(r.status(), 200, "{ext}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], "fine", "{ext}: {v}");
+        assert!(took >= at_least && took < under, "{ext}: {took} s");
+    }
 }
 
 #[test]
@@ -183,6 +374,26 @@ fn a_bad_default_is_refused_at_start_naming_the_model_and_field() {
             "{policy}: {e}"
         );
         assert!(e.contains(says), "{policy}: {e}");
+    }
+    for (extra, policy, says) in [
+        (
+            "",
+            "lock = 1",
+            "model \"m\", [models.choicewise]: lock must be true or false, not 1",
+        ),
+        (
+            "max_samples = 0",
+            "",
+            "model \"m\": max_samples must be at least 1",
+        ),
+        (
+            "max_samples = 2",
+            "select = \"vote\"\nsamples = 3",
+            "model \"m\", [models.choicewise]: \"choicewise.samples\" must be an integer from n (1) to 2 (max_samples), not 3",
+        ),
+    ] {
+        let e = Config::from_toml(&one_model(here, extra, policy)).unwrap_err();
+        assert_eq!(e.to_string(), says);
     }
     let ok = Config::from_toml(&agents(here, here, HEDGED)).unwrap();
     assert_eq!(

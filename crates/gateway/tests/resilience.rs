@@ -931,3 +931,35 @@ async fn a_native_request_cut_mid_stream_is_replaced_sample_by_sample() {
         .collect();
     assert_eq!(ns, [3, 1], "one native request, then one replacement");
 }
+
+/// A total outage: every upstream of the model answers 500. Leaving an ejected upstream for
+/// another that is failing too is a retry like any other, so the budget bounds the tries:
+/// 40 requests at once at 20% make 40 first tries and at most 10 retries (the floor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_total_outage_the_budget_bounds_the_tries() {
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        let server = TestServer::builder()
+            .fail(Failure::status(500))
+            .start()
+            .await
+            .unwrap();
+        servers.push(server);
+    }
+    let toml = format!(
+        "[limits]\nretry_budget_percent = 20\n[[models]]\nname = \"m\"\n[models.retry]\nattempts = 5\nbackoff_ms = 1\n[models.health]\neject_after = 2\n{}",
+        servers
+            .iter()
+            .map(|s| upstream(&s.base_url(), ""))
+            .collect::<String>()
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let body = chat(1, false);
+    let burst = (0..40).map(|_| post(addr, &body));
+    let answers = within(LIMIT, "the burst", futures::future::join_all(burst)).await;
+    for r in answers {
+        assert_eq!(r.status(), 502);
+    }
+    let tries: usize = servers.iter().map(|s| s.request_count()).sum();
+    assert!((40..=50).contains(&tries), "{tries} upstream tries");
+}

@@ -43,6 +43,13 @@ pub struct StreamConfig {
     pub max_choices: usize,
     /// The most tool calls per choice ([`DEFAULT_MAX_TOOL_CALLS`]).
     pub max_tool_calls: usize,
+    /// The most bytes of raw updates (each choice's JSON element of a chunk's `choices`) one
+    /// choice may take; past it that choice fails alone
+    /// ([`ErrorDetail::ChoiceTooLarge`](crate::ErrorDetail::ChoiceTooLarge)) and its later
+    /// updates are dropped unparsed. `None` (the default): no bound but the event size's.
+    /// Updates of a typed dialect (Messages, Responses: one choice per stream) are not
+    /// counted: bound their stream's bytes instead.
+    pub max_choice_bytes: Option<usize>,
     /// WHATWG framing only, without the tolerance for events written without the blank line
     /// between them (`false` by default).
     pub strict_sse: bool,
@@ -59,6 +66,7 @@ impl Default for StreamConfig {
             max_event_size: DEFAULT_MAX_EVENT_SIZE,
             max_choices: DEFAULT_MAX_CHOICES,
             max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
+            max_choice_bytes: None,
             strict_sse: false,
             dialect: None,
             logprobs: LogprobsKept::Raw,

@@ -308,7 +308,8 @@ impl Demux {
         let known = self.choices.len();
         for slot in &self.splitter.slots[known..] {
             let core = ChoiceCore::new(slot.index, self.config.max_tool_calls)
-                .logprobs(self.config.logprobs);
+                .logprobs(self.config.logprobs)
+                .max_bytes(self.config.max_choice_bytes);
             self.choices.push((core, EventLog::default()));
         }
         self.warnings.append(&mut self.splitter.warnings);
@@ -397,6 +398,54 @@ mod tests {
                 })
                 .collect();
             assert_eq!(ignored.len(), 1, "{:?}", demux.warnings());
+            let result = format!("{:?}", inc.partial);
+            assert_eq!(reference.get_or_insert(result.clone()), &result);
+        }
+    }
+
+    #[test]
+    fn a_choice_past_its_bytes_fails_alone_under_any_split() {
+        // Choice 0 sends ten updates of 45 bytes each; its bound lets the first four in.
+        let mut stream =
+            String::from("data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"B\"}}]}\n\n");
+        for k in 0..10 {
+            stream.push_str(&format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"x{k}\"}}}}]}}\n\n"
+            ));
+        }
+        stream.push_str("data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+        let update = r#"{"index":0,"delta":{"content":"x0"}}"#.len();
+        let mut reference = None;
+        for size in [1, 3, 64, stream.len()] {
+            let config = crate::StreamConfig {
+                max_choice_bytes: Some(4 * update + 1),
+                ..Default::default()
+            };
+            let mut demux = Demux::with_config(config);
+            for read in stream.as_bytes().chunks(size) {
+                demux.feed(read).unwrap();
+            }
+            let inc = demux.finish().unwrap_err();
+            assert!(
+                matches!(
+                    inc.error.detail(),
+                    ErrorDetail::ChoiceTooLarge {
+                        choice: 0,
+                        line: 11,
+                        ..
+                    }
+                ),
+                "{:?}",
+                inc.error
+            );
+            assert_eq!(
+                inc.partial.choices[0].message.content.as_deref(),
+                Some("x0x1x2x3")
+            );
+            assert_eq!(
+                inc.partial.choices[1].finish_reason.as_deref(),
+                Some("stop")
+            );
             let result = format!("{:?}", inc.partial);
             assert_eq!(reference.get_or_insert(result.clone()), &result);
         }

@@ -120,7 +120,7 @@ impl Error {
             D::WrongDialect { .. } => ErrorKind::Dialect,
             D::InvalidUpdate { .. } | D::InvalidToolCall { .. } => ErrorKind::Update,
             D::InvalidArguments { .. } => ErrorKind::Arguments,
-            D::TooManyChoices { .. } => ErrorKind::Limit,
+            D::TooManyChoices { .. } | D::ChoiceTooLarge { .. } => ErrorKind::Limit,
             D::Upstream(_) => ErrorKind::Upstream,
             D::Transport { .. } => ErrorKind::Transport,
             D::Open { .. } => ErrorKind::Open,
@@ -147,6 +147,7 @@ impl Error {
             | D::Truncated { line, .. }
             | D::InvalidChoiceIndex { line, .. }
             | D::TooManyChoices { line, .. }
+            | D::ChoiceTooLarge { line, .. }
             | D::InvalidToolCall { line, .. }
             | D::InvalidUpdate { line, .. }
             | D::WrongDialect { line, .. } => Some(*line),
@@ -177,6 +178,7 @@ impl Error {
             | D::Truncated { offset, .. }
             | D::InvalidToolCall { offset, .. }
             | D::InvalidUpdate { offset, .. }
+            | D::ChoiceTooLarge { offset, .. }
             | D::IdleTimeout { offset, .. } => Some(*offset),
             D::UpstreamFailed { error, .. } => error.offset(),
             D::Upstream(_)
@@ -201,6 +203,7 @@ impl Error {
         match self.detail() {
             D::InvalidToolCall { choice, .. }
             | D::InvalidUpdate { choice, .. }
+            | D::ChoiceTooLarge { choice, .. }
             | D::InvalidArguments { choice, .. } => Some(*choice),
             D::ActorFailed { choice, .. } => *choice,
             D::UpstreamFailed { error, .. } => error.choice(),
@@ -395,6 +398,30 @@ pub enum ErrorDetail {
         offset: u64,
         /// What the JSON parser found.
         message: String,
+    },
+    /// One choice's updates passed the most bytes one choice may take
+    /// ([`StreamConfig::max_choice_bytes`](crate::StreamConfig::max_choice_bytes)): an
+    /// upstream that sends one choice without end. Fails that choice only: the other choices
+    /// go on, and its later updates are dropped unparsed.
+    ///
+    /// ```
+    /// use choicewise_proto::{Error, ErrorDetail, ErrorKind};
+    /// let e = Error::from(ErrorDetail::ChoiceTooLarge { choice: 3, limit: 1024, line: 90, offset: 5000 });
+    /// assert_eq!(e.to_string(), "line 90 (byte 5000): choice 3: its updates passed 1024 bytes (max_choice_bytes)");
+    /// assert_eq!((e.kind(), e.choice()), (ErrorKind::Limit, Some(3)));
+    /// ```
+    #[error(
+        "line {line} (byte {offset}): choice {choice}: its updates passed {limit} bytes (max_choice_bytes)"
+    )]
+    ChoiceTooLarge {
+        /// The choice.
+        choice: u32,
+        /// The limit in force, in bytes of the choice's raw updates.
+        limit: usize,
+        /// The line of the update that passed it.
+        line: u64,
+        /// The byte offset of that update's event in the stream.
+        offset: u64,
     },
     /// A call's complete arguments are not valid JSON, or do not fit the requested type.
     /// Reported by `Choice::arguments`, where it does not end the

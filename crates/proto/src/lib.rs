@@ -75,7 +75,7 @@ pub use event::{
 pub use logprobs::{Logprobs, LogprobsKept};
 pub use response::{ChatCompletion, ChoiceOutput, ChoiceSource, FunctionCall, Message, ToolCall};
 pub use split::Parsed;
-pub use usage::{ChoiceUsage, Estimate, Usage, UsageSource};
+pub use usage::{ChoiceUsage, Estimate, MAX_REPORTED_TOKENS, Usage, UsageSource};
 
 /// The driver API: what a runtime needs to run this protocol on tasks or actors of its own,
 /// as `choicewise-core` does (a reader per stream, an actor per choice). No type here has a

@@ -111,6 +111,9 @@ pub struct ChoiceCore {
     buf: Vec<ChoiceEvent>,
     /// What is kept of the updates' log-probabilities.
     logprobs: LogprobsKept,
+    /// The most bytes of raw updates it may take, and those taken so far.
+    max_bytes: usize,
+    bytes: usize,
 }
 
 impl ChoiceCore {
@@ -124,7 +127,17 @@ impl ChoiceCore {
             updates: Vec::new(),
             buf: Vec::new(),
             logprobs: LogprobsKept::Raw,
+            max_bytes: usize::MAX,
+            bytes: 0,
         }
+    }
+
+    /// Fails the choice alone once its raw updates pass `bytes` in all
+    /// ([`StreamConfig::max_choice_bytes`](crate::StreamConfig::max_choice_bytes); `None`:
+    /// no bound).
+    pub fn max_bytes(mut self, bytes: Option<usize>) -> Self {
+        self.max_bytes = bytes.unwrap_or(usize::MAX);
+        self
     }
 
     /// Keeps of the updates' log-probabilities what `kept` says
@@ -212,11 +225,26 @@ impl ChoiceCore {
             batch.clear();
             return;
         }
+        // The choice's bound: the updates within it are taken, the one that passes it fails
+        // the choice, and those after it are dropped unparsed.
+        let (fit, used) = batch.fitting(self.max_bytes.saturating_sub(self.bytes));
+        self.bytes = self.bytes.saturating_add(used);
+        let (dropped, over) = batch.cut_at(fit);
         let mut updates = std::mem::take(&mut self.updates);
         updates.clear();
         let decoded = decode_batch(self.index, self.logprobs, batch, &mut updates);
         self.apply(&mut updates, decoded, events, warnings);
         self.updates = updates;
+        if let Some((line, offset)) = over {
+            self.fail(Error::from(crate::ErrorDetail::ChoiceTooLarge {
+                choice: self.index,
+                limit: self.max_bytes,
+                line,
+                offset,
+            }));
+            self.ignore(dropped.saturating_sub(1), Some(line));
+            batch.clear();
+        }
     }
 
     /// Merges parsed updates; `decoded` is the batch's parse error, if any, after them.

@@ -160,8 +160,22 @@ pub struct ReportedUsage {
     warned: bool,
 }
 
+/// The most tokens one reported figure counts for: 2^32. A provider's usage above it is
+/// clamped to it, so that sums over many answers (a gateway's counters, a client's totals)
+/// cannot wrap.
+///
+/// ```
+/// use choicewise_proto::MAX_REPORTED_TOKENS;
+/// assert_eq!(MAX_REPORTED_TOKENS, 1 << 32);
+/// ```
+pub const MAX_REPORTED_TOKENS: u64 = 1 << 32;
+
+/// A reported figure, clamped to [`MAX_REPORTED_TOKENS`]; 0 when absent or not a count.
 fn number(v: &Value, key: &str) -> u64 {
-    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+    v.get(key)
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        .min(MAX_REPORTED_TOKENS)
 }
 
 impl ReportedUsage {
@@ -236,15 +250,13 @@ impl ReportedUsage {
                     .map(|v| number(v, "prompt_tokens"))
                     .max()
                     .unwrap_or(0);
-                let completion: u64 = self
-                    .running
-                    .values()
+                let completion = (self.running.values())
                     .map(|v| number(v, "completion_tokens"))
-                    .sum();
+                    .fold(0u64, u64::saturating_add);
                 Some(Usage {
                     prompt_tokens: prompt,
                     completion_tokens: completion,
-                    total_tokens: prompt + completion,
+                    total_tokens: prompt.saturating_add(completion),
                     source: UsageSource::Reported,
                     estimate: None,
                     upstreams: Vec::new(),
@@ -287,7 +299,7 @@ impl Usage {
                 total = Some(u);
                 continue;
             };
-            t.completion_tokens += u.completion_tokens;
+            t.completion_tokens = t.completion_tokens.saturating_add(u.completion_tokens);
             if let (Some(Value::Object(sum)), Some(Value::Object(add))) = (
                 t.details.get_mut("completion_tokens_details"),
                 u.details.get("completion_tokens_details"),
@@ -296,13 +308,13 @@ impl Usage {
                     if let (Some(a), Some(b)) =
                         (sum.get(key).and_then(Value::as_u64), value.as_u64())
                     {
-                        sum.insert(key.clone(), Value::from(a + b));
+                        sum.insert(key.clone(), Value::from(a.saturating_add(b)));
                     }
                 }
             }
         }
         let mut total = total.unwrap_or_else(|| Usage::reported(&Value::Null));
-        total.total_tokens = total.prompt_tokens + total.completion_tokens;
+        total.total_tokens = total.prompt_tokens.saturating_add(total.completion_tokens);
         total
     }
 
@@ -322,10 +334,10 @@ impl Usage {
         Usage {
             prompt_tokens: prompt,
             completion_tokens: completion,
-            total_tokens: raw
-                .get("total_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(prompt + completion),
+            total_tokens: match raw.get("total_tokens").and_then(Value::as_u64) {
+                Some(total) => total.min(MAX_REPORTED_TOKENS),
+                None => prompt.saturating_add(completion),
+            },
             source: UsageSource::Reported,
             estimate: None,
             upstreams: Vec::new(),
@@ -347,9 +359,10 @@ impl Usage {
             details: Map::new(),
         };
         for part in &parts {
-            total.prompt_tokens += part.prompt_tokens;
-            total.completion_tokens += part.completion_tokens;
-            total.total_tokens += part.total_tokens;
+            total.prompt_tokens = total.prompt_tokens.saturating_add(part.prompt_tokens);
+            total.completion_tokens =
+                (total.completion_tokens).saturating_add(part.completion_tokens);
+            total.total_tokens = total.total_tokens.saturating_add(part.total_tokens);
             if part.source == UsageSource::Estimated {
                 total.source = UsageSource::Estimated;
             }

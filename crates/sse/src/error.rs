@@ -45,6 +45,19 @@ pub enum SseError {
         /// Byte offset where that line starts.
         offset: u64,
     },
+    /// The pending event has more field lines than the framer's maximum lines per event
+    /// ([`Framer::max_lines`](crate::Framer::max_lines)); comment lines do not count.
+    #[error(
+        "SSE event starting at line {line} (byte {offset}) has more than {limit} lines (the maximum lines per event)"
+    )]
+    TooManyLines {
+        /// The configured maximum number of field lines per event.
+        limit: u32,
+        /// Line number of the event's first field line.
+        line: u64,
+        /// Byte offset where that line starts.
+        offset: u64,
+    },
     /// A complete line is not valid UTF-8.
     #[error(
         "invalid UTF-8 in SSE line {line} (line starts at byte {offset}, first invalid byte at {byte_offset})"
@@ -70,7 +83,9 @@ impl SseError {
     /// ```
     pub fn line(&self) -> u64 {
         match self {
-            SseError::EventTooLarge { line, .. } | SseError::InvalidUtf8 { line, .. } => *line,
+            SseError::EventTooLarge { line, .. }
+            | SseError::TooManyLines { line, .. }
+            | SseError::InvalidUtf8 { line, .. } => *line,
         }
     }
 
@@ -84,7 +99,9 @@ impl SseError {
     /// ```
     pub fn offset(&self) -> u64 {
         match self {
-            SseError::EventTooLarge { offset, .. } => *offset,
+            SseError::EventTooLarge { offset, .. } | SseError::TooManyLines { offset, .. } => {
+                *offset
+            }
             SseError::InvalidUtf8 { byte_offset, .. } => *byte_offset,
         }
     }

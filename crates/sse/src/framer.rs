@@ -8,7 +8,7 @@ use memchr::memchr2;
 use crate::{Event, SseError};
 
 mod fields;
-use fields::complete_objects;
+use fields::ObjectScan;
 
 /// The default maximum event size of [`Framer::new`]: 8 MiB.
 ///
@@ -18,6 +18,17 @@ use fields::complete_objects;
 /// assert_eq!(Framer::new().max_event_size(), DEFAULT_MAX_EVENT_SIZE);
 /// ```
 pub const DEFAULT_MAX_EVENT_SIZE: usize = 8 * 1024 * 1024;
+
+/// The default maximum number of field lines in one event of [`Framer::new`]: 65,536.
+///
+/// Comment lines and blank lines do not count; every other line of the pending event does.
+///
+/// ```
+/// use choicewise_sse::{Framer, DEFAULT_MAX_EVENT_LINES};
+///
+/// assert_eq!(Framer::new().max_event_lines(), DEFAULT_MAX_EVENT_LINES);
+/// ```
+pub const DEFAULT_MAX_EVENT_LINES: u32 = 65_536;
 
 /// The UTF-8 byte-order mark, skipped at the very start of a stream.
 const BOM: [u8; 3] = [0xEF, 0xBB, 0xBF];
@@ -207,6 +218,12 @@ pub struct Framer {
 /// can be interpreted while borrowed.
 struct State {
     max: usize,
+    /// The most field lines one event may have.
+    max_lines: u32,
+    /// Field lines of the pending event so far.
+    field_lines: u32,
+    /// Whether `data` is complete JSON objects, brought up to date when asked.
+    objects: ObjectScan,
     data: String,
     has_data: bool,
     /// Runs of consecutive data lines of the pending event: (first line, first data line
@@ -276,6 +293,9 @@ impl Framer {
             line_buf: Vec::new(),
             st: State {
                 max,
+                max_lines: DEFAULT_MAX_EVENT_LINES,
+                field_lines: 0,
+                objects: ObjectScan::default(),
                 data: String::new(),
                 has_data: false,
                 data_runs: Vec::new(),
@@ -405,13 +425,45 @@ impl Framer {
             && self.poisoned.is_none()
             && !has_partial
             && self.st.has_data
-            && complete_objects(&self.st.data)
+            && {
+                self.st.objects.catch_up(&self.st.data);
+                self.st.objects.complete()
+            }
         {
             let line = self.st.event_start.map_or(self.line_no, |(l, _)| l);
             self.st.note_unterminated(line);
             let _ = self.st.dispatch(&mut on_event);
         }
         self.finish()
+    }
+
+    /// A framer refusing events of more than `lines` field lines
+    /// ([`SseError::TooManyLines`]); [`DEFAULT_MAX_EVENT_LINES`] by default. Comment lines
+    /// do not count. Framing costs time linear in the bytes whatever the limit: it bounds
+    /// what one event may carry, not the work.
+    ///
+    /// ```
+    /// use choicewise_sse::{Framer, SseError};
+    /// use std::ops::ControlFlow;
+    ///
+    /// let mut framer = Framer::new().max_lines(3);
+    /// let err = framer.feed(b"data:\ndata:\ndata:\ndata:\n\n", |_| ControlFlow::Continue(()));
+    /// assert_eq!(err, Err(SseError::TooManyLines { limit: 3, line: 1, offset: 0 }));
+    /// ```
+    pub fn max_lines(mut self, lines: u32) -> Self {
+        self.st.max_lines = lines;
+        self
+    }
+
+    /// The maximum number of field lines per event this framer enforces.
+    ///
+    /// ```
+    /// use choicewise_sse::Framer;
+    ///
+    /// assert_eq!(Framer::new().max_lines(10).max_event_lines(), 10);
+    /// ```
+    pub fn max_event_lines(&self) -> u32 {
+        self.st.max_lines
     }
 
     /// The maximum event size this framer enforces.
@@ -438,7 +490,7 @@ impl Framer {
     ///
     /// # Errors
     ///
-    /// [`SseError::EventTooLarge`] or [`SseError::InvalidUtf8`]; events
+    /// [`SseError::EventTooLarge`], [`SseError::TooManyLines`] or [`SseError::InvalidUtf8`]; events
     /// completed before the offending line have been delivered. The framer is
     /// then poisoned: every later call returns the same error until
     /// [`Framer::finish`] resets it.
@@ -651,6 +703,8 @@ impl Framer {
         st.has_data = false;
         st.data_runs.clear();
         st.data_count = 0;
+        st.objects = ObjectScan::default();
+        st.field_lines = 0;
         st.event_type.clear();
         st.last_id.clear();
         st.retry = None;

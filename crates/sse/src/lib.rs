@@ -35,9 +35,12 @@
 //!   clean end from a truncated stream (or accept a final `data: [DONE]`
 //!   without its blank line).
 //! * **Limits and errors**: an event (pending data plus the line being read)
-//!   larger than the maximum event size, or a line that is not UTF-8, is an
+//!   larger than the maximum event size, an event of more field lines than the
+//!   maximum lines per event, or a line that is not UTF-8, is an
 //!   [`SseError`] carrying the line number and byte offset; the framer is then
-//!   poisoned. Memory stays bounded even for a runaway line without line end.
+//!   poisoned. Memory stays bounded even for a runaway line without line end,
+//!   and the work is linear in the bytes (each byte is looked at a bounded number
+//!   of times, whatever the number of lines of an event).
 //! * **Positions**: events, errors and tails carry 1-based line numbers and
 //!   byte offsets from the start of the stream (a BOM counts as 3 bytes).
 //!
@@ -84,7 +87,7 @@ mod framer;
 
 pub use error::SseError;
 pub use event::{DataLines, Event, OwnedEvent};
-pub use framer::{DEFAULT_MAX_EVENT_SIZE, Feed, Framer, Position, Tail};
+pub use framer::{DEFAULT_MAX_EVENT_LINES, DEFAULT_MAX_EVENT_SIZE, Feed, Framer, Position, Tail};
 
 #[cfg(test)]
 mod tests;

@@ -836,3 +836,124 @@ fn a_break_at_a_dispatch_without_blank_line_resumes_where_it_stopped() {
     run_with(&mut framer, &[&input[30..]]);
     assert_eq!(framer.finish().pending_bytes, 0);
 }
+
+// ---------------------------------------------------------------- work and line bounds
+
+/// CPU time this thread has used (Linux: `/proc/thread-self/stat`, in clock ticks of
+/// 10 ms), or `None` where it cannot be read.
+fn thread_cpu() -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(std::time::Duration::from_millis(ticks * 10))
+}
+
+/// Frames `input` in reads of 16 KiB with `framer`; the events' count and the error.
+fn frame_in_reads(framer: &mut Framer, input: &[u8]) -> (usize, Option<SseError>) {
+    let mut events = 0;
+    for read in input.chunks(16 * 1024) {
+        let fed = framer.feed(read, |_| {
+            events += 1;
+            ControlFlow::Continue(())
+        });
+        if let Err(e) = fed {
+            return (events, Some(e));
+        }
+    }
+    (events, None)
+}
+
+#[test]
+fn an_event_of_many_empty_data_lines_costs_linear_time() {
+    // 1 MiB of `data:` lines with nothing after the colon: one event of 209,715 lines,
+    // every bound but the size lifted. Each line was once a scan of the whole pending data.
+    let input = b"data:\n".repeat(1024 * 1024 / 5);
+    for end in [&b"\n"[..], b"data: {\"a\":1}\n"] {
+        let mut framer = Framer::with_max_event_size(2 << 20).max_lines(u32::MAX);
+        let before = thread_cpu();
+        let (events, err) = frame_in_reads(&mut framer, &input);
+        assert_eq!((events, err), (0, None));
+        let (events, err) = frame_in_reads(&mut framer, end);
+        assert_eq!(err, None);
+        assert_eq!(
+            events,
+            usize::from(end == b"\n"),
+            "the blank line dispatches"
+        );
+        if let (Some(before), Some(after)) = (before, thread_cpu()) {
+            let used = after - before;
+            assert!(used < std::time::Duration::from_secs(1), "{used:?} of CPU");
+        }
+    }
+}
+
+#[test]
+fn an_event_of_many_lines_of_one_object_costs_linear_time() {
+    // An object opened and never closed, one line at a time, with `}` ending each line: the
+    // pending data always looks like it may be complete.
+    let mut input = b"data: {{\n".to_vec();
+    input.extend(b"data: }\n".repeat(1024 * 1024 / 8));
+    let mut framer = Framer::with_max_event_size(2 << 20).max_lines(u32::MAX);
+    let before = thread_cpu();
+    let (events, err) = frame_in_reads(&mut framer, &input);
+    assert_eq!(err, None);
+    assert!(
+        events > 0,
+        "the tolerant mode still dispatches the complete ones"
+    );
+    if let (Some(before), Some(after)) = (before, thread_cpu()) {
+        let used = after - before;
+        assert!(used < std::time::Duration::from_secs(1), "{used:?} of CPU");
+    }
+}
+
+#[test]
+fn five_mib_of_empty_data_lines_end_at_the_line_bound() {
+    let input = b"data:\n".repeat(5 * 1024 * 1024 / 6);
+    let mut framer = Framer::new();
+    let (events, err) = frame_in_reads(&mut framer, &input);
+    assert_eq!(events, 0);
+    assert_eq!(
+        err,
+        Some(SseError::TooManyLines {
+            limit: crate::DEFAULT_MAX_EVENT_LINES,
+            line: 1,
+            offset: 0
+        })
+    );
+    let e = err.unwrap();
+    assert!(e.to_string().contains("more than 65536 lines"), "{e}");
+    // Poisoned, as the other errors are.
+    assert_eq!(framer.feed(b"\n", |_| ControlFlow::Continue(())), Err(e));
+}
+
+#[test]
+fn the_line_bound_counts_field_lines_of_one_event() {
+    // Comments and blank lines do not count; each event starts again.
+    let input = b": c\n: c\ndata: a\ndata: b\n: c\n\ndata: c\nevent: x\n\n";
+    let mut framer = Framer::new().max_lines(2);
+    assert_eq!(
+        run_with(&mut framer, &[input]),
+        (
+            vec![
+                ev("a\nb", 3, 8),
+                OwnedEvent {
+                    event: "x".into(),
+                    ..ev("c", 7, 29)
+                }
+            ],
+            None
+        )
+    );
+    let mut framer = Framer::new().max_lines(2);
+    let (events, err) = run_with(&mut framer, &[b"data: a\n\nid: 1\ndata: b\nretry: 5\n\n"]);
+    assert_eq!(datas(&events), ["a"]);
+    assert_eq!(
+        err,
+        Some(SseError::TooManyLines {
+            limit: 2,
+            line: 3,
+            offset: 9
+        })
+    );
+}

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use choicewise_proto::driver::{Batch, BatchPool, ChoiceCore, Closed, Phase};
-use choicewise_proto::{ChoiceEvent, Warning};
+use choicewise_proto::{ChoiceEvent, ErrorDetail, Warning};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SpawnErr};
 
 use super::router::Child;
@@ -125,10 +125,12 @@ impl ChoiceActorState {
                 _ => Some(core.output()),
             });
         let core = &self.core;
-        if was_open && matches!(core.phase().closed(), Some(Closed::Failed(_))) {
-            let _ = self
-                .reader
-                .send_message(ReaderMsg::Failed { slot: self.slot });
+        if let (true, Some(Closed::Failed(e))) = (was_open, core.phase().closed()) {
+            let bounded = matches!(e.detail(), ErrorDetail::ChoiceTooLarge { .. });
+            let _ = self.reader.send_message(ReaderMsg::Failed {
+                slot: self.slot,
+                bounded,
+            });
         }
     }
 

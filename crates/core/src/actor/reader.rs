@@ -208,7 +208,9 @@ impl ReaderState {
                 new_choices.push(entry.clone());
                 self.entries.push(entry);
                 let stream = &self.completion.config.stream;
-                let core = ChoiceCore::new(index, stream.max_tool_calls).logprobs(stream.logprobs);
+                let core = ChoiceCore::new(index, stream.max_tool_calls)
+                    .logprobs(stream.logprobs)
+                    .max_bytes(stream.max_choice_bytes);
                 self.router.add(Box::new(core));
                 self.run();
             }
@@ -389,8 +391,11 @@ impl Actor for ReaderActor {
                 let _ = (state.router).close(keep, |slot| splitter.choice_finished(slot));
                 state.run();
             }
-            ReaderMsg::Failed { slot } => {
+            ReaderMsg::Failed { slot, bounded } => {
                 let _ = state.router.failed(slot);
+                if bounded {
+                    state.router.failed_at_bound();
+                }
             }
         }
         state.after(true);

@@ -203,6 +203,8 @@ pub(crate) struct Router<A> {
     /// A choice of this upstream was cancelled: the upstream may be dropped once no choice
     /// is wanted (see [`Router::unwanted`]).
     cancelled_any: bool,
+    /// A choice of this upstream failed at its bound of bytes: likewise.
+    bounded_any: bool,
     /// How many choices the upstream will have, when known.
     expected: Option<u32>,
     /// The upstream was dropped because no choice was wanted.
@@ -217,6 +219,7 @@ impl<A: Child> Router<A> {
             slots: Vec::new(),
             phase: ReaderPhase::Reading { closing },
             cancelled_any: false,
+            bounded_any: false,
             expected,
             dropped: false,
             stopped: false,
@@ -384,6 +387,13 @@ impl<A: Child> Router<A> {
         s.life.cancel(slot, reason)?;
         self.route(slot, ChoiceMsg::Cancel);
         Ok(())
+    }
+
+    /// A choice failed at its bound of bytes (`max_choice_bytes`): an upstream that would
+    /// send it without end. Once no other choice is wanted the upstream is dropped, as after
+    /// a cancel, rather than read to its end for its usage.
+    pub fn failed_at_bound(&mut self) {
+        self.bounded_any = true;
     }
 
     /// The choice failed on its own (its actor says so): its updates are no longer wanted.
@@ -600,14 +610,15 @@ impl<A: Child> Router<A> {
     }
 
     /// Whether no choice of this upstream is wanted any more: the completion is closing, or
-    /// at least one choice was cancelled and every expected choice has appeared; and each
-    /// has finished (`finished`), failed or been cancelled.
+    /// at least one choice was cancelled or failed at its bound of bytes and every expected
+    /// choice has appeared; and each has finished (`finished`), failed or been cancelled.
     pub fn unwanted(&self, finished: impl Fn(usize) -> bool) -> bool {
         let ReaderPhase::Reading { closing } = &self.phase else {
             return false;
         };
         if closing.is_none()
-            && (!self.cancelled_any || self.expected.is_some_and(|n| self.slots.len() < n as usize))
+            && (!(self.cancelled_any || self.bounded_any)
+                || self.expected.is_some_and(|n| self.slots.len() < n as usize))
         {
             return false;
         }

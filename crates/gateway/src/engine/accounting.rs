@@ -93,7 +93,8 @@ fn apply_prompts(usage: &mut Usage, counts: &HashMap<&'static str, Result<u64, S
         part.total_tokens = prompt.saturating_add(part.completion_tokens);
     }
     if fan_out {
-        usage.prompt_tokens = usage.upstreams.iter().map(|u| u.prompt_tokens).sum();
+        usage.prompt_tokens =
+            (usage.upstreams.iter().map(|u| u.prompt_tokens)).fold(0, u64::saturating_add);
         usage.total_tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
     }
 }
@@ -144,7 +145,8 @@ impl Ledger {
                 u.total_tokens = u.prompt_tokens.saturating_add(u.completion_tokens);
             }
         }
-        usage.prompt_tokens = usage.upstreams.iter().map(|u| u.prompt_tokens).sum();
+        usage.prompt_tokens =
+            (usage.upstreams.iter().map(|u| u.prompt_tokens)).fold(0, u64::saturating_add);
         usage.total_tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
         usage
     }
@@ -421,9 +423,10 @@ impl Ledger {
                 continue;
             };
             if end.cancelled {
-                outcome.cancelled_tokens += part.completion;
+                outcome.cancelled_tokens = outcome.cancelled_tokens.saturating_add(part.completion);
             } else if unselected(end) {
-                outcome.unselected_tokens += part.completion;
+                outcome.unselected_tokens =
+                    outcome.unselected_tokens.saturating_add(part.completion);
             }
         }
         drop(by_index);

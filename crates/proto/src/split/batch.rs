@@ -73,6 +73,32 @@ impl Batch {
         }
     }
 
+    /// How many of its first updates fit in `room` bytes of raw JSON (updates parsed before
+    /// they came count nothing), and the bytes they take.
+    pub(crate) fn fitting(&self, room: usize) -> (usize, usize) {
+        let mut used = 0usize;
+        for (k, u) in self.updates.iter().enumerate() {
+            let size = match &u.body {
+                Body::Json(range) => range.len(),
+                Body::Parsed(_) | Body::Update(_) => 0,
+            };
+            if used + size > room {
+                return (k, used);
+            }
+            used += size;
+        }
+        (self.updates.len(), used)
+    }
+
+    /// Drops its updates from the `k`-th on: their count, and the first one's line and
+    /// offset.
+    pub(crate) fn cut_at(&mut self, k: usize) -> (u64, Option<(u64, u64)>) {
+        let at = self.updates.get(k).map(|u| (u.line, u.offset));
+        let dropped = self.updates.len().saturating_sub(k) as u64;
+        self.updates.truncate(k);
+        (dropped, at)
+    }
+
     /// Appends one choice's update: the JSON object of its element of `choices`.
     pub(super) fn push_json(&mut self, element: &str, line: u64, offset: u64) {
         let start = self.text.len();

@@ -9,44 +9,101 @@ use memchr::memchr;
 use super::State;
 use crate::{DataLines, Event, SseError};
 
-/// Whether `data` is one or more complete JSON objects (only whitespace around and between
-/// them), checked structurally: brackets balance outside strings, and each top-level value is
-/// an object. Not a validation; the caller parses the data anyway.
-pub(super) fn complete_objects(data: &str) -> bool {
-    let bytes = data.trim_ascii().as_bytes();
-    if bytes.first() != Some(&b'{') || bytes.last() != Some(&b'}') {
-        return false;
-    }
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
+/// Whether data that grows at its end is one or more complete JSON objects (only whitespace
+/// around and between them), checked structurally: brackets balance outside strings, and each
+/// top-level value is an object. Not a validation; the caller parses the data anyway. Each
+/// byte is looked at once, so asking after every line costs nothing more: an event of many
+/// lines stays linear in its bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct ObjectScan {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// A byte outside every object that may not be there: never complete objects again.
+    invalid: bool,
+    /// A form feed outside every object after the first value: only allowed at the very end
+    /// (it is trimmed as whitespace there).
+    form_feed: bool,
+    /// The first byte that is not ASCII whitespace, if any yet.
+    first: Option<u8>,
+    /// The last byte that is not ASCII whitespace.
+    last: u8,
+    /// Bytes of the data taken in so far (see [`catch_up`](Self::catch_up)).
+    upto: usize,
+}
+
+impl ObjectScan {
+    /// Takes in the bytes appended to the data.
+    pub(super) fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if b.is_ascii_whitespace() {
+                if self.first.is_some() && !self.in_string && self.depth == 0 && b == 0x0C {
+                    self.form_feed = true;
+                }
+                // Whitespace changes no state but a pending escape.
+                if self.in_string {
+                    self.escaped = false;
+                }
+                continue;
+            }
+            if self.first.is_none() {
+                self.first = Some(b);
+            }
+            self.last = b;
+            if self.form_feed {
+                self.invalid = true;
+            }
+            if self.invalid {
+                continue;
+            }
+            if self.in_string {
+                match (self.escaped, b) {
+                    (true, _) => self.escaped = false,
+                    (false, b'\\') => self.escaped = true,
+                    (false, b'"') => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' if self.depth > 0 => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' if self.depth > 0 => self.depth -= 1,
+                // Outside every object: anything but whitespace and the next object's `{`.
+                _ if self.depth == 0 => self.invalid = true,
                 _ => {}
             }
-            continue;
-        }
-        match b {
-            b'"' if depth > 0 => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' if depth > 0 => depth -= 1,
-            b' ' | b'\t' | b'\n' | b'\r' if depth == 0 => {}
-            // Outside every object: anything but whitespace and the next object's `{`.
-            _ if depth == 0 => return false,
-            _ => {}
         }
     }
-    depth == 0 && !in_string
+
+    /// Takes in what `data` gained since the last call (it only grows until the scan is
+    /// reset): the scan runs only when asked, so a stream whose events have their blank
+    /// lines never pays for it.
+    pub(super) fn catch_up(&mut self, data: &str) {
+        if let Some(new) = data.as_bytes().get(self.upto..) {
+            self.feed(new);
+        }
+        self.upto = data.len();
+    }
+
+    /// Whether the data taken in so far is one or more complete JSON objects.
+    pub(super) fn complete(&self) -> bool {
+        !self.invalid
+            && self.first == Some(b'{')
+            && self.last == b'}'
+            && self.depth == 0
+            && !self.in_string
+    }
 }
 
 /// Whether the pending data may be dispatched without its blank line (tolerant mode): complete
-/// JSON objects, or `[DONE]`.
-fn dispatchable_without_blank_line(data: &str) -> bool {
-    (!data.contains('\n') && data.trim_ascii() == "[DONE]") || complete_objects(data)
+/// JSON objects, or `[DONE]` alone on its one data line.
+fn dispatchable_without_blank_line(st: &mut State) -> bool {
+    if st.data_count == 1 && st.data.trim_ascii() == "[DONE]" {
+        return true;
+    }
+    st.objects.catch_up(&st.data);
+    st.objects.complete()
 }
 
 /// Runs of data lines remembered per event (see [`DataLines`]).
@@ -92,6 +149,14 @@ impl State {
         if self.event_start.is_none() {
             self.event_start = Some((line_no, line_offset));
         }
+        if self.field_lines >= self.max_lines {
+            let (line, offset) = self.event_start.unwrap_or((line_no, line_offset));
+            return Err(SseError::TooManyLines {
+                limit: self.max_lines,
+                line,
+                offset,
+            });
+        }
         let (name, value) = match memchr(b':', line) {
             Some(colon) => {
                 let value = &text[colon + 1..];
@@ -100,10 +165,7 @@ impl State {
             None => (text, ""),
         };
         let mut flow = ControlFlow::Continue(());
-        if name == "data"
-            && self.has_data
-            && !self.strict
-            && dispatchable_without_blank_line(&self.data)
+        if name == "data" && self.has_data && !self.strict && dispatchable_without_blank_line(self)
         {
             // Tolerant mode: the pending event ended without its blank line.
             let (first, _) = self.event_start.unwrap_or((line_no, line_offset));
@@ -111,6 +173,7 @@ impl State {
             flow = self.dispatch(on_event);
             self.event_start = Some((line_no, line_offset));
         }
+        self.field_lines += 1;
         match name {
             "data" => {
                 let add = value.len() + usize::from(self.has_data);
@@ -193,9 +256,86 @@ impl State {
         self.has_data = false;
         self.data_runs.clear();
         self.data_count = 0;
+        self.objects = ObjectScan::default();
+        self.field_lines = 0;
         self.event_type.clear();
         self.retry = None;
         self.event_start = None;
         flow
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ObjectScan;
+    use proptest::prelude::*;
+
+    /// The whole-string check the scan replaces, as it was: the reference.
+    fn complete_objects(data: &str) -> bool {
+        let bytes = data.trim_ascii().as_bytes();
+        if bytes.first() != Some(&b'{') || bytes.last() != Some(&b'}') {
+            return false;
+        }
+        let mut depth = 0usize;
+        let mut in_string = false;
+        let mut escaped = false;
+        for &b in bytes {
+            if in_string {
+                match (escaped, b) {
+                    (true, _) => escaped = false,
+                    (false, b'\\') => escaped = true,
+                    (false, b'"') => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' if depth > 0 => in_string = true,
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' if depth > 0 => depth -= 1,
+                b' ' | b'\t' | b'\n' | b'\r' if depth == 0 => {}
+                _ if depth == 0 => return false,
+                _ => {}
+            }
+        }
+        depth == 0 && !in_string
+    }
+
+    fn scanned(parts: &[String]) -> bool {
+        let mut scan = ObjectScan::default();
+        for part in parts {
+            scan.feed(part.as_bytes());
+        }
+        scan.complete()
+    }
+
+    #[test]
+    fn known_cases() {
+        for (data, want) in [
+            ("{}", true),
+            (" {\"a\":[1,{}]}\n{} ", true),
+            ("\x0c{}\x0c", true),
+            ("{}\x0c{}", false),
+            ("{} []", false),
+            ("{}[]{}", true),
+            ("[DONE]", false),
+            ("{\"a\":\"}\"", false),
+            ("{\"a\\\" }\"}", true),
+            ("", false),
+            ("\n\n\n", false),
+        ] {
+            assert_eq!(complete_objects(data), want, "{data:?}");
+            assert_eq!(scanned(&[data.to_owned()]), want, "{data:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_scan_agrees_with_the_whole_string_check(
+            parts in proptest::collection::vec("[{}\\[\\]\"\\\\ \t\n\r\x0ca:0]{0,8}", 0..8)
+        ) {
+            let whole: String = parts.concat();
+            prop_assert_eq!(scanned(&parts), complete_objects(&whole), "{:?}", whole);
+        }
     }
 }

@@ -1,0 +1,146 @@
+//! `max_answer_bytes` bounds each choice, not the answer: an upstream asked for 16 choices
+//! in one request (native `n`) that sends one of them without end costs a bounded memory,
+//! that choice alone fails, and the other fifteen finish. Loopback HTTP; the bound asserted
+//! from the process's own figures (the counting allocator's peak, the resident set's growth
+//! above idle: `/proc/self/status`' `VmHWM`, reset through `/proc/self/clear_refs`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use choicewise_test_support::{CountingAlloc, within};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod common;
+use common::serve;
+
+#[global_allocator]
+static HEAP: CountingAlloc = CountingAlloc::new();
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+const MIB: i64 = 1024 * 1024;
+
+fn env(_: &str) -> Option<String> {
+    None
+}
+
+fn chunk(index: u32, delta: Value, finish: Option<&str>) -> String {
+    let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}]});
+    format!("data: {chunk}\n\n")
+}
+
+/// An upstream answering every request with 16 choices: choices 1 to 15 say a word and
+/// finish, choice 0 sends 8 KiB deltas without end (as long as it is read). Its base URL,
+/// and the bytes it sent.
+async fn endless() -> (String, Arc<AtomicU64>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sent = Arc::new(AtomicU64::new(0));
+    let counted = sent.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let mut start = String::from(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+                );
+                for i in 1..16 {
+                    start.push_str(&chunk(
+                        i,
+                        json!({"role": "assistant", "content": "fine"}),
+                        None,
+                    ));
+                    start.push_str(&chunk(i, json!({}), Some("stop")));
+                }
+                if tcp.write_all(start.as_bytes()).await.is_err() {
+                    return;
+                }
+                let words = "more ".repeat(8 * 1024 / 5);
+                let mut more = String::new();
+                for _ in 0..8 {
+                    more.push_str(&chunk(0, json!({"content": words}), None));
+                }
+                while tcp.write_all(more.as_bytes()).await.is_ok() {
+                    counted.fetch_add(more.len() as u64, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/v1"), sent)
+}
+
+/// A line of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`); 0 where there is none.
+fn status_bytes(key: &str) -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    (status.lines())
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+async fn post(addr: SocketAddr, body: &Value) -> Value {
+    let request = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(body)
+        .send();
+    let response = within(LIMIT, "an answer", request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    within(LIMIT, "its body", response.json()).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_endless_choice_of_sixteen_fails_alone_within_its_bound() {
+    let (url, sent) = endless().await;
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"native\"\n"
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let user = json!([{"role": "user", "content": "hi"}]);
+    // Warm: the connection pools and the gateway's lazily built state exist before the
+    // figures start.
+    let _ = post(
+        addr,
+        &json!({"model": "m", "n": 16, "messages": user, "max_tokens": 1}),
+    )
+    .await;
+    let idle = status_bytes("VmRSS");
+    let peak_reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let body = json!({"model": "m", "n": 16, "messages": user});
+    let (v, heap) = HEAP.peak_during(post(addr, &body)).await;
+    let rss = match peak_reset {
+        true => status_bytes("VmHWM"),
+        false => status_bytes("VmRSS"),
+    } - idle;
+    let (heap, rss) = (heap as f64 / MIB as f64, rss as f64 / MIB as f64);
+    let sent = sent.load(Ordering::Relaxed) as f64 / MIB as f64;
+    eprintln!(
+        "n = 16, one endless choice: heap peak +{heap:.1} MiB, resident +{rss:.1} MiB; the upstream sent {sent:.1} MiB in all"
+    );
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 16, "{v:.400}");
+    for c in choices {
+        match c["index"].as_u64() {
+            Some(0) => assert_eq!(c["finish_reason"], "error", "{c:.400}"),
+            _ => {
+                assert_eq!(c["finish_reason"], "stop", "{c:.400}");
+                assert_eq!(c["message"]["content"], "fine", "{c:.400}");
+            }
+        }
+    }
+    let text = v.to_string();
+    assert!(text.contains("max_choice_bytes"), "{:.2000}", choices[0]);
+    assert!(heap < 96.0, "the heap grew by {heap:.1} MiB");
+    assert!(rss < 96.0, "the resident set grew by {rss:.1} MiB");
+}

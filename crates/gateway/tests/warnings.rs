@@ -1,0 +1,167 @@
+//! What a failing model writes to the logs, and what an upstream's absurd usage does to the
+//! counters: warnings are rate-limited (one of a kind per model per second, the next saying
+//! how many were left out); reported usage is clamped and the sums saturate. Real loopback
+//! HTTP; the log lines captured by a subscriber of this test binary.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use choicewise_test_support::within;
+use choicewise_testserver::{Failure, TestServer};
+use serde_json::{Value, json};
+
+mod common;
+use common::serve;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn env(_: &str) -> Option<String> {
+    None
+}
+
+fn upstream(url: &str) -> String {
+    format!(
+        "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n"
+    )
+}
+
+/// The log lines written, shared with the subscriber.
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+async fn post(addr: SocketAddr, body: &Value) -> reqwest::Response {
+    let request = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(body)
+        .send();
+    within(LIMIT, "an answer", request).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_models_warnings_are_rate_limited() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let server = TestServer::builder()
+            .fail(Failure::status(500))
+            .start()
+            .await
+            .unwrap();
+        servers.push(server);
+    }
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 1\neject_for_s = 60\n{}",
+        servers
+            .iter()
+            .map(|s| upstream(&s.base_url()))
+            .collect::<String>()
+    );
+    let (addr, _) = serve(&toml, env).await;
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let started = Instant::now();
+    let mut answers = 0;
+    // Every upstream ejected: each request is panic-routed, and its tries fail.
+    while started.elapsed() < Duration::from_millis(2500) {
+        let r = post(addr, &body).await;
+        assert_eq!(r.status(), 502);
+        answers += 1;
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    let tries: usize = servers.iter().map(|s| s.request_count()).sum();
+    assert!(
+        answers >= 20 && tries >= answers,
+        "{answers} answers, {tries} tries"
+    );
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let of = |says: &str| {
+        text.lines()
+            .filter(|l| l.contains(says))
+            .collect::<Vec<_>>()
+    };
+    for says in ["a try failed", "every upstream is ejected"] {
+        let written = of(says);
+        assert!(
+            !written.is_empty() && written.len() as u64 <= seconds + 1,
+            "{} lines of {says:?} in {seconds} s:\n{text}",
+            written.len()
+        );
+    }
+    // The lines after the first say how many were left out.
+    let left_out: u64 = (of("a try failed").iter())
+        .filter_map(|l| {
+            l.split("left_out=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(left_out > 0, "{text}");
+    assert!(
+        left_out + of("a try failed").len() as u64 <= tries as u64,
+        "{left_out} left out of {tries} tries"
+    );
+}
+
+/// A chunk answer whose usage says `tokens` for every figure.
+fn answer_with_usage(tokens: u64) -> String {
+    let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]});
+    let usage = json!({"id": "c", "object": "chat.completion.chunk", "model": "up", "choices": [],
+        "usage": {"prompt_tokens": tokens, "completion_tokens": tokens, "total_tokens": tokens}});
+    format!("data: {chunk}\n\ndata: {usage}\n\ndata: [DONE]\n\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstreams_absurd_usage_neither_wraps_nor_panics() {
+    let huge = TestServer::builder()
+        .body(answer_with_usage(i64::MAX as u64))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!("[[models]]\nname = \"m\"\n{}", upstream(&huge.base_url()));
+    let (addr, _) = serve(&toml, env).await;
+    const CAP: u64 = 1 << 32;
+    // Four samples, four upstream requests: each figure clamped to 2^32, then summed.
+    let body = json!({"model": "m", "n": 4, "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..3 {
+        let r = post(addr, &body).await;
+        assert_eq!(r.status(), 200);
+        let v: Value = r.json().await.unwrap();
+        let usage = &v["usage"];
+        assert_eq!(usage["prompt_tokens"], 4 * CAP, "{v}");
+        assert_eq!(usage["completion_tokens"], 4 * CAP, "{v}");
+        assert_eq!(usage["total_tokens"], 8 * CAP, "{v}");
+    }
+    let m = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let prompt: u64 = (m.lines())
+        .filter(|l| l.starts_with("choicewise_tokens_total{") && l.contains("kind=\"prompt\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(prompt, 3 * 4 * CAP, "{m}");
+}
