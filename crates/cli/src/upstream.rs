@@ -177,7 +177,7 @@ mod tests {
         let plain = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
         assert_eq!(
             shape(Dialect::Anthropic, &plain).unwrap()["max_tokens"],
-            1024
+            choicewise::defaults::DEFAULT_ANTHROPIC_MAX_TOKENS
         );
         let e = shape(Dialect::Anthropic, &json!({"n": 3, "messages": []})).unwrap_err();
         assert!(e.contains("--fan-out"), "{e}");

@@ -571,7 +571,8 @@ async fn fan_out_vote_is_decided_after_three_agree() {
     let json = json_of(&out);
     assert_eq!(
         json["vote"],
-        serde_json::json!({"key": "42", "votes": 3, "counted": 3, "choices": 5})
+        serde_json::json!({"decided": true, "key": "42", "votes": 3, "counted": 3, "choices": 5,
+                           "tally": [{"key": "42", "votes": 3}]})
     );
     let selected = json["selected"].as_array().unwrap();
     assert_eq!(selected.len(), 3);
@@ -796,7 +797,7 @@ async fn one_fan_out_line_mixes_chat_responses_and_anthropic() {
     let body = r.json.as_ref().unwrap();
     assert_eq!(
         (&body["system"], &body["max_tokens"]),
-        (&serde_json::json!("Be brief."), &serde_json::json!(1024))
+        (&serde_json::json!("Be brief."), &serde_json::json!(8192))
     );
     assert_eq!(body["messages"][0]["role"], "user");
 }

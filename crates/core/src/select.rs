@@ -116,8 +116,8 @@ impl Selection {
 /// # #[tokio::main] async fn main() {
 /// let sse = concat!(
 ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n",
-///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n",
-///     "data: {\"choices\":[{\"index\":2,\"delta\":{\"content\":\"5\"},\"finish_reason\":\"stop\"}]}\n\n",
+///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"5\"},\"finish_reason\":\"stop\"}]}\n\n",
+///     "data: {\"choices\":[{\"index\":2,\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n",
 /// );
 /// let selection = Completions::new(Source::reader(sse.as_bytes())).vote(|o| o.message.content.clone()).await;
 /// let tally = selection.vote.unwrap();
