@@ -26,6 +26,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::completions::Completions;
+use crate::msg::CancelReason;
 use choicewise_proto::ChoiceOutput;
 use choicewise_proto::Confidence;
 use choicewise_proto::driver::Closed;
@@ -79,12 +80,19 @@ pub struct Selection {
     /// (serialised as `{"unavailable": "REASON"}`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confidence: Option<ConfidenceReport>,
+    /// The choices that closed cancelled for low confidence, ascending (not serialised: the
+    /// report's `stopped` lists every choice the rule stopped).
+    #[serde(skip)]
+    low_confidence: Vec<u32>,
 }
 
 impl Selection {
     /// Whether choice `index` was stopped for low confidence by a vote guided by confidence
     /// ([`Pick::confidence`]), rather than cancelled because the vote was decided (both are
-    /// listed in [`cancelled`](Self::cancelled) when they ended cancelled).
+    /// listed in [`cancelled`](Self::cancelled) when they ended cancelled): whether it closed
+    /// cancelled for that reason, as of the selection. A choice whose finish arrived before
+    /// the cancel took effect was not stopped (the report's
+    /// [`stopped`](ConfidenceReport::stopped) lists it all the same: it did not vote).
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};
@@ -95,9 +103,7 @@ impl Selection {
     /// # }
     /// ```
     pub fn stopped_for_low_confidence(&self, index: u32) -> bool {
-        self.confidence
-            .as_ref()
-            .is_some_and(|c| c.stopped().contains(&index))
+        self.low_confidence.contains(&index)
     }
 }
 
@@ -707,6 +713,11 @@ impl Completions {
             }
         };
         let cancelled_tokens = self.estimated_tokens(&cancelled).await;
+        let mut low_confidence: Vec<u32> = (self.entries().iter())
+            .filter(|c| c.log.lock().phase.cancel_reason() == Some(CancelReason::LowConfidence))
+            .map(|c| c.index())
+            .collect();
+        low_confidence.sort_unstable();
         Selection {
             selected,
             cancelled,
@@ -718,6 +729,7 @@ impl Completions {
             started: sampled.then(|| self.started()),
             windows,
             confidence,
+            low_confidence,
         }
     }
 }
