@@ -26,7 +26,6 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::completions::Completions;
-use crate::msg::CancelReason;
 use choicewise_proto::ChoiceOutput;
 use choicewise_proto::Confidence;
 use choicewise_proto::driver::Closed;
@@ -80,19 +79,16 @@ pub struct Selection {
     /// (serialised as `{"unavailable": "REASON"}`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confidence: Option<ConfidenceReport>,
-    /// The choices that closed cancelled for low confidence, ascending (not serialised: the
-    /// report's `stopped` lists every choice the rule stopped).
-    #[serde(skip)]
-    low_confidence: Vec<u32>,
 }
 
 impl Selection {
     /// Whether choice `index` was stopped for low confidence by a vote guided by confidence
     /// ([`Pick::confidence`]), rather than cancelled because the vote was decided (both are
-    /// listed in [`cancelled`](Self::cancelled) when they ended cancelled): whether it closed
-    /// cancelled for that reason, as of the selection. A choice whose finish arrived before
-    /// the cancel took effect was not stopped (the report's
-    /// [`stopped`](ConfidenceReport::stopped) lists it all the same: it did not vote).
+    /// listed in [`cancelled`](Self::cancelled) when they ended cancelled): the vote's record
+    /// ([`ConfidenceReport::stopped`]), which lists a stopped choice whose finish arrived
+    /// before the cancel took effect too (it did not vote), where
+    /// [`Choice::stopped_for_low_confidence`](crate::Choice::stopped_for_low_confidence),
+    /// read from how the choice closed, says `false`.
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};
@@ -103,7 +99,9 @@ impl Selection {
     /// # }
     /// ```
     pub fn stopped_for_low_confidence(&self, index: u32) -> bool {
-        self.low_confidence.contains(&index)
+        self.confidence
+            .as_ref()
+            .is_some_and(|c| c.stopped().contains(&index))
     }
 }
 
@@ -713,11 +711,6 @@ impl Completions {
             }
         };
         let cancelled_tokens = self.estimated_tokens(&cancelled).await;
-        let mut low_confidence: Vec<u32> = (self.entries().iter())
-            .filter(|c| c.log.lock().phase.cancel_reason() == Some(CancelReason::LowConfidence))
-            .map(|c| c.index())
-            .collect();
-        low_confidence.sort_unstable();
         Selection {
             selected,
             cancelled,
@@ -729,7 +722,6 @@ impl Completions {
             started: sampled.then(|| self.started()),
             windows,
             confidence,
-            low_confidence,
         }
     }
 }
