@@ -366,6 +366,161 @@ fn run_fan_out_floor(rt: &Runtime, g: &Arc<Generated>, rate: f64, handoffs: usiz
     finish_run(produced, &received, arrivals, g.content_deltas)
 }
 
+/// What a hand-off of the ractor floor carries: a content delta's text, or the end of the
+/// choice's stream.
+enum Handoff {
+    Text(String),
+    End,
+}
+
+/// The ractor floor's stand-in for a choice actor: forwards every message to the choice's
+/// consumer actor, one ractor message each, and stops after the end.
+struct ForwardingActor;
+
+impl ractor::Actor for ForwardingActor {
+    type Msg = Handoff;
+    type State = ractor::ActorRef<Handoff>;
+    type Arguments = ractor::ActorRef<Handoff>;
+
+    async fn pre_start(
+        &self,
+        _myself: ractor::ActorRef<Handoff>,
+        next: ractor::ActorRef<Handoff>,
+    ) -> Result<Self::State, ractor::ActorProcessingErr> {
+        Ok(next)
+    }
+
+    async fn handle(
+        &self,
+        myself: ractor::ActorRef<Handoff>,
+        message: Handoff,
+        next: &mut ractor::ActorRef<Handoff>,
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        let end = matches!(message, Handoff::End);
+        next.send_message(message)?;
+        if end {
+            myself.stop(None);
+        }
+        Ok(())
+    }
+}
+
+/// The ractor floor's stand-in for the consumer of a choice's handle: stamps each text on
+/// arrival, and hands its arrivals over at the end.
+struct ConsumingActor;
+
+/// A consuming actor's arrivals so far, and where they go at the end.
+struct Consuming {
+    arrivals: Vec<(usize, Instant)>,
+    done: Option<tokio::sync::oneshot::Sender<Vec<(usize, Instant)>>>,
+}
+
+impl ractor::Actor for ConsumingActor {
+    type Msg = Handoff;
+    type State = Consuming;
+    type Arguments = tokio::sync::oneshot::Sender<Vec<(usize, Instant)>>;
+
+    async fn pre_start(
+        &self,
+        _myself: ractor::ActorRef<Handoff>,
+        done: Self::Arguments,
+    ) -> Result<Consuming, ractor::ActorProcessingErr> {
+        Ok(Consuming {
+            arrivals: Vec::with_capacity(1 << 16),
+            done: Some(done),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ractor::ActorRef<Handoff>,
+        message: Handoff,
+        state: &mut Consuming,
+    ) -> Result<(), ractor::ActorProcessingErr> {
+        match message {
+            Handoff::Text(text) => {
+                let at = Instant::now();
+                if let Some(seq) = seq_of(&text) {
+                    state.arrivals.push((seq, at));
+                }
+            }
+            Handoff::End => {
+                if let Some(done) = state.done.take() {
+                    let _ = done.send(std::mem::take(&mut state.arrivals));
+                }
+                myself.stop(None);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One paced run through the design's own floor: the pipeline of
+/// [`run_handwritten_two_handoff`], with each hand-off one ractor actor message instead of an
+/// unbounded Tokio channel. The hand-written loop sends each content delta's text to its
+/// choice's forwarding actor (spawned when the index first appears, standing in for the
+/// choice actor), which sends it on to a consuming actor of that choice's own (standing in
+/// for the consumer of the choice's handle), which stamps it on arrival. This is what the
+/// design costs with nothing else: two ractor messages per choice per read through the same
+/// scheduler, no merge, log or fault isolation.
+pub fn run_ractor_floor(rt: &Runtime, g: &Arc<Generated>, rate: f64) -> Run {
+    use ractor::{ActorRef, ActorRuntime};
+    let (tx, rx) = mpsc::unbounded_channel();
+    let received = Received::new(g.event_ends.len());
+    let stamps = received.clone();
+    let reader = rt.spawn(async move {
+        let mut choices: Vec<Option<ActorRef<Handoff>>> = Vec::new();
+        let mut ends = Vec::new();
+        let mut joins = Vec::new();
+        hand_written_loop(channel_stream(rx, stamps), |index, text| {
+            if choices.len() <= index {
+                choices.resize_with(index + 1, || None);
+            }
+            let choice = choices[index].get_or_insert_with(|| {
+                let (done, arrivals) = tokio::sync::oneshot::channel();
+                let (consumer, consumer_join) =
+                    ActorRuntime::spawn_instant(None, ConsumingActor, done)
+                        .expect("an unnamed actor spawns");
+                let (forwarder, forwarder_join) =
+                    ActorRuntime::spawn_instant(None, ForwardingActor, consumer)
+                        .expect("an unnamed actor spawns");
+                ends.push(arrivals);
+                joins.extend([consumer_join, forwarder_join]);
+                forwarder
+            });
+            choice
+                .send_message(Handoff::Text(text.to_owned()))
+                .expect("the forwarding actor runs until the end");
+        })
+        .await;
+        // The end follows every text through both actors; each stops after it.
+        for choice in choices.iter().flatten() {
+            choice
+                .send_message(Handoff::End)
+                .expect("the forwarding actor runs until the end");
+        }
+        let mut arrivals = Vec::new();
+        for end in ends {
+            arrivals.extend(
+                end.await
+                    .expect("consuming actors hand their arrivals over"),
+            );
+        }
+        for join in joins {
+            let started = join.await.expect("actors do not panic");
+            started
+                .expect("actors start")
+                .await
+                .expect("actors do not panic");
+        }
+        arrivals
+    });
+    let producer = spawn_producer(g.clone(), rate, tx);
+    let arrivals = rt.block_on(reader).expect("the run does not panic");
+    let produced = producer.join().expect("the producer does not panic");
+    finish_run(produced, &received, arrivals, g.content_deltas)
+}
+
 /// Medians over runs of p50, p99, p99.9 and max, µs.
 #[derive(Debug, Clone, Copy)]
 pub struct Summary {
@@ -448,6 +603,7 @@ mod tests {
                 run_handwritten,
                 run_handwritten_fan_out,
                 run_handwritten_two_handoff,
+                run_ractor_floor,
                 run_choicewise,
             ] {
                 // `finish_run` also asserts that as many deltas arrived as the stream holds.

@@ -91,7 +91,7 @@ pub(crate) fn throughput(args: &ThroughputArgs) -> Report {
     report
 }
 
-/// The latency summaries of one runtime: choicewise and its three baselines.
+/// The latency summaries of one runtime: choicewise and its four baselines.
 #[derive(Clone, Copy)]
 struct LatencyRuns {
     choicewise: latency::Summary,
@@ -101,11 +101,14 @@ struct LatencyRuns {
     /// hand-off.
     fan_out: latency::Summary,
     /// The hand-written loop handing each choice's text to a task of its own, which hands it
-    /// to a consumer task of the choice's own: the design's two hand-offs (the target's floor).
+    /// to a consumer task of the choice's own: the design's two hand-offs over Tokio channels.
     two_handoff: latency::Summary,
+    /// The same two hand-offs, each one ractor actor message: the design's own cost (the
+    /// target's floor).
+    ractor: latency::Summary,
 }
 
-/// Latency runs on a runtime of `workers` threads, the four contenders in turn.
+/// Latency runs on a runtime of `workers` threads, the five contenders in turn.
 fn latency_runs(args: &LatencyArgs, g: &Arc<r#gen::Generated>, workers: usize) -> LatencyRuns {
     let rt = runtime(workers);
     // Warm-up (untimed): threads, allocator, page faults.
@@ -114,10 +117,12 @@ fn latency_runs(args: &LatencyArgs, g: &Arc<r#gen::Generated>, workers: usize) -
     let mut hand = Vec::new();
     let mut fan_out = Vec::new();
     let mut two_handoff = Vec::new();
+    let mut ractor = Vec::new();
     for _ in 0..args.common.reps {
         hand.push(latency::run_handwritten(&rt, g, args.rate));
         fan_out.push(latency::run_handwritten_fan_out(&rt, g, args.rate));
         two_handoff.push(latency::run_handwritten_two_handoff(&rt, g, args.rate));
+        ractor.push(latency::run_ractor_floor(&rt, g, args.rate));
         cw.push(latency::run_choicewise(&rt, g, args.rate));
     }
     LatencyRuns {
@@ -125,6 +130,7 @@ fn latency_runs(args: &LatencyArgs, g: &Arc<r#gen::Generated>, workers: usize) -
         hand: latency::summarise(&hand),
         fan_out: latency::summarise(&fan_out),
         two_handoff: latency::summarise(&two_handoff),
+        ractor: latency::summarise(&ractor),
     }
 }
 
@@ -141,9 +147,10 @@ fn latency_table(title: &str, runs: LatencyRuns) {
         ("hand-written loop (stamped at parse)", runs.hand),
         ("hand-written fan-out (a task per choice)", runs.fan_out),
         (
-            "hand-written, two hand-offs (the design's floor)",
+            "hand-written, two hand-offs (Tokio channels)",
             runs.two_handoff,
         ),
+        ("two ractor messages (the design's floor)", runs.ractor),
         ("choicewise (stamped at the consumer task)", runs.choicewise),
     ] {
         println!(
@@ -160,14 +167,16 @@ fn latency_table(title: &str, runs: LatencyRuns) {
     println!(
         "\nEnd to end, from the producer thread's send (adds the channel and the runtime's \
          wake-up): hand-written loop p50 {:.1} / p99 {:.1} µs, hand-written fan-out p50 {:.1} / \
-         p99 {:.1} µs, hand-written two hand-offs p50 {:.1} / p99 {:.1} µs, choicewise p50 {:.1} \
-         / p99 {:.1} µs.\n",
+         p99 {:.1} µs, hand-written two hand-offs p50 {:.1} / p99 {:.1} µs, two ractor messages \
+         p50 {:.1} / p99 {:.1} µs, choicewise p50 {:.1} / p99 {:.1} µs.\n",
         runs.hand.end_to_end_p50,
         runs.hand.end_to_end_p99,
         runs.fan_out.end_to_end_p50,
         runs.fan_out.end_to_end_p99,
         runs.two_handoff.end_to_end_p50,
         runs.two_handoff.end_to_end_p99,
+        runs.ractor.end_to_end_p50,
+        runs.ractor.end_to_end_p99,
         runs.choicewise.end_to_end_p50,
         runs.choicewise.end_to_end_p99
     );
@@ -196,24 +205,34 @@ pub(crate) fn latency(args: &LatencyArgs) -> Report {
          the hand-written fan-out sends each choice's text down a channel to a consumer task of \
          its own, which stamps it (one hand-off); the two-hand-off floor sends it to a task of \
          the choice's own, which forwards it down a second channel to the choice's consumer task \
-         (the design's two hand-offs: reader → choice actor → consumer; the target's floor).\n"
+         (the design's two hand-offs: reader → choice actor → consumer); the ractor floor makes \
+         the same two hand-offs as one ractor actor message each (the design's own cost; the \
+         target's floor).\n"
     );
     latency_table(
         &format!("runtime of {workers} worker(s) + the producer"),
         runs,
     );
-    // Judged at the median against the floor with the design's two hand-offs in the same runs
-    // (a machine's wake-up costs move both); the p99 ratio, which moves severalfold between
-    // runs of one build on these VMs, the one-hand-off ratio and the absolute figures are
-    // reported.
+    // Judged at the median against the floor with the design's two hand-offs as ractor
+    // messages in the same runs (a machine's wake-up costs move both); the Tokio-channel
+    // floor's ratios, the p99 ratios, which move severalfold between runs of one build on
+    // these VMs, and the absolute figures are reported.
     let mut targets = vec![Target {
-        name: "latency_p50_vs_two_handoff_floor",
-        measured: runs.choicewise.p50 / runs.two_handoff.p50,
+        name: "latency_p50_vs_ractor_floor",
+        measured: runs.choicewise.p50 / runs.ractor.p50,
         target: 1.1,
         at_least: false,
         unit: "x",
     }];
     let mut info = vec![
+        format!(
+            "INFO latency_p50_vs_two_handoff_floor measured={:.2}x (Tokio channels, information)",
+            runs.choicewise.p50 / runs.two_handoff.p50
+        ),
+        format!(
+            "INFO latency_p99_vs_ractor_floor measured={:.2}x (information)",
+            runs.choicewise.p99 / runs.ractor.p99
+        ),
         format!(
             "INFO latency_p99_vs_two_handoff_floor measured={:.2}x (information)",
             runs.choicewise.p99 / runs.two_handoff.p99
@@ -241,6 +260,11 @@ pub(crate) fn latency(args: &LatencyArgs) -> Report {
             runs.two_handoff.p99
         ),
         format!(
+            "INFO latency_p99_ractor_floor measured={:.2}us (same set-up, a ractor actor per \
+             choice forwarding to a ractor actor per choice; p50 {:.2}us)",
+            runs.ractor.p99, runs.ractor.p50
+        ),
+        format!(
             "INFO latency_p99_end_to_end measured={:.2}us (from the producer's send; \
              hand-written loop {:.2}us)",
             cw.end_to_end_p99, runs.hand.end_to_end_p99
@@ -265,6 +289,10 @@ pub(crate) fn latency(args: &LatencyArgs) -> Report {
             args.common.workers, runs2.two_handoff.p99
         ));
         info.push(format!(
+            "INFO latency_p99_{}_workers_ractor_floor measured={:.2}us (p50 {:.2}us)",
+            args.common.workers, runs2.ractor.p99, runs2.ractor.p50
+        ));
+        info.push(format!(
             "INFO latency_p99_{}_workers measured={:.2}us (p50 {:.2}us)",
             args.common.workers, runs2.choicewise.p99, runs2.choicewise.p50
         ));
@@ -277,9 +305,18 @@ pub(crate) fn latency(args: &LatencyArgs) -> Report {
             "INFO latency_p99_2_workers_vs_two_handoff_floor measured={:.2}x (information)",
             runs2.choicewise.p99 / runs2.two_handoff.p99
         ));
+        info.push(format!(
+            "INFO latency_p99_2_workers_vs_ractor_floor measured={:.2}x (information)",
+            runs2.choicewise.p99 / runs2.ractor.p99
+        ));
+        info.push(format!(
+            "INFO latency_p50_2_workers_vs_two_handoff_floor measured={:.2}x (Tokio channels, \
+             information)",
+            runs2.choicewise.p50 / runs2.two_handoff.p50
+        ));
         targets.push(Target {
-            name: "latency_p50_2_workers_vs_two_handoff_floor",
-            measured: runs2.choicewise.p50 / runs2.two_handoff.p50,
+            name: "latency_p50_2_workers_vs_ractor_floor",
+            measured: runs2.choicewise.p50 / runs2.ractor.p50,
             target: 1.1,
             at_least: false,
             unit: "x",
@@ -291,9 +328,10 @@ pub(crate) fn latency(args: &LatencyArgs) -> Report {
         ("hand-written loop (floor of the set-up)", runs.hand),
         ("hand-written fan-out (a task per choice)", runs.fan_out),
         (
-            "hand-written, two hand-offs (the design's floor)",
+            "hand-written, two hand-offs (Tokio channels)",
             runs.two_handoff,
         ),
+        ("two ractor messages (the design's floor)", runs.ractor),
     ];
     Report { targets, info }
 }

@@ -16,6 +16,7 @@ use crate::arguments::{ArgumentsSnapshot, FunctionCalls};
 use crate::completion::ChoiceEntry;
 use crate::lifetime::Lifetime;
 use crate::log::Subscription;
+use crate::msg::CancelReason;
 use crate::stream::EventStream;
 
 /// One choice of a completion: a cheap, cloneable handle (`Send + Sync + 'static`).
@@ -115,7 +116,12 @@ impl Choice {
     /// # }
     /// ```
     pub fn cancel(&self) -> bool {
-        self.entry.cancel()
+        self.entry.cancel(CancelReason::Asked)
+    }
+
+    /// Cancels the choice for `reason` (as [`cancel`](Self::cancel) does).
+    pub(crate) fn cancel_for(&self, reason: CancelReason) -> bool {
+        self.entry.cancel(reason)
     }
 
     /// Whether the choice was cancelled ([`cancel`](Self::cancel)).
@@ -136,10 +142,10 @@ impl Choice {
 
     /// Whether a vote guided by confidence ([`Pick::confidence`](crate::Pick::confidence))
     /// stopped this choice because a group of its tokens fell below the threshold, rather
-    /// than cancelling it because the vote was decided (or any other cancel). Set before the
-    /// cancel is sent, so a reader that sees the choice's [`ChoiceEvent::Cancelled`] can
-    /// ask. Such a choice does not vote; it normally ends cancelled, or finished if its
-    /// finish arrived before the cancel took effect.
+    /// than cancelling it because the vote was decided (or any other cancel). Read from how
+    /// the choice closed, published with its [`ChoiceEvent::Cancelled`]: a reader that sees
+    /// that event can ask. Such a choice does not vote; if its finish arrived before the
+    /// cancel took effect it ended finished, not stopped, and this is `false`.
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};
@@ -151,12 +157,8 @@ impl Choice {
     /// # }
     /// ```
     pub fn stopped_for_low_confidence(&self) -> bool {
-        self.entry.log.is_low_confidence()
-    }
-
-    /// Marks the choice as stopped by the confidence rule.
-    pub(crate) fn mark_low_confidence(&self) {
-        self.entry.log.mark_low_confidence();
+        let reason = self.entry.log.lock().phase.cancel_reason();
+        reason == Some(CancelReason::LowConfidence)
     }
 
     fn stream<T>(&self, select: fn(&ChoiceEvent) -> Option<T>) -> EventStream<T> {

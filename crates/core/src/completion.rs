@@ -12,9 +12,9 @@ use choicewise_proto::{
 use ractor::ActorRef;
 use serde_json::Value;
 
-use crate::actor::router::CancelReason;
 use crate::config::Config;
 use crate::log::{ChoiceLog, Watched, lock};
+use crate::msg::CancelReason;
 use crate::msg::ReaderMsg;
 use crate::waiters::Waiters;
 
@@ -51,19 +51,15 @@ impl ChoiceEntry {
         self.log.index
     }
 
-    /// Asks the choice's actor to cancel the choice; whether it was open and not asked yet.
-    pub fn cancel(&self) -> bool {
+    /// Asks the choice's actor to cancel the choice, for `reason`; whether it was open and
+    /// not asked yet.
+    pub fn cancel(&self, reason: CancelReason) -> bool {
         let Some((reader, slot)) = &self.addr else {
             return false;
         };
         if !self.log.ask_cancel() {
             return false;
         }
-        // The confidence rule marks the choice before it cancels it.
-        let reason = match self.log.is_low_confidence() {
-            true => CancelReason::LowConfidence,
-            false => CancelReason::Asked,
-        };
         let slot = *slot;
         reader
             .send_message(ReaderMsg::Cancel { slot, reason })

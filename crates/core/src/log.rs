@@ -80,8 +80,6 @@ pub(crate) struct ChoiceLog {
     pub index: u32,
     /// A cancel of the choice was asked for (it takes effect in the choice's actor).
     cancel_asked: AtomicBool,
-    /// The confidence rule stopped the choice (set before its cancel is asked for).
-    low_confidence: AtomicBool,
     published: Mutex<Published>,
 }
 
@@ -143,7 +141,7 @@ fn key(phase: &Phase) -> (bool, u8) {
             late_error: Some(_),
         } => 2,
         Closed::Failed(_) => 3,
-        Closed::Cancelled => 4,
+        Closed::Cancelled(_) => 4,
     };
     match phase {
         Phase::Open => (false, 0),
@@ -157,7 +155,6 @@ impl ChoiceLog {
         ChoiceLog {
             index,
             cancel_asked: AtomicBool::new(false),
-            low_confidence: AtomicBool::new(false),
             published: Mutex::new(Published {
                 writer: 0,
                 events: EventLog::default(),
@@ -191,18 +188,6 @@ impl ChoiceLog {
             return false;
         }
         !self.cancel_asked.swap(true, Ordering::AcqRel)
-    }
-}
-
-impl ChoiceLog {
-    /// Records that the confidence rule stopped the choice.
-    pub fn mark_low_confidence(&self) {
-        self.low_confidence.store(true, Ordering::Release);
-    }
-
-    /// Whether the confidence rule stopped the choice.
-    pub fn is_low_confidence(&self) -> bool {
-        self.low_confidence.load(Ordering::Acquire)
     }
 }
 
@@ -267,6 +252,7 @@ impl Watched for ChoiceLog {
 #[cfg(test)]
 mod tests {
     use choicewise_proto::ChoiceEvent;
+    use choicewise_proto::driver::CancelReason;
 
     use super::*;
 
@@ -293,7 +279,7 @@ mod tests {
         assert!(late.is_empty(), "the refused events are dropped");
         // Nor does a writer that takes over after the choice settled change it.
         let reader = log.take_over();
-        let failed = Phase::Settled(Closed::Cancelled);
+        let failed = Phase::Settled(Closed::Cancelled(CancelReason::Asked));
         assert_eq!(
             reader.publish(&mut content("x"), &failed, || None),
             Err(Refused::Settled)

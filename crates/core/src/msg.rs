@@ -1,7 +1,7 @@
-//! The messages of the actors: what a reader is told, what a choice actor is told.
+//! The messages of the actors: what a reader is told; what a choice actor is told is the
+//! router's ([`ChoiceMsg`], in `choicewise_proto::driver`).
 
-use choicewise_proto::Error;
-use choicewise_proto::driver::Batch;
+pub(crate) use choicewise_proto::driver::{CancelReason, ChoiceMsg};
 
 /// Messages of a reader actor (besides the supervision events of its choice actors).
 #[derive(Debug)]
@@ -17,28 +17,4 @@ pub(crate) enum ReaderMsg {
     /// no longer wanted from the upstream. `bounded`: it passed its bound of bytes
     /// (`max_choice_bytes`), so the upstream may be dropped once no other choice is wanted.
     Failed { slot: usize, bounded: bool },
-}
-
-/// Messages of a choice actor.
-#[derive(Debug)]
-pub(crate) enum ChoiceMsg {
-    /// The choice's updates of one read, in arrival order.
-    Batch(Batch),
-    /// Cancel the choice (after the batches sent before this).
-    Cancel,
-    /// The stream is over (after the batches sent before this): settle and stop.
-    End(Result<(), Error>),
-    /// The upstream went quiet: stop, handing the choice's state back to the reader.
-    Retire,
-}
-
-/// Why a choice was cancelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CancelReason {
-    /// A handle asked ([`Choice::cancel`](crate::Choice::cancel)).
-    Asked,
-    /// The confidence rule stopped it.
-    LowConfidence,
-    /// The completion is closing ([`Completions::cancel`](crate::Completions::cancel)).
-    Closing,
 }

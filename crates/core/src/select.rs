@@ -86,7 +86,11 @@ pub struct Selection {
 impl Selection {
     /// Whether choice `index` was stopped for low confidence by a vote guided by confidence
     /// ([`Pick::confidence`]), rather than cancelled because the vote was decided (both are
-    /// listed in [`cancelled`](Self::cancelled) when they ended cancelled).
+    /// listed in [`cancelled`](Self::cancelled) when they ended cancelled): the vote's record
+    /// ([`ConfidenceReport::stopped`]), which lists a stopped choice whose finish arrived
+    /// before the cancel took effect too (it did not vote), where
+    /// [`Choice::stopped_for_low_confidence`](crate::Choice::stopped_for_low_confidence),
+    /// read from how the choice closed, says `false`.
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};

@@ -280,7 +280,7 @@ impl Demux {
         let Some((core, log)) = self.choices.get_mut(slot) else {
             return false;
         };
-        let cancelled = core.cancel(&mut self.buf);
+        let cancelled = core.cancel(crate::lifecycle::CancelReason::Asked, &mut self.buf);
         log.append(&mut self.buf);
         cancelled
     }

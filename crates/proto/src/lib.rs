@@ -50,6 +50,7 @@ mod lifecycle;
 mod logprobs;
 mod merge;
 mod response;
+mod router;
 mod scan;
 mod split;
 mod usage;
@@ -90,6 +91,12 @@ pub use usage::{ChoiceUsage, Estimate, MAX_REPORTED_TOKENS, Usage, UsageSource};
 ///   them into events, and carries the choice's lifecycle ([`Phase`](driver::Phase),
 ///   [`Closed`](driver::Closed)); an [`EventLog`](driver::EventLog) keeps the events for
 ///   readers at their own pace.
+/// - The reader's decisions, when each choice runs on an actor of its own: a
+///   [`Router`](driver::Router) is told what happens (a choice appeared, its updates, a
+///   cancel with its [`CancelReason`](driver::CancelReason), a child stopped or failed, the
+///   upstream's end) and says what to do, as [`Command`](driver::Command)s (start a choice's
+///   actor, send it a [`ChoiceMsg`](driver::ChoiceMsg), retire it, drop the upstream, stop).
+///   It has no runtime: `choicewise-core`'s reader actor executes its commands.
 /// - The end: [`assemble`](driver::assemble) builds the [`ChatCompletion`] from the facts and
 ///   every choice's outcome; [`fill_choice_usage`](driver::fill_choice_usage) and
 ///   [`output_from_events`](driver::output_from_events) fill in a choice's message.
@@ -98,8 +105,9 @@ pub use usage::{ChoiceUsage, Estimate, MAX_REPORTED_TOKENS, Usage, UsageSource};
 pub mod driver {
     pub use crate::event_log::EventLog;
     pub use crate::lifecycle::{
-        ChoiceCore, Closed, Phase, assemble, fill_choice_usage, output_from_events,
+        CancelReason, ChoiceCore, Closed, Phase, assemble, fill_choice_usage, output_from_events,
     };
+    pub use crate::router::{Child, ChoiceMsg, Command, Refused, Router};
     pub use crate::split::{Batch, BatchPool, Meta, Splitter, Step};
     pub use crate::usage::ReportedUsage;
 }

@@ -21,7 +21,7 @@ use crate::usage::{ChoiceUsage, Usage, UsageSource};
 /// ```text
 ///            ┌─ finish (or a clean end of the stream) ─▶ Closed(Ended)
 ///   Open ────┼─ its own bad update, the stream's error ─▶ Closed(Failed)
-///            └─ cancel ─────────────────────────────────▶ Closed(Cancelled)
+///            └─ cancel(reason) ─────────────────────────▶ Closed(Cancelled(reason))
 ///
 ///   Open / Closed(..) ── the stream is over for it (settle) ──▶ Settled(..)   (final)
 /// ```
@@ -51,16 +51,44 @@ pub enum Closed {
     },
     /// With an error, its own or the stream's; later updates are counted and ignored.
     Failed(Box<Error>),
-    /// Cancelled before its finish: a [`ChoiceEvent::Cancelled`] ended the sub-streams;
-    /// later updates are dropped.
-    Cancelled,
+    /// Cancelled before its finish, for this reason: a [`ChoiceEvent::Cancelled`] ended the
+    /// sub-streams; later updates are dropped.
+    Cancelled(CancelReason),
+}
+
+/// Why a choice was cancelled: who asked, carried from the cancel to the choice's
+/// [`Closed::Cancelled`].
+///
+/// ```
+/// use choicewise_proto::ChoiceEvent;
+/// use choicewise_proto::driver::{CancelReason, ChoiceCore, Closed};
+///
+/// let mut core = ChoiceCore::new(0, 8);
+/// let mut events = Vec::new();
+/// assert!(core.cancel(CancelReason::LowConfidence, &mut events));
+/// assert_eq!(events, [ChoiceEvent::Cancelled]);
+/// assert!(matches!(
+///     core.phase().closed(),
+///     Some(Closed::Cancelled(CancelReason::LowConfidence))
+/// ));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The program asked (a handle's `cancel`).
+    Asked,
+    /// A vote guided by confidence stopped it: a group of its tokens fell below the
+    /// threshold.
+    LowConfidence,
+    /// The whole completion is closing (every choice but those kept is cancelled), or the
+    /// choice's upstream was dropped, no choice of it wanted, before the choice appeared.
+    Closing,
 }
 
 impl Closed {
     /// How the sub-streams ended, as their readers see it.
     pub fn result(&self) -> Result<(), Error> {
         match self {
-            Closed::Ended { .. } | Closed::Cancelled => Ok(()),
+            Closed::Ended { .. } | Closed::Cancelled(_) => Ok(()),
             Closed::Failed(e) => Err((**e).clone()),
         }
     }
@@ -70,7 +98,7 @@ impl Closed {
         match self {
             Closed::Ended { late_error } => late_error.as_deref().cloned(),
             Closed::Failed(e) => Some((**e).clone()),
-            Closed::Cancelled => None,
+            Closed::Cancelled(_) => None,
         }
     }
 }
@@ -86,7 +114,15 @@ impl Phase {
 
     /// Whether the choice was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        matches!(self.closed(), Some(Closed::Cancelled))
+        self.cancel_reason().is_some()
+    }
+
+    /// Why the choice was cancelled, if it was.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        match self.closed() {
+            Some(Closed::Cancelled(reason)) => Some(*reason),
+            _ => None,
+        }
     }
 
     /// Whether the stream is over for the choice.
@@ -304,14 +340,14 @@ impl ChoiceCore {
         self.ignore(updates, line);
     }
 
-    /// Cancels the choice if it is open: appends [`ChoiceEvent::Cancelled`] (which ends the
-    /// sub-streams) and drops its later updates. Returns whether it was open.
-    pub fn cancel(&mut self, events: &mut Vec<ChoiceEvent>) -> bool {
+    /// Cancels the choice if it is open, for `reason`: appends [`ChoiceEvent::Cancelled`]
+    /// (which ends the sub-streams) and drops its later updates. Returns whether it was open.
+    pub fn cancel(&mut self, reason: CancelReason, events: &mut Vec<ChoiceEvent>) -> bool {
         if !matches!(self.phase, Phase::Open) {
             return false;
         }
         events.push(ChoiceEvent::Cancelled);
-        self.phase = Phase::Closed(Closed::Cancelled);
+        self.phase = Phase::Closed(Closed::Cancelled(reason));
         true
     }
 

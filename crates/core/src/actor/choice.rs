@@ -11,11 +11,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use choicewise_proto::driver::{Batch, BatchPool, ChoiceCore, Closed, Phase};
+use choicewise_proto::driver::{Batch, BatchPool, Child, ChoiceCore, Closed, Phase};
 use choicewise_proto::{ChoiceEvent, ErrorDetail, Warning};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, ActorRuntime, SpawnErr};
-
-use super::router::Child;
 
 use crate::completion::CompletionShared;
 use crate::log::{ChoiceLog, LogWriter, lock};
@@ -196,9 +194,9 @@ impl Actor for ChoiceActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             ChoiceMsg::Batch(batch) => state.apply(batch),
-            ChoiceMsg::Cancel => {
+            ChoiceMsg::Cancel(reason) => {
                 let was_open = matches!(state.core.phase(), Phase::Open);
-                state.core.cancel(&mut state.events);
+                state.core.cancel(reason, &mut state.events);
                 state.publish(was_open);
             }
             ChoiceMsg::End(outcome) => {

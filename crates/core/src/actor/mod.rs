@@ -1,8 +1,9 @@
 //! The actors: one reader per upstream, supervising one actor per choice. The reader's
 //! decisions (who holds each choice, what it is sent, when the upstream is dropped, when
-//! the reader stops) are `router`'s, a state machine with no runtime that the actor feeds
-//! and whose commands it executes; `policy` holds its flush and hibernation rules, `orphan`
-//! what it publishes as a choice's last writer, `wake` its waker and quiet timer.
+//! the reader stops) are the router's (`choicewise_proto::driver::Router`), a state machine
+//! in the protocol crate, which has no runtime: the actor feeds it and executes its
+//! commands. `policy` holds the reader's flush and hibernation rules, `orphan` what it
+//! publishes as a choice's last writer, `wake` its waker and quiet timer.
 //!
 //! ```text
 //!  upstream ──reads──▶ ReaderActor ──Batch──▶ ChoiceActor 0 ──publish──▶ log 0 ──▶ handles
@@ -15,5 +16,4 @@ pub(crate) mod choice;
 mod orphan;
 mod policy;
 pub(crate) mod reader;
-pub(crate) mod router;
 mod wake;

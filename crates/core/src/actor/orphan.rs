@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use choicewise_proto::driver::{ChoiceCore, Closed, Phase};
+use choicewise_proto::driver::{CancelReason, ChoiceCore, Phase};
 use choicewise_proto::{ChoiceOutput, Error};
 
 use crate::completion::{ChoiceEntry, CompletionState};
@@ -31,7 +31,7 @@ pub(crate) fn publish_orphan(log: &Arc<ChoiceLog>, phase: &Phase) {
 }
 
 fn mark_cancelled(mut output: ChoiceOutput, phase: &Phase) -> ChoiceOutput {
-    if matches!(phase.closed(), Some(Closed::Cancelled)) {
+    if phase.is_cancelled() {
         output.cancelled = true;
         output.finish_reason = None;
     }
@@ -70,7 +70,7 @@ pub(crate) fn list_unseen(
         let mut core = ChoiceCore::new(index, 0);
         let mut events = Vec::new();
         if dropped {
-            core.cancel(&mut events);
+            core.cancel(CancelReason::Closing, &mut events);
         }
         core.settle(outcome.clone(), &mut events);
         // A new log: its first writer, refused nothing.

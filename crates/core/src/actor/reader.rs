@@ -22,14 +22,15 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use choicewise_proto::driver::{Batch, ChoiceCore, Splitter, Step};
+use choicewise_proto::driver::{
+    Batch, CancelReason, ChoiceCore, Command, Refused, Router, Splitter, Step,
+};
 use choicewise_proto::{Error, ErrorDetail};
 use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
 use super::choice::{ChoiceActorState, Running};
 use super::orphan::{list_unseen, orphan_of, publish_orphan, settle_all};
 use super::policy::{Flush, FlushPolicy, retire_at};
-use super::router::{CancelReason, Command, Router};
 use super::wake::{PollWaker, QuietTimer};
 use crate::completion::{ChoiceEntry, CompletionShared};
 use crate::log::{ChoiceLog, lock};
@@ -143,8 +144,11 @@ impl ReaderState {
                     }
                 }
                 Command::Retire { slot } => {
-                    if let Some(running) = self.router.actor(slot) {
-                        let _ = running.actor.send_message(ChoiceMsg::Retire);
+                    let sent = (self.router.actor(slot))
+                        .map(|running| running.actor.send_message(ChoiceMsg::Retire));
+                    if let Some(Err(e)) = sent {
+                        // It died: its supervision event is on its way.
+                        tracing::trace!(slot, error = %e, "a retire not sent");
                     }
                 }
                 Command::PublishOrphan {
@@ -173,13 +177,14 @@ impl ReaderState {
     /// Starts a choice's actor with its state, and tells the router how it went.
     fn spawn(&mut self, slot: usize, core: Box<ChoiceCore>) {
         let log = &self.entries[slot].log;
-        let _ = match Running::start(core, log, &self.completion, &self.myself, slot) {
+        let told = match Running::start(core, log, &self.completion, &self.myself, slot) {
             Ok(running) => self.router.started(slot, running),
             Err(e) => {
                 let orphan = Box::new(orphan_of(log));
                 (self.router).start_failed(slot, orphan, format!("could not start: {e}"))
             }
         };
+        refused(told, "a start", |_| false);
     }
 
     /// Publishes the choices the last read brought, sends every choice its updates, and
@@ -227,7 +232,7 @@ impl ReaderState {
                 false => Batch::default(),
             };
             let batch = self.splitter.take_pending(i, refill);
-            let _ = self.router.batch(i, batch);
+            refused(self.router.batch(i, batch), "a batch", |_| false);
             self.run();
         }
         self.router.cancel_new(known);
@@ -246,9 +251,16 @@ impl ReaderState {
     }
 
     /// Sends the choice in `slot` a cancel (after the updates sent before it), unless it is
-    /// no longer wanted.
+    /// no longer wanted: closed already (failed, or cancelled by a close), or the stream is
+    /// over.
     fn cancel(&mut self, slot: usize, reason: CancelReason) {
-        let _ = self.router.cancel(slot, reason);
+        let told = self.router.cancel(slot, reason);
+        refused(told, "a cancel", |r| {
+            matches!(
+                r,
+                Refused::AlreadyClosed(_) | Refused::Ended(_) | Refused::Draining
+            )
+        });
         self.run();
     }
 
@@ -261,7 +273,8 @@ impl ReaderState {
             Err(e) => Err(self.completion.lock().upstream_error(self.upstream, e)),
         };
         let splitter = &self.splitter;
-        let _ = (self.router).end(outcome.clone(), |i| splitter.choice_finished(i));
+        let told = (self.router).end(outcome.clone(), |i| splitter.choice_finished(i));
+        refused(told, "the end", |_| false);
         self.quiet.disarm();
         self.run();
         let reserved = std::mem::take(&mut self.reserved);
@@ -290,16 +303,12 @@ impl ReaderState {
     }
 
     /// After each message: the upstream is dropped once no choice is wanted (what was routed
-    /// is delivered, every choice ends cleanly), and the reader stops once its work is done.
-    fn after(&mut self, stop: bool) {
+    /// is delivered, every choice ends cleanly); the reader stops once its work is done (the
+    /// router's last command).
+    fn after(&mut self) {
         let splitter = &self.splitter;
-        self.router
-            .drop_if_unwanted(|i| splitter.choice_finished(i));
+        (self.router).after_input(|i| splitter.choice_finished(i));
         self.run();
-        if stop {
-            self.router.stop_if_done();
-            self.run();
-        }
     }
 
     /// What is left of the choice in `slot`, as its log published it.
@@ -369,7 +378,7 @@ impl Actor for ReaderActor {
         state: &mut ReaderState,
     ) -> Result<(), ActorProcessingErr> {
         state.poll_upstream();
-        state.after(false);
+        state.after();
         Ok(())
     }
 
@@ -388,17 +397,24 @@ impl Actor for ReaderActor {
             ReaderMsg::Cancel { slot, reason } => state.cancel(slot, reason),
             ReaderMsg::Close { keep } => {
                 let splitter = &state.splitter;
-                let _ = (state.router).close(keep, |slot| splitter.choice_finished(slot));
+                let told = (state.router).close(keep, |slot| splitter.choice_finished(slot));
+                // A close after the stream's end changes nothing.
+                refused(told, "a close", |r| r == Refused::Draining);
                 state.run();
             }
             ReaderMsg::Failed { slot, bounded } => {
-                let _ = state.router.failed(slot);
+                // Cancelled before (the cancel reached the actor after the update that
+                // failed it), or told of its end already: nothing more to stop.
+                let told = state.router.failed(slot);
+                refused(told, "a failure", |r| {
+                    matches!(r, Refused::AlreadyClosed(_) | Refused::Ended(_))
+                });
                 if bounded {
                     state.router.failed_at_bound();
                 }
             }
         }
-        state.after(true);
+        state.after();
         Ok(())
     }
 
@@ -409,7 +425,7 @@ impl Actor for ReaderActor {
         state: &mut ReaderState,
     ) -> Result<(), ActorProcessingErr> {
         let orphans = ReaderState::orphans(&state.entries);
-        let _stale = match event {
+        let told = match event {
             SupervisionEvent::ActorTerminated(cell, boxed, _) => {
                 let core = boxed
                     .and_then(|mut s| s.take::<ChoiceActorState>().ok())
@@ -426,8 +442,9 @@ impl Actor for ReaderActor {
                 Ok(())
             }
         };
+        refused(told, "a child's end", |_| false);
         state.run();
-        state.after(true);
+        state.after();
         Ok(())
     }
 }
@@ -461,6 +478,25 @@ pub(crate) fn spawn_reader(
             state.end_upstream(upstream, Default::default(), Err(error));
             None
         }
+    }
+}
+
+/// A refusal of the router: those `race` allows come from races the design allows (a
+/// cancel after the choice closed, ...) and are traced; any other is the reader's mistake,
+/// traced and a debug assertion.
+fn refused(told: Result<(), Refused>, input: &'static str, race: impl Fn(Refused) -> bool) {
+    let Err(refused) = told else {
+        return;
+    };
+    if race(refused) {
+        tracing::trace!(
+            input,
+            ?refused,
+            "the router refused an input that lost a race"
+        );
+    } else {
+        tracing::warn!(input, ?refused, "the router refused an input");
+        debug_assert!(false, "the router refused {input}: {refused:?}");
     }
 }
 

@@ -15,6 +15,7 @@ use choicewise_proto::{ChoiceOutput, Confidence, Incomplete, SampleConfidence, W
 
 use crate::choice::Choice;
 use crate::completions::Completions;
+use crate::msg::CancelReason;
 use crate::select::{Decided, Following, Judge, Replacing, Tally, short_of, vote, vote_windowed};
 
 /// What a vote guided by confidence did ([`Selection::confidence`](crate::Selection::confidence)):
@@ -188,6 +189,7 @@ struct Ended {
     index: u32,
     output: Result<ChoiceOutput, Incomplete<ChoiceOutput>>,
     confidence: Option<f64>,
+    /// A group of its tokens fell below the threshold: it does not vote.
     stopped: bool,
 }
 
@@ -227,9 +229,8 @@ async fn follow(
         }
     }
     if stopped {
-        // Marked before the cancel: whoever sees the cancel can tell why.
-        choice.mark_low_confidence();
-        choice.cancel();
+        // The reason travels with the cancel to the choice's closed state.
+        choice.cancel_for(CancelReason::LowConfidence);
     }
     Ended {
         index: choice.index(),
