@@ -516,7 +516,9 @@ pub fn run(args: &PicksArgs) -> Report {
                 Err(e) => eprintln!("run {} failed: {e}", rep + 1),
             }
         }
-        load("end of picks");
+        if !args.json {
+            load("end of picks");
+        }
     }
     let acc = |right: usize| right as f64 / problems.max(1) as f64;
     let med =
