@@ -74,6 +74,15 @@ pub struct PicksArgs {
     /// The `choicewise` binary (default: next to this harness).
     #[arg(long)]
     pub choicewise: Option<PathBuf>,
+    /// The confidence picks' warmup (the table's: 16; the library's default: 8).
+    #[arg(long, default_value_t = SETTINGS.warmup)]
+    pub warmup: usize,
+    /// The confidence picks' group of tokens (the table's: 16; the library's default: 64).
+    #[arg(long, default_value_t = SETTINGS.group_tokens)]
+    pub group_tokens: usize,
+    /// Samples at a time of `adaptive` and after the confidence picks' warmup.
+    #[arg(long, default_value_t = SETTINGS.confidence_window)]
+    pub window: usize,
     /// Worker threads of the clients' runtime.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
@@ -93,6 +102,19 @@ pub struct Settings {
     /// Samples started at a time after a confidence pick's warmup (`window`).
     pub confidence_window: usize,
     pub consensus: f64,
+}
+
+impl PicksArgs {
+    /// The table's settings with the command line's.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            warmup: self.warmup,
+            group_tokens: self.group_tokens,
+            confidence_window: self.window,
+            adaptive_window: self.window,
+            ..SETTINGS
+        }
+    }
 }
 
 /// The settings of the table.
@@ -335,9 +357,9 @@ async fn measure(
     set: &TraceSet,
     pick: &Pick,
     args: &PicksArgs,
-    s: &Settings,
     run: &str,
 ) -> (Figures, Option<String>) {
+    let s = &settings_of(pick, &args.settings());
     let model = if args.upstream_n == "native" {
         "native"
     } else {
@@ -393,9 +415,8 @@ fn one_run(
     let mut out = Vec::new();
     rt.block_on(async {
         for pick in picks {
-            let s = settings_of(pick);
             let run = format!("{}-{rep}", pick.name);
-            let (f, failure) = measure(&client, &gateway.url, &up, set, pick, args, &s, &run).await;
+            let (f, failure) = measure(&client, &gateway.url, &up, set, pick, args, &run).await;
             if !args.json {
                 eprintln!(
                     "run {}: {:<24} {:>6.1}%  {:>9} tokens  {:>6} requests  {:>5.1} s{}",
@@ -425,14 +446,14 @@ fn one_run(
 }
 
 /// A pick's own settings: the table's, with its window and warmup.
-fn settings_of(pick: &Pick) -> Settings {
+fn settings_of(pick: &Pick, base: &Settings) -> Settings {
     match pick.kind {
         Kind::Confidence { warmup, window, .. } => Settings {
             warmup,
             confidence_window: window,
-            ..SETTINGS
+            ..*base
         },
-        _ => SETTINGS,
+        _ => *base,
     }
 }
 
@@ -458,7 +479,7 @@ fn curve_picks(args: &PicksArgs) -> Vec<Pick> {
                 name: format!("confidence-{label}/window-{w}"),
                 kind: Kind::Confidence {
                     keep,
-                    warmup: SETTINGS.warmup,
+                    warmup: args.warmup,
                     window: w,
                 },
             });
@@ -469,7 +490,7 @@ fn curve_picks(args: &PicksArgs) -> Vec<Pick> {
                 kind: Kind::Confidence {
                     keep,
                     warmup,
-                    window: SETTINGS.confidence_window,
+                    window: args.window,
                 },
             });
         }
@@ -497,14 +518,15 @@ pub fn run(args: &PicksArgs) -> Report {
         .map(|p| p.samples.len())
         .min()
         .unwrap_or(0);
-    let mut all = picks(&SETTINGS);
+    let base = args.settings();
+    let mut all = picks(&base);
     if let Some(only) = &args.only {
         all.retain(|p| only.contains(&p.name));
     }
     all.extend(curve_picks(args));
     let offline_figures: Vec<Offline> = all
         .iter()
-        .map(|p| offline(&set, p, &settings_of(p)))
+        .map(|p| offline(&set, p, &settings_of(p, &base)))
         .collect();
     let curve = vote_curve(&set, samples);
     let mut runs: Vec<Vec<Figures>> = Vec::new();
@@ -540,7 +562,7 @@ pub fn run(args: &PicksArgs) -> Report {
             row["wall_s"] = json!(med(i, &|f| f.wall_s));
             row["runs"] = json!(runs.len());
         }
-        if let Some(ext) = pick.extension(&settings_of(pick)) {
+        if let Some(ext) = pick.extension(&settings_of(pick, &base)) {
             row["choicewise"] = ext;
         }
         rows.push(row);

@@ -249,8 +249,6 @@ mod tests {
 
     fn problem(samples: Vec<Sample>) -> Problem {
         Problem {
-            id: 0,
-            level: 2,
             prompt: "1+1=\n".into(),
             answer: "2".into(),
             samples,

@@ -70,8 +70,6 @@ impl Sample {
 /// One problem and its samples.
 #[derive(Debug, Clone)]
 pub struct Problem {
-    pub id: i32,
-    pub level: i16,
     /// `EXPR=\n`.
     pub prompt: String,
     pub answer: String,
@@ -134,16 +132,6 @@ impl TraceSet {
         })
     }
 
-    /// The text of a sample: its tokens before `<eos>`, one vocabulary entry each.
-    pub fn text(&self, sample: &Sample) -> String {
-        sample
-            .tokens
-            .iter()
-            .filter(|&&t| t != self.eos)
-            .map(|&t| self.vocab[t as usize].as_str())
-            .collect()
-    }
-
     /// The text of one token.
     pub fn token(&self, id: u8) -> &str {
         self.vocab.get(id as usize).map_or("", String::as_str)
@@ -151,11 +139,13 @@ impl TraceSet {
 }
 
 /// One `.npy` array: its shape and its data, decoded.
+#[derive(Debug)]
 struct Array {
     shape: Vec<usize>,
     data: Data,
 }
 
+#[derive(Debug)]
 enum Data {
     Int(Vec<i64>),
     Float(Vec<f32>),
@@ -235,7 +225,7 @@ fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
     expect(&logprob, "logprob", &[p, n, l])?;
     expect(&topk_ids, "topk_ids", &[p, n, l, TOP_K])?;
     expect(&topk_logprobs, "topk_logprobs", &[p, n, l, TOP_K])?;
-    let (Data::Int(ids), Data::Int(levels), Data::Str(prompts), Data::Str(answers)) =
+    let (Data::Int(_), Data::Int(_), Data::Str(prompts), Data::Str(answers)) =
         (ids.data, levels.data, prompts.data, answers.data)
     else {
         return Err(bad(
@@ -302,8 +292,6 @@ fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
             });
         }
         problems.push(Problem {
-            id: ids[i] as i32,
-            level: levels[i] as i16,
             prompt: prompts[i].clone(),
             answer: answers[i].clone(),
             samples,
