@@ -349,3 +349,151 @@ fn event(
         None => out.push_str(",\"finish_reason\":null}]}\n\n"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::picks::traces::{Problem, TOP_K};
+
+    /// A set of one problem whose sample k is `k` repeated `2 + k` times, then `<eos>`;
+    /// sample 3 is unfinished.
+    fn set() -> TraceSet {
+        let vocab: Vec<String> = ["<pad>", "<bos>", "<eos>", "0", "1", "2", "3"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let samples = (0..4u8)
+            .map(|k| {
+                let mut tokens = vec![3 + k; 2 + k as usize];
+                let finished = k != 3;
+                if finished {
+                    tokens.push(2);
+                }
+                let len = tokens.len();
+                Sample {
+                    tokens,
+                    logprob: vec![-0.5; len],
+                    top_ids: vec![[3 + k, 3, 4, 5, 6]; len],
+                    top_logprobs: vec![[-0.5, -1.0, -2.0, -3.0, -4.0]; len],
+                    finished,
+                    answer: String::new(),
+                }
+            })
+            .collect();
+        TraceSet {
+            vocab,
+            eos: 2,
+            problems: vec![Problem {
+                prompt: "1+1=\n".into(),
+                answer: "2".into(),
+                samples,
+            }],
+        }
+    }
+
+    async fn ask(url: &str, run: &str, n: usize, logprobs: bool) -> (u16, String) {
+        let body = serde_json::json!({"model": "m", "n": n, "stream": true, "logprobs": logprobs,
+            "messages": [{"role": "system", "content": format!("{RUN_PREFIX}{run}")},
+                         {"role": "user", "content": "1+1=\n"}]});
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// Each choice's text and finish reason, and every content token's logprobs entry.
+    fn read(sse: &str) -> (HashMap<u64, (String, String)>, Vec<Value>) {
+        let mut choices: HashMap<u64, (String, String)> = HashMap::new();
+        let mut logprobs = Vec::new();
+        for data in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            let Ok(v) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
+            for c in v["choices"].as_array().unwrap() {
+                let e = choices.entry(c["index"].as_u64().unwrap()).or_default();
+                if let Some(t) = c["delta"]["content"].as_str() {
+                    e.0.push_str(t);
+                }
+                if let Some(f) = c["finish_reason"].as_str() {
+                    e.1 = f.into();
+                }
+                if !c["logprobs"].is_null() {
+                    logprobs.push(c["logprobs"].clone());
+                }
+            }
+        }
+        (choices, logprobs)
+    }
+
+    #[test]
+    fn serves_sample_k_to_the_kth_ask_and_counts_its_tokens() {
+        let up = start(Arc::new(set()), Duration::from_millis(1)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // Fan-out: one sample a request, in order of arrival.
+            let (_, first) = ask(&up.url, "a", 1, false).await;
+            let (choices, logprobs) = read(&first);
+            assert_eq!(choices[&0], ("00".to_string(), "stop".to_string()));
+            assert!(logprobs.is_empty());
+            // Native n: the next two samples, as choices 0 and 1, with logprobs.
+            let (_, both) = ask(&up.url, "a", 2, true).await;
+            let (choices, logprobs) = read(&both);
+            assert_eq!(choices[&0], ("111".to_string(), "stop".to_string()));
+            assert_eq!(choices[&1], ("2222".to_string(), "stop".to_string()));
+            assert_eq!(logprobs.len(), 3 + 4);
+            let entry = &logprobs[0]["content"][0];
+            assert_eq!(entry["token"], "1");
+            assert_eq!(entry["logprob"], -0.5);
+            assert_eq!(entry["top_logprobs"].as_array().unwrap().len(), TOP_K);
+            assert_eq!(entry["top_logprobs"][1]["token"], "0");
+            // The unfinished sample ends with `length`; then there is none left.
+            let (_, last) = ask(&up.url, "a", 1, false).await;
+            assert_eq!(
+                read(&last).0[&0],
+                ("33333".to_string(), "length".to_string())
+            );
+            assert_eq!(ask(&up.url, "a", 1, false).await.0, 400);
+            // Another run starts again from sample 0.
+            assert_eq!(read(&ask(&up.url, "b", 1, false).await.1).0[&0].0, "00");
+        });
+        let c = up.counters.counts();
+        // Tokens with `<eos>`: 3 + (4 + 5) + 5 + 3.
+        assert_eq!((c.requests, c.samples, c.tokens, c.refused), (5, 5, 20, 1));
+        assert_eq!(c.cancelled, 0);
+    }
+
+    #[test]
+    fn a_dropped_stream_counts_what_it_sent_and_its_cancel() {
+        let up = start(Arc::new(set()), Duration::from_millis(200)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let body = serde_json::json!({"model": "m", "n": 4, "stream": true,
+                "messages": [{"role": "user", "content": "1+1=\n"}]});
+            let mut r = reqwest::Client::new()
+                .post(format!("{}/v1/chat/completions", up.url))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            // The first tick: one token of each of the 4 samples; then the client goes.
+            let first = r.chunk().await.unwrap().unwrap();
+            assert_eq!(String::from_utf8_lossy(&first).matches("data: ").count(), 4);
+            drop(r);
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        });
+        let c = up.counters.counts();
+        // The first tick, and at most the one written as the close was being seen; not the
+        // 20 of the whole answer.
+        assert_eq!((c.samples, c.cancelled), (4, 4));
+        assert!((4..=8).contains(&c.tokens), "{} tokens", c.tokens);
+    }
+}
