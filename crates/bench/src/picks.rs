@@ -541,6 +541,10 @@ pub fn run(args: &PicksArgs) -> Report {
         if !args.json {
             load("end of picks");
         }
+        if runs.is_empty() {
+            eprintln!("error: no run of the picks completed");
+            std::process::exit(1);
+        }
     }
     let acc = |right: usize| right as f64 / problems.max(1) as f64;
     let med =
