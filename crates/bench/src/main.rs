@@ -24,6 +24,7 @@ mod heap;
 mod latency;
 #[cfg(feature = "openai-baseline")]
 mod openai;
+mod picks;
 mod pieces;
 mod plots;
 mod procs;
@@ -87,6 +88,9 @@ enum Command {
     /// The first-event latency the gateway adds on Chat Completions, Messages and
     /// Responses, beside direct, at 1 and 100 concurrent streams.
     GatewayApis(apis::ApisArgs),
+    /// Do the picks pay? A real model's recorded samples replayed through the gateway, pick
+    /// by pick (accuracy, tokens, requests), beside the same picks computed offline.
+    Picks(picks::PicksArgs),
     /// The synthetic upstream of `gateway` and `soak`, as a process of its own.
     #[command(hide = true)]
     GatewayUpstream(UpstreamArgs),
@@ -388,12 +392,16 @@ fn main() {
         Command::GatewayProxy(a) => return proxy::serve(&a.listen, &a.upstream),
         _ => {}
     }
-    machine();
+    // `picks --json` prints one JSON object on stdout and nothing else.
+    if !matches!(&cli.command, Command::Picks(a) if a.json) {
+        machine();
+    }
     let soak = matches!(cli.command, Command::Soak(_));
     let report = match cli.command {
         Command::Gateway(a) => gateway::run(&a),
         Command::Soak(a) => soak::run(&a),
         Command::GatewayApis(a) => apis::run(&a),
+        Command::Picks(a) => picks::run(&a),
         Command::GatewayUpstream(_) | Command::GatewayProxy(_) => {
             return;
         }

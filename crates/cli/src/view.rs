@@ -20,12 +20,14 @@ pub struct ViewArgs {
     pub plain: bool,
     /// Stop at the first choice that finishes with stop or tool_calls: the others are
     /// cancelled (their connection closed when none is wanted any more). Exit 0 when a
-    /// choice was selected, 1 when none could be.
+    /// choice was selected, 1 when none could be. The `first-finished` row of docs/picks.md
+    /// (with --fan-out 4).
     #[arg(long, conflicts_with_all = ["vote", "vote_by"])]
     pub first: bool,
     /// A plurality vote over each finished choice's final content (trimmed), decided as soon
     /// as the choices still running can no longer change the winner; the rest are cancelled.
-    /// Exit 0 when a key won, 1 when no choice could vote.
+    /// Exit 0 when a key won, 1 when no choice could vote. The `vote-K` rows of
+    /// docs/picks.md (with --fan-out K).
     #[arg(long)]
     pub vote: bool,
     /// Vote over the first capture group of REGEX in each finished choice's content (the
@@ -42,7 +44,8 @@ pub struct ViewArgs {
     pub vote_normalize: bool,
     /// Vote window by window (early-stopping self-consistency): with --fan-out K, start W
     /// samples at a time, the next W only while the vote is undecided; the first window that
-    /// agrees unanimously decides and starts no more.
+    /// agrees unanimously decides and starts no more. The `adaptive` row of docs/picks.md
+    /// (W = 4, at most 64 samples).
     #[arg(long, value_name = "W")]
     pub vote_window: Option<u32>,
     /// Guide the vote by the model's confidence (DeepConf online, arXiv 2508.15260): needs
@@ -52,7 +55,9 @@ pub struct ViewArgs {
     /// confidence of its last --group-tokens tokens falls below it, shown as `low confidence`,
     /// and does not vote; the others vote with their confidence as weight. With --fan-out K,
     /// the rest start only if the warmup leaves the vote undecided. Without log-probabilities,
-    /// the plain vote decides and --json's "confidence" says why.
+    /// the plain vote decides and --json's "confidence" says why. The `confidence-high` and
+    /// `confidence-low` rows of docs/picks.md (--keep 0.9 / 0.1, --warmup 16, --group-tokens
+    /// 16, --vote-window 4, --fan-out 64).
     #[arg(long, requires = "a_vote")]
     pub confidence: bool,
     /// With --confidence: the samples that run to their end and set the threshold, 1 to 64

@@ -224,7 +224,8 @@ impl Completions {
     /// `pattern`'s first group in its content (the whole match if no group; no match, no
     /// vote), decided early, the rest cancelled (unless `keep_rest`). A key needs
     /// `min_votes` votes to win (default 2: one vote out of several is no majority). Gives a
-    /// `Selection`.
+    /// `Selection`. The `vote-K` rows of docs/picks.md; with `window=4` over 64 samples, its
+    /// `adaptive` row.
     #[pyo3(signature = (pattern, *, min_votes = None, window = None, deadline = None, keep_rest = false))]
     fn vote(
         &self,
@@ -261,7 +262,8 @@ impl Completions {
     }
 
     /// The first choice to finish (`stop` or `tool_calls`); the rest cancelled (unless
-    /// `keep_rest`). Gives a `Selection`.
+    /// `keep_rest`). Gives a `Selection`. The `first-finished` row of docs/picks.md (over 4
+    /// samples).
     #[pyo3(signature = (*, deadline = None, keep_rest = false))]
     fn first_finished(
         &self,
@@ -281,7 +283,10 @@ impl Completions {
 
     /// The pick a policy states, as a dict with the gateway's extension's fields (`select`,
     /// `vote_by`, `min_votes`, `window`, `confidence`, `deadline_ms`, ...), checked as the
-    /// gateway checks it (`ValueError` naming the field). Gives a `Selection`.
+    /// gateway checks it (`ValueError` naming the field). Gives a `Selection`. Each row of
+    /// docs/picks.md is such a policy (its `choicewise` column), e.g. `confidence-high`:
+    /// `{"samples": 64, "select": "vote", "vote_by": "#### (\\d+)", "window": 4,
+    /// "confidence": {"warmup": 16, "keep": 0.9, "group_tokens": 16}}`.
     #[pyo3(signature = (policy, *, keep_rest = false))]
     fn pick(
         &self,

@@ -119,12 +119,16 @@ class Completions:
         deadline: Optional[float] = None,
         keep_rest: bool = False,
     ) -> Any:
-        """A ``Selection``, or an awaitable of it."""
+        """A ``Selection``, or an awaitable of it. The ``vote-K`` rows of docs/picks.md;
+        with ``window=4`` over 64 samples, its ``adaptive`` row."""
     def first_finished(self, *, deadline: Optional[float] = None, keep_rest: bool = False) -> Any:
-        """A ``Selection``, or an awaitable of it."""
+        """A ``Selection``, or an awaitable of it. The ``first-finished`` row of
+        docs/picks.md (over 4 samples)."""
     def pick(self, policy: Dict[str, Any], *, keep_rest: bool = False) -> Any:
         """The pick a policy states (the gateway's ``choicewise`` extension's fields): a
-        ``Selection``, or an awaitable of it."""
+        ``Selection``, or an awaitable of it. Each row of docs/picks.md is such a policy
+        (``confidence-high``: ``{"samples": 64, "select": "vote", "vote_by": "#### (\\d+)",
+        "window": 4, "confidence": {"warmup": 16, "keep": 0.9, "group_tokens": 16}}``)."""
     def warnings(self) -> List[str]: ...
 
 class PartialJson:

@@ -1,0 +1,499 @@
+//! The upstream of `picks`: an OpenAI-style Chat Completions server on 127.0.0.1 that serves
+//! a set's recorded samples as streamed chat completions, as a model server would.
+//!
+//! - The request's user message is a problem's prompt (`EXPR=\n`); its system message,
+//!   `picks-run TAG`, names the run, so that every run counts its samples afresh.
+//! - The k-th sample asked for a problem in a run is that problem's recorded sample k,
+//!   whatever the order in which the requests arrive: a request for `n` choices takes the
+//!   next `n` numbers (native `n` and fan-out alike). Past the recorded samples: 400.
+//! - Each sample's tokens are paced, one content event per token `pace` apart (choice after
+//!   choice in one request, at the same tick); with `"logprobs": true` each carries its
+//!   `logprobs.content` entry in OpenAI's shape (`token`, `logprob`, `top_logprobs` of
+//!   [`TOP_K`](super::traces::TOP_K)); `<eos>` ends a sample with `finish_reason: "stop"` (at
+//!   its tick: it is a generated token), a sample that ran out of room with `"length"`.
+//! - It counts requests, samples started and tokens sent: a sample the gateway cancels (its
+//!   connection closed) counts the tokens sent before the cancel.
+//!
+//! It runs on a runtime of its own (one worker thread) in the harness's process.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::Value;
+
+use super::traces::{Sample, TraceSet};
+
+/// The system message that names a run.
+pub const RUN_PREFIX: &str = "picks-run ";
+
+/// What the upstream counted.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    pub samples: AtomicU64,
+    pub tokens: AtomicU64,
+    /// Samples whose stream was dropped before their last token.
+    pub cancelled: AtomicU64,
+    /// Requests refused (unknown prompt, no sample left, not JSON).
+    pub refused: AtomicU64,
+}
+
+/// The counters at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub requests: u64,
+    pub samples: u64,
+    pub tokens: u64,
+    pub cancelled: u64,
+    pub refused: u64,
+}
+
+impl std::ops::Sub for Counts {
+    type Output = Counts;
+    fn sub(self, o: Counts) -> Counts {
+        Counts {
+            requests: self.requests - o.requests,
+            samples: self.samples - o.samples,
+            tokens: self.tokens - o.tokens,
+            cancelled: self.cancelled - o.cancelled,
+            refused: self.refused - o.refused,
+        }
+    }
+}
+
+impl Counters {
+    pub fn counts(&self) -> Counts {
+        Counts {
+            requests: self.requests.load(Relaxed),
+            samples: self.samples.load(Relaxed),
+            tokens: self.tokens.load(Relaxed),
+            cancelled: self.cancelled.load(Relaxed),
+            refused: self.refused.load(Relaxed),
+        }
+    }
+}
+
+struct Upstream {
+    set: Arc<TraceSet>,
+    /// Problem by prompt.
+    by_prompt: HashMap<String, usize>,
+    /// Samples handed out per (run, problem).
+    next: Mutex<HashMap<(String, usize), usize>>,
+    pace: Duration,
+    counters: Arc<Counters>,
+}
+
+/// The running upstream: its address and counters; dropping it stops it.
+pub struct TraceUpstream {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    pub counters: Arc<Counters>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for TraceUpstream {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts the upstream over `set` on 127.0.0.1, `pace` between a sample's tokens.
+pub fn start(set: Arc<TraceSet>, pace: Duration) -> Result<TraceUpstream, String> {
+    let mut by_prompt = HashMap::new();
+    for (i, p) in set.problems.iter().enumerate() {
+        if by_prompt.insert(p.prompt.clone(), i).is_some() {
+            return Err(format!("two problems share the prompt {:?}", p.prompt));
+        }
+    }
+    let counters = Arc::new(Counters::default());
+    let up = Arc::new(Upstream {
+        set,
+        by_prompt,
+        next: Mutex::new(HashMap::new()),
+        pace,
+        counters: counters.clone(),
+    });
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let url = format!(
+        "http://{}",
+        listener.local_addr().map_err(|e| e.to_string())?
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let thread = std::thread::Builder::new()
+        .name("picks-upstream".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                let app = axum::Router::new()
+                    .route("/v1/chat/completions", post(chat))
+                    .with_state(up);
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+            rt.shutdown_background();
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(TraceUpstream {
+        url,
+        counters,
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+fn refuse(up: &Upstream, message: &str) -> Response {
+    up.counters.refused.fetch_add(1, Relaxed);
+    let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error"}});
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
+    up.counters.requests.fetch_add(1, Relaxed);
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return refuse(&up, "the body is not JSON");
+    };
+    let n = req.get("n").and_then(Value::as_u64).unwrap_or(1).max(1) as usize;
+    let logprobs = req
+        .get("logprobs")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let messages = req.get("messages").and_then(Value::as_array);
+    let text_of = |role: &str| {
+        messages
+            .into_iter()
+            .flatten()
+            .filter(|m| m.get("role").and_then(Value::as_str) == Some(role))
+            .filter_map(|m| m.get("content").and_then(Value::as_str))
+            .next_back()
+    };
+    let run = text_of("system")
+        .and_then(|s| s.strip_prefix(RUN_PREFIX))
+        .unwrap_or("")
+        .to_string();
+    let Some(&problem) = text_of("user").and_then(|p| up.by_prompt.get(p)) else {
+        return refuse(&up, "the user message is no problem of the set");
+    };
+    let recorded = up.set.problems[problem].samples.len();
+    let first = {
+        let mut next = up.next.lock().unwrap_or_else(|p| p.into_inner());
+        let k = next.entry((run, problem)).or_insert(0);
+        if *k + n > recorded {
+            drop(next);
+            return refuse(&up, &format!("the problem has {recorded} samples"));
+        }
+        let first = *k;
+        *k += n;
+        first
+    };
+    up.counters.samples.fetch_add(n as u64, Relaxed);
+    let stream = sse(up, problem, first, n, logprobs);
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Counts the samples of a stream not sent to their end when it is dropped.
+struct Unfinished {
+    counters: Arc<Counters>,
+    left: u64,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        self.counters.cancelled.fetch_add(self.left, Relaxed);
+    }
+}
+
+fn sse(
+    up: Arc<Upstream>,
+    problem: usize,
+    first: usize,
+    n: usize,
+    logprobs: bool,
+) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    async_stream::stream! {
+        let set = up.set.clone();
+        let samples: Vec<&Sample> = set.problems[problem].samples[first..first + n].iter().collect();
+        let id = format!("chatcmpl-p{problem}s{first}");
+        let longest = samples.iter().map(|s| s.len()).max().unwrap_or(0);
+        let mut unfinished = Unfinished { counters: up.counters.clone(), left: n as u64 };
+        let start = tokio::time::Instant::now();
+        for t in 0..longest {
+            tokio::time::sleep_until(start + up.pace * (t as u32 + 1)).await;
+            let mut out = String::new();
+            let mut sent = 0u64;
+            for (i, s) in samples.iter().enumerate() {
+                if t >= s.len() {
+                    continue;
+                }
+                sent += 1;
+                let last = t + 1 == s.len();
+                if s.tokens[t] == set.eos {
+                    event(&mut out, &id, i, None, Some("stop"));
+                } else {
+                    let lp = logprobs.then(|| logprob_entry(&set, s, t));
+                    event(&mut out, &id, i, Some((t == 0, set.token(s.tokens[t]), lp)), None);
+                    if last {
+                        event(&mut out, &id, i, None, Some(if s.finished { "stop" } else { "length" }));
+                    }
+                }
+                if last {
+                    unfinished.left -= 1;
+                }
+            }
+            up.counters.tokens.fetch_add(sent, Relaxed);
+            yield Ok(Bytes::from(out));
+        }
+        yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
+        unfinished.left = 0;
+    }
+}
+
+/// A finite log-probability as JSON (the sets' half-precision values are finite; a value
+/// that is not is sent as the least a half can hold).
+fn num(out: &mut String, v: f32) {
+    let v = if v.is_finite() { v } else { -65504.0 };
+    let _ = write!(out, "{v}");
+}
+
+fn json_str(out: &mut String, s: &str) {
+    out.push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+}
+
+/// The `logprobs` of one content token: `{"content": [{"token", "logprob", "top_logprobs"}]}`.
+fn logprob_entry(set: &TraceSet, s: &Sample, t: usize) -> String {
+    let mut out = String::from("{\"content\":[{\"token\":");
+    json_str(&mut out, set.token(s.tokens[t]));
+    out.push_str(",\"logprob\":");
+    num(&mut out, s.logprob[t]);
+    out.push_str(",\"top_logprobs\":[");
+    for (k, (&id, &lp)) in s.top_ids[t].iter().zip(&s.top_logprobs[t]).enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"token\":");
+        json_str(&mut out, set.token(id));
+        out.push_str(",\"logprob\":");
+        num(&mut out, lp);
+        out.push('}');
+    }
+    out.push_str("]}]}");
+    out
+}
+
+/// One `chat.completion.chunk` event of choice `index`: a content token (first: with the
+/// role) and its log-probabilities, or a finish.
+fn event(
+    out: &mut String,
+    id: &str,
+    index: usize,
+    token: Option<(bool, &str, Option<String>)>,
+    finish: Option<&str>,
+) {
+    let _ = write!(
+        out,
+        "data: {{\"id\":\"{id}\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"arith-6m\",\"choices\":[{{\"index\":{index},\"delta\":"
+    );
+    match &token {
+        Some((first, text, _)) => {
+            out.push_str(if *first {
+                "{\"role\":\"assistant\",\"content\":"
+            } else {
+                "{\"content\":"
+            });
+            json_str(out, text);
+            out.push('}');
+        }
+        None => out.push_str("{}"),
+    }
+    if let Some((_, _, Some(lp))) = &token {
+        out.push_str(",\"logprobs\":");
+        out.push_str(lp);
+    }
+    match finish {
+        Some(f) => {
+            let _ = write!(out, ",\"finish_reason\":\"{f}\"}}]}}\n\n");
+        }
+        None => out.push_str(",\"finish_reason\":null}]}\n\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::picks::traces::{Problem, TOP_K};
+
+    /// A set of one problem whose sample k is `k` repeated `2 + k` times, then `<eos>`;
+    /// sample 3 is unfinished.
+    fn set() -> TraceSet {
+        let vocab: Vec<String> = ["<pad>", "<bos>", "<eos>", "0", "1", "2", "3"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let samples = (0..4u8)
+            .map(|k| {
+                let mut tokens = vec![3 + k; 2 + k as usize];
+                let finished = k != 3;
+                if finished {
+                    tokens.push(2);
+                }
+                let len = tokens.len();
+                Sample {
+                    tokens,
+                    logprob: vec![-0.5; len],
+                    top_ids: vec![[3 + k, 3, 4, 5, 6]; len],
+                    top_logprobs: vec![[-0.5, -1.0, -2.0, -3.0, -4.0]; len],
+                    finished,
+                    answer: String::new(),
+                }
+            })
+            .collect();
+        TraceSet {
+            vocab,
+            eos: 2,
+            problems: vec![Problem {
+                prompt: "1+1=\n".into(),
+                answer: "2".into(),
+                samples,
+            }],
+        }
+    }
+
+    async fn ask(url: &str, run: &str, n: usize, logprobs: bool) -> (u16, String) {
+        let body = serde_json::json!({"model": "m", "n": n, "stream": true, "logprobs": logprobs,
+            "messages": [{"role": "system", "content": format!("{RUN_PREFIX}{run}")},
+                         {"role": "user", "content": "1+1=\n"}]});
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// Each choice's text and finish reason, and every content token's logprobs entry.
+    fn read(sse: &str) -> (HashMap<u64, (String, String)>, Vec<Value>) {
+        let mut choices: HashMap<u64, (String, String)> = HashMap::new();
+        let mut logprobs = Vec::new();
+        for data in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            let Ok(v) = serde_json::from_str::<Value>(data) else {
+                continue;
+            };
+            for c in v["choices"].as_array().unwrap() {
+                let e = choices.entry(c["index"].as_u64().unwrap()).or_default();
+                if let Some(t) = c["delta"]["content"].as_str() {
+                    e.0.push_str(t);
+                }
+                if let Some(f) = c["finish_reason"].as_str() {
+                    e.1 = f.into();
+                }
+                if !c["logprobs"].is_null() {
+                    logprobs.push(c["logprobs"].clone());
+                }
+            }
+        }
+        (choices, logprobs)
+    }
+
+    #[test]
+    fn serves_sample_k_to_the_kth_ask_and_counts_its_tokens() {
+        let up = start(Arc::new(set()), Duration::from_millis(1)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // Fan-out: one sample a request, in order of arrival.
+            let (_, first) = ask(&up.url, "a", 1, false).await;
+            let (choices, logprobs) = read(&first);
+            assert_eq!(choices[&0], ("00".to_string(), "stop".to_string()));
+            assert!(logprobs.is_empty());
+            // Native n: the next two samples, as choices 0 and 1, with logprobs.
+            let (_, both) = ask(&up.url, "a", 2, true).await;
+            let (choices, logprobs) = read(&both);
+            assert_eq!(choices[&0], ("111".to_string(), "stop".to_string()));
+            assert_eq!(choices[&1], ("2222".to_string(), "stop".to_string()));
+            assert_eq!(logprobs.len(), 3 + 4);
+            let entry = &logprobs[0]["content"][0];
+            assert_eq!(entry["token"], "1");
+            assert_eq!(entry["logprob"], -0.5);
+            assert_eq!(entry["top_logprobs"].as_array().unwrap().len(), TOP_K);
+            assert_eq!(entry["top_logprobs"][1]["token"], "0");
+            // The unfinished sample ends with `length`; then there is none left.
+            let (_, last) = ask(&up.url, "a", 1, false).await;
+            assert_eq!(
+                read(&last).0[&0],
+                ("33333".to_string(), "length".to_string())
+            );
+            assert_eq!(ask(&up.url, "a", 1, false).await.0, 400);
+            // Another run starts again from sample 0.
+            assert_eq!(read(&ask(&up.url, "b", 1, false).await.1).0[&0].0, "00");
+        });
+        let c = up.counters.counts();
+        // Tokens with `<eos>`: 3 + (4 + 5) + 5 + 3.
+        assert_eq!((c.requests, c.samples, c.tokens, c.refused), (5, 5, 20, 1));
+        assert_eq!(c.cancelled, 0);
+    }
+
+    #[test]
+    fn a_dropped_stream_counts_what_it_sent_and_its_cancel() {
+        let up = start(Arc::new(set()), Duration::from_millis(200)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let body = serde_json::json!({"model": "m", "n": 4, "stream": true,
+                "messages": [{"role": "user", "content": "1+1=\n"}]});
+            let mut r = reqwest::Client::new()
+                .post(format!("{}/v1/chat/completions", up.url))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            // The first tick: one token of each of the 4 samples; then the client goes.
+            let first = r.chunk().await.unwrap().unwrap();
+            assert_eq!(String::from_utf8_lossy(&first).matches("data: ").count(), 4);
+            drop(r);
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        });
+        let c = up.counters.counts();
+        // The first tick, and at most the one written as the close was being seen; not the
+        // 20 of the whole answer.
+        assert_eq!((c.samples, c.cancelled), (4, 4));
+        assert!((4..=8).contains(&c.tokens), "{} tokens", c.tokens);
+    }
+}
