@@ -207,6 +207,8 @@ pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std
         .configure_mesh()
         .x_desc("thousand tokens per problem, log scale")
         .y_desc("accuracy, %")
+        .x_label_formatter(&|v| format!("{v:.1}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     line_with_points(
         &mut chart,
@@ -232,21 +234,24 @@ pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std
         )?
         .label("the same pick offline, one sample at a time")
         .legend(move |(x, y)| Circle::new((x + 8, y), 6, reference.stroke_width(2)));
-    for r in &rows {
-        if let Some(p) = point(r) {
-            let name = r["name"].as_str().unwrap_or("").to_string();
-            chart.draw_series(std::iter::once(Text::new(
-                name,
-                p,
-                ("sans-serif", 13).into_font().color(&BLACK),
-            )))?;
-        }
+    // Each pick's name beside its point, in the order of their tokens, above and below in
+    // turn so that neighbours (adaptive and vote-16) do not write over each other.
+    let mut named: Vec<(String, (f64, f64))> = (rows.iter())
+        .filter_map(|r| Some((r["name"].as_str()?.to_string(), point(r)?)))
+        .collect();
+    named.sort_by(|a, b| a.1.0.total_cmp(&b.1.0));
+    for (i, (name, p)) in named.into_iter().enumerate() {
+        let dy = if i % 2 == 0 { -18 } else { 6 };
+        let style = ("sans-serif", 13).into_font().color(&BLACK);
+        chart.draw_series(std::iter::once(
+            EmptyElement::at(p) + Text::new(name, (6, dy), style),
+        ))?;
     }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperLeft)
         .draw()?;
     root.present()?;
     Ok(())
