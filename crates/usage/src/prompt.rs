@@ -488,8 +488,20 @@ fn raw_array<'t>(
 /// Calls `each` with every entry of the JSON array `text` in order, each parsed on its own
 /// as the array is read (a visitor over the sequence): at most one entry's tree exists at a
 /// time. `Err` when the text is not an array of JSON values; `Ok(Err(e))` when `each`
-/// stopped with `e`.
-fn for_each_entry<E>(
+/// stopped with `e`. The one reader of a large array one item at a time, for the prompt's
+/// count here and the gateway's ingresses.
+///
+/// ```
+/// let mut roles = Vec::new();
+/// let read = choicewise_usage::for_each_entry(br#"[{"role":"user"},{"role":"assistant"}]"#, |i, m| {
+///     roles.push((i, m["role"].as_str().unwrap_or_default().to_string()));
+///     Ok::<(), ()>(())
+/// });
+/// assert!(matches!(read, Ok(Ok(()))));
+/// assert_eq!(roles, [(0, "user".to_string()), (1, "assistant".to_string())]);
+/// assert!(choicewise_usage::for_each_entry(b"{}", |_, _| Ok::<(), ()>(())).is_err());
+/// ```
+pub fn for_each_entry<E>(
     text: &[u8],
     mut each: impl FnMut(usize, Value) -> Result<(), E>,
 ) -> Result<Result<(), E>, serde_json::Error> {

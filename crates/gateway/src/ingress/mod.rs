@@ -189,41 +189,11 @@ pub(crate) fn raw_entries<'a>(text: &'a [u8], at: &str) -> Result<Vec<&'a RawVal
 pub(crate) fn for_each_entry(
     text: &[u8],
     at: &str,
-    mut each: impl FnMut(usize, Value) -> Result<(), IngressError>,
+    each: impl FnMut(usize, Value) -> Result<(), IngressError>,
 ) -> Result<(), IngressError> {
-    use serde::de::{Deserializer as _, Error as _, SeqAccess, Visitor};
-
-    struct Entries<'f> {
-        each: &'f mut dyn FnMut(usize, Value) -> Result<(), IngressError>,
-        stopped: Option<IngressError>,
-    }
-    impl<'de> Visitor<'de> for &mut Entries<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an array")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            let mut i = 0;
-            while let Some(entry) = seq.next_element::<Value>()? {
-                if let Err(e) = (self.each)(i, entry) {
-                    self.stopped = Some(e);
-                    return Err(A::Error::custom("stopped"));
-                }
-                i += 1;
-            }
-            Ok(())
-        }
-    }
-    let mut entries = Entries {
-        each: &mut each,
-        stopped: None,
-    };
-    let mut de = serde_json::Deserializer::from_slice(text);
-    let read = de.deserialize_seq(&mut entries).and_then(|()| de.end());
-    match (entries.stopped.take(), read) {
-        (Some(e), _) => Err(e),
-        (None, Err(e)) => Err(IngressError::invalid(at, format!("could not be read: {e}"))),
-        (None, Ok(())) => Ok(()),
+    match choicewise_usage::for_each_entry(text, each) {
+        Ok(read) => read,
+        Err(e) => Err(IngressError::invalid(at, format!("could not be read: {e}"))),
     }
 }
 
