@@ -38,14 +38,6 @@ fn env(name: &str) -> Option<String> {
     (name == "CLIENT_KEYS").then(|| "sk-a".into())
 }
 
-/// A streamed Chat Completions answer of one word, without usage: the gateway estimates
-/// the prompt's tokens from the request.
-const NO_USAGE: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\
-\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":null}]}\n\n\
-data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\
-\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
-data: [DONE]\n\n";
-
 /// An upstream that reads each request's head and body (keeping none of it) and answers
 /// with `head` (status line and headers, without the blank line) and `answer`'s bytes; its
 /// base URL.
@@ -86,10 +78,11 @@ async fn upstream(head: &'static str, answer: fn() -> Vec<u8>) -> String {
     format!("http://{addr}/v1")
 }
 
-/// A Chat Completions upstream answering [`NO_USAGE`].
+/// A Chat Completions upstream answering one word without usage: the gateway estimates the
+/// prompt's tokens from the request.
 async fn no_usage_upstream() -> String {
     upstream("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream", || {
-        NO_USAGE.as_bytes().to_vec()
+        choicewise_testserver::answer("ok").into_bytes()
     })
     .await
 }
