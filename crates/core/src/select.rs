@@ -358,9 +358,11 @@ impl<'a> Pick<'a> {
 
     /// When no key wins a vote ([`vote`](Completions::vote) only), selects the first choice
     /// that finished well (`stop` or `tool_calls`) instead of nothing: an answer some sample
-    /// gave is still an answer. [`Selection::vote`] then says `decided: false`, with the
+    /// gave is still an answer. When none finished well, the lowest-numbered choice that
+    /// ended with another finish reason of the upstream's (`length`, `content_filter`; not
+    /// `error`, not cancelled). [`Selection::vote`] then says `decided: false`, with the
     /// tally; [`Selection::reason`] still says why no key won. Nothing is selected only when
-    /// no choice finished well.
+    /// no choice finished.
     ///
     /// ```
     /// use choicewise_core::{Completions, Source};
@@ -642,7 +644,28 @@ fn complete_tally(
         won.tally = tally;
         return;
     }
-    let Some((index, key)) = judged.first().filter(|_| or_first_finished) else {
+    if !or_first_finished {
+        return;
+    }
+    let Some((index, key)) = judged.first() else {
+        // No choice finished well: one that ended with another finish reason of the
+        // upstream's (`length`, `content_filter`) is still its answer, the lowest index first.
+        let all: Vec<u32> = (0..completions.choice_count() as u32).collect();
+        let answered = (completions.outputs(&all).into_iter())
+            .filter(|o| !o.cancelled && !matches!(o.finish_reason.as_deref(), None | Some("error")))
+            .map(|o| o.index)
+            .min();
+        if let Some(index) = answered {
+            decided.selected = vec![index];
+            decided.vote = Some(Tally {
+                decided: false,
+                key: String::new(),
+                votes: 0,
+                counted: 0,
+                choices: completions.choice_count(),
+                tally,
+            });
+        }
         return;
     };
     let key = key.clone().unwrap_or_default();

@@ -204,8 +204,8 @@ async fn an_undecided_vote_answers_the_first_to_finish_when_told_to() {
     assert!(selection.reason.unwrap().starts_with("no key has 2 votes"));
 }
 
-/// Without `or_first_finished` an undecided vote selects nothing; with it, a vote whose
-/// every choice failed still selects nothing.
+/// Without `or_first_finished` an undecided vote selects nothing; with it, a choice cut at
+/// its length is still an answer, and only a vote whose every choice failed selects nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecided_vote_selects_nothing_unless_some_choice_finished_well() {
     let (a, a_tx) = fed();
@@ -233,9 +233,24 @@ async fn an_undecided_vote_selects_nothing_unless_some_choice_finished_well() {
         .vote(|o| o.message.content.clone())
         .or_first_finished();
     let selection = within(SETTLED, "the vote", pick).await;
-    assert!(selection.selected.is_empty(), "{selection:?}");
+    assert_eq!(selection.selected, [0], "the cut answer: {selection:?}");
+    assert!(!selection.vote.as_ref().unwrap().decided);
     assert_eq!(
         selection.reason.as_deref(),
         Some("no choice finished with a key to vote on")
     );
+
+    let (a, a_tx) = fed();
+    let (b, b_tx) = fed();
+    let completions = Completions::builder().fan_out([a, b]);
+    a_tx.unbounded_send(Err(std::io::Error::other("reset")))
+        .unwrap();
+    b_tx.unbounded_send(Err(std::io::Error::other("reset")))
+        .unwrap();
+    let pick = completions
+        .vote(|o| o.message.content.clone())
+        .or_first_finished();
+    let selection = within(SETTLED, "the vote", pick).await;
+    assert!(selection.selected.is_empty(), "{selection:?}");
+    assert!(selection.vote.is_none());
 }
