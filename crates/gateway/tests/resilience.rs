@@ -224,16 +224,19 @@ async fn fallbacks_answer_and_client_errors_pass_through() {
     assert_eq!(local.request_count(), 1);
 }
 
-/// A server that answers every request 503 after `after`, counting them: an upstream going
-/// down under tries already sent to it.
-async fn failing_after(after: Duration) -> (String, Arc<AtomicUsize>) {
+/// A server that answers its first request `first` (a streamed answer) at once, then every
+/// request 503 after `after`, counting those: an upstream that served, going down under tries
+/// already sent to it.
+async fn failing_after(after: Duration, first: String) -> (String, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let count = Arc::new(AtomicUsize::new(0));
     let counted = count.clone();
     tokio::spawn(async move {
+        let mut first = Some(first);
         while let Ok((mut tcp, _)) = listener.accept().await {
             let counted = counted.clone();
+            let answer = first.take();
             tokio::spawn(async move {
                 let mut buf = vec![0; 65536];
                 let mut head = Vec::new();
@@ -243,6 +246,15 @@ async fn failing_after(after: Duration) -> (String, Arc<AtomicUsize>) {
                         Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
                         _ => return,
                     }
+                }
+                if let Some(answer) = answer {
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        answer.len()
+                    );
+                    let _ = tcp.write_all(head.as_bytes()).await;
+                    let _ = tcp.write_all(answer.as_bytes()).await;
+                    return;
                 }
                 counted.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(after).await;
@@ -256,12 +268,14 @@ async fn failing_after(after: Duration) -> (String, Arc<AtomicUsize>) {
 }
 
 /// A burst meets an upstream going down: the tries already sent to it fail after its
-/// ejection. Their retries leave an ejected upstream for a healthy one, so the budget does
-/// not charge them, and no request of the burst fails even at a budget of 0 (its floor of
-/// ten retries is less than the tries that failed).
+/// ejection. Their retries leave an ejected upstream for one that answers, so the budget
+/// does not charge them, and no request of the burst fails even at a budget of 0 (its floor
+/// of ten retries is less than the tries that failed). Both upstreams served a first request
+/// of two samples (one each) before the burst, whose requests of one sample all go to the
+/// first: however its failures and their retries interleave, the second is known to answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_leaving_an_ejected_upstream_are_not_charged() {
-    let (failing, sent) = failing_after(Duration::from_millis(400)).await;
+    let (failing, sent) = failing_after(Duration::from_millis(400), answer("fine")).await;
     let fine = TestServer::builder()
         .body(answer("fine"))
         .start()
@@ -273,11 +287,15 @@ async fn retries_leaving_an_ejected_upstream_are_not_charged() {
         upstream(&fine.base_url(), "")
     );
     let (addr, _) = serve(&toml, env).await;
+    let warm = post(addr, &chat(2, false)).await;
+    assert_eq!(warm.status(), 200);
+    assert_eq!(fine.request_count(), 1);
     let body = chat(1, false);
     let burst = (0..48).map(|_| post(addr, &body));
     let answers = within(LIMIT, "the burst", futures::future::join_all(burst)).await;
     for r in answers {
-        assert_eq!(r.status(), 200);
+        let status = r.status();
+        assert_eq!(status, 200, "{}", r.text().await.unwrap_or_default());
     }
     let failed = sent.load(Ordering::SeqCst);
     assert!(failed > 10, "only {failed} tries met the failing upstream");
