@@ -40,6 +40,7 @@
 
 mod litellm;
 mod measure;
+pub mod rate;
 mod savings;
 mod summary;
 
@@ -106,6 +107,8 @@ pub struct GatewayArgs {
     /// Skip the savings runs.
     #[arg(long)]
     pub no_savings: bool,
+    #[command(flatten)]
+    pub rate: rate::RateArgs,
     /// Seconds of quiet after the last load before the gateway's memory is read for the
     /// end-of-run figure. Its idle upstream connections close one to two idle lifetimes
     /// (`choicewise_client::IDLE_CONNECTION_LIFETIME`) after they went idle; from two
@@ -131,6 +134,8 @@ pub struct Level {
     pub delay_p99_ms: f64,
     /// Content events per second read (all streams of the level, ramp included).
     pub events_per_s: f64,
+    /// Streams read whole per second (those counted, less their errors).
+    pub requests_per_s: f64,
     /// Peak VmRSS of the watched process while at least 95% of the level's streams were
     /// open, KiB, and the streams open then; its VmRSS when the level started.
     pub peak_rss_kib: u64,
@@ -152,6 +157,10 @@ pub struct Run {
     pub bulk_direct: f64,
     pub bulk_proxy: f64,
     pub bulk_gateway: f64,
+    /// Requests per second at saturation (`rate`): direct, proxy, gateway.
+    pub rate_direct: rate::Rate,
+    pub rate_proxy: rate::Rate,
+    pub rate_gateway: rate::Rate,
     /// Gateway VmRSS 1 s after the paced levels, their client's keep-alive connections open,
     /// then 1 s after that client closed them; 1 s after the saturation runs.
     pub rss_after_levels_kib: u64,
@@ -326,6 +335,24 @@ fn one_run(rt: &Runtime, args: &GatewayArgs, rep: usize) -> Result<Run, String> 
             run.bulk_proxy,
             run.bulk_gateway,
             run.bulk_gateway / run.bulk_proxy
+        );
+        println!(
+            "\nRequests per second: {} clients, streamed requests of one choice, {} content events, unpaced, {} s:",
+            args.rate.rate_concurrency, args.rate.rate_ticks, args.rate.rate_secs
+        );
+        run.rate_direct = rate::request_rate(&client, &direct_url, "m", &args.rate, None).await;
+        run.rate_proxy = rate::request_rate(&client, &proxy_url, "m", &args.rate, None).await;
+        run.rate_gateway =
+            rate::request_rate(&client, &gateway_url, "native", &args.rate, Some(gateway.pid()))
+                .await;
+        println!(
+            "direct {:.0}/s, byte-for-byte proxy {:.0}/s, gateway {:.0}/s ({:.2}x the proxy; gateway CPU {:.0} µs a request; errors {})",
+            run.rate_direct.per_s,
+            run.rate_proxy.per_s,
+            run.rate_gateway.per_s,
+            run.rate_gateway.per_s / run.rate_proxy.per_s,
+            run.rate_gateway.cpu_us,
+            run.rate_direct.errors + run.rate_proxy.errors + run.rate_gateway.errors
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
         run.rss_after_sat_kib = procs::tree_rss_kib(gateway.pid());

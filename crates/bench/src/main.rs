@@ -82,6 +82,9 @@ enum Command {
     /// The gateway (`choicewise serve`): overhead against direct, relay throughput against a
     /// byte-for-byte proxy, memory, LiteLLM beside it, the tokens a selection saves.
     Gateway(gateway::GatewayArgs),
+    /// The gateway's requests per second at saturation, paired against another build
+    /// (`--before PATH`), rounds alternating.
+    GatewayRate(gateway::rate::GatewayRateArgs),
     /// The gateway under load with faults: panics, choices not received intact, upstream
     /// connections left open. Exits 1 when any is not 0.
     Soak(soak::SoakArgs),
@@ -399,6 +402,7 @@ fn main() {
     let soak = matches!(cli.command, Command::Soak(_));
     let report = match cli.command {
         Command::Gateway(a) => gateway::run(&a),
+        Command::GatewayRate(a) => gateway::rate::run(&a),
         Command::Soak(a) => soak::run(&a),
         Command::GatewayApis(a) => apis::run(&a),
         Command::Picks(a) => picks::run(&a),

@@ -226,6 +226,7 @@ pub(super) async fn level(client: &reqwest::Client, spec: LevelSpec<'_>) -> Leve
     result.delay_p50_ms = percentile_sorted(&delays, 50.0) / 1000.0;
     result.delay_p99_ms = percentile_sorted(&delays, 99.0) / 1000.0;
     result.events_per_s = events.load(Relaxed) as f64 / elapsed;
+    result.requests_per_s = result.streams.saturating_sub(result.errors) as f64 / elapsed;
     result
 }
 

@@ -113,6 +113,19 @@ pub(super) fn summarise(args: &GatewayArgs, runs: &[Run]) -> Report {
             list(runs, ratio, 2)
         ));
     }
+    // Requests per second at saturation: information beside the events/s (the paired
+    // figure against another build is `gateway-rate`'s).
+    let ratio = |r: &Run| Some(r.rate_gateway.per_s / r.rate_proxy.per_s);
+    if let Some(m) = med(runs, ratio) {
+        report.info.push(format!(
+            "INFO gateway_requests_per_s (median): direct {:.0}, proxy {:.0}, gateway {:.0} ({m:.2}x the proxy; per run {}), gateway CPU {:.0} µs a request",
+            med(runs, |r| Some(r.rate_direct.per_s)).unwrap_or(0.0),
+            med(runs, |r| Some(r.rate_proxy.per_s)).unwrap_or(0.0),
+            med(runs, |r| Some(r.rate_gateway.per_s)).unwrap_or(0.0),
+            list(runs, ratio, 2),
+            med(runs, |r| Some(r.rate_gateway.cpu_us)).unwrap_or(0.0),
+        ));
+    }
     let per_stream = |r: &Run| {
         (r.rss_peak_1000_kib > 0).then(|| {
             (r.rss_peak_1000_kib.saturating_sub(r.rss_before_1000_kib)) as f64

@@ -1,0 +1,235 @@
+//! Requests per second at saturation: closed-loop clients, each starting its next streamed
+//! request (unpaced, `--rate-ticks` content events, one choice) as soon as its last one
+//! ended, for `--rate-secs`. What the gateway's fixed cost per request (parsing, planning,
+//! its record, accounting, the answer's framing) allows, where the events/s of the
+//! saturation runs measure its per-event cost.
+//!
+//! In `choicewise-bench gateway` it is measured direct, through the byte-for-byte proxy and
+//! through the gateway. `choicewise-bench gateway-rate --before PATH` pairs two gateway
+//! binaries on one machine: rounds alternating between them (before, this one, before, ...),
+//! each against a fresh upstream and gateway process, with the gateway's CPU time per request
+//! read from `/proc`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::measure::{LevelSpec, Scan, level, request};
+use crate::procs::{self, Server};
+use crate::stats::median;
+use crate::upstream::Plan;
+use crate::{Report, Target, load, runtime};
+
+/// The request-rate workload's settings, shared by `gateway` and `gateway-rate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RateArgs {
+    /// Concurrent clients of the request-rate runs (each with its next request at once).
+    #[arg(long, default_value_t = 50)]
+    pub rate_concurrency: usize,
+    /// Seconds of each request-rate run.
+    #[arg(long, default_value_t = 5.0)]
+    pub rate_secs: f64,
+    /// Content events of a request-rate stream (one choice, unpaced).
+    #[arg(long, default_value_t = 16)]
+    pub rate_ticks: u32,
+}
+
+/// `choicewise-bench gateway-rate`: this gateway's requests per second against another
+/// build's, paired.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewayRateArgs {
+    /// The other `choicewise` binary (the build compared against); without it, this one
+    /// alone is measured.
+    #[arg(long)]
+    pub before: Option<PathBuf>,
+    /// This build's `choicewise` binary (default: next to this harness).
+    #[arg(long)]
+    pub choicewise: Option<PathBuf>,
+    /// Rounds; each measures both binaries, alternating which goes first.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Worker threads of the clients' runtime.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    #[command(flatten)]
+    pub rate: RateArgs,
+}
+
+/// One request-rate measurement.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rate {
+    /// Requests read whole per second.
+    pub per_s: f64,
+    /// Requests that failed (not 200, or cut).
+    pub errors: usize,
+    /// The watched process's CPU time (user and system) per request read whole, µs; 0
+    /// when no process was watched.
+    pub cpu_us: f64,
+}
+
+/// CPU time (user and system) a process has used, in clock ticks (`/proc/PID/stat`).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command may hold spaces and parentheses: the fields follow its last `)`.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime: fields 14 and 15 of the line, 12 and 13 after the command.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The kernel's clock ticks per second (`USER_HZ`): 100 on every Linux this runs on.
+const TICKS_PER_S: f64 = 100.0;
+
+/// Requests per second through `url`, `model` at `rate`'s workload, a short warm-up first;
+/// with `watch`, the CPU time that process spent per request.
+pub(super) async fn request_rate(
+    client: &reqwest::Client,
+    url: &str,
+    model: &str,
+    rate: &RateArgs,
+    watch: Option<u32>,
+) -> Rate {
+    let plan = Plan {
+        ticks: rate.rate_ticks,
+        ..Plan::default()
+    };
+    let spec = |concurrency, secs| LevelSpec {
+        url,
+        body: request(model, 1, &plan, None),
+        concurrency,
+        secs,
+        min_streams: 1,
+        ramp: Duration::ZERO,
+        how: Scan::Count,
+        watch: None,
+        stream_timeout: Duration::from_secs(60),
+    };
+    let _ = level(client, spec(rate.rate_concurrency, 0.5)).await;
+    let before = watch.and_then(cpu_ticks);
+    let l = level(client, spec(rate.rate_concurrency, rate.rate_secs)).await;
+    let after = watch.and_then(cpu_ticks);
+    let ok = l.streams.saturating_sub(l.errors);
+    let cpu_us = match (before, after) {
+        (Some(b), Some(a)) if ok > 0 => (a - b) as f64 / TICKS_PER_S * 1e6 / ok as f64,
+        _ => 0.0,
+    };
+    Rate {
+        per_s: l.requests_per_s,
+        errors: l.errors,
+        cpu_us,
+    }
+}
+
+/// One gateway process (binary `bin`) on a fresh upstream: its requests per second.
+fn one_binary(
+    rt: &tokio::runtime::Runtime,
+    bin: &std::path::Path,
+    rate: &RateArgs,
+    name: &str,
+) -> Result<Rate, String> {
+    let dir = procs::work_dir(&format!("gateway-rate-{name}"));
+    let upstream: Server = procs::upstream(&dir, false)?;
+    let config = procs::gateway_config(&upstream.url, 300.0);
+    let gateway = procs::gateway(&dir, bin, &config)?;
+    let client = reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let url = format!("{}/v1/chat/completions", gateway.url);
+    let r = rt.block_on(request_rate(
+        &client,
+        &url,
+        "native",
+        rate,
+        Some(gateway.pid()),
+    ));
+    if gateway.panics() > 0 {
+        return Err(format!(
+            "{name}: the gateway panicked; its log: {}",
+            gateway.log.display()
+        ));
+    }
+    Ok(r)
+}
+
+/// The paired benchmark.
+pub fn run(args: &GatewayRateArgs) -> Report {
+    let rt = runtime(args.workers);
+    let this = procs::choicewise_bin(args.choicewise.as_deref());
+    let mut report = Report::default();
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    println!(
+        "Requests per second: {} clients, streamed requests of one choice, {} content events, unpaced, {} s a run; \
+         the gateway's CPU time per request (user and system, /proc)\n",
+        args.rate.rate_concurrency, args.rate.rate_ticks, args.rate.rate_secs
+    );
+    println!(
+        "| round | build | requests/s | errors | gateway CPU µs/request |\n|---|---|---|---|---|"
+    );
+    for round in 0..args.rounds {
+        let mut order: Vec<(&str, &std::path::Path)> = vec![("this", &this)];
+        if let Some(before) = &args.before {
+            order.push(("before", before));
+            if round % 2 == 0 {
+                order.reverse();
+            }
+        }
+        for (name, bin) in order {
+            match one_binary(&rt, bin, &args.rate, name) {
+                Ok(r) => {
+                    println!(
+                        "| {} | {name} | {:.0} | {} | {:.0} |",
+                        round + 1,
+                        r.per_s,
+                        r.errors,
+                        r.cpu_us
+                    );
+                    match name {
+                        "this" => ours.push(r),
+                        _ => theirs.push(r),
+                    }
+                }
+                Err(e) => println!("| {} | {name} | failed: {e} | | |", round + 1),
+            }
+        }
+        load(&format!("round {}", round + 1));
+    }
+    if ours.is_empty() {
+        report
+            .info
+            .push("INFO gateway-rate: no run completed".into());
+        return report;
+    }
+    let rate = median(&ours.iter().map(|r| r.per_s).collect::<Vec<_>>());
+    let cpu = median(&ours.iter().map(|r| r.cpu_us).collect::<Vec<_>>());
+    report.info.push(format!(
+        "INFO gateway_requests_per_s: {rate:.0} (median of {}), gateway CPU {cpu:.0} µs a request",
+        ours.len()
+    ));
+    if !theirs.is_empty() {
+        let before = median(&theirs.iter().map(|r| r.per_s).collect::<Vec<_>>());
+        let before_cpu = median(&theirs.iter().map(|r| r.cpu_us).collect::<Vec<_>>());
+        // Each round's ratio, then their median: a round's two runs share the machine's
+        // state of the moment.
+        let ratios: Vec<f64> = (ours.iter().zip(&theirs))
+            .map(|(o, t)| o.per_s / t.per_s)
+            .collect();
+        report.info.push(format!(
+            "INFO before: {before:.0} requests/s, CPU {before_cpu:.0} µs a request; rounds' ratios {}",
+            ratios
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        report.targets.push(Target {
+            name: "gateway_requests_per_s_vs_before",
+            measured: median(&ratios),
+            target: 0.95,
+            at_least: true,
+            unit: "x",
+        });
+    }
+    report
+}
