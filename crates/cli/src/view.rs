@@ -108,7 +108,11 @@ fn flag_of(field: &str) -> &str {
 /// A refused policy as a usage error (exit 2) naming the flag.
 fn refused(e: &PolicyError) -> Exit {
     Exit {
-        message: format!("{}: {}", flag_of(e.field()), e.problem()),
+        message: format!(
+            "{}: {}",
+            flag_of(e.field()),
+            e.problem_naming(|field| flag_of(field).to_string())
+        ),
         code: 2,
     }
 }

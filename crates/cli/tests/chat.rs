@@ -1569,14 +1569,17 @@ async fn a_gateways_failed_choice_is_a_failed_choice() {
 async fn a_pick_is_checked_against_its_choices_before_anything_is_sent() {
     let server = scripted(&["7"; 4]).await;
     for (args, says) in [
-        (vec!["--vote"], "--vote-min"),
+        (
+            vec!["--vote"],
+            "--vote-min: (2, the default) is more than -n × --fan-out (1): no key could win",
+        ),
         (
             vec!["--vote", "--vote-min", "4", "--fan-out", "3"],
-            "(4) is more than",
+            "--vote-min: (4) is more than -n × --fan-out (3)",
         ),
         (
             vec!["--vote", "--vote-min", "5", "-n", "2", "--fan-out", "2"],
-            "(5) is more than",
+            "--vote-min: (5) is more than -n × --fan-out (4)",
         ),
     ] {
         let out = fan_out(&server, &args).await;

@@ -251,12 +251,17 @@ impl Completions {
         let policy = policy
             .build(&choicewise::PolicyLimits::default())
             .map_err(|e| {
-                let argument = match e.field() {
-                    "vote_by" => "pattern",
-                    "deadline_ms" => "deadline",
-                    field => field,
+                // Python's arguments name the policy's fields its own way.
+                let argument = |field: &str| {
+                    match field {
+                        "vote_by" => "pattern",
+                        "deadline_ms" => "deadline",
+                        field => field,
+                    }
+                    .to_string()
                 };
-                errors::value_error(format!("{argument}: {}", e.problem()))
+                let problem = e.problem_naming(argument);
+                errors::value_error(format!("{}: {problem}", argument(e.field())))
             })?;
         self.run(py, policy, keep_rest)
     }
