@@ -15,8 +15,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
+use crate::auth;
 use crate::error::ApiError;
-use crate::{Gateway, auth};
+use crate::state::Gateway;
 use crate::{ingress, overload};
 use choicewise_core::Dialect;
 
