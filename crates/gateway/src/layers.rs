@@ -321,7 +321,7 @@ pub(crate) fn parsed(gw: &Gateway, len: usize) -> Result<(), ApiError> {
 
 /// Logs and counts what the ceiling did with a request (`refused`: it was refused; `change`:
 /// the gateway turned to refusing, or to admitting again).
-fn admission(gw: &Gateway, refused: Option<&overload::Refused>, change: overload::Change) {
+fn admission(gw: &Gateway, refused: Option<&overload::AboveWatermark>, change: overload::Change) {
     match change {
         Some(true) => tracing::warn!(
             used_mib = refused.map_or(0, |r| r.used >> 20),
@@ -342,7 +342,7 @@ fn admission(gw: &Gateway, refused: Option<&overload::Refused>, change: overload
 }
 
 /// 503: the process's memory is above the ceiling (`memory_high_watermark_mb`).
-fn overloaded(refused: crate::overload::Refused) -> ApiError {
+fn overloaded(refused: crate::overload::AboveWatermark) -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "overloaded_error",

@@ -13,7 +13,7 @@
 //! ```
 
 pub(crate) mod choice;
+mod flush;
 mod orphan;
-mod policy;
 pub(crate) mod reader;
 mod wake;
