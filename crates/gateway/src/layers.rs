@@ -1,6 +1,8 @@
-//! The gateway's request layers, outermost first: the keyless mode's checks against web
-//! pages ([`browsers`]), the client's key ([`auth`]), and the request slots ([`slots`]),
-//! each an axum middleware (a `tower` layer) around plain handlers.
+//! The gateway's request layers, outermost first (after tower-http's request id): the count
+//! of every answer ([`count`]), the keyless mode's checks against web pages ([`browsers`]),
+//! the client's key ([`auth`]), and on each `POST` route the request slots ([`slots`]: the
+//! declared size, the memory ceiling, a slot, then the body read and charged), each an axum
+//! middleware (a `tower` layer) around plain handlers, which get the body read.
 //!
 //! The order is the point: a request without a valid key is answered 401 from its headers,
 //! before any of its body is read and before it could hold a slot; a body announced larger

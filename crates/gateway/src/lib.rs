@@ -114,8 +114,9 @@ impl Gateway {
     /// `choicewise_requests_total`; without `[auth]`, the checks that keep
     /// web pages out (a loopback `Host`, no `Origin` unless listed in `allowed_origins`, JSON
     /// bodies only); the client's key, from the headers, on the `/v1` routes; then, on each
-    /// `POST` route, a declared body over `max_body_bytes` refused and a slot taken
-    /// (`max_concurrent_requests`), held until the answer's last byte.
+    /// `POST` route, a declared body over `max_body_bytes` refused, the memory ceiling's
+    /// admission (`memory_high_watermark_mb`), a slot taken (`max_concurrent_requests`),
+    /// held until the answer's last byte, and the body read and charged its cost.
     pub fn router(&self) -> axum::Router {
         let gw = self.clone();
         let slots = || from_fn_with_state(gw.clone(), layers::slots);

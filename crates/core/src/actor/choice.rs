@@ -23,7 +23,8 @@ pub(crate) struct ChoiceActor;
 
 /// What a choice's actor hands back to the reader, beside the mailbox (one per actor, made
 /// by the reader when it starts one): the emptied batches, for the reader to fill again (the
-/// pool: the actor puts, the reader takes, under its lock), and how many batches the actor
+/// pool: the actor puts each batch it applied and empties it when it ends or retires, the
+/// reader takes, under its lock), and how many batches the actor
 /// has applied (written by the actor alone; the reader, which counts those it sent, knows
 /// from it whether the actor still has updates to work through).
 #[derive(Default)]
