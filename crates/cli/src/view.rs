@@ -1,7 +1,9 @@
 //! Choosing the view: `--json`, the plain labelled lines, or the live view on a terminal.
 
 use choicewise::confidence::{Confidence, ConfidenceReport};
-use choicewise::{Completions, PickRule, Policy, PolicyError, PolicyLimits, Selection};
+use choicewise::{
+    Completions, PickRule, Policy, PolicyError, PolicyErrorKind, PolicyLimits, Selection,
+};
 use clap::Args;
 use tokio::sync::watch;
 
@@ -107,14 +109,18 @@ fn flag_of(field: &str) -> &str {
 
 /// A refused policy as a usage error (exit 2) naming the flag.
 fn refused(e: &PolicyError) -> Exit {
-    Exit {
-        message: format!(
+    let message = match e.kind() {
+        // The samples are the choices asked for, at least one: only the cap refuses them.
+        PolicyErrorKind::Samples => {
+            format!("-n × --fan-out: at most {MAX_SAMPLES} choices in one run")
+        }
+        _ => format!(
             "{}: {}",
             flag_of(e.field()),
             e.problem_naming(|field| flag_of(field).to_string())
         ),
-        code: 2,
-    }
+    };
+    Exit { message, code: 2 }
 }
 
 /// How a pick's selection is shown: `--json`'s fields and the summary line.
@@ -387,5 +393,21 @@ impl Sources {
         self.upstreams
             .get(index as usize / self.per_request)
             .map(ToString::to_string)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_over_too_many_choices_is_a_usage_error() {
+        assert_eq!(every_sample(4).unwrap().samples(), 4);
+        let e = every_sample(MAX_SAMPLES + 1).unwrap_err();
+        assert_eq!(e.code, 2);
+        assert_eq!(
+            e.message,
+            format!("-n × --fan-out: at most {MAX_SAMPLES} choices in one run")
+        );
     }
 }
