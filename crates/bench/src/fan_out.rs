@@ -1,4 +1,4 @@
-//! Fan-out: `n` upstreams of one choice each in one completion (`Completions::fan_out`,
+//! Fan-out: `n` upstreams of one choice each in one completion (`Completions::builder().fan_out`,
 //! one reader actor per upstream) against one stream of `n` choices carrying the same
 //! choices, the chunks byte for byte the same but for their `index` field (see
 //! `gen::split_choices`). Both are drained the same way: one task per choice, then

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use choicewise::plan::{Opening, Plan, PlanUpstream};
+use choicewise::plan::PlanUpstream;
 use choicewise::{Completions, Dialect, Policy, Source};
 use choicewise_client::Client;
 use clap::Args;
@@ -469,9 +469,16 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         Some(path) => Some(replay::read_request(path).await?),
         None => None,
     };
-    // The pick is checked before anything is sent.
-    let policy = args.view.policy()?;
     let mut request = build_request(base, &args, prompt(&args)?, None)?;
+    // The pick is checked before anything is sent, over every choice the run asks for: the
+    // fan-out's requests, each with the request's n.
+    let copies = args
+        .fan_out
+        .as_ref()
+        .map_or(1, |spec| spec.0.iter().map(|item| item.copies).sum());
+    let per_request = request["n"].as_u64().unwrap_or(1).max(1);
+    let samples = u32::try_from(copies as u64 * per_request).unwrap_or(u32::MAX);
+    let policy = args.view.policy(Some(samples))?;
     if let Some(options) = policy.as_ref().and_then(Policy::confidence) {
         ask_for_logprobs(&mut request, options.top_logprobs);
     }
@@ -479,53 +486,72 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         .idle_timeout
         .unwrap_or(choicewise_client::DEFAULT_IDLE_TIMEOUT);
     let mut upstreams = upstreams(&args, &request, idle).await?;
-    if args.view.vote_window.is_some() && upstreams.len() < 2 {
-        return Err(Exit::from(
-            "--vote-window starts samples window by window: it needs --fan-out K (K samples)"
-                .to_string(),
-        ));
-    }
 
-    if upstreams.len() > 1 {
+    // One sample per choice, planned over the upstreams: each gets its share in one request
+    // of its n when all start at once, else one request per sample, started window by
+    // window or after the warmup of --confidence, only while the vote is undecided.
+    let plan = match &policy {
+        Some(policy) => Some(policy.plan(&vec![PlanUpstream::new(1).native_n(true); copies])),
+        None if copies > 1 => Some(
+            view::every_sample(samples)?.plan(&vec![PlanUpstream::new(1).native_n(true); copies]),
+        ),
+        None => None,
+    };
+    if let Some(plan) = plan.filter(|plan| plan.requests().len() > 1) {
         if args.record.is_some() {
-            return Err(Exit::from(
-                "--record saves one stream; it cannot be used with --fan-out".to_string(),
-            ));
+            let why = match copies {
+                1 => "a vote started on demand sends one request per choice",
+                _ => "it cannot be used with --fan-out",
+            };
+            return Err(Exit::from(format!("--record saves one stream; {why}")));
         }
         let start = Instant::now();
-        let k = upstreams.len();
-        let title = fan_out_title(&upstreams, request["n"].as_u64().unwrap_or(1));
+        // Each planned request: its upstream, its body asking for its samples.
+        let requests: Vec<(&Upstream, Value)> = (plan.requests().iter())
+            .map(|r| {
+                let upstream = &upstreams[r.upstream()];
+                let mut body = upstream.body.clone();
+                let n = r.samples().len() as u64;
+                if n != per_request {
+                    body["n"] = json!(n);
+                }
+                (upstream, body)
+            })
+            .collect();
+        let title = fan_out_title(
+            requests.iter().map(|(u, _)| u.model.as_str()),
+            plan.requests()[0].samples().len(),
+        );
         let models: Vec<&str> = upstreams.iter().map(|u| u.model.as_str()).collect();
         let model = models
             .iter()
             .all(|m| *m == models[0])
             .then(|| models[0].to_string());
-        // One request per item copy, in order; started window by window, or after the
-        // warmup of --confidence, only while the vote is undecided.
-        let opening = policy.as_ref().map_or(Opening::All, Policy::opening);
-        let plan = Plan::new(k as u32, &vec![PlanUpstream::new(1); k], opening);
-        let sources: Vec<(Client, Value)> = (plan.requests().iter())
-            .map(|r| &upstreams[r.upstream()])
-            .map(|u| (u.client.clone(), u.body.clone()))
+        // Each choice's source: the requests number their choices in blocks, in order.
+        let sources = view::Sources::new(
+            requests.iter().map(|(u, _)| u.source()).collect(),
+            plan.requests()[0].samples().len(),
+        );
+        let sources_of_requests: Vec<(Client, Value)> = (requests.into_iter())
+            .map(|(u, body)| (u.client.clone(), body))
             .collect();
+        let k = sources_of_requests.len();
         let completions = match plan.on_demand() {
             true => Completions::builder().samples(k, move |i| {
-                let (client, body) = &sources[i];
+                let (client, body) = &sources_of_requests[i];
                 client.source(body.clone())
             }),
-            false => Completions::builder()
-                .fan_out((sources.into_iter()).map(|(client, body)| client.source(body))),
+            false => Completions::builder().fan_out(
+                (sources_of_requests.into_iter()).map(|(client, body)| client.source(body)),
+            ),
         };
-        // Each choice's source: upstream k's choices are its request's n, in order.
-        let per_request = request["n"].as_u64().unwrap_or(1).max(1) as usize;
-        let sources: Vec<view::SourceLabel> = upstreams.iter().map(Upstream::source).collect();
         let options = live::Options {
             start,
             title,
             model,
-            sources: view::Sources::new(sources, per_request),
+            sources,
         };
-        return show(completions, &args, options).await;
+        return show(completions, policy, &args, options).await;
     }
     let Upstream {
         client,
@@ -575,7 +601,7 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
         model,
         sources: view::Sources::default(),
     };
-    let shown = show(completions, &args, options).await;
+    let shown = show(completions, policy, &args, options).await;
 
     // Whatever arrived is saved, however the view ended.
     if let Some((path, shared)) = recording {
@@ -595,14 +621,16 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
 }
 
 /// `chat · gpt-4o-mini · 3 requests × n=1`, or, for different models,
-/// `chat · 4 requests: 2 × gpt-4o-mini, gpt-5-mini, claude-sonnet-4-5`.
-fn fan_out_title(upstreams: &[Upstream], n: u64) -> String {
-    let k = upstreams.len();
+/// `chat · 4 requests: 2 × gpt-4o-mini, gpt-5-mini, claude-sonnet-4-5`: the models of the
+/// requests, in order, each asking for `n` choices.
+fn fan_out_title<'a>(models: impl Iterator<Item = &'a str>, n: usize) -> String {
+    let mut k = 0;
     let mut runs: Vec<(&str, usize)> = Vec::new();
-    for u in upstreams {
+    for model in models {
+        k += 1;
         match runs.last_mut() {
-            Some((model, count)) if *model == u.model => *count += 1,
-            _ => runs.push((&u.model, 1)),
+            Some((last, count)) if *last == model => *count += 1,
+            _ => runs.push((model, 1)),
         }
     }
     match &runs[..] {
@@ -623,10 +651,11 @@ fn fan_out_title(upstreams: &[Upstream], n: u64) -> String {
 /// Shows the completion until it ends, or until Ctrl-C.
 async fn show(
     completions: Completions,
+    pick: Option<Policy>,
     args: &ChatArgs,
     options: live::Options,
 ) -> Result<(), Exit> {
-    show::show(completions, &args.view, options).await
+    show::show(completions, pick, &args.view, options).await
 }
 
 #[derive(Default)]

@@ -59,6 +59,8 @@ pub async fn read_request(path: &Path) -> Result<serde_json::Value, String> {
 }
 
 pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
+    // A recording's choices are known only as it plays: the pick states no samples.
+    let pick = args.view.policy(None)?;
     let mut builder = Completions::builder();
     if let Some(dialect) = args.format {
         builder = builder.dialect(dialect);
@@ -105,6 +107,7 @@ pub async fn run(args: ReplayArgs) -> Result<(), Exit> {
     };
     show::show(
         completions,
+        pick,
         &args.view,
         live::Options {
             start,

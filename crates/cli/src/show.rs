@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use choicewise::{ChoiceEvent, Completions, FunctionCallEvent};
+use choicewise::{ChoiceEvent, Completions, FunctionCallEvent, Policy};
 use futures::StreamExt;
 use tokio::sync::watch;
 
@@ -18,13 +18,14 @@ pub fn live(view: &ViewArgs) -> bool {
     !view.json && !view.plain && live::available()
 }
 
-/// Shows the completion as chosen, until it ends.
+/// Shows the completion as chosen, until it ends, with the pick its flags stated (checked by
+/// [`ViewArgs::policy`]).
 pub async fn show(
     completions: Completions,
+    pick: Option<Policy>,
     view: &ViewArgs,
     options: live::Options,
 ) -> Result<(), Exit> {
-    let pick = view.policy()?;
     let (publish, decision) = watch::channel(None);
     let selection = pick.clone().map(|policy| {
         let completions = completions.clone();

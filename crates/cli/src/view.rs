@@ -1,7 +1,9 @@
 //! Choosing the view: `--json`, the plain labelled lines, or the live view on a terminal.
 
 use choicewise::confidence::{Confidence, ConfidenceReport};
-use choicewise::{Completions, PickRule, Policy, PolicyError, PolicyLimits, Selection};
+use choicewise::{
+    Completions, PickRule, Policy, PolicyError, PolicyErrorKind, PolicyLimits, Selection,
+};
 use clap::Args;
 use tokio::sync::watch;
 
@@ -42,9 +44,10 @@ pub struct ViewArgs {
     /// punctuation ("no", "No" and "no." are one key).
     #[arg(long)]
     pub vote_normalize: bool,
-    /// Vote window by window (early-stopping self-consistency): with --fan-out K, start W
-    /// samples at a time, the next W only while the vote is undecided; the first window that
-    /// agrees unanimously decides and starts no more. The `adaptive` row of docs/picks.md
+    /// Vote window by window (early-stopping self-consistency): over K samples (--fan-out K,
+    /// or -n K sent as one request per choice), start W samples at a time, the next W only
+    /// while the vote is undecided; the first window that agrees unanimously decides and
+    /// starts no more. The `adaptive` row of docs/picks.md
     /// (W = 4, at most 64 samples).
     #[arg(long, value_name = "W")]
     pub vote_window: Option<u32>,
@@ -53,9 +56,10 @@ pub struct ViewArgs {
     /// for logprobs: true, top_logprobs: 5). The first --warmup samples run to their end and
     /// set a threshold; every later one is stopped (its connection closed) as soon as the mean
     /// confidence of its last --group-tokens tokens falls below it, shown as `low confidence`,
-    /// and does not vote; the others vote with their confidence as weight. With --fan-out K,
-    /// the rest start only if the warmup leaves the vote undecided. Without log-probabilities,
-    /// the plain vote decides and --json's "confidence" says why. The `confidence-high` and
+    /// and does not vote; the others vote with their confidence as weight. The samples
+    /// (--fan-out K, or -n K, one request per choice) start on demand: the rest only if the
+    /// warmup leaves the vote undecided. Without log-probabilities, the plain vote decides
+    /// and --json's "confidence" says why. The `confidence-high` and
     /// `confidence-low` rows of docs/picks.md (--keep 0.9 / 0.1, --warmup 16, --group-tokens
     /// 16, --vote-window 4, --fan-out 64).
     #[arg(long, requires = "a_vote")]
@@ -83,9 +87,14 @@ fn parse_share(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The most choices one run's pick counts (`-n` × `--fan-out`): more would be planned one
+/// by one to no purpose.
+pub const MAX_SAMPLES: u32 = 65_536;
+
 /// The flag that states a policy's field, for its refusal.
 fn flag_of(field: &str) -> &str {
     match field {
+        "samples" => "-n × --fan-out",
         "vote_by" => "--vote-by",
         "min_votes" => "--vote-min",
         "window" => "--vote-window",
@@ -100,10 +109,18 @@ fn flag_of(field: &str) -> &str {
 
 /// A refused policy as a usage error (exit 2) naming the flag.
 fn refused(e: &PolicyError) -> Exit {
-    Exit {
-        message: format!("{}: {}", flag_of(e.field()), e.problem()),
-        code: 2,
-    }
+    let message = match e.kind() {
+        // The samples are the choices asked for, at least one: only the cap refuses them.
+        PolicyErrorKind::Samples => {
+            format!("-n × --fan-out: at most {MAX_SAMPLES} choices in one run")
+        }
+        _ => format!(
+            "{}: {}",
+            flag_of(e.field()),
+            e.problem_naming(|field| flag_of(field).to_string())
+        ),
+    };
+    Exit { message, code: 2 }
 }
 
 /// How a pick's selection is shown: `--json`'s fields and the summary line.
@@ -225,8 +242,11 @@ impl ViewArgs {
     }
 
     /// The pick asked for, if any (`--first`, or a vote's flags), as core's [`Policy`], with
-    /// its defaults and its checks; a refusal is a usage error naming the flag.
-    pub fn policy(&self) -> Result<Option<Policy>, Exit> {
+    /// its defaults and its checks; a refusal is a usage error naming the flag. `samples`:
+    /// the choices it picks among when known before they stream (`chat`'s `-n` × `--fan-out`;
+    /// a replay's are not), so that a vote no key could win is refused before anything is
+    /// sent.
+    pub fn policy(&self, samples: Option<u32>) -> Result<Option<Policy>, Exit> {
         let vote = self.vote
             || self.vote_by.is_some()
             || self.vote_min.is_some()
@@ -253,11 +273,24 @@ impl ViewArgs {
         } else {
             return Ok(None);
         };
+        let policy = match samples {
+            Some(k) => policy.samples(k),
+            None => policy,
+        };
         policy
-            .build(&PolicyLimits::default())
+            .build(&PolicyLimits::default().max_samples(MAX_SAMPLES))
             .map(Some)
             .map_err(|e| refused(&e))
     }
+}
+
+/// A run without a pick over `samples` choices, to plan: every sample a choice, checked as a
+/// pick is (at most [`MAX_SAMPLES`]).
+pub fn every_sample(samples: u32) -> Result<Policy, Exit> {
+    Policy::builder()
+        .samples(samples)
+        .build(&PolicyLimits::new(samples).max_samples(MAX_SAMPLES))
+        .map_err(|e| refused(&e))
 }
 
 /// The combinator's decision as the plain and live views see it: `None` until it is made,
@@ -360,5 +393,21 @@ impl Sources {
         self.upstreams
             .get(index as usize / self.per_request)
             .map(ToString::to_string)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_over_too_many_choices_is_a_usage_error() {
+        assert_eq!(every_sample(4).unwrap().samples(), 4);
+        let e = every_sample(MAX_SAMPLES + 1).unwrap_err();
+        assert_eq!(e.code, 2);
+        assert_eq!(
+            e.message,
+            format!("-n × --fan-out: at most {MAX_SAMPLES} choices in one run")
+        );
     }
 }

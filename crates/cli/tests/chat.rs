@@ -1562,3 +1562,67 @@ async fn a_gateways_failed_choice_is_a_failed_choice() {
         "what came before stays"
     );
 }
+
+/// The pick is core's `Policy` over every choice the run asks for (`-n` × `--fan-out`),
+/// checked before anything is sent: a vote no key could win is a usage error (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pick_is_checked_against_its_choices_before_anything_is_sent() {
+    let server = scripted(&["7"; 4]).await;
+    for (args, says) in [
+        (
+            vec!["--vote"],
+            "--vote-min: (2, the default) is more than -n × --fan-out (1): no key could win",
+        ),
+        (
+            vec!["--vote", "--vote-min", "4", "--fan-out", "3"],
+            "--vote-min: (4) is more than -n × --fan-out (3)",
+        ),
+        (
+            vec!["--vote", "--vote-min", "5", "-n", "2", "--fan-out", "2"],
+            "--vote-min: (5) is more than -n × --fan-out (4)",
+        ),
+    ] {
+        let out = fan_out(&server, &args).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(err.contains("no key could win"), "{args:?}: {err}");
+    }
+    assert_eq!(server.request_count(), 0, "nothing was sent");
+}
+
+/// A windowed vote over one request's `-n` choices is planned like a fan-out: one request
+/// per choice, started window by window, so the window needs no `--fan-out`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_windowed_vote_over_n_choices_sends_one_request_per_choice() {
+    let server = scripted(&["7"; 4]).await;
+    let out = fan_out(
+        &server,
+        &[
+            "-n",
+            "4",
+            "--vote-by",
+            r"Answer: (\d+)",
+            "--vote-window",
+            "2",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = json_of(&out);
+    assert_eq!(json["started"], 2);
+    assert_eq!(json["windows"], serde_json::json!([[0, 1]]));
+    assert_eq!(json["vote"]["key"], "7");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "the first window only");
+    for r in &requests {
+        assert_eq!(r.json.as_ref().unwrap()["n"], 1, "one choice per request");
+    }
+}

@@ -1,5 +1,5 @@
 //! What a completion publishes: its choices (in order of first appearance), its upstreams'
-//! facts and ends, its warnings, and its one lifecycle ([`Phase`]). Each upstream's reader
+//! facts and ends, its warnings, and its one lifecycle ([`CompletionPhase`]). Each upstream's reader
 //! writes its own upstream's part; the handles read.
 
 use std::collections::BTreeMap;
@@ -25,7 +25,7 @@ use crate::waiters::Waiters;
 ///     └────────────────every upstream ended─────────────────────┘
 /// ```
 #[derive(Debug, Clone)]
-pub(crate) enum Phase {
+pub(crate) enum CompletionPhase {
     /// Its upstreams are read.
     Streaming,
     /// [`Completions::cancel`](crate::Completions::cancel) (or `cancel_except`) was called:
@@ -202,7 +202,7 @@ impl std::fmt::Debug for Sampling {
 
 #[derive(Debug)]
 pub(crate) struct CompletionState {
-    pub phase: Phase,
+    pub phase: CompletionPhase,
     /// In order of first appearance.
     pub choices: Vec<Arc<ChoiceEntry>>,
     pub warnings: Vec<Warning>,
@@ -256,7 +256,7 @@ impl CompletionState {
     /// Whether every upstream has ended.
     pub fn end(&self) -> Option<&Result<(), Error>> {
         match &self.phase {
-            Phase::Ended(end) => Some(end),
+            CompletionPhase::Ended(end) => Some(end),
             _ => None,
         }
     }
@@ -367,7 +367,7 @@ impl CompletionState {
             .iter()
             .find_map(|u| u.end.clone().filter(Result::is_err))
             .unwrap_or(Ok(()));
-        self.phase = Phase::Ended(end);
+        self.phase = CompletionPhase::Ended(end);
         self.waiters.wake_all();
     }
 
@@ -410,7 +410,7 @@ impl CompletionShared {
     /// starts them).
     pub fn reserve_replacements(&self, failed: usize) -> usize {
         let mut state = self.lock();
-        if failed == 0 || !matches!(state.phase, Phase::Streaming) {
+        if failed == 0 || !matches!(state.phase, CompletionPhase::Streaming) {
             return 0;
         }
         match state.sampling() {
@@ -457,7 +457,7 @@ impl CompletionShared {
     pub fn start_samples(&self, count: usize) -> usize {
         let (mut make, admitted) = {
             let mut state = self.lock();
-            if !matches!(state.phase, Phase::Streaming) {
+            if !matches!(state.phase, CompletionPhase::Streaming) {
                 return 0;
             }
             let Some(s) = state.sampling() else {
@@ -476,7 +476,7 @@ impl CompletionShared {
         loop {
             let (k, start) = {
                 let mut state = self.lock();
-                let streaming = matches!(state.phase, Phase::Streaming);
+                let streaming = matches!(state.phase, CompletionPhase::Streaming);
                 // Sampling stopped meanwhile: the maker is dropped here.
                 let Some(s) = state.sampling() else {
                     break;
@@ -501,7 +501,7 @@ impl CompletionShared {
     /// sources (until [`CompletionState::adding`] is cleared).
     pub fn new(config: Config, mode: Mode) -> Self {
         let state = CompletionState {
-            phase: Phase::Streaming,
+            phase: CompletionPhase::Streaming,
             choices: Vec::new(),
             warnings: Vec::new(),
             meta: Meta::default(),
@@ -542,8 +542,8 @@ impl CompletionShared {
     /// running reader.
     pub fn close(&self, keep: Arc<[u32]>) {
         let mut state = self.lock();
-        if matches!(state.phase, Phase::Streaming) {
-            state.phase = Phase::Closing { keep: keep.clone() };
+        if matches!(state.phase, CompletionPhase::Streaming) {
+            state.phase = CompletionPhase::Closing { keep: keep.clone() };
         }
         // No sample starts any more.
         state.stop_sampling();
@@ -557,9 +557,9 @@ impl CompletionShared {
     /// choices kept once it is closing; nothing kept once it ended.
     pub fn closing_keep(&self) -> Option<Arc<[u32]>> {
         match &self.lock().phase {
-            Phase::Streaming => None,
-            Phase::Closing { keep } => Some(keep.clone()),
-            Phase::Ended(_) => Some(Arc::from(Vec::new())),
+            CompletionPhase::Streaming => None,
+            CompletionPhase::Closing { keep } => Some(keep.clone()),
+            CompletionPhase::Ended(_) => Some(Arc::from(Vec::new())),
         }
     }
 

@@ -111,7 +111,7 @@ impl Completions {
             self.life.keep(reader.clone());
             let mut state = self.shared.lock();
             if state.upstreams[k].end.is_none() {
-                if let crate::completion::Phase::Closing { keep } = &state.phase {
+                if let crate::completion::CompletionPhase::Closing { keep } = &state.phase {
                     // Closed while it started: it may have missed the close.
                     let keep = keep.clone();
                     let _ = reader.send_message(crate::msg::ReaderMsg::Close { keep });

@@ -201,7 +201,7 @@ pub(crate) struct LogWriter {
 
 /// Why a log refused a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Refused {
+pub(crate) enum WriteRefused {
     /// The choice has settled: its log is final.
     Settled,
     /// Another writer took over (the actor this writer belonged to is gone).
@@ -217,15 +217,15 @@ impl LogWriter {
         events: &mut Vec<ChoiceEvent>,
         phase: &Phase,
         output: impl FnOnce() -> Option<ChoiceOutput>,
-    ) -> Result<(), Refused> {
+    ) -> Result<(), WriteRefused> {
         let mut published = self.log.lock();
         if published.writer != self.epoch {
             events.clear();
-            return Err(Refused::Fenced);
+            return Err(WriteRefused::Fenced);
         }
         if published.phase.is_settled() {
             events.clear();
-            return Err(Refused::Settled);
+            return Err(WriteRefused::Settled);
         }
         published.events.append(events);
         if key(&published.phase) != key(phase) {
@@ -274,7 +274,7 @@ mod tests {
         let mut late = content("late");
         assert_eq!(
             writer.publish(&mut late, &Phase::Open, || None),
-            Err(Refused::Settled)
+            Err(WriteRefused::Settled)
         );
         assert!(late.is_empty(), "the refused events are dropped");
         // Nor does a writer that takes over after the choice settled change it.
@@ -282,7 +282,7 @@ mod tests {
         let failed = Phase::Settled(Closed::Cancelled(CancelReason::Asked));
         assert_eq!(
             reader.publish(&mut content("x"), &failed, || None),
-            Err(Refused::Settled)
+            Err(WriteRefused::Settled)
         );
         let published = log.lock();
         assert!(published.phase.is_settled());
@@ -308,7 +308,7 @@ mod tests {
         let reader = log.take_over();
         assert_eq!(
             actor.publish(&mut content("stale"), &Phase::Open, || None),
-            Err(Refused::Fenced)
+            Err(WriteRefused::Fenced)
         );
         reader
             .publish(&mut content("b"), &Phase::Open, || None)

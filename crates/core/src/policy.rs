@@ -9,7 +9,9 @@
 //! `select` (`"first_token"`, `"first_finished"` or `"vote"`; absent: every sample is a
 //! choice), `hedge_after_ms`, `vote_by`, `vote_normalize`, `min_votes`, `window`,
 //! `confidence` (`warmup`, `keep`, `group_tokens`, `top_logprobs`, `consensus`) and
-//! `deadline_ms`. Errors name the field as that extension does (`"choicewise.samples"`).
+//! `deadline_ms`. Errors name each field by its own name (`"samples"`); a front end names it
+//! its own way ([`PolicyError::message_naming`]: the gateway's `"choicewise.samples"`, the
+//! CLI's flags, Python's arguments).
 
 mod error;
 mod json;
@@ -20,7 +22,7 @@ use choicewise_proto::Confidence;
 use serde_json::json;
 
 use error::{
-    GROUP_TOKENS, TOP_LOGPROBS, WARMUP, deadline_error, min_votes_error, samples_error,
+    GROUP_TOKENS, Message, TOP_LOGPROBS, WARMUP, deadline_error, min_votes_error, samples_error,
     share_error, whole_error, window_error,
 };
 pub use error::{PolicyError, PolicyErrorKind};
@@ -249,7 +251,7 @@ impl PolicyBuilder {
                     true => PolicyError::new(
                         "vote_by",
                         PolicyErrorKind::PatternTooLarge,
-                        format!("\"choicewise.vote_by\" is {e}"),
+                        Message::field("vote_by").then(format_args!(" is {e}")),
                     ),
                     false => PolicyError::invalid("vote_by", format_args!("is {e}")),
                 }
@@ -265,7 +267,10 @@ impl PolicyBuilder {
                 return Err(PolicyError::new(
                     "select",
                     PolicyErrorKind::NeedsRule,
-                    format!("\"choicewise.samples\" above n needs \"choicewise.select\" ({RULES})"),
+                    Message::field("samples")
+                        .then(" above n needs ")
+                        .then_field("select")
+                        .then(format_args!(" ({RULES})")),
                 ));
             }
         };
@@ -323,11 +328,13 @@ impl PolicyBuilder {
                 Some(_) => "",
                 None => ", the default",
             };
-            return Err(PolicyError::invalid(
+            return Err(PolicyError::new(
                 "min_votes",
-                format_args!(
-                    "({min_votes}{default}) is more than \"choicewise.samples\" ({k}): no key could win"
-                ),
+                PolicyErrorKind::Invalid,
+                Message::field("min_votes")
+                    .then(format_args!(" ({min_votes}{default}) is more than "))
+                    .then_field("samples")
+                    .then(format_args!(" ({k}): no key could win")),
             ));
         }
         if self.deadline == Some(Duration::ZERO) {

@@ -11,6 +11,7 @@
 pub(crate) mod confidence;
 mod following;
 mod rules;
+mod selection;
 mod vote_key;
 
 pub use vote_key::{
@@ -24,159 +25,17 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::completions::Completions;
 use choicewise_proto::ChoiceOutput;
 use choicewise_proto::Confidence;
 use choicewise_proto::driver::Closed;
-use confidence::{ConfidenceReport, vote_confident};
+use confidence::vote_confident;
 use following::{Following, Replacing, watch};
 use rules::{best, first_n};
 pub(crate) use rules::{short_of, vote, vote_windowed};
-
-/// What a combinator picked, and what it cancelled to get there.
-///
-/// ```
-/// # use choicewise_core::{Completions, Source};
-/// # #[tokio::main] async fn main() {
-/// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n";
-/// let selection = Completions::new(Source::reader(sse.as_bytes())).first_finished().await;
-/// assert_eq!(selection.selected, [0]);
-/// assert!(selection.cancelled.is_empty());
-/// assert_eq!(selection.reason, None);
-/// # }
-/// ```
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[non_exhaustive]
-pub struct Selection {
-    /// The indexes picked, ascending; empty when nothing could be (see `reason`).
-    pub selected: Vec<u32>,
-    /// The indexes the combinator cancelled, ascending: the choices that ended cancelled. (A
-    /// choice whose updates received before the cancel finished it is not listed; see
-    /// [`Choice::cancel`](crate::Choice::cancel).)
-    pub cancelled: Vec<u32>,
-    /// Completion tokens the cancelled choices had received, estimated with tiktoken.
-    pub cancelled_tokens: u64,
-    /// The deadline passed before the answer was certain.
-    pub timed_out: bool,
-    /// Why nothing was selected, when nothing was; for a vote that no key won, why, also
-    /// when [`or_first_finished`](Pick::or_first_finished) selected a choice all the same.
-    pub reason: Option<String>,
-    /// The tally, for [`Completions::vote`].
-    pub vote: Option<Tally>,
-    /// The winning score, for [`Completions::best_of`].
-    pub score: Option<f64>,
-    /// For a completion of samples made on demand
-    /// ([`samples`](crate::CompletionsBuilder::samples)): how many samples were started.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub started: Option<usize>,
-    /// For a windowed vote ([`Pick::window`]): each window's choice indexes, in the order the
-    /// windows started.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub windows: Vec<Vec<u32>>,
-    /// For a vote guided by confidence ([`Pick::confidence`]): the threshold, the warmup
-    /// samples, the samples stopped for low confidence and each key's weight; or, when no
-    /// warmup sample carried log-probabilities and the plain vote decided instead, why
-    /// (serialised as `{"unavailable": "REASON"}`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub confidence: Option<ConfidenceReport>,
-}
-
-impl Selection {
-    /// Whether choice `index` was stopped for low confidence by a vote guided by confidence
-    /// ([`Pick::confidence`]), rather than cancelled because the vote was decided (both are
-    /// listed in [`cancelled`](Self::cancelled) when they ended cancelled): the vote's record
-    /// ([`ConfidenceReport::stopped`]), which lists a stopped choice whose finish arrived
-    /// before the cancel took effect too (it did not vote), where
-    /// [`Choice::stopped_for_low_confidence`](crate::Choice::stopped_for_low_confidence),
-    /// read from how the choice closed, says `false`.
-    ///
-    /// ```
-    /// # use choicewise_core::{Completions, Source};
-    /// # #[tokio::main] async fn main() {
-    /// let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n";
-    /// let selection = Completions::new(Source::reader(sse.as_bytes())).first_finished().await;
-    /// assert!(!selection.stopped_for_low_confidence(0)); // no confidence rule ran
-    /// # }
-    /// ```
-    pub fn stopped_for_low_confidence(&self, index: u32) -> bool {
-        self.confidence
-            .as_ref()
-            .is_some_and(|c| c.stopped().contains(&index))
-    }
-}
-
-/// The outcome of a [`Completions::vote`]: the winning key and its support, and every key's
-/// votes.
-///
-/// When no key won and the pick was told to answer anyway
-/// ([`or_first_finished`](Pick::or_first_finished)), `decided` is false, `key` is the key of
-/// the choice selected instead (the first to finish well; empty when it had none) and
-/// `votes` that key's votes.
-///
-/// ```
-/// # use choicewise_core::{Completions, Source};
-/// # #[tokio::main] async fn main() {
-/// let sse = concat!(
-///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n",
-///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"5\"},\"finish_reason\":\"stop\"}]}\n\n",
-///     "data: {\"choices\":[{\"index\":2,\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n",
-/// );
-/// let selection = Completions::new(Source::reader(sse.as_bytes())).vote(|o| o.message.content.clone()).await;
-/// let tally = selection.vote.unwrap();
-/// assert!(tally.decided);
-/// assert_eq!((tally.key.as_str(), tally.votes, tally.counted), ("4", 2, 3));
-/// assert_eq!(serde_json::to_value(&tally).unwrap()["tally"], serde_json::json!([
-///     {"key": "4", "votes": 2}, {"key": "5", "votes": 1},
-/// ]));
-/// # }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct Tally {
-    /// Whether a key won; false when the choice selected is the first to finish well,
-    /// chosen because no key won ([`Pick::or_first_finished`]).
-    pub decided: bool,
-    /// The winning key (or the key of the choice selected instead).
-    pub key: String,
-    /// Votes for it.
-    pub votes: usize,
-    /// Votes counted: finished choices that had a key.
-    pub counted: usize,
-    /// Choices of the completion (expected, when known, else seen).
-    pub choices: usize,
-    /// Every key voted for and its votes, most votes first (ties: the first voted first).
-    pub tally: Vec<KeyVotes>,
-}
-
-impl Tally {
-    /// A key that won, with its support; its `tally` is filled when the pick concludes.
-    pub(crate) fn won(key: String, votes: usize, counted: usize, choices: usize) -> Self {
-        Tally {
-            decided: true,
-            key,
-            votes,
-            counted,
-            choices,
-            tally: Vec::new(),
-        }
-    }
-}
-
-/// One key of a [`Tally`] and its votes.
-///
-/// ```
-/// let v = choicewise_core::KeyVotes { key: "42".into(), votes: 3 };
-/// assert_eq!(serde_json::to_value(&v).unwrap(), serde_json::json!({"key": "42", "votes": 3}));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct KeyVotes {
-    /// The key.
-    pub key: String,
-    /// The finished choices that voted for it.
-    pub votes: usize,
-}
+pub(crate) use selection::Decided;
+use selection::{Judged, complete_tally};
+pub use selection::{KeyVotes, Selection, Tally};
 
 /// A caller's judgement of a finished choice.
 pub(crate) type Judge<T> = Box<dyn Fn(&ChoiceOutput) -> T + Send + Sync>;
@@ -424,7 +283,7 @@ impl<'a> Pick<'a> {
     ///   none of its choices is wanted any more — as soon as a full group's confidence falls
     ///   below the threshold; it does not vote
     ///   ([`Choice::stopped_for_low_confidence`](crate::Choice::stopped_for_low_confidence)
-    ///   and [`ConfidenceReport::stopped`] name it).
+    ///   and [`ConfidenceReport::stopped`](confidence::ConfidenceReport::stopped) name it).
     /// - **Vote**: each choice that finishes with `stop` or `tool_calls`, has a key and a
     ///   confidence at least the threshold votes with its confidence as weight (the warmup's
     ///   too: a warmup choice below the threshold runs to its end but does not vote, as in the
@@ -612,98 +471,6 @@ impl<'a> IntoFuture for Pick<'a> {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(self.run())
-    }
-}
-
-/// A vote's judgements: each choice that finished well and its key, in the order they
-/// finished.
-type Judged = Vec<(u32, Option<String>)>;
-
-/// Completes a vote's tally from its judgements (`judged`: each choice that finished well and
-/// its key, in the order they finished): every key's votes; and, when no key won and
-/// `or_first_finished`, the first choice judged, selected undecided.
-fn complete_tally(
-    decided: &mut Decided,
-    judged: &[(u32, Option<String>)],
-    or_first_finished: bool,
-    completions: &Completions,
-) {
-    let mut tally: Vec<KeyVotes> = Vec::new();
-    for key in judged.iter().filter_map(|(_, k)| k.as_ref()) {
-        match tally.iter_mut().find(|v| &v.key == key) {
-            Some(v) => v.votes += 1,
-            None => tally.push(KeyVotes {
-                key: key.clone(),
-                votes: 1,
-            }),
-        }
-    }
-    // Most votes first; the sort is stable, so ties stay in the order of their first vote.
-    tally.sort_by_key(|v| std::cmp::Reverse(v.votes));
-    if let Some(won) = &mut decided.vote {
-        won.tally = tally;
-        return;
-    }
-    if !or_first_finished {
-        return;
-    }
-    let Some((index, key)) = judged.first() else {
-        // No choice finished well: one that ended with another finish reason of the
-        // upstream's (`length`, `content_filter`) is still its answer, the lowest index first.
-        let all: Vec<u32> = (0..completions.choice_count() as u32).collect();
-        let answered = (completions.outputs(&all).into_iter())
-            .filter(|o| !o.cancelled && !matches!(o.finish_reason.as_deref(), None | Some("error")))
-            .map(|o| o.index)
-            .min();
-        if let Some(index) = answered {
-            decided.selected = vec![index];
-            decided.vote = Some(Tally {
-                decided: false,
-                key: String::new(),
-                votes: 0,
-                counted: 0,
-                choices: completions.choice_count(),
-                tally,
-            });
-        }
-        return;
-    };
-    let key = key.clone().unwrap_or_default();
-    let votes = tally.iter().find(|v| v.key == key).map_or(0, |v| v.votes);
-    let counted = tally.iter().map(|v| v.votes).sum();
-    decided.selected = vec![*index];
-    decided.vote = Some(Tally {
-        decided: false,
-        key,
-        votes,
-        counted,
-        choices: completions.choice_count().max(judged.len()),
-        tally,
-    });
-}
-
-/// What a rule decided, before the rest is cancelled.
-pub(crate) struct Decided {
-    pub(crate) selected: Vec<u32>,
-    pub(crate) timed_out: bool,
-    pub(crate) reason: Option<String>,
-    pub(crate) vote: Option<Tally>,
-    pub(crate) score: Option<f64>,
-    pub(crate) windows: Vec<Vec<u32>>,
-    pub(crate) confidence: Option<ConfidenceReport>,
-}
-
-impl Decided {
-    pub(crate) fn nothing(timed_out: bool, reason: &str) -> Self {
-        Decided {
-            selected: Vec::new(),
-            timed_out,
-            reason: Some(reason.to_string()),
-            vote: None,
-            score: None,
-            windows: Vec::new(),
-            confidence: None,
-        }
     }
 }
 

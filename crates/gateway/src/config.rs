@@ -323,8 +323,11 @@ impl Model {
             }
         };
         let cap = max_samples.unwrap_or(limits.max_samples);
-        let policy = Policy::from_json(&table, &limits.policy_limits(1).max_samples(cap))
-            .map_err(|e| ConfigError(format!("model {name:?}, [models.choicewise]: {e}")))?;
+        let policy =
+            Policy::from_json(&table, &limits.policy_limits(1).max_samples(cap)).map_err(|e| {
+                let e = e.message_naming(|field| format!("\"choicewise.{field}\""));
+                ConfigError(format!("model {name:?}, [models.choicewise]: {e}"))
+            })?;
         pick.policy = Some(policy);
         pick.default = Some(table);
         Ok(pick)

@@ -9,7 +9,8 @@ use choicewise_client::{ClientErrorKind, CountBounds, Dialect, MAX_COUNT_ANSWER_
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::{Gateway, ingress, layers};
+use crate::state::Gateway;
+use crate::{ingress, layers};
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
 /// upstream counts them (its own `count_tokens`, its answer at most

@@ -7,9 +7,9 @@ use axum::response::{IntoResponse, Response};
 use choicewise_client::Dialect;
 use serde_json::{Value, json};
 
-use crate::Gateway;
 use crate::answer::answer;
 use crate::error::ApiError;
+use crate::state::Gateway;
 
 /// A model as `GET /v1/models` lists it: OpenAI's fields (`object`, `created`, `owned_by`)
 /// and Anthropic's (`type`, `display_name`, `created_at`), so that the clients of both APIs

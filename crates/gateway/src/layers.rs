@@ -1,6 +1,8 @@
-//! The gateway's request layers, outermost first: the keyless mode's checks against web
-//! pages ([`browsers`]), the client's key ([`auth`]), and the request slots ([`slots`]),
-//! each an axum middleware (a `tower` layer) around plain handlers.
+//! The gateway's request layers, outermost first (after tower-http's request id): the count
+//! of every answer ([`count`]), the keyless mode's checks against web pages ([`browsers`]),
+//! the client's key ([`auth`]), and on each `POST` route the request slots ([`slots`]: the
+//! declared size, the memory ceiling, a slot, then the body read and charged), each an axum
+//! middleware (a `tower` layer) around plain handlers, which get the body read.
 //!
 //! The order is the point: a request without a valid key is answered 401 from its headers,
 //! before any of its body is read and before it could hold a slot; a body announced larger
@@ -15,8 +17,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
+use crate::auth;
 use crate::error::ApiError;
-use crate::{Gateway, auth};
+use crate::state::Gateway;
 use crate::{ingress, overload};
 use choicewise_core::Dialect;
 
@@ -320,7 +323,7 @@ pub(crate) fn parsed(gw: &Gateway, len: usize) -> Result<(), ApiError> {
 
 /// Logs and counts what the ceiling did with a request (`refused`: it was refused; `change`:
 /// the gateway turned to refusing, or to admitting again).
-fn admission(gw: &Gateway, refused: Option<&overload::Refused>, change: overload::Change) {
+fn admission(gw: &Gateway, refused: Option<&overload::AboveWatermark>, change: overload::Change) {
     match change {
         Some(true) => tracing::warn!(
             used_mib = refused.map_or(0, |r| r.used >> 20),
@@ -341,7 +344,7 @@ fn admission(gw: &Gateway, refused: Option<&overload::Refused>, change: overload
 }
 
 /// 503: the process's memory is above the ceiling (`memory_high_watermark_mb`).
-fn overloaded(refused: crate::overload::Refused) -> ApiError {
+fn overloaded(refused: crate::overload::AboveWatermark) -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "overloaded_error",

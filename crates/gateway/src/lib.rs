@@ -52,81 +52,19 @@ mod pace;
 mod request;
 mod resilience;
 mod serving;
+mod state;
 mod traces;
 mod write;
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
-use choicewise_client::{Client, Dialect};
-use tokio::sync::{Semaphore, watch};
 
 pub use config::{
     Auth, Config, ConfigError, HealthConfig, HostedTools, Limits, Model, NMode, RetryConfig,
     Telemetry, Upstream,
 };
 
-use metrics::Metrics;
-use open::UpstreamRoute;
-use traces::Traces;
-
-/// A gateway: its routes, its keys, its limits. Cheap to clone.
-///
-/// ```
-/// use choicewise_gateway::{Config, Gateway};
-/// let config = Config::from_toml(
-///     "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
-/// ).unwrap();
-/// let gateway = Gateway::new(&config).unwrap();
-/// let app: axum::Router = gateway.router();
-/// # drop(app);
-/// ```
-#[derive(Clone)]
-pub struct Gateway {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    limits: Limits,
-    /// The keys clients may send; none: no key needed.
-    keys: Vec<String>,
-    models: open::Models,
-    /// Each model's pick as the operator set it (`[models.choicewise]`, `max_samples`).
-    picks: Arc<HashMap<String, config::ModelPick>>,
-    /// In order, for `GET /v1/models`.
-    names: Vec<String>,
-    /// One per request being served (`max_concurrent_requests`).
-    slots: Arc<Semaphore>,
-    /// The process-wide memory ceiling (`memory_high_watermark_mb`).
-    ceiling: Arc<overload::Ceiling>,
-    metrics: Arc<Metrics>,
-    /// `[telemetry]`'s traces, if an endpoint is named.
-    traces: Option<Arc<Traces>>,
-    /// Set by [`Gateway::close`]: open answers end.
-    closing: watch::Sender<bool>,
-    /// Without `[auth]`: the web origins whose pages may call the gateway.
-    allowed_origins: Vec<String>,
-    /// The address [`serve`] listens on, once it does: a keyless gateway's own `Host`.
-    listening: std::sync::OnceLock<std::net::SocketAddr>,
-    /// How long open answers may finish after a shutdown signal (`shutdown_grace_s`).
-    grace: Duration,
-    /// Chat upstreams whose base URL lacks `/v1`, and the same with it: checked at start.
-    v1_checks: Vec<(Client, Client)>,
-    /// Each model's rule for hosted tools (`hosted_tools`).
-    hosted_tools: HashMap<String, HostedTools>,
-}
-
-impl std::fmt::Debug for Gateway {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gateway")
-            .field("models", &self.inner.names)
-            .field("keys", &self.inner.keys.len())
-            .finish()
-    }
-}
+pub use state::Gateway;
 
 impl Gateway {
     /// A gateway for this configuration: its upstreams' clients, their keys read from the
@@ -154,128 +92,9 @@ impl Gateway {
         config: &Config,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Gateway, ConfigError> {
-        let env_var = |name: &str| match env(name).map(|v| v.trim().to_string()) {
-            None => Err(ConfigError(format!(
-                "the environment variable {name} is not set"
-            ))),
-            Some(v) if v.is_empty() => Err(ConfigError(format!(
-                "the environment variable {name} is empty"
-            ))),
-            Some(v) => Ok(v),
-        };
-        let keys = match &config.auth {
-            None => Vec::new(),
-            Some(auth) => {
-                let keys: Vec<String> = env_var(&auth.keys_env)?
-                    .split(',')
-                    .map(|k| k.trim().to_string())
-                    .filter(|k| !k.is_empty())
-                    .collect();
-                if keys.is_empty() {
-                    return Err(ConfigError(format!("{} holds no key", auth.keys_env)));
-                }
-                keys
-            }
-        };
-        let mut models = HashMap::new();
-        let mut picks = HashMap::new();
-        let mut v1_checks = Vec::new();
-        let mut names = Vec::new();
-        let mut hosted_tools = HashMap::new();
-        for model in &config.models {
-            let mut routes = Vec::new();
-            for (k, u) in model.upstreams.iter().enumerate() {
-                let api = u.api;
-                // Every try is the gateway's (src/open.rs): the client's own retries are off.
-                let mut builder = Client::builder()
-                    .api(api)
-                    .base_url(&u.base_url)
-                    .max_retries(0);
-                let mut key = None;
-                if let Some(var) = &u.api_key_env {
-                    let value = env_var(var).map_err(|e| {
-                        ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
-                    })?;
-                    builder = builder.api_key(value.clone());
-                    key = Some(value);
-                }
-                let client = builder.build().map_err(|e| {
-                    ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
-                })?;
-                // A local server's base URL without `/v1` is a common slip: `serve` asks its
-                // model list at start, and at `/v1` when that is a 404 (serving::check_v1).
-                let trimmed = u.base_url.trim_end_matches('/');
-                if u.api == Dialect::Chat && !trimmed.ends_with("/v1") {
-                    let mut alt = Client::builder()
-                        .api(api)
-                        .base_url(format!("{trimmed}/v1"))
-                        .max_retries(0);
-                    if let Some(key) = key {
-                        alt = alt.api_key(key);
-                    }
-                    if let Ok(alt) = alt.build() {
-                        v1_checks.push((client.clone(), alt));
-                    }
-                }
-                // Labels and messages name the host and port only: a base URL's
-                // `user:password@` or `?api-key=` never leaves.
-                let host = client.host();
-                let upstream_model = u.model.clone().unwrap_or_else(|| model.name.clone());
-                routes.push(UpstreamRoute {
-                    api: u.api,
-                    client,
-                    label: Arc::from(format!("{}:{upstream_model}@{host}", u.api).as_str()),
-                    model: upstream_model,
-                    n_mode: u.n_mode(),
-                    max_n: u.max_n,
-                    max_tokens: u.max_tokens.or((u.api == Dialect::Anthropic)
-                        .then_some(choicewise_core::defaults::DEFAULT_ANTHROPIC_MAX_TOKENS)),
-                    host,
-                    idle_timeout: Duration::from_secs_f64(config.limits.upstream_idle_timeout_s),
-                    max_answer_bytes: config.limits.max_answer_bytes,
-                    weight: u.weight,
-                    health: Arc::new(resilience::Health::new(&model.health)),
-                    budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
-                });
-            }
-            names.push(model.name.clone());
-            picks.insert(model.name.clone(), model.pick(&config.limits)?);
-            hosted_tools.insert(model.name.clone(), model.hosted_tools);
-            models.insert(
-                model.name.clone(),
-                Arc::new(open::ModelRoutes {
-                    name: model.name.clone(),
-                    routes,
-                    retry: resilience::RetryPolicy::of(&model.retry),
-                    fallbacks: model.fallbacks.clone(),
-                    budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
-                    warnings: resilience::Warnings::default(),
-                }),
-            );
-        }
-        serving::preload_encodings(&models);
-        Ok(Gateway {
-            inner: Arc::new(Inner {
-                limits: config.limits.clone(),
-                keys,
-                models: Arc::new(models),
-                picks: Arc::new(picks),
-                names,
-                slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
-                ceiling: {
-                    let (high, low) = config.limits.memory_watermarks();
-                    Arc::new(overload::Ceiling::new(high, low))
-                },
-                metrics: Arc::new(Metrics::new()),
-                traces: Traces::new(&config.telemetry)?,
-                closing: watch::Sender::new(false),
-                allowed_origins: config.allowed_origins.clone(),
-                listening: std::sync::OnceLock::new(),
-                grace: config.shutdown_grace(),
-                v1_checks,
-                hosted_tools,
-            }),
-        })
+        let gateway = Gateway::build(config, env)?;
+        serving::preload_encodings(&gateway.inner.models);
+        Ok(gateway)
     }
 
     /// The gateway's eight routes:
@@ -295,8 +114,9 @@ impl Gateway {
     /// `choicewise_requests_total`; without `[auth]`, the checks that keep
     /// web pages out (a loopback `Host`, no `Origin` unless listed in `allowed_origins`, JSON
     /// bodies only); the client's key, from the headers, on the `/v1` routes; then, on each
-    /// `POST` route, a declared body over `max_body_bytes` refused and a slot taken
-    /// (`max_concurrent_requests`), held until the answer's last byte.
+    /// `POST` route, a declared body over `max_body_bytes` refused, the memory ceiling's
+    /// admission (`memory_high_watermark_mb`), a slot taken (`max_concurrent_requests`),
+    /// held until the answer's last byte, and the body read and charged its cost.
     pub fn router(&self) -> axum::Router {
         let gw = self.clone();
         let slots = || from_fn_with_state(gw.clone(), layers::slots);

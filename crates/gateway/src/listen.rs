@@ -34,8 +34,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
-use crate::Gateway;
 use crate::config::Limits;
+use crate::state::Gateway;
 
 /// A connection's bounds, in the form the connections use them.
 #[derive(Clone, Copy)]

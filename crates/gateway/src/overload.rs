@@ -42,7 +42,7 @@ pub(crate) struct Ceiling {
 
 /// Why a request was refused: the memory counted and the watermark it passed.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Refused {
+pub(crate) struct AboveWatermark {
     pub used: u64,
     pub high: u64,
 }
@@ -66,7 +66,7 @@ impl Reservation {
     /// Charges the request `bytes` in all, in place of what it holds: less is released at
     /// once; more is taken only if it fits under the high mark with everything else in use
     /// (else the reservation stays as it was, and the refusal says why).
-    pub(crate) fn charge(&mut self, bytes: u64) -> Result<(), Refused> {
+    pub(crate) fn charge(&mut self, bytes: u64) -> Result<(), AboveWatermark> {
         let ceiling = &self.ceiling;
         if bytes <= self.bytes {
             ceiling
@@ -81,7 +81,7 @@ impl Reservation {
         loop {
             let used = resident + reserved;
             if used + extra > ceiling.high {
-                return Err(Refused {
+                return Err(AboveWatermark {
                     used,
                     high: ceiling.high,
                 });
@@ -286,7 +286,7 @@ impl Ceiling {
     pub(crate) fn admit(
         self: &Arc<Self>,
         body: u64,
-    ) -> (Result<Option<Reservation>, Refused>, Change) {
+    ) -> (Result<Option<Reservation>, AboveWatermark>, Change) {
         if self.high == 0 {
             return (Ok(None), None);
         }
@@ -298,7 +298,7 @@ impl Ceiling {
             if refusing && used >= self.low {
                 // Hysteresis: refusing until below the low watermark.
                 return (
-                    Err(Refused {
+                    Err(AboveWatermark {
                         used,
                         high: self.high,
                     }),
@@ -314,7 +314,7 @@ impl Ceiling {
                     false => None,
                 };
                 return (
-                    Err(Refused {
+                    Err(AboveWatermark {
                         used,
                         high: self.high,
                     }),
@@ -353,7 +353,7 @@ impl Ceiling {
     /// The mark checked again once a request's body is parsed, against the resident set
     /// read anew (its parse's memory is there now, or freed): refused when the process is
     /// above the high mark, which turns the gateway to refusing.
-    pub(crate) fn recheck(&self) -> (Result<(), Refused>, Change) {
+    pub(crate) fn recheck(&self) -> (Result<(), AboveWatermark>, Change) {
         if self.high == 0 {
             return (Ok(()), None);
         }
@@ -362,7 +362,7 @@ impl Ceiling {
         let resident = (self.read)().unwrap_or(0);
         self.resident.store(resident, Ordering::Release);
         if resident > self.high {
-            let refused = Refused {
+            let refused = AboveWatermark {
                 used: resident,
                 high: self.high,
             };
@@ -423,7 +423,9 @@ mod tests {
         assert_eq!(ceiling.used(), MIB);
         // Little in use: a body over the room left is refused, the others still admitted.
         let (big, change) = ceiling.admit(100 * MIB);
-        assert!(matches!(big, Err(Refused { used, high }) if used == MIB && high == 64 * MIB));
+        assert!(
+            matches!(big, Err(AboveWatermark { used, high }) if used == MIB && high == 64 * MIB)
+        );
         assert_eq!(change, None);
         assert!(!ceiling.refusing());
         assert!(ceiling.admit(MIB).0.is_ok());
@@ -467,7 +469,7 @@ mod tests {
         }
         let ceiling = Arc::new(Ceiling::with_marks(64 * MIB, 48 * MIB, big));
         let (refused, change) = ceiling.admit(0);
-        assert!(matches!(refused, Err(Refused { used, .. }) if used == 70 * MIB));
+        assert!(matches!(refused, Err(AboveWatermark { used, .. }) if used == 70 * MIB));
         assert_eq!(change, Some(true));
     }
 
@@ -506,7 +508,7 @@ mod tests {
         }
         let ceiling = Ceiling::with_marks(64 * MIB, 48 * MIB, big);
         let (refused, change) = ceiling.recheck();
-        assert!(matches!(refused, Err(Refused { used, .. }) if used == 70 * MIB));
+        assert!(matches!(refused, Err(AboveWatermark { used, .. }) if used == 70 * MIB));
         assert_eq!(change, Some(true));
         let calm = Ceiling::with_marks(64 * MIB, 48 * MIB, nothing);
         assert!(matches!(calm.recheck(), (Ok(()), None)));

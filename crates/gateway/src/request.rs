@@ -338,7 +338,8 @@ fn refused(e: PolicyError) -> ApiError {
         PolicyErrorKind::PatternTooLarge => Some("vote_by_too_large"),
         _ => None,
     };
-    let mut refused = err(e.to_string());
+    // The extension names its fields `"choicewise.FIELD"`.
+    let mut refused = err(e.message_naming(|field| format!("\"choicewise.{field}\"")));
     refused.param = Some(format!("choicewise.{}", e.field()));
     match code {
         Some(code) => refused.code(code),

@@ -9,7 +9,8 @@ use tokio::sync::watch;
 
 use crate::config::{Config, ConfigError};
 
-use crate::{Gateway, listen};
+use crate::listen;
+use crate::state::Gateway;
 
 /// Serves a gateway until Ctrl-C or SIGTERM: listens on `listen` (else the configuration's),
 /// saying `listening on http://ADDR` on stderr once it accepts connections, with the

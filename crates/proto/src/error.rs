@@ -479,7 +479,7 @@ pub enum ErrorDetail {
         #[source]
         source: Option<Arc<dyn std::error::Error + Send + Sync>>,
     },
-    /// One upstream of a fan-out (`Completions::fan_out`)
+    /// One upstream of a fan-out (`Completions::builder().fan_out`)
     /// failed: its own unfinished choices end with this error, the other upstreams' choices
     /// go on, and the completion's outcome reports it.
     #[error("upstream {upstream}: {error}")]

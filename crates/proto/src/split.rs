@@ -27,7 +27,8 @@ use crate::dialect::{Dialect, DialectDecoder, dialect_of};
 use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::{Warning, WarningKind};
 use crate::scan::{Head, Scanned, scan};
-use crate::wire::{self, ChatCompletionChunk};
+use crate::wire::ChatCompletionChunk;
+use envelope::{Created, Envelope, Facts, RawChoices, raw_value, upstream_error};
 
 /// What one step of the input produced.
 #[derive(Debug)]
@@ -36,78 +37,6 @@ pub enum Step {
     Continue,
     /// The stream is over: cleanly, or with the error that ended it.
     End(Result<(), Error>),
-}
-
-/// The chunk envelope, parsed by serde: the reader's path for the chunks the scan leaves to
-/// it (see `scan`). Every field but the choices' contents.
-#[derive(Debug, Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow, default, deserialize_with = "wire::cow_str")]
-    id: Option<Cow<'a, str>>,
-    #[serde(default, deserialize_with = "wire::lenient_i64")]
-    created: Option<i64>,
-    #[serde(borrow, default, deserialize_with = "wire::cow_str")]
-    model: Option<Cow<'a, str>>,
-    #[serde(borrow, default, deserialize_with = "wire::cow_str")]
-    system_fingerprint: Option<Cow<'a, str>>,
-    #[serde(borrow, default, deserialize_with = "wire::cow_str")]
-    service_tier: Option<Cow<'a, str>>,
-    #[serde(borrow, default, deserialize_with = "wire::opt_objects")]
-    choices: Option<Vec<ChoiceHead<'a>>>,
-    #[serde(borrow, default)]
-    usage: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    prompt_filter_results: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    error: Option<&'a RawValue>,
-}
-
-/// What the reader reads of one element of `choices`: its index and whether it finishes.
-#[derive(Debug, Deserialize)]
-struct ChoiceHead<'a> {
-    #[serde(default)]
-    index: Option<i64>,
-    #[serde(borrow, default)]
-    finish_reason: Option<&'a RawValue>,
-}
-
-/// The elements of `choices` as raw text (a second look at a chunk the serde path took).
-#[derive(Debug, Deserialize)]
-struct RawChoices<'a> {
-    #[serde(borrow, default)]
-    choices: Option<Vec<&'a RawValue>>,
-}
-
-/// The created timestamp, leniently.
-#[derive(Debug, Deserialize)]
-struct Created(#[serde(deserialize_with = "wire::lenient_i64")] Option<i64>);
-
-/// One chunk's completion-level facts.
-#[derive(Debug, Default)]
-struct Facts<'a> {
-    id: Option<Cow<'a, str>>,
-    model: Option<Cow<'a, str>>,
-    system_fingerprint: Option<Cow<'a, str>>,
-    service_tier: Option<Cow<'a, str>>,
-    created: Option<i64>,
-    prompt_filter_results: Option<Value>,
-    usage: Option<Value>,
-}
-
-/// The provider's error that a chunk carries (beside its choices, which are split first).
-fn upstream_error(error: Option<Value>, line: u64) -> Result<(), Error> {
-    match error.filter(|e| !e.is_null()) {
-        Some(e) => Err(Error::from(ErrorDetail::Upstream(std::sync::Arc::new(
-            UpstreamError::from_value(&e, line),
-        )))),
-        None => Ok(()),
-    }
-}
-
-/// A JSON value worth keeping: not `null`.
-fn raw_value(raw: Option<&RawValue>) -> Option<Value> {
-    raw.filter(|r| r.get() != "null")
-        .and_then(|r| serde_json::from_str(r.get()).ok())
 }
 
 /// Frames the input, reads each chunk's envelope, and splits its choices into per-choice
@@ -801,6 +730,7 @@ fn json_type(v: &Value) -> &'static str {
 }
 
 mod batch;
+mod envelope;
 #[cfg(test)]
 mod tests;
 mod typed;

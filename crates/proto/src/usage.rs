@@ -51,7 +51,7 @@ pub struct Usage {
     /// How an estimate was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<Estimate>,
-    /// In a fan-out (`Completions::fan_out`), each upstream's
+    /// In a fan-out (`Completions::builder().fan_out`), each upstream's
     /// own usage in the order they were added, each reported or estimated; the figures above
     /// are their sums. Empty for a single stream.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -250,14 +250,7 @@ impl Completions {
         }
         let policy = policy
             .build(&choicewise::PolicyLimits::default())
-            .map_err(|e| {
-                let argument = match e.field() {
-                    "vote_by" => "pattern",
-                    "deadline_ms" => "deadline",
-                    field => field,
-                };
-                errors::value_error(format!("{argument}: {}", e.problem()))
-            })?;
+            .map_err(|e| refused(&e))?;
         self.run(py, policy, keep_rest)
     }
 
@@ -277,7 +270,7 @@ impl Completions {
         }
         let policy = policy
             .build(&choicewise::PolicyLimits::default())
-            .map_err(|e| errors::value_error(e.to_string()))?;
+            .map_err(|e| refused(&e))?;
         self.run(py, policy, keep_rest)
     }
 
@@ -473,4 +466,19 @@ impl Selection {
             self.selected, self.cancelled, self.key, self.votes, self.reason
         )
     }
+}
+
+/// A policy that `vote()` or `first_finished()` states from its arguments, refused: a
+/// `ValueError` naming each field as its argument (`pattern`, `deadline`, `min_votes`).
+fn refused(e: &choicewise::PolicyError) -> PyErr {
+    let argument = |field: &str| {
+        match field {
+            "vote_by" => "pattern",
+            "deadline_ms" => "deadline",
+            field => field,
+        }
+        .to_string()
+    };
+    let problem = e.problem_naming(argument);
+    errors::value_error(format!("{}: {problem}", argument(e.field())))
 }

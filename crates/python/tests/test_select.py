@@ -62,8 +62,8 @@ def test_one_set_of_defaults_and_a_policy_as_a_dict():
     first = choicewise.Completions.fan_out([answer("a"), answer("b")]).pick({"select": "first_finished"})
     assert first.selected in ([0], [1])
     for policy, says in [
-        ({"select": "first_finished", "window": 2}, '"choicewise.window" goes with "select": "vote"'),
-        ({"select": "vote", "best": 1}, 'unknown field "choicewise.best"'),
+        ({"select": "first_finished", "window": 2}, '"window" goes with "select": "vote"'),
+        ({"select": "vote", "best": 1}, 'unknown field "best"'),
     ]:
         try:
             choicewise.Completions.fan_out([answer("1")]).pick(policy)

@@ -270,7 +270,7 @@ impl Drop for Abandoned {
     }
 }
 
-enum Phase {
+enum BodyStep {
     Writing(usize),
     Ending,
     Over,
@@ -278,7 +278,7 @@ enum Phase {
 
 struct BodyState {
     writes: Vec<Write>,
-    phase: Phase,
+    phase: BodyStep,
     end: End,
     guard: Abandoned,
 }
@@ -317,7 +317,7 @@ fn sse_body(state: &Arc<State>, reply: usize) -> Body {
     }
     let body = BodyState {
         writes,
-        phase: Phase::Writing(0),
+        phase: BodyStep::Writing(0),
         end: reply.end,
         guard: Abandoned {
             state: state.clone(),
@@ -327,16 +327,16 @@ fn sse_body(state: &Arc<State>, reply: usize) -> Body {
     let frames = futures::stream::unfold(body, |mut body| async move {
         loop {
             match body.phase {
-                Phase::Writing(i) if i < body.writes.len() => {
+                BodyStep::Writing(i) if i < body.writes.len() => {
                     let write = body.writes[i].clone();
                     if !write.delay.is_zero() {
                         tokio::time::sleep(write.delay).await;
                     }
-                    body.phase = Phase::Writing(i + 1);
+                    body.phase = BodyStep::Writing(i + 1);
                     return Some((Ok(Frame::data(write.bytes)), body));
                 }
-                Phase::Writing(_) => body.phase = Phase::Ending,
-                Phase::Ending => match body.end {
+                BodyStep::Writing(_) => body.phase = BodyStep::Ending,
+                BodyStep::Ending => match body.end {
                     End::Complete => {
                         body.guard.planned_end();
                         return None;
@@ -346,14 +346,14 @@ fn sse_body(state: &Arc<State>, reply: usize) -> Body {
                         // right away would drop those bytes with the connection.
                         tokio::time::sleep(FLUSH_BEFORE_CUT).await;
                         body.guard.planned_end();
-                        body.phase = Phase::Over;
+                        body.phase = BodyStep::Over;
                         let cut: BoxError = format!("connection cut after {n} bytes").into();
                         return Some((Err(cut), body));
                     }
                     // Until the client goes away or the server is dropped.
                     End::Stall(_) => std::future::pending::<()>().await,
                 },
-                Phase::Over => return None,
+                BodyStep::Over => return None,
             }
         }
     });

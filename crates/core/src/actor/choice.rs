@@ -23,7 +23,8 @@ pub(crate) struct ChoiceActor;
 
 /// What a choice's actor hands back to the reader, beside the mailbox (one per actor, made
 /// by the reader when it starts one): the emptied batches, for the reader to fill again (the
-/// pool: the actor puts, the reader takes, under its lock), and how many batches the actor
+/// pool: the actor puts each batch it applied and empties it when it ends or retires, the
+/// reader takes, under its lock), and how many batches the actor
 /// has applied (written by the actor alone; the reader, which counts those it sent, knows
 /// from it whether the actor still has updates to work through).
 #[derive(Default)]
@@ -114,7 +115,7 @@ impl ChoiceActorState {
         let phase = core.phase().clone();
         // Refused only once the reader has taken the choice over (this actor is being
         // stopped with it) or after the choice settled: nothing of this actor's is wanted.
-        let _ = self
+        let published = self
             .writer
             .publish(&mut self.events, &phase, || match &phase {
                 Phase::Open => None,
@@ -122,13 +123,20 @@ impl ChoiceActorState {
                 Phase::Settled(_) => Some(core.take_output()),
                 _ => Some(core.output()),
             });
+        if let Err(refused) = published {
+            tracing::trace!(slot = self.slot, ?refused, "a choice's write not published");
+        }
         let core = &self.core;
         if let (true, Some(Closed::Failed(e))) = (was_open, core.phase().closed()) {
             let bounded = matches!(e.detail(), ErrorDetail::ChoiceTooLarge { .. });
-            let _ = self.reader.send_message(ReaderMsg::Failed {
+            // Fails only once the reader has stopped: nothing reads the upstream any more.
+            let told = self.reader.send_message(ReaderMsg::Failed {
                 slot: self.slot,
                 bounded,
             });
+            if let Err(e) = told {
+                tracing::trace!(slot = self.slot, error = %e, "a failure not told: the reader has stopped");
+            }
         }
     }
 

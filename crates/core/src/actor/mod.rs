@@ -2,7 +2,7 @@
 //! decisions (who holds each choice, what it is sent, when the upstream is dropped, when
 //! the reader stops) are the router's (`choicewise_proto::driver::Router`), a state machine
 //! in the protocol crate, which has no runtime: the actor feeds it and executes its
-//! commands. `policy` holds the reader's flush and hibernation rules, `orphan` what it
+//! commands. `flush` holds the reader's flush and hibernation rules, `orphan` what it
 //! publishes as a choice's last writer, `wake` its waker and quiet timer.
 //!
 //! ```text
@@ -13,7 +13,7 @@
 //! ```
 
 pub(crate) mod choice;
+mod flush;
 mod orphan;
-mod policy;
 pub(crate) mod reader;
 mod wake;

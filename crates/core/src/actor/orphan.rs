@@ -25,9 +25,16 @@ pub(crate) fn publish_orphan(log: &Arc<ChoiceLog>, phase: &Phase) {
         published.outcome(log.index).0
     };
     let output = mark_cancelled(output, phase);
-    let _ = log
+    let published = log
         .take_over()
         .publish(&mut Vec::new(), phase, || Some(output));
+    if let Err(refused) = published {
+        tracing::trace!(
+            index = log.index,
+            ?refused,
+            "an orphan's phase not published"
+        );
+    }
 }
 
 fn mark_cancelled(mut output: ChoiceOutput, phase: &Phase) -> ChoiceOutput {
@@ -74,9 +81,13 @@ pub(crate) fn list_unseen(
         }
         core.settle(outcome.clone(), &mut events);
         // A new log: its first writer, refused nothing.
-        let _ = log
+        let published = log
             .take_over()
             .publish(&mut events, core.phase(), || Some(core.output()));
+        if let Err(refused) = published {
+            tracing::trace!(index, ?refused, "a new log refused its first write");
+            debug_assert!(false, "a new log refused its first write: {refused:?}");
+        }
         state
             .choices
             .push(Arc::new(ChoiceEntry { log, addr: None }));

@@ -7,7 +7,7 @@
 //! back to its mailbox, free to handle a cancel or a supervision event at once, and the
 //! upstream's readiness reaches it as the next message (one task wake-up, as an `await`
 //! would cost). One read is split per message; its updates go at once to the choices whose
-//! actors are idle, and to the busy ones with a later read (see `policy::FLUSH_BYTES`), when the
+//! actors are idle, and to the busy ones with a later read (see `flush::FLUSH_BYTES`), when the
 //! upstream has nothing more ready, or before a cancel or a close is handled.
 //!
 //! Its children, one actor per choice, are spawned linked to it when the choice first
@@ -29,8 +29,8 @@ use choicewise_proto::{Error, ErrorDetail};
 use ractor::{Actor, ActorProcessingErr, ActorRef, ActorRuntime, SupervisionEvent};
 
 use super::choice::{ChoiceActorState, Running};
+use super::flush::{Flush, FlushPolicy, retire_at};
 use super::orphan::{list_unseen, orphan_of, publish_orphan, settle_all};
-use super::policy::{Flush, FlushPolicy, retire_at};
 use super::wake::{PollWaker, QuietTimer};
 use crate::completion::{ChoiceEntry, CompletionShared};
 use crate::log::{ChoiceLog, lock};

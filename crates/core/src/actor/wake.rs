@@ -38,7 +38,10 @@ impl Wake for PollWaker {
 
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.scheduled.swap(true, Ordering::AcqRel) {
-            let _ = self.reader.send_message(ReaderMsg::Poll);
+            // Fails only once the reader has stopped: nothing is left to poll.
+            if let Err(e) = self.reader.send_message(ReaderMsg::Poll) {
+                tracing::trace!(error = %e, "a poll not sent: the reader has stopped");
+            }
         }
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use super::error::{
-    GROUP_TOKENS, TOP_LOGPROBS, WARMUP, deadline_error, min_votes_error, samples_error,
+    GROUP_TOKENS, Message, TOP_LOGPROBS, WARMUP, deadline_error, min_votes_error, samples_error,
     share_error, whole_error, window_error,
 };
 use super::{PickRule, Policy, PolicyError, PolicyErrorKind, PolicyLimits, RULES};
@@ -26,8 +26,8 @@ impl Policy {
     /// use choicewise_core::{Policy, PolicyLimits};
     /// let read = |v: serde_json::Value| Policy::from_json(v.as_object().unwrap(), &PolicyLimits::new(2).max_samples(16));
     /// assert_eq!(read(serde_json::json!({"samples": 1})).unwrap_err().to_string(),
-    ///     r#""choicewise.samples" must be an integer from n (2) to 16 (max_samples), not 1"#);
-    /// assert!(read(serde_json::json!({"best": 1})).unwrap_err().to_string().starts_with("unknown field \"choicewise.best\""));
+    ///     r#""samples" must be an integer from n (2) to 16 (max_samples), not 1"#);
+    /// assert!(read(serde_json::json!({"best": 1})).unwrap_err().to_string().starts_with("unknown field \"best\""));
     /// ```
     pub fn from_json(
         fields: &Map<String, Value>,
@@ -38,7 +38,9 @@ impl Policy {
                 return Err(PolicyError::new(
                     key,
                     PolicyErrorKind::UnknownField,
-                    format!("unknown field \"choicewise.{key}\" ({FIELDS})"),
+                    Message::text("unknown field ")
+                        .then_field(key)
+                        .then(format_args!(" ({FIELDS})")),
                 ));
             }
         }
@@ -85,7 +87,9 @@ impl Policy {
                         return Err(PolicyError::new(
                             "select",
                             PolicyErrorKind::UnknownRule,
-                            format!("unknown \"choicewise.select\": {other:?} ({RULES})"),
+                            Message::text("unknown ")
+                                .then_field("select")
+                                .then(format_args!(": {other:?} ({RULES})")),
                         ));
                     }
                 },
@@ -188,10 +192,13 @@ fn confidence_of(options: &Map<String, Value>) -> Result<Confidence, PolicyError
             "top_logprobs" => c.top_logprobs = whole(TOP_LOGPROBS)?,
             "consensus" => c.consensus = share()?,
             _ => {
+                let field = format!("confidence.{key}");
                 return Err(PolicyError::new(
-                    &format!("confidence.{key}"),
+                    &field,
                     PolicyErrorKind::UnknownField,
-                    format!("unknown field \"choicewise.confidence.{key}\" ({CONFIDENCE_FIELDS})"),
+                    Message::text("unknown field ")
+                        .then_field(&field)
+                        .then(format_args!(" ({CONFIDENCE_FIELDS})")),
                 ));
             }
         }

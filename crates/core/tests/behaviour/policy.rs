@@ -32,7 +32,7 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
     assert_eq!((e.field(), e.kind()), ("samples", PolicyErrorKind::Samples));
     assert_eq!(
         e.to_string(),
-        "\"choicewise.samples\" must be an integer from n (2) to 16 (max_samples), not 1"
+        "\"samples\" must be an integer from n (2) to 16 (max_samples), not 1"
     );
     for (ext, field, kind, says) in [
         (
@@ -51,7 +51,7 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
             json!({"samples": 3, "select": "best"}),
             "select",
             PolicyErrorKind::UnknownRule,
-            "unknown \"choicewise.select\": \"best\" (first_token, first_finished or vote)",
+            "unknown \"select\": \"best\" (first_token, first_finished or vote)",
         ),
         (
             json!({"samples": 3, "select": 1}),
@@ -63,19 +63,19 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
             json!({"samples": 3}),
             "select",
             PolicyErrorKind::NeedsRule,
-            "\"choicewise.samples\" above n needs \"choicewise.select\"",
+            "\"samples\" above n needs \"select\"",
         ),
         (
             json!({"take": 2}),
             "take",
             PolicyErrorKind::UnknownField,
-            "unknown field \"choicewise.take\" (samples, select, vote_by, hedge_after_ms, window, confidence, min_votes, vote_normalize, deadline_ms)",
+            "unknown field \"take\" (samples, select, vote_by, hedge_after_ms, window, confidence, min_votes, vote_normalize, deadline_ms)",
         ),
         (
             json!({"samples": 3, "select": "vote", "vote_by": "("}),
             "vote_by",
             PolicyErrorKind::Invalid,
-            "\"choicewise.vote_by\" is not a valid regular",
+            "\"vote_by\" is not a valid regular",
         ),
         (
             json!({"samples": 3, "select": "vote", "vote_by": format!("({})", vec!["\\w{50}"; 20].join("|"))}),
@@ -87,13 +87,13 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
             json!({"samples": 3, "select": "vote", "hedge_after_ms": 50}),
             "hedge_after_ms",
             PolicyErrorKind::GoesWith,
-            "\"choicewise.hedge_after_ms\" goes with \"select\": \"first_token\"",
+            "\"hedge_after_ms\" goes with \"select\": \"first_token\"",
         ),
         (
             json!({"samples": 3, "select": "first_token", "hedge_after_ms": 0}),
             "hedge_after_ms",
             PolicyErrorKind::Invalid,
-            "\"choicewise.hedge_after_ms\" must be at least 10",
+            "\"hedge_after_ms\" must be at least 10",
         ),
         (
             json!({"samples": 3, "select": "first_token", "hedge_after_ms": -1}),
@@ -105,7 +105,7 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
             json!({"samples": 3, "select": "first_finished", "window": 2}),
             "window",
             PolicyErrorKind::GoesWith,
-            "\"choicewise.window\" goes with \"select\": \"vote\"",
+            "\"window\" goes with \"select\": \"vote\"",
         ),
         (
             json!({"samples": 3, "select": "vote", "window": 0}),
@@ -117,19 +117,19 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
             json!({"samples": 3, "select": "first_token", "confidence": {}}),
             "confidence",
             PolicyErrorKind::GoesWith,
-            "\"choicewise.confidence\" goes with \"select\": \"vote\"",
+            "\"confidence\" goes with \"select\": \"vote\"",
         ),
         (
             json!({"samples": 3, "select": "first_token", "vote_by": "x"}),
             "vote_by",
             PolicyErrorKind::GoesWith,
-            "\"choicewise.vote_by\" goes with",
+            "\"vote_by\" goes with",
         ),
         (
             json!({"samples": 3, "select": "first_token", "min_votes": 2}),
             "min_votes",
             PolicyErrorKind::GoesWith,
-            "\"choicewise.min_votes\" goes with",
+            "\"min_votes\" goes with",
         ),
         (
             json!({"samples": 3, "select": "first_token", "vote_normalize": true}),
@@ -141,7 +141,7 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
             json!({"samples": 3, "select": "vote", "min_votes": 4}),
             "min_votes",
             PolicyErrorKind::Invalid,
-            "(4) is more than \"choicewise.samples\" (3)",
+            "(4) is more than \"samples\" (3)",
         ),
         (
             json!({"samples": 1, "select": "vote"}),
@@ -153,7 +153,7 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
             json!({"samples": 3, "select": "vote", "confidence": {"warmup": 65}}),
             "confidence.warmup",
             PolicyErrorKind::Invalid,
-            "\"choicewise.confidence.warmup\" must be an integer from 1 to 64, not 65",
+            "\"confidence.warmup\" must be an integer from 1 to 64, not 65",
         ),
         (
             json!({"samples": 3, "select": "vote", "confidence": {"keep": 0}}),
@@ -165,7 +165,7 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
             json!({"samples": 3, "select": "vote", "confidence": {"depth": 1}}),
             "confidence.depth",
             PolicyErrorKind::UnknownField,
-            "unknown field \"choicewise.confidence.depth\" (warmup, keep",
+            "unknown field \"confidence.depth\" (warmup, keep",
         ),
         (
             json!({"samples": 3, "select": "vote", "confidence": 1}),
@@ -209,7 +209,7 @@ fn the_builder_refuses_what_the_json_form_refuses() {
         .unwrap_err();
     assert_eq!(
         e.to_string(),
-        "\"choicewise.hedge_after_ms\" must be at least 10 (a shorter hedge would start every sample at once), not 9"
+        "\"hedge_after_ms\" must be at least 10 (a shorter hedge would start every sample at once), not 9"
     );
     let ok = Policy::builder()
         .select(PickRule::FirstFinished)
@@ -268,7 +268,7 @@ fn the_serde_form_is_the_extension() {
     assert_eq!(hedged.opening(), Opening::Hedged);
     assert_eq!(hedged.hedge_after(), Some(Duration::from_millis(300)));
     let e = serde_json::from_value::<Policy>(json!({"samples": 2})).unwrap_err();
-    assert!(e.to_string().contains("needs \"choicewise.select\""), "{e}");
+    assert!(e.to_string().contains("needs \"select\""), "{e}");
     let windowed = read(json!({"samples": 6, "select": "vote", "window": 3})).unwrap();
     assert_eq!(windowed.opening(), Opening::First(3));
     assert_eq!(
@@ -350,4 +350,35 @@ async fn pick_runs_a_vote_with_its_minimum_and_every_sample_for_all() {
     assert!(selection.cancelled.is_empty());
     let whole = within(SETTLED, "collect", c.collect()).await.unwrap();
     assert_eq!(whole.choices.len(), 2);
+}
+
+/// Core names each field by its own name; a front end names them its own way, every field
+/// the message mentions, not only the first.
+#[test]
+fn a_refusal_names_its_fields_neutrally_and_each_front_end_its_own_way() {
+    let e = read(json!({"samples": 3, "select": "vote", "min_votes": 4})).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "\"min_votes\" (4) is more than \"samples\" (3): no key could win"
+    );
+    assert_eq!(
+        e.message_naming(|f| format!("\"choicewise.{f}\"")),
+        "\"choicewise.min_votes\" (4) is more than \"choicewise.samples\" (3): no key could win"
+    );
+    let flag = |f: &str| format!("--{}", f.replace('_', "-"));
+    assert_eq!(
+        e.problem_naming(flag),
+        "(4) is more than --samples (3): no key could win"
+    );
+    let e = read(json!({"samples": 3})).unwrap_err();
+    assert_eq!(
+        e.message_naming(|f| format!("<{f}>")),
+        "<samples> above n needs <select> (first_token, first_finished or vote)"
+    );
+    // A message that does not start with its field is whole in its problem.
+    let e = read(json!({"select": "best"})).unwrap_err();
+    assert_eq!(
+        e.problem_naming(|f| format!("<{f}>")),
+        "unknown <select>: \"best\" (first_token, first_finished or vote)"
+    );
 }
