@@ -367,7 +367,12 @@ impl Completions {
             .get_or_init(|| async {
                 match usage_counting(shared) {
                     Ok(reported) => reported,
-                    Err(count) => tokio::task::spawn_blocking(count)
+                    // A small count is made here: a hand-off would cost as much.
+                    Err((true, count)) => {
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(count))
+                            .unwrap_or_else(|_| Usage::failed_estimate("counting panicked".into()))
+                    }
+                    Err((false, count)) => tokio::task::spawn_blocking(count)
                         .await
                         .unwrap_or_else(|e| Usage::failed_estimate(e.to_string())),
                 }
@@ -394,7 +399,7 @@ impl Completions {
     pub fn usage_now(&self) -> Usage {
         match usage_counting(&self.shared) {
             Ok(reported) => reported,
-            Err(count) => count(),
+            Err((_, count)) => count(),
         }
     }
 
@@ -537,9 +542,12 @@ impl Completions {
 }
 
 /// The usage reported, or the counting of an estimate of what was received (blocking: run
-/// it where counting may block).
+/// it where counting may block, unless it says it is quick: no prompt to count, and the
+/// choices' text small enough, [`choicewise_usage::counts_quickly`]).
 #[allow(clippy::type_complexity)]
-fn usage_counting(shared: &CompletionShared) -> Result<Usage, Box<dyn FnOnce() -> Usage + Send>> {
+fn usage_counting(
+    shared: &CompletionShared,
+) -> Result<Usage, (bool, Box<dyn FnOnce() -> Usage + Send>)> {
     // A fan-out: each upstream's reported usage, or `None` and its choices.
     let (reported, parts) = {
         let state = shared.lock();
@@ -567,21 +575,91 @@ fn usage_counting(shared: &CompletionShared) -> Result<Usage, Box<dyn FnOnce() -
         .upstreams
         .first()
         .and_then(|u| u.request.clone());
-    Err(Box::new(move || match parts {
-        None => estimate(model, request.as_deref(), &entries, None),
-        Some(parts) => Usage::sum(
-            parts
-                .into_iter()
-                .map(|(reported, indexes, (own_request, own_model))| {
-                    reported.unwrap_or_else(|| {
-                        let request = own_request.as_deref();
-                        let model = own_model.or_else(|| model.clone());
-                        estimate(model, request, &entries, Some(&indexes))
+    let mut left = choicewise_usage::QUICK_COUNT_BYTES;
+    let quick = quick_count(model.as_deref(), &entries)
+        && within(request.as_deref(), &mut left)
+        && (parts.iter().flatten())
+            .all(|(_, _, (request, _))| within(request.as_deref(), &mut left));
+    Err((
+        quick,
+        Box::new(move || match parts {
+            None => estimate(model, request.as_deref(), &entries, None),
+            Some(parts) => Usage::sum(
+                parts
+                    .into_iter()
+                    .map(|(reported, indexes, (own_request, own_model))| {
+                        reported.unwrap_or_else(|| {
+                            let request = own_request.as_deref();
+                            let model = own_model.or_else(|| model.clone());
+                            estimate(model, request, &entries, Some(&indexes))
+                        })
                     })
-                })
-                .collect(),
-        ),
-    }))
+                    .collect(),
+            ),
+        }),
+    ))
+}
+
+/// Whether the text of `value` (its strings and keys) fits in `left` bytes, taken from it;
+/// stops as soon as it does not.
+fn within(value: Option<&serde_json::Value>, left: &mut usize) -> bool {
+    use serde_json::Value;
+    let Some(value) = value else { return true };
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        let bytes = match v {
+            Value::String(s) => s.len(),
+            Value::Array(items) => {
+                stack.extend(items);
+                0
+            }
+            Value::Object(map) => {
+                stack.extend(map.values());
+                map.keys().map(String::len).sum()
+            }
+            _ => 0,
+        };
+        match left.checked_sub(bytes) {
+            Some(rest) => *left = rest,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Whether the choices of `entries` are small enough to count on the calling thread (with
+/// the `estimate` feature; without it nothing is counted).
+fn quick_count(model: Option<&str>, entries: &[Arc<ChoiceEntry>]) -> bool {
+    #[cfg(feature = "estimate")]
+    {
+        let encoding = choicewise_usage::encoding_for_model(model.unwrap_or_default());
+        let mut bytes = 0usize;
+        for c in entries {
+            let output = c.log.lock().shared_output(c.index());
+            let m = &output.message;
+            let texts = [&m.content, &m.reasoning_content, &m.refusal];
+            bytes += texts
+                .iter()
+                .filter_map(|t| t.as_deref())
+                .map(str::len)
+                .sum::<usize>();
+            bytes += (m.tool_calls.iter())
+                .map(|t| t.function.name.len() + t.function.arguments.len())
+                .sum::<usize>();
+            bytes += (m.function_call.iter())
+                .map(|f| f.name.len() + f.arguments.len())
+                .sum::<usize>();
+            if bytes > choicewise_usage::QUICK_COUNT_BYTES {
+                return false;
+            }
+        }
+        choicewise_usage::counts_quickly(encoding.name, bytes)
+    }
+    #[cfg(not(feature = "estimate"))]
+    {
+        let _ = (model, entries);
+        true
+    }
 }
 
 /// Counts an estimate of the choices of `entries` (those of `indexes`, when given) and of

@@ -1,6 +1,7 @@
 //! Which BPE table a model uses, and the lazily loaded, process-wide tables.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tiktoken_rs::{CoreBPE, cl100k_base_singleton, o200k_base_singleton};
 
@@ -60,11 +61,55 @@ impl EncodingName {
     /// call in the process (tiktoken-rs `*_singleton()`; later calls are a
     /// pointer read).
     pub(crate) fn bpe(self) -> &'static CoreBPE {
-        match self {
+        let bpe = match self {
             EncodingName::O200kBase => o200k_base_singleton(),
             EncodingName::Cl100kBase => cl100k_base_singleton(),
+        };
+        self.loaded_flag().store(true, Ordering::Release);
+        bpe
+    }
+
+    fn loaded_flag(self) -> &'static AtomicBool {
+        static O200K: AtomicBool = AtomicBool::new(false);
+        static CL100K: AtomicBool = AtomicBool::new(false);
+        match self {
+            EncodingName::O200kBase => &O200K,
+            EncodingName::Cl100kBase => &CL100K,
         }
     }
+
+    /// Whether this encoding's table is loaded in this process: a count with it takes no
+    /// time beyond its own (see [`counts_quickly`]).
+    ///
+    /// ```
+    /// use choicewise_usage::{preload, EncodingName};
+    ///
+    /// preload(EncodingName::O200kBase);
+    /// assert!(EncodingName::O200kBase.loaded());
+    /// ```
+    pub fn loaded(self) -> bool {
+        self.loaded_flag().load(Ordering::Acquire)
+    }
+}
+
+/// Texts of at most this many bytes in all are small enough to count on an async runtime's
+/// worker, where a hand-off to a blocking thread would cost about as much as the count
+/// (docs/usage.md has the figures): see [`counts_quickly`].
+pub const QUICK_COUNT_BYTES: usize = 2 * 1024;
+
+/// Whether counting `bytes` of text with `name` is quick enough for the calling thread,
+/// even an async runtime's worker: the table is loaded and the text at most
+/// [`QUICK_COUNT_BYTES`]. Otherwise a caller on a runtime counts on a blocking thread.
+///
+/// ```
+/// use choicewise_usage::{counts_quickly, preload, EncodingName, QUICK_COUNT_BYTES};
+///
+/// preload(EncodingName::O200kBase);
+/// assert!(counts_quickly(EncodingName::O200kBase, 100));
+/// assert!(!counts_quickly(EncodingName::O200kBase, QUICK_COUNT_BYTES + 1));
+/// ```
+pub fn counts_quickly(name: EncodingName, bytes: usize) -> bool {
+    bytes <= QUICK_COUNT_BYTES && name.loaded()
 }
 
 impl fmt::Display for EncodingName {

@@ -54,7 +54,8 @@ pub use completion::{
     count_completion, count_completion_detailed,
 };
 pub use encoding::{
-    DEFAULT_ENCODING, EncodingChoice, EncodingName, count_text, encoding_for_model, preload,
+    DEFAULT_ENCODING, EncodingChoice, EncodingName, QUICK_COUNT_BYTES, count_text, counts_quickly,
+    encoding_for_model, preload,
 };
 pub use error::{UsageError, json_type};
 pub use prompt::{

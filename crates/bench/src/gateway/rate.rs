@@ -164,6 +164,17 @@ pub fn run(args: &GatewayRateArgs) -> Report {
          the gateway's CPU time per request (user and system, /proc)\n",
         args.rate.rate_concurrency, args.rate.rate_ticks, args.rate.rate_secs
     );
+    // Each binary served once before the rounds, not counted: the first process started
+    // from a binary reads it from disk, and the first round would hold that against it.
+    let warm = RateArgs {
+        rate_secs: 1.0,
+        ..args.rate.clone()
+    };
+    for bin in std::iter::once(this.as_path()).chain(args.before.as_deref()) {
+        if let Err(e) = one_binary(&rt, bin, &warm, "warm-up") {
+            println!("warm-up of {}: {e}", bin.display());
+        }
+    }
     println!(
         "| round | build | requests/s | errors | gateway CPU µs/request |\n|---|---|---|---|---|"
     );

@@ -348,3 +348,29 @@ async fn one_usage_chunk_while_another_choice_runs_belongs_to_the_finished_choic
     assert_eq!(inc.partial.choices[0].usage, None);
     assert!(completions.warnings().is_empty());
 }
+
+/// An estimate is the same whether it is counted where it is asked for (a small text, the
+/// table loaded) or on a blocking thread (a text above `QUICK_COUNT_BYTES`): each equals
+/// tiktoken's count of the same text.
+#[tokio::test]
+async fn small_and_large_estimates_count_alike() {
+    choicewise_usage::preload(EncodingName::O200kBase);
+    let quick = "Hello there, small text.".to_string();
+    let large = "a long answer with words in it. ".repeat(200);
+    assert!(large.len() > choicewise_usage::QUICK_COUNT_BYTES);
+    for text in [quick, large] {
+        let chunk = json!({"model": "gpt-4o", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]});
+        let sse = format!("data: {chunk}\n\ndata: [DONE]\n\n");
+        let c = Completions::new(Source::reader(std::io::Cursor::new(sse.into_bytes())));
+        let usage = c.usage().await;
+        assert_eq!(usage.source, UsageSource::Estimated);
+        let expected = count_completion(
+            EncodingName::O200kBase,
+            &CompletionParts {
+                content: Some(&text),
+                ..CompletionParts::default()
+            },
+        );
+        assert_eq!(usage.completion_tokens, expected, "{} bytes", text.len());
+    }
+}

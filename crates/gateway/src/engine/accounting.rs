@@ -155,16 +155,27 @@ impl Ledger {
     /// reported none (it is given the request's `model` and `n` only: the body stays the
     /// client's bytes): each estimated part's prompt is counted here from the request's Chat
     /// Completions fields, as the library would count the whole body, one tool at a time
-    /// ([`choicewise_usage::count_prompt_fields`]), once per encoding, on a blocking thread.
+    /// ([`choicewise_usage::count_prompt_fields`]), once per encoding, on a blocking thread
+    /// unless it is small ([`choicewise_usage::counts_quickly`]).
     async fn estimate_prompts(&self, usage: &mut Usage) {
         for encoding in prompt_encodings(usage) {
             if lock(&self.prompt_counts).contains_key(encoding.as_str()) {
                 continue;
             }
-            let fields = self.prompt.clone();
-            let tokens = tokio::task::spawn_blocking(move || count_prompt(&fields, encoding))
-                .await
-                .unwrap_or_else(|_| Err("the prompt could not be counted".into()));
+            // A small prompt is counted here: a hand-off would cost as much.
+            let bytes = self.prompt.values().map(|v| v.len()).sum::<usize>();
+            let tokens = match choicewise_usage::counts_quickly(encoding, bytes) {
+                true => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    count_prompt(&self.prompt, encoding)
+                }))
+                .unwrap_or_else(|_| Err("the prompt could not be counted".into())),
+                false => {
+                    let fields = self.prompt.clone();
+                    tokio::task::spawn_blocking(move || count_prompt(&fields, encoding))
+                        .await
+                        .unwrap_or_else(|_| Err("the prompt could not be counted".into()))
+                }
+            };
             lock(&self.prompt_counts).insert(encoding.as_str(), tokens);
         }
         apply_prompts(usage, &lock(&self.prompt_counts));
@@ -182,7 +193,10 @@ impl Ledger {
             counts
                 .entry(encoding.as_str())
                 .or_insert_with(|| match small {
-                    true => count_prompt(&self.prompt, encoding),
+                    true => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        count_prompt(&self.prompt, encoding)
+                    }))
+                    .unwrap_or_else(|_| Err("the prompt could not be counted".into())),
                     false => Err("the prompt was not counted: its client went away first".into()),
                 });
         }
