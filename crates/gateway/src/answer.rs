@@ -11,12 +11,12 @@ use choicewise_client::Dialect;
 use choicewise_core::chunks::Envelope;
 use tokio::sync::watch;
 
-use crate::answer_chat::{json_response, stream_response};
+use crate::ending::Cut;
 use crate::engine::{Picked, Run};
 use crate::error::ApiError;
-use crate::finish::Finish;
+use crate::finish::{ErrorType, Finish};
 use crate::request::ChatRequest;
-use crate::{Gateway, HostedTools, answer_api, ingress, layers, listen, open, write};
+use crate::{Gateway, HostedTools, ingress, layers, listen, open, respond, write};
 
 /// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
 /// API's terms, its failures included. Its record ([`Finish`]) is made as it arrives, filled
@@ -240,11 +240,11 @@ async fn serve_chat(
     finish.span = span;
     finish.run = Some(run);
     if let Some(e) = past_deadline {
-        finish.fail("request_deadline").await;
+        finish.fail(ErrorType::RequestDeadline).await;
         return Err(e);
     }
     if picked.samples.is_empty() {
-        finish.fail("no_choice").await;
+        finish.fail(ErrorType::NoChoice).await;
         let reason = picked
             .reason
             .clone()
@@ -298,14 +298,11 @@ impl Ready {
             closing,
             dropped,
         } = self;
-        let mut response = match (reply, req.stream) {
-            (None, true) => stream_response(finish, picked, req, envelope, closing),
-            (None, false) => json_response(finish, picked, req, envelope, closing).await,
-            (Some(reply), true) => {
-                answer_api::stream(finish, picked, req, reply, estimate, closing)
-            }
-            (Some(reply), false) => answer_api::json(finish, picked, req, reply, closing).await,
+        let api = match reply {
+            None => respond::Api::Chat(envelope),
+            Some(reply) => respond::Api::Translated { reply, estimate },
         };
+        let mut response = respond::respond(finish, picked, req, api, closing).await;
         if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
             response
                 .headers_mut()
@@ -346,7 +343,7 @@ fn answer_closing(
         };
         tokio::select! {
             () = shut => {
-                cut.send_replace(Some(write::SHUT_DOWN));
+                cut.send_replace(Some(Cut::ShutDown));
             }
             () = tokio::time::sleep_until(deadline.into()) => {
                 tracing::warn!(
@@ -355,7 +352,7 @@ fn answer_closing(
                     request_deadline_s = after,
                     "the request passed its deadline: its answer ends now"
                 );
-                cut.send_replace(Some(write::PAST_DEADLINE));
+                cut.send_replace(Some(Cut::PastDeadline));
             }
             () = cut.closed() => {}
         }

@@ -3,23 +3,17 @@
 
 use tokio::sync::watch;
 
+use crate::ending::Cut;
 use crate::engine::Run;
 
-/// Why an answer is cut short, once it is: the gateway closes ([`SHUT_DOWN`],
+/// Why an answer is cut short, once it is: the gateway closes ([`Cut::ShutDown`],
 /// [`Gateway::close`](crate::Gateway::close)) or the request passes its deadline
-/// ([`PAST_DEADLINE`], `request_deadline_s`).
-pub(crate) type Closing = watch::Receiver<Option<&'static str>>;
-
-/// Why a choice ended when the gateway closed.
-pub(crate) const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
-
-/// Why a choice ended when its request passed its deadline.
-pub(crate) const PAST_DEADLINE: &str =
-    "the request passed its deadline (request_deadline_s) before this choice finished";
+/// ([`Cut::PastDeadline`], `request_deadline_s`).
+pub(crate) type Closing = watch::Receiver<Option<Cut>>;
 
 /// Resolves once the answer is cut short, with why; never if nothing can cut it any more.
-pub(crate) async fn closed(closing: &mut Closing) -> &'static str {
-    let why = (closing.wait_for(Option::is_some).await).map(|why| (*why).unwrap_or(SHUT_DOWN));
+pub(crate) async fn closed(closing: &mut Closing) -> Cut {
+    let why = (closing.wait_for(Option::is_some).await).map(|why| (*why).unwrap_or(Cut::ShutDown));
     match why {
         Ok(why) => why,
         Err(_) => std::future::pending().await,
@@ -27,7 +21,7 @@ pub(crate) async fn closed(closing: &mut Closing) -> &'static str {
 }
 
 /// Why the answer was cut short, if it was.
-pub(crate) fn cut_short(closing: &Closing) -> Option<&'static str> {
+pub(crate) fn cut_short(closing: &Closing) -> Option<Cut> {
     *closing.borrow()
 }
 

@@ -52,11 +52,40 @@ pub(crate) struct Finish {
     /// The request's span, with traces on.
     pub(crate) span: Option<RequestSpan>,
     /// Why the request was answered with an error, if it was (the span's `error.type`).
-    pub(crate) failure: Option<&'static str>,
+    pub(crate) failure: Option<ErrorType>,
     /// The run, until its answer no longer needs it.
     pub(crate) run: Option<Run>,
     /// What the run came to, once [`settle`](Self::settle) read it.
     pub(crate) settled: Option<Settled>,
+}
+
+/// Why a request was answered with an error once its run began: its log line's `ended`
+/// and its span's `error.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorType {
+    /// It passed its deadline before its pick decided (504 `request_deadline`).
+    RequestDeadline,
+    /// Its pick found no choice (502 `no_choice`).
+    NoChoice,
+    /// Its one output choice (Messages, Responses) failed: a 502 in the API's shape.
+    ChoiceFailed,
+    /// A streamed Messages or Responses answer's choice ended without a finish reason.
+    NoFinish,
+    /// Every output choice failed (`every_choice_failed`).
+    EveryChoiceFailed,
+}
+
+impl ErrorType {
+    /// Its name in the log and the span.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::RequestDeadline => "request_deadline",
+            ErrorType::NoChoice => "no_choice",
+            ErrorType::ChoiceFailed => "choice_failed",
+            ErrorType::NoFinish => "no_finish",
+            ErrorType::EveryChoiceFailed => "every_choice_failed",
+        }
+    }
 }
 
 /// How long a failed request's answer waits for its cancelled samples to end, to account
@@ -187,7 +216,7 @@ impl Finish {
 
     /// The request fails with `why` (the span's `error.type`) before its answer began: its
     /// samples are cancelled and what they came to read.
-    pub(crate) async fn fail(&mut self, why: &'static str) {
+    pub(crate) async fn fail(&mut self, why: ErrorType) {
         self.failure = Some(why);
         if let Some(run) = &self.run {
             run.completions.cancel_except(&[]);
@@ -222,7 +251,7 @@ impl Finish {
         } = settled;
         self.metrics.finished(&self.model, took, &outcome);
         let ended = match (self.completed, self.failure) {
-            (_, Some(why)) => why,
+            (_, Some(why)) => why.as_str(),
             (true, None) => "complete",
             (false, None) => "client_gone",
         };
@@ -249,7 +278,7 @@ impl Finish {
                 &outcome,
                 &tries,
                 self.outputs.as_deref(),
-                self.failure,
+                self.failure.map(ErrorType::as_str),
                 self.completed,
             );
         }

@@ -13,10 +13,9 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-pub(crate) use crate::closing::{
-    Closing, PAST_DEADLINE, SHUT_DOWN, closed, cut_short, until_closed,
-};
-use crate::finish::Finish;
+pub(crate) use crate::closing::{Closing, closed, cut_short, until_closed};
+use crate::ending::{OutputEnd, Seen, decide};
+use crate::finish::{ErrorType, Finish};
 
 /// How many bytes of events already made go into one write at most.
 pub(crate) const WRITE_BYTES: usize = 16 * 1024;
@@ -37,8 +36,10 @@ pub(crate) fn sse_response(
 /// What an output choice's stream says.
 pub(crate) enum Out {
     Event(choicewise_core::ChoiceEvent),
-    /// It failed: why.
+    /// It closed with an error: the upstream's.
     Failed(String),
+    /// The upstream ended without it.
+    Missing,
     /// Its events ended.
     Ended,
 }
@@ -54,7 +55,7 @@ pub(crate) fn output(
             None => None,
         };
         let Some(choice) = choice else {
-            yield Out::Failed("the upstream ended without this choice".into());
+            yield Out::Missing;
             return;
         };
         let mut events = choice.events();
@@ -72,27 +73,82 @@ pub(crate) fn output(
     .boxed()
 }
 
-/// How an answer's API writes its events.
+/// What ends a streamed answer, once every output choice has ended: the usage, the
+/// provider's stop reason (of the first output choice) and the pick's summary, each when
+/// the answer's API shows it.
+#[derive(Default)]
+pub(crate) struct Tail {
+    /// The answer's usage, in Chat Completions' shape.
+    pub(crate) usage: Option<serde_json::Value>,
+    /// The provider's own stop reason of the first output choice.
+    pub(crate) stop_reason: Option<String>,
+    /// The pick's summary (`choicewise`).
+    pub(crate) summary: Option<serde_json::Value>,
+}
+
+/// How an answer's API writes its events: its block framing, each output choice's decided
+/// ending ([`OutputEnd`]), and its tail.
 pub(crate) trait Framing: Send {
     /// The answer's opening events, written before any upstream is heard from.
     fn open(&mut self, write: &mut Vec<u8>);
-    /// Appends what output choice `o` says, if it shows.
-    fn out(&mut self, o: usize, out: Out, write: &mut Vec<u8>);
+    /// Appends what event of output choice `o` shows, if anything.
+    fn event(&mut self, o: usize, event: &choicewise_core::ChoiceEvent, write: &mut Vec<u8>);
+    /// Output choice `o` ended so.
+    fn end(&mut self, o: usize, end: &OutputEnd, write: &mut Vec<u8>);
+    /// The answer's last events, every output choice having ended (`ends`, in output
+    /// order); the request's failure, if the answer says one.
+    fn tail(&mut self, ends: &[OutputEnd], tail: Tail, write: &mut Vec<u8>) -> Option<ErrorType>;
+    /// What the tail shows, to be read for it.
+    fn needs(&self) -> Needs;
+}
+
+/// What a framing's tail shows beyond the summary.
+pub(crate) struct Needs {
+    /// The usage.
+    pub(crate) usage: bool,
+    /// The first output choice's provider stop reason.
+    pub(crate) stop_reason: bool,
 }
 
 /// Writes the answer's opening, then each output choice's events as they come, until every
-/// choice's events ended or the answer is cut short (`cut`: why). The upstreams read no
-/// further ahead of the client than the run's pace lets them while the client is behind.
-pub(crate) fn write_loop<'a, F: Framing>(
+/// choice ended or the answer is cut short; each choice's ending is decided
+/// ([`decide`]) as it ends, or at the cut, given to the framing and kept in `ends`. The
+/// upstreams read no further ahead of the client than the run's pace lets them while the
+/// client is behind.
+pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
     framing: &'a mut F,
     outputs: Vec<BoxStream<'static, Out>>,
     finish: &'a Finish,
     closing: &'a mut Closing,
-    cut: &'a mut Option<&'static str>,
+    ends: &'a mut Vec<OutputEnd>,
 ) -> impl futures::Stream<Item = Bytes> + Send + 'a {
     async_stream::stream! {
         let run = finish.run();
         let several = outputs.len() > 1;
+        let mut seen: Vec<Option<Seen>> = vec![Some(Seen::default()); outputs.len()];
+        let mut endings: Vec<Option<OutputEnd>> = vec![None; outputs.len()];
+        let mut cut = None;
+        // What choice `o` says, written by the framing; its ending decided when it ends.
+        let mut say = |framing: &mut F, o: usize, out: Out, write: &mut Vec<u8>| {
+            let end = match out {
+                Out::Event(event) => {
+                    if let Some(seen) = &mut seen[o] {
+                        seen.event(&event);
+                    }
+                    framing.event(o, &event, write);
+                    return;
+                }
+                Out::Failed(error) => {
+                    let seen = seen[o].get_or_insert_default();
+                    seen.error = Some(error);
+                    decide(Some(seen), None)
+                }
+                Out::Missing => decide(None, None),
+                Out::Ended => decide(seen[o].as_ref(), None),
+            };
+            framing.end(o, &end, write);
+            endings[o] = Some(end);
+        };
         let mut merged = futures::stream::select_all(
             (outputs.into_iter().enumerate()).map(|(o, events)| events.map(move |out| (o, out))),
         );
@@ -114,7 +170,7 @@ pub(crate) fn write_loop<'a, F: Framing>(
                         biased;
                         next = merged.next() => next,
                         why = closed(closing) => {
-                            *cut = Some(why);
+                            cut = Some(why);
                             None
                         }
                     }
@@ -129,11 +185,11 @@ pub(crate) fn write_loop<'a, F: Framing>(
             // (a task woken by the running one runs next), so with several choices the
             // task steps aside once, behind the tasks already runnable, before it writes.
             let mut write = Vec::with_capacity(512);
-            framing.out(o, out, &mut write);
+            say(framing, o, out, &mut write);
             let mut stepped_aside = !several;
             while write.len() < WRITE_BYTES {
                 match futures::poll!(merged.next()) {
-                    Poll::Ready(Some((o, out))) => framing.out(o, out, &mut write),
+                    Poll::Ready(Some((o, out))) => say(framing, o, out, &mut write),
                     Poll::Ready(None) => {
                         ended = true;
                         break;
@@ -157,6 +213,17 @@ pub(crate) fn write_loop<'a, F: Framing>(
             run.pace.sent(len);
         }
         drop(merged);
+        // Cut short: the choices not ended end now, as the cut decides.
+        let mut write = Vec::new();
+        for (o, end) in endings.iter_mut().enumerate().filter(|(_, e)| e.is_none()) {
+            let cut_end = decide(seen[o].as_ref(), cut.or(Some(crate::ending::Cut::ShutDown)));
+            framing.end(o, &cut_end, &mut write);
+            *end = Some(cut_end);
+        }
+        ends.extend(endings.into_iter().flatten());
+        if !write.is_empty() {
+            yield Bytes::from(write);
+        }
         // What follows (the usage, the summary) waits for the upstreams' ends, which write
         // nothing until then: read freely.
         run.pace.caught_up();
