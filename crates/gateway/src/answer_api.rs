@@ -8,6 +8,7 @@ use choicewise_core::{Choice, ChoiceEvent};
 use serde_json::Value;
 
 use crate::ending::{Failure, OutputEnd};
+use crate::engine::{AnswerUsage, Summary};
 use crate::finish::ErrorType;
 use crate::ingress::{self, Encoder, Reply, Tokens};
 use crate::write::{Framing, Needs, Tail};
@@ -48,9 +49,17 @@ impl Framing for ApiFraming {
             OutputEnd::Finished(reason) => self.encoder.finish_reason() == Some(reason),
             _ => true,
         });
-        let usage = Tokens::from_chat(tail.usage.as_ref().unwrap_or(&Value::Null));
-        let (stop, summary) = (tail.stop_reason.as_deref(), tail.summary.as_ref());
-        self.encoder.close(&end, &usage, stop, summary, write);
+        let usage = tail
+            .usage
+            .as_ref()
+            .map_or_else(Tokens::default, Tokens::from_answer);
+        let summary = tail
+            .summary
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok());
+        let stop = tail.stop_reason.as_deref();
+        self.encoder
+            .close(&end, &usage, stop, summary.as_ref(), write);
         // A choice whose events ended without its finish is named in the request's log.
         (end == OutputEnd::Failed(Failure::NoFinishReason)).then_some(ErrorType::NoFinish)
     }
@@ -70,12 +79,14 @@ pub(crate) fn message(
     reply: &Reply,
     model: &str,
     (choice, end): (Option<&Choice>, &OutputEnd),
-    usage: &Value,
-    summary: Option<&Value>,
+    usage: &AnswerUsage,
+    summary: Option<&Summary>,
 ) -> Result<Bytes, Value> {
     match (choice, end) {
         (Some(choice), OutputEnd::Finished(_)) => {
-            let usage = Tokens::from_chat(usage);
+            let usage = Tokens::from_answer(usage);
+            let summary = summary.and_then(|c| serde_json::to_value(c).ok());
+            let summary = summary.as_ref();
             // The request's parameters a Responses answer repeats are spliced in as sent.
             let text =
                 choice.inspect(|out| reply.answer_text(&reply.message(out, &usage, summary)));

@@ -8,12 +8,11 @@ use choicewise_core::chunks::{ChoiceChunks, ChunkEncoder, DONE, Envelope};
 use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
-use serde_json::Value;
 
 use crate::ending::{OutputEnd, all_failed};
+use crate::engine::{AnswerUsage, Summary};
 use crate::error::ApiError;
 use crate::finish::{Accounted, ErrorType, Finish};
-use crate::request::ChatRequest;
 use crate::write::{Framing, Needs, Tail};
 
 /// A Chat Completions answer's events: each output choice's chunks (proto's encoder); a
@@ -29,15 +28,21 @@ pub(crate) struct ChatFraming {
 }
 
 impl ChatFraming {
-    /// The framing of `outputs` choices of a request.
-    pub(crate) fn new(envelope: &Envelope, outputs: usize, req: &ChatRequest) -> Self {
+    /// The framing of `outputs` choices of a request for `model` (`logprobs`,
+    /// `include_usage`: as the client asked).
+    pub(crate) fn new(
+        envelope: &Envelope,
+        outputs: usize,
+        model: &str,
+        (logprobs, include_usage): (bool, bool),
+    ) -> Self {
         ChatFraming {
             encoder: envelope.encoder(),
             chunks: (0..outputs as u32)
-                .map(|o| ChoiceChunks::new(o).logprobs(req.logprobs))
+                .map(|o| ChoiceChunks::new(o).logprobs(logprobs))
                 .collect(),
-            model: req.model.clone(),
-            include_usage: req.include_usage,
+            model: model.to_string(),
+            include_usage,
         }
     }
 }
@@ -78,8 +83,16 @@ impl Framing for ChatFraming {
 
     fn tail(&mut self, ends: &[OutputEnd], tail: Tail, write: &mut Vec<u8>) -> Option<ErrorType> {
         if tail.usage.is_some() || tail.summary.is_some() {
-            self.encoder
-                .last(write, tail.usage.as_ref(), tail.summary.as_ref());
+            // Small objects, as the encoder takes them.
+            let usage = tail
+                .usage
+                .as_ref()
+                .and_then(|u| serde_json::to_value(u).ok());
+            let summary = tail
+                .summary
+                .as_ref()
+                .and_then(|c| serde_json::to_value(c).ok());
+            self.encoder.last(write, usage.as_ref(), summary.as_ref());
         }
         // Every choice failed upstream (a cut is not a failure): the stream ends with
         // OpenAI's mid-stream error event, which the SDKs raise, rather than as a success
@@ -177,9 +190,9 @@ struct Completion<'a> {
     created: u64,
     model: &'a str,
     choices: AnsweredChoices<'a>,
-    usage: &'a Value,
+    usage: &'a AnswerUsage,
     #[serde(skip_serializing_if = "Option::is_none")]
-    choicewise: Option<&'a Value>,
+    choicewise: Option<&'a Summary>,
 }
 
 /// The answer as one `chat.completion`, written from its types into one buffer of its exact
@@ -189,8 +202,8 @@ pub(crate) fn completion(
     envelope: &Envelope,
     choices: &[(Option<Choice>, Option<String>)],
     logprobs: bool,
-    usage: &Value,
-    summary: Option<&Value>,
+    usage: &AnswerUsage,
+    summary: Option<&Summary>,
 ) -> Bytes {
     written(&Completion {
         id: &envelope.id,
@@ -236,7 +249,7 @@ pub(crate) fn json_body(bytes: Bytes, finish: Finish) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     #[test]
     fn an_answered_choice_is_its_output_renumbered_without_the_librarys_additions() {

@@ -9,7 +9,7 @@ use choicewise_core::chunks::Envelope;
 use crate::answer_api::{self, ApiFraming};
 use crate::answer_chat::{self, ChatFraming, json_body};
 use crate::ending::{OutputEnd, Seen, all_failed, decide};
-use crate::engine::{Picked, Run};
+use crate::engine::{AnswerUsage, Picked, Run, Summary};
 use crate::finish::{ErrorType, Finish, Settled};
 use crate::ingress::Reply;
 use crate::request::ChatRequest;
@@ -54,14 +54,15 @@ fn streamed(
     api: Api,
     mut closing: Closing,
 ) -> Response {
-    let open = finish.metrics.open_stream();
+    let open = finish.metrics().open_stream();
     let body = async_stream::stream! {
         // Dropped with the answer when the client goes away, which cancels every sample
         // and closes every upstream (`Finish`'s drop).
         let _open = open;
         let (mut framing, outputs): (Box<dyn Framing>, &[u32]) = match api {
             Api::Chat(envelope) => {
-                let framing = ChatFraming::new(&envelope, picked.samples.len(), &req);
+                let asked = (req.logprobs, req.include_usage);
+                let framing = ChatFraming::new(&envelope, picked.samples.len(), &req.model, asked);
                 (Box::new(framing), &picked.samples)
             }
             // These APIs have one output choice.
@@ -108,7 +109,7 @@ fn streamed(
         let tail = until_closed(tail, &mut closing, run).await;
         let mut write = Vec::new();
         if let Some(failed) = framing.tail(&ends, tail, &mut write) {
-            finish.failure = Some(failed);
+            finish.answered_failed(failed);
         }
         finish.complete();
         yield Ok(axum::body::Bytes::from(write));
@@ -146,7 +147,7 @@ async fn whole(
     mut closing: Closing,
 ) -> Response {
     let run = finish.run();
-    let outputs = finish.outputs.clone();
+    let outputs = finish.outputs().map(<[u32]>::to_vec);
     let samples: &[u32] = match &api {
         Api::Chat(_) => &picked.samples,
         Api::Translated { .. } => &picked.samples[..1],
@@ -159,38 +160,15 @@ async fn whole(
     };
     let (settled, usage, summary) = until_closed(tail, &mut closing, run).await;
     let choices = ended(run, samples, &closing).await;
-    finish.settled = Some(settled);
+    finish.settled(settled);
     finish.complete();
-    let body = match &api {
-        Api::Chat(envelope) => {
-            let ends: Vec<OutputEnd> = choices.iter().map(|(_, end)| end.clone()).collect();
-            match all_failed(&ends, false) {
-                // Every choice failed: a failure in the client's terms, not a 200 of errors.
-                Some(failures) => {
-                    finish.failure = Some(ErrorType::EveryChoiceFailed);
-                    let error = answer_chat::every_choice_failed(&req.model, &failures);
-                    return error.into_response();
-                }
-                None => {
-                    let answered: Vec<(Option<Choice>, Option<String>)> = (choices.iter())
-                        .map(|(choice, end)| (choice.clone(), end.why().map(str::to_string)))
-                        .collect();
-                    let summary = summary.as_ref();
-                    answer_chat::completion(envelope, &answered, req.logprobs, &usage, summary)
-                }
-            }
-        }
-        Api::Translated { reply, .. } => {
-            let (choice, end) = &choices[0];
-            let one = (choice.as_ref(), end);
-            match answer_api::message(reply, &req.model, one, &usage, summary.as_ref()) {
-                Ok(body) => body,
-                Err(error) => {
-                    finish.failure = Some(ErrorType::ChoiceFailed);
-                    let status = axum::http::StatusCode::BAD_GATEWAY;
-                    return (status, axum::Json(error)).into_response();
-                }
-            }
+    let summary = summary.as_ref();
+    let body = match one_object(&api, &req.model, req.logprobs, &choices, &usage, summary) {
+        Ok(body) => body,
+        Err((kind, error)) => {
+            finish.answered_failed(kind);
+            let status = axum::http::StatusCode::BAD_GATEWAY;
+            return (status, axum::Json(error)).into_response();
         }
     };
     drop(choices);
@@ -198,3 +176,40 @@ async fn whole(
     finish.release();
     json_body(body, finish)
 }
+
+/// A non-streamed answer's body, in the client's API, from its output `choices` as they
+/// ended (of the request for `model`; `logprobs`: the client asked for them); or, when
+/// they failed, why (the request's error type) and the 502's body in the API's shape.
+pub(crate) fn one_object(
+    api: &Api,
+    model: &str,
+    logprobs: bool,
+    choices: &[(Option<Choice>, OutputEnd)],
+    usage: &AnswerUsage,
+    summary: Option<&Summary>,
+) -> Result<axum::body::Bytes, (ErrorType, serde_json::Value)> {
+    match api {
+        Api::Chat(envelope) => {
+            let ends: Vec<OutputEnd> = choices.iter().map(|(_, end)| end.clone()).collect();
+            // Every choice failed: a failure in the client's terms, not a 200 of errors.
+            if let Some(failures) = all_failed(&ends, false) {
+                let error = answer_chat::every_choice_failed(model, &failures);
+                return Err((ErrorType::EveryChoiceFailed, error.body()));
+            }
+            let answered: Vec<(Option<Choice>, Option<String>)> = (choices.iter())
+                .map(|(choice, end)| (choice.clone(), end.why().map(str::to_string)))
+                .collect();
+            Ok(answer_chat::completion(
+                envelope, &answered, logprobs, usage, summary,
+            ))
+        }
+        Api::Translated { reply, .. } => {
+            let (choice, end) = &choices[0];
+            answer_api::message(reply, model, (choice.as_ref(), end), usage, summary)
+                .map_err(|error| (ErrorType::ChoiceFailed, error))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

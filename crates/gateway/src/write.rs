@@ -14,7 +14,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 pub(crate) use crate::closing::{Closing, closed, cut_short, until_closed};
-use crate::ending::{OutputEnd, Seen, decide};
+use crate::ending::{Cut, OutputEnd, Seen, decide};
 use crate::finish::{ErrorType, Finish};
 
 /// How many bytes of events already made go into one write at most.
@@ -79,11 +79,11 @@ pub(crate) fn output(
 #[derive(Default)]
 pub(crate) struct Tail {
     /// The answer's usage, in Chat Completions' shape.
-    pub(crate) usage: Option<serde_json::Value>,
+    pub(crate) usage: Option<crate::engine::AnswerUsage>,
     /// The provider's own stop reason of the first output choice.
     pub(crate) stop_reason: Option<String>,
     /// The pick's summary (`choicewise`).
-    pub(crate) summary: Option<serde_json::Value>,
+    pub(crate) summary: Option<crate::engine::Summary>,
 }
 
 /// How an answer's API writes its events: its block framing, each output choice's decided
@@ -110,6 +110,70 @@ pub(crate) struct Needs {
     pub(crate) stop_reason: bool,
 }
 
+/// The output choices' endings, as an answer learns them: what each one says is written
+/// by the answer's framing, and its ending decided ([`decide`]) when it ends, or at the
+/// cut.
+pub(crate) struct Endings {
+    seen: Vec<Seen>,
+    ends: Vec<Option<OutputEnd>>,
+}
+
+impl Endings {
+    /// The endings of `outputs` output choices, none ended yet.
+    pub(crate) fn new(outputs: usize) -> Self {
+        Endings {
+            seen: vec![Seen::default(); outputs],
+            ends: vec![None; outputs],
+        }
+    }
+
+    /// What output choice `o` says, written by `framing`; its ending decided and given to
+    /// the framing when it ends.
+    pub(crate) fn say<F: Framing + ?Sized>(
+        &mut self,
+        framing: &mut F,
+        o: usize,
+        out: Out,
+        write: &mut Vec<u8>,
+    ) {
+        let end = match out {
+            Out::Event(event) => {
+                self.seen[o].event(&event);
+                framing.event(o, &event, write);
+                return;
+            }
+            Out::Failed(error) => {
+                self.seen[o].error = Some(error);
+                decide(Some(&self.seen[o]), None)
+            }
+            Out::Missing => decide(None, None),
+            Out::Ended => decide(Some(&self.seen[o]), None),
+        };
+        framing.end(o, &end, write);
+        self.ends[o] = Some(end);
+    }
+
+    /// Every output choice's ending, in output order: those not ended yet end now, as
+    /// `cut` decides, and are given to the framing.
+    pub(crate) fn cut<F: Framing + ?Sized>(
+        self,
+        framing: &mut F,
+        cut: Cut,
+        write: &mut Vec<u8>,
+    ) -> Vec<OutputEnd> {
+        let Endings { seen, ends } = self;
+        (ends.into_iter().zip(seen).enumerate())
+            .map(|(o, (end, seen))| {
+                end.unwrap_or_else(|| {
+                    let end = decide(Some(&seen), Some(cut));
+                    framing.end(o, &end, write);
+                    end
+                })
+            })
+            .collect()
+    }
+}
+
 /// Writes the answer's opening, then each output choice's events as they come, until every
 /// choice ended or the answer is cut short; each choice's ending is decided
 /// ([`decide`]) as it ends, or at the cut, given to the framing and kept in `ends`. The
@@ -125,30 +189,8 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
     async_stream::stream! {
         let run = finish.run();
         let several = outputs.len() > 1;
-        let mut seen: Vec<Option<Seen>> = vec![Some(Seen::default()); outputs.len()];
-        let mut endings: Vec<Option<OutputEnd>> = vec![None; outputs.len()];
+        let mut endings = Endings::new(outputs.len());
         let mut cut = None;
-        // What choice `o` says, written by the framing; its ending decided when it ends.
-        let mut say = |framing: &mut F, o: usize, out: Out, write: &mut Vec<u8>| {
-            let end = match out {
-                Out::Event(event) => {
-                    if let Some(seen) = &mut seen[o] {
-                        seen.event(&event);
-                    }
-                    framing.event(o, &event, write);
-                    return;
-                }
-                Out::Failed(error) => {
-                    let seen = seen[o].get_or_insert_default();
-                    seen.error = Some(error);
-                    decide(Some(seen), None)
-                }
-                Out::Missing => decide(None, None),
-                Out::Ended => decide(seen[o].as_ref(), None),
-            };
-            framing.end(o, &end, write);
-            endings[o] = Some(end);
-        };
         let mut merged = futures::stream::select_all(
             (outputs.into_iter().enumerate()).map(|(o, events)| events.map(move |out| (o, out))),
         );
@@ -157,6 +199,9 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
         framing.open(&mut opening);
         yield Bytes::from(opening);
         let mut first = true;
+        // One watch of the cut for the whole loop (the gateway's close, the deadline's
+        // timer), polled whenever the loop waits.
+        let mut cut_short_by = std::pin::pin!(closed(closing));
         // From here the upstreams read no further ahead of this client than pace::AHEAD.
         run.pace.streaming();
         let mut ended = false;
@@ -169,7 +214,7 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
                     tokio::select! {
                         biased;
                         next = merged.next() => next,
-                        why = closed(closing) => {
+                        why = &mut cut_short_by => {
                             cut = Some(why);
                             None
                         }
@@ -185,11 +230,11 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
             // (a task woken by the running one runs next), so with several choices the
             // task steps aside once, behind the tasks already runnable, before it writes.
             let mut write = Vec::with_capacity(512);
-            say(framing, o, out, &mut write);
+            endings.say(framing, o, out, &mut write);
             let mut stepped_aside = !several;
             while write.len() < WRITE_BYTES {
                 match futures::poll!(merged.next()) {
-                    Poll::Ready(Some((o, out))) => say(framing, o, out, &mut write),
+                    Poll::Ready(Some((o, out))) => endings.say(framing, o, out, &mut write),
                     Poll::Ready(None) => {
                         ended = true;
                         break;
@@ -215,12 +260,7 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
         drop(merged);
         // Cut short: the choices not ended end now, as the cut decides.
         let mut write = Vec::new();
-        for (o, end) in endings.iter_mut().enumerate().filter(|(_, e)| e.is_none()) {
-            let cut_end = decide(seen[o].as_ref(), cut.or(Some(crate::ending::Cut::ShutDown)));
-            framing.end(o, &cut_end, &mut write);
-            *end = Some(cut_end);
-        }
-        ends.extend(endings.into_iter().flatten());
+        ends.extend(endings.cut(framing, cut.unwrap_or(Cut::ShutDown), &mut write));
         if !write.is_empty() {
             yield Bytes::from(write);
         }

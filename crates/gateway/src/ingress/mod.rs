@@ -535,15 +535,12 @@ pub(crate) struct Tokens {
 }
 
 impl Tokens {
-    /// From a usage object in Chat Completions' shape: the gateway's `Run::usage` answer or
-    /// an upstream's; missing or non-numeric figures count 0.
-    pub fn from_chat(usage: &Value) -> Tokens {
-        let n = |v: &Value| v.as_u64().unwrap_or(0);
+    /// From the gateway's own usage object (which counts no cached or reasoning tokens).
+    pub fn from_answer(usage: &crate::engine::AnswerUsage) -> Tokens {
         Tokens {
-            input: n(&usage["prompt_tokens"]),
-            output: n(&usage["completion_tokens"]),
-            cached_input: n(&usage["prompt_tokens_details"]["cached_tokens"]),
-            reasoning: n(&usage["completion_tokens_details"]["reasoning_tokens"]),
+            input: usage.prompt_tokens,
+            output: usage.completion_tokens,
+            ..Tokens::default()
         }
     }
 
