@@ -388,6 +388,36 @@ fn refused(e: PolicyError) -> ApiError {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_value_and_its_text_are_named_alike() {
+        use serde_json::json;
+        let values = [
+            json!(null),
+            json!(true),
+            json!(false),
+            json!(1.5),
+            json!(-2),
+            json!("s"),
+            json!([1]),
+            json!({"a": 1}),
+        ];
+        let names = [
+            "null",
+            "a boolean",
+            "a boolean",
+            "a number",
+            "a number",
+            "a string",
+            "an array",
+            "an object",
+        ];
+        for (value, name) in values.iter().zip(names) {
+            let text = Bytes::from(serde_json::to_vec(value).unwrap());
+            assert_eq!(kind_of(value), name, "{value}");
+            assert_eq!(kind_of(&text), name, "{value}");
+        }
+    }
+
     fn parse(body: &str) -> Result<ChatRequest, ApiError> {
         let limits = Limits::default();
         ChatRequest::parse(&Bytes::from(body.to_string()), &limits)?
