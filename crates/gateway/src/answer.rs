@@ -9,14 +9,12 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use choicewise_client::Dialect;
 use choicewise_core::chunks::Envelope;
-use tokio::sync::watch;
 
-use crate::answer_chat::{json_response, stream_response};
 use crate::engine::{Picked, Run};
 use crate::error::ApiError;
-use crate::finish::Finish;
+use crate::finish::{ErrorType, Finish};
 use crate::request::ChatRequest;
-use crate::{Gateway, HostedTools, answer_api, ingress, layers, listen, open, write};
+use crate::{Gateway, HostedTools, ingress, layers, listen, open, respond, write};
 
 /// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
 /// API's terms, its failures included. Its record ([`Finish`]) is made as it arrives, filled
@@ -26,8 +24,8 @@ pub(crate) async fn answer(gw: Gateway, request: axum::extract::Request, api: Di
     let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
     let mut finish = Finish::new(&gw, &parts.headers, peer);
     let served = serve_chat(&gw, body, &mut finish, api).await;
-    let label = layers::ModelLabel(finish.model.clone());
-    let tries = finish.tries.clone();
+    let label = layers::ModelLabel(finish.model().to_string());
+    let tries = finish.tries();
     let mut response = match served {
         Ok(ready) => ready.answer(finish).await,
         Err(e) => {
@@ -65,7 +63,7 @@ async fn serve_chat(
     finish: &mut Finish,
     api: Dialect,
 ) -> Result<Ready, ApiError> {
-    let arrived = finish.arrived;
+    let arrived = finish.arrived();
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(gw, body).await?;
     let len = bytes.len();
@@ -125,14 +123,14 @@ async fn serve_chat(
         Err(refused) => {
             let (e, asked) = *refused;
             if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
-                finish.model = model;
+                finish.named(model);
             }
             return Err(e);
         }
     };
     // Parsed: the memory mark checked again before the request goes on.
     layers::parsed(gw, len)?;
-    finish.asked = Some(req.model.clone());
+    finish.asked(&req.model);
     let Some(model) = gw.inner.models.get(&req.model).cloned() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -144,7 +142,7 @@ async fn serve_chat(
         )
         .code("model_not_found"));
     };
-    finish.model.clone_from(&req.model);
+    finish.named(req.model.clone());
     // Hosted tools the gateway cannot run: left out, or the request refused, as the model
     // says.
     let dropped = match gw.inner.hosted_tools.get(&req.model) {
@@ -192,18 +190,18 @@ async fn serve_chat(
         budget,
         tries: Arc::default(),
         limits_set: Arc::default(),
-        client: finish.client,
+        client: finish.client(),
         sent: Arc::default(),
         max_requests: gw.inner.limits.max_upstream_requests_per_request,
     };
-    finish.tries = Some(opener.tries.clone());
-    finish.limits_set = Some(opener.limits_set.clone());
+    finish.opening(opener.tries.clone(), opener.limits_set.clone());
     // Everything the request does ends by its deadline: opening its first samples, the pick,
     // the answer (`closing`).
     let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);
+    let request_id = finish.request_id().to_string();
     let past_deadline = |while_: &str| {
         tracing::warn!(
-            request_id = %finish.request_id,
+            request_id = %request_id,
             model = %req.model,
             request_deadline_s = gw.inner.limits.request_deadline_s,
             "the request passed its deadline {while_}"
@@ -222,7 +220,7 @@ async fn serve_chat(
         Ok(run) => run?,
         Err(_) => return Err(past_deadline("while its first samples were opened")),
     };
-    let span = match (&gw.inner.traces, finish.parent.take()) {
+    let span = match (&gw.inner.traces, finish.take_parent()) {
         (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
         _ => None,
     };
@@ -235,16 +233,15 @@ async fn serve_chat(
         let reason = picked.reason.as_deref().unwrap_or("nothing was picked");
         past_deadline(&format!("before its pick decided: {reason}"))
     });
-    finish.outputs =
+    let outputs =
         (req.policy.rule() != choicewise_core::PickRule::All).then(|| picked.samples.clone());
-    finish.span = span;
-    finish.run = Some(run);
+    finish.picked(outputs, span, run);
     if let Some(e) = past_deadline {
-        finish.fail("request_deadline").await;
+        finish.fail(ErrorType::RequestDeadline).await;
         return Err(e);
     }
     if picked.samples.is_empty() {
-        finish.fail("no_choice").await;
+        finish.fail(ErrorType::NoChoice).await;
         let reason = picked
             .reason
             .clone()
@@ -257,10 +254,13 @@ async fn serve_chat(
         .code("no_choice"));
     }
     let envelope = Envelope::new(&req.model);
-    if let Some(span) = &mut finish.span {
-        span.response_id = Some(envelope.id.clone());
-    }
-    let closing = answer_closing(gw, deadline, &finish.request_id, &req.model);
+    finish.response_id(&envelope.id);
+    let request = (finish.request_id(), req.model.as_str());
+    let closing = write::Closing::new(
+        gw.inner.closing.subscribe(),
+        deadline,
+        (request.0, request.1, gw.inner.limits.request_deadline_s),
+    );
     Ok(Ready {
         picked,
         req,
@@ -298,14 +298,11 @@ impl Ready {
             closing,
             dropped,
         } = self;
-        let mut response = match (reply, req.stream) {
-            (None, true) => stream_response(finish, picked, req, envelope, closing),
-            (None, false) => json_response(finish, picked, req, envelope, closing).await,
-            (Some(reply), true) => {
-                answer_api::stream(finish, picked, req, reply, estimate, closing)
-            }
-            (Some(reply), false) => answer_api::json(finish, picked, req, reply, closing).await,
+        let api = match reply {
+            None => respond::Api::Chat(envelope),
+            Some(reply) => respond::Api::Translated { reply, estimate },
         };
+        let mut response = respond::respond(finish, picked, req, api, closing).await;
         if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
             response
                 .headers_mut()
@@ -323,44 +320,6 @@ struct Translation {
     /// A streamed Messages request's Chat Completions body, whose prompt tokens are estimated
     /// for its `message_start`.
     prompt: Option<crate::request::Fields>,
-}
-
-/// What cuts a request's answer short: the gateway's close ([`Gateway::close`]), or its
-/// deadline (`request_deadline_s`, logged), whichever comes first. Watched by a task of its
-/// own, which ends with the answer.
-fn answer_closing(
-    gw: &Gateway,
-    deadline: Instant,
-    request_id: &str,
-    model: &str,
-) -> write::Closing {
-    let (cut, closing) = watch::channel(None);
-    let mut gateway = gw.inner.closing.subscribe();
-    let (request_id, model) = (request_id.to_string(), model.to_string());
-    let after = gw.inner.limits.request_deadline_s;
-    tokio::spawn(async move {
-        let shut = async {
-            if gateway.wait_for(|c| *c).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            () = shut => {
-                cut.send_replace(Some(write::SHUT_DOWN));
-            }
-            () = tokio::time::sleep_until(deadline.into()) => {
-                tracing::warn!(
-                    request_id = %request_id,
-                    model = %model,
-                    request_deadline_s = after,
-                    "the request passed its deadline: its answer ends now"
-                );
-                cut.send_replace(Some(write::PAST_DEADLINE));
-            }
-            () = cut.closed() => {}
-        }
-    });
-    closing
 }
 
 #[cfg(test)]

@@ -1,31 +1,60 @@
-//! The answer of `POST /v1/chat/completions`: each output choice's chunks as they come
-//! (streamed) or one `chat.completion`, with back-pressure, the shutdown's cut and the
-//! request's accounting.
+//! The answer of `POST /v1/chat/completions` in its API's terms: its streamed framing
+//! ([`ChatFraming`]) and its one `chat.completion` object ([`completion`]).
 
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use choicewise_core::chunks::{ChoiceChunks, ChunkEncoder, DONE, Envelope};
-use choicewise_core::{Choice, ChoiceOutput};
+use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
-use serde_json::Value;
 
-use crate::engine::Picked;
+use crate::ending::{OutputEnd, all_failed};
+use crate::engine::{AnswerUsage, Summary};
 use crate::error::ApiError;
-use crate::finish::{Accounted, Finish, Settled};
-use crate::request::ChatRequest;
-use crate::write::{
-    Closing, Framing, Out, SHUT_DOWN, cut_short, output, sse_response, until_closed, write_loop,
-};
+use crate::finish::{Accounted, ErrorType, Finish};
+use crate::write::{Framing, Needs, Tail};
 
-/// A Chat Completions answer's events: each output choice's chunks (proto's encoder), and
-/// why each choice failed, if it did (an error, an end without a finish, a finish of
-/// `error`).
-struct ChatFraming {
+/// A Chat Completions answer's events: each output choice's chunks (proto's encoder); a
+/// choice that did not finish ends with a `finish_reason: "error"` chunk saying why; the
+/// tail is the usage and the pick's summary when asked for, then (when every choice failed
+/// upstream) an error event `{"error": {...}}`, then `[DONE]`.
+pub(crate) struct ChatFraming {
     encoder: ChunkEncoder,
     chunks: Vec<ChoiceChunks>,
-    failures: Vec<Option<String>>,
+    /// The model asked for, named in the every-choice-failed error.
+    model: String,
+    include_usage: bool,
+}
+
+impl ChatFraming {
+    /// The framing of `outputs` choices of a request for `model` (`logprobs`,
+    /// `include_usage`: as the client asked).
+    pub(crate) fn new(
+        envelope: &Envelope,
+        outputs: usize,
+        model: &str,
+        (logprobs, include_usage): (bool, bool),
+    ) -> Self {
+        ChatFraming {
+            encoder: envelope.encoder(),
+            chunks: (0..outputs as u32)
+                .map(|o| ChoiceChunks::new(o).logprobs(logprobs))
+                .collect(),
+            model: model.to_string(),
+            include_usage,
+        }
+    }
+}
+
+/// The every-choice-failed 502 of a Chat Completions answer (`failures`: each choice's).
+pub(crate) fn every_choice_failed(model: &str, failures: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        format!("model {model:?}: every choice failed: {failures}"),
+    )
+    .code("every_choice_failed")
 }
 
 impl Framing for ChatFraming {
@@ -36,118 +65,52 @@ impl Framing for ChatFraming {
         }
     }
 
-    fn out(&mut self, o: usize, out: Out, write: &mut Vec<u8>) {
-        let chunks = &mut self.chunks[o];
-        let (element, failed) = match out {
-            Out::Event(event) => {
-                let failed = match &event {
-                    choicewise_core::ChoiceEvent::Finished(reason) if &**reason == "error" => Some(
-                        "the upstream ended the choice with finish_reason \"error\"".to_string(),
-                    ),
-                    _ => None,
-                };
-                (chunks.event(&event), failed)
-            }
-            Out::Failed(why) => (Some(chunks.failed(&why)), Some(why)),
-            Out::Ended if !chunks.is_finished() => {
-                let why = "the upstream ended the choice without a finish reason";
-                (Some(chunks.failed(why)), Some(why.to_string()))
-            }
-            Out::Ended => (None, None),
-        };
-        if let Some(element) = element {
+    fn event(&mut self, o: usize, event: &ChoiceEvent, write: &mut Vec<u8>) {
+        if let Some(element) = self.chunks[o].event(event) {
             self.encoder.element(write, &element);
         }
-        if let Some(why) = failed {
-            self.failures[o].get_or_insert(why);
+    }
+
+    fn end(&mut self, o: usize, end: &OutputEnd, write: &mut Vec<u8>) {
+        let chunks = &mut self.chunks[o];
+        // A finish (`error` included) was written with its event.
+        if let Some(why) = end.why()
+            && !chunks.is_finished()
+        {
+            self.encoder.element(write, &chunks.failed(why));
         }
     }
-}
 
-/// The streamed answer: each output choice's chunks as they come, then the usage and the
-/// pick's summary when asked for, then (when every choice failed upstream) an error event
-/// `{"error": {...}}`, then `[DONE]`. The body ends once what the run came to is read.
-pub(crate) fn stream_response(
-    mut finish: Finish,
-    picked: Picked,
-    req: ChatRequest,
-    envelope: Envelope,
-    mut closing: Closing,
-) -> Response {
-    let open = finish.metrics.open_stream();
-    let body = async_stream::stream! {
-        // Dropped with the answer when the client goes away, which cancels every sample
-        // and closes every upstream (`Finish`'s drop).
-        let _open = open;
-        let run = finish.run();
-        let outputs: Vec<_> = (picked.samples.iter())
-            .map(|sample| output(run.completions.clone(), run.index_of(*sample)))
-            .collect();
-        let mut framing = ChatFraming {
-            encoder: envelope.encoder(),
-            chunks: (0..outputs.len() as u32)
-                .map(|o| ChoiceChunks::new(o).logprobs(req.logprobs))
-                .collect(),
-            failures: vec![None; outputs.len()],
-        };
-        let mut cut = None;
-        let written = write_loop(&mut framing, outputs, &finish, &mut closing, &mut cut);
-        for await write in written {
-            yield Ok::<_, std::convert::Infallible>(write);
+    fn tail(&mut self, ends: &[OutputEnd], tail: Tail, write: &mut Vec<u8>) -> Option<ErrorType> {
+        if tail.usage.is_some() || tail.summary.is_some() {
+            // Small objects, as the encoder takes them.
+            let usage = tail
+                .usage
+                .as_ref()
+                .and_then(|u| serde_json::to_value(u).ok());
+            let summary = tail
+                .summary
+                .as_ref()
+                .and_then(|c| serde_json::to_value(c).ok());
+            self.encoder.last(write, usage.as_ref(), summary.as_ref());
         }
-        let run = finish.run();
-        let ChatFraming { encoder, mut chunks, failures } = framing;
-        // Cut short by the gateway's close or the deadline: the choices not finished end now.
-        let mut write = Vec::new();
-        let why = cut_short(&closing).unwrap_or(SHUT_DOWN);
-        for c in chunks.iter_mut().filter(|c| !c.is_finished()) {
-            encoder.element(&mut write, &c.failed(why));
-        }
-        if !write.is_empty() {
-            yield Ok(Bytes::from(std::mem::take(&mut write)));
-        }
-        if cut_short(&closing).is_some() {
-            // Cut short: the samples still running end now.
-            run.completions.cancel_except(&[]);
-        }
-        // The usage and the summary wait for every upstream's end; a shutdown that comes
-        // meanwhile ends them too (what they had is counted).
-        let tail = async {
-            let summary = run.final_summary(&picked, &req.policy).await;
-            let usage = match req.include_usage {
-                true => Some(run.usage(&picked.samples).await),
-                false => None,
-            };
-            (summary, usage)
-        };
-        let (summary, usage) = until_closed(tail, &mut closing, run).await;
-        if usage.is_some() || summary.is_some() {
-            encoder.last(&mut write, usage.as_ref(), summary.as_ref());
-        }
-        // Every choice failed upstream (a shutdown's cut is not a failure): the stream ends
-        // with OpenAI's mid-stream error event, which the SDKs raise, rather than as a
-        // success of truncated choices.
-        let failed: Vec<String> = (failures.iter().enumerate())
-            .filter_map(|(o, why)| why.as_ref().map(|why| format!("choice {o}: {why}")))
-            .collect();
-        if !failed.is_empty() && failed.len() == failures.len() {
-            finish.failure = Some("every_choice_failed");
-            let error = ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_error",
-                format!("model {:?}: every choice failed: {}", req.model, failed.join("; ")),
-            )
-            .code("every_choice_failed");
-            ChunkEncoder::event(&mut write, &error.body());
-        }
-        finish.complete();
+        // Every choice failed upstream (a cut is not a failure): the stream ends with
+        // OpenAI's mid-stream error event, which the SDKs raise, rather than as a success
+        // of truncated choices.
+        let failed = all_failed(ends, true).map(|failures| {
+            ChunkEncoder::event(write, &every_choice_failed(&self.model, &failures).body());
+            ErrorType::EveryChoiceFailed
+        });
         write.extend_from_slice(DONE);
-        yield Ok(Bytes::from(write));
-        // The body ends once what the run came to is read (its record needs nothing more),
-        // or a moment after, an upstream still open then closed.
-        finish.settle_after_answer(&mut closing).await;
-    };
-    sse_response(body)
+        failed
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            usage: self.include_usage,
+            stop_reason: false,
+        }
+    }
 }
 
 /// The output choices of a non-streamed answer, each written from the run's own copy of it
@@ -227,92 +190,30 @@ struct Completion<'a> {
     created: u64,
     model: &'a str,
     choices: AnsweredChoices<'a>,
-    usage: &'a Value,
+    usage: &'a AnswerUsage,
     #[serde(skip_serializing_if = "Option::is_none")]
-    choicewise: Option<&'a Value>,
+    choicewise: Option<&'a Summary>,
 }
 
 /// The answer as one `chat.completion`, written from its types into one buffer of its exact
-/// size: each choice's text is read where the run holds it and written once, into the
-/// answer's bytes; the run is let go before they are sent.
-pub(crate) async fn json_response(
-    mut finish: Finish,
-    picked: Picked,
-    req: ChatRequest,
-    envelope: Envelope,
-    mut closing: Closing,
-) -> Response {
-    let run = finish.run();
-    let why = closing.clone();
-    // The usage and the summary wait for every sample's end; a shutdown's grace over, the
-    // samples still running end (cancelled), and the answer is what they had.
-    let outputs = finish.outputs.clone();
-    let tail = async {
-        let usage = run.usage(&picked.samples).await;
-        let summary = run.final_summary(&picked, &req.policy).await;
-        let settled = Settled::read(run, outputs.as_deref()).await;
-        (usage, summary, settled)
-    };
-    let (usage, summary, settled) = until_closed(tail, &mut closing, run).await;
-    // Each output choice, and why it failed, if it did.
-    let mut choices: Vec<(Option<Choice>, Option<String>)> = Vec::new();
-    for sample in &picked.samples {
-        let choice = match run.index_of(*sample) {
-            Some(index) => run.completions.choice(index).await,
-            None => None,
-        };
-        let error = match &choice {
-            None => Some("the upstream ended without this choice".to_string()),
-            Some(choice) => match (choice.error(), choice.inspect(|o| o.cancelled)) {
-                (Some(error), _) => Some(error.to_string()),
-                (None, true) => Some(cut_short(&why).unwrap_or(SHUT_DOWN).to_string()),
-                (None, false) => None,
-            },
-        };
-        choices.push((choice, error));
-    }
-    finish.settled = Some(settled);
-    finish.complete();
-    // A choice cut by the gateway's shutdown is an answer as far as it got (the
-    // shutdown's contract), not an upstream's failure.
-    let failures: Vec<String> = (choices.iter().enumerate())
-        .filter_map(|(o, (_, e))| e.as_ref().map(|e| (o, e)))
-        .filter(|(_, e)| *e != SHUT_DOWN)
-        .map(|(o, e)| format!("choice {o}: {e}"))
-        .collect();
-    if !failures.is_empty() && failures.len() == choices.len() {
-        // Every choice failed upstream: a failure in the client's terms, not a 200 of
-        // errors.
-        finish.failure = Some("every_choice_failed");
-        return ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            format!(
-                "model {:?}: every choice failed: {}",
-                req.model,
-                failures.join("; ")
-            ),
-        )
-        .code("every_choice_failed")
-        .into_response();
-    }
-    let completion = Completion {
+/// size: each choice's text read where the run holds it (`choices`: each with its decided
+/// ending) and written once, into the answer's bytes.
+pub(crate) fn completion(
+    envelope: &Envelope,
+    choices: &[(Option<Choice>, Option<String>)],
+    logprobs: bool,
+    usage: &AnswerUsage,
+    summary: Option<&Summary>,
+) -> Bytes {
+    written(&Completion {
         id: &envelope.id,
         object: "chat.completion",
         created: envelope.created,
         model: &envelope.model,
-        choices: AnsweredChoices {
-            choices: &choices,
-            logprobs: req.logprobs,
-        },
-        usage: &usage,
-        choicewise: summary.as_ref(),
-    };
-    let bytes = written(&completion);
-    drop(choices);
-    // The texts are in the bytes: the run's copies go before the answer is sent.
-    finish.release();
-    json_body(bytes, finish)
+        choices: AnsweredChoices { choices, logprobs },
+        usage,
+        choicewise: summary,
+    })
 }
 
 /// `value` written as JSON into one buffer of its exact size (counted first), so that a
@@ -348,7 +249,7 @@ pub(crate) fn json_body(bytes: Bytes, finish: Finish) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     #[test]
     fn an_answered_choice_is_its_output_renumbered_without_the_librarys_additions() {

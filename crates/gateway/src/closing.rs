@@ -1,34 +1,96 @@
 //! What cuts an answer short: the gateway's close or the request's deadline, and awaiting
-//! a run's work unless it is cut.
+//! a run's work unless it is cut. Watched by the answer itself (its write loop, its tail),
+//! with no task of its own.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use tokio::sync::watch;
 
+use crate::ending::Cut;
 use crate::engine::Run;
 
-/// Why an answer is cut short, once it is: the gateway closes ([`SHUT_DOWN`],
-/// [`Gateway::close`](crate::Gateway::close)) or the request passes its deadline
-/// ([`PAST_DEADLINE`], `request_deadline_s`).
-pub(crate) type Closing = watch::Receiver<Option<&'static str>>;
+/// What cuts a request's answer short, once it does: the gateway closes
+/// ([`Cut::ShutDown`], [`Gateway::close`](crate::Gateway::close)) or the request passes its
+/// deadline ([`Cut::PastDeadline`], `request_deadline_s`, logged once).
+#[derive(Clone)]
+pub(crate) struct Closing {
+    /// The gateway's close.
+    gateway: watch::Receiver<bool>,
+    deadline: Instant,
+    /// Who the deadline's warning names.
+    request: Arc<Request>,
+}
 
-/// Why a choice ended when the gateway closed.
-pub(crate) const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
+/// The request a deadline's warning names, and whether it was given.
+struct Request {
+    id: String,
+    model: String,
+    deadline_s: f64,
+    warned: AtomicBool,
+}
 
-/// Why a choice ended when its request passed its deadline.
-pub(crate) const PAST_DEADLINE: &str =
-    "the request passed its deadline (request_deadline_s) before this choice finished";
+impl Closing {
+    /// What cuts short the answer of request `id` (of `model`): the gateway's close
+    /// (`gateway`), or `deadline` (`request_deadline_s`: `deadline_s`), whichever comes
+    /// first.
+    pub(crate) fn new(
+        gateway: watch::Receiver<bool>,
+        deadline: Instant,
+        (id, model, deadline_s): (&str, &str, f64),
+    ) -> Self {
+        let request = Request {
+            id: id.to_string(),
+            model: model.to_string(),
+            deadline_s,
+            warned: AtomicBool::new(false),
+        };
+        Closing {
+            gateway,
+            deadline,
+            request: Arc::new(request),
+        }
+    }
+
+    /// The deadline passed: said once in the log.
+    fn past_deadline(&self) -> Cut {
+        let request = &self.request;
+        if !request.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                request_id = %request.id,
+                model = %request.model,
+                request_deadline_s = request.deadline_s,
+                "the request passed its deadline: its answer ends now"
+            );
+        }
+        Cut::PastDeadline
+    }
+}
 
 /// Resolves once the answer is cut short, with why; never if nothing can cut it any more.
-pub(crate) async fn closed(closing: &mut Closing) -> &'static str {
-    let why = (closing.wait_for(Option::is_some).await).map(|why| (*why).unwrap_or(SHUT_DOWN));
-    match why {
-        Ok(why) => why,
-        Err(_) => std::future::pending().await,
+pub(crate) async fn closed(closing: &mut Closing) -> Cut {
+    let deadline = closing.deadline;
+    let shut = async {
+        if closing.gateway.wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        () = shut => Cut::ShutDown,
+        () = tokio::time::sleep_until(deadline.into()) => closing.past_deadline(),
     }
 }
 
 /// Why the answer was cut short, if it was.
-pub(crate) fn cut_short(closing: &Closing) -> Option<&'static str> {
-    *closing.borrow()
+pub(crate) fn cut_short(closing: &Closing) -> Option<Cut> {
+    if *closing.gateway.borrow() {
+        Some(Cut::ShutDown)
+    } else if Instant::now() >= closing.deadline {
+        Some(closing.past_deadline())
+    } else {
+        None
+    }
 }
 
 /// Awaits `work`; if the gateway closes first, its run's samples still running are

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use choicewise_core::plan::{Opening, Plan, PlanUpstream};
 use choicewise_core::{Completions, LogprobsKept, PickRule, Policy, Selection, Source};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Value, json};
 
 use crate::config::NMode;
 use crate::error::ApiError;
@@ -23,7 +24,10 @@ use crate::request::ChatRequest;
 
 mod accounting;
 
+pub(crate) use accounting::AnswerUsage;
 use accounting::Ledger;
+#[cfg(test)]
+pub(crate) use accounting::{ChoiceTokens, UsageParts};
 
 /// The plan of a request's samples over its model's upstreams, opened as its policy says
 /// ([`Policy::opening`]: one at a time when hedged, window by window, or after a
@@ -228,18 +232,24 @@ impl Run {
     }
 
     /// The `tries` of the final `choicewise` object.
-    pub fn tries_json(&self) -> Value {
-        let tries: Vec<Value> = (self.tries().iter())
-            .map(|t| json!({"sample": t.sample, "upstream": &*t.upstream, "outcome": t.outcome.as_str()}))
-            .collect();
-        Value::Array(tries)
+    pub fn try_summaries(&self) -> Vec<TrySummary> {
+        (self.tries().iter())
+            .map(|t| TrySummary {
+                outcome: t.outcome.as_str(),
+                sample: t.sample,
+                upstream: t.upstream.clone(),
+            })
+            .collect()
     }
 
     /// The final `choicewise` object of a request without the extension: its `tries`, when
     /// some try failed.
-    pub fn tries_summary(&self) -> Option<Value> {
+    pub fn tries_summary(&self) -> Option<Summary> {
         let retried = (self.tries().iter()).any(|t| t.outcome != crate::resilience::Outcome::Ok);
-        retried.then(|| json!({"tries": self.tries_json()}))
+        retried.then(|| Summary {
+            tries: self.try_summaries(),
+            ..Summary::default()
+        })
     }
 
     pub fn index_of(&self, sample: u32) -> Option<u32> {
@@ -257,7 +267,7 @@ impl Run {
 
     /// The `usage` object of the answer: the totals and each sample's part (`index`: its
     /// output choice, if it is one of `outputs`). Once the run is over.
-    pub async fn usage(&self, outputs: &[u32]) -> Value {
+    pub async fn usage(&self, outputs: &[u32]) -> AnswerUsage {
         self.ledger.usage(outputs).await
     }
 
@@ -393,7 +403,7 @@ impl Run {
 
     /// The answer's final `choicewise` object: a pick's [`summary`](Self::summary), or,
     /// without a selection, the `tries` when some try failed.
-    pub async fn final_summary(&self, picked: &Picked, policy: &Policy) -> Option<Value> {
+    pub async fn final_summary(&self, picked: &Picked, policy: &Policy) -> Option<Summary> {
         match policy.rule() {
             PickRule::All => self.tries_summary(),
             _ => Some(self.summary(picked).await),
@@ -402,25 +412,18 @@ impl Run {
 
     /// The final `choicewise` object of a pick: the samples asked for, those selected and
     /// cancelled (sample numbers, in start order), how it was decided, and how many started.
-    pub async fn summary(&self, picked: &Picked) -> Value {
-        let cancelled = self.ledger.cancelled_samples().await;
-        let mut summary = Map::new();
-        summary.insert("samples".into(), json!(self.samples));
-        summary.insert("selected".into(), json!(picked.samples));
-        summary.insert("cancelled".into(), json!(cancelled));
-        summary.insert("decision".into(), json!(picked.decision));
-        summary.insert("started".into(), json!(self.started_samples()));
-        summary.insert("tries".into(), self.tries_json());
-        if let Some(vote) = &picked.vote {
-            summary.insert("vote".into(), vote.clone());
+    pub async fn summary(&self, picked: &Picked) -> Summary {
+        Summary {
+            cancelled: Some(self.ledger.cancelled_samples().await),
+            confidence: picked.confidence.clone(),
+            decision: Some(picked.decision),
+            reason: picked.reason.clone(),
+            samples: Some(self.samples),
+            selected: Some(picked.samples.clone()),
+            started: Some(self.started_samples()),
+            tries: self.try_summaries(),
+            vote: picked.vote.clone(),
         }
-        if let Some(confidence) = &picked.confidence {
-            summary.insert("confidence".into(), confidence.clone());
-        }
-        if let Some(reason) = &picked.reason {
-            summary.insert("reason".into(), json!(reason));
-        }
-        Value::Object(summary)
     }
 
     /// Samples whose request started.
@@ -441,6 +444,47 @@ fn max_bytes(route: &UpstreamRoute, samples: &[u32]) -> usize {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An answer's final `choicewise` object: a pick's summary (every field but those a pick
+/// leaves out: `confidence`, `reason`, `vote`), or a request's `tries` alone. Part of the
+/// extension's public contract (docs/gateway.md); its fields are written in this order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub(crate) struct Summary {
+    /// The samples that ended cancelled, in start order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cancelled: Option<Vec<u32>>,
+    /// A confidence-guided vote's report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) confidence: Option<Value>,
+    /// How the pick was decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) decision: Option<&'static str>,
+    /// Why nothing (or too little) was picked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
+    /// The samples asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) samples: Option<u32>,
+    /// The output choices' samples, in output order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) selected: Option<Vec<u32>>,
+    /// How many samples started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) started: Option<usize>,
+    /// Every try of the request's upstreams.
+    pub(crate) tries: Vec<TrySummary>,
+    /// The vote's tally.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) vote: Option<Value>,
+}
+
+/// One try of an upstream, in an answer's summary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct TrySummary {
+    pub(crate) outcome: &'static str,
+    pub(crate) sample: u32,
+    pub(crate) upstream: Arc<str>,
 }
 
 /// What a pick chose.

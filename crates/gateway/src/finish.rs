@@ -26,37 +26,66 @@ use crate::{Gateway, auth};
 /// away (then the samples still running are cancelled, closing their upstreams, and the
 /// record says what they had received: [`Run::outcome_now`]).
 pub(crate) struct Finish {
-    pub(crate) metrics: Arc<Metrics>,
+    metrics: Arc<Metrics>,
     /// The configured model asked for, once known (empty for any other): the metrics' label.
-    pub(crate) model: String,
+    model: String,
     /// The model asked for, configured or not, once read: the span's.
-    pub(crate) asked: Option<String>,
+    asked: Option<String>,
     /// The request's id (`x-request-id`), named in its log line.
-    pub(crate) request_id: String,
-    pub(crate) arrived: Instant,
+    request_id: String,
+    arrived: Instant,
     /// Who the request comes from, for the ejection rules.
-    pub(crate) client: resilience::ClientId,
+    client: resilience::ClientId,
     /// With traces on, the traces and the trace the request belongs to, until its span is
     /// made.
-    pub(crate) traces: Option<Arc<Traces>>,
-    pub(crate) parent: Option<opentelemetry::Context>,
+    traces: Option<Arc<Traces>>,
+    parent: Option<opentelemetry::Context>,
     /// The request's tries, once its upstreams are tried: counted in `x-choicewise-tries`,
     /// on a failure too.
-    pub(crate) tries: Option<Arc<Mutex<Vec<TryRecord>>>>,
+    tries: Option<Arc<Mutex<Vec<TryRecord>>>>,
     /// The limits the gateway set on its samples' requests, the client having stated none.
-    pub(crate) limits_set: Option<Arc<Mutex<Vec<crate::open::LimitSet>>>>,
+    limits_set: Option<Arc<Mutex<Vec<crate::open::LimitSet>>>>,
     /// The output samples of a selection (`None`: every sample is an output).
-    pub(crate) outputs: Option<Vec<u32>>,
+    outputs: Option<Vec<u32>>,
     /// The answer was sent to its end.
-    pub(crate) completed: bool,
+    completed: bool,
     /// The request's span, with traces on.
-    pub(crate) span: Option<RequestSpan>,
+    span: Option<RequestSpan>,
     /// Why the request was answered with an error, if it was (the span's `error.type`).
-    pub(crate) failure: Option<&'static str>,
+    failure: Option<ErrorType>,
     /// The run, until its answer no longer needs it.
-    pub(crate) run: Option<Run>,
+    run: Option<Run>,
     /// What the run came to, once [`settle`](Self::settle) read it.
-    pub(crate) settled: Option<Settled>,
+    settled: Option<Settled>,
+}
+
+/// Why a request was answered with an error once its run began: its log line's `ended`
+/// and its span's `error.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorType {
+    /// It passed its deadline before its pick decided (504 `request_deadline`).
+    RequestDeadline,
+    /// Its pick found no choice (502 `no_choice`).
+    NoChoice,
+    /// Its one output choice (Messages, Responses) failed: a 502 in the API's shape.
+    ChoiceFailed,
+    /// A streamed Messages or Responses answer's choice ended without a finish reason.
+    NoFinish,
+    /// Every output choice failed (`every_choice_failed`).
+    EveryChoiceFailed,
+}
+
+impl ErrorType {
+    /// Its name in the log and the span.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::RequestDeadline => "request_deadline",
+            ErrorType::NoChoice => "no_choice",
+            ErrorType::ChoiceFailed => "choice_failed",
+            ErrorType::NoFinish => "no_finish",
+            ErrorType::EveryChoiceFailed => "every_choice_failed",
+        }
+    }
 }
 
 /// How long a failed request's answer waits for its cancelled samples to end, to account
@@ -130,6 +159,97 @@ impl Finish {
         }
     }
 
+    /// The model asked for, configured or not, once read: the span's.
+    pub(crate) fn asked(&mut self, model: &str) {
+        self.asked = Some(model.to_string());
+    }
+
+    /// The request is for this configured model: its metrics' label.
+    pub(crate) fn named(&mut self, model: String) {
+        self.model = model;
+    }
+
+    /// The configured model asked for (empty for any other): the metrics' label.
+    pub(crate) fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// The request's id (`x-request-id`).
+    pub(crate) fn request_id(&self) -> &str {
+        &self.request_id
+    }
+
+    /// When the request arrived.
+    pub(crate) fn arrived(&self) -> Instant {
+        self.arrived
+    }
+
+    /// Who the request comes from.
+    pub(crate) fn client(&self) -> resilience::ClientId {
+        self.client
+    }
+
+    /// The request's tries, once its upstreams are tried.
+    pub(crate) fn tries(&self) -> Option<Arc<Mutex<Vec<TryRecord>>>> {
+        self.tries.clone()
+    }
+
+    /// The request's upstreams are tried: its tries, and the limits the gateway set on them,
+    /// as they are made.
+    pub(crate) fn opening(
+        &mut self,
+        tries: Arc<Mutex<Vec<TryRecord>>>,
+        limits_set: Arc<Mutex<Vec<crate::open::LimitSet>>>,
+    ) {
+        self.tries = Some(tries);
+        self.limits_set = Some(limits_set);
+    }
+
+    /// The trace the request belongs to, for its span (once: with traces on).
+    pub(crate) fn take_parent(&mut self) -> Option<opentelemetry::Context> {
+        self.parent.take()
+    }
+
+    /// The run picked: its output samples (`None`: every sample is an output), the
+    /// request's span, and the run, which the record holds until its answer is sent.
+    pub(crate) fn picked(
+        &mut self,
+        outputs: Option<Vec<u32>>,
+        span: Option<RequestSpan>,
+        run: Run,
+    ) {
+        self.outputs = outputs;
+        self.span = span;
+        self.run = Some(run);
+    }
+
+    /// The output samples of a selection (`None`: every sample is an output).
+    pub(crate) fn outputs(&self) -> Option<&[u32]> {
+        self.outputs.as_deref()
+    }
+
+    /// The answer's id, named in the span.
+    pub(crate) fn response_id(&mut self, id: &Arc<str>) {
+        if let Some(span) = &mut self.span {
+            span.response_id = Some(id.clone());
+        }
+    }
+
+    /// The request's metrics.
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The answer says the request failed (`why`, the span's `error.type`).
+    pub(crate) fn answered_failed(&mut self, why: ErrorType) {
+        self.failure = Some(why);
+    }
+
+    /// What the run came to, read by the answer.
+    pub(crate) fn settled(&mut self, settled: Settled) {
+        self.settled = Some(settled);
+    }
+
     pub(crate) fn run(&self) -> &Run {
         self.run
             .as_ref()
@@ -187,7 +307,7 @@ impl Finish {
 
     /// The request fails with `why` (the span's `error.type`) before its answer began: its
     /// samples are cancelled and what they came to read.
-    pub(crate) async fn fail(&mut self, why: &'static str) {
+    pub(crate) async fn fail(&mut self, why: ErrorType) {
         self.failure = Some(why);
         if let Some(run) = &self.run {
             run.completions.cancel_except(&[]);
@@ -222,7 +342,7 @@ impl Finish {
         } = settled;
         self.metrics.finished(&self.model, took, &outcome);
         let ended = match (self.completed, self.failure) {
-            (_, Some(why)) => why,
+            (_, Some(why)) => why.as_str(),
             (true, None) => "complete",
             (false, None) => "client_gone",
         };
@@ -249,7 +369,7 @@ impl Finish {
                 &outcome,
                 &tries,
                 self.outputs.as_deref(),
-                self.failure,
+                self.failure.map(ErrorType::as_str),
                 self.completed,
             );
         }

@@ -625,7 +625,7 @@ pub(crate) fn upstream_error(
         )
         .code("upstream_credentials"),
         Some(status @ 400..=499) => {
-            let kind_of = |key: &str| {
+            let error_field = |key: &str| {
                 e.body()
                     .and_then(|b| b.pointer(&format!("/error/{key}")))
                     .and_then(Value::as_str)
@@ -653,8 +653,8 @@ pub(crate) fn upstream_error(
                 "upstream_error",
                 message,
             );
-            error.code = kind_of("code");
-            if let Some(kind) = kind_of("type") {
+            error.code = error_field("code");
+            if let Some(kind) = error_field("type") {
                 // The provider's own type, kept when it is one of the usual words.
                 error.kind = match kind.as_str() {
                     "invalid_request_error" => "invalid_request_error",

@@ -78,9 +78,47 @@ pub(crate) fn fields_of(map: Map<String, Value>) -> Fields {
         .collect()
 }
 
-/// The JSON type of a field's text, for messages (`an object`, `a string`, ...).
-pub(crate) fn kind_of_text(text: &[u8]) -> &'static str {
-    match text.first() {
+/// A JSON value, parsed or as its text: what [`kind_of`] names the type of.
+pub(crate) enum Json<'a> {
+    /// A parsed value.
+    Value(&'a Value),
+    /// A field's JSON text.
+    Text(&'a [u8]),
+}
+
+impl<'a> From<&'a Value> for Json<'a> {
+    fn from(v: &'a Value) -> Self {
+        Json::Value(v)
+    }
+}
+
+impl<'a> From<&'a [u8]> for Json<'a> {
+    fn from(text: &'a [u8]) -> Self {
+        Json::Text(text)
+    }
+}
+
+impl<'a> From<&'a Bytes> for Json<'a> {
+    fn from(text: &'a Bytes) -> Self {
+        Json::Text(text)
+    }
+}
+
+/// The JSON type of a value or of a field's text, for messages (`an object`, `a string`,
+/// ...).
+pub(crate) fn kind_of<'a>(json: impl Into<Json<'a>>) -> &'static str {
+    let first = match json.into() {
+        Json::Text(text) => text.first().copied(),
+        Json::Value(v) => Some(match v {
+            Value::Null => b'n',
+            Value::Bool(_) => b't',
+            Value::Number(_) => b'0',
+            Value::String(_) => b'"',
+            Value::Array(_) => b'[',
+            Value::Object(_) => b'{',
+        }),
+    };
+    match first {
         Some(b'{') => "an object",
         Some(b'[') => "an array",
         Some(b'"') => "a string",
@@ -350,6 +388,36 @@ fn refused(e: PolicyError) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_and_its_text_are_named_alike() {
+        use serde_json::json;
+        let values = [
+            json!(null),
+            json!(true),
+            json!(false),
+            json!(1.5),
+            json!(-2),
+            json!("s"),
+            json!([1]),
+            json!({"a": 1}),
+        ];
+        let names = [
+            "null",
+            "a boolean",
+            "a boolean",
+            "a number",
+            "a number",
+            "a string",
+            "an array",
+            "an object",
+        ];
+        for (value, name) in values.iter().zip(names) {
+            let text = Bytes::from(serde_json::to_vec(value).unwrap());
+            assert_eq!(kind_of(value), name, "{value}");
+            assert_eq!(kind_of(&text), name, "{value}");
+        }
+    }
 
     fn parse(body: &str) -> Result<ChatRequest, ApiError> {
         let limits = Limits::default();

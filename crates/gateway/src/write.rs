@@ -13,10 +13,9 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-pub(crate) use crate::closing::{
-    Closing, PAST_DEADLINE, SHUT_DOWN, closed, cut_short, until_closed,
-};
-use crate::finish::Finish;
+pub(crate) use crate::closing::{Closing, closed, cut_short, until_closed};
+use crate::ending::{Cut, OutputEnd, Seen, decide};
+use crate::finish::{ErrorType, Finish};
 
 /// How many bytes of events already made go into one write at most.
 pub(crate) const WRITE_BYTES: usize = 16 * 1024;
@@ -37,8 +36,10 @@ pub(crate) fn sse_response(
 /// What an output choice's stream says.
 pub(crate) enum Out {
     Event(choicewise_core::ChoiceEvent),
-    /// It failed: why.
+    /// It closed with an error: the upstream's.
     Failed(String),
+    /// The upstream ended without it.
+    Missing,
     /// Its events ended.
     Ended,
 }
@@ -54,7 +55,7 @@ pub(crate) fn output(
             None => None,
         };
         let Some(choice) = choice else {
-            yield Out::Failed("the upstream ended without this choice".into());
+            yield Out::Missing;
             return;
         };
         let mut events = choice.events();
@@ -72,27 +73,124 @@ pub(crate) fn output(
     .boxed()
 }
 
-/// How an answer's API writes its events.
+/// What ends a streamed answer, once every output choice has ended: the usage, the
+/// provider's stop reason (of the first output choice) and the pick's summary, each when
+/// the answer's API shows it.
+#[derive(Default)]
+pub(crate) struct Tail {
+    /// The answer's usage, in Chat Completions' shape.
+    pub(crate) usage: Option<crate::engine::AnswerUsage>,
+    /// The provider's own stop reason of the first output choice.
+    pub(crate) stop_reason: Option<String>,
+    /// The pick's summary (`choicewise`).
+    pub(crate) summary: Option<crate::engine::Summary>,
+}
+
+/// How an answer's API writes its events: its block framing, each output choice's decided
+/// ending ([`OutputEnd`]), and its tail.
 pub(crate) trait Framing: Send {
     /// The answer's opening events, written before any upstream is heard from.
     fn open(&mut self, write: &mut Vec<u8>);
-    /// Appends what output choice `o` says, if it shows.
-    fn out(&mut self, o: usize, out: Out, write: &mut Vec<u8>);
+    /// Appends what event of output choice `o` shows, if anything.
+    fn event(&mut self, o: usize, event: &choicewise_core::ChoiceEvent, write: &mut Vec<u8>);
+    /// Output choice `o` ended so.
+    fn end(&mut self, o: usize, end: &OutputEnd, write: &mut Vec<u8>);
+    /// The answer's last events, every output choice having ended (`ends`, in output
+    /// order); the request's failure, if the answer says one.
+    fn tail(&mut self, ends: &[OutputEnd], tail: Tail, write: &mut Vec<u8>) -> Option<ErrorType>;
+    /// What the tail shows, to be read for it.
+    fn needs(&self) -> Needs;
+}
+
+/// What a framing's tail shows beyond the summary.
+pub(crate) struct Needs {
+    /// The usage.
+    pub(crate) usage: bool,
+    /// The first output choice's provider stop reason.
+    pub(crate) stop_reason: bool,
+}
+
+/// The output choices' endings, as an answer learns them: what each one says is written
+/// by the answer's framing, and its ending decided ([`decide`]) when it ends, or at the
+/// cut.
+pub(crate) struct Endings {
+    seen: Vec<Seen>,
+    ends: Vec<Option<OutputEnd>>,
+}
+
+impl Endings {
+    /// The endings of `outputs` output choices, none ended yet.
+    pub(crate) fn new(outputs: usize) -> Self {
+        Endings {
+            seen: vec![Seen::default(); outputs],
+            ends: vec![None; outputs],
+        }
+    }
+
+    /// What output choice `o` says, written by `framing`; its ending decided and given to
+    /// the framing when it ends.
+    pub(crate) fn say<F: Framing + ?Sized>(
+        &mut self,
+        framing: &mut F,
+        o: usize,
+        out: Out,
+        write: &mut Vec<u8>,
+    ) {
+        let end = match out {
+            Out::Event(event) => {
+                self.seen[o].event(&event);
+                framing.event(o, &event, write);
+                return;
+            }
+            Out::Failed(error) => {
+                self.seen[o].error = Some(error);
+                decide(Some(&self.seen[o]), None)
+            }
+            Out::Missing => decide(None, None),
+            Out::Ended => decide(Some(&self.seen[o]), None),
+        };
+        framing.end(o, &end, write);
+        self.ends[o] = Some(end);
+    }
+
+    /// Every output choice's ending, in output order: those not ended yet end now, as
+    /// `cut` decides, and are given to the framing.
+    pub(crate) fn cut<F: Framing + ?Sized>(
+        self,
+        framing: &mut F,
+        cut: Cut,
+        write: &mut Vec<u8>,
+    ) -> Vec<OutputEnd> {
+        let Endings { seen, ends } = self;
+        (ends.into_iter().zip(seen).enumerate())
+            .map(|(o, (end, seen))| {
+                end.unwrap_or_else(|| {
+                    let end = decide(Some(&seen), Some(cut));
+                    framing.end(o, &end, write);
+                    end
+                })
+            })
+            .collect()
+    }
 }
 
 /// Writes the answer's opening, then each output choice's events as they come, until every
-/// choice's events ended or the answer is cut short (`cut`: why). The upstreams read no
-/// further ahead of the client than the run's pace lets them while the client is behind.
-pub(crate) fn write_loop<'a, F: Framing>(
+/// choice ended or the answer is cut short; each choice's ending is decided
+/// ([`decide`]) as it ends, or at the cut, given to the framing and kept in `ends`. The
+/// upstreams read no further ahead of the client than the run's pace lets them while the
+/// client is behind.
+pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
     framing: &'a mut F,
     outputs: Vec<BoxStream<'static, Out>>,
     finish: &'a Finish,
     closing: &'a mut Closing,
-    cut: &'a mut Option<&'static str>,
+    ends: &'a mut Vec<OutputEnd>,
 ) -> impl futures::Stream<Item = Bytes> + Send + 'a {
     async_stream::stream! {
         let run = finish.run();
         let several = outputs.len() > 1;
+        let mut endings = Endings::new(outputs.len());
+        let mut cut = None;
         let mut merged = futures::stream::select_all(
             (outputs.into_iter().enumerate()).map(|(o, events)| events.map(move |out| (o, out))),
         );
@@ -101,6 +199,9 @@ pub(crate) fn write_loop<'a, F: Framing>(
         framing.open(&mut opening);
         yield Bytes::from(opening);
         let mut first = true;
+        // One watch of the cut for the whole loop (the gateway's close, the deadline's
+        // timer), polled whenever the loop waits.
+        let mut cut_short_by = std::pin::pin!(closed(closing));
         // From here the upstreams read no further ahead of this client than pace::AHEAD.
         run.pace.streaming();
         let mut ended = false;
@@ -113,8 +214,8 @@ pub(crate) fn write_loop<'a, F: Framing>(
                     tokio::select! {
                         biased;
                         next = merged.next() => next,
-                        why = closed(closing) => {
-                            *cut = Some(why);
+                        why = &mut cut_short_by => {
+                            cut = Some(why);
                             None
                         }
                     }
@@ -129,11 +230,11 @@ pub(crate) fn write_loop<'a, F: Framing>(
             // (a task woken by the running one runs next), so with several choices the
             // task steps aside once, behind the tasks already runnable, before it writes.
             let mut write = Vec::with_capacity(512);
-            framing.out(o, out, &mut write);
+            endings.say(framing, o, out, &mut write);
             let mut stepped_aside = !several;
             while write.len() < WRITE_BYTES {
                 match futures::poll!(merged.next()) {
-                    Poll::Ready(Some((o, out))) => framing.out(o, out, &mut write),
+                    Poll::Ready(Some((o, out))) => endings.say(framing, o, out, &mut write),
                     Poll::Ready(None) => {
                         ended = true;
                         break;
@@ -157,6 +258,12 @@ pub(crate) fn write_loop<'a, F: Framing>(
             run.pace.sent(len);
         }
         drop(merged);
+        // Cut short: the choices not ended end now, as the cut decides.
+        let mut write = Vec::new();
+        ends.extend(endings.cut(framing, cut.unwrap_or(Cut::ShutDown), &mut write));
+        if !write.is_empty() {
+            yield Bytes::from(write);
+        }
         // What follows (the usage, the summary) waits for the upstreams' ends, which write
         // nothing until then: read freely.
         run.pace.caught_up();

@@ -3,12 +3,12 @@
 //! choices so that the parts add up to what it bills), the answer's `usage` object, and what
 //! the request came to for the metrics and the span.
 
+use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
 use std::sync::{Arc, Mutex};
 
 use choicewise_core::{ChoiceUsage, Completions, Message, Usage, UsageSource};
-use serde_json::{Value, json};
 
 use super::lock;
 use crate::metrics::{Outcome, SampleEnd, UpstreamTokens};
@@ -370,29 +370,26 @@ impl Ledger {
 
     /// The `usage` object of the answer: the totals and each sample's part (`index`: its
     /// output choice, if it is one of `outputs`).
-    pub(super) async fn usage(&self, outputs: &[u32]) -> Value {
+    pub(super) async fn usage(&self, outputs: &[u32]) -> AnswerUsage {
         let Accounting { usage, parts, .. } = self.accounting().await;
-        let per_choice: Vec<Value> = parts
-            .iter()
-            .map(|p| {
-                json!({
-                    "index": outputs.iter().position(|s| *s == p.sample),
-                    "sample": p.sample,
-                    "prompt_tokens": p.prompt,
-                    "completion_tokens": p.completion,
-                    "estimated": p.estimated,
-                })
+        let per_choice = (parts.iter())
+            .map(|p| ChoiceTokens {
+                completion_tokens: p.completion,
+                estimated: p.estimated,
+                index: outputs.iter().position(|s| *s == p.sample),
+                prompt_tokens: p.prompt,
+                sample: p.sample,
             })
             .collect();
-        json!({
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens,
-            "choicewise": {
-                "per_choice": per_choice,
-                "estimated": estimated(usage, parts),
+        AnswerUsage {
+            choicewise: UsageParts {
+                estimated: estimated(usage, parts),
+                per_choice,
             },
-        })
+            completion_tokens: usage.completion_tokens,
+            prompt_tokens: usage.prompt_tokens,
+            total_tokens: usage.total_tokens,
+        }
     }
 
     /// What the request came to, for the metrics and the span: how each sample ended and what
@@ -523,6 +520,37 @@ pub(super) struct Part {
     prompt: u64,
     completion: u64,
     estimated: bool,
+}
+
+/// An answer's `usage` object: Chat Completions' totals, and the `choicewise` extension's
+/// part of each sample. Part of the extension's public contract (docs/gateway.md); its
+/// fields are written in this order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct AnswerUsage {
+    pub(crate) choicewise: UsageParts,
+    pub(crate) completion_tokens: u64,
+    pub(crate) prompt_tokens: u64,
+    pub(crate) total_tokens: u64,
+}
+
+/// The `choicewise` part of an answer's usage.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct UsageParts {
+    /// Some figure is the gateway's estimate, not an upstream's report.
+    pub(crate) estimated: bool,
+    /// Each sample's part.
+    pub(crate) per_choice: Vec<ChoiceTokens>,
+}
+
+/// One sample's part of an answer's usage.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct ChoiceTokens {
+    pub(crate) completion_tokens: u64,
+    pub(crate) estimated: bool,
+    /// Its output choice, if it is one.
+    pub(crate) index: Option<usize>,
+    pub(crate) prompt_tokens: u64,
+    pub(crate) sample: u32,
 }
 
 /// What a run came to, read once when it is over ([`Ledger::accounting`]).

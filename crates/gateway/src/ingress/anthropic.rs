@@ -41,10 +41,10 @@ use choicewise_core::Dialect;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_entry, kind_of,
-    raw_entries, raw_field, raw_object, read_fields, small, write_function_tool,
+    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_entry, raw_entries,
+    raw_field, raw_object, read_fields, small, write_function_tool,
 };
-use crate::request::{Fields, fields_of, kind_of_text};
+use crate::request::{Fields, fields_of, kind_of};
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
 pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
@@ -152,7 +152,7 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
         Some(text) => {
             return Err(IngressError::invalid(
                 "messages",
-                format!("must be an array, not {}", kind_of_text(text)),
+                format!("must be an array, not {}", kind_of(text)),
             ));
         }
     }
@@ -538,7 +538,7 @@ fn tools(
         Some(text) => {
             return Err(IngressError::invalid(
                 "tools",
-                format!("must be an array, not {}", kind_of_text(text)),
+                format!("must be an array, not {}", kind_of(text)),
             ));
         }
     };

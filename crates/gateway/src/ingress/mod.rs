@@ -43,6 +43,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::ending::OutputEnd;
 use crate::error::ApiError;
 use crate::request::{Fields, NotAnObject, split_object};
 
@@ -436,12 +437,14 @@ impl Reply {
 }
 
 /// Writes one output choice's streamed answer in a client's API, as whole SSE frames
-/// (`event: NAME\ndata: JSON\n\n`) appended to `out`.
+/// (`event: NAME\ndata: JSON\n\n`) appended to `out`: the API's block framing only; why
+/// the choice ended is decided by [`crate::ending::decide`] and written with
+/// [`close`](Self::close).
 ///
 /// Call `start` once, then `event` for each of the choice's events in order, then exactly
-/// one of `failed` and `end`. Each call is total: nothing panics, an event that does not fit
-/// where it comes (after the finish, a fragment for a call already closed) is dropped, and
-/// after the last frame (`failed`, `end`) nothing more is written.
+/// one of `failed`, `completed`, `close` and `end`. Each call is total: nothing panics, an
+/// event that does not fit where it comes (after the finish, a fragment for a call already
+/// closed) is dropped, and after the last frame nothing more is written.
 pub(crate) trait Encoder: Send {
     /// The answer's opening frames (Anthropic `message_start`; Responses `response.created`
     /// and `response.in_progress`). Implied by the first other call if not made.
@@ -456,23 +459,66 @@ pub(crate) trait Encoder: Send {
     /// `choicewise` rides on it when given. The last frame.
     fn failed(&mut self, why: &str, choicewise: Option<&Value>, out: &mut Vec<u8>);
 
-    /// The answer's end: the open block or item closed, then Anthropic's `message_delta`
-    /// (its `stop_reason`, the usage) and `message_stop`, or Responses' `response.completed`
-    /// (`response.incomplete` for a `length` or `content_filter` finish) with the usage and
-    /// every output item. `stop_reason` is the provider's own when known
-    /// (`ChoiceOutput::stop_reason`: Anthropic's `stop_sequence` tells a stop sequence from
-    /// an end of turn). A choice that never finished, or finished with `error`, ends as
-    /// `failed` does. `choicewise` rides on the last frame.
-    fn end(
+    /// The end of a choice that finished with `reason`: the open block or item closed, then
+    /// Anthropic's `message_delta` (its `stop_reason`, the usage) and `message_stop`, or
+    /// Responses' `response.completed` (`response.incomplete` for a `length` or
+    /// `content_filter` finish) with the usage and every output item. `stop_reason` is the
+    /// provider's own when known (`ChoiceOutput::stop_reason`: Anthropic's `stop_sequence`
+    /// tells a stop sequence from an end of turn). `choicewise` rides on the last frame.
+    fn completed(
         &mut self,
+        reason: &str,
         usage: &Tokens,
         stop_reason: Option<&str>,
         choicewise: Option<&Value>,
         out: &mut Vec<u8>,
     );
 
+    /// The finish reason seen (a `Finished` event), if any.
+    fn finish_reason(&self) -> Option<&choicewise_core::Text>;
+
     /// Whether the choice's finish has been seen (a `Finished` event).
-    fn finished(&self) -> bool;
+    #[cfg(test)]
+    fn finished(&self) -> bool {
+        self.finish_reason().is_some()
+    }
+
+    /// The answer's last frames for the choice's decided ending: [`completed`](Self::completed)
+    /// when it finished, [`failed`](Self::failed) with why when not.
+    fn close(
+        &mut self,
+        end: &OutputEnd,
+        usage: &Tokens,
+        stop_reason: Option<&str>,
+        choicewise: Option<&Value>,
+        out: &mut Vec<u8>,
+    ) {
+        match end {
+            OutputEnd::Finished(reason) => {
+                self.completed(reason, usage, stop_reason, choicewise, out);
+            }
+            other => self.failed(other.why().unwrap_or_default(), choicewise, out),
+        }
+    }
+
+    /// The answer's end after the choice's events ended: its ending decided from what the
+    /// encoder saw ([`crate::ending::decide`]: a choice that never finished, or finished
+    /// with `error`, fails), then [`close`](Self::close).
+    #[cfg(test)]
+    fn end(
+        &mut self,
+        usage: &Tokens,
+        stop_reason: Option<&str>,
+        choicewise: Option<&Value>,
+        out: &mut Vec<u8>,
+    ) {
+        let seen = crate::ending::Seen {
+            finish: self.finish_reason().cloned(),
+            ..Default::default()
+        };
+        let end = crate::ending::decide(Some(&seen), None);
+        self.close(&end, usage, stop_reason, choicewise, out);
+    }
 }
 
 /// An answer's token counts, as both APIs report them.
@@ -489,15 +535,12 @@ pub(crate) struct Tokens {
 }
 
 impl Tokens {
-    /// From a usage object in Chat Completions' shape: the gateway's `Run::usage` answer or
-    /// an upstream's; missing or non-numeric figures count 0.
-    pub fn from_chat(usage: &Value) -> Tokens {
-        let n = |v: &Value| v.as_u64().unwrap_or(0);
+    /// From the gateway's own usage object (which counts no cached or reasoning tokens).
+    pub fn from_answer(usage: &crate::engine::AnswerUsage) -> Tokens {
         Tokens {
-            input: n(&usage["prompt_tokens"]),
-            output: n(&usage["completion_tokens"]),
-            cached_input: n(&usage["prompt_tokens_details"]["cached_tokens"]),
-            reasoning: n(&usage["completion_tokens_details"]["reasoning_tokens"]),
+            input: usage.prompt_tokens,
+            output: usage.completion_tokens,
+            ..Tokens::default()
         }
     }
 
@@ -545,18 +588,6 @@ pub(crate) fn frame(out: &mut Vec<u8>, name: &str, data: &impl Serialize) {
     // Serialising into memory fails only for a map with non-string keys, which no frame has.
     let _ = serde_json::to_writer(&mut *out, data);
     out.extend_from_slice(b"\n\n");
-}
-
-/// A JSON value's type, for messages (`a string`, `an object`, ...).
-pub(crate) fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The field `key` of `obj`, `None` when absent or `null` (these APIs treat both alike).

@@ -28,8 +28,10 @@
 //! here.
 
 mod encode;
+mod object;
 
-pub(crate) use encode::{Echoed, ResponsesEncoder, message};
+pub(crate) use encode::ResponsesEncoder;
+pub(crate) use object::{Echoed, message};
 
 use axum::http::StatusCode;
 use bytes::Bytes;
@@ -40,10 +42,10 @@ use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{
-    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_entry, kind_of,
-    raw_entries, raw_field, raw_object, read_fields, small, write_function_tool,
+    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_entry, raw_entries,
+    raw_field, raw_object, read_fields, small, write_function_tool,
 };
-use crate::request::{Fields, fields_of, kind_of_text};
+use crate::request::{Fields, fields_of, kind_of};
 
 /// The fields a translation reads (parsed); `input` and `tools` are read entry by entry
 /// ([`for_each_entry`], [`raw_entries`]), the echoed ones
@@ -157,7 +159,7 @@ pub(crate) fn to_chat(body: &Fields) -> Result<Translated, IngressError> {
                 "input",
                 format!(
                     "must be a string or an array of items, not {}",
-                    kind_of_text(text)
+                    kind_of(text)
                 ),
             ));
         }
@@ -556,7 +558,7 @@ fn tools(
         Some(text) => {
             return Err(IngressError::invalid(
                 "tools",
-                format!("must be an array, not {}", kind_of_text(text)),
+                format!("must be an array, not {}", kind_of(text)),
             ));
         }
     };

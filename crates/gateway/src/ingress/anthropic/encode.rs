@@ -29,8 +29,8 @@ enum Phase {
     Idle,
     /// `message_start` written; the open content block, if any.
     Open(Option<Block>),
-    /// The choice finished (its reason); its last block closed.
-    Finished(Text),
+    /// The choice finished; its last block closed.
+    Finished,
     /// The last frame is written; whether the choice had finished.
     Closed {
         #[allow(dead_code)] // shown by Debug, in the tests' messages
@@ -64,6 +64,8 @@ pub(crate) struct MessagesEncoder {
     /// The prompt's tokens as known at the start, for `message_start`.
     input_tokens: u64,
     phase: Phase,
+    /// The finish reason seen, if any.
+    finish: Option<Text>,
     /// The next content block's index.
     next: u32,
     pinged: bool,
@@ -100,6 +102,7 @@ impl MessagesEncoder {
             stop: reply.stop.clone(),
             input_tokens: reply.input_tokens.unwrap_or(0),
             phase: Phase::Idle,
+            finish: None,
             next: 0,
             pinged: false,
         }
@@ -208,7 +211,8 @@ impl MessagesEncoder {
     fn finish(&mut self, reason: &Text, out: &mut Vec<u8>) {
         if self.open_block(out).is_some() {
             self.close(out);
-            self.phase = Phase::Finished(reason.clone());
+            self.phase = Phase::Finished;
+            self.finish = Some(reason.clone());
         }
     }
 }
@@ -269,27 +273,20 @@ impl Encoder for MessagesEncoder {
         frame(out, "error", &event);
     }
 
-    fn end(
+    fn completed(
         &mut self,
+        reason: &str,
         usage: &Tokens,
         stop_reason: Option<&str>,
         choicewise: Option<&Value>,
         out: &mut Vec<u8>,
     ) {
-        let finish = match &self.phase {
-            Phase::Closed { .. } => return,
-            Phase::Finished(reason) if &**reason == "error" => {
-                let why = "the upstream ended the choice with finish_reason \"error\"";
-                return self.failed(why, choicewise, out);
-            }
-            Phase::Finished(reason) => reason.clone(),
-            Phase::Idle | Phase::Open(_) => {
-                let why = "the upstream ended the choice without a finish reason";
-                return self.failed(why, choicewise, out);
-            }
-        };
+        if matches!(self.phase, Phase::Closed { .. }) {
+            return;
+        }
+        let finish = reason;
         self.phase = Phase::Closed { finished: true };
-        let (reason, sequence) = stop_reason_of(&finish, stop_reason, &self.stop);
+        let (reason, sequence) = stop_reason_of(finish, stop_reason, &self.stop);
         let mut delta = json!({
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
@@ -302,11 +299,8 @@ impl Encoder for MessagesEncoder {
         frame(out, "message_stop", &json!({"type": "message_stop"}));
     }
 
-    fn finished(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Finished(_) | Phase::Closed { finished: true }
-        )
+    fn finish_reason(&self) -> Option<&Text> {
+        self.finish.as_ref()
     }
 }
 

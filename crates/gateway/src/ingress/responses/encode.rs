@@ -1,4 +1,4 @@
-//! One choice's answer as OpenAI's Responses stream, or as one `response` object.
+//! One choice's answer as OpenAI's Responses stream (its `response` object and items: `object.rs`).
 //!
 //! The stream is the Responses sequence: `response.created`, `response.in_progress`; per
 //! output item `response.output_item.added` and `.done` around its content: a `message`
@@ -20,11 +20,15 @@
 //! `custom_tool_call` item, its `input` sent whole when the call closes
 //! (`response.custom_tool_call_input.delta` and `.done`).
 
-use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent, Text};
+use choicewise_core::{CallRef, ChoiceEvent, FunctionCallEvent, Text};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 
+use super::object::{
+    Echoed, ResponseParts, call_item, client_name, custom_input, custom_item, incomplete_reason,
+    response_object, usage_of,
+};
 use crate::ingress::{Encoder, Reply, Tokens, frame, new_id, unix_time};
 use crate::request::Fields;
 
@@ -35,8 +39,8 @@ enum Phase {
     Idle,
     /// `response.created` written; the open output item, if any.
     Open(Option<Item>),
-    /// The choice finished (its reason); its last item closed.
-    Finished(Text),
+    /// The choice finished; its last item closed.
+    Finished,
     /// The last event is written; whether the choice had finished.
     Closed {
         #[allow(dead_code)] // shown by Debug, in the tests' messages
@@ -119,6 +123,8 @@ pub(crate) struct ResponsesEncoder {
     /// The next event's `sequence_number`.
     seq: u64,
     phase: Phase,
+    /// The finish reason seen, if any.
+    finish: Option<Text>,
     /// The closed output items, in order (the open one's `output_index` is their count).
     items: Vec<Value>,
 }
@@ -136,6 +142,7 @@ impl ResponsesEncoder {
             custom: reply.custom.clone(),
             seq: 0,
             phase: Phase::Idle,
+            finish: None,
             items: Vec::new(),
         }
     }
@@ -426,7 +433,8 @@ impl ResponsesEncoder {
                 None => "completed",
             };
             self.close_item(status, out);
-            self.phase = Phase::Finished(reason.clone());
+            self.phase = Phase::Finished;
+            self.finish = Some(reason.clone());
         }
     }
 
@@ -558,27 +566,20 @@ impl Encoder for ResponsesEncoder {
         self.emit(out, "response.failed", event);
     }
 
-    fn end(
+    fn completed(
         &mut self,
+        reason: &str,
         usage: &Tokens,
         _stop_reason: Option<&str>,
         choicewise: Option<&Value>,
         out: &mut Vec<u8>,
     ) {
-        let finish = match &self.phase {
-            Phase::Closed { .. } => return,
-            Phase::Finished(reason) if &**reason == "error" => {
-                let why = "the upstream ended the choice with finish_reason \"error\"";
-                return self.failed(why, choicewise, out);
-            }
-            Phase::Finished(reason) => reason.clone(),
-            Phase::Idle | Phase::Open(_) => {
-                let why = "the upstream ended the choice without a finish reason";
-                return self.failed(why, choicewise, out);
-            }
-        };
+        if matches!(self.phase, Phase::Closed { .. }) {
+            return;
+        }
+        let finish = reason;
         self.phase = Phase::Closed { finished: true };
-        let (name, status, incomplete) = match incomplete_reason(&finish) {
+        let (name, status, incomplete) = match incomplete_reason(finish) {
             Some(reason) => (
                 "response.incomplete",
                 "incomplete",
@@ -594,259 +595,7 @@ impl Encoder for ResponsesEncoder {
         self.emit(out, name, event);
     }
 
-    fn finished(&self) -> bool {
-        matches!(
-            self.phase,
-            Phase::Finished(_) | Phase::Closed { finished: true }
-        )
+    fn finish_reason(&self) -> Option<&Text> {
+        self.finish.as_ref()
     }
-}
-
-/// A call's name as the client knows it: a namespace's function by its own name, with its
-/// namespace; any other as it came.
-fn client_name(
-    namespaced: &HashMap<String, (String, String)>,
-    name: Option<&str>,
-) -> (String, Option<String>) {
-    let name = name.unwrap_or_default();
-    match namespaced.get(name) {
-        Some((namespace, own)) => (own.clone(), Some(namespace.clone())),
-        None => (name.to_string(), None),
-    }
-}
-
-/// A custom tool call's input: the `input` string of its arguments (`{"input": ...}`), else
-/// the arguments' text as it came.
-fn custom_input(arguments: &str) -> String {
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(Value::Object(mut o)) => match o.remove("input") {
-            Some(Value::String(input)) => input,
-            _ => arguments.to_string(),
-        },
-        _ => arguments.to_string(),
-    }
-}
-
-/// A `custom_tool_call` output item.
-fn custom_item(id: &str, status: &str, input: &str, call_id: &str, name: &str) -> Value {
-    json!({"id": id, "type": "custom_tool_call", "status": status, "call_id": call_id,
-           "name": name, "input": input})
-}
-
-/// A `function_call` output item (`namespace` after `name` when it has one).
-fn call_item(
-    id: &str,
-    status: &str,
-    arguments: &str,
-    call_id: &str,
-    name: &str,
-    namespace: Option<&str>,
-) -> Value {
-    let mut item = json!({"id": id, "type": "function_call", "status": status,
-                          "arguments": arguments, "call_id": call_id, "name": name});
-    if let Some(namespace) = namespace {
-        item["namespace"] = json!(namespace);
-    }
-    item
-}
-
-/// The `incomplete_details.reason` of a finish that leaves the response incomplete.
-fn incomplete_reason(finish: &str) -> Option<&'static str> {
-    match finish {
-        "length" => Some("max_output_tokens"),
-        "content_filter" => Some("content_filter"),
-        _ => None,
-    }
-}
-
-/// The usage object.
-fn usage_of(usage: &Tokens) -> Value {
-    json!({
-        "input_tokens": usage.input,
-        "input_tokens_details": {"cached_tokens": usage.cached_input},
-        "output_tokens": usage.output,
-        "output_tokens_details": {"reasoning_tokens": usage.reasoning},
-        "total_tokens": usage.input.saturating_add(usage.output),
-    })
-}
-
-/// What a response object names besides its state.
-struct ResponseParts<'a> {
-    id: &'a str,
-    created_at: u64,
-    model: &'a str,
-}
-
-/// A value written with the request's echoed parameters (`echo`, their JSON text as sent)
-/// in every response object in it (an object whose `object` is `"response"`), in place of
-/// its defaults: the echoed `tools` and `metadata` are copied, never parsed.
-pub(crate) struct Echoed<'a> {
-    /// The value: an event, or a response object.
-    pub value: &'a Value,
-    /// The echoed parameters.
-    pub echo: &'a Fields,
-}
-
-impl Serialize for Echoed<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{Error, SerializeMap, SerializeSeq};
-        let echo = self.echo;
-        if echo.is_empty() {
-            return self.value.serialize(s);
-        }
-        match self.value {
-            Value::Object(o) => {
-                let response = o.get("object") == Some(&json!("response"));
-                let echoed = |k: &str| response.then(|| echo.get(k)).flatten();
-                let mut map = s.serialize_map(None)?;
-                let mut keys: Vec<&str> = o.keys().map(String::as_str).collect();
-                if response {
-                    keys.extend(echo.keys().map(String::as_str));
-                    keys.sort_unstable();
-                    keys.dedup();
-                }
-                for k in keys {
-                    match (echoed(k), o.get(k)) {
-                        (Some(text), _) => {
-                            let raw: &serde_json::value::RawValue =
-                                serde_json::from_slice(text).map_err(S::Error::custom)?;
-                            map.serialize_entry(k, raw)?;
-                        }
-                        (None, Some(v)) => map.serialize_entry(k, &Echoed { value: v, echo })?,
-                        (None, None) => {}
-                    }
-                }
-                map.end()
-            }
-            Value::Array(a) => {
-                let mut seq = s.serialize_seq(Some(a.len()))?;
-                for v in a {
-                    seq.serialize_element(&Echoed { value: v, echo })?;
-                }
-                seq.end()
-            }
-            v => v.serialize(s),
-        }
-    }
-}
-
-/// A response object: the request's parameters repeated (OpenAI's defaults for those not
-/// sent), its state, output and usage.
-fn response_object(
-    parts: ResponseParts<'_>,
-    status: &str,
-    output: Value,
-    usage: Value,
-    error: Value,
-    incomplete: Value,
-) -> Value {
-    let r = json!({
-        "id": parts.id, "object": "response", "created_at": parts.created_at,
-        "status": status, "background": false, "error": error,
-        "incomplete_details": incomplete, "instructions": null, "max_output_tokens": null,
-        "metadata": {}, "model": parts.model, "output": output, "parallel_tool_calls": true,
-        "previous_response_id": null, "reasoning": {"effort": null, "summary": null},
-        "store": false, "temperature": null, "text": {"format": {"type": "text"}},
-        "tool_choice": "auto", "tools": [], "top_p": null, "truncation": "disabled",
-        "usage": usage, "user": null,
-    });
-    r
-}
-
-/// The non-streamed answer: a `response` object whose `output` holds a reasoning item (when
-/// asked for and given), a message item (its text and refusal parts; an empty text when the
-/// choice has neither nor calls), then each call's `function_call` item. `incomplete` for a
-/// `length` or `content_filter` finish; `failed` when the choice did not finish.
-pub(crate) fn message(
-    reply: &Reply,
-    output: &ChoiceOutput,
-    usage: &Tokens,
-    choicewise: Option<&Value>,
-) -> Value {
-    let m = &output.message;
-    let finish = output.finish_reason.as_deref();
-    let incomplete = finish.and_then(incomplete_reason);
-    let item_status = match incomplete {
-        Some(_) => "incomplete",
-        None => "completed",
-    };
-    let mut items = Vec::new();
-    if let Some(text) = m
-        .reasoning_content
-        .as_deref()
-        .filter(|t| reply.reasoning && !t.is_empty())
-    {
-        items.push(json!({"id": new_id("rs"), "type": "reasoning",
-                          "summary": [{"type": "summary_text", "text": text}]}));
-    }
-    let calls: Vec<_> = (m.tool_calls.iter())
-        .map(|c| (Some(c.id.as_str()).filter(|id| !id.is_empty()), &c.function))
-        .chain(m.function_call.iter().map(|f| (None, f)))
-        .collect();
-    let mut parts = Vec::new();
-    if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty()) {
-        parts.push(json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []}));
-    }
-    if let Some(text) = m.refusal.as_deref().filter(|t| !t.is_empty()) {
-        parts.push(json!({"type": "refusal", "refusal": text}));
-    }
-    if parts.is_empty() && calls.is_empty() {
-        parts.push(json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []}));
-    }
-    if !parts.is_empty() {
-        items.push(
-            json!({"id": new_id("msg"), "type": "message", "status": item_status,
-                          "role": "assistant", "content": parts}),
-        );
-    }
-    for (id, f) in calls {
-        let call_id = id.map_or_else(|| new_id("call"), str::to_string);
-        let (name, namespace) = client_name(&reply.namespaced, Some(&f.name));
-        if namespace.is_none() && reply.custom.contains(&name) {
-            let input = custom_input(&f.arguments);
-            items.push(custom_item(
-                &new_id("ctc"),
-                item_status,
-                &input,
-                &call_id,
-                &name,
-            ));
-            continue;
-        }
-        items.push(call_item(
-            &new_id("fc"),
-            item_status,
-            &f.arguments,
-            &call_id,
-            &name,
-            namespace.as_deref(),
-        ));
-    }
-    let (status, error, details) = match (finish, incomplete) {
-        (None | Some("error"), _) => (
-            "failed",
-            json!({"code": "server_error", "message": "the upstream ended the choice without a finish reason"}),
-            Value::Null,
-        ),
-        (_, Some(reason)) => ("incomplete", Value::Null, json!({"reason": reason})),
-        _ => ("completed", Value::Null, Value::Null),
-    };
-    let id = new_id("resp");
-    let parts = ResponseParts {
-        id: &id,
-        created_at: unix_time().as_secs(),
-        model: &reply.model,
-    };
-    let mut body = response_object(
-        parts,
-        status,
-        Value::Array(items),
-        usage_of(usage),
-        error,
-        details,
-    );
-    if let Some(c) = choicewise {
-        body["choicewise"] = c.clone();
-    }
-    body
 }

@@ -1,0 +1,507 @@
+//! The answer's bytes over every API × streamed or not × how its choices ended, without a
+//! server: each case's choices come from an upstream's SSE text parsed by the library, go
+//! through the same endings, framings and one-object writers the gateway answers with, and
+//! their bytes are checked: the facts each case must show, and the whole answer against
+//! `answers.txt` (`CHOICEWISE_BLESS=1` rewrites it after a deliberate change).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use choicewise_core::chunks::Envelope;
+use choicewise_core::{Completions, Dialect, Source};
+use futures::StreamExt;
+use serde_json::json;
+
+use super::{Api, one_object};
+use crate::answer_api::ApiFraming;
+use crate::answer_chat::ChatFraming;
+use crate::ending::{Cut, OutputEnd, PAST_DEADLINE, SHUT_DOWN, Seen, decide};
+use crate::engine::{AnswerUsage, ChoiceTokens, Summary, TrySummary, UsageParts};
+use crate::finish::ErrorType;
+use crate::ingress::Reply;
+use crate::write::{Endings, Framing, Tail, output};
+
+/// How the case's output choices end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Ending {
+    Stop,
+    Length,
+    ToolCalls,
+    UpstreamError,
+    NoFinishReason,
+    Missing,
+    ShutDown,
+    PastDeadline,
+    /// Two output choices (one for Messages and Responses), each failed upstream.
+    AllFailed,
+}
+
+const ENDINGS: [Ending; 9] = [
+    Ending::Stop,
+    Ending::Length,
+    Ending::ToolCalls,
+    Ending::UpstreamError,
+    Ending::NoFinishReason,
+    Ending::Missing,
+    Ending::ShutDown,
+    Ending::PastDeadline,
+    Ending::AllFailed,
+];
+
+const CONTENT: &str =
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hi\"}}]}\n\n";
+const CONTENT_1: &str =
+    "data: {\"choices\":[{\"index\":1,\"delta\":{\"role\":\"assistant\",\"content\":\"Yo\"}}]}\n\n";
+const TOOL_CALL: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}}]}}]}\n\n";
+const ERROR: &str = "data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n\n";
+
+const DONE: &str = "data: [DONE]\n\n";
+
+fn finish(reason: &str) -> String {
+    format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{reason}\"}}]}}\n\n{DONE}"
+    )
+}
+
+impl Ending {
+    /// The upstream's answer; the cut, if the answer is cut short.
+    fn upstream(self) -> (String, Option<Cut>) {
+        match self {
+            Ending::Stop | Ending::Missing => (format!("{CONTENT}{}", finish("stop")), None),
+            Ending::Length => (format!("{CONTENT}{}", finish("length")), None),
+            Ending::ToolCalls => (format!("{TOOL_CALL}{}", finish("tool_calls")), None),
+            Ending::UpstreamError => (format!("{CONTENT}{ERROR}"), None),
+            Ending::NoFinishReason => (format!("{CONTENT}{DONE}"), None),
+            Ending::ShutDown => (CONTENT.to_string(), Some(Cut::ShutDown)),
+            Ending::PastDeadline => (CONTENT.to_string(), Some(Cut::PastDeadline)),
+            Ending::AllFailed => (format!("{CONTENT}{CONTENT_1}{ERROR}"), None),
+        }
+    }
+
+    /// The output choices' indexes in the upstream's answer (`None`: missing from it).
+    fn indexes(self, api: Dialect) -> Vec<Option<u32>> {
+        match (self, api) {
+            (Ending::Missing, _) => vec![None],
+            (Ending::AllFailed, Dialect::Chat) => vec![Some(0), Some(1)],
+            _ => vec![Some(0)],
+        }
+    }
+}
+
+/// The case's API as the answer is written.
+fn api_of(api: Dialect) -> Api {
+    match api {
+        Dialect::Chat => Api::Chat(Envelope {
+            id: Arc::from("chatcmpl-test"),
+            created: 0,
+            model: Arc::from("m"),
+        }),
+        api => Api::Translated {
+            reply: Reply {
+                api,
+                model: "m".into(),
+                ..Reply::default()
+            },
+            estimate: None,
+        },
+    }
+}
+
+fn completions(sse: &str, cut: Option<Cut>) -> Completions {
+    let reads = futures::stream::iter([Ok::<_, std::io::Error>(sse.to_string())]);
+    match cut {
+        // Cut short: the upstream is still open.
+        Some(_) => Completions::new(Source::sse(reads.chain(futures::stream::pending()))),
+        None => Completions::new(Source::sse(reads)),
+    }
+}
+
+/// The streamed answer's bytes, and the request's failure if it says one.
+async fn streamed(api: Dialect, ending: Ending) -> (String, Option<ErrorType>) {
+    let (sse, cut) = ending.upstream();
+    let indexes = ending.indexes(api);
+    let mut framing: Box<dyn Framing> = match api_of(api) {
+        Api::Chat(envelope) => Box::new(ChatFraming::new(
+            &envelope,
+            indexes.len(),
+            "m",
+            (false, true),
+        )),
+        Api::Translated { reply, .. } => Box::new(ApiFraming::new(&reply)),
+    };
+    let mut write = Vec::new();
+    framing.open(&mut write);
+    let mut endings = Endings::new(indexes.len());
+    for (o, index) in indexes.iter().enumerate() {
+        let mut outs = output(completions(&sse, cut), *index);
+        loop {
+            // A cut answer's upstream stays open: what it sent, then the cut.
+            let next = match cut {
+                Some(_) => tokio::time::timeout(std::time::Duration::from_millis(200), outs.next())
+                    .await
+                    .ok()
+                    .flatten(),
+                None => outs.next().await,
+            };
+            let Some(out) = next else { break };
+            endings.say(&mut *framing, o, out, &mut write);
+        }
+    }
+    let ends = endings.cut(&mut *framing, cut.unwrap_or(Cut::ShutDown), &mut write);
+    let tail = Tail {
+        usage: Some(usage()),
+        stop_reason: None,
+        summary: Some(summary()),
+    };
+    let failed = framing.tail(&ends, tail, &mut write);
+    (String::from_utf8(write).unwrap(), failed)
+}
+
+/// The non-streamed answer's bytes (`200 ...`, or `502 ...` with its error body), and the
+/// request's failure if it says one.
+async fn whole(api: Dialect, ending: Ending) -> (String, Option<ErrorType>) {
+    let (sse, cut) = ending.upstream();
+    let mut choices = Vec::new();
+    for index in ending.indexes(api) {
+        let completions = completions(&sse, cut);
+        let choice = match index {
+            Some(index) => completions.choice(index).await,
+            None => None,
+        };
+        if let Some(choice) = &choice {
+            if cut.is_some() {
+                // What the upstream sent is read; then the cut cancels the choice.
+                let mut content = choice.content();
+                let _ = content.next().await;
+                choice.cancel();
+            }
+            let _ = choice.message().await;
+        }
+        let end = decide(choice.as_ref().map(Seen::of).as_ref(), cut);
+        choices.push((choice, end));
+    }
+    match one_object(
+        &api_of(api),
+        "m",
+        false,
+        &choices,
+        &usage(),
+        Some(&summary()),
+    ) {
+        Ok(body) => (
+            format!("200 {}", String::from_utf8(body.to_vec()).unwrap()),
+            None,
+        ),
+        Err((kind, body)) => (format!("502 {body}"), Some(kind)),
+    }
+}
+
+/// The answer's usage: 3 prompt tokens, 1 completion token, one sample's part.
+fn usage() -> AnswerUsage {
+    AnswerUsage {
+        choicewise: UsageParts {
+            estimated: false,
+            per_choice: vec![ChoiceTokens {
+                completion_tokens: 1,
+                estimated: false,
+                index: Some(0),
+                prompt_tokens: 3,
+                sample: 0,
+            }],
+        },
+        completion_tokens: 1,
+        prompt_tokens: 3,
+        total_tokens: 4,
+    }
+}
+
+/// The pick's summary.
+fn summary() -> Summary {
+    Summary {
+        decision: Some("all"),
+        ..Summary::default()
+    }
+}
+
+/// Ids and times made when the answer is written, made stable.
+fn stable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("_cw") {
+        out.push_str(&rest[..at]);
+        out.push_str("_ID");
+        rest = rest[at + 3..].trim_start_matches(|c: char| c.is_ascii_hexdigit());
+    }
+    out.push_str(rest);
+    let mut text = out;
+    let key = "\"created_at\":";
+    let mut from = 0;
+    while let Some(at) = text[from..].find(key) {
+        let start = from + at + key.len();
+        let end = start
+            + text[start..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .count();
+        text.replace_range(start..end, "0");
+        from = start;
+    }
+    text
+}
+
+/// What each case's answer must say (and must not), and the request's failure.
+fn facts(
+    api: Dialect,
+    stream: bool,
+    ending: Ending,
+) -> (Vec<String>, Vec<&'static str>, Option<ErrorType>) {
+    use Ending::*;
+    let no_finish = "the upstream ended the choice without a finish reason";
+    let missing = "the upstream ended without this choice";
+    let s = |t: &str| t.to_string();
+    let failed_all = Some(ErrorType::EveryChoiceFailed);
+    match (api, stream, ending) {
+        (Dialect::Chat, true, Stop) => (
+            vec![s(r#""finish_reason":"stop""#), s("data: [DONE]")],
+            vec!["every_choice_failed"],
+            None,
+        ),
+        (Dialect::Chat, true, Length) => (
+            vec![s(r#""finish_reason":"length""#)],
+            vec!["every_choice_failed"],
+            None,
+        ),
+        (Dialect::Chat, true, ToolCalls) => (
+            vec![s(r#""finish_reason":"tool_calls""#), s(r#""name":"f""#)],
+            vec!["every_choice_failed"],
+            None,
+        ),
+        (Dialect::Chat, true, UpstreamError | AllFailed) => (
+            vec![
+                s(r#""finish_reason":"error""#),
+                s("boom"),
+                s("every_choice_failed"),
+            ],
+            vec![],
+            failed_all,
+        ),
+        (Dialect::Chat, true, NoFinishReason) => (
+            vec![s(no_finish), s("every_choice_failed")],
+            vec![],
+            failed_all,
+        ),
+        (Dialect::Chat, true, Missing) => (
+            vec![s(missing), s("every_choice_failed")],
+            vec![],
+            failed_all,
+        ),
+        // A cut is not a failure of a streamed answer.
+        (Dialect::Chat, true, ShutDown) => (
+            vec![s(SHUT_DOWN), s("data: [DONE]")],
+            vec!["every_choice_failed"],
+            None,
+        ),
+        (Dialect::Chat, true, PastDeadline) => (
+            vec![s(PAST_DEADLINE), s("data: [DONE]")],
+            vec!["every_choice_failed"],
+            None,
+        ),
+        (Dialect::Chat, false, Stop) => (
+            vec![s("200 "), s(r#""finish_reason":"stop""#)],
+            vec![],
+            None,
+        ),
+        (Dialect::Chat, false, Length) => (
+            vec![s("200 "), s(r#""finish_reason":"length""#)],
+            vec![],
+            None,
+        ),
+        (Dialect::Chat, false, ToolCalls) => (
+            vec![s("200 "), s(r#""finish_reason":"tool_calls""#)],
+            vec![],
+            None,
+        ),
+        (Dialect::Chat, false, UpstreamError | AllFailed) => (
+            vec![s("502 "), s("every_choice_failed"), s("boom")],
+            vec![],
+            failed_all,
+        ),
+        (Dialect::Chat, false, NoFinishReason) => {
+            (vec![s("502 "), s(no_finish)], vec![], failed_all)
+        }
+        (Dialect::Chat, false, Missing) => (vec![s("502 "), s(missing)], vec![], failed_all),
+        // The shutdown's contract: an answer as far as it got.
+        (Dialect::Chat, false, ShutDown) => (
+            vec![s("200 "), s(r#""finish_reason":"error""#), s(SHUT_DOWN)],
+            vec![],
+            None,
+        ),
+        (Dialect::Chat, false, PastDeadline) => {
+            (vec![s("502 "), s(PAST_DEADLINE)], vec![], failed_all)
+        }
+        (Dialect::Anthropic, true, Stop) => (
+            vec![s(r#""stop_reason":"end_turn""#), s("event: message_stop")],
+            vec!["event: error"],
+            None,
+        ),
+        (Dialect::Anthropic, true, Length) => (
+            vec![s(r#""stop_reason":"max_tokens""#)],
+            vec!["event: error"],
+            None,
+        ),
+        (Dialect::Anthropic, true, ToolCalls) => (
+            vec![s(r#""stop_reason":"tool_use""#), s(r#""type":"tool_use""#)],
+            vec!["event: error"],
+            None,
+        ),
+        (_, true, ending) => {
+            let (name, done) = match api {
+                Dialect::Anthropic => ("event: error", "event: message_stop"),
+                _ => ("event: response.failed", "event: response.completed"),
+            };
+            match ending {
+                Stop | ToolCalls => (vec![s("event: response.completed")], vec![name], None),
+                Length => (
+                    vec![s("event: response.incomplete"), s("max_output_tokens")],
+                    vec![name],
+                    None,
+                ),
+                UpstreamError | AllFailed => (vec![s(name), s("boom")], vec![done], None),
+                NoFinishReason => (
+                    vec![s(name), s(no_finish)],
+                    vec![done],
+                    Some(ErrorType::NoFinish),
+                ),
+                Missing => (vec![s(name), s(missing)], vec![done], None),
+                ShutDown => (vec![s(name), s(SHUT_DOWN)], vec![done], None),
+                PastDeadline => (vec![s(name), s(PAST_DEADLINE)], vec![done], None),
+            }
+        }
+        (_, false, Stop | Length | ToolCalls) => {
+            let shows = match (api, ending) {
+                (Dialect::Anthropic, Stop) => r#""stop_reason":"end_turn""#,
+                (Dialect::Anthropic, Length) => r#""stop_reason":"max_tokens""#,
+                (Dialect::Anthropic, _) => r#""stop_reason":"tool_use""#,
+                (_, Length) => r#""status":"incomplete""#,
+                (_, Stop) => r#""status":"completed""#,
+                _ => r#""type":"function_call""#,
+            };
+            (vec![s("200 "), s(shows)], vec![], None)
+        }
+        (_, false, ending) => {
+            let why = match ending {
+                UpstreamError | AllFailed => "boom",
+                NoFinishReason => no_finish,
+                Missing => missing,
+                ShutDown => SHUT_DOWN,
+                _ => PAST_DEADLINE,
+            };
+            (
+                vec![s("502 "), s(why)],
+                vec![],
+                Some(ErrorType::ChoiceFailed),
+            )
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_api_streamed_or_not_writes_each_ending_as_decided() {
+    let mut all = String::new();
+    for api in [Dialect::Chat, Dialect::Anthropic, Dialect::Responses] {
+        for stream in [true, false] {
+            for ending in ENDINGS {
+                let (bytes, failed) = match stream {
+                    true => streamed(api, ending).await,
+                    false => whole(api, ending).await,
+                };
+                let bytes = stable(&bytes);
+                let case = format!("{api} stream={stream} {ending:?}");
+                let (shows, never, failure) = facts(api, stream, ending);
+                for text in &shows {
+                    assert!(
+                        bytes.contains(text.as_str()),
+                        "{case}: no {text:?} in\n{bytes}"
+                    );
+                }
+                for text in never {
+                    assert!(!bytes.contains(text), "{case}: {text:?} in\n{bytes}");
+                }
+                assert_eq!(failed, failure, "{case}:\n{bytes}");
+                writeln!(all, "== {case}\n{bytes}").unwrap();
+            }
+        }
+    }
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/respond/answers.txt");
+    if std::env::var_os("CHOICEWISE_BLESS").is_some() {
+        std::fs::write(path, &all).unwrap();
+    }
+    let expected = std::fs::read_to_string(path).unwrap();
+    assert!(
+        expected == all,
+        "the answers differ from answers.txt:\n{all}"
+    );
+}
+
+#[test]
+fn a_decided_ending_is_what_the_framings_write() {
+    // The Messages framing writes the ending it is given, not one of its own.
+    let mut framing = ApiFraming::new(&Reply {
+        api: Dialect::Anthropic,
+        model: "m".into(),
+        ..Reply::default()
+    });
+    let mut write = Vec::new();
+    framing.open(&mut write);
+    let ends = [OutputEnd::Cut(Cut::PastDeadline)];
+    framing.tail(&ends, Tail::default(), &mut write);
+    let text = String::from_utf8(write).unwrap();
+    assert!(
+        text.contains("event: error") && text.contains(PAST_DEADLINE),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_usage_and_the_summary_are_written_as_the_extension_states_them() {
+    // The objects the answers carried before they were types, field for field.
+    let usage = usage();
+    let expected = json!({
+        "prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4,
+        "choicewise": {
+            "per_choice": [{"index": 0, "sample": 0, "prompt_tokens": 3, "completion_tokens": 1,
+                            "estimated": false}],
+            "estimated": false,
+        },
+    });
+    assert_eq!(serde_json::to_string(&usage).unwrap(), expected.to_string());
+    let pick = Summary {
+        cancelled: Some(vec![2]),
+        confidence: Some(json!({"threshold": 1.5})),
+        decision: Some("vote"),
+        reason: Some("why".into()),
+        samples: Some(3),
+        selected: Some(vec![0]),
+        started: Some(3),
+        tries: vec![TrySummary {
+            outcome: "ok",
+            sample: 0,
+            upstream: "openai:m@127.0.0.1:1".into(),
+        }],
+        vote: Some(json!({"4": 2})),
+    };
+    let expected = json!({
+        "samples": 3, "selected": [0], "cancelled": [2], "decision": "vote", "started": 3,
+        "tries": [{"sample": 0, "upstream": "openai:m@127.0.0.1:1", "outcome": "ok"}],
+        "vote": {"4": 2}, "confidence": {"threshold": 1.5}, "reason": "why",
+    });
+    assert_eq!(serde_json::to_string(&pick).unwrap(), expected.to_string());
+    // A request without the extension: its tries alone.
+    let tries = Summary {
+        tries: pick.tries.clone(),
+        ..Summary::default()
+    };
+    let expected = json!({"tries": [{"sample": 0, "upstream": "openai:m@127.0.0.1:1",
+                                      "outcome": "ok"}]});
+    assert_eq!(serde_json::to_string(&tries).unwrap(), expected.to_string());
+}
