@@ -14,7 +14,8 @@ use crate::engine::{Picked, Run};
 use crate::error::ApiError;
 use crate::finish::{ErrorType, Finish};
 use crate::request::ChatRequest;
-use crate::{Gateway, HostedTools, ingress, layers, listen, open, respond, write};
+use crate::state::Gateway;
+use crate::{HostedTools, ingress, layers, listen, open, respond, write};
 
 /// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
 /// API's terms, its failures included. Its record ([`Finish`]) is made as it arrives, filled

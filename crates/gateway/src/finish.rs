@@ -10,14 +10,15 @@ use std::time::{Instant, SystemTime};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 
+use crate::auth;
 use crate::closing::{Closing, until_closed};
 use crate::engine::Run;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome};
 use crate::open::TryRecord;
 use crate::resilience;
+use crate::state::Gateway;
 use crate::traces::{RequestSpan, Traces};
-use crate::{Gateway, auth};
 
 /// A request's run and its accounting. The answer reads what the run came to
 /// ([`settle`](Self::settle)) once its samples are over, before its last bytes; the record
