@@ -93,9 +93,9 @@ impl EncodingName {
 }
 
 /// Texts of at most this many bytes in all are small enough to count on an async runtime's
-/// worker, where a hand-off to a blocking thread would cost about as much as the count
-/// (docs/usage.md has the figures): see [`counts_quickly`].
-pub const QUICK_COUNT_BYTES: usize = 2 * 1024;
+/// worker rather than hand them to a blocking thread (a short answer, a short prompt;
+/// docs/usage.md has the counting speed): see [`counts_quickly`].
+pub const QUICK_COUNT_BYTES: usize = 512;
 
 /// Whether counting `bytes` of text with `name` is quick enough for the calling thread,
 /// even an async runtime's worker: the table is loaded and the text at most
