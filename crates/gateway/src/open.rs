@@ -138,8 +138,11 @@ pub(crate) struct Opener {
 ///
 /// A Chat Completions upstream's body is the client's fields as they came, with the fields
 /// the gateway decides written over them: nothing of it is parsed. Another API's is
-/// translated from a parsed copy ([`Dialect::request_from_chat`]). A request that states no
-/// limit gets the upstream's `max_tokens` ([`limit_to_set`]).
+/// translated ([`Dialect::request_from_chat`]) from a parsed copy of the few fields it
+/// reshapes, its messages and tools translated from their text one at a time
+/// ([`Dialect::messages_from_chat_json`], [`Dialect::tools_from_chat_json`]): a request of
+/// many messages is never a tree. A request that states no limit gets the upstream's
+/// `max_tokens` ([`limit_to_set`]).
 pub(crate) fn request_body(
     u: &UpstreamRoute,
     opener: &Opener,
@@ -170,12 +173,13 @@ pub(crate) fn request_body(
         let over: Vec<(&str, &[u8])> = over.iter().map(|(k, v)| (*k, &v[..])).collect();
         return Ok(crate::request::write_object(base, &over).into());
     }
-    // What the translation reads or reshapes is parsed; the tools are translated one at a
-    // time, their schemas copied; every other field passes through as the client sent it.
+    // What the translation reads or reshapes is parsed, but for the messages and the tools,
+    // translated one at a time from their text (the tools' schemas copied); every other
+    // field passes through as the client sent it.
     let mut body = Map::new();
     for (k, text) in base
         .iter()
-        .filter(|(k, _)| TRANSLATED.contains(&k.as_str()))
+        .filter(|(k, _)| TRANSLATED.contains(&k.as_str()) && *k != "messages")
     {
         body.insert(
             k.clone(),
@@ -197,6 +201,13 @@ pub(crate) fn request_body(
         return Err(ApiError::invalid("the translated request is not an object"));
     };
     let mut fields = crate::request::fields_of(body);
+    let messages = (u.api)
+        .messages_from_chat_json(base.get("messages").map_or(&b"[]"[..], |m| &m[..]))
+        .map_err(ApiError::invalid)?;
+    fields.insert(messages.key.into(), messages.list.into());
+    if let Some((key, system)) = messages.system {
+        fields.insert(key.into(), system.into());
+    }
     if let Some(tools) = base.get("tools").filter(|t| &t[..] != b"null") {
         let tools = u
             .api
