@@ -176,13 +176,75 @@ impl Dialect {
     /// (`"messages" could not be read: ...`). Text that is JSON but not a list is no messages,
     /// as `request_from_chat` reads it.
     pub fn messages_from_chat_json(self, messages: &[u8]) -> Result<MessagesText, String> {
+        let mut list = Vec::with_capacity(messages.len().saturating_add(messages.len() / 8));
+        let system = self.write_messages_from_chat_json(messages, &mut list)?;
+        Ok(MessagesText {
+            key: self.messages_field(),
+            list,
+            system: (self.system_field()).and_then(|key| Some((key, system?))),
+        })
+    }
+
+    /// [`messages_from_chat_json`](Self::messages_from_chat_json) written at the end of
+    /// `out` (the list's text; `out` grows by an eighth at a time when it has no room left,
+    /// so that a body written around the list is allocated about once): the first system
+    /// or developer message's content as JSON text, for [`system_field`](Self::system_field).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let mut body = br#"{"messages":"#.to_vec();
+    /// let system = Dialect::Anthropic
+    ///     .write_messages_from_chat_json(br#"[{"role": "developer", "content": "Be brief."}]"#, &mut body)
+    ///     .unwrap();
+    /// assert_eq!(body, br#"{"messages":[]"#);
+    /// assert_eq!(system.unwrap(), br#""Be brief.""#);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`messages_from_chat_json`](Self::messages_from_chat_json); `out` then holds part
+    /// of the list.
+    pub fn write_messages_from_chat_json(
+        self,
+        messages: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, String> {
         match self {
-            Dialect::Chat => Ok(MessagesText {
-                key: "messages",
-                list: messages.to_vec(),
-                system: None,
-            }),
-            api => messages::messages_text(api, messages),
+            Dialect::Chat => {
+                out.extend_from_slice(messages);
+                Ok(None)
+            }
+            api => messages::write_messages(api, messages, out),
+        }
+    }
+
+    /// The request field that holds the conversation in this API's shape: `messages`
+    /// (Chat Completions, Anthropic) or `input` (Responses).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Responses.messages_field(), "input");
+    /// ```
+    pub const fn messages_field(self) -> &'static str {
+        match self {
+            Dialect::Responses => "input",
+            _ => "messages",
+        }
+    }
+
+    /// The request field a first system message's content goes in, translated from Chat
+    /// Completions: `system` (Anthropic), `instructions` (Responses); None for Chat
+    /// Completions, whose system message stays a message.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Anthropic.system_field(), Some("system"));
+    /// assert_eq!(Dialect::Chat.system_field(), None);
+    /// ```
+    pub const fn system_field(self) -> Option<&'static str> {
+        match self {
+            Dialect::Chat => None,
+            Dialect::Responses => Some("instructions"),
+            Dialect::Anthropic => Some("system"),
         }
     }
 

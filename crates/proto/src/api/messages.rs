@@ -5,13 +5,13 @@
 
 use serde_json::{Value, json};
 
+use super::Dialect;
 use super::tools::{self, Sink};
-use super::{Dialect, MessagesText};
 
-/// A list of translated messages or items written as JSON text as they come: the same bytes
-/// as the list of their values serialised whole.
-pub(super) struct ListText {
-    out: Vec<u8>,
+/// A list of translated messages or items written as JSON text as they come, at the end of
+/// a buffer: the same bytes as the list of their values serialised whole.
+pub(super) struct ListText<'o> {
+    out: &'o mut Vec<u8>,
     /// Whether an item has been written.
     any: bool,
     /// A user turn of tool results whose `content` list is still open, and whether that list
@@ -20,15 +20,16 @@ pub(super) struct ListText {
     /// A user turn of tool results written whole is `prefix`, its blocks, `suffix`.
     prefix: String,
     suffix: String,
+    /// One item's text, before it is copied into `out`.
+    scratch: Vec<u8>,
 }
 
-impl ListText {
-    /// An empty list, its buffer sized for about `size` bytes.
-    pub(super) fn with_capacity(size: usize) -> Self {
+impl<'o> ListText<'o> {
+    /// An empty list, started at the end of `out`.
+    pub(super) fn new(out: &'o mut Vec<u8>) -> Self {
         // The turn's own serialisation says where its blocks go, whatever the keys' order.
         let turn = json!({"role": "user", "content": []}).to_string();
         let at = turn.find("[]").map_or(turn.len(), |at| at + 1);
-        let mut out = Vec::with_capacity(size.saturating_add(2));
         out.push(b'[');
         ListText {
             out,
@@ -36,13 +37,16 @@ impl ListText {
             open: None,
             prefix: turn[..at].to_string(),
             suffix: turn[at..].to_string(),
+            scratch: Vec::new(),
         }
     }
 
     /// Closes the open turn of tool results, if any.
     fn close(&mut self) {
         if self.open.take().is_some() {
-            self.out.extend_from_slice(self.suffix.as_bytes());
+            let suffix = std::mem::take(&mut self.suffix);
+            self.put(suffix.as_bytes());
+            self.suffix = suffix;
         }
     }
 
@@ -50,24 +54,38 @@ impl ListText {
     fn next(&mut self) {
         self.close();
         if std::mem::replace(&mut self.any, true) {
-            self.out.push(b',');
+            self.put(b",");
         }
     }
 
-    fn write(&mut self, value: &Value) {
-        // A value always serialises into a vector.
-        let _ = serde_json::to_writer(&mut self.out, value);
+    /// Copies `bytes` into the list: a buffer that is full grows by an eighth (or by what
+    /// `bytes` needs), not twice its size, so that a list longer than its room costs little
+    /// more than itself.
+    fn put(&mut self, bytes: &[u8]) {
+        let room = self.out.capacity() - self.out.len();
+        if room < bytes.len() {
+            (self.out).reserve_exact(bytes.len().max(self.out.len() / 8));
+        }
+        self.out.extend_from_slice(bytes);
     }
 
-    /// The list's text.
-    pub(super) fn finish(mut self) -> Vec<u8> {
+    fn write(&mut self, value: &Value) {
+        self.scratch.clear();
+        // A value always serialises into a vector.
+        let _ = serde_json::to_writer(&mut self.scratch, value);
+        let scratch = std::mem::take(&mut self.scratch);
+        self.put(&scratch);
+        self.scratch = scratch;
+    }
+
+    /// Ends the list.
+    pub(super) fn finish(mut self) {
         self.close();
-        self.out.push(b']');
-        self.out
+        self.put(b"]");
     }
 }
 
-impl Sink for ListText {
+impl Sink for ListText<'_> {
     fn item(&mut self, item: Value) {
         self.next();
         self.write(&item);
@@ -75,10 +93,12 @@ impl Sink for ListText {
 
     fn results(&mut self, blocks: Vec<Value>) {
         self.next();
-        self.out.extend_from_slice(self.prefix.as_bytes());
+        let prefix = std::mem::take(&mut self.prefix);
+        self.put(prefix.as_bytes());
+        self.prefix = prefix;
         for (k, block) in blocks.iter().enumerate() {
             if k > 0 {
-                self.out.push(b',');
+                self.put(b",");
             }
             self.write(block);
         }
@@ -90,7 +110,7 @@ impl Sink for ListText {
             None => self.results(vec![block]),
             Some(any) => {
                 if any {
-                    self.out.push(b',');
+                    self.put(b",");
                 }
                 self.write(&block);
                 self.open = Some(true);
@@ -172,14 +192,14 @@ pub(super) fn translate(
     Ok(system)
 }
 
-/// [`Dialect::messages_from_chat_json`] for Anthropic and Responses.
-pub(super) fn messages_text(api: Dialect, text: &[u8]) -> Result<MessagesText, String> {
-    let (key, system_key) = match api {
-        Dialect::Responses => ("input", "instructions"),
-        _ => ("messages", "system"),
-    };
+/// [`Dialect::write_messages_from_chat_json`] for Anthropic and Responses.
+pub(super) fn write_messages(
+    api: Dialect,
+    text: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<Option<Vec<u8>>, String> {
     let first = (text.iter()).find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
-    let mut list = ListText::with_capacity(text.len() + text.len() / 8);
+    let mut list = ListText::new(out);
     let system = match first {
         Some(b'[') => translate(api, |each| for_each_entry(text, each), &mut list)?,
         // Not a list: no messages, as a request given as a tree reads it (once it is JSON).
@@ -189,16 +209,9 @@ pub(super) fn messages_text(api: Dialect, text: &[u8]) -> Result<MessagesText, S
             None
         }
     };
-    let system = system.map(|content| {
-        // A value always serialises.
-        let text = serde_json::to_vec(&content).unwrap_or_else(|_| b"null".to_vec());
-        (system_key, text)
-    });
-    Ok(MessagesText {
-        key,
-        list: list.finish(),
-        system,
-    })
+    list.finish();
+    // A value always serialises.
+    Ok(system.map(|content| serde_json::to_vec(&content).unwrap_or_else(|_| b"null".to_vec())))
 }
 
 #[cfg(test)]
