@@ -231,21 +231,24 @@ fn translated_body(
         }
     }
     let messages = base.get("messages").map_or(&b"[]"[..], |m| &m[..]);
-    let tools = base.get("tools").filter(|t| &t[..] != b"null");
+    // The tools written first, so that the body is sized for them; their error, if any, is
+    // given at their key (after the messages').
+    let mut tools = (base.get("tools").filter(|t| &t[..] != b"null"))
+        .map(|t| api.tools_from_chat_json(t).map_err(ApiError::invalid));
     // The body is written in its keys' order, the messages translated into it as they are
     // read: a first system message's content is known once the list is written, before its
     // own key (`system` after `messages`, `instructions` after `input`).
     let mut keys: Vec<&str> = (fields.keys().map(String::as_str))
         .chain([list_key])
         .chain(system_key)
-        .chain(tools.map(|_| "tools"))
+        .chain(tools.as_ref().map(|_| "tools"))
         .collect();
     keys.sort_unstable();
     keys.dedup();
     let size = (fields.iter().map(|(k, v)| k.len() + v.len() + 4)).sum::<usize>()
         + messages.len()
         + messages.len() / 8
-        + tools.map_or(0, |t| t.len() + t.len() / 4)
+        + tools.as_ref().map_or(0, |t| t.as_ref().map_or(0, Vec::len))
         + 64;
     let mut out = Vec::with_capacity(size);
     out.push(b'{');
@@ -258,9 +261,9 @@ fn translated_body(
         {
             Piece::Owned(text)
         } else if key == "tools"
-            && let Some(tools) = tools
+            && let Some(tools) = tools.take()
         {
-            Piece::Tools(tools)
+            Piece::Owned(tools?)
         } else {
             match fields.get(key) {
                 Some(text) => Piece::Text(text),
@@ -281,10 +284,6 @@ fn translated_body(
                     .write_messages_from_chat_json(messages, &mut out)
                     .map_err(ApiError::invalid)?;
             }
-            Piece::Tools(tools) => {
-                let tools = api.tools_from_chat_json(tools).map_err(ApiError::invalid)?;
-                out.extend_from_slice(&tools);
-            }
         }
     }
     out.push(b'}');
@@ -295,12 +294,10 @@ fn translated_body(
 enum Piece<'a> {
     /// Its text, as the client sent it or the translation wrote it.
     Text(&'a [u8]),
-    /// Its text, made here (the first system message's content).
+    /// Its text, made here (the first system message's content, the translated tools).
     Owned(Vec<u8>),
     /// The messages, translated into the body as they are read.
     Messages,
-    /// The client's tools, translated one at a time.
-    Tools(&'a [u8]),
 }
 
 /// The Chat Completions fields [`Dialect::request_from_chat`] reads or reshapes for another
