@@ -140,7 +140,7 @@ pub(crate) struct Opener {
 /// the gateway decides written over them: nothing of it is parsed. Another API's is
 /// translated ([`Dialect::request_from_chat`]) from a parsed copy of the few fields it
 /// reshapes, its messages and tools translated from their text one at a time
-/// ([`Dialect::messages_from_chat_json`], [`Dialect::tools_from_chat_json`]): a request of
+/// ([`Dialect::write_messages_from_chat_json`], [`Dialect::tools_from_chat_json`]): a request of
 /// many messages is never a tree. A request that states no limit gets the upstream's
 /// `max_tokens` ([`limit_to_set`]).
 pub(crate) fn request_body(
@@ -877,6 +877,10 @@ mod tests {
                 "reasoning": {"effort": "low", "summary": "auto"}}),
         )
         .unwrap();
+        // A first system message is known once the list is written: its key comes after.
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            assert!(Some(api.messages_field()) < api.system_field(), "{api}");
+        }
         let mut compared = 0;
         for body in bodies {
             let base = split_object(&bytes::Bytes::from(body.to_string())).unwrap();
