@@ -80,8 +80,8 @@ pub use choicewise_proto::EncodingName;
 pub use choicewise_proto::{
     ArgumentsError, CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource,
     ChoiceUsage, Demux, Dialect, Error, ErrorDetail, ErrorKind, Estimate, FunctionCall,
-    FunctionCallEvent, Incomplete, Logprobs, LogprobsKept, Message, PartialJsonError, Snapshot,
-    Text, ToolCall, UpstreamError, Usage, UsageSource, Warning, WarningKind,
+    FunctionCallEvent, Incomplete, Logprobs, LogprobsKept, Message, MessagesText, PartialJsonError,
+    Snapshot, Text, ToolCall, UpstreamError, Usage, UsageSource, Warning, WarningKind,
 };
 pub use choicewise_proto::{chunks, wire};
 pub use completions::{Choices, Completions};

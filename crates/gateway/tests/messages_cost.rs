@@ -177,12 +177,20 @@ async fn measured(
     (answers, idle, peak)
 }
 
-/// A gateway with model `m` over a Chat Completions upstream that reports no usage, taking
-/// bodies of up to 16 MiB; `limits`: more of its `[limits]`.
+/// A streamed Responses answer of one word, with its usage.
+const RESPONSES_ANSWER: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"in_progress\",\"model\":\"up\",\"output\":[]}}\n\nevent: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"ok\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"completed\",\"model\":\"up\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"ok\"}]}],\"usage\":{\"input_tokens\":7,\"output_tokens\":1,\"total_tokens\":8}}}\n\n";
+
+/// A gateway with model `m` over a Chat Completions upstream that reports no usage, `a`
+/// over an Anthropic one and `r` over a Responses one, taking bodies of up to 16 MiB;
+/// `limits`: more of its `[limits]`.
 async fn gateway(limits: &str) -> SocketAddr {
     let url = no_usage_upstream().await;
     let anthropic = upstream("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream", || {
         ANTHROPIC_ANSWER.as_bytes().to_vec()
+    })
+    .await;
+    let responses = upstream("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream", || {
+        RESPONSES_ANSWER.as_bytes().to_vec()
     })
     .await;
     let toml = format!(
@@ -190,7 +198,9 @@ async fn gateway(limits: &str) -> SocketAddr {
          [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n\
          model = \"up\"\n\
          [[models]]\nname = \"a\"\n[[models.upstreams]]\napi = \"anthropic\"\n\
-         base_url = \"{anthropic}\"\nmodel = \"up\"\n",
+         base_url = \"{anthropic}\"\nmodel = \"up\"\n\
+         [[models]]\nname = \"r\"\n[[models.upstreams]]\napi = \"responses\"\n\
+         base_url = \"{responses}\"\nmodel = \"up\"\n",
         16 * MIB
     );
     serve(&toml, env).await.0
@@ -253,13 +263,30 @@ async fn messages_of_many_messages() {
     one("/v1/messages").await;
 }
 
-/// Messages to an Anthropic upstream: translated to Chat Completions and back. Not yet
-/// bounded: the Chat Completions → Anthropic request translation (`Dialect::request_from_chat`
-/// in choicewise-core, called by src/open.rs) parses `messages` whole (measured +317 MiB).
+/// Messages to an Anthropic upstream: translated to Chat Completions and back, one message
+/// at a time each way (`Dialect::messages_from_chat_json`, called by src/open.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the chat → anthropic request translation still parses messages whole"]
 async fn messages_of_many_messages_to_an_anthropic_upstream() {
-    one_to("/v1/messages", "a").await;
+    let answer = one_to("/v1/messages", "a").await;
+    assert_eq!(answer["content"][0]["text"], "ok", "{answer}");
+}
+
+/// Responses to a Responses upstream: translated to Chat Completions and back, one item at a
+/// time each way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_of_many_items_to_a_responses_upstream() {
+    let answer = one_to("/v1/responses", "r").await;
+    assert_eq!(answer["output"][0]["content"][0]["text"], "ok", "{answer}");
+}
+
+/// Chat Completions to an Anthropic and to a Responses upstream: the client's messages
+/// translated one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_of_many_messages_to_other_apis() {
+    for model in ["a", "r"] {
+        let answer = one_to("/v1/chat/completions", model).await;
+        assert_eq!(answer["choices"][0]["message"]["content"], "ok", "{answer}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

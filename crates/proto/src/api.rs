@@ -7,6 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+mod messages;
 mod tools;
 
 /// `max_tokens` sent to the Anthropic API, which requires it, when a request in Chat
@@ -143,6 +144,110 @@ impl Dialect {
         }
     }
 
+    /// A Chat Completions request's `messages`, given as their JSON text, in this API's shape
+    /// as [`request_from_chat`](Self::request_from_chat) writes them, as JSON text: the
+    /// translated list and, when the first message is a system or developer one, its content
+    /// (Anthropic's `system`, Responses' `instructions`). Each message is parsed, translated
+    /// and written on its own as the list is read, so that a request of many messages never
+    /// exists as a parsed tree: its memory is the text written and the largest message
+    /// (the text is returned as it is for Chat Completions).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let messages = br#"[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+    ///     {"role": "tool", "tool_call_id": "a", "content": "1"}, {"role": "tool", "tool_call_id": "b", "content": "2"}]"#;
+    /// let anthropic = Dialect::Anthropic.messages_from_chat_json(messages).unwrap();
+    /// assert_eq!(anthropic.key, "messages");
+    /// assert_eq!(anthropic.system, Some(("system", br#""Be brief.""#.to_vec())));
+    /// let list: serde_json::Value = serde_json::from_slice(&anthropic.list).unwrap();
+    /// assert_eq!(list[1]["content"].as_array().unwrap().len(), 2, "the two results are one turn");
+    ///
+    /// let responses = Dialect::Responses.messages_from_chat_json(messages).unwrap();
+    /// assert_eq!(responses.key, "input");
+    /// assert_eq!(responses.system.unwrap().0, "instructions");
+    /// let input: serde_json::Value = serde_json::from_slice(&responses.list).unwrap();
+    /// assert_eq!(input[2]["type"], "function_call_output");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As `request_from_chat` for its `messages`: a message of an unknown role, a tool call
+    /// whose `arguments` are not JSON, an image without a URL; and text that is not JSON
+    /// (`"messages" could not be read: ...`). Text that is JSON but not a list is no messages,
+    /// as `request_from_chat` reads it.
+    pub fn messages_from_chat_json(self, messages: &[u8]) -> Result<MessagesText, String> {
+        let mut list = Vec::with_capacity(messages.len().saturating_add(messages.len() / 8));
+        let system = self.write_messages_from_chat_json(messages, &mut list)?;
+        Ok(MessagesText {
+            key: self.messages_field(),
+            list,
+            system: (self.system_field()).and_then(|key| Some((key, system?))),
+        })
+    }
+
+    /// [`messages_from_chat_json`](Self::messages_from_chat_json) written at the end of
+    /// `out` (the list's text; `out` grows by an eighth at a time when it has no room left,
+    /// so that a body written around the list is allocated about once): the first system
+    /// or developer message's content as JSON text, for [`system_field`](Self::system_field).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let mut body = br#"{"messages":"#.to_vec();
+    /// let system = Dialect::Anthropic
+    ///     .write_messages_from_chat_json(br#"[{"role": "developer", "content": "Be brief."}]"#, &mut body)
+    ///     .unwrap();
+    /// assert_eq!(body, br#"{"messages":[]"#);
+    /// assert_eq!(system.unwrap(), br#""Be brief.""#);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`messages_from_chat_json`](Self::messages_from_chat_json); `out` then holds part
+    /// of the list.
+    pub fn write_messages_from_chat_json(
+        self,
+        messages: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, String> {
+        match self {
+            Dialect::Chat => {
+                out.extend_from_slice(messages);
+                Ok(None)
+            }
+            api => messages::write_messages(api, messages, out),
+        }
+    }
+
+    /// The request field that holds the conversation in this API's shape: `messages`
+    /// (Chat Completions, Anthropic) or `input` (Responses).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Responses.messages_field(), "input");
+    /// ```
+    pub const fn messages_field(self) -> &'static str {
+        match self {
+            Dialect::Responses => "input",
+            _ => "messages",
+        }
+    }
+
+    /// The request field a first system message's content goes in, translated from Chat
+    /// Completions: `system` (Anthropic), `instructions` (Responses); None for Chat
+    /// Completions, whose system message stays a message.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Anthropic.system_field(), Some("system"));
+    /// assert_eq!(Dialect::Chat.system_field(), None);
+    /// ```
+    pub const fn system_field(self) -> Option<&'static str> {
+        match self {
+            Dialect::Chat => None,
+            Dialect::Responses => Some("instructions"),
+            Dialect::Anthropic => Some("system"),
+        }
+    }
+
     /// A request in Chat Completions' shape (`messages`, `max_tokens`, ...) in this dialect's
     /// shape (Chat: unchanged):
     ///
@@ -206,16 +311,9 @@ impl Dialect {
             ));
         }
         let mut out = Map::new();
-        let mut messages: Vec<Value> = body
-            .get("messages")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let system = match messages.first() {
-            Some(m) if matches!(m["role"].as_str(), Some("system" | "developer")) => {
-                Some(messages.remove(0)["content"].clone())
-            }
-            _ => None,
+        let messages = (body.get("messages").and_then(Value::as_array)).map_or(&[][..], |m| m);
+        let read = |each: &mut dyn FnMut(usize, Value) -> Result<(), String>| {
+            (messages.iter().enumerate()).try_for_each(|(i, m)| each(i, m.clone()))
         };
         for unsupported in ["seed", "stop"] {
             let missing = match api {
@@ -257,7 +355,8 @@ impl Dialect {
         let effort = body.get("reasoning_effort").and_then(Value::as_str);
         match api {
             Dialect::Responses => {
-                let input = tools::responses_input(messages)?;
+                let mut input = Vec::with_capacity(messages.len());
+                let system = messages::translate(api, read, &mut input)?;
                 out.insert("input".into(), Value::Array(input));
                 if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
                     out.insert("tools".into(), tools::tools(list, false)?);
@@ -278,8 +377,9 @@ impl Dialect {
                 }
             }
             Dialect::Anthropic => {
-                let messages = tools::anthropic_messages(messages)?;
-                out.insert("messages".into(), Value::Array(messages));
+                let mut turns = Vec::with_capacity(messages.len());
+                let system = messages::translate(api, read, &mut turns)?;
+                out.insert("messages".into(), Value::Array(turns));
                 if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
                     out.insert("tools".into(), tools::tools(list, true)?);
                 }
@@ -337,6 +437,31 @@ impl Dialect {
         }
         Ok(Value::Object(out))
     }
+}
+
+/// A Chat Completions request's `messages` in another API's shape, as JSON text
+/// ([`Dialect::messages_from_chat_json`]).
+///
+/// ```
+/// use choicewise_proto::Dialect;
+/// let text = Dialect::Responses
+///     .messages_from_chat_json(br#"[{"role": "user", "content": "hi"}]"#)
+///     .unwrap();
+/// assert_eq!(text.list, br#"[{"content":"hi","role":"user"}]"#);
+/// assert_eq!(text.system, None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MessagesText {
+    /// The request's field the list goes in: `messages` (Anthropic, Chat Completions) or
+    /// `input` (Responses).
+    pub key: &'static str,
+    /// The translated list, as JSON text.
+    pub list: Vec<u8>,
+    /// The field a first system or developer message's content goes in (`system`,
+    /// `instructions`) and that content as JSON text; None when the first message is not one
+    /// (and for Chat Completions, whose messages stay as they are).
+    pub system: Option<(&'static str, Vec<u8>)>,
 }
 
 impl fmt::Display for Dialect {

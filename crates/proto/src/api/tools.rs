@@ -233,14 +233,56 @@ fn anthropic_content(content: &Value, at: &str) -> Result<Value, String> {
     Ok(Value::Array(out))
 }
 
-/// Chat's messages (the first system one already taken out) in Anthropic's shape: an
-/// assistant's `tool_calls` become `tool_use` blocks after its text, `tool` messages become
-/// `tool_result` blocks of one user turn (consecutive ones together), images become image
-/// blocks. A later system or developer message stays a `system` turn at its place.
-pub(super) fn anthropic_messages(messages: Vec<Value>) -> Result<Vec<Value>, String> {
-    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
-    for (i, m) in messages.into_iter().enumerate() {
+/// Where translated messages go, in order: [`Vec<Value>`] for a request given as a tree, or
+/// [`super::messages::ListText`], which writes each as JSON text as it comes.
+pub(super) trait Sink {
+    /// A whole message (Anthropic) or input item (Responses).
+    fn item(&mut self, item: Value);
+    /// An Anthropic user turn whose content is `blocks`, all `tool_result` blocks (or none),
+    /// which the tool results that follow join ([`join`](Self::join)).
+    fn results(&mut self, blocks: Vec<Value>);
+    /// A `tool_result` block joining the last turn, opened by [`results`](Self::results).
+    fn join(&mut self, block: Value);
+}
+
+impl Sink for Vec<Value> {
+    fn item(&mut self, item: Value) {
+        self.push(item);
+    }
+
+    fn results(&mut self, blocks: Vec<Value>) {
+        self.push(json!({"role": "user", "content": blocks}));
+    }
+
+    fn join(&mut self, block: Value) {
+        match self.last_mut().and_then(|l| l["content"].as_array_mut()) {
+            Some(blocks) => blocks.push(block),
+            None => self.results(vec![block]),
+        }
+    }
+}
+
+/// Chat's messages (the first system one already taken out) in Anthropic's shape, one at a
+/// time: an assistant's `tool_calls` become `tool_use` blocks after its text, `tool`
+/// messages become `tool_result` blocks of one user turn (consecutive ones together, and
+/// joining a user turn made of tool results only), images become image blocks. A later
+/// system or developer message stays a `system` turn at its place.
+#[derive(Debug, Default)]
+pub(super) struct AnthropicMessages {
+    /// The last turn written is a user turn of `tool_result` blocks only: a tool result joins it.
+    results_open: bool,
+}
+
+impl AnthropicMessages {
+    /// Translates message `m`, the `i`th after the system one taken out, into `out`.
+    pub(super) fn message(
+        &mut self,
+        i: usize,
+        m: Value,
+        out: &mut impl Sink,
+    ) -> Result<(), String> {
         let at = format!("messages[{i}]");
+        let mut results_open = false;
         match m["role"].as_str() {
             Some("tool") => {
                 let block = json!({
@@ -248,20 +290,11 @@ pub(super) fn anthropic_messages(messages: Vec<Value>) -> Result<Vec<Value>, Str
                     "tool_use_id": m["tool_call_id"].as_str().unwrap_or_default(),
                     "content": text_of(&m["content"]),
                 });
-                let last_is_results = out.last().is_some_and(|l: &Value| {
-                    l["role"] == "user"
-                        && l["content"]
-                            .as_array()
-                            .is_some_and(|c| c.iter().all(|b| b["type"] == "tool_result"))
-                });
-                match (last_is_results, out.last_mut()) {
-                    (true, Some(last)) => {
-                        if let Some(blocks) = last["content"].as_array_mut() {
-                            blocks.push(block);
-                        }
-                    }
-                    _ => out.push(json!({"role": "user", "content": [block]})),
+                match self.results_open {
+                    true => out.join(block),
+                    false => out.results(vec![block]),
                 }
+                results_open = true;
             }
             Some("assistant") => {
                 let calls = m["tool_calls"].as_array().cloned().unwrap_or_default();
@@ -274,37 +307,51 @@ pub(super) fn anthropic_messages(messages: Vec<Value>) -> Result<Vec<Value>, Str
                         o.remove("tool_calls");
                         o.remove("refusal");
                     }
-                    out.push(m);
-                    continue;
+                    out.item(m);
+                } else {
+                    let mut blocks = Vec::new();
+                    let text = text_of(&m["content"]);
+                    if !text.is_empty() {
+                        blocks.push(json!({"type": "text", "text": text}));
+                    }
+                    for (k, call) in calls.iter().enumerate() {
+                        let call_at = format!("{at}.tool_calls[{k}]");
+                        blocks.push(json!({
+                            "type": "tool_use",
+                            "id": call["id"].as_str().unwrap_or_default(),
+                            "name": call["function"]["name"].as_str().unwrap_or_default(),
+                            "input": arguments(call, &call_at)?,
+                        }));
+                    }
+                    out.item(json!({"role": "assistant", "content": blocks}));
                 }
-                let mut blocks = Vec::new();
-                let text = text_of(&m["content"]);
-                if !text.is_empty() {
-                    blocks.push(json!({"type": "text", "text": text}));
-                }
-                for (k, call) in calls.iter().enumerate() {
-                    let call_at = format!("{at}.tool_calls[{k}]");
-                    blocks.push(json!({
-                        "type": "tool_use",
-                        "id": call["id"].as_str().unwrap_or_default(),
-                        "name": call["function"]["name"].as_str().unwrap_or_default(),
-                        "input": arguments(call, &call_at)?,
-                    }));
-                }
-                out.push(json!({"role": "assistant", "content": blocks}));
             }
-            Some("user") => out.push(json!({
-                "role": "user",
-                "content": anthropic_content(&m["content"], &at)?,
-            })),
+            Some("user") => match anthropic_content(&m["content"], &at)? {
+                Value::Array(blocks) if blocks.iter().all(|b| b["type"] == "tool_result") => {
+                    out.results(blocks);
+                    results_open = true;
+                }
+                content => out.item(json!({"role": "user", "content": content})),
+            },
             // A system turn inside the conversation, as Anthropic's API takes it (and
             // Claude Code sends it).
-            Some("system" | "developer") => out.push(json!({
+            Some("system" | "developer") => out.item(json!({
                 "role": "system",
                 "content": anthropic_content(&m["content"], &at)?,
             })),
             other => return Err(format!("{at}: unknown role {other:?}")),
         }
+        self.results_open = results_open;
+        Ok(())
+    }
+}
+
+/// [`AnthropicMessages`] of a whole list, for the tests.
+#[cfg(test)]
+fn anthropic_messages(messages: Vec<Value>) -> Result<Vec<Value>, String> {
+    let (mut out, mut turns) = (Vec::new(), AnthropicMessages::default());
+    for (i, m) in messages.into_iter().enumerate() {
+        turns.message(i, m, &mut out)?;
     }
     Ok(out)
 }
@@ -336,44 +383,51 @@ fn responses_content(content: &Value, at: &str) -> Result<Value, String> {
     Ok(Value::Array(out))
 }
 
-/// Chat's messages (the first system one already taken out) as Responses `input` items: an
-/// assistant's `tool_calls` become `function_call` items after its text, a `tool` message a
-/// `function_call_output`, images `input_image` parts.
-pub(super) fn responses_input(messages: Vec<Value>) -> Result<Vec<Value>, String> {
-    let mut out = Vec::with_capacity(messages.len());
-    for (i, m) in messages.into_iter().enumerate() {
-        let at = format!("messages[{i}]");
-        match m["role"].as_str() {
-            Some("tool") => out.push(json!({
-                "type": "function_call_output",
-                "call_id": m["tool_call_id"].as_str().unwrap_or_default(),
-                "output": text_of(&m["content"]),
-            })),
-            Some("assistant") => {
-                let text = text_of(&m["content"]);
-                if !text.is_empty() {
-                    out.push(json!({"role": "assistant", "content": text}));
-                }
-                for (k, call) in (m["tool_calls"].as_array().into_iter().flatten()).enumerate() {
-                    let call_at = format!("{at}.tool_calls[{k}]");
-                    let args = match &call["function"]["arguments"] {
-                        Value::String(s) => s.clone(),
-                        _ => arguments(call, &call_at)?.to_string(),
-                    };
-                    out.push(json!({
-                        "type": "function_call",
-                        "call_id": call["id"].as_str().unwrap_or_default(),
-                        "name": call["function"]["name"].as_str().unwrap_or_default(),
-                        "arguments": args,
-                    }));
-                }
+/// Chat's message `m` (the `i`th after the first system one, taken out) as Responses `input`
+/// items, into `out`: an assistant's `tool_calls` become `function_call` items after its
+/// text, a `tool` message a `function_call_output`, images `input_image` parts.
+pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result<(), String> {
+    let at = format!("messages[{i}]");
+    match m["role"].as_str() {
+        Some("tool") => out.item(json!({
+            "type": "function_call_output",
+            "call_id": m["tool_call_id"].as_str().unwrap_or_default(),
+            "output": text_of(&m["content"]),
+        })),
+        Some("assistant") => {
+            let text = text_of(&m["content"]);
+            if !text.is_empty() {
+                out.item(json!({"role": "assistant", "content": text}));
             }
-            Some(role @ ("user" | "system" | "developer")) => out.push(json!({
-                "role": role,
-                "content": responses_content(&m["content"], &at)?,
-            })),
-            other => return Err(format!("{at}: unknown role {other:?}")),
+            for (k, call) in (m["tool_calls"].as_array().into_iter().flatten()).enumerate() {
+                let call_at = format!("{at}.tool_calls[{k}]");
+                let args = match &call["function"]["arguments"] {
+                    Value::String(s) => s.clone(),
+                    _ => arguments(call, &call_at)?.to_string(),
+                };
+                out.item(json!({
+                    "type": "function_call",
+                    "call_id": call["id"].as_str().unwrap_or_default(),
+                    "name": call["function"]["name"].as_str().unwrap_or_default(),
+                    "arguments": args,
+                }));
+            }
         }
+        Some(role @ ("user" | "system" | "developer")) => out.item(json!({
+            "role": role,
+            "content": responses_content(&m["content"], &at)?,
+        })),
+        other => return Err(format!("{at}: unknown role {other:?}")),
+    }
+    Ok(())
+}
+
+/// [`responses_items`] of a whole list, for the tests.
+#[cfg(test)]
+fn responses_input(messages: Vec<Value>) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for (i, m) in messages.into_iter().enumerate() {
+        responses_items(i, m, &mut out)?;
     }
     Ok(out)
 }

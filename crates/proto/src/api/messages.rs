@@ -1,0 +1,365 @@
+//! A Chat Completions request's `messages` translated from their JSON text one message at a
+//! time: a visitor over the array on a borrowed deserializer parses one message, translates
+//! it ([`tools::AnthropicMessages`], [`tools::responses_items`]) and writes what it made as
+//! JSON text at once, so that the list never exists as a parsed tree, in or out.
+
+use serde_json::{Value, json};
+
+use super::Dialect;
+use super::tools::{self, Sink};
+
+/// A list of translated messages or items written as JSON text as they come, at the end of
+/// a buffer: the same bytes as the list of their values serialised whole.
+pub(super) struct ListText<'o> {
+    out: &'o mut Vec<u8>,
+    /// Whether an item has been written.
+    any: bool,
+    /// A user turn of tool results whose `content` list is still open, and whether that list
+    /// has a block yet.
+    open: Option<bool>,
+    /// A user turn of tool results written whole is `prefix`, its blocks, `suffix`.
+    prefix: String,
+    suffix: String,
+    /// One item's text, before it is copied into `out`.
+    scratch: Vec<u8>,
+}
+
+impl<'o> ListText<'o> {
+    /// An empty list, started at the end of `out`.
+    pub(super) fn new(out: &'o mut Vec<u8>) -> Self {
+        // The turn's own serialisation says where its blocks go, whatever the keys' order.
+        let turn = json!({"role": "user", "content": []}).to_string();
+        let at = turn.find("[]").map_or(turn.len(), |at| at + 1);
+        out.push(b'[');
+        ListText {
+            out,
+            any: false,
+            open: None,
+            prefix: turn[..at].to_string(),
+            suffix: turn[at..].to_string(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Closes the open turn of tool results, if any.
+    fn close(&mut self) {
+        if self.open.take().is_some() {
+            let suffix = std::mem::take(&mut self.suffix);
+            self.put(suffix.as_bytes());
+            self.suffix = suffix;
+        }
+    }
+
+    /// Starts the next item.
+    fn next(&mut self) {
+        self.close();
+        if std::mem::replace(&mut self.any, true) {
+            self.put(b",");
+        }
+    }
+
+    /// Copies `bytes` into the list: a buffer that is full grows by an eighth (or by what
+    /// `bytes` needs), not twice its size, so that a list longer than its room costs little
+    /// more than itself.
+    fn put(&mut self, bytes: &[u8]) {
+        let room = self.out.capacity() - self.out.len();
+        if room < bytes.len() {
+            (self.out).reserve_exact(bytes.len().max(self.out.len() / 8));
+        }
+        self.out.extend_from_slice(bytes);
+    }
+
+    fn write(&mut self, value: &Value) {
+        self.scratch.clear();
+        // A value always serialises into a vector.
+        let _ = serde_json::to_writer(&mut self.scratch, value);
+        let scratch = std::mem::take(&mut self.scratch);
+        self.put(&scratch);
+        self.scratch = scratch;
+    }
+
+    /// Ends the list.
+    pub(super) fn finish(mut self) {
+        self.close();
+        self.put(b"]");
+    }
+}
+
+impl Sink for ListText<'_> {
+    fn item(&mut self, item: Value) {
+        self.next();
+        self.write(&item);
+    }
+
+    fn results(&mut self, blocks: Vec<Value>) {
+        self.next();
+        let prefix = std::mem::take(&mut self.prefix);
+        self.put(prefix.as_bytes());
+        self.prefix = prefix;
+        for (k, block) in blocks.iter().enumerate() {
+            if k > 0 {
+                self.put(b",");
+            }
+            self.write(block);
+        }
+        self.open = Some(!blocks.is_empty());
+    }
+
+    fn join(&mut self, block: Value) {
+        match self.open {
+            None => self.results(vec![block]),
+            Some(any) => {
+                if any {
+                    self.put(b",");
+                }
+                self.write(&block);
+                self.open = Some(true);
+            }
+        }
+    }
+}
+
+/// Calls `each` with every entry of the JSON array `text` in order, each parsed on its own
+/// as the array is read: at most one entry's tree exists at a time. The error of `each`, or
+/// the text's (`"messages" could not be read: ...`).
+fn for_each_entry(
+    text: &[u8],
+    each: &mut dyn FnMut(usize, Value) -> Result<(), String>,
+) -> Result<(), String> {
+    use serde::de::{Deserializer as _, Error as _, SeqAccess, Visitor};
+
+    struct Entries<'f> {
+        each: &'f mut dyn FnMut(usize, Value) -> Result<(), String>,
+        stopped: Option<String>,
+    }
+    impl<'de> Visitor<'de> for &mut Entries<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while let Some(entry) = seq.next_element::<Value>()? {
+                if let Err(e) = (self.each)(i, entry) {
+                    self.stopped = Some(e);
+                    return Err(A::Error::custom("stopped"));
+                }
+                i += 1;
+            }
+            Ok(())
+        }
+    }
+    let mut entries = Entries {
+        each,
+        stopped: None,
+    };
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let read = de.deserialize_seq(&mut entries).and_then(|()| de.end());
+    match (entries.stopped.take(), read) {
+        (Some(e), _) => Err(e),
+        (None, Err(e)) => Err(format!("\"messages\" could not be read: {e}")),
+        (None, Ok(())) => Ok(()),
+    }
+}
+
+/// Where a message goes: `Some(content)` for the first one when it is a system or developer
+/// message (its content becomes the request's `system` or `instructions`), else None.
+fn first_system(i: usize, m: &Value) -> Option<&Value> {
+    (i == 0 && matches!(m["role"].as_str(), Some("system" | "developer"))).then(|| &m["content"])
+}
+
+/// Translates the messages of a list given as its items (a tree's, cloned one at a time, or
+/// a text's, parsed one at a time by `read`) into `out`; the first system message's content.
+pub(super) fn translate(
+    api: Dialect,
+    read: impl FnOnce(&mut dyn FnMut(usize, Value) -> Result<(), String>) -> Result<(), String>,
+    out: &mut impl Sink,
+) -> Result<Option<Value>, String> {
+    let mut system = None;
+    let mut skipped = 0;
+    let mut turns = tools::AnthropicMessages::default();
+    read(&mut |i, m| {
+        if let Some(content) = first_system(i, &m) {
+            system = Some(content.clone());
+            skipped = 1;
+            return Ok(());
+        }
+        match api {
+            Dialect::Anthropic => turns.message(i - skipped, m, out),
+            _ => tools::responses_items(i - skipped, m, out),
+        }
+    })?;
+    Ok(system)
+}
+
+/// [`Dialect::write_messages_from_chat_json`] for Anthropic and Responses.
+pub(super) fn write_messages(
+    api: Dialect,
+    text: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<Option<Vec<u8>>, String> {
+    let first = (text.iter()).find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    let mut list = ListText::new(out);
+    let system = match first {
+        Some(b'[') => translate(api, |each| for_each_entry(text, each), &mut list)?,
+        // Not a list: no messages, as a request given as a tree reads it (once it is JSON).
+        _ => {
+            serde_json::from_slice::<serde::de::IgnoredAny>(text)
+                .map_err(|e| format!("\"messages\" could not be read: {e}"))?;
+            None
+        }
+    };
+    list.finish();
+    // A value always serialises.
+    Ok(system.map(|content| serde_json::to_vec(&content).unwrap_or_else(|_| b"null".to_vec())))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use crate::Dialect;
+
+    /// Every shape of message the translation reshapes, in an order that joins and splits
+    /// the user turns of tool results.
+    fn shapes() -> Vec<Value> {
+        vec![
+            json!({"role": "user", "content": "Weather in Paris and Rome?"}),
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "what is it?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}},
+                {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}),
+            json!({"role": "assistant", "content": "Looking.", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "w", "arguments": "{\"c\":\"Paris\"}"}},
+                {"id": "b", "type": "function", "function": {"name": "w", "arguments": ""}},
+                {"id": "c", "type": "function", "function": {"name": "w", "arguments": null}},
+                {"id": "d", "type": "function", "function": {"name": "w", "arguments": {"c": 1}}}]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "18C"}),
+            json!({"role": "tool", "tool_call_id": "b", "content": [{"type": "text", "text": "2"}, {"type": "text", "text": "1C"}]}),
+            json!({"role": "tool", "tool_call_id": "c", "content": null}),
+            json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": []}),
+            json!({"role": "assistant", "content": [{"type": "text", "text": "It is "}, {"type": "text", "text": "warm."}],
+                "name": "bot"}),
+            json!({"role": "tool", "tool_call_id": "late", "content": "alone"}),
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "sent as Anthropic's"}]}),
+            json!({"role": "tool", "tool_call_id": "y", "content": "joins it"}),
+            json!({"role": "user", "content": []}),
+            json!({"role": "tool", "tool_call_id": "z", "content": "joins the empty turn"}),
+            json!({"role": "developer", "content": [{"type": "text", "text": "later"}]}),
+            json!({"role": "system", "content": "a later system turn"}),
+            json!({"role": "tool", "tool_call_id": "last", "content": "é \" \\ \u{1F600}"}),
+        ]
+    }
+
+    /// The list and system `messages_from_chat_json` writes are those of `request_from_chat`,
+    /// byte for byte, and its errors are the same.
+    fn same_as_the_tree(api: Dialect, messages: &Value) {
+        let text = api.messages_from_chat_json(messages.to_string().as_bytes());
+        let tree = api.request_from_chat(&json!({"model": "m", "messages": messages}));
+        let (text, tree) = match (text, tree) {
+            (Ok(text), Ok(tree)) => (text, tree),
+            (Err(text), Err(tree)) => return assert_eq!(text, tree, "{api}: {messages}"),
+            (text, tree) => panic!("{api}: {text:?} but {tree:?}"),
+        };
+        assert_eq!(
+            String::from_utf8(text.list).unwrap(),
+            tree[text.key].to_string(),
+            "{api}"
+        );
+        let system_key = match api {
+            Dialect::Responses => "instructions",
+            _ => "system",
+        };
+        assert_eq!(
+            text.system,
+            (tree.get(system_key)).map(|s| (system_key, s.to_string().into_bytes())),
+            "{api}"
+        );
+    }
+
+    #[test]
+    fn each_shape_is_written_as_the_tree_is() {
+        let all = shapes();
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            same_as_the_tree(api, &json!(all));
+            // Each shape alone, first (a tool result opening the list) and after a user turn.
+            for m in &all {
+                same_as_the_tree(api, &json!([m]));
+                same_as_the_tree(api, &json!([{"role": "user", "content": "x"}, m]));
+            }
+            for first in ["system", "developer"] {
+                let mut with_system = vec![json!({"role": first, "content": "Be brief."})];
+                with_system.extend(all.clone());
+                same_as_the_tree(api, &json!(with_system));
+                same_as_the_tree(
+                    api,
+                    &json!([{"role": first, "content": [{"type": "text", "text": "only"}]}]),
+                );
+            }
+            for empty in [
+                json!([]),
+                json!(null),
+                json!("not a list"),
+                json!({"role": "user"}),
+            ] {
+                same_as_the_tree(api, &empty);
+            }
+        }
+    }
+
+    #[test]
+    fn the_tree_and_the_text_fail_alike() {
+        let system = json!({"role": "system", "content": "s"});
+        for bad in [
+            json!({"role": "robot", "content": "x"}),
+            json!({"content": "no role"}),
+            json!("a string"),
+            json!({"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "w", "arguments": "{oops"}}]}),
+            json!({"role": "user", "content": [{"type": "image_url", "image_url": {}}]}),
+            json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png,raw"}}]}),
+        ] {
+            for api in [Dialect::Anthropic, Dialect::Responses] {
+                same_as_the_tree(api, &json!([bad]));
+                // Its index counts from the message after the system one, as the tree's.
+                same_as_the_tree(api, &json!([system, {"role": "user", "content": "x"}, bad]));
+            }
+        }
+        let e = Dialect::Anthropic
+            .messages_from_chat_json(br#"[{"role":"user","content":"x"},{"role":"robot"}]"#)
+            .unwrap_err();
+        assert_eq!(e, "messages[1]: unknown role Some(\"robot\")");
+        for not_json in [
+            &br#"[{"role":"user","content":"x"},"#[..],
+            br#"[{"role":"user","content":"x"} {"role":"user","content":"y"}]"#,
+            b"nul",
+            b"",
+        ] {
+            for api in [Dialect::Anthropic, Dialect::Responses] {
+                let e = api.messages_from_chat_json(not_json).unwrap_err();
+                assert!(e.starts_with("\"messages\" could not be read: "), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn many_messages_are_written_as_the_tree_is() {
+        let all = shapes();
+        let mut many = vec![json!({"role": "system", "content": "Be brief."})];
+        many.extend((0..5_000).map(|i| all[i % all.len()].clone()));
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            same_as_the_tree(api, &json!(many));
+        }
+        let text = Dialect::Anthropic
+            .messages_from_chat_json(json!(many).to_string().as_bytes())
+            .unwrap();
+        let list: Vec<Value> = serde_json::from_slice(&text.list).unwrap();
+        // The 16 shapes make 12 turns (the results that follow a turn of results join it),
+        // the 8 left over 6; the system message is the request's `system`.
+        assert_eq!(list.len(), 5_000 / 16 * 12 + 6);
+        assert_eq!(
+            Dialect::Chat.messages_from_chat_json(b"[1]").unwrap().list,
+            b"[1]"
+        );
+    }
+}
