@@ -176,17 +176,17 @@ pub(super) fn translate(
     out: &mut impl Sink,
 ) -> Result<Option<Value>, String> {
     let mut system = None;
-    let mut skipped = 0;
     let mut turns = tools::AnthropicMessages::default();
+    // A message's errors name it by its index in the client's list (the system message
+    // taken out still counts).
     read(&mut |i, m| {
         if let Some(content) = first_system(i, &m) {
             system = Some(content.clone());
-            skipped = 1;
             return Ok(());
         }
         match api {
-            Dialect::Anthropic => turns.message(i - skipped, m, out),
-            _ => tools::responses_items(i - skipped, m, out),
+            Dialect::Anthropic => turns.message(i, m, out),
+            _ => tools::responses_items(i, m, out),
         }
     })?;
     Ok(system)
@@ -321,7 +321,7 @@ mod tests {
         ] {
             for api in [Dialect::Anthropic, Dialect::Responses] {
                 same_as_the_tree(api, &json!([bad]));
-                // Its index counts from the message after the system one, as the tree's.
+                // Its index is the client's (the system message taken out counts), as the tree's.
                 same_as_the_tree(api, &json!([system, {"role": "user", "content": "x"}, bad]));
             }
         }
@@ -329,6 +329,12 @@ mod tests {
             .messages_from_chat_json(br#"[{"role":"user","content":"x"},{"role":"robot"}]"#)
             .unwrap_err();
         assert_eq!(e, "messages[1]: unknown role Some(\"robot\")");
+        let e = Dialect::Responses
+            .messages_from_chat_json(
+                br#"[{"role":"system","content":"s"},{"role":"user","content":"x"},{"role":"robot"}]"#,
+            )
+            .unwrap_err();
+        assert_eq!(e, "messages[2]: unknown role Some(\"robot\")");
         for not_json in [
             &br#"[{"role":"user","content":"x"},"#[..],
             br#"[{"role":"user","content":"x"} {"role":"user","content":"y"}]"#,

@@ -274,7 +274,7 @@ pub(super) struct AnthropicMessages {
 }
 
 impl AnthropicMessages {
-    /// Translates message `m`, the `i`th after the system one taken out, into `out`.
+    /// Translates message `m`, the client's `i`th, into `out`.
     pub(super) fn message(
         &mut self,
         i: usize,
@@ -383,7 +383,7 @@ fn responses_content(content: &Value, at: &str) -> Result<Value, String> {
     Ok(Value::Array(out))
 }
 
-/// Chat's message `m` (the `i`th after the first system one, taken out) as Responses `input`
+/// Chat's message `m` (the client's `i`th) as Responses `input`
 /// items, into `out`: an assistant's `tool_calls` become `function_call` items after its
 /// text, a `tool` message a `function_call_output`, images `input_image` parts.
 pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result<(), String> {
