@@ -100,12 +100,14 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod entries;
 mod error;
 mod field;
 mod parser;
 mod repair;
 mod snapshot;
 
+pub use entries::for_each_entry;
 pub use error::{Expected, PartialJsonError};
 pub use field::{TextDelta, TextField};
 pub use parser::{DEFAULT_MAX_DEPTH, PartialJson};

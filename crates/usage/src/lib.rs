@@ -49,6 +49,7 @@ mod encoding;
 mod error;
 mod prompt;
 
+pub use choicewise_partial_json::for_each_entry;
 pub use completion::{
     CompletionCount, CompletionParts, TOOL_CALL_COMPLETION_OVERHEAD, ToolCallPart,
     count_completion, count_completion_detailed,
@@ -62,5 +63,5 @@ pub use prompt::{
     CookbookConstants, FUNCTION_CALL_PROMPT_OVERHEAD, IMAGE_PART_TOKENS, MAX_SCHEMA_DEPTH,
     PARALLEL_TOOL_CALLS_OVERHEAD, PromptCount, PromptOptions, REPLY_PRIMING, TOKENS_PER_MESSAGE,
     TOKENS_PER_NAME, TOOL_CALL_PROMPT_OVERHEAD, ToolFormula, count_prompt, count_prompt_fields,
-    count_prompt_with, for_each_entry,
+    count_prompt_with,
 };

@@ -120,45 +120,16 @@ impl Sink for ListText<'_> {
 }
 
 /// Calls `each` with every entry of the JSON array `text` in order, each parsed on its own
-/// as the array is read: at most one entry's tree exists at a time. The error of `each`, or
-/// the text's (`"messages" could not be read: ...`).
+/// as the array is read ([`choicewise_partial_json::for_each_entry`]): at most one entry's
+/// tree exists at a time. The error of `each`, or the text's (`"messages" could not be read:
+/// ...`).
 fn for_each_entry(
     text: &[u8],
     each: &mut dyn FnMut(usize, Value) -> Result<(), String>,
 ) -> Result<(), String> {
-    use serde::de::{Deserializer as _, Error as _, SeqAccess, Visitor};
-
-    struct Entries<'f> {
-        each: &'f mut dyn FnMut(usize, Value) -> Result<(), String>,
-        stopped: Option<String>,
-    }
-    impl<'de> Visitor<'de> for &mut Entries<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an array")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            let mut i = 0;
-            while let Some(entry) = seq.next_element::<Value>()? {
-                if let Err(e) = (self.each)(i, entry) {
-                    self.stopped = Some(e);
-                    return Err(A::Error::custom("stopped"));
-                }
-                i += 1;
-            }
-            Ok(())
-        }
-    }
-    let mut entries = Entries {
-        each,
-        stopped: None,
-    };
-    let mut de = serde_json::Deserializer::from_slice(text);
-    let read = de.deserialize_seq(&mut entries).and_then(|()| de.end());
-    match (entries.stopped.take(), read) {
-        (Some(e), _) => Err(e),
-        (None, Err(e)) => Err(format!("\"messages\" could not be read: {e}")),
-        (None, Ok(())) => Ok(()),
+    match choicewise_partial_json::for_each_entry(text, each) {
+        Ok(stopped) => stopped,
+        Err(e) => Err(format!("\"messages\" could not be read: {e}")),
     }
 }
 
