@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Mutex;
 
 mod common;
-use common::serve;
+use common::{reset_rss_peak, serve, status_bytes};
 
 #[global_allocator]
 static HEAP: CountingAlloc = CountingAlloc::new();
@@ -194,20 +194,6 @@ async fn post(
         String::from_utf8_lossy(&text[..text.len().min(400)])
     );
     (status, text.len())
-}
-
-/// A line of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`); 0 where there is none.
-fn status_bytes(key: &str) -> i64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    (status.lines())
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
-/// Resets the resident set's peak (`VmHWM`) to the resident set now; whether it could.
-fn reset_rss_peak() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
 /// Runs the requests and returns the heap's peak and the resident set's growth above idle

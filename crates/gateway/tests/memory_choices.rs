@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod common;
-use common::serve;
+use common::{serve, status_bytes};
 
 #[global_allocator]
 static HEAP: CountingAlloc = CountingAlloc::new();
@@ -79,15 +79,6 @@ async fn endless() -> (String, Arc<AtomicU64>) {
         }
     });
     (format!("http://{addr}/v1"), sent)
-}
-
-/// A line of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`); 0 where there is none.
-fn status_bytes(key: &str) -> i64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    (status.lines())
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
-        .map_or(0, |kb| kb * 1024)
 }
 
 async fn post(addr: SocketAddr, body: &Value) -> Value {

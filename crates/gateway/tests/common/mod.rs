@@ -47,3 +47,19 @@ pub async fn silent() -> String {
     });
     format!("http://{addr}/v1")
 }
+
+/// A line of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`); 0 where there is none.
+#[allow(dead_code)] // not every test binary that shares this module reads its memory
+pub fn status_bytes(key: &str) -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    (status.lines())
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Resets the resident set's peak (`VmHWM`) to the resident set now; whether it could.
+#[allow(dead_code)] // not every test binary that shares this module reads its memory
+pub fn reset_rss_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
