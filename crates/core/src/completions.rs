@@ -575,8 +575,8 @@ fn usage_counting(
         .upstreams
         .first()
         .and_then(|u| u.request.clone());
-    let mut left = choicewise_usage::QUICK_COUNT_BYTES;
-    let quick = quick_count(model.as_deref(), &entries)
+    let mut left = QUICK_BYTES;
+    let quick = quick_count(model.as_deref(), &entries, &mut left)
         && within(request.as_deref(), &mut left)
         && (parts.iter().flatten())
             .all(|(_, _, (request, _))| within(request.as_deref(), &mut left));
@@ -627,9 +627,15 @@ fn within(value: Option<&serde_json::Value>, left: &mut usize) -> bool {
     true
 }
 
+/// The text an estimate may count on the calling thread, choices and prompt together.
+#[cfg(feature = "estimate")]
+const QUICK_BYTES: usize = choicewise_usage::QUICK_COUNT_BYTES;
+#[cfg(not(feature = "estimate"))]
+const QUICK_BYTES: usize = usize::MAX;
+
 /// Whether the choices of `entries` are small enough to count on the calling thread (with
-/// the `estimate` feature; without it nothing is counted).
-fn quick_count(model: Option<&str>, entries: &[Arc<ChoiceEntry>]) -> bool {
+/// the `estimate` feature; without it nothing is counted), their bytes taken from `left`.
+fn quick_count(model: Option<&str>, entries: &[Arc<ChoiceEntry>], left: &mut usize) -> bool {
     #[cfg(feature = "estimate")]
     {
         let encoding = choicewise_usage::encoding_for_model(model.unwrap_or_default());
@@ -649,15 +655,16 @@ fn quick_count(model: Option<&str>, entries: &[Arc<ChoiceEntry>]) -> bool {
             bytes += (m.function_call.iter())
                 .map(|f| f.name.len() + f.arguments.len())
                 .sum::<usize>();
-            if bytes > choicewise_usage::QUICK_COUNT_BYTES {
+            if bytes > *left {
                 return false;
             }
         }
-        choicewise_usage::counts_quickly(encoding.name, bytes)
+        *left -= bytes;
+        encoding.name.loaded()
     }
     #[cfg(not(feature = "estimate"))]
     {
-        let _ = (model, entries);
+        let _ = (model, entries, left);
         true
     }
 }

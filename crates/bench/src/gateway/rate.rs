@@ -178,7 +178,10 @@ pub fn run(args: &GatewayRateArgs) -> Report {
     println!(
         "| round | build | requests/s | errors | gateway CPU µs/request |\n|---|---|---|---|---|"
     );
+    // Each round's pair, when both of its runs completed.
+    let mut ratios = Vec::new();
     for round in 0..args.rounds {
+        let (mut this_run, mut before_run) = (None, None);
         let mut order: Vec<(&str, &std::path::Path)> = vec![("this", &this)];
         if let Some(before) = &args.before {
             order.push(("before", before));
@@ -197,12 +200,18 @@ pub fn run(args: &GatewayRateArgs) -> Report {
                         r.cpu_us
                     );
                     match name {
-                        "this" => ours.push(r),
-                        _ => theirs.push(r),
+                        "this" => this_run = Some(r),
+                        _ => before_run = Some(r),
                     }
                 }
                 Err(e) => println!("| {} | {name} | failed: {e} | | |", round + 1),
             }
+        }
+        ours.extend(this_run);
+        theirs.extend(before_run);
+        // A round's two runs share the machine's state of the moment: its ratio is judged.
+        if let (Some(o), Some(t)) = (this_run, before_run) {
+            ratios.push(o.per_s / t.per_s);
         }
         load(&format!("round {}", round + 1));
     }
@@ -218,14 +227,9 @@ pub fn run(args: &GatewayRateArgs) -> Report {
         "INFO gateway_requests_per_s: {rate:.0} (median of {}), gateway CPU {cpu:.0} µs a request",
         ours.len()
     ));
-    if !theirs.is_empty() {
+    if !ratios.is_empty() {
         let before = median(&theirs.iter().map(|r| r.per_s).collect::<Vec<_>>());
         let before_cpu = median(&theirs.iter().map(|r| r.cpu_us).collect::<Vec<_>>());
-        // Each round's ratio, then their median: a round's two runs share the machine's
-        // state of the moment.
-        let ratios: Vec<f64> = (ours.iter().zip(&theirs))
-            .map(|(o, t)| o.per_s / t.per_s)
-            .collect();
         report.info.push(format!(
             "INFO before: {before:.0} requests/s, CPU {before_cpu:.0} µs a request; rounds' ratios {}",
             ratios

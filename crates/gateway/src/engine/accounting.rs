@@ -163,8 +163,7 @@ impl Ledger {
                 continue;
             }
             // A small prompt is counted here: a hand-off would cost as much.
-            let bytes = self.prompt.values().map(|v| v.len()).sum::<usize>();
-            let tokens = match choicewise_usage::counts_quickly(encoding, bytes) {
+            let tokens = match choicewise_usage::counts_quickly(encoding, self.prompt_bytes()) {
                 true => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     count_prompt(&self.prompt, encoding)
                 }))
@@ -181,13 +180,17 @@ impl Ledger {
         apply_prompts(usage, &lock(&self.prompt_counts));
     }
 
+    /// The bytes of the prompt's fields (what counting it reads).
+    fn prompt_bytes(&self) -> usize {
+        self.prompt.values().map(|v| v.len()).sum()
+    }
+
     /// [`estimate_prompts`](Self::estimate_prompts) without waiting, for a request whose
     /// client went away: a prompt already counted, else counted here when it is small (at
     /// most [`PROMPT_COUNTED_NOW_BYTES`]); a larger one is left uncounted, and the estimate
     /// says so.
     fn estimate_prompts_now(&self, usage: &mut Usage) {
-        let small =
-            self.prompt.values().map(|v| v.len()).sum::<usize>() <= PROMPT_COUNTED_NOW_BYTES;
+        let small = self.prompt_bytes() <= PROMPT_COUNTED_NOW_BYTES;
         let mut counts = lock(&self.prompt_counts);
         for encoding in prompt_encodings(usage) {
             counts
