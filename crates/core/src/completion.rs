@@ -222,6 +222,11 @@ pub(crate) struct CompletionState {
     /// An upstream without a declared choice count was added: every later one is numbered
     /// in first-seen order.
     undeclared: bool,
+    /// Each finished choice's place in the order the readers routed the choices' finish
+    /// reasons (`0` first), recorded before the finish is sent to the choice's actor: the
+    /// order "first finished" and a vote's ties follow.
+    finish_order: Vec<u32>,
+    finish_places: std::collections::HashMap<u32, u64>,
 }
 
 impl CompletionState {
@@ -234,6 +239,26 @@ impl CompletionState {
     /// Whether upstreams may still be added: the completion cannot end before they may not.
     pub fn open_ended(&self) -> bool {
         self.adding || matches!(self.mode, Mode::Samples(Some(_)))
+    }
+
+    /// Records that the stream finished the choice `index` (a reader routed its finish
+    /// reason): it takes the next place in the finish order, once.
+    pub fn record_finish(&mut self, index: u32) {
+        let next = self.finish_order.len() as u64;
+        if let std::collections::hash_map::Entry::Vacant(place) = self.finish_places.entry(index) {
+            place.insert(next);
+            self.finish_order.push(index);
+        }
+    }
+
+    /// The choice `index`'s place in the finish order, once its finish was routed.
+    pub fn finish_place(&self, index: u32) -> Option<u64> {
+        self.finish_places.get(&index).copied()
+    }
+
+    /// The choices finished at places `from..`, in that order.
+    pub fn finished_from(&self, from: usize) -> &[u32] {
+        self.finish_order.get(from..).unwrap_or_default()
     }
 
     /// Its sampling while it goes on.
@@ -512,6 +537,8 @@ impl CompletionShared {
             next_block: 0,
             next_index: 0,
             undeclared: false,
+            finish_order: Vec::new(),
+            finish_places: std::collections::HashMap::new(),
         };
         CompletionShared {
             config,

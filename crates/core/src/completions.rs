@@ -505,6 +505,17 @@ impl Completions {
         Some(total)
     }
 
+    /// The choice `index`'s place in the order the stream finished the choices (`0` first),
+    /// once its finish reason was routed: known before its message settles.
+    pub(crate) fn finish_place(&self, index: u32) -> Option<u64> {
+        self.shared.lock().finish_place(index)
+    }
+
+    /// The choices the stream finished at places `from..` of the finish order, in order.
+    pub(crate) fn finished_from(&self, from: usize) -> Vec<u32> {
+        self.shared.lock().finished_from(from).to_vec()
+    }
+
     /// How many choices have appeared.
     pub(crate) fn choice_count(&self) -> usize {
         self.shared.lock().choices.len()

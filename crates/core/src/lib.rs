@@ -100,7 +100,7 @@ pub mod confidence {
     //! ([`Choice::logprobs`](crate::Choice::logprobs), items of [`TokenLogprob`], and
     //! [`Choice::token_confidences`](crate::Choice::token_confidences)), a sample's
     //! running confidence ([`SampleConfidence`], [`token_confidence`]), the threshold's
-    //! [`quantile`], the weighted tally ([`WeightedVote`]) and what a vote reports of it
+    //! [`quantile`], the one ballot every vote counts on ([`Ballot`]) and what a vote reports of it
     //! ([`ConfidenceReport`], in [`Selection::confidence`](crate::Selection::confidence)).
     //!
     //! ```
@@ -112,7 +112,7 @@ pub mod confidence {
 
     pub use crate::select::confidence::{ConfidenceApplied, ConfidenceReport};
     pub use choicewise_proto::{
-        Confidence, SampleConfidence, TokenLogprob, TopLogprob, WeightedVote, quantile,
+        Ballot, Confidence, SampleConfidence, Standing, TokenLogprob, TopLogprob, quantile,
         token_confidence,
     };
 }

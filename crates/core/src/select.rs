@@ -30,7 +30,7 @@ use choicewise_proto::ChoiceOutput;
 use choicewise_proto::Confidence;
 use choicewise_proto::driver::Closed;
 use confidence::vote_confident;
-use following::{Following, Replacing, watch};
+use following::{Following, InFinishOrder, Places, Replacing, watch};
 use rules::{best, first_n};
 pub(crate) use rules::{short_of, vote, vote_windowed};
 pub(crate) use selection::Decided;
@@ -185,7 +185,8 @@ impl<'a> Pick<'a> {
     /// starts at once, while the undecided window's choices run on and still vote. Once every
     /// window has started and none was unanimous, the plurality over all finished choices
     /// decides, as [`vote`](Completions::vote) does, early (the rest cancelled once they
-    /// cannot change the winner), ties to the key voted first. The last window is smaller when
+    /// cannot change the winner), on the one ballot ([`Ballot`](crate::confidence::Ballot): ties to
+    /// the key whose voter finished first). The last window is smaller when
     /// the total is not a multiple of `size`. As with the plain vote, the selected choices are
     /// every finished choice whose key won, in whichever window it ran;
     /// [`Selection::started`] and [`Selection::windows`] say how far it went. With
@@ -215,9 +216,12 @@ impl<'a> Pick<'a> {
         self
     }
 
-    /// When no key wins a vote ([`vote`](Completions::vote) only), selects the first choice
-    /// that finished well (`stop` or `tool_calls`) instead of nothing: an answer some sample
-    /// gave is still an answer. When none finished well, the lowest-numbered choice that
+    /// When no key wins a vote ([`vote`](Completions::vote) only), selects the ballot's
+    /// leader instead of nothing (the key with the most votes, ties to the key whose voter
+    /// finished first: with every key at one vote, the first choice to finish), answered by
+    /// its voter that finished first: an answer some sample gave is still an answer. When no
+    /// choice voted, the first choice that finished well (`stop` or `tool_calls`; one whose
+    /// tool call's arguments were not JSON, say). When none finished well, the lowest-numbered choice that
     /// ended with another finish reason of the upstream's (`length`, `content_filter`; not
     /// `error`, not cancelled). [`Selection::vote`] then says `decided: false`, with the
     /// tally; [`Selection::reason`] still says why no key won. Nothing is selected only when
@@ -290,7 +294,7 @@ impl<'a> Pick<'a> {
     ///   paper's reference code). Decided once the
     ///   warmup is over, as soon as the leader's share of the total weight reaches
     ///   `consensus`; else when every choice is in, to the key with the most weight (ties:
-    ///   voted first). [`min_votes`](Self::min_votes) still applies (to the winner's votes).
+    ///   the key whose voter the stream finished first). [`min_votes`](Self::min_votes) still applies (to the winner's votes).
     ///
     /// On a completion of [`samples`](crate::CompletionsBuilder::samples) made on demand, the
     /// warmup samples start first, and more only while the vote is undecided: all the rest at
@@ -563,9 +567,11 @@ impl Completions {
     /// could no longer change the winner even all voting for the runner-up, the rest are
     /// cancelled. Selected: every finished choice whose key won.
     ///
-    /// Ties: when every choice is in (or the deadline passed) and several keys share the
-    /// most votes, the key that received its first vote earliest wins. Nothing is selected
-    /// when no choice voted (all failed, were cut off, or had no key).
+    /// One rule ranks the keys, the same for every vote ([`Ballot`](crate::confidence::Ballot)):
+    /// most votes, then the key whose first voter the stream finished earliest (the order the
+    /// readers routed the finish reasons in, the same on every run over the same input,
+    /// whichever choice's work ran first). The tally is listed in that order. Nothing is
+    /// selected when no choice voted (all failed, were cut off, or had no key).
     ///
     /// ```
     /// # use choicewise_core::{Completions, Source};
@@ -640,6 +646,7 @@ impl Completions {
             score,
             windows,
             confidence,
+            ballot: _,
         } = decided;
         if !in_order {
             selected.sort_unstable();

@@ -4,11 +4,12 @@
 //! Everything here is synchronous and pure: [`TokenLogprob`] reads the `logprobs` a Chat
 //! Completions update carries; [`SampleConfidence`] follows one sample's token and group
 //! confidence token by token; [`quantile`] and [`Confidence::threshold`] turn the warmup
-//! samples' confidences into the threshold; [`WeightedVote`] tallies keys weighted by
-//! confidence. `choicewise-core` drives them from the choices' streams (`Pick::confidence`).
+//! samples' confidences into the threshold; [`Ballot`](crate::Ballot) tallies keys weighted
+//! by confidence. `choicewise-core` drives them from the choices' streams
+//! (`Pick::confidence`).
 //!
 //! ```
-//! use choicewise_proto::{Confidence, SampleConfidence, WeightedVote};
+//! use choicewise_proto::{Ballot, Confidence, SampleConfidence};
 //!
 //! let options = Confidence::new().group_tokens(2).keep(0.5);
 //! // Two warmup samples: token confidences (-mean of the top-k log-probabilities).
@@ -22,10 +23,10 @@
 //! let s = options.threshold(&[3.5, 0.75]).unwrap();
 //! assert_eq!(s, 2.125);
 //! // The vote, weighted by each finished sample's confidence.
-//! let mut vote = WeightedVote::new();
-//! vote.add("42", 3.5);
-//! vote.add("41", 0.75);
-//! assert_eq!(vote.leader().map(|l| l.0), Some("42"));
+//! let mut vote = Ballot::new();
+//! vote.add("42", 3.5, 0);
+//! vote.add("41", 0.75, 1);
+//! assert_eq!(vote.leader().map(|l| l.key), Some("42"));
 //! ```
 
 use std::collections::VecDeque;
@@ -390,133 +391,6 @@ pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
     Some(a + (b - a) * (h - lo as f64))
 }
 
-/// A vote weighted by confidence: each voter adds its weight to its key. The leader is the
-/// key with the most weight (ties: the key voted first); its share is its weight over the
-/// total.
-///
-/// ```
-/// use choicewise_proto::WeightedVote;
-/// let mut vote = WeightedVote::new();
-/// vote.add("a", 1.0);
-/// vote.add("b", 2.0);
-/// vote.add("a", 1.5);
-/// assert_eq!(vote.leader(), Some(("a", 2.5, 2)));
-/// assert_eq!(vote.total(), 4.5);
-/// assert_eq!(vote.share(), Some(2.5 / 4.5));
-/// assert!(vote.reaches(0.5) && !vote.reaches(0.6));
-/// ```
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct WeightedVote {
-    /// Key, weight, votes; in the order of the keys' first votes.
-    keys: Vec<(String, f64, usize)>,
-}
-
-impl WeightedVote {
-    /// An empty vote.
-    ///
-    /// ```
-    /// assert_eq!(choicewise_proto::WeightedVote::new().leader(), None);
-    /// ```
-    pub fn new() -> Self {
-        WeightedVote::default()
-    }
-
-    /// One vote for `key` with `weight` (a weight that is not finite or is negative counts
-    /// as 0: the vote is counted, with no weight).
-    ///
-    /// ```
-    /// use choicewise_proto::WeightedVote;
-    /// let mut vote = WeightedVote::new();
-    /// vote.add("a", -1.0);
-    /// assert_eq!(vote.leader(), Some(("a", 0.0, 1)));
-    /// assert_eq!(vote.share(), None); // no weight at all
-    /// ```
-    pub fn add(&mut self, key: &str, weight: f64) {
-        let weight = if weight.is_finite() {
-            weight.max(0.0)
-        } else {
-            0.0
-        };
-        match self.keys.iter_mut().find(|(k, _, _)| k == key) {
-            Some((_, w, votes)) => {
-                *w += weight;
-                *votes += 1;
-            }
-            None => self.keys.push((key.to_string(), weight, 1)),
-        }
-    }
-
-    /// The total weight.
-    ///
-    /// ```
-    /// let mut vote = choicewise_proto::WeightedVote::new();
-    /// vote.add("a", 0.5);
-    /// vote.add("b", 0.25);
-    /// assert_eq!(vote.total(), 0.75);
-    /// ```
-    pub fn total(&self) -> f64 {
-        self.keys.iter().map(|(_, w, _)| w).sum()
-    }
-
-    /// The leading key, its weight and its votes: the most weight, ties to the key voted
-    /// first; `None` before any vote.
-    ///
-    /// ```
-    /// let mut vote = choicewise_proto::WeightedVote::new();
-    /// vote.add("first", 1.0);
-    /// vote.add("second", 1.0);
-    /// assert_eq!(vote.leader(), Some(("first", 1.0, 1)));
-    /// ```
-    pub fn leader(&self) -> Option<(&str, f64, usize)> {
-        let mut best: Option<&(String, f64, usize)> = None;
-        for entry in &self.keys {
-            if best.is_none_or(|b| entry.1 > b.1) {
-                best = Some(entry);
-            }
-        }
-        best.map(|(k, w, v)| (k.as_str(), *w, *v))
-    }
-
-    /// The leader's share of the total weight; `None` while the total is 0.
-    ///
-    /// ```
-    /// let mut vote = choicewise_proto::WeightedVote::new();
-    /// vote.add("a", 3.0);
-    /// vote.add("b", 1.0);
-    /// assert_eq!(vote.share(), Some(0.75));
-    /// ```
-    pub fn share(&self) -> Option<f64> {
-        let total = self.total();
-        let (_, weight, _) = self.leader()?;
-        (total > 0.0).then(|| weight / total)
-    }
-
-    /// Whether the leader's share has reached `consensus` (`>=`): the vote is decided.
-    ///
-    /// ```
-    /// let mut vote = choicewise_proto::WeightedVote::new();
-    /// vote.add("a", 19.0);
-    /// vote.add("b", 1.0);
-    /// assert!(vote.reaches(0.95));
-    /// ```
-    pub fn reaches(&self, consensus: f64) -> bool {
-        self.share().is_some_and(|s| s >= consensus)
-    }
-
-    /// Each key's weight and votes, in the order of the keys' first votes.
-    ///
-    /// ```
-    /// let mut vote = choicewise_proto::WeightedVote::new();
-    /// vote.add("b", 1.0);
-    /// vote.add("a", 2.0);
-    /// let keys: Vec<_> = vote.keys().collect();
-    /// assert_eq!(keys, [("b", 1.0, 1), ("a", 2.0, 1)]);
-    /// ```
-    pub fn keys(&self) -> impl Iterator<Item = (&str, f64, usize)> {
-        self.keys.iter().map(|(k, w, v)| (k.as_str(), *w, *v))
-    }
-}
-
 /// The options of confidence-guided sampling (DeepConf online), built from
 /// [`Confidence::new`] with one method per option. Values out of range are clamped (see
 /// each method); `choicewise-core`'s `Pick::confidence` runs the rule.
@@ -732,33 +606,6 @@ mod tests {
         let high = Confidence::new().keep(0.1).threshold(&warmup).unwrap();
         assert!(close(high, 16.3));
         assert_eq!(Confidence::new().threshold(&[]), None);
-    }
-
-    #[test]
-    fn the_weighted_tally_decides_at_the_consensus_share() {
-        let mut vote = WeightedVote::new();
-        vote.add("7", 12.0);
-        vote.add("8", 2.0);
-        vote.add("7", 10.0);
-        // 22 / 24 = 0.9166...
-        assert_eq!(vote.leader(), Some(("7", 22.0, 2)));
-        assert!(close(vote.share().unwrap(), 22.0 / 24.0));
-        assert!(!vote.reaches(0.95));
-        vote.add("7", 16.0); // 38 / 40 = 0.95
-        assert!(vote.reaches(0.95));
-        // One confident vote outweighs two unsure ones.
-        let mut vote = WeightedVote::new();
-        vote.add("a", 1.0);
-        vote.add("a", 1.0);
-        vote.add("b", 5.0);
-        assert_eq!(vote.leader(), Some(("b", 5.0, 1)));
-        // Ties go to the key voted first.
-        let mut vote = WeightedVote::new();
-        vote.add("x", 2.0);
-        vote.add("y", 2.0);
-        assert_eq!(vote.leader().unwrap().0, "x");
-        vote.add("z", f64::INFINITY);
-        assert_eq!(vote.total(), 4.0);
     }
 
     #[test]

@@ -35,6 +35,7 @@
 #![deny(missing_docs)]
 
 mod api;
+mod ballot;
 pub mod chunks;
 mod confidence;
 mod config;
@@ -57,13 +58,13 @@ mod usage;
 pub mod wire;
 
 pub use api::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesText};
+pub use ballot::{Ballot, Standing};
 pub use choicewise_partial_json::{PartialJsonError, Snapshot};
 pub use choicewise_sse::SseError;
 #[cfg(feature = "estimate")]
 pub use choicewise_usage::EncodingName;
 pub use confidence::{
-    Confidence, SampleConfidence, TokenLogprob, TopLogprob, WeightedVote, quantile,
-    token_confidence,
+    Confidence, SampleConfidence, TokenLogprob, TopLogprob, quantile, token_confidence,
 };
 pub use config::{
     DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS, StreamConfig,

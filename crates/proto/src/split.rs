@@ -63,6 +63,9 @@ pub struct Splitter {
     large: HashMap<u32, usize>,
     /// The choices seen, in order of first appearance, each with its updates not yet taken.
     pub(crate) slots: Vec<Slot>,
+    /// The slots whose first finish reason came since the last [`Splitter::take_finishes`],
+    /// in the order those finishes came in the stream.
+    finishes: Vec<usize>,
     /// The completion's facts so far.
     pub(crate) meta: Meta,
     /// Warnings not yet published.
@@ -87,6 +90,7 @@ impl Splitter {
             small: Vec::new(),
             large: HashMap::new(),
             slots: Vec::new(),
+            finishes: Vec::new(),
             meta: Meta::default(),
             warnings: Vec::new(),
         }
@@ -137,6 +141,23 @@ impl Splitter {
     /// Takes the completion's facts (at the stream's end).
     pub fn take_meta(&mut self) -> Meta {
         std::mem::take(&mut self.meta)
+    }
+
+    /// The stream finished the choice in `slot` (a finish reason came for it): its place in
+    /// the finish order is taken the first time.
+    pub(crate) fn finish(&mut self, slot: usize) {
+        if !self.slots[slot].finished {
+            self.slots[slot].finished = true;
+            self.finishes.push(slot);
+        }
+    }
+
+    /// The slots whose choices the stream finished since the last call, in the order their
+    /// finish reasons came in the stream (each slot once, at its first finish reason): the
+    /// order a pick's "first finished" and a vote's ties follow, whatever order the choices'
+    /// actors then run in.
+    pub fn take_finishes(&mut self) -> std::vec::Drain<'_, usize> {
+        self.finishes.drain(..)
     }
 
     /// Whether warnings wait to be taken.
@@ -396,9 +417,10 @@ impl Splitter {
         offset: u64,
     ) -> Result<(), Error> {
         let slot = self.slot_for(index.unwrap_or(0), line)?;
-        let slot = &mut self.slots[slot];
-        slot.finished |= finishes;
-        slot.batch.push_json(element, line, offset);
+        if finishes {
+            self.finish(slot);
+        }
+        self.slots[slot].batch.push_json(element, line, offset);
         Ok(())
     }
 
@@ -514,12 +536,10 @@ impl Splitter {
         );
         for choice in chunk.choices {
             let slot = self.slot_for(choice.index.unwrap_or(0), line)?;
-            let slot = &mut self.slots[slot];
-            slot.finished |= choice
-                .finish_reason
-                .as_deref()
-                .is_some_and(|r| !r.is_empty());
-            slot.batch.updates.push(RawUpdate {
+            if (choice.finish_reason.as_deref()).is_some_and(|r| !r.is_empty()) {
+                self.finish(slot);
+            }
+            self.slots[slot].batch.updates.push(RawUpdate {
                 line,
                 offset: 0,
                 body: Body::Parsed(Box::new(choice)),

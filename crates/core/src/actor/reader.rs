@@ -220,6 +220,17 @@ impl ReaderState {
                 self.run();
             }
         }
+        // The finishes this read brought take their places in the finish order before any
+        // of them reaches its choice: whoever learns a choice finished finds its place.
+        {
+            let mut finishes = self.splitter.take_finishes().peekable();
+            if finishes.peek().is_some() {
+                let mut state = self.completion.lock();
+                for slot in finishes {
+                    state.record_finish(self.entries[slot].index());
+                }
+            }
+        }
         let policy = FlushPolicy::new(to, self.splitter.pending_bytes());
         for i in 0..self.entries.len() {
             if self.splitter.pending(i).is_empty() || !policy.sends(self.router.busy(i)) {

@@ -1,6 +1,6 @@
 //! The vote guided by confidence ([`Pick::confidence`](crate::Pick::confidence)): DeepConf's
 //! online algorithm driven over the choices' streams. The arithmetic is
-//! `choicewise-proto`'s ([`SampleConfidence`], [`WeightedVote`], [`Confidence::threshold`]);
+//! `choicewise-proto`'s ([`SampleConfidence`], [`Ballot`], [`Confidence::threshold`]);
 //! this module watches each choice's log-probabilities, stops the unsure ones, starts samples
 //! while the vote is undecided, and reports.
 
@@ -11,12 +11,14 @@ use futures::StreamExt;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use choicewise_proto::{ChoiceOutput, Confidence, Incomplete, SampleConfidence, WeightedVote};
+use choicewise_proto::{Ballot, ChoiceOutput, Confidence, Incomplete, SampleConfidence};
 
 use crate::choice::Choice;
 use crate::completions::Completions;
 use crate::msg::CancelReason;
-use crate::select::{Decided, Following, Judge, Replacing, Tally, short_of, vote, vote_windowed};
+use crate::select::{
+    Decided, Following, Judge, Places, Replacing, Tally, short_of, vote, vote_windowed,
+};
 
 /// What a vote guided by confidence did ([`Selection::confidence`](crate::Selection::confidence)):
 /// either the rule ran ([`Applied`](Self::Applied)), or it could not and the plain vote
@@ -245,6 +247,8 @@ struct Counted {
     key: Option<String>,
     confidence: Option<f64>,
     stopped: bool,
+    /// Its place in the finish order.
+    place: u64,
 }
 
 /// The vote of [`Pick::confidence`](crate::Pick::confidence).
@@ -311,7 +315,8 @@ pub(crate) async fn vote_confident(
     });
     let mut counted: BTreeMap<u32, Counted> = BTreeMap::new();
     let mut threshold: Option<f64> = None;
-    let mut ballot = Ballot::default();
+    let mut ballot = Weighing::default();
+    let mut places = Places::new(completions);
     let mut rest_started = false;
     let mut winner: Option<String> = None;
     let mut timed_out = false;
@@ -340,13 +345,15 @@ pub(crate) async fn vote_confident(
                     Ok(output) if output.finished_well() && !ended.stopped => key(output),
                     _ => None,
                 };
+                let place = places.of(ended.index);
                 counted.insert(ended.index, Counted {
                     key: voted.clone(),
                     confidence: ended.confidence,
                     stopped: ended.stopped,
+                    place,
                 });
                 if let (Some(k), Some(c)) = (voted, ended.confidence) {
-                    ballot.cast(ended.index, k, c);
+                    ballot.cast(ended.index, k, c, place);
                 }
                 if threshold.is_none() {
                     let total = if listed { Some(seen.max(planned().unwrap_or(0))) } else { planned() };
@@ -367,9 +374,9 @@ pub(crate) async fn vote_confident(
                         }
                     }
                 }
-                let leads = ballot.weighted.leader().is_some_and(|(_, _, votes)| votes >= min_votes);
-                if ballot.weighted.reaches(consensus) && leads {
-                    winner = ballot.weighted.leader().map(|(k, _, _)| k.to_string());
+                let leads = ballot.ballot.leader().is_some_and(|l| l.votes >= min_votes);
+                if ballot.ballot.reaches(consensus) && leads {
+                    winner = ballot.ballot.leader().map(|l| l.key.to_string());
                     break;
                 }
                 // Undecided: more samples.
@@ -412,8 +419,8 @@ pub(crate) async fn vote_confident(
             Warmup::Running => {}
         }
     }
-    let Ballot {
-        weighted,
+    let Weighing {
+        ballot: weighted,
         mut voters,
         ..
     } = ballot;
@@ -427,8 +434,8 @@ pub(crate) async fn vote_confident(
         return plain(&counted, total, timed_out, min_votes, reason);
     };
     let winner = winner.or_else(|| {
-        let (k, _, votes) = weighted.leader()?;
-        (votes >= min_votes).then(|| k.to_string())
+        let leader = weighted.leader()?;
+        (leader.votes >= min_votes).then(|| leader.key.to_string())
     });
     let report = ConfidenceReport::Applied(ConfidenceApplied {
         threshold,
@@ -438,36 +445,27 @@ pub(crate) async fn vote_confident(
         stopped: (counted.iter().filter(|(_, c)| c.stopped))
             .map(|(i, _)| *i)
             .collect(),
-        weights: weighted
-            .keys()
-            .map(|(k, w, _)| (k.to_string(), w))
+        weights: (weighted.ranked().iter())
+            .map(|s| (s.key.to_string(), s.weight))
             .collect(),
         unscored: (counted.iter())
             .filter(|(_, c)| c.key.is_some() && c.confidence.is_none())
             .map(|(i, _)| *i)
             .collect(),
     });
-    let votes_counted = weighted.keys().map(|(_, _, v)| v).sum();
+    let votes_counted = weighted.counted();
     let decided = match winner {
         Some(k) => {
             let mut picked = voters.remove(&k).unwrap_or_default();
             picked.sort_unstable();
             Decided {
                 vote: Some(Tally::won(k, picked.len(), votes_counted, total)),
-                selected: picked,
-                timed_out,
-                reason: None,
-                score: None,
-                windows: Vec::new(),
-                confidence: None,
+                ..Decided::picked(picked, timed_out)
             }
         }
         None => {
-            let tally: Vec<(String, usize, usize)> = (weighted.keys().enumerate())
-                .map(|(order, (k, _, v))| (k.to_string(), v, order))
-                .collect();
-            let reason = match (tally.is_empty(), timed_out) {
-                (false, _) => short_of(min_votes, tally),
+            let reason = match (weighted.is_empty(), timed_out) {
+                (false, _) => short_of(min_votes, &weighted),
                 (true, true) => "the deadline passed before any choice voted".to_string(),
                 (true, false) => {
                     "no choice finished with a key, a confidence and no stop to vote on".to_string()
@@ -479,7 +477,7 @@ pub(crate) async fn vote_confident(
     Decided {
         windows: batches,
         confidence: Some(report),
-        ..decided
+        ..decided.with_ballot(weighted)
     }
 }
 
@@ -487,19 +485,20 @@ pub(crate) async fn vote_confident(
 /// (as in the paper's reference code, the warmup's choices too); votes cast before the
 /// threshold is known wait for it.
 #[derive(Default)]
-struct Ballot {
-    weighted: WeightedVote,
+struct Weighing {
+    ballot: Ballot,
     voters: HashMap<String, Vec<u32>>,
     threshold: Option<f64>,
-    waiting: Vec<(u32, String, f64)>,
+    /// Index, key, confidence, place in the finish order.
+    waiting: Vec<(u32, String, f64, u64)>,
 }
 
-impl Ballot {
-    fn cast(&mut self, index: u32, key: String, confidence: f64) {
+impl Weighing {
+    fn cast(&mut self, index: u32, key: String, confidence: f64, place: u64) {
         match self.threshold {
-            None => self.waiting.push((index, key, confidence)),
+            None => self.waiting.push((index, key, confidence, place)),
             Some(s) if confidence >= s => {
-                self.weighted.add(&key, confidence);
+                self.ballot.add(&key, confidence, place);
                 self.voters.entry(key).or_default().push(index);
             }
             Some(_) => {}
@@ -508,8 +507,8 @@ impl Ballot {
 
     fn open(&mut self, threshold: f64) {
         self.threshold = Some(threshold);
-        for (index, key, confidence) in std::mem::take(&mut self.waiting) {
-            self.cast(index, key, confidence);
+        for (index, key, confidence, place) in std::mem::take(&mut self.waiting) {
+            self.cast(index, key, confidence, place);
         }
     }
 }
@@ -595,7 +594,7 @@ async fn fall_back(
     }
 }
 
-/// The plain plurality over the choices settled so far (ties: voted first, by index).
+/// The plain plurality over the choices settled so far, on the one ballot.
 fn plain(
     counted: &BTreeMap<u32, Counted>,
     total: usize,
@@ -603,42 +602,34 @@ fn plain(
     min_votes: usize,
     reason: &str,
 ) -> Decided {
-    let mut tally = WeightedVote::new();
+    let mut ballot = Ballot::new();
     let mut voters: HashMap<&str, Vec<u32>> = HashMap::new();
     for (i, c) in counted {
         if let Some(k) = &c.key {
-            tally.add(k, 1.0);
+            ballot.vote(k, c.place);
             voters.entry(k).or_default().push(*i);
         }
     }
     let report = Some(ConfidenceReport::unavailable_for(reason));
-    match tally.leader() {
-        Some((k, _, votes)) if votes >= min_votes => Decided {
-            selected: voters.remove(k).unwrap_or_default(),
-            timed_out,
-            reason: None,
+    let decided = match ballot.leader() {
+        Some(leader) if leader.votes >= min_votes => Decided {
             vote: Some(Tally::won(
-                k.to_string(),
-                votes,
-                voters.values().map(Vec::len).sum::<usize>() + votes,
+                leader.key.to_string(),
+                leader.votes,
+                ballot.counted(),
                 total,
             )),
-            score: None,
-            windows: Vec::new(),
             confidence: report,
+            ..Decided::picked(voters.remove(leader.key).unwrap_or_default(), timed_out)
         },
-        Some(_) => {
-            let listed = (tally.keys().enumerate())
-                .map(|(order, (k, _, v))| (k.to_string(), v, order))
-                .collect();
-            Decided {
-                confidence: report,
-                ..Decided::nothing(timed_out, &short_of(min_votes, listed))
-            }
-        }
+        Some(_) => Decided {
+            confidence: report,
+            ..Decided::nothing(timed_out, &short_of(min_votes, &ballot))
+        },
         None => Decided {
             confidence: report,
             ..Decided::nothing(timed_out, "the deadline passed before any choice voted")
         },
-    }
+    };
+    decided.with_ballot(ballot)
 }

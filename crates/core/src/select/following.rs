@@ -149,3 +149,90 @@ impl<'a> Replacing<'a> {
         &self.replaced
     }
 }
+
+/// Each choice's place in the order the stream finished the choices (`0` first), as a vote
+/// counts it: the readers record a choice's place before its finish reaches its actor, so
+/// a settled choice that finished has one. A choice that settled well without a routed
+/// finish (none known today) is placed after every routed one, in the order it was asked.
+pub(crate) struct Places<'a> {
+    completions: &'a Completions,
+    unrouted: u64,
+    asked: std::collections::HashMap<u32, u64>,
+}
+
+impl<'a> Places<'a> {
+    pub(crate) fn new(completions: &'a Completions) -> Self {
+        Places {
+            completions,
+            unrouted: u64::MAX / 2,
+            asked: std::collections::HashMap::new(),
+        }
+    }
+
+    /// The place of the choice `index`.
+    pub(crate) fn of(&mut self, index: u32) -> u64 {
+        if let Some(place) = self.asked.get(&index) {
+            return *place;
+        }
+        let place = self.completions.finish_place(index).unwrap_or_else(|| {
+            self.unrouted += 1;
+            self.unrouted
+        });
+        self.asked.insert(index, place);
+        place
+    }
+}
+
+/// The choices that qualified for a first-* pick, released in the order the stream finished
+/// them: a qualified choice goes out once every choice that finished before it has settled
+/// (and did not qualify), so the first to finish is the first selected on every run over the
+/// same input, whichever choice's actor ran first.
+pub(crate) struct InFinishOrder<'a> {
+    completions: &'a Completions,
+    /// The next place of the finish order to release.
+    next: usize,
+    settled: std::collections::HashSet<u32>,
+    qualified: std::collections::HashSet<u32>,
+}
+
+impl<'a> InFinishOrder<'a> {
+    pub(crate) fn new(completions: &'a Completions) -> Self {
+        InFinishOrder {
+            completions,
+            next: 0,
+            settled: std::collections::HashSet::new(),
+            qualified: std::collections::HashSet::new(),
+        }
+    }
+
+    /// The choice `index` settled, qualified or not; returns the choices released now, in
+    /// finish order.
+    pub(crate) fn settled(&mut self, index: u32, qualified: bool) -> Vec<u32> {
+        self.settled.insert(index);
+        if qualified {
+            if self.completions.finish_place(index).is_none() {
+                return vec![index]; // No place: released as it came.
+            }
+            self.qualified.insert(index);
+        }
+        let mut released = Vec::new();
+        for finished in self.completions.finished_from(self.next) {
+            if !self.settled.contains(&finished) {
+                break;
+            }
+            self.next += 1;
+            if self.qualified.remove(&finished) {
+                released.push(finished);
+            }
+        }
+        released
+    }
+
+    /// The qualified choices still held (every choice is in, or the pick stops waiting), in
+    /// finish order.
+    pub(crate) fn rest(&mut self) -> Vec<u32> {
+        let mut rest: Vec<u32> = self.qualified.drain().collect();
+        rest.sort_by_key(|i| self.completions.finish_place(*i).unwrap_or(u64::MAX));
+        rest
+    }
+}

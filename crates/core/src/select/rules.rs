@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::{Decided, Following, Judge, Replacing, Rule, Tally, watch};
+use super::{Decided, Following, InFinishOrder, Judge, Places, Replacing, Rule, Tally, watch};
 use crate::choice::Choice;
 use crate::completions::Completions;
-use choicewise_proto::{ChoiceEvent, ChoiceOutput};
+use choicewise_proto::{Ballot, ChoiceEvent, ChoiceOutput};
 
 /// The first `take` choices to qualify under a first-* rule, in the order they did: to
 /// produce (`Token`), or to finish well (`First`), and be accepted (`Where`); hedged, one
@@ -49,28 +49,36 @@ pub(super) async fn first_n(
     tokio::pin!(sleep);
     let hedge_timer = || hedge.map(|d| Box::pin(tokio::time::sleep(d)));
     let mut hedging = hedge_timer();
-    // Each follower gives its choice's index if the choice qualified.
+    // Each follower gives its choice's index, and whether the choice qualified.
     let mut following = Following::new(completions, |choice: Choice| {
         let accept = accept.clone();
         async move {
-            match accept {
+            let index = choice.index();
+            let qualified = match accept {
                 // A token: the choice's first event that produces.
                 None => {
                     let mut events = choice.events();
+                    let mut produced = false;
                     while let Some(Ok(event)) = events.next().await {
                         if ChoiceEvent::produces(&event) {
-                            return Some(choice.index());
+                            produced = true;
+                            break;
                         }
                     }
-                    None
+                    produced
                 }
-                Some(accept) => {
-                    let output = choice.message().await.ok()?;
-                    (output.finished_well() && accept(&output)).then_some(output.index)
-                }
-            }
+                Some(accept) => match choice.message().await {
+                    Ok(output) => output.finished_well() && accept(&output),
+                    Err(_) => false,
+                },
+            };
+            (index, qualified)
         }
     });
+    // A first-finished pick takes the qualified choices in the order the stream finished
+    // them; a first-token pick in the order they produced.
+    let finishing = accept.is_some();
+    let mut order = InFinishOrder::new(completions);
     let mut selected: Vec<u32> = Vec::new();
     let timed_out = loop {
         if selected.len() >= take {
@@ -78,9 +86,15 @@ pub(super) async fn first_n(
         }
         tokio::select! {
             next = following.next() => match next {
-                Some(Some(index)) => selected.push(index),
-                Some(None) => {}
-                None => break false,
+                Some((index, qualified)) if finishing => {
+                    selected.extend(order.settled(index, qualified));
+                }
+                Some((index, true)) => selected.push(index),
+                Some(_) => {}
+                None => {
+                    selected.extend(order.rest());
+                    break false;
+                }
             },
             // Fewer than `take` yet (the loop ends at `take`): the next sample starts (none
             // left: no more hedges). A hedge that waited for none at all would leave the
@@ -92,22 +106,22 @@ pub(super) async fn first_n(
                     _ => hedge_timer(),
                 };
             }
-            () = &mut sleep, if deadline.is_some() => break true,
+            () = &mut sleep, if deadline.is_some() => {
+                // What qualified by now is decided, in finish order.
+                selected.extend(order.rest());
+                break true;
+            }
         }
     };
+    selected.truncate(take);
     let reason = match (selected.is_empty(), timed_out) {
         (false, _) => None,
         (true, true) => Some(reasons[0].to_string()),
         (true, false) => Some(reasons[1].to_string()),
     };
     Decided {
-        selected,
-        timed_out,
         reason,
-        vote: None,
-        score: None,
-        windows: Vec::new(),
-        confidence: None,
+        ..Decided::picked(selected, timed_out)
     }
 }
 
@@ -127,19 +141,12 @@ pub(crate) async fn vote(
             .map(|n| n + completions.planned().saturating_sub(completions.started())),
         false => completions.expected_choices(),
     };
-    // Key → (votes, order of its first vote); voters by key.
-    let mut counts: HashMap<String, (usize, usize)> = HashMap::new();
+    // The ballot, and the voters of each key.
+    let mut ballot = Ballot::new();
     let mut voters: HashMap<String, Vec<u32>> = HashMap::new();
-    let mut counted = 0usize;
+    let mut places = Places::new(completions);
     let mut settled = 0usize;
     let mut total = 0usize;
-    let leader = |counts: &HashMap<String, (usize, usize)>| {
-        let mut ranked: Vec<(&String, &(usize, usize))> = counts.iter().collect();
-        ranked.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(a.1.1.cmp(&b.1.1)));
-        let first = ranked.first().map(|(k, (v, _))| ((*k).clone(), *v));
-        let second = ranked.get(1).map_or(0, |(_, (v, _))| *v);
-        (first, second)
-    };
     let timed_out = watch(completions, deadline, |result, seen, listed| {
         settled += 1;
         let expected = expected();
@@ -148,48 +155,42 @@ pub(crate) async fn vote(
             && output.finished_well()
             && let Some(k) = key(&output)
         {
-            counted += 1;
-            let order = counts.len();
-            counts.entry(k.clone()).or_insert((0, order)).0 += 1;
+            ballot.vote(&k, places.of(output.index));
             voters.entry(k).or_default().push(output.index);
         }
-        let (first, second) = leader(&counts);
         let remaining = match (expected, listed) {
             (_, true) => seen - settled,
             (Some(n), false) => n.max(seen) - settled,
             (None, false) => return false,
         };
-        let votes = first.map_or(0, |(_, votes)| votes);
+        let (votes, second) = (ballot.leader_and_second())
+            .map_or((0, 0), |(leader, second)| (leader.votes, second as usize));
         // Decided: the leader cannot be caught and has enough; or no key can reach enough.
         (votes > second + remaining && votes >= min_votes) || votes + remaining < min_votes
     })
     .await;
     let total = total.max(completions.choice_count());
-    match leader(&counts).0 {
-        Some((_, votes)) if votes < min_votes => {
-            let tally = counts
-                .iter()
-                .map(|(k, (v, o))| (k.clone(), *v, *o))
-                .collect();
-            Decided::nothing(timed_out, &short_of(min_votes, tally))
+    let decided = match ballot.leader() {
+        Some(leader) if leader.votes < min_votes => {
+            Decided::nothing(timed_out, &short_of(min_votes, &ballot))
         }
-        Some((k, votes)) => {
-            let mut picked = voters.remove(&k).unwrap_or_default();
+        Some(leader) => {
+            let mut picked = voters.remove(leader.key).unwrap_or_default();
             picked.sort_unstable();
-            let tally = Tally::won(k, votes, counted, total);
             Decided {
-                selected: picked,
-                timed_out,
-                reason: None,
-                vote: Some(tally),
-                score: None,
-                windows: Vec::new(),
-                confidence: None,
+                vote: Some(Tally::won(
+                    leader.key.to_string(),
+                    leader.votes,
+                    ballot.counted(),
+                    total,
+                )),
+                ..Decided::picked(picked, timed_out)
             }
         }
         None if timed_out => Decided::nothing(true, "the deadline passed before any choice voted"),
         None => Decided::nothing(false, "no choice finished with a key to vote on"),
-    }
+    };
+    decided.with_ballot(ballot)
 }
 
 /// The windows of a windowed vote, made of positions (sample `k` is choice `k`): window `w`
@@ -285,9 +286,10 @@ pub(crate) async fn vote_windowed(
     let mut following = Following::new(completions, |choice: Choice| async move {
         (choice.index(), choice.message().await)
     });
-    // Each settled choice's key (`None`: it did not vote), and the order of first votes.
+    // Each settled choice's key (`None`: it did not vote), and the ballot of those that did.
     let mut keys: HashMap<u32, Option<String>> = HashMap::new();
-    let mut first_vote: HashMap<String, usize> = HashMap::new();
+    let mut ballot = Ballot::new();
+    let mut places = Places::new(completions);
     let mut winner: Option<String> = None;
     let mut timed_out = false;
     loop {
@@ -308,8 +310,7 @@ pub(crate) async fn vote_windowed(
                     _ => None,
                 };
                 if let Some(k) = &voted {
-                    let order = first_vote.len();
-                    first_vote.entry(k.clone()).or_insert(order);
+                    ballot.vote(k, places.of(index));
                 }
                 keys.insert(index, voted);
                 // A window's votes: every member but those replaced.
@@ -358,7 +359,10 @@ pub(crate) async fn vote_windowed(
                 // Every window started: the plurality, decided as soon as it cannot change.
                 if windows.next >= total && (planned().is_some() || listed) {
                     let remaining = total.saturating_sub(keys.len());
-                    let (leader, votes, second) = leader_of(&keys, &first_vote);
+                    let (leader, votes, second) = match ballot.leader_and_second() {
+                        Some((l, second)) => (Some(l.key.to_string()), l.votes, second as usize),
+                        None => (None, 0, 0),
+                    };
                     if leader.is_some() && votes > second + remaining && votes >= min_votes {
                         winner = leader;
                         break;
@@ -375,47 +379,35 @@ pub(crate) async fn vote_windowed(
         }
     }
     let winner = winner.or_else(|| {
-        let (leader, votes, _) = leader_of(&keys, &first_vote);
-        leader.filter(|_| votes >= min_votes)
+        let leader = ballot.leader()?;
+        (leader.votes >= min_votes).then(|| leader.key.to_string())
     });
     let seen = following.seen();
     let total = planned().unwrap_or(seen).max(seen);
     let windows: Vec<Vec<u32>> = (0..windows.count())
         .map(|w| windows.members(w, total).collect())
         .collect();
-    match winner {
+    let decided = match winner {
         Some(k) => {
             let mut picked: Vec<u32> = (keys.iter())
                 .filter(|(_, v)| v.as_ref() == Some(&k))
                 .map(|(i, _)| *i)
                 .collect();
             picked.sort_unstable();
-            let counted = keys.values().filter(|v| v.is_some()).count();
             Decided {
                 vote: Some(Tally::won(
                     k,
                     picked.len(),
-                    counted,
+                    ballot.counted(),
                     total.max(completions.choice_count()),
                 )),
-                selected: picked,
-                timed_out,
-                reason: None,
-                score: None,
                 windows,
-                confidence: None,
+                ..Decided::picked(picked, timed_out)
             }
         }
         None => {
-            let mut tally: HashMap<String, (usize, usize)> = HashMap::new();
-            for k in keys.values().flatten() {
-                tally.entry(k.clone()).or_insert((0, first_vote[k])).0 += 1;
-            }
-            let reason = match (tally.is_empty(), timed_out) {
-                (false, _) => short_of(
-                    min_votes,
-                    tally.into_iter().map(|(k, (v, o))| (k, v, o)).collect(),
-                ),
+            let reason = match (ballot.is_empty(), timed_out) {
+                (false, _) => short_of(min_votes, &ballot),
                 (true, true) => "the deadline passed before any choice voted".to_string(),
                 (true, false) => "no choice finished with a key to vote on".to_string(),
             };
@@ -424,36 +416,20 @@ pub(crate) async fn vote_windowed(
                 ..Decided::nothing(timed_out, &reason)
             }
         }
-    }
+    };
+    decided.with_ballot(ballot)
 }
 
-/// The reason nothing won when keys voted but none had `min_votes`: the tally, most votes
-/// first (`tally`: key, votes, order of its first vote).
-pub(crate) fn short_of(min_votes: usize, mut tally: Vec<(String, usize, usize)>) -> String {
-    tally.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
-    let listed: Vec<String> = tally.iter().map(|(k, v, _)| format!("{k:?} {v}")).collect();
+/// The reason nothing won when keys voted but none had `min_votes`: the tally, in the
+/// ballot's order.
+pub(crate) fn short_of(min_votes: usize, ballot: &Ballot) -> String {
+    let listed: Vec<String> = (ballot.ranked().iter())
+        .map(|s| format!("{:?} {}", s.key, s.votes))
+        .collect();
     format!(
         "no key has {min_votes} votes (tally: {})",
         listed.join(", ")
     )
-}
-
-/// The key with the most votes (ties: voted first), its votes, and the runner-up's.
-fn leader_of(
-    keys: &HashMap<u32, Option<String>>,
-    first_vote: &HashMap<String, usize>,
-) -> (Option<String>, usize, usize) {
-    let mut counts: HashMap<&String, usize> = HashMap::new();
-    for k in keys.values().flatten() {
-        *counts.entry(k).or_default() += 1;
-    }
-    let mut ranked: Vec<(&String, usize)> = counts.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(first_vote[a.0].cmp(&first_vote[b.0])));
-    let second = ranked.get(1).map_or(0, |r| r.1);
-    match ranked.first() {
-        Some((k, v)) => (Some((*k).clone()), *v, second),
-        None => (None, 0, 0),
-    }
 }
 
 /// The highest score of a good finish, once every choice is in (or at the deadline).
@@ -477,13 +453,8 @@ pub(super) async fn best(
     .await;
     match best {
         Some((s, index)) => Decided {
-            selected: vec![index],
-            timed_out,
-            reason: None,
-            vote: None,
             score: Some(s),
-            windows: Vec::new(),
-            confidence: None,
+            ..Decided::picked(vec![index], timed_out)
         },
         None if timed_out => {
             Decided::nothing(true, "the deadline passed before any choice was scored")

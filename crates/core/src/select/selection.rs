@@ -4,8 +4,10 @@
 
 use serde::Serialize;
 
+use super::Places;
 use crate::completions::Completions;
 use crate::select::confidence::ConfidenceReport;
+use choicewise_proto::Ballot;
 
 /// What a combinator picked, and what it cancelled to get there.
 ///
@@ -118,7 +120,8 @@ pub struct Tally {
     pub counted: usize,
     /// Choices of the completion (expected, when known, else seen).
     pub choices: usize,
-    /// Every key voted for and its votes, most votes first (ties: the first voted first).
+    /// Every key voted for and its votes, in the ballot's order (most votes, or weight; then
+    /// the key whose voter finished first), the answer's key first.
     pub tally: Vec<KeyVotes>,
 }
 
@@ -154,35 +157,54 @@ pub struct KeyVotes {
 /// finished.
 pub(super) type Judged = Vec<(u32, Option<String>)>;
 
-/// Completes a vote's tally from its judgements (`judged`: each choice that finished well and
-/// its key, in the order they finished): every key's votes; and, when no key won and
-/// `or_first_finished`, the first choice judged, selected undecided.
+/// Completes a vote's tally from its ballot (or, for a rule that kept none, from its
+/// judgements: each choice that finished well and its key, in the order they were judged),
+/// listed in the ballot's order with the winner first; and, when no key won and
+/// `or_first_finished`, selects the ballot's leader undecided, answered by its voter that
+/// finished first (with no vote at all, the first choice to finish well).
 pub(super) fn complete_tally(
     decided: &mut Decided,
     judged: &[(u32, Option<String>)],
     or_first_finished: bool,
     completions: &Completions,
 ) {
-    let mut tally: Vec<KeyVotes> = Vec::new();
-    for key in judged.iter().filter_map(|(_, k)| k.as_ref()) {
-        match tally.iter_mut().find(|v| &v.key == key) {
-            Some(v) => v.votes += 1,
-            None => tally.push(KeyVotes {
-                key: key.clone(),
-                votes: 1,
-            }),
+    let mut places = Places::new(completions);
+    let ballot = decided.ballot.take().unwrap_or_else(|| {
+        let mut ballot = Ballot::new();
+        for (index, key) in judged {
+            if let Some(key) = key {
+                ballot.vote(key, places.of(*index));
+            }
         }
-    }
-    // Most votes first; the sort is stable, so ties stay in the order of their first vote.
-    tally.sort_by_key(|v| std::cmp::Reverse(v.votes));
+        ballot
+    });
+    let mut tally: Vec<KeyVotes> = (ballot.ranked().iter())
+        .map(|s| KeyVotes {
+            key: s.key.to_string(),
+            votes: s.votes,
+        })
+        .collect();
     if let Some(won) = &mut decided.vote {
+        // The winner first: a windowed vote's first unanimous window decides for its key,
+        // which need not hold the most votes of every window.
+        if let Some(at) = tally.iter().position(|v| v.key == won.key) {
+            let winner = tally.remove(at);
+            tally.insert(0, winner);
+        }
         won.tally = tally;
         return;
     }
     if !or_first_finished {
         return;
     }
-    let Some((index, key)) = judged.first() else {
+    // Undecided: the leader's voter that finished first; without a vote, the first choice
+    // to finish well (one whose tool calls' arguments were not JSON, say).
+    let leader = ballot.leader().map(|l| l.key);
+    let chosen = (judged.iter())
+        .filter(|(_, key)| leader.is_some() && key.as_deref() == leader)
+        .min_by_key(|(index, _)| places.of(*index))
+        .or_else(|| judged.iter().min_by_key(|(index, _)| places.of(*index)));
+    let Some((index, key)) = chosen else {
         // No choice finished well: one that ended with another finish reason of the
         // upstream's (`length`, `content_filter`) is still its answer, the lowest index first.
         let all: Vec<u32> = (0..completions.choice_count() as u32).collect();
@@ -204,14 +226,13 @@ pub(super) fn complete_tally(
         return;
     };
     let key = key.clone().unwrap_or_default();
-    let votes = tally.iter().find(|v| v.key == key).map_or(0, |v| v.votes);
-    let counted = tally.iter().map(|v| v.votes).sum();
+    let votes = ballot.get(&key).map_or(0, |s| s.votes);
     decided.selected = vec![*index];
     decided.vote = Some(Tally {
         decided: false,
         key,
         votes,
-        counted,
+        counted: ballot.counted(),
         choices: completions.choice_count().max(judged.len()),
         tally,
     });
@@ -226,18 +247,38 @@ pub(crate) struct Decided {
     pub(crate) score: Option<f64>,
     pub(crate) windows: Vec<Vec<u32>>,
     pub(crate) confidence: Option<ConfidenceReport>,
+    /// A vote's ballot, whose order its tally is listed in.
+    pub(crate) ballot: Option<Ballot>,
 }
 
 impl Decided {
+    /// Nothing selected, and why.
     pub(crate) fn nothing(timed_out: bool, reason: &str) -> Self {
         Decided {
-            selected: Vec::new(),
-            timed_out,
             reason: Some(reason.to_string()),
+            ..Decided::picked(Vec::new(), timed_out)
+        }
+    }
+
+    /// These choices selected.
+    pub(crate) fn picked(selected: Vec<u32>, timed_out: bool) -> Self {
+        Decided {
+            selected,
+            timed_out,
+            reason: None,
             vote: None,
             score: None,
             windows: Vec::new(),
             confidence: None,
+            ballot: None,
+        }
+    }
+
+    /// With the ballot the vote counted on.
+    pub(crate) fn with_ballot(self, ballot: Ballot) -> Self {
+        Decided {
+            ballot: Some(ballot),
+            ..self
         }
     }
 }

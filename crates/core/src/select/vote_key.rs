@@ -47,10 +47,12 @@ pub const VOTE_PATTERN_MAX_FOLDED_CLASSES: usize = 4;
 ///
 /// A choice that ended in tool calls votes with them: the ordered list of its calls, each
 /// its function's name and its arguments as canonical JSON (object keys sorted, no
-/// insignificant whitespace; arguments that are not JSON count as their trimmed text), written
-/// as one JSON array: `[["get_weather",{"city":"Paris"}]]`. Two samples that make the same
-/// calls in the same order therefore agree whatever their spacing or key order, whatever
-/// text came with the calls.
+/// insignificant whitespace; empty arguments as `{}`), written as one JSON array:
+/// `[["get_weather",{"city":"Paris"}]]`. Two samples that make the same calls in the same
+/// order therefore agree whatever their spacing or key order, whatever text came with the
+/// calls. A choice with a function call whose arguments are not JSON (cut off, say) does
+/// not vote: no program could run that call, so it never outvotes one that could. A custom
+/// tool's call (`kind: "custom"`, free-text input) votes with its input's trimmed text.
 ///
 /// Any other choice votes with its content trimmed, or the first capture group of a pattern
 /// in it (the whole match when the pattern has no group); with
@@ -182,8 +184,11 @@ impl VoteKey {
     /// assert_eq!(VoteKey::content().of(&ChoiceOutput::new(0, Message::assistant("4"))), Some("4".into()));
     /// ```
     pub fn of(&self, output: &ChoiceOutput) -> Option<String> {
-        if let Some(calls) = tool_call_key(output) {
-            return Some(calls);
+        match tool_call_key(output) {
+            Calls::Key(calls) => return Some(calls),
+            // A call the program could not run: no vote, whatever text came with it.
+            Calls::Broken => return None,
+            Calls::None => {}
         }
         let content = output.message.content.as_deref()?;
         let key = match &self.pattern {
@@ -201,37 +206,52 @@ impl VoteKey {
     }
 }
 
+/// What a choice's tool calls vote with.
+enum Calls {
+    /// It made no call.
+    None,
+    /// Some call's arguments are not JSON: it does not vote.
+    Broken,
+    /// Its calls' key.
+    Key(String),
+}
+
 /// The key of a choice that ended in tool calls (or the legacy function call): the JSON
-/// array of `[name, arguments]` pairs in call order, arguments in canonical form.
-fn tool_call_key(output: &ChoiceOutput) -> Option<String> {
+/// array of `[name, arguments]` pairs in call order, arguments in canonical form (empty
+/// arguments as `{}`); none when some call's arguments are not JSON.
+fn tool_call_key(output: &ChoiceOutput) -> Calls {
     let message = &output.message;
-    let calls: Vec<&choicewise_proto::FunctionCall> = match &message.function_call {
-        Some(call) if message.tool_calls.is_empty() => vec![call],
-        _ => message.tool_calls.iter().map(|c| &c.function).collect(),
+    // Each call, and whether its arguments are JSON (a function's) or free text (a custom
+    // tool's input).
+    let calls: Vec<(&choicewise_proto::FunctionCall, bool)> = match &message.function_call {
+        Some(call) if message.tool_calls.is_empty() => vec![(call, true)],
+        _ => (message.tool_calls.iter())
+            .map(|c| (&c.function, c.kind != "custom"))
+            .collect(),
     };
     if calls.is_empty() {
-        return None;
+        return Calls::None;
     }
     let mut key = String::from("[");
-    for (i, call) in calls.into_iter().enumerate() {
+    for (i, (call, json)) in calls.into_iter().enumerate() {
         if i > 0 {
             key.push(',');
         }
         key.push('[');
         write_canonical(&serde_json::Value::from(call.name.as_str()), &mut key);
         key.push(',');
-        match serde_json::from_str::<serde_json::Value>(&call.arguments) {
-            Ok(arguments) => write_canonical(&arguments, &mut key),
-            // Not JSON: the text itself, as a string (an empty text as `{}`: no arguments).
-            Err(_) => match call.arguments.trim() {
-                "" => key.push_str("{}"),
-                text => write_canonical(&serde_json::Value::from(text), &mut key),
+        match (json, call.arguments.trim()) {
+            (true, "") => key.push_str("{}"),
+            (true, text) => match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(arguments) => write_canonical(&arguments, &mut key),
+                Err(_) => return Calls::Broken,
             },
+            (false, text) => write_canonical(&serde_json::Value::from(text), &mut key),
         }
         key.push(']');
     }
     key.push(']');
-    Some(key)
+    Calls::Key(key)
 }
 
 /// `value` as canonical JSON: object keys sorted by their bytes, no insignificant
@@ -401,9 +421,21 @@ mod tests {
         let swapped = with_calls("", &[("write", r#"{"x":1}"#), ("read", "{}")]);
         assert_ne!(key.of(&two), key.of(&swapped));
         assert_eq!(key.of(&two).unwrap(), r#"[["read",{}],["write",{"x":1}]]"#);
-        // Arguments that are not JSON count as their text; none as {}.
-        let text_args = with_calls("", &[("shell", " ls -la ")]);
-        assert_eq!(key.of(&text_args).unwrap(), r#"[["shell","ls -la"]]"#);
+        // A function's arguments that are not JSON give no vote, whatever text came with
+        // them; none count as {}; a custom tool's input is its text.
+        let text_args = with_calls("Answer: 42.", &[("shell", " ls -la ")]);
+        assert_eq!(key.of(&text_args), None);
+        let cut = with_calls(
+            "",
+            &[("read", "{}"), ("Bash", r#"{"command": "echo step1""#)],
+        );
+        assert_eq!(key.of(&cut), None, "one broken call: no vote");
+        let mut custom = with_calls("", &[("apply_patch", " *** Begin Patch ")]);
+        custom.message.tool_calls[0].kind = "custom".into();
+        assert_eq!(
+            key.of(&custom).unwrap(),
+            r#"[["apply_patch","*** Begin Patch"]]"#
+        );
         assert_eq!(
             key.of(&with_calls("", &[("now", "")])).unwrap(),
             r#"[["now",{}]]"#

@@ -8,6 +8,7 @@
 mod common;
 
 mod arguments;
+mod ballot;
 mod busy_choice;
 mod cancel;
 mod confidence;

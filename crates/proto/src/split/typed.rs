@@ -101,9 +101,10 @@ impl Splitter {
         }
         if let Some(update) = decoded.update {
             let slot = self.slot_for(0, line)?;
-            let slot = &mut self.slots[slot];
-            slot.finished |= update.finish_reason.is_some();
-            slot.batch.updates.push(RawUpdate {
+            if update.finish_reason.is_some() {
+                self.finish(slot);
+            }
+            self.slots[slot].batch.updates.push(RawUpdate {
                 line,
                 offset,
                 body: Body::Update(Box::new(update)),
