@@ -772,3 +772,95 @@ fn a_refused_pick_names_its_flag() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A recording of an n = 4 stream: choices 0..4 answer "a", "b", "a", "b", and the stream
+/// finishes them in the order 3, 0, 1, 2; each event at `t(k)` (none: plain SSE).
+fn finishing_out_of_order(t: impl Fn(usize) -> Option<f64>) -> Vec<u8> {
+    let mut events: Vec<String> = ["a", "b", "a", "b"]
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{a}\"}}}}]}}\n\n"
+            )
+        })
+        .collect();
+    for i in [3, 0, 1, 2] {
+        events.push(format!(
+            "data: {{\"choices\":[{{\"index\":{i},\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n"
+        ));
+    }
+    events.push("data: [DONE]\n\n".to_string());
+    let timed = t(0).is_some();
+    let mut out = String::new();
+    if timed {
+        out.push_str(": choicewise-recording v1\n");
+    }
+    for (k, event) in events.iter().enumerate() {
+        if let Some(t) = t(k) {
+            out.push_str(&format!(": t={t:.3}\n"));
+        }
+        out.push_str(event);
+    }
+    out.into_bytes()
+}
+
+/// Runs `--first` and `--vote` on recordings with distinct, shared and no timestamps, at
+/// speeds 0, 1 and 10, `CHOICEWISE_ORDER_RUNS` times each (3 by default: each run is a
+/// process of its own; the library's own tests repeat the pick 100 times).
+#[test]
+fn first_and_vote_give_the_recordings_first_finisher_at_every_speed() {
+    let runs: usize = std::env::var("CHOICEWISE_ORDER_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let recordings = [
+        (
+            "distinct timestamps",
+            finishing_out_of_order(|k| Some(k as f64 * 3.0)),
+        ),
+        (
+            "one shared timestamp",
+            finishing_out_of_order(|_| Some(5.0)),
+        ),
+        ("no timestamps", finishing_out_of_order(|_| None)),
+    ];
+    for (what, bytes) in &recordings {
+        let dir = std::env::temp_dir().join(format!("choicewise-order-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.rec", what.replace(' ', "-")));
+        std::fs::write(&path, bytes).unwrap();
+        let path = path.to_str().unwrap();
+        for speed in ["0", "1", "10"] {
+            for run in 0..runs {
+                let out = replay(&[path, "--json", "--first", "--speed", speed], None);
+                assert!(
+                    out.status.success(),
+                    "{what}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(
+                    json["selected"],
+                    serde_json::json!([3]),
+                    "{what}, speed {speed}, run {run}"
+                );
+                // 2:2: the tie goes to "b", whose voter (choice 3) finished first.
+                let out = replay(&[path, "--json", "--vote", "--speed", speed], None);
+                assert!(
+                    out.status.success(),
+                    "{what}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(json["vote"]["key"], "b", "{what}, speed {speed}, run {run}");
+                assert_eq!(
+                    json["selected"],
+                    serde_json::json!([1, 3]),
+                    "{what}, speed {speed}"
+                );
+                assert_eq!(json["vote"]["tally"][0]["key"], "b");
+            }
+        }
+    }
+}
