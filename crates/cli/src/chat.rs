@@ -212,17 +212,9 @@ fn build_request(
     {
         return Err("no prompt: give it as arguments, on standard input, or in --request".into());
     }
-    // Ask for the provider's usage figures; a request that sets stream_options keeps its own
-    // (null: send none).
-    match body.get("stream_options") {
-        None => {
-            body.insert("stream_options".into(), json!({"include_usage": true}));
-        }
-        Some(Value::Null) => {
-            body.remove("stream_options");
-        }
-        Some(_) => {}
-    }
+    // Ask for the provider's usage figures, as every front end does; a request that sets
+    // stream_options keeps its own (null: send none).
+    choicewise_client::ask_for_usage(&mut body);
     Ok(Value::Object(body))
 }
 

@@ -448,6 +448,23 @@ async fn chat_usage_line_against_a_real_llama_cpp_server_adds_up_the_choices() {
     assert_eq!(completion, a + b + c, "{line}");
     assert_eq!(total, prompt + completion, "{line}");
     assert!(a.max(b).max(c) <= 16 && a.min(b).min(c) > 0, "{line}");
+    // The library's client asks for the server's usage the same way by default: the same
+    // prompt count, reported.
+    let client = choicewise_client::Client::builder()
+        .base_url(url.trim_end_matches('/'))
+        .build()
+        .unwrap();
+    let body = serde_json::json!({"model": "m", "n": 3, "max_tokens": 16, "temperature": 0.9,
+        "messages": [{"role": "user", "content": "Name a colour."}]});
+    let completions = within(Duration::from_secs(120), "chat", client.chat(body))
+        .await
+        .unwrap();
+    let usage = within(Duration::from_secs(120), "usage", completions.usage()).await;
+    assert_eq!(usage.source, choicewise::UsageSource::Reported, "{usage:?}");
+    assert_eq!(
+        usage.prompt_tokens, prompt,
+        "the CLI's and the client's prompt counts"
+    );
 }
 
 /// An answer that begins, then stalls for as long as the client stays.

@@ -248,6 +248,7 @@ impl Client {
         };
         let mut body = object.clone();
         body.insert("stream".to_string(), Value::Bool(true));
+        ask_for_usage(&mut body);
         let body = serde_json::to_vec(&Value::Object(body))
             .map_err(|e| ClientError::invalid(ClientErrorKind::InvalidRequest, e.to_string()))?;
         self.send_bytes(bytes::Bytes::from(body)).await
@@ -623,6 +624,40 @@ impl Client {
         .n(u32::try_from(n).unwrap_or(u32::MAX))
         .request(request)
         .idle_timeout(self.inner.idle_timeout)
+    }
+}
+
+/// Asks a streamed request for the provider's own usage figures, as every front end of
+/// choicewise does (this client, the CLI, Python's `stream()`): a body without
+/// `stream_options` gains `{"include_usage": true}`; one whose `stream_options` is `null`
+/// sends none (for a server that refuses the field); any other `stream_options` is kept.
+/// Without the provider's figures, [`Completions::usage`](choicewise_core::Completions::usage)
+/// is an estimate.
+///
+/// ```
+/// use serde_json::{json, Value};
+/// let mut body = json!({"model": "m"}).as_object().unwrap().clone();
+/// choicewise_client::ask_for_usage(&mut body);
+/// assert_eq!(body["stream_options"], json!({"include_usage": true}));
+/// let mut none = json!({"stream_options": null}).as_object().unwrap().clone();
+/// choicewise_client::ask_for_usage(&mut none);
+/// assert!(!none.contains_key("stream_options"));
+/// let mut own = json!({"stream_options": {"include_usage": false}}).as_object().unwrap().clone();
+/// choicewise_client::ask_for_usage(&mut own);
+/// assert_eq!(own["stream_options"], json!({"include_usage": false}));
+/// ```
+pub fn ask_for_usage(body: &mut serde_json::Map<String, Value>) {
+    match body.get("stream_options") {
+        None => {
+            body.insert(
+                "stream_options".to_string(),
+                serde_json::json!({"include_usage": true}),
+            );
+        }
+        Some(Value::Null) => {
+            body.remove("stream_options");
+        }
+        Some(_) => {}
     }
 }
 

@@ -167,7 +167,12 @@ async fn openai_request_shape() {
     assert_eq!(r.header("openai-organization"), Some("org-123"));
     let mut expected = request();
     expected["stream"] = json!(true);
-    assert_eq!(r.json.as_ref(), Some(&expected), "stream forced to true");
+    expected["stream_options"] = json!({"include_usage": true});
+    assert_eq!(
+        r.json.as_ref(),
+        Some(&expected),
+        "stream forced to true, the provider's usage asked for"
+    );
 }
 
 #[tokio::test]
@@ -195,6 +200,11 @@ async fn azure_request_shape() {
     assert_eq!(r.header("api-key"), Some("azure-key"));
     assert_eq!(r.header("authorization"), None);
     assert_eq!(r.json.as_ref().unwrap()["stream"], true);
+    // The provider's usage is asked for, as the CLI and Python ask for it.
+    assert_eq!(
+        r.json.as_ref().unwrap()["stream_options"],
+        serde_json::json!({"include_usage": true})
+    );
 }
 
 #[tokio::test]

@@ -119,9 +119,13 @@ def test_a_real_llama_server_streams_n_choices():
             async for choice in completions.choices():
                 texts[choice.index] = "".join([d async for d in choice.content()])
             whole = await completions.collect()
-        return texts, whole
+            usage = await completions.usage()
+        return texts, whole, usage
 
-    texts, whole = asyncio.run(main())
+    texts, whole, usage = asyncio.run(main())
+    # The server's own count, asked for as the CLI and the Rust client ask for it.
+    assert usage["source"] == "reported", usage
+    assert usage["prompt_tokens"] > 0, usage
     assert sorted(texts) == [0, 1, 2]
     assert all(texts.values()), texts
     assert all(c.finish_reason in ("stop", "length") for c in whole.choices), whole

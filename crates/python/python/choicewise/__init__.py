@@ -67,7 +67,9 @@ class stream:
     ``async with stream(async_client, **params) as completions`` (an ``openai.AsyncOpenAI``),
     or ``with stream(client, **params)`` (an ``openai.OpenAI``): ``params`` are those of
     ``client.chat.completions.create`` (``model``, ``n``, ``messages``, ``tools``...),
-    ``stream=True`` is added.
+    ``stream=True`` is added, and ``stream_options={"include_usage": True}`` unless the
+    request sets its own (``stream_options=None`` sends none): ``usage()`` is then the
+    provider's own count, as the CLI and the gateway report it.
 
     The request is the client's own (``chat.completions.with_streaming_response``): its
     base URL, key, headers, retries, timeouts and Azure settings apply, and an error status
@@ -95,6 +97,12 @@ class stream:
     def _create(self) -> Any:
         params = dict(self._params)
         params["stream"] = True
+        # The provider's own usage figures, as every front end asks for them (the Rust
+        # client, the CLI): a request's own stream_options is kept, None sends none.
+        if "stream_options" not in params:
+            params["stream_options"] = {"include_usage": True}
+        elif params["stream_options"] is None:
+            del params["stream_options"]
         return self._client.chat.completions.with_streaming_response.create(**params)
 
     async def __aenter__(self) -> Completions:
