@@ -243,10 +243,11 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     if declared.is_some_and(|len| len > max_body) {
         return shaped(api, too_large(&gw));
     }
-    // The memory ceiling: the request charged what it may cost, from its route and its
-    // declared length (the limit when it declares none), until the handler has answered.
+    // The memory ceiling: the request charged what its head may cost (its route's factor
+    // over its declared length, at most `HEAD_CHARGE` of it), the rest as its bytes arrive,
+    // until the handler has answered.
     let route = overload::Route::of(request.uri().path());
-    let bound = overload::cost_bound(route, declared.unwrap_or(max_body));
+    let bound = overload::cost_bound(route, declared.unwrap_or(max_body).min(HEAD_CHARGE));
     let (admitted, change) = gw.inner.ceiling.admit(bound);
     admission(&gw, admitted.as_ref().err(), change);
     let mut reservation = match admitted {
@@ -269,7 +270,8 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     // The body read here, and the charge made what its fields' sizes say it costs: less
     // than the bound, or (a body of no declared length) more, which the mark may refuse.
     let (parts, body) = request.into_parts();
-    let bytes = match read_body(&gw, body).await {
+    let charge = reservation.as_mut().map(|r| (r, route));
+    let bytes = match read_charged(&gw, body, charge).await {
         Ok(bytes) => bytes,
         Err(e) => return shaped(api, e),
     };
@@ -372,22 +374,66 @@ pub(crate) fn too_large(gw: &Gateway) -> ApiError {
     .code("request_too_large")
 }
 
-/// A body's bytes, at most `limit`, in one buffer sized from its declared length: the body
-/// is held once while it arrives (the memory ceiling counts it once), not as its frames and
-/// then their copy.
-async fn collect(body: Body, limit: usize) -> Result<axum::body::Bytes, axum::Error> {
+/// The most of a body charged before its bytes arrive (its route's factor over it): a body
+/// that declares more is charged the rest as its bytes come ([`read_charged`]), so that
+/// idle connections announcing large bodies hold almost nothing of the memory ceiling.
+pub(crate) const HEAD_CHARGE: u64 = 64 * 1024;
+
+/// Why a body could not be collected.
+enum Collected {
+    /// The body failed, or passed the limit.
+    Body(axum::Error),
+    /// Its bytes, charged as they came, passed the memory ceiling.
+    Refused(overload::AboveWatermark),
+}
+
+/// How much of a body to have charged once `received` bytes of it arrived: up to
+/// [`HEAD_CHARGE`], what the head was charged; past it, a body of known length (`declared`)
+/// all of it at once, so that bodies arriving side by side are admitted whole or refused,
+/// never all cut halfway; a body of unknown length the next power of two of what arrived,
+/// at most `limit` (a few steps, each admitted or refused).
+fn charged_part(received: u64, declared: Option<u64>, limit: u64) -> u64 {
+    if received <= HEAD_CHARGE {
+        return received;
+    }
+    match declared {
+        Some(len) => len.max(received),
+        None => received.next_power_of_two().min(limit).max(received),
+    }
+}
+
+/// A body's bytes, at most `limit`, charged to `charge` (with its route) as they arrive:
+/// before a frame is kept, the reservation grows to the route's bound over what
+/// [`charged_part`] says. The buffer starts at the declared length up to [`HEAD_CHARGE`] and
+/// grows with the bytes; a body sent as one frame is kept as it is.
+async fn collect(
+    body: Body,
+    limit: usize,
+    mut charge: Option<(&mut overload::Reservation, overload::Route)>,
+) -> Result<axum::body::Bytes, Collected> {
     use http_body_util::BodyExt;
     let mut body = http_body_util::Limited::new(body, limit);
-    let declared = http_body::Body::size_hint(&body).lower() as usize;
-    let mut buf = bytes::BytesMut::with_capacity(declared.min(limit));
+    let hint = http_body::Body::size_hint(&body);
+    let declared = hint.lower() as usize;
+    let mut buf = bytes::BytesMut::with_capacity(declared.min(limit).min(HEAD_CHARGE as usize));
     while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.map_err(axum::Error::new)?.into_data() {
-            if buf.is_empty() && data.len() >= declared {
-                // One frame, the whole body: kept as it is.
-                buf = bytes::BytesMut::from(data);
-            } else {
-                buf.extend_from_slice(&data);
+        let frame = frame.map_err(|e| Collected::Body(axum::Error::new(e)))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if let Some((reservation, route)) = &mut charge {
+            let received = (buf.len() + data.len()) as u64;
+            let part = charged_part(received, hint.exact(), limit as u64);
+            let due = overload::cost_bound(*route, part);
+            if due > reservation.held() {
+                reservation.charge(due).map_err(Collected::Refused)?;
             }
+        }
+        if buf.is_empty() && data.len() >= declared {
+            // One frame, the whole body: kept as it is.
+            buf = bytes::BytesMut::from(data);
+        } else {
+            buf.extend_from_slice(&data);
         }
     }
     Ok(buf.freeze())
@@ -395,9 +441,19 @@ async fn collect(body: Body, limit: usize) -> Result<axum::body::Bytes, axum::Er
 
 /// The body, at most `max_body_bytes`, within `body_read_timeout_s`.
 pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    read_charged(gw, body, None).await
+}
+
+/// [`read_body`], the bytes charged to a reservation of the memory ceiling as they arrive
+/// (a 503 when they would pass it).
+async fn read_charged(
+    gw: &Gateway,
+    body: Body,
+    charge: Option<(&mut overload::Reservation, overload::Route)>,
+) -> Result<axum::body::Bytes, ApiError> {
     let limit = gw.inner.limits.max_body_bytes;
     let timeout = std::time::Duration::from_secs_f64(gw.inner.limits.body_read_timeout_s);
-    match tokio::time::timeout(timeout, collect(body, limit)).await {
+    match tokio::time::timeout(timeout, collect(body, limit, charge)).await {
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "invalid_request_error",
@@ -408,7 +464,11 @@ pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<axum::body::By
         )
         .code("request_timeout")),
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) => {
+        Ok(Err(Collected::Refused(refused))) => {
+            admission(gw, Some(&refused), None);
+            Err(overloaded(refused))
+        }
+        Ok(Err(Collected::Body(e))) => {
             // A body over the limit, or a connection that failed while sending it.
             let over = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
@@ -432,6 +492,24 @@ pub(crate) fn api_label(api: Dialect) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_is_charged_its_head_then_whole_or_in_doubling_steps() {
+        let limit = 16 << 20;
+        // Up to the head's share: what arrived (the head charge covers it).
+        assert_eq!(charged_part(10, Some(1 << 20), limit), 10);
+        assert_eq!(charged_part(HEAD_CHARGE, None, limit), HEAD_CHARGE);
+        // Past it: a declared body all at once; an unknown one by powers of two.
+        assert_eq!(
+            charged_part(HEAD_CHARGE + 1, Some(15 << 20), limit),
+            15 << 20
+        );
+        assert_eq!(charged_part(HEAD_CHARGE + 1, None, limit), 2 * HEAD_CHARGE);
+        assert_eq!(charged_part(3 << 20, None, limit), 4 << 20);
+        assert_eq!(charged_part(15 << 20, None, limit), 16 << 20);
+        // A body that lied about its length is charged what arrived.
+        assert_eq!(charged_part(2 << 20, Some(1 << 20), limit), 2 << 20);
+    }
 
     #[test]
     fn json_content_types() {

@@ -8,9 +8,11 @@
 //! admitted will cost and have not yet taken: a request is charged from its admission until
 //! its handler has answered, so that a burst of large uploads, or of bodies that cost many
 //! times their size to parse, counts before it is resident. The charge is first
-//! [`cost_bound`] of its declared length (of `max_body_bytes` when it declares none): its
-//! route's factor over the whole body; once the body is read, [`cost`] of its fields' sizes
-//! (the factor over the fields its handler builds from). The charges of the parses running at
+//! [`cost_bound`] of its declared length up to `HEAD_CHARGE` (64 KiB; of that much when it
+//! declares none): its route's factor over what may arrive first; it grows to the bound of
+//! every byte received as the body's bytes arrive, before they are kept, so that idle
+//! connections announcing large bodies hold little; once the body is read, [`cost`] of its
+//! fields' sizes (the factor over the fields its handler builds from). The charges of the parses running at
 //! once are all under the mark, so together they never pass it; once parsed, the mark is
 //! checked again ([`Ceiling::recheck`]). Where the process's memory cannot be read (no
 //! `/proc`), only the charges count.
@@ -102,8 +104,7 @@ impl Reservation {
     }
 
     /// The bytes it holds.
-    #[cfg(test)]
-    fn bytes(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.bytes
     }
 }
@@ -487,7 +488,7 @@ mod tests {
         let mut held = ceiling.admit(8 * MIB).0.expect("room").expect("reserved");
         // Grown to what the request will cost: counted against the mark.
         held.charge(40 * MIB).expect("fits");
-        assert_eq!((held.bytes(), ceiling.used()), (40 * MIB, 40 * MIB));
+        assert_eq!((held.held(), ceiling.used()), (40 * MIB, 40 * MIB));
         let (refused, _) = ceiling.admit(30 * MIB);
         assert!(refused.is_err());
         // Past the mark: refused, the reservation as it was.

@@ -1,7 +1,8 @@
-//! The process-wide memory ceiling (`memory_high_watermark_mb`): uploads held open by clients
-//! with valid keys are counted before their bytes arrive, so that no mix of them takes the
-//! gateway past the mark; above it new requests get 503 with `Retry-After` in their API's
-//! shape while those in flight go on, and requests are admitted again once the memory falls.
+//! The process-wide memory ceiling (`memory_high_watermark_mb`): a body is charged what its
+//! head may cost (64 KiB of it at most), the rest as its bytes arrive, so that idle uploads
+//! announcing large bodies hold almost nothing while no mix of bodies that do arrive takes the
+//! gateway past the mark; past it the upload is refused with 503 and `Retry-After` in its
+//! API's shape while the others go on, and requests are admitted again once the memory falls.
 //! Real loopback HTTP; the bound is read from the process's own memory figures.
 
 use std::net::SocketAddr;
@@ -22,7 +23,7 @@ const MIB: u64 = 1 << 20;
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn env(name: &str) -> Option<String> {
-    (name == "CLIENT_KEYS").then(|| "sk-a".into())
+    (name == "CLIENT_KEYS").then(|| "sk-a,sk-b".into())
 }
 
 /// A request whose head declares a body of `len` bytes, of which only `{` is sent: the
@@ -37,12 +38,18 @@ async fn held_upload(addr: SocketAddr, path: &str, len: usize) -> TcpStream {
     tcp
 }
 
-/// The status and body of whatever the gateway answered on `tcp` within a second, if it did.
-async fn answered(tcp: &mut TcpStream) -> Option<(u16, String)> {
-    answered_within(tcp, Duration::from_secs(1)).await
+/// A chunked request of key `sk-a` that has sent its head and one chunk (`{`) and then
+/// idles: its body's length is unknown until it ends.
+async fn idle_chunked(addr: SocketAddr) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n\
+                authorization: Bearer sk-a\r\ncontent-type: application/json\r\n\
+                transfer-encoding: chunked\r\n\r\n1\r\n{\r\n";
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp
 }
 
-/// [`answered`] within `wait`.
+/// The status and body of whatever the gateway answered on `tcp` within `wait`, if it did.
 async fn answered_within(tcp: &mut TcpStream, wait: Duration) -> Option<(u16, String)> {
     let mut buf = vec![0; 4096];
     let n = tokio::time::timeout(wait, tcp.read(&mut buf))
@@ -77,7 +84,7 @@ async fn uploads(
     let mut refused = Vec::new();
     for i in 0..count {
         let mut tcp = held_upload(addr, paths[i % 3], len).await;
-        match answered(&mut tcp).await {
+        match answered_within(&mut tcp, Duration::from_millis(100)).await {
             None => held.push(tcp),
             Some((status, text)) => refused.push((paths[i % 3], status, text)),
         }
@@ -97,20 +104,22 @@ async fn metric(addr: SocketAddr, name: &str) -> Option<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn held_uploads_are_counted_and_the_gateway_refuses_above_the_mark() {
+async fn bodies_are_charged_as_they_arrive_and_the_mark_holds() {
     let _one = ONE_AT_A_TIME.lock().await;
     let upstream = TestServer::builder()
         .body(answer("hello"))
         .start()
         .await
         .unwrap();
-    // The marks sit 96 MiB and 64 MiB above what the test process uses now; bodies up to
+    // The marks sit 160 MiB and 128 MiB above what the test process uses now (the uploads'
+    // connection buffers and the test's own bodies take some 60 MiB of it); bodies up to
     // 16 MiB each.
     let idle = rss_bytes();
-    let high = idle / MIB + 96;
-    let low = idle / MIB + 64;
+    let high = idle / MIB + 160;
+    let low = idle / MIB + 128;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n\
+         body_read_timeout_s = 300\n\
          memory_high_watermark_mb = {high}\nmemory_low_watermark_mb = {low}\n\
          [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
         16 * MIB,
@@ -123,41 +132,100 @@ async fn held_uploads_are_counted_and_the_gateway_refuses_above_the_mark() {
         200
     );
 
-    // Forty uploads of 15 MiB each, held open by clients with a valid key: 600 MiB once
-    // sent. They are counted from their heads: at most six fit under the mark, on any of the
-    // three APIs, and the others are refused at once, in their API's shape.
-    let (held, refused) = uploads(addr, 40, 15 * MIB as usize).await;
-    assert!(
-        (1..=6).contains(&held.len()),
-        "{} uploads held open",
-        held.len()
-    );
-    for (path, status, text) in &refused {
-        assert_eq!(*status, 503, "{path}: {text}");
-        assert!(
-            text.to_ascii_lowercase().contains("retry-after: 1"),
-            "{text}"
+    // Twenty idle chunked uploads of one key (their length unknown: up to 16 MiB each), and
+    // forty that announce 15 MiB and send one byte (600 MiB announced): each holds only its
+    // head's charge, so every one is admitted and another key's request is answered.
+    let mut chunked = Vec::new();
+    for _ in 0..20 {
+        let mut tcp = idle_chunked(addr).await;
+        assert_eq!(
+            answered_within(&mut tcp, Duration::from_millis(200)).await,
+            None
         );
-        assert!(text.contains("memory_high_watermark_mb"), "{text}");
-        match *path {
-            "/v1/messages" => assert!(text.contains(r#""type":"error""#), "{text}"),
-            _ => assert!(text.contains(r#""code":"overloaded""#), "{text}"),
+        chunked.push(tcp);
+    }
+    let (mut held, refused) = uploads(addr, 40, 15 * MIB as usize).await;
+    assert!(refused.is_empty(), "refused from their heads: {refused:?}");
+    assert_eq!(held.len(), 40);
+    let other_key = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .bearer_auth("sk-b")
+        .json(&chat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        other_key.status(),
+        200,
+        "another key's request while they idle"
+    );
+    drop(chunked);
+
+    // The forty send their bodies, all at once (600 MiB): charged as their bytes arrive
+    // (each whole once it passes its head's share, so that each is admitted or refused, never
+    // all cut halfway), the gateway never passes the mark. Those whose bytes would pass it are refused with
+    // 503 in their API's shape (or their connection closed while they still send); the
+    // others are read whole and answered 400 (`{ ... }` names no model).
+    let paths = ["/v1/chat/completions", "/v1/messages", "/v1/responses"];
+    let filler = std::sync::Arc::new(vec![b' '; 15 * MIB as usize - 2]);
+    let sending: Vec<_> = held
+        .drain(..)
+        .enumerate()
+        .map(|(i, mut tcp)| {
+            let filler = filler.clone();
+            tokio::spawn(async move {
+                let sent = async {
+                    tcp.write_all(&filler).await?;
+                    tcp.write_all(b"}").await
+                };
+                let _ = sent.await; // A refusal may close the connection mid-body.
+                // Read whole, its cost scanned, then parsed: slow in a debug build on a
+                // busy machine.
+                (
+                    paths[i % 3],
+                    answered_within(&mut tcp, Duration::from_secs(30)).await,
+                )
+            })
+        })
+        .collect();
+    let mut read_whole = 0;
+    let mut refused = 0;
+    for task in sending {
+        let (path, answer) = task.await.unwrap();
+        match answer {
+            Some((400, _)) => read_whole += 1,
+            Some((status, text)) => {
+                assert_eq!(status, 503, "{path}: {text}");
+                assert!(
+                    text.to_ascii_lowercase().contains("retry-after: 1"),
+                    "{text}"
+                );
+                assert!(text.contains("memory_high_watermark_mb"), "{text}");
+                match path {
+                    "/v1/messages" => assert!(text.contains(r#""type":"error""#), "{text}"),
+                    _ => assert!(text.contains(r#""code":"overloaded""#), "{text}"),
+                }
+                refused += 1;
+            }
+            None => refused += 1, // closed before its answer could be read
         }
     }
-    // Above the low mark: the gateway refuses every new request, however small, while the
-    // uploads it admitted stay open.
-    assert_eq!(
-        post(addr, "/v1/chat/completions", &chat).await.status(),
-        503
-    );
-    assert_eq!(metric(addr, "choicewise_overloaded").await, Some(1));
+    let peak = rss_bytes();
     assert!(
-        metric(addr, "choicewise_overload_refused_total").await >= Some(refused.len() as u64 + 1)
+        peak <= (high + 16) * MIB,
+        "the gateway reached {} MiB, its mark is {high} MiB",
+        peak / MIB
     );
+    assert!(read_whole >= 1, "no upload was read whole");
+    assert!(
+        refused >= 1,
+        "600 MiB of bodies under a 160 MiB margin: none refused"
+    );
+    assert!(metric(addr, "choicewise_overload_refused_total").await >= Some(1));
+    drop(filler);
 
-    // The uploads' clients go away: what they reserved is released, and requests are
-    // admitted again.
-    drop(held);
+    // The uploads are gone: what they reserved is released, and requests are admitted
+    // again.
     let mut status = 0;
     for _ in 0..100 {
         status = post(addr, "/v1/chat/completions", &chat)
@@ -176,29 +244,6 @@ async fn held_uploads_are_counted_and_the_gateway_refuses_above_the_mark() {
         rss_bytes() / MIB
     );
     assert_eq!(metric(addr, "choicewise_overloaded").await, Some(0));
-
-    // Uploads that send their bodies in full: still nothing past the mark (a slack of one
-    // body for the test's own client).
-    let (mut held, _) = uploads(addr, 40, 15 * MIB as usize).await;
-    let filler = vec![b' '; 15 * MIB as usize - 2];
-    for tcp in &mut held {
-        tcp.write_all(&filler).await.unwrap();
-        tcp.write_all(b"}").await.unwrap();
-    }
-    drop(filler);
-    for tcp in &mut held {
-        // `{ ... }` names no model: each is answered 400 once read.
-        // Read whole, its cost scanned, then parsed: slow in a debug build on a busy machine.
-        let wait = Duration::from_secs(10);
-        let (status, _) = answered_within(tcp, wait).await.expect("an answer");
-        assert_eq!(status, 400);
-    }
-    let peak = rss_bytes();
-    assert!(
-        peak <= (high + 16) * MIB,
-        "the gateway reached {} MiB, its mark is {high} MiB",
-        peak / MIB
-    );
 }
 
 #[tokio::test]

@@ -404,8 +404,8 @@ async fn a_silent_count_ends_in_time_and_frees_its_slot() {
 
 /// The ceiling charges what a request will cost, not its body's size: with 12 MiB of room
 /// under the mark, a count_tokens body of 5.9 MiB (which its size alone would fit) is
-/// refused with 503 before it is read, since its route's bound is 2.5 times it; a small one
-/// is counted.
+/// refused with 503 once its bytes pass its head's share, before the rest is read, since its
+/// route's bound is 2.5 times it; a small one is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_charges_the_cost_not_the_body() {
     let _one = SERIAL.lock().await;
@@ -434,8 +434,9 @@ async fn admission_charges_the_cost_not_the_body() {
         high - 1
     );
     let addr = serve(&toml, env).await.0;
-    // Its head alone: the refusal comes before the body is read (and the connection is
-    // closed, so an HTTP client sending the body would see its write fail).
+    // Its head and its first 96 KiB: the head holds its small charge, and the refusal comes
+    // once the bytes pass it, before the rest is sent (the connection is then closed, so an
+    // HTTP client sending the rest would see its write fail).
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
         "POST /v1/messages/count_tokens HTTP/1.1\r\nhost: 127.0.0.1\r\nx-api-key: sk-a\r\n\
@@ -443,6 +444,7 @@ async fn admission_charges_the_cost_not_the_body() {
         large.len()
     );
     tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&large[..96 * 1024]).await.unwrap();
     let mut answer = vec![0; 4096];
     let n = within(LIMIT, "the refusal", tcp.read(&mut answer))
         .await
