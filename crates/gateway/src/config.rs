@@ -503,8 +503,14 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| {
             let mut message = format!("invalid config: {e}");
+            let single = |table: &str| text.lines().any(|l| l.trim_start().starts_with(table));
             if message.contains("expected a sequence") && message.contains("upstreams") {
-                message.push_str("\n(each upstream is a [[models.upstreams]] table: two brackets)");
+                message.push_str(match single("[models.upstreams]") {
+                    true => "\n(each upstream is a [[models.upstreams]] table: two brackets)",
+                    false => {
+                        "\n(a [[models.upstreams]] table belongs to the [[models]] table above it)"
+                    }
+                });
             } else if message.contains("expected a sequence") && message.contains("models") {
                 message.push_str("\n(each model is a [[models]] table: two brackets)");
             }
@@ -782,7 +788,14 @@ mod tests {
             "[[models]]\nname = \"m\"\n[models.upstreams]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
         )
         .unwrap_err();
-        assert!(e.to_string().contains("[[models.upstreams]]"), "{e}");
+        assert!(e.to_string().contains("two brackets"), "{e}");
+        // An upstream without its model: its [[models]] is named.
+        let e = Config::from_toml(UPSTREAM).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("belongs to the [[models]] table above it"),
+            "{e}"
+        );
     }
 
     #[test]
