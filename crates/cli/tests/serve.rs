@@ -440,3 +440,156 @@ async fn nginx_in_front_of_two_gateways_streams_n_3() {
     drop(body);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `serve --check` on this configuration file: its exit status, stdout and stderr.
+fn check(config: &std::path::Path, env: &[(&str, &str)], more: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["serve", "--config", config.to_str().unwrap(), "--check"])
+        .args(more)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// A file of the test's own temporary directory holding `text`.
+fn config_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("choicewise-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn check_prints_what_it_would_serve_and_exits_0_without_binding_or_calling_upstreams() {
+    // A port taken, and an upstream that would see any connection.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    upstream.set_nonblocking(true).unwrap();
+    let config = config_file(
+        "check-ok.toml",
+        &format!(
+            "[auth]\nkeys_env = \"CHECK_KEYS\"\n[[models]]\nname = \"deepconf\"\n\
+             [models.choicewise]\nselect = \"vote\"\nsamples = 3\n[models.choicewise.confidence]\nkeep = 0.9\n\
+             [[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://{}\"\nmodel = \"smollm2\"\n\
+             [[models.upstreams]]\napi = \"anthropic\"\nbase_url = \"https://u:pw@api.example/v1\"\n\
+             api_key_env = \"CHECK_UPSTREAM_KEY\"\n",
+            upstream.local_addr().unwrap()
+        ),
+    );
+    let env = [
+        ("CHECK_KEYS", "ck-secret-1"),
+        ("CHECK_UPSTREAM_KEY", "sk-secret-2"),
+    ];
+    let listen = taken.local_addr().unwrap().to_string();
+    let (code, out, err) = check(&config, &env, &["--listen", &listen]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with(&format!("listen {listen}\n")), "{out}");
+    assert!(out.contains("auth: client keys from $CHECK_KEYS"), "{out}");
+    assert!(
+        out.contains(
+            "model \"deepconf\": pick select = \"vote\", confidence = {\"keep\":0.9}, samples = 3"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "  upstream 1: chat http://{}, model smollm2, n native, no key",
+            upstream.local_addr().unwrap()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("  upstream 2: anthropic https://***@api.example/v1, model deepconf, n fan-out, key from $CHECK_UPSTREAM_KEY"),
+        "{out}"
+    );
+    // The default warmup (8) over 3 samples stops no sample: said.
+    assert!(
+        out.contains("warning: model \"deepconf\", [models.choicewise]: confidence.warmup (8, the default) is not below samples (3)"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("check-ok.toml: the configuration is ok, 1 warning\n"),
+        "{out}"
+    );
+    for secret in ["ck-secret-1", "sk-secret-2", "pw"] {
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{secret}: {out}{err}"
+        );
+    }
+    assert!(
+        matches!(upstream.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the upstream was contacted"
+    );
+}
+
+#[test]
+fn check_names_the_file_and_exits_2_where_serve_would_not_start() {
+    let upstream = "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
+    for (name, text, env, more, says) in [
+        (
+            "unknown-key.toml",
+            format!(
+                "[auth]\nkeys_env = \"K\"\nallowed_origins = []\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[("K", "k")][..],
+            &[][..],
+            "unknown field `allowed_origins`",
+        ),
+        (
+            "unset-key.toml",
+            format!("[[models]]\nname = \"m\"\n{upstream}api_key_env = \"CHECK_UNSET_VARIABLE\"\n"),
+            &[][..],
+            &[][..],
+            "model \"m\", upstream 1: the environment variable CHECK_UNSET_VARIABLE is not set",
+        ),
+        (
+            "unset-keys.toml",
+            format!(
+                "[auth]\nkeys_env = \"CHECK_UNSET_KEYS\"\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[][..],
+            &[][..],
+            "[auth] keys_env: the environment variable CHECK_UNSET_KEYS is not set",
+        ),
+        (
+            "bad-pick.toml",
+            format!(
+                "[[models]]\nname = \"m\"\n[models.choicewise]\nwindow = 2\nselect = \"first_token\"\nsamples = 2\n{upstream}"
+            ),
+            &[][..],
+            &[][..],
+            "model \"m\", [models.choicewise]: \"choicewise.window\" goes with",
+        ),
+        (
+            "open-listen.toml",
+            format!("[[models]]\nname = \"m\"\n{upstream}"),
+            &[][..],
+            &["--listen", "0.0.0.0:8787"][..],
+            "refusing to listen on 0.0.0.0:8787 without [auth]",
+        ),
+    ] {
+        let path = config_file(name, &text);
+        let (code, out, err) = check(&path, env, more);
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert!(out.is_empty(), "{name}: {out}");
+        assert!(
+            err.starts_with(&format!("choicewise: {}: ", path.display())),
+            "{name}: {err}"
+        );
+        assert!(err.contains(says), "{name}: {err}");
+    }
+    let (code, _, err) = check(std::path::Path::new("/nonexistent/gateway.toml"), &[], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot read /nonexistent/gateway.toml"),
+        "{err}"
+    );
+}
