@@ -593,3 +593,153 @@ fn check_names_the_file_and_exits_2_where_serve_would_not_start() {
         "{err}"
     );
 }
+
+/// The fences of a TOML block of the docs: ```` ```toml ```` for a complete configuration,
+/// checked alone; ```` ```toml reference ```` for the complete one the fragments go into (one,
+/// in docs/gateway.md); ```` ```toml fragment ```` for part of a configuration, checked put
+/// into the reference (its top-level keys in place of the reference's, its tables after the
+/// reference's); ```` ```toml codex ```` for Codex CLI's own config.toml, not checked.
+#[derive(Debug, PartialEq)]
+enum Block {
+    Complete,
+    Reference,
+    Fragment,
+    NotTheGateways,
+}
+
+/// Every ```` ```toml ```` block of README.md and docs/*.md: where it starts (`FILE:LINE`), its
+/// fence and its text.
+fn toml_blocks() -> Vec<(String, Block, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    let mut blocks = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.strip_prefix(&root).unwrap().display().to_string();
+        let mut open: Option<(String, Block, String)> = None;
+        for (i, line) in text.lines().enumerate() {
+            match &mut open {
+                None => {
+                    let Some(info) = line.strip_prefix("```toml") else {
+                        continue;
+                    };
+                    let kind = match info.trim() {
+                        "" => Block::Complete,
+                        "reference" => Block::Reference,
+                        "fragment" => Block::Fragment,
+                        "codex" => Block::NotTheGateways,
+                        other => panic!("{name}:{}: unknown fence ```toml {other}", i + 1),
+                    };
+                    open = Some((format!("{name}:{}", i + 1), kind, String::new()));
+                }
+                Some(_) if line.trim_end() == "```" => blocks.push(open.take().unwrap()),
+                Some((_, _, body)) => {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+            }
+        }
+        assert!(open.is_none(), "{name}: a ```toml block without its end");
+    }
+    blocks
+}
+
+/// A fragment put into the reference: its top-level keys (the lines before its first table)
+/// replace the reference's same keys at its top, and its tables follow the reference's (a
+/// `[[models.upstreams]]` alone is one more upstream of the reference's last model).
+fn merged(reference: &str, fragment: &str) -> String {
+    let is_table = |l: &str| l.trim_start().starts_with('[');
+    let key = |l: &str| {
+        let l = l.trim();
+        (!l.starts_with('#') && l.contains('='))
+            .then(|| l.split('=').next().unwrap().trim().to_string())
+    };
+    let split = fragment
+        .lines()
+        .position(is_table)
+        .unwrap_or(fragment.lines().count());
+    let top: Vec<&str> = fragment.lines().take(split).collect();
+    let keys: Vec<String> = top.iter().filter_map(|l| key(l)).collect();
+    let mut out: String = top.iter().map(|l| format!("{l}\n")).collect();
+    let mut in_table = false;
+    for line in reference.lines() {
+        in_table |= is_table(line);
+        if !in_table && key(line).is_some_and(|k| keys.contains(&k)) {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    for line in fragment.lines().skip(split) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The environment variables a configuration names (`keys_env`, `api_key_env`): `serve`
+/// refuses to start when one is unset, so the check of a doc's block sets each.
+fn named_variables(config: &str) -> Vec<(String, String)> {
+    config
+        .lines()
+        .filter_map(|l| {
+            let (key, value) = l.split('#').next()?.split_once('=')?;
+            matches!(key.trim(), "keys_env" | "api_key_env").then(|| {
+                (
+                    value.trim().trim_matches('"').to_string(),
+                    "doc-secret".to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn every_toml_block_of_the_docs_passes_serve_check() {
+    let blocks = toml_blocks();
+    let references: Vec<_> = blocks.iter().filter(|b| b.1 == Block::Reference).collect();
+    assert_eq!(
+        references.len(),
+        1,
+        "one ```toml reference block: {references:?}"
+    );
+    assert!(
+        references[0].0.starts_with("docs/gateway.md:"),
+        "{}",
+        references[0].0
+    );
+    let reference = &references[0].2;
+    let mut failed = Vec::new();
+    let mut checked = 0;
+    for (at, kind, text) in &blocks {
+        let config = match kind {
+            Block::NotTheGateways => continue,
+            Block::Complete | Block::Reference => text.clone(),
+            Block::Fragment => merged(reference, text),
+        };
+        let env = named_variables(&config);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let path = config_file(
+            &format!("doc-{}.toml", at.replace(['/', ':', '.'], "-")),
+            &config,
+        );
+        let (code, out, err) = check(&path, &env, &[]);
+        checked += 1;
+        if code != 0 {
+            failed.push(format!("{at} ({kind:?}): exit {code}\n{err}"));
+        } else if out.contains("warning: ") || out.contains("doc-secret") {
+            failed.push(format!(
+                "{at} ({kind:?}): a warning or a key printed\n{out}"
+            ));
+        }
+    }
+    assert!(checked >= 8, "only {checked} blocks found");
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
