@@ -743,3 +743,37 @@ fn every_toml_block_of_the_docs_passes_serve_check() {
     assert!(checked >= 8, "only {checked} blocks found");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_logs_the_warnings_at_start() {
+    let config = config_file(
+        "warns.toml",
+        "listen = \"127.0.0.1:0\"\n[[models]]\nname = \"deepconf\"\n[models.choicewise]\n\
+         select = \"vote\"\nsamples = 3\n[models.choicewise.confidence]\nkeep = 0.9\n\
+         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let before = within(LIMIT, "the listening line", async {
+        let mut before = Vec::new();
+        loop {
+            let line = stderr.next_line().await.unwrap().unwrap();
+            if line.starts_with("listening on ") {
+                return before;
+            }
+            before.push(line);
+        }
+    })
+    .await;
+    assert!(
+        before.iter().any(|l| l.contains("WARN")
+            && l.contains("confidence.warmup (8, the default) is not below samples (3)")),
+        "{before:?}"
+    );
+}
