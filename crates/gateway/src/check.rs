@@ -133,7 +133,10 @@ impl Config {
                             fields.push(format!("{key} = {value}"));
                         }
                     }
-                    line.push_str(&format!(" pick {}", fields.join(", ")));
+                    match fields.is_empty() {
+                        true => line.push_str(" pick none (every sample returned)"),
+                        false => line.push_str(&format!(" pick {}", fields.join(", "))),
+                    }
                     if table.get("lock") == Some(&serde_json::Value::Bool(true)) {
                         line.push_str(" (locked)");
                     }
@@ -298,6 +301,26 @@ fn shown_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_locked_model_without_a_pick_says_so() {
+        let config = Config::from_toml(
+            "[[models]]\nname = \"m\"\nfallbacks = [\"n\"]\n[models.choicewise]\nlock = true\n\
+             [[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nweight = 2\n\
+             [[models]]\nname = \"n\"\n[[models.upstreams]]\napi = \"responses\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.summary(),
+            [
+                "auth: none (loopback only, closed to web pages)",
+                "model \"m\": pick none (every sample returned) (locked); fallbacks [\"n\"]",
+                "  upstream 1: chat http://127.0.0.1:9/v1, model m, n native, weight 2, no key",
+                "model \"n\": pick none (every sample returned)",
+                "  upstream 1: responses http://127.0.0.1:9/v1, model n, n fan-out, no key",
+            ]
+        );
+    }
 
     #[test]
     fn a_base_url_shows_no_credentials() {
