@@ -777,3 +777,28 @@ async fn serve_logs_the_warnings_at_start() {
         "{before:?}"
     );
 }
+
+/// docs/gateway.md shows what `--check` prints for its reference configuration: it is.
+#[test]
+fn the_check_output_shown_in_the_docs_is_what_it_prints() {
+    let blocks = toml_blocks();
+    let reference = &blocks.iter().find(|b| b.1 == Block::Reference).unwrap().2;
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/gateway.md"),
+    )
+    .unwrap();
+    let shown = docs
+        .split("```text\n")
+        .find(|b| b.starts_with("listen "))
+        .and_then(|b| b.split("```").next())
+        .expect("a ```text block of --check's output in docs/gateway.md");
+    let path = config_file("gateway.toml", reference);
+    let env = named_variables(reference);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, out, err) = check(&path, &env, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.replace(&path.display().to_string(), "gateway.toml"),
+        shown
+    );
+}
