@@ -60,3 +60,16 @@ pub use choicewise_core::*;
 /// OpenAI-compatible endpoint and get [`Completions`] back.
 #[cfg(feature = "client")]
 pub use choicewise_client as client;
+
+/// The Rust blocks of `docs/*.md` that show this crate's API, compiled as doctests (and run
+/// where they need no server: the others are `no_run`), so that the docs' code stays code.
+/// Hidden `# ` lines make a block complete.
+#[cfg(doctest)]
+mod docs {
+    #[doc = include_str!("../docs/api.md")]
+    mod api {}
+    #[doc = include_str!("../docs/dialects.md")]
+    mod dialects {}
+    #[doc = include_str!("../docs/fan-out.md")]
+    mod fan_out {}
+}

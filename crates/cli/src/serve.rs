@@ -18,6 +18,13 @@ pub struct ServeArgs {
     /// logged is chosen by `RUST_LOG` (default `warn,choicewise_gateway=info`).
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     log_format: LogFormat,
+    /// Check the configuration as `serve` would before it listens (the file, the listen
+    /// address, the environment variables it names, each model's pick), print the models and
+    /// upstreams it would serve and any warnings, and exit: 0 when it would start, 2 (the
+    /// error on stderr) when it would not. Nothing is bound, no upstream is contacted, no key
+    /// is printed.
+    #[arg(long)]
+    check: bool,
 }
 
 /// The log's format (`--log-format`).
@@ -48,6 +55,9 @@ fn init_log(format: LogFormat) {
 }
 
 pub async fn run(args: ServeArgs) -> Result<(), Exit> {
+    if args.check {
+        return check(&args).await;
+    }
     init_log(args.log_format);
     let text = tokio::fs::read_to_string(&args.config)
         .await
@@ -57,4 +67,25 @@ pub async fn run(args: ServeArgs) -> Result<(), Exit> {
     choicewise_gateway::serve(&config, args.listen.as_deref())
         .await
         .map_err(|e| Exit::from(e.to_string()))
+}
+
+/// `serve --check`: what would be served, on stdout; an error, naming the file, is exit 2 (as
+/// `nginx -t`).
+async fn check(args: &ServeArgs) -> Result<(), Exit> {
+    let file = args.config.display();
+    let refused = |message: String| Exit { message, code: 2 };
+    let text = tokio::fs::read_to_string(&args.config)
+        .await
+        .map_err(|e| refused(format!("cannot read {file}: {e}")))?;
+    let checked = choicewise_gateway::Config::from_toml(&text)
+        .and_then(|config| config.check(args.listen.as_deref()))
+        .map_err(|e| refused(format!("{file}: {e}")))?;
+    print!("{checked}");
+    let warnings = match checked.warnings.len() {
+        0 => String::new(),
+        1 => ", 1 warning".into(),
+        n => format!(", {n} warnings"),
+    };
+    println!("{file}: the configuration is ok{warnings}");
+    Ok(())
 }

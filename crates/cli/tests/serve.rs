@@ -440,3 +440,365 @@ async fn nginx_in_front_of_two_gateways_streams_n_3() {
     drop(body);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `serve --check` on this configuration file: its exit status, stdout and stderr.
+fn check(config: &std::path::Path, env: &[(&str, &str)], more: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["serve", "--config", config.to_str().unwrap(), "--check"])
+        .args(more)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// A file of the test's own temporary directory holding `text`.
+fn config_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("choicewise-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn check_prints_what_it_would_serve_and_exits_0_without_binding_or_calling_upstreams() {
+    // A port taken, and an upstream that would see any connection.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    upstream.set_nonblocking(true).unwrap();
+    let config = config_file(
+        "check-ok.toml",
+        &format!(
+            "[auth]\nkeys_env = \"CHECK_KEYS\"\n[[models]]\nname = \"deepconf\"\n\
+             [models.choicewise]\nselect = \"vote\"\nsamples = 3\n[models.choicewise.confidence]\nkeep = 0.9\n\
+             [[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://{}\"\nmodel = \"smollm2\"\n\
+             [[models.upstreams]]\napi = \"anthropic\"\nbase_url = \"https://u:pw@api.example/v1\"\n\
+             api_key_env = \"CHECK_UPSTREAM_KEY\"\n",
+            upstream.local_addr().unwrap()
+        ),
+    );
+    let env = [
+        ("CHECK_KEYS", "ck-secret-1"),
+        ("CHECK_UPSTREAM_KEY", "sk-secret-2"),
+    ];
+    let listen = taken.local_addr().unwrap().to_string();
+    let (code, out, err) = check(&config, &env, &["--listen", &listen]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with(&format!("listen {listen}\n")), "{out}");
+    assert!(out.contains("auth: client keys from $CHECK_KEYS"), "{out}");
+    assert!(
+        out.contains(
+            "model \"deepconf\": pick select = \"vote\", confidence = {\"keep\":0.9}, samples = 3"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "  upstream 1: chat http://{}, model smollm2, n native, no key",
+            upstream.local_addr().unwrap()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("  upstream 2: anthropic https://***@api.example/v1, model deepconf, n fan-out, key from $CHECK_UPSTREAM_KEY"),
+        "{out}"
+    );
+    // The default warmup (8) over 3 samples stops no sample: said.
+    assert!(
+        out.contains("warning: model \"deepconf\", [models.choicewise]: confidence.warmup (8, the default) is not below samples (3)"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("check-ok.toml: the configuration is ok, 1 warning\n"),
+        "{out}"
+    );
+    for secret in ["ck-secret-1", "sk-secret-2", "pw"] {
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{secret}: {out}{err}"
+        );
+    }
+    assert!(
+        matches!(upstream.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the upstream was contacted"
+    );
+}
+
+#[test]
+fn check_names_the_file_and_exits_2_where_serve_would_not_start() {
+    let upstream = "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
+    for (name, text, env, more, says) in [
+        (
+            "unknown-key.toml",
+            format!(
+                "[auth]\nkeys_env = \"K\"\nallowed_origins = []\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[("K", "k")][..],
+            &[][..],
+            "unknown field `allowed_origins`",
+        ),
+        (
+            "unset-key.toml",
+            format!("[[models]]\nname = \"m\"\n{upstream}api_key_env = \"CHECK_UNSET_VARIABLE\"\n"),
+            &[][..],
+            &[][..],
+            "model \"m\", upstream 1: the environment variable CHECK_UNSET_VARIABLE is not set",
+        ),
+        (
+            "unset-keys.toml",
+            format!(
+                "[auth]\nkeys_env = \"CHECK_UNSET_KEYS\"\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[][..],
+            &[][..],
+            "[auth] keys_env: the environment variable CHECK_UNSET_KEYS is not set",
+        ),
+        (
+            "bad-pick.toml",
+            format!(
+                "[[models]]\nname = \"m\"\n[models.choicewise]\nwindow = 2\nselect = \"first_token\"\nsamples = 2\n{upstream}"
+            ),
+            &[][..],
+            &[][..],
+            "model \"m\", [models.choicewise]: \"choicewise.window\" goes with",
+        ),
+        (
+            "open-listen.toml",
+            format!("[[models]]\nname = \"m\"\n{upstream}"),
+            &[][..],
+            &["--listen", "0.0.0.0:8787"][..],
+            "refusing to listen on 0.0.0.0:8787 without [auth]",
+        ),
+    ] {
+        let path = config_file(name, &text);
+        let (code, out, err) = check(&path, env, more);
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert!(out.is_empty(), "{name}: {out}");
+        assert!(
+            err.starts_with(&format!("choicewise: {}: ", path.display())),
+            "{name}: {err}"
+        );
+        assert!(err.contains(says), "{name}: {err}");
+    }
+    let (code, _, err) = check(std::path::Path::new("/nonexistent/gateway.toml"), &[], &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("cannot read /nonexistent/gateway.toml"),
+        "{err}"
+    );
+}
+
+/// The fences of a TOML block of the docs: ```` ```toml ```` for a complete configuration,
+/// checked alone; ```` ```toml reference ```` for the complete one the fragments go into (one,
+/// in docs/gateway.md); ```` ```toml fragment ```` for part of a configuration, checked put
+/// into the reference (its top-level keys in place of the reference's, its tables after the
+/// reference's); ```` ```toml codex ```` for Codex CLI's own config.toml, not checked.
+#[derive(Debug, PartialEq)]
+enum Block {
+    Complete,
+    Reference,
+    Fragment,
+    NotTheGateways,
+}
+
+/// Every ```` ```toml ```` block of README.md and docs/*.md: where it starts (`FILE:LINE`), its
+/// fence and its text.
+fn toml_blocks() -> Vec<(String, Block, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = vec![root.join("README.md")];
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    let mut blocks = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.strip_prefix(&root).unwrap().display().to_string();
+        let mut open: Option<(String, Block, String)> = None;
+        for (i, line) in text.lines().enumerate() {
+            match &mut open {
+                None => {
+                    let Some(info) = line.strip_prefix("```toml") else {
+                        continue;
+                    };
+                    let kind = match info.trim() {
+                        "" => Block::Complete,
+                        "reference" => Block::Reference,
+                        "fragment" => Block::Fragment,
+                        "codex" => Block::NotTheGateways,
+                        other => panic!("{name}:{}: unknown fence ```toml {other}", i + 1),
+                    };
+                    open = Some((format!("{name}:{}", i + 1), kind, String::new()));
+                }
+                Some(_) if line.trim_end() == "```" => blocks.push(open.take().unwrap()),
+                Some((_, _, body)) => {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+            }
+        }
+        assert!(open.is_none(), "{name}: a ```toml block without its end");
+    }
+    blocks
+}
+
+/// A fragment put into the reference: its top-level keys (the lines before its first table)
+/// replace the reference's same keys at its top, and its tables follow the reference's (a
+/// `[[models.upstreams]]` alone is one more upstream of the reference's last model).
+fn merged(reference: &str, fragment: &str) -> String {
+    let is_table = |l: &str| l.trim_start().starts_with('[');
+    let key = |l: &str| {
+        let l = l.trim();
+        (!l.starts_with('#') && l.contains('='))
+            .then(|| l.split('=').next().unwrap().trim().to_string())
+    };
+    let split = fragment
+        .lines()
+        .position(is_table)
+        .unwrap_or(fragment.lines().count());
+    let top: Vec<&str> = fragment.lines().take(split).collect();
+    let keys: Vec<String> = top.iter().filter_map(|l| key(l)).collect();
+    let mut out: String = top.iter().map(|l| format!("{l}\n")).collect();
+    let mut in_table = false;
+    for line in reference.lines() {
+        in_table |= is_table(line);
+        if !in_table && key(line).is_some_and(|k| keys.contains(&k)) {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    for line in fragment.lines().skip(split) {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The environment variables a configuration names (`keys_env`, `api_key_env`): `serve`
+/// refuses to start when one is unset, so the check of a doc's block sets each.
+fn named_variables(config: &str) -> Vec<(String, String)> {
+    config
+        .lines()
+        .filter_map(|l| {
+            let (key, value) = l.split('#').next()?.split_once('=')?;
+            matches!(key.trim(), "keys_env" | "api_key_env").then(|| {
+                (
+                    value.trim().trim_matches('"').to_string(),
+                    "doc-secret".to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn every_toml_block_of_the_docs_passes_serve_check() {
+    let blocks = toml_blocks();
+    let references: Vec<_> = blocks.iter().filter(|b| b.1 == Block::Reference).collect();
+    assert_eq!(
+        references.len(),
+        1,
+        "one ```toml reference block: {references:?}"
+    );
+    assert!(
+        references[0].0.starts_with("docs/gateway.md:"),
+        "{}",
+        references[0].0
+    );
+    let reference = &references[0].2;
+    let mut failed = Vec::new();
+    let mut checked = 0;
+    for (at, kind, text) in &blocks {
+        let config = match kind {
+            Block::NotTheGateways => continue,
+            Block::Complete | Block::Reference => text.clone(),
+            Block::Fragment => merged(reference, text),
+        };
+        let env = named_variables(&config);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let path = config_file(
+            &format!("doc-{}.toml", at.replace(['/', ':', '.'], "-")),
+            &config,
+        );
+        let (code, out, err) = check(&path, &env, &[]);
+        checked += 1;
+        if code != 0 {
+            failed.push(format!("{at} ({kind:?}): exit {code}\n{err}"));
+        } else if out.contains("warning: ") || out.contains("doc-secret") {
+            failed.push(format!(
+                "{at} ({kind:?}): a warning or a key printed\n{out}"
+            ));
+        }
+    }
+    assert!(checked >= 8, "only {checked} blocks found");
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_logs_the_warnings_at_start() {
+    let config = config_file(
+        "warns.toml",
+        "listen = \"127.0.0.1:0\"\n[[models]]\nname = \"deepconf\"\n[models.choicewise]\n\
+         select = \"vote\"\nsamples = 3\n[models.choicewise.confidence]\nkeep = 0.9\n\
+         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let before = within(LIMIT, "the listening line", async {
+        let mut before = Vec::new();
+        loop {
+            let line = stderr.next_line().await.unwrap().unwrap();
+            if line.starts_with("listening on ") {
+                return before;
+            }
+            before.push(line);
+        }
+    })
+    .await;
+    assert!(
+        before.iter().any(|l| l.contains("WARN")
+            && l.contains("confidence.warmup (8, the default) is not below samples (3)")),
+        "{before:?}"
+    );
+}
+
+/// docs/gateway.md shows what `--check` prints for its reference configuration: it is.
+#[test]
+fn the_check_output_shown_in_the_docs_is_what_it_prints() {
+    let blocks = toml_blocks();
+    let reference = &blocks.iter().find(|b| b.1 == Block::Reference).unwrap().2;
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/gateway.md"),
+    )
+    .unwrap();
+    let shown = docs
+        .split("```text\n")
+        .find(|b| b.starts_with("listen "))
+        .and_then(|b| b.split("```").next())
+        .expect("a ```text block of --check's output in docs/gateway.md");
+    let path = config_file("gateway.toml", reference);
+    let env = named_variables(reference);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, out, err) = check(&path, &env, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.replace(&path.display().to_string(), "gateway.toml"),
+        shown
+    );
+}

@@ -503,14 +503,20 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| {
             let mut message = format!("invalid config: {e}");
+            let single = |table: &str| text.lines().any(|l| l.trim_start().starts_with(table));
             if message.contains("expected a sequence") && message.contains("upstreams") {
-                message.push_str("\n(each upstream is a [[models.upstreams]] table: two brackets)");
+                message.push_str(match single("[models.upstreams]") {
+                    true => "\n(each upstream is a [[models.upstreams]] table: two brackets)",
+                    false => {
+                        "\n(a [[models.upstreams]] table belongs to the [[models]] table above it)"
+                    }
+                });
             } else if message.contains("expected a sequence") && message.contains("models") {
                 message.push_str("\n(each model is a [[models]] table: two brackets)");
             }
             ConfigError(message)
         })?;
-        config.check()?;
+        config.check_values()?;
         config.check_endpoint_paths(text)?;
         Ok(config)
     }
@@ -552,7 +558,7 @@ impl Config {
         Ok(())
     }
 
-    fn check(&self) -> Result<(), ConfigError> {
+    fn check_values(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
         if self.models.is_empty() {
             return err("the config names no model ([[models]])".into());
@@ -629,20 +635,25 @@ impl Config {
                 let scheme = u.base_url.split_once("://").map(|(s, _)| s);
                 if !matches!(scheme, Some("http" | "https")) {
                     return err(format!(
-                        "model {:?}, upstream {k}: base_url {:?} is not an http or https URL",
-                        model.name, u.base_url
+                        "model {:?}, upstream {}: base_url {:?} is not an http or https URL",
+                        model.name,
+                        k + 1,
+                        u.base_url
                     ));
                 }
                 if u.weight == 0 {
                     return err(format!(
-                        "model {:?}, upstream {k}: weight must be at least 1",
-                        model.name
+                        "model {:?}, upstream {}: weight must be at least 1",
+                        model.name,
+                        k + 1
                     ));
                 }
                 if u.n == Some(NMode::Native) && u.api != Dialect::Chat {
                     return err(format!(
-                        "model {:?}, upstream {k}: the {} API has no n (n = \"fan-out\")",
-                        model.name, u.api
+                        "model {:?}, upstream {}: the {} API has no n (n = \"fan-out\")",
+                        model.name,
+                        k + 1,
+                        u.api
                     ));
                 }
             }
@@ -777,7 +788,14 @@ mod tests {
             "[[models]]\nname = \"m\"\n[models.upstreams]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
         )
         .unwrap_err();
-        assert!(e.to_string().contains("[[models.upstreams]]"), "{e}");
+        assert!(e.to_string().contains("two brackets"), "{e}");
+        // An upstream without its model: its [[models]] is named.
+        let e = Config::from_toml(UPSTREAM).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("belongs to the [[models]] table above it"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -899,6 +917,85 @@ mod tests {
         ] {
             let e = Config::from_toml(&format!("[limits]\n{bad}\n{model}")).unwrap_err();
             assert!(e.to_string().contains(named), "{e}");
+        }
+    }
+
+    #[test]
+    fn every_error_numbers_upstreams_from_1() {
+        // The second [[models.upstreams]] is "upstream 2" in every check's message.
+        let second = |keys: &str| {
+            format!(
+                "[[models]]\nname = \"m\"\n{UPSTREAM}[[models.upstreams]]\napi = \"responses\"\nbase_url = \"http://127.0.0.1:9/v1\"\n{keys}\n"
+            )
+        };
+        for keys in [
+            "max_tokens = 0",
+            "max_n = 0",
+            "max_n = 2",
+            "weight = 0",
+            "n = \"native\"",
+        ] {
+            let e = Config::from_toml(&second(keys)).unwrap_err().to_string();
+            assert!(e.contains("model \"m\", upstream 2: "), "{keys}: {e}");
+        }
+        let e = Config::from_toml(&format!(
+            "[[models]]\nname = \"m\"\n{UPSTREAM}[[models.upstreams]]\napi = \"chat\"\nbase_url = \"ftp://h/v1\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("upstream 2: base_url"), "{e}");
+        let e = Config::from_toml(
+            &second("base_url = \"http://h/v1/responses\"")
+                .replace("base_url = \"http://127.0.0.1:9/v1\"\nbase_url", "base_url"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("upstream 2: base_url"), "{e}");
+        // Read from the environment when the gateway is made.
+        let config = Config::from_toml(&second("api_key_env = \"K2\"")).unwrap();
+        let e = config.check_with_env(None, |_| None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "model \"m\", upstream 2: the environment variable K2 is not set"
+        );
+    }
+
+    #[test]
+    fn settings_that_never_take_effect_are_warned_of() {
+        let vote = |table: &str| {
+            Config::from_toml(&format!(
+                "[[models]]\nname = \"v\"\n[models.choicewise]\nselect = \"vote\"\n{table}\n{UPSTREAM}"
+            ))
+            .unwrap()
+            .warnings()
+        };
+        let w = vote("samples = 8\n[models.choicewise.confidence]\nwarmup = 8");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("confidence.warmup (8) is not below samples (8)"),
+            "{w:?}"
+        );
+        assert!(vote("samples = 9\n[models.choicewise.confidence]\nwarmup = 8").is_empty());
+        assert!(
+            vote("samples = 3\n[models.choicewise.confidence]")[0].contains("(8, the default)")
+        );
+        assert!(vote("samples = 4\nwindow = 4")[0].contains("window (4) is not below samples (4)"));
+        assert!(vote("samples = 4\nwindow = 2").is_empty());
+        let others = Config::from_toml(&format!(
+            "allowed_origins = [\"https://app.example\"]\n[auth]\nkeys_env = \"K\"\n[telemetry]\ncapture_content = true\n\
+             [limits]\nmax_samples = 4\nmax_n = 4\n[[models]]\nname = \"m\"\nmax_samples = 8\n{UPSTREAM}max_n = 4\n"
+        ))
+        .unwrap()
+        .warnings();
+        assert_eq!(others.len(), 4, "{others:?}");
+        for named in [
+            "max_samples (8) is above [limits] max_samples (4)",
+            "upstream 1: max_n (4)",
+            "allowed_origins",
+            "capture_content",
+        ] {
+            assert!(
+                others.iter().any(|w| w.contains(named)),
+                "{named}: {others:?}"
+            );
         }
     }
 

@@ -35,6 +35,7 @@ mod answer;
 mod answer_api;
 mod answer_chat;
 mod auth;
+mod check;
 mod closing;
 mod config;
 mod count;
@@ -66,6 +67,7 @@ pub use config::{
     Telemetry, Upstream,
 };
 
+pub use check::Checked;
 pub use state::Gateway;
 
 impl Gateway {

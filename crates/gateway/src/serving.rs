@@ -12,7 +12,9 @@ use crate::config::{Config, ConfigError};
 use crate::listen;
 use crate::state::Gateway;
 
-/// Serves a gateway until Ctrl-C or SIGTERM: listens on `listen` (else the configuration's),
+/// Serves a gateway until Ctrl-C or SIGTERM: checks the configuration as [`Config::check`]
+/// does (the listen address, then the gateway made: keys, clients, picks, traces) and logs its
+/// [`warnings`](Config::warnings); listens on `listen` (else the configuration's),
 /// saying `listening on http://ADDR` on stderr once it accepts connections, with the
 /// connection bounds of `[limits]` ([`Gateway::serve_on`]). It first raises the process's
 /// soft limit of open files to its hard limit, warning when `max_connections` exceeds it.
@@ -26,6 +28,10 @@ use crate::state::Gateway;
 pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
     let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
     let gateway = Gateway::new(config).map_err(ServeError::Config)?;
+    // Settings that can never take effect (`choicewise serve --check` prints them too).
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     listen::raise_fd_limit(config.limits.max_connections);
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -91,13 +91,17 @@ impl Gateway {
         let keys = match &config.auth {
             None => Vec::new(),
             Some(auth) => {
-                let keys: Vec<String> = env_var(&auth.keys_env)?
+                let keys: Vec<String> = env_var(&auth.keys_env)
+                    .map_err(|e| ConfigError(format!("[auth] keys_env: {e}")))?
                     .split(',')
                     .map(|k| k.trim().to_string())
                     .filter(|k| !k.is_empty())
                     .collect();
                 if keys.is_empty() {
-                    return Err(ConfigError(format!("{} holds no key", auth.keys_env)));
+                    return Err(ConfigError(format!(
+                        "[auth] keys_env: {} holds no key",
+                        auth.keys_env
+                    )));
                 }
                 keys
             }
@@ -119,13 +123,13 @@ impl Gateway {
                 let mut key = None;
                 if let Some(var) = &u.api_key_env {
                     let value = env_var(var).map_err(|e| {
-                        ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
+                        ConfigError(format!("model {:?}, upstream {}: {e}", model.name, k + 1))
                     })?;
                     builder = builder.api_key(value.clone());
                     key = Some(value);
                 }
                 let client = builder.build().map_err(|e| {
-                    ConfigError(format!("model {:?}, upstream {k}: {e}", model.name))
+                    ConfigError(format!("model {:?}, upstream {}: {e}", model.name, k + 1))
                 })?;
                 // A local server's base URL without `/v1` is a common slip: `serve` asks its
                 // model list at start, and at `/v1` when that is a 404 (serving::check_v1).

@@ -1,0 +1,337 @@
+//! `choicewise serve --check`: a configuration checked as [`serve`](crate::serve) checks it
+//! before it binds ([`Config::check`]), what it would serve ([`Checked`]), and the settings
+//! that can never take effect ([`Config::warnings`]).
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use choicewise_core::PickRule;
+
+use crate::config::{Config, ConfigError, NMode};
+use crate::state::Gateway;
+
+/// A configuration that passed [`Config::check`]: the address `serve` would listen on, a
+/// line per model and upstream it would serve, and the configuration's warnings. Its
+/// `Display` is what `choicewise serve --check` prints: keys appear only as the names of
+/// their environment variables, and a base URL's `user:password@` and query are hidden.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Checked {
+    /// The address `serve` would listen on (`--listen`, else `listen`, else 127.0.0.1:8787).
+    pub listen: SocketAddr,
+    /// One line per model, each followed by one indented line per upstream.
+    pub lines: Vec<String>,
+    /// [`Config::warnings`]: settings that can never take effect.
+    pub warnings: Vec<String>,
+}
+
+impl fmt::Display for Checked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "listen {}", self.listen)?;
+        for line in &self.lines {
+            writeln!(f, "{line}")?;
+        }
+        for warning in &self.warnings {
+            writeln!(f, "warning: {warning}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Checks the configuration as [`serve`](crate::serve) does before it binds: the listen
+    /// address (`listen` overrides the file's, as `--listen` does; a non-loopback one needs
+    /// `[auth]`), the environment variables it names (`[auth] keys_env`, each upstream's
+    /// `api_key_env`: set and not empty, as `serve` refuses to start otherwise), each
+    /// upstream's client, each model's default pick and the trace exporter. What
+    /// [`from_toml`](Self::from_toml) checks was checked when the configuration was read.
+    /// Nothing is bound and no upstream is contacted. Returns what would be served, with the
+    /// configuration's [`warnings`](Self::warnings).
+    ///
+    /// ```
+    /// use choicewise_gateway::Config;
+    /// let config = Config::from_toml(r#"
+    ///     [[models]]
+    ///     name = "local"
+    ///     [models.choicewise]
+    ///     select = "vote"
+    ///     samples = 3
+    ///     [[models.upstreams]]
+    ///     api = "chat"
+    ///     base_url = "http://127.0.0.1:8080/v1"
+    ///     model = "smollm2"
+    ///     api_key_env = "LOCAL_KEY"
+    /// "#).unwrap();
+    /// // serve refuses an unset variable, and so does the check.
+    /// let e = config.check_with_env(None, |_| None).unwrap_err();
+    /// assert_eq!(e.to_string(), "model \"local\", upstream 1: the environment variable LOCAL_KEY is not set");
+    /// let checked = config.check_with_env(None, |_| Some("sk-secret".into())).unwrap();
+    /// assert_eq!(checked.listen.to_string(), "127.0.0.1:8787");
+    /// let text = checked.to_string();
+    /// assert!(text.contains("model \"local\": pick select = \"vote\", samples = 3"), "{text}");
+    /// assert!(text.contains("upstream 1: chat http://127.0.0.1:8080/v1, model smollm2, n native, key from $LOCAL_KEY"), "{text}");
+    /// assert!(!text.contains("sk-secret"));
+    /// // A listen address that serve would refuse:
+    /// assert!(config.check_with_env(Some("0.0.0.0:80"), |_| Some("k".into())).is_err());
+    /// ```
+    pub fn check(&self, listen: Option<&str>) -> Result<Checked, ConfigError> {
+        self.check_with_env(listen, |name| std::env::var(name).ok())
+    }
+
+    /// As [`check`](Self::check), the environment variables looked up with `env` (as
+    /// [`Gateway::with_env`] does).
+    pub fn check_with_env(
+        &self,
+        listen: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Checked, ConfigError> {
+        let listen = self.listen_addr(listen)?;
+        // What `serve` makes before it binds (`Gateway::new` without its token tables): the
+        // keys read, the upstreams' clients, the picks, the trace exporter (made inside a
+        // runtime, as `serve` makes it; one of its own when called outside any).
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(_) => None,
+            Err(_) => Some(
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| ConfigError(format!("cannot start a runtime: {e}")))?,
+            ),
+        };
+        let entered = runtime.as_ref().map(|r| r.enter());
+        let built = Gateway::build(self, env);
+        // The gateway (and its trace exporter) goes before the runtime it was made in.
+        drop(built?);
+        drop(entered);
+        Ok(Checked {
+            listen,
+            lines: self.summary(),
+            warnings: self.warnings(),
+        })
+    }
+
+    /// One line per model (its name, its default pick, `lock`, `max_samples`, fallbacks),
+    /// each followed by one line per upstream (numbered from 1, as in the configuration's
+    /// errors: its API, base URL, model, `n`, and the variable its key is read from).
+    fn summary(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        match &self.auth {
+            Some(auth) => lines.push(format!("auth: client keys from ${}", auth.keys_env)),
+            None => lines.push("auth: none (loopback only, closed to web pages)".into()),
+        }
+        for model in &self.models {
+            let mut line = format!("model {:?}:", model.name);
+            match &model.choicewise {
+                None => line.push_str(" pick none (every sample returned)"),
+                Some(table) => {
+                    let mut fields: Vec<String> = Vec::new();
+                    if let Some(select) = table.get("select") {
+                        fields.push(format!("select = {select}"));
+                    }
+                    for (key, value) in table {
+                        if key != "select" && key != "lock" {
+                            fields.push(format!("{key} = {value}"));
+                        }
+                    }
+                    match fields.is_empty() {
+                        true => line.push_str(" pick none (every sample returned)"),
+                        false => line.push_str(&format!(" pick {}", fields.join(", "))),
+                    }
+                    if table.get("lock") == Some(&serde_json::Value::Bool(true)) {
+                        line.push_str(" (locked)");
+                    }
+                }
+            }
+            if let Some(max) = model.max_samples {
+                line.push_str(&format!("; max_samples {max}"));
+            }
+            if !model.fallbacks.is_empty() {
+                line.push_str(&format!("; fallbacks {:?}", model.fallbacks));
+            }
+            lines.push(line);
+            for (k, u) in model.upstreams.iter().enumerate() {
+                let upstream_model = u.model.as_deref().unwrap_or(&model.name);
+                let n = match u.n_mode() {
+                    NMode::Native => "native",
+                    NMode::FanOut => "fan-out",
+                };
+                let mut line = format!(
+                    "  upstream {}: {} {}, model {upstream_model}, n {n}",
+                    k + 1,
+                    u.api,
+                    shown_url(&u.base_url)
+                );
+                if let Some(max) = u.max_n {
+                    line.push_str(&format!(" (max_n {max})"));
+                }
+                if u.weight != 1 {
+                    line.push_str(&format!(", weight {}", u.weight));
+                }
+                match &u.api_key_env {
+                    Some(var) => line.push_str(&format!(", key from ${var}")),
+                    None => line.push_str(", no key"),
+                }
+                lines.push(line);
+            }
+        }
+        lines
+    }
+
+    /// The settings that can never take effect, each a sentence naming the setting and why:
+    /// a confidence-guided default vote whose `warmup` is not below its `samples` (every
+    /// sample is a warmup sample, run to its end: none is ever stopped early); a windowed
+    /// default vote whose `window` is not below its `samples` (every sample starts at once);
+    /// a model's `max_samples` above `[limits] max_samples` (the lower one wins);
+    /// `allowed_origins` with `[auth]` (the key is the guard, origins are not checked);
+    /// `capture_content` without an `otlp_endpoint` (no traces); `max_n` of an upstream at or
+    /// above `[limits] max_n` and `max_samples` (no request carries that many). `serve` logs
+    /// them at start; `choicewise serve --check` prints them.
+    ///
+    /// ```
+    /// use choicewise_gateway::Config;
+    /// let config = Config::from_toml(r#"
+    ///     [[models]]
+    ///     name = "deepconf"
+    ///     [models.choicewise]
+    ///     select = "vote"
+    ///     samples = 3
+    ///     [models.choicewise.confidence]
+    ///     keep = 0.9
+    ///     [[models.upstreams]]
+    ///     api = "chat"
+    ///     base_url = "http://127.0.0.1:8080/v1"
+    /// "#).unwrap();
+    /// let warnings = config.warnings();
+    /// assert_eq!(warnings.len(), 1);
+    /// assert!(warnings[0].starts_with("model \"deepconf\", [models.choicewise]: confidence.warmup (8, the default) is not below samples (3)"), "{}", warnings[0]);
+    /// ```
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for model in &self.models {
+            let name = &model.name;
+            // Checked at start: a model whose pick does not read has no warnings of its own.
+            if let Ok(pick) = model.pick(&self.limits)
+                && let Some(policy) = &pick.policy
+                && policy.rule() == PickRule::Vote
+            {
+                let samples = policy.samples() as usize;
+                if let Some(confidence) = policy.confidence()
+                    && confidence.warmup >= samples
+                {
+                    let stated = (model.choicewise.as_ref())
+                        .and_then(|t| t.get("confidence"))
+                        .and_then(|c| c.get("warmup"))
+                        .is_some();
+                    let default = if stated { "" } else { ", the default" };
+                    warnings.push(format!(
+                        "model {name:?}, [models.choicewise]: confidence.warmup ({}{default}) is not below samples ({samples}): \
+                         every sample is a warmup sample, run to its end, so none is ever stopped early \
+                         (set warmup below samples, e.g. warmup = {})",
+                        confidence.warmup,
+                        (samples / 2).max(1)
+                    ));
+                }
+                if let Some(window) = policy.window()
+                    && window >= samples
+                {
+                    warnings.push(format!(
+                        "model {name:?}, [models.choicewise]: window ({window}) is not below samples ({samples}): \
+                         every sample starts at once, as without a window"
+                    ));
+                }
+            }
+            if let Some(max) = model.max_samples
+                && max > self.limits.max_samples
+            {
+                warnings.push(format!(
+                    "model {name:?}: max_samples ({max}) is above [limits] max_samples ({}), which applies: the lower one wins",
+                    self.limits.max_samples
+                ));
+            }
+            // The most samples one request of this model may carry: its `n` (at most
+            // `max_n`) or its extension's `samples` (at most `max_samples`), under the model's
+            // own cap.
+            let most = (self.limits.max_n.max(self.limits.max_samples))
+                .min(model.max_samples.unwrap_or(u32::MAX));
+            for (k, u) in model.upstreams.iter().enumerate() {
+                if let Some(max) = u.max_n
+                    && max >= most
+                {
+                    warnings.push(format!(
+                        "model {name:?}, upstream {}: max_n ({max}) is not below the most samples one request of this model may take ({most}): no request is ever split",
+                        k + 1
+                    ));
+                }
+            }
+        }
+        if self.auth.is_some() && !self.allowed_origins.is_empty() {
+            warnings.push(
+                "allowed_origins is not checked with [auth]: the key is the guard, and every origin may call the gateway with one"
+                    .into(),
+            );
+        }
+        if self.telemetry.capture_content && self.telemetry.otlp_endpoint.is_none() {
+            warnings.push(
+                "telemetry: capture_content without otlp_endpoint: no traces are made".into(),
+            );
+        }
+        warnings
+    }
+}
+
+/// A base URL as `--check` shows it: its `user:password@` and its query hidden, which may
+/// hold a key.
+fn shown_url(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (authority, path) = match rest.find(['/', '?', '#']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("***@{host}"),
+        None => authority.to_string(),
+    };
+    let path = match path.find(['?', '#']) {
+        Some(i) => format!("{}?***", &path[..i]),
+        None => path.to_string(),
+    };
+    format!("{scheme}://{authority}{path}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_locked_model_without_a_pick_says_so() {
+        let config = Config::from_toml(
+            "[[models]]\nname = \"m\"\nfallbacks = [\"n\"]\n[models.choicewise]\nlock = true\n\
+             [[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\nweight = 2\n\
+             [[models]]\nname = \"n\"\n[[models.upstreams]]\napi = \"responses\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.summary(),
+            [
+                "auth: none (loopback only, closed to web pages)",
+                "model \"m\": pick none (every sample returned) (locked); fallbacks [\"n\"]",
+                "  upstream 1: chat http://127.0.0.1:9/v1, model m, n native, weight 2, no key",
+                "model \"n\": pick none (every sample returned)",
+                "  upstream 1: responses http://127.0.0.1:9/v1, model n, n fan-out, no key",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_base_url_shows_no_credentials() {
+        assert_eq!(
+            shown_url("https://user:pw@h.example:8443/v1?api-key=sk"),
+            "https://***@h.example:8443/v1?***"
+        );
+        assert_eq!(
+            shown_url("http://127.0.0.1:8080/v1"),
+            "http://127.0.0.1:8080/v1"
+        );
+        assert_eq!(shown_url("http://h?k=1"), "http://h?***");
+    }
+}
