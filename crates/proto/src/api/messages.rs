@@ -91,6 +91,11 @@ impl Sink for ListText<'_> {
         self.write(&item);
     }
 
+    fn raw(&mut self, item: Box<serde_json::value::RawValue>) {
+        self.next();
+        self.put(item.get().as_bytes());
+    }
+
     fn results(&mut self, blocks: Vec<Value>) {
         self.next();
         let prefix = std::mem::take(&mut self.prefix);
@@ -317,6 +322,18 @@ mod tests {
                 assert!(e.starts_with("\"messages\" could not be read: "), "{e}");
             }
         }
+    }
+
+    /// A tool call's arguments reach Anthropic's `input` as written: a 30-digit integer
+    /// digit for digit, not a float (only the insignificant whitespace goes).
+    #[test]
+    fn a_30_digit_integer_in_arguments_is_kept() {
+        let text = br#"[{"role":"assistant","content":"On it.","tool_calls":[{"id":"a","type":"function","function":{"name":"w","arguments":"{ \"id\": 123456789012345678901234567890, \"x\": 1.50 }"}}]}]"#;
+        let out = Dialect::Anthropic.messages_from_chat_json(text).unwrap();
+        assert_eq!(
+            String::from_utf8(out.list).unwrap(),
+            r#"[{"content":[{"text":"On it.","type":"text"},{"id":"a","input":{"id":123456789012345678901234567890,"x":1.50},"name":"w","type":"tool_use"}],"role":"assistant"}]"#
+        );
     }
 
     #[test]
