@@ -145,3 +145,49 @@ async fn a_30_digit_integer_arrives_digit_for_digit_in_every_translation() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
+
+/// An Anthropic message that stops without its `stop_reason` is failed as a Chat
+/// Completions choice whose stream ends without its `finish_reason` is (never a clean stop
+/// of what it had): streamed, the choice ends with `finish_reason: "error"` naming the
+/// missing finish; not streamed, a 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_without_its_reason_fails_as_a_chat_choice_without_its_finish() {
+    let anthropic: String = [
+        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"up","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":2}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .iter()
+    .map(|d| {
+        let kind: Value = serde_json::from_str(d).unwrap();
+        format!("event: {}\ndata: {d}\n\n", kind["type"].as_str().unwrap())
+    })
+    .collect();
+    let chat = concat!(
+        r#"data: {"id":"c","object":"chat.completion.chunk","model":"up","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]}"#,
+        "\n\ndata: [DONE]\n\n"
+    );
+    for (api, body) in [("anthropic", anthropic), ("chat", chat.to_string())] {
+        let upstream = TestServer::builder().body(body).start().await.unwrap();
+        let toml = format!(
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+            upstream.base_url()
+        );
+        let (addr, _) = serve(&toml, env).await;
+        let request = |stream: bool| {
+            format!(
+                r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
+            )
+        };
+        let (status, text) = post(addr, "/v1/chat/completions", request(true)).await;
+        assert_eq!(status, 200, "{api}: {text}");
+        assert!(text.contains(r#""finish_reason":"error""#), "{api}: {text}");
+        assert!(text.contains("without a finish reason"), "{api}: {text}");
+        let (status, text) = post(addr, "/v1/chat/completions", request(false)).await;
+        assert_eq!(status, 502, "{api}: {text}");
+        assert!(text.contains("without a finish reason"), "{api}: {text}");
+    }
+}

@@ -99,10 +99,14 @@ impl Splitter {
                 kind,
             });
         }
+        // Anthropic's `message_stop` ends the message, its stop reason or not: a choice
+        // without one then ended as a Chat Completions choice does at `[DONE]` without its
+        // `finish_reason` (no finish, not a cut stream).
+        let stopped = dialect == Dialect::Anthropic && kind == "message_stop";
         if let Some(update) = decoded.update {
             let slot = self.slot_for(0, line)?;
             let slot = &mut self.slots[slot];
-            slot.finished |= update.finish_reason.is_some();
+            slot.finished |= update.finish_reason.is_some() || stopped;
             slot.batch.updates.push(RawUpdate {
                 line,
                 offset,
