@@ -304,13 +304,13 @@ mod tests {
         let e = Dialect::Anthropic
             .messages_from_chat_json(br#"[{"role":"user","content":"x"},{"role":"robot"}]"#)
             .unwrap_err();
-        assert_eq!(e, "messages[1]: unknown role Some(\"robot\")");
+        assert_eq!(e, "messages[1]: unknown role \"robot\"");
         let e = Dialect::Responses
             .messages_from_chat_json(
                 br#"[{"role":"system","content":"s"},{"role":"user","content":"x"},{"role":"robot"}]"#,
             )
             .unwrap_err();
-        assert_eq!(e, "messages[2]: unknown role Some(\"robot\")");
+        assert_eq!(e, "messages[2]: unknown role \"robot\"");
         for not_json in [
             &br#"[{"role":"user","content":"x"},"#[..],
             br#"[{"role":"user","content":"x"} {"role":"user","content":"y"}]"#,

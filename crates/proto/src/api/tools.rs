@@ -148,7 +148,8 @@ pub(super) fn anthropic_tool_choice(
             "required" => json!({"type": "any"}),
             other => {
                 return Err(format!(
-                    "tool_choice {other:?} is not auto, none or required"
+                    "tool_choice {} is not auto, none or required",
+                    json!(other)
                 ));
             }
         }),
@@ -218,6 +219,16 @@ enum Block<'a> {
 struct Turn<'a> {
     content: Vec<Block<'a>>,
     role: &'static str,
+}
+
+/// The error of message `at` whose `role` is none the translation knows, in words: `unknown
+/// role "function"`, `no role`, `the role must be a string, not 3`.
+fn unknown_role(at: &str, role: &Value) -> String {
+    match role {
+        Value::String(_) => format!("{at}: unknown role {role}"),
+        Value::Null => format!("{at}: no role"),
+        other => format!("{at}: the role must be a string, not {other}"),
+    }
 }
 
 /// A message's content as text: a string, or its text parts joined.
@@ -386,7 +397,7 @@ impl AnthropicMessages {
                 "role": "system",
                 "content": anthropic_content(&m["content"], &at)?,
             })),
-            other => return Err(format!("{at}: unknown role {other:?}")),
+            _ => return Err(unknown_role(&at, &m["role"])),
         }
         self.results_open = results_open;
         Ok(())
@@ -464,7 +475,7 @@ pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result
             "role": role,
             "content": responses_content(&m["content"], &at)?,
         })),
-        other => return Err(format!("{at}: unknown role {other:?}")),
+        _ => return Err(unknown_role(&at, &m["role"])),
     }
     Ok(())
 }
