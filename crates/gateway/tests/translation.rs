@@ -191,3 +191,82 @@ async fn a_stop_without_its_reason_fails_as_a_chat_choice_without_its_finish() {
         assert!(text.contains("without a finish reason"), "{api}: {text}");
     }
 }
+
+/// A Responses client's `custom` tool, called by the upstream (of any API, as the function
+/// of one `input` string it is sent as): the client gets a `custom_tool_call` item with the
+/// tool's name and its input, streamed and not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_tool_call_keeps_its_name() {
+    let args = r#"{"input":"*** Begin Patch\n"}"#;
+    let quoted = serde_json::to_string(args).unwrap();
+    let anthropic: String = [
+        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"up","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_string(),
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"apply_patch","input":{}}}"#.to_string(),
+        format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"input_json_delta","partial_json":{quoted}}}}}"#),
+        r#"{"type":"content_block_stop","index":0}"#.to_string(),
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#.to_string(),
+        r#"{"type":"message_stop"}"#.to_string(),
+    ]
+    .iter()
+    .map(|d| {
+        let kind: Value = serde_json::from_str(d).unwrap();
+        format!("event: {}\ndata: {d}\n\n", kind["type"].as_str().unwrap())
+    })
+    .collect();
+    let item = format!(
+        r#"{{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_1","name":"apply_patch","arguments":{quoted}}}"#
+    );
+    let responses: String = [
+        r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_1","object":"response","created_at":1,"status":"in_progress","model":"up","output":[]}}"#.to_string(),
+        r#"{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"id":"fc_1","type":"function_call","status":"in_progress","call_id":"call_1","name":"apply_patch","arguments":""}}"#.to_string(),
+        format!(r#"{{"type":"response.function_call_arguments.done","sequence_number":2,"item_id":"fc_1","output_index":0,"arguments":{quoted}}}"#),
+        format!(r#"{{"type":"response.output_item.done","sequence_number":3,"output_index":0,"item":{item}}}"#),
+        format!(r#"{{"type":"response.completed","sequence_number":4,"response":{{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"up","output":[{item}],"usage":{{"input_tokens":5,"output_tokens":9,"total_tokens":14}}}}}}"#),
+    ]
+    .iter()
+    .map(|d| {
+        let kind: Value = serde_json::from_str(d).unwrap();
+        format!("event: {}\ndata: {d}\n\n", kind["type"].as_str().unwrap())
+    })
+    .collect();
+    let mut failed = Vec::new();
+    for (api, body) in [
+        ("chat", tool_call_answer("apply_patch", args)),
+        ("anthropic", anthropic),
+        ("responses", responses),
+    ] {
+        let upstream = TestServer::builder().body(body).start().await.unwrap();
+        let toml = format!(
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+            upstream.base_url()
+        );
+        let (addr, _) = serve(&toml, env).await;
+        for stream in [true, false] {
+            let request = format!(
+                r#"{{"model":"m","stream":{stream},"input":"patch it","tools":[{{"type":"custom","name":"apply_patch","description":"Apply a patch"}}]}}"#
+            );
+            let (status, text) = post(addr, "/v1/responses", request).await;
+            let items: Vec<Value> = match stream {
+                true => (text.lines())
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                    .filter(|e| e["type"] == "response.output_item.done")
+                    .map(|e| e["item"].clone())
+                    .collect(),
+                false => serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|r| r["output"].as_array().cloned())
+                    .unwrap_or_default(),
+            };
+            let call = items.iter().find(|i| i["type"] == "custom_tool_call");
+            let ok = status == 200
+                && call.is_some_and(|c| {
+                    c["name"] == "apply_patch" && c["input"] == "*** Begin Patch\n"
+                });
+            if !ok {
+                failed.push(format!("over {api}, stream {stream}: {status} {text}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}

@@ -336,6 +336,54 @@ mod tests {
         );
     }
 
+    /// An image in a tool's result reaches the upstream (Anthropic's `tool_result` image
+    /// block, Responses' `input_image` output part), never dropped; a part neither text nor
+    /// image is refused naming where; a result of text only stays one string.
+    #[test]
+    fn an_image_in_a_tool_result_is_translated_or_refused() {
+        let with_image = json!([
+            {"role": "user", "content": "look"},
+            {"role": "tool", "tool_call_id": "a", "content": [
+                {"type": "text", "text": "the plot:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}]}]);
+        let anthropic = Dialect::Anthropic
+            .request_from_chat(&json!({"model": "m", "messages": with_image}))
+            .unwrap();
+        assert_eq!(
+            anthropic["messages"][1]["content"][0]["content"],
+            json!([{"type": "text", "text": "the plot:"},
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}])
+        );
+        let responses = Dialect::Responses
+            .request_from_chat(&json!({"model": "m", "messages": with_image}))
+            .unwrap();
+        assert_eq!(
+            responses["input"][1]["output"],
+            json!([{"type": "input_text", "text": "the plot:"},
+                   {"type": "input_image", "image_url": "data:image/png;base64,iVBO"}])
+        );
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            same_as_the_tree(api, &with_image);
+            let audio = json!([{"role": "tool", "tool_call_id": "a", "content": [
+                {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]);
+            let e = api
+                .request_from_chat(&json!({"model": "m", "messages": audio}))
+                .unwrap_err();
+            assert!(e.starts_with("messages[0].content[0]: "), "{e}");
+            assert!(e.contains("\"input_audio\""), "{e}");
+            let text = json!([{"role": "tool", "tool_call_id": "a", "content": [
+                {"type": "text", "text": "2"}, {"type": "text", "text": "1C"}]}]);
+            let tree = api
+                .request_from_chat(&json!({"model": "m", "messages": text}))
+                .unwrap();
+            let out = match api {
+                Dialect::Anthropic => &tree["messages"][0]["content"][0]["content"],
+                _ => &tree["input"][0]["output"],
+            };
+            assert_eq!(out, "21C");
+        }
+    }
+
     #[test]
     fn many_messages_are_written_as_the_tree_is() {
         let all = shapes();

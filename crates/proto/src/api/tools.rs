@@ -243,6 +243,39 @@ fn text_of(content: &Value) -> String {
     }
 }
 
+/// A `tool` message's content (message `at`) as a tool result's: its text (a string, or
+/// its text parts joined) when it has only text; with images, its parts in the target's
+/// shape (Anthropic's `tool_result` text and image blocks, or Responses'
+/// `function_call_output` `input_text` and `input_image` parts), never an image dropped. A
+/// part neither text nor image is refused, naming where.
+fn tool_result_content(content: &Value, at: &str, anthropic: bool) -> Result<Value, String> {
+    let Value::Array(parts) = content else {
+        return Ok(Value::String(text_of(content)));
+    };
+    let mut any_image = false;
+    for (k, part) in parts.iter().enumerate() {
+        match part["type"].as_str() {
+            Some("text") => {}
+            Some("image_url") => any_image = true,
+            Some(other) => {
+                return Err(format!(
+                    "{at}.content[{k}]: a tool result's {} part cannot be sent to the {} API                      (text and images can)",
+                    json!(other),
+                    if anthropic { "anthropic" } else { "responses" }
+                ));
+            }
+            None => return Err(format!("{at}.content[{k}]: a part without its type")),
+        }
+    }
+    if !any_image {
+        return Ok(Value::String(text_of(content)));
+    }
+    match anthropic {
+        true => anthropic_content(content, at),
+        false => responses_content(content, at),
+    }
+}
+
 /// An `image_url` part's image in Anthropic's shape: a data URL's bytes, or the URL.
 fn anthropic_image(url: &str, at: &str) -> Result<Value, String> {
     if let Some(data) = url.strip_prefix("data:") {
@@ -339,7 +372,7 @@ impl AnthropicMessages {
                 let block = json!({
                     "type": "tool_result",
                     "tool_use_id": m["tool_call_id"].as_str().unwrap_or_default(),
-                    "content": text_of(&m["content"]),
+                    "content": tool_result_content(&m["content"], &at, true)?,
                 });
                 match self.results_open {
                     true => out.join(block),
@@ -450,7 +483,7 @@ pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result
         Some("tool") => out.item(json!({
             "type": "function_call_output",
             "call_id": m["tool_call_id"].as_str().unwrap_or_default(),
-            "output": text_of(&m["content"]),
+            "output": tool_result_content(&m["content"], &at, false)?,
         })),
         Some("assistant") => {
             let text = text_of(&m["content"]);
