@@ -330,7 +330,7 @@ impl ClientBuilder {
             return Err(ClientError::invalid(
                 ClientErrorKind::InvalidUrl,
                 format!(
-                    "{:?}: Azure mode serves Chat Completions only, not {:?}",
+                    "{:?}: Azure mode serves Chat Completions only, not {}",
                     self.base_url, self.api
                 ),
             ));

@@ -122,7 +122,8 @@ pub const MAX_COUNT_ANSWER_BYTES: usize = 64 * 1024;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CountBounds {
-    /// The longest wait for the answer's head (its status line and headers).
+    /// The longest wait for the answer's head (its status line and headers) and the first
+    /// byte of its body, from the request's start.
     pub first_byte: std::time::Duration,
     /// The longest silence between two reads of the answer's body.
     pub idle: std::time::Duration,
@@ -410,8 +411,9 @@ impl Client {
     }
 
     /// A JSON exchange with the server: `GET url`, or `POST url` with `body`; the answer's
-    /// JSON (`what` names it in errors). Not retried; its head awaited `bounds.first_byte`,
-    /// each read of its body `bounds.idle`, and its body read up to `bounds.max_bytes`.
+    /// JSON (`what` names it in errors). Not retried; its head and the first byte of its
+    /// body awaited `bounds.first_byte` from the request, each later read of its body
+    /// `bounds.idle`, and its body read up to `bounds.max_bytes`.
     async fn exchange(
         &self,
         url: &Url,
@@ -431,7 +433,11 @@ impl Client {
             .headers(inner.headers.clone())
             .header(ACCEPT, "application/json")
             .send();
-        let mut response = match tokio::time::timeout(bounds.first_byte, sent).await {
+        // The head and the first byte of the body within `first_byte` of the request (an
+        // answer whose head comes and then nothing is timed as a silent one), later reads
+        // within `idle` each.
+        let first_by = tokio::time::Instant::now() + bounds.first_byte;
+        let mut response = match tokio::time::timeout_at(first_by, sent).await {
             Err(_) => return Err(ClientError::timeout(&url_text())),
             Ok(Err(e)) if e.is_connect() => return Err(ClientError::connect(&url_text(), e)),
             Ok(Err(e)) => return Err(ClientError::request(e)),
@@ -458,7 +464,11 @@ impl Client {
         }
         let mut body = Vec::new();
         loop {
-            match tokio::time::timeout(bounds.idle, response.chunk()).await {
+            let read_by = match body.is_empty() {
+                true => first_by,
+                false => tokio::time::Instant::now() + bounds.idle,
+            };
+            match tokio::time::timeout_at(read_by, response.chunk()).await {
                 Err(_) => return Err(ClientError::timeout(&url_text())),
                 Ok(Err(e)) => return Err(ClientError::request(e)),
                 Ok(Ok(None)) => break,

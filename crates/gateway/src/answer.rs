@@ -197,27 +197,39 @@ async fn serve_chat(
     };
     finish.opening(opener.tries.clone(), opener.limits_set.clone());
     // Everything the request does ends by its deadline: opening its first samples, the pick,
-    // the answer (`closing`).
+    // the answer (`closing`). The pick's own deadline (`deadline_ms`) counts from the
+    // request's start too: opening its samples and the pick end by it.
     let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);
+    let pick_deadline = (req.policy.deadline())
+        .map(|d| (arrived + d, d))
+        .filter(|(at, _)| *at < deadline);
+    let picked_by = pick_deadline.map_or(deadline, |(at, _)| at);
     let request_id = finish.request_id().to_string();
     let past_deadline = |while_: &str| {
+        let (stated, key) = match pick_deadline {
+            Some((_, d)) => (format!("{} ms", d.as_millis()), "deadline_ms"),
+            None => (
+                format!("{}s", gw.inner.limits.request_deadline_s),
+                "request_deadline_s",
+            ),
+        };
         tracing::warn!(
             request_id = %request_id,
             model = %req.model,
-            request_deadline_s = gw.inner.limits.request_deadline_s,
-            "the request passed its deadline {while_}"
+            deadline = %stated,
+            "the request passed its deadline ({key}) {while_}"
         );
         ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
             "upstream_error",
             format!(
-                "model {:?}: the request passed its deadline ({}s, request_deadline_s) {while_}",
-                req.model, gw.inner.limits.request_deadline_s
+                "model {:?}: the request passed its deadline ({stated}, {key}) {while_}",
+                req.model
             ),
         )
         .code("request_deadline")
     };
-    let mut run = match tokio::time::timeout_at(deadline.into(), Run::start(opener, &req)).await {
+    let mut run = match tokio::time::timeout_at(picked_by.into(), Run::start(opener, &req)).await {
         Ok(run) => run?,
         Err(_) => return Err(past_deadline("while its first samples were opened")),
     };
@@ -228,7 +240,7 @@ async fn serve_chat(
     // The span names how each sample ended, and its parts.
     run.keep_messages(span.is_some());
     let picked = run
-        .pick(&req, deadline.saturating_duration_since(Instant::now()))
+        .pick(&req, picked_by.saturating_duration_since(Instant::now()))
         .await;
     let past_deadline = (picked.samples.is_empty() && picked.timed_out).then(|| {
         let reason = picked.reason.as_deref().unwrap_or("nothing was picked");

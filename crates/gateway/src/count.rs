@@ -85,8 +85,9 @@ async fn count_tokens_answer(
         body.remove("choicewise");
         let model = json!(route.model).to_string();
         let text = crate::request::write_object(&body, &[("model", model.as_bytes())]);
-        // A count is small, and its wait bounded as a sample's is: its head within
-        // first_byte_timeout_s, each read within upstream_idle_timeout_s, all of it within
+        // A count is small, and its wait bounded as a sample's is: its head and its first
+        // byte within first_byte_timeout_s, each later read within upstream_idle_timeout_s,
+        // all of it within
         // the request's deadline (request_deadline_s).
         let bounds = CountBounds {
             first_byte: routes.retry.first_byte_timeout,

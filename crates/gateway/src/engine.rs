@@ -286,7 +286,9 @@ impl Run {
 
     /// Picks the output samples as the request's policy says, waiting as long as the pick needs (a
     /// first-token pick until the first tokens, a vote or a first-finished pick until the
-    /// decision) and at most `left` (the request's deadline); nothing picked, the reason
+    /// decision) and at most `left` (what is left of the request's deadline, or of its
+    /// pick's `deadline_ms` when that comes first: both count from the request's start);
+    /// nothing picked, the reason
     /// says why, with how its samples failed. The samples not picked are cancelled.
     pub async fn pick(&mut self, req: &ChatRequest, left: std::time::Duration) -> Picked {
         let mut picked = self.pick_within(req, left).await;
@@ -342,8 +344,9 @@ impl Run {
         }
         // Core's picks: a first-* pick decided at the n-th sample to produce (hedged: one
         // more sample every `hedge_after` while none has) or to finish well; a vote early.
-        // The policy's own deadline, within what is left of the request's.
-        let deadline = req.policy.deadline().map_or(left, |d| d.min(left));
+        // The policy's own deadline is in `left` already: it counts from the request's
+        // start, not from here (opening its samples took part of it).
+        let deadline = left;
         // A vote no key wins answers with the first sample that finished well: an answer
         // some sample gave is never turned into a failure.
         let selection = (self.completions.pick(&req.policy))

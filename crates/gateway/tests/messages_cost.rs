@@ -455,3 +455,28 @@ async fn admission_charges_the_cost_not_the_body() {
     let (status, text) = post(client, addr, "/v1/messages/count_tokens", small).await;
     assert_eq!(status, 200, "{text}");
 }
+
+/// A count whose upstream sends its head and then nothing is timed as a silent one: its
+/// first byte within first_byte_timeout_s (1 s), not each read's upstream_idle_timeout_s
+/// (300 s); estimated within 3 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_whose_head_comes_alone_ends_at_the_first_byte_timeout() {
+    let _one = SERIAL.lock().await;
+    let url = common::head_then_silent(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 20",
+    )
+    .await;
+    let addr = counting_gateway(&url).await;
+    let started = Instant::now();
+    let request = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/messages/count_tokens"))
+        .header("x-api-key", "sk-a")
+        .header("content-type", "application/json")
+        .body(SMALL_COUNT)
+        .send();
+    let response = within(LIMIT, "an answer", request).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-choicewise-token-count"], "estimated");
+    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+}

@@ -596,3 +596,55 @@ async fn a_vote_answers_502_only_when_no_sample_finished() {
         assert_eq!(r.status(), 502, "{path}");
     }
 }
+
+/// A model's `deadline_ms` counts from the request's start: over an upstream that sends its
+/// head and then nothing (no first byte until `first_byte_timeout_s`, 8 s), a pick of 1.5 s
+/// is a 504 within 2.5 s naming `deadline_ms` and its value, whatever the pick and the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_ms_counts_from_the_requests_start() {
+    let url = common::head_then_silent(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked",
+    )
+    .await;
+    for policy in [
+        "select = \"first_token\"\nsamples = 2",
+        "select = \"vote\"\nsamples = 3",
+        "select = \"first_finished\"\nsamples = 2",
+    ] {
+        let toml = format!(
+            "[[models]]\nname = \"m\"\n[models.retry]\nfirst_byte_timeout_s = 8\n\
+             [models.choicewise]\n{policy}\ndeadline_ms = 1500\n{}",
+            upstream(&url)
+        );
+        let (addr, _) = serve(&toml, env).await;
+        let user = json!([{"role": "user", "content": "hi"}]);
+        for (path, body) in [
+            (
+                "/v1/chat/completions",
+                json!({"model": "m", "messages": user}),
+            ),
+            (
+                "/v1/messages",
+                json!({"model": "m", "max_tokens": 100, "messages": user}),
+            ),
+            ("/v1/responses", json!({"model": "m", "input": "hi"})),
+        ] {
+            let started = Instant::now();
+            let r = within(LIMIT, "the answer", post(addr, path, &body)).await;
+            let took = started.elapsed();
+            let status = r.status();
+            let text = r.text().await.unwrap();
+            assert_eq!(status, 504, "{policy} {path}: {text}");
+            assert!(
+                took < Duration::from_millis(2500),
+                "{policy} {path}: {took:?}"
+            );
+            assert!(text.contains("deadline_ms"), "{policy} {path}: {text}");
+            assert!(text.contains("1500 ms"), "{policy} {path}: {text}");
+            assert!(
+                !text.contains("request_deadline_s"),
+                "{policy} {path}: {text}"
+            );
+        }
+    }
+}

@@ -58,3 +58,90 @@ pub fn for_each_entry<E>(
         (None, Ok(())) => Ok(Ok(())),
     }
 }
+
+/// As [`for_each_entry`], each entry given as its JSON text as written
+/// ([`RawValue`](serde_json::value::RawValue), borrowed from `text`): a reader that must keep
+/// part of an entry as written (a number no `f64` holds) parses what it needs of it.
+///
+/// ```
+/// let mut seen = Vec::new();
+/// let read = choicewise_partial_json::for_each_raw_entry(br#"[{"n": 123456789012345678901234567890}, 2]"#, |i, raw| {
+///     seen.push((i, raw.get().to_string()));
+///     Ok::<(), ()>(())
+/// });
+/// assert!(matches!(read, Ok(Ok(()))));
+/// assert_eq!(seen[0].1, r#"{"n": 123456789012345678901234567890}"#);
+/// assert_eq!(seen[1], (1, "2".to_string()));
+/// ```
+pub fn for_each_raw_entry<'t, E>(
+    text: &'t [u8],
+    mut each: impl FnMut(usize, &'t serde_json::value::RawValue) -> Result<(), E>,
+) -> Result<Result<(), E>, serde_json::Error> {
+    use serde::de::{Deserializer as _, Error as _, SeqAccess, Visitor};
+    use serde_json::value::RawValue;
+
+    struct Entries<'f, 't, E> {
+        each: &'f mut dyn FnMut(usize, &'t RawValue) -> Result<(), E>,
+        stopped: Option<E>,
+    }
+    impl<'t, E> Visitor<'t> for &mut Entries<'_, 't, E> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an array")
+        }
+        fn visit_seq<A: SeqAccess<'t>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while let Some(entry) = seq.next_element::<&'t RawValue>()? {
+                if let Err(e) = (self.each)(i, entry) {
+                    self.stopped = Some(e);
+                    return Err(A::Error::custom("stopped"));
+                }
+                i += 1;
+            }
+            Ok(())
+        }
+    }
+    let mut entries = Entries {
+        each: &mut each,
+        stopped: None,
+    };
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let read = de.deserialize_seq(&mut entries).and_then(|()| de.end());
+    match (entries.stopped.take(), read) {
+        (Some(e), _) => Ok(Err(e)),
+        (None, Err(e)) => Err(e),
+        (None, Ok(())) => Ok(Ok(())),
+    }
+}
+
+/// The JSON text `json` without its insignificant whitespace, everything else as written:
+/// its numbers digit for digit (a 30-digit integer stays one, never a float), its strings'
+/// escapes as they are. For text already known to be JSON (a
+/// [`RawValue`](serde_json::value::RawValue)'s): it is not checked here.
+///
+/// ```
+/// let raw = "{ \"id\" : 123456789012345678901234567890,\n \"s\": \"a b\\\" c\" }";
+/// assert_eq!(
+///     choicewise_partial_json::compact_json(raw),
+///     r#"{"id":123456789012345678901234567890,"s":"a b\" c"}"#
+/// );
+/// ```
+pub fn compact_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            in_string = c == '"';
+            out.push(c);
+        }
+    }
+    out
+}

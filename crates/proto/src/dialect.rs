@@ -419,14 +419,18 @@ impl DialectDecoder {
         for index in self.calls.clone() {
             self.finish_call(update, index, None);
         }
+        // A message that stops without its stop reason has no finish: the choice ends as
+        // a Chat Completions choice whose stream ended without its `finish_reason` does
+        // (failed), never as a clean stop.
         let reason = match self.stop_reason.as_deref() {
-            Some("end_turn") | Some("stop_sequence") | None => "stop",
-            Some("tool_use") => "tool_calls",
-            Some("max_tokens") => "length",
-            Some("refusal") => "content_filter",
-            Some(other) => other,
+            Some("end_turn") | Some("stop_sequence") => Some("stop"),
+            Some("tool_use") => Some("tool_calls"),
+            Some("max_tokens") => Some("length"),
+            Some("refusal") => Some("content_filter"),
+            Some(other) => Some(other),
+            None => None,
         };
-        update.finish_reason = Some(text(reason));
+        update.finish_reason = reason.map(text);
         update.stop_reason = self.stop_reason.as_deref().map(text);
         if self.input_tokens.is_some() || self.output_tokens.is_some() {
             let input = self.input_tokens.unwrap_or(0);

@@ -590,3 +590,51 @@ async fn an_anthropic_refusal_keeps_its_text_and_finishes_as_content_filter() {
         "{events:?}"
     );
 }
+
+/// An Anthropic message that stops (`message_stop`) without its `stop_reason` ends as a
+/// Chat Completions choice whose stream ends without its `finish_reason`: no finish, the
+/// same outcome, never a clean `stop`.
+#[tokio::test]
+async fn an_anthropic_stop_without_its_reason_ends_as_a_chat_choice_without_its_finish() {
+    let anthropic = [
+        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":3,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":null},"usage":{"output_tokens":2}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .iter()
+    .map(|d| {
+        let kind: serde_json::Value = serde_json::from_str(d).unwrap();
+        format!("event: {}\ndata: {d}\n\n", kind["type"].as_str().unwrap())
+    })
+    .collect::<String>();
+    let chat = concat!(
+        r#"data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]}"#,
+        "\n\ndata: [DONE]\n\n"
+    );
+    let mut ends = Vec::new();
+    for (bytes, dialect) in [
+        (anthropic, Dialect::Anthropic),
+        (chat.to_string(), Dialect::Chat),
+    ] {
+        let completions = Completions::builder()
+            .dialect(dialect)
+            .estimate_usage(false)
+            .start(Source::reader(std::io::Cursor::new(bytes.into_bytes())));
+        let choice = completions.choice(0).await.unwrap();
+        let message = choice.message().await;
+        let (finish, text) = match &message {
+            Ok(m) => (m.finish_reason.clone(), m.message.content.clone()),
+            Err(e) => (
+                e.partial.finish_reason.clone(),
+                e.partial.message.content.clone(),
+            ),
+        };
+        assert_eq!(finish, None, "{dialect}: {message:?}");
+        assert_eq!(text.as_deref(), Some("Hello"), "{dialect}");
+        ends.push((message.is_ok(), completions.outcome().await.is_ok()));
+    }
+    assert_eq!(ends[0], ends[1], "anthropic and chat end alike");
+}

@@ -31,17 +31,18 @@
 
 mod encode;
 
-pub(crate) use encode::{MessagesEncoder, message};
+pub(crate) use encode::{INPUT_AS_WRITTEN, MessagesEncoder, message};
 
 use std::collections::HashSet;
 
 use axum::http::StatusCode;
 use bytes::Bytes;
 use choicewise_core::Dialect;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_entry, raw_entries,
+    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_raw_entry, raw_entries,
     raw_field, raw_object, read_fields, small, write_function_tool,
 };
 use crate::request::{Fields, fields_of, kind_of};
@@ -77,7 +78,7 @@ pub(crate) fn to_chat_for_count(body: &Fields) -> Result<Translated, IngressErro
 }
 
 /// The fields a translation reads (parsed); `messages` and `tools` are read entry by entry
-/// ([`for_each_entry`], [`raw_entries`]), the others are
+/// ([`for_each_raw_entry`], [`raw_entries`]), the others are
 /// ignored, and `choicewise` passed on as sent.
 const READ: [&str; 12] = [
     "mcp_servers",
@@ -143,8 +144,8 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
         None => return Err(IngressError::missing("messages")),
         // One message read, translated and written at a time: the list is never a tree.
         Some(text) if text.first() == Some(&b'[') => {
-            for_each_entry(text, "messages", |i, m| {
-                message_of(i, &m, &mut messages.made, &mut added)?;
+            for_each_raw_entry(text, "messages", |i, m, raw| {
+                message_of(i, &m, raw, &mut messages.made, &mut added)?;
                 messages.written();
                 Ok(())
             })?;
@@ -285,6 +286,7 @@ fn system_turn(
 fn message_of(
     i: usize,
     m: &Value,
+    raw: &RawValue,
     out: &mut Vec<Value>,
     added: &mut Vec<(String, Value)>,
 ) -> Result<(), IngressError> {
@@ -331,8 +333,31 @@ fn message_of(
     };
     match role {
         "user" => user_blocks(&at, blocks, out),
-        _ => assistant_blocks(&at, blocks, out),
+        _ => assistant_blocks(&at, blocks, &raw_inputs(raw), out),
     }
+}
+
+/// The `input` of each block of a message's `content`, as its JSON text as written (a tree
+/// would round a 30-digit integer into a float); empty when the content is no list.
+fn raw_inputs(message: &RawValue) -> Vec<Option<&RawValue>> {
+    #[derive(serde::Deserialize)]
+    struct Block<'a> {
+        #[serde(borrow, default)]
+        input: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Message<'a> {
+        #[serde(borrow, default)]
+        content: Option<&'a RawValue>,
+    }
+    let content = serde_json::from_str::<Message<'_>>(message.get())
+        .ok()
+        .and_then(|m| m.content);
+    content
+        .and_then(|c| serde_json::from_str::<Vec<Block<'_>>>(c.get()).ok())
+        .map_or_else(Vec::new, |blocks| {
+            blocks.into_iter().map(|b| b.input).collect()
+        })
 }
 
 /// A user message's blocks: tool results as `tool` messages, then the rest as one user
@@ -367,7 +392,12 @@ fn user_blocks(at: &str, blocks: &[Value], out: &mut Vec<Value>) -> Result<(), I
 }
 
 /// An assistant message's blocks: its text joined, its `tool_use` blocks as `tool_calls`.
-fn assistant_blocks(at: &str, blocks: &[Value], out: &mut Vec<Value>) -> Result<(), IngressError> {
+fn assistant_blocks(
+    at: &str,
+    blocks: &[Value],
+    inputs: &[Option<&RawValue>],
+    out: &mut Vec<Value>,
+) -> Result<(), IngressError> {
     let mut text: Option<String> = None;
     let mut calls = Vec::new();
     for (j, b) in blocks.iter().enumerate() {
@@ -385,9 +415,12 @@ fn assistant_blocks(at: &str, blocks: &[Value], out: &mut Vec<Value>) -> Result<
                         "a tool_use block needs its \"id\" and \"name\"",
                     ));
                 };
-                let arguments = match b.get("input") {
-                    None | Some(Value::Null) => "{}".to_string(),
-                    Some(input) => input.to_string(),
+                // The input's text as the client wrote it (its numbers digit for digit),
+                // without its insignificant whitespace.
+                let arguments = match (b.get("input"), inputs.get(j).copied().flatten()) {
+                    (None | Some(Value::Null), _) => "{}".to_string(),
+                    (Some(_), Some(raw)) => choicewise_partial_json::compact_json(raw.get()),
+                    (Some(input), None) => input.to_string(),
                 };
                 calls.push(json!({"id": id, "type": "function",
                                   "function": {"name": name, "arguments": arguments}}));

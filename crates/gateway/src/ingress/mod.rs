@@ -198,6 +198,25 @@ pub(crate) fn for_each_entry(
     }
 }
 
+/// As [`for_each_entry`], each entry given also as its JSON text as written (for a reader
+/// that keeps part of it as written: a tool's `input`, whose numbers a tree would round).
+pub(crate) fn for_each_raw_entry<'t>(
+    text: &'t [u8],
+    at: &str,
+    mut each: impl FnMut(usize, Value, &'t RawValue) -> Result<(), IngressError>,
+) -> Result<(), IngressError> {
+    let read = choicewise_partial_json::for_each_raw_entry(text, |i, raw| {
+        // The entry is JSON: it parses as the whole text's reader would have parsed it.
+        let value = serde_json::from_str(raw.get())
+            .map_err(|e| IngressError::invalid(at, format!("could not be read: {e}")))?;
+        each(i, value, raw)
+    });
+    match read {
+        Ok(read) => read,
+        Err(e) => Err(IngressError::invalid(at, format!("could not be read: {e}"))),
+    }
+}
+
 /// A Chat Completions `messages` array written as its messages are made: the translation
 /// of an item pushes onto [`made`](Self::made), and every message but the last (which a
 /// following item may still add tool calls to) is written out after each item
@@ -405,6 +424,10 @@ impl Reply {
     /// A non-streamed answer ([`message`](Self::message)) as the JSON text sent: a
     /// Responses answer with the request's echoed parameters as they were sent.
     pub fn answer_text(&self, body: &Value) -> Vec<u8> {
+        if self.api == Dialect::Anthropic {
+            // A tool call's input as the upstream wrote it.
+            return serde_json::to_vec(&AsWritten(body)).unwrap_or_default();
+        }
         let echoed = responses::Echoed {
             value: body,
             echo: &self.echo,
@@ -432,6 +455,43 @@ impl Reply {
         match self.api {
             Dialect::Anthropic => anthropic::message(self, output, usage, choicewise),
             _ => responses::message(self, output, usage, choicewise),
+        }
+    }
+}
+
+/// A non-streamed Anthropic answer written with each `tool_use` block's input as the
+/// upstream wrote it, where the block carries that text
+/// ([`anthropic::INPUT_AS_WRITTEN`]): its numbers digit for digit.
+pub(crate) struct AsWritten<'a>(pub &'a Value);
+
+impl Serialize for AsWritten<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeMap, SerializeSeq};
+        match self.0 {
+            Value::Object(o) => {
+                let written = o.get(anthropic::INPUT_AS_WRITTEN).and_then(Value::as_str);
+                let mut map = s.serialize_map(None)?;
+                for (k, v) in o {
+                    match (k.as_str(), written) {
+                        (anthropic::INPUT_AS_WRITTEN, _) => {}
+                        ("input", Some(text)) => {
+                            let raw: &RawValue =
+                                serde_json::from_str(text).map_err(S::Error::custom)?;
+                            map.serialize_entry(k, raw)?;
+                        }
+                        _ => map.serialize_entry(k, &AsWritten(v))?,
+                    }
+                }
+                map.end()
+            }
+            Value::Array(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for v in a {
+                    seq.serialize_element(&AsWritten(v))?;
+                }
+                seq.end()
+            }
+            v => v.serialize(s),
         }
     }
 }

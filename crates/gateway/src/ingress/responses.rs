@@ -662,13 +662,14 @@ fn tool_choice(choice: &Value, flat: &HashMap<(&str, &str), &str>) -> Result<Val
             Ok(json!({"type": "function", "function": {"name": name}}))
         }
         (Some("function" | "custom"), None) => Err(IngressError::missing(format!("{at}.name"))),
-        (other, _) => Err(IngressError::unsupported(
+        (Some(other), _) => Err(IngressError::unsupported(
             format!("{at}.type"),
             format!(
-                "{:?} is not served by this gateway: only function tools",
-                other.unwrap_or_default()
+                "{} is not served by this gateway: only function tools",
+                json!(other)
             ),
         )),
+        (None, _) => Err(IngressError::missing(format!("{at}.type"))),
     };
     match choice {
         Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => {
@@ -722,15 +723,16 @@ fn text_options(
                     json!({"type": "json_schema", "json_schema": schema}),
                 );
             }
-            other => {
+            Some(other) => {
                 return Err(IngressError::invalid(
                     "text.format.type",
                     format!(
-                        "must be \"text\", \"json_object\" or \"json_schema\", not {:?}",
-                        other.unwrap_or_default()
+                        "must be \"text\", \"json_object\" or \"json_schema\", not {}",
+                        json!(other)
                     ),
                 ));
             }
+            None => return Err(IngressError::missing("text.format.type")),
         }
     }
     if let Some(v) = text.get("verbosity").filter(|v| !v.is_null()) {

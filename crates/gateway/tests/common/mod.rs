@@ -48,6 +48,35 @@ pub async fn silent() -> String {
     format!("http://{addr}/v1")
 }
 
+/// An upstream that reads each request, answers `head` (a status line and its headers,
+/// without the blank line that ends them) and then sends nothing more while the connection
+/// stays: its base URL.
+#[allow(dead_code)] // not every test binary that shares this module needs one
+pub async fn head_then_silent(head: &'static str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut byte = [0u8; 1];
+                while !seen.ends_with(b"\r\n\r\n") {
+                    if !matches!(tcp.read(&mut byte).await, Ok(1)) {
+                        return;
+                    }
+                    seen.push(byte[0]);
+                }
+                let _ = tcp.write_all(head.as_bytes()).await;
+                let _ = tcp.write_all(b"\r\n\r\n").await;
+                let mut buf = vec![0; 65536];
+                while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
 /// A line of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`); 0 where there is none.
 #[allow(dead_code)] // not every test binary that shares this module reads its memory
 pub fn status_bytes(key: &str) -> i64 {

@@ -91,6 +91,11 @@ impl Sink for ListText<'_> {
         self.write(&item);
     }
 
+    fn raw(&mut self, item: Box<serde_json::value::RawValue>) {
+        self.next();
+        self.put(item.get().as_bytes());
+    }
+
     fn results(&mut self, blocks: Vec<Value>) {
         self.next();
         let prefix = std::mem::take(&mut self.prefix);
@@ -299,13 +304,13 @@ mod tests {
         let e = Dialect::Anthropic
             .messages_from_chat_json(br#"[{"role":"user","content":"x"},{"role":"robot"}]"#)
             .unwrap_err();
-        assert_eq!(e, "messages[1]: unknown role Some(\"robot\")");
+        assert_eq!(e, "messages[1]: unknown role \"robot\"");
         let e = Dialect::Responses
             .messages_from_chat_json(
                 br#"[{"role":"system","content":"s"},{"role":"user","content":"x"},{"role":"robot"}]"#,
             )
             .unwrap_err();
-        assert_eq!(e, "messages[2]: unknown role Some(\"robot\")");
+        assert_eq!(e, "messages[2]: unknown role \"robot\"");
         for not_json in [
             &br#"[{"role":"user","content":"x"},"#[..],
             br#"[{"role":"user","content":"x"} {"role":"user","content":"y"}]"#,
@@ -316,6 +321,66 @@ mod tests {
                 let e = api.messages_from_chat_json(not_json).unwrap_err();
                 assert!(e.starts_with("\"messages\" could not be read: "), "{e}");
             }
+        }
+    }
+
+    /// A tool call's arguments reach Anthropic's `input` as written: a 30-digit integer
+    /// digit for digit, not a float (only the insignificant whitespace goes).
+    #[test]
+    fn a_30_digit_integer_in_arguments_is_kept() {
+        let text = br#"[{"role":"assistant","content":"On it.","tool_calls":[{"id":"a","type":"function","function":{"name":"w","arguments":"{ \"id\": 123456789012345678901234567890, \"x\": 1.50 }"}}]}]"#;
+        let out = Dialect::Anthropic.messages_from_chat_json(text).unwrap();
+        assert_eq!(
+            String::from_utf8(out.list).unwrap(),
+            r#"[{"content":[{"text":"On it.","type":"text"},{"id":"a","input":{"id":123456789012345678901234567890,"x":1.50},"name":"w","type":"tool_use"}],"role":"assistant"}]"#
+        );
+    }
+
+    /// An image in a tool's result reaches the upstream (Anthropic's `tool_result` image
+    /// block, Responses' `input_image` output part), never dropped; a part neither text nor
+    /// image is refused naming where; a result of text only stays one string.
+    #[test]
+    fn an_image_in_a_tool_result_is_translated_or_refused() {
+        let with_image = json!([
+            {"role": "user", "content": "look"},
+            {"role": "tool", "tool_call_id": "a", "content": [
+                {"type": "text", "text": "the plot:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}]}]);
+        let anthropic = Dialect::Anthropic
+            .request_from_chat(&json!({"model": "m", "messages": with_image}))
+            .unwrap();
+        assert_eq!(
+            anthropic["messages"][1]["content"][0]["content"],
+            json!([{"type": "text", "text": "the plot:"},
+                   {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}])
+        );
+        let responses = Dialect::Responses
+            .request_from_chat(&json!({"model": "m", "messages": with_image}))
+            .unwrap();
+        assert_eq!(
+            responses["input"][1]["output"],
+            json!([{"type": "input_text", "text": "the plot:"},
+                   {"type": "input_image", "image_url": "data:image/png;base64,iVBO"}])
+        );
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            same_as_the_tree(api, &with_image);
+            let audio = json!([{"role": "tool", "tool_call_id": "a", "content": [
+                {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]);
+            let e = api
+                .request_from_chat(&json!({"model": "m", "messages": audio}))
+                .unwrap_err();
+            assert!(e.starts_with("messages[0].content[0]: "), "{e}");
+            assert!(e.contains("\"input_audio\""), "{e}");
+            let text = json!([{"role": "tool", "tool_call_id": "a", "content": [
+                {"type": "text", "text": "2"}, {"type": "text", "text": "1C"}]}]);
+            let tree = api
+                .request_from_chat(&json!({"model": "m", "messages": text}))
+                .unwrap();
+            let out = match api {
+                Dialect::Anthropic => &tree["messages"][0]["content"][0]["content"],
+                _ => &tree["input"][0]["output"],
+            };
+            assert_eq!(out, "21C");
         }
     }
 

@@ -3,6 +3,8 @@
 //! assistant's `tool_calls`, a `tool` message's result), and images in a user's content.
 //! Each function names the message or field it could not translate.
 
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 /// Chat's `tools` (`{"type": "function", "function": {name, description, parameters}}`) in
@@ -57,7 +59,6 @@ pub(super) fn tools(tools: &Value, anthropic: bool) -> Result<Value, String> {
 /// own and its schema (`parameters`), `description` and `strict` copied as sent, so that the
 /// list never exists as a parsed tree. The same tools, keys in the same order.
 pub(super) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, String> {
-    use serde_json::value::RawValue;
     use std::collections::BTreeMap;
     type Fields<'a> = BTreeMap<String, &'a RawValue>;
     fn object<'a>(raw: Option<&&'a RawValue>) -> Fields<'a> {
@@ -147,7 +148,8 @@ pub(super) fn anthropic_tool_choice(
             "required" => json!({"type": "any"}),
             other => {
                 return Err(format!(
-                    "tool_choice {other:?} is not auto, none or required"
+                    "tool_choice {} is not auto, none or required",
+                    json!(other)
                 ));
             }
         }),
@@ -177,14 +179,55 @@ pub(super) fn responses_tool_choice(choice: &Value) -> Result<Value, String> {
     }
 }
 
-/// A tool call's `arguments` (a JSON string) as a value; `at` names the call.
-fn arguments(call: &Value, at: &str) -> Result<Value, String> {
-    match &call["function"]["arguments"] {
-        Value::String(text) if text.trim().is_empty() => Ok(json!({})),
-        Value::String(text) => serde_json::from_str(text)
-            .map_err(|e| format!("{at}.function.arguments is not JSON: {e}")),
-        Value::Null => Ok(json!({})),
-        other => Ok(other.clone()),
+/// A tool call's `arguments` (a JSON string) as JSON text, checked, without its
+/// insignificant whitespace and otherwise as written: its numbers digit for digit (a tree
+/// would make a 30-digit integer a float); `at` names the call.
+fn arguments(call: &Value, at: &str) -> Result<Box<RawValue>, String> {
+    let text = match &call["function"]["arguments"] {
+        Value::String(text) if text.trim().is_empty() => "{}".to_string(),
+        Value::String(text) => match serde_json::from_str::<&RawValue>(text) {
+            Ok(raw) => choicewise_partial_json::compact_json(raw.get()),
+            Err(e) => return Err(format!("{at}.function.arguments is not JSON: {e}")),
+        },
+        Value::Null => "{}".to_string(),
+        other => other.to_string(),
+    };
+    RawValue::from_string(text).map_err(|e| format!("{at}.function.arguments is not JSON: {e}"))
+}
+
+/// An Anthropic `tool_use` block whose `input` is written as it came; its fields in the
+/// order a tree's are serialised (sorted), so that it writes as the tree would.
+#[derive(Serialize)]
+struct ToolUse<'a> {
+    id: &'a str,
+    input: Box<RawValue>,
+    name: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// A block of an assistant turn: a tree, or a [`ToolUse`].
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Block<'a> {
+    Tree(Value),
+    ToolUse(ToolUse<'a>),
+}
+
+/// An assistant turn of [`Block`]s (fields sorted as a tree's).
+#[derive(Serialize)]
+struct Turn<'a> {
+    content: Vec<Block<'a>>,
+    role: &'static str,
+}
+
+/// The error of message `at` whose `role` is none the translation knows, in words: `unknown
+/// role "function"`, `no role`, `the role must be a string, not 3`.
+fn unknown_role(at: &str, role: &Value) -> String {
+    match role {
+        Value::String(_) => format!("{at}: unknown role {role}"),
+        Value::Null => format!("{at}: no role"),
+        other => format!("{at}: the role must be a string, not {other}"),
     }
 }
 
@@ -197,6 +240,39 @@ fn text_of(content: &Value) -> String {
             .collect::<Vec<_>>()
             .join(""),
         _ => String::new(),
+    }
+}
+
+/// A `tool` message's content (message `at`) as a tool result's: its text (a string, or
+/// its text parts joined) when it has only text; with images, its parts in the target's
+/// shape (Anthropic's `tool_result` text and image blocks, or Responses'
+/// `function_call_output` `input_text` and `input_image` parts), never an image dropped. A
+/// part neither text nor image is refused, naming where.
+fn tool_result_content(content: &Value, at: &str, anthropic: bool) -> Result<Value, String> {
+    let Value::Array(parts) = content else {
+        return Ok(Value::String(text_of(content)));
+    };
+    let mut any_image = false;
+    for (k, part) in parts.iter().enumerate() {
+        match part["type"].as_str() {
+            Some("text") => {}
+            Some("image_url") => any_image = true,
+            Some(other) => {
+                return Err(format!(
+                    "{at}.content[{k}]: a tool result's {} part cannot be sent to the {} API                      (text and images can)",
+                    json!(other),
+                    if anthropic { "anthropic" } else { "responses" }
+                ));
+            }
+            None => return Err(format!("{at}.content[{k}]: a part without its type")),
+        }
+    }
+    if !any_image {
+        return Ok(Value::String(text_of(content)));
+    }
+    match anthropic {
+        true => anthropic_content(content, at),
+        false => responses_content(content, at),
     }
 }
 
@@ -238,6 +314,10 @@ fn anthropic_content(content: &Value, at: &str) -> Result<Value, String> {
 pub(super) trait Sink {
     /// A whole message (Anthropic) or input item (Responses).
     fn item(&mut self, item: Value);
+    /// A whole message or item given as its JSON text (a tool call's input in it as the
+    /// client wrote it): written as it is ([`Vec<Value>`] parses it, its numbers then
+    /// rounded as any tree's).
+    fn raw(&mut self, item: Box<RawValue>);
     /// An Anthropic user turn whose content is `blocks`, all `tool_result` blocks (or none),
     /// which the tool results that follow join ([`join`](Self::join)).
     fn results(&mut self, blocks: Vec<Value>);
@@ -248,6 +328,10 @@ pub(super) trait Sink {
 impl Sink for Vec<Value> {
     fn item(&mut self, item: Value) {
         self.push(item);
+    }
+
+    fn raw(&mut self, item: Box<RawValue>) {
+        self.push(serde_json::from_str(item.get()).unwrap_or(Value::Null));
     }
 
     fn results(&mut self, blocks: Vec<Value>) {
@@ -288,7 +372,7 @@ impl AnthropicMessages {
                 let block = json!({
                     "type": "tool_result",
                     "tool_use_id": m["tool_call_id"].as_str().unwrap_or_default(),
-                    "content": text_of(&m["content"]),
+                    "content": tool_result_content(&m["content"], &at, true)?,
                 });
                 match self.results_open {
                     true => out.join(block),
@@ -312,18 +396,25 @@ impl AnthropicMessages {
                     let mut blocks = Vec::new();
                     let text = text_of(&m["content"]);
                     if !text.is_empty() {
-                        blocks.push(json!({"type": "text", "text": text}));
+                        blocks.push(Block::Tree(json!({"type": "text", "text": text})));
                     }
                     for (k, call) in calls.iter().enumerate() {
                         let call_at = format!("{at}.tool_calls[{k}]");
-                        blocks.push(json!({
-                            "type": "tool_use",
-                            "id": call["id"].as_str().unwrap_or_default(),
-                            "name": call["function"]["name"].as_str().unwrap_or_default(),
-                            "input": arguments(call, &call_at)?,
+                        blocks.push(Block::ToolUse(ToolUse {
+                            id: call["id"].as_str().unwrap_or_default(),
+                            input: arguments(call, &call_at)?,
+                            name: call["function"]["name"].as_str().unwrap_or_default(),
+                            kind: "tool_use",
                         }));
                     }
-                    out.item(json!({"role": "assistant", "content": blocks}));
+                    let turn = Turn {
+                        content: blocks,
+                        role: "assistant",
+                    };
+                    // The turn always serialises: its input is JSON already.
+                    let text =
+                        serde_json::value::to_raw_value(&turn).map_err(|e| format!("{at}: {e}"))?;
+                    out.raw(text);
                 }
             }
             Some("user") => match anthropic_content(&m["content"], &at)? {
@@ -339,7 +430,7 @@ impl AnthropicMessages {
                 "role": "system",
                 "content": anthropic_content(&m["content"], &at)?,
             })),
-            other => return Err(format!("{at}: unknown role {other:?}")),
+            _ => return Err(unknown_role(&at, &m["role"])),
         }
         self.results_open = results_open;
         Ok(())
@@ -392,7 +483,7 @@ pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result
         Some("tool") => out.item(json!({
             "type": "function_call_output",
             "call_id": m["tool_call_id"].as_str().unwrap_or_default(),
-            "output": text_of(&m["content"]),
+            "output": tool_result_content(&m["content"], &at, false)?,
         })),
         Some("assistant") => {
             let text = text_of(&m["content"]);
@@ -403,7 +494,7 @@ pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result
                 let call_at = format!("{at}.tool_calls[{k}]");
                 let args = match &call["function"]["arguments"] {
                     Value::String(s) => s.clone(),
-                    _ => arguments(call, &call_at)?.to_string(),
+                    _ => arguments(call, &call_at)?.get().to_string(),
                 };
                 out.item(json!({
                     "type": "function_call",
@@ -417,7 +508,7 @@ pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result
             "role": role,
             "content": responses_content(&m["content"], &at)?,
         })),
-        other => return Err(format!("{at}: unknown role {other:?}")),
+        _ => return Err(unknown_role(&at, &m["role"])),
     }
     Ok(())
 }

@@ -99,9 +99,13 @@ impl Splitter {
                 kind,
             });
         }
+        // Anthropic's `message_stop` ends the message, its stop reason or not: a choice
+        // without one then ended as a Chat Completions choice does at `[DONE]` without its
+        // `finish_reason` (no finish, not a cut stream).
+        let stopped = dialect == Dialect::Anthropic && kind == "message_stop";
         if let Some(update) = decoded.update {
             let slot = self.slot_for(0, line)?;
-            if update.finish_reason.is_some() {
+            if update.finish_reason.is_some() || stopped {
                 self.finish(slot);
             }
             self.slots[slot].batch.updates.push(RawUpdate {

@@ -18,6 +18,7 @@
 
 use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent, Text};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::ingress::{Encoder, Reply, Tokens, frame, new_id};
@@ -345,6 +346,12 @@ fn usage_of(usage: &Tokens) -> Value {
     })
 }
 
+/// The key under which a `tool_use` block of [`message`] carries its input's JSON text as
+/// the upstream wrote it, when its tree would write it otherwise (a 30-digit integer, which
+/// no `f64` holds): [`crate::ingress::AsWritten`] writes that text as the block's `input`,
+/// and never the key. No client's text makes a key of the blocks built here.
+pub(crate) const INPUT_AS_WRITTEN: &str = "\u{0}input as written";
+
 /// The non-streamed answer: a `message` object, its content blocks in Anthropic's order
 /// (thinking when asked for, text, then each tool call as `tool_use` with its arguments
 /// parsed: `{}` when empty, the raw text as a string when not valid JSON). A choice that
@@ -375,12 +382,26 @@ pub(crate) fn message(
         .map(|c| (Some(c.id.as_str()).filter(|id| !id.is_empty()), &c.function))
         .chain(m.function_call.iter().map(|f| (None, f)));
     for (id, f) in calls {
-        let input = match f.arguments.trim() {
-            "" => json!({}),
-            raw => serde_json::from_str(raw).unwrap_or_else(|_| Value::String(f.arguments.clone())),
+        let (input, as_written) = match f.arguments.trim() {
+            "" => (json!({}), None),
+            raw => match serde_json::from_str::<&RawValue>(raw) {
+                Ok(raw) => {
+                    let text = choicewise_partial_json::compact_json(raw.get());
+                    let tree: Value = serde_json::from_str(&text).unwrap_or_default();
+                    // The tree writes it otherwise (a number no f64 holds, keys in another
+                    // order): its text goes with it, and is what the answer says.
+                    let differs = serde_json::to_string(&tree).ok() != Some(text.clone());
+                    (tree, differs.then_some(text))
+                }
+                Err(_) => (Value::String(f.arguments.clone()), None),
+            },
         };
         let id = id.map_or_else(|| new_id("toolu"), str::to_string);
-        content.push(json!({"type": "tool_use", "id": id, "name": f.name, "input": input}));
+        let mut block = json!({"type": "tool_use", "id": id, "name": f.name, "input": input});
+        if let Some(text) = as_written {
+            block[INPUT_AS_WRITTEN] = Value::String(text);
+        }
+        content.push(block);
     }
     let (reason, sequence) = match output.finish_reason.as_deref() {
         None | Some("error") => (None, None),

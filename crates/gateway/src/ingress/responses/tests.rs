@@ -196,6 +196,18 @@ fn each_refusal_is_a_400_naming_the_field() {
             "reasoning",
             "an object",
         ),
+        // A type missing is said so, never quoted as `""` (issue 63).
+        (
+            json!({"model": "m", "input": "hi", "text": {"format": {"name": "x"}}}),
+            "text.format.type",
+            "Field required",
+        ),
+        (
+            json!({"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}],
+                   "tool_choice": {"name": "f"}}),
+            "tool_choice.type",
+            "Field required",
+        ),
     ] {
         let e = match to_chat(&body) {
             Ok(t) => panic!("{body} was accepted: {}", t.chat()),
