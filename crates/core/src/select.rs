@@ -30,7 +30,7 @@ use choicewise_proto::ChoiceOutput;
 use choicewise_proto::Confidence;
 use choicewise_proto::driver::Closed;
 use confidence::vote_confident;
-use following::{Following, InFinishOrder, Places, Replacing, watch};
+use following::{Following, Places, Replacing, watch};
 use rules::{best, first_n};
 pub(crate) use rules::{short_of, vote, vote_windowed};
 pub(crate) use selection::Decided;

@@ -195,6 +195,12 @@ struct Ended {
     stopped: bool,
 }
 
+impl super::following::Followed for Ended {
+    fn index(&self) -> u32 {
+        self.index
+    }
+}
+
 /// Follows one choice's log-probabilities to its end. A choice not in the warmup is stopped
 /// as soon as a full group falls below the threshold (once the threshold is known).
 async fn follow(
@@ -312,7 +318,8 @@ pub(crate) async fn vote_confident(
         let warmup = (index as usize) < warmup_n
             || (sampled && index >= first_later && threshold_rx.borrow().is_none());
         follow(choice, group_tokens, warmup, threshold_rx.clone())
-    });
+    })
+    .in_finish_order();
     let mut counted: BTreeMap<u32, Counted> = BTreeMap::new();
     let mut threshold: Option<f64> = None;
     let mut ballot = Weighing::default();

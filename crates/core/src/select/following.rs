@@ -11,39 +11,72 @@ use crate::choice::Choice;
 use crate::completions::{Choices, Completions};
 use choicewise_proto::{ChoiceOutput, Incomplete};
 
+/// What a follower gives: the choice it followed, and what it found.
+pub(crate) trait Followed {
+    /// The choice's index.
+    fn index(&self) -> u32;
+}
+
+impl<T> Followed for (u32, T) {
+    fn index(&self) -> u32 {
+        self.0
+    }
+}
+
 /// Every choice of a completion as it appears, each followed by its own task (made by
 /// `follow`), and the tasks' results as they end: the scaffolding every rule decides over.
 /// [`next`](Self::next) is cancel-safe, so a rule selects on it beside its timers.
-pub(crate) struct Following<T, F> {
+///
+/// With [`in_finish_order`](Self::in_finish_order), the results of the choices the stream
+/// finished come in the order the stream finished them (a result waits for those of every
+/// choice finished before it), so that a rule sees the same sequence on every run over the
+/// same input, whichever choice's actor ran first; a choice that ended without a finish comes
+/// as it settles.
+pub(crate) struct Following<'a, T, F> {
+    completions: &'a Completions,
     choices: Choices,
     follow: F,
     tasks: JoinSet<T>,
     listed: bool,
     seen: usize,
+    order: Option<FinishOrder<'a, T>>,
 }
 
-impl<T, F, Fut> Following<T, F>
+impl<'a, T, F, Fut> Following<'a, T, F>
 where
-    T: Send + 'static,
+    T: Followed + Send + 'static,
     F: FnMut(Choice) -> Fut,
     Fut: Future<Output = T> + Send + 'static,
 {
-    pub(crate) fn new(completions: &Completions, follow: F) -> Self {
+    pub(crate) fn new(completions: &'a Completions, follow: F) -> Self {
         Self {
+            completions,
             choices: completions.choices(),
             follow,
             tasks: JoinSet::new(),
             listed: false,
             seen: 0,
+            order: None,
         }
+    }
+
+    /// The results in the order the stream finished the choices.
+    pub(crate) fn in_finish_order(mut self) -> Self {
+        self.order = Some(FinishOrder::new(self.completions));
+        self
     }
 
     /// The next follower's result; `None` once every choice has appeared and been followed
     /// to its end. A follower that panicked is passed over.
     pub(crate) async fn next(&mut self) -> Option<T> {
         loop {
+            if let Some(ready) = self.order.as_mut().and_then(FinishOrder::pop) {
+                return Some(ready);
+            }
             if self.listed && self.tasks.is_empty() {
-                return None;
+                // Every follower is in: what still waits (behind a choice whose follower
+                // panicked) comes in finish order.
+                return self.order.as_mut().and_then(FinishOrder::flush);
             }
             tokio::select! {
                 next = self.choices.next(), if !self.listed => match next {
@@ -55,11 +88,24 @@ where
                 },
                 Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     if let Ok(result) = joined {
-                        return Some(result);
+                        match &mut self.order {
+                            Some(order) => order.settled(result),
+                            None => return Some(result),
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// The results held back for an earlier finish, in finish order (the rule stops
+    /// waiting: its deadline passed).
+    pub(crate) fn held(&mut self) -> Vec<T> {
+        let mut held = Vec::new();
+        while let Some(item) = self.order.as_mut().and_then(FinishOrder::flush) {
+            held.push(item);
+        }
+        held
     }
 
     /// Choices that have appeared so far.
@@ -82,11 +128,14 @@ pub(super) async fn watch(
 ) -> bool {
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
     tokio::pin!(sleep);
-    let mut following = Following::new(completions, |choice| async move { choice.message().await });
+    let mut following = Following::new(completions, |choice: Choice| async move {
+        (choice.index(), choice.message().await)
+    })
+    .in_finish_order();
     loop {
         tokio::select! {
             next = following.next() => match next {
-                Some(result) => {
+                Some((_, result)) => {
                     if decide(result, following.seen(), following.listed()) {
                         return false;
                     }
@@ -183,56 +232,65 @@ impl<'a> Places<'a> {
     }
 }
 
-/// The choices that qualified for a first-* pick, released in the order the stream finished
-/// them: a qualified choice goes out once every choice that finished before it has settled
-/// (and did not qualify), so the first to finish is the first selected on every run over the
-/// same input, whichever choice's actor ran first.
-pub(crate) struct InFinishOrder<'a> {
+/// Followers' results in the order the stream finished their choices: a result is released
+/// once every choice the stream finished before its own has settled; one whose choice has no
+/// place (it ended without a finish) is released as it comes.
+struct FinishOrder<'a, T> {
     completions: &'a Completions,
     /// The next place of the finish order to release.
     next: usize,
+    /// Results held for an earlier place, by index.
+    held: std::collections::HashMap<u32, T>,
+    /// Choices settled (released, or held) at places not yet reached.
     settled: std::collections::HashSet<u32>,
-    qualified: std::collections::HashSet<u32>,
+    ready: std::collections::VecDeque<T>,
 }
 
-impl<'a> InFinishOrder<'a> {
-    pub(crate) fn new(completions: &'a Completions) -> Self {
-        InFinishOrder {
+impl<'a, T: Followed> FinishOrder<'a, T> {
+    fn new(completions: &'a Completions) -> Self {
+        FinishOrder {
             completions,
             next: 0,
+            held: std::collections::HashMap::new(),
             settled: std::collections::HashSet::new(),
-            qualified: std::collections::HashSet::new(),
+            ready: std::collections::VecDeque::new(),
         }
     }
 
-    /// The choice `index` settled, qualified or not; returns the choices released now, in
-    /// finish order.
-    pub(crate) fn settled(&mut self, index: u32, qualified: bool) -> Vec<u32> {
+    /// A follower's result came.
+    fn settled(&mut self, item: T) {
+        let index = item.index();
         self.settled.insert(index);
-        if qualified {
-            if self.completions.finish_place(index).is_none() {
-                return vec![index]; // No place: released as it came.
+        match self.completions.finish_place(index) {
+            None => self.ready.push_back(item),
+            Some(_) => {
+                self.held.insert(index, item);
             }
-            self.qualified.insert(index);
         }
-        let mut released = Vec::new();
         for finished in self.completions.finished_from(self.next) {
             if !self.settled.contains(&finished) {
                 break;
             }
             self.next += 1;
-            if self.qualified.remove(&finished) {
-                released.push(finished);
+            if let Some(item) = self.held.remove(&finished) {
+                self.ready.push_back(item);
             }
         }
-        released
     }
 
-    /// The qualified choices still held (every choice is in, or the pick stops waiting), in
-    /// finish order.
-    pub(crate) fn rest(&mut self) -> Vec<u32> {
-        let mut rest: Vec<u32> = self.qualified.drain().collect();
-        rest.sort_by_key(|i| self.completions.finish_place(*i).unwrap_or(u64::MAX));
-        rest
+    /// The next result released.
+    fn pop(&mut self) -> Option<T> {
+        self.ready.pop_front()
+    }
+
+    /// The next result, released or held, in finish order.
+    fn flush(&mut self) -> Option<T> {
+        if let Some(item) = self.ready.pop_front() {
+            return Some(item);
+        }
+        let first = (self.held.keys())
+            .min_by_key(|i| self.completions.finish_place(**i).unwrap_or(u64::MAX))
+            .copied()?;
+        self.held.remove(&first)
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::{Decided, Following, InFinishOrder, Judge, Places, Replacing, Rule, Tally, watch};
+use super::{Decided, Following, Judge, Places, Replacing, Rule, Tally, watch};
 use crate::choice::Choice;
 use crate::completions::Completions;
 use choicewise_proto::{Ballot, ChoiceEvent, ChoiceOutput};
@@ -50,7 +50,7 @@ pub(super) async fn first_n(
     let hedge_timer = || hedge.map(|d| Box::pin(tokio::time::sleep(d)));
     let mut hedging = hedge_timer();
     // Each follower gives its choice's index, and whether the choice qualified.
-    let mut following = Following::new(completions, |choice: Choice| {
+    let following = Following::new(completions, |choice: Choice| {
         let accept = accept.clone();
         async move {
             let index = choice.index();
@@ -77,8 +77,10 @@ pub(super) async fn first_n(
     });
     // A first-finished pick takes the qualified choices in the order the stream finished
     // them; a first-token pick in the order they produced.
-    let finishing = accept.is_some();
-    let mut order = InFinishOrder::new(completions);
+    let mut following = match accept.is_some() {
+        true => following.in_finish_order(),
+        false => following,
+    };
     let mut selected: Vec<u32> = Vec::new();
     let timed_out = loop {
         if selected.len() >= take {
@@ -86,15 +88,9 @@ pub(super) async fn first_n(
         }
         tokio::select! {
             next = following.next() => match next {
-                Some((index, qualified)) if finishing => {
-                    selected.extend(order.settled(index, qualified));
-                }
                 Some((index, true)) => selected.push(index),
                 Some(_) => {}
-                None => {
-                    selected.extend(order.rest());
-                    break false;
-                }
+                None => break false,
             },
             // Fewer than `take` yet (the loop ends at `take`): the next sample starts (none
             // left: no more hedges). A hedge that waited for none at all would leave the
@@ -108,7 +104,8 @@ pub(super) async fn first_n(
             }
             () = &mut sleep, if deadline.is_some() => {
                 // What qualified by now is decided, in finish order.
-                selected.extend(order.rest());
+                let held = following.held().into_iter();
+                selected.extend(held.filter(|(_, qualified)| *qualified).map(|(i, _)| i));
                 break true;
             }
         }
@@ -145,12 +142,7 @@ pub(crate) async fn vote(
     let mut ballot = Ballot::new();
     let mut voters: HashMap<String, Vec<u32>> = HashMap::new();
     let mut places = Places::new(completions);
-    let mut settled = 0usize;
-    let mut total = 0usize;
-    let timed_out = watch(completions, deadline, |result, seen, listed| {
-        settled += 1;
-        let expected = expected();
-        total = expected.unwrap_or(seen).max(seen);
+    let mut count = |result: Result<ChoiceOutput, _>, ballot: &mut Ballot| {
         if let Ok(output) = result
             && output.finished_well()
             && let Some(k) = key(&output)
@@ -158,17 +150,48 @@ pub(crate) async fn vote(
             ballot.vote(&k, places.of(output.index));
             voters.entry(k).or_default().push(output.index);
         }
-        let remaining = match (expected, listed) {
-            (_, true) => seen - settled,
-            (Some(n), false) => n.max(seen) - settled,
-            (None, false) => return false,
-        };
+    };
+    // Decided: the leader cannot be caught and has enough; or no key can reach enough.
+    let decides = |ballot: &Ballot, remaining: usize| {
         let (votes, second) = (ballot.leader_and_second())
             .map_or((0, 0), |(leader, second)| (leader.votes, second as usize));
-        // Decided: the leader cannot be caught and has enough; or no key can reach enough.
         (votes > second + remaining && votes >= min_votes) || votes + remaining < min_votes
+    };
+    // The results come in finish order; while the number of choices is unknown (an upstream
+    // that did not declare its `n`, its stream not over) they wait, so that the vote stops at
+    // the same place of that order on every run, however soon the total became known.
+    let mut waiting = std::collections::VecDeque::new();
+    let mut settled = 0usize;
+    let mut total = 0usize;
+    let mut stopped = false;
+    let timed_out = watch(completions, deadline, |result, seen, listed| {
+        waiting.push_back(result);
+        let expected = expected();
+        total = expected.unwrap_or(seen).max(seen);
+        let all = match (expected, listed) {
+            (_, true) => seen,
+            (Some(n), false) => n.max(seen),
+            (None, false) => return false,
+        };
+        while let Some(result) = waiting.pop_front() {
+            settled += 1;
+            count(result, &mut ballot);
+            if decides(&ballot, all.saturating_sub(settled)) {
+                stopped = true;
+                return true;
+            }
+        }
+        false
     })
     .await;
+    // Every choice in, or the deadline passed: those still waiting count, in finish order,
+    // up to the place where the vote would have stopped.
+    let all = total.max(completions.choice_count());
+    while !stopped && let Some(result) = waiting.pop_front() {
+        settled += 1;
+        count(result, &mut ballot);
+        stopped = !timed_out && decides(&ballot, all.saturating_sub(settled));
+    }
     let total = total.max(completions.choice_count());
     let decided = match ballot.leader() {
         Some(leader) if leader.votes < min_votes => {
@@ -285,7 +308,8 @@ pub(crate) async fn vote_windowed(
     tokio::pin!(sleep);
     let mut following = Following::new(completions, |choice: Choice| async move {
         (choice.index(), choice.message().await)
-    });
+    })
+    .in_finish_order();
     // Each settled choice's key (`None`: it did not vote), and the ballot of those that did.
     let mut keys: HashMap<u32, Option<String>> = HashMap::new();
     let mut ballot = Ballot::new();

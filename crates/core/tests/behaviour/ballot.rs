@@ -159,14 +159,14 @@ async fn calls_whose_arguments_are_not_json_do_not_outvote_a_valid_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecided_vote_answers_with_the_plurality() {
-    // 2:1:1 short of 3 votes: the key with 2 answers, not the first to finish ("c").
+    // 2:1:1:1 short of 3 votes: the key with 2 answers, not the first to finish ("c").
     let text = |i: u32, t: &str| {
         format!(
             "data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{t}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"
         )
     };
-    let sse = text(3, "c") + &text(1, "a") + &text(0, "b") + &text(2, "a");
-    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)).n(4));
+    let sse = text(3, "c") + &text(1, "a") + &text(0, "b") + &text(2, "a") + &text(4, "d");
+    let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)).n(5));
     let selection = within(
         SETTLED,
         "the vote",
@@ -184,5 +184,32 @@ async fn an_undecided_vote_answers_with_the_plurality() {
         .iter()
         .map(|v| (v.key.as_str(), v.votes))
         .collect();
-    assert_eq!(listed, [("a", 2), ("c", 1), ("b", 1)]);
+    assert_eq!(listed, [("a", 2), ("c", 1), ("b", 1), ("d", 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_that_no_key_can_win_stops_at_the_same_place_on_every_run() {
+    // 1:1:1 of 4 under min_votes 3: no key can win once the third finished, whichever
+    // choices' actors settled first; the fourth ("a") is never counted, and the answer is
+    // the first to finish.
+    let text = |i: u32, t: &str| {
+        format!(
+            "data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{t}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"
+        )
+    };
+    for run in 0..100 {
+        let sse = text(3, "c") + &text(1, "a") + &text(0, "b") + &text(2, "a");
+        let completions = Completions::new(Source::reader(std::io::Cursor::new(sse)).n(4));
+        let selection = within(
+            SETTLED,
+            "the vote",
+            (completions.vote(|o| o.message.content.clone()))
+                .min_votes(3)
+                .or_first_finished(),
+        )
+        .await;
+        let vote = selection.vote.expect("a tally");
+        assert_eq!((vote.key.as_str(), vote.counted), ("c", 3), "run {run}");
+        assert_eq!(selection.selected, [3], "run {run}");
+    }
 }
