@@ -1,8 +1,10 @@
 //! Why an output choice ended, decided once: [`OutputEnd`], by [`decide`] from what was seen
-//! of the choice and whether its answer was cut short. Every API's framing (Chat
-//! Completions, Messages, Responses; streamed or not) writes the decided ending and decides
-//! nothing itself, so that "failed", "no finish reason", "cut" and "missing" mean the same
-//! thing in every answer.
+//! of the choice (its error typed, who stopped it: [`Initiator`]) and whether its answer was
+//! cut short; and how the whole answer ended, decided once from those: [`AnswerEnd`], the
+//! one verdict its status, its log line, its span and its metrics read. Every API's framing
+//! (Chat Completions, Messages, Responses; streamed or not) writes the decided ending and
+//! decides nothing itself, so that "failed", "no finish reason", "cut" and "missing" mean
+//! the same thing in every answer.
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
