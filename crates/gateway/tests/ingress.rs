@@ -423,6 +423,75 @@ async fn a_failed_upstream_is_counted_failed_in_every_api_streamed_or_not() {
     assert!(!text.contains(r#"ended="complete""#), "{text}");
 }
 
+/// A shutdown mid-answer is answered alike in every API: a Messages answer cut before its
+/// choice finished ends with Anthropic's error event (streamed) or is a 503 in Anthropic's
+/// shape (not streamed), as a Chat Completions one is, and each is labelled and counted
+/// `shut_down`, never `complete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_mid_answer_is_shut_down_in_every_api() {
+    let upstream = common::stalled(2).start().await.unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+        upstream.base_url()
+    );
+    let (addr, gateway) = serve(&toml, env).await;
+    let streamed = tokio::spawn(async move {
+        frames(post(addr, "/v1/messages", messages_request(true)).await).await
+    });
+    let whole =
+        tokio::spawn(async move { post(addr, "/v1/messages", messages_request(false)).await });
+    let chat = tokio::spawn(async move {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        reqwest::Client::new()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .bearer_auth("sk-a")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while upstream.request_count() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "three upstream requests"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    gateway.close();
+    let streamed = streamed.await.unwrap();
+    let (name, error) = streamed.last().unwrap();
+    assert_eq!(name, "error", "{streamed:?}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shut down"),
+        "{error}"
+    );
+    for r in [whole.await.unwrap(), chat.await.unwrap()] {
+        assert_eq!(r.status(), 503);
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("shut down"),
+            "{v}"
+        );
+    }
+    let text = metrics_with(
+        addr,
+        &[
+            r#"choicewise_answers_total{model="m",api="messages",ended="shut_down"} 2"#,
+            r#"choicewise_answers_total{model="m",api="chat",ended="shut_down"} 1"#,
+        ],
+    )
+    .await;
+    assert!(!text.contains(r#"ended="complete""#), "{text}");
+}
+
 /// What a stream of `dialect` says: each choice's text, tool calls (name, arguments) and
 /// finish reason, and the usage's token counts.
 async fn read_as(bytes: Vec<u8>, dialect: choicewise_core::Dialect) -> Value {
