@@ -10,9 +10,10 @@ use axum::response::Response;
 use choicewise_client::Dialect;
 use choicewise_core::chunks::Envelope;
 
+use crate::ending::ErrorType;
 use crate::engine::{Picked, Run};
 use crate::error::ApiError;
-use crate::finish::{ErrorType, Finish};
+use crate::finish::Finish;
 use crate::request::ChatRequest;
 use crate::state::Gateway;
 use crate::{HostedTools, ingress, layers, listen, open, respond, write};

@@ -12,7 +12,6 @@ use std::sync::{Arc, OnceLock};
 use axum::http::StatusCode;
 
 use crate::error::ApiError;
-use crate::finish::ErrorType;
 
 /// Why a choice ended when the gateway closed.
 pub(crate) const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
@@ -228,6 +227,47 @@ pub(crate) fn decide(seen: Option<&Seen>, cut: Option<Cut>) -> OutputEnd {
         (None, Some(cut), _) => OutputEnd::Stopped(Initiator::Gateway(cut)),
         (None, None, Some(by)) => OutputEnd::Stopped(by),
         (None, None, None) => OutputEnd::Failed(Failure::NoFinishReason),
+    }
+}
+
+/// Why a request was answered with an error once its run began: its log line's `ended`,
+/// its span's `error.type`, and the code of its error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorType {
+    /// It passed its deadline: before its pick decided, or before any output choice
+    /// finished (504 `request_deadline`).
+    RequestDeadline,
+    /// Its pick found no choice (502 `no_choice`).
+    NoChoice,
+    /// The gateway shut down before any output choice finished (503 `shut_down`).
+    ShutDown,
+    /// Every output choice failed upstream (502 `every_choice_failed`).
+    EveryChoiceFailed,
+    /// The client went away before any output choice finished (nobody reads its 499).
+    ClientGone,
+}
+
+impl ErrorType {
+    /// Its name in the log, the metrics and the span, and its error's code.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::RequestDeadline => "request_deadline",
+            ErrorType::NoChoice => "no_choice",
+            ErrorType::ShutDown => "shut_down",
+            ErrorType::EveryChoiceFailed => "every_choice_failed",
+            ErrorType::ClientGone => "client_gone",
+        }
+    }
+
+    /// The status a request failed so is answered with, when it is still to send.
+    pub(crate) fn status(self) -> StatusCode {
+        match self {
+            ErrorType::RequestDeadline => StatusCode::GATEWAY_TIMEOUT,
+            ErrorType::NoChoice | ErrorType::EveryChoiceFailed => StatusCode::BAD_GATEWAY,
+            ErrorType::ShutDown => StatusCode::SERVICE_UNAVAILABLE,
+            // nginx's "client closed request": no client reads it.
+            ErrorType::ClientGone => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        }
     }
 }
 

@@ -8,11 +8,11 @@ use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime};
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 
 use crate::auth;
 use crate::closing::{Closing, until_closed};
-use crate::ending::{AnswerEnd, Initiator};
+use crate::ending::{AnswerEnd, ErrorType, Initiator};
 use crate::engine::Run;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome};
@@ -65,47 +65,6 @@ pub(crate) struct Finish {
     run: Option<Run>,
     /// What the run came to, once [`settle`](Self::settle) read it.
     settled: Option<Settled>,
-}
-
-/// Why a request was answered with an error once its run began: its log line's `ended`,
-/// its span's `error.type`, and the code of its error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ErrorType {
-    /// It passed its deadline: before its pick decided, or before any output choice
-    /// finished (504 `request_deadline`).
-    RequestDeadline,
-    /// Its pick found no choice (502 `no_choice`).
-    NoChoice,
-    /// The gateway shut down before any output choice finished (503 `shut_down`).
-    ShutDown,
-    /// Every output choice failed upstream (502 `every_choice_failed`).
-    EveryChoiceFailed,
-    /// The client went away before any output choice finished (nobody reads its 499).
-    ClientGone,
-}
-
-impl ErrorType {
-    /// Its name in the log, the metrics and the span, and its error's code.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ErrorType::RequestDeadline => "request_deadline",
-            ErrorType::NoChoice => "no_choice",
-            ErrorType::ShutDown => "shut_down",
-            ErrorType::EveryChoiceFailed => "every_choice_failed",
-            ErrorType::ClientGone => "client_gone",
-        }
-    }
-
-    /// The status a request failed so is answered with, when it is still to send.
-    pub(crate) fn status(self) -> StatusCode {
-        match self {
-            ErrorType::RequestDeadline => StatusCode::GATEWAY_TIMEOUT,
-            ErrorType::NoChoice | ErrorType::EveryChoiceFailed => StatusCode::BAD_GATEWAY,
-            ErrorType::ShutDown => StatusCode::SERVICE_UNAVAILABLE,
-            // nginx's "client closed request": no client reads it.
-            ErrorType::ClientGone => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
-        }
-    }
 }
 
 /// How long a failed request's answer waits for its cancelled samples to end, to account
