@@ -11,12 +11,16 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// A streamed request's output choices: `(text, finish_reason, choicewise.error)`, and whether
-/// `[DONE]` ended it.
+/// A streamed request's output choices: `(text, finish_reason, choicewise.error)`, whether
+/// `[DONE]` ended it, and the code of the error event before it, if there was one.
 async fn stream(
     base: String,
     model: &str,
-) -> (Vec<(String, Option<String>, Option<String>)>, bool) {
+) -> (
+    Vec<(String, Option<String>, Option<String>)>,
+    bool,
+    Option<String>,
+) {
     let body = json!({"model": model, "stream": true,
                       "messages": [{"role": "user", "content": "hi"}]});
     let response = reqwest::Client::new()
@@ -29,12 +33,17 @@ async fn stream(
     let text = response.text().await.unwrap();
     let mut choices = vec![(String::new(), None, None); 1];
     let mut done = false;
+    let mut error = None;
     for data in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")) {
         if data == "[DONE]" {
             done = true;
             continue;
         }
         let chunk: Value = serde_json::from_str(data).unwrap();
+        if let Some(code) = chunk["error"]["code"].as_str() {
+            error = Some(code.to_string());
+            continue;
+        }
         for c in chunk["choices"].as_array().unwrap() {
             let entry: &mut (String, Option<String>, Option<String>) =
                 &mut choices[c["index"].as_u64().unwrap() as usize];
@@ -49,7 +58,7 @@ async fn stream(
             }
         }
     }
-    (choices, done)
+    (choices, done, error)
 }
 
 /// A `choicewise serve` process on a free port of 127.0.0.1 with this configuration (without
@@ -142,8 +151,9 @@ async fn sigterm_lets_open_answers_finish_within_the_grace_then_ends_the_rest() 
     assert!(kill.success());
 
     // Within the grace period: the slow answer finishes as usual.
-    let (choices, done) = within(LIMIT, "the slow answer", slow_answer).await.unwrap();
+    let (choices, done, error) = within(LIMIT, "the slow answer", slow_answer).await.unwrap();
     assert!(done);
+    assert_eq!(error, None);
     for (text, finish, _) in &choices {
         assert_eq!(
             (text.as_str(), finish.as_deref()),
@@ -158,11 +168,13 @@ async fn sigterm_lets_open_answers_finish_within_the_grace_then_ends_the_rest() 
     );
 
     // After it: the stalled answer ends, each choice with what arrived and an error.
-    let (choices, done) = within(LIMIT, "the stalled answer", stalled_answer)
+    let (choices, done, error) = within(LIMIT, "the stalled answer", stalled_answer)
         .await
         .unwrap();
     let ended = signalled.elapsed();
     assert!(done, "[DONE] still ends the answer");
+    // No choice finished: the error event the SDKs raise names the shutdown.
+    assert_eq!(error.as_deref(), Some("shut_down"));
     for (text, finish, error) in &choices {
         assert!(text.starts_with("let"), "{text:?}");
         assert_eq!(finish.as_deref(), Some("error"));

@@ -10,20 +10,23 @@ use axum::response::Response;
 use choicewise_client::Dialect;
 use choicewise_core::chunks::Envelope;
 
+use crate::ending::ErrorType;
 use crate::engine::{Picked, Run};
 use crate::error::ApiError;
-use crate::finish::{ErrorType, Finish};
+use crate::finish::Finish;
 use crate::request::ChatRequest;
 use crate::state::Gateway;
 use crate::{HostedTools, ingress, layers, listen, open, respond, write};
 
-/// A request of any of the three APIs (`api`: none for Chat Completions), answered in that
+/// A request of any of the three APIs (`api`: the client's, `Dialect::Chat` for Chat
+/// Completions), answered in that
 /// API's terms, its failures included. Its record ([`Finish`]) is made as it arrives, filled
 /// in as it is served, and goes with its answer's body, which records it when it ends.
 pub(crate) async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> Response {
     let (parts, body) = request.into_parts();
     let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
     let mut finish = Finish::new(&gw, &parts.headers, peer);
+    finish.api(layers::api_label(api));
     let served = serve_chat(&gw, body, &mut finish, api).await;
     let label = layers::ModelLabel(finish.model().to_string());
     let tries = finish.tries();

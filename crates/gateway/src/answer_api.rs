@@ -1,16 +1,14 @@
 //! The answers of `POST /v1/messages` and `POST /v1/responses` in their API's terms: the
 //! request's one output choice framed by the API's [`Encoder`](crate::ingress::Encoder)
-//! ([`ApiFraming`]), or written as one object ([`message`]).
+//! ([`ApiFraming`]), or written as one object ([`message`]). Whether the answer failed is
+//! the verdict's ([`AnswerEnd`]), not decided here.
 
 use axum::body::Bytes;
-use axum::http::StatusCode;
-use choicewise_core::{Choice, ChoiceEvent};
-use serde_json::Value;
+use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 
-use crate::ending::{Failure, OutputEnd};
+use crate::ending::{AnswerEnd, Failure, OutputEnd};
 use crate::engine::{AnswerUsage, Summary};
-use crate::finish::ErrorType;
-use crate::ingress::{self, Encoder, Reply, Tokens};
+use crate::ingress::{Encoder, Reply, Tokens};
 use crate::write::{Framing, Needs, Tail};
 
 /// A Messages or Responses answer's events: the one output choice's, by the API's
@@ -42,13 +40,15 @@ impl Framing for ApiFraming {
         // Written with the tail, which carries the usage and the summary.
     }
 
-    fn tail(&mut self, ends: &[OutputEnd], tail: Tail, write: &mut Vec<u8>) -> Option<ErrorType> {
+    fn tail(&mut self, ends: &[OutputEnd], answer: &AnswerEnd, tail: Tail, write: &mut Vec<u8>) {
         let end = (ends.first()).map_or(OutputEnd::Failed(Failure::Missing), Clone::clone);
-        // The encoder saw the same events the ending was decided from.
+        // The encoder saw the same events the ending was decided from, and the verdict was
+        // decided from this one ending.
         debug_assert!(match &end {
             OutputEnd::Finished(reason) => self.encoder.finish_reason() == Some(reason),
             _ => true,
         });
+        debug_assert_eq!(answer.answered, matches!(end, OutputEnd::Finished(_)));
         let usage = tail
             .usage
             .as_ref()
@@ -60,8 +60,6 @@ impl Framing for ApiFraming {
         let stop = tail.stop_reason.as_deref();
         self.encoder
             .close(&end, &usage, stop, summary.as_ref(), write);
-        // A choice whose events ended without its finish is named in the request's log.
-        (end == OutputEnd::Failed(Failure::NoFinishReason)).then_some(ErrorType::NoFinish)
     }
 
     fn needs(&self) -> Needs {
@@ -72,34 +70,22 @@ impl Framing for ApiFraming {
     }
 }
 
-/// The answer as one object (an Anthropic `message`, a Responses `response`) of the output
-/// `choice` that ended so (`end`); one that did not finish is a 502: `Err` is its body, in
-/// the API's error shape.
+/// The answer as one object (an Anthropic `message`, a Responses `response`) of its one
+/// output `choice`, which finished (a failed answer is the verdict's error:
+/// [`crate::respond::one_object`]).
 pub(crate) fn message(
     reply: &Reply,
-    model: &str,
-    (choice, end): (Option<&Choice>, &OutputEnd),
+    choice: Option<&Choice>,
     usage: &AnswerUsage,
     summary: Option<&Summary>,
-) -> Result<Bytes, Value> {
-    match (choice, end) {
-        (Some(choice), OutputEnd::Finished(_)) => {
-            let usage = Tokens::from_answer(usage);
-            let summary = summary.and_then(|c| serde_json::to_value(c).ok());
-            let summary = summary.as_ref();
-            // The request's parameters a Responses answer repeats are spliced in as sent.
-            let text =
-                choice.inspect(|out| reply.answer_text(&reply.message(out, &usage, summary)));
-            Ok(Bytes::from(text))
-        }
-        (_, end) => {
-            let why = end.why().unwrap_or_default();
-            let message = format!("model {model:?}: {why}");
-            Err(ingress::error_body(
-                reply.api,
-                StatusCode::BAD_GATEWAY,
-                &message,
-            ))
-        }
-    }
+) -> Bytes {
+    let usage = Tokens::from_answer(usage);
+    let summary = summary.and_then(|c| serde_json::to_value(c).ok());
+    let summary = summary.as_ref();
+    // The request's parameters a Responses answer repeats are spliced in as sent.
+    let text = |out: &ChoiceOutput| reply.answer_text(&reply.message(out, &usage, summary));
+    Bytes::from(match choice {
+        Some(choice) => choice.inspect(text),
+        None => text(&ChoiceOutput::default()),
+    })
 }

@@ -9,20 +9,19 @@ use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 
-use crate::ending::{OutputEnd, all_failed};
+use crate::ending::{AnswerEnd, OutputEnd};
 use crate::engine::{AnswerUsage, Summary};
-use crate::error::ApiError;
-use crate::finish::{Accounted, ErrorType, Finish};
+use crate::finish::{Accounted, Finish};
 use crate::write::{Framing, Needs, Tail};
 
 /// A Chat Completions answer's events: each output choice's chunks (proto's encoder); a
 /// choice that did not finish ends with a `finish_reason: "error"` chunk saying why; the
-/// tail is the usage and the pick's summary when asked for, then (when every choice failed
-/// upstream) an error event `{"error": {...}}`, then `[DONE]`.
+/// tail is the usage and the pick's summary when asked for, then (when the verdict is a
+/// failure: no choice finished) an error event `{"error": {...}}`, then `[DONE]`.
 pub(crate) struct ChatFraming {
     encoder: ChunkEncoder,
     chunks: Vec<ChoiceChunks>,
-    /// The model asked for, named in the every-choice-failed error.
+    /// The model asked for, named in the answer's error.
     model: String,
     include_usage: bool,
 }
@@ -47,16 +46,6 @@ impl ChatFraming {
     }
 }
 
-/// The every-choice-failed 502 of a Chat Completions answer (`failures`: each choice's).
-pub(crate) fn every_choice_failed(model: &str, failures: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_GATEWAY,
-        "upstream_error",
-        format!("model {model:?}: every choice failed: {failures}"),
-    )
-    .code("every_choice_failed")
-}
-
 impl Framing for ChatFraming {
     fn open(&mut self, write: &mut Vec<u8>) {
         // Every choice's opening, in index order.
@@ -77,11 +66,11 @@ impl Framing for ChatFraming {
         if let Some(why) = end.why()
             && !chunks.is_finished()
         {
-            self.encoder.element(write, &chunks.failed(why));
+            self.encoder.element(write, &chunks.failed(&why));
         }
     }
 
-    fn tail(&mut self, ends: &[OutputEnd], tail: Tail, write: &mut Vec<u8>) -> Option<ErrorType> {
+    fn tail(&mut self, _: &[OutputEnd], answer: &AnswerEnd, tail: Tail, write: &mut Vec<u8>) {
         if tail.usage.is_some() || tail.summary.is_some() {
             // Small objects, as the encoder takes them.
             let usage = tail
@@ -94,15 +83,13 @@ impl Framing for ChatFraming {
                 .and_then(|c| serde_json::to_value(c).ok());
             self.encoder.last(write, usage.as_ref(), summary.as_ref());
         }
-        // Every choice failed upstream (a cut is not a failure): the stream ends with
-        // OpenAI's mid-stream error event, which the SDKs raise, rather than as a success
-        // of truncated choices.
-        let failed = all_failed(ends, true).map(|failures| {
-            ChunkEncoder::event(write, &every_choice_failed(&self.model, &failures).body());
-            ErrorType::EveryChoiceFailed
-        });
+        // No choice finished (the verdict's failure): the stream ends with OpenAI's
+        // mid-stream error event, which the SDKs raise, rather than as a success of
+        // truncated choices.
+        if let Some(error) = answer.error(&self.model) {
+            ChunkEncoder::event(write, &error.body());
+        }
         write.extend_from_slice(DONE);
-        failed
     }
 
     fn needs(&self) -> Needs {

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::ending::Cut;
+use crate::ending::{Cut, Initiator};
 use crate::engine::Run;
 
 /// What cuts a request's answer short, once it does: the gateway closes
@@ -93,7 +93,7 @@ pub(crate) fn cut_short(closing: &Closing) -> Option<Cut> {
     }
 }
 
-/// Awaits `work`; if the gateway closes first, its run's samples still running are
+/// Awaits `work`; if the answer is cut short first (the gateway's close, the deadline), its run's samples still running are
 /// cancelled (their upstreams closed), and `work` ends with what they had.
 pub(crate) async fn until_closed<T>(
     work: impl std::future::Future<Output = T>,
@@ -103,8 +103,8 @@ pub(crate) async fn until_closed<T>(
     let mut work = std::pin::pin!(work);
     tokio::select! {
         done = &mut work => done,
-        _ = closed(closing) => {
-            run.completions.cancel_except(&[]);
+        cut = closed(closing) => {
+            run.stop(Initiator::Gateway(cut));
             work.await
         }
     }

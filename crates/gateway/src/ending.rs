@@ -1,10 +1,17 @@
 //! Why an output choice ended, decided once: [`OutputEnd`], by [`decide`] from what was seen
-//! of the choice and whether its answer was cut short. Every API's framing (Chat
-//! Completions, Messages, Responses; streamed or not) writes the decided ending and decides
-//! nothing itself, so that "failed", "no finish reason", "cut" and "missing" mean the same
-//! thing in every answer.
+//! of the choice (its error typed, who stopped it: [`Initiator`]) and whether its answer was
+//! cut short; and how the whole answer ended, decided once from those: [`AnswerEnd`], the
+//! one verdict its status, its log line, its span and its metrics read. Every API's framing
+//! (Chat Completions, Messages, Responses; streamed or not) writes the decided ending and
+//! decides nothing itself, so that "failed", "no finish reason", "cut" and "missing" mean
+//! the same thing in every answer.
 
 use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use axum::http::StatusCode;
+
+use crate::error::ApiError;
 
 /// Why a choice ended when the gateway closed.
 pub(crate) const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
@@ -32,11 +39,59 @@ impl Cut {
     }
 }
 
-/// Why a choice failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who stopped a choice before its upstream ended it, and why (as h2's `Initiator` says
+/// who reset a stream): written where the cancel is taken ([`Stops::stop`]), never
+/// inferred from the choice's `cancelled` flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Initiator {
+    /// The gateway cut the answer short: it shut down, or the request passed its deadline.
+    Gateway(Cut),
+    /// The client went away before the answer's end.
+    Client,
+    /// The pick, or the answer done with its samples: a sample it no longer needed (a vote
+    /// decided, a confidence stop, one still open once the answer was written).
+    Pick,
+}
+
+/// Why a choice ended when its client went away.
+pub(crate) const CLIENT_GONE: &str = "the client went away before this choice finished";
+
+/// Why a choice ended when the pick stopped it.
+pub(crate) const PICK_STOPPED: &str = "the pick stopped this choice before it finished";
+
+impl Initiator {
+    /// Why, as the answer says it.
+    pub(crate) fn why(self) -> &'static str {
+        match self {
+            Initiator::Gateway(cut) => cut.why(),
+            Initiator::Client => CLIENT_GONE,
+            Initiator::Pick => PICK_STOPPED,
+        }
+    }
+}
+
+/// Who stopped a run's samples, once someone did: the first to stop them is kept. Shared by
+/// the run (its cancels) and its answer (its endings).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stops(Arc<OnceLock<Initiator>>);
+
+impl Stops {
+    /// `by` stops the samples (the first to stop them is kept).
+    pub(crate) fn stop(&self, by: Initiator) {
+        let _ = self.0.set(by);
+    }
+
+    /// Who stopped the samples, if someone did.
+    pub(crate) fn by(&self) -> Option<Initiator> {
+        self.0.get().copied()
+    }
+}
+
+/// Why a choice failed: the upstream's doing.
+#[derive(Debug, Clone)]
 pub(crate) enum Failure {
-    /// The upstream's error (its message).
-    Upstream(String),
+    /// The upstream's error, as the library reported it.
+    Upstream(choicewise_core::Error),
     /// The upstream ended the choice with `finish_reason: "error"`.
     ErrorFinish,
     /// The choice's events ended without a finish reason.
@@ -45,14 +100,30 @@ pub(crate) enum Failure {
     Missing,
 }
 
+impl PartialEq for Failure {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            // The library's errors compare by what they say.
+            (Failure::Upstream(a), Failure::Upstream(b)) => a.to_string() == b.to_string(),
+            (a, b) => std::mem::discriminant(a) == std::mem::discriminant(b),
+        }
+    }
+}
+
+impl Eq for Failure {}
+
 impl Failure {
     /// Why, as the answer says it.
-    pub(crate) fn why(&self) -> &str {
+    pub(crate) fn why(&self) -> String {
         match self {
-            Failure::Upstream(error) => error,
-            Failure::ErrorFinish => "the upstream ended the choice with finish_reason \"error\"",
-            Failure::NoFinishReason => "the upstream ended the choice without a finish reason",
-            Failure::Missing => "the upstream ended without this choice",
+            Failure::Upstream(error) => error.to_string(),
+            Failure::ErrorFinish => {
+                "the upstream ended the choice with finish_reason \"error\"".to_string()
+            }
+            Failure::NoFinishReason => {
+                "the upstream ended the choice without a finish reason".to_string()
+            }
+            Failure::Missing => "the upstream ended without this choice".to_string(),
         }
     }
 }
@@ -62,31 +133,19 @@ impl Failure {
 pub(crate) enum OutputEnd {
     /// It finished, with its finish reason (never `error`).
     Finished(choicewise_core::Text),
-    /// It failed.
+    /// It failed upstream.
     Failed(Failure),
-    /// Its answer was cut short before it finished.
-    Cut(Cut),
+    /// It was stopped before it finished, by whom and why.
+    Stopped(Initiator),
 }
 
 impl OutputEnd {
     /// Why it did not finish; `None` when it did.
-    pub(crate) fn why(&self) -> Option<&str> {
+    pub(crate) fn why(&self) -> Option<String> {
         match self {
             OutputEnd::Finished(_) => None,
             OutputEnd::Failed(failure) => Some(failure.why()),
-            OutputEnd::Cut(cut) => Some(cut.why()),
-        }
-    }
-
-    /// Whether it counts against its answer: an upstream's failure, always; a cut, in a
-    /// non-streamed answer past its deadline (the shutdown's contract is an answer as far
-    /// as it got; a streamed answer has already sent what it got).
-    pub(crate) fn counts_as_failed(&self, streamed: bool) -> bool {
-        match self {
-            OutputEnd::Finished(_) => false,
-            OutputEnd::Failed(_) => true,
-            OutputEnd::Cut(Cut::PastDeadline) => !streamed,
-            OutputEnd::Cut(Cut::ShutDown) => false,
+            OutputEnd::Stopped(by) => Some(by.why().to_string()),
         }
     }
 }
@@ -95,25 +154,26 @@ impl fmt::Display for OutputEnd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OutputEnd::Finished(reason) => write!(f, "finished ({reason})"),
-            other => f.write_str(other.why().unwrap_or_default()),
+            other => f.write_str(&other.why().unwrap_or_default()),
         }
     }
 }
 
 /// What was seen of a choice by the time its answer ends with it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Seen {
     /// The error it closed with, if any.
-    pub(crate) error: Option<String>,
+    pub(crate) error: Option<choicewise_core::Error>,
     /// Its finish reason, once seen.
     pub(crate) finish: Option<choicewise_core::Text>,
-    /// It was cancelled (its events ended with `Cancelled`).
-    pub(crate) cancelled: bool,
+    /// Who stopped it, if it was (its events ended with `Cancelled`).
+    pub(crate) stopped: Option<Initiator>,
 }
 
 impl Seen {
-    /// What a choice's closed state says: read where the run holds it.
-    pub(crate) fn of(choice: &choicewise_core::Choice) -> Seen {
+    /// What a choice's closed state says: read where the run holds it (`stops`: who stopped
+    /// the run's samples).
+    pub(crate) fn of(choice: &choicewise_core::Choice, stops: &Stops) -> Seen {
         let (finish, cancelled) = choice.inspect(|out| {
             let finish = out
                 .finish_reason
@@ -122,28 +182,38 @@ impl Seen {
             (finish, out.cancelled)
         });
         Seen {
-            error: choice.error().map(|e| e.to_string()),
+            error: choice.error(),
             finish,
-            cancelled,
+            stopped: cancelled.then(|| stopped_by(choice, stops)),
         }
     }
 
-    /// Follows a choice's events: its finish, its cancel.
-    pub(crate) fn event(&mut self, event: &choicewise_core::ChoiceEvent) {
+    /// Follows a choice's events: its finish, its cancel (by whom `stops` says).
+    pub(crate) fn event(&mut self, event: &choicewise_core::ChoiceEvent, stops: &Stops) {
         match event {
             choicewise_core::ChoiceEvent::Finished(reason) => self.finish = Some(reason.clone()),
-            choicewise_core::ChoiceEvent::Cancelled => self.cancelled = true,
+            choicewise_core::ChoiceEvent::Cancelled => {
+                self.stopped = Some(stops.by().unwrap_or(Initiator::Pick));
+            }
             _ => {}
         }
+    }
+}
+
+/// Who stopped a cancelled choice: the one who stopped its run's samples, else its pick (a
+/// confidence stop, or a pick decided without it).
+fn stopped_by(choice: &choicewise_core::Choice, stops: &Stops) -> Initiator {
+    match (choice.stopped_for_low_confidence(), stops.by()) {
+        (true, _) | (false, None) => Initiator::Pick,
+        (false, Some(by)) => by,
     }
 }
 
 /// How an output choice ended: `seen` is what was seen of it (`None`: the upstream ended
 /// without it), `cut` why its answer was cut short, if it was.
 ///
-/// An error wins; then a finish (`error` is a failure); then a cut, or a cancel (the
-/// answer's own, at a shutdown); an end with none of these is a failure without a finish
-/// reason.
+/// An error wins; then a finish (`error` is a failure); then the answer's cut; then who
+/// stopped it; an end with none of these is a failure without a finish reason.
 pub(crate) fn decide(seen: Option<&Seen>, cut: Option<Cut>) -> OutputEnd {
     let Some(seen) = seen else {
         return OutputEnd::Failed(Failure::Missing);
@@ -151,82 +221,265 @@ pub(crate) fn decide(seen: Option<&Seen>, cut: Option<Cut>) -> OutputEnd {
     if let Some(error) = &seen.error {
         return OutputEnd::Failed(Failure::Upstream(error.clone()));
     }
-    match (&seen.finish, cut) {
-        (Some(reason), _) if &**reason == "error" => OutputEnd::Failed(Failure::ErrorFinish),
-        (Some(reason), _) => OutputEnd::Finished(reason.clone()),
-        (None, Some(cut)) => OutputEnd::Cut(cut),
-        (None, None) if seen.cancelled => OutputEnd::Cut(Cut::ShutDown),
-        (None, None) => OutputEnd::Failed(Failure::NoFinishReason),
+    match (&seen.finish, cut, seen.stopped) {
+        (Some(reason), _, _) if &**reason == "error" => OutputEnd::Failed(Failure::ErrorFinish),
+        (Some(reason), _, _) => OutputEnd::Finished(reason.clone()),
+        (None, Some(cut), _) => OutputEnd::Stopped(Initiator::Gateway(cut)),
+        (None, None, Some(by)) => OutputEnd::Stopped(by),
+        (None, None, None) => OutputEnd::Failed(Failure::NoFinishReason),
     }
 }
 
-/// When every output choice failed (by [`OutputEnd::counts_as_failed`]): each one's failure,
-/// `choice N: why`, for the answer's 502 (`every_choice_failed`). `None` when one did not.
-pub(crate) fn all_failed(ends: &[OutputEnd], streamed: bool) -> Option<String> {
-    let failed: Vec<String> = (ends.iter().enumerate())
-        .filter(|(_, end)| end.counts_as_failed(streamed))
-        .map(|(o, end)| format!("choice {o}: {}", end.why().unwrap_or_default()))
-        .collect();
-    (!failed.is_empty() && failed.len() == ends.len()).then(|| failed.join("; "))
+/// Why a request was answered with an error once its run began: its log line's `ended`,
+/// its span's `error.type`, and the code of its error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorType {
+    /// It passed its deadline: before its pick decided, or before any output choice
+    /// finished (504 `request_deadline`).
+    RequestDeadline,
+    /// Its pick found no choice (502 `no_choice`).
+    NoChoice,
+    /// The gateway shut down before any output choice finished (503 `shut_down`).
+    ShutDown,
+    /// Every output choice failed upstream (502 `every_choice_failed`).
+    EveryChoiceFailed,
+    /// The client went away before any output choice finished (nobody reads its 499).
+    ClientGone,
+}
+
+impl ErrorType {
+    /// Its name in the log, the metrics and the span, and its error's code.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ErrorType::RequestDeadline => "request_deadline",
+            ErrorType::NoChoice => "no_choice",
+            ErrorType::ShutDown => "shut_down",
+            ErrorType::EveryChoiceFailed => "every_choice_failed",
+            ErrorType::ClientGone => "client_gone",
+        }
+    }
+
+    /// The status a request failed so is answered with, when it is still to send.
+    pub(crate) fn status(self) -> StatusCode {
+        match self {
+            ErrorType::RequestDeadline => StatusCode::GATEWAY_TIMEOUT,
+            ErrorType::NoChoice | ErrorType::EveryChoiceFailed => StatusCode::BAD_GATEWAY,
+            ErrorType::ShutDown => StatusCode::SERVICE_UNAVAILABLE,
+            // nginx's "client closed request": no client reads it.
+            ErrorType::ClientGone => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        }
+    }
+}
+
+/// How a whole answer ended, decided once from its output choices' endings and whether it
+/// streamed (as tower-http's `classify` decides once whether a response failed): its HTTP
+/// status where one is still to send, whether it failed and how, its log label, its span's
+/// status and its metrics' outcome. Every API's answer, streamed or not, reads this one
+/// verdict; nothing re-derives it.
+///
+/// The rule, one per ending, for every API:
+///
+/// - some output choice finished: the answer is an answer (200; a pick never turns what a
+///   sample gave into an error), its choices that did not finish marked so (Chat);
+/// - none finished: a failure in the client's terms, by the first cause of: the gateway's
+///   cut (shutdown: 503, `shut_down`; deadline: 504, `request_deadline`), then the
+///   upstream's failure (502, `every_choice_failed`), then the client or the pick;
+/// - the log label and the metrics' outcome name the cut whenever one cut a choice short,
+///   streamed or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AnswerEnd {
+    /// Why the answer ended.
+    pub(crate) cause: Cause,
+    /// Some output choice finished.
+    pub(crate) answered: bool,
+    /// The answer streamed: its status (200) was sent with its first byte.
+    pub(crate) streamed: bool,
+    /// Each output choice that did not finish, `choice N: why`, `; `-separated.
+    pub(crate) failures: String,
+}
+
+/// Why an answer ended, across its output choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// Every output choice finished.
+    Finished,
+    /// The gateway cut a choice short (the first cause there is).
+    Cut(Cut),
+    /// A choice failed upstream, none was cut.
+    Failed,
+    /// A choice was stopped by `Initiator` (the client, the pick), none failed or was cut.
+    Stopped(Initiator),
+}
+
+impl AnswerEnd {
+    /// The verdict of an answer whose output choices ended so (`streamed`: it streamed).
+    pub(crate) fn of(ends: &[OutputEnd], streamed: bool) -> AnswerEnd {
+        let cut = ends.iter().find_map(|end| match end {
+            OutputEnd::Stopped(Initiator::Gateway(cut)) => Some(*cut),
+            _ => None,
+        });
+        let failed = ends.iter().any(|end| matches!(end, OutputEnd::Failed(_)));
+        let stopped = ends.iter().find_map(|end| match end {
+            OutputEnd::Stopped(by) => Some(*by),
+            _ => None,
+        });
+        let cause = match (cut, failed, stopped) {
+            (Some(cut), _, _) => Cause::Cut(cut),
+            (None, true, _) => Cause::Failed,
+            (None, false, Some(by)) => Cause::Stopped(by),
+            // No output choice at all is an upstream's failure: nothing came.
+            (None, false, None) if ends.is_empty() => Cause::Failed,
+            (None, false, None) => Cause::Finished,
+        };
+        let failures = (ends.iter().enumerate())
+            .filter_map(|(o, end)| end.why().map(|why| format!("choice {o}: {why}")))
+            .collect::<Vec<_>>()
+            .join("; ");
+        AnswerEnd {
+            cause,
+            answered: ends.iter().any(|end| matches!(end, OutputEnd::Finished(_))),
+            streamed,
+            failures,
+        }
+    }
+
+    /// How the answer failed, in the client's terms, when no output choice finished:
+    /// the request's error type (its span's `error.type`); `None` when it is an answer.
+    pub(crate) fn failure(&self) -> Option<ErrorType> {
+        if self.answered {
+            return None;
+        }
+        Some(match self.cause {
+            Cause::Cut(Cut::ShutDown) => ErrorType::ShutDown,
+            Cause::Cut(Cut::PastDeadline) => ErrorType::RequestDeadline,
+            Cause::Stopped(Initiator::Client) => ErrorType::ClientGone,
+            Cause::Failed | Cause::Finished | Cause::Stopped(_) => ErrorType::EveryChoiceFailed,
+        })
+    }
+
+    /// The HTTP status still to send: `None` for a streamed answer (its 200 went with its
+    /// first byte); 200 when some output choice finished; else the failure's.
+    pub(crate) fn status(&self) -> Option<StatusCode> {
+        if self.streamed {
+            return None;
+        }
+        Some(match self.failure() {
+            None => StatusCode::OK,
+            Some(failure) => failure.status(),
+        })
+    }
+
+    /// The request's log label (`ended`) and its metrics' outcome: the cut whenever one cut
+    /// a choice short, else the failure, else `complete`. The same streamed or not.
+    pub(crate) fn label(&self) -> &'static str {
+        match (self.cause, self.failure()) {
+            (Cause::Cut(Cut::ShutDown), _) => ErrorType::ShutDown.as_str(),
+            (Cause::Cut(Cut::PastDeadline), _) => ErrorType::RequestDeadline.as_str(),
+            (_, Some(failure)) => failure.as_str(),
+            (_, None) => "complete",
+        }
+    }
+
+    /// The span's status: an error (its `error.type`) when the answer failed.
+    pub(crate) fn span_error(&self) -> Option<&'static str> {
+        self.failure().map(ErrorType::as_str)
+    }
+
+    /// The answer's error, in Chat Completions' shape, when it failed (for `model`): the
+    /// one a non-streamed answer is, and a streamed one ends with.
+    pub(crate) fn error(&self, model: &str) -> Option<ApiError> {
+        let failure = self.failure()?;
+        let kind = match failure {
+            ErrorType::ShutDown => "server_error",
+            _ => "upstream_error",
+        };
+        // Each choice's own why; a failure of every choice says so first.
+        let message = match failure {
+            ErrorType::EveryChoiceFailed => {
+                format!("model {model:?}: every choice failed: {}", self.failures)
+            }
+            _ => format!("model {model:?}: {}", self.failures),
+        };
+        Some(ApiError::new(failure.status(), kind, message).code(failure.as_str()))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn seen(error: Option<&str>, finish: Option<&str>, cancelled: bool) -> Seen {
+    fn seen(error: Option<&str>, finish: Option<&str>, stopped: Option<Initiator>) -> Seen {
         Seen {
-            error: error.map(str::to_string),
+            error: error.map(upstream_error),
             finish: finish.map(Into::into),
-            cancelled,
+            stopped,
         }
+    }
+
+    /// An upstream's error, as the library reports it.
+    fn upstream_error(message: &str) -> choicewise_core::Error {
+        let reads = format!("data: {{\"error\":{{\"message\":\"{message}\"}}}}\n\n");
+        choicewise_core::Demux::new()
+            .feed(reads.as_bytes())
+            .unwrap_err()
     }
 
     #[test]
     fn each_ending_is_decided_from_what_was_seen_and_the_cut() {
-        use OutputEnd::{Failed, Finished};
+        use OutputEnd::{Failed, Finished, Stopped};
+        let shut = Initiator::Gateway(Cut::ShutDown);
+        let late = Initiator::Gateway(Cut::PastDeadline);
+        let boom = upstream_error("boom");
         let cases = [
             (None, None, Failed(Failure::Missing)),
             (None, Some(Cut::ShutDown), Failed(Failure::Missing)),
             (
-                Some(seen(Some("boom"), None, false)),
+                Some(seen(Some("boom"), None, None)),
                 Some(Cut::PastDeadline),
-                Failed(Failure::Upstream("boom".into())),
+                Failed(Failure::Upstream(boom)),
             ),
             (
-                Some(seen(None, Some("stop"), false)),
+                Some(seen(None, Some("stop"), None)),
                 None,
                 Finished("stop".into()),
             ),
             (
-                Some(seen(None, Some("length"), false)),
+                Some(seen(None, Some("length"), None)),
                 Some(Cut::ShutDown),
                 Finished("length".into()),
             ),
             (
-                Some(seen(None, Some("error"), false)),
+                Some(seen(None, Some("error"), None)),
                 None,
                 Failed(Failure::ErrorFinish),
             ),
             (
-                Some(seen(None, None, false)),
+                Some(seen(None, None, None)),
                 None,
                 Failed(Failure::NoFinishReason),
             ),
             (
-                Some(seen(None, None, false)),
+                Some(seen(None, None, None)),
                 Some(Cut::PastDeadline),
-                OutputEnd::Cut(Cut::PastDeadline),
+                Stopped(late),
             ),
+            // Who stopped it is read, never inferred: the shutdown, the client, the pick.
+            (Some(seen(None, None, Some(shut))), None, Stopped(shut)),
             (
-                Some(seen(None, None, true)),
+                Some(seen(None, None, Some(Initiator::Client))),
                 None,
-                OutputEnd::Cut(Cut::ShutDown),
+                Stopped(Initiator::Client),
             ),
             (
-                Some(seen(None, None, true)),
+                Some(seen(None, None, Some(Initiator::Pick))),
+                None,
+                Stopped(Initiator::Pick),
+            ),
+            // The answer's own cut wins over an earlier stop.
+            (
+                Some(seen(None, None, Some(Initiator::Pick))),
                 Some(Cut::PastDeadline),
-                OutputEnd::Cut(Cut::PastDeadline),
+                Stopped(late),
             ),
         ];
         for (seen, cut, expected) in cases {
@@ -235,13 +488,32 @@ mod tests {
     }
 
     #[test]
+    fn a_cancel_is_read_with_who_stopped_the_run() {
+        let stops = Stops::default();
+        let mut seen = Seen::default();
+        seen.event(&choicewise_core::ChoiceEvent::Cancelled, &stops);
+        // Nobody stopped the run: the pick did (a confidence stop, a decided pick).
+        assert_eq!(seen.stopped, Some(Initiator::Pick));
+        stops.stop(Initiator::Gateway(Cut::ShutDown));
+        stops.stop(Initiator::Client);
+        assert_eq!(
+            stops.by(),
+            Some(Initiator::Gateway(Cut::ShutDown)),
+            "the first"
+        );
+        seen.event(&choicewise_core::ChoiceEvent::Cancelled, &stops);
+        assert_eq!(seen.stopped, Some(Initiator::Gateway(Cut::ShutDown)));
+    }
+
+    #[test]
     fn an_ending_says_why_in_the_answers_words() {
         let failed = OutputEnd::Failed(Failure::NoFinishReason);
         assert_eq!(
-            failed.why(),
+            failed.why().as_deref(),
             Some("the upstream ended the choice without a finish reason")
         );
-        assert_eq!(OutputEnd::Cut(Cut::ShutDown).why(), Some(SHUT_DOWN));
+        let shut = OutputEnd::Stopped(Initiator::Gateway(Cut::ShutDown));
+        assert_eq!(shut.why().as_deref(), Some(SHUT_DOWN));
         assert_eq!(OutputEnd::Finished("stop".into()).why(), None);
         assert_eq!(
             OutputEnd::Failed(Failure::Missing).to_string(),
@@ -249,25 +521,81 @@ mod tests {
         );
     }
 
+    /// The rule, one row per answer's endings, streamed and not: the status still to send
+    /// (not streamed), the failure (the span's `error.type`), and the label (the log's
+    /// `ended`, the metrics' outcome), which is the same streamed or not.
     #[test]
-    fn every_choice_failed_only_when_each_did() {
-        let upstream = OutputEnd::Failed(Failure::Upstream("500".into()));
-        let stop = OutputEnd::Finished("stop".into());
-        let late = OutputEnd::Cut(Cut::PastDeadline);
-        let shut = OutputEnd::Cut(Cut::ShutDown);
+    fn one_verdict_per_answer_the_same_streamed_or_not() {
+        let stop = || OutputEnd::Finished("stop".into());
+        let failed = || OutputEnd::Failed(Failure::Upstream(upstream_error("500")));
+        let no_finish = || OutputEnd::Failed(Failure::NoFinishReason);
+        let shut = || OutputEnd::Stopped(Initiator::Gateway(Cut::ShutDown));
+        let late = || OutputEnd::Stopped(Initiator::Gateway(Cut::PastDeadline));
+        let gone = || OutputEnd::Stopped(Initiator::Client);
+        let picked = || OutputEnd::Stopped(Initiator::Pick);
+        use ErrorType::*;
+        #[rustfmt::skip]
+        let rows: Vec<(Vec<OutputEnd>, u16, Option<ErrorType>, &str)> = vec![
+            (vec![stop()],                 200, None,                    "complete"),
+            (vec![stop(), stop()],         200, None,                    "complete"),
+            // A pick never turns what a sample gave into an error.
+            (vec![failed(), stop()],       200, None,                    "complete"),
+            (vec![failed()],               502, Some(EveryChoiceFailed), "every_choice_failed"),
+            (vec![no_finish()],            502, Some(EveryChoiceFailed), "every_choice_failed"),
+            (vec![failed(), failed()],     502, Some(EveryChoiceFailed), "every_choice_failed"),
+            (vec![OutputEnd::Failed(Failure::Missing)], 502, Some(EveryChoiceFailed), "every_choice_failed"),
+            (vec![],                       502, Some(EveryChoiceFailed), "every_choice_failed"),
+            (vec![picked()],               502, Some(EveryChoiceFailed), "every_choice_failed"),
+            // A cut is named, whether or not a choice finished.
+            (vec![shut()],                 503, Some(ShutDown),          "shut_down"),
+            (vec![failed(), shut()],       503, Some(ShutDown),          "shut_down"),
+            (vec![stop(), shut()],         200, None,                    "shut_down"),
+            (vec![late()],                 504, Some(RequestDeadline),   "request_deadline"),
+            (vec![failed(), late()],       504, Some(RequestDeadline),   "request_deadline"),
+            (vec![stop(), late()],         200, None,                    "request_deadline"),
+            (vec![gone()],                 499, Some(ClientGone),        "client_gone"),
+        ];
+        for (ends, status, failure, label) in rows {
+            for streamed in [true, false] {
+                let answer = AnswerEnd::of(&ends, streamed);
+                let row = format!("{ends:?} streamed={streamed}");
+                assert_eq!(answer.failure(), failure, "{row}");
+                assert_eq!(answer.label(), label, "{row}");
+                assert_eq!(answer.span_error(), failure.map(ErrorType::as_str), "{row}");
+                let expected = (!streamed).then(|| StatusCode::from_u16(status).unwrap());
+                assert_eq!(answer.status(), expected, "{row}");
+                // The answer's error is the failure's, in its status.
+                let error = answer.error("m");
+                assert_eq!(
+                    error.as_ref().map(|e| e.status.as_u16()),
+                    failure.map(|_| status)
+                );
+                if let Some(error) = error {
+                    let body = error.body();
+                    assert_eq!(body["error"]["code"], label, "{row}");
+                    assert!(
+                        body["error"]["message"]
+                            .as_str()
+                            .unwrap()
+                            .starts_with("model \"m\": "),
+                        "{body}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_answers_error_names_each_choices_failure() {
+        let ends = [
+            OutputEnd::Failed(Failure::ErrorFinish),
+            OutputEnd::Failed(Failure::Missing),
+        ];
+        let error = AnswerEnd::of(&ends, false).error("m").unwrap();
         assert_eq!(
-            all_failed(&[upstream.clone(), upstream.clone()], true).as_deref(),
-            Some("choice 0: 500; choice 1: 500")
-        );
-        assert_eq!(all_failed(&[upstream.clone(), stop], true), None);
-        assert_eq!(all_failed(&[], false), None);
-        // A shutdown's cut is an answer as far as it got, streamed or not.
-        assert_eq!(all_failed(&[upstream.clone(), shut], false), None);
-        // The deadline's cut fails a non-streamed answer, not a streamed one.
-        assert_eq!(all_failed(&[upstream.clone(), late.clone()], true), None);
-        assert_eq!(
-            all_failed(&[upstream, late], false).as_deref(),
-            Some(format!("choice 0: 500; choice 1: {PAST_DEADLINE}").as_str())
+            error.body()["error"]["message"],
+            "model \"m\": every choice failed: choice 0: the upstream ended the choice with \
+             finish_reason \"error\"; choice 1: the upstream ended without this choice"
         );
     }
 }

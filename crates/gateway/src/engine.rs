@@ -60,9 +60,18 @@ pub(crate) struct Run {
     pub samples: u32,
     /// How far its upstreams may read ahead of its client (back-pressure).
     pub pace: Arc<Pace>,
+    /// Who stopped its samples, once someone did ([`Run::stop`]).
+    pub stops: crate::ending::Stops,
 }
 
 impl Run {
+    /// `by` stops the samples still running (their upstreams closed); the first to stop
+    /// them is kept, for the endings they are read with.
+    pub fn stop(&self, by: crate::ending::Initiator) {
+        self.stops.stop(by);
+        self.completions.cancel_except(&[]);
+    }
+
     /// Plans the request's samples, opens the first ones (all of them, or the first one when
     /// hedged, or the first window), and fails as the client should see it if any of those
     /// fails before its stream begins.
@@ -223,6 +232,7 @@ impl Run {
             },
             samples: req.samples,
             pace,
+            stops: crate::ending::Stops::default(),
         })
     }
 

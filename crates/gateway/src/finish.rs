@@ -12,6 +12,7 @@ use axum::http::HeaderMap;
 
 use crate::auth;
 use crate::closing::{Closing, until_closed};
+use crate::ending::{AnswerEnd, ErrorType, Initiator};
 use crate::engine::Run;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome};
@@ -32,6 +33,8 @@ pub(crate) struct Finish {
     model: String,
     /// The model asked for, configured or not, once read: the span's.
     asked: Option<String>,
+    /// The API the client spoke, as the metrics name it (`chat`, `messages`, `responses`).
+    api: &'static str,
     /// The request's id (`x-request-id`), named in its log line.
     request_id: String,
     arrived: Instant,
@@ -52,41 +55,16 @@ pub(crate) struct Finish {
     completed: bool,
     /// The request's span, with traces on.
     span: Option<RequestSpan>,
-    /// Why the request was answered with an error, if it was (the span's `error.type`).
+    /// Why the request was answered with an error before its answer began, if it was (the
+    /// span's `error.type`).
     failure: Option<ErrorType>,
+    /// How its answer ended, once decided: its log label, its span's status, its metrics'
+    /// outcome.
+    answer: Option<AnswerEnd>,
     /// The run, until its answer no longer needs it.
     run: Option<Run>,
     /// What the run came to, once [`settle`](Self::settle) read it.
     settled: Option<Settled>,
-}
-
-/// Why a request was answered with an error once its run began: its log line's `ended`
-/// and its span's `error.type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ErrorType {
-    /// It passed its deadline before its pick decided (504 `request_deadline`).
-    RequestDeadline,
-    /// Its pick found no choice (502 `no_choice`).
-    NoChoice,
-    /// Its one output choice (Messages, Responses) failed: a 502 in the API's shape.
-    ChoiceFailed,
-    /// A streamed Messages or Responses answer's choice ended without a finish reason.
-    NoFinish,
-    /// Every output choice failed (`every_choice_failed`).
-    EveryChoiceFailed,
-}
-
-impl ErrorType {
-    /// Its name in the log and the span.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ErrorType::RequestDeadline => "request_deadline",
-            ErrorType::NoChoice => "no_choice",
-            ErrorType::ChoiceFailed => "choice_failed",
-            ErrorType::NoFinish => "no_finish",
-            ErrorType::EveryChoiceFailed => "every_choice_failed",
-        }
-    }
 }
 
 /// How long a failed request's answer waits for its cancelled samples to end, to account
@@ -133,6 +111,7 @@ impl Finish {
             metrics: gw.inner.metrics.clone(),
             model: String::new(),
             asked: None,
+            api: "",
             request_id: (headers.get("x-request-id"))
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
@@ -147,6 +126,7 @@ impl Finish {
             completed: false,
             span: None,
             failure: None,
+            answer: None,
             run: None,
             settled: None,
         }
@@ -163,6 +143,11 @@ impl Finish {
     /// The model asked for, configured or not, once read: the span's.
     pub(crate) fn asked(&mut self, model: &str) {
         self.asked = Some(model.to_string());
+    }
+
+    /// The request is of this API (its metrics' `api` label).
+    pub(crate) fn api(&mut self, api: &'static str) {
+        self.api = api;
     }
 
     /// The request is for this configured model: its metrics' label.
@@ -241,9 +226,9 @@ impl Finish {
         &self.metrics
     }
 
-    /// The answer says the request failed (`why`, the span's `error.type`).
-    pub(crate) fn answered_failed(&mut self, why: ErrorType) {
-        self.failure = Some(why);
+    /// The answer ended so: its verdict, which the record reads.
+    pub(crate) fn answered(&mut self, end: AnswerEnd) {
+        self.answer = Some(end);
     }
 
     /// What the run came to, read by the answer.
@@ -301,7 +286,8 @@ impl Finish {
             return;
         }
         if let Some(run) = &self.run {
-            run.completions.cancel_except(&[]);
+            // The answer is written: the samples still open are no longer needed.
+            run.stop(Initiator::Pick);
         }
         let _ = tokio::time::timeout(SETTLE_AFTER_CANCEL, self.settle()).await;
     }
@@ -311,7 +297,10 @@ impl Finish {
     pub(crate) async fn fail(&mut self, why: ErrorType) {
         self.failure = Some(why);
         if let Some(run) = &self.run {
-            run.completions.cancel_except(&[]);
+            run.stop(match why {
+                ErrorType::RequestDeadline => Initiator::Gateway(crate::ending::Cut::PastDeadline),
+                _ => Initiator::Pick,
+            });
         }
         // Cancelled, the samples end at once; what one that does not end in time had is read
         // as it stands when the record is made.
@@ -341,12 +330,19 @@ impl Finish {
             tries,
             samples,
         } = settled;
-        self.metrics.finished(&self.model, took, &outcome);
-        let ended = match (self.completed, self.failure) {
-            (_, Some(why)) => why.as_str(),
-            (true, None) => "complete",
-            (false, None) => "client_gone",
+        // One verdict: the answer's, else the failure before it, else the client's leaving.
+        let ended = match (&self.answer, self.failure, self.completed) {
+            (Some(answer), _, _) => answer.label(),
+            (None, Some(why), _) => why.as_str(),
+            (None, None, true) => "complete",
+            (None, None, false) => ErrorType::ClientGone.as_str(),
         };
+        let span_error = match &self.answer {
+            Some(answer) => answer.span_error(),
+            None => self.failure.map(ErrorType::as_str),
+        };
+        self.metrics
+            .finished(&self.model, self.api, ended, took, &outcome);
         // The request's line in the operator's log.
         tracing::info!(
             request_id = %self.request_id,
@@ -370,7 +366,7 @@ impl Finish {
                 &outcome,
                 &tries,
                 self.outputs.as_deref(),
-                self.failure.map(ErrorType::as_str),
+                span_error,
                 self.completed,
             );
         }
@@ -412,7 +408,7 @@ impl Drop for Finish {
     fn drop(&mut self) {
         if let Some(run) = self.run.take() {
             if !self.completed {
-                run.completions.cancel_except(&[]);
+                run.stop(Initiator::Client);
             }
             // No client waits any more: an upstream read held back for it goes on, so that its
             // reader sees the cancel and closes it rather than waiting on the gate for ever.

@@ -174,8 +174,10 @@ impl Gateway {
 
     /// Ends every open answer now, as a shutdown does when its grace period is over: each
     /// choice still streaming ends with `finish_reason: "error"` (and `choicewise.error`
-    /// saying the gateway shut down), then the usage and `[DONE]` follow as usual; every
-    /// upstream is closed. Requests that arrive later are answered as usual: stop accepting
+    /// saying the gateway shut down), then the usage, the error event `shut_down` when no
+    /// choice finished, and `[DONE]`; a non-streamed answer none of whose choices finished
+    /// is a 503 `shut_down`, in its API's shape (docs/gateway.md, the rule per ending);
+    /// every upstream is closed. Requests that arrive later are answered as usual: stop accepting
     /// them first ([`serve`] does).
     ///
     /// ```

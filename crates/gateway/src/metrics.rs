@@ -24,6 +24,15 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnswerLabels {
+    model: String,
+    /// The API the client spoke: `chat`, `messages`, `responses`.
+    api: &'static str,
+    /// How the answer ended: the request's log label (`ended`).
+    ended: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ChoiceLabels {
     model: String,
     finish_reason: String,
@@ -69,6 +78,7 @@ fn seconds() -> Histogram {
 pub(crate) struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
+    answers: Family<AnswerLabels, Counter>,
     choices: Family<ChoiceLabels, Counter>,
     tokens: Family<TokenLabels, Counter>,
     cancelled_tokens: Family<ModelLabels, Counter>,
@@ -158,6 +168,12 @@ impl Metrics {
             "requests",
             "Requests answered, by model, HTTP status and API (chat, messages, responses)",
             requests.clone(),
+        );
+        let answers = Family::<AnswerLabels, Counter>::default();
+        registry.register(
+            "answers",
+            "Requests whose samples started, by model, API and how the answer ended (complete, every_choice_failed, shut_down, request_deadline, no_choice, client_gone)",
+            answers.clone(),
         );
         let choices = Family::<ChoiceLabels, Counter>::default();
         registry.register(
@@ -282,6 +298,7 @@ impl Metrics {
             fallbacks,
             budget_exhausted,
             requests,
+            answers,
             choices,
             tokens,
             cancelled_tokens,
@@ -322,12 +339,27 @@ impl Metrics {
             .observe(after.as_secs_f64());
     }
 
-    /// A request's answer ended (or its client went away), this long after it arrived.
-    pub fn finished(&self, model: &str, took: std::time::Duration, outcome: &Outcome) {
+    /// A request's answer to a client of `api` ended so (`ended`, its log label) or its
+    /// client went away, this long after it arrived.
+    pub fn finished(
+        &self,
+        model: &str,
+        api: &'static str,
+        ended: &'static str,
+        took: std::time::Duration,
+        outcome: &Outcome,
+    ) {
         let model = model.to_string();
         let labels = ModelLabels {
             model: model.clone(),
         };
+        (self.answers)
+            .get_or_create(&AnswerLabels {
+                model: model.clone(),
+                api,
+                ended,
+            })
+            .inc();
         self.duration
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
@@ -491,7 +523,7 @@ mod tests {
                 }],
                 ..Outcome::default()
             };
-            metrics.finished("m", std::time::Duration::ZERO, &outcome);
+            metrics.finished("m", "chat", "complete", std::time::Duration::ZERO, &outcome);
         }
         let text = metrics.encode();
         assert!(!text.contains("bomb-"), "{text}");
@@ -524,13 +556,20 @@ mod tests {
             unselected_tokens: 0,
             ..Outcome::default()
         };
-        metrics.finished("small", std::time::Duration::from_millis(20), &outcome);
+        metrics.finished(
+            "small",
+            "chat",
+            "complete",
+            std::time::Duration::from_millis(20),
+            &outcome,
+        );
         let stream = metrics.open_stream();
         let upstream = metrics.open_upstream();
         let text = metrics.encode();
         for line in [
             "choicewise_requests_total{model=\"small\",status=\"200\",api=\"chat\"} 2",
             "choicewise_requests_total{model=\"\",status=\"404\",api=\"\"} 1",
+            "choicewise_answers_total{model=\"small\",api=\"chat\",ended=\"complete\"} 1",
             "choicewise_choices_total{model=\"small\",finish_reason=\"cancelled\"} 1",
             "choicewise_tokens_total{model=\"small\",upstream=\"chat:m@127.0.0.1:9\",kind=\"completion\",source=\"reported\"} 30",
             "choicewise_cancelled_tokens_total{model=\"small\"} 12",

@@ -282,7 +282,7 @@ fn translated_body(
             Piece::Messages => {
                 system = api
                     .write_messages_from_chat_json(messages, &mut out)
-                    .map_err(ApiError::invalid)?;
+                    .map_err(|e| ApiError::invalid(e.to_string()).param(e.field()))?;
             }
         }
     }
@@ -870,7 +870,6 @@ mod tests {
                    "instructions": "own", "tools": null}),
             json!({"messages": [], "parallel_tool_calls": false, "user": "u", "seed": null}),
             json!({"tools": tools}),
-            json!({"messages": "not a list"}),
         ];
         let thinking: Map<String, Value> = serde_json::from_value(
             json!({"thinking": {"type": "enabled", "budget_tokens": 1500},
@@ -903,7 +902,17 @@ mod tests {
             }
         }
         // All but the Responses requests with a `stop`, which it has not.
-        assert_eq!(compared, 22);
+        assert_eq!(compared, 18);
+        // Messages that are not a list: a 400 naming the field, as the tree refuses them.
+        let not_a_list = json!({"messages": "not a list"});
+        let base = split_object(&bytes::Bytes::from(not_a_list.to_string())).unwrap();
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            let e = translated_body(api, "up", &base, None, None).unwrap_err();
+            let tree = as_a_tree(api, &base, None, None).unwrap_err();
+            assert_eq!((e.status.as_u16(), &e.message), (400, &tree));
+            assert_eq!(e.body()["error"]["param"], "messages");
+            assert_eq!(tree, "\"messages\" must be an array, not a string");
+        }
         // A message the translation refuses: the same 400.
         let bad = json!({"messages": [{"role": "user", "content": "x"}, {"role": "robot"}]});
         let base = split_object(&bytes::Bytes::from(bad.to_string())).unwrap();

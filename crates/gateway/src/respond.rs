@@ -2,16 +2,17 @@
 //! by the client's API ([`Framing`]), each choice's ending decided once
 //! ([`crate::ending::decide`]), with the same back-pressure, cut and accounting for all.
 
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use choicewise_core::Choice;
 use choicewise_core::chunks::Envelope;
 
 use crate::answer_api::{self, ApiFraming};
 use crate::answer_chat::{self, ChatFraming, json_body};
-use crate::ending::{OutputEnd, Seen, all_failed, decide};
+use crate::ending::{AnswerEnd, Initiator, OutputEnd, Seen, decide};
 use crate::engine::{AnswerUsage, Picked, Run, Summary};
-use crate::finish::{ErrorType, Finish, Settled};
-use crate::ingress::Reply;
+use crate::finish::{Finish, Settled};
+use crate::ingress::{self, Reply};
 use crate::request::ChatRequest;
 use crate::write::{
     Closing, Framing, Tail, cut_short, output, sse_response, until_closed, write_loop,
@@ -84,9 +85,9 @@ fn streamed(
             yield Ok::<_, std::convert::Infallible>(write);
         }
         let run = finish.run();
-        if cut_short(&closing).is_some() {
+        if let Some(cut) = cut_short(&closing) {
             // Cut short: the samples still running end now.
-            run.completions.cancel_except(&[]);
+            run.stop(Initiator::Gateway(cut));
         }
         // The usage and the summary wait for every upstream's end; a shutdown that comes
         // meanwhile ends them too (what they had is counted).
@@ -108,9 +109,9 @@ fn streamed(
         };
         let tail = until_closed(tail, &mut closing, run).await;
         let mut write = Vec::new();
-        if let Some(failed) = framing.tail(&ends, tail, &mut write) {
-            finish.answered_failed(failed);
-        }
+        let answer = AnswerEnd::of(&ends, true);
+        framing.tail(&ends, &answer, tail, &mut write);
+        finish.answered(answer);
         finish.complete();
         yield Ok(axum::body::Bytes::from(write));
         // The body ends once what the run came to is read (its record needs nothing more),
@@ -129,7 +130,8 @@ async fn ended(run: &Run, samples: &[u32], closing: &Closing) -> Vec<(Option<Cho
             Some(index) => run.completions.choice(index).await,
             None => None,
         };
-        let end = decide(choice.as_ref().map(Seen::of).as_ref(), cut_short(closing));
+        let seen = choice.as_ref().map(|c| Seen::of(c, &run.stops));
+        let end = decide(seen.as_ref(), cut_short(closing));
         choices.push((choice, end));
     }
     choices
@@ -137,8 +139,9 @@ async fn ended(run: &Run, samples: &[u32], closing: &Closing) -> Vec<(Option<Cho
 
 /// The answer as one object (a `chat.completion`, an Anthropic `message`, a Responses
 /// `response`): the same choices and endings as the stream's, written once every sample
-/// is over; a shutdown's grace over, the samples still running end (cancelled) and the
-/// answer is what they had. When the output choices failed: a 502 in the API's shape.
+/// is over; cut short (the gateway's close, the deadline), the samples still running end
+/// (stopped) and the answer is what they had. When no output choice finished: the
+/// verdict's error ([`AnswerEnd`]), in the API's shape.
 async fn whole(
     mut finish: Finish,
     picked: Picked,
@@ -162,14 +165,22 @@ async fn whole(
     let choices = ended(run, samples, &closing).await;
     finish.settled(settled);
     finish.complete();
+    let ends: Vec<OutputEnd> = choices.iter().map(|(_, end)| end.clone()).collect();
+    let answer = AnswerEnd::of(&ends, false);
     let summary = summary.as_ref();
-    let body = match one_object(&api, &req.model, req.logprobs, &choices, &usage, summary) {
+    let object = one_object(
+        &api,
+        &req.model,
+        req.logprobs,
+        &choices,
+        &answer,
+        &usage,
+        summary,
+    );
+    finish.answered(answer);
+    let body = match object {
         Ok(body) => body,
-        Err((kind, error)) => {
-            finish.answered_failed(kind);
-            let status = axum::http::StatusCode::BAD_GATEWAY;
-            return (status, axum::Json(error)).into_response();
-        }
+        Err((status, error)) => return (status, axum::Json(error)).into_response(),
     };
     drop(choices);
     // The texts are in the bytes: the run's copies go before the answer is sent.
@@ -178,35 +189,40 @@ async fn whole(
 }
 
 /// A non-streamed answer's body, in the client's API, from its output `choices` as they
-/// ended (of the request for `model`; `logprobs`: the client asked for them); or, when
-/// they failed, why (the request's error type) and the 502's body in the API's shape.
+/// ended and the verdict on them (`answer`; of the request for `model`; `logprobs`: the
+/// client asked for them); or, when the verdict is a failure, its status and its error's
+/// body in the API's shape.
 pub(crate) fn one_object(
     api: &Api,
     model: &str,
     logprobs: bool,
     choices: &[(Option<Choice>, OutputEnd)],
+    answer: &AnswerEnd,
     usage: &AnswerUsage,
     summary: Option<&Summary>,
-) -> Result<axum::body::Bytes, (ErrorType, serde_json::Value)> {
+) -> Result<axum::body::Bytes, (StatusCode, serde_json::Value)> {
+    // No output choice finished: a failure in the client's terms, not a 200 of errors.
+    if let Some(error) = answer.error(model) {
+        let body = match api {
+            Api::Chat(_) => error.body(),
+            Api::Translated { reply, .. } => ingress::api_error_body(reply.api, &error),
+        };
+        return Err((answer.status().unwrap_or(error.status), body));
+    }
     match api {
         Api::Chat(envelope) => {
-            let ends: Vec<OutputEnd> = choices.iter().map(|(_, end)| end.clone()).collect();
-            // Every choice failed: a failure in the client's terms, not a 200 of errors.
-            if let Some(failures) = all_failed(&ends, false) {
-                let error = answer_chat::every_choice_failed(model, &failures);
-                return Err((ErrorType::EveryChoiceFailed, error.body()));
-            }
             let answered: Vec<(Option<Choice>, Option<String>)> = (choices.iter())
-                .map(|(choice, end)| (choice.clone(), end.why().map(str::to_string)))
+                .map(|(choice, end)| (choice.clone(), end.why()))
                 .collect();
             Ok(answer_chat::completion(
                 envelope, &answered, logprobs, usage, summary,
             ))
         }
         Api::Translated { reply, .. } => {
-            let (choice, end) = &choices[0];
-            answer_api::message(reply, model, (choice.as_ref(), end), usage, summary)
-                .map_err(|error| (ErrorType::ChoiceFailed, error))
+            // The one output choice finished (the verdict says an answer).
+            let choice = choices.first().and_then(|(choice, _)| choice.as_ref());
+            debug_assert!(choice.is_some(), "a finished choice is one the run holds");
+            Ok(answer_api::message(reply, choice, usage, summary))
         }
     }
 }

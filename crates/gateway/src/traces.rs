@@ -280,11 +280,8 @@ impl RequestSpan {
         let numbers = |samples: &mut dyn Iterator<Item = u32>| {
             Attr::Array(Array::I64(samples.map(i64::from).collect()))
         };
-        let failure = failure.map(str::to_string).or_else(|| {
-            // Every output choice failed: the request did.
-            (!finish_reasons.is_empty() && finish_reasons.iter().all(|f| f.as_str() == "error"))
-                .then(|| "upstream_error".to_string())
-        });
+        // Whether the request failed is the answer's verdict (`AnswerEnd`), decided once.
+        let failure = failure.map(str::to_string);
 
         let mut attributes = vec![
             KeyValue::new("gen_ai.operation.name", "chat"),

@@ -14,8 +14,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 pub(crate) use crate::closing::{Closing, closed, cut_short, until_closed};
-use crate::ending::{Cut, OutputEnd, Seen, decide};
-use crate::finish::{ErrorType, Finish};
+use crate::ending::{AnswerEnd, Cut, OutputEnd, Seen, Stops, decide};
+use crate::finish::Finish;
 
 /// How many bytes of events already made go into one write at most.
 pub(crate) const WRITE_BYTES: usize = 16 * 1024;
@@ -37,7 +37,7 @@ pub(crate) fn sse_response(
 pub(crate) enum Out {
     Event(choicewise_core::ChoiceEvent),
     /// It closed with an error: the upstream's.
-    Failed(String),
+    Failed(choicewise_core::Error),
     /// The upstream ended without it.
     Missing,
     /// Its events ended.
@@ -63,7 +63,7 @@ pub(crate) fn output(
             match event {
                 Ok(event) => yield Out::Event(event),
                 Err(e) => {
-                    yield Out::Failed(e.to_string());
+                    yield Out::Failed(e);
                     return;
                 }
             }
@@ -96,8 +96,8 @@ pub(crate) trait Framing: Send {
     /// Output choice `o` ended so.
     fn end(&mut self, o: usize, end: &OutputEnd, write: &mut Vec<u8>);
     /// The answer's last events, every output choice having ended (`ends`, in output
-    /// order); the request's failure, if the answer says one.
-    fn tail(&mut self, ends: &[OutputEnd], tail: Tail, write: &mut Vec<u8>) -> Option<ErrorType>;
+    /// order), as the answer's verdict (`answer`) says it ended.
+    fn tail(&mut self, ends: &[OutputEnd], answer: &AnswerEnd, tail: Tail, write: &mut Vec<u8>);
     /// What the tail shows, to be read for it.
     fn needs(&self) -> Needs;
 }
@@ -116,14 +116,18 @@ pub(crate) struct Needs {
 pub(crate) struct Endings {
     seen: Vec<Seen>,
     ends: Vec<Option<OutputEnd>>,
+    /// Who stopped the run's samples, if someone did.
+    stops: Stops,
 }
 
 impl Endings {
-    /// The endings of `outputs` output choices, none ended yet.
-    pub(crate) fn new(outputs: usize) -> Self {
+    /// The endings of `outputs` output choices of a run whose stops are `stops`, none ended
+    /// yet.
+    pub(crate) fn new(outputs: usize, stops: Stops) -> Self {
         Endings {
             seen: vec![Seen::default(); outputs],
             ends: vec![None; outputs],
+            stops,
         }
     }
 
@@ -138,7 +142,7 @@ impl Endings {
     ) {
         let end = match out {
             Out::Event(event) => {
-                self.seen[o].event(&event);
+                self.seen[o].event(&event, &self.stops);
                 framing.event(o, &event, write);
                 return;
             }
@@ -154,18 +158,19 @@ impl Endings {
     }
 
     /// Every output choice's ending, in output order: those not ended yet end now, as
-    /// `cut` decides, and are given to the framing.
+    /// `cut` (why the answer was cut short, if it was) decides, and are given to the
+    /// framing.
     pub(crate) fn cut<F: Framing + ?Sized>(
         self,
         framing: &mut F,
-        cut: Cut,
+        cut: Option<Cut>,
         write: &mut Vec<u8>,
     ) -> Vec<OutputEnd> {
-        let Endings { seen, ends } = self;
+        let Endings { seen, ends, .. } = self;
         (ends.into_iter().zip(seen).enumerate())
             .map(|(o, (end, seen))| {
                 end.unwrap_or_else(|| {
-                    let end = decide(Some(&seen), Some(cut));
+                    let end = decide(Some(&seen), cut);
                     framing.end(o, &end, write);
                     end
                 })
@@ -189,7 +194,7 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
     async_stream::stream! {
         let run = finish.run();
         let several = outputs.len() > 1;
-        let mut endings = Endings::new(outputs.len());
+        let mut endings = Endings::new(outputs.len(), run.stops.clone());
         let mut cut = None;
         let mut merged = futures::stream::select_all(
             (outputs.into_iter().enumerate()).map(|(o, events)| events.map(move |out| (o, out))),
@@ -260,7 +265,7 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
         drop(merged);
         // Cut short: the choices not ended end now, as the cut decides.
         let mut write = Vec::new();
-        ends.extend(endings.cut(framing, cut.unwrap_or(Cut::ShutDown), &mut write));
+        ends.extend(endings.cut(framing, cut, &mut write));
         if !write.is_empty() {
             yield Bytes::from(write);
         }

@@ -968,10 +968,15 @@ async fn closing_ends_open_answers_with_an_error_and_closes_their_upstreams() {
     .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     gateway.close();
-    let (chunks, done) = within(Duration::from_secs(5), "the streamed answer", streamed)
+    let (mut chunks, done) = within(Duration::from_secs(5), "the streamed answer", streamed)
         .await
         .unwrap();
     assert!(done, "the answer still ends with [DONE]");
+    // No choice finished: the stream ends with the error event the SDKs raise, naming the
+    // shutdown, not as a success of truncated choices.
+    let error = chunks.pop().unwrap();
+    assert_eq!(error["error"]["code"], "shut_down", "{error}");
+    assert_eq!(error["error"]["type"], "server_error", "{error}");
     let choices = assemble(&chunks);
     assert_eq!(choices.len(), 2);
     for (text, finish, error) in &choices {
@@ -980,17 +985,24 @@ async fn closing_ends_open_answers_with_an_error_and_closes_their_upstreams() {
         assert!(error.as_deref().unwrap().contains("shut down"), "{error:?}");
     }
     assert!(chunks.last().unwrap()["usage"]["completion_tokens"].as_u64() > Some(0));
-    let answer: Value = within(Duration::from_secs(5), "the JSON answer", answered)
-        .await
-        .unwrap()
-        .json()
+    // Not streamed, no choice finished: a 503 the SDKs retry, as in every API.
+    let answered = within(Duration::from_secs(5), "the JSON answer", answered)
         .await
         .unwrap();
-    assert_eq!(answer["choices"][0]["finish_reason"], "error");
+    assert_eq!(answered.status(), 503);
+    let answer: Value = answered.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "shut_down", "{answer}");
     assert!(
-        (answer["choices"][0]["message"]["content"].as_str()).is_some_and(|t| t.starts_with("let")),
+        (answer["error"]["message"].as_str()).is_some_and(|m| m.contains("shut down")),
         "{answer}"
     );
+    // Both answers are labelled and counted as cut by the shutdown, never `complete`.
+    let text = metrics_with(
+        addr,
+        &["choicewise_answers_total{model=\"m\",api=\"chat\",ended=\"shut_down\"} 2"],
+    )
+    .await;
+    assert!(!text.contains("ended=\"complete\""), "{text}");
     within(
         Duration::from_secs(2),
         "every upstream closing",

@@ -341,6 +341,157 @@ async fn every_choice_failed_is_a_502() {
     );
 }
 
+/// The gateway's metrics once they hold every line of `lines` (within 5 s).
+async fn metrics_with(addr: SocketAddr, lines: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let missing: Vec<_> = lines.iter().filter(|l| !text.contains(**l)).collect();
+        if missing.is_empty() {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{missing:?} not in\n{text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// An upstream cut mid-answer is the same failure in every API, streamed or not: each
+/// answer says it in its API's terms (an error event, a 502), and each request is labelled
+/// and counted `every_choice_failed`, never `complete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upstream_is_counted_failed_in_every_api_streamed_or_not() {
+    let upstream = TestServer::builder()
+        .body(answer("a long enough answer to be cut"))
+        .close_after_events(2)
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    // Messages, streamed: the stream ends with Anthropic's error event.
+    let streamed = frames(post(addr, "/v1/messages", messages_request(true)).await).await;
+    assert_eq!(streamed.last().unwrap().0, "error", "{streamed:?}");
+    assert!(!streamed.iter().any(|(name, _)| name == "message_stop"));
+    // Messages, not streamed: a 502 in Anthropic's shape.
+    let r = post(addr, "/v1/messages", messages_request(false)).await;
+    assert_eq!(r.status(), 502);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "error", "{v}");
+    // Responses, streamed and not.
+    let request = |stream: bool| json!({"model": "m", "stream": stream, "input": "hi"});
+    let streamed = frames(post(addr, "/v1/responses", request(true)).await).await;
+    assert_eq!(
+        streamed.last().unwrap().0,
+        "response.failed",
+        "{streamed:?}"
+    );
+    let r = post(addr, "/v1/responses", request(false)).await;
+    assert_eq!(r.status(), 502);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "every_choice_failed", "{v}");
+    // Chat Completions, streamed and not.
+    for stream in [true, false] {
+        let body = json!({"model": "m", "stream": stream,
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let r = reqwest::Client::new()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .bearer_auth("sk-a")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), if stream { 200 } else { 502 });
+        let text = r.text().await.unwrap();
+        assert!(text.contains("every_choice_failed"), "{text}");
+    }
+    let text = metrics_with(
+        addr,
+        &[
+            r#"choicewise_answers_total{model="m",api="messages",ended="every_choice_failed"} 2"#,
+            r#"choicewise_answers_total{model="m",api="responses",ended="every_choice_failed"} 2"#,
+            r#"choicewise_answers_total{model="m",api="chat",ended="every_choice_failed"} 2"#,
+        ],
+    )
+    .await;
+    assert!(!text.contains(r#"ended="complete""#), "{text}");
+}
+
+/// A shutdown mid-answer is answered alike in every API: a Messages answer cut before its
+/// choice finished ends with Anthropic's error event (streamed) or is a 503 in Anthropic's
+/// shape (not streamed), as a Chat Completions one is, and each is labelled and counted
+/// `shut_down`, never `complete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_mid_answer_is_shut_down_in_every_api() {
+    let upstream = common::stalled(2).start().await.unwrap();
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+        upstream.base_url()
+    );
+    let (addr, gateway) = serve(&toml, env).await;
+    let streamed = tokio::spawn(async move {
+        frames(post(addr, "/v1/messages", messages_request(true)).await).await
+    });
+    let whole =
+        tokio::spawn(async move { post(addr, "/v1/messages", messages_request(false)).await });
+    let chat = tokio::spawn(async move {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        reqwest::Client::new()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .bearer_auth("sk-a")
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while upstream.request_count() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "three upstream requests"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    gateway.close();
+    let streamed = streamed.await.unwrap();
+    let (name, error) = streamed.last().unwrap();
+    assert_eq!(name, "error", "{streamed:?}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shut down"),
+        "{error}"
+    );
+    for r in [whole.await.unwrap(), chat.await.unwrap()] {
+        assert_eq!(r.status(), 503);
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("shut down"),
+            "{v}"
+        );
+    }
+    let text = metrics_with(
+        addr,
+        &[
+            r#"choicewise_answers_total{model="m",api="messages",ended="shut_down"} 2"#,
+            r#"choicewise_answers_total{model="m",api="chat",ended="shut_down"} 1"#,
+        ],
+    )
+    .await;
+    assert!(!text.contains(r#"ended="complete""#), "{text}");
+}
+
 /// What a stream of `dialect` says: each choice's text, tool calls (name, arguments) and
 /// finish reason, and the usage's token counts.
 async fn read_as(bytes: Vec<u8>, dialect: choicewise_core::Dialect) -> Value {

@@ -24,6 +24,31 @@ mod tools;
 /// ```
 pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 8192;
 
+/// Why a Chat Completions `messages` could not be translated into another API's
+/// ([`Dialect::messages_from_chat_json`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MessagesError {
+    /// `messages` is JSON but not a list: what it is instead (`null`, `a string`, `an
+    /// object`, ...).
+    #[error("\"messages\" must be an array, not {found}")]
+    NotAnArray {
+        /// What the value is.
+        found: &'static str,
+    },
+    /// `messages` is not JSON, or one of its messages cannot be translated: why, naming the
+    /// message by its index in the client's list.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl MessagesError {
+    /// The request field at fault: `messages`.
+    pub const fn field(&self) -> &'static str {
+        "messages"
+    }
+}
+
 /// An API dialect: what a stream speaks, what an upstream is asked in, what a client sent.
 /// The one name of an API across choicewise (configuration files, flags, metrics labels).
 ///
@@ -171,11 +196,19 @@ impl Dialect {
     ///
     /// # Errors
     ///
-    /// As `request_from_chat` for its `messages`: a message of an unknown role, a tool call
-    /// whose `arguments` are not JSON, an image without a URL; and text that is not JSON
-    /// (`"messages" could not be read: ...`). Text that is JSON but not a list is no messages,
-    /// as `request_from_chat` reads it.
-    pub fn messages_from_chat_json(self, messages: &[u8]) -> Result<MessagesText, String> {
+    /// As `request_from_chat` for its `messages` ([`MessagesError`], whose
+    /// [`field`](MessagesError::field) is `messages`): JSON that is not a list
+    /// ([`MessagesError::NotAnArray`]), as `request_from_chat` refuses it; a message of an
+    /// unknown role, a tool call whose `arguments` are not JSON, an image without a URL, text
+    /// that is not JSON (`"messages" could not be read: ...`) ([`MessagesError::Invalid`]).
+    ///
+    /// ```
+    /// use choicewise_proto::{Dialect, MessagesError};
+    /// let e = Dialect::Anthropic.messages_from_chat_json(br#""hi""#).unwrap_err();
+    /// assert_eq!(e, MessagesError::NotAnArray { found: "a string" });
+    /// assert_eq!((e.field(), e.to_string().as_str()), ("messages", "\"messages\" must be an array, not a string"));
+    /// ```
+    pub fn messages_from_chat_json(self, messages: &[u8]) -> Result<MessagesText, MessagesError> {
         let mut list = Vec::with_capacity(messages.len().saturating_add(messages.len() / 8));
         let system = self.write_messages_from_chat_json(messages, &mut list)?;
         Ok(MessagesText {
@@ -208,7 +241,7 @@ impl Dialect {
         self,
         messages: &[u8],
         out: &mut Vec<u8>,
-    ) -> Result<Option<Vec<u8>>, String> {
+    ) -> Result<Option<Vec<u8>>, MessagesError> {
         match self {
             Dialect::Chat => {
                 out.extend_from_slice(messages);
@@ -273,6 +306,9 @@ impl Dialect {
     /// Neither has `n` (more than one choice is one request per choice) nor `stream_options`
     /// (both report usage in the stream anyway).
     ///
+    /// `messages` that is not a list is an error ([`MessagesError::NotAnArray`]'s text), as
+    /// a message either cannot translate.
+    ///
     /// ```
     /// use choicewise_proto::Dialect;
     /// let chat = serde_json::json!({"model": "m", "max_tokens": 50,
@@ -311,7 +347,14 @@ impl Dialect {
             ));
         }
         let mut out = Map::new();
-        let messages = (body.get("messages").and_then(Value::as_array)).map_or(&[][..], |m| m);
+        let messages = match body.get("messages") {
+            None => &[][..],
+            Some(Value::Array(messages)) => messages,
+            Some(other) => {
+                let found = messages::json_kind(other);
+                return Err(MessagesError::NotAnArray { found }.to_string());
+            }
+        };
         let read = |each: &mut dyn FnMut(usize, Value) -> Result<(), String>| {
             (messages.iter().enumerate()).try_for_each(|(i, m)| each(i, m.clone()))
         };

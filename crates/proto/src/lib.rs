@@ -57,7 +57,7 @@ mod split;
 mod usage;
 pub mod wire;
 
-pub use api::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesText};
+pub use api::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesError, MessagesText};
 pub use ballot::{Ballot, Standing};
 pub use choicewise_partial_json::{PartialJsonError, Snapshot};
 pub use choicewise_sse::SseError;

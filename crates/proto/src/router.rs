@@ -455,8 +455,10 @@ impl<A: Child> Router<A> {
             return Err(Refused::Draining);
         }
         let s = self.slots.get_mut(slot).ok_or(Refused::NoSlot(slot))?;
-        self.cancelled_any = true;
         s.close(slot)?;
+        // Only a cancel taken counts: a refused one (a choice already closed or ended) lets
+        // no upstream be dropped.
+        self.cancelled_any = true;
         self.route(slot, ChoiceMsg::Cancel(reason));
         Ok(())
     }

@@ -290,7 +290,9 @@ pub(crate) fn small(entry: &BTreeMap<String, &RawValue>, key: &str) -> Value {
 /// `not_found_error` 404, `request_too_large` 413, `rate_limit_error` 429, `api_error` 500
 /// and other 5xx, `overloaded_error` 529); OpenAI's `{"error": {"message", "type", "param",
 /// "code"}}` for Responses (`invalid_request_error` below 500 but 429's `rate_limit_error`,
-/// `server_error` from 500) for both OpenAI APIs.
+/// `server_error` from 500) for both OpenAI APIs. (The gateway answers with
+/// [`api_error_body`]; its tests read the shapes through this.)
+#[cfg(test)]
 pub(crate) fn error_body(api: Dialect, status: StatusCode, message: &str) -> Value {
     match api {
         Dialect::Anthropic => anthropic::error_body(status, message),
@@ -557,7 +559,7 @@ pub(crate) trait Encoder: Send {
             OutputEnd::Finished(reason) => {
                 self.completed(reason, usage, stop_reason, choicewise, out);
             }
-            other => self.failed(other.why().unwrap_or_default(), choicewise, out),
+            other => self.failed(&other.why().unwrap_or_default(), choicewise, out),
         }
     }
 

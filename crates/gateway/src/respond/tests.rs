@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use choicewise_core::chunks::Envelope;
 use choicewise_core::{Completions, Dialect, Source};
 use futures::StreamExt;
@@ -15,9 +16,10 @@ use serde_json::json;
 use super::{Api, one_object};
 use crate::answer_api::ApiFraming;
 use crate::answer_chat::ChatFraming;
-use crate::ending::{Cut, OutputEnd, PAST_DEADLINE, SHUT_DOWN, Seen, decide};
+use crate::ending::{
+    AnswerEnd, Cut, Initiator, OutputEnd, PAST_DEADLINE, SHUT_DOWN, Seen, Stops, decide,
+};
 use crate::engine::{AnswerUsage, ChoiceTokens, Summary, TrySummary, UsageParts};
-use crate::finish::ErrorType;
 use crate::ingress::Reply;
 use crate::write::{Endings, Framing, Tail, output};
 
@@ -116,8 +118,17 @@ fn completions(sse: &str, cut: Option<Cut>) -> Completions {
     }
 }
 
-/// The streamed answer's bytes, and the request's failure if it says one.
-async fn streamed(api: Dialect, ending: Ending) -> (String, Option<ErrorType>) {
+/// The stops of a case's run: the gateway's, when the answer is cut short.
+fn stops(cut: Option<Cut>) -> Stops {
+    let stops = Stops::default();
+    if let Some(cut) = cut {
+        stops.stop(Initiator::Gateway(cut));
+    }
+    stops
+}
+
+/// The streamed answer's bytes, and its verdict.
+async fn streamed(api: Dialect, ending: Ending) -> (String, AnswerEnd) {
     let (sse, cut) = ending.upstream();
     let indexes = ending.indexes(api);
     let mut framing: Box<dyn Framing> = match api_of(api) {
@@ -131,7 +142,7 @@ async fn streamed(api: Dialect, ending: Ending) -> (String, Option<ErrorType>) {
     };
     let mut write = Vec::new();
     framing.open(&mut write);
-    let mut endings = Endings::new(indexes.len());
+    let mut endings = Endings::new(indexes.len(), stops(cut));
     for (o, index) in indexes.iter().enumerate() {
         let mut outs = output(completions(&sse, cut), *index);
         loop {
@@ -147,20 +158,22 @@ async fn streamed(api: Dialect, ending: Ending) -> (String, Option<ErrorType>) {
             endings.say(&mut *framing, o, out, &mut write);
         }
     }
-    let ends = endings.cut(&mut *framing, cut.unwrap_or(Cut::ShutDown), &mut write);
+    let ends = endings.cut(&mut *framing, cut, &mut write);
     let tail = Tail {
         usage: Some(usage()),
         stop_reason: None,
         summary: Some(summary()),
     };
-    let failed = framing.tail(&ends, tail, &mut write);
-    (String::from_utf8(write).unwrap(), failed)
+    let answer = AnswerEnd::of(&ends, true);
+    framing.tail(&ends, &answer, tail, &mut write);
+    (String::from_utf8(write).unwrap(), answer)
 }
 
-/// The non-streamed answer's bytes (`200 ...`, or `502 ...` with its error body), and the
-/// request's failure if it says one.
-async fn whole(api: Dialect, ending: Ending) -> (String, Option<ErrorType>) {
+/// The non-streamed answer's bytes (`200 ...`, or its status with its error body), and its
+/// verdict.
+async fn whole(api: Dialect, ending: Ending) -> (String, AnswerEnd) {
     let (sse, cut) = ending.upstream();
+    let stops = stops(cut);
     let mut choices = Vec::new();
     for index in ending.indexes(api) {
         let completions = completions(&sse, cut);
@@ -177,23 +190,26 @@ async fn whole(api: Dialect, ending: Ending) -> (String, Option<ErrorType>) {
             }
             let _ = choice.message().await;
         }
-        let end = decide(choice.as_ref().map(Seen::of).as_ref(), cut);
+        let seen = choice.as_ref().map(|c| Seen::of(c, &stops));
+        let end = decide(seen.as_ref(), cut);
         choices.push((choice, end));
     }
-    match one_object(
+    let ends: Vec<OutputEnd> = choices.iter().map(|(_, end)| end.clone()).collect();
+    let answer = AnswerEnd::of(&ends, false);
+    let object = one_object(
         &api_of(api),
         "m",
         false,
         &choices,
+        &answer,
         &usage(),
         Some(&summary()),
-    ) {
-        Ok(body) => (
-            format!("200 {}", String::from_utf8(body.to_vec()).unwrap()),
-            None,
-        ),
-        Err((kind, body)) => (format!("502 {body}"), Some(kind)),
-    }
+    );
+    let text = match object {
+        Ok(body) => format!("200 {}", String::from_utf8(body.to_vec()).unwrap()),
+        Err((status, body)) => format!("{} {body}", status.as_u16()),
+    };
+    (text, answer)
 }
 
 /// The answer's usage: 3 prompt tokens, 1 completion token, one sample's part.
@@ -249,110 +265,68 @@ fn stable(text: &str) -> String {
     text
 }
 
-/// What each case's answer must say (and must not), and the request's failure.
-fn facts(
-    api: Dialect,
-    stream: bool,
-    ending: Ending,
-) -> (Vec<String>, Vec<&'static str>, Option<ErrorType>) {
+/// The verdict's rule for each ending, the same in every API, streamed or not: the log
+/// label (and metrics outcome), and the status a non-streamed answer is sent with.
+fn verdict(ending: Ending) -> (&'static str, u16) {
+    use Ending::*;
+    match ending {
+        Stop | Length | ToolCalls => ("complete", 200),
+        UpstreamError | NoFinishReason | Missing | AllFailed => ("every_choice_failed", 502),
+        ShutDown => ("shut_down", 503),
+        PastDeadline => ("request_deadline", 504),
+    }
+}
+
+/// What each case's answer must say (and must not).
+fn facts(api: Dialect, stream: bool, ending: Ending) -> (Vec<String>, Vec<&'static str>) {
     use Ending::*;
     let no_finish = "the upstream ended the choice without a finish reason";
     let missing = "the upstream ended without this choice";
     let s = |t: &str| t.to_string();
-    let failed_all = Some(ErrorType::EveryChoiceFailed);
+    let (label, status) = verdict(ending);
+    let code = format!(r#""code":"{label}""#);
     match (api, stream, ending) {
         (Dialect::Chat, true, Stop) => (
             vec![s(r#""finish_reason":"stop""#), s("data: [DONE]")],
-            vec!["every_choice_failed"],
-            None,
+            vec!["\"error\":{"],
         ),
-        (Dialect::Chat, true, Length) => (
-            vec![s(r#""finish_reason":"length""#)],
-            vec!["every_choice_failed"],
-            None,
-        ),
+        (Dialect::Chat, true, Length) => {
+            (vec![s(r#""finish_reason":"length""#)], vec!["\"error\":{"])
+        }
         (Dialect::Chat, true, ToolCalls) => (
             vec![s(r#""finish_reason":"tool_calls""#), s(r#""name":"f""#)],
-            vec!["every_choice_failed"],
-            None,
+            vec!["\"error\":{"],
         ),
-        (Dialect::Chat, true, UpstreamError | AllFailed) => (
-            vec![
-                s(r#""finish_reason":"error""#),
-                s("boom"),
-                s("every_choice_failed"),
-            ],
-            vec![],
-            failed_all,
-        ),
-        (Dialect::Chat, true, NoFinishReason) => (
-            vec![s(no_finish), s("every_choice_failed")],
-            vec![],
-            failed_all,
-        ),
-        (Dialect::Chat, true, Missing) => (
-            vec![s(missing), s("every_choice_failed")],
-            vec![],
-            failed_all,
-        ),
-        // A cut is not a failure of a streamed answer.
-        (Dialect::Chat, true, ShutDown) => (
-            vec![s(SHUT_DOWN), s("data: [DONE]")],
-            vec!["every_choice_failed"],
-            None,
-        ),
-        (Dialect::Chat, true, PastDeadline) => (
-            vec![s(PAST_DEADLINE), s("data: [DONE]")],
-            vec!["every_choice_failed"],
-            None,
-        ),
-        (Dialect::Chat, false, Stop) => (
-            vec![s("200 "), s(r#""finish_reason":"stop""#)],
-            vec![],
-            None,
-        ),
-        (Dialect::Chat, false, Length) => (
-            vec![s("200 "), s(r#""finish_reason":"length""#)],
-            vec![],
-            None,
-        ),
+        // No choice finished: the error event, then [DONE], whatever the cause.
+        (Dialect::Chat, true, ending) => {
+            let why = match ending {
+                UpstreamError | AllFailed => "boom",
+                NoFinishReason => no_finish,
+                Missing => missing,
+                ShutDown => SHUT_DOWN,
+                _ => PAST_DEADLINE,
+            };
+            (vec![s(why), code, s("data: [DONE]")], vec![])
+        }
+        (Dialect::Chat, false, Stop) => (vec![s("200 "), s(r#""finish_reason":"stop""#)], vec![]),
+        (Dialect::Chat, false, Length) => {
+            (vec![s("200 "), s(r#""finish_reason":"length""#)], vec![])
+        }
         (Dialect::Chat, false, ToolCalls) => (
             vec![s("200 "), s(r#""finish_reason":"tool_calls""#)],
             vec![],
-            None,
         ),
-        (Dialect::Chat, false, UpstreamError | AllFailed) => (
-            vec![s("502 "), s("every_choice_failed"), s("boom")],
-            vec![],
-            failed_all,
-        ),
-        (Dialect::Chat, false, NoFinishReason) => {
-            (vec![s("502 "), s(no_finish)], vec![], failed_all)
-        }
-        (Dialect::Chat, false, Missing) => (vec![s("502 "), s(missing)], vec![], failed_all),
-        // The shutdown's contract: an answer as far as it got.
-        (Dialect::Chat, false, ShutDown) => (
-            vec![s("200 "), s(r#""finish_reason":"error""#), s(SHUT_DOWN)],
-            vec![],
-            None,
-        ),
-        (Dialect::Chat, false, PastDeadline) => {
-            (vec![s("502 "), s(PAST_DEADLINE)], vec![], failed_all)
-        }
         (Dialect::Anthropic, true, Stop) => (
             vec![s(r#""stop_reason":"end_turn""#), s("event: message_stop")],
             vec!["event: error"],
-            None,
         ),
         (Dialect::Anthropic, true, Length) => (
             vec![s(r#""stop_reason":"max_tokens""#)],
             vec!["event: error"],
-            None,
         ),
         (Dialect::Anthropic, true, ToolCalls) => (
             vec![s(r#""stop_reason":"tool_use""#), s(r#""type":"tool_use""#)],
             vec!["event: error"],
-            None,
         ),
         (_, true, ending) => {
             let (name, done) = match api {
@@ -360,21 +334,16 @@ fn facts(
                 _ => ("event: response.failed", "event: response.completed"),
             };
             match ending {
-                Stop | ToolCalls => (vec![s("event: response.completed")], vec![name], None),
+                Stop | ToolCalls => (vec![s("event: response.completed")], vec![name]),
                 Length => (
                     vec![s("event: response.incomplete"), s("max_output_tokens")],
                     vec![name],
-                    None,
                 ),
-                UpstreamError | AllFailed => (vec![s(name), s("boom")], vec![done], None),
-                NoFinishReason => (
-                    vec![s(name), s(no_finish)],
-                    vec![done],
-                    Some(ErrorType::NoFinish),
-                ),
-                Missing => (vec![s(name), s(missing)], vec![done], None),
-                ShutDown => (vec![s(name), s(SHUT_DOWN)], vec![done], None),
-                PastDeadline => (vec![s(name), s(PAST_DEADLINE)], vec![done], None),
+                UpstreamError | AllFailed => (vec![s(name), s("boom")], vec![done]),
+                NoFinishReason => (vec![s(name), s(no_finish)], vec![done]),
+                Missing => (vec![s(name), s(missing)], vec![done]),
+                ShutDown => (vec![s(name), s(SHUT_DOWN)], vec![done]),
+                PastDeadline => (vec![s(name), s(PAST_DEADLINE)], vec![done]),
             }
         }
         (_, false, Stop | Length | ToolCalls) => {
@@ -386,8 +355,9 @@ fn facts(
                 (_, Stop) => r#""status":"completed""#,
                 _ => r#""type":"function_call""#,
             };
-            (vec![s("200 "), s(shows)], vec![], None)
+            (vec![s("200 "), s(shows)], vec![])
         }
+        // No choice finished: the verdict's error, in the API's shape and status.
         (_, false, ending) => {
             let why = match ending {
                 UpstreamError | AllFailed => "boom",
@@ -396,11 +366,7 @@ fn facts(
                 ShutDown => SHUT_DOWN,
                 _ => PAST_DEADLINE,
             };
-            (
-                vec![s("502 "), s(why)],
-                vec![],
-                Some(ErrorType::ChoiceFailed),
-            )
+            (vec![format!("{status} "), s(why)], vec![])
         }
     }
 }
@@ -411,13 +377,13 @@ async fn every_api_streamed_or_not_writes_each_ending_as_decided() {
     for api in [Dialect::Chat, Dialect::Anthropic, Dialect::Responses] {
         for stream in [true, false] {
             for ending in ENDINGS {
-                let (bytes, failed) = match stream {
+                let (bytes, answer) = match stream {
                     true => streamed(api, ending).await,
                     false => whole(api, ending).await,
                 };
                 let bytes = stable(&bytes);
                 let case = format!("{api} stream={stream} {ending:?}");
-                let (shows, never, failure) = facts(api, stream, ending);
+                let (shows, never) = facts(api, stream, ending);
                 for text in &shows {
                     assert!(
                         bytes.contains(text.as_str()),
@@ -427,7 +393,19 @@ async fn every_api_streamed_or_not_writes_each_ending_as_decided() {
                 for text in never {
                     assert!(!bytes.contains(text), "{case}: {text:?} in\n{bytes}");
                 }
-                assert_eq!(failed, failure, "{case}:\n{bytes}");
+                // One verdict per ending, whatever the API, streamed or not.
+                let (label, status) = verdict(ending);
+                assert_eq!(answer.label(), label, "{case}:\n{bytes}");
+                assert_eq!(
+                    answer.span_error(),
+                    (status != 200).then_some(label),
+                    "{case}"
+                );
+                let expected = (!stream).then(|| StatusCode::from_u16(status).unwrap());
+                assert_eq!(answer.status(), expected, "{case}");
+                if !stream {
+                    assert!(bytes.starts_with(&format!("{status} ")), "{case}: {bytes}");
+                }
                 writeln!(all, "== {case}\n{bytes}").unwrap();
             }
         }
@@ -453,8 +431,13 @@ fn a_decided_ending_is_what_the_framings_write() {
     });
     let mut write = Vec::new();
     framing.open(&mut write);
-    let ends = [OutputEnd::Cut(Cut::PastDeadline)];
-    framing.tail(&ends, Tail::default(), &mut write);
+    let ends = [OutputEnd::Stopped(Initiator::Gateway(Cut::PastDeadline))];
+    framing.tail(
+        &ends,
+        &AnswerEnd::of(&ends, true),
+        Tail::default(),
+        &mut write,
+    );
     let text = String::from_utf8(write).unwrap();
     assert!(
         text.contains("event: error") && text.contains(PAST_DEADLINE),

@@ -5,8 +5,8 @@
 
 use serde_json::{Value, json};
 
-use super::Dialect;
 use super::tools::{self, Sink};
+use super::{Dialect, MessagesError};
 
 /// A list of translated messages or items written as JSON text as they come, at the end of
 /// a buffer: the same bytes as the list of their values serialised whole.
@@ -173,28 +173,41 @@ pub(super) fn write_messages(
     api: Dialect,
     text: &[u8],
     out: &mut Vec<u8>,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, MessagesError> {
     let first = (text.iter()).find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'[') {
+        // Not a list: what it is, once it is JSON.
+        let value = serde_json::from_slice::<Value>(text)
+            .map_err(|e| MessagesError::Invalid(format!("\"messages\" could not be read: {e}")))?;
+        return Err(MessagesError::NotAnArray {
+            found: json_kind(&value),
+        });
+    }
     let mut list = ListText::new(out);
-    let system = match first {
-        Some(b'[') => translate(api, |each| for_each_entry(text, each), &mut list)?,
-        // Not a list: no messages, as a request given as a tree reads it (once it is JSON).
-        _ => {
-            serde_json::from_slice::<serde::de::IgnoredAny>(text)
-                .map_err(|e| format!("\"messages\" could not be read: {e}"))?;
-            None
-        }
-    };
+    let system = translate(api, |each| for_each_entry(text, each), &mut list)
+        .map_err(MessagesError::Invalid)?;
     list.finish();
     // A value always serialises.
     Ok(system.map(|content| serde_json::to_vec(&content).unwrap_or_else(|_| b"null".to_vec())))
+}
+
+/// What a JSON value is, as an error names it.
+pub(super) fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
 
-    use crate::Dialect;
+    use crate::{Dialect, MessagesError};
 
     /// Every shape of message the translation reshapes, in an order that joins and splits
     /// the user turns of tool results.
@@ -235,7 +248,9 @@ mod tests {
         let tree = api.request_from_chat(&json!({"model": "m", "messages": messages}));
         let (text, tree) = match (text, tree) {
             (Ok(text), Ok(tree)) => (text, tree),
-            (Err(text), Err(tree)) => return assert_eq!(text, tree, "{api}: {messages}"),
+            (Err(text), Err(tree)) => {
+                return assert_eq!(text.to_string(), tree, "{api}: {messages}");
+            }
             (text, tree) => panic!("{api}: {text:?} but {tree:?}"),
         };
         assert_eq!(
@@ -273,14 +288,46 @@ mod tests {
                     &json!([{"role": first, "content": [{"type": "text", "text": "only"}]}]),
                 );
             }
-            for empty in [
+            // An empty list is no messages; anything else not a list, an error in both.
+            for not_a_list in [
                 json!([]),
                 json!(null),
                 json!("not a list"),
                 json!({"role": "user"}),
             ] {
-                same_as_the_tree(api, &empty);
+                same_as_the_tree(api, &not_a_list);
             }
+        }
+    }
+
+    #[test]
+    fn messages_not_a_list_are_a_typed_error_naming_the_field() {
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            for (text, found) in [
+                ("null", "null"),
+                (r#""hi""#, "a string"),
+                (r#" {"role": "user"}"#, "an object"),
+                ("3", "a number"),
+            ] {
+                let e = api.messages_from_chat_json(text.as_bytes()).unwrap_err();
+                assert_eq!(e, MessagesError::NotAnArray { found }, "{api}: {text}");
+                assert_eq!(e.field(), "messages");
+                assert_eq!(
+                    e.to_string(),
+                    format!("\"messages\" must be an array, not {found}")
+                );
+            }
+            // Not JSON at all: unreadable, still the field's.
+            let e = api.messages_from_chat_json(b"{oops").unwrap_err();
+            assert!(matches!(&e, MessagesError::Invalid(why) if why.contains("could not be read")));
+            // The tree refuses the same.
+            let tree = api.request_from_chat(&json!({"model": "m", "messages": "hi"}));
+            assert_eq!(
+                tree.unwrap_err(),
+                "\"messages\" must be an array, not a string"
+            );
+            // No messages at all is still no messages.
+            assert!(api.request_from_chat(&json!({"model": "m"})).is_ok());
         }
     }
 
@@ -304,13 +351,13 @@ mod tests {
         let e = Dialect::Anthropic
             .messages_from_chat_json(br#"[{"role":"user","content":"x"},{"role":"robot"}]"#)
             .unwrap_err();
-        assert_eq!(e, "messages[1]: unknown role \"robot\"");
+        assert_eq!(e.to_string(), "messages[1]: unknown role \"robot\"");
         let e = Dialect::Responses
             .messages_from_chat_json(
                 br#"[{"role":"system","content":"s"},{"role":"user","content":"x"},{"role":"robot"}]"#,
             )
             .unwrap_err();
-        assert_eq!(e, "messages[2]: unknown role \"robot\"");
+        assert_eq!(e.to_string(), "messages[2]: unknown role \"robot\"");
         for not_json in [
             &br#"[{"role":"user","content":"x"},"#[..],
             br#"[{"role":"user","content":"x"} {"role":"user","content":"y"}]"#,
@@ -319,6 +366,7 @@ mod tests {
         ] {
             for api in [Dialect::Anthropic, Dialect::Responses] {
                 let e = api.messages_from_chat_json(not_json).unwrap_err();
+                let e = e.to_string();
                 assert!(e.starts_with("\"messages\" could not be read: "), "{e}");
             }
         }

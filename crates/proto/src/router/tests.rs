@@ -101,8 +101,8 @@ struct Model {
     /// Per slot, what the router was told makes it unwanted: a cancel it accepted, a
     /// failure, an orphan it published (failed), a close that did not keep it.
     closed_known: Vec<bool>,
-    /// A cancel reached the router while it was reading.
-    cancel_asked: bool,
+    /// The router took a cancel (a refused one does not count).
+    cancel_taken: bool,
     closing: Option<Arc<[u32]>>,
     /// Per slot, whether the reservation for the upstream's failure counted it.
     counted: Option<Vec<bool>>,
@@ -137,7 +137,7 @@ impl Model {
             cancel_sent: Vec::new(),
             reserves: 0,
             closed_known: Vec::new(),
-            cancel_asked: false,
+            cancel_taken: false,
             closing: None,
             counted: None,
             drops: 0,
@@ -280,12 +280,12 @@ impl Model {
     }
 
     /// Whether no choice is wanted, as the model knows it: the completion is closing, or
-    /// a cancel came and every expected choice appeared; and each choice finished or is
+    /// a cancel was taken and every expected choice appeared; and each choice finished or is
     /// known closed.
     fn unwanted(&self) -> bool {
         let appeared = (self.router.expected()).is_none_or(|n| self.finished.len() >= n as usize);
         self.router.is_reading()
-            && (self.closing.is_some() || (self.cancel_asked && appeared))
+            && (self.closing.is_some() || (self.cancel_taken && appeared))
             && (0..self.finished.len()).all(|s| self.finished[s] || self.closed_known[s])
     }
 
@@ -311,11 +311,10 @@ impl Model {
     }
 
     fn cancel(&mut self, slot: usize, reason: CancelReason) {
-        if self.router.is_reading() {
-            self.cancel_asked = true;
-        }
         let result = self.router.cancel(slot, reason);
         if result.is_ok() {
+            // Only a cancel taken counts: a refused one drops no upstream.
+            self.cancel_taken = true;
             self.closed_known[slot] = true;
         }
         self.refused(
@@ -656,6 +655,26 @@ fn a_cancel_keeps_its_reason_and_a_second_is_refused() {
         commands(&mut router),
         ["spawn 0", "cancel 0 LowConfidence", "drop"]
     );
+}
+
+#[test]
+fn a_refused_cancel_is_not_counted_as_a_cancel() {
+    let mut router = Router::new(Some(2), None);
+    router.add(core(0));
+    router.add(core(1));
+    router.started(0, fake(1)).unwrap();
+    router.started(1, fake(2)).unwrap();
+    router.failed(0).unwrap();
+    assert_eq!(
+        router.cancel(0, CancelReason::Asked),
+        Err(Refused::AlreadyClosed(0))
+    );
+    assert!(!router.cancelled_any, "the cancel was not taken");
+    // Choice 0 failed, 1 finished, none cancelled: the upstream is read to its end (its
+    // usage), not dropped.
+    assert!(!router.unwanted(|slot| slot == 1));
+    assert!(!router.after_input(|slot| slot == 1));
+    assert_eq!(commands(&mut router), ["spawn 0", "spawn 1"]);
 }
 
 #[test]
