@@ -389,6 +389,7 @@ impl ClientBuilder {
                 count_url,
                 headers,
                 azure: self.azure,
+                api: self.api,
                 has_key: self.api_key.is_some(),
                 idle_timeout: self.idle_timeout,
                 max_retries: self.max_retries,

@@ -153,6 +153,8 @@ struct Inner {
     /// Accept, the key, the extra headers.
     headers: HeaderMap,
     azure: Option<String>,
+    /// The API its requests are in.
+    api: Dialect,
     has_key: bool,
     idle_timeout: Duration,
     max_retries: u32,
@@ -249,7 +251,9 @@ impl Client {
         };
         let mut body = object.clone();
         body.insert("stream".to_string(), Value::Bool(true));
-        ask_for_usage(&mut body);
+        if self.inner.api == Dialect::Chat {
+            ask_for_usage(&mut body);
+        }
         let body = serde_json::to_vec(&Value::Object(body))
             .map_err(|e| ClientError::invalid(ClientErrorKind::InvalidRequest, e.to_string()))?;
         self.send_bytes(bytes::Bytes::from(body)).await
@@ -637,8 +641,9 @@ impl Client {
     }
 }
 
-/// Asks a streamed request for the provider's own usage figures, as every front end of
-/// choicewise does (this client, the CLI, Python's `stream()`): a body without
+/// Asks a streamed Chat Completions request for the provider's own usage figures, as every
+/// front end of choicewise does (this client, the CLI, Python's `stream()`; the Responses
+/// and Messages APIs report usage unasked): a body without
 /// `stream_options` gains `{"include_usage": true}`; one whose `stream_options` is `null`
 /// sends none (for a server that refuses the field); any other `stream_options` is kept.
 /// Without the provider's figures, [`Completions::usage`](choicewise_core::Completions::usage)
