@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The coding agents, for the gateway's agent tests (crates/gateway/tests/agents.rs): Claude
+# The coding agents, for the gateway's agent tests (crates/gateway/tests/gateway/agents.rs): Claude
 # Code, Codex CLI and opencode from npm (each a platform binary in a package of its own) and pi
 # (Node.js), into one prefix under .clients/agents (or CHOICEWISE_AGENTS_DIR).
 #
 #   scripts/agents.sh install
-#   cargo test -p choicewise-gateway --test agents -- --ignored
+#   cargo test -p choicewise-gateway --test gateway -- --ignored agents::
 #
 # Pinned, so that a new agent release changes nothing here until someone moves the pin.
 set -euo pipefail

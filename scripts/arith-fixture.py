@@ -7,7 +7,7 @@ Reads the set's `.npz` files with numpy (`scripts/llama-server.sh tools` install
 venv), takes the `count` problems with the lowest problem ids, and writes for each its id, level,
 prompt (`EXPR=\\n`), answer, and what the set's 64 recorded samples of it say: the share of them
 that is right and their majority answer (ties: the smaller answer). The live test
-(crates/gateway/tests/arith.rs) asks the prompts through the gateway and prints these figures
+(crates/gateway/tests/gateway/arith.rs) asks the prompts through the gateway and prints these figures
 beside its own. The same set writes the same bytes.
 """
 

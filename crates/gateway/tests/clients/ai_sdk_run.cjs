@@ -1,6 +1,6 @@
 // The Vercel AI SDK (ai, @ai-sdk/openai) against `choicewise serve`: its default OpenAI
 // provider, `openai(model)`, speaks the Responses API (`/v1/responses`). Runs each case the
-// Rust test (crates/gateway/tests/clients.rs, `ai_sdk`) names and prints, as one JSON
+// Rust test (crates/gateway/tests/gateway/clients.rs, `ai_sdk`) names and prints, as one JSON
 // object, what the SDK parsed and which URLs it called. The Rust test holds the expectations.
 //
 // Environment: CHOICEWISE_GATEWAY_URL (base URL, .../v1), CHOICEWISE_GATEWAY_KEY; NODE_PATH

@@ -1,5 +1,5 @@
 // The Anthropic TypeScript SDK (@anthropic-ai/sdk) against `choicewise serve`'s Messages
-// endpoint (`/v1/messages`): runs each case the Rust test (crates/gateway/tests/clients.rs,
+// endpoint (`/v1/messages`): runs each case the Rust test (crates/gateway/tests/gateway/clients.rs,
 // `anthropic_node`) names and prints, as one JSON object, what the client library parsed.
 // The Rust test holds the expectations.
 //

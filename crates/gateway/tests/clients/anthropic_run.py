@@ -1,5 +1,5 @@
 """anthropic-python against `choicewise serve`'s Messages endpoint (`/v1/messages`): runs each
-case the Rust test (crates/gateway/tests/clients.rs, `anthropic_python`) names and prints, as
+case the Rust test (crates/gateway/tests/gateway/clients.rs, `anthropic_python`) names and prints, as
 one JSON object, what the client library parsed. The Rust test holds the expectations.
 
 Environment: CHOICEWISE_GATEWAY_URL (base URL, .../v1), CHOICEWISE_GATEWAY_KEY.

@@ -1,5 +1,5 @@
 """openai-python against `choicewise serve`'s Responses endpoint (`/v1/responses`): runs each
-case the Rust test (crates/gateway/tests/clients.rs, `openai_python_responses`) names and
+case the Rust test (crates/gateway/tests/gateway/clients.rs, `openai_python_responses`) names and
 prints, as one JSON object, what the client library parsed. The Rust test holds the
 expectations.
 

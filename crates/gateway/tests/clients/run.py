@@ -1,5 +1,5 @@
 """openai-python against `choicewise serve`: runs each case the Rust test
-(crates/gateway/tests/clients.rs) names and prints, as one JSON object, what the client
+(crates/gateway/tests/gateway/clients.rs) names and prints, as one JSON object, what the client
 library parsed. The Rust test holds the expectations, the same for every client.
 
 Environment: CHOICEWISE_GATEWAY_URL (base URL, .../v1), CHOICEWISE_GATEWAY_KEY.

@@ -8,8 +8,7 @@ use std::net::SocketAddr;
 use choicewise_testserver::{TestServer, tool_call_answer};
 use serde_json::Value;
 
-mod common;
-use common::serve;
+use crate::common::serve;
 
 fn env(_: &str) -> Option<String> {
     None

@@ -7,8 +7,7 @@ use std::net::SocketAddr;
 use choicewise_testserver::{Failure, TestServer, answer, tool_call_answer};
 use serde_json::{Value, json};
 
-mod common;
-use common::serve;
+use crate::common::serve;
 
 fn env(name: &str) -> Option<String> {
     (name == "CLIENT_KEYS").then(|| "sk-a".to_string())
@@ -429,7 +428,7 @@ async fn a_failed_upstream_is_counted_failed_in_every_api_streamed_or_not() {
 /// `shut_down`, never `complete`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_mid_answer_is_shut_down_in_every_api() {
-    let upstream = common::stalled(2).start().await.unwrap();
+    let upstream = crate::common::stalled(2).start().await.unwrap();
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
         upstream.base_url()

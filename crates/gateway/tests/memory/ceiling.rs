@@ -14,13 +14,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-mod common;
-use common::serve;
+use crate::common::serve;
 
 const MIB: u64 = 1 << 20;
 
-/// The tests read the process's memory: one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::ONE_AT_A_TIME;
 
 fn env(name: &str) -> Option<String> {
     (name == "CLIENT_KEYS").then(|| "sk-a,sk-b".into())
@@ -248,6 +246,7 @@ async fn bodies_are_charged_as_they_arrive_and_the_mark_holds() {
 
 #[tokio::test]
 async fn watermarks_out_of_order_are_refused_at_start() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let toml = "[limits]\nmemory_high_watermark_mb = 100\nmemory_low_watermark_mb = 200\n\
                 [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
     let e = choicewise_gateway::Config::from_toml(toml).unwrap_err();

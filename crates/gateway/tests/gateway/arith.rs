@@ -8,7 +8,7 @@
 //! temperature 1.0 (docs/real-server.md has the figures).
 //!
 //! Ignored by a plain `cargo test`: it needs the server. Run it with
-//! `scripts/llama-server.sh run cargo test -p choicewise-gateway --test arith -- --include-ignored`.
+//! `scripts/llama-server.sh run cargo test -p choicewise-gateway --test gateway -- --include-ignored arith::`.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -16,13 +16,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-mod common;
-
-const HOW: &str = "needs the arithmetic model's llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-gateway --test arith -- --include-ignored";
+const HOW: &str = "needs the arithmetic model's llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-gateway --test gateway -- --include-ignored arith::";
 
 /// The held-out problems: prompt (`EXPR=\n`) and answer, and what the set's 64 recorded samples
 /// of each say.
-const FIXTURE: &str = include_str!("../../../tests/fixtures/arith-set-a-50.json");
+const FIXTURE: &str = include_str!("../../../../tests/fixtures/arith-set-a-50.json");
 
 /// The longest answer the server's 192-token slots leave room for after the longest prompt.
 const MAX_TOKENS: u64 = 175;
@@ -152,7 +150,7 @@ async fn run(addr: SocketAddr, server: &str, problems: &[Value], pick: &Pick) ->
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the arithmetic model's llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-gateway --test arith -- --include-ignored"]
+#[ignore = "needs the arithmetic model's llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-gateway --test gateway -- --include-ignored arith::"]
 async fn picks_on_the_arithmetic_model() {
     let upstream = std::env::var("CHOICEWISE_ARITH_URL")
         .unwrap_or_else(|_| panic!("CHOICEWISE_ARITH_URL is not set: {HOW}"));
@@ -178,7 +176,7 @@ async fn picks_on_the_arithmetic_model() {
          [models.retry]\nfirst_byte_timeout_s = 300\n\
          [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{upstream}\"\nmodel = \"arith-6m\"\nn = \"fan-out\"\n"
     );
-    let (addr, _gateway) = common::serve(&toml, |_| None).await;
+    let (addr, _gateway) = crate::common::serve(&toml, |_| None).await;
 
     let picks = [
         Pick {

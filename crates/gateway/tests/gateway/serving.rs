@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer, answer};
 
-mod common;
-use common::{serve, stalled};
+use crate::common::{serve, stalled};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -332,7 +331,7 @@ async fn failures_before_the_first_byte_and_mid_stream() {
     );
     // Unreachable: 502.
     // Bound, not listening, and held: no later server can take its port.
-    let (unreachable, _held) = common::refusing();
+    let (unreachable, _held) = crate::common::refusing();
     let addr = gateway(&config(&[("chat", unreachable, "")])).await;
     let response = post(addr, request(1)).await;
     assert_eq!(response.status(), 502);

@@ -13,19 +13,15 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use choicewise_test_support::{CountingAlloc, within};
+use choicewise_test_support::within;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::Mutex;
 
-mod common;
-use common::{reset_rss_peak, serve, status_bytes};
+use crate::common::{reset_rss_peak, serve, status_bytes};
 
-#[global_allocator]
-static HEAP: CountingAlloc = CountingAlloc::new();
+use crate::HEAP;
 
-/// One test at a time: the figures are the process's.
-static SERIAL: Mutex<()> = Mutex::const_new(());
+use crate::ONE_AT_A_TIME as SERIAL;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -374,7 +370,7 @@ async fn a_count_answered_with_64_mib_is_cut_and_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_count_ends_in_time_and_frees_its_slot() {
     let _one = SERIAL.lock().await;
-    let url = common::silent().await;
+    let url = crate::common::silent().await;
     let addr = counting_gateway(&url).await;
     let client = reqwest::Client::new();
     let started = Instant::now();
@@ -404,7 +400,7 @@ async fn a_silent_count_ends_in_time_and_frees_its_slot() {
 
 /// The ceiling charges what a request will cost, not its body's size: with 12 MiB of room
 /// under the mark, a count_tokens body of 5.9 MiB (which its size alone would fit) is
-/// refused with 503 once its bytes pass its head's share, before the rest is read, since its
+/// refused with 503 once its bytes pass its head's share (the rest drained, not kept), since its
 /// route's bound is 2.5 times it; a small one is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_charges_the_cost_not_the_body() {
@@ -434,9 +430,9 @@ async fn admission_charges_the_cost_not_the_body() {
         high - 1
     );
     let addr = serve(&toml, env).await.0;
-    // Its head and its first 96 KiB: the head holds its small charge, and the refusal comes
-    // once the bytes pass it, before the rest is sent (the connection is then closed, so an
-    // HTTP client sending the rest would see its write fail).
+    // Sent whole, as a client sends it: the head holds its small charge, the refusal comes
+    // once the bytes pass it, and the rest is read and dropped, so that the client reads
+    // its 503 rather than a reset.
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
         "POST /v1/messages/count_tokens HTTP/1.1\r\nhost: 127.0.0.1\r\nx-api-key: sk-a\r\n\
@@ -444,7 +440,7 @@ async fn admission_charges_the_cost_not_the_body() {
         large.len()
     );
     tcp.write_all(head.as_bytes()).await.unwrap();
-    tcp.write_all(&large[..96 * 1024]).await.unwrap();
+    tcp.write_all(&large).await.unwrap();
     let mut answer = vec![0; 4096];
     let n = within(LIMIT, "the refusal", tcp.read(&mut answer))
         .await
@@ -462,7 +458,7 @@ async fn admission_charges_the_cost_not_the_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_count_whose_head_comes_alone_ends_at_the_first_byte_timeout() {
     let _one = SERIAL.lock().await;
-    let url = common::head_then_silent(
+    let url = crate::common::head_then_silent(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 20",
     )
     .await;

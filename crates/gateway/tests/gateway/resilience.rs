@@ -11,8 +11,7 @@ use choicewise_testserver::{Failure, TestServer, answer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-mod common;
-use common::{serve, silent};
+use crate::common::{serve, silent};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -80,7 +79,7 @@ async fn one_healthy_upstream_answers_every_choice() {
         .start()
         .await
         .unwrap();
-    let (refused, _refusing) = common::refusing();
+    let (refused, _refusing) = crate::common::refusing();
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nattempts = 3\nbackoff_ms = 10\n{}{}{}",
         upstream(&refused, ""),
@@ -192,7 +191,7 @@ async fn fallbacks_answer_and_client_errors_pass_through() {
         .start()
         .await
         .unwrap();
-    let (refused, _refusing) = common::refusing();
+    let (refused, _refusing) = crate::common::refusing();
     let toml = format!(
         "[[models]]\nname = \"m\"\nfallbacks = [\"local\"]\n[models.retry]\nbackoff_ms = 1\n{}\
          [[models]]\nname = \"local\"\n{}\
@@ -312,7 +311,7 @@ async fn retries_leaving_an_ejected_upstream_are_not_charged() {
 /// every try a 429: the answer is a 429 with the smallest Retry-After.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_budget_stops_retry_storms() {
-    let (refused, _refusing) = common::refusing();
+    let (refused, _refusing) = crate::common::refusing();
     let toml = format!(
         "[limits]\nretry_budget_percent = 0\n[[models]]\nname = \"m\"\n[models.retry]\nattempts = 5\nbackoff_ms = 1\n[models.health]\neject_after = 1000\n{}",
         upstream(&refused, "")

@@ -19,7 +19,7 @@
 //! Each script prints what its client parsed; the expectations are here.
 //!
 //! Ignored by a plain `cargo test` (the clients come from PyPI and npm); CI installs them and
-//! runs `cargo test -p choicewise-gateway --test clients -- --ignored`.
+//! runs `cargo test -p choicewise-gateway --test gateway -- --ignored clients::`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -29,8 +29,7 @@ use choicewise_core::{Completions, Source};
 use choicewise_testserver::{Failure, TestServer, answer, fixture};
 use serde_json::Value;
 
-mod common;
-use common::{serve, stalled};
+use crate::common::{serve, stalled};
 
 const KEY: &str = "sk-client-test";
 
@@ -119,7 +118,7 @@ async fn gateway() -> Upstreams {
     toml += &upstream("cut", "chat", &cut.base_url(), "fan-out");
     // One upstream refusing connections, one answering 500, one fine: the client sees no
     // failure (issue 40).
-    let (refused, _refusing) = common::refusing();
+    let (refused, _refusing) = crate::common::refusing();
     toml += &upstream("resilient", "chat", &refused, "fan-out");
     toml += &format!(
         "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"fan-out\"\n\

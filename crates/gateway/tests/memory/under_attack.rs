@@ -9,19 +9,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use choicewise_test_support::{CountingAlloc, within};
+use choicewise_test_support::within;
 use choicewise_testserver::{TestServer, answer};
 use serde_json::{Value, json};
-use tokio::sync::Mutex;
 
-mod common;
-use common::serve;
+use crate::common::serve;
 
-#[global_allocator]
-static HEAP: CountingAlloc = CountingAlloc::new();
+use crate::HEAP;
 
-/// One test at a time: the heap's peak is the process's.
-static SERIAL: Mutex<()> = Mutex::const_new(());
+use crate::ONE_AT_A_TIME as SERIAL;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -195,7 +191,7 @@ async fn a_windowed_vote_whose_samples_are_cut_and_replacements_refused_fails() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_deadline_ends_what_still_runs() {
     let _serial = SERIAL.lock().await;
-    let upstream = common::stalled(1).start().await.unwrap();
+    let upstream = crate::common::stalled(1).start().await.unwrap();
     let limits = "[limits]\nrequest_deadline_s = 1\nupstream_idle_timeout_s = 3600\nclient_stall_timeout_s = 3600";
     let (addr, _) = serve(&config(&upstream.base_url(), limits), env).await;
 

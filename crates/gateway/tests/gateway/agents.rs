@@ -19,7 +19,7 @@
 //!
 //! Ignored by a plain `cargo test`: the agents come from npm, and each is a program of its
 //! own. CI runs `scripts/agents.sh install`, then
-//! `cargo test --workspace --test agents -- --ignored --test-threads 32` (the agents wait on
+//! `cargo test --workspace --test gateway -- --ignored --test-threads 32 agents::` (the agents wait on
 //! their upstreams and their own backoff far more than they compute).
 
 use std::net::SocketAddr;
@@ -30,8 +30,7 @@ use std::time::Duration;
 use choicewise_testserver::{TestServer, TestServerBuilder, answer};
 use serde_json::{Value, json};
 
-mod common;
-use common::{refusing, serve, silent};
+use crate::common::{refusing, serve, silent};
 
 const KEY: &str = "sk-agent-test";
 

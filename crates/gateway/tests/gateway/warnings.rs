@@ -12,8 +12,7 @@ use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer};
 use serde_json::{Value, json};
 
-mod common;
-use common::serve;
+use crate::common::serve;
 
 const LIMIT: Duration = Duration::from_secs(60);
 

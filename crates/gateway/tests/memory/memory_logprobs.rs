@@ -13,18 +13,13 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use choicewise_test_support::CountingAlloc;
+use crate::common::serve;
 
-mod common;
-use common::serve;
-
-#[global_allocator]
-static HEAP: CountingAlloc = CountingAlloc::new();
+use crate::HEAP;
 
 const MIB: u64 = 1 << 20;
 
-/// The tests read the process's memory: one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use crate::ONE_AT_A_TIME;
 
 /// A `/proc/self/status` figure, in bytes.
 fn status_bytes(field: &str) -> u64 {

@@ -9,15 +9,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use choicewise_test_support::{CountingAlloc, within};
+use choicewise_test_support::within;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-mod common;
-use common::{serve, status_bytes};
+use crate::ONE_AT_A_TIME;
+use crate::common::{serve, status_bytes};
 
-#[global_allocator]
-static HEAP: CountingAlloc = CountingAlloc::new();
+use crate::HEAP;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -93,6 +92,7 @@ async fn post(addr: SocketAddr, body: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_endless_choice_of_sixteen_fails_alone_within_its_bound() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let (url, sent) = endless().await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"native\"\n"

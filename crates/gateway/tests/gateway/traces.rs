@@ -18,8 +18,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::{Map, Value, json};
 
-mod common;
-use common::{serve, stalled};
+use crate::common::{serve, stalled};
 
 const LIMIT: Duration = Duration::from_secs(20);
 

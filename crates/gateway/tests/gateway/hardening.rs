@@ -12,8 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-mod common;
-use common::serve;
+use crate::common::serve;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -309,7 +308,7 @@ async fn credentials_in_a_base_url_never_leave() {
         .await
         .unwrap();
     // Bound, not listening, and held: no later server can take its port.
-    let (_, held) = common::refusing();
+    let (_, held) = crate::common::refusing();
     let closed = held.local_addr().unwrap();
     let url =
         |addr: SocketAddr| format!("http://user:hunter2-pass@{addr}/v1?api-key=hunter2-query");
@@ -644,7 +643,7 @@ async fn a_huge_vote_by_is_refused() {
 /// requests out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_is_checked_before_the_slots() {
-    let upstream = common::stalled(2).start().await.unwrap();
+    let upstream = crate::common::stalled(2).start().await.unwrap();
     let toml = config(
         "chat",
         &upstream.base_url(),

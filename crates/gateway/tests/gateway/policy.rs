@@ -13,8 +13,7 @@ use choicewise_test_support::within;
 use choicewise_testserver::{TestServer, TestServerBuilder, answer, tool_call_answer};
 use serde_json::{Value, json};
 
-mod common;
-use common::{serve, silent};
+use crate::common::{serve, silent};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -302,7 +301,7 @@ async fn a_models_deadline_is_a_ceiling_a_request_may_lower() {
         .start()
         .await
         .unwrap();
-    let stalled = common::stalled(1).start().await.unwrap();
+    let stalled = crate::common::stalled(1).start().await.unwrap();
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.choicewise]\nselect = \"vote\"\nsamples = 2\nmin_votes = 1\ndeadline_ms = 1500\n{}{}",
         upstream(&fine.base_url()),
@@ -602,7 +601,7 @@ async fn a_vote_answers_502_only_when_no_sample_finished() {
 /// is a 504 within 2.5 s naming `deadline_ms` and its value, whatever the pick and the API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadline_ms_counts_from_the_requests_start() {
-    let url = common::head_then_silent(
+    let url = crate::common::head_then_silent(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked",
     )
     .await;

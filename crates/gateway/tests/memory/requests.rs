@@ -12,18 +12,14 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use choicewise_test_support::{CountingAlloc, within};
+use choicewise_test_support::within;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::Mutex;
 
-mod common;
-use common::{reset_rss_peak, serve, status_bytes};
+use crate::common::{reset_rss_peak, serve, status_bytes};
 
-#[global_allocator]
-static HEAP: CountingAlloc = CountingAlloc::new();
+use crate::HEAP;
 
-/// One test at a time: the figures are the process's.
-static SERIAL: Mutex<()> = Mutex::const_new(());
+use crate::ONE_AT_A_TIME as SERIAL;
 
 const LIMIT: Duration = Duration::from_secs(120);
 

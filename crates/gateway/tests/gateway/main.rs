@@ -1,0 +1,24 @@
+//! The gateway's tests over real loopback HTTP, one module per subject, in one test binary
+//! (one link rather than one per file, one set of builders in `common`). The tests that read
+//! process-wide figures (the heap, the resident set) are in `tests/memory`, a binary of
+//! their own, since tests running beside them in one process would move those figures.
+//!
+//! The tests that need outside programs are ignored by a plain `cargo test`; CI runs them by
+//! module: `cargo test -p choicewise-gateway --test gateway -- --ignored arith::` (the
+//! arithmetic model's llama.cpp server), `clients::` (the official SDKs), `agents::` (the
+//! coding agents).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod agents;
+mod arith;
+mod clients;
+mod hardening;
+mod ingress;
+mod policy;
+mod resilience;
+mod serving;
+mod traces;
+mod translation;
+mod warnings;
