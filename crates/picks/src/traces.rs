@@ -201,6 +201,11 @@ impl TraceSet {
         })
     }
 
+    /// Reads the problems of one `.npz` file, whose token ids are below `vocab`.
+    pub fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
+        read_npz(file, vocab)
+    }
+
     /// The text of one token.
     pub fn token(&self, id: u32) -> &str {
         self.vocab.get(id as usize).map_or("", String::as_str)

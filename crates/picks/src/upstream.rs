@@ -283,6 +283,15 @@ fn sse(
         let longest = samples.iter().map(|s| s.len()).max().unwrap_or(0);
         let mut unfinished = Unfinished { counters: up.counters.clone(), left: n as u64 };
         let start = tokio::time::Instant::now();
+        // A sample of no token at all (a recorded empty answer) ends at once.
+        let mut out = String::new();
+        for (i, s) in samples.iter().enumerate().filter(|(_, s)| s.is_empty()) {
+            event(&mut out, &id, i, None, Some(if s.finished { "stop" } else { "length" }));
+            unfinished.left -= 1;
+        }
+        if !out.is_empty() {
+            yield Ok(Bytes::from(out));
+        }
         for t in 0..longest {
             tokio::time::sleep_until(start + up.pace * (t as u32 + 1)).await;
             let mut out = String::new();
