@@ -53,8 +53,9 @@ fn has_logprobs(args: &ReportArgs, set: &TraceSet) -> bool {
     }
 }
 
-/// A gateway in this process on 127.0.0.1: its base URL, and what stops it.
-async fn start_gateway(upstream: &str) -> Result<(String, tokio::sync::oneshot::Sender<()>), Exit> {
+/// A gateway in this process on 127.0.0.1: its base URL, and its task (aborted when done:
+/// a shutdown would say so on stderr, and no answer is left open by then).
+async fn start_gateway(upstream: &str) -> Result<(String, tokio::task::JoinHandle<()>), Exit> {
     let config =
         choicewise_gateway::Config::from_toml(&gateway_config(upstream, SETTINGS.max_samples))
             .map_err(|e| format!("the gateway's configuration: {e}"))?;
@@ -66,15 +67,10 @@ async fn start_gateway(upstream: &str) -> Result<(String, tokio::sync::oneshot::
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let _ = gateway
-            .serve_on(listener, async {
-                let _ = stopped.await;
-            })
-            .await;
+    let task = tokio::spawn(async move {
+        let _ = gateway.serve_on(listener, std::future::pending()).await;
     });
-    Ok((format!("http://{addr}"), stop))
+    Ok((format!("http://{addr}"), task))
 }
 
 pub async fn run(args: ReportArgs) -> Result<(), Exit> {
@@ -101,7 +97,7 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
     let set = Arc::new(set);
     let pace = Duration::from_secs_f64(args.token_ms.max(0.0) / 1000.0);
     let up = upstream::start(set.clone(), pace)?;
-    let (gateway, stop) = start_gateway(&up.url).await?;
+    let (gateway, gateway_task) = start_gateway(&up.url).await?;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
         .build()
@@ -133,7 +129,7 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         }
         figures.push(f);
     }
-    let _ = stop.send(());
+    gateway_task.abort();
     let runs = vec![figures];
     let mut out = choicewise_picks::summary(&Results {
         set: &set,
