@@ -11,6 +11,7 @@
 mod chat;
 mod live;
 mod memory;
+mod picks;
 mod plain;
 mod record;
 mod replay;
@@ -42,6 +43,13 @@ enum Command {
     /// Serve an OpenAI-compatible gateway: a correct streamed n for every model, picks
     /// among samples while they stream (docs/gateway.md).
     Serve(serve::ServeArgs),
+    /// Measure the picks on your own model and task: `record` K samples of each item from
+    /// an OpenAI-compatible endpoint, then `report` what each pick (single, first-finished,
+    /// vote-K, adaptive, confidence) gives on them through the gateway (docs/picks.md).
+    Picks {
+        #[command(subcommand)]
+        command: picks::PicksCommand,
+    },
     /// Print a shell completion script (e.g. `choicewise completions bash >
     /// ~/.local/share/bash-completion/completions/choicewise`).
     Completions {
@@ -52,7 +60,7 @@ enum Command {
     /// Print the man page, in roff (e.g. `choicewise man chat | man -l -`): of the command, or
     /// of one of its subcommands.
     Man {
-        /// The subcommand (chat, replay, serve, completions).
+        /// The subcommand (chat, replay, serve, picks, completions).
         subcommand: Option<String>,
     },
 }
@@ -117,10 +125,11 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
                     ("chat", Some(sub)) => sub.clone().name("choicewise-chat"),
                     ("replay", Some(sub)) => sub.clone().name("choicewise-replay"),
                     ("serve", Some(sub)) => sub.clone().name("choicewise-serve"),
+                    ("picks", Some(sub)) => sub.clone().name("choicewise-picks"),
                     ("completions", Some(sub)) => sub.clone().name("choicewise-completions"),
                     _ => {
                         eprintln!(
-                            "choicewise: no subcommand {name:?}: chat, replay, serve, completions or man"
+                            "choicewise: no subcommand {name:?}: chat, replay, serve, picks, completions or man"
                         );
                         return 2;
                     }
@@ -155,6 +164,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
             Command::Replay(args) => replay::run(args).await,
             Command::Chat(args) => chat::run(*args).await,
             Command::Serve(args) => serve::run(args).await,
+            Command::Picks { command } => picks::run(command).await,
             Command::Completions { .. } | Command::Man { .. } => Ok(()),
         }
     });

@@ -1643,3 +1643,319 @@ async fn a_windowed_vote_over_n_choices_sends_one_request_per_choice() {
         assert_eq!(r.json.as_ref().unwrap()["n"], 1, "one choice per request");
     }
 }
+
+/// `choicewise picks record` and `report` against a scripted Chat Completions server.
+mod picks {
+    use std::collections::HashMap;
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::{choicewise, ok, scratch};
+
+    /// Each item's right answer and the answers of its 6 scripted samples, in the order
+    /// they are asked.
+    const ITEMS: [(&str, &str, [&str; 6]); 4] = [
+        ("a", "1", ["1", "2", "1", "1", "3", "1"]),
+        ("b", "7", ["3", "7", "7", "7", "7", "3"]),
+        ("c", "5", ["5", "5", "5", "5", "5", "5"]),
+        ("d", "9", ["9", "9", "4", "9", "9", "9"]),
+    ];
+
+    /// The text of sample k of item `p`: one character a token.
+    fn text(p: &str, k: usize) -> String {
+        let (_, _, answers) = ITEMS.iter().find(|i| i.0 == p).unwrap();
+        format!("{p}={}\n#### {}", answers[k], answers[k])
+    }
+
+    /// The scripted server: the k-th request for an item (its last user message) gets its
+    /// sample k, streamed a token an event with `logprobs` when asked; it refuses
+    /// `logprobs` (400) when told to, and fails every request for `fail` (400) while set.
+    struct Server {
+        addr: SocketAddr,
+        requests: Arc<AtomicUsize>,
+        fail: Arc<Mutex<Option<String>>>,
+    }
+
+    async fn server(refuse_logprobs: bool) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let fail: Arc<Mutex<Option<String>>> = Arc::default();
+        let next: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let refuse = Arc::new(AtomicBool::new(refuse_logprobs));
+        let (count, failing) = (requests.clone(), fail.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (count, failing, next, refuse) =
+                    (count.clone(), failing.clone(), next.clone(), refuse.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let body = loop {
+                        let n = tcp.read(&mut chunk).await.unwrap();
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse().unwrap());
+                        if buf.len() >= end + 4 + len {
+                            break buf[end + 4..end + 4 + len].to_vec();
+                        }
+                    };
+                    count.fetch_add(1, Relaxed);
+                    let req: Value = serde_json::from_slice(&body).unwrap();
+                    let item = req["messages"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .rev()
+                        .find(|m| m["role"] == "user")
+                        .unwrap()["content"]
+                        .as_str()
+                        .unwrap()
+                        .to_string();
+                    let logprobs = req["logprobs"] == true;
+                    let refused = |message: &str| {
+                        let body = json!({"error": {"message": message}}).to_string();
+                        format!(
+                            "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                    };
+                    let answer = if logprobs && refuse.load(Relaxed) {
+                        refused("logprobs are not supported")
+                    } else if failing.lock().unwrap().as_deref() == Some(item.as_str()) {
+                        refused("this item fails")
+                    } else {
+                        let k = {
+                            let mut next = next.lock().unwrap();
+                            let k = next.entry(item.clone()).or_insert(0);
+                            *k += 1;
+                            *k - 1
+                        };
+                        let mut sse = String::new();
+                        for (i, c) in text(&item, k).chars().enumerate() {
+                            let t = c.to_string();
+                            let mut choice =
+                                json!({"index": 0, "delta": {"content": t}, "finish_reason": null});
+                            if i == 0 {
+                                choice["delta"]["role"] = json!("assistant");
+                            }
+                            if logprobs {
+                                let lp = -0.1 * (k + 1) as f64;
+                                choice["logprobs"] = json!({"content": [{"token": t, "logprob": lp,
+                                    "top_logprobs": [{"token": t, "logprob": lp}, {"token": "x", "logprob": -2.0},
+                                        {"token": "y", "logprob": -3.0}, {"token": "z", "logprob": -4.0},
+                                        {"token": "w", "logprob": -5.0}]}]});
+                            }
+                            sse.push_str(&format!("data: {}\n\n", json!({"choices": [choice]})));
+                        }
+                        sse.push_str(&format!(
+                            "data: {}\n\ndata: [DONE]\n\n",
+                            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                        ));
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{sse}"
+                        )
+                    };
+                    let _ = tcp.write_all(answer.as_bytes()).await;
+                    let _ = tcp.shutdown().await;
+                });
+            }
+        });
+        Server {
+            addr,
+            requests,
+            fail,
+        }
+    }
+
+    fn items_file(name: &str) -> String {
+        let path = scratch(name);
+        let mut lines = Vec::new();
+        for (id, answer, _) in ITEMS {
+            let line = if id == "d" {
+                json!({"id": id, "messages": [{"role": "system", "content": "be brief"},
+                                              {"role": "user", "content": id}], "answer": answer})
+            } else {
+                json!({"id": id, "prompt": id, "answer": answer})
+            };
+            lines.push(line.to_string());
+        }
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        path.to_str().unwrap().to_string()
+    }
+
+    async fn record(s: &Server, items: &str, out: &str, k: &str) -> std::process::Output {
+        let url = format!("http://{}/v1", s.addr);
+        choicewise(&[
+            "picks",
+            "record",
+            "--input",
+            items,
+            "--samples",
+            k,
+            "--out",
+            out,
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "--api-key",
+            "sk-secret-test",
+            "--temperature",
+            "1.0",
+            // One at a time: the server's k-th sample of an item is the set's sample k.
+            "--concurrency",
+            "1",
+        ])
+        .await
+    }
+
+    async fn report(dir: &str) -> Value {
+        let out = choicewise(&["picks", "report", dir, "--answer", r"#### (\d+)", "--json"]).await;
+        serde_json::from_slice(ok(&out)).unwrap()
+    }
+
+    fn row<'a>(out: &'a Value, name: &str) -> &'a Value {
+        out["picks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {out}"))
+    }
+
+    fn names(out: &Value) -> Vec<String> {
+        (out["picks"].as_array().unwrap().iter())
+            .map(|r| r["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn record_resumes_after_an_interruption_and_report_scores_it() {
+        let s = server(false).await;
+        let items = items_file("picks-items.jsonl");
+        let dir = scratch("picks-set");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = dir.to_str().unwrap();
+        // Interrupted at item c: a and b are written, c and d not.
+        *s.fail.lock().unwrap() = Some("c".into());
+        let first = record(&s, &items, out, "4").await;
+        assert_eq!(first.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&first.stderr);
+        assert!(err.contains("item \"c\""), "{err}");
+        assert!(!err.contains("sk-secret-test"), "the key printed: {err}");
+        assert!(dir.join("traces_0.npz").exists() && dir.join("traces_1.npz").exists());
+        assert!(!dir.join("traces_2.npz").exists());
+        // Resumed: only c and d are asked, 4 samples each.
+        *s.fail.lock().unwrap() = None;
+        let before = s.requests.load(Relaxed);
+        ok(&record(&s, &items, out, "4").await);
+        assert_eq!(s.requests.load(Relaxed) - before, 8);
+        // Nothing missing: nothing asked.
+        let before = s.requests.load(Relaxed);
+        ok(&record(&s, &items, out, "4").await);
+        assert_eq!(s.requests.load(Relaxed) - before, 0);
+        // Two more samples of each item.
+        ok(&record(&s, &items, out, "6").await);
+        assert_eq!(s.requests.load(Relaxed) - before, 8);
+
+        let meta: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+        assert_eq!(meta["logprobs"], true);
+        assert_eq!(meta["samples_recorded"], 24);
+        let vocab: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("vocab.json")).unwrap())
+                .unwrap();
+        assert_eq!(vocab["0"], "<eos>");
+
+        let r = report(out).await;
+        assert_eq!(
+            (r["problems"].as_u64(), r["samples"].as_u64()),
+            (Some(4), Some(6))
+        );
+        assert_eq!(
+            names(&r),
+            [
+                "single",
+                "first-finished",
+                "vote-4",
+                "adaptive",
+                "confidence-high",
+                "confidence-low"
+            ]
+        );
+        // By hand: sample 0 is right for a, c and d; the first 4 samples' majority for all.
+        assert_eq!(row(&r, "single")["accuracy"], 0.75);
+        assert_eq!(row(&r, "single")["reference"]["accuracy"], 0.75);
+        assert_eq!(row(&r, "vote-4")["accuracy"], 1.0);
+        assert_eq!(row(&r, "vote-4")["reference"]["accuracy"], 1.0);
+        assert_eq!(row(&r, "vote-4")["choicewise"]["vote_by"], r"#### (\d+)");
+        // The tokens of single: each item's sample 0, one character a token ("a=1\n#### 1").
+        assert_eq!(row(&r, "single")["tokens"], 4 * 10);
+        for name in names(&r) {
+            assert_eq!(row(&r, &name)["failed"], 0, "{name}: {r}");
+        }
+        // The plain majority of all 6: a 1 (4), b 7 (4), c 5, d 9 (5).
+        assert_eq!(r["majority"]["accuracy"], 1.0);
+        // The recommendation: the cheapest pick within 1 point of the best vote (vote-4,
+        // 100%), so a pick that is always right.
+        let rec = &r["recommendation"];
+        assert_eq!(rec["accuracy"], 1.0, "{r}");
+        let cheapest = (r["picks"].as_array().unwrap().iter())
+            .filter(|p| p["accuracy"] == 1.0)
+            .map(|p| p["tokens"].as_u64().unwrap())
+            .min()
+            .unwrap();
+        assert_eq!(row(&r, rec["pick"].as_str().unwrap())["tokens"], cheapest);
+        let ratio = cheapest as f64 / 40.0;
+        assert!((rec["tokens_vs_single"].as_f64().unwrap() - ratio).abs() < 1e-9);
+
+        // The table and the recommendation's line.
+        let table = choicewise(&["picks", "report", out, "--answer", r"#### (\d+)"]).await;
+        let text = String::from_utf8_lossy(ok(&table)).to_string();
+        assert!(text.contains("| vote-4 | 100.00% |"), "{text}");
+        // Its own run: the pick may differ (the gateway's tokens vary), its accuracy not.
+        assert!(text.contains("Recommendation: "), "{text}");
+        assert!(text.contains("(100.00% right, "), "{text}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_refuses_logprobs_is_recorded_without_them() {
+        let s = server(true).await;
+        let items = items_file("picks-items-nolp.jsonl");
+        let dir = scratch("picks-set-nolp");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = dir.to_str().unwrap();
+        let rec = record(&s, &items, out, "4").await;
+        ok(&rec);
+        assert!(String::from_utf8_lossy(&rec.stderr).contains("refused logprobs"));
+        let meta: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("meta.json")).unwrap()).unwrap();
+        assert_eq!(meta["logprobs"], false);
+        let r = report(out).await;
+        // No confidence picks without log-probabilities; the rest as above.
+        assert_eq!(
+            names(&r),
+            ["single", "first-finished", "vote-4", "adaptive"]
+        );
+        assert_eq!(row(&r, "single")["accuracy"], 0.75);
+        assert_eq!(row(&r, "vote-4")["accuracy"], 1.0);
+        assert_eq!(r["logprobs"], false);
+    }
+}

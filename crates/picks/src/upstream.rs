@@ -1,15 +1,16 @@
 //! The upstream of `picks`: an OpenAI-style Chat Completions server on 127.0.0.1 that serves
 //! a set's recorded samples as streamed chat completions, as a model server would.
 //!
-//! - The request's user message is a problem's prompt (`EXPR=\n`); its system message,
-//!   `picks-run TAG`, names the run, so that every run counts its samples afresh.
+//! - The request's messages are a problem's (its prompt as the user message, or the
+//!   conversation it was recorded with), compared by role and text; a system message
+//!   `picks-run TAG` among them names the run, so that every run counts its samples afresh.
 //! - The k-th sample asked for a problem in a run is that problem's recorded sample k,
 //!   whatever the order in which the requests arrive: a request for `n` choices takes the
 //!   next `n` numbers (native `n` and fan-out alike). Past the recorded samples: 400.
 //! - Each sample's tokens are paced, one content event per token `pace` apart (choice after
 //!   choice in one request, at the same tick); with `"logprobs": true` each carries its
 //!   `logprobs.content` entry in OpenAI's shape (`token`, `logprob`, `top_logprobs` of
-//!   [`TOP_K`](super::traces::TOP_K)); `<eos>` ends a sample with `finish_reason: "stop"` (at
+//!   [`TOP_K`](crate::traces::TOP_K)); `<eos>` ends a sample with `finish_reason: "stop"` (at
 //!   its tick: it is a generated token), a sample that ran out of room with `"length"`.
 //! - It counts requests, samples started and tokens sent: a sample the gateway cancels (its
 //!   connection closed) counts the tokens sent before the cancel.
@@ -29,7 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::Value;
 
-use super::traces::{Sample, TraceSet};
+use crate::traces::{Sample, TraceSet};
 
 /// The system message that names a run.
 pub const RUN_PREFIX: &str = "picks-run ";
@@ -37,8 +38,11 @@ pub const RUN_PREFIX: &str = "picks-run ";
 /// What the upstream counted.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Requests received.
     pub requests: AtomicU64,
+    /// Samples started.
     pub samples: AtomicU64,
+    /// Tokens sent (`<eos>` included).
     pub tokens: AtomicU64,
     /// Samples whose stream was dropped before their last token.
     pub cancelled: AtomicU64,
@@ -49,10 +53,15 @@ pub struct Counters {
 /// The counters at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
+    /// Requests received.
     pub requests: u64,
+    /// Samples started.
     pub samples: u64,
+    /// Tokens sent.
     pub tokens: u64,
+    /// Samples dropped before their end.
     pub cancelled: u64,
+    /// Requests refused.
     pub refused: u64,
 }
 
@@ -70,6 +79,7 @@ impl std::ops::Sub for Counts {
 }
 
 impl Counters {
+    /// The counts now.
     pub fn counts(&self) -> Counts {
         Counts {
             requests: self.requests.load(Relaxed),
@@ -95,6 +105,7 @@ struct Upstream {
 pub struct TraceUpstream {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
+    /// What it counted.
     pub counters: Arc<Counters>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -115,7 +126,7 @@ impl Drop for TraceUpstream {
 pub fn start(set: Arc<TraceSet>, pace: Duration) -> Result<TraceUpstream, String> {
     let mut by_prompt = HashMap::new();
     for (i, p) in set.problems.iter().enumerate() {
-        if by_prompt.insert(p.prompt.clone(), i).is_some() {
+        if by_prompt.insert(key(&p.messages()), i).is_some() {
             return Err(format!("two problems share the prompt {:?}", p.prompt));
         }
     }
@@ -166,6 +177,35 @@ pub fn start(set: Arc<TraceSet>, pace: Duration) -> Result<TraceUpstream, String
     })
 }
 
+/// A message's text: its content, or its text parts joined.
+fn text(m: &Value) -> String {
+    match m.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => (parts.iter())
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// What identifies a problem in a request: its messages' roles and texts, without the one
+/// that names the run.
+fn key(messages: &[Value]) -> String {
+    let mut out = String::new();
+    for m in messages {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let text = text(m);
+        if role == "system" && text.starts_with(RUN_PREFIX) {
+            continue;
+        }
+        out.push_str(role);
+        out.push('\u{1}');
+        out.push_str(&text);
+        out.push('\u{2}');
+    }
+    out
+}
+
 fn refuse(up: &Upstream, message: &str) -> Response {
     up.counters.refused.fetch_add(1, Relaxed);
     let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error"}});
@@ -188,20 +228,13 @@ async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let messages = req.get("messages").and_then(Value::as_array);
-    let text_of = |role: &str| {
-        messages
-            .into_iter()
-            .flatten()
-            .filter(|m| m.get("role").and_then(Value::as_str) == Some(role))
-            .filter_map(|m| m.get("content").and_then(Value::as_str))
-            .next_back()
-    };
-    let run = text_of("system")
-        .and_then(|s| s.strip_prefix(RUN_PREFIX))
-        .unwrap_or("")
-        .to_string();
-    let Some(&problem) = text_of("user").and_then(|p| up.by_prompt.get(p)) else {
-        return refuse(&up, "the user message is no problem of the set");
+    let run = (messages.into_iter().flatten())
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("system"))
+        .find_map(|m| text(m).strip_prefix(RUN_PREFIX).map(str::to_string))
+        .unwrap_or_default();
+    let asked = messages.map_or(String::new(), |m| key(m));
+    let Some(&problem) = up.by_prompt.get(&asked) else {
+        return refuse(&up, "the messages are no problem of the set");
     };
     let recorded = up.set.problems[problem].samples.len();
     let first = {
@@ -250,6 +283,15 @@ fn sse(
         let longest = samples.iter().map(|s| s.len()).max().unwrap_or(0);
         let mut unfinished = Unfinished { counters: up.counters.clone(), left: n as u64 };
         let start = tokio::time::Instant::now();
+        // A sample of no token at all (a recorded empty answer) ends at once.
+        let mut out = String::new();
+        for (i, s) in samples.iter().enumerate().filter(|(_, s)| s.is_empty()) {
+            event(&mut out, &id, i, None, Some(if s.finished { "stop" } else { "length" }));
+            unfinished.left -= 1;
+        }
+        if !out.is_empty() {
+            yield Ok(Bytes::from(out));
+        }
         for t in 0..longest {
             tokio::time::sleep_until(start + up.pace * (t as u32 + 1)).await;
             let mut out = String::new();
@@ -353,7 +395,7 @@ fn event(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::picks::traces::{Problem, TOP_K};
+    use crate::traces::{Problem, TOP_K};
 
     /// A set of one problem whose sample k is `k` repeated `2 + k` times, then `<eos>`;
     /// sample 3 is unfinished.
@@ -362,7 +404,7 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let samples = (0..4u8)
+        let samples = (0..4u32)
             .map(|k| {
                 let mut tokens = vec![3 + k; 2 + k as usize];
                 let finished = k != 3;
@@ -387,6 +429,7 @@ mod tests {
                 prompt: "1+1=\n".into(),
                 answer: "2".into(),
                 samples,
+                ..Problem::default()
             }],
         }
     }

@@ -9,7 +9,7 @@
 //! NumPy's default); each later sample stops at the first full window below it; the vote is
 //! weighted by confidence; sampling stops once the leader holds `consensus` of the weight.
 
-use super::traces::{Problem, Sample};
+use crate::traces::{Problem, Sample};
 
 /// The answer after the last `#### ` of a text, digits only (`""` when none), as the set's
 /// own `pred_answers` are read.
@@ -28,7 +28,9 @@ pub fn answer_of(text: &str) -> String {
 /// What a pick gave on one problem: its answer and the tokens generated.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {
+    /// The answer picked (`""`: none).
     pub answer: String,
+    /// Tokens generated.
     pub tokens: u64,
     /// Samples started.
     pub samples: u64,
@@ -118,10 +120,13 @@ pub fn adaptive(problem: &Problem, max: usize, w: usize) -> Outcome {
 /// DeepConf online's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeepConf {
+    /// Samples of the warmup (they set the threshold).
     pub warmup: usize,
     /// Share of the warmup's confidences at or above the threshold (0.9: high, 0.1: low).
     pub keep: f64,
+    /// Tokens of a group.
     pub group_tokens: usize,
+    /// The most samples.
     pub max_samples: usize,
     /// Leader's share of the weight that stops sampling (above 1: never).
     pub consensus: f64,
@@ -252,6 +257,7 @@ mod tests {
             prompt: "1+1=\n".into(),
             answer: "2".into(),
             samples,
+            ..Problem::default()
         }
     }
 

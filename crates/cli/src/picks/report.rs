@@ -1,0 +1,176 @@
+//! `choicewise picks report DIR --answer REGEX`: the set replayed through the gateway, in this
+//! process: the trace upstream and the gateway on 127.0.0.1, every problem asked once per
+//! pick, as `choicewise-bench picks` does.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use choicewise_picks::traces::TraceSet;
+use choicewise_picks::{
+    AnswerRule, Asker, Offline, Results, SETTINGS, gateway_config, offline, picks_for, recommend,
+    upstream, vote_curve,
+};
+use clap::Args;
+use serde_json::{Value, json};
+
+use crate::Exit;
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The recorded set (`choicewise picks record --out DIR`; or any set in the format).
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+    /// The answer in a sample's text: this regular expression's first capture group (the
+    /// whole match without a group). The votes' key (`vote_by`), and what is scored against
+    /// each item's answer.
+    #[arg(long, value_name = "REGEX")]
+    answer: String,
+    /// Print the figures as one JSON object (the shape of `choicewise-bench picks --json`,
+    /// with `recommendation`) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also write the plot of accuracy against tokens (SVG) to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Problems asked of the gateway at once.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    concurrency: usize,
+    /// Between two tokens of a replayed sample, ms (a model server's pace).
+    #[arg(long, value_name = "MS", default_value_t = 1.0)]
+    token_ms: f64,
+}
+
+/// Whether the set's samples carry their log-probabilities: its `meta.json` says so when it
+/// was recorded; else they are looked at.
+fn has_logprobs(args: &ReportArgs, set: &TraceSet) -> bool {
+    let meta = std::fs::read_to_string(args.dir.join("meta.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok());
+    match meta.as_ref().and_then(|m| m["logprobs"].as_bool()) {
+        Some(b) => b,
+        None => set.has_logprobs(),
+    }
+}
+
+/// A gateway in this process on 127.0.0.1: its base URL, and its task (aborted when done:
+/// a shutdown would say so on stderr, and no answer is left open by then).
+async fn start_gateway(upstream: &str) -> Result<(String, tokio::task::JoinHandle<()>), Exit> {
+    let config =
+        choicewise_gateway::Config::from_toml(&gateway_config(upstream, SETTINGS.max_samples))
+            .map_err(|e| format!("the gateway's configuration: {e}"))?;
+    let gateway = choicewise_gateway::Gateway::new(&config)
+        .map_err(|e| format!("cannot start the gateway: {e}"))?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+    let task = tokio::spawn(async move {
+        let _ = gateway.serve_on(listener, std::future::pending()).await;
+    });
+    Ok((format!("http://{addr}"), task))
+}
+
+pub async fn run(args: ReportArgs) -> Result<(), Exit> {
+    let rule = AnswerRule::pattern(&args.answer)
+        .map_err(|e| format!("--answer {:?}: {e}", args.answer))?;
+    let mut set = TraceSet::read(&args.dir).map_err(|e| e.to_string())?;
+    if set.problems.is_empty() {
+        return Err(format!("{}: no problem recorded", args.dir.display()).into());
+    }
+    set.read_answers(&rule);
+    let samples = (set.problems.iter())
+        .map(|p| p.samples.len())
+        .min()
+        .unwrap_or(0);
+    if samples == 0 {
+        return Err(format!("{}: a problem has no sample", args.dir.display()).into());
+    }
+    let logprobs = has_logprobs(&args, &set);
+    let (picks, settings) = picks_for(&SETTINGS, samples, logprobs);
+    let offline_figures: Vec<Offline> = (picks.iter())
+        .map(|p| offline(&set, p, &p.settings(&settings)))
+        .collect();
+    let curve = vote_curve(&set, samples);
+    let set = Arc::new(set);
+    let pace = Duration::from_secs_f64(args.token_ms.max(0.0) / 1000.0);
+    let up = upstream::start(set.clone(), pace)?;
+    let (gateway, gateway_task) = start_gateway(&up.url).await?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let asker = Asker {
+        client,
+        gateway,
+        model: "fanout".into(),
+        concurrency: args.concurrency,
+        rule,
+        vote_by: args.answer.clone(),
+    };
+    let mut figures = Vec::new();
+    for pick in &picks {
+        let (f, failure) = asker.measure(&up, &set, pick, &settings, &pick.name).await;
+        if !args.json {
+            eprintln!(
+                "{:<16} {:>6.1}%  {:>9} tokens  {:>6} requests  {:>5.1} s{}",
+                pick.name,
+                100.0 * f.right as f64 / set.problems.len() as f64,
+                f.tokens,
+                f.requests,
+                f.wall_s,
+                failure.map_or(String::new(), |e| format!(
+                    "  ({} failed, first: {e})",
+                    f.failed
+                )),
+            );
+        }
+        figures.push(f);
+    }
+    gateway_task.abort();
+    let runs = vec![figures];
+    let mut out = choicewise_picks::summary(&Results {
+        set: &set,
+        picks: &picks,
+        settings: &settings,
+        vote_by: &args.answer,
+        offline: &offline_figures,
+        curve: &curve,
+        runs: &runs,
+    });
+    out["token_ms"] = json!(args.token_ms);
+    out["concurrency"] = json!(args.concurrency);
+    out["upstream_n"] = json!("fan-out");
+    out["logprobs"] = json!(logprobs);
+    let recommendation = recommend(&out);
+    out["recommendation"] = recommendation.as_ref().map_or(Value::Null, |r| r.to_json());
+    // The upstream's thread is joined off the runtime's workers.
+    tokio::task::spawn_blocking(move || drop(up)).await.ok();
+    if let Some(path) = &args.plot {
+        choicewise_picks::plot::picks(&out, path)
+            .map_err(|e| format!("the plot not written to {}: {e}", path.display()))?;
+        if !args.json {
+            eprintln!("plot: {}", path.display());
+        }
+    }
+    if args.json {
+        println!("{out}");
+        return Ok(());
+    }
+    choicewise_picks::print_table(&out);
+    if !logprobs {
+        println!("\nNo log-probabilities recorded: no confidence picks.");
+    }
+    match recommendation {
+        Some(r) => println!(
+            "\nRecommendation: {} ({:.2}% right, {:.2}x the tokens of single): the cheapest pick within 1 point of the best vote.",
+            r.pick,
+            100.0 * r.accuracy,
+            r.tokens_vs_single
+        ),
+        None => println!("\nNo recommendation: no vote could be replayed."),
+    }
+    Ok(())
+}

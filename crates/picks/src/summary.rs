@@ -1,0 +1,207 @@
+//! The figures as one JSON object, its table, and the pick it recommends.
+
+use serde_json::{Value, json};
+
+use crate::traces::TraceSet;
+use crate::{Figures, Offline, Pick, Settings};
+
+/// What [`summary`] puts together.
+#[derive(Debug, Clone, Copy)]
+pub struct Results<'a> {
+    /// The set replayed.
+    pub set: &'a TraceSet,
+    /// The picks, in the table's order.
+    pub picks: &'a [Pick],
+    /// The settings the picks were run with ([`Pick::settings`] gives each its own).
+    pub settings: &'a Settings,
+    /// The votes' key.
+    pub vote_by: &'a str,
+    /// Each pick's reference ([`offline`](crate::offline)), in the order of `picks`.
+    pub offline: &'a [Offline],
+    /// The plain vote of the first k samples ([`vote_curve`](crate::vote_curve)).
+    pub curve: &'a [(usize, f64, u64)],
+    /// The runs through the gateway, each with one [`Figures`] per pick (none: offline only);
+    /// the medians are reported.
+    pub runs: &'a [Vec<Figures>],
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return 0.0;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// The figures as one JSON object: `problems`, `samples` (the fewest a problem has), `picks`
+/// (per pick: `name`, its `reference`, and with runs the medians of `accuracy`, `tokens`,
+/// `requests`, `samples_started`, `cancelled`, `failed`, `undecided`, `wall_s`, and `runs`;
+/// its `choicewise` extension), `majority` (the plain vote of all the samples) and
+/// `vote_curve`.
+pub fn summary(r: &Results<'_>) -> Value {
+    let problems = r.set.problems.len();
+    let samples = (r.set.problems.iter())
+        .map(|p| p.samples.len())
+        .min()
+        .unwrap_or(0);
+    let acc = |right: usize| right as f64 / problems.max(1) as f64;
+    let runs = r.runs;
+    let med =
+        |i: usize, f: &dyn Fn(&Figures) -> f64| median(runs.iter().map(|r| f(&r[i])).collect());
+    let mut rows = Vec::new();
+    for (i, (pick, off)) in r.picks.iter().zip(r.offline).enumerate() {
+        let mut row = json!({
+            "name": pick.name,
+            "reference": {"accuracy": acc(off.right), "tokens": off.tokens, "samples_started": off.samples},
+        });
+        if !runs.is_empty() {
+            row["accuracy"] = json!(med(i, &|f| acc(f.right)));
+            row["tokens"] = json!(med(i, &|f| f.tokens as f64) as u64);
+            row["requests"] = json!(med(i, &|f| f.requests as f64) as u64);
+            row["samples_started"] = json!(med(i, &|f| f.samples_started as f64) as u64);
+            row["cancelled"] = json!(med(i, &|f| f.cancelled as f64) as u64);
+            row["failed"] = json!(med(i, &|f| f.failed as f64) as u64);
+            row["undecided"] = json!(med(i, &|f| f.undecided as f64) as u64);
+            row["wall_s"] = json!(med(i, &|f| f.wall_s));
+            row["runs"] = json!(runs.len());
+        }
+        if let Some(ext) = pick.extension(&pick.settings(r.settings), r.vote_by) {
+            row["choicewise"] = ext;
+        }
+        rows.push(row);
+    }
+    let curve = r.curve;
+    let majority = curve.last().map_or(0.0, |c| c.1);
+    json!({
+        "problems": problems,
+        "samples": samples,
+        "picks": rows,
+        "majority": {"accuracy": majority, "tokens": curve.last().map_or(0, |c| c.2)},
+        "vote_curve": curve.iter().map(|(k, a, t)| json!({"k": k, "accuracy": a, "tokens": t})).collect::<Vec<_>>(),
+    })
+}
+
+/// A pick's row of a [`summary`].
+pub fn find<'a>(out: &'a Value, name: &str) -> Option<&'a Value> {
+    out["picks"]
+        .as_array()?
+        .iter()
+        .find(|r| r["name"].as_str() == Some(name))
+}
+
+/// Prints a [`summary`] as a Markdown table (tokens against the largest vote's).
+pub fn print_table(out: &Value) {
+    let samples = out["samples"].as_u64().unwrap_or(0);
+    println!(
+        "\n{} problems x {} samples; plain majority of all: {:.2}%\n",
+        out["problems"],
+        out["samples"],
+        100.0 * out["majority"]["accuracy"].as_f64().unwrap_or(0.0)
+    );
+    // The largest vote run: vote-64 on the arithmetic sets.
+    let largest = [64, 16, 8, 4]
+        .into_iter()
+        .find(|k| *k <= samples && find(out, &format!("vote-{k}")).is_some())
+        .unwrap_or(64);
+    let largest = format!("vote-{largest}");
+    println!(
+        "| pick | accuracy | tokens | vs {largest} | requests | samples started | wall s | reference accuracy | reference tokens |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let vote = find(out, &largest)
+        .and_then(|r| r["tokens"].as_f64())
+        .filter(|&t| t > 0.0);
+    for row in out["picks"].as_array().into_iter().flatten() {
+        let pct = |v: &Value| {
+            v.as_f64()
+                .map_or("—".into(), |a| format!("{:.2}%", 100.0 * a))
+        };
+        let num = |v: &Value| v.as_u64().map_or("—".into(), |t| t.to_string());
+        let ratio = match (row["tokens"].as_f64(), vote) {
+            (Some(t), Some(v)) => format!("{:.3}x", t / v),
+            _ => "—".into(),
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            row["name"].as_str().unwrap_or(""),
+            pct(&row["accuracy"]),
+            num(&row["tokens"]),
+            ratio,
+            num(&row["requests"]),
+            num(&row["samples_started"]),
+            row["wall_s"]
+                .as_f64()
+                .map_or("—".into(), |w| format!("{w:.1}")),
+            pct(&row["reference"]["accuracy"]),
+            num(&row["reference"]["tokens"]),
+        );
+    }
+}
+
+/// The pick [`recommend`] chooses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recommendation {
+    /// Its name.
+    pub pick: String,
+    /// Its accuracy.
+    pub accuracy: f64,
+    /// Its tokens over `single`'s.
+    pub tokens_vs_single: f64,
+}
+
+impl Recommendation {
+    /// As JSON: `{"pick", "accuracy", "tokens_vs_single"}`.
+    pub fn to_json(&self) -> Value {
+        json!({"pick": self.pick, "accuracy": self.accuracy, "tokens_vs_single": self.tokens_vs_single})
+    }
+}
+
+/// The cheapest pick (fewest upstream tokens; ties to the earlier row) whose accuracy is
+/// within 1 point of the best vote's (the most accurate `vote-K` row), from a [`summary`]
+/// with runs through the gateway; `None` without a vote or `single` measured.
+///
+/// ```
+/// use serde_json::json;
+/// let out = json!({"picks": [
+///     {"name": "single", "accuracy": 0.70, "tokens": 100},
+///     {"name": "vote-4", "accuracy": 0.80, "tokens": 400},
+///     {"name": "vote-8", "accuracy": 0.85, "tokens": 800},
+///     {"name": "adaptive", "accuracy": 0.845, "tokens": 300},
+/// ]});
+/// let r = choicewise_picks::recommend(&out).unwrap();
+/// assert_eq!((r.pick.as_str(), r.tokens_vs_single), ("adaptive", 3.0));
+/// ```
+pub fn recommend(out: &Value) -> Option<Recommendation> {
+    let rows = out["picks"].as_array()?;
+    let measured = |r: &&Value| r["accuracy"].is_number() && r["tokens"].is_number();
+    let best = (rows.iter().filter(measured))
+        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with("vote-")))
+        .filter_map(|r| r["accuracy"].as_f64())
+        .fold(None, |b: Option<f64>, a| Some(b.map_or(a, |b| b.max(a))))?;
+    let single = find(out, "single")?["tokens"].as_f64()?;
+    let mut chosen: Option<&Value> = None;
+    for r in rows.iter().filter(measured) {
+        // Within 1 point, with a little room for the rounding of the accuracies.
+        if r["accuracy"].as_f64()? + 0.01 + 1e-9 < best {
+            continue;
+        }
+        if chosen.is_none_or(|c| r["tokens"].as_f64() < c["tokens"].as_f64()) {
+            chosen = Some(r);
+        }
+    }
+    let c = chosen?;
+    Some(Recommendation {
+        pick: c["name"].as_str()?.to_string(),
+        accuracy: c["accuracy"].as_f64()?,
+        tokens_vs_single: if single > 0.0 {
+            c["tokens"].as_f64()? / single
+        } else {
+            0.0
+        },
+    })
+}
