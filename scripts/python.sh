@@ -2,15 +2,17 @@
 # The Python package (crates/python): a venv with the wheel built from this checkout, its
 # tests, and its two figures.
 #
-#   scripts/python.sh install   # .venv-python/: maturin, pytest, openai, jiter from PyPI, then the wheel
-#   scripts/python.sh test      # pytest (crates/python/tests); fails on a failure, or if none ran
+#   scripts/python.sh install   # .venv-python/: maturin, pytest, openai, jiter, mypy from PyPI, then the wheel
+#   scripts/python.sh test      # mypy --strict on the examples (crates/python/examples), then pytest
+#                               # (crates/python/tests); fails on a failure, or if no test ran
 #   scripts/python.sh bench     # the figures of docs/python.md: medians of three runs, as ratios
 #
 # Environment: PYTHON (default python3) makes the venv; CHOICEWISE_PY_PROFILE (default
-# release) is the cargo profile of the wheel: `dev`, the profile of the workspace's tests,
+# release) is the cargo profile of the wheel (`pip install` builds with `wheel`, set in
+# pyproject.toml): `dev`, the profile of the workspace's tests,
 # reuses their build (crates/python is a member of the workspace) and is what CI tests; the
 # figures of docs/python.md use `release`. CHOICEWISE_TESTSERVER, the test server binary
-# (default: built here with cargo).
+# (default: built here with cargo, in $CARGO_TARGET_DIR or target/).
 # Builds run under `nice`, so they leave room to whatever else runs on the machine.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +24,8 @@ MATURIN=maturin==1.16.0
 PYTEST=pytest==9.2.0
 OPENAI=openai==3.54.0
 JITER=jiter==0.19.0
+MYPY=mypy==2.4.1
+target=${CARGO_TARGET_DIR:-$repo/target}
 
 testserver() {
   if [[ -n ${CHOICEWISE_TESTSERVER:-} ]]; then
@@ -30,7 +34,7 @@ testserver() {
   fi
   # --workspace: the features of the workspace's own test build, so it reuses that build.
   (cd "$repo" && nice -n 10 cargo build --quiet --workspace --bin choicewise-testserver >&2)
-  echo "$repo/target/debug/choicewise-testserver"
+  echo "$target/debug/choicewise-testserver"
 }
 
 case "${1:-}" in
@@ -39,8 +43,8 @@ case "${1:-}" in
       "${PYTHON:-python3}" -m venv "$venv"
     fi
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-      "$MATURIN" "$PYTEST" "$OPENAI" "$JITER"
-    wheels=$repo/target/wheels
+      "$MATURIN" "$PYTEST" "$OPENAI" "$JITER" "$MYPY"
+    wheels=$target/wheels
     rm -rf "$wheels"
     # maturin builds the wheel as `pip install ./crates/python` would (same backend), with the
     # profile chosen, in the workspace's target directory.
@@ -54,6 +58,10 @@ case "${1:-}" in
     ;;
   test)
     shift
+    # The public API's types: the examples use it as users would, and the installed package
+    # itself, under --strict.
+    "$venv/bin/python" -m mypy --strict --no-incremental "$repo/crates/python/examples"
+    "$venv/bin/python" -m mypy --strict --no-incremental -p choicewise
     server=$(testserver)
     status=0
     CHOICEWISE_TESTSERVER=$server CHOICEWISE_FIXTURES=$repo/tests/fixtures \

@@ -51,10 +51,10 @@ pub struct ChatArgs {
     #[arg(long, value_name = "N")]
     max_tokens: Option<u64>,
     /// Sampling temperature (0 to 2).
-    #[arg(long, value_name = "T", value_parser = parse_finite)]
+    #[arg(long, value_name = "T", value_parser = parse_temperature)]
     temperature: Option<f64>,
     /// Nucleus sampling: the probability mass the tokens are drawn from (0 to 1).
-    #[arg(long, value_name = "P", value_parser = parse_finite)]
+    #[arg(long, value_name = "P", value_parser = parse_top_p)]
     top_p: Option<f64>,
     /// A seed, for providers that sample deterministically with one (chat only).
     #[arg(long, value_name = "N")]
@@ -116,11 +116,24 @@ pub struct ChatArgs {
     retries: u32,
 }
 
-fn parse_finite(s: &str) -> Result<f64, String> {
+/// A number from `low` to `high`, both included (the range the APIs accept and `--help`
+/// states: a value outside it is a usage error here, not a 400 from the provider).
+fn parse_in_range(s: &str, low: f64, high: f64) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(x) if x.is_finite() => Ok(x),
+        Ok(x) if (low..=high).contains(&x) => Ok(x),
+        Ok(x) if x.is_finite() => Err(format!("{s} is out of range: from {low} to {high}")),
         _ => Err(format!("{s:?} is not a number")),
     }
+}
+
+/// `--temperature`: 0 to 2.
+fn parse_temperature(s: &str) -> Result<f64, String> {
+    parse_in_range(s, 0.0, 2.0)
+}
+
+/// `--top-p`: 0 to 1.
+fn parse_top_p(s: &str) -> Result<f64, String> {
+    parse_in_range(s, 0.0, 1.0)
 }
 
 /// `KEY=JSON`: the value parsed as JSON, or taken as a string when it is not JSON.
@@ -267,6 +280,28 @@ fn friendly_base_url(url: &str, azure: bool) -> String {
     }
 }
 
+/// The endpoint paths the client adds to a base URL itself.
+const ENDPOINT_PATHS: [&str; 3] = ["/chat/completions", "/messages", "/responses"];
+
+/// A base URL ending in an API's endpoint path (`…/v1/chat/completions`) is refused as a
+/// usage error, in the words of the gateway's configuration check: the client adds the path
+/// itself, and would ask `…/chat/completions/chat/completions` (a bare 404). `whence` names
+/// where the URL came from (`--base-url`, `$OPENAI_BASE_URL`, a `--fan-out` item's `@URL`).
+fn check_endpoint_path(url: &str, whence: &str) -> Result<(), Exit> {
+    let trimmed = url.trim().trim_end_matches('/');
+    let Some(endpoint) = ENDPOINT_PATHS.into_iter().find(|e| trimmed.ends_with(e)) else {
+        return Ok(());
+    };
+    let base = &trimmed[..trimmed.len() - endpoint.len()];
+    Err(Exit {
+        message: format!(
+            "{whence} {url:?} ends in the endpoint path {endpoint}; give the API's base URL \
+             ({base:?}): choicewise adds {endpoint} itself"
+        ),
+        code: 2,
+    })
+}
+
 /// Whether the base URL is OpenAI's own API, whose model list is no guide to a default.
 fn is_openai(url: &str) -> bool {
     let host = url
@@ -352,14 +387,17 @@ fn client_for(
     let own = api == args.api;
     let (key_env, url_env) = upstream::env_of(api);
     let azure = args.azure.as_ref().filter(|_| own);
-    let base_url = url
-        .map(str::to_string)
-        .or_else(|| {
-            own.then(|| nonempty(&args.base_url).map(str::to_string))
-                .flatten()
-        })
-        .or_else(|| env_var(url_env))
-        .map(|u| friendly_base_url(&u, azure.is_some()));
+    let given = match url {
+        Some(url) => Some((url.to_string(), "the --fan-out item's @URL".to_string())),
+        None => match own.then(|| nonempty(&args.base_url)).flatten() {
+            Some(url) => Some((url.to_string(), "--base-url".to_string())),
+            None => env_var(url_env).map(|url| (url, format!("${url_env}"))),
+        },
+    };
+    if let Some((url, whence)) = &given {
+        check_endpoint_path(url, whence)?;
+    }
+    let base_url = given.map(|(u, _)| friendly_base_url(&u, azure.is_some()));
     let key = own
         .then(|| nonempty(&args.api_key).map(str::to_string))
         .flatten()
@@ -793,6 +831,45 @@ mod tests {
             (&r["logprobs"], &r["top_logprobs"]),
             (&json!(true), &json!(5))
         );
+    }
+
+    #[test]
+    fn sampling_flags_out_of_range_are_usage_errors() {
+        let parse = |list: &[&str]| {
+            Cli::try_parse_from(std::iter::once("chat").chain(list.iter().copied()))
+                .map(|cli| cli.chat)
+        };
+        let a = parse(&["--temperature", "2", "--top-p", "0", "hi"]).unwrap();
+        assert_eq!((a.temperature, a.top_p), (Some(2.0), Some(0.0)));
+        for bad in [
+            &["--temperature", "5"][..],
+            &["--temperature", "-0.1"],
+            &["--top-p", "1.5"],
+            &["--temperature", "nan"],
+        ] {
+            let e = parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+        let e = parse(&["--temperature", "5"]).err().unwrap().to_string();
+        assert!(e.contains("5 is out of range: from 0 to 2"), "{e}");
+    }
+
+    #[test]
+    fn a_base_url_ending_in_an_endpoint_path_is_refused() {
+        let e = check_endpoint_path("http://127.0.0.1:8080/v1/chat/completions/", "--base-url")
+            .unwrap_err();
+        assert_eq!(e.code, 2);
+        assert_eq!(
+            e.message,
+            "--base-url \"http://127.0.0.1:8080/v1/chat/completions/\" ends in the endpoint path \
+             /chat/completions; give the API's base URL (\"http://127.0.0.1:8080/v1\"): choicewise \
+             adds /chat/completions itself"
+        );
+        assert!(check_endpoint_path("https://api.anthropic.com/v1/messages", "x").is_err());
+        assert!(check_endpoint_path("http://h/v1", "x").is_ok());
+        assert!(check_endpoint_path("http://h/v1/responses-proxy", "x").is_ok());
     }
 
     #[test]

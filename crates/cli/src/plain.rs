@@ -117,9 +117,11 @@ pub async fn labelled(
             while let Some(event) = events.next().await {
                 let event = match event {
                     Ok(e) => e,
-                    Err(e) => {
+                    Err(_) => {
+                        // The error itself is said once, on stderr, with the run's others
+                        // (`view::verdict`): here only where the choice's lines end.
                         flush(&tx, &label, &mut line);
-                        let _ = tx.send(format!("{label} ✘ {e}"));
+                        let _ = tx.send(format!("{label} ✘ failed"));
                         break;
                     }
                 };
@@ -208,7 +210,9 @@ fn flush(tx: &mpsc::UnboundedSender<String>, label: &str, line: &mut String) {
 /// `usage (reported): prompt 148, completion 207, total 355`, or for an estimate, how it was
 /// counted; then, for the sum of a fan-out's upstreams, its reported and estimated parts:
 /// `; 3 upstreams: 2 reported (total 320), 1 estimated (total ≈ 100)` (`usage (reported +
-/// estimated with …)` then) or `; 2 upstreams, all reported`; with several choices, each one's
+/// estimated with …)` then) or `; 2 upstreams, all reported`, an upstream that failed before
+/// answering counted apart (`; 3 upstreams: 2 reported (total 320), 1 never answered`); with
+/// several choices, each one's
 /// completion tokens: `; per choice 15, 24, 24, 23 (reported)` or `; per choice ≈ 70, 68, 69
 /// (estimated)`; and when a combinator cancelled choices, what they had received (estimated
 /// with tiktoken, [`Selection::cancelled_tokens`](choicewise::Selection::cancelled_tokens)):
@@ -223,10 +227,17 @@ pub fn usage_line(
         return None;
     }
     let u = c.usage.as_ref()?;
+    // An upstream whose request failed before its stream began used no tokens: the library
+    // counts it as a reported zero (no prompt, no completion, no provider field), which no
+    // provider that answered reports (a prompt has tokens).
+    let never_answered = |p: &&choicewise::Usage| {
+        p.source == Reported && p.total_tokens == 0 && p.prompt_tokens == 0 && p.details.is_empty()
+    };
+    let silent = u.upstreams.iter().filter(never_answered).count();
     let reported_parts: Vec<&choicewise::Usage> = u
         .upstreams
         .iter()
-        .filter(|p| p.source == Reported)
+        .filter(|p| p.source == Reported && !never_answered(p))
         .collect();
     let estimated_parts: Vec<&choicewise::Usage> = u
         .upstreams
@@ -253,25 +264,41 @@ pub fn usage_line(
         (_, None) if !reported_parts.is_empty() => "reported + estimated".to_string(),
         (_, None) => "estimated".to_string(),
     };
+    if !u.upstreams.is_empty() && silent == u.upstreams.len() {
+        // Every upstream failed before answering: no figure was reported.
+        let n = u.upstreams.len();
+        return Some(format!(
+            "usage: none; {n} upstream{}, none answered",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
     let mut line = format!(
         "usage ({how}): prompt {}, completion {}, total {}",
         u.prompt_tokens, u.completion_tokens, u.total_tokens
     );
     let n = u.upstreams.len();
     let plural = |k: usize| if k == 1 { "" } else { "s" };
-    match (reported_parts.len(), estimated_parts.len()) {
-        (0, 0) => {}
-        (_, 0) => line.push_str(&format!("; {n} upstream{}, all reported", plural(n))),
-        (0, _) => line.push_str(&format!("; {n} upstream{}, all estimated", plural(n))),
-        (r, e) => {
-            let total = |parts: &[&choicewise::Usage]| -> u64 {
-                parts.iter().map(|p| p.total_tokens).sum()
-            };
-            line.push_str(&format!(
-                "; {n} upstreams: {r} reported (total {}), {e} estimated (total ≈ {})",
-                total(&reported_parts),
-                total(&estimated_parts)
-            ));
+    let total =
+        |parts: &[&choicewise::Usage]| -> u64 { parts.iter().map(|p| p.total_tokens).sum() };
+    match (reported_parts.len(), estimated_parts.len(), silent) {
+        (0, 0, 0) => {}
+        (_, 0, 0) => line.push_str(&format!("; {n} upstream{}, all reported", plural(n))),
+        (0, _, 0) => line.push_str(&format!("; {n} upstream{}, all estimated", plural(n))),
+        (r, e, s) => {
+            let mut parts = Vec::new();
+            if r > 0 {
+                parts.push(format!("{r} reported (total {})", total(&reported_parts)));
+            }
+            if e > 0 {
+                parts.push(format!(
+                    "{e} estimated (total ≈ {})",
+                    total(&estimated_parts)
+                ));
+            }
+            if s > 0 {
+                parts.push(format!("{s} never answered"));
+            }
+            line.push_str(&format!("; {n} upstreams: {}", parts.join(", ")));
         }
     }
     let per_choice: Vec<choicewise::ChoiceUsage> =
@@ -381,6 +408,37 @@ mod tests {
             usage_line(&estimated, None).unwrap(),
             "usage (estimated with o200k_base): prompt 40, completion 100, total 140; \
              1 upstream, all estimated"
+        );
+        let none = completion(usage(serde_json::json!({
+            "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
+            "source": "reported", "upstreams": [part(0, 0, true), part(0, 0, true)],
+        })));
+        assert_eq!(
+            usage_line(&none, None).unwrap(),
+            "usage: none; 2 upstreams, none answered"
+        );
+        // An upstream refused before its stream (a 500) is no reported part.
+        let refused = completion(usage(serde_json::json!({
+            "prompt_tokens": 80, "completion_tokens": 200, "total_tokens": 280,
+            "source": "reported",
+            "upstreams": [part(40, 100, true), part(0, 0, true), part(40, 100, true)],
+        })));
+        assert_eq!(
+            usage_line(&refused, None).unwrap(),
+            "usage (reported): prompt 80, completion 200, total 280; \
+             3 upstreams: 2 reported (total 280), 1 never answered"
+        );
+        let mixed = completion(usage(serde_json::json!({
+            "prompt_tokens": 80, "completion_tokens": 200, "total_tokens": 280,
+            "source": "estimated", "estimate": estimate(),
+            "upstreams": [part(40, 100, true), part(0, 0, true), part(40, 100, false)],
+        })));
+        assert!(
+            usage_line(&mixed, None).unwrap().ends_with(
+                "3 upstreams: 1 reported (total 140), 1 estimated (total ≈ 140), 1 never answered"
+            ),
+            "{}",
+            usage_line(&mixed, None).unwrap()
         );
     }
 

@@ -154,11 +154,7 @@ impl Shown<'_> {
             (picked, PickRule::Vote) => format!("selected: choices {}", list(picked)),
             (picked, _) => format!("selected: choice {} (first finished)", list(picked)),
         };
-        if selection.selected.is_empty()
-            && let Some(reason) = &selection.reason
-        {
-            line.push_str(&format!(" ({reason})"));
-        }
+        // Why nothing was selected is the run's error, said once on stderr (`picked_verdict`).
         if let Some(t) = &selection.vote {
             line.push_str(&format!(
                 " (vote: {:?} with {} of {} votes counted, {} choices)",

@@ -656,6 +656,117 @@ async fn fan_out_with_a_failing_upstream_exits_1_naming_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_upstream_is_said_once_on_stderr_and_its_usage_as_it_is() {
+    /// Each error line of stderr once, and none of them on stdout.
+    fn said_once(stdout: &str, stderr: &str) {
+        let lines: Vec<&str> = stderr.lines().collect();
+        for (k, line) in lines.iter().enumerate() {
+            assert!(
+                !lines[..k].contains(line),
+                "twice on stderr: {line}\n{stderr}"
+            );
+            let message = line.trim_start_matches("choicewise: ");
+            let message = message.split_once(": ").map_or(message, |(_, m)| m);
+            assert!(
+                !stdout.contains(message),
+                "{message:?} on stdout too:\n{stdout}"
+            );
+        }
+    }
+    let healthy = answer("42");
+    let server = TestServer::builder()
+        .body(healthy.clone())
+        .then(TestServer::builder().fail(Failure::status(500).message("The server had an error")))
+        .then(TestServer::builder().body(healthy.clone()))
+        .start()
+        .await
+        .unwrap();
+    for pick in [&[][..], &["--vote"], &["--first"]] {
+        let mut extra = vec!["--fan-out", "3", "--retries", "0", "--plain"];
+        extra.extend_from_slice(pick);
+        let out = fan_out(&server, &extra).await;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        said_once(&stdout, &stderr);
+        if pick == ["--first"] {
+            // The refused request may be cancelled before its answer: nothing to say then.
+            continue;
+        }
+        assert_eq!(
+            stderr.matches("The server had an error").count(),
+            1,
+            "{stderr}"
+        );
+        assert_eq!(stdout.matches(" ✘ failed").count(), 1, "{stdout}");
+        // The refused upstream reported nothing: it is not counted as reported.
+        let usage = stdout.lines().find(|l| l.starts_with("usage")).unwrap();
+        assert!(
+            usage.contains("3 upstreams: 2 estimated (total ≈ ")
+                && usage.contains(", 1 never answered"),
+            "{usage}"
+        );
+    }
+
+    // Nothing to select: why, and the upstreams' errors, once each, on stderr.
+    let refused =
+        || TestServer::builder().fail(Failure::status(500).message("The server had an error"));
+    let server = refused().then(refused()).start().await.unwrap();
+    let out = fan_out(
+        &server,
+        &["--fan-out", "2", "--retries", "0", "--plain", "--vote"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    said_once(&stdout, &stderr);
+    assert!(stderr.contains("The server had an error"), "{stderr}");
+    assert!(
+        stderr.contains("choicewise: nothing selected: "),
+        "{stderr}"
+    );
+    assert!(stdout.contains("selected: none"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_url_ending_in_its_endpoint_is_a_usage_error_before_any_request() {
+    let server = server().await;
+    let url = format!("{}/chat/completions", server.base_url());
+    let out = choicewise(&["chat", "--base-url", &url, "--model", "m", "hi"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "choicewise: --base-url {url:?} ends in the endpoint path /chat/completions; give \
+             the API's base URL ({:?}): choicewise adds /chat/completions itself",
+            server.base_url()
+        )
+    );
+    // A fan-out item's @URL is checked alike.
+    let item = format!("chat:m@{url}");
+    let out = choicewise(&["chat", "--api-key", "k", "--fan-out", &item, "hi"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the --fan-out item's @URL"));
+    assert!(server.requests().is_empty(), "nothing was sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_flags_out_of_range_are_usage_errors() {
+    let server = server().await;
+    let url = server.base_url();
+    for flag in ["--temperature=5", "--temperature=-1", "--top-p=1.5"] {
+        let out = choicewise(&["chat", "--base-url", &url, "--model", "m", flag, "hi"]).await;
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("is out of range: from 0 to"), "{stderr}");
+    }
+    assert!(server.requests().is_empty(), "nothing was sent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_refuses_record_and_a_bad_count() {
     let server = TestServer::builder().start().await.unwrap();
     let path = scratch("fan-out.rec");

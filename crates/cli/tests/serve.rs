@@ -610,7 +610,8 @@ fn check_names_the_file_and_exits_2_where_serve_would_not_start() {
 /// checked alone; ```` ```toml reference ```` for the complete one the fragments go into (one,
 /// in docs/gateway.md); ```` ```toml fragment ```` for part of a configuration, checked put
 /// into the reference (its top-level keys in place of the reference's, its tables after the
-/// reference's); ```` ```toml codex ```` for Codex CLI's own config.toml, not checked.
+/// reference's); ```` ```toml codex ```` for Codex CLI's own config.toml and ```` ```toml cargo ````
+/// for a Cargo.toml, not checked.
 #[derive(Debug, PartialEq)]
 enum Block {
     Complete,
@@ -646,7 +647,7 @@ fn toml_blocks() -> Vec<(String, Block, String)> {
                         "" => Block::Complete,
                         "reference" => Block::Reference,
                         "fragment" => Block::Fragment,
-                        "codex" => Block::NotTheGateways,
+                        "codex" | "cargo" => Block::NotTheGateways,
                         other => panic!("{name}:{}: unknown fence ```toml {other}", i + 1),
                     };
                     open = Some((format!("{name}:{}", i + 1), kind, String::new()));

@@ -27,14 +27,19 @@ pub(crate) async fn answer(gw: Gateway, request: axum::extract::Request, api: Di
     let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
     let mut finish = Finish::new(&gw, &parts.headers, peer);
     finish.api(layers::api_label(api));
-    let served = serve_chat(&gw, body, &mut finish, api).await;
+    let mut streamed_responses = None;
+    let served = serve_chat(&gw, body, &mut finish, api, &mut streamed_responses).await;
     let label = layers::ModelLabel(finish.model().to_string());
     let tries = finish.tries();
     let mut response = match served {
         Ok(ready) => ready.answer(finish).await,
         Err(e) => {
             finish.refused(&e);
-            layers::shaped(api, e)
+            // A streamed Responses request whose prompt overflowed the model's context: the
+            // stream OpenAI answers then, which Codex CLI recognises.
+            let overflow = (streamed_responses.as_ref())
+                .and_then(|reply| ingress::responses::overflow_answer(reply, &e));
+            overflow.unwrap_or_else(|| layers::shaped(api, e))
         }
     };
     // Every answer's headers are sent after its first tries ended: how many there were.
@@ -60,12 +65,15 @@ fn parses_inline(body: &[u8]) -> bool {
 }
 
 /// Serves a request up to its answer: read, checked, its policy applied, its samples opened
-/// and picked; `finish` learns what the request's record needs as it goes.
+/// and picked; `finish` learns what the request's record needs as it goes, and
+/// `streamed_responses` the answer's `Reply` once a streamed Responses request is read (its
+/// errors after that may be answered as a stream).
 async fn serve_chat(
     gw: &Gateway,
     body: Body,
     finish: &mut Finish,
     api: Dialect,
+    streamed_responses: &mut Option<ingress::Reply>,
 ) -> Result<Ready, ApiError> {
     let arrived = finish.arrived();
     // The key was checked and a slot taken by the layers (`Gateway::router`).
@@ -132,6 +140,9 @@ async fn serve_chat(
             return Err(e);
         }
     };
+    if api == Dialect::Responses && req.stream {
+        streamed_responses.clone_from(&reply);
+    }
     // Parsed: the memory mark checked again before the request goes on.
     layers::parsed(gw, len)?;
     finish.asked(&req.model);

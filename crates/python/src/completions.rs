@@ -1,8 +1,10 @@
 //! `Completions`, `Choice` and `Selection`: the Python face of `choicewise::Completions`.
 //!
-//! Methods that wait (`collect()`, `message()`, `vote()`...) are dual: called where an
-//! asyncio loop runs in the thread they return an awaitable (cancelling it drops the Rust
-//! future); elsewhere they wait with the GIL released and return the result ([`dual`]).
+//! Methods that wait come in pairs: `collect()`, `message()`, `vote()`... wait with the GIL
+//! released and return the result; `acollect()`, `amessage()`, `avote()`... return an awaitable
+//! of it, for a coroutine (cancelling it drops the Rust future). For the callers written
+//! before the pairs, the first kind still returns an awaitable where an asyncio loop runs in
+//! the thread ([`Mode::Dual`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -17,16 +19,26 @@ use crate::pump::{
 };
 use crate::{errors, in_event_loop, json, runtime, source, wait};
 
-/// Runs `future` the way the caller's context asks: an awaitable inside a running event
-/// loop, else the result, waited for with the GIL released. `convert` makes the Python
-/// result (with the GIL).
-fn dual<F, T, C>(py: Python<'_>, future: F, convert: C) -> PyResult<Py<PyAny>>
+/// How a waiting method gives its result.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `collect()`...: the result, waited for with the GIL released; an awaitable where an
+    /// asyncio loop runs in the thread (as before the `a` methods, for the callers that
+    /// await it).
+    Dual,
+    /// `acollect()`...: always an awaitable, to await in the running loop.
+    Async,
+}
+
+/// Runs `future` as `mode` asks: an awaitable, or the result, waited for with the GIL
+/// released. `convert` makes the Python result (with the GIL).
+fn dual<F, T, C>(py: Python<'_>, mode: Mode, future: F, convert: C) -> PyResult<Py<PyAny>>
 where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
     C: FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
 {
-    if in_event_loop(py) {
+    if mode == Mode::Async || in_event_loop(py) {
         let awaitable = pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let output = future.await;
             Python::attach(|py| convert(py, output))
@@ -152,66 +164,57 @@ impl Completions {
 
     /// The choice with this index once it appears, or `None` if the stream ends without it.
     fn choice(&self, py: Python<'_>, index: u32) -> PyResult<Py<PyAny>> {
-        let inner = self.inner.clone();
-        dual(
-            py,
-            async move { inner.choice(index).await },
-            |py, choice| match choice {
-                Some(choice) => Ok(Py::new(py, Choice::new(choice))?.into_any()),
-                None => Ok(py.None()),
-            },
-        )
+        self.choice_as(py, Mode::Dual, index)
+    }
+
+    /// `choice(index)`, awaitable.
+    fn achoice(&self, py: Python<'_>, index: u32) -> PyResult<Py<PyAny>> {
+        self.choice_as(py, Mode::Async, index)
     }
 
     /// The whole completion once the stream is over: an openai `ChatCompletion` (a dict
-    /// without openai), choices by index. On error raises `ChoicewiseError` whose `.partial`
-    /// is everything assembled.
+    /// without openai), choices by index. On error raises the `ChoicewiseError` of its kind,
+    /// whose `.partial` is everything assembled.
     fn collect(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let inner = self.inner.clone();
-        dual(
-            py,
-            async move { inner.collect().await },
-            |py, result| match result {
-                Ok(completion) => chat_completion(py, &completion),
-                Err(incomplete) => {
-                    let partial = chat_completion(py, &incomplete.partial)?;
-                    Err(errors::to_py(py, &incomplete.error, Some(partial)))
-                }
-            },
-        )
+        self.collect_as(py, Mode::Dual)
     }
 
-    /// Token usage once the stream is over (a dict): the provider's figures, else an estimate.
+    /// `collect()`, awaitable.
+    fn acollect(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.collect_as(py, Mode::Async)
+    }
+
+    /// Token usage once the stream is over: a `choicewise.Usage` (openai's `CompletionUsage`
+    /// with `source`, `estimate` and `upstreams`; a dict without openai): the provider's
+    /// figures, else an estimate.
     fn usage(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let inner = self.inner.clone();
-        dual(py, async move { inner.usage().await }, |py, usage| {
-            to_py_value(py, &usage)
-        })
+        self.usage_as(py, Mode::Dual)
+    }
+
+    /// `usage()`, awaitable.
+    fn ausage(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.usage_as(py, Mode::Async)
     }
 
     /// Once every choice is settled: `[(index, ChoicewiseError)]` for each failed choice.
     fn choice_errors(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let inner = self.inner.clone();
-        dual(
-            py,
-            async move { inner.choice_errors().await },
-            |py, errors| {
-                let list = PyList::empty(py);
-                for (index, error) in errors {
-                    list.append((index, errors::to_py(py, &error, None).into_value(py)))?;
-                }
-                Ok(list.into_any().unbind())
-            },
-        )
+        self.choice_errors_as(py, Mode::Dual)
+    }
+
+    /// `choice_errors()`, awaitable.
+    fn achoice_errors(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.choice_errors_as(py, Mode::Async)
     }
 
     /// Cancels every choice still open (and every one still to appear), waits until the
     /// completion is over and gives the indexes of the choices that ended cancelled.
     fn cancel(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let inner = self.inner.clone();
-        dual(py, async move { inner.cancel().await }, |py, indexes| {
-            Ok(PyList::new(py, indexes)?.into_any().unbind())
-        })
+        self.cancel_as(py, Mode::Dual)
+    }
+
+    /// `cancel()`, awaitable.
+    fn acancel(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.cancel_as(py, Mode::Async)
     }
 
     /// Cancels every choice but those in `keep`, without waiting.
@@ -236,22 +239,23 @@ impl Completions {
         deadline: Option<f64>,
         keep_rest: bool,
     ) -> PyResult<Py<PyAny>> {
-        let mut policy = choicewise::Policy::builder()
-            .select(choicewise::PickRule::Vote)
-            .vote_by(pattern);
-        if let Some(votes) = min_votes {
-            policy = policy.min_votes(votes);
-        }
-        if let Some(size) = window {
-            policy = policy.window(size);
-        }
-        if let Some(seconds) = deadline {
-            policy = policy.deadline(seconds_to_duration(seconds)?);
-        }
-        let policy = policy
-            .build(&choicewise::PolicyLimits::default())
-            .map_err(|e| refused(&e))?;
-        self.run(py, policy, keep_rest)
+        let policy = vote_policy(pattern, min_votes, window, deadline)?;
+        self.run(py, Mode::Dual, policy, keep_rest)
+    }
+
+    /// `vote(...)`, awaitable.
+    #[pyo3(signature = (pattern, *, min_votes = None, window = None, deadline = None, keep_rest = false))]
+    fn avote(
+        &self,
+        py: Python<'_>,
+        pattern: &str,
+        min_votes: Option<usize>,
+        window: Option<usize>,
+        deadline: Option<f64>,
+        keep_rest: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let policy = vote_policy(pattern, min_votes, window, deadline)?;
+        self.run(py, Mode::Async, policy, keep_rest)
     }
 
     /// The first choice to finish (`stop` or `tool_calls`); the rest cancelled (unless
@@ -264,14 +268,18 @@ impl Completions {
         deadline: Option<f64>,
         keep_rest: bool,
     ) -> PyResult<Py<PyAny>> {
-        let mut policy = choicewise::Policy::builder().select(choicewise::PickRule::FirstFinished);
-        if let Some(seconds) = deadline {
-            policy = policy.deadline(seconds_to_duration(seconds)?);
-        }
-        let policy = policy
-            .build(&choicewise::PolicyLimits::default())
-            .map_err(|e| refused(&e))?;
-        self.run(py, policy, keep_rest)
+        self.run(py, Mode::Dual, first_finished_policy(deadline)?, keep_rest)
+    }
+
+    /// `first_finished(...)`, awaitable.
+    #[pyo3(signature = (*, deadline = None, keep_rest = false))]
+    fn afirst_finished(
+        &self,
+        py: Python<'_>,
+        deadline: Option<f64>,
+        keep_rest: bool,
+    ) -> PyResult<Py<PyAny>> {
+        self.run(py, Mode::Async, first_finished_policy(deadline)?, keep_rest)
     }
 
     /// The pick a policy states, as a dict with the gateway's extension's fields (`select`,
@@ -287,12 +295,18 @@ impl Completions {
         policy: &Bound<'_, PyAny>,
         keep_rest: bool,
     ) -> PyResult<Py<PyAny>> {
-        let serde_json::Value::Object(fields) = from_py_value(py, policy)? else {
-            return Err(errors::value_error("a policy is a dict"));
-        };
-        let policy = choicewise::Policy::from_json(&fields, &choicewise::PolicyLimits::default())
-            .map_err(|e| errors::value_error(e.to_string()))?;
-        self.run(py, policy, keep_rest)
+        self.run(py, Mode::Dual, policy_of(py, policy)?, keep_rest)
+    }
+
+    /// `pick(policy)`, awaitable.
+    #[pyo3(signature = (policy, *, keep_rest = false))]
+    fn apick(
+        &self,
+        py: Python<'_>,
+        policy: &Bound<'_, PyAny>,
+        keep_rest: bool,
+    ) -> PyResult<Py<PyAny>> {
+        self.run(py, Mode::Async, policy_of(py, policy)?, keep_rest)
     }
 
     /// The tolerated irregularities of the input so far, one line each.
@@ -315,6 +329,7 @@ impl Completions {
     fn run(
         &self,
         py: Python<'_>,
+        mode: Mode,
         policy: choicewise::Policy,
         keep_rest: bool,
     ) -> PyResult<Py<PyAny>> {
@@ -331,8 +346,116 @@ impl Completions {
             };
             (selection, first)
         };
-        dual(py, future, Selection::to_py)
+        dual(py, mode, future, Selection::to_py)
     }
+
+    fn choice_as(&self, py: Python<'_>, mode: Mode, index: u32) -> PyResult<Py<PyAny>> {
+        let inner = self.inner.clone();
+        dual(
+            py,
+            mode,
+            async move { inner.choice(index).await },
+            |py, choice| match choice {
+                Some(choice) => Ok(Py::new(py, Choice::new(choice))?.into_any()),
+                None => Ok(py.None()),
+            },
+        )
+    }
+
+    fn collect_as(&self, py: Python<'_>, mode: Mode) -> PyResult<Py<PyAny>> {
+        let inner = self.inner.clone();
+        dual(
+            py,
+            mode,
+            async move { inner.collect().await },
+            |py, result| match result {
+                Ok(completion) => chat_completion(py, &completion),
+                Err(incomplete) => {
+                    let partial = chat_completion(py, &incomplete.partial)?;
+                    Err(errors::to_py(py, &incomplete.error, Some(partial)))
+                }
+            },
+        )
+    }
+
+    fn usage_as(&self, py: Python<'_>, mode: Mode) -> PyResult<Py<PyAny>> {
+        let inner = self.inner.clone();
+        dual(py, mode, async move { inner.usage().await }, |py, usage| {
+            let d = to_py_value(py, &usage)?;
+            let compat = PyModule::import(py, "choicewise._compat")?;
+            Ok(compat.call_method1("usage", (d,))?.unbind())
+        })
+    }
+
+    fn choice_errors_as(&self, py: Python<'_>, mode: Mode) -> PyResult<Py<PyAny>> {
+        let inner = self.inner.clone();
+        dual(
+            py,
+            mode,
+            async move { inner.choice_errors().await },
+            |py, errors| {
+                let list = PyList::empty(py);
+                for (index, error) in errors {
+                    list.append((index, errors::to_py(py, &error, None).into_value(py)))?;
+                }
+                Ok(list.into_any().unbind())
+            },
+        )
+    }
+
+    fn cancel_as(&self, py: Python<'_>, mode: Mode) -> PyResult<Py<PyAny>> {
+        let inner = self.inner.clone();
+        dual(
+            py,
+            mode,
+            async move { inner.cancel().await },
+            |py, indexes| Ok(PyList::new(py, indexes)?.into_any().unbind()),
+        )
+    }
+}
+
+/// The policy of `vote(...)`, checked (a `ValueError` naming the argument).
+fn vote_policy(
+    pattern: &str,
+    min_votes: Option<usize>,
+    window: Option<usize>,
+    deadline: Option<f64>,
+) -> PyResult<choicewise::Policy> {
+    let mut policy = choicewise::Policy::builder()
+        .select(choicewise::PickRule::Vote)
+        .vote_by(pattern);
+    if let Some(votes) = min_votes {
+        policy = policy.min_votes(votes);
+    }
+    if let Some(size) = window {
+        policy = policy.window(size);
+    }
+    if let Some(seconds) = deadline {
+        policy = policy.deadline(seconds_to_duration(seconds)?);
+    }
+    policy
+        .build(&choicewise::PolicyLimits::default())
+        .map_err(|e| refused(&e))
+}
+
+/// The policy of `first_finished(...)`, checked.
+fn first_finished_policy(deadline: Option<f64>) -> PyResult<choicewise::Policy> {
+    let mut policy = choicewise::Policy::builder().select(choicewise::PickRule::FirstFinished);
+    if let Some(seconds) = deadline {
+        policy = policy.deadline(seconds_to_duration(seconds)?);
+    }
+    policy
+        .build(&choicewise::PolicyLimits::default())
+        .map_err(|e| refused(&e))
+}
+
+/// The policy a dict states, checked as the gateway checks its extension.
+fn policy_of(py: Python<'_>, policy: &Bound<'_, PyAny>) -> PyResult<choicewise::Policy> {
+    let serde_json::Value::Object(fields) = from_py_value(py, policy)? else {
+        return Err(errors::value_error("a policy is a dict"));
+    };
+    choicewise::Policy::from_json(&fields, &choicewise::PolicyLimits::default())
+        .map_err(|e| errors::value_error(e.to_string()))
 }
 
 /// One choice of a completion. Each of its streams can be opened at any time, any number of
@@ -386,18 +509,12 @@ impl Choice {
     /// The assembled choice once it is over (a dict: `index`, `message`, `finish_reason`...);
     /// on error raises `ChoicewiseError` whose `.partial` is what was assembled.
     fn message(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let inner = self.inner.clone();
-        dual(
-            py,
-            async move { inner.message().await },
-            |py, result| match result {
-                Ok(output) => to_py_value(py, &output),
-                Err(incomplete) => {
-                    let partial = to_py_value(py, &incomplete.partial)?;
-                    Err(errors::to_py(py, &incomplete.error, Some(partial)))
-                }
-            },
-        )
+        self.message_as(py, Mode::Dual)
+    }
+
+    /// `message()`, awaitable.
+    fn amessage(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.message_as(py, Mode::Async)
     }
 
     /// Cancels the choice: it ends after the updates it already received; the upstream is
@@ -451,6 +568,24 @@ impl Selection {
             timed_out: selection.timed_out,
         };
         Ok(Py::new(py, s)?.into_any())
+    }
+}
+
+impl Choice {
+    fn message_as(&self, py: Python<'_>, mode: Mode) -> PyResult<Py<PyAny>> {
+        let inner = self.inner.clone();
+        dual(
+            py,
+            mode,
+            async move { inner.message().await },
+            |py, result| match result {
+                Ok(output) => to_py_value(py, &output),
+                Err(incomplete) => {
+                    let partial = to_py_value(py, &incomplete.partial)?;
+                    Err(errors::to_py(py, &incomplete.error, Some(partial)))
+                }
+            },
+        )
     }
 }
 

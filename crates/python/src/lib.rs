@@ -73,11 +73,9 @@ fn run_cli(py: Python<'_>, argv: &Bound<'_, PyList>) -> PyResult<u8> {
 #[pymodule]
 fn _choicewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add("ChoicewiseError", py.get_type::<errors::ChoicewiseError>())?;
-    m.add(
-        "PartialJsonError",
-        py.get_type::<errors::PartialJsonError>(),
-    )?;
+    for (name, class) in errors::classes(py) {
+        m.add(name, class)?;
+    }
     m.add_class::<completions::Completions>()?;
     m.add_class::<completions::Choice>()?;
     m.add_class::<completions::Selection>()?;

@@ -30,7 +30,7 @@
 mod encode;
 mod object;
 
-pub(crate) use encode::ResponsesEncoder;
+pub(crate) use encode::{CONTEXT_LENGTH_EXCEEDED, ResponsesEncoder};
 pub(crate) use object::{Echoed, message};
 
 use axum::http::StatusCode;
@@ -45,6 +45,7 @@ use super::{
     Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_entry, raw_entries,
     raw_field, raw_object, read_fields, small, write_function_tool,
 };
+use crate::error::ApiError;
 use crate::request::{Fields, fields_of, kind_of};
 
 /// The fields a translation reads (parsed); `input` and `tools` are read entry by entry
@@ -71,6 +72,39 @@ const READ: [&str; 19] = [
     "text",
     "reasoning",
 ];
+
+/// Whether an upstream's error says the prompt did not fit the model's context, in the words
+/// of the usual providers: OpenAI's code `context_length_exceeded` and its "maximum context
+/// length" (vLLM says it too), llama.cpp's "exceeds the available context size" (its
+/// `exceed_context_size_error`), Anthropic's "prompt is too long".
+pub(crate) fn is_context_overflow(text: &str) -> bool {
+    let text = text.to_ascii_lowercase();
+    [
+        CONTEXT_LENGTH_EXCEEDED,
+        "maximum context length",
+        "exceeds the available context size",
+        "exceed_context_size",
+        "prompt is too long",
+    ]
+    .iter()
+    .any(|phrase| text.contains(phrase))
+}
+
+/// A streamed Responses request refused by its upstreams because its prompt overflowed the
+/// model's context: the 200 stream that OpenAI's own Responses API answers then, ending in
+/// `response.failed` with the code `context_length_exceeded` (what Codex CLI reads as a
+/// context window exceeded; a 400 it reads as an invalid request). `None` for any other
+/// error, answered with its status as before.
+pub(crate) fn overflow_answer(reply: &Reply, e: &ApiError) -> Option<axum::response::Response> {
+    let overflow = e.status.is_client_error()
+        && (e.code.as_deref() == Some(CONTEXT_LENGTH_EXCEEDED) || is_context_overflow(&e.message));
+    if !overflow {
+        return None;
+    }
+    let bytes = encode::failed_before_output(reply, CONTEXT_LENGTH_EXCEEDED, &e.message);
+    let body = futures::stream::once(async move { Ok(Bytes::from(bytes)) });
+    Some(crate::write::sse_response(body))
+}
 
 /// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`, the type the
 /// status stands for unless `kind` is given.

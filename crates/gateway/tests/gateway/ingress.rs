@@ -1244,3 +1244,174 @@ async fn a_doubled_v1_is_served_as_its_route() {
     let r = post(addr, "/v1/v1/v1/messages", messages_request(false)).await;
     assert_eq!(r.status(), 404);
 }
+
+/// The Responses stream Codex CLI reads: its request as it sends it (streamed), to the
+/// gateway in front of `upstream`.
+async fn codex_stream(upstream: &TestServer) -> Vec<(String, Value)> {
+    let addr = gateway(upstream).await;
+    let body = json!({"model": "m", "stream": true, "input": "hi", "instructions": "Be brief."});
+    frames(post(addr, "/v1/responses", body).await).await
+}
+
+/// An upstream's context overflow reaches Codex CLI as OpenAI's Responses API says it: a
+/// stream ending in `response.failed` with the code `context_length_exceeded`, which Codex
+/// shows as its context window exceeded (a 400 it shows as an invalid request) — OpenAI's
+/// own 400, llama.cpp's and Anthropic's words alike, before the answer or in its stream. A
+/// request not streamed keeps its 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_reaches_codex_as_context_length_exceeded() {
+    let refusals = [
+        Failure::status(400)
+            .message("This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.")
+            .kind("invalid_request_error")
+            .code(Some("context_length_exceeded")),
+        Failure::status(400)
+            .message("the request exceeds the available context size, try increasing it")
+            .kind("exceed_context_size_error")
+            .code(None),
+        Failure::status(400)
+            .message("prompt is too long: 210000 tokens > 200000 maximum")
+            .kind("invalid_request_error")
+            .code(None),
+    ];
+    for refusal in refusals {
+        let said = refusal.body()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let upstream = TestServer::builder().fail(refusal).start().await.unwrap();
+        let frames = codex_stream(&upstream).await;
+        let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.failed"
+            ],
+            "{frames:?}"
+        );
+        let response = &frames[2].1["response"];
+        assert_eq!(response["status"], "failed");
+        assert_eq!(
+            response["error"]["code"], "context_length_exceeded",
+            "{response}"
+        );
+        let message = response["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&said), "{message}");
+        assert_eq!(
+            response["instructions"], "Be brief.",
+            "the request's fields echoed"
+        );
+
+        // Not streamed: the upstream's 400, in the Responses API's error shape.
+        let addr = gateway(&upstream).await;
+        let r = post(addr, "/v1/responses", json!({"model": "m", "input": "hi"})).await;
+        assert_eq!(r.status(), 400);
+        let error: Value = r.json().await.unwrap();
+        assert!(
+            error["error"]["message"].as_str().unwrap().contains(&said),
+            "{error}"
+        );
+    }
+
+    // Another 400 is not an overflow: answered as before, with its status.
+    let upstream = TestServer::builder()
+        .fail(
+            Failure::status(400)
+                .message("Invalid value for 'temperature'")
+                .code(None),
+        )
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway(&upstream).await;
+    let body = json!({"model": "m", "stream": true, "input": "hi"});
+    assert_eq!(post(addr, "/v1/responses", body).await.status(), 400);
+
+    // Said in the upstream's stream, after some text: the same code.
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let body = chunk(
+        json!({"role": "assistant", "content": "Let me"}),
+        Value::Null,
+    ) + "data: {\"error\": {\"message\": \"This model's maximum context length is 4096 tokens\", \"type\": \"invalid_request_error\", \"code\": \"context_length_exceeded\"}}\n\n";
+    let upstream = TestServer::builder().body(body).start().await.unwrap();
+    let frames = codex_stream(&upstream).await;
+    let (name, last) = frames.last().unwrap();
+    assert_eq!(name, "response.failed", "{frames:?}");
+    assert_eq!(
+        last["response"]["error"]["code"], "context_length_exceeded",
+        "{last}"
+    );
+
+    // Any other failure stays the server's.
+    let upstream = TestServer::builder()
+        .body(answer("a long enough answer to be cut"))
+        .close_after_events(2)
+        .start()
+        .await
+        .unwrap();
+    let frames = codex_stream(&upstream).await;
+    let (name, last) = frames.last().unwrap();
+    assert_eq!(name, "response.failed", "{frames:?}");
+    assert_eq!(last["response"]["error"]["code"], "server_error", "{last}");
+}
+
+/// An answer cut at the token limit (`finish_reason: "length"`) reaches Codex CLI as the
+/// Responses API's `response.incomplete` with `incomplete_details.reason:
+/// "max_output_tokens"`, carrying the text written (Codex says "Incomplete response
+/// returned, reason: max_output_tokens"), streamed or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_cut_at_the_token_limit_is_incomplete_with_its_text() {
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+    };
+    let body = chunk(
+        json!({"role": "assistant", "content": "The answer is"}),
+        Value::Null,
+    ) + &chunk(json!({"content": " forty"}), json!("length"))
+        + "data: [DONE]\n\n";
+    let upstream = TestServer::builder().body(body).start().await.unwrap();
+    let frames = codex_stream(&upstream).await;
+    let (name, last) = frames.last().unwrap();
+    assert_eq!(name, "response.incomplete", "{frames:?}");
+    let response = &last["response"];
+    assert_eq!(response["status"], "incomplete");
+    assert_eq!(
+        response["incomplete_details"]["reason"],
+        "max_output_tokens"
+    );
+    assert!(response["error"].is_null(), "{response}");
+    let item = &response["output"][0];
+    assert_eq!(item["type"], "message");
+    assert_eq!(item["status"], "incomplete");
+    assert_eq!(item["content"][0]["text"], "The answer is forty");
+    // The item as Codex reads it, from its `response.output_item.done`.
+    let done = frames
+        .iter()
+        .find(|(n, _)| n == "response.output_item.done")
+        .map(|(_, d)| d)
+        .unwrap();
+    assert_eq!(done["item"]["content"][0]["text"], "The answer is forty");
+
+    let addr = gateway(&upstream).await;
+    let r = post(addr, "/v1/responses", json!({"model": "m", "input": "hi"})).await;
+    assert_eq!(r.status(), 200);
+    let object: Value = r.json().await.unwrap();
+    assert_eq!(object["status"], "incomplete");
+    assert_eq!(object["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(
+        object["output"][0]["content"][0]["text"],
+        "The answer is forty"
+    );
+}

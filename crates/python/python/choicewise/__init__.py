@@ -9,56 +9,96 @@ engine underneath (the GIL is released while it parses)::
     async with choicewise.stream(client, model="gpt-4o-mini", n=3, messages=[...]) as completions:
         async for choice in completions.choices():      # in order of first appearance
             asyncio.create_task(show(choice))           # choice.index, choice.content()
-        whole = await completions.collect()             # an openai ChatCompletion
+        whole = await completions.acollect()            # an openai ChatCompletion
 
     completions = choicewise.Completions(byte_chunks)   # any sync or async iterable of bytes
-    winner = completions.vote(r"Answer: (\\d+)")         # outside an event loop: the result
+    winner = completions.vote(r"Answer: (\\d+)")         # a Selection
 
-Every waiting method (``collect()``, ``vote()``, ``first_finished()``, ``message()``...)
-returns an awaitable when called where an asyncio loop runs, and its result directly
-elsewhere; every iterator (``choices()``, ``content()``, ``function_calls()``) is both an
-iterator and an async iterator. Errors are ``ChoicewiseError`` with ``.kind``, ``.line``,
-``.offset``, ``.choice``.
+Every waiting method has an ``a`` twin returning an awaitable: ``collect()`` waits and
+returns the result, ``await acollect()`` in a coroutine (likewise ``vote()``/``avote()``,
+``message()``/``amessage()``, ``usage()``/``ausage()``...). Every iterator (``choices()``,
+``content()``, ``function_calls()``) is both an iterator and an async iterator. Errors are
+``ChoicewiseError`` subclasses, one per kind (``UpstreamError``, ``TransportError``...), with
+``.kind``, ``.line``, ``.offset``, ``.choice``.
 """
 
 import json
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from ._choicewise import (
+    ArgumentsError,
     Choice,
     ChoiceIterator,
     ChoicewiseError,
+    ChunkError,
     Completions,
+    DialectError,
+    FramingError,
     FunctionCallIterator,
+    IdleTimeoutError,
+    InternalError,
+    LimitError,
+    OpenError,
     PartialJson,
     PartialJsonError,
     Selection,
     TextIterator,
+    TransportError,
+    TruncatedError,
+    UpdateError,
+    UpstreamError,
     __version__,
 )
+from .types import ChoiceOutput, FunctionCallEvent, JsonValue
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI, OpenAI
 
 __all__ = [
+    "ArgumentsError",
     "Choice",
     "ChoiceIterator",
+    "ChoiceOutput",
     "ChoicewiseError",
+    "ChunkError",
     "Completions",
+    "DialectError",
+    "FramingError",
+    "FunctionCallEvent",
     "FunctionCallIterator",
+    "IdleTimeoutError",
+    "InternalError",
+    "JsonValue",
+    "LimitError",
+    "OpenError",
     "PartialJson",
     "PartialJsonError",
     "Selection",
     "TextIterator",
+    "TransportError",
+    "TruncatedError",
+    "UpdateError",
+    "UpstreamError",
     "__version__",
     "stream",
 ]
+
+try:  # with openai installed: usage() gives a Usage (openai's CompletionUsage)
+    from ._openai_types import Usage, UsageEstimate
+
+    __all__ += ["Usage", "UsageEstimate"]
+except ImportError:  # pragma: no cover - openai is optional
+    pass
 
 
 def _request_json(params: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """The request body as JSON, for the token estimate of the prompt (``None`` if some
     parameter is not plain JSON)."""
     try:
-        return json.loads(json.dumps(params))
+        body: Dict[str, Any] = json.loads(json.dumps(params))
     except (TypeError, ValueError):
         return None
+    return body
 
 
 class stream:
@@ -79,9 +119,9 @@ class stream:
     the task inside the block does the same.
     """
 
-    def __init__(self, client: Any, **params: Any) -> None:
-        self._client = client
-        self._params = params
+    def __init__(self, client: "Union[OpenAI, AsyncOpenAI]", **params: object) -> None:
+        self._client: Any = client
+        self._params: Dict[str, Any] = params
         self._manager: Any = None
         self.completions: Optional[Completions] = None
 
@@ -112,12 +152,13 @@ class stream:
         response = await self._manager.__aenter__()
         return self._start(response, response.iter_bytes())
 
-    async def __aexit__(self, *exc: Any) -> Optional[bool]:
+    async def __aexit__(self, *exc: object) -> Optional[bool]:
         try:
             if self.completions is not None:
                 self.completions.cancel_except([])
         finally:
-            return await self._manager.__aexit__(*exc)
+            suppress: Optional[bool] = await self._manager.__aexit__(*exc)
+        return suppress
 
     def __enter__(self) -> Completions:
         self._manager = self._create()
@@ -126,9 +167,10 @@ class stream:
         response = self._manager.__enter__()
         return self._start(response, response.iter_bytes())
 
-    def __exit__(self, *exc: Any) -> Optional[bool]:
+    def __exit__(self, *exc: object) -> Optional[bool]:
         try:
             if self.completions is not None:
                 self.completions.cancel_except([])
         finally:
-            return self._manager.__exit__(*exc)
+            suppress: Optional[bool] = self._manager.__exit__(*exc)
+        return suppress

@@ -1,6 +1,30 @@
-"""Type stubs of the extension module (the Rust engine); the package re-exports these names."""
+"""Type stubs of the extension module (the Rust engine); the package re-exports these names.
 
-from typing import Any, AsyncIterable, Awaitable, Dict, Iterable, List, Literal, Optional, TypedDict, Union
+The results are typed as they are with the ``openai`` extra installed (``pip install
+"choicewise[openai]"``): ``collect()`` gives openai's ``ChatCompletion`` and ``usage()`` a
+``choicewise.Usage`` (openai's ``CompletionUsage``). Without openai they are dicts of the
+same shape, and a type checker sees these names as unknown.
+
+Every waiting method comes in two: ``collect()`` waits and returns the result (a plain
+script, a thread); ``acollect()`` returns an awaitable of it, for a coroutine.
+"""
+
+from typing import (
+    AsyncIterable,
+    Awaitable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+    Union,
+)
+
+from openai.types.chat import ChatCompletion
+
+from ._openai_types import Usage
+from .types import ChoiceOutput, FunctionCallEvent, JsonValue
 
 __version__: str
 
@@ -8,34 +32,60 @@ _Chunk = Union[bytes, bytearray, memoryview, str]
 _Chunks = Union[_Chunk, Iterable[_Chunk], AsyncIterable[_Chunk]]
 
 class ChoicewiseError(Exception):
-    """A completion or one of its choices ended in error."""
+    """A completion or one of its choices ended in error; the base of one class per kind."""
 
     kind: str
     """What failed: "framing", "chunk", "dialect", "update", "arguments", "limit", "upstream",
-    "transport", "open", "truncated", "timeout", "internal" (or "partial_json")."""
+    "transport", "open", "truncated", "timeout", "internal" (or "partial_json"): the
+    subclass's kind, for the callers that compared strings."""
     line: Optional[int]
     offset: Optional[int]
     choice: Optional[int]
     upstream: Optional[int]
     retryable: bool
-    partial: Any
-    """What was assembled before the error (``collect()``: a ``ChatCompletion`` or dict;
-    ``message()``: a dict), else ``None``."""
+    partial: Union[ChatCompletion, ChoiceOutput, None]
+    """What was assembled before the error (``collect()``: a ``ChatCompletion``;
+    ``message()``: a ``ChoiceOutput``), else ``None``."""
+
+class FramingError(ChoicewiseError):
+    """The bytes are not a valid event stream (``kind`` "framing")."""
+
+class ChunkError(ChoicewiseError):
+    """An event's data is not a chunk, or names an impossible choice index ("chunk")."""
+
+class DialectError(ChoicewiseError):
+    """An event of another dialect than the stream's ("dialect")."""
+
+class UpdateError(ChoicewiseError):
+    """One choice's update or tool call is malformed; only that choice failed ("update")."""
+
+class ArgumentsError(ChoicewiseError):
+    """A call's complete arguments are not valid JSON or not the requested type
+    ("arguments")."""
+
+class LimitError(ChoicewiseError):
+    """More choices than the configured maximum ("limit")."""
+
+class UpstreamError(ChoicewiseError):
+    """The provider reported an error in the stream ("upstream")."""
+
+class TransportError(ChoicewiseError):
+    """Reading the stream failed: a connection closed, an I/O error ("transport")."""
+
+class OpenError(ChoicewiseError):
+    """The request failed before its stream began ("open")."""
+
+class TruncatedError(ChoicewiseError):
+    """The stream ended while something was unfinished ("truncated")."""
+
+class IdleTimeoutError(ChoicewiseError):
+    """Nothing arrived for longer than the idle timeout ("timeout")."""
+
+class InternalError(ChoicewiseError):
+    """An actor failed: a bug, reported rather than hidden ("internal")."""
 
 class PartialJsonError(ChoicewiseError):
-    """Invalid JSON fed to ``PartialJson``; ``.offset`` is the byte offset."""
-
-class FunctionCallEvent(TypedDict, total=False):
-    type: Literal["started", "arguments", "finished"]
-    call: int
-    kind: Literal["tool", "function"]
-    id: Optional[str]
-    name: Optional[str]
-    fragment: str
-    arguments: str
-    value: Any
-    error: Optional[str]
-    repaired: bool
+    """Invalid JSON fed to ``PartialJson``; ``.offset`` is the byte offset ("partial_json")."""
 
 class ChoiceIterator:
     def __iter__(self) -> ChoiceIterator: ...
@@ -66,49 +116,64 @@ class Choice:
     def reasoning(self) -> TextIterator: ...
     def refusal(self) -> TextIterator: ...
     def function_calls(self) -> FunctionCallIterator: ...
-    def message(self) -> Any:
-        """The assembled choice (a dict); an awaitable inside a running event loop."""
+    def message(self) -> ChoiceOutput:
+        """The assembled choice, once it is over."""
+    def amessage(self) -> Awaitable[ChoiceOutput]: ...
     def cancel(self) -> bool: ...
 
 class Selection:
-    """What ``vote()`` or ``first_finished()`` picked; false when nothing was."""
+    """What ``vote()``, ``first_finished()`` or ``pick()`` picked; false when nothing was."""
 
-    choice: Optional[Choice]
-    selected: List[int]
-    cancelled: List[int]
-    key: Optional[str]
-    votes: Optional[int]
-    counted: Optional[int]
-    reason: Optional[str]
-    timed_out: bool
+    @property
+    def choice(self) -> Optional[Choice]: ...
+    @property
+    def selected(self) -> List[int]: ...
+    @property
+    def cancelled(self) -> List[int]: ...
+    @property
+    def key(self) -> Optional[str]: ...
+    @property
+    def votes(self) -> Optional[int]: ...
+    @property
+    def counted(self) -> Optional[int]: ...
+    @property
+    def reason(self) -> Optional[str]: ...
+    @property
+    def timed_out(self) -> bool: ...
     def __bool__(self) -> bool: ...
 
 class Completions:
     """One streamed completion with several choices, demultiplexed by choice.
 
-    The waiting methods return an awaitable when called where an asyncio event loop runs,
-    and their result directly elsewhere (typed ``Any`` for that reason: ``ChatCompletion``,
-    ``Selection``... or an awaitable of it)."""
+    Each waiting method has an ``a`` twin returning an awaitable (``collect()`` and
+    ``acollect()``...). For the callers written before the twins, ``collect()`` and the others
+    still return an awaitable when called where an asyncio loop runs; typed code awaits the
+    ``a`` methods."""
 
     def __init__(
         self,
         chunks: _Chunks,
         *,
         n: Optional[int] = None,
-        request: Optional[Dict[str, Any]] = None,
+        request: Optional[Mapping[str, object]] = None,
         idle_timeout: Optional[float] = None,
     ) -> None: ...
     @staticmethod
     def fan_out(streams: List[_Chunks], *, n: Optional[List[int]] = None) -> Completions: ...
     def choices(self) -> ChoiceIterator: ...
-    def choice(self, index: int) -> Any:
-        """``Optional[Choice]``, or an awaitable of it."""
-    def collect(self) -> Any:
-        """An openai ``ChatCompletion`` (a dict without openai), or an awaitable of it."""
-    def usage(self) -> Any: ...
-    def choice_errors(self) -> Any:
-        """``List[Tuple[int, ChoicewiseError]]``, or an awaitable of it."""
-    def cancel(self) -> Any: ...
+    def choice(self, index: int) -> Optional[Choice]: ...
+    def achoice(self, index: int) -> Awaitable[Optional[Choice]]: ...
+    def collect(self) -> ChatCompletion:
+        """An openai ``ChatCompletion`` (a dict without openai)."""
+    def acollect(self) -> Awaitable[ChatCompletion]: ...
+    def usage(self) -> Usage:
+        """A ``choicewise.Usage`` (openai's ``CompletionUsage`` with ``source``; a dict
+        without openai)."""
+    def ausage(self) -> Awaitable[Usage]: ...
+    def choice_errors(self) -> List[Tuple[int, ChoicewiseError]]: ...
+    def achoice_errors(self) -> Awaitable[List[Tuple[int, ChoicewiseError]]]: ...
+    def cancel(self) -> List[int]: ...
+    def acancel(self) -> Awaitable[List[int]]: ...
     def cancel_except(self, keep: List[int]) -> None: ...
     def vote(
         self,
@@ -118,17 +183,29 @@ class Completions:
         window: Optional[int] = None,
         deadline: Optional[float] = None,
         keep_rest: bool = False,
-    ) -> Any:
-        """A ``Selection``, or an awaitable of it. The ``vote-K`` rows of docs/picks.md;
-        with ``window=4`` over 64 samples, its ``adaptive`` row."""
-    def first_finished(self, *, deadline: Optional[float] = None, keep_rest: bool = False) -> Any:
-        """A ``Selection``, or an awaitable of it. The ``first-finished`` row of
-        docs/picks.md (over 4 samples)."""
-    def pick(self, policy: Dict[str, Any], *, keep_rest: bool = False) -> Any:
-        """The pick a policy states (the gateway's ``choicewise`` extension's fields): a
-        ``Selection``, or an awaitable of it. Each row of docs/picks.md is such a policy
-        (``confidence-high``: ``{"samples": 64, "select": "vote", "vote_by": "#### (\\d+)",
-        "window": 4, "confidence": {"warmup": 16, "keep": 0.9, "group_tokens": 16}}``)."""
+    ) -> Selection:
+        """The ``vote-K`` rows of docs/picks.md; with ``window=4`` over 64 samples, its
+        ``adaptive`` row."""
+    def avote(
+        self,
+        pattern: str,
+        *,
+        min_votes: Optional[int] = None,
+        window: Optional[int] = None,
+        deadline: Optional[float] = None,
+        keep_rest: bool = False,
+    ) -> Awaitable[Selection]: ...
+    def first_finished(self, *, deadline: Optional[float] = None, keep_rest: bool = False) -> Selection:
+        """The ``first-finished`` row of docs/picks.md (over 4 samples)."""
+    def afirst_finished(
+        self, *, deadline: Optional[float] = None, keep_rest: bool = False
+    ) -> Awaitable[Selection]: ...
+    def pick(self, policy: Mapping[str, object], *, keep_rest: bool = False) -> Selection:
+        """The pick a policy states (the gateway's ``choicewise`` extension's fields). Each row
+        of docs/picks.md is such a policy (``confidence-high``: ``{"samples": 64, "select":
+        "vote", "vote_by": "#### (\\d+)", "window": 4, "confidence": {"warmup": 16, "keep":
+        0.9, "group_tokens": 16}}``)."""
+    def apick(self, policy: Mapping[str, object], *, keep_rest: bool = False) -> Awaitable[Selection]: ...
     def warnings(self) -> List[str]: ...
 
 class PartialJson:
@@ -139,11 +216,11 @@ class PartialJson:
     def __init__(self, *, live: bool = False) -> None: ...
     def feed(self, fragment: Union[str, bytes]) -> None: ...
     @property
-    def value(self) -> Any: ...
+    def value(self) -> JsonValue: ...
     @property
     def complete(self) -> bool: ...
     @property
     def bytes_consumed(self) -> int: ...
-    def finish(self) -> Any: ...
+    def finish(self) -> JsonValue: ...
 
 def run_cli(argv: List[str]) -> int: ...

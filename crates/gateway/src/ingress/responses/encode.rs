@@ -110,6 +110,24 @@ struct DeltaEvent<'a> {
     logprobs: Option<[u8; 0]>,
 }
 
+/// The error code of a context overflow, in OpenAI's `error.code` and a Responses stream's
+/// `response.failed`.
+pub(crate) const CONTEXT_LENGTH_EXCEEDED: &str = "context_length_exceeded";
+
+/// A streamed answer that failed before any output: `response.created`,
+/// `response.in_progress`, then `response.failed` with `code` and `message` (see
+/// [`super::overflow_answer`]).
+pub(crate) fn failed_before_output(reply: &Reply, code: &str, message: &str) -> Vec<u8> {
+    let mut encoder = ResponsesEncoder::new(reply);
+    let mut out = Vec::new();
+    encoder.start(&mut out);
+    encoder.phase = Phase::Closed { finished: false };
+    let error = json!({"code": code, "message": message});
+    let response = encoder.response("failed", Value::Null, error, Value::Null);
+    encoder.emit(&mut out, "response.failed", json!({"response": response}));
+    out
+}
+
 /// Writes one choice's answer as the Responses stream.
 #[derive(Debug)]
 pub(crate) struct ResponsesEncoder {
@@ -557,7 +575,13 @@ impl Encoder for ResponsesEncoder {
             _ => {}
         }
         self.phase = Phase::Closed { finished: false };
-        let error = json!({"code": "server_error", "message": why});
+        // Codex CLI tells a context overflow by this code alone (its "context window
+        // exceeded", and its compaction); every other failure is the server's.
+        let code = match super::is_context_overflow(why) {
+            true => CONTEXT_LENGTH_EXCEEDED,
+            false => "server_error",
+        };
+        let error = json!({"code": code, "message": why});
         let mut event =
             json!({"response": self.response("failed", Value::Null, error, Value::Null)});
         if let Some(c) = choicewise {
