@@ -128,11 +128,62 @@ pub(crate) fn kind_of<'a>(json: impl Into<Json<'a>>) -> &'static str {
     }
 }
 
+/// The most bytes a field the gateway parses into a tree (an object or an array) may have:
+/// a parsed tree costs 20 to 80 times its text, so a larger one is refused before it is
+/// parsed (issue 63). Strings and numbers parse into about their own size, and are not
+/// bounded here.
+pub(crate) const MAX_PARSED_FIELD: usize = 64 * 1024;
+
+/// Why the field `key` of JSON text `text` may not be parsed into a tree: it is an object or
+/// an array of more than [`MAX_PARSED_FIELD`] bytes.
+pub(crate) fn too_large_to_parse(key: &str, text: &[u8]) -> Option<String> {
+    let first = text.iter().find(|b| !b.is_ascii_whitespace());
+    (matches!(first, Some(b'{' | b'[')) && text.len() > MAX_PARSED_FIELD).then(|| {
+        format!(
+            "{key:?} is {} bytes: a field the gateway parses may be at most {MAX_PARSED_FIELD} \
+             bytes",
+            text.len()
+        )
+    })
+}
+
 /// A field's text parsed, for a field the gateway reads: a 400 naming `key` when it cannot
-/// be (nested deeper than the parser goes).
+/// be (nested deeper than the parser goes), or when it is too large to parse
+/// ([`too_large_to_parse`]).
 pub(crate) fn parse_field(key: &str, text: &[u8]) -> Result<Value, String> {
+    if let Some(e) = too_large_to_parse(key, text) {
+        return Err(e);
+    }
     serde_json::from_slice(text).map_err(|e| format!("{key:?} could not be read: {e}"))
 }
+
+/// The Chat Completions fields the gateway parses into a tree somewhere (the translation to
+/// another API, the prompt's count, the request's own fields): each refused when it is too
+/// large to parse ([`too_large_to_parse`]), before any of them is parsed.
+const PARSED: [&str; 22] = [
+    "model",
+    "n",
+    "stream",
+    "stream_options",
+    "choicewise",
+    "logprobs",
+    "top_logprobs",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "tool_choice",
+    "function_call",
+    "reasoning_effort",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "user",
+    "safety_identifier",
+    "service_tier",
+    "thinking",
+    "reasoning",
+    "temperature",
+];
 
 /// A checked request.
 #[derive(Debug, Clone)]
@@ -178,6 +229,11 @@ impl ChatRequest {
     /// Reads a request's fields (a body split, or one translated from another API): only
     /// those the gateway decides are parsed.
     pub fn from_fields(mut body: Fields, limits: &Limits) -> Result<ChatRequest, ApiError> {
+        for key in PARSED {
+            if let Some(e) = body.get(key).and_then(|t| too_large_to_parse(key, t)) {
+                return Err(err(e).code("field_too_large").param(key));
+            }
+        }
         let mut take = |key: &str| match body.remove(key) {
             None => Ok(None),
             Some(text) => parse_field(key, &text).map(Some).map_err(err),

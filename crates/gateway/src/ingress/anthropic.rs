@@ -80,12 +80,11 @@ pub(crate) fn to_chat_for_count(body: &Fields) -> Result<Translated, IngressErro
 /// The fields a translation reads (parsed); `messages` and `tools` are read entry by entry
 /// ([`for_each_raw_entry`], [`raw_entries`]), the others are
 /// ignored, and `choicewise` passed on as sent.
-const READ: [&str; 12] = [
+const READ: [&str; 11] = [
     "mcp_servers",
     "container",
     "model",
     "max_tokens",
-    "system",
     "stream",
     "temperature",
     "top_p",
@@ -136,8 +135,7 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
     let mut messages = MessagesOut::with_capacity(list.map_or(0, |l| l.len() + l.len() / 8));
     // Tools a system turn adds mid-conversation (Claude Code's `tool_addition` blocks).
     let mut added = Vec::new();
-    if let Some(system) = field(obj, "system") {
-        let content = system_text("system", system)?;
+    if let Some(content) = system_of(body)? {
         (messages.made).push(json!({"role": "system", "content": content}));
     }
     match list {
@@ -221,7 +219,63 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
     })
 }
 
-/// `system` (or a system turn's content, at `at`): a string, or text blocks joined by a
+/// `system`, read from its text: a string, or text blocks joined by a blank line, read one
+/// at a time (never a tree of the list: a system prompt may be large).
+fn system_of(body: &Fields) -> Result<Option<String>, IngressError> {
+    #[derive(serde::Deserialize)]
+    struct Block<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        text: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Some(text) = raw_field(body, "system") else {
+        return Ok(None);
+    };
+    match text.first() {
+        Some(b'"') => serde_json::from_slice(text)
+            .map(Some)
+            .map_err(|e| IngressError::invalid("system", format!("could not be read: {e}"))),
+        Some(b'[') => {
+            let mut joined = String::with_capacity(text.len());
+            let read = choicewise_partial_json::for_each_raw_entry(text, |i, raw| {
+                let not_text = || {
+                    IngressError::invalid(
+                        format!("system.{i}"),
+                        "must be a text block ({\"type\": \"text\", \"text\": ...})",
+                    )
+                };
+                let block: Block<'_> = serde_json::from_str(raw.get()).map_err(|_| not_text())?;
+                match (block.kind.as_deref(), block.text) {
+                    (Some("text"), Some(t)) => {
+                        if i > 0 {
+                            joined.push_str("\n\n");
+                        }
+                        joined.push_str(&t);
+                        Ok(())
+                    }
+                    _ => Err(not_text()),
+                }
+            });
+            match read {
+                Ok(read) => read.map(|()| Some(joined)),
+                Err(e) => Err(IngressError::invalid(
+                    "system",
+                    format!("could not be read: {e}"),
+                )),
+            }
+        }
+        _ => Err(IngressError::invalid(
+            "system",
+            format!(
+                "must be a string or an array of text blocks, not {}",
+                kind_of(text)
+            ),
+        )),
+    }
+}
+
+/// A system turn's content (at `at`): a string, or text blocks joined by a
 /// blank line.
 fn system_text(at: &str, system: &Value) -> Result<String, IngressError> {
     match system {

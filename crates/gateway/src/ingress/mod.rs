@@ -45,7 +45,7 @@ use serde_json::{Map, Value};
 
 use crate::ending::OutputEnd;
 use crate::error::ApiError;
-use crate::request::{Fields, NotAnObject, split_object};
+use crate::request::{Fields, NotAnObject, split_object, too_large_to_parse};
 
 /// A request refused before it runs, in the terms of the client's API: a status, the field
 /// concerned when there is one, a message naming it, and (Responses) OpenAI's error code.
@@ -134,12 +134,24 @@ pub(crate) fn parse_body(bytes: &Bytes) -> Result<Fields, IngressError> {
 }
 
 /// The fields of a client's body that a translation reads, parsed (`null` ones included);
-/// the others stay as they came. A field too deeply nested to parse is a 400 naming it.
+/// the others stay as they came. A field too deeply nested to parse, or an object or array
+/// too large to ([`too_large_to_parse`]: checked for every field before any is parsed), is a
+/// 400 naming it.
 pub(crate) fn read_fields(
     body: &Fields,
     keys: &[&str],
 ) -> Result<Map<String, Value>, IngressError> {
     let mut obj = Map::new();
+    for key in keys {
+        if let Some(e) = body.get(*key).and_then(|t| too_large_to_parse(key, t)) {
+            return Err(IngressError {
+                status: StatusCode::BAD_REQUEST,
+                param: Some(key.to_string()),
+                message: e,
+                code: Some("field_too_large"),
+            });
+        }
+    }
     for key in keys {
         if let Some(text) = body.get(*key) {
             let value = serde_json::from_slice(text)
