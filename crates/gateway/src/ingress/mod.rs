@@ -210,25 +210,6 @@ pub(crate) fn for_each_entry(
     }
 }
 
-/// As [`for_each_entry`], each entry given also as its JSON text as written (for a reader
-/// that keeps part of it as written: a tool's `input`, whose numbers a tree would round).
-pub(crate) fn for_each_raw_entry<'t>(
-    text: &'t [u8],
-    at: &str,
-    mut each: impl FnMut(usize, Value, &'t RawValue) -> Result<(), IngressError>,
-) -> Result<(), IngressError> {
-    let read = choicewise_partial_json::for_each_raw_entry(text, |i, raw| {
-        // The entry is JSON: it parses as the whole text's reader would have parsed it.
-        let value = serde_json::from_str(raw.get())
-            .map_err(|e| IngressError::invalid(at, format!("could not be read: {e}")))?;
-        each(i, value, raw)
-    });
-    match read {
-        Ok(read) => read,
-        Err(e) => Err(IngressError::invalid(at, format!("could not be read: {e}"))),
-    }
-}
-
 /// A Chat Completions `messages` array written as its messages are made: the translation
 /// of an item pushes onto [`made`](Self::made), and every message but the last (which a
 /// following item may still add tool calls to) is written out after each item
@@ -260,6 +241,23 @@ impl MessagesOut {
             self.write_made();
             self.made.extend(last);
         }
+    }
+
+    /// Writes out every message made, then `message` (a message's JSON text).
+    pub fn write_text(&mut self, message: &[u8]) {
+        self.write_made();
+        if self.any {
+            self.text.push(b',');
+        }
+        self.text.extend_from_slice(message);
+        self.any = true;
+    }
+
+    /// Writes out every message made, then `message`.
+    pub fn write(&mut self, message: &Value) {
+        self.write_made();
+        self.made.push(message.clone());
+        self.write_made();
     }
 
     fn write_made(&mut self) {
