@@ -575,8 +575,10 @@ async fn run(cases: Vec<Case>, max_body: usize) {
             m.status
         );
         eprintln!("{line}");
-        if m.peak > bound || !matches!(m.status, 200 | 400) {
+        if !matches!(m.status, 200 | 400) || (m.peak > bound && !pending(route)) {
             failed.push(format!("{line}: {}", m.answer));
+        } else if m.peak > bound {
+            eprintln!("  (over its bound, pending: {route})");
         }
     }
     assert!(
@@ -585,6 +587,15 @@ async fn run(cases: Vec<Case>, max_body: usize) {
         SLACK / MIB,
         failed.join("\n")
     );
+}
+
+/// The routes whose readers still build a message's tree (issue 63, not done yet): the
+/// Responses ingress (an input item and its content parts are parsed whole), and the
+/// translation of Chat Completions messages to an Anthropic or a Responses upstream
+/// (`Dialect::write_messages_from_chat_json` parses one message whole). Their cases are run
+/// and printed, and fail only when answered other than 200 or 400.
+fn pending(route: Route) -> bool {
+    route.0 == Api::Responses || route.1 != "m"
 }
 
 fn long_form() -> bool {
@@ -601,8 +612,6 @@ fn var(name: &str, default: u64) -> u64 {
 /// Every named case of issue 63 on every route, a fan-out of 16 samples, then generated
 /// ones (`COST_FUZZ_LONG`: larger, and many more).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the Messages and Responses readers and the translation to other APIs still build a \
-            message's tree (issue 63): run with --ignored to see which shapes fail"]
 async fn hostile_bodies_cost_a_few_times_their_bytes() {
     let (size, seed, count, max) = match long_form() {
         true => (
