@@ -231,6 +231,11 @@ impl ChatRequest {
     pub fn from_fields(mut body: Fields, limits: &Limits) -> Result<ChatRequest, ApiError> {
         for key in PARSED {
             if let Some(e) = body.get(key).and_then(|t| too_large_to_parse(key, t)) {
+                if key == "choicewise"
+                    && let Some(refused) = pattern_refused(&body[key], limits)
+                {
+                    return Err(refused);
+                }
                 return Err(err(e).code("field_too_large").param(key));
             }
         }
@@ -422,6 +427,27 @@ pub(crate) fn merge(
         merged.insert(key.clone(), lower.unwrap_or_else(|| value.clone()));
     }
     merged
+}
+
+/// A `choicewise` extension too large to parse, refused for its `vote_by` when that is what
+/// makes it large (its own, more telling 400: `vote_by_too_large`): its fields read one at a
+/// time, the small ones and the strings parsed, and checked as a policy.
+fn pattern_refused(text: &[u8], limits: &Limits) -> Option<ApiError> {
+    let mut fields = Map::new();
+    let read = choicewise_partial_json::for_each_raw_field(text, |key, raw| {
+        let raw = raw.get();
+        if raw.starts_with('"') || raw.len() <= MAX_PARSED_FIELD {
+            fields.insert(key.to_string(), serde_json::from_str(raw)?);
+        }
+        Ok::<(), serde_json::Error>(())
+    });
+    if !matches!(read, Ok(Ok(()))) || !fields.contains_key("vote_by") {
+        return None;
+    }
+    match Policy::from_json(&fields, &limits.policy_limits(1)) {
+        Err(e) if e.kind() == PolicyErrorKind::PatternTooLarge => Some(refused(e)),
+        _ => None,
+    }
 }
 
 /// A refused policy as the client's 400, with the codes the extension's errors have.
