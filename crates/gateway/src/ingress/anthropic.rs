@@ -42,10 +42,10 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Hosted, IngressError, MessagesOut, Reply, Translated, field, raw_entries, raw_field,
-    raw_object, read_fields, small, write_function_tool,
+    Hosted, IngressError, MessagesOut, Parts, Reply, Translated, each_block, field, lean,
+    lean_object, raw_entries, raw_field, raw_object, read_fields, small, write_function_tool,
 };
-use crate::request::{Fields, MAX_PARSED_FIELD, fields_of, kind_of, too_large_to_parse};
+use crate::request::{Fields, fields_of, kind_of, too_large_to_parse};
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
 pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
@@ -336,46 +336,6 @@ impl<'t> Block<'t> {
     }
 }
 
-/// A value's text as a tree when it is a scalar, or an object or array of at most 64 KiB; a
-/// larger object or array as an empty one of its kind (where only a string or a small
-/// object is read, its type is all that matters).
-fn lean(raw: &RawValue) -> Result<Value, serde_json::Error> {
-    let text = raw.get();
-    match text.as_bytes().first() {
-        Some(b'[') if text.len() > MAX_PARSED_FIELD => Ok(Value::Array(Vec::new())),
-        Some(b'{') if text.len() > MAX_PARSED_FIELD => Ok(Value::Object(Map::new())),
-        _ => serde_json::from_str(text),
-    }
-}
-
-/// The fields `keys` of the object `raw`, each [`lean`], the others skipped unparsed; `raw`
-/// as [`lean`] when it is no object.
-fn lean_object(raw: &RawValue, keys: &[&str]) -> Result<Value, serde_json::Error> {
-    if !raw.get().starts_with('{') {
-        return lean(raw);
-    }
-    let mut obj = Map::new();
-    choicewise_partial_json::for_each_raw_field(raw.get().as_bytes(), |k, v| {
-        if keys.contains(&k) {
-            obj.insert(k.to_string(), lean(v)?);
-        }
-        Ok(())
-    })??;
-    Ok(Value::Object(obj))
-}
-
-/// Calls `each` with every entry of the array `text` (at `at`) as its text, one at a time.
-fn each_block<'t>(
-    text: &'t RawValue,
-    at: &str,
-    each: impl FnMut(usize, &'t RawValue) -> Result<(), IngressError>,
-) -> Result<(), IngressError> {
-    match choicewise_partial_json::for_each_raw_entry(text.get().as_bytes(), each) {
-        Ok(read) => read,
-        Err(e) => Err(IngressError::invalid(at, format!("could not be read: {e}"))),
-    }
-}
-
 /// A system turn's content (at `at`): a string, or blocks read one at a time: text blocks
 /// joined by a blank line; Claude Code's `tool_addition` blocks with a `tool_definition` go to
 /// `added` (with where they are), those naming a tool already sent (`tool_reference`) and
@@ -503,71 +463,6 @@ fn message_of(
                 kind_of(content.get().as_bytes())
             ),
         )),
-    }
-}
-
-/// Content parts written as JSON text as they come, the first one held: one text part alone
-/// becomes a plain string, none an empty one ([`Parts::content`]).
-#[derive(Default)]
-struct Parts {
-    first: Option<Value>,
-    rest: Vec<u8>,
-    n: usize,
-}
-
-impl Parts {
-    fn push(&mut self, part: Value) {
-        match self.first.take() {
-            None if self.n == 0 => self.first = Some(part),
-            first => {
-                for p in first.iter().chain([&part]) {
-                    if !self.rest.is_empty() {
-                        self.rest.push(b',');
-                    }
-                    // A value always serialises.
-                    let _ = serde_json::to_writer(&mut self.rest, p);
-                }
-            }
-        }
-        self.n += 1;
-    }
-
-    fn extend(&mut self, other: Parts) {
-        if let Some(first) = other.first {
-            self.push(first);
-        } else if !other.rest.is_empty() {
-            if let Some(first) = self.first.take() {
-                // Written out: the parts are more than one.
-                self.push(first);
-                self.n -= 1;
-            }
-            if !self.rest.is_empty() {
-                self.rest.push(b',');
-            }
-            self.rest.extend_from_slice(&other.rest);
-            self.n += other.n;
-        }
-    }
-
-    /// The content's JSON text.
-    fn content(self) -> Vec<u8> {
-        match (self.first, self.n) {
-            (None, 0) => b"\"\"".to_vec(),
-            (Some(first), 1) => {
-                let value = match first["type"] == "text" {
-                    true => &first["text"],
-                    false => &Value::Array(vec![first.clone()]),
-                };
-                serde_json::to_vec(value).unwrap_or_default()
-            }
-            _ => {
-                let mut out = Vec::with_capacity(self.rest.len() + 2);
-                out.push(b'[');
-                out.extend_from_slice(&self.rest);
-                out.push(b']');
-                out
-            }
-        }
     }
 }
 

@@ -45,7 +45,7 @@ use serde_json::{Map, Value};
 
 use crate::ending::OutputEnd;
 use crate::error::ApiError;
-use crate::request::{Fields, NotAnObject, split_object, too_large_to_parse};
+use crate::request::{Fields, MAX_PARSED_FIELD, NotAnObject, split_object, too_large_to_parse};
 
 /// A request refused before it runs, in the terms of the client's API: a status, the field
 /// concerned when there is one, a message naming it, and (Responses) OpenAI's error code.
@@ -195,30 +195,21 @@ pub(crate) fn raw_entries<'a>(text: &'a [u8], at: &str) -> Result<Vec<&'a RawVal
         .map_err(|e| IngressError::invalid(at, format!("could not be read: {e}")))
 }
 
-/// Calls `each` with every entry of the JSON array `text` (the field `at`) in order, each
-/// parsed on its own as the array is read, by a visitor over the sequence on a borrowed
-/// deserializer: at most one entry's tree exists at a time, never the list's. Text that is
-/// not an array of JSON values is a 400 naming `at`; `each`'s own error stops the reading.
-pub(crate) fn for_each_entry(
-    text: &[u8],
-    at: &str,
-    each: impl FnMut(usize, Value) -> Result<(), IngressError>,
-) -> Result<(), IngressError> {
-    match choicewise_usage::for_each_entry(text, each) {
-        Ok(read) => read,
-        Err(e) => Err(IngressError::invalid(at, format!("could not be read: {e}"))),
-    }
-}
-
-/// A Chat Completions `messages` array written as its messages are made: the translation
-/// of an item pushes onto [`made`](Self::made), and every message but the last (which a
-/// following item may still add tool calls to) is written out after each item
-/// ([`written`](Self::written)), so the translated list is text, never a tree.
+/// A Chat Completions `messages` array written as its messages are made, so the translated
+/// list is text, never a tree: messages pushed onto [`made`](Self::made) are written out
+/// by the next write; a message
+/// written as text ([`write_text`](Self::write_text), [`write`](Self::write)) at once; an
+/// assistant message that later tool calls may join is held as text
+/// ([`hold_assistant`](Self::hold_assistant), [`call`](Self::call)) until the next
+/// message.
 #[derive(Debug)]
 pub(crate) struct MessagesOut {
     text: Vec<u8>,
     /// Made and not yet written.
     pub made: Vec<Value>,
+    /// An assistant message held for the tool calls that may join it: its text up to its
+    /// `role` (`{"content":…,"role":"assistant"`), and its calls' text.
+    held: Option<(Vec<u8>, Vec<u8>)>,
     any: bool,
 }
 
@@ -230,27 +221,15 @@ impl MessagesOut {
         MessagesOut {
             text,
             made: Vec::new(),
+            held: None,
             any: false,
-        }
-    }
-
-    /// Writes out every message made but the last.
-    pub fn written(&mut self) {
-        if self.made.len() > 1 {
-            let last = self.made.pop();
-            self.write_made();
-            self.made.extend(last);
         }
     }
 
     /// Writes out every message made, then `message` (a message's JSON text).
     pub fn write_text(&mut self, message: &[u8]) {
         self.write_made();
-        if self.any {
-            self.text.push(b',');
-        }
-        self.text.extend_from_slice(message);
-        self.any = true;
+        self.put(message);
     }
 
     /// Writes out every message made, then `message`.
@@ -260,8 +239,55 @@ impl MessagesOut {
         self.write_made();
     }
 
+    /// Writes out every message made, then holds an assistant message of `content` (its
+    /// JSON text) for the tool calls that may follow ([`call`](Self::call)).
+    pub fn hold_assistant(&mut self, content: &[u8]) {
+        self.write_made();
+        let mut head = Vec::with_capacity(content.len() + 32);
+        head.extend_from_slice(br#"{"content":"#);
+        head.extend_from_slice(content);
+        head.extend_from_slice(br#","role":"assistant""#);
+        self.held = Some((head, Vec::new()));
+    }
+
+    /// A tool call joining the assistant message just before it, as Chat Completions has
+    /// it; after another message, a new assistant message of no content.
+    pub fn call(&mut self, call: &Value) {
+        if !self.made.is_empty() || self.held.is_none() {
+            self.hold_assistant(b"null");
+        }
+        if let Some((_, calls)) = &mut self.held {
+            if !calls.is_empty() {
+                calls.push(b',');
+            }
+            // A value always serialises.
+            let _ = serde_json::to_writer(calls, call);
+        }
+    }
+
+    fn put(&mut self, message: &[u8]) {
+        if self.any {
+            self.text.push(b',');
+        }
+        self.text.extend_from_slice(message);
+        self.any = true;
+    }
+
+    fn write_held(&mut self) {
+        if let Some((mut message, calls)) = self.held.take() {
+            if !calls.is_empty() {
+                message.extend_from_slice(br#","tool_calls":["#);
+                message.extend_from_slice(&calls);
+                message.push(b']');
+            }
+            message.push(b'}');
+            self.put(&message);
+        }
+    }
+
     fn write_made(&mut self) {
-        for m in self.made.drain(..) {
+        self.write_held();
+        for m in std::mem::take(&mut self.made) {
             if self.any {
                 self.text.push(b',');
             }
@@ -276,6 +302,111 @@ impl MessagesOut {
         self.write_made();
         self.text.push(b']');
         Bytes::from(self.text)
+    }
+}
+
+/// A value's text as a tree when it is a scalar, or an object or array of at most 64 KiB; a
+/// larger object or array as an empty one of its kind (where only a string or a small
+/// object is read, its type is all that matters).
+pub(crate) fn lean(raw: &RawValue) -> Result<Value, serde_json::Error> {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'[') if text.len() > MAX_PARSED_FIELD => Ok(Value::Array(Vec::new())),
+        Some(b'{') if text.len() > MAX_PARSED_FIELD => Ok(Value::Object(Map::new())),
+        _ => serde_json::from_str(text),
+    }
+}
+
+/// The fields `keys` of the object `raw`, each [`lean`], the others skipped unparsed; `raw`
+/// as [`lean`] when it is no object.
+pub(crate) fn lean_object(raw: &RawValue, keys: &[&str]) -> Result<Value, serde_json::Error> {
+    if !raw.get().starts_with('{') {
+        return lean(raw);
+    }
+    let mut obj = Map::new();
+    choicewise_partial_json::for_each_raw_field(raw.get().as_bytes(), |k, v| {
+        if keys.contains(&k) {
+            obj.insert(k.to_string(), lean(v)?);
+        }
+        Ok(())
+    })??;
+    Ok(Value::Object(obj))
+}
+
+/// Calls `each` with every entry of the array `text` (at `at`) as its text, one at a time.
+pub(crate) fn each_block<'t>(
+    text: &'t RawValue,
+    at: &str,
+    each: impl FnMut(usize, &'t RawValue) -> Result<(), IngressError>,
+) -> Result<(), IngressError> {
+    match choicewise_partial_json::for_each_raw_entry(text.get().as_bytes(), each) {
+        Ok(read) => read,
+        Err(e) => Err(IngressError::invalid(at, format!("could not be read: {e}"))),
+    }
+}
+
+/// Content parts written as JSON text as they come, the first one held: one text part alone
+/// becomes a plain string, none an empty one ([`Parts::content`]).
+#[derive(Default)]
+pub(crate) struct Parts {
+    first: Option<Value>,
+    rest: Vec<u8>,
+    pub n: usize,
+}
+
+impl Parts {
+    pub fn push(&mut self, part: Value) {
+        match self.first.take() {
+            None if self.n == 0 => self.first = Some(part),
+            first => {
+                for p in first.iter().chain([&part]) {
+                    if !self.rest.is_empty() {
+                        self.rest.push(b',');
+                    }
+                    // A value always serialises.
+                    let _ = serde_json::to_writer(&mut self.rest, p);
+                }
+            }
+        }
+        self.n += 1;
+    }
+
+    pub fn extend(&mut self, other: Parts) {
+        if let Some(first) = other.first {
+            self.push(first);
+        } else if !other.rest.is_empty() {
+            if let Some(first) = self.first.take() {
+                // Written out: the parts are more than one.
+                self.push(first);
+                self.n -= 1;
+            }
+            if !self.rest.is_empty() {
+                self.rest.push(b',');
+            }
+            self.rest.extend_from_slice(&other.rest);
+            self.n += other.n;
+        }
+    }
+
+    /// The content's JSON text.
+    pub fn content(self) -> Vec<u8> {
+        match (self.first, self.n) {
+            (None, 0) => b"\"\"".to_vec(),
+            (Some(first), 1) => {
+                let value = match first["type"] == "text" {
+                    true => &first["text"],
+                    false => &Value::Array(vec![first.clone()]),
+                };
+                serde_json::to_vec(value).unwrap_or_default()
+            }
+            _ => {
+                let mut out = Vec::with_capacity(self.rest.len() + 2);
+                out.push(b'[');
+                out.extend_from_slice(&self.rest);
+                out.push(b']');
+                out
+            }
+        }
     }
 }
 
