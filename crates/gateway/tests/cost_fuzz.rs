@@ -575,10 +575,8 @@ async fn run(cases: Vec<Case>, max_body: usize) {
             m.status
         );
         eprintln!("{line}");
-        if !matches!(m.status, 200 | 400) || (m.peak > bound && !pending(route)) {
+        if m.peak > bound || !matches!(m.status, 200 | 400) {
             failed.push(format!("{line}: {}", m.answer));
-        } else if m.peak > bound {
-            eprintln!("  (over its bound, pending: {route})");
         }
     }
     assert!(
@@ -587,14 +585,6 @@ async fn run(cases: Vec<Case>, max_body: usize) {
         SLACK / MIB,
         failed.join("\n")
     );
-}
-
-/// The routes whose readers still build a message's tree (issue 63, not done yet): the
-/// translation of Chat Completions messages to an Anthropic or a Responses upstream
-/// (`Dialect::write_messages_from_chat_json` parses one message whole). Their cases are run
-/// and printed, and fail only when answered other than 200 or 400.
-fn pending(route: Route) -> bool {
-    route.1 != "m"
 }
 
 fn long_form() -> bool {
