@@ -449,9 +449,12 @@ fn message_of(
     };
     match content.get().as_bytes()[0] {
         b'"' => {
-            let text: String = serde_json::from_str(content.get())
-                .map_err(|e| IngressError::invalid(&at, format!("could not be read: {e}")))?;
-            out.write(&json!({"role": role, "content": text}));
+            // The string as the client wrote it (JSON already): copied, never unescaped.
+            let mut message = br#"{"content":"#.to_vec();
+            message.reserve(content.get().len() + 24);
+            message.extend_from_slice(content.get().as_bytes());
+            message.extend_from_slice(format!(r#","role":"{role}"}}"#).as_bytes());
+            out.write_text(&message);
             Ok(())
         }
         b'[' if role == "user" => user_blocks(&at, content, out),

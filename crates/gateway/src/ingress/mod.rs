@@ -235,8 +235,12 @@ impl MessagesOut {
     /// Writes out every message made, then `message`.
     pub fn write(&mut self, message: &Value) {
         self.write_made();
-        self.made.push(message.clone());
-        self.write_made();
+        if self.any {
+            self.text.push(b',');
+        }
+        // A value always serialises.
+        let _ = serde_json::to_writer(&mut self.text, message);
+        self.any = true;
     }
 
     /// Writes out every message made, then holds an assistant message of `content` (its

@@ -466,11 +466,8 @@ fn message_item(at: &str, item: &Item<'_>, out: &mut MessagesOut) -> Result<(), 
         None => return Err(IngressError::missing(format!("{at}.role"))),
     };
     let content = match item.content.map(|c| (c, c.get().as_bytes()[0])) {
-        Some((c, b'"')) => {
-            let s = string_of(c, &format!("{at}.content"))?;
-            // A value always serialises.
-            serde_json::to_vec(&s).unwrap_or_default()
-        }
+        // The string as the client wrote it (JSON already): copied, never unescaped.
+        Some((c, b'"')) => c.get().as_bytes().to_vec(),
         Some((c, b'[')) => {
             let mut parts = Parts::default();
             each_block(c, &format!("{at}.content"), |k, p| {

@@ -78,6 +78,12 @@ impl<'o> ListText<'o> {
         self.scratch = scratch;
     }
 
+    /// A whole item given as its JSON text, written as it is.
+    pub(super) fn text_item(&mut self, text: &[u8]) {
+        self.next();
+        self.put(text);
+    }
+
     /// Ends the list.
     pub(super) fn finish(mut self) {
         self.close();
@@ -233,6 +239,34 @@ fn large(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
+    let anthropic = api == Dialect::Anthropic;
+    let no_calls = m
+        .get("tool_calls")
+        .is_none_or(|c| c.as_array().is_none_or(Vec::is_empty));
+    let first_system = i == 0 && matches!(role.as_str(), "system" | "developer");
+    // A string content written as the client wrote it (JSON already), never unescaped,
+    // where the translation keeps it as it is.
+    let as_is = match role.as_str() {
+        "user" => true,
+        "system" | "developer" => !first_system,
+        "assistant" => anthropic && no_calls,
+        _ => false,
+    };
+    if let Some(c) = content.filter(|c| c.get().starts_with('"') && as_is) {
+        let role = match (anthropic, role.as_str()) {
+            (true, "developer") => "system",
+            (_, role) => role,
+        };
+        let mut item = Vec::with_capacity(c.get().len() + 32);
+        item.extend_from_slice(br#"{"content":"#);
+        item.extend_from_slice(c.get().as_bytes());
+        item.extend_from_slice(b",\"role\":");
+        item.extend_from_slice(json!(role).to_string().as_bytes());
+        item.push(b'}');
+        out.text_item(&item);
+        turns.wrote_turn();
+        return Ok(None);
+    }
     let Some(content) = content.filter(|c| c.get().starts_with('[')) else {
         // A string (parsed into about its size), null or no content: as any message.
         if let Some(c) = content {
@@ -263,8 +297,6 @@ fn large(
     })
     .map_err(not_json)?
     .ok();
-    let first_system = i == 0 && matches!(role.as_str(), "system" | "developer");
-    let anthropic = api == Dialect::Anthropic;
     if !matches!(
         role.as_str(),
         "user" | "system" | "developer" | "assistant" | "tool"
@@ -277,11 +309,7 @@ fn large(
         // that follow: as any message.
         "user" => !(anthropic && all_results),
         "system" | "developer" => !first_system,
-        "assistant" => {
-            anthropic
-                && m.get("tool_calls")
-                    .is_none_or(|c| c.as_array().is_none_or(Vec::is_empty))
-        }
+        "assistant" => anthropic && no_calls,
         _ => false,
     };
     if role == "tool" || (role == "assistant" && !written_here) {
@@ -405,9 +433,7 @@ fn large(
     };
     item.extend_from_slice(json!(role).to_string().as_bytes());
     item.push(b'}');
-    let item = String::from_utf8(item).map_err(|e| e.to_string())?;
-    let item = serde_json::value::RawValue::from_string(item).map_err(not_json)?;
-    out.raw(item);
+    out.text_item(&item);
     turns.wrote_turn();
     Ok(None)
 }
@@ -683,6 +709,7 @@ mod tests {
         let texts: Vec<Value> = (0..5_000)
             .map(|i| json!({"type": "text", "text": format!("part {i} ")}))
             .collect();
+        let long = format!("é \" \\ {}", "x".repeat(70_000));
         let mut with_image = texts.clone();
         with_image.push(json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO", "detail": "low"}}));
         let call =
@@ -696,6 +723,11 @@ mod tests {
             json!({"role": "tool", "tool_call_id": "a", "content": with_image}),
             json!({"role": "developer", "content": with_image}),
             json!({"role": "robot", "content": texts}),
+            json!({"role": "user", "content": long}),
+            json!({"role": "developer", "content": long}),
+            json!({"role": "assistant", "content": long}),
+            json!({"role": "assistant", "content": long, "tool_calls": [call]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": long}),
         ];
         for api in [Dialect::Anthropic, Dialect::Responses] {
             for m in &shapes {

@@ -143,11 +143,21 @@ impl Counter {
         match content.map(|c| (c, c.get().as_bytes()[0])) {
             None | Some((_, b'n')) => {}
             Some((c, b'"')) => {
-                let mut s: String = serde_json::from_str(c.get()).map_err(not_json)?;
-                if pad {
-                    s.push('\n');
-                }
-                n += self.text(&s) as i64;
+                // Borrowed from the text when it has no escape: never copied then.
+                let s: std::borrow::Cow<'_, str> = match serde_json::from_str::<&str>(c.get()) {
+                    Ok(s) => s.into(),
+                    Err(_) => serde_json::from_str::<String>(c.get())
+                        .map_err(not_json)?
+                        .into(),
+                };
+                n += if pad {
+                    let mut padded = String::with_capacity(s.len() + 1);
+                    padded.push_str(&s);
+                    padded.push('\n');
+                    self.text(&padded)
+                } else {
+                    self.text(&s)
+                } as i64;
             }
             Some((c, b'[')) => {
                 let read = for_each_raw_entry(c.get().as_bytes(), |j, part| {
