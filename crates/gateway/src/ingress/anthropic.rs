@@ -43,7 +43,8 @@ use serde_json::{Map, Value, json};
 
 use super::{
     Hosted, IngressError, MessagesOut, Parts, Reply, Translated, each_block, field, lean,
-    lean_object, raw_entries, raw_field, raw_object, read_fields, small, write_function_tool,
+    lean_object, raw_entries, raw_field, raw_object, read_fields, small, write_compact_as_string,
+    write_function_tool,
 };
 use crate::request::{Fields, fields_of, kind_of, too_large_to_parse};
 
@@ -505,66 +506,73 @@ fn user_blocks(at: &str, blocks: &RawValue, out: &mut MessagesOut) -> Result<(),
     Ok(())
 }
 
-/// An assistant message's blocks, one at a time: its text joined, its `tool_use` blocks as
-/// `tool_calls`, each written as text at once.
+/// An assistant message's blocks, one at a time: its `tool_use` blocks written as its
+/// `tool_calls` straight into the list as they are read (an input as its compact text,
+/// written as the `arguments` string at once: never a string of its own), its text joined
+/// and written after them (`{"role":"assistant","tool_calls":[…],"content":…}`).
 fn assistant_blocks(
     at: &str,
     blocks: &RawValue,
     out: &mut MessagesOut,
 ) -> Result<(), IngressError> {
-    let mut text: Option<String> = None;
-    let mut calls: Vec<u8> = Vec::new();
-    each_block(blocks, &format!("{at}.content"), |j, raw| {
-        let at = format!("{at}.content.{j}");
-        let b = Block::read(raw, &at)?;
-        match b.str("type") {
-            Some("text") => {
-                let t = text_part(&at, &b)?;
-                text.get_or_insert_default()
-                    .push_str(t["text"].as_str().unwrap_or_default());
+    out.write_with(|buf| {
+        let mut text: Option<String> = None;
+        let mut calls = 0;
+        buf.extend_from_slice(br#"{"role":"assistant""#);
+        each_block(blocks, &format!("{at}.content"), |j, raw| {
+            let at = format!("{at}.content.{j}");
+            let b = Block::read(raw, &at)?;
+            match b.str("type") {
+                Some("text") => {
+                    let t = text_part(&at, &b)?;
+                    text.get_or_insert_default()
+                        .push_str(t["text"].as_str().unwrap_or_default());
+                }
+                Some("tool_use") => {
+                    let (Some(id), Some(name)) = (b.str("id"), b.str("name")) else {
+                        return Err(IngressError::invalid(
+                            at,
+                            "a tool_use block needs its \"id\" and \"name\"",
+                        ));
+                    };
+                    buf.extend_from_slice(match calls {
+                        0 => br#","tool_calls":["#.as_slice(),
+                        _ => b",",
+                    });
+                    // The input's text as the client wrote it (its numbers digit for
+                    // digit), without its insignificant whitespace.
+                    buf.extend_from_slice(br#"{"function":{"arguments":"#);
+                    match b.input.filter(|i| i.get() != "null") {
+                        None => buf.extend_from_slice(br#""{}""#),
+                        Some(raw) => write_compact_as_string(buf, raw.get()),
+                    }
+                    // Strings always serialise.
+                    buf.extend_from_slice(br#","name":"#);
+                    let _ = serde_json::to_writer(&mut *buf, name);
+                    buf.extend_from_slice(br#"},"id":"#);
+                    let _ = serde_json::to_writer(&mut *buf, id);
+                    buf.extend_from_slice(br#","type":"function"}"#);
+                    calls += 1;
+                }
+                Some("thinking" | "redacted_thinking") => {}
+                other => return Err(unsupported_block(&at, other)),
             }
-            Some("tool_use") => {
-                let (Some(id), Some(name)) = (b.str("id"), b.str("name")) else {
-                    return Err(IngressError::invalid(
-                        at,
-                        "a tool_use block needs its \"id\" and \"name\"",
-                    ));
-                };
-                // The input's text as the client wrote it (its numbers digit for digit),
-                // without its insignificant whitespace.
-                let arguments = match b.input.filter(|i| i.get() != "null") {
-                    None => "{}".to_string(),
-                    Some(raw) => choicewise_partial_json::compact_json(raw.get()),
-                };
-                calls.push(if calls.is_empty() { b'[' } else { b',' });
-                // A value always serialises.
-                let _ = serde_json::to_writer(
-                    &mut calls,
-                    &json!({"id": id, "type": "function",
-                            "function": {"name": name, "arguments": arguments}}),
-                );
-            }
-            Some("thinking" | "redacted_thinking") => {}
-            other => return Err(unsupported_block(&at, other)),
+            Ok(())
+        })?;
+        if calls > 0 {
+            buf.push(b']');
         }
+        buf.extend_from_slice(br#","content":"#);
+        match (text, calls) {
+            (Some(t), _) => {
+                let _ = serde_json::to_writer(&mut *buf, &t);
+            }
+            (None, 0) => buf.extend_from_slice(b"\"\""),
+            (None, _) => buf.extend_from_slice(b"null"),
+        }
+        buf.push(b'}');
         Ok(())
-    })?;
-    let content = match (text, calls.is_empty()) {
-        (Some(t), _) => serde_json::to_vec(&t).unwrap_or_default(),
-        (None, true) => b"\"\"".to_vec(),
-        (None, false) => b"null".to_vec(),
-    };
-    let mut message = br#"{"content":"#.to_vec();
-    message.extend_from_slice(&content);
-    message.extend_from_slice(br#","role":"assistant""#);
-    if !calls.is_empty() {
-        calls.push(b']');
-        message.extend_from_slice(br#","tool_calls":"#);
-        message.extend_from_slice(&calls);
-    }
-    message.push(b'}');
-    out.write_text(&message);
-    Ok(())
+    })
 }
 
 /// A text block as a Chat Completions text part.

@@ -232,6 +232,20 @@ impl MessagesOut {
         self.put(message);
     }
 
+    /// Writes out every message made, then the message `write` writes at the end of the
+    /// list's text (on its error, the list is left as it is: the request is refused).
+    pub fn write_with<E>(
+        &mut self,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.write_made();
+        if self.any {
+            self.text.push(b',');
+        }
+        self.any = true;
+        write(&mut self.text)
+    }
+
     /// Writes out every message made, then `message`.
     pub fn write(&mut self, message: &Value) {
         self.write_made();
@@ -257,6 +271,12 @@ impl MessagesOut {
     /// A tool call joining the assistant message just before it, as Chat Completions has
     /// it; after another message, a new assistant message of no content.
     pub fn call(&mut self, call: &Value) {
+        // A value always serialises.
+        self.call_text(&serde_json::to_vec(call).unwrap_or_default());
+    }
+
+    /// [`call`](Self::call) of a call's JSON text.
+    pub fn call_text(&mut self, call: &[u8]) {
         if !self.made.is_empty() || self.held.is_none() {
             self.hold_assistant(b"null");
         }
@@ -264,8 +284,7 @@ impl MessagesOut {
             if !calls.is_empty() {
                 calls.push(b',');
             }
-            // A value always serialises.
-            let _ = serde_json::to_writer(calls, call);
+            calls.extend_from_slice(call);
         }
     }
 
@@ -278,14 +297,14 @@ impl MessagesOut {
     }
 
     fn write_held(&mut self) {
-        if let Some((mut message, calls)) = self.held.take() {
-            if !calls.is_empty() {
-                message.extend_from_slice(br#","tool_calls":["#);
-                message.extend_from_slice(&calls);
-                message.push(b']');
-            }
-            message.push(b'}');
+        if let Some((message, calls)) = self.held.take() {
             self.put(&message);
+            if !calls.is_empty() {
+                self.text.extend_from_slice(br#","tool_calls":["#);
+                self.text.extend_from_slice(&calls);
+                self.text.push(b']');
+            }
+            self.text.push(b'}');
         }
     }
 
@@ -412,6 +431,36 @@ impl Parts {
             }
         }
     }
+}
+
+/// Writes the JSON text `json` (known to be JSON: a raw value's) as a JSON string of its
+/// compact form: `choicewise_partial_json::compact_json` serialised as a string, written at
+/// once without either in memory (a tool call's `arguments` from an `input`).
+pub(crate) fn write_compact_as_string(out: &mut Vec<u8>, json: &str) {
+    out.push(b'"');
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json.as_bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            continue;
+        } else {
+            in_string = b == b'"';
+        }
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            // Not in valid JSON text but as whitespace, which is left out above.
+            0..=0x1f => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
 }
 
 /// An entry's top-level fields, each its text; `None` when it is not an object.
@@ -812,6 +861,30 @@ impl From<IngressError> for ApiError {
             code: e.code.map(str::to_string),
             param: e.param,
             retry_after: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod compact_tests {
+    /// Written at once, a raw value's compact text as a string is what serialising
+    /// `compact_json`'s string writes.
+    #[test]
+    fn a_compact_string_is_written_as_serialised() {
+        for json in [
+            r#"{ "a" : [1, 2.50, 123456789012345678901234567890], "s": "x \" \\ \n é 😀 \u00e9" }"#,
+            "[]",
+            "\"a string\"",
+            "  3  ",
+        ] {
+            let mut out = Vec::new();
+            super::write_compact_as_string(&mut out, json);
+            let expected =
+                serde_json::to_vec(&choicewise_partial_json::compact_json(json)).unwrap();
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(expected).unwrap()
+            );
         }
     }
 }

@@ -43,7 +43,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{
     Hosted, IngressError, MessagesOut, Parts, Reply, Translated, each_block, field, lean,
-    lean_object, raw_entries, raw_field, raw_object, read_fields, small, write_function_tool,
+    lean_object, raw_entries, raw_field, raw_object, read_fields, small, write_compact_as_string,
+    write_function_tool,
 };
 use crate::request::{Fields, fields_of, kind_of};
 
@@ -372,11 +373,6 @@ fn item_of(
                     "a function_call item needs its \"call_id\" and \"name\"",
                 ));
             };
-            let arguments = match item.arguments {
-                None => "{}".to_string(),
-                Some(a) if a.get().starts_with('"') => string_of(a, &format!("{at}.arguments"))?,
-                Some(a) => choicewise_partial_json::compact_json(a.get()),
-            };
             // A call of a namespace's function: the name its upstream knows it by.
             let name = match item.str("namespace") {
                 Some(ns) => match flat.get(&(ns, name)) {
@@ -385,9 +381,22 @@ fn item_of(
                 },
                 None => name.to_string(),
             };
-            // Calls join the assistant message just before them, as Chat Completions has it.
-            out.call(&json!({"id": call_id, "type": "function",
-                             "function": {"name": name, "arguments": arguments}}));
+            // The arguments' string copied as the client wrote it (JSON already); any other
+            // JSON as the string of its compact text. Calls join the assistant message just
+            // before them, as Chat Completions has it.
+            let mut call = br#"{"function":{"arguments":"#.to_vec();
+            match item.arguments {
+                None => call.extend_from_slice(br#""{}""#),
+                Some(a) if a.get().starts_with('"') => call.extend_from_slice(a.get().as_bytes()),
+                Some(a) => write_compact_as_string(&mut call, a.get()),
+            }
+            // Strings always serialise.
+            call.extend_from_slice(br#","name":"#);
+            let _ = serde_json::to_writer(&mut call, &name);
+            call.extend_from_slice(br#"},"id":"#);
+            let _ = serde_json::to_writer(&mut call, call_id);
+            call.extend_from_slice(br#","type":"function"}"#);
+            out.call_text(&call);
             Ok(())
         }
         "custom_tool_call" => {
