@@ -221,13 +221,14 @@ fn large(
     }
     let at = format!("messages[{i}]");
     let mut m = serde_json::Map::new();
-    let mut content = None;
+    let (mut content, mut calls) = (None, None);
     for_each_raw_field(raw.get().as_bytes(), |k, v| {
         match k {
-            "role" | "tool_call_id" | "name" | "tool_calls" => {
+            "role" | "tool_call_id" | "name" => {
                 m.insert(k.to_string(), serde_json::from_str(v.get())?);
             }
             "content" => content = Some(v),
+            "tool_calls" => calls = Some(v),
             _ => {}
         }
         Ok(())
@@ -240,9 +241,17 @@ fn large(
         .unwrap_or_default()
         .to_string();
     let anthropic = api == Dialect::Anthropic;
-    let no_calls = m
-        .get("tool_calls")
-        .is_none_or(|c| c.as_array().is_none_or(Vec::is_empty));
+    // A list of one call or more (anything else, as the tree reads it, is none).
+    let calls = calls.filter(|c| {
+        let t = c.get();
+        t.starts_with('[') && !t[1..].trim_start().starts_with(']')
+    });
+    let no_calls = calls.is_none();
+    if let (Some(calls), "assistant") = (calls, role.as_str()) {
+        assistant_calls(api, &at, content, calls, out)?;
+        turns.wrote_turn();
+        return Ok(None);
+    }
     let first_system = i == 0 && matches!(role.as_str(), "system" | "developer");
     // A string content written as the client wrote it (JSON already), never unescaped,
     // where the translation keeps it as it is.
@@ -436,6 +445,170 @@ fn large(
     out.text_item(&item);
     turns.wrote_turn();
     Ok(None)
+}
+
+/// The text parts of a content (`content`'s text) joined, as the translation reads an
+/// assistant's or a tool result's text: a string as it is, the `text` strings of a list's
+/// parts (read one at a time), else none.
+fn joined_text(content: Option<&serde_json::value::RawValue>) -> Result<String, String> {
+    let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
+    let Some(content) = content else {
+        return Ok(String::new());
+    };
+    match content.get().as_bytes()[0] {
+        b'"' => serde_json::from_str(content.get()).map_err(not_json),
+        b'[' => {
+            let mut text = String::new();
+            choicewise_partial_json::for_each_raw_entry(content.get().as_bytes(), |_, p| {
+                if p.get().starts_with('{') {
+                    choicewise_partial_json::for_each_raw_field(p.get().as_bytes(), |k, v| {
+                        if k == "text"
+                            && let Ok(t) =
+                                serde_json::from_str::<std::borrow::Cow<'_, str>>(v.get())
+                        {
+                            text.push_str(&t);
+                        }
+                        Ok::<(), ()>(())
+                    })
+                    .ok();
+                }
+                Ok::<(), ()>(())
+            })
+            .map_err(not_json)?
+            .ok();
+            Ok(text)
+        }
+        _ => Ok(String::new()),
+    }
+}
+
+/// Writes the JSON text `json` (known to be JSON) without its insignificant whitespace
+/// (`choicewise_partial_json::compact_json`, written at once).
+fn write_compact(out: &mut Vec<u8>, json: &str) {
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json.as_bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            continue;
+        } else {
+            in_string = b == b'"';
+        }
+        out.push(b);
+    }
+}
+
+/// A large assistant message with tool calls (message `at`), read one call at a time and
+/// written as the tree's translation writes it: Anthropic's turn of its text block and
+/// `tool_use` blocks (each `input` the call's arguments, unescaped once and written
+/// compact), or Responses' text item and `function_call` items (the arguments' string
+/// copied as written).
+fn assistant_calls(
+    api: Dialect,
+    at: &str,
+    content: Option<&serde_json::value::RawValue>,
+    calls: &serde_json::value::RawValue,
+    out: &mut ListText<'_>,
+) -> Result<(), String> {
+    use choicewise_partial_json::{for_each_raw_entry, for_each_raw_field};
+    let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
+    let text = joined_text(content)?;
+    let anthropic = api == Dialect::Anthropic;
+    let mut turn = Vec::new();
+    if anthropic {
+        turn.extend_from_slice(br#"{"content":["#);
+        if !text.is_empty() {
+            turn.extend_from_slice(br#"{"text":"#);
+            turn.extend_from_slice(json!(text).to_string().as_bytes());
+            turn.extend_from_slice(br#","type":"text"}"#);
+        }
+    } else if !text.is_empty() {
+        out.item(json!({"role": "assistant", "content": text}));
+    }
+    let mut first = text.is_empty();
+    for_each_raw_entry(calls.get().as_bytes(), |k, call| {
+        let call_at = format!("{at}.tool_calls[{k}]");
+        let (mut id, mut name, mut arguments) = (String::new(), String::new(), None);
+        if call.get().starts_with('{') {
+            for_each_raw_field(call.get().as_bytes(), |key, v| {
+                match key {
+                    "id" => id = serde_json::from_str(v.get()).unwrap_or_default(),
+                    "function" if v.get().starts_with('{') => {
+                        for_each_raw_field(v.get().as_bytes(), |key, v| {
+                            match key {
+                                "name" => name = serde_json::from_str(v.get()).unwrap_or_default(),
+                                "arguments" => arguments = Some(v),
+                                _ => {}
+                            }
+                            Ok::<(), ()>(())
+                        })
+                        .ok();
+                    }
+                    _ => {}
+                }
+                Ok::<(), ()>(())
+            })
+            .map_err(not_json)?
+            .ok();
+        }
+        let arguments = arguments.filter(|a| a.get() != "null");
+        if !anthropic {
+            let mut item = br#"{"arguments":"#.to_vec();
+            match arguments {
+                None => item.extend_from_slice(br#""{}""#),
+                Some(a) if a.get().starts_with('"') => item.extend_from_slice(a.get().as_bytes()),
+                Some(a) => {
+                    let compact = choicewise_partial_json::compact_json(a.get());
+                    item.extend_from_slice(json!(compact).to_string().as_bytes());
+                }
+            }
+            item.extend_from_slice(br#","call_id":"#);
+            item.extend_from_slice(json!(id).to_string().as_bytes());
+            item.extend_from_slice(br#","name":"#);
+            item.extend_from_slice(json!(name).to_string().as_bytes());
+            item.extend_from_slice(br#","type":"function_call"}"#);
+            out.text_item(&item);
+            return Ok(());
+        }
+        if !std::mem::take(&mut first) {
+            turn.push(b',');
+        }
+        turn.extend_from_slice(br#"{"id":"#);
+        turn.extend_from_slice(json!(id).to_string().as_bytes());
+        turn.extend_from_slice(br#","input":"#);
+        match arguments {
+            None => turn.extend_from_slice(b"{}"),
+            Some(a) if a.get().starts_with('"') => {
+                let args: std::borrow::Cow<'_, str> =
+                    serde_json::from_str(a.get()).map_err(not_json)?;
+                if args.trim().is_empty() {
+                    turn.extend_from_slice(b"{}");
+                } else {
+                    // Checked to be JSON (no tree), then written compact.
+                    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&args) {
+                        return Err(format!("{call_at}.function.arguments is not JSON: {e}"));
+                    }
+                    write_compact(&mut turn, &args);
+                }
+            }
+            Some(a) => write_compact(&mut turn, a.get()),
+        }
+        turn.extend_from_slice(br#","name":"#);
+        turn.extend_from_slice(json!(name).to_string().as_bytes());
+        turn.extend_from_slice(br#","type":"tool_use"}"#);
+        Ok(())
+    })
+    .map_err(not_json)??;
+    if anthropic {
+        turn.extend_from_slice(br#"],"role":"assistant"}"#);
+        out.text_item(&turn);
+    }
+    Ok(())
 }
 
 /// [`Dialect::write_messages_from_chat_json`] for Anthropic and Responses.
@@ -728,6 +901,15 @@ mod tests {
             json!({"role": "assistant", "content": long}),
             json!({"role": "assistant", "content": long, "tool_calls": [call]}),
             json!({"role": "tool", "tool_call_id": "a", "content": long}),
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "b", "type": "function", "function": {"name": "w",
+                 "arguments": json!({"z": vec![0; 40_000], "s": "é \" x"}).to_string()}},
+                call,
+                {"id": "c", "function": {"name": "w", "arguments": " "}},
+                {"id": "d", "function": {"name": "w", "arguments": null}},
+                {"id": "e", "function": {"name": "w", "arguments": {"k": [1, 2]}}}]}),
+            json!({"role": "assistant", "content": texts, "tool_calls": [
+                {"id": "f", "function": {"name": "w", "arguments": "{oops"}}]}),
         ];
         for api in [Dialect::Anthropic, Dialect::Responses] {
             for m in &shapes {
