@@ -451,12 +451,12 @@ fn message_of(
     match content.get().as_bytes()[0] {
         b'"' => {
             // The string as the client wrote it (JSON already): copied, never unescaped.
-            let mut message = br#"{"content":"#.to_vec();
-            message.reserve(content.get().len() + 24);
-            message.extend_from_slice(content.get().as_bytes());
-            message.extend_from_slice(format!(r#","role":"{role}"}}"#).as_bytes());
-            out.write_text(&message);
-            Ok(())
+            out.write_with(|buf| {
+                buf.extend_from_slice(br#"{"content":"#);
+                buf.extend_from_slice(content.get().as_bytes());
+                buf.extend_from_slice(format!(r#","role":"{role}"}}"#).as_bytes());
+                Ok(())
+            })
         }
         b'[' if role == "user" => user_blocks(&at, content, out),
         b'[' => assistant_blocks(&at, content, out),
@@ -496,14 +496,16 @@ fn user_blocks(at: &str, blocks: &RawValue, out: &mut MessagesOut) -> Result<(),
     })?;
     parts.extend(result_images);
     let only_results = parts.n == 0 && results;
-    if !only_results {
-        // An empty user message stays one.
-        let mut message = br#"{"content":"#.to_vec();
-        message.extend_from_slice(&parts.content());
-        message.extend_from_slice(br#","role":"user"}"#);
-        out.write_text(&message);
+    if only_results {
+        return Ok(());
     }
-    Ok(())
+    // An empty user message stays one.
+    out.write_with(|buf| {
+        buf.extend_from_slice(br#"{"content":"#);
+        parts.write_content(buf);
+        buf.extend_from_slice(br#","role":"user"}"#);
+        Ok(())
+    })
 }
 
 /// An assistant message's blocks, one at a time: its `tool_use` blocks written as its

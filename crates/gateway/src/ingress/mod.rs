@@ -198,7 +198,7 @@ pub(crate) fn raw_entries<'a>(text: &'a [u8], at: &str) -> Result<Vec<&'a RawVal
 /// A Chat Completions `messages` array written as its messages are made, so the translated
 /// list is text, never a tree: messages pushed onto [`made`](Self::made) are written out
 /// by the next write; a message
-/// written as text ([`write_text`](Self::write_text), [`write`](Self::write)) at once; an
+/// written as text ([`write_with`](Self::write_with), [`write`](Self::write)) at once; an
 /// assistant message that later tool calls may join is held as text
 /// ([`hold_assistant`](Self::hold_assistant), [`call`](Self::call)) until the next
 /// message.
@@ -224,12 +224,6 @@ impl MessagesOut {
             held: None,
             any: false,
         }
-    }
-
-    /// Writes out every message made, then `message` (a message's JSON text).
-    pub fn write_text(&mut self, message: &[u8]) {
-        self.write_made();
-        self.put(message);
     }
 
     /// Writes out every message made, then the message `write` writes at the end of the
@@ -413,21 +407,27 @@ impl Parts {
 
     /// The content's JSON text.
     pub fn content(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.rest.len() + 2);
+        self.write_content(&mut out);
+        out
+    }
+
+    /// The content's JSON text, written at the end of `out`.
+    pub fn write_content(self, out: &mut Vec<u8>) {
         match (self.first, self.n) {
-            (None, 0) => b"\"\"".to_vec(),
+            (None, 0) => out.extend_from_slice(b"\"\""),
             (Some(first), 1) => {
                 let value = match first["type"] == "text" {
                     true => &first["text"],
                     false => &Value::Array(vec![first.clone()]),
                 };
-                serde_json::to_vec(value).unwrap_or_default()
+                // A value always serialises.
+                let _ = serde_json::to_writer(out, value);
             }
             _ => {
-                let mut out = Vec::with_capacity(self.rest.len() + 2);
                 out.push(b'[');
                 out.extend_from_slice(&self.rest);
                 out.push(b']');
-                out
             }
         }
     }

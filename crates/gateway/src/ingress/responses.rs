@@ -384,7 +384,11 @@ fn item_of(
             // The arguments' string copied as the client wrote it (JSON already); any other
             // JSON as the string of its compact text. Calls join the assistant message just
             // before them, as Chat Completions has it.
-            let mut call = br#"{"function":{"arguments":"#.to_vec();
+            let size = item
+                .arguments
+                .map_or(0, |a| a.get().len() + a.get().len() / 8);
+            let mut call = Vec::with_capacity(size + name.len() + call_id.len() + 64);
+            call.extend_from_slice(br#"{"function":{"arguments":"#);
             match item.arguments {
                 None => call.extend_from_slice(br#""{}""#),
                 Some(a) if a.get().starts_with('"') => call.extend_from_slice(a.get().as_bytes()),
@@ -474,9 +478,10 @@ fn message_item(at: &str, item: &Item<'_>, out: &mut MessagesOut) -> Result<(), 
         }
         None => return Err(IngressError::missing(format!("{at}.role"))),
     };
+    // The content's text: a string as the client wrote it (JSON already, never unescaped),
+    // or its parts, read one at a time.
     let content = match item.content.map(|c| (c, c.get().as_bytes()[0])) {
-        // The string as the client wrote it (JSON already): copied, never unescaped.
-        Some((c, b'"')) => c.get().as_bytes().to_vec(),
+        Some((c, b'"')) => Ok(c.get().as_bytes()),
         Some((c, b'[')) => {
             let mut parts = Parts::default();
             each_block(c, &format!("{at}.content"), |k, p| {
@@ -489,7 +494,7 @@ fn message_item(at: &str, item: &Item<'_>, out: &mut MessagesOut) -> Result<(), 
                 parts.push(part_of(&part_at, &p)?);
                 Ok(())
             })?;
-            parts.content()
+            Err(parts)
         }
         None => return Err(IngressError::missing(format!("{at}.content"))),
         Some((c, _)) => {
@@ -503,14 +508,21 @@ fn message_item(at: &str, item: &Item<'_>, out: &mut MessagesOut) -> Result<(), 
         }
     };
     if role == "assistant" {
-        out.hold_assistant(&content);
-    } else {
-        let mut message = br#"{"content":"#.to_vec();
-        message.extend_from_slice(&content);
-        message.extend_from_slice(format!(r#","role":"{role}"}}"#).as_bytes());
-        out.write_text(&message);
+        match content {
+            Ok(text) => out.hold_assistant(text),
+            Err(parts) => out.hold_assistant(&parts.content()),
+        }
+        return Ok(());
     }
-    Ok(())
+    out.write_with(|buf| {
+        buf.extend_from_slice(br#"{"content":"#);
+        match content {
+            Ok(text) => buf.extend_from_slice(text),
+            Err(parts) => parts.write_content(buf),
+        }
+        buf.extend_from_slice(format!(r#","role":"{role}"}}"#).as_bytes());
+        Ok::<(), IngressError>(())
+    })
 }
 
 /// A content part as a Chat Completions part.
