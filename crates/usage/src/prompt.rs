@@ -425,6 +425,12 @@ pub fn count_prompt_fields<'a>(
         let list_path = root.key(key);
         for (i, item) in items.iter().enumerate() {
             let p = list_path.index(i);
+            if item.get().len() > LARGE_TOOL {
+                // Never a tree (issue 63): its text's tokens, as a tool that is no function
+                // definition counts.
+                defs.other_tools += counter.text(item.get());
+                continue;
+            }
             let value = parse(item.get().as_bytes(), &p)?;
             match tool {
                 true => defs.tool(&value, &p, &counter)?,
@@ -462,6 +468,10 @@ pub fn count_prompt_fields<'a>(
     }
     defs.finish(msg_total, &choices, &counter)
 }
+
+/// A tool (or legacy function) definition of more than this many bytes is counted from its
+/// text rather than parsed: its tree would cost many times its bytes.
+const LARGE_TOOL: usize = 64 * 1024;
 
 /// A field's JSON text parsed (`p`: where it is).
 fn parse(text: &[u8], p: &Path<'_>) -> Result<Value, UsageError> {
