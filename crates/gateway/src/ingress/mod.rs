@@ -437,6 +437,10 @@ impl Parts {
 /// compact form: `choicewise_partial_json::compact_json` serialised as a string, written at
 /// once without either in memory (a tool call's `arguments` from an `input`).
 pub(crate) fn write_compact_as_string(out: &mut Vec<u8>, json: &str) {
+    // At most its bytes and an escape for each quote and backslash: reserved exactly, so that
+    // a buffer sized for a whole list is not doubled for it.
+    let escapes = json.bytes().filter(|b| matches!(b, b'"' | b'\\')).count();
+    out.reserve_exact(json.len() + escapes + 2);
     out.push(b'"');
     let (mut in_string, mut escaped) = (false, false);
     for &b in json.as_bytes() {

@@ -78,6 +78,16 @@ impl<'o> ListText<'o> {
         self.scratch = scratch;
     }
 
+    /// Copies the JSON text `json` (known to be JSON) into the list without its
+    /// insignificant whitespace, room made for it as [`put`](Self::put) makes it.
+    fn put_compact(&mut self, json: &str) {
+        let room = self.out.capacity() - self.out.len();
+        if room < json.len() {
+            (self.out).reserve_exact(json.len().max(self.out.len() / 8));
+        }
+        write_compact(self.out, json);
+    }
+
     /// A whole item given as its JSON text, written as it is.
     pub(super) fn text_item(&mut self, text: &[u8]) {
         self.next();
@@ -519,13 +529,14 @@ fn assistant_calls(
     let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
     let text = joined_text(content)?;
     let anthropic = api == Dialect::Anthropic;
-    let mut turn = Vec::new();
     if anthropic {
-        turn.extend_from_slice(br#"{"content":["#);
+        // The turn written straight into the list as its calls are read.
+        out.next();
+        out.put(br#"{"content":["#);
         if !text.is_empty() {
-            turn.extend_from_slice(br#"{"text":"#);
-            turn.extend_from_slice(json!(text).to_string().as_bytes());
-            turn.extend_from_slice(br#","type":"text"}"#);
+            out.put(br#"{"text":"#);
+            out.put(json!(text).to_string().as_bytes());
+            out.put(br#","type":"text"}"#);
         }
     } else if !text.is_empty() {
         out.item(json!({"role": "assistant", "content": text}));
@@ -576,37 +587,36 @@ fn assistant_calls(
             return Ok(());
         }
         if !std::mem::take(&mut first) {
-            turn.push(b',');
+            out.put(b",");
         }
-        turn.extend_from_slice(br#"{"id":"#);
-        turn.extend_from_slice(json!(id).to_string().as_bytes());
-        turn.extend_from_slice(br#","input":"#);
+        out.put(br#"{"id":"#);
+        out.put(json!(id).to_string().as_bytes());
+        out.put(br#","input":"#);
         match arguments {
-            None => turn.extend_from_slice(b"{}"),
+            None => out.put(b"{}"),
             Some(a) if a.get().starts_with('"') => {
                 let args: std::borrow::Cow<'_, str> =
                     serde_json::from_str(a.get()).map_err(not_json)?;
                 if args.trim().is_empty() {
-                    turn.extend_from_slice(b"{}");
+                    out.put(b"{}");
                 } else {
                     // Checked to be JSON (no tree), then written compact.
                     if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&args) {
                         return Err(format!("{call_at}.function.arguments is not JSON: {e}"));
                     }
-                    write_compact(&mut turn, &args);
+                    out.put_compact(&args);
                 }
             }
-            Some(a) => write_compact(&mut turn, a.get()),
+            Some(a) => out.put_compact(a.get()),
         }
-        turn.extend_from_slice(br#","name":"#);
-        turn.extend_from_slice(json!(name).to_string().as_bytes());
-        turn.extend_from_slice(br#","type":"tool_use"}"#);
+        out.put(br#","name":"#);
+        out.put(json!(name).to_string().as_bytes());
+        out.put(br#","type":"tool_use"}"#);
         Ok(())
     })
     .map_err(not_json)??;
     if anthropic {
-        turn.extend_from_slice(br#"],"role":"assistant"}"#);
-        out.text_item(&turn);
+        out.put(br#"],"role":"assistant"}"#);
     }
     Ok(())
 }
