@@ -208,6 +208,7 @@ async fn serve_chat(
         client: finish.client(),
         sent: Arc::default(),
         max_requests: gw.inner.limits.max_upstream_requests_per_request,
+        bodies: Arc::default(),
     };
     finish.opening(opener.tries.clone(), opener.limits_set.clone());
     // Everything the request does ends by its deadline: opening its first samples, the pick,

@@ -148,6 +148,10 @@ async fn count_tokens_answer(
     })
     .await
     .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
+    // Counted: the memory mark checked again (what the count took may have passed it).
+    if let Err(e) = layers::parsed(gw, len) {
+        return layers::shaped(api, e);
+    }
     match counted {
         Ok(tokens) => (
             [("x-choicewise-token-count", "estimated")],

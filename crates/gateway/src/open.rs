@@ -132,6 +132,40 @@ pub(crate) struct Opener {
     /// (`max_upstream_requests_per_request`).
     pub sent: Arc<std::sync::atomic::AtomicUsize>,
     pub max_requests: usize,
+    /// The upstream bodies written for the run, one per upstream and number of samples: a
+    /// fan-out's samples to one upstream share one body (its bytes, not translated or
+    /// written again per sample).
+    pub bodies: Bodies,
+}
+
+/// The bodies of a run's upstream requests ([`Opener::bodies`]): by upstream (its label and
+/// model) and number of samples, each written once, by the first request that needs it
+/// (the others wait for it).
+pub(crate) type Bodies = Arc<Mutex<Vec<(BodyKey, Arc<std::sync::OnceLock<BodyText>>)>>>;
+
+/// What a body of [`Bodies`] is written for: an upstream's label and model, and the samples.
+type BodyKey = (Arc<str>, String, usize);
+
+/// A body written, or why it could not be.
+type BodyText = Result<bytes::Bytes, ApiError>;
+
+/// [`request_body`], written once per upstream and number of samples in a run and shared
+/// by every request that sends it ([`Opener::bodies`]).
+fn shared_body(u: &UpstreamRoute, opener: &Opener, samples: usize) -> BodyText {
+    let key: BodyKey = (u.label.clone(), u.model.clone(), samples);
+    let cell = {
+        let mut bodies = opener.bodies.lock().unwrap_or_else(|e| e.into_inner());
+        match bodies.iter().find(|(k, _)| *k == key) {
+            Some((_, cell)) => cell.clone(),
+            None => {
+                let cell = Arc::default();
+                bodies.push((key, Arc::clone(&cell)));
+                cell
+            }
+        }
+    };
+    cell.get_or_init(|| request_body(u, opener, samples))
+        .clone()
 }
 
 /// The body of a request for `samples` samples to upstream `u`, in its API, as JSON text.
@@ -530,7 +564,7 @@ impl Opener {
                 // this future dropped: a client gone, a sample cancelled), a probe it was is
                 // over: the next one may go.
                 let _probe = probe.then(|| ProbeDone(&route.health));
-                let text = request_body(route, self, samples.len())?;
+                let text = shared_body(route, self, samples.len())?;
                 // The try succeeds on its first byte of body, not on its headers: a server
                 // that answers 200 and then holds its first event is a failed try too.
                 let tried = tokio::time::timeout(model.retry.first_byte_timeout, async {

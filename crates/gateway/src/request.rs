@@ -128,11 +128,62 @@ pub(crate) fn kind_of<'a>(json: impl Into<Json<'a>>) -> &'static str {
     }
 }
 
+/// The most bytes a field the gateway parses into a tree (an object or an array) may have:
+/// a parsed tree costs 20 to 80 times its text, so a larger one is refused before it is
+/// parsed (issue 63). Strings and numbers parse into about their own size, and are not
+/// bounded here.
+pub(crate) const MAX_PARSED_FIELD: usize = 64 * 1024;
+
+/// Why the field `key` of JSON text `text` may not be parsed into a tree: it is an object or
+/// an array of more than [`MAX_PARSED_FIELD`] bytes.
+pub(crate) fn too_large_to_parse(key: &str, text: &[u8]) -> Option<String> {
+    let first = text.iter().find(|b| !b.is_ascii_whitespace());
+    (matches!(first, Some(b'{' | b'[')) && text.len() > MAX_PARSED_FIELD).then(|| {
+        format!(
+            "{key:?} is {} bytes: a field the gateway parses may be at most {MAX_PARSED_FIELD} \
+             bytes",
+            text.len()
+        )
+    })
+}
+
 /// A field's text parsed, for a field the gateway reads: a 400 naming `key` when it cannot
-/// be (nested deeper than the parser goes).
+/// be (nested deeper than the parser goes), or when it is too large to parse
+/// ([`too_large_to_parse`]).
 pub(crate) fn parse_field(key: &str, text: &[u8]) -> Result<Value, String> {
+    if let Some(e) = too_large_to_parse(key, text) {
+        return Err(e);
+    }
     serde_json::from_slice(text).map_err(|e| format!("{key:?} could not be read: {e}"))
 }
+
+/// The Chat Completions fields the gateway parses into a tree somewhere (the translation to
+/// another API, the prompt's count, the request's own fields): each refused when it is too
+/// large to parse ([`too_large_to_parse`]), before any of them is parsed.
+const PARSED: [&str; 22] = [
+    "model",
+    "n",
+    "stream",
+    "stream_options",
+    "choicewise",
+    "logprobs",
+    "top_logprobs",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "tool_choice",
+    "function_call",
+    "reasoning_effort",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "user",
+    "safety_identifier",
+    "service_tier",
+    "thinking",
+    "reasoning",
+    "temperature",
+];
 
 /// A checked request.
 #[derive(Debug, Clone)]
@@ -178,6 +229,16 @@ impl ChatRequest {
     /// Reads a request's fields (a body split, or one translated from another API): only
     /// those the gateway decides are parsed.
     pub fn from_fields(mut body: Fields, limits: &Limits) -> Result<ChatRequest, ApiError> {
+        for key in PARSED {
+            if let Some(e) = body.get(key).and_then(|t| too_large_to_parse(key, t)) {
+                if key == "choicewise"
+                    && let Some(refused) = pattern_refused(&body[key], limits)
+                {
+                    return Err(refused);
+                }
+                return Err(err(e).code("field_too_large").param(key));
+            }
+        }
         let mut take = |key: &str| match body.remove(key) {
             None => Ok(None),
             Some(text) => parse_field(key, &text).map(Some).map_err(err),
@@ -366,6 +427,27 @@ pub(crate) fn merge(
         merged.insert(key.clone(), lower.unwrap_or_else(|| value.clone()));
     }
     merged
+}
+
+/// A `choicewise` extension too large to parse, refused for its `vote_by` when that is what
+/// makes it large (its own, more telling 400: `vote_by_too_large`): its fields read one at a
+/// time, the small ones and the strings parsed, and checked as a policy.
+fn pattern_refused(text: &[u8], limits: &Limits) -> Option<ApiError> {
+    let mut fields = Map::new();
+    let read = choicewise_partial_json::for_each_raw_field(text, |key, raw| {
+        let raw = raw.get();
+        if raw.starts_with('"') || raw.len() <= MAX_PARSED_FIELD {
+            fields.insert(key.to_string(), serde_json::from_str(raw)?);
+        }
+        Ok::<(), serde_json::Error>(())
+    });
+    if !matches!(read, Ok(Ok(()))) || !fields.contains_key("vote_by") {
+        return None;
+    }
+    match Policy::from_json(&fields, &limits.policy_limits(1)) {
+        Err(e) if e.kind() == PolicyErrorKind::PatternTooLarge => Some(refused(e)),
+        _ => None,
+    }
 }
 
 /// A refused policy as the client's 400, with the codes the extension's errors have.

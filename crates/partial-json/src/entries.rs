@@ -145,3 +145,81 @@ pub fn compact_json(json: &str) -> String {
     }
     out
 }
+
+/// Calls `each` with every field of the JSON object `text` in order, its key (unescaped) and
+/// its value as its JSON text as written ([`RawValue`](serde_json::value::RawValue),
+/// borrowed from `text`), by a visitor over the map on a borrowed deserializer: nothing of
+/// the object is parsed into a tree, and a key is copied only when it has an escape. A key
+/// sent twice is given twice (a reader keeping the last one reads as a parsed tree would).
+/// `Err` when the text is not a JSON object; `Ok(Err(e))` when `each` stopped with `e`.
+///
+/// ```
+/// let mut seen = Vec::new();
+/// let read = choicewise_partial_json::for_each_raw_field(br#"{"role": "user", "content": [1, {"a": 2}]}"#, |key, raw| {
+///     seen.push((key.to_string(), raw.get().to_string()));
+///     Ok::<(), ()>(())
+/// });
+/// assert!(matches!(read, Ok(Ok(()))));
+/// assert_eq!(seen[1], ("content".to_string(), r#"[1, {"a": 2}]"#.to_string()));
+/// assert!(choicewise_partial_json::for_each_raw_field(b"[]", |_, _| Ok::<(), ()>(())).is_err());
+/// ```
+pub fn for_each_raw_field<'t, E>(
+    text: &'t [u8],
+    mut each: impl FnMut(&str, &'t serde_json::value::RawValue) -> Result<(), E>,
+) -> Result<Result<(), E>, serde_json::Error> {
+    use serde::de::{Deserializer as _, Error as _, MapAccess, Visitor};
+    use serde_json::value::RawValue;
+    use std::borrow::Cow;
+
+    /// A key, borrowed from the text unless it has an escape.
+    struct Key<'t>(Cow<'t, str>);
+    impl<'t> serde::Deserialize<'t> for Key<'t> {
+        fn deserialize<D: serde::Deserializer<'t>>(d: D) -> Result<Self, D::Error> {
+            struct KeyVisitor;
+            impl<'t> Visitor<'t> for KeyVisitor {
+                type Value = Key<'t>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a key")
+                }
+                fn visit_borrowed_str<E>(self, s: &'t str) -> Result<Key<'t>, E> {
+                    Ok(Key(Cow::Borrowed(s)))
+                }
+                fn visit_str<E>(self, s: &str) -> Result<Key<'t>, E> {
+                    Ok(Key(Cow::Owned(s.to_string())))
+                }
+            }
+            d.deserialize_str(KeyVisitor)
+        }
+    }
+    struct Fields<'f, 't, E> {
+        each: &'f mut dyn FnMut(&str, &'t RawValue) -> Result<(), E>,
+        stopped: Option<E>,
+    }
+    impl<'t, E> Visitor<'t> for &mut Fields<'_, 't, E> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'t>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<Key<'t>>()? {
+                let value: &'t RawValue = map.next_value()?;
+                if let Err(e) = (self.each)(&key.0, value) {
+                    self.stopped = Some(e);
+                    return Err(A::Error::custom("stopped"));
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut fields = Fields {
+        each: &mut each,
+        stopped: None,
+    };
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let read = de.deserialize_map(&mut fields).and_then(|()| de.end());
+    match (fields.stopped.take(), read) {
+        (Some(e), _) => Ok(Err(e)),
+        (None, Err(e)) => Err(e),
+        (None, Ok(())) => Ok(Ok(())),
+    }
+}

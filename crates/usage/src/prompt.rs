@@ -6,7 +6,6 @@
 mod messages;
 mod tools;
 
-use choicewise_partial_json::for_each_entry;
 use serde_json::{Map, Value};
 
 use crate::encoding::EncodingName;
@@ -426,6 +425,12 @@ pub fn count_prompt_fields<'a>(
         let list_path = root.key(key);
         for (i, item) in items.iter().enumerate() {
             let p = list_path.index(i);
+            if item.get().len() > LARGE_TOOL {
+                // Never a tree (issue 63): its text's tokens, as a tool that is no function
+                // definition counts.
+                defs.other_tools += counter.text(item.get());
+                continue;
+            }
             let value = parse(item.get().as_bytes(), &p)?;
             match tool {
                 true => defs.tool(&value, &p, &counter)?,
@@ -439,8 +444,10 @@ pub fn count_prompt_fields<'a>(
         None => return Err(messages_path.missing()),
         Some(text) if text.first() == Some(&b'[') => {
             // One message parsed at a time: the list never exists as a parsed tree.
-            let counted = for_each_entry(text, |i, m| {
-                total.add(&m, &messages_path.index(i), &mut counter)
+            // Each message's fields, parts and calls read one at a time too: no message of
+            // any shape is ever a tree (issue 63).
+            let counted = choicewise_partial_json::for_each_raw_entry(text, |i, m| {
+                total.add_raw(m, &messages_path.index(i), &mut counter)
             });
             match counted {
                 Ok(result) => result?,
@@ -461,6 +468,10 @@ pub fn count_prompt_fields<'a>(
     }
     defs.finish(msg_total, &choices, &counter)
 }
+
+/// A tool (or legacy function) definition of more than this many bytes is counted from its
+/// text rather than parsed: its tree would cost many times its bytes.
+const LARGE_TOOL: usize = 64 * 1024;
 
 /// A field's JSON text parsed (`p`: where it is).
 fn parse(text: &[u8], p: &Path<'_>) -> Result<Value, UsageError> {
@@ -517,6 +528,24 @@ impl MessagesTotal {
         };
         let (n, role) = counter.message(m, p, pad)?;
         self.has_system |= matches!(role, "system" | "developer");
+        self.total += n;
+        Ok(())
+    }
+
+    /// [`add`](Self::add) of a message's JSON text ([`Counter::message_raw`]).
+    fn add_raw(
+        &mut self,
+        m: &serde_json::value::RawValue,
+        p: &Path<'_>,
+        counter: &mut Counter,
+    ) -> Result<(), UsageError> {
+        let pad = self.namespace && !self.padded_system;
+        let (n, role) = counter.message_raw(m, p, pad)?;
+        let is_system = matches!(role.as_str(), "system" | "developer");
+        if pad {
+            self.padded_system = is_system;
+        }
+        self.has_system |= is_system;
         self.total += n;
         Ok(())
     }

@@ -42,10 +42,11 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_raw_entry, raw_entries,
-    raw_field, raw_object, read_fields, small, write_function_tool,
+    Hosted, IngressError, MessagesOut, Parts, Reply, Translated, each_block, field, lean,
+    lean_object, raw_entries, raw_field, raw_object, read_fields, small, write_compact_as_string,
+    write_function_tool,
 };
-use crate::request::{Fields, fields_of, kind_of};
+use crate::request::{Fields, fields_of, kind_of, too_large_to_parse};
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
 pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
@@ -80,12 +81,11 @@ pub(crate) fn to_chat_for_count(body: &Fields) -> Result<Translated, IngressErro
 /// The fields a translation reads (parsed); `messages` and `tools` are read entry by entry
 /// ([`for_each_raw_entry`], [`raw_entries`]), the others are
 /// ignored, and `choicewise` passed on as sent.
-const READ: [&str; 12] = [
+const READ: [&str; 11] = [
     "mcp_servers",
     "container",
     "model",
     "max_tokens",
-    "system",
     "stream",
     "temperature",
     "top_p",
@@ -136,19 +136,25 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
     let mut messages = MessagesOut::with_capacity(list.map_or(0, |l| l.len() + l.len() / 8));
     // Tools a system turn adds mid-conversation (Claude Code's `tool_addition` blocks).
     let mut added = Vec::new();
-    if let Some(system) = field(obj, "system") {
-        let content = system_text("system", system)?;
+    if let Some(content) = system_of(body)? {
         (messages.made).push(json!({"role": "system", "content": content}));
     }
     match list {
         None => return Err(IngressError::missing("messages")),
         // One message read, translated and written at a time: the list is never a tree.
         Some(text) if text.first() == Some(&b'[') => {
-            for_each_raw_entry(text, "messages", |i, m, raw| {
-                message_of(i, &m, raw, &mut messages.made, &mut added)?;
-                messages.written();
-                Ok(())
-            })?;
+            let read = choicewise_partial_json::for_each_raw_entry(text, |i, raw| {
+                message_of(i, raw, &mut messages, &mut added)
+            });
+            match read {
+                Ok(read) => read?,
+                Err(e) => {
+                    return Err(IngressError::invalid(
+                        "messages",
+                        format!("could not be read: {e}"),
+                    ));
+                }
+            }
         }
         Some(text) => {
             return Err(IngressError::invalid(
@@ -221,89 +227,211 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
     })
 }
 
-/// `system` (or a system turn's content, at `at`): a string, or text blocks joined by a
-/// blank line.
-fn system_text(at: &str, system: &Value) -> Result<String, IngressError> {
-    match system {
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(blocks) => {
-            let mut texts = Vec::with_capacity(blocks.len());
-            for (i, b) in blocks.iter().enumerate() {
-                match (b["type"].as_str(), b["text"].as_str()) {
-                    (Some("text"), Some(t)) => texts.push(t),
-                    _ => {
-                        return Err(IngressError::invalid(
-                            format!("{at}.{i}"),
-                            "must be a text block ({\"type\": \"text\", \"text\": ...})",
-                        ));
+/// `system`, read from its text: a string, or text blocks joined by a blank line, read one
+/// at a time (never a tree of the list: a system prompt may be large).
+fn system_of(body: &Fields) -> Result<Option<String>, IngressError> {
+    #[derive(serde::Deserialize)]
+    struct Block<'a> {
+        #[serde(borrow, rename = "type")]
+        kind: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        text: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Some(text) = raw_field(body, "system") else {
+        return Ok(None);
+    };
+    match text.first() {
+        Some(b'"') => serde_json::from_slice(text)
+            .map(Some)
+            .map_err(|e| IngressError::invalid("system", format!("could not be read: {e}"))),
+        Some(b'[') => {
+            let mut joined = String::with_capacity(text.len());
+            let read = choicewise_partial_json::for_each_raw_entry(text, |i, raw| {
+                let not_text = || {
+                    IngressError::invalid(
+                        format!("system.{i}"),
+                        "must be a text block ({\"type\": \"text\", \"text\": ...})",
+                    )
+                };
+                let block: Block<'_> = serde_json::from_str(raw.get()).map_err(|_| not_text())?;
+                match (block.kind.as_deref(), block.text) {
+                    (Some("text"), Some(t)) => {
+                        if i > 0 {
+                            joined.push_str("\n\n");
+                        }
+                        joined.push_str(&t);
+                        Ok(())
                     }
+                    _ => Err(not_text()),
                 }
+            });
+            match read {
+                Ok(read) => read.map(|()| Some(joined)),
+                Err(e) => Err(IngressError::invalid(
+                    "system",
+                    format!("could not be read: {e}"),
+                )),
             }
-            Ok(texts.join("\n\n"))
         }
-        v => Err(IngressError::invalid(
-            at,
+        _ => Err(IngressError::invalid(
+            "system",
             format!(
                 "must be a string or an array of text blocks, not {}",
-                kind_of(v)
+                kind_of(text)
             ),
         )),
     }
 }
 
-/// A system turn's content (at `at`): a string, or blocks: text blocks joined by a blank line;
-/// Claude Code's `tool_addition` blocks with a `tool_definition` go to `added` (with where
-/// they are), those naming a tool already sent (`tool_reference`) and `tool_removal` blocks
-/// change nothing (Chat Completions' tools are the request's).
-fn system_turn(
-    at: &str,
-    content: &Value,
-    added: &mut Vec<(String, Value)>,
-) -> Result<String, IngressError> {
-    let Value::Array(blocks) = content else {
-        return system_text(at, content);
-    };
-    let mut texts = Vec::new();
-    for (j, b) in blocks.iter().enumerate() {
-        match b["type"].as_str() {
-            Some("tool_addition") => {
-                if b["tool"]["type"] == "tool_definition" {
-                    added.push((
-                        format!("{at}.{j}.tool.definition"),
-                        b["tool"]["definition"].clone(),
-                    ));
-                }
-            }
-            Some("tool_removal") => {}
-            _ => texts.push(b.clone()),
-        }
-    }
-    system_text(at, &Value::Array(texts))
+/// A block of a message's content (or of a tool result's, or of a system turn's), read from
+/// its text one field at a time: the fields a translation reads, each small one parsed
+/// ([`lean`]: strings whole, a larger object or array than 64 KiB as an empty one of its
+/// kind), `source` as an object of its strings, and `input` and `content` kept as their
+/// text. Its other fields are skipped unparsed. A block that is no object reads as one with
+/// no fields.
+#[derive(Default)]
+struct Block<'t> {
+    fields: Map<String, Value>,
+    input: Option<&'t RawValue>,
+    content: Option<&'t RawValue>,
 }
 
-/// One Messages message as Chat Completions messages (a user message's tool results become
-/// `tool` messages first).
+impl<'t> Block<'t> {
+    fn read(raw: &'t RawValue, at: &str) -> Result<Block<'t>, IngressError> {
+        let mut b = Block::default();
+        if !raw.get().starts_with('{') {
+            return Ok(b);
+        }
+        let read = choicewise_partial_json::for_each_raw_field(raw.get().as_bytes(), |k, v| {
+            match k {
+                "type" | "text" | "id" | "name" | "tool_use_id" | "tool_name" => {
+                    b.fields.insert(k.to_string(), lean(v)?);
+                }
+                "source" => {
+                    let source = lean_object(v, &["type", "media_type", "data", "url"])?;
+                    b.fields.insert(k.to_string(), source);
+                }
+                "tool" => {
+                    if let Some(e) = too_large_to_parse(&format!("{at}.tool"), v.get().as_bytes()) {
+                        return Err(serde::de::Error::custom(e));
+                    }
+                    b.fields
+                        .insert(k.to_string(), serde_json::from_str(v.get())?);
+                }
+                "input" => b.input = Some(v),
+                "content" => b.content = Some(v),
+                _ => {}
+            }
+            Ok(())
+        });
+        match read {
+            Ok(Ok(())) => Ok(b),
+            Ok(Err(e)) | Err(e) => {
+                Err(IngressError::invalid(at, format!("could not be read: {e}")))
+            }
+        }
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).and_then(Value::as_str)
+    }
+}
+
+/// A system turn's content (at `at`): a string, or blocks read one at a time: text blocks
+/// joined by a blank line; Claude Code's `tool_addition` blocks with a `tool_definition` go to
+/// `added` (with where they are), those naming a tool already sent (`tool_reference`) and
+/// `tool_removal` blocks change nothing (Chat Completions' tools are the request's).
+fn system_turn(
+    at: &str,
+    content: &RawValue,
+    added: &mut Vec<(String, Value)>,
+) -> Result<String, IngressError> {
+    match content.get().as_bytes()[0] {
+        b'"' => serde_json::from_str(content.get())
+            .map_err(|e| IngressError::invalid(at, format!("could not be read: {e}"))),
+        b'[' => {
+            let mut joined = String::new();
+            let mut texts = 0;
+            each_block(content, at, |j, raw| {
+                let b = Block::read(raw, &format!("{at}.{j}"))?;
+                match b.str("type") {
+                    Some("tool_addition") => {
+                        let tool = b.fields.get("tool").unwrap_or(&Value::Null);
+                        if tool["type"] == "tool_definition" {
+                            added.push((
+                                format!("{at}.{j}.tool.definition"),
+                                tool["definition"].clone(),
+                            ));
+                        }
+                    }
+                    Some("tool_removal") => {}
+                    kind => {
+                        let (Some("text"), Some(t)) = (kind, b.str("text")) else {
+                            return Err(IngressError::invalid(
+                                format!("{at}.{texts}"),
+                                "must be a text block ({\"type\": \"text\", \"text\": ...})",
+                            ));
+                        };
+                        if texts > 0 {
+                            joined.push_str("\n\n");
+                        }
+                        joined.push_str(t);
+                        texts += 1;
+                    }
+                }
+                Ok(())
+            })?;
+            Ok(joined)
+        }
+        _ => Err(IngressError::invalid(
+            at,
+            format!(
+                "must be a string or an array of text blocks, not {}",
+                kind_of(content.get().as_bytes())
+            ),
+        )),
+    }
+}
+
+/// One Messages message as Chat Completions messages, written into `out` as they are made (a
+/// user message's tool results become `tool` messages first): its fields, and its blocks,
+/// read one at a time from its text, never as a tree.
 fn message_of(
     i: usize,
-    m: &Value,
     raw: &RawValue,
-    out: &mut Vec<Value>,
+    out: &mut MessagesOut,
     added: &mut Vec<(String, Value)>,
 ) -> Result<(), IngressError> {
     let at = format!("messages.{i}");
-    let role = match m.get("role").and_then(Value::as_str) {
+    let (mut role, mut content) = (Value::Null, None);
+    if raw.get().starts_with('{') {
+        let read = choicewise_partial_json::for_each_raw_field(raw.get().as_bytes(), |k, v| {
+            match k {
+                "role" => role = lean(v)?,
+                "content" => content = Some(v),
+                _ => {}
+            }
+            Ok::<(), serde_json::Error>(())
+        });
+        match read {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) | Err(e) => {
+                return Err(IngressError::invalid(at, format!("could not be read: {e}")));
+            }
+        }
+    }
+    let content = content.filter(|c| c.get() != "null");
+    let role = match role.as_str() {
         Some(role @ ("user" | "assistant")) => role,
         // A system turn inside the conversation (Claude Code's environment block, after the
         // first user turn): a system message at the same place.
         Some("system") => {
-            let content = match m.get("content") {
-                None | Some(Value::Null) => {
-                    return Err(IngressError::missing(format!("{at}.content")));
-                }
+            let content = match content {
+                None => return Err(IngressError::missing(format!("{at}.content"))),
                 Some(content) => system_turn(&format!("{at}.content"), content, added)?,
             };
             if !content.is_empty() {
-                out.push(json!({"role": "system", "content": content}));
+                out.write(&json!({"role": "system", "content": content}));
             }
             return Ok(());
         }
@@ -317,142 +445,149 @@ fn message_of(
         }
         None => return Err(IngressError::missing(format!("{at}.role"))),
     };
-    let blocks = match m.get("content") {
-        Some(Value::String(text)) => {
-            out.push(json!({"role": role, "content": text}));
-            return Ok(());
-        }
-        Some(Value::Array(blocks)) => blocks,
-        None | Some(Value::Null) => return Err(IngressError::missing(format!("{at}.content"))),
-        Some(v) => {
-            return Err(IngressError::invalid(
-                format!("{at}.content"),
-                format!("must be a string or an array of blocks, not {}", kind_of(v)),
-            ));
-        }
+    let Some(content) = content else {
+        return Err(IngressError::missing(format!("{at}.content")));
     };
-    match role {
-        "user" => user_blocks(&at, blocks, out),
-        _ => assistant_blocks(&at, blocks, &raw_inputs(raw), out),
+    match content.get().as_bytes()[0] {
+        b'"' => {
+            // The string as the client wrote it (JSON already): copied, never unescaped.
+            out.write_with(|buf| {
+                buf.extend_from_slice(br#"{"content":"#);
+                buf.extend_from_slice(content.get().as_bytes());
+                buf.extend_from_slice(format!(r#","role":"{role}"}}"#).as_bytes());
+                Ok(())
+            })
+        }
+        b'[' if role == "user" => user_blocks(&at, content, out),
+        b'[' => assistant_blocks(&at, content, out),
+        _ => Err(IngressError::invalid(
+            format!("{at}.content"),
+            format!(
+                "must be a string or an array of blocks, not {}",
+                kind_of(content.get().as_bytes())
+            ),
+        )),
     }
 }
 
-/// The `input` of each block of a message's `content`, as its JSON text as written (a tree
-/// would round a 30-digit integer into a float); empty when the content is no list.
-fn raw_inputs(message: &RawValue) -> Vec<Option<&RawValue>> {
-    #[derive(serde::Deserialize)]
-    struct Block<'a> {
-        #[serde(borrow, default)]
-        input: Option<&'a RawValue>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Message<'a> {
-        #[serde(borrow, default)]
-        content: Option<&'a RawValue>,
-    }
-    let content = serde_json::from_str::<Message<'_>>(message.get())
-        .ok()
-        .and_then(|m| m.content);
-    content
-        .and_then(|c| serde_json::from_str::<Vec<Block<'_>>>(c.get()).ok())
-        .map_or_else(Vec::new, |blocks| {
-            blocks.into_iter().map(|b| b.input).collect()
-        })
-}
-
-/// A user message's blocks: tool results as `tool` messages, then the rest as one user
-/// message (its images with the tool results' images).
-fn user_blocks(at: &str, blocks: &[Value], out: &mut Vec<Value>) -> Result<(), IngressError> {
-    let mut parts = Vec::new();
-    let mut results = Vec::new();
-    let mut result_images = Vec::new();
-    for (j, b) in blocks.iter().enumerate() {
+/// A user message's blocks, one at a time: tool results as `tool` messages, written at once,
+/// then the rest as one user message (its images with the tool results' images).
+fn user_blocks(at: &str, blocks: &RawValue, out: &mut MessagesOut) -> Result<(), IngressError> {
+    let mut parts = Parts::default();
+    let mut result_images = Parts::default();
+    let mut results = false;
+    each_block(blocks, &format!("{at}.content"), |j, raw| {
         let at = format!("{at}.content.{j}");
-        match b["type"].as_str() {
-            Some("text") => parts.push(text_part(&at, b)?),
-            Some("image") => parts.push(image_part(&at, b)?),
+        let b = Block::read(raw, &at)?;
+        match b.str("type") {
+            Some("text") => parts.push(text_part(&at, &b)?),
+            Some("image") => parts.push(image_part(&at, &b)?),
             Some("tool_result") => {
-                let Some(id) = b["tool_use_id"].as_str() else {
+                let Some(id) = b.str("tool_use_id") else {
                     return Err(IngressError::missing(format!("{at}.tool_use_id")));
                 };
-                let content = tool_result_text(&at, &b["content"], &mut result_images)?;
-                results.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                let content = tool_result_text(&at, b.content, &mut result_images)?;
+                out.write(&json!({"role": "tool", "tool_call_id": id, "content": content}));
+                results = true;
             }
             other => return Err(unsupported_block(&at, other)),
         }
-    }
+        Ok(())
+    })?;
     parts.extend(result_images);
-    let only_results = parts.is_empty() && !results.is_empty();
-    out.extend(results);
-    if !only_results {
-        // An empty user message stays one.
-        out.push(json!({"role": "user", "content": collapse(parts)}));
+    let only_results = parts.n == 0 && results;
+    if only_results {
+        return Ok(());
     }
-    Ok(())
+    // An empty user message stays one.
+    out.write_with(|buf| {
+        buf.extend_from_slice(br#"{"content":"#);
+        parts.write_content(buf);
+        buf.extend_from_slice(br#","role":"user"}"#);
+        Ok(())
+    })
 }
 
-/// An assistant message's blocks: its text joined, its `tool_use` blocks as `tool_calls`.
+/// An assistant message's blocks, one at a time: its `tool_use` blocks written as its
+/// `tool_calls` straight into the list as they are read (an input as its compact text,
+/// written as the `arguments` string at once: never a string of its own), its text joined
+/// and written after them (`{"role":"assistant","tool_calls":[…],"content":…}`).
 fn assistant_blocks(
     at: &str,
-    blocks: &[Value],
-    inputs: &[Option<&RawValue>],
-    out: &mut Vec<Value>,
+    blocks: &RawValue,
+    out: &mut MessagesOut,
 ) -> Result<(), IngressError> {
-    let mut text: Option<String> = None;
-    let mut calls = Vec::new();
-    for (j, b) in blocks.iter().enumerate() {
-        let at = format!("{at}.content.{j}");
-        match b["type"].as_str() {
-            Some("text") => {
-                let t = text_part(&at, b)?;
-                text.get_or_insert_default()
-                    .push_str(t["text"].as_str().unwrap_or_default());
+    out.write_with(|buf| {
+        let mut text: Option<String> = None;
+        let mut calls = 0;
+        buf.extend_from_slice(br#"{"role":"assistant""#);
+        each_block(blocks, &format!("{at}.content"), |j, raw| {
+            let at = format!("{at}.content.{j}");
+            let b = Block::read(raw, &at)?;
+            match b.str("type") {
+                Some("text") => {
+                    let t = text_part(&at, &b)?;
+                    text.get_or_insert_default()
+                        .push_str(t["text"].as_str().unwrap_or_default());
+                }
+                Some("tool_use") => {
+                    let (Some(id), Some(name)) = (b.str("id"), b.str("name")) else {
+                        return Err(IngressError::invalid(
+                            at,
+                            "a tool_use block needs its \"id\" and \"name\"",
+                        ));
+                    };
+                    buf.extend_from_slice(match calls {
+                        0 => br#","tool_calls":["#.as_slice(),
+                        _ => b",",
+                    });
+                    // The input's text as the client wrote it (its numbers digit for
+                    // digit), without its insignificant whitespace.
+                    buf.extend_from_slice(br#"{"function":{"arguments":"#);
+                    match b.input.filter(|i| i.get() != "null") {
+                        None => buf.extend_from_slice(br#""{}""#),
+                        Some(raw) => write_compact_as_string(buf, raw.get()),
+                    }
+                    // Strings always serialise.
+                    buf.extend_from_slice(br#","name":"#);
+                    let _ = serde_json::to_writer(&mut *buf, name);
+                    buf.extend_from_slice(br#"},"id":"#);
+                    let _ = serde_json::to_writer(&mut *buf, id);
+                    buf.extend_from_slice(br#","type":"function"}"#);
+                    calls += 1;
+                }
+                Some("thinking" | "redacted_thinking") => {}
+                other => return Err(unsupported_block(&at, other)),
             }
-            Some("tool_use") => {
-                let (Some(id), Some(name)) = (b["id"].as_str(), b["name"].as_str()) else {
-                    return Err(IngressError::invalid(
-                        at,
-                        "a tool_use block needs its \"id\" and \"name\"",
-                    ));
-                };
-                // The input's text as the client wrote it (its numbers digit for digit),
-                // without its insignificant whitespace.
-                let arguments = match (b.get("input"), inputs.get(j).copied().flatten()) {
-                    (None | Some(Value::Null), _) => "{}".to_string(),
-                    (Some(_), Some(raw)) => choicewise_partial_json::compact_json(raw.get()),
-                    (Some(input), None) => input.to_string(),
-                };
-                calls.push(json!({"id": id, "type": "function",
-                                  "function": {"name": name, "arguments": arguments}}));
-            }
-            Some("thinking" | "redacted_thinking") => {}
-            other => return Err(unsupported_block(&at, other)),
+            Ok(())
+        })?;
+        if calls > 0 {
+            buf.push(b']');
         }
-    }
-    let mut message = json!({"role": "assistant"});
-    message["content"] = match (text, calls.is_empty()) {
-        (Some(t), _) => Value::String(t),
-        (None, true) => Value::String(String::new()),
-        (None, false) => Value::Null,
-    };
-    if !calls.is_empty() {
-        message["tool_calls"] = Value::Array(calls);
-    }
-    out.push(message);
-    Ok(())
+        buf.extend_from_slice(br#","content":"#);
+        match (text, calls) {
+            (Some(t), _) => {
+                let _ = serde_json::to_writer(&mut *buf, &t);
+            }
+            (None, 0) => buf.extend_from_slice(b"\"\""),
+            (None, _) => buf.extend_from_slice(b"null"),
+        }
+        buf.push(b'}');
+        Ok(())
+    })
 }
 
 /// A text block as a Chat Completions text part.
-fn text_part(at: &str, b: &Value) -> Result<Value, IngressError> {
-    match b["text"].as_str() {
+fn text_part(at: &str, b: &Block<'_>) -> Result<Value, IngressError> {
+    match b.str("text") {
         Some(t) => Ok(json!({"type": "text", "text": t})),
         None => Err(IngressError::missing(format!("{at}.text"))),
     }
 }
 
 /// An image block as an `image_url` part.
-fn image_part(at: &str, b: &Value) -> Result<Value, IngressError> {
-    let source = &b["source"];
+fn image_part(at: &str, b: &Block<'_>) -> Result<Value, IngressError> {
+    let source = b.fields.get("source").unwrap_or(&Value::Null);
     let url = match source["type"].as_str() {
         Some("base64") => match (source["media_type"].as_str(), source["data"].as_str()) {
             (Some(media), Some(data)) => format!("data:{media};base64,{data}"),
@@ -478,37 +613,52 @@ fn image_part(at: &str, b: &Value) -> Result<Value, IngressError> {
     Ok(json!({"type": "image_url", "image_url": {"url": url}}))
 }
 
-/// A `tool_result`'s content as text (its text blocks joined by newlines); its images are
-/// added to `images`.
+/// A `tool_result`'s content as text (its text blocks joined by newlines, read one at a
+/// time); its images are added to `images`.
 fn tool_result_text(
     at: &str,
-    content: &Value,
-    images: &mut Vec<Value>,
+    content: Option<&RawValue>,
+    images: &mut Parts,
 ) -> Result<String, IngressError> {
-    match content {
-        Value::Null => Ok(String::new()),
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(blocks) => {
-            let mut texts = Vec::new();
-            for (k, b) in blocks.iter().enumerate() {
+    let Some(content) = content.filter(|c| c.get() != "null") else {
+        return Ok(String::new());
+    };
+    match content.get().as_bytes()[0] {
+        b'"' => serde_json::from_str(content.get())
+            .map_err(|e| IngressError::invalid(at, format!("could not be read: {e}"))),
+        b'[' => {
+            let mut joined = String::new();
+            each_block(content, &format!("{at}.content"), |k, raw| {
                 let at = format!("{at}.content.{k}");
-                match b["type"].as_str() {
-                    Some("text") => texts.push(b["text"].as_str().unwrap_or_default().to_string()),
+                let b = Block::read(raw, &at)?;
+                let text = match b.str("type") {
+                    Some("text") => b.str("text").unwrap_or_default().to_string(),
                     // A tool search's match (Claude Code's ToolSearch): the tool is among the
                     // request's tools already.
-                    Some("tool_reference") => texts.push(format!(
+                    Some("tool_reference") => format!(
                         "Tool {} is available.",
-                        b["tool_name"].as_str().unwrap_or_default()
-                    )),
-                    Some("image") => images.push(image_part(&at, b)?),
+                        b.str("tool_name").unwrap_or_default()
+                    ),
+                    Some("image") => {
+                        images.push(image_part(&at, &b)?);
+                        return Ok(());
+                    }
                     other => return Err(unsupported_block(&at, other)),
+                };
+                if k > 0 && !joined.is_empty() {
+                    joined.push('\n');
                 }
-            }
-            Ok(texts.join("\n"))
+                joined.push_str(&text);
+                Ok(())
+            })?;
+            Ok(joined)
         }
-        v => Err(IngressError::invalid(
+        _ => Err(IngressError::invalid(
             format!("{at}.content"),
-            format!("must be a string or an array of blocks, not {}", kind_of(v)),
+            format!(
+                "must be a string or an array of blocks, not {}",
+                kind_of(content.get().as_bytes())
+            ),
         )),
     }
 }
@@ -522,17 +672,6 @@ fn unsupported_block(at: &str, kind: Option<&str>) -> IngressError {
         ),
         None => IngressError::missing(format!("{at}.type")),
     }
-}
-
-/// One text part becomes a plain string, none an empty one; anything else stays parts.
-fn collapse(mut parts: Vec<Value>) -> Value {
-    if parts.is_empty() {
-        return Value::String(String::new());
-    }
-    if parts.len() == 1 && parts[0]["type"] == "text" {
-        return parts.swap_remove(0)["text"].take();
-    }
-    Value::Array(parts)
 }
 
 /// `stop_sequences`: a list of strings.

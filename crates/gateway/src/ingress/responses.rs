@@ -42,14 +42,15 @@ use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{
-    Hosted, IngressError, MessagesOut, Reply, Translated, field, for_each_entry, raw_entries,
-    raw_field, raw_object, read_fields, small, write_function_tool,
+    Hosted, IngressError, MessagesOut, Parts, Reply, Translated, each_block, field, lean,
+    lean_object, raw_entries, raw_field, raw_object, read_fields, small, write_compact_as_string,
+    write_function_tool,
 };
 use crate::error::ApiError;
 use crate::request::{Fields, fields_of, kind_of};
 
 /// The fields a translation reads (parsed); `input` and `tools` are read entry by entry
-/// ([`for_each_entry`], [`raw_entries`]), the echoed ones
+/// (`choicewise_partial_json::for_each_raw_entry`, [`raw_entries`]), the echoed ones
 /// are repeated as sent, the others are ignored, and `choicewise` is passed on as sent.
 const READ: [&str; 19] = [
     "store",
@@ -177,11 +178,19 @@ pub(crate) fn to_chat(body: &Fields) -> Result<Translated, IngressError> {
         None => return Err(IngressError::missing("input")),
         // One item read, translated and written at a time: the list is never a tree.
         Some(text) if text.first() == Some(&b'[') => {
-            for_each_entry(text, "input", |i, item| {
-                item_of(i, &item, &flat, &mut messages.made)?;
-                messages.written();
-                Ok(())
-            })?;
+            // Each item's fields and parts read one at a time too: no item is a tree.
+            let read = choicewise_partial_json::for_each_raw_entry(text, |i, item| {
+                item_of(i, item, &flat, &mut messages)
+            });
+            match read {
+                Ok(read) => read?,
+                Err(e) => {
+                    return Err(IngressError::invalid(
+                        "input",
+                        format!("could not be read: {e}"),
+                    ));
+                }
+            }
         }
         Some(text) if text.first() == Some(&b'"') => {
             let s: String = serde_json::from_slice(text)
@@ -323,101 +332,156 @@ fn refuse_state(obj: &Map<String, Value>) -> Result<(), IngressError> {
     Ok(())
 }
 
-/// One input item as Chat Completions messages; `flat` names the functions of the request's
-/// namespaces as they are sent upstream.
+/// An input item read from its text one field at a time: the fields its translation reads,
+/// each small one parsed ([`lean`]), its `content`, `output` and `arguments` kept as their
+/// text; its other fields skipped unparsed. An item that is no object has no fields.
+#[derive(Default)]
+struct Item<'t> {
+    fields: Map<String, Value>,
+    content: Option<&'t RawValue>,
+    output: Option<&'t RawValue>,
+    arguments: Option<&'t RawValue>,
+}
+
+impl<'t> Item<'t> {
+    fn read(raw: &'t RawValue, at: &str) -> Result<Item<'t>, IngressError> {
+        let mut item = Item::default();
+        if !raw.get().starts_with('{') {
+            return Ok(item);
+        }
+        let read = choicewise_partial_json::for_each_raw_field(raw.get().as_bytes(), |k, v| {
+            let v = Some(v).filter(|v| v.get() != "null");
+            match k {
+                "type" | "role" | "call_id" | "name" | "namespace" | "input" => {
+                    let value = v.map(lean).transpose()?.unwrap_or(Value::Null);
+                    item.fields.insert(k.to_string(), value);
+                }
+                "content" => item.content = v,
+                "output" => item.output = v,
+                "arguments" => item.arguments = v,
+                _ => {}
+            }
+            Ok::<(), serde_json::Error>(())
+        });
+        match read {
+            Ok(Ok(())) => Ok(item),
+            Ok(Err(e)) | Err(e) => {
+                Err(IngressError::invalid(at, format!("could not be read: {e}")))
+            }
+        }
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).and_then(Value::as_str)
+    }
+}
+
+/// A string field's text parsed (at `at`).
+fn string_of(raw: &RawValue, at: &str) -> Result<String, IngressError> {
+    serde_json::from_str(raw.get())
+        .map_err(|e| IngressError::invalid(at, format!("could not be read: {e}")))
+}
+
+/// One input item as Chat Completions messages, written into `out`; `flat` names the
+/// functions of the request's namespaces as they are sent upstream.
 fn item_of(
     i: usize,
-    item: &Value,
+    raw: &RawValue,
     flat: &HashMap<(&str, &str), &str>,
-    out: &mut Vec<Value>,
+    out: &mut MessagesOut,
 ) -> Result<(), IngressError> {
     let at = format!("input[{i}]");
-    let kind = match item["type"].as_str() {
+    let item = Item::read(raw, &at)?;
+    let kind = match item.str("type") {
         Some(kind) => kind,
         // A message may leave out its type (EasyInputMessage).
-        None if item.get("role").is_some() => "message",
+        None if item.fields.contains_key("role") => "message",
         None => return Err(IngressError::missing(format!("{at}.type"))),
     };
     match kind {
-        "message" => message_item(&at, item, out),
+        "message" => message_item(&at, &item, out),
         "function_call" => {
-            let (Some(call_id), Some(name)) = (item["call_id"].as_str(), item["name"].as_str())
-            else {
+            let (Some(call_id), Some(name)) = (item.str("call_id"), item.str("name")) else {
                 return Err(IngressError::invalid(
                     at,
                     "a function_call item needs its \"call_id\" and \"name\"",
                 ));
             };
-            let arguments = match &item["arguments"] {
-                Value::String(s) => s.clone(),
-                Value::Null => "{}".to_string(),
-                v => v.to_string(),
-            };
             // A call of a namespace's function: the name its upstream knows it by.
-            let name = match item["namespace"].as_str() {
+            let name = match item.str("namespace") {
                 Some(ns) => match flat.get(&(ns, name)) {
                     Some(flat) => (*flat).to_string(),
                     None => flat_name(ns, name),
                 },
                 None => name.to_string(),
             };
-            let call = json!({"id": call_id, "type": "function",
-                              "function": {"name": name, "arguments": arguments}});
-            // Calls join the assistant message just before them, as Chat Completions has it.
-            match out.last_mut() {
-                Some(last) if last["role"] == "assistant" => match &mut last["tool_calls"] {
-                    Value::Array(calls) => calls.push(call),
-                    slot => *slot = json!([call]),
-                },
-                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            // The arguments' string copied as the client wrote it (JSON already); any other
+            // JSON as the string of its compact text. Calls join the assistant message just
+            // before them, as Chat Completions has it.
+            let size = item
+                .arguments
+                .map_or(0, |a| a.get().len() + a.get().len() / 8);
+            let mut call = Vec::with_capacity(size + name.len() + call_id.len() + 64);
+            call.extend_from_slice(br#"{"function":{"arguments":"#);
+            match item.arguments {
+                None => call.extend_from_slice(br#""{}""#),
+                Some(a) if a.get().starts_with('"') => call.extend_from_slice(a.get().as_bytes()),
+                Some(a) => write_compact_as_string(&mut call, a.get()),
             }
+            // Strings always serialise.
+            call.extend_from_slice(br#","name":"#);
+            let _ = serde_json::to_writer(&mut call, &name);
+            call.extend_from_slice(br#"},"id":"#);
+            let _ = serde_json::to_writer(&mut call, call_id);
+            call.extend_from_slice(br#","type":"function"}"#);
+            out.call_text(&call);
             Ok(())
         }
         "custom_tool_call" => {
-            let (Some(call_id), Some(name)) = (item["call_id"].as_str(), item["name"].as_str())
-            else {
+            let (Some(call_id), Some(name)) = (item.str("call_id"), item.str("name")) else {
                 return Err(IngressError::invalid(
                     at,
                     "a custom_tool_call item needs its \"call_id\" and \"name\"",
                 ));
             };
-            let input = item["input"].as_str().unwrap_or_default();
-            let call = json!({"id": call_id, "type": "function",
-                              "function": {"name": name, "arguments": json!({"input": input}).to_string()}});
-            match out.last_mut() {
-                Some(last) if last["role"] == "assistant" => match &mut last["tool_calls"] {
-                    Value::Array(calls) => calls.push(call),
-                    slot => *slot = json!([call]),
-                },
-                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
-            }
+            let input = item.str("input").unwrap_or_default();
+            out.call(&json!({"id": call_id, "type": "function",
+                             "function": {"name": name, "arguments": json!({"input": input}).to_string()}}));
             Ok(())
         }
         "function_call_output" | "custom_tool_call_output" => {
-            let Some(call_id) = item["call_id"].as_str() else {
+            let Some(call_id) = item.str("call_id") else {
                 return Err(IngressError::missing(format!("{at}.call_id")));
             };
-            let content = match &item["output"] {
-                Value::String(s) => s.clone(),
-                Value::Array(parts) => {
-                    let mut texts = Vec::new();
-                    for (k, p) in parts.iter().enumerate() {
+            let content = match item.output.map(|o| (o, o.get().as_bytes()[0])) {
+                Some((o, b'"')) => string_of(o, &format!("{at}.output"))?,
+                Some((o, b'[')) => {
+                    let mut joined = String::new();
+                    each_block(o, &format!("{at}.output"), |k, p| {
+                        let part_at = format!("{at}.output[{k}]");
+                        let p = lean_object(p, &["type", "text"]).map_err(|e| {
+                            IngressError::invalid(&part_at, format!("could not be read: {e}"))
+                        })?;
                         match (p["type"].as_str(), p["text"].as_str()) {
-                            (Some("input_text" | "output_text"), Some(t)) => texts.push(t),
-                            _ => {
-                                return Err(IngressError::unsupported(
-                                    format!("{at}.output[{k}]"),
-                                    "only text parts are served in a function_call_output",
-                                ));
+                            (Some("input_text" | "output_text"), Some(t)) => {
+                                if k > 0 {
+                                    joined.push('\n');
+                                }
+                                joined.push_str(t);
+                                Ok(())
                             }
+                            _ => Err(IngressError::unsupported(
+                                part_at,
+                                "only text parts are served in a function_call_output",
+                            )),
                         }
-                    }
-                    texts.join("\n")
+                    })?;
+                    joined
                 }
-                Value::Null => return Err(IngressError::missing(format!("{at}.output"))),
-                v => v.to_string(),
+                None => return Err(IngressError::missing(format!("{at}.output"))),
+                Some((o, _)) => choicewise_partial_json::compact_json(o.get()),
             };
-            out.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
+            out.write(&json!({"role": "tool", "tool_call_id": call_id, "content": content}));
             Ok(())
         }
         "reasoning" => Ok(()),
@@ -434,9 +498,10 @@ fn item_of(
     }
 }
 
-/// A `message` item.
-fn message_item(at: &str, item: &Value, out: &mut Vec<Value>) -> Result<(), IngressError> {
-    let role = match item["role"].as_str() {
+/// A `message` item, its parts read one at a time and written as text: an assistant's held
+/// for the calls that may follow.
+fn message_item(at: &str, item: &Item<'_>, out: &mut MessagesOut) -> Result<(), IngressError> {
+    let role = match item.fields.get("role").unwrap_or(&Value::Null).as_str() {
         Some(role @ ("user" | "assistant" | "system")) => role,
         Some("developer") => "system",
         Some(other) => {
@@ -447,25 +512,51 @@ fn message_item(at: &str, item: &Value, out: &mut Vec<Value>) -> Result<(), Ingr
         }
         None => return Err(IngressError::missing(format!("{at}.role"))),
     };
-    let content = match &item["content"] {
-        Value::String(s) => Value::String(s.clone()),
-        Value::Array(parts) => {
-            let mut out = Vec::with_capacity(parts.len());
-            for (k, p) in parts.iter().enumerate() {
-                out.push(part_of(&format!("{at}.content[{k}]"), p)?);
-            }
-            collapse(out)
+    // The content's text: a string as the client wrote it (JSON already, never unescaped),
+    // or its parts, read one at a time.
+    let content = match item.content.map(|c| (c, c.get().as_bytes()[0])) {
+        Some((c, b'"')) => Ok(c.get().as_bytes()),
+        Some((c, b'[')) => {
+            let mut parts = Parts::default();
+            each_block(c, &format!("{at}.content"), |k, p| {
+                let part_at = format!("{at}.content[{k}]");
+                let p = lean_object(
+                    p,
+                    &["type", "text", "refusal", "image_url", "file_id", "detail"],
+                )
+                .map_err(|e| IngressError::invalid(&part_at, format!("could not be read: {e}")))?;
+                parts.push(part_of(&part_at, &p)?);
+                Ok(())
+            })?;
+            Err(parts)
         }
-        Value::Null => return Err(IngressError::missing(format!("{at}.content"))),
-        v => {
+        None => return Err(IngressError::missing(format!("{at}.content"))),
+        Some((c, _)) => {
             return Err(IngressError::invalid(
                 format!("{at}.content"),
-                format!("must be a string or an array of parts, not {}", kind_of(v)),
+                format!(
+                    "must be a string or an array of parts, not {}",
+                    kind_of(c.get().as_bytes())
+                ),
             ));
         }
     };
-    out.push(json!({"role": role, "content": content}));
-    Ok(())
+    if role == "assistant" {
+        match content {
+            Ok(text) => out.hold_assistant(text),
+            Err(parts) => out.hold_assistant(&parts.content()),
+        }
+        return Ok(());
+    }
+    out.write_with(|buf| {
+        buf.extend_from_slice(br#"{"content":"#);
+        match content {
+            Ok(text) => buf.extend_from_slice(text),
+            Err(parts) => parts.write_content(buf),
+        }
+        buf.extend_from_slice(format!(r#","role":"{role}"}}"#).as_bytes());
+        Ok::<(), IngressError>(())
+    })
 }
 
 /// A content part as a Chat Completions part.
@@ -501,17 +592,6 @@ fn part_of(at: &str, p: &Value) -> Result<Value, IngressError> {
         )),
         None => Err(IngressError::missing(format!("{at}.type"))),
     }
-}
-
-/// One text part becomes a plain string, none an empty one; anything else stays parts.
-fn collapse(mut parts: Vec<Value>) -> Value {
-    if parts.is_empty() {
-        return Value::String(String::new());
-    }
-    if parts.len() == 1 && parts[0]["type"] == "text" {
-        return parts.swap_remove(0)["text"].take();
-    }
-    Value::Array(parts)
 }
 
 /// A namespace's function as a function tool's name: `NAMESPACE__NAME`.

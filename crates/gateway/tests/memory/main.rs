@@ -7,6 +7,7 @@
 mod common;
 
 mod ceiling;
+mod cost_fuzz;
 mod memory_choices;
 mod memory_logprobs;
 mod messages_cost;

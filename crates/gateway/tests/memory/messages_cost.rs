@@ -312,6 +312,55 @@ async fn eight_count_tokens_at_once_under_the_mark() {
     );
 }
 
+/// A count_tokens body of one message of `blocks` tiny text blocks (issue 63: 260,000 of
+/// them, 7.4 MB, took +518 MiB).
+fn one_message_of_blocks(blocks: usize) -> Vec<u8> {
+    let block = br#"{"type":"text","text":"a"}"#;
+    let mut out = br#"{"model":"m","messages":[{"role":"user","content":["#.to_vec();
+    out.reserve(blocks * (block.len() + 1) + 8);
+    for i in 0..blocks {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(block);
+    }
+    out.extend_from_slice(b"]}]}");
+    out
+}
+
+/// Four count_tokens of one message of 260,000 tiny text blocks at once under a 400 MB mark
+/// (issue 63: 2,077 MiB, none refused): each counted or refused with 503, the process under
+/// 600 MB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_counts_of_one_message_of_many_blocks_under_the_mark() {
+    let _one = SERIAL.lock().await;
+    let addr = gateway("memory_high_watermark_mb = 400\nmemory_low_watermark_mb = 300").await;
+    let requests = (0..4)
+        .map(|_| ("/v1/messages/count_tokens", one_message_of_blocks(260_000)))
+        .collect();
+    let (answers, idle, peak) = measured(addr, requests).await;
+    let counted = answers.iter().filter(|(s, _)| *s == 200).count();
+    eprintln!(
+        "four counts of 260,000 blocks at once: {counted} counted, {} refused; resident {} MiB at idle, {} MiB at the peak",
+        4 - counted,
+        idle / MIB,
+        peak / MIB
+    );
+    for (status, text) in &answers {
+        match status {
+            // Each block: "a", 1 token; the message 3 + "user" 1; the reply's priming 3.
+            200 => assert!(text.contains(&format!("{}", 260_000 + 3 + 1 + 3)), "{text}"),
+            503 => assert!(text.contains("memory_high_watermark_mb"), "{text}"),
+            _ => panic!("{status}: {text}"),
+        }
+    }
+    assert!(
+        peak < 600 * MIB,
+        "the process reached {} MiB under a 400 MB mark",
+        peak / MIB
+    );
+}
+
 /// A gateway with model `a` over an Anthropic upstream at `url`: one slot, a first byte
 /// within 1 s, a deadline of 10 s.
 async fn counting_gateway(url: &str) -> SocketAddr {

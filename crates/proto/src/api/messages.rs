@@ -78,6 +78,22 @@ impl<'o> ListText<'o> {
         self.scratch = scratch;
     }
 
+    /// Copies the JSON text `json` (known to be JSON) into the list without its
+    /// insignificant whitespace, room made for it as [`put`](Self::put) makes it.
+    fn put_compact(&mut self, json: &str) {
+        let room = self.out.capacity() - self.out.len();
+        if room < json.len() {
+            (self.out).reserve_exact(json.len().max(self.out.len() / 8));
+        }
+        write_compact(self.out, json);
+    }
+
+    /// A whole item given as its JSON text, written as it is.
+    pub(super) fn text_item(&mut self, text: &[u8]) {
+        self.next();
+        self.put(text);
+    }
+
     /// Ends the list.
     pub(super) fn finish(mut self) {
         self.close();
@@ -124,20 +140,6 @@ impl Sink for ListText<'_> {
     }
 }
 
-/// Calls `each` with every entry of the JSON array `text` in order, each parsed on its own
-/// as the array is read ([`choicewise_partial_json::for_each_entry`]): at most one entry's
-/// tree exists at a time. The error of `each`, or the text's (`"messages" could not be read:
-/// ...`).
-fn for_each_entry(
-    text: &[u8],
-    each: &mut dyn FnMut(usize, Value) -> Result<(), String>,
-) -> Result<(), String> {
-    match choicewise_partial_json::for_each_entry(text, each) {
-        Ok(stopped) => stopped,
-        Err(e) => Err(format!("\"messages\" could not be read: {e}")),
-    }
-}
-
 /// Where a message goes: `Some(content)` for the first one when it is a system or developer
 /// message (its content becomes the request's `system` or `instructions`), else None.
 fn first_system(i: usize, m: &Value) -> Option<&Value> {
@@ -168,6 +170,457 @@ pub(super) fn translate(
     Ok(system)
 }
 
+/// A message's text up to this many bytes is parsed whole (the same bytes as the tree's
+/// translation); a larger one is read one field and one part at a time ([`large`]).
+const LARGE: usize = 64 * 1024;
+
+/// [`translate`] of a list's text: each message parsed on its own, a large one
+/// ([`LARGE`]) read without its tree ([`large`]).
+fn translate_text(
+    api: Dialect,
+    text: &[u8],
+    out: &mut ListText<'_>,
+) -> Result<Option<Value>, String> {
+    let mut system = None;
+    let mut turns = tools::AnthropicMessages::default();
+    let read = choicewise_partial_json::for_each_raw_entry(text, |i, raw| {
+        let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
+        let m = match raw.get().len() <= LARGE {
+            true => serde_json::from_str::<Value>(raw.get()).map_err(not_json)?,
+            false => match large(api, i, raw, &mut turns, out)? {
+                Some(m) => m,
+                None => return Ok(()),
+            },
+        };
+        if let Some(content) = first_system(i, &m) {
+            system = Some(content.clone());
+            return Ok(());
+        }
+        match api {
+            Dialect::Anthropic => turns.message(i, m, out),
+            _ => tools::responses_items(i, m, out),
+        }
+    });
+    match read {
+        Ok(read) => read.map(|()| system),
+        Err(e) => Err(format!("\"messages\" could not be read: {e}")),
+    }
+}
+
+/// A large message read from its text without its tree (issue 63): its `role`,
+/// `tool_call_id` and `name` parsed, its `tool_calls` parsed (small, but for their
+/// arguments' strings), other fields left out; its content, when a list of parts, read one
+/// part at a time: a user, system or developer message's parts translated and written as
+/// they are read (the message written here: `None`), a tool result's or an assistant's
+/// text parts joined into one string. What is not written here is given back as the
+/// message to translate as any (`Some`); the first message, when a system or developer one,
+/// and the rarer shapes (an Anthropic user turn of `tool_result` parts, a tool result with
+/// images) are parsed whole.
+fn large(
+    api: Dialect,
+    i: usize,
+    raw: &serde_json::value::RawValue,
+    turns: &mut tools::AnthropicMessages,
+    out: &mut ListText<'_>,
+) -> Result<Option<Value>, String> {
+    use choicewise_partial_json::{for_each_raw_entry, for_each_raw_field};
+    let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
+    let whole = || serde_json::from_str::<Value>(raw.get()).map_err(not_json);
+    if !raw.get().starts_with('{') {
+        return whole().map(Some);
+    }
+    let at = format!("messages[{i}]");
+    let mut m = serde_json::Map::new();
+    let (mut content, mut calls) = (None, None);
+    for_each_raw_field(raw.get().as_bytes(), |k, v| {
+        match k {
+            "role" | "tool_call_id" | "name" => {
+                m.insert(k.to_string(), serde_json::from_str(v.get())?);
+            }
+            "content" => content = Some(v),
+            "tool_calls" => calls = Some(v),
+            _ => {}
+        }
+        Ok(())
+    })
+    .map_err(not_json)?
+    .map_err(not_json)?;
+    let role = m
+        .get("role")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let anthropic = api == Dialect::Anthropic;
+    // A list of one call or more (anything else, as the tree reads it, is none).
+    let calls = calls.filter(|c| {
+        let t = c.get();
+        t.starts_with('[') && !t[1..].trim_start().starts_with(']')
+    });
+    let no_calls = calls.is_none();
+    if let (Some(calls), "assistant") = (calls, role.as_str()) {
+        assistant_calls(api, &at, content, calls, out)?;
+        turns.wrote_turn();
+        return Ok(None);
+    }
+    let first_system = i == 0 && matches!(role.as_str(), "system" | "developer");
+    // A string content written as the client wrote it (JSON already), never unescaped,
+    // where the translation keeps it as it is.
+    let as_is = match role.as_str() {
+        "user" => true,
+        "system" | "developer" => !first_system,
+        "assistant" => anthropic && no_calls,
+        _ => false,
+    };
+    if let Some(c) = content.filter(|c| c.get().starts_with('"') && as_is) {
+        let role = match (anthropic, role.as_str()) {
+            (true, "developer") => "system",
+            (_, role) => role,
+        };
+        let mut item = Vec::with_capacity(c.get().len() + 32);
+        item.extend_from_slice(br#"{"content":"#);
+        item.extend_from_slice(c.get().as_bytes());
+        item.extend_from_slice(b",\"role\":");
+        item.extend_from_slice(json!(role).to_string().as_bytes());
+        item.push(b'}');
+        out.text_item(&item);
+        turns.wrote_turn();
+        return Ok(None);
+    }
+    let Some(content) = content.filter(|c| c.get().starts_with('[')) else {
+        // A string (parsed into about its size), null or no content: as any message.
+        if let Some(c) = content {
+            m.insert(
+                "content".into(),
+                serde_json::from_str(c.get()).map_err(not_json)?,
+            );
+        }
+        return Ok(Some(Value::Object(m)));
+    };
+    let parts = content.get().as_bytes();
+    // What the parts are, read first (their types only).
+    let (mut all_results, mut any_image) = (true, false);
+    for_each_raw_entry(parts, |_, p| {
+        let mut kind = None;
+        if p.get().starts_with('{') {
+            for_each_raw_field(p.get().as_bytes(), |k, v| {
+                if k == "type" {
+                    kind = serde_json::from_str::<String>(v.get()).ok();
+                }
+                Ok::<(), ()>(())
+            })
+            .ok();
+        }
+        all_results &= kind.as_deref() == Some("tool_result");
+        any_image |= kind.as_deref() == Some("image_url");
+        Ok::<(), ()>(())
+    })
+    .map_err(not_json)?
+    .ok();
+    if !matches!(
+        role.as_str(),
+        "user" | "system" | "developer" | "assistant" | "tool"
+    ) {
+        // Refused for its role, which is all that is read of it.
+        return Ok(Some(Value::Object(m)));
+    }
+    let written_here = match role.as_str() {
+        // An Anthropic user turn of tool results only (none included) joins the results
+        // that follow: as any message.
+        "user" => !(anthropic && all_results),
+        "system" | "developer" => !first_system,
+        "assistant" => anthropic && no_calls,
+        _ => false,
+    };
+    if role == "tool" || (role == "assistant" && !written_here) {
+        if role == "tool" && any_image {
+            return whole().map(Some);
+        }
+        // Its text parts joined, as the translation reads them.
+        let mut text = String::new();
+        for_each_raw_entry(parts, |k, p| {
+            let mut part: (Option<String>, Option<String>) = (None, None);
+            if p.get().starts_with('{') {
+                for_each_raw_field(p.get().as_bytes(), |key, v| {
+                    match key {
+                        "type" => part.0 = serde_json::from_str(v.get()).ok(),
+                        "text" => part.1 = serde_json::from_str(v.get()).ok(),
+                        _ => {}
+                    }
+                    Ok::<(), ()>(())
+                })
+                .ok();
+            }
+            if role == "tool" {
+                match part.0.as_deref() {
+                    Some("text" | "image_url") => {}
+                    Some(other) => {
+                        return Err(format!(
+                            "{at}.content[{k}]: a tool result's {} part cannot be sent to the {} API (text and images can)",
+                            json!(other),
+                            if anthropic { "anthropic" } else { "responses" }
+                        ));
+                    }
+                    None => return Err(format!("{at}.content[{k}]: a part without its type")),
+                }
+            }
+            text.push_str(part.1.as_deref().unwrap_or_default());
+            Ok(())
+        })
+        .map_err(not_json)??;
+        m.insert("content".into(), Value::String(text));
+        return Ok(Some(Value::Object(m)));
+    }
+    if !written_here {
+        return whole().map(Some);
+    }
+    // Written here: the message's content, its parts translated one at a time.
+    let mut item = Vec::with_capacity(parts.len() + 64);
+    item.extend_from_slice(br#"{"content":["#);
+    for_each_raw_entry(parts, |k, p| {
+        let at = format!("{at}.content[{k}]");
+        let mut kind = None;
+        let mut text = None;
+        let mut image: Option<(Option<String>, Option<Value>)> = None;
+        if p.get().starts_with('{') {
+            for_each_raw_field(p.get().as_bytes(), |key, v| {
+                match key {
+                    "type" => kind = serde_json::from_str::<String>(v.get()).ok(),
+                    "text" => text = Some(serde_json::from_str::<Value>(v.get())?),
+                    "image_url" => {
+                        let mut url = (None, None);
+                        if v.get().starts_with('{') {
+                            for_each_raw_field(v.get().as_bytes(), |key, v| {
+                                match key {
+                                    "url" => url.0 = serde_json::from_str(v.get()).ok(),
+                                    "detail" => url.1 = Some(serde_json::from_str(v.get())?),
+                                    _ => {}
+                                }
+                                Ok::<(), serde_json::Error>(())
+                            })??;
+                        }
+                        image = Some(url);
+                    }
+                    _ => {}
+                }
+                Ok::<(), serde_json::Error>(())
+            })
+            .map_err(not_json)?
+            .map_err(not_json)?;
+        }
+        if k > 0 {
+            item.push(b',');
+        }
+        let translated = match (kind.as_deref(), anthropic) {
+            // An assistant's parts go to Anthropic as they are.
+            (_, true) if role == "assistant" => {
+                item.extend_from_slice(choicewise_partial_json::compact_json(p.get()).as_bytes());
+                return Ok(());
+            }
+            (Some("image_url"), _) => {
+                let (url, detail) = image.unwrap_or((None, None));
+                let Some(url) = url else {
+                    return Err(format!("{at}.image_url.url is missing"));
+                };
+                match anthropic {
+                    true => tools::anthropic_image(&url, &at)?,
+                    false => {
+                        let mut image = json!({"type": "input_image", "image_url": url});
+                        if let Some(detail) = detail {
+                            image["detail"] = detail;
+                        }
+                        image
+                    }
+                }
+            }
+            (Some("text"), false) => {
+                json!({"type": "input_text", "text": text.unwrap_or(Value::Null)})
+            }
+            _ => {
+                item.extend_from_slice(choicewise_partial_json::compact_json(p.get()).as_bytes());
+                return Ok(());
+            }
+        };
+        // A value always serialises.
+        let _ = serde_json::to_writer(&mut item, &translated);
+        Ok(())
+    })
+    .map_err(not_json)??;
+    item.extend_from_slice(b"],\"role\":");
+    let role = match (anthropic, role.as_str()) {
+        (true, "developer") => "system",
+        (_, role) => role,
+    };
+    item.extend_from_slice(json!(role).to_string().as_bytes());
+    item.push(b'}');
+    out.text_item(&item);
+    turns.wrote_turn();
+    Ok(None)
+}
+
+/// The text parts of a content (`content`'s text) joined, as the translation reads an
+/// assistant's or a tool result's text: a string as it is, the `text` strings of a list's
+/// parts (read one at a time), else none.
+fn joined_text(content: Option<&serde_json::value::RawValue>) -> Result<String, String> {
+    let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
+    let Some(content) = content else {
+        return Ok(String::new());
+    };
+    match content.get().as_bytes()[0] {
+        b'"' => serde_json::from_str(content.get()).map_err(not_json),
+        b'[' => {
+            let mut text = String::new();
+            choicewise_partial_json::for_each_raw_entry(content.get().as_bytes(), |_, p| {
+                if p.get().starts_with('{') {
+                    choicewise_partial_json::for_each_raw_field(p.get().as_bytes(), |k, v| {
+                        if k == "text"
+                            && let Ok(t) =
+                                serde_json::from_str::<std::borrow::Cow<'_, str>>(v.get())
+                        {
+                            text.push_str(&t);
+                        }
+                        Ok::<(), ()>(())
+                    })
+                    .ok();
+                }
+                Ok::<(), ()>(())
+            })
+            .map_err(not_json)?
+            .ok();
+            Ok(text)
+        }
+        _ => Ok(String::new()),
+    }
+}
+
+/// Writes the JSON text `json` (known to be JSON) without its insignificant whitespace
+/// (`choicewise_partial_json::compact_json`, written at once).
+fn write_compact(out: &mut Vec<u8>, json: &str) {
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json.as_bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            continue;
+        } else {
+            in_string = b == b'"';
+        }
+        out.push(b);
+    }
+}
+
+/// A large assistant message with tool calls (message `at`), read one call at a time and
+/// written as the tree's translation writes it: Anthropic's turn of its text block and
+/// `tool_use` blocks (each `input` the call's arguments, unescaped once and written
+/// compact), or Responses' text item and `function_call` items (the arguments' string
+/// copied as written).
+fn assistant_calls(
+    api: Dialect,
+    at: &str,
+    content: Option<&serde_json::value::RawValue>,
+    calls: &serde_json::value::RawValue,
+    out: &mut ListText<'_>,
+) -> Result<(), String> {
+    use choicewise_partial_json::{for_each_raw_entry, for_each_raw_field};
+    let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
+    let text = joined_text(content)?;
+    let anthropic = api == Dialect::Anthropic;
+    if anthropic {
+        // The turn written straight into the list as its calls are read.
+        out.next();
+        out.put(br#"{"content":["#);
+        if !text.is_empty() {
+            out.put(br#"{"text":"#);
+            out.put(json!(text).to_string().as_bytes());
+            out.put(br#","type":"text"}"#);
+        }
+    } else if !text.is_empty() {
+        out.item(json!({"role": "assistant", "content": text}));
+    }
+    let mut first = text.is_empty();
+    for_each_raw_entry(calls.get().as_bytes(), |k, call| {
+        let call_at = format!("{at}.tool_calls[{k}]");
+        let (mut id, mut name, mut arguments) = (String::new(), String::new(), None);
+        if call.get().starts_with('{') {
+            for_each_raw_field(call.get().as_bytes(), |key, v| {
+                match key {
+                    "id" => id = serde_json::from_str(v.get()).unwrap_or_default(),
+                    "function" if v.get().starts_with('{') => {
+                        for_each_raw_field(v.get().as_bytes(), |key, v| {
+                            match key {
+                                "name" => name = serde_json::from_str(v.get()).unwrap_or_default(),
+                                "arguments" => arguments = Some(v),
+                                _ => {}
+                            }
+                            Ok::<(), ()>(())
+                        })
+                        .ok();
+                    }
+                    _ => {}
+                }
+                Ok::<(), ()>(())
+            })
+            .map_err(not_json)?
+            .ok();
+        }
+        let arguments = arguments.filter(|a| a.get() != "null");
+        if !anthropic {
+            let mut item = br#"{"arguments":"#.to_vec();
+            match arguments {
+                None => item.extend_from_slice(br#""{}""#),
+                Some(a) if a.get().starts_with('"') => item.extend_from_slice(a.get().as_bytes()),
+                Some(a) => {
+                    let compact = choicewise_partial_json::compact_json(a.get());
+                    item.extend_from_slice(json!(compact).to_string().as_bytes());
+                }
+            }
+            item.extend_from_slice(br#","call_id":"#);
+            item.extend_from_slice(json!(id).to_string().as_bytes());
+            item.extend_from_slice(br#","name":"#);
+            item.extend_from_slice(json!(name).to_string().as_bytes());
+            item.extend_from_slice(br#","type":"function_call"}"#);
+            out.text_item(&item);
+            return Ok(());
+        }
+        if !std::mem::take(&mut first) {
+            out.put(b",");
+        }
+        out.put(br#"{"id":"#);
+        out.put(json!(id).to_string().as_bytes());
+        out.put(br#","input":"#);
+        match arguments {
+            None => out.put(b"{}"),
+            Some(a) if a.get().starts_with('"') => {
+                let args: std::borrow::Cow<'_, str> =
+                    serde_json::from_str(a.get()).map_err(not_json)?;
+                if args.trim().is_empty() {
+                    out.put(b"{}");
+                } else {
+                    // Checked to be JSON (no tree), then written compact.
+                    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&args) {
+                        return Err(format!("{call_at}.function.arguments is not JSON: {e}"));
+                    }
+                    out.put_compact(&args);
+                }
+            }
+            Some(a) => out.put_compact(a.get()),
+        }
+        out.put(br#","name":"#);
+        out.put(json!(name).to_string().as_bytes());
+        out.put(br#","type":"tool_use"}"#);
+        Ok(())
+    })
+    .map_err(not_json)??;
+    if anthropic {
+        out.put(br#"],"role":"assistant"}"#);
+    }
+    Ok(())
+}
+
 /// [`Dialect::write_messages_from_chat_json`] for Anthropic and Responses.
 pub(super) fn write_messages(
     api: Dialect,
@@ -184,8 +637,7 @@ pub(super) fn write_messages(
         });
     }
     let mut list = ListText::new(out);
-    let system = translate(api, |each| for_each_entry(text, each), &mut list)
-        .map_err(MessagesError::Invalid)?;
+    let system = translate_text(api, text, &mut list).map_err(MessagesError::Invalid)?;
     list.finish();
     // A value always serialises.
     Ok(system.map(|content| serde_json::to_vec(&content).unwrap_or_else(|_| b"null".to_vec())))
@@ -429,6 +881,61 @@ mod tests {
                 _ => &tree["input"][0]["output"],
             };
             assert_eq!(out, "21C");
+        }
+    }
+
+    /// A message larger than 64 KiB is read one part at a time (issue 63): what it is
+    /// translated into reads as the tree's translation (its JSON equal, not its bytes: its
+    /// parts are copied as the client wrote them).
+    #[test]
+    fn large_messages_translate_as_the_tree_does() {
+        let texts: Vec<Value> = (0..5_000)
+            .map(|i| json!({"type": "text", "text": format!("part {i} ")}))
+            .collect();
+        let long = format!("é \" \\ {}", "x".repeat(70_000));
+        let mut with_image = texts.clone();
+        with_image.push(json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO", "detail": "low"}}));
+        let call =
+            json!({"id": "a", "type": "function", "function": {"name": "w", "arguments": "{}"}});
+        let shapes = [
+            json!({"role": "user", "content": with_image}),
+            json!({"role": "user", "content": texts, "zz": [0, 0]}),
+            json!({"role": "assistant", "content": texts}),
+            json!({"role": "assistant", "content": texts, "tool_calls": [call]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": texts}),
+            json!({"role": "tool", "tool_call_id": "a", "content": with_image}),
+            json!({"role": "developer", "content": with_image}),
+            json!({"role": "robot", "content": texts}),
+            json!({"role": "user", "content": long}),
+            json!({"role": "developer", "content": long}),
+            json!({"role": "assistant", "content": long}),
+            json!({"role": "assistant", "content": long, "tool_calls": [call]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": long}),
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "b", "type": "function", "function": {"name": "w",
+                 "arguments": json!({"z": vec![0; 40_000], "s": "é \" x"}).to_string()}},
+                call,
+                {"id": "c", "function": {"name": "w", "arguments": " "}},
+                {"id": "d", "function": {"name": "w", "arguments": null}},
+                {"id": "e", "function": {"name": "w", "arguments": {"k": [1, 2]}}}]}),
+            json!({"role": "assistant", "content": texts, "tool_calls": [
+                {"id": "f", "function": {"name": "w", "arguments": "{oops"}}]}),
+        ];
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            for m in &shapes {
+                for list in [json!([{"role": "user", "content": "x"}, m]), json!([m])] {
+                    let text = api.messages_from_chat_json(list.to_string().as_bytes());
+                    let tree = api.request_from_chat(&json!({"model": "m", "messages": list}));
+                    match (text, tree) {
+                        (Ok(text), Ok(tree)) => {
+                            let written: Value = serde_json::from_slice(&text.list).unwrap();
+                            assert_eq!(written, tree[text.key], "{api}: {}", m["role"]);
+                        }
+                        (Err(text), Err(tree)) => assert_eq!(text.to_string(), tree),
+                        (text, tree) => panic!("{api}: {text:?} but {tree:?}"),
+                    }
+                }
+            }
         }
     }
 

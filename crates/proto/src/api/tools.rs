@@ -277,7 +277,7 @@ fn tool_result_content(content: &Value, at: &str, anthropic: bool) -> Result<Val
 }
 
 /// An `image_url` part's image in Anthropic's shape: a data URL's bytes, or the URL.
-fn anthropic_image(url: &str, at: &str) -> Result<Value, String> {
+pub(super) fn anthropic_image(url: &str, at: &str) -> Result<Value, String> {
     if let Some(data) = url.strip_prefix("data:") {
         let Some((media, b64)) = data.split_once(";base64,") else {
             return Err(format!("{at}: a data URL must be base64"));
@@ -358,6 +358,12 @@ pub(super) struct AnthropicMessages {
 }
 
 impl AnthropicMessages {
+    /// A message was written without [`message`](Self::message) (a large one's user or
+    /// system turn, `super::messages::large`): it is no turn of tool results.
+    pub(super) fn wrote_turn(&mut self) {
+        self.results_open = false;
+    }
+
     /// Translates message `m`, the client's `i`th, into `out`.
     pub(super) fn message(
         &mut self,

@@ -2,6 +2,8 @@
 //! refusal, legacy `function_call`, `tool_calls`) and the request-level `tool_choice` /
 //! `function_call`, with the counts of images and uncounted parts met on the way.
 
+use choicewise_partial_json::{for_each_raw_entry, for_each_raw_field};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{
@@ -98,6 +100,124 @@ impl Counter {
         Ok((n, role))
     }
 
+    /// [`message`](Self::message) of a message's JSON text, its fields read one at a time
+    /// and its content parts and tool calls one at a time, each as an object of only the
+    /// fields a count reads ([`lean_object`]): a message of any shape is never a tree of more
+    /// than one part or call (issue 63). `pad_system`: pad its content if it is a system
+    /// message. Returns its tokens and its role.
+    pub(super) fn message_raw(
+        &mut self,
+        raw: &RawValue,
+        p: &Path<'_>,
+        pad_system: bool,
+    ) -> Result<(i64, String), UsageError> {
+        let not_json = |e: serde_json::Error| p.not_json(&e);
+        if !raw.get().starts_with('{') {
+            return Err(p.wrong_type("a message object", &lean(raw).map_err(not_json)?));
+        }
+        let mut head = Map::new();
+        let (mut content, mut calls, mut function_call) = (None, None, None);
+        let read = for_each_raw_field(raw.get().as_bytes(), |key, v| {
+            match key {
+                "role" | "name" | "refusal" => {
+                    head.insert(key.to_string(), lean(v)?);
+                }
+                "content" => content = Some(v),
+                "tool_calls" => calls = Some(v),
+                "function_call" => function_call = Some(v),
+                _ => {}
+            }
+            Ok(())
+        });
+        read.map_err(not_json)?.map_err(not_json)?;
+        let role_path = p.key("role");
+        let role = match head.get("role") {
+            None => return Err(role_path.missing()),
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => return Err(role_path.wrong_type("a string", v)),
+        };
+        let pad = pad_system && matches!(role.as_str(), "system" | "developer");
+        let mut n = (TOKENS_PER_MESSAGE + self.text(&role)) as i64;
+
+        let content_path = p.key("content");
+        match content.map(|c| (c, c.get().as_bytes()[0])) {
+            None | Some((_, b'n')) => {}
+            Some((c, b'"')) => {
+                // Borrowed from the text when it has no escape: never copied then.
+                let s: std::borrow::Cow<'_, str> = match serde_json::from_str::<&str>(c.get()) {
+                    Ok(s) => s.into(),
+                    Err(_) => serde_json::from_str::<String>(c.get())
+                        .map_err(not_json)?
+                        .into(),
+                };
+                n += if pad {
+                    let mut padded = String::with_capacity(s.len() + 1);
+                    padded.push_str(&s);
+                    padded.push('\n');
+                    self.text(&padded)
+                } else {
+                    self.text(&s)
+                } as i64;
+            }
+            Some((c, b'[')) => {
+                let read = for_each_raw_entry(c.get().as_bytes(), |j, part| {
+                    let part = lean_object(part, &["type", "text", "refusal"])
+                        .map_err(|e| content_path.index(j).not_json(&e))?;
+                    n += self.content_part(&part, &content_path.index(j))? as i64;
+                    Ok(())
+                });
+                read.map_err(|e| content_path.not_json(&e))??;
+            }
+            Some((c, _)) => {
+                let v = lean(c).map_err(not_json)?;
+                return Err(
+                    content_path.wrong_type("a string, an array of content parts or null", &v)
+                );
+            }
+        }
+
+        if let Some(name) = optional_str(&head, "name", p)? {
+            n += (self.text(name) + TOKENS_PER_NAME) as i64;
+        }
+        if let Some(refusal) = optional_str(&head, "refusal", p)? {
+            n += self.text(refusal) as i64;
+        }
+
+        let fc_path = p.key("function_call");
+        if let Some(fc) = function_call.filter(|f| f.get() != "null") {
+            let v = lean_object(fc, &["name", "arguments"]).map_err(|e| fc_path.not_json(&e))?;
+            let (name, args) = name_and_arguments(&v, &fc_path)?;
+            n += (self.text(name) + self.text(args) + FUNCTION_CALL_PROMPT_OVERHEAD) as i64;
+        }
+
+        let calls_path = p.key("tool_calls");
+        match calls.map(|c| (c, c.get().as_bytes()[0])) {
+            None | Some((_, b'n')) => {}
+            Some((c, b'[')) => {
+                let mut count = 0;
+                let read = for_each_raw_entry(c.get().as_bytes(), |j, call| {
+                    let call = lean_call(call).map_err(|e| calls_path.index(j).not_json(&e))?;
+                    n += self.tool_call(&call, &calls_path.index(j))? as i64;
+                    count += 1;
+                    Ok(())
+                });
+                read.map_err(|e| calls_path.not_json(&e))??;
+                if count >= 2 {
+                    n += PARALLEL_TOOL_CALLS_OVERHEAD as i64;
+                }
+            }
+            Some((c, _)) => {
+                let v = lean(c).map_err(not_json)?;
+                return Err(calls_path.wrong_type("an array", &v));
+            }
+        }
+
+        if role == "function" {
+            n -= 2;
+        }
+        Ok((n, role))
+    }
+
     fn content_part(&mut self, part: &Value, p: &Path<'_>) -> Result<u64, UsageError> {
         let obj = part
             .as_object()
@@ -180,4 +300,55 @@ fn name_and_arguments<'v>(v: &'v Value, p: &Path<'_>) -> Result<(&'v str, &'v st
     let name = required_str(obj, "name", p)?;
     let args = optional_str(obj, "arguments", p)?.unwrap_or_default();
     Ok((name, args))
+}
+
+/// The most bytes of an object or array [`lean`] parses whole.
+const LEAN: usize = 64 * 1024;
+
+/// A value's JSON text as a tree when it is a string, a number, `true`, `false`, `null`, or
+/// an object or array of at most [`LEAN`] bytes; a larger object or array as an empty one of
+/// its kind: only its type is read then (the count wanted a string or a small object).
+fn lean(raw: &RawValue) -> Result<Value, serde_json::Error> {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'[') if text.len() > LEAN => Ok(Value::Array(Vec::new())),
+        Some(b'{') if text.len() > LEAN => Ok(Value::Object(Map::new())),
+        _ => serde_json::from_str(text),
+    }
+}
+
+/// The fields named `keys` of the object `raw`, each [`lean`] (the last of a key sent twice),
+/// every other field skipped unparsed; `raw` itself as [`lean`] when it is no object.
+fn lean_object(raw: &RawValue, keys: &[&str]) -> Result<Value, serde_json::Error> {
+    if !raw.get().starts_with('{') {
+        return lean(raw);
+    }
+    let mut obj = Map::new();
+    for_each_raw_field(raw.get().as_bytes(), |key, v| {
+        if keys.contains(&key) {
+            obj.insert(key.to_string(), lean(v)?);
+        }
+        Ok(())
+    })??;
+    Ok(Value::Object(obj))
+}
+
+/// A tool call as [`lean_object`]: its `type`, and its `function` (`name`, `arguments`) and
+/// `custom` (`name`, `input`) as lean objects.
+fn lean_call(raw: &RawValue) -> Result<Value, serde_json::Error> {
+    if !raw.get().starts_with('{') {
+        return lean(raw);
+    }
+    let mut obj = Map::new();
+    for_each_raw_field(raw.get().as_bytes(), |key, v| {
+        let value = match key {
+            "type" => lean(v)?,
+            "function" => lean_object(v, &["name", "arguments"])?,
+            "custom" => lean_object(v, &["name", "input"])?,
+            _ => return Ok(()),
+        };
+        obj.insert(key.to_string(), value);
+        Ok(())
+    })??;
+    Ok(Value::Object(obj))
 }

@@ -1,0 +1,633 @@
+//! The cost fuzzer (issue 63): hostile bodies (deep, wide, many tiny parts, long numbers,
+//! long strings) in every field each route parses, for every client API and every upstream
+//! API, and `count_tokens`, sent through a gateway served in this process on 127.0.0.1 over
+//! test upstreams, under a counting allocator: the heap's peak above its start (the gateway's
+//! copy of the body included, the client's not) must stay within `C × body + K`
+//! ([`bound`] per route, [`SLACK`]; docs/reliability.md, "The cost of a body").
+//!
+//! The short form (the test, a fixed seed, bodies of 1 to 8 MB) runs every named case of
+//! issue 63 and a few generated ones; the long form, `COST_FUZZ_LONG=1` (optionally
+//! `COST_FUZZ_SEED=n`, `COST_FUZZ_CASES=n`), runs larger bodies and many more generated
+//! cases. Each case prints a line: its name, route, body, peak and peak per body byte.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use choicewise_test_support::within;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common::serve;
+
+use crate::HEAP;
+
+use crate::ONE_AT_A_TIME as SERIAL;
+
+const MIB: usize = 1024 * 1024;
+
+/// The heap's peak may be at most this many times the body ([`bound`], per route)...
+///
+/// - 4: Chat Completions and Messages to a Chat Completions upstream (the body, the
+///   translated messages, the upstream's body, the prompt's estimate);
+/// - 5: `count_tokens`, Chat Completions to another API, Responses to any (a tool call's
+///   arguments or a part unescaped once on the way);
+/// - 6: Messages to an Anthropic or Responses upstream (a `tool_use` input becomes an
+///   arguments string, its quotes escaped: up to twice its bytes, and that string is
+///   carried to the upstream).
+fn bound(route: Route) -> f64 {
+    match (route.0, route.1) {
+        (Api::Chat | Api::Messages, "m") => 4.0,
+        (Api::Messages, _) => 6.0,
+        _ => 5.0,
+    }
+}
+
+/// ... plus this much (the connections' buffers, the runtime's tasks, a small request's
+/// own cost).
+const SLACK: usize = 16 * MIB;
+
+fn env(name: &str) -> Option<String> {
+    (name == "CLIENT_KEYS").then(|| "sk-a".into())
+}
+
+/// The client APIs (and `count_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Chat,
+    Messages,
+    Count,
+    Responses,
+}
+
+impl Api {
+    fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Messages => "/v1/messages",
+            Api::Count => "/v1/messages/count_tokens",
+            Api::Responses => "/v1/responses",
+        }
+    }
+
+    /// The top-level fields its route parses (beyond the messages and the tools), each with
+    /// how a hostile value is put into it.
+    fn parsed_fields(self) -> &'static [&'static str] {
+        match self {
+            Api::Chat => &["stop", "tool_choice", "stream_options", "choicewise"],
+            Api::Messages | Api::Count => &[
+                "thinking",
+                "stop_sequences",
+                "tool_choice",
+                "choicewise",
+                "system",
+            ],
+            Api::Responses => &["text", "reasoning", "tool_choice", "choicewise"],
+        }
+    }
+}
+
+/// A route: a client API and the model (`m`: a Chat Completions upstream reporting no usage,
+/// `a`: an Anthropic one, `r`: a Responses one).
+#[derive(Debug, Clone, Copy)]
+struct Route(Api, &'static str);
+
+const ROUTES: [Route; 10] = [
+    Route(Api::Count, "m"),
+    Route(Api::Chat, "m"),
+    Route(Api::Chat, "a"),
+    Route(Api::Chat, "r"),
+    Route(Api::Messages, "m"),
+    Route(Api::Messages, "a"),
+    Route(Api::Messages, "r"),
+    Route(Api::Responses, "m"),
+    Route(Api::Responses, "a"),
+    Route(Api::Responses, "r"),
+];
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let up = match self.1 {
+            "m" => "chat",
+            "a" => "anthropic",
+            _ => "responses",
+        };
+        write!(f, "{} -> {up}", self.0.path())
+    }
+}
+
+/// A hostile JSON value of about `size` bytes.
+#[derive(Debug, Clone, Copy)]
+enum Hostile {
+    /// `[0,0,0,...]`: wide.
+    Zeros,
+    /// `[[[[[0]]]]],...`: many small nested arrays.
+    Deep,
+    /// `{"k0":0,"k1":0,...}`: an object of many keys.
+    Keys,
+    /// One number of `size` digits.
+    LongNumber,
+    /// One string of `size` bytes.
+    LongString,
+    /// `[{"type":"text","text":"a"},...]`: many tiny content parts.
+    TinyParts,
+}
+
+const HOSTILE: [Hostile; 6] = [
+    Hostile::Zeros,
+    Hostile::Deep,
+    Hostile::Keys,
+    Hostile::LongNumber,
+    Hostile::LongString,
+    Hostile::TinyParts,
+];
+
+fn hostile(kind: Hostile, api: Api, size: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(size + 64);
+    let repeat = |out: &mut Vec<u8>, open: &[u8], item: &dyn Fn(usize) -> String, close: &[u8]| {
+        out.extend_from_slice(open);
+        let mut i = 0;
+        while out.len() < size {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(item(i).as_bytes());
+            i += 1;
+        }
+        out.extend_from_slice(close);
+    };
+    match kind {
+        Hostile::Zeros => repeat(&mut out, b"[", &|_| "0".into(), b"]"),
+        Hostile::Deep => repeat(&mut out, b"[", &|_| "[[[[0]]]]".into(), b"]"),
+        Hostile::Keys => repeat(&mut out, b"{", &|i| format!("\"k{i}\":0"), b"}"),
+        Hostile::LongNumber => {
+            out.push(b'1');
+            out.resize(size, b'7');
+        }
+        Hostile::LongString => {
+            out.push(b'"');
+            out.resize(size, b'a');
+            out.push(b'"');
+        }
+        Hostile::TinyParts => {
+            let part = match api {
+                Api::Responses => r#"{"type":"input_text","text":"a"}"#,
+                _ => r#"{"type":"text","text":"a"}"#,
+            };
+            repeat(&mut out, b"[", &|_| part.into(), b"]")
+        }
+    }
+    out
+}
+
+/// Where a hostile value goes.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// A top-level field the route parses (by its index in [`Api::parsed_fields`]).
+    Field(usize),
+    /// A user message's content.
+    Content,
+    /// An unknown key of a message.
+    MessageKey,
+    /// An unknown key of a content part.
+    PartKey,
+    /// A tool call's arguments (Chat Completions, Responses: as their JSON text in a string;
+    /// Messages: a `tool_use` block's `input`, as `{"z": VALUE}`).
+    ToolArguments,
+    /// A tool's schema (`{"type":"object","properties":{"z": VALUE}}`).
+    ToolSchema,
+    /// Many small messages (the list itself).
+    Messages,
+}
+
+const PLACES: [Place; 7] = [
+    Place::Field(0),
+    Place::Content,
+    Place::MessageKey,
+    Place::PartKey,
+    Place::ToolArguments,
+    Place::ToolSchema,
+    Place::Messages,
+];
+
+/// A top-level field's hostile value (wrapped so that it is the field's expected type where
+/// that is an object).
+fn field_value(key: &str, v: &[u8]) -> Vec<u8> {
+    let v = String::from_utf8_lossy(v);
+    match key {
+        "choicewise" => format!(r#"{{"unknown":{v}}}"#),
+        "text" => format!(r#"{{"format":{v}}}"#),
+        "reasoning" => format!(r#"{{"effort":"low","zz":{v}}}"#),
+        "thinking" => format!(r#"{{"type":"enabled","budget_tokens":2048,"zz":{v}}}"#),
+        "tool_choice" => format!(r#"{{"type":"auto","zz":{v}}}"#),
+        "stream_options" => format!(r#"{{"include_usage":true,"zz":{v}}}"#),
+        _ => v.into_owned(),
+    }
+    .into_bytes()
+}
+
+/// A JSON string of `text`.
+fn string(text: &[u8]) -> String {
+    serde_json::to_string(&String::from_utf8_lossy(text)).unwrap()
+}
+
+/// A body for `route` with the hostile value `v` at `place`.
+fn body(route: Route, place: Place, v: &[u8]) -> Vec<u8> {
+    let Route(api, model) = route;
+    let v_text = String::from_utf8_lossy(v);
+    let user = |content: &str| format!(r#"{{"role":"user","content":{content}}}"#);
+    let hi = user("\"hi\"");
+    let mut fields: Vec<(String, Vec<u8>)> = vec![("model".into(), format!("\"{model}\"").into())];
+    if api == Api::Messages {
+        fields.push(("max_tokens".into(), b"16".to_vec()));
+    }
+    let mut messages: Vec<String> = Vec::new();
+    let mut tools: Option<String> = None;
+    match place {
+        Place::Field(i) => {
+            let key = api.parsed_fields()[i % api.parsed_fields().len()];
+            fields.push((key.into(), field_value(key, v)));
+            messages.push(hi);
+        }
+        Place::Content => messages.push(user(&v_text)),
+        Place::MessageKey => {
+            messages.push(format!(r#"{{"role":"user","content":"hi","zz":{v_text}}}"#))
+        }
+        Place::PartKey => {
+            let kind = if api == Api::Responses {
+                "input_text"
+            } else {
+                "text"
+            };
+            messages.push(user(&format!(
+                r#"[{{"type":"{kind}","text":"hi","zz":{v_text}}}]"#
+            )));
+        }
+        Place::ToolArguments => {
+            let input = format!(r#"{{"z":{v_text}}}"#);
+            messages.push(hi);
+            match api {
+                Api::Chat => {
+                    messages.push(format!(
+                        r#"{{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":"f","arguments":{}}}}}]}}"#,
+                        string(input.as_bytes())
+                    ));
+                    messages.push(r#"{"role":"tool","tool_call_id":"c1","content":"ok"}"#.into());
+                }
+                Api::Messages | Api::Count => {
+                    messages.push(format!(
+                        r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"c1","name":"f","input":{input}}}]}}"#
+                    ));
+                    messages.push(
+                        r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"ok"}]}"#
+                            .into(),
+                    );
+                }
+                Api::Responses => {
+                    messages.push(format!(
+                        r#"{{"type":"function_call","call_id":"c1","name":"f","arguments":{}}}"#,
+                        string(input.as_bytes())
+                    ));
+                    messages.push(
+                        r#"{"type":"function_call_output","call_id":"c1","output":"ok"}"#.into(),
+                    );
+                }
+            }
+        }
+        Place::ToolSchema => {
+            let schema = format!(r#"{{"type":"object","properties":{{"z":{v_text}}}}}"#);
+            tools = Some(match api {
+                Api::Chat => format!(
+                    r#"[{{"type":"function","function":{{"name":"f","parameters":{schema}}}}}]"#
+                ),
+                Api::Messages | Api::Count => {
+                    format!(r#"[{{"name":"f","input_schema":{schema}}}]"#)
+                }
+                Api::Responses => {
+                    format!(r#"[{{"type":"function","name":"f","parameters":{schema}}}]"#)
+                }
+            });
+            messages.push(hi);
+        }
+        Place::Messages => {
+            let n = v.len() / (hi.len() + 1) + 1;
+            messages.extend(std::iter::repeat_n(hi, n));
+        }
+    }
+    let list_key = if api == Api::Responses {
+        "input"
+    } else {
+        "messages"
+    };
+    fields.push((list_key.into(), format!("[{}]", messages.join(",")).into()));
+    if let Some(tools) = tools {
+        fields.push(("tools".into(), tools.into()));
+    }
+    let mut out = b"{".to_vec();
+    for (i, (k, v)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(format!("\"{k}\":").as_bytes());
+        out.extend_from_slice(v);
+    }
+    out.push(b'}');
+    out
+}
+
+/// An upstream that reads each request's head and body (keeping none of it) and answers
+/// with `head` and `answer`; its base URL.
+async fn upstream(head: &'static str, answer: &'static [u8]) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut byte = [0u8; 1];
+                while !seen.ends_with(b"\r\n\r\n") {
+                    if !matches!(tcp.read(&mut byte).await, Ok(1)) {
+                        return;
+                    }
+                    seen.push(byte[0]);
+                }
+                let seen = String::from_utf8_lossy(&seen).to_ascii_lowercase();
+                let mut left: usize = (seen.lines())
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0);
+                let mut buf = vec![0u8; 64 * 1024];
+                while left > 0 {
+                    let want = left.min(buf.len());
+                    match tcp.read(&mut buf[..want]).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => left -= n,
+                    }
+                }
+                let _ = tcp.write_all(head.as_bytes()).await;
+                let _ = tcp.write_all(b"\r\nconnection: close\r\n\r\n").await;
+                let _ = tcp.write_all(answer).await;
+                let _ = tcp.shutdown().await;
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+const SSE: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream";
+
+const CHAT_ANSWER: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":null}]}\n\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+
+const ANTHROPIC_ANSWER: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"up\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+const RESPONSES_ANSWER: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"in_progress\",\"model\":\"up\",\"output\":[]}}\n\nevent: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"ok\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"completed\",\"model\":\"up\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"ok\"}]}],\"usage\":{\"input_tokens\":7,\"output_tokens\":1,\"total_tokens\":8}}}\n\n";
+
+/// A gateway with models `m`, `a` and `r` (see [`Route`]), taking bodies up to `max_body`;
+/// `limits`: more of its `[limits]`.
+pub async fn gateway(max_body: usize, limits: &str) -> SocketAddr {
+    let chat = upstream(SSE, CHAT_ANSWER.as_bytes()).await;
+    let anthropic = upstream(SSE, ANTHROPIC_ANSWER.as_bytes()).await;
+    let responses = upstream(SSE, RESPONSES_ANSWER.as_bytes()).await;
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {max_body}\n{limits}\n\
+         [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{chat}\"\n\
+         model = \"up\"\n\
+         [[models]]\nname = \"a\"\n[[models.upstreams]]\napi = \"anthropic\"\n\
+         base_url = \"{anthropic}\"\nmodel = \"up\"\n\
+         [[models]]\nname = \"r\"\n[[models.upstreams]]\napi = \"responses\"\n\
+         base_url = \"{responses}\"\nmodel = \"up\"\n"
+    );
+    serve(&toml, env).await.0
+}
+
+/// Posts `body` to `path`: its status and its answer's first bytes.
+async fn post(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, String) {
+    let limit = Duration::from_secs(300);
+    let request = client
+        .post(format!("http://{addr}{path}"))
+        .bearer_auth("sk-a")
+        .header("x-api-key", "sk-a")
+        .header("content-type", "application/json")
+        .body(body)
+        .send();
+    let response = within(limit, "an answer", request).await.unwrap();
+    let status = response.status().as_u16();
+    let text = within(limit, "its body", response.text()).await.unwrap();
+    (status, text.chars().take(300).collect())
+}
+
+/// A case: its name, its route, its body.
+struct Case {
+    name: String,
+    route: Route,
+    body: Vec<u8>,
+}
+
+/// What a case measured.
+struct Measured {
+    status: u16,
+    answer: String,
+    peak: usize,
+}
+
+/// Runs `case` alone: its status and the heap's peak above its start (the body handed to the
+/// client is made before).
+async fn measure(client: &reqwest::Client, addr: SocketAddr, case: Case) -> Measured {
+    let Case { route, body, .. } = case;
+    HEAP.start();
+    let ((status, answer), peak) = HEAP
+        .peak_during(post(client, addr, route.0.path(), body))
+        .await;
+    Measured {
+        status,
+        answer,
+        peak: peak.max(0) as usize,
+    }
+}
+
+/// The named cases of issue 63, each a body of about `size` bytes.
+fn named(size: usize) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut add = |name: &str, route: Route, body: Vec<u8>| {
+        cases.push(Case {
+            name: name.into(),
+            route,
+            body,
+        })
+    };
+    for route in ROUTES {
+        let api = route.0;
+        let parts = hostile(Hostile::TinyParts, api, size);
+        add(
+            "one message of tiny text blocks",
+            route,
+            body(route, Place::Content, &parts),
+        );
+        let zeros = hostile(Hostile::Zeros, api, size);
+        add(
+            "a tool call's arguments of zeros",
+            route,
+            body(route, Place::ToolArguments, &zeros),
+        );
+        let long = hostile(Hostile::LongString, api, size);
+        add(
+            "one long string message",
+            route,
+            body(route, Place::Content, &long),
+        );
+        add(
+            "an unknown key of zeros in a message",
+            route,
+            body(route, Place::MessageKey, &zeros),
+        );
+    }
+    for api in [Api::Chat, Api::Messages, Api::Count, Api::Responses] {
+        for (i, field) in api.parsed_fields().iter().enumerate() {
+            let route = Route(api, "m");
+            let zeros = hostile(Hostile::Zeros, api, size);
+            add(
+                &format!("`{field}` of zeros"),
+                route,
+                body(route, Place::Field(i), &zeros),
+            );
+        }
+    }
+    for model in ["a", "r"] {
+        for (i, field) in Api::Chat.parsed_fields().iter().enumerate().take(2) {
+            let route = Route(Api::Chat, model);
+            let zeros = hostile(Hostile::Zeros, Api::Chat, size);
+            add(
+                &format!("`{field}` of zeros"),
+                route,
+                body(route, Place::Field(i), &zeros),
+            );
+        }
+    }
+    cases
+}
+
+/// A fan-out of 16 samples of a body of many small messages to an Anthropic upstream.
+fn fan_out(size: usize) -> Case {
+    let route = Route(Api::Messages, "a");
+    let list = body(route, Place::Messages, &vec![b' '; size]);
+    let mut text = String::from_utf8(list).unwrap();
+    text.insert_str(1, r#""choicewise":{"samples":16,"select":"vote"},"#);
+    Case {
+        name: "a fan-out of 16 samples".into(),
+        route,
+        body: text.into_bytes(),
+    }
+}
+
+/// A small generator (xorshift): the same cases for the same seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// `count` generated cases: a hostile value of a kind, at a place, on a route, of 1 to
+/// `max` bytes.
+fn generated(seed: u64, count: usize, min: usize, max: usize) -> Vec<Case> {
+    let mut rng = Rng(seed | 1);
+    (0..count)
+        .map(|_| {
+            let route = ROUTES[rng.below(ROUTES.len())];
+            let kind = HOSTILE[rng.below(HOSTILE.len())];
+            let mut place = PLACES[rng.below(PLACES.len())];
+            if let Place::Field(_) = place {
+                place = Place::Field(rng.below(route.0.parsed_fields().len()));
+            }
+            let size = min + rng.below(max - min);
+            let v = hostile(kind, route.0, size);
+            Case {
+                name: format!("{kind:?} at {place:?}"),
+                route,
+                body: body(route, place, &v),
+            }
+        })
+        .collect()
+}
+
+/// Runs the cases one at a time: prints each one's figures, and fails naming every case over
+/// its bound or answered other than 200 or 400.
+async fn run(cases: Vec<Case>, max_body: usize) {
+    let addr = gateway(max_body, "").await;
+    let client = reqwest::Client::new();
+    // The connection pools and the gateway's lazily built state exist before the figures.
+    for route in ROUTES {
+        let warm = body(route, Place::Content, b"\"hi\"");
+        let (status, text) = post(&client, addr, route.0.path(), warm).await;
+        assert_eq!(status, 200, "{route}: {text}");
+    }
+    let mut failed = Vec::new();
+    for case in cases {
+        let (name, route, len) = (case.name.clone(), case.route, case.body.len());
+        let m = measure(&client, addr, case).await;
+        let c = bound(route);
+        let bound = (c * len as f64) as usize + SLACK;
+        let line = format!(
+            "{name:<40} {route:<42} body {:>6.1} MB  peak {:>7.1} MiB  {:>5.1}x  {}",
+            len as f64 / 1e6,
+            m.peak as f64 / MIB as f64,
+            m.peak as f64 / len as f64,
+            m.status
+        );
+        let line = format!("{line}  (C {c})");
+        eprintln!("{line}");
+        if m.peak > bound || !matches!(m.status, 200 | 400) {
+            failed.push(format!("{line}: {}", m.answer));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "over C x body + {} MiB, or not answered 200 or 400:\n{}",
+        SLACK / MIB,
+        failed.join("\n")
+    );
+}
+
+fn long_form() -> bool {
+    std::env::var_os("COST_FUZZ_LONG").is_some()
+}
+
+fn var(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Every named case of issue 63 on every route, a fan-out of 16 samples, then generated
+/// ones (`COST_FUZZ_LONG`: larger, and many more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_bodies_cost_a_few_times_their_bytes() {
+    // Held from the start: the cases' bodies are made before they run, and would move the
+    // figures of a test measuring beside them.
+    let _one = SERIAL.lock().await;
+    let (size, seed, count, max) = match long_form() {
+        true => (
+            var("COST_FUZZ_SIZE", 24 << 20) as usize,
+            var("COST_FUZZ_SEED", 63),
+            var("COST_FUZZ_CASES", 200) as usize,
+            32 << 20,
+        ),
+        false => (3_000_000, var("COST_FUZZ_SEED", 63), 12, 2_000_000),
+    };
+    let mut cases = named(size);
+    cases.push(fan_out(size));
+    cases.extend(generated(seed, count, max / 8, max));
+    run(cases, 4 * size.max(max)).await;
+}
