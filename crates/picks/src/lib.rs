@@ -18,7 +18,7 @@
 //!   extension; `vote_by` is the pattern whose first capture group is the answer.
 //! - **The run** ([`Asker::measure`]): asks a gateway every problem once per pick and
 //!   measures accuracy, tokens the upstream sent, requests and samples started, wall time.
-//! - **The reference** ([`reference`], [`offline`]): the same pick computed offline, one
+//! - **The reference** ([`mod@reference`], [`offline`]): the same pick computed offline, one
 //!   sample at a time, as DeepConf's reference code does it: what the gateway's figures are
 //!   set beside.
 //! - **The summary** ([`summary`], [`print_table`], [`recommend`], [`plot::picks`]): one JSON
