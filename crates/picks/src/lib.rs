@@ -38,6 +38,7 @@
 pub mod plot;
 pub mod reference;
 mod run;
+pub mod schedule;
 mod summary;
 pub mod traces;
 pub mod upstream;

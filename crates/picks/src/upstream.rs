@@ -8,7 +8,12 @@
 //!   whatever the order in which the requests arrive: a request for `n` choices takes the
 //!   next `n` numbers (native `n` and fan-out alike). Past the recorded samples: 400.
 //! - Each sample's tokens are paced, one content event per token `pace` apart (choice after
-//!   choice in one request, at the same tick); with `"logprobs": true` each carries its
+//!   choice in one request, at the same tick), on a clock of the problem's run (its first
+//!   request's arrival) as [`schedule`](crate::schedule) says: a sample starts at the tick of
+//!   the problem's latest finish (0 before any), and the problem's samples finish one a tick,
+//!   in the order of (due tick, sample number), at least `pace` apart in real time; so the
+//!   order the gateway reads their finishes in is a function of their lengths and numbers
+//!   (and of when a pick started them), not a race between connections. With `"logprobs": true` each carries its
 //!   `logprobs.content` entry in OpenAI's shape (`token`, `logprob`, `top_logprobs` of
 //!   [`TOP_K`](crate::traces::TOP_K)); `<eos>` ends a sample with `finish_reason: "stop"` (at
 //!   its tick: it is a generated token), a sample that ran out of room with `"length"`.
@@ -30,6 +35,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::Value;
 
+use crate::schedule::Schedule;
 use crate::traces::{Sample, TraceSet};
 
 /// The system message that names a run.
@@ -91,12 +97,33 @@ impl Counters {
     }
 }
 
+/// One problem in one run: its clock and its schedule.
+struct RunState {
+    /// Tick 0: the arrival of the run's first request for the problem.
+    origin: tokio::time::Instant,
+    inner: Mutex<RunInner>,
+}
+
+struct RunInner {
+    /// Samples handed out.
+    next: usize,
+    schedule: Schedule,
+    /// When the latest finish was sent.
+    last_sent: Option<tokio::time::Instant>,
+}
+
+impl RunState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 struct Upstream {
     set: Arc<TraceSet>,
     /// Problem by prompt.
     by_prompt: HashMap<String, usize>,
-    /// Samples handed out per (run, problem).
-    next: Mutex<HashMap<(String, usize), usize>>,
+    /// Each (run, problem)'s samples handed out and their schedule.
+    runs: Mutex<HashMap<(String, usize), Arc<RunState>>>,
     pace: Duration,
     counters: Arc<Counters>,
 }
@@ -134,7 +161,7 @@ pub fn start(set: Arc<TraceSet>, pace: Duration) -> Result<TraceUpstream, String
     let up = Arc::new(Upstream {
         set,
         by_prompt,
-        next: Mutex::new(HashMap::new()),
+        runs: Mutex::new(HashMap::new()),
         pace,
         counters: counters.clone(),
     });
@@ -237,19 +264,38 @@ async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
         return refuse(&up, "the messages are no problem of the set");
     };
     let recorded = up.set.problems[problem].samples.len();
-    let first = {
-        let mut next = up.next.lock().unwrap_or_else(|p| p.into_inner());
-        let k = next.entry((run, problem)).or_insert(0);
-        if *k + n > recorded {
-            drop(next);
+    let state = {
+        let mut runs = up.runs.lock().unwrap_or_else(|p| p.into_inner());
+        (runs.entry((run, problem)))
+            .or_insert_with(|| {
+                Arc::new(RunState {
+                    origin: tokio::time::Instant::now(),
+                    inner: Mutex::new(RunInner {
+                        next: 0,
+                        schedule: Schedule::new(),
+                        last_sent: None,
+                    }),
+                })
+            })
+            .clone()
+    };
+    let (first, start, dues) = {
+        let mut inner = state.lock();
+        if inner.next + n > recorded {
+            drop(inner);
             return refuse(&up, &format!("the problem has {recorded} samples"));
         }
-        let first = *k;
-        *k += n;
-        first
+        let first = inner.next;
+        inner.next += n;
+        let samples = &up.set.problems[problem].samples;
+        let start = inner.schedule.start_tick();
+        let dues: Vec<u64> = (first..first + n)
+            .map(|k| inner.schedule.start(k, samples[k].len()).1)
+            .collect();
+        (first, start, dues)
     };
     up.counters.samples.fetch_add(n as u64, Relaxed);
-    let stream = sse(up, problem, first, n, logprobs);
+    let stream = sse(up, state, problem, first, start, dues, logprobs);
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
@@ -257,69 +303,121 @@ async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// Counts the samples of a stream not sent to their end when it is dropped.
+/// Counts the samples of a stream not sent to their end when it is dropped, and takes them
+/// off the schedule.
 struct Unfinished {
     counters: Arc<Counters>,
-    left: u64,
+    state: Arc<RunState>,
+    /// (sample, due tick) of those not finished.
+    left: Vec<(usize, u64)>,
 }
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        self.counters.cancelled.fetch_add(self.left, Relaxed);
+        self.counters
+            .cancelled
+            .fetch_add(self.left.len() as u64, Relaxed);
+        if !self.left.is_empty() {
+            let mut inner = self.state.lock();
+            for &(k, due) in &self.left {
+                inner.schedule.stop(k, due);
+            }
+        }
+    }
+}
+
+impl Unfinished {
+    /// Whether sample `k` (due at `due`) finishes by `tick`, its stream's tick: when it is its
+    /// turn by the schedule, and once `pace` has passed since the problem's latest finish was
+    /// sent, it is taken as finished (at the schedule's tick, however late the stream runs).
+    async fn finish(&mut self, k: usize, due: u64, tick: u64, pace: Duration) -> bool {
+        loop {
+            let wait = {
+                let mut inner = self.state.lock();
+                let Some(at) = inner.schedule.turn(k, due).filter(|&at| at <= tick) else {
+                    return false;
+                };
+                let now = tokio::time::Instant::now();
+                match inner.last_sent.map(|at| at + pace).filter(|&at| at > now) {
+                    Some(at) => at,
+                    None => {
+                        inner.schedule.finish(k, due, at);
+                        inner.last_sent = Some(now);
+                        self.left.retain(|&(j, _)| j != k);
+                        return true;
+                    }
+                }
+            };
+            tokio::time::sleep_until(wait).await;
+        }
     }
 }
 
 fn sse(
     up: Arc<Upstream>,
+    state: Arc<RunState>,
     problem: usize,
     first: usize,
-    n: usize,
+    start: u64,
+    dues: Vec<u64>,
     logprobs: bool,
 ) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
     async_stream::stream! {
         let set = up.set.clone();
+        let n = dues.len();
         let samples: Vec<&Sample> = set.problems[problem].samples[first..first + n].iter().collect();
         let id = format!("chatcmpl-p{problem}s{first}");
-        let longest = samples.iter().map(|s| s.len()).max().unwrap_or(0);
-        let mut unfinished = Unfinished { counters: up.counters.clone(), left: n as u64 };
-        let start = tokio::time::Instant::now();
-        // A sample of no token at all (a recorded empty answer) ends at once.
-        let mut out = String::new();
-        for (i, s) in samples.iter().enumerate().filter(|(_, s)| s.is_empty()) {
-            event(&mut out, &id, i, None, Some(if s.finished { "stop" } else { "length" }));
-            unfinished.left -= 1;
-        }
-        if !out.is_empty() {
-            yield Ok(Bytes::from(out));
-        }
-        for t in 0..longest {
-            tokio::time::sleep_until(start + up.pace * (t as u32 + 1)).await;
+        let origin = state.origin;
+        let mut unfinished = Unfinished {
+            counters: up.counters.clone(),
+            state,
+            left: (first..first + n).zip(dues.iter().copied()).collect(),
+        };
+        let mut done = vec![false; n];
+        let mut tick = start;
+        while done.iter().any(|d| !d) {
+            tick += 1;
+            tokio::time::sleep_until(origin + up.pace * tick as u32).await;
             let mut out = String::new();
             let mut sent = 0u64;
             for (i, s) in samples.iter().enumerate() {
-                if t >= s.len() {
+                if done[i] {
                     continue;
                 }
+                // The token due at this tick; the last one waits for its turn to finish.
+                let t = (tick - start - 1) as usize;
+                let last = t + 1 >= s.len();
+                if last && !unfinished.finish(first + i, dues[i], tick, up.pace).await {
+                    continue;
+                }
+                let reason = if s.finished { "stop" } else { "length" };
+                if s.is_empty() {
+                    event(&mut out, &id, i, None, Some(reason));
+                    done[i] = true;
+                    continue;
+                }
+                let t = t.min(s.len() - 1);
                 sent += 1;
-                let last = t + 1 == s.len();
                 if s.tokens[t] == set.eos {
                     event(&mut out, &id, i, None, Some("stop"));
                 } else {
                     let lp = logprobs.then(|| logprob_entry(&set, s, t));
                     event(&mut out, &id, i, Some((t == 0, set.token(s.tokens[t]), lp)), None);
                     if last {
-                        event(&mut out, &id, i, None, Some(if s.finished { "stop" } else { "length" }));
+                        event(&mut out, &id, i, None, Some(reason));
                     }
                 }
-                if last {
-                    unfinished.left -= 1;
-                }
+                done[i] |= last;
             }
             up.counters.tokens.fetch_add(sent, Relaxed);
-            yield Ok(Bytes::from(out));
+            if out.is_empty() {
+                // Waiting for its turn to finish: let the samples before it run.
+                tokio::task::yield_now().await;
+            } else {
+                yield Ok(Bytes::from(out));
+            }
         }
         yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
-        unfinished.left = 0;
     }
 }
 
