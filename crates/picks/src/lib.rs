@@ -273,7 +273,7 @@ impl Pick {
     /// The same pick offline, one sample at a time.
     pub fn reference(&self, p: &Problem, s: &Settings) -> Outcome {
         match self.kind {
-            Kind::Single => reference::vote(p, 1),
+            Kind::Single => reference::single(p),
             Kind::FirstFinished(k) => reference::first_finished(p, k),
             Kind::Vote(k) => reference::vote(p, k),
             Kind::Adaptive { max, window } => reference::adaptive(p, max, window),
@@ -292,7 +292,7 @@ impl Pick {
 }
 
 /// A pick's figures through the gateway, over the problems.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Figures {
     /// Problems answered right.
     pub right: usize,
@@ -310,10 +310,16 @@ pub struct Figures {
     pub undecided: usize,
     /// Seconds from the first question to the last answer.
     pub wall_s: f64,
+    /// Each problem's answer, in the set's order (`""`: none, or the request failed).
+    pub answers: Vec<String>,
+    /// Each request's milliseconds to the first byte of its answer's body.
+    pub first_byte_ms: Vec<f64>,
+    /// Each request's milliseconds to its whole answer.
+    pub answer_ms: Vec<f64>,
 }
 
 /// The reference's figures over the problems.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Offline {
     /// Problems answered right.
     pub right: usize,
@@ -321,6 +327,8 @@ pub struct Offline {
     pub tokens: u64,
     /// Samples started.
     pub samples: u64,
+    /// Each problem's answer, in the set's order (`""`: none).
+    pub answers: Vec<String>,
 }
 
 /// The reference's figures of one pick over the set.
@@ -331,18 +339,20 @@ pub fn offline(set: &TraceSet, pick: &Pick, s: &Settings) -> Offline {
         o.right += usize::from(!out.answer.is_empty() && out.answer == p.answer);
         o.tokens += out.tokens;
         o.samples += out.samples;
+        o.answers.push(out.answer);
     }
     o
 }
 
-/// The plain vote of the first k samples, k = 1..=max: (k, accuracy, tokens).
+/// The plain vote of the first k samples, k = 1..=max: (k, accuracy, tokens), every sample
+/// to its end, ties to the answer seen first ([`reference::plain_vote`]).
 pub fn vote_curve(set: &TraceSet, max: usize) -> Vec<(usize, f64, u64)> {
     (1..=max)
         .map(|k| {
             let mut right = 0;
             let mut tokens = 0;
             for p in &set.problems {
-                let o = reference::vote(p, k);
+                let o = reference::plain_vote(p, k);
                 right += usize::from(!o.answer.is_empty() && o.answer == p.answer);
                 tokens += o.tokens;
             }
