@@ -153,6 +153,14 @@ pub enum Kind {
         /// Samples at a time.
         window: usize,
     },
+    /// The first sample to produce a token answers (`first_token`), `samples` at once, or one
+    /// more every `hedge_after_ms` while none has (a hedge).
+    FirstToken {
+        /// The most samples.
+        samples: usize,
+        /// Start the next sample after this many ms without a token (`None`: all at once).
+        hedge_after_ms: Option<u64>,
+    },
     /// The confidence-guided vote (DeepConf online).
     Confidence {
         /// Share of the warmup's confidences at or above the threshold (0.9: high, 0.1: low).
@@ -203,6 +211,34 @@ pub fn picks(s: &Settings) -> Vec<Pick> {
     ]
 }
 
+/// The picks of time to the first token, run only when asked for by name (`choicewise-bench
+/// picks --only first-token,hedge`, on a slow upstream: `--slow-first-token-ms`):
+/// `first-token` (4 samples at once, the first to produce answers) and `hedge` (one sample,
+/// then one more every `hedge_after_ms` while none has produced, up to 4).
+///
+/// ```
+/// let names: Vec<String> = choicewise_picks::latency_picks(50).into_iter().map(|p| p.name).collect();
+/// assert_eq!(names, ["first-token", "hedge"]);
+/// ```
+pub fn latency_picks(hedge_after_ms: u64) -> Vec<Pick> {
+    vec![
+        Pick {
+            name: "first-token".into(),
+            kind: Kind::FirstToken {
+                samples: 4,
+                hedge_after_ms: None,
+            },
+        },
+        Pick {
+            name: "hedge".into(),
+            kind: Kind::FirstToken {
+                samples: 4,
+                hedge_after_ms: Some(hedge_after_ms),
+            },
+        },
+    ]
+}
+
 /// The picks a set of `samples` samples a problem can replay: those of the table whose
 /// samples are recorded (`first-finished` and `vote-K` need K; `adaptive` and the confidence
 /// picks take at most `samples`, [`Settings::within`]), the confidence picks only when the
@@ -222,6 +258,7 @@ pub fn picks_for(base: &Settings, samples: usize, logprobs: bool) -> (Vec<Pick>,
         .filter(|p| match p.kind {
             Kind::Single => samples >= 1,
             Kind::FirstFinished(k) | Kind::Vote(k) => k <= samples,
+            Kind::FirstToken { samples: k, .. } => k <= samples,
             Kind::Adaptive { .. } => samples >= 2,
             Kind::Confidence { .. } => logprobs && samples >= 2,
         })
@@ -242,6 +279,16 @@ impl Pick {
         Some(match self.kind {
             Kind::Single => return None,
             Kind::FirstFinished(k) => json!({"samples": k, "select": "first_finished"}),
+            Kind::FirstToken {
+                samples,
+                hedge_after_ms,
+            } => {
+                let mut ext = json!({"samples": samples, "select": "first_token"});
+                if let Some(ms) = hedge_after_ms {
+                    ext["hedge_after_ms"] = json!(ms);
+                }
+                ext
+            }
             Kind::Vote(k) => json!({"samples": k, "select": "vote", "vote_by": vote_by}),
             Kind::Adaptive { max, window } => {
                 json!({"samples": max, "select": "vote", "vote_by": vote_by, "window": window})
@@ -275,6 +322,10 @@ impl Pick {
         match self.kind {
             Kind::Single => reference::single(p),
             Kind::FirstFinished(k) => reference::first_finished(p, k),
+            Kind::FirstToken {
+                samples,
+                hedge_after_ms,
+            } => reference::first_token(p, samples, hedge_after_ms.is_some()),
             Kind::Vote(k) => reference::vote(p, k),
             Kind::Adaptive { max, window } => reference::adaptive(p, max, window),
             Kind::Confidence { keep, warmup, .. } => reference::deepconf(

@@ -214,6 +214,20 @@ pub fn first_finished(problem: &Problem, k: usize) -> Outcome {
     }
 }
 
+/// The first sample to produce a token, on an upstream where none is slow: all `k` produce
+/// at the first tick, the lowest number answers (sample 0) and the others stop after that
+/// token; hedged, only sample 0 starts (its first token comes before any hedge). The
+/// reference has no model of a slow first token: on a slow upstream it is one sample's.
+pub fn first_token(problem: &Problem, k: usize, hedged: bool) -> Outcome {
+    let mut o = single(problem);
+    if !hedged {
+        let others = problem.samples.iter().take(k).skip(1);
+        o.tokens += others.map(|s| s.len().min(1) as u64).sum::<u64>();
+        o.samples = k.min(problem.samples.len()) as u64;
+    }
+    o
+}
+
 /// The windowed vote (adaptive consistency) as the gateway runs it: windows of `w` samples
 /// in number order, the next started as soon as the latest one can no longer be unanimous
 /// (a sample of it finished without a vote, or two voted apart); the first unanimous window

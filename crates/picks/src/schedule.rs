@@ -51,8 +51,14 @@ impl Schedule {
 
     /// Starts sample `k` of `len` tokens: its start tick and the tick it is due to finish.
     pub fn start(&mut self, k: usize, len: usize) -> (u64, u64) {
+        self.start_waiting(k, len, 0)
+    }
+
+    /// Starts sample `k` of `len` tokens whose first token waits `wait` ticks more (a slow
+    /// sample): its start tick and the tick it is due to finish.
+    pub fn start_waiting(&mut self, k: usize, len: usize, wait: u64) -> (u64, u64) {
         let s = self.start_tick();
-        let due = s + len.max(1) as u64;
+        let due = s + wait + len.max(1) as u64;
         self.running.insert((due, k));
         (s, due)
     }

@@ -11,7 +11,7 @@
 //!   choice in one request, at the same tick), on a clock of the problem's run (its first
 //!   request's arrival) as [`schedule`](crate::schedule) says: a sample starts at the tick of
 //!   the problem's latest finish (0 before any), and the problem's samples finish one a tick,
-//!   in the order of (due tick, sample number), at least `pace` apart in real time; so the
+//!   in the order of (due tick, sample number), at least [`FINISH_GAP`] apart in real time; so the
 //!   order the gateway reads their finishes in is a function of their lengths and numbers
 //!   (and of when a pick started them), not a race between connections. With `"logprobs": true` each carries its
 //!   `logprobs.content` entry in OpenAI's shape (`token`, `logprob`, `top_logprobs` of
@@ -118,8 +118,55 @@ impl RunState {
     }
 }
 
+/// The least real time between two finishes of a problem (in one run), whatever the pace: a
+/// millisecond apart, the gateway, on a loaded machine, still read some of them out of order
+/// (13 of 100 `first-finished` problems over three runs of set-b); 4 ms apart, none. The
+/// schedule's ticks are unchanged: only the wall time of the samples waiting stretches.
+pub const FINISH_GAP: Duration = Duration::from_millis(4);
+
+/// A slow upstream: some samples' first token comes late.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Slow {
+    /// How late a slow sample's first token comes (zero: no sample is slow).
+    pub first_token: Duration,
+    /// One sample in `every` is slow, by a hash of its problem and number (0: none).
+    pub every: u64,
+}
+
+impl Slow {
+    /// Whether sample `k` of problem `problem` is slow: the same in every run.
+    ///
+    /// ```
+    /// use choicewise_picks::upstream::Slow;
+    /// let slow = Slow { first_token: std::time::Duration::from_millis(200), every: 4 };
+    /// let n = (0..4000).filter(|k| slow.is_slow(k / 64, k % 64)).count();
+    /// assert!((800..1200).contains(&n), "{n}");
+    /// assert!(!Slow::default().is_slow(0, 0));
+    /// ```
+    pub fn is_slow(&self, problem: usize, k: usize) -> bool {
+        if self.every == 0 || self.first_token.is_zero() {
+            return false;
+        }
+        // SplitMix64 of (problem, k).
+        let mut z = ((problem as u64) << 32 ^ k as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)).is_multiple_of(self.every)
+    }
+
+    /// The ticks of `pace` a slow sample's first token waits.
+    fn ticks(&self, pace: Duration) -> u64 {
+        match pace.as_nanos() {
+            0 => 0,
+            p => self.first_token.as_nanos().div_ceil(p) as u64,
+        }
+    }
+}
+
 struct Upstream {
     set: Arc<TraceSet>,
+    slow: Slow,
+    finish_gap: Duration,
     /// Problem by prompt.
     by_prompt: HashMap<String, usize>,
     /// Each (run, problem)'s samples handed out and their schedule.
@@ -151,6 +198,19 @@ impl Drop for TraceUpstream {
 
 /// Starts the upstream over `set` on 127.0.0.1, `pace` between a sample's tokens.
 pub fn start(set: Arc<TraceSet>, pace: Duration) -> Result<TraceUpstream, String> {
+    start_slow(set, pace, Slow::default(), FINISH_GAP)
+}
+
+/// [`start`], with some samples slow to their first token: a slow sample (in the schedule,
+/// as if it had that many more tokens before its first) starts streaming `slow.first_token`
+/// late, rounded up to ticks of `pace` (with `pace` zero: no wait); and a problem's finishes
+/// at least `finish_gap` apart in real time (at least `pace`; [`FINISH_GAP`] by default).
+pub fn start_slow(
+    set: Arc<TraceSet>,
+    pace: Duration,
+    slow: Slow,
+    finish_gap: Duration,
+) -> Result<TraceUpstream, String> {
     let mut by_prompt = HashMap::new();
     for (i, p) in set.problems.iter().enumerate() {
         if by_prompt.insert(key(&p.messages()), i).is_some() {
@@ -160,6 +220,8 @@ pub fn start(set: Arc<TraceSet>, pace: Duration) -> Result<TraceUpstream, String
     let counters = Arc::new(Counters::default());
     let up = Arc::new(Upstream {
         set,
+        slow,
+        finish_gap: finish_gap.max(pace),
         by_prompt,
         runs: Mutex::new(HashMap::new()),
         pace,
@@ -279,7 +341,7 @@ async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
             })
             .clone()
     };
-    let (first, start, dues) = {
+    let (first, start, waits, dues) = {
         let mut inner = state.lock();
         if inner.next + n > recorded {
             drop(inner);
@@ -289,13 +351,18 @@ async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
         inner.next += n;
         let samples = &up.set.problems[problem].samples;
         let start = inner.schedule.start_tick();
-        let dues: Vec<u64> = (first..first + n)
-            .map(|k| inner.schedule.start(k, samples[k].len()).1)
+        let wait = up.slow.ticks(up.pace);
+        let waits: Vec<u64> = (first..first + n)
+            .map(|k| if up.slow.is_slow(problem, k) { wait } else { 0 })
             .collect();
-        (first, start, dues)
+        let dues: Vec<u64> = (first..first + n)
+            .zip(&waits)
+            .map(|(k, &w)| inner.schedule.start_waiting(k, samples[k].len(), w).1)
+            .collect();
+        (first, start, waits, dues)
     };
     up.counters.samples.fetch_add(n as u64, Relaxed);
-    let stream = sse(up, state, problem, first, start, dues, logprobs);
+    let stream = sse(up, state, problem, first, (start, waits), dues, logprobs);
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
@@ -328,9 +395,9 @@ impl Drop for Unfinished {
 
 impl Unfinished {
     /// Whether sample `k` (due at `due`) finishes by `tick`, its stream's tick: when it is its
-    /// turn by the schedule, and once `pace` has passed since the problem's latest finish was
+    /// turn by the schedule, and once `gap` has passed since the problem's latest finish was
     /// sent, it is taken as finished (at the schedule's tick, however late the stream runs).
-    async fn finish(&mut self, k: usize, due: u64, tick: u64, pace: Duration) -> bool {
+    async fn finish(&mut self, k: usize, due: u64, tick: u64, gap: Duration) -> bool {
         loop {
             let wait = {
                 let mut inner = self.state.lock();
@@ -338,7 +405,7 @@ impl Unfinished {
                     return false;
                 };
                 let now = tokio::time::Instant::now();
-                match inner.last_sent.map(|at| at + pace).filter(|&at| at > now) {
+                match inner.last_sent.map(|at| at + gap).filter(|&at| at > now) {
                     Some(at) => at,
                     None => {
                         inner.schedule.finish(k, due, at);
@@ -358,7 +425,7 @@ fn sse(
     state: Arc<RunState>,
     problem: usize,
     first: usize,
-    start: u64,
+    (start, waits): (u64, Vec<u64>),
     dues: Vec<u64>,
     logprobs: bool,
 ) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
@@ -384,10 +451,14 @@ fn sse(
                 if done[i] {
                     continue;
                 }
-                // The token due at this tick; the last one waits for its turn to finish.
-                let t = (tick - start - 1) as usize;
+                // The token due at this tick (a slow sample's first comes `wait` ticks late);
+                // the last one waits for its turn to finish.
+                if tick <= start + waits[i] {
+                    continue;
+                }
+                let t = (tick - start - waits[i] - 1) as usize;
                 let last = t + 1 >= s.len();
-                if last && !unfinished.finish(first + i, dues[i], tick, up.pace).await {
+                if last && !unfinished.finish(first + i, dues[i], tick, up.finish_gap).await {
                     continue;
                 }
                 let reason = if s.finished { "stop" } else { "length" };
