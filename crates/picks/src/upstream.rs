@@ -708,4 +708,41 @@ mod tests {
         assert_eq!((c.samples, c.cancelled), (4, 4));
         assert!((4..=8).contains(&c.tokens), "{} tokens", c.tokens);
     }
+
+    #[test]
+    fn samples_due_at_one_tick_finish_a_gap_apart_in_number_order() {
+        // Four samples of 4 tokens and <eos> each, asked over four connections at once.
+        let mut set = set();
+        for (k, s) in set.problems[0].samples.iter_mut().enumerate() {
+            s.tokens = vec![3 + k as u32, 3 + k as u32, 3 + k as u32, 3 + k as u32, 2];
+            s.finished = true;
+        }
+        let up = start(Arc::new(set), Duration::from_millis(1)).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let finishes = rt.block_on(async {
+            let asks = (0..4).map(|_| {
+                let url = up.url.clone();
+                async move {
+                    let (_, sse) = ask(&url, "a", 1, false).await;
+                    (tokio::time::Instant::now(), read(&sse).0[&0].0.clone())
+                }
+            });
+            futures::future::join_all(asks).await
+        });
+        let mut finishes = finishes;
+        finishes.sort_by_key(|f| f.0);
+        let order: Vec<&str> = finishes.iter().map(|f| &f.1[..1]).collect();
+        assert_eq!(order, ["0", "1", "2", "3"]);
+        for w in finishes.windows(2) {
+            assert!(
+                w[1].0 - w[0].0 >= Duration::from_millis(3),
+                "{:?}",
+                w[1].0 - w[0].0
+            );
+        }
+    }
 }
