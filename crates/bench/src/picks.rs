@@ -84,9 +84,11 @@ pub struct PicksArgs {
     /// sends its first token this many ms late (0: none is slow).
     #[arg(long, default_value_t = 0.0)]
     pub slow_first_token_ms: f64,
-    /// The least ms between two finishes of a problem (at least `--token-ms`): the order the
-    /// gateway reads them in is then the schedule's, the reference's.
-    #[arg(long, default_value_t = 4.0)]
+    /// The least ms between two finishes of a problem (at least `--token-ms`): the larger, the
+    /// surer the gateway reads them in the schedule's order, the reference's, over separate
+    /// connections on a loaded machine, and the longer a large vote takes (4: answer times
+    /// near a model server's).
+    #[arg(long, default_value_t = 100.0)]
     pub finish_gap_ms: f64,
     /// One sample in this many is slow (with `--slow-first-token-ms`).
     #[arg(long, default_value_t = 4)]

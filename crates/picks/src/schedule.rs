@@ -7,8 +7,9 @@
 //!   it is *due* to finish at `s + len` (an empty sample at `s + 1`).
 //! - A problem's samples (in one run) finish **one a tick**: at each tick, the running sample
 //!   first by (due tick, sample number) finishes, if it is due and no sample finished at that
-//!   tick; the others wait. Two finishes are then a tick apart (and the upstream keeps them at
-//!   least a pace apart in real time too), never a race between two connections.
+//!   tick; the others wait. Two finishes are then a tick apart (and the upstream keeps them
+//!   [`FINISH_GAP`](crate::upstream::FINISH_GAP) apart in real time): not a race between two
+//!   connections, unless the gateway is kept off the CPU longer than that.
 //! - A sample starts at the tick of the problem's latest finish (0 before any): the samples a
 //!   pick starts together start at 0, and a window started because a finish decided it starts
 //!   at that finish's tick.

@@ -118,11 +118,17 @@ impl RunState {
     }
 }
 
-/// The least real time between two finishes of a problem (in one run), whatever the pace: a
-/// millisecond apart, the gateway, on a loaded machine, still read some of them out of order
-/// (13 of 100 `first-finished` problems over three runs of set-b); 4 ms apart, none. The
-/// schedule's ticks are unchanged: only the wall time of the samples waiting stretches.
-pub const FINISH_GAP: Duration = Duration::from_millis(4);
+/// The least real time between two finishes of a problem (in one run), whatever the pace. The
+/// gateway reads a fan-out's samples over separate connections: two finishes closer than the
+/// longest time it is kept off the CPU can be read in either order. On the loaded 2-core
+/// machine of docs/picks.md, a millisecond apart left 13 of 100 `first-finished` problems of
+/// set-b read out of order over three runs; 4 ms, fewer (27 of 400); 25 ms, 19 of 400; 100
+/// ms, none of set-b's 400 for any vote or `adaptive`. So 100 ms: the replay's order is the
+/// schedule's, and the reference's answers the gateway's. The schedule's ticks are unchanged:
+/// only the wall time of the samples waiting stretches (a vote of 64 answers in seconds);
+/// for times near a model server's, a smaller gap (`choicewise-bench picks
+/// --finish-gap-ms 4`).
+pub const FINISH_GAP: Duration = Duration::from_millis(100);
 
 /// A slow upstream: some samples' first token comes late.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
