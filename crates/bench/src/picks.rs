@@ -20,7 +20,7 @@ use std::time::Duration;
 use choicewise_picks::traces::TraceSet;
 use choicewise_picks::{
     AnswerRule, Asker, Figures, Kind, Offline, Pick, Results, SETTINGS, Settings, VOTE_BY, find,
-    gateway_config, offline, picks, upstream, vote_curve,
+    gateway_config, latency_picks, offline, picks, upstream, vote_curve,
 };
 use serde_json::{Value, json};
 
@@ -80,6 +80,23 @@ pub struct PicksArgs {
     /// Worker threads of the clients' runtime.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// A slow upstream: one sample in `--slow-every` (by a hash of its problem and number)
+    /// sends its first token this many ms late (0: none is slow).
+    #[arg(long, default_value_t = 0.0)]
+    pub slow_first_token_ms: f64,
+    /// The least ms between two finishes of a problem (at least `--token-ms`): the larger, the
+    /// surer the gateway reads them in the schedule's order, the reference's, over separate
+    /// connections on a loaded machine, and the longer a large vote takes (4: answer times
+    /// near a model server's).
+    #[arg(long, default_value_t = 100.0)]
+    pub finish_gap_ms: f64,
+    /// One sample in this many is slow (with `--slow-first-token-ms`).
+    #[arg(long, default_value_t = 4)]
+    pub slow_every: u64,
+    /// The `hedge` pick's `hedge_after_ms` (`first-token` and `hedge` run only when named in
+    /// `--only`).
+    #[arg(long, default_value_t = 50)]
+    pub hedge_after_ms: u64,
 }
 
 impl PicksArgs {
@@ -104,7 +121,12 @@ fn one_run(
     rep: usize,
 ) -> Result<Vec<Figures>, String> {
     let pace = Duration::from_secs_f64(args.token_ms.max(0.0) / 1000.0);
-    let up = upstream::start(set.clone(), pace)?;
+    let slow = upstream::Slow {
+        first_token: Duration::from_secs_f64(args.slow_first_token_ms.max(0.0) / 1000.0),
+        every: args.slow_every,
+    };
+    let gap = Duration::from_secs_f64(args.finish_gap_ms.max(0.0) / 1000.0);
+    let up = upstream::start_slow(set.clone(), pace, slow, gap)?;
     let dir = procs::work_dir(&format!("picks-{rep}"));
     let bin = procs::choicewise_bin(args.choicewise.as_deref());
     let gateway = procs::gateway(&dir, &bin, &gateway_config(&up.url, SETTINGS.max_samples))?;
@@ -210,6 +232,7 @@ pub fn run(args: &PicksArgs) -> Report {
     let base = args.settings();
     let mut all = picks(&base);
     if let Some(only) = &args.only {
+        all.extend(latency_picks(args.hedge_after_ms));
         all.retain(|p| only.contains(&p.name));
     }
     all.extend(curve_picks(args));
@@ -247,6 +270,10 @@ pub fn run(args: &PicksArgs) -> Report {
     out["token_ms"] = json!(args.token_ms);
     out["concurrency"] = json!(args.concurrency);
     out["upstream_n"] = json!(args.upstream_n);
+    if args.slow_first_token_ms > 0.0 {
+        out["slow_first_token_ms"] = json!(args.slow_first_token_ms);
+        out["slow_every"] = json!(args.slow_every);
+    }
     if let Some(path) = &args.plot {
         match choicewise_picks::plot::picks(&out, path) {
             Ok(()) => eprintln!("plot: {}", path.display()),

@@ -38,6 +38,7 @@
 pub mod plot;
 pub mod reference;
 mod run;
+pub mod schedule;
 mod summary;
 pub mod traces;
 pub mod upstream;
@@ -152,6 +153,14 @@ pub enum Kind {
         /// Samples at a time.
         window: usize,
     },
+    /// The first sample to produce a token answers (`first_token`), `samples` at once, or one
+    /// more every `hedge_after_ms` while none has (a hedge).
+    FirstToken {
+        /// The most samples.
+        samples: usize,
+        /// Start the next sample after this many ms without a token (`None`: all at once).
+        hedge_after_ms: Option<u64>,
+    },
     /// The confidence-guided vote (DeepConf online).
     Confidence {
         /// Share of the warmup's confidences at or above the threshold (0.9: high, 0.1: low).
@@ -202,6 +211,34 @@ pub fn picks(s: &Settings) -> Vec<Pick> {
     ]
 }
 
+/// The picks of time to the first token, run only when asked for by name (`choicewise-bench
+/// picks --only first-token,hedge`, on a slow upstream: `--slow-first-token-ms`):
+/// `first-token` (4 samples at once, the first to produce answers) and `hedge` (one sample,
+/// then one more every `hedge_after_ms` while none has produced, up to 4).
+///
+/// ```
+/// let names: Vec<String> = choicewise_picks::latency_picks(50).into_iter().map(|p| p.name).collect();
+/// assert_eq!(names, ["first-token", "hedge"]);
+/// ```
+pub fn latency_picks(hedge_after_ms: u64) -> Vec<Pick> {
+    vec![
+        Pick {
+            name: "first-token".into(),
+            kind: Kind::FirstToken {
+                samples: 4,
+                hedge_after_ms: None,
+            },
+        },
+        Pick {
+            name: "hedge".into(),
+            kind: Kind::FirstToken {
+                samples: 4,
+                hedge_after_ms: Some(hedge_after_ms),
+            },
+        },
+    ]
+}
+
 /// The picks a set of `samples` samples a problem can replay: those of the table whose
 /// samples are recorded (`first-finished` and `vote-K` need K; `adaptive` and the confidence
 /// picks take at most `samples`, [`Settings::within`]), the confidence picks only when the
@@ -221,6 +258,7 @@ pub fn picks_for(base: &Settings, samples: usize, logprobs: bool) -> (Vec<Pick>,
         .filter(|p| match p.kind {
             Kind::Single => samples >= 1,
             Kind::FirstFinished(k) | Kind::Vote(k) => k <= samples,
+            Kind::FirstToken { samples: k, .. } => k <= samples,
             Kind::Adaptive { .. } => samples >= 2,
             Kind::Confidence { .. } => logprobs && samples >= 2,
         })
@@ -241,6 +279,16 @@ impl Pick {
         Some(match self.kind {
             Kind::Single => return None,
             Kind::FirstFinished(k) => json!({"samples": k, "select": "first_finished"}),
+            Kind::FirstToken {
+                samples,
+                hedge_after_ms,
+            } => {
+                let mut ext = json!({"samples": samples, "select": "first_token"});
+                if let Some(ms) = hedge_after_ms {
+                    ext["hedge_after_ms"] = json!(ms);
+                }
+                ext
+            }
             Kind::Vote(k) => json!({"samples": k, "select": "vote", "vote_by": vote_by}),
             Kind::Adaptive { max, window } => {
                 json!({"samples": max, "select": "vote", "vote_by": vote_by, "window": window})
@@ -272,8 +320,12 @@ impl Pick {
     /// The same pick offline, one sample at a time.
     pub fn reference(&self, p: &Problem, s: &Settings) -> Outcome {
         match self.kind {
-            Kind::Single => reference::vote(p, 1),
+            Kind::Single => reference::single(p),
             Kind::FirstFinished(k) => reference::first_finished(p, k),
+            Kind::FirstToken {
+                samples,
+                hedge_after_ms,
+            } => reference::first_token(p, samples, hedge_after_ms.is_some()),
             Kind::Vote(k) => reference::vote(p, k),
             Kind::Adaptive { max, window } => reference::adaptive(p, max, window),
             Kind::Confidence { keep, warmup, .. } => reference::deepconf(
@@ -291,7 +343,7 @@ impl Pick {
 }
 
 /// A pick's figures through the gateway, over the problems.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Figures {
     /// Problems answered right.
     pub right: usize,
@@ -309,10 +361,16 @@ pub struct Figures {
     pub undecided: usize,
     /// Seconds from the first question to the last answer.
     pub wall_s: f64,
+    /// Each problem's answer, in the set's order (`""`: none, or the request failed).
+    pub answers: Vec<String>,
+    /// Each request's milliseconds to the first byte of its answer's body.
+    pub first_byte_ms: Vec<f64>,
+    /// Each request's milliseconds to its whole answer.
+    pub answer_ms: Vec<f64>,
 }
 
 /// The reference's figures over the problems.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Offline {
     /// Problems answered right.
     pub right: usize,
@@ -320,6 +378,8 @@ pub struct Offline {
     pub tokens: u64,
     /// Samples started.
     pub samples: u64,
+    /// Each problem's answer, in the set's order (`""`: none).
+    pub answers: Vec<String>,
 }
 
 /// The reference's figures of one pick over the set.
@@ -330,18 +390,20 @@ pub fn offline(set: &TraceSet, pick: &Pick, s: &Settings) -> Offline {
         o.right += usize::from(!out.answer.is_empty() && out.answer == p.answer);
         o.tokens += out.tokens;
         o.samples += out.samples;
+        o.answers.push(out.answer);
     }
     o
 }
 
-/// The plain vote of the first k samples, k = 1..=max: (k, accuracy, tokens).
+/// The plain vote of the first k samples, k = 1..=max: (k, accuracy, tokens), every sample
+/// to its end, ties to the answer seen first ([`reference::plain_vote`]).
 pub fn vote_curve(set: &TraceSet, max: usize) -> Vec<(usize, f64, u64)> {
     (1..=max)
         .map(|k| {
             let mut right = 0;
             let mut tokens = 0;
             for p in &set.problems {
-                let o = reference::vote(p, k);
+                let o = reference::plain_vote(p, k);
                 right += usize::from(!o.answer.is_empty() && o.answer == p.answer);
                 tokens += o.tokens;
             }

@@ -8,8 +8,23 @@
 //! than one window); the threshold = a percentile of the warmup's confidences (linear, as
 //! NumPy's default); each later sample stops at the first full window below it; the vote is
 //! weighted by confidence; sampling stops once the leader holds `consensus` of the weight.
+//!
+//! The other picks are simulated as the replay runs them: every vote counts on the gateway's
+//! own ballot ([`Ballot`]: most votes, then the key whose first voter finished earliest), in
+//! the order the trace upstream finishes the samples ([`Schedule`]: one a tick, by due tick
+//! and sample number, a sample started at the tick of the latest finish), with the gateway's
+//! stops: a vote decided once its leader has `min_votes` and cannot be caught, or no key can
+//! reach `min_votes`; an undecided vote answered by its leader; a windowed vote's next window
+//! started as soon as the latest one can no longer be unanimous. A sample the pick no longer
+//! waits for counts the tokens it had sent by the last finish the pick read.
 
+use choicewise_proto::Ballot;
+
+use crate::schedule::Schedule;
 use crate::traces::{Problem, Sample};
+
+/// The votes a key needs to win (the gateway's default `min_votes`).
+pub const MIN_VOTES: usize = 2;
 
 /// The answer after the last `#### ` of a text, digits only (`""` when none), as the set's
 /// own `pred_answers` are read.
@@ -59,8 +74,9 @@ fn vote_key(s: &Sample) -> &str {
     if s.finished { &s.answer } else { "" }
 }
 
-/// One sample: the first `k` samples' plain vote.
-pub fn vote(problem: &Problem, k: usize) -> Outcome {
+/// The set's plain vote of the first `k` samples: every one to its end, plurality with ties
+/// to the answer seen first by sample number (the set's `majority`; the vote curve's).
+pub fn plain_vote(problem: &Problem, k: usize) -> Outcome {
     let samples = &problem.samples[..k.min(problem.samples.len())];
     Outcome {
         answer: majority(samples.iter().map(vote_key)),
@@ -69,51 +85,224 @@ pub fn vote(problem: &Problem, k: usize) -> Outcome {
     }
 }
 
-/// `k` samples at once, the first to finish (the shortest finished one, ties to the lower
-/// number) answers and the others stop then.
-pub fn first_finished(problem: &Problem, k: usize) -> Outcome {
-    let samples = &problem.samples[..k.min(problem.samples.len())];
-    let first = samples
-        .iter()
-        .filter(|s| s.finished)
-        .min_by_key(|s| s.len());
-    let Some(first) = first else {
-        return Outcome {
-            answer: String::new(),
-            tokens: samples.iter().map(|s| s.len() as u64).sum(),
-            samples: samples.len() as u64,
-        };
-    };
-    Outcome {
-        answer: first.answer.clone(),
-        tokens: samples
-            .iter()
-            .map(|s| s.len().min(first.len()) as u64)
-            .sum(),
-        samples: samples.len() as u64,
+/// A problem's samples replayed on the upstream's [`Schedule`]: which started when, which
+/// finished.
+struct Replay<'a> {
+    samples: &'a [Sample],
+    schedule: Schedule,
+    /// Start tick of each sample started.
+    start: Vec<Option<u64>>,
+    finished: Vec<bool>,
+    /// Finishes so far (the next one's place in the finish order).
+    places: u64,
+}
+
+impl<'a> Replay<'a> {
+    fn new(samples: &'a [Sample]) -> Self {
+        Replay {
+            samples,
+            schedule: Schedule::new(),
+            start: vec![None; samples.len()],
+            finished: vec![false; samples.len()],
+            places: 0,
+        }
+    }
+
+    fn start(&mut self, k: usize) {
+        self.start[k] = Some(self.schedule.start(k, self.samples[k].len()).0);
+    }
+
+    /// The next finish: (sample, its place in the finish order, its tick).
+    fn next(&mut self) -> Option<(usize, u64, u64)> {
+        let (k, tick) = self.schedule.finish_next()?;
+        self.finished[k] = true;
+        self.places += 1;
+        Some((k, self.places - 1, tick))
+    }
+
+    /// Samples started.
+    fn started(&self) -> u64 {
+        self.start.iter().flatten().count() as u64
+    }
+
+    /// Tokens sent by tick `stop` (the last finish read; `None`: every sample to its end): a
+    /// finished sample's all, a running one's up to that tick (its last waits for its finish).
+    fn tokens(&self, stop: Option<u64>) -> u64 {
+        (self.samples.iter().zip(&self.start).zip(&self.finished))
+            .filter_map(|((s, start), &done)| Some((s, (*start)?, done)))
+            .map(|(s, start, done)| match stop {
+                Some(stop) if !done => {
+                    (s.len().saturating_sub(1) as u64).min(stop.saturating_sub(start))
+                }
+                _ => s.len() as u64,
+            })
+            .sum()
     }
 }
 
-/// The windowed vote (adaptive consistency), one window after the other: the first window
-/// of `w` finished samples that all agree answers; when none does, the plurality of all.
-pub fn adaptive(problem: &Problem, max: usize, w: usize) -> Outcome {
-    let samples = &problem.samples[..max.min(problem.samples.len())];
-    let mut tokens = 0;
-    for (i, window) in samples.chunks(w.max(1)).enumerate() {
-        tokens += window.iter().map(|s| s.len() as u64).sum::<u64>();
-        let first = vote_key(&window[0]);
-        if window.len() == w && !first.is_empty() && window.iter().all(|s| vote_key(s) == first) {
+/// Whether a plain vote is decided with `remaining` choices still to settle: its leader has
+/// `min_votes` and cannot be caught, or no key can reach `min_votes` (the gateway's stops).
+fn decides(ballot: &Ballot, remaining: usize, min_votes: usize) -> bool {
+    let (votes, second) = (ballot.leader_and_second())
+        .map_or((0, 0), |(leader, second)| (leader.votes, second as usize));
+    (votes > second + remaining && votes >= min_votes) || votes + remaining < min_votes
+}
+
+/// The ballot's leader (`""`: none): the answer, decided or not.
+fn leader(ballot: &Ballot) -> String {
+    ballot.leader().map_or(String::new(), |l| l.key.to_string())
+}
+
+/// One sample: sample 0's answer, finished or not (the gateway returns it as it is).
+pub fn single(problem: &Problem) -> Outcome {
+    let Some(s) = problem.samples.first() else {
+        return Outcome::default();
+    };
+    Outcome {
+        answer: s.answer.clone(),
+        tokens: s.len() as u64,
+        samples: 1,
+    }
+}
+
+/// The plain vote of the first `k` samples, started together, counted in finish order on the
+/// ballot, stopped as the gateway stops it.
+pub fn vote(problem: &Problem, k: usize) -> Outcome {
+    let k = k.min(problem.samples.len());
+    let mut replay = Replay::new(&problem.samples[..k]);
+    (0..k).for_each(|j| replay.start(j));
+    let mut ballot = Ballot::new();
+    let mut stop = None;
+    let mut settled = 0;
+    while let Some((j, place, tick)) = replay.next() {
+        settled += 1;
+        let key = vote_key(&problem.samples[j]);
+        if !key.is_empty() {
+            ballot.vote(key, place);
+        }
+        if decides(&ballot, k - settled, MIN_VOTES) {
+            stop = Some(tick);
+            break;
+        }
+    }
+    Outcome {
+        answer: leader(&ballot),
+        tokens: replay.tokens(stop),
+        samples: replay.started(),
+    }
+}
+
+/// `k` samples started together; the first to finish with `stop` answers and the others
+/// stop then.
+pub fn first_finished(problem: &Problem, k: usize) -> Outcome {
+    let k = k.min(problem.samples.len());
+    let mut replay = Replay::new(&problem.samples[..k]);
+    (0..k).for_each(|j| replay.start(j));
+    while let Some((j, _, tick)) = replay.next() {
+        if problem.samples[j].finished {
             return Outcome {
-                answer: first.to_string(),
-                tokens,
-                samples: ((i + 1) * w) as u64,
+                answer: problem.samples[j].answer.clone(),
+                tokens: replay.tokens(Some(tick)),
+                samples: replay.started(),
             };
         }
     }
     Outcome {
-        answer: majority(samples.iter().map(vote_key)),
-        tokens,
-        samples: samples.len() as u64,
+        answer: String::new(),
+        tokens: replay.tokens(None),
+        samples: replay.started(),
+    }
+}
+
+/// The first sample to produce a token, on an upstream where none is slow: all `k` produce
+/// at the first tick, the lowest number answers (sample 0) and the others stop after that
+/// token; hedged, only sample 0 starts (its first token comes before any hedge). The
+/// reference has no model of a slow first token: on a slow upstream it is one sample's.
+pub fn first_token(problem: &Problem, k: usize, hedged: bool) -> Outcome {
+    let mut o = single(problem);
+    if !hedged {
+        let others = problem.samples.iter().take(k).skip(1);
+        o.tokens += others.map(|s| s.len().min(1) as u64).sum::<u64>();
+        o.samples = k.min(problem.samples.len()) as u64;
+    }
+    o
+}
+
+/// The windowed vote (adaptive consistency) as the gateway runs it: windows of `w` samples
+/// in number order, the next started as soon as the latest one can no longer be unanimous
+/// (a sample of it finished without a vote, or two voted apart); the first unanimous window
+/// answers; once every window is started, the plurality of all, decided as soon as it cannot
+/// change; undecided, the ballot's leader.
+pub fn adaptive(problem: &Problem, max: usize, w: usize) -> Outcome {
+    let total = max.min(problem.samples.len());
+    let w = w.max(1);
+    let mut replay = Replay::new(&problem.samples[..total]);
+    // Each settled sample's vote (`Some(None)`: settled without one).
+    let mut keys: Vec<Option<Option<&str>>> = vec![None; total];
+    let mut windows: Vec<usize> = Vec::new();
+    let mut next = 0;
+    let mut open = |replay: &mut Replay<'_>, windows: &mut Vec<usize>| {
+        windows.push(next);
+        (next..(next + w).min(total)).for_each(|k| replay.start(k));
+        next += w;
+        next
+    };
+    let mut opened = open(&mut replay, &mut windows);
+    let mut ballot = Ballot::new();
+    let mut winner = None;
+    let mut stop = None;
+    let mut settled = 0;
+    while let Some((k, place, tick)) = replay.next() {
+        settled += 1;
+        let key = Some(vote_key(&problem.samples[k])).filter(|k| !k.is_empty());
+        if let Some(key) = key {
+            ballot.vote(key, place);
+        }
+        keys[k] = Some(key);
+        let members = |start: usize| start..(start + w).min(total);
+        let unanimous = windows.iter().find_map(|&start| {
+            let mut agreed: Option<&str> = None;
+            for i in members(start) {
+                let key = keys[i]??;
+                if agreed.is_some_and(|a| a != key) {
+                    return None;
+                }
+                agreed = Some(key);
+            }
+            agreed
+        });
+        if let Some(key) = unanimous {
+            winner = Some(key.to_string());
+            stop = Some(tick);
+            break;
+        }
+        let latest: Vec<Option<&str>> = members(*windows.last().unwrap_or(&0))
+            .filter_map(|i| keys[i])
+            .collect();
+        let first = latest.iter().flatten().next();
+        let split = latest.iter().any(|k| k.is_none() || k.as_ref() != first);
+        if split && opened < total {
+            opened = open(&mut replay, &mut windows);
+        }
+        if opened >= total {
+            let remaining = total - settled;
+            let (votes, second) = (ballot.leader_and_second())
+                .map_or((0, 0), |(l, second)| (l.votes, second as usize));
+            if votes > second + remaining && votes >= MIN_VOTES {
+                winner = Some(leader(&ballot));
+                stop = Some(tick);
+                break;
+            }
+            if votes + remaining < MIN_VOTES {
+                stop = Some(tick);
+                break;
+            }
+        }
+    }
+    Outcome {
+        answer: winner.unwrap_or_else(|| leader(&ballot)),
+        tokens: replay.tokens(stop),
+        samples: replay.started(),
     }
 }
 
@@ -182,14 +371,11 @@ pub fn deepconf(problem: &Problem, c: &DeepConf) -> Outcome {
     let samples = &problem.samples[..c.max_samples.min(problem.samples.len())];
     let warmup = c.warmup.min(samples.len());
     let mut tokens = 0u64;
-    let mut weights: Vec<(String, f64)> = Vec::new();
-    let add = |weights: &mut Vec<(String, f64)>, key: &str, w: f64| {
-        if key.is_empty() {
-            return;
-        }
-        match weights.iter_mut().find(|(k, _)| k == key) {
-            Some((_, t)) => *t += w,
-            None => weights.push((key.to_string(), w)),
+    // Sample i finished i-th: one at a time.
+    let mut ballot = Ballot::new();
+    let add = |ballot: &mut Ballot, key: &str, w: f64, i: usize| {
+        if !key.is_empty() {
+            ballot.add(key, w, i as u64);
         }
     };
     let confs: Vec<f64> = samples[..warmup]
@@ -197,25 +383,15 @@ pub fn deepconf(problem: &Problem, c: &DeepConf) -> Outcome {
         .map(|s| lowest_group(&token_confidences(s), c.group_tokens, None).0)
         .collect();
     let threshold = percentile(&confs, 100.0 * (1.0 - c.keep));
-    for (s, &conf) in samples[..warmup].iter().zip(&confs) {
+    for (i, (s, &conf)) in samples[..warmup].iter().zip(&confs).enumerate() {
         tokens += s.len() as u64;
         if conf >= threshold {
-            add(&mut weights, vote_key(s), conf);
+            add(&mut ballot, vote_key(s), conf, i);
         }
     }
-    let leader = |weights: &[(String, f64)]| -> Option<(String, f64)> {
-        let mut best: Option<(&str, f64)> = None;
-        for (k, w) in weights {
-            if best.is_none_or(|(_, b)| *w > b) {
-                best = Some((k, *w));
-            }
-        }
-        let total: f64 = weights.iter().map(|(_, w)| w).sum();
-        best.map(|(k, w)| (k.to_string(), w / total))
-    };
     let mut started = warmup;
-    for s in &samples[warmup..] {
-        if leader(&weights).is_some_and(|(_, share)| share >= c.consensus) {
+    for (i, s) in samples.iter().enumerate().skip(warmup) {
+        if ballot.reaches(c.consensus) {
             break;
         }
         started += 1;
@@ -225,13 +401,13 @@ pub fn deepconf(problem: &Problem, c: &DeepConf) -> Outcome {
             None => {
                 tokens += s.len() as u64;
                 if conf >= threshold {
-                    add(&mut weights, vote_key(s), conf);
+                    add(&mut ballot, vote_key(s), conf, i);
                 }
             }
         }
     }
     Outcome {
-        answer: leader(&weights).map(|(k, _)| k).unwrap_or_default(),
+        answer: leader(&ballot),
         tokens,
         samples: started as u64,
     }
@@ -300,6 +476,48 @@ mod tests {
         ]);
         let o = first_finished(&p, 3);
         assert_eq!((o.answer.as_str(), o.tokens), ("3", 6 + 6 + 4));
+    }
+
+    #[test]
+    fn a_tied_vote_goes_to_the_key_that_finished_first() {
+        // "4" finishes at 5 and 6, "3" at 8 and 10: 2 to 2, "4" leads (the set's majority,
+        // by sample number, would say "3").
+        let p = problem(vec![
+            sample("3", 10, true, 1.0),
+            sample("4", 5, true, 1.0),
+            sample("3", 8, true, 1.0),
+            sample("4", 6, true, 1.0),
+        ]);
+        assert_eq!(vote(&p, 4).answer, "4");
+        assert_eq!(plain_vote(&p, 4).answer, "3");
+        // Two samples due at one tick finish a tick apart, the lower number first.
+        let p = problem(vec![sample("7", 5, true, 1.0), sample("8", 5, true, 1.0)]);
+        assert_eq!(vote(&p, 2).answer, "7");
+        let p = problem(vec![sample("", 5, false, 1.0), sample("8", 5, true, 1.0)]);
+        assert_eq!(first_finished(&p, 2).answer, "8");
+    }
+
+    #[test]
+    fn a_vote_stops_once_its_leader_cannot_be_caught() {
+        // "5" at 4 and 5: 2 votes, 1 sample left; the third had sent 5 tokens by then.
+        let p = problem(vec![
+            sample("5", 4, true, 1.0),
+            sample("5", 5, true, 1.0),
+            sample("6", 20, true, 1.0),
+        ]);
+        let o = vote(&p, 3);
+        assert_eq!(
+            (o.answer.as_str(), o.tokens, o.samples),
+            ("5", 4 + 5 + 5, 3)
+        );
+        // Four different answers: undecided, answered by the first to finish.
+        let p = problem(
+            [("1", 9), ("2", 7), ("3", 8), ("4", 10)]
+                .iter()
+                .map(|&(a, len)| sample(a, len, true, 1.0))
+                .collect(),
+        );
+        assert_eq!(vote(&p, 4).answer, "2");
     }
 
     #[test]

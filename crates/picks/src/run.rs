@@ -52,6 +52,11 @@ pub struct Asker {
 
 /// What one problem's answer was.
 struct Answer {
+    /// The answer read (`""`: none, or failed).
+    got: String,
+    /// Milliseconds to the first byte of the body, and to the whole answer.
+    first_byte_ms: f64,
+    answer_ms: f64,
     right: bool,
     failed: Option<String>,
     undecided: bool,
@@ -73,11 +78,17 @@ impl Asker {
         let extension = pick.extension(s, &self.vote_by);
         let before = up.counters.counts();
         let start = Instant::now();
-        let answers: Vec<Answer> = futures::stream::iter(&set.problems)
-            .map(|p| self.ask(&url, run, p, extension.as_ref()))
-            .buffer_unordered(self.concurrency.max(1))
-            .collect()
-            .await;
+        let mut answers: Vec<(usize, Answer)> =
+            futures::stream::iter(set.problems.iter().enumerate())
+                .map(|(i, p)| {
+                    let ask = self.ask(&url, run, p, extension.as_ref());
+                    async move { (i, ask.await) }
+                })
+                .buffer_unordered(self.concurrency.max(1))
+                .collect()
+                .await;
+        answers.sort_by_key(|(i, _)| *i);
+        let answers: Vec<Answer> = answers.into_iter().map(|(_, a)| a).collect();
         let wall_s = start.elapsed().as_secs_f64();
         // The cancelled samples' streams end when the gateway closes their connections.
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -93,6 +104,9 @@ impl Asker {
                 failed: answers.iter().filter(|a| a.failed.is_some()).count(),
                 undecided: answers.iter().filter(|a| a.undecided).count(),
                 wall_s,
+                answers: answers.iter().map(|a| a.got.clone()).collect(),
+                first_byte_ms: answers.iter().map(|a| a.first_byte_ms).collect(),
+                answer_ms: answers.iter().map(|a| a.answer_ms).collect(),
             },
             first_failure,
         )
@@ -116,20 +130,35 @@ impl Asker {
         if let Some(ext) = extension {
             body["choicewise"] = ext.clone();
         }
+        let asked = Instant::now();
+        let ms = |at: Instant| at.duration_since(asked).as_secs_f64() * 1000.0;
         let failed = |why: String| Answer {
+            got: String::new(),
+            first_byte_ms: ms(Instant::now()),
+            answer_ms: ms(Instant::now()),
             right: false,
             failed: Some(why),
             undecided: false,
         };
-        let response = match self.client.post(url).json(&body).send().await {
+        let mut response = match self.client.post(url).json(&body).send().await {
             Ok(r) => r,
             Err(e) => return failed(e.to_string()),
         };
         let status = response.status();
-        let text = match response.text().await {
-            Ok(t) => t,
-            Err(e) => return failed(e.to_string()),
-        };
+        let mut bytes = Vec::new();
+        let mut first_byte = None;
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    first_byte.get_or_insert_with(Instant::now);
+                    bytes.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => return failed(e.to_string()),
+            }
+        }
+        let done = Instant::now();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         if !status.is_success() {
             return failed(format!("{status}: {text}"));
         }
@@ -143,6 +172,9 @@ impl Asker {
         let got = self.rule.of(content);
         Answer {
             right: !got.is_empty() && got == problem.answer,
+            got,
+            first_byte_ms: ms(first_byte.unwrap_or(done)),
+            answer_ms: ms(done),
             failed: None,
             undecided: answer.pointer("/choicewise/vote/decided") == Some(&Value::Bool(false)),
         }

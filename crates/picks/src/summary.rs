@@ -38,11 +38,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// A percentile (nearest rank) of some values; 0 without any.
+fn percentile(values: &[f64], q: f64) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
 /// The figures as one JSON object: `problems`, `samples` (the fewest a problem has), `picks`
 /// (per pick: `name`, its `reference`, and with runs the medians of `accuracy`, `tokens`,
-/// `requests`, `samples_started`, `cancelled`, `failed`, `undecided`, `wall_s`, and `runs`;
-/// its `choicewise` extension), `majority` (the plain vote of all the samples) and
-/// `vote_curve`.
+/// `requests`, `samples_started`, `cancelled`, `failed`, `undecided`, `wall_s`, the requests'
+/// times to the first byte of their answer and to the whole answer, p50 and p99
+/// (`first_byte_ms_p50`, `first_byte_ms_p99`, `answer_ms_p50`, `answer_ms_p99`), and `runs`;
+/// `differing`, the ids of the problems whose answer through the gateway differed from the
+/// reference's in some run; its `choicewise` extension), `majority` (the plain vote of all
+/// the samples) and `vote_curve`.
 pub fn summary(r: &Results<'_>) -> Value {
     let problems = r.set.problems.len();
     let samples = (r.set.problems.iter())
@@ -68,7 +82,22 @@ pub fn summary(r: &Results<'_>) -> Value {
             row["failed"] = json!(med(i, &|f| f.failed as f64) as u64);
             row["undecided"] = json!(med(i, &|f| f.undecided as f64) as u64);
             row["wall_s"] = json!(med(i, &|f| f.wall_s));
+            for (name, q) in [("p50", 50.0), ("p99", 99.0)] {
+                row[format!("first_byte_ms_{name}")] =
+                    json!(med(i, &|f| percentile(&f.first_byte_ms, q)));
+                row[format!("answer_ms_{name}")] = json!(med(i, &|f| percentile(&f.answer_ms, q)));
+            }
             row["runs"] = json!(runs.len());
+            let differing: Vec<i64> = (r.set.problems.iter().enumerate())
+                .filter(|(p, _)| {
+                    runs.iter().any(|run| {
+                        run[i].answers.get(*p).map(String::as_str)
+                            != off.answers.get(*p).map(String::as_str)
+                    })
+                })
+                .map(|(_, problem)| problem.id)
+                .collect();
+            row["differing"] = json!(differing);
         }
         if let Some(ext) = pick.extension(&pick.settings(r.settings), r.vote_by) {
             row["choicewise"] = ext;
@@ -110,9 +139,9 @@ pub fn print_table(out: &Value) {
         .unwrap_or(64);
     let largest = format!("vote-{largest}");
     println!(
-        "| pick | accuracy | tokens | vs {largest} | requests | samples started | wall s | reference accuracy | reference tokens |"
+        "| pick | accuracy | tokens | vs {largest} | requests | samples started | wall s | answer ms p50 / p99 | reference accuracy | reference tokens | differing |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let vote = find(out, &largest)
         .and_then(|r| r["tokens"].as_f64())
         .filter(|&t| t > 0.0);
@@ -126,8 +155,9 @@ pub fn print_table(out: &Value) {
             (Some(t), Some(v)) => format!("{:.3}x", t / v),
             _ => "—".into(),
         };
+        let ms = |v: &Value| v.as_f64().map_or("—".into(), |m| format!("{m:.0}"));
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
             row["name"].as_str().unwrap_or(""),
             pct(&row["accuracy"]),
             num(&row["tokens"]),
@@ -137,8 +167,13 @@ pub fn print_table(out: &Value) {
             row["wall_s"]
                 .as_f64()
                 .map_or("—".into(), |w| format!("{w:.1}")),
+            ms(&row["answer_ms_p50"]),
+            ms(&row["answer_ms_p99"]),
             pct(&row["reference"]["accuracy"]),
             num(&row["reference"]["tokens"]),
+            row["differing"]
+                .as_array()
+                .map_or("—".into(), |d| d.len().to_string()),
         );
     }
 }

@@ -8,7 +8,12 @@
 //!   whatever the order in which the requests arrive: a request for `n` choices takes the
 //!   next `n` numbers (native `n` and fan-out alike). Past the recorded samples: 400.
 //! - Each sample's tokens are paced, one content event per token `pace` apart (choice after
-//!   choice in one request, at the same tick); with `"logprobs": true` each carries its
+//!   choice in one request, at the same tick), on a clock of the problem's run (its first
+//!   request's arrival) as [`schedule`](crate::schedule) says: a sample starts at the tick of
+//!   the problem's latest finish (0 before any), and the problem's samples finish one a tick,
+//!   in the order of (due tick, sample number), at least [`FINISH_GAP`] apart in real time; so the
+//!   order the gateway reads their finishes in is a function of their lengths and numbers
+//!   (and of when a pick started them), not a race between connections. With `"logprobs": true` each carries its
 //!   `logprobs.content` entry in OpenAI's shape (`token`, `logprob`, `top_logprobs` of
 //!   [`TOP_K`](crate::traces::TOP_K)); `<eos>` ends a sample with `finish_reason: "stop"` (at
 //!   its tick: it is a generated token), a sample that ran out of room with `"length"`.
@@ -30,6 +35,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::Value;
 
+use crate::schedule::Schedule;
 use crate::traces::{Sample, TraceSet};
 
 /// The system message that names a run.
@@ -91,12 +97,86 @@ impl Counters {
     }
 }
 
+/// One problem in one run: its clock and its schedule.
+struct RunState {
+    /// Tick 0: the arrival of the run's first request for the problem.
+    origin: tokio::time::Instant,
+    inner: Mutex<RunInner>,
+}
+
+struct RunInner {
+    /// Samples handed out.
+    next: usize,
+    schedule: Schedule,
+    /// When the latest finish was sent.
+    last_sent: Option<tokio::time::Instant>,
+}
+
+impl RunState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The least real time between two finishes of a problem (in one run), whatever the pace. The
+/// gateway reads a fan-out's samples over separate connections: two finishes closer than the
+/// longest time it is kept off the CPU can be read in either order. On the loaded 2-core
+/// machine of docs/picks.md, a millisecond apart left 13 of 100 `first-finished` problems of
+/// set-b read out of order over three runs; 4 ms, fewer (27 of 400); 25 ms, 19 of 400; 100
+/// ms, none of set-b's 400 for any vote or `adaptive`. So 100 ms: the replay's order is the
+/// schedule's, and the reference's answers the gateway's. The schedule's ticks are unchanged:
+/// only the wall time of the samples waiting stretches (a vote of 64 answers in seconds);
+/// for times near a model server's, a smaller gap (`choicewise-bench picks
+/// --finish-gap-ms 4`).
+pub const FINISH_GAP: Duration = Duration::from_millis(100);
+
+/// A slow upstream: some samples' first token comes late.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Slow {
+    /// How late a slow sample's first token comes (zero: no sample is slow).
+    pub first_token: Duration,
+    /// One sample in `every` is slow, by a hash of its problem and number (0: none).
+    pub every: u64,
+}
+
+impl Slow {
+    /// Whether sample `k` of problem `problem` is slow: the same in every run.
+    ///
+    /// ```
+    /// use choicewise_picks::upstream::Slow;
+    /// let slow = Slow { first_token: std::time::Duration::from_millis(200), every: 4 };
+    /// let n = (0..4000).filter(|k| slow.is_slow(k / 64, k % 64)).count();
+    /// assert!((800..1200).contains(&n), "{n}");
+    /// assert!(!Slow::default().is_slow(0, 0));
+    /// ```
+    pub fn is_slow(&self, problem: usize, k: usize) -> bool {
+        if self.every == 0 || self.first_token.is_zero() {
+            return false;
+        }
+        // SplitMix64 of (problem, k).
+        let mut z = ((problem as u64) << 32 ^ k as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)).is_multiple_of(self.every)
+    }
+
+    /// The ticks of `pace` a slow sample's first token waits.
+    fn ticks(&self, pace: Duration) -> u64 {
+        match pace.as_nanos() {
+            0 => 0,
+            p => self.first_token.as_nanos().div_ceil(p) as u64,
+        }
+    }
+}
+
 struct Upstream {
     set: Arc<TraceSet>,
+    slow: Slow,
+    finish_gap: Duration,
     /// Problem by prompt.
     by_prompt: HashMap<String, usize>,
-    /// Samples handed out per (run, problem).
-    next: Mutex<HashMap<(String, usize), usize>>,
+    /// Each (run, problem)'s samples handed out and their schedule.
+    runs: Mutex<HashMap<(String, usize), Arc<RunState>>>,
     pace: Duration,
     counters: Arc<Counters>,
 }
@@ -124,6 +204,19 @@ impl Drop for TraceUpstream {
 
 /// Starts the upstream over `set` on 127.0.0.1, `pace` between a sample's tokens.
 pub fn start(set: Arc<TraceSet>, pace: Duration) -> Result<TraceUpstream, String> {
+    start_slow(set, pace, Slow::default(), FINISH_GAP)
+}
+
+/// [`start`], with some samples slow to their first token: a slow sample (in the schedule,
+/// as if it had that many more tokens before its first) starts streaming `slow.first_token`
+/// late, rounded up to ticks of `pace` (with `pace` zero: no wait); and a problem's finishes
+/// at least `finish_gap` apart in real time (at least `pace`; [`FINISH_GAP`] by default).
+pub fn start_slow(
+    set: Arc<TraceSet>,
+    pace: Duration,
+    slow: Slow,
+    finish_gap: Duration,
+) -> Result<TraceUpstream, String> {
     let mut by_prompt = HashMap::new();
     for (i, p) in set.problems.iter().enumerate() {
         if by_prompt.insert(key(&p.messages()), i).is_some() {
@@ -133,8 +226,10 @@ pub fn start(set: Arc<TraceSet>, pace: Duration) -> Result<TraceUpstream, String
     let counters = Arc::new(Counters::default());
     let up = Arc::new(Upstream {
         set,
+        slow,
+        finish_gap: finish_gap.max(pace),
         by_prompt,
-        next: Mutex::new(HashMap::new()),
+        runs: Mutex::new(HashMap::new()),
         pace,
         counters: counters.clone(),
     });
@@ -237,19 +332,43 @@ async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
         return refuse(&up, "the messages are no problem of the set");
     };
     let recorded = up.set.problems[problem].samples.len();
-    let first = {
-        let mut next = up.next.lock().unwrap_or_else(|p| p.into_inner());
-        let k = next.entry((run, problem)).or_insert(0);
-        if *k + n > recorded {
-            drop(next);
+    let state = {
+        let mut runs = up.runs.lock().unwrap_or_else(|p| p.into_inner());
+        (runs.entry((run, problem)))
+            .or_insert_with(|| {
+                Arc::new(RunState {
+                    origin: tokio::time::Instant::now(),
+                    inner: Mutex::new(RunInner {
+                        next: 0,
+                        schedule: Schedule::new(),
+                        last_sent: None,
+                    }),
+                })
+            })
+            .clone()
+    };
+    let (first, start, waits, dues) = {
+        let mut inner = state.lock();
+        if inner.next + n > recorded {
+            drop(inner);
             return refuse(&up, &format!("the problem has {recorded} samples"));
         }
-        let first = *k;
-        *k += n;
-        first
+        let first = inner.next;
+        inner.next += n;
+        let samples = &up.set.problems[problem].samples;
+        let start = inner.schedule.start_tick();
+        let wait = up.slow.ticks(up.pace);
+        let waits: Vec<u64> = (first..first + n)
+            .map(|k| if up.slow.is_slow(problem, k) { wait } else { 0 })
+            .collect();
+        let dues: Vec<u64> = (first..first + n)
+            .zip(&waits)
+            .map(|(k, &w)| inner.schedule.start_waiting(k, samples[k].len(), w).1)
+            .collect();
+        (first, start, waits, dues)
     };
     up.counters.samples.fetch_add(n as u64, Relaxed);
-    let stream = sse(up, problem, first, n, logprobs);
+    let stream = sse(up, state, problem, first, (start, waits), dues, logprobs);
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
@@ -257,69 +376,125 @@ async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// Counts the samples of a stream not sent to their end when it is dropped.
+/// Counts the samples of a stream not sent to their end when it is dropped, and takes them
+/// off the schedule.
 struct Unfinished {
     counters: Arc<Counters>,
-    left: u64,
+    state: Arc<RunState>,
+    /// (sample, due tick) of those not finished.
+    left: Vec<(usize, u64)>,
 }
 
 impl Drop for Unfinished {
     fn drop(&mut self) {
-        self.counters.cancelled.fetch_add(self.left, Relaxed);
+        self.counters
+            .cancelled
+            .fetch_add(self.left.len() as u64, Relaxed);
+        if !self.left.is_empty() {
+            let mut inner = self.state.lock();
+            for &(k, due) in &self.left {
+                inner.schedule.stop(k, due);
+            }
+        }
+    }
+}
+
+impl Unfinished {
+    /// Whether sample `k` (due at `due`) finishes by `tick`, its stream's tick: when it is its
+    /// turn by the schedule, and once `gap` has passed since the problem's latest finish was
+    /// sent, it is taken as finished (at the schedule's tick, however late the stream runs).
+    async fn finish(&mut self, k: usize, due: u64, tick: u64, gap: Duration) -> bool {
+        loop {
+            let wait = {
+                let mut inner = self.state.lock();
+                let Some(at) = inner.schedule.turn(k, due).filter(|&at| at <= tick) else {
+                    return false;
+                };
+                let now = tokio::time::Instant::now();
+                match inner.last_sent.map(|at| at + gap).filter(|&at| at > now) {
+                    Some(at) => at,
+                    None => {
+                        inner.schedule.finish(k, due, at);
+                        inner.last_sent = Some(now);
+                        self.left.retain(|&(j, _)| j != k);
+                        return true;
+                    }
+                }
+            };
+            tokio::time::sleep_until(wait).await;
+        }
     }
 }
 
 fn sse(
     up: Arc<Upstream>,
+    state: Arc<RunState>,
     problem: usize,
     first: usize,
-    n: usize,
+    (start, waits): (u64, Vec<u64>),
+    dues: Vec<u64>,
     logprobs: bool,
 ) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
     async_stream::stream! {
         let set = up.set.clone();
+        let n = dues.len();
         let samples: Vec<&Sample> = set.problems[problem].samples[first..first + n].iter().collect();
         let id = format!("chatcmpl-p{problem}s{first}");
-        let longest = samples.iter().map(|s| s.len()).max().unwrap_or(0);
-        let mut unfinished = Unfinished { counters: up.counters.clone(), left: n as u64 };
-        let start = tokio::time::Instant::now();
-        // A sample of no token at all (a recorded empty answer) ends at once.
-        let mut out = String::new();
-        for (i, s) in samples.iter().enumerate().filter(|(_, s)| s.is_empty()) {
-            event(&mut out, &id, i, None, Some(if s.finished { "stop" } else { "length" }));
-            unfinished.left -= 1;
-        }
-        if !out.is_empty() {
-            yield Ok(Bytes::from(out));
-        }
-        for t in 0..longest {
-            tokio::time::sleep_until(start + up.pace * (t as u32 + 1)).await;
+        let origin = state.origin;
+        let mut unfinished = Unfinished {
+            counters: up.counters.clone(),
+            state,
+            left: (first..first + n).zip(dues.iter().copied()).collect(),
+        };
+        let mut done = vec![false; n];
+        let mut tick = start;
+        while done.iter().any(|d| !d) {
+            tick += 1;
+            tokio::time::sleep_until(origin + up.pace * tick as u32).await;
             let mut out = String::new();
             let mut sent = 0u64;
             for (i, s) in samples.iter().enumerate() {
-                if t >= s.len() {
+                if done[i] {
                     continue;
                 }
+                // The token due at this tick (a slow sample's first comes `wait` ticks late);
+                // the last one waits for its turn to finish.
+                if tick <= start + waits[i] {
+                    continue;
+                }
+                let t = (tick - start - waits[i] - 1) as usize;
+                let last = t + 1 >= s.len();
+                if last && !unfinished.finish(first + i, dues[i], tick, up.finish_gap).await {
+                    continue;
+                }
+                let reason = if s.finished { "stop" } else { "length" };
+                if s.is_empty() {
+                    event(&mut out, &id, i, None, Some(reason));
+                    done[i] = true;
+                    continue;
+                }
+                let t = t.min(s.len() - 1);
                 sent += 1;
-                let last = t + 1 == s.len();
                 if s.tokens[t] == set.eos {
                     event(&mut out, &id, i, None, Some("stop"));
                 } else {
                     let lp = logprobs.then(|| logprob_entry(&set, s, t));
                     event(&mut out, &id, i, Some((t == 0, set.token(s.tokens[t]), lp)), None);
                     if last {
-                        event(&mut out, &id, i, None, Some(if s.finished { "stop" } else { "length" }));
+                        event(&mut out, &id, i, None, Some(reason));
                     }
                 }
-                if last {
-                    unfinished.left -= 1;
-                }
+                done[i] |= last;
             }
             up.counters.tokens.fetch_add(sent, Relaxed);
-            yield Ok(Bytes::from(out));
+            if out.is_empty() {
+                // Waiting for its turn to finish: let the samples before it run.
+                tokio::task::yield_now().await;
+            } else {
+                yield Ok(Bytes::from(out));
+            }
         }
         yield Ok(Bytes::from_static(b"data: [DONE]\n\n"));
-        unfinished.left = 0;
     }
 }
 
@@ -538,5 +713,42 @@ mod tests {
         // 20 of the whole answer.
         assert_eq!((c.samples, c.cancelled), (4, 4));
         assert!((4..=8).contains(&c.tokens), "{} tokens", c.tokens);
+    }
+
+    #[test]
+    fn samples_due_at_one_tick_finish_a_gap_apart_in_number_order() {
+        // Four samples of 4 tokens and <eos> each, asked over four connections at once.
+        let mut set = set();
+        for (k, s) in set.problems[0].samples.iter_mut().enumerate() {
+            s.tokens = vec![3 + k as u32, 3 + k as u32, 3 + k as u32, 3 + k as u32, 2];
+            s.finished = true;
+        }
+        let up = start(Arc::new(set), Duration::from_millis(1)).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let finishes = rt.block_on(async {
+            let asks = (0..4).map(|_| {
+                let url = up.url.clone();
+                async move {
+                    let (_, sse) = ask(&url, "a", 1, false).await;
+                    (tokio::time::Instant::now(), read(&sse).0[&0].0.clone())
+                }
+            });
+            futures::future::join_all(asks).await
+        });
+        let mut finishes = finishes;
+        finishes.sort_by_key(|f| f.0);
+        let order: Vec<&str> = finishes.iter().map(|f| &f.1[..1]).collect();
+        assert_eq!(order, ["0", "1", "2", "3"]);
+        for w in finishes.windows(2) {
+            assert!(
+                w[1].0 - w[0].0 >= Duration::from_millis(3),
+                "{:?}",
+                w[1].0 - w[0].0
+            );
+        }
     }
 }

@@ -1,9 +1,9 @@
 //! The picks on a real model, live: the arithmetic model (models/arith-6m-f16.gguf) served by
 //! llama.cpp's own server (scripts/llama-server.sh), the gateway on 127.0.0.1 in front of it,
 //! held-out problems (tests/fixtures/arith-set-a-50.json) asked through the gateway's Chat
-//! endpoint at temperature 1.0 with three picks: `single` (one sample), `vote-16` (a vote of
-//! 16 keyed by `#### (\d+)`) and `confidence-high` (the confidence-guided vote, keep 0.9,
-//! warmup 16). Prints a table per pick (accuracy, the tokens the gateway reports and the
+//! endpoint at temperature 1.0 with four picks: `single` (one sample), `vote-16` (a vote of
+//! 16 keyed by `#### (\d+)`), `confidence-high` (the confidence-guided vote, keep 0.9,
+//! warmup 16) and `adaptive` (the windowed vote: 4 samples at a time, up to 64). Prints a table per pick (accuracy, the tokens the gateway reports and the
 //! tokens the server generated, upstream requests, time) and asserts margins that hold at
 //! temperature 1.0 (docs/real-server.md has the figures).
 //!
@@ -21,6 +21,13 @@ const HOW: &str = "needs the arithmetic model's llama.cpp server: scripts/llama-
 /// The held-out problems: prompt (`EXPR=\n`) and answer, and what the set's 64 recorded samples
 /// of each say.
 const FIXTURE: &str = include_str!("../../../../tests/fixtures/arith-set-a-50.json");
+
+/// The tokens `adaptive` (window 4, up to 64 samples) generates on the recorded samples of the
+/// same 50 problems, in its offline reference (`choicewise-picks`, the replay's schedule and
+/// the gateway's ballot): `choicewise-bench picks --traces ../shared/data/arith-traces/set-a
+/// --offline --problems 50 --only adaptive --json` (set-a's first 50 problems are the
+/// fixture's: ids 0 to 49; 796 samples started, accuracy 0.80).
+const ADAPTIVE_REFERENCE_TOKENS: u64 = 91_195;
 
 /// The longest answer the server's 192-token slots leave room for after the longest prompt.
 const MAX_TOKENS: u64 = 175;
@@ -197,6 +204,13 @@ async fn picks_on_the_arithmetic_model() {
             })),
             in_flight: 2,
         },
+        Pick {
+            name: "adaptive",
+            extension: Some(json!({
+                "samples": 64, "select": "vote", "vote_by": "#### (\\d+)", "window": 4,
+            })),
+            in_flight: 2,
+        },
     ];
     let mut tallies = Vec::new();
     for pick in &picks {
@@ -244,7 +258,7 @@ async fn picks_on_the_arithmetic_model() {
     }
     println!();
 
-    let [single, vote, confidence] = &tallies[..] else {
+    let [single, vote, confidence, adaptive] = &tallies[..] else {
         unreachable!()
     };
     let accuracy = |t: &Tally| t.right as f64 / n;
@@ -263,6 +277,14 @@ async fn picks_on_the_arithmetic_model() {
             accuracy(confidence) >= 0.70,
             "confidence-high: {}",
             accuracy(confidence)
+        );
+        // The windowed vote costs what its offline reference does on the recorded samples of
+        // the same problems, give or take the draw and the tokens a cancelled sample sends
+        // before its cancel lands.
+        assert!(
+            adaptive.generated as f64 <= 1.3 * ADAPTIVE_REFERENCE_TOKENS as f64,
+            "adaptive generated {} tokens, its reference {ADAPTIVE_REFERENCE_TOKENS}",
+            adaptive.generated
         );
     }
     // One request per sample; the vote and the confidence vote take 16 samples at least.
