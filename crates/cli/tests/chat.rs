@@ -1278,7 +1278,9 @@ async fn a_windowed_vote_starts_samples_only_while_undecided() {
     assert_eq!(json["started"], 8);
     assert_eq!(json["windows"].as_array().unwrap().len(), 2);
     assert_eq!(json["vote"]["key"], "5");
-    assert_eq!(server.request_count(), 8);
+    // The third window never starts. (The first window's last request may not have reached
+    // the server when the second decided, on a loaded machine: it is cancelled unsent.)
+    assert!(server.request_count() <= 8, "{}", server.request_count());
     assert!(
         String::from_utf8_lossy(&out.stderr).is_empty(),
         "{}",
