@@ -21,42 +21,9 @@ use serde_json::Value;
 /// ```
 pub fn for_each_entry<E>(
     text: &[u8],
-    mut each: impl FnMut(usize, Value) -> Result<(), E>,
+    each: impl FnMut(usize, Value) -> Result<(), E>,
 ) -> Result<Result<(), E>, serde_json::Error> {
-    use serde::de::{Deserializer as _, Error as _, SeqAccess, Visitor};
-
-    struct Entries<'f, E> {
-        each: &'f mut dyn FnMut(usize, Value) -> Result<(), E>,
-        stopped: Option<E>,
-    }
-    impl<'de, E> Visitor<'de> for &mut Entries<'_, E> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an array")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-            let mut i = 0;
-            while let Some(entry) = seq.next_element::<Value>()? {
-                if let Err(e) = (self.each)(i, entry) {
-                    self.stopped = Some(e);
-                    return Err(A::Error::custom("stopped"));
-                }
-                i += 1;
-            }
-            Ok(())
-        }
-    }
-    let mut entries = Entries {
-        each: &mut each,
-        stopped: None,
-    };
-    let mut de = serde_json::Deserializer::from_slice(text);
-    let read = de.deserialize_seq(&mut entries).and_then(|()| de.end());
-    match (entries.stopped.take(), read) {
-        (Some(e), _) => Ok(Err(e)),
-        (None, Err(e)) => Err(e),
-        (None, Ok(())) => Ok(Ok(())),
-    }
+    each_element(text, each)
 }
 
 /// As [`for_each_entry`], each entry given as its JSON text as written
@@ -75,23 +42,31 @@ pub fn for_each_entry<E>(
 /// ```
 pub fn for_each_raw_entry<'t, E>(
     text: &'t [u8],
-    mut each: impl FnMut(usize, &'t serde_json::value::RawValue) -> Result<(), E>,
+    each: impl FnMut(usize, &'t serde_json::value::RawValue) -> Result<(), E>,
+) -> Result<Result<(), E>, serde_json::Error> {
+    each_element(text, each)
+}
+
+/// The one visitor of an array's elements, each deserialized as `T` (a tree, or its raw
+/// text borrowed from `text`) and handed to `each` before the next is read.
+fn each_element<'t, T: serde::Deserialize<'t>, E>(
+    text: &'t [u8],
+    mut each: impl FnMut(usize, T) -> Result<(), E>,
 ) -> Result<Result<(), E>, serde_json::Error> {
     use serde::de::{Deserializer as _, Error as _, SeqAccess, Visitor};
-    use serde_json::value::RawValue;
 
-    struct Entries<'f, 't, E> {
-        each: &'f mut dyn FnMut(usize, &'t RawValue) -> Result<(), E>,
+    struct Entries<'f, T, E> {
+        each: &'f mut dyn FnMut(usize, T) -> Result<(), E>,
         stopped: Option<E>,
     }
-    impl<'t, E> Visitor<'t> for &mut Entries<'_, 't, E> {
+    impl<'t, T: serde::Deserialize<'t>, E> Visitor<'t> for &mut Entries<'_, T, E> {
         type Value = ();
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("an array")
         }
         fn visit_seq<A: SeqAccess<'t>>(self, mut seq: A) -> Result<(), A::Error> {
             let mut i = 0;
-            while let Some(entry) = seq.next_element::<&'t RawValue>()? {
+            while let Some(entry) = seq.next_element::<T>()? {
                 if let Err(e) = (self.each)(i, entry) {
                     self.stopped = Some(e);
                     return Err(A::Error::custom("stopped"));
