@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use choicewise_client::{ClientErrorKind, CountBounds, Dialect, MAX_COUNT_ANSWER_BYTES};
 use serde_json::json;
 
+use crate::admission::layers;
 use crate::error::ApiError;
+use crate::ingress;
 use crate::state::Gateway;
-use crate::{ingress, layers};
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
 /// upstream counts them (its own `count_tokens`, its answer at most

@@ -31,34 +31,23 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod admission;
 mod answer;
-mod answer_api;
-mod answer_chat;
-mod auth;
 mod check;
-mod closing;
 mod config;
 mod count;
-mod ending;
-mod engine;
 mod error;
-mod finish;
 mod handlers;
 mod ingress;
-mod layers;
 mod listen;
 mod metrics;
-mod open;
-mod overload;
-mod pace;
 mod request;
-mod resilience;
-mod respond;
 mod serving;
 mod state;
 mod traces;
-mod write;
+mod upstream;
 
+use admission::layers;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 

@@ -14,7 +14,7 @@
 //!   `client_stall_timeout_s` the answer spent waiting for it, ends the same way (a slow
 //!   drain holds a slot as a stall does), counted in `choicewise_client_slow_drains_total`.
 //!
-//! The body's own deadline (`body_read_timeout_s`) is the handler's ([`crate::layers`]).
+//! The body's own deadline (`body_read_timeout_s`) is the handler's ([`crate::admission::layers`]).
 
 use std::future::Future;
 use std::io;

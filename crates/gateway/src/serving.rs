@@ -105,7 +105,7 @@ impl Gateway {
 /// (a cancelled sample's are always estimated): loaded when the gateway is made rather than
 /// by the first request, which would wait for them, so that the memory they take is there
 /// from the start.
-pub(crate) fn preload_encodings(models: &HashMap<String, Arc<crate::open::ModelRoutes>>) {
+pub(crate) fn preload_encodings(models: &HashMap<String, Arc<crate::upstream::open::ModelRoutes>>) {
     let mut encodings = vec![choicewise_usage::DEFAULT_ENCODING];
     for model in models.values() {
         for route in &model.routes {

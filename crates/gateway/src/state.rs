@@ -10,11 +10,12 @@ use std::time::Duration;
 use choicewise_client::{Client, Dialect};
 use tokio::sync::{Semaphore, watch};
 
+use crate::admission::overload;
 use crate::config::{self, Config, ConfigError, HostedTools, Limits};
 use crate::metrics::Metrics;
-use crate::open::{self, UpstreamRoute};
 use crate::traces::Traces;
-use crate::{overload, resilience};
+use crate::upstream::open::{self, UpstreamRoute};
+use crate::upstream::resilience;
 
 /// A gateway: its routes, its keys, its limits. Cheap to clone.
 ///

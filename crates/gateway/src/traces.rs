@@ -241,7 +241,7 @@ impl RequestSpan {
         mut self,
         lasted: std::ops::Range<SystemTime>,
         outcome: &Outcome,
-        tries: &[crate::open::TryRecord],
+        tries: &[crate::upstream::open::TryRecord],
         outputs: Option<&[u32]>,
         failure: Option<&str>,
         completed: bool,

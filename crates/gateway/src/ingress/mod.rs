@@ -43,7 +43,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::ending::OutputEnd;
+use crate::answer::ending::OutputEnd;
 use crate::error::ApiError;
 use crate::request::{Fields, MAX_PARSED_FIELD, NotAnObject, split_object, too_large_to_parse};
 
@@ -528,7 +528,7 @@ pub(crate) struct Translated {
     /// The client's own fields that an upstream of the same API takes as they are but Chat
     /// Completions cannot carry: Anthropic's `thinking` (its budget), Responses'
     /// `reasoning` (with `summary`). An upstream of the client's API gets them over the Chat
-    /// Completions approximation (`reasoning_effort`): [`crate::open::Opener::native`].
+    /// Completions approximation (`reasoning_effort`): [`crate::upstream::open::Opener::native`].
     pub native: Map<String, Value>,
     /// The client's hosted tools (server-side tools the gateway cannot run: Responses'
     /// `web_search`, `file_search`, ..., Messages' server and Anthropic-defined tools), left
@@ -698,7 +698,7 @@ impl Serialize for AsWritten<'_> {
 
 /// Writes one output choice's streamed answer in a client's API, as whole SSE frames
 /// (`event: NAME\ndata: JSON\n\n`) appended to `out`: the API's block framing only; why
-/// the choice ended is decided by [`crate::ending::decide`] and written with
+/// the choice ended is decided by [`crate::answer::ending::decide`] and written with
 /// [`close`](Self::close).
 ///
 /// Call `start` once, then `event` for each of the choice's events in order, then exactly
@@ -762,7 +762,7 @@ pub(crate) trait Encoder: Send {
     }
 
     /// The answer's end after the choice's events ended: its ending decided from what the
-    /// encoder saw ([`crate::ending::decide`]: a choice that never finished, or finished
+    /// encoder saw ([`crate::answer::ending::decide`]: a choice that never finished, or finished
     /// with `error`, fails), then [`close`](Self::close).
     #[cfg(test)]
     fn end(
@@ -772,11 +772,11 @@ pub(crate) trait Encoder: Send {
         choicewise: Option<&Value>,
         out: &mut Vec<u8>,
     ) {
-        let seen = crate::ending::Seen {
+        let seen = crate::answer::ending::Seen {
             finish: self.finish_reason().cloned(),
             ..Default::default()
         };
-        let end = crate::ending::decide(Some(&seen), None);
+        let end = crate::answer::ending::decide(Some(&seen), None);
         self.close(&end, usage, stop_reason, choicewise, out);
     }
 }
@@ -796,7 +796,7 @@ pub(crate) struct Tokens {
 
 impl Tokens {
     /// From the gateway's own usage object (which counts no cached or reasoning tokens).
-    pub fn from_answer(usage: &crate::engine::AnswerUsage) -> Tokens {
+    pub fn from_answer(usage: &crate::upstream::engine::AnswerUsage) -> Tokens {
         Tokens {
             input: usage.prompt_tokens,
             output: usage.completion_tokens,

@@ -104,7 +104,7 @@ pub(crate) fn overflow_answer(reply: &Reply, e: &ApiError) -> Option<axum::respo
     }
     let bytes = encode::failed_before_output(reply, CONTEXT_LENGTH_EXCEEDED, &e.message);
     let body = futures::stream::once(async move { Ok(Bytes::from(bytes)) });
-    Some(crate::write::sse_response(body))
+    Some(crate::answer::write::sse_response(body))
 }
 
 /// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`, the type the

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use axum::http::{HeaderMap, StatusCode, header};
 
 use crate::error::ApiError;
-use crate::resilience;
+use crate::upstream::resilience;
 
 /// The key a request sends: `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
 fn given_key(headers: &HeaderMap) -> Option<&str> {

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::ending::{Cut, Initiator};
-use crate::engine::Run;
+use crate::answer::ending::{Cut, Initiator};
+use crate::upstream::engine::Run;
 
 /// What cuts a request's answer short, once it does: the gateway closes
 /// ([`Cut::ShutDown`], [`Gateway::close`](crate::Gateway::close)) or the request passes its

@@ -1,5 +1,18 @@
 //! A request of any of the three APIs, from its body to its answer: read, checked, its
 //! policy applied, its samples opened and picked, answered in its API's terms.
+//!
+//! Its parts: [`respond`] answers a pick, streamed through [`write`]'s loop or as one object,
+//! framed by [`chat`] (Chat Completions) or [`translated`] (Messages, Responses); [`ending`]
+//! decides how each output and the answer ended; [`closing`] cuts answers at their deadline
+//! or the gateway's shutdown; [`finish`] is the request's record.
+
+pub(crate) mod chat;
+pub(crate) mod closing;
+pub(crate) mod ending;
+pub(crate) mod finish;
+pub(crate) mod respond;
+pub(crate) mod translated;
+pub(crate) mod write;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,13 +23,15 @@ use axum::response::Response;
 use choicewise_client::Dialect;
 use choicewise_core::chunks::Envelope;
 
-use crate::ending::ErrorType;
-use crate::engine::{Picked, Run};
+use crate::admission::layers;
+use crate::answer::ending::ErrorType;
+use crate::answer::finish::Finish;
 use crate::error::ApiError;
-use crate::finish::Finish;
 use crate::request::ChatRequest;
 use crate::state::Gateway;
-use crate::{HostedTools, ingress, layers, listen, open, respond, write};
+use crate::upstream::engine::{Picked, Run};
+use crate::upstream::open;
+use crate::{HostedTools, ingress, listen};
 
 /// A request of any of the three APIs (`api`: the client's, `Dialect::Chat` for Chat
 /// Completions), answered in that

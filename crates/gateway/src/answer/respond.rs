@@ -1,22 +1,22 @@
 //! One answer path for the three APIs, streamed or not: the output choices' events framed
 //! by the client's API ([`Framing`]), each choice's ending decided once
-//! ([`crate::ending::decide`]), with the same back-pressure, cut and accounting for all.
+//! ([`crate::answer::ending::decide`]), with the same back-pressure, cut and accounting for all.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use choicewise_core::Choice;
 use choicewise_core::chunks::Envelope;
 
-use crate::answer_api::{self, ApiFraming};
-use crate::answer_chat::{self, ChatFraming, json_body};
-use crate::ending::{AnswerEnd, Initiator, OutputEnd, Seen, decide};
-use crate::engine::{AnswerUsage, Picked, Run, Summary};
-use crate::finish::{Finish, Settled};
-use crate::ingress::{self, Reply};
-use crate::request::ChatRequest;
-use crate::write::{
+use crate::answer::chat::{self, ChatFraming, json_body};
+use crate::answer::ending::{AnswerEnd, Initiator, OutputEnd, Seen, decide};
+use crate::answer::finish::{Finish, Settled};
+use crate::answer::translated::{self, ApiFraming};
+use crate::answer::write::{
     Closing, Framing, Tail, cut_short, output, sse_response, until_closed, write_loop,
 };
+use crate::ingress::{self, Reply};
+use crate::request::ChatRequest;
+use crate::upstream::engine::{AnswerUsage, Picked, Run, Summary};
 
 /// The client's API, as its answer is written.
 pub(crate) enum Api {
@@ -214,7 +214,7 @@ pub(crate) fn one_object(
             let answered: Vec<(Option<Choice>, Option<String>)> = (choices.iter())
                 .map(|(choice, end)| (choice.clone(), end.why()))
                 .collect();
-            Ok(answer_chat::completion(
+            Ok(chat::completion(
                 envelope, &answered, logprobs, usage, summary,
             ))
         }
@@ -222,7 +222,7 @@ pub(crate) fn one_object(
             // The one output choice finished (the verdict says an answer).
             let choice = choices.first().and_then(|(choice, _)| choice.as_ref());
             debug_assert!(choice.is_some(), "a finished choice is one the run holds");
-            Ok(answer_api::message(reply, choice, usage, summary))
+            Ok(translated::message(reply, choice, usage, summary))
         }
     }
 }

@@ -14,14 +14,14 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::{Api, one_object};
-use crate::answer_api::ApiFraming;
-use crate::answer_chat::ChatFraming;
-use crate::ending::{
+use crate::answer::chat::ChatFraming;
+use crate::answer::ending::{
     AnswerEnd, Cut, Initiator, OutputEnd, PAST_DEADLINE, SHUT_DOWN, Seen, Stops, decide,
 };
-use crate::engine::{AnswerUsage, ChoiceTokens, Summary, TrySummary, UsageParts};
+use crate::answer::translated::ApiFraming;
+use crate::answer::write::{Endings, Framing, Tail, output};
 use crate::ingress::Reply;
-use crate::write::{Endings, Framing, Tail, output};
+use crate::upstream::engine::{AnswerUsage, ChoiceTokens, Summary, TrySummary, UsageParts};
 
 /// How the case's output choices end.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -410,7 +410,10 @@ async fn every_api_streamed_or_not_writes_each_ending_as_decided() {
             }
         }
     }
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/respond/answers.txt");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/answer/respond/answers.txt"
+    );
     if std::env::var_os("CHOICEWISE_BLESS").is_some() {
         std::fs::write(path, &all).unwrap();
     }

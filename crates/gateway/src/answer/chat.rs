@@ -9,10 +9,10 @@ use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 
-use crate::ending::{AnswerEnd, OutputEnd};
-use crate::engine::{AnswerUsage, Summary};
-use crate::finish::{Accounted, Finish};
-use crate::write::{Framing, Needs, Tail};
+use crate::answer::ending::{AnswerEnd, OutputEnd};
+use crate::answer::finish::{Accounted, Finish};
+use crate::answer::write::{Framing, Needs, Tail};
+use crate::upstream::engine::{AnswerUsage, Summary};
 
 /// A Chat Completions answer's events: each output choice's chunks (proto's encoder); a
 /// choice that did not finish ends with a `finish_reason: "error"` chunk saying why; the

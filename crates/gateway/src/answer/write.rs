@@ -13,9 +13,9 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-pub(crate) use crate::closing::{Closing, closed, cut_short, until_closed};
-use crate::ending::{AnswerEnd, Cut, OutputEnd, Seen, Stops, decide};
-use crate::finish::Finish;
+pub(crate) use crate::answer::closing::{Closing, closed, cut_short, until_closed};
+use crate::answer::ending::{AnswerEnd, Cut, OutputEnd, Seen, Stops, decide};
+use crate::answer::finish::Finish;
 
 /// How many bytes of events already made go into one write at most.
 pub(crate) const WRITE_BYTES: usize = 16 * 1024;
@@ -79,11 +79,11 @@ pub(crate) fn output(
 #[derive(Default)]
 pub(crate) struct Tail {
     /// The answer's usage, in Chat Completions' shape.
-    pub(crate) usage: Option<crate::engine::AnswerUsage>,
+    pub(crate) usage: Option<crate::upstream::engine::AnswerUsage>,
     /// The provider's own stop reason of the first output choice.
     pub(crate) stop_reason: Option<String>,
     /// The pick's summary (`choicewise`).
-    pub(crate) summary: Option<crate::engine::Summary>,
+    pub(crate) summary: Option<crate::upstream::engine::Summary>,
 }
 
 /// How an answer's API writes its events: its block framing, each output choice's decided

@@ -17,10 +17,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use crate::auth;
+use crate::admission::auth;
+use crate::admission::overload;
 use crate::error::ApiError;
+use crate::ingress;
 use crate::state::Gateway;
-use crate::{ingress, overload};
 use choicewise_core::Dialect;
 
 /// The API a path belongs to: its errors are answered in that API's shape.
@@ -346,7 +347,7 @@ fn admission(gw: &Gateway, refused: Option<&overload::AboveWatermark>, change: o
 }
 
 /// 503: the process's memory is above the ceiling (`memory_high_watermark_mb`).
-fn overloaded(refused: crate::overload::AboveWatermark) -> ApiError {
+fn overloaded(refused: crate::admission::overload::AboveWatermark) -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "overloaded_error",

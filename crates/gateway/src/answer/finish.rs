@@ -10,16 +10,16 @@ use std::time::{Instant, SystemTime};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 
-use crate::auth;
-use crate::closing::{Closing, until_closed};
-use crate::ending::{AnswerEnd, ErrorType, Initiator};
-use crate::engine::Run;
+use crate::admission::auth;
+use crate::answer::closing::{Closing, until_closed};
+use crate::answer::ending::{AnswerEnd, ErrorType, Initiator};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome};
-use crate::open::TryRecord;
-use crate::resilience;
 use crate::state::Gateway;
 use crate::traces::{RequestSpan, Traces};
+use crate::upstream::engine::Run;
+use crate::upstream::open::TryRecord;
+use crate::upstream::resilience;
 
 /// A request's run and its accounting. The answer reads what the run came to
 /// ([`settle`](Self::settle)) once its samples are over, before its last bytes; the record
@@ -48,7 +48,7 @@ pub(crate) struct Finish {
     /// on a failure too.
     tries: Option<Arc<Mutex<Vec<TryRecord>>>>,
     /// The limits the gateway set on its samples' requests, the client having stated none.
-    limits_set: Option<Arc<Mutex<Vec<crate::open::LimitSet>>>>,
+    limits_set: Option<Arc<Mutex<Vec<crate::upstream::open::LimitSet>>>>,
     /// The output samples of a selection (`None`: every sample is an output).
     outputs: Option<Vec<u32>>,
     /// The answer was sent to its end.
@@ -185,7 +185,7 @@ impl Finish {
     pub(crate) fn opening(
         &mut self,
         tries: Arc<Mutex<Vec<TryRecord>>>,
-        limits_set: Arc<Mutex<Vec<crate::open::LimitSet>>>,
+        limits_set: Arc<Mutex<Vec<crate::upstream::open::LimitSet>>>,
     ) {
         self.tries = Some(tries);
         self.limits_set = Some(limits_set);
@@ -298,7 +298,9 @@ impl Finish {
         self.failure = Some(why);
         if let Some(run) = &self.run {
             run.stop(match why {
-                ErrorType::RequestDeadline => Initiator::Gateway(crate::ending::Cut::PastDeadline),
+                ErrorType::RequestDeadline => {
+                    Initiator::Gateway(crate::answer::ending::Cut::PastDeadline)
+                }
                 _ => Initiator::Pick,
             });
         }
@@ -396,8 +398,8 @@ impl Finish {
 /// The limits set by the gateway that stopped a sample (`length`), one per such sample.
 fn cut_by_limits_set<'a>(
     outcome: &Outcome,
-    set: &'a [crate::open::LimitSet],
-) -> Vec<&'a crate::open::LimitSet> {
+    set: &'a [crate::upstream::open::LimitSet],
+) -> Vec<&'a crate::upstream::open::LimitSet> {
     (outcome.samples.iter())
         .filter(|s| s.finish == "length")
         .filter_map(|s| set.iter().find(|l| Some(l.sample) == s.sample))
@@ -472,7 +474,7 @@ impl http_body::Body for Accounted {
 mod tests {
     use super::*;
     use crate::metrics::SampleEnd;
-    use crate::open::LimitSet;
+    use crate::upstream::open::LimitSet;
 
     #[test]
     fn a_length_stop_is_named_only_where_the_gateway_set_the_limit() {

@@ -15,12 +15,12 @@ use choicewise_core::{Completions, LogprobsKept, PickRule, Policy, Selection, So
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::admission::pace::{BoxError, Pace, bounded, paced};
 use crate::config::NMode;
 use crate::error::ApiError;
 use crate::metrics::Outcome;
-use crate::open::{Opened, Opener, TryRecord, UpstreamRoute, accounting, counted, cuts};
-use crate::pace::{BoxError, Pace, bounded, paced};
 use crate::request::ChatRequest;
+use crate::upstream::open::{Opened, Opener, TryRecord, UpstreamRoute, accounting, counted, cuts};
 
 mod accounting;
 
@@ -61,13 +61,13 @@ pub(crate) struct Run {
     /// How far its upstreams may read ahead of its client (back-pressure).
     pub pace: Arc<Pace>,
     /// Who stopped its samples, once someone did ([`Run::stop`]).
-    pub stops: crate::ending::Stops,
+    pub stops: crate::answer::ending::Stops,
 }
 
 impl Run {
     /// `by` stops the samples still running (their upstreams closed); the first to stop
     /// them is kept, for the endings they are read with.
-    pub fn stop(&self, by: crate::ending::Initiator) {
+    pub fn stop(&self, by: crate::answer::ending::Initiator) {
         self.stops.stop(by);
         self.completions.cancel_except(&[]);
     }
@@ -232,7 +232,7 @@ impl Run {
             },
             samples: req.samples,
             pace,
-            stops: crate::ending::Stops::default(),
+            stops: crate::answer::ending::Stops::default(),
         })
     }
 
@@ -255,7 +255,8 @@ impl Run {
     /// The final `choicewise` object of a request without the extension: its `tries`, when
     /// some try failed.
     pub fn tries_summary(&self) -> Option<Summary> {
-        let retried = (self.tries().iter()).any(|t| t.outcome != crate::resilience::Outcome::Ok);
+        let retried =
+            (self.tries().iter()).any(|t| t.outcome != crate::upstream::resilience::Outcome::Ok);
         retried.then(|| Summary {
             tries: self.try_summaries(),
             ..Summary::default()
@@ -582,10 +583,12 @@ fn reads_source(
 ) -> Source {
     lock(labels)[r] = opened.route.label.clone();
     if let Some(max_tokens) = opened.limit_set {
-        lock(&opener.limits_set).extend(samples.iter().map(|&sample| crate::open::LimitSet {
-            sample,
-            upstream: opened.route.label.clone(),
-            max_tokens,
+        lock(&opener.limits_set).extend(samples.iter().map(|&sample| {
+            crate::upstream::open::LimitSet {
+                sample,
+                upstream: opened.route.label.clone(),
+                max_tokens,
+            }
         }));
     }
     let idle = opened.route.idle_timeout;

@@ -1,5 +1,5 @@
 //! Opening one planned upstream request: its tries over the model's upstreams, then over
-//! each fallback model's, as [`crate::resilience`] rules; and the error the client gets
+//! each fallback model's, as [`crate::upstream::resilience`] rules; and the error the client gets
 //! when none succeeded.
 
 use std::collections::HashMap;
@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use crate::config::NMode;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::resilience::{
+use crate::upstream::resilience::{
     Availability, Budget, ClientId, Health, Outcome, RetryPolicy, Warnings, classify,
 };
 use choicewise_client::Client;
@@ -817,7 +817,7 @@ pub(crate) fn cuts(
     let mut cut = false;
     reads.inspect(move |read| {
         if read.is_err() && !std::mem::replace(&mut cut, true) {
-            opener.record(sample, &label, crate::resilience::Outcome::Cut);
+            opener.record(sample, &label, crate::upstream::resilience::Outcome::Cut);
         }
     })
 }

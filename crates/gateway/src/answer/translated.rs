@@ -6,10 +6,10 @@
 use axum::body::Bytes;
 use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 
-use crate::ending::{AnswerEnd, Failure, OutputEnd};
-use crate::engine::{AnswerUsage, Summary};
+use crate::answer::ending::{AnswerEnd, Failure, OutputEnd};
+use crate::answer::write::{Framing, Needs, Tail};
 use crate::ingress::{Encoder, Reply, Tokens};
-use crate::write::{Framing, Needs, Tail};
+use crate::upstream::engine::{AnswerUsage, Summary};
 
 /// A Messages or Responses answer's events: the one output choice's, by the API's
 /// [`Encoder`]; its tail is the choice's decided ending, with the usage, the provider's
@@ -72,7 +72,7 @@ impl Framing for ApiFraming {
 
 /// The answer as one object (an Anthropic `message`, a Responses `response`) of its one
 /// output `choice`, which finished (a failed answer is the verdict's error:
-/// [`crate::respond::one_object`]).
+/// [`crate::answer::respond::one_object`]).
 pub(crate) fn message(
     reply: &Reply,
     choice: Option<&Choice>,

@@ -1,0 +1,7 @@
+//! The upstream side: opening a request's samples over its model's upstreams ([`open`]),
+//! running and picking among them ([`engine`]), and keeping each upstream's health, retries
+//! and budget ([`resilience`]).
+
+pub(crate) mod engine;
+pub(crate) mod open;
+pub(crate) mod resilience;
