@@ -191,6 +191,31 @@ impl CompletionsBuilder {
         self
     }
 
+    /// Leaves out message data that arrives for a choice after its finish (reported as
+    /// [`WarningKind::DataAfterFinishDropped`](crate::WarningKind::DataAfterFinishDropped)),
+    /// so that every reader sees the message as it was at its finish, as a relay that ends
+    /// each choice at its finish does. By default such data is applied to the message and
+    /// reported as [`WarningKind::DataAfterFinish`](crate::WarningKind::DataAfterFinish).
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source, WarningKind};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"4\"},\"finish_reason\":\"stop\"}]}\n\n",
+    ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" and more\"}}]}\n\n",
+    ///     "data: [DONE]\n\n",
+    /// );
+    /// let c = Completions::builder().drop_after_finish(true).start(Source::reader(sse.as_bytes()));
+    /// let collected = c.collect().await.unwrap();
+    /// assert_eq!(collected.choices[0].message.content.as_deref(), Some("4"));
+    /// assert_eq!(c.warnings()[0].kind, WarningKind::DataAfterFinishDropped);
+    /// # }
+    /// ```
+    pub fn drop_after_finish(mut self, drop: bool) -> Self {
+        self.config.stream.drop_after_finish = drop;
+        self
+    }
+
     /// What the choices keep of the log-probabilities the upstream sends (default
     /// [`LogprobsKept::Raw`](crate::LogprobsKept::Raw): their JSON text, in
     /// [`ChoiceEvent::Logprobs`](crate::ChoiceEvent::Logprobs) and

@@ -58,6 +58,12 @@ pub struct StreamConfig {
     /// What is kept of the log-probabilities the stream carries ([`LogprobsKept::Raw`] by
     /// default: their JSON text).
     pub logprobs: LogprobsKept,
+    /// Message data that arrives for a choice after its finish is left out, reported as
+    /// [`WarningKind::DataAfterFinishDropped`](crate::WarningKind::DataAfterFinishDropped),
+    /// so that the message is what it was at the finish, as a stream relayed up to each
+    /// choice's finish shows it (`false` by default: applied, reported as
+    /// [`WarningKind::DataAfterFinish`](crate::WarningKind::DataAfterFinish)).
+    pub drop_after_finish: bool,
 }
 
 impl Default for StreamConfig {
@@ -70,6 +76,7 @@ impl Default for StreamConfig {
             strict_sse: false,
             dialect: None,
             logprobs: LogprobsKept::Raw,
+            drop_after_finish: false,
         }
     }
 }

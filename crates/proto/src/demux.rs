@@ -309,7 +309,8 @@ impl Demux {
         for slot in &self.splitter.slots[known..] {
             let core = ChoiceCore::new(slot.index, self.config.max_tool_calls)
                 .logprobs(self.config.logprobs)
-                .max_bytes(self.config.max_choice_bytes);
+                .max_bytes(self.config.max_choice_bytes)
+                .drop_after_finish(self.config.drop_after_finish);
             self.choices.push((core, EventLog::default()));
         }
         self.warnings.append(&mut self.splitter.warnings);

@@ -240,6 +240,10 @@ pub struct Warning {
 pub enum WarningKind {
     /// Data arrived for a choice after its `finish_reason`; it was applied to the message.
     DataAfterFinish,
+    /// Data arrived for a choice after its `finish_reason`; it was left out, the message
+    /// staying as it was at its finish
+    /// ([`StreamConfig::drop_after_finish`](crate::StreamConfig::drop_after_finish)).
+    DataAfterFinishDropped,
     /// A second `finish_reason` arrived; the first is kept as the finish reason. (Values
     /// longer than 80 characters are quoted cut, with their length.)
     SecondFinish {
@@ -323,6 +327,9 @@ impl fmt::Display for WarningKind {
         match self {
             WarningKind::DataAfterFinish => {
                 f.write_str("data for the choice after its finish (kept)")
+            }
+            WarningKind::DataAfterFinishDropped => {
+                f.write_str("data for the choice after its finish (dropped)")
             }
             WarningKind::SecondFinish { kept, ignored } => {
                 write!(

@@ -176,6 +176,13 @@ impl ChoiceCore {
         self
     }
 
+    /// Leaves out message data that arrives after the finish
+    /// ([`StreamConfig::drop_after_finish`](crate::StreamConfig::drop_after_finish)).
+    pub fn drop_after_finish(mut self, drop: bool) -> Self {
+        self.acc.drop_after_finish(drop);
+        self
+    }
+
     /// Keeps of the updates' log-probabilities what `kept` says
     /// ([`StreamConfig::logprobs`](crate::StreamConfig::logprobs); their text by default).
     pub fn logprobs(mut self, kept: LogprobsKept) -> Self {

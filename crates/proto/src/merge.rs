@@ -18,7 +18,9 @@
 //!   arguments; a fragment that arrives meanwhile is reported as
 //!   [`WarningKind::FinishBeforeArguments`];
 //! - updates after the finish are applied and reported as [`WarningKind::DataAfterFinish`]
-//!   (annotation-only updates, such as Azure's late content filter results, are not).
+//!   (annotation-only updates, such as Azure's late content filter results, are not); with
+//!   [`StreamConfig::drop_after_finish`](crate::StreamConfig::drop_after_finish), their
+//!   message data is left out instead, reported as [`WarningKind::DataAfterFinishDropped`].
 
 use std::sync::{Arc, OnceLock};
 
@@ -72,6 +74,18 @@ impl ChoiceUpdate {
             || self.function_call.is_some()
             || !self.tool_calls.is_empty()
             || self.logprobs.is_some()
+    }
+
+    /// Leaves out the update's message data ([`has_data`](Self::has_data)), keeping its
+    /// annotations and its finish.
+    fn drop_data(&mut self) {
+        self.role = None;
+        self.content = None;
+        self.refusal = None;
+        self.reasoning = None;
+        self.function_call = None;
+        self.tool_calls.clear();
+        self.logprobs = None;
     }
 }
 
@@ -200,6 +214,8 @@ impl CallState {
 pub(crate) struct ChoiceAccumulator {
     index: u32,
     max_tool_calls: usize,
+    /// Message data after the finish is left out (reported as dropped), not applied.
+    drop_after_finish: bool,
     role: Option<Text>,
     content: Option<String>,
     refusal: Option<String>,
@@ -236,6 +252,7 @@ impl ChoiceAccumulator {
         ChoiceAccumulator {
             index,
             max_tool_calls,
+            drop_after_finish: false,
             role: None,
             content: None,
             refusal: None,
@@ -248,6 +265,12 @@ impl ChoiceAccumulator {
         }
     }
 
+    /// Leaves out message data that arrives after the finish (reported as
+    /// [`WarningKind::DataAfterFinishDropped`]) instead of applying it.
+    pub fn drop_after_finish(&mut self, drop: bool) {
+        self.drop_after_finish = drop;
+    }
+
     pub fn is_finished(&self) -> bool {
         self.finish.is_some()
     }
@@ -256,10 +279,15 @@ impl ChoiceAccumulator {
     ///
     /// On error (too many tool calls), the parts of the update applied before it stay applied
     /// and their events are in `out`.
-    pub fn apply(&mut self, u: ChoiceUpdate, out: &mut Vec<ChoiceEvent>) -> Result<(), Error> {
+    pub fn apply(&mut self, mut u: ChoiceUpdate, out: &mut Vec<ChoiceEvent>) -> Result<(), Error> {
         let line = u.line;
         if self.finish.is_some() && u.has_data() {
-            out.push(self.warning(line, WarningKind::DataAfterFinish));
+            if self.drop_after_finish {
+                out.push(self.warning(line, WarningKind::DataAfterFinishDropped));
+                u.drop_data();
+            } else {
+                out.push(self.warning(line, WarningKind::DataAfterFinish));
+            }
         }
         if let Some(role) = u.role {
             match &self.role {

@@ -80,6 +80,8 @@ pub(crate) struct Settled {
     outcome: Outcome,
     tries: Vec<TryRecord>,
     samples: u32,
+    /// Updates whose message data came after their choice's finish, left out of the answer.
+    after_finish: usize,
 }
 
 impl Settled {
@@ -89,6 +91,7 @@ impl Settled {
             outcome: run.outcome(outputs).await,
             tries: run.tries(),
             samples: run.samples,
+            after_finish: run.dropped_after_finish(),
         }
     }
 
@@ -99,6 +102,7 @@ impl Settled {
             outcome: run.outcome_now(outputs),
             tries: run.tries(),
             samples: run.samples,
+            after_finish: run.dropped_after_finish(),
         }
     }
 }
@@ -331,7 +335,17 @@ impl Finish {
             outcome,
             tries,
             samples,
+            after_finish,
         } = settled;
+        if after_finish > 0 {
+            // Streamed or not, an answer is each choice as it was at its finish.
+            tracing::warn!(
+                request_id = %self.request_id,
+                model = %self.model,
+                updates = after_finish,
+                "data after a choice's finish left out of the answer"
+            );
+        }
         // One verdict: the answer's, else the failure before it, else the client's leaving.
         let ended = match (&self.answer, self.failure, self.completed) {
             (Some(answer), _, _) => answer.label(),

@@ -180,7 +180,9 @@ impl Run {
         let builder = Completions::builder()
             .replace_failed(replacements)
             .logprobs(logprobs)
-            .max_choice_bytes(per_choice.unwrap_or(usize::MAX));
+            .max_choice_bytes(per_choice.unwrap_or(usize::MAX))
+            // An answer is each choice as it was at its finish, streamed or not.
+            .drop_after_finish(true);
         let completions = builder.samples(planned.len(), move |r| {
             if let Some(source) = lock(&sources).get_mut(r).and_then(Option::take) {
                 return source;
@@ -234,6 +236,14 @@ impl Run {
             pace,
             stops: crate::answer::ending::Stops::default(),
         })
+    }
+
+    /// How many updates brought message data after their choice's finish (left out).
+    pub fn dropped_after_finish(&self) -> usize {
+        let dropped = |w: &&choicewise_core::Warning| {
+            w.kind == choicewise_core::WarningKind::DataAfterFinishDropped
+        };
+        self.completions.warnings().iter().filter(dropped).count()
     }
 
     /// Every try so far, in order.

@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod after_finish;
 mod agents;
 mod arith;
 mod clients;

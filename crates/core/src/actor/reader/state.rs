@@ -187,7 +187,8 @@ impl ReaderState {
                 let stream = &self.completion.config.stream;
                 let core = ChoiceCore::new(index, stream.max_tool_calls)
                     .logprobs(stream.logprobs)
-                    .max_bytes(stream.max_choice_bytes);
+                    .max_bytes(stream.max_choice_bytes)
+                    .drop_after_finish(stream.drop_after_finish);
                 self.router.add(Box::new(core));
                 self.run();
             }
