@@ -61,11 +61,15 @@ pub use choicewise_core::*;
 #[cfg(feature = "client")]
 pub use choicewise_client as client;
 
-/// The Rust blocks of `docs/*.md` that show this crate's API, compiled as doctests (and run
-/// where they need no server: the others are `no_run`), so that the docs' code stays code.
-/// Hidden `# ` lines make a block complete.
+/// The Rust blocks of `README.md` and of `docs/*.md` that show this crate's API, compiled as
+/// doctests (and run where they need no server: the others are `no_run`), so that the docs'
+/// code stays code. Hidden `# ` lines make a block complete in `docs/`; the README's blocks
+/// are whole programs, since GitHub shows hidden lines. They use the `client` feature, which
+/// the crate's tests turn on (its dev-dependency on itself).
 #[cfg(doctest)]
 mod docs {
+    #[doc = include_str!("../README.md")]
+    mod readme {}
     #[doc = include_str!("../docs/api.md")]
     mod api {}
     #[doc = include_str!("../docs/dialects.md")]

@@ -199,8 +199,52 @@ async fn sigterm_lets_open_answers_finish_within_the_grace_then_ends_the_rest() 
         said.push_str(&line);
         said.push('\n');
     }
-    assert!(said.contains("shutting down"), "{said}");
-    assert!(said.contains("grace period over"), "{said}");
+    assert!(
+        said.contains("shutting down: no new connections; waiting up to 3s for 2 open requests\n"),
+        "{said}"
+    );
+    assert!(
+        said.contains("grace period over: ending 1 open request now\n"),
+        "{said}"
+    );
+    assert!(said.ends_with("stopped\n"), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_without_open_requests_says_it_shuts_down_and_stopped() {
+    let (mut child, base, mut stderr) = serve(
+        "idle",
+        "shutdown_grace_s = 30\n[[models]]\nname = \"m\"\n[[models.upstreams]]\n\
+         api = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+    )
+    .await;
+    // Serving: a request answered, over and gone before the signal.
+    let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    drop(health);
+    let signalled = Instant::now();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = within(LIMIT, "the exit", child.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    // Nothing to wait for: not the 30 s of grace.
+    assert!(
+        signalled.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        signalled.elapsed()
+    );
+    let mut said = Vec::new();
+    while let Ok(Some(line)) = stderr.next_line().await {
+        said.push(line);
+    }
+    let shutting = said
+        .iter()
+        .position(|l| l == "shutting down: no new connections, no open request");
+    assert!(shutting.is_some(), "{said:?}");
+    assert_eq!(said.last().map(String::as_str), Some("stopped"), "{said:?}");
 }
 
 /// An nginx master process, stopped with SIGTERM (so that it stops its workers) when dropped.

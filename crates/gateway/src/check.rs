@@ -323,6 +323,47 @@ mod tests {
     }
 
     #[test]
+    fn the_list_the_warnings_and_the_errors_number_an_upstream_alike() {
+        // The second [[models.upstreams]] of model "m": "upstream 2" in the list `--check`
+        // prints, in a warning about it and in an error about it.
+        let config = |second: &str| {
+            format!(
+                "[limits]\nmax_n = 4\nmax_samples = 4\n[[models]]\nname = \"m\"\n\
+                 [[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+                 [[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:8/v1\"\n{second}\n"
+            )
+        };
+        let warned = Config::from_toml(&config("max_n = 4")).unwrap();
+        let listed = warned.summary();
+        assert!(
+            listed.contains(
+                &"  upstream 2: chat http://127.0.0.1:8/v1, model m, n native (max_n 4), no key"
+                    .to_string()
+            ),
+            "{listed:?}"
+        );
+        let warnings = warned.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("model \"m\", upstream 2: max_n (4)"),
+            "{warnings:?}"
+        );
+        for (second, says) in [
+            ("weight = 0", "model \"m\", upstream 2: weight"),
+            (
+                "api_key_env = \"CHECK_UNSET\"",
+                "model \"m\", upstream 2: the environment",
+            ),
+        ] {
+            let e = Config::from_toml(&config(second))
+                .and_then(|c| c.check_with_env(None, |_| None).map(|_| ()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(says), "{second}: {e}");
+        }
+    }
+
+    #[test]
     fn a_base_url_shows_no_credentials() {
         assert_eq!(
             shown_url("https://user:pw@h.example:8443/v1?api-key=sk"),

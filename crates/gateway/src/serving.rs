@@ -20,11 +20,12 @@ use crate::state::Gateway;
 /// soft limit of open files to its hard limit, warning when `max_connections` exceeds it.
 ///
 /// On the signal it stops accepting connections and lets the open answers finish for up to
-/// `shutdown_grace_s`; then it ends the rest ([`Gateway::close`]: their unfinished choices
+/// `shutdown_grace_s`, saying on stderr that it shuts down and how many requests it waits
+/// for; then it ends the rest ([`Gateway::close`]: their unfinished choices
 /// end with `finish_reason: "error"`), closes every upstream and returns `Ok`. A client that
 /// does not read its answer's end is not waited for more than [`CLOSE_WAIT`] after that.
 /// Last, it sends the last spans when `[telemetry]` names an endpoint
-/// ([`Gateway::shutdown_traces`]: a few seconds at most).
+/// ([`Gateway::shutdown_traces`]: a few seconds at most) and says `stopped`.
 pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
     let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
     let gateway = Gateway::new(config).map_err(ServeError::Config)?;
@@ -43,6 +44,7 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
     check_v1(&gateway);
     let served = gateway.serve_on(listener, shutdown_signal()).await;
     gateway.shutdown_traces().await;
+    say(format_args!("stopped"));
     served
 }
 
@@ -80,24 +82,49 @@ impl Gateway {
             signalled_tx.send_replace(true);
         });
         let mut server = std::pin::pin!(server);
-        tokio::select! {
-            () = &mut server => return Ok(()),
-            _ = signalled.wait_for(|s| *s) => {}
+        // The server ends only after the signal: at once when nothing is open.
+        let ended = tokio::select! {
+            () = &mut server => true,
+            _ = signalled.wait_for(|s| *s) => false,
+        };
+        let open = if ended { 0 } else { self.open_requests() };
+        if open == 0 {
+            say(format_args!(
+                "shutting down: no new connections, no open request"
+            ));
+        } else {
+            say(format_args!(
+                "shutting down: no new connections; waiting up to {}s for {}",
+                grace.as_secs_f64(),
+                requests(open)
+            ));
         }
-        say(format_args!(
-            "shutting down: no new connections; open answers have {}s to finish",
-            grace.as_secs_f64()
-        ));
-        if tokio::time::timeout(grace, &mut server).await.is_ok() {
+        if ended || tokio::time::timeout(grace, &mut server).await.is_ok() {
             return Ok(());
         }
-        say(format_args!("grace period over: the open answers end now"));
+        say(format_args!(
+            "grace period over: ending {} now",
+            requests(self.open_requests())
+        ));
         self.close();
         // Clients that do not read their answers' ends: their connections go with the
         // process.
         let _ = tokio::time::timeout(CLOSE_WAIT, &mut server).await;
         Ok(())
     }
+
+    /// The requests being served: each holds one of the `max_concurrent_requests` slots
+    /// until its answer's last byte.
+    fn open_requests(&self) -> usize {
+        (self.inner.limits.max_concurrent_requests)
+            .saturating_sub(self.inner.slots.available_permits())
+    }
+}
+
+/// `1 open request`, `2 open requests`.
+fn requests(count: usize) -> String {
+    let s = if count == 1 { "" } else { "s" };
+    format!("{count} open request{s}")
 }
 
 /// Loads the token-count tables of the default encoding and of `models`' upstream models'
