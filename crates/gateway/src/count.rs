@@ -9,8 +9,8 @@ use choicewise_client::{ClientErrorKind, CountBounds, Dialect, MAX_COUNT_ANSWER_
 use serde_json::json;
 
 use crate::admission::layers;
+use crate::api;
 use crate::error::ApiError;
-use crate::ingress;
 use crate::state::Gateway;
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
@@ -45,12 +45,12 @@ async fn count_tokens_answer(
     let gateway = gw.clone();
     let len = bytes.len();
     let (asked, parsed) = tokio::task::spawn_blocking(move || {
-        let body = match ingress::parse_body(&bytes) {
+        let body = match api::parse_body(&bytes) {
             Ok(body) => body,
             Err(e) => return (None, Err(ApiError::from(e))),
         };
         let asked = (body.get("model")).and_then(|m| serde_json::from_slice::<String>(m).ok());
-        let translated = match ingress::anthropic::to_chat_for_count(&body) {
+        let translated = match api::messages::to_chat_for_count(&body) {
             Ok(translated) => translated,
             Err(e) => return (asked, Err(ApiError::from(e))),
         };

@@ -33,12 +33,12 @@
 
 mod admission;
 mod answer;
+mod api;
 mod check;
 mod config;
 mod count;
 mod error;
 mod handlers;
-mod ingress;
 mod listen;
 mod metrics;
 mod request;

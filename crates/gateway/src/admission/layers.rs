@@ -19,8 +19,8 @@ use futures::StreamExt;
 
 use crate::admission::auth;
 use crate::admission::overload;
+use crate::api;
 use crate::error::ApiError;
-use crate::ingress;
 use crate::state::Gateway;
 use choicewise_core::Dialect;
 
@@ -57,8 +57,7 @@ pub(crate) fn shaped(api: Dialect, e: ApiError) -> Response {
     match api {
         Dialect::Chat => e.into_response(),
         api => {
-            let mut response =
-                (e.status, axum::Json(ingress::api_error_body(api, &e))).into_response();
+            let mut response = (e.status, axum::Json(api::api_error_body(api, &e))).into_response();
             if let Some(wait) = e.retry_after {
                 response
                     .headers_mut()

@@ -6,7 +6,6 @@
 //! decides how each output and the answer ended; [`closing`] cuts answers at their deadline
 //! or the gateway's shutdown; [`finish`] is the request's record.
 
-pub(crate) mod chat;
 pub(crate) mod closing;
 pub(crate) mod ending;
 pub(crate) mod finish;
@@ -31,7 +30,7 @@ use crate::request::ChatRequest;
 use crate::state::Gateway;
 use crate::upstream::engine::{Picked, Run};
 use crate::upstream::open;
-use crate::{HostedTools, ingress, listen};
+use crate::{HostedTools, api, listen};
 
 /// A request of any of the three APIs (`api`: the client's, `Dialect::Chat` for Chat
 /// Completions), answered in that
@@ -53,7 +52,7 @@ pub(crate) async fn answer(gw: Gateway, request: axum::extract::Request, api: Di
             // A streamed Responses request whose prompt overflowed the model's context: the
             // stream OpenAI answers then, which Codex CLI recognises.
             let overflow = (streamed_responses.as_ref())
-                .and_then(|reply| ingress::responses::overflow_answer(reply, &e));
+                .and_then(|reply| api::responses::overflow_answer(reply, &e));
             overflow.unwrap_or_else(|| layers::shaped(api, e))
         }
     };
@@ -88,7 +87,7 @@ async fn serve(
     body: Body,
     finish: &mut Finish,
     api: Dialect,
-    streamed_responses: &mut Option<ingress::Reply>,
+    streamed_responses: &mut Option<api::Reply>,
 ) -> Result<Ready, ApiError> {
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(gw, body).await?;
@@ -131,7 +130,7 @@ async fn serve(
 struct Parsed {
     req: ChatRequest,
     /// The client's API, when it is not Chat Completions.
-    reply: Option<ingress::Reply>,
+    reply: Option<api::Reply>,
     /// The client's own fields an upstream of its API takes as they are.
     native: Option<Arc<(Dialect, serde_json::Map<String, serde_json::Value>)>>,
     translation: Translation,
@@ -192,9 +191,9 @@ fn parse_body(
             translation: Translation::default(),
         });
     }
-    let body = ingress::parse_body(bytes).map_err(|e| Refused::new(e, None))?;
+    let body = api::parse_body(bytes).map_err(|e| Refused::new(e, None))?;
     let asked = (body.get("model")).and_then(|m| serde_json::from_slice::<String>(m).ok());
-    let translated = ingress::to_chat(api, &body).map_err(|e| Refused::new(e, asked.clone()))?;
+    let translated = api::to_chat(api, &body).map_err(|e| Refused::new(e, asked.clone()))?;
     let native = (!translated.native.is_empty()).then(|| Arc::new((api, translated.native)));
     // A streamed Messages answer names the prompt's tokens in its first event.
     let prompt = (api == Dialect::Anthropic && translated.stream).then(|| translated.chat.clone());
@@ -215,7 +214,7 @@ fn parse_body(
 /// A request's run planned: its samples' opener, and what its answer needs besides.
 struct Plan {
     req: ChatRequest,
-    reply: Option<ingress::Reply>,
+    reply: Option<api::Reply>,
     opener: open::Opener,
     /// The APIs of the model's upstreams, for the span.
     apis: Vec<Dialect>,
@@ -284,7 +283,7 @@ fn plan(
 fn hosted_tools(
     gw: &Gateway,
     model: &str,
-    hosted: &[ingress::Hosted],
+    hosted: &[api::Hosted],
 ) -> Result<Option<String>, ApiError> {
     if let Some(HostedTools::Refuse) = gw.inner.hosted_tools.get(model) {
         return match hosted.first() {
@@ -447,7 +446,7 @@ struct Ready {
     picked: Picked,
     req: ChatRequest,
     /// The client's API, when it is not Chat Completions.
-    reply: Option<ingress::Reply>,
+    reply: Option<api::Reply>,
     /// A streamed Messages answer's prompt tokens, being counted.
     estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
     envelope: Envelope,
@@ -486,7 +485,7 @@ impl Ready {
 #[derive(Default)]
 struct Translation {
     /// Its hosted tools, left out of the body.
-    hosted: Vec<ingress::Hosted>,
+    hosted: Vec<api::Hosted>,
     /// A streamed Messages request's Chat Completions body, whose prompt tokens are estimated
     /// for its `message_start`.
     prompt: Option<crate::request::Fields>,

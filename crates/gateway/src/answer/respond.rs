@@ -7,14 +7,14 @@ use axum::response::{IntoResponse, Response};
 use choicewise_core::Choice;
 use choicewise_core::chunks::Envelope;
 
-use crate::answer::chat::{self, ChatFraming, json_body};
 use crate::answer::ending::{AnswerEnd, Initiator, OutputEnd, Seen, decide};
 use crate::answer::finish::{Finish, Settled};
 use crate::answer::translated::{self, ApiFraming};
 use crate::answer::write::{
     Closing, Framing, Tail, cut_short, output, sse_response, until_closed, write_loop,
 };
-use crate::ingress::{self, Reply};
+use crate::api::chat::{self, ChatFraming, json_body};
+use crate::api::{self, Reply};
 use crate::request::ChatRequest;
 use crate::upstream::engine::{AnswerUsage, Picked, Run, Summary};
 
@@ -205,7 +205,7 @@ pub(crate) fn one_object(
     if let Some(error) = answer.error(model) {
         let body = match api {
             Api::Chat(_) => error.body(),
-            Api::Translated { reply, .. } => ingress::api_error_body(reply.api, &error),
+            Api::Translated { reply, .. } => api::api_error_body(reply.api, &error),
         };
         return Err((answer.status().unwrap_or(error.status), body));
     }

@@ -1,5 +1,5 @@
 //! The answers of `POST /v1/messages` and `POST /v1/responses` in their API's terms: the
-//! request's one output choice framed by the API's [`Encoder`](crate::ingress::Encoder)
+//! request's one output choice framed by the API's [`Encoder`](crate::api::Encoder)
 //! ([`ApiFraming`]), or written as one object ([`message`]). Whether the answer failed is
 //! the verdict's ([`AnswerEnd`]), not decided here.
 
@@ -8,7 +8,7 @@ use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 
 use crate::answer::ending::{AnswerEnd, Failure, OutputEnd};
 use crate::answer::write::{Framing, Needs, Tail};
-use crate::ingress::{Encoder, Reply, Tokens};
+use crate::api::{Encoder, Reply, Tokens};
 use crate::upstream::engine::{AnswerUsage, Summary};
 
 /// A Messages or Responses answer's events: the one output choice's, by the API's

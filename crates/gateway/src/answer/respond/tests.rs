@@ -14,13 +14,13 @@ use futures::StreamExt;
 use serde_json::json;
 
 use super::{Api, one_object};
-use crate::answer::chat::ChatFraming;
 use crate::answer::ending::{
     AnswerEnd, Cut, Initiator, OutputEnd, PAST_DEADLINE, SHUT_DOWN, Seen, Stops, decide,
 };
 use crate::answer::translated::ApiFraming;
 use crate::answer::write::{Endings, Framing, Tail, output};
-use crate::ingress::Reply;
+use crate::api::Reply;
+use crate::api::chat::ChatFraming;
 use crate::upstream::engine::{AnswerUsage, ChoiceTokens, Summary, TrySummary, UsageParts};
 
 /// How the case's output choices end.

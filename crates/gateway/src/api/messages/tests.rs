@@ -1,15 +1,15 @@
 //! The translation of Messages requests: each field, and each refusal a 400 naming it.
 
 use super::*;
-use crate::ingress::Hosted;
+use crate::api::Hosted;
 
 /// A test's body translated as the gateway translates it (split into its fields first).
 fn to_chat(body: &Value) -> Result<Translated, IngressError> {
-    super::to_chat(&crate::ingress::fields_of(body)?)
+    super::to_chat(&crate::api::fields_of(body)?)
 }
 
 fn to_chat_for_count(body: &Value) -> Result<Translated, IngressError> {
-    super::to_chat_for_count(&crate::ingress::fields_of(body)?)
+    super::to_chat_for_count(&crate::api::fields_of(body)?)
 }
 
 fn ok(body: Value) -> Translated {
@@ -447,7 +447,7 @@ fn tool_schemas_are_copied_as_sent() {
         "messages": [{"role": "user", "content": "hi"}],
         "tools": [{"name": "b", "description": null, "input_schema": {"type": "object", "properties": {"z": {}, "a": {}}}},
                   {"name": "c", "description": "C", "input_schema": {"properties" :{}}, "cache_control": {"type": "ephemeral"}}]}"#;
-    let body = crate::ingress::parse_body(&bytes::Bytes::from_static(text)).unwrap();
+    let body = crate::api::parse_body(&bytes::Bytes::from_static(text)).unwrap();
     let t = super::to_chat(&body).unwrap();
     assert_eq!(
         std::str::from_utf8(&t.chat["tools"]).unwrap(),

@@ -1,10 +1,11 @@
 //! The translation of Responses requests: each field, and each refusal a 400 naming it.
 
 use super::*;
+use crate::api::Hosted;
 
 /// A test's body translated as the gateway translates it (split into its fields first).
 fn to_chat(body: &Value) -> Result<Translated, IngressError> {
-    super::to_chat(&crate::ingress::fields_of(body)?)
+    super::to_chat(&crate::api::fields_of(body)?)
 }
 
 fn ok(body: Value) -> Translated {
@@ -361,7 +362,7 @@ fn a_namespaced_call_is_answered_in_its_namespace() {
     ] {
         encoder.event(&event, &mut out);
     }
-    encoder.end(&crate::ingress::Tokens::default(), None, None, &mut out);
+    encoder.end(&crate::api::Tokens::default(), None, None, &mut out);
     let text = String::from_utf8(out).unwrap();
     let events: Vec<Value> = (text.lines())
         .filter_map(|l| l.strip_prefix("data: "))
@@ -397,7 +398,7 @@ fn a_namespaced_call_is_answered_in_its_namespace() {
         {"id": "call_1", "type": "function", "function": {"name": "agents__close_agent", "arguments": "{}"}},
         {"id": "call_2", "type": "function", "function": {"name": "plain", "arguments": "{}"}}]))
     .unwrap();
-    let body = reply.message(&output, &crate::ingress::Tokens::default(), None);
+    let body = reply.message(&output, &crate::api::Tokens::default(), None);
     assert_eq!(body["output"][0]["name"], "close_agent");
     assert_eq!(body["output"][0]["namespace"], "agents");
     assert_eq!(body["output"][1]["name"], "plain");
@@ -462,7 +463,7 @@ fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
     ] {
         encoder.event(&event, &mut out);
     }
-    encoder.end(&crate::ingress::Tokens::default(), None, None, &mut out);
+    encoder.end(&crate::api::Tokens::default(), None, None, &mut out);
     let text = String::from_utf8(out).unwrap();
     let events: Vec<Value> = (text.lines())
         .filter_map(|l| l.strip_prefix("data: "))
@@ -495,7 +496,7 @@ fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
     output.message.tool_calls = serde_json::from_value(json!([
         {"id": "call_r", "type": "function", "function": {"name": "apply_patch", "arguments": "{\"input\":\"x\"}"}}]))
     .unwrap();
-    let body = reply.message(&output, &crate::ingress::Tokens::default(), None);
+    let body = reply.message(&output, &crate::api::Tokens::default(), None);
     assert_eq!(body["output"][0]["type"], "custom_tool_call");
     assert_eq!(body["output"][0]["input"], "x");
 }
