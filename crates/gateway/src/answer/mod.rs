@@ -1,8 +1,8 @@
-//! A request of any of the three APIs, from its body to its answer: read, checked, its
-//! policy applied, its samples opened and picked, answered in its API's terms.
+//! A request of any client API ([`ClientApi`]), from its body to its answer: read, checked,
+//! its policy applied, its samples opened and picked, answered in its API's terms.
 //!
 //! Its parts: [`respond`] answers a pick, streamed through [`write`]'s loop or as one object,
-//! framed by [`chat`] (Chat Completions) or [`translated`] (Messages, Responses); [`ending`]
+//! framed by its API ([`translated`]: the framing Messages and Responses share); [`ending`]
 //! decides how each output and the answer ended; [`closing`] cuts answers at their deadline
 //! or the gateway's shutdown; [`finish`] is the request's record.
 
@@ -17,14 +17,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use choicewise_client::Dialect;
 use choicewise_core::chunks::Envelope;
 
 use crate::admission::layers;
 use crate::answer::ending::ErrorType;
 use crate::answer::finish::Finish;
+use crate::answer::respond::Answer;
+use crate::api::{ClientApi, Read, Refused};
 use crate::error::ApiError;
 use crate::request::ChatRequest;
 use crate::state::Gateway;
@@ -32,28 +34,27 @@ use crate::upstream::engine::{Picked, Run};
 use crate::upstream::open;
 use crate::{HostedTools, api, listen};
 
-/// A request of any of the three APIs (`api`: the client's, `Dialect::Chat` for Chat
-/// Completions), answered in that
-/// API's terms, its failures included. Its record ([`Finish`]) is made as it arrives, filled
-/// in as it is served, and goes with its answer's body, which records it when it ends.
-pub(crate) async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> Response {
+/// A request of the client API `A` (the route of each API is this handler, instantiated for
+/// it), answered in that API's terms, its failures included. Its record ([`Finish`]) is made
+/// as it arrives, filled in as it is served, and goes with its answer's body, which records
+/// it when it ends.
+pub(crate) async fn answer<A: ClientApi>(
+    State(gw): State<Gateway>,
+    request: axum::extract::Request,
+) -> Response {
     let (parts, body) = request.into_parts();
     let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
     let mut finish = Finish::new(&gw, &parts.headers, peer);
-    finish.api(layers::api_label(api));
-    let mut streamed_responses = None;
-    let served = serve(&gw, body, &mut finish, api, &mut streamed_responses).await;
+    finish.api(A::LABEL);
+    let mut kept = None;
+    let served = serve::<A>(&gw, body, &mut finish, &mut kept).await;
     let label = layers::ModelLabel(finish.model().to_string());
     let tries = finish.tries();
     let mut response = match served {
         Ok(ready) => ready.answer(finish).await,
         Err(e) => {
             finish.refused(&e);
-            // A streamed Responses request whose prompt overflowed the model's context: the
-            // stream OpenAI answers then, which Codex CLI recognises.
-            let overflow = (streamed_responses.as_ref())
-                .and_then(|reply| api::responses::overflow_answer(reply, &e));
-            overflow.unwrap_or_else(|| layers::shaped(api, e))
+            A::refused(kept.as_ref(), e)
         }
     };
     // Every answer's headers are sent after its first tries ended: how many there were.
@@ -80,19 +81,18 @@ fn parses_inline(body: &[u8]) -> bool {
 
 /// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
 /// [`parse`] it, [`plan`] its run, [`pick`] its samples. `finish` learns what the request's
-/// record needs as it goes, and `streamed_responses` the answer's `Reply` once a streamed
-/// Responses request is read (its errors after that may be answered as a stream).
-async fn serve(
+/// record needs as it goes, and `kept` what the API keeps of a request read for its errors
+/// ([`ClientApi::kept_for_errors`]).
+async fn serve<A: ClientApi>(
     gw: &Gateway,
     body: Body,
     finish: &mut Finish,
-    api: Dialect,
-    streamed_responses: &mut Option<api::Reply>,
-) -> Result<Ready, ApiError> {
+    kept: &mut Option<A::Reply>,
+) -> Result<Ready<A>, ApiError> {
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(gw, body).await?;
     let len = bytes.len();
-    let parsed = match parse(gw, bytes, api).await {
+    let parsed = match parse::<A>(gw, bytes).await {
         Ok(parsed) => parsed,
         Err(refused) => {
             let Refused { error, asked } = *refused;
@@ -102,9 +102,7 @@ async fn serve(
             return Err(error);
         }
     };
-    if api == Dialect::Responses && parsed.req.stream {
-        streamed_responses.clone_from(&parsed.reply);
-    }
+    *kept = A::kept_for_errors(&parsed.reply, parsed.req.stream);
     // Parsed: the memory mark checked again before the request goes on.
     layers::parsed(gw, len)?;
     finish.asked(&parsed.req.model);
@@ -122,35 +120,7 @@ async fn serve(
     finish.named(parsed.req.model.clone());
     let plan = plan(gw, parsed, model, finish.client())?;
     finish.opening(plan.opener.tries.clone(), plan.opener.limits_set.clone());
-    pick(gw, plan, finish).await
-}
-
-/// A request read and checked: the Chat Completions request the gateway runs, and what
-/// its answer and its upstream requests need besides.
-struct Parsed {
-    req: ChatRequest,
-    /// The client's API, when it is not Chat Completions.
-    reply: Option<api::Reply>,
-    /// The client's own fields an upstream of its API takes as they are.
-    native: Option<Arc<(Dialect, serde_json::Map<String, serde_json::Value>)>>,
-    translation: Translation,
-}
-
-/// A request refused while it was parsed, with the model its body names when that could
-/// be read: a refused Messages or Responses request is counted in the metrics under its
-/// model.
-struct Refused {
-    error: ApiError,
-    asked: Option<String>,
-}
-
-impl Refused {
-    fn new(error: impl Into<ApiError>, asked: Option<String>) -> Box<Refused> {
-        Box::new(Refused {
-            error: error.into(),
-            asked,
-        })
-    }
+    pick::<A>(gw, plan, finish).await
 }
 
 /// Parses a body of the client's API into the request to run. Parsing a body of up to
@@ -159,11 +129,11 @@ impl Refused {
 /// small body without a vote_by parses in microseconds, less than the two thread
 /// hand-offs of the blocking pool: on the worker. Either way a panic while parsing is the
 /// client's 400, not a dropped connection.
-async fn parse(gw: &Gateway, bytes: Bytes, api: Dialect) -> Result<Parsed, Box<Refused>> {
+async fn parse<A: ClientApi>(gw: &Gateway, bytes: Bytes) -> Result<Read<A::Reply>, Box<Refused>> {
     let inline = parses_inline(&bytes);
     let limits = gw.inner.limits.clone();
     let picks = gw.inner.picks.clone();
-    let parse = move || parse_body(&bytes, api, &limits, &picks);
+    let parse = move || A::read(&bytes, &limits, &picks);
     let unparsed = || Refused::new(ApiError::invalid("the request could not be parsed"), None);
     if inline {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))
@@ -173,51 +143,13 @@ async fn parse(gw: &Gateway, bytes: Bytes, api: Dialect) -> Result<Parsed, Box<R
     }
 }
 
-/// [`parse`]'s work, on whichever thread it runs.
-fn parse_body(
-    bytes: &Bytes,
-    api: Dialect,
-    limits: &crate::Limits,
-    picks: &std::collections::HashMap<String, crate::config::ModelPick>,
-) -> Result<Parsed, Box<Refused>> {
-    if api == Dialect::Chat {
-        let req = ChatRequest::parse(bytes, limits)
-            .and_then(|r| r.with_model(picks, limits))
-            .map_err(|e| Refused::new(e, None))?;
-        return Ok(Parsed {
-            req,
-            reply: None,
-            native: None,
-            translation: Translation::default(),
-        });
-    }
-    let body = api::parse_body(bytes).map_err(|e| Refused::new(e, None))?;
-    let asked = (body.get("model")).and_then(|m| serde_json::from_slice::<String>(m).ok());
-    let translated = api::to_chat(api, &body).map_err(|e| Refused::new(e, asked.clone()))?;
-    let native = (!translated.native.is_empty()).then(|| Arc::new((api, translated.native)));
-    // A streamed Messages answer names the prompt's tokens in its first event.
-    let prompt = (api == Dialect::Anthropic && translated.stream).then(|| translated.chat.clone());
-    let req = ChatRequest::from_fields(translated.chat, limits)
-        .and_then(|r| r.with_model(picks, limits))
-        .map_err(|e| Refused::new(e, asked))?;
-    Ok(Parsed {
-        req,
-        reply: Some(translated.reply),
-        native,
-        translation: Translation {
-            hosted: translated.hosted,
-            prompt,
-        },
-    })
-}
-
 /// A request's run planned: its samples' opener, and what its answer needs besides.
-struct Plan {
+struct Plan<R> {
     req: ChatRequest,
-    reply: Option<api::Reply>,
+    reply: R,
     opener: open::Opener,
     /// The APIs of the model's upstreams, for the span.
-    apis: Vec<Dialect>,
+    apis: Vec<choicewise_core::Dialect>,
     /// A streamed Messages answer's prompt tokens, being counted.
     estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
     /// The hosted tools left out of the upstream request.
@@ -227,20 +159,21 @@ struct Plan {
 /// Plans the run of a parsed request for `model`: its hosted tools left out or the request
 /// refused, as the model says; a streamed Messages answer's prompt estimate started; the
 /// opener of its samples.
-fn plan(
+fn plan<R>(
     gw: &Gateway,
-    parsed: Parsed,
+    read: Read<R>,
     model: Arc<open::ModelRoutes>,
     client: crate::upstream::resilience::ClientId,
-) -> Result<Plan, ApiError> {
-    let Parsed {
+) -> Result<Plan<R>, ApiError> {
+    let Read {
         req,
         reply,
         native,
-        translation,
-    } = parsed;
-    let dropped = hosted_tools(gw, &req.model, &translation.hosted)?;
-    let estimate = translation.prompt.map(|chat| {
+        hosted,
+        prompt,
+    } = read;
+    let dropped = hosted_tools(gw, &req.model, &hosted)?;
+    let estimate = prompt.map(|chat| {
         let upstream_model =
             (model.routes.first()).map_or(model.name.as_str(), |r| r.model.as_str());
         let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
@@ -360,7 +293,11 @@ impl Deadlines {
 
 /// Opens a planned request's samples and picks them, by its deadlines; `finish` takes the
 /// run, and the failure when nothing was picked.
-async fn pick(gw: &Gateway, plan: Plan, finish: &mut Finish) -> Result<Ready, ApiError> {
+async fn pick<A: ClientApi>(
+    gw: &Gateway,
+    plan: Plan<A::Reply>,
+    finish: &mut Finish,
+) -> Result<Ready<A>, ApiError> {
     let Plan {
         req,
         reply,
@@ -407,9 +344,11 @@ async fn pick(gw: &Gateway, plan: Plan, finish: &mut Finish) -> Result<Ready, Ap
     Ok(Ready {
         picked,
         req,
-        reply,
-        estimate,
-        envelope,
+        answer: Answer {
+            reply,
+            envelope,
+            estimate,
+        },
         closing,
         dropped,
     })
@@ -442,36 +381,26 @@ fn unpicked(
 }
 
 /// A request ready to be answered: its pick made, what its answer is made of.
-struct Ready {
+struct Ready<A: ClientApi> {
     picked: Picked,
     req: ChatRequest,
-    /// The client's API, when it is not Chat Completions.
-    reply: Option<api::Reply>,
-    /// A streamed Messages answer's prompt tokens, being counted.
-    estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
-    envelope: Envelope,
+    answer: Answer<A>,
     closing: write::Closing,
     /// The hosted tools left out of the upstream request.
     dropped: Option<String>,
 }
 
-impl Ready {
+impl<A: ClientApi> Ready<A> {
     /// The answer, in the client's API, streamed or not; `finish` goes with its body.
     async fn answer(self, finish: Finish) -> Response {
         let Ready {
             picked,
             req,
-            reply,
-            estimate,
-            envelope,
+            answer,
             closing,
             dropped,
         } = self;
-        let api = match reply {
-            None => respond::Api::Chat(envelope),
-            Some(reply) => respond::Api::Translated { reply, estimate },
-        };
-        let mut response = respond::respond(finish, picked, req, api, closing).await;
+        let mut response = respond::respond(finish, picked, req, answer, closing).await;
         if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
             response
                 .headers_mut()
@@ -479,16 +408,6 @@ impl Ready {
         }
         response
     }
-}
-
-/// What a translated request (Messages, Responses) brings besides its Chat Completions body.
-#[derive(Default)]
-struct Translation {
-    /// Its hosted tools, left out of the body.
-    hosted: Vec<api::Hosted>,
-    /// A streamed Messages request's Chat Completions body, whose prompt tokens are estimated
-    /// for its `message_start`.
-    prompt: Option<crate::request::Fields>,
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Anthropic Messages in: a `POST /v1/messages` body read into a Chat Completions request,
-//! and errors in Anthropic's shape. The answer's encoder is in `anthropic/encode.rs`.
+//! and errors in Anthropic's shape. The answer's encoder is in `messages/encode.rs`.
 //!
 //! | Messages | Chat Completions |
 //! |---|---|
@@ -30,22 +30,91 @@
 //! and other block types, file sources.
 
 mod encode;
-
-pub(crate) use encode::{INPUT_AS_WRITTEN, MessagesEncoder, message};
 mod tools;
 
+pub(crate) use encode::{INPUT_AS_WRITTEN, MessagesEncoder, message};
 use tools::{stop_sequences, thinking_effort, tool_choice, tools};
 
 use axum::http::StatusCode;
-use choicewise_core::Dialect;
+use bytes::Bytes;
+use choicewise_core::chunks::Envelope;
+use choicewise_core::{Choice, ChoiceOutput, Dialect};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{
-    IngressError, MessagesOut, Parts, Reply, Translated, each_block, field, lean, lean_object,
-    raw_field, read_fields, write_compact_as_string,
+    AsWritten, ClientApi, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated,
+    each_block, field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
 };
-use crate::request::{Fields, fields_of, kind_of, too_large_to_parse};
+use crate::Limits;
+use crate::answer::ending::OutputEnd;
+use crate::answer::translated::{self, ApiFraming};
+use crate::config::ModelPick;
+use crate::error::ApiError;
+use crate::request::{ChatRequest, Fields, fields_of, kind_of, too_large_to_parse};
+use crate::upstream::engine::{AnswerUsage, Summary};
+
+/// Anthropic's Messages: a request translated onto Chat Completions, one output choice
+/// answered as Anthropic's events or `message` object, errors in Anthropic's shape.
+pub(crate) struct Messages;
+
+impl ClientApi for Messages {
+    const LABEL: &'static str = "messages";
+    const ONE_OUTPUT: bool = true;
+    type Reply = Reply;
+    type Framing = ApiFraming;
+
+    fn read(
+        bytes: &Bytes,
+        limits: &Limits,
+        picks: &std::collections::HashMap<String, ModelPick>,
+    ) -> Result<Read<Reply>, Box<Refused>> {
+        // Its `thinking` goes as sent to an Anthropic upstream; a streamed answer names the
+        // prompt's tokens in its first event.
+        super::read_translated(bytes, (limits, picks), to_chat, Dialect::Anthropic, true)
+    }
+
+    fn framing(
+        mut reply: Reply,
+        _: &Envelope,
+        _: &ChatRequest,
+        _: usize,
+        prompt_tokens: Option<u64>,
+    ) -> ApiFraming {
+        reply.input_tokens = prompt_tokens;
+        ApiFraming::new(Box::new(MessagesEncoder::new(&reply)))
+    }
+
+    fn object(
+        reply: &Reply,
+        _: &Envelope,
+        _: bool,
+        choices: &[(Option<Choice>, OutputEnd)],
+        usage: &AnswerUsage,
+        summary: Option<&Summary>,
+    ) -> axum::body::Bytes {
+        translated::object(choices, usage, summary, |out, usage, summary| {
+            object_text(reply, out, usage, summary)
+        })
+    }
+
+    fn error_body(error: &ApiError) -> Value {
+        error_body(error.status, &error.message)
+    }
+}
+
+/// The non-streamed answer's text: the `message` object, each `tool_use` block's input as
+/// the upstream wrote it ([`AsWritten`]).
+pub(crate) fn object_text(
+    reply: &Reply,
+    output: &ChoiceOutput,
+    usage: &super::Tokens,
+    choicewise: Option<&Value>,
+) -> Vec<u8> {
+    let body = message(reply, output, usage, choicewise);
+    // A value always serialises.
+    serde_json::to_vec(&AsWritten(&body)).unwrap_or_default()
+}
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
 pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
@@ -217,7 +286,6 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
         native,
         hosted,
         reply: Reply {
-            api: Dialect::Anthropic,
             model,
             reasoning,
             stop,

@@ -1,28 +1,32 @@
-//! The SDKs' own APIs in front of the gateway: Anthropic Messages (`POST /v1/messages`) and
-//! OpenAI Responses (`POST /v1/responses`, stateless), translated onto the Chat Completions
-//! request the gateway already serves, and its one answer written back in the client's API.
+//! The client APIs the gateway serves, one [`ClientApi`] each: Chat Completions
+//! ([`chat::Chat`], `POST /v1/chat/completions`), Anthropic Messages ([`messages::Messages`],
+//! `POST /v1/messages`) and OpenAI Responses ([`responses::Responses`], `POST /v1/responses`,
+//! stateless). Each reads its requests into the Chat Completions request the gateway runs,
+//! frames its answers and shapes its errors; the route of each is `answer::<A>`, so a new
+//! client API is one module and one route.
 //!
 //! Nothing here does I/O: each part is a pure function or a small state machine over bytes,
 //! tested without a server.
 //!
-//! **The request path.** [`to_chat`] reads the client's body into a [`Translated`]: the
+//! **The request path.** A Messages or Responses body is read into a [`Translated`]: the
 //! Chat Completions body (`model`, `messages`, `stream`, the `choicewise` extension as sent,
-//! and the sampling fields), which `ChatRequest::parse` accepts, and a [`Reply`]: what the
-//! answer needs to know (the API, the model asked for, whether the client asked for thinking
+//! and the sampling fields), which `ChatRequest::from_fields` accepts, and a [`Reply`]: what
+//! the answer needs to know (the model asked for, whether the client asked for thinking
 //! or reasoning, its stop sequences). A request these APIs do not serve here is an
-//! [`IngressError`] (400 naming the field), answered with [`IngressError::body`].
+//! [`IngressError`] (400 naming the field), answered in the API's shape
+//! ([`ClientApi::error_body`]).
 //!
 //! **The answer path.** The gateway runs the request as usual (these APIs have no `n`: one
 //! output choice) and then either
 //!
-//! - streams: `reply.encoder()` gives an [`Encoder`]; `start` once, `event` for every
-//!   `ChoiceEvent` of the output choice, then exactly one of `failed` (the choice failed) or
-//!   `end` (with the usage, the provider's own stop reason when known, and the `choicewise`
-//!   summary); the bytes it appends are whole SSE frames, ready to write;
-//! - or answers one JSON object: `reply.message(&output, &usage, choicewise)`.
+//! - streams: the API's [`Encoder`]; `start` once, `event` for every `ChoiceEvent` of the
+//!   output choice, then `close` with the decided ending (the usage, the provider's own stop
+//!   reason when known, and the `choicewise` summary); the bytes it appends are whole SSE
+//!   frames, ready to write;
+//! - or answers one JSON object ([`messages::message`], [`responses::message`]).
 //!
 //! Failures before the answer starts (401, 404, 413, 429, 502, ...) are answered in the
-//! client's terms with [`error_body`] or [`api_error_body`].
+//! client's terms: [`ClientApi::shaped`].
 
 pub(crate) mod chat;
 pub(crate) mod messages;
@@ -38,20 +42,196 @@ pub(crate) use translate::{
     read_fields, small, write_compact_as_string, write_function_tool,
 };
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 #[cfg(test)]
 use choicewise_core::Usage;
-use choicewise_core::{ChoiceEvent, ChoiceOutput, Dialect};
+use choicewise_core::chunks::Envelope;
+use choicewise_core::{Choice, ChoiceEvent, Dialect};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::Limits;
 use crate::answer::ending::OutputEnd;
+use crate::answer::write::Framing;
+use crate::config::ModelPick;
 use crate::error::ApiError;
-use crate::request::{Fields, NotAnObject, split_object};
+use crate::request::{ChatRequest, Fields, NotAnObject, split_object};
+use crate::upstream::engine::{AnswerUsage, Summary};
+
+/// A client API the gateway serves, as hyper's `Http1Transaction` is one side of HTTP/1:
+/// how its requests are read, its answers framed and written, its errors shaped. Its route
+/// is the one handler instantiated for it (`answer::<A>`).
+pub(crate) trait ClientApi: Send + Sync + 'static {
+    /// The `api` label of its requests in the metrics and the `request` log line: its
+    /// endpoint's name (`chat`, `messages`, `responses`).
+    const LABEL: &'static str;
+    /// Whether its answer has one output choice (no `n`): the pick's first.
+    const ONE_OUTPUT: bool;
+    /// What its answer needs of its request besides the request the gateway runs.
+    type Reply: Clone + Send + Sync + 'static;
+    /// Its streamed answer's framing.
+    type Framing: Framing + Send + 'static;
+
+    /// Reads a request body into the Chat Completions request the gateway runs and what
+    /// its answer needs (`limits`, `picks`: the gateway's, which check it); a refusal names
+    /// the model the body asked for when it could be read.
+    fn read(
+        bytes: &Bytes,
+        limits: &Limits,
+        picks: &HashMap<String, ModelPick>,
+    ) -> Result<Read<Self::Reply>, Box<Refused>>;
+
+    /// The streamed answer's framing, of `outputs` output choices of `req`, answered as
+    /// `envelope` (its id, creation time, model); `prompt_tokens`: the prompt's tokens, when
+    /// counted for the answer's first event ([`Read::prompt`]).
+    fn framing(
+        reply: Self::Reply,
+        envelope: &Envelope,
+        req: &ChatRequest,
+        outputs: usize,
+        prompt_tokens: Option<u64>,
+    ) -> Self::Framing;
+
+    /// The non-streamed answer as one object, of its output `choices` as they ended (the
+    /// verdict says they are an answer; `logprobs`: the client asked for them).
+    fn object(
+        reply: &Self::Reply,
+        envelope: &Envelope,
+        logprobs: bool,
+        choices: &[(Option<Choice>, OutputEnd)],
+        usage: &AnswerUsage,
+        summary: Option<&Summary>,
+    ) -> axum::body::Bytes;
+
+    /// One of the gateway's errors as its JSON body in this API's shape: the same status
+    /// and message.
+    fn error_body(error: &ApiError) -> Value;
+
+    /// An error answered in this API's shape, with its `Retry-After` when it has one.
+    fn shaped(error: ApiError) -> Response {
+        let mut response = (error.status, axum::Json(Self::error_body(&error))).into_response();
+        if let Some(wait) = error.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, wait.into());
+        }
+        response
+    }
+
+    /// What of a request read its errors need, when they are answered otherwise than
+    /// [`shaped`](Self::shaped) (`stream`: the client asked for a streamed answer).
+    fn kept_for_errors(_reply: &Self::Reply, _stream: bool) -> Option<Self::Reply> {
+        None
+    }
+
+    /// An error of a request (`kept`: what [`kept_for_errors`](Self::kept_for_errors) kept
+    /// of it, once it was read), answered.
+    fn refused(_kept: Option<&Self::Reply>, error: ApiError) -> Response {
+        Self::shaped(error)
+    }
+}
+
+/// A request read by its [`ClientApi`]: the Chat Completions request the gateway runs, and
+/// what its answer and its upstream requests need besides.
+pub(crate) struct Read<R> {
+    pub req: ChatRequest,
+    pub reply: R,
+    /// The client's own fields that an upstream of the API named takes as they are
+    /// ([`Translated::native`]).
+    pub native: Option<Arc<(Dialect, Map<String, Value>)>>,
+    /// Its hosted tools, left out of the request.
+    pub hosted: Vec<Hosted>,
+    /// The Chat Completions body whose prompt tokens are counted for the answer's first
+    /// event (a streamed Messages answer's `message_start`).
+    pub prompt: Option<Fields>,
+}
+
+/// A request refused while it was read, with the model its body names when that could be
+/// read: a refused Messages or Responses request is counted in the metrics under its
+/// model.
+pub(crate) struct Refused {
+    pub error: ApiError,
+    pub asked: Option<String>,
+}
+
+impl Refused {
+    pub fn new(error: impl Into<ApiError>, asked: Option<String>) -> Box<Refused> {
+        Box::new(Refused {
+            error: error.into(),
+            asked,
+        })
+    }
+}
+
+/// Reads a translated API's body (Messages, Responses) with its `translate`: its fields,
+/// translated, then checked as a Chat Completions request; its `native` fields go to an
+/// upstream of API `native_to`; `prompt`: its prompt's tokens are counted for a streamed
+/// answer's first event.
+pub(crate) fn read_translated(
+    bytes: &Bytes,
+    (limits, picks): (&Limits, &HashMap<String, ModelPick>),
+    translate: fn(&Fields) -> Result<Translated, IngressError>,
+    native_to: Dialect,
+    prompt: bool,
+) -> Result<Read<Reply>, Box<Refused>> {
+    let body = parse_body(bytes).map_err(|e| Refused::new(e, None))?;
+    let asked = (body.get("model")).and_then(|m| serde_json::from_slice::<String>(m).ok());
+    let translated = translate(&body).map_err(|e| Refused::new(e, asked.clone()))?;
+    let native = (!translated.native.is_empty()).then(|| Arc::new((native_to, translated.native)));
+    let prompt = (prompt && translated.stream).then(|| translated.chat.clone());
+    let req = ChatRequest::from_fields(translated.chat, limits)
+        .and_then(|r| r.with_model(picks, limits))
+        .map_err(|e| Refused::new(e, asked))?;
+    Ok(Read {
+        req,
+        reply: translated.reply,
+        native,
+        hosted: translated.hosted,
+        prompt,
+    })
+}
+
+/// A client API as the layers know it from a request's path, before any handler: its
+/// label and its errors' shape.
+#[derive(Clone, Copy)]
+pub(crate) struct PathApi {
+    /// [`ClientApi::LABEL`].
+    pub label: &'static str,
+    /// [`ClientApi::shaped`].
+    pub shaped: fn(ApiError) -> Response,
+}
+
+impl PathApi {
+    fn of<A: ClientApi>() -> PathApi {
+        PathApi {
+            label: A::LABEL,
+            shaped: A::shaped,
+        }
+    }
+}
+
+/// The client API a path belongs to: its errors are answered in that API's shape (a path
+/// of none is answered as Chat Completions).
+pub(crate) fn of_path(path: &str) -> PathApi {
+    let path = path
+        .strip_prefix("/v1")
+        .filter(|p| p.starts_with("/v1/"))
+        .unwrap_or(path);
+    if path.starts_with("/v1/messages") {
+        PathApi::of::<messages::Messages>()
+    } else if path.starts_with("/v1/responses") {
+        PathApi::of::<responses::Responses>()
+    } else {
+        PathApi::of::<chat::Chat>()
+    }
+}
 
 /// A request refused before it runs, in the terms of the client's API: a status, the field
 /// concerned when there is one, a message naming it, and (Responses) OpenAI's error code.
@@ -105,20 +285,10 @@ impl IngressError {
         }
     }
 
-    /// The error's JSON body in `api`'s shape (the gateway answers through
-    /// [`ApiError`]'s conversion and [`api_error_body`]; the tests check this shape).
+    /// The error's JSON body in `A`'s shape, as the gateway answers it.
     #[cfg(test)]
-    pub fn body(&self, api: Dialect) -> Value {
-        match api {
-            Dialect::Anthropic => messages::error_body(self.status, &self.message),
-            _ => responses::error_object(
-                self.status,
-                &self.message,
-                None,
-                self.param.as_deref(),
-                self.code,
-            ),
-        }
+    pub fn body<A: ClientApi>(&self) -> Value {
+        A::error_body(&ApiError::from(self.clone()))
     }
 }
 
@@ -137,39 +307,6 @@ pub(crate) fn parse_body(bytes: &Bytes) -> Result<Fields, IngressError> {
         }
         NotAnObject::Type => IngressError::body_error("the request body must be a JSON object"),
     })
-}
-
-/// Any failure's JSON body in `api`'s shape: Anthropic's
-/// `{"type": "error", "error": {"type", "message"}}` with the error type its status stands
-/// for (`invalid_request_error` 400, `authentication_error` 401, `permission_error` 403,
-/// `not_found_error` 404, `request_too_large` 413, `rate_limit_error` 429, `api_error` 500
-/// and other 5xx, `overloaded_error` 529); OpenAI's `{"error": {"message", "type", "param",
-/// "code"}}` for Responses (`invalid_request_error` below 500 but 429's `rate_limit_error`,
-/// `server_error` from 500) for both OpenAI APIs. (The gateway answers with
-/// [`api_error_body`]; its tests read the shapes through this.)
-#[cfg(test)]
-pub(crate) fn error_body(api: Dialect, status: StatusCode, message: &str) -> Value {
-    match api {
-        Dialect::Anthropic => messages::error_body(status, message),
-        _ => responses::error_object(status, message, None, None, None),
-    }
-}
-
-/// One of the gateway's own errors (the Chat Completions endpoint's [`ApiError`]: 401, 404,
-/// 413, 429, 502, or a 400 of `ChatRequest::parse`) in `api`'s shape: the same status and
-/// message; Responses keeps its OpenAI `type` and `code` too.
-pub(crate) fn api_error_body(api: Dialect, error: &ApiError) -> Value {
-    match api {
-        Dialect::Anthropic => messages::error_body(error.status, &error.message),
-        Dialect::Chat => error.body(),
-        _ => responses::error_object(
-            error.status,
-            &error.message,
-            Some(error.kind),
-            error.param.as_deref(),
-            error.code.as_deref(),
-        ),
-    }
 }
 
 /// A request translated: the Chat Completions body to run, and what its answer needs.
@@ -220,8 +357,6 @@ impl Hosted {
 /// What an answer in the client's API needs to know of its request.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Reply {
-    /// The API to answer in: Responses or Anthropic (only their requests are translated).
-    pub api: Dialect,
     /// The model the client asked for, named in the answer.
     pub model: String,
     /// The client asked for thinking (Anthropic `thinking` enabled or adaptive) or reasoning
@@ -248,18 +383,6 @@ pub(crate) struct Reply {
     pub input_tokens: Option<u64>,
 }
 
-/// Translates a request body of `api` (see [`messages::to_chat`], [`responses::to_chat`]);
-/// a Chat Completions body is not translated (a 400 says so).
-pub(crate) fn to_chat(api: Dialect, body: &Fields) -> Result<Translated, IngressError> {
-    match api {
-        Dialect::Anthropic => messages::to_chat(body),
-        Dialect::Responses => responses::to_chat(body),
-        other => Err(IngressError::body_error(format!(
-            "a {other} request is not translated"
-        ))),
-    }
-}
-
 #[cfg(test)]
 impl Translated {
     /// The Chat Completions body, parsed: for the tests.
@@ -275,45 +398,6 @@ impl Translated {
 #[cfg(test)]
 pub(crate) fn fields_of(body: &Value) -> Result<Fields, IngressError> {
     parse_body(&Bytes::from(serde_json::to_vec(body).unwrap()))
-}
-
-impl Reply {
-    /// A non-streamed answer ([`message`](Self::message)) as the JSON text sent: a
-    /// Responses answer with the request's echoed parameters as they were sent.
-    pub fn answer_text(&self, body: &Value) -> Vec<u8> {
-        if self.api == Dialect::Anthropic {
-            // A tool call's input as the upstream wrote it.
-            return serde_json::to_vec(&AsWritten(body)).unwrap_or_default();
-        }
-        let echoed = responses::Echoed {
-            value: body,
-            echo: &self.echo,
-        };
-        // A value always serialises.
-        serde_json::to_vec(&echoed).unwrap_or_default()
-    }
-
-    /// A new streamed-answer encoder for this request.
-    pub fn encoder(&self) -> Box<dyn Encoder> {
-        match self.api {
-            Dialect::Anthropic => Box::new(messages::MessagesEncoder::new(self)),
-            _ => Box::new(responses::ResponsesEncoder::new(self)),
-        }
-    }
-
-    /// The non-streamed answer: an Anthropic `message` object, or a Responses `response`
-    /// object with its `output` items; `choicewise`, when given, as a top-level field.
-    pub fn message(
-        &self,
-        output: &ChoiceOutput,
-        usage: &Tokens,
-        choicewise: Option<&Value>,
-    ) -> Value {
-        match self.api {
-            Dialect::Anthropic => messages::message(self, output, usage, choicewise),
-            _ => responses::message(self, output, usage, choicewise),
-        }
-    }
 }
 
 /// A non-streamed Anthropic answer written with each `tool_use` block's input as the

@@ -29,27 +29,116 @@
 
 mod encode;
 mod object;
+mod tools;
 
 pub(crate) use encode::{CONTEXT_LENGTH_EXCEEDED, ResponsesEncoder};
 pub(crate) use object::{Echoed, message};
-mod tools;
-
 use tools::{flat_name, text_options, tool_choice, tools};
 
 use axum::http::StatusCode;
+use axum::response::Response;
 use bytes::Bytes;
-use choicewise_core::Dialect;
+use choicewise_core::chunks::Envelope;
+use choicewise_core::{Choice, ChoiceOutput, Dialect};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    IngressError, MessagesOut, Parts, Reply, Translated, each_block, field, lean, lean_object,
-    raw_field, read_fields, write_compact_as_string,
+    ClientApi, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated, each_block,
+    field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
 };
+use crate::Limits;
+use crate::answer::ending::OutputEnd;
+use crate::answer::translated::{self, ApiFraming};
+use crate::config::ModelPick;
 use crate::error::ApiError;
-use crate::request::{Fields, fields_of, kind_of};
+use crate::request::{ChatRequest, Fields, fields_of, kind_of};
+use crate::upstream::engine::{AnswerUsage, Summary};
+
+/// OpenAI's Responses (stateless): a request translated onto Chat Completions, one output
+/// choice answered as Responses events or a `response` object, errors in OpenAI's shape; a
+/// streamed request whose prompt overflowed the model's context is answered as OpenAI
+/// does then ([`overflow_answer`]).
+pub(crate) struct Responses;
+
+impl ClientApi for Responses {
+    const LABEL: &'static str = "responses";
+    const ONE_OUTPUT: bool = true;
+    type Reply = Reply;
+    type Framing = ApiFraming;
+
+    fn read(
+        bytes: &Bytes,
+        limits: &Limits,
+        picks: &HashMap<String, ModelPick>,
+    ) -> Result<Read<Reply>, Box<Refused>> {
+        // Its `reasoning` goes as sent to a Responses upstream.
+        super::read_translated(bytes, (limits, picks), to_chat, Dialect::Responses, false)
+    }
+
+    fn framing(
+        reply: Reply,
+        _: &Envelope,
+        _: &ChatRequest,
+        _: usize,
+        _: Option<u64>,
+    ) -> ApiFraming {
+        ApiFraming::new(Box::new(ResponsesEncoder::new(&reply)))
+    }
+
+    fn object(
+        reply: &Reply,
+        _: &Envelope,
+        _: bool,
+        choices: &[(Option<Choice>, OutputEnd)],
+        usage: &AnswerUsage,
+        summary: Option<&Summary>,
+    ) -> axum::body::Bytes {
+        translated::object(choices, usage, summary, |out, usage, summary| {
+            object_text(reply, out, usage, summary)
+        })
+    }
+
+    fn error_body(error: &ApiError) -> Value {
+        error_object(
+            error.status,
+            &error.message,
+            Some(error.kind),
+            error.param.as_deref(),
+            error.code.as_deref(),
+        )
+    }
+
+    fn kept_for_errors(reply: &Reply, stream: bool) -> Option<Reply> {
+        stream.then(|| reply.clone())
+    }
+
+    fn refused(kept: Option<&Reply>, error: ApiError) -> Response {
+        // A streamed request whose prompt overflowed the model's context: the stream OpenAI
+        // answers then, which Codex CLI recognises.
+        let overflow = kept.and_then(|reply| overflow_answer(reply, &error));
+        overflow.unwrap_or_else(|| Self::shaped(error))
+    }
+}
+
+/// The non-streamed answer's text: the `response` object, with the request's echoed
+/// parameters as they were sent ([`Echoed`]).
+pub(crate) fn object_text(
+    reply: &Reply,
+    output: &ChoiceOutput,
+    usage: &super::Tokens,
+    choicewise: Option<&Value>,
+) -> Vec<u8> {
+    let body = message(reply, output, usage, choicewise);
+    let echoed = Echoed {
+        value: &body,
+        echo: &reply.echo,
+    };
+    // A value always serialises.
+    serde_json::to_vec(&echoed).unwrap_or_default()
+}
 
 /// The fields a translation reads (parsed); `input` and `tools` are read entry by entry
 /// (`choicewise_partial_json::for_each_raw_entry`, [`raw_entries`]), the echoed ones
@@ -295,7 +384,6 @@ pub(crate) fn to_chat(body: &Fields) -> Result<Translated, IngressError> {
         native,
         hosted,
         reply: Reply {
-            api: Dialect::Responses,
             model,
             reasoning,
             stop: Vec::new(),
