@@ -37,7 +37,7 @@ impl ClientApi for Chat {
     ) -> Result<Read<()>, Box<Refused>> {
         let req = ChatRequest::parse(bytes, limits)
             .and_then(|r| r.with_model(picks, limits))
-            .map_err(|e| Refused::new(e, None))?;
+            .map_err(|e| Refused::new(e, model_of(bytes)))?;
         Ok(Read {
             req,
             reply: (),
@@ -79,6 +79,13 @@ impl ClientApi for Chat {
     fn shaped(error: ApiError) -> Response {
         error.into_response()
     }
+}
+
+/// The model a refused body names, when it can be read: the refusal is counted under it
+/// when it is a configured one. Read again on this path alone, its top level only.
+fn model_of(bytes: &Bytes) -> Option<String> {
+    let body = crate::request::split_object(bytes).ok()?;
+    serde_json::from_slice(body.get("model")?).ok()
 }
 
 /// A Chat Completions answer's events: each output choice's chunks (proto's encoder); a
