@@ -58,6 +58,10 @@ pub(crate) struct Finish {
     /// Why the request was answered with an error before its answer began, if it was (the
     /// span's `error.type`).
     failure: Option<ErrorType>,
+    /// The refusal of a request whose tries began but which never ran (every try of its
+    /// first samples failed, or its deadline passed while they opened): its code, for its
+    /// log line.
+    refusal: Option<String>,
     /// How its answer ended, once decided: its log label, its span's status, its metrics'
     /// outcome.
     answer: Option<AnswerEnd>,
@@ -126,6 +130,7 @@ impl Finish {
             completed: false,
             span: None,
             failure: None,
+            refusal: None,
             answer: None,
             run: None,
             settled: None,
@@ -137,6 +142,11 @@ impl Finish {
     pub(crate) fn refused(&mut self, e: &ApiError) {
         if let (Some(traces), Some(parent)) = (&self.traces, self.parent.take()) {
             traces.record_error(&parent, self.arrived.elapsed(), self.asked.as_deref(), e);
+        }
+        if self.tries.is_some() && self.run.is_none() {
+            // Its tries are named in its log line, when it is dropped.
+            let code = e.code.as_deref().unwrap_or("refused");
+            self.refusal = Some(code.to_string());
         }
     }
 
@@ -376,6 +386,29 @@ impl Finish {
 }
 
 impl Finish {
+    /// The log line of a request refused after its tries began, before it ran: every try,
+    /// each failed ([`refused`](Self::refused)). Its metrics are the refusal's, counted by
+    /// the layers; its span was made when it was refused.
+    fn record_refused(&self, code: &str) {
+        let tries = match &self.tries {
+            Some(tries) => tries.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            None => Vec::new(),
+        };
+        tracing::info!(
+            request_id = %self.request_id,
+            model = %self.model,
+            samples = 0,
+            tries = tries.len(),
+            failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
+            prompt_tokens = 0,
+            completion_tokens = 0,
+            estimated = false,
+            duration_ms = self.arrived.elapsed().as_millis() as u64,
+            ended = code,
+            "request"
+        );
+    }
+
     /// Names in the log the samples that stopped at a limit the gateway set (`length`, the
     /// client having stated no limit): one line per request, with how many.
     fn name_cut_by_default_limit(&self, outcome: &Outcome) {
@@ -422,6 +455,8 @@ impl Drop for Finish {
         }
         if let Some(settled) = self.settled.take() {
             self.record(settled);
+        } else if let Some(code) = self.refusal.take() {
+            self.record_refused(&code);
         }
     }
 }
