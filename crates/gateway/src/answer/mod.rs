@@ -24,7 +24,7 @@ use choicewise_core::chunks::Envelope;
 
 use crate::admission::layers;
 use crate::answer::ending::ErrorType;
-use crate::answer::finish::Finish;
+use crate::answer::finish::{Finish, Recorded};
 use crate::answer::respond::Answer;
 use crate::api::{ClientApi, Read, Refused};
 use crate::error::ApiError;
@@ -54,7 +54,9 @@ pub(crate) async fn answer<A: ClientApi>(
         Ok(ready) => ready.answer(finish).await,
         Err(e) => {
             finish.refused(&e);
-            A::refused(kept.as_ref(), e)
+            // Recorded when its body ends, as every answer is.
+            let refused = A::refused(kept.as_ref(), e);
+            refused.map(|body| Body::new(Recorded::new(body, finish)))
         }
     };
     // Every answer's headers are sent after its first tries ended: how many there were.

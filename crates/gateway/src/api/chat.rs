@@ -12,7 +12,7 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 
 use crate::Limits;
 use crate::answer::ending::{AnswerEnd, OutputEnd};
-use crate::answer::finish::{Accounted, Finish};
+use crate::answer::finish::{Finish, Recorded};
 use crate::answer::write::{Framing, Needs, Tail};
 use crate::api::{ClientApi, Read, Refused};
 use crate::config::ModelPick;
@@ -303,7 +303,10 @@ pub(crate) fn json_body(bytes: Bytes, finish: Finish) -> Response {
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::new(Accounted::new(bytes, finish)))
+        .body(Body::new(Recorded::new(
+            http_body_util::Full::new(bytes),
+            finish,
+        )))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
