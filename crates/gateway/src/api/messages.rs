@@ -147,7 +147,7 @@ pub(crate) fn to_chat_for_count(body: &Fields) -> Result<Translated, IngressErro
 }
 
 /// The fields a translation reads (parsed); `messages` and `tools` are read entry by entry
-/// ([`for_each_raw_entry`], [`raw_entries`]), the others are
+/// ([`for_each_raw_entry`], [`raw_entries`](super::raw_entries)), the others are
 /// ignored, and `choicewise` passed on as sent.
 const READ: [&str; 11] = [
     "mcp_servers",

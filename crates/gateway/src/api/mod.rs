@@ -317,7 +317,6 @@ pub(crate) struct Translated {
     /// The tools are written one by one, their schemas copied as sent.
     pub chat: Fields,
     /// The client asked for a streamed answer.
-    #[allow(dead_code)] // the chat body carries it too; read by the tests
     pub stream: bool,
     /// The client's own fields that an upstream of the same API takes as they are but Chat
     /// Completions cannot carry: Anthropic's `thinking` (its budget), Responses'

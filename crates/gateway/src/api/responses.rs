@@ -141,8 +141,9 @@ pub(crate) fn object_text(
 }
 
 /// The fields a translation reads (parsed); `input` and `tools` are read entry by entry
-/// (`choicewise_partial_json::for_each_raw_entry`, [`raw_entries`]), the echoed ones
-/// are repeated as sent, the others are ignored, and `choicewise` is passed on as sent.
+/// (`choicewise_partial_json::for_each_raw_entry`, [`raw_entries`](super::raw_entries)),
+/// the echoed ones are repeated as sent, the others are ignored, and `choicewise` is passed
+/// on as sent.
 const READ: [&str; 19] = [
     "store",
     "previous_response_id",
