@@ -9,8 +9,8 @@ use choicewise_client::{ClientErrorKind, CountBounds, Dialect, MAX_COUNT_ANSWER_
 use serde_json::json;
 
 use crate::admission::layers;
+use crate::api::{self, ClientApi, messages::Messages};
 use crate::error::ApiError;
-use crate::ingress;
 use crate::state::Gateway;
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
@@ -36,21 +36,20 @@ async fn count_tokens_answer(
     request: axum::extract::Request,
     label: &mut String,
 ) -> Response {
-    let api = Dialect::Anthropic;
     let arrived = Instant::now();
     let bytes = match layers::read_body(gw, request.into_body()).await {
         Ok(bytes) => bytes,
-        Err(e) => return layers::shaped(api, e),
+        Err(e) => return Messages::shaped(e),
     };
     let gateway = gw.clone();
     let len = bytes.len();
     let (asked, parsed) = tokio::task::spawn_blocking(move || {
-        let body = match ingress::parse_body(&bytes) {
+        let body = match api::parse_body(&bytes) {
             Ok(body) => body,
             Err(e) => return (None, Err(ApiError::from(e))),
         };
         let asked = (body.get("model")).and_then(|m| serde_json::from_slice::<String>(m).ok());
-        let translated = match ingress::anthropic::to_chat_for_count(&body) {
+        let translated = match api::messages::to_chat_for_count(&body) {
             Ok(translated) => translated,
             Err(e) => return (asked, Err(ApiError::from(e))),
         };
@@ -75,11 +74,11 @@ async fn count_tokens_answer(
     }
     let (mut body, chat, routes) = match parsed {
         Ok(parsed) => parsed,
-        Err(e) => return layers::shaped(api, e),
+        Err(e) => return Messages::shaped(e),
     };
     // Parsed: the memory mark checked again before the count goes on.
     if let Err(e) = layers::parsed(gw, len) {
-        return layers::shaped(api, e);
+        return Messages::shaped(e);
     }
     if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic) {
         // The client's body as it came, but for its model and the gateway's extension.
@@ -111,7 +110,7 @@ async fn count_tokens_answer(
                     format!("the upstream's token count could not be read: {e}"),
                 )
                 .code("bad_upstream_answer");
-                return layers::shaped(api, e);
+                return Messages::shaped(e);
             }
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!(
@@ -136,7 +135,7 @@ async fn count_tokens_answer(
                 ),
             )
             .code("deadline_exceeded");
-            return layers::shaped(api, e);
+            return Messages::shaped(e);
         }
     }
     let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
@@ -151,7 +150,7 @@ async fn count_tokens_answer(
     .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
     // Counted: the memory mark checked again (what the count took may have passed it).
     if let Err(e) = layers::parsed(gw, len) {
-        return layers::shaped(api, e);
+        return Messages::shaped(e);
     }
     match counted {
         Ok(tokens) => (
@@ -159,6 +158,6 @@ async fn count_tokens_answer(
             axum::Json(json!({"input_tokens": tokens})),
         )
             .into_response(),
-        Err(e) => layers::shaped(api, e),
+        Err(e) => Messages::shaped(e),
     }
 }

@@ -1,13 +1,11 @@
-//! The gateway's plain routes: the model list, the metrics, and the three APIs' endpoints
-//! (each answered by [`crate::answer::answer`]).
+//! The gateway's plain routes: the model list and the metrics (each client API's endpoint is
+//! [`crate::answer::answer`], instantiated for the API).
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use choicewise_client::Dialect;
 use serde_json::{Value, json};
 
-use crate::answer::answer;
 use crate::error::ApiError;
 use crate::state::Gateway;
 
@@ -46,6 +44,7 @@ pub(crate) async fn one_model(
     .into_response()
 }
 
+/// `GET /metrics`: the Prometheus metrics, in OpenMetrics text.
 pub(crate) async fn metrics_text(State(gw): State<Gateway>) -> Response {
     (
         [(
@@ -55,27 +54,4 @@ pub(crate) async fn metrics_text(State(gw): State<Gateway>) -> Response {
         gw.inner.metrics.encode(),
     )
         .into_response()
-}
-
-pub(crate) async fn chat_completions(
-    State(gw): State<Gateway>,
-    request: axum::extract::Request,
-) -> Response {
-    answer(gw, request, Dialect::Chat).await
-}
-
-/// `POST /v1/messages`: Anthropic's Messages API over any configured model.
-pub(crate) async fn messages(
-    State(gw): State<Gateway>,
-    request: axum::extract::Request,
-) -> Response {
-    answer(gw, request, Dialect::Anthropic).await
-}
-
-/// `POST /v1/responses`: OpenAI's Responses API (stateless) over any configured model.
-pub(crate) async fn responses(
-    State(gw): State<Gateway>,
-    request: axum::extract::Request,
-) -> Response {
-    answer(gw, request, Dialect::Responses).await
 }

@@ -33,12 +33,12 @@
 
 mod admission;
 mod answer;
+mod api;
 mod check;
 mod config;
 mod count;
 mod error;
 mod handlers;
-mod ingress;
 mod listen;
 mod metrics;
 mod request;
@@ -48,6 +48,10 @@ mod traces;
 mod upstream;
 
 use admission::layers;
+use answer::answer;
+use api::chat::Chat;
+use api::messages::Messages;
+use api::responses::Responses;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 
@@ -116,19 +120,19 @@ impl Gateway {
         let api = axum::Router::new()
             .route(
                 "/v1/chat/completions",
-                post(handlers::chat_completions)
+                post(answer::<Chat>)
                     .layer(slots())
                     .fallback(layers::post_only),
             )
             .route(
                 "/v1/messages",
-                post(handlers::messages)
+                post(answer::<Messages>)
                     .layer(slots())
                     .fallback(layers::post_only),
             )
             .route(
                 "/v1/responses",
-                post(handlers::responses)
+                post(answer::<Responses>)
                     .layer(slots())
                     .fallback(layers::post_only),
             )

@@ -14,59 +14,33 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures::StreamExt;
 
 use crate::admission::auth;
 use crate::admission::overload;
+use crate::api::{ClientApi, PathApi, chat::Chat, of_path as api_of};
 use crate::error::ApiError;
-use crate::ingress;
 use crate::state::Gateway;
-use choicewise_core::Dialect;
 
-/// The API a path belongs to: its errors are answered in that API's shape.
-pub(crate) fn api_of(path: &str) -> Dialect {
-    let path = path
-        .strip_prefix("/v1")
-        .filter(|p| p.starts_with("/v1/"))
-        .unwrap_or(path);
-    if path.starts_with("/v1/messages") {
-        Dialect::Anthropic
-    } else if path.starts_with("/v1/responses") {
-        Dialect::Responses
-    } else {
-        Dialect::Chat
-    }
-}
-
-/// The `api` label of a path's requests in the metrics.
+/// The `api` label of a path's requests in the metrics: its client API's, or none for the
+/// paths of no client API.
 pub(crate) fn path_api_label(path: &str) -> &'static str {
-    match api_of(path) {
-        Dialect::Chat
-            if !(path.starts_with("/v1/chat/completions")
-                || path.starts_with("/v1/v1/chat/completions")) =>
+    match api_of(path).label {
+        label
+            if label == Chat::LABEL
+                && !(path.starts_with("/v1/chat/completions")
+                    || path.starts_with("/v1/v1/chat/completions")) =>
         {
             ""
         }
-        api => api_label(api),
+        label => label,
     }
 }
 
-/// An error answered in the shape of `api`.
-pub(crate) fn shaped(api: Dialect, e: ApiError) -> Response {
-    match api {
-        Dialect::Chat => e.into_response(),
-        api => {
-            let mut response =
-                (e.status, axum::Json(ingress::api_error_body(api, &e))).into_response();
-            if let Some(wait) = e.retry_after {
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, wait.into());
-            }
-            response
-        }
-    }
+/// An error answered in the shape of `api` (the client API of its path: [`api_of`]).
+pub(crate) fn shaped(api: PathApi, e: ApiError) -> Response {
+    (api.shaped)(e)
 }
 
 /// Any other route: 404 in the shape of the API its path looks like, naming the routes that
@@ -498,15 +472,6 @@ async fn read_charged(
                 false => ApiError::invalid(format!("the request body could not be read: {e}")),
             })
         }
-    }
-}
-
-/// The `api` label of an API's requests in the metrics: its endpoint's name (`chat`,
-/// `responses`, `messages`).
-pub(crate) fn api_label(api: Dialect) -> &'static str {
-    match api {
-        Dialect::Anthropic => "messages",
-        other => other.name(),
     }
 }
 

@@ -58,6 +58,10 @@ pub(crate) struct Finish {
     /// Why the request was answered with an error before its answer began, if it was (the
     /// span's `error.type`).
     failure: Option<ErrorType>,
+    /// The refusal of a request whose tries began but which never ran (every try of its
+    /// first samples failed, or its deadline passed while they opened): its code, for its
+    /// log line.
+    refusal: Option<String>,
     /// How its answer ended, once decided: its log label, its span's status, its metrics'
     /// outcome.
     answer: Option<AnswerEnd>,
@@ -130,6 +134,7 @@ impl Finish {
             completed: false,
             span: None,
             failure: None,
+            refusal: None,
             answer: None,
             run: None,
             settled: None,
@@ -141,6 +146,11 @@ impl Finish {
     pub(crate) fn refused(&mut self, e: &ApiError) {
         if let (Some(traces), Some(parent)) = (&self.traces, self.parent.take()) {
             traces.record_error(&parent, self.arrived.elapsed(), self.asked.as_deref(), e);
+        }
+        if self.tries.is_some() && self.run.is_none() {
+            // Its tries are named in its log line, when it is dropped.
+            let code = e.code.as_deref().unwrap_or("refused");
+            self.refusal = Some(code.to_string());
         }
     }
 
@@ -390,6 +400,29 @@ impl Finish {
 }
 
 impl Finish {
+    /// The log line of a request refused after its tries began, before it ran: every try,
+    /// each failed ([`refused`](Self::refused)). Its metrics are the refusal's, counted by
+    /// the layers; its span was made when it was refused.
+    fn record_refused(&self, code: &str) {
+        let tries = match &self.tries {
+            Some(tries) => tries.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            None => Vec::new(),
+        };
+        tracing::info!(
+            request_id = %self.request_id,
+            model = %self.model,
+            samples = 0,
+            tries = tries.len(),
+            failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
+            prompt_tokens = 0,
+            completion_tokens = 0,
+            estimated = false,
+            duration_ms = self.arrived.elapsed().as_millis() as u64,
+            ended = code,
+            "request"
+        );
+    }
+
     /// Names in the log the samples that stopped at a limit the gateway set (`length`, the
     /// client having stated no limit): one line per request, with how many.
     fn name_cut_by_default_limit(&self, outcome: &Outcome) {
@@ -436,51 +469,56 @@ impl Drop for Finish {
         }
         if let Some(settled) = self.settled.take() {
             self.record(settled);
+        } else if let Some(code) = self.refusal.take() {
+            self.record_refused(&code);
         }
     }
 }
 
-/// A one-piece answer's body (a JSON answer), holding the request's [`Finish`]: accounted
-/// when the body has been sent, or dropped.
-pub(crate) struct Accounted {
-    bytes: Option<Bytes>,
+/// An answer's body holding its request's [`Finish`] (as linkerd2-proxy's response bodies
+/// hold what they report): the record is made when the body has been sent to its end, or
+/// dropped. A JSON answer's and a refusal's; a streamed answer's body holds its record in
+/// its stream, which writes to it as it goes.
+pub(crate) struct Recorded<B> {
+    body: B,
     finish: Option<Finish>,
 }
 
-impl Accounted {
-    pub(crate) fn new(bytes: Bytes, finish: Finish) -> Self {
-        Accounted {
-            bytes: Some(bytes),
+impl<B> Recorded<B> {
+    pub(crate) fn new(body: B, finish: Finish) -> Self {
+        Recorded {
+            body,
             finish: Some(finish),
         }
     }
 }
 
-impl http_body::Body for Accounted {
+impl<B> http_body::Body for Recorded<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = B::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        match this.bytes.take() {
-            Some(bytes) => Poll::Ready(Some(Ok(http_body::Frame::data(bytes)))),
-            None => {
-                // Sent: accounted now.
-                this.finish.take();
-                Poll::Ready(None)
-            }
+        let frame = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            // Sent: recorded now.
+            this.finish.take();
         }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {
-        self.bytes.is_none()
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        http_body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |b| b.len() as u64))
+        self.body.size_hint()
     }
 }
 
@@ -489,6 +527,75 @@ mod tests {
     use super::*;
     use crate::metrics::SampleEnd;
     use crate::upstream::open::LimitSet;
+
+    /// The log lines a test's subscriber writes.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    #[test]
+    fn a_recorded_body_makes_its_record_at_its_end_not_before() {
+        use http_body::Body as _;
+        use http_body_util::BodyExt;
+        let config = crate::Config::from_toml(
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+        )
+        .unwrap();
+        let gw = Gateway::new(&config).unwrap();
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            // A request refused after its tries began: its record is its log line.
+            let mut finish = Finish::new(&gw, &HeaderMap::new(), None);
+            finish.opening(Arc::default(), Arc::default());
+            let e = ApiError::new(
+                axum::http::StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "down",
+            )
+            .code("upstream_failed");
+            finish.refused(&e);
+            let body = http_body_util::Full::new(Bytes::from_static(b"{}"));
+            let mut body = Recorded::new(body, finish);
+            assert_eq!(
+                body.size_hint().exact(),
+                Some(2),
+                "its length is the body's"
+            );
+            futures::executor::block_on(async {
+                let frame = body.frame().await.unwrap().unwrap();
+                assert_eq!(frame.into_data().unwrap(), &b"{}"[..]);
+                assert!(lines.text().is_empty(), "recorded before its end");
+                assert!(body.frame().await.is_none());
+            });
+            let text = lines.text();
+            assert!(
+                text.contains(" request ") && text.contains("ended=\"upstream_failed\""),
+                "{text}"
+            );
+            drop(body);
+            assert_eq!(lines.text(), text, "recorded once");
+        });
+    }
 
     #[test]
     fn a_length_stop_is_named_only_where_the_gateway_set_the_limit() {

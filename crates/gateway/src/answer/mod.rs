@@ -1,12 +1,11 @@
-//! A request of any of the three APIs, from its body to its answer: read, checked, its
-//! policy applied, its samples opened and picked, answered in its API's terms.
+//! A request of any client API ([`ClientApi`]), from its body to its answer: read, checked,
+//! its policy applied, its samples opened and picked, answered in its API's terms.
 //!
 //! Its parts: [`respond`] answers a pick, streamed through [`write`]'s loop or as one object,
-//! framed by [`chat`] (Chat Completions) or [`translated`] (Messages, Responses); [`ending`]
+//! framed by its API ([`translated`]: the framing Messages and Responses share); [`ending`]
 //! decides how each output and the answer ended; [`closing`] cuts answers at their deadline
 //! or the gateway's shutdown; [`finish`] is the request's record.
 
-pub(crate) mod chat;
 pub(crate) mod closing;
 pub(crate) mod ending;
 pub(crate) mod finish;
@@ -17,44 +16,47 @@ pub(crate) mod write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use choicewise_client::Dialect;
 use choicewise_core::chunks::Envelope;
 
 use crate::admission::layers;
 use crate::answer::ending::ErrorType;
-use crate::answer::finish::Finish;
+use crate::answer::finish::{Finish, Recorded};
+use crate::answer::respond::Answer;
+use crate::api::{ClientApi, Read, Refused};
 use crate::error::ApiError;
 use crate::request::ChatRequest;
 use crate::state::Gateway;
 use crate::upstream::engine::{Picked, Run};
 use crate::upstream::open;
-use crate::{HostedTools, ingress, listen};
+use crate::{HostedTools, api, listen};
 
-/// A request of any of the three APIs (`api`: the client's, `Dialect::Chat` for Chat
-/// Completions), answered in that
-/// API's terms, its failures included. Its record ([`Finish`]) is made as it arrives, filled
-/// in as it is served, and goes with its answer's body, which records it when it ends.
-pub(crate) async fn answer(gw: Gateway, request: axum::extract::Request, api: Dialect) -> Response {
+/// A request of the client API `A` (the route of each API is this handler, instantiated for
+/// it), answered in that API's terms, its failures included. Its record ([`Finish`]) is made
+/// as it arrives, filled in as it is served, and goes with its answer's body, which records
+/// it when it ends.
+pub(crate) async fn answer<A: ClientApi>(
+    State(gw): State<Gateway>,
+    request: axum::extract::Request,
+) -> Response {
     let (parts, body) = request.into_parts();
     let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
     let mut finish = Finish::new(&gw, &parts.headers, peer);
-    finish.api(layers::api_label(api));
-    let mut streamed_responses = None;
-    let served = serve_chat(&gw, body, &mut finish, api, &mut streamed_responses).await;
+    finish.api(A::LABEL);
+    let mut kept = None;
+    let served = serve::<A>(&gw, body, &mut finish, &mut kept).await;
     let label = layers::ModelLabel(finish.model().to_string());
     let tries = finish.tries();
     let mut response = match served {
         Ok(ready) => ready.answer(finish).await,
         Err(e) => {
             finish.refused(&e);
-            // A streamed Responses request whose prompt overflowed the model's context: the
-            // stream OpenAI answers then, which Codex CLI recognises.
-            let overflow = (streamed_responses.as_ref())
-                .and_then(|reply| ingress::responses::overflow_answer(reply, &e));
-            overflow.unwrap_or_else(|| layers::shaped(api, e))
+            // Recorded when its body ends, as every answer is.
+            let refused = A::refused(kept.as_ref(), e);
+            refused.map(|body| Body::new(Recorded::new(body, finish)))
         }
     };
     // Every answer's headers are sent after its first tries ended: how many there were.
@@ -79,125 +81,101 @@ fn parses_inline(body: &[u8]) -> bool {
     body.len() <= INLINE_PARSE_BYTES && !has(b"vote_by") && !has(b"\\u")
 }
 
-/// Serves a request up to its answer: read, checked, its policy applied, its samples opened
-/// and picked; `finish` learns what the request's record needs as it goes, and
-/// `streamed_responses` the answer's `Reply` once a streamed Responses request is read (its
-/// errors after that may be answered as a stream).
-async fn serve_chat(
+/// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
+/// [`parse`] it, [`plan`] its run, [`pick`] its samples. `finish` learns what the request's
+/// record needs as it goes, and `kept` what the API keeps of a request read for its errors
+/// ([`ClientApi::kept_for_errors`]).
+async fn serve<A: ClientApi>(
     gw: &Gateway,
     body: Body,
     finish: &mut Finish,
-    api: Dialect,
-    streamed_responses: &mut Option<ingress::Reply>,
-) -> Result<Ready, ApiError> {
-    let arrived = finish.arrived();
+    kept: &mut Option<A::Reply>,
+) -> Result<Ready<A>, ApiError> {
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(gw, body).await?;
     let len = bytes.len();
-    let inline = parses_inline(&bytes);
-    let limits = gw.inner.limits.clone();
-    let picks = gw.inner.picks.clone();
-    // A refusal carries the model the body names, when it could be read: a refused Messages or
-    // Responses request is counted in the metrics under its model.
-    let parse = move || match api {
-        Dialect::Chat => Ok::<_, Box<(ApiError, Option<String>)>>((
-            ChatRequest::parse(&bytes, &limits)
-                .and_then(|r| r.with_model(&picks, &limits))
-                .map_err(|e| Box::new((e, None)))?,
-            None,
-            None,
-            Translation::default(),
-        )),
-        api => {
-            let body =
-                ingress::parse_body(&bytes).map_err(|e| Box::new((ApiError::from(e), None)))?;
-            let asked = (body.get("model")).and_then(|m| serde_json::from_slice::<String>(m).ok());
-            let refused = |e: ApiError| Box::new((e, asked.clone()));
-            let translated =
-                ingress::to_chat(api, &body).map_err(|e| refused(ApiError::from(e)))?;
-            let native =
-                (!translated.native.is_empty()).then(|| Arc::new((api, translated.native)));
-            // A streamed Messages answer names the prompt's tokens in its first event.
-            let prompt =
-                (api == Dialect::Anthropic && translated.stream).then(|| translated.chat.clone());
-            Ok((
-                ChatRequest::from_fields(translated.chat, &limits)
-                    .and_then(|r| r.with_model(&picks, &limits))
-                    .map_err(refused)?,
-                Some(translated.reply),
-                native,
-                Translation {
-                    hosted: translated.hosted,
-                    prompt,
-                },
-            ))
-        }
-    };
-    // Parsing a body of up to max_body_bytes (translating it from the client's API) and
-    // compiling its vote_by take CPU time: on a blocking thread, never on the workers that
-    // serve every connection. A small body without a vote_by parses in microseconds, less
-    // than the two thread hand-offs of the blocking pool: on the worker. Either way a panic
-    // while parsing is the client's 400, not a dropped connection.
-    let unparsed = || Box::new((ApiError::invalid("the request could not be parsed"), None));
-    let parsed = if inline {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))
-            .unwrap_or_else(|_| Err(unparsed()))
-    } else {
-        (tokio::task::spawn_blocking(parse).await).unwrap_or_else(|_| Err(unparsed()))
-    };
-    let (req, reply, native, translation) = match parsed {
+    let parsed = match parse::<A>(gw, bytes).await {
         Ok(parsed) => parsed,
         Err(refused) => {
-            let (e, asked) = *refused;
+            let Refused { error, asked } = *refused;
             if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
                 finish.named(model);
             }
-            return Err(e);
+            return Err(error);
         }
     };
-    if api == Dialect::Responses && req.stream {
-        streamed_responses.clone_from(&reply);
-    }
+    *kept = A::kept_for_errors(&parsed.reply, parsed.req.stream);
     // Parsed: the memory mark checked again before the request goes on.
     layers::parsed(gw, len)?;
-    finish.asked(&req.model);
-    let Some(model) = gw.inner.models.get(&req.model).cloned() else {
+    finish.asked(&parsed.req.model);
+    let Some(model) = gw.inner.models.get(&parsed.req.model).cloned() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
             format!(
                 "the model {:?} does not exist here (GET /v1/models lists them)",
-                req.model
+                parsed.req.model
             ),
         )
         .code("model_not_found"));
     };
-    finish.named(req.model.clone());
-    // Hosted tools the gateway cannot run: left out, or the request refused, as the model
-    // says.
-    let dropped = match gw.inner.hosted_tools.get(&req.model) {
-        Some(HostedTools::Refuse) => match translation.hosted.first() {
-            Some(tool) => return Err(tool.refused(&req.model).into()),
-            None => None,
-        },
-        _ => {
-            let mut kinds: Vec<&str> = Vec::new();
-            for tool in &translation.hosted {
-                if !kinds.contains(&tool.kind.as_str()) {
-                    kinds.push(&tool.kind);
-                }
-            }
-            (!kinds.is_empty()).then(|| kinds.join(","))
-        }
-    };
-    if let Some(dropped) = &dropped {
-        tracing::info!(
-            model = %req.model,
-            dropped_tools = %dropped,
-            "hosted tools left out of the upstream request (hosted_tools = \"drop\")"
-        );
+    finish.named(parsed.req.model.clone());
+    let plan = plan(gw, parsed, model, finish.client())?;
+    finish.opening(plan.opener.tries.clone(), plan.opener.limits_set.clone());
+    pick::<A>(gw, plan, finish).await
+}
+
+/// Parses a body of the client's API into the request to run. Parsing a body of up to
+/// max_body_bytes (translating it from the client's API) and compiling its vote_by take
+/// CPU time: on a blocking thread, never on the workers that serve every connection. A
+/// small body without a vote_by parses in microseconds, less than the two thread
+/// hand-offs of the blocking pool: on the worker. Either way a panic while parsing is the
+/// client's 400, not a dropped connection.
+async fn parse<A: ClientApi>(gw: &Gateway, bytes: Bytes) -> Result<Read<A::Reply>, Box<Refused>> {
+    let inline = parses_inline(&bytes);
+    let limits = gw.inner.limits.clone();
+    let picks = gw.inner.picks.clone();
+    let parse = move || A::read(&bytes, &limits, &picks);
+    let unparsed = || Refused::new(ApiError::invalid("the request could not be parsed"), None);
+    if inline {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))
+            .unwrap_or_else(|_| Err(unparsed()))
+    } else {
+        (tokio::task::spawn_blocking(parse).await).unwrap_or_else(|_| Err(unparsed()))
     }
-    let estimate = translation.prompt.map(|chat| {
+}
+
+/// A request's run planned: its samples' opener, and what its answer needs besides.
+struct Plan<R> {
+    req: ChatRequest,
+    reply: R,
+    opener: open::Opener,
+    /// The APIs of the model's upstreams, for the span.
+    apis: Vec<choicewise_core::Dialect>,
+    /// A streamed Messages answer's prompt tokens, being counted.
+    estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
+    /// The hosted tools left out of the upstream request.
+    dropped: Option<String>,
+}
+
+/// Plans the run of a parsed request for `model`: its hosted tools left out or the request
+/// refused, as the model says; a streamed Messages answer's prompt estimate started; the
+/// opener of its samples.
+fn plan<R>(
+    gw: &Gateway,
+    read: Read<R>,
+    model: Arc<open::ModelRoutes>,
+    client: crate::upstream::resilience::ClientId,
+) -> Result<Plan<R>, ApiError> {
+    let Read {
+        req,
+        reply,
+        native,
+        hosted,
+        prompt,
+    } = read;
+    let dropped = hosted_tools(gw, &req.model, &hosted)?;
+    let estimate = prompt.map(|chat| {
         let upstream_model =
             (model.routes.first()).map_or(model.name.as_str(), |r| r.model.as_str());
         let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
@@ -208,144 +186,223 @@ async fn serve_chat(
                 .map(|count| count.total)
         })
     });
-    let apis: Vec<Dialect> = model.routes.iter().map(|u| u.api).collect();
-    let budget = model.budget.clone();
+    let apis = model.routes.iter().map(|u| u.api).collect();
     let opener = open::Opener {
         models: gw.inner.models.clone(),
+        budget: model.budget.clone(),
         model,
         body: Arc::new(req.body.clone()),
         native,
         logprobs: req.policy.confidence().map(|c| c.top_logprobs),
         metrics: gw.inner.metrics.clone(),
-        budget,
         tries: Arc::default(),
         limits_set: Arc::default(),
-        client: finish.client(),
+        client,
         sent: Arc::default(),
         max_requests: gw.inner.limits.max_upstream_requests_per_request,
         bodies: Arc::default(),
     };
-    finish.opening(opener.tries.clone(), opener.limits_set.clone());
-    // Everything the request does ends by its deadline: opening its first samples, the pick,
-    // the answer (`closing`). The pick's own deadline (`deadline_ms`) counts from the
-    // request's start too: opening its samples and the pick end by it.
-    let deadline = arrived + Duration::from_secs_f64(gw.inner.limits.request_deadline_s);
-    let pick_deadline = (req.policy.deadline())
-        .map(|d| (arrived + d, d))
-        .filter(|(at, _)| *at < deadline);
-    let picked_by = pick_deadline.map_or(deadline, |(at, _)| at);
-    let request_id = finish.request_id().to_string();
-    let past_deadline = |while_: &str| {
-        let (stated, key) = match pick_deadline {
+    Ok(Plan {
+        req,
+        reply,
+        opener,
+        apis,
+        estimate,
+        dropped,
+    })
+}
+
+/// The request's hosted tools, which the gateway cannot run: left out (their kinds, for
+/// the log and the `x-choicewise-dropped-tools` header), or the request refused, as the
+/// model says.
+fn hosted_tools(
+    gw: &Gateway,
+    model: &str,
+    hosted: &[api::Hosted],
+) -> Result<Option<String>, ApiError> {
+    if let Some(HostedTools::Refuse) = gw.inner.hosted_tools.get(model) {
+        return match hosted.first() {
+            Some(tool) => Err(tool.refused(model).into()),
+            None => Ok(None),
+        };
+    }
+    let mut kinds: Vec<&str> = Vec::new();
+    for tool in hosted {
+        if !kinds.contains(&tool.kind.as_str()) {
+            kinds.push(&tool.kind);
+        }
+    }
+    let dropped = (!kinds.is_empty()).then(|| kinds.join(","));
+    if let Some(dropped) = &dropped {
+        tracing::info!(
+            model = %model,
+            dropped_tools = %dropped,
+            "hosted tools left out of the upstream request (hosted_tools = \"drop\")"
+        );
+    }
+    Ok(dropped)
+}
+
+/// When a request must be over: everything it does ends by its deadline (opening its first
+/// samples, the pick, the answer: `closing`); the pick's own deadline (`deadline_ms`)
+/// counts from the request's start too, and opening its samples and the pick end by it.
+struct Deadlines {
+    request: Instant,
+    request_s: f64,
+    /// The pick's deadline when it comes before the request's: when, and as stated.
+    pick: Option<(Instant, Duration)>,
+}
+
+impl Deadlines {
+    /// The deadlines of a request `arrived` then, whose pick's deadline is `pick`.
+    fn new(gw: &Gateway, arrived: Instant, pick: Option<Duration>) -> Self {
+        let request_s = gw.inner.limits.request_deadline_s;
+        let request = arrived + Duration::from_secs_f64(request_s);
+        Deadlines {
+            request,
+            request_s,
+            pick: pick
+                .map(|d| (arrived + d, d))
+                .filter(|(at, _)| *at < request),
+        }
+    }
+
+    /// When the samples must be opened and picked by.
+    fn picked_by(&self) -> Instant {
+        self.pick.map_or(self.request, |(at, _)| at)
+    }
+
+    /// The 504 of a request past its deadline `while_` doing something, logged.
+    fn passed(&self, request_id: &str, model: &str, while_: &str) -> ApiError {
+        let (stated, key) = match self.pick {
             Some((_, d)) => (format!("{} ms", d.as_millis()), "deadline_ms"),
-            None => (
-                format!("{}s", gw.inner.limits.request_deadline_s),
-                "request_deadline_s",
-            ),
+            None => (format!("{}s", self.request_s), "request_deadline_s"),
         };
         tracing::warn!(
             request_id = %request_id,
-            model = %req.model,
+            model = %model,
             deadline = %stated,
             "the request passed its deadline ({key}) {while_}"
         );
         ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
             "upstream_error",
-            format!(
-                "model {:?}: the request passed its deadline ({stated}, {key}) {while_}",
-                req.model
-            ),
+            format!("model {model:?}: the request passed its deadline ({stated}, {key}) {while_}"),
         )
         .code("request_deadline")
+    }
+}
+
+/// Opens a planned request's samples and picks them, by its deadlines; `finish` takes the
+/// run, and the failure when nothing was picked.
+async fn pick<A: ClientApi>(
+    gw: &Gateway,
+    plan: Plan<A::Reply>,
+    finish: &mut Finish,
+) -> Result<Ready<A>, ApiError> {
+    let Plan {
+        req,
+        reply,
+        opener,
+        apis,
+        estimate,
+        dropped,
+    } = plan;
+    let deadlines = Deadlines::new(gw, finish.arrived(), req.policy.deadline());
+    let picked_by = deadlines.picked_by();
+    let request_id = finish.request_id().to_string();
+    let started = tokio::time::timeout_at(picked_by.into(), Run::start(opener, &req)).await;
+    let Ok(run) = started else {
+        return Err(deadlines.passed(
+            &request_id,
+            &req.model,
+            "while its first samples were opened",
+        ));
     };
-    let mut run = match tokio::time::timeout_at(picked_by.into(), Run::start(opener, &req)).await {
-        Ok(run) => run?,
-        Err(_) => return Err(past_deadline("while its first samples were opened")),
-    };
+    let mut run = run?;
     let span = match (&gw.inner.traces, finish.take_parent()) {
         (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
         _ => None,
     };
     // The span names how each sample ended, and its parts.
     run.keep_messages(span.is_some());
-    let picked = run
-        .pick(&req, picked_by.saturating_duration_since(Instant::now()))
-        .await;
-    let past_deadline = (picked.samples.is_empty() && picked.timed_out).then(|| {
-        let reason = picked.reason.as_deref().unwrap_or("nothing was picked");
-        past_deadline(&format!("before its pick decided: {reason}"))
-    });
+    let left = picked_by.saturating_duration_since(Instant::now());
+    let picked = run.pick(&req, left).await;
+    let unpicked = unpicked(&picked, &deadlines, &request_id, &req.model);
     let outputs =
         (req.policy.rule() != choicewise_core::PickRule::All).then(|| picked.samples.clone());
     finish.picked(outputs, span, run);
-    if let Some(e) = past_deadline {
-        finish.fail(ErrorType::RequestDeadline).await;
+    if let Some((why, e)) = unpicked {
+        finish.fail(why).await;
         return Err(e);
-    }
-    if picked.samples.is_empty() {
-        finish.fail(ErrorType::NoChoice).await;
-        let reason = picked
-            .reason
-            .clone()
-            .unwrap_or_else(|| "nothing was picked".into());
-        return Err(ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            format!("model {:?}: {reason}", req.model),
-        )
-        .code("no_choice"));
     }
     let envelope = Envelope::new(&req.model);
     finish.response_id(&envelope.id);
-    let request = (finish.request_id(), req.model.as_str());
     let closing = write::Closing::new(
         gw.inner.closing.subscribe(),
-        deadline,
-        (request.0, request.1, gw.inner.limits.request_deadline_s),
+        deadlines.request,
+        (finish.request_id(), req.model.as_str(), deadlines.request_s),
     );
     Ok(Ready {
         picked,
         req,
-        reply,
-        estimate,
-        envelope,
+        answer: Answer {
+            reply,
+            envelope,
+            estimate,
+        },
         closing,
         dropped,
     })
 }
 
+/// Why nothing was picked, when nothing was: the request passed its deadline first (504),
+/// or every sample failed (502).
+fn unpicked(
+    picked: &Picked,
+    deadlines: &Deadlines,
+    request_id: &str,
+    model: &str,
+) -> Option<(ErrorType, ApiError)> {
+    if !picked.samples.is_empty() {
+        return None;
+    }
+    let reason = (picked.reason.as_deref()).unwrap_or("nothing was picked");
+    if picked.timed_out {
+        let while_ = format!("before its pick decided: {reason}");
+        let e = deadlines.passed(request_id, model, &while_);
+        return Some((ErrorType::RequestDeadline, e));
+    }
+    let e = ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        format!("model {model:?}: {reason}"),
+    )
+    .code("no_choice");
+    Some((ErrorType::NoChoice, e))
+}
+
 /// A request ready to be answered: its pick made, what its answer is made of.
-struct Ready {
+struct Ready<A: ClientApi> {
     picked: Picked,
     req: ChatRequest,
-    /// The client's API, when it is not Chat Completions.
-    reply: Option<ingress::Reply>,
-    /// A streamed Messages answer's prompt tokens, being counted.
-    estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
-    envelope: Envelope,
+    answer: Answer<A>,
     closing: write::Closing,
     /// The hosted tools left out of the upstream request.
     dropped: Option<String>,
 }
 
-impl Ready {
+impl<A: ClientApi> Ready<A> {
     /// The answer, in the client's API, streamed or not; `finish` goes with its body.
     async fn answer(self, finish: Finish) -> Response {
         let Ready {
             picked,
             req,
-            reply,
-            estimate,
-            envelope,
+            answer,
             closing,
             dropped,
         } = self;
-        let api = match reply {
-            None => respond::Api::Chat(envelope),
-            Some(reply) => respond::Api::Translated { reply, estimate },
-        };
-        let mut response = respond::respond(finish, picked, req, api, closing).await;
+        let mut response = respond::respond(finish, picked, req, answer, closing).await;
         if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
             response
                 .headers_mut()
@@ -353,16 +410,6 @@ impl Ready {
         }
         response
     }
-}
-
-/// What a translated request (Messages, Responses) brings besides its Chat Completions body.
-#[derive(Default)]
-struct Translation {
-    /// Its hosted tools, left out of the body.
-    hosted: Vec<ingress::Hosted>,
-    /// A streamed Messages request's Chat Completions body, whose prompt tokens are estimated
-    /// for its `message_start`.
-    prompt: Option<crate::request::Fields>,
 }
 
 #[cfg(test)]

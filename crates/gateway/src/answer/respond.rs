@@ -1,5 +1,5 @@
-//! One answer path for the three APIs, streamed or not: the output choices' events framed
-//! by the client's API ([`Framing`]), each choice's ending decided once
+//! One answer path for every client API, streamed or not: the output choices' events framed
+//! by the client's API ([`ClientApi::framing`], a [`Framing`]), each choice's ending decided once
 //! ([`crate::answer::ending::decide`]), with the same back-pressure, cut and accounting for all.
 
 use axum::http::StatusCode;
@@ -7,36 +7,44 @@ use axum::response::{IntoResponse, Response};
 use choicewise_core::Choice;
 use choicewise_core::chunks::Envelope;
 
-use crate::answer::chat::{self, ChatFraming, json_body};
 use crate::answer::ending::{AnswerEnd, Initiator, OutputEnd, Seen, decide};
 use crate::answer::finish::{Finish, Settled};
-use crate::answer::translated::{self, ApiFraming};
 use crate::answer::write::{
     Closing, Framing, Tail, cut_short, output, sse_response, until_closed, write_loop,
 };
-use crate::ingress::{self, Reply};
+use crate::api::ClientApi;
+use crate::api::chat::json_body;
 use crate::request::ChatRequest;
 use crate::upstream::engine::{AnswerUsage, Picked, Run, Summary};
 
-/// The client's API, as its answer is written.
-pub(crate) enum Api {
-    /// Chat Completions: the answer's envelope (its id, creation time, model).
-    Chat(Envelope),
-    /// Messages or Responses: what the answer needs of its request, and (a streamed
-    /// Messages answer) its prompt's tokens being counted for its first event.
-    Translated {
-        reply: Reply,
-        estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
-    },
+/// What a request's answer is made of besides its pick, in its client API `A`.
+pub(crate) struct Answer<A: ClientApi> {
+    /// What the answer needs of its request.
+    pub reply: A::Reply,
+    /// The answer's envelope: its id, creation time, model.
+    pub envelope: Envelope,
+    /// The prompt's tokens being counted for the answer's first event (a streamed
+    /// Messages answer's).
+    pub estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
+}
+
+impl<A: ClientApi> Answer<A> {
+    /// The output choices of `samples` (the pick's) this API answers.
+    fn outputs(samples: &[u32]) -> &[u32] {
+        match A::ONE_OUTPUT {
+            true => &samples[..1],
+            false => samples,
+        }
+    }
 }
 
 /// The answer of a request whose pick is made, in the client's API, streamed or not;
 /// `finish` goes with its body, which records it when it ends.
-pub(crate) async fn respond(
+pub(crate) async fn respond<A: ClientApi>(
     finish: Finish,
     picked: Picked,
     req: ChatRequest,
-    api: Api,
+    api: Answer<A>,
     closing: Closing,
 ) -> Response {
     match req.stream {
@@ -48,11 +56,11 @@ pub(crate) async fn respond(
 /// The streamed answer: the API's opening at once, then each output choice's events as
 /// they come, each choice's decided ending, then the tail (usage, summary, the failure of
 /// every choice). The body ends once what the run came to is read.
-fn streamed(
+fn streamed<A: ClientApi>(
     mut finish: Finish,
     picked: Picked,
     req: ChatRequest,
-    api: Api,
+    api: Answer<A>,
     mut closing: Closing,
 ) -> Response {
     let open = finish.metrics().open_stream();
@@ -60,27 +68,20 @@ fn streamed(
         // Dropped with the answer when the client goes away, which cancels every sample
         // and closes every upstream (`Finish`'s drop).
         let _open = open;
-        let (mut framing, outputs): (Box<dyn Framing>, &[u32]) = match api {
-            Api::Chat(envelope) => {
-                let asked = (req.logprobs, req.include_usage);
-                let framing = ChatFraming::new(&envelope, picked.samples.len(), &req.model, asked);
-                (Box::new(framing), &picked.samples)
-            }
-            // These APIs have one output choice.
-            Api::Translated { mut reply, estimate } => {
-                if let Some(estimate) = estimate {
-                    reply.input_tokens = estimate.await.ok().flatten();
-                }
-                (Box::new(ApiFraming::new(&reply)), &picked.samples[..1])
-            }
+        let outputs = Answer::<A>::outputs(&picked.samples);
+        let Answer { reply, envelope, estimate } = api;
+        let prompt_tokens = match estimate {
+            Some(estimate) => estimate.await.ok().flatten(),
+            None => None,
         };
+        let mut framing = A::framing(reply, &envelope, &req, outputs.len(), prompt_tokens);
         let run = finish.run();
         let first = run.index_of(outputs[0]);
         let streams = (outputs.iter())
             .map(|sample| output(run.completions.clone(), run.index_of(*sample)))
             .collect();
         let mut ends = Vec::new();
-        let written = write_loop(&mut *framing, streams, &finish, &mut closing, &mut ends);
+        let written = write_loop(&mut framing, streams, &finish, &mut closing, &mut ends);
         for await write in written {
             yield Ok::<_, std::convert::Infallible>(write);
         }
@@ -142,19 +143,16 @@ async fn ended(run: &Run, samples: &[u32], closing: &Closing) -> Vec<(Option<Cho
 /// is over; cut short (the gateway's close, the deadline), the samples still running end
 /// (stopped) and the answer is what they had. When no output choice finished: the
 /// verdict's error ([`AnswerEnd`]), in the API's shape.
-async fn whole(
+async fn whole<A: ClientApi>(
     mut finish: Finish,
     picked: Picked,
     req: ChatRequest,
-    api: Api,
+    api: Answer<A>,
     mut closing: Closing,
 ) -> Response {
     let run = finish.run();
     let outputs = finish.outputs().map(<[u32]>::to_vec);
-    let samples: &[u32] = match &api {
-        Api::Chat(_) => &picked.samples,
-        Api::Translated { .. } => &picked.samples[..1],
-    };
+    let samples = Answer::<A>::outputs(&picked.samples);
     let tail = async {
         let settled = Settled::read(run, outputs.as_deref()).await;
         let usage = run.usage(&picked.samples).await;
@@ -192,8 +190,8 @@ async fn whole(
 /// ended and the verdict on them (`answer`; of the request for `model`; `logprobs`: the
 /// client asked for them); or, when the verdict is a failure, its status and its error's
 /// body in the API's shape.
-pub(crate) fn one_object(
-    api: &Api,
+pub(crate) fn one_object<A: ClientApi>(
+    api: &Answer<A>,
     model: &str,
     logprobs: bool,
     choices: &[(Option<Choice>, OutputEnd)],
@@ -203,28 +201,15 @@ pub(crate) fn one_object(
 ) -> Result<axum::body::Bytes, (StatusCode, serde_json::Value)> {
     // No output choice finished: a failure in the client's terms, not a 200 of errors.
     if let Some(error) = answer.error(model) {
-        let body = match api {
-            Api::Chat(_) => error.body(),
-            Api::Translated { reply, .. } => ingress::api_error_body(reply.api, &error),
-        };
+        let body = A::error_body(&error);
         return Err((answer.status().unwrap_or(error.status), body));
     }
-    match api {
-        Api::Chat(envelope) => {
-            let answered: Vec<(Option<Choice>, Option<String>)> = (choices.iter())
-                .map(|(choice, end)| (choice.clone(), end.why()))
-                .collect();
-            Ok(chat::completion(
-                envelope, &answered, logprobs, usage, summary,
-            ))
-        }
-        Api::Translated { reply, .. } => {
-            // The one output choice finished (the verdict says an answer).
-            let choice = choices.first().and_then(|(choice, _)| choice.as_ref());
-            debug_assert!(choice.is_some(), "a finished choice is one the run holds");
-            Ok(translated::message(reply, choice, usage, summary))
-        }
-    }
+    let Answer {
+        reply, envelope, ..
+    } = api;
+    Ok(A::object(
+        reply, envelope, logprobs, choices, usage, summary,
+    ))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The answers of `POST /v1/messages` and `POST /v1/responses` in their API's terms: the
-//! request's one output choice framed by the API's [`Encoder`](crate::ingress::Encoder)
-//! ([`ApiFraming`]), or written as one object ([`message`]). Whether the answer failed is
+//! request's one output choice framed by the API's [`Encoder`](crate::api::Encoder)
+//! ([`ApiFraming`]), or written as one object ([`object`]). Whether the answer failed is
 //! the verdict's ([`AnswerEnd`]), not decided here.
 
 use axum::body::Bytes;
@@ -8,7 +8,7 @@ use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 
 use crate::answer::ending::{AnswerEnd, Failure, OutputEnd};
 use crate::answer::write::{Framing, Needs, Tail};
-use crate::ingress::{Encoder, Reply, Tokens};
+use crate::api::{Encoder, Tokens};
 use crate::upstream::engine::{AnswerUsage, Summary};
 
 /// A Messages or Responses answer's events: the one output choice's, by the API's
@@ -19,11 +19,9 @@ pub(crate) struct ApiFraming {
 }
 
 impl ApiFraming {
-    /// The framing of a request's answer.
-    pub(crate) fn new(reply: &Reply) -> Self {
-        ApiFraming {
-            encoder: reply.encoder(),
-        }
+    /// The framing of a request's answer by the API's `encoder`.
+    pub(crate) fn new(encoder: Box<dyn Encoder>) -> Self {
+        ApiFraming { encoder }
     }
 }
 
@@ -71,19 +69,20 @@ impl Framing for ApiFraming {
 }
 
 /// The answer as one object (an Anthropic `message`, a Responses `response`) of its one
-/// output `choice`, which finished (a failed answer is the verdict's error:
-/// [`crate::answer::respond::one_object`]).
-pub(crate) fn message(
-    reply: &Reply,
-    choice: Option<&Choice>,
+/// output choice (the first of `choices`), which finished (a failed answer is the
+/// verdict's error: [`crate::answer::respond::one_object`]), as `text` writes it.
+pub(crate) fn object(
+    choices: &[(Option<Choice>, OutputEnd)],
     usage: &AnswerUsage,
     summary: Option<&Summary>,
+    text: impl Fn(&ChoiceOutput, &Tokens, Option<&serde_json::Value>) -> Vec<u8>,
 ) -> Bytes {
+    // The one output choice finished (the verdict says an answer).
+    let choice = choices.first().and_then(|(choice, _)| choice.as_ref());
+    debug_assert!(choice.is_some(), "a finished choice is one the run holds");
     let usage = Tokens::from_answer(usage);
     let summary = summary.and_then(|c| serde_json::to_value(c).ok());
-    let summary = summary.as_ref();
-    // The request's parameters a Responses answer repeats are spliced in as sent.
-    let text = |out: &ChoiceOutput| reply.answer_text(&reply.message(out, &usage, summary));
+    let text = |out: &ChoiceOutput| text(out, &usage, summary.as_ref());
     Bytes::from(match choice {
         Some(choice) => choice.inspect(text),
         None => text(&ChoiceOutput::default()),

@@ -800,6 +800,39 @@ async fn every_answer_has_a_request_id_and_is_counted_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_chat_request_is_counted_under_its_configured_model() {
+    let server = TestServer::builder()
+        .fixture("demo.sse")
+        .start()
+        .await
+        .unwrap();
+    let (addr, _gateway) = serve(&config(&[("chat", server.base_url(), "")]), env).await;
+    // Refused while it is read (an `n` of 0), for a configured model and for another.
+    let mut bad = request(1);
+    bad["n"] = json!(0);
+    assert_eq!(post(addr, bad.clone()).await.status(), 400);
+    bad["model"] = json!("nope");
+    assert_eq!(post(addr, bad).await.status(), 400);
+    // A body that is not JSON names no model.
+    let url = format!("http://{addr}/v1/chat/completions");
+    let client = reqwest::Client::new();
+    let broken = (client.post(&url).header("content-type", "application/json"))
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(broken.status(), 400);
+    metrics_with(
+        addr,
+        &[
+            "choicewise_requests_total{model=\"m\",status=\"400\",api=\"chat\"} 1",
+            "choicewise_requests_total{model=\"\",status=\"400\",api=\"chat\"} 2",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_choices_tokens_and_open_connections() {
     let server = TestServer::builder()
         .fixture("demo.sse")

@@ -48,15 +48,26 @@ async fn post(addr: SocketAddr, body: &Value) -> reqwest::Response {
     within(LIMIT, "an answer", request).await.unwrap()
 }
 
+/// The lines this test binary's subscriber writes (installed once, for every test here).
+fn lines() -> Lines {
+    static LINES: std::sync::OnceLock<Lines> = std::sync::OnceLock::new();
+    LINES
+        .get_or_init(|| {
+            let lines = Lines::default();
+            let writer = lines.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish();
+            tracing::subscriber::set_global_default(subscriber).unwrap();
+            lines
+        })
+        .clone()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_models_warnings_are_rate_limited() {
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let lines = lines();
 
     let mut servers = Vec::new();
     for _ in 0..2 {
@@ -120,6 +131,52 @@ async fn a_failing_models_warnings_are_rate_limited() {
         left_out + of("a try failed").len() as u64 <= tries as u64,
         "{left_out} left out of {tries} tries"
     );
+}
+
+/// A request answered 502 after every try failed: its `request` line names each try.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_tries_failed_is_logged_with_every_try() {
+    let lines = lines();
+    let server = TestServer::builder()
+        .fail(Failure::status(500))
+        .start()
+        .await
+        .unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nattempts = 3\nbackoff_ms = 1\n{}",
+        upstream(&server.base_url())
+    );
+    let (addr, _) = serve(&toml, env).await;
+    for (id, stream) in [("all-failed-whole", false), ("all-failed-streamed", true)] {
+        let body = json!({"model": "m", "stream": stream,
+                          "messages": [{"role": "user", "content": "hi"}]});
+        let request = reqwest::Client::new()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .header("x-request-id", id)
+            .json(&body)
+            .send();
+        let r = within(LIMIT, "an answer", request).await.unwrap();
+        assert_eq!(r.status(), 502, "{id}");
+        assert_eq!(r.headers()["x-choicewise-tries"], "3", "{id}");
+        let _ = r.bytes().await;
+        // The line is written when the answer's body ends.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let line = loop {
+            let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+            let line = (text.lines())
+                .find(|l| l.contains(&format!("request_id={id} ")) && l.contains(" request "))
+                .map(str::to_string);
+            match line {
+                Some(line) => break line,
+                None if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                None => panic!("no request line of {id}:\n{text}"),
+            }
+        };
+        assert!(line.contains(" tries=3 "), "{line}");
+        assert!(line.contains(" failed_tries=3 "), "{line}");
+    }
 }
 
 /// A chunk answer whose usage says `tokens` for every figure.

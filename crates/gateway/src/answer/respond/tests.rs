@@ -9,18 +9,21 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use choicewise_core::chunks::Envelope;
-use choicewise_core::{Completions, Dialect, Source};
+use choicewise_core::{Completions, Source};
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{Api, one_object};
-use crate::answer::chat::ChatFraming;
+use super::{Answer, one_object};
 use crate::answer::ending::{
     AnswerEnd, Cut, Initiator, OutputEnd, PAST_DEADLINE, SHUT_DOWN, Seen, Stops, decide,
 };
 use crate::answer::translated::ApiFraming;
 use crate::answer::write::{Endings, Framing, Tail, output};
-use crate::ingress::Reply;
+use crate::api::chat::Chat;
+use crate::api::messages::{Messages, MessagesEncoder};
+use crate::api::responses::Responses;
+use crate::api::{ClientApi, Reply};
+use crate::request::ChatRequest;
 use crate::upstream::engine::{AnswerUsage, ChoiceTokens, Summary, TrySummary, UsageParts};
 
 /// How the case's output choices end.
@@ -80,33 +83,60 @@ impl Ending {
         }
     }
 
-    /// The output choices' indexes in the upstream's answer (`None`: missing from it).
-    fn indexes(self, api: Dialect) -> Vec<Option<u32>> {
-        match (self, api) {
-            (Ending::Missing, _) => vec![None],
-            (Ending::AllFailed, Dialect::Chat) => vec![Some(0), Some(1)],
+    /// The output choices' indexes in the upstream's answer (`None`: missing from it), as
+    /// `A` answers them.
+    fn indexes<A: ClientApi>(self) -> Vec<Option<u32>> {
+        match self {
+            Ending::Missing => vec![None],
+            Ending::AllFailed if !A::ONE_OUTPUT => vec![Some(0), Some(1)],
             _ => vec![Some(0)],
         }
     }
 }
 
-/// The case's API as the answer is written.
-fn api_of(api: Dialect) -> Api {
-    match api {
-        Dialect::Chat => Api::Chat(Envelope {
+/// A client API as the cases answer in it: what its answer needs of a request for `m`.
+trait Case: ClientApi {
+    fn reply() -> Self::Reply;
+}
+
+impl Case for Chat {
+    fn reply() {}
+}
+
+impl Case for Messages {
+    fn reply() -> Reply {
+        Reply {
+            model: "m".into(),
+            ..Reply::default()
+        }
+    }
+}
+
+impl Case for Responses {
+    fn reply() -> Reply {
+        <Messages as Case>::reply()
+    }
+}
+
+/// The case's answer as `A` writes it.
+fn api_of<A: Case>() -> Answer<A> {
+    Answer {
+        reply: A::reply(),
+        envelope: Envelope {
             id: Arc::from("chatcmpl-test"),
             created: 0,
             model: Arc::from("m"),
-        }),
-        api => Api::Translated {
-            reply: Reply {
-                api,
-                model: "m".into(),
-                ..Reply::default()
-            },
-            estimate: None,
         },
+        estimate: None,
     }
+}
+
+/// The case's request: for `m`, streamed, its usage asked for.
+fn request() -> ChatRequest {
+    let body = r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                   "stream": true, "stream_options": {"include_usage": true}}"#;
+    let limits = crate::Limits::default();
+    ChatRequest::parse(&axum::body::Bytes::from(body), &limits).unwrap()
 }
 
 fn completions(sse: &str, cut: Option<Cut>) -> Completions {
@@ -128,18 +158,13 @@ fn stops(cut: Option<Cut>) -> Stops {
 }
 
 /// The streamed answer's bytes, and its verdict.
-async fn streamed(api: Dialect, ending: Ending) -> (String, AnswerEnd) {
+async fn streamed<A: Case>(ending: Ending) -> (String, AnswerEnd) {
     let (sse, cut) = ending.upstream();
-    let indexes = ending.indexes(api);
-    let mut framing: Box<dyn Framing> = match api_of(api) {
-        Api::Chat(envelope) => Box::new(ChatFraming::new(
-            &envelope,
-            indexes.len(),
-            "m",
-            (false, true),
-        )),
-        Api::Translated { reply, .. } => Box::new(ApiFraming::new(&reply)),
-    };
+    let indexes = ending.indexes::<A>();
+    let Answer {
+        reply, envelope, ..
+    } = api_of::<A>();
+    let mut framing = A::framing(reply, &envelope, &request(), indexes.len(), None);
     let mut write = Vec::new();
     framing.open(&mut write);
     let mut endings = Endings::new(indexes.len(), stops(cut));
@@ -155,10 +180,10 @@ async fn streamed(api: Dialect, ending: Ending) -> (String, AnswerEnd) {
                 None => outs.next().await,
             };
             let Some(out) = next else { break };
-            endings.say(&mut *framing, o, out, &mut write);
+            endings.say(&mut framing, o, out, &mut write);
         }
     }
-    let ends = endings.cut(&mut *framing, cut, &mut write);
+    let ends = endings.cut(&mut framing, cut, &mut write);
     let tail = Tail {
         usage: Some(usage()),
         stop_reason: None,
@@ -171,11 +196,11 @@ async fn streamed(api: Dialect, ending: Ending) -> (String, AnswerEnd) {
 
 /// The non-streamed answer's bytes (`200 ...`, or its status with its error body), and its
 /// verdict.
-async fn whole(api: Dialect, ending: Ending) -> (String, AnswerEnd) {
+async fn whole<A: Case>(ending: Ending) -> (String, AnswerEnd) {
     let (sse, cut) = ending.upstream();
     let stops = stops(cut);
     let mut choices = Vec::new();
-    for index in ending.indexes(api) {
+    for index in ending.indexes::<A>() {
         let completions = completions(&sse, cut);
         let choice = match index {
             Some(index) => completions.choice(index).await,
@@ -197,7 +222,7 @@ async fn whole(api: Dialect, ending: Ending) -> (String, AnswerEnd) {
     let ends: Vec<OutputEnd> = choices.iter().map(|(_, end)| end.clone()).collect();
     let answer = AnswerEnd::of(&ends, false);
     let object = one_object(
-        &api_of(api),
+        &api_of::<A>(),
         "m",
         false,
         &choices,
@@ -277,8 +302,8 @@ fn verdict(ending: Ending) -> (&'static str, u16) {
     }
 }
 
-/// What each case's answer must say (and must not).
-fn facts(api: Dialect, stream: bool, ending: Ending) -> (Vec<String>, Vec<&'static str>) {
+/// What each case's answer must say (and must not), by its API's label.
+fn facts(api: &str, stream: bool, ending: Ending) -> (Vec<String>, Vec<&'static str>) {
     use Ending::*;
     let no_finish = "the upstream ended the choice without a finish reason";
     let missing = "the upstream ended without this choice";
@@ -286,19 +311,17 @@ fn facts(api: Dialect, stream: bool, ending: Ending) -> (Vec<String>, Vec<&'stat
     let (label, status) = verdict(ending);
     let code = format!(r#""code":"{label}""#);
     match (api, stream, ending) {
-        (Dialect::Chat, true, Stop) => (
+        ("chat", true, Stop) => (
             vec![s(r#""finish_reason":"stop""#), s("data: [DONE]")],
             vec!["\"error\":{"],
         ),
-        (Dialect::Chat, true, Length) => {
-            (vec![s(r#""finish_reason":"length""#)], vec!["\"error\":{"])
-        }
-        (Dialect::Chat, true, ToolCalls) => (
+        ("chat", true, Length) => (vec![s(r#""finish_reason":"length""#)], vec!["\"error\":{"]),
+        ("chat", true, ToolCalls) => (
             vec![s(r#""finish_reason":"tool_calls""#), s(r#""name":"f""#)],
             vec!["\"error\":{"],
         ),
         // No choice finished: the error event, then [DONE], whatever the cause.
-        (Dialect::Chat, true, ending) => {
+        ("chat", true, ending) => {
             let why = match ending {
                 UpstreamError | AllFailed => "boom",
                 NoFinishReason => no_finish,
@@ -308,29 +331,27 @@ fn facts(api: Dialect, stream: bool, ending: Ending) -> (Vec<String>, Vec<&'stat
             };
             (vec![s(why), code, s("data: [DONE]")], vec![])
         }
-        (Dialect::Chat, false, Stop) => (vec![s("200 "), s(r#""finish_reason":"stop""#)], vec![]),
-        (Dialect::Chat, false, Length) => {
-            (vec![s("200 "), s(r#""finish_reason":"length""#)], vec![])
-        }
-        (Dialect::Chat, false, ToolCalls) => (
+        ("chat", false, Stop) => (vec![s("200 "), s(r#""finish_reason":"stop""#)], vec![]),
+        ("chat", false, Length) => (vec![s("200 "), s(r#""finish_reason":"length""#)], vec![]),
+        ("chat", false, ToolCalls) => (
             vec![s("200 "), s(r#""finish_reason":"tool_calls""#)],
             vec![],
         ),
-        (Dialect::Anthropic, true, Stop) => (
+        ("messages", true, Stop) => (
             vec![s(r#""stop_reason":"end_turn""#), s("event: message_stop")],
             vec!["event: error"],
         ),
-        (Dialect::Anthropic, true, Length) => (
+        ("messages", true, Length) => (
             vec![s(r#""stop_reason":"max_tokens""#)],
             vec!["event: error"],
         ),
-        (Dialect::Anthropic, true, ToolCalls) => (
+        ("messages", true, ToolCalls) => (
             vec![s(r#""stop_reason":"tool_use""#), s(r#""type":"tool_use""#)],
             vec!["event: error"],
         ),
         (_, true, ending) => {
             let (name, done) = match api {
-                Dialect::Anthropic => ("event: error", "event: message_stop"),
+                "messages" => ("event: error", "event: message_stop"),
                 _ => ("event: response.failed", "event: response.completed"),
             };
             match ending {
@@ -348,9 +369,9 @@ fn facts(api: Dialect, stream: bool, ending: Ending) -> (Vec<String>, Vec<&'stat
         }
         (_, false, Stop | Length | ToolCalls) => {
             let shows = match (api, ending) {
-                (Dialect::Anthropic, Stop) => r#""stop_reason":"end_turn""#,
-                (Dialect::Anthropic, Length) => r#""stop_reason":"max_tokens""#,
-                (Dialect::Anthropic, _) => r#""stop_reason":"tool_use""#,
+                ("messages", Stop) => r#""stop_reason":"end_turn""#,
+                ("messages", Length) => r#""stop_reason":"max_tokens""#,
+                ("messages", _) => r#""stop_reason":"tool_use""#,
                 (_, Length) => r#""status":"incomplete""#,
                 (_, Stop) => r#""status":"completed""#,
                 _ => r#""type":"function_call""#,
@@ -371,45 +392,51 @@ fn facts(api: Dialect, stream: bool, ending: Ending) -> (Vec<String>, Vec<&'stat
     }
 }
 
+/// Every case of `A`, checked, and written to `all`.
+async fn cases<A: Case>(all: &mut String) {
+    let api = A::LABEL;
+    for stream in [true, false] {
+        for ending in ENDINGS {
+            let (bytes, answer) = match stream {
+                true => streamed::<A>(ending).await,
+                false => whole::<A>(ending).await,
+            };
+            let bytes = stable(&bytes);
+            let case = format!("{api} stream={stream} {ending:?}");
+            let (shows, never) = facts(api, stream, ending);
+            for text in &shows {
+                assert!(
+                    bytes.contains(text.as_str()),
+                    "{case}: no {text:?} in\n{bytes}"
+                );
+            }
+            for text in never {
+                assert!(!bytes.contains(text), "{case}: {text:?} in\n{bytes}");
+            }
+            // One verdict per ending, whatever the API, streamed or not.
+            let (label, status) = verdict(ending);
+            assert_eq!(answer.label(), label, "{case}:\n{bytes}");
+            assert_eq!(
+                answer.span_error(),
+                (status != 200).then_some(label),
+                "{case}"
+            );
+            let expected = (!stream).then(|| StatusCode::from_u16(status).unwrap());
+            assert_eq!(answer.status(), expected, "{case}");
+            if !stream {
+                assert!(bytes.starts_with(&format!("{status} ")), "{case}: {bytes}");
+            }
+            writeln!(all, "== {case}\n{bytes}").unwrap();
+        }
+    }
+}
+
 #[tokio::test]
 async fn every_api_streamed_or_not_writes_each_ending_as_decided() {
     let mut all = String::new();
-    for api in [Dialect::Chat, Dialect::Anthropic, Dialect::Responses] {
-        for stream in [true, false] {
-            for ending in ENDINGS {
-                let (bytes, answer) = match stream {
-                    true => streamed(api, ending).await,
-                    false => whole(api, ending).await,
-                };
-                let bytes = stable(&bytes);
-                let case = format!("{api} stream={stream} {ending:?}");
-                let (shows, never) = facts(api, stream, ending);
-                for text in &shows {
-                    assert!(
-                        bytes.contains(text.as_str()),
-                        "{case}: no {text:?} in\n{bytes}"
-                    );
-                }
-                for text in never {
-                    assert!(!bytes.contains(text), "{case}: {text:?} in\n{bytes}");
-                }
-                // One verdict per ending, whatever the API, streamed or not.
-                let (label, status) = verdict(ending);
-                assert_eq!(answer.label(), label, "{case}:\n{bytes}");
-                assert_eq!(
-                    answer.span_error(),
-                    (status != 200).then_some(label),
-                    "{case}"
-                );
-                let expected = (!stream).then(|| StatusCode::from_u16(status).unwrap());
-                assert_eq!(answer.status(), expected, "{case}");
-                if !stream {
-                    assert!(bytes.starts_with(&format!("{status} ")), "{case}: {bytes}");
-                }
-                writeln!(all, "== {case}\n{bytes}").unwrap();
-            }
-        }
-    }
+    cases::<Chat>(&mut all).await;
+    cases::<Messages>(&mut all).await;
+    cases::<Responses>(&mut all).await;
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/src/answer/respond/answers.txt"
@@ -427,11 +454,10 @@ async fn every_api_streamed_or_not_writes_each_ending_as_decided() {
 #[test]
 fn a_decided_ending_is_what_the_framings_write() {
     // The Messages framing writes the ending it is given, not one of its own.
-    let mut framing = ApiFraming::new(&Reply {
-        api: Dialect::Anthropic,
+    let mut framing = ApiFraming::new(Box::new(MessagesEncoder::new(&Reply {
         model: "m".into(),
         ..Reply::default()
-    });
+    })));
     let mut write = Vec::new();
     framing.open(&mut write);
     let ends = [OutputEnd::Stopped(Initiator::Gateway(Cut::PastDeadline))];

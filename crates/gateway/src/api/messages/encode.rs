@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use crate::ingress::{Encoder, Reply, Tokens, frame, new_id};
+use crate::api::{Encoder, Reply, Tokens, frame, new_id};
 
 /// Where the stream is.
 #[derive(Debug)]
@@ -348,7 +348,7 @@ fn usage_of(usage: &Tokens) -> Value {
 
 /// The key under which a `tool_use` block of [`message`] carries its input's JSON text as
 /// the upstream wrote it, when its tree would write it otherwise (a 30-digit integer, which
-/// no `f64` holds): [`crate::ingress::AsWritten`] writes that text as the block's `input`,
+/// no `f64` holds): [`crate::api::AsWritten`] writes that text as the block's `input`,
 /// and never the key. No client's text makes a key of the blocks built here.
 pub(crate) const INPUT_AS_WRITTEN: &str = "\u{0}input as written";
 

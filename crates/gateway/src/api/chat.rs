@@ -1,5 +1,6 @@
-//! The answer of `POST /v1/chat/completions` in its API's terms: its streamed framing
-//! ([`ChatFraming`]) and its one `chat.completion` object ([`completion`]).
+//! Chat Completions (`POST /v1/chat/completions`), the API the gateway runs every request
+//! in ([`Chat`]): its request checked as it came, its streamed framing ([`ChatFraming`]) and
+//! its one `chat.completion` object ([`completion`]).
 
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
@@ -9,10 +10,83 @@ use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 
+use crate::Limits;
 use crate::answer::ending::{AnswerEnd, OutputEnd};
-use crate::answer::finish::{Accounted, Finish};
+use crate::answer::finish::{Finish, Recorded};
 use crate::answer::write::{Framing, Needs, Tail};
+use crate::api::{ClientApi, Read, Refused};
+use crate::config::ModelPick;
+use crate::error::ApiError;
+use crate::request::ChatRequest;
 use crate::upstream::engine::{AnswerUsage, Summary};
+
+/// OpenAI's Chat Completions: the request is the one the gateway runs, read as it came;
+/// every output choice is answered (its `n`).
+pub(crate) struct Chat;
+
+impl ClientApi for Chat {
+    const LABEL: &'static str = "chat";
+    const ONE_OUTPUT: bool = false;
+    type Reply = ();
+    type Framing = ChatFraming;
+
+    fn read(
+        bytes: &Bytes,
+        limits: &Limits,
+        picks: &std::collections::HashMap<String, ModelPick>,
+    ) -> Result<Read<()>, Box<Refused>> {
+        let req = ChatRequest::parse(bytes, limits)
+            .and_then(|r| r.with_model(picks, limits))
+            .map_err(|e| Refused::new(e, model_of(bytes)))?;
+        Ok(Read {
+            req,
+            reply: (),
+            native: None,
+            hosted: Vec::new(),
+            prompt: None,
+        })
+    }
+
+    fn framing(
+        _: (),
+        envelope: &Envelope,
+        req: &ChatRequest,
+        outputs: usize,
+        _: Option<u64>,
+    ) -> ChatFraming {
+        let asked = (req.logprobs, req.include_usage);
+        ChatFraming::new(envelope, outputs, &req.model, asked)
+    }
+
+    fn object(
+        _: &(),
+        envelope: &Envelope,
+        logprobs: bool,
+        choices: &[(Option<Choice>, OutputEnd)],
+        usage: &AnswerUsage,
+        summary: Option<&Summary>,
+    ) -> Bytes {
+        let answered: Vec<(Option<Choice>, Option<String>)> = (choices.iter())
+            .map(|(choice, end)| (choice.clone(), end.why()))
+            .collect();
+        completion(envelope, &answered, logprobs, usage, summary)
+    }
+
+    fn error_body(error: &ApiError) -> serde_json::Value {
+        error.body()
+    }
+
+    fn shaped(error: ApiError) -> Response {
+        error.into_response()
+    }
+}
+
+/// The model a refused body names, when it can be read: the refusal is counted under it
+/// when it is a configured one. Read again on this path alone, its top level only.
+fn model_of(bytes: &Bytes) -> Option<String> {
+    let body = crate::request::split_object(bytes).ok()?;
+    serde_json::from_slice(body.get("model")?).ok()
+}
 
 /// A Chat Completions answer's events: each output choice's chunks (proto's encoder); a
 /// choice that did not finish ends with a `finish_reason: "error"` chunk saying why; the
@@ -229,7 +303,10 @@ pub(crate) fn json_body(bytes: Bytes, finish: Finish) -> Response {
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::new(Accounted::new(bytes, finish)))
+        .body(Body::new(Recorded::new(
+            http_body_util::Full::new(bytes),
+            finish,
+        )))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 

@@ -1,15 +1,16 @@
 //! The translation of Messages requests: each field, and each refusal a 400 naming it.
 
 use super::*;
-use crate::ingress::Hosted;
+use crate::api::Encoder;
+use crate::api::Hosted;
 
 /// A test's body translated as the gateway translates it (split into its fields first).
 fn to_chat(body: &Value) -> Result<Translated, IngressError> {
-    super::to_chat(&crate::ingress::fields_of(body)?)
+    super::to_chat(&crate::api::fields_of(body)?)
 }
 
 fn to_chat_for_count(body: &Value) -> Result<Translated, IngressError> {
-    super::to_chat_for_count(&crate::ingress::fields_of(body)?)
+    super::to_chat_for_count(&crate::api::fields_of(body)?)
 }
 
 fn ok(body: Value) -> Translated {
@@ -229,7 +230,7 @@ fn each_refusal_is_a_400_naming_the_field() {
         assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(e.param.as_deref(), Some(param), "{body}");
         assert!(e.message.contains(says), "{body}: {}", e.message);
-        let shaped = e.body(Dialect::Anthropic);
+        let shaped = e.body::<Messages>();
         assert_eq!(shaped["type"], "error");
         assert_eq!(shaped["error"]["type"], "invalid_request_error");
         assert_eq!(shaped["error"]["message"], e.message.as_str());
@@ -252,7 +253,7 @@ fn errors_take_anthropics_types_by_status() {
     ] {
         let status = StatusCode::from_u16(status).unwrap();
         assert_eq!(
-            super::super::error_body(Dialect::Anthropic, status, "why"),
+            super::error_body(status, "why"),
             json!({"type": "error", "error": {"type": kind, "message": "why"}})
         );
     }
@@ -262,7 +263,7 @@ fn errors_take_anthropics_types_by_status() {
         "the model \"x\" does not exist here",
     );
     assert_eq!(
-        super::super::api_error_body(Dialect::Anthropic, &gateway)["error"]["type"],
+        Messages::error_body(&gateway)["error"]["type"],
         "not_found_error"
     );
 }
@@ -374,7 +375,7 @@ fn server_tools_are_left_for_the_models_rule() {
             kind: "web_search_20250305".into()
         }]
     );
-    let shaped = t.hosted[0].refused("m").body(Dialect::Anthropic);
+    let shaped = t.hosted[0].refused("m").body::<Messages>();
     assert_eq!(shaped["error"]["type"], "invalid_request_error");
 }
 
@@ -382,7 +383,7 @@ fn server_tools_are_left_for_the_models_rule() {
 fn message_start_names_the_prompts_tokens() {
     let mut reply = ok(claude_code_body()).reply;
     reply.input_tokens = Some(1234);
-    let mut encoder = reply.encoder();
+    let mut encoder = MessagesEncoder::new(&reply);
     let mut out = Vec::new();
     encoder.start(&mut out);
     let text = String::from_utf8(out).unwrap();
@@ -447,7 +448,7 @@ fn tool_schemas_are_copied_as_sent() {
         "messages": [{"role": "user", "content": "hi"}],
         "tools": [{"name": "b", "description": null, "input_schema": {"type": "object", "properties": {"z": {}, "a": {}}}},
                   {"name": "c", "description": "C", "input_schema": {"properties" :{}}, "cache_control": {"type": "ephemeral"}}]}"#;
-    let body = crate::ingress::parse_body(&bytes::Bytes::from_static(text)).unwrap();
+    let body = crate::api::parse_body(&bytes::Bytes::from_static(text)).unwrap();
     let t = super::to_chat(&body).unwrap();
     assert_eq!(
         std::str::from_utf8(&t.chat["tools"]).unwrap(),

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
-use crate::ingress::{Reply, Tokens, new_id, unix_time};
+use crate::api::{Reply, Tokens, new_id, unix_time};
 use crate::request::Fields;
 
 /// A call's name as the client knows it: a namespace's function by its own name, with its

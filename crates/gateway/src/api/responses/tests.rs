@@ -1,10 +1,12 @@
 //! The translation of Responses requests: each field, and each refusal a 400 naming it.
 
 use super::*;
+use crate::api::Encoder;
+use crate::api::Hosted;
 
 /// A test's body translated as the gateway translates it (split into its fields first).
 fn to_chat(body: &Value) -> Result<Translated, IngressError> {
-    super::to_chat(&crate::ingress::fields_of(body)?)
+    super::to_chat(&crate::api::fields_of(body)?)
 }
 
 fn ok(body: Value) -> Translated {
@@ -216,7 +218,7 @@ fn each_refusal_is_a_400_naming_the_field() {
         assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
         assert_eq!(e.param.as_deref(), Some(param), "{body}");
         assert!(e.message.contains(says), "{body}: {}", e.message);
-        let shaped = e.body(Dialect::Responses);
+        let shaped = e.body::<Responses>();
         assert_eq!(shaped["error"]["type"], "invalid_request_error");
         assert_eq!(shaped["error"]["param"], param);
         assert_eq!(shaped["error"]["message"], e.message.as_str());
@@ -228,25 +230,22 @@ fn each_refusal_is_a_400_naming_the_field() {
 
 #[test]
 fn errors_take_openais_shape() {
-    let body = super::super::error_body(Dialect::Responses, StatusCode::UNAUTHORIZED, "no key");
+    let body = super::error_object(StatusCode::UNAUTHORIZED, "no key", None, None, None);
     assert_eq!(
         body,
         json!({"error": {"message": "no key", "type": "invalid_request_error", "param": null, "code": null}})
     );
-    let body = super::super::error_body(Dialect::Responses, StatusCode::BAD_GATEWAY, "down");
+    let body = super::error_object(StatusCode::BAD_GATEWAY, "down", None, None, None);
     assert_eq!(body["error"]["type"], "server_error");
     let gateway =
         crate::error::ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "busy")
             .code("too_many_requests");
     assert_eq!(
-        super::super::api_error_body(Dialect::Responses, &gateway),
+        Responses::error_body(&gateway),
         json!({"error": {"message": "busy", "type": "rate_limit_error", "param": null, "code": "too_many_requests"}})
     );
     let bad = super::super::parse_body(&bytes::Bytes::from_static(b"{")).unwrap_err();
-    assert_eq!(
-        bad.body(Dialect::Responses)["error"]["code"],
-        "invalid_json"
-    );
+    assert_eq!(bad.body::<Responses>()["error"]["code"], "invalid_json");
     assert!(super::super::parse_body(&bytes::Bytes::from_static(b"[]")).is_err());
 }
 
@@ -340,7 +339,7 @@ fn a_namespaced_call_is_answered_in_its_namespace() {
         {"type": "function", "name": "plain"}]}));
     let reply = t.reply;
     // Streamed.
-    let mut encoder = reply.encoder();
+    let mut encoder = ResponsesEncoder::new(&reply);
     let mut out = Vec::new();
     encoder.start(&mut out);
     let call = CallRef {
@@ -361,7 +360,7 @@ fn a_namespaced_call_is_answered_in_its_namespace() {
     ] {
         encoder.event(&event, &mut out);
     }
-    encoder.end(&crate::ingress::Tokens::default(), None, None, &mut out);
+    encoder.end(&crate::api::Tokens::default(), None, None, &mut out);
     let text = String::from_utf8(out).unwrap();
     let events: Vec<Value> = (text.lines())
         .filter_map(|l| l.strip_prefix("data: "))
@@ -397,7 +396,7 @@ fn a_namespaced_call_is_answered_in_its_namespace() {
         {"id": "call_1", "type": "function", "function": {"name": "agents__close_agent", "arguments": "{}"}},
         {"id": "call_2", "type": "function", "function": {"name": "plain", "arguments": "{}"}}]))
     .unwrap();
-    let body = reply.message(&output, &crate::ingress::Tokens::default(), None);
+    let body = message(&reply, &output, &crate::api::Tokens::default(), None);
     assert_eq!(body["output"][0]["name"], "close_agent");
     assert_eq!(body["output"][0]["namespace"], "agents");
     assert_eq!(body["output"][1]["name"], "plain");
@@ -438,7 +437,7 @@ fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
     );
     // Streamed: a custom_tool_call item, its input whole when the call closes.
     let reply = t.reply;
-    let mut encoder = reply.encoder();
+    let mut encoder = ResponsesEncoder::new(&reply);
     let mut out = Vec::new();
     let call = CallRef {
         kind: CallKind::Tool,
@@ -462,7 +461,7 @@ fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
     ] {
         encoder.event(&event, &mut out);
     }
-    encoder.end(&crate::ingress::Tokens::default(), None, None, &mut out);
+    encoder.end(&crate::api::Tokens::default(), None, None, &mut out);
     let text = String::from_utf8(out).unwrap();
     let events: Vec<Value> = (text.lines())
         .filter_map(|l| l.strip_prefix("data: "))
@@ -495,7 +494,7 @@ fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
     output.message.tool_calls = serde_json::from_value(json!([
         {"id": "call_r", "type": "function", "function": {"name": "apply_patch", "arguments": "{\"input\":\"x\"}"}}]))
     .unwrap();
-    let body = reply.message(&output, &crate::ingress::Tokens::default(), None);
+    let body = message(&reply, &output, &crate::api::Tokens::default(), None);
     assert_eq!(body["output"][0]["type"], "custom_tool_call");
     assert_eq!(body["output"][0]["input"], "x");
 }

@@ -29,7 +29,7 @@ use super::object::{
     Echoed, ResponseParts, call_item, client_name, custom_input, custom_item, incomplete_reason,
     response_object, usage_of,
 };
-use crate::ingress::{Encoder, Reply, Tokens, frame, new_id, unix_time};
+use crate::api::{Encoder, Reply, Tokens, frame, new_id, unix_time};
 use crate::request::Fields;
 
 /// Where the stream is.

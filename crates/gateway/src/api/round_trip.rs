@@ -11,7 +11,9 @@ use choicewise_core::{
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::{Reply, Tokens};
+use super::messages::{self, MessagesEncoder};
+use super::responses::{self, ResponsesEncoder};
+use super::{Encoder, Reply, Tokens};
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -51,9 +53,8 @@ async fn read(bytes: Vec<u8>, dialect: Dialect, index: u32) -> Read {
     }
 }
 
-fn reply(api: Dialect, stop: &[&str]) -> Reply {
+fn reply(stop: &[&str]) -> Reply {
     Reply {
-        api,
         model: "served-model".into(),
         reasoning: true,
         stop: stop.iter().map(|s| s.to_string()).collect(),
@@ -62,9 +63,18 @@ fn reply(api: Dialect, stop: &[&str]) -> Reply {
     }
 }
 
-/// Feeds a choice's events to an encoder as the gateway does, its end or failure last.
-fn encode(reply: &Reply, original: &Read, index: u32) -> Vec<u8> {
-    let mut encoder = reply.encoder();
+/// The encoder of the client API whose streams are the recording's `dialect`.
+fn encoder(dialect: Dialect, reply: &Reply) -> Box<dyn Encoder> {
+    match dialect {
+        Dialect::Anthropic => Box::new(MessagesEncoder::new(reply)),
+        Dialect::Responses => Box::new(ResponsesEncoder::new(reply)),
+        other => unreachable!("no client API streams {other}"),
+    }
+}
+
+/// Feeds a choice's events to `api`'s encoder as the gateway does, its end or failure last.
+fn encode(api: Dialect, reply: &Reply, original: &Read, index: u32) -> Vec<u8> {
+    let mut encoder = encoder(api, reply);
     let mut out = Vec::new();
     encoder.start(&mut out);
     for event in &original.events {
@@ -201,8 +211,8 @@ fn well_formed(api: Dialect, bytes: &[u8]) {
 async fn round_trip(name: &str, api: Dialect, stop: &[&str]) -> (Read, Read, Vec<u8>) {
     let dialect = api;
     let original = read(fixture(name), dialect, 0).await;
-    let reply = reply(api, stop);
-    let bytes = encode(&reply, &original, 0);
+    let reply = reply(stop);
+    let bytes = encode(api, &reply, &original, 0);
     well_formed(api, &bytes);
     let back = read(bytes.clone(), dialect, 0).await;
     assert_eq!(
@@ -308,7 +318,7 @@ async fn chat_completions_choices_go_out_in_both_apis() {
             (Dialect::Anthropic, Dialect::Anthropic),
             (Dialect::Responses, Dialect::Responses),
         ] {
-            let bytes = encode(&reply(api, &[]), &original, index);
+            let bytes = encode(api, &reply(&[]), &original, index);
             well_formed(api, &bytes);
             let back = read(bytes, dialect, 0).await;
             assert!(
@@ -435,7 +445,7 @@ async fn the_event_sequences_are_the_apis_own() {
 fn the_choicewise_summary_rides_on_the_last_event() {
     let summary = json!({"samples": 3, "selected": [1], "decision": "first_finished"});
     for api in [Dialect::Anthropic, Dialect::Responses] {
-        let mut encoder = reply(api, &[]).encoder();
+        let mut encoder = encoder(api, &reply(&[]));
         let mut out = Vec::new();
         encoder.event(&ChoiceEvent::Content("Hi".into()), &mut out);
         encoder.event(&ChoiceEvent::Finished("stop".into()), &mut out);
@@ -512,7 +522,7 @@ fn odd_event_orders_give_well_formed_streams() {
     for api in [Dialect::Anthropic, Dialect::Responses] {
         for cut in 0..=odd.len() {
             for ending in 0..3 {
-                let mut encoder = reply(api, &["a", "b"]).encoder();
+                let mut encoder = encoder(api, &reply(&["a", "b"]));
                 let mut out = Vec::new();
                 for event in &odd[..cut] {
                     encoder.event(event, &mut out);
@@ -542,7 +552,7 @@ async fn non_streamed_answers() {
     let choice = &original.completion.choices[0];
     let usage = Tokens::from_usage(original.completion.usage.as_ref().unwrap());
     let summary = json!({"decision": "vote"});
-    let m = reply(Dialect::Anthropic, &[]).message(choice, &usage, Some(&summary));
+    let m = messages::message(&reply(&[]), choice, &usage, Some(&summary));
     assert_eq!(m["type"], "message");
     assert_eq!(m["model"], "served-model");
     assert_eq!(
@@ -562,14 +572,14 @@ async fn non_streamed_answers() {
     assert_eq!(m["usage"]["output_tokens"], 89);
     assert_eq!(m["choicewise"], summary);
     // Without thinking asked for, none is answered.
-    let mut plain = reply(Dialect::Anthropic, &[]);
+    let mut plain = reply(&[]);
     plain.reasoning = false;
     assert_eq!(
-        plain.message(choice, &usage, None)["content"][0]["type"],
+        messages::message(&plain, choice, &usage, None)["content"][0]["type"],
         "text"
     );
 
-    let r = reply(Dialect::Responses, &[]).message(choice, &usage, None);
+    let r = responses::message(&reply(&[]), choice, &usage, None);
     assert_eq!(
         (r["object"].as_str(), r["status"].as_str()),
         (Some("response"), Some("completed"))
@@ -594,7 +604,7 @@ async fn non_streamed_answers() {
 
     let cut = read(fixture("anthropic_max_tokens.sse"), Dialect::Anthropic, 0).await;
     let choice = &cut.completion.choices[0];
-    let m = reply(Dialect::Anthropic, &[]).message(choice, &Tokens::default(), None);
+    let m = messages::message(&reply(&[]), choice, &Tokens::default(), None);
     assert_eq!(m["stop_reason"], "max_tokens");
     // Arguments cut short are not JSON: kept as their text.
     assert!(
@@ -603,12 +613,12 @@ async fn non_streamed_answers() {
             .unwrap()
             .starts_with("{\"path\"")
     );
-    let r = reply(Dialect::Responses, &[]).message(choice, &Tokens::default(), None);
+    let r = responses::message(&reply(&[]), choice, &Tokens::default(), None);
     assert_eq!(r["status"], "incomplete");
     assert_eq!(r["incomplete_details"]["reason"], "max_output_tokens");
     let unfinished = ChoiceOutput::default();
-    let r = reply(Dialect::Responses, &[]).message(&unfinished, &Tokens::default(), None);
+    let r = responses::message(&reply(&[]), &unfinished, &Tokens::default(), None);
     assert_eq!(r["status"], "failed");
-    let m = reply(Dialect::Anthropic, &[]).message(&unfinished, &Tokens::default(), None);
+    let m = messages::message(&reply(&[]), &unfinished, &Tokens::default(), None);
     assert_eq!(m["stop_reason"], Value::Null);
 }

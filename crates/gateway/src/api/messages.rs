@@ -1,5 +1,5 @@
 //! Anthropic Messages in: a `POST /v1/messages` body read into a Chat Completions request,
-//! and errors in Anthropic's shape. The answer's encoder is in `anthropic/encode.rs`.
+//! and errors in Anthropic's shape. The answer's encoder is in `messages/encode.rs`.
 //!
 //! | Messages | Chat Completions |
 //! |---|---|
@@ -30,23 +30,91 @@
 //! and other block types, file sources.
 
 mod encode;
+mod tools;
 
 pub(crate) use encode::{INPUT_AS_WRITTEN, MessagesEncoder, message};
-
-use std::collections::HashSet;
+use tools::{stop_sequences, thinking_effort, tool_choice, tools};
 
 use axum::http::StatusCode;
 use bytes::Bytes;
-use choicewise_core::Dialect;
+use choicewise_core::chunks::Envelope;
+use choicewise_core::{Choice, ChoiceOutput, Dialect};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Hosted, IngressError, MessagesOut, Parts, Reply, Translated, each_block, field, lean,
-    lean_object, raw_entries, raw_field, raw_object, read_fields, small, write_compact_as_string,
-    write_function_tool,
+    AsWritten, ClientApi, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated,
+    each_block, field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
 };
-use crate::request::{Fields, fields_of, kind_of, too_large_to_parse};
+use crate::Limits;
+use crate::answer::ending::OutputEnd;
+use crate::answer::translated::{self, ApiFraming};
+use crate::config::ModelPick;
+use crate::error::ApiError;
+use crate::request::{ChatRequest, Fields, fields_of, kind_of, too_large_to_parse};
+use crate::upstream::engine::{AnswerUsage, Summary};
+
+/// Anthropic's Messages: a request translated onto Chat Completions, one output choice
+/// answered as Anthropic's events or `message` object, errors in Anthropic's shape.
+pub(crate) struct Messages;
+
+impl ClientApi for Messages {
+    const LABEL: &'static str = "messages";
+    const ONE_OUTPUT: bool = true;
+    type Reply = Reply;
+    type Framing = ApiFraming;
+
+    fn read(
+        bytes: &Bytes,
+        limits: &Limits,
+        picks: &std::collections::HashMap<String, ModelPick>,
+    ) -> Result<Read<Reply>, Box<Refused>> {
+        // Its `thinking` goes as sent to an Anthropic upstream; a streamed answer names the
+        // prompt's tokens in its first event.
+        super::read_translated(bytes, (limits, picks), to_chat, Dialect::Anthropic, true)
+    }
+
+    fn framing(
+        mut reply: Reply,
+        _: &Envelope,
+        _: &ChatRequest,
+        _: usize,
+        prompt_tokens: Option<u64>,
+    ) -> ApiFraming {
+        reply.input_tokens = prompt_tokens;
+        ApiFraming::new(Box::new(MessagesEncoder::new(&reply)))
+    }
+
+    fn object(
+        reply: &Reply,
+        _: &Envelope,
+        _: bool,
+        choices: &[(Option<Choice>, OutputEnd)],
+        usage: &AnswerUsage,
+        summary: Option<&Summary>,
+    ) -> axum::body::Bytes {
+        translated::object(choices, usage, summary, |out, usage, summary| {
+            object_text(reply, out, usage, summary)
+        })
+    }
+
+    fn error_body(error: &ApiError) -> Value {
+        error_body(error.status, &error.message)
+    }
+}
+
+/// The non-streamed answer's text: the `message` object, each `tool_use` block's input as
+/// the upstream wrote it ([`AsWritten`]).
+pub(crate) fn object_text(
+    reply: &Reply,
+    output: &ChoiceOutput,
+    usage: &super::Tokens,
+    choicewise: Option<&Value>,
+) -> Vec<u8> {
+    let body = message(reply, output, usage, choicewise);
+    // A value always serialises.
+    serde_json::to_vec(&AsWritten(&body)).unwrap_or_default()
+}
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.
 pub(crate) fn error_body(status: StatusCode, message: &str) -> Value {
@@ -79,7 +147,7 @@ pub(crate) fn to_chat_for_count(body: &Fields) -> Result<Translated, IngressErro
 }
 
 /// The fields a translation reads (parsed); `messages` and `tools` are read entry by entry
-/// ([`for_each_raw_entry`], [`raw_entries`]), the others are
+/// ([`for_each_raw_entry`], [`raw_entries`](super::raw_entries)), the others are
 /// ignored, and `choicewise` passed on as sent.
 const READ: [&str; 11] = [
     "mcp_servers",
@@ -218,7 +286,6 @@ fn translate(body: &Fields, needs_max_tokens: bool) -> Result<Translated, Ingres
         native,
         hosted,
         reply: Reply {
-            api: Dialect::Anthropic,
             model,
             reasoning,
             stop,
@@ -671,172 +738,6 @@ fn unsupported_block(at: &str, kind: Option<&str>) -> IngressError {
             format!("{kind:?} blocks are not served by this gateway here"),
         ),
         None => IngressError::missing(format!("{at}.type")),
-    }
-}
-
-/// `stop_sequences`: a list of strings.
-fn stop_sequences(obj: &Map<String, Value>) -> Result<Vec<String>, IngressError> {
-    match field(obj, "stop_sequences") {
-        None => Ok(Vec::new()),
-        Some(Value::Array(list)) => (list.iter().enumerate())
-            .map(|(i, s)| match s {
-                Value::String(s) => Ok(s.clone()),
-                v => Err(IngressError::invalid(
-                    format!("stop_sequences.{i}"),
-                    format!("must be a string, not {}", kind_of(v)),
-                )),
-            })
-            .collect(),
-        Some(v) => Err(IngressError::invalid(
-            "stop_sequences",
-            format!("must be an array of strings, not {}", kind_of(v)),
-        )),
-    }
-}
-
-/// `tools` as function tools, then the tools system turns `added` (where `at` is), those of
-/// a name not already there: the Chat Completions `tools` array's text, if there are any.
-/// Server tools and Anthropic-defined tools (a `type` other than `custom`) are left for the
-/// model's `hosted_tools` rule, in `hosted`. Each tool is read on its own and written at once,
-/// its schema copied as sent: the list never exists as a parsed tree.
-fn tools(
-    body: &Fields,
-    added: &[(String, Value)],
-    hosted: &mut Vec<Hosted>,
-) -> Result<Option<Bytes>, IngressError> {
-    let list = match raw_field(body, "tools") {
-        None => Vec::new(),
-        Some(text) if text.first() == Some(&b'[') => raw_entries(text, "tools")?,
-        Some(text) => {
-            return Err(IngressError::invalid(
-                "tools",
-                format!("must be an array, not {}", kind_of(text)),
-            ));
-        }
-    };
-    let mut out = Vec::with_capacity(body.get("tools").map_or(0, |t| t.len() + t.len() / 4));
-    out.push(b'[');
-    let mut names: HashSet<String> = HashSet::new();
-    let mut any = false;
-    for (i, t) in list.into_iter().enumerate() {
-        let at = format!("tools.{i}");
-        let t = raw_object(t).unwrap_or_default();
-        match small(&t, "type") {
-            Value::Null => {}
-            Value::String(kind) if kind == "custom" => {}
-            Value::String(other) => {
-                hosted.push(Hosted {
-                    param: format!("{at}.type"),
-                    kind: other,
-                });
-                continue;
-            }
-            // Not a string: read as no type, as a parsed tool's would be.
-            _ => {}
-        }
-        let Value::String(name) = small(&t, "name") else {
-            return Err(IngressError::missing(format!("{at}.name")));
-        };
-        let Some(schema) = t.get("input_schema").filter(|s| s.get().starts_with('{')) else {
-            return Err(IngressError::missing(format!("{at}.input_schema")));
-        };
-        let mut parts = vec![("parameters", schema.get().as_bytes())];
-        if let Some(d) = t.get("description").filter(|d| d.get() != "null") {
-            parts.push(("description", d.get().as_bytes()));
-        }
-        if any {
-            out.push(b',');
-        }
-        write_function_tool(&mut out, &name, &parts);
-        names.insert(name);
-        any = true;
-    }
-    for (at, t) in added {
-        if t["name"].as_str().is_some_and(|name| names.contains(name)) {
-            continue;
-        }
-        let tool = function_tool(at, t)?;
-        if let Some(name) = tool["function"]["name"].as_str() {
-            names.insert(name.to_string());
-        }
-        if any {
-            out.push(b',');
-        }
-        // A value always serialises.
-        let _ = serde_json::to_writer(&mut out, &tool);
-        any = true;
-    }
-    out.push(b']');
-    Ok(any.then(|| Bytes::from(out)))
-}
-
-/// A client tool (`at`: where it is) as a function tool.
-fn function_tool(at: &str, t: &Value) -> Result<Value, IngressError> {
-    let Some(name) = t["name"].as_str() else {
-        return Err(IngressError::missing(format!("{at}.name")));
-    };
-    let Some(schema) = t.get("input_schema").filter(|s| s.is_object()) else {
-        return Err(IngressError::missing(format!("{at}.input_schema")));
-    };
-    let mut function = json!({"name": name, "parameters": schema});
-    if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
-        function["description"] = d.clone();
-    }
-    Ok(json!({"type": "function", "function": function}))
-}
-
-/// `tool_choice`: `auto`, `any` (→ `required`), `tool` (→ that function), `none`;
-/// `disable_parallel_tool_use: true` → `parallel_tool_calls: false`. Checked always, sent
-/// with tools only.
-fn tool_choice(
-    obj: &Map<String, Value>,
-    has_tools: bool,
-    chat: &mut Map<String, Value>,
-) -> Result<(), IngressError> {
-    let Some(choice) = field(obj, "tool_choice") else {
-        return Ok(());
-    };
-    let mapped = match choice["type"].as_str() {
-        Some("auto") => json!("auto"),
-        Some("any") => json!("required"),
-        Some("none") => json!("none"),
-        Some("tool") => match choice["name"].as_str() {
-            Some(name) => json!({"type": "function", "function": {"name": name}}),
-            None => return Err(IngressError::missing("tool_choice.name")),
-        },
-        Some(other) => {
-            return Err(IngressError::invalid(
-                "tool_choice.type",
-                format!("must be \"auto\", \"any\", \"tool\" or \"none\", not {other:?}"),
-            ));
-        }
-        None => return Err(IngressError::missing("tool_choice.type")),
-    };
-    if !has_tools {
-        // Chat Completions refuses a tool choice without tools.
-        return Ok(());
-    }
-    chat.insert("tool_choice".into(), mapped);
-    if choice["disable_parallel_tool_use"] == true {
-        chat.insert("parallel_tool_calls".into(), json!(false));
-    }
-    Ok(())
-}
-
-/// `thinking`'s `reasoning_effort`, if it asks for one: `enabled` with its budget
-/// (`budget_tokens`), `adaptive` (the upstream's default effort: none), `disabled` (none).
-fn thinking_effort(thinking: &Value) -> Result<Option<&'static str>, IngressError> {
-    match thinking["type"].as_str() {
-        Some("enabled") => match thinking["budget_tokens"].as_u64() {
-            Some(budget) => Ok(Some(Dialect::thinking_effort(budget))),
-            None => Err(IngressError::missing("thinking.budget_tokens")),
-        },
-        Some("adaptive" | "disabled") => Ok(None),
-        Some(other) => Err(IngressError::invalid(
-            "thinking.type",
-            format!("must be \"enabled\", \"adaptive\" or \"disabled\", not {other:?}"),
-        )),
-        None => Err(IngressError::missing("thinking.type")),
     }
 }
 
