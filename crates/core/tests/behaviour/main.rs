@@ -24,6 +24,7 @@ mod policy;
 mod quirks_and_faults;
 mod reads;
 mod replace;
+mod root;
 mod samples;
 mod sdk_conformance;
 mod usage;

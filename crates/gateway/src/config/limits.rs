@@ -74,8 +74,8 @@ pub struct Limits {
 
 impl Limits {
     /// What a policy is checked against for a request of `n` choices: `max_samples`.
-    pub(crate) fn policy_limits(&self, n: u32) -> choicewise_core::PolicyLimits {
-        choicewise_core::PolicyLimits::new(n).max_samples(self.max_samples)
+    pub(crate) fn policy_limits(&self, n: u32) -> choicewise_core::policy::PolicyLimits {
+        choicewise_core::policy::PolicyLimits::new(n).max_samples(self.max_samples)
     }
 
     /// The memory ceiling's two marks in bytes, defaults resolved (`0, 0`: off): `memory`
