@@ -13,6 +13,7 @@ mod busy_choice;
 mod cancel;
 mod confidence;
 mod dialects;
+mod documented_states;
 mod errors;
 mod every_pick_ends;
 mod fan_out;
