@@ -45,9 +45,12 @@
 //! | **Without a runtime** | [`Demux`], the same demultiplexer for synchronous code |
 //!
 //! The crate root holds what an application uses. The finer pieces are in modules: [`plan`]
-//! (the gateway's request plans), [`confidence`] (DeepConf's options, log-probabilities and
-//! the report of a vote guided by them), [`defaults`] (defaults and bounds), [`input`] (the
-//! input side's lower-level types), [`wire`] (chunk types) and [`chunks`] (the chunk encoder).
+//! (the gateway's request plans), [`policy`] (`PolicyLimits`, what a policy is checked
+//! against), [`select`] (a vote's `Tally`, `KeyVotes`, `VoteKeyError`), [`arguments`]
+//! (`ArgumentsError`, `PartialJsonError`), [`confidence`] (DeepConf's options,
+//! log-probabilities and the report of a vote guided by them), [`defaults`] (defaults and
+//! bounds), [`input`] (the input side's lower-level types), [`wire`] (chunk types) and
+//! [`chunks`] (the chunk encoder).
 //!
 //! The repository's `docs/` explain the architecture (the actors and the flow of one chunk),
 //! the benchmarks, the reliability guarantees, each capability, and which parts of this API

@@ -29,7 +29,7 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
 pub fn assert_no_actor_left() {
     runtime().block_on(async {
         for round in 0..12_000 {
-            if choicewise_core::live_actors() == 0 {
+            if choicewise_core::diagnostics::live_actors() == 0 {
                 return;
             }
             if round < 10_000 {
@@ -40,7 +40,7 @@ pub fn assert_no_actor_left() {
         }
         panic!(
             "{} actors still alive after every handle was dropped",
-            choicewise_core::live_actors()
+            choicewise_core::diagnostics::live_actors()
         );
     });
 }

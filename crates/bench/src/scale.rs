@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use choicewise::defaults::DEFAULT_HIBERNATE_AFTER;
-use choicewise::{Choice, Completions, Source, live_actors};
+use choicewise::diagnostics::live_actors;
+use choicewise::{Choice, Completions, Source};
 use choicewise_test_support::rss_bytes;
 use futures::StreamExt;
 use tokio::runtime::Runtime;

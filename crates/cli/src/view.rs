@@ -1,9 +1,8 @@
 //! Choosing the view: `--json`, the plain labelled lines, or the live view on a terminal.
 
 use choicewise::confidence::{Confidence, ConfidenceReport};
-use choicewise::{
-    Completions, PickRule, Policy, PolicyError, PolicyErrorKind, PolicyLimits, Selection,
-};
+use choicewise::policy::PolicyLimits;
+use choicewise::{Completions, PickRule, Policy, PolicyError, PolicyErrorKind, Selection};
 use clap::Args;
 use tokio::sync::watch;
 

@@ -5,12 +5,15 @@
 //! `choicewise-partial-json` parser keeps its state between fragments, so the work over a
 //! whole call is linear in its length), and only for consumers that ask: the actors never pay
 //! for them. The one parse on the actors' side is the final one, when a call ends.
+//!
+//! The crate root re-exports the types a caller holds ([`PartialArguments`],
+//! [`FunctionCalls`], [`ArgumentsSnapshot`]); the errors are named here.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use choicewise_partial_json::{PartialJson, PartialJsonError, Snapshot, TextField};
+use choicewise_partial_json::{PartialJson, Snapshot, TextField};
 use futures::Stream;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -18,7 +21,12 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::stream::EventStream;
-use choicewise_proto::{ArgumentsError, CallRef, Error, ErrorDetail, FunctionCallEvent, Text};
+use choicewise_proto::{CallRef, Error, ErrorDetail, FunctionCallEvent, Text};
+
+/// Why arguments seen so far are not JSON ([`PartialArguments::error`]).
+pub use choicewise_partial_json::PartialJsonError;
+/// Why a call's arguments did not parse when it ended (in [`ErrorDetail::InvalidArguments`]).
+pub use choicewise_proto::ArgumentsError;
 
 /// Escapes raw control characters inside JSON strings, fragment by fragment (a string may
 /// span fragments), so that partial values tolerate what the final parse repairs.

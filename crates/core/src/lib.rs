@@ -19,6 +19,8 @@
 //!   pick as data.
 //!
 //! The crate root holds what an application uses; the finer pieces are in modules: [`plan`],
+//! [`policy`] (the limits a policy is checked against, its rule), [`select`] (a vote's tally
+//! and its key's errors), [`arguments`] (function-call arguments and their parse errors),
 //! [`confidence`], [`defaults`], [`input`], [`wire`] and [`chunks`].
 //!
 //! ```
@@ -53,21 +55,22 @@
 #![deny(missing_docs)]
 
 mod actor;
-mod arguments;
+pub mod arguments;
 mod builder;
 mod choice;
 mod completion;
 mod completions;
 mod config;
 #[cfg(feature = "diagnostics")]
-mod diagnostics;
+#[doc(hidden)]
+pub mod diagnostics;
 mod lifetime;
 mod log;
 mod msg;
 pub mod plan;
-mod policy;
+pub mod policy;
 mod samples;
-mod select;
+pub mod select;
 mod source;
 mod stream;
 mod waiters;
@@ -78,18 +81,15 @@ pub use choice::Choice;
 #[cfg(feature = "estimate")]
 pub use choicewise_proto::EncodingName;
 pub use choicewise_proto::{
-    ArgumentsError, CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource,
-    ChoiceUsage, Demux, Dialect, Error, ErrorDetail, ErrorKind, Estimate, FunctionCall,
-    FunctionCallEvent, Incomplete, Logprobs, LogprobsKept, Message, MessagesText, PartialJsonError,
-    Snapshot, Text, ToolCall, UpstreamError, Usage, UsageSource, Warning, WarningKind,
+    CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource, ChoiceUsage, Demux,
+    Dialect, Error, ErrorDetail, ErrorKind, Estimate, FunctionCall, FunctionCallEvent, Incomplete,
+    Logprobs, LogprobsKept, Message, MessagesText, Snapshot, Text, ToolCall, UpstreamError, Usage,
+    UsageSource, Warning, WarningKind,
 };
 pub use choicewise_proto::{chunks, wire};
 pub use completions::{Choices, Completions};
-#[cfg(feature = "diagnostics")]
-#[doc(hidden)]
-pub use diagnostics::{actors_started, live_actors};
-pub use policy::{PickRule, Policy, PolicyBuilder, PolicyError, PolicyErrorKind, PolicyLimits};
-pub use select::{KeyVotes, Pick, Selection, Tally, VoteKey, VoteKeyError};
+pub use policy::{PickRule, Policy, PolicyBuilder, PolicyError, PolicyErrorKind};
+pub use select::{Pick, Selection, VoteKey};
 pub use source::Source;
 pub use stream::EventStream;
 

@@ -12,6 +12,10 @@
 //! `deadline_ms`. Errors name each field by its own name (`"samples"`); a front end names it
 //! its own way ([`PolicyError::message_naming`]: the gateway's `"choicewise.samples"`, the
 //! CLI's flags, Python's arguments).
+//!
+//! The crate root re-exports [`Policy`], [`PolicyBuilder`], [`PickRule`], [`PolicyError`]
+//! and [`PolicyErrorKind`]; [`PolicyLimits`], what a policy is checked against, is named
+//! here.
 
 mod error;
 mod json;
@@ -89,7 +93,7 @@ impl PickRule {
 /// take this many; `samples` is at least `n`), and the most samples allowed.
 ///
 /// ```
-/// use choicewise_core::PolicyLimits;
+/// use choicewise_core::policy::PolicyLimits;
 /// let limits = PolicyLimits::new(2).max_samples(16);
 /// assert_eq!((limits.n, limits.max_samples), (2, Some(16)));
 /// assert_eq!(PolicyLimits::default(), PolicyLimits::new(1));
@@ -130,7 +134,8 @@ impl PolicyLimits {
 ///
 /// ```
 /// use std::time::Duration;
-/// use choicewise_core::{Policy, PickRule, PolicyLimits};
+/// use choicewise_core::policy::PolicyLimits;
+/// use choicewise_core::{Policy, PickRule};
 /// let policy = Policy::builder()
 ///     .select(PickRule::FirstToken)
 ///     .samples(3)
@@ -380,7 +385,8 @@ fn check_confidence(c: &Confidence) -> Result<(), PolicyError> {
 /// [`opening`](Self::opening).
 ///
 /// ```
-/// use choicewise_core::{PickRule, Policy, PolicyLimits};
+/// use choicewise_core::policy::PolicyLimits;
+/// use choicewise_core::{PickRule, Policy};
 /// use choicewise_core::plan::Opening;
 /// let ext = serde_json::json!({"samples": 8, "select": "vote", "vote_by": "Answer: (\\d+)", "window": 4});
 /// let policy = Policy::from_json(ext.as_object().unwrap(), &PolicyLimits::new(1).max_samples(16)).unwrap();
@@ -429,7 +435,8 @@ impl Policy {
     /// again.
     ///
     /// ```
-    /// use choicewise_core::{Policy, PolicyLimits};
+    /// use choicewise_core::policy::PolicyLimits;
+    /// use choicewise_core::Policy;
     /// let ext = serde_json::json!({"samples": 2, "select": "first_token"});
     /// let policy = Policy::from_json(ext.as_object().unwrap(), &PolicyLimits::default()).unwrap();
     /// assert_eq!(policy.checked_for(&PolicyLimits::new(2)).unwrap().take(), 2);
@@ -490,7 +497,8 @@ impl Policy {
     /// a pick to a [`Plan`]'s opening.
     ///
     /// ```
-    /// use choicewise_core::{Policy, PolicyLimits};
+    /// use choicewise_core::policy::PolicyLimits;
+    /// use choicewise_core::Policy;
     /// use choicewise_core::plan::Opening;
     /// let read = |v: serde_json::Value| Policy::from_json(v.as_object().unwrap(), &PolicyLimits::default()).unwrap();
     /// assert_eq!(read(serde_json::json!({"samples": 3, "select": "first_token", "hedge_after_ms": 200})).opening(), Opening::Hedged);
@@ -516,7 +524,8 @@ impl Policy {
     /// [`opening`](Self::opening) says.
     ///
     /// ```
-    /// use choicewise_core::{Policy, PolicyLimits};
+    /// use choicewise_core::policy::PolicyLimits;
+    /// use choicewise_core::Policy;
     /// use choicewise_core::plan::PlanUpstream;
     /// let ext = serde_json::json!({"samples": 3, "select": "first_token", "hedge_after_ms": 200});
     /// let policy = Policy::from_json(ext.as_object().unwrap(), &PolicyLimits::default()).unwrap();
@@ -536,7 +545,8 @@ impl crate::Completions {
     /// once, cancelling nothing.
     ///
     /// ```
-    /// use choicewise_core::{Completions, Policy, PolicyLimits, Source};
+    /// use choicewise_core::policy::PolicyLimits;
+    /// use choicewise_core::{Completions, Policy, Source};
     /// # #[tokio::main] async fn main() {
     /// let answer = |a: &str| Source::reader(std::io::Cursor::new(format!(
     ///     "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"))).n(1);

@@ -6,6 +6,9 @@
 //!
 //! The rules they share live with the values they judge: a good finish is
 //! [`ChoiceOutput::finished_well`], a choice producing is [`ChoiceEvent::produces`](crate::ChoiceEvent::produces).
+//!
+//! The crate root re-exports [`Pick`], [`Selection`] and [`VoteKey`]; a vote's [`Tally`]
+//! and its [`KeyVotes`], and [`VoteKeyError`], are named here.
 
 /// The confidence-guided vote (DeepConf online): a part of picking, over its vote.
 pub(crate) mod confidence;

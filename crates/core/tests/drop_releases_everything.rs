@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use choicewise_core::{Completions, Source, live_actors};
+use choicewise_core::diagnostics::live_actors;
+use choicewise_core::{Completions, Source};
 use common::actors_reach;
 use futures::StreamExt;
 

@@ -10,9 +10,8 @@ mod common;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use choicewise_core::{
-    ChatCompletion, ChoiceEvent, Completions, ErrorDetail, Source, actors_started,
-};
+use choicewise_core::diagnostics::actors_started;
+use choicewise_core::{ChatCompletion, ChoiceEvent, Completions, ErrorDetail, Source};
 use choicewise_test_support::{DONE, sse_chunk, within};
 use common::actors_reach;
 use common::streams::{completion, interleave, sse};

@@ -974,12 +974,15 @@ async fn retained(sse: String) -> u64 {
 /// Waits until the actors of earlier completions have stopped (and freed their state).
 async fn settle() {
     for _ in 0..500 {
-        if choicewise_core::live_actors() == 0 {
+        if choicewise_core::diagnostics::live_actors() == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("{} actors still alive", choicewise_core::live_actors());
+    panic!(
+        "{} actors still alive",
+        choicewise_core::diagnostics::live_actors()
+    );
 }
 
 /// Fixed in 4104359: every warning copied the kept and the ignored value whole, twice (the

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use choicewise_core::{ChatCompletion, Completions, Error, ErrorDetail, Source, live_actors};
+use choicewise_core::diagnostics::live_actors;
+use choicewise_core::{ChatCompletion, Completions, Error, ErrorDetail, Source};
 use choicewise_test_support::{DONE, rss_bytes, sse_chunk, within};
 use futures::StreamExt;
 use invariants::{Rng, split};

@@ -116,7 +116,7 @@ impl Gateway {
             let mut routes = Vec::new();
             for (k, u) in model.upstreams.iter().enumerate() {
                 let api = u.api;
-                // Every try is the gateway's (src/open.rs): the client's own retries are off.
+                // Every try is the gateway's (upstream/open/): the client's own retries are off.
                 let mut builder = Client::builder()
                     .api(api)
                     .base_url(&u.base_url)

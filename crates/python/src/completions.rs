@@ -434,7 +434,7 @@ fn vote_policy(
         policy = policy.deadline(seconds_to_duration(seconds)?);
     }
     policy
-        .build(&choicewise::PolicyLimits::default())
+        .build(&choicewise::policy::PolicyLimits::default())
         .map_err(|e| refused(&e))
 }
 
@@ -445,7 +445,7 @@ fn first_finished_policy(deadline: Option<f64>) -> PyResult<choicewise::Policy> 
         policy = policy.deadline(seconds_to_duration(seconds)?);
     }
     policy
-        .build(&choicewise::PolicyLimits::default())
+        .build(&choicewise::policy::PolicyLimits::default())
         .map_err(|e| refused(&e))
 }
 
@@ -454,7 +454,7 @@ fn policy_of(py: Python<'_>, policy: &Bound<'_, PyAny>) -> PyResult<choicewise::
     let serde_json::Value::Object(fields) = from_py_value(py, policy)? else {
         return Err(errors::value_error("a policy is a dict"));
     };
-    choicewise::Policy::from_json(&fields, &choicewise::PolicyLimits::default())
+    choicewise::Policy::from_json(&fields, &choicewise::policy::PolicyLimits::default())
         .map_err(|e| errors::value_error(e.to_string()))
 }
 

@@ -36,7 +36,8 @@ pub enum PolicyErrorKind {
 /// [`problem_naming`](Self::problem_naming) (the CLI's flags, Python's arguments).
 ///
 /// ```
-/// use choicewise_core::{Policy, PolicyErrorKind, PolicyLimits};
+/// use choicewise_core::policy::PolicyLimits;
+/// use choicewise_core::{Policy, PolicyErrorKind};
 /// let e = Policy::from_json(
 ///     serde_json::json!({"samples": 3, "select": "vote", "hedge_after_ms": 50}).as_object().unwrap(),
 ///     &PolicyLimits::default(),
@@ -144,7 +145,8 @@ impl PolicyError {
     /// serde form names it): how a front end reports it in its own terms.
     ///
     /// ```
-    /// use choicewise_core::{PickRule, Policy, PolicyLimits};
+    /// use choicewise_core::policy::PolicyLimits;
+    /// use choicewise_core::{PickRule, Policy};
     /// let e = Policy::builder().select(PickRule::Vote).samples(1).build(&PolicyLimits::default()).unwrap_err();
     /// assert_eq!(e.to_string(), r#""min_votes" (2, the default) is more than "samples" (1): no key could win"#);
     /// assert_eq!(
@@ -161,7 +163,8 @@ impl PolicyError {
     /// that puts the field's own name first its own way (`--vote-min: ...`).
     ///
     /// ```
-    /// use choicewise_core::{PickRule, Policy, PolicyLimits};
+    /// use choicewise_core::policy::PolicyLimits;
+    /// use choicewise_core::{PickRule, Policy};
     /// let e = Policy::builder().select(PickRule::Vote).samples(1).build(&PolicyLimits::default()).unwrap_err();
     /// let flag = |field: &str| match field { "samples" => "--samples".to_string(), f => f.to_string() };
     /// assert_eq!(e.field(), "min_votes");
@@ -184,7 +187,8 @@ impl PolicyError {
     /// fields named by their own names ([`problem_naming`](Self::problem_naming)).
     ///
     /// ```
-    /// use choicewise_core::{PickRule, Policy, PolicyLimits};
+    /// use choicewise_core::policy::PolicyLimits;
+    /// use choicewise_core::{PickRule, Policy};
     /// let e = Policy::builder().select(PickRule::Vote).min_votes(0).build(&PolicyLimits::default()).unwrap_err();
     /// assert_eq!((e.field(), e.problem()), ("min_votes", "must be an integer of 1 or more, not 0".to_string()));
     /// ```

@@ -23,7 +23,8 @@ impl Policy {
     /// against `limits`; `null` stands for a field left out. Every error names its field.
     ///
     /// ```
-    /// use choicewise_core::{Policy, PolicyLimits};
+    /// use choicewise_core::policy::PolicyLimits;
+    /// use choicewise_core::Policy;
     /// let read = |v: serde_json::Value| Policy::from_json(v.as_object().unwrap(), &PolicyLimits::new(2).max_samples(16));
     /// assert_eq!(read(serde_json::json!({"samples": 1})).unwrap_err().to_string(),
     ///     r#""samples" must be an integer from n (2) to 16 (max_samples), not 1"#);

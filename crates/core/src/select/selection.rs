@@ -142,7 +142,7 @@ impl Tally {
 /// One key of a [`Tally`] and its votes.
 ///
 /// ```
-/// let v = choicewise_core::KeyVotes { key: "42".into(), votes: 3 };
+/// let v = choicewise_core::select::KeyVotes { key: "42".into(), votes: 3 };
 /// assert_eq!(serde_json::to_value(&v).unwrap(), serde_json::json!({"key": "42", "votes": 3}));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use choicewise_core::defaults::DEFAULT_MIN_VOTES;
 use choicewise_core::plan::Opening;
-use choicewise_core::{Completions, PickRule, Policy, PolicyErrorKind, PolicyLimits, Source};
+use choicewise_core::policy::PolicyLimits;
+use choicewise_core::{Completions, PickRule, Policy, PolicyErrorKind, Source};
 use choicewise_test_support::{content_chunk, within};
 use futures::stream;
 use serde_json::{Value, json};

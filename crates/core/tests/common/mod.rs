@@ -9,7 +9,8 @@ use std::path::PathBuf;
 
 use std::time::Duration;
 
-use choicewise_core::{ChatCompletion, ChoiceEvent, Completions, Incomplete, Source, live_actors};
+use choicewise_core::diagnostics::live_actors;
+use choicewise_core::{ChatCompletion, ChoiceEvent, Completions, Incomplete, Source};
 use choicewise_test_support::upstream;
 /// The read splits and the cutting are the kit's, shared with the other crates' tests (not
 /// every test binary uses both).

@@ -1,10 +1,18 @@
-//! What the gateway's loopback tests share: a gateway served on 127.0.0.1, and an upstream
-//! sample that stalls.
+//! What the gateway's loopback tests share: a gateway served on 127.0.0.1, its
+//! configuration's pieces, the requests a client posts and the reading of their answers, and
+//! the upstreams (the test server's, and raw ones that read, stall or answer as told).
+//!
+//! Both test binaries include this module and each uses part of it.
+#![allow(dead_code, unused_imports)]
 
+use std::future::Future;
 use std::net::SocketAddr;
 
 use choicewise_gateway::{Config, Gateway};
-use choicewise_testserver::{TestServer, TestServerBuilder, answer};
+use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// A gateway of this configuration (TOML), its environment read from `env`, served on a free
 /// port of 127.0.0.1 with its connection bounds ([`Gateway::serve_on`]); and the gateway
@@ -20,7 +28,6 @@ pub async fn serve(toml: &str, env: impl Fn(&str) -> Option<String>) -> (SocketA
 }
 
 /// A sample that sends `events` events, then stalls as long as the client stays.
-#[allow(dead_code)] // not every test binary that shares this module stalls an upstream
 pub fn stalled(events: usize) -> TestServerBuilder {
     TestServer::builder()
         .body(answer("let me think about it"))
@@ -28,57 +35,68 @@ pub fn stalled(events: usize) -> TestServerBuilder {
 }
 
 /// An upstream that refuses connections, its port held (the workspace's test kit).
-#[allow(unused_imports)] // not every test binary that shares this module needs one
 pub use choicewise_test_support::refusing;
 
-/// An upstream that takes connections and never answers (no first byte): its base URL.
-#[allow(dead_code)] // not every test binary that shares this module needs one
-pub async fn silent() -> String {
-    use tokio::io::AsyncReadExt;
+/// A raw upstream on a free port of 127.0.0.1: each connection it takes handed to `serve` on
+/// a task of its own. Its address.
+pub async fn raw_upstream<F, Fut>(serve: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0; 65536];
-                while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
-            });
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(serve(tcp));
         }
     });
+    addr
+}
+
+/// Reads a request's head up to its blank line, byte by byte (nothing of its body): the
+/// head, or `None` if the connection ended first.
+pub async fn read_head(tcp: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"\r\n\r\n") {
+        if !matches!(tcp.read(&mut byte).await, Ok(1)) {
+            return None;
+        }
+        seen.push(byte[0]);
+    }
+    Some(seen)
+}
+
+/// Reads and drops what the client sends until it closes.
+pub async fn drain(tcp: &mut TcpStream) {
+    let mut buf = vec![0; 65536];
+    while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
+}
+
+/// An upstream that takes connections and never answers (no first byte): its base URL.
+pub async fn silent() -> String {
+    let addr = raw_upstream(|mut tcp| async move { drain(&mut tcp).await }).await;
     format!("http://{addr}/v1")
 }
 
 /// An upstream that reads each request, answers `head` (a status line and its headers,
 /// without the blank line that ends them) and then sends nothing more while the connection
 /// stays: its base URL.
-#[allow(dead_code)] // not every test binary that shares this module needs one
 pub async fn head_then_silent(head: &'static str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut byte = [0u8; 1];
-                while !seen.ends_with(b"\r\n\r\n") {
-                    if !matches!(tcp.read(&mut byte).await, Ok(1)) {
-                        return;
-                    }
-                    seen.push(byte[0]);
-                }
-                let _ = tcp.write_all(head.as_bytes()).await;
-                let _ = tcp.write_all(b"\r\n\r\n").await;
-                let mut buf = vec![0; 65536];
-                while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
-            });
+    let addr = raw_upstream(move |mut tcp| async move {
+        if read_head(&mut tcp).await.is_none() {
+            return;
         }
-    });
+        let _ = tcp.write_all(head.as_bytes()).await;
+        let _ = tcp.write_all(b"\r\n\r\n").await;
+        drain(&mut tcp).await;
+    })
+    .await;
     format!("http://{addr}/v1")
 }
 
 /// A line of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`); 0 where there is none.
-#[allow(dead_code)] // not every test binary that shares this module reads its memory
 pub fn status_bytes(key: &str) -> i64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     (status.lines())
@@ -88,7 +106,247 @@ pub fn status_bytes(key: &str) -> i64 {
 }
 
 /// Resets the resident set's peak (`VmHWM`) to the resident set now; whether it could.
-#[allow(dead_code)] // not every test binary that shares this module reads its memory
 pub fn reset_rss_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
+
+/// No environment: a gateway without keys.
+pub fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+/// An environment whose client key (`CLIENT_KEYS`) is `sk-a`.
+pub fn key_env(name: &str) -> Option<String> {
+    (name == "CLIENT_KEYS").then(|| "sk-a".to_string())
+}
+
+/// One `[[models.upstreams]]` entry of model name `up` on this API and base URL, with extra
+/// TOML lines after it.
+pub fn upstream_toml(api: &str, url: &str, extra: &str) -> String {
+    format!(
+        "[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{url}\"\nmodel = \"up\"\n{extra}\n"
+    )
+}
+
+/// A Chat Completions upstream entry asked one request per sample (`n = "fan-out"`).
+pub fn fan_out_toml(url: &str, extra: &str) -> String {
+    upstream_toml("chat", url, &format!("n = \"fan-out\"\n{extra}"))
+}
+
+/// A model of this name over one upstream each of these (`api`, `base_url`).
+pub fn models_toml(models: &[(&str, &str, &str)]) -> String {
+    (models.iter())
+        .map(|(name, api, url)| {
+            format!(
+                "[[models]]\nname = \"{name}\"\n{}",
+                upstream_toml(api, url, "")
+            )
+        })
+        .collect()
+}
+
+/// The test server started.
+pub async fn start(builder: TestServerBuilder) -> TestServer {
+    builder.start().await.unwrap()
+}
+
+/// A test server sample that answers `text` (Chat Completions chunks).
+pub fn says(text: &str) -> TestServerBuilder {
+    TestServer::builder().body(answer(text))
+}
+
+/// These samples served in turn, one per request (the last one again after them).
+pub fn in_turn(samples: impl IntoIterator<Item = TestServerBuilder>) -> TestServerBuilder {
+    let mut samples = samples.into_iter();
+    let first = samples.next().expect("at least one sample");
+    samples.fold(first, TestServerBuilder::then)
+}
+
+/// A vote's five samples in turn: "Answer: 42", one that stalls after its first event,
+/// "Answer: 41", then "Answer: 42" twice.
+pub fn votes_for_42() -> TestServerBuilder {
+    in_turn([
+        says("Answer: 42"),
+        stalled(1),
+        says("Answer: 41"),
+        says("Answer: 42"),
+        says("Answer: 42"),
+    ])
+}
+
+/// A test server answering every request with `text`.
+pub async fn answering(text: &str) -> TestServer {
+    start(says(text)).await
+}
+
+/// A test server answering every request with a recorded fixture (`tests/fixtures`).
+pub async fn fixture(name: &str) -> TestServer {
+    start(TestServer::builder().fixture(name)).await
+}
+
+/// A test server failing every request with this status.
+pub async fn failing(status: u16) -> TestServer {
+    start(TestServer::builder().fail(Failure::status(status))).await
+}
+
+/// Posts `body` as JSON to `path` of the gateway at `addr`, with no key.
+pub async fn post_to(addr: SocketAddr, path: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Posts `body` as JSON to `/v1/chat/completions`, with no key.
+pub async fn post_chat(addr: SocketAddr, body: &Value) -> reqwest::Response {
+    post_to(addr, "/v1/chat/completions", body).await
+}
+
+/// Posts `body` as JSON to `/v1/chat/completions` with this key (`Authorization: Bearer`).
+pub async fn post_chat_keyed(addr: SocketAddr, body: &Value, key: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Posts `body` (bytes already made) to `path` with the key `sk-a` in both of its headers.
+pub async fn post_bytes(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    path: &str,
+    body: Vec<u8>,
+) -> reqwest::Response {
+    client
+        .post(format!("http://{addr}{path}"))
+        .bearer_auth("sk-a")
+        .header("x-api-key", "sk-a")
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The gateway's metrics page.
+pub async fn metrics(addr: SocketAddr) -> String {
+    reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The gateway's metrics once they hold every line of `lines` (within 5 s).
+pub async fn metrics_with(addr: SocketAddr, lines: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = metrics(addr).await;
+        let missing: Vec<_> = lines.iter().filter(|l| !text.contains(**l)).collect();
+        if missing.is_empty() {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{missing:?} not in\n{text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// The data of each event of a Chat Completions SSE text, and whether it ended with
+/// `[DONE]` (nothing may follow it).
+pub fn sse_data(text: &str) -> (Vec<Value>, bool) {
+    let mut out = Vec::new();
+    let mut done = false;
+    for event in text.split("\n\n").filter(|e| !e.trim().is_empty()) {
+        let data = event
+            .strip_prefix("data: ")
+            .unwrap_or_else(|| panic!("{event}"));
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        assert!(!done, "nothing after [DONE]");
+        out.push(serde_json::from_str(data).unwrap());
+    }
+    (out, done)
+}
+
+/// One Chat Completions chunk of choice `index` as an upstream sends it, an SSE event.
+pub fn chunk(index: u32, delta: Value, finish: Value) -> String {
+    let chunk = serde_json::json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+        "choices": [{"index": index, "delta": delta, "finish_reason": finish}]});
+    format!("data: {chunk}\n\n")
+}
+
+/// The status line and header of a streamed answer, for [`reading_upstream`].
+pub const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream";
+
+/// An upstream that reads each request's head and body (its `content-length`, or chunked to
+/// its last chunk), keeping none of it beyond a small buffer, then answers `head` (status
+/// line and headers, without the blank line), `connection: close` and `answer`'s bytes: its
+/// base URL.
+pub async fn reading_upstream(head: &'static str, answer: fn() -> Vec<u8>) -> String {
+    let addr = raw_upstream(move |mut tcp| async move {
+        let Some(seen) = read_head(&mut tcp).await else {
+            return;
+        };
+        let seen = String::from_utf8_lossy(&seen).to_ascii_lowercase();
+        let chunked = seen.contains("transfer-encoding: chunked");
+        let mut left: usize = (seen.lines())
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut tail: Vec<u8> = Vec::new();
+        while chunked || left > 0 {
+            let want = if chunked {
+                buf.len()
+            } else {
+                left.min(buf.len())
+            };
+            let n = match tcp.read(&mut buf[..want]).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if chunked {
+                tail.extend_from_slice(&buf[..n]);
+                if tail.ends_with(b"0\r\n\r\n") {
+                    break;
+                }
+                let keep = tail.len().saturating_sub(8);
+                tail.drain(..keep);
+            } else {
+                left -= n;
+            }
+        }
+        let _ = tcp.write_all(head.as_bytes()).await;
+        let _ = tcp.write_all(b"\r\nconnection: close\r\n\r\n").await;
+        let _ = tcp.write_all(&answer()).await;
+        let _ = tcp.shutdown().await;
+    })
+    .await;
+    format!("http://{addr}/v1")
+}
+
+/// A streamed Chat Completions answer of one word, with its usage.
+pub const CHAT_OK: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\
+\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\
+\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[],\
+\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1,\"total_tokens\":8}}\n\n\
+data: [DONE]\n\n";
+
+/// A streamed Anthropic Messages answer of one word, with its usage.
+pub const ANTHROPIC_ANSWER: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"up\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+/// A streamed Responses answer of one word, with its usage.
+pub const RESPONSES_ANSWER: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"in_progress\",\"model\":\"up\",\"output\":[]}}\n\nevent: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"ok\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"completed\",\"model\":\"up\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"ok\"}]}],\"usage\":{\"input_tokens\":7,\"output_tokens\":1,\"total_tokens\":8}}}\n\n";

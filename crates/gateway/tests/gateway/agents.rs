@@ -30,7 +30,7 @@ use std::time::Duration;
 use choicewise_testserver::{TestServer, TestServerBuilder, answer};
 use serde_json::{Value, json};
 
-use crate::common::{refusing, serve, silent};
+use crate::common::{answering, refusing, serve, silent};
 
 const KEY: &str = "sk-agent-test";
 
@@ -874,11 +874,7 @@ async fn claude_code_text_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
 async fn claude_code_model_discovery() {
-    let upstream = TestServer::builder()
-        .body(answer("Discovered."))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("Discovered.").await;
     let toml = format!(
         "[auth]\nkeys_env = \"AGENT_KEYS\"\n\
          [[models]]\nname = \"claude-gateway-model\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n\

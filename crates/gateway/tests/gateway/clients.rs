@@ -26,10 +26,10 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use choicewise_core::{Completions, Source};
-use choicewise_testserver::{Failure, TestServer, answer, fixture};
+use choicewise_testserver::{Failure, TestServer};
 use serde_json::Value;
 
-use crate::common::{serve, stalled};
+use crate::common::{answering, fixture, says, serve, stalled, start, votes_for_42};
 
 const KEY: &str = "sk-client-test";
 
@@ -49,58 +49,25 @@ struct Upstreams {
 }
 
 async fn gateway() -> Upstreams {
-    let native = TestServer::builder()
-        .fixture("openai_n3_tools.sse")
-        .random_writes(1, 40)
-        .start()
-        .await
-        .unwrap();
-    let chat = TestServer::builder()
-        .body(answer("from chat"))
-        .start()
-        .await
-        .unwrap();
-    let responses = TestServer::builder()
-        .fixture("responses_text.sse")
-        .start()
-        .await
-        .unwrap();
-    let anthropic = TestServer::builder()
-        .fixture("anthropic_tools.sse")
-        .start()
-        .await
-        .unwrap();
-    let failing = TestServer::builder()
-        .fail(Failure::status(500).message("boom"))
-        .start()
-        .await
-        .unwrap();
-    let cut = TestServer::builder()
-        .body(answer("fine"))
-        .then(
-            TestServer::builder()
-                .body(answer("cut short"))
-                .close_after_events(1),
-        )
-        .then(TestServer::builder().body(answer("fine")))
-        .start()
-        .await
-        .unwrap();
-    let vote = TestServer::builder()
-        .body(answer("Answer: 42"))
-        .then(stalled(1))
-        .then(TestServer::builder().body(answer("Answer: 41")))
-        .then(TestServer::builder().body(answer("Answer: 42")))
-        .then(TestServer::builder().body(answer("Answer: 42")))
-        .start()
-        .await
-        .unwrap();
+    let native = start(
+        TestServer::builder()
+            .fixture("openai_n3_tools.sse")
+            .random_writes(1, 40),
+    )
+    .await;
+    let chat = answering("from chat").await;
+    let responses = fixture("responses_text.sse").await;
+    let anthropic = fixture("anthropic_tools.sse").await;
+    let failing = start(TestServer::builder().fail(Failure::status(500).message("boom"))).await;
+    let cut = start(
+        says("fine")
+            .then(says("cut short").close_after_events(1))
+            .then(says("fine")),
+    )
+    .await;
+    let vote = start(votes_for_42()).await;
     // Two samples per request, one stalling and one quick, whichever connects first.
-    let race = stalled(1)
-        .then(TestServer::builder().body(answer("done quickly")))
-        .start()
-        .await
-        .unwrap();
+    let race = start(stalled(1).then(says("done quickly"))).await;
     let upstream = |name: &str, api: &str, url: &str, n: &str| {
         format!(
             "[[models]]\nname = \"{name}\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"{n}\"\n"
@@ -201,10 +168,12 @@ async fn run_script(
 
 /// The choices the library assembles from a fixture: what native `n` must give the client.
 async fn assembled(name: &str) -> Vec<Value> {
-    let whole = Completions::new(Source::reader(std::io::Cursor::new(fixture(name))))
-        .collect()
-        .await
-        .unwrap();
+    let whole = Completions::new(Source::reader(std::io::Cursor::new(
+        choicewise_testserver::fixture(name),
+    )))
+    .collect()
+    .await
+    .unwrap();
     let whole = serde_json::to_value(whole).unwrap();
     whole["choices"]
         .as_array()
@@ -515,34 +484,19 @@ struct SdkUpstreams {
 }
 
 async fn sdk_gateway() -> SdkUpstreams {
-    let echo = TestServer::builder()
-        .body(answer("Hello from chat"))
-        .start()
-        .await
-        .unwrap();
-    let tools = TestServer::builder()
-        .body(tool_call())
-        .then(TestServer::builder().body(answer(AFTER_TOOL)))
-        .start()
-        .await
-        .unwrap();
-    let select = stalled(1)
-        .then(TestServer::builder().body(answer("Answer: 42")))
-        .start()
-        .await
-        .unwrap();
-    let failing = TestServer::builder()
-        .fail(Failure::status(503).message("down for maintenance"))
-        .start()
-        .await
-        .unwrap();
+    let echo = answering("Hello from chat").await;
+    let tools = start(
+        TestServer::builder()
+            .body(tool_call())
+            .then(says(AFTER_TOOL)),
+    )
+    .await;
+    let select = start(stalled(1).then(says("Answer: 42"))).await;
+    let failing =
+        start(TestServer::builder().fail(Failure::status(503).message("down for maintenance")))
+            .await;
     // Every answer cut after its first words.
-    let cut = TestServer::builder()
-        .body(answer("an answer cut before its end"))
-        .close_after_events(2)
-        .start()
-        .await
-        .unwrap();
+    let cut = start(says("an answer cut before its end").close_after_events(2)).await;
     let upstream = |name: &str, url: &str, n: &str| {
         format!(
             "[[models]]\nname = \"{name}\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"{n}\"\n"

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common::serve;
+use crate::common::{answering, metrics, post_chat, serve, sse_data, start};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -94,23 +94,6 @@ fn responses_answer(text: &str, delta: usize) -> String {
     sse
 }
 
-/// The data of each event of an SSE text, and whether it ended with `[DONE]`.
-fn events(text: &str) -> (Vec<Value>, bool) {
-    let mut out = Vec::new();
-    let mut done = false;
-    for event in text.split("\n\n").filter(|e| !e.trim().is_empty()) {
-        let data = event
-            .strip_prefix("data: ")
-            .unwrap_or_else(|| panic!("{event}"));
-        if data == "[DONE]" {
-            done = true;
-        } else {
-            out.push(serde_json::from_str(data).unwrap());
-        }
-    }
-    (out, done)
-}
-
 fn text_of(chunks: &[Value]) -> String {
     chunks
         .iter()
@@ -126,23 +109,14 @@ fn text_of(chunks: &[Value]) -> String {
 async fn a_long_responses_answer_ends() {
     let text: String = (0..40_000).map(|i| format!("w{} ", i % 97)).collect();
     assert!(text.len() > 150_000);
-    let upstream = TestServer::builder()
-        .body(responses_answer(&text, 2_000))
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(TestServer::builder().body(responses_answer(&text, 2_000))).await;
     let (addr, _) = serve(&config("responses", &upstream.base_url(), ""), env).await;
-    let response = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .json(&chat(true))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(addr, &chat(true)).await;
     assert_eq!(response.status(), 200);
     let body = within(LIMIT, "the long Responses answer", response.text())
         .await
         .unwrap();
-    let (chunks, done) = events(&body);
+    let (chunks, done) = sse_data(&body);
     assert!(done, "the answer ends with [DONE]");
     assert_eq!(text_of(&chunks), text);
     let usage = chunks
@@ -168,16 +142,11 @@ async fn bytes_that_write_nothing_do_not_hold_the_answer() {
     let usage = json!({"object": "chat.completion.chunk", "choices": [],
                        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}});
     sse.push_str(&format!("data: {usage}\n\n{tail}"));
-    let upstream = TestServer::builder().body(sse).start().await.unwrap();
+    let upstream = start(TestServer::builder().body(sse)).await;
     let (addr, _) = serve(&config("chat", &upstream.base_url(), ""), env).await;
-    let response = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .json(&chat(true))
-        .send()
-        .await
-        .unwrap();
+    let response = post_chat(addr, &chat(true)).await;
     let body = within(LIMIT, "the answer", response.text()).await.unwrap();
-    let (chunks, done) = events(&body);
+    let (chunks, done) = sse_data(&body);
     assert!(done, "the answer ends with [DONE]");
     assert_eq!(text_of(&chunks), "the answer is here");
     assert!(chunks.iter().any(|c| c["usage"]["completion_tokens"] == 4));
@@ -201,7 +170,7 @@ async fn status_of(addr: SocketAddr, head: &str, limit: Duration) -> Option<u16>
 /// declared oversize body is refused at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_body_is_read_before_the_key_and_the_size() {
-    let upstream = TestServer::builder().start().await.unwrap();
+    let upstream = start(TestServer::builder()).await;
     let toml = config(
         "chat",
         &upstream.base_url(),
@@ -302,11 +271,7 @@ async fn upstream_redirects_are_not_followed() {
 /// Finding 4: credentials in a base URL never appear in messages or metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_in_a_base_url_never_leave() {
-    let upstream = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("fine").await;
     // Bound, not listening, and held: no later server can take its port.
     let (_, held) = crate::common::refusing();
     let closed = held.local_addr().unwrap();
@@ -327,12 +292,7 @@ async fn credentials_in_a_base_url_never_leave() {
     assert_eq!(failed.status(), 502);
     let message = failed.text().await.unwrap();
     assert!(message.contains(&closed.to_string()), "{message}");
-    let metrics = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(addr).await;
     assert!(metrics.contains(&upstream.addr().to_string()), "{metrics}");
     for text in [&message, &metrics] {
         assert!(!text.contains("hunter2"), "{text}");
@@ -357,7 +317,7 @@ async fn closes_within(tcp: &mut TcpStream, limit: Duration) -> bool {
 /// bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_bounded() {
-    let upstream = TestServer::builder().start().await.unwrap();
+    let upstream = start(TestServer::builder()).await;
     let limits = "[limits]\nheader_read_timeout_s = 1\nidle_connection_timeout_s = 1\nmax_connections = 6\nmax_header_bytes = 16384";
     let (addr, _) = serve(&config("chat", &upstream.base_url(), limits), env).await;
 
@@ -437,16 +397,8 @@ async fn a_client_that_never_reads_frees_its_slot() {
     let text = "x".repeat(2000) + " ";
     // About 30 MB of answer: far more than the sockets between hold, so the upstream is
     // still writing when the gateway goes away.
-    let upstream = TestServer::builder()
-        .body(answer(&text.repeat(15_000)))
-        .start()
-        .await
-        .unwrap();
-    let small = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering(&text.repeat(15_000)).await;
+    let small = answering("fine").await;
     let toml = format!(
         "{}[[models]]\nname = \"small\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
         config(
@@ -496,12 +448,7 @@ async fn a_client_that_never_reads_frees_its_slot() {
     // The stall is counted, and the stalled answer's sample cancelled.
     within(LIMIT, "the stall counted and its sample cancelled", async {
         loop {
-            let metrics = reqwest::get(format!("http://{addr}/metrics"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let metrics = metrics(addr).await;
             let stalled = metrics.contains("choicewise_client_stalls_total 1");
             let cancelled = metrics
                 .contains("choicewise_choices_total{model=\"m\",finish_reason=\"cancelled\"} 1");
@@ -525,11 +472,7 @@ async fn a_client_that_never_reads_frees_its_slot() {
 /// Finding 7: without [auth], web pages and rebound names are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyless_gateway_is_closed_to_web_pages() {
-    let upstream = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("fine").await;
     let toml = config(
         "chat",
         &upstream.base_url(),
@@ -621,7 +564,7 @@ async fn a_keyless_gateway_is_closed_to_web_pages() {
 /// Finding 8: a vote_by that compiles too large is a 400 naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_vote_by_is_refused() {
-    let upstream = TestServer::builder().start().await.unwrap();
+    let upstream = start(TestServer::builder()).await;
     let (addr, _) = serve(&config("chat", &upstream.base_url(), ""), env).await;
     let mut body = chat(false);
     body["choicewise"] = json!({"samples": 2, "select": "vote", "vote_by": "(?i)\\w{400}"});
@@ -643,7 +586,7 @@ async fn a_huge_vote_by_is_refused() {
 /// requests out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_is_checked_before_the_slots() {
-    let upstream = crate::common::stalled(2).start().await.unwrap();
+    let upstream = start(crate::common::stalled(2)).await;
     let toml = config(
         "chat",
         &upstream.base_url(),

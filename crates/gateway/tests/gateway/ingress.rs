@@ -4,21 +4,37 @@
 
 use std::net::SocketAddr;
 
-use choicewise_testserver::{Failure, TestServer, answer, tool_call_answer};
+use choicewise_testserver::{Failure, TestServer, tool_call_answer};
 use serde_json::{Value, json};
 
-use crate::common::serve;
+use crate::common::{
+    answering, chunk, fixture, key_env, metrics_with, post_chat_keyed, says, serve, start,
+    upstream_toml,
+};
 
-fn env(name: &str) -> Option<String> {
-    (name == "CLIENT_KEYS").then(|| "sk-a".to_string())
+/// A gateway whose client key is `sk-a`, with model `m` over one upstream of `api` at `url`
+/// (extra TOML lines after it).
+async fn keyed(api: &str, url: &str, extra: &str) -> SocketAddr {
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n{}",
+        upstream_toml(api, url, extra)
+    );
+    serve(&toml, key_env).await.0
 }
 
+/// A gateway whose client key is `sk-a`, with model `m` over this Chat Completions upstream.
 async fn gateway(upstream: &TestServer) -> SocketAddr {
-    let toml = format!(
-        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
-        upstream.base_url()
-    );
-    serve(&toml, env).await.0
+    keyed("chat", &upstream.base_url(), "").await
+}
+
+/// A test server answering in `api`'s terms: a recorded Anthropic Messages or Responses
+/// answer, or "hi" in Chat Completions chunks.
+async fn speaking(api: &str) -> TestServer {
+    match api {
+        "anthropic" => fixture("anthropic_tools.sse").await,
+        "responses" => fixture("responses_text.sse").await,
+        _ => answering("hi").await,
+    }
 }
 
 async fn post(addr: SocketAddr, path: &str, body: Value) -> reqwest::Response {
@@ -62,11 +78,7 @@ fn messages_request(stream: bool) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_streamed_and_not() {
-    let upstream = TestServer::builder()
-        .body(answer("Hello from chat"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("Hello from chat").await;
     let addr = gateway(&upstream).await;
     let frames = frames(post(addr, "/v1/messages", messages_request(true)).await).await;
     let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();
@@ -102,11 +114,9 @@ async fn messages_streamed_and_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_failures_in_anthropic_terms() {
-    let upstream = TestServer::builder()
-        .fail(Failure::status(503).message("down for maintenance"))
-        .start()
-        .await
-        .unwrap();
+    let upstream =
+        start(TestServer::builder().fail(Failure::status(503).message("down for maintenance")))
+            .await;
     let addr = gateway(&upstream).await;
     let error = |v: &Value| (v["type"].clone(), v["error"]["type"].clone());
     // No max_tokens: 400, as at Anthropic.
@@ -150,11 +160,7 @@ async fn messages_failures_in_anthropic_terms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_streamed_and_not() {
-    let upstream = TestServer::builder()
-        .body(answer("Hello from chat"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("Hello from chat").await;
     let addr = gateway(&upstream).await;
     let request = |stream: bool| {
         json!({"model": "m", "stream": stream, "instructions": "Be brief.", "input": "hi",
@@ -202,11 +208,7 @@ async fn responses_streamed_and_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_selection_through_each_api() {
-    let upstream = TestServer::builder()
-        .body(answer("Answer: 42"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("Answer: 42").await;
     let addr = gateway(&upstream).await;
     let extension = json!({"samples": 3, "select": "first_finished"});
     let mut body = messages_request(true);
@@ -230,7 +232,7 @@ async fn a_selection_through_each_api() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn models_counts_and_unknown_routes() {
-    let upstream = TestServer::builder().start().await.unwrap();
+    let upstream = start(TestServer::builder()).await;
     let addr = gateway(&upstream).await;
     let client = reqwest::Client::new();
     let get = |path: &str| {
@@ -276,22 +278,16 @@ async fn models_counts_and_unknown_routes() {
 /// opening comes first, in index order, with `content: null` (never `""`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn choices_open_in_index_order_with_null_content() {
-    let upstream = TestServer::builder()
-        .fixture("openai_n2_interleaved_tools.sse")
-        .random_writes(1, 40)
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(
+        TestServer::builder()
+            .fixture("openai_n2_interleaved_tools.sse")
+            .random_writes(1, 40),
+    )
+    .await;
     let addr = gateway(&upstream).await;
     let body = json!({"model": "m", "n": 2, "stream": true,
                       "messages": [{"role": "user", "content": "hi"}]});
-    let r = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .bearer_auth("sk-a")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat_keyed(addr, &body, "sk-a").await;
     let text = r.text().await.unwrap();
     let chunks: Vec<Value> = text
         .split("\n\n")
@@ -316,21 +312,10 @@ async fn choices_open_in_index_order_with_null_content() {
 /// `finish_reason: "error"` choices.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_choice_failed_is_a_502() {
-    let upstream = TestServer::builder()
-        .body(answer("a long enough answer to be cut"))
-        .close_after_events(2)
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(says("a long enough answer to be cut").close_after_events(2)).await;
     let addr = gateway(&upstream).await;
     let body = json!({"model": "m", "n": 2, "messages": [{"role": "user", "content": "hi"}]});
-    let r = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .bearer_auth("sk-a")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = post_chat_keyed(addr, &body, "sk-a").await;
     assert_eq!(r.status(), 502);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "every_choice_failed");
@@ -340,39 +325,12 @@ async fn every_choice_failed_is_a_502() {
     );
 }
 
-/// The gateway's metrics once they hold every line of `lines` (within 5 s).
-async fn metrics_with(addr: SocketAddr, lines: &[&str]) -> String {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let text = reqwest::get(format!("http://{addr}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let missing: Vec<_> = lines.iter().filter(|l| !text.contains(**l)).collect();
-        if missing.is_empty() {
-            return text;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{missing:?} not in\n{text}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
-
 /// An upstream cut mid-answer is the same failure in every API, streamed or not: each
 /// answer says it in its API's terms (an error event, a 502), and each request is labelled
 /// and counted `every_choice_failed`, never `complete`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_upstream_is_counted_failed_in_every_api_streamed_or_not() {
-    let upstream = TestServer::builder()
-        .body(answer("a long enough answer to be cut"))
-        .close_after_events(2)
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(says("a long enough answer to be cut").close_after_events(2)).await;
     let addr = gateway(&upstream).await;
     // Messages, streamed: the stream ends with Anthropic's error event.
     let streamed = frames(post(addr, "/v1/messages", messages_request(true)).await).await;
@@ -399,13 +357,7 @@ async fn a_failed_upstream_is_counted_failed_in_every_api_streamed_or_not() {
     for stream in [true, false] {
         let body = json!({"model": "m", "stream": stream,
                           "messages": [{"role": "user", "content": "hi"}]});
-        let r = reqwest::Client::new()
-            .post(format!("http://{addr}/v1/chat/completions"))
-            .bearer_auth("sk-a")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = post_chat_keyed(addr, &body, "sk-a").await;
         assert_eq!(r.status(), if stream { 200 } else { 502 });
         let text = r.text().await.unwrap();
         assert!(text.contains("every_choice_failed"), "{text}");
@@ -428,12 +380,12 @@ async fn a_failed_upstream_is_counted_failed_in_every_api_streamed_or_not() {
 /// `shut_down`, never `complete`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_mid_answer_is_shut_down_in_every_api() {
-    let upstream = crate::common::stalled(2).start().await.unwrap();
+    let upstream = start(crate::common::stalled(2)).await;
     let toml = format!(
-        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
-        upstream.base_url()
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n{}",
+        upstream_toml("chat", &upstream.base_url(), "")
     );
-    let (addr, gateway) = serve(&toml, env).await;
+    let (addr, gateway) = serve(&toml, key_env).await;
     let streamed = tokio::spawn(async move {
         frames(post(addr, "/v1/messages", messages_request(true)).await).await
     });
@@ -441,13 +393,7 @@ async fn a_shutdown_mid_answer_is_shut_down_in_every_api() {
         tokio::spawn(async move { post(addr, "/v1/messages", messages_request(false)).await });
     let chat = tokio::spawn(async move {
         let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-        reqwest::Client::new()
-            .post(format!("http://{addr}/v1/chat/completions"))
-            .bearer_auth("sk-a")
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
+        post_chat_keyed(addr, &body, "sk-a").await
     });
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while upstream.request_count() < 3 {
@@ -581,28 +527,20 @@ async fn recorded_streams_round_trip_through_the_gateway() {
             Dialect::Responses,
         ),
     ];
-    for (fixture, api, path, dialect) in cases {
-        let upstream = TestServer::builder()
-            .fixture(fixture)
-            .start()
-            .await
-            .unwrap();
-        let toml = format!(
-            "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
-            upstream.base_url()
-        );
-        let (addr, _) = serve(&toml, env).await;
+    for (name, api, path, dialect) in cases {
+        let upstream = fixture(name).await;
+        let addr = keyed(api, &upstream.base_url(), "").await;
         let body = match api {
             "anthropic" => json!({"model": "m", "max_tokens": 100, "stream": true,
                                   "messages": [{"role": "user", "content": "hi"}]}),
             _ => json!({"model": "m", "stream": true, "input": "hi"}),
         };
         let r = post(addr, path, body).await;
-        assert_eq!(r.status(), 200, "{fixture}");
+        assert_eq!(r.status(), 200, "{name}");
         let served = r.bytes().await.unwrap().to_vec();
-        let original = read_as(choicewise_testserver::fixture(fixture), dialect).await;
+        let original = read_as(choicewise_testserver::fixture(name), dialect).await;
         let back = read_as(served, dialect).await;
-        assert_eq!(back, original, "{fixture}");
+        assert_eq!(back, original, "{name}");
     }
 }
 
@@ -620,23 +558,14 @@ async fn thinking_reaches_each_upstream_in_its_own_terms() {
     let thinking = json!({"type": "enabled", "budget_tokens": 3000});
     let reasoning = json!({"effort": "low", "summary": "auto"});
     let cases = [
-        ("anthropic", "anthropic_tools.sse", "/v1/messages"),
-        ("responses", "responses_text.sse", "/v1/responses"),
-        ("chat", "", "/v1/messages"),
-        ("chat", "", "/v1/responses"),
+        ("anthropic", "/v1/messages"),
+        ("responses", "/v1/responses"),
+        ("chat", "/v1/messages"),
+        ("chat", "/v1/responses"),
     ];
-    for (api, fixture, path) in cases {
-        let builder = TestServer::builder();
-        let builder = match fixture {
-            "" => builder.body(answer("hi")),
-            f => builder.fixture(f),
-        };
-        let upstream = builder.start().await.unwrap();
-        let toml = format!(
-            "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
-            upstream.base_url()
-        );
-        let (addr, _) = serve(&toml, env).await;
+    for (api, path) in cases {
+        let upstream = speaking(api).await;
+        let addr = keyed(api, &upstream.base_url(), "").await;
         let body = match path {
             "/v1/messages" => json!({"model": "m", "max_tokens": 5000, "stream": true,
                 "thinking": thinking, "messages": [{"role": "user", "content": "hi"}]}),
@@ -672,12 +601,8 @@ async fn thinking_reaches_each_upstream_in_its_own_terms() {
 /// estimate, flagged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn count_tokens_asks_an_anthropic_upstream() {
-    let counting = TestServer::builder().start().await.unwrap();
-    let failing = TestServer::builder()
-        .fail(Failure::status(500).message("boom"))
-        .start()
-        .await
-        .unwrap();
+    let counting = start(TestServer::builder()).await;
+    let failing = start(TestServer::builder().fail(Failure::status(500).message("boom"))).await;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n\
          [[models]]\nname = \"counted\"\n[[models.upstreams]]\napi = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"up\"\n\
@@ -685,7 +610,7 @@ async fn count_tokens_asks_an_anthropic_upstream() {
         counting.base_url(),
         failing.base_url()
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, key_env).await;
     let body = |model: &str| {
         json!({"model": model, "system": "Be brief.",
                "messages": [{"role": "user", "content": "Hello there, how are you?"}],
@@ -745,21 +670,9 @@ fn claude_code_body(model: &str) -> Value {
 /// route's API shape.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_as_sent_over_each_upstream_api() {
-    let chat = TestServer::builder()
-        .body(answer("Here they are"))
-        .start()
-        .await
-        .unwrap();
-    let anthropic = TestServer::builder()
-        .fixture("anthropic_tools.sse")
-        .start()
-        .await
-        .unwrap();
-    let responses = TestServer::builder()
-        .fixture("responses_text.sse")
-        .start()
-        .await
-        .unwrap();
+    let chat = answering("Here they are").await;
+    let anthropic = fixture("anthropic_tools.sse").await;
+    let responses = fixture("responses_text.sse").await;
     let mut toml = String::from("[auth]\nkeys_env = \"CLIENT_KEYS\"\n");
     for (name, api, server) in [
         ("claude-over-chat", "chat", &chat),
@@ -771,7 +684,7 @@ async fn claude_code_as_sent_over_each_upstream_api() {
             server.base_url()
         );
     }
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, key_env).await;
     let client = reqwest::Client::new();
     for (model, server) in [
         ("claude-over-chat", &chat),
@@ -963,21 +876,18 @@ fn codex_body(model: &str, input: Value) -> Value {
 /// `x-choicewise-dropped-tools`, or refused where the model says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_as_sent_namespaces_and_hosted_tools() {
-    let upstream = TestServer::builder()
-        .body(tool_call_answer(
-            "multi_agent_v1__close_agent",
-            "{\"id\":\"a1\"}",
-        ))
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(TestServer::builder().body(tool_call_answer(
+        "multi_agent_v1__close_agent",
+        "{\"id\":\"a1\"}",
+    )))
+    .await;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n\
          [[models]]\nname = \"codex\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\n\
          [[models]]\nname = \"strict\"\nhosted_tools = \"refuse\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\n",
         url = upstream.base_url()
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, key_env).await;
     let first_turn = json!([
         {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are a coding agent."}]},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "close agent a1"}]}]);
@@ -1053,22 +963,11 @@ async fn codex_as_sent_namespaces_and_hosted_tools() {
 /// before `[DONE]`; one choice failing beside one that finished keeps its per-choice finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_every_choice_failed_ends_with_an_error_event() {
-    let cut = TestServer::builder()
-        .body(answer("a long enough answer to be cut"))
-        .close_after_events(2)
-        .start()
-        .await
-        .unwrap();
-    let half = TestServer::builder()
-        .body(answer("a fine answer"))
-        .then(
-            TestServer::builder()
-                .body(answer("a long enough answer to be cut"))
-                .close_after_events(2),
-        )
-        .start()
-        .await
-        .unwrap();
+    let cut = start(says("a long enough answer to be cut").close_after_events(2)).await;
+    let half = start(
+        says("a fine answer").then(says("a long enough answer to be cut").close_after_events(2)),
+    )
+    .await;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n\
          [[models]]\nname = \"cut\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nn = \"fan-out\"\n\
@@ -1076,17 +975,11 @@ async fn a_stream_whose_every_choice_failed_ends_with_an_error_event() {
         cut.base_url(),
         half.base_url()
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, key_env).await;
     let events = |model: &'static str| async move {
         let body = json!({"model": model, "n": 2, "stream": true,
                           "messages": [{"role": "user", "content": "hi"}]});
-        let r = reqwest::Client::new()
-            .post(format!("http://{addr}/v1/chat/completions"))
-            .bearer_auth("sk-a")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = post_chat_keyed(addr, &body, "sk-a").await;
         assert_eq!(r.status(), 200);
         let text = r.text().await.unwrap();
         text.split("\n\n")
@@ -1172,22 +1065,8 @@ async fn a_request_without_a_limit_gets_its_upstreams_answer_room() {
         ),
     ];
     for (api, key, (path, body), field, expected) in cases {
-        let fixture = match api {
-            "anthropic" => "anthropic_tools.sse",
-            "responses" => "responses_text.sse",
-            _ => "",
-        };
-        let builder = TestServer::builder();
-        let builder = match fixture {
-            "" => builder.body(answer("hi")),
-            f => builder.fixture(f),
-        };
-        let upstream = builder.start().await.unwrap();
-        let toml = format!(
-            "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n{key}\n",
-            upstream.base_url()
-        );
-        let (addr, _) = serve(&toml, env).await;
+        let upstream = speaking(api).await;
+        let addr = keyed(api, &upstream.base_url(), key).await;
         let r = post(addr, path, body).await;
         assert_eq!(r.status(), 200, "{api} {key} {path}");
         let _ = r.bytes().await.unwrap();
@@ -1211,11 +1090,7 @@ async fn a_request_without_a_limit_gets_its_upstreams_answer_room() {
 /// A client whose base URL already ends in `/v1` asks `/v1/v1/...`: served as the route.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_doubled_v1_is_served_as_its_route() {
-    let upstream = TestServer::builder()
-        .body(answer("hi there"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("hi there").await;
     let addr = gateway(&upstream).await;
     let v: Value = post(addr, "/v1/v1/messages", messages_request(false))
         .await
@@ -1279,7 +1154,7 @@ async fn a_context_overflow_reaches_codex_as_context_length_exceeded() {
             .as_str()
             .unwrap()
             .to_string();
-        let upstream = TestServer::builder().fail(refusal).start().await.unwrap();
+        let upstream = start(TestServer::builder().fail(refusal)).await;
         let frames = codex_stream(&upstream).await;
         let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
@@ -1316,32 +1191,25 @@ async fn a_context_overflow_reaches_codex_as_context_length_exceeded() {
     }
 
     // Another 400 is not an overflow: answered as before, with its status.
-    let upstream = TestServer::builder()
-        .fail(
+    let upstream = start(
+        TestServer::builder().fail(
             Failure::status(400)
                 .message("Invalid value for 'temperature'")
                 .code(None),
-        )
-        .start()
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     let addr = gateway(&upstream).await;
     let body = json!({"model": "m", "stream": true, "input": "hi"});
     assert_eq!(post(addr, "/v1/responses", body).await.status(), 400);
 
     // Said in the upstream's stream, after some text: the same code.
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
+    let chunk = |delta: Value, finish: Value| chunk(0, delta, finish);
     let body = chunk(
         json!({"role": "assistant", "content": "Let me"}),
         Value::Null,
     ) + "data: {\"error\": {\"message\": \"This model's maximum context length is 4096 tokens\", \"type\": \"invalid_request_error\", \"code\": \"context_length_exceeded\"}}\n\n";
-    let upstream = TestServer::builder().body(body).start().await.unwrap();
+    let upstream = start(TestServer::builder().body(body)).await;
     let frames = codex_stream(&upstream).await;
     let (name, last) = frames.last().unwrap();
     assert_eq!(name, "response.failed", "{frames:?}");
@@ -1351,12 +1219,7 @@ async fn a_context_overflow_reaches_codex_as_context_length_exceeded() {
     );
 
     // Any other failure stays the server's.
-    let upstream = TestServer::builder()
-        .body(answer("a long enough answer to be cut"))
-        .close_after_events(2)
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(says("a long enough answer to be cut").close_after_events(2)).await;
     let frames = codex_stream(&upstream).await;
     let (name, last) = frames.last().unwrap();
     assert_eq!(name, "response.failed", "{frames:?}");
@@ -1369,19 +1232,13 @@ async fn a_context_overflow_reaches_codex_as_context_length_exceeded() {
 /// returned, reason: max_output_tokens"), streamed or not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_cut_at_the_token_limit_is_incomplete_with_its_text() {
-    let chunk = |delta: Value, finish: Value| {
-        format!(
-            "data: {}\n\n",
-            json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        )
-    };
+    let chunk = |delta: Value, finish: Value| chunk(0, delta, finish);
     let body = chunk(
         json!({"role": "assistant", "content": "The answer is"}),
         Value::Null,
     ) + &chunk(json!({"content": " forty"}), json!("length"))
         + "data: [DONE]\n\n";
-    let upstream = TestServer::builder().body(body).start().await.unwrap();
+    let upstream = start(TestServer::builder().body(body)).await;
     let frames = codex_stream(&upstream).await;
     let (name, last) = frames.last().unwrap();
     assert_eq!(name, "response.incomplete", "{frames:?}");

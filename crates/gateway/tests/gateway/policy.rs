@@ -10,46 +10,27 @@ use std::time::{Duration, Instant};
 
 use choicewise_gateway::Config;
 use choicewise_test_support::within;
-use choicewise_testserver::{TestServer, TestServerBuilder, answer, tool_call_answer};
+use choicewise_testserver::{TestServer, TestServerBuilder, tool_call_answer};
 use serde_json::{Value, json};
 
-use crate::common::{serve, silent};
+use crate::common::{answering, fan_out_toml, no_env, post_to, says, serve, silent, start};
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn env(_: &str) -> Option<String> {
-    None
-}
-
-fn upstream(url: &str) -> String {
-    format!(
-        "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n"
-    )
-}
 
 /// Model `agents`: its first token hedged across two upstreams, the first of them silent.
 fn agents(silent: &str, fine: &str, policy: &str) -> String {
     format!(
         "[[models]]\nname = \"agents\"\n[models.choicewise]\n{policy}\n{}{}",
-        upstream(silent),
-        upstream(fine)
+        fan_out_toml(silent, ""),
+        fan_out_toml(fine, "")
     )
 }
 
 const HEDGED: &str = "select = \"first_token\"\nsamples = 2\nhedge_after_ms = 200";
 
-async fn post(addr: SocketAddr, path: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("http://{addr}{path}"))
-        .json(body)
-        .send()
-        .await
-        .unwrap()
-}
-
 async fn answered(addr: SocketAddr, path: &str, body: &Value) -> Value {
     let started = Instant::now();
-    let r = within(LIMIT, "the answer", post(addr, path, body)).await;
+    let r = within(LIMIT, "the answer", post_to(addr, path, body)).await;
     assert_eq!(r.status(), 200, "{path}");
     let v: Value = r.json().await.unwrap();
     // The silent upstream holds its sample until the first-byte timeout (60 s): answered
@@ -64,13 +45,9 @@ async fn answered(addr: SocketAddr, path: &str, body: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_models_default_policy_hedges_every_ingress() {
-    let fine = TestServer::builder()
-        .body(answer("hedged"))
-        .start()
-        .await
-        .unwrap();
+    let fine = answering("hedged").await;
     let toml = agents(&silent().await, &fine.base_url(), HEDGED);
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let user = json!([{"role": "user", "content": "hi"}]);
 
     let chat = json!({"model": "agents", "messages": user});
@@ -95,13 +72,9 @@ async fn a_models_default_policy_hedges_every_ingress() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requests_extension_is_merged_over_the_models_default() {
-    let fine = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let fine = answering("fine").await;
     let toml = agents(&silent().await, &fine.base_url(), HEDGED);
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let user = json!([{"role": "user", "content": "hi"}]);
     // Its own samples and hedge: three samples, the second started after 1 s, not 200 ms.
     let body = json!({"model": "agents", "messages": user,
@@ -131,7 +104,7 @@ async fn a_requests_extension_is_merged_over_the_models_default() {
     // The request's own fields still go through the extension's checks.
     let bad = json!({"model": "agents", "messages": user,
                      "choicewise": {"samples": 2, "select": "vote", "hedge_after_ms": 200}});
-    let r = post(addr, "/v1/chat/completions", &bad).await;
+    let r = post_to(addr, "/v1/chat/completions", &bad).await;
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
     let message = e["error"]["message"].as_str().unwrap();
@@ -146,7 +119,7 @@ async fn a_requests_extension_is_merged_over_the_models_default() {
     assert_eq!(e["error"]["param"], "choicewise.hedge_after_ms");
     // A default of 2 samples cannot serve n = 3: 400 naming the model's default.
     let three = json!({"model": "agents", "n": 3, "messages": user});
-    let r = post(addr, "/v1/chat/completions", &three).await;
+    let r = post_to(addr, "/v1/chat/completions", &three).await;
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
     let message = e["error"]["message"].as_str().unwrap();
@@ -166,7 +139,7 @@ async fn a_requests_extension_is_merged_over_the_models_default() {
 fn one_model(url: &str, extra: &str, policy: &str) -> String {
     format!(
         "[[models]]\nname = \"m\"\n{extra}\n[models.choicewise]\n{policy}\n{}",
-        upstream(url)
+        fan_out_toml(url, "")
     )
 }
 
@@ -174,7 +147,7 @@ async fn refusal(addr: SocketAddr, body: &Value) -> Value {
     let r = within(
         LIMIT,
         "the refusal",
-        post(addr, "/v1/chat/completions", body),
+        post_to(addr, "/v1/chat/completions", body),
     )
     .await;
     assert_eq!(r.status(), 400, "{body}");
@@ -184,17 +157,13 @@ async fn refusal(addr: SocketAddr, body: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_models_max_samples_caps_every_request() {
-    let fine = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let fine = answering("fine").await;
     let toml = one_model(
         &fine.base_url(),
         "max_samples = 4",
         "select = \"vote\"\nsamples = 2",
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let user = json!([{"role": "user", "content": "hi"}]);
     for (body, param, asked) in [
         (
@@ -233,7 +202,7 @@ async fn a_models_max_samples_caps_every_request() {
     let r = within(
         LIMIT,
         "the answer",
-        post(addr, "/v1/chat/completions", &four),
+        post_to(addr, "/v1/chat/completions", &four),
     )
     .await;
     assert_eq!(r.status(), 200);
@@ -244,17 +213,13 @@ async fn a_models_max_samples_caps_every_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locked_models_pick_refuses_every_extension() {
-    let fine = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let fine = answering("fine").await;
     let toml = one_model(
         &fine.base_url(),
         "",
         "lock = true\nselect = \"first_finished\"\nsamples = 2",
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let user = json!([{"role": "user", "content": "hi"}]);
     for ext in [
         json!({}),
@@ -275,7 +240,12 @@ async fn a_locked_models_pick_refuses_every_extension() {
     }
     // On the other ingresses too: a Messages request carries the extension as a field.
     let messages = json!({"model": "m", "max_tokens": 10, "messages": user, "choicewise": {}});
-    let r = within(LIMIT, "the refusal", post(addr, "/v1/messages", &messages)).await;
+    let r = within(
+        LIMIT,
+        "the refusal",
+        post_to(addr, "/v1/messages", &messages),
+    )
+    .await;
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("set by the operator"));
     assert_eq!(fine.request_count(), 0);
@@ -284,7 +254,7 @@ async fn a_locked_models_pick_refuses_every_extension() {
     let r = within(
         LIMIT,
         "the answer",
-        post(addr, "/v1/chat/completions", &body),
+        post_to(addr, "/v1/chat/completions", &body),
     )
     .await;
     assert_eq!(r.status(), 200);
@@ -296,18 +266,14 @@ async fn a_locked_models_pick_refuses_every_extension() {
 async fn a_models_deadline_is_a_ceiling_a_request_may_lower() {
     // A vote of two samples, one of them stalled after its first event: the vote waits for
     // it until its deadline.
-    let fine = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
-    let stalled = crate::common::stalled(1).start().await.unwrap();
+    let fine = answering("fine").await;
+    let stalled = start(crate::common::stalled(1)).await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.choicewise]\nselect = \"vote\"\nsamples = 2\nmin_votes = 1\ndeadline_ms = 1500\n{}{}",
-        upstream(&fine.base_url()),
-        upstream(&stalled.base_url())
+        fan_out_toml(&fine.base_url(), ""),
+        fan_out_toml(&stalled.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let user = json!([{"role": "user", "content": "hi"}]);
     for (ext, at_least, under) in [
         // Dropped or raised: the model's 1.5 s stays.
@@ -322,7 +288,7 @@ async fn a_models_deadline_is_a_ceiling_a_request_may_lower() {
         let r = within(
             LIMIT,
             "the answer",
-            post(addr, "/v1/chat/completions", &body),
+            post_to(addr, "/v1/chat/completions", &body),
         )
         .await;
         let took = started.elapsed().as_secs_f64();
@@ -404,12 +370,12 @@ fn a_bad_default_is_refused_at_start_naming_the_model_and_field() {
 /// Model `agents` with a vote of 3 samples over one Chat upstream that answers each request
 /// as `script` says, in turn.
 async fn vote_model(script: TestServerBuilder) -> (SocketAddr, TestServer) {
-    let server = script.start().await.unwrap();
+    let server = start(script).await;
     let toml = format!(
         "[[models]]\nname = \"agents\"\n[models.choicewise]\nselect = \"vote\"\nsamples = 3\n{}",
-        upstream(&server.base_url())
+        fan_out_toml(&server.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     (addr, server)
 }
 
@@ -494,7 +460,7 @@ async fn a_vote_decides_a_tool_call_on_every_ingress() {
         // Streamed: the same call, and the summary says the vote decided.
         let mut streamed = body.clone();
         streamed["stream"] = json!(true);
-        let r = within(LIMIT, "the streamed vote", post(addr, path, &streamed)).await;
+        let r = within(LIMIT, "the streamed vote", post_to(addr, path, &streamed)).await;
         assert_eq!(r.status(), 200, "{path}");
         let text = r.text().await.unwrap();
         assert!(
@@ -518,7 +484,7 @@ async fn two_calls_of_three_agreeing_win_and_text_shares_the_tally() {
     let (addr, _server) = vote_model(
         TestServer::builder()
             .body(tool_call_answer("read", r#"{"path": "a.rs"}"#))
-            .then(TestServer::builder().body(answer("I cannot read files.")))
+            .then(says("I cannot read files."))
             .then(TestServer::builder().body(tool_call_answer("read", r#"{"path":"a.rs"}"#))),
     )
     .await;
@@ -591,7 +557,7 @@ async fn a_vote_answers_502_only_when_no_sample_finished() {
     let (addr, _server) =
         vote_model(TestServer::builder().fail(choicewise_testserver::Failure::status(500))).await;
     for (path, body) in tool_requests() {
-        let r = within(LIMIT, "the failed vote", post(addr, path, &body)).await;
+        let r = within(LIMIT, "the failed vote", post_to(addr, path, &body)).await;
         assert_eq!(r.status(), 502, "{path}");
     }
 }
@@ -613,9 +579,9 @@ async fn deadline_ms_counts_from_the_requests_start() {
         let toml = format!(
             "[[models]]\nname = \"m\"\n[models.retry]\nfirst_byte_timeout_s = 8\n\
              [models.choicewise]\n{policy}\ndeadline_ms = 1500\n{}",
-            upstream(&url)
+            fan_out_toml(&url, "")
         );
-        let (addr, _) = serve(&toml, env).await;
+        let (addr, _) = serve(&toml, no_env).await;
         let user = json!([{"role": "user", "content": "hi"}]);
         for (path, body) in [
             (
@@ -629,7 +595,7 @@ async fn deadline_ms_counts_from_the_requests_start() {
             ("/v1/responses", json!({"model": "m", "input": "hi"})),
         ] {
             let started = Instant::now();
-            let r = within(LIMIT, "the answer", post(addr, path, &body)).await;
+            let r = within(LIMIT, "the answer", post_to(addr, path, &body)).await;
             let took = started.elapsed();
             let status = r.status();
             let text = r.text().await.unwrap();

@@ -11,37 +11,21 @@ use choicewise_testserver::{Failure, TestServer, answer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::{serve, silent};
+use crate::common::{
+    answering, failing, fan_out_toml, metrics, no_env, post_chat, raw_upstream, says, serve,
+    silent, start,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn env(_: &str) -> Option<String> {
-    None
-}
-
-fn upstream(url: &str, extra: &str) -> String {
-    format!(
-        "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n{extra}\n"
-    )
-}
 
 fn chat(n: u32, stream: bool) -> Value {
     json!({"model": "m", "n": n, "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
 }
 
-async fn post(addr: SocketAddr, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .unwrap()
-}
-
 /// A gateway with model `m` on the one upstream at `url`.
 async fn one_upstream(url: &str) -> SocketAddr {
-    let toml = format!("[[models]]\nname = \"m\"\n{}", upstream(url, ""));
-    serve(&toml, env).await.0
+    let toml = format!("[[models]]\nname = \"m\"\n{}", fan_out_toml(url, ""));
+    serve(&toml, no_env).await.0
 }
 
 /// The final `choicewise` object of an answer, streamed (in its last chunks) or not.
@@ -56,39 +40,22 @@ fn summary_of(text: &str, stream: bool) -> Value {
     }
 }
 
-async fn metrics(addr: SocketAddr) -> String {
-    reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// One upstream refusing connections, one answering 429 with `Retry-After: 1`, one fine:
 /// every choice of every request is answered, and the tries say how.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_healthy_upstream_answers_every_choice() {
-    let limited = TestServer::builder()
-        .fail(Failure::status(429).retry_after("1"))
-        .start()
-        .await
-        .unwrap();
-    let fine = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let limited = start(TestServer::builder().fail(Failure::status(429).retry_after("1"))).await;
+    let fine = answering("fine").await;
     let (refused, _refusing) = crate::common::refusing();
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nattempts = 3\nbackoff_ms = 10\n{}{}{}",
-        upstream(&refused, ""),
-        upstream(&limited.base_url(), ""),
-        upstream(&fine.base_url(), "")
+        fan_out_toml(&refused, ""),
+        fan_out_toml(&limited.base_url(), ""),
+        fan_out_toml(&fine.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     // Not streamed: every choice "fine", and the tries listed.
-    let r = post(addr, &chat(3, false)).await;
+    let r = post_chat(addr, &chat(3, false)).await;
     assert_eq!(r.status(), 200);
     let tries: usize = r.headers()["x-choicewise-tries"]
         .to_str()
@@ -112,7 +79,7 @@ async fn one_healthy_upstream_answers_every_choice() {
     );
     assert_eq!(outcomes.iter().filter(|o| **o == "ok").count(), 3);
     // Streamed: the same.
-    let r = post(addr, &chat(3, true)).await;
+    let r = post_chat(addr, &chat(3, true)).await;
     assert_eq!(r.status(), 200);
     let text = within(LIMIT, "the streamed answer", r.text())
         .await
@@ -130,14 +97,9 @@ async fn one_healthy_upstream_answers_every_choice() {
 /// A 503 then fine on the model's only upstream: retried after a backoff, answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_passing_failure_is_retried_on_the_same_upstream() {
-    let flaky = TestServer::builder()
-        .body(answer("second time lucky"))
-        .fail_first(1, Failure::status(503))
-        .start()
-        .await
-        .unwrap();
+    let flaky = start(says("second time lucky").fail_first(1, Failure::status(503))).await;
     let addr = one_upstream(&flaky.base_url()).await;
-    let r = post(addr, &chat(1, false)).await;
+    let r = post_chat(addr, &chat(1, false)).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-choicewise-tries"], "2");
     let body: Value = r.json().await.unwrap();
@@ -157,19 +119,15 @@ async fn a_passing_failure_is_retried_on_the_same_upstream() {
 /// next upstream answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_upstream_is_left_for_the_next() {
-    let fine = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let fine = answering("fine").await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nfirst_byte_timeout_s = 0.5\n{}{}",
-        upstream(&silent().await, ""),
-        upstream(&fine.base_url(), "")
+        fan_out_toml(&silent().await, ""),
+        fan_out_toml(&fine.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let started = Instant::now();
-    let r = post(addr, &chat(1, false)).await;
+    let r = post_chat(addr, &chat(1, false)).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["choicewise"]["tries"][0]["outcome"], "timeout");
@@ -181,27 +139,20 @@ async fn a_silent_upstream_is_left_for_the_next() {
 /// retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fallbacks_answer_and_client_errors_pass_through() {
-    let local = TestServer::builder()
-        .body(answer("from the fallback"))
-        .start()
-        .await
-        .unwrap();
-    let refusing = TestServer::builder()
-        .fail(Failure::status(400).message("bad parameter"))
-        .start()
-        .await
-        .unwrap();
+    let local = answering("from the fallback").await;
+    let refusing =
+        start(TestServer::builder().fail(Failure::status(400).message("bad parameter"))).await;
     let (refused, _refusing) = crate::common::refusing();
     let toml = format!(
         "[[models]]\nname = \"m\"\nfallbacks = [\"local\"]\n[models.retry]\nbackoff_ms = 1\n{}\
          [[models]]\nname = \"local\"\n{}\
          [[models]]\nname = \"strict\"\nfallbacks = [\"local\"]\n{}",
-        upstream(&refused, ""),
-        upstream(&local.base_url(), ""),
-        upstream(&refusing.base_url(), "")
+        fan_out_toml(&refused, ""),
+        fan_out_toml(&local.base_url(), ""),
+        fan_out_toml(&refusing.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
-    let r = post(addr, &chat(1, false)).await;
+    let (addr, _) = serve(&toml, no_env).await;
+    let r = post_chat(addr, &chat(1, false)).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
     assert_eq!(
@@ -217,7 +168,7 @@ async fn fallbacks_answer_and_client_errors_pass_through() {
     // A 400 is the client's: passed through after one try, no fallback.
     let mut strict = chat(1, false);
     strict["model"] = json!("strict");
-    let r = post(addr, &strict).await;
+    let r = post_chat(addr, &strict).await;
     assert_eq!(r.status(), 400);
     assert_eq!(refusing.request_count(), 1);
     assert_eq!(local.request_count(), 1);
@@ -275,22 +226,18 @@ async fn failing_after(after: Duration, first: String) -> (String, Arc<AtomicUsi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_leaving_an_ejected_upstream_are_not_charged() {
     let (failing, sent) = failing_after(Duration::from_millis(400), answer("fine")).await;
-    let fine = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let fine = answering("fine").await;
     let toml = format!(
         "[limits]\nretry_budget_percent = 0\n[[models]]\nname = \"m\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 1\neject_for_s = 60\n{}{}",
-        upstream(&failing, ""),
-        upstream(&fine.base_url(), "")
+        fan_out_toml(&failing, ""),
+        fan_out_toml(&fine.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
-    let warm = post(addr, &chat(2, false)).await;
+    let (addr, _) = serve(&toml, no_env).await;
+    let warm = post_chat(addr, &chat(2, false)).await;
     assert_eq!(warm.status(), 200);
     assert_eq!(fine.request_count(), 1);
     let body = chat(1, false);
-    let burst = (0..48).map(|_| post(addr, &body));
+    let burst = (0..48).map(|_| post_chat(addr, &body));
     let answers = within(LIMIT, "the burst", futures::future::join_all(burst)).await;
     for r in answers {
         let status = r.status();
@@ -314,12 +261,12 @@ async fn the_budget_stops_retry_storms() {
     let (refused, _refusing) = crate::common::refusing();
     let toml = format!(
         "[limits]\nretry_budget_percent = 0\n[[models]]\nname = \"m\"\n[models.retry]\nattempts = 5\nbackoff_ms = 1\n[models.health]\neject_after = 1000\n{}",
-        upstream(&refused, "")
+        fan_out_toml(&refused, "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let started = Instant::now();
     for _ in 0..8 {
-        let r = post(addr, &chat(1, false)).await;
+        let r = post_chat(addr, &chat(1, false)).await;
         assert_eq!(r.status(), 502);
         let v: Value = r.json().await.unwrap();
         assert!(
@@ -343,17 +290,13 @@ async fn the_budget_stops_retry_storms() {
         .and_then(|n| n.parse::<u64>().ok());
     assert!(exhausted.is_some_and(|n| n > 0), "{m}");
 
-    let limited = TestServer::builder()
-        .fail(Failure::status(429).retry_after("7"))
-        .start()
-        .await
-        .unwrap();
+    let limited = start(TestServer::builder().fail(Failure::status(429).retry_after("7"))).await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nattempts = 2\nmax_backoff_ms = 100\n{}",
-        upstream(&limited.base_url(), "")
+        fan_out_toml(&limited.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
-    let r = post(addr, &chat(1, false)).await;
+    let (addr, _) = serve(&toml, no_env).await;
+    let r = post_chat(addr, &chat(1, false)).await;
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "7");
 }
@@ -362,27 +305,18 @@ async fn the_budget_stops_retry_storms() {
 /// over one probe is sent, and its success restores it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ejection_and_recovery_by_probe() {
-    let flaky = TestServer::builder()
-        .body(answer("flaky is back"))
-        .fail_first(2, Failure::status(500))
-        .start()
-        .await
-        .unwrap();
-    let fine = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let flaky = start(says("flaky is back").fail_first(2, Failure::status(500))).await;
+    let fine = answering("fine").await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 2\neject_for_s = 1\n{}{}",
-        upstream(&flaky.base_url(), ""),
-        upstream(&fine.base_url(), "")
+        fan_out_toml(&flaky.base_url(), ""),
+        fan_out_toml(&fine.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let flaky_label = format!("chat:up@{}", flaky.addr());
     // Two requests, each first tried at the flaky upstream: two failures eject it.
     for _ in 0..2 {
-        let r = post(addr, &chat(1, false)).await;
+        let r = post_chat(addr, &chat(1, false)).await;
         assert_eq!(r.status(), 200);
     }
     let m = metrics(addr).await;
@@ -395,13 +329,13 @@ async fn ejection_and_recovery_by_probe() {
     // Ejected: the next requests never try it.
     let before = flaky.request_count();
     for _ in 0..3 {
-        let r = post(addr, &chat(1, false)).await;
+        let r = post_chat(addr, &chat(1, false)).await;
         assert_eq!(r.status(), 200);
     }
     assert_eq!(flaky.request_count(), before);
     // Its time over: one probe, which succeeds, and it is back.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let r = post(addr, &chat(1, false)).await;
+    let r = post_chat(addr, &chat(1, false)).await;
     let body: Value = r.json().await.unwrap();
     assert_eq!(
         body["choices"][0]["message"]["content"], "flaky is back",
@@ -421,20 +355,16 @@ async fn ejection_and_recovery_by_probe() {
 /// test waits) does not hold the other sample's first tokens back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_token_pick_does_not_wait_for_a_silent_upstream_to_open() {
-    let fine = TestServer::builder()
-        .body(answer("first"))
-        .start()
-        .await
-        .unwrap();
+    let fine = answering("first").await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nfirst_byte_timeout_s = 120\n{}{}",
-        upstream(&silent().await, ""),
-        upstream(&fine.base_url(), "")
+        fan_out_toml(&silent().await, ""),
+        fan_out_toml(&fine.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 2, "select": "first_token"});
-    let r = within(LIMIT, "the first-token answer", post(addr, &body)).await;
+    let r = within(LIMIT, "the first-token answer", post_chat(addr, &body)).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "first", "{v}");
@@ -446,32 +376,27 @@ async fn a_first_token_pick_does_not_wait_for_a_silent_upstream_to_open() {
 /// the body ends a moment after its `[DONE]`, and one slot serves the next request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_silent_after_its_finish_does_not_hold_the_answers_end() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let silent_after = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0; 65536];
-                let _ = tcp.read(&mut buf).await;
-                let chunk = json!({"id": "c", "object": "chat.completion.chunk", "created": 1,
+    let silent_after = raw_upstream(|mut tcp| async move {
+        let mut buf = vec![0; 65536];
+        let _ = tcp.read(&mut buf).await;
+        let chunk = json!({"id": "c", "object": "chat.completion.chunk", "created": 1,
                     "model": "up", "choices": [{"index": 0, "delta": {"content": "done"},
                     "finish_reason": "stop"}]});
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
-                let _ = tcp
-                    .write_all(format!("{head}data: {chunk}\n\n").as_bytes())
-                    .await;
-                // Silent from now on, the connection held open.
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-            });
-        }
-    });
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+        let _ = tcp
+            .write_all(format!("{head}data: {chunk}\n\n").as_bytes())
+            .await;
+        // Silent from now on, the connection held open.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    })
+    .await;
     let toml = format!(
         "[limits]\nmax_concurrent_requests = 1\n[[models]]\nname = \"m\"\n{}",
-        upstream(&format!("http://{silent_after}/v1"), "")
+        fan_out_toml(&format!("http://{silent_after}/v1"), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     for _ in 0..2 {
-        let r = within(LIMIT, "the answer", post(addr, &chat(1, true))).await;
+        let r = within(LIMIT, "the answer", post_chat(addr, &chat(1, true))).await;
         assert_eq!(r.status(), 200);
         let text = within(LIMIT, "the answer's end", r.text()).await.unwrap();
         assert!(text.contains("done"), "{text}");
@@ -483,21 +408,17 @@ async fn an_upstream_silent_after_its_finish_does_not_hold_the_answers_end() {
 /// starts after `hedge_after_ms` and answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hedge_starts_when_the_first_upstream_is_silent() {
-    let fine = TestServer::builder()
-        .body(answer("hedged"))
-        .start()
-        .await
-        .unwrap();
+    let fine = answering("hedged").await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n{}{}",
-        upstream(&silent().await, ""),
-        upstream(&fine.base_url(), "")
+        fan_out_toml(&silent().await, ""),
+        fan_out_toml(&fine.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 3, "select": "first_token", "hedge_after_ms": 300});
     let started = Instant::now();
-    let r = within(LIMIT, "the hedged answer", post(addr, &body)).await;
+    let r = within(LIMIT, "the hedged answer", post_chat(addr, &body)).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "hedged", "{v}");
@@ -543,23 +464,23 @@ async fn a_confidence_vote_stops_unsure_samples() {
     let answer_41 = ["Answer", ": ", "41", "."];
     let unsure: Vec<String> = (0..40).map(|i| format!("w{i} ")).collect();
     let unsure: Vec<&str> = unsure.iter().map(String::as_str).collect();
-    let server = TestServer::builder()
-        .body(with_logprobs(&answer_42, &SURE))
-        .then(TestServer::builder().body(with_logprobs(&answer_41, &SURE)))
-        .then(
-            TestServer::builder()
-                .body(with_logprobs(&unsure, &UNSURE))
-                .max_write_delay(Duration::from_millis(20)),
-        )
-        .then(TestServer::builder().body(with_logprobs(&answer_42, &SURE)))
-        .start()
-        .await
-        .unwrap();
+    let server = start(
+        TestServer::builder()
+            .body(with_logprobs(&answer_42, &SURE))
+            .then(TestServer::builder().body(with_logprobs(&answer_41, &SURE)))
+            .then(
+                TestServer::builder()
+                    .body(with_logprobs(&unsure, &UNSURE))
+                    .max_write_delay(Duration::from_millis(20)),
+            )
+            .then(TestServer::builder().body(with_logprobs(&answer_42, &SURE))),
+    )
+    .await;
     let addr = one_upstream(&server.base_url()).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 4, "select": "vote", "vote_by": "Answer: (\\d+)",
         "confidence": {"warmup": 2, "keep": 0.9, "group_tokens": 2}});
-    let r = within(LIMIT, "the confidence vote", post(addr, &body)).await;
+    let r = within(LIMIT, "the confidence vote", post_chat(addr, &body)).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "Answer: 42.", "{v}");
@@ -585,7 +506,7 @@ async fn a_confidence_vote_stops_unsure_samples() {
     // Confidence goes with a vote.
     let mut bad = chat(1, false);
     bad["choicewise"] = json!({"samples": 2, "select": "first_finished", "confidence": {}});
-    assert_eq!(post(addr, &bad).await.status(), 400);
+    assert_eq!(post_chat(addr, &bad).await.status(), 400);
 }
 
 /// A confidence-guided vote's warmup sample cut mid-stream is replaced within the warmup:
@@ -595,22 +516,22 @@ async fn a_confidence_vote_stops_unsure_samples() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confidence_vote_replaces_a_cut_warmup_sample() {
     let answer_42 = ["Answer", ": ", "42", "."];
-    let server = TestServer::builder()
-        .body(with_logprobs(&answer_42, &SURE))
-        .then(
-            TestServer::builder()
-                .body(with_logprobs(&answer_42, &SURE))
-                .close_after_events(1),
-        )
-        .then(TestServer::builder().body(with_logprobs(&answer_42, &SURE)))
-        .start()
-        .await
-        .unwrap();
+    let server = start(
+        TestServer::builder()
+            .body(with_logprobs(&answer_42, &SURE))
+            .then(
+                TestServer::builder()
+                    .body(with_logprobs(&answer_42, &SURE))
+                    .close_after_events(1),
+            )
+            .then(TestServer::builder().body(with_logprobs(&answer_42, &SURE))),
+    )
+    .await;
     let addr = one_upstream(&server.base_url()).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 4, "select": "vote", "vote_by": "Answer: (\\d+)",
         "confidence": {"warmup": 2, "keep": 0.9, "group_tokens": 2}});
-    let r = within(LIMIT, "the confidence vote", post(addr, &body)).await;
+    let r = within(LIMIT, "the confidence vote", post_chat(addr, &body)).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "Answer: 42.", "{v}");
@@ -632,16 +553,12 @@ async fn a_confidence_vote_replaces_a_cut_warmup_sample() {
 /// Log-probabilities pass through to a client that asked for them, streamed and not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logprobs_pass_through_when_asked() {
-    let server = TestServer::builder()
-        .body(with_logprobs(&["Hi", " there"], &SURE))
-        .start()
-        .await
-        .unwrap();
+    let server = start(TestServer::builder().body(with_logprobs(&["Hi", " there"], &SURE))).await;
     let addr = one_upstream(&server.base_url()).await;
     let mut body = chat(1, true);
     body["logprobs"] = json!(true);
     body["top_logprobs"] = json!(3);
-    let text = post(addr, &body).await.text().await.unwrap();
+    let text = post_chat(addr, &body).await.text().await.unwrap();
     let tokens: Vec<String> = text
         .split("\n\n")
         .filter_map(|e| e.strip_prefix("data: "))
@@ -658,7 +575,7 @@ async fn logprobs_pass_through_when_asked() {
         .collect();
     assert_eq!(tokens, ["Hi", " there"]);
     body["stream"] = json!(false);
-    let v: Value = post(addr, &body).await.json().await.unwrap();
+    let v: Value = post_chat(addr, &body).await.json().await.unwrap();
     assert_eq!(
         v["choices"][0]["logprobs"]["content"][1]["token"], " there",
         "{v}"
@@ -669,33 +586,29 @@ async fn logprobs_pass_through_when_asked() {
 /// is tried again, not left ejected for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_ending_in_a_client_error_does_not_stick() {
-    let a = TestServer::builder()
-        .fail(Failure::status(500))
-        .then(TestServer::builder().fail(Failure::status(500)))
-        .then(TestServer::builder().fail(Failure::status(400).message("bad request")))
-        .then(TestServer::builder().body(answer("from a")))
-        .start()
-        .await
-        .unwrap();
-    let b = TestServer::builder()
-        .body(answer("from b"))
-        .start()
-        .await
-        .unwrap();
+    let a = start(
+        TestServer::builder()
+            .fail(Failure::status(500))
+            .then(TestServer::builder().fail(Failure::status(500)))
+            .then(TestServer::builder().fail(Failure::status(400).message("bad request")))
+            .then(says("from a")),
+    )
+    .await;
+    let b = answering("from b").await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 2\neject_for_s = 0.5\n{}{}",
-        upstream(&a.base_url(), ""),
-        upstream(&b.base_url(), "")
+        fan_out_toml(&a.base_url(), ""),
+        fan_out_toml(&b.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     for _ in 0..2 {
-        assert_eq!(post(addr, &chat(1, false)).await.status(), 200);
+        assert_eq!(post_chat(addr, &chat(1, false)).await.status(), 200);
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
     // The probe: A's 400 is the client's.
-    assert_eq!(post(addr, &chat(1, false)).await.status(), 400);
+    assert_eq!(post_chat(addr, &chat(1, false)).await.status(), 400);
     // A is tried again (and answers), not held as ejected.
-    let v: Value = post(addr, &chat(1, false)).await.json().await.unwrap();
+    let v: Value = post_chat(addr, &chat(1, false)).await.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "from a", "{v}");
 }
 
@@ -704,34 +617,25 @@ async fn a_probe_ending_in_a_client_error_does_not_stick() {
 /// its message left out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_events_and_refused_credentials() {
-    let mute = TestServer::builder()
-        .body(answer("never"))
-        .stall_after_events(0)
-        .start()
-        .await
-        .unwrap();
-    let fine = TestServer::builder()
-        .body(answer("fine"))
-        .start()
-        .await
-        .unwrap();
+    let mute = start(says("never").stall_after_events(0)).await;
+    let fine = answering("fine").await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nfirst_byte_timeout_s = 0.5\n{}{}",
-        upstream(&mute.base_url(), ""),
-        upstream(&fine.base_url(), "")
+        fan_out_toml(&mute.base_url(), ""),
+        fan_out_toml(&fine.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
-    let v: Value = post(addr, &chat(1, false)).await.json().await.unwrap();
+    let (addr, _) = serve(&toml, no_env).await;
+    let v: Value = post_chat(addr, &chat(1, false)).await.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "fine", "{v}");
     assert_eq!(v["choicewise"]["tries"][0]["outcome"], "timeout", "{v}");
 
-    let refusing = TestServer::builder()
-        .fail(Failure::status(401).message("Incorrect API key provided: sk-abc1***wxyz"))
-        .start()
-        .await
-        .unwrap();
+    let refusing = start(
+        TestServer::builder()
+            .fail(Failure::status(401).message("Incorrect API key provided: sk-abc1***wxyz")),
+    )
+    .await;
     let addr = one_upstream(&refusing.base_url()).await;
-    let r = post(addr, &chat(1, false)).await;
+    let r = post_chat(addr, &chat(1, false)).await;
     assert_eq!(r.status(), 502);
     let text = r.text().await.unwrap();
     assert!(text.contains("refused the gateway's credentials"), "{text}");
@@ -743,24 +647,19 @@ async fn first_events_and_refused_credentials() {
 /// it, 41 and 42 tie).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sample_cut_before_the_vote_decided_is_replaced() {
-    let cut = TestServer::builder()
-        .body(answer("Answer: 41"))
-        .then(
-            TestServer::builder()
-                .body(answer("Answer: 40"))
-                .close_after_events(1),
-        )
-        .then(TestServer::builder().body(answer("Answer: 42")))
-        .then(TestServer::builder().body(answer("Answer: 42")))
-        .start()
-        .await
-        .unwrap();
+    let cut = start(
+        says("Answer: 41")
+            .then(says("Answer: 40").close_after_events(1))
+            .then(says("Answer: 42"))
+            .then(says("Answer: 42")),
+    )
+    .await;
     let addr = one_upstream(&cut.base_url()).await;
     // Four replies in turn, per request: each round of four requests gets them all.
     for (round, stream) in [false, true].into_iter().enumerate() {
         let mut body = chat(1, stream);
         body["choicewise"] = json!({"samples": 3, "select": "vote", "vote_by": "Answer: (\\d+)"});
-        let r = within(LIMIT, "the answer", post(addr, &body)).await;
+        let r = within(LIMIT, "the answer", post_chat(addr, &body)).await;
         assert_eq!(r.status(), 200);
         let text = r.text().await.unwrap();
         let (content, summary) = match stream {
@@ -814,24 +713,19 @@ async fn a_sample_cut_before_the_vote_decided_is_replaced() {
 /// four).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_windowed_vote_replaces_a_cut_sample_within_its_window() {
-    let cut = TestServer::builder()
-        .body(answer("Answer: 42"))
-        .then(
-            TestServer::builder()
-                .body(answer("Answer: 40"))
-                .close_after_events(1),
-        )
-        .then(TestServer::builder().body(answer("Answer: 42")))
-        .start()
-        .await
-        .unwrap();
+    let cut = start(
+        says("Answer: 42")
+            .then(says("Answer: 40").close_after_events(1))
+            .then(says("Answer: 42")),
+    )
+    .await;
     let addr = one_upstream(&cut.base_url()).await;
     // Three replies in turn: each request's three samples get them all.
     for (round, stream) in [false, true].into_iter().enumerate() {
         let mut body = chat(1, stream);
         body["choicewise"] = json!({"samples": 4, "select": "vote", "window": 2,
                                     "vote_by": "Answer: (\\d+)"});
-        let r = within(LIMIT, "the answer", post(addr, &body)).await;
+        let r = within(LIMIT, "the answer", post_chat(addr, &body)).await;
         assert_eq!(r.status(), 200);
         let text = r.text().await.unwrap();
         let summary = summary_of(&text, stream);
@@ -862,17 +756,17 @@ async fn a_windowed_vote_replaces_a_cut_sample_within_its_window() {
 async fn a_first_token_sample_cut_before_its_first_token_is_replaced() {
     let role_only = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n\
                      data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lost\"}}]}\n\n";
-    let upstream_server = TestServer::builder()
-        .body(role_only)
-        .close_after_events(1)
-        .then(TestServer::builder().body(answer("replaced")))
-        .start()
-        .await
-        .unwrap();
+    let upstream_server = start(
+        TestServer::builder()
+            .body(role_only)
+            .close_after_events(1)
+            .then(says("replaced")),
+    )
+    .await;
     let addr = one_upstream(&upstream_server.base_url()).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 1, "select": "first_token"});
-    let r = within(LIMIT, "the answer", post(addr, &body)).await;
+    let r = within(LIMIT, "the answer", post_chat(addr, &body)).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "replaced", "{v}");
@@ -884,19 +778,15 @@ async fn a_first_token_sample_cut_before_its_first_token_is_replaced() {
 /// two, two and one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn samples_above_max_n_are_split_over_requests() {
-    let native = TestServer::builder()
-        .body(answer("Answer: 42"))
-        .start()
-        .await
-        .unwrap();
+    let native = answering("Answer: 42").await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"native\"\nmax_n = 2\n",
         native.base_url()
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 5, "select": "first_finished"});
-    let r = within(LIMIT, "the answer", post(addr, &body)).await;
+    let r = within(LIMIT, "the answer", post_chat(addr, &body)).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "Answer: 42", "{v}");
@@ -922,21 +812,21 @@ async fn a_native_request_cut_mid_stream_is_replaced_sample_by_sample() {
         + &chunk(2, "Answer: ", false)
         + &chunk(2, "42", true)
         + "data: [DONE]\n\n";
-    let server = TestServer::builder()
-        .body(native_body)
-        .close_after_events(3)
-        .then(TestServer::builder().body(answer("Answer: 42")))
-        .start()
-        .await
-        .unwrap();
+    let server = start(
+        TestServer::builder()
+            .body(native_body)
+            .close_after_events(3)
+            .then(says("Answer: 42")),
+    )
+    .await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"native\"\n",
         server.base_url()
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 3, "select": "vote", "vote_by": "Answer: (\\d+)"});
-    let r = within(LIMIT, "the answer", post(addr, &body)).await;
+    let r = within(LIMIT, "the answer", post_chat(addr, &body)).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     let summary = &v["choicewise"];
@@ -956,23 +846,19 @@ async fn a_native_request_cut_mid_stream_is_replaced_sample_by_sample() {
 async fn in_a_total_outage_the_budget_bounds_the_tries() {
     let mut servers = Vec::new();
     for _ in 0..3 {
-        let server = TestServer::builder()
-            .fail(Failure::status(500))
-            .start()
-            .await
-            .unwrap();
+        let server = failing(500).await;
         servers.push(server);
     }
     let toml = format!(
         "[limits]\nretry_budget_percent = 20\n[[models]]\nname = \"m\"\n[models.retry]\nattempts = 5\nbackoff_ms = 1\n[models.health]\neject_after = 2\n{}",
         servers
             .iter()
-            .map(|s| upstream(&s.base_url(), ""))
+            .map(|s| fan_out_toml(&s.base_url(), ""))
             .collect::<String>()
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let body = chat(1, false);
-    let burst = (0..40).map(|_| post(addr, &body));
+    let burst = (0..40).map(|_| post_chat(addr, &body));
     let answers = within(LIMIT, "the burst", futures::future::join_all(burst)).await;
     for r in answers {
         assert_eq!(r.status(), 502);

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use choicewise_test_support::within;
 use choicewise_testserver::{Failure, TestServer, answer};
 
-use crate::common::{serve, stalled};
+use crate::common::{
+    answering, fixture, post_chat, says, serve, sse_data, stalled, start, votes_for_42,
+};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -39,12 +41,7 @@ fn config(upstreams: &[(&str, String, &str)]) -> String {
 }
 
 async fn post(addr: SocketAddr, body: Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
+    post_chat(addr, &body).await
 }
 
 /// The chunks of a streamed answer, and whether it ended with `[DONE]`.
@@ -56,20 +53,7 @@ async fn read_sse(response: reqwest::Response) -> (Vec<Value>, bool) {
         "an SSE answer"
     );
     let text = within(LIMIT, "the stream", response.text()).await.unwrap();
-    let mut out = Vec::new();
-    let mut done = false;
-    for event in text.split("\n\n").filter(|e| !e.trim().is_empty()) {
-        let data = event
-            .strip_prefix("data: ")
-            .unwrap_or_else(|| panic!("{event}"));
-        if data == "[DONE]" {
-            done = true;
-            continue;
-        }
-        assert!(!done, "nothing after [DONE]");
-        out.push(serde_json::from_str(data).unwrap());
-    }
-    (out, done)
+    sse_data(&text)
 }
 
 /// Each output choice's text, finish reason and `choicewise` error, from the chunks.
@@ -105,12 +89,12 @@ fn request(n: u32) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_n_streams_every_choice_renumbered() {
-    let upstream = TestServer::builder()
-        .fixture("openai_n3_tools.sse")
-        .random_writes(1, 40)
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(
+        TestServer::builder()
+            .fixture("openai_n3_tools.sse")
+            .random_writes(1, 40),
+    )
+    .await;
     let addr = gateway(&config(&[("chat", upstream.base_url(), "")])).await;
     let (chunks, done) = read_sse(post(addr, request(3)).await).await;
     assert!(done);
@@ -150,11 +134,7 @@ async fn native_n_streams_every_choice_renumbered() {
 /// counts (issue 52: the body is never parsed whole).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_fields_are_forwarded_and_their_prompt_estimated() {
-    let server = TestServer::builder()
-        .body(answer("hello there"))
-        .start()
-        .await
-        .unwrap();
+    let server = answering("hello there").await;
     let addr = gateway(&config(&[("chat", server.base_url(), "")])).await;
     let body = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
         "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}],
@@ -189,21 +169,9 @@ async fn raw_fields_are_forwarded_and_their_prompt_estimated() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_sends_one_request_per_choice_and_mixes_dialects() {
-    let chat = TestServer::builder()
-        .body(answer("from chat"))
-        .start()
-        .await
-        .unwrap();
-    let responses = TestServer::builder()
-        .fixture("responses_text.sse")
-        .start()
-        .await
-        .unwrap();
-    let anthropic = TestServer::builder()
-        .fixture("anthropic_tools.sse")
-        .start()
-        .await
-        .unwrap();
+    let chat = answering("from chat").await;
+    let responses = fixture("responses_text.sse").await;
+    let anthropic = fixture("anthropic_tools.sse").await;
     let addr = gateway(&config(&[
         ("chat", chat.base_url(), "n = \"fan-out\""),
         ("responses", responses.base_url(), ""),
@@ -268,11 +236,7 @@ async fn fan_out_sends_one_request_per_choice_and_mixes_dialects() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_before_the_first_byte_and_mid_stream() {
     // A 5xx before any byte: 502 naming the model, the API and the host, never the key.
-    let down = TestServer::builder()
-        .fail(Failure::status(500).message("boom"))
-        .start()
-        .await
-        .unwrap();
+    let down = start(TestServer::builder().fail(Failure::status(500).message("boom"))).await;
     let addr = gateway(&config(&[(
         "chat",
         down.base_url(),
@@ -297,15 +261,14 @@ async fn failures_before_the_first_byte_and_mid_stream() {
         Some("Bearer sk-upstream-secret")
     );
     // Its own 4xx: passed through with its status and message.
-    let refusing = TestServer::builder()
-        .fail(
+    let refusing = start(
+        TestServer::builder().fail(
             Failure::status(400)
                 .message("n is too large")
                 .code(Some("invalid_n")),
-        )
-        .start()
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     let addr = gateway(&config(&[("chat", refusing.base_url(), "")])).await;
     let response = post(addr, request(2)).await;
     assert_eq!(response.status(), 400);
@@ -339,17 +302,12 @@ async fn failures_before_the_first_byte_and_mid_stream() {
     assert!(message.contains("connection refused"), "{message}");
 
     // Mid-stream: one request of a fan-out cut after its first event ends only its choice.
-    let cut = TestServer::builder()
-        .body(answer("fine"))
-        .then(
-            TestServer::builder()
-                .body(answer("cut short"))
-                .close_after_events(1),
-        )
-        .then(TestServer::builder().body(answer("fine")))
-        .start()
-        .await
-        .unwrap();
+    let cut = start(
+        says("fine")
+            .then(says("cut short").close_after_events(1))
+            .then(says("fine")),
+    )
+    .await;
     let addr = gateway(&config(&[("chat", cut.base_url(), "n = \"fan-out\"")])).await;
     let (chunks, done) = read_sse(post(addr, request(3)).await).await;
     assert!(done);
@@ -378,12 +336,7 @@ fn select(samples: u32, select: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_finished_streams_the_winner_and_closes_the_rest() {
-    let server = stalled(1)
-        .then(TestServer::builder().body(answer("done")))
-        .then(stalled(1))
-        .start()
-        .await
-        .unwrap();
+    let server = start(stalled(1).then(says("done")).then(stalled(1))).await;
     let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
     let started = Instant::now();
     let (chunks, done) = read_sse(post(addr, select(3, "first_finished")).await).await;
@@ -409,15 +362,7 @@ async fn first_finished_streams_the_winner_and_closes_the_rest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vote_picks_the_majority_and_without_a_key_answers_the_first_finished() {
-    let server = TestServer::builder()
-        .body(answer("Answer: 42"))
-        .then(stalled(1))
-        .then(TestServer::builder().body(answer("Answer: 41")))
-        .then(TestServer::builder().body(answer("Answer: 42")))
-        .then(TestServer::builder().body(answer("Answer: 42")))
-        .start()
-        .await
-        .unwrap();
+    let server = start(votes_for_42()).await;
     let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
     let mut r = select(5, "vote");
     r["choicewise"]["vote_by"] = json!(r"Answer: (\d+)");
@@ -440,11 +385,7 @@ async fn a_vote_picks_the_majority_and_without_a_key_answers_the_first_finished(
     .await;
     // No sample with a key, but every one finished: the first to finish is the answer,
     // the vote undecided (a 502 is only for a vote where no sample finished).
-    let server = TestServer::builder()
-        .body(answer("no number"))
-        .start()
-        .await
-        .unwrap();
+    let server = answering("no number").await;
     let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
     let mut r = select(3, "vote");
     r["choicewise"]["vote_by"] = json!(r"Answer: (\d+)");
@@ -470,12 +411,12 @@ async fn a_vote_picks_the_majority_and_without_a_key_answers_the_first_finished(
 async fn a_windowed_vote_starts_samples_only_while_undecided() {
     // Samples 0..3 split (a "6" among "5"s), so the second window starts; it agrees, and
     // the third window never starts: 8 requests of the 12 allowed.
-    let mut script = TestServer::builder().body(answer("Answer: 5"));
+    let mut script = says("Answer: 5");
     for k in 1..12 {
         let text = if k == 2 { "Answer: 6" } else { "Answer: 5" };
-        script = script.then(TestServer::builder().body(answer(text)));
+        script = script.then(says(text));
     }
-    let server = script.start().await.unwrap();
+    let server = start(script).await;
     let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
     let mut r = select(12, "vote");
     r["choicewise"]["vote_by"] = json!(r"Answer: (\d+)");
@@ -513,11 +454,7 @@ async fn a_windowed_vote_starts_samples_only_while_undecided() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_token_hedges_only_when_the_first_sample_is_slow() {
     // A quick first sample: no second request.
-    let quick = TestServer::builder()
-        .body(answer("fast"))
-        .start()
-        .await
-        .unwrap();
+    let quick = answering("fast").await;
     let addr = gateway(&config(&[("chat", quick.base_url(), "")])).await;
     let mut r = select(3, "first_token");
     r["choicewise"]["hedge_after_ms"] = json!(300);
@@ -530,13 +467,12 @@ async fn first_token_hedges_only_when_the_first_sample_is_slow() {
         "no hedge after a quick first token"
     );
     // A first sample that thinks for 2 s: the second starts after 300 ms and wins.
-    let slow = TestServer::builder()
-        .body(answer("slow"))
-        .delay(Duration::from_secs(2))
-        .then(TestServer::builder().body(answer("hedged")))
-        .start()
-        .await
-        .unwrap();
+    let slow = start(
+        says("slow")
+            .delay(Duration::from_secs(2))
+            .then(says("hedged")),
+    )
+    .await;
     let addr = gateway(&config(&[("chat", slow.base_url(), "")])).await;
     let started = Instant::now();
     let (chunks, done) = read_sse(post(addr, r).await).await;
@@ -557,11 +493,7 @@ async fn first_token_hedges_only_when_the_first_sample_is_slow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_keys_limits_and_models() {
-    let upstream = TestServer::builder()
-        .body(answer("hi"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("hi").await;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_n = 4\nmax_body_bytes = 2000\nmax_concurrent_requests = 1\n{}",
         config(&[("chat", upstream.base_url(), "")])
@@ -614,12 +546,7 @@ async fn bad_requests_keys_limits_and_models() {
     let (status, _) = send(Some("sk-a"), ok.clone()).await;
     assert_eq!(status, 200);
     // One request at a time: a second while one streams is 429.
-    let stalling = TestServer::builder()
-        .body(answer("slow"))
-        .stall_after_events(1)
-        .start()
-        .await
-        .unwrap();
+    let stalling = start(says("slow").stall_after_events(1)).await;
     let toml = format!(
         "[limits]\nmax_concurrent_requests = 1\n{}",
         config(&[("chat", stalling.base_url(), "")])
@@ -649,7 +576,7 @@ async fn bad_requests_keys_limits_and_models() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_closes_every_upstream_within_100_ms() {
-    let server = stalled(1).start().await.unwrap();
+    let server = start(stalled(1)).await;
     let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
     let response = post(addr, request(3)).await;
     assert_eq!(response.status(), 200);
@@ -684,12 +611,7 @@ async fn a_client_that_goes_away_closes_every_upstream_within_100_ms() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_upstream_fails_its_choices_after_the_idle_timeout() {
-    let server = TestServer::builder()
-        .body(answer("fine"))
-        .then(stalled(1))
-        .start()
-        .await
-        .unwrap();
+    let server = start(says("fine").then(stalled(1))).await;
     let toml = format!(
         "[limits]\nupstream_idle_timeout_s = 0.3\n{}",
         config(&[("chat", server.base_url(), "n = \"fan-out\"")])
@@ -711,7 +633,7 @@ async fn a_silent_upstream_fails_its_choices_after_the_idle_timeout() {
         "the stalled choice fails alone"
     );
     // A first_finished pick with only a silent sample left ends too: never a hang.
-    let stalled_only = stalled(1).start().await.unwrap();
+    let stalled_only = start(stalled(1)).await;
     let toml = format!(
         "[limits]\nupstream_idle_timeout_s = 0.3\n{}",
         config(&[("chat", stalled_only.base_url(), "n = \"fan-out\"")])
@@ -723,40 +645,27 @@ async fn a_silent_upstream_fails_its_choices_after_the_idle_timeout() {
     assert_eq!(response.status(), 502, "no sample finished");
 }
 
-/// `GET /metrics` as text, once these lines are all in it (the accounting of an answer
-/// lands just after its end).
+/// `GET /metrics` in OpenMetrics text, once these lines are all in it (the accounting of an
+/// answer lands just after its end).
 async fn metrics_with(addr: SocketAddr, lines: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let response = reqwest::get(format!("http://{addr}/metrics"))
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        assert!(
-            response.headers()["content-type"]
-                .to_str()
-                .unwrap()
-                .starts_with("application/openmetrics-text")
-        );
-        let text = response.text().await.unwrap();
-        let missing: Vec<_> = lines.iter().filter(|l| !text.contains(**l)).collect();
-        if missing.is_empty() {
-            return text;
-        }
-        assert!(Instant::now() < deadline, "{missing:?} not in\n{text}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let response = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    crate::common::metrics_with(addr, lines).await
 }
 
 /// Every answer carries the request's id (the client's `x-request-id`, else one the gateway
 /// made) and is counted once in `choicewise_requests_total`, the layers' refusals included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_has_a_request_id_and_is_counted_once() {
-    let upstream = TestServer::builder()
-        .body(answer("hi"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("hi").await;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n{}",
         config(&[("chat", upstream.base_url(), "")])
@@ -834,11 +743,7 @@ async fn a_refused_chat_request_is_counted_under_its_configured_model() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_choices_tokens_and_open_connections() {
-    let server = TestServer::builder()
-        .fixture("demo.sse")
-        .start()
-        .await
-        .unwrap();
+    let server = fixture("demo.sse").await;
     let host = server.base_url().split('/').nth(2).unwrap().to_string();
     let (addr, _gateway) = serve(&config(&[("chat", server.base_url(), "")]), env).await;
     let mut r = request(3);
@@ -874,10 +779,9 @@ async fn metrics_count_requests_choices_tokens_and_open_connections() {
 
     // A first_finished pick: the losers are cancelled, their tokens counted as such, and
     // while a stalled answer streams, its stream and upstream are open.
-    let picks = TestServer::builder()
-        .body(answer("let me think about it"))
+    let picks = says("let me think about it")
         .stall_after_events(3)
-        .then(TestServer::builder().body(answer("done")))
+        .then(says("done"))
         .start()
         .await
         .unwrap();
@@ -941,7 +845,7 @@ async fn a_request_whose_client_went_away_is_recorded_with_its_cancelled_tokens(
     // once when it is small, and left uncounted (the record made without waiting) when it
     // is over 64 KiB.
     for (prompt, counted) in [("hi".to_string(), true), ("word ".repeat(20_000), false)] {
-        let server = stalled(3).start().await.unwrap();
+        let server = start(stalled(3)).await;
         let (addr, _gateway) = serve(&config(&[("chat", server.base_url(), "")]), env).await;
         let mut body = request(1);
         body["messages"][0]["content"] = json!(prompt);
@@ -980,7 +884,7 @@ async fn a_request_whose_client_went_away_is_recorded_with_its_cancelled_tokens(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_ends_open_answers_with_an_error_and_closes_their_upstreams() {
-    let server = stalled(1).start().await.unwrap();
+    let server = start(stalled(1)).await;
     let (addr, gateway) = serve(
         &config(&[("chat", server.base_url(), "n = \"fan-out\"")]),
         env,
@@ -1149,12 +1053,7 @@ async fn a_cancelled_samples_prompt_is_its_siblings_reported_figure() {
                "usage": {"prompt_tokens": 37, "completion_tokens": 3, "total_tokens": 40}})
     ));
     // Whichever request comes first answers at once; the other begins and goes quiet.
-    let server = TestServer::builder()
-        .body(quick)
-        .then(stalled(1))
-        .start()
-        .await
-        .unwrap();
+    let server = start(TestServer::builder().body(quick).then(stalled(1))).await;
     let (addr, _gateway) = serve(
         &config(&[("chat", server.base_url(), "n = \"fan-out\"")]),
         env,
@@ -1208,7 +1107,7 @@ async fn a_shared_total_is_flagged_estimated() {
         sse.push_str(&format!("data: {c}\n\n"));
     }
     sse.push_str("data: [DONE]\n\n");
-    let server = TestServer::builder().body(sse).start().await.unwrap();
+    let server = start(TestServer::builder().body(sse)).await;
     let addr = gateway(&config(&[("chat", server.base_url(), "")])).await;
     let mut body = request(2);
     body["stream"] = json!(false);

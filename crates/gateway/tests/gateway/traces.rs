@@ -11,14 +11,14 @@ use axum::extract::State;
 
 use choicewise_gateway::{Config, Gateway};
 use choicewise_test_support::within;
-use choicewise_testserver::{Failure, TestServer, answer};
+use choicewise_testserver::Failure;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::{Map, Value, json};
 
-use crate::common::{serve, stalled};
+use crate::common::{answering, fixture, says, serve, stalled, start};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -269,21 +269,10 @@ fn assert_common(span: &Span, model: &str, n: u64, usage: &Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_span_per_request_with_every_choice_and_no_content_unless_asked() {
     let (receiver, endpoint) = Receiver::start().await;
-    let tools = TestServer::builder()
-        .fixture("openai_n3_tools.sse")
-        .start()
-        .await
-        .unwrap();
+    let tools = fixture("openai_n3_tools.sse").await;
     // The winner starts late: the others have said something by then.
-    let winner = TestServer::builder()
-        .body(answer("the answer is 42"))
-        .delay(Duration::from_millis(300));
-    let picks = stalled(2)
-        .then(winner)
-        .then(stalled(2))
-        .start()
-        .await
-        .unwrap();
+    let winner = says("the answer is 42").delay(Duration::from_millis(300));
+    let picks = start(stalled(2).then(winner).then(stalled(2))).await;
     let (addr, gateway) = gateway(&config(
         &endpoint,
         false,
@@ -392,12 +381,7 @@ async fn one_span_per_request_with_every_choice_and_no_content_unless_asked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_try_is_an_event_of_the_requests_span() {
     let (receiver, endpoint) = Receiver::start().await;
-    let upstream = TestServer::builder()
-        .body(answer("retried"))
-        .fail_first(1, Failure::status(503))
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(says("retried").fail_first(1, Failure::status(503))).await;
     let (addr, gateway) = gateway(&config(
         &endpoint,
         false,
@@ -442,11 +426,7 @@ async fn each_try_is_an_event_of_the_requests_span() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_is_captured_when_asked_and_errors_have_their_span() {
     let (receiver, endpoint) = Receiver::start().await;
-    let upstream = TestServer::builder()
-        .body(answer("the answer is 42"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = answering("the answer is 42").await;
     let (addr, gateway) = gateway(&config(
         &endpoint,
         true,

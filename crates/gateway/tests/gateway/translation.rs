@@ -8,10 +8,31 @@ use std::net::SocketAddr;
 use choicewise_testserver::{TestServer, tool_call_answer};
 use serde_json::Value;
 
-use crate::common::serve;
+use crate::common::{no_env, serve, start};
 
-fn env(_: &str) -> Option<String> {
-    None
+/// An SSE event named by its data's `type`, as the Anthropic and Responses APIs send them.
+fn named_event(data: &str) -> String {
+    let kind: Value = serde_json::from_str(data).unwrap();
+    format!(
+        "event: {}\ndata: {data}\n\n",
+        kind["type"].as_str().unwrap()
+    )
+}
+
+/// An Anthropic Messages stream of one call of `name` whose arguments are `quoted` (a JSON
+/// string of them).
+fn anthropic_call(name: &str, quoted: &str) -> String {
+    [
+        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"up","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_string(),
+        format!(r#"{{"type":"content_block_start","index":0,"content_block":{{"type":"tool_use","id":"toolu_1","name":"{name}","input":{{}}}}}}"#),
+        format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"input_json_delta","partial_json":{quoted}}}}}"#),
+        r#"{"type":"content_block_stop","index":0}"#.to_string(),
+        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#.to_string(),
+        r#"{"type":"message_stop"}"#.to_string(),
+    ]
+    .iter()
+    .map(|d| named_event(d))
+    .collect()
 }
 
 /// A 30-digit integer: no f64 holds it.
@@ -23,20 +44,7 @@ fn upstream_answer(api: &str) -> String {
     let quoted = serde_json::to_string(&args).unwrap();
     match api {
         "chat" => tool_call_answer("f", &args),
-        "anthropic" => [
-            r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"up","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_string(),
-            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"f","input":{}}}"#.to_string(),
-            format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"input_json_delta","partial_json":{quoted}}}}}"#),
-            r#"{"type":"content_block_stop","index":0}"#.to_string(),
-            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#.to_string(),
-            r#"{"type":"message_stop"}"#.to_string(),
-        ]
-        .iter()
-        .map(|d| {
-            let kind: Value = serde_json::from_str(d).unwrap();
-            format!("event: {}\ndata: {d}\n\n", kind["type"].as_str().unwrap())
-        })
-        .collect(),
+        "anthropic" => anthropic_call("f", &quoted),
         _ => {
             let item = format!(
                 r#"{{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_1","name":"f","arguments":{quoted}}}"#
@@ -50,10 +58,7 @@ fn upstream_answer(api: &str) -> String {
                 format!(r#"{{"type":"response.completed","sequence_number":5,"response":{{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"up","output":[{item}],"usage":{{"input_tokens":5,"output_tokens":9,"total_tokens":14}}}}}}"#),
             ]
             .iter()
-            .map(|d| {
-                let kind: Value = serde_json::from_str(d).unwrap();
-                format!("event: {}\ndata: {d}\n\n", kind["type"].as_str().unwrap())
-            })
+            .map(|d| named_event(d))
             .collect()
         }
     }
@@ -112,16 +117,12 @@ fn keeps_digits(text: &str) -> bool {
 async fn a_30_digit_integer_arrives_digit_for_digit_in_every_translation() {
     let mut failed = Vec::new();
     for api in ["chat", "anthropic", "responses"] {
-        let upstream = TestServer::builder()
-            .body(upstream_answer(api))
-            .start()
-            .await
-            .unwrap();
+        let upstream = start(TestServer::builder().body(upstream_answer(api))).await;
         let toml = format!(
             "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
             upstream.base_url()
         );
-        let (addr, _) = serve(&toml, env).await;
+        let (addr, _) = serve(&toml, no_env).await;
         for path in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
             for stream in [true, false] {
                 let what = format!("{path} over {api}, stream {stream}");
@@ -160,22 +161,19 @@ async fn a_stop_without_its_reason_fails_as_a_chat_choice_without_its_finish() {
         r#"{"type":"message_stop"}"#,
     ]
     .iter()
-    .map(|d| {
-        let kind: Value = serde_json::from_str(d).unwrap();
-        format!("event: {}\ndata: {d}\n\n", kind["type"].as_str().unwrap())
-    })
+    .map(|d| named_event(d))
     .collect();
     let chat = concat!(
         r#"data: {"id":"c","object":"chat.completion.chunk","model":"up","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"},"finish_reason":null}]}"#,
         "\n\ndata: [DONE]\n\n"
     );
     for (api, body) in [("anthropic", anthropic), ("chat", chat.to_string())] {
-        let upstream = TestServer::builder().body(body).start().await.unwrap();
+        let upstream = start(TestServer::builder().body(body)).await;
         let toml = format!(
             "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
             upstream.base_url()
         );
-        let (addr, _) = serve(&toml, env).await;
+        let (addr, _) = serve(&toml, no_env).await;
         let request = |stream: bool| {
             format!(
                 r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
@@ -198,20 +196,7 @@ async fn a_stop_without_its_reason_fails_as_a_chat_choice_without_its_finish() {
 async fn a_custom_tool_call_keeps_its_name() {
     let args = r#"{"input":"*** Begin Patch\n"}"#;
     let quoted = serde_json::to_string(args).unwrap();
-    let anthropic: String = [
-        r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"up","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}"#.to_string(),
-        r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"apply_patch","input":{}}}"#.to_string(),
-        format!(r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"input_json_delta","partial_json":{quoted}}}}}"#),
-        r#"{"type":"content_block_stop","index":0}"#.to_string(),
-        r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":9}}"#.to_string(),
-        r#"{"type":"message_stop"}"#.to_string(),
-    ]
-    .iter()
-    .map(|d| {
-        let kind: Value = serde_json::from_str(d).unwrap();
-        format!("event: {}\ndata: {d}\n\n", kind["type"].as_str().unwrap())
-    })
-    .collect();
+    let anthropic = anthropic_call("apply_patch", &quoted);
     let item = format!(
         r#"{{"id":"fc_1","type":"function_call","status":"completed","call_id":"call_1","name":"apply_patch","arguments":{quoted}}}"#
     );
@@ -223,10 +208,7 @@ async fn a_custom_tool_call_keeps_its_name() {
         format!(r#"{{"type":"response.completed","sequence_number":4,"response":{{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"up","output":[{item}],"usage":{{"input_tokens":5,"output_tokens":9,"total_tokens":14}}}}}}"#),
     ]
     .iter()
-    .map(|d| {
-        let kind: Value = serde_json::from_str(d).unwrap();
-        format!("event: {}\ndata: {d}\n\n", kind["type"].as_str().unwrap())
-    })
+    .map(|d| named_event(d))
     .collect();
     let mut failed = Vec::new();
     for (api, body) in [
@@ -234,12 +216,12 @@ async fn a_custom_tool_call_keeps_its_name() {
         ("anthropic", anthropic),
         ("responses", responses),
     ] {
-        let upstream = TestServer::builder().body(body).start().await.unwrap();
+        let upstream = start(TestServer::builder().body(body)).await;
         let toml = format!(
             "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
             upstream.base_url()
         );
-        let (addr, _) = serve(&toml, env).await;
+        let (addr, _) = serve(&toml, no_env).await;
         for stream in [true, false] {
             let request = format!(
                 r#"{{"model":"m","stream":{stream},"input":"patch it","tools":[{{"type":"custom","name":"apply_patch","description":"Apply a patch"}}]}}"#

@@ -9,22 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use choicewise_test_support::within;
-use choicewise_testserver::{Failure, TestServer};
+use choicewise_testserver::TestServer;
 use serde_json::{Value, json};
 
-use crate::common::serve;
+use crate::common::{failing, fan_out_toml, metrics, no_env, post_chat, serve, start};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn env(_: &str) -> Option<String> {
-    None
-}
-
-fn upstream(url: &str) -> String {
-    format!(
-        "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n"
-    )
-}
 
 /// The log lines written, shared with the subscriber.
 #[derive(Clone, Default)]
@@ -41,11 +31,7 @@ impl Write for Lines {
 }
 
 async fn post(addr: SocketAddr, body: &Value) -> reqwest::Response {
-    let request = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .json(body)
-        .send();
-    within(LIMIT, "an answer", request).await.unwrap()
+    within(LIMIT, "an answer", post_chat(addr, body)).await
 }
 
 /// The lines this test binary's subscriber writes (installed once, for every test here).
@@ -71,21 +57,17 @@ async fn a_failing_models_warnings_are_rate_limited() {
 
     let mut servers = Vec::new();
     for _ in 0..2 {
-        let server = TestServer::builder()
-            .fail(Failure::status(500))
-            .start()
-            .await
-            .unwrap();
+        let server = failing(500).await;
         servers.push(server);
     }
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 1\neject_for_s = 60\n{}",
         servers
             .iter()
-            .map(|s| upstream(&s.base_url()))
+            .map(|s| fan_out_toml(&s.base_url(), ""))
             .collect::<String>()
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
     let started = Instant::now();
     let mut answers = 0;
@@ -190,13 +172,12 @@ fn answer_with_usage(tokens: u64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstreams_absurd_usage_neither_wraps_nor_panics() {
-    let huge = TestServer::builder()
-        .body(answer_with_usage(i64::MAX as u64))
-        .start()
-        .await
-        .unwrap();
-    let toml = format!("[[models]]\nname = \"m\"\n{}", upstream(&huge.base_url()));
-    let (addr, _) = serve(&toml, env).await;
+    let huge = start(TestServer::builder().body(answer_with_usage(i64::MAX as u64))).await;
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        fan_out_toml(&huge.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, no_env).await;
     const CAP: u64 = 1 << 32;
     // Four samples, four upstream requests: each figure clamped to 2^32, then summed.
     let body = json!({"model": "m", "n": 4, "messages": [{"role": "user", "content": "hi"}]});
@@ -209,12 +190,7 @@ async fn an_upstreams_absurd_usage_neither_wraps_nor_panics() {
         assert_eq!(usage["completion_tokens"], 4 * CAP, "{v}");
         assert_eq!(usage["total_tokens"], 8 * CAP, "{v}");
     }
-    let m = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics(addr).await;
     let prompt: u64 = (m.lines())
         .filter(|l| l.starts_with("choicewise_tokens_total{") && l.contains("kind=\"prompt\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())

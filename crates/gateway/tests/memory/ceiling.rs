@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common::serve;
+use crate::common::{chunk, metrics, post_chat_keyed, raw_upstream, serve, start};
 
 const MIB: u64 = 1 << 20;
 
@@ -91,12 +91,7 @@ async fn uploads(
 }
 
 async fn metric(addr: SocketAddr, name: &str) -> Option<u64> {
-    let text = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics(addr).await;
     let line = text.lines().find(|l| l.starts_with(name))?;
     line.rsplit(' ').next()?.parse().ok()
 }
@@ -104,11 +99,7 @@ async fn metric(addr: SocketAddr, name: &str) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_are_charged_as_they_arrive_and_the_mark_holds() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let upstream = TestServer::builder()
-        .body(answer("hello"))
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(TestServer::builder().body(answer("hello"))).await;
     // The marks sit 160 MiB and 128 MiB above what the test process uses now (the uploads'
     // connection buffers and the test's own bodies take some 60 MiB of it); bodies up to
     // 16 MiB each.
@@ -145,13 +136,7 @@ async fn bodies_are_charged_as_they_arrive_and_the_mark_holds() {
     let (mut held, refused) = uploads(addr, 40, 15 * MIB as usize).await;
     assert!(refused.is_empty(), "refused from their heads: {refused:?}");
     assert_eq!(held.len(), 40);
-    let other_key = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .bearer_auth("sk-b")
-        .json(&chat)
-        .send()
-        .await
-        .unwrap();
+    let other_key = post_chat_keyed(addr, &chat, "sk-b").await;
     assert_eq!(
         other_key.status(),
         200,
@@ -256,28 +241,18 @@ async fn watermarks_out_of_order_are_refused_at_start() {
 /// An upstream that answers every request with an SSE stream that never ends: one content
 /// chunk of 8 KiB after another, as fast as it is read.
 async fn endless_upstream() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0; 65536];
-                let _ = tcp.read(&mut buf).await;
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
-                if tcp.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                let text = "x".repeat(8192);
-                let chunk = format!(
-                    "data: {}\n\n",
-                    json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "up",
-                           "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
-                );
-                while tcp.write_all(chunk.as_bytes()).await.is_ok() {}
-            });
+    raw_upstream(|mut tcp| async move {
+        let mut buf = vec![0; 65536];
+        let _ = tcp.read(&mut buf).await;
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+        if tcp.write_all(head.as_bytes()).await.is_err() {
+            return;
         }
-    });
-    addr
+        let chunk = chunk(0, json!({"content": "x".repeat(8192)}), Value::Null);
+        while tcp.write_all(chunk.as_bytes()).await.is_ok() {}
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

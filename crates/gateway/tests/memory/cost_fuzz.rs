@@ -13,10 +13,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::common::{
+    ANTHROPIC_ANSWER, RESPONSES_ANSWER, SSE_HEAD, key_env, models_toml, post_bytes,
+    reading_upstream, serve,
+};
 use choicewise_test_support::within;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-use crate::common::serve;
 
 use crate::HEAP;
 
@@ -44,10 +45,6 @@ fn bound(route: Route) -> f64 {
 /// ... plus this much (the connections' buffers, the runtime's tasks, a small request's
 /// own cost).
 const SLACK: usize = 16 * MIB;
-
-fn env(name: &str) -> Option<String> {
-    (name == "CLIENT_KEYS").then(|| "sk-a".into())
-}
 
 /// The client APIs (and `count_tokens`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -333,69 +330,25 @@ fn body(route: Route, place: Place, v: &[u8]) -> Vec<u8> {
     out
 }
 
-/// An upstream that reads each request's head and body (keeping none of it) and answers
-/// with `head` and `answer`; its base URL.
-async fn upstream(head: &'static str, answer: &'static [u8]) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut byte = [0u8; 1];
-                while !seen.ends_with(b"\r\n\r\n") {
-                    if !matches!(tcp.read(&mut byte).await, Ok(1)) {
-                        return;
-                    }
-                    seen.push(byte[0]);
-                }
-                let seen = String::from_utf8_lossy(&seen).to_ascii_lowercase();
-                let mut left: usize = (seen.lines())
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|n| n.trim().parse().ok())
-                    .unwrap_or(0);
-                let mut buf = vec![0u8; 64 * 1024];
-                while left > 0 {
-                    let want = left.min(buf.len());
-                    match tcp.read(&mut buf[..want]).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => left -= n,
-                    }
-                }
-                let _ = tcp.write_all(head.as_bytes()).await;
-                let _ = tcp.write_all(b"\r\nconnection: close\r\n\r\n").await;
-                let _ = tcp.write_all(answer).await;
-                let _ = tcp.shutdown().await;
-            });
-        }
-    });
-    format!("http://{addr}/v1")
-}
-
-const SSE: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream";
-
+/// The Chat Completions upstream's answer: without usage, so that the gateway estimates the
+/// prompt's tokens from the body.
 const CHAT_ANSWER: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":null}]}\n\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
-
-const ANTHROPIC_ANSWER: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"up\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
-
-const RESPONSES_ANSWER: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"in_progress\",\"model\":\"up\",\"output\":[]}}\n\nevent: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"ok\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"completed\",\"model\":\"up\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"ok\"}]}],\"usage\":{\"input_tokens\":7,\"output_tokens\":1,\"total_tokens\":8}}}\n\n";
 
 /// A gateway with models `m`, `a` and `r` (see [`Route`]), taking bodies up to `max_body`;
 /// `limits`: more of its `[limits]`.
 pub async fn gateway(max_body: usize, limits: &str) -> SocketAddr {
-    let chat = upstream(SSE, CHAT_ANSWER.as_bytes()).await;
-    let anthropic = upstream(SSE, ANTHROPIC_ANSWER.as_bytes()).await;
-    let responses = upstream(SSE, RESPONSES_ANSWER.as_bytes()).await;
+    let chat = reading_upstream(SSE_HEAD, || CHAT_ANSWER.as_bytes().to_vec()).await;
+    let anthropic = reading_upstream(SSE_HEAD, || ANTHROPIC_ANSWER.as_bytes().to_vec()).await;
+    let responses = reading_upstream(SSE_HEAD, || RESPONSES_ANSWER.as_bytes().to_vec()).await;
     let toml = format!(
-        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {max_body}\n{limits}\n\
-         [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{chat}\"\n\
-         model = \"up\"\n\
-         [[models]]\nname = \"a\"\n[[models.upstreams]]\napi = \"anthropic\"\n\
-         base_url = \"{anthropic}\"\nmodel = \"up\"\n\
-         [[models]]\nname = \"r\"\n[[models.upstreams]]\napi = \"responses\"\n\
-         base_url = \"{responses}\"\nmodel = \"up\"\n"
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {max_body}\n{limits}\n{}",
+        models_toml(&[
+            ("m", "chat", &chat),
+            ("a", "anthropic", &anthropic),
+            ("r", "responses", &responses)
+        ])
     );
-    serve(&toml, env).await.0
+    serve(&toml, key_env).await.0
 }
 
 /// Posts `body` to `path`: its status and its answer's first bytes.
@@ -406,14 +359,7 @@ async fn post(
     body: Vec<u8>,
 ) -> (u16, String) {
     let limit = Duration::from_secs(300);
-    let request = client
-        .post(format!("http://{addr}{path}"))
-        .bearer_auth("sk-a")
-        .header("x-api-key", "sk-a")
-        .header("content-type", "application/json")
-        .body(body)
-        .send();
-    let response = within(limit, "an answer", request).await.unwrap();
+    let response = within(limit, "an answer", post_bytes(client, addr, path, body)).await;
     let status = response.status().as_u16();
     let text = within(limit, "its body", response.text()).await.unwrap();
     (status, text.chars().take(300).collect())

@@ -14,23 +14,13 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::ONE_AT_A_TIME;
-use crate::common::{serve, status_bytes};
+use crate::common::{chunk, no_env, post_chat, serve, status_bytes};
 
 use crate::HEAP;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
 const MIB: i64 = 1024 * 1024;
-
-fn env(_: &str) -> Option<String> {
-    None
-}
-
-fn chunk(index: u32, delta: Value, finish: Option<&str>) -> String {
-    let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
-        "choices": [{"index": index, "delta": delta, "finish_reason": finish}]});
-    format!("data: {chunk}\n\n")
-}
 
 /// An upstream answering every request with 16 choices: choices 1 to 15 say a word and
 /// finish, choice 0 sends 8 KiB deltas without end (as long as it is read). Its base URL,
@@ -59,9 +49,9 @@ async fn endless() -> (String, Arc<AtomicU64>) {
                     start.push_str(&chunk(
                         i,
                         json!({"role": "assistant", "content": "fine"}),
-                        None,
+                        Value::Null,
                     ));
-                    start.push_str(&chunk(i, json!({}), Some("stop")));
+                    start.push_str(&chunk(i, json!({}), json!("stop")));
                 }
                 if tcp.write_all(start.as_bytes()).await.is_err() {
                     return;
@@ -69,7 +59,7 @@ async fn endless() -> (String, Arc<AtomicU64>) {
                 let words = "more ".repeat(8 * 1024 / 5);
                 let mut more = String::new();
                 for _ in 0..8 {
-                    more.push_str(&chunk(0, json!({"content": words}), None));
+                    more.push_str(&chunk(0, json!({"content": words}), Value::Null));
                 }
                 while tcp.write_all(more.as_bytes()).await.is_ok() {
                     counted.fetch_add(more.len() as u64, Ordering::Relaxed);
@@ -81,11 +71,7 @@ async fn endless() -> (String, Arc<AtomicU64>) {
 }
 
 async fn post(addr: SocketAddr, body: &Value) -> Value {
-    let request = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .json(body)
-        .send();
-    let response = within(LIMIT, "an answer", request).await.unwrap();
+    let response = within(LIMIT, "an answer", post_chat(addr, body)).await;
     assert_eq!(response.status(), 200);
     within(LIMIT, "its body", response.json()).await.unwrap()
 }
@@ -97,7 +83,7 @@ async fn one_endless_choice_of_sixteen_fails_alone_within_its_bound() {
     let toml = format!(
         "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"native\"\n"
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let user = json!([{"role": "user", "content": "hi"}]);
     // Warm: the connection pools and the gateway's lazily built state exist before the
     // figures start.

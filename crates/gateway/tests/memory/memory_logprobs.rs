@@ -13,24 +13,13 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::serve;
+use crate::common::{no_env, post_chat, serve, status_bytes};
 
 use crate::HEAP;
 
 const MIB: u64 = 1 << 20;
 
 use crate::ONE_AT_A_TIME;
-
-/// A `/proc/self/status` figure, in bytes.
-fn status_bytes(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let line = status.lines().find(|l| l.starts_with(field));
-    let kib: u64 = line
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    kib * 1024
-}
 
 /// Where a probe starts: the resident size and the live heap now.
 struct Idle {
@@ -45,14 +34,14 @@ impl Idle {
         let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
         assert!(reset, "the peak resident size cannot be reset here");
         Idle {
-            rss: status_bytes("VmRSS:"),
+            rss: status_bytes("VmRSS") as u64,
             heap: HEAP.reset_peak(),
         }
     }
 
     /// The growth at its peak since, resident and heap; printed as `what`.
     fn grew(&self, what: &str) -> (u64, u64) {
-        let rss = status_bytes("VmHWM:").saturating_sub(self.rss);
+        let rss = (status_bytes("VmHWM") as u64).saturating_sub(self.rss);
         let heap = (HEAP.peak() - self.heap).max(0) as u64;
         println!(
             "{what}: peak growth {} MiB resident, {} MiB of heap",
@@ -166,16 +155,7 @@ async fn gateway(upstream: SocketAddr) -> SocketAddr {
     let toml = format!(
         "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://{upstream}/v1\"\n"
     );
-    serve(&toml, |_| None).await.0
-}
-
-async fn post(addr: SocketAddr, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .unwrap()
+    serve(&toml, no_env).await.0
 }
 
 /// Native `n: 16, logprobs, top_logprobs: 20`, 500 tokens each, passed through (streamed,
@@ -190,13 +170,13 @@ async fn native_logprobs_pass_through_as_text_within_96_mib() {
                       "messages": [{"role": "user", "content": "count"}]});
     // A small request first: the gateway's lazily built state is part of idle.
     let warm = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-    let warmed = post(addr, &warm).await;
+    let warmed = post_chat(addr, &warm).await;
     assert_eq!(warmed.status(), 200);
     let _ = warmed.bytes().await;
 
     // Streamed: read as it comes, counting each choice's tokens; nothing kept.
     let idle = Idle::now();
-    let response = post(addr, &body).await;
+    let response = post_chat(addr, &body).await;
     assert_eq!(response.status(), 200);
     let mut reads = response.bytes_stream();
     let (mut carry, mut tokens, mut verbatim) = (Vec::<u8>::new(), [0usize; 16], 0usize);
@@ -235,7 +215,7 @@ async fn native_logprobs_pass_through_as_text_within_96_mib() {
     let mut body = body;
     body["stream"] = json!(false);
     let idle = Idle::now();
-    let response = post(addr, &body).await;
+    let response = post_chat(addr, &body).await;
     assert_eq!(response.status(), 200);
     let text = tokio::time::timeout(Duration::from_secs(300), response.bytes())
         .await
@@ -282,7 +262,7 @@ async fn a_confidence_vote_keeps_only_numbers_within_128_mib() {
     const TOKENS: usize = 1000;
     let addr = gateway(logprobs_upstream(TOKENS, 20).await).await;
     let warm = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-    let warmed = post(addr, &warm).await;
+    let warmed = post_chat(addr, &warm).await;
     assert_eq!(warmed.status(), 200);
     let _ = warmed.bytes().await;
 
@@ -290,7 +270,7 @@ async fn a_confidence_vote_keeps_only_numbers_within_128_mib() {
         "choicewise": {"samples": 16, "select": "vote", "vote_by": "Answer: (\\d+)",
                        "confidence": {"warmup": 16, "top_logprobs": 20}}});
     let idle = Idle::now();
-    let response = post(addr, &body).await;
+    let response = post_chat(addr, &body).await;
     assert_eq!(response.status(), 200);
     let v: Value = tokio::time::timeout(Duration::from_secs(300), response.json())
         .await

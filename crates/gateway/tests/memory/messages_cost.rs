@@ -17,7 +17,10 @@ use choicewise_test_support::within;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::{reset_rss_peak, serve, status_bytes};
+use crate::common::{
+    ANTHROPIC_ANSWER, RESPONSES_ANSWER, SSE_HEAD, key_env, models_toml, post_bytes,
+    reading_upstream, reset_rss_peak, serve, status_bytes,
+};
 
 use crate::HEAP;
 
@@ -30,61 +33,14 @@ const MIB: i64 = 1024 * 1024;
 /// Messages in each body: 6.2 MB of small objects.
 const MESSAGES: usize = 200_000;
 
-fn env(name: &str) -> Option<String> {
-    (name == "CLIENT_KEYS").then(|| "sk-a".into())
-}
-
-/// An upstream that reads each request's head and body (keeping none of it) and answers
-/// with `head` (status line and headers, without the blank line) and `answer`'s bytes; its
-/// base URL.
-async fn upstream(head: &'static str, answer: fn() -> Vec<u8>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut byte = [0u8; 1];
-                while !seen.ends_with(b"\r\n\r\n") {
-                    if !matches!(tcp.read(&mut byte).await, Ok(1)) {
-                        return;
-                    }
-                    seen.push(byte[0]);
-                }
-                let seen = String::from_utf8_lossy(&seen).to_ascii_lowercase();
-                let mut left: usize = (seen.lines())
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|n| n.trim().parse().ok())
-                    .unwrap_or(0);
-                let mut buf = vec![0u8; 64 * 1024];
-                while left > 0 {
-                    let want = left.min(buf.len());
-                    match tcp.read(&mut buf[..want]).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => left -= n,
-                    }
-                }
-                let _ = tcp.write_all(head.as_bytes()).await;
-                let _ = tcp.write_all(b"\r\nconnection: close\r\n\r\n").await;
-                let _ = tcp.write_all(&answer()).await;
-                let _ = tcp.shutdown().await;
-            });
-        }
-    });
-    format!("http://{addr}/v1")
-}
-
 /// A Chat Completions upstream answering one word without usage: the gateway estimates the
 /// prompt's tokens from the request.
 async fn no_usage_upstream() -> String {
-    upstream("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream", || {
+    reading_upstream(SSE_HEAD, || {
         choicewise_testserver::answer("ok").into_bytes()
     })
     .await
 }
-
-/// A streamed Anthropic Messages answer of one word, with its usage.
-const ANTHROPIC_ANSWER: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"up\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
 
 /// The body of `path` (model `model`) with [`MESSAGES`] small messages in that API's shape.
 fn body(path: &str, model: &str) -> Vec<u8> {
@@ -95,15 +51,20 @@ fn body(path: &str, model: &str) -> Vec<u8> {
         _ => format!(r#"{{"model":"{model}","input":["#),
     };
     let message = br#"{"role":"user","content":"hi"}"#;
-    let mut out = head.into_bytes();
-    out.reserve(MESSAGES * (message.len() + 1) + 2);
-    for i in 0..MESSAGES {
+    list(head.into_bytes(), message, MESSAGES, b"]}")
+}
+
+/// `head`, then `count` copies of `item` separated by commas, then `tail`.
+fn list(head: Vec<u8>, item: &[u8], count: usize, tail: &[u8]) -> Vec<u8> {
+    let mut out = head;
+    out.reserve(count * (item.len() + 1) + tail.len());
+    for i in 0..count {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(message);
+        out.extend_from_slice(item);
     }
-    out.extend_from_slice(b"]}");
+    out.extend_from_slice(tail);
     out
 }
 
@@ -114,14 +75,7 @@ async fn post(
     path: &str,
     body: Vec<u8>,
 ) -> (u16, String) {
-    let request = client
-        .post(format!("http://{addr}{path}"))
-        .bearer_auth("sk-a")
-        .header("x-api-key", "sk-a")
-        .header("content-type", "application/json")
-        .body(body)
-        .send();
-    let response = within(LIMIT, "an answer", request).await.unwrap();
+    let response = within(LIMIT, "an answer", post_bytes(&client, addr, path, body)).await;
     let status = response.status().as_u16();
     let text = within(LIMIT, "the answer's body", response.text())
         .await
@@ -159,33 +113,23 @@ async fn measured(
     (answers, idle, peak)
 }
 
-/// A streamed Responses answer of one word, with its usage.
-const RESPONSES_ANSWER: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"in_progress\",\"model\":\"up\",\"output\":[]}}\n\nevent: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}\n\nevent: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":2,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"ok\"}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":3,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"completed\",\"model\":\"up\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"status\":\"completed\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"ok\"}]}],\"usage\":{\"input_tokens\":7,\"output_tokens\":1,\"total_tokens\":8}}}\n\n";
-
 /// A gateway with model `m` over a Chat Completions upstream that reports no usage, `a`
 /// over an Anthropic one and `r` over a Responses one, taking bodies of up to 16 MiB;
 /// `limits`: more of its `[limits]`.
 async fn gateway(limits: &str) -> SocketAddr {
     let url = no_usage_upstream().await;
-    let anthropic = upstream("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream", || {
-        ANTHROPIC_ANSWER.as_bytes().to_vec()
-    })
-    .await;
-    let responses = upstream("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream", || {
-        RESPONSES_ANSWER.as_bytes().to_vec()
-    })
-    .await;
+    let anthropic = reading_upstream(SSE_HEAD, || ANTHROPIC_ANSWER.as_bytes().to_vec()).await;
+    let responses = reading_upstream(SSE_HEAD, || RESPONSES_ANSWER.as_bytes().to_vec()).await;
     let toml = format!(
-        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n{limits}\n\
-         [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n\
-         model = \"up\"\n\
-         [[models]]\nname = \"a\"\n[[models.upstreams]]\napi = \"anthropic\"\n\
-         base_url = \"{anthropic}\"\nmodel = \"up\"\n\
-         [[models]]\nname = \"r\"\n[[models.upstreams]]\napi = \"responses\"\n\
-         base_url = \"{responses}\"\nmodel = \"up\"\n",
-        16 * MIB
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n{limits}\n{}",
+        16 * MIB,
+        models_toml(&[
+            ("m", "chat", &url),
+            ("a", "anthropic", &anthropic),
+            ("r", "responses", &responses)
+        ])
     );
-    serve(&toml, env).await.0
+    serve(&toml, key_env).await.0
 }
 
 /// One body of [`MESSAGES`] messages to `path`: answered 200, the resident set's growth
@@ -298,9 +242,15 @@ async fn eight_count_tokens_at_once_under_the_mark() {
         idle / MIB,
         peak / MIB
     );
-    for (status, text) in &answers {
+    counted_or_refused(&answers, MESSAGES * 5 + 3, peak);
+}
+
+/// Each answer counted `tokens` or refused 503 by the memory mark, and the process's peak
+/// under 600 MiB (a 400 MB mark).
+fn counted_or_refused(answers: &[(u16, String)], tokens: usize, peak: i64) {
+    for (status, text) in answers {
         match status {
-            200 => assert!(text.contains(&format!("{}", MESSAGES * 5 + 3)), "{text}"),
+            200 => assert!(text.contains(&format!("{tokens}")), "{text}"),
             503 => assert!(text.contains("memory_high_watermark_mb"), "{text}"),
             _ => panic!("{status}: {text}"),
         }
@@ -316,16 +266,8 @@ async fn eight_count_tokens_at_once_under_the_mark() {
 /// them, 7.4 MB, took +518 MiB).
 fn one_message_of_blocks(blocks: usize) -> Vec<u8> {
     let block = br#"{"type":"text","text":"a"}"#;
-    let mut out = br#"{"model":"m","messages":[{"role":"user","content":["#.to_vec();
-    out.reserve(blocks * (block.len() + 1) + 8);
-    for i in 0..blocks {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(block);
-    }
-    out.extend_from_slice(b"]}]}");
-    out
+    let head = br#"{"model":"m","messages":[{"role":"user","content":["#.to_vec();
+    list(head, block, blocks, b"]}]}")
 }
 
 /// Four count_tokens of one message of 260,000 tiny text blocks at once under a 400 MB mark
@@ -346,19 +288,8 @@ async fn four_counts_of_one_message_of_many_blocks_under_the_mark() {
         idle / MIB,
         peak / MIB
     );
-    for (status, text) in &answers {
-        match status {
-            // Each block: "a", 1 token; the message 3 + "user" 1; the reply's priming 3.
-            200 => assert!(text.contains(&format!("{}", 260_000 + 3 + 1 + 3)), "{text}"),
-            503 => assert!(text.contains("memory_high_watermark_mb"), "{text}"),
-            _ => panic!("{status}: {text}"),
-        }
-    }
-    assert!(
-        peak < 600 * MIB,
-        "the process reached {} MiB under a 400 MB mark",
-        peak / MIB
-    );
+    // Each block: "a", 1 token; the message 3 + "user" 1; the reply's priming 3.
+    counted_or_refused(&answers, 260_000 + 3 + 1 + 3, peak);
 }
 
 /// A gateway with model `a` over an Anthropic upstream at `url`: one slot, a first byte
@@ -370,17 +301,30 @@ async fn counting_gateway(url: &str) -> SocketAddr {
          [[models]]\nname = \"a\"\n[models.retry]\nfirst_byte_timeout_s = 1\n\
          [[models.upstreams]]\napi = \"anthropic\"\nbase_url = \"{url}\"\nmodel = \"up\"\n"
     );
-    serve(&toml, env).await.0
+    serve(&toml, key_env).await.0
 }
 
 const SMALL_COUNT: &[u8] = br#"{"model":"a","messages":[{"role":"user","content":"hi there"}]}"#;
+
+/// [`SMALL_COUNT`] posted: its answer, and how long it took to come.
+async fn small_count(client: &reqwest::Client, addr: SocketAddr) -> (reqwest::Response, Duration) {
+    let started = Instant::now();
+    let request = post_bytes(
+        client,
+        addr,
+        "/v1/messages/count_tokens",
+        SMALL_COUNT.to_vec(),
+    );
+    let response = within(LIMIT, "an answer", request).await;
+    (response, started.elapsed())
+}
 
 /// A count answered with 64 MiB: read no further than its bound (the process grows by less
 /// than 32 MiB), and the client gets an error saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_count_answered_with_64_mib_is_cut_and_refused() {
     let _one = SERIAL.lock().await;
-    let url = upstream("HTTP/1.1 200 OK\r\ncontent-type: application/json", || {
+    let url = reading_upstream("HTTP/1.1 200 OK\r\ncontent-type: application/json", || {
         let mut answer = br#"{"input_tokens":1,"pad":""#.to_vec();
         answer.resize(64 << 20, b'x');
         answer.extend_from_slice(br#""}"#);
@@ -422,15 +366,7 @@ async fn a_silent_count_ends_in_time_and_frees_its_slot() {
     let url = crate::common::silent().await;
     let addr = counting_gateway(&url).await;
     let client = reqwest::Client::new();
-    let started = Instant::now();
-    let request = client
-        .post(format!("http://{addr}/v1/messages/count_tokens"))
-        .header("x-api-key", "sk-a")
-        .header("content-type", "application/json")
-        .body(SMALL_COUNT)
-        .send();
-    let response = within(LIMIT, "an answer", request).await.unwrap();
-    let took = started.elapsed();
+    let (response, took) = small_count(&client, addr).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-choicewise-token-count"], "estimated");
     let answer: Value = response.json().await.unwrap();
@@ -478,7 +414,7 @@ async fn admission_charges_the_cost_not_the_body() {
         16 * MIB,
         high - 1
     );
-    let addr = serve(&toml, env).await.0;
+    let addr = serve(&toml, key_env).await.0;
     // Sent whole, as a client sends it: the head holds its small charge, the refusal comes
     // once the bytes pass it, and the rest is read and dropped, so that the client reads
     // its 503 rather than a reset.
@@ -512,15 +448,8 @@ async fn a_count_whose_head_comes_alone_ends_at_the_first_byte_timeout() {
     )
     .await;
     let addr = counting_gateway(&url).await;
-    let started = Instant::now();
-    let request = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/messages/count_tokens"))
-        .header("x-api-key", "sk-a")
-        .header("content-type", "application/json")
-        .body(SMALL_COUNT)
-        .send();
-    let response = within(LIMIT, "an answer", request).await.unwrap();
-    let took = started.elapsed();
+    let client = reqwest::Client::new();
+    let (response, took) = small_count(&client, addr).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["x-choicewise-token-count"], "estimated");
     assert!(took < Duration::from_secs(3), "answered after {took:?}");

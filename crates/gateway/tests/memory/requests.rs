@@ -13,9 +13,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use choicewise_test_support::within;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::{reset_rss_peak, serve, status_bytes};
+use crate::common::{
+    ANTHROPIC_ANSWER, CHAT_OK, SSE_HEAD, key_env, models_toml, post_bytes, reading_upstream,
+    reset_rss_peak, serve, status_bytes,
+};
 
 use crate::HEAP;
 
@@ -27,88 +29,6 @@ const MIB: i64 = 1024 * 1024;
 
 /// Tools in each body: 7.6 MB or more of small objects.
 const TOOLS: usize = 95_000;
-
-fn env(name: &str) -> Option<String> {
-    (name == "CLIENT_KEYS").then(|| "sk-a".into())
-}
-
-/// A streamed Chat Completions answer of one word, with its usage.
-const ANSWER: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\
-\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":null}]}\n\n\
-data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\
-\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
-data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"up\",\"choices\":[],\
-\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1,\"total_tokens\":8}}\n\n\
-data: [DONE]\n\n";
-
-/// A streamed Anthropic Messages answer of one word, with its usage.
-const ANTHROPIC_ANSWER: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"up\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":7,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
-
-/// A Chat Completions upstream that reads each request's body into a small buffer (keeping
-/// none of it) and answers [`ANSWER`]; its base URL.
-async fn upstream() -> String {
-    upstream_answering(ANSWER).await
-}
-
-/// An upstream that reads each request's body into a small buffer and answers `answer`.
-async fn upstream_answering(answer: &'static str) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    if !matches!(tcp.read(&mut byte).await, Ok(1)) {
-                        return;
-                    }
-                    head.push(byte[0]);
-                }
-                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
-                let chunked = head.contains("transfer-encoding: chunked");
-                let mut left: usize = (head.lines())
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|n| n.trim().parse().ok())
-                    .unwrap_or(0);
-                let mut buf = vec![0u8; 64 * 1024];
-                let mut tail: Vec<u8> = Vec::new();
-                loop {
-                    if !chunked && left == 0 {
-                        break;
-                    }
-                    let want = if chunked {
-                        buf.len()
-                    } else {
-                        left.min(buf.len())
-                    };
-                    let n = match tcp.read(&mut buf[..want]).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => n,
-                    };
-                    if chunked {
-                        tail.extend_from_slice(&buf[..n]);
-                        if tail.ends_with(b"0\r\n\r\n") {
-                            break;
-                        }
-                        let keep = tail.len().saturating_sub(8);
-                        tail.drain(..keep);
-                    } else {
-                        left -= n;
-                    }
-                }
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\
-                     connection: close\r\n\r\n{answer}",
-                    answer.len()
-                );
-                let _ = tcp.write_all(answer.as_bytes()).await;
-                let _ = tcp.shutdown().await;
-            });
-        }
-    });
-    format!("http://{addr}/v1")
-}
 
 /// The body of `path` with [`TOOLS`] small tools in that API's shape.
 fn body(path: &str) -> Vec<u8> {
@@ -149,20 +69,17 @@ fn body(path: &str) -> Vec<u8> {
     out
 }
 
-/// A gateway with model `m` over [`upstream`] and model `a` over an Anthropic one, taking
-/// bodies of up to 16 MiB.
+/// A gateway with model `m` over a Chat Completions upstream and `a` over an Anthropic one,
+/// taking bodies of up to 16 MiB.
 async fn gateway() -> SocketAddr {
-    let url = upstream().await;
-    let anthropic = upstream_answering(ANTHROPIC_ANSWER).await;
+    let url = reading_upstream(SSE_HEAD, || CHAT_OK.as_bytes().to_vec()).await;
+    let anthropic = reading_upstream(SSE_HEAD, || ANTHROPIC_ANSWER.as_bytes().to_vec()).await;
     let toml = format!(
-        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n\
-         [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n\
-         model = \"up\"\n\
-         [[models]]\nname = \"a\"\n[[models.upstreams]]\napi = \"anthropic\"\n\
-         base_url = \"{anthropic}\"\nmodel = \"up\"\n",
-        16 * MIB
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n{}",
+        16 * MIB,
+        models_toml(&[("m", "chat", &url), ("a", "anthropic", &anthropic)])
     );
-    serve(&toml, env).await.0
+    serve(&toml, key_env).await.0
 }
 
 /// Posts `body` to `path`; its status and the length of its answer, read whole.
@@ -172,14 +89,7 @@ async fn post(
     path: &str,
     body: Vec<u8>,
 ) -> (u16, usize) {
-    let request = client
-        .post(format!("http://{addr}{path}"))
-        .bearer_auth("sk-a")
-        .header("x-api-key", "sk-a")
-        .header("content-type", "application/json")
-        .body(body)
-        .send();
-    let response = within(LIMIT, "an answer", request).await.unwrap();
+    let response = within(LIMIT, "an answer", post_bytes(&client, addr, path, body)).await;
     let status = response.status().as_u16();
     let text = within(LIMIT, "the answer's body", response.bytes())
         .await

@@ -13,7 +13,7 @@ use choicewise_test_support::within;
 use choicewise_testserver::{TestServer, answer};
 use serde_json::{Value, json};
 
-use crate::common::serve;
+use crate::common::{answering, failing, fan_out_toml, metrics, models_toml, serve, start};
 
 use crate::HEAP;
 
@@ -32,9 +32,7 @@ fn env(name: &str) -> Option<String> {
 
 /// A model `m` over one upstream, with extra TOML before it.
 fn config(url: &str, before: &str) -> String {
-    format!(
-        "{before}\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\n"
-    )
+    format!("{before}\n{}", models_toml(&[("m", "chat", url)]))
 }
 
 fn chat(stream: bool) -> Value {
@@ -112,29 +110,9 @@ async fn a_huge_vote_by_is_refused_before_it_is_parsed() {
 fn fan_out(urls: &[String], before: &str, model: &str) -> String {
     let mut toml = format!("{before}\n[[models]]\nname = \"m\"\n{model}\n");
     for url in urls {
-        toml.push_str(&format!(
-            "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n"
-        ));
+        toml.push_str(&fan_out_toml(url, ""));
     }
     toml
-}
-
-/// An upstream that answers every request 500.
-async fn failing() -> TestServer {
-    (TestServer::builder())
-        .fail(choicewise_testserver::Failure::status(500))
-        .start()
-        .await
-        .unwrap()
-}
-
-/// An upstream that answers every request with `text`.
-async fn answering(text: &str) -> TestServer {
-    TestServer::builder()
-        .body(answer(text))
-        .start()
-        .await
-        .unwrap()
 }
 
 /// The data of each event of an SSE text.
@@ -154,12 +132,12 @@ fn events(text: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_windowed_vote_whose_samples_are_cut_and_replacements_refused_fails() {
     let _serial = SERIAL.lock().await;
-    let upstream = TestServer::builder()
-        .body(answer("Answer: 4"))
-        .close_after_events(1)
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(
+        TestServer::builder()
+            .body(answer("Answer: 4"))
+            .close_after_events(1),
+    )
+    .await;
     for window in [1, 2] {
         // A gateway of its own each time: a budget of its own.
         let (addr, _) = serve(&fan_out(&[upstream.base_url()], "", ""), env).await;
@@ -191,7 +169,7 @@ async fn a_windowed_vote_whose_samples_are_cut_and_replacements_refused_fails() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_deadline_ends_what_still_runs() {
     let _serial = SERIAL.lock().await;
-    let upstream = crate::common::stalled(1).start().await.unwrap();
+    let upstream = start(crate::common::stalled(1)).await;
     let limits = "[limits]\nrequest_deadline_s = 1\nupstream_idle_timeout_s = 3600\nclient_stall_timeout_s = 3600";
     let (addr, _) = serve(&config(&upstream.base_url(), limits), env).await;
 
@@ -257,14 +235,6 @@ async fn poisoned_upstream() -> (String, std::sync::Arc<std::sync::atomic::Atomi
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     (format!("http://{addr}/v1"), requests)
-}
-
-/// The gateway's metrics text.
-async fn metrics(addr: SocketAddr) -> String {
-    let r = reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap();
-    r.text().await.unwrap()
 }
 
 /// Whether the metrics say some upstream is ejected now.
@@ -334,7 +304,7 @@ async fn one_client_cannot_eject_an_upstream_for_others() {
 async fn a_dead_upstream_is_still_ejected() {
     let _serial = SERIAL.lock().await;
     for keys in [&["sk-a", "sk-a"], &["sk-a", "sk-b"]] {
-        let dead = failing().await;
+        let dead = failing(500).await;
         let healthy = answering("fine").await;
         let toml = fan_out(
             &[dead.base_url(), healthy.base_url()],
@@ -362,12 +332,12 @@ async fn a_dead_upstream_is_still_ejected() {
 async fn a_model_whose_every_upstream_is_ejected_is_still_tried() {
     let _serial = SERIAL.lock().await;
     // Fails its first four requests, then answers.
-    let upstream = TestServer::builder()
-        .body(answer("fine"))
-        .fail_first(4, choicewise_testserver::Failure::status(500))
-        .start()
-        .await
-        .unwrap();
+    let upstream = start(
+        TestServer::builder()
+            .body(answer("fine"))
+            .fail_first(4, choicewise_testserver::Failure::status(500)),
+    )
+    .await;
     let toml = fan_out(
         &[upstream.base_url()],
         "",
@@ -397,7 +367,7 @@ async fn a_model_whose_every_upstream_is_ejected_is_still_tried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_models_failures_do_not_spend_a_models_retries() {
     let _serial = SERIAL.lock().await;
-    let failing = failing().await;
+    let failing = failing(500).await;
     let healthy = answering("fine").await;
     // The victim `m`: its first upstream always fails (never ejected), so each request
     // needs one retry; the attacker's model `x` only fails.
@@ -451,7 +421,7 @@ async fn another_models_failures_do_not_spend_a_models_retries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fallbacks_from_several_models_are_bounded_by_the_upstreams_budget() {
     let _serial = SERIAL.lock().await;
-    let failing = failing().await;
+    let failing = failing(500).await;
     let shared = answering("fine").await;
     let mut toml = String::new();
     for name in ["x1", "x2"] {
@@ -501,7 +471,7 @@ async fn fallbacks_from_several_models_are_bounded_by_the_upstreams_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requests_upstream_requests_are_bounded() {
     let _serial = SERIAL.lock().await;
-    let failing = failing().await;
+    let failing = failing(500).await;
     let toml = fan_out(
         &[failing.base_url()],
         "[limits]\nmax_upstream_requests_per_request = 5",
@@ -539,7 +509,7 @@ async fn a_slow_drain_releases_its_slot() {
         "data: {}\n\ndata: [DONE]\n\n",
         json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     ));
-    let upstream = TestServer::builder().body(sse).start().await.unwrap();
+    let upstream = start(TestServer::builder().body(sse)).await;
     // The 24 MB answer is over the default max_answer_bytes (16 MiB): raised for this test.
     let limits = "[limits]\nclient_stall_timeout_s = 4\nclient_min_bytes_per_s = 20000000\nmax_concurrent_requests = 1\nmax_answer_bytes = 67108864";
     let (addr, _) = serve(&config(&upstream.base_url(), limits), env).await;

@@ -1,0 +1,239 @@
+use super::limits::memory_available;
+use super::*;
+
+const UPSTREAM: &str =
+    "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
+
+#[test]
+fn single_brackets_name_the_fix() {
+    let e = Config::from_toml(
+        "[[models]]\nname = \"m\"\n[models.upstreams]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("two brackets"), "{e}");
+    // An upstream without its model: its [[models]] is named.
+    let e = Config::from_toml(UPSTREAM).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("belongs to the [[models]] table above it"),
+        "{e}"
+    );
+}
+
+#[test]
+fn resilience_keys_and_their_checks() {
+    let config = Config::from_toml(&format!(
+        "[limits]\nretry_budget_percent = 5\n[[models]]\nname = \"m\"\nfallbacks = [\"n\"]\n\
+         [models.retry]\nattempts = 4\nfirst_byte_timeout_s = 2.5\n[models.health]\neject_after = 2\n{UPSTREAM}weight = 3\n\
+         [[models]]\nname = \"n\"\n{UPSTREAM}"
+    ))
+    .unwrap();
+    let m = &config.models[0];
+    assert_eq!(
+        (m.retry.attempts, m.retry.backoff_ms, m.retry.max_backoff_ms),
+        (4, 100, 10_000)
+    );
+    assert_eq!((m.health.eject_after, m.health.eject_for_s), (2, 30.0));
+    assert_eq!(
+        (m.upstreams[0].weight, config.models[1].upstreams[0].weight),
+        (3, 1)
+    );
+    assert_eq!(config.limits.retry_budget_percent, 5.0);
+    let unknown = Config::from_toml(&format!(
+        "[[models]]\nname = \"m\"\nfallbacks = [\"x\"]\n{UPSTREAM}"
+    ))
+    .unwrap_err();
+    assert!(
+        unknown
+            .to_string()
+            .contains("\"x\" is not a configured model"),
+        "{unknown}"
+    );
+    let zero = Config::from_toml(&format!("[[models]]\nname = \"m\"\n{UPSTREAM}weight = 0\n"))
+        .unwrap_err();
+    assert!(zero.to_string().contains("weight"), "{zero}");
+}
+
+#[test]
+fn a_base_url_with_an_endpoint_path_is_refused_naming_its_line() {
+    for (url, endpoint) in [
+        (
+            "http://127.0.0.1:9/v1/chat/completions",
+            "/chat/completions",
+        ),
+        ("https://api.anthropic.com/v1/messages/", "/messages"),
+        ("http://127.0.0.1:9/v1/responses", "/responses"),
+    ] {
+        let text = format!(
+            "[[models]]\nname = \"ok\"\n{UPSTREAM}\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n"
+        );
+        let e = Config::from_toml(&text).unwrap_err().to_string();
+        assert!(e.starts_with("line 11: model \"m\", upstream 1: "), "{e}");
+        assert!(
+            e.contains(&format!("ends in the endpoint path {endpoint}")),
+            "{e}"
+        );
+        assert!(e.contains("\"http"), "{e}");
+    }
+    // A base URL whose last segment merely resembles one is fine.
+    Config::from_toml(
+        "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://h/messages-api/v1\"\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_memory_ceiling_defaults_to_three_quarters_of_the_memory() {
+    let limits = Limits::default();
+    // Three quarters of what the process may use, the low mark 90% of it.
+    let (high, low) = limits.memory_watermarks_of(Some(16 << 30));
+    assert_eq!((high, low), (12 << 30, (12u64 << 30) / 10 * 9));
+    // Read from this machine: a ceiling, below its memory.
+    let (high, low) = limits.memory_watermarks();
+    let machine = memory_available().expect("/proc/meminfo");
+    assert!(
+        high > 0 && high < machine && low < high,
+        "{high} {low} {machine}"
+    );
+    // Set: the marks as given; 0 turns the ceiling off.
+    let set = Limits {
+        memory_high_watermark_mb: Some(100),
+        memory_low_watermark_mb: Some(80),
+        ..Limits::default()
+    };
+    assert_eq!(set.memory_watermarks(), (100 << 20, 80 << 20));
+    let off = Limits {
+        memory_high_watermark_mb: Some(0),
+        ..Limits::default()
+    };
+    assert_eq!(off.memory_watermarks().0, 0);
+}
+
+#[test]
+fn the_bounds_of_one_request_and_their_checks() {
+    let model = format!("[[models]]\nname = \"m\"\n{UPSTREAM}");
+    let defaults = Config::from_toml(&model).unwrap().limits;
+    assert_eq!(defaults.request_deadline_s, 600.0);
+    assert_eq!(defaults.max_upstream_requests_per_request, 64);
+    assert_eq!(defaults.client_min_bytes_per_s, 4096.0);
+    let set = Config::from_toml(&format!(
+        "[limits]\nrequest_deadline_s = 5\nmax_upstream_requests_per_request = 10\nclient_min_bytes_per_s = 0\n{model}"
+    ))
+    .unwrap()
+    .limits;
+    assert_eq!(
+        (
+            set.request_deadline_s,
+            set.max_upstream_requests_per_request,
+            set.client_min_bytes_per_s
+        ),
+        (5.0, 10, 0.0)
+    );
+    for (bad, named) in [
+        ("request_deadline_s = 0", "request_deadline_s"),
+        (
+            "max_upstream_requests_per_request = 0",
+            "max_upstream_requests_per_request",
+        ),
+        ("client_min_bytes_per_s = -1", "client_min_bytes_per_s"),
+    ] {
+        let e = Config::from_toml(&format!("[limits]\n{bad}\n{model}")).unwrap_err();
+        assert!(e.to_string().contains(named), "{e}");
+    }
+}
+
+#[test]
+fn every_error_numbers_upstreams_from_1() {
+    // The second [[models.upstreams]] is "upstream 2" in every check's message.
+    let second = |keys: &str| {
+        format!(
+            "[[models]]\nname = \"m\"\n{UPSTREAM}[[models.upstreams]]\napi = \"responses\"\nbase_url = \"http://127.0.0.1:9/v1\"\n{keys}\n"
+        )
+    };
+    for keys in [
+        "max_tokens = 0",
+        "max_n = 0",
+        "max_n = 2",
+        "weight = 0",
+        "n = \"native\"",
+    ] {
+        let e = Config::from_toml(&second(keys)).unwrap_err().to_string();
+        assert!(e.contains("model \"m\", upstream 2: "), "{keys}: {e}");
+    }
+    let e = Config::from_toml(&format!(
+        "[[models]]\nname = \"m\"\n{UPSTREAM}[[models.upstreams]]\napi = \"chat\"\nbase_url = \"ftp://h/v1\"\n"
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("upstream 2: base_url"), "{e}");
+    let e = Config::from_toml(
+        &second("base_url = \"http://h/v1/responses\"")
+            .replace("base_url = \"http://127.0.0.1:9/v1\"\nbase_url", "base_url"),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("upstream 2: base_url"), "{e}");
+    // Read from the environment when the gateway is made.
+    let config = Config::from_toml(&second("api_key_env = \"K2\"")).unwrap();
+    let e = config.check_with_env(None, |_| None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "model \"m\", upstream 2: the environment variable K2 is not set"
+    );
+}
+
+#[test]
+fn settings_that_never_take_effect_are_warned_of() {
+    let vote = |table: &str| {
+        Config::from_toml(&format!(
+            "[[models]]\nname = \"v\"\n[models.choicewise]\nselect = \"vote\"\n{table}\n{UPSTREAM}"
+        ))
+        .unwrap()
+        .warnings()
+    };
+    let w = vote("samples = 8\n[models.choicewise.confidence]\nwarmup = 8");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("confidence.warmup (8) is not below samples (8)"),
+        "{w:?}"
+    );
+    assert!(vote("samples = 9\n[models.choicewise.confidence]\nwarmup = 8").is_empty());
+    assert!(vote("samples = 3\n[models.choicewise.confidence]")[0].contains("(8, the default)"));
+    assert!(vote("samples = 4\nwindow = 4")[0].contains("window (4) is not below samples (4)"));
+    assert!(vote("samples = 4\nwindow = 2").is_empty());
+    let others = Config::from_toml(&format!(
+        "allowed_origins = [\"https://app.example\"]\n[auth]\nkeys_env = \"K\"\n[telemetry]\ncapture_content = true\n\
+         [limits]\nmax_samples = 4\nmax_n = 4\n[[models]]\nname = \"m\"\nmax_samples = 8\n{UPSTREAM}max_n = 4\n"
+    ))
+    .unwrap()
+    .warnings();
+    assert_eq!(others.len(), 4, "{others:?}");
+    for named in [
+        "max_samples (8) is above [limits] max_samples (4)",
+        "upstream 1: max_n (4)",
+        "allowed_origins",
+        "capture_content",
+    ] {
+        assert!(
+            others.iter().any(|w| w.contains(named)),
+            "{named}: {others:?}"
+        );
+    }
+}
+
+#[test]
+fn max_n_is_for_native_upstreams_and_at_least_one() {
+    let ok =
+        Config::from_toml(&format!("[[models]]\nname = \"m\"\n{UPSTREAM}max_n = 2\n")).unwrap();
+    assert_eq!(ok.models[0].upstreams[0].max_n, Some(2));
+    let zero =
+        Config::from_toml(&format!("[[models]]\nname = \"m\"\n{UPSTREAM}max_n = 0\n")).unwrap_err();
+    assert!(
+        zero.to_string()
+            .contains("upstream 1: max_n must be at least 1"),
+        "{zero}"
+    );
+    let fan_out = Config::from_toml(&format!(
+        "[[models]]\nname = \"m\"\n{UPSTREAM}n = \"fan-out\"\nmax_n = 2\n"
+    ))
+    .unwrap_err();
+    assert!(fan_out.to_string().contains("native"), "{fan_out}");
+}

@@ -1,0 +1,369 @@
+//! The body of one upstream request: the client's request as Chat Completions, translated to
+//! the upstream's API where it speaks another (field by field, the messages from their text),
+//! written once per upstream and number of samples in a run and shared by the requests that
+//! send it.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value, json};
+
+use super::{Opener, UpstreamRoute};
+use crate::error::ApiError;
+use choicewise_core::Dialect;
+
+/// The answer room a request for upstream `u` is given when its body (`base`) states no
+/// limit of its own: `u`'s `max_tokens`; None when the client stated one, or `u` has none.
+pub(super) fn limit_to_set(u: &UpstreamRoute, base: &crate::request::Fields) -> Option<u64> {
+    let stated = ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .any(|k| base.get(*k).is_some_and(|v| &v[..] != b"null"));
+    u.max_tokens.filter(|_| !stated)
+}
+
+/// The bodies of a run's upstream requests ([`Opener::bodies`]): by upstream (its label and
+/// model) and number of samples, each written once, by the first request that needs it
+/// (the others wait for it).
+pub(crate) type Bodies = Arc<Mutex<Vec<(BodyKey, Arc<std::sync::OnceLock<BodyText>>)>>>;
+
+/// What a body of [`Bodies`] is written for: an upstream's label and model, and the samples.
+type BodyKey = (Arc<str>, String, usize);
+
+/// A body written, or why it could not be.
+type BodyText = Result<bytes::Bytes, ApiError>;
+
+/// [`request_body`], written once per upstream and number of samples in a run and shared
+/// by every request that sends it ([`Opener::bodies`]).
+pub(super) fn shared_body(u: &UpstreamRoute, opener: &Opener, samples: usize) -> BodyText {
+    let key: BodyKey = (u.label.clone(), u.model.clone(), samples);
+    let cell = {
+        let mut bodies = opener.bodies.lock().unwrap_or_else(|e| e.into_inner());
+        match bodies.iter().find(|(k, _)| *k == key) {
+            Some((_, cell)) => cell.clone(),
+            None => {
+                let cell = Arc::default();
+                bodies.push((key, Arc::clone(&cell)));
+                cell
+            }
+        }
+    };
+    cell.get_or_init(|| request_body(u, opener, samples))
+        .clone()
+}
+
+/// The body of a request for `samples` samples to upstream `u`, in its API, as JSON text.
+///
+/// A Chat Completions upstream's body is the client's fields as they came, with the fields
+/// the gateway decides written over them: nothing of it is parsed. Another API's is
+/// translated ([`Dialect::request_from_chat`]) from a parsed copy of the few fields it
+/// reshapes, its messages and tools translated from their text one at a time
+/// ([`Dialect::write_messages_from_chat_json`], [`Dialect::tools_from_chat_json`]): a request of
+/// many messages is never a tree. A request that states no limit gets the upstream's
+/// `max_tokens` ([`limit_to_set`]).
+pub(crate) fn request_body(
+    u: &UpstreamRoute,
+    opener: &Opener,
+    samples: usize,
+) -> Result<bytes::Bytes, ApiError> {
+    let (base, logprobs) = (&*opener.body, opener.logprobs);
+    if u.api == Dialect::Chat {
+        let model = serde_json::to_vec(&u.model).map_err(|e| ApiError::invalid(e.to_string()))?;
+        let mut over: Vec<(&str, Vec<u8>)> = vec![
+            ("model", model),
+            ("stream", b"true".to_vec()),
+            ("stream_options", br#"{"include_usage":true}"#.to_vec()),
+        ];
+        if samples > 1 {
+            over.push(("n", samples.to_string().into_bytes()));
+        }
+        if let Some(limit) = limit_to_set(u, base) {
+            over.push(("max_tokens", limit.to_string().into_bytes()));
+        }
+        if let Some(k) = logprobs {
+            let asked = (base.get("top_logprobs"))
+                .and_then(|t| serde_json::from_slice::<Value>(t).ok())
+                .and_then(|t| t.as_u64())
+                .unwrap_or(0);
+            over.push(("logprobs", b"true".to_vec()));
+            over.push(("top_logprobs", asked.max(k as u64).to_string().into_bytes()));
+        }
+        let over: Vec<(&str, &[u8])> = over.iter().map(|(k, v)| (*k, &v[..])).collect();
+        return Ok(crate::request::write_object(base, &over).into());
+    }
+    let native = (opener.native.as_deref()).filter(|(api, _)| *api == u.api);
+    let translated = translated_body(
+        u.api,
+        &u.model,
+        base,
+        native.map(|n| &n.1),
+        limit_to_set(u, base),
+    )?;
+    Ok(translated.into())
+}
+
+/// [`request_body`] for an upstream of API `api` other than Chat Completions, for its model
+/// `model`: the client's fields `base`, the client's own fields of that API (`native`) and
+/// the limit the gateway sets (`limit`).
+fn translated_body(
+    api: Dialect,
+    model: &str,
+    base: &crate::request::Fields,
+    native: Option<&Map<String, Value>>,
+    limit: Option<u64>,
+) -> Result<Vec<u8>, ApiError> {
+    // What the translation reads or reshapes is parsed, but for the messages and the tools,
+    // translated one at a time from their text (the tools' schemas copied); every other
+    // field passes through as the client sent it.
+    let mut body = Map::new();
+    for (k, text) in base
+        .iter()
+        .filter(|(k, _)| TRANSLATED.contains(&k.as_str()) && *k != "messages")
+    {
+        body.insert(
+            k.clone(),
+            crate::request::parse_field(k, text).map_err(ApiError::invalid)?,
+        );
+    }
+    if let Some(native) = native {
+        body.extend(native.clone());
+    }
+    if let Some(limit) = limit {
+        body.entry("max_tokens").or_insert(json!(limit));
+    }
+    body.insert("model".into(), json!(model));
+    body.insert("stream".into(), json!(true));
+    let Value::Object(body) = api
+        .request_from_chat(&Value::Object(body))
+        .map_err(ApiError::invalid)?
+    else {
+        return Err(ApiError::invalid("the translated request is not an object"));
+    };
+    let mut fields = crate::request::fields_of(body);
+    let (list_key, system_key) = (api.messages_field(), api.system_field());
+    fields.remove(list_key);
+    for (k, text) in base {
+        if !TRANSLATED.contains(&k.as_str()) && k != "tools" {
+            // A field the translation writes itself (`system`, `input`, ...) is its own.
+            fields.entry(k.clone()).or_insert_with(|| text.clone());
+        }
+    }
+    let messages = base.get("messages").map_or(&b"[]"[..], |m| &m[..]);
+    // The tools written first, so that the body is sized for them; their error, if any, is
+    // given at their key (after the messages').
+    let mut tools = (base.get("tools").filter(|t| &t[..] != b"null"))
+        .map(|t| api.tools_from_chat_json(t).map_err(ApiError::invalid));
+    // The body is written in its keys' order, the messages translated into it as they are
+    // read: a first system message's content is known once the list is written, before its
+    // own key (`system` after `messages`, `instructions` after `input`).
+    let mut keys: Vec<&str> = (fields.keys().map(String::as_str))
+        .chain([list_key])
+        .chain(system_key)
+        .chain(tools.as_ref().map(|_| "tools"))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let size = (fields.iter().map(|(k, v)| k.len() + v.len() + 4)).sum::<usize>()
+        + messages.len()
+        + messages.len() / 8
+        + tools.as_ref().map_or(0, |t| t.as_ref().map_or(0, Vec::len))
+        + 64;
+    let mut out = Vec::with_capacity(size);
+    out.push(b'{');
+    let mut system: Option<Vec<u8>> = None;
+    for key in keys {
+        let piece = if key == list_key {
+            Piece::Messages
+        } else if Some(key) == system_key
+            && let Some(text) = system.take()
+        {
+            Piece::Owned(text)
+        } else if key == "tools"
+            && let Some(tools) = tools.take()
+        {
+            Piece::Owned(tools?)
+        } else {
+            match fields.get(key) {
+                Some(text) => Piece::Text(text),
+                None => continue,
+            }
+        };
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        // A string always serialises.
+        let _ = serde_json::to_writer(&mut out, key);
+        out.push(b':');
+        match piece {
+            Piece::Text(text) => out.extend_from_slice(text),
+            Piece::Owned(text) => out.extend_from_slice(&text),
+            Piece::Messages => {
+                system = api
+                    .write_messages_from_chat_json(messages, &mut out)
+                    .map_err(|e| ApiError::invalid(e.to_string()).param(e.field()))?;
+            }
+        }
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+/// A field of a translated body, as [`translated_body`] writes it.
+enum Piece<'a> {
+    /// Its text, as the client sent it or the translation wrote it.
+    Text(&'a [u8]),
+    /// Its text, made here (the first system message's content, the translated tools).
+    Owned(Vec<u8>),
+    /// The messages, translated into the body as they are read.
+    Messages,
+}
+
+/// The Chat Completions fields [`Dialect::request_from_chat`] reads or reshapes for another
+/// API (the rest it passes on as they are).
+const TRANSLATED: [&str; 16] = [
+    "n",
+    "stream_options",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "tool_choice",
+    "reasoning_effort",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "user",
+    "safety_identifier",
+    "service_tier",
+    "thinking",
+    "reasoning",
+];
+
+/// The request for `samples` samples to upstream `u` as the library reads it for their
+/// accounting: the upstream's `model`, the request's `n`.
+pub(crate) fn accounting(u: &UpstreamRoute, samples: usize) -> Value {
+    let mut request = json!({"model": u.model});
+    if u.api == Dialect::Chat && samples > 1 {
+        request["n"] = json!(samples);
+    }
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{Fields, fields_of, split_object, write_object};
+
+    /// The translated body as it was written before the messages were translated from their
+    /// text: every field the translation reads parsed, the whole request translated as a
+    /// tree, its tools then written from their text, the other fields passed on.
+    fn as_a_tree(
+        api: Dialect,
+        base: &Fields,
+        native: Option<&Map<String, Value>>,
+        limit: Option<u64>,
+    ) -> Result<Vec<u8>, String> {
+        let mut body = Map::new();
+        for (k, text) in base
+            .iter()
+            .filter(|(k, _)| TRANSLATED.contains(&k.as_str()))
+        {
+            body.insert(k.clone(), serde_json::from_slice(text).unwrap());
+        }
+        if let Some(native) = native {
+            body.extend(native.clone());
+        }
+        if let Some(limit) = limit {
+            body.entry("max_tokens").or_insert(json!(limit));
+        }
+        body.insert("model".into(), json!("up"));
+        body.insert("stream".into(), json!(true));
+        let Value::Object(body) = api.request_from_chat(&Value::Object(body))? else {
+            unreachable!()
+        };
+        let mut fields = fields_of(body);
+        if let Some(tools) = base.get("tools").filter(|t| &t[..] != b"null") {
+            fields.insert("tools".into(), api.tools_from_chat_json(tools)?.into());
+        }
+        for (k, text) in base {
+            if !TRANSLATED.contains(&k.as_str()) && k != "tools" {
+                fields.entry(k.clone()).or_insert_with(|| text.clone());
+            }
+        }
+        Ok(write_object(&fields, &[]))
+    }
+
+    #[test]
+    fn translated_bodies_are_written_as_the_tree_was() {
+        let messages = json!([
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "what is it?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "a", "type": "function",
+                "function": {"name": "w", "arguments": "{\"c\":\"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "18C"},
+            {"role": "tool", "tool_call_id": "b", "content": "19C"},
+            {"role": "system", "content": "later"},
+            {"role": "assistant", "content": "Done."}]);
+        let tools = json!([{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}]);
+        let bodies = [
+            json!({"messages": messages, "tools": tools, "tool_choice": "required", "stop": "x",
+                   "max_tokens": 50, "metadata": {"a": 1}, "temperature": 0.5}),
+            // A client's own `system` or `instructions` field: the first system message wins.
+            json!({"messages": messages, "system": "own", "instructions": "own", "input": [1],
+                   "zz": null, "reasoning_effort": "low", "max_completion_tokens": 3000}),
+            json!({"messages": [{"role": "user", "content": "hi"}], "system": "own",
+                   "instructions": "own", "tools": null}),
+            json!({"messages": [], "parallel_tool_calls": false, "user": "u", "seed": null}),
+            json!({"tools": tools}),
+        ];
+        let thinking: Map<String, Value> = serde_json::from_value(
+            json!({"thinking": {"type": "enabled", "budget_tokens": 1500},
+                "reasoning": {"effort": "low", "summary": "auto"}}),
+        )
+        .unwrap();
+        // A first system message is known once the list is written: its key comes after.
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            assert!(Some(api.messages_field()) < api.system_field(), "{api}");
+        }
+        let mut compared = 0;
+        for body in bodies {
+            let base = split_object(&bytes::Bytes::from(body.to_string())).unwrap();
+            for api in [Dialect::Anthropic, Dialect::Responses] {
+                for (native, limit) in [(None, None), (Some(&thinking), Some(9000))] {
+                    let text = translated_body(api, "up", &base, native, limit);
+                    match (text, as_a_tree(api, &base, native, limit)) {
+                        (Ok(text), Ok(tree)) => {
+                            assert_eq!(
+                                String::from_utf8(text).unwrap(),
+                                String::from_utf8(tree).unwrap(),
+                                "{api}: {body}"
+                            );
+                            compared += 1;
+                        }
+                        (Err(e), Err(tree)) => assert_eq!(e.message, tree, "{api}: {body}"),
+                        (text, tree) => panic!("{api}: {body}: {text:?} but {tree:?}"),
+                    }
+                }
+            }
+        }
+        // All but the Responses requests with a `stop`, which it has not.
+        assert_eq!(compared, 18);
+        // Messages that are not a list: a 400 naming the field, as the tree refuses them.
+        let not_a_list = json!({"messages": "not a list"});
+        let base = split_object(&bytes::Bytes::from(not_a_list.to_string())).unwrap();
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            let e = translated_body(api, "up", &base, None, None).unwrap_err();
+            let tree = as_a_tree(api, &base, None, None).unwrap_err();
+            assert_eq!((e.status.as_u16(), &e.message), (400, &tree));
+            assert_eq!(e.body()["error"]["param"], "messages");
+            assert_eq!(tree, "\"messages\" must be an array, not a string");
+        }
+        // A message the translation refuses: the same 400.
+        let bad = json!({"messages": [{"role": "user", "content": "x"}, {"role": "robot"}]});
+        let base = split_object(&bytes::Bytes::from(bad.to_string())).unwrap();
+        for api in [Dialect::Anthropic, Dialect::Responses] {
+            let e = translated_body(api, "up", &base, None, None).unwrap_err();
+            let tree = as_a_tree(api, &base, None, None).unwrap_err();
+            assert_eq!((e.status.as_u16(), e.message), (400, tree));
+        }
+    }
+}
