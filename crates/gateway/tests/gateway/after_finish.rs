@@ -2,26 +2,10 @@
 //! not, in every client API (a relayed stream ends each choice at its finish, so a
 //! non-streamed answer must not say more than the stream would have).
 
-use std::net::SocketAddr;
-
 use choicewise_testserver::TestServer;
+use serde_json::json;
 
-use crate::common::serve;
-
-fn env(_: &str) -> Option<String> {
-    None
-}
-
-async fn post(addr: SocketAddr, path: &str, body: String) -> (u16, String) {
-    let r = reqwest::Client::new()
-        .post(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
+use crate::common::{no_env, post_to, serve, upstream_toml};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_after_a_finish_is_left_out_streamed_or_not_in_every_api() {
@@ -33,32 +17,30 @@ async fn content_after_a_finish_is_left_out_streamed_or_not_in_every_api() {
     );
     let upstream = TestServer::builder().body(sse).start().await.unwrap();
     let toml = format!(
-        "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
-        upstream.base_url()
+        "[[models]]\nname = \"m\"\n{}",
+        upstream_toml("chat", &upstream.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     let mut failed = Vec::new();
     for stream in [false, true] {
+        let hi = json!([{"role": "user", "content": "hi"}]);
         let requests = [
             (
                 "/v1/chat/completions",
-                format!(
-                    r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
-                ),
+                json!({"model": "m", "stream": stream, "messages": hi}),
             ),
             (
                 "/v1/messages",
-                format!(
-                    r#"{{"model":"m","max_tokens":16,"stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
-                ),
+                json!({"model": "m", "max_tokens": 16, "stream": stream, "messages": hi}),
             ),
             (
                 "/v1/responses",
-                format!(r#"{{"model":"m","stream":{stream},"input":"hi"}}"#),
+                json!({"model": "m", "stream": stream, "input": "hi"}),
             ),
         ];
         for (path, body) in requests {
-            let (status, text) = post(addr, path, body).await;
+            let r = post_to(addr, path, &body).await;
+            let (status, text) = (r.status().as_u16(), r.text().await.unwrap());
             if status != 200 || !text.contains("four") || text.contains("and more") {
                 failed.push(format!("{path}, stream {stream}: {status} {text}"));
             }

@@ -12,7 +12,9 @@ use choicewise_test_support::within;
 use choicewise_testserver::TestServer;
 use serde_json::{Value, json};
 
-use crate::common::{failing, fan_out_toml, metrics, no_env, post_chat, serve, start};
+use crate::common::{
+    failing, fan_out_toml, metrics, no_env, post_chat, serve, start, upstream_toml,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -119,16 +121,12 @@ async fn a_failing_models_warnings_are_rate_limited() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_whose_tries_failed_is_logged_with_every_try() {
     let lines = lines();
-    let server = TestServer::builder()
-        .fail(Failure::status(500))
-        .start()
-        .await
-        .unwrap();
+    let server = failing(500).await;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[models.retry]\nattempts = 3\nbackoff_ms = 1\n{}",
-        upstream(&server.base_url())
+        upstream_toml("chat", &server.base_url(), "")
     );
-    let (addr, _) = serve(&toml, env).await;
+    let (addr, _) = serve(&toml, no_env).await;
     for (id, stream) in [("all-failed-whole", false), ("all-failed-streamed", true)] {
         let body = json!({"model": "m", "stream": stream,
                           "messages": [{"role": "user", "content": "hi"}]});
