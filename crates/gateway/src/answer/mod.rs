@@ -99,8 +99,11 @@ async fn serve_chat(
     let picks = gw.inner.picks.clone();
     // A refusal carries the model the body names, when it could be read: a refused Messages or
     // Responses request is counted in the metrics under its model.
-    let parse = move || match api {
-        Dialect::Chat => Ok::<_, Box<(ApiError, Option<String>)>>((
+    // First the one rule of strings, numbers and depth (`wellformed`), whichever API the
+    // model's upstreams speak.
+    let parse = move || match (crate::wellformed::check(&bytes, api), api) {
+        (Err(e), _) => Err(Box::new((e, None))),
+        (Ok(()), Dialect::Chat) => Ok::<_, Box<(ApiError, Option<String>)>>((
             ChatRequest::parse(&bytes, &limits)
                 .and_then(|r| r.with_model(&picks, &limits))
                 .map_err(|e| Box::new((e, None)))?,
@@ -108,7 +111,7 @@ async fn serve_chat(
             None,
             Translation::default(),
         )),
-        api => {
+        (Ok(()), api) => {
             let body =
                 ingress::parse_body(&bytes).map_err(|e| Box::new((ApiError::from(e), None)))?;
             let asked = (body.get("model")).and_then(|m| serde_json::from_slice::<String>(m).ok());
