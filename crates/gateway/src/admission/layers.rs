@@ -492,6 +492,11 @@ async fn collect(
             // One frame, the whole body: kept as it is.
             buf = bytes::BytesMut::from(data);
         } else {
+            grow_for(
+                &mut buf,
+                data.len(),
+                hint.exact().map(|l| l.min(limit as u64)),
+            );
             buf.extend_from_slice(&data);
         }
     }
@@ -499,6 +504,19 @@ async fn collect(
         Some(e) => Err(Collected::Refused(e)),
         None => Ok(buf.freeze()),
     }
+}
+
+/// Makes room in `buf` for `more` bytes of a body of `declared` length, if known: past its
+/// head's share, once, for all of it, so that a body of known length is held in a buffer of
+/// its size (growing by doubling would hold up to twice it, and both buffers while the bytes
+/// move); a body of unknown length grows as a `Vec` does.
+fn grow_for(buf: &mut bytes::BytesMut, more: usize, declared: Option<u64>) {
+    let needed = buf.len() + more;
+    if needed <= buf.capacity() {
+        return;
+    }
+    let whole = declared.map_or(0, |len| usize::try_from(len).unwrap_or(usize::MAX));
+    buf.reserve(whole.max(needed) - buf.len());
 }
 
 /// The body, at most `max_body_bytes`, within `body_read_timeout_s`.

@@ -434,7 +434,7 @@ fn item_of(
             call.extend_from_slice(br#"},"id":"#);
             let _ = serde_json::to_writer(&mut call, call_id);
             call.extend_from_slice(br#","type":"function"}"#);
-            out.call_text(&call);
+            out.call_owned(call);
             Ok(())
         }
         "custom_tool_call" => {
@@ -517,7 +517,7 @@ fn message_item(at: &str, item: &Item<'_>, out: &mut MessagesOut) -> Result<(), 
     let content = match item.content.map(|c| (c, c.get().as_bytes()[0])) {
         Some((c, b'"')) => Ok(c.get().as_bytes()),
         Some((c, b'[')) => {
-            let mut parts = Parts::default();
+            let mut parts = Parts::with_capacity(c.get().len());
             each_block(c, &format!("{at}.content"), |k, p| {
                 let part_at = format!("{at}.content[{k}]");
                 let p = lean_object(
@@ -686,7 +686,12 @@ fn tools(
             taken.insert(name);
         }
     }
-    let mut out = Vec::with_capacity(body.get("tools").map_or(0, |t| t.len() + t.len() / 4));
+    // Room for the tools as sent and what their translation adds to each (a function
+    // tool's key, a custom tool's schema and note), at most a quarter more: no more, since
+    // the list is held while the request is served.
+    let sent = body.get("tools").map_or(0, |t| t.len());
+    let room = sent + (320 * list.len()).min(sent / 4) + 64;
+    let mut out = Vec::with_capacity(room);
     out.push(b'[');
     let mut any = false;
     let mut next = |out: &mut Vec<u8>| {
