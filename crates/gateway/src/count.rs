@@ -44,6 +44,10 @@ async fn count_tokens_answer(
     let gateway = gw.clone();
     let len = bytes.len();
     let (asked, parsed) = tokio::task::spawn_blocking(move || {
+        // The messages route's rule of strings, numbers and depth, whichever upstream counts.
+        if let Err(e) = crate::wellformed::check(&bytes, Messages::PATHS) {
+            return (None, Err(e));
+        }
         let body = match api::parse_body(&bytes) {
             Ok(body) => body,
             Err(e) => return (None, Err(ApiError::from(e))),

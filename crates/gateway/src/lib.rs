@@ -46,6 +46,7 @@ mod serving;
 mod state;
 mod traces;
 mod upstream;
+mod wellformed;
 
 use admission::layers;
 use answer::answer;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use choicewise_client::{Client, Dialect};
 use tokio::sync::{Semaphore, watch};
 
-use crate::admission::overload;
+use crate::admission::{overload, unsent};
 use crate::config::{self, Config, ConfigError, HostedTools, Limits};
 use crate::metrics::Metrics;
 use crate::traces::Traces;
@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     pub(crate) slots: Arc<Semaphore>,
     /// The process-wide memory ceiling (`memory_high_watermark_mb`).
     pub(crate) ceiling: Arc<overload::Ceiling>,
+    /// Each key's charges of bodies not yet received (`max_unsent_bytes_per_key`).
+    pub(crate) unsent: Arc<unsent::Unsent>,
     pub(crate) metrics: Arc<Metrics>,
     /// `[telemetry]`'s traces, if an endpoint is named.
     pub(crate) traces: Option<Arc<Traces>>,
@@ -183,6 +185,7 @@ impl Gateway {
                 }),
             );
         }
+        let (high, low) = config.limits.memory_watermarks();
         Ok(Gateway {
             inner: Arc::new(Inner {
                 limits: config.limits.clone(),
@@ -191,10 +194,8 @@ impl Gateway {
                 picks: Arc::new(picks),
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
-                ceiling: {
-                    let (high, low) = config.limits.memory_watermarks();
-                    Arc::new(overload::Ceiling::new(high, low))
-                },
+                ceiling: Arc::new(overload::Ceiling::new(high, low)),
+                unsent: Arc::new(unsent::Unsent::new(config.limits.unsent_cap(high))),
                 metrics: Arc::new(Metrics::new()),
                 traces: Traces::new(&config.telemetry)?,
                 closing: watch::Sender::new(false),

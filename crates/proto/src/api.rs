@@ -169,6 +169,31 @@ impl Dialect {
         }
     }
 
+    /// [`tools_from_chat_json`](Self::tools_from_chat_json) written at the end of `out` (a
+    /// request's body written around its tools holds them once, not also in a list of their
+    /// own); on an error, `out` holds part of the list.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let tools = br#"[{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}]"#;
+    /// let mut body = br#"{"tools":"#.to_vec();
+    /// Dialect::Responses.write_tools_from_chat_json(tools, &mut body).unwrap();
+    /// assert_eq!(body, br#"{"tools":[{"name":"w","parameters":{"type": "object"},"type":"function"}]"#);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`tools_from_chat_json`](Self::tools_from_chat_json).
+    pub fn write_tools_from_chat_json(self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        match self {
+            Dialect::Chat => {
+                out.extend_from_slice(tools);
+                Ok(())
+            }
+            api => tools::write_tools_text(tools, api == Dialect::Anthropic, out),
+        }
+    }
+
     /// A Chat Completions request's `messages`, given as their JSON text, in this API's shape
     /// as [`request_from_chat`](Self::request_from_chat) writes them, as JSON text: the
     /// translated list and, when the first message is a system or developer one, its content

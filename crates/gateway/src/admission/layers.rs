@@ -19,8 +19,10 @@ use futures::StreamExt;
 
 use crate::admission::auth;
 use crate::admission::overload;
+use crate::admission::unsent;
 use crate::api::{ClientApi, PathApi, chat::Chat, of_path as api_of};
 use crate::error::ApiError;
+use crate::listen;
 use crate::state::Gateway;
 
 /// The `api` label of a path's requests in the metrics: its client API's, or none for the
@@ -223,6 +225,13 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     // until the handler has answered.
     let route = overload::Route::of(request.uri().path());
     let bound = overload::cost_bound(route, declared.unwrap_or(max_body).min(HEAD_CHARGE));
+    // The key's charges of bodies not yet received, capped (`max_unsent_bytes_per_key`).
+    let peer = request.extensions().get::<listen::Peer>().map(|p| p.0);
+    let client = auth::client_of(&gw.inner.keys, request.headers(), peer);
+    let mut hold = match gw.inner.unsent.hold(client, bound) {
+        Ok(hold) => hold,
+        Err(over) => return shaped(api, over.error()),
+    };
     let (admitted, change) = gw.inner.ceiling.admit(bound);
     admission(&gw, admitted.as_ref().err(), change);
     let mut reservation = match admitted {
@@ -245,11 +254,17 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     // The body read here, and the charge made what its fields' sizes say it costs: less
     // than the bound, or (a body of no declared length) more, which the mark may refuse.
     let (parts, body) = request.into_parts();
-    let charge = reservation.as_mut().map(|r| (r, route));
-    let bytes = match read_charged(&gw, body, charge).await {
+    let charge = Charge {
+        reservation: reservation.as_mut(),
+        hold: &mut hold,
+        route,
+    };
+    let bytes = match read_charged(&gw, body, Some(charge)).await {
         Ok(bytes) => bytes,
         Err(e) => return shaped(api, e),
     };
+    // Received: no longer the key's unsent.
+    drop(hold);
     if let Some(reservation) = &mut reservation {
         let cost = cost_of(route, bytes.clone()).await;
         if let Err(refused) = reservation.charge(cost) {
@@ -358,8 +373,24 @@ pub(crate) const HEAD_CHARGE: u64 = 64 * 1024;
 enum Collected {
     /// The body failed, or passed the limit.
     Body(axum::Error),
-    /// Its bytes, charged as they came, passed the memory ceiling.
-    Refused(overload::AboveWatermark),
+    /// Its bytes, charged as they came, passed the memory ceiling or its key's cap.
+    Refused(Refusal),
+}
+
+/// What refused a body's charge as it grew.
+enum Refusal {
+    /// The memory ceiling.
+    Ceiling(overload::AboveWatermark),
+    /// Its key's cap of unsent charges (`max_unsent_bytes_per_key`).
+    Key(unsent::OverCap),
+}
+
+/// What a body arriving is charged to: the memory ceiling's reservation (none when the
+/// ceiling is off) and its key's unsent charges, by its route's bound.
+struct Charge<'a> {
+    reservation: Option<&'a mut overload::Reservation>,
+    hold: &'a mut unsent::Hold,
+    route: overload::Route,
 }
 
 /// How much of a body to have charged once `received` bytes of it arrived: up to
@@ -377,14 +408,14 @@ fn charged_part(received: u64, declared: Option<u64>, limit: u64) -> u64 {
     }
 }
 
-/// A body's bytes, at most `limit`, charged to `charge` (with its route) as they arrive:
-/// before a frame is kept, the reservation grows to the route's bound over what
+/// A body's bytes, at most `limit`, charged to `charge` as they arrive: before a frame is
+/// kept, the reservation and the key's hold grow to the route's bound over what
 /// [`charged_part`] says. The buffer starts at the declared length up to [`HEAD_CHARGE`] and
 /// grows with the bytes; a body sent as one frame is kept as it is.
 async fn collect(
     body: Body,
     limit: usize,
-    mut charge: Option<(&mut overload::Reservation, overload::Route)>,
+    mut charge: Option<Charge<'_>>,
 ) -> Result<axum::body::Bytes, Collected> {
     use http_body_util::BodyExt;
     let mut body = http_body_util::Limited::new(body, limit);
@@ -405,19 +436,29 @@ async fn collect(
         if refused.is_some() {
             continue; // Drained, not kept: the client then reads its 503, not a reset.
         }
-        if let Some((reservation, route)) = &mut charge {
+        if let Some(charge) = &mut charge {
             let received = (buf.len() + data.len()) as u64;
             let part = charged_part(received, hint.exact(), limit as u64);
-            let due = overload::cost_bound(*route, part);
-            if due > reservation.held()
-                && let Err(e) = reservation.charge(due)
-            {
+            let due = overload::cost_bound(charge.route, part);
+            // Each grows, never shrinks, while the body arrives (as its head was charged).
+            let by_key = match due > charge.hold.held() {
+                true => charge.hold.grow(due).err().map(Refusal::Key),
+                false => None,
+            };
+            let by_ceiling = match (by_key.is_none(), charge.reservation.as_deref_mut()) {
+                (true, Some(r)) if due > r.held() => r.charge(due).err().map(Refusal::Ceiling),
+                _ => None,
+            };
+            if let Some(e) = by_key.or(by_ceiling) {
                 // Refused mid-body: what arrived is let go, and the rest is read and
                 // dropped (within the body's limit and its read timeout), so that the
                 // answer reaches a client still sending.
                 refused = Some(e);
                 buf = bytes::BytesMut::new();
-                reservation.charge(0).ok();
+                if let Some(r) = charge.reservation.as_deref_mut() {
+                    r.charge(0).ok();
+                }
+                charge.hold.grow(0).ok();
                 continue;
             }
         }
@@ -425,6 +466,11 @@ async fn collect(
             // One frame, the whole body: kept as it is.
             buf = bytes::BytesMut::from(data);
         } else {
+            grow_for(
+                &mut buf,
+                data.len(),
+                hint.exact().map(|l| l.min(limit as u64)),
+            );
             buf.extend_from_slice(&data);
         }
     }
@@ -434,17 +480,31 @@ async fn collect(
     }
 }
 
+/// Makes room in `buf` for `more` bytes of a body of `declared` length, if known: past its
+/// head's share, once, for all of it, so that a body of known length is held in a buffer of
+/// its size (growing by doubling would hold up to twice it, and both buffers while the bytes
+/// move); a body of unknown length grows as a `Vec` does.
+fn grow_for(buf: &mut bytes::BytesMut, more: usize, declared: Option<u64>) {
+    let needed = buf.len() + more;
+    if needed <= buf.capacity() {
+        return;
+    }
+    let whole = declared.map_or(0, |len| usize::try_from(len).unwrap_or(usize::MAX));
+    buf.reserve(whole.max(needed) - buf.len());
+}
+
 /// The body, at most `max_body_bytes`, within `body_read_timeout_s`.
 pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<axum::body::Bytes, ApiError> {
     read_charged(gw, body, None).await
 }
 
-/// [`read_body`], the bytes charged to a reservation of the memory ceiling as they arrive
-/// (a 503 when they would pass it).
+/// [`read_body`], the bytes charged to a reservation of the memory ceiling and to the key's
+/// unsent charges as they arrive (a 503 when they would pass the ceiling, a 429 the key's
+/// cap).
 async fn read_charged(
     gw: &Gateway,
     body: Body,
-    charge: Option<(&mut overload::Reservation, overload::Route)>,
+    charge: Option<Charge<'_>>,
 ) -> Result<axum::body::Bytes, ApiError> {
     let limit = gw.inner.limits.max_body_bytes;
     let timeout = std::time::Duration::from_secs_f64(gw.inner.limits.body_read_timeout_s);
@@ -459,10 +519,11 @@ async fn read_charged(
         )
         .code("request_timeout")),
         Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(Collected::Refused(refused))) => {
+        Ok(Err(Collected::Refused(Refusal::Ceiling(refused)))) => {
             admission(gw, Some(&refused), None);
             Err(overloaded(refused))
         }
+        Ok(Err(Collected::Refused(Refusal::Key(over)))) => Err(over.error()),
         Ok(Err(Collected::Body(e))) => {
             // A body over the limit, or a connection that failed while sending it.
             let over = std::error::Error::source(&e)

@@ -135,7 +135,12 @@ async fn parse<A: ClientApi>(gw: &Gateway, bytes: Bytes) -> Result<Read<A::Reply
     let inline = parses_inline(&bytes);
     let limits = gw.inner.limits.clone();
     let picks = gw.inner.picks.clone();
-    let parse = move || A::read(&bytes, &limits, &picks);
+    // First the one rule of strings, numbers and depth (`wellformed`), whichever API the
+    // model's upstreams speak.
+    let parse = move || match crate::wellformed::check(&bytes, A::PATHS) {
+        Ok(()) => A::read(&bytes, &limits, &picks),
+        Err(e) => Err(Refused::new(e, None)),
+    };
     let unparsed = || Refused::new(ApiError::invalid("the request could not be parsed"), None);
     if inline {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))

@@ -61,6 +61,7 @@ pub(crate) struct Messages;
 impl ClientApi for Messages {
     const LABEL: &'static str = "messages";
     const ONE_OUTPUT: bool = true;
+    const PATHS: crate::wellformed::Paths = crate::wellformed::Paths::Dotted;
     type Reply = Reply;
     type Framing = ApiFraming;
 
@@ -540,7 +541,7 @@ fn message_of(
 /// A user message's blocks, one at a time: tool results as `tool` messages, written at once,
 /// then the rest as one user message (its images with the tool results' images).
 fn user_blocks(at: &str, blocks: &RawValue, out: &mut MessagesOut) -> Result<(), IngressError> {
-    let mut parts = Parts::default();
+    let mut parts = Parts::with_capacity(blocks.get().len());
     let mut result_images = Parts::default();
     let mut results = false;
     each_block(blocks, &format!("{at}.content"), |j, raw| {

@@ -74,6 +74,9 @@ pub(crate) trait ClientApi: Send + Sync + 'static {
     const LABEL: &'static str;
     /// Whether its answer has one output choice (no `n`): the pick's first.
     const ONE_OUTPUT: bool;
+    /// How its errors name a field's path (the rule of [`crate::wellformed`] says where a
+    /// fault is in these terms).
+    const PATHS: crate::wellformed::Paths = crate::wellformed::Paths::Indexed;
     /// What its answer needs of its request besides the request the gateway runs.
     type Reply: Clone + Send + Sync + 'static;
     /// Its streamed answer's framing.

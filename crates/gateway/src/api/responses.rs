@@ -525,7 +525,7 @@ fn item_of(
             call.extend_from_slice(br#"},"id":"#);
             let _ = serde_json::to_writer(&mut call, call_id);
             call.extend_from_slice(br#","type":"function"}"#);
-            out.call_text(&call);
+            out.call_owned(call);
             Ok(())
         }
         "custom_tool_call" => {
@@ -608,7 +608,7 @@ fn message_item(at: &str, item: &Item<'_>, out: &mut MessagesOut) -> Result<(), 
     let content = match item.content.map(|c| (c, c.get().as_bytes()[0])) {
         Some((c, b'"')) => Ok(c.get().as_bytes()),
         Some((c, b'[')) => {
-            let mut parts = Parts::default();
+            let mut parts = Parts::with_capacity(c.get().len());
             each_block(c, &format!("{at}.content"), |k, p| {
                 let part_at = format!("{at}.content[{k}]");
                 let p = lean_object(

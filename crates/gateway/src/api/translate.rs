@@ -148,6 +148,19 @@ impl MessagesOut {
         self.call_text(&serde_json::to_vec(call).unwrap_or_default());
     }
 
+    /// [`call_text`](Self::call_text) of a call's JSON text given whole: the first call of a
+    /// message is kept as it is, not copied (a call of large arguments is not twice in
+    /// memory).
+    pub fn call_owned(&mut self, call: Vec<u8>) {
+        if !self.made.is_empty() || self.held.is_none() {
+            self.hold_assistant(b"null");
+        }
+        match &mut self.held {
+            Some((_, calls)) if calls.is_empty() => *calls = call,
+            _ => self.call_text(&call),
+        }
+    }
+
     /// [`call`](Self::call) of a call's JSON text.
     pub fn call_text(&mut self, call: &[u8]) {
         if !self.made.is_empty() || self.held.is_none() {
@@ -251,6 +264,15 @@ pub(crate) struct Parts {
 }
 
 impl Parts {
+    /// Parts whose text is given room for about `size` bytes (the client's parts' text) at
+    /// once: a list of many parts grown by doubling would hold up to twice itself.
+    pub fn with_capacity(size: usize) -> Self {
+        Parts {
+            rest: Vec::with_capacity(size.saturating_add(size / 16)),
+            ..Parts::default()
+        }
+    }
+
     pub fn push(&mut self, part: Value) {
         match self.first.take() {
             None if self.n == 0 => self.first = Some(part),

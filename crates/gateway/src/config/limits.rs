@@ -56,6 +56,13 @@ pub struct Limits {
     /// Once refusing, the memory in MiB below which requests are admitted again (default: 90%
     /// of the high watermark).
     pub memory_low_watermark_mb: Option<u64>,
+    /// The most one key (without `[auth]`, one peer address) may hold of the memory ceiling
+    /// for request bodies that have not arrived yet, in bytes (default: half of the high
+    /// watermark, so that one key's idle uploads leave the other keys at least the other
+    /// half; 0: no cap): each such request is charged its route's cost of what may arrive,
+    /// and one beside the key's others that would pass the cap is answered 429 with
+    /// `Retry-After`. A request alone is never refused by it.
+    pub max_unsent_bytes_per_key: Option<u64>,
     /// How long one request may run, from its arrival to its answer's end (seconds,
     /// default 600): then whatever still runs ends as a failure in the client's API's terms
     /// (a 504 before the answer began, its choices ending with an error after), and is
@@ -90,6 +97,12 @@ impl Limits {
             None => high / 10 * 9,
         };
         (high, low)
+    }
+
+    /// What one key may hold unsent ([`max_unsent_bytes_per_key`](Self::max_unsent_bytes_per_key)),
+    /// its default resolved against the ceiling's high mark `high` (0: no cap).
+    pub(crate) fn unsent_cap(&self, high: u64) -> u64 {
+        self.max_unsent_bytes_per_key.unwrap_or(high / 2)
     }
 
     /// The memory ceiling's two marks in bytes, defaults resolved (`0, 0`: off).
@@ -141,6 +154,7 @@ impl Default for Limits {
             max_answer_bytes: 16 * 1024 * 1024,
             memory_high_watermark_mb: None,
             memory_low_watermark_mb: None,
+            max_unsent_bytes_per_key: None,
             request_deadline_s: 600.0,
             max_upstream_requests_per_request: 64,
             client_min_bytes_per_s: 4096.0,

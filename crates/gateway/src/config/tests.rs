@@ -107,6 +107,14 @@ fn the_memory_ceiling_defaults_to_three_quarters_of_the_memory() {
         ..Limits::default()
     };
     assert_eq!(off.memory_watermarks().0, 0);
+    // One key's unsent bodies: half of the high mark (none with the ceiling off), or as
+    // set.
+    assert_eq!(set.unsent_cap(100 << 20), 50 << 20);
+    assert_eq!(off.unsent_cap(0), 0);
+    let capped: Config =
+        Config::from_toml("[limits]\nmax_unsent_bytes_per_key = 1048576\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://h/v1\"\n")
+            .unwrap();
+    assert_eq!(capped.limits.unsent_cap(100 << 20), 1 << 20);
 }
 
 #[test]

@@ -251,3 +251,83 @@ async fn a_custom_tool_call_keeps_its_name() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
+
+/// A lone surrogate, a number beyond an f64's range and nesting deeper than 128 levels are
+/// refused alike whatever the model's upstream speaks: each of them in a message, from each
+/// client API (and Anthropic's token count), over an upstream of each API, is a 400 in the client's API's shape naming the
+/// fault and its field, and never reaches the upstream; the same message without it is
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_gets_one_answer_over_every_upstream_api() {
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let faults = [
+        (r#""fine""#, 200, ""),
+        (r#""a\ud800b""#, 400, "invalid_unicode"),
+        ("1e400", 400, "number_out_of_range"),
+        (deep.as_str(), 400, "nesting_too_deep"),
+    ];
+    let mut failed = Vec::new();
+    for api in ["chat", "anthropic", "responses"] {
+        let upstream = TestServer::builder()
+            .body(upstream_answer(api))
+            .start()
+            .await
+            .unwrap();
+        let toml = format!(
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+            upstream.base_url()
+        );
+        let (addr, _) = serve(&toml, no_env).await;
+        for (path, field) in [
+            ("/v1/chat/completions", "messages[0].x"),
+            ("/v1/messages", "messages.0.x"),
+            ("/v1/messages/count_tokens", "messages.0.x"),
+            ("/v1/responses", "input[0].x"),
+        ] {
+            let list = if path == "/v1/responses" {
+                "input"
+            } else {
+                "messages"
+            };
+            for (value, want, code) in &faults {
+                if path.ends_with("count_tokens") && *want == 200 {
+                    // Counted by the upstream or estimated: the faults alone are this test's.
+                    continue;
+                }
+                let body = format!(
+                    r#"{{"model":"m","max_tokens":50,"{list}":[{{"role":"user","content":"hi","x":{value}}}]}}"#
+                );
+                let what = format!("{path} over {api}, {code}");
+                let before = upstream.requests().len();
+                let (status, text) = post(addr, path, body).await;
+                if status != *want {
+                    failed.push(format!("{what}: {status} {text}"));
+                    continue;
+                }
+                if *want == 200 {
+                    continue;
+                }
+                let answer: Value = serde_json::from_str(&text).unwrap_or_default();
+                let message = answer["error"]["message"].as_str().unwrap_or_default();
+                let shaped = match path {
+                    "/v1/messages" | "/v1/messages/count_tokens" => {
+                        answer["type"] == "error"
+                            && answer["error"]["type"] == "invalid_request_error"
+                    }
+                    _ => {
+                        answer["error"]["code"] == *code
+                            && (answer["error"]["param"].as_str())
+                                .is_some_and(|p| p.starts_with(field))
+                    }
+                };
+                if !shaped || !message.contains(field) {
+                    failed.push(format!("{what}: not named in its API's shape: {text}"));
+                }
+                if upstream.requests().len() != before {
+                    failed.push(format!("{what}: the upstream was sent the request"));
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}

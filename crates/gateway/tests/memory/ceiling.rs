@@ -102,13 +102,14 @@ async fn bodies_are_charged_as_they_arrive_and_the_mark_holds() {
     let upstream = start(TestServer::builder().body(answer("hello"))).await;
     // The marks sit 160 MiB and 128 MiB above what the test process uses now (the uploads'
     // connection buffers and the test's own bodies take some 60 MiB of it); bodies up to
-    // 16 MiB each.
+    // 16 MiB each. The uploads are all one key's: its cap of unsent charges is off, for
+    // the ceiling alone to be what refuses them (the cap has its own test, below).
     let idle = rss_bytes();
     let high = idle / MIB + 160;
     let low = idle / MIB + 128;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n\
-         body_read_timeout_s = 300\n\
+         body_read_timeout_s = 300\nmax_unsent_bytes_per_key = 0\n\
          memory_high_watermark_mb = {high}\nmemory_low_watermark_mb = {low}\n\
          [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
         16 * MIB,
@@ -227,6 +228,121 @@ async fn bodies_are_charged_as_they_arrive_and_the_mark_holds() {
         rss_bytes() / MIB
     );
     assert_eq!(metric(addr, "choicewise_overloaded").await, Some(0));
+}
+
+/// A chunked request of key `sk-a` that has sent its head, `{` and `chunk` (one chunk),
+/// and then idles.
+async fn idle_chunked_after(addr: SocketAddr, chunk: &[u8]) -> TcpStream {
+    let mut tcp = idle_chunked(addr).await;
+    let size = format!("{:x}\r\n", chunk.len());
+    tcp.write_all(size.as_bytes()).await.unwrap();
+    tcp.write_all(chunk).await.unwrap();
+    tcp.write_all(b"\r\n").await.unwrap();
+    tcp
+}
+
+/// One key's idle chunked uploads hold at most `max_unsent_bytes_per_key` of the memory
+/// ceiling: twenty of them, each 8 MiB into its body (each charged its route's cost of 16
+/// MiB, 36 MiB, as much as the other key's 16 MiB body: without the cap they would fill the
+/// margin to less than that body's charge), leave another key's request a 200 under a cap
+/// of 64 MiB (one of them held). With a small cap, the key's uploads past it are
+/// answered 429 at once, with `Retry-After` and naming the limit, while the other key is
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keys_idle_uploads_leave_the_others_room() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let upstream = TestServer::builder()
+        .body(answer("hello"))
+        .start()
+        .await
+        .unwrap();
+    let idle = rss_bytes();
+    let (high, low) = (idle / MIB + 256, idle / MIB + 224);
+    let gateway = |cap: &str| {
+        format!(
+            "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n\
+             body_read_timeout_s = 300\n{cap}\
+             memory_high_watermark_mb = {high}\nmemory_low_watermark_mb = {low}\n\
+             [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
+            20 * MIB,
+            upstream.base_url()
+        )
+    };
+    let (addr, _) = serve(&gateway("max_unsent_bytes_per_key = 67108864\n"), env).await;
+    let chunk = vec![b' '; 8 * MIB as usize];
+    let mut uploads = Vec::new();
+    for _ in 0..20 {
+        let mut tcp = idle_chunked_after(addr, &chunk).await;
+        // Held, or refused and drained: no answer while it idles.
+        assert_eq!(
+            answered_within(&mut tcp, Duration::from_millis(200)).await,
+            None
+        );
+        uploads.push(tcp);
+    }
+    // The other key's body: 16 MiB (whitespace), charged as it arrives.
+    let mut other = br#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]"#.to_vec();
+    other.resize(16 * MIB as usize - 1, b' ');
+    other.push(b'}');
+    let answer = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .bearer_auth("sk-b")
+        .header("content-type", "application/json")
+        .body(other)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status();
+    let text = answer.text().await.unwrap();
+    assert_eq!(status, 200, "another key beside 20 idle uploads: {text}");
+    drop(uploads);
+
+    // A cap of 1 MiB: the heads' charges (144 KiB each) of seven fit; the others are 429.
+    let (addr, _) = serve(&gateway("max_unsent_bytes_per_key = 1048576\n"), env).await;
+    let (mut held, mut refused) = (Vec::new(), Vec::new());
+    for _ in 0..20 {
+        let mut tcp = idle_chunked(addr).await;
+        match answered_within(&mut tcp, Duration::from_millis(200)).await {
+            None => held.push(tcp),
+            Some(answer) => refused.push(answer),
+        }
+    }
+    assert_eq!((held.len(), refused.len()), (7, 13), "{refused:?}");
+    for (status, text) in &refused {
+        assert_eq!(*status, 429, "{text}");
+        assert!(
+            text.to_ascii_lowercase().contains("retry-after: 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("max_unsent_bytes_per_key (1048576)"),
+            "{text}"
+        );
+        assert!(text.contains(r#""code":"unsent_bytes_per_key""#), "{text}");
+    }
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let other = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .bearer_auth("sk-b")
+        .json(&chat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200, "another key beside the held uploads");
+    // The uploads gone, the key is admitted again.
+    drop(held);
+    let mut status = 0;
+    for _ in 0..100 {
+        status = post(addr, "/v1/chat/completions", &chat)
+            .await
+            .status()
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 200, "the key, its uploads gone");
 }
 
 #[tokio::test]

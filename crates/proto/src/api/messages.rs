@@ -88,10 +88,23 @@ impl<'o> ListText<'o> {
         write_compact(self.out, json);
     }
 
-    /// A whole item given as its JSON text, written as it is.
-    pub(super) fn text_item(&mut self, text: &[u8]) {
-        self.next();
-        self.put(text);
+    /// Writes the JSON text a JSON string (`literal`, with its quotes) holds, unescaped and
+    /// without its insignificant whitespace, straight into the list (no copy of it on the
+    /// way); `false`, with the list as it was, when that text is not JSON (or the string
+    /// holds a lone surrogate escape). Nothing is written for text that is only whitespace.
+    fn put_unescaped_compact(&mut self, literal: &str) -> bool {
+        let room = self.out.capacity() - self.out.len();
+        if room < literal.len() {
+            (self.out).reserve_exact(literal.len().max(self.out.len() / 8));
+        }
+        let start = self.out.len();
+        let ok = write_unescaped_compact(self.out, literal)
+            && (self.out.len() == start
+                || serde_json::from_slice::<serde::de::IgnoredAny>(&self.out[start..]).is_ok());
+        if !ok {
+            self.out.truncate(start);
+        }
+        ok
     }
 
     /// Ends the list.
@@ -276,13 +289,13 @@ fn large(
             (true, "developer") => "system",
             (_, role) => role,
         };
-        let mut item = Vec::with_capacity(c.get().len() + 32);
-        item.extend_from_slice(br#"{"content":"#);
-        item.extend_from_slice(c.get().as_bytes());
-        item.extend_from_slice(b",\"role\":");
-        item.extend_from_slice(json!(role).to_string().as_bytes());
-        item.push(b'}');
-        out.text_item(&item);
+        // Written straight into the list: no copy of the message on the way.
+        out.next();
+        out.put(br#"{"content":"#);
+        out.put(c.get().as_bytes());
+        out.put(b",\"role\":");
+        out.put(json!(role).to_string().as_bytes());
+        out.put(b"}");
         turns.wrote_turn();
         return Ok(None);
     }
@@ -373,9 +386,10 @@ fn large(
     if !written_here {
         return whole().map(Some);
     }
-    // Written here: the message's content, its parts translated one at a time.
-    let mut item = Vec::with_capacity(parts.len() + 64);
-    item.extend_from_slice(br#"{"content":["#);
+    // Written here, straight into the list: the message's content, its parts translated one
+    // at a time (on an error the request is refused, whatever the list holds).
+    out.next();
+    out.put(br#"{"content":["#);
     for_each_raw_entry(parts, |k, p| {
         let at = format!("{at}.content[{k}]");
         let mut kind = None;
@@ -408,12 +422,12 @@ fn large(
             .map_err(not_json)?;
         }
         if k > 0 {
-            item.push(b',');
+            out.put(b",");
         }
         let translated = match (kind.as_deref(), anthropic) {
             // An assistant's parts go to Anthropic as they are.
             (_, true) if role == "assistant" => {
-                item.extend_from_slice(choicewise_partial_json::compact_json(p.get()).as_bytes());
+                out.put_compact(p.get());
                 return Ok(());
             }
             (Some("image_url"), _) => {
@@ -436,23 +450,21 @@ fn large(
                 json!({"type": "input_text", "text": text.unwrap_or(Value::Null)})
             }
             _ => {
-                item.extend_from_slice(choicewise_partial_json::compact_json(p.get()).as_bytes());
+                out.put_compact(p.get());
                 return Ok(());
             }
         };
-        // A value always serialises.
-        let _ = serde_json::to_writer(&mut item, &translated);
+        out.write(&translated);
         Ok(())
     })
     .map_err(not_json)??;
-    item.extend_from_slice(b"],\"role\":");
+    out.put(b"],\"role\":");
     let role = match (anthropic, role.as_str()) {
         (true, "developer") => "system",
         (_, role) => role,
     };
-    item.extend_from_slice(json!(role).to_string().as_bytes());
-    item.push(b'}');
-    out.text_item(&item);
+    out.put(json!(role).to_string().as_bytes());
+    out.put(b"}");
     turns.wrote_turn();
     Ok(None)
 }
@@ -490,6 +502,84 @@ fn joined_text(content: Option<&serde_json::value::RawValue>) -> Result<String, 
         }
         _ => Ok(String::new()),
     }
+}
+
+/// Writes the text the JSON string `literal` (with its quotes, known to be a JSON string)
+/// holds, unescaped, without the whitespace outside the strings of that text (as
+/// [`write_compact`] of the string's value, with neither in memory); `false` at a lone
+/// surrogate escape, with part of it written.
+fn write_unescaped_compact(out: &mut Vec<u8>, literal: &str) -> bool {
+    let bytes = literal.as_bytes();
+    let inner = match bytes.len() >= 2 {
+        true => &bytes[1..bytes.len() - 1],
+        false => return false,
+    };
+    let (mut in_string, mut escaped) = (false, false);
+    let mut emit = |out: &mut Vec<u8>, b: u8| {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            return;
+        } else {
+            in_string = b == b'"';
+        }
+        out.push(b);
+    };
+    let hex = |at: usize| -> Option<u32> {
+        let digits = std::str::from_utf8(inner.get(at..at + 4)?).ok()?;
+        u32::from_str_radix(digits, 16).ok()
+    };
+    let mut i = 0;
+    while i < inner.len() {
+        let b = inner[i];
+        if b != b'\\' {
+            emit(out, b);
+            i += 1;
+            continue;
+        }
+        let decoded = match inner.get(i + 1) {
+            Some(b'"') => b'"',
+            Some(b'\\') => b'\\',
+            Some(b'/') => b'/',
+            Some(b'b') => 0x08,
+            Some(b'f') => 0x0c,
+            Some(b'n') => b'\n',
+            Some(b'r') => b'\r',
+            Some(b't') => b'\t',
+            Some(b'u') => {
+                let Some(unit) = hex(i + 2) else {
+                    return false;
+                };
+                let (code, len) = match unit {
+                    0xD800..=0xDBFF => match (inner.get(i + 6..i + 8), hex(i + 8)) {
+                        (Some(b"\\u"), Some(low @ 0xDC00..=0xDFFF)) => {
+                            (0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00), 12)
+                        }
+                        _ => return false,
+                    },
+                    0xDC00..=0xDFFF => return false,
+                    unit => (unit, 6),
+                };
+                let Some(c) = char::from_u32(code) else {
+                    return false;
+                };
+                for &b in c.encode_utf8(&mut [0; 4]).as_bytes() {
+                    emit(out, b);
+                }
+                i += len;
+                continue;
+            }
+            _ => return false,
+        };
+        emit(out, decoded);
+        i += 2;
+    }
+    true
 }
 
 /// Writes the JSON text `json` (known to be JSON) without its insignificant whitespace
@@ -569,21 +659,22 @@ fn assistant_calls(
         }
         let arguments = arguments.filter(|a| a.get() != "null");
         if !anthropic {
-            let mut item = br#"{"arguments":"#.to_vec();
+            // Written straight into the list: the arguments' string copied once.
+            out.next();
+            out.put(br#"{"arguments":"#);
             match arguments {
-                None => item.extend_from_slice(br#""{}""#),
-                Some(a) if a.get().starts_with('"') => item.extend_from_slice(a.get().as_bytes()),
+                None => out.put(br#""{}""#),
+                Some(a) if a.get().starts_with('"') => out.put(a.get().as_bytes()),
                 Some(a) => {
                     let compact = choicewise_partial_json::compact_json(a.get());
-                    item.extend_from_slice(json!(compact).to_string().as_bytes());
+                    out.put(json!(compact).to_string().as_bytes());
                 }
             }
-            item.extend_from_slice(br#","call_id":"#);
-            item.extend_from_slice(json!(id).to_string().as_bytes());
-            item.extend_from_slice(br#","name":"#);
-            item.extend_from_slice(json!(name).to_string().as_bytes());
-            item.extend_from_slice(br#","type":"function_call"}"#);
-            out.text_item(&item);
+            out.put(br#","call_id":"#);
+            out.put(json!(id).to_string().as_bytes());
+            out.put(br#","name":"#);
+            out.put(json!(name).to_string().as_bytes());
+            out.put(br#","type":"function_call"}"#);
             return Ok(());
         }
         if !std::mem::take(&mut first) {
@@ -595,16 +686,24 @@ fn assistant_calls(
         match arguments {
             None => out.put(b"{}"),
             Some(a) if a.get().starts_with('"') => {
-                let args: std::borrow::Cow<'_, str> =
-                    serde_json::from_str(a.get()).map_err(not_json)?;
-                if args.trim().is_empty() {
-                    out.put(b"{}");
+                // Unescaped and written compact straight into the list, then checked to be
+                // JSON there (no tree, no copy of the arguments); whitespace alone is `{}`.
+                let start = out.out.len();
+                if out.put_unescaped_compact(a.get()) {
+                    if out.out.len() == start {
+                        out.put(b"{}");
+                    }
                 } else {
-                    // Checked to be JSON (no tree), then written compact.
-                    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&args) {
+                    // Not JSON: the error as the arguments read whole say it.
+                    let args: std::borrow::Cow<'_, str> =
+                        serde_json::from_str(a.get()).map_err(not_json)?;
+                    if args.trim().is_empty() {
+                        out.put(b"{}");
+                    } else {
+                        let e = serde_json::from_str::<serde::de::IgnoredAny>(&args).err();
+                        let e = e.map_or_else(|| "not valid".to_string(), |e| e.to_string());
                         return Err(format!("{call_at}.function.arguments is not JSON: {e}"));
                     }
-                    out.put_compact(&args);
                 }
             }
             Some(a) => out.put_compact(a.get()),
@@ -659,6 +758,7 @@ pub(super) fn json_kind(value: &Value) -> &'static str {
 mod tests {
     use serde_json::{Value, json};
 
+    use super::write_unescaped_compact;
     use crate::{Dialect, MessagesError};
 
     /// Every shape of message the translation reshapes, in an order that joins and splits
@@ -821,6 +921,35 @@ mod tests {
                 let e = e.to_string();
                 assert!(e.starts_with("\"messages\" could not be read: "), "{e}");
             }
+        }
+    }
+
+    /// A string of JSON text is written unescaped and compact as the text read whole and
+    /// compacted is, escapes of every kind included; a lone surrogate is no text.
+    #[test]
+    fn arguments_are_unescaped_and_compacted_in_one_pass() {
+        for args in [
+            r#"{ "a" : [1, 2.50, "x y\n"], "b": "é😀\u00e9\ud83d\ude00 \"q\" \\ /" }"#,
+            "\t{\n\"k\":\r true }",
+            "",
+            "  ",
+            "123456789012345678901234567890",
+        ] {
+            let literal = serde_json::to_string(args).unwrap();
+            let mut out = b"x".to_vec();
+            assert!(write_unescaped_compact(&mut out, &literal), "{args}");
+            let want = format!("x{}", choicewise_partial_json::compact_json(args));
+            assert_eq!(String::from_utf8(out).unwrap(), want, "{args}");
+        }
+        // Escapes in the string itself (`\u0041` is `A`, `\/` is `/`).
+        let mut out = Vec::new();
+        assert!(write_unescaped_compact(
+            &mut out,
+            r#""{\"\u0041\/\ud83d\ude00\": 1}""#
+        ));
+        assert_eq!(String::from_utf8(out).unwrap(), "{\"A/😀\":1}");
+        for lone in [r#""\ud800""#, r#""\udc00 x""#, r#""\ud800\u0041""#] {
+            assert!(!write_unescaped_compact(&mut Vec::new(), lone), "{lone}");
         }
     }
 

@@ -59,6 +59,19 @@ pub(super) fn tools(tools: &Value, anthropic: bool) -> Result<Value, String> {
 /// own and its schema (`parameters`), `description` and `strict` copied as sent, so that the
 /// list never exists as a parsed tree. The same tools, keys in the same order.
 pub(super) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(tools.len());
+    write_tools_text(tools, anthropic, &mut out)?;
+    Ok(out)
+}
+
+/// [`tools_text`] written at the end of `out` (each schema copied once, straight from the
+/// client's text); on an error, `out` holds part of the list.
+pub(super) fn write_tools_text(
+    tools: &[u8],
+    anthropic: bool,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    use std::borrow::Cow;
     use std::collections::BTreeMap;
     type Fields<'a> = BTreeMap<String, &'a RawValue>;
     fn object<'a>(raw: Option<&&'a RawValue>) -> Fields<'a> {
@@ -71,14 +84,13 @@ pub(super) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, Strin
             .and_then(|r| serde_json::from_str(r.get()).ok())
             .unwrap_or(Value::Null)
     };
-    let not_null = |fields: &Fields<'_>, key: &str| -> Option<Vec<u8>> {
+    fn not_null<'a>(fields: &Fields<'a>, key: &str) -> Option<Cow<'a, [u8]>> {
         (fields.get(key))
             .filter(|r| r.get() != "null")
-            .map(|r| r.get().as_bytes().to_vec())
-    };
+            .map(|r| Cow::Borrowed(r.get().as_bytes()))
+    }
     let list: Vec<&RawValue> =
         serde_json::from_slice(tools).map_err(|_| "\"tools\" must be a list".to_string())?;
-    let mut out = Vec::with_capacity(tools.len());
     out.push(b'[');
     for (i, tool) in list.iter().enumerate() {
         let tool = object(Some(tool));
@@ -92,18 +104,20 @@ pub(super) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, Strin
         let Value::String(name) = small(&f, "name") else {
             return Err(format!("tools[{i}].function.name is missing"));
         };
-        let mut t: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+        let mut t: BTreeMap<&str, Cow<'_, [u8]>> = BTreeMap::new();
         if !anthropic {
-            t.insert("type", b"\"function\"".to_vec());
+            t.insert("type", Cow::Borrowed(b"\"function\""));
         }
-        t.insert("name", json!(name).to_string().into_bytes());
+        t.insert("name", Cow::Owned(json!(name).to_string().into_bytes()));
         if let Some(d) = not_null(&f, "description") {
             t.insert("description", d);
         }
         let schema = not_null(&f, "parameters").unwrap_or_else(|| {
-            json!({"type": "object", "properties": {}})
-                .to_string()
-                .into_bytes()
+            Cow::Owned(
+                json!({"type": "object", "properties": {}})
+                    .to_string()
+                    .into_bytes(),
+            )
         });
         t.insert(
             if anthropic {
@@ -130,7 +144,7 @@ pub(super) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, Strin
         out.push(b'}');
     }
     out.push(b']');
-    Ok(out)
+    Ok(())
 }
 
 /// Chat's `tool_choice` (`"auto"`, `"none"`, `"required"`, or a named function) and

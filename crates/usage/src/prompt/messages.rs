@@ -313,8 +313,61 @@ fn lean(raw: &RawValue) -> Result<Value, serde_json::Error> {
     match text.as_bytes().first() {
         Some(b'[') if text.len() > LEAN => Ok(Value::Array(Vec::new())),
         Some(b'{') if text.len() > LEAN => Ok(Value::Object(Map::new())),
+        Some(b'"') if text.len() > LEAN => match unescaped(text) {
+            Some(s) => Ok(Value::String(s)),
+            None => serde_json::from_str(text),
+        },
         _ => serde_json::from_str(text),
     }
+}
+
+/// The value of the JSON string `literal` (with its quotes, known to be a JSON string),
+/// unescaped into a string of at most its own size, allocated once: the parser's own read
+/// of a string with escapes copies it into a buffer that grows by doubling and then again
+/// into the string, up to three times its size at once. `None` at a lone surrogate escape
+/// (for the parser to refuse it).
+fn unescaped(literal: &str) -> Option<String> {
+    let inner = literal.get(1..literal.len().checked_sub(1)?)?;
+    let bytes = inner.as_bytes();
+    let mut out = String::with_capacity(inner.len());
+    let hex = |at: usize| -> Option<u32> {
+        u32::from_str_radix(std::str::from_utf8(bytes.get(at..at + 4)?).ok()?, 16).ok()
+    };
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        out.push_str(&inner[start..i]);
+        let (c, len) = match bytes.get(i + 1)? {
+            b'"' => ('"', 2),
+            b'\\' => ('\\', 2),
+            b'/' => ('/', 2),
+            b'b' => ('\u{8}', 2),
+            b'f' => ('\u{c}', 2),
+            b'n' => ('\n', 2),
+            b'r' => ('\r', 2),
+            b't' => ('\t', 2),
+            b'u' => match hex(i + 2)? {
+                unit @ 0xD800..=0xDBFF => match (bytes.get(i + 6..i + 8)?, hex(i + 8)?) {
+                    (b"\\u", low @ 0xDC00..=0xDFFF) => {
+                        let code = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00);
+                        (char::from_u32(code)?, 12)
+                    }
+                    _ => return None,
+                },
+                unit => (char::from_u32(unit)?, 6),
+            },
+            _ => return None,
+        };
+        out.push(c);
+        i += len;
+        start = i;
+    }
+    out.push_str(&inner[start..]);
+    Some(out)
 }
 
 /// The fields named `keys` of the object `raw`, each [`lean`] (the last of a key sent twice),
@@ -351,4 +404,32 @@ fn lean_call(raw: &RawValue) -> Result<Value, serde_json::Error> {
         Ok(())
     })??;
     Ok(Value::Object(obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A long string is read as the parser reads it, escapes of every kind included; a lone
+    /// surrogate is left to the parser, which refuses it.
+    #[test]
+    fn a_long_string_is_unescaped_as_the_parser_does() {
+        let text = format!(
+            "{}é😀 \u{1} \"q\" \\ / \t\n{}",
+            "x".repeat(LEAN),
+            "\u{e9}\u{1F600}"
+        );
+        let literal = serde_json::to_string(&text).unwrap();
+        let escaped = format!(r#""\u0041\/\ud83d\ude00\b\f\r{}""#, "y".repeat(LEAN));
+        for literal in [literal, escaped] {
+            let raw: &RawValue = serde_json::from_str(&literal).unwrap();
+            let want: String = serde_json::from_str(&literal).unwrap();
+            assert_eq!(unescaped(&literal).as_deref(), Some(want.as_str()));
+            assert_eq!(lean(raw).unwrap(), Value::String(want));
+        }
+        let lone = format!(r#""{}\ud800""#, "z".repeat(LEAN));
+        assert_eq!(unescaped(&lone), None);
+        let raw: &RawValue = serde_json::from_str(&lone).unwrap();
+        assert!(lean(raw).is_err());
+    }
 }

@@ -104,7 +104,12 @@ pub(super) fn tools(
             taken.insert(name);
         }
     }
-    let mut out = Vec::with_capacity(body.get("tools").map_or(0, |t| t.len() + t.len() / 4));
+    // Room for the tools as sent and what their translation adds to each (a function
+    // tool's key, a custom tool's schema and note), at most a quarter more: no more, since
+    // the list is held while the request is served.
+    let sent = body.get("tools").map_or(0, |t| t.len());
+    let room = sent + (320 * list.len()).min(sent / 4) + 64;
+    let mut out = Vec::with_capacity(room);
     out.push(b'[');
     let mut any = false;
     let mut next = |out: &mut Vec<u8>| {

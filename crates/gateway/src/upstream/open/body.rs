@@ -147,24 +147,24 @@ fn translated_body(
         }
     }
     let messages = base.get("messages").map_or(&b"[]"[..], |m| &m[..]);
-    // The tools written first, so that the body is sized for them; their error, if any, is
-    // given at their key (after the messages').
-    let mut tools = (base.get("tools").filter(|t| &t[..] != b"null"))
-        .map(|t| api.tools_from_chat_json(t).map_err(ApiError::invalid));
+    // The tools translated straight into the body at their key (never a list of their own
+    // beside it), about the size the client's are; their error, if any, is given at their
+    // key (after the messages').
+    let tools = base.get("tools").filter(|t| &t[..] != b"null");
     // The body is written in its keys' order, the messages translated into it as they are
     // read: a first system message's content is known once the list is written, before its
     // own key (`system` after `messages`, `instructions` after `input`).
     let mut keys: Vec<&str> = (fields.keys().map(String::as_str))
         .chain([list_key])
         .chain(system_key)
-        .chain(tools.as_ref().map(|_| "tools"))
+        .chain(tools.map(|_| "tools"))
         .collect();
     keys.sort_unstable();
     keys.dedup();
     let size = (fields.iter().map(|(k, v)| k.len() + v.len() + 4)).sum::<usize>()
         + messages.len()
         + messages.len() / 8
-        + tools.as_ref().map_or(0, |t| t.as_ref().map_or(0, Vec::len))
+        + tools.map_or(0, |t| t.len() + t.len() / 8)
         + 64;
     let mut out = Vec::with_capacity(size);
     out.push(b'{');
@@ -177,9 +177,9 @@ fn translated_body(
         {
             Piece::Owned(text)
         } else if key == "tools"
-            && let Some(tools) = tools.take()
+            && let Some(tools) = tools
         {
-            Piece::Owned(tools?)
+            Piece::Tools(tools)
         } else {
             match fields.get(key) {
                 Some(text) => Piece::Text(text),
@@ -200,6 +200,9 @@ fn translated_body(
                     .write_messages_from_chat_json(messages, &mut out)
                     .map_err(|e| ApiError::invalid(e.to_string()).param(e.field()))?;
             }
+            Piece::Tools(tools) => {
+                (api.write_tools_from_chat_json(tools, &mut out)).map_err(ApiError::invalid)?
+            }
         }
     }
     out.push(b'}');
@@ -210,10 +213,12 @@ fn translated_body(
 enum Piece<'a> {
     /// Its text, as the client sent it or the translation wrote it.
     Text(&'a [u8]),
-    /// Its text, made here (the first system message's content, the translated tools).
+    /// Its text, made here (the first system message's content).
     Owned(Vec<u8>),
     /// The messages, translated into the body as they are read.
     Messages,
+    /// The client's tools (their text), translated into the body as they are read.
+    Tools(&'a [u8]),
 }
 
 /// The Chat Completions fields [`Dialect::request_from_chat`] reads or reshapes for another
