@@ -9,12 +9,18 @@ use plotters::coord::ranged1d::Ranged;
 use crate::latency::Summary;
 use crate::throughput::ThroughputResult;
 
-const COLORS: [RGBColor; 5] = [
+/// One colour per contender (the throughput plot has six, the latency plot five), none of
+/// them the grey of the target's mark.
+const COLORS: [RGBColor; 9] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
 ];
 
 /// Throughput (M chunks/s) against n, one line per contender: a tick at each `n` measured,
@@ -241,6 +247,42 @@ mod tests {
         assert_eq!(nice_ceiling(0.31), 0.4);
         assert_eq!(nice_ceiling(100.0), 100.0);
         assert_eq!(nice_ceiling(0.0), 1.0);
+    }
+
+    /// Six contenders (as a run of the harness has): six lines of six colours.
+    #[test]
+    fn every_contender_has_a_colour_of_its_own() {
+        use crate::throughput::Figures;
+        let dir = std::env::temp_dir().join(format!("choicewise-colours-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let names = ["a", "b", "c", "d", "e", "f"];
+        let results: Vec<ThroughputResult> = [1, 4, 16]
+            .into_iter()
+            .map(|n| ThroughputResult {
+                n,
+                chunks: 1_000_000,
+                mb: 100.0,
+                first_appearance: String::new(),
+                figures: (names.iter().enumerate())
+                    .map(|(i, &name)| Figures {
+                        name,
+                        secs: vec![0.5 + i as f64 / 10.0],
+                        cpu_secs: vec![0.5],
+                    })
+                    .collect(),
+            })
+            .collect();
+        let path = dir.join("throughput.svg");
+        throughput(&results, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let mut strokes: Vec<&str> = (svg.split("<polyline").skip(1))
+            .filter_map(|p| p.split("stroke=\"").nth(1)?.split('"').next())
+            .filter(|stroke| *stroke != "#000000") // the axes
+            .collect();
+        strokes.sort_unstable();
+        strokes.dedup();
+        assert!(strokes.len() >= names.len(), "{strokes:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Both plots from figures shaped as a run's: every `n` and the top decade labelled,
