@@ -102,23 +102,47 @@ fn each_element<'t, T: serde::Deserialize<'t>, E>(
 /// );
 /// ```
 pub fn compact_json(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in json.chars() {
-        if in_string {
-            out.push(c);
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
+    let mut compact = Compacting::default();
+    let kept: Vec<u8> = json.bytes().filter(|&b| compact.keeps(b)).collect();
+    // Only ASCII whitespace was left out: the rest is the text's own UTF-8.
+    String::from_utf8(kept).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// The rule of [`compact_json`] one byte at a time, for a writer that leaves out a JSON
+/// text's insignificant whitespace as it copies the text somewhere of its own (escaped into
+/// a JSON string, or unescaped out of one) without the compact text in memory.
+///
+/// ```
+/// let mut compact = choicewise_partial_json::Compacting::default();
+/// let text = br#"{ "a b": [1, "\" x"] }"#;
+/// let kept: Vec<u8> = text.iter().copied().filter(|&b| compact.keeps(b)).collect();
+/// assert_eq!(kept, br#"{"a b":[1,"\" x"]}"#);
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Compacting {
+    in_string: bool,
+    escaped: bool,
+}
+
+impl Compacting {
+    /// Whether `b`, the next byte of the JSON text, is kept: everything but the whitespace
+    /// between tokens.
+    pub fn keeps(&mut self, b: u8) -> bool {
+        if self.in_string {
+            match (self.escaped, b) {
+                (true, _) => self.escaped = false,
+                (false, b'\\') => self.escaped = true,
+                (false, b'"') => self.in_string = false,
                 _ => {}
             }
-        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
-            in_string = c == '"';
-            out.push(c);
+            true
+        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            false
+        } else {
+            self.in_string = b == b'"';
+            true
         }
     }
-    out
 }
 
 /// Calls `each` with every field of the JSON object `text` in order, its key (unescaped) and

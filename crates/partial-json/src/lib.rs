@@ -107,7 +107,9 @@ mod parser;
 mod repair;
 mod snapshot;
 
-pub use entries::{compact_json, for_each_entry, for_each_raw_entry, for_each_raw_field};
+pub use entries::{
+    Compacting, compact_json, for_each_entry, for_each_raw_entry, for_each_raw_field,
+};
 pub use error::{Expected, PartialJsonError};
 pub use field::{TextDelta, TextField};
 pub use parser::{DEFAULT_MAX_DEPTH, PartialJson};

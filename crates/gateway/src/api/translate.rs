@@ -343,19 +343,10 @@ pub(crate) fn write_compact_as_string(out: &mut Vec<u8>, json: &str) {
     let escapes = json.bytes().filter(|b| matches!(b, b'"' | b'\\')).count();
     out.reserve_exact(json.len() + escapes + 2);
     out.push(b'"');
-    let (mut in_string, mut escaped) = (false, false);
+    let mut compact = choicewise_partial_json::Compacting::default();
     for &b in json.as_bytes() {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+        if !compact.keeps(b) {
             continue;
-        } else {
-            in_string = b == b'"';
         }
         match b {
             b'"' => out.extend_from_slice(b"\\\""),

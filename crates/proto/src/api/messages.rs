@@ -514,21 +514,11 @@ fn write_unescaped_compact(out: &mut Vec<u8>, literal: &str) -> bool {
         true => &bytes[1..bytes.len() - 1],
         false => return false,
     };
-    let (mut in_string, mut escaped) = (false, false);
+    let mut compact = choicewise_partial_json::Compacting::default();
     let mut emit = |out: &mut Vec<u8>, b: u8| {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-            return;
-        } else {
-            in_string = b == b'"';
+        if compact.keeps(b) {
+            out.push(b);
         }
-        out.push(b);
     };
     let hex = |at: usize| -> Option<u32> {
         let digits = std::str::from_utf8(inner.get(at..at + 4)?).ok()?;
@@ -585,22 +575,8 @@ fn write_unescaped_compact(out: &mut Vec<u8>, literal: &str) -> bool {
 /// Writes the JSON text `json` (known to be JSON) without its insignificant whitespace
 /// (`choicewise_partial_json::compact_json`, written at once).
 fn write_compact(out: &mut Vec<u8>, json: &str) {
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in json.as_bytes() {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-            continue;
-        } else {
-            in_string = b == b'"';
-        }
-        out.push(b);
-    }
+    let mut compact = choicewise_partial_json::Compacting::default();
+    out.extend(json.bytes().filter(|&b| compact.keeps(b)));
 }
 
 /// A large assistant message with tool calls (message `at`), read one call at a time and
