@@ -71,6 +71,27 @@ pub(crate) fn loopback_host(listening: Option<&SocketAddr>, host: &str) -> bool 
     known && port_ok
 }
 
+/// Who a request comes from ([`client_of`]), worked out once: the admission layer keeps it
+/// in the request's extensions, where the handler's record finds it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Client(pub(crate) resilience::ClientId);
+
+/// Who the request of these `headers` and `extensions` comes from: as the admission layer
+/// found it ([`Client`]), else [`client_of`] its key or its peer.
+pub(crate) fn client(
+    keys: &[String],
+    headers: &HeaderMap,
+    extensions: &axum::http::Extensions,
+) -> resilience::ClientId {
+    match extensions.get::<Client>() {
+        Some(client) => client.0,
+        None => {
+            let peer = extensions.get::<crate::listen::Peer>().map(|p| p.0);
+            client_of(keys, headers, peer)
+        }
+    }
+}
+
 /// Who a request comes from, for the ejection rules (`resilience::Health`): a hash of its key
 /// when `keys` are configured, else of its connection's peer address (its IP: a client's
 /// several connections are one client); one anonymous client for a router served without the

@@ -22,7 +22,7 @@ use crate::admission::overload;
 use crate::admission::unsent;
 use crate::api::{ClientApi, PathApi, chat::Chat, of_path as api_of};
 use crate::error::ApiError;
-use crate::listen;
+
 use crate::state::Gateway;
 
 /// The `api` label of a path's requests in the metrics: its client API's, or none for the
@@ -211,7 +211,7 @@ pub(crate) async fn auth(State(gw): State<Gateway>, request: Request, next: Next
 /// A declared body over `max_body_bytes` is refused at once (413); then the request takes
 /// a slot (429 when none is free), held until its answer's body is dropped: its last byte
 /// written, or its client gone.
-pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
+pub(crate) async fn slots(State(gw): State<Gateway>, mut request: Request, next: Next) -> Response {
     let declared = (request.headers().get(header::CONTENT_LENGTH))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
@@ -226,8 +226,8 @@ pub(crate) async fn slots(State(gw): State<Gateway>, request: Request, next: Nex
     let route = overload::Route::of(request.uri().path());
     let bound = overload::cost_bound(route, declared.unwrap_or(max_body).min(HEAD_CHARGE));
     // The key's charges of bodies not yet received, capped (`max_unsent_bytes_per_key`).
-    let peer = request.extensions().get::<listen::Peer>().map(|p| p.0);
-    let client = auth::client_of(&gw.inner.keys, request.headers(), peer);
+    let client = auth::client(&gw.inner.keys, request.headers(), request.extensions());
+    request.extensions_mut().insert(auth::Client(client));
     let mut hold = match gw.inner.unsent.hold(client, bound) {
         Ok(hold) => hold,
         Err(over) => return shaped(api, over.error()),

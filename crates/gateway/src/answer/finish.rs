@@ -1,7 +1,6 @@
 //! A request's end, accounted: its metrics, its log line and its span, recorded when its
 //! answer's body ends or is dropped, synchronously (no task is spawned for it).
 
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -10,7 +9,6 @@ use std::time::{Instant, SystemTime};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 
-use crate::admission::auth;
 use crate::answer::closing::{Closing, until_closed};
 use crate::answer::ending::{AnswerEnd, ErrorType, Initiator};
 use crate::error::ApiError;
@@ -112,8 +110,8 @@ impl Settled {
 }
 
 impl Finish {
-    /// The record of a request arriving now with these headers, from `peer`.
-    pub(crate) fn new(gw: &Gateway, headers: &HeaderMap, peer: Option<IpAddr>) -> Finish {
+    /// The record of a request arriving now with these headers, from `client`.
+    pub(crate) fn new(gw: &Gateway, headers: &HeaderMap, client: resilience::ClientId) -> Finish {
         let traces = gw.inner.traces.clone();
         Finish {
             metrics: gw.inner.metrics.clone(),
@@ -125,7 +123,7 @@ impl Finish {
                 .map(str::to_string)
                 .unwrap_or_default(),
             arrived: Instant::now(),
-            client: auth::client_of(&gw.inner.keys, headers, peer),
+            client,
             parent: traces.as_ref().map(|_| Traces::parent(headers)),
             traces,
             tries: None,
@@ -565,7 +563,7 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, || {
             // A request refused after its tries began: its record is its log line.
-            let mut finish = Finish::new(&gw, &HeaderMap::new(), None);
+            let mut finish = Finish::new(&gw, &HeaderMap::new(), 0);
             finish.opening(Arc::default(), Arc::default());
             let e = ApiError::new(
                 axum::http::StatusCode::BAD_GATEWAY,

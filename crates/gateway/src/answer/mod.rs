@@ -22,6 +22,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use choicewise_core::chunks::Envelope;
 
+use crate::admission::auth;
 use crate::admission::layers;
 use crate::answer::ending::ErrorType;
 use crate::answer::finish::{Finish, Recorded};
@@ -32,7 +33,7 @@ use crate::request::ChatRequest;
 use crate::state::Gateway;
 use crate::upstream::engine::{Picked, Run};
 use crate::upstream::open;
-use crate::{HostedTools, api, listen};
+use crate::{HostedTools, api};
 
 /// A request of the client API `A` (the route of each API is this handler, instantiated for
 /// it), answered in that API's terms, its failures included. Its record ([`Finish`]) is made
@@ -43,8 +44,8 @@ pub(crate) async fn answer<A: ClientApi>(
     request: axum::extract::Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let peer = parts.extensions.get::<listen::Peer>().map(|p| p.0);
-    let mut finish = Finish::new(&gw, &parts.headers, peer);
+    let client = auth::client(&gw.inner.keys, &parts.headers, &parts.extensions);
+    let mut finish = Finish::new(&gw, &parts.headers, client);
     finish.api(A::LABEL);
     let mut kept = None;
     let served = serve::<A>(&gw, body, &mut finish, &mut kept).await;

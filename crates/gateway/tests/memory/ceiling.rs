@@ -70,6 +70,23 @@ async fn post(addr: SocketAddr, path: &str, body: &Value) -> reqwest::Response {
         .unwrap()
 }
 
+/// Posts `body` (key `sk-a`) until it is answered 200, for up to 5 s: what was held is
+/// released, and the gateway admits again. The last status.
+async fn admitted_again(addr: SocketAddr, body: &Value) -> u16 {
+    let mut status = 0;
+    for _ in 0..100 {
+        status = post(addr, "/v1/chat/completions", body)
+            .await
+            .status()
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    status
+}
+
 /// Opens uploads of `len` bytes on the three APIs in turn until `count` were tried; the
 /// ones held open, and the refusals (path, status, the answer's text).
 async fn uploads(
@@ -210,17 +227,7 @@ async fn bodies_are_charged_as_they_arrive_and_the_mark_holds() {
 
     // The uploads are gone: what they reserved is released, and requests are admitted
     // again.
-    let mut status = 0;
-    for _ in 0..100 {
-        status = post(addr, "/v1/chat/completions", &chat)
-            .await
-            .status()
-            .as_u16();
-        if status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let status = admitted_again(addr, &chat).await;
     assert_eq!(
         status,
         200,
@@ -321,28 +328,15 @@ async fn one_keys_idle_uploads_leave_the_others_room() {
         assert!(text.contains(r#""code":"unsent_bytes_per_key""#), "{text}");
     }
     let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-    let other = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .bearer_auth("sk-b")
-        .json(&chat)
-        .send()
-        .await
-        .unwrap();
+    let other = post_chat_keyed(addr, &chat, "sk-b").await;
     assert_eq!(other.status(), 200, "another key beside the held uploads");
     // The uploads gone, the key is admitted again.
     drop(held);
-    let mut status = 0;
-    for _ in 0..100 {
-        status = post(addr, "/v1/chat/completions", &chat)
-            .await
-            .status()
-            .as_u16();
-        if status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(status, 200, "the key, its uploads gone");
+    assert_eq!(
+        admitted_again(addr, &chat).await,
+        200,
+        "the key, its uploads gone"
+    );
 }
 
 #[tokio::test]
