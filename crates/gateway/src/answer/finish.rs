@@ -25,7 +25,11 @@ use crate::upstream::resilience;
 /// the `Finish` is dropped with the answer's body: when the body ended, or its client went
 /// away (then the samples still running are cancelled, closing their upstreams, and the
 /// record says what they had received: [`Run::outcome_now`]).
-pub(crate) struct Finish {
+pub(crate) struct Finish(Box<State>);
+
+/// A [`Finish`]'s fields, on the heap: the record goes along the request's path (its
+/// handler, its answer, its body), and moving it moves a pointer.
+pub(crate) struct State {
     metrics: Arc<Metrics>,
     /// The configured model asked for, once known (empty for any other): the metrics' label.
     model: String,
@@ -113,7 +117,7 @@ impl Finish {
     /// The record of a request arriving now with these headers, from `client`.
     pub(crate) fn new(gw: &Gateway, headers: &HeaderMap, client: resilience::ClientId) -> Finish {
         let traces = gw.inner.traces.clone();
-        Finish {
+        Finish(Box::new(State {
             metrics: gw.inner.metrics.clone(),
             model: String::new(),
             asked: None,
@@ -136,9 +140,25 @@ impl Finish {
             answer: None,
             run: None,
             settled: None,
-        }
+        }))
     }
+}
 
+impl std::ops::Deref for Finish {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Finish {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.0
+    }
+}
+
+impl State {
     /// The request was answered with `e`: before its run began, its span is made now (a
     /// run's is made with its record).
     pub(crate) fn refused(&mut self, e: &ApiError) {
@@ -397,7 +417,7 @@ impl Finish {
     }
 }
 
-impl Finish {
+impl State {
     /// The log line of a request refused after its tries began, before it ran: every try,
     /// each failed ([`refused`](Self::refused)). Its metrics are the refusal's, counted by
     /// the layers; its span was made when it was refused.
@@ -453,22 +473,23 @@ fn cut_by_limits_set<'a>(
 
 impl Drop for Finish {
     fn drop(&mut self) {
-        if let Some(run) = self.run.take() {
-            if !self.completed {
+        let this = &mut *self.0;
+        if let Some(run) = this.run.take() {
+            if !this.completed {
                 run.stop(Initiator::Client);
             }
             // No client waits any more: an upstream read held back for it goes on, so that its
             // reader sees the cancel and closes it rather than waiting on the gate for ever.
             run.pace.release();
-            if self.settled.is_none() {
+            if this.settled.is_none() {
                 // The client went away before the answer's end: what the run came to so far.
-                self.settled = Some(Settled::now(&run, self.outputs.as_deref()));
+                this.settled = Some(Settled::now(&run, this.outputs.as_deref()));
             }
         }
-        if let Some(settled) = self.settled.take() {
-            self.record(settled);
-        } else if let Some(code) = self.refusal.take() {
-            self.record_refused(&code);
+        if let Some(settled) = this.settled.take() {
+            this.record(settled);
+        } else if let Some(code) = this.refusal.take() {
+            this.record_refused(&code);
         }
     }
 }

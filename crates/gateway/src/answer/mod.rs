@@ -123,7 +123,8 @@ async fn serve<A: ClientApi>(
     finish.named(parsed.req.model.clone());
     let plan = plan(gw, parsed, model, finish.client())?;
     finish.opening(plan.opener.tries.clone(), plan.opener.limits_set.clone());
-    pick::<A>(gw, plan, finish).await
+    // Boxed, as the answer is: a request's futures stay small where they are moved.
+    Box::pin(pick::<A>(gw, plan, finish)).await
 }
 
 /// Parses a body of the client's API into the request to run. Parsing a body of up to
@@ -317,7 +318,8 @@ async fn pick<A: ClientApi>(
     let deadlines = Deadlines::new(gw, finish.arrived(), req.policy.deadline());
     let picked_by = deadlines.picked_by();
     let request_id = finish.request_id().to_string();
-    let started = tokio::time::timeout_at(picked_by.into(), Run::start(opener, &req)).await;
+    let start = Box::pin(Run::start(opener, &req));
+    let started = tokio::time::timeout_at(picked_by.into(), start).await;
     let Ok(run) = started else {
         return Err(deadlines.passed(
             &request_id,
@@ -333,13 +335,13 @@ async fn pick<A: ClientApi>(
     // The span names how each sample ended, and its parts.
     run.keep_messages(span.is_some());
     let left = picked_by.saturating_duration_since(Instant::now());
-    let picked = run.pick(&req, left).await;
+    let picked = Box::pin(run.pick(&req, left)).await;
     let unpicked = unpicked(&picked, &deadlines, &request_id, &req.model);
     let outputs =
         (req.policy.rule() != choicewise_core::PickRule::All).then(|| picked.samples.clone());
     finish.picked(outputs, span, run);
     if let Some((why, e)) = unpicked {
-        finish.fail(why).await;
+        Box::pin(finish.fail(why)).await;
         return Err(e);
     }
     let envelope = Envelope::new(&req.model);
@@ -400,7 +402,7 @@ struct Ready<A: ClientApi> {
 
 impl<A: ClientApi> Ready<A> {
     /// The answer, in the client's API, streamed or not; `finish` goes with its body.
-    async fn answer(self, finish: Finish) -> Response {
+    fn answer(self, finish: Finish) -> impl Future<Output = Response> + Send {
         let Ready {
             picked,
             req,
@@ -408,13 +410,16 @@ impl<A: ClientApi> Ready<A> {
             closing,
             dropped,
         } = self;
-        let mut response = respond::respond(finish, picked, req, answer, closing).await;
-        if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
+        let responding = respond::respond(finish, picked, req, answer, closing);
+        async move {
+            let mut response = responding.await;
+            if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
+                response
+                    .headers_mut()
+                    .insert("x-choicewise-dropped-tools", value);
+            }
             response
-                .headers_mut()
-                .insert("x-choicewise-dropped-tools", value);
         }
-        response
     }
 }
 

@@ -39,17 +39,21 @@ impl<A: ClientApi> Answer<A> {
 }
 
 /// The answer of a request whose pick is made, in the client's API, streamed or not;
-/// `finish` goes with its body, which records it when it ends.
-pub(crate) async fn respond<A: ClientApi>(
+/// `finish` goes with its body, which records it when it ends. A streamed answer's
+/// response is made at once (its body is its stream); a whole one's once every sample is
+/// over, on the heap: the handler's future stays small.
+pub(crate) fn respond<A: ClientApi>(
     finish: Finish,
     picked: Picked,
     req: ChatRequest,
     api: Answer<A>,
     closing: Closing,
-) -> Response {
+) -> futures::future::BoxFuture<'static, Response> {
     match req.stream {
-        true => streamed(finish, picked, req, api, closing),
-        false => whole(finish, picked, req, api, closing).await,
+        true => Box::pin(std::future::ready(streamed(
+            finish, picked, req, api, closing,
+        ))),
+        false => Box::pin(whole(finish, picked, req, api, closing)),
     }
 }
 
@@ -108,7 +112,8 @@ fn streamed<A: ClientApi>(
             };
             Tail { usage, stop_reason, summary }
         };
-        let tail = until_closed(tail, &mut closing, run).await;
+        // Boxed, as the settle below: the stream is moved as it is made into a body.
+        let tail = Box::pin(until_closed(tail, &mut closing, run)).await;
         let mut write = Vec::new();
         let answer = AnswerEnd::of(&ends, true);
         framing.tail(&ends, &answer, tail, &mut write);
@@ -117,7 +122,7 @@ fn streamed<A: ClientApi>(
         yield Ok(axum::body::Bytes::from(write));
         // The body ends once what the run came to is read (its record needs nothing more),
         // or a moment after, an upstream still open then closed.
-        finish.settle_after_answer(&mut closing).await;
+        Box::pin(finish.settle_after_answer(&mut closing)).await;
     };
     sse_response(body)
 }
