@@ -229,15 +229,19 @@ impl ChatRequest {
     /// Reads a request's fields (a body split, or one translated from another API): only
     /// those the gateway decides are parsed.
     pub fn from_fields(mut body: Fields, limits: &Limits) -> Result<ChatRequest, ApiError> {
-        for key in PARSED {
-            if let Some(e) = body.get(key).and_then(|t| too_large_to_parse(key, t)) {
-                if key == "choicewise"
-                    && let Some(refused) = pattern_refused(&body[key], limits)
-                {
-                    return Err(refused);
-                }
-                return Err(err(e).code("field_too_large").param(key));
+        // The body's own fields, each looked up among the parsed ones (a body has few fields;
+        // the first refused in `PARSED`'s order).
+        let too_large = (body.iter())
+            .filter_map(|(key, text)| Some((PARSED.iter().position(|p| p == key)?, key, text)))
+            .filter_map(|(i, key, text)| Some((i, key, text, too_large_to_parse(key, text)?)))
+            .min_by_key(|(i, ..)| *i);
+        if let Some((_, key, text, e)) = too_large {
+            if key == "choicewise"
+                && let Some(refused) = pattern_refused(text, limits)
+            {
+                return Err(refused);
             }
+            return Err(err(e).code("field_too_large").param(key));
         }
         let mut take = |key: &str| match body.remove(key) {
             None => Ok(None),
@@ -605,6 +609,32 @@ mod tests {
             merged(hedged, serde_json::json!({"deadline_ms": "soon"}))["deadline_ms"],
             "soon"
         );
+    }
+
+    #[test]
+    fn a_parsed_field_too_large_is_refused_the_first_in_its_order() {
+        let big = |key: &str| format!(r#""{key}": [{}0]"#, "0,".repeat(MAX_PARSED_FIELD / 2));
+        // `seed` sorts before `stop` by name; `stop` comes first in the order the fields
+        // are checked.
+        let body = format!(
+            r#"{{"model": "m", "messages": [], {}, {}, {}}}"#,
+            big("thinking"),
+            big("seed"),
+            big("stop")
+        );
+        let e = parse(&body).unwrap_err();
+        assert_eq!(e.code.as_deref(), Some("field_too_large"));
+        assert_eq!(e.param.as_deref(), Some("stop"), "{}", e.message);
+        let body = format!(
+            r#"{{"model": "m", "messages": [], {}}}"#,
+            big("tool_choice")
+        );
+        let e = parse(&body).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tool_choice"), "{}", e.message);
+        assert!(e.message.contains("at most 65536 bytes"), "{}", e.message);
+        // A field the gateway does not parse may be as large as the body.
+        let body = format!(r#"{{"model": "m", "messages": [], {}}}"#, big("metadata"));
+        assert!(parse(&body).is_ok());
     }
 
     #[test]
