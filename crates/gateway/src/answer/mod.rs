@@ -426,6 +426,7 @@ impl<A: ClientApi> Ready<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{chat::Chat, messages::Messages, responses::Responses};
 
     #[test]
     fn small_bodies_without_a_vote_key_parse_on_the_worker() {
@@ -440,6 +441,42 @@ mod tests {
         assert!(
             !parses_inline(&large),
             "a large body parses off the workers"
+        );
+    }
+
+    /// The most a request's handler future may weigh: it is moved whole as axum boxes it,
+    /// and its steps within it as they are awaited, so its large steps are boxed where they
+    /// are awaited and its record lives on the heap (12.5 KB in a release build before).
+    const MAX_HANDLER_FUTURE: usize = 6 * 1024;
+
+    fn handler_future_size<A: ClientApi>(gw: &Gateway) -> usize {
+        let request = axum::http::Request::post("/v1/chat/completions")
+            .body(Body::empty())
+            .unwrap();
+        let future = answer::<A>(State(gw.clone()), request);
+        std::mem::size_of_val(&future)
+    }
+
+    #[test]
+    fn a_handler_future_stays_small() {
+        let config = crate::Config::from_toml(
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+        )
+        .unwrap();
+        let gw = Gateway::new(&config).unwrap();
+        for (api, size) in [
+            ("chat", handler_future_size::<Chat>(&gw)),
+            ("messages", handler_future_size::<Messages>(&gw)),
+            ("responses", handler_future_size::<Responses>(&gw)),
+        ] {
+            assert!(
+                size <= MAX_HANDLER_FUTURE,
+                "the {api} handler's future is {size} bytes (at most {MAX_HANDLER_FUTURE})"
+            );
+        }
+        assert!(
+            std::mem::size_of::<Finish>() <= 8,
+            "the record is a pointer"
         );
     }
 }
