@@ -55,14 +55,17 @@ pub(crate) fn loopback_host(listening: Option<&SocketAddr>, host: &str) -> bool 
         Some((name, port)) if !port.contains(']') => (name, Some(port)),
         _ => (host, None),
     };
-    let own = listening.map(|a| match a.ip() {
-        IpAddr::V6(ip) => format!("[{ip}]"),
-        ip => ip.to_string(),
-    });
+    // The listen address written out only for a name that is none of the loopback's.
+    let own = || {
+        listening.map(|a| match a.ip() {
+            IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        })
+    };
     let known = ["localhost", "127.0.0.1", "[::1]"]
         .iter()
         .any(|n| n.eq_ignore_ascii_case(name))
-        || own.as_deref() == Some(name);
+        || own().as_deref() == Some(name);
     let port_ok = match (port, listening) {
         (Some(port), Some(addr)) => port.parse::<u16>().ok() == Some(addr.port()),
         (Some(port), None) => port.parse::<u16>().is_ok(),

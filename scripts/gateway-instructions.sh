@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The gateway's instructions a request, counted by callgrind: a figure that does not move
+# with the machine's load, for pairing two builds whose requests/s differ by less than
+# `gateway-rate` resolves (about 2%). Each binary serves the request-rate workload's
+# streamed request (one choice, 16 content events, unpaced) from the harness's synthetic
+# upstream, REQUESTS times over 4 keep-alive connections after 100 not counted; the
+# instructions of the counted ones, divided by REQUESTS, and the heaviest functions.
+#
+#   cargo build --release -p choicewise-bench
+#   scripts/gateway-instructions.sh ../before/target/release/choicewise target/release/choicewise
+#
+# Needs valgrind and python3. REQUESTS (default 1000), HARNESS (default
+# target/release/choicewise-bench), KEEP=1 keeps the callgrind files (in a temporary
+# directory, named).
+set -euo pipefail
+
+requests=${REQUESTS:-1000}
+harness=${HARNESS:-target/release/choicewise-bench}
+[ $# -ge 1 ] || { echo "usage: $0 CHOICEWISE_BINARY..." >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "$0: valgrind is not installed" >&2; exit 2; }
+[ -x "$harness" ] || { echo "$0: no harness at $harness (cargo build --release -p choicewise-bench)" >&2; exit 2; }
+
+work=$(mktemp -d)
+[ "${KEEP:-}" = 1 ] || trap 'rm -rf "$work"' EXIT
+
+cat > "$work/load.py" <<'PY'
+import http.client, json, sys, threading
+port, n, threads = int(sys.argv[1]), int(sys.argv[2]), 4
+body = json.dumps({"model": "native", "n": 1, "stream": True, "messages": [{"role": "user",
+    "content": "cwbench tag=0 ticks=16 spread=0 first_us=0 interval_us=0 stamp=0 fault=none tick_writes=0"}]})
+failed = []
+def run(k):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    for _ in range(k):
+        c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        if r.status != 200 or b"[DONE]" not in data:
+            failed.append(r.status)
+ts = [threading.Thread(target=run, args=(n // threads,)) for _ in range(threads)]
+[t.start() for t in ts]; [t.join() for t in ts]
+if failed:
+    sys.exit(f"{len(failed)} requests failed: {failed[:5]}")
+PY
+
+wait_for() { # FILE PATTERN
+  for _ in $(seq 1 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.2; done
+  echo "$0: no '$2' in $1" >&2; cat "$1" >&2; return 1
+}
+
+i=0
+for bin in "$@"; do
+  i=$((i + 1)); d="$work/$i"; mkdir -p "$d"
+  "$harness" gateway-upstream --listen 127.0.0.1:0 > "$d/upstream.log" 2>&1 &
+  up=$!
+  wait_for "$d/upstream.log" "listening on"
+  upstream=$(grep -o 'http://[0-9.:]*' "$d/upstream.log" | head -1)
+  printf 'listen = "127.0.0.1:0"\nshutdown_grace_s = 1\n\n[limits]\nmax_concurrent_requests = 4096\n\n[[models]]\nname = "native"\n[[models.upstreams]]\napi = "chat"\nbase_url = "%s/v1"\nmodel = "m"\nn = "native"\n' \
+    "$upstream" > "$d/gateway.toml"
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$d/callgrind.out" \
+    "$bin" serve --config "$d/gateway.toml" > "$d/gateway.log" 2>&1 &
+  gw=$!
+  wait_for "$d/gateway.log" "listening on"
+  port=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$d/gateway.log" | sed 's/.*://')
+  python3 "$work/load.py" "$port" 100
+  callgrind_control -i on "$gw" > /dev/null 2>&1
+  python3 "$work/load.py" "$port" "$requests"
+  callgrind_control -d "$gw" > /dev/null 2>&1
+  kill -9 "$gw" "$up" 2>/dev/null || true
+  wait "$gw" "$up" 2>/dev/null || true
+  out=$(ls "$d"/callgrind.out.* | head -1)
+  total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+  memcpy=$(callgrind_annotate "$out" 2>/dev/null | awk '/__mem(cpy|move)/ {gsub(",", "", $1); s += $1} END {print s + 0}')
+  echo "$bin: $((total / requests)) instructions a request (memcpy $((memcpy / requests)))"
+  callgrind_annotate --auto=no "$out" 2>/dev/null | awk '/file:function/ {p = 1; next} p && NF && n++ < 12' \
+    | sed -E 's/ \[[^]]*\]$//; s#  (\./|/)[^ ]*\.(rs|S|c|h):#  #' | cut -c1-150
+  if [ "${KEEP:-}" = 1 ]; then echo "kept: $out"; fi
+done
