@@ -6,14 +6,14 @@
 //! cargo run --release -p choicewise-usage --example load_time -- cl100k  # cl100k then o200k
 //! ```
 //!
-//! For each table it prints the time of the first `*_singleton()` call (parse
-//! the embedded table, build the regexes), of the first `encode_ordinary` on
-//! it, and of a second identical encode for comparison.
+//! For each table it prints the time of the first `preload` (parse the table
+//! tiktoken-rs embeds, read its merge ranks out, build the pre-tokenizer), of
+//! the first `count_text` with it, and of a second identical count for
+//! comparison.
 
 use std::time::{Duration, Instant};
 
-use choicewise_usage::{EncodingName, count_prompt, preload};
-use tiktoken_rs::{CoreBPE, cl100k_base_singleton, o200k_base_singleton};
+use choicewise_usage::{EncodingName, count_prompt, count_text, preload};
 
 const SAMPLE: &str = "Streamed completions often carry no usage; we then estimate the token counts \
                       with tiktoken and flag them as estimated. fn main() { println!(\"hi\"); }";
@@ -24,14 +24,15 @@ fn time<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     (out, start.elapsed())
 }
 
-fn measure(label: &str, load: fn() -> &'static CoreBPE) {
-    let (bpe, load_time) = time(load);
-    let (n, first) = time(|| bpe.encode_ordinary(SAMPLE).len());
-    let (_, second) = time(|| bpe.encode_ordinary(SAMPLE).len());
-    let (_, again) = time(load);
+fn measure(enc: EncodingName) {
+    let ((), load_time) = time(|| preload(enc));
+    let (n, first) = time(|| count_text(enc, SAMPLE));
+    let (_, second) = time(|| count_text(enc, SAMPLE));
+    let ((), again) = time(|| preload(enc));
     println!(
-        "{label:<12} first singleton call {:>9.3} ms | first encode ({n} tokens) {:>8.3} ms | \
-         second encode {:>8.3} ms | later singleton call {:>6.3} µs",
+        "{:<12} first preload {:>9.3} ms | first count ({n} tokens) {:>8.3} ms | \
+         second count {:>8.3} ms | later preload {:>6.3} µs",
+        enc.as_str(),
         ms(load_time),
         ms(first),
         ms(second),
@@ -47,31 +48,21 @@ fn main() {
     let cl100k_first = std::env::args()
         .nth(1)
         .is_some_and(|a| a.starts_with("cl100k"));
-    let o200k = (
-        "o200k_base",
-        o200k_base_singleton as fn() -> &'static CoreBPE,
-    );
-    let cl100k = (
-        "cl100k_base",
-        cl100k_base_singleton as fn() -> &'static CoreBPE,
-    );
     let order = if cl100k_first {
-        [cl100k, o200k]
+        [EncodingName::Cl100kBase, EncodingName::O200kBase]
     } else {
-        [o200k, cl100k]
+        [EncodingName::O200kBase, EncodingName::Cl100kBase]
     };
-    for (label, load) in order {
-        measure(label, load);
+    for enc in order {
+        measure(enc);
     }
-    // Through this crate: tables are already loaded, so this is counting only.
+    // A whole request: tables are already loaded, so this is counting only.
     let request =
         serde_json::json!({"model": "gpt-4o", "messages": [{"role": "user", "content": SAMPLE}]});
-    let ((), preload_again) = time(|| preload(EncodingName::O200kBase));
     let (n, first_prompt) =
         time(|| count_prompt(EncodingName::O200kBase, &request).map(|c| c.total));
     println!(
-        "choicewise-usage: preload after load {:.3} µs | first count_prompt {:.3} ms ({n:?} tokens)",
-        preload_again.as_secs_f64() * 1e6,
+        "choicewise-usage: first count_prompt {:.3} ms ({n:?} tokens)",
         ms(first_prompt)
     );
 }

@@ -117,7 +117,7 @@ pub struct CompletionCount {
 ///       + PARALLEL_TOOL_CALLS_OVERHEAD   (once, when there are two or more tool calls)
 /// ```
 ///
-/// Every text is counted with `encode_ordinary` of `enc` ([`count_text`]).
+/// Every text is counted as `encode_ordinary` of `enc` counts it ([`count_text`]).
 /// Plain text carries no overhead: for a text answer the API's
 /// `completion_tokens` is the token count of the text itself (no
 /// end-of-message token), as far as public measurements go; OpenAI documents

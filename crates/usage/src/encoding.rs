@@ -3,13 +3,13 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tiktoken_rs::{CoreBPE, cl100k_base_singleton, o200k_base_singleton};
+use crate::bpe::Bpe;
 
 /// The tiktoken encodings this crate counts with.
 ///
 /// Both tables are embedded in the `tiktoken-rs` crate (no download at run
-/// time) and are parsed once per process, on first use, into a shared
-/// singleton (see [`preload`]).
+/// time) and are read once per process, on first use, into a shared
+/// tokenizer (see [`preload`]).
 ///
 /// ```
 /// use choicewise_usage::EncodingName;
@@ -58,13 +58,10 @@ impl EncodingName {
     }
 
     /// The shared tokenizer for this encoding, loading its table on the first
-    /// call in the process (tiktoken-rs `*_singleton()`; later calls are a
-    /// pointer read).
-    pub(crate) fn bpe(self) -> &'static CoreBPE {
-        let bpe = match self {
-            EncodingName::O200kBase => o200k_base_singleton(),
-            EncodingName::Cl100kBase => cl100k_base_singleton(),
-        };
+    /// call in the process (tiktoken-rs's embedded table read into merge ranks,
+    /// the pre-tokenizer built; later calls are a pointer read).
+    pub(crate) fn bpe(self) -> &'static Bpe {
+        let bpe = Bpe::get(self);
         self.loaded_flag().store(true, Ordering::Release);
         bpe
     }
@@ -252,13 +249,15 @@ pub fn preload(name: EncodingName) {
 
 /// Whitespace runs longer than this many characters are counted in pieces.
 ///
-/// tiktoken-rs 0.12 matches the pre-tokenizer's `\s+(?!\S)` with
-/// fancy-regex, whose backtracking costs time quadratic in the run's length
-/// and overflows its stack on a run of about 1,000,000 whitespace characters
-/// (`encode_ordinary` then panics). Cutting longer runs keeps [`count_text`]
-/// linear and total. The cut is a multiple of the longest whitespace tokens
-/// (128 spaces; 16 newlines or ideographic spaces), so runs of one of those
-/// count exactly; other runs may be a token or two off per cut.
+/// tiktoken-rs 0.12's own `encode_ordinary` matches the pre-tokenizer's
+/// `\s+(?!\S)` with fancy-regex, whose backtracking costs time quadratic in
+/// the run's length and overflows its stack on a run of about 1,000,000
+/// whitespace characters (it then panics). This crate's pre-tokenizer has no
+/// lookahead and no such limit, but cuts the same runs, so that its counts
+/// stay the ones it gave with tiktoken-rs's and one piece's merges stay
+/// short. The cut is a multiple of the longest whitespace tokens (128
+/// spaces; 16 newlines or ideographic spaces), so runs of one of those count
+/// exactly; other runs may be a token or two off per cut.
 const MAX_WHITESPACE_RUN: usize = 1 << 12;
 
 /// Texts longer than this many bytes are estimated from [`WINDOWS`] windows
@@ -361,7 +360,7 @@ fn count_runs(name: EncodingName, text: &str) -> u64 {
         return 0;
     }
     let bpe = name.bpe();
-    let exact = |piece: &str| bpe.encode_ordinary(piece).len() as u64;
+    let exact = |piece: &str| bpe.count(piece);
     if text.len() <= LONG_RUN {
         // Too short to hold an over-long run (a character is at least a byte).
         return exact(text);

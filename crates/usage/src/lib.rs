@@ -16,7 +16,8 @@
 //!   tiktoken"), function and tool definitions as the TypeScript namespace
 //!   the model is shown.
 //!
-//! The tables load lazily, once per process, into tiktoken-rs singletons;
+//! The tables load lazily, once per process, from tiktoken-rs into shared
+//! merge tables (counted with tiktoken's pre-tokenizer on `regex-automata`);
 //! [`preload`] loads one ahead of time. Everything here is synchronous, pure
 //! and never panics on any input: a malformed request gives a [`UsageError`]
 //! naming the path of the offending value.
@@ -44,6 +45,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod bpe;
 mod completion;
 mod encoding;
 mod error;
