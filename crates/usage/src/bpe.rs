@@ -73,6 +73,7 @@ impl Bpe {
                     0,
                     O200K_PIECES,
                     tiktoken_rs::o200k_base().expect("tiktoken-rs's embedded o200k_base parses"),
+                    199_998,
                 )
             }),
             EncodingName::Cl100kBase => CL100K.get_or_init(|| {
@@ -80,24 +81,29 @@ impl Bpe {
                     1,
                     CL100K_PIECES,
                     tiktoken_rs::cl100k_base().expect("tiktoken-rs's embedded cl100k_base parses"),
+                    100_256,
                 )
             }),
         }
     }
 
     /// The pre-tokenizer from `pieces`, and the ranks of `table`'s ordinary tokens (ranks
-    /// 0, 1, … up to the first that is not one), after which `table` is dropped.
-    fn new(cache_slot: usize, pieces: &str, table: CoreBPE) -> Bpe {
+    /// 0, 1, … up to the first that is not one, `expected` of them), after which `table` is
+    /// dropped.
+    fn new(cache_slot: usize, pieces: &str, table: CoreBPE, expected: usize) -> Bpe {
         let pieces = Regex::new_many(&[pieces, r"\s+\s", r"\s+"])
             .expect("the pre-tokenizer's patterns are valid");
-        let special = table.special_tokens();
-        let ranks = (0..Rank::MAX)
-            .map_while(|rank| {
-                let bytes = table.decode_bytes(&[rank]).ok()?;
-                let is_special = std::str::from_utf8(&bytes).is_ok_and(|s| special.contains(s));
-                (!is_special).then_some((bytes, rank))
-            })
+        // The special tokens' ranks, which end the ordinary ones.
+        let special: Vec<Rank> = (table.special_tokens().into_iter())
+            .flat_map(|s| table.encode_with_special_tokens(s))
             .collect();
+        let mut ranks = FxHashMap::with_capacity_and_hasher(expected, Default::default());
+        for rank in (0..Rank::MAX).take_while(|r| !special.contains(r)) {
+            let Ok(bytes) = table.decode_bytes(&[rank]) else {
+                break;
+            };
+            ranks.insert(bytes, rank);
+        }
         drop(table);
         let bpe = Bpe {
             pieces,
