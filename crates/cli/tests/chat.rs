@@ -673,11 +673,12 @@ async fn a_failed_upstream_is_said_once_on_stderr_and_its_usage_as_it_is() {
             );
         }
     }
-    let healthy = answer("42");
+    // Two answers that differ: a vote cannot be decided before the third sample ends, so its
+    // failure is seen (with two alike, the vote could decide first and cancel it, unsaid).
     let server = TestServer::builder()
-        .body(healthy.clone())
+        .body(answer("42"))
         .then(TestServer::builder().fail(Failure::status(500).message("The server had an error")))
-        .then(TestServer::builder().body(healthy.clone()))
+        .then(TestServer::builder().body(answer("43")))
         .start()
         .await
         .unwrap();
