@@ -120,14 +120,16 @@ impl Bpe {
     /// The number of tokens of `text`: `encode_ordinary(text).len()` of tiktoken.
     pub(crate) fn count(&self, text: &str) -> u64 {
         thread_local! {
-            /// Each thread's search state for each encoding's pre-tokenizer (no shared pool).
-            static CACHES: RefCell<[Option<Cache>; 2]> = const { RefCell::new([None, None]) };
+            /// Each thread's search state for each encoding's pre-tokenizer (no shared pool),
+            /// on the heap: a thread-local's own block is static TLS, of which a library
+            /// loaded at run time (the Python extension) gets only a little.
+            static CACHES: RefCell<[Option<Box<Cache>>; 2]> = const { RefCell::new([None, None]) };
         }
         CACHES
             .try_with(|caches| match caches.try_borrow_mut() {
                 Ok(mut caches) => {
-                    let cache =
-                        caches[self.cache_slot].get_or_insert_with(|| self.pieces.create_cache());
+                    let cache = caches[self.cache_slot]
+                        .get_or_insert_with(|| Box::new(self.pieces.create_cache()));
                     self.count_with(cache, text)
                 }
                 Err(_) => self.count_with(&mut self.pieces.create_cache(), text),
