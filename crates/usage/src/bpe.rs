@@ -21,8 +21,6 @@ use regex_automata::{Anchored, Input};
 use rustc_hash::FxHashMap;
 use tiktoken_rs::{CoreBPE, Rank, byte_pair_split};
 
-use crate::EncodingName;
-
 /// cl100k_base's split pattern up to `\s+(?!\S)`, then `\s+$`, as tiktoken-rs 0.12 spells it
 /// (`cl100k_base()`), without its possessive quantifiers: none of them changes a match here
 /// (nothing after `\p{L}++`, `\p{N}{1,3}+` or `\s++$` in their alternative could match less,
@@ -63,28 +61,24 @@ pub(crate) struct Bpe {
 }
 
 impl Bpe {
-    /// The process's tokenizer for `name`, built on the first call.
-    pub(crate) fn get(name: EncodingName) -> &'static Bpe {
+    /// The process's o200k_base tokenizer, built on the first call.
+    pub(crate) fn o200k_base() -> &'static Bpe {
         static O200K: OnceLock<Bpe> = OnceLock::new();
+        O200K.get_or_init(|| {
+            let table =
+                tiktoken_rs::o200k_base().expect("tiktoken-rs's embedded o200k_base parses");
+            Bpe::new(0, O200K_PIECES, table, 199_998)
+        })
+    }
+
+    /// The process's cl100k_base tokenizer, built on the first call.
+    pub(crate) fn cl100k_base() -> &'static Bpe {
         static CL100K: OnceLock<Bpe> = OnceLock::new();
-        match name {
-            EncodingName::O200kBase => O200K.get_or_init(|| {
-                Bpe::new(
-                    0,
-                    O200K_PIECES,
-                    tiktoken_rs::o200k_base().expect("tiktoken-rs's embedded o200k_base parses"),
-                    199_998,
-                )
-            }),
-            EncodingName::Cl100kBase => CL100K.get_or_init(|| {
-                Bpe::new(
-                    1,
-                    CL100K_PIECES,
-                    tiktoken_rs::cl100k_base().expect("tiktoken-rs's embedded cl100k_base parses"),
-                    100_256,
-                )
-            }),
-        }
+        CL100K.get_or_init(|| {
+            let table =
+                tiktoken_rs::cl100k_base().expect("tiktoken-rs's embedded cl100k_base parses");
+            Bpe::new(1, CL100K_PIECES, table, 100_256)
+        })
     }
 
     /// The pre-tokenizer from `pieces`, and the ranks of `table`'s ordinary tokens (ranks

@@ -61,7 +61,10 @@ impl EncodingName {
     /// call in the process (tiktoken-rs's embedded table read into merge ranks,
     /// the pre-tokenizer built; later calls are a pointer read).
     pub(crate) fn bpe(self) -> &'static Bpe {
-        let bpe = Bpe::get(self);
+        let bpe = match self {
+            EncodingName::O200kBase => Bpe::o200k_base(),
+            EncodingName::Cl100kBase => Bpe::cl100k_base(),
+        };
         self.loaded_flag().store(true, Ordering::Release);
         bpe
     }
