@@ -76,6 +76,17 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
+    /// For the crate's unit tests: a gateway of one model, `m`, on a chat upstream that
+    /// nothing answers.
+    #[cfg(test)]
+    pub(crate) fn of_one_model() -> Gateway {
+        let config = crate::Config::from_toml(
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+        )
+        .unwrap();
+        Gateway::new(&config).unwrap()
+    }
+
     /// The state for this configuration, the environment variables it names read with
     /// `env` ([`Gateway::with_env`] is the public entry).
     pub(crate) fn build(

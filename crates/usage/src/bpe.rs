@@ -64,21 +64,24 @@ impl Bpe {
     /// The process's o200k_base tokenizer, built on the first call.
     pub(crate) fn o200k_base() -> &'static Bpe {
         static O200K: OnceLock<Bpe> = OnceLock::new();
-        O200K.get_or_init(|| {
-            let table =
-                tiktoken_rs::o200k_base().expect("tiktoken-rs's embedded o200k_base parses");
-            Bpe::new(0, O200K_PIECES, table, 199_998)
-        })
+        O200K.get_or_init(|| Bpe::load(0, O200K_PIECES, tiktoken_rs::o200k_base, 199_998))
     }
 
     /// The process's cl100k_base tokenizer, built on the first call.
     pub(crate) fn cl100k_base() -> &'static Bpe {
         static CL100K: OnceLock<Bpe> = OnceLock::new();
-        CL100K.get_or_init(|| {
-            let table =
-                tiktoken_rs::cl100k_base().expect("tiktoken-rs's embedded cl100k_base parses");
-            Bpe::new(1, CL100K_PIECES, table, 100_256)
-        })
+        CL100K.get_or_init(|| Bpe::load(1, CL100K_PIECES, tiktoken_rs::cl100k_base, 100_256))
+    }
+
+    /// [`Bpe::new`] of the table that `table` parses from tiktoken-rs's embedded copy.
+    fn load<E: std::fmt::Debug>(
+        cache_slot: usize,
+        pieces: &str,
+        table: fn() -> Result<CoreBPE, E>,
+        expected: usize,
+    ) -> Bpe {
+        let table = table().expect("tiktoken-rs's embedded tables parse");
+        Bpe::new(cache_slot, pieces, table, expected)
     }
 
     /// The pre-tokenizer from `pieces`, and the ranks of `table`'s ordinary tokens (ranks

@@ -571,11 +571,7 @@ mod tests {
     fn a_recorded_body_makes_its_record_at_its_end_not_before() {
         use http_body::Body as _;
         use http_body_util::BodyExt;
-        let config = crate::Config::from_toml(
-            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
-        )
-        .unwrap();
-        let gw = Gateway::new(&config).unwrap();
+        let gw = Gateway::of_one_model();
         let lines = Lines::default();
         let writer = lines.clone();
         let subscriber = tracing_subscriber::fmt()

@@ -318,8 +318,7 @@ async fn pick<A: ClientApi>(
     let deadlines = Deadlines::new(gw, finish.arrived(), req.policy.deadline());
     let picked_by = deadlines.picked_by();
     let request_id = finish.request_id().to_string();
-    let start = Box::pin(Run::start(opener, &req));
-    let started = tokio::time::timeout_at(picked_by.into(), start).await;
+    let started = tokio::time::timeout_at(picked_by.into(), Run::start(opener, &req)).await;
     let Ok(run) = started else {
         return Err(deadlines.passed(
             &request_id,
@@ -335,13 +334,13 @@ async fn pick<A: ClientApi>(
     // The span names how each sample ended, and its parts.
     run.keep_messages(span.is_some());
     let left = picked_by.saturating_duration_since(Instant::now());
-    let picked = Box::pin(run.pick(&req, left)).await;
+    let picked = run.pick(&req, left).await;
     let unpicked = unpicked(&picked, &deadlines, &request_id, &req.model);
     let outputs =
         (req.policy.rule() != choicewise_core::PickRule::All).then(|| picked.samples.clone());
     finish.picked(outputs, span, run);
     if let Some((why, e)) = unpicked {
-        Box::pin(finish.fail(why)).await;
+        finish.fail(why).await;
         return Err(e);
     }
     let envelope = Envelope::new(&req.model);
@@ -459,11 +458,7 @@ mod tests {
 
     #[test]
     fn a_handler_future_stays_small() {
-        let config = crate::Config::from_toml(
-            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
-        )
-        .unwrap();
-        let gw = Gateway::new(&config).unwrap();
+        let gw = Gateway::of_one_model();
         for (api, size) in [
             ("chat", handler_future_size::<Chat>(&gw)),
             ("messages", handler_future_size::<Messages>(&gw)),

@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use choicewise_core::Choice;
 use choicewise_core::chunks::Envelope;
+use futures::future::{BoxFuture, Either};
 
 use crate::answer::ending::{AnswerEnd, Initiator, OutputEnd, Seen, decide};
 use crate::answer::finish::{Finish, Settled};
@@ -48,12 +49,12 @@ pub(crate) fn respond<A: ClientApi>(
     req: ChatRequest,
     api: Answer<A>,
     closing: Closing,
-) -> futures::future::BoxFuture<'static, Response> {
+) -> Either<std::future::Ready<Response>, BoxFuture<'static, Response>> {
     match req.stream {
-        true => Box::pin(std::future::ready(streamed(
+        true => Either::Left(std::future::ready(streamed(
             finish, picked, req, api, closing,
         ))),
-        false => Box::pin(whole(finish, picked, req, api, closing)),
+        false => Either::Right(Box::pin(whole(finish, picked, req, api, closing))),
     }
 }
 
