@@ -93,7 +93,9 @@ impl CompletionsBuilder {
     /// completions.start_more(3);
     /// let selection = completions.vote(|o| o.message.content.clone()).min_votes(3).await;
     /// assert_eq!(completions.started(), 4, "the failed sample 1 was replaced by sample 3");
-    /// assert_eq!(selection.selected, [0, 2, 3]);
+    /// let mut voters = selection.selected; // in the order they finished
+    /// voters.sort_unstable();
+    /// assert_eq!(voters, [0, 2, 3]);
     /// # }
     /// ```
     pub fn replace_failed(mut self, count: usize) -> Self {

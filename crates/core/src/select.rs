@@ -426,6 +426,9 @@ impl<'a> Pick<'a> {
             if voting {
                 let judged = judged.lock().unwrap_or_else(|e| e.into_inner());
                 complete_tally(&mut decided, &judged, or_first_finished, completions);
+                // The winning key's voters in the order they finished: the first answers.
+                let mut places = Places::new(completions);
+                decided.selected.sort_by_cached_key(|i| places.of(*i));
             }
             decided
         };
@@ -439,10 +442,12 @@ impl<'a> Pick<'a> {
             };
         }
         if let (Rule::Vote(key), Some(options)) = (&rule, confidence) {
+            let answers = or_first_finished;
             let decided =
-                vote_confident(completions, deadline, key, options, window, min_votes).await;
+                vote_confident(completions, deadline, key, options, window, min_votes, answers)
+                    .await;
             return (completions)
-                .conclude(tallied(decided), keep_rest, false, false)
+                .conclude(tallied(decided), keep_rest, true, false)
                 .await;
         }
         let windowed = window.filter(|_| matches!(rule, Rule::Vote(_)));
@@ -460,14 +465,17 @@ impl<'a> Pick<'a> {
         let streaming = matches!(rule, Rule::Token);
         let decided = match (rule, windowed) {
             (Rule::Vote(key), Some(size)) => {
-                vote_windowed(completions, deadline, key, size, min_votes).await
+                let answers = or_first_finished;
+                vote_windowed(completions, deadline, key, size, min_votes, answers).await
             }
-            (Rule::Vote(key), None) => vote(completions, deadline, key, min_votes).await,
+            (Rule::Vote(key), None) => {
+                vote(completions, deadline, key, min_votes, or_first_finished).await
+            }
             (Rule::Best(score), _) => best(completions, deadline, score).await,
             (rule, _) => first_n(completions, deadline, rule, take, hedge).await,
         };
         completions
-            .conclude(tallied(decided), keep_rest, first, streaming)
+            .conclude(tallied(decided), keep_rest, first || voting, streaming)
             .await
     }
 }

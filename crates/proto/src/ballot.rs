@@ -52,6 +52,28 @@ fn rank(a: &Standing<'_>, b: &Standing<'_>) -> Ordering {
         .then_with(|| a.key.cmp(b.key))
 }
 
+/// Where a counted vote stands ([`Ballot::verdict`]): whether it has stopped, and how.
+///
+/// ```
+/// use choicewise_proto::{Ballot, Verdict};
+/// let mut ballot = Ballot::new();
+/// ballot.vote("a", 0);
+/// ballot.vote("a", 1);
+/// assert_eq!(ballot.verdict(1, 2, false), Verdict::Won);
+/// assert_eq!(ballot.verdict(2, 2, false), Verdict::Open);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// A voter still to come could change the answer: the vote goes on.
+    Open,
+    /// The leader has enough votes and cannot be caught: it won.
+    Won,
+    /// No key can reach enough votes, and the answer cannot change any more: the vote is
+    /// over without a winner.
+    Short,
+}
+
 /// A vote's ballot: each key's weight, voters and first finish. Plain votes, windowed votes,
 /// confidence-guided votes and the benchmark's offline reference all count on it, so one
 /// rule decides every one of them ([`ranked`](Self::ranked)).
@@ -244,6 +266,54 @@ impl Ballot {
     /// ```
     pub fn get(&self, key: &str) -> Option<Standing<'_>> {
         self.standings().find(|s| s.key == key)
+    }
+
+    /// Where a counted vote stands with `remaining` voters still to come, each of which may
+    /// vote for any key or for none, when a key needs `min_votes` votes to win. The one rule
+    /// of when a vote stops, for every counted vote (plain, windowed, the benchmark's
+    /// reference):
+    ///
+    /// - **won** once the leader has `min_votes` and cannot be caught (more votes than the
+    ///   runner-up's and every remaining voter's together), or when nobody remains;
+    /// - **short** once no key can reach `min_votes` any more. When an undecided vote is
+    ///   still answered (`answers_undecided`: by its leader's first voter, or, without a
+    ///   vote, by a sample that finished without a key), it is short only once that answer
+    ///   cannot change: its leader cannot be caught, or nobody remains. A vote with no key
+    ///   yet stays open while any voter remains, so that a sample still running can vote.
+    ///
+    /// ```
+    /// use choicewise_proto::{Ballot, Verdict};
+    /// let empty = Ballot::new();
+    /// // Two samples finished without a key; one is still running.
+    /// assert_eq!(empty.verdict(1, 2, false), Verdict::Short);
+    /// assert_eq!(empty.verdict(1, 2, true), Verdict::Open);
+    /// assert_eq!(empty.verdict(0, 2, true), Verdict::Short);
+    /// let mut split = Ballot::new();
+    /// split.vote("a", 0);
+    /// split.vote("b", 1);
+    /// // A third voter could still make "b" the leader.
+    /// assert_eq!(split.verdict(1, 3, true), Verdict::Open);
+    /// split.vote("a", 2);
+    /// assert_eq!(split.verdict(0, 3, true), Verdict::Short);
+    /// ```
+    pub fn verdict(&self, remaining: usize, min_votes: usize, answers_undecided: bool) -> Verdict {
+        let ranked = self.ranked();
+        let votes = ranked.first().map_or(0, |s| s.votes);
+        let second = ranked.get(1).map_or(0, |s| s.votes);
+        let uncatchable = !ranked.is_empty() && votes > second + remaining;
+        if votes >= min_votes && (uncatchable || remaining == 0) {
+            return Verdict::Won;
+        }
+        if remaining == 0 {
+            return Verdict::Short;
+        }
+        let reachable = votes + remaining >= min_votes;
+        match (reachable, answers_undecided) {
+            (true, _) => Verdict::Open,
+            (false, false) => Verdict::Short,
+            (false, true) if uncatchable => Verdict::Short,
+            (false, true) => Verdict::Open,
+        }
     }
 
     /// The leader's share of the total weight; `None` while the total is 0.

@@ -58,7 +58,7 @@ mod usage;
 pub mod wire;
 
 pub use api::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesError, MessagesText};
-pub use ballot::{Ballot, Standing};
+pub use ballot::{Ballot, Standing, Verdict};
 pub use choicewise_partial_json::{PartialJsonError, Snapshot};
 pub use choicewise_sse::SseError;
 #[cfg(feature = "estimate")]

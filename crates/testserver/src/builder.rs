@@ -42,6 +42,7 @@ pub struct TestServerBuilder {
     port: u16,
     models: Vec<String>,
     delay: Duration,
+    head_delay: Duration,
     /// The answers of the following requests, in turn (see `then`).
     next: Vec<TestServerBuilder>,
 }
@@ -58,6 +59,7 @@ impl Default for TestServerBuilder {
             port: 0,
             models: vec!["gpt-4o-mini".to_string()],
             delay: Duration::ZERO,
+            head_delay: Duration::ZERO,
             next: Vec::new(),
         }
     }
@@ -286,6 +288,31 @@ impl TestServerBuilder {
         self
     }
 
+    /// Waits this long after reading a request before the response's status line (default
+    /// none): an upstream whose first byte comes late (queued, loading, a slow network), as
+    /// opposed to [`delay`](Self::delay), which comes after the headers.
+    ///
+    /// ```
+    /// # use std::time::{Duration, Instant};
+    /// # use choicewise_testserver::{TestServer, answer};
+    /// # #[tokio::main] async fn main() -> std::io::Result<()> {
+    /// let server = TestServer::builder()
+    ///     .body(answer("late"))
+    ///     .head_delay(Duration::from_millis(100))
+    ///     .start()
+    ///     .await?;
+    /// let asked = Instant::now();
+    /// let url = format!("{}/chat/completions", server.base_url());
+    /// let response = reqwest::Client::new().post(&url).body("{}").send().await.unwrap();
+    /// assert_eq!(response.status(), 200);
+    /// assert!(asked.elapsed() >= Duration::from_millis(100));
+    /// # Ok(()) }
+    /// ```
+    pub fn head_delay(mut self, delay: Duration) -> Self {
+        self.head_delay = delay;
+        self
+    }
+
     /// Answers the next request as `next` says (its body, writes, delays, ending and
     /// failure; its port, key and models are ignored). With several, the requests take the
     /// answers in turn in the order they arrive: the first this builder's own, then each
@@ -340,6 +367,7 @@ impl TestServerBuilder {
             failure: self.failure.clone(),
             fail_first: self.fail_first,
             delay: self.delay,
+            head_delay: self.head_delay,
         }
     }
 

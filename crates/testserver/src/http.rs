@@ -233,6 +233,9 @@ async fn handle(
         }
     }
     let reply = &state.replies[number % state.replies.len()];
+    if !reply.head_delay.is_zero() {
+        tokio::time::sleep(reply.head_delay).await;
+    }
     if let Some(failure) = reply.failure.as_ref().filter(|_| number < reply.fail_first) {
         return Ok(failure.response());
     }

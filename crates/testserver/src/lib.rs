@@ -176,6 +176,8 @@ struct Reply {
     failure: Option<Failure>,
     fail_first: usize,
     delay: Duration,
+    /// Before the status line.
+    head_delay: Duration,
 }
 
 struct State {

@@ -265,6 +265,7 @@ pub(crate) async fn vote_confident(
     options: Confidence,
     window: Option<usize>,
     min_votes: usize,
+    answers_undecided: bool,
 ) -> Decided {
     let began = Instant::now();
     let warmup_n = options.warmup.max(1);
@@ -376,7 +377,8 @@ pub(crate) async fn vote_confident(
                             // The plain vote decides instead, over every choice.
                             drop(following);
                             let left = deadline.map(|d| d.saturating_sub(began.elapsed()));
-                            return fall_back(completions, left, key, window, min_votes, reason)
+                            let needs = (min_votes, answers_undecided);
+                            return fall_back(completions, left, key, window, needs, reason)
                                 .await;
                         }
                     }
@@ -421,7 +423,8 @@ pub(crate) async fn vote_confident(
                 ballot.open(s);
             }
             Warmup::Unscored(reason) => {
-                return fall_back(completions, None, key, window, min_votes, reason).await;
+                let needs = (min_votes, answers_undecided);
+                return fall_back(completions, None, key, window, needs, reason).await;
             }
             Warmup::Running => {}
         }
@@ -583,16 +586,19 @@ async fn fall_back(
     deadline: Option<Duration>,
     key: &Judge<Option<String>>,
     window: Option<usize>,
-    min_votes: usize,
+    (min_votes, answers_undecided): (usize, bool),
     reason: String,
 ) -> Decided {
     let decided = match window {
-        Some(size) => vote_windowed(completions, deadline, |o| key(o), size, min_votes).await,
+        Some(size) => {
+            let answers = answers_undecided;
+            vote_windowed(completions, deadline, |o| key(o), size, min_votes, answers).await
+        }
         None => {
             // The plain vote places no replacement: the readers start them again.
             completions.readers_start_replacements();
             completions.start_more(usize::MAX);
-            vote(completions, deadline, |o| key(o), min_votes).await
+            vote(completions, deadline, |o| key(o), min_votes, answers_undecided).await
         }
     };
     Decided {

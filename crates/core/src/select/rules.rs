@@ -10,7 +10,7 @@ use futures::StreamExt;
 use super::{Decided, Following, Judge, Places, Replacing, Rule, Tally, watch};
 use crate::choice::Choice;
 use crate::completions::Completions;
-use choicewise_proto::{Ballot, ChoiceEvent, ChoiceOutput};
+use choicewise_proto::{Ballot, ChoiceEvent, ChoiceOutput, Verdict};
 
 /// The first `take` choices to qualify under a first-* rule, in the order they did: to
 /// produce (`Token`), or to finish well (`First`), and be accepted (`Where`); hedged, one
@@ -128,6 +128,7 @@ pub(crate) async fn vote(
     deadline: Option<Duration>,
     key: impl Fn(&ChoiceOutput) -> Option<String>,
     min_votes: usize,
+    answers_undecided: bool,
 ) -> Decided {
     // The choices there will be: for samples made on demand, those the started samples
     // declare and one for each sample planned but not started (a failed sample's
@@ -151,11 +152,10 @@ pub(crate) async fn vote(
             voters.entry(k).or_default().push(output.index);
         }
     };
-    // Decided: the leader cannot be caught and has enough; or no key can reach enough.
+    // Stopped as the ballot says: won, or short of a winner with an answer that cannot
+    // change (a sample still running may vote: it keeps the vote open).
     let decides = |ballot: &Ballot, remaining: usize| {
-        let (votes, second) = (ballot.leader_and_second())
-            .map_or((0, 0), |(leader, second)| (leader.votes, second as usize));
-        (votes > second + remaining && votes >= min_votes) || votes + remaining < min_votes
+        ballot.verdict(remaining, min_votes, answers_undecided) != Verdict::Open
     };
     // The results come in finish order; while the number of choices is unknown (an upstream
     // that did not declare its `n`, its stream not over) they wait, so that the vote stops at
@@ -283,6 +283,7 @@ pub(crate) async fn vote_windowed(
     key: impl Fn(&ChoiceOutput) -> Option<String>,
     size: usize,
     min_votes: usize,
+    answers_undecided: bool,
 ) -> Decided {
     let sampled = completions.samples_made();
     // A failed sample's replacement takes the next position, in its own window: this vote
@@ -383,16 +384,13 @@ pub(crate) async fn vote_windowed(
                 // Every window started: the plurality, decided as soon as it cannot change.
                 if windows.next >= total && (planned().is_some() || listed) {
                     let remaining = total.saturating_sub(keys.len());
-                    let (leader, votes, second) = match ballot.leader_and_second() {
-                        Some((l, second)) => (Some(l.key.to_string()), l.votes, second as usize),
-                        None => (None, 0, 0),
-                    };
-                    if leader.is_some() && votes > second + remaining && votes >= min_votes {
-                        winner = leader;
-                        break;
-                    }
-                    if votes + remaining < min_votes {
-                        break; // no key can reach enough votes
+                    match ballot.verdict(remaining, min_votes, answers_undecided) {
+                        Verdict::Won => {
+                            winner = ballot.leader().map(|l| l.key.to_string());
+                            break;
+                        }
+                        Verdict::Short => break,
+                        _ => {}
                     }
                 }
             }

@@ -24,7 +24,9 @@ use choicewise_proto::Ballot;
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct Selection {
-    /// The indexes picked, ascending; empty when nothing could be (see `reason`).
+    /// The indexes picked; empty when nothing could be (see `reason`). A first-* pick's in
+    /// the order they qualified; a vote's, the winning key's voters in the order they
+    /// finished (the first is the one to answer with); `best_of`'s one choice.
     pub selected: Vec<u32>,
     /// The indexes the combinator cancelled, ascending: the choices that ended cancelled. (A
     /// choice whose updates received before the cancel finished it is not listed; see

@@ -118,7 +118,7 @@ async fn a_tie_goes_to_the_key_whose_voter_finished_first() {
         .await;
         let vote = selection.vote.expect("a tally");
         assert_eq!(vote.key, "a", "run {run}");
-        assert_eq!(selection.selected, [2, 3]);
+        assert_eq!(crate::common::ascending(&selection.selected), [2, 3]);
         assert_eq!(vote.tally[0].key, "a");
         assert_eq!(vote.tally[1].key, "b");
     }
@@ -188,10 +188,11 @@ async fn an_undecided_vote_answers_with_the_plurality() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vote_that_no_key_can_win_stops_at_the_same_place_on_every_run() {
-    // 1:1:1 of 4 under min_votes 3: no key can win once the third finished, whichever
-    // choices' actors settled first; the fourth ("a") is never counted, and the answer is
-    // the first to finish.
+async fn a_vote_that_no_key_can_win_waits_while_its_answer_can_change() {
+    // 1:1:1 of 4 under min_votes 3: no key can win once the third finished, but the fourth
+    // can still make a leader ("a" at 2), whose first voter is the answer: the vote waits
+    // for it, and stops at the same place on every run, whichever choices' actors settled
+    // first.
     let text = |i: u32, t: &str| {
         format!(
             "data: {{\"choices\":[{{\"index\":{i},\"delta\":{{\"content\":\"{t}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"
@@ -209,7 +210,57 @@ async fn a_vote_that_no_key_can_win_stops_at_the_same_place_on_every_run() {
         )
         .await;
         let vote = selection.vote.expect("a tally");
-        assert_eq!((vote.key.as_str(), vote.counted), ("c", 3), "run {run}");
-        assert_eq!(selection.selected, [3], "run {run}");
+        assert!(!vote.decided, "run {run}");
+        assert_eq!((vote.key.as_str(), vote.counted), ("a", 4), "run {run}");
+        assert_eq!(selection.selected, [1], "run {run}");
+    }
+}
+
+/// One sample's stream: a call of `Bash` with `arguments`, finished.
+fn one_call(arguments: &str) -> String {
+    call(0, "Bash", arguments, true) + "data: [DONE]\n\n"
+}
+
+/// A sample that opens `after` from now (its head late, as an upstream's can be), then
+/// streams `sse`.
+fn opening_after(after: Duration, sse: String) -> Source {
+    Source::open(async move {
+        tokio::time::sleep(after).await;
+        Ok::<_, std::io::Error>(Source::reader(std::io::Cursor::new(sse)))
+    })
+    .n(1)
+}
+
+/// Two samples whose call's arguments are not JSON finish first, while a third, valid, is
+/// still opening: no finished sample holds a key, so the vote waits for the one running and
+/// answers it, whether the samples are fixed sources or made on demand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_without_a_key_waits_for_the_samples_still_running() {
+    let key = VoteKey::content();
+    let sources = || {
+        [
+            Source::reader(std::io::Cursor::new(one_call(r#"{"cmd": "ls"#))).n(1),
+            opening_after(Duration::from_millis(20), one_call(r#"{"cmd" "ls"}"#)),
+            opening_after(Duration::from_millis(150), one_call(r#"{"cmd":"ls"}"#)),
+        ]
+    };
+    for made in [false, true] {
+        let completions = if made {
+            let mut sources: Vec<Option<Source>> = sources().into_iter().map(Some).collect();
+            let replacement = || Source::reader(std::io::Cursor::new(one_call("{"))).n(1);
+            (Completions::builder().replace_failed(6))
+                .samples(3, move |i| sources.get_mut(i).and_then(Option::take).unwrap_or_else(replacement))
+        } else {
+            Completions::builder().fan_out(sources())
+        };
+        let k = key.clone();
+        let selection = within(
+            SETTLED,
+            "the vote",
+            completions.vote(move |o| k.of(o)).or_first_finished(),
+        )
+        .await;
+        assert_eq!(selection.selected, [2], "made {made}: {selection:?}");
+        assert!(selection.vote.unwrap().decided, "made {made}");
     }
 }

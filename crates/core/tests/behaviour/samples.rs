@@ -79,7 +79,7 @@ async fn a_unanimous_first_window_starts_no_other() {
     let (completions, log, vote) = samples(&["7"; 16], &[5; 16], 4);
     let selection = within(SETTLED, "the vote", vote).await;
     assert_eq!(selection.vote.as_ref().unwrap().key, "7");
-    assert_eq!(selection.selected, [0, 1, 2, 3]);
+    assert_eq!(crate::common::ascending(&selection.selected), [0, 1, 2, 3]);
     assert_eq!(selection.started, Some(4));
     assert_eq!(selection.windows, [vec![0, 1, 2, 3]]);
     assert_eq!(*log.started.lock().unwrap(), [0, 1, 2, 3]);
@@ -100,7 +100,7 @@ async fn a_split_first_window_then_a_unanimous_second() {
     assert_eq!(log.started.lock().unwrap().len(), 8);
     assert_eq!(selection.windows, [vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
     // Every finished sample whose key won, in whichever window it ran.
-    assert_eq!(selection.selected, [0, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(crate::common::ascending(&selection.selected), [0, 2, 3, 4, 5, 6, 7]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +177,7 @@ async fn a_cancelled_sample_is_dropped_and_a_finished_one_is_not() {
     let selection = within(SETTLED, "the vote", vote).await;
     assert_eq!(selection.vote.as_ref().unwrap().key, "4");
     assert_eq!(selection.cancelled, [2]);
-    assert_eq!(selection.selected, [1, 3, 4, 5]);
+    assert_eq!(crate::common::ascending(&selection.selected), [1, 3, 4, 5]);
     assert_eq!(selection.started, Some(6), "the third window never started");
     within(SETTLED, "the end", completions.outcome())
         .await

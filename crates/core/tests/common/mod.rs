@@ -89,3 +89,12 @@ pub async fn content_after_a_slow_update(
         .unwrap_or_default();
     content.replace(slow, "")
 }
+
+/// A selection's choices as a set, ascending: a vote selects its winning key's voters in the
+/// order they finished, which a test whose voters finish at once does not fix.
+#[allow(dead_code)]
+pub fn ascending(selected: &[u32]) -> Vec<u32> {
+    let mut set = selected.to_vec();
+    set.sort_unstable();
+    set
+}

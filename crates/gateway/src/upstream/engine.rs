@@ -102,12 +102,15 @@ impl Run {
                 Box::pin(async move { opener.open(upstream, &samples).await }) as OpenFuture
             })
             .collect();
-        // A first-token pick goes on once one sample opened: the others go on opening in
-        // the background, as later samples do, so that one upstream holding its status
-        // line cannot hold the first tokens of another back. A failure met before any
-        // success is still the client's answer, in its own terms (an upstream's 400 is a
-        // 400). Other picks need every opened sample, so they wait for all of them.
-        let race = req.policy.rule() == PickRule::FirstToken;
+        // A pick goes on once one sample opened: the others go on opening in the
+        // background, as later samples do, so that one upstream holding its status line
+        // cannot hold back the samples already streaming (the first to finish is answered
+        // when it finishes, a vote's ties go to the first finish on the wire, not to the
+        // order the heads came in). A failure met before any success is still the client's
+        // answer, in its own terms (an upstream's 400 is a 400). Every sample is an output
+        // without a pick (`all`): the answer waits for every head, so that a failure is
+        // the client's before any of it is sent.
+        let race = req.policy.rule() != PickRule::All;
         let mut sources: Vec<Option<Source>> = Vec::new();
         let openings = open_first(opens, race).await?;
         for (r, (p, opening)) in planned.iter().zip(openings).enumerate() {
@@ -384,10 +387,11 @@ impl Run {
                 self.first_picked(&selection, "first_finished", none)
             }
             _ => {
+                // The winning key's voters in the order they finished: the first to finish
+                // is output choice 0.
                 let mut samples: Vec<u32> = (selection.selected.iter())
                     .filter_map(|i| self.sample_of(*i))
                     .collect();
-                samples.sort_unstable();
                 samples.truncate(req.n as usize);
                 Picked {
                     samples,

@@ -23,3 +23,4 @@ mod serving;
 mod traces;
 mod translation;
 mod warnings;
+mod wire;
