@@ -443,9 +443,16 @@ impl<'a> Pick<'a> {
         }
         if let (Rule::Vote(key), Some(options)) = (&rule, confidence) {
             let answers = or_first_finished;
-            let decided =
-                vote_confident(completions, deadline, key, options, window, min_votes, answers)
-                    .await;
+            let decided = vote_confident(
+                completions,
+                deadline,
+                key,
+                options,
+                window,
+                min_votes,
+                answers,
+            )
+            .await;
             return (completions)
                 .conclude(tallied(decided), keep_rest, true, false)
                 .await;

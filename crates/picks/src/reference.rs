@@ -13,12 +13,13 @@
 //! own ballot ([`Ballot`]: most votes, then the key whose first voter finished earliest), in
 //! the order the trace upstream finishes the samples ([`Schedule`]: one a tick, by due tick
 //! and sample number, a sample started at the tick of the latest finish), with the gateway's
-//! stops: a vote decided once its leader has `min_votes` and cannot be caught, or no key can
-//! reach `min_votes`; an undecided vote answered by its leader; a windowed vote's next window
+//! stops, the ballot's one rule ([`Ballot::verdict`]): a vote decided once its leader has
+//! `min_votes` and cannot be caught, short once no key can reach `min_votes` and its answer
+//! cannot change; an undecided vote answered by its leader; a windowed vote's next window
 //! started as soon as the latest one can no longer be unanimous. A sample the pick no longer
 //! waits for counts the tokens it had sent by the last finish the pick read.
 
-use choicewise_proto::Ballot;
+use choicewise_proto::{Ballot, Verdict};
 
 use crate::schedule::Schedule;
 use crate::traces::{Problem, Sample};
@@ -140,12 +141,10 @@ impl<'a> Replay<'a> {
     }
 }
 
-/// Whether a plain vote is decided with `remaining` choices still to settle: its leader has
-/// `min_votes` and cannot be caught, or no key can reach `min_votes` (the gateway's stops).
+/// Whether a plain vote has stopped with `remaining` choices still to settle: the ballot's
+/// one rule ([`Ballot::verdict`]), for a vote answered even undecided, as the gateway's is.
 fn decides(ballot: &Ballot, remaining: usize, min_votes: usize) -> bool {
-    let (votes, second) = (ballot.leader_and_second())
-        .map_or((0, 0), |(leader, second)| (leader.votes, second as usize));
-    (votes > second + remaining && votes >= min_votes) || votes + remaining < min_votes
+    ballot.verdict(remaining, min_votes, true) != Verdict::Open
 }
 
 /// The ballot's leader (`""`: none): the answer, decided or not.
@@ -286,16 +285,17 @@ pub fn adaptive(problem: &Problem, max: usize, w: usize) -> Outcome {
         }
         if opened >= total {
             let remaining = total - settled;
-            let (votes, second) = (ballot.leader_and_second())
-                .map_or((0, 0), |(l, second)| (l.votes, second as usize));
-            if votes > second + remaining && votes >= MIN_VOTES {
-                winner = Some(leader(&ballot));
-                stop = Some(tick);
-                break;
-            }
-            if votes + remaining < MIN_VOTES {
-                stop = Some(tick);
-                break;
+            match ballot.verdict(remaining, MIN_VOTES, true) {
+                Verdict::Won => {
+                    winner = Some(leader(&ballot));
+                    stop = Some(tick);
+                    break;
+                }
+                Verdict::Short => {
+                    stop = Some(tick);
+                    break;
+                }
+                _ => {}
             }
         }
     }

@@ -598,7 +598,14 @@ async fn fall_back(
             // The plain vote places no replacement: the readers start them again.
             completions.readers_start_replacements();
             completions.start_more(usize::MAX);
-            vote(completions, deadline, |o| key(o), min_votes, answers_undecided).await
+            vote(
+                completions,
+                deadline,
+                |o| key(o),
+                min_votes,
+                answers_undecided,
+            )
+            .await
         }
     };
     Decided {

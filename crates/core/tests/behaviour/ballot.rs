@@ -248,8 +248,12 @@ async fn a_vote_without_a_key_waits_for_the_samples_still_running() {
         let completions = if made {
             let mut sources: Vec<Option<Source>> = sources().into_iter().map(Some).collect();
             let replacement = || Source::reader(std::io::Cursor::new(one_call("{"))).n(1);
-            (Completions::builder().replace_failed(6))
-                .samples(3, move |i| sources.get_mut(i).and_then(Option::take).unwrap_or_else(replacement))
+            (Completions::builder().replace_failed(6)).samples(3, move |i| {
+                sources
+                    .get_mut(i)
+                    .and_then(Option::take)
+                    .unwrap_or_else(replacement)
+            })
         } else {
             Completions::builder().fan_out(sources())
         };

@@ -67,7 +67,11 @@ async fn a_vote_decides_over_a_replacement_of_the_sample_that_broke() {
     let (completions, started) = completion(plans, Answers(42, 10), 2);
     completions.start_more(3);
     let selection = within(SETTLED, "the vote", completions.vote(key).min_votes(3)).await;
-    assert_eq!(crate::common::ascending(&selection.selected), [0, 2, 3], "{selection:?}");
+    assert_eq!(
+        crate::common::ascending(&selection.selected),
+        [0, 2, 3],
+        "{selection:?}"
+    );
     assert_eq!(*started.lock().unwrap(), [0, 1, 2, 3]);
     let whole = within(SETTLED, "the completion", completions.collect())
         .await

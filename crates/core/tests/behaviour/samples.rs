@@ -100,7 +100,10 @@ async fn a_split_first_window_then_a_unanimous_second() {
     assert_eq!(log.started.lock().unwrap().len(), 8);
     assert_eq!(selection.windows, [vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
     // Every finished sample whose key won, in whichever window it ran.
-    assert_eq!(crate::common::ascending(&selection.selected), [0, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(
+        crate::common::ascending(&selection.selected),
+        [0, 2, 3, 4, 5, 6, 7]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -471,10 +471,12 @@ async fn a_vote_decides_a_tool_call_on_every_ingress() {
             assert!(text.contains(r#""decided":true"#), "{text}");
         }
     }
-    assert_eq!(
-        server.request_count(),
-        18,
-        "3 samples for each of 6 requests"
+    // 3 samples for each of 6 requests, but a vote decided at its second vote cancels the
+    // third, which may not have been asked yet (the pick goes on at the first head).
+    let asked = server.request_count();
+    assert!(
+        (12..=18).contains(&asked),
+        "{asked} samples asked for 6 requests"
     );
 }
 

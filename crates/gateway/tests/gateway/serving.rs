@@ -336,7 +336,10 @@ fn select(samples: u32, select: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_finished_streams_the_winner_and_closes_the_rest() {
-    let server = start(stalled(1).then(says("done")).then(stalled(1))).await;
+    // "done" finishes once the stalled samples' answers have begun: they are closed, not
+    // cancelled before they were asked.
+    let done = says("done").delay(Duration::from_millis(300));
+    let server = start(stalled(1).then(done).then(stalled(1))).await;
     let addr = gateway(&config(&[("chat", server.base_url(), "n = \"fan-out\"")])).await;
     let started = Instant::now();
     let (chunks, done) = read_sse(post(addr, select(3, "first_finished")).await).await;

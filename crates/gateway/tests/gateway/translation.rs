@@ -331,3 +331,52 @@ async fn malformed_input_gets_one_answer_over_every_upstream_api() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
 }
+
+/// A sample's broken call (arguments that are not JSON) sent back in a client's history, as
+/// Codex and the Chat clients do after a vote answered one: passed on to every upstream API,
+/// its text kept (an Anthropic `input` must be an object: `{"raw_arguments": TEXT}`), never
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_call_in_the_history_is_passed_on_to_every_upstream_api() {
+    let broken = r#"{"cmd": "ls"#;
+    let quoted = serde_json::to_string(broken).unwrap();
+    let mut failed = Vec::new();
+    for api in ["chat", "anthropic", "responses"] {
+        let upstream = start(TestServer::builder().body(upstream_answer(api))).await;
+        let toml = format!(
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+            upstream.base_url()
+        );
+        let (addr, _) = serve(&toml, no_env).await;
+        for path in ["/v1/chat/completions", "/v1/responses"] {
+            let request = match path {
+                "/v1/responses" => format!(
+                    r#"{{"model":"m","stream":false,"max_output_tokens":100,"input":[{{"role":"user","content":"hi"}},
+                    {{"type":"function_call","call_id":"c1","name":"Bash","arguments":{quoted}}},
+                    {{"type":"function_call_output","call_id":"c1","output":"bad arguments"}}]}}"#
+                ),
+                _ => format!(
+                    r#"{{"model":"m","max_tokens":100,"messages":[{{"role":"user","content":"hi"}},
+                    {{"role":"assistant","content":null,"tool_calls":[{{"id":"c1","type":"function","function":{{"name":"Bash","arguments":{quoted}}}}}]}},
+                    {{"role":"tool","tool_call_id":"c1","content":"bad arguments"}}]}}"#
+                ),
+            };
+            let (status, text) = post(addr, path, request).await;
+            let sent = upstream.requests().last().and_then(|r| r.json.clone());
+            let kept = sent.as_ref().is_some_and(|body| match api {
+                "anthropic" => {
+                    body["messages"][1]["content"][0]["input"]
+                        == serde_json::json!({"raw_arguments": broken})
+                }
+                "chat" => body["messages"][1]["tool_calls"][0]["function"]["arguments"] == broken,
+                _ => body["input"][1]["arguments"] == broken,
+            });
+            if status != 200 || !kept {
+                failed.push(format!(
+                    "{path} over {api}: {status} {text}\nsent: {sent:?}"
+                ));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}

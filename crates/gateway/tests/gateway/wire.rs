@@ -20,7 +20,11 @@ const APIS: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses"
 /// Three upstreams, upstream `i` answering `bodies[i]` once `delays[i]` ms have passed after
 /// each request (before its status line); a model `m` over them with this pick policy, one
 /// sample on each.
-async fn three(delays: [u64; 3], bodies: [String; 3], policy: &str) -> (SocketAddr, Vec<TestServer>) {
+async fn three(
+    delays: [u64; 3],
+    bodies: [String; 3],
+    policy: &str,
+) -> (SocketAddr, Vec<TestServer>) {
     let mut servers = Vec::new();
     for (delay, body) in delays.iter().zip(bodies) {
         let server = TestServer::builder()
@@ -42,7 +46,9 @@ async fn three(delays: [u64; 3], bodies: [String; 3], policy: &str) -> (SocketAd
 fn request(path: &str, stream: bool) -> Value {
     let user = json!([{"role": "user", "content": "which?"}]);
     match path {
-        "/v1/messages" => json!({"model": "m", "max_tokens": 64, "stream": stream, "messages": user}),
+        "/v1/messages" => {
+            json!({"model": "m", "max_tokens": 64, "stream": stream, "messages": user})
+        }
         "/v1/responses" => json!({"model": "m", "stream": stream, "input": "which?"}),
         _ => json!({"model": "m", "stream": stream, "messages": user}),
     }
@@ -74,9 +80,6 @@ async fn ask(addr: SocketAddr, path: &str, stream: bool) -> Answered {
     if !stream {
         let v: Value = within(LIMIT, "the answer", response.json()).await.unwrap();
         let whole = asked.elapsed();
-        if std::env::var_os("WIRE_DEBUG").is_some() {
-            eprintln!("{path}: {v}");
-        }
         return Answered {
             said: said_whole(path, &v),
             first: whole,
@@ -114,9 +117,8 @@ fn said_whole(path: &str, v: &Value) -> String {
         "/v1/messages" => (v["content"].as_array().into_iter().flatten()).find_map(|b| {
             text(&b["text"]).or_else(|| (b["type"] == "tool_use").then(|| b["input"].to_string()))
         }),
-        "/v1/responses" => (v["output"].as_array().into_iter().flatten()).find_map(|o| {
-            text(&o["content"][0]["text"]).or_else(|| text(&o["arguments"]))
-        }),
+        "/v1/responses" => (v["output"].as_array().into_iter().flatten())
+            .find_map(|o| text(&o["content"][0]["text"]).or_else(|| text(&o["arguments"]))),
         _ => {
             let m = &v["choices"][0]["message"];
             text(&m["content"]).or_else(|| text(&m["tool_calls"][0]["function"]["arguments"]))
@@ -160,7 +162,10 @@ fn rotations(delays: [u64; 3]) -> [[u64; 3]; 3] {
 /// byte could have (the pick does not wait for the others' heads).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_finished_answers_the_first_on_the_wire_at_once() {
-    for delays in rotations([0, 300, 600]).into_iter().chain(rotations([0, 40, 80])) {
+    for delays in rotations([0, 300, 600])
+        .into_iter()
+        .chain(rotations([0, 40, 80]))
+    {
         let bodies = ["A0", "B1", "C2"].map(answer);
         let (addr, _servers) = three(delays, bodies, "select = \"first_finished\"").await;
         let first = (0..3).min_by_key(|&i| delays[i]).unwrap();
@@ -194,7 +199,11 @@ async fn first_finished_answers_the_first_on_the_wire_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tied_vote_answers_the_first_to_finish_on_the_wire() {
     for delays in rotations([0, 150, 300]) {
-        let args = [r#"{"cmd":"ls a"}"#, r#"{"cmd":"ls b"}"#, r#"{"cmd":"ls c"}"#];
+        let args = [
+            r#"{"cmd":"ls a"}"#,
+            r#"{"cmd":"ls b"}"#,
+            r#"{"cmd":"ls c"}"#,
+        ];
         let bodies = args.map(|a| tool_call_answer("Bash", a));
         let (addr, _servers) = three(delays, bodies, "select = \"vote\"").await;
         let first = (0..3).min_by_key(|&i| delays[i]).unwrap();

@@ -483,7 +483,10 @@ async fn a_requests_upstream_requests_are_bounded() {
     body["choicewise"] = json!({"samples": 4, "select": "first_finished"});
     let r = post(addr, &body, None).await;
     assert_eq!(r.status(), 502);
-    assert_eq!(failing.request_count(), 5);
+    // The first sample's three tries, at least; the answer fails as soon as a sample has
+    // failed before any opened, so the others may not have reached the bound.
+    let asked = failing.request_count();
+    assert!((3..=5).contains(&asked), "{asked} upstream requests");
 }
 
 /// Finding 5: a client that keeps its stream open but drains it slower than

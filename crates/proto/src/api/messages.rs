@@ -271,7 +271,7 @@ fn large(
     });
     let no_calls = calls.is_none();
     if let (Some(calls), "assistant") = (calls, role.as_str()) {
-        assistant_calls(api, &at, content, calls, out)?;
+        assistant_calls(api, content, calls, out)?;
         turns.wrote_turn();
         return Ok(None);
     }
@@ -579,14 +579,13 @@ fn write_compact(out: &mut Vec<u8>, json: &str) {
     out.extend(json.bytes().filter(|&b| compact.keeps(b)));
 }
 
-/// A large assistant message with tool calls (message `at`), read one call at a time and
+/// A large assistant message with tool calls, read one call at a time and
 /// written as the tree's translation writes it: Anthropic's turn of its text block and
 /// `tool_use` blocks (each `input` the call's arguments, unescaped once and written
 /// compact), or Responses' text item and `function_call` items (the arguments' string
 /// copied as written).
 fn assistant_calls(
     api: Dialect,
-    at: &str,
     content: Option<&serde_json::value::RawValue>,
     calls: &serde_json::value::RawValue,
     out: &mut ListText<'_>,
@@ -608,8 +607,7 @@ fn assistant_calls(
         out.item(json!({"role": "assistant", "content": text}));
     }
     let mut first = text.is_empty();
-    for_each_raw_entry(calls.get().as_bytes(), |k, call| {
-        let call_at = format!("{at}.tool_calls[{k}]");
+    for_each_raw_entry(calls.get().as_bytes(), |_, call| {
         let (mut id, mut name, mut arguments) = (String::new(), String::new(), None);
         if call.get().starts_with('{') {
             for_each_raw_field(call.get().as_bytes(), |key, v| {
@@ -670,15 +668,15 @@ fn assistant_calls(
                         out.put(b"{}");
                     }
                 } else {
-                    // Not JSON: the error as the arguments read whole say it.
+                    // Not JSON (a sample's broken call sent back in the history): passed on
+                    // as the text it was, in the object an input must be.
+                    out.out.truncate(start);
                     let args: std::borrow::Cow<'_, str> =
                         serde_json::from_str(a.get()).map_err(not_json)?;
                     if args.trim().is_empty() {
                         out.put(b"{}");
                     } else {
-                        let e = serde_json::from_str::<serde::de::IgnoredAny>(&args).err();
-                        let e = e.map_or_else(|| "not valid".to_string(), |e| e.to_string());
-                        return Err(format!("{call_at}.function.arguments is not JSON: {e}"));
+                        out.put(tools::raw_input(&args).as_bytes());
                     }
                 }
             }
@@ -687,7 +685,7 @@ fn assistant_calls(
         out.put(br#","name":"#);
         out.put(json!(name).to_string().as_bytes());
         out.put(br#","type":"tool_use"}"#);
-        Ok(())
+        Ok::<(), String>(())
     })
     .map_err(not_json)??;
     if anthropic {

@@ -193,15 +193,23 @@ pub(super) fn responses_tool_choice(choice: &Value) -> Result<Value, String> {
     }
 }
 
+/// The object an upstream's tool input must be, for a call whose arguments are not JSON (a
+/// sample's broken call that a client sends back in its history): the text as it was, under
+/// `raw_arguments`, so that the turn is passed on rather than refused.
+pub(super) fn raw_input(text: &str) -> String {
+    json!({"raw_arguments": text}).to_string()
+}
+
 /// A tool call's `arguments` (a JSON string) as JSON text, checked, without its
 /// insignificant whitespace and otherwise as written: its numbers digit for digit (a tree
-/// would make a 30-digit integer a float); `at` names the call.
+/// would make a 30-digit integer a float); `at` names the call. Arguments that are not JSON
+/// are passed on as [`raw_input`].
 fn arguments(call: &Value, at: &str) -> Result<Box<RawValue>, String> {
     let text = match &call["function"]["arguments"] {
         Value::String(text) if text.trim().is_empty() => "{}".to_string(),
         Value::String(text) => match serde_json::from_str::<&RawValue>(text) {
             Ok(raw) => choicewise_partial_json::compact_json(raw.get()),
-            Err(e) => return Err(format!("{at}.function.arguments is not JSON: {e}")),
+            Err(_) => raw_input(text),
         },
         Value::Null => "{}".to_string(),
         other => other.to_string(),
@@ -658,13 +666,17 @@ mod tests {
             r[0]["content"][2],
             json!({"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"})
         );
+        // A broken call sent back in the history is passed on, its text kept.
         let bad = json!({"role": "assistant", "tool_calls": [
             {"id": "a", "function": {"name": "w", "arguments": "{oops"}}]});
-        let e = anthropic_messages(vec![json!({"role": "user", "content": "x"}), bad]).unwrap_err();
-        assert!(
-            e.starts_with("messages[1].tool_calls[0].function.arguments is not JSON"),
-            "{e}"
+        let a =
+            anthropic_messages(vec![json!({"role": "user", "content": "x"}), bad.clone()]).unwrap();
+        assert_eq!(
+            a[1]["content"][0]["input"],
+            json!({"raw_arguments": "{oops"})
         );
+        let r = responses_input(vec![json!({"role": "user", "content": "x"}), bad]).unwrap();
+        assert_eq!(r[1]["arguments"], "{oops");
         let late = anthropic_messages(vec![
             json!({"role": "user", "content": "hi"}),
             json!({"role": "developer", "content": [{"type": "text", "text": "late"}]}),
