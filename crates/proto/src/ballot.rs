@@ -60,7 +60,7 @@ fn rank(a: &Standing<'_>, b: &Standing<'_>) -> Ordering {
 /// ballot.vote("a", 0);
 /// ballot.vote("a", 1);
 /// assert_eq!(ballot.verdict(1, 2, false), Verdict::Won);
-/// assert_eq!(ballot.verdict(2, 2, false), Verdict::Open);
+/// assert_eq!(ballot.verdict(3, 2, false), Verdict::Open); // three new votes for "b" win
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -273,13 +273,18 @@ impl Ballot {
     /// of when a vote stops, for every counted vote (plain, windowed, the benchmark's
     /// reference):
     ///
-    /// - **won** once the leader has `min_votes` and cannot be caught (more votes than the
-    ///   runner-up's and every remaining voter's together), or when nobody remains;
+    /// - **won** once the leader has `min_votes` and cannot be caught (no other key can pass
+    ///   it or tie it with an earlier first finish, even if every remaining voter votes for
+    ///   that key), or when nobody remains;
     /// - **short** once no key can reach `min_votes` any more. When an undecided vote is
     ///   still answered (`answers_undecided`: by its leader's first voter, or, without a
     ///   vote, by a sample that finished without a key), it is short only once that answer
     ///   cannot change: its leader cannot be caught, or nobody remains. A vote with no key
     ///   yet stays open while any voter remains, so that a sample still running can vote.
+    ///
+    /// It stops as early as that allows: it is open exactly while some way the remaining
+    /// voters could vote would change the outcome. It counts votes, not weights: a
+    /// confidence-weighted vote stops on its leader's share ([`reaches`](Self::reaches)).
     ///
     /// ```
     /// use choicewise_proto::{Ballot, Verdict};
@@ -299,8 +304,16 @@ impl Ballot {
     pub fn verdict(&self, remaining: usize, min_votes: usize, answers_undecided: bool) -> Verdict {
         let ranked = self.ranked();
         let votes = ranked.first().map_or(0, |s| s.votes);
-        let second = ranked.get(1).map_or(0, |s| s.votes);
-        let uncatchable = !ranked.is_empty() && votes > second + remaining;
+        // The leader stays ahead whatever the voters to come do: no other key can pass it,
+        // nor tie it with an earlier first finish, and a key new to the ballot (its voters
+        // finish after every voter counted) cannot pass it.
+        let uncatchable = ranked.first().is_some_and(|leader| {
+            remaining <= leader.votes
+                && ranked[1..].iter().all(|k| {
+                    let most = k.votes + remaining;
+                    most < leader.votes || (most == leader.votes && k.first > leader.first)
+                })
+        });
         if votes >= min_votes && (uncatchable || remaining == 0) {
             return Verdict::Won;
         }
@@ -390,6 +403,67 @@ mod tests {
                 ballot.ranked().iter().map(|s| (s.key.to_string(), s.votes)).collect();
             prop_assert_eq!(&got, &reference(&votes));
             prop_assert_eq!(ballot.leader().map(|s| s.key.to_string()), got.first().map(|g| g.0.clone()));
+        }
+    }
+
+    /// A vote's outcome once every voter is in: the winner, or (no key with `min_votes`) the
+    /// answer anyway, the leader or none, or nothing.
+    fn outcome(ballot: &Ballot, min_votes: usize, answers: bool) -> (bool, Option<String>) {
+        match ballot.leader() {
+            Some(l) if l.votes >= min_votes => (true, Some(l.key.to_string())),
+            Some(l) if answers => (false, Some(l.key.to_string())),
+            _ => (false, None),
+        }
+    }
+
+    /// Every outcome the `remaining` voters (each for a key voted so far, for a key new to
+    /// the ballot, or for none; each finishing after every voter counted) could bring.
+    fn outcomes(
+        ballot: &Ballot,
+        remaining: usize,
+        min_votes: usize,
+        answers: bool,
+    ) -> std::collections::BTreeSet<(bool, Option<String>)> {
+        let known: Vec<String> = ballot.ranked().iter().map(|s| s.key.to_string()).collect();
+        let mut choices: Vec<Option<String>> = known.into_iter().map(Some).collect();
+        choices.extend((0..remaining).map(|n| Some(format!("new{n}"))));
+        choices.push(None);
+        let mut all = std::collections::BTreeSet::new();
+        for case in 0..choices.len().pow(remaining as u32) {
+            let (mut completed, mut rest) = (ballot.clone(), case);
+            for r in 0..remaining {
+                if let Some(key) = &choices[rest % choices.len()] {
+                    completed.vote(key, 1000 + r as u64);
+                }
+                rest /= choices.len();
+            }
+            all.insert(outcome(&completed, min_votes, answers));
+        }
+        all
+    }
+
+    proptest! {
+        /// The verdict is exact: won when every way the remaining voters could vote gives
+        /// the leader the win; short when every way ends in one outcome without a winner;
+        /// open exactly when two ways would end differently.
+        #[test]
+        fn the_verdict_stops_exactly_when_nothing_can_change(
+            keys in proptest::collection::vec(0u8..4, 0..7),
+            remaining in 0usize..4,
+            min_votes in 1usize..4,
+            answers in any::<bool>(),
+        ) {
+            let mut ballot = Ballot::new();
+            for (place, key) in keys.iter().enumerate() {
+                ballot.vote(&format!("k{key}"), place as u64);
+            }
+            let all = outcomes(&ballot, remaining, min_votes, answers);
+            let expected = match (all.len(), all.iter().next()) {
+                (1, Some((true, _))) => Verdict::Won,
+                (1, _) => Verdict::Short,
+                _ => Verdict::Open,
+            };
+            prop_assert_eq!(ballot.verdict(remaining, min_votes, answers), expected, "{:?}", all);
         }
     }
 

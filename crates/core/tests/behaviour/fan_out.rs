@@ -320,8 +320,9 @@ async fn a_vote_tie_goes_to_the_key_voted_first_and_no_key_means_no_vote() {
             tally.counted,
             tally.choices
         ),
-        ("b", 1, 2, 3)
+        ("b", 1, 1, 3)
     );
+    // Decided without "a": its vote would only tie "b", whose voter finished first.
     assert_eq!(selection.selected, [1]);
 }
 

@@ -128,7 +128,10 @@ async fn no_unanimous_window_then_the_plurality_of_all() {
     let (_, log, vote) = samples(&answers, &[5; 8], 3);
     let selection = within(SETTLED, "the vote", vote).await;
     let tally = selection.vote.unwrap();
-    assert_eq!((tally.key.as_str(), tally.votes), ("1", 4));
+    // "1" wins once no other key can pass it (at 3 votes, when the rest could only tie it
+    // and its first voter finished first), or with all 4.
+    assert_eq!(tally.key.as_str(), "1");
+    assert!(tally.votes >= 3, "{tally:?}");
     assert_eq!(selection.started, Some(8));
     assert_eq!(log.started.lock().unwrap().len(), 8);
     assert_eq!(

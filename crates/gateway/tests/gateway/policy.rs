@@ -264,12 +264,12 @@ async fn a_locked_models_pick_refuses_every_extension() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_models_deadline_is_a_ceiling_a_request_may_lower() {
-    // A vote of two samples, one of them stalled after its first event: the vote waits for
-    // it until its deadline.
+    // A vote of two samples needing two votes, one of them stalled after its first event:
+    // the vote waits for it until its deadline, then answers the one it has.
     let fine = answering("fine").await;
     let stalled = start(crate::common::stalled(1)).await;
     let toml = format!(
-        "[[models]]\nname = \"m\"\n[models.choicewise]\nselect = \"vote\"\nsamples = 2\nmin_votes = 1\ndeadline_ms = 1500\n{}{}",
+        "[[models]]\nname = \"m\"\n[models.choicewise]\nselect = \"vote\"\nsamples = 2\nmin_votes = 2\ndeadline_ms = 1500\n{}{}",
         fan_out_toml(&fine.base_url(), ""),
         fan_out_toml(&stalled.base_url(), "")
     );
