@@ -10,6 +10,9 @@
 //! request take one of the `max_concurrent_requests` slots, held until its answer's last
 //! byte.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -101,16 +104,80 @@ pub(crate) async fn post_only(request: Request) -> Response {
 #[derive(Debug, Clone)]
 pub(crate) struct ModelLabel(pub String);
 
-/// Counts every answer in `choicewise_requests_total`: the API its path belongs to, its
-/// status, and the model its handler named ([`ModelLabel`]); the layers' refusals (403,
-/// 415, 401, 413, 429) and unknown routes included.
-pub(crate) async fn count(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
+/// What a request's handler learns that its count needs when the client leaves before any
+/// answer ([`count`]): the configured model it named, and whether the handler keeps the
+/// request's record (then the handler logs it; else the count does).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RequestModel(Arc<std::sync::Mutex<(String, bool)>>);
+
+impl RequestModel {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (String, bool)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The request names this configured model.
+    pub(crate) fn set(&self, model: &str) {
+        let mut named = self.lock();
+        named.0.clear();
+        named.0.push_str(model);
+    }
+
+    /// The handler keeps the request's record from now on.
+    pub(crate) fn recorded(&self) {
+        self.lock().1 = true;
+    }
+}
+
+/// The status a request is counted with when its client went away before any answer was
+/// made (nginx's "client closed request").
+pub(crate) const CLIENT_GONE_STATUS: u16 = 499;
+
+/// A request not answered yet: counted with [`CLIENT_GONE_STATUS`] if it is dropped so
+/// (its client went away: hyper drops the request's future), and logged when no handler
+/// kept its record (it went away while its body arrived).
+struct Unanswered {
+    gw: Gateway,
+    api: &'static str,
+    model: RequestModel,
+    request_id: Option<axum::http::HeaderValue>,
+    arrived: std::time::Instant,
+    answered: bool,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let (model, recorded) = self.model.lock().clone();
+        (self.gw.inner.metrics).answered(self.api, &model, CLIENT_GONE_STATUS);
+        if !recorded {
+            let id = self.request_id.as_ref().and_then(|v| v.to_str().ok());
+            gone_mid_body(&self.gw, id, self.api, self.arrived.elapsed());
+        }
+    }
+}
+
+/// Counts every request once in `choicewise_requests_total`: the API its path belongs to,
+/// its status, and the model its handler named ([`ModelLabel`]); the layers' refusals (403,
+/// 415, 401, 413, 429) and unknown routes included; a request whose client went away before
+/// any answer as [`CLIENT_GONE_STATUS`], under the model its handler had named.
+pub(crate) async fn count(State(gw): State<Gateway>, mut request: Request, next: Next) -> Response {
     let api = path_api_label(request.uri().path());
+    let model = RequestModel::default();
+    request.extensions_mut().insert(model.clone());
+    let mut unanswered = Unanswered {
+        gw,
+        api,
+        model,
+        request_id: request.headers().get("x-request-id").cloned(),
+        arrived: std::time::Instant::now(),
+        answered: false,
+    };
     let response = next.run(request).await;
+    unanswered.answered = true;
     let model = (response.extensions().get::<ModelLabel>()).map_or("", |m| m.0.as_str());
-    gw.inner
-        .metrics
-        .answered(api, model, response.status().as_u16());
+    (unanswered.gw.inner.metrics).answered(api, model, response.status().as_u16());
     response
 }
 
@@ -212,6 +279,7 @@ pub(crate) async fn auth(State(gw): State<Gateway>, request: Request, next: Next
 /// a slot (429 when none is free), held until its answer's body is dropped: its last byte
 /// written, or its client gone.
 pub(crate) async fn slots(State(gw): State<Gateway>, mut request: Request, next: Next) -> Response {
+    let arrived = std::time::Instant::now();
     let declared = (request.headers().get(header::CONTENT_LENGTH))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
@@ -261,7 +329,14 @@ pub(crate) async fn slots(State(gw): State<Gateway>, mut request: Request, next:
     };
     let bytes = match read_charged(&gw, body, Some(charge)).await {
         Ok(bytes) => bytes,
-        Err(e) => return shaped(api, e),
+        Err(e) => {
+            if e.status.as_u16() == CLIENT_GONE_STATUS {
+                let took = arrived.elapsed();
+                let id = (parts.headers.get("x-request-id")).and_then(|v| v.to_str().ok());
+                gone_mid_body(&gw, id, request_api_label(&parts), took);
+            }
+            return shaped(api, e);
+        }
     };
     // Received: no longer the key's unsent.
     drop(hold);
@@ -525,15 +600,71 @@ async fn read_charged(
         }
         Ok(Err(Collected::Refused(Refusal::Key(over)))) => Err(over.error()),
         Ok(Err(Collected::Body(e))) => {
-            // A body over the limit, or a connection that failed while sending it.
+            // A body over the limit, its client gone before it was sent whole, or a
+            // connection that failed while sending it.
             let over = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            Err(match over {
-                true => too_large(gw),
-                false => ApiError::invalid(format!("the request body could not be read: {e}")),
+            Err(match (over, client_left(&e)) {
+                (true, _) => too_large(gw),
+                (false, true) => ApiError::new(
+                    StatusCode::from_u16(CLIENT_GONE_STATUS).unwrap_or(StatusCode::BAD_REQUEST),
+                    "invalid_request_error",
+                    "the client went away before its request body arrived",
+                )
+                .code("client_gone"),
+                (false, false) => {
+                    ApiError::invalid(format!("the request body could not be read: {e}"))
+                }
             })
         }
     }
+}
+
+/// Whether a body's error is its client's leaving: the connection closed (or was reset)
+/// before the body it declared was sent whole.
+fn client_left(e: &axum::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(e) = s.downcast_ref::<hyper::Error>()
+            && (e.is_incomplete_message() || e.is_canceled() || e.is_closed())
+        {
+            return true;
+        }
+        if let Some(e) = s.downcast_ref::<std::io::Error>() {
+            return matches!(
+                e.kind(),
+                UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+            );
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// The log line of a request whose client went away while its body arrived: as every
+/// request's (`ended="client_gone"`), before any model was read.
+fn gone_mid_body(gw: &Gateway, request_id: Option<&str>, api: &'static str, took: Duration) {
+    let ended = crate::answer::ending::ErrorType::ClientGone.as_str();
+    (gw.inner.metrics).finished("", api, ended, took, &crate::metrics::Outcome::default());
+    tracing::info!(
+        request_id = %request_id.unwrap_or_default(),
+        model = %"",
+        samples = 0,
+        tries = 0,
+        failed_tries = 0,
+        prompt_tokens = 0,
+        completion_tokens = 0,
+        estimated = false,
+        duration_ms = took.as_millis() as u64,
+        ended,
+        "request"
+    );
+}
+
+/// The `api` label of a request's path (`chat`, `messages`, `responses`; empty for others).
+fn request_api_label(parts: &axum::http::request::Parts) -> &'static str {
+    path_api_label(parts.uri.path())
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 
+use crate::admission::layers;
 use crate::answer::closing::{Closing, until_closed};
 use crate::answer::ending::{AnswerEnd, ErrorType, Initiator};
 use crate::error::ApiError;
@@ -71,6 +72,9 @@ pub(crate) struct State {
     run: Option<Run>,
     /// What the run came to, once [`settle`](Self::settle) read it.
     settled: Option<Settled>,
+    /// The model named, shared with the count of a request whose client goes away before
+    /// any answer (`layers::count`).
+    counted_as: Option<layers::RequestModel>,
 }
 
 /// How long a failed request's answer waits for its cancelled samples to end, to account
@@ -114,9 +118,18 @@ impl Settled {
 }
 
 impl Finish {
-    /// The record of a request arriving now with these headers, from `client`.
-    pub(crate) fn new(gw: &Gateway, headers: &HeaderMap, client: resilience::ClientId) -> Finish {
+    /// The record of a request arriving now with these headers, from `client`; `counted_as`
+    /// learns its model (the count layer's, when there is one).
+    pub(crate) fn new(
+        gw: &Gateway,
+        headers: &HeaderMap,
+        client: resilience::ClientId,
+        counted_as: Option<layers::RequestModel>,
+    ) -> Finish {
         let traces = gw.inner.traces.clone();
+        if let Some(counted) = &counted_as {
+            counted.recorded();
+        }
         Finish(Box::new(State {
             metrics: gw.inner.metrics.clone(),
             model: String::new(),
@@ -140,6 +153,7 @@ impl Finish {
             answer: None,
             run: None,
             settled: None,
+            counted_as,
         }))
     }
 }
@@ -165,8 +179,8 @@ impl State {
         if let (Some(traces), Some(parent)) = (&self.traces, self.parent.take()) {
             traces.record_error(&parent, self.arrived.elapsed(), self.asked.as_deref(), e);
         }
-        if self.tries.is_some() && self.run.is_none() {
-            // Its tries are named in its log line, when it is dropped.
+        if self.run.is_none() {
+            // Its log line, when it is dropped, names its code (and its tries, if any).
             let code = e.code.as_deref().unwrap_or("refused");
             self.refusal = Some(code.to_string());
         }
@@ -184,6 +198,9 @@ impl State {
 
     /// The request is for this configured model: its metrics' label.
     pub(crate) fn named(&mut self, model: String) {
+        if let Some(counted) = &self.counted_as {
+            counted.set(&model);
+        }
         self.model = model;
     }
 
@@ -228,17 +245,25 @@ impl State {
         self.parent.take()
     }
 
-    /// The run picked: its output samples (`None`: every sample is an output), the
-    /// request's span, and the run, which the record holds until its answer is sent.
-    pub(crate) fn picked(
-        &mut self,
-        outputs: Option<Vec<u32>>,
-        span: Option<RequestSpan>,
-        run: Run,
-    ) {
+    /// The run started: the record holds it from now until its answer is sent, so that a
+    /// client that goes away while its samples open or its pick is undecided is recorded
+    /// as any other (its samples cancelled, what they had received counted).
+    pub(crate) fn started(&mut self, run: Run) {
+        self.run = Some(run);
+    }
+
+    /// The run, to pick its samples.
+    pub(crate) fn run_mut(&mut self) -> &mut Run {
+        self.run
+            .as_mut()
+            .expect("a Finish holds its run until its answer is built")
+    }
+
+    /// The run picked: its output samples (`None`: every sample is an output) and the
+    /// request's span.
+    pub(crate) fn picked(&mut self, outputs: Option<Vec<u32>>, span: Option<RequestSpan>) {
         self.outputs = outputs;
         self.span = span;
-        self.run = Some(run);
     }
 
     /// The output samples of a selection (`None`: every sample is an output).
@@ -422,6 +447,20 @@ impl State {
     /// each failed ([`refused`](Self::refused)). Its metrics are the refusal's, counted by
     /// the layers; its span was made when it was refused.
     fn record_refused(&self, code: &str) {
+        self.log_unrun(code);
+    }
+
+    /// A request whose client went away before any answer and before its run began (its
+    /// body still arriving, its samples opening): counted as gone, and logged.
+    fn record_gone(&self) {
+        let ended = ErrorType::ClientGone.as_str();
+        let took = self.arrived.elapsed();
+        (self.metrics).finished(&self.model, self.api, ended, took, &Outcome::default());
+        self.log_unrun(ended);
+    }
+
+    /// The log line of a request that never ran: its tries, if any began, each failed.
+    fn log_unrun(&self, ended: &str) {
         let tries = match &self.tries {
             Some(tries) => tries.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             None => Vec::new(),
@@ -436,7 +475,7 @@ impl State {
             completion_tokens = 0,
             estimated = false,
             duration_ms = self.arrived.elapsed().as_millis() as u64,
-            ended = code,
+            ended,
             "request"
         );
     }
@@ -486,10 +525,13 @@ impl Drop for Finish {
                 this.settled = Some(Settled::now(&run, this.outputs.as_deref()));
             }
         }
+        // Exactly one record, whenever the client left.
         if let Some(settled) = this.settled.take() {
             this.record(settled);
         } else if let Some(code) = this.refusal.take() {
             this.record_refused(&code);
+        } else {
+            this.record_gone();
         }
     }
 }
@@ -580,7 +622,7 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, || {
             // A request refused after its tries began: its record is its log line.
-            let mut finish = Finish::new(&gw, &HeaderMap::new(), 0);
+            let mut finish = Finish::new(&gw, &HeaderMap::new(), 0, None);
             finish.opening(Arc::default(), Arc::default());
             let e = ApiError::new(
                 axum::http::StatusCode::BAD_GATEWAY,

@@ -45,7 +45,8 @@ pub(crate) async fn answer<A: ClientApi>(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let client = auth::client(&gw.inner.keys, &parts.headers, &parts.extensions);
-    let mut finish = Finish::new(&gw, &parts.headers, client);
+    let counted_as = parts.extensions.get::<layers::RequestModel>().cloned();
+    let mut finish = Finish::new(&gw, &parts.headers, client, counted_as);
     finish.api(A::LABEL);
     let mut kept = None;
     let served = serve::<A>(&gw, body, &mut finish, &mut kept).await;
@@ -326,19 +327,20 @@ async fn pick<A: ClientApi>(
             "while its first samples were opened",
         ));
     };
-    let mut run = run?;
+    // The record holds the run from its start: a client gone from here on is recorded.
+    finish.started(run?);
     let span = match (&gw.inner.traces, finish.take_parent()) {
         (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
         _ => None,
     };
     // The span names how each sample ended, and its parts.
-    run.keep_messages(span.is_some());
+    finish.run_mut().keep_messages(span.is_some());
     let left = picked_by.saturating_duration_since(Instant::now());
-    let picked = run.pick(&req, left).await;
+    let picked = finish.run_mut().pick(&req, left).await;
     let unpicked = unpicked(&picked, &deadlines, &request_id, &req.model);
     let outputs =
         (req.policy.rule() != choicewise_core::PickRule::All).then(|| picked.samples.clone());
-    finish.picked(outputs, span, run);
+    finish.picked(outputs, span);
     if let Some((why, e)) = unpicked {
         finish.fail(why).await;
         return Err(e);

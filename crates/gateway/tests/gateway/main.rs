@@ -18,6 +18,7 @@ mod clients;
 mod hardening;
 mod ingress;
 mod policy;
+mod record;
 mod resilience;
 mod serving;
 mod traces;

@@ -20,7 +20,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// The log lines written, shared with the subscriber.
 #[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Lines(pub(crate) Arc<Mutex<Vec<u8>>>);
 
 impl Write for Lines {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -37,7 +37,7 @@ async fn post(addr: SocketAddr, body: &Value) -> reqwest::Response {
 }
 
 /// The lines this test binary's subscriber writes (installed once, for every test here).
-fn lines() -> Lines {
+pub(crate) fn lines() -> Lines {
     static LINES: std::sync::OnceLock<Lines> = std::sync::OnceLock::new();
     LINES
         .get_or_init(|| {
@@ -63,14 +63,14 @@ async fn a_failing_models_warnings_are_rate_limited() {
         servers.push(server);
     }
     let toml = format!(
-        "[[models]]\nname = \"m\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 1\neject_for_s = 60\n{}",
+        "[[models]]\nname = \"warned\"\n[models.retry]\nbackoff_ms = 1\n[models.health]\neject_after = 1\neject_for_s = 60\n{}",
         servers
             .iter()
             .map(|s| fan_out_toml(&s.base_url(), ""))
             .collect::<String>()
     );
     let (addr, _) = serve(&toml, no_env).await;
-    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let body = json!({"model": "warned", "messages": [{"role": "user", "content": "hi"}]});
     let started = Instant::now();
     let mut answers = 0;
     // Every upstream ejected: each request is panic-routed, and its tries fail.
@@ -88,7 +88,8 @@ async fn a_failing_models_warnings_are_rate_limited() {
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     let of = |says: &str| {
         text.lines()
-            .filter(|l| l.contains(says))
+            // This test's model's lines: the subscriber is every test's of this binary.
+            .filter(|l| l.contains(says) && l.contains("model=warned"))
             .collect::<Vec<_>>()
     };
     for says in ["a try failed", "every upstream is ejected"] {
