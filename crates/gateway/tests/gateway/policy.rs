@@ -208,7 +208,13 @@ async fn a_models_max_samples_caps_every_request() {
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choicewise"]["samples"], 4, "{v}");
-    assert_eq!(fine.request_count(), 4);
+    // Four samples asked for; the vote, decided at its third 42, cancels the fourth, which
+    // may not have been asked yet (the pick goes on at the first head).
+    assert!(
+        (3..=4).contains(&fine.request_count()),
+        "{}",
+        fine.request_count()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
