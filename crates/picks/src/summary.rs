@@ -55,8 +55,10 @@ fn percentile(values: &[f64], q: f64) -> f64 {
 /// times to the first byte of their answer and to the whole answer, p50 and p99
 /// (`first_byte_ms_p50`, `first_byte_ms_p99`, `answer_ms_p50`, `answer_ms_p99`), and `runs`;
 /// `differing`, the ids of the problems whose answer through the gateway differed from the
-/// reference's in some run; its `choicewise` extension), `majority` (the plain vote of all
-/// the samples) and `vote_curve`.
+/// reference's in some run; a confidence pick's `measure`; its `choicewise` extension),
+/// `majority` (the plain vote of all the samples), `separation` (each measure's
+/// within-problem AUROC, [`separation_json`](crate::separation::separation_json)) and
+/// `vote_curve`.
 pub fn summary(r: &Results<'_>) -> Value {
     let problems = r.set.problems.len();
     let samples = (r.set.problems.iter())
@@ -99,6 +101,9 @@ pub fn summary(r: &Results<'_>) -> Value {
                 .collect();
             row["differing"] = json!(differing);
         }
+        if let Some(measure) = pick.measure() {
+            row["measure"] = json!(measure.as_str());
+        }
         if let Some(ext) = pick.extension(&pick.settings(r.settings), r.vote_by) {
             row["choicewise"] = ext;
         }
@@ -111,6 +116,7 @@ pub fn summary(r: &Results<'_>) -> Value {
         "samples": samples,
         "picks": rows,
         "majority": {"accuracy": majority, "tokens": curve.last().map_or(0, |c| c.2)},
+        "separation": crate::separation::separation_json(r.set, r.settings),
         "vote_curve": curve.iter().map(|(k, a, t)| json!({"k": k, "accuracy": a, "tokens": t})).collect::<Vec<_>>(),
     })
 }
