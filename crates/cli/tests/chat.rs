@@ -2011,9 +2011,30 @@ mod picks {
                 "vote-4",
                 "adaptive",
                 "confidence-high",
-                "confidence-low"
+                "confidence-low",
+                "sampled-high",
+                "sampled-low"
             ]
         );
+        // Each confidence pick names its measure, in its row and its settings.
+        assert_eq!(row(&r, "sampled-low")["measure"], "sampled");
+        assert_eq!(row(&r, "confidence-low")["measure"], "top_k");
+        let sampled = &row(&r, "sampled-low")["choicewise"]["confidence"];
+        assert_eq!(
+            (
+                sampled["measure"].as_str(),
+                sampled["group_tokens"].as_u64()
+            ),
+            (Some("sampled"), Some(4))
+        );
+        // Both measures' separation. Here every sample of an item is as sure as its number
+        // says (sample k: -0.1 (k + 1) a token), whatever its answer.
+        let sep = &r["separation"];
+        assert!(
+            sep["sampled"].is_number() && sep["top_k"].is_number(),
+            "{sep}"
+        );
+        assert!(sep["use"] == "sampled" || sep["use"] == "top_k", "{sep}");
         // By hand: sample 0 is right for a, c and d; the first 4 samples' majority for all.
         assert_eq!(row(&r, "single")["accuracy"], 0.75);
         assert_eq!(row(&r, "single")["reference"]["accuracy"], 0.75);
@@ -2047,6 +2068,52 @@ mod picks {
         // Its own run: the pick may differ (the gateway's tokens vary), its accuracy not.
         assert!(text.contains("Recommendation: "), "{text}");
         assert!(text.contains("(100.00% right, "), "{text}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn items_that_share_an_id_or_a_prompt_are_refused_before_any_request() {
+        let s = server(false).await;
+        let path = scratch("picks-items-repeated.jsonl");
+        let lines = [
+            json!({"id": "a", "prompt": "a", "answer": "1"}),
+            json!({"id": "b", "prompt": "b", "answer": "7"}),
+            json!({"id": "a", "prompt": "c", "answer": "5"}),
+            json!({"id": "x", "prompt": "a", "answer": "1"}),
+            json!({"id": "y", "prompt": "b", "answer": "7"}),
+        ];
+        let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+        std::fs::write(&path, text.join("\n")).unwrap();
+        let dir = scratch("picks-set-repeated");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = record(&s, path.to_str().unwrap(), dir.to_str().unwrap(), "2").await;
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("3 repeated"), "{err}");
+        assert!(err.contains("id \"a\" on lines 1, 3"), "{err}");
+        assert!(
+            err.contains("one prompt on lines 1, 4 (ids \"a\", \"x\")"),
+            "{err}"
+        );
+        assert!(
+            err.contains("one prompt on lines 2, 5 (ids \"b\", \"y\")"),
+            "{err}"
+        );
+        assert_eq!(s.requests.load(Relaxed), 0, "nothing is asked");
+        assert!(!dir.join("traces_0.npz").exists());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_pattern_that_matches_no_sample_is_an_error() {
+        let s = server(false).await;
+        let items = items_file("picks-items-nomatch.jsonl");
+        let dir = scratch("picks-set-nomatch");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = dir.to_str().unwrap();
+        ok(&record(&s, &items, out, "2").await);
+        let r = choicewise(&["picks", "report", out, "--answer", r"ANSWER: (\d+)"]).await;
+        assert_eq!(r.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.contains("matched 0 of the 8 samples"), "{err}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

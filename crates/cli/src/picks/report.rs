@@ -53,6 +53,24 @@ fn has_logprobs(args: &ReportArgs, set: &TraceSet) -> bool {
     }
 }
 
+/// What the separation says, in words: each measure's within-problem AUROC and the one to
+/// use.
+fn separation_line(sep: &Value) -> String {
+    match (sep["sampled"].as_f64(), sep["top_k"].as_f64(), sep["use"].as_str()) {
+        (Some(s), Some(t), Some(best)) => format!(
+            "Confidence within a problem (AUROC of right over wrong samples, {} problems with both): \
+             sampled {s:.3}, top_k {t:.3}. Use \"measure\": \"{best}\"{}.",
+            sep["problems"],
+            if s.max(t) < 0.6 {
+                ", though neither tells right from wrong much better than a coin (0.5): a plain vote is as good"
+            } else {
+                ""
+            }
+        ),
+        _ => "Confidence within a problem: no problem has both right and wrong samples, so no measure can be judged.".to_string(),
+    }
+}
+
 /// A gateway in this process on 127.0.0.1: its base URL, and its task (aborted when done:
 /// a shutdown would say so on stderr, and no answer is left open by then).
 async fn start_gateway(upstream: &str) -> Result<(String, tokio::task::JoinHandle<()>), Exit> {
@@ -81,6 +99,20 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         return Err(format!("{}: no problem recorded", args.dir.display()).into());
     }
     set.read_answers(&rule);
+    let all: usize = set.problems.iter().map(|p| p.samples.len()).sum();
+    let matched = (set.problems.iter().flat_map(|p| &p.samples))
+        .filter(|s| !s.answer.is_empty())
+        .count();
+    if matched == 0 {
+        return Err(Exit {
+            message: format!(
+                "--answer {:?} matched 0 of the {all} samples of {}: every pick would score 0% (give the pattern of the answers in the samples' text, its first group the answer)",
+                args.answer,
+                args.dir.display()
+            ),
+            code: 2,
+        });
+    }
     let samples = (set.problems.iter())
         .map(|p| p.samples.len())
         .min()
@@ -144,6 +176,7 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
     out["concurrency"] = json!(args.concurrency);
     out["upstream_n"] = json!("fan-out");
     out["logprobs"] = json!(logprobs);
+    out["answers_matched"] = json!({"samples": matched, "of": all});
     let recommendation = recommend(&out);
     out["recommendation"] = recommendation.as_ref().map_or(Value::Null, |r| r.to_json());
     // The upstream's thread is joined off the runtime's workers.
@@ -160,8 +193,13 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         return Ok(());
     }
     choicewise_picks::print_table(&out);
+    if matched < all {
+        println!("\n--answer matched {matched} of the {all} samples: the others have no answer.");
+    }
     if !logprobs {
         println!("\nNo log-probabilities recorded: no confidence picks.");
+    } else {
+        println!("\n{}", separation_line(&out["separation"]));
     }
     match recommendation {
         Some(r) => println!(
