@@ -1460,12 +1460,14 @@ async fn confidence_server() -> TestServer {
         .unwrap()
 }
 
-const CONFIDENCE: [&str; 10] = [
+const CONFIDENCE: [&str; 12] = [
     "--fan-out",
     "7",
     "--vote-by",
     r"Answer: (\d+)",
     "--confidence",
+    "--measure",
+    "top_k",
     "--warmup",
     "3",
     "--keep",

@@ -633,6 +633,8 @@ fn confidence_on_a_recording_with_logprobs_decides_as_the_library_does() {
         "--vote-by",
         r"Answer: (\d+)",
         "--confidence",
+        "--measure",
+        "top_k",
         "--warmup",
         "3",
         "--group-tokens",

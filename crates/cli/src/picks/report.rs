@@ -94,7 +94,11 @@ async fn start_gateway(upstream: &str) -> Result<(String, tokio::task::JoinHandl
 pub async fn run(args: ReportArgs) -> Result<(), Exit> {
     let rule = AnswerRule::pattern(&args.answer)
         .map_err(|e| format!("--answer {:?}: {e}", args.answer))?;
-    let mut set = TraceSet::read(&args.dir).map_err(|e| e.to_string())?;
+    // A set that cannot be read (missing, damaged, hostile) is bad input: exit 2.
+    let mut set = TraceSet::read(&args.dir).map_err(|e| Exit {
+        message: e.to_string(),
+        code: 2,
+    })?;
     if set.problems.is_empty() {
         return Err(format!("{}: no problem recorded", args.dir.display()).into());
     }
