@@ -2062,6 +2062,56 @@ mod picks {
         assert_eq!(row(&r, rec["pick"].as_str().unwrap())["tokens"], cheapest);
         let ratio = cheapest as f64 / 40.0;
         assert!((rec["tokens_vs_single"].as_f64().unwrap() - ratio).abs() < 1e-9);
+        // The block that deploys it passes `choicewise serve --check`.
+        let block = rec["config"].as_str().unwrap();
+        assert!(block.starts_with("[models.choicewise]\n"), "{r}");
+        assert_eq!(
+            row(&r, rec["pick"].as_str().unwrap())["choicewise"]["vote_by"],
+            r"#### (\d+)"
+        );
+        let config = scratch("picks-recommended.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[models]]\nname = \"recommended\"\n{block}\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n"
+            ),
+        )
+        .unwrap();
+        let check = choicewise(&["serve", "--check", "--config", config.to_str().unwrap()]).await;
+        let said = String::from_utf8_lossy(&check.stdout).to_string()
+            + &String::from_utf8_lossy(&check.stderr);
+        assert_eq!(check.status.code(), Some(0), "{block}\n{said}");
+        // Giving up 30 points for tokens: one sample (75%), which needs no configuration.
+        let cheap = choicewise(&[
+            "picks",
+            "report",
+            out,
+            "--answer",
+            r"#### (\d+)",
+            "--json",
+            "--within",
+            "30",
+        ])
+        .await;
+        let cheap: Value = serde_json::from_slice(ok(&cheap)).unwrap();
+        assert_eq!(cheap["recommendation"]["pick"], "single", "{cheap}");
+        assert_eq!(cheap["recommendation"]["config"], "");
+        // Accuracy first: a pick that is always right, the fewest tokens among those.
+        let sure = choicewise(&[
+            "picks",
+            "report",
+            out,
+            "--answer",
+            r"#### (\d+)",
+            "--json",
+            "--prefer",
+            "accuracy",
+            "--within",
+            "30",
+        ])
+        .await;
+        let sure: Value = serde_json::from_slice(ok(&sure)).unwrap();
+        assert_eq!(sure["recommendation"]["accuracy"], 1.0, "{sure}");
 
         // The table and the recommendation's line.
         let table = choicewise(&["picks", "report", out, "--answer", r"#### (\d+)"]).await;

@@ -48,7 +48,9 @@ pub use choicewise_proto::Measure;
 use serde_json::{Value, json};
 
 pub use run::{Asker, gateway_config};
-pub use summary::{Recommendation, Results, find, print_table, recommend, summary};
+pub use summary::{
+    Prefer, Recommendation, Results, Rule, config_block, find, print_table, recommend, summary,
+};
 
 use reference::{DeepConf, Outcome};
 use traces::{Problem, TraceSet};

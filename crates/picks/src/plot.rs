@@ -49,9 +49,9 @@ pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
 /// The title: what the chart says, from the figures (the pick [`recommend`](crate::recommend)
 /// chooses).
 fn message(figures: &serde_json::Value) -> String {
-    match crate::recommend(figures) {
+    match crate::recommend(figures, &crate::Rule::default()) {
         Some(r) => format!(
-            "{} keeps the best vote's accuracy (within 1 point: {:.1}%) with {:.1}x one sample's tokens",
+            "{} keeps the best accuracy (within 1 point: {:.1}%) with {:.1}x one sample's tokens",
             r.pick,
             100.0 * r.accuracy,
             r.tokens_vs_single

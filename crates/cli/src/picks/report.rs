@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use choicewise_picks::traces::TraceSet;
 use choicewise_picks::{
-    AnswerRule, Asker, Offline, Results, SETTINGS, gateway_config, offline, picks_for, recommend,
-    upstream, vote_curve,
+    AnswerRule, Asker, Offline, Prefer, Results, Rule, SETTINGS, gateway_config, offline,
+    picks_for, recommend, upstream, vote_curve,
 };
 use clap::Args;
 use serde_json::{Value, json};
@@ -39,6 +39,23 @@ pub struct ReportArgs {
     /// Between two tokens of a replayed sample, ms (a model server's pace).
     #[arg(long, value_name = "MS", default_value_t = 1.0)]
     token_ms: f64,
+    /// What the recommendation prefers among the picks within --within points of the most
+    /// accurate: `accuracy` (the most accurate), `tokens` (the fewest) or `latency` (the
+    /// shortest median answer time).
+    #[arg(long, value_name = "WHAT", default_value = "tokens", value_parser = ["accuracy", "tokens", "latency"])]
+    prefer: String,
+    /// The points of accuracy the recommendation may give up for what --prefer asks, from 0
+    /// to 100.
+    #[arg(long, value_name = "POINTS", default_value_t = 1.0, value_parser = parse_points)]
+    within: f64,
+}
+
+/// Points of accuracy: a number from 0 to 100.
+fn parse_points(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=100.0).contains(&x) => Ok(x),
+        _ => Err(format!("{s:?} is not a number of points from 0 to 100")),
+    }
 }
 
 /// Whether the set's samples carry their log-probabilities: its `meta.json` says so when it
@@ -181,7 +198,11 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
     out["upstream_n"] = json!("fan-out");
     out["logprobs"] = json!(logprobs);
     out["answers_matched"] = json!({"samples": matched, "of": all});
-    let recommendation = recommend(&out);
+    let rule = Rule {
+        prefer: args.prefer.parse::<Prefer>()?,
+        within: args.within,
+    };
+    let recommendation = recommend(&out, &rule);
     out["recommendation"] = recommendation.as_ref().map_or(Value::Null, |r| r.to_json());
     // The upstream's thread is joined off the runtime's workers.
     tokio::task::spawn_blocking(move || drop(up)).await.ok();
@@ -206,13 +227,24 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         println!("\n{}", separation_line(&out["separation"]));
     }
     match recommendation {
-        Some(r) => println!(
-            "\nRecommendation: {} ({:.2}% right, {:.2}x the tokens of single): the cheapest pick within 1 point of the best vote.",
-            r.pick,
-            100.0 * r.accuracy,
-            r.tokens_vs_single
-        ),
-        None => println!("\nNo recommendation: no vote could be replayed."),
+        Some(r) => {
+            println!(
+                "\nRecommendation: {} ({:.2}% right, {:.2}x the tokens of single): {}.",
+                r.pick,
+                100.0 * r.accuracy,
+                r.tokens_vs_single,
+                rule.describe()
+            );
+            if r.config.is_empty() {
+                println!("It needs no configuration: one sample, a plain request.");
+            } else {
+                println!(
+                    "To deploy it, put this in the model's [[models]] entry of choicewise serve's configuration:\n\n{}",
+                    r.config
+                );
+            }
+        }
+        None => println!("\nNo recommendation: no pick could be replayed."),
     }
     Ok(())
 }
