@@ -1781,10 +1781,28 @@ mod picks {
         ("d", "9", ["9", "9", "4", "9", "9", "9"]),
     ];
 
-    /// The text of sample k of item `p`: one character a token.
+    /// The text of sample k of item `p`: one character a token. Items `gN` (of
+    /// [`graded_items`]) answer N, or N + 1 when N + k is a multiple of 3.
     fn text(p: &str, k: usize) -> String {
+        if let Some(n) = p.strip_prefix('g').and_then(|n| n.parse::<usize>().ok()) {
+            let a = if (n + k).is_multiple_of(3) { n + 1 } else { n };
+            return format!("{p}={a}\n#### {a}");
+        }
         let (_, _, answers) = ITEMS.iter().find(|i| i.0 == p).unwrap();
         format!("{p}={}\n#### {}", answers[k], answers[k])
+    }
+
+    /// 20 items `g0` .. `g19`, item `gN` answering N.
+    fn graded_items(name: &str) -> String {
+        let path = scratch(name);
+        let lines: Vec<String> = (0..20)
+            .map(|n| {
+                json!({"id": format!("g{n}"), "prompt": format!("g{n}"), "answer": n.to_string()})
+                    .to_string()
+            })
+            .collect();
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        path.to_str().unwrap().to_string()
     }
 
     /// The scripted server: the k-th request for an item (its last user message) gets its
@@ -2152,6 +2170,53 @@ mod picks {
         );
         assert_eq!(s.requests.load(Relaxed), 0, "nothing is asked");
         assert!(!dir.join("traces_0.npz").exists());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grader_command_decides_what_is_right() {
+        let s = server(false).await;
+        let items = graded_items("picks-items-graded.jsonl");
+        let dir = scratch("picks-set-graded");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = dir.to_str().unwrap();
+        ok(&record(&s, &items, out, "3").await);
+        // A grader of the kind a pattern cannot be: a script that reads the sample's text
+        // on its input and the item's answer from the environment.
+        let grader = scratch("picks-grader.sh");
+        std::fs::write(
+            &grader,
+            "#!/bin/sh\ngot=$(sed -n 's/^#### //p')\n[ \"$got\" = \"$CHOICEWISE_ANSWER\" ]\n",
+        )
+        .unwrap();
+        let report = |grade: Option<String>| async move {
+            let mut args = vec!["picks", "report", out, "--answer", r"#### (\d+)", "--json"];
+            if let Some(g) = &grade {
+                args.extend(["--grade", g.as_str()]);
+            }
+            let r = choicewise(&args).await;
+            serde_json::from_slice::<Value>(ok(&r)).unwrap()
+        };
+        let by_pattern = report(None).await;
+        let graded = report(Some(format!("sh {}", grader.display()))).await;
+        // Sample 0 of item N is wrong when N is a multiple of 3: 7 of 20.
+        assert_eq!(row(&by_pattern, "single")["accuracy"], 0.65);
+        for name in names(&by_pattern) {
+            assert_eq!(
+                row(&graded, &name)["accuracy"],
+                row(&by_pattern, &name)["accuracy"],
+                "{name}: the script grades as the pattern does"
+            );
+            assert_eq!(
+                row(&graded, &name)["reference"]["accuracy"],
+                row(&by_pattern, &name)["reference"]["accuracy"],
+                "{name}"
+            );
+        }
+        // A grader that finds nothing right: nothing is.
+        let none = report(Some("cat > /dev/null; exit 1".into())).await;
+        for name in names(&none) {
+            assert_eq!(row(&none, &name)["accuracy"], 0.0, "{name}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -440,7 +440,7 @@ pub fn offline(set: &TraceSet, pick: &Pick, s: &Settings) -> Offline {
     let mut o = Offline::default();
     for p in &set.problems {
         let out = pick.reference(p, s);
-        o.right += usize::from(!out.answer.is_empty() && out.answer == p.answer);
+        o.right += usize::from(p.is_right(&out.answer));
         o.tokens += out.tokens;
         o.samples += out.samples;
         o.answers.push(out.answer);
@@ -457,7 +457,7 @@ pub fn vote_curve(set: &TraceSet, max: usize) -> Vec<(usize, f64, u64)> {
             let mut tokens = 0;
             for p in &set.problems {
                 let o = reference::plain_vote(p, k);
-                right += usize::from(!o.answer.is_empty() && o.answer == p.answer);
+                right += usize::from(p.is_right(&o.answer));
                 tokens += o.tokens;
             }
             (k, right as f64 / set.problems.len().max(1) as f64, tokens)

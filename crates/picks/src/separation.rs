@@ -47,7 +47,7 @@ pub struct Separation {
 
 /// Whether a sample is right: finished, with the problem's answer.
 fn right(p: &Problem, s: &crate::traces::Sample) -> bool {
-    s.finished && !s.answer.is_empty() && s.answer == p.answer
+    s.finished && p.is_right(&s.answer)
 }
 
 /// One problem's AUROC of `measure` (its lowest window of `group_tokens`), `None` without

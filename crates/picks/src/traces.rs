@@ -119,9 +119,30 @@ pub struct Problem {
     pub answer: String,
     /// Its samples, in the order they were drawn.
     pub samples: Vec<Sample>,
+    /// The answers graded right by a command (`choicewise picks report --grade`): an answer
+    /// is right when it is one of them. `None`: when it is [`answer`](Self::answer).
+    pub graded: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Problem {
+    /// Whether `answer` (a pick's, a sample's) is right: one of the [`graded`](Self::graded)
+    /// answers, or else the problem's [`answer`](Self::answer); an empty answer never is.
+    ///
+    /// ```
+    /// use choicewise_picks::traces::Problem;
+    /// let mut p = Problem { answer: "4".into(), ..Problem::default() };
+    /// assert!(p.is_right("4") && !p.is_right("5") && !p.is_right(""));
+    /// p.graded = Some(["5".to_string()].into());
+    /// assert!(p.is_right("5") && !p.is_right("4"));
+    /// ```
+    pub fn is_right(&self, answer: &str) -> bool {
+        !answer.is_empty()
+            && match &self.graded {
+                Some(right) => right.contains(answer),
+                None => answer == self.answer,
+            }
+    }
+
     /// The messages that ask it: the recorded conversation, or its prompt as one user message.
     pub fn messages(&self) -> Vec<serde_json::Value> {
         self.messages
@@ -783,6 +804,7 @@ fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
             name: some(&item_ids),
             answer: answers[i].clone(),
             samples,
+            graded: None,
         });
     }
     Ok(problems)

@@ -39,6 +39,14 @@ pub struct ReportArgs {
     /// Between two tokens of a replayed sample, ms (a model server's pace).
     #[arg(long, value_name = "MS", default_value_t = 1.0)]
     token_ms: f64,
+    /// Grade each sample with this command instead of comparing answers: run with `sh -c`
+    /// per sample, the sample's text on its standard input and the item's answer in the
+    /// environment's CHOICEWISE_ANSWER; exit 0 means right. For tasks a pattern cannot
+    /// grade (code, free text). --answer still reads each sample's vote key: a key is right
+    /// when a sample with it was graded right. A grader still running after 60 s is an
+    /// error.
+    #[arg(long, value_name = "CMD")]
+    grade: Option<String>,
     /// What the recommendation prefers among the picks within --within points of the most
     /// accurate: `accuracy` (the most accurate), `tokens` (the fewest) or `latency` (the
     /// shortest median answer time).
@@ -68,6 +76,75 @@ fn has_logprobs(args: &ReportArgs, set: &TraceSet) -> bool {
         Some(b) => b,
         None => set.has_logprobs(),
     }
+}
+
+/// The longest a grader may take on one sample.
+const GRADE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Grades every sample by `cmd` (see `--grade`): each problem's [`graded`] answers become
+/// the keys of its samples graded right. Four commands at a time.
+///
+/// [`graded`]: choicewise_picks::traces::Problem::graded
+async fn grade(set: &mut TraceSet, cmd: &str) -> Result<(), Exit> {
+    use futures::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    let jobs: Vec<(usize, usize, String, String)> = (set.problems.iter().enumerate())
+        .flat_map(|(i, p)| {
+            let set = &*set;
+            (p.samples.iter().enumerate()).map(move |(k, s)| (i, k, set.text(s), p.answer.clone()))
+        })
+        .collect();
+    let graded: Vec<Result<(usize, usize, bool), Exit>> = futures::stream::iter(jobs)
+        .map(|(i, k, text, answer)| async move {
+            let cannot = |e: std::io::Error| Exit {
+                message: format!("--grade {cmd:?}: cannot run it: {e}"),
+                code: 2,
+            };
+            let mut child = tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .env("CHOICEWISE_ANSWER", &answer)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(cannot)?;
+            let run = async {
+                if let Some(mut stdin) = child.stdin.take() {
+                    // A grader that exits without reading its input is not an error.
+                    let _ = stdin.write_all(text.as_bytes()).await;
+                }
+                child.wait().await
+            };
+            let status = tokio::time::timeout(GRADE_TIMEOUT, run)
+                .await
+                .map_err(|_| Exit {
+                    message: format!(
+                        "--grade {cmd:?}: still running after {} s on sample {} of item {} (killed)",
+                        GRADE_TIMEOUT.as_secs(),
+                        k + 1,
+                        i + 1
+                    ),
+                    code: 2,
+                })?
+                .map_err(cannot)?;
+            Ok((i, k, status.success()))
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    for p in &mut set.problems {
+        p.graded = Some(Default::default());
+    }
+    for g in graded {
+        let (i, k, right) = g?;
+        let p = &mut set.problems[i];
+        if right && !p.samples[k].answer.is_empty() {
+            let key = p.samples[k].answer.clone();
+            p.graded.get_or_insert_default().insert(key);
+        }
+    }
+    Ok(())
 }
 
 /// What the separation says, in words: each measure's within-problem AUROC and the one to
@@ -133,6 +210,9 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
             ),
             code: 2,
         });
+    }
+    if let Some(cmd) = &args.grade {
+        grade(&mut set, cmd).await?;
     }
     let samples = (set.problems.iter())
         .map(|p| p.samples.len())
