@@ -2219,6 +2219,101 @@ mod picks {
         }
     }
 
+    /// A `.npy` (version 1) of `descr` and `shape`, its header only.
+    fn npy_head(descr: &str, shape: &str) -> Vec<u8> {
+        let mut header =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend((header.len() as u16).to_le_bytes());
+        out.extend(header.as_bytes());
+        out
+    }
+
+    /// A set whose one `.npz` holds one problem's arrays, then `tokens.npy` of `shape` and
+    /// `zeros` zero bytes of data (deflated: a thousandth of their size).
+    fn hostile_set(name: &str, shape: &str, zeros: usize) -> std::path::PathBuf {
+        use std::io::Write;
+        let dir = scratch(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("vocab.json"), r#"{"0": "<eos>", "1": "a"}"#).unwrap();
+        let file = std::fs::File::create(dir.join("traces_0.npz")).unwrap();
+        let mut zip = zip::ZipWriter::new(file);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        let utf32 = |c: char| (c as u32).to_le_bytes().to_vec();
+        for (array, descr, body) in [
+            ("problem_ids", "<i4", 0i32.to_le_bytes().to_vec()),
+            ("levels", "<i2", 0i16.to_le_bytes().to_vec()),
+            ("prompts", "<U1", utf32('p')),
+            ("answers", "<U1", utf32('1')),
+        ] {
+            zip.start_file(format!("{array}.npy"), options).unwrap();
+            zip.write_all(&npy_head(descr, "(1,)")).unwrap();
+            zip.write_all(&body).unwrap();
+        }
+        zip.start_file("tokens.npy", options).unwrap();
+        zip.write_all(&npy_head("|u1", shape)).unwrap();
+        let chunk = vec![0u8; 1 << 20];
+        for _ in 0..zeros >> 20 {
+            zip.write_all(&chunk).unwrap();
+        }
+        zip.finish().unwrap();
+        dir
+    }
+
+    /// `choicewise ARGS`, with its peak resident memory in KiB (its own, from `wait4`).
+    fn peak_of(args: &[&str]) -> (std::process::ExitStatus, String, i64) {
+        use std::os::unix::process::ExitStatusExt;
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(scratch("peak-stderr")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut status = 0;
+        // SAFETY: `rusage` is plain data that `wait4` fills; the pid is our child's.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        assert_eq!(pid, child.id() as i32);
+        let stderr = std::fs::read_to_string(scratch("peak-stderr")).unwrap();
+        (
+            std::process::ExitStatus::from_raw(status),
+            stderr,
+            usage.ru_maxrss,
+        )
+    }
+
+    #[test]
+    fn a_zip_bomb_is_refused_under_100_mib_and_wrapped_dimensions_are_an_error() {
+        // 128 MiB of token ids in about 128 KiB.
+        let bomb = hostile_set("picks-bomb", "(1, 1, 134217728)", 128 << 20);
+        let size = std::fs::metadata(bomb.join("traces_0.npz")).unwrap().len();
+        assert!(size < 1 << 20, "{size} bytes");
+        let (status, err, peak_kib) =
+            peak_of(&["picks", "report", bomb.to_str().unwrap(), "--answer", "(a)"]);
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(err.contains("a damaged or hostile file"), "{err}");
+        assert!(peak_kib < 100 << 10, "{peak_kib} KiB at most resident");
+        // Dimensions whose product wraps: an error, not a panic.
+        let wrapped = hostile_set("picks-wrapped", "(4294967296, 4294967296, 4294967296)", 0);
+        let (status, err, _) = peak_of(&[
+            "picks",
+            "report",
+            wrapped.to_str().unwrap(),
+            "--answer",
+            "(a)",
+        ]);
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(err.contains("number of elements overflows"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_answer_pattern_that_matches_no_sample_is_an_error() {
         let s = server(false).await;
