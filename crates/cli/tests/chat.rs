@@ -2267,6 +2267,8 @@ mod picks {
     }
 
     /// `choicewise ARGS`, with its peak resident memory in KiB (its own, from `wait4`).
+    // The child is reaped by `wait4`, which `Child::wait` cannot do with its usage.
+    #[allow(clippy::zombie_processes)]
     fn peak_of(args: &[&str]) -> (std::process::ExitStatus, String, i64) {
         use std::os::unix::process::ExitStatusExt;
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
