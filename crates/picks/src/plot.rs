@@ -348,9 +348,9 @@ mod tests {
             let _ = std::fs::remove_file(&path);
         }
         assert!(!svg.contains("0000000"), "a tick label is not round");
-        // vote-8: within a point of the best vote (83.00%), with the fewest tokens.
+        // vote-8: within a point of the most accurate pick (83.00%), with the fewest tokens.
         assert!(
-            svg.contains("vote-8 keeps the best vote"),
+            svg.contains("vote-8 keeps the best accuracy"),
             "{}",
             &svg[..600]
         );
