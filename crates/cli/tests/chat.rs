@@ -2114,6 +2114,25 @@ mod picks {
         let cheap: Value = serde_json::from_slice(ok(&cheap)).unwrap();
         assert_eq!(cheap["recommendation"]["pick"], "single", "{cheap}");
         assert_eq!(cheap["recommendation"]["config"], "");
+        // Each sample's times were kept: replayed at their pace, the answers are the same.
+        let paced = choicewise(&[
+            "picks",
+            "report",
+            out,
+            "--answer",
+            r"#### (\d+)",
+            "--json",
+            "--recorded-pace",
+        ])
+        .await;
+        let paced: Value = serde_json::from_slice(ok(&paced)).unwrap();
+        assert_eq!(
+            paced["recorded_pace"]["samples"], 24,
+            "{}",
+            paced["recorded_pace"]
+        );
+        assert!(paced["recorded_pace"]["first_token_ms"].as_f64().unwrap() >= 0.0);
+        assert_eq!(row(&paced, "vote-4")["accuracy"], 1.0);
         // Accuracy first: a pick that is always right, the fewest tokens among those.
         let sure = choicewise(&[
             "picks",

@@ -119,6 +119,10 @@ pub struct Problem {
     pub answer: String,
     /// Its samples, in the order they were drawn.
     pub samples: Vec<Sample>,
+    /// Each sample's milliseconds from its request to its first token and to its finish, as
+    /// the server gave them (`choicewise picks record`; the optional arrays `first_token_ms`
+    /// and `total_ms`); -1 where not recorded; empty when none were.
+    pub times_ms: Vec<[i32; 2]>,
     /// The answers graded right by a command (`choicewise picks report --grade`): an answer
     /// is right when it is one of them. `None`: when it is [`answer`](Self::answer).
     pub graded: Option<std::collections::BTreeSet<String>>,
@@ -357,6 +361,15 @@ impl TraceSet {
         if problems.iter().any(|q| q.name.is_some()) {
             let m = strs(&|q| q.name.clone().unwrap_or_default());
             arrays.push(("item_ids", npy_str(&m, &[p])));
+        }
+        if problems.iter().any(|q| !q.times_ms.is_empty()) {
+            for (name, which) in [("first_token_ms", 0), ("total_ms", 1)] {
+                let v: Vec<i64> = (problems.iter())
+                    .flat_map(|q| (0..n).map(move |j| q.times_ms.get(j).map_or(-1, |t| t[which])))
+                    .map(i64::from)
+                    .collect();
+                arrays.push((name, npy_ints(&v, I4, &[p, n])));
+            }
         }
         let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
         let options = zip::write::SimpleFileOptions::default()
@@ -646,6 +659,8 @@ fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
     };
     let messages = optional(&mut zip, "messages")?;
     let item_ids = optional(&mut zip, "item_ids")?;
+    let first_token_ms = optional(&mut zip, "first_token_ms")?;
+    let total_ms = optional(&mut zip, "total_ms")?;
     let mut get = |name: &str| get_array(&mut zip, file, name, max_bytes);
     let ids = get("problem_ids")?;
     let levels = get("levels")?;
@@ -728,6 +743,22 @@ fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
     };
     let messages = strings(messages, "messages")?;
     let item_ids = strings(item_ids, "item_ids")?;
+    let times = |a: Option<Array>, name: &str| -> Result<Option<Vec<i32>>, TracesError> {
+        match a {
+            None => Ok(None),
+            Some(Array {
+                shape,
+                data: Data::Int(v),
+            }) if shape == [p, n] => Ok(Some(
+                v.into_iter()
+                    .map(|x| i32::try_from(x).unwrap_or(-1))
+                    .collect(),
+            )),
+            Some(_) => Err(bad(name, format!("not [{p}, {n}] integers"))),
+        }
+    };
+    let first_token_ms = times(first_token_ms, "first_token_ms")?;
+    let total_ms = times(total_ms, "total_ms")?;
     let (Data::Int(ids), Data::Int(levels), Data::Str(prompts), Data::Str(answers)) =
         (ids.data, levels.data, prompts.data, answers.data)
     else {
@@ -804,6 +835,10 @@ fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
             name: some(&item_ids),
             answer: answers[i].clone(),
             samples,
+            times_ms: match (&first_token_ms, &total_ms) {
+                (Some(f), Some(t)) => (0..n).map(|j| [f[i * n + j], t[i * n + j]]).collect(),
+                _ => Vec::new(),
+            },
             graded: None,
         });
     }

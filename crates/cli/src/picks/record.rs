@@ -305,6 +305,9 @@ struct Streamed {
     pieces: Vec<String>,
     logprobs: Vec<Entry>,
     finish: Option<String>,
+    /// From its request to its first token, and to its finish, as the server gave them.
+    first_token: Option<Duration>,
+    total: Option<Duration>,
 }
 
 /// A log-probability as recorded: a server may write -inf as null, the least a
@@ -487,6 +490,7 @@ impl Asking {
                 tokio::time::sleep(Duration::from_millis(250 << attempt.min(4))).await;
             }
             let logprobs = !self.refused.load(Ordering::Relaxed);
+            let sent = Instant::now();
             let mut response = match self.send(messages, logprobs).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -527,7 +531,7 @@ impl Asking {
                 }
                 return Err(last);
             }
-            match read_stream(response, self.bounds).await {
+            match read_stream(response, self.bounds, sent).await {
                 Ok(s) => return Ok(s),
                 Err(Failure::Retry(e)) => last = e,
                 Err(Failure::Fatal(e)) => return Err(e),
@@ -544,7 +548,11 @@ fn response_status(status: u16) -> String {
 /// Reads one sample's stream: framed by `choicewise-sse` (an event larger than the sample's
 /// bytes is an error, however its lines come), each event read into typed parts, stopped at
 /// choice 0's finish or `[DONE]`, within `bounds` (bytes, tokens, time).
-async fn read_stream(response: reqwest::Response, bounds: Bounds) -> Result<Streamed, Failure> {
+async fn read_stream(
+    response: reqwest::Response,
+    bounds: Bounds,
+    sent: Instant,
+) -> Result<Streamed, Failure> {
     let deadline = tokio::time::Instant::now() + bounds.timeout;
     let mut body = response.bytes_stream();
     read_events(
@@ -558,6 +566,7 @@ async fn read_stream(response: reqwest::Response, bounds: Bounds) -> Result<Stre
             Ok(Some(Err(e))) => Err(Failure::Retry(format!("the stream broke: {e}"))),
         },
         bounds,
+        sent,
     )
     .await
 }
@@ -566,6 +575,7 @@ async fn read_stream(response: reqwest::Response, bounds: Bounds) -> Result<Stre
 async fn read_events<B: AsRef<[u8]>>(
     mut next: impl AsyncFnMut() -> Result<Option<B>, Failure>,
     bounds: Bounds,
+    sent: Instant,
 ) -> Result<Streamed, Failure> {
     let mut out = Streamed::default();
     let mut framer =
@@ -590,6 +600,9 @@ async fn read_events<B: AsRef<[u8]>>(
             if let Err(e) = out.event(ev.data) {
                 failed = Some(e);
                 return ControlFlow::Break(());
+            }
+            if out.first_token.is_none() && out.tokens() > 0 {
+                out.first_token = Some(sent.elapsed());
             }
             if out.tokens() > bounds.tokens {
                 failed = Some(Failure::Fatal(format!(
@@ -616,6 +629,7 @@ async fn read_events<B: AsRef<[u8]>>(
             "the stream ended before the sample did".into(),
         ));
     }
+    out.total = Some(sent.elapsed());
     Ok(out)
 }
 
@@ -678,6 +692,8 @@ fn meta(args: &RecordArgs, items: usize, recorded: &[Option<Problem>]) -> Value 
         "eos": "id 0 (<eos>) is never written: finished = the sample ended with finish_reason \"stop\"; lengths count content tokens",
         "pred_answers": "empty, and correct false: the answer's pattern is not known when recording; choicewise picks report --answer REGEX reads each sample's answer from its text",
         "problem_ids": "the item's line number among the items (from 0); item_ids: its id",
+        "first_token_ms": "each sample's time from its request to its first token, as the server gave it (-1: not recorded)",
+        "total_ms": "each sample's time from its request to its finish (-1: not recorded)",
     })
 }
 
@@ -805,6 +821,16 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
             ..Problem::default()
         });
         for (_, s) in got {
+            let ms =
+                |d: Option<Duration>| d.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
+            let times = [ms(s.first_token), ms(s.total)];
+            // Samples recorded before times were kept have none (-1).
+            let known = problem.times_ms.len();
+            problem.times_ms.extend(std::iter::repeat_n(
+                [-1, -1],
+                problem.samples.len().saturating_sub(known),
+            ));
+            problem.times_ms.push(times);
             problem.samples.push(s.sample(&mut vocab));
             new_samples += 1;
         }
@@ -875,7 +901,7 @@ mod tests {
     /// `reads` one after the other, then the end.
     async fn read_all(reads: Vec<Vec<u8>>, bounds: Bounds) -> Result<Streamed, Failure> {
         let mut reads = reads.into_iter();
-        read_events(async || Ok(reads.next()), bounds).await
+        read_events(async || Ok(reads.next()), bounds, Instant::now()).await
     }
 
     fn fatal(r: Result<Streamed, Failure>) -> String {
@@ -952,6 +978,7 @@ mod tests {
                 Ok((sent <= total).then_some(per_read.as_bytes()))
             },
             DEFAULTS,
+            Instant::now(),
         )
         .await;
         let e = fatal(r);
@@ -983,6 +1010,7 @@ mod tests {
                 Ok(Some(read.as_bytes()))
             },
             DEFAULTS,
+            Instant::now(),
         )
         .await;
         let e = fatal(r);

@@ -47,6 +47,13 @@ pub struct ReportArgs {
     /// error.
     #[arg(long, value_name = "CMD")]
     grade: Option<String>,
+    /// Replay at the pace the server gave the samples when they were recorded (`record`
+    /// keeps each sample's time to its first token and its total time): every sample's first
+    /// token after the median time to a first token, then one token every median
+    /// milliseconds a token, finishes no further apart; the answer times (and `--prefer
+    /// latency`) are then your server's. Instead of --token-ms.
+    #[arg(long, conflicts_with = "token_ms")]
+    recorded_pace: bool,
     /// What the recommendation prefers among the picks within --within points of the most
     /// accurate: `accuracy` (the most accurate), `tokens` (the fewest) or `latency` (the
     /// shortest median answer time).
@@ -76,6 +83,45 @@ fn has_logprobs(args: &ReportArgs, set: &TraceSet) -> bool {
         Some(b) => b,
         None => set.has_logprobs(),
     }
+}
+
+/// The pace a set's samples were recorded at: the medians over the samples with their times.
+struct Pace {
+    /// Milliseconds a token after the first: (total - first token) / (tokens - 1).
+    token: Duration,
+    /// To the first token.
+    first_token: Duration,
+    /// The samples with their times.
+    samples: usize,
+}
+
+/// The medians of the recorded times (`None`: no sample has them).
+fn recorded_pace(set: &TraceSet) -> Option<Pace> {
+    let (mut token, mut first) = (Vec::new(), Vec::new());
+    for p in &set.problems {
+        for (s, t) in p.samples.iter().zip(&p.times_ms) {
+            let [f, total] = *t;
+            if f < 0 || total < f {
+                continue;
+            }
+            first.push(f64::from(f));
+            if s.len() >= 2 {
+                token.push(f64::from(total - f) / (s.len() - 1) as f64);
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let samples = first.len();
+    let first_token = median(&mut first)?;
+    let token = median(&mut token).unwrap_or(0.0);
+    Some(Pace {
+        token: Duration::from_secs_f64(token / 1000.0),
+        first_token: Duration::from_secs_f64(first_token / 1000.0),
+        samples,
+    })
 }
 
 /// The longest a grader may take on one sample.
@@ -228,8 +274,29 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         .collect();
     let curve = vote_curve(&set, samples);
     let set = Arc::new(set);
-    let pace = Duration::from_secs_f64(args.token_ms.max(0.0) / 1000.0);
-    let up = upstream::start(set.clone(), pace)?;
+    let (up, paced) = match args.recorded_pace {
+        false => {
+            let pace = Duration::from_secs_f64(args.token_ms.max(0.0) / 1000.0);
+            (upstream::start(set.clone(), pace)?, None)
+        }
+        true => {
+            let Some(r) = recorded_pace(&set) else {
+                return Err(Exit {
+                    message: format!(
+                        "--recorded-pace: {} has no sample's times (recorded before they were kept, or not by choicewise picks record)",
+                        args.dir.display()
+                    ),
+                    code: 2,
+                });
+            };
+            let slow = upstream::Slow {
+                first_token: r.first_token,
+                every: 1,
+            };
+            let up = upstream::start_slow(set.clone(), r.token, slow, r.token)?;
+            (up, Some(r))
+        }
+    };
     let (gateway, gateway_task) = start_gateway(&up.url).await?;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
@@ -273,7 +340,18 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         curve: &curve,
         runs: &runs,
     });
-    out["token_ms"] = json!(args.token_ms);
+    out["token_ms"] = json!(
+        paced
+            .as_ref()
+            .map_or(args.token_ms, |r| r.token.as_secs_f64() * 1000.0)
+    );
+    if let Some(r) = &paced {
+        out["recorded_pace"] = json!({
+            "token_ms": r.token.as_secs_f64() * 1000.0,
+            "first_token_ms": r.first_token.as_secs_f64() * 1000.0,
+            "samples": r.samples,
+        });
+    }
     out["concurrency"] = json!(args.concurrency);
     out["upstream_n"] = json!("fan-out");
     out["logprobs"] = json!(logprobs);
@@ -298,6 +376,19 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         return Ok(());
     }
     choicewise_picks::print_table(&out);
+    match &paced {
+        Some(r) => println!(
+            "\nReplayed at the recorded pace ({} samples' medians: first token after {:.0} ms, then {:.1} ms a token): the answer times are your server's.",
+            r.samples,
+            r.first_token.as_secs_f64() * 1000.0,
+            r.token.as_secs_f64() * 1000.0
+        ),
+        None if recorded_pace(&set).is_some() => println!(
+            "\nThe answer times are the replay's ({} ms a token); --recorded-pace replays at your server's recorded pace.",
+            args.token_ms
+        ),
+        None => {}
+    }
     if matched < all {
         println!("\n--answer matched {matched} of the {all} samples: the others have no answer.");
     }
