@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use choicewise_picks::traces::TraceSet;
 use choicewise_picks::{
-    AnswerRule, Asker, Figures, Kind, Offline, Pick, Results, SETTINGS, Settings, VOTE_BY, find,
-    gateway_config, latency_picks, offline, picks, upstream, vote_curve,
+    AnswerRule, Asker, Figures, Kind, Measure, Offline, Pick, Results, SETTINGS, Settings, VOTE_BY,
+    find, gateway_config, latency_picks, offline, picks, upstream, vote_curve,
 };
 use serde_json::{Value, json};
 
@@ -68,12 +68,20 @@ pub struct PicksArgs {
     /// The `choicewise` binary (default: next to this harness).
     #[arg(long)]
     pub choicewise: Option<PathBuf>,
-    /// The confidence picks' warmup (the table's: 16; the library's default: 8).
+    /// The `top_k` confidence picks' warmup (the table's: 16; the library's default: 8).
     #[arg(long, default_value_t = SETTINGS.warmup)]
     pub warmup: usize,
-    /// The confidence picks' group of tokens (the table's: 16; the library's default: 64).
+    /// The `top_k` confidence picks' group of tokens (the table's: 16; the library's
+    /// default: 64).
     #[arg(long, default_value_t = SETTINGS.group_tokens)]
     pub group_tokens: usize,
+    /// The `sampled` confidence picks' warmup (the table's and the library's default: 8).
+    #[arg(long, default_value_t = SETTINGS.sampled_warmup)]
+    pub sampled_warmup: usize,
+    /// The `sampled` confidence picks' group of tokens (the table's and the library's
+    /// default: 4).
+    #[arg(long, default_value_t = SETTINGS.sampled_group_tokens)]
+    pub sampled_group_tokens: usize,
     /// Samples at a time of `adaptive` and after the confidence picks' warmup.
     #[arg(long, default_value_t = SETTINGS.confidence_window)]
     pub window: usize,
@@ -105,6 +113,8 @@ impl PicksArgs {
         Settings {
             warmup: self.warmup,
             group_tokens: self.group_tokens,
+            sampled_warmup: self.sampled_warmup,
+            sampled_group_tokens: self.sampled_group_tokens,
             confidence_window: self.window,
             adaptive_window: self.window,
             ..SETTINGS
@@ -182,29 +192,38 @@ fn one_run(
     Ok(out)
 }
 
-/// The curves' extra picks: the confidence picks at other windows and warmups.
+/// The curves' extra picks: the confidence picks of both measures at other windows and
+/// warmups.
 fn curve_picks(args: &PicksArgs) -> Vec<Pick> {
     let mut out = Vec::new();
-    for (label, keep) in [("high", 0.9), ("low", 0.1)] {
-        for &w in &args.curve_windows {
-            out.push(Pick {
-                name: format!("confidence-{label}/window-{w}"),
-                kind: Kind::Confidence {
-                    keep,
-                    warmup: args.warmup,
-                    window: w,
-                },
-            });
-        }
-        for &warmup in &args.curve_warmups {
-            out.push(Pick {
-                name: format!("confidence-{label}/warmup-{warmup}"),
-                kind: Kind::Confidence {
-                    keep,
-                    warmup,
-                    window: args.window,
-                },
-            });
+    let measures = [
+        ("confidence", Measure::TopK, args.warmup),
+        ("sampled", Measure::Sampled, args.sampled_warmup),
+    ];
+    for (prefix, measure, base_warmup) in measures {
+        for (label, keep) in [("high", 0.9), ("low", 0.1)] {
+            for &w in &args.curve_windows {
+                out.push(Pick {
+                    name: format!("{prefix}-{label}/window-{w}"),
+                    kind: Kind::Confidence {
+                        measure,
+                        keep,
+                        warmup: base_warmup,
+                        window: w,
+                    },
+                });
+            }
+            for &warmup in &args.curve_warmups {
+                out.push(Pick {
+                    name: format!("{prefix}-{label}/warmup-{warmup}"),
+                    kind: Kind::Confidence {
+                        measure,
+                        keep,
+                        warmup,
+                        window: args.window,
+                    },
+                });
+            }
         }
     }
     out
@@ -388,6 +407,35 @@ fn targets(out: &Value, report: &mut Report) {
         true,
         "",
     );
+    push(
+        "picks: sampled-low - vote-64, points",
+        pts(get("sampled-low", "accuracy"), get("vote-64", "accuracy")),
+        0.0,
+        true,
+        "",
+    );
+    push(
+        "picks: sampled-low - vote-16, points",
+        pts(get("sampled-low", "accuracy"), get("vote-16", "accuracy")),
+        0.0,
+        true,
+        "",
+    );
+    push(
+        "picks: sampled-low tokens / vote-64's",
+        ratio(get("sampled-low", "tokens"), get("vote-64", "tokens")),
+        0.35,
+        false,
+        "x",
+    );
+    if let (Some(s), Some(t)) = (
+        out["separation"]["sampled"].as_f64(),
+        out["separation"]["top_k"].as_f64(),
+    ) {
+        report.info.push(format!(
+            "INFO picks: within-problem AUROC sampled {s:.3}, top_k {t:.3}"
+        ));
+    }
     if let Some(loss) = pts(
         get("confidence-low", "accuracy"),
         get("vote-64", "accuracy"),

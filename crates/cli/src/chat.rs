@@ -231,14 +231,15 @@ fn build_request(
     Ok(Value::Object(body))
 }
 
-/// `--confidence`: ask for each token's top `k` log-probabilities (`logprobs: true,
-/// top_logprobs: k`), unless the request already asks for some (its own `top_logprobs`
-/// kept).
-fn ask_for_logprobs(request: &mut Value, k: usize) {
+/// `--confidence`: ask for each token's log-probability (`logprobs: true`), and with
+/// `Some(k)` (the `top_k` measure) for its top `k` (`top_logprobs: k`) unless the request
+/// already asks for some (its own `top_logprobs` kept).
+fn ask_for_logprobs(request: &mut Value, top: Option<usize>) {
     let Some(body) = request.as_object_mut() else {
         return;
     };
     body.insert("logprobs".into(), json!(true));
+    let Some(k) = top else { return };
     let asked = body.get("top_logprobs").and_then(Value::as_u64);
     if asked.is_none_or(|n| n == 0) {
         body.insert("top_logprobs".into(), json!(k));
@@ -510,7 +511,7 @@ pub async fn run(args: ChatArgs) -> Result<(), Exit> {
     let samples = u32::try_from(copies as u64 * per_request).unwrap_or(u32::MAX);
     let policy = args.view.policy(Some(samples))?;
     if let Some(options) = policy.as_ref().and_then(Policy::confidence) {
-        ask_for_logprobs(&mut request, options.top_logprobs);
+        ask_for_logprobs(&mut request, options.asks_top_logprobs());
     }
     let idle = args
         .idle_timeout
@@ -813,20 +814,27 @@ mod tests {
 
     #[test]
     fn confidence_asks_for_top_logprobs_unless_the_request_does() {
+        // The sampled measure: each token's own log-probability, no top-k.
         let mut r = json!({"messages": []});
-        ask_for_logprobs(&mut r, 5);
+        ask_for_logprobs(&mut r, None);
+        assert_eq!(
+            (&r["logprobs"], r.get("top_logprobs")),
+            (&json!(true), None)
+        );
+        let mut r = json!({"messages": []});
+        ask_for_logprobs(&mut r, Some(5));
         assert_eq!(
             (&r["logprobs"], &r["top_logprobs"]),
             (&json!(true), &json!(5))
         );
         let mut r = json!({"messages": [], "top_logprobs": 3});
-        ask_for_logprobs(&mut r, 5);
+        ask_for_logprobs(&mut r, Some(5));
         assert_eq!(
             (&r["logprobs"], &r["top_logprobs"]),
             (&json!(true), &json!(3))
         );
         let mut r = json!({"messages": [], "logprobs": false, "top_logprobs": 0});
-        ask_for_logprobs(&mut r, 5);
+        ask_for_logprobs(&mut r, Some(5));
         assert_eq!(
             (&r["logprobs"], &r["top_logprobs"]),
             (&json!(true), &json!(5))

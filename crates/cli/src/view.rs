@@ -1,6 +1,6 @@
 //! Choosing the view: `--json`, the plain labelled lines, or the live view on a terminal.
 
-use choicewise::confidence::{Confidence, ConfidenceReport};
+use choicewise::confidence::{Confidence, ConfidenceReport, Measure};
 use choicewise::policy::PolicyLimits;
 use choicewise::{Completions, PickRule, Policy, PolicyError, PolicyErrorKind, Selection};
 use clap::Args;
@@ -51,31 +51,43 @@ pub struct ViewArgs {
     #[arg(long, value_name = "W")]
     pub vote_window: Option<u32>,
     /// Guide the vote by the model's confidence (DeepConf online, arXiv 2508.15260): needs
-    /// --vote or --vote-by, and choices with top log-probabilities (chat asks its upstreams
-    /// for logprobs: true, top_logprobs: 5). The first --warmup samples run to their end and
-    /// set a threshold; every later one is stopped (its connection closed) as soon as the mean
-    /// confidence of its last --group-tokens tokens falls below it, shown as `low confidence`,
-    /// and does not vote; the others vote with their confidence as weight. The samples
+    /// --vote or --vote-by, and choices with log-probabilities (chat asks its upstreams for
+    /// logprobs: true, and top_logprobs: 5 with --measure top_k). The first --warmup samples
+    /// run to their end and set a threshold; every later one is stopped (its connection
+    /// closed) as soon as the mean confidence of its last --group-tokens tokens falls below
+    /// it, shown as `low confidence`, and does not vote; the others vote with their
+    /// confidence's weight (--measure sampled: exp of it; top_k: itself). The samples
     /// (--fan-out K, or -n K, one request per choice) start on demand: the rest only if the
     /// warmup leaves the vote undecided. Without log-probabilities, the plain vote decides
-    /// and --json's "confidence" says why. The `confidence-high` and
-    /// `confidence-low` rows of docs/picks.md (--keep 0.9 / 0.1, --warmup 16, --group-tokens
-    /// 16, --vote-window 4, --fan-out 64).
+    /// and --json's "confidence" says why. The `sampled-low` row of docs/picks.md: the
+    /// defaults with --vote-window 4 and --fan-out 64; `confidence-high` and
+    /// `confidence-low`: --measure top_k --keep 0.9 / 0.1 --warmup 16 --group-tokens 16.
     #[arg(long, requires = "a_vote")]
     pub confidence: bool,
+    /// With --confidence: how a token's confidence is measured: `sampled`, the sampled
+    /// token's own log-probability (asks logprobs: true alone), or `top_k`, DeepConf's minus
+    /// the mean of the top-5 log-probabilities. Each has its own defaults of --keep and
+    /// --group-tokens [default: sampled].
+    #[arg(long, value_name = "MEASURE", requires = "confidence", value_parser = parse_measure)]
+    pub measure: Option<Measure>,
     /// With --confidence: the samples that run to their end and set the threshold, 1 to 64
     /// [default: 8].
     #[arg(long, value_name = "N", requires = "confidence")]
     pub warmup: Option<u32>,
     /// With --confidence: the share of warmup confidences that pass, above 0 and at most 1;
     /// the threshold is their (1 - F) quantile (0.9: conservative, 0.1: only the most
-    /// confident tenth) [default: 0.9].
+    /// confident tenth) [default: 0.1 with --measure sampled, 0.9 with top_k].
     #[arg(long, value_name = "F", requires = "confidence", value_parser = parse_share)]
     pub keep: Option<f64>,
     /// With --confidence: the tokens whose mean confidence is compared with the threshold (a
-    /// sliding window), 1 to 100000 [default: 64].
+    /// sliding window), 1 to 100000 [default: 4 with --measure sampled, 64 with top_k].
     #[arg(long, value_name = "N", requires = "confidence")]
     pub group_tokens: Option<u32>,
+}
+
+/// A measure's name (`sampled`, `top_k`).
+fn parse_measure(s: &str) -> Result<Measure, String> {
+    s.parse::<Measure>().map_err(|e| e.to_string())
 }
 
 /// A share: a number from 0 to 1.
@@ -99,6 +111,7 @@ fn flag_of(field: &str) -> &str {
         "window" => "--vote-window",
         "vote_normalize" => "--vote-normalize",
         "confidence" => "--confidence",
+        "confidence.measure" => "--measure",
         "confidence.warmup" => "--warmup",
         "confidence.keep" => "--keep",
         "confidence.group_tokens" => "--group-tokens",
@@ -223,7 +236,7 @@ impl ViewArgs {
         if !self.confidence {
             return None;
         }
-        let mut options = Confidence::new();
+        let mut options = Confidence::for_measure(self.measure.unwrap_or_default());
         if let Some(n) = self.warmup {
             options.warmup = n as usize;
         }

@@ -1460,12 +1460,14 @@ async fn confidence_server() -> TestServer {
         .unwrap()
 }
 
-const CONFIDENCE: [&str; 10] = [
+const CONFIDENCE: [&str; 12] = [
     "--fan-out",
     "7",
     "--vote-by",
     r"Answer: (\d+)",
     "--confidence",
+    "--measure",
+    "top_k",
     "--warmup",
     "3",
     "--keep",
@@ -1779,10 +1781,28 @@ mod picks {
         ("d", "9", ["9", "9", "4", "9", "9", "9"]),
     ];
 
-    /// The text of sample k of item `p`: one character a token.
+    /// The text of sample k of item `p`: one character a token. Items `gN` (of
+    /// [`graded_items`]) answer N, or N + 1 when N + k is a multiple of 3.
     fn text(p: &str, k: usize) -> String {
+        if let Some(n) = p.strip_prefix('g').and_then(|n| n.parse::<usize>().ok()) {
+            let a = if (n + k).is_multiple_of(3) { n + 1 } else { n };
+            return format!("{p}={a}\n#### {a}");
+        }
         let (_, _, answers) = ITEMS.iter().find(|i| i.0 == p).unwrap();
         format!("{p}={}\n#### {}", answers[k], answers[k])
+    }
+
+    /// 20 items `g0` .. `g19`, item `gN` answering N.
+    fn graded_items(name: &str) -> String {
+        let path = scratch(name);
+        let lines: Vec<String> = (0..20)
+            .map(|n| {
+                json!({"id": format!("g{n}"), "prompt": format!("g{n}"), "answer": n.to_string()})
+                    .to_string()
+            })
+            .collect();
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        path.to_str().unwrap().to_string()
     }
 
     /// The scripted server: the k-th request for an item (its last user message) gets its
@@ -2011,9 +2031,30 @@ mod picks {
                 "vote-4",
                 "adaptive",
                 "confidence-high",
-                "confidence-low"
+                "confidence-low",
+                "sampled-high",
+                "sampled-low"
             ]
         );
+        // Each confidence pick names its measure, in its row and its settings.
+        assert_eq!(row(&r, "sampled-low")["measure"], "sampled");
+        assert_eq!(row(&r, "confidence-low")["measure"], "top_k");
+        let sampled = &row(&r, "sampled-low")["choicewise"]["confidence"];
+        assert_eq!(
+            (
+                sampled["measure"].as_str(),
+                sampled["group_tokens"].as_u64()
+            ),
+            (Some("sampled"), Some(4))
+        );
+        // Both measures' separation. Here every sample of an item is as sure as its number
+        // says (sample k: -0.1 (k + 1) a token), whatever its answer.
+        let sep = &r["separation"];
+        assert!(
+            sep["sampled"].is_number() && sep["top_k"].is_number(),
+            "{sep}"
+        );
+        assert!(sep["use"] == "sampled" || sep["use"] == "top_k", "{sep}");
         // By hand: sample 0 is right for a, c and d; the first 4 samples' majority for all.
         assert_eq!(row(&r, "single")["accuracy"], 0.75);
         assert_eq!(row(&r, "single")["reference"]["accuracy"], 0.75);
@@ -2039,6 +2080,75 @@ mod picks {
         assert_eq!(row(&r, rec["pick"].as_str().unwrap())["tokens"], cheapest);
         let ratio = cheapest as f64 / 40.0;
         assert!((rec["tokens_vs_single"].as_f64().unwrap() - ratio).abs() < 1e-9);
+        // The block that deploys it passes `choicewise serve --check`.
+        let block = rec["config"].as_str().unwrap();
+        assert!(block.starts_with("[models.choicewise]\n"), "{r}");
+        assert_eq!(
+            row(&r, rec["pick"].as_str().unwrap())["choicewise"]["vote_by"],
+            r"#### (\d+)"
+        );
+        let config = scratch("picks-recommended.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[models]]\nname = \"recommended\"\n{block}\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n"
+            ),
+        )
+        .unwrap();
+        let check = choicewise(&["serve", "--check", "--config", config.to_str().unwrap()]).await;
+        let said = String::from_utf8_lossy(&check.stdout).to_string()
+            + &String::from_utf8_lossy(&check.stderr);
+        assert_eq!(check.status.code(), Some(0), "{block}\n{said}");
+        // Giving up 30 points for tokens: one sample (75%), which needs no configuration.
+        let cheap = choicewise(&[
+            "picks",
+            "report",
+            out,
+            "--answer",
+            r"#### (\d+)",
+            "--json",
+            "--within",
+            "30",
+        ])
+        .await;
+        let cheap: Value = serde_json::from_slice(ok(&cheap)).unwrap();
+        assert_eq!(cheap["recommendation"]["pick"], "single", "{cheap}");
+        assert_eq!(cheap["recommendation"]["config"], "");
+        // Each sample's times were kept: replayed at their pace, the answers are the same.
+        let paced = choicewise(&[
+            "picks",
+            "report",
+            out,
+            "--answer",
+            r"#### (\d+)",
+            "--json",
+            "--recorded-pace",
+        ])
+        .await;
+        let paced: Value = serde_json::from_slice(ok(&paced)).unwrap();
+        assert_eq!(
+            paced["recorded_pace"]["samples"], 24,
+            "{}",
+            paced["recorded_pace"]
+        );
+        assert!(paced["recorded_pace"]["first_token_ms"].as_f64().unwrap() >= 0.0);
+        assert_eq!(row(&paced, "vote-4")["accuracy"], 1.0);
+        // Accuracy first: a pick that is always right, the fewest tokens among those.
+        let sure = choicewise(&[
+            "picks",
+            "report",
+            out,
+            "--answer",
+            r"#### (\d+)",
+            "--json",
+            "--prefer",
+            "accuracy",
+            "--within",
+            "30",
+        ])
+        .await;
+        let sure: Value = serde_json::from_slice(ok(&sure)).unwrap();
+        assert_eq!(sure["recommendation"]["accuracy"], 1.0, "{sure}");
 
         // The table and the recommendation's line.
         let table = choicewise(&["picks", "report", out, "--answer", r"#### (\d+)"]).await;
@@ -2047,6 +2157,196 @@ mod picks {
         // Its own run: the pick may differ (the gateway's tokens vary), its accuracy not.
         assert!(text.contains("Recommendation: "), "{text}");
         assert!(text.contains("(100.00% right, "), "{text}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn items_that_share_an_id_or_a_prompt_are_refused_before_any_request() {
+        let s = server(false).await;
+        let path = scratch("picks-items-repeated.jsonl");
+        let lines = [
+            json!({"id": "a", "prompt": "a", "answer": "1"}),
+            json!({"id": "b", "prompt": "b", "answer": "7"}),
+            json!({"id": "a", "prompt": "c", "answer": "5"}),
+            json!({"id": "x", "prompt": "a", "answer": "1"}),
+            json!({"id": "y", "prompt": "b", "answer": "7"}),
+        ];
+        let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+        std::fs::write(&path, text.join("\n")).unwrap();
+        let dir = scratch("picks-set-repeated");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = record(&s, path.to_str().unwrap(), dir.to_str().unwrap(), "2").await;
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("3 repeated"), "{err}");
+        assert!(err.contains("id \"a\" on lines 1, 3"), "{err}");
+        assert!(
+            err.contains("one prompt on lines 1, 4 (ids \"a\", \"x\")"),
+            "{err}"
+        );
+        assert!(
+            err.contains("one prompt on lines 2, 5 (ids \"b\", \"y\")"),
+            "{err}"
+        );
+        assert_eq!(s.requests.load(Relaxed), 0, "nothing is asked");
+        assert!(!dir.join("traces_0.npz").exists());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grader_command_decides_what_is_right() {
+        let s = server(false).await;
+        let items = graded_items("picks-items-graded.jsonl");
+        let dir = scratch("picks-set-graded");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = dir.to_str().unwrap();
+        ok(&record(&s, &items, out, "3").await);
+        // A grader of the kind a pattern cannot be: a script that reads the sample's text
+        // on its input and the item's answer from the environment.
+        let grader = scratch("picks-grader.sh");
+        std::fs::write(
+            &grader,
+            "#!/bin/sh\ngot=$(sed -n 's/^#### //p')\n[ \"$got\" = \"$CHOICEWISE_ANSWER\" ]\n",
+        )
+        .unwrap();
+        let report = |grade: Option<String>| async move {
+            let mut args = vec!["picks", "report", out, "--answer", r"#### (\d+)", "--json"];
+            if let Some(g) = &grade {
+                args.extend(["--grade", g.as_str()]);
+            }
+            let r = choicewise(&args).await;
+            serde_json::from_slice::<Value>(ok(&r)).unwrap()
+        };
+        let by_pattern = report(None).await;
+        let graded = report(Some(format!("sh {}", grader.display()))).await;
+        // Sample 0 of item N is wrong when N is a multiple of 3: 7 of 20.
+        assert_eq!(row(&by_pattern, "single")["accuracy"], 0.65);
+        for name in names(&by_pattern) {
+            assert_eq!(
+                row(&graded, &name)["accuracy"],
+                row(&by_pattern, &name)["accuracy"],
+                "{name}: the script grades as the pattern does"
+            );
+            assert_eq!(
+                row(&graded, &name)["reference"]["accuracy"],
+                row(&by_pattern, &name)["reference"]["accuracy"],
+                "{name}"
+            );
+        }
+        // A grader that finds nothing right: nothing is.
+        let none = report(Some("cat > /dev/null; exit 1".into())).await;
+        for name in names(&none) {
+            assert_eq!(row(&none, &name)["accuracy"], 0.0, "{name}");
+        }
+    }
+
+    /// A `.npy` (version 1) of `descr` and `shape`, its header only.
+    fn npy_head(descr: &str, shape: &str) -> Vec<u8> {
+        let mut header =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend((header.len() as u16).to_le_bytes());
+        out.extend(header.as_bytes());
+        out
+    }
+
+    /// A set whose one `.npz` holds one problem's arrays, then `tokens.npy` of `shape` and
+    /// `zeros` zero bytes of data (deflated: a thousandth of their size).
+    fn hostile_set(name: &str, shape: &str, zeros: usize) -> std::path::PathBuf {
+        use std::io::Write;
+        let dir = scratch(name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("vocab.json"), r#"{"0": "<eos>", "1": "a"}"#).unwrap();
+        let file = std::fs::File::create(dir.join("traces_0.npz")).unwrap();
+        let mut zip = zip::ZipWriter::new(file);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        let utf32 = |c: char| (c as u32).to_le_bytes().to_vec();
+        for (array, descr, body) in [
+            ("problem_ids", "<i4", 0i32.to_le_bytes().to_vec()),
+            ("levels", "<i2", 0i16.to_le_bytes().to_vec()),
+            ("prompts", "<U1", utf32('p')),
+            ("answers", "<U1", utf32('1')),
+        ] {
+            zip.start_file(format!("{array}.npy"), options).unwrap();
+            zip.write_all(&npy_head(descr, "(1,)")).unwrap();
+            zip.write_all(&body).unwrap();
+        }
+        zip.start_file("tokens.npy", options).unwrap();
+        zip.write_all(&npy_head("|u1", shape)).unwrap();
+        let chunk = vec![0u8; 1 << 20];
+        for _ in 0..zeros >> 20 {
+            zip.write_all(&chunk).unwrap();
+        }
+        zip.finish().unwrap();
+        dir
+    }
+
+    /// `choicewise ARGS`, with its peak resident memory in KiB (its own, from `wait4`).
+    // The child is reaped by `wait4`, which `Child::wait` cannot do with its usage.
+    #[allow(clippy::zombie_processes)]
+    fn peak_of(args: &[&str]) -> (std::process::ExitStatus, String, i64) {
+        use std::os::unix::process::ExitStatusExt;
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(scratch("peak-stderr")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut status = 0;
+        // SAFETY: `rusage` is plain data that `wait4` fills; the pid is our child's.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        assert_eq!(pid, child.id() as i32);
+        let stderr = std::fs::read_to_string(scratch("peak-stderr")).unwrap();
+        (
+            std::process::ExitStatus::from_raw(status),
+            stderr,
+            usage.ru_maxrss,
+        )
+    }
+
+    #[test]
+    fn a_zip_bomb_is_refused_under_100_mib_and_wrapped_dimensions_are_an_error() {
+        // 128 MiB of token ids in about 128 KiB.
+        let bomb = hostile_set("picks-bomb", "(1, 1, 134217728)", 128 << 20);
+        let size = std::fs::metadata(bomb.join("traces_0.npz")).unwrap().len();
+        assert!(size < 1 << 20, "{size} bytes");
+        let (status, err, peak_kib) =
+            peak_of(&["picks", "report", bomb.to_str().unwrap(), "--answer", "(a)"]);
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(err.contains("a damaged or hostile file"), "{err}");
+        assert!(peak_kib < 100 << 10, "{peak_kib} KiB at most resident");
+        // Dimensions whose product wraps: an error, not a panic.
+        let wrapped = hostile_set("picks-wrapped", "(4294967296, 4294967296, 4294967296)", 0);
+        let (status, err, _) = peak_of(&[
+            "picks",
+            "report",
+            wrapped.to_str().unwrap(),
+            "--answer",
+            "(a)",
+        ]);
+        assert_eq!(status.code(), Some(2), "{err}");
+        assert!(err.contains("number of elements overflows"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_pattern_that_matches_no_sample_is_an_error() {
+        let s = server(false).await;
+        let items = items_file("picks-items-nomatch.jsonl");
+        let dir = scratch("picks-set-nomatch");
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = dir.to_str().unwrap();
+        ok(&record(&s, &items, out, "2").await);
+        let r = choicewise(&["picks", "report", out, "--answer", r"ANSWER: (\d+)"]).await;
+        assert_eq!(r.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.contains("matched 0 of the 8 samples"), "{err}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -633,6 +633,8 @@ fn confidence_on_a_recording_with_logprobs_decides_as_the_library_does() {
         "--vote-by",
         r"Answer: (\d+)",
         "--confidence",
+        "--measure",
+        "top_k",
         "--warmup",
         "3",
         "--group-tokens",
@@ -668,14 +670,18 @@ fn confidence_on_a_recording_with_logprobs_decides_as_the_library_does() {
     // The library, over the same bytes (the stamps are SSE comments), as fast as it can read:
     // the same decision.
     let library = tokio::runtime::Runtime::new().unwrap().block_on(async {
-        use choicewise::confidence::Confidence;
+        use choicewise::confidence::{Confidence, Measure};
         use choicewise::{Completions, Source, VoteKey};
         let bytes = std::fs::read(&file).unwrap();
         let key = VoteKey::pattern(r"Answer: (\d+)").unwrap();
         Completions::new(Source::reader(std::io::Cursor::new(bytes)))
             .vote(move |o| key.of(o))
             .min_votes(2)
-            .confidence(Confidence::new().warmup(3).group_tokens(2))
+            .confidence(
+                Confidence::for_measure(Measure::TopK)
+                    .warmup(3)
+                    .group_tokens(2),
+            )
             .await
     });
     let ours: Vec<u64> = (json["selected"].as_array().unwrap().iter())

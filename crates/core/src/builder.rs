@@ -221,11 +221,12 @@ impl CompletionsBuilder {
     /// [`ChoiceEvent::Logprobs`](crate::ChoiceEvent::Logprobs) and
     /// [`ChoiceOutput::logprobs`](crate::ChoiceOutput::logprobs)).
     /// [`LogprobsKept::Confidence`](crate::LogprobsKept::Confidence) keeps only each token's
-    /// confidence, what a vote guided by it reads ([`Choice::token_confidences`](crate::Choice::token_confidences));
+    /// confidence by its measure, what a vote guided by it reads
+    /// ([`Choice::token_confidences_by`](crate::Choice::token_confidences_by));
     /// [`LogprobsKept::Nothing`](crate::LogprobsKept::Nothing) drops them unparsed.
     ///
     /// ```
-    /// # use choicewise_core::{Completions, LogprobsKept, Source};
+    /// # use choicewise_core::{Completions, LogprobsKept, Measure, Source};
     /// # use futures::TryStreamExt;
     /// # #[tokio::main] async fn main() {
     /// let sse = concat!(
@@ -234,7 +235,7 @@ impl CompletionsBuilder {
     ///     "]},\"finish_reason\":\"stop\"}]}\n\n",
     /// );
     /// let c = Completions::builder()
-    ///     .logprobs(LogprobsKept::Confidence)
+    ///     .logprobs(LogprobsKept::Confidence(Measure::TopK))
     ///     .start(Source::reader(sse.as_bytes()));
     /// let choice = c.choice(0).await.unwrap();
     /// let confidences: Vec<f64> = choice.token_confidences().try_collect().await.unwrap();

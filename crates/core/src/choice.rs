@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use futures::StreamExt;
 
 use choicewise_proto::{
-    ChoiceEvent, ChoiceOutput, ChoiceUsage, Incomplete, Text, TokenLogprob, UsageSource,
+    ChoiceEvent, ChoiceOutput, ChoiceUsage, Incomplete, Measure, Text, TokenLogprob, UsageSource,
 };
 
 use crate::arguments::{ArgumentsSnapshot, FunctionCalls};
@@ -310,6 +310,33 @@ impl Choice {
     /// # }
     /// ```
     pub fn token_confidences(&self) -> EventStream<f64> {
+        self.token_confidences_by(Measure::TopK)
+    }
+
+    /// Each token's confidence by `measure` ([`Measure::of`]), token by token, for the
+    /// tokens that have one: from the log-probabilities' text
+    /// ([`LogprobsKept::Raw`](crate::LogprobsKept::Raw), only the numbers the measure reads
+    /// parsed), or the confidences the stream kept
+    /// ([`LogprobsKept::Confidence`](crate::LogprobsKept::Confidence), by the measure it
+    /// names). Like every sub-stream it replays from the start.
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Measure, Source};
+    /// # use futures::TryStreamExt;
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"delta\":{\"content\":\"4\"},\"logprobs\":{\"content\":[",
+    ///     "{\"token\":\"4\",\"logprob\":-0.25},{\"token\":\"!\",\"logprob\":-0.5}",
+    ///     "]},\"finish_reason\":\"stop\"}]}\n\n",
+    /// );
+    /// let c = Completions::new(Source::reader(sse.as_bytes())).choice(0).await.unwrap();
+    /// let sampled: Vec<f64> = c.token_confidences_by(Measure::Sampled).try_collect().await.unwrap();
+    /// assert_eq!(sampled, [-0.25, -0.5]);
+    /// let top_k: Vec<f64> = c.token_confidences_by(Measure::TopK).try_collect().await.unwrap();
+    /// assert!(top_k.is_empty()); // no top log-probabilities were sent
+    /// # }
+    /// ```
+    pub fn token_confidences_by(&self, measure: Measure) -> EventStream<f64> {
         enum Tokens {
             Text(choicewise_proto::Logprobs),
             One(f64),
@@ -320,11 +347,12 @@ impl Choice {
             _ => None,
         });
         EventStream::derived(
-            raw.flat_map(|item| {
+            raw.flat_map(move |item| {
                 let confidences: Vec<Result<f64, choicewise_proto::Error>> = match item {
-                    Ok(Tokens::Text(value)) => {
-                        value.confidences().into_iter().flatten().map(Ok).collect()
-                    }
+                    Ok(Tokens::Text(value)) => (value.confidences_by(measure).into_iter())
+                        .flatten()
+                        .map(Ok)
+                        .collect(),
                     Ok(Tokens::One(c)) => vec![Ok(c)],
                     Err(e) => vec![Err(e)],
                 };

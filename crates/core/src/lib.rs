@@ -83,8 +83,8 @@ pub use choicewise_proto::EncodingName;
 pub use choicewise_proto::{
     CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource, ChoiceUsage, Demux,
     Dialect, Error, ErrorDetail, ErrorKind, Estimate, FunctionCall, FunctionCallEvent, Incomplete,
-    Logprobs, LogprobsKept, Message, MessagesText, Snapshot, Text, ToolCall, UpstreamError, Usage,
-    UsageSource, Warning, WarningKind,
+    Logprobs, LogprobsKept, Measure, Message, MessagesText, Snapshot, Text, ToolCall,
+    UpstreamError, Usage, UsageSource, Warning, WarningKind,
 };
 pub use choicewise_proto::{chunks, wire};
 pub use completions::{Choices, Completions};
@@ -96,9 +96,9 @@ pub use stream::EventStream;
 pub mod confidence {
     //! Confidence from log-probabilities (DeepConf), for a vote guided by it
     //! ([`Pick::confidence`](crate::Pick::confidence)) and for a caller's own use: the
-    //! options ([`Confidence`]), a choice's log-probabilities as they stream
+    //! options ([`Confidence`], with its [`Measure`]), a choice's log-probabilities as they stream
     //! ([`Choice::logprobs`](crate::Choice::logprobs), items of [`TokenLogprob`], and
-    //! [`Choice::token_confidences`](crate::Choice::token_confidences)), a sample's
+    //! [`Choice::token_confidences_by`](crate::Choice::token_confidences_by)), a sample's
     //! running confidence ([`SampleConfidence`], [`token_confidence`]), the threshold's
     //! [`quantile`], the one ballot every vote counts on ([`Ballot`]) and what a vote reports of it
     //! ([`ConfidenceReport`], in [`Selection::confidence`](crate::Selection::confidence)).
@@ -112,8 +112,8 @@ pub mod confidence {
 
     pub use crate::select::confidence::{ConfidenceApplied, ConfidenceReport};
     pub use choicewise_proto::{
-        Ballot, Confidence, SampleConfidence, Standing, TokenLogprob, TopLogprob, quantile,
-        token_confidence,
+        Ballot, Confidence, MEASURES, Measure, SampleConfidence, Standing, TokenLogprob,
+        TopLogprob, UnknownMeasure, quantile, token_confidence,
     };
 }
 

@@ -8,7 +8,7 @@
 //! Its serde form is the gateway's `choicewise` extension, field for field: `samples`,
 //! `select` (`"first_token"`, `"first_finished"` or `"vote"`; absent: every sample is a
 //! choice), `hedge_after_ms`, `vote_by`, `vote_normalize`, `min_votes`, `window`,
-//! `confidence` (`warmup`, `keep`, `group_tokens`, `top_logprobs`, `consensus`) and
+//! `confidence` (`measure`, `warmup`, `keep`, `group_tokens`, `top_logprobs`, `consensus`) and
 //! `deadline_ms`. Errors name each field by its own name (`"samples"`); a front end names it
 //! its own way ([`PolicyError::message_naming`]: the gateway's `"choicewise.samples"`, the
 //! CLI's flags, Python's arguments).

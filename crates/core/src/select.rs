@@ -276,11 +276,13 @@ impl<'a> Pick<'a> {
     /// Guides the vote by the model's confidence, as DeepConf's online algorithm does (Fu,
     /// Wang, Tian, Zhao, "Deep Think with Confidence", arXiv 2508.15260, 2025):
     /// [`vote`](Completions::vote) only; the other combinators ignore it. The choices need
-    /// top log-probabilities (ask with `"logprobs": true, "top_logprobs": K` —
-    /// [`Confidence::top_logprobs`] is the `K` to ask for); read from
-    /// [`Choice::logprobs`](crate::Choice::logprobs).
+    /// log-probabilities as the options' [`Measure`](crate::Measure) reads them: with
+    /// `sampled` (the default) each token's own `logprob` (ask with `"logprobs": true`),
+    /// with `top_k` the top log-probabilities (ask with `"logprobs": true, "top_logprobs": K`
+    /// — [`Confidence::asks_top_logprobs`] is the `K` to ask for).
     ///
-    /// - Each token's confidence is `-(1/k) Σ_j log p(j)` over its top-k; a choice's group
+    /// - Each token's confidence is its sampled log-probability (`sampled`), or
+    ///   `-(1/k) Σ_j log p(j)` over its top-k (`top_k`); a choice's group
     ///   confidence is the mean over its last `group_tokens` tokens (see
     ///   [`SampleConfidence`](crate::confidence::SampleConfidence)), its confidence the lowest
     ///   group confidence.
@@ -292,7 +294,9 @@ impl<'a> Pick<'a> {
     ///   ([`Choice::stopped_for_low_confidence`](crate::Choice::stopped_for_low_confidence)
     ///   and [`ConfidenceReport::stopped`](confidence::ConfidenceReport::stopped) name it).
     /// - **Vote**: each choice that finishes with `stop` or `tool_calls`, has a key and a
-    ///   confidence at least the threshold votes with its confidence as weight (the warmup's
+    ///   confidence at least the threshold votes with its confidence's weight
+    ///   ([`Measure::weight`](crate::Measure::weight): `exp(confidence)` for `sampled`, the
+    ///   confidence for `top_k`; the warmup's
     ///   too: a warmup choice below the threshold runs to its end but does not vote, as in the
     ///   paper's reference code). Decided once the
     ///   warmup is over, as soon as the leader's share of the total weight reaches
@@ -307,7 +311,7 @@ impl<'a> Pick<'a> {
     /// choice streams from the start, and the later ones are stopped once the threshold is
     /// known if they already fell below it.
     ///
-    /// **Fallback**: when no warmup choice carried top log-probabilities, the plain vote
+    /// **Fallback**: when no warmup choice carried the log-probabilities its measure reads, the plain vote
     /// (windowed with `window`) decides over every choice and
     /// [`Selection::confidence`] says why, `{"unavailable": "REASON"}`; the same when the
     /// [deadline](Self::deadline) passes before the warmup ended (the plain plurality over
@@ -315,7 +319,7 @@ impl<'a> Pick<'a> {
     ///
     /// ```
     /// use choicewise_core::{Completions, Source};
-    /// use choicewise_core::confidence::Confidence;
+    /// use choicewise_core::confidence::{Confidence, Measure};
     /// # #[tokio::main] async fn main() {
     /// // One token each, whose top-2 log-probabilities give it confidence `c`.
     /// let sample = |answer: &str, c: f64| {
@@ -330,7 +334,7 @@ impl<'a> Pick<'a> {
     ///     Completions::builder().samples(4, move |k| sample(answers[k].0, answers[k].1));
     /// let selection = completions
     ///     .vote(|m| m.message.content.clone())
-    ///     .confidence(Confidence::new().warmup(2).group_tokens(1))
+    ///     .confidence(Confidence::for_measure(Measure::TopK).warmup(2).group_tokens(1))
     ///     .await;
     /// let report = selection.confidence.as_ref().unwrap();
     /// // The threshold: the 0.1 quantile of the warmup's 4 and 4. Undecided (4 against 4),

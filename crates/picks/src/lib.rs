@@ -39,14 +39,18 @@ pub mod plot;
 pub mod reference;
 mod run;
 pub mod schedule;
+pub mod separation;
 mod summary;
 pub mod traces;
 pub mod upstream;
 
+pub use choicewise_proto::Measure;
 use serde_json::{Value, json};
 
 pub use run::{Asker, gateway_config};
-pub use summary::{Recommendation, Results, find, print_table, recommend, summary};
+pub use summary::{
+    Prefer, Recommendation, Results, Rule, config_block, find, print_table, recommend, summary,
+};
 
 use reference::{DeepConf, Outcome};
 use traces::{Problem, TraceSet};
@@ -97,10 +101,14 @@ pub struct Settings {
     pub adaptive_window: usize,
     /// The most samples of `adaptive` and the confidence picks.
     pub max_samples: usize,
-    /// Samples of a confidence pick's warmup (they set its threshold).
+    /// Samples of a `top_k` confidence pick's warmup (they set its threshold).
     pub warmup: usize,
-    /// Tokens of a confidence group (a sample's confidence is its lowest group's).
+    /// Tokens of a `top_k` confidence group (a sample's confidence is its lowest group's).
     pub group_tokens: usize,
+    /// Samples of a `sampled` confidence pick's warmup.
+    pub sampled_warmup: usize,
+    /// Tokens of a `sampled` confidence group.
+    pub sampled_group_tokens: usize,
     /// Samples started at a time after a confidence pick's warmup (`window`).
     pub confidence_window: usize,
     /// The leader's share of the weighted vote that stops sampling.
@@ -114,6 +122,8 @@ pub const SETTINGS: Settings = Settings {
     max_samples: 64,
     warmup: 16,
     group_tokens: 16,
+    sampled_warmup: 8,
+    sampled_group_tokens: 4,
     confidence_window: 4,
     consensus: 0.95,
 };
@@ -132,6 +142,7 @@ impl Settings {
         Settings {
             max_samples: self.max_samples.min(samples),
             warmup: self.warmup.min((samples / 2).max(1)),
+            sampled_warmup: self.sampled_warmup.min((samples / 2).max(1)),
             ..*self
         }
     }
@@ -163,6 +174,8 @@ pub enum Kind {
     },
     /// The confidence-guided vote (DeepConf online).
     Confidence {
+        /// How a token's confidence is measured (its window: the settings' group for it).
+        measure: Measure,
         /// Share of the warmup's confidences at or above the threshold (0.9: high, 0.1: low).
         keep: f64,
         /// Samples of the warmup.
@@ -187,9 +200,13 @@ pub fn picks(s: &Settings) -> Vec<Pick> {
         name: name.into(),
         kind,
     };
-    let confidence = |keep| Kind::Confidence {
+    let confidence = |measure, keep| Kind::Confidence {
+        measure,
         keep,
-        warmup: s.warmup,
+        warmup: match measure {
+            Measure::TopK => s.warmup,
+            _ => s.sampled_warmup,
+        },
         window: s.confidence_window,
     };
     vec![
@@ -206,8 +223,10 @@ pub fn picks(s: &Settings) -> Vec<Pick> {
                 window: s.adaptive_window,
             },
         ),
-        p("confidence-high", confidence(0.9)),
-        p("confidence-low", confidence(0.1)),
+        p("confidence-high", confidence(Measure::TopK, 0.9)),
+        p("confidence-low", confidence(Measure::TopK, 0.1)),
+        p("sampled-high", confidence(Measure::Sampled, 0.9)),
+        p("sampled-low", confidence(Measure::Sampled, 0.1)),
     ]
 }
 
@@ -294,23 +313,51 @@ impl Pick {
                 json!({"samples": max, "select": "vote", "vote_by": vote_by, "window": window})
             }
             Kind::Confidence {
+                measure,
                 keep,
                 warmup,
                 window,
             } => json!({
                 "samples": s.max_samples, "select": "vote", "vote_by": vote_by, "window": window,
-                "confidence": {"warmup": warmup, "keep": keep, "group_tokens": s.group_tokens,
-                               "consensus": s.consensus},
+                "confidence": {"measure": measure.as_str(), "warmup": warmup, "keep": keep,
+                               "group_tokens": s.group_tokens, "consensus": s.consensus},
             }),
         })
     }
 
-    /// The pick's own settings: `base`, with its window and warmup.
+    /// The pick's measure: a confidence pick's, `None` for the others.
+    pub fn measure(&self) -> Option<Measure> {
+        match self.kind {
+            Kind::Confidence { measure, .. } => Some(measure),
+            _ => None,
+        }
+    }
+
+    /// The pick's own settings: `base`, with its window and warmup, and a confidence pick's
+    /// group of tokens its measure's (`group_tokens` for `top_k`, `sampled_group_tokens`
+    /// for `sampled`).
+    ///
+    /// ```
+    /// use choicewise_picks::{SETTINGS, picks};
+    /// let all = picks(&SETTINGS);
+    /// let sampled = all.iter().find(|p| p.name == "sampled-low").unwrap();
+    /// let s = sampled.settings(&SETTINGS);
+    /// assert_eq!((s.warmup, s.group_tokens), (8, 4));
+    /// ```
     pub fn settings(&self, base: &Settings) -> Settings {
         match self.kind {
-            Kind::Confidence { warmup, window, .. } => Settings {
+            Kind::Confidence {
+                measure,
+                warmup,
+                window,
+                ..
+            } => Settings {
                 warmup,
                 confidence_window: window,
+                group_tokens: match measure {
+                    Measure::TopK => base.group_tokens,
+                    _ => base.sampled_group_tokens,
+                },
                 ..*base
             },
             _ => *base,
@@ -328,9 +375,15 @@ impl Pick {
             } => reference::first_token(p, samples, hedge_after_ms.is_some()),
             Kind::Vote(k) => reference::vote(p, k),
             Kind::Adaptive { max, window } => reference::adaptive(p, max, window),
-            Kind::Confidence { keep, warmup, .. } => reference::deepconf(
+            Kind::Confidence {
+                measure,
+                keep,
+                warmup,
+                ..
+            } => reference::deepconf(
                 p,
                 &DeepConf {
+                    measure,
                     warmup,
                     keep,
                     group_tokens: s.group_tokens,
@@ -387,7 +440,7 @@ pub fn offline(set: &TraceSet, pick: &Pick, s: &Settings) -> Offline {
     let mut o = Offline::default();
     for p in &set.problems {
         let out = pick.reference(p, s);
-        o.right += usize::from(!out.answer.is_empty() && out.answer == p.answer);
+        o.right += usize::from(p.is_right(&out.answer));
         o.tokens += out.tokens;
         o.samples += out.samples;
         o.answers.push(out.answer);
@@ -404,7 +457,7 @@ pub fn vote_curve(set: &TraceSet, max: usize) -> Vec<(usize, f64, u64)> {
             let mut tokens = 0;
             for p in &set.problems {
                 let o = reference::plain_vote(p, k);
-                right += usize::from(!o.answer.is_empty() && o.answer == p.answer);
+                right += usize::from(p.is_right(&o.answer));
                 tokens += o.tokens;
             }
             (k, right as f64 / set.problems.len().max(1) as f64, tokens)

@@ -49,9 +49,9 @@ pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
 /// The title: what the chart says, from the figures (the pick [`recommend`](crate::recommend)
 /// chooses).
 fn message(figures: &serde_json::Value) -> String {
-    match crate::recommend(figures) {
+    match crate::recommend(figures, &crate::Rule::default()) {
         Some(r) => format!(
-            "{} keeps the best vote's accuracy (within 1 point: {:.1}%) with {:.1}x one sample's tokens",
+            "{} keeps the best accuracy (within 1 point: {:.1}%) with {:.1}x one sample's tokens",
             r.pick,
             100.0 * r.accuracy,
             r.tokens_vs_single
@@ -348,9 +348,9 @@ mod tests {
             let _ = std::fs::remove_file(&path);
         }
         assert!(!svg.contains("0000000"), "a tick label is not round");
-        // vote-8: within a point of the best vote (83.00%), with the fewest tokens.
+        // vote-8: within a point of the most accurate pick (83.00%), with the fewest tokens.
         assert!(
-            svg.contains("vote-8 keeps the best vote"),
+            svg.contains("vote-8 keeps the best accuracy"),
             "{}",
             &svg[..600]
         );

@@ -3,11 +3,13 @@
 //!
 //! Written apart from the library's arithmetic (`choicewise_proto::confidence`), so that it
 //! checks it rather than repeats it: token confidence = minus the mean of the top-k
-//! log-probabilities; group confidence = their mean over a sliding window; a sample's
+//! log-probabilities (the `top_k` measure), or the sampled token's own log-probability (the
+//! `sampled` measure, over the tokens a server sends it for: `<eos>` is the finish, not a
+//! token); group confidence = their mean over a sliding window; a sample's
 //! confidence = its lowest group confidence (the mean over all its tokens when it is shorter
 //! than one window); the threshold = a percentile of the warmup's confidences (linear, as
 //! NumPy's default); each later sample stops at the first full window below it; the vote is
-//! weighted by confidence; sampling stops once the leader holds `consensus` of the weight.
+//! weighted by confidence (`top_k`) or its exponential (`sampled`); sampling stops once the leader holds `consensus` of the weight.
 //!
 //! The other picks are simulated as the replay runs them: every vote counts on the gateway's
 //! own ballot ([`Ballot`]: most votes, then the key whose first voter finished earliest), in
@@ -19,7 +21,7 @@
 //! started as soon as the latest one can no longer be unanimous. A sample the pick no longer
 //! waits for counts the tokens it had sent by the last finish the pick read.
 
-use choicewise_proto::{Ballot, Verdict};
+use choicewise_proto::{Ballot, Measure, Verdict};
 
 use crate::schedule::Schedule;
 use crate::traces::{Problem, Sample};
@@ -309,6 +311,8 @@ pub fn adaptive(problem: &Problem, max: usize, w: usize) -> Outcome {
 /// DeepConf online's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeepConf {
+    /// How a token's confidence is measured, and so how a vote weighs.
+    pub measure: Measure,
     /// Samples of the warmup (they set the threshold).
     pub warmup: usize,
     /// Share of the warmup's confidences at or above the threshold (0.9: high, 0.1: low).
@@ -327,6 +331,35 @@ pub fn token_confidences(s: &Sample) -> Vec<f64> {
         .iter()
         .map(|top| -top.iter().map(|&l| f64::from(l)).sum::<f64>() / top.len() as f64)
         .collect()
+}
+
+/// Token confidences of a sample by `measure`: `top_k`'s [`token_confidences`]; `sampled`'s,
+/// each token's own log-probability, the tokens before `<eos>` (a server sends the finish,
+/// not a log-probability, for it).
+pub fn token_confidences_by(s: &Sample, measure: Measure) -> Vec<f64> {
+    match measure {
+        Measure::TopK => token_confidences(s),
+        _ => {
+            let sent = if s.finished {
+                s.len().saturating_sub(1)
+            } else {
+                s.len()
+            };
+            s.logprob[..sent.min(s.logprob.len())]
+                .iter()
+                .map(|&l| f64::from(l))
+                .collect()
+        }
+    }
+}
+
+/// A vote's weight from a sample's confidence: its exponential for `sampled` (a mean of
+/// log-probabilities), the confidence itself for `top_k`.
+pub fn weight(measure: Measure, confidence: f64) -> f64 {
+    match measure {
+        Measure::TopK => confidence,
+        _ => confidence.exp(),
+    }
 }
 
 /// A sample's confidence: its lowest mean over `g` consecutive tokens (the mean of all when
@@ -373,14 +406,14 @@ pub fn deepconf(problem: &Problem, c: &DeepConf) -> Outcome {
     let mut tokens = 0u64;
     // Sample i finished i-th: one at a time.
     let mut ballot = Ballot::new();
-    let add = |ballot: &mut Ballot, key: &str, w: f64, i: usize| {
+    let add = |ballot: &mut Ballot, key: &str, conf: f64, i: usize| {
         if !key.is_empty() {
-            ballot.add(key, w, i as u64);
+            ballot.add(key, weight(c.measure, conf), i as u64);
         }
     };
     let confs: Vec<f64> = samples[..warmup]
         .iter()
-        .map(|s| lowest_group(&token_confidences(s), c.group_tokens, None).0)
+        .map(|s| lowest_group(&token_confidences_by(s, c.measure), c.group_tokens, None).0)
         .collect();
     let threshold = percentile(&confs, 100.0 * (1.0 - c.keep));
     for (i, (s, &conf)) in samples[..warmup].iter().zip(&confs).enumerate() {
@@ -395,7 +428,8 @@ pub fn deepconf(problem: &Problem, c: &DeepConf) -> Outcome {
             break;
         }
         started += 1;
-        let (conf, stop) = lowest_group(&token_confidences(s), c.group_tokens, Some(threshold));
+        let confs = token_confidences_by(s, c.measure);
+        let (conf, stop) = lowest_group(&confs, c.group_tokens, Some(threshold));
         match stop {
             Some(at) => tokens += (at + 1) as u64,
             None => {
@@ -541,6 +575,7 @@ mod tests {
         let mut samples = vec![sample("2", 8, true, 5.0), sample("3", 8, true, 1.0)];
         samples.extend((0..4).map(|_| sample("3", 8, true, 5.0)));
         let c = DeepConf {
+            measure: Measure::TopK,
             warmup: 2,
             keep: 0.5,
             group_tokens: 4,

@@ -171,7 +171,7 @@ impl Asker {
             .unwrap_or("");
         let got = self.rule.of(content);
         Answer {
-            right: !got.is_empty() && got == problem.answer,
+            right: problem.is_right(&got),
             got,
             first_byte_ms: ms(first_byte.unwrap_or(done)),
             answer_ms: ms(done),

@@ -55,8 +55,10 @@ fn percentile(values: &[f64], q: f64) -> f64 {
 /// times to the first byte of their answer and to the whole answer, p50 and p99
 /// (`first_byte_ms_p50`, `first_byte_ms_p99`, `answer_ms_p50`, `answer_ms_p99`), and `runs`;
 /// `differing`, the ids of the problems whose answer through the gateway differed from the
-/// reference's in some run; its `choicewise` extension), `majority` (the plain vote of all
-/// the samples) and `vote_curve`.
+/// reference's in some run; a confidence pick's `measure`; its `choicewise` extension),
+/// `majority` (the plain vote of all the samples), `separation` (each measure's
+/// within-problem AUROC, [`separation_json`](crate::separation::separation_json)) and
+/// `vote_curve`.
 pub fn summary(r: &Results<'_>) -> Value {
     let problems = r.set.problems.len();
     let samples = (r.set.problems.iter())
@@ -99,6 +101,9 @@ pub fn summary(r: &Results<'_>) -> Value {
                 .collect();
             row["differing"] = json!(differing);
         }
+        if let Some(measure) = pick.measure() {
+            row["measure"] = json!(measure.as_str());
+        }
         if let Some(ext) = pick.extension(&pick.settings(r.settings), r.vote_by) {
             row["choicewise"] = ext;
         }
@@ -111,6 +116,7 @@ pub fn summary(r: &Results<'_>) -> Value {
         "samples": samples,
         "picks": rows,
         "majority": {"accuracy": majority, "tokens": curve.last().map_or(0, |c| c.2)},
+        "separation": crate::separation::separation_json(r.set, r.settings),
         "vote_curve": curve.iter().map(|(k, a, t)| json!({"k": k, "accuracy": a, "tokens": t})).collect::<Vec<_>>(),
     })
 }
@@ -178,6 +184,75 @@ pub fn print_table(out: &Value) {
     }
 }
 
+/// What the recommendation prefers among the picks within reach of the best accuracy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Prefer {
+    /// The most accurate (ties: the fewest tokens).
+    Accuracy,
+    /// The fewest tokens (the default).
+    #[default]
+    Tokens,
+    /// The shortest median time to the whole answer.
+    Latency,
+}
+
+impl std::str::FromStr for Prefer {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Prefer, String> {
+        match s {
+            "accuracy" => Ok(Prefer::Accuracy),
+            "tokens" => Ok(Prefer::Tokens),
+            "latency" => Ok(Prefer::Latency),
+            other => Err(format!("{other:?} is not accuracy, tokens or latency")),
+        }
+    }
+}
+
+/// The rule [`recommend`] follows: among the picks at most `within` points of accuracy
+/// below the most accurate one measured, the one `prefer` says (ties to the earlier row).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rule {
+    /// What to prefer.
+    pub prefer: Prefer,
+    /// The points of accuracy the user will give up (default 1).
+    pub within: f64,
+}
+
+impl Default for Rule {
+    fn default() -> Self {
+        Rule {
+            prefer: Prefer::Tokens,
+            within: 1.0,
+        }
+    }
+}
+
+impl Rule {
+    /// The rule in words, for a report.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_picks::Rule::default().describe(),
+    ///     "the fewest tokens within 1 point of the most accurate pick");
+    /// ```
+    pub fn describe(&self) -> String {
+        let what = match self.prefer {
+            Prefer::Accuracy => return "the most accurate pick".to_string(),
+            Prefer::Tokens => "the fewest tokens",
+            Prefer::Latency => "the shortest median answer time",
+        };
+        let points = if self.within == 1.0 {
+            "point"
+        } else {
+            "points"
+        };
+        format!(
+            "{what} within {} {points} of the most accurate pick",
+            self.within
+        )
+    }
+}
+
 /// The pick [`recommend`] chooses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Recommendation {
@@ -187,45 +262,112 @@ pub struct Recommendation {
     pub accuracy: f64,
     /// Its tokens over `single`'s.
     pub tokens_vs_single: f64,
+    /// The configuration that deploys it: a model's `[models.choicewise]` block for
+    /// `choicewise serve` (TOML), empty for `single` (a plain request needs none).
+    pub config: String,
 }
 
 impl Recommendation {
-    /// As JSON: `{"pick", "accuracy", "tokens_vs_single"}`.
+    /// As JSON: `{"pick", "accuracy", "tokens_vs_single", "config"}`.
     pub fn to_json(&self) -> Value {
-        json!({"pick": self.pick, "accuracy": self.accuracy, "tokens_vs_single": self.tokens_vs_single})
+        json!({"pick": self.pick, "accuracy": self.accuracy,
+               "tokens_vs_single": self.tokens_vs_single, "config": self.config})
     }
 }
 
-/// The cheapest pick (fewest upstream tokens; ties to the earlier row) whose accuracy is
-/// within 1 point of the best vote's (the most accurate `vote-K` row), from a [`summary`]
-/// with runs through the gateway; `None` without a vote or `single` measured.
+/// A TOML value from a JSON scalar (a JSON string's escapes are a TOML basic string's).
+fn toml_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => serde_json::to_string(s).unwrap_or_default(),
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(0.0);
+            if f.fract() == 0.0 && f.is_finite() {
+                format!("{f:.1}")
+            } else {
+                n.to_string()
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A pick's `choicewise` extension as a model's `[models.choicewise]` block (with its
+/// `[models.choicewise.confidence]`), to follow a `[[models]]` entry's own keys.
 ///
 /// ```
+/// let ext = serde_json::json!({"samples": 4, "select": "vote", "vote_by": "#### (\\d+)",
+///     "confidence": {"measure": "sampled", "keep": 0.1}});
+/// assert_eq!(choicewise_picks::config_block(&ext),
+///     "[models.choicewise]\nsamples = 4\nselect = \"vote\"\nvote_by = \"#### (\\\\d+)\"\n\n[models.choicewise.confidence]\nkeep = 0.1\nmeasure = \"sampled\"\n");
+/// ```
+pub fn config_block(ext: &Value) -> String {
+    let Some(fields) = ext.as_object() else {
+        return String::new();
+    };
+    let mut out = String::from("[models.choicewise]\n");
+    for (k, v) in fields.iter().filter(|(_, v)| !v.is_object()) {
+        out.push_str(&format!("{k} = {}\n", toml_value(v)));
+    }
+    for (k, v) in fields.iter().filter(|(_, v)| v.is_object()) {
+        out.push_str(&format!("\n[models.choicewise.{k}]\n"));
+        for (k, v) in v.as_object().into_iter().flatten() {
+            out.push_str(&format!("{k} = {}\n", toml_value(v)));
+        }
+    }
+    out
+}
+
+/// The pick `rule` chooses among the picks measured through the gateway in a [`summary`]:
+/// those at most `rule.within` points below the most accurate one, the most accurate, the
+/// fewest tokens or the shortest median answer time among them (ties to the earlier row);
+/// with the configuration that deploys it. `None` without `single` measured.
+///
+/// ```
+/// use choicewise_picks::{Prefer, Rule, recommend};
 /// use serde_json::json;
 /// let out = json!({"picks": [
-///     {"name": "single", "accuracy": 0.70, "tokens": 100},
-///     {"name": "vote-4", "accuracy": 0.80, "tokens": 400},
-///     {"name": "vote-8", "accuracy": 0.85, "tokens": 800},
-///     {"name": "adaptive", "accuracy": 0.845, "tokens": 300},
+///     {"name": "single", "accuracy": 0.70, "tokens": 100, "answer_ms_p50": 10.0},
+///     {"name": "vote-4", "accuracy": 0.80, "tokens": 400, "answer_ms_p50": 30.0},
+///     {"name": "vote-8", "accuracy": 0.85, "tokens": 800, "answer_ms_p50": 50.0,
+///      "choicewise": {"samples": 8, "select": "vote"}},
+///     {"name": "adaptive", "accuracy": 0.845, "tokens": 300, "answer_ms_p50": 60.0},
 /// ]});
-/// let r = choicewise_picks::recommend(&out).unwrap();
+/// let r = recommend(&out, &Rule::default()).unwrap();
 /// assert_eq!((r.pick.as_str(), r.tokens_vs_single), ("adaptive", 3.0));
+/// let r = recommend(&out, &Rule { prefer: Prefer::Accuracy, within: 1.0 }).unwrap();
+/// assert_eq!(r.pick, "vote-8");
+/// assert!(r.config.starts_with("[models.choicewise]\nsamples = 8\n"));
+/// // Latency, giving up 5 points: vote-4 answers sooner than adaptive.
+/// let r = recommend(&out, &Rule { prefer: Prefer::Latency, within: 5.0 }).unwrap();
+/// assert_eq!(r.pick, "vote-4");
 /// ```
-pub fn recommend(out: &Value) -> Option<Recommendation> {
+pub fn recommend(out: &Value, rule: &Rule) -> Option<Recommendation> {
     let rows = out["picks"].as_array()?;
     let measured = |r: &&Value| r["accuracy"].is_number() && r["tokens"].is_number();
     let best = (rows.iter().filter(measured))
-        .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with("vote-")))
         .filter_map(|r| r["accuracy"].as_f64())
         .fold(None, |b: Option<f64>, a| Some(b.map_or(a, |b| b.max(a))))?;
     let single = find(out, "single")?["tokens"].as_f64()?;
+    let within = if rule.within.is_finite() {
+        rule.within.max(0.0)
+    } else {
+        1.0
+    };
+    let score = |r: &Value| -> (f64, f64) {
+        let tokens = r["tokens"].as_f64().unwrap_or(f64::INFINITY);
+        match rule.prefer {
+            Prefer::Accuracy => (-r["accuracy"].as_f64().unwrap_or(0.0), tokens),
+            Prefer::Tokens => (tokens, 0.0),
+            Prefer::Latency => (r["answer_ms_p50"].as_f64().unwrap_or(f64::INFINITY), tokens),
+        }
+    };
     let mut chosen: Option<&Value> = None;
     for r in rows.iter().filter(measured) {
-        // Within 1 point, with a little room for the rounding of the accuracies.
-        if r["accuracy"].as_f64()? + 0.01 + 1e-9 < best {
+        // Within the points given up, with a little room for the rounding of the accuracies.
+        if r["accuracy"].as_f64()? + within / 100.0 + 1e-9 < best {
             continue;
         }
-        if chosen.is_none_or(|c| r["tokens"].as_f64() < c["tokens"].as_f64()) {
+        if chosen.is_none_or(|c| score(r) < score(c)) {
             chosen = Some(r);
         }
     }
@@ -238,5 +380,6 @@ pub fn recommend(out: &Value) -> Option<Recommendation> {
         } else {
             0.0
         },
+        config: config_block(&c["choicewise"]),
     })
 }

@@ -119,9 +119,34 @@ pub struct Problem {
     pub answer: String,
     /// Its samples, in the order they were drawn.
     pub samples: Vec<Sample>,
+    /// Each sample's milliseconds from its request to its first token and to its finish, as
+    /// the server gave them (`choicewise picks record`; the optional arrays `first_token_ms`
+    /// and `total_ms`); -1 where not recorded; empty when none were.
+    pub times_ms: Vec<[i32; 2]>,
+    /// The answers graded right by a command (`choicewise picks report --grade`): an answer
+    /// is right when it is one of them. `None`: when it is [`answer`](Self::answer).
+    pub graded: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Problem {
+    /// Whether `answer` (a pick's, a sample's) is right: one of the [`graded`](Self::graded)
+    /// answers, or else the problem's [`answer`](Self::answer); an empty answer never is.
+    ///
+    /// ```
+    /// use choicewise_picks::traces::Problem;
+    /// let mut p = Problem { answer: "4".into(), ..Problem::default() };
+    /// assert!(p.is_right("4") && !p.is_right("5") && !p.is_right(""));
+    /// p.graded = Some(["5".to_string()].into());
+    /// assert!(p.is_right("5") && !p.is_right("4"));
+    /// ```
+    pub fn is_right(&self, answer: &str) -> bool {
+        !answer.is_empty()
+            && match &self.graded {
+                Some(right) => right.contains(answer),
+                None => answer == self.answer,
+            }
+    }
+
     /// The messages that ask it: the recorded conversation, or its prompt as one user message.
     pub fn messages(&self) -> Vec<serde_json::Value> {
         self.messages
@@ -337,6 +362,15 @@ impl TraceSet {
             let m = strs(&|q| q.name.clone().unwrap_or_default());
             arrays.push(("item_ids", npy_str(&m, &[p])));
         }
+        if problems.iter().any(|q| !q.times_ms.is_empty()) {
+            for (name, which) in [("first_token_ms", 0), ("total_ms", 1)] {
+                let v: Vec<i64> = (problems.iter())
+                    .flat_map(|q| (0..n).map(move |j| q.times_ms.get(j).map_or(-1, |t| t[which])))
+                    .map(i64::from)
+                    .collect();
+                arrays.push((name, npy_ints(&v, I4, &[p, n])));
+            }
+        }
         let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
         let options = zip::write::SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Deflated);
@@ -481,28 +515,136 @@ enum Data {
     Str(Vec<String>),
 }
 
+/// The most data bytes one array of a `.npz` of `file_size` bytes may hold: its arrays
+/// compress a few times over at most (the sets': 17 to 36 times), far from a zip bomb's
+/// thousand.
+fn max_array_bytes(file_size: u64) -> u64 {
+    file_size
+        .saturating_mul(MAX_EXPANSION)
+        .saturating_add(1 << 20)
+}
+
+/// The most elements of a set's per-position arrays (P × N × L) per byte of its `.npz`: the
+/// sets hold about 2; each real position costs several compressed bytes of log-probabilities.
+const MAX_POSITIONS_PER_BYTE: u64 = 16;
+
+/// How many times its compressed size an array may be.
+const MAX_EXPANSION: u64 = 128;
+
+/// The most bytes of a `.npy` header.
+const MAX_HEADER: usize = 64 << 10;
+
+/// Reads one `.npy` entry of a `.npz`: its header first (dtype and shape), then exactly the
+/// bytes they say, once they are checked against the entry's size and `max_bytes`.
 fn get_array(
     zip: &mut zip::ZipArchive<std::fs::File>,
     file: &Path,
     name: &str,
+    max_bytes: u64,
 ) -> Result<Array, TracesError> {
     let bad = |why: String| TracesError::Array {
         file: file.to_path_buf(),
         array: name.to_string(),
         why,
     };
-    let mut entry = zip
+    let entry = zip
         .by_name(&format!("{name}.npy"))
         .map_err(|e| bad(e.to_string()))?;
-    let mut bytes = Vec::new();
-    entry
-        .read_to_end(&mut bytes)
-        .map_err(|e| bad(e.to_string()))?;
-    parse_npy(&bytes).map_err(bad)
+    let declared = entry.size();
+    read_npy(entry, declared, max_bytes).map_err(bad)
+}
+
+/// One `.npy` from `reader`, an entry of `declared` bytes: the header, its checks, the data.
+fn read_npy(reader: impl Read, declared: u64, max_bytes: u64) -> Result<Array, String> {
+    let mut reader = reader.take(declared);
+    let mut head = [0u8; 12];
+    reader
+        .read_exact(&mut head[..10])
+        .map_err(|_| "not a .npy file".to_string())?;
+    if &head[..6] != b"\x93NUMPY" {
+        return Err("not a .npy file".into());
+    }
+    let (header_len, start) = match head[6] {
+        1 => (u16::from_le_bytes([head[8], head[9]]) as usize, 10),
+        2 | 3 => {
+            reader
+                .read_exact(&mut head[10..12])
+                .map_err(|_| "truncated header".to_string())?;
+            let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+            (len, 12)
+        }
+        v => return Err(format!("unsupported .npy version {v}")),
+    };
+    if header_len > MAX_HEADER {
+        return Err(format!(
+            "a header of {header_len} bytes (at most {MAX_HEADER})"
+        ));
+    }
+    let mut header = vec![0u8; header_len];
+    reader
+        .read_exact(&mut header)
+        .map_err(|_| "truncated header".to_string())?;
+    let header = std::str::from_utf8(&header).map_err(|_| "truncated header".to_string())?;
+    let (descr, shape) = parse_header(header)?;
+    let (count, bytes) = data_size(&descr, &shape)?;
+    let room = declared.saturating_sub((start + header_len) as u64);
+    if bytes > room {
+        return Err(format!(
+            "shape {shape:?} of {descr} needs {bytes} bytes of data, and the entry holds {room}"
+        ));
+    }
+    if bytes.max(count as u64) > max_bytes {
+        return Err(format!(
+            "shape {shape:?} of {descr} needs {bytes} bytes of data, more than a file of this size may hold ({max_bytes}): a damaged or hostile file"
+        ));
+    }
+    let mut body = Vec::with_capacity(bytes as usize);
+    (&mut reader)
+        .take(bytes)
+        .read_to_end(&mut body)
+        .map_err(|e| e.to_string())?;
+    if (body.len() as u64) < bytes {
+        return Err(format!("{} bytes of data, {bytes} needed", body.len()));
+    }
+    decode(&descr, shape, count, &body)
+}
+
+/// The bytes of one element of a dtype.
+fn width(descr: &str) -> Result<usize, String> {
+    Ok(match descr {
+        "|u1" | "|b1" => 1,
+        "<u2" | "<i2" | "<f2" => 2,
+        "<u4" | "<i4" => 4,
+        d if d.starts_with("<U") => {
+            let chars: usize = d[2..].parse().map_err(|_| format!("bad dtype {d}"))?;
+            chars
+                .checked_mul(4)
+                .ok_or_else(|| format!("dtype {d}: its width overflows"))?
+        }
+        d => return Err(format!("unsupported dtype {d}")),
+    })
+}
+
+/// The elements of a shape and their bytes, each product checked: a shape whose product
+/// wraps is an error, never a small number.
+fn data_size(descr: &str, shape: &[usize]) -> Result<(usize, u64), String> {
+    let count = (shape.iter())
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("shape {shape:?}: its number of elements overflows"))?;
+    let bytes = count
+        .checked_mul(width(descr)?)
+        .and_then(|b| u64::try_from(b).ok())
+        .ok_or_else(|| format!("shape {shape:?} of {descr}: its size in bytes overflows"))?;
+    Ok((count, bytes))
 }
 
 fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
     let f = std::fs::File::open(file).map_err(|e| TracesError::Io(file.to_path_buf(), e))?;
+    let file_size = f
+        .metadata()
+        .map_err(|e| TracesError::Io(file.to_path_buf(), e))?
+        .len();
+    let max_bytes = max_array_bytes(file_size);
     let mut zip =
         zip::ZipArchive::new(f).map_err(|e| TracesError::Zip(file.to_path_buf(), e.to_string()))?;
     let has = |zip: &zip::ZipArchive<std::fs::File>, name: &str| {
@@ -510,19 +652,37 @@ fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
     };
     let optional = |zip: &mut zip::ZipArchive<std::fs::File>, name: &str| {
         if has(zip, name) {
-            get_array(zip, file, name).map(Some)
+            get_array(zip, file, name, max_bytes).map(Some)
         } else {
             Ok(None)
         }
     };
     let messages = optional(&mut zip, "messages")?;
     let item_ids = optional(&mut zip, "item_ids")?;
-    let mut get = |name: &str| get_array(&mut zip, file, name);
+    let first_token_ms = optional(&mut zip, "first_token_ms")?;
+    let total_ms = optional(&mut zip, "total_ms")?;
+    let mut get = |name: &str| get_array(&mut zip, file, name, max_bytes);
     let ids = get("problem_ids")?;
     let levels = get("levels")?;
     let prompts = get("prompts")?;
     let answers = get("answers")?;
     let tokens = get("tokens")?;
+    // P × N × L, bounded by the file's size before the arrays of that many elements (and
+    // their top-k, five times more) are read.
+    let positions: u64 = tokens.shape.iter().map(|&d| d as u64).product();
+    let most = file_size
+        .saturating_mul(MAX_POSITIONS_PER_BYTE)
+        .saturating_add(1 << 16);
+    if positions > most {
+        return Err(TracesError::Array {
+            file: file.to_path_buf(),
+            array: "tokens".into(),
+            why: format!(
+                "shape {:?}: {positions} positions, more than a file of {file_size} bytes may hold ({most}): a damaged or hostile file",
+                tokens.shape
+            ),
+        });
+    }
     let lengths = get("lengths")?;
     let finished = get("finished")?;
     let logprob = get("logprob")?;
@@ -583,6 +743,22 @@ fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
     };
     let messages = strings(messages, "messages")?;
     let item_ids = strings(item_ids, "item_ids")?;
+    let times = |a: Option<Array>, name: &str| -> Result<Option<Vec<i32>>, TracesError> {
+        match a {
+            None => Ok(None),
+            Some(Array {
+                shape,
+                data: Data::Int(v),
+            }) if shape == [p, n] => Ok(Some(
+                v.into_iter()
+                    .map(|x| i32::try_from(x).unwrap_or(-1))
+                    .collect(),
+            )),
+            Some(_) => Err(bad(name, format!("not [{p}, {n}] integers"))),
+        }
+    };
+    let first_token_ms = times(first_token_ms, "first_token_ms")?;
+    let total_ms = times(total_ms, "total_ms")?;
     let (Data::Int(ids), Data::Int(levels), Data::Str(prompts), Data::Str(answers)) =
         (ids.data, levels.data, prompts.data, answers.data)
     else {
@@ -659,28 +835,24 @@ fn read_npz(file: &Path, vocab: usize) -> Result<Vec<Problem>, TracesError> {
             name: some(&item_ids),
             answer: answers[i].clone(),
             samples,
+            times_ms: match (&first_token_ms, &total_ms) {
+                (Some(f), Some(t)) => (0..n).map(|j| [f[i * n + j], t[i * n + j]]).collect(),
+                _ => Vec::new(),
+            },
+            graded: None,
         });
     }
     Ok(problems)
 }
 
-/// Parses one `.npy` file (format versions 1 to 3, C order, little-endian).
+/// Parses one `.npy` file (format versions 1 to 3, C order, little-endian) held in memory.
+#[cfg(test)]
 fn parse_npy(bytes: &[u8]) -> Result<Array, String> {
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err("not a .npy file".into());
-    }
-    let (header_len, start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-            12,
-        ),
-        v => return Err(format!("unsupported .npy version {v}")),
-    };
-    let header = bytes
-        .get(start..start + header_len)
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .ok_or("truncated header")?;
+    read_npy(bytes, bytes.len() as u64, u64::MAX)
+}
+
+/// A `.npy` header's dtype and shape.
+fn parse_header(header: &str) -> Result<(String, Vec<usize>), String> {
     let field = |key: &str| -> Result<&str, String> {
         let at = header
             .find(&format!("'{key}':"))
@@ -706,11 +878,17 @@ fn parse_npy(bytes: &[u8]) -> Result<Array, String> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse::<usize>().map_err(|e| format!("bad shape: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let count: usize = shape.iter().product();
-    let body = &bytes[start + header_len..];
+    Ok((descr.to_string(), shape))
+}
+
+/// The data of `count` elements of `descr` from `body` (at least their bytes).
+fn decode(descr: &str, shape: Vec<usize>, count: usize, body: &[u8]) -> Result<Array, String> {
     let need = |width: usize| -> Result<&[u8], String> {
-        body.get(..count * width)
-            .ok_or_else(|| format!("{} bytes of data, {} needed", body.len(), count * width))
+        let bytes = count
+            .checked_mul(width)
+            .ok_or_else(|| format!("shape {shape:?}: its size in bytes overflows"))?;
+        body.get(..bytes)
+            .ok_or_else(|| format!("{} bytes of data, {bytes} needed", body.len()))
     };
     let data = match descr {
         "|u1" => Data::Int(need(1)?.iter().map(|&b| i64::from(b)).collect()),
@@ -746,8 +924,7 @@ fn parse_npy(bytes: &[u8]) -> Result<Array, String> {
                 .collect(),
         ),
         d if d.starts_with("<U") => {
-            let chars: usize = d[2..].parse().map_err(|_| format!("bad dtype {d}"))?;
-            let width = chars * 4;
+            let width = width(d)?;
             if width == 0 {
                 Data::Str(vec![String::new(); count])
             } else {
@@ -815,8 +992,67 @@ mod tests {
         assert!(
             parse_npy(&npy("<i4", "(4,)", &[0; 8]))
                 .unwrap_err()
-                .contains("needed")
+                .contains("needs 16 bytes of data, and the entry holds 8")
         );
+    }
+
+    #[test]
+    fn wrapped_dimensions_and_short_entries_are_errors_not_panics() {
+        let e = parse_npy(&npy("|u1", "(4294967296, 4294967296, 4294967296)", &[])).unwrap_err();
+        assert!(e.contains("number of elements overflows"), "{e}");
+        let e = parse_npy(&npy("<i4", "(4611686018427387904,)", &[])).unwrap_err();
+        assert!(e.contains("size in bytes overflows"), "{e}");
+        let e = parse_npy(&npy("<U4611686018427387904", "(2,)", &[])).unwrap_err();
+        assert!(e.contains("overflows"), "{e}");
+        // A shape larger than what the entry holds: refused before any data is read.
+        let e = parse_npy(&npy("<i4", "(1000000000,)", &[0; 8])).unwrap_err();
+        assert!(
+            e.contains("4000000000 bytes of data, and the entry holds 8"),
+            "{e}"
+        );
+        // Zero-width strings of a huge count cost no bytes, but are bounded all the same.
+        let e = read_npy(&npy("<U0", "(1000000000000,)", &[])[..], 128, 1 << 20).unwrap_err();
+        assert!(e.contains("hostile"), "{e}");
+    }
+
+    /// A `.npz` of the per-problem arrays of one problem, and `tokens` of shape `[1, 1, L]`
+    /// holding `L` zeros (deflated: about a thousandth of their size).
+    fn bomb(path: &Path, l: usize) {
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .large_file(l > u32::MAX as usize);
+        let arrays = [
+            ("problem_ids", npy_ints(&[0], I4, &[1])),
+            ("levels", npy_ints(&[0], I2, &[1])),
+            ("prompts", npy_str(&["p".into()], &[1])),
+            ("answers", npy_str(&["a".into()], &[1])),
+        ];
+        for (name, bytes) in arrays {
+            zip.start_file(format!("{name}.npy"), options).unwrap();
+            zip.write_all(&bytes).unwrap();
+        }
+        zip.start_file("tokens.npy", options).unwrap();
+        zip.write_all(&npy("|u1", &format!("(1, 1, {l})"), &[]))
+            .unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..l >> 20 {
+            zip.write_all(&zeros).unwrap();
+        }
+        zip.finish().unwrap();
+    }
+
+    #[test]
+    fn a_zip_bomb_is_refused_before_its_arrays_are_read() {
+        let dir = temp_dir("bomb");
+        let file = dir.join("traces_0.npz");
+        bomb(&file, 64 << 20);
+        let size = std::fs::metadata(&file).unwrap().len();
+        assert!(size < 1 << 20, "a bomb of {size} bytes");
+        let e = TraceSet::read_npz(&file, 3).unwrap_err().to_string();
+        assert!(e.contains("array tokens"), "{e}");
+        assert!(e.contains("a damaged or hostile file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn temp_dir(name: &str) -> PathBuf {

@@ -172,8 +172,129 @@ impl TokenLogprob {
     }
 }
 
+/// How a token's confidence is measured: one value read by the library's
+/// [`Confidence`], the gateway's `confidence` settings (`"measure"`), Python, the CLI and the
+/// bench.
+///
+/// - [`Sampled`](Self::Sampled) (`"sampled"`, the default): the sampled token's own
+///   log-probability (the wire's `logprob`, sent with `logprobs: true` alone, no
+///   `top_logprobs` needed). A sample's confidence is its lowest window mean (at most 0);
+///   its vote weighs `exp` of it (a probability-like number in 0..=1). Within one problem it
+///   ranks right samples above wrong ones far better than DeepConf's measure on the sets
+///   measured (docs/gateway.md).
+/// - [`TopK`](Self::TopK) (`"top_k"`): DeepConf's, `-(1/k) Σ` of the top-k
+///   log-probabilities ([`token_confidence`]); asks `top_logprobs`; the vote weighs the
+///   confidence itself (at least 0).
+///
+/// ```
+/// use choicewise_proto::{Measure, TokenLogprob};
+/// let t = TokenLogprob::new("4", Some(-0.5), [("4", -0.5), ("5", -1.5)]);
+/// assert_eq!(Measure::Sampled.of(&t), Some(-0.5));
+/// assert_eq!(Measure::TopK.of(&t), Some(1.0));
+/// assert_eq!("top_k".parse::<Measure>(), Ok(Measure::TopK));
+/// assert_eq!(Measure::default().as_str(), "sampled");
+/// assert_eq!(Measure::Sampled.weight(0.0), 1.0);
+/// assert_eq!(Measure::TopK.weight(2.5), 2.5);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Measure {
+    /// The sampled token's log-probability; the vote weighs `exp(confidence)`.
+    #[default]
+    Sampled,
+    /// DeepConf's: minus the mean of the top-k log-probabilities; the vote weighs the
+    /// confidence.
+    TopK,
+}
+
+/// Every measure, in the order errors list them.
+pub const MEASURES: &str = "sampled, top_k";
+
+impl Measure {
+    /// Its name on the wire: `"sampled"` or `"top_k"`.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Measure::TopK.as_str(), "top_k");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Measure::Sampled => "sampled",
+            Measure::TopK => "top_k",
+        }
+    }
+
+    /// One token's confidence by this measure; `None` when the token lacks what it reads
+    /// (a valid `logprob`, or valid `top_logprobs`).
+    ///
+    /// ```
+    /// use choicewise_proto::{Measure, TokenLogprob};
+    /// let bare = TokenLogprob::new("a", Some(-0.25), []);
+    /// assert_eq!((Measure::Sampled.of(&bare), Measure::TopK.of(&bare)), (Some(-0.25), None));
+    /// let odd = TokenLogprob::new("a", Some(0.5), []); // not a log-probability
+    /// assert_eq!(Measure::Sampled.of(&odd), None);
+    /// ```
+    pub fn of(self, token: &TokenLogprob) -> Option<f64> {
+        match self {
+            Measure::Sampled => token.logprob.filter(|l| valid(*l)),
+            Measure::TopK => token.confidence(),
+        }
+    }
+
+    /// A vote's weight from a sample's confidence: `exp(confidence)` for
+    /// [`Sampled`](Self::Sampled) (its confidence is a log-probability's mean), the
+    /// confidence itself for [`TopK`](Self::TopK). Never negative; NaN weighs 0.
+    ///
+    /// ```
+    /// use choicewise_proto::Measure;
+    /// assert!((Measure::Sampled.weight(-1.0) - (-1.0f64).exp()).abs() < 1e-15);
+    /// assert_eq!(Measure::TopK.weight(f64::NAN), 0.0);
+    /// ```
+    pub fn weight(self, confidence: f64) -> f64 {
+        let w = match self {
+            Measure::Sampled => confidence.exp(),
+            Measure::TopK => confidence,
+        };
+        if w.is_nan() { 0.0 } else { w.max(0.0) }
+    }
+}
+
+impl std::fmt::Display for Measure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A measure's name that is not one: the text, kept for the error.
+///
+/// ```
+/// let e = "mean".parse::<choicewise_proto::Measure>().unwrap_err();
+/// assert_eq!(e.to_string(), r#"unknown measure "mean" (sampled, top_k)"#);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownMeasure(pub String);
+
+impl std::fmt::Display for UnknownMeasure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unknown measure {:?} ({MEASURES})", self.0)
+    }
+}
+
+impl std::error::Error for UnknownMeasure {}
+
+impl std::str::FromStr for Measure {
+    type Err = UnknownMeasure;
+
+    fn from_str(s: &str) -> Result<Measure, UnknownMeasure> {
+        match s {
+            "sampled" => Ok(Measure::Sampled),
+            "top_k" => Ok(Measure::TopK),
+            other => Err(UnknownMeasure(other.to_string())),
+        }
+    }
+}
+
 /// A log-probability is a finite number at most 0.
-fn valid(logprob: f64) -> bool {
+pub(crate) fn valid(logprob: f64) -> bool {
     logprob.is_finite() && logprob <= 0.0
 }
 
@@ -293,7 +414,20 @@ impl SampleConfidence {
     /// assert_eq!(s.tokens(), 1);
     /// ```
     pub fn push_token(&mut self, token: &TokenLogprob) -> Option<f64> {
-        token.confidence().map(|c| self.push(c))
+        self.push_token_by(token, Measure::TopK)
+    }
+
+    /// Adds a token from the wire by `measure` ([`Measure::of`]); a token without what the
+    /// measure reads is skipped (returns `None`, nothing changes).
+    ///
+    /// ```
+    /// use choicewise_proto::{Measure, SampleConfidence, TokenLogprob};
+    /// let mut s = SampleConfidence::new(2);
+    /// assert_eq!(s.push_token_by(&TokenLogprob::new("a", Some(-1.0), []), Measure::Sampled), Some(-1.0));
+    /// assert_eq!(s.push_token_by(&TokenLogprob::new("b", None, []), Measure::Sampled), None);
+    /// ```
+    pub fn push_token_by(&mut self, token: &TokenLogprob, measure: Measure) -> Option<f64> {
+        measure.of(token).map(|c| self.push(c))
     }
 
     /// Tokens counted (those with top log-probabilities).
@@ -392,28 +526,44 @@ pub fn quantile(values: &[f64], q: f64) -> Option<f64> {
 }
 
 /// The options of confidence-guided sampling (DeepConf online), built from
-/// [`Confidence::new`] with one method per option. Values out of range are clamped (see
-/// each method); `choicewise-core`'s `Pick::confidence` runs the rule.
+/// [`Confidence::new`] (or [`Confidence::for_measure`]) with one method per option. Values
+/// out of range are clamped (see each method); `choicewise-core`'s `Pick::confidence` runs
+/// the rule.
+///
+/// Each [`Measure`] has its own defaults, chosen on recorded sets (docs/gateway.md):
+///
+/// | measure | warmup | keep | group_tokens | weight | consensus |
+/// |---|---|---|---|---|---|
+/// | `sampled` (the default) | 8 | 0.1 | 4 | `exp(confidence)` | 0.95 |
+/// | `top_k` (DeepConf's) | 8 | 0.9 | 64 | `confidence` | 0.95 |
 ///
 /// ```
-/// use choicewise_proto::Confidence;
+/// use choicewise_proto::{Confidence, Measure};
 /// let c = Confidence::new().warmup(16).keep(0.1).group_tokens(2048).top_logprobs(20).consensus(0.9);
 /// assert_eq!((c.warmup, c.keep, c.group_tokens, c.top_logprobs, c.consensus), (16, 0.1, 2048, 20, 0.9));
 /// let d = Confidence::default();
-/// assert_eq!((d.warmup, d.keep, d.group_tokens, d.top_logprobs, d.consensus), (8, 0.9, 64, 5, 0.95));
+/// assert_eq!((d.measure, d.warmup, d.keep, d.group_tokens, d.consensus), (Measure::Sampled, 8, 0.1, 4, 0.95));
+/// let t = Confidence::for_measure(Measure::TopK);
+/// assert_eq!((t.warmup, t.keep, t.group_tokens, t.top_logprobs, t.consensus), (8, 0.9, 64, 5, 0.95));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct Confidence {
+    /// How a token's confidence is measured (default [`Measure::Sampled`]); it also sets
+    /// what an upstream is asked for and the vote's weight ([`Measure::weight`]).
+    pub measure: Measure,
     /// The first `warmup` samples run to their end and set the threshold (default 8).
     pub warmup: usize,
     /// The share of warmup confidences that would pass: the threshold is their
-    /// `(1 - keep)` quantile (default 0.9, conservative; 0.1 keeps only the top 10%).
+    /// `(1 - keep)` quantile (default 0.1 for `sampled`, keeping the surest 10%; 0.9 for
+    /// `top_k`, conservative).
     pub keep: f64,
-    /// Tokens per group: the sliding window of the group confidence (default 64).
+    /// Tokens per group: the sliding window of the group confidence (default 4 for
+    /// `sampled`, 64 for `top_k`).
     pub group_tokens: usize,
     /// How many top log-probabilities per token to ask an upstream for (`top_logprobs` in a
-    /// Chat Completions request; default 5). The rule uses whatever `k` the upstream sends.
+    /// Chat Completions request; default 5), with the `top_k` measure only: `sampled` asks
+    /// none. The rule uses whatever `k` the upstream sends.
     pub top_logprobs: usize,
     /// The leader's share of the total confidence weight that decides the vote (default
     /// 0.95).
@@ -422,24 +572,67 @@ pub struct Confidence {
 
 impl Default for Confidence {
     fn default() -> Self {
-        Confidence {
-            warmup: 8,
-            keep: 0.9,
-            group_tokens: 64,
-            top_logprobs: 5,
-            consensus: 0.95,
-        }
+        Confidence::for_measure(Measure::default())
     }
 }
 
 impl Confidence {
-    /// The defaults: warmup 8, keep 0.9, group_tokens 64, top_logprobs 5, consensus 0.95.
+    /// The defaults, with the default measure (`sampled`): warmup 8, keep 0.1,
+    /// group_tokens 4, top_logprobs 5 (not asked), consensus 0.95.
     ///
     /// ```
     /// assert_eq!(choicewise_proto::Confidence::new().warmup, 8);
     /// ```
     pub fn new() -> Self {
         Confidence::default()
+    }
+
+    /// The defaults of `measure` (see the table on the type).
+    ///
+    /// ```
+    /// use choicewise_proto::{Confidence, Measure};
+    /// assert_eq!(Confidence::for_measure(Measure::TopK).group_tokens, 64);
+    /// assert_eq!(Confidence::for_measure(Measure::Sampled).group_tokens, 4);
+    /// ```
+    pub fn for_measure(measure: Measure) -> Self {
+        let (keep, group_tokens) = match measure {
+            Measure::Sampled => (0.1, 4),
+            Measure::TopK => (0.9, 64),
+        };
+        Confidence {
+            measure,
+            warmup: 8,
+            keep,
+            group_tokens,
+            top_logprobs: 5,
+            consensus: 0.95,
+        }
+    }
+
+    /// How many `top_logprobs` to ask an upstream for: the option with the `top_k` measure,
+    /// `None` with `sampled` (`logprobs: true` alone).
+    ///
+    /// ```
+    /// use choicewise_proto::{Confidence, Measure};
+    /// assert_eq!(Confidence::new().asks_top_logprobs(), None);
+    /// assert_eq!(Confidence::for_measure(Measure::TopK).asks_top_logprobs(), Some(5));
+    /// ```
+    pub fn asks_top_logprobs(&self) -> Option<usize> {
+        match self.measure {
+            Measure::Sampled => None,
+            Measure::TopK => Some(self.top_logprobs.max(1)),
+        }
+    }
+
+    /// A finished sample's vote weight from its confidence ([`Measure::weight`]).
+    ///
+    /// ```
+    /// use choicewise_proto::{Confidence, Measure};
+    /// assert_eq!(Confidence::new().weight(0.0), 1.0);
+    /// assert_eq!(Confidence::for_measure(Measure::TopK).weight(3.0), 3.0);
+    /// ```
+    pub fn weight(&self, confidence: f64) -> f64 {
+        self.measure.weight(confidence)
     }
 
     /// Warmup samples (at least 1).
@@ -452,16 +645,17 @@ impl Confidence {
         self
     }
 
-    /// The share kept, clamped to 0..=1 (NaN: the default, 0.9).
+    /// The share kept, clamped to 0..=1 (NaN: the measure's default).
     ///
     /// ```
-    /// use choicewise_proto::Confidence;
+    /// use choicewise_proto::{Confidence, Measure};
     /// assert_eq!(Confidence::new().keep(1.5).keep, 1.0);
-    /// assert_eq!(Confidence::new().keep(f64::NAN).keep, 0.9);
+    /// assert_eq!(Confidence::new().keep(f64::NAN).keep, 0.1);
+    /// assert_eq!(Confidence::for_measure(Measure::TopK).keep(f64::NAN).keep, 0.9);
     /// ```
     pub fn keep(mut self, share: f64) -> Self {
         self.keep = if share.is_nan() {
-            0.9
+            Confidence::for_measure(self.measure).keep
         } else {
             share.clamp(0.0, 1.0)
         };
@@ -515,7 +709,7 @@ impl Confidence {
     /// ```
     pub fn threshold(&self, warmup_confidences: &[f64]) -> Option<f64> {
         let keep = if self.keep.is_nan() {
-            0.9
+            Confidence::for_measure(self.measure).keep
         } else {
             self.keep.clamp(0.0, 1.0)
         };
@@ -601,7 +795,10 @@ mod tests {
         // Eight warmup samples, as by default.
         let warmup = [10.0, 12.0, 14.0, 16.0, 11.0, 13.0, 15.0, 17.0];
         // keep 0.9: the 0.1 quantile, h = 0.7: 10 + 0.7 * (11 - 10).
-        assert!(close(Confidence::new().threshold(&warmup).unwrap(), 10.7));
+        assert!(close(
+            Confidence::new().keep(0.9).threshold(&warmup).unwrap(),
+            10.7
+        ));
         // keep 0.1: the 0.9 quantile, h = 6.3: 16 + 0.3 * (17 - 16).
         let high = Confidence::new().keep(0.1).threshold(&warmup).unwrap();
         assert!(close(high, 16.3));

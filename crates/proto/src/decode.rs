@@ -307,9 +307,9 @@ impl Seen {
 fn keep(raw: &RawValue, kept: LogprobsKept) -> Option<UpdateLogprobs> {
     match kept {
         LogprobsKept::Raw => Some(UpdateLogprobs::Raw(Logprobs::from_raw(raw))),
-        LogprobsKept::Confidence => {
+        LogprobsKept::Confidence(measure) => {
             let mut confidences = Vec::new();
-            confidences_of(raw.get(), |c| confidences.extend(c));
+            confidences_of(raw.get(), measure, |c| confidences.extend(c));
             Some(UpdateLogprobs::Confidence(confidences.into_boxed_slice()))
         }
         LogprobsKept::Nothing => None,
@@ -487,6 +487,7 @@ impl<'de> Visitor<'de> for DeltaFields<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Measure;
     use proptest::prelude::*;
 
     /// The update as the wire types give it: `ChunkChoice` parsed whole, then converted.
@@ -722,7 +723,7 @@ mod tests {
         assert_eq!(raw[1], None);
         // As numbers: each token's confidence, those without one left out.
         assert_eq!(
-            decoded(LogprobsKept::Confidence),
+            decoded(LogprobsKept::Confidence(Measure::TopK)),
             [Some(UpdateLogprobs::Confidence(Box::new([1.0]))), None]
         );
         assert_eq!(decoded(LogprobsKept::Nothing), [None, None]);
@@ -739,7 +740,7 @@ mod tests {
         }
         let parsed: ChunkChoice<'_> = serde_json::from_str(jsons[0]).unwrap();
         assert_eq!(
-            convert(parsed, 0, LogprobsKept::Confidence, 1, 1)
+            convert(parsed, 0, LogprobsKept::Confidence(Measure::TopK), 1, 1)
                 .unwrap()
                 .logprobs,
             Some(UpdateLogprobs::Confidence(Box::new([1.0])))
@@ -754,7 +755,10 @@ mod tests {
             .unwrap_err()
             .error;
         assert!(e.to_string().contains("recursion limit"), "{e}");
-        for kept in [LogprobsKept::Confidence, LogprobsKept::Nothing] {
+        for kept in [
+            LogprobsKept::Confidence(Measure::TopK),
+            LogprobsKept::Nothing,
+        ] {
             decode_batch(0, kept, &mut batch(&[&json]), &mut Vec::new()).unwrap();
         }
         let fine = format!(r#"{{"logprobs":{}}}"#, "[".repeat(120) + &"]".repeat(120));

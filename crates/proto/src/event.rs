@@ -39,10 +39,10 @@ pub enum ChoiceEvent {
     /// Log probabilities sent with this update, as the provider sent them: their JSON text
     /// ([`LogprobsKept::Raw`](crate::LogprobsKept::Raw), the default).
     Logprobs(crate::Logprobs),
-    /// One token's confidence (see [`TokenLogprob::confidence`](crate::TokenLogprob::confidence)),
-    /// in place of [`Logprobs`](Self::Logprobs) when the stream keeps only those
-    /// ([`LogprobsKept::Confidence`](crate::LogprobsKept::Confidence)); tokens without valid
-    /// top log-probabilities have none.
+    /// One token's confidence by the stream's measure (see
+    /// [`Measure::of`](crate::Measure::of)), in place of [`Logprobs`](Self::Logprobs) when the
+    /// stream keeps only those ([`LogprobsKept::Confidence`](crate::LogprobsKept::Confidence));
+    /// tokens without what the measure reads have none.
     TokenConfidence(f64),
     /// Content filter annotations sent with this update (Azure).
     ContentFilter(Arc<Value>),

@@ -64,7 +64,8 @@ pub use choicewise_sse::SseError;
 #[cfg(feature = "estimate")]
 pub use choicewise_usage::EncodingName;
 pub use confidence::{
-    Confidence, SampleConfidence, TokenLogprob, TopLogprob, quantile, token_confidence,
+    Confidence, MEASURES, Measure, SampleConfidence, TokenLogprob, TopLogprob, UnknownMeasure,
+    quantile, token_confidence,
 };
 pub use config::{
     DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS, StreamConfig,

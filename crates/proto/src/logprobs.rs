@@ -17,16 +17,17 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::confidence::TokenLogprob;
+use crate::confidence::{Measure, TokenLogprob, valid};
 
 /// What a stream keeps of the log-probabilities its upstream sends
 /// ([`StreamConfig::logprobs`](crate::StreamConfig::logprobs)).
 ///
 /// ```
 /// use choicewise_proto::{LogprobsKept, StreamConfig};
+/// use choicewise_proto::Measure;
 /// assert_eq!(StreamConfig::default().logprobs, LogprobsKept::Raw);
 /// let mut config = StreamConfig::default();
-/// config.logprobs = LogprobsKept::Confidence; // a confidence-guided vote, nobody else
+/// config.logprobs = LogprobsKept::Confidence(Measure::Sampled); // a confidence-guided vote, nobody else
 /// # drop(config);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,10 +37,10 @@ pub enum LogprobsKept {
     /// [`ChoiceOutput::logprobs`](crate::ChoiceOutput::logprobs)). The default.
     #[default]
     Raw,
-    /// Only each token's confidence
+    /// Only each token's confidence by this measure
     /// ([`ChoiceEvent::TokenConfidence`](crate::ChoiceEvent::TokenConfidence)), read as the
     /// update is parsed; the text is dropped. What a confidence-guided vote needs.
-    Confidence,
+    Confidence(Measure),
     /// Nothing: skipped unparsed as the update is read.
     Nothing,
 }
@@ -153,8 +154,25 @@ impl Logprobs {
     /// assert_eq!(lp.confidences(), [Some(2.0), None]);
     /// ```
     pub fn confidences(&self) -> Vec<Option<f64>> {
+        self.confidences_by(Measure::TopK)
+    }
+
+    /// Each token's confidence by `measure` ([`Measure::of`]), in order, read straight from
+    /// the text: only the numbers the measure reads are parsed. One entry per token
+    /// [`tokens`](Self::tokens) would give, `None` for a token without what it reads.
+    ///
+    /// ```
+    /// use choicewise_proto::{Logprobs, Measure};
+    /// let lp = Logprobs::from_json(r#"{"content": [
+    ///     {"token": "a", "logprob": -0.5},
+    ///     {"token": "b", "logprob": 2},
+    ///     {"token": "c", "logprob": -1, "top_logprobs": [{"token": "c", "logprob": -1}]}]}"#).unwrap();
+    /// assert_eq!(lp.confidences_by(Measure::Sampled), [Some(-0.5), None, Some(-1.0)]);
+    /// assert_eq!(lp.confidences_by(Measure::TopK), [None, None, Some(1.0)]);
+    /// ```
+    pub fn confidences_by(&self, measure: Measure) -> Vec<Option<f64>> {
         let mut out = Vec::new();
-        confidences_of(self.json(), |c| out.push(c));
+        confidences_of(self.json(), measure, |c| out.push(c));
         out
     }
 
@@ -353,11 +371,12 @@ fn field<'a>(json: &'a str, key: &str) -> Option<&'a RawValue> {
     Seed(key).deserialize(&mut de).ok().flatten()
 }
 
-/// Calls `each` with the confidence of every token of a `logprobs` value's `content` (an
-/// entry that is an object), in order: `-mean` of its `top_logprobs`' numbers, `None` when
-/// they are missing, empty, or one is not a finite number at most 0. Only numbers are
-/// parsed; what [`TokenLogprob::parse`] and [`TokenLogprob::confidence`] give.
-pub(crate) fn confidences_of(json: &str, mut each: impl FnMut(Option<f64>)) {
+/// Calls `each` with the confidence by `measure` of every token of a `logprobs` value's
+/// `content` (an entry that is an object), in order. `top_k`: `-mean` of its
+/// `top_logprobs`' numbers, `None` when they are missing, empty, or one is not a finite
+/// number at most 0. `sampled`: its `logprob`, `None` when missing or not a finite number at
+/// most 0. Only numbers are parsed; what [`TokenLogprob::parse`] and [`Measure::of`] give.
+pub(crate) fn confidences_of(json: &str, measure: Measure, mut each: impl FnMut(Option<f64>)) {
     let Some(content) = field(json, "content").and_then(|c| elements(c.get())) else {
         return;
     };
@@ -365,8 +384,17 @@ pub(crate) fn confidences_of(json: &str, mut each: impl FnMut(Option<f64>)) {
         if first(entry.get()) != Some(b'{') {
             continue;
         }
-        each(token_confidence(entry.get()));
+        each(match measure {
+            Measure::TopK => token_confidence(entry.get()),
+            Measure::Sampled => sampled_logprob(entry.get()),
+        });
     }
+}
+
+/// One `content` entry's own `logprob` (see [`confidences_of`]).
+fn sampled_logprob(entry: &str) -> Option<f64> {
+    let logprob: f64 = serde_json::from_str(field(entry, "logprob")?.get()).ok()?;
+    valid(logprob).then_some(logprob)
 }
 
 /// One `content` entry's confidence (see [`confidences_of`]).
@@ -494,12 +522,23 @@ mod tests {
             r#"{"refusal": [{"top_logprobs": [{"logprob": -1}]}]}"#,
             r#"[{"content": []}]"#,
             "7",
+            r#"{"content": [{"logprob": -0.25}, {"logprob": 0.5}, {"logprob": "x"}, {"logprob": null}, {}, {"logprob": -2, "logprob": -3}]}"#,
         ];
         for case in cases {
             let value = lp(case);
             let typed: Vec<Option<f64>> = value.tokens().iter().map(|t| t.confidence()).collect();
             assert_eq!(value.confidences(), typed, "{case}");
+            for measure in [Measure::Sampled, Measure::TopK] {
+                let typed: Vec<Option<f64>> =
+                    value.tokens().iter().map(|t| measure.of(t)).collect();
+                assert_eq!(value.confidences_by(measure), typed, "{measure}: {case}");
+            }
         }
+        assert_eq!(
+            lp(cases[8]).confidences_by(Measure::Sampled),
+            [Some(-0.25), None, None, None, None, Some(-3.0)],
+            "the sampled token's own log-probability, valid or none"
+        );
         assert_eq!(
             lp(cases[1]).confidences(),
             [Some(1.5), None, None, None],

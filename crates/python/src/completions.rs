@@ -285,9 +285,11 @@ impl Completions {
     /// The pick a policy states, as a dict with the gateway's extension's fields (`select`,
     /// `vote_by`, `min_votes`, `window`, `confidence`, `deadline_ms`, ...), checked as the
     /// gateway checks it (`ValueError` naming the field). Gives a `Selection`. Each row of
-    /// docs/picks.md is such a policy (its `choicewise` column), e.g. `confidence-high`:
+    /// docs/picks.md is such a policy (its `choicewise` column), e.g. `sampled-low`:
     /// `{"samples": 64, "select": "vote", "vote_by": "#### (\\d+)", "window": 4,
-    /// "confidence": {"warmup": 16, "keep": 0.9, "group_tokens": 16}}`.
+    /// "confidence": {"measure": "sampled", "warmup": 8, "keep": 0.1, "group_tokens": 4}}`.
+    /// `confidence.measure` is `"sampled"` (the default: each token's own log-probability)
+    /// or `"top_k"` (DeepConf's), each with its own defaults.
     #[pyo3(signature = (policy, *, keep_rest = false))]
     fn pick(
         &self,

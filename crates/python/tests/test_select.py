@@ -64,6 +64,10 @@ def test_one_set_of_defaults_and_a_policy_as_a_dict():
     for policy, says in [
         ({"select": "first_finished", "window": 2}, '"window" goes with "select": "vote"'),
         ({"select": "vote", "best": 1}, 'unknown field "best"'),
+        (
+            {"select": "vote", "confidence": {"measure": "mean"}},
+            'unknown "confidence.measure": "mean" (sampled, top_k)',
+        ),
     ]:
         try:
             choicewise.Completions.fan_out([answer("1")]).pick(policy)

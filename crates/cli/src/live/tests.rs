@@ -190,7 +190,7 @@ async fn columns_are_in_index_order_and_say_when_ctrl_c_stopped_them() {
 /// (confidence 0.5) and would go on for ever.
 #[tokio::test]
 async fn a_choice_stopped_for_low_confidence_says_so() {
-    use choicewise::confidence::Confidence;
+    use choicewise::confidence::{Confidence, Measure};
     use futures::stream;
     let event = |text: &str, c: f64, finish: bool| {
         let token = serde_json::json!({"token": text, "logprob": -c / 2.0, "top_logprobs": [
@@ -214,7 +214,11 @@ async fn a_choice_stopped_for_low_confidence_says_so() {
     let pick = completions
         .vote(|o| o.message.content.clone())
         .min_votes(1)
-        .confidence(Confidence::new().warmup(2).group_tokens(2));
+        .confidence(
+            Confidence::for_measure(Measure::TopK)
+                .warmup(2)
+                .group_tokens(2),
+        );
     let selection = tokio::time::timeout(Duration::from_secs(20), pick)
         .await
         .expect("the vote ends once the unsure sample is stopped");

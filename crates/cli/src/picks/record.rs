@@ -15,8 +15,10 @@
 //! - The answers are read at `report` time (`--answer REGEX`): `pred_answers` are empty and
 //!   `correct` false here (`meta.json` says so).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -24,8 +26,11 @@ use std::time::{Duration, Instant};
 use choicewise_picks::traces::{
     Problem, Sample, TOP_K, TraceSet, npz_files, read_vocab, write_atomically,
 };
+use choicewise_sse::DEFAULT_MAX_EVENT_SIZE;
 use clap::Args;
 use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::Exit;
@@ -70,11 +75,63 @@ pub struct RecordArgs {
     /// Samples asked at once.
     #[arg(long, value_name = "N", default_value_t = 4)]
     concurrency: usize,
+    /// The most bytes of one sample's stream: a server that sends more (log-probabilities
+    /// without end, content that never finishes) fails the sample with an error.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_SAMPLE_BYTES)]
+    max_sample_bytes: usize,
+    /// The most tokens of one sample (its log-probability entries, or its content pieces).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_SAMPLE_TOKENS)]
+    max_sample_tokens: usize,
+    /// The most seconds one sample's stream may take, from its request to its finish.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_SAMPLE_TIMEOUT_S)]
+    sample_timeout: u64,
+}
+
+/// `--max-sample-bytes`'s default: 32 MiB, about 100,000 tokens with their top-5
+/// log-probabilities; content without end at 1 MiB/s is stopped within 32 s.
+const DEFAULT_MAX_SAMPLE_BYTES: usize = 32 << 20;
+/// `--max-sample-tokens`'s default.
+const DEFAULT_MAX_SAMPLE_TOKENS: usize = 131_072;
+/// `--sample-timeout`'s default: 10 minutes.
+const DEFAULT_SAMPLE_TIMEOUT_S: u64 = 600;
+
+/// How much of an event's data an error quotes.
+const QUOTED: usize = 200;
+
+/// `text` cut to its first [`QUOTED`] bytes (at a character boundary), with its length when
+/// cut: an error names what was wrong without repeating a hostile server's megabytes.
+fn quoted(text: &str) -> String {
+    if text.len() <= QUOTED {
+        return text.to_string();
+    }
+    let mut end = QUOTED;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &text[..end], text.len())
+}
+
+/// One sample's bounds.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    bytes: usize,
+    tokens: usize,
+    timeout: Duration,
+}
+
+/// Why a sample failed: worth another try (the connection broke, the server was busy), or
+/// not (the server broke a bound or sent what is not a stream of chunks).
+#[derive(Debug)]
+enum Failure {
+    Retry(String),
+    Fatal(String),
 }
 
 /// One line of ITEMS.jsonl.
 #[derive(Debug, Clone)]
 struct Item {
+    /// Its line in ITEMS.jsonl (from 1).
+    line: usize,
     id: String,
     /// The conversation, when the item gave `messages`.
     messages: Option<Vec<Value>>,
@@ -104,7 +161,6 @@ fn read_items(path: &Path) -> Result<Vec<Item>, Exit> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut items = Vec::new();
-    let mut seen = HashMap::new();
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -131,10 +187,8 @@ fn read_items(path: &Path) -> Result<Vec<Item>, Exit> {
             (_, Some(Value::String(p))) => (None, p.clone()),
             _ => return Err(at("no \"prompt\" (a string) or \"messages\" (an array)").into()),
         };
-        if let Some(first) = seen.insert(id.clone(), n + 1) {
-            return Err(at(&format!("id {id:?} is also on line {first}")).into());
-        }
         items.push(Item {
+            line: n + 1,
             id,
             messages,
             prompt,
@@ -144,7 +198,64 @@ fn read_items(path: &Path) -> Result<Vec<Item>, Exit> {
     if items.is_empty() {
         return Err(format!("{}: no item", path.display()).into());
     }
+    refuse_repeats(path, &items)?;
     Ok(items)
+}
+
+/// Items that share an id or a prompt (the whole conversation asked) cannot be told apart
+/// when the set is replayed: refused before any sample is asked, every repeat named (exit 2).
+fn refuse_repeats(path: &Path, items: &[Item]) -> Result<(), Exit> {
+    let mut ids: Vec<(&str, Vec<usize>)> = Vec::new();
+    let mut prompts: Vec<(String, Vec<&Item>)> = Vec::new();
+    let mut id_at: HashMap<&str, usize> = HashMap::new();
+    let mut prompt_at: HashMap<String, usize> = HashMap::new();
+    for item in items {
+        match id_at.get(item.id.as_str()) {
+            Some(&k) => ids[k].1.push(item.line),
+            None => {
+                id_at.insert(&item.id, ids.len());
+                ids.push((&item.id, vec![item.line]));
+            }
+        }
+        let asked = Value::Array(item.messages()).to_string();
+        match prompt_at.get(&asked) {
+            Some(&k) => prompts[k].1.push(item),
+            None => {
+                prompt_at.insert(asked.clone(), prompts.len());
+                prompts.push((asked, vec![item]));
+            }
+        }
+    }
+    let lines = |l: &[usize]| {
+        let l: Vec<String> = l.iter().map(usize::to_string).collect();
+        l.join(", ")
+    };
+    let mut repeats: Vec<String> = (ids.iter())
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(id, at)| format!("id {id:?} on lines {}", lines(at)))
+        .collect();
+    for (_, same) in prompts.iter().filter(|(_, same)| same.len() > 1) {
+        let at: Vec<usize> = same.iter().map(|i| i.line).collect();
+        let named: Vec<String> = same.iter().map(|i| format!("{:?}", i.id)).collect();
+        repeats.push(format!(
+            "one prompt on lines {} (ids {}): {}",
+            lines(&at),
+            named.join(", "),
+            quoted(&same[0].prompt)
+        ));
+    }
+    if repeats.is_empty() {
+        return Ok(());
+    }
+    Err(Exit {
+        message: format!(
+            "{}: {} repeated, and a replay cannot tell such items apart (nothing was asked): {}",
+            path.display(),
+            repeats.len(),
+            repeats.join("; ")
+        ),
+        code: 2,
+    })
 }
 
 /// Token text → id, in the order first seen; id 0 is `<eos>`.
@@ -194,45 +305,106 @@ struct Streamed {
     pieces: Vec<String>,
     logprobs: Vec<Entry>,
     finish: Option<String>,
+    /// From its request to its first token, and to its finish, as the server gave them.
+    first_token: Option<Duration>,
+    total: Option<Duration>,
 }
 
-fn logprob_of(v: &Value) -> f32 {
-    // A server may write -inf as null: the least a half-precision value holds.
-    v.as_f64().map_or(-65504.0, |x| x.max(-65504.0) as f32)
+/// A log-probability as recorded: a server may write -inf as null, the least a
+/// half-precision value holds.
+fn logprob_of(v: Option<f64>) -> f32 {
+    v.map_or(-65504.0, |x| x.max(-65504.0) as f32)
+}
+
+/// The parts of a `chat.completion.chunk` a recording reads; the rest is skipped unparsed.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Vec<ChunkChoice<'a>>,
+    #[serde(default, borrow)]
+    error: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice<'a> {
+    #[serde(default)]
+    index: u64,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default)]
+    logprobs: Option<ChunkLogprobs<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct ChunkLogprobs<'a> {
+    #[serde(default, borrow)]
+    content: Option<Vec<ChunkToken<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ChunkToken<'a> {
+    #[serde(default, borrow)]
+    token: Cow<'a, str>,
+    #[serde(default)]
+    logprob: Option<f64>,
+    #[serde(default, borrow)]
+    top_logprobs: Option<Vec<ChunkTop<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ChunkTop<'a> {
+    #[serde(default, borrow)]
+    token: Cow<'a, str>,
+    #[serde(default)]
+    logprob: Option<f64>,
 }
 
 impl Streamed {
-    /// One `data:` payload.
-    fn event(&mut self, v: &Value) -> Result<(), String> {
-        if let Some(e) = v.get("error") {
-            return Err(format!("the stream failed: {e}"));
+    /// Tokens so far: log-probability entries, or content pieces without them.
+    fn tokens(&self) -> usize {
+        self.logprobs.len().max(self.pieces.len())
+    }
+
+    /// One `data:` payload, read into typed parts (no JSON tree).
+    fn event(&mut self, data: &str) -> Result<(), Failure> {
+        let chunk: Chunk<'_> = serde_json::from_str(data).map_err(|e| {
+            Failure::Fatal(format!(
+                "an event is not a chat completion chunk ({e}): {}",
+                quoted(data)
+            ))
+        })?;
+        if let Some(e) = chunk.error {
+            return Err(Failure::Retry(format!(
+                "the stream failed: {}",
+                quoted(e.get())
+            )));
         }
-        for c in v["choices"].as_array().into_iter().flatten() {
-            if c["index"].as_u64().unwrap_or(0) != 0 {
+        for c in chunk.choices {
+            if c.index != 0 {
                 continue;
             }
-            if let Some(t) = c["delta"]["content"].as_str()
+            if let Some(t) = c.delta.and_then(|d| d.content)
                 && !t.is_empty()
             {
-                self.pieces.push(t.to_string());
+                self.pieces.push(t.into_owned());
             }
-            for e in c["logprobs"]["content"].as_array().into_iter().flatten() {
-                let top = (e["top_logprobs"].as_array().into_iter().flatten())
-                    .map(|t| {
-                        (
-                            t["token"].as_str().unwrap_or("").to_string(),
-                            logprob_of(&t["logprob"]),
-                        )
-                    })
+            for e in c.logprobs.and_then(|l| l.content).into_iter().flatten() {
+                let top = (e.top_logprobs.into_iter().flatten())
+                    .map(|t| (t.token.into_owned(), logprob_of(t.logprob)))
                     .collect();
-                self.logprobs.push((
-                    e["token"].as_str().unwrap_or("").to_string(),
-                    logprob_of(&e["logprob"]),
-                    top,
-                ));
+                self.logprobs
+                    .push((e.token.into_owned(), logprob_of(e.logprob), top));
             }
-            if let Some(f) = c["finish_reason"].as_str() {
-                self.finish = Some(f.to_string());
+            if let Some(f) = c.finish_reason {
+                self.finish = Some(f.into_owned());
             }
         }
         Ok(())
@@ -285,6 +457,7 @@ struct Asking {
     body: serde_json::Map<String, Value>,
     /// The server refused `logprobs`: not asked any more.
     refused: AtomicBool,
+    bounds: Bounds,
 }
 
 /// Statuses worth another try: the server busy or failing for a moment.
@@ -308,7 +481,8 @@ impl Asking {
         req.send().await.map_err(|e| e.to_string())
     }
 
-    /// One sample, with a few tries when the server fails for a moment.
+    /// One sample, with a few tries when the server fails for a moment; a sample that
+    /// breaks a bound fails at once.
     async fn sample(&self, messages: &[Value]) -> Result<Streamed, String> {
         let mut last = String::new();
         for attempt in 0..6u32 {
@@ -316,6 +490,7 @@ impl Asking {
                 tokio::time::sleep(Duration::from_millis(250 << attempt.min(4))).await;
             }
             let logprobs = !self.refused.load(Ordering::Relaxed);
+            let sent = Instant::now();
             let mut response = match self.send(messages, logprobs).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -356,9 +531,10 @@ impl Asking {
                 }
                 return Err(last);
             }
-            match read_stream(response).await {
+            match read_stream(response, self.bounds, sent).await {
                 Ok(s) => return Ok(s),
-                Err(e) => last = e,
+                Err(Failure::Retry(e)) => last = e,
+                Err(Failure::Fatal(e)) => return Err(e),
             }
         }
         Err(last)
@@ -369,33 +545,91 @@ fn response_status(status: u16) -> String {
     reqwest::StatusCode::from_u16(status).map_or(status.to_string(), |s| s.to_string())
 }
 
-async fn read_stream(response: reqwest::Response) -> Result<Streamed, String> {
-    let mut out = Streamed::default();
-    let mut buf: Vec<u8> = Vec::new();
+/// Reads one sample's stream: framed by `choicewise-sse` (an event larger than the sample's
+/// bytes is an error, however its lines come), each event read into typed parts, stopped at
+/// choice 0's finish or `[DONE]`, within `bounds` (bytes, tokens, time).
+async fn read_stream(
+    response: reqwest::Response,
+    bounds: Bounds,
+    sent: Instant,
+) -> Result<Streamed, Failure> {
+    let deadline = tokio::time::Instant::now() + bounds.timeout;
     let mut body = response.bytes_stream();
+    read_events(
+        async || match tokio::time::timeout_at(deadline, body.next()).await {
+            Err(_) => Err(Failure::Fatal(format!(
+                "no finish after {} s (--sample-timeout)",
+                bounds.timeout.as_secs()
+            ))),
+            Ok(None) => Ok(None),
+            Ok(Some(Ok(chunk))) => Ok(Some(chunk)),
+            Ok(Some(Err(e))) => Err(Failure::Retry(format!("the stream broke: {e}"))),
+        },
+        bounds,
+        sent,
+    )
+    .await
+}
+
+/// The framing and bounds of [`read_stream`], over any source of reads (`None`: the end).
+async fn read_events<B: AsRef<[u8]>>(
+    mut next: impl AsyncFnMut() -> Result<Option<B>, Failure>,
+    bounds: Bounds,
+    sent: Instant,
+) -> Result<Streamed, Failure> {
+    let mut out = Streamed::default();
+    let mut framer =
+        choicewise_sse::Framer::with_max_event_size(bounds.bytes.min(DEFAULT_MAX_EVENT_SIZE));
+    let mut read = 0usize;
     let mut done = false;
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| format!("the stream broke: {e}"))?;
-        buf.extend_from_slice(&chunk);
-        while let Some(at) = buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=at).collect();
-            let line = String::from_utf8_lossy(&line);
-            let Some(data) = line.trim_end().strip_prefix("data:") else {
-                continue;
-            };
-            let data = data.trim_start();
-            if data == "[DONE]" {
+    while let Some(chunk) = next().await? {
+        let chunk = chunk.as_ref();
+        read = read.saturating_add(chunk.len());
+        if read > bounds.bytes {
+            return Err(Failure::Fatal(format!(
+                "more than {} bytes without a finish (--max-sample-bytes): stopped",
+                bounds.bytes
+            )));
+        }
+        let mut failed = None;
+        let fed = framer.feed(chunk, |ev| {
+            if ev.data == "[DONE]" {
                 done = true;
-                continue;
+                return ControlFlow::Break(());
             }
-            let v: Value = serde_json::from_str(data)
-                .map_err(|e| format!("an event is not JSON ({e}): {data}"))?;
-            out.event(&v)?;
+            if let Err(e) = out.event(ev.data) {
+                failed = Some(e);
+                return ControlFlow::Break(());
+            }
+            if out.first_token.is_none() && out.tokens() > 0 {
+                out.first_token = Some(sent.elapsed());
+            }
+            if out.tokens() > bounds.tokens {
+                failed = Some(Failure::Fatal(format!(
+                    "more than {} tokens without a finish (--max-sample-tokens): stopped",
+                    bounds.tokens
+                )));
+                return ControlFlow::Break(());
+            }
+            match out.finish {
+                Some(_) => ControlFlow::Break(()),
+                None => ControlFlow::Continue(()),
+            }
+        });
+        let fed = fed.map_err(|e| Failure::Fatal(format!("not an event stream: {e}")))?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if matches!(fed, choicewise_sse::Feed::Stopped { .. }) {
+            break;
         }
     }
     if out.finish.is_none() && !done {
-        return Err("the stream ended before the sample did".into());
+        return Err(Failure::Retry(
+            "the stream ended before the sample did".into(),
+        ));
     }
+    out.total = Some(sent.elapsed());
     Ok(out)
 }
 
@@ -458,6 +692,8 @@ fn meta(args: &RecordArgs, items: usize, recorded: &[Option<Problem>]) -> Value 
         "eos": "id 0 (<eos>) is never written: finished = the sample ended with finish_reason \"stop\"; lengths count content tokens",
         "pred_answers": "empty, and correct false: the answer's pattern is not known when recording; choicewise picks report --answer REGEX reads each sample's answer from its text",
         "problem_ids": "the item's line number among the items (from 0); item_ids: its id",
+        "first_token_ms": "each sample's time from its request to its first token, as the server gave it (-1: not recorded)",
+        "total_ms": "each sample's time from its request to its finish (-1: not recorded)",
     })
 }
 
@@ -528,6 +764,11 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
         key,
         body,
         refused: AtomicBool::new(false),
+        bounds: Bounds {
+            bytes: args.max_sample_bytes.max(1),
+            tokens: args.max_sample_tokens.max(1),
+            timeout: Duration::from_secs(args.sample_timeout.max(1)),
+        },
     };
 
     let have = |r: &Option<Problem>| r.as_ref().map_or(0, |p| p.samples.len().min(args.samples));
@@ -580,6 +821,16 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
             ..Problem::default()
         });
         for (_, s) in got {
+            let ms =
+                |d: Option<Duration>| d.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
+            let times = [ms(s.first_token), ms(s.total)];
+            // Samples recorded before times were kept have none (-1).
+            let known = problem.times_ms.len();
+            problem.times_ms.extend(std::iter::repeat_n(
+                [-1, -1],
+                problem.samples.len().saturating_sub(known),
+            ));
+            problem.times_ms.push(times);
             problem.samples.push(s.sample(&mut vocab));
             new_samples += 1;
         }
@@ -633,4 +884,147 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
         }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    const DEFAULTS: Bounds = Bounds {
+        bytes: DEFAULT_MAX_SAMPLE_BYTES,
+        tokens: DEFAULT_MAX_SAMPLE_TOKENS,
+        timeout: Duration::from_secs(DEFAULT_SAMPLE_TIMEOUT_S),
+    };
+
+    /// `reads` one after the other, then the end.
+    async fn read_all(reads: Vec<Vec<u8>>, bounds: Bounds) -> Result<Streamed, Failure> {
+        let mut reads = reads.into_iter();
+        read_events(async || Ok(reads.next()), bounds, Instant::now()).await
+    }
+
+    fn fatal(r: Result<Streamed, Failure>) -> String {
+        match r {
+            Err(Failure::Fatal(e)) => e,
+            Err(Failure::Retry(e)) => panic!("retried: {e}"),
+            Ok(s) => panic!("read: {s:?}"),
+        }
+    }
+
+    fn content_event(text: &str) -> String {
+        let chunk =
+            json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
+        format!("data: {chunk}\n\n")
+    }
+
+    #[tokio::test]
+    async fn a_stream_is_read_to_its_finish_and_no_further() {
+        let finish = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop",
+            "logprobs": {"content": [{"token": "!", "logprob": null, "top_logprobs": [{"token": "!", "logprob": -0.5}]}]}}]});
+        let sse = format!(
+            "{}{}data: {finish}\n\ndata: not JSON, never read\n\n",
+            content_event("4"),
+            content_event("2"),
+        );
+        // In reads of 3 bytes: lines and characters split anywhere.
+        let reads = sse.as_bytes().chunks(3).map(<[u8]>::to_vec).collect();
+        let s = read_all(reads, DEFAULTS).await.unwrap();
+        assert_eq!(s.pieces, ["4", "2"]);
+        assert_eq!(s.finish.as_deref(), Some("stop"));
+        // A null log-probability: the least a half holds.
+        assert_eq!(s.logprobs[0].1, -65504.0);
+        assert_eq!(s.logprobs[0].2[0].1, -0.5);
+        // [DONE] ends a stream too; data after it is never read.
+        let sse = format!("{}data: [DONE]\n\ndata: oops\n\n", content_event("a"));
+        let s = read_all(vec![sse.into_bytes()], DEFAULTS).await.unwrap();
+        assert_eq!((s.pieces.len(), s.finish), (1, None));
+        // Without either, a broken stream: worth another try.
+        let r = read_all(vec![content_event("a").into_bytes()], DEFAULTS).await;
+        assert!(matches!(r, Err(Failure::Retry(ref e)) if e.contains("ended before")));
+    }
+
+    #[tokio::test]
+    async fn a_32_mib_line_is_refused_in_linear_time() {
+        // One `data:` line of 32 MiB without its end, in reads of 64 KiB.
+        let mut reads = vec![b"data: \"".to_vec()];
+        reads.extend((0..512).map(|_| vec![b'a'; 64 << 10]));
+        let started = Instant::now();
+        let e = fatal(read_all(reads, DEFAULTS).await);
+        let took = started.elapsed();
+        assert!(e.contains("not an event stream"), "{e}");
+        // 50 µs a KiB of the line at most (1.6 s for 32 MiB): the framer's work is linear.
+        assert!(took < Duration::from_millis(1600), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn endless_log_probabilities_stop_at_the_byte_cap() {
+        // 170 MB of events, each one token with 5 top log-probabilities, never finishing.
+        let token = json!({"token": "x", "logprob": -0.5, "top_logprobs": [
+            {"token": "x", "logprob": -0.5}, {"token": "y", "logprob": -1.5}, {"token": "z", "logprob": -2.5},
+            {"token": "w", "logprob": -3.5}, {"token": "v", "logprob": -4.5}]});
+        let event = format!(
+            "data: {}\n\n",
+            json!({"choices": [{"index": 0, "delta": {"content": "x"},
+                "logprobs": {"content": [token]}, "finish_reason": null}]})
+        );
+        let per_read = event.repeat(256);
+        let total = 170_000_000 / per_read.len();
+        let mut sent = 0usize;
+        let started = Instant::now();
+        let r = read_events(
+            async || {
+                sent += 1;
+                Ok((sent <= total).then_some(per_read.as_bytes()))
+            },
+            DEFAULTS,
+            Instant::now(),
+        )
+        .await;
+        let e = fatal(r);
+        assert!(e.contains("--max-sample-bytes"), "{e}");
+        assert!(sent * per_read.len() <= DEFAULT_MAX_SAMPLE_BYTES + 2 * per_read.len());
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        // The token cap, when it comes first.
+        let few = Bounds {
+            tokens: 100,
+            ..DEFAULTS
+        };
+        let e = fatal(read_all(vec![per_read.clone().into_bytes()], few).await);
+        assert!(e.contains("more than 100 tokens"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn content_without_end_at_1_mib_a_second_is_stopped_within_60_s() {
+        let event = content_event(&"y".repeat(1000));
+        let read = event.repeat(64);
+        // The time a server sending 1 MiB a second takes to send the reads so far.
+        let mut clock = 0.0;
+        let r = read_events(
+            async || {
+                clock += read.len() as f64 / f64::from(1 << 20);
+                Ok(Some(read.as_bytes()))
+            },
+            DEFAULTS,
+            Instant::now(),
+        )
+        .await;
+        let e = fatal(r);
+        assert!(e.contains("--max-sample-bytes"), "{e}");
+        assert!(clock <= 60.0, "stopped after {clock} s");
+    }
+
+    #[tokio::test]
+    async fn an_error_quotes_a_few_hundred_bytes_of_the_event() {
+        let huge = format!("data: {{\"choices\": [{}\n\n", "7,".repeat(1 << 19));
+        let e = fatal(read_all(vec![huge.into_bytes()], DEFAULTS).await);
+        assert!(e.len() < 600, "{} bytes: {}", e.len(), &e[..600]);
+        assert!(e.contains("bytes)"), "{e}");
+        let e = quoted(&"é".repeat(300));
+        assert!(e.ends_with("... (600 bytes)"), "{e}");
+    }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use choicewise_picks::traces::TraceSet;
 use choicewise_picks::{
-    AnswerRule, Asker, Offline, Results, SETTINGS, gateway_config, offline, picks_for, recommend,
-    upstream, vote_curve,
+    AnswerRule, Asker, Offline, Prefer, Results, Rule, SETTINGS, gateway_config, offline,
+    picks_for, recommend, upstream, vote_curve,
 };
 use clap::Args;
 use serde_json::{Value, json};
@@ -39,6 +39,38 @@ pub struct ReportArgs {
     /// Between two tokens of a replayed sample, ms (a model server's pace).
     #[arg(long, value_name = "MS", default_value_t = 1.0)]
     token_ms: f64,
+    /// Grade each sample with this command instead of comparing answers: run with `sh -c`
+    /// per sample, the sample's text on its standard input and the item's answer in the
+    /// environment's CHOICEWISE_ANSWER; exit 0 means right. For tasks a pattern cannot
+    /// grade (code, free text). --answer still reads each sample's vote key: a key is right
+    /// when a sample with it was graded right. A grader still running after 60 s is an
+    /// error.
+    #[arg(long, value_name = "CMD")]
+    grade: Option<String>,
+    /// Replay at the pace the server gave the samples when they were recorded (`record`
+    /// keeps each sample's time to its first token and its total time): every sample's first
+    /// token after the median time to a first token, then one token every median
+    /// milliseconds a token, finishes no further apart; the answer times (and `--prefer
+    /// latency`) are then your server's. Instead of --token-ms.
+    #[arg(long, conflicts_with = "token_ms")]
+    recorded_pace: bool,
+    /// What the recommendation prefers among the picks within --within points of the most
+    /// accurate: `accuracy` (the most accurate), `tokens` (the fewest) or `latency` (the
+    /// shortest median answer time).
+    #[arg(long, value_name = "WHAT", default_value = "tokens", value_parser = ["accuracy", "tokens", "latency"])]
+    prefer: String,
+    /// The points of accuracy the recommendation may give up for what --prefer asks, from 0
+    /// to 100.
+    #[arg(long, value_name = "POINTS", default_value_t = 1.0, value_parser = parse_points)]
+    within: f64,
+}
+
+/// Points of accuracy: a number from 0 to 100.
+fn parse_points(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=100.0).contains(&x) => Ok(x),
+        _ => Err(format!("{s:?} is not a number of points from 0 to 100")),
+    }
 }
 
 /// Whether the set's samples carry their log-probabilities: its `meta.json` says so when it
@@ -50,6 +82,132 @@ fn has_logprobs(args: &ReportArgs, set: &TraceSet) -> bool {
     match meta.as_ref().and_then(|m| m["logprobs"].as_bool()) {
         Some(b) => b,
         None => set.has_logprobs(),
+    }
+}
+
+/// The pace a set's samples were recorded at: the medians over the samples with their times.
+struct Pace {
+    /// Milliseconds a token after the first: (total - first token) / (tokens - 1).
+    token: Duration,
+    /// To the first token.
+    first_token: Duration,
+    /// The samples with their times.
+    samples: usize,
+}
+
+/// The medians of the recorded times (`None`: no sample has them).
+fn recorded_pace(set: &TraceSet) -> Option<Pace> {
+    let (mut token, mut first) = (Vec::new(), Vec::new());
+    for p in &set.problems {
+        for (s, t) in p.samples.iter().zip(&p.times_ms) {
+            let [f, total] = *t;
+            if f < 0 || total < f {
+                continue;
+            }
+            first.push(f64::from(f));
+            if s.len() >= 2 {
+                token.push(f64::from(total - f) / (s.len() - 1) as f64);
+            }
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    };
+    let samples = first.len();
+    let first_token = median(&mut first)?;
+    let token = median(&mut token).unwrap_or(0.0);
+    Some(Pace {
+        token: Duration::from_secs_f64(token / 1000.0),
+        first_token: Duration::from_secs_f64(first_token / 1000.0),
+        samples,
+    })
+}
+
+/// The longest a grader may take on one sample.
+const GRADE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Grades every sample by `cmd` (see `--grade`): each problem's [`graded`] answers become
+/// the keys of its samples graded right. Four commands at a time.
+///
+/// [`graded`]: choicewise_picks::traces::Problem::graded
+async fn grade(set: &mut TraceSet, cmd: &str) -> Result<(), Exit> {
+    use futures::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    let jobs: Vec<(usize, usize, String, String)> = (set.problems.iter().enumerate())
+        .flat_map(|(i, p)| {
+            let set = &*set;
+            (p.samples.iter().enumerate()).map(move |(k, s)| (i, k, set.text(s), p.answer.clone()))
+        })
+        .collect();
+    let graded: Vec<Result<(usize, usize, bool), Exit>> = futures::stream::iter(jobs)
+        .map(|(i, k, text, answer)| async move {
+            let cannot = |e: std::io::Error| Exit {
+                message: format!("--grade {cmd:?}: cannot run it: {e}"),
+                code: 2,
+            };
+            let mut child = tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(cmd)
+                .env("CHOICEWISE_ANSWER", &answer)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(cannot)?;
+            let run = async {
+                if let Some(mut stdin) = child.stdin.take() {
+                    // A grader that exits without reading its input is not an error.
+                    let _ = stdin.write_all(text.as_bytes()).await;
+                }
+                child.wait().await
+            };
+            let status = tokio::time::timeout(GRADE_TIMEOUT, run)
+                .await
+                .map_err(|_| Exit {
+                    message: format!(
+                        "--grade {cmd:?}: still running after {} s on sample {} of item {} (killed)",
+                        GRADE_TIMEOUT.as_secs(),
+                        k + 1,
+                        i + 1
+                    ),
+                    code: 2,
+                })?
+                .map_err(cannot)?;
+            Ok((i, k, status.success()))
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    for p in &mut set.problems {
+        p.graded = Some(Default::default());
+    }
+    for g in graded {
+        let (i, k, right) = g?;
+        let p = &mut set.problems[i];
+        if right && !p.samples[k].answer.is_empty() {
+            let key = p.samples[k].answer.clone();
+            p.graded.get_or_insert_default().insert(key);
+        }
+    }
+    Ok(())
+}
+
+/// What the separation says, in words: each measure's within-problem AUROC and the one to
+/// use.
+fn separation_line(sep: &Value) -> String {
+    match (sep["sampled"].as_f64(), sep["top_k"].as_f64(), sep["use"].as_str()) {
+        (Some(s), Some(t), Some(best)) => format!(
+            "Confidence within a problem (AUROC of right over wrong samples, {} problems with both): \
+             sampled {s:.3}, top_k {t:.3}. Use \"measure\": \"{best}\"{}.",
+            sep["problems"],
+            if s.max(t) < 0.6 {
+                ", though neither tells right from wrong much better than a coin (0.5): a plain vote is as good"
+            } else {
+                ""
+            }
+        ),
+        _ => "Confidence within a problem: no problem has both right and wrong samples, so no measure can be judged.".to_string(),
     }
 }
 
@@ -76,11 +234,32 @@ async fn start_gateway(upstream: &str) -> Result<(String, tokio::task::JoinHandl
 pub async fn run(args: ReportArgs) -> Result<(), Exit> {
     let rule = AnswerRule::pattern(&args.answer)
         .map_err(|e| format!("--answer {:?}: {e}", args.answer))?;
-    let mut set = TraceSet::read(&args.dir).map_err(|e| e.to_string())?;
+    // A set that cannot be read (missing, damaged, hostile) is bad input: exit 2.
+    let mut set = TraceSet::read(&args.dir).map_err(|e| Exit {
+        message: e.to_string(),
+        code: 2,
+    })?;
     if set.problems.is_empty() {
         return Err(format!("{}: no problem recorded", args.dir.display()).into());
     }
     set.read_answers(&rule);
+    let all: usize = set.problems.iter().map(|p| p.samples.len()).sum();
+    let matched = (set.problems.iter().flat_map(|p| &p.samples))
+        .filter(|s| !s.answer.is_empty())
+        .count();
+    if matched == 0 {
+        return Err(Exit {
+            message: format!(
+                "--answer {:?} matched 0 of the {all} samples of {}: every pick would score 0% (give the pattern of the answers in the samples' text, its first group the answer)",
+                args.answer,
+                args.dir.display()
+            ),
+            code: 2,
+        });
+    }
+    if let Some(cmd) = &args.grade {
+        grade(&mut set, cmd).await?;
+    }
     let samples = (set.problems.iter())
         .map(|p| p.samples.len())
         .min()
@@ -95,8 +274,29 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         .collect();
     let curve = vote_curve(&set, samples);
     let set = Arc::new(set);
-    let pace = Duration::from_secs_f64(args.token_ms.max(0.0) / 1000.0);
-    let up = upstream::start(set.clone(), pace)?;
+    let (up, paced) = match args.recorded_pace {
+        false => {
+            let pace = Duration::from_secs_f64(args.token_ms.max(0.0) / 1000.0);
+            (upstream::start(set.clone(), pace)?, None)
+        }
+        true => {
+            let Some(r) = recorded_pace(&set) else {
+                return Err(Exit {
+                    message: format!(
+                        "--recorded-pace: {} has no sample's times (recorded before they were kept, or not by choicewise picks record)",
+                        args.dir.display()
+                    ),
+                    code: 2,
+                });
+            };
+            let slow = upstream::Slow {
+                first_token: r.first_token,
+                every: 1,
+            };
+            let up = upstream::start_slow(set.clone(), r.token, slow, r.token)?;
+            (up, Some(r))
+        }
+    };
     let (gateway, gateway_task) = start_gateway(&up.url).await?;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
@@ -140,11 +340,27 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         curve: &curve,
         runs: &runs,
     });
-    out["token_ms"] = json!(args.token_ms);
+    out["token_ms"] = json!(
+        paced
+            .as_ref()
+            .map_or(args.token_ms, |r| r.token.as_secs_f64() * 1000.0)
+    );
+    if let Some(r) = &paced {
+        out["recorded_pace"] = json!({
+            "token_ms": r.token.as_secs_f64() * 1000.0,
+            "first_token_ms": r.first_token.as_secs_f64() * 1000.0,
+            "samples": r.samples,
+        });
+    }
     out["concurrency"] = json!(args.concurrency);
     out["upstream_n"] = json!("fan-out");
     out["logprobs"] = json!(logprobs);
-    let recommendation = recommend(&out);
+    out["answers_matched"] = json!({"samples": matched, "of": all});
+    let rule = Rule {
+        prefer: args.prefer.parse::<Prefer>()?,
+        within: args.within,
+    };
+    let recommendation = recommend(&out, &rule);
     out["recommendation"] = recommendation.as_ref().map_or(Value::Null, |r| r.to_json());
     // The upstream's thread is joined off the runtime's workers.
     tokio::task::spawn_blocking(move || drop(up)).await.ok();
@@ -160,17 +376,46 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         return Ok(());
     }
     choicewise_picks::print_table(&out);
+    match &paced {
+        Some(r) => println!(
+            "\nReplayed at the recorded pace ({} samples' medians: first token after {:.0} ms, then {:.1} ms a token): the answer times are your server's.",
+            r.samples,
+            r.first_token.as_secs_f64() * 1000.0,
+            r.token.as_secs_f64() * 1000.0
+        ),
+        None if recorded_pace(&set).is_some() => println!(
+            "\nThe answer times are the replay's ({} ms a token); --recorded-pace replays at your server's recorded pace.",
+            args.token_ms
+        ),
+        None => {}
+    }
+    if matched < all {
+        println!("\n--answer matched {matched} of the {all} samples: the others have no answer.");
+    }
     if !logprobs {
         println!("\nNo log-probabilities recorded: no confidence picks.");
+    } else {
+        println!("\n{}", separation_line(&out["separation"]));
     }
     match recommendation {
-        Some(r) => println!(
-            "\nRecommendation: {} ({:.2}% right, {:.2}x the tokens of single): the cheapest pick within 1 point of the best vote.",
-            r.pick,
-            100.0 * r.accuracy,
-            r.tokens_vs_single
-        ),
-        None => println!("\nNo recommendation: no vote could be replayed."),
+        Some(r) => {
+            println!(
+                "\nRecommendation: {} ({:.2}% right, {:.2}x the tokens of single): {}.",
+                r.pick,
+                100.0 * r.accuracy,
+                r.tokens_vs_single,
+                rule.describe()
+            );
+            if r.config.is_empty() {
+                println!("It needs no configuration: one sample, a plain request.");
+            } else {
+                println!(
+                    "To deploy it, put this in the model's [[models]] entry of choicewise serve's configuration:\n\n{}",
+                    r.config
+                );
+            }
+        }
+        None => println!("\nNo recommendation: no pick could be replayed."),
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use choicewise_proto::Confidence;
+use choicewise_proto::{Confidence, MEASURES, Measure};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
@@ -16,7 +16,7 @@ use super::{PickRule, Policy, PolicyError, PolicyErrorKind, PolicyLimits, RULES}
 const FIELDS: &str = "samples, select, vote_by, hedge_after_ms, window, confidence, min_votes, vote_normalize, deadline_ms";
 
 /// The fields of `confidence`.
-const CONFIDENCE_FIELDS: &str = "warmup, keep, group_tokens, top_logprobs, consensus";
+const CONFIDENCE_FIELDS: &str = "measure, warmup, keep, group_tokens, top_logprobs, consensus";
 
 impl Policy {
     /// Reads a policy from its JSON form (the gateway's `choicewise` extension), checked
@@ -158,8 +158,9 @@ impl Policy {
         if let Some(c) = s.confidence {
             m.insert(
                 "confidence".into(),
-                json!({"warmup": c.warmup, "keep": c.keep, "group_tokens": c.group_tokens,
-                       "top_logprobs": c.top_logprobs, "consensus": c.consensus}),
+                json!({"measure": c.measure.as_str(), "warmup": c.warmup, "keep": c.keep,
+                       "group_tokens": c.group_tokens, "top_logprobs": c.top_logprobs,
+                       "consensus": c.consensus}),
             );
         }
         if let Some(v) = s.min_votes {
@@ -175,10 +176,29 @@ impl Policy {
     }
 }
 
-/// `confidence`'s options, each optional with the library's defaults; ranges are checked by
+/// `confidence`'s options, each optional with the defaults of its `measure` (itself
+/// `"sampled"` by default, [`Confidence::for_measure`]); ranges are checked by
 /// [`PolicyBuilder::build`].
 fn confidence_of(options: &Map<String, Value>) -> Result<Confidence, PolicyError> {
-    let mut c = Confidence::new();
+    let measure = match options.get("measure").filter(|v| !v.is_null()) {
+        None => Measure::default(),
+        Some(Value::String(name)) => name.parse::<Measure>().map_err(|_| {
+            PolicyError::new(
+                "confidence.measure",
+                PolicyErrorKind::Invalid,
+                Message::text("unknown ")
+                    .then_field("confidence.measure")
+                    .then(format_args!(": {name:?} ({MEASURES})")),
+            )
+        })?,
+        Some(v) => {
+            return Err(PolicyError::invalid(
+                "confidence.measure",
+                format_args!("must be a string ({MEASURES}), not {v}"),
+            ));
+        }
+    };
+    let mut c = Confidence::for_measure(measure);
     for (key, v) in options {
         let whole = |range: (u64, u64)| {
             v.as_u64()
@@ -187,6 +207,7 @@ fn confidence_of(options: &Map<String, Value>) -> Result<Confidence, PolicyError
         };
         let share = || v.as_f64().ok_or_else(|| share_error(key, v));
         match key.as_str() {
+            "measure" => {}
             "warmup" => c.warmup = whole(WARMUP)?,
             "keep" => c.keep = share()?,
             "group_tokens" => c.group_tokens = whole(GROUP_TOKENS)?,

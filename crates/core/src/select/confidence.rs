@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use tokio::sync::watch;
 
-use choicewise_proto::{Ballot, ChoiceOutput, Confidence, Incomplete, SampleConfidence};
+use choicewise_proto::{Ballot, ChoiceOutput, Confidence, Incomplete, Measure, SampleConfidence};
 
 use crate::choice::Choice;
 use crate::completions::Completions;
@@ -69,11 +69,12 @@ pub struct ConfidenceApplied {
     /// [`Selection::cancelled`](crate::Selection::cancelled) too), unless its finish arrived
     /// before the cancel took effect.
     pub stopped: Vec<u32>,
-    /// Each key's weight: the sum of the confidences of the choices that voted for it (those
-    /// that finished with a confidence at least the threshold).
+    /// Each key's weight: the sum of the weights ([`Measure::weight`]) of the confidences of
+    /// the choices that voted for it (those that finished with a confidence at least the
+    /// threshold).
     pub weights: BTreeMap<String, f64>,
-    /// Choices that finished with a key but carried no top log-probabilities, so had no
-    /// confidence and did not vote, ascending (left out of the JSON when empty).
+    /// Choices that finished with a key but carried no log-probabilities the measure reads,
+    /// so had no confidence and did not vote, ascending (left out of the JSON when empty).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unscored: Vec<u32>,
 }
@@ -205,13 +206,15 @@ impl super::following::Followed for Ended {
 /// as soon as a full group falls below the threshold (once the threshold is known).
 async fn follow(
     choice: Choice,
+    measure: Measure,
     group_tokens: usize,
     warmup: bool,
     mut threshold: watch::Receiver<Option<f64>>,
 ) -> Ended {
     let mut confidence = SampleConfidence::new(group_tokens);
-    // Only the numbers: each token's confidence, whether the stream kept the text or not.
-    let mut tokens = choice.token_confidences();
+    // Only the numbers: each token's confidence by the measure, whether the stream kept the
+    // text or not.
+    let mut tokens = choice.token_confidences_by(measure);
     let mut stopped = false;
     let mut listening = !warmup;
     loop {
@@ -312,18 +315,18 @@ pub(crate) async fn vote_confident(
     let (threshold_tx, threshold_rx) = watch::channel(None::<f64>);
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
     tokio::pin!(sleep);
-    let group_tokens = options.group_tokens;
+    let (measure, group_tokens) = (options.measure, options.group_tokens);
     let mut following = Following::new(completions, |choice: Choice| {
         let index = choice.index();
         // A replacement started while the warmup runs is one of its samples.
         let warmup = (index as usize) < warmup_n
             || (sampled && index >= first_later && threshold_rx.borrow().is_none());
-        follow(choice, group_tokens, warmup, threshold_rx.clone())
+        follow(choice, measure, group_tokens, warmup, threshold_rx.clone())
     })
     .in_finish_order();
     let mut counted: BTreeMap<u32, Counted> = BTreeMap::new();
     let mut threshold: Option<f64> = None;
-    let mut ballot = Weighing::default();
+    let mut ballot = Weighing::new(measure);
     let mut places = Places::new(completions);
     let mut rest_started = false;
     let mut winner: Option<String> = None;
@@ -491,11 +494,11 @@ pub(crate) async fn vote_confident(
     }
 }
 
-/// The weighted vote: a choice votes with its confidence if that is at least the threshold
-/// (as in the paper's reference code, the warmup's choices too); votes cast before the
-/// threshold is known wait for it.
-#[derive(Default)]
+/// The weighted vote: a choice votes with its confidence's weight ([`Measure::weight`]) if
+/// its confidence is at least the threshold (as in the paper's reference code, the warmup's
+/// choices too); votes cast before the threshold is known wait for it.
 struct Weighing {
+    measure: Measure,
     ballot: Ballot,
     voters: HashMap<String, Vec<u32>>,
     threshold: Option<f64>,
@@ -504,11 +507,22 @@ struct Weighing {
 }
 
 impl Weighing {
+    fn new(measure: Measure) -> Self {
+        Weighing {
+            measure,
+            ballot: Ballot::new(),
+            voters: HashMap::new(),
+            threshold: None,
+            waiting: Vec::new(),
+        }
+    }
+
     fn cast(&mut self, index: u32, key: String, confidence: f64, place: u64) {
         match self.threshold {
             None => self.waiting.push((index, key, confidence, place)),
             Some(s) if confidence >= s => {
-                self.ballot.add(&key, confidence, place);
+                self.ballot
+                    .add(&key, self.measure.weight(confidence), place);
                 self.voters.entry(key).or_default().push(index);
             }
             Some(_) => {}
@@ -574,7 +588,11 @@ fn warmup_over(
     match options.threshold(&confidences) {
         Some(s) => Warmup::Threshold(s),
         None => Warmup::Unscored(format!(
-            "none of the {need} warmup choices carried top log-probabilities"
+            "none of the {need} warmup choices carried {}",
+            match options.measure {
+                Measure::Sampled => "log-probabilities",
+                _ => "top log-probabilities",
+            }
         )),
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use choicewise_core::confidence::{Confidence, ConfidenceReport, SampleConfidence};
+use choicewise_core::confidence::{Confidence, ConfidenceReport, Measure, SampleConfidence};
 use choicewise_core::{ChoiceOutput, Completions, Selection, Source};
 use choicewise_test_support::within;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
@@ -197,7 +197,11 @@ async fn unsure_samples_are_stopped_and_their_upstreams_dropped() {
     let c = completions.clone();
     let vote = tokio::spawn(async move {
         c.vote(answer_of)
-            .confidence(Confidence::new().warmup(4).group_tokens(2))
+            .confidence(
+                Confidence::for_measure(Measure::TopK)
+                    .warmup(4)
+                    .group_tokens(2),
+            )
             .await
     });
     // Stopped and dropped while the vote is still open: promptly, not at its end.
@@ -274,9 +278,11 @@ async fn the_vote_is_weighted_by_confidence() {
     let selection = within(
         SETTLED,
         "the vote",
-        completions
-            .vote(answer_of)
-            .confidence(Confidence::new().warmup(3).group_tokens(2)),
+        completions.vote(answer_of).confidence(
+            Confidence::for_measure(Measure::TopK)
+                .warmup(3)
+                .group_tokens(2),
+        ),
     )
     .await;
     let report = report(&selection);
@@ -329,10 +335,11 @@ async fn samples_start_only_while_the_weighted_vote_is_undecided() {
     let selection = within(
         SETTLED,
         "the vote",
-        completions
-            .vote(answer_of)
-            .window(2)
-            .confidence(Confidence::new().warmup(4).group_tokens(2)),
+        completions.vote(answer_of).window(2).confidence(
+            Confidence::for_measure(Measure::TopK)
+                .warmup(4)
+                .group_tokens(2),
+        ),
     )
     .await;
     // The threshold is 1 (the 0.1 quantile of 5, 5, 1, 1), so every warmup sample votes.
@@ -371,7 +378,7 @@ async fn without_logprobs_the_plain_vote_decides_and_says_why() {
         "the vote",
         completions
             .vote(answer_of)
-            .confidence(Confidence::new().warmup(2)),
+            .confidence(Confidence::for_measure(Measure::TopK).warmup(2)),
     )
     .await;
     assert_eq!(crate::common::ascending(&selection.selected), [0, 2]);
@@ -412,7 +419,9 @@ async fn a_warmup_longer_than_the_completion_is_the_whole_completion() {
     let selection = within(
         SETTLED,
         "the vote",
-        completions.vote(answer_of).confidence(Confidence::new()),
+        completions
+            .vote(answer_of)
+            .confidence(Confidence::for_measure(Measure::TopK)),
     )
     .await;
     let applied = report(&selection);
@@ -433,7 +442,9 @@ async fn a_warmup_longer_than_the_completion_is_the_whole_completion() {
     let selection = within(
         SETTLED,
         "the vote",
-        completions.vote(answer_of).confidence(Confidence::new()),
+        completions
+            .vote(answer_of)
+            .confidence(Confidence::for_measure(Measure::TopK)),
     )
     .await;
     assert_eq!(crate::common::ascending(&selection.selected), [1, 2]);
@@ -458,7 +469,7 @@ async fn a_deadline_during_the_warmup_falls_back_and_says_so() {
         "the vote",
         completions
             .vote(answer_of)
-            .confidence(Confidence::new().warmup(3))
+            .confidence(Confidence::for_measure(Measure::TopK).warmup(3))
             .deadline(Duration::from_millis(300)),
     )
     .await;
@@ -503,9 +514,11 @@ async fn a_warmup_sample_that_breaks_is_replaced_within_the_warmup() {
         let selection = within(
             SETTLED,
             "the vote",
-            completions
-                .vote(answer_of)
-                .confidence(Confidence::new().warmup(4).group_tokens(2)),
+            completions.vote(answer_of).confidence(
+                Confidence::for_measure(Measure::TopK)
+                    .warmup(4)
+                    .group_tokens(2),
+            ),
         )
         .await;
         let report = report(&selection);
@@ -528,4 +541,89 @@ async fn a_warmup_sample_that_breaks_is_replaced_within_the_warmup() {
             }
         }
     }
+}
+
+/// The events of a sample of the `sampled` measure: `Answer: KEY` in as many tokens as
+/// `logprobs`, each token carrying only its own log-probability (what `logprobs: true` alone
+/// sends).
+fn sampled_tokens(key: &str, logprobs: &[f64]) -> Vec<String> {
+    let last = logprobs.len() - 1;
+    (logprobs.iter().enumerate())
+        .map(|(i, lp)| {
+            let text = match i {
+                0 => "Answer: ",
+                i if i == last => key,
+                _ => "",
+            };
+            let chunk = json!({"choices": [{"index": 0, "delta": {"content": text},
+                "logprobs": {"content": [{"token": text, "logprob": lp}]}, "finish_reason": null}]});
+            format!("data: {chunk}\n\n")
+        })
+        .collect()
+}
+
+/// A whole sample of the `sampled` measure, finished.
+fn sampled(key: &str, logprobs: &[f64]) -> Source {
+    let mut events = sampled_tokens(key, logprobs);
+    events.push(finish_event(0));
+    events.push("data: [DONE]\n\n".to_string());
+    ready(events)
+}
+
+/// The `sampled` measure reads each token's own log-probability, with no top-k sent: a
+/// sample's confidence is its lowest window mean, its vote weighs `exp` of it, and a later
+/// sample whose window falls below the threshold is stopped. DeepConf's `top_k` measure
+/// finds nothing to read in the same streams and falls back to the plain vote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sampled_measure_reads_each_tokens_own_logprob() {
+    // `stall`: the unsure sample never finishes (only a stop ends it).
+    let script = |stall: bool| {
+        let unsure = sampled_tokens("9", &[-3.0, -3.0, -3.0, -3.0]);
+        let unsure = match stall {
+            true => Source::sse(stalling(unsure).0).n(1),
+            false => sampled("9", &[-3.0, -3.0, -3.0, -3.0]),
+        };
+        vec![
+            sampled("7", &[-0.1, -0.1, -0.1, -0.1]), // lowest window of 2: -0.1
+            sampled("9", &[-0.2, -0.2, -0.2, -0.2]), // -0.2
+            sampled("9", &[-0.1, -2.0, -2.0, -0.1]), // -2.0
+            sampled("7", &[-0.1, -1.0, -1.0, -0.1]), // -1.0
+            unsure,                                  // -3.0: stopped
+            sampled("7", &[-0.3, -0.3, -0.3, -0.3]), // -0.3
+        ]
+    };
+    let options = Confidence::new().warmup(4).group_tokens(2).keep(0.5);
+    assert_eq!(options.measure, Measure::Sampled);
+    let selection = within(
+        SETTLED,
+        "the sampled vote",
+        Completions::builder()
+            .fan_out(script(true))
+            .vote(answer_of)
+            .confidence(options),
+    )
+    .await;
+    let applied = report(&selection);
+    // The 0.5 quantile of -0.1, -0.2, -2.0, -1.0: (-1.0 + -0.2) / 2.
+    assert!(close(applied.threshold().unwrap(), -0.6), "{applied:?}");
+    assert_eq!(applied.stopped(), [4]);
+    // Each vote weighs exp of its confidence: 7 from samples 0 and 5, 9 from sample 1;
+    // samples 2 and 3 are below the threshold and do not vote.
+    let w = applied.weights();
+    assert!(close(w["7"], (-0.1f64).exp() + (-0.3f64).exp()), "{w:?}");
+    assert!(close(w["9"], (-0.2f64).exp()), "{w:?}");
+    assert_eq!(selection.selected, [0, 5]);
+
+    // DeepConf's measure needs top log-probabilities: none here, so the plain vote decides.
+    let top_k = within(
+        SETTLED,
+        "the top-k vote",
+        Completions::builder()
+            .fan_out(script(false))
+            .vote(answer_of)
+            .confidence(Confidence::for_measure(Measure::TopK).warmup(4)),
+    )
+    .await;
+    let why = report(&top_k).unavailable().unwrap();
+    assert!(why.contains("top log-probabilities"), "{why}");
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use choicewise_core::confidence::Confidence;
+use choicewise_core::confidence::{Confidence, Measure};
 use choicewise_core::{Completions, Selection, Source};
 use choicewise_test_support::within;
 use proptest::prelude::*;
@@ -194,7 +194,11 @@ async fn run(kind: PickKind, completions: &Completions, prestart: bool) -> Selec
             }
             let mut pick = completions.vote(key).min_votes(min_votes);
             if let Some(w) = warmup {
-                pick = pick.confidence(Confidence::new().warmup(w).group_tokens(1));
+                pick = pick.confidence(
+                    Confidence::for_measure(Measure::TopK)
+                        .warmup(w)
+                        .group_tokens(1),
+                );
             }
             if let Some(w) = window {
                 pick = pick.window(w);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use choicewise_core::defaults::DEFAULT_MIN_VOTES;
 use choicewise_core::plan::Opening;
 use choicewise_core::policy::PolicyLimits;
-use choicewise_core::{Completions, PickRule, Policy, PolicyErrorKind, Source};
+use choicewise_core::{Completions, Measure, PickRule, Policy, PolicyErrorKind, Source};
 use choicewise_test_support::{content_chunk, within};
 use futures::stream;
 use serde_json::{Value, json};
@@ -166,7 +166,19 @@ fn every_refusal_names_its_field_and_what_is_wrong() {
             json!({"samples": 3, "select": "vote", "confidence": {"depth": 1}}),
             "confidence.depth",
             PolicyErrorKind::UnknownField,
-            "unknown field \"confidence.depth\" (warmup, keep",
+            "unknown field \"confidence.depth\" (measure, warmup, keep",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "confidence": {"measure": "mean"}}),
+            "confidence.measure",
+            PolicyErrorKind::Invalid,
+            "unknown \"confidence.measure\": \"mean\" (sampled, top_k)",
+        ),
+        (
+            json!({"samples": 3, "select": "vote", "confidence": {"measure": 1}}),
+            "confidence.measure",
+            PolicyErrorKind::Invalid,
+            "\"confidence.measure\" must be a string (sampled, top_k), not 1",
         ),
         (
             json!({"samples": 3, "select": "vote", "confidence": 1}),
@@ -238,15 +250,35 @@ fn defaults_are_one_set() {
         .unwrap()
         .confidence()
         .unwrap();
+    // The default measure, `sampled`, with its own window; the keep stated.
     assert_eq!(
         (
+            c.measure,
             c.warmup,
             c.keep,
             c.group_tokens,
             c.top_logprobs,
             c.consensus
         ),
-        (8, 0.5, 64, 5, 0.95)
+        (Measure::Sampled, 8, 0.5, 4, 5, 0.95)
+    );
+    assert_eq!(c.asks_top_logprobs(), None);
+    // `top_k`: DeepConf's defaults, whatever order the fields come in.
+    let c = read(
+        json!({"samples": 9, "select": "vote", "confidence": {"warmup": 4, "measure": "top_k"}}),
+    )
+    .unwrap()
+    .confidence()
+    .unwrap();
+    assert_eq!(
+        (
+            c.measure,
+            c.warmup,
+            c.keep,
+            c.group_tokens,
+            c.asks_top_logprobs()
+        ),
+        (Measure::TopK, 4, 0.9, 64, Some(5))
     );
     // null is a field left out.
     let nulls = read(json!({"samples": null, "select": null, "window": null})).unwrap();
@@ -257,7 +289,7 @@ fn defaults_are_one_set() {
 fn the_serde_form_is_the_extension() {
     let ext = json!({"samples": 4, "select": "vote", "vote_by": "Answer: (\\d+)", "window": 2,
         "min_votes": 3, "vote_normalize": true, "deadline_ms": 5000,
-        "confidence": {"warmup": 2, "keep": 0.5, "group_tokens": 16, "top_logprobs": 3, "consensus": 0.9}});
+        "confidence": {"measure": "top_k", "warmup": 2, "keep": 0.5, "group_tokens": 16, "top_logprobs": 3, "consensus": 0.9}});
     let policy: Policy = serde_json::from_value(ext.clone()).unwrap();
     assert_eq!(serde_json::to_value(&policy).unwrap(), ext);
     assert_eq!(policy.deadline(), Some(Duration::from_secs(5)));

@@ -201,7 +201,7 @@ fn plan<R>(
         model,
         body: Arc::new(req.body.clone()),
         native,
-        logprobs: req.policy.confidence().map(|c| c.top_logprobs),
+        logprobs: req.policy.confidence(),
         metrics: gw.inner.metrics.clone(),
         tries: Arc::default(),
         limits_set: Arc::default(),

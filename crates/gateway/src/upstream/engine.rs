@@ -175,7 +175,7 @@ impl Run {
         // confidence for a vote guided by it, else nothing (docs/reliability.md).
         let logprobs = match (req.logprobs, req.policy.confidence()) {
             (true, _) => LogprobsKept::Raw,
-            (false, Some(_)) => LogprobsKept::Confidence,
+            (false, Some(c)) => LogprobsKept::Confidence(c.measure),
             (false, None) => LogprobsKept::Nothing,
         };
         // `max_answer_bytes` bounds each choice: one that goes on without end fails alone.

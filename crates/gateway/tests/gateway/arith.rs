@@ -200,7 +200,7 @@ async fn picks_on_the_arithmetic_model() {
             name: "confidence-high",
             extension: Some(json!({
                 "samples": 32, "select": "vote", "vote_by": "#### (\\d+)",
-                "confidence": {"warmup": 16, "keep": 0.9, "group_tokens": 16, "top_logprobs": 5},
+                "confidence": {"measure": "top_k", "warmup": 16, "keep": 0.9, "group_tokens": 16, "top_logprobs": 5},
             })),
             in_flight: 2,
         },

@@ -337,6 +337,10 @@ fn a_bad_default_is_refused_at_start_naming_the_model_and_field() {
             "select = \"vote\"\nsamples = 3\n[models.choicewise.confidence]\nkeep = 2.0",
             "\"choicewise.confidence.keep\" must be a number above 0 and at most 1, not 2.0",
         ),
+        (
+            "select = \"vote\"\nsamples = 3\n[models.choicewise.confidence]\nmeasure = \"mean\"",
+            "unknown \"choicewise.confidence.measure\": \"mean\" (sampled, top_k)",
+        ),
     ] {
         let toml = agents(here, here, policy);
         let e = Config::from_toml(&toml).unwrap_err().to_string();

@@ -456,10 +456,22 @@ fn with_logprobs(tokens: &[&str], tops: &[f64]) -> String {
 const SURE: [f64; 3] = [-0.01, -5.0, -6.0];
 const UNSURE: [f64; 3] = [-0.7, -0.8, -0.9];
 
-/// The DeepConf vote through the gateway: upstreams asked for log-probabilities, the warmup
-/// sets the threshold, an unsure sample is stopped, the vote is weighted and reported.
+/// The DeepConf vote through the gateway, by DeepConf's measure: upstreams asked for top
+/// log-probabilities, the warmup sets the threshold, an unsure sample is stopped, the vote
+/// is weighted and reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_confidence_vote_stops_unsure_samples() {
+    confidence_vote_stops_unsure_samples("top_k", Some(5)).await;
+}
+
+/// The same by the sampled token's log-probability (the default measure): upstreams asked
+/// for `logprobs: true` alone, no `top_logprobs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampled_confidence_vote_asks_no_top_logprobs() {
+    confidence_vote_stops_unsure_samples("sampled", None).await;
+}
+
+async fn confidence_vote_stops_unsure_samples(measure: &str, top_logprobs: Option<u64>) {
     let answer_42 = ["Answer", ": ", "42", "."];
     let answer_41 = ["Answer", ": ", "41", "."];
     let unsure: Vec<String> = (0..40).map(|i| format!("w{i} ")).collect();
@@ -479,7 +491,7 @@ async fn a_confidence_vote_stops_unsure_samples() {
     let addr = one_upstream(&server.base_url()).await;
     let mut body = chat(1, false);
     body["choicewise"] = json!({"samples": 4, "select": "vote", "vote_by": "Answer: (\\d+)",
-        "confidence": {"warmup": 2, "keep": 0.9, "group_tokens": 2}});
+        "confidence": {"measure": measure, "warmup": 2, "keep": 0.9, "group_tokens": 2}});
     let r = within(LIMIT, "the confidence vote", post_chat(addr, &body)).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
@@ -500,7 +512,8 @@ async fn a_confidence_vote_stops_unsure_samples() {
         let sent = request.json.unwrap();
         assert_eq!(
             (sent["logprobs"].as_bool(), sent["top_logprobs"].as_u64()),
-            (Some(true), Some(5))
+            (Some(true), top_logprobs),
+            "{measure}"
         );
     }
     // Confidence goes with a vote.

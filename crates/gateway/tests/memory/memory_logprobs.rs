@@ -268,7 +268,7 @@ async fn a_confidence_vote_keeps_only_numbers_within_128_mib() {
 
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "count"}],
         "choicewise": {"samples": 16, "select": "vote", "vote_by": "Answer: (\\d+)",
-                       "confidence": {"warmup": 16, "top_logprobs": 20}}});
+                       "confidence": {"measure": "top_k", "warmup": 16, "top_logprobs": 20}}});
     let idle = Idle::now();
     let response = post_chat(addr, &body).await;
     assert_eq!(response.status(), 200);

@@ -15,9 +15,11 @@ from typing import (
     Dict,
     Iterable,
     List,
+    Literal,
     Mapping,
     Optional,
     Tuple,
+    TypedDict,
     Union,
 )
 
@@ -27,6 +29,20 @@ from ._openai_types import Usage
 from .types import ChoiceOutput, FunctionCallEvent, JsonValue
 
 __version__: str
+
+class _ConfidenceOptions(TypedDict, total=False):
+    """A policy's ``confidence`` (a vote guided by the model's confidence): every field
+    optional, the defaults those of its ``measure`` (docs/gateway.md)."""
+
+    measure: Literal["sampled", "top_k"]
+    """``"sampled"`` (default): the sampled token's log-probability (asks ``logprobs`` only;
+    warmup 8, keep 0.1, group_tokens 4). ``"top_k"``: DeepConf's (asks ``top_logprobs``;
+    warmup 8, keep 0.9, group_tokens 64)."""
+    warmup: int
+    keep: float
+    group_tokens: int
+    top_logprobs: int
+    consensus: float
 
 _Chunk = Union[bytes, bytearray, memoryview, str]
 _Chunks = Union[_Chunk, Iterable[_Chunk], AsyncIterable[_Chunk]]
@@ -202,9 +218,12 @@ class Completions:
     ) -> Awaitable[Selection]: ...
     def pick(self, policy: Mapping[str, object], *, keep_rest: bool = False) -> Selection:
         """The pick a policy states (the gateway's ``choicewise`` extension's fields). Each row
-        of docs/picks.md is such a policy (``confidence-high``: ``{"samples": 64, "select":
-        "vote", "vote_by": "#### (\\d+)", "window": 4, "confidence": {"warmup": 16, "keep":
-        0.9, "group_tokens": 16}}``)."""
+        of docs/picks.md is such a policy (``sampled-low``: ``{"samples": 64, "select":
+        "vote", "vote_by": "#### (\\d+)", "window": 4, "confidence": {"measure": "sampled",
+        "warmup": 8, "keep": 0.1, "group_tokens": 4}}``). ``confidence`` is a
+        ``_ConfidenceOptions``: its ``measure`` is ``"sampled"`` (the default: each token's own
+        log-probability, the vote weighing ``exp`` of a sample's lowest window mean) or
+        ``"top_k"`` (DeepConf's minus the mean of the top-k), each with its own defaults."""
     def apick(self, policy: Mapping[str, object], *, keep_rest: bool = False) -> Awaitable[Selection]: ...
     def warnings(self) -> List[str]: ...
 

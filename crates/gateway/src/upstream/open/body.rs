@@ -78,13 +78,17 @@ pub(crate) fn request_body(
         if let Some(limit) = limit_to_set(u, base) {
             over.push(("max_tokens", limit.to_string().into_bytes()));
         }
-        if let Some(k) = logprobs {
-            let asked = (base.get("top_logprobs"))
-                .and_then(|t| serde_json::from_slice::<Value>(t).ok())
-                .and_then(|t| t.as_u64())
-                .unwrap_or(0);
+        if let Some(confidence) = logprobs {
             over.push(("logprobs", b"true".to_vec()));
-            over.push(("top_logprobs", asked.max(k as u64).to_string().into_bytes()));
+            // The `sampled` measure reads each token's own `logprob`: no `top_logprobs`
+            // asked beyond what the client asked itself.
+            if let Some(k) = confidence.asks_top_logprobs() {
+                let asked = (base.get("top_logprobs"))
+                    .and_then(|t| serde_json::from_slice::<Value>(t).ok())
+                    .and_then(|t| t.as_u64())
+                    .unwrap_or(0);
+                over.push(("top_logprobs", asked.max(k as u64).to_string().into_bytes()));
+            }
         }
         let over: Vec<(&str, &[u8])> = over.iter().map(|(k, v)| (*k, &v[..])).collect();
         return Ok(crate::request::write_object(base, &over).into());

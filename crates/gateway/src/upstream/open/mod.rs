@@ -115,8 +115,9 @@ pub(crate) struct Opener {
     /// (Anthropic's `thinking`, Responses' `reasoning`), with that API: they replace the
     /// Chat Completions approximation for such an upstream.
     pub native: Option<Arc<(Dialect, Map<String, Value>)>>,
-    /// A confidence-guided vote's `top_logprobs`: chat upstreams are asked for them.
-    pub logprobs: Option<usize>,
+    /// A confidence-guided vote's options: chat upstreams are asked for `logprobs`, and for
+    /// `top_logprobs` when its measure reads them (`top_k`).
+    pub logprobs: Option<choicewise_core::confidence::Confidence>,
     pub metrics: Arc<Metrics>,
     /// The requested model's retry budget.
     pub budget: Arc<Budget>,
