@@ -2,6 +2,7 @@
 //! the client's identity for the ejection rules.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode, header};
 
@@ -17,33 +18,151 @@ fn given_key(headers: &HeaderMap) -> Option<&str> {
     bearer.or(x_api_key).map(str::trim)
 }
 
-/// Checks the client's key (`Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`)
-/// when `keys` are configured.
-pub(crate) fn authorize(keys: &[String], headers: &HeaderMap) -> Result<(), ApiError> {
-    if keys.is_empty() {
-        return Ok(());
+/// The metrics' and log lines' `key` of the unnamed keys (`[auth] keys_env`); no
+/// `[[auth.keys]]` may take it as its name.
+pub(crate) const UNNAMED: &str = "(unnamed)";
+
+/// Who sent a request, by its key: found by the `auth` layer, kept in the request's
+/// extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// A gateway without `[auth]`: no key.
+    Open,
+    /// One of the unnamed keys of `keys_env`.
+    Unnamed,
+    /// The `[[auth.keys]]` of this index.
+    Named(usize),
+}
+
+/// A key of `[[auth.keys]]`, as the gateway holds it: its name, its digest (never the key),
+/// the models it may use and its tags.
+#[derive(Debug, Clone)]
+pub(crate) struct NamedKey {
+    pub name: Arc<str>,
+    digest: [u8; 32],
+    /// None: every model.
+    pub models: Option<Vec<String>>,
+    pub tags: Vec<String>,
+}
+
+impl NamedKey {
+    /// A key named `name`, known by the SHA-256 `digest` of the key.
+    pub(crate) fn new(
+        name: &str,
+        digest: [u8; 32],
+        models: Option<Vec<String>>,
+        tags: Vec<String>,
+    ) -> NamedKey {
+        NamedKey {
+            name: Arc::from(name),
+            digest,
+            models,
+            tags,
+        }
     }
-    let given = given_key(headers);
-    let known = given.is_some_and(|given| {
-        // Every key compared in full, whatever matches: no early exit to time.
-        (keys.iter()).fold(false, |found, key| {
-            found | same(key.as_bytes(), given.as_bytes())
-        })
-    });
-    match (given, known) {
-        (_, true) => Ok(()),
-        (None, _) => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            "no API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
-        )
-        .code("missing_api_key")),
-        (Some(_), false) => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            "the API key is not one this gateway accepts",
-        )
-        .code("invalid_api_key")),
+
+    /// The SHA-256 of its key.
+    pub(crate) fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+
+    /// Whether it may use `model`.
+    pub(crate) fn allows(&self, model: &str) -> bool {
+        (self.models.as_ref()).is_none_or(|models| models.iter().any(|m| m == model))
+    }
+}
+
+/// The SHA-256 of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+/// The keys a gateway accepts: unnamed ones (`keys_env`) and named ones (`[[auth.keys]]`).
+/// None at all: no key needed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Keys {
+    unnamed: Vec<String>,
+    named: Vec<NamedKey>,
+}
+
+impl Keys {
+    pub(crate) fn new(unnamed: Vec<String>, named: Vec<NamedKey>) -> Keys {
+        Keys { unnamed, named }
+    }
+
+    /// No key is configured: the gateway is open (on loopback).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.unnamed.is_empty() && self.named.is_empty()
+    }
+
+    /// How many keys there are.
+    pub(crate) fn len(&self) -> usize {
+        self.unnamed.len() + self.named.len()
+    }
+
+    /// The named key of this index.
+    pub(crate) fn named(&self, index: usize) -> &NamedKey {
+        &self.named[index]
+    }
+
+    /// The named keys, in the configuration's order.
+    pub(crate) fn all_named(&self) -> &[NamedKey] {
+        &self.named
+    }
+
+    /// The `key` label of a caller: its name, [`UNNAMED`], or empty without `[auth]`.
+    pub(crate) fn label(&self, caller: Caller) -> &str {
+        match caller {
+            Caller::Open => "",
+            Caller::Unnamed => UNNAMED,
+            Caller::Named(i) => &self.named[i].name,
+        }
+    }
+
+    /// Checks the client's key (`Authorization: Bearer KEY`, or Anthropic's `x-api-key:
+    /// KEY`) when keys are configured: who sent it, or a 401. Every key is compared in full,
+    /// whichever matches (an unnamed key as it is, a named key by its digest): no early exit
+    /// to time.
+    pub(crate) fn authorize(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        if self.is_empty() {
+            return Ok(Caller::Open);
+        }
+        let given = given_key(headers);
+        let found = given.and_then(|given| {
+            let unnamed = (self.unnamed.iter()).fold(false, |found, key| {
+                found | same(key.as_bytes(), given.as_bytes())
+            });
+            let digest = sha256(given.as_bytes());
+            let named = (self.named.iter().enumerate()).fold(None, |found, (i, key)| {
+                match same(&key.digest, &digest) {
+                    true => Some(i),
+                    false => found,
+                }
+            });
+            match (named, unnamed) {
+                (Some(i), _) => Some(Caller::Named(i)),
+                (None, true) => Some(Caller::Unnamed),
+                (None, false) => None,
+            }
+        });
+        match (given, found) {
+            (_, Some(caller)) => Ok(caller),
+            (None, _) => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "no API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
+            )
+            .code("missing_api_key")),
+            (Some(_), None) => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "the API key is not one this gateway accepts",
+            )
+            .code("invalid_api_key")),
+        }
     }
 }
 
@@ -82,7 +201,7 @@ pub(crate) struct Client(pub(crate) resilience::ClientId);
 /// Who the request of these `headers` and `extensions` comes from: as the admission layer
 /// found it ([`Client`]), else [`client_of`] its key or its peer.
 pub(crate) fn client(
-    keys: &[String],
+    keys: &Keys,
     headers: &HeaderMap,
     extensions: &axum::http::Extensions,
 ) -> resilience::ClientId {
@@ -100,7 +219,7 @@ pub(crate) fn client(
 /// several connections are one client); one anonymous client for a router served without the
 /// gateway's own listener.
 pub(crate) fn client_of(
-    keys: &[String],
+    keys: &Keys,
     headers: &HeaderMap,
     peer: Option<IpAddr>,
 ) -> resilience::ClientId {

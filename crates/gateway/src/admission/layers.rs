@@ -108,9 +108,13 @@ pub(crate) async fn count(State(gw): State<Gateway>, request: Request, next: Nex
     let api = path_api_label(request.uri().path());
     let response = next.run(request).await;
     let model = (response.extensions().get::<ModelLabel>()).map_or("", |m| m.0.as_str());
-    gw.inner
-        .metrics
-        .answered(api, model, response.status().as_u16());
+    let status = response.status().as_u16();
+    gw.inner.metrics.answered(api, model, status);
+    if let Some(KeyLabel(caller)) = response.extensions().get::<KeyLabel>()
+        && *caller != auth::Caller::Open
+    {
+        (gw.inner.metrics).key_answered(gw.inner.keys.label(*caller), status);
+    }
     response
 }
 
@@ -200,12 +204,23 @@ fn is_json(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The client's key, from the headers alone: 401 before anything else happens.
-pub(crate) async fn auth(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
-    if let Err(e) = auth::authorize(&gw.inner.keys, request.headers()) {
-        return shaped(api_of(request.uri().path()), e);
-    }
-    next.run(request).await
+/// The key label of a request's answer ([`auth::Keys::label`]), set by the [`auth`] layer
+/// for the count of [`count`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyLabel(pub auth::Caller);
+
+/// The client's key, from the headers alone: 401 before anything else happens. Who sent
+/// the request ([`auth::Caller`]) goes into its extensions, for its handler, and onto its
+/// answer, for its count by key.
+pub(crate) async fn auth(State(gw): State<Gateway>, mut request: Request, next: Next) -> Response {
+    let caller = match gw.inner.keys.authorize(request.headers()) {
+        Ok(caller) => caller,
+        Err(e) => return shaped(api_of(request.uri().path()), e),
+    };
+    request.extensions_mut().insert(caller);
+    let mut response = next.run(request).await;
+    response.extensions_mut().insert(KeyLabel(caller));
+    response
 }
 
 /// A declared body over `max_body_bytes` is refused at once (413); then the request takes
