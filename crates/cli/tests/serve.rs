@@ -625,6 +625,42 @@ fn check_names_the_file_and_exits_2_where_serve_would_not_start() {
             "model \"m\", [models.choicewise]: \"choicewise.window\" goes with",
         ),
         (
+            "duplicate-key-name.toml",
+            format!(
+                "[[auth.keys]]\nname = \"team-a\"\nkey_env = \"K\"\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"K2\"\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[("K", "k"), ("K2", "k2")][..],
+            &[][..],
+            "[[auth.keys]] 2 (\"team-a\"): the name is given to [[auth.keys]] 1 too",
+        ),
+        (
+            "key-unknown-model.toml",
+            format!(
+                "[[auth.keys]]\nname = \"team-a\"\nkey_env = \"K\"\nmodels = [\"large\"]\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[("K", "k")][..],
+            &[][..],
+            "[[auth.keys]] 1 (\"team-a\"): models names \"large\", which is not a configured model",
+        ),
+        (
+            "negative-limit.toml",
+            format!(
+                "[[auth.keys]]\nname = \"team-a\"\nkey_env = \"K\"\n[auth.keys.limits]\nrequests_per_minute = -60\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[("K", "k")][..],
+            &[][..],
+            "`requests_per_minute` must be a whole number, 0 or more, not -60",
+        ),
+        (
+            "bad-price.toml",
+            format!(
+                "[[models]]\nname = \"m\"\nprice = {{ input_per_million = \"0.15$\", output_per_million = 0.6 }}\n{upstream}"
+            ),
+            &[][..],
+            &[][..],
+            "line 3",
+        ),
+        (
             "open-listen.toml",
             format!("[[models]]\nname = \"m\"\n{upstream}"),
             &[][..],

@@ -129,7 +129,7 @@ impl Config {
         match &self.auth {
             Some(auth) => {
                 if let Some(var) = &auth.keys_env {
-                    lines.push(format!("auth: unnamed client keys from ${var}"));
+                    lines.push(format!("auth: client keys from ${var}"));
                 }
                 for key in &auth.keys {
                     let mut line = match &key.key_env {
@@ -153,15 +153,14 @@ impl Config {
             None => lines.push("auth: none (loopback only, closed to web pages)".into()),
         }
         let state = &self.state;
-        lines.push(match &state.redis_url {
-            None => "state: the limits' counts in the process".into(),
-            Some(url) => format!(
+        if let Some(url) = &state.redis_url {
+            lines.push(format!(
                 "state: the limits' counts in {} (on_state_error = {:?}, state_timeout_ms = {})",
                 crate::quota::redis::shown(url),
                 state.on_state_error.as_str(),
                 state.state_timeout_ms
-            ),
-        });
+            ));
+        }
         for model in &self.models {
             let mut line = format!("model {:?}:", model.name);
             match &model.choicewise {

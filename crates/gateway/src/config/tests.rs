@@ -384,3 +384,50 @@ fn a_bad_price_is_refused_naming_the_model() {
         "{e}"
     );
 }
+
+#[test]
+fn the_check_names_keys_and_limits_never_a_key() {
+    let config = keyed(
+        "[auth]\nkeys_env = \"OLD\"\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\nmodels = [\"small\"]\n\
+         [auth.keys.limits]\nrequests_per_minute = 60\nusd_per_day = 1.5\n\
+         [state]\nredis_url = \"redis://:pw@127.0.0.1:6379\"",
+    )
+    .unwrap();
+    let env = |name: &str| match name {
+        "OLD" => Some("sk-old".to_string()),
+        "TEAM_A_KEY" => Some("sk-team-a".to_string()),
+        _ => None,
+    };
+    let text = config.check_with_env(None, env).unwrap().to_string();
+    assert!(text.contains("auth: client keys from $OLD\n"), "{text}");
+    assert!(
+        text.contains(
+            "auth: key \"team-a\" from $TEAM_A_KEY, models [\"small\"]; limits requests_per_minute (60 a minute), usd_per_day ($1.50 a day)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("state: the limits' counts in redis://127.0.0.1:6379 (on_state_error = \"allow\", state_timeout_ms = 50)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("price $0.15 in, $0.6 out per million tokens"),
+        "{text}"
+    );
+    for secret in ["sk-old", "sk-team-a", "pw@"] {
+        assert!(!text.contains(secret), "{secret}: {text}");
+    }
+    // Two names for one key: refused, naming both tables.
+    let twice = keyed(
+        "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\n[[auth.keys]]\nname = \"b\"\nkey_env = \"B\"",
+    )
+    .unwrap();
+    let e = twice
+        .check_with_env(None, |_| Some("same".into()))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "[[auth.keys]] 2 (\"b\"): the same key as [[auth.keys]] 1; each key's name is its own"
+    );
+}
