@@ -605,6 +605,62 @@ mod tests {
             .settle(Counted::default());
     }
 
+    /// The log lines a test's subscriber writes.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn failures_are_said_once_when_they_begin_and_once_when_they_end() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let metrics = Arc::new(Metrics::new());
+        let health = Health::new(
+            metrics.clone(),
+            OnStateError::Allow,
+            "redis://127.0.0.1:1".into(),
+        );
+        let error = store::StoreError("redis: connection refused".into());
+        tracing::subscriber::with_default(subscriber, || {
+            health.answered();
+            for _ in 0..3 {
+                health.failed("reserve", &error);
+            }
+            health.failed("settle", &error);
+            assert!(metrics.encode().contains("choicewise_state_failing 1"));
+            health.answered();
+            health.answered();
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches("stopped").count(), 1, "{text}");
+        assert!(
+            text.contains(
+                "requests are served without their limits counted (on_state_error = \"allow\")"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("resumed").count(), 1, "{text}");
+        let encoded = metrics.encode();
+        assert!(encoded.contains("choicewise_state_failing 0"), "{encoded}");
+        assert!(
+            encoded.contains("choicewise_state_errors_total{op=\"reserve\"} 3"),
+            "{encoded}"
+        );
+    }
+
     #[test]
     fn waits_are_said_in_their_units() {
         assert_eq!(said(12), "12 s");
