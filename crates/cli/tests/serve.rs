@@ -784,12 +784,11 @@ fn named_variables(config: &str) -> Vec<(String, String)> {
         .lines()
         .filter_map(|l| {
             let (key, value) = l.split('#').next()?.split_once('=')?;
-            matches!(key.trim(), "keys_env" | "api_key_env").then(|| {
-                (
-                    value.trim().trim_matches('"').to_string(),
-                    "doc-secret".to_string(),
-                )
-            })
+            let variable = value.trim().trim_matches('"').to_string();
+            // Each key of its own: two `[[auth.keys]]` may not hold the same one.
+            let secret = format!("doc-secret-{variable}");
+            matches!(key.trim(), "keys_env" | "api_key_env" | "key_env")
+                .then_some((variable, secret))
         })
         .collect()
 }
