@@ -135,7 +135,11 @@ impl Keys {
             let unnamed = (self.unnamed.iter()).fold(false, |found, key| {
                 found | same(key.as_bytes(), given.as_bytes())
             });
-            let digest = sha256(given.as_bytes());
+            // Hashed only where named keys are configured.
+            let digest = match self.named.is_empty() {
+                true => [0u8; 32],
+                false => sha256(given.as_bytes()),
+            };
             let named = (self.named.iter().enumerate()).fold(None, |found, (i, key)| {
                 match same(&key.digest, &digest) {
                     true => Some(i),
@@ -236,4 +240,52 @@ pub(crate) fn client_of(
 /// Compares two byte strings in time that depends on their lengths only.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(key: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let value = format!("Bearer {key}").parse().unwrap();
+        headers.insert(header::AUTHORIZATION, value);
+        headers
+    }
+
+    #[test]
+    fn a_key_is_known_by_its_name_or_as_unnamed() {
+        let keys = Keys::new(
+            vec!["sk-old".into()],
+            vec![
+                NamedKey::new(
+                    "team-a",
+                    sha256(b"sk-a"),
+                    Some(vec!["small".into()]),
+                    vec![],
+                ),
+                NamedKey::new("team-b", sha256(b"sk-b"), None, vec![]),
+            ],
+        );
+        assert_eq!(keys.authorize(&bearer("sk-a")), Ok(Caller::Named(0)));
+        assert_eq!(keys.authorize(&bearer("sk-b")), Ok(Caller::Named(1)));
+        assert_eq!(keys.authorize(&bearer("sk-old")), Ok(Caller::Unnamed));
+        let mut anthropic = HeaderMap::new();
+        anthropic.insert("x-api-key", "sk-b".parse().unwrap());
+        assert_eq!(keys.authorize(&anthropic), Ok(Caller::Named(1)));
+        let e = keys.authorize(&bearer("sk-c")).unwrap_err();
+        assert_eq!(e.code.as_deref(), Some("invalid_api_key"));
+        assert!(!e.message.contains("sk-c"));
+        let e = keys.authorize(&HeaderMap::new()).unwrap_err();
+        assert_eq!(e.code.as_deref(), Some("missing_api_key"));
+        assert_eq!(keys.label(Caller::Named(0)), "team-a");
+        assert_eq!(keys.label(Caller::Unnamed), UNNAMED);
+        assert!(keys.named(0).allows("small") && !keys.named(0).allows("large"));
+        assert!(keys.named(1).allows("large"));
+        // Without keys, every request is the open gateway's.
+        assert_eq!(
+            Keys::default().authorize(&HeaderMap::new()),
+            Ok(Caller::Open)
+        );
+    }
 }

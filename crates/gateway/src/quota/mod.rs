@@ -334,8 +334,12 @@ impl Quota {
             }
             Ok(Verdict::Refused { index, reset_ms }) => {
                 self.health.answered();
-                let rule = rules.get(index).copied().unwrap_or(rules[0]);
-                Err(self.refused(rule, reset_ms))
+                // The store names one of the charges it was given (`applicable` gives one at
+                // least).
+                match rules.get(index).or(rules.first()) {
+                    Some(rule) => Err(self.refused(rule, reset_ms)),
+                    None => Ok(None),
+                }
             }
             Err(e) => {
                 self.health.failed("reserve", &e);
