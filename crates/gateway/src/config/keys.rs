@@ -53,6 +53,27 @@ pub struct KeyConfig {
 }
 
 /// `[[auth.tags]]`: limits shared by every key that names the tag.
+///
+/// ```
+/// use choicewise_gateway::Config;
+/// let config = Config::from_toml(r#"
+///     [[auth.keys]]
+///     name = "nightly"
+///     key_env = "NIGHTLY_KEY"
+///     tags = ["batch"]
+///     [[auth.tags]]
+///     name = "batch"
+///     [auth.tags.limits]
+///     samples_per_hour = 10000
+///     [[models]]
+///     name = "m"
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+/// "#).unwrap();
+/// let tag = &config.auth.unwrap().tags[0];
+/// assert_eq!(tag.limits.iter().next().unwrap().name(), "samples_per_hour");
+/// ```
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -66,6 +87,19 @@ pub struct TagConfig {
 
 /// A model's `price`, in US dollars per million tokens: what `usd_per_day` and
 /// `usd_per_month` count.
+///
+/// ```
+/// use choicewise_gateway::Config;
+/// let config = Config::from_toml(r#"
+///     [[models]]
+///     name = "small"
+///     price = { input_per_million = 0.15, output_per_million = 0.60 }
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+/// "#).unwrap();
+/// assert_eq!(config.models[0].price.unwrap().input_per_million, 0.15);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -77,6 +111,11 @@ pub struct Price {
 }
 
 /// What a limit counts.
+///
+/// ```
+/// use choicewise_gateway::Resource;
+/// assert_eq!(Resource::Tokens.as_str(), "tokens");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Resource {
@@ -103,6 +142,11 @@ impl Resource {
 }
 
 /// The window a limit counts over: from the first request counted in it, for its length.
+///
+/// ```
+/// use choicewise_gateway::Window;
+/// assert_eq!((Window::Minute.as_str(), Window::Minute.millis()), ("minute", 60_000));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Window {
@@ -152,6 +196,23 @@ impl Window {
 
 /// One limit: at most `amount` of a resource per window. Dollars are held in billionths
 /// (`amount` of [`Resource::Usd`] is nano-dollars), so that counts stay integers.
+///
+/// ```
+/// use choicewise_gateway::{Config, Resource};
+/// let config = Config::from_toml(r#"
+///     [[models]]
+///     name = "small"
+///     price = { input_per_million = 0.15, output_per_million = 0.60 }
+///     [models.limits]
+///     usd_per_month = 30.0
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+/// "#).unwrap();
+/// let limit = config.models[0].limits.iter().next().unwrap();
+/// assert_eq!((limit.resource, limit.amount), (Resource::Usd, 30_000_000_000));
+/// assert_eq!(limit.name(), "usd_per_month");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct RateLimit {
@@ -202,6 +263,20 @@ impl RateLimit {
 /// field optional, named `{requests,samples,tokens}_per_{second,minute,hour,day,month}` (a
 /// whole number, 0 or more) or `usd_per_{second,minute,hour,day,month}` (dollars, 0 or more).
 /// An unknown name, a negative or fractional count is an error naming it, with its line.
+///
+/// ```
+/// use choicewise_gateway::Config;
+/// let e = Config::from_toml(r#"
+///     [[models]]
+///     name = "m"
+///     [models.limits]
+///     requests_per_minute = -1
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+/// "#).unwrap_err().to_string();
+/// assert!(e.contains("`requests_per_minute` must be a whole number, 0 or more, not -1"), "{e}");
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RateLimits(Vec<RateLimit>);
 
@@ -348,6 +423,11 @@ impl Default for State {
 }
 
 /// `on_state_error`: a request whose limits cannot be read in time.
+///
+/// ```
+/// use choicewise_gateway::OnStateError;
+/// assert_eq!(OnStateError::default().as_str(), "allow");
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
