@@ -706,3 +706,48 @@ async fn an_unreachable_redis_is_said_at_start_and_refuse_keeps_serve_from_start
     );
     assert!(!e.contains("hunter2"), "the password was shown: {e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keys_name_is_in_the_request_log_line_never_the_key() {
+    let lines = crate::warnings::lines();
+    let up = upstream().await;
+    let toml = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\nrequests_per_minute = 1\n{}",
+        models(&up, "")
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let send = |id: &'static str| {
+        client
+            .post(format!("http://{}/v1/chat/completions", gw.addr))
+            .bearer_auth("sk-team-a")
+            .header("x-request-id", id)
+            .json(&ask("small", None))
+            .send()
+    };
+    assert_eq!(send("req-keys-log-1").await.unwrap().status(), 200);
+    assert_eq!(send("req-keys-log-2").await.unwrap().status(), 429);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (answered, refused) = loop {
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let line = |id: &str| (text.lines()).find(|l| l.contains(id)).map(str::to_string);
+        if let (Some(a), Some(r)) = (line("req-keys-log-1"), line("req-keys-log-2")) {
+            break (a, r);
+        }
+        assert!(Instant::now() < deadline, "no log lines");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        answered.contains(" request ") && answered.contains("key=\"team-a\""),
+        "{answered}"
+    );
+    assert!(
+        refused.contains("key=\"team-a\"")
+            && refused.contains("refused by its limits: requests_per_minute of key `team-a`"),
+        "{refused}"
+    );
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    assert!(!text.contains("sk-team-a"), "a key in the log");
+    gw.stop().await;
+}
