@@ -233,7 +233,8 @@ impl Config {
     /// a model's `max_samples` above `[limits] max_samples` (the lower one wins);
     /// `allowed_origins` with `[auth]` (the key is the guard, origins are not checked);
     /// `capture_content` without an `otlp_endpoint` (no traces); `max_n` of an upstream at or
-    /// above `[limits] max_n` and `max_samples` (no request carries that many). `serve` logs
+    /// above `[limits] max_n` and `max_samples` (no request carries that many); a key's tag
+    /// that no `[[auth.tags]]` names (no limit of it applies). `serve` logs
     /// them at start; `choicewise serve --check` prints them.
     ///
     /// ```
@@ -323,6 +324,19 @@ impl Config {
             warnings.push(
                 "telemetry: capture_content without otlp_endpoint: no traces are made".into(),
             );
+        }
+        if let Some(auth) = &self.auth {
+            for (k, key) in auth.keys.iter().enumerate() {
+                for tag in &key.tags {
+                    if !auth.tags.iter().any(|t| &t.name == tag) {
+                        warnings.push(format!(
+                            "[[auth.keys]] {} ({:?}): its tag {tag:?} has no [[auth.tags]]: no limit of it applies",
+                            k + 1,
+                            key.name
+                        ));
+                    }
+                }
+            }
         }
         warnings
     }

@@ -322,6 +322,11 @@ impl Config {
                 }
                 (Some(_), None) => {}
             }
+            for (i, tag) in key.tags.iter().enumerate() {
+                if key.tags[..i].contains(tag) {
+                    return err(format!("{at}: tags names {tag:?} twice"));
+                }
+            }
             if let Some(models) = &key.models {
                 for model in models {
                     if !self.models.iter().any(|m| &m.name == model) {

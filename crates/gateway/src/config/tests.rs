@@ -329,6 +329,10 @@ fn bad_keys_are_refused_naming_what_and_where() {
             "[auth] names no key",
         ),
         (
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\ntags = [\"t\", \"t\"]".into(),
+            "[[auth.keys]] 1 (\"a\"): tags names \"t\" twice",
+        ),
+        (
             "[state]\nredis_url = \"http://127.0.0.1:6379\"".into(),
             "[state] redis_url: must be a redis:// URL",
         ),
