@@ -378,10 +378,20 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Stops it as `redis-cli shutdown` does (the process killed; nothing saved).
+    /// Stops it as `redis-cli shutdown nosave` does (the `SHUTDOWN NOSAVE` command), and waits
+    /// for its process to end.
     async fn shut_down(&mut self) {
+        use tokio::io::AsyncWriteExt;
+        if let Ok(mut tcp) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await {
+            let _ = tcp
+                .write_all(b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n")
+                .await;
+        }
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill().await;
+            let ended = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+            if ended.is_err() {
+                let _ = child.kill().await;
+            }
         }
     }
 
