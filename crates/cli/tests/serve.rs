@@ -948,6 +948,33 @@ impl Drop for RedisServer {
     }
 }
 
+/// What the hash `key` of the Redis on `port` holds in its field `v` (a counter's amount).
+fn redis_amount(port: u16, key: &str) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let command = format!("*3\r\n$4\r\nHGET\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len());
+    tcp.write_all(command.as_bytes()).ok()?;
+    // `$-1\r\n` (none), or `$LEN\r\nVALUE\r\n`.
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 256];
+    while !(reply.ends_with(b"\r\n")
+        && (reply.starts_with(b"$-1") || reply.iter().filter(|&&b| b == b'\n').count() == 2))
+    {
+        let n = tcp.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(reply)
+        .ok()?
+        .lines()
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A free port of 127.0.0.1.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -1113,7 +1140,18 @@ async fn nginx_in_front_of_three_gateways_sharing_redis_keeps_the_keys_limits() 
         }
         votes += 1;
         assert!(votes < 100, "never refused");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Its settlement applied (by the task of the gateway that served it): the minute's
+        // count in Redis is what was counted, 32 tokens a vote.
+        let key = "choicewise:key:team-b:tokens_per_minute";
+        let deadline = Instant::now() + LIMIT;
+        while redis_amount(redis_port, key) != Some(votes * 32) {
+            assert!(
+                Instant::now() < deadline,
+                "{key}: {:?}",
+                redis_amount(redis_port, key)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     };
     assert_eq!(refusal.status(), 429);
     let body: Value = refusal.json().await.unwrap();

@@ -400,6 +400,48 @@ impl RedisServer {
         self.run(redis_server_path().unwrap()).await;
     }
 
+    /// What the hash `key` holds in its field `v` (a counter's amount), if it exists.
+    async fn amount(&self, key: &str) -> Option<u64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
+        let command = format!("*3\r\n$4\r\nHGET\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len());
+        tcp.write_all(command.as_bytes()).await.ok()?;
+        // `$-1\r\n` (none), or `$LEN\r\nVALUE\r\n`.
+        let complete = |reply: &[u8]| {
+            reply.ends_with(b"\r\n")
+                && (reply.starts_with(b"$-1") || reply.iter().filter(|&&b| b == b'\n').count() == 2)
+        };
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 256];
+        while !complete(&reply) {
+            let n = tcp.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            reply.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8(reply).ok()?;
+        text.lines().nth(1)?.trim().parse().ok()
+    }
+
+    /// Waits (5 s at most) until the counter `key` holds `amount`.
+    async fn wait_for(&self, key: &str, amount: u64) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let now = self.amount(key).await;
+            if now == Some(amount) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key} holds {now:?}, not {amount}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Makes it answer nothing for `seconds` (`DEBUG SLEEP`), as a stalled server does.
     async fn stall(&self, seconds: f64) {
         let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
@@ -532,8 +574,12 @@ async fn a_daily_budget_is_refused_within_one_requests_cost() {
                 break;
             }
         }
-        // The settlement is applied by the store's task: give it the time to.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The settlement is applied by the store's task: in Redis, the day's count becomes
+        // what was counted, $0.10 (100,000,000 nano-dollars) a request.
+        let counted = u64::from(answered) * 100_000_000;
+        redis
+            .wait_for("choicewise:key:team-a:usd_per_day", counted)
+            .await;
     }
     let (status, wait, body) = refusal_seen.expect("the budget was never refused");
     assert_eq!(status, 429, "{body}");
@@ -633,22 +679,22 @@ async fn with_refuse_requests_get_503_within_the_deadline_while_redis_is_down_or
     let (one, two) = (Served::start(&toml).await, Served::start(&toml).await);
     let addrs = [one.addr, two.addr];
     let redis_ref = &mut redis;
-    let seen = load_while(addrs, Duration::from_millis(2500), async move {
+    let seen = load_while(addrs, Duration::from_millis(4500), async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        // Stalled: every call waits for its deadline (50 ms).
-        redis_ref.stall(0.8).await;
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        // Stalled for 3 s: every call waits for its deadline (50 ms), not for Redis.
+        redis_ref.stall(3.0).await;
+        tokio::time::sleep(Duration::from_millis(3200)).await;
         redis_ref.shut_down().await;
     })
     .await;
     let unavailable: Vec<_> = seen.iter().filter(|(s, _)| *s == 503).collect();
     assert!(!unavailable.is_empty(), "{seen:?}");
     assert!(seen.iter().all(|(s, _)| matches!(s, 200 | 503)), "{seen:?}");
-    // No request waited for Redis longer than its deadline (50 ms), loopback HTTP and a
-    // busy machine allowed for.
+    // No request waited for the stalled Redis (3 s): each one's wait ended at its deadline
+    // (50 ms), loopback HTTP and a busy machine allowed for.
     let slowest = seen.iter().map(|(_, took)| *took).max().unwrap();
     assert!(
-        slowest < Duration::from_millis(450),
+        slowest < Duration::from_millis(1500),
         "a request took {slowest:?}"
     );
     let r = post(
