@@ -1204,3 +1204,60 @@ async fn nginx_in_front_of_three_gateways_sharing_redis_keeps_the_keys_limits() 
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A named key's requests are logged with its name (`key="team-a"`), the request a limit
+/// refused too, and the key itself is in no line of the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keys_name_is_in_the_log_never_the_key() {
+    let upstream = TestServer::builder()
+        .body(SAMPLE_WITH_USAGE)
+        .start()
+        .await
+        .unwrap();
+    let digest = ring::digest::digest(&ring::digest::SHA256, b"sk-team-a");
+    let sha: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let (_child, base, mut stderr) = serve(
+        "keys-log",
+        &format!(
+            "[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{sha}\"\n[auth.keys.limits]\nrequests_per_minute = 1\n\
+             [[models]]\nname = \"small\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+            upstream.base_url()
+        ),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    for (id, status) in [("req-keys-1", 200), ("req-keys-2", 429)] {
+        let r = client
+            .post(format!("{base}/v1/chat/completions"))
+            .bearer_auth("sk-team-a")
+            .header("x-request-id", id)
+            .json(&json!({"model": "small", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status);
+        let _ = r.bytes().await;
+    }
+    let mut lines = Vec::new();
+    let (answered, refused) = within(LIMIT, "the two requests' lines", async {
+        loop {
+            let line = stderr.next_line().await.unwrap().unwrap();
+            lines.push(line);
+            let of = |id: &str| lines.iter().find(|l| l.contains(id)).cloned();
+            if let (Some(a), Some(r)) = (of("req-keys-1"), of("req-keys-2")) {
+                return (a, r);
+            }
+        }
+    })
+    .await;
+    assert!(
+        answered.contains(" request ") && answered.contains("key=\"team-a\""),
+        "{answered}"
+    );
+    assert!(
+        refused.contains("key=\"team-a\"")
+            && refused.contains("refused by its limits: requests_per_minute of key `team-a`"),
+        "{refused}"
+    );
+    assert!(lines.iter().all(|l| !l.contains("sk-team-a")), "{lines:?}");
+}

@@ -20,7 +20,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// The log lines written, shared with the subscriber.
 #[derive(Clone, Default)]
-pub(crate) struct Lines(pub(crate) Arc<Mutex<Vec<u8>>>);
+struct Lines(Arc<Mutex<Vec<u8>>>);
 
 impl Write for Lines {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -37,7 +37,7 @@ async fn post(addr: SocketAddr, body: &Value) -> reqwest::Response {
 }
 
 /// The lines this test binary's subscriber writes (installed once, for every test here).
-pub(crate) fn lines() -> Lines {
+fn lines() -> Lines {
     static LINES: std::sync::OnceLock<Lines> = std::sync::OnceLock::new();
     LINES
         .get_or_init(|| {
