@@ -665,6 +665,42 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_tags_limit_is_shared_by_its_keys() {
+        let config = Config::from_toml(&format!(
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\ntags = [\"batch\"]\n\
+             [[auth.keys]]\nname = \"b\"\nkey_env = \"B\"\ntags = [\"batch\"]\n\
+             [[auth.keys]]\nname = \"c\"\nkey_env = \"C\"\n\
+             [[auth.tags]]\nname = \"batch\"\n[auth.tags.limits]\nrequests_per_minute = 2\n{MODEL}"
+        ))
+        .unwrap();
+        let key = |name: &str, tags: &[&str]| {
+            let tags = tags.iter().map(|t| t.to_string()).collect();
+            crate::admission::auth::NamedKey::new(name, [0; 32], None, tags)
+        };
+        let keys = Keys::new(
+            Vec::new(),
+            vec![key("a", &["batch"]), key("b", &["batch"]), key("c", &[])],
+        );
+        let q = Quota::new(&config, &keys, Arc::new(Metrics::new())).unwrap();
+        let demand = Demand {
+            samples: 1,
+            ..Demand::default()
+        };
+        let ap = |i: usize| q.applicable(Caller::Named(i), "m").unwrap();
+        let _a = q.reserve(ap(0), demand).await.unwrap();
+        let _b = q.reserve(ap(1), demand).await.unwrap();
+        let e = q.reserve(ap(0), demand).await.err().unwrap();
+        assert!(
+            e.message
+                .starts_with("requests_per_minute of tag `batch` (2 a minute) reached"),
+            "{}",
+            e.message
+        );
+        // A key without the tag does not share its limit (nor has any).
+        assert!(q.applicable(Caller::Named(2), "m").is_none());
+    }
+
     #[test]
     fn waits_are_said_in_their_units() {
         assert_eq!(said(12), "12 s");
