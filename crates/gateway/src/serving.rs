@@ -14,7 +14,9 @@ use crate::state::Gateway;
 
 /// Serves a gateway until Ctrl-C or SIGTERM: checks the configuration as [`Config::check`]
 /// does (the listen address, then the gateway made: keys, clients, picks, traces) and logs its
-/// [`warnings`](Config::warnings); listens on `listen` (else the configuration's),
+/// [`warnings`](Config::warnings); with `[state] redis_url`, asks Redis once (an unreachable
+/// one is said at once, and with `on_state_error = "refuse"` is an error: the gateway does not
+/// start); listens on `listen` (else the configuration's),
 /// saying `listening on http://ADDR` on stderr once it accepts connections, with the
 /// connection bounds of `[limits]` ([`Gateway::serve_on`]). It first raises the process's
 /// soft limit of open files to its hard limit, warning when `max_connections` exceeds it.
