@@ -39,6 +39,7 @@ mod config;
 mod count;
 mod error;
 mod handlers;
+mod keys;
 mod listen;
 mod metrics;
 mod quota;

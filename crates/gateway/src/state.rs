@@ -10,8 +10,9 @@ use std::time::Duration;
 use choicewise_client::{Client, Dialect};
 use tokio::sync::{Semaphore, watch};
 
-use crate::admission::{auth, overload, unsent};
+use crate::admission::{overload, unsent};
 use crate::config::{self, Config, ConfigError, HostedTools, Limits};
+use crate::keys;
 use crate::metrics::Metrics;
 use crate::quota::Quota;
 use crate::traces::Traces;
@@ -38,7 +39,7 @@ pub struct Gateway {
 pub(crate) struct Inner {
     pub(crate) limits: Limits,
     /// The keys clients may send; none: no key needed.
-    pub(crate) keys: auth::Keys,
+    pub(crate) keys: keys::Keys,
     /// The limits of the keys, tags and models, and the store of their counts.
     pub(crate) quota: Arc<Quota>,
     pub(crate) models: open::Models,
@@ -215,9 +216,9 @@ impl Gateway {
 fn keys_of(
     config: &Config,
     env_var: &impl Fn(&str) -> Result<String, ConfigError>,
-) -> Result<auth::Keys, ConfigError> {
+) -> Result<keys::Keys, ConfigError> {
     let Some(auth) = &config.auth else {
-        return Ok(auth::Keys::default());
+        return Ok(keys::Keys::default());
     };
     let mut unnamed = Vec::new();
     if let Some(var) = &auth.keys_env {
@@ -237,7 +238,7 @@ fn keys_of(
         let digest = match (&key.key_env, &key.sha256) {
             (Some(var), _) => {
                 let value = env_var(var).map_err(|e| ConfigError(format!("{}: {e}", at())))?;
-                auth::sha256(value.as_bytes())
+                keys::sha256(value.as_bytes())
             }
             (None, Some(hex)) => {
                 let mut digest = [0u8; 32];
@@ -257,7 +258,7 @@ fn keys_of(
         };
         if let Some(same) = named
             .iter()
-            .position(|n: &auth::NamedKey| n.digest() == &digest)
+            .position(|n: &keys::NamedKey| n.digest() == &digest)
         {
             return Err(ConfigError(format!(
                 "{}: the same key as [[auth.keys]] {}; each key's name is its own",
@@ -265,12 +266,12 @@ fn keys_of(
                 same + 1
             )));
         }
-        named.push(auth::NamedKey::new(
+        named.push(keys::NamedKey::new(
             &key.name,
             digest,
             key.models.clone(),
             key.tags.clone(),
         ));
     }
-    Ok(auth::Keys::new(unnamed, named))
+    Ok(keys::Keys::new(unnamed, named))
 }

@@ -22,6 +22,7 @@ use crate::admission::overload;
 use crate::admission::unsent;
 use crate::api::{ClientApi, PathApi, chat::Chat, of_path as api_of};
 use crate::error::ApiError;
+use crate::keys;
 
 use crate::state::Gateway;
 
@@ -111,7 +112,7 @@ pub(crate) async fn count(State(gw): State<Gateway>, request: Request, next: Nex
     let status = response.status().as_u16();
     gw.inner.metrics.answered(api, model, status);
     if let Some(KeyLabel(caller)) = response.extensions().get::<KeyLabel>()
-        && *caller != auth::Caller::Open
+        && *caller != keys::Caller::Open
     {
         (gw.inner.metrics).key_answered(gw.inner.keys.label(*caller), status);
     }
@@ -204,13 +205,13 @@ fn is_json(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The key label of a request's answer ([`auth::Keys::label`]), set by the [`auth`] layer
+/// The key label of a request's answer ([`keys::Keys::label`]), set by the [`auth`] layer
 /// for the count of [`count`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct KeyLabel(pub auth::Caller);
+pub(crate) struct KeyLabel(pub keys::Caller);
 
 /// The client's key, from the headers alone: 401 before anything else happens. Who sent
-/// the request ([`auth::Caller`]) goes into its extensions, for its handler, and onto its
+/// the request ([`keys::Caller`]) goes into its extensions, for its handler, and onto its
 /// answer, for its count by key.
 pub(crate) async fn auth(State(gw): State<Gateway>, mut request: Request, next: Next) -> Response {
     if gw.inner.keys.is_empty() {

@@ -29,6 +29,7 @@ use crate::answer::finish::{Finish, Recorded};
 use crate::answer::respond::Answer;
 use crate::api::{ClientApi, Read, Refused};
 use crate::error::ApiError;
+use crate::keys;
 use crate::request::ChatRequest;
 use crate::state::Gateway;
 use crate::upstream::engine::{Picked, Run};
@@ -45,10 +46,10 @@ pub(crate) async fn answer<A: ClientApi>(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let client = auth::client(&gw.inner.keys, &parts.headers, &parts.extensions);
-    let caller = (parts.extensions.get::<auth::Caller>().copied()).unwrap_or(auth::Caller::Open);
+    let caller = (parts.extensions.get::<keys::Caller>().copied()).unwrap_or(keys::Caller::Open);
     let mut finish = Finish::new(&gw, &parts.headers, client);
     finish.api(A::LABEL);
-    if caller != auth::Caller::Open {
+    if caller != keys::Caller::Open {
         finish.key(gw.inner.keys.label(caller));
     }
     let mut kept = None;
@@ -93,7 +94,7 @@ fn parses_inline(body: &[u8]) -> bool {
 async fn serve<A: ClientApi>(
     gw: &Gateway,
     body: Body,
-    caller: auth::Caller,
+    caller: keys::Caller,
     finish: &mut Finish,
     kept: &mut Option<A::Reply>,
 ) -> Result<Ready<A>, ApiError> {
@@ -126,7 +127,7 @@ async fn serve<A: ClientApi>(
         .code("model_not_found"));
     };
     finish.named(parsed.req.model.clone());
-    if let auth::Caller::Named(i) = caller
+    if let keys::Caller::Named(i) = caller
         && !gw.inner.keys.named(i).allows(&parsed.req.model)
     {
         let key = gw.inner.keys.named(i);
@@ -181,7 +182,7 @@ async fn parse<A: ClientApi>(gw: &Gateway, bytes: Bytes) -> Result<Read<A::Reply
 /// the request's record, which settles it; a refusal is logged with the key's name.
 async fn reserve<R>(
     gw: &Gateway,
-    caller: auth::Caller,
+    caller: keys::Caller,
     plan: &Plan<R>,
     finish: &mut Finish,
 ) -> Result<(), ApiError> {

@@ -291,7 +291,7 @@ impl Config {
             if key.name.trim().is_empty() {
                 return err(format!("[[auth.keys]] {}: the name is empty", k + 1));
             }
-            if key.name == crate::admission::auth::UNNAMED {
+            if key.name == crate::keys::UNNAMED {
                 return err(format!(
                     "{at}: the name {:?} is the label of the unnamed keys (keys_env); choose another",
                     key.name
@@ -362,7 +362,7 @@ impl Config {
             )));
         }
         if let Some(url) = &state.redis_url {
-            crate::quota::redis::parse_url(url)
+            super::keys::redis_client(url)
                 .map_err(|e| ConfigError(format!("[state] redis_url: {e}")))?;
         }
         Ok(())

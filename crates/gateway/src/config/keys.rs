@@ -448,3 +448,17 @@ impl OnStateError {
         }
     }
 }
+
+/// Whether `url` is one Redis takes: `redis://` (or `unix://`), parsed. Its error never
+/// repeats the URL (it may hold a password).
+pub(crate) fn redis_client(url: &str) -> Result<redis::Client, String> {
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    if !matches!(scheme, Some("redis" | "unix" | "redis+unix")) {
+        return Err(
+            "must be a redis:// URL (redis://HOST:PORT, or unix:///PATH); TLS (rediss://) is \
+             not supported by this build"
+                .into(),
+        );
+    }
+    redis::Client::open(url).map_err(|e| format!("cannot be read ({:?})", e.kind()))
+}

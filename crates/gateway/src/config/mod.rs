@@ -12,10 +12,10 @@ mod checks;
 mod keys;
 mod limits;
 
-pub(crate) use keys::NANOS_PER_USD;
 pub use keys::{
     KeyConfig, OnStateError, Price, RateLimit, RateLimits, Resource, State, TagConfig, Window,
 };
+pub(crate) use keys::{NANOS_PER_USD, redis_client};
 pub use limits::Limits;
 
 /// The configuration of a gateway (the TOML file of `choicewise serve --config FILE`).

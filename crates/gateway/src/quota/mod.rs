@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 
-use crate::admission::auth::{Caller, Keys};
 use crate::config::{
     Config, ConfigError, NANOS_PER_USD, OnStateError, Price, RateLimit, RateLimits, Resource,
 };
 use crate::error::ApiError;
+use crate::keys::{Caller, Keys};
 use crate::metrics::Metrics;
 use store::{Adjust, Charge, Store, Verdict};
 
@@ -507,7 +507,7 @@ mod tests {
         let config = Config::from_toml(toml).unwrap();
         let keys = Keys::new(
             Vec::new(),
-            vec![crate::admission::auth::NamedKey::new(
+            vec![crate::keys::NamedKey::new(
                 "team-a",
                 [0; 32],
                 None,
@@ -676,7 +676,7 @@ mod tests {
         .unwrap();
         let key = |name: &str, tags: &[&str]| {
             let tags = tags.iter().map(|t| t.to_string()).collect();
-            crate::admission::auth::NamedKey::new(name, [0; 32], None, tags)
+            crate::keys::NamedKey::new(name, [0; 32], None, tags)
         };
         let keys = Keys::new(
             Vec::new(),

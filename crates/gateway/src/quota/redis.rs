@@ -80,20 +80,6 @@ const QUEUED: usize = 4096;
 /// The most requests' settlements applied by one script call.
 const BATCH: usize = 256;
 
-/// Whether `url` is one Redis takes: `redis://` (or `unix://`), parsed. Its error never
-/// repeats the URL (it may hold a password).
-pub(crate) fn parse_url(url: &str) -> Result<redis::Client, String> {
-    let scheme = url.split_once("://").map(|(s, _)| s);
-    if !matches!(scheme, Some("redis" | "unix" | "redis+unix")) {
-        return Err(
-            "must be a redis:// URL (redis://HOST:PORT, or unix:///PATH); TLS (rediss://) is \
-             not supported by this build"
-                .into(),
-        );
-    }
-    redis::Client::open(url).map_err(|e| format!("cannot be read ({:?})", e.kind()))
-}
-
 /// `url` as the log shows it: without its user and password.
 pub(crate) fn shown(url: &str) -> String {
     match url.split_once("://") {
@@ -120,7 +106,8 @@ pub(crate) struct Redis {
 impl Redis {
     /// A store on `url` whose calls take at most `timeout`; nothing is connected yet.
     pub(crate) fn new(url: &str, timeout: Duration) -> Result<Redis, ConfigError> {
-        let client = parse_url(url).map_err(|e| ConfigError(format!("[state] redis_url: {e}")))?;
+        let client = crate::config::redis_client(url)
+            .map_err(|e| ConfigError(format!("[state] redis_url: {e}")))?;
         Ok(Redis {
             client,
             timeout,
@@ -323,11 +310,12 @@ mod tests {
 
     #[test]
     fn urls_are_checked_and_shown_without_their_password() {
-        assert!(parse_url("redis://127.0.0.1:6379").is_ok());
-        assert!(parse_url("redis://:secret@127.0.0.1:6379/2").is_ok());
-        let e = parse_url("http://127.0.0.1:6379").unwrap_err();
+        use crate::config::redis_client;
+        assert!(redis_client("redis://127.0.0.1:6379").is_ok());
+        assert!(redis_client("redis://:secret@127.0.0.1:6379/2").is_ok());
+        let e = redis_client("http://127.0.0.1:6379").unwrap_err();
         assert!(e.contains("redis://"), "{e}");
-        let e = parse_url("rediss://h:1").unwrap_err();
+        let e = redis_client("rediss://h:1").unwrap_err();
         assert!(e.contains("TLS"), "{e}");
         assert_eq!(
             shown("redis://:secret@127.0.0.1:6379/2"),
