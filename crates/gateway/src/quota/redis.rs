@@ -130,16 +130,7 @@ impl Redis {
     async fn connection(&self) -> Result<ConnectionManager, StoreError> {
         let manager = self
             .connection
-            .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout))
-                    .set_number_of_retries(1)
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(Duration::from_millis(200));
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-                    .map_err(store_error)
-            })
+            .get_or_try_init(|| async { manager(&self.client, self.timeout) })
             .await?;
         Ok(manager.clone())
     }
@@ -163,9 +154,11 @@ impl Redis {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (sender, receiver) = mpsc::channel(QUEUED);
         if self.later.set(sender).is_ok() {
+            // A connection of its own: a batch of settlements never waits behind the
+            // reservations of the requests being admitted.
             let worker = Settler {
                 client: self.client.clone(),
-                connection: self.connection.get().cloned(),
+                connection: None,
                 timeout: self.timeout,
                 script: self.settle.clone(),
                 health: self.health.get().cloned(),
@@ -174,6 +167,19 @@ impl Redis {
         }
         self.later.get()
     }
+}
+
+/// A connection manager of `client` (inside the runtime): it connects when first asked, and
+/// again by itself after a failure, one retry at most per call; each connection attempt and
+/// each answer bounded by `timeout`.
+fn manager(client: &redis::Client, timeout: Duration) -> Result<ConnectionManager, StoreError> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(200));
+    ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(store_error)
 }
 
 /// A `redis` error as the store says it (its kind and detail; never the URL).
@@ -289,13 +295,7 @@ impl Settler {
 
     async fn apply(&mut self, adjusts: &[Adjust]) -> Result<(), StoreError> {
         if self.connection.is_none() {
-            let config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.timeout))
-                .set_response_timeout(Some(self.timeout))
-                .set_number_of_retries(1);
-            let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-                .map_err(store_error)?;
-            self.connection = Some(manager);
+            self.connection = Some(manager(&self.client, self.timeout)?);
         }
         let Some(connection) = self.connection.as_mut() else {
             return Ok(());
