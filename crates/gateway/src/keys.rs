@@ -36,7 +36,7 @@ pub(crate) enum Caller {
 
 /// A key of `[[auth.keys]]`, as the gateway holds it: its name, its digest (never the key),
 /// the models it may use and its tags.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct NamedKey {
     pub name: Arc<str>,
     digest: [u8; 32],
@@ -72,6 +72,27 @@ impl NamedKey {
     }
 }
 
+impl std::fmt::Debug for NamedKey {
+    /// Its name and models: never its digest.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedKey")
+            .field("name", &self.name)
+            .field("models", &self.models)
+            .field("tags", &self.tags)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Keys {
+    /// How many unnamed keys, and the named ones' names: never a key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("unnamed", &self.unnamed.len())
+            .field("named", &self.named)
+            .finish()
+    }
+}
+
 /// The SHA-256 of `bytes`.
 pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
@@ -82,7 +103,7 @@ pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
 
 /// The keys a gateway accepts: unnamed ones (`keys_env`) and named ones (`[[auth.keys]]`).
 /// None at all: no key needed.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Keys {
     unnamed: Vec<String>,
     named: Vec<NamedKey>,
@@ -215,6 +236,11 @@ mod tests {
         assert_eq!(keys.label(Caller::Unnamed), UNNAMED);
         assert!(keys.named(0).allows("small") && !keys.named(0).allows("large"));
         assert!(keys.named(1).allows("large"));
+        let shown = format!("{keys:?}");
+        assert!(
+            !shown.contains("sk-old") && shown.contains("team-a"),
+            "{shown}"
+        );
         // Without keys, every request is the open gateway's.
         assert_eq!(
             Keys::default().authorize(&HeaderMap::new()),
