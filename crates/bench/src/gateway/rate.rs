@@ -101,6 +101,9 @@ pub struct Rate {
     /// The watched process's CPU time (user and system) per request read whole, µs; 0
     /// when no process was watched.
     pub cpu_us: f64,
+    /// The median time from a request's start to its first chunk, ms: at
+    /// `--rate-concurrency 1`, what one request waits with nothing beside it.
+    pub ttfc_p50_ms: f64,
 }
 
 /// CPU time (user and system) a process has used, in clock ticks (`/proc/PID/stat`).
@@ -154,6 +157,7 @@ pub(super) async fn request_rate(
         per_s: l.requests_per_s,
         errors: l.errors,
         cpu_us,
+        ttfc_p50_ms: l.ttfc_p50_ms,
     }
 }
 
@@ -227,10 +231,12 @@ pub fn run(args: &GatewayRateArgs) -> Report {
         }
     }
     println!(
-        "| round | build | requests/s | errors | gateway CPU µs/request |\n|---|---|---|---|---|"
+        "| round | build | requests/s | errors | gateway CPU µs/request | first chunk p50 ms |\n|---|---|---|---|---|---|"
     );
     // Each round's pair, when both of its runs completed.
     let mut ratios = Vec::new();
+    // Each round's first-chunk p50, this build's less the other's, ms.
+    let mut added = Vec::new();
     for round in 0..args.rounds {
         let (mut this_run, mut before_run) = (None, None);
         let mut order: Vec<(&str, &std::path::Path, &str)> =
@@ -245,11 +251,12 @@ pub fn run(args: &GatewayRateArgs) -> Report {
             match one_binary(&rt, bin, &args.rate, name, limits) {
                 Ok(r) => {
                     println!(
-                        "| {} | {name} | {:.0} | {} | {:.0} |",
+                        "| {} | {name} | {:.0} | {} | {:.0} | {:.3} |",
                         round + 1,
                         r.per_s,
                         r.errors,
-                        r.cpu_us
+                        r.cpu_us,
+                        r.ttfc_p50_ms
                     );
                     match name {
                         "this" => this_run = Some(r),
@@ -264,6 +271,7 @@ pub fn run(args: &GatewayRateArgs) -> Report {
         // A round's two runs share the machine's state of the moment: its ratio is judged.
         if let (Some(o), Some(t)) = (this_run, before_run) {
             ratios.push(o.per_s / t.per_s);
+            added.push(o.ttfc_p50_ms - t.ttfc_p50_ms);
         }
         load(&format!("round {}", round + 1));
     }
@@ -287,6 +295,15 @@ pub fn run(args: &GatewayRateArgs) -> Report {
             ratios
                 .iter()
                 .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        report.info.push(format!(
+            "INFO first chunk p50 added vs before: {:+.3} ms (median; rounds {})",
+            median(&added),
+            added
+                .iter()
+                .map(|a| format!("{a:+.3}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
