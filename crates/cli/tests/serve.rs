@@ -625,6 +625,42 @@ fn check_names_the_file_and_exits_2_where_serve_would_not_start() {
             "model \"m\", [models.choicewise]: \"choicewise.window\" goes with",
         ),
         (
+            "duplicate-key-name.toml",
+            format!(
+                "[[auth.keys]]\nname = \"team-a\"\nkey_env = \"K\"\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"K2\"\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[("K", "k"), ("K2", "k2")][..],
+            &[][..],
+            "[[auth.keys]] 2 (\"team-a\"): the name is given to [[auth.keys]] 1 too",
+        ),
+        (
+            "key-unknown-model.toml",
+            format!(
+                "[[auth.keys]]\nname = \"team-a\"\nkey_env = \"K\"\nmodels = [\"large\"]\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[("K", "k")][..],
+            &[][..],
+            "[[auth.keys]] 1 (\"team-a\"): models names \"large\", which is not a configured model",
+        ),
+        (
+            "negative-limit.toml",
+            format!(
+                "[[auth.keys]]\nname = \"team-a\"\nkey_env = \"K\"\n[auth.keys.limits]\nrequests_per_minute = -60\n[[models]]\nname = \"m\"\n{upstream}"
+            ),
+            &[("K", "k")][..],
+            &[][..],
+            "`requests_per_minute` must be a whole number, 0 or more, not -60",
+        ),
+        (
+            "bad-price.toml",
+            format!(
+                "[[models]]\nname = \"m\"\nprice = {{ input_per_million = \"0.15$\", output_per_million = 0.6 }}\n{upstream}"
+            ),
+            &[][..],
+            &[][..],
+            "line 3",
+        ),
+        (
             "open-listen.toml",
             format!("[[models]]\nname = \"m\"\n{upstream}"),
             &[][..],
@@ -748,12 +784,11 @@ fn named_variables(config: &str) -> Vec<(String, String)> {
         .lines()
         .filter_map(|l| {
             let (key, value) = l.split('#').next()?.split_once('=')?;
-            matches!(key.trim(), "keys_env" | "api_key_env").then(|| {
-                (
-                    value.trim().trim_matches('"').to_string(),
-                    "doc-secret".to_string(),
-                )
-            })
+            let variable = value.trim().trim_matches('"').to_string();
+            // Each key of its own: two `[[auth.keys]]` may not hold the same one.
+            let secret = format!("doc-secret-{variable}");
+            matches!(key.trim(), "keys_env" | "api_key_env" | "key_env")
+                .then_some((variable, secret))
         })
         .collect()
 }
@@ -858,4 +893,371 @@ fn the_check_output_shown_in_the_docs_is_what_it_prints() {
         out.replace(&path.display().to_string(), "gateway.toml"),
         shown
     );
+}
+
+/// A `redis-server` of the test's own (the Debian package; CI installs it) on `port` of
+/// 127.0.0.1, in a directory of its own, without persistence; killed when dropped.
+struct RedisServer(std::process::Child, std::path::PathBuf);
+
+impl RedisServer {
+    fn start(port: u16) -> RedisServer {
+        let path = [
+            "/usr/bin/redis-server",
+            "/usr/sbin/redis-server",
+            "/usr/local/bin/redis-server",
+        ]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect(
+            "redis-server is not installed (apt-get install redis-server); this test DID NOT RUN",
+        );
+        let dir =
+            std::env::temp_dir().join(format!("choicewise-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new(path)
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + LIMIT;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        RedisServer(child, dir)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+/// What the hash `key` of the Redis on `port` holds in its field `v` (a counter's amount).
+fn redis_amount(port: u16, key: &str) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let command = format!("*3\r\n$4\r\nHGET\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len());
+    tcp.write_all(command.as_bytes()).ok()?;
+    // `$-1\r\n` (none), or `$LEN\r\nVALUE\r\n`.
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 256];
+    while !(reply.ends_with(b"\r\n")
+        && (reply.starts_with(b"$-1") || reply.iter().filter(|&&b| b == b'\n').count() == 2))
+    {
+        let n = tcp.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(reply)
+        .ok()?
+        .lines()
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A free port of 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `choicewise serve` on `port` for `toml`, once it listens (the lines before are read).
+async fn serve_on_port(name: &str, toml: &str, port: u16) -> tokio::process::Child {
+    let dir = std::env::temp_dir().join(format!("choicewise-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(&config, toml).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    within(LIMIT, "the listening line", async {
+        loop {
+            let line = stderr.next_line().await.unwrap().expect("serve exited");
+            if line.starts_with("listening on ") {
+                break;
+            }
+        }
+    })
+    .await;
+    // The rest of its log is read (and dropped), so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    child
+}
+
+/// An upstream sample of one word with its usage: 7 prompt tokens, 1 generated.
+const SAMPLE_WITH_USAGE: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\
+\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n\
+data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[],\
+\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1,\"total_tokens\":8}}\n\ndata: [DONE]\n\n";
+
+/// Three `choicewise serve` processes behind nginx sharing one `redis-server`
+/// (docs/keys.md): a key limited to 60 requests a minute gets exactly 60 of 100 answered
+/// through nginx, 40 refused with 429 and `Retry-After`; a key limited to 1000 tokens a minute
+/// sending votes of 4 is refused within one request's reservation of the limit, the tokens
+/// counted across the three; every gateway restarted, the counts are still there. Ignored by a
+/// plain `cargo test`; it fails rather than passes when nginx or redis-server is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs nginx and redis-server (CI installs them: apt-get install nginx-light redis-server)"]
+async fn nginx_in_front_of_three_gateways_sharing_redis_keeps_the_keys_limits() {
+    let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("nginx is not installed (apt-get install nginx-light); this test DID NOT RUN");
+    let redis_port = free_port();
+    let _redis = RedisServer::start(redis_port);
+    let upstream = TestServer::builder()
+        .body(SAMPLE_WITH_USAGE)
+        .start()
+        .await
+        .unwrap();
+    let sha = |key: &str| -> String {
+        use std::fmt::Write;
+        let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
+        digest.as_ref().iter().fold(String::new(), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    };
+    let toml = format!(
+        "[state]\nredis_url = \"redis://127.0.0.1:{redis_port}\"\non_state_error = \"refuse\"\n\
+         [auth]\n[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\n[auth.keys.limits]\nrequests_per_minute = 60\n\
+         [[auth.keys]]\nname = \"team-b\"\nsha256 = \"{}\"\n[auth.keys.limits]\ntokens_per_minute = 1000\n\
+         [[models]]\nname = \"small\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"fan-out\"\n",
+        sha("sk-team-a"),
+        sha("sk-team-b"),
+        upstream.base_url()
+    );
+    let ports = [free_port(), free_port(), free_port()];
+    let mut gateways = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        gateways.push(serve_on_port(&format!("redis-{i}"), &toml, *port).await);
+    }
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("choicewise-nginx-redis-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let servers: String = ports
+        .iter()
+        .map(|p| format!("server 127.0.0.1:{p}; "))
+        .collect();
+    let conf = format!(
+        "worker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{\n  access_log off;\n\
+           client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
+           fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
+           upstream choicewise {{ {servers}}}\n\
+           server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
+               proxy_pass http://choicewise;\n      proxy_http_version 1.1;\n\
+               proxy_set_header Connection \"\";\n      proxy_buffering off;\n\
+               proxy_read_timeout 1h;\n    }}\n  }}\n}}\n",
+        dir = dir.display(),
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let _nginx = Nginx(
+        std::process::Command::new(nginx)
+            .args([
+                "-p",
+                dir.to_str().unwrap(),
+                "-e",
+                "error.log",
+                "-c",
+                "nginx.conf",
+            ])
+            .args(["-g", "daemon off;"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let front = format!("http://127.0.0.1:{port}");
+    within(LIMIT, "nginx accepting", async {
+        while reqwest::get(format!("{front}/healthz")).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let ask = |key: &'static str, samples: u32| {
+        let mut body = json!({"model": "small", "max_tokens": 1,
+                              "messages": [{"role": "user", "content": "hi"}]});
+        if samples > 1 {
+            body["choicewise"] = json!({"select": "vote", "samples": samples});
+        }
+        client
+            .post(format!("{front}/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+    };
+
+    // 100 requests, 10 at a time, spread by nginx over the three.
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        let batch = (0..10).map(|_| async {
+            let r = ask("sk-team-a", 1).await.unwrap();
+            (r.status().as_u16(), r.headers().contains_key("retry-after"))
+        });
+        statuses.extend(futures::future::join_all(batch).await);
+    }
+    let answered = statuses.iter().filter(|(s, _)| *s == 200).count();
+    let refused = statuses.iter().filter(|(s, w)| *s == 429 && *w).count();
+    assert_eq!((answered, refused), (60, 40), "{statuses:?}");
+
+    // Votes of 4 against 1000 tokens a minute: each counts 4 × (7 + 1) tokens.
+    let mut votes = 0u64;
+    let refusal = loop {
+        let r = within(LIMIT, "a vote", ask("sk-team-b", 4)).await.unwrap();
+        if r.status() != 200 {
+            break r;
+        }
+        votes += 1;
+        assert!(votes < 100, "never refused");
+        // Its settlement applied (by the task of the gateway that served it): the minute's
+        // count in Redis is what was counted, 32 tokens a vote.
+        let key = "choicewise:key:team-b:tokens_per_minute";
+        let deadline = Instant::now() + LIMIT;
+        while redis_amount(redis_port, key) != Some(votes * 32) {
+            assert!(
+                Instant::now() < deadline,
+                "{key}: {:?}",
+                redis_amount(redis_port, key)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    assert_eq!(refusal.status(), 429);
+    let body: Value = refusal.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("tokens_per_minute of key `team-b` (1000 a minute) reached"),
+        "{body}"
+    );
+    // The tokens counted by the three, each its own share.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut counted = 0u64;
+    let mut serving = 0;
+    for port in ports {
+        let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let mine: u64 = (text.lines())
+            .filter(|l| l.starts_with("choicewise_key_tokens_total{key=\"team-b\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        serving += usize::from(mine > 0);
+        counted += mine;
+    }
+    assert_eq!(counted, votes * 32);
+    assert!(serving >= 2, "nginx spread the votes over the gateways");
+    // A vote reserves 4 × (its prompt as counted here + 1 of room): under 100 tokens.
+    assert!(
+        (900..=1000).contains(&counted),
+        "refused at {counted} tokens counted"
+    );
+
+    // Every gateway restarted: the minute's counts are still there.
+    for child in &mut gateways {
+        child.kill().await.unwrap();
+    }
+    gateways.clear();
+    for (i, port) in ports.iter().enumerate() {
+        gateways.push(serve_on_port(&format!("redis-again-{i}"), &toml, *port).await);
+    }
+    for _ in 0..3 {
+        let r = within(LIMIT, "a request after the restart", ask("sk-team-a", 1))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 429);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A named key's requests are logged with its name (`key="team-a"`), the request a limit
+/// refused too, and the key itself is in no line of the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keys_name_is_in_the_log_never_the_key() {
+    let upstream = TestServer::builder()
+        .body(SAMPLE_WITH_USAGE)
+        .start()
+        .await
+        .unwrap();
+    let digest = ring::digest::digest(&ring::digest::SHA256, b"sk-team-a");
+    let sha: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let (_child, base, mut stderr) = serve(
+        "keys-log",
+        &format!(
+            "[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{sha}\"\n[auth.keys.limits]\nrequests_per_minute = 1\n\
+             [[models]]\nname = \"small\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+            upstream.base_url()
+        ),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    for (id, status) in [("req-keys-1", 200), ("req-keys-2", 429)] {
+        let r = client
+            .post(format!("{base}/v1/chat/completions"))
+            .bearer_auth("sk-team-a")
+            .header("x-request-id", id)
+            .json(&json!({"model": "small", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status);
+        let _ = r.bytes().await;
+    }
+    let mut lines = Vec::new();
+    let (answered, refused) = within(LIMIT, "the two requests' lines", async {
+        loop {
+            let line = stderr.next_line().await.unwrap().unwrap();
+            lines.push(line);
+            let of = |id: &str| lines.iter().find(|l| l.contains(id)).cloned();
+            if let (Some(a), Some(r)) = (of("req-keys-1"), of("req-keys-2")) {
+                return (a, r);
+            }
+        }
+    })
+    .await;
+    assert!(
+        answered.contains(" request ") && answered.contains("key=\"team-a\""),
+        "{answered}"
+    );
+    assert!(
+        refused.contains("key=\"team-a\"")
+            && refused.contains("refused by its limits: requests_per_minute of key `team-a`"),
+        "{refused}"
+    );
+    assert!(lines.iter().all(|l| !l.contains("sk-team-a")), "{lines:?}");
 }

@@ -38,6 +38,17 @@ impl fmt::Display for Checked {
     }
 }
 
+/// `; limits requests_per_minute 60 a minute, usd_per_day $1.00 a day`, or nothing.
+fn limits_shown(limits: &crate::config::RateLimits) -> String {
+    if limits.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<String> = (limits.iter())
+        .map(|l| format!("{} ({})", l.name(), l.stated()))
+        .collect();
+    format!("; limits {}", shown.join(", "))
+}
+
 impl Config {
     /// Checks the configuration as [`serve`](crate::serve) does before it binds: the listen
     /// address (`listen` overrides the file's, as `--listen` does; a non-loopback one needs
@@ -116,8 +127,39 @@ impl Config {
     fn summary(&self) -> Vec<String> {
         let mut lines = Vec::new();
         match &self.auth {
-            Some(auth) => lines.push(format!("auth: client keys from ${}", auth.keys_env)),
+            Some(auth) => {
+                if let Some(var) = &auth.keys_env {
+                    lines.push(format!("auth: client keys from ${var}"));
+                }
+                for key in &auth.keys {
+                    let mut line = match &key.key_env {
+                        Some(var) => format!("auth: key {:?} from ${var}", key.name),
+                        None => format!("auth: key {:?} by its sha256", key.name),
+                    };
+                    if let Some(models) = &key.models {
+                        line.push_str(&format!(", models {models:?}"));
+                    }
+                    if !key.tags.is_empty() {
+                        line.push_str(&format!(", tags {:?}", key.tags));
+                    }
+                    line.push_str(&limits_shown(&key.limits));
+                    lines.push(line);
+                }
+                for tag in &auth.tags {
+                    let shown = limits_shown(&tag.limits);
+                    lines.push(format!("auth: tag {:?}{shown}", tag.name));
+                }
+            }
             None => lines.push("auth: none (loopback only, closed to web pages)".into()),
+        }
+        let state = &self.state;
+        if let Some(url) = &state.redis_url {
+            lines.push(format!(
+                "state: the limits' counts in {} (on_state_error = {:?}, state_timeout_ms = {})",
+                crate::quota::redis::shown(url),
+                state.on_state_error.as_str(),
+                state.state_timeout_ms
+            ));
         }
         for model in &self.models {
             let mut line = format!("model {:?}:", model.name);
@@ -148,6 +190,13 @@ impl Config {
             if !model.fallbacks.is_empty() {
                 line.push_str(&format!("; fallbacks {:?}", model.fallbacks));
             }
+            if let Some(price) = &model.price {
+                line.push_str(&format!(
+                    "; price ${} in, ${} out per million tokens",
+                    price.input_per_million, price.output_per_million
+                ));
+            }
+            line.push_str(&limits_shown(&model.limits));
             lines.push(line);
             for (k, u) in model.upstreams.iter().enumerate() {
                 let upstream_model = u.model.as_deref().unwrap_or(&model.name);
@@ -184,7 +233,8 @@ impl Config {
     /// a model's `max_samples` above `[limits] max_samples` (the lower one wins);
     /// `allowed_origins` with `[auth]` (the key is the guard, origins are not checked);
     /// `capture_content` without an `otlp_endpoint` (no traces); `max_n` of an upstream at or
-    /// above `[limits] max_n` and `max_samples` (no request carries that many). `serve` logs
+    /// above `[limits] max_n` and `max_samples` (no request carries that many); a key's tag
+    /// that no `[[auth.tags]]` names (no limit of it applies). `serve` logs
     /// them at start; `choicewise serve --check` prints them.
     ///
     /// ```
@@ -274,6 +324,19 @@ impl Config {
             warnings.push(
                 "telemetry: capture_content without otlp_endpoint: no traces are made".into(),
             );
+        }
+        if let Some(auth) = &self.auth {
+            for (k, key) in auth.keys.iter().enumerate() {
+                for tag in &key.tags {
+                    if !auth.tags.iter().any(|t| &t.name == tag) {
+                        warnings.push(format!(
+                            "[[auth.keys]] {} ({:?}): its tag {tag:?} has no [[auth.tags]]: no limit of it applies",
+                            k + 1,
+                            key.name
+                        ));
+                    }
+                }
+            }
         }
         warnings
     }

@@ -39,8 +39,10 @@ mod config;
 mod count;
 mod error;
 mod handlers;
+mod keys;
 mod listen;
 mod metrics;
+mod quota;
 mod request;
 mod serving;
 mod state;
@@ -57,8 +59,9 @@ use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 
 pub use config::{
-    Auth, Config, ConfigError, HealthConfig, HostedTools, Limits, Model, NMode, RetryConfig,
-    Telemetry, Upstream,
+    Auth, Config, ConfigError, HealthConfig, HostedTools, KeyConfig, Limits, Model, NMode,
+    OnStateError, Price, RateLimit, RateLimits, Resource, RetryConfig, State, TagConfig, Telemetry,
+    Upstream, Window,
 };
 
 pub use check::Checked;

@@ -69,6 +69,33 @@ struct FallbackLabels {
     to: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyLabels {
+    /// A `[[auth.keys]]` name, `(unnamed)` for a key of `keys_env`, empty without `[auth]`.
+    key: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KeyTokenLabels {
+    key: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    /// `key:team-a`, `tag:batch`, `model:small`.
+    scope: String,
+    /// `requests_per_minute`.
+    limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    /// `reserve`, `settle` or `probe` (at start).
+    op: &'static str,
+}
+
 fn seconds() -> Histogram {
     // 1 ms to about 2 min.
     Histogram::new(exponential_buckets(0.001, 2.0, 18))
@@ -97,6 +124,11 @@ pub(crate) struct Metrics {
     overload_refused: Counter,
     overloaded: Gauge<i64, AtomicI64>,
     panic_routed: Family<ModelLabels, Counter>,
+    key_requests: Family<KeyLabels, Counter>,
+    key_tokens: Family<KeyTokenLabels, Counter>,
+    limit_refusals: Family<LimitLabels, Counter>,
+    state_errors: Family<StateLabels, Counter>,
+    state_failing: Gauge<i64, AtomicI64>,
 }
 
 /// The finish reasons that are labels as they are; any other an upstream sends is `other`,
@@ -285,8 +317,43 @@ impl Metrics {
             "Answers ended because their client took less than client_min_bytes_per_s while the answer waited for it",
             client_slow_drains.clone(),
         );
+        let key_requests = Family::<KeyLabels, Counter>::default();
+        registry.register(
+            "key_requests",
+            "Requests answered on the /v1 routes, by key name ((unnamed) for the keys of keys_env) and HTTP status",
+            key_requests.clone(),
+        );
+        let key_tokens = Family::<KeyTokenLabels, Counter>::default();
+        registry.register(
+            "key_tokens",
+            "Tokens of every sample, by key name and kind (prompt, completion)",
+            key_tokens.clone(),
+        );
+        let limit_refusals = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "limit_refusals",
+            "Requests refused with 429 by a limit, by scope (key:NAME, tag:NAME, model:NAME) and limit",
+            limit_refusals.clone(),
+        );
+        let state_errors = Family::<StateLabels, Counter>::default();
+        registry.register(
+            "state_errors",
+            "Calls to the store of the limits' counts that failed or passed state_timeout_ms, by op (reserve, settle, probe)",
+            state_errors.clone(),
+        );
+        let state_failing = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "state_failing",
+            "1 while the store of the limits' counts fails (on_state_error applies), else 0",
+            state_failing.clone(),
+        );
         Metrics {
             registry,
+            key_requests,
+            key_tokens,
+            limit_refusals,
+            state_errors,
+            state_failing,
             overload_refused,
             overloaded,
             panic_routed,
@@ -328,6 +395,48 @@ impl Metrics {
                 api,
             })
             .inc();
+    }
+
+    /// A request of `key` (its label) answered with this status.
+    pub fn key_answered(&self, key: &str, status: u16) {
+        self.key_requests
+            .get_or_create(&KeyLabels {
+                key: key.to_string(),
+                status,
+            })
+            .inc();
+    }
+
+    /// A request of `key` came to these tokens, every sample's.
+    pub fn key_tokens(&self, key: &str, prompt: u64, completion: u64) {
+        for (kind, count) in [("prompt", prompt), ("completion", completion)] {
+            self.key_tokens
+                .get_or_create(&KeyTokenLabels {
+                    key: key.to_string(),
+                    kind,
+                })
+                .inc_by(count);
+        }
+    }
+
+    /// A request refused by `limit` of `scope` (`key:team-a`).
+    pub fn limit_refused(&self, scope: &str, limit: String) {
+        self.limit_refusals
+            .get_or_create(&LimitLabels {
+                scope: scope.to_string(),
+                limit,
+            })
+            .inc();
+    }
+
+    /// A call to the store of the limits' counts failed or was late.
+    pub fn state_error(&self, op: &'static str) {
+        self.state_errors.get_or_create(&StateLabels { op }).inc();
+    }
+
+    /// The store of the limits' counts fails (or answers again).
+    pub fn state_failing(&self, failing: bool) {
+        self.state_failing.set(i64::from(failing));
     }
 
     /// A streamed answer's first chunk, this long after its request arrived.

@@ -14,7 +14,9 @@ use crate::state::Gateway;
 
 /// Serves a gateway until Ctrl-C or SIGTERM: checks the configuration as [`Config::check`]
 /// does (the listen address, then the gateway made: keys, clients, picks, traces) and logs its
-/// [`warnings`](Config::warnings); listens on `listen` (else the configuration's),
+/// [`warnings`](Config::warnings); with `[state] redis_url`, asks Redis once (an unreachable
+/// one is said at once, and with `on_state_error = "refuse"` is an error: the gateway does not
+/// start); listens on `listen` (else the configuration's),
 /// saying `listening on http://ADDR` on stderr once it accepts connections, with the
 /// connection bounds of `[limits]` ([`Gateway::serve_on`]). It first raises the process's
 /// soft limit of open files to its hard limit, warning when `max_connections` exceeds it.
@@ -33,6 +35,7 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
+    gateway.probe_state().await?;
     listen::raise_fd_limit(config.limits.max_connections);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -49,6 +52,33 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
 }
 
 impl Gateway {
+    /// At start, with `[state] redis_url`: whether Redis answers within its deadline (at
+    /// least 1 s), said in the log either way. When it does not, `on_state_error = "refuse"`
+    /// keeps the gateway from starting (an error naming the URL, without its password), and
+    /// `"allow"` starts it, its limits uncounted until Redis answers (said then).
+    pub(crate) async fn probe_state(&self) -> Result<(), ServeError> {
+        let quota = &self.inner.quota;
+        match quota.probe().await {
+            Ok(true) => {
+                tracing::info!(store = %quota.shown(), "the limits' counts are kept in Redis");
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => match quota.policy() {
+                crate::config::OnStateError::Refuse => Err(ServeError::Config(ConfigError(
+                    format!("{e}; not starting, as on_state_error = \"refuse\" says"),
+                ))),
+                crate::config::OnStateError::Allow => {
+                    tracing::warn!(
+                        "{e}; starting anyway, as on_state_error = \"allow\" says: requests are \
+                         served without their limits counted until Redis answers"
+                    );
+                    Ok(())
+                }
+            },
+        }
+    }
+
     /// Serves [`router`](Self::router) on `listener` until `signal` resolves, then shuts
     /// down as [`serve`] does (no new connections; open answers get `shutdown_grace_s`,
     /// then [`close`](Self::close) ends them). Each connection is bounded as `[limits]`

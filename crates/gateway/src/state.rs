@@ -12,7 +12,9 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::admission::{overload, unsent};
 use crate::config::{self, Config, ConfigError, HostedTools, Limits};
+use crate::keys;
 use crate::metrics::Metrics;
+use crate::quota::Quota;
 use crate::traces::Traces;
 use crate::upstream::open::{self, UpstreamRoute};
 use crate::upstream::resilience;
@@ -37,7 +39,9 @@ pub struct Gateway {
 pub(crate) struct Inner {
     pub(crate) limits: Limits,
     /// The keys clients may send; none: no key needed.
-    pub(crate) keys: Vec<String>,
+    pub(crate) keys: keys::Keys,
+    /// The limits of the keys, tags and models, and the store of their counts.
+    pub(crate) quota: Arc<Quota>,
     pub(crate) models: open::Models,
     /// Each model's pick as the operator set it (`[models.choicewise]`, `max_samples`).
     pub(crate) picks: Arc<HashMap<String, config::ModelPick>>,
@@ -102,24 +106,7 @@ impl Gateway {
             ))),
             Some(v) => Ok(v),
         };
-        let keys = match &config.auth {
-            None => Vec::new(),
-            Some(auth) => {
-                let keys: Vec<String> = env_var(&auth.keys_env)
-                    .map_err(|e| ConfigError(format!("[auth] keys_env: {e}")))?
-                    .split(',')
-                    .map(|k| k.trim().to_string())
-                    .filter(|k| !k.is_empty())
-                    .collect();
-                if keys.is_empty() {
-                    return Err(ConfigError(format!(
-                        "[auth] keys_env: {} holds no key",
-                        auth.keys_env
-                    )));
-                }
-                keys
-            }
-        };
+        let keys = keys_of(config, &env_var)?;
         let mut models = HashMap::new();
         let mut picks = HashMap::new();
         let mut v1_checks = Vec::new();
@@ -197,17 +184,20 @@ impl Gateway {
             );
         }
         let (high, low) = config.limits.memory_watermarks();
+        let metrics = Arc::new(Metrics::new());
+        let quota = Arc::new(Quota::new(config, &keys, metrics.clone())?);
         Ok(Gateway {
             inner: Arc::new(Inner {
                 limits: config.limits.clone(),
                 keys,
+                quota,
                 models: Arc::new(models),
                 picks: Arc::new(picks),
                 names,
                 slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
                 ceiling: Arc::new(overload::Ceiling::new(high, low)),
                 unsent: Arc::new(unsent::Unsent::new(config.limits.unsent_cap(high))),
-                metrics: Arc::new(Metrics::new()),
+                metrics,
                 traces: Traces::new(&config.telemetry)?,
                 closing: watch::Sender::new(false),
                 allowed_origins: config.allowed_origins.clone(),
@@ -218,4 +208,70 @@ impl Gateway {
             }),
         })
     }
+}
+
+/// The keys of `[auth]`: the unnamed ones of `keys_env`, and each `[[auth.keys]]` by the
+/// SHA-256 of its key (read from its `key_env`, or given as `sha256`). An error names the
+/// table and the variable, never a key.
+fn keys_of(
+    config: &Config,
+    env_var: &impl Fn(&str) -> Result<String, ConfigError>,
+) -> Result<keys::Keys, ConfigError> {
+    let Some(auth) = &config.auth else {
+        return Ok(keys::Keys::default());
+    };
+    let mut unnamed = Vec::new();
+    if let Some(var) = &auth.keys_env {
+        unnamed = env_var(var)
+            .map_err(|e| ConfigError(format!("[auth] keys_env: {e}")))?
+            .split(',')
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty())
+            .collect();
+        if unnamed.is_empty() {
+            return Err(ConfigError(format!("[auth] keys_env: {var} holds no key")));
+        }
+    }
+    let mut named = Vec::new();
+    for (k, key) in auth.keys.iter().enumerate() {
+        let at = || format!("[[auth.keys]] {} ({:?})", k + 1, key.name);
+        let digest = match (&key.key_env, &key.sha256) {
+            (Some(var), _) => {
+                let value = env_var(var).map_err(|e| ConfigError(format!("{}: {e}", at())))?;
+                keys::sha256(value.as_bytes())
+            }
+            (None, Some(hex)) => {
+                let mut digest = [0u8; 32];
+                for (i, byte) in digest.iter_mut().enumerate() {
+                    *byte = hex
+                        .get(2 * i..2 * i + 2)
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                        .ok_or_else(|| {
+                            ConfigError(format!("{}: sha256 is not 64 hexadecimal digits", at()))
+                        })?;
+                }
+                digest
+            }
+            (None, None) => {
+                return Err(ConfigError(format!("{}: no key_env nor sha256", at())));
+            }
+        };
+        if let Some(same) = named
+            .iter()
+            .position(|n: &keys::NamedKey| n.digest() == &digest)
+        {
+            return Err(ConfigError(format!(
+                "{}: the same key as [[auth.keys]] {}; each key's name is its own",
+                at(),
+                same + 1
+            )));
+        }
+        named.push(keys::NamedKey::new(
+            &key.name,
+            digest,
+            key.models.clone(),
+            key.tags.clone(),
+        ));
+    }
+    Ok(keys::Keys::new(unnamed, named))
 }

@@ -131,6 +131,7 @@ impl Traces {
                 input_messages(messages.as_ref()).to_string()
             }),
             response_id: None,
+            key: None,
             first_chunk: OnceLock::new(),
         }
     }
@@ -218,6 +219,8 @@ pub(crate) struct RequestSpan {
     input: Option<String>,
     /// The answer's id, once answered.
     pub response_id: Option<Arc<str>>,
+    /// The name of the key that sent the request (`choicewise.key`), with `[auth]`.
+    pub key: Option<Arc<str>>,
     /// From the request's arrival to its first chunk, when streamed.
     pub first_chunk: OnceLock<Duration>,
 }
@@ -326,6 +329,9 @@ impl RequestSpan {
             KeyValue::new("choicewise.client_closed", !completed),
             KeyValue::new("choicewise.tries", count(tries.len() as u64)),
         ];
+        if let Some(key) = &self.key {
+            attributes.push(KeyValue::new("choicewise.key", key.to_string()));
+        }
         if let Some(id) = &self.response_id {
             attributes.push(KeyValue::new("gen_ai.response.id", id.to_string()));
         }

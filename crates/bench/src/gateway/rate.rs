@@ -50,8 +50,45 @@ pub struct GatewayRateArgs {
     /// Worker threads of the clients' runtime.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// The limits this build serves with (docs/keys.md): `none`, `memory` (a named key with
+    /// limits of requests, samples and tokens that never bind, counted in the process) or a
+    /// `redis://` URL (the same, counted in that Redis). The clients send the key.
+    #[arg(long, default_value = "none")]
+    pub limits: String,
+    /// The limits the `--before` build serves with, as `--limits`. With `--before` naming
+    /// this very binary, `--limits memory --before-limits none` measures what the limits cost.
+    #[arg(long, default_value = "none")]
+    pub before_limits: String,
     #[command(flatten)]
     pub rate: RateArgs,
+}
+
+/// The key the clients send when a run has limits.
+const BENCH_KEY: &str = "choicewise-bench-key";
+
+/// The configuration lines of `--limits WHERE`: a named key whose limits of requests,
+/// samples and tokens never bind (so that each request reserves and settles them), counted in
+/// the process or in Redis; none for `none`.
+fn limits_config(limits: &str) -> Result<String, String> {
+    let state = match limits {
+        "none" => return Ok(String::new()),
+        "memory" => String::new(),
+        url if url.starts_with("redis://") => {
+            format!("[state]\nredis_url = \"{url}\"\non_state_error = \"refuse\"\n")
+        }
+        other => {
+            return Err(format!(
+                "--limits {other:?}: none, memory or a redis:// URL"
+            ));
+        }
+    };
+    let digest = ring::digest::digest(&ring::digest::SHA256, BENCH_KEY.as_bytes());
+    let sha: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!(
+        "{state}[auth]\n[[auth.keys]]\nname = \"bench\"\nsha256 = \"{sha}\"\n\
+         [auth.keys.limits]\nrequests_per_minute = 1000000000\nsamples_per_minute = 1000000000\n\
+         tokens_per_minute = 1000000000000\n"
+    ))
 }
 
 /// One request-rate measurement.
@@ -64,6 +101,9 @@ pub struct Rate {
     /// The watched process's CPU time (user and system) per request read whole, µs; 0
     /// when no process was watched.
     pub cpu_us: f64,
+    /// The median time from a request's start to its first chunk, ms: at
+    /// `--rate-concurrency 1`, what one request waits with nothing beside it.
+    pub ttfc_p50_ms: f64,
 }
 
 /// CPU time (user and system) a process has used, in clock ticks (`/proc/PID/stat`).
@@ -117,6 +157,7 @@ pub(super) async fn request_rate(
         per_s: l.requests_per_s,
         errors: l.errors,
         cpu_us,
+        ttfc_p50_ms: l.ttfc_p50_ms,
     }
 }
 
@@ -126,13 +167,22 @@ fn one_binary(
     bin: &std::path::Path,
     rate: &RateArgs,
     name: &str,
+    limits: &str,
 ) -> Result<Rate, String> {
     let dir = procs::work_dir(&format!("gateway-rate-{name}"));
     let upstream: Server = procs::upstream(&dir, false)?;
-    let config = procs::gateway_config(&upstream.url, 300.0);
+    let limited = limits_config(limits)?;
+    let config = format!("{}{limited}", procs::gateway_config(&upstream.url, 300.0));
     let gateway = procs::gateway(&dir, bin, &config)?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    if !limited.is_empty() {
+        let value = format!("Bearer {BENCH_KEY}");
+        let value = reqwest::header::HeaderValue::from_str(&value).map_err(|e| e.to_string())?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     let client = reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(30))
+        .default_headers(headers)
         .build()
         .map_err(|e| e.to_string())?;
     let url = format!("{}/v1/chat/completions", gateway.url);
@@ -170,34 +220,43 @@ pub fn run(args: &GatewayRateArgs) -> Report {
         rate_secs: 1.0,
         ..args.rate.clone()
     };
-    for bin in std::iter::once(this.as_path()).chain(args.before.as_deref()) {
-        if let Err(e) = one_binary(&rt, bin, &warm, "warm-up") {
+    let runs = std::iter::once((this.as_path(), args.limits.as_str())).chain(
+        args.before
+            .as_deref()
+            .map(|b| (b, args.before_limits.as_str())),
+    );
+    for (bin, limits) in runs {
+        if let Err(e) = one_binary(&rt, bin, &warm, "warm-up", limits) {
             println!("warm-up of {}: {e}", bin.display());
         }
     }
     println!(
-        "| round | build | requests/s | errors | gateway CPU µs/request |\n|---|---|---|---|---|"
+        "| round | build | requests/s | errors | gateway CPU µs/request | first chunk p50 ms |\n|---|---|---|---|---|---|"
     );
     // Each round's pair, when both of its runs completed.
     let mut ratios = Vec::new();
+    // Each round's first-chunk p50, this build's less the other's, ms.
+    let mut added = Vec::new();
     for round in 0..args.rounds {
         let (mut this_run, mut before_run) = (None, None);
-        let mut order: Vec<(&str, &std::path::Path)> = vec![("this", &this)];
+        let mut order: Vec<(&str, &std::path::Path, &str)> =
+            vec![("this", &this, args.limits.as_str())];
         if let Some(before) = &args.before {
-            order.push(("before", before));
+            order.push(("before", before, args.before_limits.as_str()));
             if round % 2 == 0 {
                 order.reverse();
             }
         }
-        for (name, bin) in order {
-            match one_binary(&rt, bin, &args.rate, name) {
+        for (name, bin, limits) in order {
+            match one_binary(&rt, bin, &args.rate, name, limits) {
                 Ok(r) => {
                     println!(
-                        "| {} | {name} | {:.0} | {} | {:.0} |",
+                        "| {} | {name} | {:.0} | {} | {:.0} | {:.3} |",
                         round + 1,
                         r.per_s,
                         r.errors,
-                        r.cpu_us
+                        r.cpu_us,
+                        r.ttfc_p50_ms
                     );
                     match name {
                         "this" => this_run = Some(r),
@@ -212,6 +271,7 @@ pub fn run(args: &GatewayRateArgs) -> Report {
         // A round's two runs share the machine's state of the moment: its ratio is judged.
         if let (Some(o), Some(t)) = (this_run, before_run) {
             ratios.push(o.per_s / t.per_s);
+            added.push(o.ttfc_p50_ms - t.ttfc_p50_ms);
         }
         load(&format!("round {}", round + 1));
     }
@@ -235,6 +295,15 @@ pub fn run(args: &GatewayRateArgs) -> Report {
             ratios
                 .iter()
                 .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        report.info.push(format!(
+            "INFO first chunk p50 added vs before: {:+.3} ms (median; rounds {})",
+            median(&added),
+            added
+                .iter()
+                .map(|a| format!("{a:+.3}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         ));

@@ -1,51 +1,12 @@
-//! Who a request comes from: the client's key checked, a keyless gateway's own `Host`, and
-//! the client's identity for the ejection rules.
+//! Who a request comes from: a keyless gateway's own `Host`, and the client's identity for the
+//! ejection rules (the keys themselves: [`crate::keys`]).
 
 use std::net::{IpAddr, SocketAddr};
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::HeaderMap;
 
-use crate::error::ApiError;
+use crate::keys::{Keys, given_key};
 use crate::upstream::resilience;
-
-/// The key a request sends: `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
-fn given_key(headers: &HeaderMap) -> Option<&str> {
-    let bearer = (headers.get(header::AUTHORIZATION))
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-    bearer.or(x_api_key).map(str::trim)
-}
-
-/// Checks the client's key (`Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`)
-/// when `keys` are configured.
-pub(crate) fn authorize(keys: &[String], headers: &HeaderMap) -> Result<(), ApiError> {
-    if keys.is_empty() {
-        return Ok(());
-    }
-    let given = given_key(headers);
-    let known = given.is_some_and(|given| {
-        // Every key compared in full, whatever matches: no early exit to time.
-        (keys.iter()).fold(false, |found, key| {
-            found | same(key.as_bytes(), given.as_bytes())
-        })
-    });
-    match (given, known) {
-        (_, true) => Ok(()),
-        (None, _) => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            "no API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
-        )
-        .code("missing_api_key")),
-        (Some(_), false) => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            "the API key is not one this gateway accepts",
-        )
-        .code("invalid_api_key")),
-    }
-}
 
 /// Whether `host` (a `Host` header) names a gateway listening on `listening` on loopback:
 /// `localhost`, `127.0.0.1`, `[::1]` or the address it listens on, with the port it listens on
@@ -82,7 +43,7 @@ pub(crate) struct Client(pub(crate) resilience::ClientId);
 /// Who the request of these `headers` and `extensions` comes from: as the admission layer
 /// found it ([`Client`]), else [`client_of`] its key or its peer.
 pub(crate) fn client(
-    keys: &[String],
+    keys: &Keys,
     headers: &HeaderMap,
     extensions: &axum::http::Extensions,
 ) -> resilience::ClientId {
@@ -100,7 +61,7 @@ pub(crate) fn client(
 /// several connections are one client); one anonymous client for a router served without the
 /// gateway's own listener.
 pub(crate) fn client_of(
-    keys: &[String],
+    keys: &Keys,
     headers: &HeaderMap,
     peer: Option<IpAddr>,
 ) -> resilience::ClientId {
@@ -112,9 +73,4 @@ pub(crate) fn client_of(
         given_key(headers).hash(&mut hasher);
     }
     hasher.finish()
-}
-
-/// Compares two byte strings in time that depends on their lengths only.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }

@@ -25,6 +25,7 @@ use crate::admission::overload;
 use crate::admission::unsent;
 use crate::api::{ClientApi, PathApi, chat::Chat, of_path as api_of};
 use crate::error::ApiError;
+use crate::keys;
 
 use crate::state::Gateway;
 
@@ -177,7 +178,14 @@ pub(crate) async fn count(State(gw): State<Gateway>, mut request: Request, next:
     let response = next.run(request).await;
     unanswered.answered = true;
     let model = (response.extensions().get::<ModelLabel>()).map_or("", |m| m.0.as_str());
-    (unanswered.gw.inner.metrics).answered(api, model, response.status().as_u16());
+    let status = response.status().as_u16();
+    let gw = &unanswered.gw;
+    gw.inner.metrics.answered(api, model, status);
+    if let Some(KeyLabel(caller)) = response.extensions().get::<KeyLabel>()
+        && *caller != keys::Caller::Open
+    {
+        (gw.inner.metrics).key_answered(gw.inner.keys.label(*caller), status);
+    }
     response
 }
 
@@ -267,12 +275,28 @@ fn is_json(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The client's key, from the headers alone: 401 before anything else happens.
-pub(crate) async fn auth(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
-    if let Err(e) = auth::authorize(&gw.inner.keys, request.headers()) {
-        return shaped(api_of(request.uri().path()), e);
+/// The key label of a request's answer ([`keys::Keys::label`]), set by the [`auth`] layer
+/// for the count of [`count`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KeyLabel(pub keys::Caller);
+
+/// The client's key, from the headers alone: 401 before anything else happens. Who sent
+/// the request ([`keys::Caller`]) goes into its extensions, for its handler, and onto its
+/// answer, for its count by key.
+pub(crate) async fn auth(State(gw): State<Gateway>, mut request: Request, next: Next) -> Response {
+    if gw.inner.keys.is_empty() {
+        // No key to check, and nobody to name: the handler reads an absent caller as
+        // `Caller::Open`.
+        return next.run(request).await;
     }
-    next.run(request).await
+    let caller = match gw.inner.keys.authorize(request.headers()) {
+        Ok(caller) => caller,
+        Err(e) => return shaped(api_of(request.uri().path()), e),
+    };
+    request.extensions_mut().insert(caller);
+    let mut response = next.run(request).await;
+    response.extensions_mut().insert(KeyLabel(caller));
+    response
 }
 
 /// A declared body over `max_body_bytes` is refused at once (413); then the request takes

@@ -75,6 +75,12 @@ pub(crate) struct State {
     /// The model named, shared with the count of a request whose client goes away before
     /// any answer (`layers::count`).
     counted_as: Option<layers::RequestModel>,
+    /// The name of the key that sent the request (`(unnamed)` for a key of `keys_env`; none
+    /// without `[auth]`): in the log line, the span and the metrics by key.
+    key: Option<Arc<str>>,
+    /// What the request reserved of its limits, replaced by what it came to when it is
+    /// recorded.
+    reservation: Option<crate::quota::Reservation>,
 }
 
 /// How long a failed request's answer waits for its cancelled samples to end, to account
@@ -154,6 +160,8 @@ impl Finish {
             run: None,
             settled: None,
             counted_as,
+            key: None,
+            reservation: None,
         }))
     }
 }
@@ -184,6 +192,17 @@ impl State {
             let code = e.code.as_deref().unwrap_or("refused");
             self.refusal = Some(code.to_string());
         }
+    }
+
+    /// The request was sent with the key of this name (its label: `(unnamed)` for a key of
+    /// `keys_env`).
+    pub(crate) fn key(&mut self, name: &str) {
+        self.key = Some(Arc::from(name));
+    }
+
+    /// What the request reserved of its limits: settled by its record.
+    pub(crate) fn reserved(&mut self, reservation: crate::quota::Reservation) {
+        self.reservation = Some(reservation);
     }
 
     /// The model asked for, configured or not, once read: the span's.
@@ -412,9 +431,21 @@ impl State {
         };
         self.metrics
             .finished(&self.model, self.api, ended, took, &outcome);
+        if let Some(key) = &self.key {
+            (self.metrics).key_tokens(key, outcome.prompt_tokens, outcome.completion_tokens);
+        }
+        if let Some(reservation) = self.reservation.take() {
+            // Every started sample counts what it generated, a cancelled one too.
+            reservation.settle(crate::quota::Counted {
+                samples: outcome.samples.len() as u64,
+                prompt_tokens: outcome.prompt_tokens,
+                completion_tokens: outcome.completion_tokens,
+            });
+        }
         // The request's line in the operator's log.
         tracing::info!(
             request_id = %self.request_id,
+            key = self.key.as_deref().unwrap_or_default(),
             model = %self.model,
             samples,
             tries = tries.len(),
@@ -427,7 +458,8 @@ impl State {
             "request"
         );
         self.name_cut_by_default_limit(&outcome);
-        if let Some(span) = self.span.take() {
+        if let Some(mut span) = self.span.take() {
+            span.key = self.key.clone();
             let ended_at = SystemTime::now();
             let arrived_at = ended_at.checked_sub(took).unwrap_or(ended_at);
             span.end(
@@ -467,6 +499,7 @@ impl State {
         };
         tracing::info!(
             request_id = %self.request_id,
+            key = self.key.as_deref().unwrap_or_default(),
             model = %self.model,
             samples = 0,
             tries = tries.len(),

@@ -29,6 +29,7 @@ use crate::answer::finish::{Finish, Recorded};
 use crate::answer::respond::Answer;
 use crate::api::{ClientApi, Read, Refused};
 use crate::error::ApiError;
+use crate::keys;
 use crate::request::ChatRequest;
 use crate::state::Gateway;
 use crate::upstream::engine::{Picked, Run};
@@ -46,10 +47,14 @@ pub(crate) async fn answer<A: ClientApi>(
     let (parts, body) = request.into_parts();
     let client = auth::client(&gw.inner.keys, &parts.headers, &parts.extensions);
     let counted_as = parts.extensions.get::<layers::RequestModel>().cloned();
+    let caller = (parts.extensions.get::<keys::Caller>().copied()).unwrap_or(keys::Caller::Open);
     let mut finish = Finish::new(&gw, &parts.headers, client, counted_as);
     finish.api(A::LABEL);
+    if caller != keys::Caller::Open {
+        finish.key(gw.inner.keys.label(caller));
+    }
     let mut kept = None;
-    let served = serve::<A>(&gw, body, &mut finish, &mut kept).await;
+    let served = serve::<A>(&gw, body, caller, &mut finish, &mut kept).await;
     let label = layers::ModelLabel(finish.model().to_string());
     let tries = finish.tries();
     let mut response = match served {
@@ -90,6 +95,7 @@ fn parses_inline(body: &[u8]) -> bool {
 async fn serve<A: ClientApi>(
     gw: &Gateway,
     body: Body,
+    caller: keys::Caller,
     finish: &mut Finish,
     kept: &mut Option<A::Reply>,
 ) -> Result<Ready<A>, ApiError> {
@@ -122,7 +128,25 @@ async fn serve<A: ClientApi>(
         .code("model_not_found"));
     };
     finish.named(parsed.req.model.clone());
+    if let keys::Caller::Named(i) = caller
+        && !gw.inner.keys.named(i).allows(&parsed.req.model)
+    {
+        let key = gw.inner.keys.named(i);
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            format!(
+                "the key `{}` may not use the model {:?} (its models: {})",
+                key.name,
+                parsed.req.model,
+                key.models.as_deref().unwrap_or_default().join(", ")
+            ),
+        )
+        .code("model_not_allowed"));
+    }
     let plan = plan(gw, parsed, model, finish.client())?;
+    // Before any upstream is asked: what the request may take, reserved of its limits.
+    Box::pin(reserve(gw, caller, &plan, finish)).await?;
     finish.opening(plan.opener.tries.clone(), plan.opener.limits_set.clone());
     // Boxed, as the answer is: a request's futures stay small where they are moved.
     Box::pin(pick::<A>(gw, plan, finish)).await
@@ -150,6 +174,76 @@ async fn parse<A: ClientApi>(gw: &Gateway, bytes: Bytes) -> Result<Read<A::Reply
             .unwrap_or_else(|_| Err(unparsed()))
     } else {
         (tokio::task::spawn_blocking(parse).await).unwrap_or_else(|_| Err(unparsed()))
+    }
+}
+
+/// Reserves what a planned request may take of the limits it meets (its key's, its key's
+/// tags', its model's): its samples, and where a limit counts tokens or dollars, its
+/// prompt's tokens and the answer room of each sample ([`room`]). The reservation goes to
+/// the request's record, which settles it; a refusal is logged with the key's name.
+async fn reserve<R>(
+    gw: &Gateway,
+    caller: keys::Caller,
+    plan: &Plan<R>,
+    finish: &mut Finish,
+) -> Result<(), ApiError> {
+    let quota = &gw.inner.quota;
+    let Some(applicable) = quota.applicable(caller, &plan.req.model) else {
+        return Ok(());
+    };
+    let mut demand = crate::quota::Demand {
+        samples: u64::from(plan.req.samples.max(1)),
+        ..Default::default()
+    };
+    if applicable.counts_tokens() {
+        demand.prompt_tokens = prompt_tokens(&plan.opener).await;
+        demand.room = room(&plan.req, &plan.opener.model);
+    }
+    match quota.reserve(applicable, demand).await {
+        Ok(Some(reservation)) => finish.reserved(reservation),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::info!(
+                request_id = %finish.request_id(),
+                key = gw.inner.keys.label(caller),
+                model = %plan.req.model,
+                status = e.status.as_u16(),
+                "refused by its limits: {}",
+                e.message
+            );
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// The answer room a request's sample may take: the limit it states (`max_completion_tokens`,
+/// `max_tokens`; a Messages or Responses request's is translated to one), else the largest
+/// `max_tokens` of its model's upstreams, else [`crate::quota::ROOM_WITHOUT_LIMIT`].
+fn room(req: &ChatRequest, model: &open::ModelRoutes) -> u64 {
+    let stated = ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .find_map(|field| serde_json::from_slice::<u64>(req.body.get(*field)?).ok());
+    stated
+        .or_else(|| model.routes.iter().filter_map(|r| r.max_tokens).max())
+        .unwrap_or(crate::quota::ROOM_WITHOUT_LIMIT)
+}
+
+/// The tokens of a request's prompt, counted as its accounting counts them (with its first
+/// upstream's encoding; on a blocking thread unless small); 0 if it cannot be counted.
+async fn prompt_tokens(opener: &open::Opener) -> u64 {
+    let upstream_model = (opener.model.routes.first()).map_or("", |r| r.model.as_str());
+    let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+    let body = opener.body.clone();
+    let count = move || {
+        let fields = body.iter().map(|(k, v)| (k.as_str(), &v[..]));
+        choicewise_usage::count_prompt_fields(encoding, fields).map_or(0, |c| c.total)
+    };
+    let bytes: usize = opener.body.values().map(|v| v.len()).sum();
+    if choicewise_usage::counts_quickly(encoding, bytes) {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(count)).unwrap_or(0)
+    } else {
+        tokio::task::spawn_blocking(count).await.unwrap_or(0)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use choicewise_core::Dialect;
 
-use super::{Config, ConfigError, NMode};
+use super::{Config, ConfigError, NMode, Resource};
 
 impl Config {
     /// A `base_url` ending in an API's endpoint path (`…/v1/chat/completions`, `…/messages`,
@@ -213,6 +213,8 @@ impl Config {
                 ));
             }
         }
+        self.check_keys()?;
+        self.check_state()?;
         if !(self.shutdown_grace_s.is_finite()
             && self.shutdown_grace_s >= 0.0
             && self.shutdown_grace_s <= 31_536_000.0)
@@ -220,6 +222,148 @@ impl Config {
             return err(
                 "shutdown_grace_s must be a number of seconds, 0 or more (at most a year)".into(),
             );
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// `[auth]`'s keys and tags, the models' prices and limits: each key named once, by one
+    /// of `key_env` and `sha256` (64 hexadecimal digits), its `models` configured ones; a
+    /// price of numbers, 0 or more; a `usd_per_*` limit only where every model it counts has
+    /// a price. Each error names the table (`[[auth.keys]] 2 ("team-a")`, a model) and the field.
+    fn check_keys(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError(m));
+        for model in &self.models {
+            if let Some(price) = &model.price {
+                for (field, v) in [
+                    ("input_per_million", price.input_per_million),
+                    ("output_per_million", price.output_per_million),
+                ] {
+                    if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+                        return err(format!(
+                            "model {:?}: price.{field} must be a number of dollars from 0 to 1000000, not {v}",
+                            model.name
+                        ));
+                    }
+                }
+            }
+            let usd = model.limits.iter().find(|l| l.resource == Resource::Usd);
+            if let (Some(limit), None) = (usd, &model.price) {
+                return err(format!(
+                    "model {:?}: [models.limits] {} counts dollars, and the model has no price \
+                     (price = {{ input_per_million = ..., output_per_million = ... }})",
+                    model.name,
+                    limit.name()
+                ));
+            }
+        }
+        let Some(auth) = &self.auth else {
+            return Ok(());
+        };
+        if auth.keys_env.is_none() && auth.keys.is_empty() {
+            return err(
+                "[auth] names no key: set keys_env (unnamed keys) or add [[auth.keys]]".into(),
+            );
+        }
+        let mut tags = std::collections::HashSet::new();
+        for (k, tag) in auth.tags.iter().enumerate() {
+            let at = format!("[[auth.tags]] {} ({:?})", k + 1, tag.name);
+            if tag.name.trim().is_empty() {
+                return err(format!("[[auth.tags]] {}: the name is empty", k + 1));
+            }
+            if !tags.insert(tag.name.as_str()) {
+                return err(format!("{at}: the tag is configured twice"));
+            }
+            if let Some(limit) = tag.limits.iter().find(|l| l.resource == Resource::Usd)
+                && let Some(model) = self.models.iter().find(|m| m.price.is_none())
+            {
+                return err(format!(
+                    "{at}: {} counts dollars, and model {:?} has no price",
+                    limit.name(),
+                    model.name
+                ));
+            }
+        }
+        let mut names: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for (k, key) in auth.keys.iter().enumerate() {
+            let at = format!("[[auth.keys]] {} ({:?})", k + 1, key.name);
+            if key.name.trim().is_empty() {
+                return err(format!("[[auth.keys]] {}: the name is empty", k + 1));
+            }
+            if key.name == crate::keys::UNNAMED {
+                return err(format!(
+                    "{at}: the name {:?} is the label of the unnamed keys (keys_env); choose another",
+                    key.name
+                ));
+            }
+            if let Some(first) = names.insert(key.name.as_str(), k + 1) {
+                return err(format!(
+                    "{at}: the name is given to [[auth.keys]] {first} too; each key's name is its own"
+                ));
+            }
+            match (&key.key_env, &key.sha256) {
+                (None, None) => {
+                    return err(format!(
+                        "{at}: no key: set key_env (the variable holding it) or sha256 (its digest)"
+                    ));
+                }
+                (Some(_), Some(_)) => {
+                    return err(format!("{at}: key_env and sha256 both set; keep one"));
+                }
+                (None, Some(hex)) => {
+                    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return err(format!(
+                            "{at}: sha256 must be 64 hexadecimal digits (the SHA-256 of the key), \
+                             and it has {} characters",
+                            hex.len()
+                        ));
+                    }
+                }
+                (Some(_), None) => {}
+            }
+            for (i, tag) in key.tags.iter().enumerate() {
+                if key.tags[..i].contains(tag) {
+                    return err(format!("{at}: tags names {tag:?} twice"));
+                }
+            }
+            if let Some(models) = &key.models {
+                for model in models {
+                    if !self.models.iter().any(|m| &m.name == model) {
+                        return err(format!(
+                            "{at}: models names {model:?}, which is not a configured model"
+                        ));
+                    }
+                }
+            }
+            if let Some(limit) = key.limits.iter().find(|l| l.resource == Resource::Usd) {
+                let usable = self.models.iter().filter(|m| {
+                    (key.models.as_ref()).is_none_or(|allowed| allowed.contains(&m.name))
+                });
+                if let Some(model) = usable.into_iter().find(|m| m.price.is_none()) {
+                    return err(format!(
+                        "{at}: {} counts dollars, and model {:?}, which the key may use, has no price",
+                        limit.name(),
+                        model.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `[state]`: a `redis://` (or `unix://`) URL that parses; a timeout from 1 ms to 60 s.
+    fn check_state(&self) -> Result<(), ConfigError> {
+        let state = &self.state;
+        if !(1..=60_000).contains(&state.state_timeout_ms) {
+            return Err(ConfigError(format!(
+                "[state] state_timeout_ms must be from 1 to 60000, not {}",
+                state.state_timeout_ms
+            )));
+        }
+        if let Some(url) = &state.redis_url {
+            super::keys::redis_client(url)
+                .map_err(|e| ConfigError(format!("[state] redis_url: {e}")))?;
         }
         Ok(())
     }

@@ -9,8 +9,13 @@ use choicewise_core::{Dialect, Policy};
 use serde::Deserialize;
 
 mod checks;
+mod keys;
 mod limits;
 
+pub use keys::{
+    KeyConfig, OnStateError, Price, RateLimit, RateLimits, Resource, State, TagConfig, Window,
+};
+pub(crate) use keys::{NANOS_PER_USD, redis_client};
 pub use limits::Limits;
 
 /// The configuration of a gateway (the TOML file of `choicewise serve --config FILE`).
@@ -50,6 +55,10 @@ pub struct Config {
     /// Traces of the requests (off unless it names an OTLP endpoint).
     #[serde(default)]
     pub telemetry: Telemetry,
+    /// `[state]`: where the counts of the keys' and models' limits live (default: in the
+    /// process).
+    #[serde(default)]
+    pub state: State,
     /// The models clients may ask for.
     pub models: Vec<Model>,
 }
@@ -58,13 +67,21 @@ fn default_grace() -> f64 {
     30.0
 }
 
-/// `[auth]`: the environment variable holding the accepted keys, comma-separated.
+/// `[auth]`: the keys clients send. Unnamed keys from one environment variable
+/// (`keys_env`, comma-separated), keys with a name, models and limits (`[[auth.keys]]`), or
+/// both; and the tags' shared limits (`[[auth.tags]]`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Auth {
-    /// The variable, e.g. `CHOICEWISE_KEYS`.
-    pub keys_env: String,
+    /// The variable holding unnamed keys, e.g. `CHOICEWISE_KEYS`.
+    pub keys_env: Option<String>,
+    /// `[[auth.keys]]`: keys with a name.
+    #[serde(default)]
+    pub keys: Vec<KeyConfig>,
+    /// `[[auth.tags]]`: limits shared by the keys of a tag.
+    #[serde(default)]
+    pub tags: Vec<TagConfig>,
 }
 
 /// `[telemetry]`: one OpenTelemetry span per chat request (the GenAI semantic conventions),
@@ -146,6 +163,11 @@ pub struct Model {
     /// header; `"refuse"` answers 400 naming the tool.
     #[serde(default)]
     pub hosted_tools: HostedTools,
+    /// US dollars per million tokens, for the `usd_per_*` limits.
+    pub price: Option<Price>,
+    /// `[models.limits]`: what every key together may take of this model, per window.
+    #[serde(default)]
+    pub limits: RateLimits,
 }
 
 impl Model {

@@ -245,3 +245,193 @@ fn max_n_is_for_native_upstreams_and_at_least_one() {
     .unwrap_err();
     assert!(fan_out.to_string().contains("native"), "{fan_out}");
 }
+
+/// A config of one model `small` (priced) after these lines.
+fn keyed(lines: &str) -> Result<Config, ConfigError> {
+    Config::from_toml(&format!(
+        "{lines}\n[[models]]\nname = \"small\"\nprice = {{ input_per_million = 0.15, output_per_million = 0.60 }}\n{UPSTREAM}"
+    ))
+}
+
+#[test]
+fn named_keys_limits_and_prices_are_read() {
+    let config = keyed(
+        "[auth]\nkeys_env = \"OLD\"\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\nmodels = [\"small\"]\ntags = [\"batch\"]\n\
+         [auth.keys.limits]\nrequests_per_minute = 60\ntokens_per_minute = 20000\nsamples_per_minute = 200\nusd_per_day = 1.0\n\
+         [[auth.tags]]\nname = \"batch\"\n[auth.tags.limits]\nrequests_per_hour = 1000\n\
+         [state]\nredis_url = \"redis://127.0.0.1:6379\"\non_state_error = \"refuse\"\nstate_timeout_ms = 20",
+    )
+    .unwrap();
+    let auth = config.auth.as_ref().unwrap();
+    assert_eq!(auth.keys_env.as_deref(), Some("OLD"));
+    let key = &auth.keys[0];
+    let names: Vec<String> = key.limits.iter().map(|l| l.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "requests_per_minute",
+            "samples_per_minute",
+            "tokens_per_minute",
+            "usd_per_day"
+        ]
+    );
+    let usd = key.limits.iter().last().unwrap();
+    assert_eq!((usd.resource, usd.window), (Resource::Usd, Window::Day));
+    assert_eq!(usd.amount, 1_000_000_000, "nano-dollars");
+    assert_eq!(usd.stated(), "$1.00 a day");
+    assert_eq!(auth.tags[0].limits.len(), 1);
+    assert_eq!(config.state.on_state_error, OnStateError::Refuse);
+    assert_eq!(config.state.state_timeout_ms, 20);
+    let price = config.models[0].price.unwrap();
+    assert_eq!(price.output_per_million, 0.6);
+}
+
+#[test]
+fn bad_keys_are_refused_naming_what_and_where() {
+    let sha = "a".repeat(64);
+    let cases = [
+        (
+            format!(
+                "[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{sha}\"\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"B\""
+            ),
+            "[[auth.keys]] 2 (\"team-a\"): the name is given to [[auth.keys]] 1 too",
+        ),
+        (
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\nmodels = [\"large\"]".into(),
+            "[[auth.keys]] 1 (\"a\"): models names \"large\", which is not a configured model",
+        ),
+        (
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\n[auth.keys.limits]\nrequests_per_minute = -1".into(),
+            "`requests_per_minute` must be a whole number, 0 or more, not -1",
+        ),
+        (
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\n[auth.keys.limits]\nrequests_per_mnute = 5".into(),
+            "`requests_per_mnute` is not a limit",
+        ),
+        (
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\n[auth.keys.limits]\nusd_per_day = -0.5".into(),
+            "`usd_per_day` must be a number of dollars from 0 to 1000000, not -0.5",
+        ),
+        (
+            "[[auth.keys]]\nname = \"a\"".into(),
+            "[[auth.keys]] 1 (\"a\"): no key: set key_env",
+        ),
+        (
+            "[[auth.keys]]\nname = \"a\"\nsha256 = \"abc\"".into(),
+            "sha256 must be 64 hexadecimal digits",
+        ),
+        (
+            "[[auth.keys]]\nname = \"(unnamed)\"\nkey_env = \"A\"".into(),
+            "the label of the unnamed keys",
+        ),
+        (
+            "[auth]\n".into(),
+            "[auth] names no key",
+        ),
+        (
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\ntags = [\"t\", \"t\"]".into(),
+            "[[auth.keys]] 1 (\"a\"): tags names \"t\" twice",
+        ),
+        (
+            "[state]\nredis_url = \"http://127.0.0.1:6379\"".into(),
+            "[state] redis_url: must be a redis:// URL",
+        ),
+        (
+            "[state]\nstate_timeout_ms = 0".into(),
+            "[state] state_timeout_ms must be from 1 to 60000",
+        ),
+        (
+            "[state]\non_state_error = \"maybe\"".into(),
+            "unknown variant `maybe`",
+        ),
+    ];
+    for (lines, expected) in cases {
+        let e = keyed(&lines).unwrap_err().to_string();
+        assert!(e.contains(expected), "{lines}\n=> {e}");
+    }
+    // A limit's error names its table's line.
+    let e = keyed("[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\n[auth.keys.limits]\nrequests_per_minute = -1")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 4"), "{e}");
+}
+
+#[test]
+fn a_bad_price_is_refused_naming_the_model() {
+    let priced = |price: &str| {
+        Config::from_toml(&format!(
+            "[[models]]\nname = \"small\"\nprice = {price}\n{UPSTREAM}"
+        ))
+        .map(drop)
+        .unwrap_err()
+        .to_string()
+    };
+    let e = priced("{ input_per_million = \"cheap\", output_per_million = 1 }");
+    assert!(e.contains("line 3") && e.contains("invalid type"), "{e}");
+    let e = priced("{ input_per_million = 1.0 }");
+    assert!(e.contains("missing field `output_per_million`"), "{e}");
+    let e = priced("{ input_per_million = -1.0, output_per_million = 1 }");
+    assert!(
+        e.contains("model \"small\": price.input_per_million must be a number of dollars"),
+        "{e}"
+    );
+    // Dollars counted of a model without a price.
+    let e = Config::from_toml(&format!(
+        "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\n[auth.keys.limits]\nusd_per_day = 1\n[[models]]\nname = \"free\"\n{UPSTREAM}"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains(
+            "usd_per_day counts dollars, and model \"free\", which the key may use, has no price"
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_check_names_keys_and_limits_never_a_key() {
+    let config = keyed(
+        "[auth]\nkeys_env = \"OLD\"\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\nmodels = [\"small\"]\n\
+         [auth.keys.limits]\nrequests_per_minute = 60\nusd_per_day = 1.5\n\
+         [state]\nredis_url = \"redis://:pw@127.0.0.1:6379\"",
+    )
+    .unwrap();
+    let env = |name: &str| match name {
+        "OLD" => Some("sk-old".to_string()),
+        "TEAM_A_KEY" => Some("sk-team-a".to_string()),
+        _ => None,
+    };
+    let text = config.check_with_env(None, env).unwrap().to_string();
+    assert!(text.contains("auth: client keys from $OLD\n"), "{text}");
+    assert!(
+        text.contains(
+            "auth: key \"team-a\" from $TEAM_A_KEY, models [\"small\"]; limits requests_per_minute (60 a minute), usd_per_day ($1.50 a day)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("state: the limits' counts in redis://127.0.0.1:6379 (on_state_error = \"allow\", state_timeout_ms = 50)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("price $0.15 in, $0.6 out per million tokens"),
+        "{text}"
+    );
+    for secret in ["sk-old", "sk-team-a", "pw@"] {
+        assert!(!text.contains(secret), "{secret}: {text}");
+    }
+    // Two names for one key: refused, naming both tables.
+    let twice = keyed(
+        "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\n[[auth.keys]]\nname = \"b\"\nkey_env = \"B\"",
+    )
+    .unwrap();
+    let e = twice
+        .check_with_env(None, |_| Some("same".into()))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "[[auth.keys]] 2 (\"b\"): the same key as [[auth.keys]] 1; each key's name is its own"
+    );
+}

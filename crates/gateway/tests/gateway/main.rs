@@ -17,6 +17,7 @@ mod arith;
 mod clients;
 mod hardening;
 mod ingress;
+mod keys;
 mod policy;
 mod record;
 mod resilience;

@@ -249,6 +249,8 @@ fn assert_common(span: &Span, model: &str, n: u64, usage: &Value) {
     assert_eq!(span.attr("gen_ai.provider.name"), "openai");
     assert_eq!(span.attr("gen_ai.request.model"), model);
     assert_eq!(span.attr("gen_ai.request.choice.count"), n);
+    // The key's name: the unnamed keys of `keys_env` are `(unnamed)`, never the key.
+    assert_eq!(span.attr("choicewise.key"), "(unnamed)");
     assert_eq!(
         span.attr("gen_ai.usage.input_tokens"),
         &usage["prompt_tokens"]

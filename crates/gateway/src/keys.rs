@@ -1,0 +1,250 @@
+//! The keys a gateway accepts (`[auth] keys_env`, `[[auth.keys]]`) and who sent a request
+//! ([`Caller`]): every key compared in full, in time that does not depend on which matches;
+//! a named key known by its SHA-256 only. Read by the `auth` layer, the handler, the limits
+//! and the record; it uses none of them.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, StatusCode, header};
+
+use crate::error::ApiError;
+
+/// The key a request sends: `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
+pub(crate) fn given_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = (headers.get(header::AUTHORIZATION))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    bearer.or(x_api_key).map(str::trim)
+}
+
+/// The metrics' and log lines' `key` of the unnamed keys (`[auth] keys_env`); no
+/// `[[auth.keys]]` may take it as its name.
+pub(crate) const UNNAMED: &str = "(unnamed)";
+
+/// Who sent a request, by its key: found by the `auth` layer, kept in the request's
+/// extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// A gateway without `[auth]`: no key.
+    Open,
+    /// One of the unnamed keys of `keys_env`.
+    Unnamed,
+    /// The `[[auth.keys]]` of this index.
+    Named(usize),
+}
+
+/// A key of `[[auth.keys]]`, as the gateway holds it: its name, its digest (never the key),
+/// the models it may use and its tags.
+#[derive(Clone)]
+pub(crate) struct NamedKey {
+    pub name: Arc<str>,
+    digest: [u8; 32],
+    /// None: every model.
+    pub models: Option<Vec<String>>,
+    pub tags: Vec<String>,
+}
+
+impl NamedKey {
+    /// A key named `name`, known by the SHA-256 `digest` of the key.
+    pub(crate) fn new(
+        name: &str,
+        digest: [u8; 32],
+        models: Option<Vec<String>>,
+        tags: Vec<String>,
+    ) -> NamedKey {
+        NamedKey {
+            name: Arc::from(name),
+            digest,
+            models,
+            tags,
+        }
+    }
+
+    /// The SHA-256 of its key.
+    pub(crate) fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+
+    /// Whether it may use `model`.
+    pub(crate) fn allows(&self, model: &str) -> bool {
+        (self.models.as_ref()).is_none_or(|models| models.iter().any(|m| m == model))
+    }
+}
+
+impl std::fmt::Debug for NamedKey {
+    /// Its name and models: never its digest.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NamedKey")
+            .field("name", &self.name)
+            .field("models", &self.models)
+            .field("tags", &self.tags)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Keys {
+    /// How many unnamed keys, and the named ones' names: never a key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("unnamed", &self.unnamed.len())
+            .field("named", &self.named)
+            .finish()
+    }
+}
+
+/// The SHA-256 of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+/// The keys a gateway accepts: unnamed ones (`keys_env`) and named ones (`[[auth.keys]]`).
+/// None at all: no key needed.
+#[derive(Clone, Default)]
+pub(crate) struct Keys {
+    unnamed: Vec<String>,
+    named: Vec<NamedKey>,
+}
+
+impl Keys {
+    pub(crate) fn new(unnamed: Vec<String>, named: Vec<NamedKey>) -> Keys {
+        Keys { unnamed, named }
+    }
+
+    /// No key is configured: the gateway is open (on loopback).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.unnamed.is_empty() && self.named.is_empty()
+    }
+
+    /// How many keys there are.
+    pub(crate) fn len(&self) -> usize {
+        self.unnamed.len() + self.named.len()
+    }
+
+    /// The named key of this index.
+    pub(crate) fn named(&self, index: usize) -> &NamedKey {
+        &self.named[index]
+    }
+
+    /// The named keys, in the configuration's order.
+    pub(crate) fn all_named(&self) -> &[NamedKey] {
+        &self.named
+    }
+
+    /// The `key` label of a caller: its name, [`UNNAMED`], or empty without `[auth]`.
+    pub(crate) fn label(&self, caller: Caller) -> &str {
+        match caller {
+            Caller::Open => "",
+            Caller::Unnamed => UNNAMED,
+            Caller::Named(i) => &self.named[i].name,
+        }
+    }
+
+    /// Checks the client's key (`Authorization: Bearer KEY`, or Anthropic's `x-api-key:
+    /// KEY`) when keys are configured: who sent it, or a 401. Every key is compared in full,
+    /// whichever matches (an unnamed key as it is, a named key by its digest): no early exit
+    /// to time.
+    pub(crate) fn authorize(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        if self.is_empty() {
+            return Ok(Caller::Open);
+        }
+        let given = given_key(headers);
+        let found = given.and_then(|given| {
+            let unnamed = (self.unnamed.iter()).fold(false, |found, key| {
+                found | same(key.as_bytes(), given.as_bytes())
+            });
+            // Hashed only where named keys are configured.
+            let digest = match self.named.is_empty() {
+                true => [0u8; 32],
+                false => sha256(given.as_bytes()),
+            };
+            let named = (self.named.iter().enumerate()).fold(None, |found, (i, key)| {
+                match same(&key.digest, &digest) {
+                    true => Some(i),
+                    false => found,
+                }
+            });
+            match (named, unnamed) {
+                (Some(i), _) => Some(Caller::Named(i)),
+                (None, true) => Some(Caller::Unnamed),
+                (None, false) => None,
+            }
+        });
+        match (given, found) {
+            (_, Some(caller)) => Ok(caller),
+            (None, _) => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "no API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
+            )
+            .code("missing_api_key")),
+            (Some(_), None) => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "the API key is not one this gateway accepts",
+            )
+            .code("invalid_api_key")),
+        }
+    }
+}
+
+/// Compares two byte strings in time that depends on their lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(key: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let value = format!("Bearer {key}").parse().unwrap();
+        headers.insert(header::AUTHORIZATION, value);
+        headers
+    }
+
+    #[test]
+    fn a_key_is_known_by_its_name_or_as_unnamed() {
+        let keys = Keys::new(
+            vec!["sk-old".into()],
+            vec![
+                NamedKey::new(
+                    "team-a",
+                    sha256(b"sk-a"),
+                    Some(vec!["small".into()]),
+                    vec![],
+                ),
+                NamedKey::new("team-b", sha256(b"sk-b"), None, vec![]),
+            ],
+        );
+        assert_eq!(keys.authorize(&bearer("sk-a")), Ok(Caller::Named(0)));
+        assert_eq!(keys.authorize(&bearer("sk-b")), Ok(Caller::Named(1)));
+        assert_eq!(keys.authorize(&bearer("sk-old")), Ok(Caller::Unnamed));
+        let mut anthropic = HeaderMap::new();
+        anthropic.insert("x-api-key", "sk-b".parse().unwrap());
+        assert_eq!(keys.authorize(&anthropic), Ok(Caller::Named(1)));
+        let e = keys.authorize(&bearer("sk-c")).unwrap_err();
+        assert_eq!(e.code.as_deref(), Some("invalid_api_key"));
+        assert!(!e.message.contains("sk-c"));
+        let e = keys.authorize(&HeaderMap::new()).unwrap_err();
+        assert_eq!(e.code.as_deref(), Some("missing_api_key"));
+        assert_eq!(keys.label(Caller::Named(0)), "team-a");
+        assert_eq!(keys.label(Caller::Unnamed), UNNAMED);
+        assert!(keys.named(0).allows("small") && !keys.named(0).allows("large"));
+        assert!(keys.named(1).allows("large"));
+        let shown = format!("{keys:?}");
+        assert!(
+            !shown.contains("sk-old") && shown.contains("team-a"),
+            "{shown}"
+        );
+        // Without keys, every request is the open gateway's.
+        assert_eq!(
+            Keys::default().authorize(&HeaderMap::new()),
+            Ok(Caller::Open)
+        );
+    }
+}

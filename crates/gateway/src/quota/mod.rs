@@ -1,0 +1,711 @@
+//! The limits of keys, tags and models (`[auth.keys.limits]`, `[auth.tags.limits]`,
+//! `[models.limits]`): what a request reserves before any upstream is asked, the refusal
+//! (429 naming the limit, its window and when it resets), and the settlement that replaces
+//! the reservation by what was counted once the request's samples are over.
+//!
+//! The counts live in a [`store::Store`]: the process's ([`store::Memory`], the default) or
+//! Redis's ([`redis::Redis`], `[state] redis_url`), shared by every replica. Every call to the
+//! store is bounded by `state_timeout_ms`; when it fails or is late, `on_state_error` says
+//! what the request meets (served uncounted, or 503), and [`Health`] says so in the log once
+//! when the failures begin and once when they end, and in `/metrics`.
+//!
+//! ```text
+//! reserve:  requests 1, samples S, tokens S × (prompt + room), usd S × (prompt × in + room × out)
+//! settle:   samples started, tokens prompt + completion as counted, usd of those tokens
+//! ```
+
+pub(crate) mod redis;
+pub(crate) mod store;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+
+use crate::config::{
+    Config, ConfigError, NANOS_PER_USD, OnStateError, Price, RateLimit, RateLimits, Resource,
+};
+use crate::error::ApiError;
+use crate::keys::{Caller, Keys};
+use crate::metrics::Metrics;
+use store::{Adjust, Charge, Store, Verdict};
+
+/// The answer room reserved for each sample of a request that states no limit, of a model
+/// none of whose upstreams sets `max_tokens`: the settlement replaces it by what was
+/// generated.
+pub(crate) const ROOM_WITHOUT_LIMIT: u64 = 4096;
+
+/// The prefix of every counter's name (a Redis key).
+const PREFIX: &str = "choicewise:";
+
+/// One limit of one scope, and the name of its counter.
+#[derive(Debug, Clone)]
+struct Rule {
+    /// `choicewise:key:team-a:requests_per_minute`.
+    counter: Arc<str>,
+    limit: RateLimit,
+    /// As a refusal names it: "key `team-a`".
+    scope: Arc<str>,
+    /// As the metrics name it: `key:team-a`.
+    label: Arc<str>,
+}
+
+fn rules_of(kind: &str, name: &str, limits: &RateLimits) -> Vec<Rule> {
+    (limits.iter())
+        .map(|limit| Rule {
+            counter: Arc::from(format!("{PREFIX}{kind}:{name}:{}", limit.name())),
+            limit: *limit,
+            scope: Arc::from(format!("{kind} `{name}`")),
+            label: Arc::from(format!("{kind}:{name}")),
+        })
+        .collect()
+}
+
+/// What a request may take: its samples, its prompt's tokens, and the answer room of each
+/// sample (the room it asked for, else its model's default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Demand {
+    pub samples: u64,
+    pub prompt_tokens: u64,
+    pub room: u64,
+}
+
+/// What a request came to: its samples started, and their tokens as counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Counted {
+    pub samples: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// Nano-dollars of these tokens at `price` (0 without one), rounded up.
+fn nanos(price: Option<Price>, prompt: u64, completion: u64) -> u64 {
+    let Some(price) = price else { return 0 };
+    // Dollars per million tokens are nano-dollars per thousandth of a token.
+    let nanos = (prompt as f64 * price.input_per_million
+        + completion as f64 * price.output_per_million)
+        * (NANOS_PER_USD / 1e6);
+    nanos.ceil() as u64
+}
+
+/// What `resource` takes of a request's `demand`.
+fn reserved(resource: Resource, demand: Demand, price: Option<Price>) -> u64 {
+    let prompt = demand.samples.saturating_mul(demand.prompt_tokens);
+    let room = demand.samples.saturating_mul(demand.room);
+    match resource {
+        Resource::Requests => 1,
+        Resource::Samples => demand.samples,
+        Resource::Tokens => prompt.saturating_add(room),
+        Resource::Usd => nanos(price, prompt, room),
+    }
+}
+
+/// What `resource` came to of what a request `counted`.
+fn used(resource: Resource, counted: Counted, price: Option<Price>) -> u64 {
+    match resource {
+        Resource::Requests => 1,
+        Resource::Samples => counted.samples,
+        Resource::Tokens => counted
+            .prompt_tokens
+            .saturating_add(counted.completion_tokens),
+        Resource::Usd => nanos(price, counted.prompt_tokens, counted.completion_tokens),
+    }
+}
+
+/// "12 s", "5 min", "3 h 20 min": a wait, rounded up to the second, as a refusal says it.
+fn said(seconds: u64) -> String {
+    match seconds {
+        0..120 => format!("{seconds} s"),
+        120..7200 => format!("{} min", seconds.div_ceil(60)),
+        _ => {
+            let minutes = seconds.div_ceil(60);
+            format!("{} h {} min", minutes / 60, minutes % 60)
+        }
+    }
+}
+
+/// Whether the store answers, said once when its failures begin and once when they end.
+pub(crate) struct Health {
+    failing: AtomicBool,
+    since: Mutex<Option<Instant>>,
+    metrics: Arc<Metrics>,
+    policy: OnStateError,
+    /// The store, as the log names it: `redis://127.0.0.1:6379` (without its password).
+    store: String,
+}
+
+impl Health {
+    fn new(metrics: Arc<Metrics>, policy: OnStateError, store: String) -> Health {
+        Health {
+            failing: AtomicBool::new(false),
+            since: Mutex::new(None),
+            metrics,
+            policy,
+            store,
+        }
+    }
+
+    /// A call (`reserve`, `settle`) failed: counted, and said when it is the first.
+    pub(crate) fn failed(&self, op: &'static str, error: &store::StoreError) {
+        self.metrics.state_error(op);
+        if self.failing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *self.since.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        self.metrics.state_failing(true);
+        let then = match self.policy {
+            OnStateError::Allow => {
+                "requests are served without their limits counted (on_state_error = \"allow\")"
+            }
+            OnStateError::Refuse => {
+                "requests with limits are refused with 503 (on_state_error = \"refuse\")"
+            }
+        };
+        tracing::warn!(
+            store = %self.store,
+            op,
+            error = %error,
+            "the shared counts of the limits stopped: {then} until the store answers again"
+        );
+    }
+
+    /// The store did not answer at start (which was said): failing, without another line.
+    fn failing_from_start(&self) {
+        if !self.failing.swap(true, Ordering::AcqRel) {
+            *self.since.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+            self.metrics.state_failing(true);
+        }
+    }
+
+    /// A call succeeded: said when it ends a run of failures.
+    pub(crate) fn answered(&self) {
+        if !self.failing.load(Ordering::Acquire) || !self.failing.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let since = self.since.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.metrics.state_failing(false);
+        tracing::info!(
+            store = %self.store,
+            failing_for_ms = since.map_or(0, |s| s.elapsed().as_millis() as u64),
+            "the shared counts of the limits resumed: requests are counted again"
+        );
+    }
+}
+
+/// The limits of a gateway and the store of their counts.
+pub(crate) struct Quota {
+    /// Per named key (by index): its own limits, then its tags'.
+    keys: Vec<Vec<Rule>>,
+    models: HashMap<String, Vec<Rule>>,
+    prices: HashMap<String, Price>,
+    store: Arc<dyn Store>,
+    timeout: Duration,
+    policy: OnStateError,
+    health: Arc<Health>,
+    /// The store as the log names it: `memory`, or the Redis URL without its password.
+    shown: String,
+    /// Redis's, to be asked at start.
+    redis: Option<Arc<redis::Redis>>,
+}
+
+impl Quota {
+    /// The limits of `config` for its `keys`, their counts in the store `[state]` names.
+    pub(crate) fn new(
+        config: &Config,
+        keys: &Keys,
+        metrics: Arc<Metrics>,
+    ) -> Result<Quota, ConfigError> {
+        let auth = config.auth.as_ref();
+        let tags: HashMap<&str, Vec<Rule>> = (auth.map_or(&[][..], |a| &a.tags).iter())
+            .map(|t| (t.name.as_str(), rules_of("tag", &t.name, &t.limits)))
+            .collect();
+        let configured = auth.map_or(&[][..], |a| &a.keys);
+        let key_rules = (keys.all_named().iter())
+            .map(|key| {
+                let own = configured.iter().find(|k| *k.name == *key.name);
+                let mut rules = own.map_or_else(Vec::new, |k| rules_of("key", &k.name, &k.limits));
+                for tag in &key.tags {
+                    rules.extend(tags.get(tag.as_str()).into_iter().flatten().cloned());
+                }
+                rules
+            })
+            .collect();
+        let models = (config.models.iter())
+            .map(|m| (m.name.clone(), rules_of("model", &m.name, &m.limits)))
+            .filter(|(_, rules)| !rules.is_empty())
+            .collect();
+        let prices = (config.models.iter())
+            .filter_map(|m| Some((m.name.clone(), m.price?)))
+            .collect();
+        let state = &config.state;
+        let (shown, redis) = match &state.redis_url {
+            None => ("memory".to_string(), None),
+            Some(url) => {
+                let timeout = Duration::from_millis(state.state_timeout_ms);
+                let shown = redis::shown(url);
+                (shown, Some(Arc::new(redis::Redis::new(url, timeout)?)))
+            }
+        };
+        let health = Arc::new(Health::new(metrics, state.on_state_error, shown.clone()));
+        let store: Arc<dyn Store> = match &redis {
+            None => Arc::new(store::Memory::default()),
+            Some(redis) => {
+                redis.watch(health.clone());
+                redis.clone()
+            }
+        };
+        Ok(Quota {
+            keys: key_rules,
+            models,
+            prices,
+            store,
+            timeout: Duration::from_millis(state.state_timeout_ms),
+            policy: state.on_state_error,
+            health,
+            shown,
+            redis,
+        })
+    }
+
+    /// The limits a request of `caller` for `model` meets, if any.
+    pub(crate) fn applicable(&self, caller: Caller, model: &str) -> Option<Applicable<'_>> {
+        let own: &[Rule] = match caller {
+            Caller::Named(i) => self.keys.get(i).map_or(&[], Vec::as_slice),
+            _ => &[],
+        };
+        let model_rules = self.models.get(model).map_or(&[][..], Vec::as_slice);
+        if own.is_empty() && model_rules.is_empty() {
+            return None;
+        }
+        Some(Applicable {
+            rules: own.iter().chain(model_rules).collect(),
+            price: self.prices.get(model).copied(),
+        })
+    }
+
+    /// Reserves what `demand` may take of `applicable`'s limits, before any upstream is
+    /// asked: the reservation, settled when the request's samples are over; `None` when the
+    /// store failed and `on_state_error = "allow"` serves the request uncounted. A 429 when a
+    /// limit would be passed; a 400 when the request alone is more than a limit allows; a
+    /// 503 when the store failed and `on_state_error = "refuse"`.
+    pub(crate) async fn reserve(
+        &self,
+        applicable: Applicable<'_>,
+        demand: Demand,
+    ) -> Result<Option<Reservation>, ApiError> {
+        let Applicable { rules, price } = applicable;
+        let charges: Vec<Charge> = (rules.iter())
+            .map(|r| Charge {
+                counter: r.counter.clone(),
+                window_ms: r.limit.window.millis(),
+                limit: r.limit.amount,
+                amount: reserved(r.limit.resource, demand, price),
+            })
+            .collect();
+        if let Some((rule, charge)) = rules.iter().zip(&charges).find(|(_, c)| c.amount > c.limit) {
+            return Err(never_fits(rule, charge.amount, demand));
+        }
+        let answer = tokio::time::timeout(self.timeout, self.store.reserve(&charges)).await;
+        let answer = answer.unwrap_or_else(|_| {
+            Err(store::StoreError(format!(
+                "no answer within state_timeout_ms ({} ms)",
+                self.timeout.as_millis()
+            )))
+        });
+        match answer {
+            Ok(Verdict::Reserved(starts)) => {
+                self.health.answered();
+                let held = (rules.iter().zip(charges).zip(starts))
+                    .map(|((rule, charge), start)| Held {
+                        counter: charge.counter,
+                        resource: rule.limit.resource,
+                        start,
+                        reserved: charge.amount,
+                    })
+                    .collect();
+                Ok(Some(Reservation {
+                    store: self.store.clone(),
+                    held,
+                    price,
+                    settled: false,
+                }))
+            }
+            Ok(Verdict::Refused { index, reset_ms }) => {
+                self.health.answered();
+                // The store names one of the charges it was given (`applicable` gives one at
+                // least).
+                match rules.get(index).or(rules.first()) {
+                    Some(rule) => Err(self.refused(rule, reset_ms)),
+                    None => Ok(None),
+                }
+            }
+            Err(e) => {
+                self.health.failed("reserve", &e);
+                match self.policy {
+                    OnStateError::Allow => Ok(None),
+                    OnStateError::Refuse => Err(ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "server_error",
+                        format!(
+                            "the counts of this request's limits could not be read ({e}); \
+                             refused, as on_state_error = \"refuse\" says"
+                        ),
+                    )
+                    .code("state_unavailable")
+                    .wait(1)),
+                }
+            }
+        }
+    }
+
+    /// The 429 of `rule`, whose window ends in `reset_ms`.
+    fn refused(&self, rule: &Rule, reset_ms: u64) -> ApiError {
+        let wait = reset_ms.div_ceil(1000).max(1);
+        self.health
+            .metrics
+            .limit_refused(&rule.label, rule.limit.name());
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            format!(
+                "{} of {} ({}) reached; resets in {}",
+                rule.limit.name(),
+                rule.scope,
+                rule.limit.stated(),
+                said(wait)
+            ),
+        )
+        .code("rate_limit_exceeded")
+        .wait(wait)
+    }
+
+    /// At start: whether Redis answers within the store's deadline (at least 1 s): `true`
+    /// when it did, `false` without Redis. `Err` says why not, naming the store; the store
+    /// counts as failing from then (its recovery is said when it comes).
+    pub(crate) async fn probe(&self) -> Result<bool, String> {
+        let Some(redis) = &self.redis else {
+            return Ok(false);
+        };
+        let deadline = self.timeout.max(Duration::from_secs(1));
+        let error = match tokio::time::timeout(deadline, redis.ping()).await {
+            Ok(Ok(())) => return Ok(true),
+            Ok(Err(e)) => e,
+            Err(_) => format!("no answer within {} ms", deadline.as_millis()),
+        };
+        self.health.failing_from_start();
+        self.health.metrics.state_error("probe");
+        Err(format!(
+            "[state] redis_url {} is unreachable: {error}",
+            self.shown
+        ))
+    }
+
+    /// What the store's failures do (`on_state_error`).
+    pub(crate) fn policy(&self) -> OnStateError {
+        self.policy
+    }
+
+    /// The store, as the log names it.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+}
+
+/// The 400 of a request that alone takes more than `rule` allows in a whole window.
+fn never_fits(rule: &Rule, amount: u64, demand: Demand) -> ApiError {
+    let takes = match rule.limit.resource {
+        Resource::Usd => format!("${:.4}", amount as f64 / NANOS_PER_USD),
+        Resource::Tokens => format!(
+            "{amount} tokens ({} samples of {} prompt tokens and {} of answer room)",
+            demand.samples, demand.prompt_tokens, demand.room
+        ),
+        Resource::Samples => format!("{amount} samples"),
+        Resource::Requests => format!("{amount} request"),
+    };
+    ApiError::invalid(format!(
+        "this request may take {takes}, more than {} of {} ({}) allows at once: ask for fewer \
+         samples or less answer room (max_tokens)",
+        rule.limit.name(),
+        rule.scope,
+        rule.limit.stated()
+    ))
+    .code("exceeds_limit")
+}
+
+/// The limits a request meets ([`Quota::applicable`]).
+pub(crate) struct Applicable<'a> {
+    rules: Vec<&'a Rule>,
+    price: Option<Price>,
+}
+
+impl Applicable<'_> {
+    /// Whether a limit counts tokens or dollars: then the prompt's tokens are needed.
+    pub(crate) fn counts_tokens(&self) -> bool {
+        (self.rules.iter()).any(|r| matches!(r.limit.resource, Resource::Tokens | Resource::Usd))
+    }
+}
+
+/// One counter a reservation charged.
+#[derive(Debug)]
+struct Held {
+    counter: Arc<str>,
+    resource: Resource,
+    start: u64,
+    reserved: u64,
+}
+
+/// What a request reserved: replaced by what it came to with [`settle`](Self::settle); a
+/// reservation dropped unsettled is settled as a request none of whose samples started.
+pub(crate) struct Reservation {
+    store: Arc<dyn Store>,
+    held: Vec<Held>,
+    price: Option<Price>,
+    settled: bool,
+}
+
+impl Reservation {
+    /// The reservation replaced by what the request `counted` (without waiting: Redis's
+    /// settlements are applied by its store's task).
+    pub(crate) fn settle(mut self, counted: Counted) {
+        self.settle_as(counted);
+    }
+
+    fn settle_as(&mut self, counted: Counted) {
+        if std::mem::replace(&mut self.settled, true) {
+            return;
+        }
+        let adjusts: Vec<Adjust> = (self.held.iter())
+            .filter_map(|h| {
+                let used = used(h.resource, counted, self.price);
+                let delta = used as i64 - h.reserved as i64;
+                (delta != 0).then(|| Adjust {
+                    counter: h.counter.clone(),
+                    start: h.start,
+                    delta,
+                })
+            })
+            .collect();
+        if !adjusts.is_empty() {
+            self.store.settle_later(adjusts);
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.settle_as(Counted::default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quota(toml: &str) -> Quota {
+        let config = Config::from_toml(toml).unwrap();
+        let keys = Keys::new(
+            Vec::new(),
+            vec![crate::keys::NamedKey::new(
+                "team-a",
+                [0; 32],
+                None,
+                vec!["t".into()],
+            )],
+        );
+        Quota::new(&config, &keys, Arc::new(Metrics::new())).unwrap()
+    }
+
+    const MODEL: &str = "[[models]]\nname = \"m\"\nprice = { input_per_million = 1.0, output_per_million = 2.0 }\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
+
+    #[tokio::test]
+    async fn a_reservation_past_a_limit_is_refused_naming_it() {
+        let q = quota(&format!(
+            "[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\ntags = [\"t\"]\n[auth.keys.limits]\nrequests_per_minute = 2\n{MODEL}",
+            "0".repeat(64)
+        ));
+        let demand = Demand {
+            samples: 1,
+            prompt_tokens: 10,
+            room: 10,
+        };
+        let mut kept = Vec::new();
+        for _ in 0..2 {
+            let ap = q.applicable(Caller::Named(0), "m").unwrap();
+            assert!(!ap.counts_tokens());
+            kept.push(q.reserve(ap, demand).await.unwrap().unwrap());
+        }
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let e = q.reserve(ap, demand).await.err().unwrap();
+        assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(e.code.as_deref(), Some("rate_limit_exceeded"));
+        assert!(
+            e.message.starts_with(
+                "requests_per_minute of key `team-a` (2 a minute) reached; resets in "
+            ),
+            "{}",
+            e.message
+        );
+        assert!((1..=60).contains(&e.retry_after.unwrap()));
+        // Another caller, or another model without limits, meets none.
+        assert!(q.applicable(Caller::Unnamed, "m").is_none());
+    }
+
+    #[tokio::test]
+    async fn tokens_and_dollars_are_reserved_then_replaced_by_what_was_counted() {
+        let q = quota(&format!(
+            "[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\n[auth.keys.limits]\ntokens_per_minute = 1000\nusd_per_day = 0.001\n{MODEL}",
+            "0".repeat(64)
+        ));
+        // 4 samples of 100 prompt tokens and 100 of room: 800 tokens, $0.0012: too much
+        // money for one request.
+        let big = Demand {
+            samples: 4,
+            prompt_tokens: 100,
+            room: 100,
+        };
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        assert!(ap.counts_tokens());
+        let e = q.reserve(ap, big).await.err().unwrap();
+        assert_eq!(e.code.as_deref(), Some("exceeds_limit"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("usd_per_day of key `team-a` ($0.00 a day)"),
+            "{}",
+            e.message
+        );
+        // 2 samples: 400 tokens, $0.0006 reserved.
+        let small = Demand {
+            samples: 2,
+            prompt_tokens: 100,
+            room: 100,
+        };
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let first = q.reserve(ap, small).await.unwrap().unwrap();
+        // A second would pass the dollars.
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let e = q.reserve(ap, small).await.err().unwrap();
+        assert!(
+            e.message.starts_with("usd_per_day of key `team-a`"),
+            "{}",
+            e.message
+        );
+        // The first used 100 prompt and 50 generated tokens: $0.0002.
+        first.settle(Counted {
+            samples: 2,
+            prompt_tokens: 100,
+            completion_tokens: 50,
+        });
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let second = q.reserve(ap, small).await.unwrap().unwrap();
+        // Dropped unsettled: nothing was counted.
+        drop(second);
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        q.reserve(ap, small)
+            .await
+            .unwrap()
+            .unwrap()
+            .settle(Counted::default());
+    }
+
+    /// The log lines a test's subscriber writes.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn failures_are_said_once_when_they_begin_and_once_when_they_end() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let metrics = Arc::new(Metrics::new());
+        let health = Health::new(
+            metrics.clone(),
+            OnStateError::Allow,
+            "redis://127.0.0.1:1".into(),
+        );
+        let error = store::StoreError("redis: connection refused".into());
+        tracing::subscriber::with_default(subscriber, || {
+            health.answered();
+            for _ in 0..3 {
+                health.failed("reserve", &error);
+            }
+            health.failed("settle", &error);
+            assert!(metrics.encode().contains("choicewise_state_failing 1"));
+            health.answered();
+            health.answered();
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches("stopped").count(), 1, "{text}");
+        assert!(
+            text.contains(
+                "requests are served without their limits counted (on_state_error = \"allow\")"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("resumed").count(), 1, "{text}");
+        let encoded = metrics.encode();
+        assert!(encoded.contains("choicewise_state_failing 0"), "{encoded}");
+        assert!(
+            encoded.contains("choicewise_state_errors_total{op=\"reserve\"} 3"),
+            "{encoded}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tags_limit_is_shared_by_its_keys() {
+        let config = Config::from_toml(&format!(
+            "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\ntags = [\"batch\"]\n\
+             [[auth.keys]]\nname = \"b\"\nkey_env = \"B\"\ntags = [\"batch\"]\n\
+             [[auth.keys]]\nname = \"c\"\nkey_env = \"C\"\n\
+             [[auth.tags]]\nname = \"batch\"\n[auth.tags.limits]\nrequests_per_minute = 2\n{MODEL}"
+        ))
+        .unwrap();
+        let key = |name: &str, tags: &[&str]| {
+            let tags = tags.iter().map(|t| t.to_string()).collect();
+            crate::keys::NamedKey::new(name, [0; 32], None, tags)
+        };
+        let keys = Keys::new(
+            Vec::new(),
+            vec![key("a", &["batch"]), key("b", &["batch"]), key("c", &[])],
+        );
+        let q = Quota::new(&config, &keys, Arc::new(Metrics::new())).unwrap();
+        let demand = Demand {
+            samples: 1,
+            ..Demand::default()
+        };
+        let ap = |i: usize| q.applicable(Caller::Named(i), "m").unwrap();
+        let _a = q.reserve(ap(0), demand).await.unwrap();
+        let _b = q.reserve(ap(1), demand).await.unwrap();
+        let e = q.reserve(ap(0), demand).await.err().unwrap();
+        assert!(
+            e.message
+                .starts_with("requests_per_minute of tag `batch` (2 a minute) reached"),
+            "{}",
+            e.message
+        );
+        // A key without the tag does not share its limit (nor has any).
+        assert!(q.applicable(Caller::Named(2), "m").is_none());
+    }
+
+    #[test]
+    fn waits_are_said_in_their_units() {
+        assert_eq!(said(12), "12 s");
+        assert_eq!(said(119), "119 s");
+        assert_eq!(said(150), "3 min");
+        assert_eq!(said(86_400), "24 h 0 min");
+    }
+}

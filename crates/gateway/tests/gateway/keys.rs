@@ -1,0 +1,764 @@
+//! Keys with names, limits and budgets (`[[auth.keys]]`, `[models.limits]`, `[state]`), over
+//! real sockets: the counts in the process, and in a `redis-server` started here on a free
+//! port of 127.0.0.1 with a directory of its own, shared by two gateways.
+//!
+//! The Redis tests need `redis-server` (Debian's package): where it cannot be found they
+//! fail under CI (`CI=true`) and are skipped, saying why, elsewhere.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use choicewise_gateway::{Config, Gateway};
+use choicewise_testserver::TestServer;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::common::{CHAT_OK, metrics_with, start};
+
+/// The key of `team-a` (`TEAM_A_KEY`), of `team-b` (`TEAM_B_KEY`), and the unnamed one
+/// (`OLD_KEYS`).
+fn env(name: &str) -> Option<String> {
+    match name {
+        "TEAM_A_KEY" => Some("sk-team-a".into()),
+        "TEAM_B_KEY" => Some("sk-team-b".into()),
+        "OLD_KEYS" => Some("sk-old".into()),
+        _ => None,
+    }
+}
+
+/// An upstream answering every sample "ok" with its usage: 7 prompt tokens, 1 generated.
+async fn upstream() -> TestServer {
+    start(TestServer::builder().body(CHAT_OK)).await
+}
+
+/// Model `small` (priced at $10,000 a million prompt tokens and $30,000 a million generated
+/// ones: a sample of 7 and 1 tokens costs $0.10) and model `large`, on `upstream`, asked one
+/// request per sample.
+fn models(upstream: &TestServer, limits: &str) -> String {
+    let url = upstream.base_url();
+    format!(
+        "[[models]]\nname = \"small\"\nprice = {{ input_per_million = 10000.0, output_per_million = 30000.0 }}\n{limits}\n\
+         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n\
+         [[models]]\nname = \"large\"\nprice = {{ input_per_million = 1.0, output_per_million = 1.0 }}\n\
+         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n"
+    )
+}
+
+/// A gateway served on a free port until its sender is dropped or sent to.
+struct Served {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    async fn start(toml: &str) -> Served {
+        let config = Config::from_toml(toml).unwrap();
+        let gateway = Gateway::with_env(&config, env).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = gateway
+                .serve_on(listener, async move {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Served {
+            addr,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Stops it: no new connections, its open answers finished.
+    async fn stop(mut self) {
+        drop(self.stop.take());
+        let _ = tokio::time::timeout(Duration::from_secs(10), &mut self.task).await;
+    }
+}
+
+fn ask(model: &str, samples: Option<u32>) -> Value {
+    let mut body = json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 1,
+    });
+    if let Some(samples) = samples {
+        body["choicewise"] = json!({"select": "vote", "samples": samples});
+    }
+    body
+}
+
+async fn post(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    path: &str,
+    key: &str,
+    body: &Value,
+) -> reqwest::Response {
+    client
+        .post(format!("http://{addr}{path}"))
+        .bearer_auth(key)
+        .header("x-api-key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// What a refusal says: its status, `Retry-After` and JSON body.
+async fn refusal(response: reqwest::Response) -> (u16, Option<u64>, Value) {
+    let status = response.status().as_u16();
+    let wait = (response.headers().get("retry-after")).and_then(|v| v.to_str().ok()?.parse().ok());
+    (status, wait, response.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn named_keys_are_told_apart_limited_and_kept_to_their_models() {
+    let up = upstream().await;
+    let toml = format!(
+        "[auth]\nkeys_env = \"OLD_KEYS\"\n\
+         [[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\nmodels = [\"small\"]\n\
+         [auth.keys.limits]\nrequests_per_minute = 3\n\
+         [[auth.keys]]\nname = \"team-b\"\nsha256 = \"{}\"\n{}",
+        hex_sha256(b"sk-team-b"),
+        models(&up, "")
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let chat = "/v1/chat/completions";
+    // Outside its models: 403, before anything is counted.
+    let (status, _, body) =
+        refusal(post(&client, gw.addr, chat, "sk-team-a", &ask("large", None)).await).await;
+    assert_eq!(status, 403);
+    assert_eq!(body["error"]["code"], "model_not_allowed", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`team-a`"),
+        "{body}"
+    );
+    for _ in 0..3 {
+        let r = post(&client, gw.addr, chat, "sk-team-a", &ask("small", None)).await;
+        assert_eq!(r.status(), 200);
+    }
+    // The fourth of the minute, in each client API's own error shape.
+    let (status, wait, body) =
+        refusal(post(&client, gw.addr, chat, "sk-team-a", &ask("small", None)).await).await;
+    assert_eq!(status, 429);
+    assert!((1..=60).contains(&wait.unwrap()), "{wait:?}");
+    assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("requests_per_minute of key `team-a` (3 a minute) reached; resets in "),
+        "{message}"
+    );
+    let messages =
+        json!({"model": "small", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, wait, body) =
+        refusal(post(&client, gw.addr, "/v1/messages", "sk-team-a", &messages).await).await;
+    assert_eq!((status, wait.is_some()), (429, true));
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("requests_per_minute of key `team-a`"),
+        "{body}"
+    );
+    let responses = json!({"model": "small", "input": "hi", "max_output_tokens": 16});
+    let (status, _, body) =
+        refusal(post(&client, gw.addr, "/v1/responses", "sk-team-a", &responses).await).await;
+    assert_eq!(status, 429);
+    assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
+    // The other keys have limits of their own (none).
+    for key in ["sk-team-b", "sk-old", "sk-team-b"] {
+        let r = post(&client, gw.addr, chat, key, &ask("large", None)).await;
+        assert_eq!(r.status(), 200, "{key}");
+    }
+    // The metrics by key: the configured names and one label for the unnamed keys; never a key.
+    let text = metrics_with(
+        gw.addr,
+        &[
+            "choicewise_key_requests_total{key=\"team-a\",status=\"200\"} 3",
+            "choicewise_key_requests_total{key=\"team-a\",status=\"429\"} 3",
+            "choicewise_key_requests_total{key=\"team-a\",status=\"403\"} 1",
+            "choicewise_key_requests_total{key=\"team-b\",status=\"200\"} 2",
+            "choicewise_key_requests_total{key=\"(unnamed)\",status=\"200\"} 1",
+            "choicewise_limit_refusals_total{scope=\"key:team-a\",limit=\"requests_per_minute\"} 3",
+            "choicewise_key_tokens_total{key=\"team-a\",kind=\"prompt\"} 21",
+        ],
+    )
+    .await;
+    assert!(!text.contains("sk-"), "a key in the metrics");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_vote_reserves_its_samples_and_settles_what_they_took() {
+    let up = upstream().await;
+    // A vote of 4 samples: each takes 7 + 1 tokens; 4 × (prompt + 1 of room) is reserved.
+    let toml = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\nsamples_per_minute = 10\ntokens_per_minute = 100\n{}",
+        models(&up, "")
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let chat = "/v1/chat/completions";
+    let mut answered = 0;
+    let mut refused = None;
+    for _ in 0..5 {
+        let r = post(&client, gw.addr, chat, "sk-team-a", &ask("small", Some(4))).await;
+        match r.status().as_u16() {
+            200 => answered += 1,
+            _ => {
+                refused = Some(refusal(r).await);
+                break;
+            }
+        }
+    }
+    // 10 samples a minute hold two votes of 4; the third is refused by its samples.
+    assert_eq!(answered, 2);
+    let (status, _, body) = refused.unwrap();
+    assert_eq!(status, 429);
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("samples_per_minute of key `team-a` (10 a minute)"),
+        "{message}"
+    );
+    // 2 votes × 4 samples × 8 tokens counted, reported by the upstream.
+    metrics_with(
+        gw.addr,
+        &[
+            "choicewise_key_tokens_total{key=\"team-a\",kind=\"prompt\"} 56",
+            "choicewise_key_tokens_total{key=\"team-a\",kind=\"completion\"} 8",
+        ],
+    )
+    .await;
+    // One request that alone takes more than a whole window: 400, whenever it is sent.
+    let (status, wait, body) =
+        refusal(post(&client, gw.addr, chat, "sk-team-a", &ask("small", Some(16))).await).await;
+    assert_eq!((status, wait), (400, None), "{body}");
+    assert_eq!(body["error"]["code"], "exceeds_limit", "{body}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_models_limit_is_shared_by_every_key() {
+    let up = upstream().await;
+    let toml = format!(
+        "[auth]\nkeys_env = \"OLD_KEYS\"\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n{}",
+        models(&up, "[models.limits]\nrequests_per_hour = 2\n")
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let chat = "/v1/chat/completions";
+    assert_eq!(
+        post(&client, gw.addr, chat, "sk-team-a", &ask("small", None))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        post(&client, gw.addr, chat, "sk-old", &ask("small", None))
+            .await
+            .status(),
+        200
+    );
+    let (status, wait, body) =
+        refusal(post(&client, gw.addr, chat, "sk-old", &ask("small", None)).await).await;
+    assert_eq!(status, 429);
+    assert!(wait.unwrap() > 60, "{wait:?}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("requests_per_hour of model `small` (2 a hour) reached; resets in "),
+        "{message}"
+    );
+    // Another model is not limited.
+    assert_eq!(
+        post(&client, gw.addr, chat, "sk-old", &ask("large", None))
+            .await
+            .status(),
+        200
+    );
+    gw.stop().await;
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A `redis-server` of its own: a free port of 127.0.0.1, a directory of its own, no
+/// persistence; stopped when dropped.
+struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    child: Option<tokio::process::Child>,
+}
+
+/// Where `redis-server` is, if it is installed.
+fn redis_server_path() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    (std::env::split_paths(&path).chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")]))
+        .map(|dir| dir.join("redis-server"))
+        .find(|p| p.is_file())
+}
+
+impl RedisServer {
+    /// A server started, or `None` (with the reason printed) where `redis-server` is not
+    /// installed; under CI (`CI=true`) its absence fails the test.
+    async fn start() -> Option<RedisServer> {
+        let Some(path) = redis_server_path() else {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!(
+                    "redis-server is not installed, and CI=true: .ci/run installs it (apt-get install redis-server)"
+                );
+            }
+            eprintln!(
+                "skipped: redis-server is not installed (Debian: apt-get install redis-server)"
+            );
+            return None;
+        };
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let dir =
+            std::env::temp_dir().join(format!("choicewise-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut server = RedisServer {
+            port,
+            dir,
+            child: None,
+        };
+        server.run(path).await;
+        Some(server)
+    }
+
+    async fn run(&mut self, path: PathBuf) {
+        let child = tokio::process::Command::new(path)
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "yes",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not listen on {}",
+                self.port
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops it as `redis-cli shutdown nosave` does (the `SHUTDOWN NOSAVE` command), and waits
+    /// for its process to end.
+    async fn shut_down(&mut self) {
+        use tokio::io::AsyncWriteExt;
+        if let Ok(mut tcp) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await {
+            let _ = tcp
+                .write_all(b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n")
+                .await;
+        }
+        if let Some(mut child) = self.child.take() {
+            let ended = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+            if ended.is_err() {
+                let _ = child.kill().await;
+            }
+        }
+    }
+
+    /// Starts it again on its port.
+    async fn start_again(&mut self) {
+        self.run(redis_server_path().unwrap()).await;
+    }
+
+    /// What the hash `key` holds in its field `v` (a counter's amount), if it exists.
+    async fn amount(&self, key: &str) -> Option<u64> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
+        let command = format!("*3\r\n$4\r\nHGET\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len());
+        tcp.write_all(command.as_bytes()).await.ok()?;
+        // `$-1\r\n` (none), or `$LEN\r\nVALUE\r\n`.
+        let complete = |reply: &[u8]| {
+            reply.ends_with(b"\r\n")
+                && (reply.starts_with(b"$-1") || reply.iter().filter(|&&b| b == b'\n').count() == 2)
+        };
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 256];
+        while !complete(&reply) {
+            let n = tcp.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            reply.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8(reply).ok()?;
+        text.lines().nth(1)?.trim().parse().ok()
+    }
+
+    /// Waits (5 s at most) until the counter `key` holds `amount`.
+    async fn wait_for(&self, key: &str, amount: u64) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let now = self.amount(key).await;
+            if now == Some(amount) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key} holds {now:?}, not {amount}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Makes it answer nothing for `seconds` (`DEBUG SLEEP`), as a stalled server does.
+    async fn stall(&self, seconds: f64) {
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        use tokio::io::AsyncWriteExt;
+        let s = seconds.to_string();
+        let command = format!(
+            "*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n${}\r\n{s}\r\n",
+            s.len()
+        );
+        tcp.write_all(command.as_bytes()).await.unwrap();
+        // The connection stays open until the sleep is over.
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buf = [0u8; 64];
+            let _ = tcp.read(&mut buf).await;
+        });
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `[state]` on `redis`, with this policy.
+fn state(redis: &RedisServer, policy: &str) -> String {
+    format!(
+        "[state]\nredis_url = \"{}\"\non_state_error = \"{policy}\"\nstate_timeout_ms = 50\n",
+        redis.url()
+    )
+}
+
+#[tokio::test]
+async fn two_gateways_on_one_redis_answer_exactly_the_limit_and_keep_it_across_restarts() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let up = upstream().await;
+    let toml = format!(
+        "{}[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\nrequests_per_minute = 60\n{}",
+        state(&redis, "refuse"),
+        models(&up, "")
+    );
+    let (one, two) = (Served::start(&toml).await, Served::start(&toml).await);
+    let client = reqwest::Client::new();
+    // 100 requests, spread over both, 10 at a time.
+    let addrs = [one.addr, two.addr];
+    let mut statuses = Vec::new();
+    for round in 0..10 {
+        let batch = (0..10).map(|i| {
+            let client = client.clone();
+            let addr = addrs[(round * 10 + i) % 2];
+            async move {
+                let r = post(
+                    &client,
+                    addr,
+                    "/v1/chat/completions",
+                    "sk-team-a",
+                    &ask("small", None),
+                )
+                .await;
+                let wait = r.headers().contains_key("retry-after");
+                (r.status().as_u16(), wait)
+            }
+        });
+        statuses.extend(futures::future::join_all(batch).await);
+    }
+    let answered = statuses.iter().filter(|(s, _)| *s == 200).count();
+    let refused = statuses
+        .iter()
+        .filter(|(s, wait)| *s == 429 && *wait)
+        .count();
+    assert_eq!((answered, refused), (60, 40), "{statuses:?}");
+    // Both gateways stop; two new ones on the same Redis still see the minute's 60.
+    one.stop().await;
+    two.stop().await;
+    let again = Served::start(&toml).await;
+    let (status, wait, body) = refusal(
+        post(
+            &client,
+            again.addr,
+            "/v1/chat/completions",
+            "sk-team-a",
+            &ask("small", None),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, 429, "{body}");
+    assert!((1..=60).contains(&wait.unwrap()));
+    again.stop().await;
+}
+
+#[tokio::test]
+async fn a_daily_budget_is_refused_within_one_requests_cost() {
+    let Some(redis) = RedisServer::start().await else {
+        return;
+    };
+    let up = upstream().await;
+    let toml = format!(
+        "{}[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\nusd_per_day = 1.0\n{}",
+        state(&redis, "refuse"),
+        models(&up, "")
+    );
+    let (one, two) = (Served::start(&toml).await, Served::start(&toml).await);
+    let client = reqwest::Client::new();
+    // Each answered request counts 7 prompt and 1 generated tokens: $0.10; it reserves its
+    // prompt as counted here and 2 tokens of room, about $0.14: the budget is refused only
+    // if the reservations were replaced by what was counted.
+    let cost = 0.10;
+    let mut body = ask("small", None);
+    body["max_tokens"] = json!(2);
+    let mut answered = 0u32;
+    let mut refusal_seen = None;
+    for i in 0..30 {
+        let addr = [one.addr, two.addr][i % 2];
+        let r = post(&client, addr, "/v1/chat/completions", "sk-team-a", &body).await;
+        match r.status().as_u16() {
+            200 => answered += 1,
+            _ => {
+                refusal_seen = Some(refusal(r).await);
+                break;
+            }
+        }
+        // The settlement is applied by the store's task: in Redis, the day's count becomes
+        // what was counted, $0.10 (100,000,000 nano-dollars) a request.
+        let counted = u64::from(answered) * 100_000_000;
+        redis
+            .wait_for("choicewise:key:team-a:usd_per_day", counted)
+            .await;
+    }
+    let (status, wait, body) = refusal_seen.expect("the budget was never refused");
+    assert_eq!(status, 429, "{body}");
+    assert!(wait.unwrap() > 3600, "{wait:?}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("usd_per_day of key `team-a` ($1.00 a day) reached; resets in "),
+        "{message}"
+    );
+    let spent = f64::from(answered) * cost;
+    assert!(
+        spent <= 1.0 + 1e-9 && spent >= 1.0 - cost - 1e-9,
+        "refused after ${spent:.2} counted ({answered} requests)"
+    );
+    one.stop().await;
+    two.stop().await;
+}
+
+/// Requests sent one after another to `addrs` in turn for `lasting`, with `during` run
+/// meanwhile: each one's status and how long it took.
+async fn load_while(
+    addrs: [SocketAddr; 2],
+    lasting: Duration,
+    during: impl std::future::Future<Output = ()>,
+) -> Vec<(u16, Duration)> {
+    let client = reqwest::Client::new();
+    let load = async {
+        let mut seen = Vec::new();
+        let end = Instant::now() + lasting;
+        let mut i = 0;
+        while Instant::now() < end {
+            let began = Instant::now();
+            let r = post(
+                &client,
+                addrs[i % 2],
+                "/v1/chat/completions",
+                "sk-team-a",
+                &ask("small", None),
+            )
+            .await;
+            seen.push((r.status().as_u16(), began.elapsed()));
+            i += 1;
+        }
+        seen
+    };
+    let (seen, ()) = tokio::join!(load, during);
+    seen
+}
+
+#[tokio::test]
+async fn with_allow_no_request_fails_while_redis_is_down() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let up = upstream().await;
+    let toml = format!(
+        "{}[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\nrequests_per_minute = 100000\n{}",
+        state(&redis, "allow"),
+        models(&up, "")
+    );
+    let (one, two) = (Served::start(&toml).await, Served::start(&toml).await);
+    let redis = &mut redis;
+    let seen = load_while([one.addr, two.addr], Duration::from_secs(3), async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        redis.shut_down().await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        redis.start_again().await;
+    })
+    .await;
+    assert!(seen.len() > 20, "{} requests", seen.len());
+    let failed: Vec<_> = seen.iter().filter(|(s, _)| *s != 200).collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    // The failures were counted, and their end said: nothing fails now.
+    let text = metrics_with(one.addr, &["choicewise_state_failing 0"]).await;
+    let errors: u64 = (text.lines())
+        .filter(|l| l.starts_with("choicewise_state_errors_total{op=\"reserve\"}"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(errors > 0, "{text}");
+    one.stop().await;
+    two.stop().await;
+}
+
+#[tokio::test]
+async fn with_refuse_requests_get_503_within_the_deadline_while_redis_is_down_or_stalled() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let up = upstream().await;
+    let toml = format!(
+        "{}[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\nrequests_per_minute = 100000\n{}",
+        state(&redis, "refuse"),
+        models(&up, "")
+    );
+    let (one, two) = (Served::start(&toml).await, Served::start(&toml).await);
+    let addrs = [one.addr, two.addr];
+    let redis_ref = &mut redis;
+    let seen = load_while(addrs, Duration::from_millis(4500), async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Stalled for 3 s: every call waits for its deadline (50 ms), not for Redis.
+        redis_ref.stall(3.0).await;
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        redis_ref.shut_down().await;
+    })
+    .await;
+    let unavailable: Vec<_> = seen.iter().filter(|(s, _)| *s == 503).collect();
+    assert!(!unavailable.is_empty(), "{seen:?}");
+    assert!(seen.iter().all(|(s, _)| matches!(s, 200 | 503)), "{seen:?}");
+    // No request waited for the stalled Redis (3 s): each one's wait ended at its deadline
+    // (50 ms), loopback HTTP and a busy machine allowed for.
+    let slowest = seen.iter().map(|(_, took)| *took).max().unwrap();
+    assert!(
+        slowest < Duration::from_millis(1500),
+        "a request took {slowest:?}"
+    );
+    let r = post(
+        &reqwest::Client::new(),
+        one.addr,
+        "/v1/chat/completions",
+        "sk-team-a",
+        &ask("small", None),
+    )
+    .await;
+    let (status, wait, body) = refusal(r).await;
+    assert_eq!((status, wait), (503, Some(1)), "{body}");
+    assert_eq!(body["error"]["code"], "state_unavailable", "{body}");
+    // Started again: requests are counted and answered again.
+    redis.start_again().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = post(
+            &reqwest::Client::new(),
+            two.addr,
+            "/v1/chat/completions",
+            "sk-team-a",
+            &ask("small", None),
+        )
+        .await;
+        if r.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {}", r.status());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    one.stop().await;
+    two.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_is_said_at_start_and_refuse_keeps_serve_from_starting() {
+    // A port nothing listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let up = upstream().await;
+    let toml = format!(
+        "listen = \"127.0.0.1:0\"\n[state]\nredis_url = \"redis://:hunter2@127.0.0.1:{port}\"\n\
+         on_state_error = \"refuse\"\n[auth]\n[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\n\
+         [auth.keys.limits]\nrequests_per_minute = 5\n{}",
+        hex_sha256(b"sk-team-a"),
+        models(&up, "")
+    );
+    let config = Config::from_toml(&toml).unwrap();
+    let began = Instant::now();
+    let served = choicewise_gateway::serve(&config, None);
+    let e = tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .expect("serve did not return")
+        .unwrap_err()
+        .to_string();
+    assert!(began.elapsed() < Duration::from_secs(5));
+    assert!(
+        e.contains(&format!(
+            "[state] redis_url redis://127.0.0.1:{port} is unreachable"
+        )) && e.contains("not starting, as on_state_error = \"refuse\" says"),
+        "{e}"
+    );
+    assert!(!e.contains("hunter2"), "the password was shown: {e}");
+}
