@@ -616,6 +616,34 @@ impl Saturating for Counter {
     }
 }
 
+/// What a request's handler learns that its count needs when the client leaves before any
+/// answer (`admission::layers::count`): the configured model it named, and whether the handler keeps the
+/// request's record (then the handler logs it; else the count does).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RequestModel(std::sync::Arc<std::sync::Mutex<(String, bool)>>);
+
+impl RequestModel {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, (String, bool)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The request names this configured model.
+    pub(crate) fn set(&self, model: &str) {
+        let mut named = self.lock();
+        named.0.clear();
+        named.0.push_str(model);
+    }
+
+    /// The handler keeps the request's record from now on.
+    pub(crate) fn recorded(&self) {
+        self.lock().1 = true;
+    }
+}
+
+/// The status a request is counted with when its client went away before any answer was
+/// made (nginx's "client closed request").
+pub(crate) const CLIENT_GONE_STATUS: u16 = 499;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,6 @@
 //! request take one of the `max_concurrent_requests` slots, held until its answer's last
 //! byte.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -26,6 +25,7 @@ use crate::admission::unsent;
 use crate::api::{ClientApi, PathApi, chat::Chat, of_path as api_of};
 use crate::error::ApiError;
 use crate::keys;
+use crate::metrics::{CLIENT_GONE_STATUS, RequestModel};
 
 use crate::state::Gateway;
 
@@ -104,34 +104,6 @@ pub(crate) async fn post_only(request: Request) -> Response {
 /// The configured model a request named, set by its handler on the answer (absent: none).
 #[derive(Debug, Clone)]
 pub(crate) struct ModelLabel(pub String);
-
-/// What a request's handler learns that its count needs when the client leaves before any
-/// answer ([`count`]): the configured model it named, and whether the handler keeps the
-/// request's record (then the handler logs it; else the count does).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RequestModel(Arc<std::sync::Mutex<(String, bool)>>);
-
-impl RequestModel {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (String, bool)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The request names this configured model.
-    pub(crate) fn set(&self, model: &str) {
-        let mut named = self.lock();
-        named.0.clear();
-        named.0.push_str(model);
-    }
-
-    /// The handler keeps the request's record from now on.
-    pub(crate) fn recorded(&self) {
-        self.lock().1 = true;
-    }
-}
-
-/// The status a request is counted with when its client went away before any answer was
-/// made (nginx's "client closed request").
-pub(crate) const CLIENT_GONE_STATUS: u16 = 499;
 
 /// A request not answered yet: counted with [`CLIENT_GONE_STATUS`] if it is dropped so
 /// (its client went away: hyper drops the request's future), and logged when no handler

@@ -9,7 +9,6 @@ use std::time::{Instant, SystemTime};
 use axum::body::Bytes;
 use axum::http::HeaderMap;
 
-use crate::admission::layers;
 use crate::answer::closing::{Closing, until_closed};
 use crate::answer::ending::{AnswerEnd, ErrorType, Initiator};
 use crate::error::ApiError;
@@ -73,8 +72,8 @@ pub(crate) struct State {
     /// What the run came to, once [`settle`](Self::settle) read it.
     settled: Option<Settled>,
     /// The model named, shared with the count of a request whose client goes away before
-    /// any answer (`layers::count`).
-    counted_as: Option<layers::RequestModel>,
+    /// any answer (`admission::layers::count`).
+    counted_as: Option<crate::metrics::RequestModel>,
     /// The name of the key that sent the request (`(unnamed)` for a key of `keys_env`; none
     /// without `[auth]`): in the log line, the span and the metrics by key.
     key: Option<Arc<str>>,
@@ -130,7 +129,7 @@ impl Finish {
         gw: &Gateway,
         headers: &HeaderMap,
         client: resilience::ClientId,
-        counted_as: Option<layers::RequestModel>,
+        counted_as: Option<crate::metrics::RequestModel>,
     ) -> Finish {
         let traces = gw.inner.traces.clone();
         if let Some(counted) = &counted_as {

@@ -46,7 +46,10 @@ pub(crate) async fn answer<A: ClientApi>(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let client = auth::client(&gw.inner.keys, &parts.headers, &parts.extensions);
-    let counted_as = parts.extensions.get::<layers::RequestModel>().cloned();
+    let counted_as = parts
+        .extensions
+        .get::<crate::metrics::RequestModel>()
+        .cloned();
     let caller = (parts.extensions.get::<keys::Caller>().copied()).unwrap_or(keys::Caller::Open);
     let mut finish = Finish::new(&gw, &parts.headers, client, counted_as);
     finish.api(A::LABEL);
