@@ -72,7 +72,8 @@ pub use config::{
 pub use demux::{Demux, Flow};
 pub use error::{Error, ErrorDetail, ErrorKind, Incomplete, UpstreamError};
 pub use event::{
-    ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
+    ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, JsonArguments, Text,
+    Warning, WarningKind,
 };
 pub use logprobs::{Logprobs, LogprobsKept};
 pub use response::{ChatCompletion, ChoiceOutput, ChoiceSource, FunctionCall, Message, ToolCall};

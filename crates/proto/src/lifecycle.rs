@@ -504,7 +504,10 @@ pub fn output_from_events<'a>(
                         if let Some(name) = name {
                             slot.name = name.to_string();
                         }
-                        slot.arguments = arguments.to_string();
+                        // Its fragments made the same text, unless some came late: one copy.
+                        if slot.arguments != **arguments {
+                            slot.arguments = arguments.to_string();
+                        }
                     }
                     _ => {}
                 }

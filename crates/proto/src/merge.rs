@@ -30,7 +30,8 @@ use serde_json::Value;
 
 use crate::error::{Error, ErrorDetail};
 use crate::event::{
-    ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
+    ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, JsonArguments, Text,
+    Warning, WarningKind,
 };
 use crate::logprobs::Logprobs;
 use crate::response::{ChoiceOutput, FunctionCall, Message, ToolCall};
@@ -131,27 +132,43 @@ pub(crate) fn text(s: &str) -> Text {
     }
 }
 
-/// The parsed complete arguments of a call, as [`FunctionCallEvent::Finished`] carries them.
+/// The checked complete arguments of a call, as [`FunctionCallEvent::Finished`] carries them.
 pub(crate) struct Parsed {
-    pub value: Result<Arc<Value>, ArgumentsError>,
+    pub value: Result<JsonArguments, ArgumentsError>,
     pub repaired: bool,
 }
 
-/// Parses a call's complete arguments. If they fail only because of raw control characters
-/// inside strings (models emit raw newlines), those are escaped and the result is flagged.
-pub(crate) fn parse_final(arguments: &str) -> Parsed {
-    if let Ok(v) = serde_json::from_str::<Value>(arguments) {
+/// The longest arguments that the incremental parser checks when serde_json refuses them (it
+/// names the byte offset of the problem, and accepts nesting deeper than serde_json's limit
+/// of 128), since it builds a tree as it goes: longer ones are judged by serde_json alone.
+pub(crate) const INCREMENTAL_CHECK_BYTES: usize = 64 * 1024;
+
+/// Checks a call's complete arguments as one JSON value, building no tree: `arguments` is
+/// the text kept. If they fail only because of raw control characters inside strings (models
+/// emit raw newlines), those are escaped, the repaired text kept and the result flagged.
+pub(crate) fn parse_final(arguments: &Text) -> Parsed {
+    if JsonArguments::check(arguments).is_ok() {
         return Parsed {
-            value: Ok(Arc::new(v)),
+            value: Ok(JsonArguments::checked(arguments.clone())),
             repaired: false,
         };
     }
     if let Some(fixed) = repair_control_characters(arguments)
-        && let Ok(v) = serde_json::from_str::<Value>(&fixed)
+        && JsonArguments::check(&fixed).is_ok()
     {
         return Parsed {
-            value: Ok(Arc::new(v)),
+            value: Ok(JsonArguments::checked(Text::from(fixed))),
             repaired: true,
+        };
+    }
+    if arguments.len() > INCREMENTAL_CHECK_BYTES {
+        // Long: checked level by level without a tree (nesting up to the incremental
+        // parser's limit), else serde_json's error at its byte offset.
+        let value = check_deep(arguments, choicewise_partial_json::DEFAULT_MAX_DEPTH)
+            .map(|()| JsonArguments::checked(arguments.clone()));
+        return Parsed {
+            value,
+            repaired: false,
         };
     }
     // The incremental parser names the byte offset of the problem (serde_json gives a line
@@ -159,8 +176,8 @@ pub(crate) fn parse_final(arguments: &str) -> Parsed {
     let mut parser = PartialJson::new();
     let result = parser.push(arguments).and_then(|()| parser.finish());
     match result {
-        Ok(v) => Parsed {
-            value: Ok(Arc::new(v)),
+        Ok(_) => Parsed {
+            value: Ok(JsonArguments::checked(arguments.clone())),
             repaired: false,
         },
         Err(e) => Parsed {
@@ -170,6 +187,156 @@ pub(crate) fn parse_final(arguments: &str) -> Parsed {
             }),
             repaired: false,
         },
+    }
+}
+
+/// Checks `text` as one JSON value nested at most `max_depth` deep, with a stack of one byte
+/// per open container and no tree: strings, numbers and literals are each checked by
+/// serde_json, the structure here. The error names the byte where the text stops being
+/// such a value (nesting too deep, a byte out of place, a bad token, the end too soon).
+fn check_deep(text: &str, max_depth: usize) -> Result<(), ArgumentsError> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Want {
+        Value,
+        Key,
+        Colon,
+        After,
+    }
+    let bytes = text.as_bytes();
+    let error = |offset: usize, message: String| ArgumentsError {
+        offset: Some(offset as u64),
+        message: format!("{message} at byte {offset}"),
+    };
+    let mut open: Vec<u8> = Vec::new();
+    let mut want = Want::Value;
+    let mut at = 0;
+    loop {
+        while at < bytes.len() && matches!(bytes[at], b' ' | b'\t' | b'\n' | b'\r') {
+            at += 1;
+        }
+        let Some(&byte) = bytes.get(at) else {
+            return match (want, open.is_empty()) {
+                (Want::After, true) => Ok(()),
+                _ => Err(error(at, "the value ends too soon".into())),
+            };
+        };
+        // The end of a token that serde_json checks: a string's closing quote, else the
+        // first byte that cannot continue a number or literal.
+        let token_end = |from: usize| -> usize {
+            if bytes[from] == b'"' {
+                let mut i = from + 1;
+                while let Some(j) = memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+                    match bytes[i + j] {
+                        b'"' => return i + j + 1,
+                        _ => i += j + 2,
+                    }
+                }
+                bytes.len()
+            } else {
+                from + (bytes[from..].iter())
+                    .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.'))
+                    .count()
+            }
+        };
+        let scalar = |from: usize| -> Result<usize, ArgumentsError> {
+            let end = token_end(from).min(bytes.len());
+            if end == from {
+                return Err(error(from, "expected a value".into()));
+            }
+            match serde_json::from_str::<serde::de::IgnoredAny>(&text[from..end]) {
+                Ok(_) => Ok(end),
+                Err(e) => {
+                    let shifted = arguments_error(&text[from..end], &e);
+                    let offset = from + shifted.offset.unwrap_or(0) as usize;
+                    let message = serde_message(&e);
+                    Err(error(offset, message))
+                }
+            }
+        };
+        match want {
+            Want::Value => match byte {
+                b'[' | b'{' => {
+                    if open.len() >= max_depth {
+                        return Err(error(
+                            at,
+                            format!("nesting deeper than the maximum depth {max_depth}"),
+                        ));
+                    }
+                    open.push(byte);
+                    at += 1;
+                    want = if byte == b'[' { Want::Value } else { Want::Key };
+                    // An empty container closes at once.
+                    let mut next = at;
+                    while next < bytes.len() && matches!(bytes[next], b' ' | b'\t' | b'\n' | b'\r')
+                    {
+                        next += 1;
+                    }
+                    if bytes.get(next) == Some(&(byte + 2)) {
+                        open.pop();
+                        at = next + 1;
+                        want = Want::After;
+                    }
+                }
+                _ => {
+                    at = scalar(at)?;
+                    want = Want::After;
+                }
+            },
+            Want::Key => match byte {
+                b'"' => {
+                    at = scalar(at)?;
+                    want = Want::Colon;
+                }
+                _ => return Err(error(at, "expected a key".into())),
+            },
+            Want::Colon => match byte {
+                b':' => {
+                    at += 1;
+                    want = Want::Value;
+                }
+                _ => return Err(error(at, "expected ':'".into())),
+            },
+            Want::After => match (open.last(), byte) {
+                (Some(b'['), b',') => {
+                    at += 1;
+                    want = Want::Value;
+                }
+                (Some(b'{'), b',') => {
+                    at += 1;
+                    want = Want::Key;
+                }
+                (Some(&o), b']' | b'}') if byte == o + 2 => {
+                    open.pop();
+                    at += 1;
+                }
+                (None, _) => return Err(error(at, "trailing characters".into())),
+                _ => return Err(error(at, format!("unexpected {:?}", byte as char))),
+            },
+        }
+    }
+}
+
+/// serde_json's error about `text` with the byte offset of its line and column.
+fn arguments_error(text: &str, e: &serde_json::Error) -> ArgumentsError {
+    let line_start = match e.line() {
+        0 | 1 => 0,
+        line => (memchr::memchr_iter(b'\n', text.as_bytes()))
+            .nth(line - 2)
+            .map_or(text.len(), |at| at + 1),
+    };
+    let offset = (line_start + e.column().saturating_sub(1)).min(text.len()) as u64;
+    ArgumentsError {
+        offset: Some(offset),
+        message: format!("{} at byte {offset}", serde_message(e)),
+    }
+}
+
+/// serde_json's message without its position.
+fn serde_message(e: &serde_json::Error) -> String {
+    let message = e.to_string();
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message,
     }
 }
 
@@ -197,12 +364,13 @@ impl CallState {
 
     fn finished_event(&mut self, call: CallRef) -> ChoiceEvent {
         self.finished = true;
-        let parsed = parse_final(&self.arguments);
+        let arguments: Text = Arc::from(self.arguments.as_str());
+        let parsed = parse_final(&arguments);
         ChoiceEvent::FunctionCall(FunctionCallEvent::Finished {
             call,
             id: self.id.clone(),
             name: self.name.clone(),
-            arguments: Arc::from(self.arguments.as_str()),
+            arguments,
             value: parsed.value,
             repaired: parsed.repaired,
         })

@@ -347,9 +347,9 @@ fn usage_of(usage: &Tokens) -> Value {
 }
 
 /// The key under which a `tool_use` block of [`message`] carries its input's JSON text as
-/// the upstream wrote it, when its tree would write it otherwise (a 30-digit integer, which
-/// no `f64` holds): [`crate::api::AsWritten`] writes that text as the block's `input`,
-/// and never the key. No client's text makes a key of the blocks built here.
+/// the upstream wrote it (compacted), in place of a tree: [`crate::api::AsWritten`] writes
+/// that text as the block's `input`, its numbers digit for digit, and never the key. No
+/// client's text makes a key of the blocks built here.
 pub(crate) const INPUT_AS_WRITTEN: &str = "\u{0}input as written";
 
 /// The non-streamed answer: a `message` object, its content blocks in Anthropic's order
@@ -382,17 +382,16 @@ pub(crate) fn message(
         .map(|c| (Some(c.id.as_str()).filter(|id| !id.is_empty()), &c.function))
         .chain(m.function_call.iter().map(|f| (None, f)));
     for (id, f) in calls {
+        // JSON arguments ride as their compact text, never as a tree (a tree costs 20 to 50
+        // times the text): `input` is a placeholder that the answer's writer replaces with
+        // that text ([`AsWritten`](crate::api::AsWritten)), its numbers digit for digit.
         let (input, as_written) = match f.arguments.trim() {
             "" => (json!({}), None),
             raw => match serde_json::from_str::<&RawValue>(raw) {
-                Ok(raw) => {
-                    let text = choicewise_partial_json::compact_json(raw.get());
-                    let tree: Value = serde_json::from_str(&text).unwrap_or_default();
-                    // The tree writes it otherwise (a number no f64 holds, keys in another
-                    // order): its text goes with it, and is what the answer says.
-                    let differs = serde_json::to_string(&tree).ok() != Some(text.clone());
-                    (tree, differs.then_some(text))
-                }
+                Ok(raw) => (
+                    json!({}),
+                    Some(choicewise_partial_json::compact_json(raw.get())),
+                ),
                 Err(_) => (Value::String(f.arguments.clone()), None),
             },
         };

@@ -24,13 +24,15 @@ pub(super) fn client_name(
 
 /// A custom tool call's input: the `input` string of its arguments (`{"input": ...}`), else
 /// the arguments' text as it came.
+/// Read without a tree: the other members are skipped.
 pub(super) fn custom_input(arguments: &str) -> String {
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(Value::Object(mut o)) => match o.remove("input") {
-            Some(Value::String(input)) => input,
-            _ => arguments.to_string(),
-        },
-        _ => arguments.to_string(),
+    #[derive(serde::Deserialize)]
+    struct Custom {
+        input: String,
+    }
+    match serde_json::from_str::<Custom>(arguments) {
+        Ok(custom) => custom.input,
+        Err(_) => arguments.to_string(),
     }
 }
 
