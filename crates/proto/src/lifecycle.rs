@@ -504,10 +504,9 @@ pub fn output_from_events<'a>(
                         if let Some(name) = name {
                             slot.name = name.to_string();
                         }
-                        // Its fragments made the same text, unless some came late: one copy.
-                        if slot.arguments != **arguments {
-                            slot.arguments = arguments.to_string();
-                        }
+                        // Exactly its size: the buffer its fragments grew (up to twice the
+                        // text) is freed.
+                        slot.arguments = arguments.to_string();
                     }
                     _ => {}
                 }

@@ -346,7 +346,11 @@ struct CallState {
     id: Option<Text>,
     kind: Option<Text>,
     name: Option<Text>,
+    /// The arguments while they grow; moved into `done` when the call finishes.
     arguments: String,
+    /// The finished call's arguments, shared with its event: kept once, and the buffer the
+    /// fragments grew (up to twice the text) freed.
+    done: Option<Text>,
     finished: bool,
 }
 
@@ -358,13 +362,31 @@ impl CallState {
             kind: None,
             name: None,
             arguments: String::new(),
+            done: None,
             finished: false,
         }
     }
 
+    /// The arguments so far.
+    fn text(&self) -> &str {
+        self.done.as_deref().unwrap_or(&self.arguments)
+    }
+
+    /// Appends a fragment (to a finished call's text too: it grows again).
+    fn push(&mut self, fragment: &str) {
+        if let Some(done) = self.done.take() {
+            self.arguments = done.to_string();
+        }
+        self.arguments.push_str(fragment);
+    }
+
     fn finished_event(&mut self, call: CallRef) -> ChoiceEvent {
         self.finished = true;
-        let arguments: Text = Arc::from(self.arguments.as_str());
+        let arguments: Text = match self.done.take() {
+            Some(done) => done,
+            None => Arc::from(std::mem::take(&mut self.arguments)),
+        };
+        self.done = Some(arguments.clone());
         let parsed = parse_final(&arguments);
         ChoiceEvent::FunctionCall(FunctionCallEvent::Finished {
             call,
@@ -564,7 +586,7 @@ impl ChoiceAccumulator {
         if self.pending_finish.is_none() {
             return;
         }
-        let waits = |s: &CallState| !s.finished && incomplete_json(&s.arguments);
+        let waits = |s: &CallState| !s.finished && incomplete_json(s.text());
         if let Some(state) = self
             .function_call
             .as_mut()
@@ -785,7 +807,7 @@ impl ChoiceAccumulator {
     pub fn output(&self) -> ChoiceOutput {
         let call = |c: &CallState| FunctionCall {
             name: c.name.as_deref().unwrap_or_default().to_string(),
-            arguments: c.arguments.clone(),
+            arguments: c.text().to_string(),
         };
         ChoiceOutput {
             index: self.index,
@@ -905,7 +927,7 @@ fn append_arguments(
     let Some(fragment) = f.arguments.as_ref().filter(|a| !a.is_empty()) else {
         return;
     };
-    state.arguments.push_str(fragment);
+    state.push(fragment);
     match late {
         Late::No => {}
         Late::AfterCallEnd => warnings.push(WarningKind::FragmentAfterCallEnd { call }),

@@ -114,7 +114,7 @@ pub(crate) fn object_text(
 ) -> Vec<u8> {
     let body = message(reply, output, usage, choicewise);
     // A value always serialises.
-    serde_json::to_vec(&AsWritten(&body)).unwrap_or_default()
+    super::to_vec_exact(&AsWritten(&body))
 }
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.

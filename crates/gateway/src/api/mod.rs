@@ -402,6 +402,30 @@ pub(crate) fn fields_of(body: &Value) -> Result<Fields, IngressError> {
     parse_body(&Bytes::from(serde_json::to_vec(body).unwrap()))
 }
 
+/// `value` serialised into a buffer of exactly its length (counted by a first pass that
+/// writes nothing): a non-streamed answer holding megabytes of arguments is not written into
+/// a buffer grown by doubling, up to twice its size.
+pub(crate) fn to_vec_exact<T: Serialize>(value: &T) -> Vec<u8> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    if serde_json::to_writer(&mut count, value).is_err() {
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(count.0);
+    // A value that serialised once serialises again.
+    let _ = serde_json::to_writer(&mut out, value);
+    out
+}
+
 /// A non-streamed Anthropic answer written with each `tool_use` block's input as the
 /// upstream wrote it, where the block carries that text
 /// ([`messages::INPUT_AS_WRITTEN`]): its numbers digit for digit.
