@@ -110,6 +110,29 @@ struct DeltaEvent<'a> {
     logprobs: Option<[u8; 0]>,
 }
 
+/// `response.function_call_arguments.done`, its fields in the order a JSON object of them
+/// writes them (by name), borrowing the call's arguments.
+#[derive(Serialize)]
+struct ArgumentsDone<'a> {
+    arguments: &'a str,
+    item_id: &'a str,
+    name: &'a str,
+    output_index: usize,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.output_item.done`, borrowing its item.
+#[derive(Serialize)]
+struct ItemDone<'a> {
+    item: &'a Value,
+    output_index: usize,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
 /// The error code of a context overflow, in OpenAI's `error.code` and a Responses stream's
 /// `response.failed`.
 pub(crate) const CONTEXT_LENGTH_EXCEEDED: &str = "context_length_exceeded";
@@ -267,31 +290,35 @@ impl ResponsesEncoder {
                 call_id,
                 name,
                 namespace,
-                arguments,
+                mut arguments,
                 ..
             } => {
-                self.emit(
-                    out,
-                    "response.function_call_arguments.done",
-                    json!({
-                        "item_id": id, "output_index": index, "name": name, "arguments": arguments
-                    }),
-                );
-                call_item(
-                    &id,
-                    status,
-                    &arguments,
-                    &call_id,
-                    &name,
-                    namespace.as_deref(),
-                )
+                // Written from the text, which then moves into the item: the arguments are
+                // held once (a call's may be megabytes).
+                let kind = "response.function_call_arguments.done";
+                let event = ArgumentsDone {
+                    arguments: &arguments,
+                    item_id: &id,
+                    name: &name,
+                    output_index: index,
+                    sequence_number: self.next_seq(),
+                    kind,
+                };
+                frame(out, kind, &event);
+                let mut item = call_item(&id, status, "", &call_id, &name, namespace.as_deref());
+                arguments.shrink_to_fit();
+                item["arguments"] = Value::String(arguments);
+                item
             }
         };
-        self.emit(
-            out,
-            "response.output_item.done",
-            json!({"output_index": index, "item": done}),
-        );
+        let kind = "response.output_item.done";
+        let event = ItemDone {
+            item: &done,
+            output_index: index,
+            sequence_number: self.next_seq(),
+            kind,
+        };
+        frame(out, kind, &event);
         self.items.push(done);
     }
 
@@ -611,8 +638,22 @@ impl Encoder for ResponsesEncoder {
             ),
             None => ("response.completed", "completed", Value::Null),
         };
-        let response = self.response(status, usage_of(usage), Value::Null, incomplete);
-        let mut event = json!({"response": response});
+        // The last event: the closed items move into it rather than being copied.
+        let output = Value::Array(std::mem::take(&mut self.items));
+        let parts = ResponseParts {
+            id: &self.id,
+            created_at: self.created_at,
+            model: &self.model,
+        };
+        let response = response_object(
+            parts,
+            status,
+            output,
+            usage_of(usage),
+            Value::Null,
+            incomplete,
+        );
+        let mut event = Value::Object(serde_json::Map::from_iter([("response".into(), response)]));
         if let Some(c) = choicewise {
             event["choicewise"] = c.clone();
         }
