@@ -54,6 +54,7 @@ mod response;
 mod router;
 mod scan;
 mod split;
+mod tree;
 mod usage;
 pub mod wire;
 
