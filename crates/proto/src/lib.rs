@@ -36,6 +36,7 @@
 
 mod api;
 mod ballot;
+mod canonical;
 pub mod chunks;
 mod confidence;
 mod config;
@@ -60,6 +61,7 @@ pub mod wire;
 
 pub use api::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesError, MessagesText};
 pub use ballot::{Ballot, Standing};
+pub use canonical::{write_canonical_json, write_json_string};
 pub use choicewise_partial_json::{PartialJsonError, Snapshot};
 pub use choicewise_sse::SseError;
 #[cfg(feature = "estimate")]
