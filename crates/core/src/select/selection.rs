@@ -172,7 +172,8 @@ pub const SHOWN_KEY_PREFIX_BYTES: usize = 200;
 /// let shown = shown_key(long.clone());
 /// assert!(shown.starts_with(&long[..200]) && shown.len() < 300);
 /// assert!(shown.ends_with(&format!("… ({} bytes, sha256 {})", long.len(), &shown[shown.len() - 65..shown.len() - 1])));
-/// assert_ne!(shown, shown_key(long.replace("xx]", "xy]")));
+/// // Keys that differ only past the cut stay apart.
+/// assert_ne!(shown, shown_key(long.replace("x\"}", "y\"}")));
 /// ```
 pub fn shown_key(key: String) -> String {
     use sha2::Digest;
