@@ -2,8 +2,9 @@
 //! to 50 times the text of many small values, so every tree the answer side builds from what
 //! an upstream sent (a typed dialect's event, a chunk's `usage`, `content_filter_results`,
 //! `prompt_filter_results`, an error) goes through [`bounded`], which counts what the tree
-//! allocates as it is built and stops past [`budget`] of the text's length, and leaves out
-//! the members a reader never looks at.
+//! allocates as it is built and stops past its budget ([`budget`] of an event's length,
+//! [`FIELD_BUDGET`] for a field small by nature), and leaves out the members a reader never
+//! looks at.
 
 use std::cell::Cell;
 use std::fmt;
@@ -52,9 +53,14 @@ pub(crate) fn bounded(text: &str, skip: &[&str], budget: usize) -> Result<Value,
     Ok(value)
 }
 
-/// `text` as a tree within [`budget`] of its length, else `None` (not JSON, or too costly).
+/// What the tree of a field that is small by nature (a chunk's `usage`, its filter results,
+/// an error) may cost: 64 KiB, whatever the field's length.
+pub(crate) const FIELD_BUDGET: usize = 64 * 1024;
+
+/// `text`, a field small by nature, as a tree within [`FIELD_BUDGET`], else `None` (not
+/// JSON, or too costly: the field is left out).
 pub(crate) fn bounded_or_none(text: &str) -> Option<Value> {
-    bounded(text, &[], budget(text.len())).ok()
+    bounded(text, &[], FIELD_BUDGET).ok()
 }
 
 #[derive(Clone, Copy)]
@@ -171,6 +177,11 @@ mod tests {
         ));
         let small = format!("[{}0]", "0,".repeat(100));
         assert!(bounded_or_none(&small).is_some());
+        let field = format!("[{}0]", "0,".repeat(10_000));
+        assert!(
+            bounded_or_none(&field).is_none(),
+            "a field's tree over 64 KiB"
+        );
         // Not JSON.
         assert!(matches!(
             bounded("{\"a\": ", &[], 1 << 20),

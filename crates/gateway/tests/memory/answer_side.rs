@@ -123,11 +123,21 @@ async fn scripted(answers: Vec<Vec<u8>>) -> (String, Arc<AtomicUsize>) {
     (format!("http://{addr}/v1"), sent)
 }
 
-/// A gateway over this upstream (model `m`, one request per sample), answers up to 64 MiB a
-/// choice.
+/// A gateway over this Chat Completions upstream (model `m`, one request per sample).
 async fn gateway(url: &str) -> SocketAddr {
+    gateway_to("chat", url).await
+}
+
+/// A gateway over this upstream of API `api` (model `m`; a Chat Completions one asked one
+/// request per sample).
+async fn gateway_to(api: &str, url: &str) -> SocketAddr {
+    let n = if api == "chat" {
+        "n = \"fan-out\"\n"
+    } else {
+        ""
+    };
     let toml = format!(
-        "[limits]\nmax_body_bytes = 1048576\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"fan-out\"\n"
+        "[limits]\nmax_body_bytes = 1048576\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{url}\"\nmodel = \"up\"\n{n}"
     );
     serve(&toml, no_env).await.0
 }
@@ -343,4 +353,300 @@ async fn one_call_of_8_mib_costs_a_few_times_its_bytes_to_every_client_api() {
         }
     }
     assert!(over.is_empty(), "past their bound: {over:?}");
+}
+
+/// An answer-side shape: its name, the API of the upstream that sends it, and its body.
+struct Shape {
+    name: &'static str,
+    api: &'static str,
+    body: Vec<u8>,
+}
+
+/// `count` copies of `item` joined by commas.
+fn repeated(item: &str, count: usize) -> String {
+    let mut out = String::with_capacity(count * (item.len() + 1));
+    for i in 0..count {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(item);
+    }
+    out
+}
+
+/// A Chat Completions body of one choice: `deltas` in turn, then the finish.
+fn chat_body(deltas: impl IntoIterator<Item = Value>, finish: &str, last: Value) -> Vec<u8> {
+    let mut out = String::new();
+    let chunk = |delta: Value, finish: Value| {
+        let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {chunk}\n\n")
+    };
+    out.push_str(&chunk(json!({"role": "assistant"}), Value::Null));
+    for delta in deltas {
+        out.push_str(&chunk(delta, Value::Null));
+    }
+    out.push_str(&chunk(json!({}), json!(finish)));
+    if !last.is_null() {
+        out.push_str(&format!("data: {last}\n\n"));
+    }
+    out.push_str("data: [DONE]\n\n");
+    out.into_bytes()
+}
+
+/// `text` in pieces of 16 KiB (at character boundaries).
+fn pieces(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let mut at = rest.len().min(16 * 1024);
+        while !rest.is_char_boundary(at) {
+            at -= 1;
+        }
+        let (piece, after) = rest.split_at(at);
+        out.push(piece);
+        rest = after;
+    }
+    out
+}
+
+/// One call of `name` with these arguments, as Chat Completions deltas.
+fn call_deltas(index: usize, name: &str, arguments: &str) -> Vec<Value> {
+    let mut deltas = vec![
+        json!({"tool_calls": [{"index": index, "id": format!("call_{index}"),
+        "type": "function", "function": {"name": name, "arguments": ""}}]}),
+    ];
+    for piece in pieces(arguments) {
+        deltas.push(json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}));
+    }
+    deltas
+}
+
+/// An Anthropic body: `message_start` (with `extra` members in its message), one block of
+/// `block` streamed as `deltas`, then the stop.
+fn anthropic_body(extra: &str, block: Value, deltas: Vec<Value>, stop: &str) -> Vec<u8> {
+    let mut out = format!(
+        "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"up\",\"content\":[],\"stop_reason\":null,{extra}\"usage\":{{\"input_tokens\":7,\"output_tokens\":1}}}}}}\n\n"
+    );
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    out.push_str(&event(
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": block}),
+    ));
+    for delta in deltas {
+        out.push_str(&event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+        ));
+    }
+    out.push_str(&event(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    out.push_str(&event(
+        "message_delta",
+        json!({"type": "message_delta",
+        "delta": {"stop_reason": stop}, "usage": {"output_tokens": 1}}),
+    ));
+    out.push_str(&event("message_stop", json!({"type": "message_stop"})));
+    out.into_bytes()
+}
+
+/// A Responses body of one function call with these arguments, its `response.created` and
+/// `response.completed` echoing `tools` (JSON text).
+fn responses_body(arguments: &str, tools: &str) -> Vec<u8> {
+    let head = |status: &str, output: &str| {
+        format!(
+            "{{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":1,\"status\":\"{status}\",\"model\":\"up\",\"tools\":{tools},\"output\":{output},\"usage\":{{\"input_tokens\":7,\"output_tokens\":1,\"total_tokens\":8}}}}"
+        )
+    };
+    let mut out = format!(
+        "event: response.created\ndata: {{\"type\":\"response.created\",\"sequence_number\":0,\"response\":{}}}\n\n",
+        head("in_progress", "[]")
+    );
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    out.push_str(&event(
+        "response.output_item.added",
+        json!({"type": "response.output_item.added",
+        "output_index": 0, "item": {"id": "fc_1", "type": "function_call", "call_id": "call_1",
+        "name": "edit", "arguments": ""}}),
+    ));
+    for piece in pieces(arguments) {
+        out.push_str(&event(
+            "response.function_call_arguments.delta",
+            json!({
+            "type": "response.function_call_arguments.delta", "item_id": "fc_1",
+            "output_index": 0, "delta": piece}),
+        ));
+    }
+    let item = json!({"id": "fc_1", "type": "function_call", "status": "completed",
+        "call_id": "call_1", "name": "edit", "arguments": arguments});
+    out.push_str(&event(
+        "response.output_item.done",
+        json!({"type": "response.output_item.done",
+        "output_index": 0, "item": item}),
+    ));
+    out.push_str(&format!(
+        "event: response.completed\ndata: {{\"type\":\"response.completed\",\"response\":{}}}\n\n",
+        head("completed", &format!("[{item}]"))
+    ));
+    out.into_bytes()
+}
+
+/// The answer-side shapes, each about `size` bytes of what matters in it.
+fn shapes(size: usize) -> Vec<Shape> {
+    let zeros = format!("[{}]", repeated("0", size / 2));
+    let deep = format!("{}{zeros}{}", "[".repeat(120), "]".repeat(120));
+    let keys: String = format!(
+        "{{{}}}",
+        (0..size / 10)
+            .map(|i| format!("\"k{i}\":0"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let text = "word ".repeat(size / 5);
+    let mut many_calls = Vec::new();
+    for i in 0..128 {
+        many_calls.extend(call_deltas(i, "edit", &arguments(i, size / 128)));
+    }
+    let dense_usage = json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+        "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2,
+        "completion_tokens_details": serde_json::from_str::<Value>(&keys).unwrap()}});
+    let tools = format!(
+        "[{}]",
+        repeated(
+            r#"{"type":"function","name":"t","parameters":{"type":"object","properties":{"a":{"type":"integer"}}}}"#,
+            size / 100
+        )
+    );
+    let partial_json: Vec<Value> = pieces(&keys)
+        .into_iter()
+        .map(|p| json!({"type": "input_json_delta", "partial_json": p}))
+        .collect();
+    let text_deltas: Vec<Value> = pieces(&text)
+        .into_iter()
+        .map(|p| json!({"type": "text_delta", "text": p}))
+        .collect();
+    vec![
+        Shape {
+            name: "wide arguments",
+            api: "chat",
+            body: chat_body(call_deltas(0, "edit", &zeros), "tool_calls", Value::Null),
+        },
+        Shape {
+            name: "deep and wide arguments",
+            api: "chat",
+            body: chat_body(call_deltas(0, "edit", &deep), "tool_calls", Value::Null),
+        },
+        Shape {
+            name: "arguments of many keys",
+            api: "chat",
+            body: chat_body(call_deltas(0, "edit", &keys), "tool_calls", Value::Null),
+        },
+        Shape {
+            name: "128 calls",
+            api: "chat",
+            body: chat_body(many_calls, "tool_calls", Value::Null),
+        },
+        Shape {
+            name: "long content",
+            api: "chat",
+            body: chat_body(
+                pieces(&text).into_iter().map(|p| json!({"content": p})),
+                "stop",
+                Value::Null,
+            ),
+        },
+        Shape {
+            name: "a usage of many keys",
+            api: "chat",
+            body: chat_body([json!({"content": "ok"})], "stop", dense_usage),
+        },
+        Shape {
+            name: "a tool_use input of many keys",
+            api: "anthropic",
+            body: anthropic_body(
+                "",
+                json!({"type": "tool_use", "id": "toolu_1", "name": "edit", "input": {}}),
+                partial_json,
+                "tool_use",
+            ),
+        },
+        Shape {
+            name: "a message_start of many keys",
+            api: "anthropic",
+            body: anthropic_body(
+                &format!("\"container\":{keys},"),
+                json!({"type": "text", "text": ""}),
+                text_deltas,
+                "end_turn",
+            ),
+        },
+        Shape {
+            name: "arguments of many keys, tools echoed",
+            api: "responses",
+            body: responses_body(&keys, &tools),
+        },
+    ]
+}
+
+/// The answer-side cost fuzzer's short form: every shape × every client API, streamed or
+/// not, each within its bound of what the upstream sent. `ANSWER_SIDE_SIZE=n` sets the
+/// shapes' size (2 MiB); `ANSWER_SIDE_ONLY=TEXT` keeps the cases whose name has TEXT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answer_shapes_cost_a_few_times_what_the_upstream_sent() {
+    let _one = SERIAL.lock().await;
+    let size: usize = std::env::var("ANSWER_SIDE_SIZE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2 * MIB);
+    let only = std::env::var("ANSWER_SIDE_ONLY").ok();
+    let user = json!([{"role": "user", "content": "edit"}]);
+    let mut over = Vec::new();
+    let mut worst = (0.0f64, String::new());
+    for shape in shapes(size) {
+        let (url, sent) = scripted(vec![shape.body]).await;
+        let addr = gateway_to(shape.api, &url).await;
+        for stream in [false, true] {
+            for (path, body) in [
+                (
+                    "/v1/chat/completions",
+                    json!({"model": "m", "messages": user, "stream": stream}),
+                ),
+                (
+                    "/v1/messages",
+                    json!({"model": "m", "max_tokens": 64, "messages": user, "stream": stream}),
+                ),
+                (
+                    "/v1/responses",
+                    json!({"model": "m", "input": "edit", "stream": stream}),
+                ),
+            ] {
+                let what = format!(
+                    "{} ({} upstream) to {path}, stream {stream}",
+                    shape.name, shape.api
+                );
+                if only.as_ref().is_some_and(|o| !what.contains(o.as_str())) {
+                    continue;
+                }
+                let (status, text, peak, sent) = measured(addr, &sent, path, &body, 4096).await;
+                // An event past its tree's budget ends the answer as the upstream's fault.
+                assert!(matches!(status, 200 | 502), "{what}: {status} {text:.300}");
+                let factor = peak as f64 / sent as f64;
+                if factor > worst.0 {
+                    worst = (factor, what.clone());
+                }
+                if !fits(
+                    &format!("{what}: {status}"),
+                    peak,
+                    sent,
+                    bound(path, stream),
+                ) {
+                    over.push(what);
+                }
+            }
+        }
+    }
+    eprintln!("the costliest: {:.2}x, {}", worst.0, worst.1);
+    assert!(over.is_empty(), "past their bound: {over:#?}");
 }
