@@ -147,9 +147,13 @@ pub(crate) const INCREMENTAL_CHECK_BYTES: usize = 64 * 1024;
 /// the text kept. If they fail only because of raw control characters inside strings (models
 /// emit raw newlines), those are escaped, the repaired text kept and the result flagged.
 pub(crate) fn parse_final(arguments: &Text) -> Parsed {
+    let max_depth = choicewise_partial_json::DEFAULT_MAX_DEPTH;
+    // serde_json skips a value without a recursion limit: the depth is checked apart, as the
+    // incremental parser would.
     if JsonArguments::check(arguments).is_ok() {
         return Parsed {
-            value: Ok(JsonArguments::checked(arguments.clone())),
+            value: within_depth(arguments, max_depth)
+                .map(|()| JsonArguments::checked(arguments.clone())),
             repaired: false,
         };
     }
@@ -157,7 +161,8 @@ pub(crate) fn parse_final(arguments: &Text) -> Parsed {
         && JsonArguments::check(&fixed).is_ok()
     {
         return Parsed {
-            value: Ok(JsonArguments::checked(Text::from(fixed))),
+            value: within_depth(&fixed, max_depth)
+                .map(|()| JsonArguments::checked(Text::from(fixed))),
             repaired: true,
         };
     }
@@ -188,6 +193,52 @@ pub(crate) fn parse_final(arguments: &Text) -> Parsed {
             repaired: false,
         },
     }
+}
+
+/// Whether `text` (valid JSON) nests containers at most `max_depth` deep; else the error at
+/// the byte of the first container past it (the incremental parser's words). One pass over
+/// the bytes, skipping strings.
+fn within_depth(text: &str, max_depth: usize) -> Result<(), ArgumentsError> {
+    let bytes = text.as_bytes();
+    // Fewer openers than the limit: nothing to scan.
+    if memchr::memchr2_iter(b'[', b'{', bytes)
+        .nth(max_depth)
+        .is_none()
+    {
+        return Ok(());
+    }
+    let (mut depth, mut at) = (0usize, 0usize);
+    while at < bytes.len() {
+        match bytes[at] {
+            b'"' => {
+                // To the closing quote, past escaped characters.
+                at += 1;
+                while let Some(j) = memchr::memchr2(b'"', b'\\', &bytes[at..]) {
+                    at += j + 1;
+                    if bytes[at - 1] == b'"' {
+                        break;
+                    }
+                    at += 1;
+                }
+                continue;
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max_depth {
+                    return Err(ArgumentsError {
+                        offset: Some(at as u64),
+                        message: format!(
+                            "nesting deeper than the maximum depth {max_depth} at byte {at}"
+                        ),
+                    });
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        at += 1;
+    }
+    Ok(())
 }
 
 /// Checks `text` as one JSON value nested at most `max_depth` deep, with a stack of one byte

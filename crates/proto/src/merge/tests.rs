@@ -366,10 +366,18 @@ fn long_arguments_are_checked_without_a_tree() {
     );
     let padded = format!("{keys}{}", " ".repeat(INCREMENTAL_CHECK_BYTES));
     assert!(parse_final(&text(padded)).value.is_ok());
-    // Too deep: refused where it goes past 512.
-    let e = parse_final(&text("[".repeat(100_000))).value.unwrap_err();
-    assert_eq!(e.offset, Some(512), "{e}");
-    assert!(e.message.contains("512"), "{e}");
+    // Too deep: refused where it goes past 512, cut or whole, long or short.
+    for too_deep in ["[".repeat(100_000), deep(100_000, ""), deep(600, "1")] {
+        let e = parse_final(&text(too_deep)).value.unwrap_err();
+        assert_eq!(e.offset, Some(512), "{e}");
+        assert!(e.message.contains("512"), "{e}");
+    }
+    // Brackets inside strings are text, escaped quotes too.
+    let with = |n: usize| format!(r#"["[[\"[[", {}]"#, deep(n, "1"));
+    assert!(parse_final(&text(with(511))).value.is_ok());
+    let e = parse_final(&text(with(512))).value.unwrap_err();
+    assert_eq!(e.offset, Some(11 + 511), "{e}");
+    assert!(parse_final(&text(deep(512, "1"))).value.is_ok());
     // A bad token, a byte out of place, a cut: each named at its byte.
     let long = "0,".repeat(INCREMENTAL_CHECK_BYTES);
     let at = 1 + long.len();
