@@ -402,10 +402,9 @@ pub(crate) fn fields_of(body: &Value) -> Result<Fields, IngressError> {
     parse_body(&Bytes::from(serde_json::to_vec(body).unwrap()))
 }
 
-/// `value` serialised into a buffer of exactly its length (counted by a first pass that
-/// writes nothing): a non-streamed answer holding megabytes of arguments is not written into
-/// a buffer grown by doubling, up to twice its size.
-pub(crate) fn to_vec_exact<T: Serialize>(value: &T) -> Vec<u8> {
+/// The length of `value` serialised as JSON, counted by a pass that writes nothing (0 for a
+/// value that does not serialise).
+pub(crate) fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -417,10 +416,21 @@ pub(crate) fn to_vec_exact<T: Serialize>(value: &T) -> Vec<u8> {
         }
     }
     let mut count = Count(0);
-    if serde_json::to_writer(&mut count, value).is_err() {
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
+}
+
+/// `value` serialised into a buffer of exactly its length ([`json_len`]): a non-streamed
+/// answer holding megabytes of arguments is not written into a buffer grown by doubling, up
+/// to twice its size.
+pub(crate) fn to_vec_exact<T: Serialize>(value: &T) -> Vec<u8> {
+    let len = json_len(value);
+    if len == 0 {
         return Vec::new();
     }
-    let mut out = Vec::with_capacity(count.0);
+    let mut out = Vec::with_capacity(len);
     // A value that serialised once serialises again.
     let _ = serde_json::to_writer(&mut out, value);
     out

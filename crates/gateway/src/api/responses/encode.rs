@@ -336,7 +336,9 @@ impl ResponsesEncoder {
                 ..
             } => {
                 // Written from the text, which then moves into the item: the arguments are
-                // held once (a call's may be megabytes).
+                // held once (a call's may be megabytes). The two frames that write them whole
+                // get room for both at once, not a buffer doubled twice on its way.
+                out.reserve(2 * crate::api::json_len(&arguments) + 4096);
                 let kind = "response.function_call_arguments.done";
                 let event = ArgumentsDone {
                     arguments: &arguments,
