@@ -193,7 +193,8 @@ impl Column {
                 let view = self.call(call);
                 view.end = Some(match (value, repaired) {
                     (Ok(v), repaired) => {
-                        view.shown = serde_json::to_string_pretty(&*v).unwrap_or_default();
+                        view.shown =
+                            serde_json::to_string_pretty(&v.to_value()).unwrap_or_default();
                         let note = if repaired {
                             "✔ arguments complete (raw control characters escaped)"
                         } else {

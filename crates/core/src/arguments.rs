@@ -229,7 +229,7 @@ impl CallParse {
 /// while let Some(event) = calls.next().await {
 ///     match event.unwrap() {
 ///         FunctionCallEvent::Arguments { call, .. } => seen.push(calls.partial(call).unwrap().to_string()),
-///         FunctionCallEvent::Finished { value, .. } => assert_eq!(value.unwrap()["days"], 12),
+///         FunctionCallEvent::Finished { value, .. } => assert_eq!(value.unwrap().to_value()["days"], 12),
 ///         _ => {}
 ///     }
 /// }
@@ -409,7 +409,7 @@ where
                     let error = |e: ArgumentsError| ErrorDetail::InvalidArguments { choice, call, error: e };
                     match value {
                         Err(e) => yield Err(Error::from(error(e))),
-                        Ok(v) => match T::deserialize(&*v) {
+                        Ok(v) => match v.deserialize::<T>() {
                             Ok(value) => yield Ok(ArgumentsSnapshot { call, name, value, is_final: true }),
                             Err(e) => yield Err(Error::from(error(ArgumentsError { offset: None, message: e.to_string() }))),
                         },

@@ -379,7 +379,7 @@ impl Choice {
     /// let events: Vec<_> = c.function_calls().try_collect().await.unwrap();
     /// let FunctionCallEvent::Finished { arguments, value, .. } = events.last().unwrap() else { panic!() };
     /// assert_eq!(&**arguments, "{\"a\":1}");
-    /// assert_eq!(value.as_ref().unwrap()["a"], 1);
+    /// assert_eq!(value.as_ref().unwrap().to_value()["a"], 1);
     /// # }
     /// ```
     pub fn function_calls(&self) -> FunctionCalls {

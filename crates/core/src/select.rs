@@ -38,7 +38,9 @@ use rules::{best, first_n};
 pub(crate) use rules::{short_of, vote, vote_windowed};
 pub(crate) use selection::Decided;
 use selection::{Judged, complete_tally};
-pub use selection::{KeyVotes, Selection, Tally};
+pub use selection::{
+    KeyVotes, SHOWN_KEY_MAX_BYTES, SHOWN_KEY_PREFIX_BYTES, Selection, Tally, shown_key,
+};
 
 /// A caller's judgement of a finished choice.
 pub(crate) type Judge<T> = Box<dyn Fn(&ChoiceOutput) -> T + Send + Sync>;
@@ -415,7 +417,8 @@ impl<'a> Pick<'a> {
             Rule::Vote(key) => {
                 let judged = Arc::clone(&judged);
                 Rule::Vote(Box::new(move |output: &ChoiceOutput| {
-                    let k = key(output);
+                    // Kept once, as shown: a long key is its beginning and its hash.
+                    let k = key(output).map(shown_key);
                     let mut judged = judged.lock().unwrap_or_else(|e| e.into_inner());
                     if !judged.iter().any(|(i, _)| *i == output.index) {
                         judged.push((output.index, k.clone()));

@@ -10,7 +10,6 @@ use std::fmt;
 
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::error::{Error, ErrorDetail};
@@ -376,14 +375,26 @@ impl<'de> Visitor<'de> for ChoiceSeed<'_> {
                     };
                 }
                 ChoiceField::ContentFilterResults => {
-                    update.content_filter_results = map.next_value::<Option<Box<Value>>>()?;
+                    // A tree within its budget (else left out, as if not sent).
+                    let raw = map.next_value::<&'de RawValue>()?;
+                    update.content_filter_results = (raw.get() != "null")
+                        .then(|| crate::tree::bounded_or_none(raw.get()))
+                        .flatten()
+                        .map(Box::new);
                 }
                 ChoiceField::Choicewise => {
-                    let value = map.next_value::<Option<Value>>()?;
-                    update.gateway_error = (value.as_ref())
-                        .and_then(|v| v.get("error"))
-                        .and_then(Value::as_str)
-                        .map(Box::from);
+                    // Only its `error` string is read: no tree.
+                    #[derive(serde::Deserialize)]
+                    struct Marker<'a> {
+                        #[serde(borrow)]
+                        error: Option<Cow<'a, str>>,
+                    }
+                    let raw = map.next_value::<&'de RawValue>()?;
+                    update.gateway_error = serde_json::from_str::<Option<Marker<'_>>>(raw.get())
+                        .ok()
+                        .flatten()
+                        .and_then(|m| m.error)
+                        .map(|e| Box::from(&*e));
                 }
                 ChoiceField::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -734,7 +745,10 @@ mod tests {
             .logprobs
         {
             Some(UpdateLogprobs::Raw(kept)) => {
-                assert_eq!(kept.to_value(), serde_json::from_str::<Value>(lp).unwrap())
+                assert_eq!(
+                    kept.to_value(),
+                    serde_json::from_str::<serde_json::Value>(lp).unwrap()
+                )
             }
             other => panic!("{other:?}"),
         }

@@ -174,10 +174,11 @@ pub enum FunctionCallEvent {
         name: Option<Text>,
         /// The whole arguments string, as the provider sent it.
         arguments: Text,
-        /// The arguments parsed, or why they are not valid JSON (with the byte offset).
-        value: Result<Arc<Value>, ArgumentsError>,
+        /// The arguments checked as one JSON value and kept as text (no tree is built until
+        /// one is asked for), or why they are not valid JSON (with the byte offset).
+        value: Result<JsonArguments, ArgumentsError>,
         /// The arguments were valid only after escaping raw control characters inside
-        /// strings (a raw newline, say); `value` is the repaired parse.
+        /// strings (a raw newline, say); `value` is the repaired text.
         repaired: bool,
     },
 }
@@ -396,4 +397,89 @@ pub struct ArgumentsError {
     pub offset: Option<u64>,
     /// What is wrong.
     pub message: String,
+}
+
+/// A call's complete arguments, checked to be one JSON value and kept as their text: no JSON
+/// tree is built unless one is asked for ([`to_value`](Self::to_value)), since a tree costs
+/// 20 to 50 times the text's bytes. [`deserialize`](Self::deserialize) reads a typed value
+/// straight from the text.
+///
+/// ```
+/// use choicewise_proto::JsonArguments;
+/// let args = JsonArguments::parse(r#"{"city": "Paris", "days": 3}"#).unwrap();
+/// assert_eq!(args.as_str(), r#"{"city": "Paris", "days": 3}"#);
+/// #[derive(serde::Deserialize)]
+/// struct Trip { city: String, days: u32 }
+/// let trip: Trip = args.deserialize().unwrap();
+/// assert_eq!((trip.city.as_str(), trip.days), ("Paris", 3));
+/// assert_eq!(args.to_value()["days"], 3);
+/// assert!(JsonArguments::parse("{\"cut\": ").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonArguments(Text);
+
+impl JsonArguments {
+    /// `text` as arguments, once checked to be one JSON value (whitespace around it allowed)
+    /// by serde_json without building a tree; else serde_json's error.
+    ///
+    /// ```
+    /// assert!(choicewise_proto::JsonArguments::parse(" [1, 2] ").is_ok());
+    /// assert!(choicewise_proto::JsonArguments::parse("[1, 2] 3").is_err());
+    /// ```
+    pub fn parse(text: &str) -> Result<Self, serde_json::Error> {
+        Self::check(text)?;
+        Ok(JsonArguments(Text::from(text)))
+    }
+
+    /// Checks `text` as one JSON value, no tree built.
+    pub(crate) fn check(text: &str) -> Result<(), serde_json::Error> {
+        serde_json::from_str::<serde::de::IgnoredAny>(text).map(|_| ())
+    }
+
+    /// Text already checked (by [`check`](Self::check), or by the incremental parser).
+    pub(crate) fn checked(text: Text) -> Self {
+        JsonArguments(text)
+    }
+
+    /// The arguments' JSON text: as the provider sent it, or repaired (see
+    /// [`FunctionCallEvent::Finished`]'s `repaired`).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::JsonArguments::parse("{}").unwrap().as_str(), "{}");
+    /// ```
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A typed value read straight from the text (serde_json's parser, no tree between).
+    ///
+    /// ```
+    /// let args = choicewise_proto::JsonArguments::parse("[1, 2, 3]").unwrap();
+    /// assert_eq!(args.deserialize::<Vec<u8>>().unwrap(), [1, 2, 3]);
+    /// ```
+    pub fn deserialize<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+
+    /// The arguments as a JSON tree. It costs 20 to 50 times the text's bytes: read a typed
+    /// value ([`deserialize`](Self::deserialize)) or the text where that will do. A value
+    /// nested deeper than serde_json's limit (128) is read by the incremental parser (up to
+    /// its own limit, `choicewise_partial_json::DEFAULT_MAX_DEPTH`); past both, `null`.
+    ///
+    /// ```
+    /// let args = choicewise_proto::JsonArguments::parse(r#"{"a": [true]}"#).unwrap();
+    /// assert_eq!(args.to_value(), serde_json::json!({"a": [true]}));
+    /// ```
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or_else(|_| {
+            let mut parser = choicewise_partial_json::PartialJson::new();
+            (parser.push(&self.0).and_then(|()| parser.finish())).unwrap_or(Value::Null)
+        })
+    }
+}
+
+impl fmt::Display for JsonArguments {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }

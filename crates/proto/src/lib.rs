@@ -36,6 +36,7 @@
 
 mod api;
 mod ballot;
+mod canonical;
 pub mod chunks;
 mod confidence;
 mod config;
@@ -54,11 +55,13 @@ mod response;
 mod router;
 mod scan;
 mod split;
+mod tree;
 mod usage;
 pub mod wire;
 
 pub use api::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesError, MessagesText};
 pub use ballot::{Ballot, Standing, Verdict};
+pub use canonical::{write_canonical_json, write_json_string};
 pub use choicewise_partial_json::{PartialJsonError, Snapshot};
 pub use choicewise_sse::SseError;
 #[cfg(feature = "estimate")]
@@ -73,7 +76,8 @@ pub use config::{
 pub use demux::{Demux, Flow};
 pub use error::{Error, ErrorDetail, ErrorKind, Incomplete, UpstreamError};
 pub use event::{
-    ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, Text, Warning, WarningKind,
+    ArgumentsError, CallKind, CallRef, ChoiceEvent, FunctionCallEvent, JsonArguments, Text,
+    Warning, WarningKind,
 };
 pub use logprobs::{Logprobs, LogprobsKept};
 pub use response::{ChatCompletion, ChoiceOutput, ChoiceSource, FunctionCall, Message, ToolCall};

@@ -504,6 +504,8 @@ pub fn output_from_events<'a>(
                         if let Some(name) = name {
                             slot.name = name.to_string();
                         }
+                        // Exactly its size: the buffer its fragments grew (up to twice the
+                        // text) is freed.
                         slot.arguments = arguments.to_string();
                     }
                     _ => {}

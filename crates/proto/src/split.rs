@@ -442,7 +442,7 @@ impl Splitter {
             }
         };
         let value = |range: &Option<Range<usize>>| -> Option<Value> {
-            serde_json::from_str(&data[range.clone()?]).ok()
+            crate::tree::bounded_or_none(&data[range.clone()?])
         };
         let meta = &self.meta;
         let facts = Facts {
@@ -569,8 +569,8 @@ impl Splitter {
             return self.typed_event(event, trimmed, line, offset, data_lines);
         }
         if event == "error" {
-            let value = serde_json::from_str::<Value>(trimmed)
-                .unwrap_or_else(|_| Value::String(trimmed.to_string()));
+            let value = crate::tree::bounded_or_none(trimmed)
+                .unwrap_or_else(|| Value::String(trimmed.to_string()));
             return Err(Error::from(ErrorDetail::Upstream(std::sync::Arc::new(
                 UpstreamError::from_value(&value, line),
             ))));

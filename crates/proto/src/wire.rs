@@ -347,13 +347,17 @@ impl<'de: 'a, 'a> Deserialize<'de> for Arguments<'a> {
             fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
                 Ok(Arguments::Text(Cow::Owned(v)))
             }
+            // A value is written as its canonical text as it is read, no tree between (what
+            // a tree would write: keys sorted, compact).
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                let value = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(Arguments::Json(value.to_string()))
+                let mut text = String::new();
+                Visitor::visit_map(crate::canonical::Canonical(&mut text), map)?;
+                Ok(Arguments::Json(text))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-                let value = Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
-                Ok(Arguments::Json(value.to_string()))
+                let mut text = String::new();
+                Visitor::visit_seq(crate::canonical::Canonical(&mut text), seq)?;
+                Ok(Arguments::Json(text))
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
                 Ok(Arguments::Json(v.to_string()))

@@ -319,7 +319,7 @@ impl Convert for Calls {
                 d.set_item("arguments", &**arguments)?;
                 match value {
                     Ok(v) => {
-                        d.set_item("value", json::to_py(py, v)?)?;
+                        d.set_item("value", json::to_py(py, &v.to_value())?)?;
                         d.set_item("error", py.None())?;
                     }
                     Err(e) => {

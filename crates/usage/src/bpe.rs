@@ -52,6 +52,19 @@ const RUN_BEFORE_NON_SPACE: usize = 1;
 /// shorter ones by its vector-based one (`byte_pair_split`), as `encode_ordinary` does.
 const LARGE_PIECE: usize = 100;
 
+/// Pieces longer than this many bytes are counted by [`linear_count`] rather than merged:
+/// merging a piece takes time `O(n log n)` and about 50 bytes of memory per byte of it
+/// ([`merged_len`]), so a piece of megabytes (a client's padding, a flood of one
+/// character) would cost hundreds of MiB. No piece of a language's text is near this long:
+/// a Thai or Chinese sentence, a run of emoji or of symbols, each one piece, count exactly.
+pub(crate) const LONG_PIECE: usize = 64 * 1024;
+
+/// The estimate of a piece over [`LONG_PIECE`] bytes: one token per four bytes, about what
+/// byte-pair encodings average on text.
+pub(crate) fn linear_count(bytes: usize) -> u64 {
+    bytes.div_ceil(4) as u64
+}
+
 /// One encoding's pre-tokenizer and merge ranks.
 pub(crate) struct Bpe {
     pieces: Regex,
@@ -140,7 +153,10 @@ impl Bpe {
         let mut start = 0;
         while start < text.len() {
             let end = self.piece_end(cache, text, start);
-            tokens += self.piece_tokens(&text.as_bytes()[start..end]);
+            tokens += match end - start {
+                long if long > LONG_PIECE => linear_count(long),
+                _ => self.piece_tokens(&text.as_bytes()[start..end]),
+            };
             start = end;
         }
         tokens

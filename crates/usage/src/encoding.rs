@@ -271,69 +271,28 @@ const EXACT_UP_TO: usize = 256 << 10;
 const WINDOWS: usize = 16;
 const WINDOW: usize = 16 << 10;
 
-/// Runs of letters, or of symbols, longer than this many bytes are counted by
-/// [`linear_count`] rather than by byte-pair merges.
-///
-/// Such a run is one piece for the pre-tokenizer, and merging a piece costs
-/// time quadratic in its length (a 7.5 MiB word took seconds and hundreds of
-/// MiB). No word of a language is this long; a run that is (a client's
-/// padding, a flood of one character) is counted in time linear in its
-/// length.
-const LONG_RUN: usize = 256;
-
-/// The estimate of a run over [`LONG_RUN`] bytes: one token per four bytes,
-/// about what byte-pair encodings average on text.
-fn linear_count(bytes: usize) -> u64 {
-    bytes.div_ceil(4) as u64
-}
-
-/// The classes whose runs the pre-tokenizer keeps as one piece.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Space,
-    Letter,
-    Digit,
-    Symbol,
-}
-
-fn class(c: char) -> Class {
-    use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
-    if c.is_whitespace() {
-        Class::Space
-    } else if c.is_alphabetic() {
-        Class::Letter
-    } else if c.is_numeric() {
-        Class::Digit
-    } else if !c.is_ascii() && c.general_category_group() == GeneralCategoryGroup::Mark {
-        // The pre-tokenizer's letters include the combining marks (`[\p{L}\p{M}]+`): a letter
-        // and a mark, alternating, are one piece, and so one run here.
-        Class::Letter
-    } else {
-        Class::Symbol
-    }
-}
-
 /// Counts the tokens of `text` as ordinary text (special-token spellings
 /// such as `<|endoftext|>` are split like any other text, never rejected).
 ///
 /// Equals `encode_ordinary(text).len()` of tiktoken for every text of at
 /// most 256 KiB without a run of more than 4,096 whitespace characters (runs
-/// of spaces or of newlines alone may be longer), and without a run of more
-/// than 256 bytes of letters (with their combining marks) alone or of symbols
-/// alone. Longer whitespace runs are cut and counted in pieces (a token or two
-/// off per cut); longer runs of letters or symbols are counted as one token
-/// per four bytes, since merging them costs time quadratic in their length; a
-/// longer text is estimated from 16 windows of 16 KiB spread over it, each
-/// counted so, and scaled to its length. Either way the count takes bounded
-/// time and memory and never panics.
+/// of spaces or of newlines alone may be longer) and without a pre-tokenizer
+/// piece of more than 64 KiB: every language's text, CJK and Thai without
+/// spaces, runs of emoji or symbols included. Longer whitespace runs are cut
+/// and counted in pieces (a token or two off per cut); a longer piece (a flood
+/// of one letter or symbol) is counted as one token per four bytes, since
+/// merging it costs memory in proportion to it; a longer text is estimated
+/// from 16 windows of 16 KiB spread over it, each counted so, and scaled to
+/// its length. Either way the count takes bounded time and memory and never
+/// panics.
 ///
 /// ```
 /// use choicewise_usage::{count_text, EncodingName};
 ///
 /// assert_eq!(count_text(EncodingName::Cl100kBase, "tiktoken is great!"), 6);
 /// assert_eq!(count_text(EncodingName::O200kBase, ""), 0);
-/// // A "word" of a million letters: counted at once, by the linear rule.
-/// assert_eq!(count_text(EncodingName::O200kBase, &"a".repeat(1_000_000)), 250_000);
+/// // A piece of 100,000 letters: counted at once, by the linear rule.
+/// assert_eq!(count_text(EncodingName::O200kBase, &"a".repeat(100_000)), 25_000);
 /// ```
 pub fn count_text(name: EncodingName, text: &str) -> u64 {
     if text.len() <= EXACT_UP_TO {
@@ -357,48 +316,33 @@ pub fn count_text(name: EncodingName, text: &str) -> u64 {
     ((tokens as u128 * text.len() as u128).div_ceil(bytes.max(1) as u128)) as u64
 }
 
-/// [`count_text`] of a text of any length, in time linear in it.
+/// [`count_text`] of a text of any length, in time linear in it: whitespace runs over
+/// [`MAX_WHITESPACE_RUN`] characters cut, every piece merged (or, past
+/// `bpe::LONG_PIECE` bytes, estimated).
 fn count_runs(name: EncodingName, text: &str) -> u64 {
     if text.is_empty() {
         return 0;
     }
     let bpe = name.bpe();
-    let exact = |piece: &str| bpe.count(piece);
-    if text.len() <= LONG_RUN {
-        // Too short to hold an over-long run (a character is at least a byte).
-        return exact(text);
+    if text.len() <= MAX_WHITESPACE_RUN {
+        // Too short to hold an over-long whitespace run (a character is at least a byte).
+        return bpe.count(text);
     }
     let mut total = 0u64;
-    // Where the text not yet counted starts.
+    // Where the text not yet counted starts, and the whitespace run's length in characters.
     let mut start = 0;
-    // The current run of one class: where it starts, and its length in characters.
-    let mut run_start = 0;
-    let mut run_class = None;
     let mut run_chars = 0usize;
-    let long = |class: Option<Class>, bytes: usize| {
-        matches!(class, Some(Class::Letter | Class::Symbol)) && bytes > LONG_RUN
-    };
     for (i, c) in text.char_indices() {
-        let this = class(c);
-        if Some(this) != run_class {
-            if long(run_class, i - run_start) {
-                total += exact(&text[start..run_start]) + linear_count(i - run_start);
-                start = i;
-            }
-            run_start = i;
-            run_class = Some(this);
+        if !c.is_whitespace() {
             run_chars = 0;
+            continue;
         }
         run_chars += 1;
-        if this == Class::Space && run_chars > MAX_WHITESPACE_RUN {
-            total += exact(&text[start..i]);
+        if run_chars > MAX_WHITESPACE_RUN {
+            total += bpe.count(&text[start..i]);
             start = i;
             run_chars = 1;
         }
     }
-    if long(run_class, text.len() - run_start) {
-        total + exact(&text[start..run_start]) + linear_count(text.len() - run_start)
-    } else {
-        total + exact(&text[start..])
-    }
+    total + bpe.count(&text[start..])
 }

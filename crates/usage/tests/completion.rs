@@ -169,16 +169,19 @@ fn long_runs_below_the_cut_match_tiktoken() {
 }
 
 #[test]
-fn runs_of_letters_or_symbols_over_the_cut_are_counted_linearly() {
-    // Merging one piece costs time quadratic in its length: a run over 256 bytes of letters
-    // alone, or of symbols alone, is counted as a token per four bytes; the rest of the
-    // text as tiktoken counts it.
+fn only_pieces_over_64_kib_are_counted_linearly() {
+    // Runs of letters or symbols are pieces counted exactly, however long, up to 64 KiB; a
+    // longer piece costs memory in proportion to it and is counted as a token per four
+    // bytes, the rest of the text as tiktoken counts it.
     for enc in BOTH {
-        assert_eq!(count_text(enc, &"a".repeat(70_000)), 17_500);
-        assert_eq!(count_text(enc, &"!".repeat(1001)), 251);
-        let text = format!("Hello there. {} bye", "z".repeat(400));
-        let expected = tiktoken(enc, "Hello there. ") + 100 + tiktoken(enc, " bye");
-        assert_eq!(count_text(enc, &text), expected);
+        let run = "!".repeat(5001);
+        assert_eq!(count_text(enc, &run), tiktoken(enc, &run));
+        let text = format!("Hello there. {} bye", "z".repeat(4000));
+        assert_eq!(count_text(enc, &text), tiktoken(enc, &text));
+        let flood = format!("Hello there. {} bye", "z".repeat(70_000));
+        let expected =
+            tiktoken(enc, "Hello there.") + 70_001_u64.div_ceil(4) + tiktoken(enc, " bye");
+        assert_eq!(count_text(enc, &flood), expected, "the piece is \" zzz…\"");
         // Digits and mixed words are pieces of their own: counted exactly.
         let mixed = "ab1".repeat(1000);
         assert_eq!(count_text(enc, &mixed), tiktoken(enc, &mixed));

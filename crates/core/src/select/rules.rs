@@ -442,16 +442,36 @@ pub(crate) async fn vote_windowed(
     decided.with_ballot(ballot)
 }
 
+/// The most bytes [`short_of`] lists keys in: a reason stays under 4 KiB however many keys
+/// voted (each is at most a few hundred bytes already, `shown_key`).
+const REASON_TALLY_BYTES: usize = 3 * 1024;
+
 /// The reason nothing won when keys voted but none had `min_votes`: the tally, in the
-/// ballot's order.
+/// ballot's order, as far as [`REASON_TALLY_BYTES`] holds it, then how many keys more.
 pub(crate) fn short_of(min_votes: usize, ballot: &Ballot) -> String {
-    let listed: Vec<String> = (ballot.ranked().iter())
-        .map(|s| format!("{:?} {}", s.key, s.votes))
-        .collect();
-    format!(
-        "no key has {min_votes} votes (tally: {})",
-        listed.join(", ")
-    )
+    let ranked = ballot.ranked();
+    let mut listed = String::new();
+    let mut shown = 0;
+    for s in &ranked {
+        let entry = format!("{:?} {}", s.key, s.votes);
+        if listed.len() + entry.len() + 2 > REASON_TALLY_BYTES {
+            break;
+        }
+        if shown > 0 {
+            listed.push_str(", ");
+        }
+        listed.push_str(&entry);
+        shown += 1;
+    }
+    if shown < ranked.len() {
+        let more = ranked.len() - shown;
+        listed.push_str(&format!(
+            "{}and {more} more key{}",
+            if shown > 0 { ", " } else { "" },
+            if more == 1 { "" } else { "s" }
+        ));
+    }
+    format!("no key has {min_votes} votes (tally: {listed})")
 }
 
 /// The highest score of a good finish, once every choice is in (or at the deadline).

@@ -114,7 +114,8 @@ pub struct Tally {
     /// Whether a key won; false when the choice selected is the first to finish well,
     /// chosen because no key won ([`Pick::or_first_finished`](crate::Pick::or_first_finished)).
     pub decided: bool,
-    /// The winning key (or the key of the choice selected instead).
+    /// The winning key (or the key of the choice selected instead), cut with its hash when
+    /// longer than [`SHOWN_KEY_MAX_BYTES`] ([`shown_key`]).
     pub key: String,
     /// Votes for it.
     pub votes: usize,
@@ -123,7 +124,8 @@ pub struct Tally {
     /// Choices of the completion (expected, when known, else seen).
     pub choices: usize,
     /// Every key voted for and its votes, in the ballot's order (most votes, or weight; then
-    /// the key whose voter finished first), the answer's key first.
+    /// the key whose voter finished first), the answer's key first. Keys longer than
+    /// [`SHOWN_KEY_MAX_BYTES`] are shown cut, with their hash ([`shown_key`]).
     pub tally: Vec<KeyVotes>,
 }
 
@@ -139,6 +141,61 @@ impl Tally {
             tally: Vec::new(),
         }
     }
+}
+
+/// The longest key a vote keeps and shows whole, in bytes. A longer key (a call with
+/// megabytes of arguments, a long text) is kept and shown as [`shown_key`] writes it: its first
+/// [`SHOWN_KEY_PREFIX_BYTES`], its length and its SHA-256, so that a vote holds a few hundred
+/// bytes per key whatever its samples sent, and two keys that differ anywhere stay apart.
+///
+/// ```
+/// assert_eq!(choicewise_core::defaults::SHOWN_KEY_MAX_BYTES, 256);
+/// ```
+pub const SHOWN_KEY_MAX_BYTES: usize = 256;
+
+/// The bytes of a long key's beginning that [`shown_key`] keeps (fewer when they would cut a
+/// character).
+///
+/// ```
+/// assert_eq!(choicewise_core::defaults::SHOWN_KEY_PREFIX_BYTES, 200);
+/// ```
+pub const SHOWN_KEY_PREFIX_BYTES: usize = 200;
+
+/// A vote's key as the vote keeps it and its [`Tally`] (`key`, `tally`) and a reason show it:
+/// whole up to [`SHOWN_KEY_MAX_BYTES`]; longer, its first [`SHOWN_KEY_PREFIX_BYTES`] (cut at a
+/// character's boundary), then `… (N bytes, sha256 HEX)` with its length and the SHA-256 of
+/// the whole key. A cut key is always longer than [`SHOWN_KEY_MAX_BYTES`], so it never equals
+/// a key kept whole; two long keys are one key exactly when their hashes are.
+///
+/// ```
+/// use choicewise_core::select::shown_key;
+/// assert_eq!(shown_key("42".to_string()), "42");
+/// let long = format!("[[\"write\",{{\"text\":\"{}\"}}]]", "x".repeat(1000));
+/// let shown = shown_key(long.clone());
+/// assert!(shown.starts_with(&long[..200]) && shown.len() < 300);
+/// assert!(shown.ends_with(&format!("… ({} bytes, sha256 {})", long.len(), &shown[shown.len() - 65..shown.len() - 1])));
+/// // Keys that differ only past the cut stay apart.
+/// assert_ne!(shown, shown_key(long.replace("x\"}", "y\"}")));
+/// ```
+pub fn shown_key(key: String) -> String {
+    use sha2::Digest;
+    use std::fmt::Write;
+    if key.len() <= SHOWN_KEY_MAX_BYTES {
+        return key;
+    }
+    let mut cut = SHOWN_KEY_PREFIX_BYTES;
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let mut shown = String::with_capacity(cut + 100);
+    shown.push_str(&key[..cut]);
+    let _ = write!(shown, "… ({} bytes, sha256 ", key.len());
+    for byte in digest {
+        let _ = write!(shown, "{byte:02x}");
+    }
+    shown.push(')');
+    shown
 }
 
 /// One key of a [`Tally`] and its votes.

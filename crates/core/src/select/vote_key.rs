@@ -218,7 +218,8 @@ enum Calls {
 
 /// The key of a choice that ended in tool calls (or the legacy function call): the JSON
 /// array of `[name, arguments]` pairs in call order, arguments in canonical form (empty
-/// arguments as `{}`); none when some call's arguments are not JSON.
+/// arguments as `{}`); none when some call's arguments are not JSON. Written straight from
+/// the arguments' text (`choicewise_proto::write_canonical_json`): no JSON tree is built.
 fn tool_call_key(output: &ChoiceOutput) -> Calls {
     let message = &output.message;
     // Each call, and whether its arguments are JSON (a function's) or free text (a custom
@@ -232,59 +233,32 @@ fn tool_call_key(output: &ChoiceOutput) -> Calls {
     if calls.is_empty() {
         return Calls::None;
     }
-    let mut key = String::from("[");
+    let size: usize = calls
+        .iter()
+        .map(|(c, _)| c.name.len() + c.arguments.len() + 8)
+        .sum();
+    let mut key = String::with_capacity(size + 2);
+    key.push('[');
     for (i, (call, json)) in calls.into_iter().enumerate() {
         if i > 0 {
             key.push(',');
         }
         key.push('[');
-        write_canonical(&serde_json::Value::from(call.name.as_str()), &mut key);
+        choicewise_proto::write_json_string(&call.name, &mut key);
         key.push(',');
         match (json, call.arguments.trim()) {
             (true, "") => key.push_str("{}"),
-            (true, text) => match serde_json::from_str::<serde_json::Value>(text) {
-                Ok(arguments) => write_canonical(&arguments, &mut key),
-                Err(_) => return Calls::Broken,
-            },
-            (false, text) => write_canonical(&serde_json::Value::from(text), &mut key),
+            (true, text) => {
+                if choicewise_proto::write_canonical_json(text, &mut key).is_err() {
+                    return Calls::Broken;
+                }
+            }
+            (false, text) => choicewise_proto::write_json_string(text, &mut key),
         }
         key.push(']');
     }
     key.push(']');
     Calls::Key(key)
-}
-
-/// `value` as canonical JSON: object keys sorted by their bytes, no insignificant
-/// whitespace, strings and numbers as serde_json writes them.
-fn write_canonical(value: &serde_json::Value, out: &mut String) {
-    use serde_json::Value;
-    match value {
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::from(k.as_str()).to_string());
-                out.push(':');
-                write_canonical(v, out);
-            }
-            out.push('}');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
 }
 
 /// Refuses, before it is parsed, a pattern whose parsing could cost more than a few

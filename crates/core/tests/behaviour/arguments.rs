@@ -152,7 +152,10 @@ async fn raw_control_characters_are_repaired_and_flagged() {
         panic!("{events:?}")
     };
     assert!(*repaired);
-    assert_eq!(value.as_ref().unwrap()["answer"], "one\ntwo\tthree");
+    assert_eq!(
+        value.as_ref().unwrap().to_value()["answer"],
+        "one\ntwo\tthree"
+    );
     assert_eq!(
         &**arguments, "{\"answer\": \"one\ntwo\tthree\"}",
         "raw arguments kept as sent"

@@ -131,7 +131,7 @@ async fn anthropic_text_thinking_and_tool_calls() {
         else {
             unreachable!()
         };
-        assert_eq!(value.as_ref().unwrap()["city"], "Paris");
+        assert_eq!(value.as_ref().unwrap().to_value()["city"], "Paris");
     }
 }
 

@@ -113,8 +113,15 @@ pub(crate) fn object_text(
     choicewise: Option<&Value>,
 ) -> Vec<u8> {
     let body = message(reply, output, usage, choicewise);
-    // A value always serialises.
-    serde_json::to_vec(&AsWritten(&body)).unwrap_or_default()
+    let m = &output.message;
+    let calls: Vec<&str> = (m.tool_calls.iter().map(|c| &c.function))
+        .chain(&m.function_call)
+        .map(|f| f.arguments.as_str())
+        .collect();
+    super::to_vec_exact(&AsWritten {
+        value: &body,
+        calls: &calls,
+    })
 }
 
 /// Anthropic's error body for a status: `{"type": "error", "error": {"type", "message"}}`.

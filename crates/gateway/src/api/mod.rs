@@ -402,27 +402,83 @@ pub(crate) fn fields_of(body: &Value) -> Result<Fields, IngressError> {
     parse_body(&Bytes::from(serde_json::to_vec(body).unwrap()))
 }
 
+/// The length of `value` serialised as JSON, counted by a pass that writes nothing (0 for a
+/// value that does not serialise).
+pub(crate) fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
+}
+
+/// `value` serialised into a buffer of exactly its length ([`json_len`]): a non-streamed
+/// answer holding megabytes of arguments is not written into a buffer grown by doubling, up
+/// to twice its size.
+pub(crate) fn to_vec_exact<T: Serialize>(value: &T) -> Vec<u8> {
+    let len = json_len(value);
+    if len == 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(len);
+    // A value that serialised once serialises again.
+    let _ = serde_json::to_writer(&mut out, value);
+    out
+}
+
+/// The longest `tool_use` input that a non-streamed Anthropic answer writes compacted (a
+/// copy without insignificant whitespace); a longer one is written as the upstream wrote it,
+/// with no copy.
+pub(crate) const COMPACTED_INPUT_BYTES: usize = 64 * 1024;
+
 /// A non-streamed Anthropic answer written with each `tool_use` block's input as the
-/// upstream wrote it, where the block carries that text
-/// ([`messages::INPUT_AS_WRITTEN`]): its numbers digit for digit.
-pub(crate) struct AsWritten<'a>(pub &'a Value);
+/// upstream wrote it, where the block names its call ([`messages::INPUT_AS_WRITTEN`]): the
+/// text of `calls` at that place, its numbers digit for digit (compacted up to
+/// [`COMPACTED_INPUT_BYTES`]).
+pub(crate) struct AsWritten<'a> {
+    /// The answer.
+    pub value: &'a Value,
+    /// The message's calls' arguments, in the order [`messages::message`] numbers them.
+    pub calls: &'a [&'a str],
+}
 
 impl Serialize for AsWritten<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::{Error, SerializeMap, SerializeSeq};
-        match self.0 {
+        let inner = |value| AsWritten {
+            value,
+            calls: self.calls,
+        };
+        match self.value {
             Value::Object(o) => {
-                let written = o.get(messages::INPUT_AS_WRITTEN).and_then(Value::as_str);
+                let written = (o.get(messages::INPUT_AS_WRITTEN))
+                    .and_then(Value::as_u64)
+                    .and_then(|place| self.calls.get(place as usize));
                 let mut map = s.serialize_map(None)?;
                 for (k, v) in o {
                     match (k.as_str(), written) {
                         (messages::INPUT_AS_WRITTEN, _) => {}
+                        ("input", Some(text)) if text.len() <= COMPACTED_INPUT_BYTES => {
+                            let compact = choicewise_partial_json::compact_json(text.trim());
+                            let raw = RawValue::from_string(compact).map_err(S::Error::custom)?;
+                            map.serialize_entry(k, &raw)?;
+                        }
                         ("input", Some(text)) => {
                             let raw: &RawValue =
-                                serde_json::from_str(text).map_err(S::Error::custom)?;
+                                serde_json::from_str(text.trim()).map_err(S::Error::custom)?;
                             map.serialize_entry(k, raw)?;
                         }
-                        _ => map.serialize_entry(k, &AsWritten(v))?,
+                        _ => map.serialize_entry(k, &inner(v))?,
                     }
                 }
                 map.end()
@@ -430,7 +486,7 @@ impl Serialize for AsWritten<'_> {
             Value::Array(a) => {
                 let mut seq = s.serialize_seq(Some(a.len()))?;
                 for v in a {
-                    seq.serialize_element(&AsWritten(v))?;
+                    seq.serialize_element(&inner(v))?;
                 }
                 seq.end()
             }

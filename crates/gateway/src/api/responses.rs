@@ -137,7 +137,7 @@ pub(crate) fn object_text(
         echo: &reply.echo,
     };
     // A value always serialises.
-    serde_json::to_vec(&echoed).unwrap_or_default()
+    super::to_vec_exact(&echoed)
 }
 
 /// The fields a translation reads (parsed); `input` and `tools` are read entry by entry

@@ -552,7 +552,13 @@ async fn non_streamed_answers() {
     let choice = &original.completion.choices[0];
     let usage = Tokens::from_usage(original.completion.usage.as_ref().unwrap());
     let summary = json!({"decision": "vote"});
-    let m = messages::message(&reply(&[]), choice, &usage, Some(&summary));
+    let m: Value = serde_json::from_slice(&messages::object_text(
+        &reply(&[]),
+        choice,
+        &usage,
+        Some(&summary),
+    ))
+    .unwrap();
     assert_eq!(m["type"], "message");
     assert_eq!(m["model"], "served-model");
     assert_eq!(

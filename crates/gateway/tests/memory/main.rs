@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod answer_side;
 mod ceiling;
 mod cost_fuzz;
 mod memory_choices;

@@ -342,3 +342,58 @@ fn a_taken_output_is_the_output_with_its_texts_moved() {
     );
     assert_eq!(left.message.tool_calls, copied.message.tool_calls);
 }
+
+#[test]
+fn long_arguments_are_checked_without_a_tree() {
+    use super::{INCREMENTAL_CHECK_BYTES, parse_final};
+    let text = |s: String| -> crate::Text { s.into() };
+    let wide = format!("[{}0]", "0,".repeat(INCREMENTAL_CHECK_BYTES));
+    let parsed = parse_final(&text(wide.clone()));
+    assert_eq!(parsed.value.unwrap().as_str(), wide, "kept as its text");
+    // Deeper than serde_json's 128 and longer than the incremental parser takes: checked
+    // level by level, up to the incremental parser's depth.
+    let deep = |n: usize, inner: &str| format!("{}{inner}{}", "[".repeat(n), "]".repeat(n));
+    let wide_inside = deep(
+        300,
+        "1,".repeat(INCREMENTAL_CHECK_BYTES).trim_end_matches(','),
+    );
+    assert!(parse_final(&text(wide_inside)).value.is_ok());
+    let keys = format!(
+        "{}{}{}",
+        "{\"a\": ".repeat(200),
+        r#"{"s": "x\"y", "n": -1.5e3, "t": true, "z": null, "e": [], "o": {}}"#,
+        "}".repeat(200)
+    );
+    let padded = format!("{keys}{}", " ".repeat(INCREMENTAL_CHECK_BYTES));
+    assert!(parse_final(&text(padded)).value.is_ok());
+    // Too deep: refused where it goes past 512, cut or whole, long or short.
+    for too_deep in ["[".repeat(100_000), deep(100_000, ""), deep(600, "1")] {
+        let e = parse_final(&text(too_deep)).value.unwrap_err();
+        assert_eq!(e.offset, Some(512), "{e}");
+        assert!(e.message.contains("512"), "{e}");
+    }
+    // Brackets inside strings are text, escaped quotes too.
+    let with = |n: usize| format!(r#"["[[\"[[", {}]"#, deep(n, "1"));
+    assert!(parse_final(&text(with(511))).value.is_ok());
+    let e = parse_final(&text(with(512))).value.unwrap_err();
+    assert_eq!(e.offset, Some(11 + 511), "{e}");
+    assert!(parse_final(&text(deep(512, "1"))).value.is_ok());
+    // A bad token, a byte out of place, a cut: each named at its byte.
+    let long = "0,".repeat(INCREMENTAL_CHECK_BYTES);
+    let at = 1 + long.len();
+    for (bad, offset) in [
+        (format!("[{long}tru]"), at),
+        (format!("[{long}1 2]"), at + 2),
+        (format!("[{long}1"), at + 1),
+        (format!("[{long}1]]"), at + 2),
+    ] {
+        let e = parse_final(&text(bad.clone())).value.unwrap_err();
+        // serde_json names the byte where it stopped, up to a token's length past its start.
+        let got = e.offset.unwrap() as usize;
+        assert!(
+            (offset..=offset + 3).contains(&got),
+            "{e}: {:?}",
+            &bad[at..]
+        );
+    }
+}

@@ -80,5 +80,5 @@ pub(super) fn upstream_error(error: Option<Value>, line: u64) -> Result<(), Erro
 /// A JSON value worth keeping: not `null`.
 pub(super) fn raw_value(raw: Option<&RawValue>) -> Option<Value> {
     raw.filter(|r| r.get() != "null")
-        .and_then(|r| serde_json::from_str(r.get()).ok())
+        .and_then(|r| crate::tree::bounded_or_none(r.get()))
 }

@@ -51,7 +51,14 @@ impl Splitter {
         offset: u64,
         data_lines: DataLines<'_>,
     ) -> Result<Flow, Error> {
-        let value: Value = match serde_json::from_str(data) {
+        // A tree of what the dialect reads: the members it never reads (a response's echoed
+        // `tools`, `instructions`, `metadata`, its `output` list, log-probabilities) are left
+        // out, and the rest is built within a budget of the event's bytes.
+        let value: Value = match crate::tree::bounded(
+            data,
+            TYPED_UNREAD,
+            crate::tree::budget(data.len()),
+        ) {
             Ok(v @ Value::Object(_)) => v,
             Ok(_) => {
                 return Err(Error::from(ErrorDetail::Json {
@@ -60,7 +67,20 @@ impl Splitter {
                     message: "expected a JSON object".to_string(),
                 }));
             }
-            Err(e) => return Err(json_error(&e, line, offset, data_lines)),
+            Err(crate::tree::TreeError::Json(e)) => {
+                return Err(json_error(&e, line, offset, data_lines));
+            }
+            Err(crate::tree::TreeError::TooCostly) => {
+                return Err(Error::from(ErrorDetail::Json {
+                    line: data_lines.line(0).unwrap_or(line),
+                    offset,
+                    message: format!(
+                        "an event of {} bytes whose JSON tree would cost more than {} bytes (too many small values)",
+                        data.len(),
+                        crate::tree::budget(data.len())
+                    ),
+                }));
+            }
         };
         self.typed_value(event, value, line, offset)
     }
@@ -128,3 +148,18 @@ impl Splitter {
         Ok(Flow::Continue)
     }
 }
+
+/// The members of a typed dialect's events that its decoder never reads, left out of their
+/// trees at any depth (`dialect.rs` reads types, ids, names, deltas, items, usage, stop
+/// reasons and errors).
+const TYPED_UNREAD: &[&str] = &[
+    "tools",
+    "instructions",
+    "metadata",
+    "output",
+    "logprobs",
+    "top_logprobs",
+    "annotations",
+    "include",
+    "prompt",
+];

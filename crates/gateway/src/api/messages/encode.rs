@@ -18,7 +18,6 @@
 
 use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent, Text};
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::api::{Encoder, Reply, Tokens, frame, new_id};
@@ -346,10 +345,12 @@ fn usage_of(usage: &Tokens) -> Value {
     })
 }
 
-/// The key under which a `tool_use` block of [`message`] carries its input's JSON text as
-/// the upstream wrote it, when its tree would write it otherwise (a 30-digit integer, which
-/// no `f64` holds): [`crate::api::AsWritten`] writes that text as the block's `input`,
-/// and never the key. No client's text makes a key of the blocks built here.
+/// The key under which a `tool_use` block of [`message`] names the place of its call among
+/// the message's calls (its tool calls, then its legacy function call), whose arguments are
+/// its input's JSON text, in place of a tree: [`crate::api::AsWritten`] writes that text
+/// (compacted, up to 64 KiB; longer, as the upstream wrote it) as the block's `input`, its
+/// numbers digit for digit, and never the key. No client's text makes a key of the blocks
+/// built here.
 pub(crate) const INPUT_AS_WRITTEN: &str = "\u{0}input as written";
 
 /// The non-streamed answer: a `message` object, its content blocks in Anthropic's order
@@ -381,25 +382,22 @@ pub(crate) fn message(
     let calls = (m.tool_calls.iter())
         .map(|c| (Some(c.id.as_str()).filter(|id| !id.is_empty()), &c.function))
         .chain(m.function_call.iter().map(|f| (None, f)));
-    for (id, f) in calls {
+    for (place, (id, f)) in calls.enumerate() {
+        // JSON arguments ride as their text, never as a tree (a tree costs 20 to 50 times
+        // the text): `input` is a placeholder, and the block names its call's place among
+        // the message's calls, whose text the answer's writer puts there
+        // ([`AsWritten`](crate::api::AsWritten)), its numbers digit for digit.
         let (input, as_written) = match f.arguments.trim() {
             "" => (json!({}), None),
-            raw => match serde_json::from_str::<&RawValue>(raw) {
-                Ok(raw) => {
-                    let text = choicewise_partial_json::compact_json(raw.get());
-                    let tree: Value = serde_json::from_str(&text).unwrap_or_default();
-                    // The tree writes it otherwise (a number no f64 holds, keys in another
-                    // order): its text goes with it, and is what the answer says.
-                    let differs = serde_json::to_string(&tree).ok() != Some(text.clone());
-                    (tree, differs.then_some(text))
-                }
+            raw => match serde_json::from_str::<serde::de::IgnoredAny>(raw) {
+                Ok(_) => (json!({}), Some(place)),
                 Err(_) => (Value::String(f.arguments.clone()), None),
             },
         };
         let id = id.map_or_else(|| new_id("toolu"), str::to_string);
         let mut block = json!({"type": "tool_use", "id": id, "name": f.name, "input": input});
-        if let Some(text) = as_written {
-            block[INPUT_AS_WRITTEN] = Value::String(text);
+        if let Some(place) = as_written {
+            block[INPUT_AS_WRITTEN] = Value::from(place);
         }
         content.push(block);
     }

@@ -80,15 +80,54 @@ struct Part {
 }
 
 impl Part {
-    /// The part as the output lists it.
-    fn value(&self) -> Value {
+    /// The part as the output lists it, its text moved in.
+    fn into_value(mut self) -> Value {
+        self.text.shrink_to_fit();
+        let text = Value::String(self.text);
         match self.refusal {
-            true => json!({"type": "refusal", "refusal": self.text}),
+            true => {
+                let mut part = json!({"type": "refusal", "refusal": null});
+                part["refusal"] = text;
+                part
+            }
             false => {
-                json!({"type": "output_text", "text": self.text, "annotations": [], "logprobs": []})
+                let mut part = json!({"type": "output_text", "text": null, "annotations": [],
+                                      "logprobs": []});
+                part["text"] = text;
+                part
             }
         }
     }
+}
+
+/// `response.output_text.done` or `response.refusal.done`, its fields in the order a JSON
+/// object of them writes them (by name), borrowing the part's text.
+#[derive(Serialize)]
+struct TextDone<'a> {
+    content_index: usize,
+    item_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    logprobs: Option<[u8; 0]>,
+    output_index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a str>,
+    sequence_number: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.content_part.done`, borrowing its part.
+#[derive(Serialize)]
+struct PartDone<'a> {
+    content_index: usize,
+    item_id: &'a str,
+    output_index: usize,
+    part: &'a Value,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 /// A text delta event (`response.output_text.delta`, `response.refusal.delta`,
@@ -108,6 +147,29 @@ struct DeltaEvent<'a> {
     /// `[]` on output text deltas.
     #[serde(skip_serializing_if = "Option::is_none")]
     logprobs: Option<[u8; 0]>,
+}
+
+/// `response.function_call_arguments.done`, its fields in the order a JSON object of them
+/// writes them (by name), borrowing the call's arguments.
+#[derive(Serialize)]
+struct ArgumentsDone<'a> {
+    arguments: &'a str,
+    item_id: &'a str,
+    name: &'a str,
+    output_index: usize,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.output_item.done`, borrowing its item.
+#[derive(Serialize)]
+struct ItemDone<'a> {
+    item: &'a Value,
+    output_index: usize,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 /// The error code of a context overflow, in OpenAI's `error.code` and a Responses stream's
@@ -238,11 +300,14 @@ impl ResponsesEncoder {
                 part,
             } => {
                 if let Some(part) = part {
-                    self.close_part(&id, index, parts.len(), &part, out);
-                    parts.push(part.value());
+                    let closed = self.close_part(&id, index, parts.len(), part, out);
+                    parts.push(closed);
                 }
-                json!({"id": id, "type": "message", "status": status, "role": "assistant",
-                       "content": parts})
+                // The parts move in (json! would copy them).
+                let mut item = json!({"id": id, "type": "message", "status": status,
+                                      "role": "assistant", "content": null});
+                item["content"] = Value::Array(parts);
+                item
             }
             Item::Call {
                 id,
@@ -267,31 +332,37 @@ impl ResponsesEncoder {
                 call_id,
                 name,
                 namespace,
-                arguments,
+                mut arguments,
                 ..
             } => {
-                self.emit(
-                    out,
-                    "response.function_call_arguments.done",
-                    json!({
-                        "item_id": id, "output_index": index, "name": name, "arguments": arguments
-                    }),
-                );
-                call_item(
-                    &id,
-                    status,
-                    &arguments,
-                    &call_id,
-                    &name,
-                    namespace.as_deref(),
-                )
+                // Written from the text, which then moves into the item: the arguments are
+                // held once (a call's may be megabytes). The two frames that write them whole
+                // get room for both at once, not a buffer doubled twice on its way.
+                out.reserve(2 * crate::api::json_len(&arguments) + 4096);
+                let kind = "response.function_call_arguments.done";
+                let event = ArgumentsDone {
+                    arguments: &arguments,
+                    item_id: &id,
+                    name: &name,
+                    output_index: index,
+                    sequence_number: self.next_seq(),
+                    kind,
+                };
+                frame(out, kind, &event);
+                let mut item = call_item(&id, status, "", &call_id, &name, namespace.as_deref());
+                arguments.shrink_to_fit();
+                item["arguments"] = Value::String(arguments);
+                item
             }
         };
-        self.emit(
-            out,
-            "response.output_item.done",
-            json!({"output_index": index, "item": done}),
-        );
+        let kind = "response.output_item.done";
+        let event = ItemDone {
+            item: &done,
+            output_index: index,
+            sequence_number: self.next_seq(),
+            kind,
+        };
+        frame(out, kind, &event);
         self.items.push(done);
     }
 
@@ -301,26 +372,38 @@ impl ResponsesEncoder {
         id: &str,
         index: usize,
         content: usize,
-        part: &Part,
+        part: Part,
         out: &mut Vec<u8>,
-    ) {
-        let (name, key) = match part.refusal {
-            true => ("response.refusal.done", "refusal"),
-            false => ("response.output_text.done", "text"),
+    ) -> Value {
+        // The `.done` event borrows the text, which then moves into the part: a part's text
+        // (megabytes, maybe) is held once.
+        let kind = match part.refusal {
+            true => "response.refusal.done",
+            false => "response.output_text.done",
         };
-        let mut done = json!({"item_id": id, "output_index": index, "content_index": content});
-        done[key] = json!(part.text);
-        if !part.refusal {
-            done["logprobs"] = json!([]);
-        }
-        self.emit(out, name, done);
-        self.emit(
-            out,
-            "response.content_part.done",
-            json!({
-                "item_id": id, "output_index": index, "content_index": content, "part": part.value()
-            }),
-        );
+        let event = TextDone {
+            content_index: content,
+            item_id: id,
+            logprobs: (!part.refusal).then_some([]),
+            output_index: index,
+            refusal: part.refusal.then_some(part.text.as_str()),
+            sequence_number: self.next_seq(),
+            text: (!part.refusal).then_some(part.text.as_str()),
+            kind,
+        };
+        frame(out, kind, &event);
+        let value = part.into_value();
+        let kind = "response.content_part.done";
+        let event = PartDone {
+            content_index: content,
+            item_id: id,
+            output_index: index,
+            part: &value,
+            sequence_number: self.next_seq(),
+            kind,
+        };
+        frame(out, kind, &event);
+        value
     }
 
     /// Takes the open item out of the stream to work on it (put it back with [`put`]);
@@ -363,8 +446,8 @@ impl ResponsesEncoder {
         };
         let index = self.items.len();
         if let Some(old) = part.take_if(|p| p.refusal != refusal) {
-            self.close_part(&id, index, parts.len(), &old, out);
-            parts.push(old.value());
+            let closed = self.close_part(&id, index, parts.len(), old, out);
+            parts.push(closed);
         }
         if part.is_none() {
             let new = Part {
@@ -375,7 +458,7 @@ impl ResponsesEncoder {
                 out,
                 "response.content_part.added",
                 json!({"item_id": id,
-                "output_index": index, "content_index": parts.len(), "part": new.value()}),
+                "output_index": index, "content_index": parts.len(), "part": Part { refusal, text: String::new() }.into_value()}),
             );
             part = Some(new);
         }
@@ -611,8 +694,22 @@ impl Encoder for ResponsesEncoder {
             ),
             None => ("response.completed", "completed", Value::Null),
         };
-        let response = self.response(status, usage_of(usage), Value::Null, incomplete);
-        let mut event = json!({"response": response});
+        // The last event: the closed items move into it rather than being copied.
+        let output = Value::Array(std::mem::take(&mut self.items));
+        let parts = ResponseParts {
+            id: &self.id,
+            created_at: self.created_at,
+            model: &self.model,
+        };
+        let response = response_object(
+            parts,
+            status,
+            output,
+            usage_of(usage),
+            Value::Null,
+            incomplete,
+        );
+        let mut event = Value::Object(serde_json::Map::from_iter([("response".into(), response)]));
         if let Some(c) = choicewise {
             event["choicewise"] = c.clone();
         }

@@ -24,13 +24,15 @@ pub(super) fn client_name(
 
 /// A custom tool call's input: the `input` string of its arguments (`{"input": ...}`), else
 /// the arguments' text as it came.
+/// Read without a tree: the other members are skipped.
 pub(super) fn custom_input(arguments: &str) -> String {
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(Value::Object(mut o)) => match o.remove("input") {
-            Some(Value::String(input)) => input,
-            _ => arguments.to_string(),
-        },
-        _ => arguments.to_string(),
+    #[derive(serde::Deserialize)]
+    struct Custom {
+        input: String,
+    }
+    match serde_json::from_str::<Custom>(arguments) {
+        Ok(custom) => custom.input,
+        Err(_) => arguments.to_string(),
     }
 }
 
@@ -147,16 +149,18 @@ pub(super) fn response_object(
     error: Value,
     incomplete: Value,
 ) -> Value {
-    let r = json!({
+    // `output` moves in (json! would copy it: a call's arguments may be megabytes).
+    let mut r = json!({
         "id": parts.id, "object": "response", "created_at": parts.created_at,
         "status": status, "background": false, "error": error,
         "incomplete_details": incomplete, "instructions": null, "max_output_tokens": null,
-        "metadata": {}, "model": parts.model, "output": output, "parallel_tool_calls": true,
+        "metadata": {}, "model": parts.model, "output": null, "parallel_tool_calls": true,
         "previous_response_id": null, "reasoning": {"effort": null, "summary": null},
         "store": false, "temperature": null, "text": {"format": {"type": "text"}},
         "tool_choice": "auto", "tools": [], "top_p": null, "truncation": "disabled",
         "usage": usage, "user": null,
     });
+    r["output"] = output;
     r
 }
 
