@@ -860,9 +860,10 @@ fn first_and_vote_give_the_recordings_first_finisher_at_every_speed() {
                 );
                 let json: Value = serde_json::from_slice(&out.stdout).unwrap();
                 assert_eq!(json["vote"]["key"], "b", "{what}, speed {speed}, run {run}");
+                // The winning key's voters in the order they finished: 3 answers.
                 assert_eq!(
                     json["selected"],
-                    serde_json::json!([1, 3]),
+                    serde_json::json!([3, 1]),
                     "{what}, speed {speed}"
                 );
                 assert_eq!(json["vote"]["tally"][0]["key"], "b");
