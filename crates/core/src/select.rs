@@ -611,11 +611,15 @@ impl Completions {
     ///     Source::sse(ready(" 42 ")).n(1),
     ///     Source::sse(ready("42")).n(1),
     /// ]);
-    /// // Decided at the third 42: the stalled upstream could not change the winner.
-    /// let selection = c.vote(|m| m.message.content.as_deref().map(|t| t.trim().to_string())).await;
+    /// // Three votes needed: decided at the third 42, since the stalled upstream could not
+    /// // change the winner.
+    /// let key = |m: &choicewise_core::ChoiceOutput| m.message.content.as_deref().map(|t| t.trim().to_string());
+    /// let selection = c.vote(key).min_votes(3).await;
     /// let tally = selection.vote.unwrap();
     /// assert_eq!((tally.key.as_str(), tally.votes, tally.counted, tally.choices), ("42", 3, 3, 4));
-    /// assert_eq!(selection.selected, [0, 2, 3]);
+    /// let mut voters = selection.selected; // in the order they finished
+    /// voters.sort_unstable();
+    /// assert_eq!(voters, [0, 2, 3]);
     /// assert!(c.outcome().await.is_ok()); // the stalled upstream was dropped
     /// # }
     /// ```
