@@ -34,9 +34,10 @@ def test_vote_decides_early_and_cancels_the_stalled_sample():
     # finish in whatever order their tasks run.
     assert (winner.key, winner.votes) == ("42", 3)
     assert winner.counted in (3, 4)
-    assert winner.selected == [0, 2, 4] and winner.cancelled == [1]
-    assert winner.choice.index == 0 and winner
-    assert "".join(winner.choice.content()) == "Answer: 42"
+    # The winning key's voters in the order they finished: the first is the answer.
+    assert sorted(winner.selected) == [0, 2, 4] and winner.cancelled == [1]
+    assert winner.choice.index == winner.selected[0] and winner
+    assert "".join(winner.choice.content()).endswith("Answer: 42")
     assert whole.choices[1].finish_reason is None
 
 
