@@ -1109,7 +1109,10 @@ async fn nginx_in_front_of_three_gateways_sharing_redis_keeps_the_keys_limits() 
         let mut body = json!({"model": "small", "max_tokens": 1,
                               "messages": [{"role": "user", "content": "hi"}]});
         if samples > 1 {
-            body["choicewise"] = json!({"select": "vote", "samples": samples});
+            // Every sample needed: a vote of agreeing samples would be decided before the
+            // last, which may then count less than its whole answer.
+            body["choicewise"] =
+                json!({"select": "vote", "samples": samples, "min_votes": samples});
         }
         client
             .post(format!("{front}/v1/chat/completions"))
