@@ -1,6 +1,6 @@
 //! Does a confidence measure tell a right sample from a wrong one of the same problem? The
 //! within-problem AUROC: over the problems that have both right and wrong samples, the chance
-//! that a right sample's confidence (its lowest window mean, [`reference::lowest_group`])
+//! that a right sample's confidence (its lowest window mean, [`crate::reference::lowest_group`])
 //! is above a wrong one's (ties count half), averaged over those problems. 0.5 is a coin;
 //! 1 ranks every right sample first. A vote weighted by a measure that does not separate
 //! within a problem only adds noise to the plain vote.
