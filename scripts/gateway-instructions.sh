@@ -11,7 +11,12 @@
 #
 # Needs valgrind and python3. REQUESTS (default 1000), HARNESS (default
 # target/release/choicewise-bench), KEEP=1 keeps the callgrind files (in a temporary
-# directory, named).
+# directory, named). LIMITS=memory serves with a named key whose limits of requests, samples
+# and tokens never bind, counted in the process (docs/keys.md), and the clients send its key:
+# what the limits cost a request, paired with the same binary without them:
+#
+#   scripts/gateway-instructions.sh target/release/choicewise
+#   LIMITS=memory scripts/gateway-instructions.sh target/release/choicewise
 set -euo pipefail
 
 requests=${REQUESTS:-1000}
@@ -26,13 +31,17 @@ work=$(mktemp -d)
 cat > "$work/load.py" <<'PY'
 import http.client, json, sys, threading
 port, n, threads = int(sys.argv[1]), int(sys.argv[2]), 4
+key = sys.argv[3] if len(sys.argv) > 3 else None
+headers = {"content-type": "application/json"}
+if key:
+    headers["authorization"] = "Bearer " + key
 body = json.dumps({"model": "native", "n": 1, "stream": True, "messages": [{"role": "user",
     "content": "cwbench tag=0 ticks=16 spread=0 first_us=0 interval_us=0 stamp=0 fault=none tick_writes=0"}]})
 failed = []
 def run(k):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     for _ in range(k):
-        c.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        c.request("POST", "/v1/chat/completions", body, headers)
         r = c.getresponse()
         data = r.read()
         if r.status != 200 or b"[DONE]" not in data:
@@ -57,14 +66,19 @@ for bin in "$@"; do
   upstream=$(grep -o 'http://[0-9.:]*' "$d/upstream.log" | head -1)
   printf 'listen = "127.0.0.1:0"\nshutdown_grace_s = 1\n\n[limits]\nmax_concurrent_requests = 4096\n\n[[models]]\nname = "native"\n[[models.upstreams]]\napi = "chat"\nbase_url = "%s/v1"\nmodel = "m"\nn = "native"\n' \
     "$upstream" > "$d/gateway.toml"
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$d/callgrind.out" \
+  key=""
+  if [ "${LIMITS:-none}" = memory ]; then
+    key="sk-instructions-bench"
+    printf '\n[auth]\n[[auth.keys]]\nname = "bench"\nkey_env = "CHOICEWISE_BENCH_KEY"\n[auth.keys.limits]\nrequests_per_minute = 1000000000\nsamples_per_minute = 1000000000\ntokens_per_minute = 1000000000000\n' >> "$d/gateway.toml"
+  fi
+  CHOICEWISE_BENCH_KEY="$key" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$d/callgrind.out" \
     "$bin" serve --config "$d/gateway.toml" > "$d/gateway.log" 2>&1 &
   gw=$!
   wait_for "$d/gateway.log" "listening on"
   port=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$d/gateway.log" | sed 's/.*://')
-  python3 "$work/load.py" "$port" 100
+  python3 "$work/load.py" "$port" 100 $key
   callgrind_control -i on "$gw" > /dev/null 2>&1
-  python3 "$work/load.py" "$port" "$requests"
+  python3 "$work/load.py" "$port" "$requests" $key
   callgrind_control -d "$gw" > /dev/null 2>&1
   kill -9 "$gw" "$up" 2>/dev/null || true
   wait "$gw" "$up" 2>/dev/null || true
