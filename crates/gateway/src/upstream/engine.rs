@@ -106,8 +106,9 @@ impl Run {
         // background, as later samples do, so that one upstream holding its status line
         // cannot hold back the samples already streaming (the first to finish is answered
         // when it finishes, a vote's ties go to the first finish on the wire, not to the
-        // order the heads came in). A failure met before any success is still the client's
-        // answer, in its own terms (an upstream's 400 is a 400). Every sample is an output
+        // order the heads came in). A request that fails meanwhile fails its samples alone;
+        // when every one fails, the first failure is the client's answer, in its own terms
+        // (an upstream's 400 is a 400). Every sample is an output
         // without a pick (`all`): the answer waits for every head, so that a failure is
         // the client's before any of it is sent.
         let race = req.policy.rule() != PickRule::All;
@@ -557,10 +558,11 @@ enum Start {
 }
 
 /// Drives the requests opened at the start until every one opened or, with `race`, until
-/// the first one did (the rest then go on opening where their samples are read). A failure
-/// is the client's answer: without `race` the first in plan order once every open ended (as
-/// each sample's tries are bounded, a failing one ends anyway); with `race`, one met before
-/// any success, the requests still opening dropped.
+/// the first one did (the rest then go on opening where their samples are read). Without
+/// `race` a failure is the client's answer, the first in plan order once every open ended (as
+/// each sample's tries are bounded, a failing one ends anyway); with `race`, a request that
+/// failed before the first opened fails its samples alone, and only when every one failed is
+/// the first failure the client's answer.
 async fn open_first(opens: Vec<OpenFuture>, race: bool) -> Result<Vec<Start>, ApiError> {
     if !race {
         let opened = futures::future::join_all(opens).await;
@@ -569,12 +571,28 @@ async fn open_first(opens: Vec<OpenFuture>, race: bool) -> Result<Vec<Start>, Ap
     let mut starts: Vec<Option<Start>> = (0..opens.len()).map(|_| None).collect();
     let (mut indexes, mut pending): (Vec<usize>, Vec<OpenFuture>) =
         opens.into_iter().enumerate().unzip();
-    if !pending.is_empty() {
+    // Until one opened: a sample that failed meanwhile fails alone (its source ends with
+    // its error, and it may be replaced) while another may still open; when every one
+    // failed, the first failure met is the client's answer.
+    let mut failed: Vec<(usize, ApiError)> = Vec::new();
+    while !pending.is_empty() {
         let (opened, i, rest) = futures::future::select_all(pending).await;
         // `select_all` swap-removes the one that finished: the indexes follow.
         let r = indexes.swap_remove(i);
         pending = rest;
-        starts[r] = Some(Start::Done(opened?));
+        match opened {
+            Ok(opened) => {
+                starts[r] = Some(Start::Done(opened));
+                break;
+            }
+            Err(e) => failed.push((r, e)),
+        }
+    }
+    if starts.iter().all(Option::is_none) && !failed.is_empty() {
+        return Err(failed.swap_remove(0).1);
+    }
+    for (r, e) in failed {
+        starts[r] = Some(Start::Pending(Box::pin(async move { Err(e) })));
     }
     for (r, f) in indexes.into_iter().zip(pending) {
         starts[r] = Some(Start::Pending(f));

@@ -330,3 +330,40 @@ async fn a_vote_waits_for_a_valid_call_still_running() {
     }
     assert_eq!(servers[2].disconnects(), 0, "the valid sample was cut");
 }
+
+/// One upstream fails at once (500, no retry left) while the others' heads are still to come:
+/// that sample fails alone, and the pick answers from the others, never a 502, in every
+/// client API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sample_that_fails_before_the_others_open_fails_alone() {
+    let failing =
+        start(TestServer::builder().fail(choicewise_testserver::Failure::status(500))).await;
+    let mut servers = vec![failing];
+    for text in ["B1", "C2"] {
+        let late = TestServer::builder()
+            .body(answer(text))
+            .head_delay(Duration::from_millis(150));
+        servers.push(start(late).await);
+    }
+    let upstreams: String = (servers.iter())
+        .map(|s| fan_out_toml(&s.base_url(), ""))
+        .collect();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[models.retry]\nattempts = 1\n[models.choicewise]\nsamples = 3\nselect = \"first_finished\"\n{upstreams}"
+    );
+    let (addr, _) = serve(&toml, no_env).await;
+    for path in APIS {
+        for stream in [false, true] {
+            let got = ask(addr, path, stream).await;
+            assert!(
+                ["B1", "C2"].contains(&got.said.as_str()),
+                "{path}: {}",
+                got.said
+            );
+        }
+    }
+    assert!(
+        servers[0].request_count() >= 1,
+        "the failing upstream was asked"
+    );
+}
