@@ -46,6 +46,8 @@ mod quota;
 mod request;
 mod serving;
 mod state;
+#[cfg(test)]
+mod test_log;
 mod traces;
 mod upstream;
 mod wellformed;

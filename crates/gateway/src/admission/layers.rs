@@ -643,19 +643,8 @@ fn client_left(e: &axum::Error) -> bool {
 fn gone_mid_body(gw: &Gateway, request_id: Option<&str>, api: &'static str, took: Duration) {
     let ended = crate::answer::ending::ErrorType::ClientGone.as_str();
     (gw.inner.metrics).finished("", api, ended, took, &crate::metrics::Outcome::default());
-    tracing::info!(
-        request_id = %request_id.unwrap_or_default(),
-        model = %"",
-        samples = 0,
-        tries = 0,
-        failed_tries = 0,
-        prompt_tokens = 0,
-        completion_tokens = 0,
-        estimated = false,
-        duration_ms = took.as_millis() as u64,
-        ended,
-        "request"
-    );
+    let id = request_id.unwrap_or_default();
+    crate::answer::finish::log_unrun(id, "", "", &[], took, ended);
 }
 
 /// The `api` label of a request's path (`chat`, `messages`, `responses`; empty for others).

@@ -496,20 +496,9 @@ impl State {
             Some(tries) => tries.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             None => Vec::new(),
         };
-        tracing::info!(
-            request_id = %self.request_id,
-            key = self.key.as_deref().unwrap_or_default(),
-            model = %self.model,
-            samples = 0,
-            tries = tries.len(),
-            failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
-            prompt_tokens = 0,
-            completion_tokens = 0,
-            estimated = false,
-            duration_ms = self.arrived.elapsed().as_millis() as u64,
-            ended,
-            "request"
-        );
+        let key = self.key.as_deref().unwrap_or_default();
+        let took = self.arrived.elapsed();
+        log_unrun(&self.request_id, key, &self.model, &tries, took, ended);
     }
 
     /// Names in the log the samples that stopped at a limit the gateway set (`length`, the
@@ -529,6 +518,32 @@ impl State {
             );
         }
     }
+}
+
+/// The `request` log line of a request that never ran (refused, or its client gone before
+/// its run began): its tries, if any began, each failed; no sample, no token.
+pub(crate) fn log_unrun(
+    request_id: &str,
+    key: &str,
+    model: &str,
+    tries: &[TryRecord],
+    took: std::time::Duration,
+    ended: &str,
+) {
+    tracing::info!(
+        request_id = %request_id,
+        key,
+        model = %model,
+        samples = 0,
+        tries = tries.len(),
+        failed_tries = tries.iter().filter(|t| t.outcome != resilience::Outcome::Ok).count(),
+        prompt_tokens = 0,
+        completion_tokens = 0,
+        estimated = false,
+        duration_ms = took.as_millis() as u64,
+        ended,
+        "request"
+    );
 }
 
 /// The limits set by the gateway that stopped a sample (`length`), one per such sample.
@@ -621,25 +636,7 @@ mod tests {
     use crate::metrics::SampleEnd;
     use crate::upstream::open::LimitSet;
 
-    /// The log lines a test's subscriber writes.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Lines {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-        }
-    }
+    use crate::test_log::Lines;
 
     #[test]
     fn a_recorded_body_makes_its_record_at_its_end_not_before() {

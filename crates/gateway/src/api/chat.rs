@@ -280,22 +280,7 @@ pub(crate) fn completion(
 /// `value` written as JSON into one buffer of its exact size (counted first), so that a
 /// large answer is held once, never grown and copied.
 pub(crate) fn written(value: &impl Serialize) -> Bytes {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Values in memory serialise without error.
-    let _ = serde_json::to_writer(&mut count, value);
-    let mut bytes = Vec::with_capacity(count.0);
-    let _ = serde_json::to_writer(&mut bytes, value);
-    Bytes::from(bytes)
+    Bytes::from(super::to_vec_exact(value))
 }
 
 /// A JSON answer's response, accounted when its body has been sent (or dropped).

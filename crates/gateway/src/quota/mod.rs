@@ -609,19 +609,7 @@ mod tests {
             .settle(Counted::default());
     }
 
-    /// The log lines a test's subscriber writes.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::test_log::Lines;
 
     #[test]
     fn failures_are_said_once_when_they_begin_and_once_when_they_end() {
@@ -648,7 +636,7 @@ mod tests {
             health.answered();
             health.answered();
         });
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let text = lines.text();
         assert_eq!(text.matches("stopped").count(), 1, "{text}");
         assert!(
             text.contains(
