@@ -43,12 +43,14 @@ pub mod invariants;
 #[allow(missing_docs)]
 pub mod json_workload;
 mod net;
+mod postgres;
 mod prefix;
 mod sse;
 mod time;
 
 pub use heap::{CountingAlloc, rss_bytes};
 pub use net::refusing;
+pub use postgres::PostgresServer;
 pub use prefix::is_prefix_consistent;
 pub use sse::{DONE, SPLITS, content_chunk, split, sse_chunk, sse_stream, upstream};
 pub use time::within;

@@ -1,0 +1,245 @@
+//! The database: [`Store`], SQLite or PostgreSQL by its URL, its tables made by the
+//! migrations in `migrations/`, records written in batches, once each.
+
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{Postgres, QueryBuilder, Sqlite};
+
+use crate::record::{RequestRecord, SampleRecord};
+use crate::{RecordsError, shown_url};
+
+/// Rows of `requests` per statement: 23 parameters each, under SQLite's 32,766.
+const REQUESTS_PER_STATEMENT: usize = 1_000;
+/// Rows of `samples` per statement: 10 parameters each.
+const SAMPLES_PER_STATEMENT: usize = 2_000;
+
+/// The migrations, embedded: the same SQL makes both databases' tables.
+fn migrator() -> Migrator {
+    let migration = |version: i64, description: &'static str, sql: &'static str| {
+        Migration::new(
+            version,
+            Cow::Borrowed(description),
+            MigrationType::Simple,
+            Cow::Borrowed(sql),
+            false,
+        )
+    };
+    Migrator {
+        migrations: Cow::Owned(vec![migration(
+            1,
+            "records",
+            include_str!("../migrations/0001_records.sql"),
+        )]),
+        ..Migrator::DEFAULT
+    }
+}
+
+/// A records database: `sqlite://PATH` (the file made when missing) or
+/// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`. Cheap to clone (a pool).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use choicewise_records::{RequestRecord, Store};
+/// let dir = tempfile::tempdir()?;
+/// let store = Store::connect(&format!("sqlite://{}", dir.path().join("r.db").display())).await?;
+/// let mut r = RequestRecord::new(1_795_737_600_000, "req-1", "m");
+/// r.status = 200;
+/// store.write(&[r.clone(), r]).await?; // the same record twice: one row
+/// assert_eq!(store.count().await?, 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Store {
+    pub(crate) db: Db,
+    shown: String,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl Store {
+    /// Connects to the database at `url` and makes or updates its tables. A connection that
+    /// cannot be made within 5 s is an error naming the URL (never its password).
+    pub async fn connect(url: &str) -> Result<Store, RecordsError> {
+        let shown = shown_url(url);
+        let fail = |e: sqlx::Error| RecordsError::Database(format!("{shown}: {e}"));
+        let db = if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(RecordsError::Url(format!("{shown}: no file named")));
+            }
+            let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))
+                .map_err(|e| RecordsError::Url(format!("{shown}: {e}")))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(5));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(options)
+                .await
+                .map_err(fail)?;
+            Db::Sqlite(pool)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(url)
+                .map_err(|e| RecordsError::Url(format!("{shown}: {}", scrub(&e, url))))?;
+            let pool = PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_with(options)
+                .await
+                .map_err(|e| RecordsError::Database(format!("{shown}: {}", scrub(&e, url))))?;
+            Db::Postgres(pool)
+        } else {
+            return Err(RecordsError::Url(format!(
+                "{shown}: a records URL starts with sqlite:// or postgres://"
+            )));
+        };
+        let store = Store { db, shown };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The database's URL as it may be shown: without its password.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    async fn migrate(&self) -> Result<(), RecordsError> {
+        let migrator = migrator();
+        let done = match &self.db {
+            Db::Sqlite(pool) => migrator.run(pool).await,
+            Db::Postgres(pool) => migrator.run(pool).await,
+        };
+        done.map_err(|e| RecordsError::Database(format!("{}: migrations: {e}", self.shown)))
+    }
+
+    /// Writes `records` (and their samples), in one transaction: a record already written
+    /// (the same [`id`](RequestRecord::id)) is left as it is.
+    pub async fn write(&self, records: &[RequestRecord]) -> Result<(), RecordsError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let written = match &self.db {
+            Db::Sqlite(pool) => write_sqlite(pool, records).await,
+            Db::Postgres(pool) => write_postgres(pool, records).await,
+        };
+        written.map_err(|e| match e {
+            // The database read the statement and refused it: the records, not the database.
+            sqlx::Error::Database(e) => RecordsError::Rejected(format!("{}: {e}", self.shown)),
+            e => RecordsError::Database(format!("{}: {e}", self.shown)),
+        })
+    }
+
+    /// The rows of `requests`.
+    pub async fn count(&self) -> Result<u64, RecordsError> {
+        let sql = "SELECT COUNT(*) FROM requests";
+        let n: i64 = match &self.db {
+            Db::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            Db::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+        }
+        .map_err(|e| RecordsError::Database(format!("{}: {e}", self.shown)))?;
+        Ok(n as u64)
+    }
+
+    pub(crate) fn db_error(&self, e: sqlx::Error) -> RecordsError {
+        RecordsError::Database(format!("{}: {e}", self.shown))
+    }
+
+    /// Closes the pool's connections.
+    pub async fn close(&self) {
+        match &self.db {
+            Db::Sqlite(pool) => pool.close().await,
+            Db::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+/// A driver's error with the URL's password cut out, should the driver repeat the URL.
+fn scrub(e: &dyn std::fmt::Display, url: &str) -> String {
+    let text = e.to_string();
+    match crate::password_of(url) {
+        Some(password) if !password.is_empty() => text.replace(password, "***"),
+        _ => text,
+    }
+}
+
+/// The insert of a batch, for one database (the two differ only in their types).
+macro_rules! write_batch {
+    ($name:ident, $db:ty, $pool:ty) => {
+        async fn $name(pool: &$pool, records: &[RequestRecord]) -> Result<(), sqlx::Error> {
+            let mut tx = pool.begin().await?;
+            for chunk in records.chunks(REQUESTS_PER_STATEMENT) {
+                let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
+                    "INSERT INTO requests (id, at_ms, day, request_id, key_name, model, api, \
+                     stream, pick, decision, samples_started, samples_cancelled, \
+                     samples_failed, prompt_tokens, completion_tokens, estimated, \
+                     sample_tokens, status, ended, first_byte_ms, total_ms, cost_usd) ",
+                );
+                q.push_values(chunk, |mut b, r| {
+                    b.push_bind(&r.id)
+                        .push_bind(r.at_ms)
+                        .push_bind(&r.day)
+                        .push_bind(&r.request_id)
+                        .push_bind(&r.key)
+                        .push_bind(&r.model)
+                        .push_bind(&r.api)
+                        .push_bind(r.stream)
+                        .push_bind(&r.pick)
+                        .push_bind(&r.decision)
+                        .push_bind(r.samples_started)
+                        .push_bind(r.samples_cancelled)
+                        .push_bind(r.samples_failed)
+                        .push_bind(r.prompt_tokens)
+                        .push_bind(r.completion_tokens)
+                        .push_bind(r.estimated)
+                        .push_bind(
+                            serde_json::to_string(&r.sample_tokens).unwrap_or_else(|_| "[]".into()),
+                        )
+                        .push_bind(r.status)
+                        .push_bind(&r.ended)
+                        .push_bind(r.first_byte_ms)
+                        .push_bind(r.total_ms)
+                        .push_bind(r.cost_usd);
+                });
+                q.push(" ON CONFLICT (id) DO NOTHING");
+                q.build().execute(&mut *tx).await?;
+            }
+            let samples: Vec<(&str, &SampleRecord)> = (records.iter())
+                .flat_map(|r| r.samples.iter().map(move |s| (r.id.as_str(), s)))
+                .collect();
+            for chunk in samples.chunks(SAMPLES_PER_STATEMENT) {
+                let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
+                    "INSERT INTO samples (request, sample, finish, place, prompt_tokens, \
+                     completion_tokens, estimated, content, message, logprobs) ",
+                );
+                q.push_values(chunk, |mut b, (id, s)| {
+                    b.push_bind(*id)
+                        .push_bind(s.sample)
+                        .push_bind(&s.finish)
+                        .push_bind(s.place)
+                        .push_bind(s.prompt_tokens)
+                        .push_bind(s.completion_tokens)
+                        .push_bind(s.estimated)
+                        .push_bind(&s.content)
+                        .push_bind(&s.message)
+                        .push_bind(&s.logprobs);
+                });
+                q.push(" ON CONFLICT (request, sample) DO NOTHING");
+                q.build().execute(&mut *tx).await?;
+            }
+            tx.commit().await
+        }
+    };
+}
+
+write_batch!(write_sqlite, Sqlite, SqlitePool);
+write_batch!(write_postgres, Postgres, PgPool);

@@ -1,0 +1,165 @@
+//! A PostgreSQL server of a test's own (Debian's `postgresql`): `initdb` into a temporary
+//! folder, listening on a free port of 127.0.0.1 only, trusted local connections; stopped
+//! (and its folder removed) when dropped. As root, the server runs as the `postgres` user,
+//! since PostgreSQL refuses to run as root.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A running (or stopped, to be started again) PostgreSQL server.
+///
+/// ```no_run
+/// let Some(pg) = choicewise_test_support::PostgresServer::start() else { return };
+/// assert!(pg.url().starts_with("postgres://postgres@127.0.0.1:"));
+/// ```
+pub struct PostgresServer {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    running: bool,
+}
+
+/// The folder of PostgreSQL's server programs (`initdb`, `pg_ctl`), newest version first.
+fn bin_dir() -> Option<PathBuf> {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("initdb").is_file() && p.join("pg_ctl").is_file())
+        .collect();
+    versions.sort();
+    versions.pop()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
+/// `program args...`, as the `postgres` user when this process is root.
+fn as_server_user(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// A port of 127.0.0.1 free now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a port of 127.0.0.1");
+    l.local_addr().expect("a bound address").port()
+}
+
+impl PostgresServer {
+    /// A server started, or `None` (the reason printed) where PostgreSQL is not installed;
+    /// under CI (`CI=true`) its absence panics, failing the test.
+    pub fn start() -> Option<PostgresServer> {
+        let Some(bin) = bin_dir() else {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!(
+                    "PostgreSQL is not installed, and CI=true: .ci/run installs it (apt-get install postgresql)"
+                );
+            }
+            eprintln!("skipped: PostgreSQL is not installed (Debian: apt-get install postgresql)");
+            return None;
+        };
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("choicewise-postgres-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a folder for PostgreSQL");
+        if is_root() {
+            let chown = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .expect("chown");
+            assert!(chown.success(), "chown of {}", dir.display());
+        }
+        let init = as_server_user(&bin.join("initdb"))
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "-D",
+            ])
+            .arg(dir.join("data"))
+            .output()
+            .expect("initdb runs");
+        assert!(
+            init.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let mut server = PostgresServer {
+            bin,
+            dir,
+            port,
+            running: false,
+        };
+        server.start_again();
+        Some(server)
+    }
+
+    /// Starts the server again after [`stop`](Self::stop), on the same port and data.
+    pub fn start_again(&mut self) {
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off -c max_connections=200",
+            self.port,
+            self.dir.display()
+        );
+        let started = as_server_user(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-l"])
+            .arg(self.dir.join("log"))
+            .args(["-o", &options, "-w", "-t", "60", "start"])
+            .output()
+            .expect("pg_ctl runs");
+        assert!(
+            started.status.success(),
+            "pg_ctl start: {}{}",
+            String::from_utf8_lossy(&started.stderr),
+            std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
+        );
+        self.running = true;
+    }
+
+    /// Stops the server at once (`-m immediate`: as a crash would, connections cut).
+    pub fn stop(&mut self) {
+        if !self.running {
+            return;
+        }
+        let _ = as_server_user(&self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        self.running = false;
+    }
+
+    /// The URL of its `postgres` database, as the `postgres` user.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
