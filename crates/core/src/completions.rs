@@ -506,8 +506,24 @@ impl Completions {
     }
 
     /// The choice `index`'s place in the order the stream finished the choices (`0` first),
-    /// once its finish reason was routed: known before its message settles.
-    pub(crate) fn finish_place(&self, index: u32) -> Option<u64> {
+    /// once its finish reason was routed: known before its message settles; `None` for a
+    /// choice that has not finished (or ended without a finish: failed, cancelled).
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n",
+    ///     "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\n",
+    ///     "data: [DONE]\n\n",
+    /// );
+    /// let c = Completions::new(Source::reader(sse.as_bytes()));
+    /// let _ = c.usage().await;
+    /// assert_eq!((c.finish_place(1), c.finish_place(0)), (Some(0), Some(1)));
+    /// assert_eq!(c.finish_place(2), None);
+    /// # }
+    /// ```
+    pub fn finish_place(&self, index: u32) -> Option<u64> {
         self.shared.lock().finish_place(index)
     }
 

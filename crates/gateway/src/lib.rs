@@ -43,6 +43,7 @@ mod keys;
 mod listen;
 mod metrics;
 mod quota;
+mod records;
 mod request;
 mod serving;
 mod state;
@@ -62,8 +63,8 @@ use axum::routing::{get, post};
 
 pub use config::{
     Auth, Config, ConfigError, HealthConfig, HostedTools, KeyConfig, Limits, Model, NMode,
-    OnStateError, Price, RateLimit, RateLimits, Resource, RetryConfig, State, TagConfig, Telemetry,
-    Upstream, Window,
+    OnStateError, Price, RateLimit, RateLimits, Records, Resource, RetryConfig, State, TagConfig,
+    Telemetry, Upstream, Window,
 };
 
 pub use check::Checked;
@@ -97,6 +98,10 @@ impl Gateway {
     ) -> Result<Gateway, ConfigError> {
         let gateway = Gateway::build(config, env)?;
         serving::preload_encodings(&gateway.inner.models);
+        if let Some(records) = &config.records {
+            let writer = records::Records::start(config, records, &gateway.inner.metrics)?;
+            let _ = gateway.inner.records.set(std::sync::Arc::new(writer));
+        }
         Ok(gateway)
     }
 
@@ -189,6 +194,25 @@ impl Gateway {
     /// ```
     pub fn close(&self) {
         self.inner.closing.send_replace(true);
+    }
+
+    /// Waits until the records of the requests answered so far are written to `[records]`'s
+    /// database, or to its spool while it is away (at most its write deadline, 5 s, a batch);
+    /// nothing without `[records]`. [`serve`] does it at shutdown.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// # let config = choicewise_gateway::Config::from_toml(
+    /// #     "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+    /// # ).unwrap();
+    /// let gateway = choicewise_gateway::Gateway::new(&config).unwrap();
+    /// gateway.flush_records().await;
+    /// # }
+    /// ```
+    pub async fn flush_records(&self) {
+        if let Some(records) = self.inner.records.get() {
+            records.flush().await;
+        }
     }
 
     /// Sends the spans of the requests answered so far to the OTLP endpoint now, once those

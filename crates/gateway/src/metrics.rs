@@ -129,6 +129,39 @@ pub(crate) struct Metrics {
     limit_refusals: Family<LimitLabels, Counter>,
     state_errors: Family<StateLabels, Counter>,
     state_failing: Gauge<i64, AtomicI64>,
+    /// `[records]`'s writer: records written, spooled, dropped, and the spool's size.
+    pub(crate) records: RecordsMetrics,
+}
+
+/// What `[records]`'s writer reports (`choicewise_records_*`).
+#[derive(Clone, Default)]
+pub(crate) struct RecordsMetrics {
+    written: Counter,
+    spooled: Counter,
+    dropped: Family<DropLabels, Counter>,
+    spool_bytes: Gauge<i64, AtomicI64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DropLabels {
+    /// `queue_full`, `spool_full`, `spool_error` or `rejected`.
+    reason: &'static str,
+}
+
+impl choicewise_records::Observe for RecordsMetrics {
+    fn written(&self, n: u64) {
+        self.written.inc_by(n);
+    }
+    fn spooled(&self, n: u64) {
+        self.spooled.inc_by(n);
+    }
+    fn dropped(&self, why: choicewise_records::Dropped, n: u64) {
+        let reason = why.as_str();
+        self.dropped.get_or_create(&DropLabels { reason }).inc_by(n);
+    }
+    fn spool_bytes(&self, bytes: u64) {
+        self.spool_bytes.set(bytes.min(i64::MAX as u64) as i64);
+    }
 }
 
 /// The finish reasons that are labels as they are; any other an upstream sends is `other`,
@@ -161,15 +194,25 @@ pub(crate) struct UpstreamTokens {
     pub estimated: bool,
 }
 
-/// How one started sample ended, for [`Metrics::finished`] and the request's span.
-#[derive(Debug, Clone)]
+/// How one started sample ended, for [`Metrics::finished`], the request's span and its
+/// record.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct SampleEnd {
     /// Its sample number.
     pub sample: Option<u32>,
     /// Its `finish_reason`, `error` or `cancelled`.
     pub finish: String,
-    /// Its assembled message, as far as it got.
+    /// Its assembled message, as far as it got (kept for the span and the records' samples).
     pub message: choicewise_core::Message,
+    /// Its log-probabilities, when the upstream sent them (kept as its message is).
+    pub logprobs: Option<choicewise_core::Logprobs>,
+    /// Its place in the order the samples finished (`0` first), if it finished.
+    pub place: Option<u64>,
+    /// Its tokens: its upstream request's prompt (on its first sample), what it generated.
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Its tokens are the gateway's estimate.
+    pub estimated: bool,
 }
 
 /// What one request came to, for [`Metrics::finished`] and the request's span
@@ -347,8 +390,30 @@ impl Metrics {
             "1 while the store of the limits' counts fails (on_state_error applies), else 0",
             state_failing.clone(),
         );
+        let records = RecordsMetrics::default();
+        registry.register(
+            "records_written",
+            "Request records written to the [records] database",
+            records.written.clone(),
+        );
+        registry.register(
+            "records_spooled",
+            "Request records written to the spool while the [records] database was away",
+            records.spooled.clone(),
+        );
+        registry.register(
+            "records_dropped",
+            "Request records dropped, by reason (queue_full, spool_full, spool_error, rejected)",
+            records.dropped.clone(),
+        );
+        registry.register(
+            "records_spool_bytes",
+            "The size of the [records] spool, in bytes",
+            records.spool_bytes.clone(),
+        );
         Metrics {
             registry,
+            records,
             key_requests,
             key_tokens,
             limit_refusals,
@@ -656,7 +721,7 @@ mod tests {
                 samples: vec![SampleEnd {
                     sample: Some(0),
                     finish: format!("bomb-{i}"),
-                    message: Default::default(),
+                    ..SampleEnd::default()
                 }],
                 ..Outcome::default()
             };
@@ -679,7 +744,7 @@ mod tests {
         let end = |sample: u32, finish: &str| SampleEnd {
             sample: Some(sample),
             finish: finish.into(),
-            message: choicewise_core::Message::default(),
+            ..SampleEnd::default()
         };
         let outcome = Outcome {
             samples: vec![end(0, "stop"), end(1, "cancelled")],

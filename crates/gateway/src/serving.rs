@@ -26,7 +26,8 @@ use crate::state::Gateway;
 /// for; then it ends the rest ([`Gateway::close`]: their unfinished choices
 /// end with `finish_reason: "error"`), closes every upstream and returns `Ok`. A client that
 /// does not read its answer's end is not waited for more than [`CLOSE_WAIT`] after that.
-/// Last, it sends the last spans when `[telemetry]` names an endpoint
+/// Then the records of every request answered are written to `[records]`' database, or to
+/// its spool while the database is away. Last, it sends the last spans when `[telemetry]` names an endpoint
 /// ([`Gateway::shutdown_traces`]: a few seconds at most) and says `stopped`.
 pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
     let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
@@ -46,6 +47,8 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
     say(format_args!("listening on http://{local}"));
     check_v1(&gateway);
     let served = gateway.serve_on(listener, shutdown_signal()).await;
+    // The records of every request answered: written, or spooled (at most a few seconds).
+    let _ = tokio::time::timeout(RECORDS_AT_SHUTDOWN, gateway.flush_records()).await;
     gateway.shutdown_traces().await;
     say(format_args!("stopped"));
     served
@@ -174,6 +177,9 @@ pub(crate) fn preload_encodings(models: &HashMap<String, Arc<crate::upstream::op
     }
     encodings.into_iter().for_each(choicewise_usage::preload);
 }
+
+/// How long [`serve`] waits at shutdown for `[records]`' queue to be written or spooled.
+const RECORDS_AT_SHUTDOWN: Duration = Duration::from_secs(10);
 
 /// How long [`serve`] waits, after its grace period, for the ended answers to reach their
 /// clients.

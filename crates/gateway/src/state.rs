@@ -68,6 +68,9 @@ pub(crate) struct Inner {
     pub(crate) v1_checks: Vec<(Client, Client)>,
     /// Each model's rule for hosted tools (`hosted_tools`).
     pub(crate) hosted_tools: HashMap<String, HostedTools>,
+    /// `[records]`'s writer, once started ([`Gateway::with_env`]; a checked configuration
+    /// starts none).
+    pub(crate) records: std::sync::OnceLock<Arc<crate::records::Records>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -205,6 +208,7 @@ impl Gateway {
                 grace: config.shutdown_grace(),
                 v1_checks,
                 hosted_tools,
+                records: std::sync::OnceLock::new(),
             }),
         })
     }

@@ -558,6 +558,7 @@ mod tests {
             sample: Some(0),
             finish: finish.into(),
             message,
+            ..SampleEnd::default()
         }
     }
 

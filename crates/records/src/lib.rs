@@ -25,11 +25,13 @@
 //! # Ok(()) }
 //! ```
 
+mod read;
 mod record;
 mod store;
 mod usage;
 mod writer;
 
+pub use read::RecordsQuery;
 pub use record::{RequestRecord, SampleRecord, SampleTokens, day_of};
 pub use store::Store;
 pub use usage::{By, UsageQuery, UsageRow, parse_since};

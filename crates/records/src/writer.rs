@@ -224,7 +224,11 @@ impl Recorder {
             self.queue_full();
             return;
         }
-        if shared.tx.try_send(Msg::Record(Box::new(record), weight)).is_err() {
+        if shared
+            .tx
+            .try_send(Msg::Record(Box::new(record), weight))
+            .is_err()
+        {
             shared.queued_bytes.fetch_sub(weight, Ordering::Relaxed);
             self.queue_full();
         }

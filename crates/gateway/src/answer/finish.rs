@@ -80,6 +80,17 @@ pub(crate) struct State {
     /// What the request reserved of its limits, replaced by what it came to when it is
     /// recorded.
     reservation: Option<crate::quota::Reservation>,
+    /// `[records]`' writer, with records on: the request's row is handed to it.
+    records: Option<Arc<crate::records::Records>>,
+    /// The answer was asked streamed.
+    stream: bool,
+    /// From the request's arrival to its answer's first byte, once sent.
+    first_byte: std::sync::OnceLock<std::time::Duration>,
+    /// The status of the error the request was answered with, before its answer began.
+    refused_status: Option<u16>,
+    /// The pick asked for and how it decided (`decided`, `undecided`, `timed_out`, `none`),
+    /// once picked (`None`: `all`).
+    pick: Option<(&'static str, &'static str)>,
 }
 
 /// How long a failed request's answer waits for its cancelled samples to end, to account
@@ -161,6 +172,11 @@ impl Finish {
             counted_as,
             key: None,
             reservation: None,
+            records: gw.inner.records.get().cloned(),
+            stream: false,
+            first_byte: std::sync::OnceLock::new(),
+            refused_status: None,
+            pick: None,
         }))
     }
 }
@@ -183,6 +199,7 @@ impl State {
     /// The request was answered with `e`: before its run began, its span is made now (a
     /// run's is made with its record).
     pub(crate) fn refused(&mut self, e: &ApiError) {
+        self.refused_status = Some(e.status.as_u16());
         if let (Some(traces), Some(parent)) = (&self.traces, self.parent.take()) {
             traces.record_error(&parent, self.arrived.elapsed(), self.asked.as_deref(), e);
         }
@@ -207,6 +224,29 @@ impl State {
     /// The model asked for, configured or not, once read: the span's.
     pub(crate) fn asked(&mut self, model: &str) {
         self.asked = Some(model.to_string());
+    }
+
+    /// The answer was asked streamed (its record's `stream`).
+    pub(crate) fn streamed(&mut self, stream: bool) {
+        self.stream = stream;
+    }
+
+    /// Whether its samples' messages must be kept: for its record's samples (`samples =
+    /// true`).
+    pub(crate) fn records_samples(&self) -> bool {
+        self.records.as_ref().is_some_and(|r| r.samples())
+    }
+
+    /// The pick `rule` decided so (`decided`, `undecided`, `timed_out`, `none`).
+    pub(crate) fn pick_decided(&mut self, rule: &'static str, decision: &'static str) {
+        self.pick = Some((rule, decision));
+    }
+
+    /// The answer's first byte is being sent: its time, once.
+    pub(crate) fn first_byte(&self) {
+        if self.first_byte.get().is_none() {
+            let _ = self.first_byte.set(self.arrived.elapsed());
+        }
     }
 
     /// The request is of this API (its metrics' `api` label).
@@ -320,6 +360,7 @@ impl State {
     /// A streamed answer's first chunk is written: its time, in the metrics and the span.
     pub(crate) fn first_chunk(&self) {
         let after = self.arrived.elapsed();
+        let _ = self.first_byte.set(after);
         self.metrics.first_chunk(&self.model, after);
         if let Some(span) = &self.span {
             let _ = span.first_chunk.set(after);
@@ -457,6 +498,15 @@ impl State {
             "request"
         );
         self.name_cut_by_default_limit(&outcome);
+        if self.records.is_some() {
+            let status = match (&self.answer, self.failure, self.completed) {
+                (Some(answer), _, _) => answer.status().map_or(200, |s| s.as_u16()),
+                (None, Some(why), _) => why.status().as_u16(),
+                (None, None, true) => 200,
+                (None, None, false) => ErrorType::ClientGone.status().as_u16(),
+            };
+            self.write_record(Some(&outcome), status, ended, took);
+        }
         if let Some(mut span) = self.span.take() {
             span.key = self.key.clone();
             let ended_at = SystemTime::now();
@@ -479,6 +529,10 @@ impl State {
     /// the layers; its span was made when it was refused.
     fn record_refused(&self, code: &str) {
         self.log_unrun(code);
+        if self.records.is_some() {
+            let status = self.refused_status.unwrap_or(500);
+            self.write_record(None, status, code, self.arrived.elapsed());
+        }
     }
 
     /// A request whose client went away before any answer and before its run began (its
@@ -488,6 +542,73 @@ impl State {
         let took = self.arrived.elapsed();
         (self.metrics).finished(&self.model, self.api, ended, took, &Outcome::default());
         self.log_unrun(ended);
+        if self.records.is_some() {
+            let status = ErrorType::ClientGone.status().as_u16();
+            self.write_record(None, status, ended, took);
+        }
+    }
+
+    /// The request's row, handed to `[records]`' writer (which never makes it wait): what
+    /// it came to (`outcome`: none for a request that never ran), its status and why.
+    fn write_record(
+        &self,
+        outcome: Option<&Outcome>,
+        status: u16,
+        ended: &str,
+        took: std::time::Duration,
+    ) {
+        let Some(records) = &self.records else { return };
+        let arrived_ms = SystemTime::now()
+            .checked_sub(took)
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut r =
+            choicewise_records::RequestRecord::new(arrived_ms, &self.request_id, &self.model);
+        r.key = self.key.as_deref().unwrap_or_default().to_string();
+        r.api = self.api.to_string();
+        r.stream = self.stream;
+        if let Some((rule, decision)) = self.pick {
+            r.pick = Some(rule.to_string());
+            r.decision = Some(decision.to_string());
+        }
+        r.status = i64::from(status);
+        r.ended = ended.to_string();
+        r.first_byte_ms = self.first_byte.get().map(|d| d.as_secs_f64() * 1e3);
+        r.total_ms = took.as_secs_f64() * 1e3;
+        if let Some(outcome) = outcome {
+            let count = |finish: &str| {
+                outcome
+                    .samples
+                    .iter()
+                    .filter(|s| s.finish == finish)
+                    .count()
+            };
+            r.samples_started = outcome.samples.len() as i64;
+            r.samples_cancelled = count("cancelled") as i64;
+            r.samples_failed = count("error") as i64;
+            r.prompt_tokens = outcome.prompt_tokens.min(i64::MAX as u64) as i64;
+            r.completion_tokens = outcome.completion_tokens.min(i64::MAX as u64) as i64;
+            r.estimated = outcome.estimated;
+            r.sample_tokens = (outcome.samples.iter())
+                .filter_map(|s| {
+                    Some(choicewise_records::SampleTokens {
+                        sample: s.sample?,
+                        prompt: s.prompt_tokens,
+                        completion: s.completion_tokens,
+                        estimated: s.estimated,
+                    })
+                })
+                .collect();
+            r.cost_usd = records.cost(
+                &self.model,
+                outcome.prompt_tokens,
+                outcome.completion_tokens,
+            );
+            if records.samples() {
+                r.samples = outcome.samples.iter().map(sample_row).collect();
+            }
+        }
+        records.record(r);
     }
 
     /// The log line of a request that never ran: its tries, if any began, each failed.
@@ -544,6 +665,28 @@ pub(crate) fn log_unrun(
         ended,
         "request"
     );
+}
+
+/// A sample's row (`samples = true`): its texts kept up to
+/// [`MAX_SAMPLE_TEXT`](crate::records::MAX_SAMPLE_TEXT) each.
+fn sample_row(s: &crate::metrics::SampleEnd) -> choicewise_records::SampleRecord {
+    use crate::records::{MAX_SAMPLE_TEXT, kept_text};
+    let mut row = choicewise_records::SampleRecord::new(
+        i64::from(s.sample.unwrap_or(u32::MAX)),
+        s.finish.as_str(),
+    );
+    row.place = s.place.map(|p| p.min(i64::MAX as u64) as i64);
+    row.prompt_tokens = s.prompt_tokens.min(i64::MAX as u64) as i64;
+    row.completion_tokens = s.completion_tokens.min(i64::MAX as u64) as i64;
+    row.estimated = s.estimated;
+    row.content = s.message.content.as_deref().map(kept_text);
+    row.message = serde_json::to_string(&s.message)
+        .ok()
+        .filter(|m| m.len() <= MAX_SAMPLE_TEXT);
+    row.logprobs = (s.logprobs.as_ref())
+        .and_then(|l| serde_json::to_string(l).ok())
+        .filter(|l| l.len() <= 4 * MAX_SAMPLE_TEXT);
+    row
 }
 
 /// The limits set by the gateway that stopped a sample (`length`), one per such sample.
@@ -614,6 +757,9 @@ where
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         let frame = Pin::new(&mut this.body).poll_frame(cx);
+        if let (Poll::Ready(Some(_)), Some(finish)) = (&frame, &this.finish) {
+            finish.first_byte();
+        }
         if let Poll::Ready(None) = frame {
             // Sent: recorded now.
             this.finish.take();
@@ -689,6 +835,7 @@ mod tests {
             sample: Some(sample),
             finish: finish.into(),
             message: choicewise_core::Message::assistant(""),
+            ..SampleEnd::default()
         };
         let outcome = Outcome {
             samples: vec![end(0, "length"), end(1, "stop"), end(2, "length")],

@@ -131,6 +131,7 @@ async fn serve<A: ClientApi>(
         .code("model_not_found"));
     };
     finish.named(parsed.req.model.clone());
+    finish.streamed(parsed.req.stream);
     if let keys::Caller::Named(i) = caller
         && !gw.inner.keys.named(i).allows(&parsed.req.model)
     {
@@ -430,13 +431,23 @@ async fn pick<A: ClientApi>(
         (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
         _ => None,
     };
-    // The span names how each sample ended, and its parts.
-    finish.run_mut().keep_messages(span.is_some());
+    // The span names how each sample ended, and its parts; the records' samples keep them.
+    let keep = span.is_some() || finish.records_samples();
+    finish.run_mut().keep_messages(keep);
     let left = picked_by.saturating_duration_since(Instant::now());
     let picked = finish.run_mut().pick(&req, left).await;
+    let rule = req.policy.rule();
+    if rule != choicewise_core::PickRule::All {
+        let decision = match (&picked.samples[..], picked.timed_out, &picked.reason) {
+            ([], _, _) => "none",
+            (_, true, _) => "timed_out",
+            (_, false, Some(_)) => "undecided",
+            (_, false, None) => "decided",
+        };
+        finish.pick_decided(rule.as_str(), decision);
+    }
     let unpicked = unpicked(&picked, &deadlines, &request_id, &req.model);
-    let outputs =
-        (req.policy.rule() != choicewise_core::PickRule::All).then(|| picked.samples.clone());
+    let outputs = (rule != choicewise_core::PickRule::All).then(|| picked.samples.clone());
     finish.picked(outputs, span);
     if let Some((why, e)) = unpicked {
         finish.fail(why).await;

@@ -215,6 +215,9 @@ impl Config {
         }
         self.check_keys()?;
         self.check_state()?;
+        if let Some(records) = &self.records {
+            records.check()?;
+        }
         if !(self.shutdown_grace_s.is_finite()
             && self.shutdown_grace_s >= 0.0
             && self.shutdown_grace_s <= 31_536_000.0)

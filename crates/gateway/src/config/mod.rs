@@ -11,12 +11,14 @@ use serde::Deserialize;
 mod checks;
 mod keys;
 mod limits;
+mod records;
 
 pub use keys::{
     KeyConfig, OnStateError, Price, RateLimit, RateLimits, Resource, State, TagConfig, Window,
 };
 pub(crate) use keys::{NANOS_PER_USD, redis_client};
 pub use limits::Limits;
+pub use records::Records;
 
 /// The configuration of a gateway (the TOML file of `choicewise serve --config FILE`).
 ///
@@ -59,6 +61,9 @@ pub struct Config {
     /// process).
     #[serde(default)]
     pub state: State,
+    /// `[records]`: every request on record in SQLite or PostgreSQL (off without it).
+    #[serde(default)]
+    pub records: Option<Records>,
     /// The models clients may ask for.
     pub models: Vec<Model>,
 }

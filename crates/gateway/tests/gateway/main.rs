@@ -20,6 +20,7 @@ mod ingress;
 mod keys;
 mod policy;
 mod record;
+mod records;
 mod resilience;
 mod serving;
 mod traces;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use std::sync::{Arc, Mutex};
 
-use choicewise_core::{ChoiceUsage, Completions, Message, Usage, UsageSource};
+use choicewise_core::{ChoiceUsage, Completions, Logprobs, Message, Usage, UsageSource};
 
 use super::lock;
 use crate::metrics::{Outcome, SampleEnd, UpstreamTokens};
@@ -267,6 +267,8 @@ impl Ledger {
             cancelled: c.cancelled,
             finish_reason: c.finish_reason.clone(),
             message: keep.then(|| c.message.clone()),
+            logprobs: c.logprobs.clone().filter(|_| keep),
+            place: self.completions.finish_place(c.index),
         })
     }
 
@@ -350,6 +352,8 @@ impl Ledger {
                     (false, Some(reason)) => reason,
                 },
                 message: c.message,
+                logprobs: c.logprobs,
+                place: c.place,
             })
             .collect();
         let cancelled = (ends.iter().filter(|e| e.cancelled))
@@ -444,11 +448,20 @@ impl Ledger {
             }
         }
         drop(by_index);
+        let all_parts = &accounting.parts;
         outcome.samples = (ends.into_iter())
-            .map(|e| SampleEnd {
-                sample: e.sample,
-                finish: e.finish,
-                message: e.message.unwrap_or_default(),
+            .map(|e| {
+                let part = all_parts.iter().find(|p| p.index == e.index);
+                SampleEnd {
+                    sample: e.sample,
+                    finish: e.finish,
+                    message: e.message.unwrap_or_default(),
+                    logprobs: e.logprobs,
+                    place: e.place,
+                    prompt_tokens: part.map_or(0, |p| p.prompt),
+                    completion_tokens: part.map_or(0, |p| p.completion),
+                    estimated: part.is_some_and(|p| p.estimated),
+                }
             })
             .collect();
         let per_request: Vec<&Usage> = match usage.upstreams.is_empty() {
@@ -499,6 +512,10 @@ struct Facts {
     finish_reason: Option<String>,
     /// Its message, with traces on.
     message: Option<Message>,
+    /// Its log-probabilities, kept as its message is.
+    logprobs: Option<Logprobs>,
+    /// Its place in the finish order.
+    place: Option<u64>,
 }
 
 /// How a started sample ended.
@@ -512,6 +529,8 @@ pub(super) struct End {
     finish: String,
     /// Its message, as far as it got, with traces on.
     message: Option<Message>,
+    logprobs: Option<Logprobs>,
+    place: Option<u64>,
 }
 
 /// A started sample's tokens.

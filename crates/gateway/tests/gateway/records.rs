@@ -1,0 +1,242 @@
+//! Every request on record (`[records]`), over real sockets: one row per request in SQLite
+//! and in a PostgreSQL server started here, whenever its client left, with its key, status,
+//! pick and tokens as the upstream was scripted to send them; `samples = true` adds a row per
+//! sample. The PostgreSQL test needs Debian's `postgresql` (skipped without it, failed under
+//! `CI=true`).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use choicewise_records::{RecordsQuery, RequestRecord, Store};
+use choicewise_test_support::PostgresServer;
+use choicewise_testserver::TestServer;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use crate::common::{CHAT_OK, fan_out_toml, serve, stalled, start};
+
+fn env(name: &str) -> Option<String> {
+    (name == "TEAM_A_KEY").then(|| "sk-team-a".into())
+}
+
+/// Posts `body` to `path` as `team-a`, with request id `id`: its status.
+async fn post(addr: SocketAddr, path: &str, id: &str, body: Value) -> u16 {
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .bearer_auth("sk-team-a")
+        .header("x-api-key", "sk-team-a")
+        .header("x-request-id", id)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let _ = r.bytes().await.unwrap();
+    status
+}
+
+/// Reads the records until there are `rows` (within 15 s).
+async fn until_rows(store: &Store, rows: usize) -> Vec<RequestRecord> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let records = store
+            .records(&RecordsQuery::since(0).with_samples())
+            .await
+            .unwrap();
+        if records.len() >= rows || Instant::now() > deadline {
+            return records;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The same requests recorded into `url`.
+async fn every_request_on_record(url: &str, spool: &std::path::Path) {
+    let upstream = start(TestServer::builder().body(CHAT_OK)).await;
+    let stalling = start(stalled(1)).await;
+    let toml = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [records]\nurl = \"{url}\"\nsamples = true\nspool_path = \"{}\"\n\
+         [[models]]\nname = \"small\"\nprice = {{ input_per_million = 10000.0, output_per_million = 30000.0 }}\n{}\
+         [[models]]\nname = \"voting\"\n[models.choicewise]\nsamples = 3\nselect = \"vote\"\n{}\
+         [[models]]\nname = \"stuck\"\n[models.choicewise]\nsamples = 2\nselect = \"vote\"\n{}",
+        spool.display(),
+        fan_out_toml(&upstream.base_url(), ""),
+        fan_out_toml(&upstream.base_url(), ""),
+        fan_out_toml(&stalling.base_url(), ""),
+    );
+    let (addr, gateway) = serve(&toml, env).await;
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let chat =
+        |model: &str, stream: bool| json!({"model": model, "messages": user, "stream": stream});
+    assert_eq!(
+        post(addr, "/v1/chat/completions", "r-json", chat("small", false)).await,
+        200
+    );
+    assert_eq!(
+        post(
+            addr,
+            "/v1/chat/completions",
+            "r-stream",
+            chat("small", true)
+        )
+        .await,
+        200
+    );
+    let messages = json!({"model": "small", "max_tokens": 16, "messages": user});
+    assert_eq!(
+        post(addr, "/v1/messages", "r-messages", messages).await,
+        200
+    );
+    let responses = json!({"model": "small", "input": "hi", "stream": true});
+    assert_eq!(
+        post(addr, "/v1/responses", "r-responses", responses).await,
+        200
+    );
+    assert_eq!(
+        post(
+            addr,
+            "/v1/chat/completions",
+            "r-vote",
+            chat("voting", false)
+        )
+        .await,
+        200
+    );
+    assert_eq!(
+        post(addr, "/v1/chat/completions", "r-404", chat("nope", false)).await,
+        404
+    );
+    // A client that leaves while its vote is undecided.
+    let body = serde_json::to_vec(&chat("stuck", true)).unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer sk-team-a\r\n\
+         content-type: application/json\r\nx-request-id: r-gone\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&body).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    drop(tcp);
+
+    let store = Store::connect(url).await.unwrap();
+    let records = until_rows(&store, 7).await;
+    gateway.flush_records().await;
+    assert_eq!(records.len(), 7, "{records:#?}");
+    let row = |id: &str| {
+        let found: Vec<&RequestRecord> = records.iter().filter(|r| r.request_id == id).collect();
+        assert_eq!(found.len(), 1, "{id}: {records:#?}");
+        found[0]
+    };
+    for (id, api, stream) in [
+        ("r-json", "chat", false),
+        ("r-stream", "chat", true),
+        ("r-messages", "messages", false),
+        ("r-responses", "responses", true),
+    ] {
+        let r = row(id);
+        assert_eq!(
+            (r.key.as_str(), r.model.as_str(), r.api.as_str(), r.stream),
+            ("team-a", "small", api, stream),
+            "{id}"
+        );
+        assert_eq!((r.status, r.ended.as_str()), (200, "complete"), "{id}");
+        assert_eq!(
+            (r.samples_started, r.prompt_tokens, r.completion_tokens),
+            (1, 7, 1),
+            "{id}"
+        );
+        assert!(!r.estimated, "{id}");
+        // $10,000 a million prompt tokens and $30,000 a million generated ones.
+        assert!(
+            (r.cost_usd.unwrap() - 0.1).abs() < 1e-9,
+            "{id}: {:?}",
+            r.cost_usd
+        );
+        assert!(
+            r.first_byte_ms.is_some_and(|f| f <= r.total_ms),
+            "{id}: {r:?}"
+        );
+        assert_eq!(r.pick, None, "{id}");
+        assert_eq!(r.samples.len(), 1, "{id}");
+        assert_eq!(r.samples[0].content.as_deref(), Some("ok"), "{id}");
+    }
+    let vote = row("r-vote");
+    assert_eq!(
+        (vote.pick.as_deref(), vote.decision.as_deref()),
+        (Some("vote"), Some("decided"))
+    );
+    // Each of the three samples' upstream requests billed its own prompt; a vote decided at
+    // two agreeing samples cancels the third, which counts what it had generated (0 or 1).
+    assert_eq!((vote.samples_started, vote.prompt_tokens), (3, 21));
+    assert!((2..=3).contains(&vote.completion_tokens), "{vote:?}");
+    assert_eq!(vote.sample_tokens.len(), 3);
+    assert!(
+        vote.sample_tokens
+            .iter()
+            .all(|t| t.prompt == 7 && t.completion <= 1)
+    );
+    assert_eq!(vote.cost_usd, None, "no price for `voting`");
+    assert_eq!(vote.samples.len(), 3);
+    let finished: Vec<_> = vote.samples.iter().filter(|s| s.finish == "stop").collect();
+    assert_eq!(
+        finished.len() as i64,
+        3 - vote.samples_cancelled,
+        "{:?}",
+        vote.samples
+    );
+    assert!(finished.iter().all(|s| s.content.as_deref() == Some("ok")));
+    let mut places: Vec<i64> = finished.iter().filter_map(|s| s.place).collect();
+    places.sort_unstable();
+    assert_eq!(
+        places,
+        (0..finished.len() as i64).collect::<Vec<_>>(),
+        "{:?}",
+        vote.samples
+    );
+    let missing = row("r-404");
+    assert_eq!(
+        (missing.status, missing.ended.as_str()),
+        (404, "model_not_found")
+    );
+    assert_eq!(
+        (missing.key.as_str(), missing.samples_started),
+        ("team-a", 0)
+    );
+    let gone = row("r-gone");
+    assert_eq!(
+        (gone.status, gone.ended.as_str(), gone.model.as_str()),
+        (499, "client_gone", "stuck")
+    );
+    assert_eq!(
+        (gone.samples_started, gone.samples_cancelled),
+        (2, 2),
+        "{gone:?}"
+    );
+    assert_eq!(gone.decision, None, "its vote never decided");
+    assert_eq!(
+        std::fs::metadata(spool).map_or(0, |m| m.len()),
+        0,
+        "nothing spooled"
+    );
+    // Written once each, however long the writer runs on.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.count().await.unwrap(), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_has_one_row_in_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("records.db").display());
+    every_request_on_record(&url, &dir.path().join("records.spool")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_has_one_row_in_postgres() {
+    let Some(pg) = PostgresServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    every_request_on_record(&pg.url(), &dir.path().join("records.spool")).await;
+}
