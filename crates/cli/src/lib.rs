@@ -19,6 +19,7 @@ mod serve;
 mod show;
 mod sniff;
 mod upstream;
+mod usage;
 mod view;
 
 use std::ffi::OsString;
@@ -50,6 +51,9 @@ enum Command {
         #[command(subcommand)]
         command: picks::PicksCommand,
     },
+    /// Spend by key, model and day, from the database a gateway's `[records]` writes
+    /// (docs/records.md).
+    Usage(usage::UsageArgs),
     /// Print a shell completion script (e.g. `choicewise completions bash >
     /// ~/.local/share/bash-completion/completions/choicewise`).
     Completions {
@@ -60,7 +64,7 @@ enum Command {
     /// Print the man page, in roff (e.g. `choicewise man chat | man -l -`): of the command, or
     /// of one of its subcommands.
     Man {
-        /// The subcommand (chat, replay, serve, picks, completions).
+        /// The subcommand (chat, replay, serve, picks, usage, completions).
         subcommand: Option<String>,
     },
 }
@@ -126,10 +130,11 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
                     ("replay", Some(sub)) => sub.clone().name("choicewise-replay"),
                     ("serve", Some(sub)) => sub.clone().name("choicewise-serve"),
                     ("picks", Some(sub)) => sub.clone().name("choicewise-picks"),
+                    ("usage", Some(sub)) => sub.clone().name("choicewise-usage"),
                     ("completions", Some(sub)) => sub.clone().name("choicewise-completions"),
                     _ => {
                         eprintln!(
-                            "choicewise: no subcommand {name:?}: chat, replay, serve, picks, completions or man"
+                            "choicewise: no subcommand {name:?}: chat, replay, serve, picks, usage, completions or man"
                         );
                         return 2;
                     }
@@ -165,6 +170,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
             Command::Chat(args) => chat::run(*args).await,
             Command::Serve(args) => serve::run(args).await,
             Command::Picks { command } => picks::run(command).await,
+            Command::Usage(args) => usage::run(args).await,
             Command::Completions { .. } | Command::Man { .. } => Ok(()),
         }
     });

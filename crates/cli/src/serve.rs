@@ -15,7 +15,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
     /// How the log on stderr is written: `text` lines, or one JSON object per line. What is
-    /// logged is chosen by `RUST_LOG` (default `warn,choicewise_gateway=info`).
+    /// logged is chosen by `RUST_LOG` (default `warn,choicewise_gateway=info,choicewise_records=info`).
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     log_format: LogFormat,
     /// Check the configuration as `serve` would before it listens (the file, the listen
@@ -36,8 +36,9 @@ enum LogFormat {
 
 /// Prints the gateway's `tracing` events on stderr, filtered by `RUST_LOG`.
 fn init_log(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,choicewise_gateway=info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,choicewise_gateway=info,choicewise_records=info")
+    });
     // A log that cannot be written (stderr closed: its reader gone) is lost, never a panic
     // in the task that logged: tracing-subscriber's report of its own write errors is an
     // `eprintln!`, which panics on the same broken stderr, and a request's record is logged

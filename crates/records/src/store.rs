@@ -69,6 +69,29 @@ impl Store {
     /// Connects to the database at `url` and makes or updates its tables. A connection that
     /// cannot be made within 5 s is an error naming the URL (never its password).
     pub async fn connect(url: &str) -> Result<Store, RecordsError> {
+        Store::connect_with(url, true).await
+    }
+
+    /// As [`connect`](Self::connect), for reading what is there: a SQLite file that does not
+    /// exist is an error naming it, not a new empty database.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let e = choicewise_records::Store::open_existing("sqlite:///nowhere/records.db").await.unwrap_err();
+    /// assert!(e.to_string().contains("/nowhere/records.db"), "{e}");
+    /// # }
+    /// ```
+    pub async fn open_existing(url: &str) -> Result<Store, RecordsError> {
+        if let Some(path) = url.strip_prefix("sqlite://")
+            && !path.is_empty()
+            && !std::path::Path::new(path).is_file()
+        {
+            return Err(RecordsError::Database(format!("{url}: no such file")));
+        }
+        Store::connect_with(url, false).await
+    }
+
+    async fn connect_with(url: &str, create: bool) -> Result<Store, RecordsError> {
         let shown = shown_url(url);
         let fail = |e: sqlx::Error| RecordsError::Database(format!("{shown}: {e}"));
         let db = if let Some(path) = url.strip_prefix("sqlite://") {
@@ -77,7 +100,7 @@ impl Store {
             }
             let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))
                 .map_err(|e| RecordsError::Url(format!("{shown}: {e}")))?
-                .create_if_missing(true)
+                .create_if_missing(create)
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
                 .busy_timeout(Duration::from_secs(5));
