@@ -17,6 +17,10 @@
 #
 #   scripts/gateway-instructions.sh target/release/choicewise
 #   LIMITS=memory scripts/gateway-instructions.sh target/release/choicewise
+#
+# RECORDS=sqlite writes every request's row to a SQLite file (docs/records.md), and
+# RECORDS=sqlite-samples each sample's too (`samples = true`): what the records cost a
+# request, the writer's thread and SQLite's counted with the rest of the process.
 set -euo pipefail
 
 requests=${REQUESTS:-1000}
@@ -71,6 +75,12 @@ for bin in "$@"; do
     key="sk-instructions-bench"
     printf '\n[auth]\n[[auth.keys]]\nname = "bench"\nkey_env = "CHOICEWISE_BENCH_KEY"\n[auth.keys.limits]\nrequests_per_minute = 1000000000\nsamples_per_minute = 1000000000\ntokens_per_minute = 1000000000000\n' >> "$d/gateway.toml"
   fi
+  case "${RECORDS:-none}" in
+    none) ;;
+    sqlite) printf '\n[records]\nurl = "sqlite://%s/records.db"\nspool_path = "%s/records.spool"\n' "$d" "$d" >> "$d/gateway.toml" ;;
+    sqlite-samples) printf '\n[records]\nurl = "sqlite://%s/records.db"\nsamples = true\nspool_path = "%s/records.spool"\n' "$d" "$d" >> "$d/gateway.toml" ;;
+    *) echo "$0: RECORDS=${RECORDS}: none, sqlite or sqlite-samples" >&2; exit 2 ;;
+  esac
   CHOICEWISE_BENCH_KEY="$key" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$d/callgrind.out" \
     "$bin" serve --config "$d/gateway.toml" > "$d/gateway.log" 2>&1 &
   gw=$!

@@ -13,10 +13,25 @@ use sqlx::{Postgres, QueryBuilder, Sqlite};
 use crate::record::{RequestRecord, SampleRecord};
 use crate::{RecordsError, shown_url};
 
-/// Rows of `requests` per statement: 23 parameters each, under SQLite's 32,766.
-const REQUESTS_PER_STATEMENT: usize = 1_000;
-/// Rows of `samples` per statement: 10 parameters each.
-const SAMPLES_PER_STATEMENT: usize = 2_000;
+/// Rows per statement, at most: 22 parameters each for `requests`, 10 for `samples`.
+const ROWS_PER_STATEMENT: usize = 64;
+
+/// `items` in chunks whose lengths are powers of two of at most [`ROWS_PER_STATEMENT`]:
+/// statements of seven shapes only, each prepared once and then found in the connection's
+/// statement cache (a statement of each batch's own length would be prepared every time,
+/// which costs SQLite as much as the insert).
+fn chunks<T>(mut items: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if items.is_empty() {
+            return None;
+        }
+        let len = items.len().min(ROWS_PER_STATEMENT);
+        let len = 1 << len.ilog2();
+        let (chunk, rest) = items.split_at(len);
+        items = rest;
+        Some(chunk)
+    })
+}
 
 /// The migrations, embedded: the same SQL makes both databases' tables.
 fn migrator() -> Migrator {
@@ -200,7 +215,7 @@ macro_rules! write_batch {
     ($name:ident, $db:ty, $pool:ty) => {
         async fn $name(pool: &$pool, records: &[RequestRecord]) -> Result<(), sqlx::Error> {
             let mut tx = pool.begin().await?;
-            for chunk in records.chunks(REQUESTS_PER_STATEMENT) {
+            for chunk in chunks(records) {
                 let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
                     "INSERT INTO requests (id, at_ms, day, request_id, key_name, model, api, \
                      stream, pick, decision, samples_started, samples_cancelled, \
@@ -239,7 +254,7 @@ macro_rules! write_batch {
             let samples: Vec<(&str, &SampleRecord)> = (records.iter())
                 .flat_map(|r| r.samples.iter().map(move |s| (r.id.as_str(), s)))
                 .collect();
-            for chunk in samples.chunks(SAMPLES_PER_STATEMENT) {
+            for chunk in chunks(&samples) {
                 let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
                     "INSERT INTO samples (request, sample, finish, place, prompt_tokens, \
                      completion_tokens, estimated, content, message, logprobs) ",
@@ -266,3 +281,21 @@ macro_rules! write_batch {
 
 write_batch!(write_sqlite, Sqlite, SqlitePool);
 write_batch!(write_postgres, Postgres, PgPool);
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn chunks_are_powers_of_two_of_at_most_the_bound_and_cover_everything() {
+        for n in 0..300usize {
+            let items: Vec<usize> = (0..n).collect();
+            let lens: Vec<usize> = super::chunks(&items).map(<[usize]>::len).collect();
+            assert_eq!(lens.iter().sum::<usize>(), n);
+            assert!(
+                lens.iter()
+                    .all(|l| l.is_power_of_two() && *l <= super::ROWS_PER_STATEMENT)
+            );
+            let joined: Vec<usize> = super::chunks(&items).flatten().copied().collect();
+            assert_eq!(joined, items);
+        }
+    }
+}

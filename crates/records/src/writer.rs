@@ -21,6 +21,8 @@ use crate::store::Store;
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(5);
 /// Records per batch, at most.
 const BATCH: usize = 512;
+/// How long a batch waits for more records after its first.
+const LINGER: Duration = Duration::from_millis(100);
 /// Records read back from the spool per write.
 const DRAIN_BATCH: usize = 1_000;
 /// The wait between tries to reach a database that is away, at first and at most.
@@ -253,6 +255,21 @@ impl Recorder {
     }
 }
 
+/// More records taken into `buf` for up to [`LINGER`] after its first, until it holds
+/// [`BATCH`] or a flush: one transaction for many records, rather than one each.
+async fn linger(rx: &mut mpsc::Receiver<Msg>, buf: &mut Vec<Msg>) {
+    let until = Instant::now() + LINGER;
+    let flushing = |buf: &[Msg]| buf.iter().any(|m| matches!(m, Msg::Flush(_)));
+    while buf.len() < BATCH && !flushing(buf) {
+        let room = BATCH - buf.len();
+        match tokio::time::timeout_at(until, rx.recv_many(buf, room)).await {
+            Ok(n) if n > 0 => {}
+            // The deadline, or the queue closed.
+            _ => return,
+        }
+    }
+}
+
 /// The writer task's state.
 struct Writer {
     config: RecorderConfig,
@@ -282,6 +299,7 @@ impl Writer {
                     if n == 0 {
                         break;
                     }
+                    linger(&mut rx, &mut buf).await;
                     self.take(std::mem::take(&mut buf)).await;
                     buf.reserve(BATCH);
                 }

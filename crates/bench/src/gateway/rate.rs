@@ -59,6 +59,15 @@ pub struct GatewayRateArgs {
     /// this very binary, `--limits memory --before-limits none` measures what the limits cost.
     #[arg(long, default_value = "none")]
     pub before_limits: String,
+    /// The records this build writes (docs/records.md): `none`, `sqlite` (a file in the
+    /// run's folder), `sqlite-samples` (the same with `samples = true`) or a `postgres://`
+    /// URL.
+    #[arg(long, default_value = "none")]
+    pub records: String,
+    /// The records the `--before` build writes, as `--records`. With `--before` naming this
+    /// very binary, `--records sqlite --before-records none` measures what the records cost.
+    #[arg(long, default_value = "none")]
+    pub before_records: String,
     #[command(flatten)]
     pub rate: RateArgs,
 }
@@ -88,6 +97,32 @@ fn limits_config(limits: &str) -> Result<String, String> {
         "{state}[auth]\n[[auth.keys]]\nname = \"bench\"\nsha256 = \"{sha}\"\n\
          [auth.keys.limits]\nrequests_per_minute = 1000000000\nsamples_per_minute = 1000000000\n\
          tokens_per_minute = 1000000000000\n"
+    ))
+}
+
+/// The configuration lines of `--records WHAT` for a run in `dir`; none for `none`.
+fn records_config(records: &str, dir: &std::path::Path) -> Result<String, String> {
+    let spool = dir.join("records.spool");
+    let (url, samples) = match records {
+        "none" => return Ok(String::new()),
+        "sqlite" => (
+            format!("sqlite://{}", dir.join("records.db").display()),
+            false,
+        ),
+        "sqlite-samples" => (
+            format!("sqlite://{}", dir.join("records.db").display()),
+            true,
+        ),
+        url if url.starts_with("postgres://") => (url.to_string(), false),
+        other => {
+            return Err(format!(
+                "--records {other:?}: none, sqlite, sqlite-samples or a postgres:// URL"
+            ));
+        }
+    };
+    Ok(format!(
+        "[records]\nurl = \"{url}\"\nsamples = {samples}\nspool_path = \"{}\"\n",
+        spool.display()
     ))
 }
 
@@ -167,12 +202,16 @@ fn one_binary(
     bin: &std::path::Path,
     rate: &RateArgs,
     name: &str,
-    limits: &str,
+    (limits, records): (&str, &str),
 ) -> Result<Rate, String> {
     let dir = procs::work_dir(&format!("gateway-rate-{name}"));
     let upstream: Server = procs::upstream(&dir, false)?;
     let limited = limits_config(limits)?;
-    let config = format!("{}{limited}", procs::gateway_config(&upstream.url, 300.0));
+    let recorded = records_config(records, &dir)?;
+    let config = format!(
+        "{}{limited}{recorded}",
+        procs::gateway_config(&upstream.url, 300.0)
+    );
     let gateway = procs::gateway(&dir, bin, &config)?;
     let mut headers = reqwest::header::HeaderMap::new();
     if !limited.is_empty() {
@@ -220,13 +259,12 @@ pub fn run(args: &GatewayRateArgs) -> Report {
         rate_secs: 1.0,
         ..args.rate.clone()
     };
-    let runs = std::iter::once((this.as_path(), args.limits.as_str())).chain(
-        args.before
-            .as_deref()
-            .map(|b| (b, args.before_limits.as_str())),
-    );
-    for (bin, limits) in runs {
-        if let Err(e) = one_binary(&rt, bin, &warm, "warm-up", limits) {
+    let these = (args.limits.as_str(), args.records.as_str());
+    let those = (args.before_limits.as_str(), args.before_records.as_str());
+    let runs =
+        std::iter::once((this.as_path(), these)).chain(args.before.as_deref().map(|b| (b, those)));
+    for (bin, settings) in runs {
+        if let Err(e) = one_binary(&rt, bin, &warm, "warm-up", settings) {
             println!("warm-up of {}: {e}", bin.display());
         }
     }
@@ -239,16 +277,15 @@ pub fn run(args: &GatewayRateArgs) -> Report {
     let mut added = Vec::new();
     for round in 0..args.rounds {
         let (mut this_run, mut before_run) = (None, None);
-        let mut order: Vec<(&str, &std::path::Path, &str)> =
-            vec![("this", &this, args.limits.as_str())];
+        let mut order: Vec<(&str, &std::path::Path, (&str, &str))> = vec![("this", &this, these)];
         if let Some(before) = &args.before {
-            order.push(("before", before, args.before_limits.as_str()));
+            order.push(("before", before, those));
             if round % 2 == 0 {
                 order.reverse();
             }
         }
-        for (name, bin, limits) in order {
-            match one_binary(&rt, bin, &args.rate, name, limits) {
+        for (name, bin, settings) in order {
+            match one_binary(&rt, bin, &args.rate, name, settings) {
                 Ok(r) => {
                     println!(
                         "| {} | {name} | {:.0} | {} | {:.0} | {:.3} |",
