@@ -29,6 +29,7 @@ mod pieces;
 mod plots;
 mod procs;
 mod proxy;
+mod records;
 mod replay;
 mod reports;
 #[cfg(feature = "diagnostics")]
@@ -85,6 +86,9 @@ enum Command {
     /// The gateway's requests per second at saturation, paired against another build
     /// (`--before PATH`), rounds alternating.
     GatewayRate(gateway::rate::GatewayRateArgs),
+    /// `choicewise usage` on a records database of many rows (1M by default): its answer's
+    /// time, SQLite or PostgreSQL (docs/records.md).
+    RecordsUsage(records::RecordsUsageArgs),
     /// The gateway under load with faults: panics, choices not received intact, upstream
     /// connections left open. Exits 1 when any is not 0.
     Soak(soak::SoakArgs),
@@ -403,6 +407,7 @@ fn main() {
     let report = match cli.command {
         Command::Gateway(a) => gateway::run(&a),
         Command::GatewayRate(a) => gateway::rate::run(&a),
+        Command::RecordsUsage(a) => records::run(&a),
         Command::Soak(a) => soak::run(&a),
         Command::GatewayApis(a) => apis::run(&a),
         Command::Picks(a) => picks::run(&a),
