@@ -41,7 +41,7 @@ fn row(i: u64, args: &RecordsUsageArgs) -> RequestRecord {
     );
     r.key = format!("key-{}", i % args.keys);
     r.api = "chat".into();
-    r.status = if i % 50 == 0 { 502 } else { 200 };
+    r.status = if i.is_multiple_of(50) { 502 } else { 200 };
     r.ended = if r.status == 200 {
         "complete"
     } else {
