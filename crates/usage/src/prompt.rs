@@ -534,9 +534,12 @@ pub fn count_prompt_fields_at_most<'a>(
 fn messages_at_most(text: &[u8]) -> u64 {
     /// The fewest bytes of an image part: `{"type":"image_url"}`.
     const IMAGE_PART_BYTES: u64 = 20;
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    static IMAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"image_url"));
+    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
     let bytes = text.len() as u64;
-    let named = memchr::memmem::find_iter(text, b"image_url").count()
-        + memchr::memmem::find_iter(text, b"\\u").count();
+    let named = IMAGE.find_iter(text).count() + ESCAPE.find_iter(text).count();
     let images = (named as u64).min(bytes / IMAGE_PART_BYTES);
     bytes.saturating_add(images.saturating_mul(IMAGE_PART_TOKENS - IMAGE_PART_BYTES))
 }

@@ -53,8 +53,8 @@ pub(crate) async fn answer<A: ClientApi>(
     let caller = (parts.extensions.get::<keys::Caller>().copied()).unwrap_or(keys::Caller::Open);
     let mut finish = Finish::new(&gw, &parts.headers, client, counted_as);
     finish.api(A::LABEL);
-    if caller != keys::Caller::Open {
-        finish.key(gw.inner.keys.label(caller));
+    if let Some(name) = gw.inner.keys.name(caller) {
+        finish.key(name);
     }
     let mut kept = None;
     let served = serve::<A>(&gw, body, caller, &mut finish, &mut kept).await;
@@ -240,18 +240,24 @@ fn room(req: &ChatRequest, model: &open::ModelRoutes) -> u64 {
 /// and its function and tool definitions counted (on a blocking thread unless small);
 /// `choicewise_usage::count_prompt_fields_at_most` says why it is a bound.
 async fn prompt_bound(opener: &open::Opener) -> u64 {
-    let upstream_model = (opener.model.routes.first()).map_or("", |r| r.model.as_str());
-    let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+    // Only the definitions are counted: without them, the bound is a scan of the bytes, and
+    // the encoding is not read.
+    let counted: usize = ["tools", "functions"]
+        .iter()
+        .filter_map(|k| opener.body.get(*k).map(|v| v.len()))
+        .sum();
+    let encoding = match counted {
+        0 => choicewise_usage::DEFAULT_ENCODING,
+        _ => {
+            let upstream_model = (opener.model.routes.first()).map_or("", |r| r.model.as_str());
+            choicewise_usage::encoding_for_model(upstream_model).name
+        }
+    };
     let body = opener.body.clone();
     let bound = move || {
         let fields = body.iter().map(|(k, v)| (k.as_str(), &v[..]));
         choicewise_usage::count_prompt_fields_at_most(encoding, fields)
     };
-    // Only the definitions are counted: without them, the bound is a scan of the bytes.
-    let counted: usize = ["tools", "functions"]
-        .iter()
-        .filter_map(|k| opener.body.get(*k).map(|v| v.len()))
-        .sum();
     // A bound that panicked is none: the most, which every limit of tokens refuses, so that
     // the prompt is counted.
     if counted == 0 || choicewise_usage::counts_quickly(encoding, counted) {
