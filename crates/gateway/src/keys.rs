@@ -11,11 +11,12 @@ use crate::error::ApiError;
 
 /// The key a request sends: `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
 pub(crate) fn given_key(headers: &HeaderMap) -> Option<&str> {
+    const X_API_KEY: header::HeaderName = header::HeaderName::from_static("x-api-key");
     let bearer = (headers.get(header::AUTHORIZATION))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-    bearer.or(x_api_key).map(str::trim)
+    let x_api_key = || headers.get(X_API_KEY).and_then(|v| v.to_str().ok());
+    bearer.or_else(x_api_key).map(str::trim)
 }
 
 /// The metrics' and log lines' `key` of the unnamed keys (`[auth] keys_env`); no
@@ -132,6 +133,18 @@ impl Keys {
     /// The named keys, in the configuration's order.
     pub(crate) fn all_named(&self) -> &[NamedKey] {
         &self.named
+    }
+
+    /// The name of a caller's key, shared (never copied): its `[[auth.keys]]` name or
+    /// [`UNNAMED`]; none without `[auth]`.
+    pub(crate) fn name(&self, caller: Caller) -> Option<Arc<str>> {
+        static UNNAMED_NAME: std::sync::LazyLock<Arc<str>> =
+            std::sync::LazyLock::new(|| Arc::from(UNNAMED));
+        match caller {
+            Caller::Open => None,
+            Caller::Unnamed => Some(UNNAMED_NAME.clone()),
+            Caller::Named(i) => self.named.get(i).map(|k| k.name.clone()),
+        }
     }
 
     /// The `key` label of a caller: its name, [`UNNAMED`], or empty without `[auth]`.

@@ -71,14 +71,15 @@ struct FallbackLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KeyLabels {
-    /// A `[[auth.keys]]` name, `(unnamed)` for a key of `keys_env`, empty without `[auth]`.
-    key: String,
+    /// A `[[auth.keys]]` name, `(unnamed)` for a key of `keys_env`, empty without `[auth]`:
+    /// the configuration's, shared.
+    key: Arc<str>,
     status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KeyTokenLabels {
-    key: String,
+    key: Arc<str>,
     kind: &'static str,
 }
 
@@ -463,21 +464,21 @@ impl Metrics {
     }
 
     /// A request of `key` (its label) answered with this status.
-    pub fn key_answered(&self, key: &str, status: u16) {
+    pub fn key_answered(&self, key: &Arc<str>, status: u16) {
         self.key_requests
             .get_or_create(&KeyLabels {
-                key: key.to_string(),
+                key: key.clone(),
                 status,
             })
             .inc();
     }
 
     /// A request of `key` came to these tokens, every sample's.
-    pub fn key_tokens(&self, key: &str, prompt: u64, completion: u64) {
+    pub fn key_tokens(&self, key: &Arc<str>, prompt: u64, completion: u64) {
         for (kind, count) in [("prompt", prompt), ("completion", completion)] {
             self.key_tokens
                 .get_or_create(&KeyTokenLabels {
-                    key: key.to_string(),
+                    key: key.clone(),
                     kind,
                 })
                 .inc_by(count);

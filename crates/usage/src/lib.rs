@@ -65,5 +65,5 @@ pub use prompt::{
     CookbookConstants, FUNCTION_CALL_PROMPT_OVERHEAD, IMAGE_PART_TOKENS, MAX_SCHEMA_DEPTH,
     PARALLEL_TOOL_CALLS_OVERHEAD, PromptCount, PromptOptions, REPLY_PRIMING, TOKENS_PER_MESSAGE,
     TOKENS_PER_NAME, TOOL_CALL_PROMPT_OVERHEAD, ToolFormula, count_prompt, count_prompt_fields,
-    count_prompt_with,
+    count_prompt_fields_at_most, count_prompt_with,
 };

@@ -469,6 +469,81 @@ pub fn count_prompt_fields<'a>(
     defs.finish(msg_total, &choices, &counter)
 }
 
+/// An upper bound of [`count_prompt_fields`]'s total from the fields' bytes, never below it
+/// for either encoding (and at least 0 where that count fails): the messages, `tool_choice`
+/// and `function_call` bounded by their JSON text's length without being read, only the
+/// function and tool definitions counted (as [`count_prompt_fields`] counts them), so that
+/// a request without definitions is bounded in a scan of its bytes, hundreds of times
+/// faster than its count.
+///
+/// Why it is a bound: a text's tokens are never more than its UTF-8 bytes ([`count_text`]
+/// gives every token a byte at least, and its estimates of long texts and pieces keep to
+/// that), and a JSON string's text is never longer than its literal. Every constant a
+/// message adds is paid by the JSON that carries it: [`TOKENS_PER_MESSAGE`] by
+/// `{"role":""}` (11 bytes), [`TOKENS_PER_NAME`] by `,"name":""`, a tool call's
+/// [`TOOL_CALL_PROMPT_OVERHEAD`] by its `{"function":{"name":""}}` (24 bytes; two calls pay
+/// for [`PARALLEL_TOOL_CALLS_OVERHEAD`] as well), a legacy call's overhead by its
+/// `"function_call":{"name":""}`, a system message's padding newline by its quotes. Only an
+/// image part counts more ([`IMAGE_PART_TOKENS`]) than its at least 20 bytes
+/// (`{"type":"image_url"}`): its value holds `image_url` or an escape `\u`, so the bound
+/// adds the difference for each of those found, and never for more parts than the bytes
+/// can hold. [`REPLY_PRIMING`] is added once.
+///
+/// [`count_text`]: crate::count_text
+///
+/// ```
+/// use choicewise_usage::{count_prompt_fields, count_prompt_fields_at_most, EncodingName};
+///
+/// let messages = r#"[{"role": "user", "content": "hello, world"}]"#;
+/// for enc in [EncodingName::O200kBase, EncodingName::Cl100kBase] {
+///     let fields = [("messages", messages.as_bytes())];
+///     let exact = count_prompt_fields(enc, fields).unwrap().total;
+///     let bound = count_prompt_fields_at_most(enc, fields);
+///     assert!(exact <= bound, "{exact} > {bound}");
+///     assert_eq!(bound, messages.len() as u64 + 3);
+/// }
+/// ```
+pub fn count_prompt_fields_at_most<'a>(
+    enc: EncodingName,
+    fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> u64 {
+    let mut bound = REPLY_PRIMING;
+    let mut definitions: Vec<(&str, &[u8])> = Vec::new();
+    for (key, text) in fields {
+        match key {
+            "messages" => bound = bound.saturating_add(messages_at_most(text)),
+            "tool_choice" | "function_call" => bound = bound.saturating_add(text.len() as u64),
+            "tools" | "functions" if !matches!(text, b"[]" | b"null") => {
+                definitions.push((key, text));
+            }
+            _ => {}
+        }
+    }
+    if !definitions.is_empty() {
+        // The definitions' own count. Where they cannot be counted, neither can the prompt:
+        // its count fails, and they bound nothing.
+        definitions.push(("messages", b"[]"));
+        let tools = count_prompt_fields(enc, definitions).map_or(0, |c| c.tools);
+        bound = bound.saturating_add(tools);
+    }
+    bound
+}
+
+/// The bound of a `messages` field's tokens (without the reply's priming): its bytes, and
+/// for each image part it may hold what the part counts beyond its bytes.
+fn messages_at_most(text: &[u8]) -> u64 {
+    /// The fewest bytes of an image part: `{"type":"image_url"}`.
+    const IMAGE_PART_BYTES: u64 = 20;
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    static IMAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"image_url"));
+    static ESCAPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\\u"));
+    let bytes = text.len() as u64;
+    let named = IMAGE.find_iter(text).count() + ESCAPE.find_iter(text).count();
+    let images = (named as u64).min(bytes / IMAGE_PART_BYTES);
+    bytes.saturating_add(images.saturating_mul(IMAGE_PART_TOKENS - IMAGE_PART_BYTES))
+}
+
 /// A tool (or legacy function) definition of more than this many bytes is counted from its
 /// text rather than parsed: its tree would cost many times its bytes.
 const LARGE_TOOL: usize = 64 * 1024;

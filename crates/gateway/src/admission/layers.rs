@@ -154,9 +154,9 @@ pub(crate) async fn count(State(gw): State<Gateway>, mut request: Request, next:
     let gw = &unanswered.gw;
     gw.inner.metrics.answered(api, model, status);
     if let Some(KeyLabel(caller)) = response.extensions().get::<KeyLabel>()
-        && *caller != keys::Caller::Open
+        && let Some(name) = gw.inner.keys.name(*caller)
     {
-        (gw.inner.metrics).key_answered(gw.inner.keys.label(*caller), status);
+        (gw.inner.metrics).key_answered(&name, status);
     }
     response
 }

@@ -212,8 +212,8 @@ impl State {
 
     /// The request was sent with the key of this name (its label: `(unnamed)` for a key of
     /// `keys_env`).
-    pub(crate) fn key(&mut self, name: &str) {
-        self.key = Some(Arc::from(name));
+    pub(crate) fn key(&mut self, name: Arc<str>) {
+        self.key = Some(name);
     }
 
     /// What the request reserved of its limits: settled by its record.

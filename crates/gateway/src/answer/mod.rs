@@ -53,8 +53,8 @@ pub(crate) async fn answer<A: ClientApi>(
     let caller = (parts.extensions.get::<keys::Caller>().copied()).unwrap_or(keys::Caller::Open);
     let mut finish = Finish::new(&gw, &parts.headers, client, counted_as);
     finish.api(A::LABEL);
-    if caller != keys::Caller::Open {
-        finish.key(gw.inner.keys.label(caller));
+    if let Some(name) = gw.inner.keys.name(caller) {
+        finish.key(name);
     }
     let mut kept = None;
     let served = serve::<A>(&gw, body, caller, &mut finish, &mut kept).await;
@@ -183,8 +183,10 @@ async fn parse<A: ClientApi>(gw: &Gateway, bytes: Bytes) -> Result<Read<A::Reply
 
 /// Reserves what a planned request may take of the limits it meets (its key's, its key's
 /// tags', its model's): its samples, and where a limit counts tokens or dollars, its
-/// prompt's tokens and the answer room of each sample ([`room`]). The reservation goes to
-/// the request's record, which settles it; a refusal is logged with the key's name.
+/// prompt's tokens and the answer room of each sample ([`room`]). The prompt is bounded from
+/// its bytes ([`prompt_bound`]) and counted only when that bound would be refused. The
+/// reservation goes to the request's record, which settles it; a refusal is logged with the
+/// key's name.
 async fn reserve<R>(
     gw: &Gateway,
     caller: keys::Caller,
@@ -200,10 +202,12 @@ async fn reserve<R>(
         ..Default::default()
     };
     if applicable.counts_tokens() {
-        demand.prompt_tokens = prompt_tokens(&plan.opener).await;
+        demand.prompt_tokens = prompt_bound(&plan.opener).await;
+        demand.prompt_bound = true;
         demand.room = room(&plan.req, &plan.opener.model);
     }
-    match quota.reserve(applicable, demand).await {
+    let count = || prompt_tokens(&plan.opener);
+    match quota.reserve(applicable, demand, count).await {
         Ok(Some(reservation)) => finish.reserved(reservation),
         Ok(None) => {}
         Err(e) => {
@@ -231,6 +235,37 @@ fn room(req: &ChatRequest, model: &open::ModelRoutes) -> u64 {
     stated
         .or_else(|| model.routes.iter().filter_map(|r| r.max_tokens).max())
         .unwrap_or(crate::quota::ROOM_WITHOUT_LIMIT)
+}
+
+/// A bound of a request's prompt tokens never below [`prompt_tokens`]'s count: its bytes,
+/// and its function and tool definitions counted (on a blocking thread unless small);
+/// `choicewise_usage::count_prompt_fields_at_most` says why it is a bound.
+async fn prompt_bound(opener: &open::Opener) -> u64 {
+    // Only the definitions are counted: without them, the bound is a scan of the bytes, and
+    // the encoding is not read.
+    let counted: usize = ["tools", "functions"]
+        .iter()
+        .filter_map(|k| opener.body.get(*k).map(|v| v.len()))
+        .sum();
+    let encoding = match counted {
+        0 => choicewise_usage::DEFAULT_ENCODING,
+        _ => {
+            let upstream_model = (opener.model.routes.first()).map_or("", |r| r.model.as_str());
+            choicewise_usage::encoding_for_model(upstream_model).name
+        }
+    };
+    let body = opener.body.clone();
+    let bound = move || {
+        let fields = body.iter().map(|(k, v)| (k.as_str(), &v[..]));
+        choicewise_usage::count_prompt_fields_at_most(encoding, fields)
+    };
+    // A bound that panicked is none: the most, which every limit of tokens refuses, so that
+    // the prompt is counted.
+    if counted == 0 || choicewise_usage::counts_quickly(encoding, counted) {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(bound)).unwrap_or(u64::MAX)
+    } else {
+        tokio::task::spawn_blocking(bound).await.unwrap_or(u64::MAX)
+    }
 }
 
 /// The tokens of a request's prompt, counted as its accounting counts them (with its first

@@ -18,6 +18,7 @@ pub(crate) mod redis;
 pub(crate) mod store;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,6 +46,8 @@ const PREFIX: &str = "choicewise:";
 struct Rule {
     /// `choicewise:key:team-a:requests_per_minute`.
     counter: Arc<str>,
+    /// The counter's number in the process ([`store::Charge::slot`]).
+    slot: usize,
     limit: RateLimit,
     /// As a refusal names it: "key `team-a`".
     scope: Arc<str>,
@@ -52,10 +55,12 @@ struct Rule {
     label: Arc<str>,
 }
 
-fn rules_of(kind: &str, name: &str, limits: &RateLimits) -> Vec<Rule> {
+/// The rules of a scope's `limits`, their counters numbered from `slots` on.
+fn rules_of(kind: &str, name: &str, limits: &RateLimits, slots: &mut usize) -> Vec<Rule> {
     (limits.iter())
         .map(|limit| Rule {
             counter: Arc::from(format!("{PREFIX}{kind}:{name}:{}", limit.name())),
+            slot: std::mem::replace(slots, *slots + 1),
             limit: *limit,
             scope: Arc::from(format!("{kind} `{name}`")),
             label: Arc::from(format!("{kind}:{name}")),
@@ -68,7 +73,11 @@ fn rules_of(kind: &str, name: &str, limits: &RateLimits) -> Vec<Rule> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Demand {
     pub samples: u64,
+    /// The prompt's tokens: counted, or (`prompt_bound`) a bound never below their count.
     pub prompt_tokens: u64,
+    /// Whether `prompt_tokens` is a bound: a reservation a limit of tokens or dollars
+    /// refuses is then tried again with the prompt counted.
+    pub prompt_bound: bool,
     pub room: u64,
 }
 
@@ -100,6 +109,11 @@ fn reserved(resource: Resource, demand: Demand, price: Option<Price>) -> u64 {
         Resource::Tokens => prompt.saturating_add(room),
         Resource::Usd => nanos(price, prompt, room),
     }
+}
+
+/// Whether what `resource` reserves depends on the prompt's tokens.
+fn counts_prompt(resource: Resource) -> bool {
+    matches!(resource, Resource::Tokens | Resource::Usd)
 }
 
 /// What `resource` came to of what a request `counted`.
@@ -194,12 +208,18 @@ impl Health {
     }
 }
 
+/// A model's limits and price, for the requests of it.
+struct ModelQuota {
+    rules: Vec<Rule>,
+    price: Option<Price>,
+}
+
 /// The limits of a gateway and the store of their counts.
 pub(crate) struct Quota {
     /// Per named key (by index): its own limits, then its tags'.
     keys: Vec<Vec<Rule>>,
-    models: HashMap<String, Vec<Rule>>,
-    prices: HashMap<String, Price>,
+    /// The models with limits or a price.
+    models: HashMap<String, ModelQuota>,
     store: Arc<dyn Store>,
     timeout: Duration,
     policy: OnStateError,
@@ -218,14 +238,23 @@ impl Quota {
         metrics: Arc<Metrics>,
     ) -> Result<Quota, ConfigError> {
         let auth = config.auth.as_ref();
+        // Every counter numbered once: a tag's are its keys' alike.
+        let mut slots = 0;
         let tags: HashMap<&str, Vec<Rule>> = (auth.map_or(&[][..], |a| &a.tags).iter())
-            .map(|t| (t.name.as_str(), rules_of("tag", &t.name, &t.limits)))
+            .map(|t| {
+                (
+                    t.name.as_str(),
+                    rules_of("tag", &t.name, &t.limits, &mut slots),
+                )
+            })
             .collect();
         let configured = auth.map_or(&[][..], |a| &a.keys);
         let key_rules = (keys.all_named().iter())
             .map(|key| {
                 let own = configured.iter().find(|k| *k.name == *key.name);
-                let mut rules = own.map_or_else(Vec::new, |k| rules_of("key", &k.name, &k.limits));
+                let mut rules = own.map_or_else(Vec::new, |k| {
+                    rules_of("key", &k.name, &k.limits, &mut slots)
+                });
                 for tag in &key.tags {
                     rules.extend(tags.get(tag.as_str()).into_iter().flatten().cloned());
                 }
@@ -233,11 +262,12 @@ impl Quota {
             })
             .collect();
         let models = (config.models.iter())
-            .map(|m| (m.name.clone(), rules_of("model", &m.name, &m.limits)))
-            .filter(|(_, rules)| !rules.is_empty())
-            .collect();
-        let prices = (config.models.iter())
-            .filter_map(|m| Some((m.name.clone(), m.price?)))
+            .map(|m| {
+                let rules = rules_of("model", &m.name, &m.limits, &mut slots);
+                let price = m.price;
+                (m.name.clone(), ModelQuota { rules, price })
+            })
+            .filter(|(_, m)| !m.rules.is_empty() || m.price.is_some())
             .collect();
         let state = &config.state;
         let (shown, redis) = match &state.redis_url {
@@ -259,7 +289,6 @@ impl Quota {
         Ok(Quota {
             keys: key_rules,
             models,
-            prices,
             store,
             timeout: Duration::from_millis(state.state_timeout_ms),
             policy: state.on_state_error,
@@ -275,13 +304,14 @@ impl Quota {
             Caller::Named(i) => self.keys.get(i).map_or(&[], Vec::as_slice),
             _ => &[],
         };
-        let model_rules = self.models.get(model).map_or(&[][..], Vec::as_slice);
+        let model = self.models.get(model);
+        let model_rules = model.map_or(&[][..], |m| m.rules.as_slice());
         if own.is_empty() && model_rules.is_empty() {
             return None;
         }
         Some(Applicable {
             rules: own.iter().chain(model_rules).collect(),
-            price: self.prices.get(model).copied(),
+            price: model.and_then(|m| m.price),
         })
     }
 
@@ -290,22 +320,68 @@ impl Quota {
     /// store failed and `on_state_error = "allow"` serves the request uncounted. A 429 when a
     /// limit would be passed; a 400 when the request alone is more than a limit allows; a
     /// 503 when the store failed and `on_state_error = "refuse"`.
-    pub(crate) async fn reserve(
+    ///
+    /// When `demand`'s prompt is a bound ([`Demand::prompt_bound`]) and a limit of tokens
+    /// or dollars refuses it, `count` counts the prompt and the reservation is tried again
+    /// with that count: the prompt is counted only where its bound is too close to a limit.
+    pub(crate) async fn reserve<F: Future<Output = u64>>(
         &self,
         applicable: Applicable<'_>,
-        demand: Demand,
+        mut demand: Demand,
+        count: impl FnOnce() -> F,
     ) -> Result<Option<Reservation>, ApiError> {
         let Applicable { rules, price } = applicable;
+        let mut outcome = self.attempt(&rules, demand, price).await;
+        if demand.prompt_bound
+            && let Err(Refusal::Limit { index, .. }) = &outcome
+            && counts_prompt(rules[*index].limit.resource)
+        {
+            demand.prompt_tokens = count().await;
+            demand.prompt_bound = false;
+            outcome = self.attempt(&rules, demand, price).await;
+        }
+        outcome.map_err(|refusal| match refusal {
+            Refusal::Limit {
+                index,
+                why: Why::NeverFits(amount),
+            } => never_fits(rules[index], amount, demand),
+            Refusal::Limit {
+                index,
+                why: Why::Full { reset_ms },
+            } => self.refused(rules[index], reset_ms),
+            Refusal::Store(e) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!(
+                    "the counts of this request's limits could not be read ({e}); \
+                     refused, as on_state_error = \"refuse\" says"
+                ),
+            )
+            .code("state_unavailable")
+            .wait(1),
+        })
+    }
+
+    /// One reservation of `demand` of `rules`: [`reserve`](Self::reserve)'s, whose errors
+    /// are said by it.
+    async fn attempt(
+        &self,
+        rules: &[&Rule],
+        demand: Demand,
+        price: Option<Price>,
+    ) -> Result<Option<Reservation>, Refusal> {
         let charges: Vec<Charge> = (rules.iter())
             .map(|r| Charge {
                 counter: r.counter.clone(),
+                slot: r.slot,
                 window_ms: r.limit.window.millis(),
                 limit: r.limit.amount,
                 amount: reserved(r.limit.resource, demand, price),
             })
             .collect();
-        if let Some((rule, charge)) = rules.iter().zip(&charges).find(|(_, c)| c.amount > c.limit) {
-            return Err(never_fits(rule, charge.amount, demand));
+        if let Some(index) = charges.iter().position(|c| c.amount > c.limit) {
+            let why = Why::NeverFits(charges[index].amount);
+            return Err(Refusal::Limit { index, why });
         }
         let answer = tokio::time::timeout(self.timeout, self.store.reserve(&charges)).await;
         let answer = answer.unwrap_or_else(|_| {
@@ -320,6 +396,7 @@ impl Quota {
                 let held = (rules.iter().zip(charges).zip(starts))
                     .map(|((rule, charge), start)| Held {
                         counter: charge.counter,
+                        slot: charge.slot,
                         resource: rule.limit.resource,
                         start,
                         reserved: charge.amount,
@@ -336,25 +413,17 @@ impl Quota {
                 self.health.answered();
                 // The store names one of the charges it was given (`applicable` gives one at
                 // least).
-                match rules.get(index).or(rules.first()) {
-                    Some(rule) => Err(self.refused(rule, reset_ms)),
-                    None => Ok(None),
-                }
+                let index = if index < rules.len() { index } else { 0 };
+                Err(Refusal::Limit {
+                    index,
+                    why: Why::Full { reset_ms },
+                })
             }
             Err(e) => {
                 self.health.failed("reserve", &e);
                 match self.policy {
                     OnStateError::Allow => Ok(None),
-                    OnStateError::Refuse => Err(ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "server_error",
-                        format!(
-                            "the counts of this request's limits could not be read ({e}); \
-                             refused, as on_state_error = \"refuse\" says"
-                        ),
-                    )
-                    .code("state_unavailable")
-                    .wait(1)),
+                    OnStateError::Refuse => Err(Refusal::Store(e)),
                 }
             }
         }
@@ -434,6 +503,22 @@ fn never_fits(rule: &Rule, amount: u64, demand: Demand) -> ApiError {
     .code("exceeds_limit")
 }
 
+/// Why a reservation was refused.
+enum Refusal {
+    /// By the limit of this index among the request's.
+    Limit { index: usize, why: Why },
+    /// The store failed, and `on_state_error = "refuse"`.
+    Store(store::StoreError),
+}
+
+/// Why a limit refused a reservation.
+enum Why {
+    /// The request alone takes this much, more than the limit.
+    NeverFits(u64),
+    /// The limit is reached in a window that ends in `reset_ms`.
+    Full { reset_ms: u64 },
+}
+
 /// The limits a request meets ([`Quota::applicable`]).
 pub(crate) struct Applicable<'a> {
     rules: Vec<&'a Rule>,
@@ -443,7 +528,7 @@ pub(crate) struct Applicable<'a> {
 impl Applicable<'_> {
     /// Whether a limit counts tokens or dollars: then the prompt's tokens are needed.
     pub(crate) fn counts_tokens(&self) -> bool {
-        (self.rules.iter()).any(|r| matches!(r.limit.resource, Resource::Tokens | Resource::Usd))
+        (self.rules.iter()).any(|r| counts_prompt(r.limit.resource))
     }
 }
 
@@ -451,6 +536,7 @@ impl Applicable<'_> {
 #[derive(Debug)]
 struct Held {
     counter: Arc<str>,
+    slot: usize,
     resource: Resource,
     start: u64,
     reserved: u64,
@@ -482,6 +568,7 @@ impl Reservation {
                 let delta = used as i64 - h.reserved as i64;
                 (delta != 0).then(|| Adjust {
                     counter: h.counter.clone(),
+                    slot: h.slot,
                     start: h.start,
                     delta,
                 })
@@ -517,6 +604,11 @@ mod tests {
         Quota::new(&config, &keys, Arc::new(Metrics::new())).unwrap()
     }
 
+    /// The count of a prompt whose demand is no bound: never asked.
+    async fn uncounted() -> u64 {
+        unreachable!("the prompt was counted, not bounded")
+    }
+
     const MODEL: &str = "[[models]]\nname = \"m\"\nprice = { input_per_million = 1.0, output_per_million = 2.0 }\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
 
     #[tokio::test]
@@ -528,16 +620,17 @@ mod tests {
         let demand = Demand {
             samples: 1,
             prompt_tokens: 10,
+            prompt_bound: false,
             room: 10,
         };
         let mut kept = Vec::new();
         for _ in 0..2 {
             let ap = q.applicable(Caller::Named(0), "m").unwrap();
             assert!(!ap.counts_tokens());
-            kept.push(q.reserve(ap, demand).await.unwrap().unwrap());
+            kept.push(q.reserve(ap, demand, uncounted).await.unwrap().unwrap());
         }
         let ap = q.applicable(Caller::Named(0), "m").unwrap();
-        let e = q.reserve(ap, demand).await.err().unwrap();
+        let e = q.reserve(ap, demand, uncounted).await.err().unwrap();
         assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(e.code.as_deref(), Some("rate_limit_exceeded"));
         assert!(
@@ -563,11 +656,12 @@ mod tests {
         let big = Demand {
             samples: 4,
             prompt_tokens: 100,
+            prompt_bound: false,
             room: 100,
         };
         let ap = q.applicable(Caller::Named(0), "m").unwrap();
         assert!(ap.counts_tokens());
-        let e = q.reserve(ap, big).await.err().unwrap();
+        let e = q.reserve(ap, big, uncounted).await.err().unwrap();
         assert_eq!(e.code.as_deref(), Some("exceeds_limit"), "{}", e.message);
         assert!(
             e.message
@@ -579,13 +673,14 @@ mod tests {
         let small = Demand {
             samples: 2,
             prompt_tokens: 100,
+            prompt_bound: false,
             room: 100,
         };
         let ap = q.applicable(Caller::Named(0), "m").unwrap();
-        let first = q.reserve(ap, small).await.unwrap().unwrap();
+        let first = q.reserve(ap, small, uncounted).await.unwrap().unwrap();
         // A second would pass the dollars.
         let ap = q.applicable(Caller::Named(0), "m").unwrap();
-        let e = q.reserve(ap, small).await.err().unwrap();
+        let e = q.reserve(ap, small, uncounted).await.err().unwrap();
         assert!(
             e.message.starts_with("usd_per_day of key `team-a`"),
             "{}",
@@ -598,11 +693,11 @@ mod tests {
             completion_tokens: 50,
         });
         let ap = q.applicable(Caller::Named(0), "m").unwrap();
-        let second = q.reserve(ap, small).await.unwrap().unwrap();
+        let second = q.reserve(ap, small, uncounted).await.unwrap().unwrap();
         // Dropped unsettled: nothing was counted.
         drop(second);
         let ap = q.applicable(Caller::Named(0), "m").unwrap();
-        q.reserve(ap, small)
+        q.reserve(ap, small, uncounted)
             .await
             .unwrap()
             .unwrap()
@@ -676,9 +771,9 @@ mod tests {
             ..Demand::default()
         };
         let ap = |i: usize| q.applicable(Caller::Named(i), "m").unwrap();
-        let _a = q.reserve(ap(0), demand).await.unwrap();
-        let _b = q.reserve(ap(1), demand).await.unwrap();
-        let e = q.reserve(ap(0), demand).await.err().unwrap();
+        let _a = q.reserve(ap(0), demand, uncounted).await.unwrap();
+        let _b = q.reserve(ap(1), demand, uncounted).await.unwrap();
+        let e = q.reserve(ap(0), demand, uncounted).await.err().unwrap();
         assert!(
             e.message
                 .starts_with("requests_per_minute of tag `batch` (2 a minute) reached"),
@@ -687,6 +782,78 @@ mod tests {
         );
         // A key without the tag does not share its limit (nor has any).
         assert!(q.applicable(Caller::Named(2), "m").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_prompt_is_counted_only_when_its_bound_would_be_refused() {
+        let q = quota(&format!(
+            "[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\n[auth.keys.limits]\nsamples_per_minute = 100\ntokens_per_minute = 1000\n{MODEL}",
+            "0".repeat(64)
+        ));
+        let counts = std::sync::atomic::AtomicUsize::new(0);
+        let count = |tokens: u64| {
+            counts.fetch_add(1, Ordering::Relaxed);
+            async move { tokens }
+        };
+        // A bound of 300 and 100 of room fits the 1000 tokens: nothing counted.
+        let bounded = Demand {
+            samples: 1,
+            prompt_tokens: 300,
+            prompt_bound: true,
+            room: 100,
+        };
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let first = q.reserve(ap, bounded, || count(20)).await.unwrap().unwrap();
+        assert_eq!(counts.load(Ordering::Relaxed), 0);
+        // 400 reserved, 600 left: a bound of 550 and 100 of room would pass the limit; the
+        // prompt counted (20 tokens) fits, and only that is reserved.
+        let close = Demand {
+            prompt_tokens: 550,
+            ..bounded
+        };
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let second = q.reserve(ap, close, || count(20)).await.unwrap().unwrap();
+        assert_eq!(counts.load(Ordering::Relaxed), 1);
+        assert_eq!(second.held[1].reserved, 120);
+        // 520 reserved: a prompt whose count passes the limit too is refused, by its count.
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let e = q.reserve(ap, close, || count(500)).await.err().unwrap();
+        assert_eq!(counts.load(Ordering::Relaxed), 2);
+        assert_eq!(
+            e.code.as_deref(),
+            Some("rate_limit_exceeded"),
+            "{}",
+            e.message
+        );
+        // A bound past the whole limit is not refused as more than the limit allows before
+        // the prompt is counted; a count past it is, naming the count.
+        let huge = Demand {
+            prompt_tokens: 5_000,
+            ..bounded
+        };
+        drop((first, second));
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let third = q.reserve(ap, huge, || count(30)).await.unwrap().unwrap();
+        assert_eq!(third.held[1].reserved, 130);
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let e = q.reserve(ap, huge, || count(2_000)).await.err().unwrap();
+        assert_eq!(e.code.as_deref(), Some("exceeds_limit"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("2100 tokens (1 samples of 2000 prompt tokens"),
+            "{}",
+            e.message
+        );
+        // A limit that counts no tokens refuses without a count.
+        let before = counts.load(Ordering::Relaxed);
+        let many = Demand {
+            samples: 101,
+            ..bounded
+        };
+        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let e = q.reserve(ap, many, || count(1)).await.err().unwrap();
+        assert!(e.message.contains("samples_per_minute"), "{}", e.message);
+        assert_eq!(counts.load(Ordering::Relaxed), before);
     }
 
     #[test]

@@ -8,16 +8,17 @@
 //! replaces what was reserved by what was counted, in the windows it was reserved in (a
 //! window that ended since is left alone).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-/// One counter a reservation charges: its name, its window's length, its limit, and the
-/// amount to add.
+/// One counter a reservation charges: its name (and its number in the process), its
+/// window's length, its limit, and the amount to add.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Charge {
     pub counter: Arc<str>,
+    /// The counter's number, unique in the process: where [`Memory`] keeps it.
+    pub slot: usize,
     pub window_ms: u64,
     pub limit: u64,
     pub amount: u64,
@@ -39,6 +40,8 @@ pub(crate) enum Verdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Adjust {
     pub counter: Arc<str>,
+    /// As [`Charge::slot`].
+    pub slot: usize,
     pub start: u64,
     pub delta: i64,
 }
@@ -85,10 +88,12 @@ struct Counted {
 }
 
 /// The counts in the process: one gateway's, forgotten when it stops. The counters are the
-/// configuration's (a scope's limits), so the table's size is bounded by it.
+/// configuration's (a scope's limits), numbered when the configuration is read, so the table
+/// is a list by their numbers ([`Charge::slot`]), its size bounded by the configuration: a
+/// request's counters are found without hashing a name.
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
-    counters: Mutex<HashMap<Arc<str>, Counted>>,
+    counters: Mutex<Vec<Option<Counted>>>,
 }
 
 impl Memory {
@@ -97,7 +102,7 @@ impl Memory {
         let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         let mut starts = Vec::with_capacity(charges.len());
         for (index, c) in charges.iter().enumerate() {
-            let (start, used) = match counters.get(&c.counter) {
+            let (start, used) = match counters.get(c.slot).copied().flatten() {
                 Some(n) if now < n.start.saturating_add(c.window_ms) => (n.start, n.amount),
                 _ => (now, 0),
             };
@@ -108,9 +113,10 @@ impl Memory {
             starts.push(start);
         }
         for (c, &start) in charges.iter().zip(&starts) {
-            let entry = counters
-                .entry(c.counter.clone())
-                .or_insert(Counted { start, amount: 0 });
+            if counters.len() <= c.slot {
+                counters.resize(c.slot + 1, None);
+            }
+            let entry = counters[c.slot].get_or_insert(Counted { start, amount: 0 });
             if entry.start != start {
                 *entry = Counted { start, amount: 0 };
             }
@@ -119,17 +125,21 @@ impl Memory {
         Verdict::Reserved(starts)
     }
 
-    /// What a counter holds, if its window started at `start`.
+    /// What the counter numbered `slot` holds: its window's start and amount.
     #[cfg(test)]
-    fn amount(&self, counter: &str) -> Option<(u64, u64)> {
+    fn amount(&self, slot: usize) -> Option<(u64, u64)> {
         let counters = self.counters.lock().unwrap();
-        counters.get(counter).map(|c| (c.start, c.amount))
+        counters
+            .get(slot)
+            .copied()
+            .flatten()
+            .map(|c| (c.start, c.amount))
     }
 
     fn apply(&self, adjusts: &[Adjust]) {
         let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         for a in adjusts {
-            if let Some(c) = counters.get_mut(&a.counter)
+            if let Some(Some(c)) = counters.get_mut(a.slot)
                 && c.start == a.start
             {
                 c.amount = c.amount.saturating_add_signed(a.delta);
@@ -153,9 +163,15 @@ impl Store for Memory {
 mod tests {
     use super::*;
 
+    /// The counters of these tests: `a`, `b` and `t`, numbered 0, 1 and 2.
+    fn slot(counter: &str) -> usize {
+        ["a", "b", "t"].iter().position(|c| *c == counter).unwrap()
+    }
+
     fn charge(counter: &str, window_ms: u64, limit: u64, amount: u64) -> Charge {
         Charge {
             counter: Arc::from(counter),
+            slot: slot(counter),
             window_ms,
             limit,
             amount,
@@ -176,7 +192,7 @@ mod tests {
                 reset_ms: 500
             }
         );
-        assert_eq!(memory.amount("a"), Some((0, 2)));
+        assert_eq!(memory.amount(slot("a")), Some((0, 2)));
         // `b`'s window ended: a new one starts with this charge.
         assert_eq!(
             memory.reserve_at(&both, 1_000),
@@ -199,14 +215,15 @@ mod tests {
         // 80 reserved, 30 counted.
         memory.apply(&[Adjust {
             counter: Arc::from("t"),
+            slot: slot("t"),
             start: 0,
             delta: -50,
         }]);
-        assert_eq!(memory.amount("t"), Some((0, 30)));
+        assert_eq!(memory.amount(slot("t")), Some((0, 30)));
         // 70 more fit, since the 50 not used were given back.
         let more = [charge("t", 1_000, 100, 70)];
         assert_eq!(memory.reserve_at(&more, 10), Verdict::Reserved(vec![0]));
-        assert_eq!(memory.amount("t"), Some((0, 100)));
+        assert_eq!(memory.amount(slot("t")), Some((0, 100)));
         // A new window: the old window's correction is not applied to it.
         assert_eq!(
             memory.reserve_at(&tokens, 2_000),
@@ -214,16 +231,18 @@ mod tests {
         );
         memory.apply(&[Adjust {
             counter: Arc::from("t"),
+            slot: slot("t"),
             start: 0,
             delta: -80,
         }]);
-        assert_eq!(memory.amount("t"), Some((2_000, 80)));
+        assert_eq!(memory.amount(slot("t")), Some((2_000, 80)));
         // A correction never takes a count below 0.
         memory.apply(&[Adjust {
             counter: Arc::from("t"),
+            slot: slot("t"),
             start: 2_000,
             delta: -500,
         }]);
-        assert_eq!(memory.amount("t"), Some((2_000, 0)));
+        assert_eq!(memory.amount(slot("t")), Some((2_000, 0)));
     }
 }
