@@ -292,6 +292,20 @@ async fn usage_reads_what_serve_recorded() {
         ]),
         "{out}"
     );
+    // The table docs/records.md shows is what it prints.
+    let docs = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/records.md"),
+    )
+    .unwrap();
+    let command = "$ choicewise usage --records sqlite://records.db --by key,model --since 7d\n";
+    let shown = docs
+        .split("```text\n")
+        .find_map(|b| b.strip_prefix(command))
+        .and_then(|b| b.split("```").next())
+        .expect("docs/records.md shows `choicewise usage`'s table");
+    let (code, out, err) = usage(&["--records", &url, "--by", "key,model", "--since", "7d"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, shown);
     let (code, out, _) = usage(&["--records", &url, "--by", "key", "--since", "1d"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("key     requests  failed"), "{out}");

@@ -161,6 +161,19 @@ impl Config {
                 state.state_timeout_ms
             ));
         }
+        if let Some(records) = &self.records {
+            lines.push(format!(
+                "records: every request in {}{} (spool {}, at most {} MiB)",
+                choicewise_records::shown_url(&records.url),
+                if records.samples {
+                    ", each sample too"
+                } else {
+                    ""
+                },
+                records.spool_path,
+                records.spool_max_mb
+            ));
+        }
         for model in &self.models {
             let mut line = format!("model {:?}:", model.name);
             match &model.choicewise {
