@@ -3,6 +3,7 @@
 //! recorded samples (the `arith-traces` format); `report` replays that set through the
 //! gateway, pick by pick, beside the offline reference (`choicewise-picks`).
 
+mod from_records;
 mod record;
 mod report;
 
@@ -15,6 +16,7 @@ pub enum PicksCommand {
     /// Ask an OpenAI-compatible Chat Completions endpoint for K samples of each item of
     /// ITEMS.jsonl (streamed, with their log-probabilities where it gives them) and write
     /// them into DIR. Resumable: run it again with the same --out to record what is missing.
+    /// With --from-records URL: the samples a gateway recorded (docs/records.md) instead.
     Record(record::RecordArgs),
     /// Replay a recorded DIR through the gateway (started here, on 127.0.0.1), pick by
     /// pick: accuracy, tokens and requests of each, beside the same pick computed offline,

@@ -613,3 +613,135 @@ async fn kill_9_loses_at_most_the_requests_in_flight() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `choicewise picks` with these arguments: its status, stdout and stderr.
+fn picks(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .arg("picks")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Production traffic measured: a gateway records every sample of requests for 4 choices;
+/// `picks record --from-records` writes them as a set, and `picks report` measures each pick
+/// against the vote of all of a request's samples, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_picks_are_measured_on_recorded_traffic() {
+    let dir = folder("from-records");
+    // Six requests of four samples: answers 4, 4, 5, 4 for the first three requests, then
+    // 7, 8, 8, 7 (a tie, 7 drawn first) for the last three.
+    let says = |n: u32| {
+        TestServer::builder().body(choicewise_testserver::answer(&format!("So it is #### {n}")))
+    };
+    let mut samples = Vec::new();
+    for r in 0..6 {
+        let answers = if r < 3 { [4, 4, 5, 4] } else { [7, 8, 8, 7] };
+        samples.extend(answers.map(says));
+    }
+    let mut samples = samples.into_iter();
+    let first = samples.next().unwrap();
+    let upstream = samples.fold(first, choicewise_testserver::TestServerBuilder::then);
+    let upstream = upstream.start().await.unwrap();
+    let toml = format!(
+        "[records]\nurl = \"sqlite://records.db\"\nsamples = true\n\
+         [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\nn = \"fan-out\"\n",
+        upstream.base_url()
+    );
+    let port = free_port();
+    let (mut child, _log) = serve(
+        &dir,
+        "from-records",
+        &format!("shutdown_grace_s = 5\n{toml}"),
+        port,
+    )
+    .await;
+    let client = reqwest::Client::new();
+    for i in 0..6 {
+        // One request at a time: its four samples are the next four answers.
+        let r = client
+            .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+            .header("x-request-id", format!("prod-{i}"))
+            .json(&json!({"model": "m", "n": 4, "messages": [{"role": "user", "content": "2+2?"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let _ = r.bytes().await;
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().unwrap().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    within(LIMIT, "the exit", child.wait()).await.unwrap();
+
+    let url = format!("sqlite://{}", dir.join("records.db").display());
+    let set = dir.join("set");
+    let (code, _, err) = picks(&[
+        "record",
+        "--from-records",
+        &url,
+        "--model",
+        "m",
+        "--out",
+        set.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("6 requests of \"m\" with several samples"),
+        "{err}"
+    );
+    let (code, out, err) = picks(&[
+        "report",
+        set.to_str().unwrap(),
+        "--answer",
+        r"#### (\d+)",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        report["measured_against"],
+        "the vote of all of each item's samples (no answers in the set)"
+    );
+    let pick = |name: &str| {
+        (report["picks"].as_array().unwrap().iter())
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no pick {name}: {report}"))
+            .clone()
+    };
+    // The vote of all four is the full vote itself, on the gateway and offline alike.
+    let vote = pick("vote-4");
+    assert_eq!(vote["accuracy"], 1.0, "{vote}");
+    assert_eq!(vote["reference"]["accuracy"], 1.0, "{vote}");
+    assert_eq!(vote["differing"], json!([]), "{vote}");
+    // One sample agrees with the full vote where it drew its answer (which sample drew which
+    // answer is the order the upstream served the four requests): the gateway as offline.
+    let single = pick("single");
+    assert_eq!(
+        single["accuracy"], single["reference"]["accuracy"],
+        "{single}"
+    );
+    assert!(single["accuracy"].as_f64().unwrap() >= 0.5, "{single}");
+    let (code, _, err) = picks(&[
+        "record",
+        "--from-records",
+        &url,
+        "--model",
+        "other",
+        "--out",
+        dir.join("none").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no request of model \"other\" with two samples or more"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -39,18 +39,32 @@ use crate::Exit;
 pub struct RecordArgs {
     /// The items, one JSON object a line: `{"id": "...", "prompt": "..." or "messages":
     /// [...], "answer": "..."}`.
-    #[arg(long, value_name = "ITEMS.jsonl")]
-    input: PathBuf,
+    #[arg(
+        long,
+        value_name = "ITEMS.jsonl",
+        required_unless_present = "from_records"
+    )]
+    input: Option<PathBuf>,
     /// Samples of each item.
-    #[arg(long, value_name = "K")]
-    samples: usize,
+    #[arg(long, value_name = "K", required_unless_present = "from_records")]
+    samples: Option<usize>,
+    /// Instead of asking an endpoint: the samples a gateway recorded (`[records] samples =
+    /// true`, docs/records.md) in this database, of the requests of --model that ran
+    /// several, one item each (its name the request's id; no answer: `picks report` then
+    /// measures each pick against the vote of all of an item's samples).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["input", "samples", "base_url"])]
+    from_records: Option<String>,
+    /// With --from-records: only the requests since then (`30m`, `12h`, `7d`, or a day
+    /// `YYYY-MM-DD`, UTC).
+    #[arg(long, value_name = "WHEN", requires = "from_records")]
+    since: Option<String>,
     /// The directory of the set (made if missing; a run with the same DIR resumes).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
     /// The endpoint's base URL, to which `/chat/completions` is added (e.g.
     /// `http://127.0.0.1:8080/v1`).
-    #[arg(long, value_name = "URL")]
-    base_url: String,
+    #[arg(long, value_name = "URL", required_unless_present = "from_records")]
+    base_url: Option<String>,
     /// The model asked.
     #[arg(long, value_name = "NAME")]
     model: String,
@@ -259,13 +273,13 @@ fn refuse_repeats(path: &Path, items: &[Item]) -> Result<(), Exit> {
 }
 
 /// Token text → id, in the order first seen; id 0 is `<eos>`.
-struct Vocab {
-    tokens: Vec<String>,
+pub(super) struct Vocab {
+    pub(super) tokens: Vec<String>,
     ids: HashMap<String, u32>,
 }
 
 impl Vocab {
-    fn load(dir: &Path) -> Result<Vocab, Exit> {
+    pub(super) fn load(dir: &Path) -> Result<Vocab, Exit> {
         let tokens = if dir.join("vocab.json").exists() {
             read_vocab(dir).map_err(|e| e.to_string())?
         } else {
@@ -285,7 +299,7 @@ impl Vocab {
         Ok(Vocab { tokens, ids })
     }
 
-    fn id(&mut self, token: &str) -> u32 {
+    pub(super) fn id(&mut self, token: &str) -> u32 {
         if let Some(&id) = self.ids.get(token) {
             return id;
         }
@@ -297,14 +311,14 @@ impl Vocab {
 }
 
 /// One `logprobs.content` entry: the token, its log-probability, the top alternatives.
-type Entry = (String, f32, Vec<(String, f32)>);
+pub(super) type Entry = (String, f32, Vec<(String, f32)>);
 
 /// One sample as it streamed.
 #[derive(Debug, Default)]
-struct Streamed {
-    pieces: Vec<String>,
-    logprobs: Vec<Entry>,
-    finish: Option<String>,
+pub(super) struct Streamed {
+    pub(super) pieces: Vec<String>,
+    pub(super) logprobs: Vec<Entry>,
+    pub(super) finish: Option<String>,
     /// From its request to its first token, and to its finish, as the server gave them.
     first_token: Option<Duration>,
     total: Option<Duration>,
@@ -312,7 +326,7 @@ struct Streamed {
 
 /// A log-probability as recorded: a server may write -inf as null, the least a
 /// half-precision value holds.
-fn logprob_of(v: Option<f64>) -> f32 {
+pub(super) fn logprob_of(v: Option<f64>) -> f32 {
     v.map_or(-65504.0, |x| x.max(-65504.0) as f32)
 }
 
@@ -411,7 +425,7 @@ impl Streamed {
     }
 
     /// The sample, its tokens given ids in `vocab`.
-    fn sample(self, vocab: &mut Vocab) -> Sample {
+    pub(super) fn sample(self, vocab: &mut Vocab) -> Sample {
         let content: String = self.pieces.concat();
         let joined: String = self.logprobs.iter().map(|(t, _, _)| t.as_str()).collect();
         let finished = self.finish.as_deref() == Some("stop");
@@ -667,7 +681,7 @@ impl Progress {
 }
 
 /// `meta.json`: what was recorded, and how.
-fn meta(args: &RecordArgs, items: usize, recorded: &[Option<Problem>]) -> Value {
+fn meta(args: &RecordArgs, asked: &Asked, items: usize, recorded: &[Option<Problem>]) -> Value {
     let problems: Vec<Problem> = recorded.iter().flatten().cloned().collect();
     let samples: usize = problems.iter().map(|p| p.samples.len()).sum();
     let logprobs = TraceSet {
@@ -678,10 +692,10 @@ fn meta(args: &RecordArgs, items: usize, recorded: &[Option<Problem>]) -> Value 
     json!({
         "recorded_by": format!("choicewise {} picks record", env!("CARGO_PKG_VERSION")),
         "format": "arith-traces (traces_*.npz, vocab.json): one traces_I.npz per item I of the input, in its order",
-        "input": args.input.display().to_string(),
-        "base_url": args.base_url,
+        "input": asked.input.display().to_string(),
+        "base_url": asked.base_url,
         "model": args.model,
-        "samples_per_item": args.samples,
+        "samples_per_item": asked.samples,
         "temperature": args.temperature,
         "max_tokens": args.max_tokens,
         "items": items,
@@ -697,11 +711,34 @@ fn meta(args: &RecordArgs, items: usize, recorded: &[Option<Problem>]) -> Value 
     })
 }
 
+/// What a recording from an endpoint asks: `--input`, `--samples`, `--base-url`.
+struct Asked {
+    input: PathBuf,
+    samples: usize,
+    base_url: String,
+}
+
 pub async fn run(args: RecordArgs) -> Result<(), Exit> {
-    if args.samples == 0 {
+    if let Some(url) = &args.from_records {
+        return super::from_records::run(&args.model, url, args.since.as_deref(), &args.out).await;
+    }
+    let (Some(input), Some(samples), Some(base_url)) =
+        (args.input.clone(), args.samples, args.base_url.clone())
+    else {
+        return Err(Exit {
+            message: "--input, --samples and --base-url (or --from-records)".into(),
+            code: 2,
+        });
+    };
+    let asked = Asked {
+        input,
+        samples,
+        base_url,
+    };
+    if asked.samples == 0 {
         return Err(Exit::from("--samples: at least 1".to_string()));
     }
-    let items = read_items(&args.input)?;
+    let items = read_items(&asked.input)?;
     let extra = match &args.extra_body {
         None => serde_json::Map::new(),
         Some(text) => match serde_json::from_str::<Value>(text) {
@@ -721,7 +758,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
                 "{}: {} holds item {i}, and {} has {} items: another set?",
                 dir.display(),
                 file.display(),
-                args.input.display(),
+                asked.input.display(),
                 items.len()
             )
             .into());
@@ -735,7 +772,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
                 file.display(),
                 p.name.unwrap_or_default(),
                 i + 1,
-                args.input.display(),
+                asked.input.display(),
                 item.id
             )
             .into());
@@ -760,7 +797,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
             .read_timeout(Duration::from_secs(300))
             .build()
             .map_err(|e| e.to_string())?,
-        url: format!("{}/chat/completions", args.base_url.trim_end_matches('/')),
+        url: format!("{}/chat/completions", asked.base_url.trim_end_matches('/')),
         key,
         body,
         refused: AtomicBool::new(false),
@@ -771,13 +808,13 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
         },
     };
 
-    let have = |r: &Option<Problem>| r.as_ref().map_or(0, |p| p.samples.len().min(args.samples));
+    let have = |r: &Option<Problem>| r.as_ref().map_or(0, |p| p.samples.len().min(asked.samples));
     let mut progress = Progress {
         on: std::io::stderr().is_terminal(),
-        total: items.len() * args.samples,
+        total: items.len() * asked.samples,
         done: recorded.iter().map(have).sum(),
         items: items.len(),
-        items_done: recorded.iter().filter(|r| have(r) >= args.samples).count(),
+        items_done: recorded.iter().filter(|r| have(r) >= asked.samples).count(),
         started: Instant::now(),
     };
     let started = Instant::now();
@@ -785,11 +822,11 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
     progress.draw();
     for (i, item) in items.iter().enumerate() {
         let already = have(&recorded[i]);
-        if already >= args.samples {
+        if already >= asked.samples {
             continue;
         }
         let messages = item.messages();
-        let mut streams = futures::stream::iter(already..args.samples)
+        let mut streams = futures::stream::iter(already..asked.samples)
             .map(|k| {
                 let (asking, messages) = (&asking, &messages);
                 async move { (k, asking.sample(messages).await) }
@@ -843,7 +880,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
             problems: Vec::new(),
         };
         set.write_vocab(dir).map_err(|e| e.to_string())?;
-        let m = meta(&args, items.len(), &recorded);
+        let m = meta(&args, &asked, items.len(), &recorded);
         write_atomically(
             &dir.join("meta.json"),
             serde_json::to_string_pretty(&m)
@@ -863,7 +900,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
     if progress.on {
         eprintln!();
     }
-    let m = meta(&args, items.len(), &recorded);
+    let m = meta(&args, &asked, items.len(), &recorded);
     write_atomically(
         &dir.join("meta.json"),
         serde_json::to_string_pretty(&m)
@@ -876,7 +913,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
         started.elapsed().as_secs_f64(),
         dir.display(),
         items.len(),
-        args.samples,
+        asked.samples,
         if m["logprobs"] == true {
             ", with their log-probabilities"
         } else {

@@ -124,6 +124,22 @@ fn recorded_pace(set: &TraceSet) -> Option<Pace> {
     })
 }
 
+/// The answer of the vote of all of `p`'s samples: the most frequent non-empty answer, the
+/// earliest drawn of those tied (`None`: no sample has an answer).
+///
+fn full_vote(p: &choicewise_picks::traces::Problem) -> Option<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for s in p.samples.iter().filter(|s| !s.answer.is_empty()) {
+        match counts.iter_mut().find(|(a, _)| *a == s.answer) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&s.answer, 1)),
+        }
+    }
+    let most = counts.iter().map(|(_, n)| *n).max()?;
+    // `counts` is in the order each answer was first drawn.
+    (counts.iter().find(|(_, n)| *n == most)).map(|(a, _)| a.to_string())
+}
+
 /// The longest a grader may take on one sample.
 const GRADE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -257,6 +273,14 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
             code: 2,
         });
     }
+    // A set without answers (production traffic: `record --from-records`) is measured
+    // against the vote of all of each item's samples.
+    let agreement = args.grade.is_none() && set.problems.iter().all(|p| p.answer.is_empty());
+    if agreement {
+        for p in &mut set.problems {
+            p.graded = Some(full_vote(p).into_iter().collect());
+        }
+    }
     if let Some(cmd) = &args.grade {
         grade(&mut set, cmd).await?;
     }
@@ -352,6 +376,10 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
             "samples": r.samples,
         });
     }
+    if agreement {
+        out["measured_against"] =
+            json!("the vote of all of each item's samples (no answers in the set)");
+    }
     out["concurrency"] = json!(args.concurrency);
     out["upstream_n"] = json!("fan-out");
     out["logprobs"] = json!(logprobs);
@@ -374,6 +402,12 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
     if args.json {
         println!("{out}");
         return Ok(());
+    }
+    if agreement {
+        println!(
+            "No answers in {}: each pick's \"accuracy\" below is its agreement with the vote of all of an item's samples ({samples} or more), not a right answer.\n",
+            args.dir.display()
+        );
     }
     choicewise_picks::print_table(&out);
     match &paced {
@@ -418,4 +452,29 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         None => println!("\nNo recommendation: no pick could be replayed."),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use choicewise_picks::traces::{Problem, Sample};
+
+    #[test]
+    fn the_full_vote_is_the_most_frequent_answer_the_earliest_of_a_tie() {
+        let p = |answers: &[&str]| Problem {
+            samples: (answers.iter())
+                .map(|a| Sample {
+                    answer: a.to_string(),
+                    ..Sample::default()
+                })
+                .collect(),
+            ..Problem::default()
+        };
+        assert_eq!(super::full_vote(&p(&["4", "5", "5"])).as_deref(), Some("5"));
+        assert_eq!(
+            super::full_vote(&p(&["4", "5", "5", "4"])).as_deref(),
+            Some("4")
+        );
+        assert_eq!(super::full_vote(&p(&["", "", "7"])).as_deref(), Some("7"));
+        assert_eq!(super::full_vote(&p(&["", ""])), None);
+    }
 }
