@@ -73,8 +73,8 @@ pub(crate) struct DialectDecoder {
     /// Anthropic: input tokens of `message_start`, output tokens of the last `message_delta`.
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
-    /// Anthropic: the stop reason of `message_delta`, applied at `message_stop`.
-    stop_reason: Option<String>,
+    /// Responses: a `response.completed` or `response.incomplete` came.
+    ended: bool,
     /// Unknown event types already warned about (once each).
     unknown: BTreeSet<String>,
 }
@@ -91,6 +91,19 @@ fn upstream(value: &Value, line: u64) -> Error {
     Error::from(ErrorDetail::Upstream(std::sync::Arc::new(
         UpstreamError::from_value(value, line),
     )))
+}
+
+/// An Anthropic `stop_reason` as a Chat Completions `finish_reason`: `end_turn` and
+/// `stop_sequence` are `stop`, `tool_use` is `tool_calls`, `max_tokens` is `length`,
+/// `refusal` is `content_filter`; any other kept as sent.
+fn anthropic_finish(reason: &str) -> &str {
+    match reason {
+        "end_turn" | "stop_sequence" => "stop",
+        "tool_use" => "tool_calls",
+        "max_tokens" => "length",
+        "refusal" => "content_filter",
+        other => other,
+    }
 }
 
 impl DialectDecoder {
@@ -234,7 +247,9 @@ impl DialectDecoder {
                 let r = &data["response"];
                 out.id = str_at(r, &["id"]).map(str::to_string);
                 out.model = str_at(r, &["model"]).map(str::to_string);
-                if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
+                // The usage goes with the finish kept, the first.
+                let first = !std::mem::replace(&mut self.ended, true);
+                if let Some(u) = r.get("usage").filter(|u| u.is_object() && first) {
                     let input = u["input_tokens"].as_u64().unwrap_or(0);
                     let output = u["output_tokens"].as_u64().unwrap_or(0);
                     out.usage = Some(json!({
@@ -367,9 +382,6 @@ impl DialectDecoder {
                 self.finish_call(update, index, None);
             }
             "message_delta" => {
-                if let Some(reason) = str_at(data, &["delta", "stop_reason"]) {
-                    self.stop_reason = Some(reason.to_string());
-                }
                 let usage = &data["usage"];
                 if let Some(n) = usage["output_tokens"].as_u64() {
                     self.output_tokens = Some(n);
@@ -377,7 +389,18 @@ impl DialectDecoder {
                 if let Some(n) = usage["input_tokens"].as_u64() {
                     self.input_tokens = Some(n);
                 }
-                return Ok(false);
+                let Some(reason) = str_at(data, &["delta", "stop_reason"]) else {
+                    return Ok(false);
+                };
+                // The stop reason is the choice's finish, there and then: a stream cut
+                // before its `message_stop` finished all the same (as a Chat Completions
+                // choice whose `finish_reason` came before a missing `[DONE]`). A second
+                // one is passed on as a second finish, which the merge leaves out.
+                for index in self.calls.clone() {
+                    self.finish_call(update, index, None);
+                }
+                update.finish_reason = Some(text(anthropic_finish(reason)));
+                update.stop_reason = Some(text(reason));
             }
             other => return self.foreign(other, Dialect::Anthropic, out, line),
         }
@@ -410,7 +433,7 @@ impl DialectDecoder {
         }
     }
 
-    /// `message_stop`: the finish (from `message_delta`'s stop reason) and the usage.
+    /// `message_stop`: the usage (the finish came with `message_delta`'s stop reason).
     fn anthropic_stop(
         &mut self,
         update: &mut ChoiceUpdate,
@@ -419,19 +442,9 @@ impl DialectDecoder {
         for index in self.calls.clone() {
             self.finish_call(update, index, None);
         }
-        // A message that stops without its stop reason has no finish: the choice ends as
-        // a Chat Completions choice whose stream ended without its `finish_reason` does
-        // (failed), never as a clean stop.
-        let reason = match self.stop_reason.as_deref() {
-            Some("end_turn") | Some("stop_sequence") => Some("stop"),
-            Some("tool_use") => Some("tool_calls"),
-            Some("max_tokens") => Some("length"),
-            Some("refusal") => Some("content_filter"),
-            Some(other) => Some(other),
-            None => None,
-        };
-        update.finish_reason = reason.map(text);
-        update.stop_reason = self.stop_reason.as_deref().map(text);
+        // The finish came with `message_delta`'s stop reason. A message that stops
+        // without one has no finish: the choice ends as a Chat Completions choice whose
+        // stream ended without its `finish_reason` does (failed), never as a clean stop.
         if self.input_tokens.is_some() || self.output_tokens.is_some() {
             let input = self.input_tokens.unwrap_or(0);
             let output = self.output_tokens.unwrap_or(0);
