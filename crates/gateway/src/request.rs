@@ -291,8 +291,14 @@ impl ChatRequest {
         // (`with_model`), which checks the extension.
         let policy = Policy::from_json(&Map::new(), &limits.policy_limits(n)).map_err(refused)?;
         let logprobs = body.get("logprobs").map(|t| &t[..]) == Some(b"true");
-        if body.get("messages").and_then(|m| m.first()) != Some(&b'[') {
-            return Err(err("\"messages\" must be an array".into()).code("invalid_messages"));
+        match body.get("messages") {
+            Some(messages) if messages.first() == Some(&b'[') => {
+                // Every item an object with a role its API knows, before any upstream.
+                crate::api::message_check::chat_messages(messages).map_err(ApiError::from)?;
+            }
+            _ => {
+                return Err(err("\"messages\" must be an array".into()).code("invalid_messages"));
+            }
         }
         Ok(ChatRequest {
             model,

@@ -26,7 +26,7 @@ fn chat(delta: Value, finish: Value) -> String {
 
 /// What follows an upstream's first finish in a case of the table.
 #[derive(Clone, Copy, Debug)]
-enum After {
+pub(crate) enum After {
     /// The stream's end, as the API writes it: the control.
     End,
     /// A second finish of another reason, then the end.
@@ -42,7 +42,7 @@ enum After {
 const HALF_EVENT: &str = "data: {\"type\":\"x\",\"choi";
 
 /// The upstream's answer in `api`: "Hello", a first finish (a stop), then `after`.
-fn answer(api: &str, after: After) -> String {
+pub(crate) fn answer(api: &str, after: After) -> String {
     let mut out = String::new();
     match api {
         "chat" => {

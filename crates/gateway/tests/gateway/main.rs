@@ -19,6 +19,7 @@ mod finishes;
 mod hardening;
 mod ingress;
 mod keys;
+mod message_checks;
 mod policy;
 mod record;
 mod resilience;
