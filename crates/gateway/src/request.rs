@@ -313,6 +313,37 @@ impl ChatRequest {
         })
     }
 
+    /// The names of its custom tools (`{"type": "custom", "custom": {"name": ...}}`, whose
+    /// input is free text), read from the text of its `tools`, each tool on its own.
+    pub fn custom_tools(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        let Some(tools) = self.body.get("tools").filter(|t| t.first() == Some(&b'[')) else {
+            return names;
+        };
+        #[derive(serde::Deserialize)]
+        struct Tool {
+            #[serde(rename = "type")]
+            kind: Option<String>,
+            custom: Option<Custom>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Custom {
+            name: Option<String>,
+        }
+        let _ = choicewise_partial_json::for_each_raw_entry(tools, |_, raw| {
+            if let Ok(Tool {
+                kind: Some(kind),
+                custom: Some(Custom { name: Some(name) }),
+            }) = serde_json::from_str::<Tool>(raw.get())
+                && kind == "custom"
+            {
+                names.push(name);
+            }
+            Ok::<(), ()>(())
+        });
+        names
+    }
+
     /// Applies its model's pick as the operator set it (its [`ModelPick`] in `picks`; none
     /// for a model that is not configured, whose request is refused later) and checks the
     /// request's extension, by the merge rule of docs/gateway.md:

@@ -11,9 +11,10 @@
 //! | `response.refusal.delta` | — | refusal |
 //! | `response.reasoning_summary_text.delta` | `thinking_delta` | reasoning |
 //! | `response.output_item.added` (function call) | `content_block_start` (tool_use) | a tool call (id, name), keyed by `output_index` / block `index` |
-//! | `response.function_call_arguments.delta` | `input_json_delta` | argument fragments |
-//! | `response.function_call_arguments.done`, `response.output_item.done` | `content_block_stop` | the call's `Finished`, exactly then |
-//! | `response.completed` (`stop` or `tool_calls`), `response.incomplete` (`length`, `content_filter`) | `message_delta` `stop_reason` (`end_turn`, `stop_sequence` → `stop`; `tool_use` → `tool_calls`; `max_tokens` → `length`; `refusal` → `content_filter`; others kept as sent) | the finish |
+//! | `response.output_item.added` (`custom_tool_call`) | `content_block_start` (tool_use of a tool in [`StreamConfig::custom_tools`](crate::StreamConfig::custom_tools)) | a custom tool's call (`type: "custom"`), its input as its arguments |
+//! | `response.function_call_arguments.delta`, `response.custom_tool_call_input.delta` | `input_json_delta` (a custom tool's: its `{"input": TEXT}` gathered, TEXT given when the block stops) | argument fragments |
+//! | `response.function_call_arguments.done`, `response.custom_tool_call_input.done`, `response.output_item.done` | `content_block_stop` | the call's `Finished`, exactly then |
+//! | `response.completed` (`stop` or `tool_calls`), `response.incomplete` (`length`, `content_filter`) | `message_delta` `stop_reason` (`end_turn`, `stop_sequence` → `stop`; `tool_use` → `tool_calls`; `max_tokens` → `length`; `refusal` → `content_filter`; others kept as sent), there and then: a stream cut before `message_stop` finished all the same | the finish (a second one is passed on, and the merge keeps the first) |
 //! | `response.failed`, `error` | `error` | [`ErrorDetail::Upstream`](crate::ErrorDetail::Upstream) |
 //! | usage of the final response | `message_start` input, `message_delta` output (cumulative) | reported usage |
 //!
@@ -70,6 +71,14 @@ pub(crate) struct DialectDecoder {
     fragmented: BTreeSet<u32>,
     /// Calls already finished.
     done: BTreeSet<u32>,
+    /// Calls that are custom tools' calls (their arguments the tool's free-text input).
+    custom: BTreeSet<u32>,
+    /// The request's custom tools, which an Anthropic upstream was sent as tools of one
+    /// string, `input`: their calls are given back as custom calls.
+    custom_names: std::sync::Arc<[String]>,
+    /// Anthropic: the `{"input": ...}` of a custom tool's call while it arrives; its input
+    /// is its one fragment when the block stops.
+    custom_json: std::collections::BTreeMap<u32, String>,
     /// Anthropic: input tokens of `message_start`, output tokens of the last `message_delta`.
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
@@ -107,6 +116,15 @@ fn anthropic_finish(reason: &str) -> &str {
 }
 
 impl DialectDecoder {
+    /// A decoder that gives calls of `custom_names` (tools an Anthropic upstream was sent
+    /// as functions of one string, `input`) back as custom tools' calls.
+    pub fn new(custom_names: std::sync::Arc<[String]>) -> Self {
+        DialectDecoder {
+            custom_names,
+            ..DialectDecoder::default()
+        }
+    }
+
     /// One event of `dialect`, its data parsed; `kind` its `type`.
     pub fn event(
         &mut self,
@@ -134,12 +152,22 @@ impl DialectDecoder {
         Ok(out)
     }
 
-    /// Opens a tool call at `index`, finishes it, or appends a fragment.
-    fn call(update: &mut ChoiceUpdate, index: u32, id: Option<&str>, name: Option<&str>) {
+    /// Opens a tool call at `index` (a custom tool's call when `custom`).
+    fn call(
+        &mut self,
+        update: &mut ChoiceUpdate,
+        index: u32,
+        (id, name): (Option<&str>, Option<&str>),
+        custom: bool,
+    ) {
+        self.calls.insert(index);
+        if custom {
+            self.custom.insert(index);
+        }
         update.tool_calls.push(ToolFragment {
             index: Some(index),
             id: id.filter(|s| !s.is_empty()).map(text),
-            kind: Some(text("function")),
+            kind: Some(text(if custom { "custom" } else { "function" })),
             function: CallFragment {
                 name: name.filter(|s| !s.is_empty()).map(text),
                 arguments: None,
@@ -160,13 +188,28 @@ impl DialectDecoder {
     }
 
     /// Finishes call `index` now (with `all` as its whole arguments when none came as
-    /// fragments, or `{}` for a call without arguments).
+    /// fragments, or `{}` for a call without arguments; a custom tool's: its input, or
+    /// none).
     fn finish_call(&mut self, update: &mut ChoiceUpdate, index: u32, all: Option<&str>) {
         if !self.calls.contains(&index) || !self.done.insert(index) {
             return;
         }
-        if !self.fragmented.contains(&index) {
-            Self::fragment(update, index, all.unwrap_or("{}"));
+        if let Some(json) = self.custom_json.remove(&index) {
+            // An Anthropic call of a custom tool: the input of its `{"input": TEXT}`, or
+            // the text as it came when it is not that object.
+            #[derive(serde::Deserialize)]
+            struct Input {
+                input: String,
+            }
+            let input = serde_json::from_str::<Input>(&json).map_or(json, |i| i.input);
+            Self::fragment(update, index, &input);
+        } else if !self.fragmented.contains(&index) {
+            let none = if self.custom.contains(&index) {
+                ""
+            } else {
+                "{}"
+            };
+            Self::fragment(update, index, all.unwrap_or(none));
         }
         update.calls_done.push(index);
     }
@@ -194,14 +237,9 @@ impl DialectDecoder {
                     return Ok(false);
                 };
                 match str_at(item, &["type"]) {
-                    Some("function_call") => {
-                        self.calls.insert(index);
-                        Self::call(
-                            update,
-                            index,
-                            str_at(item, &["call_id"]),
-                            str_at(item, &["name"]),
-                        );
+                    Some(kind @ ("function_call" | "custom_tool_call")) => {
+                        let named = (str_at(item, &["call_id"]), str_at(item, &["name"]));
+                        self.call(update, index, named, kind == "custom_tool_call");
                     }
                     Some("message") => update.role = Some(text("assistant")),
                     _ => return Ok(false),
@@ -216,7 +254,7 @@ impl DialectDecoder {
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 update.reasoning = data.get("delta").and_then(Value::as_str).map(text);
             }
-            "response.function_call_arguments.delta" => {
+            "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
                 let (Some(index), Some(delta)) = (output_index, data["delta"].as_str()) else {
                     return Ok(false);
                 };
@@ -226,11 +264,12 @@ impl DialectDecoder {
                 self.fragmented.insert(index);
                 Self::fragment(update, index, delta);
             }
-            "response.function_call_arguments.done" => {
+            "response.function_call_arguments.done" | "response.custom_tool_call_input.done" => {
                 let Some(index) = output_index else {
                     return Ok(false);
                 };
-                self.finish_call(update, index, data["arguments"].as_str());
+                let all = data["arguments"].as_str().or(data["input"].as_str());
+                self.finish_call(update, index, all);
             }
             "response.output_item.done" => {
                 let item = &data["item"];
@@ -239,6 +278,8 @@ impl DialectDecoder {
                 };
                 if str_at(item, &["type"]) == Some("function_call") {
                     self.finish_call(update, index, item["arguments"].as_str());
+                } else if str_at(item, &["type"]) == Some("custom_tool_call") {
+                    self.finish_call(update, index, item["input"].as_str());
                 } else {
                     return Ok(false);
                 }
@@ -324,21 +365,25 @@ impl DialectDecoder {
                     return Ok(false);
                 };
                 match str_at(block, &["type"]) {
-                    Some("tool_use") | Some("server_tool_use") => {
-                        self.calls.insert(index);
-                        Self::call(
-                            update,
-                            index,
-                            str_at(block, &["id"]),
-                            str_at(block, &["name"]),
-                        );
+                    Some(kind @ ("tool_use" | "server_tool_use")) => {
+                        let name = str_at(block, &["name"]);
+                        let custom = kind == "tool_use"
+                            && name.is_some_and(|n| self.custom_names.iter().any(|c| c == n));
+                        self.call(update, index, (str_at(block, &["id"]), name), custom);
                         // A block may carry its whole input (`{}` when empty) at its start.
-                        if let Some(input) = block
+                        let whole = block
                             .get("input")
-                            .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
-                        {
-                            self.fragmented.insert(index);
-                            Self::fragment(update, index, &input.to_string());
+                            .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
+                        match (whole, custom) {
+                            (Some(input), false) => {
+                                self.fragmented.insert(index);
+                                Self::fragment(update, index, &input.to_string());
+                            }
+                            (whole, true) => {
+                                let json = whole.map(Value::to_string).unwrap_or_default();
+                                self.custom_json.insert(index, json);
+                            }
+                            (None, false) => {}
                         }
                     }
                     Some("text") => {
@@ -366,6 +411,11 @@ impl DialectDecoder {
                         };
                         let json = delta["partial_json"].as_str().unwrap_or_default();
                         if json.is_empty() || self.done.contains(&index) {
+                            return Ok(false);
+                        }
+                        if let Some(whole) = self.custom_json.get_mut(&index) {
+                            // A custom tool's input is given whole when its block stops.
+                            whole.push_str(json);
                             return Ok(false);
                         }
                         self.fragmented.insert(index);

@@ -645,7 +645,10 @@ impl ChoiceAccumulator {
         if self.pending_finish.is_none() {
             return;
         }
-        let waits = |s: &CallState| !s.finished && incomplete_json(s.text());
+        // A custom tool's input is free text, never JSON to wait for.
+        let waits = |s: &CallState| {
+            !s.finished && s.kind.as_deref() != Some("custom") && incomplete_json(s.text())
+        };
         if let Some(state) = self
             .function_call
             .as_mut()
@@ -708,6 +711,7 @@ impl ChoiceAccumulator {
                 call,
                 id: None,
                 name: f.name.clone(),
+                custom: false,
             }));
             let mut state = CallState::new(None);
             state.name = f.name.clone();
@@ -825,6 +829,7 @@ impl ChoiceAccumulator {
             },
             id: f.id.clone(),
             name: f.function.name.clone(),
+            custom: f.kind.as_deref() == Some("custom"),
         }));
         self.tool_calls.push(state);
         Ok(position)
