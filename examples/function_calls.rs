@@ -21,7 +21,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut calls = choice.function_calls();
             while let Some(event) = calls.try_next().await? {
                 match event {
-                    FunctionCallEvent::Started { call, id, name } => println!(
+                    FunctionCallEvent::Started { call, id, name, .. } => println!(
                         "choice {}: {call} started: {} {}",
                         choice.index(),
                         name.as_deref().unwrap_or("?"),

@@ -168,7 +168,7 @@ impl Column {
             ChoiceEvent::Content(t) => self.text(TextKind::Content, &t),
             ChoiceEvent::Reasoning(t) => self.text(TextKind::Reasoning, &t),
             ChoiceEvent::Refusal(t) => self.text(TextKind::Refusal, &t),
-            ChoiceEvent::FunctionCall(FunctionCallEvent::Started { call, id, name }) => {
+            ChoiceEvent::FunctionCall(FunctionCallEvent::Started { call, id, name, .. }) => {
                 let view = self.call(call);
                 view.name = name.map(|n| n.to_string());
                 view.id = id.map(|i| i.to_string());

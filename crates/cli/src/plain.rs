@@ -134,7 +134,12 @@ pub async fn labelled(
                             line.push_str(part);
                         }
                     }
-                    ChoiceEvent::FunctionCall(FunctionCallEvent::Started { call, id, name }) => {
+                    ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
+                        call,
+                        id,
+                        name,
+                        ..
+                    }) => {
                         flush(&tx, &label, &mut line);
                         let _ = tx.send(format!(
                             "{label} → {call}: {}{}",

@@ -216,6 +216,36 @@ impl CompletionsBuilder {
         self
     }
 
+    /// The request's custom tools (`"type": "custom"`, free-text input) that an Anthropic
+    /// upstream is sent as tools of one string property, `input`
+    /// ([`StreamConfig::custom_tools`](crate::StreamConfig::custom_tools)): their calls are
+    /// read back as custom tools' calls, the input their arguments (none by default).
+    ///
+    /// ```
+    /// # use choicewise_core::{Completions, Dialect, Source};
+    /// # #[tokio::main] async fn main() {
+    /// let sse = concat!(
+    ///     "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"role\":\"assistant\",\"usage\":{\"input_tokens\":1}}}\n\n",
+    ///     "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"apply_patch\",\"input\":{}}}\n\n",
+    ///     "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"input\\\": \\\"*** Begin\\\"}\"}}\n\n",
+    ///     "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    ///     "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":3}}\n\n",
+    ///     "data: {\"type\":\"message_stop\"}\n\n",
+    /// );
+    /// let c = Completions::builder()
+    ///     .dialect(Dialect::Anthropic)
+    ///     .custom_tools(["apply_patch".to_string()])
+    ///     .start(Source::reader(sse.as_bytes()));
+    /// let collected = c.collect().await.unwrap();
+    /// let call = &collected.choices[0].message.tool_calls[0];
+    /// assert_eq!((call.kind.as_str(), call.function.arguments.as_str()), ("custom", "*** Begin"));
+    /// # }
+    /// ```
+    pub fn custom_tools(mut self, names: impl IntoIterator<Item = String>) -> Self {
+        self.config.stream.custom_tools = names.into_iter().collect();
+        self
+    }
+
     /// What the choices keep of the log-probabilities the upstream sends (default
     /// [`LogprobsKept::Raw`](crate::LogprobsKept::Raw): their JSON text, in
     /// [`ChoiceEvent::Logprobs`](crate::ChoiceEvent::Logprobs) and

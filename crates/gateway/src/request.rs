@@ -291,8 +291,14 @@ impl ChatRequest {
         // (`with_model`), which checks the extension.
         let policy = Policy::from_json(&Map::new(), &limits.policy_limits(n)).map_err(refused)?;
         let logprobs = body.get("logprobs").map(|t| &t[..]) == Some(b"true");
-        if body.get("messages").and_then(|m| m.first()) != Some(&b'[') {
-            return Err(err("\"messages\" must be an array".into()).code("invalid_messages"));
+        match body.get("messages") {
+            Some(messages) if messages.first() == Some(&b'[') => {
+                // Every item an object with a role its API knows, before any upstream.
+                crate::api::message_check::chat_messages(messages).map_err(ApiError::from)?;
+            }
+            _ => {
+                return Err(err("\"messages\" must be an array".into()).code("invalid_messages"));
+            }
         }
         Ok(ChatRequest {
             model,
@@ -305,6 +311,37 @@ impl ChatRequest {
             extension,
             body,
         })
+    }
+
+    /// The names of its custom tools (`{"type": "custom", "custom": {"name": ...}}`, whose
+    /// input is free text), read from the text of its `tools`, each tool on its own.
+    pub fn custom_tools(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        let Some(tools) = self.body.get("tools").filter(|t| t.first() == Some(&b'[')) else {
+            return names;
+        };
+        #[derive(serde::Deserialize)]
+        struct Tool {
+            #[serde(rename = "type")]
+            kind: Option<String>,
+            custom: Option<Custom>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Custom {
+            name: Option<String>,
+        }
+        let _ = choicewise_partial_json::for_each_raw_entry(tools, |_, raw| {
+            if let Ok(Tool {
+                kind: Some(kind),
+                custom: Some(Custom { name: Some(name) }),
+            }) = serde_json::from_str::<Tool>(raw.get())
+                && kind == "custom"
+            {
+                names.push(name);
+            }
+            Ok::<(), ()>(())
+        });
+        names
     }
 
     /// Applies its model's pick as the operator set it (its [`ModelPick`] in `picks`; none

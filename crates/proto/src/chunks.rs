@@ -49,6 +49,9 @@ pub struct ChoiceChunks {
     finished: bool,
     /// The client asked for log-probabilities: they pass through as the upstream sent them.
     logprobs: bool,
+    /// The positions of the choice's tool calls that are custom tools' calls (written as
+    /// `custom` with its `input`, not `function` with its `arguments`).
+    custom_calls: Vec<u32>,
 }
 
 /// One element of a chunk's `choices` array, written by its [`Serialize`] implementation.
@@ -90,6 +93,8 @@ enum Delta {
         call: CallRef,
         start: Option<Start>,
         arguments: Text,
+        /// A custom tool's call: `custom.input` rather than `function.arguments`.
+        custom: bool,
     },
 }
 
@@ -113,6 +118,7 @@ impl ChoiceChunks {
             role_sent: false,
             finished: false,
             logprobs: false,
+            custom_calls: Vec::new(),
         }
     }
 
@@ -189,23 +195,37 @@ impl ChoiceChunks {
             ChoiceEvent::Content(t) => (None, Delta::Content(t.clone())),
             ChoiceEvent::Reasoning(t) => (None, Delta::Reasoning(t.clone())),
             ChoiceEvent::Refusal(t) => (None, Delta::Refusal(t.clone())),
-            ChoiceEvent::FunctionCall(FunctionCallEvent::Started { call, id, name }) => (
-                None,
-                Delta::Call {
-                    call: *call,
-                    start: Some(Start {
-                        id: id.clone(),
-                        name: name.clone(),
-                    }),
-                    arguments: Text::from(""),
-                },
-            ),
+            ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
+                call,
+                id,
+                name,
+                custom,
+            }) => {
+                let custom = *custom && call.kind == CallKind::Tool;
+                if custom {
+                    self.custom_calls.push(call.position);
+                }
+                (
+                    None,
+                    Delta::Call {
+                        call: *call,
+                        start: Some(Start {
+                            id: id.clone(),
+                            name: name.clone(),
+                        }),
+                        arguments: Text::from(""),
+                        custom,
+                    },
+                )
+            }
             ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments { call, fragment }) => (
                 None,
                 Delta::Call {
                     call: *call,
                     start: None,
                     arguments: fragment.clone(),
+                    custom: call.kind == CallKind::Tool
+                        && self.custom_calls.contains(&call.position),
                 },
             ),
             ChoiceEvent::Logprobs(lp) if self.logprobs => {
@@ -271,10 +291,12 @@ impl Serialize for DeltaOut<'_> {
                 call,
                 start,
                 arguments,
+                custom,
             } => {
                 let function = Function {
                     arguments,
                     name: (start.as_ref()).map(|s| s.name.as_deref().unwrap_or_default()),
+                    custom: *custom,
                 };
                 match call.kind {
                     CallKind::Tool => {
@@ -298,16 +320,19 @@ impl Serialize for DeltaOut<'_> {
     }
 }
 
-/// A delta's `function` or `function_call` object: `name` only when the call starts.
+/// A delta's `function` or `function_call` object (a custom tool's call's `custom`, its
+/// `input`): `name` only when the call starts.
 struct Function<'a> {
     arguments: &'a str,
     name: Option<&'a str>,
+    custom: bool,
 }
 
 impl Serialize for Function<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(None)?;
-        map.serialize_entry("arguments", self.arguments)?;
+        let key = if self.custom { "input" } else { "arguments" };
+        map.serialize_entry(key, self.arguments)?;
         if let Some(name) = self.name {
             map.serialize_entry("name", name)?;
         }
@@ -325,13 +350,18 @@ struct ToolCall<'a> {
 impl Serialize for ToolCall<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(None)?;
-        map.serialize_entry("function", &self.function)?;
+        let kind = if self.function.custom {
+            "custom"
+        } else {
+            "function"
+        };
+        map.serialize_entry(kind, &self.function)?;
         if let Some(id) = self.id {
             map.serialize_entry("id", id)?;
         }
         map.serialize_entry("index", &self.index)?;
         if self.id.is_some() {
-            map.serialize_entry("type", "function")?;
+            map.serialize_entry("type", kind)?;
         }
         map.end()
     }
@@ -509,6 +539,7 @@ mod tests {
             call: CallRef { kind, position },
             id: id.map(Text::from),
             name: Some(name.into()),
+            custom: false,
         })
     }
 

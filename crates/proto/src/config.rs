@@ -64,6 +64,11 @@ pub struct StreamConfig {
     /// choice's finish shows it (`false` by default: applied, reported as
     /// [`WarningKind::DataAfterFinish`](crate::WarningKind::DataAfterFinish)).
     pub drop_after_finish: bool,
+    /// The names of the request's custom tools (`"type": "custom"`, free-text input) that
+    /// an Anthropic upstream was sent as tools of one string property, `input`: their
+    /// `tool_use` blocks are read back as custom tools' calls, the input their arguments
+    /// (none by default).
+    pub custom_tools: std::sync::Arc<[String]>,
 }
 
 impl Default for StreamConfig {
@@ -77,6 +82,7 @@ impl Default for StreamConfig {
             dialect: None,
             logprobs: LogprobsKept::Raw,
             drop_after_finish: false,
+            custom_tools: std::sync::Arc::from([]),
         }
     }
 }

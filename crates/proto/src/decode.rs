@@ -130,11 +130,20 @@ fn tool_fragments(
                 offset: update.offset,
             })?),
         };
+        // A custom tool's call: its name, and its input as the call's arguments (free text).
+        let function = match call.custom {
+            Some(custom) => CallFragment {
+                name: non_empty(custom.name),
+                arguments: custom.input.map(|t| text(&t)),
+                arguments_not_string: false,
+            },
+            None => fragment(call.function),
+        };
         update.tool_calls.push(ToolFragment {
             index: call_index,
             id: non_empty(call.id),
             kind: non_empty(call.kind),
-            function: fragment(call.function),
+            function,
         });
     }
     Ok(())

@@ -11,9 +11,10 @@
 //! | `response.refusal.delta` | — | refusal |
 //! | `response.reasoning_summary_text.delta` | `thinking_delta` | reasoning |
 //! | `response.output_item.added` (function call) | `content_block_start` (tool_use) | a tool call (id, name), keyed by `output_index` / block `index` |
-//! | `response.function_call_arguments.delta` | `input_json_delta` | argument fragments |
-//! | `response.function_call_arguments.done`, `response.output_item.done` | `content_block_stop` | the call's `Finished`, exactly then |
-//! | `response.completed` (`stop` or `tool_calls`), `response.incomplete` (`length`, `content_filter`) | `message_delta` `stop_reason` (`end_turn`, `stop_sequence` → `stop`; `tool_use` → `tool_calls`; `max_tokens` → `length`; `refusal` → `content_filter`; others kept as sent) | the finish |
+//! | `response.output_item.added` (`custom_tool_call`) | `content_block_start` (tool_use of a tool in [`StreamConfig::custom_tools`](crate::StreamConfig::custom_tools)) | a custom tool's call (`type: "custom"`), its input as its arguments |
+//! | `response.function_call_arguments.delta`, `response.custom_tool_call_input.delta` | `input_json_delta` (a custom tool's: its `{"input": TEXT}` gathered, TEXT given when the block stops) | argument fragments |
+//! | `response.function_call_arguments.done`, `response.custom_tool_call_input.done`, `response.output_item.done` | `content_block_stop` | the call's `Finished`, exactly then |
+//! | `response.completed` (`stop` or `tool_calls`), `response.incomplete` (`length`, `content_filter`) | `message_delta` `stop_reason` (`end_turn`, `stop_sequence` → `stop`; `tool_use` → `tool_calls`; `max_tokens` → `length`; `refusal` → `content_filter`; others kept as sent), there and then: a stream cut before `message_stop` finished all the same | the finish (a second one is passed on, and the merge keeps the first) |
 //! | `response.failed`, `error` | `error` | [`ErrorDetail::Upstream`](crate::ErrorDetail::Upstream) |
 //! | usage of the final response | `message_start` input, `message_delta` output (cumulative) | reported usage |
 //!
@@ -70,11 +71,19 @@ pub(crate) struct DialectDecoder {
     fragmented: BTreeSet<u32>,
     /// Calls already finished.
     done: BTreeSet<u32>,
+    /// Calls that are custom tools' calls (their arguments the tool's free-text input).
+    custom: BTreeSet<u32>,
+    /// The request's custom tools, which an Anthropic upstream was sent as tools of one
+    /// string, `input`: their calls are given back as custom calls.
+    custom_names: std::sync::Arc<[String]>,
+    /// Anthropic: the `{"input": ...}` of a custom tool's call while it arrives; its input
+    /// is its one fragment when the block stops.
+    custom_json: std::collections::BTreeMap<u32, String>,
     /// Anthropic: input tokens of `message_start`, output tokens of the last `message_delta`.
     input_tokens: Option<u64>,
     output_tokens: Option<u64>,
-    /// Anthropic: the stop reason of `message_delta`, applied at `message_stop`.
-    stop_reason: Option<String>,
+    /// Responses: a `response.completed` or `response.incomplete` came.
+    ended: bool,
     /// Unknown event types already warned about (once each).
     unknown: BTreeSet<String>,
 }
@@ -93,7 +102,29 @@ fn upstream(value: &Value, line: u64) -> Error {
     )))
 }
 
+/// An Anthropic `stop_reason` as a Chat Completions `finish_reason`: `end_turn` and
+/// `stop_sequence` are `stop`, `tool_use` is `tool_calls`, `max_tokens` is `length`,
+/// `refusal` is `content_filter`; any other kept as sent.
+fn anthropic_finish(reason: &str) -> &str {
+    match reason {
+        "end_turn" | "stop_sequence" => "stop",
+        "tool_use" => "tool_calls",
+        "max_tokens" => "length",
+        "refusal" => "content_filter",
+        other => other,
+    }
+}
+
 impl DialectDecoder {
+    /// A decoder that gives calls of `custom_names` (tools an Anthropic upstream was sent
+    /// as functions of one string, `input`) back as custom tools' calls.
+    pub fn new(custom_names: std::sync::Arc<[String]>) -> Self {
+        DialectDecoder {
+            custom_names,
+            ..DialectDecoder::default()
+        }
+    }
+
     /// One event of `dialect`, its data parsed; `kind` its `type`.
     pub fn event(
         &mut self,
@@ -121,12 +152,22 @@ impl DialectDecoder {
         Ok(out)
     }
 
-    /// Opens a tool call at `index`, finishes it, or appends a fragment.
-    fn call(update: &mut ChoiceUpdate, index: u32, id: Option<&str>, name: Option<&str>) {
+    /// Opens a tool call at `index` (a custom tool's call when `custom`).
+    fn call(
+        &mut self,
+        update: &mut ChoiceUpdate,
+        index: u32,
+        (id, name): (Option<&str>, Option<&str>),
+        custom: bool,
+    ) {
+        self.calls.insert(index);
+        if custom {
+            self.custom.insert(index);
+        }
         update.tool_calls.push(ToolFragment {
             index: Some(index),
             id: id.filter(|s| !s.is_empty()).map(text),
-            kind: Some(text("function")),
+            kind: Some(text(if custom { "custom" } else { "function" })),
             function: CallFragment {
                 name: name.filter(|s| !s.is_empty()).map(text),
                 arguments: None,
@@ -147,13 +188,28 @@ impl DialectDecoder {
     }
 
     /// Finishes call `index` now (with `all` as its whole arguments when none came as
-    /// fragments, or `{}` for a call without arguments).
+    /// fragments, or `{}` for a call without arguments; a custom tool's: its input, or
+    /// none).
     fn finish_call(&mut self, update: &mut ChoiceUpdate, index: u32, all: Option<&str>) {
         if !self.calls.contains(&index) || !self.done.insert(index) {
             return;
         }
-        if !self.fragmented.contains(&index) {
-            Self::fragment(update, index, all.unwrap_or("{}"));
+        if let Some(json) = self.custom_json.remove(&index) {
+            // An Anthropic call of a custom tool: the input of its `{"input": TEXT}`, or
+            // the text as it came when it is not that object.
+            #[derive(serde::Deserialize)]
+            struct Input {
+                input: String,
+            }
+            let input = serde_json::from_str::<Input>(&json).map_or(json, |i| i.input);
+            Self::fragment(update, index, &input);
+        } else if !self.fragmented.contains(&index) {
+            let none = if self.custom.contains(&index) {
+                ""
+            } else {
+                "{}"
+            };
+            Self::fragment(update, index, all.unwrap_or(none));
         }
         update.calls_done.push(index);
     }
@@ -181,14 +237,9 @@ impl DialectDecoder {
                     return Ok(false);
                 };
                 match str_at(item, &["type"]) {
-                    Some("function_call") => {
-                        self.calls.insert(index);
-                        Self::call(
-                            update,
-                            index,
-                            str_at(item, &["call_id"]),
-                            str_at(item, &["name"]),
-                        );
+                    Some(kind @ ("function_call" | "custom_tool_call")) => {
+                        let named = (str_at(item, &["call_id"]), str_at(item, &["name"]));
+                        self.call(update, index, named, kind == "custom_tool_call");
                     }
                     Some("message") => update.role = Some(text("assistant")),
                     _ => return Ok(false),
@@ -203,7 +254,7 @@ impl DialectDecoder {
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 update.reasoning = data.get("delta").and_then(Value::as_str).map(text);
             }
-            "response.function_call_arguments.delta" => {
+            "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
                 let (Some(index), Some(delta)) = (output_index, data["delta"].as_str()) else {
                     return Ok(false);
                 };
@@ -213,11 +264,12 @@ impl DialectDecoder {
                 self.fragmented.insert(index);
                 Self::fragment(update, index, delta);
             }
-            "response.function_call_arguments.done" => {
+            "response.function_call_arguments.done" | "response.custom_tool_call_input.done" => {
                 let Some(index) = output_index else {
                     return Ok(false);
                 };
-                self.finish_call(update, index, data["arguments"].as_str());
+                let all = data["arguments"].as_str().or(data["input"].as_str());
+                self.finish_call(update, index, all);
             }
             "response.output_item.done" => {
                 let item = &data["item"];
@@ -226,6 +278,8 @@ impl DialectDecoder {
                 };
                 if str_at(item, &["type"]) == Some("function_call") {
                     self.finish_call(update, index, item["arguments"].as_str());
+                } else if str_at(item, &["type"]) == Some("custom_tool_call") {
+                    self.finish_call(update, index, item["input"].as_str());
                 } else {
                     return Ok(false);
                 }
@@ -234,7 +288,9 @@ impl DialectDecoder {
                 let r = &data["response"];
                 out.id = str_at(r, &["id"]).map(str::to_string);
                 out.model = str_at(r, &["model"]).map(str::to_string);
-                if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
+                // The usage goes with the finish kept, the first.
+                let first = !std::mem::replace(&mut self.ended, true);
+                if let Some(u) = r.get("usage").filter(|u| u.is_object() && first) {
                     let input = u["input_tokens"].as_u64().unwrap_or(0);
                     let output = u["output_tokens"].as_u64().unwrap_or(0);
                     out.usage = Some(json!({
@@ -309,21 +365,25 @@ impl DialectDecoder {
                     return Ok(false);
                 };
                 match str_at(block, &["type"]) {
-                    Some("tool_use") | Some("server_tool_use") => {
-                        self.calls.insert(index);
-                        Self::call(
-                            update,
-                            index,
-                            str_at(block, &["id"]),
-                            str_at(block, &["name"]),
-                        );
+                    Some(kind @ ("tool_use" | "server_tool_use")) => {
+                        let name = str_at(block, &["name"]);
+                        let custom = kind == "tool_use"
+                            && name.is_some_and(|n| self.custom_names.iter().any(|c| c == n));
+                        self.call(update, index, (str_at(block, &["id"]), name), custom);
                         // A block may carry its whole input (`{}` when empty) at its start.
-                        if let Some(input) = block
+                        let whole = block
                             .get("input")
-                            .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
-                        {
-                            self.fragmented.insert(index);
-                            Self::fragment(update, index, &input.to_string());
+                            .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
+                        match (whole, custom) {
+                            (Some(input), false) => {
+                                self.fragmented.insert(index);
+                                Self::fragment(update, index, &input.to_string());
+                            }
+                            (whole, true) => {
+                                let json = whole.map(Value::to_string).unwrap_or_default();
+                                self.custom_json.insert(index, json);
+                            }
+                            (None, false) => {}
                         }
                     }
                     Some("text") => {
@@ -353,6 +413,11 @@ impl DialectDecoder {
                         if json.is_empty() || self.done.contains(&index) {
                             return Ok(false);
                         }
+                        if let Some(whole) = self.custom_json.get_mut(&index) {
+                            // A custom tool's input is given whole when its block stops.
+                            whole.push_str(json);
+                            return Ok(false);
+                        }
                         self.fragmented.insert(index);
                         Self::fragment(update, index, json);
                     }
@@ -367,9 +432,6 @@ impl DialectDecoder {
                 self.finish_call(update, index, None);
             }
             "message_delta" => {
-                if let Some(reason) = str_at(data, &["delta", "stop_reason"]) {
-                    self.stop_reason = Some(reason.to_string());
-                }
                 let usage = &data["usage"];
                 if let Some(n) = usage["output_tokens"].as_u64() {
                     self.output_tokens = Some(n);
@@ -377,7 +439,18 @@ impl DialectDecoder {
                 if let Some(n) = usage["input_tokens"].as_u64() {
                     self.input_tokens = Some(n);
                 }
-                return Ok(false);
+                let Some(reason) = str_at(data, &["delta", "stop_reason"]) else {
+                    return Ok(false);
+                };
+                // The stop reason is the choice's finish, there and then: a stream cut
+                // before its `message_stop` finished all the same (as a Chat Completions
+                // choice whose `finish_reason` came before a missing `[DONE]`). A second
+                // one is passed on as a second finish, which the merge leaves out.
+                for index in self.calls.clone() {
+                    self.finish_call(update, index, None);
+                }
+                update.finish_reason = Some(text(anthropic_finish(reason)));
+                update.stop_reason = Some(text(reason));
             }
             other => return self.foreign(other, Dialect::Anthropic, out, line),
         }
@@ -410,7 +483,7 @@ impl DialectDecoder {
         }
     }
 
-    /// `message_stop`: the finish (from `message_delta`'s stop reason) and the usage.
+    /// `message_stop`: the usage (the finish came with `message_delta`'s stop reason).
     fn anthropic_stop(
         &mut self,
         update: &mut ChoiceUpdate,
@@ -419,19 +492,9 @@ impl DialectDecoder {
         for index in self.calls.clone() {
             self.finish_call(update, index, None);
         }
-        // A message that stops without its stop reason has no finish: the choice ends as
-        // a Chat Completions choice whose stream ended without its `finish_reason` does
-        // (failed), never as a clean stop.
-        let reason = match self.stop_reason.as_deref() {
-            Some("end_turn") | Some("stop_sequence") => Some("stop"),
-            Some("tool_use") => Some("tool_calls"),
-            Some("max_tokens") => Some("length"),
-            Some("refusal") => Some("content_filter"),
-            Some(other) => Some(other),
-            None => None,
-        };
-        update.finish_reason = reason.map(text);
-        update.stop_reason = self.stop_reason.as_deref().map(text);
+        // The finish came with `message_delta`'s stop reason. A message that stops
+        // without one has no finish: the choice ends as a Chat Completions choice whose
+        // stream ended without its `finish_reason` does (failed), never as a clean stop.
         if self.input_tokens.is_some() || self.output_tokens.is_some() {
             let input = self.input_tokens.unwrap_or(0);
             let output = self.output_tokens.unwrap_or(0);
@@ -442,5 +505,141 @@ impl DialectDecoder {
             }));
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use crate::{ChatCompletion, Demux, Dialect, StreamConfig, WarningKind};
+
+    /// A typed dialect's events as an SSE text.
+    fn sse(events: &[Value]) -> Vec<u8> {
+        (events.iter())
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    /// The completion of `events` in `dialect` (custom tools `custom`), and whether a
+    /// second finish was warned of.
+    fn read(dialect: Dialect, events: &[Value], custom: &[&str]) -> (ChatCompletion, bool) {
+        let config = StreamConfig {
+            dialect: Some(dialect),
+            custom_tools: custom.iter().map(|s| s.to_string()).collect(),
+            ..StreamConfig::default()
+        };
+        let mut demux = Demux::with_config(config);
+        demux.feed(&sse(events)).unwrap();
+        let done = demux.finish().unwrap();
+        let second =
+            (demux.warnings().iter()).any(|w| matches!(w.kind, WarningKind::SecondFinish { .. }));
+        (done, second)
+    }
+
+    fn anthropic_start() -> Vec<Value> {
+        vec![
+            json!({"type": "message_start", "message": {"id": "m", "role": "assistant",
+                "usage": {"input_tokens": 3}}}),
+            json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": "Hi"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+        ]
+    }
+
+    fn stop(reason: &str) -> Value {
+        json!({"type": "message_delta", "delta": {"stop_reason": reason},
+            "usage": {"output_tokens": 2}})
+    }
+
+    #[test]
+    fn the_first_finish_wins_and_needs_no_stream_end() {
+        let mut two = anthropic_start();
+        two.extend([
+            stop("end_turn"),
+            stop("max_tokens"),
+            json!({"type": "message_stop"}),
+        ]);
+        let (done, second) = read(Dialect::Anthropic, &two, &[]);
+        let choice = &done.choices[0];
+        assert_eq!(choice.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(choice.stop_reason.as_deref(), Some("end_turn"));
+        assert!(second);
+        // Cut after its stop reason, before `message_stop`: finished all the same.
+        let mut cut = anthropic_start();
+        cut.push(stop("tool_use"));
+        let (done, _) = read(Dialect::Anthropic, &cut, &[]);
+        assert_eq!(done.choices[0].finish_reason.as_deref(), Some("tool_calls"));
+
+        let completed = |kind: &str, usage: u64| {
+            json!({"type": kind, "response": {"id": "r", "status": "completed",
+                "incomplete_details": {"reason": "max_output_tokens"},
+                "usage": {"input_tokens": 1, "output_tokens": usage}}})
+        };
+        let events = [
+            json!({"type": "response.output_text.delta", "output_index": 0, "delta": "Hi"}),
+            completed("response.completed", 2),
+            completed("response.incomplete", 9),
+        ];
+        let (done, second) = read(Dialect::Responses, &events, &[]);
+        assert_eq!(done.choices[0].finish_reason.as_deref(), Some("stop"));
+        assert!(second);
+    }
+
+    #[test]
+    fn custom_tools_calls_are_read_as_custom_calls() {
+        let mut anthropic = vec![
+            json!({"type": "message_start", "message": {"id": "m", "role": "assistant"}}),
+            json!({"type": "content_block_start", "index": 0, "content_block":
+                {"type": "tool_use", "id": "t1", "name": "apply_patch", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta":
+                {"type": "input_json_delta", "partial_json": "{\"input\": \"*** Be"}}),
+            json!({"type": "content_block_delta", "index": 0, "delta":
+                {"type": "input_json_delta", "partial_json": "gin\"}"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block":
+                {"type": "tool_use", "id": "t2", "name": "w", "input": {"a": 1}}}),
+            json!({"type": "content_block_stop", "index": 1}),
+        ];
+        anthropic.extend([stop("tool_use"), json!({"type": "message_stop"})]);
+        let (done, _) = read(Dialect::Anthropic, &anthropic, &["apply_patch"]);
+        let calls = &done.choices[0].message.tool_calls;
+        assert_eq!(
+            (calls[0].kind.as_str(), calls[0].function.arguments.as_str()),
+            ("custom", "*** Begin")
+        );
+        assert_eq!(
+            (calls[1].kind.as_str(), calls[1].function.arguments.as_str()),
+            ("function", "{\"a\":1}")
+        );
+        // Without the tool named, the same call is a function's.
+        let (done, _) = read(Dialect::Anthropic, &anthropic, &[]);
+        assert_eq!(done.choices[0].message.tool_calls[0].kind, "function");
+
+        let item = |input: &str| {
+            json!({"type": "custom_tool_call", "call_id": "c", "name": "apply_patch",
+                "input": input})
+        };
+        let responses = [
+            json!({"type": "response.output_item.added", "output_index": 0, "item": item("")}),
+            json!({"type": "response.custom_tool_call_input.delta", "output_index": 0,
+                "delta": "*** Be"}),
+            json!({"type": "response.custom_tool_call_input.delta", "output_index": 0,
+                "delta": "gin"}),
+            json!({"type": "response.custom_tool_call_input.done", "output_index": 0,
+                "input": "*** Begin"}),
+            json!({"type": "response.output_item.done", "output_index": 0,
+                "item": item("*** Begin")}),
+            json!({"type": "response.completed", "response": {"id": "r"}}),
+        ];
+        let (done, _) = read(Dialect::Responses, &responses, &[]);
+        let call = &done.choices[0].message.tool_calls[0];
+        assert_eq!(
+            (call.kind.as_str(), call.function.name.as_str()),
+            ("custom", "apply_patch")
+        );
+        assert_eq!(call.function.arguments, "*** Begin");
+        assert_eq!(done.choices[0].finish_reason.as_deref(), Some("tool_calls"));
     }
 }

@@ -156,6 +156,9 @@ pub enum FunctionCallEvent {
         id: Option<Text>,
         /// The function name (`None` only if the provider has not sent it yet).
         name: Option<Text>,
+        /// A custom tool's call (`"type": "custom"`): its arguments are the tool's free-text
+        /// input, not JSON.
+        custom: bool,
     },
     /// A fragment of the call's JSON arguments.
     Arguments {
@@ -189,7 +192,7 @@ impl FunctionCallEvent {
     /// ```
     /// use choicewise_proto::{CallKind, CallRef, FunctionCallEvent};
     /// let call = CallRef { kind: CallKind::Function, position: 0 };
-    /// let e = FunctionCallEvent::Started { call, id: None, name: Some("f".into()) };
+    /// let e = FunctionCallEvent::Started { call, id: None, name: Some("f".into()), custom: false };
     /// assert_eq!(e.call().kind, CallKind::Function);
     /// ```
     pub fn call(&self) -> CallRef {

@@ -20,7 +20,11 @@
 //! - updates after the finish are applied and reported as [`WarningKind::DataAfterFinish`]
 //!   (annotation-only updates, such as Azure's late content filter results, are not); with
 //!   [`StreamConfig::drop_after_finish`](crate::StreamConfig::drop_after_finish), their
-//!   message data is left out instead, reported as [`WarningKind::DataAfterFinishDropped`].
+//!   message data is left out instead, reported as [`WarningKind::DataAfterFinishDropped`];
+//! - the first finish wins, whatever the dialect: a second `finish_reason` (a Chat chunk's, a
+//!   second Anthropic `message_delta` stop reason, a second Responses `response.completed`)
+//!   is left out and reported as [`WarningKind::SecondFinish`], the provider's own stop
+//!   reason kept with the first.
 
 use std::sync::{Arc, OnceLock};
 
@@ -597,7 +601,11 @@ impl ChoiceAccumulator {
             self.rare.get_or_insert_default().content_filter_results = Some((*cf).clone());
             out.push(ChoiceEvent::ContentFilter(Arc::new(*cf)));
         }
-        if let Some(reason) = u.stop_reason {
+        // The provider's own reason goes with the finish kept: the first.
+        if let Some(reason) = u.stop_reason
+            && self.finish.is_none()
+            && self.pending_finish.is_none()
+        {
             self.rare.get_or_insert_default().stop_reason = Some(reason);
         }
         if let (Some("error"), Some(why)) = (u.finish_reason.as_deref(), u.gateway_error) {
@@ -637,7 +645,10 @@ impl ChoiceAccumulator {
         if self.pending_finish.is_none() {
             return;
         }
-        let waits = |s: &CallState| !s.finished && incomplete_json(s.text());
+        // A custom tool's input is free text, never JSON to wait for.
+        let waits = |s: &CallState| {
+            !s.finished && s.kind.as_deref() != Some("custom") && incomplete_json(s.text())
+        };
         if let Some(state) = self
             .function_call
             .as_mut()
@@ -700,6 +711,7 @@ impl ChoiceAccumulator {
                 call,
                 id: None,
                 name: f.name.clone(),
+                custom: false,
             }));
             let mut state = CallState::new(None);
             state.name = f.name.clone();
@@ -817,6 +829,7 @@ impl ChoiceAccumulator {
             },
             id: f.id.clone(),
             name: f.function.name.clone(),
+            custom: f.kind.as_deref() == Some("custom"),
         }));
         self.tool_calls.push(state);
         Ok(position)

@@ -251,16 +251,86 @@ impl Default for Message {
 /// let call = ToolCall::function("call_1", "f", "{}");
 /// assert_eq!(serde_json::to_value(&call).unwrap()["type"], "function");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// A custom tool's call (`kind` `"custom"`, its free-text input kept as
+/// `function.arguments`) is written as Chat Completions writes it:
+///
+/// ```
+/// use choicewise_proto::ToolCall;
+/// let mut call = ToolCall::function("call_1", "apply_patch", "*** Begin Patch");
+/// call.kind = "custom".into();
+/// let written = serde_json::to_value(&call).unwrap();
+/// assert_eq!(written["custom"]["input"], "*** Begin Patch");
+/// assert_eq!(serde_json::from_value::<ToolCall>(written).unwrap(), call);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "WireToolCall")]
 #[non_exhaustive]
 pub struct ToolCall {
     /// The call id (empty if the provider never sent one).
     pub id: String,
-    /// The tool type, `"function"` unless the provider said otherwise.
-    #[serde(rename = "type")]
+    /// The tool type, `"function"` unless the provider said otherwise (`"custom"`: a custom
+    /// tool's call, whose `function.arguments` is its free-text input).
     pub kind: String,
-    /// The function called.
+    /// The function called (a custom tool: its name and input).
     pub function: FunctionCall,
+}
+
+impl Serialize for ToolCall {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(3))?;
+        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("type", &self.kind)?;
+        match self.kind == "custom" {
+            true => map.serialize_entry(
+                "custom",
+                &CustomCall {
+                    name: self.function.name.clone(),
+                    input: self.function.arguments.clone(),
+                },
+            )?,
+            false => map.serialize_entry("function", &self.function)?,
+        }
+        map.end()
+    }
+}
+
+/// A custom tool's call as Chat Completions writes it: its name and its input.
+#[derive(Serialize, Deserialize)]
+struct CustomCall {
+    name: String,
+    input: String,
+}
+
+/// A [`ToolCall`] as written: a function's, or a custom tool's.
+#[derive(Deserialize)]
+struct WireToolCall {
+    #[serde(default)]
+    id: String,
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionCall>,
+    #[serde(default)]
+    custom: Option<CustomCall>,
+}
+
+impl From<WireToolCall> for ToolCall {
+    fn from(w: WireToolCall) -> Self {
+        match (w.custom, w.function) {
+            (Some(c), None) => ToolCall {
+                id: w.id,
+                kind: w.kind.unwrap_or_else(|| "custom".into()),
+                function: FunctionCall::new(c.name, c.input),
+            },
+            (_, function) => ToolCall {
+                id: w.id,
+                kind: w.kind.unwrap_or_else(|| "function".into()),
+                function: function.unwrap_or_else(|| FunctionCall::new("", "")),
+            },
+        }
+    }
 }
 
 impl ToolCall {

@@ -56,6 +56,8 @@ pub struct Splitter {
     dialect: Option<Dialect>,
     /// The state of a typed-dialect stream (boxed: most streams are Chat Completions).
     typed: Option<Box<DialectDecoder>>,
+    /// The request's custom tools, for a typed-dialect stream's decoder.
+    custom_tools: std::sync::Arc<[String]>,
     max_choices: usize,
     /// Choice index to slot, for small indexes (the usual case) ...
     small: Vec<u32>,
@@ -86,6 +88,7 @@ impl Splitter {
             head: Head::default(),
             dialect: config.dialect,
             typed: None,
+            custom_tools: config.custom_tools.clone(),
             max_choices: config.max_choices,
             small: Vec::new(),
             large: HashMap::new(),

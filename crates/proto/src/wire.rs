@@ -274,6 +274,45 @@ pub struct ToolCallDelta<'a> {
         skip_serializing_if = "Option::is_none"
     )]
     pub function: Option<FunctionCallDelta<'a>>,
+    /// A custom tool's call (`"type": "custom"`): its name and a piece of its free-text
+    /// input, which the merge keeps as the call's arguments.
+    #[serde(
+        borrow,
+        default,
+        deserialize_with = "opt_object",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub custom: Option<CustomCallDelta<'a>>,
+}
+
+/// A fragment of a custom tool's call: the name (once) and a piece of its free-text input.
+///
+/// ```
+/// use choicewise_proto::wire::ToolCallDelta;
+/// let t: ToolCallDelta = serde_json::from_str(
+///     r#"{"index":0,"id":"call_1","type":"custom","custom":{"name":"apply_patch","input":"*** Begin"}}"#,
+/// ).unwrap();
+/// let custom = t.custom.unwrap();
+/// assert_eq!((custom.name.as_deref(), custom.input.as_deref()), (Some("apply_patch"), Some("*** Begin")));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CustomCallDelta<'a> {
+    /// The tool's name, normally only on the first fragment.
+    #[serde(
+        borrow,
+        default,
+        deserialize_with = "cow_str",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub name: Option<Cow<'a, str>>,
+    /// A piece of the input text.
+    #[serde(
+        borrow,
+        default,
+        deserialize_with = "cow_str",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub input: Option<Cow<'a, str>>,
 }
 
 /// A piece of function-call arguments.
@@ -479,6 +518,10 @@ impl ToolCallDelta<'_> {
             id: own(self.id),
             kind: own(self.kind),
             function: self.function.map(FunctionCallDelta::into_owned),
+            custom: self.custom.map(|c| CustomCallDelta {
+                name: own(c.name),
+                input: own(c.input),
+            }),
         }
     }
 }

@@ -293,7 +293,9 @@ impl Convert for Calls {
             )
         };
         match &item {
-            FunctionCallEvent::Started { call: c, id, name } => {
+            FunctionCallEvent::Started {
+                call: c, id, name, ..
+            } => {
                 d.set_item("type", "started")?;
                 call(&d, c)?;
                 d.set_item("id", id.as_deref())?;

@@ -440,10 +440,25 @@ pub(crate) fn too_large(gw: &Gateway) -> ApiError {
 /// idle connections announcing large bodies hold almost nothing of the memory ceiling.
 pub(crate) const HEAD_CHARGE: u64 = 64 * 1024;
 
+/// Past this many bytes of a body, its frames are checked for their mean size
+/// ([`MIN_MEAN_FRAME`]).
+const TINY_FRAMES_FROM: u64 = 64 * 1024;
+
+/// The smallest mean size of a body's frames (its HTTP/1 chunks) past [`TINY_FRAMES_FROM`]:
+/// each frame costs a pass through hyper's connection and the whole service stack, about
+/// a microsecond of CPU whatever its size, so a body of 1-byte chunks costs some 750 µs of
+/// CPU per KiB (docs/reliability.md). Clients send chunks of kilobytes; frames averaging
+/// under 16 bytes are refused with a 400 and the connection closed (the rest is not read),
+/// which bounds what one request of tiny chunks costs.
+const MIN_MEAN_FRAME: u64 = 16;
+
 /// Why a body could not be collected.
 enum Collected {
     /// The body failed, or passed the limit.
     Body(axum::Error),
+    /// Past its first [`TINY_FRAMES_FROM`] bytes, its frames averaged fewer than
+    /// [`MIN_MEAN_FRAME`] bytes: how many bytes came in how many frames.
+    TinyFrames { received: u64, frames: u64 },
     /// Its bytes, charged as they came, passed the memory ceiling or its key's cap.
     Refused(Refusal),
 }
@@ -494,6 +509,7 @@ async fn collect(
     let declared = hint.lower() as usize;
     let mut buf = bytes::BytesMut::with_capacity(declared.min(limit).min(HEAD_CHARGE as usize));
     let mut refused = None;
+    let (mut received, mut frames) = (0u64, 0u64);
     while let Some(frame) = body.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
@@ -504,6 +520,10 @@ async fn collect(
         let Ok(data) = frame.into_data() else {
             continue;
         };
+        (received, frames) = (received + data.len() as u64, frames + 1);
+        if received > TINY_FRAMES_FROM && frames.saturating_mul(MIN_MEAN_FRAME) > received {
+            return Err(Collected::TinyFrames { received, frames });
+        }
         if refused.is_some() {
             continue; // Drained, not kept: the client then reads its 503, not a reset.
         }
@@ -595,6 +615,14 @@ async fn read_charged(
             Err(overloaded(refused))
         }
         Ok(Err(Collected::Refused(Refusal::Key(over)))) => Err(over.error()),
+        Ok(Err(Collected::TinyFrames { received, frames })) => Err(ApiError::invalid(format!(
+            "the request body came in frames of {} bytes on average ({received} bytes in \
+             {frames} chunks): past its first {} KiB a body's chunks must average at least \
+             {MIN_MEAN_FRAME} bytes",
+            received / frames.max(1),
+            TINY_FRAMES_FROM / 1024
+        ))
+        .code("body_frames_too_small")),
         Ok(Err(Collected::Body(e))) => {
             // A body over the limit, its client gone before it was sent whole, or a
             // connection that failed while sending it.

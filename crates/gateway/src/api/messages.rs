@@ -42,6 +42,7 @@ use choicewise_core::{Choice, ChoiceOutput, Dialect};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use super::message_check;
 use super::{
     AsWritten, ClientApi, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated,
     each_block, field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
@@ -479,7 +480,8 @@ fn message_of(
 ) -> Result<(), IngressError> {
     let at = format!("messages.{i}");
     let (mut role, mut content) = (Value::Null, None);
-    if raw.get().starts_with('{') {
+    message_check::object(&at, raw.get())?;
+    {
         let read = choicewise_partial_json::for_each_raw_field(raw.get().as_bytes(), |k, v| {
             match k {
                 "role" => role = lean(v)?,
@@ -496,11 +498,25 @@ fn message_of(
         }
     }
     let content = content.filter(|c| c.get() != "null");
-    let role = match role.as_str() {
-        Some(role @ ("user" | "assistant")) => role,
+    let role = match message_check::role(&at, &role, message_check::MESSAGES_ROLES) {
+        Ok(role) => role,
+        // In Anthropic's own words (its `Field required`, or a wrong role's wording, which
+        // Claude Code's fallback for servers that refuse a system turn looks for), with the
+        // check's code.
+        Err(mut e) => {
+            if !role.is_null() {
+                e.message = format!("{at}.role: Input should be 'user' or 'assistant'");
+            } else {
+                e.message = format!("{at}.role: Field required");
+            }
+            return Err(e);
+        }
+    };
+    let role = match role {
+        role @ ("user" | "assistant") => role,
         // A system turn inside the conversation (Claude Code's environment block, after the
         // first user turn): a system message at the same place.
-        Some("system") => {
+        _ => {
             let content = match content {
                 None => return Err(IngressError::missing(format!("{at}.content"))),
                 Some(content) => system_turn(&format!("{at}.content"), content, added)?,
@@ -510,15 +526,6 @@ fn message_of(
             }
             return Ok(());
         }
-        // Anthropic's own wording: Claude Code's fallback for servers that refuse a system
-        // turn looks for it.
-        Some(_) => {
-            return Err(IngressError::invalid(
-                format!("{at}.role"),
-                "Input should be 'user' or 'assistant'",
-            ));
-        }
-        None => return Err(IngressError::missing(format!("{at}.role"))),
     };
     let Some(content) = content else {
         return Err(IngressError::missing(format!("{at}.content")));

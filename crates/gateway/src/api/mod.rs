@@ -29,6 +29,7 @@
 //! client's terms: [`ClientApi::shaped`].
 
 pub(crate) mod chat;
+pub(crate) mod message_check;
 pub(crate) mod messages;
 pub(crate) mod responses;
 

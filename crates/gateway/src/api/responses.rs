@@ -45,6 +45,7 @@ use serde_json::{Map, Value, json};
 
 use std::collections::{HashMap, HashSet};
 
+use super::message_check;
 use super::{
     ClientApi, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated, each_block,
     field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
@@ -482,6 +483,7 @@ fn item_of(
     out: &mut MessagesOut,
 ) -> Result<(), IngressError> {
     let at = format!("input[{i}]");
+    message_check::object(&at, raw.get())?;
     let item = Item::read(raw, &at)?;
     let kind = match item.str("type") {
         Some(kind) => kind,
@@ -592,16 +594,10 @@ fn item_of(
 /// A `message` item, its parts read one at a time and written as text: an assistant's held
 /// for the calls that may follow.
 fn message_item(at: &str, item: &Item<'_>, out: &mut MessagesOut) -> Result<(), IngressError> {
-    let role = match item.fields.get("role").unwrap_or(&Value::Null).as_str() {
-        Some(role @ ("user" | "assistant" | "system")) => role,
-        Some("developer") => "system",
-        Some(other) => {
-            return Err(IngressError::invalid(
-                format!("{at}.role"),
-                format!("must be user, assistant, system or developer, not {other:?}"),
-            ));
-        }
-        None => return Err(IngressError::missing(format!("{at}.role"))),
+    let role = item.fields.get("role").unwrap_or(&Value::Null);
+    let role = match message_check::role(at, role, message_check::RESPONSES_ROLES)? {
+        "developer" => "system",
+        role => role,
     };
     // The content's text: a string as the client wrote it (JSON already, never unescaped),
     // or its parts, read one at a time.

@@ -500,11 +500,13 @@ fn odd_event_orders_give_well_formed_streams() {
             call: call(0),
             id: None,
             name: None,
+            custom: false,
         }),
         ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
             call: call(1),
             id: Some("c1".into()),
             name: Some("f".into()),
+            custom: false,
         }),
         ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
             call: call(0),

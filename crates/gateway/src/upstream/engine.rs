@@ -186,7 +186,9 @@ impl Run {
             .logprobs(logprobs)
             .max_choice_bytes(per_choice.unwrap_or(usize::MAX))
             // An answer is each choice as it was at its finish, streamed or not.
-            .drop_after_finish(true);
+            .drop_after_finish(true)
+            // Calls of the request's custom tools come back as custom calls from every API.
+            .custom_tools(req.custom_tools());
         let completions = builder.samples(planned.len(), move |r| {
             if let Some(source) = lock(&sources).get_mut(r).and_then(Option::take) {
                 return source;

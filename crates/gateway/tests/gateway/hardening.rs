@@ -630,3 +630,64 @@ async fn the_key_is_checked_before_the_slots() {
         assert_eq!(f.await.unwrap(), 401);
     }
 }
+
+/// A body sent as `chunk`-byte HTTP/1 chunks, all written at once; the status and body of
+/// the answer (what could be read of it: the gateway may close before the body's end).
+async fn chunked_status(addr: SocketAddr, body: &[u8], chunk: usize) -> (u16, String) {
+    let mut wire = b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n\
+        authorization: Bearer sk-a\r\ncontent-type: application/json\r\n\
+        transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        .to_vec();
+    for piece in body.chunks(chunk) {
+        wire.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        wire.extend_from_slice(piece);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut read, mut write) = tcp.split();
+    let send = async move {
+        // The gateway may close before it has read it all.
+        let _ = write.write_all(&wire).await;
+    };
+    let receive = async move {
+        let mut answer = Vec::new();
+        let _ = read.read_to_end(&mut answer).await;
+        answer
+    };
+    let ((), answer) = tokio::join!(send, receive);
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    let status = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, answer)
+}
+
+/// Past its first 64 KiB, a body whose chunks average under 16 bytes is refused at once
+/// (each chunk costs about a microsecond of CPU whatever its size), with its code and the
+/// connection closed, the rest unread; a body of tiny chunks that ends within 64 KiB, and
+/// one of ordinary chunks, are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_of_tiny_chunks_is_refused_past_64_kib() {
+    let upstream = answering("fine").await;
+    let (addr, _) = serve(
+        &config(
+            "chat",
+            &upstream.base_url(),
+            "[auth]\nkeys_env = \"CLIENT_KEYS\"\n",
+        ),
+        env,
+    )
+    .await;
+    let body = |kib: usize| {
+        json!({"model": "m", "messages": [{"role": "user",
+            "content": "x".repeat(kib * 1024 - 80)}]})
+        .to_string()
+        .into_bytes()
+    };
+    let (status, text) = chunked_status(addr, &body(1024), 1).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("body_frames_too_small"), "{text}");
+    for (kib, chunk) in [(60, 1), (1024, 1024), (256, 64)] {
+        let (status, text) = chunked_status(addr, &body(kib), chunk).await;
+        assert_eq!(status, 200, "{kib} KiB in {chunk}-byte chunks: {text}");
+    }
+}

@@ -168,6 +168,7 @@ pub(super) fn translate(
 ) -> Result<Option<Value>, String> {
     let mut system = None;
     let mut turns = tools::AnthropicMessages::default();
+    let mut custom_calls = std::collections::HashSet::new();
     // A message's errors name it by its index in the client's list (the system message
     // taken out still counts).
     read(&mut |i, m| {
@@ -177,7 +178,7 @@ pub(super) fn translate(
         }
         match api {
             Dialect::Anthropic => turns.message(i, m, out),
-            _ => tools::responses_items(i, m, out),
+            _ => tools::responses_items(i, m, out, &mut custom_calls),
         }
     })?;
     Ok(system)
@@ -196,11 +197,12 @@ fn translate_text(
 ) -> Result<Option<Value>, String> {
     let mut system = None;
     let mut turns = tools::AnthropicMessages::default();
+    let mut custom_calls = std::collections::HashSet::new();
     let read = choicewise_partial_json::for_each_raw_entry(text, |i, raw| {
         let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
         let m = match raw.get().len() <= LARGE {
             true => serde_json::from_str::<Value>(raw.get()).map_err(not_json)?,
-            false => match large(api, i, raw, &mut turns, out)? {
+            false => match large(api, i, raw, (&mut turns, &mut custom_calls), out)? {
                 Some(m) => m,
                 None => return Ok(()),
             },
@@ -211,7 +213,7 @@ fn translate_text(
         }
         match api {
             Dialect::Anthropic => turns.message(i, m, out),
-            _ => tools::responses_items(i, m, out),
+            _ => tools::responses_items(i, m, out, &mut custom_calls),
         }
     });
     match read {
@@ -233,7 +235,10 @@ fn large(
     api: Dialect,
     i: usize,
     raw: &serde_json::value::RawValue,
-    turns: &mut tools::AnthropicMessages,
+    (turns, custom_calls): (
+        &mut tools::AnthropicMessages,
+        &mut std::collections::HashSet<String>,
+    ),
     out: &mut ListText<'_>,
 ) -> Result<Option<Value>, String> {
     use choicewise_partial_json::{for_each_raw_entry, for_each_raw_field};
@@ -271,7 +276,7 @@ fn large(
     });
     let no_calls = calls.is_none();
     if let (Some(calls), "assistant") = (calls, role.as_str()) {
-        assistant_calls(api, content, calls, out)?;
+        assistant_calls(api, content, calls, out, custom_calls)?;
         turns.wrote_turn();
         return Ok(None);
     }
@@ -589,6 +594,7 @@ fn assistant_calls(
     content: Option<&serde_json::value::RawValue>,
     calls: &serde_json::value::RawValue,
     out: &mut ListText<'_>,
+    custom_calls: &mut std::collections::HashSet<String>,
 ) -> Result<(), String> {
     use choicewise_partial_json::{for_each_raw_entry, for_each_raw_field};
     let not_json = |e: serde_json::Error| format!("\"messages\" could not be read: {e}");
@@ -609,10 +615,13 @@ fn assistant_calls(
     let mut first = text.is_empty();
     for_each_raw_entry(calls.get().as_bytes(), |_, call| {
         let (mut id, mut name, mut arguments) = (String::new(), String::new(), None);
+        let (mut kind, mut custom) = (String::new(), None);
         if call.get().starts_with('{') {
             for_each_raw_field(call.get().as_bytes(), |key, v| {
                 match key {
                     "id" => id = serde_json::from_str(v.get()).unwrap_or_default(),
+                    "type" => kind = serde_json::from_str(v.get()).unwrap_or_default(),
+                    "custom" => custom = serde_json::from_str::<Value>(v.get()).ok(),
                     "function" if v.get().starts_with('{') => {
                         for_each_raw_field(v.get().as_bytes(), |key, v| {
                             match key {
@@ -632,6 +641,30 @@ fn assistant_calls(
             .ok();
         }
         let arguments = arguments.filter(|a| a.get() != "null");
+        if let Some(custom) = custom.filter(|_| kind == "custom") {
+            // A custom tool's call, written as the tree's translation writes it.
+            let call = json!({"id": id, "type": "custom", "custom": custom});
+            let (name, input) = tools::custom_call(&call).unwrap_or_default();
+            if !anthropic {
+                custom_calls.insert(id.clone());
+                out.item(
+                    json!({"type": "custom_tool_call", "call_id": id, "name": name,
+                    "input": input}),
+                );
+                return Ok(());
+            }
+            if !std::mem::take(&mut first) {
+                out.put(b",");
+            }
+            out.put(br#"{"id":"#);
+            out.put(json!(id).to_string().as_bytes());
+            out.put(br#","input":"#);
+            out.put(tools::custom_input(input).get().as_bytes());
+            out.put(br#","name":"#);
+            out.put(json!(name).to_string().as_bytes());
+            out.put(br#","type":"tool_use"}"#);
+            return Ok(());
+        }
         if !anthropic {
             // Written straight into the list: the arguments' string copied once.
             out.next();
@@ -1039,6 +1072,45 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A custom tool's call and its result, in a small or large assistant turn: written from
+    /// the text as the tree writes them (Anthropic's `tool_use` of `{"input": TEXT}`,
+    /// Responses' `custom_tool_call` and `custom_tool_call_output` items).
+    #[test]
+    fn custom_calls_are_written_as_the_tree_writes_them() {
+        let custom = json!({"id": "p", "type": "custom",
+            "custom": {"name": "apply_patch", "input": "*** Begin Patch\n\"é\""}});
+        let function = json!({"id": "f", "type": "function",
+            "function": {"name": "w", "arguments": "{\"a\":1}"}});
+        for content in [json!("short"), json!("x".repeat(super::LARGE + 1))] {
+            let list = json!([
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": content, "tool_calls": [custom, function]},
+                {"role": "tool", "tool_call_id": "p", "content": "patched"},
+                {"role": "tool", "tool_call_id": "f", "content": "ok"}]);
+            for api in [Dialect::Anthropic, Dialect::Responses] {
+                same_as_the_tree(api, &list);
+            }
+            let r = Dialect::Responses
+                .request_from_chat(&json!({"model": "m", "messages": list}))
+                .unwrap();
+            let items = r["input"].as_array().unwrap();
+            assert_eq!(
+                items[2],
+                json!({"type": "custom_tool_call", "call_id": "p", "name": "apply_patch",
+                    "input": "*** Begin Patch\n\"é\""})
+            );
+            assert_eq!(items[4]["type"], "custom_tool_call_output");
+            assert_eq!(items[5]["type"], "function_call_output");
+            let a = Dialect::Anthropic
+                .request_from_chat(&json!({"model": "m", "messages": list}))
+                .unwrap();
+            assert_eq!(
+                a["messages"][1]["content"][1]["input"],
+                json!({"input": "*** Begin Patch\n\"é\""})
+            );
         }
     }
 

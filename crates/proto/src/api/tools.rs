@@ -16,6 +16,10 @@ pub(super) fn tools(tools: &Value, anthropic: bool) -> Result<Value, String> {
     };
     let mut out = Vec::with_capacity(list.len());
     for (i, tool) in list.iter().enumerate() {
+        if tool["type"] == "custom" {
+            out.push(custom_tool(i, tool, anthropic)?);
+            continue;
+        }
         if tool["type"] != "function" {
             return Err(format!(
                 "tools[{i}]: only function tools can be sent to the {} API",
@@ -55,6 +59,61 @@ pub(super) fn tools(tools: &Value, anthropic: bool) -> Result<Value, String> {
     Ok(Value::Array(out))
 }
 
+/// A Chat Completions custom tool (`{"type": "custom", "custom": {name, description,
+/// format}}`, free-text input) in the target's shape: Responses' own `custom` tool (its
+/// grammar format `{"type": "grammar", definition, syntax}`); for Anthropic, which has none,
+/// a tool of one string property, `input`, whose description says the input's format (a
+/// grammar's definition, when it has one). Its calls come back as custom calls
+/// ([`StreamConfig::custom_tools`](crate::StreamConfig::custom_tools)).
+fn custom_tool(i: usize, tool: &Value, anthropic: bool) -> Result<Value, String> {
+    let custom = &tool["custom"];
+    let Some(name) = custom["name"].as_str() else {
+        return Err(format!("tools[{i}].custom.name is missing"));
+    };
+    let description = custom.get("description").filter(|d| !d.is_null());
+    let format = custom.get("format").filter(|f| !f.is_null());
+    // A grammar: Chat's `{"type": "grammar", "grammar": {definition, syntax}}`.
+    let grammar = format
+        .filter(|f| f["type"] == "grammar")
+        .map(|f| f.get("grammar").unwrap_or(f));
+    if !anthropic {
+        let mut t = Map::new();
+        t.insert("type".into(), json!("custom"));
+        t.insert("name".into(), json!(name));
+        if let Some(d) = description {
+            t.insert("description".into(), d.clone());
+        }
+        if let Some(format) = format {
+            let format = match grammar {
+                Some(g) => json!({"type": "grammar", "definition": g["definition"],
+                    "syntax": g.get("syntax").cloned().unwrap_or(json!("lark"))}),
+                None => format.clone(),
+            };
+            t.insert("format".into(), format);
+        }
+        return Ok(Value::Object(t));
+    }
+    let mut text = description
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if !text.is_empty() {
+        text.push_str("\n\n");
+    }
+    match grammar.and_then(|g| g["definition"].as_str()) {
+        Some(definition) => text.push_str(&format!(
+            "The input is free-form text following this {} grammar:\n{definition}",
+            grammar.and_then(|g| g["syntax"].as_str()).unwrap_or("lark")
+        )),
+        None => text.push_str("The input is free-form text."),
+    }
+    Ok(
+        json!({"name": name, "description": text, "input_schema": {"type": "object",
+        "properties": {"input": {"type": "string"}}, "required": ["input"],
+        "additionalProperties": false}}),
+    )
+}
+
 /// [`tools`] of a list given as its JSON text, written as JSON text: each tool is read on its
 /// own and its schema (`parameters`), `description` and `strict` copied as sent, so that the
 /// list never exists as a parsed tree. The same tools, keys in the same order.
@@ -92,8 +151,19 @@ pub(super) fn write_tools_text(
     let list: Vec<&RawValue> =
         serde_json::from_slice(tools).map_err(|_| "\"tools\" must be a list".to_string())?;
     out.push(b'[');
-    for (i, tool) in list.iter().enumerate() {
-        let tool = object(Some(tool));
+    for (i, raw) in list.iter().enumerate() {
+        let tool = object(Some(raw));
+        if small(&tool, "type") == "custom" {
+            // Small (a name, a description, a format): read whole.
+            let whole: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+            if i > 0 {
+                out.push(b',');
+            }
+            let custom = custom_tool(i, &whole, anthropic)?;
+            // A value always serialises.
+            let _ = serde_json::to_writer(&mut *out, &custom);
+            continue;
+        }
         if small(&tool, "type") != "function" {
             return Err(format!(
                 "tools[{i}]: only function tools can be sent to the {} API",
@@ -167,10 +237,13 @@ pub(super) fn anthropic_tool_choice(
                 ));
             }
         }),
-        Some(named) => match named["function"]["name"].as_str() {
-            Some(name) => Some(json!({"type": "tool", "name": name})),
-            None => return Err("tool_choice names no function".into()),
-        },
+        // A named function, or a custom tool (sent as a tool of one string).
+        Some(named) => {
+            match (named["function"]["name"].as_str()).or(named["custom"]["name"].as_str()) {
+                Some(name) => Some(json!({"type": "tool", "name": name})),
+                None => return Err("tool_choice names no function".into()),
+            }
+        }
     };
     if parallel == Some(&Value::Bool(false)) {
         let choice = out.get_or_insert_with(|| json!({"type": "auto"}));
@@ -186,6 +259,10 @@ pub(super) fn anthropic_tool_choice(
 pub(super) fn responses_tool_choice(choice: &Value) -> Result<Value, String> {
     match choice {
         Value::String(_) | Value::Null => Ok(choice.clone()),
+        named if named["type"] == "custom" => match named["custom"]["name"].as_str() {
+            Some(name) => Ok(json!({"type": "custom", "name": name})),
+            None => Err("tool_choice names no custom tool".into()),
+        },
         named => match named["function"]["name"].as_str() {
             Some(name) => Ok(json!({"type": "function", "name": name})),
             None => Err("tool_choice names no function".into()),
@@ -215,6 +292,24 @@ fn arguments(call: &Value, at: &str) -> Result<Box<RawValue>, String> {
         other => other.to_string(),
     };
     RawValue::from_string(text).map_err(|e| format!("{at}.function.arguments is not JSON: {e}"))
+}
+
+/// A custom tool's call (`{"type": "custom", "custom": {name, input}}`): its name and its
+/// input; `None` for a function's.
+pub(super) fn custom_call(call: &Value) -> Option<(&str, &str)> {
+    let custom = call.get("custom").filter(|_| call["type"] == "custom")?;
+    Some((
+        custom["name"].as_str().unwrap_or_default(),
+        custom["input"].as_str().unwrap_or_default(),
+    ))
+}
+
+/// A custom tool's input as the `input` of the Anthropic tool it is sent as:
+/// `{"input": TEXT}`.
+pub(super) fn custom_input(text: &str) -> Box<RawValue> {
+    // A value always serialises.
+    serde_json::value::to_raw_value(&json!({ "input": text }))
+        .unwrap_or_else(|_| RawValue::from_string("{}".into()).unwrap_or_default())
 }
 
 /// An Anthropic `tool_use` block whose `input` is written as it came; its fields in the
@@ -428,10 +523,18 @@ impl AnthropicMessages {
                     }
                     for (k, call) in calls.iter().enumerate() {
                         let call_at = format!("{at}.tool_calls[{k}]");
+                        let (input, name) = match custom_call(call) {
+                            // A custom tool's call, as the tool of one string it is sent as.
+                            Some((name, input)) => (custom_input(input), name),
+                            None => (
+                                arguments(call, &call_at)?,
+                                call["function"]["name"].as_str().unwrap_or_default(),
+                            ),
+                        };
                         blocks.push(Block::ToolUse(ToolUse {
                             id: call["id"].as_str().unwrap_or_default(),
-                            input: arguments(call, &call_at)?,
-                            name: call["function"]["name"].as_str().unwrap_or_default(),
+                            input,
+                            name,
                             kind: "tool_use",
                         }));
                     }
@@ -503,16 +606,30 @@ fn responses_content(content: &Value, at: &str) -> Result<Value, String> {
 }
 
 /// Chat's message `m` (the client's `i`th) as Responses `input`
-/// items, into `out`: an assistant's `tool_calls` become `function_call` items after its
-/// text, a `tool` message a `function_call_output`, images `input_image` parts.
-pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result<(), String> {
+/// items, into `out`: an assistant's `tool_calls` become `function_call` items (a custom
+/// tool's, `custom_tool_call` items) after its text, a `tool` message a
+/// `function_call_output` (the result of a custom tool's call, `custom_tool_call_output`),
+/// images `input_image` parts. `custom_calls`: the ids of the custom tools' calls so far.
+pub(super) fn responses_items(
+    i: usize,
+    m: Value,
+    out: &mut impl Sink,
+    custom_calls: &mut std::collections::HashSet<String>,
+) -> Result<(), String> {
     let at = format!("messages[{i}]");
     match m["role"].as_str() {
-        Some("tool") => out.item(json!({
-            "type": "function_call_output",
-            "call_id": m["tool_call_id"].as_str().unwrap_or_default(),
-            "output": tool_result_content(&m["content"], &at, false)?,
-        })),
+        Some("tool") => {
+            let call_id = m["tool_call_id"].as_str().unwrap_or_default();
+            let kind = match custom_calls.contains(call_id) {
+                true => "custom_tool_call_output",
+                false => "function_call_output",
+            };
+            out.item(json!({
+                "type": kind,
+                "call_id": call_id,
+                "output": tool_result_content(&m["content"], &at, false)?,
+            }))
+        }
         Some("assistant") => {
             let text = text_of(&m["content"]);
             if !text.is_empty() {
@@ -520,6 +637,15 @@ pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result
             }
             for (k, call) in (m["tool_calls"].as_array().into_iter().flatten()).enumerate() {
                 let call_at = format!("{at}.tool_calls[{k}]");
+                if let Some((name, input)) = custom_call(call) {
+                    let id = call["id"].as_str().unwrap_or_default();
+                    custom_calls.insert(id.to_string());
+                    out.item(
+                        json!({"type": "custom_tool_call", "call_id": id, "name": name,
+                        "input": input}),
+                    );
+                    continue;
+                }
                 let args = match &call["function"]["arguments"] {
                     Value::String(s) => s.clone(),
                     _ => arguments(call, &call_at)?.get().to_string(),
@@ -544,9 +670,9 @@ pub(super) fn responses_items(i: usize, m: Value, out: &mut impl Sink) -> Result
 /// [`responses_items`] of a whole list, for the tests.
 #[cfg(test)]
 fn responses_input(messages: Vec<Value>) -> Result<Vec<Value>, String> {
-    let mut out = Vec::new();
+    let (mut out, mut custom) = (Vec::new(), std::collections::HashSet::new());
     for (i, m) in messages.into_iter().enumerate() {
-        responses_items(i, m, &mut out)?;
+        responses_items(i, m, &mut out, &mut custom)?;
     }
     Ok(out)
 }
@@ -728,12 +854,38 @@ mod tests {
         let r = Dialect::Responses.request_from_chat(&openai).unwrap();
         assert_eq!(r["prompt_cache_key"], "k");
         assert!(tools(&json!([{"type": "web_search"}]), true).is_err());
+        // A custom tool: Responses' own; Anthropic's tool of one string, `input`.
+        let custom = json!([{"type": "custom", "custom": {"name": "apply_patch",
+            "format": {"type": "grammar", "grammar": {"definition": "start: /.+/", "syntax": "regex"}}}}]);
+        assert_eq!(
+            tools(&custom, false).unwrap()[0],
+            json!({"type": "custom", "name": "apply_patch",
+                "format": {"type": "grammar", "definition": "start: /.+/", "syntax": "regex"}})
+        );
+        let a = &tools(&custom, true).unwrap()[0];
+        assert_eq!(a["input_schema"]["required"], json!(["input"]));
+        assert_eq!(
+            a["description"],
+            "The input is free-form text following this regex grammar:\nstart: /.+/"
+        );
+        let choice = json!({"type": "custom", "custom": {"name": "apply_patch"}});
+        assert_eq!(
+            anthropic_tool_choice(Some(&choice), None).unwrap(),
+            Some(json!({"type": "tool", "name": "apply_patch"}))
+        );
+        assert_eq!(
+            responses_tool_choice(&choice).unwrap(),
+            json!({"type": "custom", "name": "apply_patch"})
+        );
         // Written from their text, the tools are the same, errors included.
         let list = json!([
             {"type": "function", "function": {"name": "w", "strict": true}},
             {"type": "function", "function": {"name": "é\"", "description": "d", "strict": null,
                 "parameters": {"type": "object", "properties": {"x": {"enum": [1, "a"]}}}}},
-            {"type": "function", "function": {"name": "n", "description": null, "parameters": null}}]);
+            {"type": "function", "function": {"name": "n", "description": null, "parameters": null}},
+            {"type": "custom", "custom": {"name": "apply_patch", "description": "Edit.",
+                "format": {"type": "grammar", "grammar": {"definition": "start: /.+/", "syntax": "lark"}}}},
+            {"type": "custom", "custom": {"name": "free", "format": {"type": "text"}}}]);
         for anthropic in [true, false] {
             let text = tools_text(list.to_string().as_bytes(), anthropic).unwrap();
             assert_eq!(
@@ -741,6 +893,7 @@ mod tests {
                 tools(&list, anthropic).unwrap().to_string()
             );
             for bad in [
+                json!([{"type": "custom", "custom": {}}]),
                 json!([{"type": "web_search"}]),
                 json!([{"type": "function", "function": {}}]),
                 json!([{"type": "function"}]),

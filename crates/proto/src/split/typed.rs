@@ -106,12 +106,10 @@ impl Splitter {
             }
             None => event.to_string(),
         };
-        let decoded = self.typed.get_or_insert_with(Box::default).event(
-            dialect,
-            &kind,
-            &value,
-            (line, offset),
-        )?;
+        let decoded = self
+            .typed
+            .get_or_insert_with(|| Box::new(DialectDecoder::new(self.custom_tools.clone())))
+            .event(dialect, &kind, &value, (line, offset))?;
         if let Some(kind) = decoded.warning {
             self.warnings.push(Warning {
                 choice: None,

@@ -169,7 +169,13 @@ impl MessagesEncoder {
 
     fn call_event(&mut self, event: &FunctionCallEvent, out: &mut Vec<u8>) {
         match event {
-            FunctionCallEvent::Started { call, id, name } => {
+            // A Messages client has no custom tools to be called.
+            FunctionCallEvent::Started {
+                call,
+                id,
+                name,
+                custom: _,
+            } => {
                 let id = id
                     .as_deref()
                     .map_or_else(|| new_id("toolu"), str::to_string);

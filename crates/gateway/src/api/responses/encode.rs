@@ -541,14 +541,19 @@ impl ResponsesEncoder {
 
     fn call_event(&mut self, event: &FunctionCallEvent, out: &mut Vec<u8>) {
         match event {
-            FunctionCallEvent::Started { call, id, name } => {
+            FunctionCallEvent::Started {
+                call,
+                id,
+                name,
+                custom: native,
+            } => {
                 if self.slot(out).is_none() {
                     return;
                 }
                 self.close_item("completed", out);
                 let call_id = id.as_deref().map_or_else(|| new_id("call"), str::to_string);
                 let (name, namespace) = client_name(&self.namespaced, name.as_deref());
-                let custom = namespace.is_none() && self.custom.contains(&name);
+                let custom = namespace.is_none() && (*native || self.custom.contains(&name));
                 let item_id = new_id(if custom { "ctc" } else { "fc" });
                 let index = self.items.len();
                 let item = match custom {

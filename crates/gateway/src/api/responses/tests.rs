@@ -351,6 +351,7 @@ fn a_namespaced_call_is_answered_in_its_namespace() {
             call,
             id: Some("call_9".into()),
             name: Some("agents__close_agent".into()),
+            custom: false,
         }),
         ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
             call,
@@ -448,6 +449,7 @@ fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
             call,
             id: Some("call_q".into()),
             name: Some("apply_patch".into()),
+            custom: false,
         }),
         ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
             call,

@@ -202,7 +202,13 @@ fn translated_body(
             Piece::Messages => {
                 system = api
                     .write_messages_from_chat_json(messages, &mut out)
-                    .map_err(|e| ApiError::invalid(e.to_string()).param(e.field()))?;
+                    .map_err(|e| {
+                        // What the check of every request lets through but this API cannot
+                        // take (a second system message for Anthropic, say).
+                        ApiError::invalid(e.to_string())
+                            .param(e.field())
+                            .code("untranslatable_message")
+                    })?;
             }
             Piece::Tools(tools) => {
                 (api.write_tools_from_chat_json(tools, &mut out)).map_err(ApiError::invalid)?
