@@ -26,7 +26,10 @@ pub enum PicksCommand {
 
 pub async fn run(command: PicksCommand) -> Result<(), Exit> {
     match command {
-        PicksCommand::Record(args) => record::run(args).await,
+        PicksCommand::Record(args) => match args.recorded_traffic() {
+            Some((model, url, since, out)) => from_records::run(model, url, since, out).await,
+            None => record::run(args).await,
+        },
         PicksCommand::Report(args) => report::run(args).await,
     }
 }

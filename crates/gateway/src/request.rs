@@ -8,6 +8,8 @@ use choicewise_core::{Policy, PolicyError, PolicyErrorKind};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+pub(crate) mod message_check;
+
 use crate::config::{Limits, ModelPick};
 use crate::error::ApiError;
 
@@ -294,7 +296,7 @@ impl ChatRequest {
         match body.get("messages") {
             Some(messages) if messages.first() == Some(&b'[') => {
                 // Every item an object with a role its API knows, before any upstream.
-                crate::api::message_check::chat_messages(messages).map_err(ApiError::from)?;
+                message_check::chat_messages(messages).map_err(ApiError::from)?;
             }
             _ => {
                 return Err(err("\"messages\" must be an array".into()).code("invalid_messages"));

@@ -711,6 +711,14 @@ fn meta(args: &RecordArgs, asked: &Asked, items: usize, recorded: &[Option<Probl
     })
 }
 
+impl RecordArgs {
+    /// With `--from-records URL`: the model, the URL, `--since` and `--out`.
+    pub(super) fn recorded_traffic(&self) -> Option<(&str, &str, Option<&str>, &Path)> {
+        let url = self.from_records.as_deref()?;
+        Some((&self.model, url, self.since.as_deref(), &self.out))
+    }
+}
+
 /// What a recording from an endpoint asks: `--input`, `--samples`, `--base-url`.
 struct Asked {
     input: PathBuf,
@@ -719,9 +727,6 @@ struct Asked {
 }
 
 pub async fn run(args: RecordArgs) -> Result<(), Exit> {
-    if let Some(url) = &args.from_records {
-        return super::from_records::run(&args.model, url, args.since.as_deref(), &args.out).await;
-    }
     let (Some(input), Some(samples), Some(base_url)) =
         (args.input.clone(), args.samples, args.base_url.clone())
     else {

@@ -42,7 +42,6 @@ use choicewise_core::{Choice, ChoiceOutput, Dialect};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use super::message_check;
 use super::{
     AsWritten, ClientApi, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated,
     each_block, field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
@@ -52,6 +51,7 @@ use crate::answer::ending::OutputEnd;
 use crate::answer::translated::{self, ApiFraming};
 use crate::config::ModelPick;
 use crate::error::ApiError;
+use crate::request::message_check;
 use crate::request::{ChatRequest, Fields, fields_of, kind_of, too_large_to_parse};
 use crate::upstream::engine::{AnswerUsage, Summary};
 

@@ -29,7 +29,6 @@
 //! client's terms: [`ClientApi::shaped`].
 
 pub(crate) mod chat;
-pub(crate) mod message_check;
 pub(crate) mod messages;
 pub(crate) mod responses;
 
@@ -44,10 +43,8 @@ pub(crate) use translate::{
 };
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
 
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 #[cfg(test)]
@@ -237,68 +234,14 @@ pub(crate) fn of_path(path: &str) -> PathApi {
     }
 }
 
-/// A request refused before it runs, in the terms of the client's API: a status, the field
-/// concerned when there is one, a message naming it, and (Responses) OpenAI's error code.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct IngressError {
-    /// The HTTP status.
-    pub status: StatusCode,
-    /// The field concerned, in the API's own path notation (`messages.0.content.1.type`,
-    /// `input[0].type`), if any.
-    pub param: Option<String>,
-    /// What is wrong, naming the field.
-    pub message: String,
-    /// OpenAI's `code` (`missing_required_parameter`, `invalid_value`, ...), if any.
-    pub code: Option<&'static str>,
-}
+pub(crate) use crate::error::IngressError;
 
+/// The error's JSON body in a client API's shape (tests).
+#[cfg(test)]
 impl IngressError {
-    /// 400: the field `param` is wrong; `what` says how (the message is `param: what`).
-    pub fn invalid(param: impl Into<String>, what: impl fmt::Display) -> Self {
-        let param = param.into();
-        IngressError {
-            status: StatusCode::BAD_REQUEST,
-            message: format!("{param}: {what}"),
-            param: Some(param),
-            code: Some("invalid_value"),
-        }
-    }
-
-    /// 400: the required field `param` is missing.
-    pub fn missing(param: impl Into<String>) -> Self {
-        let mut e = IngressError::invalid(param, "Field required");
-        e.code = Some("missing_required_parameter");
-        e
-    }
-
-    /// 400: a field naming something the gateway does not serve (server state, server-side
-    /// tools); `what` says which and why.
-    pub fn unsupported(param: impl Into<String>, what: impl fmt::Display) -> Self {
-        let mut e = IngressError::invalid(param, what);
-        e.code = Some("unsupported_parameter");
-        e
-    }
-
-    /// 400 about the body as a whole (not JSON, not an object).
-    pub fn body_error(message: impl Into<String>) -> Self {
-        IngressError {
-            status: StatusCode::BAD_REQUEST,
-            param: None,
-            message: message.into(),
-            code: Some("invalid_json"),
-        }
-    }
-
     /// The error's JSON body in `A`'s shape, as the gateway answers it.
-    #[cfg(test)]
     pub fn body<A: ClientApi>(&self) -> Value {
         A::error_body(&ApiError::from(self.clone()))
-    }
-}
-
-impl fmt::Display for IngressError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.status.as_u16(), self.message)
     }
 }
 
@@ -653,18 +596,4 @@ pub(crate) fn frame(out: &mut Vec<u8>, name: &str, data: &impl Serialize) {
 /// The field `key` of `obj`, `None` when absent or `null` (these APIs treat both alike).
 pub(crate) fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
-}
-
-/// A refused request as the gateway answers it (its shape chosen by the API it came in).
-impl From<IngressError> for ApiError {
-    fn from(e: IngressError) -> Self {
-        ApiError {
-            status: e.status,
-            message: e.message,
-            kind: "invalid_request_error",
-            code: e.code.map(str::to_string),
-            param: e.param,
-            retry_after: None,
-        }
-    }
 }

@@ -45,7 +45,6 @@ use serde_json::{Map, Value, json};
 
 use std::collections::{HashMap, HashSet};
 
-use super::message_check;
 use super::{
     ClientApi, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated, each_block,
     field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
@@ -55,6 +54,7 @@ use crate::answer::ending::OutputEnd;
 use crate::answer::translated::{self, ApiFraming};
 use crate::config::ModelPick;
 use crate::error::ApiError;
+use crate::request::message_check;
 use crate::request::{ChatRequest, Fields, fields_of, kind_of};
 use crate::upstream::engine::{AnswerUsage, Summary};
 

@@ -13,8 +13,8 @@
 
 use serde_json::Value;
 
-use crate::api::IngressError;
-use crate::request::kind_of;
+use super::kind_of;
+use crate::error::IngressError;
 
 /// The roles of a Chat Completions message (`function`: the legacy function result).
 pub(crate) const CHAT_ROLES: &[&str] = &[
