@@ -240,3 +240,68 @@ async fn every_request_has_one_row_in_postgres() {
     let dir = tempfile::tempdir().unwrap();
     every_request_on_record(&pg.url(), &dir.path().join("records.spool")).await;
 }
+
+/// The database away and the spool at its bound: the records that do not fit are dropped,
+/// counted in `/metrics` by reason and said once in the log; the spool stays within its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_drops_are_counted_in_the_metrics_and_said_once() {
+    let lines = crate::warnings::lines();
+    // A 64 KB answer: with its samples kept, each record weighs over 128 KB in the spool.
+    let upstream =
+        start(TestServer::builder().body(choicewise_testserver::answer(&"word ".repeat(13_000))))
+            .await;
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("full.spool");
+    // Nothing listens there: the database is away the whole time.
+    let (away, _held) = choicewise_test_support::refusing();
+    let port = away
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/v1");
+    let toml = format!(
+        "[records]\nurl = \"postgres://postgres@127.0.0.1:{port}/postgres\"\nsamples = true\n\
+         spool_path = \"{}\"\nspool_max_mb = 1\n[[models]]\nname = \"m\"\n{}",
+        spool.display(),
+        fan_out_toml(&upstream.base_url(), "")
+    );
+    let (addr, gateway) = serve(&toml, |_| None).await;
+    for _ in 0..20 {
+        let r = reqwest::Client::new()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            200,
+            "a request never waits for, nor fails by, its record"
+        );
+        let _ = r.bytes().await;
+    }
+    gateway.flush_records().await;
+    let text = crate::common::metrics(addr).await;
+    let value = |prefix: &str| -> f64 {
+        (text.lines())
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let spooled = value("choicewise_records_spooled_total ");
+    let dropped = value("choicewise_records_dropped_total{reason=\"spool_full\"}");
+    assert_eq!(spooled + dropped, 20.0, "{text}");
+    assert!(
+        spooled >= 1.0 && dropped >= 10.0,
+        "{spooled} spooled, {dropped} dropped"
+    );
+    assert_eq!(value("choicewise_records_written_total "), 0.0);
+    let size = std::fs::metadata(&spool).unwrap().len();
+    assert!(size <= 1 << 20, "the spool is {size} bytes");
+    assert_eq!(value("choicewise_records_spool_bytes "), size as f64);
+    let log = String::from_utf8_lossy(&lines.0.lock().unwrap()).into_owned();
+    let said = (log.lines())
+        .filter(|l| {
+            l.contains("records: the spool is full") && l.contains(&*spool.to_string_lossy())
+        })
+        .count();
+    assert_eq!(said, 1, "{log}");
+}
