@@ -110,9 +110,11 @@ pub(super) async fn run(
     let (mut requests, mut single) = (0usize, 0usize);
     for r in &records {
         requests += 1;
-        // The samples that ran: not the ones cancelled before a word, nor failed ones.
+        // The samples that ended of themselves: a cancelled one's text is cut short, a
+        // failed one's is not an answer.
         let ran: Vec<&SampleRecord> = (r.samples.iter())
-            .filter(|s| s.finish != "error" && s.content.as_deref().is_some_and(|c| !c.is_empty()))
+            .filter(|s| !matches!(s.finish.as_str(), "error" | "cancelled"))
+            .filter(|s| s.content.as_deref().is_some_and(|c| !c.is_empty()))
             .collect();
         if ran.len() < 2 {
             single += 1;
