@@ -218,7 +218,7 @@ impl CompletionsBuilder {
 
     /// The request's custom tools (`"type": "custom"`, free-text input) that an Anthropic
     /// upstream is sent as tools of one string property, `input`
-    /// ([`StreamConfig::custom_tools`](crate::StreamConfig::custom_tools)): their calls are
+    /// ([`StreamConfig::custom_tools`](choicewise_proto::StreamConfig::custom_tools)): their calls are
     /// read back as custom tools' calls, the input their arguments (none by default).
     ///
     /// ```
