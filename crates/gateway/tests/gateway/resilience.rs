@@ -787,8 +787,8 @@ async fn a_first_token_sample_cut_before_its_first_token_is_replaced() {
     assert_eq!(v["choicewise"]["started"], 2, "{v}");
 }
 
-/// A native upstream with `max_n` gets no request above it: five samples go as requests of
-/// two, two and one.
+/// A native upstream with `max_n` gets no request above it: five samples are planned as
+/// requests of two, two and one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn samples_above_max_n_are_split_over_requests() {
     let native = answering("Answer: 42").await;
@@ -807,7 +807,16 @@ async fn samples_above_max_n_are_split_over_requests() {
         .map(|q| q.json.as_ref().unwrap()["n"].as_u64().unwrap_or(1))
         .collect();
     ns.sort_unstable();
-    assert_eq!(ns, [1, 2, 2], "requests of at most max_n samples");
+    // Planned as requests of two, two and one; the pick, decided at the first finish, may
+    // answer before the last are sent (they are then never sent): none above max_n.
+    assert!(
+        !ns.is_empty() && ns.iter().all(|n| *n <= 2) && ns.iter().sum::<u64>() <= 5,
+        "requests of at most max_n samples: {ns:?}"
+    );
+    assert!(
+        ns.contains(&2),
+        "the first request carries max_n samples: {ns:?}"
+    );
 }
 
 /// A native request of three samples cut after two finished: its unfinished sample is
