@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use choicewise_picks::reference::majority;
 use choicewise_picks::traces::TraceSet;
 use choicewise_picks::{
     AnswerRule, Asker, Offline, Prefer, Results, Rule, SETTINGS, gateway_config, offline,
@@ -122,22 +123,6 @@ fn recorded_pace(set: &TraceSet) -> Option<Pace> {
         first_token: Duration::from_secs_f64(first_token / 1000.0),
         samples,
     })
-}
-
-/// The answer of the vote of all of `p`'s samples: the most frequent non-empty answer, the
-/// earliest drawn of those tied (`None`: no sample has an answer).
-///
-fn full_vote(p: &choicewise_picks::traces::Problem) -> Option<String> {
-    let mut counts: Vec<(&str, usize)> = Vec::new();
-    for s in p.samples.iter().filter(|s| !s.answer.is_empty()) {
-        match counts.iter_mut().find(|(a, _)| *a == s.answer) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((&s.answer, 1)),
-        }
-    }
-    let most = counts.iter().map(|(_, n)| *n).max()?;
-    // `counts` is in the order each answer was first drawn.
-    (counts.iter().find(|(_, n)| *n == most)).map(|(a, _)| a.to_string())
 }
 
 /// The longest a grader may take on one sample.
@@ -278,7 +263,9 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
     let agreement = args.grade.is_none() && set.problems.iter().all(|p| p.answer.is_empty());
     if agreement {
         for p in &mut set.problems {
-            p.graded = Some(full_vote(p).into_iter().collect());
+            // The set's plurality rule (ties to the answer drawn first), as its reference.
+            let vote = majority(p.samples.iter().map(|s| s.answer.as_str()));
+            p.graded = Some((!vote.is_empty()).then_some(vote).into_iter().collect());
         }
     }
     if let Some(cmd) = &args.grade {
@@ -452,29 +439,4 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         None => println!("\nNo recommendation: no pick could be replayed."),
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use choicewise_picks::traces::{Problem, Sample};
-
-    #[test]
-    fn the_full_vote_is_the_most_frequent_answer_the_earliest_of_a_tie() {
-        let p = |answers: &[&str]| Problem {
-            samples: (answers.iter())
-                .map(|a| Sample {
-                    answer: a.to_string(),
-                    ..Sample::default()
-                })
-                .collect(),
-            ..Problem::default()
-        };
-        assert_eq!(super::full_vote(&p(&["4", "5", "5"])).as_deref(), Some("5"));
-        assert_eq!(
-            super::full_vote(&p(&["4", "5", "5", "4"])).as_deref(),
-            Some("4")
-        );
-        assert_eq!(super::full_vote(&p(&["", "", "7"])).as_deref(), Some("7"));
-        assert_eq!(super::full_vote(&p(&["", ""])), None);
-    }
 }
