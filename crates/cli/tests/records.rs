@@ -16,6 +16,9 @@ use choicewise_testserver::TestServer;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+#[path = "common/nginx.rs"]
+mod nginx;
+
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// An upstream sample of one word with its usage: 7 prompt tokens, 1 generated.
@@ -224,10 +227,9 @@ async fn until_rows(store: &Store, rows: u64, limit: Duration) -> u64 {
     }
 }
 
-/// `choicewise usage` with these arguments: its status, stdout and stderr.
-fn usage(args: &[&str]) -> (i32, String, String) {
+/// `choicewise SUBCOMMAND ARGS...`: its status, stdout and stderr.
+fn choicewise(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
-        .arg("usage")
         .args(args)
         .output()
         .unwrap();
@@ -236,6 +238,16 @@ fn usage(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `choicewise usage ARGS...`.
+fn usage(args: &[&str]) -> (i32, String, String) {
+    choicewise(&[&["usage"], args].concat())
+}
+
+/// `choicewise picks ARGS...`.
+fn picks(args: &[&str]) -> (i32, String, String) {
+    choicewise(&[&["picks"], args].concat())
 }
 
 /// What one gateway records (SQLite, the default file in its folder) is what `usage` reads,
@@ -322,65 +334,6 @@ async fn usage_reads_what_serve_recorded() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// An nginx master process, stopped with SIGTERM (so that it stops its workers) when dropped.
-struct Nginx(std::process::Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-/// nginx on `port`, in front of the gateways on `ports`.
-async fn nginx(dir: &Path, port: u16, ports: &[u16]) -> Nginx {
-    let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("nginx is not installed (apt-get install nginx-light); this test DID NOT RUN");
-    let servers: String = ports
-        .iter()
-        .map(|p| format!("server 127.0.0.1:{p}; "))
-        .collect();
-    let conf = format!(
-        "worker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
-         events {{ worker_connections 1024; }}\n\
-         http {{\n  access_log off;\n\
-           client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
-           fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
-           upstream choicewise {{ {servers}}}\n\
-           server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
-               proxy_pass http://choicewise;\n      proxy_http_version 1.1;\n\
-               proxy_set_header Connection \"\";\n      proxy_buffering off;\n\
-               proxy_read_timeout 1h;\n    }}\n  }}\n}}\n",
-        dir = dir.display(),
-    );
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-    let child = std::process::Command::new(nginx)
-        .args([
-            "-p",
-            dir.to_str().unwrap(),
-            "-e",
-            "error.log",
-            "-c",
-            "nginx.conf",
-        ])
-        .args(["-g", "daemon off;"])
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let front = format!("http://127.0.0.1:{port}");
-    within(LIMIT, "nginx accepting", async {
-        while reqwest::get(format!("{front}/healthz")).await.is_err() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    Nginx(child)
-}
-
 /// Sends requests `from..to` (their kind `i % 5`, their key by `i % 2`), `concurrency` at a
 /// time: each one's id, kind, key, status and time.
 async fn load(
@@ -441,7 +394,8 @@ async fn three_gateways_behind_nginx_keep_one_row_per_request_in_postgres() {
         gateways.push(serve(&own, "gateway", &toml, *port).await);
     }
     let port = free_port();
-    let _nginx = nginx(&dir, port, &ports).await;
+    let servers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let _nginx = nginx::start(&dir, port, &servers, "").await;
     let front = format!("http://127.0.0.1:{port}");
 
     let sent = load(&front, "n", 0..3_000, 32).await;
@@ -612,20 +566,6 @@ async fn kill_9_loses_at_most_the_requests_in_flight() {
         "rows lost of requests answered over 0.5 s before the kill"
     );
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// `choicewise picks` with these arguments: its status, stdout and stderr.
-fn picks(args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
-        .arg("picks")
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Production traffic measured: a gateway records every sample of requests for 4 choices;

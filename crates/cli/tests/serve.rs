@@ -9,6 +9,9 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+#[path = "common/nginx.rs"]
+mod nginx;
+
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// A streamed request's output choices: `(text, finish_reason, choicewise.error)`, whether
@@ -247,18 +250,6 @@ async fn sigterm_without_open_requests_says_it_shuts_down_and_stopped() {
     assert_eq!(said.last().map(String::as_str), Some("stopped"), "{said:?}");
 }
 
-/// An nginx master process, stopped with SIGTERM (so that it stops its workers) when dropped.
-struct Nginx(std::process::Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
 /// nginx (the Debian package; CI installs it) in front of two `choicewise serve` processes,
 /// buffering off, as docs/gateway.md shows: streamed n = 3 answers come through whole, spread
 /// over both gateways, and chunks pass as they come. Ignored by a plain `cargo test`; it fails
@@ -359,10 +350,6 @@ async fn a_gateway_whose_stderr_is_closed_still_answers_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx on the PATH (CI installs it: apt-get install nginx-light)"]
 async fn nginx_in_front_of_two_gateways_streams_n_3() {
-    let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("nginx is not installed (apt-get install nginx-light); this test DID NOT RUN");
     let whole = TestServer::builder()
         .fixture("demo.sse")
         .start()
@@ -388,47 +375,10 @@ async fn nginx_in_front_of_two_gateways_streams_n_3() {
         .unwrap()
         .port();
     let dir = std::env::temp_dir().join(format!("choicewise-nginx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let host = |base: &str| base.trim_start_matches("http://").to_string();
-    let conf = format!(
-        "worker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
-         events {{ worker_connections 256; }}\n\
-         http {{\n  access_log off;\n\
-           client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
-           fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
-           upstream choicewise {{ server {a}; server {b}; }}\n\
-           server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
-               proxy_pass http://choicewise;\n      proxy_http_version 1.1;\n\
-               proxy_set_header Connection \"\";\n      proxy_buffering off;\n\
-               proxy_set_header Host localhost;\n\
-               proxy_read_timeout 1h;\n    }}\n  }}\n}}\n",
-        dir = dir.display(),
-        a = host(&base_a),
-        b = host(&base_b),
-    );
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-    let _nginx = Nginx(
-        std::process::Command::new(nginx)
-            .args([
-                "-p",
-                dir.to_str().unwrap(),
-                "-e",
-                "error.log",
-                "-c",
-                "nginx.conf",
-            ])
-            .args(["-g", "daemon off;"])
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let servers = [host(&base_a), host(&base_b)];
+    let _nginx = nginx::start(&dir, port, &servers, "proxy_set_header Host localhost;").await;
     let front = format!("http://127.0.0.1:{port}");
-    within(LIMIT, "nginx accepting", async {
-        while reqwest::get(format!("{front}/healthz")).await.is_err() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
 
     let client = reqwest::Client::new();
     let ask = |model: &str| {
@@ -1028,10 +978,6 @@ data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx and redis-server (CI installs them: apt-get install nginx-light redis-server)"]
 async fn nginx_in_front_of_three_gateways_sharing_redis_keeps_the_keys_limits() {
-    let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("nginx is not installed (apt-get install nginx-light); this test DID NOT RUN");
     let redis_port = free_port();
     let _redis = RedisServer::start(redis_port);
     let upstream = TestServer::builder()
@@ -1063,47 +1009,9 @@ async fn nginx_in_front_of_three_gateways_sharing_redis_keeps_the_keys_limits() 
     }
     let port = free_port();
     let dir = std::env::temp_dir().join(format!("choicewise-nginx-redis-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let servers: String = ports
-        .iter()
-        .map(|p| format!("server 127.0.0.1:{p}; "))
-        .collect();
-    let conf = format!(
-        "worker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log;\n\
-         events {{ worker_connections 256; }}\n\
-         http {{\n  access_log off;\n\
-           client_body_temp_path {dir}/body;\n  proxy_temp_path {dir}/proxy;\n\
-           fastcgi_temp_path {dir}/fastcgi;\n  uwsgi_temp_path {dir}/uwsgi;\n  scgi_temp_path {dir}/scgi;\n\
-           upstream choicewise {{ {servers}}}\n\
-           server {{\n    listen 127.0.0.1:{port};\n    location / {{\n\
-               proxy_pass http://choicewise;\n      proxy_http_version 1.1;\n\
-               proxy_set_header Connection \"\";\n      proxy_buffering off;\n\
-               proxy_read_timeout 1h;\n    }}\n  }}\n}}\n",
-        dir = dir.display(),
-    );
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-    let _nginx = Nginx(
-        std::process::Command::new(nginx)
-            .args([
-                "-p",
-                dir.to_str().unwrap(),
-                "-e",
-                "error.log",
-                "-c",
-                "nginx.conf",
-            ])
-            .args(["-g", "daemon off;"])
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let servers: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let _nginx = nginx::start(&dir, port, &servers, "").await;
     let front = format!("http://127.0.0.1:{port}");
-    within(LIMIT, "nginx accepting", async {
-        while reqwest::get(format!("{front}/healthz")).await.is_err() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
     let client = reqwest::Client::new();
     let ask = |key: &'static str, samples: u32| {
         let mut body = json!({"model": "small", "max_tokens": 1,
