@@ -6,6 +6,7 @@
 //! decides how each output and the answer ended; [`closing`] cuts answers at their deadline
 //! or the gateway's shutdown; [`finish`] is the request's record.
 
+pub(crate) mod client;
 pub(crate) mod closing;
 pub(crate) mod ending;
 pub(crate) mod finish;

@@ -2,19 +2,19 @@
 //! by the client's API ([`ClientApi::framing`], a [`Framing`]), each choice's ending decided once
 //! ([`crate::answer::ending::decide`]), with the same back-pressure, cut and accounting for all.
 
-use axum::http::StatusCode;
+use axum::body::{Body, Bytes};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use choicewise_core::Choice;
 use choicewise_core::chunks::Envelope;
 use futures::future::{BoxFuture, Either};
 
+use crate::answer::client::ClientApi;
 use crate::answer::ending::{AnswerEnd, Initiator, OutputEnd, Seen, decide};
-use crate::answer::finish::{Finish, Settled};
+use crate::answer::finish::{Finish, Recorded, Settled};
 use crate::answer::write::{
     Closing, Framing, Tail, cut_short, output, sse_response, until_closed, write_loop,
 };
-use crate::api::ClientApi;
-use crate::api::chat::json_body;
 use crate::request::ChatRequest;
 use crate::upstream::engine::{AnswerUsage, Picked, Run, Summary};
 
@@ -218,5 +218,14 @@ pub(crate) fn one_object<A: ClientApi>(
     ))
 }
 
-#[cfg(test)]
-mod tests;
+/// A JSON answer's response, accounted when its body has been sent (or dropped).
+fn json_body(bytes: Bytes, finish: Finish) -> Response {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::new(Recorded::new(
+            http_body_util::Full::new(bytes),
+            finish,
+        )))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

@@ -6,9 +6,9 @@
 use axum::body::Bytes;
 use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
 
+use crate::answer::client::{Encoder, Tokens};
 use crate::answer::ending::{AnswerEnd, Failure, OutputEnd};
 use crate::answer::write::{Framing, Needs, Tail};
-use crate::api::{Encoder, Tokens};
 use crate::upstream::engine::{AnswerUsage, Summary};
 
 /// A Messages or Responses answer's events: the one output choice's, by the API's

@@ -2,8 +2,7 @@
 //! in ([`Chat`]): its request checked as it came, its streamed framing ([`ChatFraming`]) and
 //! its one `chat.completion` object ([`completion`]).
 
-use axum::body::{Body, Bytes};
-use axum::http::{StatusCode, header};
+use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
 use choicewise_core::chunks::{ChoiceChunks, ChunkEncoder, DONE, Envelope};
 use choicewise_core::{Choice, ChoiceEvent, ChoiceOutput};
@@ -12,7 +11,6 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 
 use crate::Limits;
 use crate::answer::ending::{AnswerEnd, OutputEnd};
-use crate::answer::finish::{Finish, Recorded};
 use crate::answer::write::{Framing, Needs, Tail};
 use crate::api::{ClientApi, Read, Refused};
 use crate::config::ModelPick;
@@ -281,18 +279,6 @@ pub(crate) fn completion(
 /// large answer is held once, never grown and copied.
 pub(crate) fn written(value: &impl Serialize) -> Bytes {
     Bytes::from(super::to_vec_exact(value))
-}
-
-/// A JSON answer's response, accounted when its body has been sent (or dropped).
-pub(crate) fn json_body(bytes: Bytes, finish: Finish) -> Response {
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::new(Recorded::new(
-            http_body_util::Full::new(bytes),
-            finish,
-        )))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 #[cfg(test)]

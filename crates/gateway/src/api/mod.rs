@@ -35,6 +35,8 @@ pub(crate) mod responses;
 mod translate;
 
 #[cfg(test)]
+mod answers;
+#[cfg(test)]
 mod round_trip;
 
 pub(crate) use translate::{
@@ -45,131 +47,17 @@ pub(crate) use translate::{
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
-#[cfg(test)]
-use choicewise_core::Usage;
-use choicewise_core::chunks::Envelope;
-use choicewise_core::{Choice, ChoiceEvent, Dialect};
+use choicewise_core::Dialect;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::Limits;
-use crate::answer::ending::OutputEnd;
-use crate::answer::write::Framing;
 use crate::config::ModelPick;
 use crate::error::ApiError;
 use crate::request::{ChatRequest, Fields, NotAnObject, split_object};
-use crate::upstream::engine::{AnswerUsage, Summary};
-
-/// A client API the gateway serves, as hyper's `Http1Transaction` is one side of HTTP/1:
-/// how its requests are read, its answers framed and written, its errors shaped. Its route
-/// is the one handler instantiated for it (`answer::<A>`).
-pub(crate) trait ClientApi: Send + Sync + 'static {
-    /// The `api` label of its requests in the metrics and the `request` log line: its
-    /// endpoint's name (`chat`, `messages`, `responses`).
-    const LABEL: &'static str;
-    /// Whether its answer has one output choice (no `n`): the pick's first.
-    const ONE_OUTPUT: bool;
-    /// How its errors name a field's path (the rule of [`crate::wellformed`] says where a
-    /// fault is in these terms).
-    const PATHS: crate::wellformed::Paths = crate::wellformed::Paths::Indexed;
-    /// What its answer needs of its request besides the request the gateway runs.
-    type Reply: Clone + Send + Sync + 'static;
-    /// Its streamed answer's framing.
-    type Framing: Framing + Send + 'static;
-
-    /// Reads a request body into the Chat Completions request the gateway runs and what
-    /// its answer needs (`limits`, `picks`: the gateway's, which check it); a refusal names
-    /// the model the body asked for when it could be read.
-    fn read(
-        bytes: &Bytes,
-        limits: &Limits,
-        picks: &HashMap<String, ModelPick>,
-    ) -> Result<Read<Self::Reply>, Box<Refused>>;
-
-    /// The streamed answer's framing, of `outputs` output choices of `req`, answered as
-    /// `envelope` (its id, creation time, model); `prompt_tokens`: the prompt's tokens, when
-    /// counted for the answer's first event ([`Read::prompt`]).
-    fn framing(
-        reply: Self::Reply,
-        envelope: &Envelope,
-        req: &ChatRequest,
-        outputs: usize,
-        prompt_tokens: Option<u64>,
-    ) -> Self::Framing;
-
-    /// The non-streamed answer as one object, of its output `choices` as they ended (the
-    /// verdict says they are an answer; `logprobs`: the client asked for them).
-    fn object(
-        reply: &Self::Reply,
-        envelope: &Envelope,
-        logprobs: bool,
-        choices: &[(Option<Choice>, OutputEnd)],
-        usage: &AnswerUsage,
-        summary: Option<&Summary>,
-    ) -> axum::body::Bytes;
-
-    /// One of the gateway's errors as its JSON body in this API's shape: the same status
-    /// and message.
-    fn error_body(error: &ApiError) -> Value;
-
-    /// An error answered in this API's shape, with its `Retry-After` when it has one.
-    fn shaped(error: ApiError) -> Response {
-        let mut response = (error.status, axum::Json(Self::error_body(&error))).into_response();
-        if let Some(wait) = error.retry_after {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, wait.into());
-        }
-        response
-    }
-
-    /// What of a request read its errors need, when they are answered otherwise than
-    /// [`shaped`](Self::shaped) (`stream`: the client asked for a streamed answer).
-    fn kept_for_errors(_reply: &Self::Reply, _stream: bool) -> Option<Self::Reply> {
-        None
-    }
-
-    /// An error of a request (`kept`: what [`kept_for_errors`](Self::kept_for_errors) kept
-    /// of it, once it was read), answered.
-    fn refused(_kept: Option<&Self::Reply>, error: ApiError) -> Response {
-        Self::shaped(error)
-    }
-}
-
-/// A request read by its [`ClientApi`]: the Chat Completions request the gateway runs, and
-/// what its answer and its upstream requests need besides.
-pub(crate) struct Read<R> {
-    pub req: ChatRequest,
-    pub reply: R,
-    /// The client's own fields that an upstream of the API named takes as they are
-    /// ([`Translated::native`]).
-    pub native: Option<Arc<(Dialect, Map<String, Value>)>>,
-    /// Its hosted tools, left out of the request.
-    pub hosted: Vec<Hosted>,
-    /// The Chat Completions body whose prompt tokens are counted for the answer's first
-    /// event (a streamed Messages answer's `message_start`).
-    pub prompt: Option<Fields>,
-}
-
-/// A request refused while it was read, with the model its body names when that could be
-/// read: a refused Messages or Responses request is counted in the metrics under its
-/// model.
-pub(crate) struct Refused {
-    pub error: ApiError,
-    pub asked: Option<String>,
-}
-
-impl Refused {
-    pub fn new(error: impl Into<ApiError>, asked: Option<String>) -> Box<Refused> {
-        Box::new(Refused {
-            error: error.into(),
-            asked,
-        })
-    }
-}
 
 /// Reads a translated API's body (Messages, Responses) with its `translate`: its fields,
 /// translated, then checked as a Chat Completions request; its `native` fields go to an
@@ -234,6 +122,7 @@ pub(crate) fn of_path(path: &str) -> PathApi {
     }
 }
 
+pub(crate) use crate::answer::client::{ClientApi, Encoder, Hosted, Read, Refused, Tokens};
 pub(crate) use crate::error::IngressError;
 
 /// The error's JSON body in a client API's shape (tests).
@@ -276,28 +165,6 @@ pub(crate) struct Translated {
     pub hosted: Vec<Hosted>,
     /// What the answer needs.
     pub reply: Reply,
-}
-
-/// A hosted tool of the request, left out of the Chat Completions body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Hosted {
-    /// Where it is, in the API's path notation (`tools[8].type`, `tools.2.type`).
-    pub param: String,
-    /// Its type (`web_search`, `web_search_20250305`, ...).
-    pub kind: String,
-}
-
-impl Hosted {
-    /// The 400 of a model whose `hosted_tools` is `"refuse"`.
-    pub fn refused(&self, model: &str) -> IngressError {
-        IngressError::unsupported(
-            self.param.clone(),
-            format!(
-                "{:?} is a hosted tool, which this gateway cannot run (model {model:?} has hosted_tools = \"refuse\"; with \"drop\" it is left out)",
-                self.kind
-            ),
-        )
-    }
 }
 
 /// What an answer in the client's API needs to know of its request.
@@ -435,132 +302,6 @@ impl Serialize for AsWritten<'_> {
                 seq.end()
             }
             v => v.serialize(s),
-        }
-    }
-}
-
-/// Writes one output choice's streamed answer in a client's API, as whole SSE frames
-/// (`event: NAME\ndata: JSON\n\n`) appended to `out`: the API's block framing only; why
-/// the choice ended is decided by [`crate::answer::ending::decide`] and written with
-/// [`close`](Self::close).
-///
-/// Call `start` once, then `event` for each of the choice's events in order, then exactly
-/// one of `failed`, `completed`, `close` and `end`. Each call is total: nothing panics, an
-/// event that does not fit where it comes (after the finish, a fragment for a call already
-/// closed) is dropped, and after the last frame nothing more is written.
-pub(crate) trait Encoder: Send {
-    /// The answer's opening frames (Anthropic `message_start`; Responses `response.created`
-    /// and `response.in_progress`). Implied by the first other call if not made.
-    fn start(&mut self, out: &mut Vec<u8>);
-
-    /// The frames of one event: text, reasoning (when asked for), refusal, a tool call's
-    /// start, argument fragments and end, the finish. Roles, log-probabilities, filter
-    /// annotations and warnings show nothing.
-    fn event(&mut self, event: &ChoiceEvent, out: &mut Vec<u8>);
-
-    /// The choice failed (`why`): Anthropic's `error` event, Responses' `response.failed`;
-    /// `choicewise` rides on it when given. The last frame.
-    fn failed(&mut self, why: &str, choicewise: Option<&Value>, out: &mut Vec<u8>);
-
-    /// The end of a choice that finished with `reason`: the open block or item closed, then
-    /// Anthropic's `message_delta` (its `stop_reason`, the usage) and `message_stop`, or
-    /// Responses' `response.completed` (`response.incomplete` for a `length` or
-    /// `content_filter` finish) with the usage and every output item. `stop_reason` is the
-    /// provider's own when known (`ChoiceOutput::stop_reason`: Anthropic's `stop_sequence`
-    /// tells a stop sequence from an end of turn). `choicewise` rides on the last frame.
-    fn completed(
-        &mut self,
-        reason: &str,
-        usage: &Tokens,
-        stop_reason: Option<&str>,
-        choicewise: Option<&Value>,
-        out: &mut Vec<u8>,
-    );
-
-    /// The finish reason seen (a `Finished` event), if any.
-    fn finish_reason(&self) -> Option<&choicewise_core::Text>;
-
-    /// Whether the choice's finish has been seen (a `Finished` event).
-    #[cfg(test)]
-    fn finished(&self) -> bool {
-        self.finish_reason().is_some()
-    }
-
-    /// The answer's last frames for the choice's decided ending: [`completed`](Self::completed)
-    /// when it finished, [`failed`](Self::failed) with why when not.
-    fn close(
-        &mut self,
-        end: &OutputEnd,
-        usage: &Tokens,
-        stop_reason: Option<&str>,
-        choicewise: Option<&Value>,
-        out: &mut Vec<u8>,
-    ) {
-        match end {
-            OutputEnd::Finished(reason) => {
-                self.completed(reason, usage, stop_reason, choicewise, out);
-            }
-            other => self.failed(&other.why().unwrap_or_default(), choicewise, out),
-        }
-    }
-
-    /// The answer's end after the choice's events ended: its ending decided from what the
-    /// encoder saw ([`crate::answer::ending::decide`]: a choice that never finished, or finished
-    /// with `error`, fails), then [`close`](Self::close).
-    #[cfg(test)]
-    fn end(
-        &mut self,
-        usage: &Tokens,
-        stop_reason: Option<&str>,
-        choicewise: Option<&Value>,
-        out: &mut Vec<u8>,
-    ) {
-        let seen = crate::answer::ending::Seen {
-            finish: self.finish_reason().cloned(),
-            ..Default::default()
-        };
-        let end = crate::answer::ending::decide(Some(&seen), None);
-        self.close(&end, usage, stop_reason, choicewise, out);
-    }
-}
-
-/// An answer's token counts, as both APIs report them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Tokens {
-    /// Prompt tokens, cached ones included (Chat Completions' `prompt_tokens`).
-    pub input: u64,
-    /// Output tokens (`completion_tokens`).
-    pub output: u64,
-    /// Of the prompt tokens, those read from a cache (`prompt_tokens_details.cached_tokens`).
-    pub cached_input: u64,
-    /// Of the output tokens, reasoning ones (`completion_tokens_details.reasoning_tokens`).
-    pub reasoning: u64,
-}
-
-impl Tokens {
-    /// From the gateway's own usage object (which counts no cached or reasoning tokens).
-    pub fn from_answer(usage: &crate::upstream::engine::AnswerUsage) -> Tokens {
-        Tokens {
-            input: usage.prompt_tokens,
-            output: usage.completion_tokens,
-            ..Tokens::default()
-        }
-    }
-
-    /// From the library's [`Usage`].
-    #[cfg(test)]
-    pub fn from_usage(usage: &Usage) -> Tokens {
-        let detail = |outer: &str, inner: &str| {
-            (usage.details.get(outer))
-                .and_then(|d| d.get(inner))
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-        };
-        Tokens {
-            input: usage.prompt_tokens,
-            output: usage.completion_tokens,
-            cached_input: detail("prompt_tokens_details", "cached_tokens"),
-            reasoning: detail("completion_tokens_details", "reasoning_tokens"),
         }
     }
 }

@@ -15,12 +15,12 @@ use choicewise_core::{Completions, LogprobsKept, PickRule, Policy, Selection, So
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::admission::pace::{BoxError, Pace, bounded, paced};
 use crate::config::NMode;
 use crate::error::ApiError;
 use crate::metrics::Outcome;
 use crate::request::ChatRequest;
 use crate::upstream::open::{Opened, Opener, TryRecord, UpstreamRoute, accounting, counted, cuts};
+use crate::upstream::pace::{BoxError, Pace, bounded, paced};
 
 mod accounting;
 

@@ -13,10 +13,10 @@ use choicewise_core::{Completions, Source};
 use futures::StreamExt;
 use serde_json::json;
 
-use super::{Answer, one_object};
 use crate::answer::ending::{
     AnswerEnd, Cut, Initiator, OutputEnd, PAST_DEADLINE, SHUT_DOWN, Seen, Stops, decide,
 };
+use crate::answer::respond::{Answer, one_object};
 use crate::answer::translated::ApiFraming;
 use crate::answer::write::{Endings, Framing, Tail, output};
 use crate::api::chat::Chat;
@@ -437,10 +437,7 @@ async fn every_api_streamed_or_not_writes_each_ending_as_decided() {
     cases::<Chat>(&mut all).await;
     cases::<Messages>(&mut all).await;
     cases::<Responses>(&mut all).await;
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src/answer/respond/answers.txt"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/api/answers/answers.txt");
     if std::env::var_os("CHOICEWISE_BLESS").is_some() {
         std::fs::write(path, &all).unwrap();
     }
