@@ -37,7 +37,7 @@ async fn count_tokens_answer(
     label: &mut String,
 ) -> Response {
     let arrived = Instant::now();
-    let bytes = match layers::read_body(gw, request.into_body()).await {
+    let bytes = match layers::read_body(&gw.inner.admission, request.into_body()).await {
         Ok(bytes) => bytes,
         Err(e) => return Messages::shaped(e),
     };
@@ -81,7 +81,7 @@ async fn count_tokens_answer(
         Err(e) => return Messages::shaped(e),
     };
     // Parsed: the memory mark checked again before the count goes on.
-    if let Err(e) = layers::parsed(gw, len) {
+    if let Err(e) = layers::parsed(&gw.inner.admission, len) {
         return Messages::shaped(e);
     }
     if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic) {
@@ -153,7 +153,7 @@ async fn count_tokens_answer(
     .await
     .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
     // Counted: the memory mark checked again (what the count took may have passed it).
-    if let Err(e) = layers::parsed(gw, len) {
+    if let Err(e) = layers::parsed(&gw.inner.admission, len) {
         return Messages::shaped(e);
     }
     match counted {

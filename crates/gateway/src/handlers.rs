@@ -1,5 +1,5 @@
 //! The gateway's plain routes: the model list and the metrics (each client API's endpoint is
-//! [`crate::answer::answer`], instantiated for the API).
+//! [`crate::route::answer`], instantiated for the API).
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};

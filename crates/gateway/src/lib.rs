@@ -45,6 +45,7 @@ mod metrics;
 mod quota;
 mod records;
 mod request;
+mod route;
 mod serving;
 mod state;
 #[cfg(test)]
@@ -54,12 +55,12 @@ mod upstream;
 mod wellformed;
 
 use admission::layers;
-use answer::answer;
 use api::chat::Chat;
 use api::messages::Messages;
 use api::responses::Responses;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
+use route::answer;
 
 pub use config::{
     Auth, Config, ConfigError, HealthConfig, HostedTools, KeyConfig, Limits, Model, NMode,
@@ -127,7 +128,7 @@ impl Gateway {
     /// held until the answer's last byte, and the body read and charged its cost.
     pub fn router(&self) -> axum::Router {
         let gw = self.clone();
-        let slots = || from_fn_with_state(gw.clone(), layers::slots);
+        let slots = || from_fn_with_state(gw.inner.admission.clone(), layers::slots);
         let api = axum::Router::new()
             .route(
                 "/v1/chat/completions",
@@ -155,7 +156,7 @@ impl Gateway {
             )
             .route("/v1/models", get(handlers::list_models))
             .route("/v1/models/{id}", get(handlers::one_model))
-            .route_layer(from_fn_with_state(gw.clone(), layers::auth));
+            .route_layer(from_fn_with_state(gw.inner.admission.clone(), layers::auth));
         // A client whose base URL already ends in `/v1` and adds `/v1` itself (Claude Code
         // given `.../v1`) asks `/v1/v1/...`: served as `/v1/...`, the operator told once.
         let doubled = api
@@ -167,8 +168,14 @@ impl Gateway {
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(handlers::metrics_text))
             .fallback(layers::unknown_route)
-            .layer(from_fn_with_state(gw.clone(), layers::browsers))
-            .layer(from_fn_with_state(gw.clone(), layers::count))
+            .layer(from_fn_with_state(
+                gw.inner.admission.clone(),
+                layers::browsers,
+            ))
+            .layer(from_fn_with_state(
+                gw.inner.admission.clone(),
+                layers::count,
+            ))
             .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
             .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
                 layers::RequestIds,

@@ -106,7 +106,7 @@ impl Gateway {
         signal: impl std::future::Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
         if let Ok(addr) = listener.local_addr() {
-            let _ = self.inner.listening.set(addr);
+            let _ = self.inner.admission.listening.set(addr);
         }
         let grace = self.inner.grace;
         let (signalled_tx, mut signalled) = watch::channel(false);
@@ -150,7 +150,7 @@ impl Gateway {
     /// until its answer's last byte.
     fn open_requests(&self) -> usize {
         (self.inner.limits.max_concurrent_requests)
-            .saturating_sub(self.inner.slots.available_permits())
+            .saturating_sub(self.inner.admission.slots.available_permits())
     }
 }
 

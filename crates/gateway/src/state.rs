@@ -10,7 +10,7 @@ use std::time::Duration;
 use choicewise_client::{Client, Dialect};
 use tokio::sync::{Semaphore, watch};
 
-use crate::admission::{overload, unsent};
+use crate::admission::{Admission, overload, unsent};
 use crate::config::{self, Config, ConfigError, HostedTools, Limits};
 use crate::keys;
 use crate::metrics::Metrics;
@@ -37,9 +37,11 @@ pub struct Gateway {
 
 /// What every request of a gateway reads: written once, by [`Gateway::build`].
 pub(crate) struct Inner {
-    pub(crate) limits: Limits,
+    pub(crate) limits: Arc<Limits>,
     /// The keys clients may send; none: no key needed.
-    pub(crate) keys: keys::Keys,
+    pub(crate) keys: Arc<keys::Keys>,
+    /// What the admission layers read ([`Admission`]): the same limits, keys and metrics.
+    pub(crate) admission: Arc<Admission>,
     /// The limits of the keys, tags and models, and the store of their counts.
     pub(crate) quota: Arc<Quota>,
     pub(crate) models: open::Models,
@@ -47,21 +49,11 @@ pub(crate) struct Inner {
     pub(crate) picks: Arc<HashMap<String, config::ModelPick>>,
     /// In order, for `GET /v1/models`.
     pub(crate) names: Vec<String>,
-    /// One per request being served (`max_concurrent_requests`).
-    pub(crate) slots: Arc<Semaphore>,
-    /// The process-wide memory ceiling (`memory_high_watermark_mb`).
-    pub(crate) ceiling: Arc<overload::Ceiling>,
-    /// Each key's charges of bodies not yet received (`max_unsent_bytes_per_key`).
-    pub(crate) unsent: Arc<unsent::Unsent>,
     pub(crate) metrics: Arc<Metrics>,
     /// `[telemetry]`'s traces, if an endpoint is named.
     pub(crate) traces: Option<Arc<Traces>>,
     /// Set by [`Gateway::close`]: open answers end.
     pub(crate) closing: watch::Sender<bool>,
-    /// Without `[auth]`: the web origins whose pages may call the gateway.
-    pub(crate) allowed_origins: Vec<String>,
-    /// The address [`serve`] listens on, once it does: a keyless gateway's own `Host`.
-    pub(crate) listening: std::sync::OnceLock<std::net::SocketAddr>,
     /// How long open answers may finish after a shutdown signal (`shutdown_grace_s`).
     pub(crate) grace: Duration,
     /// Chat upstreams whose base URL lacks `/v1`, and the same with it: checked at start.
@@ -189,22 +181,28 @@ impl Gateway {
         let (high, low) = config.limits.memory_watermarks();
         let metrics = Arc::new(Metrics::new());
         let quota = Arc::new(Quota::new(config, &keys, metrics.clone())?);
+        let (limits, keys) = (Arc::new(config.limits.clone()), Arc::new(keys));
         Ok(Gateway {
             inner: Arc::new(Inner {
-                limits: config.limits.clone(),
-                keys,
+                limits: limits.clone(),
+                keys: keys.clone(),
+                admission: Arc::new(Admission {
+                    limits,
+                    keys,
+                    metrics: metrics.clone(),
+                    slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
+                    ceiling: Arc::new(overload::Ceiling::new(high, low)),
+                    unsent: Arc::new(unsent::Unsent::new(config.limits.unsent_cap(high))),
+                    allowed_origins: config.allowed_origins.clone(),
+                    listening: std::sync::OnceLock::new(),
+                }),
                 quota,
                 models: Arc::new(models),
                 picks: Arc::new(picks),
                 names,
-                slots: Arc::new(Semaphore::new(config.limits.max_concurrent_requests)),
-                ceiling: Arc::new(overload::Ceiling::new(high, low)),
-                unsent: Arc::new(unsent::Unsent::new(config.limits.unsent_cap(high))),
                 metrics,
                 traces: Traces::new(&config.telemetry)?,
                 closing: watch::Sender::new(false),
-                allowed_origins: config.allowed_origins.clone(),
-                listening: std::sync::OnceLock::new(),
                 grace: config.shutdown_grace(),
                 v1_checks,
                 hosted_tools,

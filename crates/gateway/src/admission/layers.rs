@@ -10,6 +10,7 @@
 //! request take one of the `max_concurrent_requests` slots, held until its answer's last
 //! byte.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -27,7 +28,7 @@ use crate::error::ApiError;
 use crate::keys;
 use crate::metrics::{CLIENT_GONE_STATUS, RequestModel};
 
-use crate::state::Gateway;
+use crate::admission::Admission;
 
 /// The `api` label of a path's requests in the metrics: its client API's, or none for the
 /// paths of no client API.
@@ -109,7 +110,7 @@ pub(crate) struct ModelLabel(pub String);
 /// (its client went away: hyper drops the request's future), and logged when no handler
 /// kept its record (it went away while its body arrived).
 struct Unanswered {
-    gw: Gateway,
+    gate: Arc<Admission>,
     api: &'static str,
     model: RequestModel,
     request_id: Option<axum::http::HeaderValue>,
@@ -123,10 +124,10 @@ impl Drop for Unanswered {
             return;
         }
         let (model, recorded) = self.model.lock().clone();
-        (self.gw.inner.metrics).answered(self.api, &model, CLIENT_GONE_STATUS);
+        (self.gate.metrics).answered(self.api, &model, CLIENT_GONE_STATUS);
         if !recorded {
             let id = self.request_id.as_ref().and_then(|v| v.to_str().ok());
-            gone_mid_body(&self.gw, id, self.api, self.arrived.elapsed());
+            gone_mid_body(&self.gate, id, self.api, self.arrived.elapsed());
         }
     }
 }
@@ -135,12 +136,16 @@ impl Drop for Unanswered {
 /// its status, and the model its handler named ([`ModelLabel`]); the layers' refusals (403,
 /// 415, 401, 413, 429) and unknown routes included; a request whose client went away before
 /// any answer as [`CLIENT_GONE_STATUS`], under the model its handler had named.
-pub(crate) async fn count(State(gw): State<Gateway>, mut request: Request, next: Next) -> Response {
+pub(crate) async fn count(
+    State(gate): State<Arc<Admission>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let api = path_api_label(request.uri().path());
     let model = RequestModel::default();
     request.extensions_mut().insert(model.clone());
     let mut unanswered = Unanswered {
-        gw,
+        gate,
         api,
         model,
         request_id: request.headers().get("x-request-id").cloned(),
@@ -151,12 +156,12 @@ pub(crate) async fn count(State(gw): State<Gateway>, mut request: Request, next:
     unanswered.answered = true;
     let model = (response.extensions().get::<ModelLabel>()).map_or("", |m| m.0.as_str());
     let status = response.status().as_u16();
-    let gw = &unanswered.gw;
-    gw.inner.metrics.answered(api, model, status);
+    let gate = &unanswered.gate;
+    gate.metrics.answered(api, model, status);
     if let Some(KeyLabel(caller)) = response.extensions().get::<KeyLabel>()
-        && let Some(name) = gw.inner.keys.name(*caller)
+        && let Some(name) = gate.keys.name(*caller)
     {
-        (gw.inner.metrics).key_answered(&name, status);
+        (gate.metrics).key_answered(&name, status);
     }
     response
 }
@@ -187,23 +192,27 @@ impl tower_http::request_id::MakeRequestId for RequestIds {
 /// Without `[auth]`: only loopback `Host`s, no cross-origin page unless its origin is
 /// listed in `allowed_origins`, and JSON bodies only (a page's form or `text/plain` POST
 /// needs no preflight). A web page, or a DNS-rebound name, cannot spend the upstreams' keys.
-pub(crate) async fn browsers(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
-    if !gw.inner.keys.is_empty() {
+pub(crate) async fn browsers(
+    State(gate): State<Arc<Admission>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if !gate.keys.is_empty() {
         return next.run(request).await;
     }
-    if let Err(e) = keyless_checks(&gw, request.method(), request.headers()) {
+    if let Err(e) = keyless_checks(&gate, request.method(), request.headers()) {
         return shaped(api_of(request.uri().path()), e);
     }
     next.run(request).await
 }
 
-fn keyless_checks(gw: &Gateway, method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
+fn keyless_checks(gate: &Admission, method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
     let forbidden = |message: String| {
         ApiError::new(StatusCode::FORBIDDEN, "permission_error", message).code("forbidden")
     };
     if let Some(host) = headers.get(header::HOST) {
         let host = host.to_str().unwrap_or_default();
-        if !auth::loopback_host(gw.inner.listening.get(), host) {
+        if !auth::loopback_host(gate.listening.get(), host) {
             return Err(forbidden(format!(
                 "the Host {host:?} is not this gateway's: without [auth] it answers only \
                  localhost, 127.0.0.1, [::1] and its listen address"
@@ -212,7 +221,7 @@ fn keyless_checks(gw: &Gateway, method: &Method, headers: &HeaderMap) -> Result<
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
-        if !gw.inner.allowed_origins.iter().any(|o| o == origin) {
+        if !gate.allowed_origins.iter().any(|o| o == origin) {
             return Err(forbidden(format!(
                 "requests from web pages (Origin {origin:?}) are refused without [auth]; \
                  list the origin in allowed_origins to accept it"
@@ -255,13 +264,17 @@ pub(crate) struct KeyLabel(pub keys::Caller);
 /// The client's key, from the headers alone: 401 before anything else happens. Who sent
 /// the request ([`keys::Caller`]) goes into its extensions, for its handler, and onto its
 /// answer, for its count by key.
-pub(crate) async fn auth(State(gw): State<Gateway>, mut request: Request, next: Next) -> Response {
-    if gw.inner.keys.is_empty() {
+pub(crate) async fn auth(
+    State(gate): State<Arc<Admission>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if gate.keys.is_empty() {
         // No key to check, and nobody to name: the handler reads an absent caller as
         // `Caller::Open`.
         return next.run(request).await;
     }
-    let caller = match gw.inner.keys.authorize(request.headers()) {
+    let caller = match gate.keys.authorize(request.headers()) {
         Ok(caller) => caller,
         Err(e) => return shaped(api_of(request.uri().path()), e),
     };
@@ -274,15 +287,19 @@ pub(crate) async fn auth(State(gw): State<Gateway>, mut request: Request, next: 
 /// A declared body over `max_body_bytes` is refused at once (413); then the request takes
 /// a slot (429 when none is free), held until its answer's body is dropped: its last byte
 /// written, or its client gone.
-pub(crate) async fn slots(State(gw): State<Gateway>, mut request: Request, next: Next) -> Response {
+pub(crate) async fn slots(
+    State(gate): State<Arc<Admission>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let arrived = std::time::Instant::now();
     let declared = (request.headers().get(header::CONTENT_LENGTH))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let api = api_of(request.uri().path());
-    let max_body = gw.inner.limits.max_body_bytes as u64;
+    let max_body = gate.limits.max_body_bytes as u64;
     if declared.is_some_and(|len| len > max_body) {
-        return shaped(api, too_large(&gw));
+        return shaped(api, too_large(&gate));
     }
     // The memory ceiling: the request charged what its head may cost (its route's factor
     // over its declared length, at most `HEAD_CHARGE` of it), the rest as its bytes arrive,
@@ -290,19 +307,19 @@ pub(crate) async fn slots(State(gw): State<Gateway>, mut request: Request, next:
     let route = overload::Route::of(request.uri().path());
     let bound = overload::cost_bound(route, declared.unwrap_or(max_body).min(HEAD_CHARGE));
     // The key's charges of bodies not yet received, capped (`max_unsent_bytes_per_key`).
-    let client = auth::client(&gw.inner.keys, request.headers(), request.extensions());
+    let client = auth::client(&gate.keys, request.headers(), request.extensions());
     request.extensions_mut().insert(auth::Client(client));
-    let mut hold = match gw.inner.unsent.hold(client, bound) {
+    let mut hold = match gate.unsent.hold(client, bound) {
         Ok(hold) => hold,
         Err(over) => return shaped(api, over.error()),
     };
-    let (admitted, change) = gw.inner.ceiling.admit(bound);
-    admission(&gw, admitted.as_ref().err(), change);
+    let (admitted, change) = gate.ceiling.admit(bound);
+    admission(&gate, admitted.as_ref().err(), change);
     let mut reservation = match admitted {
         Ok(reservation) => reservation,
         Err(refused) => return shaped(api, overloaded(refused)),
     };
-    let Ok(permit) = gw.inner.slots.clone().try_acquire_owned() else {
+    let Ok(permit) = gate.slots.clone().try_acquire_owned() else {
         let e = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limit_error",
@@ -323,13 +340,13 @@ pub(crate) async fn slots(State(gw): State<Gateway>, mut request: Request, next:
         hold: &mut hold,
         route,
     };
-    let bytes = match read_charged(&gw, body, Some(charge)).await {
+    let bytes = match read_charged(&gate, body, Some(charge)).await {
         Ok(bytes) => bytes,
         Err(e) => {
             if e.status.as_u16() == CLIENT_GONE_STATUS {
                 let took = arrived.elapsed();
                 let id = (parts.headers.get("x-request-id")).and_then(|v| v.to_str().ok());
-                gone_mid_body(&gw, id, request_api_label(&parts), took);
+                gone_mid_body(&gate, id, request_api_label(&parts), took);
             }
             return shaped(api, e);
         }
@@ -339,7 +356,7 @@ pub(crate) async fn slots(State(gw): State<Gateway>, mut request: Request, next:
     if let Some(reservation) = &mut reservation {
         let cost = cost_of(route, bytes.clone()).await;
         if let Err(refused) = reservation.charge(cost) {
-            admission(&gw, Some(&refused), None);
+            admission(&gate, Some(&refused), None);
             return shaped(api, overloaded(refused));
         }
     }
@@ -375,18 +392,22 @@ async fn cost_of(route: overload::Route, bytes: axum::body::Bytes) -> u64 {
 /// A handler has parsed a body of `len` bytes: the mark checked again against the memory
 /// now resident (bodies up to [`SPLIT_FROM`] are not: their parse is too small to tell).
 /// A 503 when the process is above it.
-pub(crate) fn parsed(gw: &Gateway, len: usize) -> Result<(), ApiError> {
+pub(crate) fn parsed(gate: &Admission, len: usize) -> Result<(), ApiError> {
     if len <= SPLIT_FROM {
         return Ok(());
     }
-    let (checked, change) = gw.inner.ceiling.recheck();
-    admission(gw, checked.as_ref().err(), change);
+    let (checked, change) = gate.ceiling.recheck();
+    admission(gate, checked.as_ref().err(), change);
     checked.map_err(overloaded)
 }
 
 /// Logs and counts what the ceiling did with a request (`refused`: it was refused; `change`:
 /// the gateway turned to refusing, or to admitting again).
-fn admission(gw: &Gateway, refused: Option<&overload::AboveWatermark>, change: overload::Change) {
+fn admission(
+    gate: &Admission,
+    refused: Option<&overload::AboveWatermark>,
+    change: overload::Change,
+) {
     match change {
         Some(true) => tracing::warn!(
             used_mib = refused.map_or(0, |r| r.used >> 20),
@@ -398,11 +419,9 @@ fn admission(gw: &Gateway, refused: Option<&overload::AboveWatermark>, change: o
         }
         None => {}
     }
-    let ceiling = &gw.inner.ceiling;
+    let ceiling = &gate.ceiling;
     if refused.is_some() || change.is_some() {
-        gw.inner
-            .metrics
-            .overload(refused.is_some(), ceiling.refusing());
+        gate.metrics.overload(refused.is_some(), ceiling.refusing());
     }
 }
 
@@ -423,13 +442,13 @@ fn overloaded(refused: crate::admission::overload::AboveWatermark) -> ApiError {
 }
 
 /// 413: the body is larger than `max_body_bytes`.
-pub(crate) fn too_large(gw: &Gateway) -> ApiError {
+pub(crate) fn too_large(gate: &Admission) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "invalid_request_error",
         format!(
             "the request body is larger than {} bytes (max_body_bytes)",
-            gw.inner.limits.max_body_bytes
+            gate.limits.max_body_bytes
         ),
     )
     .code("request_too_large")
@@ -585,20 +604,20 @@ fn grow_for(buf: &mut bytes::BytesMut, more: usize, declared: Option<u64>) {
 }
 
 /// The body, at most `max_body_bytes`, within `body_read_timeout_s`.
-pub(crate) async fn read_body(gw: &Gateway, body: Body) -> Result<axum::body::Bytes, ApiError> {
-    read_charged(gw, body, None).await
+pub(crate) async fn read_body(gate: &Admission, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    read_charged(gate, body, None).await
 }
 
 /// [`read_body`], the bytes charged to a reservation of the memory ceiling and to the key's
 /// unsent charges as they arrive (a 503 when they would pass the ceiling, a 429 the key's
 /// cap).
 async fn read_charged(
-    gw: &Gateway,
+    gate: &Admission,
     body: Body,
     charge: Option<Charge<'_>>,
 ) -> Result<axum::body::Bytes, ApiError> {
-    let limit = gw.inner.limits.max_body_bytes;
-    let timeout = std::time::Duration::from_secs_f64(gw.inner.limits.body_read_timeout_s);
+    let limit = gate.limits.max_body_bytes;
+    let timeout = std::time::Duration::from_secs_f64(gate.limits.body_read_timeout_s);
     match tokio::time::timeout(timeout, collect(body, limit, charge)).await {
         Err(_) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
@@ -611,7 +630,7 @@ async fn read_charged(
         .code("request_timeout")),
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(Collected::Refused(Refusal::Ceiling(refused)))) => {
-            admission(gw, Some(&refused), None);
+            admission(gate, Some(&refused), None);
             Err(overloaded(refused))
         }
         Ok(Err(Collected::Refused(Refusal::Key(over)))) => Err(over.error()),
@@ -629,7 +648,7 @@ async fn read_charged(
             let over = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
             Err(match (over, client_left(&e)) {
-                (true, _) => too_large(gw),
+                (true, _) => too_large(gate),
                 (false, true) => ApiError::new(
                     StatusCode::from_u16(CLIENT_GONE_STATUS).unwrap_or(StatusCode::BAD_REQUEST),
                     "invalid_request_error",
@@ -668,9 +687,9 @@ fn client_left(e: &axum::Error) -> bool {
 
 /// The log line of a request whose client went away while its body arrived: as every
 /// request's (`ended="client_gone"`), before any model was read.
-fn gone_mid_body(gw: &Gateway, request_id: Option<&str>, api: &'static str, took: Duration) {
+fn gone_mid_body(gate: &Admission, request_id: Option<&str>, api: &'static str, took: Duration) {
     let ended = crate::answer::ending::ErrorType::ClientGone.as_str();
-    (gw.inner.metrics).finished("", api, ended, took, &crate::metrics::Outcome::default());
+    (gate.metrics).finished("", api, ended, took, &crate::metrics::Outcome::default());
     let id = request_id.unwrap_or_default();
     crate::answer::finish::log_unrun(id, "", "", &[], took, ended);
 }

@@ -6,3 +6,31 @@ pub(crate) mod auth;
 pub(crate) mod layers;
 pub(crate) mod overload;
 pub(crate) mod unsent;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::Semaphore;
+
+use crate::Limits;
+use crate::keys::Keys;
+use crate::metrics::Metrics;
+
+/// What the admission layers read of a gateway (their axum state): written once when it is
+/// built, its shared parts (limits, keys, metrics) the same as the rest of the gateway reads.
+pub(crate) struct Admission {
+    pub(crate) limits: Arc<Limits>,
+    /// The keys clients may send; none: no key needed.
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// One per request being served (`max_concurrent_requests`).
+    pub(crate) slots: Arc<Semaphore>,
+    /// The process-wide memory ceiling (`memory_high_watermark_mb`).
+    pub(crate) ceiling: Arc<overload::Ceiling>,
+    /// Each key's charges of bodies not yet received (`max_unsent_bytes_per_key`).
+    pub(crate) unsent: Arc<unsent::Unsent>,
+    /// Without `[auth]`: the web origins whose pages may call the gateway.
+    pub(crate) allowed_origins: Vec<String>,
+    /// The address the gateway listens on, once it does: a keyless gateway's own `Host`.
+    pub(crate) listening: OnceLock<SocketAddr>,
+}

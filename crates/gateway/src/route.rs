@@ -1,0 +1,614 @@
+//! A client API's route: a request of any client API ([`ClientApi`]), from its head to its
+//! answer. Its key and client from the admission layers, its body read and checked by its
+//! API, its model's policy applied and its limits reserved, its samples opened
+//! ([`crate::upstream`]) and picked, and the answer written in its API's terms
+//! ([`crate::answer`]). The route of each API is [`answer`], instantiated for it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use choicewise_core::chunks::Envelope;
+
+use crate::admission::auth;
+use crate::admission::layers;
+use crate::answer::ending::ErrorType;
+use crate::answer::finish::{Finish, Recorded};
+use crate::answer::respond::{self, Answer};
+use crate::answer::write;
+use crate::api::{ClientApi, Read, Refused};
+use crate::error::ApiError;
+use crate::keys;
+use crate::request::ChatRequest;
+use crate::state::Gateway;
+use crate::upstream::engine::{Picked, Run};
+use crate::upstream::open;
+use crate::{HostedTools, api};
+
+/// A request of the client API `A` (the route of each API is this handler, instantiated for
+/// it), answered in that API's terms, its failures included. Its record ([`Finish`]) is made
+/// as it arrives, filled in as it is served, and goes with its answer's body, which records
+/// it when it ends.
+pub(crate) async fn answer<A: ClientApi>(
+    State(gw): State<Gateway>,
+    request: axum::extract::Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let client = auth::client(&gw.inner.keys, &parts.headers, &parts.extensions);
+    let counted_as = parts
+        .extensions
+        .get::<crate::metrics::RequestModel>()
+        .cloned();
+    let caller = (parts.extensions.get::<keys::Caller>().copied()).unwrap_or(keys::Caller::Open);
+    let mut finish = Finish::new(&gw, &parts.headers, client, counted_as);
+    finish.api(A::LABEL);
+    if let Some(name) = gw.inner.keys.name(caller) {
+        finish.key(name);
+    }
+    let mut kept = None;
+    let served = serve::<A>(&gw, body, caller, &mut finish, &mut kept).await;
+    let label = layers::ModelLabel(finish.model().to_string());
+    let tries = finish.tries();
+    let mut response = match served {
+        Ok(ready) => ready.answer(finish).await,
+        Err(e) => {
+            finish.refused(&e);
+            // Recorded when its body ends, as every answer is.
+            let refused = A::refused(kept.as_ref(), e);
+            refused.map(|body| Body::new(Recorded::new(body, finish)))
+        }
+    };
+    // Every answer's headers are sent after its first tries ended: how many there were.
+    if let Some(tries) = tries {
+        let count = tries.lock().map_or(0, |t| t.len());
+        response
+            .headers_mut()
+            .insert("x-choicewise-tries", count.into());
+    }
+    response.extensions_mut().insert(label);
+    response
+}
+
+/// Bodies of at most this many bytes without a `vote_by` are parsed on the worker that
+/// read them (see [`parses_inline`]).
+const INLINE_PARSE_BYTES: usize = 16 * 1024;
+
+/// Whether a request body is parsed on the worker: at most [`INLINE_PARSE_BYTES`], and no
+/// `vote_by` to compile, nor a `\u` escape that could spell one.
+fn parses_inline(body: &[u8]) -> bool {
+    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    body.len() <= INLINE_PARSE_BYTES && !has(b"vote_by") && !has(b"\\u")
+}
+
+/// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
+/// [`parse`] it, [`plan`] its run, [`pick`] its samples. `finish` learns what the request's
+/// record needs as it goes, and `kept` what the API keeps of a request read for its errors
+/// ([`ClientApi::kept_for_errors`]).
+async fn serve<A: ClientApi>(
+    gw: &Gateway,
+    body: Body,
+    caller: keys::Caller,
+    finish: &mut Finish,
+    kept: &mut Option<A::Reply>,
+) -> Result<Ready<A>, ApiError> {
+    // The key was checked and a slot taken by the layers (`Gateway::router`).
+    let bytes = layers::read_body(&gw.inner.admission, body).await?;
+    let len = bytes.len();
+    let parsed = match parse::<A>(gw, bytes).await {
+        Ok(parsed) => parsed,
+        Err(refused) => {
+            let Refused { error, asked } = *refused;
+            if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
+                finish.named(model);
+            }
+            return Err(error);
+        }
+    };
+    *kept = A::kept_for_errors(&parsed.reply, parsed.req.stream);
+    // Parsed: the memory mark checked again before the request goes on.
+    layers::parsed(&gw.inner.admission, len)?;
+    finish.asked(&parsed.req.model);
+    let Some(model) = gw.inner.models.get(&parsed.req.model).cloned() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!(
+                "the model {:?} does not exist here (GET /v1/models lists them)",
+                parsed.req.model
+            ),
+        )
+        .code("model_not_found"));
+    };
+    finish.named(parsed.req.model.clone());
+    finish.streamed(parsed.req.stream);
+    if let keys::Caller::Named(i) = caller
+        && !gw.inner.keys.named(i).allows(&parsed.req.model)
+    {
+        let key = gw.inner.keys.named(i);
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            format!(
+                "the key `{}` may not use the model {:?} (its models: {})",
+                key.name,
+                parsed.req.model,
+                key.models.as_deref().unwrap_or_default().join(", ")
+            ),
+        )
+        .code("model_not_allowed"));
+    }
+    let plan = plan(gw, parsed, model, finish.client())?;
+    // Before any upstream is asked: what the request may take, reserved of its limits.
+    Box::pin(reserve(gw, caller, &plan, finish)).await?;
+    finish.opening(plan.opener.tries.clone(), plan.opener.limits_set.clone());
+    // Boxed, as the answer is: a request's futures stay small where they are moved.
+    Box::pin(pick::<A>(gw, plan, finish)).await
+}
+
+/// Parses a body of the client's API into the request to run. Parsing a body of up to
+/// max_body_bytes (translating it from the client's API) and compiling its vote_by take
+/// CPU time: on a blocking thread, never on the workers that serve every connection. A
+/// small body without a vote_by parses in microseconds, less than the two thread
+/// hand-offs of the blocking pool: on the worker. Either way a panic while parsing is the
+/// client's 400, not a dropped connection.
+async fn parse<A: ClientApi>(gw: &Gateway, bytes: Bytes) -> Result<Read<A::Reply>, Box<Refused>> {
+    let inline = parses_inline(&bytes);
+    let limits = gw.inner.limits.clone();
+    let picks = gw.inner.picks.clone();
+    // First the one rule of strings, numbers and depth (`wellformed`), whichever API the
+    // model's upstreams speak.
+    let parse = move || match crate::wellformed::check(&bytes, A::PATHS) {
+        Ok(()) => A::read(&bytes, &limits, &picks),
+        Err(e) => Err(Refused::new(e, None)),
+    };
+    let unparsed = || Refused::new(ApiError::invalid("the request could not be parsed"), None);
+    if inline {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse))
+            .unwrap_or_else(|_| Err(unparsed()))
+    } else {
+        (tokio::task::spawn_blocking(parse).await).unwrap_or_else(|_| Err(unparsed()))
+    }
+}
+
+/// Reserves what a planned request may take of the limits it meets (its key's, its key's
+/// tags', its model's): its samples, and where a limit counts tokens or dollars, its
+/// prompt's tokens and the answer room of each sample ([`room`]). The prompt is bounded from
+/// its bytes ([`prompt_bound`]) and counted only when that bound would be refused. The
+/// reservation goes to the request's record, which settles it; a refusal is logged with the
+/// key's name.
+async fn reserve<R>(
+    gw: &Gateway,
+    caller: keys::Caller,
+    plan: &Plan<R>,
+    finish: &mut Finish,
+) -> Result<(), ApiError> {
+    let quota = &gw.inner.quota;
+    let Some(applicable) = quota.applicable(caller, &plan.req.model) else {
+        return Ok(());
+    };
+    let mut demand = crate::quota::Demand {
+        samples: u64::from(plan.req.samples.max(1)),
+        ..Default::default()
+    };
+    if applicable.counts_tokens() {
+        demand.prompt_tokens = prompt_bound(&plan.opener).await;
+        demand.prompt_bound = true;
+        demand.room = room(&plan.req, &plan.opener.model);
+    }
+    let count = || prompt_tokens(&plan.opener);
+    match quota.reserve(applicable, demand, count).await {
+        Ok(Some(reservation)) => finish.reserved(reservation),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::info!(
+                request_id = %finish.request_id(),
+                key = gw.inner.keys.label(caller),
+                model = %plan.req.model,
+                status = e.status.as_u16(),
+                "refused by its limits: {}",
+                e.message
+            );
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// The answer room a request's sample may take: the limit it states (`max_completion_tokens`,
+/// `max_tokens`; a Messages or Responses request's is translated to one), else the largest
+/// `max_tokens` of its model's upstreams, else [`crate::quota::ROOM_WITHOUT_LIMIT`].
+fn room(req: &ChatRequest, model: &open::ModelRoutes) -> u64 {
+    let stated = ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .find_map(|field| serde_json::from_slice::<u64>(req.body.get(*field)?).ok());
+    stated
+        .or_else(|| model.routes.iter().filter_map(|r| r.max_tokens).max())
+        .unwrap_or(crate::quota::ROOM_WITHOUT_LIMIT)
+}
+
+/// A bound of a request's prompt tokens never below [`prompt_tokens`]'s count: its bytes,
+/// and its function and tool definitions counted (on a blocking thread unless small);
+/// `choicewise_usage::count_prompt_fields_at_most` says why it is a bound.
+async fn prompt_bound(opener: &open::Opener) -> u64 {
+    // Only the definitions are counted: without them, the bound is a scan of the bytes, and
+    // the encoding is not read.
+    let counted: usize = ["tools", "functions"]
+        .iter()
+        .filter_map(|k| opener.body.get(*k).map(|v| v.len()))
+        .sum();
+    let encoding = match counted {
+        0 => choicewise_usage::DEFAULT_ENCODING,
+        _ => {
+            let upstream_model = (opener.model.routes.first()).map_or("", |r| r.model.as_str());
+            choicewise_usage::encoding_for_model(upstream_model).name
+        }
+    };
+    let body = opener.body.clone();
+    let bound = move || {
+        let fields = body.iter().map(|(k, v)| (k.as_str(), &v[..]));
+        choicewise_usage::count_prompt_fields_at_most(encoding, fields)
+    };
+    // A bound that panicked is none: the most, which every limit of tokens refuses, so that
+    // the prompt is counted.
+    if counted == 0 || choicewise_usage::counts_quickly(encoding, counted) {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(bound)).unwrap_or(u64::MAX)
+    } else {
+        tokio::task::spawn_blocking(bound).await.unwrap_or(u64::MAX)
+    }
+}
+
+/// The tokens of a request's prompt, counted as its accounting counts them (with its first
+/// upstream's encoding; on a blocking thread unless small); 0 if it cannot be counted.
+async fn prompt_tokens(opener: &open::Opener) -> u64 {
+    let upstream_model = (opener.model.routes.first()).map_or("", |r| r.model.as_str());
+    let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+    let body = opener.body.clone();
+    let count = move || {
+        let fields = body.iter().map(|(k, v)| (k.as_str(), &v[..]));
+        choicewise_usage::count_prompt_fields(encoding, fields).map_or(0, |c| c.total)
+    };
+    let bytes: usize = opener.body.values().map(|v| v.len()).sum();
+    if choicewise_usage::counts_quickly(encoding, bytes) {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(count)).unwrap_or(0)
+    } else {
+        tokio::task::spawn_blocking(count).await.unwrap_or(0)
+    }
+}
+
+/// A request's run planned: its samples' opener, and what its answer needs besides.
+struct Plan<R> {
+    req: ChatRequest,
+    reply: R,
+    opener: open::Opener,
+    /// The APIs of the model's upstreams, for the span.
+    apis: Vec<choicewise_core::Dialect>,
+    /// A streamed Messages answer's prompt tokens, being counted.
+    estimate: Option<tokio::task::JoinHandle<Option<u64>>>,
+    /// The hosted tools left out of the upstream request.
+    dropped: Option<String>,
+}
+
+/// Plans the run of a parsed request for `model`: its hosted tools left out or the request
+/// refused, as the model says; a streamed Messages answer's prompt estimate started; the
+/// opener of its samples.
+fn plan<R>(
+    gw: &Gateway,
+    read: Read<R>,
+    model: Arc<open::ModelRoutes>,
+    client: crate::upstream::resilience::ClientId,
+) -> Result<Plan<R>, ApiError> {
+    let Read {
+        req,
+        reply,
+        native,
+        hosted,
+        prompt,
+    } = read;
+    let dropped = hosted_tools(gw, &req.model, &hosted)?;
+    let estimate = prompt.map(|chat| {
+        let upstream_model =
+            (model.routes.first()).map_or(model.name.as_str(), |r| r.model.as_str());
+        let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
+        tokio::task::spawn_blocking(move || {
+            let fields = chat.iter().map(|(k, v)| (k.as_str(), &v[..]));
+            choicewise_usage::count_prompt_fields(encoding, fields)
+                .ok()
+                .map(|count| count.total)
+        })
+    });
+    let apis = model.routes.iter().map(|u| u.api).collect();
+    let opener = open::Opener {
+        models: gw.inner.models.clone(),
+        budget: model.budget.clone(),
+        model,
+        body: Arc::new(req.body.clone()),
+        native,
+        logprobs: req.policy.confidence(),
+        metrics: gw.inner.metrics.clone(),
+        tries: Arc::default(),
+        limits_set: Arc::default(),
+        client,
+        sent: Arc::default(),
+        max_requests: gw.inner.limits.max_upstream_requests_per_request,
+        bodies: Arc::default(),
+    };
+    Ok(Plan {
+        req,
+        reply,
+        opener,
+        apis,
+        estimate,
+        dropped,
+    })
+}
+
+/// The request's hosted tools, which the gateway cannot run: left out (their kinds, for
+/// the log and the `x-choicewise-dropped-tools` header), or the request refused, as the
+/// model says.
+fn hosted_tools(
+    gw: &Gateway,
+    model: &str,
+    hosted: &[api::Hosted],
+) -> Result<Option<String>, ApiError> {
+    if let Some(HostedTools::Refuse) = gw.inner.hosted_tools.get(model) {
+        return match hosted.first() {
+            Some(tool) => Err(tool.refused(model).into()),
+            None => Ok(None),
+        };
+    }
+    let mut kinds: Vec<&str> = Vec::new();
+    for tool in hosted {
+        if !kinds.contains(&tool.kind.as_str()) {
+            kinds.push(&tool.kind);
+        }
+    }
+    let dropped = (!kinds.is_empty()).then(|| kinds.join(","));
+    if let Some(dropped) = &dropped {
+        tracing::info!(
+            model = %model,
+            dropped_tools = %dropped,
+            "hosted tools left out of the upstream request (hosted_tools = \"drop\")"
+        );
+    }
+    Ok(dropped)
+}
+
+/// When a request must be over: everything it does ends by its deadline (opening its first
+/// samples, the pick, the answer: `closing`); the pick's own deadline (`deadline_ms`)
+/// counts from the request's start too, and opening its samples and the pick end by it.
+struct Deadlines {
+    request: Instant,
+    request_s: f64,
+    /// The pick's deadline when it comes before the request's: when, and as stated.
+    pick: Option<(Instant, Duration)>,
+}
+
+impl Deadlines {
+    /// The deadlines of a request `arrived` then, whose pick's deadline is `pick`.
+    fn new(gw: &Gateway, arrived: Instant, pick: Option<Duration>) -> Self {
+        let request_s = gw.inner.limits.request_deadline_s;
+        let request = arrived + Duration::from_secs_f64(request_s);
+        Deadlines {
+            request,
+            request_s,
+            pick: pick
+                .map(|d| (arrived + d, d))
+                .filter(|(at, _)| *at < request),
+        }
+    }
+
+    /// When the samples must be opened and picked by.
+    fn picked_by(&self) -> Instant {
+        self.pick.map_or(self.request, |(at, _)| at)
+    }
+
+    /// The 504 of a request past its deadline `while_` doing something, logged.
+    fn passed(&self, request_id: &str, model: &str, while_: &str) -> ApiError {
+        let (stated, key) = match self.pick {
+            Some((_, d)) => (format!("{} ms", d.as_millis()), "deadline_ms"),
+            None => (format!("{}s", self.request_s), "request_deadline_s"),
+        };
+        tracing::warn!(
+            request_id = %request_id,
+            model = %model,
+            deadline = %stated,
+            "the request passed its deadline ({key}) {while_}"
+        );
+        ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_error",
+            format!("model {model:?}: the request passed its deadline ({stated}, {key}) {while_}"),
+        )
+        .code("request_deadline")
+    }
+}
+
+/// Opens a planned request's samples and picks them, by its deadlines; `finish` takes the
+/// run, and the failure when nothing was picked.
+async fn pick<A: ClientApi>(
+    gw: &Gateway,
+    plan: Plan<A::Reply>,
+    finish: &mut Finish,
+) -> Result<Ready<A>, ApiError> {
+    let Plan {
+        req,
+        reply,
+        opener,
+        apis,
+        estimate,
+        dropped,
+    } = plan;
+    let deadlines = Deadlines::new(gw, finish.arrived(), req.policy.deadline());
+    let picked_by = deadlines.picked_by();
+    let request_id = finish.request_id().to_string();
+    let started = tokio::time::timeout_at(picked_by.into(), Run::start(opener, &req)).await;
+    let Ok(run) = started else {
+        return Err(deadlines.passed(
+            &request_id,
+            &req.model,
+            "while its first samples were opened",
+        ));
+    };
+    // The record holds the run from its start: a client gone from here on is recorded.
+    finish.started(run?);
+    let span = match (&gw.inner.traces, finish.take_parent()) {
+        (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
+        _ => None,
+    };
+    // The span names how each sample ended, and its parts; the records' samples keep them.
+    let keep = span.is_some() || finish.records_samples();
+    finish.run_mut().keep_messages(keep);
+    let left = picked_by.saturating_duration_since(Instant::now());
+    let picked = finish.run_mut().pick(&req, left).await;
+    let rule = req.policy.rule();
+    if rule != choicewise_core::PickRule::All {
+        let decision = match (&picked.samples[..], picked.timed_out, &picked.reason) {
+            ([], _, _) => "none",
+            (_, true, _) => "timed_out",
+            (_, false, Some(_)) => "undecided",
+            (_, false, None) => "decided",
+        };
+        finish.pick_decided(rule.as_str(), decision);
+    }
+    let unpicked = unpicked(&picked, &deadlines, &request_id, &req.model);
+    let outputs = (rule != choicewise_core::PickRule::All).then(|| picked.samples.clone());
+    finish.picked(outputs, span);
+    if let Some((why, e)) = unpicked {
+        finish.fail(why).await;
+        return Err(e);
+    }
+    let envelope = Envelope::new(&req.model);
+    finish.response_id(&envelope.id);
+    let closing = write::Closing::new(
+        gw.inner.closing.subscribe(),
+        deadlines.request,
+        (finish.request_id(), req.model.as_str(), deadlines.request_s),
+    );
+    Ok(Ready {
+        picked,
+        req,
+        answer: Answer {
+            reply,
+            envelope,
+            estimate,
+        },
+        closing,
+        dropped,
+    })
+}
+
+/// Why nothing was picked, when nothing was: the request passed its deadline first (504),
+/// or every sample failed (502).
+fn unpicked(
+    picked: &Picked,
+    deadlines: &Deadlines,
+    request_id: &str,
+    model: &str,
+) -> Option<(ErrorType, ApiError)> {
+    if !picked.samples.is_empty() {
+        return None;
+    }
+    let reason = (picked.reason.as_deref()).unwrap_or("nothing was picked");
+    if picked.timed_out {
+        let while_ = format!("before its pick decided: {reason}");
+        let e = deadlines.passed(request_id, model, &while_);
+        return Some((ErrorType::RequestDeadline, e));
+    }
+    let e = ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "upstream_error",
+        format!("model {model:?}: {reason}"),
+    )
+    .code("no_choice");
+    Some((ErrorType::NoChoice, e))
+}
+
+/// A request ready to be answered: its pick made, what its answer is made of.
+struct Ready<A: ClientApi> {
+    picked: Picked,
+    req: ChatRequest,
+    answer: Answer<A>,
+    closing: write::Closing,
+    /// The hosted tools left out of the upstream request.
+    dropped: Option<String>,
+}
+
+impl<A: ClientApi> Ready<A> {
+    /// The answer, in the client's API, streamed or not; `finish` goes with its body.
+    fn answer(self, finish: Finish) -> impl Future<Output = Response> + Send {
+        let Ready {
+            picked,
+            req,
+            answer,
+            closing,
+            dropped,
+        } = self;
+        let responding = respond::respond(finish, picked, req, answer, closing);
+        async move {
+            let mut response = responding.await;
+            if let Some(value) = dropped.and_then(|d| axum::http::HeaderValue::from_str(&d).ok()) {
+                response
+                    .headers_mut()
+                    .insert("x-choicewise-dropped-tools", value);
+            }
+            response
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{chat::Chat, messages::Messages, responses::Responses};
+
+    #[test]
+    fn small_bodies_without_a_vote_key_parse_on_the_worker() {
+        let small = br#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+        assert!(parses_inline(small));
+        let vote = br#"{"model": "m", "choicewise": {"select": "vote", "vote_by": "(\\d+)"}}"#;
+        assert!(!parses_inline(vote), "a vote_by compiles off the workers");
+        let escaped = br#"{"model": "m", "choicewise": {"vote\u005fby": "x"}}"#;
+        assert!(!parses_inline(escaped), "an escape could spell vote_by");
+        let mut large = br#"{"model": "m", "messages": [{"role": "user", "content": ""#.to_vec();
+        large.resize(INLINE_PARSE_BYTES + 1, b'a');
+        assert!(
+            !parses_inline(&large),
+            "a large body parses off the workers"
+        );
+    }
+
+    /// The most a request's handler future may weigh: it is moved whole as axum boxes it,
+    /// and its steps within it as they are awaited, so its large steps are boxed where they
+    /// are awaited and its record lives on the heap (12.5 KB in a release build before).
+    const MAX_HANDLER_FUTURE: usize = 6 * 1024;
+
+    fn handler_future_size<A: ClientApi>(gw: &Gateway) -> usize {
+        let request = axum::http::Request::post("/v1/chat/completions")
+            .body(Body::empty())
+            .unwrap();
+        let future = answer::<A>(State(gw.clone()), request);
+        std::mem::size_of_val(&future)
+    }
+
+    #[test]
+    fn a_handler_future_stays_small() {
+        let gw = Gateway::of_one_model();
+        for (api, size) in [
+            ("chat", handler_future_size::<Chat>(&gw)),
+            ("messages", handler_future_size::<Messages>(&gw)),
+            ("responses", handler_future_size::<Responses>(&gw)),
+        ] {
+            assert!(
+                size <= MAX_HANDLER_FUTURE,
+                "the {api} handler's future is {size} bytes (at most {MAX_HANDLER_FUTURE})"
+            );
+        }
+        assert!(
+            std::mem::size_of::<Finish>() <= 8,
+            "the record is a pointer"
+        );
+    }
+}
