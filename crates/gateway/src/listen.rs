@@ -111,7 +111,9 @@ pub(crate) async fn accept_until(
         let router = router.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
             in_flight.fetch_add(1, Ordering::AcqRel);
-            request.extensions_mut().insert(Peer(peer.ip()));
+            request
+                .extensions_mut()
+                .insert(crate::admission::auth::Peer(peer.ip()));
             let guard = InFlight(in_flight.clone());
             let answer = router.clone().oneshot(request.map(Body::new));
             async move {
@@ -151,11 +153,6 @@ pub(crate) async fn accept_until(
     drop(alive);
     let _ = all_ended.recv().await;
 }
-
-/// The peer address of a request's connection (its IP), set on every request the gateway's
-/// own listener serves: who a keyless gateway's request comes from.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Peer(pub(crate) std::net::IpAddr);
 
 /// One request in flight on a connection, until dropped.
 struct InFlight(Arc<AtomicUsize>);

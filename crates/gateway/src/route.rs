@@ -43,7 +43,7 @@ pub(crate) async fn answer<A: ClientApi>(
         .get::<crate::metrics::RequestModel>()
         .cloned();
     let caller = (parts.extensions.get::<keys::Caller>().copied()).unwrap_or(keys::Caller::Open);
-    let mut finish = Finish::new(&gw, &parts.headers, client, counted_as);
+    let mut finish = Finish::new(gw.sinks(), &parts.headers, client, counted_as);
     finish.api(A::LABEL);
     if let Some(name) = gw.inner.keys.name(caller) {
         finish.key(name);

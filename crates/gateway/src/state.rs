@@ -75,6 +75,15 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
+    /// Where a request's record goes now.
+    pub(crate) fn sinks(&self) -> crate::answer::finish::Sinks {
+        crate::answer::finish::Sinks {
+            metrics: self.inner.metrics.clone(),
+            traces: self.inner.traces.clone(),
+            records: self.inner.records.get().cloned(),
+        }
+    }
+
     /// For the crate's unit tests: a gateway of one model, `m`, on a chat upstream that
     /// nothing answers.
     #[cfg(test)]

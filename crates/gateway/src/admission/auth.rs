@@ -50,7 +50,7 @@ pub(crate) fn client(
     match extensions.get::<Client>() {
         Some(client) => client.0,
         None => {
-            let peer = extensions.get::<crate::listen::Peer>().map(|p| p.0);
+            let peer = extensions.get::<Peer>().map(|p| p.0);
             client_of(keys, headers, peer)
         }
     }
@@ -74,3 +74,8 @@ pub(crate) fn client_of(
     }
     hasher.finish()
 }
+
+/// The peer address of a request's connection (its IP), set on every request the gateway's
+/// own listener serves: who a keyless gateway's request comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub(crate) std::net::IpAddr);

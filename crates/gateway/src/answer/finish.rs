@@ -13,7 +13,6 @@ use crate::answer::closing::{Closing, until_closed};
 use crate::answer::ending::{AnswerEnd, ErrorType, Initiator};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome};
-use crate::state::Gateway;
 use crate::traces::{RequestSpan, Traces};
 use crate::upstream::engine::Run;
 use crate::upstream::open::TryRecord;
@@ -133,21 +132,34 @@ impl Settled {
     }
 }
 
+/// Where a request's record goes: the metrics, the traces (with `[telemetry]`), the records
+/// writer (with `[records]`, once started).
+#[derive(Clone)]
+pub(crate) struct Sinks {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) traces: Option<Arc<Traces>>,
+    pub(crate) records: Option<Arc<crate::records::Records>>,
+}
+
 impl Finish {
-    /// The record of a request arriving now with these headers, from `client`; `counted_as`
-    /// learns its model (the count layer's, when there is one).
+    /// The record of a request arriving now with these headers, from `client`, made into
+    /// `sinks`; `counted_as` learns its model (the count layer's, when there is one).
     pub(crate) fn new(
-        gw: &Gateway,
+        sinks: Sinks,
         headers: &HeaderMap,
         client: resilience::ClientId,
         counted_as: Option<crate::metrics::RequestModel>,
     ) -> Finish {
-        let traces = gw.inner.traces.clone();
+        let Sinks {
+            metrics,
+            traces,
+            records,
+        } = sinks;
         if let Some(counted) = &counted_as {
             counted.recorded();
         }
         Finish(Box::new(State {
-            metrics: gw.inner.metrics.clone(),
+            metrics,
             model: String::new(),
             asked: None,
             api: "",
@@ -172,7 +184,7 @@ impl Finish {
             counted_as,
             key: None,
             reservation: None,
-            records: gw.inner.records.get().cloned(),
+            records,
             stream: false,
             first_byte: std::sync::OnceLock::new(),
             refused_status: None,
@@ -788,7 +800,11 @@ mod tests {
     fn a_recorded_body_makes_its_record_at_its_end_not_before() {
         use http_body::Body as _;
         use http_body_util::BodyExt;
-        let gw = Gateway::of_one_model();
+        let sinks = Sinks {
+            metrics: Arc::new(Metrics::new()),
+            traces: None,
+            records: None,
+        };
         let lines = Lines::default();
         let writer = lines.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -797,7 +813,7 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, || {
             // A request refused after its tries began: its record is its log line.
-            let mut finish = Finish::new(&gw, &HeaderMap::new(), 0, None);
+            let mut finish = Finish::new(sinks, &HeaderMap::new(), 0, None);
             finish.opening(Arc::default(), Arc::default());
             let e = ApiError::new(
                 axum::http::StatusCode::BAD_GATEWAY,
