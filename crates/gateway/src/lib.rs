@@ -55,9 +55,6 @@ mod upstream;
 mod wellformed;
 
 use admission::layers;
-use api::chat::Chat;
-use api::messages::Messages;
-use api::responses::Responses;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use route::answer;
@@ -129,25 +126,21 @@ impl Gateway {
     pub fn router(&self) -> axum::Router {
         let gw = self.clone();
         let slots = || from_fn_with_state(gw.inner.admission.clone(), layers::slots);
-        let api = axum::Router::new()
-            .route(
-                "/v1/chat/completions",
-                post(answer::<Chat>)
-                    .layer(slots())
-                    .fallback(layers::post_only),
-            )
-            .route(
-                "/v1/messages",
-                post(answer::<Messages>)
-                    .layer(slots())
-                    .fallback(layers::post_only),
-            )
-            .route(
-                "/v1/responses",
-                post(answer::<Responses>)
-                    .layer(slots())
-                    .fallback(layers::post_only),
-            )
+        // Each client API's route ([`api::each`]: the one list).
+        struct Routes(axum::Router<Gateway>, Gateway);
+        impl api::EachApi for Routes {
+            fn api<A: api::ClientApi>(&mut self) {
+                let gate = self.1.inner.admission.clone();
+                let route = post(answer::<A>)
+                    .layer(from_fn_with_state(gate, layers::slots))
+                    .fallback(layers::post_only);
+                self.0 = std::mem::take(&mut self.0).route(A::ROUTE, route);
+            }
+        }
+        let mut routes = Routes(axum::Router::new(), gw.clone());
+        api::each(&mut routes);
+        let api = routes
+            .0
             .route(
                 "/v1/messages/count_tokens",
                 post(count::count_tokens)

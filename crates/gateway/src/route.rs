@@ -19,7 +19,7 @@ use crate::answer::ending::ErrorType;
 use crate::answer::finish::{Finish, Recorded};
 use crate::answer::respond::{self, Answer};
 use crate::answer::write;
-use crate::api::{ClientApi, Read, Refused};
+use crate::api::{ClientApi, Head, Read, Refused};
 use crate::error::ApiError;
 use crate::keys;
 use crate::request::ChatRequest;
@@ -49,7 +49,8 @@ pub(crate) async fn answer<A: ClientApi>(
         finish.key(name);
     }
     let mut kept = None;
-    let served = serve::<A>(&gw, body, caller, &mut finish, &mut kept).await;
+    let head = Arc::new(parts);
+    let served = serve::<A>(&gw, head, body, caller, &mut finish, &mut kept).await;
     let label = layers::ModelLabel(finish.model().to_string());
     let tries = finish.tries();
     let mut response = match served {
@@ -89,6 +90,7 @@ fn parses_inline(body: &[u8]) -> bool {
 /// ([`ClientApi::kept_for_errors`]).
 async fn serve<A: ClientApi>(
     gw: &Gateway,
+    head: Arc<Head>,
     body: Body,
     caller: keys::Caller,
     finish: &mut Finish,
@@ -97,7 +99,7 @@ async fn serve<A: ClientApi>(
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(&gw.inner.admission, body).await?;
     let len = bytes.len();
-    let parsed = match parse::<A>(gw, bytes).await {
+    let parsed = match parse::<A>(gw, head, bytes).await {
         Ok(parsed) => parsed,
         Err(refused) => {
             let Refused { error, asked } = *refused;
@@ -154,14 +156,18 @@ async fn serve<A: ClientApi>(
 /// small body without a vote_by parses in microseconds, less than the two thread
 /// hand-offs of the blocking pool: on the worker. Either way a panic while parsing is the
 /// client's 400, not a dropped connection.
-async fn parse<A: ClientApi>(gw: &Gateway, bytes: Bytes) -> Result<Read<A::Reply>, Box<Refused>> {
+async fn parse<A: ClientApi>(
+    gw: &Gateway,
+    head: Arc<Head>,
+    bytes: Bytes,
+) -> Result<Read<A::Reply>, Box<Refused>> {
     let inline = parses_inline(&bytes);
     let limits = gw.inner.limits.clone();
     let picks = gw.inner.picks.clone();
     // First the one rule of strings, numbers and depth (`wellformed`), whichever API the
     // model's upstreams speak.
     let parse = move || match crate::wellformed::check(&bytes, A::PATHS) {
-        Ok(()) => A::read(&bytes, &limits, &picks),
+        Ok(()) => A::read(&head, &bytes, &limits, &picks),
         Err(e) => Err(Refused::new(e, None)),
     };
     let unparsed = || Refused::new(ApiError::invalid("the request could not be parsed"), None);

@@ -23,7 +23,7 @@ use futures::StreamExt;
 use crate::admission::auth;
 use crate::admission::overload;
 use crate::admission::unsent;
-use crate::api::{ClientApi, PathApi, chat::Chat, of_path as api_of};
+use crate::api::{BodyCost, PathApi, of_path as api_of};
 use crate::error::ApiError;
 use crate::keys;
 use crate::metrics::{CLIENT_GONE_STATUS, RequestModel};
@@ -33,16 +33,7 @@ use crate::admission::Admission;
 /// The `api` label of a path's requests in the metrics: its client API's, or none for the
 /// paths of no client API.
 pub(crate) fn path_api_label(path: &str) -> &'static str {
-    match api_of(path).label {
-        label
-            if label == Chat::LABEL
-                && !(path.starts_with("/v1/chat/completions")
-                    || path.starts_with("/v1/v1/chat/completions")) =>
-        {
-            ""
-        }
-        label => label,
-    }
+    crate::api::find(path).map_or("", |api| api.label)
 }
 
 /// An error answered in the shape of `api` (the client API of its path: [`api_of`]).
@@ -58,10 +49,9 @@ pub(crate) async fn unknown_route(request: Request) -> Response {
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         format!(
-            "no route {} {path} here: this gateway serves POST /v1/chat/completions, \
-             POST /v1/messages, POST /v1/messages/count_tokens, POST /v1/responses, \
-             GET /v1/models, GET /v1/models/{{id}}, GET /healthz and GET /metrics",
-            request.method()
+            "no route {} {path} here: this gateway serves {}",
+            request.method(),
+            crate::api::routes_named()
         ),
     )
     .code("unknown_route");
@@ -304,7 +294,7 @@ pub(crate) async fn slots(
     // The memory ceiling: the request charged what its head may cost (its route's factor
     // over its declared length, at most `HEAD_CHARGE` of it), the rest as its bytes arrive,
     // until the handler has answered.
-    let route = overload::Route::of(request.uri().path());
+    let route = crate::api::cost_of_path(request.uri().path());
     let bound = overload::cost_bound(route, declared.unwrap_or(max_body).min(HEAD_CHARGE));
     // The key's charges of bodies not yet received, capped (`max_unsent_bytes_per_key`).
     let client = auth::client(&gate.keys, request.headers(), request.extensions());
@@ -380,8 +370,8 @@ const SPLIT_FROM: usize = 16 * 1024;
 
 /// What a read body costs to process ([`overload::cost`]): from its top-level fields'
 /// sizes (the route's bound when the scan could not run).
-async fn cost_of(route: overload::Route, bytes: axum::body::Bytes) -> u64 {
-    if bytes.len() <= SPLIT_FROM || route == overload::Route::Other {
+async fn cost_of(route: BodyCost, bytes: axum::body::Bytes) -> u64 {
+    if bytes.len() <= SPLIT_FROM || route == BodyCost::NONE {
         return overload::cost(route, &bytes);
     }
     let bound = overload::cost_bound(route, bytes.len() as u64);
@@ -495,7 +485,7 @@ enum Refusal {
 struct Charge<'a> {
     reservation: Option<&'a mut overload::Reservation>,
     hold: &'a mut unsent::Hold,
-    route: overload::Route,
+    route: BodyCost,
 }
 
 /// How much of a body to have charged once `received` bytes of it arrived: up to

@@ -21,6 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::api::BodyCost;
+
 /// How stale the resident-set reading may be when a request asks.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(20);
 
@@ -109,72 +111,18 @@ impl Reservation {
     }
 }
 
-/// The routes whose requests cost more to process than their bodies, by what their
-/// handlers build from the body: see [`cost`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Route {
-    /// `POST /v1/chat/completions`.
-    Chat,
-    /// `POST /v1/messages`.
-    Messages,
-    /// `POST /v1/messages/count_tokens`.
-    CountTokens,
-    /// `POST /v1/responses`.
-    Responses,
-    /// Any other: only its body counts.
-    Other,
-}
-
-impl Route {
-    /// The route of a request's path.
-    pub(crate) fn of(path: &str) -> Route {
-        match path.trim_end_matches('/') {
-            "/v1/chat/completions" => Route::Chat,
-            "/v1/messages" => Route::Messages,
-            "/v1/messages/count_tokens" => Route::CountTokens,
-            "/v1/responses" => Route::Responses,
-            _ => Route::Other,
-        }
-    }
-
-    /// The fields its handler reads entry by entry into something new (translated
-    /// messages, the upstream's body, the prompt's count): what makes it cost more than
-    /// its bytes.
-    fn heavy(self) -> &'static [&'static str] {
-        match self {
-            Route::Chat => &["messages", "tools", "functions"],
-            Route::Messages | Route::CountTokens => &["messages", "system", "tools"],
-            Route::Responses => &["input", "instructions", "tools"],
-            Route::Other => &[],
-        }
-    }
-
-    /// The memory its handler takes per byte of those fields, beyond the body itself, in
-    /// sixteenths: the resident growth measured per body byte (docs/reliability.md, "The
-    /// memory model"), rounded up.
-    fn sixteenths(self) -> u64 {
-        match self {
-            Route::Chat => 20,
-            Route::Messages => 24,
-            Route::CountTokens => 24,
-            Route::Responses => 24,
-            Route::Other => 0,
-        }
-    }
-}
-
 /// What a request of `route` whose body is `body` bytes may cost before its fields are
 /// known: the body, and the route's factor over all of it (an upper bound of [`cost`]).
-pub(crate) fn cost_bound(route: Route, body: u64) -> u64 {
-    body.saturating_add(body.saturating_mul(route.sixteenths()) / 16)
+pub(crate) fn cost_bound(route: BodyCost, body: u64) -> u64 {
+    body.saturating_add(body.saturating_mul(route.sixteenths) / 16)
 }
 
 /// What a request of `route` costs to process, from its fields' sizes: its body (`text`),
 /// held while it is served, and the route's factor over the fields its handler builds from
 /// ([`heavy_bytes`]).
-pub(crate) fn cost(route: Route, text: &[u8]) -> u64 {
+pub(crate) fn cost(route: BodyCost, text: &[u8]) -> u64 {
     let heavy = heavy_bytes(route, text);
-    (text.len() as u64).saturating_add(heavy.saturating_mul(route.sixteenths()) / 16)
+    (text.len() as u64).saturating_add(heavy.saturating_mul(route.sixteenths) / 16)
 }
 
 /// The bytes of the top-level fields of a JSON object's text that `route`'s handler builds
@@ -182,8 +130,8 @@ pub(crate) fn cost(route: Route, text: &[u8]) -> u64 {
 /// checks the body is JSON). Counted high rather than low: a key written with an escape
 /// counts as one of them, a field sent twice counts twice, and text that is not an object
 /// counts whole.
-pub(crate) fn heavy_bytes(route: Route, text: &[u8]) -> u64 {
-    let heavy = route.heavy();
+pub(crate) fn heavy_bytes(route: BodyCost, text: &[u8]) -> u64 {
+    let heavy = route.heavy;
     if heavy.is_empty() {
         return 0;
     }
@@ -407,6 +355,10 @@ fn page_size() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::chat::Chat;
+    use crate::api::messages::Messages;
+    use crate::api::responses::Responses;
+    use crate::api::{ClientApi, cost_of_path};
 
     const MIB: u64 = 1 << 20;
 
@@ -524,39 +476,40 @@ mod tests {
         let body = format!(r#"{{"model":"m","messages":{messages},"metadata":{{"a":"}}"}}}}"#);
         let text = body.as_bytes();
         // The messages' bytes exactly, whatever their nesting and strings hold.
-        assert_eq!(heavy_bytes(Route::Chat, text), messages.len() as u64);
+        assert_eq!(heavy_bytes(Chat::COST, text), messages.len() as u64);
         let len = text.len() as u64;
-        let chat = cost(Route::Chat, text);
+        let chat = cost(Chat::COST, text);
         assert_eq!(
             chat,
-            len + messages.len() as u64 * Route::Chat.sixteenths() / 16
+            len + messages.len() as u64 * Chat::COST.sixteenths / 16
         );
         // Another route: the body alone; the bound before the fields are known is never
         // below the cost.
-        assert_eq!(cost(Route::Other, text), len);
+        assert_eq!(cost(BodyCost::NONE, text), len);
         for route in [
-            Route::Chat,
-            Route::Messages,
-            Route::CountTokens,
-            Route::Responses,
+            Chat::COST,
+            Messages::COST,
+            cost_of_path("/v1/messages/count_tokens"),
+            Responses::COST,
         ] {
             assert!(cost(route, text) <= cost_bound(route, len));
         }
         // A light field is not counted; a key with an escape, a field sent twice, and text
         // that is not one object are counted high.
-        assert_eq!(heavy_bytes(Route::Messages, br#"{"metadata":[1,2,3]}"#), 0);
+        assert_eq!(heavy_bytes(Messages::COST, br#"{"metadata":[1,2,3]}"#), 0);
         assert_eq!(
-            heavy_bytes(Route::Messages, br#"{"messag\u0065s":[1,2]}"#),
+            heavy_bytes(Messages::COST, br#"{"messag\u0065s":[1,2]}"#),
             5
         );
         assert_eq!(
-            heavy_bytes(Route::Responses, br#"{"input":[1], "input":"abc"}"#),
+            heavy_bytes(Responses::COST, br#"{"input":[1], "input":"abc"}"#),
             3 + 5
         );
-        assert_eq!(heavy_bytes(Route::Chat, br#"[{"messages":1}]"#), 16);
-        assert_eq!(heavy_bytes(Route::Chat, br#"{"a":1}{"messages":2}"#), 21);
-        assert_eq!(Route::of("/v1/messages/count_tokens"), Route::CountTokens);
-        assert_eq!(Route::of("/v1/models"), Route::Other);
+        assert_eq!(heavy_bytes(Chat::COST, br#"[{"messages":1}]"#), 16);
+        assert_eq!(heavy_bytes(Chat::COST, br#"{"a":1}{"messages":2}"#), 21);
+        assert_eq!(cost_of_path("/v1/messages/count_tokens"), Messages::COST);
+        assert_eq!(cost_of_path("/v1/models"), BodyCost::NONE);
+        assert_eq!(cost_of_path("/v1/v1/responses"), Responses::COST);
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub(crate) trait ClientApi: Send + Sync + 'static {
     /// The `api` label of its requests in the metrics and the `request` log line: its
     /// endpoint's name (`chat`, `messages`, `responses`).
     const LABEL: &'static str;
+    /// Its route, as the router writes it (`/v1/chat/completions`, or a pattern such as
+    /// `/v1beta/models/{target}`).
+    const ROUTE: &'static str;
+    /// What its bodies may cost to process, for the memory ceiling's admission.
+    const COST: BodyCost;
     /// Whether its answer has one output choice (no `n`): the pick's first.
     const ONE_OUTPUT: bool;
     /// How its errors name a field's path (the rule of [`crate::wellformed`] says where a
@@ -40,10 +45,18 @@ pub(crate) trait ClientApi: Send + Sync + 'static {
     /// Its streamed answer's framing.
     type Framing: Framing + Send + 'static;
 
-    /// Reads a request body into the Chat Completions request the gateway runs and what
-    /// its answer needs (`limits`, `picks`: the gateway's, which check it); a refusal names
-    /// the model the body asked for when it could be read.
+    /// Whether a request's path is of this API: its route's, or one under it (its errors
+    /// are answered in this API's shape, its body costed as this API's).
+    fn owns(path: &str) -> bool {
+        path.starts_with(Self::ROUTE)
+    }
+
+    /// Reads a request (its `head`: method, path, query, headers; its body's `bytes`) into
+    /// the Chat Completions request the gateway runs and what its answer needs (`limits`,
+    /// `picks`: the gateway's, which check it); a refusal names the model the request asked
+    /// for when it could be read.
     fn read(
+        head: &Head,
         bytes: &Bytes,
         limits: &Limits,
         picks: &HashMap<String, ModelPick>,
@@ -277,4 +290,27 @@ impl Tokens {
             reasoning: detail("completion_tokens_details", "reasoning_tokens"),
         }
     }
+}
+
+/// A request's head (method, path and query, headers), as a client API reads it.
+pub(crate) type Head = axum::http::request::Parts;
+
+/// What a client API's bodies may cost to process beyond their bytes, for the memory
+/// ceiling's admission (`crate::admission::overload::cost`): the top-level fields its
+/// handler reads entry by entry into something new (translated messages, the upstream's
+/// body, the prompt's count), and the memory it takes per byte of those, in sixteenths (the
+/// resident growth measured per body byte, docs/reliability.md, "The memory model",
+/// rounded up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BodyCost {
+    pub heavy: &'static [&'static str],
+    pub sixteenths: u64,
+}
+
+impl BodyCost {
+    /// A path of no client API: only its body counts.
+    pub(crate) const NONE: BodyCost = BodyCost {
+        heavy: &[],
+        sixteenths: 0,
+    };
 }

@@ -12,7 +12,7 @@ use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use crate::Limits;
 use crate::answer::ending::{AnswerEnd, OutputEnd};
 use crate::answer::write::{Framing, Needs, Tail};
-use crate::api::{ClientApi, Read, Refused};
+use crate::api::{BodyCost, ClientApi, Head, Read, Refused};
 use crate::config::ModelPick;
 use crate::error::ApiError;
 use crate::request::ChatRequest;
@@ -24,11 +24,17 @@ pub(crate) struct Chat;
 
 impl ClientApi for Chat {
     const LABEL: &'static str = "chat";
+    const ROUTE: &'static str = "/v1/chat/completions";
+    const COST: BodyCost = BodyCost {
+        heavy: &["messages", "tools", "functions"],
+        sixteenths: 20,
+    };
     const ONE_OUTPUT: bool = false;
     type Reply = ();
     type Framing = ChatFraming;
 
     fn read(
+        _: &Head,
         bytes: &Bytes,
         limits: &Limits,
         picks: &std::collections::HashMap<String, ModelPick>,

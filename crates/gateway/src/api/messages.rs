@@ -43,8 +43,9 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{
-    AsWritten, ClientApi, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated,
-    each_block, field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
+    AsWritten, BodyCost, ClientApi, Head, IngressError, MessagesOut, Parts, Read, Refused, Reply,
+    Translated, each_block, field, lean, lean_object, raw_field, read_fields,
+    write_compact_as_string,
 };
 use crate::Limits;
 use crate::answer::ending::OutputEnd;
@@ -61,12 +62,18 @@ pub(crate) struct Messages;
 
 impl ClientApi for Messages {
     const LABEL: &'static str = "messages";
+    const ROUTE: &'static str = "/v1/messages";
+    const COST: BodyCost = BodyCost {
+        heavy: &["messages", "system", "tools"],
+        sixteenths: 24,
+    };
     const ONE_OUTPUT: bool = true;
     const PATHS: crate::wellformed::Paths = crate::wellformed::Paths::Dotted;
     type Reply = Reply;
     type Framing = ApiFraming;
 
     fn read(
+        _: &Head,
         bytes: &Bytes,
         limits: &Limits,
         picks: &std::collections::HashMap<String, ModelPick>,

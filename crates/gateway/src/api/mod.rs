@@ -87,42 +87,99 @@ pub(crate) fn read_translated(
     })
 }
 
+/// Each client API the gateway serves, visited in turn: **the one list**. The router's
+/// routes, the error shape of a path ([`of_path`]), the admission's cost of a body
+/// ([`cost_of_path`]) and the 404's list of routes all come from it, so that a new client
+/// API is its module and one line here.
+pub(crate) fn each(visit: &mut impl EachApi) {
+    visit.api::<chat::Chat>();
+    visit.api::<messages::Messages>();
+    visit.api::<responses::Responses>();
+}
+
+/// What visits the client APIs ([`each`]): the router adds each one's route.
+pub(crate) trait EachApi {
+    fn api<A: ClientApi>(&mut self);
+}
+
 /// A client API as the layers know it from a request's path, before any handler: its
-/// label and its errors' shape.
+/// label, its route, its errors' shape and its bodies' cost.
 #[derive(Clone, Copy)]
 pub(crate) struct PathApi {
     /// [`ClientApi::LABEL`].
     pub label: &'static str,
+    /// [`ClientApi::ROUTE`].
+    pub route: &'static str,
+    /// [`ClientApi::owns`].
+    pub owns: fn(&str) -> bool,
     /// [`ClientApi::shaped`].
     pub shaped: fn(ApiError) -> Response,
+    /// [`ClientApi::COST`].
+    pub cost: BodyCost,
 }
 
-impl PathApi {
-    fn of<A: ClientApi>() -> PathApi {
-        PathApi {
-            label: A::LABEL,
-            shaped: A::shaped,
+/// Every client API ([`each`]) as the layers know it.
+pub(crate) fn all() -> &'static [PathApi] {
+    struct Collect(Vec<PathApi>);
+    impl EachApi for Collect {
+        fn api<A: ClientApi>(&mut self) {
+            self.0.push(PathApi {
+                label: A::LABEL,
+                route: A::ROUTE,
+                owns: A::owns,
+                shaped: A::shaped,
+                cost: A::COST,
+            });
         }
     }
+    static ALL: std::sync::LazyLock<Vec<PathApi>> = std::sync::LazyLock::new(|| {
+        let mut apis = Collect(Vec::new());
+        each(&mut apis);
+        apis.0
+    });
+    &ALL
 }
 
-/// The client API a path belongs to: its errors are answered in that API's shape (a path
-/// of none is answered as Chat Completions).
-pub(crate) fn of_path(path: &str) -> PathApi {
+/// The client API whose path this is (a doubled `/v1`, `/v1/v1/...`, read as one), if any.
+pub(crate) fn find(path: &str) -> Option<&'static PathApi> {
     let path = path
         .strip_prefix("/v1")
         .filter(|p| p.starts_with("/v1/"))
         .unwrap_or(path);
-    if path.starts_with("/v1/messages") {
-        PathApi::of::<messages::Messages>()
-    } else if path.starts_with("/v1/responses") {
-        PathApi::of::<responses::Responses>()
-    } else {
-        PathApi::of::<chat::Chat>()
-    }
+    all().iter().find(|api| (api.owns)(path))
 }
 
-pub(crate) use crate::answer::client::{ClientApi, Encoder, Hosted, Read, Refused, Tokens};
+/// The client API a path belongs to: its errors are answered in that API's shape (a path
+/// of none is answered as the first, Chat Completions).
+pub(crate) fn of_path(path: &str) -> PathApi {
+    *find(path).unwrap_or(&all()[0])
+}
+
+/// What a body sent to this path may cost to process ([`ClientApi::COST`]; a path of no
+/// client API: its bytes alone).
+pub(crate) fn cost_of_path(path: &str) -> BodyCost {
+    find(path).map_or(BodyCost::NONE, |api| api.cost)
+}
+
+/// The gateway's routes, as a 404 names them: each client API's, then the others.
+pub(crate) fn routes_named() -> &'static str {
+    static NAMED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let mut routes: Vec<String> = all().iter().map(|a| format!("POST {}", a.route)).collect();
+        // Anthropic's token count, beside the Messages route.
+        let at = routes
+            .iter()
+            .position(|r| r == "POST /v1/messages")
+            .map_or(routes.len(), |i| i + 1);
+        routes.insert(at, "POST /v1/messages/count_tokens".to_string());
+        routes.extend(["GET /v1/models", "GET /v1/models/{id}", "GET /healthz"].map(String::from));
+        format!("{} and GET /metrics", routes.join(", "))
+    });
+    &NAMED
+}
+
+pub(crate) use crate::answer::client::{
+    BodyCost, ClientApi, Encoder, Head, Hosted, Read, Refused, Tokens,
+};
 pub(crate) use crate::error::IngressError;
 
 /// The error's JSON body in a client API's shape (tests).

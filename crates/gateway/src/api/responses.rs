@@ -46,8 +46,8 @@ use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    ClientApi, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated, each_block,
-    field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
+    BodyCost, ClientApi, Head, IngressError, MessagesOut, Parts, Read, Refused, Reply, Translated,
+    each_block, field, lean, lean_object, raw_field, read_fields, write_compact_as_string,
 };
 use crate::Limits;
 use crate::answer::ending::OutputEnd;
@@ -66,11 +66,17 @@ pub(crate) struct Responses;
 
 impl ClientApi for Responses {
     const LABEL: &'static str = "responses";
+    const ROUTE: &'static str = "/v1/responses";
+    const COST: BodyCost = BodyCost {
+        heavy: &["input", "instructions", "tools"],
+        sixteenths: 24,
+    };
     const ONE_OUTPUT: bool = true;
     type Reply = Reply;
     type Framing = ApiFraming;
 
     fn read(
+        _: &Head,
         bytes: &Bytes,
         limits: &Limits,
         picks: &HashMap<String, ModelPick>,
