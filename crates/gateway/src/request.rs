@@ -159,33 +159,67 @@ pub(crate) fn parse_field(key: &str, text: &[u8]) -> Result<Value, String> {
     serde_json::from_slice(text).map_err(|e| format!("{key:?} could not be read: {e}"))
 }
 
-/// The Chat Completions fields the gateway parses into a tree somewhere (the translation to
-/// another API, the prompt's count, the request's own fields): each refused when it is too
-/// large to parse ([`too_large_to_parse`]), before any of them is parsed.
-const PARSED: [&str; 22] = [
-    "model",
-    "n",
-    "stream",
-    "stream_options",
-    "choicewise",
-    "logprobs",
-    "top_logprobs",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "seed",
-    "tool_choice",
-    "function_call",
-    "reasoning_effort",
-    "parallel_tool_calls",
-    "prompt_cache_key",
-    "user",
-    "safety_identifier",
-    "service_tier",
-    "thinking",
-    "reasoning",
-    "temperature",
+/// A Chat Completions field the gateway reads rather than passing it on as sent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChatField {
+    pub name: &'static str,
+    /// The gateway parses it into a tree somewhere (the request's own fields, the
+    /// translation to another API, the prompt's count): refused when too large to parse
+    /// ([`too_large_to_parse`]), before any field is parsed.
+    pub parsed: bool,
+    /// The translation to another upstream API reads or reshapes it
+    /// (`Dialect::request_from_chat`); the others pass on as they are.
+    pub translated: bool,
+}
+
+impl ChatField {
+    const fn new(name: &'static str, parsed: bool, translated: bool) -> ChatField {
+        ChatField {
+            name,
+            parsed,
+            translated,
+        }
+    }
+}
+
+/// The Chat Completions fields the gateway reads, **one list**: a parsed field that is too
+/// large is refused first in this order.
+pub(crate) const CHAT_FIELDS: [ChatField; 23] = [
+    ChatField::new("model", true, false),
+    ChatField::new("n", true, true),
+    ChatField::new("stream", true, false),
+    ChatField::new("stream_options", true, true),
+    ChatField::new("messages", false, true),
+    ChatField::new("choicewise", true, false),
+    ChatField::new("logprobs", true, false),
+    ChatField::new("top_logprobs", true, false),
+    ChatField::new("max_tokens", true, true),
+    ChatField::new("max_completion_tokens", true, true),
+    ChatField::new("stop", true, true),
+    ChatField::new("seed", true, true),
+    ChatField::new("tool_choice", true, true),
+    ChatField::new("function_call", true, false),
+    ChatField::new("reasoning_effort", true, true),
+    ChatField::new("parallel_tool_calls", true, true),
+    ChatField::new("prompt_cache_key", true, true),
+    ChatField::new("user", true, true),
+    ChatField::new("safety_identifier", true, true),
+    ChatField::new("service_tier", true, true),
+    ChatField::new("thinking", true, true),
+    ChatField::new("reasoning", true, true),
+    ChatField::new("temperature", true, false),
 ];
+
+/// The field `key`'s entry in [`CHAT_FIELDS`], with its place there.
+pub(crate) fn chat_field(key: &str) -> Option<(usize, &'static ChatField)> {
+    CHAT_FIELDS.iter().enumerate().find(|(_, f)| f.name == key)
+}
+
+/// Whether the translation to another upstream API reads or reshapes the Chat Completions
+/// field `key` ([`ChatField::translated`]).
+pub(crate) fn is_translated(key: &str) -> bool {
+    chat_field(key).is_some_and(|(_, f)| f.translated)
+}
 
 /// A checked request.
 #[derive(Debug, Clone)]
@@ -232,9 +266,12 @@ impl ChatRequest {
     /// those the gateway decides are parsed.
     pub fn from_fields(mut body: Fields, limits: &Limits) -> Result<ChatRequest, ApiError> {
         // The body's own fields, each looked up among the parsed ones (a body has few fields;
-        // the first refused in `PARSED`'s order).
+        // the first refused in `CHAT_FIELDS`' order).
         let too_large = (body.iter())
-            .filter_map(|(key, text)| Some((PARSED.iter().position(|p| p == key)?, key, text)))
+            .filter_map(|(key, text)| match chat_field(key)? {
+                (i, field) if field.parsed => Some((i, key, text)),
+                _ => None,
+            })
             .filter_map(|(i, key, text)| Some((i, key, text, too_large_to_parse(key, text)?)))
             .min_by_key(|(i, ..)| *i);
         if let Some((_, key, text, e)) = too_large {

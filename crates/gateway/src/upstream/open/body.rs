@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Opener, UpstreamRoute};
 use crate::error::ApiError;
+use crate::request::is_translated;
 use choicewise_core::Dialect;
 
 /// The answer room a request for upstream `u` is given when its body (`base`) states no
@@ -120,7 +121,7 @@ fn translated_body(
     let mut body = Map::new();
     for (k, text) in base
         .iter()
-        .filter(|(k, _)| TRANSLATED.contains(&k.as_str()) && *k != "messages")
+        .filter(|(k, _)| is_translated(k) && *k != "messages")
     {
         body.insert(
             k.clone(),
@@ -145,7 +146,7 @@ fn translated_body(
     let (list_key, system_key) = (api.messages_field(), api.system_field());
     fields.remove(list_key);
     for (k, text) in base {
-        if !TRANSLATED.contains(&k.as_str()) && k != "tools" {
+        if !is_translated(k) && k != "tools" {
             // A field the translation writes itself (`system`, `input`, ...) is its own.
             fields.entry(k.clone()).or_insert_with(|| text.clone());
         }
@@ -231,27 +232,6 @@ enum Piece<'a> {
     Tools(&'a [u8]),
 }
 
-/// The Chat Completions fields [`Dialect::request_from_chat`] reads or reshapes for another
-/// API (the rest it passes on as they are).
-const TRANSLATED: [&str; 16] = [
-    "n",
-    "stream_options",
-    "messages",
-    "max_tokens",
-    "max_completion_tokens",
-    "stop",
-    "seed",
-    "tool_choice",
-    "reasoning_effort",
-    "parallel_tool_calls",
-    "prompt_cache_key",
-    "user",
-    "safety_identifier",
-    "service_tier",
-    "thinking",
-    "reasoning",
-];
-
 /// The request for `samples` samples to upstream `u` as the library reads it for their
 /// accounting: the upstream's `model`, the request's `n`.
 pub(crate) fn accounting(u: &UpstreamRoute, samples: usize) -> Value {
@@ -277,10 +257,7 @@ mod tests {
         limit: Option<u64>,
     ) -> Result<Vec<u8>, String> {
         let mut body = Map::new();
-        for (k, text) in base
-            .iter()
-            .filter(|(k, _)| TRANSLATED.contains(&k.as_str()))
-        {
+        for (k, text) in base.iter().filter(|(k, _)| is_translated(k)) {
             body.insert(k.clone(), serde_json::from_slice(text).unwrap());
         }
         if let Some(native) = native {
@@ -299,7 +276,7 @@ mod tests {
             fields.insert("tools".into(), api.tools_from_chat_json(tools)?.into());
         }
         for (k, text) in base {
-            if !TRANSLATED.contains(&k.as_str()) && k != "tools" {
+            if !is_translated(k) && k != "tools" {
                 fields.entry(k.clone()).or_insert_with(|| text.clone());
             }
         }
