@@ -12,6 +12,7 @@ use crate::admission::layers;
 use crate::api::{self, ClientApi, messages::Messages};
 use crate::error::ApiError;
 use crate::state::Gateway;
+use crate::wellformed::Scan;
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
 /// upstream counts them (its own `count_tokens`, its answer at most
@@ -37,6 +38,8 @@ async fn count_tokens_answer(
     label: &mut String,
 ) -> Response {
     let arrived = Instant::now();
+    // The body's scan, when the admission made it.
+    let scanned = request.extensions().get::<Scan>().cloned();
     let bytes = match layers::read_body(&gw.inner.admission, request.into_body()).await {
         Ok(bytes) => bytes,
         Err(e) => return Messages::shaped(e),
@@ -45,8 +48,12 @@ async fn count_tokens_answer(
     let len = bytes.len();
     let (asked, parsed) = tokio::task::spawn_blocking(move || {
         // The messages route's rule of strings, numbers and depth, whichever upstream counts.
-        if let Err(e) = crate::wellformed::check(&bytes, Messages::PATHS) {
-            return (None, Err(e));
+        let fault = match scanned {
+            Some(scan) => scan.fault,
+            None => crate::wellformed::find_fault(&bytes, Messages::PATHS),
+        };
+        if let Some(fault) = fault {
+            return (None, Err(fault.error()));
         }
         let body = match api::parse_body(&bytes) {
             Ok(body) => body,

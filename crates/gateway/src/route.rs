@@ -26,6 +26,7 @@ use crate::request::ChatRequest;
 use crate::state::Gateway;
 use crate::upstream::engine::{Picked, Run};
 use crate::upstream::open;
+use crate::wellformed::{self, Scan};
 use crate::{HostedTools, api};
 
 /// A request of the client API `A` (the route of each API is this handler, instantiated for
@@ -74,14 +75,14 @@ pub(crate) async fn answer<A: ClientApi>(
 }
 
 /// Bodies of at most this many bytes without a `vote_by` are parsed on the worker that
-/// read them (see [`parses_inline`]).
+/// read them (see [`parse`]).
 const INLINE_PARSE_BYTES: usize = 16 * 1024;
 
-/// Whether a request body is parsed on the worker: at most [`INLINE_PARSE_BYTES`], and no
-/// `vote_by` to compile, nor a `\u` escape that could spell one.
-fn parses_inline(body: &[u8]) -> bool {
-    let has = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
-    body.len() <= INLINE_PARSE_BYTES && !has(b"vote_by") && !has(b"\\u")
+/// Whether a request body of `len` bytes, scanned (`scan`), is parsed on the worker: at most
+/// [`INLINE_PARSE_BYTES`], and no `vote_by` to compile, nor a `\u` escape that could spell
+/// one.
+fn parses_inline(len: usize, scan: Option<&Scan>) -> bool {
+    len <= INLINE_PARSE_BYTES && scan.is_some_and(|s| !s.vote_by && !s.escapes)
 }
 
 /// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
@@ -153,22 +154,35 @@ async fn serve<A: ClientApi>(
 /// Parses a body of the client's API into the request to run. Parsing a body of up to
 /// max_body_bytes (translating it from the client's API) and compiling its vote_by take
 /// CPU time: on a blocking thread, never on the workers that serve every connection. A
-/// small body without a vote_by parses in microseconds, less than the two thread
-/// hand-offs of the blocking pool: on the worker. Either way a panic while parsing is the
-/// client's 400, not a dropped connection.
+/// small body without a vote_by (nor a `\u` escape that could spell one) parses in
+/// microseconds, less than the two thread hand-offs of the blocking pool: on the worker.
+/// Either way a panic while parsing is the client's 400, not a dropped connection.
+///
+/// The body is scanned once ([`wellformed::scan`]): by the admission, which costs it, or
+/// here; its fault, if any, is refused before anything is parsed.
 async fn parse<A: ClientApi>(
     gw: &Gateway,
     head: Arc<Head>,
     bytes: Bytes,
 ) -> Result<Read<A::Reply>, Box<Refused>> {
-    let inline = parses_inline(&bytes);
     let limits = gw.inner.limits.clone();
     let picks = gw.inner.picks.clone();
-    // First the one rule of strings, numbers and depth (`wellformed`), whichever API the
-    // model's upstreams speak.
-    let parse = move || match crate::wellformed::check(&bytes, A::PATHS) {
-        Ok(()) => A::read(&head, &bytes, &limits, &picks),
-        Err(e) => Err(Refused::new(e, None)),
+    let small = bytes.len() <= INLINE_PARSE_BYTES;
+    let scan = match head.extensions.get::<Scan>() {
+        Some(scan) => Some(scan.clone()),
+        None if small => Some(wellformed::scan(&bytes, A::PATHS, &[])),
+        None => None,
+    };
+    let inline = parses_inline(bytes.len(), scan.as_ref());
+    let parse = move || {
+        let fault = match scan {
+            Some(scan) => scan.fault,
+            None => wellformed::find_fault(&bytes, A::PATHS),
+        };
+        match fault {
+            None => A::read(&head, &bytes, &limits, &picks),
+            Some(fault) => Err(Refused::new(fault.error(), None)),
+        }
     };
     let unparsed = || Refused::new(ApiError::invalid("the request could not be parsed"), None);
     if inline {
@@ -572,17 +586,22 @@ mod tests {
 
     #[test]
     fn small_bodies_without_a_vote_key_parse_on_the_worker() {
+        let inline = |body: &[u8]| {
+            let scan = wellformed::scan(body, wellformed::Paths::Indexed, &[]);
+            parses_inline(body.len(), Some(&scan))
+        };
         let small = br#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
-        assert!(parses_inline(small));
+        assert!(inline(small));
         let vote = br#"{"model": "m", "choicewise": {"select": "vote", "vote_by": "(\\d+)"}}"#;
-        assert!(!parses_inline(vote), "a vote_by compiles off the workers");
+        assert!(!inline(vote), "a vote_by compiles off the workers");
         let escaped = br#"{"model": "m", "choicewise": {"vote\u005fby": "x"}}"#;
-        assert!(!parses_inline(escaped), "an escape could spell vote_by");
+        assert!(!inline(escaped), "an escape could spell vote_by");
         let mut large = br#"{"model": "m", "messages": [{"role": "user", "content": ""#.to_vec();
         large.resize(INLINE_PARSE_BYTES + 1, b'a');
+        assert!(!inline(&large), "a large body parses off the workers");
         assert!(
-            !parses_inline(&large),
-            "a large body parses off the workers"
+            !parses_inline(10, None),
+            "an unscanned body parses off the workers"
         );
     }
 

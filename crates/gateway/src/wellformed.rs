@@ -94,47 +94,89 @@ pub(crate) enum Paths {
     Dotted,
 }
 
-/// Checks `body` against the rule (see the module); `paths`: the client's API's notation of
-/// a field's path, for the error.
-pub(crate) fn check(body: &[u8], api: Paths) -> Result<(), ApiError> {
-    find_fault(body, api).map_or(Ok(()), |m| Err(m.error()))
-}
-
 /// The first fault of `body`, if any (see the module). Text that is not JSON ends the read
 /// without a fault.
 pub(crate) fn find_fault(body: &[u8], api: Paths) -> Option<Malformed> {
+    scan(body, api, &[]).fault
+}
+
+/// What one pass over a request body learns, before any of it is parsed: the one scan of a
+/// body (strings, escapes, numbers, nesting), shared by the memory ceiling's cost, the rule
+/// above and the handler's choice of where to parse.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Scan {
+    /// The body's first fault, if any ([`find_fault`]).
+    pub fault: Option<Malformed>,
+    /// The bytes of the body's top-level fields named `heavy` ([`scan`]'s argument); the
+    /// whole body when it is not one JSON object, has a fault or could not be read to its
+    /// end. Counted high rather than low: a key written with an escape counts as one of
+    /// them, and a field sent twice counts twice.
+    pub heavy: u64,
+    /// An object of the body has a key `vote_by` (a policy's pattern to compile).
+    pub vote_by: bool,
+    /// A string of the body has a `\u` escape (which could spell a `vote_by`).
+    pub escapes: bool,
+}
+
+/// Reads `body` once (see [`Scan`]): its fault in `api`'s path notation, and the bytes of
+/// its top-level fields named in `heavy` (none: 0).
+pub(crate) fn scan(body: &[u8], api: Paths, heavy: &[&str]) -> Scan {
+    let mut out = Scan::default();
+    let whole = match heavy.is_empty() {
+        true => 0,
+        false => body.len() as u64,
+    };
     let mut stack = [Frame::Array(0); MAX_DEPTH];
     let mut depth = 0;
     // In an object, whether the next string is a key.
     let mut key_next = false;
+    // At the top level: whether the last key is a heavy one, and where its value began.
+    let mut heavy_key = false;
+    let mut value: Option<usize> = None;
+    let mut objects = 0;
     let mut i = 0;
-    let fault = |kind, stack: &[Frame]| {
-        Some(Malformed {
-            kind,
-            path: path(body, stack, api),
-        })
-    };
+    macro_rules! faulted {
+        ($kind:expr) => {{
+            out.fault = Some(Malformed {
+                kind: $kind,
+                path: path(body, &stack[..depth], api),
+            });
+            out.heavy = whole;
+            return out;
+        }};
+    }
     while i < body.len() {
         match body[i] {
             b'"' => {
                 let start = i + 1;
-                let end = match string_end(body, start) {
+                let end = match string_end(body, start, &mut out.escapes) {
                     Ok(end) => end,
-                    Err(Some(escape)) => {
-                        return fault(Fault::LoneSurrogate(escape), &stack[..depth]);
+                    Err(Some(escape)) => faulted!(Fault::LoneSurrogate(escape)),
+                    Err(None) => {
+                        // Not JSON: the parser that follows refuses it.
+                        out.heavy = whole;
+                        return out;
                     }
-                    Err(None) => return None,
                 };
                 if key_next && depth > 0 {
                     stack[depth - 1] = Frame::Object(Some((start, end)));
                     key_next = false;
+                    let key = &body[start..end];
+                    out.vote_by |= key == b"vote_by";
+                    if depth == 1 {
+                        heavy_key =
+                            key.contains(&b'\\') || heavy.iter().any(|k| k.as_bytes() == key);
+                    }
                 }
                 i = end + 1;
                 continue;
             }
             b'{' | b'[' => {
                 if depth == MAX_DEPTH {
-                    return fault(Fault::TooDeep, &stack[..depth]);
+                    faulted!(Fault::TooDeep);
+                }
+                if depth == 0 {
+                    objects += 1;
                 }
                 let object = body[i] == b'{';
                 stack[depth] = match object {
@@ -144,17 +186,31 @@ pub(crate) fn find_fault(body: &[u8], api: Paths) -> Option<Malformed> {
                 depth += 1;
                 key_next = object;
             }
+            b':' if depth == 1 => value = heavy_key.then_some(i + 1),
             b'}' | b']' => {
                 if depth == 0 {
-                    return None;
+                    out.heavy = whole;
+                    return out;
+                }
+                if depth == 1
+                    && let Some(start) = value.take()
+                {
+                    out.heavy += (i - start) as u64;
                 }
                 depth -= 1;
                 key_next = false;
             }
-            b',' if depth > 0 => match &mut stack[depth - 1] {
-                Frame::Array(index) => *index += 1,
-                Frame::Object(_) => key_next = true,
-            },
+            b',' if depth > 0 => {
+                if depth == 1
+                    && let Some(start) = value.take()
+                {
+                    out.heavy += (i - start) as u64;
+                }
+                match &mut stack[depth - 1] {
+                    Frame::Array(index) => *index += 1,
+                    Frame::Object(_) => key_next = true,
+                }
+            }
             b'-' | b'0'..=b'9' => {
                 let end = (body[i..].iter())
                     .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
@@ -165,7 +221,7 @@ pub(crate) fn find_fault(body: &[u8], api: Paths) -> Option<Malformed> {
                         true => format!("{}… ({} characters)", &text[..40], text.len()),
                         false => text.to_string(),
                     };
-                    return fault(Fault::NumberOutOfRange(shown), &stack[..depth]);
+                    faulted!(Fault::NumberOutOfRange(shown));
                 }
                 i = end;
                 continue;
@@ -174,17 +230,28 @@ pub(crate) fn find_fault(body: &[u8], api: Paths) -> Option<Malformed> {
         }
         i += 1;
     }
-    None
+    if heavy.is_empty() {
+        out.heavy = 0;
+    } else if objects != 1 || body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        // Not one object: the handler refuses it, and nothing here says what it holds.
+        out.heavy = whole;
+    } else if let Some(start) = value {
+        // An object cut short: its last field runs to the end.
+        out.heavy += (body.len() - start) as u64;
+    }
+    out
 }
 
 /// The index of the quote that ends the string whose text starts at `start`; `Err(Some)`
-/// naming a lone surrogate escape in it, `Err(None)` when the string does not end.
-fn string_end(body: &[u8], start: usize) -> Result<usize, Option<String>> {
+/// naming a lone surrogate escape in it, `Err(None)` when the string does not end;
+/// `escapes` set when it has a `\u` escape.
+fn string_end(body: &[u8], start: usize, escapes: &mut bool) -> Result<usize, Option<String>> {
     let mut i = start;
     while i < body.len() {
         match body[i] {
             b'"' => return Ok(i),
             b'\\' if body.get(i + 1) == Some(&b'u') => {
+                *escapes = true;
                 let Some(unit) = hex4(body, i + 2) else {
                     return Err(None);
                 };
@@ -349,5 +416,33 @@ mod tests {
                 .message
                 .contains("\"ab.c\" holds the number 2e308")
         );
+    }
+
+    #[test]
+    fn one_scan_tells_the_fault_the_heavy_bytes_and_where_to_parse() {
+        let heavy = &["messages", "tools"];
+        let body = br#"{"model": "m", "messages": [{"content": "a\u0041"}], "tools": []}"#;
+        let scan = scan(body, Paths::Indexed, heavy);
+        let messages = br#" [{"content": "a\u0041"}]"#.len() as u64;
+        assert_eq!(scan.fault, None);
+        assert_eq!(scan.heavy, messages + br#" []"#.len() as u64);
+        assert!(scan.escapes && !scan.vote_by);
+        // Only a key is a vote_by; a value that says it is not.
+        let keyed = super::scan(br#"{"c": {"vote_by": "x"}}"#, Paths::Indexed, heavy);
+        let valued = super::scan(br#"{"c": "vote_by"}"#, Paths::Indexed, heavy);
+        assert!(keyed.vote_by && !valued.vote_by && !valued.escapes);
+        // A fault, text that is not JSON, or more than one object: counted whole.
+        for text in [
+            &br#"{"messages": [1e999], "a": 1}"#[..],
+            br#"{"messages": "unterminated"#,
+            br#"{"a": 1}]"#,
+            br#"{"a": 1}{"messages": 2}"#,
+        ] {
+            assert_eq!(
+                super::scan(text, Paths::Indexed, heavy).heavy,
+                text.len() as u64
+            );
+        }
+        assert_eq!(super::scan(body, Paths::Indexed, &[]).heavy, 0);
     }
 }

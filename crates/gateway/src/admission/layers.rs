@@ -27,6 +27,7 @@ use crate::api::{BodyCost, PathApi, of_path as api_of};
 use crate::error::ApiError;
 use crate::keys;
 use crate::metrics::{CLIENT_GONE_STATUS, RequestModel};
+use crate::wellformed::Scan;
 
 use crate::admission::Admission;
 
@@ -294,7 +295,8 @@ pub(crate) async fn slots(
     // The memory ceiling: the request charged what its head may cost (its route's factor
     // over its declared length, at most `HEAD_CHARGE` of it), the rest as its bytes arrive,
     // until the handler has answered.
-    let route = crate::api::cost_of_path(request.uri().path());
+    let entry = crate::api::find(request.uri().path());
+    let route = entry.map_or(BodyCost::NONE, |api| api.cost);
     let bound = overload::cost_bound(route, declared.unwrap_or(max_body).min(HEAD_CHARGE));
     // The key's charges of bodies not yet received, capped (`max_unsent_bytes_per_key`).
     let client = auth::client(&gate.keys, request.headers(), request.extensions());
@@ -343,8 +345,20 @@ pub(crate) async fn slots(
     };
     // Received: no longer the key's unsent.
     drop(hold);
+    let mut parts = parts;
     if let Some(reservation) = &mut reservation {
-        let cost = cost_of(route, bytes.clone()).await;
+        // The body's one scan: its cost here, and its fault and flags for its handler.
+        let scan = match entry {
+            Some(api) => scan_of(api, bytes.clone()).await,
+            None => None,
+        };
+        let cost = match &scan {
+            Some(scan) => overload::cost(route, bytes.len(), scan.heavy),
+            None => overload::cost_bound(route, bytes.len() as u64),
+        };
+        if let Some(scan) = scan {
+            parts.extensions.insert(scan);
+        }
         if let Err(refused) = reservation.charge(cost) {
             admission(&gate, Some(&refused), None);
             return shaped(api, overloaded(refused));
@@ -368,15 +382,16 @@ pub(crate) async fn slots(
 /// ones on a blocking thread; only larger ones are checked again once parsed ([`parsed`]).
 const SPLIT_FROM: usize = 16 * 1024;
 
-/// What a read body costs to process ([`overload::cost`]): from its top-level fields'
-/// sizes (the route's bound when the scan could not run).
-async fn cost_of(route: BodyCost, bytes: axum::body::Bytes) -> u64 {
-    if bytes.len() <= SPLIT_FROM || route == BodyCost::NONE {
-        return overload::cost(route, &bytes);
+/// A read body of client API `api`, scanned once ([`crate::wellformed::scan`]): for its
+/// cost ([`overload::cost`], from its top-level fields' sizes) and its handler; `None` when
+/// the scan could not run (the route's bound is charged, and the handler scans).
+async fn scan_of(api: &'static PathApi, bytes: axum::body::Bytes) -> Option<Scan> {
+    let small = bytes.len() <= SPLIT_FROM;
+    let scan = move || crate::wellformed::scan(&bytes, api.paths, api.cost.heavy);
+    if small {
+        return Some(scan());
     }
-    let bound = overload::cost_bound(route, bytes.len() as u64);
-    let scan = tokio::task::spawn_blocking(move || overload::cost(route, &bytes));
-    scan.await.unwrap_or(bound)
+    tokio::task::spawn_blocking(scan).await.ok()
 }
 
 /// A handler has parsed a body of `len` bytes: the mark checked again against the memory

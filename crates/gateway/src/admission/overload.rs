@@ -117,75 +117,11 @@ pub(crate) fn cost_bound(route: BodyCost, body: u64) -> u64 {
     body.saturating_add(body.saturating_mul(route.sixteenths) / 16)
 }
 
-/// What a request of `route` costs to process, from its fields' sizes: its body (`text`),
-/// held while it is served, and the route's factor over the fields its handler builds from
-/// ([`heavy_bytes`]).
-pub(crate) fn cost(route: BodyCost, text: &[u8]) -> u64 {
-    let heavy = heavy_bytes(route, text);
-    (text.len() as u64).saturating_add(heavy.saturating_mul(route.sixteenths) / 16)
-}
-
-/// The bytes of the top-level fields of a JSON object's text that `route`'s handler builds
-/// from: a scan that follows strings and nesting only, allocating nothing (the handler
-/// checks the body is JSON). Counted high rather than low: a key written with an escape
-/// counts as one of them, a field sent twice counts twice, and text that is not an object
-/// counts whole.
-pub(crate) fn heavy_bytes(route: BodyCost, text: &[u8]) -> u64 {
-    let heavy = route.heavy;
-    if heavy.is_empty() {
-        return 0;
-    }
-    let mut total = 0u64;
-    let mut depth = 0usize;
-    // At depth 1: whether the next string is a key, the last key, where its value began.
-    let mut expect_key = true;
-    let mut key: &[u8] = b"";
-    let mut value: Option<usize> = None;
-    let mut i = 0;
-    let mut objects = 0;
-    while i < text.len() {
-        match text[i] {
-            b'"' => {
-                let start = i + 1;
-                i = start;
-                while i < text.len() && text[i] != b'"' {
-                    i += if text[i] == b'\\' { 2 } else { 1 };
-                }
-                if depth == 1 && expect_key {
-                    key = &text[start..i.min(text.len())];
-                }
-            }
-            b'{' | b'[' => {
-                if depth == 0 {
-                    objects += 1;
-                }
-                depth += 1;
-            }
-            b':' if depth == 1 => {
-                expect_key = false;
-                let named = heavy.iter().any(|k| k.as_bytes() == key) || key.contains(&b'\\');
-                value = named.then_some(i + 1);
-            }
-            b',' | b'}' | b']' if depth == 1 => {
-                if let Some(start) = value.take() {
-                    total += (i - start) as u64;
-                }
-                expect_key = true;
-                if text[i] != b',' {
-                    depth -= 1;
-                }
-            }
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        i += 1;
-    }
-    if objects != 1 || text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        // Not one object: the handler refuses it, and nothing here says what it holds.
-        return text.len() as u64;
-    }
-    // An object cut short: its last field runs to the end.
-    total + value.map_or(0, |start| (text.len() - start) as u64)
+/// What a request of `route` costs to process, from its fields' sizes: its body (`len`
+/// bytes), held while it is served, and the route's factor over the `heavy` bytes of the
+/// fields its handler builds from (the body's scan: [`crate::wellformed::Scan::heavy`]).
+pub(crate) fn cost(route: BodyCost, len: usize, heavy: u64) -> u64 {
+    (len as u64).saturating_add(heavy.saturating_mul(route.sixteenths) / 16)
 }
 
 /// What a state change says, for the log and the metric: `Some(true)` on starting to refuse,
@@ -355,10 +291,15 @@ fn page_size() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ClientApi;
     use crate::api::chat::Chat;
     use crate::api::messages::Messages;
     use crate::api::responses::Responses;
-    use crate::api::{ClientApi, cost_of_path};
+
+    /// The cost entry of the client API of `path` (none: its bytes alone).
+    fn cost_of_path(path: &str) -> BodyCost {
+        crate::api::find(path).map_or(BodyCost::NONE, |api| api.cost)
+    }
 
     const MIB: u64 = 1 << 20;
 
@@ -467,6 +408,16 @@ mod tests {
         assert!(matches!(calm.recheck(), (Ok(()), None)));
     }
 
+    /// The heavy bytes of `text` as the body's scan counts them for `route`.
+    fn heavy_bytes(route: BodyCost, text: &[u8]) -> u64 {
+        crate::wellformed::scan(text, crate::wellformed::Paths::Indexed, route.heavy).heavy
+    }
+
+    /// What `text` costs on `route` ([`cost`] of its scan).
+    fn cost_of(route: BodyCost, text: &[u8]) -> u64 {
+        cost(route, text.len(), heavy_bytes(route, text))
+    }
+
     #[test]
     fn a_request_costs_its_body_and_its_route_over_its_heavy_fields() {
         let messages = format!(
@@ -478,21 +429,21 @@ mod tests {
         // The messages' bytes exactly, whatever their nesting and strings hold.
         assert_eq!(heavy_bytes(Chat::COST, text), messages.len() as u64);
         let len = text.len() as u64;
-        let chat = cost(Chat::COST, text);
+        let chat = cost_of(Chat::COST, text);
         assert_eq!(
             chat,
             len + messages.len() as u64 * Chat::COST.sixteenths / 16
         );
         // Another route: the body alone; the bound before the fields are known is never
         // below the cost.
-        assert_eq!(cost(BodyCost::NONE, text), len);
+        assert_eq!(cost_of(BodyCost::NONE, text), len);
         for route in [
             Chat::COST,
             Messages::COST,
             cost_of_path("/v1/messages/count_tokens"),
             Responses::COST,
         ] {
-            assert!(cost(route, text) <= cost_bound(route, len));
+            assert!(cost_of(route, text) <= cost_bound(route, len));
         }
         // A light field is not counted; a key with an escape, a field sent twice, and text
         // that is not one object are counted high.

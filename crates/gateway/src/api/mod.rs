@@ -89,7 +89,7 @@ pub(crate) fn read_translated(
 
 /// Each client API the gateway serves, visited in turn: **the one list**. The router's
 /// routes, the error shape of a path ([`of_path`]), the admission's cost of a body
-/// ([`cost_of_path`]) and the 404's list of routes all come from it, so that a new client
+/// ([`PathApi::cost`]) and the 404's list of routes all come from it, so that a new client
 /// API is its module and one line here.
 pub(crate) fn each(visit: &mut impl EachApi) {
     visit.api::<chat::Chat>();
@@ -116,6 +116,8 @@ pub(crate) struct PathApi {
     pub shaped: fn(ApiError) -> Response,
     /// [`ClientApi::COST`].
     pub cost: BodyCost,
+    /// [`ClientApi::PATHS`].
+    pub paths: crate::wellformed::Paths,
 }
 
 /// Every client API ([`each`]) as the layers know it.
@@ -129,6 +131,7 @@ pub(crate) fn all() -> &'static [PathApi] {
                 owns: A::owns,
                 shaped: A::shaped,
                 cost: A::COST,
+                paths: A::PATHS,
             });
         }
     }
@@ -153,12 +156,6 @@ pub(crate) fn find(path: &str) -> Option<&'static PathApi> {
 /// of none is answered as the first, Chat Completions).
 pub(crate) fn of_path(path: &str) -> PathApi {
     *find(path).unwrap_or(&all()[0])
-}
-
-/// What a body sent to this path may cost to process ([`ClientApi::COST`]; a path of no
-/// client API: its bytes alone).
-pub(crate) fn cost_of_path(path: &str) -> BodyCost {
-    find(path).map_or(BodyCost::NONE, |api| api.cost)
 }
 
 /// The gateway's routes, as a 404 names them: each client API's, then the others.
