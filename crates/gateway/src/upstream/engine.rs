@@ -61,13 +61,13 @@ pub(crate) struct Run {
     /// How far its upstreams may read ahead of its client (back-pressure).
     pub pace: Arc<Pace>,
     /// Who stopped its samples, once someone did ([`Run::stop`]).
-    pub stops: crate::answer::ending::Stops,
+    pub stops: crate::upstream::stop::Stops,
 }
 
 impl Run {
     /// `by` stops the samples still running (their upstreams closed); the first to stop
     /// them is kept, for the endings they are read with.
-    pub fn stop(&self, by: crate::answer::ending::Initiator) {
+    pub fn stop(&self, by: crate::upstream::stop::Initiator) {
         self.stops.stop(by);
         self.completions.cancel_except(&[]);
     }
@@ -240,7 +240,7 @@ impl Run {
             },
             samples: req.samples,
             pace,
-            stops: crate::answer::ending::Stops::default(),
+            stops: crate::upstream::stop::Stops::default(),
         })
     }
 

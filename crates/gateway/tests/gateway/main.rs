@@ -20,6 +20,7 @@ mod finishes;
 mod hardening;
 mod ingress;
 mod keys;
+mod layers;
 mod message_checks;
 mod policy;
 mod record;

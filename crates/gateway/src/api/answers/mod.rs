@@ -13,9 +13,7 @@ use choicewise_core::{Completions, Source};
 use futures::StreamExt;
 use serde_json::json;
 
-use crate::answer::ending::{
-    AnswerEnd, Cut, Initiator, OutputEnd, PAST_DEADLINE, SHUT_DOWN, Seen, Stops, decide,
-};
+use crate::answer::ending::{AnswerEnd, Cut, Initiator, OutputEnd, Seen, Stops, decide};
 use crate::answer::respond::{Answer, one_object};
 use crate::answer::translated::ApiFraming;
 use crate::answer::write::{Endings, Framing, Tail, output};
@@ -25,6 +23,7 @@ use crate::api::responses::Responses;
 use crate::api::{ClientApi, Reply};
 use crate::request::ChatRequest;
 use crate::upstream::engine::{AnswerUsage, ChoiceTokens, Summary, TrySummary, UsageParts};
+use crate::upstream::stop::{PAST_DEADLINE, SHUT_DOWN};
 
 /// How the case's output choices end.
 #[derive(Debug, Clone, Copy, PartialEq)]
