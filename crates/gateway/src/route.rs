@@ -37,7 +37,12 @@ pub(crate) async fn answer<A: ClientApi>(
     request: axum::extract::Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let client = auth::client(&gw.inner.keys, &parts.headers, &parts.extensions);
+    let client = auth::client(
+        &gw.inner.keys,
+        &parts.headers,
+        &parts.uri,
+        &parts.extensions,
+    );
     let counted_as = parts
         .extensions
         .get::<crate::metrics::RequestModel>()
