@@ -7,7 +7,7 @@
 //! once complete as a `functionCall` part (`args` an object, as the upstream wrote it). A
 //! candidate's end is a record of its `finishReason` (`stop` → `STOP`, `length` →
 //! `MAX_TOKENS`, `content_filter` → `SAFETY`, `tool_calls` → `STOP`; Gemini's own reasons
-//! as they are; any other `STOP`); a call whose arguments are not a JSON object ends its
+//! as they are; any other `STOP`), its content of no parts; a call whose arguments are not a JSON object ends its
 //! candidate with `MALFORMED_FUNCTION_CALL`; a candidate that failed or was cut ends with
 //! `OTHER` and why in `finishMessage`. The last candidate's end comes with the answer's
 //! `usageMetadata` and the `choicewise` summary; when no candidate finished, an `{"error":
@@ -39,7 +39,7 @@ struct Record<'a, C: Serialize> {
 }
 
 /// A candidate of a record.
-#[derive(Serialize, Default)]
+#[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Candidate<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -152,11 +152,15 @@ fn ending(index: u32, end: &OutputEnd, malformed: Option<String>) -> Candidate<'
         OutputEnd::Finished(reason) => (finish_reason(reason, malformed.is_some()), malformed),
         other => ("OTHER", other.why()),
     };
+    // Its content is there, of no parts: clients read a candidate's parts without asking.
     Candidate {
+        content: Some(Content {
+            role: "model",
+            parts: Vec::new(),
+        }),
         finish_reason: Some(reason),
         finish_message: message,
         index,
-        ..Candidate::default()
     }
 }
 
@@ -242,7 +246,8 @@ impl GeminiFraming {
                 parts,
             }),
             index: o as u32,
-            ..Candidate::default()
+            finish_reason: None,
+            finish_message: None,
         };
         self.record([candidate], None, None, write);
     }
