@@ -10,8 +10,6 @@ use serde_json::{Value, json};
 
 use crate::common::{chunk, failing, says, serve, start, votes_for_42};
 
-const KEY: &str = "sk-gemini";
-
 /// Native `n = 3`: the three choices' chunks interleaved out of order (choice 2 first), each
 /// a text in two deltas, then `[DONE]`.
 fn three_out_of_order() -> String {
@@ -55,14 +53,20 @@ fn weather_call() -> String {
     sse + &chunk(0, json!({}), json!("tool_calls")) + "data: [DONE]\n\n"
 }
 
-struct Gateway {
-    addr: SocketAddr,
-    three: TestServer,
-    tools: TestServer,
+/// A gateway of Chat Completions test upstreams, by the model a Gemini client names: `three`
+/// (and `team/three`) native `n = 3` out of order, `tools` a `get_weather` call, `vote` the
+/// five samples of a vote for 42, `down` a 503, `cut` one choice cut after its first event.
+pub(crate) struct Gateway {
+    pub(crate) addr: SocketAddr,
+    pub(crate) three: TestServer,
+    pub(crate) tools: TestServer,
     _servers: Vec<TestServer>,
 }
 
-async fn gateway() -> Gateway {
+/// The key of [`gateway`]'s clients.
+pub(crate) const KEY: &str = "sk-gemini";
+
+pub(crate) async fn gateway() -> Gateway {
     let three = start(TestServer::builder().body(three_out_of_order())).await;
     let tools = start(TestServer::builder().body(weather_call())).await;
     let vote = start(votes_for_42()).await;
@@ -157,6 +161,13 @@ fn assembled(records: &[Value]) -> Vec<(String, Vec<Value>, String)> {
     }
     candidates
 }
+
+/// What `three` answers: each candidate's text and finish reason, by index.
+pub(crate) const THREE: [(&str, &str); 3] = [
+    ("zero done", "STOP"),
+    ("one done", "MAX_TOKENS"),
+    ("two done", "STOP"),
+];
 
 fn expected_three() -> Vec<(String, Vec<Value>, String)> {
     [
