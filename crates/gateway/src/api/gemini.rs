@@ -80,10 +80,9 @@ impl ClientApi for Gemini {
     const LABEL: &'static str = "gemini";
     // Every segment after `models/`: a model's name may hold a `/`.
     const ROUTE: &'static str = "/v1beta/models/{*target}";
-    // Not measured: the Messages figure with room for one parsed tree per content entry.
     const COST: BodyCost = BodyCost {
         heavy: &["contents", "systemInstruction", "tools"],
-        sixteenths: 32,
+        sixteenths: 24,
     };
     const ONE_OUTPUT: bool = false;
     type Reply = GeminiReply;
