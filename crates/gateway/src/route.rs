@@ -573,7 +573,7 @@ impl<A: ClientApi> Ready<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{chat::Chat, messages::Messages, responses::Responses};
+    use crate::api::{chat::Chat, gemini::Gemini, messages::Messages, responses::Responses};
 
     #[test]
     fn small_bodies_without_a_vote_key_parse_on_the_worker() {
@@ -611,6 +611,7 @@ mod tests {
             ("chat", handler_future_size::<Chat>(&gw)),
             ("messages", handler_future_size::<Messages>(&gw)),
             ("responses", handler_future_size::<Responses>(&gw)),
+            ("gemini", handler_future_size::<Gemini>(&gw)),
         ] {
             assert!(
                 size <= MAX_HANDLER_FUTURE,
