@@ -34,6 +34,17 @@ fn three_out_of_order() -> String {
         + "data: [DONE]\n\n"
 }
 
+/// A one-choice stream that reasons (`reasoning_content`), then answers `ok`.
+fn thinking_then_ok() -> String {
+    chunk(
+        0,
+        json!({"role": "assistant", "reasoning_content": "Let me see."}),
+        Value::Null,
+    ) + &chunk(0, json!({"content": "ok"}), Value::Null)
+        + &chunk(0, json!({}), json!("stop"))
+        + "data: [DONE]\n\n"
+}
+
 /// A one-choice stream calling `get_weather` with `{"city": "Paris"}`, in two fragments.
 fn weather_call() -> String {
     let mut sse = chunk(
@@ -55,7 +66,8 @@ fn weather_call() -> String {
 
 /// A gateway of Chat Completions test upstreams, by the model a Gemini client names: `three`
 /// (and `team/three`) native `n = 3` out of order, `tools` a `get_weather` call, `vote` the
-/// five samples of a vote for 42, `down` a 503, `cut` one choice cut after its first event.
+/// five samples of a vote for 42, `down` a 503, `cut` one choice cut after its first event,
+/// `thinks` reasoning before its answer.
 pub(crate) struct Gateway {
     pub(crate) addr: SocketAddr,
     pub(crate) three: TestServer,
@@ -72,6 +84,7 @@ pub(crate) async fn gateway() -> Gateway {
     let vote = start(votes_for_42()).await;
     let down = failing(503).await;
     let cut = start(says("cut short").close_after_events(1)).await;
+    let thinks = start(TestServer::builder().body(thinking_then_ok())).await;
     let model = |name: &str, url: &str, n: &str| {
         format!(
             "[[models]]\nname = \"{name}\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"{n}\"\n"
@@ -83,6 +96,7 @@ pub(crate) async fn gateway() -> Gateway {
     toml += &model("vote", &vote.base_url(), "fan-out");
     toml += &model("down", &down.base_url(), "native");
     toml += &model("cut", &cut.base_url(), "native");
+    toml += &model("thinks", &thinks.base_url(), "native");
     toml += &model("team/three", &three.base_url(), "native");
     let env = |name: &str| (name == "CLIENT_KEYS").then(|| KEY.to_string());
     let (addr, _) = serve(&toml, env).await;
@@ -90,7 +104,7 @@ pub(crate) async fn gateway() -> Gateway {
         addr,
         three,
         tools,
-        _servers: vec![vote, down, cut],
+        _servers: vec![vote, down, cut, thinks],
     }
 }
 
@@ -429,6 +443,27 @@ async fn errors_are_in_googles_shape() {
         .await
         .unwrap();
     google_error(wrong_key, 401, "UNAUTHENTICATED", "API key").await;
+    // Another path under /v1beta is Google's 404, naming the routes; another method a 405.
+    let unknown = reqwest::Client::new()
+        .post(format!("http://{}/v1beta/files", gw.addr))
+        .header("x-goog-api-key", KEY)
+        .json(&ok)
+        .send()
+        .await
+        .unwrap();
+    google_error(unknown, 404, "NOT_FOUND", "POST /v1beta/models/").await;
+    let get = reqwest::Client::new()
+        .get(format!(
+            "http://{}/v1beta/models/three:generateContent",
+            gw.addr
+        ))
+        .header("x-goog-api-key", KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 405);
+    let body: Value = get.json().await.unwrap();
+    assert_eq!(body["error"]["code"], 405, "{body}");
     // The key in the query is a key.
     let by_query = reqwest::Client::new()
         .post(format!(
@@ -454,4 +489,56 @@ async fn errors_are_in_googles_shape() {
         end["finishMessage"].as_str().is_some_and(|m| !m.is_empty()),
         "{end}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_is_a_thought_part_when_thoughts_are_asked_for() {
+    let gw = gateway().await;
+    let thinking = |include: bool| {
+        asking(
+            "hi",
+            json!({"thinkingConfig": {"includeThoughts": include, "thinkingBudget": 1024}}),
+        )
+    };
+    for target in [
+        "thinks:streamGenerateContent?alt=sse",
+        "thinks:generateContent",
+    ] {
+        for include in [true, false] {
+            let response = post(gw.addr, target, &thinking(include)).await;
+            assert_eq!(response.status(), 200, "{target}");
+            let content_type = response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let records = match target.contains("stream") {
+                true => records(&content_type, &response.text().await.unwrap()),
+                false => vec![response.json().await.unwrap()],
+            };
+            let parts: Vec<&Value> = (records.iter())
+                .flat_map(|r| r["candidates"][0]["content"]["parts"].as_array().unwrap())
+                .collect();
+            let thoughts: Vec<&Value> = parts
+                .iter()
+                .filter(|p| p["thought"] == true)
+                .copied()
+                .collect();
+            match include {
+                true => assert_eq!(
+                    thoughts,
+                    [&json!({"text": "Let me see.", "thought": true})],
+                    "{target}"
+                ),
+                false => assert!(thoughts.is_empty(), "{target}: {parts:?}"),
+            }
+            assert_eq!(
+                assembled(&records)[0].0,
+                match include {
+                    true => "Let me see.ok",
+                    false => "ok",
+                },
+                "{target}"
+            );
+        }
+    }
 }
