@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The official OpenAI and Anthropic clients, for the gateway's client tests
-# (crates/gateway/tests/gateway/clients.rs): openai-python, the OpenAI Agents SDK and anthropic-python
-# from PyPI into one venv, openai-node, the Anthropic TypeScript SDK and the Vercel AI SDK
+# The official OpenAI, Anthropic and Google clients, for the gateway's client tests
+# (crates/gateway/tests/gateway/clients.rs): openai-python, the OpenAI Agents SDK, anthropic-python
+# and google-genai from PyPI into one venv, openai-node, the Anthropic TypeScript SDK and the Vercel AI SDK
 # (ai with its OpenAI provider, whose default model speaks Responses) from npm into one
 # prefix, all under .clients/ (or CHOICEWISE_CLIENTS_DIR).
 #
@@ -17,6 +17,7 @@ OPENAI_PYTHON=openai==3.54.0
 OPENAI_NODE=openai@6.49.0
 ANTHROPIC_PYTHON=anthropic==2.14.0
 OPENAI_AGENTS=openai-agents==0.24.0
+GOOGLE_GENAI=google-genai==3.6.1
 ANTHROPIC_NODE=@anthropic-ai/sdk@1.14.0
 # ai 7 needs Node.js 22; the machine's Node.js is 20. zod is the provider's peer dependency.
 AI_SDK=ai@5.0.277
@@ -30,11 +31,11 @@ case "${1:-}" in
       "${PYTHON:-python3}" -m venv "$dir/venv"
     fi
     "$dir/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-      "$OPENAI_PYTHON" "$ANTHROPIC_PYTHON" "$OPENAI_AGENTS"
+      "$OPENAI_PYTHON" "$ANTHROPIC_PYTHON" "$OPENAI_AGENTS" "$GOOGLE_GENAI"
     npm install --silent --no-audit --no-fund --prefix "$dir/node" "$OPENAI_NODE" "$ANTHROPIC_NODE" \
       "$AI_SDK" "$AI_SDK_OPENAI" "$ZOD"
-    printf 'gateway-clients.sh: installed %s, %s, %s (%s) and %s, %s, %s, %s (node %s) in %s\n' \
-      "$OPENAI_PYTHON" "$ANTHROPIC_PYTHON" "$OPENAI_AGENTS" "$("$dir/venv/bin/python" --version)" \
+    printf 'gateway-clients.sh: installed %s, %s, %s, %s (%s) and %s, %s, %s, %s (node %s) in %s\n' \
+      "$OPENAI_PYTHON" "$ANTHROPIC_PYTHON" "$OPENAI_AGENTS" "$GOOGLE_GENAI" "$("$dir/venv/bin/python" --version)" \
       "$OPENAI_NODE" "$ANTHROPIC_NODE" "$AI_SDK" "$AI_SDK_OPENAI" "$(node --version)" "$dir" >&2
     ;;
   *)

@@ -3,20 +3,64 @@
 //! a named key known by its SHA-256 only. Read by the `auth` layer, the handler, the limits
 //! and the record; it uses none of them.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 
 use crate::error::ApiError;
 
-/// The key a request sends: `Authorization: Bearer KEY`, or Anthropic's `x-api-key: KEY`.
-pub(crate) fn given_key(headers: &HeaderMap) -> Option<&str> {
+/// The key a request sends: `Authorization: Bearer KEY`, Anthropic's `x-api-key: KEY`, or
+/// Google's `x-goog-api-key: KEY` or `?key=KEY` (percent-decoded), the first of these that
+/// is there.
+pub(crate) fn given_key<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<Cow<'a, str>> {
     const X_API_KEY: header::HeaderName = header::HeaderName::from_static("x-api-key");
+    const X_GOOG_API_KEY: header::HeaderName = header::HeaderName::from_static("x-goog-api-key");
     let bearer = (headers.get(header::AUTHORIZATION))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let x_api_key = || headers.get(X_API_KEY).and_then(|v| v.to_str().ok());
-    bearer.or_else(x_api_key).map(str::trim)
+    let named = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let query = || {
+        (uri.query()?.split('&'))
+            .find_map(|pair| pair.strip_prefix("key="))
+            .map(percent_decoded)
+    };
+    (bearer
+        .or_else(|| named(X_API_KEY))
+        .or_else(|| named(X_GOOG_API_KEY)))
+    .map(|key| Cow::Borrowed(key.trim()))
+    .or_else(query)
+}
+
+/// A query value percent-decoded (`+` is a space); a `%` not followed by two hex digits is
+/// kept as it is, and bytes that are not UTF-8 are replaced.
+fn percent_decoded(value: &str) -> Cow<'_, str> {
+    if !value.contains(['%', '+']) {
+        return Cow::Borrowed(value);
+    }
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'%' => {
+                let digit = |at: usize| bytes.get(at).and_then(|b| hex(*b));
+                match (digit(i + 1), digit(i + 2)) {
+                    (Some(high), Some(low)) => {
+                        out.push((high * 16 + low) as u8);
+                        i += 3;
+                        continue;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// The metrics' and log lines' `key` of the unnamed keys (`[auth] keys_env`); no
@@ -156,16 +200,16 @@ impl Keys {
         }
     }
 
-    /// Checks the client's key (`Authorization: Bearer KEY`, or Anthropic's `x-api-key:
-    /// KEY`) when keys are configured: who sent it, or a 401. Every key is compared in full,
+    /// Checks the client's key ([`given_key`]: `Authorization: Bearer KEY`, Anthropic's
+    /// `x-api-key`, Google's `x-goog-api-key` or `?key=`) when keys are configured: who sent it, or a 401. Every key is compared in full,
     /// whichever matches (an unnamed key as it is, a named key by its digest): no early exit
     /// to time.
-    pub(crate) fn authorize(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    pub(crate) fn authorize(&self, headers: &HeaderMap, uri: &Uri) -> Result<Caller, ApiError> {
         if self.is_empty() {
             return Ok(Caller::Open);
         }
-        let given = given_key(headers);
-        let found = given.and_then(|given| {
+        let given = given_key(headers, uri);
+        let found = given.as_deref().and_then(|given| {
             let unnamed = (self.unnamed.iter()).fold(false, |found, key| {
                 found | same(key.as_bytes(), given.as_bytes())
             });
@@ -191,7 +235,7 @@ impl Keys {
             (None, _) => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_request_error",
-                "no API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
+                "no API key: send Authorization: Bearer KEY (or x-api-key: KEY, x-goog-api-key: KEY)",
             )
             .code("missing_api_key")),
             (Some(_), None) => Err(ApiError::new(
@@ -220,6 +264,10 @@ mod tests {
         headers
     }
 
+    fn root() -> Uri {
+        Uri::from_static("/")
+    }
+
     #[test]
     fn a_key_is_known_by_its_name_or_as_unnamed() {
         let keys = Keys::new(
@@ -234,16 +282,25 @@ mod tests {
                 NamedKey::new("team-b", sha256(b"sk-b"), None, vec![]),
             ],
         );
-        assert_eq!(keys.authorize(&bearer("sk-a")), Ok(Caller::Named(0)));
-        assert_eq!(keys.authorize(&bearer("sk-b")), Ok(Caller::Named(1)));
-        assert_eq!(keys.authorize(&bearer("sk-old")), Ok(Caller::Unnamed));
+        assert_eq!(
+            keys.authorize(&bearer("sk-a"), &root()),
+            Ok(Caller::Named(0))
+        );
+        assert_eq!(
+            keys.authorize(&bearer("sk-b"), &root()),
+            Ok(Caller::Named(1))
+        );
+        assert_eq!(
+            keys.authorize(&bearer("sk-old"), &root()),
+            Ok(Caller::Unnamed)
+        );
         let mut anthropic = HeaderMap::new();
         anthropic.insert("x-api-key", "sk-b".parse().unwrap());
-        assert_eq!(keys.authorize(&anthropic), Ok(Caller::Named(1)));
-        let e = keys.authorize(&bearer("sk-c")).unwrap_err();
+        assert_eq!(keys.authorize(&anthropic, &root()), Ok(Caller::Named(1)));
+        let e = keys.authorize(&bearer("sk-c"), &root()).unwrap_err();
         assert_eq!(e.code.as_deref(), Some("invalid_api_key"));
         assert!(!e.message.contains("sk-c"));
-        let e = keys.authorize(&HeaderMap::new()).unwrap_err();
+        let e = keys.authorize(&HeaderMap::new(), &root()).unwrap_err();
         assert_eq!(e.code.as_deref(), Some("missing_api_key"));
         assert_eq!(keys.label(Caller::Named(0)), "team-a");
         assert_eq!(keys.label(Caller::Unnamed), UNNAMED);
@@ -256,8 +313,38 @@ mod tests {
         );
         // Without keys, every request is the open gateway's.
         assert_eq!(
-            Keys::default().authorize(&HeaderMap::new()),
+            Keys::default().authorize(&HeaderMap::new(), &root()),
             Ok(Caller::Open)
         );
+    }
+
+    #[test]
+    fn googles_key_header_and_query_key_are_keys() {
+        let keys = Keys::new(vec!["sk-a b/c".into()], vec![]);
+        let mut goog = HeaderMap::new();
+        goog.insert("x-goog-api-key", "sk-a b/c".parse().unwrap());
+        assert_eq!(keys.authorize(&goog, &root()), Ok(Caller::Unnamed));
+        let path = "/v1beta/models/m:streamGenerateContent";
+        for query in ["?alt=sse&key=sk-a+b%2Fc", "?key=sk-a%20b/c&alt=sse"]
+            .iter()
+            .filter_map(|q| format!("{path}{q}").parse::<Uri>().ok())
+        {
+            assert_eq!(
+                keys.authorize(&HeaderMap::new(), &query),
+                Ok(Caller::Unnamed),
+                "{query}"
+            );
+        }
+        let wrong: Uri = format!("{path}?key=sk-a%2").parse().unwrap();
+        let e = keys.authorize(&HeaderMap::new(), &wrong).unwrap_err();
+        assert_eq!(e.code.as_deref(), Some("invalid_api_key"));
+        // A header's key comes first; a bad escape is kept as it is.
+        let both: Uri = format!("{path}?key=other").parse().unwrap();
+        assert_eq!(given_key(&goog, &both).as_deref(), Some("sk-a b/c"));
+        assert_eq!(percent_decoded("a%zz%4"), "a%zz%4");
+        assert_eq!(percent_decoded("%E2%9C%93"), "\u{2713}");
+        // A key-like parameter of another name is none.
+        let other: Uri = format!("{path}?apikey=sk-a").parse().unwrap();
+        assert_eq!(given_key(&HeaderMap::new(), &other), None);
     }
 }

@@ -103,12 +103,14 @@ impl Gateway {
         Ok(gateway)
     }
 
-    /// The gateway's eight routes:
+    /// The gateway's routes:
     ///
     /// - `POST /v1/chat/completions` (OpenAI Chat Completions),
     /// - `POST /v1/messages` (Anthropic Messages),
     /// - `POST /v1/messages/count_tokens` (Anthropic's token count),
     /// - `POST /v1/responses` (OpenAI Responses),
+    /// - `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent` (Google's
+    ///   Gemini),
     /// - `GET /v1/models` and `GET /v1/models/{id}` (the configured models),
     /// - `GET /healthz`,
     /// - `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics).

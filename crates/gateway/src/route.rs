@@ -38,7 +38,12 @@ pub(crate) async fn answer<A: ClientApi>(
     request: axum::extract::Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let client = auth::client(&gw.inner.keys, &parts.headers, &parts.extensions);
+    let client = auth::client(
+        &gw.inner.keys,
+        &parts.headers,
+        &parts.uri,
+        &parts.extensions,
+    );
     let counted_as = parts
         .extensions
         .get::<crate::metrics::RequestModel>()
@@ -582,7 +587,7 @@ impl<A: ClientApi> Ready<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{chat::Chat, messages::Messages, responses::Responses};
+    use crate::api::{chat::Chat, gemini::Gemini, messages::Messages, responses::Responses};
 
     #[test]
     fn small_bodies_without_a_vote_key_parse_on_the_worker() {
@@ -625,6 +630,7 @@ mod tests {
             ("chat", handler_future_size::<Chat>(&gw)),
             ("messages", handler_future_size::<Messages>(&gw)),
             ("responses", handler_future_size::<Responses>(&gw)),
+            ("gemini", handler_future_size::<Gemini>(&gw)),
         ] {
             assert!(
                 size <= MAX_HANDLER_FUTURE,

@@ -45,13 +45,14 @@ pub(crate) struct Client(pub(crate) resilience::ClientId);
 pub(crate) fn client(
     keys: &Keys,
     headers: &HeaderMap,
+    uri: &axum::http::Uri,
     extensions: &axum::http::Extensions,
 ) -> resilience::ClientId {
     match extensions.get::<Client>() {
         Some(client) => client.0,
         None => {
             let peer = extensions.get::<Peer>().map(|p| p.0);
-            client_of(keys, headers, peer)
+            client_of(keys, headers, uri, peer)
         }
     }
 }
@@ -63,6 +64,7 @@ pub(crate) fn client(
 pub(crate) fn client_of(
     keys: &Keys,
     headers: &HeaderMap,
+    uri: &axum::http::Uri,
     peer: Option<IpAddr>,
 ) -> resilience::ClientId {
     use std::hash::{Hash, Hasher};
@@ -70,7 +72,7 @@ pub(crate) fn client_of(
     if keys.is_empty() {
         peer.hash(&mut hasher);
     } else {
-        given_key(headers).hash(&mut hasher);
+        given_key(headers, uri).hash(&mut hasher);
     }
     hasher.finish()
 }

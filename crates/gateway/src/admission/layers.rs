@@ -265,7 +265,7 @@ pub(crate) async fn auth(
         // `Caller::Open`.
         return next.run(request).await;
     }
-    let caller = match gate.keys.authorize(request.headers()) {
+    let caller = match gate.keys.authorize(request.headers(), request.uri()) {
         Ok(caller) => caller,
         Err(e) => return shaped(api_of(request.uri().path()), e),
     };
@@ -299,7 +299,12 @@ pub(crate) async fn slots(
     let route = entry.map_or(BodyCost::NONE, |api| api.cost);
     let bound = overload::cost_bound(route, declared.unwrap_or(max_body).min(HEAD_CHARGE));
     // The key's charges of bodies not yet received, capped (`max_unsent_bytes_per_key`).
-    let client = auth::client(&gate.keys, request.headers(), request.extensions());
+    let client = auth::client(
+        &gate.keys,
+        request.headers(),
+        request.uri(),
+        request.extensions(),
+    );
     request.extensions_mut().insert(auth::Client(client));
     let mut hold = match gate.unsent.hold(client, bound) {
         Ok(hold) => hold,

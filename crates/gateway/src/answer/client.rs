@@ -73,6 +73,13 @@ pub(crate) trait ClientApi: Send + Sync + 'static {
         prompt_tokens: Option<u64>,
     ) -> Self::Framing;
 
+    /// The `Content-Type` of its streamed answer: server-sent events, unless the request
+    /// asked for another streamed form (Gemini's `streamGenerateContent` without `alt=sse`
+    /// streams one JSON array).
+    fn streamed_type(_reply: &Self::Reply) -> &'static str {
+        "text/event-stream"
+    }
+
     /// The non-streamed answer as one object, of its output `choices` as they ended (the
     /// verdict says they are an answer; `logprobs`: the client asked for them).
     fn object(

@@ -69,6 +69,7 @@ fn streamed<A: ClientApi>(
     mut closing: Closing,
 ) -> Response {
     let open = finish.metrics().open_stream();
+    let content_type = A::streamed_type(&api.reply);
     let body = async_stream::stream! {
         // Dropped with the answer when the client goes away, which cancels every sample
         // and closes every upstream (`Finish`'s drop).
@@ -125,7 +126,14 @@ fn streamed<A: ClientApi>(
         // or a moment after, an upstream still open then closed.
         Box::pin(finish.settle_after_answer(&mut closing)).await;
     };
-    sse_response(body)
+    let mut response = sse_response(body);
+    if content_type != "text/event-stream" {
+        (response.headers_mut()).insert(
+            header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static(content_type),
+        );
+    }
+    response
 }
 
 /// Each output choice of `samples`, as the run holds it, and how it ended: read once the

@@ -1,7 +1,8 @@
 //! The client APIs the gateway serves, one [`ClientApi`] each: Chat Completions
 //! ([`chat::Chat`], `POST /v1/chat/completions`), Anthropic Messages ([`messages::Messages`],
-//! `POST /v1/messages`) and OpenAI Responses ([`responses::Responses`], `POST /v1/responses`,
-//! stateless). Each reads its requests into the Chat Completions request the gateway runs,
+//! `POST /v1/messages`), OpenAI Responses ([`responses::Responses`], `POST /v1/responses`,
+//! stateless) and Google's Gemini ([`gemini::Gemini`], `POST
+//! /v1beta/models/{model}:generateContent` and `:streamGenerateContent`). Each reads its requests into the Chat Completions request the gateway runs,
 //! frames its answers and shapes its errors; the route of each is `answer::<A>`, so a new
 //! client API is one module and one route.
 //!
@@ -29,6 +30,7 @@
 //! client's terms: [`ClientApi::shaped`].
 
 pub(crate) mod chat;
+pub(crate) mod gemini;
 pub(crate) mod messages;
 pub(crate) mod responses;
 
@@ -95,6 +97,7 @@ pub(crate) fn each(visit: &mut impl EachApi) {
     visit.api::<chat::Chat>();
     visit.api::<messages::Messages>();
     visit.api::<responses::Responses>();
+    visit.api::<gemini::Gemini>();
 }
 
 /// What visits the client APIs ([`each`]): the router adds each one's route.

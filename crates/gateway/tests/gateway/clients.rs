@@ -12,7 +12,9 @@
 //! openai-python on `/v1/responses` (responses_run.py) and the OpenAI Agents SDK running an
 //! agent with a function tool (agents_run.py), and the Vercel AI SDK, whose default OpenAI
 //! provider speaks Responses (ai_sdk_run.cjs): streamed and not, the SDKs' stream helpers,
-//! tool round trips, a selection, a failing upstream and a bad request; with
+//! tool round trips, a selection, a failing upstream and a bad request; google-genai on
+//! Gemini's `/v1beta/models/{model}:generateContent` and `:streamGenerateContent`
+//! (gemini_run.py): `candidateCount = 3` streamed and not, a vote, function calls and errors; with
 //! `CHOICEWISE_LLAMA_URL`, anthropic-python and openai-python's Responses also over the real
 //! llama.cpp server.
 //!
@@ -122,6 +124,17 @@ async fn run_script(
     script: &str,
     package: Option<&str>,
 ) -> Value {
+    run_keyed(addr, program, script, package, KEY).await
+}
+
+/// [`run_script`], its client given `key`.
+async fn run_keyed(
+    addr: SocketAddr,
+    program: PathBuf,
+    script: &str,
+    package: Option<&str>,
+    key: &str,
+) -> Value {
     assert!(
         program.exists() || !program.is_absolute(),
         "{} is missing: run scripts/gateway-clients.sh install",
@@ -131,7 +144,7 @@ async fn run_script(
     command
         .arg(repo().join("crates/gateway/tests/clients").join(script))
         .env("CHOICEWISE_GATEWAY_URL", format!("http://{addr}/v1"))
-        .env("CHOICEWISE_GATEWAY_KEY", KEY);
+        .env("CHOICEWISE_GATEWAY_KEY", key);
     if let Some(package) = package {
         let modules = clients_dir().join("node/node_modules");
         assert!(
@@ -1039,5 +1052,124 @@ async fn ai_sdk() {
     assert!(
         failing["message"].as_str().unwrap().contains("503"),
         "{client}: {failing}"
+    );
+}
+
+// Google's own API: google-genai on `/v1beta/models/{model}:generateContent` and
+// `:streamGenerateContent` (gemini_run.py), over the Chat Completions test upstreams of the
+// Gemini tests (`crate::gemini::gateway`).
+
+/// A candidate as gemini_run.py built it: its index, text, finish reason, and nothing of
+/// it after its finish.
+fn check_candidates(got: &Value, expected: &[(&str, &str)], what: &str) {
+    let candidates = got.as_array().unwrap_or_else(|| panic!("{what}: {got}"));
+    assert_eq!(candidates.len(), expected.len(), "{what}: {got}");
+    for (i, (c, (text, finish))) in candidates.iter().zip(expected).enumerate() {
+        assert_eq!(c["index"], i, "{what}: {got}");
+        assert_eq!(c["text"], *text, "{what}: {got}");
+        assert_eq!(c["finish_reason"], *finish, "{what}: {got}");
+        assert_eq!(c["after_finish"], 0, "{what}: {got}");
+    }
+}
+
+/// Usage metadata as the SDK typed it: the parts add up to the total.
+fn check_gemini_usage(usage: &Value, what: &str) {
+    let (p, c, t) = (
+        usage["prompt"].as_u64().unwrap(),
+        usage["candidates"].as_u64().unwrap(),
+        usage["total"].as_u64().unwrap(),
+    );
+    assert!(c > 0 && p + c == t, "{what}: {usage}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs google-genai from PyPI: scripts/gateway-clients.sh install"]
+async fn google_genai() {
+    use crate::gemini::THREE;
+    let gateway = crate::gemini::gateway().await;
+    let python = clients_dir().join("venv/bin/python");
+    let got = run_keyed(
+        gateway.addr,
+        python,
+        "gemini_run.py",
+        None,
+        crate::gemini::KEY,
+    )
+    .await;
+    let client = got["client"].as_str().unwrap().to_string();
+
+    // candidateCount = 3, streamed (20 times over) and not: every candidate complete, by index.
+    let stream = &got["three_stream"];
+    check_candidates(&stream["candidates"], &THREE, &format!("{client} stream"));
+    check_gemini_usage(&stream["usage"], &client);
+    assert_eq!(stream["model_version"], "three", "{client}: {stream}");
+    let runs = got["three_streams"].as_array().unwrap();
+    assert_eq!(runs.len(), 20, "{client}");
+    for (i, run) in runs.iter().enumerate() {
+        check_candidates(run, &THREE, &format!("{client} stream {i}"));
+    }
+    let whole = &got["three_whole"];
+    check_candidates(&whole["candidates"], &THREE, &format!("{client} whole"));
+    assert_eq!(
+        whole["order"],
+        serde_json::json!([0, 1, 2]),
+        "{client}: {whole}"
+    );
+    check_gemini_usage(&whole["usage"], &client);
+
+    // A vote: one candidate, the majority's.
+    for name in ["vote_whole", "vote_stream"] {
+        check_candidates(&got[name]["candidates"], &[("Answer: 42", "STOP")], &client);
+    }
+
+    // A function call, its args an object; sent back with its response, paired by name.
+    let weather = serde_json::json!({"name": "get_weather", "args": {"city": "Paris"}});
+    assert_eq!(
+        got["tools_whole"]["function_calls"],
+        serde_json::json!([weather]),
+        "{client}"
+    );
+    for name in ["round_trip", "round_trip_stream"] {
+        assert_eq!(got[name]["call"], weather, "{client} {name}");
+    }
+    // Its requests: the call, then each round trip's two (the call, the call sent back).
+    let requests = gateway.tools.requests();
+    assert_eq!(requests.len(), 5, "{client}: tool requests");
+    for sent in [&requests[2], &requests[4]] {
+        let sent = sent.json.as_ref().unwrap();
+        let messages = sent["messages"].as_array().unwrap();
+        let call = messages.iter().find(|m| m["role"] == "assistant").unwrap();
+        let id = &call["tool_calls"][0]["id"];
+        assert_eq!(id, "call_weather", "{client}: {sent}");
+        let result = messages.iter().find(|m| m["role"] == "tool").unwrap();
+        assert_eq!(result["tool_call_id"], *id, "{client}: {sent}");
+        assert!(
+            result["content"]
+                .as_str()
+                .unwrap()
+                .contains("sunny in Paris"),
+            "{sent}"
+        );
+    }
+
+    // Errors: the SDK's own classes, Google's status names.
+    for (name, status, class, google) in [
+        ("failing", 502, "ServerError", "UNAVAILABLE"),
+        ("cut_stream", 502, "ServerError", "UNAVAILABLE"),
+        ("unknown_model", 404, "ClientError", "NOT_FOUND"),
+        ("bad_count", 400, "ClientError", "INVALID_ARGUMENT"),
+        ("wrong_key", 401, "ClientError", "UNAUTHENTICATED"),
+    ] {
+        let e = &got[name];
+        check_error(e, status, class, &format!("{client} {name}"));
+        assert_eq!(e["google_status"], google, "{client} {name}: {e}");
+    }
+    assert!(
+        got["bad_count"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("candidateCount"),
+        "{client}: {}",
+        got["bad_count"]
     );
 }

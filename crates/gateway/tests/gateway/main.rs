@@ -17,6 +17,7 @@ mod arith;
 mod clients;
 mod custom_tools;
 mod finishes;
+mod gemini;
 mod hardening;
 mod ingress;
 mod keys;

@@ -1,6 +1,6 @@
 //! The gateway under attack, round three (issue 58): a body of many small messages costs a
 //! few times its bytes on every route that reads its messages (count_tokens, the chat prompt
-//! estimate, the Messages and Responses translations), the memory ceiling charges a request
+//! estimate, the Messages, Responses and Gemini translations), the memory ceiling charges a request
 //! what it will cost before it parses, and count_tokens forwarded to an Anthropic upstream is
 //! bounded in size and in time. Each test starts a gateway over loopback HTTP; its bound is
 //! asserted from the process's own figures: the resident set's growth above idle
@@ -44,6 +44,11 @@ async fn no_usage_upstream() -> String {
 
 /// The body of `path` (model `model`) with [`MESSAGES`] small messages in that API's shape.
 fn body(path: &str, model: &str) -> Vec<u8> {
+    if path.starts_with("/v1beta/") {
+        // Gemini's: the model is the path's.
+        let content = br#"{"role":"user","parts":[{"text":"hi"}]}"#;
+        return list(br#"{"contents":["#.to_vec(), content, MESSAGES, b"]}");
+    }
     let head = match path {
         "/v1/chat/completions" => format!(r#"{{"model":"{model}","messages":["#),
         "/v1/messages" => format!(r#"{{"model":"{model}","max_tokens":16,"messages":["#),
@@ -218,6 +223,14 @@ async fn chat_of_many_messages_to_other_apis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_of_many_items() {
     one("/v1/responses").await;
+}
+
+/// Gemini's `generateContent`: its contents translated one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_of_many_contents() {
+    let answer = one("/v1beta/models/m:generateContent").await;
+    let text = &answer["candidates"][0]["content"]["parts"][0]["text"];
+    assert_eq!(text, "ok", "{answer}");
 }
 
 /// Eight such count_tokens at once under a mark 400 MiB above the resident set at the test's

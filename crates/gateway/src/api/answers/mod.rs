@@ -18,6 +18,7 @@ use crate::answer::respond::{Answer, one_object};
 use crate::answer::translated::ApiFraming;
 use crate::answer::write::{Endings, Framing, Tail, output};
 use crate::api::chat::Chat;
+use crate::api::gemini::{Gemini, GeminiReply};
 use crate::api::messages::{Messages, MessagesEncoder};
 use crate::api::responses::Responses;
 use crate::api::{ClientApi, Reply};
@@ -114,6 +115,15 @@ impl Case for Messages {
 impl Case for Responses {
     fn reply() -> Reply {
         <Messages as Case>::reply()
+    }
+}
+
+impl Case for Gemini {
+    fn reply() -> GeminiReply {
+        GeminiReply {
+            sse: true,
+            thoughts: false,
+        }
     }
 }
 
@@ -348,6 +358,37 @@ fn facts(api: &str, stream: bool, ending: Ending) -> (Vec<String>, Vec<&'static 
             vec![s(r#""stop_reason":"tool_use""#), s(r#""type":"tool_use""#)],
             vec!["event: error"],
         ),
+        ("gemini", _, Stop | Length | ToolCalls) => {
+            let reason = match ending {
+                Length => r#""finishReason":"MAX_TOKENS""#,
+                _ => r#""finishReason":"STOP""#,
+            };
+            let mut shows = vec![s(reason), s(r#""usageMetadata":{"promptTokenCount":3"#)];
+            if ending == ToolCalls {
+                shows.push(s(
+                    r#"{"functionCall":{"id":"call_1","name":"f","args":{"a":1}}}"#,
+                ));
+            }
+            if !stream {
+                shows.push(s("200 "));
+            }
+            (shows, vec!["\"error\":{", "OTHER"])
+        }
+        // No candidate finished: each ends with OTHER and why, then Google's error record.
+        ("gemini", true, ending) => {
+            let why = match ending {
+                UpstreamError | AllFailed => "boom",
+                NoFinishReason => no_finish,
+                Missing => missing,
+                ShutDown => SHUT_DOWN,
+                _ => PAST_DEADLINE,
+            };
+            let error = format!(r#"data: {{"error":{{"code":{status},"#);
+            (
+                vec![s(why), s(r#""finishReason":"OTHER""#), error],
+                vec!["[DONE]"],
+            )
+        }
         (_, true, ending) => {
             let (name, done) = match api {
                 "messages" => ("event: error", "event: message_stop"),
@@ -436,6 +477,7 @@ async fn every_api_streamed_or_not_writes_each_ending_as_decided() {
     cases::<Chat>(&mut all).await;
     cases::<Messages>(&mut all).await;
     cases::<Responses>(&mut all).await;
+    cases::<Gemini>(&mut all).await;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/api/answers/answers.txt");
     if std::env::var_os("CHOICEWISE_BLESS").is_some() {
         std::fs::write(path, &all).unwrap();

@@ -1,0 +1,236 @@
+//! Google's Gemini API in: `POST /v1beta/models/{model}:generateContent` and
+//! `:streamGenerateContent` ([`Gemini`]), the model named in the path and streaming in the
+//! method's name. A body is read into a Chat Completions request (`gemini/request.rs`), its
+//! candidates answered as `GenerateContentResponse`s (`gemini/answer.rs`), its errors in
+//! Google's shape (`{"error": {"code", "message", "status"}}`).
+//!
+//! | Gemini | Chat Completions |
+//! |---|---|
+//! | the path's model | `model` |
+//! | `:streamGenerateContent` (`?alt=sse`: server-sent events; without it, one JSON array streamed as its records come) | `stream: true` |
+//! | `contents` (role `user`, or none; `model`; the older `function`, as `user`) | messages, in order |
+//! | `text` parts | text (a user's joined with its images as parts; a model's joined) |
+//! | `inlineData` parts of an `image/*` type (user) | `image_url` parts with a `data:` URL |
+//! | `functionCall` parts (model; `args` an object, `id` kept or made) | the assistant message's `tool_calls` (`arguments` as JSON text) |
+//! | `functionResponse` parts (user) | `tool` messages before the user's other parts, each answering the call of its `id`, else the first unanswered call of its `name`; its `response` as JSON text |
+//! | `thought` parts | dropped: no Chat Completions upstream takes them back |
+//! | `systemInstruction` (its text parts, joined by a blank line) | a first `system` message |
+//! | `generationConfig.candidateCount` | `n` |
+//! | `temperature`, `topP`, `topK` (vLLM, llama.cpp and Anthropic take it), `seed`, `presencePenalty`, `frequencyPenalty` | `temperature`, `top_p`, `top_k`, `seed`, `presence_penalty`, `frequency_penalty` |
+//! | `maxOutputTokens`, `stopSequences` | `max_tokens`, `stop` |
+//! | `responseMimeType: "application/json"`; `responseJsonSchema`, or `responseSchema` (its OpenAPI type names lower-cased) | `response_format` `json_object`; `json_schema` named `response` |
+//! | `thinkingConfig`: `thinkingBudget` above 0, `thinkingLevel`; `includeThoughts` | `reasoning_effort` (below 2048 `low`, below 4096 `medium`, else `high`; the level as it is); reasoning answered as `thought` parts |
+//! | `tools[].functionDeclarations` (`parameters`, OpenAPI type names lower-cased; or `parametersJsonSchema` as sent) | function tools |
+//! | other tools (`googleSearch`, `codeExecution`, `urlContext`, ...) | left out, or the request refused, as the model's `hosted_tools` says |
+//! | `toolConfig.functionCallingConfig.mode` `AUTO` / `ANY` / `NONE` / `VALIDATED` (`allowedFunctionNames` of one name under `ANY`) | `tool_choice` `auto` / `required` / `none` / `auto` (that function) |
+//! | `choicewise` | kept as sent |
+//!
+//! Ignored: `safetySettings`, `labels`, `serviceTier`, `store`, `thoughtSignature`,
+//! `videoMetadata` and any field not named here. Refused (400 naming the field, status
+//! `INVALID_ARGUMENT`): `cachedContent` (the gateway keeps no state), `fileData`,
+//! `executableCode` and `codeExecutionResult` parts, `inlineData` that is not an image,
+//! `responseLogprobs`, a `responseMimeType` other than text or JSON, `responseModalities` other
+//! than text, `speechConfig`, `imageConfig`. Another method than the two (`:countTokens`,
+//! `:embedContent`) is a 404 (`NOT_FOUND`).
+
+mod answer;
+mod request;
+
+pub(crate) use answer::GeminiFraming;
+
+use std::collections::HashMap;
+
+use axum::http::StatusCode;
+use bytes::Bytes;
+use choicewise_core::Choice;
+use choicewise_core::chunks::Envelope;
+use serde_json::{Value, json};
+
+use super::{BodyCost, ClientApi, Head, Read, Refused};
+use crate::Limits;
+use crate::answer::ending::OutputEnd;
+use crate::config::ModelPick;
+use crate::error::ApiError;
+use crate::request::ChatRequest;
+use crate::upstream::engine::{AnswerUsage, Summary};
+
+/// The paths of Google's Gemini API (v1beta), under which a request's errors are answered
+/// in Google's shape.
+const PREFIX: &str = "/v1beta/";
+
+/// Where the models' methods are: `/v1beta/models/{model}:{method}`.
+const MODELS: &str = "/v1beta/models/";
+
+/// Google's Gemini API: a request translated onto Chat Completions, every candidate
+/// (`candidateCount`, the request's `n`) answered as `GenerateContentResponse` records or one
+/// object, errors in Google's shape.
+pub(crate) struct Gemini;
+
+/// What a Gemini answer needs of its request.
+#[derive(Debug, Clone)]
+pub(crate) struct GeminiReply {
+    /// A streamed answer is server-sent events (`?alt=sse`), else one JSON array.
+    pub sse: bool,
+    /// The client asked for thoughts (`thinkingConfig.includeThoughts`): reasoning is
+    /// answered as `thought` parts, else left out.
+    pub thoughts: bool,
+}
+
+impl ClientApi for Gemini {
+    const LABEL: &'static str = "gemini";
+    // Every segment after `models/`: a model's name may hold a `/`.
+    const ROUTE: &'static str = "/v1beta/models/{*target}";
+    const COST: BodyCost = BodyCost {
+        heavy: &["contents", "systemInstruction", "tools"],
+        sixteenths: 24,
+    };
+    const ONE_OUTPUT: bool = false;
+    type Reply = GeminiReply;
+    type Framing = GeminiFraming;
+
+    fn owns(path: &str) -> bool {
+        path.starts_with(PREFIX)
+    }
+
+    fn read(
+        head: &Head,
+        bytes: &Bytes,
+        limits: &Limits,
+        picks: &HashMap<String, ModelPick>,
+    ) -> Result<Read<GeminiReply>, Box<Refused>> {
+        let (model, stream) = target(head.uri.path()).map_err(|e| Refused::new(e, None))?;
+        let sse = stream && alt_sse(head.uri.query());
+        let asked = Some(model.to_string());
+        let body = super::parse_body(bytes).map_err(|e| Refused::new(e, asked.clone()))?;
+        let read = request::to_chat(&body, model, stream, limits.max_n)
+            .map_err(|e| Refused::new(e, asked.clone()))?;
+        let req = ChatRequest::from_fields(read.chat, limits)
+            .and_then(|r| r.with_model(picks, limits))
+            .map_err(|e| Refused::new(in_gemini_terms(e), asked))?;
+        Ok(Read {
+            req,
+            reply: GeminiReply {
+                sse,
+                thoughts: read.thoughts,
+            },
+            native: None,
+            hosted: read.hosted,
+            prompt: None,
+        })
+    }
+
+    fn framing(
+        reply: GeminiReply,
+        envelope: &Envelope,
+        _: &ChatRequest,
+        outputs: usize,
+        _: Option<u64>,
+    ) -> GeminiFraming {
+        GeminiFraming::new(&reply, envelope, outputs)
+    }
+
+    fn streamed_type(reply: &GeminiReply) -> &'static str {
+        match reply.sse {
+            true => "text/event-stream",
+            false => "application/json",
+        }
+    }
+
+    fn object(
+        reply: &GeminiReply,
+        envelope: &Envelope,
+        _: bool,
+        choices: &[(Option<Choice>, OutputEnd)],
+        usage: &AnswerUsage,
+        summary: Option<&Summary>,
+    ) -> Bytes {
+        answer::object(reply, envelope, choices, usage, summary)
+    }
+
+    fn error_body(error: &ApiError) -> Value {
+        error_body(error.status, &error.message, error.param.as_deref())
+    }
+}
+
+/// The model and whether the answer streams, from a request's path
+/// (`/v1beta/models/{model}:generateContent` or `:streamGenerateContent`); another method is a
+/// 404 naming the two served.
+fn target(path: &str) -> Result<(&str, bool), ApiError> {
+    let not_found = |what: String| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            format!(
+                "{what}: this gateway serves POST /v1beta/models/{{model}}:generateContent and :streamGenerateContent"
+            ),
+        )
+    };
+    let Some(target) = path.strip_prefix(MODELS) else {
+        return Err(not_found(format!("{path} is not a model's method")));
+    };
+    let Some((model, method)) = target.rsplit_once(':') else {
+        return Err(not_found(format!(
+            "{path} names no method (models/MODEL:METHOD)"
+        )));
+    };
+    if model.trim().is_empty() {
+        return Err(ApiError::invalid(format!("{path}: the path names no model")).param("model"));
+    }
+    match method {
+        "generateContent" => Ok((model, false)),
+        "streamGenerateContent" => Ok((model, true)),
+        other => Err(not_found(format!("the method {other:?} is not served"))),
+    }
+}
+
+/// Whether a query asks for server-sent events (`alt=sse`).
+fn alt_sse(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|pair| pair == "alt=sse"))
+}
+
+/// A Chat Completions request's refusal said in the Gemini request's terms: its `n` is the
+/// request's `generationConfig.candidateCount`.
+fn in_gemini_terms(mut e: ApiError) -> ApiError {
+    if e.param.as_deref() == Some("n") {
+        e.param = Some("generationConfig.candidateCount".into());
+        e.message = e
+            .message
+            .replace("(n)", "(generationConfig.candidateCount)");
+    }
+    e
+}
+
+/// Google's error body for a status: `{"error": {"code", "message", "status"}}`, with a
+/// `google.rpc.BadRequest` detail naming the field when there is one.
+pub(crate) fn error_body(status: StatusCode, message: &str, field: Option<&str>) -> Value {
+    let mut error =
+        json!({"code": status.as_u16(), "message": message, "status": status_name(status)});
+    if let Some(field) = field {
+        error["details"] = json!([{
+            "@type": "type.googleapis.com/google.rpc.BadRequest",
+            "fieldViolations": [{"field": field, "description": message}],
+        }]);
+    }
+    json!({ "error": error })
+}
+
+/// The `google.rpc.Code` name Google's APIs give an HTTP status.
+pub(crate) fn status_name(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 405 | 411 | 413 | 415 | 422 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        408 | 504 => "DEADLINE_EXCEEDED",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        502 | 503 => "UNAVAILABLE",
+        _ if status.is_client_error() => "FAILED_PRECONDITION",
+        _ => "INTERNAL",
+    }
+}
+
+#[cfg(test)]
+mod tests;
