@@ -33,6 +33,8 @@ pub(crate) trait ClientApi: Send + Sync + 'static {
     /// Its route, as the router writes it (`/v1/chat/completions`, or a pattern such as
     /// `/v1beta/models/{target}`).
     const ROUTE: &'static str;
+    /// Its routes as a 404 names them to a client (its route, unless that is a pattern).
+    const SHOWN: &'static [&'static str] = &[Self::ROUTE];
     /// What its bodies may cost to process, for the memory ceiling's admission.
     const COST: BodyCost;
     /// Whether its answer has one output choice (no `n`): the pick's first.

@@ -80,6 +80,10 @@ impl ClientApi for Gemini {
     const LABEL: &'static str = "gemini";
     // Every segment after `models/`: a model's name may hold a `/`.
     const ROUTE: &'static str = "/v1beta/models/{*target}";
+    const SHOWN: &'static [&'static str] = &[
+        "/v1beta/models/{model}:generateContent",
+        "/v1beta/models/{model}:streamGenerateContent",
+    ];
     const COST: BodyCost = BodyCost {
         heavy: &["contents", "systemInstruction", "tools"],
         sixteenths: 24,

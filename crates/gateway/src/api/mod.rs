@@ -106,13 +106,13 @@ pub(crate) trait EachApi {
 }
 
 /// A client API as the layers know it from a request's path, before any handler: its
-/// label, its route, its errors' shape and its bodies' cost.
+/// label, its routes as shown, its errors' shape and its bodies' cost.
 #[derive(Clone, Copy)]
 pub(crate) struct PathApi {
     /// [`ClientApi::LABEL`].
     pub label: &'static str,
-    /// [`ClientApi::ROUTE`].
-    pub route: &'static str,
+    /// [`ClientApi::SHOWN`].
+    pub shown: &'static [&'static str],
     /// [`ClientApi::owns`].
     pub owns: fn(&str) -> bool,
     /// [`ClientApi::shaped`].
@@ -130,7 +130,7 @@ pub(crate) fn all() -> &'static [PathApi] {
         fn api<A: ClientApi>(&mut self) {
             self.0.push(PathApi {
                 label: A::LABEL,
-                route: A::ROUTE,
+                shown: A::SHOWN,
                 owns: A::owns,
                 shaped: A::shaped,
                 cost: A::COST,
@@ -164,7 +164,9 @@ pub(crate) fn of_path(path: &str) -> PathApi {
 /// The gateway's routes, as a 404 names them: each client API's, then the others.
 pub(crate) fn routes_named() -> &'static str {
     static NAMED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        let mut routes: Vec<String> = all().iter().map(|a| format!("POST {}", a.route)).collect();
+        let mut routes: Vec<String> = (all().iter())
+            .flat_map(|a| a.shown.iter().map(|route| format!("POST {route}")))
+            .collect();
         // Anthropic's token count, beside the Messages route.
         let at = routes
             .iter()
