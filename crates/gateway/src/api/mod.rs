@@ -314,7 +314,7 @@ pub(crate) struct Reply {
     pub stop: Vec<String>,
     /// Responses: the request's parameters a response object repeats (`instructions`,
     /// `tools`, `tool_choice`, `temperature`, ...), as they were sent: written into every
-    /// response object as their JSON text ([`responses::Echoed`]).
+    /// response object as their JSON text ([`responses::object_text`]).
     pub echo: std::sync::Arc<Fields>,
     /// Responses: the functions of the client's `namespace` tools, by the flat name they
     /// were sent upstream under: their namespace and own name, as the model's calls of them
@@ -479,6 +479,14 @@ pub(crate) trait Encoder: Send {
 
     /// The finish reason seen (a `Finished` event), if any.
     fn finish_reason(&self) -> Option<&choicewise_core::Text>;
+
+    /// Writes the next piece of what an earlier call left owed (a Responses event that
+    /// repeats a long text, written a bounded piece at a time); `false` when nothing is owed.
+    /// Every call writes the first piece of what it owes; the rest waits for this, so that
+    /// the answer holds one piece of such an event at a time, not the event whole.
+    fn more(&mut self, _out: &mut Vec<u8>) -> bool {
+        false
+    }
 
     /// Whether the choice's finish has been seen (a `Finished` event).
     #[cfg(test)]
