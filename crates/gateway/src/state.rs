@@ -191,7 +191,10 @@ impl Gateway {
         let quota = Arc::new(Quota::new(config, &keys, metrics.clone())?);
         Ok(Gateway {
             inner: Arc::new(Inner {
-                limits: config.limits.clone(),
+                limits: Limits {
+                    resolved_high: Some(high),
+                    ..config.limits.clone()
+                },
                 keys,
                 quota,
                 models: Arc::new(models),

@@ -1151,3 +1151,88 @@ async fn generated_answers_cost_a_few_times_what_the_upstream_sent() {
     );
     assert!(over.is_empty(), "past their bound (seed {seed}): {over:#?}");
 }
+
+/// A request whose answer's worst case (samples × `max_answer_bytes` × 4) passes the memory
+/// ceiling's high watermark is refused before any upstream is asked, in each client API's
+/// terms, naming the most samples that fit and the caps to lower; one that fits is served.
+/// `serve --check`'s warning says the same of the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_answer_cannot_fit_the_mark_is_refused_up_front() {
+    let _one = SERIAL.lock().await;
+    let (url, sent) = scripted(vec![sample("{\"a\":1}")]).await;
+    // The mark well above what the process holds now; `max_answer_bytes` a twelfth of it,
+    // so that 3 samples fit (3 × 4 twelfths) and 4 do not.
+    let high = crate::common::status_bytes("VmRSS") as u64 / MIB as u64 + 300;
+    let per_choice = high * MIB as u64 / 12;
+    let toml = format!(
+        "[limits]\nmemory_high_watermark_mb = {high}\nmax_answer_bytes = {per_choice}\n\
+         [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n\
+         model = \"up\"\nn = \"fan-out\"\n"
+    );
+    let warnings = choicewise_gateway::Config::from_toml(&toml)
+        .unwrap()
+        .warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("more than 3 of the 16 samples") && w.contains("max_answer_bytes")),
+        "{warnings:#?}"
+    );
+    let addr = serve(&toml, no_env).await.0;
+    let client = reqwest::Client::new();
+    let user = json!([{"role": "user", "content": "edit"}]);
+    let four = json!({"samples": 4, "select": "vote"});
+    for (path, body, param) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": user, "choicewise": four}),
+            "choicewise.samples",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": user, "n": 4}),
+            "n",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 64, "messages": user, "choicewise": four}),
+            "choicewise.samples",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "m", "input": "edit", "stream": true, "choicewise": four}),
+            "choicewise.samples",
+        ),
+    ] {
+        let before = sent.load(Ordering::Relaxed);
+        let (status, text) = post(&client, addr, path, &body, usize::MAX).await;
+        assert_eq!(status, 400, "{path}: {text}");
+        let error: Value = serde_json::from_str(&text).unwrap();
+        let error = &error["error"];
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("ask for at most 3")
+                && message.contains("max_answer_bytes")
+                && message.contains("memory_high_watermark_mb"),
+            "{path}: {message}"
+        );
+        match path {
+            // Anthropic's error shape: a type, a message.
+            "/v1/messages" => assert_eq!(error["type"], "invalid_request_error", "{text}"),
+            _ => {
+                assert_eq!(error["code"], "samples_over_memory", "{path}: {text}");
+                assert_eq!(error["param"], param, "{path}: {text}");
+            }
+        }
+        assert_eq!(
+            sent.load(Ordering::Relaxed),
+            before,
+            "{path}: no upstream asked"
+        );
+    }
+    // Three samples fit.
+    let body = json!({"model": "m", "messages": user,
+        "choicewise": {"samples": 3, "select": "vote"}});
+    let (status, text) = post(&client, addr, "/v1/chat/completions", &body, usize::MAX).await;
+    assert_eq!(status, 200, "{text}");
+}
