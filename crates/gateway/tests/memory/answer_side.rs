@@ -1077,7 +1077,7 @@ fn fuzz_case(rng: &mut Rng, size: usize) -> FuzzCase {
 /// each within 4x what the upstream sent plus [`SLACK`]. Without `ANSWER_FUZZ_SECONDS` it
 /// runs 6 cases of seed 1; with it, cases of a random seed (or `ANSWER_FUZZ_SEED`, printed
 /// either way) until that many seconds have passed. `ANSWER_FUZZ_SIZE=n` bounds a sample's
-/// bytes (2 MiB).
+/// bytes (2 MiB); `ANSWER_FUZZ_CASE=k` runs case k of the seed alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generated_answers_cost_a_few_times_what_the_upstream_sent() {
     let _one = SERIAL.lock().await;
@@ -1107,16 +1107,22 @@ async fn generated_answers_cost_a_few_times_what_the_upstream_sent() {
     let mut worst = (0.0f64, String::new());
     let mut over = Vec::new();
     let mut cases = 0;
+    // `ANSWER_FUZZ_CASE=k`: case k of the seed alone (the ones before it made and skipped).
+    let only = env("ANSWER_FUZZ_CASE").map(|k| k as usize);
     loop {
-        let more = match budget {
-            Some(budget) => started.elapsed() < budget,
-            None => cases < 6,
+        let more = match (only, budget) {
+            (Some(k), _) => cases < k,
+            (None, Some(budget)) => started.elapsed() < budget,
+            (None, None) => cases < 6,
         };
         if !more {
             break;
         }
         let case = fuzz_case(&mut rng, size);
         cases += 1;
+        if only.is_some_and(|k| k != cases) {
+            continue;
+        }
         let script = &scripts[case.api];
         script.set(case.answers);
         let (status, text, peak, sent) = measured(
