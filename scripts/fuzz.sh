@@ -2,7 +2,9 @@
 # Builds the cargo-fuzz targets of fuzz/ and runs each for a bounded time.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]   # default: 60 s each, every target
-#   scripts/fuzz.sh smoke [SECONDS_PER_TARGET]          # CI: 15 s each, no cargo-fuzz needed
+#   scripts/fuzz.sh smoke [SECONDS_PER_TARGET]          # CI: 15 s each, no cargo-fuzz needed,
+#                                                       # then the answer side's cost fuzzer
+#                                                       # (ANSWER_FUZZ_SECONDS, 45 s)
 #   scripts/fuzz.sh dump ARTIFACT                       # a merge_interleaving input as the
 #                                                       # scenario JSON fuzz/regressions keeps
 #
@@ -97,6 +99,18 @@ if [[ ${1:-} == smoke ]]; then
     wait
   done
   failed=0
+  # The answer side's cost fuzzer (crates/gateway/tests/memory/answer_side.rs): generated
+  # upstream answers through a gateway over loopback, each within 4x what the upstream sent
+  # plus 4 MiB; its seed is printed (ANSWER_FUZZ_SEED=n repeats a run). --workspace, as CI's
+  # tests step: the same features, so the tests' build is reused.
+  echo "=== smoke answer-side cost: ${ANSWER_FUZZ_SECONDS:-45}s"
+  if ! (cd .. && ANSWER_FUZZ_SECONDS=${ANSWER_FUZZ_SECONDS:-45} cargo test -q --workspace \
+      --test memory -- --nocapture --test-threads 1 generated_answers) > "$work/answer-side.log" 2>&1; then
+    tail -60 "$work/answer-side.log"
+    echo "fuzz smoke: the answer-side cost fuzzer failed; its log is in $work" >&2
+    failed=1
+  fi
+  grep -E '^answer fuzz' "$work/answer-side.log" || true
   for t in "${all[@]}"; do
     echo "--- $t"
     grep -E '^(Done|stat::new_units_added)' "$work/$t.log" || true

@@ -316,6 +316,9 @@ impl Config {
             // own cap.
             let most = (self.limits.max_n.max(self.limits.max_samples))
                 .min(model.max_samples.unwrap_or(u32::MAX));
+            if let Some(warning) = self.over_memory(model, most) {
+                warnings.push(warning);
+            }
             for (k, u) in model.upstreams.iter().enumerate() {
                 if let Some(max) = u.max_n
                     && max >= most
@@ -352,6 +355,49 @@ impl Config {
             }
         }
         warnings
+    }
+}
+
+impl Config {
+    /// What `model`'s requests may hold of their answers beside the memory ceiling's high
+    /// mark: a warning when its default pick's samples (one without) cannot fit, so that
+    /// every request without an extension is refused, or when fewer than the `most` samples
+    /// a request may take fit, so that the larger ones are (`samples_over_memory`).
+    fn over_memory(&self, model: &crate::config::Model, most: u32) -> Option<String> {
+        const MIB: u64 = 1 << 20;
+        let limits = &self.limits;
+        let high = limits.memory_high();
+        let fit = limits.samples_within(high)?;
+        let name = &model.name;
+        let default = (model.pick(limits).ok())
+            .and_then(|pick| pick.policy.map(|p| p.samples()))
+            .unwrap_or(1);
+        let per_choice = limits.max_answer_bytes as u64 / MIB;
+        let cost = crate::config::ANSWER_COST;
+        // The largest max_answer_bytes with which `samples` fit.
+        let lower = |samples: u32| high / (u64::from(samples.max(1)) * cost) / MIB;
+        if default > fit {
+            let took = limits.answer_worst(default) / MIB;
+            return Some(format!(
+                "model {name:?}: its default of {default} sample(s) may take {took} MiB of answer \
+                 ({default} x max_answer_bytes {per_choice} MiB x {cost}), more than the memory \
+                 ceiling's high watermark ({} MiB): its requests are refused (samples_over_memory) \
+                 unless they ask for at most {fit}; lower [limits] max_answer_bytes to at most {} MiB \
+                 or raise memory_high_watermark_mb",
+                high / MIB,
+                lower(default)
+            ));
+        }
+        (most > fit).then(|| {
+            format!(
+                "model {name:?}: a request of more than {fit} of the {most} samples it may take is \
+                 refused (samples_over_memory): its answer may take samples x max_answer_bytes \
+                 {per_choice} MiB x {cost}, past the memory ceiling's high watermark ({} MiB); \
+                 lower [limits] max_answer_bytes to at most {} MiB for {most} to fit",
+                high / MIB,
+                lower(most)
+            )
+        })
     }
 }
 

@@ -425,7 +425,7 @@ impl ChatRequest {
             return Err(over_cap(cap, u64::from(self.n), "n"));
         }
         let (fields, whose) = match (&self.extension, default) {
-            (None, None) => return Ok(self),
+            (None, None) => return self.within_memory(limits, "n"),
             (None, Some(_)) => (None, " (the default of model"),
             (Some(ext), None) => (Some(ext.clone()), ""),
             (Some(ext), Some(default)) => (
@@ -458,7 +458,46 @@ impl ChatRequest {
         })?;
         self.samples = policy.samples();
         self.policy = policy;
-        Ok(self)
+        self.within_memory(limits, "choicewise.samples")
+    }
+
+    /// The request, if its answer's worst case fits under the memory ceiling's high mark:
+    /// its samples × `max_answer_bytes` × [`ANSWER_COST`](crate::config::ANSWER_COST) (what
+    /// the gateway may hold per byte of an answer). Else refused before anything starts:
+    /// 400 `samples_over_memory` naming `param` (where the samples were asked for), the
+    /// most samples that fit, and the operator's caps that set it.
+    fn within_memory(self, limits: &Limits, param: &str) -> Result<ChatRequest, ApiError> {
+        let high = limits.memory_high();
+        let Some(most) = limits.samples_within(high) else {
+            return Ok(self);
+        };
+        let samples = self.samples.max(1);
+        if samples <= most {
+            return Ok(self);
+        }
+        const MIB: u64 = 1 << 20;
+        let worst = limits.answer_worst(samples);
+        let cost = format!(
+            "the answer of {samples} sample{} may take up to {} MiB ({samples} × max_answer_bytes \
+             {} MiB × {}, what the gateway may hold per byte of an answer), more than the \
+             memory ceiling's high watermark ({} MiB)",
+            if samples == 1 { "" } else { "s" },
+            worst / MIB,
+            limits.max_answer_bytes as u64 / MIB,
+            crate::config::ANSWER_COST,
+            high / MIB,
+        );
+        let remedy = match most {
+            0 => "the operator lowers [limits] max_answer_bytes or raises memory_high_watermark_mb"
+                .to_string(),
+            _ => format!(
+                "ask for at most {most} (or the operator lowers [limits] max_answer_bytes or \
+                 raises memory_high_watermark_mb)"
+            ),
+        };
+        Err(err(format!("{cost}: {remedy}"))
+            .code("samples_over_memory")
+            .param(param))
     }
 }
 

@@ -190,7 +190,11 @@ impl Gateway {
         let (high, low) = config.limits.memory_watermarks();
         let metrics = Arc::new(Metrics::new());
         let quota = Arc::new(Quota::new(config, &keys, metrics.clone())?);
-        let (limits, keys) = (Arc::new(config.limits.clone()), Arc::new(keys));
+        let limits = Limits {
+            resolved_high: Some(high),
+            ..config.limits.clone()
+        };
+        let (limits, keys) = (Arc::new(limits), Arc::new(keys));
         Ok(Gateway {
             inner: Arc::new(Inner {
                 limits: limits.clone(),

@@ -216,6 +216,14 @@ pub(crate) trait Encoder: Send {
     /// The finish reason seen (a `Finished` event), if any.
     fn finish_reason(&self) -> Option<&choicewise_core::Text>;
 
+    /// Writes the next piece of what an earlier call left owed (a Responses event that
+    /// repeats a long text, written a bounded piece at a time); `false` when nothing is owed.
+    /// Every call writes the first piece of what it owes; the rest waits for this, so that
+    /// the answer holds one piece of such an event at a time, not the event whole.
+    fn more(&mut self, _out: &mut Vec<u8>) -> bool {
+        false
+    }
+
     /// Whether the choice's finish has been seen (a `Finished` event).
     #[cfg(test)]
     fn finished(&self) -> bool {

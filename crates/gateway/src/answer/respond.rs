@@ -122,6 +122,11 @@ fn streamed<A: ClientApi>(
         finish.answered(answer);
         finish.complete();
         yield Ok(axum::body::Bytes::from(write));
+        // A long last event, a piece at a time.
+        let mut more = Vec::new();
+        while framing.more(&mut more) {
+            yield Ok(axum::body::Bytes::from(std::mem::take(&mut more)));
+        }
         // The body ends once what the run came to is read (its record needs nothing more),
         // or a moment after, an upstream still open then closed.
         Box::pin(finish.settle_after_answer(&mut closing)).await;

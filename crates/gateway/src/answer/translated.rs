@@ -60,6 +60,10 @@ impl Framing for ApiFraming {
             .close(&end, &usage, stop, summary.as_ref(), write);
     }
 
+    fn more(&mut self, write: &mut Vec<u8>) -> bool {
+        self.encoder.more(write)
+    }
+
     fn needs(&self) -> Needs {
         Needs {
             usage: true,

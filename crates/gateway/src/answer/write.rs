@@ -100,6 +100,13 @@ pub(crate) trait Framing: Send {
     fn tail(&mut self, ends: &[OutputEnd], answer: &AnswerEnd, tail: Tail, write: &mut Vec<u8>);
     /// What the tail shows, to be read for it.
     fn needs(&self) -> Needs;
+    /// Writes the next piece of what an earlier call left owed (a long event, written a
+    /// piece at a time as the body is polled: see [`Encoder::more`](crate::api::Encoder::more));
+    /// `false` when nothing is owed. The writer calls it after each write until it says
+    /// `false`, before anything else.
+    fn more(&mut self, _write: &mut Vec<u8>) -> bool {
+        false
+    }
 }
 
 /// What a framing's tail shows beyond the summary.
@@ -261,6 +268,16 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
             let len = write.len();
             yield Bytes::from(write);
             run.pace.sent(len);
+            // A long event owed: each piece made once hyper asks for more.
+            loop {
+                let mut more = Vec::new();
+                if !framing.more(&mut more) {
+                    break;
+                }
+                let len = more.len();
+                yield Bytes::from(more);
+                run.pace.sent(len);
+            }
         }
         drop(merged);
         // Cut short: the choices not ended end now, as the cut decides.
@@ -268,6 +285,10 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
         ends.extend(endings.cut(framing, cut, &mut write));
         if !write.is_empty() {
             yield Bytes::from(write);
+        }
+        let mut more = Vec::new();
+        while framing.more(&mut more) {
+            yield Bytes::from(std::mem::take(&mut more));
         }
         // What follows (the usage, the summary) waits for the upstreams' ends, which write
         // nothing until then: read freely.

@@ -240,7 +240,7 @@ pub(crate) struct Reply {
     pub stop: Vec<String>,
     /// Responses: the request's parameters a response object repeats (`instructions`,
     /// `tools`, `tool_choice`, `temperature`, ...), as they were sent: written into every
-    /// response object as their JSON text ([`responses::Echoed`]).
+    /// response object as their JSON text ([`responses::object_text`]).
     pub echo: std::sync::Arc<Fields>,
     /// Responses: the functions of the client's `namespace` tools, by the flat name they
     /// were sent upstream under: their namespace and own name, as the model's calls of them

@@ -29,17 +29,20 @@
 
 mod encode;
 mod object;
+mod texts;
 mod tools;
 
 pub(crate) use encode::{CONTEXT_LENGTH_EXCEEDED, ResponsesEncoder};
-pub(crate) use object::{Echoed, message};
+#[cfg(test)]
+pub(crate) use object::message;
+pub(crate) use object::object_text;
 use tools::{flat_name, text_options, tool_choice, tools};
 
 use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
 use choicewise_core::chunks::Envelope;
-use choicewise_core::{Choice, ChoiceOutput, Dialect};
+use choicewise_core::{Choice, Dialect};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
@@ -128,23 +131,6 @@ impl ClientApi for Responses {
         let overflow = kept.and_then(|reply| overflow_answer(reply, &error));
         overflow.unwrap_or_else(|| Self::shaped(error))
     }
-}
-
-/// The non-streamed answer's text: the `response` object, with the request's echoed
-/// parameters as they were sent ([`Echoed`]).
-pub(crate) fn object_text(
-    reply: &Reply,
-    output: &ChoiceOutput,
-    usage: &super::Tokens,
-    choicewise: Option<&Value>,
-) -> Vec<u8> {
-    let body = message(reply, output, usage, choicewise);
-    let echoed = Echoed {
-        value: &body,
-        echo: &reply.echo,
-    };
-    // A value always serialises.
-    super::to_vec_exact(&echoed)
 }
 
 /// The fields a translation reads (parsed); `input` and `tools` are read entry by entry

@@ -46,7 +46,9 @@ pub struct Limits {
     /// choice fails alone and the others go on. One upstream answer's bytes are also cut at
     /// it times the samples it carries (a native request for 4 samples may send 4 times
     /// that): past that the answer's choices fail as an upstream's failure does, and its
-    /// connection is closed.
+    /// connection is closed. With the memory ceiling on, a request whose samples times this
+    /// times 4 (what the gateway may hold per byte of an answer) passes its high watermark is
+    /// refused before it starts (400 `samples_over_memory`).
     pub max_answer_bytes: usize,
     /// The process's memory, in MiB, above which new requests are refused with 503 and
     /// `Retry-After` while those in flight go on: its resident set plus the request bodies
@@ -77,7 +79,17 @@ pub struct Limits {
     /// `client_stall_timeout_s` of such waiting: a client that drains its answer slower ends
     /// it as a stalled one does.
     pub client_min_bytes_per_s: f64,
+    /// The memory ceiling's high mark in bytes, once resolved by the gateway serving these
+    /// limits (reading the machine's memory once, not per request).
+    #[serde(skip)]
+    pub(crate) resolved_high: Option<u64>,
 }
+
+/// What the gateway may hold of an answer, at most, per byte its upstreams send: the answer
+/// side's bound, held by its cost fuzzer over every shape it tries (docs/reliability.md,
+/// "The cost of an answer"). A request's worst case is its samples ×
+/// [`max_answer_bytes`](Limits::max_answer_bytes) × this.
+pub(crate) const ANSWER_COST: u64 = 4;
 
 impl Limits {
     /// What a policy is checked against for a request of `n` choices: `max_samples`.
@@ -103,6 +115,29 @@ impl Limits {
     /// its default resolved against the ceiling's high mark `high` (0: no cap).
     pub(crate) fn unsent_cap(&self, high: u64) -> u64 {
         self.max_unsent_bytes_per_key.unwrap_or(high / 2)
+    }
+
+    /// The memory ceiling's high mark in bytes (0: off), as resolved when the gateway
+    /// started, else read now.
+    pub(crate) fn memory_high(&self) -> u64 {
+        self.resolved_high
+            .unwrap_or_else(|| self.memory_watermarks().0)
+    }
+
+    /// The most a request of `samples` samples may hold of its answer, in bytes: its
+    /// samples × `max_answer_bytes` × [`ANSWER_COST`].
+    pub(crate) fn answer_worst(&self, samples: u32) -> u64 {
+        (self.max_answer_bytes as u64)
+            .saturating_mul(ANSWER_COST)
+            .saturating_mul(u64::from(samples))
+    }
+
+    /// The most samples one request may carry for its answer's worst case
+    /// ([`answer_worst`](Self::answer_worst)) to fit under the memory ceiling's high mark
+    /// `high`; `None` when the ceiling is off (`high` 0).
+    pub(crate) fn samples_within(&self, high: u64) -> Option<u32> {
+        let one = self.answer_worst(1).max(1);
+        (high > 0).then(|| u32::try_from(high / one).unwrap_or(u32::MAX))
     }
 
     /// The memory ceiling's two marks in bytes, defaults resolved (`0, 0`: off).
@@ -158,6 +193,7 @@ impl Default for Limits {
             request_deadline_s: 600.0,
             max_upstream_requests_per_request: 64,
             client_min_bytes_per_s: 4096.0,
+            resolved_high: None,
         }
     }
 }

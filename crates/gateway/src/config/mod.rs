@@ -17,6 +17,7 @@ pub use keys::{
     KeyConfig, OnStateError, Price, RateLimit, RateLimits, Resource, State, TagConfig, Window,
 };
 pub(crate) use keys::{NANOS_PER_USD, redis_client};
+pub(crate) use limits::ANSWER_COST;
 pub use limits::Limits;
 pub use records::Records;
 

@@ -435,3 +435,43 @@ fn the_check_names_keys_and_limits_never_a_key() {
         "[[auth.keys]] 2 (\"b\"): the same key as [[auth.keys]] 1; each key's name is its own"
     );
 }
+
+#[test]
+fn a_model_whose_answers_cannot_fit_the_memory_mark_is_warned_of() {
+    let warned = |limits: &str, pick: &str| {
+        Config::from_toml(&format!(
+            "[limits]\n{limits}\n[[models]]\nname = \"m\"\n{pick}\n{UPSTREAM}"
+        ))
+        .unwrap()
+        .warnings()
+    };
+    // 16 MiB a choice × 4: 64 MiB a sample; a mark of 200 MiB holds 3 of them.
+    let limits = "memory_high_watermark_mb = 200\nmemory_low_watermark_mb = 100";
+    let parsed = Config::from_toml(&format!(
+        "[limits]\n{limits}\n[[models]]\nname = \"m\"\n{UPSTREAM}"
+    ))
+    .unwrap();
+    assert_eq!(parsed.limits.answer_worst(16), 1 << 30);
+    assert_eq!(parsed.limits.samples_within(200 << 20), Some(3));
+    assert_eq!(parsed.limits.samples_within(0), None);
+    let w = warned(limits, "");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("a request of more than 3 of the 16 samples")
+            && w[0].contains("lower [limits] max_answer_bytes to at most 3 MiB"),
+        "{w:?}"
+    );
+    let w = warned(
+        limits,
+        "[models.choicewise]\nselect = \"vote\"\nsamples = 8",
+    );
+    assert!(
+        w[0].contains("its default of 8 sample(s) may take 512 MiB")
+            && w[0].contains("unless they ask for at most 3")
+            && w[0].contains("at most 6 MiB"),
+        "{w:?}"
+    );
+    // Caps that fit, or no ceiling: nothing to say.
+    assert!(warned(&format!("{limits}\nmax_answer_bytes = 3145728"), "").is_empty());
+    assert!(warned("memory_high_watermark_mb = 0", "").is_empty());
+}

@@ -190,19 +190,6 @@ async fn measured(
     (status, text, peak.max(0) as usize, sent)
 }
 
-/// The growth allowed per byte sent for one call to a client API: [`FACTOR`], but for a
-/// Responses answer, which writes a call whole more often (docs/reliability.md, "The cost of
-/// an answer"): not streamed, in its item and in the body written (measured 4.2x); streamed,
-/// three times (`response.function_call_arguments.done`, `response.output_item.done`,
-/// `response.completed`) beside the arguments the encoder gathers (6.5x).
-fn bound(path: &str, stream: bool) -> f64 {
-    match (path, stream) {
-        ("/v1/responses", false) => 4.5,
-        ("/v1/responses", true) => 7.0,
-        _ => FACTOR,
-    }
-}
-
 /// Whether `peak` is within `factor` times `sent` and [`SLACK`]; says the figures.
 fn fits(what: &str, peak: usize, sent: usize, factor_allowed: f64) -> bool {
     let factor = peak as f64 / sent as f64;
@@ -316,7 +303,8 @@ async fn a_decided_vote_adds_a_few_kib_to_its_chosen_choice() {
 }
 
 /// One sample of 8 MiB of arguments costs a few times its bytes to each client API, streamed
-/// or not.
+/// or not: a Responses answer too, which writes the arguments whole three times when
+/// streamed, a bounded piece at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_call_of_8_mib_costs_a_few_times_its_bytes_to_every_client_api() {
     let _one = SERIAL.lock().await;
@@ -348,7 +336,7 @@ async fn one_call_of_8_mib_costs_a_few_times_its_bytes_to_every_client_api() {
             assert_eq!(status, 200, "{path}: {:.600}", text);
             assert!(text.contains("file_1.rs"), "{path}: {:.600}", text);
             let what = format!("one call of 8 MiB to {path}, stream {stream}");
-            if !fits(&what, peak, sent, bound(path, stream)) {
+            if !fits(&what, peak, sent, FACTOR) {
                 over.push(what);
             }
         }
@@ -637,12 +625,7 @@ async fn answer_shapes_cost_a_few_times_what_the_upstream_sent() {
                 if factor > worst.0 {
                     worst = (factor, what.clone());
                 }
-                if !fits(
-                    &format!("{what}: {status}"),
-                    peak,
-                    sent,
-                    bound(path, stream),
-                ) {
+                if !fits(&format!("{what}: {status}"), peak, sent, FACTOR) {
                     over.push(what);
                 }
             }
@@ -650,4 +633,612 @@ async fn answer_shapes_cost_a_few_times_what_the_upstream_sent() {
     }
     eprintln!("the costliest: {:.2}x, {}", worst.0, worst.1);
     assert!(over.is_empty(), "past their bound: {over:#?}");
+}
+
+/// A small generator (xorshift): the same cases for the same seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n` (at least 1).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    /// A number from `low` to `high`, on a logarithmic scale (small sizes as often as large).
+    fn between(&mut self, low: usize, high: usize) -> usize {
+        let (low, high) = (low.max(1) as f64, high.max(low + 1) as f64);
+        let unit = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        (low * (high / low).powf(unit)) as usize
+    }
+
+    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        from[self.below(from.len())]
+    }
+}
+
+/// One tree of `width` members a level, `depth` levels deep, its leaves `0`.
+fn tree(width: usize, depth: usize) -> String {
+    if depth == 0 {
+        return "0".into();
+    }
+    let inner = tree(width, depth - 1);
+    let members: Vec<String> = (0..width).map(|i| format!("\"k{i}\":{inner}")).collect();
+    format!("{{{}}}", members.join(","))
+}
+
+/// Arguments of about `size` bytes, of one of the named shapes' kinds or a mix of their
+/// ingredients (width, depth, keys); its kind's name.
+fn random_arguments(rng: &mut Rng, seed: usize, size: usize) -> (String, String) {
+    match rng.below(5) {
+        0 => ("edits".into(), arguments(seed, size)),
+        1 => (
+            "wide".into(),
+            format!("[{}]", repeated("0", (size / 2).max(1))),
+        ),
+        2 => {
+            let depth = 1 + rng.below(120);
+            let zeros = format!("[{}]", repeated("0", (size / 2).max(1)));
+            (
+                format!("deep {depth}"),
+                format!("{}{zeros}{}", "[".repeat(depth), "]".repeat(depth)),
+            )
+        }
+        3 => {
+            let keys = (0..(size / 10).max(1))
+                .map(|i| format!("\"k{i}\":{seed}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            ("keys".into(), format!("{{{keys}}}"))
+        }
+        _ => {
+            let width = 2 + rng.below(30);
+            let mut depth = 1;
+            while width.pow(depth as u32 + 1) * 6 < size / 4 && depth < 12 {
+                depth += 1;
+            }
+            let one = tree(width, depth);
+            let count = (size / one.len()).max(1);
+            (
+                format!("trees {width}x{depth}"),
+                format!("[{}]", repeated(&one, count)),
+            )
+        }
+    }
+}
+
+/// Content of about `size` bytes: words, text to escape, or CJK; its kind's name.
+fn random_content(rng: &mut Rng, size: usize) -> (String, String) {
+    let (kind, unit) = rng.pick(&[
+        ("words", "word "),
+        ("escapes", "a \"q\" \\ \n\t\u{1} "),
+        ("cjk", "中文字符"),
+    ]);
+    (kind.into(), unit.repeat((size / unit.len()).max(1)))
+}
+
+/// One generated answer: its content, calls (name, arguments), and whether each content
+/// piece carries log-probabilities (`top` alternatives each).
+struct Answer {
+    content: String,
+    calls: Vec<String>,
+    top: Option<usize>,
+}
+
+/// The answer as a Chat Completions stream.
+fn chat_answer(answer: &Answer) -> Vec<u8> {
+    let mut out = String::new();
+    let mut chunk = |delta: Value, logprobs: Value, finish: Value| {
+        let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+                         "finish_reason": finish}]});
+        out.push_str(&format!("data: {chunk}\n\n"));
+    };
+    chunk(json!({"role": "assistant"}), Value::Null, Value::Null);
+    for (t, piece) in pieces(&answer.content).into_iter().enumerate() {
+        let logprobs = match answer.top {
+            Some(top) => {
+                let alternatives: Vec<Value> = (0..top)
+                    .map(|k| json!({"token": format!("w{k}"), "logprob": -1.5, "bytes": [119]}))
+                    .collect();
+                json!({"content": [{"token": format!("w{t}"), "logprob": -0.05, "bytes": [119],
+                    "top_logprobs": alternatives}]})
+            }
+            None => Value::Null,
+        };
+        chunk(json!({"content": piece}), logprobs, Value::Null);
+    }
+    for (i, arguments) in answer.calls.iter().enumerate() {
+        for delta in call_deltas(i, "edit", arguments) {
+            chunk(delta, Value::Null, Value::Null);
+        }
+    }
+    let finish = match answer.calls.is_empty() {
+        true => "stop",
+        false => "tool_calls",
+    };
+    chunk(json!({}), Value::Null, json!(finish));
+    out.push_str("data: [DONE]\n\n");
+    out.into_bytes()
+}
+
+/// The answer as an Anthropic Messages stream.
+fn anthropic_answer(answer: &Answer) -> Vec<u8> {
+    let mut out = String::new();
+    let mut event =
+        |name: &str, data: Value| out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    event(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+            "role": "assistant", "model": "up", "content": [], "stop_reason": null,
+            "usage": {"input_tokens": 7, "output_tokens": 1}}}),
+    );
+    let mut index = 0;
+    if !answer.content.is_empty() {
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+        );
+        for piece in pieces(&answer.content) {
+            event(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": piece}}),
+            );
+        }
+        event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        );
+        index += 1;
+    }
+    for (i, arguments) in answer.calls.iter().enumerate() {
+        event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block":
+                {"type": "tool_use", "id": format!("toolu_{i}"), "name": "edit", "input": {}}}),
+        );
+        for piece in pieces(arguments) {
+            event(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece}}),
+            );
+        }
+        event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        );
+        index += 1;
+    }
+    let stop = match answer.calls.is_empty() {
+        true => "end_turn",
+        false => "tool_use",
+    };
+    event(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop},
+            "usage": {"output_tokens": 1}}),
+    );
+    event("message_stop", json!({"type": "message_stop"}));
+    out.into_bytes()
+}
+
+/// The answer as a Responses stream (the API's `.done` events and `response.completed`
+/// repeating each text, as OpenAI writes them).
+fn responses_answer(answer: &Answer) -> Vec<u8> {
+    let mut out = String::new();
+    let mut seq = 0;
+    let mut event = |name: &str, mut data: Value| {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(seq);
+        seq += 1;
+        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    };
+    let response = |status: &str, output: Value| {
+        json!({"id": "resp_1", "object": "response", "created_at": 1, "status": status,
+            "model": "up", "output": output,
+            "usage": {"input_tokens": 7, "output_tokens": 1, "total_tokens": 8}})
+    };
+    event(
+        "response.created",
+        json!({"response": response("in_progress", json!([]))}),
+    );
+    let mut items = Vec::new();
+    if !answer.content.is_empty() {
+        let at = items.len();
+        event(
+            "response.output_item.added",
+            json!({"output_index": at, "item": {"id": "msg_1", "type": "message",
+                "status": "in_progress", "role": "assistant", "content": []}}),
+        );
+        for piece in pieces(&answer.content) {
+            event(
+                "response.output_text.delta",
+                json!({"item_id": "msg_1", "output_index": at, "content_index": 0,
+                    "delta": piece}),
+            );
+        }
+        let item = json!({"id": "msg_1", "type": "message", "status": "completed",
+            "role": "assistant", "content": [{"type": "output_text", "text": answer.content,
+            "annotations": []}]});
+        event(
+            "response.output_item.done",
+            json!({"output_index": at, "item": item}),
+        );
+        items.push(item);
+    }
+    for (i, arguments) in answer.calls.iter().enumerate() {
+        let (at, id) = (items.len(), format!("fc_{i}"));
+        event(
+            "response.output_item.added",
+            json!({"output_index": at, "item": {"id": id, "type": "function_call",
+                "call_id": format!("call_{i}"), "name": "edit", "arguments": ""}}),
+        );
+        for piece in pieces(arguments) {
+            event(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": at, "delta": piece}),
+            );
+        }
+        let item = json!({"id": id, "type": "function_call", "status": "completed",
+            "call_id": format!("call_{i}"), "name": "edit", "arguments": arguments});
+        event(
+            "response.output_item.done",
+            json!({"output_index": at, "item": item}),
+        );
+        items.push(item);
+    }
+    event(
+        "response.completed",
+        json!({"response": response("completed", Value::Array(items))}),
+    );
+    out.into_bytes()
+}
+
+/// A scripted upstream whose answers are set before each case: its base URL, the answers'
+/// slot, and the bytes it sent.
+struct Script {
+    url: String,
+    answers: Arc<std::sync::Mutex<Arc<Vec<Vec<u8>>>>>,
+    next: Arc<AtomicUsize>,
+    sent: Arc<AtomicUsize>,
+}
+
+impl Script {
+    async fn start() -> Self {
+        let answers: Arc<std::sync::Mutex<Arc<Vec<Vec<u8>>>>> = Arc::default();
+        let next = Arc::new(AtomicUsize::new(0));
+        let sent = Arc::new(AtomicUsize::new(0));
+        let (slot, turn, counted) = (answers.clone(), next.clone(), sent.clone());
+        let addr = raw_upstream(move |mut tcp| {
+            let (slot, turn, counted) = (slot.clone(), turn.clone(), counted.clone());
+            async move {
+                let Some(head) = read_head(&mut tcp).await else {
+                    return;
+                };
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let mut left: usize = (head.lines())
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(0);
+                let mut buf = [0u8; 4096];
+                while left > 0 {
+                    match tcp.read(&mut buf[..left.min(4096)]).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => left -= n,
+                    }
+                }
+                let answers = slot.lock().unwrap().clone();
+                let k = turn.fetch_add(1, Ordering::SeqCst) % answers.len().max(1);
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+                if tcp.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                for piece in answers.get(k).map_or(&[][..], Vec::as_slice).chunks(64 * 1024) {
+                    if tcp.write_all(piece).await.is_err() {
+                        return;
+                    }
+                    counted.fetch_add(piece.len(), Ordering::Relaxed);
+                }
+                let _ = tcp.shutdown().await;
+            }
+        })
+        .await;
+        Script {
+            url: format!("http://{addr}/v1"),
+            answers,
+            next,
+            sent,
+        }
+    }
+
+    /// The next requests are answered with `answers`, in turn.
+    fn set(&self, answers: Vec<Vec<u8>>) {
+        *self.answers.lock().unwrap() = Arc::new(answers);
+        self.next.store(0, Ordering::SeqCst);
+    }
+}
+
+/// One generated case: what the upstream sends for each sample, how the client asks.
+struct FuzzCase {
+    name: String,
+    api: usize,
+    answers: Vec<Vec<u8>>,
+    path: &'static str,
+    body: Value,
+}
+
+/// A case of up to `size` bytes a sample, drawn from `rng`.
+fn fuzz_case(rng: &mut Rng, size: usize) -> FuzzCase {
+    let api = rng.below(3);
+    let samples = rng.pick(&[1, 1, 2, 3, 4]);
+    let same = samples > 1 && rng.below(2) == 0;
+    let per_sample = rng.between(64 * 1024, size);
+    let calls = rng.pick(&[0, 1, 1, 2, 3, 8]);
+    let content_share = match calls {
+        0 => 1.0,
+        _ => rng.pick(&[0.0, 0.0, 0.1, 0.5]),
+    };
+    let content_size = (per_sample as f64 * content_share) as usize;
+    let (content_kind, content) = match content_size {
+        0 => ("none".to_string(), String::new()),
+        n => random_content(rng, n),
+    };
+    let top = (api == 0 && content_size > 0 && rng.below(3) == 0).then(|| rng.below(21));
+    let mut kinds = Vec::new();
+    let mut answer_of = |rng: &mut Rng, seed: usize| {
+        let calls: Vec<String> = (0..calls)
+            .map(|i| {
+                let (kind, text) = random_arguments(
+                    rng,
+                    seed * 100 + i,
+                    (per_sample - content_size) / calls.max(1),
+                );
+                kinds.push(kind);
+                text
+            })
+            .collect();
+        let answer = Answer {
+            content: content.clone(),
+            calls,
+            top,
+        };
+        match api {
+            0 => chat_answer(&answer),
+            1 => anthropic_answer(&answer),
+            _ => responses_answer(&answer),
+        }
+    };
+    let answers: Vec<Vec<u8>> = match same {
+        true => vec![answer_of(rng, 0)],
+        false => (0..samples).map(|k| answer_of(rng, k)).collect(),
+    };
+    kinds.sort();
+    kinds.dedup();
+    let stream = rng.below(2) == 0;
+    let select = rng.pick(&["vote", "first_finished", "first_token"]);
+    let choicewise = match samples {
+        1 => Value::Null,
+        n => json!({"samples": n, "select": select}),
+    };
+    let (path, mut body) = match rng.below(3) {
+        0 => (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": "edit"}]}),
+        ),
+        1 => (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 64,
+                "messages": [{"role": "user", "content": "edit"}]}),
+        ),
+        _ => ("/v1/responses", json!({"model": "m", "input": "edit"})),
+    };
+    body["stream"] = json!(stream);
+    if !choicewise.is_null() {
+        body["choicewise"] = choicewise;
+    }
+    if top.is_some() && path == "/v1/chat/completions" && rng.below(2) == 0 {
+        body["logprobs"] = json!(true);
+        body["top_logprobs"] = json!(top);
+    }
+    let name = format!(
+        "{} upstream, {samples} sample(s){}{}, {per_sample} B each: content {content_kind} \
+         {content_size} B{}, {calls} call(s) {kinds:?}, to {path}{}",
+        ["chat", "anthropic", "responses"][api],
+        if samples > 1 {
+            format!(" ({select})")
+        } else {
+            String::new()
+        },
+        if same { " alike" } else { "" },
+        top.map_or(String::new(), |k| format!(" with {k} log-probabilities")),
+        if stream { ", streamed" } else { "" },
+    );
+    FuzzCase {
+        name,
+        api,
+        answers,
+        path,
+        body,
+    }
+}
+
+/// The answer-side cost fuzzer's random form: generated answers (the named shapes'
+/// ingredients mixed: widths, depths, key counts, calls, content length and kind, samples
+/// and their pick, log-probabilities, the upstream's API, the client's API, streamed or not),
+/// each within 4x what the upstream sent plus [`SLACK`]. Without `ANSWER_FUZZ_SECONDS` it
+/// runs 6 cases of seed 1; with it, cases of a random seed (or `ANSWER_FUZZ_SEED`, printed
+/// either way) until that many seconds have passed. `ANSWER_FUZZ_SIZE=n` bounds a sample's
+/// bytes (2 MiB); `ANSWER_FUZZ_CASE=k` runs case k of the seed alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_answers_cost_a_few_times_what_the_upstream_sent() {
+    let _one = SERIAL.lock().await;
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let budget = env("ANSWER_FUZZ_SECONDS").map(Duration::from_secs);
+    let seed = env("ANSWER_FUZZ_SEED").unwrap_or_else(|| match budget {
+        Some(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(7, |d| d.as_nanos() as u64),
+        None => 1,
+    });
+    let size = env("ANSWER_FUZZ_SIZE").map_or(2 * MIB, |s| s as usize);
+    eprintln!(
+        "answer fuzz: seed {seed} (ANSWER_FUZZ_SEED={seed} repeats it), a sample up to {size} B"
+    );
+    let mut rng = Rng(seed | 1);
+    let scripts = [
+        Script::start().await,
+        Script::start().await,
+        Script::start().await,
+    ];
+    let mut gateways = Vec::new();
+    for (script, api) in scripts.iter().zip(["chat", "anthropic", "responses"]) {
+        gateways.push(gateway_to(api, &script.url).await);
+    }
+    let started = std::time::Instant::now();
+    let mut worst = (0.0f64, String::new());
+    let mut over = Vec::new();
+    let mut cases = 0;
+    // `ANSWER_FUZZ_CASE=k`: case k of the seed alone (the ones before it made and skipped).
+    let only = env("ANSWER_FUZZ_CASE").map(|k| k as usize);
+    loop {
+        let more = match (only, budget) {
+            (Some(k), _) => cases < k,
+            (None, Some(budget)) => started.elapsed() < budget,
+            (None, None) => cases < 6,
+        };
+        if !more {
+            break;
+        }
+        let case = fuzz_case(&mut rng, size);
+        cases += 1;
+        if only.is_some_and(|k| k != cases) {
+            continue;
+        }
+        let script = &scripts[case.api];
+        script.set(case.answers);
+        let (status, text, peak, sent) = measured(
+            gateways[case.api],
+            &script.sent,
+            case.path,
+            &case.body,
+            4096,
+        )
+        .await;
+        // Set apart, so that the next case's answers are not measured with this one.
+        script.set(Vec::new());
+        let what = format!("case {cases}: {}", case.name);
+        assert!(matches!(status, 200 | 502), "{what}: {status} {text:.300}");
+        // What the bound weighs: the growth past the slack per byte sent.
+        let factor = (peak as f64 - SLACK as f64) / sent.max(1) as f64;
+        if factor > worst.0 {
+            let whole = peak as f64 / sent.max(1) as f64;
+            worst = (factor, format!("{what} ({whole:.2}x in all)"));
+        }
+        if !fits(&format!("{what}: {status}"), peak, sent, FACTOR) {
+            over.push(what);
+        }
+    }
+    eprintln!(
+        "answer fuzz: {cases} cases in {:.0?} (seed {seed}); the costliest past the {} MiB of \
+         slack: {:.2}x, {}",
+        started.elapsed(),
+        SLACK / MIB,
+        worst.0,
+        worst.1
+    );
+    assert!(over.is_empty(), "past their bound (seed {seed}): {over:#?}");
+}
+
+/// A request whose answer's worst case (samples × `max_answer_bytes` × 4) passes the memory
+/// ceiling's high watermark is refused before any upstream is asked, in each client API's
+/// terms, naming the most samples that fit and the caps to lower; one that fits is served.
+/// `serve --check`'s warning says the same of the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_answer_cannot_fit_the_mark_is_refused_up_front() {
+    let _one = SERIAL.lock().await;
+    let (url, sent) = scripted(vec![sample("{\"a\":1}")]).await;
+    // The mark well above what the process holds now; `max_answer_bytes` a twelfth of it,
+    // so that 3 samples fit (3 × 4 twelfths) and 4 do not.
+    let high = crate::common::status_bytes("VmRSS") as u64 / MIB as u64 + 300;
+    let per_choice = high * MIB as u64 / 12;
+    let toml = format!(
+        "[limits]\nmemory_high_watermark_mb = {high}\nmax_answer_bytes = {per_choice}\n\
+         [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\n\
+         model = \"up\"\nn = \"fan-out\"\n"
+    );
+    let warnings = choicewise_gateway::Config::from_toml(&toml)
+        .unwrap()
+        .warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("more than 3 of the 16 samples") && w.contains("max_answer_bytes")),
+        "{warnings:#?}"
+    );
+    let addr = serve(&toml, no_env).await.0;
+    let client = reqwest::Client::new();
+    let user = json!([{"role": "user", "content": "edit"}]);
+    let four = json!({"samples": 4, "select": "vote"});
+    for (path, body, param) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": user, "choicewise": four}),
+            "choicewise.samples",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": user, "n": 4}),
+            "n",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 64, "messages": user, "choicewise": four}),
+            "choicewise.samples",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "m", "input": "edit", "stream": true, "choicewise": four}),
+            "choicewise.samples",
+        ),
+    ] {
+        let before = sent.load(Ordering::Relaxed);
+        let (status, text) = post(&client, addr, path, &body, usize::MAX).await;
+        assert_eq!(status, 400, "{path}: {text}");
+        let error: Value = serde_json::from_str(&text).unwrap();
+        let error = &error["error"];
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("ask for at most 3")
+                && message.contains("max_answer_bytes")
+                && message.contains("memory_high_watermark_mb"),
+            "{path}: {message}"
+        );
+        match path {
+            // Anthropic's error shape: a type, a message.
+            "/v1/messages" => assert_eq!(error["type"], "invalid_request_error", "{text}"),
+            _ => {
+                assert_eq!(error["code"], "samples_over_memory", "{path}: {text}");
+                assert_eq!(error["param"], param, "{path}: {text}");
+            }
+        }
+        assert_eq!(
+            sent.load(Ordering::Relaxed),
+            before,
+            "{path}: no upstream asked"
+        );
+    }
+    // Three samples fit.
+    let body = json!({"model": "m", "messages": user,
+        "choicewise": {"samples": 3, "select": "vote"}});
+    let (status, text) = post(&client, addr, "/v1/chat/completions", &body, usize::MAX).await;
+    assert_eq!(status, 200, "{text}");
 }

@@ -383,7 +383,10 @@ pub(crate) fn message(
         .flatten()
         .collect();
     if !text.is_empty() {
-        content.push(json!({"type": "text", "text": text}));
+        // The text moves in (json! would copy it: an answer's text may be megabytes).
+        let mut block = json!({"type": "text", "text": null});
+        block["text"] = Value::String(text);
+        content.push(block);
     }
     let calls = (m.tool_calls.iter())
         .map(|c| (Some(c.id.as_str()).filter(|id| !id.is_empty()), &c.function))

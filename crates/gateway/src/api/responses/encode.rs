@@ -19,6 +19,11 @@
 //! `namespace` ([`Reply::namespaced`]); a call of one of its `custom` tools as a
 //! `custom_tool_call` item, its `input` sent whole when the call closes
 //! (`response.custom_tool_call_input.delta` and `.done`).
+//!
+//! A text the API repeats whole (a part's text, a call's arguments, a reasoning summary) is
+//! kept once, as its fragments ([`Pieces`]), and written into each event that repeats it a
+//! bounded piece at a time ([`texts`](super::texts)): an event that carries long texts is
+//! owed, and written as the body asks for more ([`Encoder::more`]).
 
 use choicewise_core::{CallRef, ChoiceEvent, FunctionCallEvent, Text};
 use serde::Serialize;
@@ -29,6 +34,7 @@ use super::object::{
     Echoed, ResponseParts, call_item, client_name, custom_input, custom_item, incomplete_reason,
     response_object, usage_of,
 };
+use super::texts::{Marks, Owed, Pieces, Seg};
 use crate::api::{Encoder, Reply, Tokens, frame, new_id, unix_time};
 use crate::request::Fields;
 
@@ -52,7 +58,7 @@ enum Phase {
 #[derive(Debug)]
 enum Item {
     /// A reasoning item: its summary text so far.
-    Reasoning { id: String, text: String },
+    Reasoning { id: String, text: Pieces },
     /// A message item: its closed parts, and the open one.
     Message {
         id: String,
@@ -68,7 +74,7 @@ enum Item {
         name: String,
         namespace: Option<String>,
         custom: bool,
-        arguments: String,
+        arguments: Pieces,
     },
 }
 
@@ -76,15 +82,13 @@ enum Item {
 #[derive(Debug)]
 struct Part {
     refusal: bool,
-    text: String,
+    text: Pieces,
 }
 
 impl Part {
-    /// The part as the output lists it, its text moved in.
-    fn into_value(mut self) -> Value {
-        self.text.shrink_to_fit();
-        let text = Value::String(self.text);
-        match self.refusal {
+    /// A part as the output lists it, of this text (or its mark).
+    fn value(refusal: bool, text: Value) -> Value {
+        match refusal {
             true => {
                 let mut part = json!({"type": "refusal", "refusal": null});
                 part["refusal"] = text;
@@ -101,7 +105,7 @@ impl Part {
 }
 
 /// `response.output_text.done` or `response.refusal.done`, its fields in the order a JSON
-/// object of them writes them (by name), borrowing the part's text.
+/// object of them writes them (by name), with the part's text (its mark).
 #[derive(Serialize)]
 struct TextDone<'a> {
     content_index: usize,
@@ -110,10 +114,10 @@ struct TextDone<'a> {
     logprobs: Option<[u8; 0]>,
     output_index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
-    refusal: Option<&'a str>,
+    refusal: Option<&'a Value>,
     sequence_number: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    text: Option<&'a str>,
+    text: Option<&'a Value>,
     #[serde(rename = "type")]
     kind: &'static str,
 }
@@ -150,10 +154,10 @@ struct DeltaEvent<'a> {
 }
 
 /// `response.function_call_arguments.done`, its fields in the order a JSON object of them
-/// writes them (by name), borrowing the call's arguments.
+/// writes them (by name), with the call's arguments (their mark).
 #[derive(Serialize)]
 struct ArgumentsDone<'a> {
-    arguments: &'a str,
+    arguments: &'a Value,
     item_id: &'a str,
     name: &'a str,
     output_index: usize,
@@ -187,8 +191,13 @@ pub(crate) fn failed_before_output(reply: &Reply, code: &str, message: &str) -> 
     let error = json!({"code": code, "message": message});
     let response = encoder.response("failed", Value::Null, error, Value::Null);
     encoder.emit(&mut out, "response.failed", json!({"response": response}));
+    while encoder.more(&mut out) {}
     out
 }
+
+/// How many bytes of owed events one write takes at most (a text's escapes may take it
+/// past, by at most one run of escaped text).
+const OWED_WRITE: usize = 256 * 1024;
 
 /// Writes one choice's answer as the Responses stream.
 #[derive(Debug)]
@@ -205,8 +214,16 @@ pub(crate) struct ResponsesEncoder {
     phase: Phase,
     /// The finish reason seen, if any.
     finish: Option<Text>,
-    /// The closed output items, in order (the open one's `output_index` is their count).
+    /// The closed output items, in order (the open one's `output_index` is their count),
+    /// their long texts as marks.
     items: Vec<Value>,
+    /// The marks standing for the long texts in the items and events.
+    marks: Marks,
+    /// The long texts, by their marks' numbers.
+    texts: Vec<Pieces>,
+    /// What is written but not yet given to the body: events that carry long texts, and
+    /// every event after them.
+    owed: Owed,
 }
 
 impl ResponsesEncoder {
@@ -224,6 +241,9 @@ impl ResponsesEncoder {
             phase: Phase::Idle,
             finish: None,
             items: Vec::new(),
+            marks: Marks::new(),
+            texts: Vec::new(),
+            owed: Owed::default(),
         }
     }
 
@@ -232,7 +252,46 @@ impl ResponsesEncoder {
         data["type"] = json!(name);
         data["sequence_number"] = json!(self.next_seq());
         let echo = &*self.echo;
-        frame(out, name, &Echoed { value: &data, echo });
+        let mut event = Vec::new();
+        frame(&mut event, name, &Echoed { value: &data, echo });
+        self.put(out, event, true);
+    }
+
+    /// Writes a frame: into `out` when it has no marks and nothing is owed; else owed, cut at
+    /// its marks (`marked`: it may have some).
+    fn put(&mut self, out: &mut Vec<u8>, event: Vec<u8>, marked: bool) {
+        let segs = match marked {
+            true => self.marks.split(event, self.texts.len()),
+            false => vec![Seg::Json(event)],
+        };
+        match &segs[..] {
+            [Seg::Json(bytes)] if self.owed.is_empty() => out.extend_from_slice(bytes),
+            _ => self.owed.extend(segs),
+        }
+    }
+
+    /// Writes an event of this kind (a delta, a `.done`; `marked`: it may carry marks).
+    fn put_event(&mut self, out: &mut Vec<u8>, name: &str, event: &impl Serialize, marked: bool) {
+        if !marked && self.owed.is_empty() {
+            frame(out, name, event);
+            return;
+        }
+        let mut bytes = Vec::new();
+        frame(&mut bytes, name, event);
+        self.put(out, bytes, marked);
+    }
+
+    /// Keeps a long text; its mark.
+    fn keep(&mut self, text: Pieces) -> Value {
+        self.texts.push(text);
+        self.marks.mark(self.texts.len() - 1)
+    }
+
+    /// Writes the first piece of what is owed, if anything (the end of every call).
+    fn pay(&mut self, out: &mut Vec<u8>) {
+        if !self.owed.is_empty() {
+            self.owed.write(&self.texts, out, OWED_WRITE);
+        }
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -277,6 +336,7 @@ impl ResponsesEncoder {
         let index = self.items.len();
         let done = match item {
             Item::Reasoning { id, text } => {
+                let text = self.keep(text);
                 let part = json!({"type": "summary_text", "text": text});
                 self.emit(
                     out,
@@ -317,28 +377,28 @@ impl ResponsesEncoder {
                 arguments,
                 ..
             } => {
-                let input = custom_input(&arguments);
+                let input = custom_input(&arguments.joined());
+                let input = self.keep(Pieces::whole(input.into()));
                 let at = json!({"item_id": id, "output_index": index});
                 let mut delta = at.clone();
-                delta["delta"] = json!(input);
+                delta["delta"] = input.clone();
                 self.emit(out, "response.custom_tool_call_input.delta", delta);
                 let mut done = at;
-                done["input"] = json!(input);
+                done["input"] = input.clone();
                 self.emit(out, "response.custom_tool_call_input.done", done);
-                custom_item(&id, status, &input, &call_id, &name)
+                custom_item(&id, status, input, &call_id, &name)
             }
             Item::Call {
                 id,
                 call_id,
                 name,
                 namespace,
-                mut arguments,
+                arguments,
                 ..
             } => {
-                // Written from the text, which then moves into the item: the arguments are
-                // held once (a call's may be megabytes). The two frames that write them whole
-                // get room for both at once, not a buffer doubled twice on its way.
-                out.reserve(2 * crate::api::json_len(&arguments) + 4096);
+                // Kept once (a call's may be megabytes), written by its mark in this event,
+                // the item's and the last one.
+                let arguments = self.keep(arguments);
                 let kind = "response.function_call_arguments.done";
                 let event = ArgumentsDone {
                     arguments: &arguments,
@@ -348,10 +408,9 @@ impl ResponsesEncoder {
                     sequence_number: self.next_seq(),
                     kind,
                 };
-                frame(out, kind, &event);
+                self.put_event(out, kind, &event, true);
                 let mut item = call_item(&id, status, "", &call_id, &name, namespace.as_deref());
-                arguments.shrink_to_fit();
-                item["arguments"] = Value::String(arguments);
+                item["arguments"] = arguments;
                 item
             }
         };
@@ -362,7 +421,7 @@ impl ResponsesEncoder {
             sequence_number: self.next_seq(),
             kind,
         };
-        frame(out, kind, &event);
+        self.put_event(out, kind, &event, true);
         self.items.push(done);
     }
 
@@ -375,24 +434,25 @@ impl ResponsesEncoder {
         part: Part,
         out: &mut Vec<u8>,
     ) -> Value {
-        // The `.done` event borrows the text, which then moves into the part: a part's text
-        // (megabytes, maybe) is held once.
-        let kind = match part.refusal {
+        // A part's text (megabytes, maybe) is kept once, written by its mark.
+        let Part { refusal, text } = part;
+        let text = self.keep(text);
+        let kind = match refusal {
             true => "response.refusal.done",
             false => "response.output_text.done",
         };
         let event = TextDone {
             content_index: content,
             item_id: id,
-            logprobs: (!part.refusal).then_some([]),
+            logprobs: (!refusal).then_some([]),
             output_index: index,
-            refusal: part.refusal.then_some(part.text.as_str()),
+            refusal: refusal.then_some(&text),
             sequence_number: self.next_seq(),
-            text: (!part.refusal).then_some(part.text.as_str()),
+            text: (!refusal).then_some(&text),
             kind,
         };
-        frame(out, kind, &event);
-        let value = part.into_value();
+        self.put_event(out, kind, &event, true);
+        let value = Part::value(refusal, text);
         let kind = "response.content_part.done";
         let event = PartDone {
             content_index: content,
@@ -402,20 +462,20 @@ impl ResponsesEncoder {
             sequence_number: self.next_seq(),
             kind,
         };
-        frame(out, kind, &event);
+        self.put_event(out, kind, &event, true);
         value
     }
 
-    /// Takes the open item out of the stream to work on it (put it back with [`put`]);
-    /// the stream started if needed. `None` after the finish.
+    /// Takes the open item out of the stream to work on it (put it back with
+    /// [`put_back`]); the stream started if needed. `None` after the finish.
     ///
-    /// [`put`]: Self::put
+    /// [`put_back`]: Self::put_back
     fn take(&mut self, out: &mut Vec<u8>) -> Option<Option<Item>> {
         self.slot(out).map(Option::take)
     }
 
     /// Puts the open item back.
-    fn put(&mut self, item: Item) {
+    fn put_back(&mut self, item: Item) {
         if let Phase::Open(slot) = &mut self.phase {
             *slot = Some(item);
         }
@@ -423,13 +483,13 @@ impl ResponsesEncoder {
 
     /// Text or refusal text: into the open message item's part of that kind (the item and
     /// the part opened as needed; a part of the other kind closes).
-    fn message_text(&mut self, refusal: bool, text: &str, out: &mut Vec<u8>) {
+    fn message_text(&mut self, refusal: bool, text: &Text, out: &mut Vec<u8>) {
         let Some(open) = self.take(out) else { return };
         let (id, mut parts, mut part) = match open {
             Some(Item::Message { id, parts, part }) => (id, parts, part),
             other => {
                 if let Some(other) = other {
-                    self.put(other);
+                    self.put_back(other);
                 }
                 self.close_item("completed", out);
                 let id = new_id("msg");
@@ -452,18 +512,18 @@ impl ResponsesEncoder {
         if part.is_none() {
             let new = Part {
                 refusal,
-                text: String::new(),
+                text: Pieces::default(),
             };
             self.emit(
                 out,
                 "response.content_part.added",
                 json!({"item_id": id,
-                "output_index": index, "content_index": parts.len(), "part": Part { refusal, text: String::new() }.into_value()}),
+                "output_index": index, "content_index": parts.len(), "part": Part::value(refusal, json!(""))}),
             );
             part = Some(new);
         }
         if let Some(open) = &mut part {
-            open.text.push_str(text);
+            open.text.push(text);
         }
         let event = DeltaEvent {
             kind: match refusal {
@@ -478,18 +538,18 @@ impl ResponsesEncoder {
             delta: text,
             logprobs: (!refusal).then_some([]),
         };
-        frame(out, event.kind, &event);
-        self.put(Item::Message { id, parts, part });
+        self.put_event(out, event.kind, &event, false);
+        self.put_back(Item::Message { id, parts, part });
     }
 
     /// Reasoning text: into the open reasoning item (opened as needed).
-    fn reasoning_text(&mut self, text: &str, out: &mut Vec<u8>) {
+    fn reasoning_text(&mut self, text: &Text, out: &mut Vec<u8>) {
         let Some(open) = self.take(out) else { return };
         let (id, mut all) = match open {
             Some(Item::Reasoning { id, text }) => (id, text),
             other => {
                 if let Some(other) = other {
-                    self.put(other);
+                    self.put_back(other);
                 }
                 self.close_item("completed", out);
                 let id = new_id("rs");
@@ -507,10 +567,10 @@ impl ResponsesEncoder {
                     "output_index": index, "summary_index": 0,
                     "part": {"type": "summary_text", "text": ""}}),
                 );
-                (id, String::new())
+                (id, Pieces::default())
             }
         };
-        all.push_str(text);
+        all.push(text);
         let event = DeltaEvent {
             kind: "response.reasoning_summary_text.delta",
             sequence_number: self.next_seq(),
@@ -521,8 +581,8 @@ impl ResponsesEncoder {
             delta: text,
             logprobs: None,
         };
-        frame(out, event.kind, &event);
-        self.put(Item::Reasoning { id, text: all });
+        self.put_event(out, event.kind, &event, false);
+        self.put_back(Item::Reasoning { id, text: all });
     }
 
     /// The choice's finish: the open item closes (`incomplete` for a `length` or
@@ -557,7 +617,7 @@ impl ResponsesEncoder {
                 let item_id = new_id(if custom { "ctc" } else { "fc" });
                 let index = self.items.len();
                 let item = match custom {
-                    true => custom_item(&item_id, "in_progress", "", &call_id, &name),
+                    true => custom_item(&item_id, "in_progress", json!(""), &call_id, &name),
                     false => call_item(
                         &item_id,
                         "in_progress",
@@ -580,7 +640,7 @@ impl ResponsesEncoder {
                         name,
                         namespace,
                         custom,
-                        arguments: String::new(),
+                        arguments: Pieces::default(),
                     });
                 }
             }
@@ -589,6 +649,7 @@ impl ResponsesEncoder {
                 // cannot be sent (an item does not reopen) and is dropped.
                 let index = self.items.len();
                 let seq = self.seq;
+                let owed = !self.owed.is_empty();
                 let Phase::Open(Some(Item::Call {
                     id,
                     call: open,
@@ -602,7 +663,7 @@ impl ResponsesEncoder {
                 if open != call || fragment.is_empty() {
                     return;
                 }
-                arguments.push_str(fragment);
+                arguments.push(fragment);
                 if *custom {
                     // A custom call's input is its arguments' one string: sent when whole.
                     return;
@@ -617,19 +678,56 @@ impl ResponsesEncoder {
                     delta: fragment,
                     logprobs: None,
                 };
-                frame(out, event.kind, &event);
+                match owed {
+                    false => frame(out, event.kind, &event),
+                    true => {
+                        let mut bytes = Vec::new();
+                        frame(&mut bytes, event.kind, &event);
+                        self.owed.extend([Seg::Json(bytes)]);
+                    }
+                }
                 self.seq = self.seq.saturating_add(1);
             }
-            FunctionCallEvent::Finished { call, .. } => {
-                if let Phase::Open(Some(Item::Call { call: open, .. })) = &self.phase
+            FunctionCallEvent::Finished {
+                call,
+                arguments: whole,
+                ..
+            } => {
+                if let Phase::Open(Some(Item::Call {
+                    call: open,
+                    arguments,
+                    ..
+                })) = &mut self.phase
                     && open == call
                 {
+                    // The event's text is the one the deltas spelled: kept shared with it,
+                    // the fragments gathered let go.
+                    if same_text(arguments, whole) {
+                        *arguments = Pieces::whole(whole.clone());
+                    }
                     self.close_item("completed", out);
                 }
             }
             _ => {}
         }
     }
+}
+
+/// Whether `pieces` spell `text`.
+fn same_text(pieces: &Pieces, text: &str) -> bool {
+    if pieces.len() != text.len() {
+        return false;
+    }
+    let mut rest = text.as_bytes();
+    pieces
+        .iter()
+        .all(|piece| match rest.split_at_checked(piece.len()) {
+            Some((head, tail)) if head == piece.as_bytes() => {
+                rest = tail;
+                true
+            }
+            _ => false,
+        })
 }
 
 impl Encoder for ResponsesEncoder {
@@ -641,6 +739,7 @@ impl Encoder for ResponsesEncoder {
         let response = self.response("in_progress", Value::Null, Value::Null, Value::Null);
         self.emit(out, "response.created", json!({"response": response}));
         self.emit(out, "response.in_progress", json!({"response": response}));
+        self.pay(out);
     }
 
     fn event(&mut self, event: &ChoiceEvent, out: &mut Vec<u8>) {
@@ -654,6 +753,11 @@ impl Encoder for ResponsesEncoder {
             ChoiceEvent::Finished(reason) => self.finish(reason, out),
             _ => {}
         }
+        self.pay(out);
+    }
+
+    fn more(&mut self, out: &mut Vec<u8>) -> bool {
+        self.owed.write(&self.texts, out, OWED_WRITE)
     }
 
     fn failed(&mut self, why: &str, choicewise: Option<&Value>, out: &mut Vec<u8>) {
@@ -676,6 +780,7 @@ impl Encoder for ResponsesEncoder {
             event["choicewise"] = c.clone();
         }
         self.emit(out, "response.failed", event);
+        self.pay(out);
     }
 
     fn completed(
@@ -719,6 +824,7 @@ impl Encoder for ResponsesEncoder {
             event["choicewise"] = c.clone();
         }
         self.emit(out, name, event);
+        self.pay(out);
     }
 
     fn finish_reason(&self) -> Option<&Text> {

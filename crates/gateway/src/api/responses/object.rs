@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
+use super::texts::{Marks, Seg, escape_into, escaped_len};
 use crate::api::{Reply, Tokens, new_id, unix_time};
 use crate::request::Fields;
 
@@ -36,8 +37,14 @@ pub(super) fn custom_input(arguments: &str) -> String {
     }
 }
 
-/// A `custom_tool_call` output item.
-pub(super) fn custom_item(id: &str, status: &str, input: &str, call_id: &str, name: &str) -> Value {
+/// A `custom_tool_call` output item (its `input` a string, or a mark standing for one).
+pub(super) fn custom_item(
+    id: &str,
+    status: &str,
+    input: Value,
+    call_id: &str,
+    name: &str,
+) -> Value {
     json!({"id": id, "type": "custom_tool_call", "status": status, "call_id": call_id,
            "name": name, "input": input})
 }
@@ -164,15 +171,30 @@ pub(super) fn response_object(
     r
 }
 
-/// The non-streamed answer: a `response` object whose `output` holds a reasoning item (when
-/// asked for and given), a message item (its text and refusal parts; an empty text when the
-/// choice has neither nor calls), then each call's `function_call` item. `incomplete` for a
-/// `length` or `content_filter` finish; `failed` when the choice did not finish.
+/// The non-streamed answer as a tree ([`message_with`], its texts copied in), for the
+/// tests; the answer is written by [`object_text`].
+#[cfg(test)]
 pub(crate) fn message(
     reply: &Reply,
     output: &ChoiceOutput,
     usage: &Tokens,
     choicewise: Option<&Value>,
+) -> Value {
+    message_with(reply, output, usage, choicewise, &mut |t| json!(t))
+}
+
+/// The non-streamed answer: a `response` object whose `output` holds a reasoning item (when
+/// asked for and given), a message item (its text and refusal parts; an empty text when the
+/// choice has neither nor calls), then each call's `function_call` item. `incomplete` for a
+/// `length` or `content_filter` finish; `failed` when the choice did not finish. Each text
+/// of `output` (its content, refusal, reasoning and calls' arguments) is written as `text`
+/// makes it: the text itself, or a mark standing for it ([`object_text`]).
+fn message_with<'a>(
+    reply: &Reply,
+    output: &'a ChoiceOutput,
+    usage: &Tokens,
+    choicewise: Option<&Value>,
+    text: &mut dyn FnMut(&'a str) -> Value,
 ) -> Value {
     let m = &output.message;
     let finish = output.finish_reason.as_deref();
@@ -182,11 +204,12 @@ pub(crate) fn message(
         None => "completed",
     };
     let mut items = Vec::new();
-    if let Some(text) = m
+    if let Some(reasoning) = m
         .reasoning_content
         .as_deref()
         .filter(|t| reply.reasoning && !t.is_empty())
     {
+        let text = text(reasoning);
         items.push(json!({"id": new_id("rs"), "type": "reasoning",
                           "summary": [{"type": "summary_text", "text": text}]}));
     }
@@ -195,10 +218,12 @@ pub(crate) fn message(
         .chain(m.function_call.iter().map(|f| (None, f)))
         .collect();
     let mut parts = Vec::new();
-    if let Some(text) = m.content.as_deref().filter(|t| !t.is_empty()) {
+    if let Some(content) = m.content.as_deref().filter(|t| !t.is_empty()) {
+        let text = text(content);
         parts.push(json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []}));
     }
-    if let Some(text) = m.refusal.as_deref().filter(|t| !t.is_empty()) {
+    if let Some(refusal) = m.refusal.as_deref().filter(|t| !t.is_empty()) {
+        let text = text(refusal);
         parts.push(json!({"type": "refusal", "refusal": text}));
     }
     if parts.is_empty() && calls.is_empty() {
@@ -218,20 +243,22 @@ pub(crate) fn message(
             items.push(custom_item(
                 &new_id("ctc"),
                 item_status,
-                &input,
+                json!(input),
                 &call_id,
                 &name,
             ));
             continue;
         }
-        items.push(call_item(
+        let mut item = call_item(
             &new_id("fc"),
             item_status,
-            &f.arguments,
+            "",
             &call_id,
             &name,
             namespace.as_deref(),
-        ));
+        );
+        item["arguments"] = text(&f.arguments);
+        items.push(item);
     }
     let (status, error, details) = match (finish, incomplete) {
         (None | Some("error"), _) => (
@@ -260,4 +287,47 @@ pub(crate) fn message(
         body["choicewise"] = c.clone();
     }
     body
+}
+
+/// The non-streamed answer's text ([`message`]), with the request's echoed parameters as they
+/// were sent ([`Echoed`]), in a buffer of exactly its length: each text of the choice
+/// written from where the run holds it, never copied into a tree first.
+pub(crate) fn object_text(
+    reply: &Reply,
+    output: &ChoiceOutput,
+    usage: &Tokens,
+    choicewise: Option<&Value>,
+) -> Vec<u8> {
+    let marks = Marks::new();
+    let mut texts: Vec<&str> = Vec::new();
+    let body = message_with(reply, output, usage, choicewise, &mut |t| {
+        texts.push(t);
+        marks.mark(texts.len() - 1)
+    });
+    let echoed = Echoed {
+        value: &body,
+        echo: &reply.echo,
+    };
+    // A value always serialises.
+    let json = serde_json::to_vec(&echoed).unwrap_or_default();
+    drop(body);
+    let segs = marks.split(json, texts.len());
+    let len = (segs.iter())
+        .map(|seg| match seg {
+            Seg::Json(bytes) => bytes.len(),
+            Seg::Text(k) => escaped_len(texts[*k]),
+        })
+        .sum();
+    let mut out = Vec::with_capacity(len);
+    for seg in segs {
+        match seg {
+            Seg::Json(bytes) => out.extend_from_slice(&bytes),
+            Seg::Text(k) => {
+                out.push(b'"');
+                escape_into(&mut out, texts[k]);
+                out.push(b'"');
+            }
+        }
+    }
+    out
 }

@@ -500,3 +500,166 @@ fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
     assert_eq!(body["output"][0]["type"], "custom_tool_call");
     assert_eq!(body["output"][0]["input"], "x");
 }
+
+/// Every event of a streamed answer as the body writes it: each call's output and then
+/// what it left owed, a piece at a time; the events, and the longest write.
+fn drive(
+    encoder: &mut ResponsesEncoder,
+    events: &[choicewise_core::ChoiceEvent],
+) -> (Vec<Value>, usize) {
+    let mut writes: Vec<Vec<u8>> = Vec::new();
+    let drain = |encoder: &mut ResponsesEncoder, out: Vec<u8>, writes: &mut Vec<Vec<u8>>| {
+        writes.push(out);
+        loop {
+            let mut more = Vec::new();
+            if !encoder.more(&mut more) {
+                break;
+            }
+            writes.push(more);
+        }
+    };
+    let mut out = Vec::new();
+    encoder.start(&mut out);
+    drain(encoder, out, &mut writes);
+    for event in events {
+        let mut out = Vec::new();
+        encoder.event(event, &mut out);
+        drain(encoder, out, &mut writes);
+    }
+    let mut out = Vec::new();
+    encoder.end(&crate::api::Tokens::default(), None, None, &mut out);
+    drain(encoder, out, &mut writes);
+    let longest = writes.iter().map(Vec::len).max().unwrap_or(0);
+    let text = String::from_utf8(writes.concat()).unwrap();
+    let events = (text.split("\n\n"))
+        .filter_map(|frame| frame.split_once("\ndata: "))
+        .map(|(_, data)| serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data:.300}")))
+        .collect();
+    (events, longest)
+}
+
+#[tokio::test]
+async fn long_texts_are_written_whole_in_every_event_a_bounded_piece_at_a_time() {
+    use futures::StreamExt;
+    let reply = ok(json!({"model": "m", "input": "hi", "stream": true,
+        "tools": [{"type": "function", "name": "edit"}]}))
+    .reply;
+    // Text with every kind of escape, in fragments short (copied) and long (shared).
+    let unit = "é \"q\" \\ \n\t\u{1}x ";
+    let content = unit.repeat(40_000);
+    let arguments = format!("{{\"text\":{}}}", serde_json::to_string(&content).unwrap());
+    let chunk = |delta: Value, finish: Value| {
+        let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {chunk}\n\n")
+    };
+    let mut sse = String::new();
+    let mut rest = content.as_str();
+    let mut size = 1;
+    while !rest.is_empty() {
+        let mut at = rest.len().min(size);
+        while !rest.is_char_boundary(at) {
+            at += 1;
+        }
+        sse.push_str(&chunk(json!({"content": &rest[..at]}), Value::Null));
+        rest = &rest[at..];
+        size = if size > 8192 { 1 } else { size * 3 };
+    }
+    sse.push_str(&chunk(
+        json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "edit", "arguments": ""}}]}),
+        Value::Null,
+    ));
+    for piece in arguments.as_bytes().chunks(20_000) {
+        let piece = std::str::from_utf8(piece).unwrap();
+        sse.push_str(&chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+            Value::Null,
+        ));
+    }
+    sse.push_str(&chunk(json!({}), json!("tool_calls")));
+    sse.push_str("data: [DONE]\n\n");
+    let reads = futures::stream::iter([Ok::<_, std::io::Error>(sse)]);
+    let completions = choicewise_core::Completions::new(choicewise_core::Source::sse(reads));
+    let choice = completions.choice(0).await.unwrap();
+    let events: Vec<_> = choice.events().map(Result::unwrap).collect().await;
+    let mut encoder = ResponsesEncoder::new(&reply);
+    let (written, longest) = drive(&mut encoder, &events);
+    assert!(
+        longest < 2 * 1024 * 1024,
+        "a write of {longest} bytes, for texts of {} and {}",
+        content.len(),
+        arguments.len()
+    );
+    let of = |kind: &str| {
+        (written.iter())
+            .filter(|e| e["type"] == kind)
+            .collect::<Vec<_>>()
+    };
+    let deltas: String = (of("response.output_text.delta").iter())
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, content);
+    assert_eq!(of("response.output_text.done")[0]["text"], content);
+    assert_eq!(of("response.content_part.done")[0]["part"]["text"], content);
+    let arguments_deltas: String = (of("response.function_call_arguments.delta").iter())
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(arguments_deltas, arguments);
+    assert_eq!(
+        of("response.function_call_arguments.done")[0]["arguments"],
+        arguments
+    );
+    let items = of("response.output_item.done");
+    assert_eq!(items[0]["item"]["content"][0]["text"], content);
+    assert_eq!(items[1]["item"]["arguments"], arguments);
+    let completed = of("response.completed");
+    let output = &completed[0]["response"]["output"];
+    assert_eq!(output[0]["content"][0]["text"], content);
+    assert_eq!(output[1]["arguments"], arguments);
+    // Every event once, in order.
+    let numbers: Vec<u64> = (written.iter())
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, (0..numbers.len() as u64).collect::<Vec<_>>());
+    assert_eq!(written.last().unwrap()["type"], "response.completed");
+}
+
+#[test]
+fn the_whole_answer_is_written_as_its_tree_would_be() {
+    use choicewise_core::ChoiceOutput;
+    let reply = ok(
+        json!({"model": "m", "input": "hi", "instructions": "be brief",
+        "tools": [{"type": "function", "name": "edit"}]}),
+    )
+    .reply;
+    let mut output = ChoiceOutput::default();
+    output.finish_reason = Some("tool_calls".into());
+    output.message.content = Some("a \"quoted\"\n text \u{1}".repeat(1000));
+    output.message.refusal = Some("no\tway".into());
+    output.message.tool_calls = serde_json::from_value(json!([
+        {"id": "call_1", "type": "function", "function": {"name": "edit", "arguments": "{\"a\": \"\\u0000\"}"}}]))
+    .unwrap();
+    let usage = crate::api::Tokens::default();
+    let written = object_text(&reply, &output, &usage, Some(&json!({"k": 1})));
+    let tree = message(&reply, &output, &usage, Some(&json!({"k": 1})));
+    let echoed = super::object::Echoed {
+        value: &tree,
+        echo: &reply.echo,
+    };
+    let mut tree = serde_json::to_value(&echoed).unwrap();
+    let mut read: Value = serde_json::from_slice(&written).unwrap();
+    // The ids are made anew for each answer.
+    for value in [&mut tree, &mut read] {
+        value["id"] = json!("resp");
+        for item in value["output"].as_array_mut().unwrap() {
+            item["id"] = json!("item");
+        }
+    }
+    assert!(read == tree, "{read:.3000}\n{tree:.3000}");
+    assert_eq!(read["instructions"], "be brief");
+    assert_eq!(
+        read["output"][1]["arguments"],
+        output.message.tool_calls[0].function.arguments
+    );
+}
