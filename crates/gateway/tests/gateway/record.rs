@@ -377,3 +377,89 @@ async fn an_upstreams_404_is_logged_with_its_try() {
         );
     }
 }
+
+/// The disconnect's cancel, for each body kind, in every client API: a client that leaves
+/// its streamed answer mid-stream (its body holds the record), one that leaves while its
+/// JSON answer waits for its sample (the handler holds it), and one that never reads its
+/// refusal (a pick that found no choice: its body holds it). Each is recorded once, as its
+/// verdict says (`client_gone`, `client_gone`, `no_choice`); the samples of the first two
+/// are cancelled, their upstreams closed, what they had received counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_body_kind_is_recorded_once_and_a_gone_client_cancels() {
+    let _ = lines();
+    let stalling = start(stalled(1)).await;
+    let cut = start(
+        TestServer::builder()
+            .body(one_unfinished())
+            .close_after_events(1),
+    )
+    .await;
+    let toml = format!(
+        "[[models]]\nname = \"stalling\"\n{}\
+         [[models]]\nname = \"cut\"\n[models.retry]\nattempts = 1\n\
+         [models.choicewise]\nsamples = 2\nselect = \"vote\"\n{}",
+        fan_out_toml(&stalling.base_url(), ""),
+        fan_out_toml(&cut.base_url(), ""),
+    );
+    let (addr, _) = serve(&toml, no_env).await;
+    let mut n = 0;
+    let mut stalled_samples = 0;
+    for (path, api) in APIS {
+        for (kind, model, stream, ended, status) in [
+            ("streamed", "stalling", true, "client_gone", "200"),
+            ("json", "stalling", false, "client_gone", "499"),
+            ("refusal", "cut", false, "no_choice", "502"),
+        ] {
+            n += 1;
+            let id = format!("kind-{n}");
+            let what = format!("{path} {kind}");
+            let before = metrics(addr).await;
+            let mut request = body(path, model);
+            request["stream"] = json!(stream);
+            let bytes = serde_json::to_vec(&request).unwrap();
+            leave(addr, path, &id, &bytes, None, Duration::from_millis(500)).await;
+            let lines = logged(&id).await;
+            assert_eq!(lines.len(), 1, "{what}: {lines:?}");
+            assert!(
+                lines[0].contains(&format!("ended=\"{ended}\"")),
+                "{what}: {}",
+                lines[0]
+            );
+            let count = format!(
+                "choicewise_requests_total{{model=\"{model}\",status=\"{status}\",api=\"{api}\"}}"
+            );
+            let after = metrics(addr).await;
+            assert_eq!(
+                value(&after, &count) - value(&before, &count),
+                1.0,
+                "{what}: {after}"
+            );
+            if model == "stalling" {
+                stalled_samples += 1;
+                // Its sample is cancelled, its upstream closed, what it had counted.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while stalling.disconnects() < stalled_samples && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                assert_eq!(stalling.disconnects(), stalled_samples, "{what}");
+                let cancelled = format!("choicewise_cancelled_tokens_total{{model=\"{model}\"}}");
+                assert!(
+                    value(&after, &cancelled) > value(&before, &cancelled),
+                    "{what}: {after}"
+                );
+                assert!(
+                    !lines[0].contains(" completion_tokens=0 "),
+                    "{what}: {}",
+                    lines[0]
+                );
+            } else {
+                // Both samples cut: each a cut try.
+                assert!(
+                    lines[0].contains(" failed_tries=2 "),
+                    "{what}: {}",
+                    lines[0]
+                );
+            }
+        }
+    }
+}
