@@ -97,8 +97,8 @@ impl ClientApi for Responses {
         usage: &AnswerUsage,
         summary: Option<&Summary>,
     ) -> axum::body::Bytes {
-        translated::object(choices, usage, summary, |out, usage, summary| {
-            object_text(reply, out, usage, summary)
+        translated::object(choices, usage, summary, |out, end, usage, summary| {
+            object_text(reply, out, end, usage, summary)
         })
     }
 
@@ -124,15 +124,16 @@ impl ClientApi for Responses {
     }
 }
 
-/// The non-streamed answer's text: the `response` object, with the request's echoed
-/// parameters as they were sent ([`Echoed`]).
+/// The non-streamed answer's text: the `response` object of the choice that ended as `end`,
+/// with the request's echoed parameters as they were sent ([`Echoed`]).
 pub(crate) fn object_text(
     reply: &Reply,
     output: &ChoiceOutput,
+    end: &OutputEnd,
     usage: &super::Tokens,
     choicewise: Option<&Value>,
 ) -> Vec<u8> {
-    let body = message(reply, output, usage, choicewise);
+    let body = message(reply, output, end, usage, choicewise);
     let echoed = Echoed {
         value: &body,
         echo: &reply.echo,
@@ -182,6 +183,23 @@ pub(crate) fn is_context_overflow(text: &str) -> bool {
     ]
     .iter()
     .any(|phrase| text.contains(phrase))
+}
+
+/// The `error` of a response whose choice ended without finishing, from its decided
+/// ending: its words, and its code from its cause. Codex CLI tells a context overflow by
+/// its code alone (its "context window exceeded", and its compaction): an upstream's own
+/// error saying so is `context_length_exceeded`; every other failure, and every stop (a
+/// cut, the client, the pick), is the server's.
+pub(crate) fn failure(end: &OutputEnd) -> Value {
+    let code = match end {
+        OutputEnd::Failed(crate::answer::ending::Failure::Upstream(e))
+            if is_context_overflow(&e.to_string()) =>
+        {
+            CONTEXT_LENGTH_EXCEEDED
+        }
+        _ => "server_error",
+    };
+    json!({"code": code, "message": end.why().unwrap_or_default()})
 }
 
 /// A streamed Responses request refused by its upstreams because its prompt overflowed the

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
+use crate::answer::ending::OutputEnd;
 use crate::api::{Reply, Tokens, new_id, unix_time};
 use crate::request::Fields;
 
@@ -167,15 +168,20 @@ pub(super) fn response_object(
 /// The non-streamed answer: a `response` object whose `output` holds a reasoning item (when
 /// asked for and given), a message item (its text and refusal parts; an empty text when the
 /// choice has neither nor calls), then each call's `function_call` item. `incomplete` for a
-/// `length` or `content_filter` finish; `failed` when the choice did not finish.
+/// `length` or `content_filter` finish; `failed` when the choice did not finish, its error
+/// the decided ending's (`end`: its words and its code, as the stream's `response.failed`).
 pub(crate) fn message(
     reply: &Reply,
     output: &ChoiceOutput,
+    end: &OutputEnd,
     usage: &Tokens,
     choicewise: Option<&Value>,
 ) -> Value {
     let m = &output.message;
-    let finish = output.finish_reason.as_deref();
+    let finish = match end {
+        OutputEnd::Finished(reason) => Some(&**reason),
+        _ => None,
+    };
     let incomplete = finish.and_then(incomplete_reason);
     let item_status = match incomplete {
         Some(_) => "incomplete",
@@ -234,11 +240,7 @@ pub(crate) fn message(
         ));
     }
     let (status, error, details) = match (finish, incomplete) {
-        (None | Some("error"), _) => (
-            "failed",
-            json!({"code": "server_error", "message": "the upstream ended the choice without a finish reason"}),
-            Value::Null,
-        ),
+        (None, _) => ("failed", super::failure(end), Value::Null),
         (_, Some(reason)) => ("incomplete", Value::Null, json!({"reason": reason})),
         _ => ("completed", Value::Null, Value::Null),
     };
