@@ -41,7 +41,7 @@ pub(crate) struct Finish(Box<State>);
 ///                          └──both known──▶ Done { settled, ended }   (the run let go)
 ///
 /// dropped:  Reading ▶ its client gone · Refused ▶ the refusal · Done ▶ its record
-///           Running ▶ abandoned: not decided, its samples cancelled by its client (the
+///           Running ▶ closed: not decided, its samples cancelled by its client (the
 ///                     one place a disconnect cancels), what they had read now
 /// ```
 // The stage lives in the record's one heap allocation (`Finish` is a pointer): a box for
@@ -73,7 +73,7 @@ impl Running {
     /// The request is over with its run in this state: what it came to and how it ended.
     /// Not decided, its client went away: its samples still running are cancelled (their
     /// upstreams closed) and what they had received is read now.
-    fn abandon(self) -> (Settled, Ended) {
+    fn close(self) -> (Settled, Ended) {
         let Running {
             run,
             outputs,
@@ -455,7 +455,7 @@ impl State {
         let Stage::Running(running) = std::mem::replace(&mut self.stage, Stage::Reading) else {
             return;
         };
-        let (settled, ended) = running.abandon();
+        let (settled, ended) = running.close();
         self.stage = Stage::Done { settled, ended };
     }
 
@@ -781,7 +781,7 @@ impl Drop for Finish {
             Stage::Reading => this.record_gone(),
             Stage::Refused { code, status } => this.record_refused(&code, status),
             Stage::Running(running) => {
-                let (settled, ended) = running.abandon();
+                let (settled, ended) = running.close();
                 this.record(settled, &ended);
             }
             Stage::Done { settled, ended } => this.record(settled, &ended),
