@@ -892,6 +892,42 @@ mod tests {
         });
     }
 
+    /// Each stage without a run is recorded once, as it says: a request dropped while it is
+    /// read (its client gone), and one refused before its run (its code and tries).
+    #[test]
+    fn a_stage_without_a_run_is_recorded_once_as_it_says() {
+        let gw = Gateway::of_one_model();
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let mut finish = Finish::new(&gw, &HeaderMap::new(), 0, None);
+            finish.named("m".into());
+            drop(finish);
+            let text = lines.text();
+            assert_eq!(text.matches(" request ").count(), 1, "{text}");
+            assert!(text.contains("ended=\"client_gone\""), "{text}");
+            let mut finish = Finish::new(&gw, &HeaderMap::new(), 0, None);
+            let e = ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "no",
+            )
+            .code("model_not_found");
+            finish.refused(&e);
+            // A second refusal does not change what the first decided.
+            finish.refused(&ApiError::invalid("late"));
+            drop(finish);
+            let text = lines.text();
+            assert_eq!(text.matches(" request ").count(), 2, "{text}");
+            let last = text.lines().last().unwrap_or_default();
+            assert!(last.contains("ended=\"model_not_found\""), "{text}");
+        });
+    }
+
     #[test]
     fn a_length_stop_is_named_only_where_the_gateway_set_the_limit() {
         let end = |sample: u32, finish: &str| SampleEnd {
