@@ -316,7 +316,7 @@ impl Metrics {
         let tries = Family::<TryLabels, Counter>::default();
         registry.register(
             "upstream_tries",
-            "Upstream tries up to their first byte, by model, upstream and outcome (ok, connect, timeout, 429, 5xx, cut)",
+            "Upstream tries up to their first byte, by model, upstream and outcome (ok, connect, timeout, 429, 5xx, 4xx; cut once more for a try that left a choice unfinished)",
             tries.clone(),
         );
         let ejected = Family::<UpstreamLabels, Gauge<i64, AtomicI64>>::default();

@@ -194,9 +194,11 @@ pub(crate) trait Encoder: Send {
     /// annotations and warnings show nothing.
     fn event(&mut self, event: &ChoiceEvent, out: &mut Vec<u8>);
 
-    /// The choice failed (`why`): Anthropic's `error` event, Responses' `response.failed`;
-    /// `choicewise` rides on it when given. The last frame.
-    fn failed(&mut self, why: &str, choicewise: Option<&Value>, out: &mut Vec<u8>);
+    /// The choice ended without finishing, as `end` (its decided ending, typed: an
+    /// upstream's failure with its error, or who stopped it) says: Anthropic's `error`
+    /// event, Responses' `response.failed`, each with the ending's words and what its cause
+    /// means in the API's terms; `choicewise` rides on it when given. The last frame.
+    fn failed(&mut self, end: &OutputEnd, choicewise: Option<&Value>, out: &mut Vec<u8>);
 
     /// The end of a choice that finished with `reason`: the open block or item closed, then
     /// Anthropic's `message_delta` (its `stop_reason`, the usage) and `message_stop`, or
@@ -231,7 +233,7 @@ pub(crate) trait Encoder: Send {
     }
 
     /// The answer's last frames for the choice's decided ending: [`completed`](Self::completed)
-    /// when it finished, [`failed`](Self::failed) with why when not.
+    /// when it finished, [`failed`](Self::failed) with the ending when not.
     fn close(
         &mut self,
         end: &OutputEnd,
@@ -244,7 +246,7 @@ pub(crate) trait Encoder: Send {
             OutputEnd::Finished(reason) => {
                 self.completed(reason, usage, stop_reason, choicewise, out);
             }
-            other => self.failed(&other.why().unwrap_or_default(), choicewise, out),
+            other => self.failed(other, choicewise, out),
         }
     }
 

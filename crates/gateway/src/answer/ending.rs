@@ -331,6 +331,56 @@ impl AnswerEnd {
     }
 }
 
+/// How a request whose run began ended, as its record says it (its log's `ended`, its
+/// metrics' outcome, its span's status, its row's status): the answer's verdict, a failure
+/// before its answer began, or its client gone before either was decided. Every label of
+/// the record is read from this one value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The answer was decided: its verdict.
+    Answer(AnswerEnd),
+    /// The request failed before its answer began (its pick found nothing, or its deadline
+    /// passed while it picked).
+    Failed(ErrorType),
+    /// Its client went away before its answer was decided.
+    ClientGone,
+}
+
+impl Ended {
+    /// The log's `ended` and the metrics' outcome.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Ended::Answer(answer) => answer.label(),
+            Ended::Failed(why) => why.as_str(),
+            Ended::ClientGone => ErrorType::ClientGone.as_str(),
+        }
+    }
+
+    /// The span's `error.type`, when it failed (a client gone says so in its own attribute).
+    pub(crate) fn span_error(&self) -> Option<&'static str> {
+        match self {
+            Ended::Answer(answer) => answer.span_error(),
+            Ended::Failed(why) => Some(why.as_str()),
+            Ended::ClientGone => None,
+        }
+    }
+
+    /// The status the request was answered with (a streamed answer's 200 went with its
+    /// first byte; a client gone, 499, was never sent).
+    pub(crate) fn status(&self) -> u16 {
+        match self {
+            Ended::Answer(answer) => answer.status().map_or(200, |s| s.as_u16()),
+            Ended::Failed(why) => why.status().as_u16(),
+            Ended::ClientGone => ErrorType::ClientGone.status().as_u16(),
+        }
+    }
+
+    /// The client went away before the answer was decided.
+    pub(crate) fn client_gone(&self) -> bool {
+        matches!(self, Ended::ClientGone)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -525,5 +575,30 @@ mod tests {
             "model \"m\": every choice failed: choice 0: the upstream ended the choice with \
              finish_reason \"error\"; choice 1: the upstream ended without this choice"
         );
+    }
+
+    /// A request's record reads every label from one value: the answer's verdict, a
+    /// failure before it, or the client gone.
+    #[test]
+    fn a_records_labels_come_from_one_value() {
+        let cut = AnswerEnd::of(
+            &[OutputEnd::Stopped(Initiator::Gateway(Cut::ShutDown))],
+            false,
+        );
+        let finished = AnswerEnd::of(&[OutputEnd::Finished("stop".into())], true);
+        #[rustfmt::skip]
+        let rows = [
+            (Ended::Answer(finished),                    "complete",         None,                     200, false),
+            (Ended::Answer(cut),                         "shut_down",        Some("shut_down"),        503, false),
+            (Ended::Failed(ErrorType::NoChoice),         "no_choice",        Some("no_choice"),        502, false),
+            (Ended::Failed(ErrorType::RequestDeadline),  "request_deadline", Some("request_deadline"), 504, false),
+            (Ended::ClientGone,                          "client_gone",      None,                     499, true),
+        ];
+        for (ended, label, span_error, status, gone) in rows {
+            assert_eq!(ended.label(), label, "{ended:?}");
+            assert_eq!(ended.span_error(), span_error, "{ended:?}");
+            assert_eq!(ended.status(), status, "{ended:?}");
+            assert_eq!(ended.client_gone(), gone, "{ended:?}");
+        }
     }
 }

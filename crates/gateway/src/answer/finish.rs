@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::http::HeaderMap;
 
 use crate::answer::closing::{Closing, until_closed};
-use crate::answer::ending::{AnswerEnd, ErrorType, Initiator};
+use crate::answer::ending::{AnswerEnd, Ended, ErrorType, Initiator};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome};
 use crate::traces::{RequestSpan, Traces};
@@ -18,13 +18,78 @@ use crate::upstream::engine::Run;
 use crate::upstream::open::TryRecord;
 use crate::upstream::resilience;
 
-/// A request's run and its accounting. The answer reads what the run came to
-/// ([`settle`](Self::settle)) once its samples are over, before its last bytes; the record
+/// A request's record, from its arrival: where it is in its life ([`Stage`]), its run once
+/// it started, and what its record needs. The answer reads what the run came to
+/// ([`settle`](State::settle)) once its samples are over, before its last bytes; the record
 /// (metrics, log line, span) is made, without waiting for anything and without a task, when
 /// the `Finish` is dropped with the answer's body: when the body ended, or its client went
 /// away (then the samples still running are cancelled, closing their upstreams, and the
 /// record says what they had received: [`Run::outcome_now`]).
 pub(crate) struct Finish(Box<State>);
+
+/// Where a request is in its life: the one state its record is made from when it is
+/// dropped, moved only by the transitions of [`State`] (as hyper's connection `State` or
+/// h2's stream state).
+///
+/// ```text
+/// Reading ──refused(e)──▶ Refused { code, status }
+///    │
+///    └──started(run)──▶ Running { run, outputs, settled, ended }
+///                          picked: its outputs; settle/settled: what it came to;
+///                          answered(verdict) or fail(why): how it ended
+///                          └──both known──▶ Done { settled, ended }   (the run let go)
+///
+/// dropped:  Reading ▶ its client gone · Refused ▶ the refusal · Done ▶ its record
+///           Running ▶ closed: not decided, its samples cancelled by its client (the
+///                     one place a disconnect cancels), what they had read now
+/// ```
+// The stage lives in the record's one heap allocation (`Finish` is a pointer): a box for
+// the running variant would be a second one per request for no gain.
+#[allow(clippy::large_enum_variant)]
+enum Stage {
+    /// Its body being read, parsed and planned, its first samples opening: no run.
+    Reading,
+    /// Answered with an error before its run began: its code and status.
+    Refused { code: String, status: u16 },
+    /// Its run started.
+    Running(Running),
+    /// What its run came to and how it ended, both known: nothing is left to cancel.
+    Done { settled: Settled, ended: Ended },
+}
+
+/// A started run and what is known of it so far. A whole answer reads what it came to
+/// before its verdict; a streamed one decides its verdict before its last upstream ends:
+/// each is kept until both are known.
+struct Running {
+    run: Run,
+    /// Its output samples, once picked (`None`: every sample is an output).
+    outputs: Option<Vec<u32>>,
+    settled: Option<Settled>,
+    ended: Option<Ended>,
+}
+
+impl Running {
+    /// The request is over with its run in this state: what it came to and how it ended.
+    /// Not decided, its client went away: its samples still running are cancelled (their
+    /// upstreams closed) and what they had received is read now.
+    fn close(self) -> (Settled, Ended) {
+        let Running {
+            run,
+            outputs,
+            settled,
+            ended,
+        } = self;
+        let ended = ended.unwrap_or_else(|| {
+            run.stop(Initiator::Client);
+            Ended::ClientGone
+        });
+        // No client waits any more: an upstream read held back for it goes on, so that its
+        // reader sees the cancel and closes it rather than waiting on the gate for ever.
+        run.pace.release();
+        let settled = settled.unwrap_or_else(|| Settled::now(&run, outputs.as_deref()));
+        (settled, ended)
+    }
+}
 
 /// A [`Finish`]'s fields, on the heap: the record goes along the request's path (its
 /// handler, its answer, its body), and moving it moves a pointer.
@@ -50,26 +115,10 @@ pub(crate) struct State {
     tries: Option<Arc<Mutex<Vec<TryRecord>>>>,
     /// The limits the gateway set on its samples' requests, the client having stated none.
     limits_set: Option<Arc<Mutex<Vec<crate::upstream::open::LimitSet>>>>,
-    /// The output samples of a selection (`None`: every sample is an output).
-    outputs: Option<Vec<u32>>,
-    /// The answer was sent to its end.
-    completed: bool,
     /// The request's span, with traces on.
     span: Option<RequestSpan>,
-    /// Why the request was answered with an error before its answer began, if it was (the
-    /// span's `error.type`).
-    failure: Option<ErrorType>,
-    /// The refusal of a request whose tries began but which never ran (every try of its
-    /// first samples failed, or its deadline passed while they opened): its code, for its
-    /// log line.
-    refusal: Option<String>,
-    /// How its answer ended, once decided: its log label, its span's status, its metrics'
-    /// outcome.
-    answer: Option<AnswerEnd>,
-    /// The run, until its answer no longer needs it.
-    run: Option<Run>,
-    /// What the run came to, once [`settle`](Self::settle) read it.
-    settled: Option<Settled>,
+    /// Where it is in its life.
+    stage: Stage,
     /// The model named, shared with the count of a request whose client goes away before
     /// any answer (`admission::layers::count`).
     counted_as: Option<crate::metrics::RequestModel>,
@@ -85,8 +134,6 @@ pub(crate) struct State {
     stream: bool,
     /// From the request's arrival to its answer's first byte, once sent.
     first_byte: std::sync::OnceLock<std::time::Duration>,
-    /// The status of the error the request was answered with, before its answer began.
-    refused_status: Option<u16>,
     /// The pick asked for and how it decided (`decided`, `undecided`, `timed_out`, `none`),
     /// once picked (`None`: `all`).
     pick: Option<(&'static str, &'static str)>,
@@ -107,6 +154,8 @@ pub(crate) struct Settled {
     samples: u32,
     /// Updates whose message data came after their choice's finish, left out of the answer.
     after_finish: usize,
+    /// The output samples of a selection (`None`: every sample is an output).
+    outputs: Option<Vec<u32>>,
 }
 
 impl Settled {
@@ -117,6 +166,7 @@ impl Settled {
             tries: run.tries(),
             samples: run.samples,
             after_finish: run.dropped_after_finish(),
+            outputs: outputs.map(<[u32]>::to_vec),
         }
     }
 
@@ -128,6 +178,7 @@ impl Settled {
             tries: run.tries(),
             samples: run.samples,
             after_finish: run.dropped_after_finish(),
+            outputs: outputs.map(<[u32]>::to_vec),
         }
     }
 }
@@ -173,21 +224,14 @@ impl Finish {
             traces,
             tries: None,
             limits_set: None,
-            outputs: None,
-            completed: false,
             span: None,
-            failure: None,
-            refusal: None,
-            answer: None,
-            run: None,
-            settled: None,
+            stage: Stage::Reading,
             counted_as,
             key: None,
             reservation: None,
             records,
             stream: false,
             first_byte: std::sync::OnceLock::new(),
-            refused_status: None,
             pick: None,
         }))
     }
@@ -211,14 +255,17 @@ impl State {
     /// The request was answered with `e`: before its run began, its span is made now (a
     /// run's is made with its record).
     pub(crate) fn refused(&mut self, e: &ApiError) {
-        self.refused_status = Some(e.status.as_u16());
         if let (Some(traces), Some(parent)) = (&self.traces, self.parent.take()) {
             traces.record_error(&parent, self.arrived.elapsed(), self.asked.as_deref(), e);
         }
-        if self.run.is_none() {
-            // Its log line, when it is dropped, names its code (and its tries, if any).
-            let code = e.code.as_deref().unwrap_or("refused");
-            self.refusal = Some(code.to_string());
+        // A run that failed before its answer began says how ([`fail`](Self::fail)); a
+        // request without one is recorded as refused, its log line naming its code (and its
+        // tries, if any).
+        if let Stage::Reading = self.stage {
+            self.stage = Stage::Refused {
+                code: e.code.as_deref().unwrap_or("refused").to_string(),
+                status: e.status.as_u16(),
+            };
         }
     }
 
@@ -319,26 +366,51 @@ impl State {
     /// client that goes away while its samples open or its pick is undecided is recorded
     /// as any other (its samples cancelled, what they had received counted).
     pub(crate) fn started(&mut self, run: Run) {
-        self.run = Some(run);
+        debug_assert!(matches!(self.stage, Stage::Reading), "one run per request");
+        self.stage = Stage::Running(Running {
+            run,
+            outputs: None,
+            settled: None,
+            ended: None,
+        });
+    }
+
+    /// The run, while it runs.
+    fn running(&self) -> Option<&Running> {
+        match &self.stage {
+            Stage::Running(running) => Some(running),
+            _ => None,
+        }
+    }
+
+    /// The run, while it runs, to be written.
+    fn running_mut(&mut self) -> Option<&mut Running> {
+        match &mut self.stage {
+            Stage::Running(running) => Some(running),
+            _ => None,
+        }
     }
 
     /// The run, to pick its samples.
     pub(crate) fn run_mut(&mut self) -> &mut Run {
-        self.run
-            .as_mut()
+        let running = self.running_mut();
+        &mut running
             .expect("a Finish holds its run until its answer is built")
+            .run
     }
 
     /// The run picked: its output samples (`None`: every sample is an output) and the
     /// request's span.
     pub(crate) fn picked(&mut self, outputs: Option<Vec<u32>>, span: Option<RequestSpan>) {
-        self.outputs = outputs;
+        if let Some(running) = self.running_mut() {
+            running.outputs = outputs;
+        }
         self.span = span;
     }
 
     /// The output samples of a selection (`None`: every sample is an output).
     pub(crate) fn outputs(&self) -> Option<&[u32]> {
-        self.outputs.as_deref()
+        self.running().and_then(|r| r.outputs.as_deref())
     }
 
     /// The answer's id, named in the span.
@@ -353,20 +425,50 @@ impl State {
         &self.metrics
     }
 
-    /// The answer ended so: its verdict, which the record reads.
+    /// The answer ended so: its verdict, which the record reads. The answer is decided:
+    /// its samples are not its client's to cancel any more.
     pub(crate) fn answered(&mut self, end: AnswerEnd) {
-        self.answer = Some(end);
+        self.ended(Ended::Answer(end));
+    }
+
+    /// The run ended so (its answer's verdict, or a failure before its answer began).
+    fn ended(&mut self, ended: Ended) {
+        if let Some(running) = self.running_mut() {
+            running.ended = Some(ended);
+        }
+        self.done_when_known();
     }
 
     /// What the run came to, read by the answer.
     pub(crate) fn settled(&mut self, settled: Settled) {
-        self.settled = Some(settled);
+        if let Some(running) = self.running_mut() {
+            running.settled = Some(settled);
+        }
+        self.done_when_known();
     }
 
+    /// The run, until what it came to and how it ended are both known.
     pub(crate) fn run(&self) -> &Run {
-        self.run
-            .as_ref()
+        let running = self.running();
+        &running
             .expect("a Finish holds its run until its answer is built")
+            .run
+    }
+
+    /// Once what the run came to and how it ended are both known, the run (and the samples'
+    /// texts it holds) is let go: `Done`.
+    fn done_when_known(&mut self) {
+        let known = self
+            .running()
+            .is_some_and(|r| r.settled.is_some() && r.ended.is_some());
+        if !known {
+            return;
+        }
+        let Stage::Running(running) = std::mem::replace(&mut self.stage, Stage::Reading) else {
+            return;
+        };
+        let (settled, ended) = running.close();
+        self.stage = Stage::Done { settled, ended };
     }
 
     /// A streamed answer's first chunk is written: its time, in the metrics and the span.
@@ -382,23 +484,23 @@ impl State {
     /// Reads what the run came to, once its samples are over: the answer awaits it before
     /// its last bytes, so that the record needs nothing more.
     pub(crate) async fn settle(&mut self) {
-        if self.settled.is_some() {
+        let Some(running) = self.running().filter(|r| r.settled.is_none()) else {
             return;
-        }
-        let Some(run) = &self.run else { return };
-        self.settled = Some(Settled::read(run, self.outputs.as_deref()).await);
+        };
+        let settled = Settled::read(&running.run, running.outputs.as_deref()).await;
+        self.settled(settled);
     }
 
     /// As [`settle`](Self::settle), unless the answer is cut short first (the gateway's
     /// close, the request's deadline): then the samples still running are cancelled, and
     /// what they came to is read.
     pub(crate) async fn settle_until_closed(&mut self, closing: &mut Closing) {
-        if self.settled.is_some() {
+        let Some(running) = self.running().filter(|r| r.settled.is_none()) else {
             return;
-        }
-        let Some(run) = &self.run else { return };
-        let read = Settled::read(run, self.outputs.as_deref());
-        self.settled = Some(until_closed(read, closing, run).await);
+        };
+        let (run, outputs) = (&running.run, running.outputs.as_deref());
+        let settled = until_closed(Settled::read(run, outputs), closing, run).await;
+        self.settled(settled);
     }
 
     /// A streamed answer's last event is written: as [`settle_until_closed`](Self::settle_until_closed)
@@ -413,9 +515,9 @@ impl State {
         {
             return;
         }
-        if let Some(run) = &self.run {
+        if let Some(running) = self.running() {
             // The answer is written: the samples still open are no longer needed.
-            run.stop(Initiator::Pick);
+            running.run.stop(Initiator::Pick);
         }
         let _ = tokio::time::timeout(SETTLE_AFTER_CANCEL, self.settle()).await;
     }
@@ -423,43 +525,30 @@ impl State {
     /// The request fails with `why` (the span's `error.type`) before its answer began: its
     /// samples are cancelled and what they came to read.
     pub(crate) async fn fail(&mut self, why: ErrorType) {
-        self.failure = Some(why);
-        if let Some(run) = &self.run {
-            run.stop(match why {
+        if let Some(running) = self.running_mut() {
+            running.run.stop(match why {
                 ErrorType::RequestDeadline => {
                     Initiator::Gateway(crate::answer::ending::Cut::PastDeadline)
                 }
                 _ => Initiator::Pick,
             });
+            running.ended = Some(Ended::Failed(why));
         }
         // Cancelled, the samples end at once; what one that does not end in time had is read
         // as it stands when the record is made.
         let _ = tokio::time::timeout(SETTLE_AFTER_CANCEL, self.settle()).await;
     }
 
-    /// The answer was sent to its end: its samples need no cancel.
-    pub(crate) fn complete(&mut self) {
-        self.completed = true;
-    }
-
-    /// The answer is built and what its run came to read: the run (and the samples' texts it
-    /// holds) is let go before the answer is sent.
-    pub(crate) fn release(&mut self) {
-        if self.settled.is_some()
-            && let Some(run) = self.run.take()
-        {
-            run.pace.release();
-        }
-    }
-
-    /// The request's metrics, log line and span, from what was settled.
-    fn record(&mut self, settled: Settled) {
+    /// The request's metrics, log line and span, from what its run came to and how it
+    /// ended.
+    fn record(&mut self, settled: Settled, ended: &Ended) {
         let took = self.arrived.elapsed();
         let Settled {
             outcome,
             tries,
             samples,
             after_finish,
+            outputs,
         } = settled;
         if after_finish > 0 {
             // Streamed or not, an answer is each choice as it was at its finish.
@@ -470,19 +559,10 @@ impl State {
                 "data after a choice's finish left out of the answer"
             );
         }
-        // One verdict: the answer's, else the failure before it, else the client's leaving.
-        let ended = match (&self.answer, self.failure, self.completed) {
-            (Some(answer), _, _) => answer.label(),
-            (None, Some(why), _) => why.as_str(),
-            (None, None, true) => "complete",
-            (None, None, false) => ErrorType::ClientGone.as_str(),
-        };
-        let span_error = match &self.answer {
-            Some(answer) => answer.span_error(),
-            None => self.failure.map(ErrorType::as_str),
-        };
+        // Every label from the one verdict.
+        let (label, span_error) = (ended.label(), ended.span_error());
         self.metrics
-            .finished(&self.model, self.api, ended, took, &outcome);
+            .finished(&self.model, self.api, label, took, &outcome);
         if let Some(key) = &self.key {
             (self.metrics).key_tokens(key, outcome.prompt_tokens, outcome.completion_tokens);
         }
@@ -506,18 +586,12 @@ impl State {
             completion_tokens = outcome.completion_tokens,
             estimated = outcome.estimated,
             duration_ms = took.as_millis() as u64,
-            ended,
+            ended = label,
             "request"
         );
         self.name_cut_by_default_limit(&outcome);
         if self.records.is_some() {
-            let status = match (&self.answer, self.failure, self.completed) {
-                (Some(answer), _, _) => answer.status().map_or(200, |s| s.as_u16()),
-                (None, Some(why), _) => why.status().as_u16(),
-                (None, None, true) => 200,
-                (None, None, false) => ErrorType::ClientGone.status().as_u16(),
-            };
-            self.write_record(Some(&outcome), status, ended, took);
+            self.write_record(Some(&outcome), ended.status(), label, took);
         }
         if let Some(mut span) = self.span.take() {
             span.key = self.key.clone();
@@ -527,9 +601,9 @@ impl State {
                 arrived_at..ended_at,
                 &outcome,
                 &tries,
-                self.outputs.as_deref(),
+                outputs.as_deref(),
                 span_error,
-                self.completed,
+                !ended.client_gone(),
             );
         }
     }
@@ -539,10 +613,9 @@ impl State {
     /// The log line of a request refused after its tries began, before it ran: every try,
     /// each failed ([`refused`](Self::refused)). Its metrics are the refusal's, counted by
     /// the layers; its span was made when it was refused.
-    fn record_refused(&self, code: &str) {
+    fn record_refused(&self, code: &str, status: u16) {
         self.log_unrun(code);
         if self.records.is_some() {
-            let status = self.refused_status.unwrap_or(500);
             self.write_record(None, status, code, self.arrived.elapsed());
         }
     }
@@ -713,27 +786,17 @@ fn cut_by_limits_set<'a>(
 }
 
 impl Drop for Finish {
+    /// Exactly one record, whenever the client left: as its stage says.
     fn drop(&mut self) {
         let this = &mut *self.0;
-        if let Some(run) = this.run.take() {
-            if !this.completed {
-                run.stop(Initiator::Client);
+        match std::mem::replace(&mut this.stage, Stage::Reading) {
+            Stage::Reading => this.record_gone(),
+            Stage::Refused { code, status } => this.record_refused(&code, status),
+            Stage::Running(running) => {
+                let (settled, ended) = running.close();
+                this.record(settled, &ended);
             }
-            // No client waits any more: an upstream read held back for it goes on, so that its
-            // reader sees the cancel and closes it rather than waiting on the gate for ever.
-            run.pace.release();
-            if this.settled.is_none() {
-                // The client went away before the answer's end: what the run came to so far.
-                this.settled = Some(Settled::now(&run, this.outputs.as_deref()));
-            }
-        }
-        // Exactly one record, whenever the client left.
-        if let Some(settled) = this.settled.take() {
-            this.record(settled);
-        } else if let Some(code) = this.refusal.take() {
-            this.record_refused(&code);
-        } else {
-            this.record_gone();
+            Stage::Done { settled, ended } => this.record(settled, &ended),
         }
     }
 }
@@ -842,6 +905,46 @@ mod tests {
             );
             drop(body);
             assert_eq!(lines.text(), text, "recorded once");
+        });
+    }
+
+    /// Each stage without a run is recorded once, as it says: a request dropped while it is
+    /// read (its client gone), and one refused before its run (its code and tries).
+    #[test]
+    fn a_stage_without_a_run_is_recorded_once_as_it_says() {
+        let sinks = Sinks {
+            metrics: Arc::new(Metrics::new()),
+            traces: None,
+            records: None,
+        };
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let mut finish = Finish::new(sinks.clone(), &HeaderMap::new(), 0, None);
+            finish.named("m".into());
+            drop(finish);
+            let text = lines.text();
+            assert_eq!(text.matches(" request ").count(), 1, "{text}");
+            assert!(text.contains("ended=\"client_gone\""), "{text}");
+            let mut finish = Finish::new(sinks.clone(), &HeaderMap::new(), 0, None);
+            let e = ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "no",
+            )
+            .code("model_not_found");
+            finish.refused(&e);
+            // A second refusal does not change what the first decided.
+            finish.refused(&ApiError::invalid("late"));
+            drop(finish);
+            let text = lines.text();
+            assert_eq!(text.matches(" request ").count(), 2, "{text}");
+            let last = text.lines().last().unwrap_or_default();
+            assert!(last.contains("ended=\"model_not_found\""), "{text}");
         });
     }
 

@@ -120,7 +120,6 @@ fn streamed<A: ClientApi>(
         let answer = AnswerEnd::of(&ends, true);
         framing.tail(&ends, &answer, tail, &mut write);
         finish.answered(answer);
-        finish.complete();
         yield Ok(axum::body::Bytes::from(write));
         // A long last event, a piece at a time.
         let mut more = Vec::new();
@@ -181,7 +180,6 @@ async fn whole<A: ClientApi>(
     let (settled, usage, summary) = until_closed(tail, &mut closing, run).await;
     let choices = ended(run, samples, &closing).await;
     finish.settled(settled);
-    finish.complete();
     let ends: Vec<OutputEnd> = choices.iter().map(|(_, end)| end.clone()).collect();
     let answer = AnswerEnd::of(&ends, false);
     let summary = summary.as_ref();
@@ -199,9 +197,9 @@ async fn whole<A: ClientApi>(
         Ok(body) => body,
         Err((status, error)) => return (status, axum::Json(error)).into_response(),
     };
+    // The texts are in the bytes: the run's copies went with the verdict (the record, its
+    // run settled and its answer decided, let it go), before the answer is sent.
     drop(choices);
-    // The texts are in the bytes: the run's copies go before the answer is sent.
-    finish.release();
     json_body(body, finish)
 }
 

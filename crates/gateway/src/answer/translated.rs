@@ -74,19 +74,23 @@ impl Framing for ApiFraming {
 
 /// The answer as one object (an Anthropic `message`, a Responses `response`) of its one
 /// output choice (the first of `choices`), which finished (a failed answer is the
-/// verdict's error: [`crate::answer::respond::one_object`]), as `text` writes it.
+/// verdict's error: [`crate::answer::respond::one_object`]), as `text` writes it from the
+/// choice and its decided ending.
 pub(crate) fn object(
     choices: &[(Option<Choice>, OutputEnd)],
     usage: &AnswerUsage,
     summary: Option<&Summary>,
-    text: impl Fn(&ChoiceOutput, &Tokens, Option<&serde_json::Value>) -> Vec<u8>,
+    text: impl Fn(&ChoiceOutput, &OutputEnd, &Tokens, Option<&serde_json::Value>) -> Vec<u8>,
 ) -> Bytes {
     // The one output choice finished (the verdict says an answer).
-    let choice = choices.first().and_then(|(choice, _)| choice.as_ref());
+    let (choice, end) = match choices.first() {
+        Some((choice, end)) => (choice.as_ref(), end.clone()),
+        None => (None, OutputEnd::Failed(Failure::Missing)),
+    };
     debug_assert!(choice.is_some(), "a finished choice is one the run holds");
     let usage = Tokens::from_answer(usage);
     let summary = summary.and_then(|c| serde_json::to_value(c).ok());
-    let text = |out: &ChoiceOutput| text(out, &usage, summary.as_ref());
+    let text = |out: &ChoiceOutput| text(out, &end, &usage, summary.as_ref());
     Bytes::from(match choice {
         Some(choice) => choice.inspect(text),
         None => text(&ChoiceOutput::default()),

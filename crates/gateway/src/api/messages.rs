@@ -102,7 +102,8 @@ impl ClientApi for Messages {
         usage: &AnswerUsage,
         summary: Option<&Summary>,
     ) -> axum::body::Bytes {
-        translated::object(choices, usage, summary, |out, usage, summary| {
+        // A message that did not finish is the verdict's error, never an object.
+        translated::object(choices, usage, summary, |out, _, usage, summary| {
             object_text(reply, out, usage, summary)
         })
     }

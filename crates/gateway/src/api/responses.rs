@@ -106,8 +106,8 @@ impl ClientApi for Responses {
         usage: &AnswerUsage,
         summary: Option<&Summary>,
     ) -> axum::body::Bytes {
-        translated::object(choices, usage, summary, |out, usage, summary| {
-            object_text(reply, out, usage, summary)
+        translated::object(choices, usage, summary, |out, end, usage, summary| {
+            object_text(reply, out, end, usage, summary)
         })
     }
 
@@ -174,6 +174,23 @@ pub(crate) fn is_context_overflow(text: &str) -> bool {
     ]
     .iter()
     .any(|phrase| text.contains(phrase))
+}
+
+/// The `error` of a response whose choice ended without finishing, from its decided
+/// ending: its words, and its code from its cause. Codex CLI tells a context overflow by
+/// its code alone (its "context window exceeded", and its compaction): an upstream's own
+/// error saying so is `context_length_exceeded`; every other failure, and every stop (a
+/// cut, the client, the pick), is the server's.
+pub(crate) fn failure(end: &OutputEnd) -> Value {
+    let code = match end {
+        OutputEnd::Failed(crate::answer::ending::Failure::Upstream(e))
+            if is_context_overflow(&e.to_string()) =>
+        {
+            CONTEXT_LENGTH_EXCEEDED
+        }
+        _ => "server_error",
+    };
+    json!({"code": code, "message": end.why().unwrap_or_default()})
 }
 
 /// A streamed Responses request refused by its upstreams because its prompt overflowed the

@@ -14,6 +14,30 @@ use serde_json::{Value, json};
 use super::messages::{self, MessagesEncoder};
 use super::responses::{self, ResponsesEncoder};
 use super::{Encoder, Reply, Tokens};
+use crate::answer::ending::{Cut, Failure, Initiator, OutputEnd};
+
+/// An ending of a choice the gateway cut short (it shut down).
+fn cut_short() -> OutputEnd {
+    OutputEnd::Stopped(Initiator::Gateway(Cut::ShutDown))
+}
+
+/// The ending of a choice whose upstream reported this error.
+fn upstream_failure(message: &str) -> OutputEnd {
+    let sse = format!("data: {{\"error\":{{\"message\":\"{message}\"}}}}\n\n");
+    let error = choicewise_core::Demux::new()
+        .feed(sse.as_bytes())
+        .unwrap_err();
+    OutputEnd::Failed(Failure::Upstream(error))
+}
+
+/// How a choice as read ended, as the gateway decides it.
+fn ended(choice: &ChoiceOutput) -> OutputEnd {
+    let seen = crate::answer::ending::Seen {
+        finish: choice.finish_reason.as_deref().map(Into::into),
+        ..Default::default()
+    };
+    crate::answer::ending::decide(Some(&seen), None)
+}
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -86,7 +110,10 @@ fn encode(api: Dialect, reply: &Reply, original: &Read, index: u32) -> Vec<u8> {
         .iter()
         .find(|c| c.index == index);
     match (&original.error, encoder.finished()) {
-        (Some(e), false) => encoder.failed(&e.to_string(), None, &mut out),
+        (Some(e), false) => {
+            let end = OutputEnd::Failed(Failure::Upstream(e.clone()));
+            encoder.failed(&end, None, &mut out);
+        }
         _ => {
             let usage = original.completion.usage.as_ref().map(Tokens::from_usage);
             encoder.end(
@@ -472,7 +499,7 @@ fn the_choicewise_summary_rides_on_the_last_event() {
         // Nothing after the end.
         let len = out.len();
         encoder.event(&ChoiceEvent::Content("late".into()), &mut out);
-        encoder.failed("late", None, &mut out);
+        encoder.failed(&OutputEnd::Failed(Failure::Missing), None, &mut out);
         encoder.end(&usage, None, None, &mut out);
         assert_eq!(out.len(), len);
     }
@@ -531,11 +558,11 @@ fn odd_event_orders_give_well_formed_streams() {
                 }
                 match ending {
                     0 => encoder.end(&Tokens::default(), Some("stop_sequence"), None, &mut out),
-                    1 => encoder.failed("cut", Some(&json!({})), &mut out),
+                    1 => encoder.failed(&cut_short(), Some(&json!({})), &mut out),
                     _ => {
                         encoder.start(&mut out);
                         encoder.end(&Tokens::default(), None, None, &mut out);
-                        encoder.failed("twice", None, &mut out);
+                        encoder.failed(&cut_short(), None, &mut out);
                     }
                 }
                 well_formed(api, &out);
@@ -587,7 +614,7 @@ async fn non_streamed_answers() {
         "text"
     );
 
-    let r = responses::message(&reply(&[]), choice, &usage, None);
+    let r = responses::message(&reply(&[]), choice, &ended(choice), &usage, None);
     assert_eq!(
         (r["object"].as_str(), r["status"].as_str()),
         (Some("response"), Some("completed"))
@@ -621,12 +648,71 @@ async fn non_streamed_answers() {
             .unwrap()
             .starts_with("{\"path\"")
     );
-    let r = responses::message(&reply(&[]), choice, &Tokens::default(), None);
+    let r = responses::message(
+        &reply(&[]),
+        choice,
+        &ended(choice),
+        &Tokens::default(),
+        None,
+    );
     assert_eq!(r["status"], "incomplete");
     assert_eq!(r["incomplete_details"]["reason"], "max_output_tokens");
     let unfinished = ChoiceOutput::default();
-    let r = responses::message(&reply(&[]), &unfinished, &Tokens::default(), None);
+    let none = Tokens::default();
+    let r = responses::message(&reply(&[]), &unfinished, &ended(&unfinished), &none, None);
     assert_eq!(r["status"], "failed");
+    // Its error is the verdict's: its words, and its code from its cause.
+    let error = |end: &OutputEnd| responses::message(&reply(&[]), &unfinished, end, &none, None);
+    assert_eq!(
+        r["error"],
+        json!({"code": "server_error",
+               "message": "the upstream ended the choice without a finish reason"})
+    );
+    let shut = error(&cut_short());
+    assert_eq!(shut["error"]["code"], "server_error");
+    assert_eq!(shut["error"]["message"], crate::upstream::stop::SHUT_DOWN);
+    let overflow = upstream_failure("maximum context length is 8192 tokens");
+    assert_eq!(
+        error(&overflow)["error"]["code"],
+        responses::CONTEXT_LENGTH_EXCEEDED
+    );
     let m = messages::message(&reply(&[]), &unfinished, &Tokens::default(), None);
     assert_eq!(m["stop_reason"], Value::Null);
+}
+
+/// A streamed failure's bytes come from the typed ending: its words, and in Responses its
+/// code from its cause (an upstream's context overflow, which Codex CLI reads by its code;
+/// the server's for anything else, a cut included); Anthropic's `error` event says the same
+/// words.
+#[test]
+fn a_failures_code_and_words_come_from_its_ending() {
+    let overflow = upstream_failure("prompt is too long: 210000 tokens > 200000 maximum");
+    let cases = [
+        (overflow, responses::CONTEXT_LENGTH_EXCEEDED),
+        (cut_short(), "server_error"),
+        (OutputEnd::Failed(Failure::NoFinishReason), "server_error"),
+        (OutputEnd::Stopped(Initiator::Client), "server_error"),
+    ];
+    for (end, code) in cases {
+        let why = end.why().unwrap();
+        let mut out = Vec::new();
+        ResponsesEncoder::new(&reply(&[])).failed(&end, None, &mut out);
+        let (name, data) = frames(&out).pop().unwrap();
+        assert_eq!(name, "response.failed", "{end}");
+        assert_eq!(
+            data["response"]["error"],
+            json!({"code": code, "message": why}),
+            "{end}"
+        );
+        let mut out = Vec::new();
+        MessagesEncoder::new(&reply(&[])).failed(&end, Some(&json!({"x": 1})), &mut out);
+        let (name, data) = frames(&out).pop().unwrap();
+        assert_eq!(name, "error", "{end}");
+        assert_eq!(
+            data,
+            json!({"type": "error", "error": {"type": "api_error", "message": why},
+                   "choicewise": {"x": 1}}),
+            "{end}"
+        );
+    }
 }

@@ -19,13 +19,13 @@ use crate::config::NMode;
 use crate::error::ApiError;
 use crate::metrics::Outcome;
 use crate::request::ChatRequest;
-use crate::upstream::open::{Opened, Opener, TryRecord, UpstreamRoute, accounting, counted, cuts};
+use crate::upstream::open::{Opened, Opener, TryRecord, UpstreamRoute, accounting, counted};
 use crate::upstream::pace::{BoxError, Pace, bounded, paced};
 
 mod accounting;
 
 pub(crate) use accounting::AnswerUsage;
-use accounting::Ledger;
+use accounting::{Asked, Ledger};
 #[cfg(test)]
 pub(crate) use accounting::{ChoiceTokens, UsageParts};
 
@@ -89,10 +89,11 @@ impl Run {
             Opening::Hedged => 0,
             _ => first,
         };
-        // Each planned request's upstream label, once it answered (the planned one until).
-        let labels: Arc<Mutex<Vec<Arc<str>>>> = Arc::new(Mutex::new(
+        // Each planned request: its upstream's label once it answered (the planned one
+        // until), and whether it opened.
+        let labels: Arc<Mutex<Vec<Asked>>> = Arc::new(Mutex::new(
             (planned.iter())
-                .map(|p| upstreams[p.upstream()].label.clone())
+                .map(|p| Asked::new(upstreams[p.upstream()].label.clone(), p.samples()[0]))
                 .collect(),
         ));
         let opens: Vec<OpenFuture> = (planned[..eager].iter())
@@ -160,7 +161,8 @@ impl Run {
             sizes.push(1);
             sample_of.push(req.samples + j as u32);
             let upstream = replacement_upstream(&planned, j);
-            lock(&labels).push(upstreams[upstream].label.clone());
+            let sample = req.samples + j as u32;
+            lock(&labels).push(Asked::new(upstreams[upstream].label.clone(), sample));
         }
         let index_of = sample_of
             .iter()
@@ -189,6 +191,7 @@ impl Run {
             .drop_after_finish(true)
             // Calls of the request's custom tools come back as custom calls from every API.
             .custom_tools(req.custom_tools());
+        let recorder = opener.clone();
         let completions = builder.samples(planned.len(), move |r| {
             if let Some(source) = lock(&sources).get_mut(r).and_then(Option::take) {
                 return source;
@@ -232,7 +235,8 @@ impl Run {
                 completions,
                 sample_of,
                 sizes,
-                labels,
+                asked: labels,
+                opener: recorder,
                 keep_messages: false,
                 read: tokio::sync::OnceCell::new(),
                 prompt,
@@ -271,6 +275,8 @@ impl Run {
     /// The final `choicewise` object of a request without the extension: its `tries`, when
     /// some try failed.
     pub fn tries_summary(&self) -> Option<Summary> {
+        // Its output choices have ended: a request they were cut from is a `cut` try.
+        self.ledger.note_cuts_so_far();
         let retried =
             (self.tries().iter()).any(|t| t.outcome != crate::upstream::resilience::Outcome::Ok);
         retried.then(|| Summary {
@@ -444,8 +450,10 @@ impl Run {
     /// The final `choicewise` object of a pick: the samples asked for, those selected and
     /// cancelled (sample numbers, in start order), how it was decided, and how many started.
     pub async fn summary(&self, picked: &Picked) -> Summary {
+        // Read once the run is over: its cut tries are recorded by then.
+        let cancelled = self.ledger.cancelled_samples().await;
         Summary {
-            cancelled: Some(self.ledger.cancelled_samples().await),
+            cancelled: Some(cancelled),
             confidence: picked.confidence.clone(),
             decision: Some(picked.decision),
             reason: picked.reason.clone(),
@@ -612,10 +620,12 @@ fn reads_source(
     opener: &Opener,
     samples: &[u32],
     pace: &Arc<Pace>,
-    labels: &Mutex<Vec<Arc<str>>>,
+    labels: &Mutex<Vec<Asked>>,
     r: usize,
 ) -> Source {
-    lock(labels)[r] = opened.route.label.clone();
+    if let Some(asked) = lock(labels).get_mut(r) {
+        asked.opened(opened.route.label.clone());
+    }
     if let Some(max_tokens) = opened.limit_set {
         lock(&opener.limits_set).extend(samples.iter().map(|&sample| {
             crate::upstream::open::LimitSet {
@@ -627,7 +637,7 @@ fn reads_source(
     }
     let idle = opened.route.idle_timeout;
     let max = max_bytes(&opened.route, samples);
-    let reads = cuts(opened.reads, opener, samples[0], &opened.route.label);
+    let reads = opened.reads;
     Source::sse(paced(
         bounded(counted(reads, &opener.metrics), max),
         pace.clone(),

@@ -86,6 +86,9 @@ pub(crate) enum Outcome {
     Server,
     /// The stream was cut after its first byte.
     Cut,
+    /// The upstream refused the request (a 4xx other than 408 and 429): the client's own
+    /// error, passed through, never retried.
+    Refused,
 }
 
 impl Outcome {
@@ -98,6 +101,7 @@ impl Outcome {
             Outcome::TooMany => "429",
             Outcome::Server => "5xx",
             Outcome::Cut => "cut",
+            Outcome::Refused => "4xx",
         }
     }
 }

@@ -20,6 +20,7 @@ use choicewise_core::{CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent, Tex
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::answer::ending::OutputEnd;
 use crate::api::{Encoder, Reply, Tokens, frame, new_id};
 
 /// Where the stream is.
@@ -267,11 +268,12 @@ impl Encoder for MessagesEncoder {
         }
     }
 
-    fn failed(&mut self, why: &str, choicewise: Option<&Value>, out: &mut Vec<u8>) {
+    fn failed(&mut self, end: &OutputEnd, choicewise: Option<&Value>, out: &mut Vec<u8>) {
         if matches!(self.phase, Phase::Closed { .. }) {
             return;
         }
         self.phase = Phase::Closed { finished: false };
+        let why = end.why().unwrap_or_default();
         let mut event = json!({"type": "error", "error": {"type": "api_error", "message": why}});
         if let Some(c) = choicewise {
             event["choicewise"] = c.clone();

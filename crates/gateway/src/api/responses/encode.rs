@@ -35,6 +35,7 @@ use super::object::{
     response_object, usage_of,
 };
 use super::texts::{Marks, Owed, Pieces, Seg};
+use crate::answer::ending::OutputEnd;
 use crate::api::{Encoder, Reply, Tokens, frame, new_id, unix_time};
 use crate::request::Fields;
 
@@ -760,20 +761,14 @@ impl Encoder for ResponsesEncoder {
         self.owed.write(&self.texts, out, OWED_WRITE)
     }
 
-    fn failed(&mut self, why: &str, choicewise: Option<&Value>, out: &mut Vec<u8>) {
+    fn failed(&mut self, end: &OutputEnd, choicewise: Option<&Value>, out: &mut Vec<u8>) {
         match self.phase {
             Phase::Closed { .. } => return,
             Phase::Idle => self.start(out),
             _ => {}
         }
         self.phase = Phase::Closed { finished: false };
-        // Codex CLI tells a context overflow by this code alone (its "context window
-        // exceeded", and its compaction); every other failure is the server's.
-        let code = match super::is_context_overflow(why) {
-            true => CONTEXT_LENGTH_EXCEEDED,
-            false => "server_error",
-        };
-        let error = json!({"code": code, "message": why});
+        let error = super::failure(end);
         let mut event =
             json!({"response": self.response("failed", Value::Null, error, Value::Null)});
         if let Some(c) = choicewise {

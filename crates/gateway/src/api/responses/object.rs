@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 
 use super::texts::{Marks, Seg, escape_into, escaped_len};
+use crate::answer::ending::OutputEnd;
 use crate::api::{Reply, Tokens, new_id, unix_time};
 use crate::request::Fields;
 
@@ -177,27 +178,33 @@ pub(super) fn response_object(
 pub(crate) fn message(
     reply: &Reply,
     output: &ChoiceOutput,
+    end: &OutputEnd,
     usage: &Tokens,
     choicewise: Option<&Value>,
 ) -> Value {
-    message_with(reply, output, usage, choicewise, &mut |t| json!(t))
+    message_with(reply, output, end, usage, choicewise, &mut |t| json!(t))
 }
 
 /// The non-streamed answer: a `response` object whose `output` holds a reasoning item (when
 /// asked for and given), a message item (its text and refusal parts; an empty text when the
 /// choice has neither nor calls), then each call's `function_call` item. `incomplete` for a
-/// `length` or `content_filter` finish; `failed` when the choice did not finish. Each text
+/// `length` or `content_filter` finish; `failed` when the choice did not finish, its error
+/// the decided ending's (`end`: its words and its code, as the stream's `response.failed`). Each text
 /// of `output` (its content, refusal, reasoning and calls' arguments) is written as `text`
 /// makes it: the text itself, or a mark standing for it ([`object_text`]).
 fn message_with<'a>(
     reply: &Reply,
     output: &'a ChoiceOutput,
+    end: &OutputEnd,
     usage: &Tokens,
     choicewise: Option<&Value>,
     text: &mut dyn FnMut(&'a str) -> Value,
 ) -> Value {
     let m = &output.message;
-    let finish = output.finish_reason.as_deref();
+    let finish = match end {
+        OutputEnd::Finished(reason) => Some(&**reason),
+        _ => None,
+    };
     let incomplete = finish.and_then(incomplete_reason);
     let item_status = match incomplete {
         Some(_) => "incomplete",
@@ -261,11 +268,7 @@ fn message_with<'a>(
         items.push(item);
     }
     let (status, error, details) = match (finish, incomplete) {
-        (None | Some("error"), _) => (
-            "failed",
-            json!({"code": "server_error", "message": "the upstream ended the choice without a finish reason"}),
-            Value::Null,
-        ),
+        (None, _) => ("failed", super::failure(end), Value::Null),
         (_, Some(reason)) => ("incomplete", Value::Null, json!({"reason": reason})),
         _ => ("completed", Value::Null, Value::Null),
     };
@@ -295,12 +298,13 @@ fn message_with<'a>(
 pub(crate) fn object_text(
     reply: &Reply,
     output: &ChoiceOutput,
+    end: &OutputEnd,
     usage: &Tokens,
     choicewise: Option<&Value>,
 ) -> Vec<u8> {
     let marks = Marks::new();
     let mut texts: Vec<&str> = Vec::new();
-    let body = message_with(reply, output, usage, choicewise, &mut |t| {
+    let body = message_with(reply, output, end, usage, choicewise, &mut |t| {
         texts.push(t);
         marks.mark(texts.len() - 1)
     });

@@ -397,7 +397,8 @@ fn a_namespaced_call_is_answered_in_its_namespace() {
         {"id": "call_1", "type": "function", "function": {"name": "agents__close_agent", "arguments": "{}"}},
         {"id": "call_2", "type": "function", "function": {"name": "plain", "arguments": "{}"}}]))
     .unwrap();
-    let body = message(&reply, &output, &crate::api::Tokens::default(), None);
+    let end = OutputEnd::Finished("tool_calls".into());
+    let body = message(&reply, &output, &end, &crate::api::Tokens::default(), None);
     assert_eq!(body["output"][0]["name"], "close_agent");
     assert_eq!(body["output"][0]["namespace"], "agents");
     assert_eq!(body["output"][1]["name"], "plain");
@@ -496,7 +497,8 @@ fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
     output.message.tool_calls = serde_json::from_value(json!([
         {"id": "call_r", "type": "function", "function": {"name": "apply_patch", "arguments": "{\"input\":\"x\"}"}}]))
     .unwrap();
-    let body = message(&reply, &output, &crate::api::Tokens::default(), None);
+    let end = OutputEnd::Finished("tool_calls".into());
+    let body = message(&reply, &output, &end, &crate::api::Tokens::default(), None);
     assert_eq!(body["output"][0]["type"], "custom_tool_call");
     assert_eq!(body["output"][0]["input"], "x");
 }
@@ -641,8 +643,9 @@ fn the_whole_answer_is_written_as_its_tree_would_be() {
         {"id": "call_1", "type": "function", "function": {"name": "edit", "arguments": "{\"a\": \"\\u0000\"}"}}]))
     .unwrap();
     let usage = crate::api::Tokens::default();
-    let written = object_text(&reply, &output, &usage, Some(&json!({"k": 1})));
-    let tree = message(&reply, &output, &usage, Some(&json!({"k": 1})));
+    let end = OutputEnd::Finished("tool_calls".into());
+    let written = object_text(&reply, &output, &end, &usage, Some(&json!({"k": 1})));
+    let tree = message(&reply, &output, &end, &usage, Some(&json!({"k": 1})));
     let echoed = super::object::Echoed {
         value: &tree,
         echo: &reply.echo,

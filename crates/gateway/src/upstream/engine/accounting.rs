@@ -12,6 +12,45 @@ use choicewise_core::{ChoiceUsage, Completions, Logprobs, Message, Usage, UsageS
 
 use super::lock;
 use crate::metrics::{Outcome, SampleEnd, UpstreamTokens};
+use crate::upstream::open::Opener;
+use crate::upstream::resilience;
+
+/// One upstream request of a run, as its accounting knows it: the upstream that answered it
+/// (the planned one until one did), its first sample (its tries'), and how far it got.
+#[derive(Debug, Clone)]
+pub(super) struct Asked {
+    label: Arc<str>,
+    sample: u32,
+    reached: Reached,
+}
+
+/// How far an upstream request got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reached {
+    /// Not opened (yet): its tries, if any, failed before a first byte.
+    Planned,
+    /// A try of it answered: its first byte came.
+    Opened,
+    /// It opened and then left a choice unfinished: its `cut` try is recorded.
+    Cut,
+}
+
+impl Asked {
+    /// Request of `sample` (its first), planned on the upstream `label`.
+    pub(super) fn new(label: Arc<str>, sample: u32) -> Self {
+        Asked {
+            label,
+            sample,
+            reached: Reached::Planned,
+        }
+    }
+
+    /// A try of it answered, on the upstream `label`.
+    pub(super) fn opened(&mut self, label: Arc<str>) {
+        self.label = label;
+        self.reached = Reached::Opened;
+    }
+}
 
 /// A run's accounting: what it needs to know of the run (how its samples are numbered, its
 /// upstream requests' sizes and upstreams) and what it read of it, once.
@@ -21,8 +60,10 @@ pub(super) struct Ledger {
     pub(super) sample_of: Vec<u32>,
     /// Per upstream request, its number of samples.
     pub(super) sizes: Vec<usize>,
-    /// Per upstream request, the label of the upstream that answered it.
-    pub(super) labels: Arc<Mutex<Vec<Arc<str>>>>,
+    /// Per upstream request, the upstream that answered it and how far it got.
+    pub(super) asked: Arc<Mutex<Vec<Asked>>>,
+    /// What records the run's tries (a `cut` one, [`Ledger::note_cuts`]).
+    pub(super) opener: Opener,
     /// The samples' messages are kept for the request's span ([`Ledger::outcome`]).
     pub(super) keep_messages: bool,
     /// What the run came to, read once it is over.
@@ -130,7 +171,7 @@ impl Ledger {
         if usage.upstreams.len() < 2 {
             return usage;
         }
-        let labels = lock(&self.labels).clone();
+        let labels: Vec<Arc<str>> = lock(&self.asked).iter().map(|a| a.label.clone()).collect();
         let reported: HashMap<&str, u64> = (usage.upstreams.iter().enumerate())
             .filter(|(_, u)| u.source == UsageSource::Reported)
             .filter_map(|(r, u)| labels.get(r).map(|l| (&**l, u.prompt_tokens)))
@@ -226,6 +267,7 @@ impl Ledger {
     async fn count(&self) -> Accounting {
         let usage: Usage = self.run_usage().await;
         let choices = self.facts();
+        self.note_cuts(unfinished(&choices, &[]));
         let weighed = self.weighed(&usage, &choices);
         let mut counted: BTreeMap<u32, u64> = BTreeMap::new();
         if !weighed.is_empty() {
@@ -248,6 +290,7 @@ impl Ledger {
         self.estimate_prompts_now(&mut usage);
         let usage = self.siblings(usage);
         let mut choices = self.facts();
+        self.note_cuts(unfinished(&choices, &open));
         for c in choices.iter_mut().filter(|c| open.contains(&c.index)) {
             c.cancelled = true;
             c.finish_reason = None;
@@ -255,6 +298,45 @@ impl Ledger {
         let weighed = self.weighed(&usage, &choices);
         let counted = weigh(&self.completions, &weighed);
         self.tally(usage, choices, &counted)
+    }
+
+    /// Records a `cut` try, once, for each upstream request that opened and left one of
+    /// `unfinished` (choices closed without a finish and not cancelled): its stream was cut,
+    /// ended without its end, failed or went silent after its first byte. The try's `ok`,
+    /// recorded at its first byte, stays: a cut try is counted once more, as `cut`.
+    fn note_cuts(&self, unfinished: Vec<u32>) {
+        if unfinished.is_empty() {
+            return;
+        }
+        let mut cut = Vec::new();
+        {
+            let mut asked = lock(&self.asked);
+            let mut first = 0u32;
+            for (r, size) in self.sizes.iter().enumerate() {
+                let block = first..first + *size as u32;
+                first = block.end;
+                let Some(a) = asked.get_mut(r) else { continue };
+                if a.reached == Reached::Opened && unfinished.iter().any(|i| block.contains(i)) {
+                    a.reached = Reached::Cut;
+                    cut.push((a.sample, a.label.clone()));
+                }
+            }
+        }
+        for (sample, label) in cut {
+            self.opener.record(sample, &label, resilience::Outcome::Cut);
+        }
+    }
+
+    /// [`note_cuts`](Self::note_cuts) of the choices closed so far, read where they are
+    /// published: for the tries of an answer whose output choices have ended while its
+    /// accounting is not read yet.
+    pub(super) fn note_cuts_so_far(&self) {
+        let open = self.completions.open_choices();
+        let ends = self.completions.inspect(|c, _| {
+            (!open.contains(&c.index) && c.finish_reason.is_none() && !c.cancelled)
+                .then_some(c.index)
+        });
+        self.note_cuts(ends.into_iter().flatten().collect());
     }
 
     /// Each choice's end, read where it is published: its text is not copied (but for the
@@ -469,7 +551,7 @@ impl Ledger {
             false => usage.upstreams.iter().collect(),
         };
         for (r, u) in per_request.into_iter().enumerate() {
-            let Some(label) = lock(&self.labels).get(r).cloned() else {
+            let Some(label) = lock(&self.asked).get(r).map(|a| a.label.clone()) else {
                 continue;
             };
             outcome.upstreams.push(UpstreamTokens {
@@ -486,6 +568,15 @@ impl Ledger {
 /// A choice's own reported figure.
 fn own(c: &Facts) -> Option<ChoiceUsage> {
     c.usage.filter(|u| u.source == UsageSource::Reported)
+}
+
+/// The choices of `choices` closed without a finish and not cancelled (`open`: those still
+/// open, which are not).
+fn unfinished(choices: &[Facts], open: &[u32]) -> Vec<u32> {
+    (choices.iter())
+        .filter(|c| c.finish_reason.is_none() && !c.cancelled && !open.contains(&c.index))
+        .map(|c| c.index)
+        .collect()
 }
 
 /// The tiktoken counts of the `weighed` choices' texts, each read where it is published.

@@ -367,6 +367,7 @@ impl Opener {
                         None => {
                             // The upstream answered: it is healthy, the request was refused.
                             route.health.succeeded(self.client, Instant::now());
+                            self.record(sample, &route.label, Outcome::Refused);
                             return Err(upstream_error(&model.name, route, &e, samples.len()));
                         }
                         Some(outcome) => (outcome, e.retry_after(), why(&e)),
@@ -413,26 +414,6 @@ impl Drop for ProbeDone<'_> {
     fn drop(&mut self) {
         self.0.probe_over();
     }
-}
-
-/// An upstream's reads, a failure after the first byte recorded as a `cut` try.
-pub(crate) fn cuts(
-    reads: futures::stream::BoxStream<
-        'static,
-        Result<bytes::Bytes, choicewise_client::ClientError>,
-    >,
-    opener: &Opener,
-    sample: u32,
-    label: &Arc<str>,
-) -> impl futures::Stream<Item = Result<bytes::Bytes, choicewise_client::ClientError>> + Send + 'static
-{
-    let (opener, label) = (opener.clone(), label.clone());
-    let mut cut = false;
-    reads.inspect(move |read| {
-        if read.is_err() && !std::mem::replace(&mut cut, true) {
-            opener.record(sample, &label, crate::upstream::resilience::Outcome::Cut);
-        }
-    })
 }
 
 /// Counts an upstream response in the open-connections gauge for as long as it is read.
