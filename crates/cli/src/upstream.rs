@@ -151,7 +151,7 @@ mod tests {
                 (3, Dialect::Chat, "qwen3:8b", Some("http://h:1")),
             ]
         );
-        for bad in ["0", "gemini:x", "chat", "2*", "1025", "600,600"] {
+        for bad in ["0", "grpc:x", "chat", "2*", "1025", "600,600"] {
             assert!(parse_fan_out(bad).is_err(), "{bad}");
         }
     }
