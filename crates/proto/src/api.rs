@@ -120,6 +120,18 @@ impl Dialect {
         }
     }
 
+    /// Whether one request of this API asks for several choices (Chat Completions' `n`,
+    /// Gemini's `candidateCount`); the others take one request per choice.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Gemini.has_n() && Dialect::Chat.has_n());
+    /// assert!(!Dialect::Anthropic.has_n() && !Dialect::Responses.has_n());
+    /// ```
+    pub const fn has_n(self) -> bool {
+        matches!(self, Dialect::Chat | Dialect::Gemini)
+    }
+
     /// Its streaming endpoint's path for `model`: [`endpoint`](Self::endpoint), but for
     /// Gemini, whose path names the model and the method
     /// (`models/{model}:streamGenerateContent`, asked with `?alt=sse`).
