@@ -25,6 +25,21 @@ mod tools;
 /// ```
 pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 8192;
 
+/// What separates a tool call's id from the Gemini thought signature that came with the
+/// call, in the id a Gemini upstream's call is given: the signature must go back with the
+/// call in the next turn (Gemini 3 refuses a function-calling turn without it), and the id
+/// is what a Chat client sends back of a call. The request writer puts it back.
+///
+/// ```
+/// use choicewise_proto::{Dialect, THOUGHT_SIGNATURE_IN_ID};
+/// let id = format!("call_0{THOUGHT_SIGNATURE_IN_ID}CiQB");
+/// let chat = serde_json::json!({"messages": [{"role": "assistant", "tool_calls": [
+///     {"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]});
+/// let gemini = Dialect::Gemini.request_from_chat(&chat).unwrap();
+/// assert_eq!(gemini["contents"][0]["parts"][0]["thoughtSignature"], "CiQB");
+/// ```
+pub const THOUGHT_SIGNATURE_IN_ID: &str = "__thought__";
+
 /// Why a Chat Completions `messages` could not be translated into another API's
 /// ([`Dialect::messages_from_chat_json`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -183,7 +183,8 @@ fn function_calls_are_whole_calls_and_stop_means_tool_calls() {
             call("weather", json!({"city": "Paris", "units": ["C"]}))]}}),
         ]),
         record(vec![
-            json!({"index": 1, "content": {"parts": [call("time", json!(null))]}, "finishReason": "STOP"}),
+            json!({"index": 1, "content": {"parts": [{"functionCall": {"name": "time"},
+                "thoughtSignature": "CiQB"}]}, "finishReason": "STOP"}),
             json!({"index": 0, "content": {"parts": [{"text": "No call."}]}, "finishReason": "STOP"}),
         ]),
     ];
@@ -210,7 +211,7 @@ fn function_calls_are_whole_calls_and_stop_means_tool_calls() {
         calls,
         [
             ("call_0", "weather", r#"{"city":"Paris","units":["C"]}"#),
-            ("call_1", "time", "{}")
+            ("call_1__thought__CiQB", "time", "{}")
         ]
     );
 }

@@ -265,10 +265,18 @@ fn contents(messages: &[Value]) -> Result<(Vec<Value>, Option<Value>), String> {
                             "{at}.arguments must be a JSON object for the gemini API"
                         ));
                     }
-                    if let Some(id) = call["id"].as_str() {
+                    let id = call["id"].as_str();
+                    if let Some(id) = id {
                         names.push((id.to_string(), name.to_string()));
                     }
-                    parts.push(json!({"functionCall": {"name": name, "args": args}}));
+                    let mut part = json!({"functionCall": {"name": name, "args": args}});
+                    // A Gemini call's thought signature, kept in its id by the reader.
+                    if let Some((_, signature)) =
+                        id.and_then(|id| id.split_once(super::THOUGHT_SIGNATURE_IN_ID))
+                    {
+                        part["thoughtSignature"] = json!(signature);
+                    }
+                    parts.push(part);
                 }
                 if parts.is_empty() {
                     parts.push(json!({"text": ""}));
@@ -407,9 +415,9 @@ mod tests {
                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}]},
                 {"role": "assistant", "content": null, "tool_calls": [
                     {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{\"city\":\"Paris\"}"}},
-                    {"id": "c2", "type": "function", "function": {"name": "t", "arguments": ""}}]},
+                    {"id": "c2__thought__c2sig", "type": "function", "function": {"name": "t", "arguments": ""}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": "{\"c\":18}"},
-                {"role": "tool", "tool_call_id": "c2", "content": "noon"},
+                {"role": "tool", "tool_call_id": "c2__thought__c2sig", "content": "noon"},
                 {"role": "assistant", "content": "18C at noon."}],
             "tools": [{"type": "function", "function": {"name": "w", "description": "weather",
                 "parameters": {"type": "object", "additionalProperties": false}}}],
@@ -433,6 +441,8 @@ mod tests {
             json!({"name": "w", "args": {"city": "Paris"}})
         );
         assert_eq!(contents[1]["parts"][1]["functionCall"]["args"], json!({}));
+        assert_eq!(contents[1]["parts"][1]["thoughtSignature"], "c2sig");
+        assert!(contents[1]["parts"][0].get("thoughtSignature").is_none());
         assert_eq!(contents[2]["role"], "user", "the results are one user turn");
         assert_eq!(
             contents[2]["parts"][0]["functionResponse"],

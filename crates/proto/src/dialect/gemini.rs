@@ -9,7 +9,7 @@
 //! |---|---|
 //! | a candidate's `text` part | content |
 //! | a `text` part with `thought: true` | reasoning |
-//! | a `functionCall` part | a whole tool call (id, name, `args` as its arguments' text), finished there |
+//! | a `functionCall` part | a whole tool call (id, name, `args` as its arguments' text), finished there; its `thoughtSignature` kept in its id, after `__thought__` |
 //! | `finishReason` `STOP` | `stop`, or `tool_calls` when the candidate called a function |
 //! | `MAX_TOKENS` | `length` |
 //! | `SAFETY`, `RECITATION`, `PROHIBITED_CONTENT`, `BLOCKLIST`, `SPII`, `IMAGE_SAFETY`, `IMAGE_PROHIBITED_CONTENT` | `content_filter` |
@@ -158,10 +158,16 @@ impl Candidates {
             if let Some(call) = part.get("functionCall") {
                 let k = *calls;
                 *calls += 1;
-                let id = match str_at(call, &["id"]) {
+                let mut id = match str_at(call, &["id"]) {
                     Some(id) if !id.is_empty() => id.to_string(),
                     _ => format!("call_{k}"),
                 };
+                // The call's thought signature, which Gemini wants back with the call in
+                // the next turn, travels in its id (read back by the request writer).
+                if let Some(signature) = str_at(part, &["thoughtSignature"]) {
+                    id.push_str(crate::api::THOUGHT_SIGNATURE_IN_ID);
+                    id.push_str(signature);
+                }
                 let arguments = match call.get("args") {
                     None | Some(Value::Null) => "{}".to_string(),
                     Some(args) => args.to_string(),
