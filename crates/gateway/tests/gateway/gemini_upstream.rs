@@ -259,3 +259,49 @@ async fn a_blocked_prompt_and_an_error_record_are_upstream_errors() {
         assert!(message.contains(says), "{message}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_that_fails_upstream_fails_alone() {
+    let upstream = gemini(sse(&[
+        record(vec![text(1, "half"), text(0, "4")]),
+        record(vec![
+            json!({"index": 1, "finishReason": "MALFORMED_FUNCTION_CALL"}),
+            text(0, "2"),
+        ]),
+        record(vec![stop(0)]),
+    ]))
+    .await;
+    let addr = gateway(&upstream).await;
+    let body = json!({"model": "m", "n": 2, "stream": true,
+        "messages": [{"role": "user", "content": "6 times 7?"}]});
+    let chunks = chunks(post_to(addr, "/v1/chat/completions", &body).await).await;
+    let finishes: Vec<(u64, &str)> = (chunks.iter())
+        .flat_map(|c| c["choices"].as_array().unwrap())
+        .filter_map(|c| Some((c["index"].as_u64()?, c["finish_reason"].as_str()?)))
+        .collect();
+    assert!(finishes.contains(&(0, "stop")), "{finishes:?}");
+    assert!(finishes.contains(&(1, "error")), "{finishes:?}");
+    let failed = (chunks.iter())
+        .flat_map(|c| c["choices"].as_array().unwrap())
+        .find(|c| c["finish_reason"] == "error")
+        .unwrap();
+    let why = failed["choicewise"]["error"].as_str().unwrap_or_default();
+    assert!(why.contains("MALFORMED_FUNCTION_CALL"), "{failed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_gemini_has_no_place_for_is_a_400_naming_it() {
+    let upstream = gemini(three()).await;
+    let addr = gateway(&upstream).await;
+    let body = json!({"model": "m", "logprobs": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let response = post_to(addr, "/v1/chat/completions", &body).await;
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the gemini API has no logprobs"),
+        "{error}"
+    );
+    assert_eq!(upstream.request_count(), 0, "nothing sent");
+}
