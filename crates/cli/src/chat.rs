@@ -384,6 +384,7 @@ fn client_for(
     api: Dialect,
     url: Option<&str>,
     idle: Duration,
+    model: &str,
 ) -> Result<(Client, Option<String>), Exit> {
     let own = api == args.api;
     let (key_env, url_env) = upstream::env_of(api);
@@ -398,15 +399,21 @@ fn client_for(
     if let Some((url, whence)) = &given {
         check_endpoint_path(url, whence)?;
     }
-    let base_url = given.map(|(u, _)| friendly_base_url(&u, azure.is_some()));
+    let base_url = given.map(|(u, _)| match api {
+        // Gemini's base URL is its version's (`…/v1beta`): nothing added to a bare host.
+        Dialect::Gemini => u.trim().trim_end_matches('/').to_string(),
+        _ => friendly_base_url(&u, azure.is_some()),
+    });
     let key = own
         .then(|| nonempty(&args.api_key).map(str::to_string))
         .flatten()
         .or_else(|| env_var(key_env));
-    let mut builder = Client::builder().api(api);
+    // The model is the URL's for Gemini (unused by the others).
+    let mut builder = Client::builder().api(api).model(model);
     match (&base_url, api) {
         (Some(url), _) => builder = builder.base_url(url),
         (None, Dialect::Anthropic) => builder = builder.base_url(upstream::ANTHROPIC_BASE_URL),
+        (None, Dialect::Gemini) => builder = builder.base_url(upstream::GEMINI_BASE_URL),
         (None, _) => {}
     }
     match key {
@@ -456,11 +463,15 @@ async fn upstreams(
     let mut out = Vec::new();
     for item in items {
         let api = item.api.unwrap_or(args.api);
-        let (client, base_url) = client_for(args, api, item.base_url.as_deref(), idle)?;
-        let model = match item
-            .model
-            .or_else(|| request["model"].as_str().map(str::to_string))
-        {
+        let given = (item.model).or_else(|| request["model"].as_str().map(str::to_string));
+        // Gemini names the model in its URL: known before its client is built.
+        let url_model = match (&given, api) {
+            (Some(model), _) => model.clone(),
+            (None, Dialect::Gemini) => upstream::DEFAULT_GEMINI_MODEL.to_string(),
+            (None, _) => String::new(),
+        };
+        let (client, base_url) = client_for(args, api, item.base_url.as_deref(), idle, &url_model)?;
+        let model = match given {
             Some(model) => model,
             None => match api {
                 Dialect::Chat => {
@@ -468,6 +479,7 @@ async fn upstreams(
                     default_model(&client, base_url.as_deref(), azure).await?
                 }
                 Dialect::Anthropic => upstream::DEFAULT_ANTHROPIC_MODEL.to_string(),
+                Dialect::Gemini => url_model,
                 _ => DEFAULT_MODEL.to_string(),
             },
         };

@@ -36,7 +36,7 @@ pub struct ReplayArgs {
     format: Option<Dialect>,
 }
 
-/// `chat`, `responses` or `anthropic`.
+/// `chat`, `responses`, `anthropic` or `gemini`.
 fn parse_format(s: &str) -> Result<Dialect, String> {
     s.parse()
 }

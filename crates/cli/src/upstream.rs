@@ -9,16 +9,21 @@ use serde_json::Value;
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 /// The Anthropic API's base URL.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+/// The model asked of the Gemini API when none is given.
+pub const DEFAULT_GEMINI_MODEL: &str = "gemini-2.5-flash";
+/// The Gemini API's base URL.
+pub const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta";
 
 /// The environment variables of an API's key and base URL.
 pub fn env_of(api: Dialect) -> (&'static str, &'static str) {
     match api {
         Dialect::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+        Dialect::Gemini => ("GEMINI_API_KEY", "GEMINI_BASE_URL"),
         _ => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
     }
 }
 
-/// `--api`: `chat`, `responses` or `anthropic`, listed in `--help`.
+/// `--api`: `chat`, `responses`, `anthropic` or `gemini`, listed in `--help`.
 pub fn api_parser() -> impl clap::builder::TypedValueParser<Value = Dialect> {
     use clap::builder::TypedValueParser as _;
     clap::builder::PossibleValuesParser::new(Dialect::ALL.map(Dialect::name))
@@ -67,7 +72,7 @@ pub fn parse_fan_out(s: &str) -> Result<FanOutSpec, String> {
         };
         let Some((api, rest)) = rest.split_once(':') else {
             return Err(format!(
-                "{part:?}: expected K, or [K*]API:MODEL[@URL] with API chat, responses or anthropic"
+                "{part:?}: expected K, or [K*]API:MODEL[@URL] with API chat, responses, anthropic or gemini"
             ));
         };
         let api: Dialect = api.parse()?;
@@ -151,9 +156,11 @@ mod tests {
                 (3, Dialect::Chat, "qwen3:8b", Some("http://h:1")),
             ]
         );
-        for bad in ["0", "gemini:x", "chat", "2*", "1025", "600,600"] {
+        for bad in ["0", "grpc:x", "chat", "2*", "1025", "600,600"] {
             assert!(parse_fan_out(bad).is_err(), "{bad}");
         }
+        let gemini = parse_fan_out("gemini:gemini-2.5-pro").unwrap();
+        assert_eq!(gemini.0[0].api, Some(Dialect::Gemini));
     }
 
     #[test]

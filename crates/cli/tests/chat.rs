@@ -2373,3 +2373,70 @@ mod picks {
         assert_eq!(r["logprobs"], false);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_calls_gemini_with_n_as_its_candidates() {
+    let record = |candidates: serde_json::Value| {
+        format!(
+            "data: {}\r\n\r\n",
+            serde_json::json!({"candidates": candidates})
+        )
+    };
+    let body = [
+        record(serde_json::json!([{"index": 1, "content": {"parts": [{"text": "Two"}]}}])),
+        record(serde_json::json!([{"index": 0, "content": {"parts": [{"text": "One"}]}, "finishReason": "STOP"},
+            {"index": 1, "finishReason": "MAX_TOKENS"}])),
+    ]
+    .concat();
+    let server = TestServer::builder()
+        .body(body)
+        .api_key("g")
+        .start()
+        .await
+        .unwrap();
+    let url = format!("{}beta", server.base_url());
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args([
+            "chat",
+            "--api",
+            "gemini",
+            "--base-url",
+            &url,
+            "-n",
+            "2",
+            "--json",
+            "hi",
+        ])
+        .env("GEMINI_API_KEY", "g")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json = json_of(&out);
+    let choices: Vec<_> = (json["choices"].as_array().unwrap().iter())
+        .map(|c| {
+            (
+                c["message"]["content"].as_str(),
+                c["finish_reason"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        choices,
+        [(Some("One"), Some("stop")), (Some("Two"), Some("length"))]
+    );
+    let r = &server.requests()[0];
+    assert_eq!(
+        r.path,
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    );
+    assert_eq!(r.header("x-goog-api-key"), Some("g"));
+    assert_eq!(
+        r.json.as_ref().unwrap()["generationConfig"]["candidateCount"],
+        2
+    );
+}

@@ -104,6 +104,7 @@ pub struct ClientBuilder {
     retry_server_errors: bool,
     max_concurrent: Option<usize>,
     max_idle: usize,
+    model: Option<String>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -123,6 +124,7 @@ impl fmt::Debug for ClientBuilder {
             .field("max_retry_wait", &self.max_retry_wait)
             .field("retry_server_errors", &self.retry_server_errors)
             .field("max_concurrent", &self.max_concurrent)
+            .field("model", &self.model)
             .finish()
     }
 }
@@ -142,6 +144,7 @@ impl Default for ClientBuilder {
             retry_server_errors: false,
             max_concurrent: None,
             max_idle: DEFAULT_MAX_IDLE_CONNECTIONS,
+            model: None,
         }
     }
 }
@@ -174,8 +177,30 @@ impl ClientBuilder {
         self
     }
 
-    /// The API key: sent as `Authorization: Bearer KEY`, as `api-key: KEY` in Azure mode, or
-    /// as `x-api-key: KEY` to the Anthropic API ([`Dialect::Anthropic`]) (default: none).
+    /// The model of an API that names it in its URL rather than in the request's body:
+    /// Gemini's ([`Dialect::Gemini`]), whose requests go to
+    /// `{base_url}/models/{model}:streamGenerateContent?alt=sse`; required for it, unused by
+    /// the others.
+    ///
+    /// ```
+    /// # use choicewise_client::{Client, Dialect};
+    /// let client = Client::builder()
+    ///     .api(Dialect::Gemini)
+    ///     .base_url("https://generativelanguage.googleapis.com/v1beta")
+    ///     .model("gemini-2.5-flash")
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(client.url(), "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse");
+    /// assert!(Client::builder().api(Dialect::Gemini).build().is_err(), "no model");
+    /// ```
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The API key: sent as `Authorization: Bearer KEY`, as `api-key: KEY` in Azure mode, as
+    /// `x-api-key: KEY` to the Anthropic API ([`Dialect::Anthropic`]), or as
+    /// `x-goog-api-key: KEY` to the Gemini API ([`Dialect::Gemini`]) (default: none).
     ///
     /// ```
     /// # use choicewise_client::Client;
@@ -335,7 +360,23 @@ impl ClientBuilder {
                 ),
             ));
         }
-        let url = endpoint(&self.base_url, self.azure.as_deref(), self.api.endpoint())?;
+        let url = match (self.api, self.model.as_deref()) {
+            (Dialect::Gemini, None | Some("")) => {
+                return Err(ClientError::invalid(
+                    ClientErrorKind::InvalidUrl,
+                    format!(
+                        "{:?}: the gemini API names the model in the URL: give the model",
+                        self.base_url
+                    ),
+                ));
+            }
+            (Dialect::Gemini, Some(model)) => {
+                let mut url = endpoint(&self.base_url, None, &self.api.endpoint_for(model))?;
+                url.query_pairs_mut().append_pair("alt", "sse");
+                url
+            }
+            (api, _) => endpoint(&self.base_url, self.azure.as_deref(), api.endpoint())?,
+        };
         let models_url = endpoint(&self.base_url, self.azure.as_deref(), "models")?;
         let count_url = match self.api {
             Dialect::Anthropic => Some(endpoint(&self.base_url, None, "messages/count_tokens")?),
@@ -361,6 +402,7 @@ impl ClientBuilder {
             let (name, value) = match (self.azure.as_ref(), self.api) {
                 (Some(_), _) => (HeaderName::from_static("api-key"), key.clone()),
                 (None, Dialect::Anthropic) => (HeaderName::from_static("x-api-key"), key.clone()),
+                (None, Dialect::Gemini) => (HeaderName::from_static("x-goog-api-key"), key.clone()),
                 (None, _) => (AUTHORIZATION, format!("Bearer {key}")),
             };
             let mut value = HeaderValue::from_str(&value).map_err(|_| {
@@ -497,6 +539,22 @@ mod tests {
             ANTHROPIC_VERSION
         );
         assert!(!messages.inner.headers.contains_key("authorization"));
+        let gemini = Client::builder()
+            .api(Dialect::Gemini)
+            .base_url("http://h:1/v1beta/")
+            .model("gemini-2.5-pro")
+            .api_key("k")
+            .build()
+            .unwrap();
+        assert_eq!(
+            gemini.url(),
+            "http://h:1/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(gemini.inner.headers["x-goog-api-key"], "k");
+        assert!(!gemini.inner.headers.contains_key("authorization"));
+        let e = Client::builder().api(Dialect::Gemini).build().unwrap_err();
+        assert_eq!(e.kind(), ClientErrorKind::InvalidUrl);
+        assert!(e.to_string().contains("names the model in the URL"), "{e}");
         let pinned = Client::builder()
             .api(Dialect::Anthropic)
             .header("anthropic-version", "2024-01-01")

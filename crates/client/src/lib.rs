@@ -250,7 +250,10 @@ impl Client {
             ));
         };
         let mut body = object.clone();
-        body.insert("stream".to_string(), Value::Bool(true));
+        // Gemini streams by its URL's method and refuses a `stream` field.
+        if self.inner.api != Dialect::Gemini {
+            body.insert("stream".to_string(), Value::Bool(true));
+        }
         if self.inner.api == Dialect::Chat {
             ask_for_usage(&mut body);
         }

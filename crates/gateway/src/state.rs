@@ -121,9 +121,11 @@ impl Gateway {
             for (k, u) in model.upstreams.iter().enumerate() {
                 let api = u.api;
                 // Every try is the gateway's (upstream/open/): the client's own retries are off.
+                let upstream_model = u.model.clone().unwrap_or_else(|| model.name.clone());
                 let mut builder = Client::builder()
                     .api(api)
                     .base_url(&u.base_url)
+                    .model(&upstream_model)
                     .max_retries(0);
                 let mut key = None;
                 if let Some(var) = &u.api_key_env {
@@ -154,7 +156,6 @@ impl Gateway {
                 // Labels and messages name the host and port only: a base URL's
                 // `user:password@` or `?api-key=` never leaves.
                 let host = client.host();
-                let upstream_model = u.model.clone().unwrap_or_else(|| model.name.clone());
                 routes.push(UpstreamRoute {
                     api: u.api,
                     client,

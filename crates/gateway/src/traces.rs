@@ -390,10 +390,11 @@ fn span_name(model: Option<&str>) -> String {
 }
 
 /// `gen_ai.provider.name`: the upstreams' API (`openai` for Chat Completions and Responses,
-/// `anthropic`), or `choicewise` when a model's upstreams mix them.
+/// `anthropic`, `gcp.gemini`), or `choicewise` when a model's upstreams mix them.
 fn provider_name(apis: impl Iterator<Item = Dialect>) -> &'static str {
     let mut names = apis.map(|api| match api {
         Dialect::Anthropic => "anthropic",
+        Dialect::Gemini => "gcp.gemini",
         _ => "openai",
     });
     let first = names.next().unwrap_or("choicewise");
@@ -617,6 +618,7 @@ mod tests {
         use Dialect::*;
         assert_eq!(provider_name([Chat, Responses].into_iter()), "openai");
         assert_eq!(provider_name([Anthropic].into_iter()), "anthropic");
+        assert_eq!(provider_name([Gemini, Gemini].into_iter()), "gcp.gemini");
         assert_eq!(provider_name([Chat, Anthropic].into_iter()), "choicewise");
     }
 }

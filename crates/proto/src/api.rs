@@ -1,4 +1,4 @@
-//! The three API dialects: their names, their endpoints, and a request in Chat Completions'
+//! The four API dialects: their names, their endpoints, and a request in Chat Completions'
 //! shape in each one's shape.
 
 use std::fmt;
@@ -7,6 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+mod gemini;
 mod messages;
 mod tools;
 
@@ -23,6 +24,21 @@ mod tools;
 /// assert_eq!(choicewise_proto::DEFAULT_ANTHROPIC_MAX_TOKENS, 8192);
 /// ```
 pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 8192;
+
+/// What separates a tool call's id from the Gemini thought signature that came with the
+/// call, in the id a Gemini upstream's call is given: the signature must go back with the
+/// call in the next turn (Gemini 3 refuses a function-calling turn without it), and the id
+/// is what a Chat client sends back of a call. The request writer puts it back.
+///
+/// ```
+/// use choicewise_proto::{Dialect, THOUGHT_SIGNATURE_IN_ID};
+/// let id = format!("call_0{THOUGHT_SIGNATURE_IN_ID}CiQB");
+/// let chat = serde_json::json!({"messages": [{"role": "assistant", "tool_calls": [
+///     {"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]});
+/// let gemini = Dialect::Gemini.request_from_chat(&chat).unwrap();
+/// assert_eq!(gemini["contents"][0]["parts"][0]["thoughtSignature"], "CiQB");
+/// ```
+pub const THOUGHT_SIGNATURE_IN_ID: &str = "__thought__";
 
 /// Why a Chat Completions `messages` could not be translated into another API's
 /// ([`Dialect::messages_from_chat_json`]).
@@ -72,17 +88,25 @@ pub enum Dialect {
     Responses,
     /// The Anthropic Messages API's events: one choice.
     Anthropic,
+    /// Google's Gemini API (`streamGenerateContent?alt=sse`): each record's `candidates`,
+    /// any number of them (`generationConfig.candidateCount` is `n`), by `index`.
+    Gemini,
 }
 
 impl Dialect {
     /// Every dialect, in the order of their names in messages.
     ///
     /// ```
-    /// assert_eq!(choicewise_proto::Dialect::ALL.len(), 3);
+    /// assert_eq!(choicewise_proto::Dialect::ALL.len(), 4);
     /// ```
-    pub const ALL: [Dialect; 3] = [Dialect::Chat, Dialect::Responses, Dialect::Anthropic];
+    pub const ALL: [Dialect; 4] = [
+        Dialect::Chat,
+        Dialect::Responses,
+        Dialect::Anthropic,
+        Dialect::Gemini,
+    ];
 
-    /// Its name: `chat`, `responses`, `anthropic` (configuration, flags, labels).
+    /// Its name: `chat`, `responses`, `anthropic`, `gemini` (configuration, flags, labels).
     ///
     /// ```
     /// assert_eq!(choicewise_proto::Dialect::Chat.name(), "chat");
@@ -92,10 +116,12 @@ impl Dialect {
             Dialect::Chat => "chat",
             Dialect::Responses => "responses",
             Dialect::Anthropic => "anthropic",
+            Dialect::Gemini => "gemini",
         }
     }
 
-    /// Its streaming endpoint's path under an API's base URL (`…/v1`).
+    /// Its streaming endpoint's path under an API's base URL (`…/v1`, `…/v1beta`); Gemini's
+    /// names the model too ([`endpoint_for`](Self::endpoint_for)): `models` is its root.
     ///
     /// ```
     /// assert_eq!(choicewise_proto::Dialect::Anthropic.endpoint(), "messages");
@@ -105,6 +131,36 @@ impl Dialect {
             Dialect::Chat => "chat/completions",
             Dialect::Responses => "responses",
             Dialect::Anthropic => "messages",
+            Dialect::Gemini => "models",
+        }
+    }
+
+    /// Whether one request of this API asks for several choices (Chat Completions' `n`,
+    /// Gemini's `candidateCount`); the others take one request per choice.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Gemini.has_n() && Dialect::Chat.has_n());
+    /// assert!(!Dialect::Anthropic.has_n() && !Dialect::Responses.has_n());
+    /// ```
+    pub const fn has_n(self) -> bool {
+        matches!(self, Dialect::Chat | Dialect::Gemini)
+    }
+
+    /// Its streaming endpoint's path for `model`: [`endpoint`](Self::endpoint), but for
+    /// Gemini, whose path names the model and the method
+    /// (`models/{model}:streamGenerateContent`, asked with `?alt=sse`).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Gemini.endpoint_for("gemini-2.5-flash"),
+    ///     "models/gemini-2.5-flash:streamGenerateContent");
+    /// assert_eq!(Dialect::Chat.endpoint_for("gpt-4o"), "chat/completions");
+    /// ```
+    pub fn endpoint_for(self, model: &str) -> String {
+        match self {
+            Dialect::Gemini => format!("models/{model}:streamGenerateContent"),
+            other => other.endpoint().to_string(),
         }
     }
 
@@ -165,6 +221,7 @@ impl Dialect {
     pub fn tools_from_chat_json(self, tools: &[u8]) -> Result<Vec<u8>, String> {
         match self {
             Dialect::Chat => Ok(tools.to_vec()),
+            Dialect::Gemini => gemini::tools_text(tools),
             api => tools::tools_text(tools, api == Dialect::Anthropic),
         }
     }
@@ -188,6 +245,10 @@ impl Dialect {
         match self {
             Dialect::Chat => {
                 out.extend_from_slice(tools);
+                Ok(())
+            }
+            Dialect::Gemini => {
+                out.extend_from_slice(&gemini::tools_text(tools)?);
                 Ok(())
             }
             api => tools::write_tools_text(tools, api == Dialect::Anthropic, out),
@@ -272,12 +333,13 @@ impl Dialect {
                 out.extend_from_slice(messages);
                 Ok(None)
             }
+            Dialect::Gemini => gemini::write_contents(messages, out),
             api => messages::write_messages(api, messages, out),
         }
     }
 
     /// The request field that holds the conversation in this API's shape: `messages`
-    /// (Chat Completions, Anthropic) or `input` (Responses).
+    /// (Chat Completions, Anthropic), `input` (Responses) or `contents` (Gemini).
     ///
     /// ```
     /// assert_eq!(choicewise_proto::Dialect::Responses.messages_field(), "input");
@@ -285,12 +347,14 @@ impl Dialect {
     pub const fn messages_field(self) -> &'static str {
         match self {
             Dialect::Responses => "input",
+            Dialect::Gemini => "contents",
             _ => "messages",
         }
     }
 
     /// The request field a first system message's content goes in, translated from Chat
-    /// Completions: `system` (Anthropic), `instructions` (Responses); None for Chat
+    /// Completions: `system` (Anthropic), `instructions` (Responses), `systemInstruction`
+    /// (Gemini, every system message's text a part of it); None for Chat
     /// Completions, whose system message stays a message.
     ///
     /// ```
@@ -303,6 +367,7 @@ impl Dialect {
             Dialect::Chat => None,
             Dialect::Responses => Some("instructions"),
             Dialect::Anthropic => Some("system"),
+            Dialect::Gemini => Some("systemInstruction"),
         }
     }
 
@@ -328,8 +393,23 @@ impl Dialect {
     ///   an Anthropic client's own, wins); it has no `seed`; OpenAI's `prompt_cache_key`,
     ///   `user`, `safety_identifier` and `service_tier` are left out.
     ///
-    /// Neither has `n` (more than one choice is one request per choice) nor `stream_options`
-    /// (both report usage in the stream anyway).
+    /// - Gemini: every system or developer message's text becomes a part of
+    ///   `systemInstruction`, the others `contents` of `user` and `model` turns (an
+    ///   assistant's `tool_calls` as `functionCall` parts, its arguments parsed into `args`;
+    ///   consecutive `tool` messages one `user` turn of `functionResponse` parts, each named
+    ///   by its call's function, a result that is not a JSON object as `{"result": TEXT}`;
+    ///   images as `inlineData` or `fileData`); `tools` become one tool of
+    ///   `functionDeclarations` (the schema as `parametersJsonSchema`), `tool_choice`
+    ///   `toolConfig.functionCallingConfig`; `n`, `temperature`, `top_p`, `max_tokens` /
+    ///   `max_completion_tokens`, `stop`, `seed`, `presence_penalty`, `frequency_penalty`,
+    ///   `response_format` and `reasoning_effort` go in `generationConfig` (`candidateCount`,
+    ///   `temperature`, `topP`, `maxOutputTokens`, `stopSequences`, ..., `thinkingConfig` with
+    ///   the budget of [`thinking_budget`](Self::thinking_budget) and its thoughts included);
+    ///   `model`, `stream` and OpenAI's own fields are left out (the model is in the URL);
+    ///   any other field is an error naming it.
+    ///
+    /// Responses and Anthropic have no `n` (more than one choice is one request per choice);
+    /// none has `stream_options` (each reports usage in the stream anyway).
     ///
     /// `messages` that is not a list is an error ([`MessagesError::NotAnArray`]'s text), as
     /// a message either cannot translate.
@@ -364,6 +444,9 @@ impl Dialect {
         };
         if api == Dialect::Chat {
             return Ok(request.clone());
+        }
+        if api == Dialect::Gemini {
+            return gemini::request(body);
         }
         if body.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
             return Err(format!(
@@ -501,7 +584,7 @@ impl Dialect {
                     _ => {}
                 }
             }
-            Dialect::Chat => {}
+            Dialect::Chat | Dialect::Gemini => {}
         }
         Ok(Value::Object(out))
     }
@@ -521,8 +604,8 @@ impl Dialect {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MessagesText {
-    /// The request's field the list goes in: `messages` (Anthropic, Chat Completions) or
-    /// `input` (Responses).
+    /// The request's field the list goes in: `messages` (Anthropic, Chat Completions),
+    /// `input` (Responses) or `contents` (Gemini).
     pub key: &'static str,
     /// The translated list, as JSON text.
     pub list: Vec<u8>,
@@ -541,7 +624,7 @@ impl fmt::Display for Dialect {
 impl FromStr for Dialect {
     type Err = String;
 
-    /// `chat`, `responses` or `anthropic`.
+    /// `chat`, `responses`, `anthropic` or `gemini`.
     ///
     /// ```
     /// use choicewise_proto::Dialect;
@@ -551,6 +634,6 @@ impl FromStr for Dialect {
         Dialect::ALL
             .into_iter()
             .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown API {s:?} (chat, responses or anthropic)"))
+            .ok_or_else(|| format!("unknown API {s:?} (chat, responses, anthropic or gemini)"))
     }
 }

@@ -1,5 +1,5 @@
-//! Streams of the OpenAI Responses API and the Anthropic Messages API, read as one choice.
-//! Pure and synchronous.
+//! Streams of the OpenAI Responses API and the Anthropic Messages API, read as one choice,
+//! and of Gemini's API, read as many ([`gemini`]). Pure and synchronous.
 //!
 //! Neither API has `n`: each stream is one choice (index 0 of its stream). Their typed events
 //! map onto the same [`ChoiceUpdate`]s as a Chat Completions chunk, so a choice from any
@@ -27,6 +27,8 @@ use std::collections::BTreeSet;
 use serde_json::{Value, json};
 
 pub use crate::api::Dialect;
+
+mod gemini;
 use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::WarningKind;
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
@@ -51,8 +53,9 @@ pub(crate) fn dialect_of(kind: &str) -> Option<Dialect> {
 /// What one event of a typed dialect gave.
 #[derive(Debug, Default)]
 pub(crate) struct Decoded {
-    /// The update of the stream's one choice, if the event carried one.
-    pub update: Option<ChoiceUpdate>,
+    /// The updates the event carried, each with its choice's index (the stream's one
+    /// choice, 0, but for Gemini's candidates).
+    pub updates: Vec<(u32, ChoiceUpdate)>,
     /// Completion facts, when the event named them.
     pub id: Option<String>,
     pub model: Option<String>,
@@ -86,6 +89,8 @@ pub(crate) struct DialectDecoder {
     ended: bool,
     /// Unknown event types already warned about (once each).
     unknown: BTreeSet<String>,
+    /// Gemini: each candidate's state.
+    gemini: gemini::Candidates,
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -133,6 +138,9 @@ impl DialectDecoder {
         data: &Value,
         (line, offset): (u64, u64),
     ) -> Result<Decoded, Error> {
+        if dialect == Dialect::Gemini {
+            return self.gemini.record(data, (line, offset));
+        }
         if kind == "error" {
             return Err(upstream(data, line));
         }
@@ -147,7 +155,7 @@ impl DialectDecoder {
             _ => self.anthropic(kind, data, &mut update, &mut out, line)?,
         };
         if touched {
-            out.update = Some(update);
+            out.updates.push((0, update));
         }
         Ok(out)
     }

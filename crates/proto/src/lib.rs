@@ -59,7 +59,9 @@ mod tree;
 mod usage;
 pub mod wire;
 
-pub use api::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesError, MessagesText};
+pub use api::{
+    DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesError, MessagesText, THOUGHT_SIGNATURE_IN_ID,
+};
 pub use ballot::{Ballot, Standing, Verdict};
 pub use canonical::{write_canonical_json, write_json_string};
 pub use choicewise_partial_json::{PartialJsonError, Snapshot};

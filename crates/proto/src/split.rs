@@ -141,6 +141,15 @@ impl Splitter {
         &self.meta
     }
 
+    /// Whether the stream speaks a typed dialect, whose events the reader decodes itself
+    /// (Responses, Anthropic, Gemini).
+    pub(crate) fn typed_dialect(&self) -> bool {
+        matches!(
+            self.dialect,
+            Some(Dialect::Responses | Dialect::Anthropic | Dialect::Gemini)
+        )
+    }
+
     /// Takes the completion's facts (at the stream's end).
     pub fn take_meta(&mut self) -> Meta {
         std::mem::take(&mut self.meta)
@@ -266,9 +275,7 @@ impl Splitter {
             return Step::End(Err(e));
         }
         let mut tail = tail;
-        if matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic))
-            && dispatched.is_none()
-        {
+        if self.typed_dialect() && dispatched.is_none() {
             // A typed stream's last event written without its closing blank line (seen in
             // recordings): a complete JSON object is that event.
             let pending = tail.pending_data.take().filter(|d| {
@@ -307,9 +314,7 @@ impl Splitter {
     /// cut short (`events`: how many there were).
     pub fn end_of_events(&mut self, events: u64) -> Step {
         let unfinished = self.unfinished();
-        if unfinished.is_empty()
-            || !matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic))
-        {
+        if unfinished.is_empty() || !self.typed_dialect() {
             return Step::End(Ok(()));
         }
         Step::End(Err(Error::from(ErrorDetail::Truncated {
@@ -568,7 +573,7 @@ impl Splitter {
         if self.dialect.is_none() && trimmed.starts_with('{') {
             self.dialect = Some(detect(event, trimmed));
         }
-        if matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic)) {
+        if self.typed_dialect() {
             return self.typed_event(event, trimmed, line, offset, data_lines);
         }
         if event == "error" {
@@ -694,10 +699,21 @@ fn detect(event: &str, data: &str) -> Dialect {
     struct Typed<'a> {
         #[serde(rename = "type", borrow, default)]
         kind: Option<Cow<'a, str>>,
+        #[serde(default)]
+        candidates: Option<serde::de::IgnoredAny>,
+        #[serde(default, rename = "usageMetadata")]
+        usage_metadata: Option<serde::de::IgnoredAny>,
+        #[serde(default, rename = "promptFeedback")]
+        prompt_feedback: Option<serde::de::IgnoredAny>,
     }
-    let kind = serde_json::from_str::<Typed<'_>>(data)
-        .ok()
-        .and_then(|t| t.kind);
+    let typed = serde_json::from_str::<Typed<'_>>(data).ok();
+    if let Some(t) = &typed
+        && t.kind.is_none()
+        && (t.candidates.is_some() || t.usage_metadata.is_some() || t.prompt_feedback.is_some())
+    {
+        return Dialect::Gemini;
+    }
+    let kind = typed.and_then(|t| t.kind);
     dialect_from(kind.as_deref(), event)
 }
 

@@ -79,11 +79,12 @@ fn full(bytes: impl Into<Bytes>) -> Body {
 }
 
 /// How a path's requests carry their key: a bearer token (OpenAI), `api-key` (Azure
-/// OpenAI, with `?api-version=`) or `x-api-key` (Anthropic).
+/// OpenAI, with `?api-version=`), `x-api-key` (Anthropic) or `x-goog-api-key` (Gemini).
 enum KeyHeader {
     Bearer,
     Azure,
     XApiKey,
+    Goog,
 }
 
 fn route(path: &str) -> Option<KeyHeader> {
@@ -91,6 +92,13 @@ fn route(path: &str) -> Option<KeyHeader> {
         "/v1/chat/completions" | "/v1/responses" => return Some(KeyHeader::Bearer),
         "/v1/messages" | "/v1/messages/count_tokens" => return Some(KeyHeader::XApiKey),
         _ => {}
+    }
+    // Gemini: `/v1beta/models/{model}:streamGenerateContent` (or `:generateContent`).
+    if let Some(rest) = path.strip_prefix("/v1beta/models/")
+        && let Some((model, method)) = rest.split_once(':')
+    {
+        let known = matches!(method, "streamGenerateContent" | "generateContent");
+        return (known && !model.is_empty() && !model.contains('/')).then_some(KeyHeader::Goog);
     }
     let deployment = path
         .strip_prefix("/openai/deployments/")?
@@ -227,6 +235,7 @@ async fn handle(
                 .is_some_and(|k| k == key),
             KeyHeader::Azure => recorded.header("api-key") == Some(key.as_str()),
             KeyHeader::XApiKey => recorded.header("x-api-key") == Some(key.as_str()),
+            KeyHeader::Goog => recorded.header("x-goog-api-key") == Some(key.as_str()),
         };
         if !authorized {
             return Ok(Failure::status(401).response());

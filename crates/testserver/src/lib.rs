@@ -9,6 +9,8 @@
 //!   each answered with the configured body (serve a fixture of the matching dialect);
 //! - `POST /openai/deployments/{deployment}/chat/completions?api-version=V` (Azure style,
 //!   `api-key: KEY`);
+//! - `POST /v1beta/models/{model}:streamGenerateContent` and `:generateContent` (Gemini
+//!   style, `x-goog-api-key: KEY`), answered with the configured body;
 //! - `GET /v1/models`: the model list of [`TestServerBuilder::models`], OpenAI's shape;
 //! - `POST /v1/messages/count_tokens` (`x-api-key: KEY`): `{"input_tokens": N}`, N the
 //!   words of the request's text (a stand-in for the provider's count), unless a configured

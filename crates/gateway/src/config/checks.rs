@@ -1,8 +1,6 @@
 //! The checks a configuration passes once parsed: its values (models, upstreams, limits,
 //! origins, the OTLP endpoint, the grace period) and its base URLs (no endpoint path).
 
-use choicewise_core::Dialect;
-
 use super::{Config, ConfigError, NMode, Resource};
 
 impl Config {
@@ -133,7 +131,7 @@ impl Config {
                         k + 1
                     ));
                 }
-                if u.n == Some(NMode::Native) && u.api != Dialect::Chat {
+                if u.n == Some(NMode::Native) && !u.api.has_n() {
                     return err(format!(
                         "model {:?}, upstream {}: the {} API has no n (n = \"fan-out\")",
                         model.name,

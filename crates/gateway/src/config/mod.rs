@@ -357,11 +357,12 @@ pub enum NMode {
 }
 
 impl Upstream {
-    /// How it is asked for several choices: as configured, else native for chat.
+    /// How it is asked for several choices: as configured, else native for an API that
+    /// has `n` (Chat Completions, Gemini's `candidateCount`).
     pub fn n_mode(&self) -> NMode {
-        self.n.unwrap_or(match self.api {
-            Dialect::Chat => NMode::Native,
-            _ => NMode::FanOut,
+        self.n.unwrap_or(match self.api.has_n() {
+            true => NMode::Native,
+            false => NMode::FanOut,
         })
     }
 }

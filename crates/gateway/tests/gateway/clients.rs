@@ -1173,3 +1173,77 @@ async fn google_genai() {
         got["bad_count"]
     );
 }
+
+/// A scripted Gemini upstream of three candidates, interleaved and out of order (2 first, 1
+/// finished first): "42", "41" and "42" again, each in two pieces.
+fn gemini_three() -> String {
+    let text = |i: u32, t: &str| serde_json::json!({"index": i, "content": {"role": "model", "parts": [{"text": t}]}});
+    let stop =
+        |i: u32| serde_json::json!({"index": i, "content": {"parts": []}, "finishReason": "STOP"});
+    let records = [
+        serde_json::json!({"candidates": [text(2, "4")], "modelVersion": "gemini-2.5-flash"}),
+        serde_json::json!({"candidates": [text(1, "4"), text(0, "4")]}),
+        serde_json::json!({"candidates": [text(1, "1"), stop(1)]}),
+        serde_json::json!({"candidates": [text(2, "2")]}),
+        serde_json::json!({"candidates": [text(0, "2"), stop(2)]}),
+        serde_json::json!({"candidates": [stop(0)], "usageMetadata": {"promptTokenCount": 7,
+            "candidatesTokenCount": 6, "totalTokenCount": 13}}),
+    ];
+    records
+        .iter()
+        .map(|r| format!("data: {r}\r\n\r\n"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs openai-python from PyPI: scripts/gateway-clients.sh install"]
+async fn openai_python_from_gemini() {
+    let gemini = start(
+        TestServer::builder()
+            .body(gemini_three())
+            .api_key("g-key")
+            .random_writes(1, 40),
+    )
+    .await;
+    let toml = format!(
+        "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[[models]]\nname = \"gemini\"\n[[models.upstreams]]\n\
+         api = \"gemini\"\nbase_url = \"{}beta\"\nmodel = \"up\"\napi_key_env = \"GEMINI_KEY\"\n",
+        gemini.base_url()
+    );
+    let env = |name: &str| match name {
+        "CLIENT_KEYS" => Some(KEY.to_string()),
+        "GEMINI_KEY" => Some("g-key".to_string()),
+        _ => None,
+    };
+    let (addr, _) = serve(&toml, env).await;
+    let python = clients_dir().join("venv/bin/python");
+    let results = run_script(addr, python, "gemini_upstream_run.py", None).await;
+    let expected = serde_json::json!([
+        {"index": 0, "content": "42", "finish_reason": "stop"},
+        {"index": 1, "content": "41", "finish_reason": "stop"},
+        {"index": 2, "content": "42", "finish_reason": "stop"},
+    ]);
+    for name in ["stream", "whole"] {
+        let got = &results[name];
+        assert_eq!(got["choices"], expected, "{name}: {got}");
+        assert_eq!(got["usage"]["prompt_tokens"], 7, "{name}: {got}");
+        assert_eq!(got["usage"]["completion_tokens"], 6, "{name}: {got}");
+    }
+    let vote = &results["vote"];
+    assert_eq!(
+        vote["choices"],
+        serde_json::json!([{"index": 0, "content": "42", "finish_reason": "stop"}]),
+        "{vote}"
+    );
+    // Every request one upstream request of three candidates, with Gemini's key.
+    let sent = gemini.requests();
+    assert_eq!(sent.len(), 3);
+    for r in &sent {
+        assert_eq!(r.path, "/v1beta/models/up:streamGenerateContent");
+        assert_eq!(r.header("x-goog-api-key"), Some("g-key"));
+        assert_eq!(
+            r.json.as_ref().unwrap()["generationConfig"]["candidateCount"],
+            3
+        );
+    }
+}

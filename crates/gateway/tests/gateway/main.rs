@@ -18,6 +18,7 @@ mod clients;
 mod custom_tools;
 mod finishes;
 mod gemini;
+mod gemini_upstream;
 mod hardening;
 mod ingress;
 mod keys;

@@ -19,9 +19,12 @@ impl Splitter {
         };
         if self.dialect.is_none() {
             let kind = object.get("type").and_then(Value::as_str);
-            self.dialect = Some(dialect_from(kind, ""));
+            self.dialect = Some(match kind {
+                None if is_gemini(object) => Dialect::Gemini,
+                kind => dialect_from(kind, ""),
+            });
         }
-        if matches!(self.dialect, Some(Dialect::Responses | Dialect::Anthropic)) {
+        if self.typed_dialect() {
             return self.typed_value("", value, line, 0).map(drop);
         }
         if let Some(kind) = object.get("type").and_then(Value::as_str)
@@ -96,6 +99,13 @@ impl Splitter {
         // Only called once the stream's dialect is known to be a typed one.
         let dialect = self.dialect.unwrap_or_default();
         let kind = match value.get("type").and_then(Value::as_str) {
+            Some(kind) if dialect == Dialect::Gemini => {
+                return Err(Error::from(ErrorDetail::WrongDialect {
+                    expected: dialect,
+                    found: kind.to_string(),
+                    line,
+                }));
+            }
             Some(kind) => kind.to_string(),
             None if value.get("choices").is_some() => {
                 return Err(Error::from(ErrorDetail::WrongDialect {
@@ -121,8 +131,8 @@ impl Splitter {
         // without one then ended as a Chat Completions choice does at `[DONE]` without its
         // `finish_reason` (no finish, not a cut stream).
         let stopped = dialect == Dialect::Anthropic && kind == "message_stop";
-        if let Some(update) = decoded.update {
-            let slot = self.slot_for(0, line)?;
+        for (index, update) in decoded.updates {
+            let slot = self.slot_for(i64::from(index), line)?;
             if update.finish_reason.is_some() || stopped {
                 self.finish(slot);
             }
@@ -132,12 +142,20 @@ impl Splitter {
                 body: Body::Update(Box::new(update)),
             });
         }
+        let mut usage = decoded.usage;
+        if dialect == Dialect::Gemini {
+            // Every record's `usageMetadata` is the running count of the whole request, all
+            // candidates': the last one is the usage.
+            if let Some(usage) = usage.take() {
+                self.meta.usage.last_shared = Some(usage);
+            }
+        }
         self.facts(
             Facts {
                 id: decoded.id.map(Cow::Owned),
                 model: decoded.model.map(Cow::Owned),
                 created: decoded.created,
-                usage: decoded.usage,
+                usage,
                 ..Facts::default()
             },
             [],
@@ -145,6 +163,14 @@ impl Splitter {
         );
         Ok(Flow::Continue)
     }
+}
+
+/// Whether a JSON object with no `type` is a Gemini record: it has `candidates`,
+/// `usageMetadata` or `promptFeedback`.
+pub(super) fn is_gemini(object: &serde_json::Map<String, Value>) -> bool {
+    ["candidates", "usageMetadata", "promptFeedback"]
+        .iter()
+        .any(|k| object.contains_key(*k))
 }
 
 /// The members of a typed dialect's events that its decoder never reads, left out of their

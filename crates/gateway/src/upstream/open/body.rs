@@ -94,6 +94,9 @@ pub(crate) fn request_body(
         let over: Vec<(&str, &[u8])> = over.iter().map(|(k, v)| (*k, &v[..])).collect();
         return Ok(crate::request::write_object(base, &over).into());
     }
+    if u.api == Dialect::Gemini {
+        return gemini_body(base, samples, limit_to_set(u, base)).map(Into::into);
+    }
     let native = (opener.native.as_deref()).filter(|(api, _)| *api == u.api);
     let translated = translated_body(
         u.api,
@@ -103,6 +106,38 @@ pub(crate) fn request_body(
         limit_to_set(u, base),
     )?;
     Ok(translated.into())
+}
+
+/// [`request_body`] for a Gemini upstream: the client's fields parsed and written whole in
+/// Gemini's shape ([`Dialect::request_from_chat`]), `samples` as `n` (its
+/// `candidateCount`), the limit the gateway sets (`limit`) as `max_tokens`. The model is in
+/// the URL, streaming in its method: neither is a field.
+fn gemini_body(
+    base: &crate::request::Fields,
+    samples: usize,
+    limit: Option<u64>,
+) -> Result<Vec<u8>, ApiError> {
+    let mut body = Map::new();
+    for (k, text) in base {
+        // The conversation and the tools are parsed whole (bounded by the body's limit,
+        // not by the limit of a field the gateway reads for itself).
+        let value = match k.as_str() {
+            "messages" | "tools" => {
+                serde_json::from_slice(text).map_err(|e| format!("{k:?} could not be read: {e}"))
+            }
+            _ => crate::request::parse_field(k, text),
+        };
+        body.insert(k.clone(), value.map_err(ApiError::invalid)?);
+    }
+    if samples > 1 {
+        body.insert("n".into(), json!(samples));
+    }
+    if let Some(limit) = limit {
+        body.entry("max_tokens").or_insert(json!(limit));
+    }
+    let body = (Dialect::Gemini.request_from_chat(&Value::Object(body)))
+        .map_err(|e| ApiError::invalid(e).code("untranslatable_request"))?;
+    serde_json::to_vec(&body).map_err(|e| ApiError::invalid(e.to_string()))
 }
 
 /// [`request_body`] for an upstream of API `api` other than Chat Completions, for its model
@@ -236,7 +271,7 @@ enum Piece<'a> {
 /// accounting: the upstream's `model`, the request's `n`.
 pub(crate) fn accounting(u: &UpstreamRoute, samples: usize) -> Value {
     let mut request = json!({"model": u.model});
-    if u.api == Dialect::Chat && samples > 1 {
+    if u.api.has_n() && samples > 1 {
         request["n"] = json!(samples);
     }
     request

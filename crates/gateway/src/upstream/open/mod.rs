@@ -140,7 +140,7 @@ pub(crate) struct Opener {
 /// Whether `u` serves `samples` samples in one request.
 fn serves(u: &UpstreamRoute, samples: usize) -> bool {
     samples == 1
-        || (u.api == Dialect::Chat
+        || (u.api.has_n()
             && u.n_mode == NMode::Native
             && u.max_n.is_none_or(|max| samples <= max as usize))
 }
