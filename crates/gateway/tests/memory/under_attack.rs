@@ -13,7 +13,7 @@ use choicewise_test_support::within;
 use choicewise_testserver::{TestServer, answer};
 use serde_json::{Value, json};
 
-use crate::common::{answering, failing, fan_out_toml, metrics, models_toml, serve, start};
+use crate::common::{answering, failing, fan_out_toml, metrics, models_toml, says, serve, start};
 
 use crate::HEAP;
 
@@ -305,7 +305,10 @@ async fn a_dead_upstream_is_still_ejected() {
     let _serial = SERIAL.lock().await;
     for keys in [&["sk-a", "sk-a"], &["sk-a", "sk-b"]] {
         let dead = failing(500).await;
-        let healthy = answering("fine").await;
+        // The healthy sample's body comes late: the dead one's 500 is read before the
+        // first finish, which would cancel it (a cancelled try is no failure of its
+        // upstream's), however loaded the machine.
+        let healthy = start(says("fine").delay(Duration::from_millis(300))).await;
         let toml = fan_out(
             &[dead.base_url(), healthy.base_url()],
             "[auth]\nkeys_env = \"CLIENT_KEYS\"",
