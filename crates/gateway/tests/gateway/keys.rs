@@ -426,9 +426,10 @@ impl RedisServer {
         text.lines().nth(1)?.trim().parse().ok()
     }
 
-    /// Waits (5 s at most) until the counter `key` holds `amount`.
+    /// Waits (20 s at most: a loaded machine's settlements come late) until the counter
+    /// `key` holds `amount`.
     async fn wait_for(&self, key: &str, amount: u64) {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let now = self.amount(key).await;
             if now == Some(amount) {
