@@ -21,4 +21,14 @@ impl Lines {
     pub(crate) fn text(&self) -> String {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
+
+    /// Runs `f` under a subscriber that writes its lines (plain text) here.
+    pub(crate) fn capture<R>(&self, f: impl FnOnce() -> R) -> R {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f)
+    }
 }

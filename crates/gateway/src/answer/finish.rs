@@ -192,6 +192,18 @@ pub(crate) struct Sinks {
     pub(crate) records: Option<Arc<crate::records::Records>>,
 }
 
+#[cfg(test)]
+impl Sinks {
+    /// Metrics of their own, no traces, no records: a unit test's.
+    fn metrics_only() -> Sinks {
+        Sinks {
+            metrics: Arc::new(Metrics::new()),
+            traces: None,
+            records: None,
+        }
+    }
+}
+
 impl Finish {
     /// The record of a request arriving now with these headers, from `client`, made into
     /// `sinks`; `counted_as` learns its model (the count layer's, when there is one).
@@ -863,18 +875,9 @@ mod tests {
     fn a_recorded_body_makes_its_record_at_its_end_not_before() {
         use http_body::Body as _;
         use http_body_util::BodyExt;
-        let sinks = Sinks {
-            metrics: Arc::new(Metrics::new()),
-            traces: None,
-            records: None,
-        };
+        let sinks = Sinks::metrics_only();
         let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        lines.capture(|| {
             // A request refused after its tries began: its record is its log line.
             let mut finish = Finish::new(sinks, &HeaderMap::new(), 0, None);
             finish.opening(Arc::default(), Arc::default());
@@ -912,18 +915,9 @@ mod tests {
     /// read (its client gone), and one refused before its run (its code and tries).
     #[test]
     fn a_stage_without_a_run_is_recorded_once_as_it_says() {
-        let sinks = Sinks {
-            metrics: Arc::new(Metrics::new()),
-            traces: None,
-            records: None,
-        };
+        let sinks = Sinks::metrics_only();
         let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        lines.capture(|| {
             let mut finish = Finish::new(sinks.clone(), &HeaderMap::new(), 0, None);
             finish.named("m".into());
             drop(finish);

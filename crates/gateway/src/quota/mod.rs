@@ -709,11 +709,6 @@ mod tests {
     #[test]
     fn failures_are_said_once_when_they_begin_and_once_when_they_end() {
         let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
         let metrics = Arc::new(Metrics::new());
         let health = Health::new(
             metrics.clone(),
@@ -721,7 +716,7 @@ mod tests {
             "redis://127.0.0.1:1".into(),
         );
         let error = store::StoreError("redis: connection refused".into());
-        tracing::subscriber::with_default(subscriber, || {
+        lines.capture(|| {
             health.answered();
             for _ in 0..3 {
                 health.failed("reserve", &error);
