@@ -63,6 +63,8 @@ pub(crate) struct Messages;
 impl ClientApi for Messages {
     const LABEL: &'static str = "messages";
     const ROUTE: &'static str = "/v1/messages";
+    // Anthropic's token count is the Messages API's too (`count.rs` serves it).
+    const SHOWN: &'static [&'static str] = &["/v1/messages", "/v1/messages/count_tokens"];
     const COST: BodyCost = BodyCost {
         heavy: &["messages", "system", "tools"],
         sixteenths: 24,

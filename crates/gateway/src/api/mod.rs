@@ -167,12 +167,6 @@ pub(crate) fn routes_named() -> &'static str {
         let mut routes: Vec<String> = (all().iter())
             .flat_map(|a| a.shown.iter().map(|route| format!("POST {route}")))
             .collect();
-        // Anthropic's token count, beside the Messages route.
-        let at = routes
-            .iter()
-            .position(|r| r == "POST /v1/messages")
-            .map_or(routes.len(), |i| i + 1);
-        routes.insert(at, "POST /v1/messages/count_tokens".to_string());
         routes.extend(["GET /v1/models", "GET /v1/models/{id}", "GET /healthz"].map(String::from));
         format!("{} and GET /metrics", routes.join(", "))
     });
