@@ -126,6 +126,7 @@ impl Gateway {
                     .api(api)
                     .base_url(&u.base_url)
                     .model(&upstream_model)
+                    .max_idle_connections(config.limits.upstream_idle_connections)
                     .max_retries(0);
                 let mut key = None;
                 if let Some(var) = &u.api_key_env {

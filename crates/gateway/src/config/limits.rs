@@ -19,6 +19,11 @@ pub struct Limits {
     /// How long an upstream may send nothing before its choices fail (seconds, default
     /// 300): a stalled upstream never holds a request forever.
     pub upstream_idle_timeout_s: f64,
+    /// The most idle connections kept open to each upstream for the next request (default
+    /// 64). A steady load with more requests in flight to one upstream than this opens a new
+    /// connection for some of them (and closes one after) again and again; each kept
+    /// connection is closed after 60 to 120 s of idleness. 0 keeps none.
+    pub upstream_idle_connections: usize,
     /// How long a client may take to send a request's headers (seconds, default 10); then
     /// its connection is closed.
     pub header_read_timeout_s: f64,
@@ -179,6 +184,7 @@ impl Default for Limits {
             max_body_bytes: 8 * 1024 * 1024,
             max_concurrent_requests: 1024,
             upstream_idle_timeout_s: 300.0,
+            upstream_idle_connections: 64,
             header_read_timeout_s: 10.0,
             body_read_timeout_s: 30.0,
             idle_connection_timeout_s: 60.0,
