@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 use crate::Exit;
 
@@ -34,8 +35,12 @@ enum LogFormat {
     Json,
 }
 
-/// Prints the gateway's `tracing` events on stderr, filtered by `RUST_LOG`.
-fn init_log(format: LogFormat) {
+/// Prints the gateway's `tracing` events on stderr, filtered by `RUST_LOG`, in batches
+/// ([`choicewise_gateway::StderrLog`]); what the returned log holds is written when it is
+/// dropped. `None`
+/// when the lines go to stderr one by one: a subscriber was set already, or the writing
+/// thread could not start.
+fn init_log(format: LogFormat) -> Option<choicewise_gateway::StderrLog> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new("warn,choicewise_gateway=info,choicewise_records=info")
     });
@@ -43,23 +48,34 @@ fn init_log(format: LogFormat) {
     // in the task that logged: tracing-subscriber's report of its own write errors is an
     // `eprintln!`, which panics on the same broken stderr, and a request's record is logged
     // as its answer's body ends.
+    let log = choicewise_gateway::StderrLog::start();
+    let writer = match &log {
+        Some(log) => {
+            let writer = log.writer();
+            BoxMakeWriter::new(move || writer.clone())
+        }
+        None => BoxMakeWriter::new(std::io::stderr),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .log_internal_errors(false)
         .with_ansi(false);
     // A subscriber set already (a program embedding the command) is kept.
-    let _ = match format {
+    let set = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+    log.filter(|_| set.is_ok())
 }
 
 pub async fn run(args: ServeArgs) -> Result<(), Exit> {
     if args.check {
         return check(&args).await;
     }
-    init_log(args.log_format);
+    // Dropped when the gateway has stopped: the log's last lines are written before `run`
+    // returns.
+    let _log = init_log(args.log_format);
     let text = tokio::fs::read_to_string(&args.config)
         .await
         .map_err(|e| format!("cannot read {}: {e}", args.config.display()))?;

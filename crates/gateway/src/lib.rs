@@ -48,6 +48,7 @@ mod request;
 mod route;
 mod serving;
 mod state;
+mod stderr;
 #[cfg(test)]
 mod test_log;
 mod traces;
@@ -67,6 +68,9 @@ pub use config::{
 
 pub use check::Checked;
 pub use state::Gateway;
+pub use stderr::{
+    BATCH_WAIT as STDERR_BATCH_WAIT, MAX_BUFFERED as STDERR_MAX_BUFFERED, StderrLog, StderrWriter,
+};
 
 impl Gateway {
     /// A gateway for this configuration: its upstreams' clients, their keys read from the

@@ -249,9 +249,9 @@ fn check_v1(gateway: &Gateway) {
     }
 }
 
-/// A line on stderr, for the operator: lost if stderr cannot be written (its reader gone),
-/// where `eprintln!` would panic.
+/// A line on stderr, for the operator, in order with the log's lines
+/// ([`crate::stderr::line`]): lost if stderr cannot be written (its reader gone), where
+/// `eprintln!` would panic.
 fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    crate::stderr::line(line);
 }

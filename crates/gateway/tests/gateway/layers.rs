@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "records",
             "request",
             "wellformed",
+            "stderr",
             "test_log",
         ],
     ),
