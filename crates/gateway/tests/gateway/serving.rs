@@ -1125,3 +1125,50 @@ async fn a_shared_total_is_flagged_estimated() {
     assert!(parts.iter().all(|p| p["estimated"] == true), "{usage}");
     assert_eq!(usage["choicewise"]["estimated"], true, "{usage}");
 }
+
+/// A steady load keeps its upstream connections: 40 clients, each sending its next request
+/// as soon as its last one ended, open at most `upstream_idle_connections` (64 by default)
+/// upstream connections over 12 rounds, where a gateway that keeps none opens one a request
+/// (and one that keeps 8 opened 184 in a trial run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_load_reuses_its_upstream_connections() {
+    const CLIENTS: usize = 40;
+    const ROUNDS: usize = 12;
+    async fn load(addr: SocketAddr) {
+        let client = reqwest::Client::new();
+        let url = format!("http://{addr}/v1/chat/completions");
+        let mut clients = tokio::task::JoinSet::new();
+        for _ in 0..CLIENTS {
+            let (client, url) = (client.clone(), url.clone());
+            clients.spawn(async move {
+                for _ in 0..ROUNDS {
+                    let r = client.post(&url).json(&request(1)).send().await.unwrap();
+                    assert_eq!(r.status(), 200);
+                    assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
+                }
+            });
+        }
+        within(Duration::from_secs(60), "the load", async {
+            while let Some(done) = clients.join_next().await {
+                done.unwrap();
+            }
+        })
+        .await;
+    }
+    let none = "[limits]\nupstream_idle_connections = 0\n";
+    for (limits, most) in [("", 64), (none, usize::MAX)] {
+        let upstream = start(TestServer::builder().fixture("openai_n3_tools.sse")).await;
+        let toml = format!("{limits}{}", config(&[("chat", upstream.base_url(), "")]));
+        let addr = gateway(&toml).await;
+        load(addr).await;
+        let opened = upstream.connections();
+        if most == usize::MAX {
+            assert_eq!(opened, CLIENTS * ROUNDS, "none kept: one a request");
+        } else {
+            assert!(
+                opened <= most,
+                "{opened} upstream connections for {CLIENTS} clients"
+            );
+        }
+    }
+}
