@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The gateway's fixed cost a request at saturation, beside a byte relay of the same stream:
+# h2load (50 connections, HTTP/1.1) sends the request-rate workload's streamed request (one
+# choice, 16 content events, unpaced) from the harness's synthetic upstream
+#   - through `choicewise serve` (BINARY), counting under `strace -c -f` its system calls a
+#     request and the upstream connections it opened after a warm-up;
+#   - then, without strace, ROUNDS rounds alternating the gateway and a byte relay (a Python
+#     asyncio relay copying bytes both ways, one upstream connection per client connection,
+#     parsing nothing), each run REQUESTS requests: requests/s and the gateway ÷ relay ratio
+#     of each round, and their median.
+#
+#   cargo build --release -p choicewise-cli -p choicewise-bench
+#   scripts/gateway-fixed-cost.sh target/release/choicewise
+#
+# Needs h2load (Debian's nghttp2-client), strace and python3. REQUESTS (default 20000),
+# ROUNDS (default 3), HARNESS (default target/release/choicewise-bench), CONNECTIONS (50).
+set -euo pipefail
+
+bin=${1:?usage: $0 CHOICEWISE_BINARY}
+requests=${REQUESTS:-20000}
+rounds=${ROUNDS:-3}
+conns=${CONNECTIONS:-50}
+harness=${HARNESS:-target/release/choicewise-bench}
+for tool in h2load strace python3; do
+  command -v "$tool" >/dev/null || { echo "$0: $tool is not installed" >&2; exit 2; }
+done
+[ -x "$harness" ] || { echo "$0: no harness at $harness" >&2; exit 2; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The address a server prints on its first line ("listening on http://ADDR").
+address() {
+  local log=$1
+  for _ in $(seq 100); do
+    if grep -q 'listening on http://' "$log" 2>/dev/null; then
+      grep -o 'http://[0-9.:]*' "$log" | head -1
+      return
+    fi
+    sleep 0.1
+  done
+  echo "$0: no address in $log" >&2
+  exit 1
+}
+
+"$harness" gateway-upstream --listen 127.0.0.1:0 >"$work/upstream.log" 2>&1 &
+pids+=($!)
+upstream=$(address "$work/upstream.log")
+
+cat >"$work/gateway.toml" <<EOF
+listen = "127.0.0.1:0"
+shutdown_grace_s = 1
+
+[limits]
+max_concurrent_requests = 4096
+upstream_idle_timeout_s = 300
+
+[[models]]
+name = "native"
+[[models.upstreams]]
+api = "chat"
+base_url = "$upstream/v1"
+model = "m"
+n = "native"
+EOF
+"$bin" serve --config "$work/gateway.toml" >"$work/gateway.out" 2>"$work/gateway.log" &
+gateway_pid=$!
+pids+=($gateway_pid)
+gateway=$(address "$work/gateway.log")
+
+cat >"$work/relay.py" <<'PY'
+import asyncio, socket, sys
+
+host, port = sys.argv[1].rsplit(":", 1)
+
+async def pipe(reader, writer):
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    finally:
+        writer.close()
+
+async def relay(client_reader, client_writer):
+    upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+    for w in (client_writer, upstream_writer):
+        w.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    await asyncio.gather(pipe(client_reader, upstream_writer),
+                         pipe(upstream_reader, client_writer), return_exceptions=True)
+
+async def main():
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    print("listening on http://127.0.0.1:%d" % server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+
+asyncio.run(main())
+PY
+python3 "$work/relay.py" "${upstream#http://}" >"$work/relay.log" 2>&1 &
+pids+=($!)
+relay=$(address "$work/relay.log")
+
+python3 - "$work/body.json" <<'PY'
+import json, sys
+open(sys.argv[1], "w").write(json.dumps({"model": "native", "n": 1, "stream": True,
+    "messages": [{"role": "user", "content": "cwbench tag=0 ticks=16 spread=0 first_us=0 "
+                  "interval_us=0 stamp=0 fault=none tick_writes=0"}]}))
+PY
+
+# Requests/s of one h2load run against $1 ($2 requests); fails unless every one succeeded.
+rate() {
+  local out
+  out=$(h2load --h1 -c "$conns" -n "$2" -d "$work/body.json" \
+    -H 'content-type: application/json' "$1/v1/chat/completions" 2>&1)
+  if ! grep -q "$2 succeeded" <<<"$out"; then
+    echo "$0: not every request to $1 succeeded:" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+  grep -o 'finished in [^,]*, [0-9.]* req/s' <<<"$out" | grep -o '[0-9.]* req/s' | cut -d' ' -f1
+}
+
+# Warm-up: the gateway's upstream connections opened, the relay's Python warm.
+rate "$gateway" 5000 >/dev/null
+rate "$relay" 5000 >/dev/null
+
+# System calls a request, and upstream connections opened, over the counted requests.
+strace -c -f -p "$gateway_pid" -o "$work/strace.txt" 2>/dev/null &
+strace_pid=$!
+sleep 1
+rate "$gateway" "$requests" >/dev/null
+sleep 0.5
+kill -INT "$strace_pid"
+wait "$strace_pid" 2>/dev/null || true
+python3 - "$work/strace.txt" "$requests" <<'PY'
+import sys
+calls, by = 0, {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 5 and f[0][0].isdigit() and f[-1] not in ("total",):
+        n = int(f[3])
+        calls += n
+        by[f[-1]] = n
+n = int(sys.argv[2])
+top = ", ".join("%s %.2f" % (k, v / n) for k, v in sorted(by.items(), key=lambda kv: -kv[1])[:6])
+print("system calls a request: %.2f (%s)" % (calls / n, top))
+print("upstream connections opened after the warm-up: %d (connect calls)" % by.get("connect", 0))
+PY
+
+ratios=()
+for r in $(seq "$rounds"); do
+  if (( r % 2 )); then
+    g=$(rate "$gateway" "$requests"); b=$(rate "$relay" "$requests")
+  else
+    b=$(rate "$relay" "$requests"); g=$(rate "$gateway" "$requests")
+  fi
+  ratio=$(python3 -c "print('%.3f' % ($g / $b))")
+  ratios+=("$ratio")
+  echo "round $r: gateway $g requests/s, byte relay $b requests/s: ${ratio}x"
+done
+python3 -c "import statistics, sys; print('gateway / byte relay, median of %d: %.3fx' % (len(sys.argv) - 1, statistics.median(map(float, sys.argv[1:]))))" "${ratios[@]}"
