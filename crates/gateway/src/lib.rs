@@ -133,10 +133,14 @@ impl Gateway {
         impl api::EachApi for Routes {
             fn api<A: api::ClientApi>(&mut self) {
                 let gate = self.1.inner.admission.clone();
-                let route = post(answer::<A>)
-                    .layer(from_fn_with_state(gate, layers::slots))
-                    .fallback(layers::post_only);
-                self.0 = std::mem::take(&mut self.0).route(A::ROUTE, route);
+                let mut route = post(answer::<A>).layer(from_fn_with_state(gate, layers::slots));
+                let mut routes = std::mem::take(&mut self.0);
+                // Its own model list, when it has one: the list, and one model on its route.
+                if let Some(list) = A::MODELS {
+                    route = route.get(handlers::api_model::<A>);
+                    routes = routes.route(list, get(handlers::api_models::<A>));
+                }
+                self.0 = routes.route(A::ROUTE, route.fallback(layers::post_only));
             }
         }
         let mut routes = Routes(axum::Router::new(), gw.clone());
