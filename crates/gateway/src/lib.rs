@@ -109,8 +109,9 @@ impl Gateway {
     /// - `POST /v1/messages` (Anthropic Messages),
     /// - `POST /v1/messages/count_tokens` (Anthropic's token count),
     /// - `POST /v1/responses` (OpenAI Responses),
-    /// - `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent` (Google's
-    ///   Gemini),
+    /// - `POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent` and
+    ///   `:countTokens` (Google's Gemini), `GET /v1beta/models` and `GET /v1beta/models/{model}`
+    ///   (the configured models in Gemini's shape),
     /// - `GET /v1/models` and `GET /v1/models/{id}` (the configured models),
     /// - `GET /healthz`,
     /// - `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics).
