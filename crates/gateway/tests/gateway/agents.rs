@@ -1153,3 +1153,60 @@ async fn gemini_cli_vote_model_tool_call() {
 async fn gemini_cli_hedged_model() {
     hedged_answer_over_each_api(Agent::GeminiCli).await;
 }
+
+/// A PNG of one pixel.
+const PIXEL_PNG: [u8; 70] = [
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0xda, 0x63, 0x64, 0xf8, 0xcf, 0x50,
+    0x0f, 0x00, 0x03, 0x86, 0x01, 0x80, 0x5a, 0x34, 0x7d, 0x6b, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+/// Gemini CLI reads an image (its `read_file` of a PNG the upstream asks for): a tool result
+/// that holds media, whose tokens it asks the gateway to count (`:countTokens`, which the
+/// gateway answers itself) before it sends the image on; the upstream sees the two turns,
+/// the image in the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Gemini CLI from npm: scripts/agents.sh install"]
+async fn gemini_cli_counts_an_image_it_read() {
+    let work = fresh_dir("work");
+    std::fs::write(work.join("pixel.png"), PIXEL_PNG).unwrap();
+    let read = json!({"file_path": work.join("pixel.png")});
+    let said = "The image was read through the gateway.";
+    let upstream = TestServer::builder()
+        .body(call_answer("chat", "read_file", &read))
+        .then(TestServer::builder().body(text_answer("chat", said)))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway_of(&[("chat", vec![upstream.base_url()])], "").await;
+    let model = model_of("chat");
+    let ran = run_agent_in(Agent::GeminiCli, addr, &model, "Do it.", &[], work).await;
+    assert_eq!(ran.code, Some(0), "{ran}");
+    assert!(ran.stdout.contains(said), "{ran}");
+    let turns = turns(&upstream, "chat");
+    assert_eq!(turns.len(), 2, "{ran}");
+    assert!(
+        turns[1]
+            .to_string()
+            .contains("data:image/png;base64,iVBORw0KGgo"),
+        "the image is not in the last turn: {}",
+        turns[1]
+    );
+    // Three requests of Gemini's API answered 200: the two turns, and the count between them.
+    let metrics = metrics_text(addr).await;
+    let of = |name: &str, labels: &[(&str, &str)]| sample(&metrics, name, labels);
+    let ok = [
+        ("api", "gemini"),
+        ("model", model.as_str()),
+        ("status", "200"),
+    ];
+    assert_eq!(of("choicewise_requests_total", &ok), 3.0, "{metrics}");
+    let complete = [
+        ("api", "gemini"),
+        ("model", model.as_str()),
+        ("ended", "complete"),
+    ];
+    assert_eq!(of("choicewise_answers_total", &complete), 2.0, "{metrics}");
+}

@@ -1,8 +1,10 @@
 //! A `countTokens` body read into the Chat Completions fields whose prompt the gateway counts:
 //! its `contents`, or its `generateContentRequest` (a whole `generateContent` body, its
 //! `systemInstruction` and `tools` counted too), read as `generateContent` reads them, so a
-//! count and the request it stands for are the same prompt.
+//! count and the request it stands for are the same prompt; but a function response may
+//! stand alone, as Gemini CLI counts a tool's result (an image it read) without its call.
 
+use super::request::Purpose;
 use crate::api::IngressError;
 use crate::request::{Fields, NotAnObject, kind_of, split_object};
 
@@ -28,7 +30,7 @@ pub(super) fn to_chat(body: &Fields, model: &str, max_n: u32) -> Result<Fields, 
         },
         (_, None) => body.clone(),
     };
-    let read = super::request::to_chat(&inner, model, false, max_n)?;
+    let read = super::request::read(&inner, model, false, max_n, Purpose::Count)?;
     Ok(read.chat)
 }
 
@@ -66,6 +68,45 @@ mod tests {
         assert_eq!(whole["messages"][1], bare["messages"][0]);
         assert_eq!(whole["tools"][0]["function"]["name"], "f");
         assert_eq!(whole["model"], "m");
+    }
+
+    #[test]
+    fn a_function_response_alone_is_counted_as_its_tool_message() {
+        // As Gemini CLI counts a tool's result that holds an image: no call before it.
+        let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+        let counted = chat(json!({"contents": [{"role": "user", "parts": [
+            {"functionResponse": {"id": "read_1", "name": "read_file",
+                                  "response": {"output": "Binary content provided."}}},
+            {"inlineData": {"mimeType": "image/png", "data": png}},
+        ]}]}))
+        .unwrap();
+        let messages = counted["messages"].as_array().unwrap();
+        assert_eq!(messages[0]["role"], "tool");
+        assert_eq!(messages[0]["tool_call_id"], "read_1");
+        assert!(
+            messages[0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("Binary content")
+        );
+        assert_eq!(messages[1]["content"][0]["type"], "image_url");
+        // Without an id, its name stands for the call.
+        let named = chat(json!({"contents": [{"parts": [
+            {"functionResponse": {"name": "read_file", "response": {}}},
+        ]}]}))
+        .unwrap();
+        assert_eq!(named["messages"][0]["tool_call_id"], "read_file");
+        // An answer's request still needs the call.
+        let answer = super::super::request::to_chat(
+            &fields_of(&json!({"contents": [{"parts": [
+                {"functionResponse": {"name": "read_file", "response": {}}},
+            ]}]}))
+            .unwrap(),
+            "m",
+            false,
+            8,
+        );
+        assert!(answer.is_err());
     }
 
     #[test]
