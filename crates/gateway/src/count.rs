@@ -250,7 +250,10 @@ async fn api_count_answer<A: ClientApi>(
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found_error",
-                format!("the model {model:?} does not exist here (GET /v1/models lists them)"),
+                format!(
+                    "the model {model:?} does not exist here (GET {} lists them)",
+                    A::MODELS.unwrap_or("/v1/models")
+                ),
             )
             .code("model_not_found"),
         );
