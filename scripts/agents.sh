@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The coding agents, for the gateway's agent tests (crates/gateway/tests/gateway/agents.rs): Claude
-# Code, Codex CLI and opencode from npm (each a platform binary in a package of its own) and pi
-# (Node.js), into one prefix under .clients/agents (or CHOICEWISE_AGENTS_DIR).
+# Code, Codex CLI and opencode from npm (each a platform binary in a package of its own), pi and
+# Gemini CLI (Node.js), into one prefix under .clients/agents (or CHOICEWISE_AGENTS_DIR).
 #
 #   scripts/agents.sh install
 #   cargo test -p choicewise-gateway --test gateway -- --ignored agents::
@@ -15,6 +15,7 @@ CLAUDE_CODE=@anthropic-ai/claude-code@2.1.332
 CODEX=@openai/codex@0.169.0
 OPENCODE=opencode-ai@1.18.33
 PI=@mariozechner/pi-coding-agent@0.73.1
+GEMINI_CLI=@google/gemini-cli@0.61.0
 
 case "${1:-}" in
   install)
@@ -22,14 +23,16 @@ case "${1:-}" in
     # Claude Code declares Node.js 22 but runs its own binary: npm's engine warning on an
     # older Node.js is harmless.
     npm install --silent --no-audit --no-fund --prefix "$dir" \
-      "$CLAUDE_CODE" "$CODEX" "$OPENCODE" "$PI"
+      "$CLAUDE_CODE" "$CODEX" "$OPENCODE" "$PI" "$GEMINI_CLI"
     # Each runs here, offline.
     claude=$("$dir/node_modules/.bin/claude" --version)
     codex=$("$dir/node_modules/.bin/codex" --version)
     opencode=$(OPENCODE_DISABLE_AUTOUPDATE=1 "$dir/node_modules/.bin/opencode" --version)
     pi=$(PI_OFFLINE=1 "$dir/node_modules/.bin/pi" --version 2>&1)
-    printf 'agents.sh: installed %s (%s), %s (%s), %s (%s) and %s (%s) in %s\n' \
-      "$CLAUDE_CODE" "$claude" "$CODEX" "$codex" "$OPENCODE" "$opencode" "$PI" "$pi" "$dir" >&2
+    gemini=$("$dir/node_modules/.bin/gemini" --version)
+    printf 'agents.sh: installed %s (%s), %s (%s), %s (%s), %s (%s) and %s (%s) in %s\n' \
+      "$CLAUDE_CODE" "$claude" "$CODEX" "$codex" "$OPENCODE" "$opencode" "$PI" "$pi" \
+      "$GEMINI_CLI" "$gemini" "$dir" >&2
     ;;
   *)
     echo "usage: scripts/agents.sh install" >&2

@@ -1,4 +1,5 @@
-//! `POST /v1/messages/count_tokens`.
+//! The token counts: `POST /v1/messages/count_tokens` ([`count_tokens`]), and a client API's
+//! own count on its route ([`api_count`]: Gemini's `:countTokens`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -9,8 +10,9 @@ use choicewise_client::{ClientErrorKind, CountBounds, Dialect, MAX_COUNT_ANSWER_
 use serde_json::json;
 
 use crate::admission::layers;
-use crate::api::{self, ClientApi, messages::Messages};
+use crate::api::{self, ClientApi, Counted, messages::Messages};
 use crate::error::ApiError;
+use crate::request::Fields;
 use crate::state::Gateway;
 use crate::wellformed::Scan;
 
@@ -150,6 +152,19 @@ async fn count_tokens_answer(
         }
     }
     let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
+    estimated::<Messages>(gw, upstream_model, chat, len).await
+}
+
+/// The prompt of `chat` (a Chat Completions body's fields) counted with tiktoken, the
+/// encoding of `upstream_model`, on a blocking thread (a body of `len` bytes: the memory mark
+/// checked again after), answered in `A`'s shape ([`ClientApi::counted`]) and said so in
+/// `x-choicewise-token-count: estimated`.
+async fn estimated<A: ClientApi>(
+    gw: &Gateway,
+    upstream_model: &str,
+    chat: Fields,
+    len: usize,
+) -> Response {
     let encoding = choicewise_usage::encoding_for_model(upstream_model).name;
     let counted = tokio::task::spawn_blocking(move || {
         let fields = chat.iter().map(|(k, v)| (k.as_str(), &v[..]));
@@ -161,14 +176,93 @@ async fn count_tokens_answer(
     .unwrap_or_else(|_| Err(ApiError::invalid("the prompt could not be counted")));
     // Counted: the memory mark checked again (what the count took may have passed it).
     if let Err(e) = layers::parsed(&gw.inner.admission, len) {
-        return Messages::shaped(e);
+        return A::shaped(e);
     }
     match counted {
         Ok(tokens) => (
             [("x-choicewise-token-count", "estimated")],
-            axum::Json(json!({"input_tokens": tokens})),
+            axum::Json(A::counted(tokens)),
         )
             .into_response(),
-        Err(e) => Messages::shaped(e),
+        Err(e) => A::shaped(e),
     }
+}
+
+/// A client API's own token count, on its route ([`ClientApi::asks`] says
+/// [`Asks::CountTokens`](api::Asks::CountTokens): Gemini's `POST /v1beta/models/{model}:countTokens`): the request read
+/// by its API ([`ClientApi::read_count`], under the same rule of strings, numbers and depth as
+/// its answers' bodies), its prompt counted by the gateway with tiktoken (the encoding of the
+/// model's first upstream), answered in its API's shape and said so in
+/// `x-choicewise-token-count: estimated`. Bounded as Messages' count is: the body read within
+/// `max_body_bytes` and charged to the memory ceiling, parsed and counted on a blocking thread.
+/// An unknown model is a 404, every refusal in the API's error shape.
+pub(crate) async fn api_count<A: ClientApi>(
+    gw: Gateway,
+    request: axum::extract::Request,
+) -> Response {
+    // Counted in the metrics under its model when that is a configured one, refused or not.
+    let mut label = String::new();
+    let mut response = api_count_answer::<A>(&gw, request, &mut label).await;
+    (response.extensions_mut()).insert(layers::ModelLabel(label));
+    response
+}
+
+/// [`api_count`]'s answer; `label` gets the configured model the request names, if any.
+async fn api_count_answer<A: ClientApi>(
+    gw: &Gateway,
+    request: axum::extract::Request,
+    label: &mut String,
+) -> Response {
+    let scanned = request.extensions().get::<Scan>().cloned();
+    let (head, body) = request.into_parts();
+    let bytes = match layers::read_body(&gw.inner.admission, body).await {
+        Ok(bytes) => bytes,
+        Err(e) => return A::shaped(e),
+    };
+    let len = bytes.len();
+    let limits = gw.inner.limits.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        let fault = match scanned {
+            Some(scan) => scan.fault,
+            None => crate::wellformed::find_fault(&bytes, A::PATHS),
+        };
+        match fault {
+            Some(fault) => Err(api::Refused::new(fault.error(), None)),
+            None => A::read_count(&head, &bytes, &limits),
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        let e = ApiError::invalid("the prompt could not be counted");
+        Err(api::Refused::new(e, None))
+    });
+    let Counted { model, chat } = match read {
+        Ok(read) => read,
+        Err(refused) => {
+            if let Some(model) = refused.asked.filter(|m| gw.inner.models.contains_key(m)) {
+                *label = model;
+            }
+            return A::shaped(refused.error);
+        }
+    };
+    let Some(routes) = gw.inner.models.get(&model) else {
+        return A::shaped(
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found_error",
+                format!(
+                    "the model {model:?} does not exist here (GET {} lists them)",
+                    A::MODELS.unwrap_or("/v1/models")
+                ),
+            )
+            .code("model_not_found"),
+        );
+    };
+    // Parsed: the memory mark checked again before the count goes on.
+    if let Err(e) = layers::parsed(&gw.inner.admission, len) {
+        return A::shaped(e);
+    }
+    *label = model;
+    let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
+    estimated::<A>(gw, upstream_model, chat, len).await
 }

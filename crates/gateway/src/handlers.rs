@@ -1,4 +1,5 @@
-//! The gateway's plain routes: the model list and the metrics (each client API's endpoint is
+//! The gateway's plain routes: the model lists (`GET /v1/models`, and a client API's own,
+//! [`ClientApi::MODELS`]) and the metrics (each client API's endpoint is
 //! [`crate::route::answer`], instantiated for the API).
 
 use axum::extract::State;
@@ -6,6 +7,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::api::ClientApi;
 use crate::error::ApiError;
 use crate::state::Gateway;
 
@@ -42,6 +44,51 @@ pub(crate) async fn one_model(
     )
     .code("model_not_found")
     .into_response()
+}
+
+/// `GET {A::MODELS}`: every configured model, in the client API `A`'s list shape
+/// ([`ClientApi::models`]: Gemini's `{"models": [...]}`).
+pub(crate) async fn api_models<A: ClientApi>(State(gw): State<Gateway>) -> Response {
+    axum::Json(A::models(&gw.inner.names)).into_response()
+}
+
+/// `GET {A::MODELS}/{name}`, on the API's route: the model in `A`'s shape
+/// ([`ClientApi::model`]); a path naming one of the API's `POST` methods rather than a model
+/// (`models/m:generateContent`) is a 405, another name a 404, each in `A`'s error shape.
+pub(crate) async fn api_model<A: ClientApi>(
+    State(gw): State<Gateway>,
+    uri: axum::http::Uri,
+) -> Response {
+    let name = (A::MODELS)
+        .and_then(|list| uri.path().strip_prefix(list))
+        .and_then(|rest| rest.strip_prefix('/'))
+        .unwrap_or_default();
+    if gw.inner.models.contains_key(name) {
+        return axum::Json(A::model(name)).into_response();
+    }
+    let method = name
+        .rsplit_once(':')
+        .map(|(_, method)| format!(":{method}"));
+    if let Some(method) =
+        method.filter(|m| A::SHOWN.iter().any(|route| route.ends_with(m.as_str())))
+    {
+        return A::shaped(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            format!("{method} takes POST, not GET"),
+        ));
+    }
+    A::shaped(
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            format!(
+                "the model {name:?} does not exist here (GET {} lists them)",
+                A::MODELS.unwrap_or("/v1/models")
+            ),
+        )
+        .code("model_not_found"),
+    )
 }
 
 /// `GET /metrics`: the Prometheus metrics, in OpenMetrics text.

@@ -113,8 +113,9 @@ impl Gateway {
     /// - `POST /v1/messages` (Anthropic Messages),
     /// - `POST /v1/messages/count_tokens` (Anthropic's token count),
     /// - `POST /v1/responses` (OpenAI Responses),
-    /// - `POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent` (Google's
-    ///   Gemini),
+    /// - `POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent` and
+    ///   `:countTokens` (Google's Gemini), `GET /v1beta/models` and `GET /v1beta/models/{model}`
+    ///   (the configured models in Gemini's shape),
     /// - `GET /v1/models` and `GET /v1/models/{id}` (the configured models),
     /// - `GET /healthz`,
     /// - `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics).
@@ -137,10 +138,14 @@ impl Gateway {
         impl api::EachApi for Routes {
             fn api<A: api::ClientApi>(&mut self) {
                 let gate = self.1.inner.admission.clone();
-                let route = post(answer::<A>)
-                    .layer(from_fn_with_state(gate, layers::slots))
-                    .fallback(layers::post_only);
-                self.0 = std::mem::take(&mut self.0).route(A::ROUTE, route);
+                let mut route = post(answer::<A>).layer(from_fn_with_state(gate, layers::slots));
+                let mut routes = std::mem::take(&mut self.0);
+                // Its own model list, when it has one: the list, and one model on its route.
+                if let Some(list) = A::MODELS {
+                    route = route.get(handlers::api_model::<A>);
+                    routes = routes.route(list, get(handlers::api_models::<A>));
+                }
+                self.0 = routes.route(A::ROUTE, route.fallback(layers::post_only));
             }
         }
         let mut routes = Routes(axum::Router::new(), gw.clone());

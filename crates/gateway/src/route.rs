@@ -30,13 +30,18 @@ use crate::wellformed::{self, Scan};
 use crate::{HostedTools, api};
 
 /// A request of the client API `A` (the route of each API is this handler, instantiated for
-/// it), answered in that API's terms, its failures included. Its record ([`Finish`]) is made
+/// it), answered in that API's terms, its failures included; a request for its token count
+/// ([`ClientApi::asks`]) is [`crate::count::api_count`]'s. Its record ([`Finish`]) is made
 /// as it arrives, filled in as it is served, and goes with its answer's body, which records
 /// it when it ends.
 pub(crate) async fn answer<A: ClientApi>(
     State(gw): State<Gateway>,
     request: axum::extract::Request,
 ) -> Response {
+    // Another of the API's methods on its route: its token count.
+    if A::asks(request.uri().path()) == api::Asks::CountTokens {
+        return crate::count::api_count::<A>(gw, request).await;
+    }
     let (parts, body) = request.into_parts();
     let client = auth::client(
         &gw.inner.keys,

@@ -47,10 +47,50 @@ pub(crate) trait ClientApi: Send + Sync + 'static {
     /// Its streamed answer's framing.
     type Framing: Framing + Send + 'static;
 
+    /// Where it lists the configured models in its own shape (`GET`; the one model of a name
+    /// under it, `GET {MODELS}/{name}`, on its [`ROUTE`](Self::ROUTE)), if it does: Gemini's
+    /// `/v1beta/models`. [`model`](Self::model) and [`models`](Self::models) write them.
+    const MODELS: Option<&'static str> = None;
+
     /// Whether a request's path is of this API: its route's, or one under it (its errors
     /// are answered in this API's shape, its body costed as this API's).
     fn owns(path: &str) -> bool {
         path.starts_with(Self::ROUTE)
+    }
+
+    /// What a `POST` on its route asks of the gateway ([`Asks`]), from the path alone: its
+    /// answer, unless the path names another of the API's methods (Gemini's `:countTokens`).
+    fn asks(_path: &str) -> Asks {
+        Asks::Answer
+    }
+
+    /// Reads a request for a token count ([`Asks::CountTokens`]) into the model it names and
+    /// the Chat Completions fields whose prompt is counted (`limits`: the gateway's).
+    fn read_count(_head: &Head, _bytes: &Bytes, _limits: &Limits) -> Result<Counted, Box<Refused>> {
+        Err(Refused::new(
+            ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "not_found_error",
+                "this API counts no tokens here",
+            ),
+            None,
+        ))
+    }
+
+    /// A token count's answer, in this API's shape.
+    fn counted(tokens: u64) -> Value {
+        serde_json::json!({ "input_tokens": tokens })
+    }
+
+    /// One configured model, in this API's shape ([`MODELS`](Self::MODELS)).
+    fn model(name: &str) -> Value {
+        serde_json::json!({ "id": name })
+    }
+
+    /// The configured models, `names` in the configuration's order, as this API lists them
+    /// ([`MODELS`](Self::MODELS)).
+    fn models(names: &[String]) -> Value {
+        Value::Array(names.iter().map(|name| Self::model(name)).collect())
     }
 
     /// Reads a request (its `head`: method, path, query, headers; its body's `bytes`) into
@@ -119,6 +159,22 @@ pub(crate) trait ClientApi: Send + Sync + 'static {
     fn refused(_kept: Option<&Self::Reply>, error: ApiError) -> Response {
         Self::shaped(error)
     }
+}
+
+/// What a `POST` on a client API's route asks of the gateway ([`ClientApi::asks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asks {
+    /// An answer of the model: the route's own work.
+    Answer,
+    /// The prompt's tokens counted ([`ClientApi::read_count`], [`ClientApi::counted`]).
+    CountTokens,
+}
+
+/// A token count's request read ([`ClientApi::read_count`]): the model it names and the Chat
+/// Completions fields whose prompt is counted.
+pub(crate) struct Counted {
+    pub model: String,
+    pub chat: Fields,
 }
 
 /// A request read by its [`ClientApi`]: the Chat Completions request the gateway runs, and

@@ -30,10 +30,18 @@
 //! `INVALID_ARGUMENT`): `cachedContent` (the gateway keeps no state), `fileData`,
 //! `executableCode` and `codeExecutionResult` parts, `inlineData` that is not an image,
 //! `responseLogprobs`, a `responseMimeType` other than text or JSON, `responseModalities` other
-//! than text, `speechConfig`, `imageConfig`. Another method than the two (`:countTokens`,
-//! `:embedContent`) is a 404 (`NOT_FOUND`).
+//! than text, `speechConfig`, `imageConfig`. Another method than these and `:countTokens`
+//! (`:embedContent`, ...) is a 404 (`NOT_FOUND`).
+//!
+//! Beside the answers, the gateway's own services in Google's terms: `POST
+//! /v1beta/models/{model}:countTokens` (its `contents`, or a whole `generateContentRequest`,
+//! read as `generateContent` reads it: `gemini/count.rs`; answered `{"totalTokens": N}`,
+//! counted by the gateway, as Messages' `count_tokens` estimates), and `GET /v1beta/models` and
+//! `GET /v1beta/models/{model}` (the configured models as Google's `Model`: `name`
+//! `models/NAME`, `supportedGenerationMethods`).
 
 mod answer;
+mod count;
 mod request;
 
 pub(crate) use answer::GeminiFraming;
@@ -46,7 +54,7 @@ use choicewise_core::Choice;
 use choicewise_core::chunks::Envelope;
 use serde_json::{Value, json};
 
-use super::{BodyCost, ClientApi, Head, Read, Refused};
+use super::{Asks, BodyCost, ClientApi, Counted, Head, Read, Refused};
 use crate::Limits;
 use crate::answer::ending::OutputEnd;
 use crate::config::ModelPick;
@@ -83,7 +91,9 @@ impl ClientApi for Gemini {
     const SHOWN: &'static [&'static str] = &[
         "/v1beta/models/{model}:generateContent",
         "/v1beta/models/{model}:streamGenerateContent",
+        "/v1beta/models/{model}:countTokens",
     ];
+    const MODELS: Option<&'static str> = Some("/v1beta/models");
     const COST: BodyCost = BodyCost {
         heavy: &["contents", "systemInstruction", "tools"],
         sixteenths: 24,
@@ -96,13 +106,46 @@ impl ClientApi for Gemini {
         path.starts_with(PREFIX)
     }
 
+    fn asks(path: &str) -> Asks {
+        match target(path) {
+            Ok((_, Method::CountTokens)) => Asks::CountTokens,
+            _ => Asks::Answer,
+        }
+    }
+
+    fn read_count(head: &Head, bytes: &Bytes, limits: &Limits) -> Result<Counted, Box<Refused>> {
+        let (model, _) = target(head.uri.path()).map_err(|e| Refused::new(e, None))?;
+        let asked = Some(model.to_string());
+        let body = super::parse_body(bytes).map_err(|e| Refused::new(e, asked.clone()))?;
+        let chat =
+            count::to_chat(&body, model, limits.max_n).map_err(|e| Refused::new(e, asked))?;
+        Ok(Counted {
+            model: model.to_string(),
+            chat,
+        })
+    }
+
+    fn counted(tokens: u64) -> Value {
+        json!({ "totalTokens": tokens })
+    }
+
+    fn model(name: &str) -> Value {
+        model_entry(name)
+    }
+
+    fn models(names: &[String]) -> Value {
+        let models: Vec<Value> = names.iter().map(|name| model_entry(name)).collect();
+        json!({ "models": models })
+    }
+
     fn read(
         head: &Head,
         bytes: &Bytes,
         limits: &Limits,
         picks: &HashMap<String, ModelPick>,
     ) -> Result<Read<GeminiReply>, Box<Refused>> {
-        let (model, stream) = target(head.uri.path()).map_err(|e| Refused::new(e, None))?;
+        let (model, method) = target(head.uri.path()).map_err(|e| Refused::new(e, None))?;
+        let stream = method == Method::Stream;
         let sse = stream && alt_sse(head.uri.query());
         let asked = Some(model.to_string());
         let body = super::parse_body(bytes).map_err(|e| Refused::new(e, asked.clone()))?;
@@ -156,16 +199,27 @@ impl ClientApi for Gemini {
     }
 }
 
-/// The model and whether the answer streams, from a request's path
-/// (`/v1beta/models/{model}:generateContent` or `:streamGenerateContent`); another method is a
-/// 404 naming the two served.
-fn target(path: &str) -> Result<(&str, bool), ApiError> {
+/// A model's method, as a request's path names it (`models/{model}:{method}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    /// `generateContent`: one JSON object.
+    Generate,
+    /// `streamGenerateContent`: a streamed answer.
+    Stream,
+    /// `countTokens`: the prompt's tokens.
+    CountTokens,
+}
+
+/// The model and its method, from a request's path (`/v1beta/models/{model}:generateContent`,
+/// `:streamGenerateContent` or `:countTokens`); another method is a 404 naming those served.
+fn target(path: &str) -> Result<(&str, Method), ApiError> {
     let not_found = |what: String| {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found_error",
             format!(
-                "{what}: this gateway serves POST /v1beta/models/{{model}}:generateContent and :streamGenerateContent"
+                "{what}: this gateway serves POST /v1beta/models/{{model}}:generateContent, \
+                 :streamGenerateContent and :countTokens"
             ),
         )
     };
@@ -181,10 +235,25 @@ fn target(path: &str) -> Result<(&str, bool), ApiError> {
         return Err(ApiError::invalid(format!("{path}: the path names no model")).param("model"));
     }
     match method {
-        "generateContent" => Ok((model, false)),
-        "streamGenerateContent" => Ok((model, true)),
+        "generateContent" => Ok((model, Method::Generate)),
+        "streamGenerateContent" => Ok((model, Method::Stream)),
+        "countTokens" => Ok((model, Method::CountTokens)),
         other => Err(not_found(format!("the method {other:?} is not served"))),
     }
+}
+
+/// A configured model in Google's `Model` shape, as `GET /v1beta/models` lists it: its
+/// resource name (`models/NAME`), the methods served for it here. The gateway knows no token
+/// limits of its own: those fields are left out, as the API allows.
+fn model_entry(name: &str) -> Value {
+    json!({
+        "name": format!("models/{name}"),
+        "baseModelId": name,
+        "version": "choicewise",
+        "displayName": name,
+        "description": "A model of this choicewise gateway.",
+        "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"],
+    })
 }
 
 /// Whether a query asks for server-sent events (`alt=sse`).

@@ -121,6 +121,8 @@ pub(crate) struct PathApi {
     pub cost: BodyCost,
     /// [`ClientApi::PATHS`].
     pub paths: crate::wellformed::Paths,
+    /// [`ClientApi::MODELS`].
+    pub models: Option<&'static str>,
 }
 
 /// Every client API ([`each`]) as the layers know it.
@@ -135,6 +137,7 @@ pub(crate) fn all() -> &'static [PathApi] {
                 shaped: A::shaped,
                 cost: A::COST,
                 paths: A::PATHS,
+                models: A::MODELS,
             });
         }
     }
@@ -167,14 +170,18 @@ pub(crate) fn routes_named() -> &'static str {
         let mut routes: Vec<String> = (all().iter())
             .flat_map(|a| a.shown.iter().map(|route| format!("POST {route}")))
             .collect();
-        routes.extend(["GET /v1/models", "GET /v1/models/{id}", "GET /healthz"].map(String::from));
+        routes.extend(["GET /v1/models", "GET /v1/models/{id}"].map(String::from));
+        for list in all().iter().filter_map(|a| a.models) {
+            routes.extend([format!("GET {list}"), format!("GET {list}/{{model}}")]);
+        }
+        routes.push("GET /healthz".into());
         format!("{} and GET /metrics", routes.join(", "))
     });
     &NAMED
 }
 
 pub(crate) use crate::answer::client::{
-    BodyCost, ClientApi, Encoder, Head, Hosted, Read, Refused, Tokens,
+    Asks, BodyCost, ClientApi, Counted, Encoder, Head, Hosted, Read, Refused, Tokens,
 };
 pub(crate) use crate::error::IngressError;
 

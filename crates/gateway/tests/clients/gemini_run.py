@@ -1,5 +1,6 @@
 """google-genai (Google's Python SDK) against `choicewise serve`'s Gemini endpoints
-(`/v1beta/models/{model}:generateContent` and `:streamGenerateContent`): runs each case the
+(`/v1beta/models/{model}:generateContent`, `:streamGenerateContent`, `:countTokens`, and the
+model list, `GET /v1beta/models`): runs each case the
 Rust test (crates/gateway/tests/gateway/clients.rs, `google_genai`) names and prints, as one
 JSON object, what the client library parsed. The Rust test holds the expectations.
 
@@ -148,6 +149,17 @@ def main():
             model="three", contents="hi", config=types.GenerateContentConfig(candidate_count=99)
         )
     )
+    # The token count and the model list, as the SDK reads them.
+    results["count"] = client.models.count_tokens(model="three", contents="Hello there.").total_tokens
+    results["count_long"] = client.models.count_tokens(model="three", contents="Hello there. " * 50).total_tokens
+    results["count_unknown"] = error_of(lambda: client.models.count_tokens(model="nowhere", contents="hi"))
+    results["models"] = [
+        {"name": m.name, "display_name": m.display_name, "actions": m.supported_actions}
+        for m in client.models.list()
+    ]
+    one = client.models.get(model="team/three")
+    results["model"] = {"name": one.name, "actions": one.supported_actions}
+    results["model_unknown"] = error_of(lambda: client.models.get(model="nowhere"))
     wrong = genai.Client(api_key="sk-wrong", http_options=options)
     results["wrong_key"] = error_of(lambda: wrong.models.generate_content(model="three", contents="hi"))
     json.dump(results, sys.stdout)

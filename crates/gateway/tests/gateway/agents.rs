@@ -1,13 +1,16 @@
 //! The gateway under the coding agents, as installed: Claude Code (npm
 //! `@anthropic-ai/claude-code`) on `/v1/messages`, Codex CLI (npm `@openai/codex`) on
 //! `/v1/responses`, opencode (npm `opencode-ai`) and pi (npm `@mariozechner/pi-coding-agent`)
-//! on `/v1/chat/completions`, pinned and installed by scripts/agents.sh under .clients/agents/,
+//! on `/v1/chat/completions`, Gemini CLI (npm `@google/gemini-cli`) on
+//! `/v1beta/models/{model}:streamGenerateContent`, pinned and installed by scripts/agents.sh
+//! under .clients/agents/,
 //! run headless with their default settings (no capability override, no feature flag; only
 //! telemetry, updates and other fetches of the internet off), each in a home of its own,
 //! against a gateway on 127.0.0.1 over a scripted upstream of each API (Chat Completions,
 //! Anthropic Messages, Responses): a text answer; a tool loop (the upstream's first answer
-//! calls one of the agent's tools, a shell command or a file write, which the agent runs; its
-//! result reaches the upstream's next request, answered with text); an upstream cut
+//! calls one of the agent's tools, a shell command, a file write or a file read, which the agent
+//! runs; its result reaches the upstream's next request, answered with text, and the gateway
+//! counts the turns and the call's samples); an upstream cut
 //! mid-answer (the agent shows the error and exits non-zero); a vote model
 //! (`[models.choicewise] select = "vote"`, 3 samples) whose samples all call the same tool
 //! (the agent runs it and ends the turn, exit 0); a hedged model (its default policy hedges
@@ -69,6 +72,7 @@ enum Agent {
     Codex,
     OpenCode,
     Pi,
+    GeminiCli,
 }
 
 /// A tool call the upstream asks an agent for, and what running it leaves.
@@ -84,6 +88,9 @@ enum Effect {
     Output(&'static str),
     /// A file of the working directory (its path under it) holds this text.
     File(&'static str, &'static str),
+    /// The file (its path under the working directory) holding this text, written there
+    /// before the run, is read: its text, which only reading it gives, reaches the next turn.
+    Read(&'static str, &'static str),
 }
 
 impl Agent {
@@ -93,6 +100,7 @@ impl Agent {
             Agent::Codex => "codex",
             Agent::OpenCode => "opencode",
             Agent::Pi => "pi",
+            Agent::GeminiCli => "gemini",
         };
         let path = agents_dir().join("node_modules/.bin").join(name);
         assert!(
@@ -104,8 +112,9 @@ impl Agent {
     }
 
     /// A call of one of the agent's own tools, in the working directory `work`: its shell
-    /// running a command whose output (`cw-42`) is not in its text (Claude Code, Codex), or
-    /// its file write (opencode, pi).
+    /// running a command whose output (`cw-42`) is not in its text (Claude Code, Codex), its
+    /// file write (opencode, pi), or its file read (Gemini CLI, whose default approval mode
+    /// runs no write or shell command headless).
     fn tool_call(self, work: &Path) -> ToolCall {
         let command = "echo cw-$((6*7))";
         match self {
@@ -130,6 +139,12 @@ impl Agent {
                 arguments: json!({"path": "notes.txt", "content": "cw-42\n"}),
                 effect: Effect::File("notes.txt", "cw-42\n"),
             },
+            // Its read_file takes a path in the workspace.
+            Agent::GeminiCli => ToolCall {
+                name: "read_file",
+                arguments: json!({"file_path": work.join("notes.txt")}),
+                effect: Effect::Read("notes.txt", "cw-42 was read from the file"),
+            },
         }
     }
 
@@ -140,6 +155,16 @@ impl Agent {
         match self {
             Agent::OpenCode => 1,
             _ => 0,
+        }
+    }
+
+    /// The gateway's client API the agent speaks: its requests' `api` label in the metrics.
+    fn api(self) -> &'static str {
+        match self {
+            Agent::ClaudeCode => "messages",
+            Agent::Codex => "responses",
+            Agent::OpenCode | Agent::Pi => "chat",
+            Agent::GeminiCli => "gemini",
         }
     }
 }
@@ -224,6 +249,14 @@ async fn run_agent_in(
         "OPENCODE_CONFIG_CONTENT",
         "OPENCODE_CONFIG_DIR",
         "PI_CODING_AGENT_DIR",
+        "GEMINI_API_KEY",
+        "GEMINI_CLI_HOME",
+        "GEMINI_MODEL",
+        "GOOGLE_API_KEY",
+        "GOOGLE_GEMINI_BASE_URL",
+        "GOOGLE_GENAI_USE_GCA",
+        "GOOGLE_GENAI_USE_VERTEXAI",
+        "GOOGLE_CLOUD_PROJECT",
     ] {
         command.env_remove(var);
     }
@@ -303,6 +336,26 @@ async fn run_agent_in(
                 .env("CHOICEWISE_AGENT_KEY", KEY)
                 // Its startup fetches (update and package checks) off.
                 .env("PI_OFFLINE", "1");
+        }
+        Agent::GeminiCli => {
+            // The gateway as its documented base URL (GOOGLE_GEMINI_BASE_URL), the key sent as
+            // x-goog-api-key. Its settings: the API-key authentication (the "gateway" type the
+            // base URL alone selects is refused headless), and usage statistics (sent to
+            // Google), telemetry and update checks off.
+            let config = home.join(".gemini");
+            std::fs::create_dir_all(&config).unwrap();
+            let settings = json!({
+                "security": {"auth": {"selectedType": "gemini-api-key"}},
+                "privacy": {"usageStatisticsEnabled": false},
+                "telemetry": {"enabled": false},
+                "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+            });
+            std::fs::write(config.join("settings.json"), settings.to_string()).unwrap();
+            command
+                // A fresh working directory is not one it trusts: trusted for the run.
+                .args(["--skip-trust", "-p", prompt, "-m", model])
+                .env("GOOGLE_GEMINI_BASE_URL", format!("http://{addr}"))
+                .env("GEMINI_API_KEY", KEY);
         }
     }
     command.envs(env.iter().copied());
@@ -732,6 +785,11 @@ async fn tool_loop_over_each_api(agent: Agent, samples: usize, policy: &str) {
     let said = |api: &str| format!("The tool ran through the gateway over {api}.");
     let works = APIS.map(|_| fresh_dir("work"));
     let calls = works.each_ref().map(|work| agent.tool_call(work));
+    for (work, call) in works.iter().zip(&calls) {
+        if let Effect::Read(path, text) = call.effect {
+            std::fs::write(work.join(path), text).unwrap();
+        }
+    }
     let upstreams = upstreams(|api| {
         let call = &calls[APIS.iter().position(|a| *a == api).unwrap()];
         // The side requests take calls too, whichever arrives first.
@@ -778,6 +836,12 @@ async fn tool_loop_over_each_api(agent: Agent, samples: usize, policy: &str) {
                 turns.len()
             );
             match call.effect {
+                // Only reading the file gives its text.
+                Effect::Read(_, text) => assert!(
+                    last.contains(text),
+                    "{agent:?} over {api}: the file's text is not in the last turn; \
+                     {retried}: ...{end}"
+                ),
                 // Only running the command gives its output.
                 Effect::Output(output) => assert!(
                     last.contains(output),
@@ -799,9 +863,57 @@ async fn tool_loop_over_each_api(agent: Agent, samples: usize, policy: &str) {
                     );
                 }
             }
+            // What the gateway recorded of the model's requests: the agent's turns, answered
+            // complete in its API, and the call's samples, a majority at least, finished for
+            // a tool call.
+            let metrics = metrics_text(addr).await;
+            let model = model_of(api);
+            let of = |name: &str, labels: &[(&str, &str)]| sample(&metrics, name, labels);
+            let answered = of(
+                "choicewise_answers_total",
+                &[
+                    ("api", agent.api()),
+                    ("model", &model),
+                    ("ended", "complete"),
+                ],
+            );
+            assert!(
+                answered >= 2.0,
+                "{agent:?} over {api}: {answered} answers\n{metrics}"
+            );
+            let called = of(
+                "choicewise_choices_total",
+                &[("model", &model), ("finish_reason", "tool_calls")],
+            );
+            assert!(
+                called >= decided_by as f64,
+                "{agent:?} over {api}: {called} samples called the tool\n{metrics}"
+            );
         },
     );
     futures::future::join_all(runs).await;
+}
+
+/// The gateway's metrics, as `GET /metrics` answers them.
+async fn metrics_text(addr: SocketAddr) -> String {
+    let response = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+/// The sum of the samples of the metric `name` (a counter: its `_total` line) that carry
+/// every one of `labels` (0 when none does).
+fn sample(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    (metrics.lines())
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix('{'))
+        .filter_map(|rest| rest.split_once("} "))
+        .filter(|(set, _)| {
+            (labels.iter()).all(|(k, v)| set.split(',').any(|pair| pair == format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|(_, value)| value.split_whitespace().next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// Every answer of the upstream is cut mid-way: the agent shows an error and exits non-zero
@@ -1012,4 +1124,89 @@ async fn pi_cut_answer() {
 #[ignore = "needs pi from npm: scripts/agents.sh install"]
 async fn pi_vote_model_tool_call() {
     tool_loop_over_each_api(Agent::Pi, 3, VOTE).await;
+}
+
+// No cut answer for Gemini CLI: its SDK raises no error record of a server-sent stream
+// (`data: {"error": ...}`), and a candidate that ends `OTHER` after some text is an answer to
+// it, so it shows the text it got and exits 0 (docs/agents.md).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Gemini CLI from npm: scripts/agents.sh install"]
+async fn gemini_cli_text_answer() {
+    text_answer_over_each_api(Agent::GeminiCli).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Gemini CLI from npm: scripts/agents.sh install"]
+async fn gemini_cli_tool_loop() {
+    tool_loop_over_each_api(Agent::GeminiCli, 1, "").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Gemini CLI from npm: scripts/agents.sh install"]
+async fn gemini_cli_vote_model_tool_call() {
+    tool_loop_over_each_api(Agent::GeminiCli, 3, VOTE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Gemini CLI from npm: scripts/agents.sh install"]
+async fn gemini_cli_hedged_model() {
+    hedged_answer_over_each_api(Agent::GeminiCli).await;
+}
+
+/// A PNG of one pixel.
+const PIXEL_PNG: [u8; 70] = [
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0xda, 0x63, 0x64, 0xf8, 0xcf, 0x50,
+    0x0f, 0x00, 0x03, 0x86, 0x01, 0x80, 0x5a, 0x34, 0x7d, 0x6b, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+/// Gemini CLI reads an image (its `read_file` of a PNG the upstream asks for): a tool result
+/// that holds media, whose tokens it asks the gateway to count (`:countTokens`, which the
+/// gateway answers itself) before it sends the image on; the upstream sees the two turns,
+/// the image in the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Gemini CLI from npm: scripts/agents.sh install"]
+async fn gemini_cli_counts_an_image_it_read() {
+    let work = fresh_dir("work");
+    std::fs::write(work.join("pixel.png"), PIXEL_PNG).unwrap();
+    let read = json!({"file_path": work.join("pixel.png")});
+    let said = "The image was read through the gateway.";
+    let upstream = TestServer::builder()
+        .body(call_answer("chat", "read_file", &read))
+        .then(TestServer::builder().body(text_answer("chat", said)))
+        .start()
+        .await
+        .unwrap();
+    let addr = gateway_of(&[("chat", vec![upstream.base_url()])], "").await;
+    let model = model_of("chat");
+    let ran = run_agent_in(Agent::GeminiCli, addr, &model, "Do it.", &[], work).await;
+    assert_eq!(ran.code, Some(0), "{ran}");
+    assert!(ran.stdout.contains(said), "{ran}");
+    let turns = turns(&upstream, "chat");
+    assert_eq!(turns.len(), 2, "{ran}");
+    assert!(
+        turns[1]
+            .to_string()
+            .contains("data:image/png;base64,iVBORw0KGgo"),
+        "the image is not in the last turn: {}",
+        turns[1]
+    );
+    // Three requests of Gemini's API answered 200: the two turns, and the count between them.
+    let metrics = metrics_text(addr).await;
+    let of = |name: &str, labels: &[(&str, &str)]| sample(&metrics, name, labels);
+    let ok = [
+        ("api", "gemini"),
+        ("model", model.as_str()),
+        ("status", "200"),
+    ];
+    assert_eq!(of("choicewise_requests_total", &ok), 3.0, "{metrics}");
+    let complete = [
+        ("api", "gemini"),
+        ("model", model.as_str()),
+        ("ended", "complete"),
+    ];
+    assert_eq!(of("choicewise_answers_total", &complete), 2.0, "{metrics}");
 }

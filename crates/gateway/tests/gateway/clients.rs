@@ -1055,8 +1055,9 @@ async fn ai_sdk() {
     );
 }
 
-// Google's own API: google-genai on `/v1beta/models/{model}:generateContent` and
-// `:streamGenerateContent` (gemini_run.py), over the Chat Completions test upstreams of the
+// Google's own API: google-genai on `/v1beta/models/{model}:generateContent`,
+// `:streamGenerateContent`, `:countTokens` and `GET /v1beta/models` (gemini_run.py), over the
+// Chat Completions test upstreams of the
 // Gemini tests (`crate::gemini::gateway`).
 
 /// A candidate as gemini_run.py built it: its index, text, finish reason, and nothing of
@@ -1157,6 +1158,8 @@ async fn google_genai() {
         ("failing", 502, "ServerError", "UNAVAILABLE"),
         ("cut_stream", 502, "ServerError", "UNAVAILABLE"),
         ("unknown_model", 404, "ClientError", "NOT_FOUND"),
+        ("count_unknown", 404, "ClientError", "NOT_FOUND"),
+        ("model_unknown", 404, "ClientError", "NOT_FOUND"),
         ("bad_count", 400, "ClientError", "INVALID_ARGUMENT"),
         ("wrong_key", 401, "ClientError", "UNAUTHENTICATED"),
     ] {
@@ -1172,6 +1175,42 @@ async fn google_genai() {
         "{client}: {}",
         got["bad_count"]
     );
+
+    // The token count: the prompt's, more for a longer one.
+    let (short, long) = (got["count"].as_u64(), got["count_long"].as_u64());
+    let (Some(short), Some(long)) = (short, long) else {
+        panic!(
+            "{client}: counts {} and {}",
+            got["count"], got["count_long"]
+        );
+    };
+    assert!(
+        short > 2 && long > short + 100,
+        "{client}: {short} then {long}"
+    );
+    // The model list and one model, as the SDK types them.
+    let actions = serde_json::json!(["generateContent", "streamGenerateContent", "countTokens"]);
+    let models = got["models"].as_array().unwrap();
+    let names: Vec<&str> = models.iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "models/three",
+            "models/tools",
+            "models/vote",
+            "models/down",
+            "models/cut",
+            "models/thinks",
+            "models/team/three"
+        ],
+        "{client}"
+    );
+    for model in models {
+        assert_eq!(model["actions"], actions, "{client}: {model}");
+    }
+    assert_eq!(models[0]["display_name"], "three", "{client}");
+    assert_eq!(got["model"]["name"], "models/team/three", "{client}");
+    assert_eq!(got["model"]["actions"], actions, "{client}");
 }
 
 /// A scripted Gemini upstream of three candidates, interleaved and out of order (2 first, 1

@@ -1,7 +1,8 @@
 //! Google's Gemini API as a client API (`POST /v1beta/models/{model}:generateContent` and
 //! `:streamGenerateContent`) over Chat Completions test upstreams: `candidateCount = 3`
 //! streamed (server-sent events and a JSON array) and not, every candidate complete and in
-//! index order; a vote; function calls both ways; Google's keys and error shape.
+//! index order; a vote; function calls both ways; Google's keys and error shape; the token
+//! count (`:countTokens`) and the model list (`GET /v1beta/models`, `GET /v1beta/models/{model}`).
 
 use std::net::SocketAddr;
 
@@ -419,10 +420,10 @@ async fn errors_are_in_googles_shape() {
     )
     .await;
     google_error(
-        post(gw.addr, "three:countTokens", &ok).await,
+        post(gw.addr, "three:embedContent", &ok).await,
         404,
         "NOT_FOUND",
-        "countTokens",
+        "embedContent",
     )
     .await;
     google_error(
@@ -541,4 +542,171 @@ async fn reasoning_is_a_thought_part_when_thoughts_are_asked_for() {
             );
         }
     }
+}
+
+/// `GET /v1beta/models/{path}` with Google's key header (`path` empty: the list).
+async fn get(addr: SocketAddr, path: &str, key: &str) -> reqwest::Response {
+    let url = match path {
+        "" => format!("http://{addr}/v1beta/models"),
+        path => format!("http://{addr}/v1beta/models/{path}"),
+    };
+    reqwest::Client::new()
+        .get(url)
+        .header("x-goog-api-key", key)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_tokens_counts_the_prompt_as_generate_content_reads_it() {
+    let gw = gateway().await;
+    let count = |body: Value| async move {
+        let response = post(gw.addr, "three:countTokens", &body).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-choicewise-token-count"], "estimated");
+        let body: Value = response.json().await.unwrap();
+        let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["totalTokens"], "{body}");
+        body["totalTokens"].as_u64().unwrap()
+    };
+    let short = count(asking("Hello there.", json!({}))).await;
+    let long = count(asking(&"Hello there. ".repeat(50), json!({}))).await;
+    assert!(short > 2, "{short}");
+    // Fifty times the text (three tokens) is about fifty times its tokens, the message's
+    // frame counted once.
+    assert!(long > short + 49 * 3 - 10, "{short} then {long}");
+    assert!(long < short + 49 * 3 + 10, "{short} then {long}");
+    // A whole request: its system instruction and tools count too.
+    let contents = json!([{"role": "user", "parts": [{"text": "Hello there."}]}]);
+    let whole = count(json!({"generateContentRequest": {
+        "model": "models/three",
+        "contents": contents,
+        "systemInstruction": {"parts": [{"text": "Answer in one careful, considered word."}]},
+    }}))
+    .await;
+    assert!(whole > short + 4, "{short} then {whole}");
+    assert_eq!(
+        count(json!({"generateContentRequest": {"contents": contents}})).await,
+        short
+    );
+    // Counted here: no upstream was asked.
+    assert_eq!(gw.three.request_count(), 0);
+    // Refusals, in Google's shape.
+    google_error(
+        post(gw.addr, "nowhere:countTokens", &asking("hi", json!({}))).await,
+        404,
+        "NOT_FOUND",
+        "nowhere",
+    )
+    .await;
+    google_error(
+        post(gw.addr, "three:countTokens", &json!({})).await,
+        400,
+        "INVALID_ARGUMENT",
+        "contents",
+    )
+    .await;
+    let both = json!({"contents": contents, "generateContentRequest": {"contents": contents}});
+    google_error(
+        post(gw.addr, "three:countTokens", &both).await,
+        400,
+        "INVALID_ARGUMENT",
+        "generateContentRequest",
+    )
+    .await;
+    let no_json = reqwest::Client::new()
+        .post(format!(
+            "http://{}/v1beta/models/three:countTokens",
+            gw.addr
+        ))
+        .header("x-goog-api-key", KEY)
+        .body("{\"contents\": [")
+        .send()
+        .await
+        .unwrap();
+    google_error(no_json, 400, "INVALID_ARGUMENT", "JSON").await;
+    let wrong_key = reqwest::Client::new()
+        .post(format!(
+            "http://{}/v1beta/models/three:countTokens",
+            gw.addr
+        ))
+        .header("x-goog-api-key", "sk-wrong")
+        .json(&asking("hi", json!({})))
+        .send()
+        .await
+        .unwrap();
+    google_error(wrong_key, 401, "UNAUTHENTICATED", "API key").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_models_are_listed_in_googles_model_shape() {
+    let gw = gateway().await;
+    let response = get(gw.addr, "", KEY).await;
+    assert_eq!(response.status(), 200);
+    let list: Value = response.json().await.unwrap();
+    let names: Vec<&str> = (list["models"].as_array().unwrap().iter())
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "models/three",
+            "models/tools",
+            "models/vote",
+            "models/down",
+            "models/cut",
+            "models/thinks",
+            "models/team/three",
+        ]
+    );
+    let methods = json!(["generateContent", "streamGenerateContent", "countTokens"]);
+    for model in list["models"].as_array().unwrap() {
+        assert_eq!(model["supportedGenerationMethods"], methods, "{model}");
+        let name = model["name"].as_str().unwrap();
+        assert_eq!(
+            Some(name),
+            model["baseModelId"]
+                .as_str()
+                .map(|b| format!("models/{b}"))
+                .as_deref()
+        );
+    }
+    // One model, by its name (a `/` in it included).
+    for name in ["three", "team/three"] {
+        let response = get(gw.addr, name, KEY).await;
+        assert_eq!(response.status(), 200, "{name}");
+        let model: Value = response.json().await.unwrap();
+        assert_eq!(model["name"], format!("models/{name}"), "{model}");
+        assert_eq!(model["supportedGenerationMethods"], methods, "{model}");
+    }
+    google_error(
+        get(gw.addr, "nowhere", KEY).await,
+        404,
+        "NOT_FOUND",
+        "nowhere",
+    )
+    .await;
+    // A model's POST method asked with GET; a wrong key.
+    google_error(
+        get(gw.addr, "three:countTokens", KEY).await,
+        405,
+        "INVALID_ARGUMENT",
+        "POST",
+    )
+    .await;
+    google_error(
+        get(gw.addr, "", "sk-wrong").await,
+        401,
+        "UNAUTHENTICATED",
+        "API key",
+    )
+    .await;
+    google_error(
+        get(gw.addr, "three", "sk-wrong").await,
+        401,
+        "UNAUTHENTICATED",
+        "API key",
+    )
+    .await;
 }

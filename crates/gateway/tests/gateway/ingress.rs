@@ -261,8 +261,9 @@ async fn models_counts_and_unknown_routes() {
         let routes = "this gateway serves POST /v1/chat/completions, POST /v1/messages, \
             POST /v1/messages/count_tokens, POST /v1/responses, \
             POST /v1beta/models/{model}:generateContent, \
-            POST /v1beta/models/{model}:streamGenerateContent, GET /v1/models, \
-            GET /v1/models/{id}, GET /healthz and GET /metrics";
+            POST /v1beta/models/{model}:streamGenerateContent, \
+            POST /v1beta/models/{model}:countTokens, GET /v1/models, GET /v1/models/{id}, \
+            GET /v1beta/models, GET /v1beta/models/{model}, GET /healthz and GET /metrics";
         assert!(message.ends_with(routes), "{message}");
     }
     let r = post(

@@ -26,6 +26,17 @@ pub(super) struct Translated {
 /// read from their text.
 const READ: [&str; 3] = ["generationConfig", "toolConfig", "cachedContent"];
 
+/// What a body is read for: the answer it asks, or a count of its prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Purpose {
+    /// Every function response must answer a call of the model's content before it.
+    Answer,
+    /// A count (`countTokens`): a function response may stand alone (Gemini CLI counts a
+    /// tool's result, an image included, without the call it answers), counted as a `tool`
+    /// message of its own id or name.
+    Count,
+}
+
 /// Reads a Gemini body (`model` and `stream`: from its path) into a Chat Completions one;
 /// `max_n`: the most candidates a request may ask for.
 pub(super) fn to_chat(
@@ -33,6 +44,17 @@ pub(super) fn to_chat(
     model: &str,
     stream: bool,
     max_n: u32,
+) -> Result<Translated, IngressError> {
+    read(body, model, stream, max_n, Purpose::Answer)
+}
+
+/// As [`to_chat`], for `purpose`.
+pub(super) fn read(
+    body: &Fields,
+    model: &str,
+    stream: bool,
+    max_n: u32,
+    purpose: Purpose,
 ) -> Result<Translated, IngressError> {
     let obj = &read_fields(body, &READ)?;
     if field(obj, "cachedContent").is_some() {
@@ -56,7 +78,7 @@ pub(super) fn to_chat(
         let text = system_text(system)?;
         messages.write(&json!({"role": "system", "content": text}));
     }
-    contents(body, &mut messages)?;
+    contents(body, &mut messages, purpose)?;
     let mut hosted = Vec::new();
     let tools = tools(body, &mut hosted)?;
     if tools.is_some() {
@@ -363,7 +385,7 @@ struct Pending {
 }
 
 /// `contents`, one entry at a time, written into `out`.
-fn contents(body: &Fields, out: &mut MessagesOut) -> Result<(), IngressError> {
+fn contents(body: &Fields, out: &mut MessagesOut, purpose: Purpose) -> Result<(), IngressError> {
     let Some(list) = raw_field(body, "contents") else {
         return Err(IngressError::missing("contents"));
     };
@@ -377,7 +399,7 @@ fn contents(body: &Fields, out: &mut MessagesOut) -> Result<(), IngressError> {
     let mut any = false;
     let read = choicewise_partial_json::for_each_raw_entry(list, |i, raw| {
         any = true;
-        content(i, raw, out, &mut pending)
+        content(i, raw, out, &mut pending, purpose)
     });
     match read {
         Ok(read) => read?,
@@ -403,6 +425,7 @@ fn content(
     raw: &RawValue,
     out: &mut MessagesOut,
     pending: &mut Vec<Pending>,
+    purpose: Purpose,
 ) -> Result<(), IngressError> {
     let at = format!("contents[{i}]");
     let Some(fields) = raw_object(raw) else {
@@ -434,7 +457,7 @@ fn content(
         ));
     }
     match role.as_str() {
-        "user" | "function" => user_parts(&at, parts, out, pending),
+        "user" | "function" => user_parts(&at, parts, out, pending, purpose),
         "model" => model_parts(i, &at, parts, out, pending),
         other => Err(IngressError::invalid(
             format!("{at}.role"),
@@ -495,6 +518,7 @@ fn user_parts(
     parts: &RawValue,
     out: &mut MessagesOut,
     pending: &mut Vec<Pending>,
+    purpose: Purpose,
 ) -> Result<(), IngressError> {
     let mut user = Parts::with_capacity(parts.get().len());
     let mut responses = false;
@@ -512,7 +536,7 @@ fn user_parts(
             ("inlineData", data) => user.push(image(&format!("{at}.inlineData"), data)?),
             ("functionResponse", response) => {
                 let at = format!("{at}.functionResponse");
-                out.write(&tool_message(&at, response, pending)?);
+                out.write(&tool_message(&at, response, pending, purpose)?);
                 responses = true;
             }
             ("functionCall", _) => {
@@ -562,11 +586,12 @@ fn image(at: &str, data: &RawValue) -> Result<Value, IngressError> {
 }
 
 /// A `functionResponse` as the `tool` message answering its call: the call of its `id`,
-/// else the first unanswered call of its `name`.
+/// else the first unanswered call of its `name` (for a count, none: its own id or name).
 fn tool_message(
     at: &str,
     response: &RawValue,
     pending: &mut Vec<Pending>,
+    purpose: Purpose,
 ) -> Result<Value, IngressError> {
     let fields =
         raw_object(response).ok_or_else(|| IngressError::invalid(at, "must be an object"))?;
@@ -581,18 +606,21 @@ fn tool_message(
     let place = (id.as_ref())
         .and_then(|id| pending.iter().position(|p| &p.id == id))
         .or_else(|| pending.iter().position(|p| p.name == name));
-    let Some(place) = place else {
-        return Err(IngressError::invalid(
-            at,
-            format!("answers no function call of the model's last content (name {name:?})"),
-        ));
+    let call_id = match (place, purpose) {
+        (Some(place), _) => pending.remove(place).id,
+        (None, Purpose::Count) => id.unwrap_or(name),
+        (None, Purpose::Answer) => {
+            return Err(IngressError::invalid(
+                at,
+                format!("answers no function call of the model's last content (name {name:?})"),
+            ));
+        }
     };
-    let call = pending.remove(place);
     let content = match fields.get("response").filter(|v| v.get() != "null") {
         Some(r) => choicewise_partial_json::compact_json(r.get()),
         None => "{}".to_string(),
     };
-    Ok(json!({"role": "tool", "tool_call_id": call.id, "content": content}))
+    Ok(json!({"role": "tool", "tool_call_id": call_id, "content": content}))
 }
 
 /// A model's parts: its text joined, its function calls as the message's `tool_calls`

@@ -239,14 +239,30 @@ fn bad_input_is_refused_naming_the_field() {
 fn the_path_names_the_model_and_the_method() {
     assert_eq!(
         target("/v1beta/models/m:generateContent").unwrap(),
-        ("m", false)
+        ("m", Method::Generate)
     );
     assert_eq!(
         target("/v1beta/models/a/b:streamGenerateContent").unwrap(),
-        ("a/b", true)
+        ("a/b", Method::Stream)
+    );
+    assert_eq!(
+        target("/v1beta/models/qwen:7b:countTokens").unwrap(),
+        ("qwen:7b", Method::CountTokens)
+    );
+    // Only a count leaves the answer's path.
+    assert_eq!(
+        Gemini::asks("/v1beta/models/m:countTokens"),
+        Asks::CountTokens
     );
     for path in [
-        "/v1beta/models/m:countTokens",
+        "/v1beta/models/m:generateContent",
+        "/v1beta/models/m:streamGenerateContent",
+        "/v1beta/models/m:embedContent",
+    ] {
+        assert_eq!(Gemini::asks(path), Asks::Answer, "{path}");
+    }
+    for path in [
+        "/v1beta/models/m:embedContent",
         "/v1beta/models/m",
         "/v1beta/files/x:generateContent",
     ] {
