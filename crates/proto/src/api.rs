@@ -5,10 +5,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
+mod anthropic;
 mod gemini;
 mod messages;
+mod responses;
 mod tools;
 
 /// `max_tokens` sent to the Anthropic API, which requires it, when a request in Chat
@@ -463,9 +465,6 @@ impl Dialect {
                 return Err(MessagesError::NotAnArray { found }.to_string());
             }
         };
-        let read = |each: &mut dyn FnMut(usize, Value) -> Result<(), String>| {
-            (messages.iter().enumerate()).try_for_each(|(i, m)| each(i, m.clone()))
-        };
         for unsupported in ["seed", "stop"] {
             let missing = match api {
                 Dialect::Responses => true,
@@ -504,86 +503,10 @@ impl Dialect {
             .or_else(|| body.get("max_tokens"))
             .cloned();
         let effort = body.get("reasoning_effort").and_then(Value::as_str);
+        let asked = (messages, max_tokens, effort);
         match api {
-            Dialect::Responses => {
-                let mut input = Vec::with_capacity(messages.len());
-                let system = messages::translate(api, read, &mut input)?;
-                out.insert("input".into(), Value::Array(input));
-                if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
-                    out.insert("tools".into(), tools::tools(list, false)?);
-                }
-                if let Some(choice) = body.get("tool_choice").filter(|c| !c.is_null()) {
-                    out.insert("tool_choice".into(), tools::responses_tool_choice(choice)?);
-                }
-                if let Some(system) = system {
-                    out.insert("instructions".into(), system);
-                }
-                if let Some(max) = max_tokens {
-                    out.insert("max_output_tokens".into(), max);
-                }
-                if let Some(effort) = effort
-                    && !out.contains_key("reasoning")
-                {
-                    out.insert("reasoning".into(), json!({ "effort": effort }));
-                }
-            }
-            Dialect::Anthropic => {
-                let mut turns = Vec::with_capacity(messages.len());
-                let system = messages::translate(api, read, &mut turns)?;
-                out.insert("messages".into(), Value::Array(turns));
-                if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
-                    out.insert("tools".into(), tools::tools(list, true)?);
-                }
-                let choice = tools::anthropic_tool_choice(
-                    body.get("tool_choice"),
-                    body.get("parallel_tool_calls"),
-                )?;
-                if let Some(choice) = choice {
-                    out.insert("tool_choice".into(), choice);
-                }
-                if let Some(system) = system {
-                    out.insert("system".into(), system);
-                }
-                let budget = match effort {
-                    Some(effort) if !out.contains_key("thinking") => {
-                        Dialect::thinking_budget(effort).ok_or_else(|| {
-                            format!(
-                                "reasoning_effort {effort:?} has no thinking budget in the {api} \
-                                 API: use none, minimal, low, medium or high"
-                            )
-                        })?
-                    }
-                    _ => None,
-                };
-                let max = match (&max_tokens, budget) {
-                    (Some(max), Some(budget)) if max.as_u64().is_some_and(|m| m <= budget) => {
-                        return Err(format!(
-                            "the {api} API thinks within max_tokens: reasoning_effort {:?} \
-                             (budget_tokens {budget}) needs max_tokens above {budget}, not {max}",
-                            effort.unwrap_or_default()
-                        ));
-                    }
-                    (Some(max), _) => max.clone(),
-                    (None, Some(budget)) => json!(budget + DEFAULT_ANTHROPIC_MAX_TOKENS),
-                    (None, None) => json!(DEFAULT_ANTHROPIC_MAX_TOKENS),
-                };
-                out.insert("max_tokens".into(), max);
-                if let Some(budget) = budget {
-                    out.insert(
-                        "thinking".into(),
-                        json!({"type": "enabled", "budget_tokens": budget}),
-                    );
-                }
-                match body.get("stop") {
-                    Some(Value::String(one)) => {
-                        out.insert("stop_sequences".into(), json!([one]));
-                    }
-                    Some(Value::Array(many)) => {
-                        out.insert("stop_sequences".into(), Value::Array(many.clone()));
-                    }
-                    _ => {}
-                }
-            }
+            Dialect::Responses => responses::request(body, &mut out, asked)?,
+            Dialect::Anthropic => anthropic::request(body, &mut out, asked)?,
             Dialect::Chat | Dialect::Gemini => {}
         }
         Ok(Value::Object(out))
