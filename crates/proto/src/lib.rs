@@ -56,6 +56,7 @@ mod router;
 mod scan;
 mod split;
 mod tree;
+mod upstream;
 mod usage;
 pub mod wire;
 

@@ -6,7 +6,7 @@ use super::{Dialect, messages, tools};
 
 /// The Responses-only part of [`Dialect::request_from_chat`]: the fields `out` already
 /// holds are the ones passed through.
-pub(super) fn request(
+pub(crate) fn request(
     body: &Map<String, Value>,
     out: &mut Map<String, Value>,
     (messages, max_tokens, effort): (&[Value], Option<Value>, Option<&str>),
