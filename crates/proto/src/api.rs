@@ -2,6 +2,7 @@
 //! shape in each one's shape.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 pub(crate) mod anthropic;
 pub(crate) mod gemini;
@@ -167,3 +168,70 @@ pub struct MessagesText {
     /// (and for Chat Completions, whose messages stay as they are).
     pub system: Option<(&'static str, Vec<u8>)>,
 }
+
+/// The part of [`Dialect::request_from_chat`] that Responses and Anthropic share, for `api`,
+/// an API of one choice per request: `n` above 1, `messages` that is not a list, or a field
+/// of `unsupported` is an error; every field it does not translate itself passes through but
+/// those of `left_out`. What is left to the API's own writer: the fields passed through,
+/// the messages, the limit (`max_completion_tokens`, else `max_tokens`) and the
+/// `reasoning_effort`.
+pub(crate) fn one_choice_request<'a>(
+    api: Dialect,
+    body: &'a Map<String, Value>,
+    unsupported: &[&str],
+    left_out: &[&str],
+) -> Result<OneChoiceRequest<'a>, String> {
+    if body.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+        return Err(format!(
+            "the {} API has no n: send one request per choice",
+            api
+        ));
+    }
+    let mut out = Map::new();
+    let messages = match body.get("messages") {
+        None => &[][..],
+        Some(Value::Array(messages)) => messages,
+        Some(other) => {
+            let found = messages::json_kind(other);
+            return Err(MessagesError::NotAnArray { found }.to_string());
+        }
+    };
+    for unsupported in unsupported {
+        if body.get(*unsupported).is_some_and(|v| !v.is_null()) {
+            return Err(format!(
+                "the {} API has no {unsupported}: leave it out for it",
+                api
+            ));
+        }
+    }
+    for (key, value) in body {
+        match key.as_str() {
+            "n"
+            | "stream_options"
+            | "messages"
+            | "max_tokens"
+            | "max_completion_tokens"
+            | "stop"
+            | "tools"
+            | "tool_choice"
+            | "reasoning_effort" => {}
+            key if left_out.contains(&key) => {}
+            _ => {
+                out.insert(key.to_string(), value.clone());
+            }
+        }
+    }
+    let max_tokens = body
+        .get("max_completion_tokens")
+        .or_else(|| body.get("max_tokens"))
+        .cloned();
+    let effort = body.get("reasoning_effort").and_then(Value::as_str);
+    Ok((out, (messages, max_tokens, effort)))
+}
+
+/// What [`one_choice_request`] leaves to an API's writer: the fields passed through, and
+/// the messages, the limit and the effort asked.
+pub(crate) type OneChoiceRequest<'a> = (
+    Map<String, Value>,
+    (&'a [Value], Option<Value>, Option<&'a str>),
+);

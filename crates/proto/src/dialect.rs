@@ -20,37 +20,30 @@
 //!
 //! The `type` inside an event's data is the truth, not its `event:` line (some servers write
 //! the data line first). Unknown event types are tolerated with a warning; an event of
-//! another dialect is an error naming it.
+//! another dialect is an error naming it (both decided by the list of upstream APIs,
+//! `upstream.rs`, which knows every API's events).
+//!
+//! Each API's reader is its own type ([`ResponsesEvents`], [`AnthropicEvents`],
+//! [`gemini::Candidates`]) implementing [`EventReader`]; the tool-call bookkeeping the
+//! one-choice readers share is [`Calls`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde_json::Value;
 
 pub use crate::api::Dialect;
 
 mod anthropic;
-mod gemini;
+pub(crate) mod gemini;
 mod responses;
+
+pub use anthropic::AnthropicEvents;
+pub use responses::ResponsesEvents;
+
 use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::WarningKind;
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
-
-/// The dialect an event's type belongs to, if it is one of the typed dialects.
-pub(crate) fn dialect_of(kind: &str) -> Option<Dialect> {
-    if kind.starts_with("response.") {
-        return Some(Dialect::Responses);
-    }
-    match kind {
-        "message_start"
-        | "message_delta"
-        | "message_stop"
-        | "content_block_start"
-        | "content_block_delta"
-        | "content_block_stop"
-        | "ping" => Some(Dialect::Anthropic),
-        _ => None,
-    }
-}
 
 /// What one event of a typed dialect gave.
 #[derive(Debug, Default)]
@@ -64,12 +57,69 @@ pub(crate) struct Decoded {
     pub created: Option<i64>,
     /// The reported usage in Chat Completions' shape, when the event completes it.
     pub usage: Option<Value>,
+    /// The running usage of the whole request, every choice's (Gemini's `usageMetadata`):
+    /// the last one is the usage.
+    pub shared_usage: Option<Value>,
+    /// The event ends the message (Anthropic's `message_stop`): its choices end, a finish
+    /// reason or not.
+    pub ends_message: bool,
+    /// The event's type is not one this API knows (another API's, or none's).
+    pub unknown: bool,
     pub warning: Option<WarningKind>,
 }
 
-/// The state of one typed-dialect stream.
+/// One upstream API's event reader: the state of one stream of its events, each parsed
+/// (a typed dialect's; Chat Completions' chunks are the splitter's own). Each API's
+/// implementation is a type of its own, so that a stream's events are read by a `match`
+/// on the reader, never a dynamic call per event.
+pub trait EventReader: std::fmt::Debug + Sized {
+    /// Whether the API's events are read by a reader of this type (false for Chat
+    /// Completions, whose chunks the splitter reads itself).
+    const TYPED: bool = true;
+
+    /// The reader of a new stream; `custom_tools` the request's custom tools (whose calls
+    /// an upstream that has no custom tools was sent as functions of one string). None for
+    /// an API without one ([`EventReader::TYPED`] false).
+    fn new(custom_tools: &Arc<[String]>) -> Option<Self>;
+
+    /// One event, its data parsed: `typed` the `type` in its data, `event` its `event:`
+    /// line (empty when none), `at` its line and offset.
+    fn event(
+        &mut self,
+        typed: Option<&str>,
+        event: &str,
+        data: &Value,
+        at: (u64, u64),
+    ) -> Result<Decoded, Error>;
+}
+
+/// Chat Completions' events have no reader of this kind: its chunks are the splitter's
+/// (`scan.rs`, `split.rs`). No value of this type exists.
+#[derive(Debug)]
+pub enum Chunks {}
+
+impl EventReader for Chunks {
+    const TYPED: bool = false;
+
+    fn new(_: &Arc<[String]>) -> Option<Self> {
+        None
+    }
+
+    fn event(
+        &mut self,
+        _: Option<&str>,
+        _: &str,
+        _: &Value,
+        _: (u64, u64),
+    ) -> Result<Decoded, Error> {
+        match *self {}
+    }
+}
+
+/// The tool calls of a one-choice stream (Responses' output items, Anthropic's content
+/// blocks), by index.
 #[derive(Debug, Default)]
-pub(crate) struct DialectDecoder {
+pub struct Calls {
     /// Output items (Responses) or content blocks (Anthropic) that are tool calls, by index.
     calls: BTreeSet<u32>,
     /// Calls whose arguments arrived as fragments.
@@ -78,21 +128,9 @@ pub(crate) struct DialectDecoder {
     done: BTreeSet<u32>,
     /// Calls that are custom tools' calls (their arguments the tool's free-text input).
     custom: BTreeSet<u32>,
-    /// The request's custom tools, which an Anthropic upstream was sent as tools of one
-    /// string, `input`: their calls are given back as custom calls.
-    custom_names: std::sync::Arc<[String]>,
     /// Anthropic: the `{"input": ...}` of a custom tool's call while it arrives; its input
     /// is its one fragment when the block stops.
-    custom_json: std::collections::BTreeMap<u32, String>,
-    /// Anthropic: input tokens of `message_start`, output tokens of the last `message_delta`.
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
-    /// Responses: a `response.completed` or `response.incomplete` came.
-    ended: bool,
-    /// Unknown event types already warned about (once each).
-    unknown: BTreeSet<String>,
-    /// Gemini: each candidate's state.
-    gemini: gemini::Candidates,
+    custom_json: BTreeMap<u32, String>,
 }
 
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -109,46 +147,31 @@ fn upstream(value: &Value, line: u64) -> Error {
     )))
 }
 
-impl DialectDecoder {
-    /// A decoder that gives calls of `custom_names` (tools an Anthropic upstream was sent
-    /// as functions of one string, `input`) back as custom tools' calls.
-    pub fn new(custom_names: std::sync::Arc<[String]>) -> Self {
-        DialectDecoder {
-            custom_names,
-            ..DialectDecoder::default()
-        }
+/// One event of a one-choice API (`kind` its type): an `error` event is the upstream's
+/// error; else `read` fills the choice's update and the event's facts, and says whether
+/// the update carries anything.
+fn one_choice(
+    kind: &str,
+    data: &Value,
+    (line, offset): (u64, u64),
+    read: impl FnOnce(&mut ChoiceUpdate, &mut Decoded) -> Result<bool, Error>,
+) -> Result<Decoded, Error> {
+    if kind == "error" {
+        return Err(upstream(data, line));
     }
-
-    /// One event of `dialect`, its data parsed; `kind` its `type`.
-    pub fn event(
-        &mut self,
-        dialect: Dialect,
-        kind: &str,
-        data: &Value,
-        (line, offset): (u64, u64),
-    ) -> Result<Decoded, Error> {
-        if dialect == Dialect::Gemini {
-            return self.gemini.record(data, (line, offset));
-        }
-        if kind == "error" {
-            return Err(upstream(data, line));
-        }
-        let mut update = ChoiceUpdate {
-            line,
-            offset,
-            ..ChoiceUpdate::default()
-        };
-        let mut out = Decoded::default();
-        let touched = match dialect {
-            Dialect::Responses => self.responses(kind, data, &mut update, &mut out, line)?,
-            _ => self.anthropic(kind, data, &mut update, &mut out, line)?,
-        };
-        if touched {
-            out.updates.push((0, update));
-        }
-        Ok(out)
+    let mut update = ChoiceUpdate {
+        line,
+        offset,
+        ..ChoiceUpdate::default()
+    };
+    let mut out = Decoded::default();
+    if read(&mut update, &mut out)? {
+        out.updates.push((0, update));
     }
+    Ok(out)
+}
 
+impl Calls {
     /// Opens a tool call at `index` (a custom tool's call when `custom`).
     pub(super) fn call(
         &mut self,
@@ -209,31 +232,5 @@ impl DialectDecoder {
             Self::fragment(update, index, all.unwrap_or(none));
         }
         update.calls_done.push(index);
-    }
-
-    /// An event this dialect does not know: another dialect's is an error naming it,
-    /// anything else is skipped with a warning (once per type).
-    pub(super) fn foreign(
-        &mut self,
-        kind: &str,
-        mine: Dialect,
-        out: &mut Decoded,
-        line: u64,
-    ) -> Result<bool, Error> {
-        match dialect_of(kind) {
-            Some(other) if other != mine => Err(Error::from(ErrorDetail::WrongDialect {
-                expected: mine,
-                found: kind.to_string(),
-                line,
-            })),
-            _ => {
-                if self.unknown.insert(kind.to_string()) {
-                    out.warning = Some(WarningKind::UnknownEvent {
-                        kind: kind.to_string(),
-                    });
-                }
-                Ok(false)
-            }
-        }
     }
 }

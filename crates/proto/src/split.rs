@@ -23,10 +23,11 @@ use serde_json::value::RawValue;
 use choicewise_sse::{DataLines, Framer};
 
 use crate::config::StreamConfig;
-use crate::dialect::{Dialect, DialectDecoder, dialect_of};
+use crate::dialect::Dialect;
 use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::{Warning, WarningKind};
 use crate::scan::{Head, Scanned, scan};
+use crate::upstream::{Reader, dialect_of};
 use crate::wire::ChatCompletionChunk;
 use envelope::{Created, Envelope, Facts, RawChoices, raw_value, upstream_error};
 
@@ -55,7 +56,7 @@ pub struct Splitter {
     /// The stream's dialect (`None` until its first event says).
     dialect: Option<Dialect>,
     /// The state of a typed-dialect stream (boxed: most streams are Chat Completions).
-    typed: Option<Box<DialectDecoder>>,
+    typed: Option<Box<Reader>>,
     /// The request's custom tools, for a typed-dialect stream's decoder.
     custom_tools: std::sync::Arc<[String]>,
     max_choices: usize,
@@ -144,10 +145,7 @@ impl Splitter {
     /// Whether the stream speaks a typed dialect, whose events the reader decodes itself
     /// (Responses, Anthropic, Gemini).
     pub(crate) fn typed_dialect(&self) -> bool {
-        matches!(
-            self.dialect,
-            Some(Dialect::Responses | Dialect::Anthropic | Dialect::Gemini)
-        )
+        self.dialect.is_some_and(Dialect::has_reader)
     }
 
     /// Takes the completion's facts (at the stream's end).

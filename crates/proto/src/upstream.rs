@@ -1,12 +1,340 @@
-//! What each upstream API is: its name, its endpoint, and its request writer.
+//! An upstream API as one implementation of one trait, [`UpstreamApi`], and the one list of
+//! them ([`upstream_apis!`]): what the API is called, where its requests go and with which
+//! key header, whether one request asks for several choices, its request writer (a Chat
+//! Completions request in its shape), which events are its own, and its event reader.
+//!
+//! [`Dialect`] stays the one public name of an API (configuration, flags, labels, serde);
+//! [`Dialect::api`] is its implementation, from the list, and `Dialect`'s own methods here
+//! are that implementation's. A new upstream API is one module under `upstream/` (its
+//! writer and reader may live in it), its `Dialect` variant, and one entry in the list.
+//!
+//! The request side is called through `&dyn UpstreamApi` (once per request). A stream's
+//! events are not: each API's reader is a type of its own ([`ReadsEvents::Reader`]), and
+//! [`Reader`], made from the same list, reads an event by a `match` on the stream's reader,
+//! with no dynamic call per event.
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::api::{Dialect, MessagesError, MessagesText, gemini, messages, tools};
-use crate::api::{anthropic, responses};
+use crate::api::{Dialect, MessagesError, MessagesText};
+use crate::dialect::{Decoded, EventReader};
+use crate::error::{Error, ErrorDetail};
+use crate::event::WarningKind;
+
+mod anthropic;
+mod chat;
+mod gemini;
+mod responses;
+
+/// One upstream API: what choicewise needs to ask it and to read its answer. Sealed: the
+/// implementations are choicewise's own, one per [`Dialect`], given by [`Dialect::api`].
+///
+/// ```
+/// use choicewise_proto::{Dialect, UpstreamApi};
+/// let api: &dyn UpstreamApi = Dialect::Anthropic.api();
+/// assert_eq!((api.dialect(), api.name(), api.endpoint()), (Dialect::Anthropic, "anthropic", "messages"));
+/// assert_eq!(api.key_header(), Some("x-api-key"));
+/// assert!(!api.has_n());
+/// assert!(api.recognises("content_block_delta") && !api.recognises("response.completed"));
+/// let body = serde_json::json!({"messages": [{"role": "user", "content": "hi"}]});
+/// let request = api.request_from_chat(body.as_object().unwrap()).unwrap();
+/// assert_eq!(request["max_tokens"], choicewise_proto::DEFAULT_ANTHROPIC_MAX_TOKENS);
+/// ```
+pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
+    /// Its name in choicewise ([`Dialect`]).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::ALL.iter().all(|d| d.api().dialect() == *d));
+    /// ```
+    fn dialect(&self) -> Dialect;
+
+    /// Its name: `chat`, `responses`, `anthropic`, `gemini` (configuration, flags, labels).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Gemini.api().name(), "gemini");
+    /// ```
+    fn name(&self) -> &'static str;
+
+    /// Its streaming endpoint's path under the API's base URL (`…/v1`, `…/v1beta`); for an
+    /// API whose path names the model, the root of those paths
+    /// ([`endpoint_for`](Self::endpoint_for)).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Responses.api().endpoint(), "responses");
+    /// ```
+    fn endpoint(&self) -> &'static str;
+
+    /// Its streaming endpoint's path for `model`: [`endpoint`](Self::endpoint), unless the
+    /// API's path names the model (Gemini's `models/{model}:streamGenerateContent`).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Gemini.api().endpoint_for("m"), "models/m:streamGenerateContent");
+    /// assert_eq!(Dialect::Chat.api().endpoint_for("m"), "chat/completions");
+    /// ```
+    fn endpoint_for(&self, model: &str) -> String {
+        let _ = model;
+        self.endpoint().to_string()
+    }
+
+    /// The header an API key is sent in, when it is not `Authorization: Bearer KEY`:
+    /// Anthropic's `x-api-key`, Gemini's `x-goog-api-key`.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Gemini.api().key_header(), Some("x-goog-api-key"));
+    /// assert_eq!(Dialect::Chat.api().key_header(), None);
+    /// ```
+    fn key_header(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Whether one request asks for several choices (Chat Completions' `n`, Gemini's
+    /// `candidateCount`); the others take one request per choice.
+    ///
+    /// ```
+    /// assert!(choicewise_proto::Dialect::Chat.api().has_n());
+    /// ```
+    fn has_n(&self) -> bool;
+
+    /// The request field that holds the conversation in its shape (`messages`, `input`,
+    /// `contents`).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Gemini.api().messages_field(), "contents");
+    /// ```
+    fn messages_field(&self) -> &'static str {
+        "messages"
+    }
+
+    /// The request field a Chat Completions system message's content goes in (`system`,
+    /// `instructions`, `systemInstruction`); None when it stays a message.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Responses.api().system_field(), Some("instructions"));
+    /// ```
+    fn system_field(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Whether the body of a request to it is written from the client's fields one at a
+    /// time (its messages and tools from their text, [`write_messages_from_chat_json`](Self::write_messages_from_chat_json),
+    /// [`write_tools_from_chat_json`](Self::write_tools_from_chat_json), every other field
+    /// parsed as [`request_from_chat`](Self::request_from_chat) needs it); false when it is
+    /// written from the whole request parsed (Gemini's, today) or, for Chat Completions,
+    /// from the client's fields as they came.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Anthropic.api().writes_by_field() && !Dialect::Gemini.api().writes_by_field());
+    /// ```
+    fn writes_by_field(&self) -> bool {
+        false
+    }
+
+    /// A request in Chat Completions' shape in this API's shape ([`Dialect::request_from_chat`]
+    /// says how, for each API).
+    ///
+    /// ```
+    /// let body = serde_json::json!({"messages": [], "max_tokens": 9});
+    /// let responses = choicewise_proto::Dialect::Responses.api()
+    ///     .request_from_chat(body.as_object().unwrap()).unwrap();
+    /// assert_eq!(responses["max_output_tokens"], 9);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A field the API cannot take, or a message or tool that does not translate: why.
+    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String>;
+
+    /// A Chat Completions `messages`, as JSON text, written in this API's shape at the end of
+    /// `out` ([`Dialect::write_messages_from_chat_json`]): the first system message's
+    /// content, as JSON text, when the API takes it in a field of its own.
+    ///
+    /// ```
+    /// let mut out = Vec::new();
+    /// let system = choicewise_proto::Dialect::Chat.api()
+    ///     .write_messages_from_chat_json(br#"[{"role": "system", "content": "x"}]"#, &mut out).unwrap();
+    /// assert_eq!((out.as_slice(), system), (&br#"[{"role": "system", "content": "x"}]"#[..], None));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`MessagesError`]: not a list, or a message that does not translate.
+    fn write_messages_from_chat_json(
+        &self,
+        messages: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, MessagesError>;
+
+    /// A Chat Completions `tools`, as JSON text, written in this API's shape at the end of
+    /// `out` ([`Dialect::write_tools_from_chat_json`]).
+    ///
+    /// ```
+    /// let mut out = Vec::new();
+    /// choicewise_proto::Dialect::Gemini.api()
+    ///     .write_tools_from_chat_json(br#"[{"type": "function", "function": {"name": "f"}}]"#, &mut out)
+    ///     .unwrap();
+    /// let tools: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    /// assert_eq!(tools[0]["functionDeclarations"][0]["name"], "f");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Not a list, a tool that is not a function, a function without a name.
+    fn write_tools_from_chat_json(&self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String>;
+
+    /// Whether an event of this `type` is one of this API's (how a stream of no given API
+    /// is recognised from its first event, and an event of another API told from an unknown
+    /// one). Chat Completions' chunks and Gemini's records have no `type`: none is theirs.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Responses.api().recognises("response.output_text.delta"));
+    /// assert!(!Dialect::Chat.api().recognises("message_start"));
+    /// ```
+    fn recognises(&self, kind: &str) -> bool {
+        let _ = kind;
+        false
+    }
+}
+
+pub(crate) mod sealed {
+    /// Only choicewise's own upstream APIs implement [`UpstreamApi`](super::UpstreamApi).
+    pub trait Sealed {}
+}
+
+/// An upstream API's event reader: the type whose value reads one stream of its events.
+pub(crate) trait ReadsEvents {
+    /// The reader ([`EventReader`]); `dialect::Chunks` for Chat Completions, whose chunks
+    /// the splitter reads itself.
+    type Reader: EventReader;
+}
+
+/// The one list of upstream APIs: each [`Dialect`] and its implementation. It makes
+/// [`Dialect::api`] and [`Reader`] (one variant per API, holding that API's reader).
+macro_rules! upstream_apis {
+    ($($dialect:ident => $api:path),+ $(,)?) => {
+        impl Dialect {
+            /// Its implementation: what choicewise asks of this API and reads of it.
+            ///
+            /// ```
+            /// use choicewise_proto::Dialect;
+            /// assert_eq!(Dialect::Anthropic.api().name(), "anthropic");
+            /// ```
+            pub fn api(self) -> &'static dyn UpstreamApi {
+                match self {
+                    $(Dialect::$dialect => &$api,)+
+                }
+            }
+
+            /// Whether this API's events are read by a reader of its own (every API's but
+            /// Chat Completions', whose chunks the splitter reads itself).
+            pub(crate) const fn has_reader(self) -> bool {
+                match self {
+                    $(Dialect::$dialect => <<$api as ReadsEvents>::Reader as EventReader>::TYPED,)+
+                }
+            }
+        }
+
+        /// The event reader of one stream, by its API.
+        #[derive(Debug)]
+        pub(crate) enum ApiReader {
+            $($dialect(<$api as ReadsEvents>::Reader),)+
+        }
+
+        impl ApiReader {
+            fn new(dialect: Dialect, custom_tools: &Arc<[String]>) -> Option<ApiReader> {
+                match dialect {
+                    $(Dialect::$dialect => {
+                        <<$api as ReadsEvents>::Reader as EventReader>::new(custom_tools)
+                            .map(ApiReader::$dialect)
+                    })+
+                }
+            }
+
+            fn event(
+                &mut self,
+                typed: Option<&str>,
+                event: &str,
+                data: &Value,
+                at: (u64, u64),
+            ) -> Result<(Dialect, Decoded), Error> {
+                match self {
+                    $(ApiReader::$dialect(r) => Ok((Dialect::$dialect, r.event(typed, event, data, at)?)),)+
+                }
+            }
+        }
+    };
+}
+
+upstream_apis! {
+    Chat => chat::Chat,
+    Responses => responses::Responses,
+    Anthropic => anthropic::Anthropic,
+    Gemini => gemini::Gemini,
+}
+
+/// The reader of one stream's events, of the API the stream speaks: its API's reader, and
+/// the event types it met that no API knows (warned about once each).
+#[derive(Debug)]
+pub(crate) struct Reader {
+    api: ApiReader,
+    unknown: std::collections::BTreeSet<String>,
+}
+
+impl Reader {
+    /// The reader of a stream of `dialect`; `custom_tools` the request's custom tools. None
+    /// for Chat Completions, whose chunks the splitter reads itself.
+    pub(crate) fn new(dialect: Dialect, custom_tools: &Arc<[String]>) -> Option<Reader> {
+        Some(Reader {
+            api: ApiReader::new(dialect, custom_tools)?,
+            unknown: std::collections::BTreeSet::new(),
+        })
+    }
+
+    /// One event, its data parsed: `typed` the `type` in its data, `event` its `event:` line.
+    /// An event type of another API is an error naming it; one of no API is skipped with a
+    /// warning (the first time).
+    pub(crate) fn event(
+        &mut self,
+        typed: Option<&str>,
+        event: &str,
+        data: &Value,
+        at: (u64, u64),
+    ) -> Result<Decoded, Error> {
+        let (mine, mut decoded) = self.api.event(typed, event, data, at)?;
+        if decoded.unknown {
+            let kind = typed.unwrap_or(event);
+            match dialect_of(kind) {
+                Some(other) if other != mine => {
+                    return Err(Error::from(ErrorDetail::WrongDialect {
+                        expected: mine,
+                        found: kind.to_string(),
+                        line: at.0,
+                    }));
+                }
+                _ => {
+                    if self.unknown.insert(kind.to_string()) {
+                        decoded.warning = Some(WarningKind::UnknownEvent {
+                            kind: kind.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(decoded)
+    }
+}
+
+/// The API an event's type belongs to, if it is one of an API's ([`UpstreamApi::recognises`]).
+pub(crate) fn dialect_of(kind: &str) -> Option<Dialect> {
+    Dialect::ALL.into_iter().find(|d| d.api().recognises(kind))
+}
 
 impl Dialect {
     /// Its name: `chat`, `responses`, `anthropic`, `gemini` (configuration, flags, labels).
@@ -14,13 +342,8 @@ impl Dialect {
     /// ```
     /// assert_eq!(choicewise_proto::Dialect::Chat.name(), "chat");
     /// ```
-    pub const fn name(self) -> &'static str {
-        match self {
-            Dialect::Chat => "chat",
-            Dialect::Responses => "responses",
-            Dialect::Anthropic => "anthropic",
-            Dialect::Gemini => "gemini",
-        }
+    pub fn name(self) -> &'static str {
+        self.api().name()
     }
 
     /// Its streaming endpoint's path under an API's base URL (`…/v1`, `…/v1beta`); Gemini's
@@ -29,13 +352,8 @@ impl Dialect {
     /// ```
     /// assert_eq!(choicewise_proto::Dialect::Anthropic.endpoint(), "messages");
     /// ```
-    pub const fn endpoint(self) -> &'static str {
-        match self {
-            Dialect::Chat => "chat/completions",
-            Dialect::Responses => "responses",
-            Dialect::Anthropic => "messages",
-            Dialect::Gemini => "models",
-        }
+    pub fn endpoint(self) -> &'static str {
+        self.api().endpoint()
     }
 
     /// Whether one request of this API asks for several choices (Chat Completions' `n`,
@@ -46,8 +364,8 @@ impl Dialect {
     /// assert!(Dialect::Gemini.has_n() && Dialect::Chat.has_n());
     /// assert!(!Dialect::Anthropic.has_n() && !Dialect::Responses.has_n());
     /// ```
-    pub const fn has_n(self) -> bool {
-        matches!(self, Dialect::Chat | Dialect::Gemini)
+    pub fn has_n(self) -> bool {
+        self.api().has_n()
     }
 
     /// Its streaming endpoint's path for `model`: [`endpoint`](Self::endpoint), but for
@@ -61,10 +379,7 @@ impl Dialect {
     /// assert_eq!(Dialect::Chat.endpoint_for("gpt-4o"), "chat/completions");
     /// ```
     pub fn endpoint_for(self, model: &str) -> String {
-        match self {
-            Dialect::Gemini => format!("models/{model}:streamGenerateContent"),
-            other => other.endpoint().to_string(),
-        }
+        self.api().endpoint_for(model)
     }
 
     /// A Chat Completions request's `tools`, given as their JSON text, in this API's shape
@@ -84,11 +399,9 @@ impl Dialect {
     /// As `request_from_chat` for its `tools`: not a list, a tool that is not a function, a
     /// function without a name.
     pub fn tools_from_chat_json(self, tools: &[u8]) -> Result<Vec<u8>, String> {
-        match self {
-            Dialect::Chat => Ok(tools.to_vec()),
-            Dialect::Gemini => gemini::tools_text(tools),
-            api => tools::tools_text(tools, api == Dialect::Anthropic),
-        }
+        let mut out = Vec::with_capacity(tools.len());
+        self.api().write_tools_from_chat_json(tools, &mut out)?;
+        Ok(out)
     }
 
     /// [`tools_from_chat_json`](Self::tools_from_chat_json) written at the end of `out` (a
@@ -107,17 +420,7 @@ impl Dialect {
     ///
     /// As [`tools_from_chat_json`](Self::tools_from_chat_json).
     pub fn write_tools_from_chat_json(self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        match self {
-            Dialect::Chat => {
-                out.extend_from_slice(tools);
-                Ok(())
-            }
-            Dialect::Gemini => {
-                out.extend_from_slice(&gemini::tools_text(tools)?);
-                Ok(())
-            }
-            api => tools::write_tools_text(tools, api == Dialect::Anthropic, out),
-        }
+        self.api().write_tools_from_chat_json(tools, out)
     }
 
     /// A Chat Completions request's `messages`, given as their JSON text, in this API's shape
@@ -193,14 +496,7 @@ impl Dialect {
         messages: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<Option<Vec<u8>>, MessagesError> {
-        match self {
-            Dialect::Chat => {
-                out.extend_from_slice(messages);
-                Ok(None)
-            }
-            Dialect::Gemini => gemini::write_contents(messages, out),
-            api => messages::write_messages(api, messages, out),
-        }
+        self.api().write_messages_from_chat_json(messages, out)
     }
 
     /// The request field that holds the conversation in this API's shape: `messages`
@@ -209,12 +505,8 @@ impl Dialect {
     /// ```
     /// assert_eq!(choicewise_proto::Dialect::Responses.messages_field(), "input");
     /// ```
-    pub const fn messages_field(self) -> &'static str {
-        match self {
-            Dialect::Responses => "input",
-            Dialect::Gemini => "contents",
-            _ => "messages",
-        }
+    pub fn messages_field(self) -> &'static str {
+        self.api().messages_field()
     }
 
     /// The request field a first system message's content goes in, translated from Chat
@@ -227,13 +519,8 @@ impl Dialect {
     /// assert_eq!(Dialect::Anthropic.system_field(), Some("system"));
     /// assert_eq!(Dialect::Chat.system_field(), None);
     /// ```
-    pub const fn system_field(self) -> Option<&'static str> {
-        match self {
-            Dialect::Chat => None,
-            Dialect::Responses => Some("instructions"),
-            Dialect::Anthropic => Some("system"),
-            Dialect::Gemini => Some("systemInstruction"),
-        }
+    pub fn system_field(self) -> Option<&'static str> {
+        self.api().system_field()
     }
 
     /// A request in Chat Completions' shape (`messages`, `max_tokens`, ...) in this dialect's
@@ -303,76 +590,10 @@ impl Dialect {
     /// assert_eq!(responses["tools"][0]["name"], "weather");
     /// ```
     pub fn request_from_chat(self, request: &Value) -> Result<Value, String> {
-        let api = self;
         let Some(body) = request.as_object() else {
             return Err("the request body must be a JSON object".into());
         };
-        if api == Dialect::Chat {
-            return Ok(request.clone());
-        }
-        if api == Dialect::Gemini {
-            return gemini::request(body);
-        }
-        if body.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
-            return Err(format!(
-                "the {} API has no n: send one request per choice",
-                api
-            ));
-        }
-        let mut out = Map::new();
-        let messages = match body.get("messages") {
-            None => &[][..],
-            Some(Value::Array(messages)) => messages,
-            Some(other) => {
-                let found = messages::json_kind(other);
-                return Err(MessagesError::NotAnArray { found }.to_string());
-            }
-        };
-        for unsupported in ["seed", "stop"] {
-            let missing = match api {
-                Dialect::Responses => true,
-                _ => unsupported == "seed",
-            };
-            if missing && body.get(unsupported).is_some_and(|v| !v.is_null()) {
-                return Err(format!(
-                    "the {} API has no {unsupported}: leave it out for it",
-                    api
-                ));
-            }
-        }
-        for (key, value) in body {
-            match key.as_str() {
-                "n"
-                | "stream_options"
-                | "messages"
-                | "max_tokens"
-                | "max_completion_tokens"
-                | "stop"
-                | "tools"
-                | "tool_choice"
-                | "reasoning_effort" => {}
-                "parallel_tool_calls" if api == Dialect::Anthropic => {}
-                // OpenAI's own request fields (Codex CLI sends `prompt_cache_key`), which the
-                // Anthropic API refuses as unknown: left out for it.
-                "prompt_cache_key" | "user" | "safety_identifier" | "service_tier"
-                    if api == Dialect::Anthropic => {}
-                _ => {
-                    out.insert(key.clone(), value.clone());
-                }
-            }
-        }
-        let max_tokens = body
-            .get("max_completion_tokens")
-            .or_else(|| body.get("max_tokens"))
-            .cloned();
-        let effort = body.get("reasoning_effort").and_then(Value::as_str);
-        let asked = (messages, max_tokens, effort);
-        match api {
-            Dialect::Responses => responses::request(body, &mut out, asked)?,
-            Dialect::Anthropic => anthropic::request(body, &mut out, asked)?,
-            Dialect::Chat | Dialect::Gemini => {}
-        }
-        Ok(Value::Object(out))
+        self.api().request_from_chat(body)
     }
 }
 
@@ -396,5 +617,74 @@ impl FromStr for Dialect {
             .into_iter()
             .find(|d| d.name() == s)
             .ok_or_else(|| format!("unknown API {s:?} (chat, responses, anthropic or gemini)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_gives_each_dialect_its_own_api() {
+        for dialect in Dialect::ALL {
+            let api = dialect.api();
+            assert_eq!(api.dialect(), dialect, "{api:?}");
+            assert_eq!(api.name().parse::<Dialect>(), Ok(dialect));
+            assert_eq!(dialect.has_reader(), dialect != Dialect::Chat, "{dialect}");
+            let reader = Reader::new(dialect, &Arc::from(Vec::new()));
+            assert_eq!(reader.is_some(), dialect.has_reader(), "{dialect}");
+        }
+    }
+
+    #[test]
+    fn an_event_type_belongs_to_one_api_at_most() {
+        let cases = [
+            ("response.output_text.delta", Some(Dialect::Responses)),
+            ("response.whatever_comes_next", Some(Dialect::Responses)),
+            ("message_stop", Some(Dialect::Anthropic)),
+            ("ping", Some(Dialect::Anthropic)),
+            ("chat.completion.chunk", None),
+            ("error", None),
+            ("", None),
+        ];
+        for (kind, owner) in cases {
+            assert_eq!(dialect_of(kind), owner, "{kind}");
+            let owners = Dialect::ALL.iter().filter(|d| d.api().recognises(kind));
+            assert!(owners.count() <= 1, "{kind}");
+        }
+    }
+
+    #[test]
+    fn another_apis_event_is_an_error_and_an_unknown_one_a_warning_once() {
+        let mut reader = Reader::new(Dialect::Anthropic, &Arc::from(Vec::new())).unwrap();
+        let data = serde_json::json!({"type": "whatever"});
+        let first = reader.event(Some("whatever"), "", &data, (1, 0)).unwrap();
+        assert!(
+            matches!(first.warning, Some(WarningKind::UnknownEvent { ref kind }) if kind == "whatever")
+        );
+        let again = reader.event(Some("whatever"), "", &data, (2, 0)).unwrap();
+        assert!(again.warning.is_none() && again.updates.is_empty());
+        let data = serde_json::json!({"type": "response.completed"});
+        let e = reader
+            .event(Some("response.completed"), "", &data, (3, 0))
+            .unwrap_err();
+        assert!(
+            matches!(e.detail(), ErrorDetail::WrongDialect { expected: Dialect::Anthropic, found, line: 3 } if found == "response.completed"),
+            "{e}"
+        );
+        let mut gemini = Reader::new(Dialect::Gemini, &Arc::from(Vec::new())).unwrap();
+        let e = gemini
+            .event(Some("message_start"), "", &data, (4, 0))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e.detail(),
+                ErrorDetail::WrongDialect {
+                    expected: Dialect::Gemini,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 }

@@ -1,11 +1,50 @@
 //! The Anthropic Messages API's events, read as one choice.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
-use super::{Decoded, DialectDecoder, str_at, u32_at};
-use crate::api::Dialect;
+use super::{Calls, Decoded, EventReader, one_choice, str_at, u32_at};
 use crate::error::Error;
 use crate::merge::{ChoiceUpdate, text};
+
+/// The reader of an Anthropic Messages stream: its one choice's tool calls (custom tools'
+/// among them) and its usage so far.
+#[derive(Debug, Default)]
+pub struct AnthropicEvents {
+    calls: Calls,
+    /// The request's custom tools, which an Anthropic upstream was sent as tools of one
+    /// string, `input`: their calls are given back as custom calls.
+    custom_names: Arc<[String]>,
+    /// Input tokens of `message_start`, output tokens of the last `message_delta`.
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+impl EventReader for AnthropicEvents {
+    fn new(custom_tools: &Arc<[String]>) -> Option<Self> {
+        Some(AnthropicEvents {
+            custom_names: Arc::clone(custom_tools),
+            ..AnthropicEvents::default()
+        })
+    }
+
+    fn event(
+        &mut self,
+        typed: Option<&str>,
+        event: &str,
+        data: &Value,
+        at: (u64, u64),
+    ) -> Result<Decoded, Error> {
+        let kind = typed.unwrap_or(event);
+        let mut out = one_choice(kind, data, at, |update, out| {
+            self.anthropic(kind, data, update, out)
+        })?;
+        // `message_stop` ends the message, its stop reason or not.
+        out.ends_message = kind == "message_stop";
+        Ok(out)
+    }
+}
 
 /// An Anthropic `stop_reason` as a Chat Completions `finish_reason`: `end_turn` and
 /// `stop_sequence` are `stop`, `tool_use` is `tool_calls`, `max_tokens` is `length`,
@@ -20,14 +59,13 @@ fn anthropic_finish(reason: &str) -> &str {
     }
 }
 
-impl DialectDecoder {
+impl AnthropicEvents {
     pub(super) fn anthropic(
         &mut self,
         kind: &str,
         data: &Value,
         update: &mut ChoiceUpdate,
         out: &mut Decoded,
-        line: u64,
     ) -> Result<bool, Error> {
         let index = u32_at(data, "index");
         match kind {
@@ -54,19 +92,20 @@ impl DialectDecoder {
                         let name = str_at(block, &["name"]);
                         let custom = kind == "tool_use"
                             && name.is_some_and(|n| self.custom_names.iter().any(|c| c == n));
-                        self.call(update, index, (str_at(block, &["id"]), name), custom);
+                        self.calls
+                            .call(update, index, (str_at(block, &["id"]), name), custom);
                         // A block may carry its whole input (`{}` when empty) at its start.
                         let whole = block
                             .get("input")
                             .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
                         match (whole, custom) {
                             (Some(input), false) => {
-                                self.fragmented.insert(index);
-                                Self::fragment(update, index, &input.to_string());
+                                self.calls.fragmented.insert(index);
+                                Calls::fragment(update, index, &input.to_string());
                             }
                             (whole, true) => {
                                 let json = whole.map(Value::to_string).unwrap_or_default();
-                                self.custom_json.insert(index, json);
+                                self.calls.custom_json.insert(index, json);
                             }
                             (None, false) => {}
                         }
@@ -91,20 +130,20 @@ impl DialectDecoder {
                         update.reasoning = delta["thinking"].as_str().map(text);
                     }
                     Some("input_json_delta") => {
-                        let Some(index) = index.filter(|i| self.calls.contains(i)) else {
+                        let Some(index) = index.filter(|i| self.calls.calls.contains(i)) else {
                             return Ok(false);
                         };
                         let json = delta["partial_json"].as_str().unwrap_or_default();
-                        if json.is_empty() || self.done.contains(&index) {
+                        if json.is_empty() || self.calls.done.contains(&index) {
                             return Ok(false);
                         }
-                        if let Some(whole) = self.custom_json.get_mut(&index) {
+                        if let Some(whole) = self.calls.custom_json.get_mut(&index) {
                             // A custom tool's input is given whole when its block stops.
                             whole.push_str(json);
                             return Ok(false);
                         }
-                        self.fragmented.insert(index);
-                        Self::fragment(update, index, json);
+                        self.calls.fragmented.insert(index);
+                        Calls::fragment(update, index, json);
                     }
                     // The signature of a thinking block, and citations: nothing to merge.
                     _ => return Ok(false),
@@ -114,7 +153,7 @@ impl DialectDecoder {
                 let Some(index) = index else {
                     return Ok(false);
                 };
-                self.finish_call(update, index, None);
+                self.calls.finish_call(update, index, None);
             }
             "message_delta" => {
                 let usage = &data["usage"];
@@ -131,13 +170,16 @@ impl DialectDecoder {
                 // before its `message_stop` finished all the same (as a Chat Completions
                 // choice whose `finish_reason` came before a missing `[DONE]`). A second
                 // one is passed on as a second finish, which the merge leaves out.
-                for index in self.calls.clone() {
-                    self.finish_call(update, index, None);
+                for index in self.calls.calls.clone() {
+                    self.calls.finish_call(update, index, None);
                 }
                 update.finish_reason = Some(text(anthropic_finish(reason)));
                 update.stop_reason = Some(text(reason));
             }
-            other => return self.foreign(other, Dialect::Anthropic, out, line),
+            _ => {
+                out.unknown = true;
+                return Ok(false);
+            }
         }
         Ok(true)
     }
@@ -148,8 +190,8 @@ impl DialectDecoder {
         update: &mut ChoiceUpdate,
         out: &mut Decoded,
     ) -> Result<bool, Error> {
-        for index in self.calls.clone() {
-            self.finish_call(update, index, None);
+        for index in self.calls.calls.clone() {
+            self.calls.finish_call(update, index, None);
         }
         // The finish came with `message_delta`'s stop reason. A message that stops
         // without one has no finish: the choice ends as a Chat Completions choice whose

@@ -1,14 +1,42 @@
 //! The OpenAI Responses API's typed events, read as one choice.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
-use super::{Decoded, DialectDecoder, str_at, u32_at, upstream};
-use crate::api::Dialect;
+use super::{Calls, Decoded, EventReader, one_choice, str_at, u32_at, upstream};
 use crate::error::Error;
 use crate::merge::{ChoiceUpdate, text};
 
-impl DialectDecoder {
-    pub(super) fn responses(
+/// The reader of a Responses stream: its one choice's tool calls, and whether it ended.
+#[derive(Debug, Default)]
+pub struct ResponsesEvents {
+    calls: Calls,
+    /// A `response.completed` or `response.incomplete` came.
+    ended: bool,
+}
+
+impl EventReader for ResponsesEvents {
+    fn new(_: &Arc<[String]>) -> Option<Self> {
+        Some(ResponsesEvents::default())
+    }
+
+    fn event(
+        &mut self,
+        typed: Option<&str>,
+        event: &str,
+        data: &Value,
+        at: (u64, u64),
+    ) -> Result<Decoded, Error> {
+        let kind = typed.unwrap_or(event);
+        one_choice(kind, data, at, |update, out| {
+            self.responses(kind, data, update, out, at.0)
+        })
+    }
+}
+
+impl ResponsesEvents {
+    fn responses(
         &mut self,
         kind: &str,
         data: &Value,
@@ -33,7 +61,8 @@ impl DialectDecoder {
                 match str_at(item, &["type"]) {
                     Some(kind @ ("function_call" | "custom_tool_call")) => {
                         let named = (str_at(item, &["call_id"]), str_at(item, &["name"]));
-                        self.call(update, index, named, kind == "custom_tool_call");
+                        self.calls
+                            .call(update, index, named, kind == "custom_tool_call");
                     }
                     Some("message") => update.role = Some(text("assistant")),
                     _ => return Ok(false),
@@ -52,18 +81,18 @@ impl DialectDecoder {
                 let (Some(index), Some(delta)) = (output_index, data["delta"].as_str()) else {
                     return Ok(false);
                 };
-                if !self.calls.contains(&index) || self.done.contains(&index) {
+                if !self.calls.calls.contains(&index) || self.calls.done.contains(&index) {
                     return Ok(false);
                 }
-                self.fragmented.insert(index);
-                Self::fragment(update, index, delta);
+                self.calls.fragmented.insert(index);
+                Calls::fragment(update, index, delta);
             }
             "response.function_call_arguments.done" | "response.custom_tool_call_input.done" => {
                 let Some(index) = output_index else {
                     return Ok(false);
                 };
                 let all = data["arguments"].as_str().or(data["input"].as_str());
-                self.finish_call(update, index, all);
+                self.calls.finish_call(update, index, all);
             }
             "response.output_item.done" => {
                 let item = &data["item"];
@@ -71,9 +100,11 @@ impl DialectDecoder {
                     return Ok(false);
                 };
                 if str_at(item, &["type"]) == Some("function_call") {
-                    self.finish_call(update, index, item["arguments"].as_str());
+                    self.calls
+                        .finish_call(update, index, item["arguments"].as_str());
                 } else if str_at(item, &["type"]) == Some("custom_tool_call") {
-                    self.finish_call(update, index, item["input"].as_str());
+                    self.calls
+                        .finish_call(update, index, item["input"].as_str());
                 } else {
                     return Ok(false);
                 }
@@ -93,15 +124,15 @@ impl DialectDecoder {
                         "total_tokens": u["total_tokens"].as_u64().unwrap_or(input + output),
                     }));
                 }
-                for index in self.calls.clone() {
-                    self.finish_call(update, index, None);
+                for index in self.calls.calls.clone() {
+                    self.calls.finish_call(update, index, None);
                 }
                 let raw = match kind {
                     "response.completed" => "completed",
                     _ => str_at(r, &["incomplete_details", "reason"]).unwrap_or("incomplete"),
                 };
                 let reason = match (kind, raw) {
-                    ("response.completed", _) if self.calls.is_empty() => "stop",
+                    ("response.completed", _) if self.calls.calls.is_empty() => "stop",
                     ("response.completed", _) => "tool_calls",
                     (_, "content_filter") => "content_filter",
                     _ => "length",
@@ -125,7 +156,10 @@ impl DialectDecoder {
             | "response.reasoning_summary_text.done"
             | "response.reasoning_text.done"
             | "response.queued" => return Ok(false),
-            other => return self.foreign(other, Dialect::Responses, out, line),
+            _ => {
+                out.unknown = true;
+                return Ok(false);
+            }
         }
         Ok(true)
     }
