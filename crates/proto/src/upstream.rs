@@ -121,19 +121,16 @@ pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
         None
     }
 
-    /// Whether the body of a request to it is written from the client's fields one at a
-    /// time (its messages and tools from their text, [`write_messages_from_chat_json`](Self::write_messages_from_chat_json),
-    /// [`write_tools_from_chat_json`](Self::write_tools_from_chat_json), every other field
-    /// parsed as [`request_from_chat`](Self::request_from_chat) needs it); false when it is
-    /// written from the whole request parsed (Gemini's, today) or, for Chat Completions,
-    /// from the client's fields as they came.
+    /// How a request to it is best written from a client's request in Chat Completions'
+    /// shape ([`RequestWriting`]).
     ///
     /// ```
-    /// use choicewise_proto::Dialect;
-    /// assert!(Dialect::Anthropic.api().writes_by_field() && !Dialect::Gemini.api().writes_by_field());
+    /// use choicewise_proto::{Dialect, RequestWriting};
+    /// assert_eq!(Dialect::Chat.api().request_writing(), RequestWriting::AsSent);
+    /// assert_eq!(Dialect::Anthropic.api().request_writing(), RequestWriting::ByField);
     /// ```
-    fn writes_by_field(&self) -> bool {
-        false
+    fn request_writing(&self) -> RequestWriting {
+        RequestWriting::Whole
     }
 
     /// A request in Chat Completions' shape in this API's shape ([`Dialect::request_from_chat`]
@@ -201,6 +198,31 @@ pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
         let _ = kind;
         false
     }
+}
+
+/// How a request to an upstream API is written from a client's request in Chat Completions'
+/// shape ([`UpstreamApi::request_writing`]); each way gives the same request as
+/// [`UpstreamApi::request_from_chat`].
+///
+/// ```
+/// use choicewise_proto::{Dialect, RequestWriting};
+/// let by_field = Dialect::ALL.into_iter().filter(|d| d.api().request_writing() == RequestWriting::ByField);
+/// assert_eq!(by_field.collect::<Vec<_>>(), [Dialect::Responses, Dialect::Anthropic]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RequestWriting {
+    /// The client's fields as they came, but for the few a caller decides itself (the
+    /// model, streaming, the number of choices, a limit): Chat Completions.
+    AsSent,
+    /// Field by field: the messages and the tools translated from their text, one message
+    /// and one tool at a time ([`UpstreamApi::write_messages_from_chat_json`],
+    /// [`UpstreamApi::write_tools_from_chat_json`]), the other fields parsed and translated
+    /// as [`UpstreamApi::request_from_chat`] does, so that a request of many messages is
+    /// never a tree.
+    ByField,
+    /// From the whole request parsed ([`UpstreamApi::request_from_chat`]).
+    Whole,
 }
 
 pub(crate) mod sealed {

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{ReadsEvents, UpstreamApi, sealed};
+use super::{ReadsEvents, RequestWriting, UpstreamApi, sealed};
 use crate::api::{Dialect, MessagesError};
 use crate::dialect::Chunks;
 
@@ -32,6 +32,10 @@ impl UpstreamApi for Chat {
 
     fn has_n(&self) -> bool {
         true
+    }
+
+    fn request_writing(&self) -> RequestWriting {
+        RequestWriting::AsSent
     }
 
     fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String> {

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{ReadsEvents, UpstreamApi, sealed};
+use super::{ReadsEvents, RequestWriting, UpstreamApi, sealed};
 use crate::api::{self, Dialect, MessagesError, messages, tools};
 use crate::dialect::ResponsesEvents;
 
@@ -43,8 +43,8 @@ impl UpstreamApi for Responses {
         Some("instructions")
     }
 
-    fn writes_by_field(&self) -> bool {
-        true
+    fn request_writing(&self) -> RequestWriting {
+        RequestWriting::ByField
     }
 
     /// It has no `stop` and no `seed`.
