@@ -83,10 +83,10 @@ pub use choicewise_proto::EncodingName;
 pub use choicewise_proto::{
     CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource, ChoiceUsage, Demux,
     Dialect, Error, ErrorDetail, ErrorKind, Estimate, FunctionCall, FunctionCallEvent, Incomplete,
-    Logprobs, LogprobsKept, Measure, Message, MessagesText, RequestWriting, Snapshot, Text,
-    ToolCall, UpstreamApi, UpstreamError, Usage, UsageSource, Warning, WarningKind,
+    Logprobs, LogprobsKept, Measure, Message, MessagesText, Snapshot, Text, ToolCall,
+    UpstreamError, Usage, UsageSource, Warning, WarningKind,
 };
-pub use choicewise_proto::{chunks, wire};
+pub use choicewise_proto::{chunks, upstream, wire};
 pub use completions::{Choices, Completions};
 pub use policy::{PickRule, Policy, PolicyBuilder, PolicyError, PolicyErrorKind};
 pub use select::{Pick, Selection, VoteKey};

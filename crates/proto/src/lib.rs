@@ -56,7 +56,7 @@ mod router;
 mod scan;
 mod split;
 mod tree;
-mod upstream;
+pub mod upstream;
 mod usage;
 pub mod wire;
 

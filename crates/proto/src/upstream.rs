@@ -1,17 +1,29 @@
 //! An upstream API as one implementation of one trait, [`UpstreamApi`], and the one list of
-//! them ([`upstream_apis!`]): what the API is called, where its requests go and with which
-//! key header, whether one request asks for several choices, its request writer (a Chat
-//! Completions request in its shape), which events are its own, and its event reader.
+//! them: what the API is called, where its requests go and with which key header, whether
+//! one request asks for several choices, its request writer (a Chat Completions request in
+//! its shape), which events are its own, and its event reader.
 //!
 //! [`Dialect`] stays the one public name of an API (configuration, flags, labels, serde);
-//! [`Dialect::api`] is its implementation, from the list, and `Dialect`'s own methods here
+//! [`Dialect::api`] is its implementation, from the list, and `Dialect`'s per-API methods
 //! are that implementation's. A new upstream API is one module under `upstream/` (its
-//! writer and reader may live in it), its `Dialect` variant, and one entry in the list.
+//! writer and reader may live in it), its `Dialect` variant, and one entry in the list
+//! (`upstream_apis!`).
 //!
 //! The request side is called through `&dyn UpstreamApi` (once per request). A stream's
-//! events are not: each API's reader is a type of its own ([`ReadsEvents::Reader`]), and
-//! [`Reader`], made from the same list, reads an event by a `match` on the stream's reader,
-//! with no dynamic call per event.
+//! events are not: each API's reader is a type of its own, and the stream's reader, made
+//! from the same list, reads an event by a `match` on it, with no dynamic call per event.
+//!
+//! ```
+//! use choicewise_proto::Dialect;
+//! use choicewise_proto::upstream::RequestWriting;
+//! for dialect in Dialect::ALL {
+//!     let api = dialect.api();
+//!     assert_eq!(api.name().parse::<Dialect>(), Ok(dialect));
+//!     let by_field = api.request_writing() == RequestWriting::ByField;
+//!     println!("{}: {}, one request per choice: {}, by field: {by_field}",
+//!         api.name(), api.endpoint_for("m"), !api.has_n());
+//! }
+//! ```
 
 use std::fmt;
 use std::str::FromStr;

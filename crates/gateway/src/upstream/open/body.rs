@@ -10,7 +10,8 @@ use serde_json::{Map, Value, json};
 use super::{Opener, UpstreamRoute};
 use crate::error::ApiError;
 use crate::request::is_translated;
-use choicewise_core::{Dialect, RequestWriting};
+use choicewise_core::Dialect;
+use choicewise_core::upstream::RequestWriting;
 
 /// The answer room a request for upstream `u` is given when its body (`base`) states no
 /// limit of its own: `u`'s `max_tokens`; None when the client stated one, or `u` has none.
@@ -53,7 +54,7 @@ pub(super) fn shared_body(u: &UpstreamRoute, opener: &Opener, samples: usize) ->
 
 /// The body of a request for `samples` samples to upstream `u`, in its API, as JSON text.
 ///
-/// How is the upstream API's ([`UpstreamApi::request_writing`](choicewise_core::UpstreamApi::request_writing)).
+/// How is the upstream API's ([`UpstreamApi::request_writing`](choicewise_core::upstream::UpstreamApi::request_writing)).
 /// A Chat Completions upstream's body is the client's fields as they came
 /// ([`RequestWriting::AsSent`]), with the fields the gateway decides written over them:
 /// nothing of it is parsed. An API written by field ([`RequestWriting::ByField`]: Responses,
