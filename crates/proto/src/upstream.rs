@@ -210,6 +210,19 @@ pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
         let _ = kind;
         false
     }
+
+    /// The top-level keys of which any marks an event with no `type` as one of its records
+    /// (Gemini's `candidates`, `usageMetadata`, `promptFeedback`); none for an API whose
+    /// events are typed, or Chat Completions' chunks (a stream's default).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Gemini.api().record_keys().contains(&"candidates"));
+    /// assert!(Dialect::Anthropic.api().record_keys().is_empty());
+    /// ```
+    fn record_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// How a request to an upstream API is written from a client's request in Chat Completions'
@@ -363,6 +376,14 @@ impl Reader {
         }
         Ok(decoded)
     }
+}
+
+/// The API whose records have no `type` and carry a key that `has_key` finds
+/// ([`UpstreamApi::record_keys`]).
+pub(crate) fn dialect_of_record(has_key: impl Fn(&str) -> bool) -> Option<Dialect> {
+    Dialect::ALL
+        .into_iter()
+        .find(|d| d.api().record_keys().iter().any(|k| has_key(k)))
 }
 
 /// The API an event's type belongs to, if it is one of an API's ([`UpstreamApi::recognises`]).

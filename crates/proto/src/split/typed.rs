@@ -19,8 +19,9 @@ impl Splitter {
         };
         if self.dialect.is_none() {
             let kind = object.get("type").and_then(Value::as_str);
+            let record = || dialect_of_record(|k| object.contains_key(k));
             self.dialect = Some(match kind {
-                None if is_gemini(object) => Dialect::Gemini,
+                None => record().unwrap_or_else(|| dialect_from(None, "")),
                 kind => dialect_from(kind, ""),
             });
         }
@@ -161,14 +162,6 @@ impl Splitter {
         );
         Ok(Flow::Continue)
     }
-}
-
-/// Whether a JSON object with no `type` is a Gemini record: it has `candidates`,
-/// `usageMetadata` or `promptFeedback`.
-pub(super) fn is_gemini(object: &serde_json::Map<String, Value>) -> bool {
-    ["candidates", "usageMetadata", "promptFeedback"]
-        .iter()
-        .any(|k| object.contains_key(*k))
 }
 
 /// The members of a typed dialect's events that its decoder never reads, left out of their

@@ -51,6 +51,10 @@ impl UpstreamApi for Gemini {
         Some("systemInstruction")
     }
 
+    fn record_keys(&self) -> &'static [&'static str] {
+        &["candidates", "usageMetadata", "promptFeedback"]
+    }
+
     fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String> {
         gemini::request(body)
     }
