@@ -164,9 +164,9 @@ impl Splitter {
     }
 }
 
-/// The members of a typed dialect's events that its decoder never reads, left out of their
-/// trees at any depth (`dialect.rs` reads types, ids, names, deltas, items, usage, stop
-/// reasons and errors).
+/// The members of a typed dialect's events that its reader never reads, left out of their
+/// trees at any depth (the readers of `dialect/` read types, ids, names, deltas, items,
+/// usage, stop reasons and errors).
 const TYPED_UNREAD: &[&str] = &[
     "tools",
     "instructions",
