@@ -399,11 +399,12 @@ impl ClientBuilder {
             );
         }
         if let Some(key) = &self.api_key {
-            let (name, value) = match (self.azure.as_ref(), self.api) {
+            // The API's own key header (Anthropic's `x-api-key`, Gemini's `x-goog-api-key`),
+            // else `Authorization: Bearer`.
+            let (name, value) = match (self.azure.as_ref(), self.api.api().key_header()) {
                 (Some(_), _) => (HeaderName::from_static("api-key"), key.clone()),
-                (None, Dialect::Anthropic) => (HeaderName::from_static("x-api-key"), key.clone()),
-                (None, Dialect::Gemini) => (HeaderName::from_static("x-goog-api-key"), key.clone()),
-                (None, _) => (AUTHORIZATION, format!("Bearer {key}")),
+                (None, Some(header)) => (HeaderName::from_static(header), key.clone()),
+                (None, None) => (AUTHORIZATION, format!("Bearer {key}")),
             };
             let mut value = HeaderValue::from_str(&value).map_err(|_| {
                 ClientError::invalid(ClientErrorKind::InvalidHeader, "the API key".to_string())

@@ -86,7 +86,7 @@ pub use choicewise_proto::{
     Logprobs, LogprobsKept, Measure, Message, MessagesText, Snapshot, Text, ToolCall,
     UpstreamError, Usage, UsageSource, Warning, WarningKind,
 };
-pub use choicewise_proto::{chunks, wire};
+pub use choicewise_proto::{chunks, upstream, wire};
 pub use completions::{Choices, Completions};
 pub use policy::{PickRule, Policy, PolicyBuilder, PolicyError, PolicyErrorKind};
 pub use select::{Pick, Selection, VoteKey};

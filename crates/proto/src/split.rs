@@ -23,10 +23,11 @@ use serde_json::value::RawValue;
 use choicewise_sse::{DataLines, Framer};
 
 use crate::config::StreamConfig;
-use crate::dialect::{Dialect, DialectDecoder, dialect_of};
+use crate::dialect::Dialect;
 use crate::error::{Error, ErrorDetail, UpstreamError};
 use crate::event::{Warning, WarningKind};
 use crate::scan::{Head, Scanned, scan};
+use crate::upstream::{Reader, dialect_of, dialect_of_record};
 use crate::wire::ChatCompletionChunk;
 use envelope::{Created, Envelope, Facts, RawChoices, raw_value, upstream_error};
 
@@ -55,7 +56,7 @@ pub struct Splitter {
     /// The stream's dialect (`None` until its first event says).
     dialect: Option<Dialect>,
     /// The state of a typed-dialect stream (boxed: most streams are Chat Completions).
-    typed: Option<Box<DialectDecoder>>,
+    typed: Option<Box<Reader>>,
     /// The request's custom tools, for a typed-dialect stream's decoder.
     custom_tools: std::sync::Arc<[String]>,
     max_choices: usize,
@@ -144,10 +145,7 @@ impl Splitter {
     /// Whether the stream speaks a typed dialect, whose events the reader decodes itself
     /// (Responses, Anthropic, Gemini).
     pub(crate) fn typed_dialect(&self) -> bool {
-        matches!(
-            self.dialect,
-            Some(Dialect::Responses | Dialect::Anthropic | Dialect::Gemini)
-        )
+        self.dialect.is_some_and(Dialect::has_reader)
     }
 
     /// Takes the completion's facts (at the stream's end).
@@ -695,26 +693,76 @@ impl Parsed for Value {
 /// The dialect of a stream from its first JSON event: the `type` in its data (the truth), or
 /// its `event:` line; Chat Completions otherwise.
 fn detect(event: &str, data: &str) -> Dialect {
-    #[derive(Deserialize)]
-    struct Typed<'a> {
-        #[serde(rename = "type", borrow, default)]
-        kind: Option<Cow<'a, str>>,
-        #[serde(default)]
-        candidates: Option<serde::de::IgnoredAny>,
-        #[serde(default, rename = "usageMetadata")]
-        usage_metadata: Option<serde::de::IgnoredAny>,
-        #[serde(default, rename = "promptFeedback")]
-        prompt_feedback: Option<serde::de::IgnoredAny>,
+    match serde_json::from_str::<FirstEvent<'_>>(data) {
+        Ok(FirstEvent {
+            kind: None,
+            record: Some(dialect),
+        }) => dialect,
+        Ok(first) => dialect_from(first.kind.as_deref(), event),
+        Err(_) => dialect_from(None, event),
     }
-    let typed = serde_json::from_str::<Typed<'_>>(data).ok();
-    if let Some(t) = &typed
-        && t.kind.is_none()
-        && (t.candidates.is_some() || t.usage_metadata.is_some() || t.prompt_feedback.is_some())
-    {
-        return Dialect::Gemini;
+}
+
+/// What a stream's first JSON event says of its dialect: its `type`, and the API whose
+/// untyped records carry one of its top-level keys ([`dialect_of_record`]). Read key by
+/// key, the values skipped, nothing but an escaped key or type copied.
+struct FirstEvent<'a> {
+    kind: Option<Cow<'a, str>>,
+    record: Option<Dialect>,
+}
+
+impl<'de> Deserialize<'de> for FirstEvent<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
+        struct Text<'a>(Cow<'a, str>);
+        impl<'de> Deserialize<'de> for Text<'de> {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = Text<'de>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+                        Ok(Text(Cow::Borrowed(v)))
+                    }
+                    fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+                        Ok(Text(Cow::Owned(v.to_string())))
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FirstEvent<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FirstEvent<'de>, A::Error> {
+                let mut first = FirstEvent {
+                    kind: None,
+                    record: None,
+                };
+                let mut typed = false;
+                while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+                    if key == "type" {
+                        if std::mem::replace(&mut typed, true) {
+                            return Err(A::Error::duplicate_field("type"));
+                        }
+                        first.kind = map.next_value::<Option<Text<'de>>>()?.map(|t| t.0);
+                        continue;
+                    }
+                    if first.record.is_none() {
+                        first.record = dialect_of_record(|k| k == key);
+                    }
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Ok(first)
+            }
+        }
+        d.deserialize_map(V)
     }
-    let kind = typed.and_then(|t| t.kind);
-    dialect_from(kind.as_deref(), event)
 }
 
 /// The dialect an event's `type` (the truth) or, without one, its `event:` name says;

@@ -24,7 +24,7 @@ const LEFT_OUT: &[&str] = &[
 ];
 
 /// `request` (a Chat Completions request's fields) as a Gemini request body.
-pub(super) fn request(body: &Map<String, Value>) -> Result<Value, String> {
+pub(crate) fn request(body: &Map<String, Value>) -> Result<Value, String> {
     let mut out = Map::new();
     let mut config = Map::new();
     for (key, value) in body {
@@ -371,7 +371,7 @@ fn tool_config(choice: &Value) -> Result<Value, String> {
 }
 
 /// Chat Completions `tools` (their JSON text) as Gemini's `tools`, as JSON text.
-pub(super) fn tools_text(tools: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn tools_text(tools: &[u8]) -> Result<Vec<u8>, String> {
     let tools: Value =
         serde_json::from_slice(tools).map_err(|e| format!("tools could not be read: {e}"))?;
     serde_json::to_vec(&declarations(&tools)?).map_err(|e| e.to_string())
@@ -379,7 +379,7 @@ pub(super) fn tools_text(tools: &[u8]) -> Result<Vec<u8>, String> {
 
 /// Chat Completions `messages` (their JSON text) as Gemini's `contents`, written at the end
 /// of `out`: the `systemInstruction`, as JSON text, when there are system messages.
-pub(super) fn write_contents(
+pub(crate) fn write_contents(
     messages: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<Option<Vec<u8>>, super::MessagesError> {

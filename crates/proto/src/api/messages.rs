@@ -728,7 +728,7 @@ fn assistant_calls(
 }
 
 /// [`Dialect::write_messages_from_chat_json`] for Anthropic and Responses.
-pub(super) fn write_messages(
+pub(crate) fn write_messages(
     api: Dialect,
     text: &[u8],
     out: &mut Vec<u8>,
@@ -750,7 +750,7 @@ pub(super) fn write_messages(
 }
 
 /// What a JSON value is, as an error names it.
-pub(super) fn json_kind(value: &Value) -> &'static str {
+pub(crate) fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -116,16 +116,18 @@ fn custom_tool(i: usize, tool: &Value, anthropic: bool) -> Result<Value, String>
 
 /// [`tools`] of a list given as its JSON text, written as JSON text: each tool is read on its
 /// own and its schema (`parameters`), `description` and `strict` copied as sent, so that the
-/// list never exists as a parsed tree. The same tools, keys in the same order.
-pub(super) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, String> {
+/// list never exists as a parsed tree. The same tools, keys in the same order (what the
+/// upstream APIs' writers write with [`write_tools_text`]; the tests read it whole).
+#[cfg(test)]
+pub(crate) fn tools_text(tools: &[u8], anthropic: bool) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(tools.len());
     write_tools_text(tools, anthropic, &mut out)?;
     Ok(out)
 }
 
-/// [`tools_text`] written at the end of `out` (each schema copied once, straight from the
+/// `tools_text` written at the end of `out` (each schema copied once, straight from the
 /// client's text); on an error, `out` holds part of the list.
-pub(super) fn write_tools_text(
+pub(crate) fn write_tools_text(
     tools: &[u8],
     anthropic: bool,
     out: &mut Vec<u8>,

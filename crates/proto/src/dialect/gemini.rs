@@ -21,8 +21,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::{Decoded, str_at, upstream};
-use crate::error::Error;
+use super::{Decoded, EventReader, str_at, upstream};
+use crate::api::Dialect;
+use crate::error::{Error, ErrorDetail};
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
 
 /// The state of a Gemini stream: per candidate, the function calls it made so far.
@@ -79,6 +80,33 @@ fn usage(u: &Value) -> Option<Value> {
         out["prompt_tokens_details"] = json!({"cached_tokens": cached});
     }
     Some(out)
+}
+
+impl EventReader for Candidates {
+    fn new(_: &std::sync::Arc<[String]>) -> Option<Self> {
+        Some(Candidates::default())
+    }
+
+    /// A record has no `type` (one is another API's event) and no event name; its
+    /// `usageMetadata` is the running count of the whole request, all candidates'.
+    fn event(
+        &mut self,
+        typed: Option<&str>,
+        _: &str,
+        data: &Value,
+        at: (u64, u64),
+    ) -> Result<Decoded, Error> {
+        if let Some(kind) = typed {
+            return Err(Error::from(ErrorDetail::WrongDialect {
+                expected: Dialect::Gemini,
+                found: kind.to_string(),
+                line: at.0,
+            }));
+        }
+        let mut out = self.record(data, at)?;
+        out.shared_usage = out.usage.take();
+        Ok(out)
+    }
 }
 
 impl Candidates {

@@ -222,3 +222,47 @@ fn the_batch_pool_keeps_two_emptied_batches_of_bounded_size() {
     pool.clear();
     assert!(pool.take().is_none());
 }
+
+#[test]
+fn a_first_event_names_its_dialect_by_type_event_or_record_keys() {
+    let cases = [
+        (
+            r#"{"type": "message_start", "message": {}}"#,
+            "",
+            Dialect::Anthropic,
+        ),
+        (r#"{"message": {}}"#, "message_start", Dialect::Anthropic),
+        (
+            r#"{"type": "response.created"}"#,
+            "message_start",
+            Dialect::Responses,
+        ),
+        (r#"{"candidates": [{"index": 0}]}"#, "", Dialect::Gemini),
+        // An escaped key is read as the key it stands for.
+        (r#"{"usage\u004detadata": {}}"#, "", Dialect::Gemini),
+        // A type wins over a record's keys; a type no API knows is Chat's.
+        (
+            r#"{"candidates": [], "type": "ping"}"#,
+            "",
+            Dialect::Anthropic,
+        ),
+        (
+            r#"{"type": "chat.completion.chunk", "candidates": []}"#,
+            "",
+            Dialect::Chat,
+        ),
+        (r#"{"id": "c", "choices": []}"#, "", Dialect::Chat),
+        // Not an object, a type that is not a string, a type twice: its event line, or Chat.
+        (r#"[1]"#, "content_block_delta", Dialect::Anthropic),
+        (r#"{"type": 5, "candidates": []}"#, "", Dialect::Chat),
+        (r#"{"type": "ping", "type": "ping"}"#, "", Dialect::Chat),
+        (
+            r#"{"promptFeedback": {"blockReason": "SAFETY"}, "x": [1, {"y": "z"}]}"#,
+            "",
+            Dialect::Gemini,
+        ),
+    ];
+    for (data, event, dialect) in cases {
+        assert_eq!(detect(event, data), dialect, "{data} (event {event:?})");
+    }
+}

@@ -19,8 +19,9 @@ impl Splitter {
         };
         if self.dialect.is_none() {
             let kind = object.get("type").and_then(Value::as_str);
+            let record = || dialect_of_record(|k| object.contains_key(k));
             self.dialect = Some(match kind {
-                None if is_gemini(object) => Dialect::Gemini,
+                None => record().unwrap_or_else(|| dialect_from(None, "")),
                 kind => dialect_from(kind, ""),
             });
         }
@@ -98,28 +99,28 @@ impl Splitter {
     ) -> Result<Flow, Error> {
         // Only called once the stream's dialect is known to be a typed one.
         let dialect = self.dialect.unwrap_or_default();
-        let kind = match value.get("type").and_then(Value::as_str) {
-            Some(kind) if dialect == Dialect::Gemini => {
-                return Err(Error::from(ErrorDetail::WrongDialect {
-                    expected: dialect,
-                    found: kind.to_string(),
-                    line,
-                }));
+        let typed = value.get("type").and_then(Value::as_str);
+        if typed.is_none() && value.get("choices").is_some() {
+            return Err(Error::from(ErrorDetail::WrongDialect {
+                expected: dialect,
+                found: "chat.completion.chunk".to_string(),
+                line,
+            }));
+        }
+        let reader = match &mut self.typed {
+            Some(reader) => reader,
+            None => {
+                let reader = Reader::new(dialect, &self.custom_tools).ok_or_else(|| {
+                    Error::from(ErrorDetail::WrongDialect {
+                        expected: dialect,
+                        found: typed.unwrap_or(event).to_string(),
+                        line,
+                    })
+                })?;
+                self.typed.insert(Box::new(reader))
             }
-            Some(kind) => kind.to_string(),
-            None if value.get("choices").is_some() => {
-                return Err(Error::from(ErrorDetail::WrongDialect {
-                    expected: dialect,
-                    found: "chat.completion.chunk".to_string(),
-                    line,
-                }));
-            }
-            None => event.to_string(),
         };
-        let decoded = self
-            .typed
-            .get_or_insert_with(|| Box::new(DialectDecoder::new(self.custom_tools.clone())))
-            .event(dialect, &kind, &value, (line, offset))?;
+        let decoded = reader.event(typed, event, &value, (line, offset))?;
         if let Some(kind) = decoded.warning {
             self.warnings.push(Warning {
                 choice: None,
@@ -127,10 +128,10 @@ impl Splitter {
                 kind,
             });
         }
-        // Anthropic's `message_stop` ends the message, its stop reason or not: a choice
-        // without one then ended as a Chat Completions choice does at `[DONE]` without its
-        // `finish_reason` (no finish, not a cut stream).
-        let stopped = dialect == Dialect::Anthropic && kind == "message_stop";
+        // An event that ends the message (Anthropic's `message_stop`) ends its choices, a
+        // stop reason or not: a choice without one then ended as a Chat Completions choice
+        // does at `[DONE]` without its `finish_reason` (no finish, not a cut stream).
+        let stopped = decoded.ends_message;
         for (index, update) in decoded.updates {
             let slot = self.slot_for(i64::from(index), line)?;
             if update.finish_reason.is_some() || stopped {
@@ -142,13 +143,11 @@ impl Splitter {
                 body: Body::Update(Box::new(update)),
             });
         }
-        let mut usage = decoded.usage;
-        if dialect == Dialect::Gemini {
-            // Every record's `usageMetadata` is the running count of the whole request, all
-            // candidates': the last one is the usage.
-            if let Some(usage) = usage.take() {
-                self.meta.usage.last_shared = Some(usage);
-            }
+        let usage = decoded.usage;
+        // A running count of the whole request, all choices' (Gemini's `usageMetadata`):
+        // the last one is the usage.
+        if let Some(shared) = decoded.shared_usage {
+            self.meta.usage.last_shared = Some(shared);
         }
         self.facts(
             Facts {
@@ -165,17 +164,9 @@ impl Splitter {
     }
 }
 
-/// Whether a JSON object with no `type` is a Gemini record: it has `candidates`,
-/// `usageMetadata` or `promptFeedback`.
-pub(super) fn is_gemini(object: &serde_json::Map<String, Value>) -> bool {
-    ["candidates", "usageMetadata", "promptFeedback"]
-        .iter()
-        .any(|k| object.contains_key(*k))
-}
-
-/// The members of a typed dialect's events that its decoder never reads, left out of their
-/// trees at any depth (`dialect.rs` reads types, ids, names, deltas, items, usage, stop
-/// reasons and errors).
+/// The members of a typed dialect's events that its reader never reads, left out of their
+/// trees at any depth (the readers of `dialect/` read types, ids, names, deltas, items,
+/// usage, stop reasons and errors).
 const TYPED_UNREAD: &[&str] = &[
     "tools",
     "instructions",

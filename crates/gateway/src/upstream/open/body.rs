@@ -11,6 +11,7 @@ use super::{Opener, UpstreamRoute};
 use crate::error::ApiError;
 use crate::request::is_translated;
 use choicewise_core::Dialect;
+use choicewise_core::upstream::RequestWriting;
 
 /// The answer room a request for upstream `u` is given when its body (`base`) states no
 /// limit of its own: `u`'s `max_tokens`; None when the client stated one, or `u` has none.
@@ -53,20 +54,25 @@ pub(super) fn shared_body(u: &UpstreamRoute, opener: &Opener, samples: usize) ->
 
 /// The body of a request for `samples` samples to upstream `u`, in its API, as JSON text.
 ///
-/// A Chat Completions upstream's body is the client's fields as they came, with the fields
-/// the gateway decides written over them: nothing of it is parsed. Another API's is
-/// translated ([`Dialect::request_from_chat`]) from a parsed copy of the few fields it
-/// reshapes, its messages and tools translated from their text one at a time
+/// How is the upstream API's ([`UpstreamApi::request_writing`](choicewise_core::upstream::UpstreamApi::request_writing)).
+/// A Chat Completions upstream's body is the client's fields as they came
+/// ([`RequestWriting::AsSent`]), with the fields the gateway decides written over them:
+/// nothing of it is parsed. An API written by field ([`RequestWriting::ByField`]: Responses,
+/// Anthropic, and any API of a kind the gateway does not know) is translated
+/// ([`Dialect::request_from_chat`]) from a parsed copy of the few fields it reshapes, its
+/// messages and tools translated from their text one at a time
 /// ([`Dialect::write_messages_from_chat_json`], [`Dialect::tools_from_chat_json`]): a request of
-/// many messages is never a tree. A request that states no limit gets the upstream's
-/// `max_tokens` ([`limit_to_set`]).
+/// many messages is never a tree. One written whole ([`RequestWriting::Whole`]: Gemini) is
+/// [`gemini_body`]. A request that states no limit gets the upstream's `max_tokens`
+/// ([`limit_to_set`]).
 pub(crate) fn request_body(
     u: &UpstreamRoute,
     opener: &Opener,
     samples: usize,
 ) -> Result<bytes::Bytes, ApiError> {
     let (base, logprobs) = (&*opener.body, opener.logprobs);
-    if u.api == Dialect::Chat {
+    let writing = u.api.api().request_writing();
+    if writing == RequestWriting::AsSent {
         let model = serde_json::to_vec(&u.model).map_err(|e| ApiError::invalid(e.to_string()))?;
         let mut over: Vec<(&str, Vec<u8>)> = vec![
             ("model", model),
@@ -94,7 +100,7 @@ pub(crate) fn request_body(
         let over: Vec<(&str, &[u8])> = over.iter().map(|(k, v)| (*k, &v[..])).collect();
         return Ok(crate::request::write_object(base, &over).into());
     }
-    if u.api == Dialect::Gemini {
+    if writing == RequestWriting::Whole {
         return gemini_body(base, samples, limit_to_set(u, base)).map(Into::into);
     }
     let native = (opener.native.as_deref()).filter(|(api, _)| *api == u.api);

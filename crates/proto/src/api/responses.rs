@@ -1,0 +1,39 @@
+//! A request in Chat Completions' shape in the OpenAI Responses API's shape.
+
+use serde_json::{Map, Value, json};
+
+use super::{Dialect, messages, tools};
+
+/// The Responses-only part of [`Dialect::request_from_chat`]: the fields `out` already
+/// holds are the ones passed through.
+pub(crate) fn request(
+    body: &Map<String, Value>,
+    out: &mut Map<String, Value>,
+    (messages, max_tokens, effort): (&[Value], Option<Value>, Option<&str>),
+) -> Result<(), String> {
+    let api = Dialect::Responses;
+    let read = |each: &mut dyn FnMut(usize, Value) -> Result<(), String>| {
+        (messages.iter().enumerate()).try_for_each(|(i, m)| each(i, m.clone()))
+    };
+    let mut input = Vec::with_capacity(messages.len());
+    let system = messages::translate(api, read, &mut input)?;
+    out.insert("input".into(), Value::Array(input));
+    if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
+        out.insert("tools".into(), tools::tools(list, false)?);
+    }
+    if let Some(choice) = body.get("tool_choice").filter(|c| !c.is_null()) {
+        out.insert("tool_choice".into(), tools::responses_tool_choice(choice)?);
+    }
+    if let Some(system) = system {
+        out.insert("instructions".into(), system);
+    }
+    if let Some(max) = max_tokens {
+        out.insert("max_output_tokens".into(), max);
+    }
+    if let Some(effort) = effort
+        && !out.contains_key("reasoning")
+    {
+        out.insert("reasoning".into(), json!({ "effort": effort }));
+    }
+    Ok(())
+}

@@ -1,0 +1,745 @@
+//! An upstream API as one implementation of one trait, [`UpstreamApi`], and the one list of
+//! them: what the API is called, where its requests go and with which key header, whether
+//! one request asks for several choices, its request writer (a Chat Completions request in
+//! its shape), which events are its own, and its event reader.
+//!
+//! [`Dialect`] stays the one public name of an API (configuration, flags, labels, serde);
+//! [`Dialect::api`] is its implementation, from the list, and `Dialect`'s per-API methods
+//! are that implementation's. A new upstream API is one module under `upstream/` (its
+//! writer and reader may live in it), its `Dialect` variant, and one entry in the list
+//! (`upstream_apis!`).
+//!
+//! The request side is called through `&dyn UpstreamApi` (once per request). A stream's
+//! events are not: each API's reader is a type of its own, and the stream's reader, made
+//! from the same list, reads an event by a `match` on it, with no dynamic call per event.
+//!
+//! ```
+//! use choicewise_proto::Dialect;
+//! use choicewise_proto::upstream::RequestWriting;
+//! for dialect in Dialect::ALL {
+//!     let api = dialect.api();
+//!     assert_eq!(api.name().parse::<Dialect>(), Ok(dialect));
+//!     let by_field = api.request_writing() == RequestWriting::ByField;
+//!     println!("{}: {}, one request per choice: {}, by field: {by_field}",
+//!         api.name(), api.endpoint_for("m"), !api.has_n());
+//! }
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::api::{Dialect, MessagesError, MessagesText};
+use crate::dialect::{Decoded, EventReader};
+use crate::error::{Error, ErrorDetail};
+use crate::event::WarningKind;
+
+mod anthropic;
+mod chat;
+mod gemini;
+mod responses;
+
+/// One upstream API: what choicewise needs to ask it and to read its answer. Sealed: the
+/// implementations are choicewise's own, one per [`Dialect`], given by [`Dialect::api`].
+///
+/// ```
+/// use choicewise_proto::{Dialect, UpstreamApi};
+/// let api: &dyn UpstreamApi = Dialect::Anthropic.api();
+/// assert_eq!((api.dialect(), api.name(), api.endpoint()), (Dialect::Anthropic, "anthropic", "messages"));
+/// assert_eq!(api.key_header(), Some("x-api-key"));
+/// assert!(!api.has_n());
+/// assert!(api.recognises("content_block_delta") && !api.recognises("response.completed"));
+/// let body = serde_json::json!({"messages": [{"role": "user", "content": "hi"}]});
+/// let request = api.request_from_chat(body.as_object().unwrap()).unwrap();
+/// assert_eq!(request["max_tokens"], choicewise_proto::DEFAULT_ANTHROPIC_MAX_TOKENS);
+/// ```
+pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
+    /// Its name in choicewise ([`Dialect`]).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::ALL.iter().all(|d| d.api().dialect() == *d));
+    /// ```
+    fn dialect(&self) -> Dialect;
+
+    /// Its name: `chat`, `responses`, `anthropic`, `gemini` (configuration, flags, labels).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Gemini.api().name(), "gemini");
+    /// ```
+    fn name(&self) -> &'static str;
+
+    /// Its streaming endpoint's path under the API's base URL (`…/v1`, `…/v1beta`); for an
+    /// API whose path names the model, the root of those paths
+    /// ([`endpoint_for`](Self::endpoint_for)).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Responses.api().endpoint(), "responses");
+    /// ```
+    fn endpoint(&self) -> &'static str;
+
+    /// Its streaming endpoint's path for `model`: [`endpoint`](Self::endpoint), unless the
+    /// API's path names the model (Gemini's `models/{model}:streamGenerateContent`).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Gemini.api().endpoint_for("m"), "models/m:streamGenerateContent");
+    /// assert_eq!(Dialect::Chat.api().endpoint_for("m"), "chat/completions");
+    /// ```
+    fn endpoint_for(&self, model: &str) -> String {
+        let _ = model;
+        self.endpoint().to_string()
+    }
+
+    /// The header an API key is sent in, when it is not `Authorization: Bearer KEY`:
+    /// Anthropic's `x-api-key`, Gemini's `x-goog-api-key`.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Gemini.api().key_header(), Some("x-goog-api-key"));
+    /// assert_eq!(Dialect::Chat.api().key_header(), None);
+    /// ```
+    fn key_header(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Whether one request asks for several choices (Chat Completions' `n`, Gemini's
+    /// `candidateCount`); the others take one request per choice.
+    ///
+    /// ```
+    /// assert!(choicewise_proto::Dialect::Chat.api().has_n());
+    /// ```
+    fn has_n(&self) -> bool;
+
+    /// The request field that holds the conversation in its shape (`messages`, `input`,
+    /// `contents`).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Gemini.api().messages_field(), "contents");
+    /// ```
+    fn messages_field(&self) -> &'static str {
+        "messages"
+    }
+
+    /// The request field a Chat Completions system message's content goes in (`system`,
+    /// `instructions`, `systemInstruction`); None when it stays a message.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Responses.api().system_field(), Some("instructions"));
+    /// ```
+    fn system_field(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// How a request to it is best written from a client's request in Chat Completions'
+    /// shape ([`RequestWriting`]).
+    ///
+    /// ```
+    /// use choicewise_proto::{Dialect, RequestWriting};
+    /// assert_eq!(Dialect::Chat.api().request_writing(), RequestWriting::AsSent);
+    /// assert_eq!(Dialect::Anthropic.api().request_writing(), RequestWriting::ByField);
+    /// ```
+    fn request_writing(&self) -> RequestWriting {
+        RequestWriting::Whole
+    }
+
+    /// A request in Chat Completions' shape in this API's shape ([`Dialect::request_from_chat`]
+    /// says how, for each API).
+    ///
+    /// ```
+    /// let body = serde_json::json!({"messages": [], "max_tokens": 9});
+    /// let responses = choicewise_proto::Dialect::Responses.api()
+    ///     .request_from_chat(body.as_object().unwrap()).unwrap();
+    /// assert_eq!(responses["max_output_tokens"], 9);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A field the API cannot take, or a message or tool that does not translate: why.
+    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String>;
+
+    /// A Chat Completions `messages`, as JSON text, written in this API's shape at the end of
+    /// `out` ([`Dialect::write_messages_from_chat_json`]): the first system message's
+    /// content, as JSON text, when the API takes it in a field of its own.
+    ///
+    /// ```
+    /// let mut out = Vec::new();
+    /// let system = choicewise_proto::Dialect::Chat.api()
+    ///     .write_messages_from_chat_json(br#"[{"role": "system", "content": "x"}]"#, &mut out).unwrap();
+    /// assert_eq!((out.as_slice(), system), (&br#"[{"role": "system", "content": "x"}]"#[..], None));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`MessagesError`]: not a list, or a message that does not translate.
+    fn write_messages_from_chat_json(
+        &self,
+        messages: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, MessagesError>;
+
+    /// A Chat Completions `tools`, as JSON text, written in this API's shape at the end of
+    /// `out` ([`Dialect::write_tools_from_chat_json`]).
+    ///
+    /// ```
+    /// let mut out = Vec::new();
+    /// choicewise_proto::Dialect::Gemini.api()
+    ///     .write_tools_from_chat_json(br#"[{"type": "function", "function": {"name": "f"}}]"#, &mut out)
+    ///     .unwrap();
+    /// let tools: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    /// assert_eq!(tools[0]["functionDeclarations"][0]["name"], "f");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Not a list, a tool that is not a function, a function without a name.
+    fn write_tools_from_chat_json(&self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String>;
+
+    /// Whether an event of this `type` is one of this API's (how a stream of no given API
+    /// is recognised from its first event, and an event of another API told from an unknown
+    /// one). Chat Completions' chunks and Gemini's records have no `type`: none is theirs.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Responses.api().recognises("response.output_text.delta"));
+    /// assert!(!Dialect::Chat.api().recognises("message_start"));
+    /// ```
+    fn recognises(&self, kind: &str) -> bool {
+        let _ = kind;
+        false
+    }
+
+    /// The top-level keys of which any marks an event with no `type` as one of its records
+    /// (Gemini's `candidates`, `usageMetadata`, `promptFeedback`); none for an API whose
+    /// events are typed, or Chat Completions' chunks (a stream's default).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Gemini.api().record_keys().contains(&"candidates"));
+    /// assert!(Dialect::Anthropic.api().record_keys().is_empty());
+    /// ```
+    fn record_keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+}
+
+/// How a request to an upstream API is written from a client's request in Chat Completions'
+/// shape ([`UpstreamApi::request_writing`]); each way gives the same request as
+/// [`UpstreamApi::request_from_chat`].
+///
+/// ```
+/// use choicewise_proto::{Dialect, RequestWriting};
+/// let by_field = Dialect::ALL.into_iter().filter(|d| d.api().request_writing() == RequestWriting::ByField);
+/// assert_eq!(by_field.collect::<Vec<_>>(), [Dialect::Responses, Dialect::Anthropic]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RequestWriting {
+    /// The client's fields as they came, but for the few a caller decides itself (the
+    /// model, streaming, the number of choices, a limit): Chat Completions.
+    AsSent,
+    /// Field by field: the messages and the tools translated from their text, one message
+    /// and one tool at a time ([`UpstreamApi::write_messages_from_chat_json`],
+    /// [`UpstreamApi::write_tools_from_chat_json`]), the other fields parsed and translated
+    /// as [`UpstreamApi::request_from_chat`] does, so that a request of many messages is
+    /// never a tree.
+    ByField,
+    /// From the whole request parsed ([`UpstreamApi::request_from_chat`]).
+    Whole,
+}
+
+pub(crate) mod sealed {
+    /// Only choicewise's own upstream APIs implement [`UpstreamApi`](super::UpstreamApi).
+    pub trait Sealed {}
+}
+
+/// An upstream API's event reader: the type whose value reads one stream of its events.
+pub(crate) trait ReadsEvents {
+    /// The reader ([`EventReader`]); `dialect::Chunks` for Chat Completions, whose chunks
+    /// the splitter reads itself.
+    type Reader: EventReader;
+}
+
+/// The one list of upstream APIs: each [`Dialect`] and its implementation. It makes
+/// [`Dialect::api`] and [`Reader`] (one variant per API, holding that API's reader).
+macro_rules! upstream_apis {
+    ($($dialect:ident => $api:path),+ $(,)?) => {
+        impl Dialect {
+            /// Its implementation: what choicewise asks of this API and reads of it.
+            ///
+            /// ```
+            /// use choicewise_proto::Dialect;
+            /// assert_eq!(Dialect::Anthropic.api().name(), "anthropic");
+            /// ```
+            pub fn api(self) -> &'static dyn UpstreamApi {
+                match self {
+                    $(Dialect::$dialect => &$api,)+
+                }
+            }
+
+            /// Whether this API's events are read by a reader of its own (every API's but
+            /// Chat Completions', whose chunks the splitter reads itself).
+            pub(crate) const fn has_reader(self) -> bool {
+                match self {
+                    $(Dialect::$dialect => <<$api as ReadsEvents>::Reader as EventReader>::TYPED,)+
+                }
+            }
+        }
+
+        /// The event reader of one stream, by its API.
+        #[derive(Debug)]
+        pub(crate) enum ApiReader {
+            $($dialect(<$api as ReadsEvents>::Reader),)+
+        }
+
+        impl ApiReader {
+            fn new(dialect: Dialect, custom_tools: &Arc<[String]>) -> Option<ApiReader> {
+                match dialect {
+                    $(Dialect::$dialect => {
+                        <<$api as ReadsEvents>::Reader as EventReader>::new(custom_tools)
+                            .map(ApiReader::$dialect)
+                    })+
+                }
+            }
+
+            fn event(
+                &mut self,
+                typed: Option<&str>,
+                event: &str,
+                data: &Value,
+                at: (u64, u64),
+            ) -> Result<(Dialect, Decoded), Error> {
+                match self {
+                    $(ApiReader::$dialect(r) => Ok((Dialect::$dialect, r.event(typed, event, data, at)?)),)+
+                }
+            }
+        }
+    };
+}
+
+upstream_apis! {
+    Chat => chat::Chat,
+    Responses => responses::Responses,
+    Anthropic => anthropic::Anthropic,
+    Gemini => gemini::Gemini,
+}
+
+/// The reader of one stream's events, of the API the stream speaks: its API's reader, and
+/// the event types it met that no API knows (warned about once each).
+#[derive(Debug)]
+pub(crate) struct Reader {
+    api: ApiReader,
+    unknown: std::collections::BTreeSet<String>,
+}
+
+impl Reader {
+    /// The reader of a stream of `dialect`; `custom_tools` the request's custom tools. None
+    /// for Chat Completions, whose chunks the splitter reads itself.
+    pub(crate) fn new(dialect: Dialect, custom_tools: &Arc<[String]>) -> Option<Reader> {
+        Some(Reader {
+            api: ApiReader::new(dialect, custom_tools)?,
+            unknown: std::collections::BTreeSet::new(),
+        })
+    }
+
+    /// One event, its data parsed: `typed` the `type` in its data, `event` its `event:` line.
+    /// An event type of another API is an error naming it; one of no API is skipped with a
+    /// warning (the first time).
+    pub(crate) fn event(
+        &mut self,
+        typed: Option<&str>,
+        event: &str,
+        data: &Value,
+        at: (u64, u64),
+    ) -> Result<Decoded, Error> {
+        let (mine, mut decoded) = self.api.event(typed, event, data, at)?;
+        if decoded.unknown {
+            let kind = typed.unwrap_or(event);
+            match dialect_of(kind) {
+                Some(other) if other != mine => {
+                    return Err(Error::from(ErrorDetail::WrongDialect {
+                        expected: mine,
+                        found: kind.to_string(),
+                        line: at.0,
+                    }));
+                }
+                _ => {
+                    if self.unknown.insert(kind.to_string()) {
+                        decoded.warning = Some(WarningKind::UnknownEvent {
+                            kind: kind.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(decoded)
+    }
+}
+
+/// The API whose records have no `type` and carry a key that `has_key` finds
+/// ([`UpstreamApi::record_keys`]).
+pub(crate) fn dialect_of_record(has_key: impl Fn(&str) -> bool) -> Option<Dialect> {
+    Dialect::ALL
+        .into_iter()
+        .find(|d| d.api().record_keys().iter().any(|k| has_key(k)))
+}
+
+/// The API an event's type belongs to, if it is one of an API's ([`UpstreamApi::recognises`]).
+pub(crate) fn dialect_of(kind: &str) -> Option<Dialect> {
+    Dialect::ALL.into_iter().find(|d| d.api().recognises(kind))
+}
+
+impl Dialect {
+    /// Its name: `chat`, `responses`, `anthropic`, `gemini` (configuration, flags, labels).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Chat.name(), "chat");
+    /// ```
+    pub fn name(self) -> &'static str {
+        self.api().name()
+    }
+
+    /// Its streaming endpoint's path under an API's base URL (`…/v1`, `…/v1beta`); Gemini's
+    /// names the model too ([`endpoint_for`](Self::endpoint_for)): `models` is its root.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Anthropic.endpoint(), "messages");
+    /// ```
+    pub fn endpoint(self) -> &'static str {
+        self.api().endpoint()
+    }
+
+    /// Whether one request of this API asks for several choices (Chat Completions' `n`,
+    /// Gemini's `candidateCount`); the others take one request per choice.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Gemini.has_n() && Dialect::Chat.has_n());
+    /// assert!(!Dialect::Anthropic.has_n() && !Dialect::Responses.has_n());
+    /// ```
+    pub fn has_n(self) -> bool {
+        self.api().has_n()
+    }
+
+    /// Its streaming endpoint's path for `model`: [`endpoint`](Self::endpoint), but for
+    /// Gemini, whose path names the model and the method
+    /// (`models/{model}:streamGenerateContent`, asked with `?alt=sse`).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Gemini.endpoint_for("gemini-2.5-flash"),
+    ///     "models/gemini-2.5-flash:streamGenerateContent");
+    /// assert_eq!(Dialect::Chat.endpoint_for("gpt-4o"), "chat/completions");
+    /// ```
+    pub fn endpoint_for(self, model: &str) -> String {
+        self.api().endpoint_for(model)
+    }
+
+    /// A Chat Completions request's `tools`, given as their JSON text, in this API's shape
+    /// as [`request_from_chat`](Self::request_from_chat) writes them, as JSON text: each tool
+    /// is read on its own and its schema copied as sent, so that a request of many tools
+    /// never exists as a parsed tree (the text is returned as it is for Chat Completions).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let tools = br#"[{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}]"#;
+    /// let anthropic = Dialect::Anthropic.tools_from_chat_json(tools).unwrap();
+    /// assert_eq!(anthropic, br#"[{"input_schema":{"type": "object"},"name":"w"}]"#);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As `request_from_chat` for its `tools`: not a list, a tool that is not a function, a
+    /// function without a name.
+    pub fn tools_from_chat_json(self, tools: &[u8]) -> Result<Vec<u8>, String> {
+        let mut out = Vec::with_capacity(tools.len());
+        self.api().write_tools_from_chat_json(tools, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`tools_from_chat_json`](Self::tools_from_chat_json) written at the end of `out` (a
+    /// request's body written around its tools holds them once, not also in a list of their
+    /// own); on an error, `out` holds part of the list.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let tools = br#"[{"type": "function", "function": {"name": "w", "parameters": {"type": "object"}}}]"#;
+    /// let mut body = br#"{"tools":"#.to_vec();
+    /// Dialect::Responses.write_tools_from_chat_json(tools, &mut body).unwrap();
+    /// assert_eq!(body, br#"{"tools":[{"name":"w","parameters":{"type": "object"},"type":"function"}]"#);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`tools_from_chat_json`](Self::tools_from_chat_json).
+    pub fn write_tools_from_chat_json(self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        self.api().write_tools_from_chat_json(tools, out)
+    }
+
+    /// A Chat Completions request's `messages`, given as their JSON text, in this API's shape
+    /// as [`request_from_chat`](Self::request_from_chat) writes them, as JSON text: the
+    /// translated list and, when the first message is a system or developer one, its content
+    /// (Anthropic's `system`, Responses' `instructions`). Each message is parsed, translated
+    /// and written on its own as the list is read, so that a request of many messages never
+    /// exists as a parsed tree: its memory is the text written and the largest message
+    /// (the text is returned as it is for Chat Completions).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let messages = br#"[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+    ///     {"role": "tool", "tool_call_id": "a", "content": "1"}, {"role": "tool", "tool_call_id": "b", "content": "2"}]"#;
+    /// let anthropic = Dialect::Anthropic.messages_from_chat_json(messages).unwrap();
+    /// assert_eq!(anthropic.key, "messages");
+    /// assert_eq!(anthropic.system, Some(("system", br#""Be brief.""#.to_vec())));
+    /// let list: serde_json::Value = serde_json::from_slice(&anthropic.list).unwrap();
+    /// assert_eq!(list[1]["content"].as_array().unwrap().len(), 2, "the two results are one turn");
+    ///
+    /// let responses = Dialect::Responses.messages_from_chat_json(messages).unwrap();
+    /// assert_eq!(responses.key, "input");
+    /// assert_eq!(responses.system.unwrap().0, "instructions");
+    /// let input: serde_json::Value = serde_json::from_slice(&responses.list).unwrap();
+    /// assert_eq!(input[2]["type"], "function_call_output");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As `request_from_chat` for its `messages` ([`MessagesError`], whose
+    /// [`field`](MessagesError::field) is `messages`): JSON that is not a list
+    /// ([`MessagesError::NotAnArray`]), as `request_from_chat` refuses it; a message of an
+    /// unknown role, a tool call whose `arguments` are not JSON, an image without a URL, text
+    /// that is not JSON (`"messages" could not be read: ...`) ([`MessagesError::Invalid`]).
+    ///
+    /// ```
+    /// use choicewise_proto::{Dialect, MessagesError};
+    /// let e = Dialect::Anthropic.messages_from_chat_json(br#""hi""#).unwrap_err();
+    /// assert_eq!(e, MessagesError::NotAnArray { found: "a string" });
+    /// assert_eq!((e.field(), e.to_string().as_str()), ("messages", "\"messages\" must be an array, not a string"));
+    /// ```
+    pub fn messages_from_chat_json(self, messages: &[u8]) -> Result<MessagesText, MessagesError> {
+        let mut list = Vec::with_capacity(messages.len().saturating_add(messages.len() / 8));
+        let system = self.write_messages_from_chat_json(messages, &mut list)?;
+        Ok(MessagesText {
+            key: self.messages_field(),
+            list,
+            system: (self.system_field()).and_then(|key| Some((key, system?))),
+        })
+    }
+
+    /// [`messages_from_chat_json`](Self::messages_from_chat_json) written at the end of
+    /// `out` (the list's text; `out` grows by an eighth at a time when it has no room left,
+    /// so that a body written around the list is allocated about once): the first system
+    /// or developer message's content as JSON text, for [`system_field`](Self::system_field).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let mut body = br#"{"messages":"#.to_vec();
+    /// let system = Dialect::Anthropic
+    ///     .write_messages_from_chat_json(br#"[{"role": "developer", "content": "Be brief."}]"#, &mut body)
+    ///     .unwrap();
+    /// assert_eq!(body, br#"{"messages":[]"#);
+    /// assert_eq!(system.unwrap(), br#""Be brief.""#);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`messages_from_chat_json`](Self::messages_from_chat_json); `out` then holds part
+    /// of the list.
+    pub fn write_messages_from_chat_json(
+        self,
+        messages: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, MessagesError> {
+        self.api().write_messages_from_chat_json(messages, out)
+    }
+
+    /// The request field that holds the conversation in this API's shape: `messages`
+    /// (Chat Completions, Anthropic), `input` (Responses) or `contents` (Gemini).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Responses.messages_field(), "input");
+    /// ```
+    pub fn messages_field(self) -> &'static str {
+        self.api().messages_field()
+    }
+
+    /// The request field a first system message's content goes in, translated from Chat
+    /// Completions: `system` (Anthropic), `instructions` (Responses), `systemInstruction`
+    /// (Gemini, every system message's text a part of it); None for Chat
+    /// Completions, whose system message stays a message.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Anthropic.system_field(), Some("system"));
+    /// assert_eq!(Dialect::Chat.system_field(), None);
+    /// ```
+    pub fn system_field(self) -> Option<&'static str> {
+        self.api().system_field()
+    }
+
+    /// A request in Chat Completions' shape (`messages`, `max_tokens`, ...) in this dialect's
+    /// shape (Chat: unchanged):
+    ///
+    /// - Responses: a first system or developer message becomes `instructions`, the others
+    ///   `input` items (an assistant's `tool_calls` as `function_call` items, a `tool`
+    ///   message as a `function_call_output`, images as `input_image`); `tools` and
+    ///   `tool_choice` in its flat shape; `max_tokens` / `max_completion_tokens` become
+    ///   `max_output_tokens`; `reasoning_effort` becomes `reasoning: {"effort": ...}` (a
+    ///   `reasoning` object the request already carries, a Responses client's own, wins); it
+    ///   has no `stop` and no `seed` (an error names them).
+    /// - Anthropic: a first system or developer message becomes `system`, a later one a
+    ///   `system` turn at its place (as Anthropic's API takes it); an assistant's
+    ///   `tool_calls` become `tool_use` blocks, `tool` messages `tool_result` blocks of a
+    ///   user turn, images image blocks; `tools` get an `input_schema`, `tool_choice` and
+    ///   `parallel_tool_calls` become its `tool_choice`; `max_tokens` is required (from
+    ///   `max_completion_tokens`, else [`DEFAULT_ANTHROPIC_MAX_TOKENS`](crate::DEFAULT_ANTHROPIC_MAX_TOKENS)); `stop` becomes
+    ///   `stop_sequences` (a string, a list); `reasoning_effort` becomes `thinking` with a
+    ///   budget ([`thinking_budget`](Self::thinking_budget); without `max_tokens`, the answer
+    ///   keeps the default room above it; a `thinking` object the request already carries,
+    ///   an Anthropic client's own, wins); it has no `seed`; OpenAI's `prompt_cache_key`,
+    ///   `user`, `safety_identifier` and `service_tier` are left out.
+    ///
+    /// - Gemini: every system or developer message's text becomes a part of
+    ///   `systemInstruction`, the others `contents` of `user` and `model` turns (an
+    ///   assistant's `tool_calls` as `functionCall` parts, its arguments parsed into `args`;
+    ///   consecutive `tool` messages one `user` turn of `functionResponse` parts, each named
+    ///   by its call's function, a result that is not a JSON object as `{"result": TEXT}`;
+    ///   images as `inlineData` or `fileData`); `tools` become one tool of
+    ///   `functionDeclarations` (the schema as `parametersJsonSchema`), `tool_choice`
+    ///   `toolConfig.functionCallingConfig`; `n`, `temperature`, `top_p`, `max_tokens` /
+    ///   `max_completion_tokens`, `stop`, `seed`, `presence_penalty`, `frequency_penalty`,
+    ///   `response_format` and `reasoning_effort` go in `generationConfig` (`candidateCount`,
+    ///   `temperature`, `topP`, `maxOutputTokens`, `stopSequences`, ..., `thinkingConfig` with
+    ///   the budget of [`thinking_budget`](Self::thinking_budget) and its thoughts included);
+    ///   `model`, `stream` and OpenAI's own fields are left out (the model is in the URL);
+    ///   any other field is an error naming it.
+    ///
+    /// Responses and Anthropic have no `n` (more than one choice is one request per choice);
+    /// none has `stream_options` (each reports usage in the stream anyway).
+    ///
+    /// `messages` that is not a list is an error ([`MessagesError::NotAnArray`]'s text), as
+    /// a message either cannot translate.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// let chat = serde_json::json!({"model": "m", "max_tokens": 50,
+    ///     "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]});
+    /// let anthropic = Dialect::Anthropic.request_from_chat(&chat).unwrap();
+    /// assert_eq!(anthropic["system"], "Be brief.");
+    /// assert_eq!(anthropic["max_tokens"], 50);
+    ///
+    /// let turn = serde_json::json!({"model": "m", "messages": [
+    ///     {"role": "user", "content": "Weather in Paris?"},
+    ///     {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+    ///         "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+    ///     {"role": "tool", "tool_call_id": "call_1", "content": "18C"}],
+    ///     "tools": [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]});
+    /// let anthropic = Dialect::Anthropic.request_from_chat(&turn).unwrap();
+    /// assert_eq!(anthropic["messages"][1]["content"][0]["input"]["city"], "Paris");
+    /// assert_eq!(anthropic["messages"][2]["content"][0]["tool_use_id"], "call_1");
+    /// assert_eq!(anthropic["tools"][0]["input_schema"]["type"], "object");
+    /// let responses = Dialect::Responses.request_from_chat(&turn).unwrap();
+    /// assert_eq!(responses["input"][1]["type"], "function_call");
+    /// assert_eq!(responses["input"][2]["output"], "18C");
+    /// assert_eq!(responses["tools"][0]["name"], "weather");
+    /// ```
+    pub fn request_from_chat(self, request: &Value) -> Result<Value, String> {
+        let Some(body) = request.as_object() else {
+            return Err("the request body must be a JSON object".into());
+        };
+        self.api().request_from_chat(body)
+    }
+}
+
+impl fmt::Display for Dialect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Dialect {
+    type Err = String;
+
+    /// `chat`, `responses`, `anthropic` or `gemini`.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!("grpc".parse::<Dialect>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<Self, String> {
+        Dialect::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| format!("unknown API {s:?} (chat, responses, anthropic or gemini)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_gives_each_dialect_its_own_api() {
+        for dialect in Dialect::ALL {
+            let api = dialect.api();
+            assert_eq!(api.dialect(), dialect, "{api:?}");
+            assert_eq!(api.name().parse::<Dialect>(), Ok(dialect));
+            assert_eq!(dialect.has_reader(), dialect != Dialect::Chat, "{dialect}");
+            let reader = Reader::new(dialect, &Arc::from(Vec::new()));
+            assert_eq!(reader.is_some(), dialect.has_reader(), "{dialect}");
+        }
+    }
+
+    #[test]
+    fn an_event_type_belongs_to_one_api_at_most() {
+        let cases = [
+            ("response.output_text.delta", Some(Dialect::Responses)),
+            ("response.whatever_comes_next", Some(Dialect::Responses)),
+            ("message_stop", Some(Dialect::Anthropic)),
+            ("ping", Some(Dialect::Anthropic)),
+            ("chat.completion.chunk", None),
+            ("error", None),
+            ("", None),
+        ];
+        for (kind, owner) in cases {
+            assert_eq!(dialect_of(kind), owner, "{kind}");
+            let owners = Dialect::ALL.iter().filter(|d| d.api().recognises(kind));
+            assert!(owners.count() <= 1, "{kind}");
+        }
+    }
+
+    #[test]
+    fn another_apis_event_is_an_error_and_an_unknown_one_a_warning_once() {
+        let mut reader = Reader::new(Dialect::Anthropic, &Arc::from(Vec::new())).unwrap();
+        let data = serde_json::json!({"type": "whatever"});
+        let first = reader.event(Some("whatever"), "", &data, (1, 0)).unwrap();
+        assert!(
+            matches!(first.warning, Some(WarningKind::UnknownEvent { ref kind }) if kind == "whatever")
+        );
+        let again = reader.event(Some("whatever"), "", &data, (2, 0)).unwrap();
+        assert!(again.warning.is_none() && again.updates.is_empty());
+        let data = serde_json::json!({"type": "response.completed"});
+        let e = reader
+            .event(Some("response.completed"), "", &data, (3, 0))
+            .unwrap_err();
+        assert!(
+            matches!(e.detail(), ErrorDetail::WrongDialect { expected: Dialect::Anthropic, found, line: 3 } if found == "response.completed"),
+            "{e}"
+        );
+        let mut gemini = Reader::new(Dialect::Gemini, &Arc::from(Vec::new())).unwrap();
+        let e = gemini
+            .event(Some("message_start"), "", &data, (4, 0))
+            .unwrap_err();
+        assert!(
+            matches!(
+                e.detail(),
+                ErrorDetail::WrongDialect {
+                    expected: Dialect::Gemini,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,91 @@
+//! The Anthropic Messages API: one choice per request, its key in `x-api-key`; its writer
+//! `api/anthropic.rs` (with the messages and tools of `api/messages.rs` and
+//! `api/tools.rs`), its reader `dialect/anthropic.rs`.
+
+use serde_json::{Map, Value};
+
+use super::{ReadsEvents, RequestWriting, UpstreamApi, sealed};
+use crate::api::{self, Dialect, MessagesError, messages, tools};
+use crate::dialect::AnthropicEvents;
+
+/// The Anthropic Messages API as an upstream API ([`Dialect::Anthropic`]).
+#[derive(Debug)]
+pub(crate) struct Anthropic;
+
+impl sealed::Sealed for Anthropic {}
+
+impl ReadsEvents for Anthropic {
+    type Reader = AnthropicEvents;
+}
+
+impl UpstreamApi for Anthropic {
+    fn dialect(&self) -> Dialect {
+        Dialect::Anthropic
+    }
+
+    fn name(&self) -> &'static str {
+        "anthropic"
+    }
+
+    fn endpoint(&self) -> &'static str {
+        "messages"
+    }
+
+    fn key_header(&self) -> Option<&'static str> {
+        Some("x-api-key")
+    }
+
+    fn has_n(&self) -> bool {
+        false
+    }
+
+    fn system_field(&self) -> Option<&'static str> {
+        Some("system")
+    }
+
+    fn request_writing(&self) -> RequestWriting {
+        RequestWriting::ByField
+    }
+
+    /// It has no `seed`; OpenAI's own fields (`prompt_cache_key`, `user`,
+    /// `safety_identifier`, `service_tier`), which it refuses as unknown, are left out, and
+    /// `parallel_tool_calls` goes in its `tool_choice`.
+    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String> {
+        let left_out = [
+            "parallel_tool_calls",
+            "prompt_cache_key",
+            "user",
+            "safety_identifier",
+            "service_tier",
+        ];
+        let (mut out, asked) =
+            api::one_choice_request(Dialect::Anthropic, body, &["seed"], &left_out)?;
+        api::anthropic::request(body, &mut out, asked)?;
+        Ok(Value::Object(out))
+    }
+
+    fn write_messages_from_chat_json(
+        &self,
+        text: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Vec<u8>>, MessagesError> {
+        messages::write_messages(Dialect::Anthropic, text, out)
+    }
+
+    fn write_tools_from_chat_json(&self, text: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        tools::write_tools_text(text, true, out)
+    }
+
+    fn recognises(&self, kind: &str) -> bool {
+        matches!(
+            kind,
+            "message_start"
+                | "message_delta"
+                | "message_stop"
+                | "content_block_start"
+                | "content_block_delta"
+                | "content_block_stop"
+                | "ping"
+        )
+    }
+}
