@@ -168,8 +168,11 @@ impl<'de, W: fmt::Write> serde::de::Visitor<'de> for Streamed<'_, 'de, W> {
                 .ok_or_else(|| A::Error::custom("a key outside the text being read"))?;
             let at =
                 u32::try_from(at).map_err(|_| A::Error::custom("an object of more than 4 GiB"))?;
-            // The key whole: the raw read checks its syntax only (not its surrogates).
-            serde_json::from_str::<serde::de::IgnoredAny>(key).map_err(A::Error::custom)?;
+            // The key read as a string: the raw read checks its syntax only, not its
+            // surrogates and control characters, which its comparisons below rely on.
+            let mut de = serde_json::Deserializer::from_str(key);
+            serde::Deserializer::deserialize_str(&mut de, Key(&mut Discard))
+                .map_err(A::Error::custom)?;
             map.next_value::<&'de serde_json::value::RawValue>()?;
             members.push(at);
         }
@@ -606,6 +609,10 @@ mod tests {
             r#"{"x": 1e400, "x": 1}"#,
             r#"{"x": [1, {"y": "\ud800"}], "x": 1}"#,
             r#"{"\ud800": 1}"#,
+            r#"{"\ud800": 1, "\ud800": 2}"#,
+            r#"{"\ud800": 1, "\ufffd": 2, "a": 3}"#,
+            r#"{"\udc00x": 1, "y": 2}"#,
+            "{\"a\u{1}\": 1, \"b\": 2}",
             r#"{"a": {"\ud800": 1, "b": 2}}"#,
             r#"{"k\u0000": 1, "k": 2, "k\u001f": 3}"#,
             "{ \"a\" \t:\n 1 , \"b\"\r\n: {\"c\" : 2 } }",
