@@ -496,6 +496,23 @@ impl Choice {
         }
     }
 
+    /// [`message`](Self::message) shared with the choice's log rather than copied (`None`
+    /// when the choice did not finish): what a pick reads to judge a choice, so that judging
+    /// a choice of megabytes copies none of it.
+    pub(crate) async fn shared_message(&self) -> Option<std::sync::Arc<ChoiceOutput>> {
+        let sub = Subscription::new(self.entry.log.clone());
+        sub.wait(|published| match published.closed() {
+            Some(_) => Poll::Ready(()),
+            None => Poll::Pending,
+        })
+        .await;
+        let log = self.entry.log.lock();
+        match log.error() {
+            None => Some(log.shared_output(self.index())),
+            Some(_) => None,
+        }
+    }
+
     /// Waits for the choice's message and returns its estimated completion tokens (content,
     /// reasoning, refusal and function calls, counted with tiktoken on a blocking thread). For
     /// a choice cut short by an error, the count of what was received.

@@ -563,7 +563,7 @@ impl crate::Completions {
             (PickRule::FirstFinished, _) => self.first_finished().take(policy.take()),
             (PickRule::Vote, key) => {
                 let key = key.cloned().unwrap_or_default();
-                let mut vote = self.vote(move |o| key.of(o)).min_votes(policy.min_votes());
+                let mut vote = self.vote_on(key).min_votes(policy.min_votes());
                 if let Some(size) = policy.window() {
                     vote = vote.window(size);
                 }

@@ -92,6 +92,9 @@ pub struct Pick<'a> {
     min_votes: usize,
     confidence: Option<Confidence>,
     or_first_finished: bool,
+    /// Whether a vote's key already gives its keys as the vote keeps them
+    /// ([`VoteKey::shown_of`](crate::VoteKey)), long ones never written whole.
+    shown_keys: bool,
 }
 
 impl fmt::Debug for Pick<'_> {
@@ -130,6 +133,7 @@ impl<'a> Pick<'a> {
             min_votes: 1,
             confidence: None,
             or_first_finished: false,
+            shown_keys: false,
         }
     }
 
@@ -409,6 +413,7 @@ impl<'a> Pick<'a> {
             min_votes,
             confidence,
             or_first_finished,
+            shown_keys,
         } = self;
         // A vote's judgements, in the order the choices finished well: its tally, and the
         // choice to answer with when no key wins.
@@ -418,7 +423,10 @@ impl<'a> Pick<'a> {
                 let judged = Arc::clone(&judged);
                 Rule::Vote(Box::new(move |output: &ChoiceOutput| {
                     // Kept once, as shown: a long key is its beginning and its hash.
-                    let k = key(output).map(shown_key);
+                    let k = match shown_keys {
+                        true => key(output),
+                        false => key(output).map(shown_key),
+                    };
                     let mut judged = judged.lock().unwrap_or_else(|e| e.into_inner());
                     if !judged.iter().any(|(i, _)| *i == output.index) {
                         judged.push((output.index, k.clone()));
@@ -628,6 +636,15 @@ impl Completions {
         F: Fn(&ChoiceOutput) -> Option<String> + Send + Sync + 'static,
     {
         Pick::new(self, Rule::Vote(Box::new(key)))
+    }
+
+    /// [`vote`](Self::vote) on `key`, each key made as the vote keeps it (a long one cut,
+    /// with its hash) without being written whole.
+    pub(crate) fn vote_on(&self, key: crate::VoteKey) -> Pick<'_> {
+        Pick {
+            shown_keys: true,
+            ..self.vote(move |o| key.shown_of(o))
+        }
     }
 
     /// The choice with the highest `score` among those that finish with `stop` or

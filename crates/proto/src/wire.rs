@@ -390,12 +390,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for Arguments<'a> {
             // a tree would write: keys sorted, compact).
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
                 let mut text = String::new();
-                Visitor::visit_map(crate::canonical::Canonical(&mut text), map)?;
+                Visitor::visit_map(crate::canonical::Buffered::new(&mut text), map)?;
                 Ok(Arguments::Json(text))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
                 let mut text = String::new();
-                Visitor::visit_seq(crate::canonical::Canonical(&mut text), seq)?;
+                Visitor::visit_seq(crate::canonical::Buffered::new(&mut text), seq)?;
                 Ok(Arguments::Json(text))
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {

@@ -2,6 +2,7 @@
 //! followed by a task of its own, and the tasks' results as they end.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -9,7 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::choice::Choice;
 use crate::completions::{Choices, Completions};
-use choicewise_proto::{ChoiceOutput, Incomplete};
+use choicewise_proto::ChoiceOutput;
 
 /// What a follower gives: the choice it followed, and what it found.
 pub(crate) trait Followed {
@@ -119,17 +120,18 @@ where
     }
 }
 
-/// Watches every choice's message as it settles, calling `decide` with each; stops when
+/// Watches every choice's message as it settles (shared, not copied; `None` for one that did
+/// not finish), calling `decide` with each; stops when
 /// `decide` returns `true`, the deadline passes (returns `true` then) or every choice is in.
 pub(super) async fn watch(
     completions: &Completions,
     deadline: Option<Duration>,
-    mut decide: impl FnMut(Result<ChoiceOutput, Incomplete<ChoiceOutput>>, usize, bool) -> bool,
+    mut decide: impl FnMut(Option<Arc<ChoiceOutput>>, usize, bool) -> bool,
 ) -> bool {
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
     tokio::pin!(sleep);
     let mut following = Following::new(completions, |choice: Choice| async move {
-        (choice.index(), choice.message().await)
+        (choice.index(), choice.shared_message().await)
     })
     .in_finish_order();
     loop {

@@ -143,8 +143,8 @@ pub(crate) async fn vote(
     let mut ballot = Ballot::new();
     let mut voters: HashMap<String, Vec<u32>> = HashMap::new();
     let mut places = Places::new(completions);
-    let mut count = |result: Result<ChoiceOutput, _>, ballot: &mut Ballot| {
-        if let Ok(output) = result
+    let mut count = |result: Option<std::sync::Arc<ChoiceOutput>>, ballot: &mut Ballot| {
+        if let Some(output) = result
             && output.finished_well()
             && let Some(k) = key(&output)
         {
@@ -308,7 +308,7 @@ pub(crate) async fn vote_windowed(
     let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::MAX));
     tokio::pin!(sleep);
     let mut following = Following::new(completions, |choice: Choice| async move {
-        (choice.index(), choice.message().await)
+        (choice.index(), choice.shared_message().await)
     })
     .in_finish_order();
     // Each settled choice's key (`None`: it did not vote), and the ballot of those that did.
@@ -326,12 +326,12 @@ pub(crate) async fn vote_windowed(
                 // A failed sample whose replacement was reserved: the replacement takes
                 // its place in its window.
                 if let Some(w) = windows.of(index, total)
-                    && replacing.take(index, result.is_err())
+                    && replacing.take(index, result.is_none())
                 {
                     start_through(windows.replace_in(w));
                 }
                 let voted = match result {
-                    Ok(output) if output.finished_well() => key(&output),
+                    Some(output) if output.finished_well() => key(&output),
                     _ => None,
                 };
                 if let Some(k) = &voted {
@@ -482,7 +482,7 @@ pub(super) async fn best(
 ) -> Decided {
     let mut best: Option<(f64, u32)> = None;
     let timed_out = watch(completions, deadline, |result, _, _| {
-        if let Ok(output) = result
+        if let Some(output) = result
             && output.finished_well()
             && let Some(s) = score(&output).filter(|s| !s.is_nan())
             // Ties go to the choice that finished first.

@@ -2,6 +2,8 @@
 //! rule decided before the rest is cancelled ([`Decided`]), with the tally completed from a
 //! vote's judgements.
 
+use std::fmt;
+
 use serde::Serialize;
 
 use super::Places;
@@ -178,24 +180,75 @@ pub const SHOWN_KEY_PREFIX_BYTES: usize = 200;
 /// assert_ne!(shown, shown_key(long.replace("x\"}", "y\"}")));
 /// ```
 pub fn shown_key(key: String) -> String {
-    use sha2::Digest;
-    use std::fmt::Write;
     if key.len() <= SHOWN_KEY_MAX_BYTES {
         return key;
     }
-    let mut cut = SHOWN_KEY_PREFIX_BYTES;
-    while !key.is_char_boundary(cut) {
-        cut -= 1;
+    let mut shown = ShownKey::new();
+    let _ = fmt::Write::write_str(&mut shown, &key);
+    shown.finish()
+}
+
+/// A key as [`shown_key`] writes it, made from its text written piece by piece (a
+/// [`fmt::Write`]) without keeping it: its first [`SHOWN_KEY_MAX_BYTES`] at most, its length
+/// and its running SHA-256. A vote key written straight into it costs a few hundred bytes
+/// whatever its length.
+pub(crate) struct ShownKey {
+    head: String,
+    /// Whether a character did not fit in `head`: nothing more is added to it.
+    full: bool,
+    len: usize,
+    hash: sha2::Sha256,
+}
+
+impl ShownKey {
+    pub(crate) fn new() -> Self {
+        use sha2::Digest;
+        ShownKey {
+            head: String::new(),
+            full: false,
+            len: 0,
+            hash: sha2::Sha256::new(),
+        }
     }
-    let digest = sha2::Sha256::digest(key.as_bytes());
-    let mut shown = String::with_capacity(cut + 100);
-    shown.push_str(&key[..cut]);
-    let _ = write!(shown, "… ({} bytes, sha256 ", key.len());
-    for byte in digest {
-        let _ = write!(shown, "{byte:02x}");
+
+    /// The key as [`shown_key`] shows the text written.
+    pub(crate) fn finish(self) -> String {
+        use sha2::Digest;
+        use std::fmt::Write;
+        if self.len <= SHOWN_KEY_MAX_BYTES {
+            return self.head;
+        }
+        let mut cut = SHOWN_KEY_PREFIX_BYTES;
+        while !self.head.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let mut shown = String::with_capacity(cut + 100);
+        shown.push_str(&self.head[..cut]);
+        let _ = write!(shown, "… ({} bytes, sha256 ", self.len);
+        for byte in self.hash.finalize() {
+            let _ = write!(shown, "{byte:02x}");
+        }
+        shown.push(')');
+        shown
     }
-    shown.push(')');
-    shown
+}
+
+impl fmt::Write for ShownKey {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        use sha2::Digest;
+        self.len += s.len();
+        self.hash.update(s.as_bytes());
+        if !self.full {
+            let room = SHOWN_KEY_MAX_BYTES - self.head.len();
+            let mut fits = room.min(s.len());
+            while !s.is_char_boundary(fits) {
+                fits -= 1;
+            }
+            self.head.push_str(&s[..fits]);
+            self.full = fits < s.len();
+        }
+        Ok(())
+    }
 }
 
 /// One key of a [`Tally`] and its votes.

@@ -184,25 +184,47 @@ impl VoteKey {
     /// assert_eq!(VoteKey::content().of(&ChoiceOutput::new(0, Message::assistant("4"))), Some("4".into()));
     /// ```
     pub fn of(&self, output: &ChoiceOutput) -> Option<String> {
-        match tool_call_key(output) {
-            Calls::Key(calls) => return Some(calls),
+        let mut key = String::new();
+        self.write(output, &mut key).then_some(key)
+    }
+
+    /// The key `output` votes with as the vote keeps it ([`shown_key`](crate::select::shown_key)
+    /// of [`of`](Self::of)), made without the whole key: a call's canonical arguments are
+    /// written into its hash as they are read.
+    pub(crate) fn shown_of(&self, output: &ChoiceOutput) -> Option<String> {
+        let mut key = super::selection::ShownKey::new();
+        self.write(output, &mut key).then(|| key.finish())
+    }
+
+    /// Writes the key `output` votes with into `out`; whether it votes (when not, `out` may
+    /// hold part of a key).
+    fn write(&self, output: &ChoiceOutput, out: &mut impl fmt::Write) -> bool {
+        match tool_call_key(output, out) {
+            Calls::Key => return true,
             // A call the program could not run: no vote, whatever text came with it.
-            Calls::Broken => return None,
+            Calls::Broken => return false,
             Calls::None => {}
         }
-        let content = output.message.content.as_deref()?;
+        let Some(content) = output.message.content.as_deref() else {
+            return false;
+        };
         let key = match &self.pattern {
-            None => content.trim().to_string(),
+            None => content.trim(),
             Some(re) => {
-                let caps = re.captures(content)?;
-                caps.get(1).or_else(|| caps.get(0))?.as_str().to_string()
+                let Some(caps) = re.captures(content) else {
+                    return false;
+                };
+                match caps.get(1).or_else(|| caps.get(0)) {
+                    Some(m) => m.as_str(),
+                    None => return false,
+                }
             }
         };
-        let key = match self.normalize {
-            true => normalized(&key),
-            false => key,
+        let key: std::borrow::Cow<'_, str> = match self.normalize {
+            true => normalized(key).into(),
+            false => key.into(),
         };
-        Some(key).filter(|k| !k.is_empty())
+        !key.is_empty() && out.write_str(&key).is_ok()
     }
 }
 
@@ -212,15 +234,16 @@ enum Calls {
     None,
     /// Some call's arguments are not JSON: it does not vote.
     Broken,
-    /// Its calls' key.
-    Key(String),
+    /// Its calls' key, written.
+    Key,
 }
 
-/// The key of a choice that ended in tool calls (or the legacy function call): the JSON
-/// array of `[name, arguments]` pairs in call order, arguments in canonical form (empty
+/// Writes the key of a choice that ended in tool calls (or the legacy function call): the
+/// JSON array of `[name, arguments]` pairs in call order, arguments in canonical form (empty
 /// arguments as `{}`); none when some call's arguments are not JSON. Written straight from
-/// the arguments' text (`choicewise_proto::write_canonical_json`): no JSON tree is built.
-fn tool_call_key(output: &ChoiceOutput) -> Calls {
+/// the arguments' text (`choicewise_proto::write_canonical_json`): no JSON tree is built, and
+/// into a writer that need not keep it.
+fn tool_call_key(output: &ChoiceOutput, key: &mut impl fmt::Write) -> Calls {
     let message = &output.message;
     // Each call, and whether its arguments are JSON (a function's) or free text (a custom
     // tool's input).
@@ -233,32 +256,33 @@ fn tool_call_key(output: &ChoiceOutput) -> Calls {
     if calls.is_empty() {
         return Calls::None;
     }
-    let size: usize = calls
-        .iter()
-        .map(|(c, _)| c.name.len() + c.arguments.len() + 8)
-        .sum();
-    let mut key = String::with_capacity(size + 2);
-    key.push('[');
-    for (i, (call, json)) in calls.into_iter().enumerate() {
-        if i > 0 {
-            key.push(',');
-        }
-        key.push('[');
-        choicewise_proto::write_json_string(&call.name, &mut key);
-        key.push(',');
-        match (json, call.arguments.trim()) {
-            (true, "") => key.push_str("{}"),
-            (true, text) => {
-                if choicewise_proto::write_canonical_json(text, &mut key).is_err() {
-                    return Calls::Broken;
-                }
+    let written = || -> Result<bool, fmt::Error> {
+        key.write_char('[')?;
+        for (i, (call, json)) in calls.into_iter().enumerate() {
+            if i > 0 {
+                key.write_char(',')?;
             }
-            (false, text) => choicewise_proto::write_json_string(text, &mut key),
+            key.write_char('[')?;
+            choicewise_proto::write_json_string(&call.name, key)?;
+            key.write_char(',')?;
+            match (json, call.arguments.trim()) {
+                (true, "") => key.write_str("{}")?,
+                (true, text) => {
+                    if choicewise_proto::write_canonical_json(text, key).is_err() {
+                        return Ok(false);
+                    }
+                }
+                (false, text) => choicewise_proto::write_json_string(text, key)?,
+            }
+            key.write_char(']')?;
         }
-        key.push(']');
+        key.write_char(']')?;
+        Ok(true)
+    };
+    match written() {
+        Ok(true) => Calls::Key,
+        _ => Calls::Broken,
     }
-    key.push(']');
-    Calls::Key(key)
 }
 
 /// Refuses, before it is parsed, a pattern whose parsing could cost more than a few
@@ -428,6 +452,71 @@ mod tests {
         assert_eq!(
             key.of(&with_calls("Answer: 42.", &[])).as_deref(),
             Some("42")
+        );
+    }
+
+    #[test]
+    fn the_kept_key_is_the_whole_key_shown_without_writing_it_whole() {
+        use super::VoteKey;
+        use crate::select::shown_key;
+        use choicewise_proto::{ChoiceOutput, Message, ToolCall};
+        let many: String = (0..5000)
+            .map(|i| format!("\"k{}\":{i},", 5000 - i))
+            .collect();
+        let wide = format!("[{}0]", "0,".repeat(3000));
+        let accents = "é".repeat(300);
+        let cases: Vec<(&str, Vec<(&str, String)>)> = vec![
+            ("  42 ", vec![]),
+            ("", vec![]),
+            (&accents, vec![]),
+            ("", vec![("read", r#"{"b": 1, "a": 2}"#.into())]),
+            ("", vec![("edit", format!("{{{many}\"k0\":0}}"))]),
+            (
+                "",
+                vec![
+                    ("edit", wide.clone()),
+                    ("edit", format!("{{{many}\"é\":\"{}\"}}", "é".repeat(200))),
+                ],
+            ),
+            ("", vec![("edit", format!("{{{many}"))]),
+            ("", vec![("edit", "ü".repeat(400))]),
+        ];
+        for key in [
+            VoteKey::content(),
+            VoteKey::pattern(r"(\S+)").unwrap().normalize(true),
+        ] {
+            for (text, calls) in &cases {
+                let mut output = ChoiceOutput::new(0, Message::assistant(*text));
+                for (i, (name, args)) in calls.iter().enumerate() {
+                    let mut call = ToolCall::function(format!("call_{i}"), *name, args.as_str());
+                    if args.starts_with('ü') {
+                        call.kind = "custom".into();
+                    }
+                    output.message.tool_calls.push(call);
+                }
+                let whole = key.of(&output);
+                assert_eq!(
+                    key.shown_of(&output),
+                    whole.clone().map(shown_key),
+                    "{text:.40} {calls:.80?}"
+                );
+            }
+        }
+        // Long keys cut alike stay apart when they differ past the cut.
+        let call = |args: &str| {
+            let mut output = ChoiceOutput::new(0, Message::assistant(""));
+            output
+                .message
+                .tool_calls
+                .push(ToolCall::function("c", "edit", args));
+            VoteKey::content().shown_of(&output).unwrap()
+        };
+        let a = call(&format!("{{{many}\"z\":1}}"));
+        assert!(a.len() < 400 && a.contains("sha256"), "{a}");
+        assert_ne!(a, call(&format!("{{{many}\"z\":2}}")));
+        assert_eq!(
+            a,
+            call(&format!("{{\"z\":1, {many}\"k0\":0}}").replace(",\"k0\":0", ""))
         );
     }
 

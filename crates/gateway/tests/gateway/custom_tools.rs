@@ -8,7 +8,7 @@
 use choicewise_testserver::TestServer;
 use serde_json::{Value, json};
 
-use crate::common::{no_env, post_chat, serve, upstream_toml};
+use crate::common::{no_env, post_chat, post_to, serve, upstream_toml};
 
 const PATCH: &str = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n";
 const GRAMMAR: &str = "start: \"*** Begin Patch\" /(.|\\n)*/";
@@ -216,4 +216,178 @@ async fn a_custom_tool_reaches_every_upstream_api_and_comes_back_custom() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+/// A Responses client's request: the custom tool (with a grammar), a call of it and its
+/// result in the input, the tool choice naming it.
+fn responses_request(stream: bool) -> Value {
+    json!({"model": "m", "stream": stream, "max_output_tokens": 100,
+        "input": [
+            {"type": "message", "role": "user", "content": "add a.txt"},
+            {"type": "custom_tool_call", "call_id": "call_0", "name": "apply_patch",
+                "input": PATCH},
+            {"type": "custom_tool_call_output", "call_id": "call_0", "output": "Done."},
+            {"type": "message", "role": "user", "content": "again"}],
+        "tools": [{"type": "custom", "name": "apply_patch", "description": "Edit files.",
+            "format": {"type": "grammar", "definition": GRAMMAR, "syntax": "lark"}}],
+        "tool_choice": {"type": "custom", "name": "apply_patch"}})
+}
+
+/// The custom call a Responses client got (its name and input), streamed or not: its
+/// `custom_tool_call` item, and no function call.
+fn responses_call_got(stream: bool, text: &str) -> Option<(String, String)> {
+    let items: Vec<Value> = match stream {
+        false => {
+            let v: Value = serde_json::from_str(text).ok()?;
+            v["output"].as_array()?.clone()
+        }
+        true => (text.lines())
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter(|v| v["type"] == "response.output_item.done")
+            .map(|v| v["item"].clone())
+            .collect(),
+    };
+    if items.iter().any(|i| i["type"] == "function_call") {
+        return None;
+    }
+    let call = items.iter().find(|i| i["type"] == "custom_tool_call")?;
+    Some((
+        call["name"].as_str()?.into(),
+        call["input"].as_str()?.into(),
+    ))
+}
+
+/// A Responses client's custom tool reaches every upstream API as a Chat client's does: a
+/// Responses upstream gets its own `custom` tool, `custom_tool_call` and its output and a
+/// custom tool choice (not a function of one string), and the call comes back to the client
+/// as a `custom_tool_call` with its input as text, streamed and not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_clients_custom_tool_reaches_every_upstream_api_as_custom() {
+    let mut failed = Vec::new();
+    for api in ["chat", "anthropic", "responses"] {
+        let upstream = TestServer::builder()
+            .body(answer(api))
+            .start()
+            .await
+            .unwrap();
+        let toml = format!(
+            "[[models]]\nname = \"m\"\n{}",
+            upstream_toml(api, &upstream.base_url(), "")
+        );
+        let (addr, _) = serve(&toml, no_env).await;
+        for stream in [false, true] {
+            let r = post_to(addr, "/v1/responses", &responses_request(stream)).await;
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            let what = format!("a Responses client over {api}, stream {stream}");
+            match upstream.requests().last().and_then(|r| r.json.clone()) {
+                Some(sent) => {
+                    if let Some(wrong) = sent_wrong(api, &sent) {
+                        failed.push(format!("{what}: the upstream got {wrong}"));
+                    }
+                }
+                None => failed.push(format!("{what}: the upstream got nothing")),
+            }
+            let got = responses_call_got(stream, &text);
+            if status != 200 || got != Some(("apply_patch".into(), PATCH.into())) {
+                failed.push(format!("{what}: {status} {got:?} {text}"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+/// An Anthropic client's tool of `"type": "custom"` (its own name for a tool with an input
+/// schema) stays a function tool to a Responses upstream: sent as a `function` tool with its
+/// schema, its `tool_use` in the history a `function_call`, and the upstream's call back as a
+/// `tool_use` with its input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_clients_custom_tool_stays_a_function_to_a_responses_upstream() {
+    let args = r#"{"city":"Paris"}"#;
+    let item = |status: &str, arguments: &str| {
+        json!({"id": "fc_1", "type": "function_call", "status": status,
+            "call_id": "call_1", "name": "get_weather", "arguments": arguments})
+    };
+    let body: String = [
+        json!({"type": "response.created", "sequence_number": 0, "response":
+            {"id": "resp_1", "object": "response", "created_at": 1,
+            "status": "in_progress", "model": "up", "output": []}}),
+        json!({"type": "response.output_item.added", "sequence_number": 1,
+            "output_index": 0, "item": item("in_progress", "")}),
+        json!({"type": "response.function_call_arguments.delta", "sequence_number": 2,
+            "item_id": "fc_1", "output_index": 0, "delta": args}),
+        json!({"type": "response.output_item.done", "sequence_number": 3,
+            "output_index": 0, "item": item("completed", args)}),
+        json!({"type": "response.completed", "sequence_number": 4, "response":
+            {"id": "resp_1", "object": "response", "created_at": 1,
+            "status": "completed", "model": "up", "output": [item("completed", args)],
+            "usage": {"input_tokens": 5, "output_tokens": 9, "total_tokens": 14}}}),
+    ]
+    .into_iter()
+    .map(named)
+    .collect();
+    let upstream = TestServer::builder().body(body).start().await.unwrap();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        upstream_toml("responses", &upstream.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, no_env).await;
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+    for stream in [false, true] {
+        let request = json!({"model": "m", "max_tokens": 100, "stream": stream,
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_0",
+                    "name": "get_weather", "input": {"city": "Rome"}}]},
+                {"role": "user", "content": [{"type": "tool_result",
+                    "tool_use_id": "toolu_0", "content": "Sunny."}]}],
+            "tools": [{"type": "custom", "name": "get_weather",
+                "description": "The weather.", "input_schema": schema}]});
+        let r = post_to(addr, "/v1/messages", &request).await;
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 200, "stream {stream}: {text}");
+        let sent = upstream.requests().last().and_then(|r| r.json.clone());
+        let sent = sent.expect("the upstream got a request");
+        let tool = &sent["tools"][0];
+        assert_eq!(
+            (&tool["type"], &tool["name"], &tool["parameters"]),
+            (&json!("function"), &json!("get_weather"), &schema),
+            "{sent}"
+        );
+        let call = (sent["input"].as_array().unwrap().iter())
+            .find(|i| i["type"] == "function_call")
+            .unwrap_or_else(|| panic!("a function_call in {sent}"));
+        assert_eq!(call["name"], "get_weather", "{sent}");
+        let given: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(given, json!({"city": "Rome"}));
+        // The call back: a tool_use of get_weather with its input.
+        let input = match stream {
+            false => {
+                let v: Value = serde_json::from_str(&text).unwrap();
+                let block = (v["content"].as_array().unwrap().iter())
+                    .find(|b| b["type"] == "tool_use")
+                    .unwrap_or_else(|| panic!("a tool_use in {text}"))
+                    .clone();
+                assert_eq!(block["name"], "get_weather", "{text}");
+                block["input"].clone()
+            }
+            true => {
+                let mut partial = String::new();
+                let mut named_right = false;
+                for v in (text.lines())
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+                {
+                    named_right |= v["content_block"]["type"] == "tool_use"
+                        && v["content_block"]["name"] == "get_weather";
+                    partial += v["delta"]["partial_json"].as_str().unwrap_or_default();
+                }
+                assert!(named_right, "{text}");
+                serde_json::from_str(&partial).unwrap()
+            }
+        };
+        assert_eq!(input, json!({"city": "Paris"}), "stream {stream}");
+    }
 }

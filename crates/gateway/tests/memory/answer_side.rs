@@ -344,6 +344,63 @@ async fn one_call_of_8_mib_costs_a_few_times_its_bytes_to_every_client_api() {
     assert!(over.is_empty(), "past their bound: {over:?}");
 }
 
+/// A vote of 2 samples of about 7.2 MiB, each two calls (a wide array, then one object of
+/// some 350,000 keys), costs a few times its bytes to every client API, streamed or not:
+/// the vote keys each sample's calls in canonical form, sorting the object's members, and
+/// that key costs a few words per member, not copies of the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vote_over_an_object_of_350k_keys_costs_a_few_times_its_bytes() {
+    let _one = SERIAL.lock().await;
+    let half = 3_600_000;
+    let wide = format!("[{}]", repeated("0", half / 2));
+    let answers: Vec<Vec<u8>> = (0..2)
+        .map(|k| {
+            let keys = (0..half / 10)
+                .map(|i| format!("\"k{i}\":{}", k * 100 + 1))
+                .collect::<Vec<_>>()
+                .join(",");
+            let mut deltas = call_deltas(0, "edit", &wide);
+            deltas.extend(call_deltas(1, "edit", &format!("{{{keys}}}")));
+            chat_body(deltas, "tool_calls", Value::Null)
+        })
+        .collect();
+    let (url, sent) = scripted(answers).await;
+    let addr = gateway(&url).await;
+    let user = json!([{"role": "user", "content": "edit"}]);
+    let two = json!({"samples": 2, "select": "vote"});
+    let mut over = Vec::new();
+    for stream in [false, true] {
+        for (path, body) in [
+            (
+                "/v1/chat/completions",
+                json!({"model": "m", "messages": user, "stream": stream, "choicewise": two}),
+            ),
+            (
+                "/v1/messages",
+                json!({"model": "m", "max_tokens": 64, "messages": user, "stream": stream,
+                    "choicewise": two}),
+            ),
+            (
+                "/v1/responses",
+                json!({"model": "m", "input": "edit", "stream": stream, "choicewise": two}),
+            ),
+        ] {
+            let case = format!("{path} stream={stream}");
+            if std::env::var("ANSWER_SIDE_ONLY").is_ok_and(|only| !case.contains(&only)) {
+                continue;
+            }
+            let (status, text, peak, sent) = measured(addr, &sent, path, &body, 64 * 1024).await;
+            assert_eq!(status, 200, "{path}: {:.600}", text);
+            assert!(text.contains("edit"), "{path}: {:.600}", text);
+            let what = format!("a vote of 2 over 350k keys to {path}, stream {stream}");
+            if !fits(&what, peak, sent, FACTOR) {
+                over.push(what);
+            }
+        }
+    }
+    assert!(over.is_empty(), "past their bound: {over:?}");
+}
+
 /// An answer-side shape: its name, the API of the upstream that sends it, and its body.
 struct Shape {
     name: &'static str,

@@ -67,7 +67,8 @@ enum Item {
         part: Option<Part>,
     },
     /// A function call item (of a namespace's function: its namespace), or a custom tool's
-    /// call (its arguments, `{"input": ...}`, held until it closes).
+    /// call (its input, held until it closes: the text itself when the upstream's call was a
+    /// custom one, `native`; else arguments of one string, `{"input": ...}`).
     Call {
         id: String,
         call: CallRef,
@@ -75,6 +76,7 @@ enum Item {
         name: String,
         namespace: Option<String>,
         custom: bool,
+        native: bool,
         arguments: Pieces,
     },
 }
@@ -375,10 +377,14 @@ impl ResponsesEncoder {
                 call_id,
                 name,
                 custom: true,
+                native,
                 arguments,
                 ..
             } => {
-                let input = custom_input(&arguments.joined());
+                let input = match native {
+                    true => arguments.joined(),
+                    false => custom_input(&arguments.joined()),
+                };
                 let input = self.keep(Pieces::whole(input.into()));
                 let at = json!({"item_id": id, "output_index": index});
                 let mut delta = at.clone();
@@ -641,6 +647,7 @@ impl ResponsesEncoder {
                         name,
                         namespace,
                         custom,
+                        native: *native,
                         arguments: Pieces::default(),
                     });
                 }
