@@ -12,7 +12,7 @@
 //! | `reasoning` items | dropped: no Chat Completions upstream takes them back |
 //! | `tools` of type `function` (flat: `name`, `description`, `parameters`, `strict`) | function tools |
 //! | `tools` of type `namespace` (a group of the client's functions: `name`, `tools`) | a function tool per function, named `NAMESPACE__NAME` (`_2`, `_3`, ... added if another tool has that name); the model's calls of them are given back as `function_call` items with `name` and `namespace`, and such items of the input are sent back under the flat name |
-//! | `tools` of type `custom` (free-form input, a grammar or text) | Chat Completions custom tools (`{"type": "custom", "custom": {name, description, format}}`, a grammar's `definition` and `syntax` under `format.grammar`), sent to each upstream API as a Chat client's are (a Responses upstream gets its own `custom` tool); the model's calls given back as `custom_tool_call` items, their input as text, and `custom_tool_call` / `custom_tool_call_output` items of the input sent as a custom call and its `tool` message; a `tool_choice` of type `custom` a Chat custom tool choice |
+//! | `tools` of type `custom` (free-form input, a grammar or text) | a function tool of one string argument, `input` (the format in its description); the model's calls given back as `custom_tool_call` items, and `custom_tool_call` / `custom_tool_call_output` items of the input sent as a call and its `tool` message |
 //! | hosted tools (any other type: `web_search`, `file_search`, `code_interpreter`, `computer_use*`, `image_generation`, `mcp`, ...) | left out, or the request refused, as the model's `hosted_tools` says ([`Translated::hosted`]) |
 //! | `tool_choice` `auto` / `none` / `required`, `{"type": "function", "name"}`, `allowed_tools` | the same choices in Chat Completions' shape |
 //! | `max_output_tokens` | `max_tokens`, the name every compatible server reads |
@@ -547,8 +547,8 @@ fn item_of(
                 ));
             };
             let input = item.str("input").unwrap_or_default();
-            out.call(&json!({"id": call_id, "type": "custom",
-                             "custom": {"name": name, "input": input}}));
+            out.call(&json!({"id": call_id, "type": "function",
+                             "function": {"name": name, "arguments": json!({"input": input}).to_string()}}));
             Ok(())
         }
         "function_call_output" | "custom_tool_call_output" => {

@@ -67,8 +67,7 @@ enum Item {
         part: Option<Part>,
     },
     /// A function call item (of a namespace's function: its namespace), or a custom tool's
-    /// call (its input, held until it closes: the text itself when the upstream's call was a
-    /// custom one, `native`; else arguments of one string, `{"input": ...}`).
+    /// call (its arguments, `{"input": ...}`, held until it closes).
     Call {
         id: String,
         call: CallRef,
@@ -76,7 +75,6 @@ enum Item {
         name: String,
         namespace: Option<String>,
         custom: bool,
-        native: bool,
         arguments: Pieces,
     },
 }
@@ -377,14 +375,10 @@ impl ResponsesEncoder {
                 call_id,
                 name,
                 custom: true,
-                native,
                 arguments,
                 ..
             } => {
-                let input = match native {
-                    true => arguments.joined(),
-                    false => custom_input(&arguments.joined()),
-                };
+                let input = custom_input(&arguments.joined());
                 let input = self.keep(Pieces::whole(input.into()));
                 let at = json!({"item_id": id, "output_index": index});
                 let mut delta = at.clone();
@@ -647,7 +641,6 @@ impl ResponsesEncoder {
                         name,
                         namespace,
                         custom,
-                        native: *native,
                         arguments: Pieces::default(),
                     });
                 }

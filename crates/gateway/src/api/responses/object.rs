@@ -220,14 +220,9 @@ fn message_with<'a>(
         items.push(json!({"id": new_id("rs"), "type": "reasoning",
                           "summary": [{"type": "summary_text", "text": text}]}));
     }
-    // Each call: its id, its function, and whether the upstream's call was a custom one
-    // (its arguments the input's text).
     let calls: Vec<_> = (m.tool_calls.iter())
-        .map(|c| {
-            let id = Some(c.id.as_str()).filter(|id| !id.is_empty());
-            (id, &c.function, c.kind == "custom")
-        })
-        .chain(m.function_call.iter().map(|f| (None, f, false)))
+        .map(|c| (Some(c.id.as_str()).filter(|id| !id.is_empty()), &c.function))
+        .chain(m.function_call.iter().map(|f| (None, f)))
         .collect();
     let mut parts = Vec::new();
     if let Some(content) = m.content.as_deref().filter(|t| !t.is_empty()) {
@@ -247,14 +242,11 @@ fn message_with<'a>(
                           "role": "assistant", "content": parts}),
         );
     }
-    for (id, f, native) in calls {
+    for (id, f) in calls {
         let call_id = id.map_or_else(|| new_id("call"), str::to_string);
         let (name, namespace) = client_name(&reply.namespaced, Some(&f.name));
-        if namespace.is_none() && (native || reply.custom.contains(&name)) {
-            let input = match native {
-                true => f.arguments.clone(),
-                false => custom_input(&f.arguments),
-            };
+        if namespace.is_none() && reply.custom.contains(&name) {
+            let input = custom_input(&f.arguments);
             items.push(custom_item(
                 &new_id("ctc"),
                 item_status,

@@ -406,7 +406,7 @@ fn a_namespaced_call_is_answered_in_its_namespace() {
 }
 
 #[test]
-fn custom_tools_are_chat_custom_tools_answered_as_custom_calls() {
+fn custom_tools_are_functions_of_one_string_answered_as_custom_calls() {
     use choicewise_core::{CallKind, CallRef, ChoiceEvent, ChoiceOutput, FunctionCallEvent};
     let t = ok(json!({"model": "m", "stream": true,
         "input": [
@@ -416,23 +416,22 @@ fn custom_tools_are_chat_custom_tools_answered_as_custom_calls() {
         "tools": [
             {"type": "custom", "name": "apply_patch", "description": "Edit files.",
              "format": {"type": "grammar", "syntax": "lark", "definition": "start: begin_patch"}},
-            {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}],
-        "tool_choice": {"type": "custom", "name": "apply_patch"}}));
+            {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]}));
+    let function = &t.chat()["tools"][0]["function"];
+    assert_eq!(function["name"], "apply_patch");
     assert_eq!(
-        t.chat()["tools"][0],
-        json!({"type": "custom", "custom": {"name": "apply_patch", "description": "Edit files.",
-            "format": {"type": "grammar", "grammar": {"definition": "start: begin_patch",
-                "syntax": "lark"}}}})
+        function["parameters"]["properties"]["input"]["type"],
+        "string"
     );
-    assert_eq!(
-        t.chat()["tool_choice"],
-        json!({"type": "custom", "custom": {"name": "apply_patch"}})
+    let description = function["description"].as_str().unwrap();
+    assert!(
+        description.starts_with("Edit files.") && description.contains("start: begin_patch"),
+        "{description}"
     );
     assert!(t.hosted.is_empty());
     assert_eq!(
-        t.chat()["messages"][1]["tool_calls"][0],
-        json!({"id": "call_p", "type": "custom",
-            "custom": {"name": "apply_patch", "input": "*** Begin Patch"}})
+        t.chat()["messages"][1]["tool_calls"][0]["function"],
+        json!({"name": "apply_patch", "arguments": "{\"input\":\"*** Begin Patch\"}"})
     );
     assert_eq!(
         t.chat()["messages"][2],
@@ -502,40 +501,6 @@ fn custom_tools_are_chat_custom_tools_answered_as_custom_calls() {
     let body = message(&reply, &output, &end, &crate::api::Tokens::default(), None);
     assert_eq!(body["output"][0]["type"], "custom_tool_call");
     assert_eq!(body["output"][0]["input"], "x");
-    // The upstream's own custom call: its arguments are the input's text, even when that
-    // text is JSON of one `input`.
-    let text = r#"{"input":"x"}"#;
-    output.message.tool_calls = serde_json::from_value(json!([
-        {"id": "call_r", "type": "custom", "custom": {"name": "apply_patch", "input": text}}]))
-    .unwrap();
-    let body = message(&reply, &output, &end, &crate::api::Tokens::default(), None);
-    assert_eq!(body["output"][0]["type"], "custom_tool_call");
-    assert_eq!(body["output"][0]["input"], text);
-    let mut encoder = ResponsesEncoder::new(&reply);
-    let mut out = Vec::new();
-    for event in [
-        ChoiceEvent::FunctionCall(FunctionCallEvent::Started {
-            call,
-            id: Some("call_s".into()),
-            name: Some("apply_patch".into()),
-            custom: true,
-        }),
-        ChoiceEvent::FunctionCall(FunctionCallEvent::Arguments {
-            call,
-            fragment: text.into(),
-        }),
-        ChoiceEvent::Finished("tool_calls".into()),
-    ] {
-        encoder.event(&event, &mut out);
-    }
-    encoder.end(&crate::api::Tokens::default(), None, None, &mut out);
-    let text_out = String::from_utf8(out).unwrap();
-    let done = (text_out.lines())
-        .filter_map(|l| l.strip_prefix("data: "))
-        .map(|d| serde_json::from_str::<Value>(d).unwrap())
-        .find(|e| e["type"] == "response.custom_tool_call_input.done")
-        .unwrap();
-    assert_eq!(done["input"], text);
 }
 
 /// Every event of a streamed answer as the body writes it: each call's output and then

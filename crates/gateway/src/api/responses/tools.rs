@@ -48,34 +48,28 @@ fn function_tool(
     Ok(())
 }
 
-/// A `custom` (free-form) tool as a Chat Completions custom tool: its name, description and
-/// format (a grammar's `definition` and `syntax` under `grammar`), which each upstream API
-/// is sent as a Chat client's custom tool is (its own `custom` tool to a Responses upstream).
+/// A `custom` (free-form) tool as a function tool of one string argument, `input`; its
+/// description says the input's format (a grammar's definition, when it has one).
 fn custom_tool(t: &Value, name: &str) -> Value {
-    let mut custom = Map::new();
-    custom.insert("name".into(), json!(name));
-    if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
-        custom.insert("description".into(), d.clone());
+    let mut description = t["description"].as_str().unwrap_or_default().to_string();
+    let format = &t["format"];
+    let note = match (format["type"].as_str(), format["definition"].as_str()) {
+        (Some("grammar"), Some(definition)) => format!(
+            "The input is free-form text following this {} grammar:\n{definition}",
+            format["syntax"].as_str().unwrap_or("lark")
+        ),
+        _ => "The input is free-form text.".to_string(),
+    };
+    if !description.is_empty() {
+        description.push_str("\n\n");
     }
-    if let Some(format) = t.get("format").filter(|f| !f.is_null()) {
-        let format = match format["type"].as_str() {
-            Some("grammar") => {
-                let mut grammar = Map::new();
-                for key in ["definition", "syntax"] {
-                    if let Some(v) = format.get(key).filter(|v| !v.is_null()) {
-                        grammar.insert(key.into(), v.clone());
-                    }
-                }
-                json!({"type": "grammar", "grammar": grammar})
-            }
-            _ => format.clone(),
-        };
-        custom.insert("format".into(), format);
-    }
-    json!({"type": "custom", "custom": custom})
+    description.push_str(&note);
+    json!({"type": "function", "function": {"name": name, "description": description,
+        "parameters": {"type": "object", "properties": {"input": {"type": "string"}},
+                       "required": ["input"], "additionalProperties": false}}})
 }
 
-/// `tools`: function tools, `custom` tools (as Chat Completions custom tools), and the
+/// `tools`: function tools, `custom` tools (as functions of one string, `input`), and the
 /// functions of `namespace` tools as function tools of
 /// names no other tool has (`NAMESPACE__NAME`, with `_2`, `_3`, ... if that is taken); hosted
 /// tools (any other type) go to `hosted`. Returns the Chat Completions `tools` array's text,
@@ -190,16 +184,13 @@ pub(super) fn tools(
     Ok((any.then(|| Bytes::from(out)), namespaced))
 }
 
-/// `tool_choice` in Chat Completions' shape (a namespace's function as the function it is
-/// sent upstream as; a custom tool as a Chat custom tool choice).
+/// `tool_choice` in Chat Completions' shape (a namespace's function, or a custom tool, as the
+/// function it is sent upstream as).
 pub(super) fn tool_choice(
     choice: &Value,
     flat: &HashMap<(&str, &str), &str>,
 ) -> Result<Value, IngressError> {
     let function = |t: &Value, at: &str| match (t["type"].as_str(), t["name"].as_str()) {
-        (Some("custom"), Some(name)) if t.get("namespace").is_none_or(Value::is_null) => {
-            Ok(json!({"type": "custom", "custom": {"name": name}}))
-        }
         (Some("function" | "custom"), Some(name)) => {
             // A namespace's function, by the name its upstream knows it by.
             let name = match t["namespace"].as_str() {
