@@ -247,10 +247,7 @@ impl Dialect {
                 out.extend_from_slice(tools);
                 Ok(())
             }
-            Dialect::Gemini => {
-                out.extend_from_slice(&gemini::tools_text(tools)?);
-                Ok(())
-            }
+            Dialect::Gemini => gemini::write_tools_text(tools, out),
             api => tools::write_tools_text(tools, api == Dialect::Anthropic, out),
         }
     }
