@@ -240,8 +240,9 @@ pub(super) struct Contents {
     names: std::collections::HashMap<String, String>,
     /// The last turn written is a user turn of results: a result joins it.
     results_open: bool,
-    /// The system instruction's parts so far.
-    system: Vec<Value>,
+    /// The system instruction's parts so far, as JSON text (`{"text": ...}` each, separated
+    /// by commas): a part per system message, never a tree of them.
+    system: Vec<u8>,
 }
 
 impl Contents {
@@ -254,8 +255,14 @@ impl Contents {
     }
 
     /// A system or developer message's text, a part of the system instruction.
-    fn system_text(&mut self, text: String) {
-        self.system.push(json!({ "text": text }));
+    fn system_text(&mut self, text: &str) {
+        if !self.system.is_empty() {
+            self.system.push(b',');
+        }
+        self.system.extend_from_slice(br#"{"text":"#);
+        // A string always serialises.
+        let _ = serde_json::to_writer(&mut self.system, text);
+        self.system.push(b'}');
     }
 
     /// A call of function `name` whose id is `id` is written: its name kept for its result;
@@ -298,7 +305,7 @@ impl Contents {
         let role = m["role"].as_str().unwrap_or_default();
         self.begin(role);
         match role {
-            "system" | "developer" => self.system_text(text_of(&m["content"], &at)?),
+            "system" | "developer" => self.system_text(&text_of(&m["content"], &at)?),
             "user" => {
                 let parts = user_parts(&m["content"], &at)?;
                 out.item(json!({"role": "user", "parts": parts}));
@@ -356,7 +363,19 @@ impl Contents {
 
     /// The system instruction, when there were system messages.
     pub(super) fn system(self) -> Option<Value> {
-        (!self.system.is_empty()).then(|| json!({"parts": self.system}))
+        (self.system_json()).and_then(|text| serde_json::from_slice(&text).ok())
+    }
+
+    /// The system instruction as JSON text (`{"parts": [...]}`), when there were system
+    /// messages.
+    pub(super) fn system_json(self) -> Option<Vec<u8>> {
+        (!self.system.is_empty()).then(|| {
+            let mut text = Vec::with_capacity(self.system.len() + 12);
+            text.extend_from_slice(br#"{"parts":["#);
+            text.extend_from_slice(&self.system);
+            text.extend_from_slice(b"]}");
+            text
+        })
     }
 }
 

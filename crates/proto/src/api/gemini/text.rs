@@ -80,8 +80,7 @@ pub(in crate::api) fn write_contents(
         Err(e) => return Err(MessagesError::Invalid(not_json(e))),
     }
     list.finish();
-    // A value always serialises.
-    Ok((contents.system()).map(|s| serde_json::to_vec(&s).unwrap_or_else(|_| b"null".to_vec())))
+    Ok(contents.system_json())
 }
 
 /// A message larger than [`LARGE`] (the client's `i`th, its text `raw`), translated as
@@ -117,7 +116,7 @@ fn large(
     let role = role.unwrap_or_default();
     contents.begin(&role);
     match role.as_str() {
-        "system" | "developer" => contents.system_text(text_of(content, &at)?),
+        "system" | "developer" => contents.system_text(&text_of(content, &at)?),
         "user" => user(content, &at, out)?,
         "assistant" => assistant(content, calls, &at, contents, out)?,
         "tool" => {
