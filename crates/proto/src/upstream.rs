@@ -142,7 +142,7 @@ pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
     /// assert_eq!(Dialect::Anthropic.api().request_writing(), RequestWriting::ByField);
     /// ```
     fn request_writing(&self) -> RequestWriting {
-        RequestWriting::Whole
+        RequestWriting::ByField
     }
 
     /// A request in Chat Completions' shape in this API's shape ([`Dialect::request_from_chat`]
@@ -232,7 +232,7 @@ pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
 /// ```
 /// use choicewise_proto::{Dialect, RequestWriting};
 /// let by_field = Dialect::ALL.into_iter().filter(|d| d.api().request_writing() == RequestWriting::ByField);
-/// assert_eq!(by_field.collect::<Vec<_>>(), [Dialect::Responses, Dialect::Anthropic]);
+/// assert_eq!(by_field.collect::<Vec<_>>(), [Dialect::Responses, Dialect::Anthropic, Dialect::Gemini]);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -246,8 +246,6 @@ pub enum RequestWriting {
     /// as [`UpstreamApi::request_from_chat`] does, so that a request of many messages is
     /// never a tree.
     ByField,
-    /// From the whole request parsed ([`UpstreamApi::request_from_chat`]).
-    Whole,
 }
 
 pub(crate) mod sealed {

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::common::{
-    ANTHROPIC_ANSWER, RESPONSES_ANSWER, SSE_HEAD, key_env, models_toml, post_bytes,
+    ANTHROPIC_ANSWER, GEMINI_ANSWER, RESPONSES_ANSWER, SSE_HEAD, key_env, models_toml, post_bytes,
     reading_upstream, serve,
 };
 use choicewise_test_support::within;
@@ -80,11 +80,11 @@ impl Api {
 }
 
 /// A route: a client API and the model (`m`: a Chat Completions upstream reporting no usage,
-/// `a`: an Anthropic one, `r`: a Responses one).
+/// `a`: an Anthropic one, `r`: a Responses one, `g`: a Gemini one).
 #[derive(Debug, Clone, Copy)]
 struct Route(Api, &'static str);
 
-const ROUTES: [Route; 10] = [
+const ROUTES: [Route; 13] = [
     Route(Api::Count, "m"),
     Route(Api::Chat, "m"),
     Route(Api::Chat, "a"),
@@ -95,6 +95,9 @@ const ROUTES: [Route; 10] = [
     Route(Api::Responses, "m"),
     Route(Api::Responses, "a"),
     Route(Api::Responses, "r"),
+    Route(Api::Chat, "g"),
+    Route(Api::Messages, "g"),
+    Route(Api::Responses, "g"),
 ];
 
 impl std::fmt::Display for Route {
@@ -102,6 +105,7 @@ impl std::fmt::Display for Route {
         let up = match self.1 {
             "m" => "chat",
             "a" => "anthropic",
+            "g" => "gemini",
             _ => "responses",
         };
         write!(f, "{} -> {up}", self.0.path())
@@ -331,18 +335,20 @@ fn body(route: Route, place: Place, v: &[u8]) -> Vec<u8> {
 /// prompt's tokens from the body.
 const CHAT_ANSWER: &str = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"ok\"},\"finish_reason\":null}]}\n\ndata: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
 
-/// A gateway with models `m`, `a` and `r` (see [`Route`]), taking bodies up to `max_body`;
-/// `limits`: more of its `[limits]`.
+/// A gateway with models `m`, `a`, `r` and `g` (see [`Route`]), taking bodies up to
+/// `max_body`; `limits`: more of its `[limits]`.
 pub async fn gateway(max_body: usize, limits: &str) -> SocketAddr {
     let chat = reading_upstream(SSE_HEAD, || CHAT_ANSWER.as_bytes().to_vec()).await;
     let anthropic = reading_upstream(SSE_HEAD, || ANTHROPIC_ANSWER.as_bytes().to_vec()).await;
     let responses = reading_upstream(SSE_HEAD, || RESPONSES_ANSWER.as_bytes().to_vec()).await;
+    let gemini = reading_upstream(SSE_HEAD, || GEMINI_ANSWER.as_bytes().to_vec()).await;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {max_body}\n{limits}\n{}",
         models_toml(&[
             ("m", "chat", &chat),
             ("a", "anthropic", &anthropic),
-            ("r", "responses", &responses)
+            ("r", "responses", &responses),
+            ("g", "gemini", &gemini)
         ])
     );
     serve(&toml, key_env).await.0
@@ -427,6 +433,25 @@ fn named(size: usize) -> Vec<Case> {
             body(route, Place::MessageKey, &zeros),
         );
     }
+    // A Gemini upstream's tools and contents are written by a writer of their own: its
+    // schemas and its many messages too (the other upstreams': requests.rs,
+    // messages_cost.rs). A Responses client's large schema costs about 6x on every
+    // upstream, its answer echoing the tools (docs/reliability.md): not this upstream's.
+    for route in ROUTES.into_iter().filter(|r| r.1 == "g") {
+        let zeros = hostile(Hostile::Zeros, route.0, size);
+        if route.0 != Api::Responses {
+            add(
+                "a tool's schema of zeros",
+                route,
+                body(route, Place::ToolSchema, &zeros),
+            );
+        }
+        add(
+            "many small messages",
+            route,
+            body(route, Place::Messages, &zeros),
+        );
+    }
     for api in [Api::Chat, Api::Messages, Api::Count, Api::Responses] {
         for (i, field) in api.parsed_fields().iter().enumerate() {
             let route = Route(api, "m");
@@ -438,7 +463,7 @@ fn named(size: usize) -> Vec<Case> {
             );
         }
     }
-    for model in ["a", "r"] {
+    for model in ["a", "r", "g"] {
         for (i, field) in Api::Chat.parsed_fields().iter().enumerate().take(2) {
             let route = Route(Api::Chat, model);
             let zeros = hostile(Hostile::Zeros, Api::Chat, size);

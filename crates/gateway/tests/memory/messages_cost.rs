@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::{
-    ANTHROPIC_ANSWER, RESPONSES_ANSWER, SSE_HEAD, key_env, models_toml, post_bytes,
+    ANTHROPIC_ANSWER, GEMINI_ANSWER, RESPONSES_ANSWER, SSE_HEAD, key_env, models_toml, post_bytes,
     reading_upstream, reset_rss_peak, serve, status_bytes,
 };
 
@@ -119,19 +119,21 @@ async fn measured(
 }
 
 /// A gateway with model `m` over a Chat Completions upstream that reports no usage, `a`
-/// over an Anthropic one and `r` over a Responses one, taking bodies of up to 16 MiB;
-/// `limits`: more of its `[limits]`.
+/// over an Anthropic one, `r` over a Responses one and `g` over a Gemini one, taking bodies
+/// of up to 16 MiB; `limits`: more of its `[limits]`.
 async fn gateway(limits: &str) -> SocketAddr {
     let url = no_usage_upstream().await;
     let anthropic = reading_upstream(SSE_HEAD, || ANTHROPIC_ANSWER.as_bytes().to_vec()).await;
     let responses = reading_upstream(SSE_HEAD, || RESPONSES_ANSWER.as_bytes().to_vec()).await;
+    let gemini = reading_upstream(SSE_HEAD, || GEMINI_ANSWER.as_bytes().to_vec()).await;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n{limits}\n{}",
         16 * MIB,
         models_toml(&[
             ("m", "chat", &url),
             ("a", "anthropic", &anthropic),
-            ("r", "responses", &responses)
+            ("r", "responses", &responses),
+            ("g", "gemini", &gemini)
         ])
     );
     serve(&toml, key_env).await.0
@@ -210,7 +212,7 @@ async fn responses_of_many_items_to_a_responses_upstream() {
     assert_eq!(answer["output"][0]["content"][0]["text"], "ok", "{answer}");
 }
 
-/// Chat Completions to an Anthropic and to a Responses upstream: the client's messages
+/// Chat Completions to an Anthropic and a Responses upstream: the client's messages
 /// translated one at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_of_many_messages_to_other_apis() {
@@ -223,6 +225,22 @@ async fn chat_of_many_messages_to_other_apis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_of_many_items() {
     one("/v1/responses").await;
+}
+
+/// Every client API to a Gemini upstream: the client's messages translated one at a time
+/// into its `contents` (each small message a larger turn there: `{"parts": [{"text": ...}],
+/// "role": ...}`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_messages_to_a_gemini_upstream() {
+    let answer = one_to("/v1/chat/completions", "g").await;
+    assert_eq!(answer["choices"][0]["message"]["content"], "ok", "{answer}");
+    let answer = one_to("/v1/messages", "g").await;
+    assert_eq!(answer["content"][0]["text"], "ok", "{answer}");
+    let answer = one_to("/v1/responses", "g").await;
+    assert_eq!(answer["output"][0]["content"][0]["text"], "ok", "{answer}");
+    let answer = one("/v1beta/models/g:generateContent").await;
+    let text = &answer["candidates"][0]["content"]["parts"][0]["text"];
+    assert_eq!(text, "ok", "{answer}");
 }
 
 /// Gemini's `generateContent`: its contents translated one at a time.

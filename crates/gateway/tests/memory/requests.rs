@@ -15,8 +15,8 @@ use std::time::Duration;
 use choicewise_test_support::within;
 
 use crate::common::{
-    ANTHROPIC_ANSWER, CHAT_OK, SSE_HEAD, key_env, models_toml, post_bytes, reading_upstream,
-    reset_rss_peak, serve, status_bytes,
+    ANTHROPIC_ANSWER, CHAT_OK, GEMINI_ANSWER, SSE_HEAD, key_env, models_toml, post_bytes,
+    reading_upstream, reset_rss_peak, serve, status_bytes,
 };
 
 use crate::HEAP;
@@ -69,15 +69,20 @@ fn body(path: &str) -> Vec<u8> {
     out
 }
 
-/// A gateway with model `m` over a Chat Completions upstream and `a` over an Anthropic one,
-/// taking bodies of up to 16 MiB.
+/// A gateway with model `m` over a Chat Completions upstream, `a` over an Anthropic one and
+/// `g` over a Gemini one, taking bodies of up to 16 MiB.
 async fn gateway() -> SocketAddr {
     let url = reading_upstream(SSE_HEAD, || CHAT_OK.as_bytes().to_vec()).await;
     let anthropic = reading_upstream(SSE_HEAD, || ANTHROPIC_ANSWER.as_bytes().to_vec()).await;
+    let gemini = reading_upstream(SSE_HEAD, || GEMINI_ANSWER.as_bytes().to_vec()).await;
     let toml = format!(
         "[auth]\nkeys_env = \"CLIENT_KEYS\"\n[limits]\nmax_body_bytes = {}\n{}",
         16 * MIB,
-        models_toml(&[("m", "chat", &url), ("a", "anthropic", &anthropic)])
+        models_toml(&[
+            ("m", "chat", &url),
+            ("a", "anthropic", &anthropic),
+            ("g", "gemini", &gemini)
+        ])
     );
     serve(&toml, key_env).await.0
 }
@@ -169,6 +174,17 @@ async fn messages_to_an_anthropic_upstream_keep_tools_raw() {
     assert!(body.starts_with(head));
     body.splice(..head.len(), br#"{"model":"a""#.iter().copied());
     one_to("/v1/messages", body).await;
+}
+
+/// The Chat Completions body to a Gemini upstream: its tools written one at a time as
+/// `functionDeclarations`, their schemas copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_to_a_gemini_upstream_keeps_tools_raw() {
+    let mut body = body("/v1/chat/completions");
+    let head = br#"{"model":"m""#;
+    assert!(body.starts_with(head));
+    body.splice(..head.len(), br#"{"model":"g""#.iter().copied());
+    one_to("/v1/chat/completions", body).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

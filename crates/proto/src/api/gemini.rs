@@ -7,6 +7,11 @@
 use serde_json::{Map, Value, json};
 
 use super::Dialect;
+use super::tools::Sink;
+
+mod text;
+
+pub(crate) use text::{write_contents, write_tools_text};
 
 /// The Chat Completions fields a Gemini request has no place for and that change nothing
 /// of the answer's content: left out.
@@ -215,29 +220,87 @@ fn user_parts(content: &Value, at: &str) -> Result<Vec<Value>, String> {
     Ok(out)
 }
 
-/// `messages` as Gemini's `contents` and `systemInstruction`: every system or developer
-/// message's text is a part of the one system instruction; an assistant's `tool_calls` are
-/// `functionCall` parts of its `model` turn; consecutive `tool` messages are one `user` turn
-/// of `functionResponse` parts, each named by the call it answers.
-fn contents(messages: &[Value]) -> Result<(Vec<Value>, Option<Value>), String> {
-    let mut contents: Vec<Value> = Vec::with_capacity(messages.len());
-    let mut system: Vec<Value> = Vec::new();
-    // Call id → function name, for the results that answer them.
-    let mut names: Vec<(String, String)> = Vec::new();
-    let mut results_open = false;
-    for (i, m) in messages.iter().enumerate() {
+/// Chat Completions `messages` as Gemini's `contents` and `systemInstruction`, one message
+/// at a time, for the tree ([`request`]) and the text ([`text::write_contents`]) alike:
+/// every system or developer message's text is a part of the one system instruction; an
+/// assistant's `tool_calls` are `functionCall` parts of its `model` turn; consecutive `tool`
+/// messages are one `user` turn of `functionResponse` parts, each named by the call it
+/// answers.
+#[derive(Debug, Default)]
+pub(super) struct Contents {
+    /// Call id → function name, for the results that answer them (the last call of an id).
+    names: std::collections::HashMap<String, String>,
+    /// The last turn written is a user turn of results: a result joins it.
+    results_open: bool,
+    /// The system instruction's parts so far, as JSON text (`{"text": ...}` each, separated
+    /// by commas): a part per system message, never a tree of them.
+    system: Vec<u8>,
+}
+
+impl Contents {
+    /// Message `i`, whose role is `role`, begins: a turn of results stays open only for
+    /// another result.
+    fn begin(&mut self, role: &str) {
+        if role != "tool" {
+            self.results_open = false;
+        }
+    }
+
+    /// A system or developer message's text, a part of the system instruction.
+    fn system_text(&mut self, text: &str) {
+        if !self.system.is_empty() {
+            self.system.push(b',');
+        }
+        self.system.extend_from_slice(br#"{"text":"#);
+        // A string always serialises.
+        let _ = serde_json::to_writer(&mut self.system, text);
+        self.system.push(b'}');
+    }
+
+    /// A call of function `name` whose id is `id` is written: its name kept for its result;
+    /// the thought signature its id carries (`THOUGHT_SIGNATURE_IN_ID`), if any.
+    fn call<'i>(&mut self, id: Option<&'i str>, name: &str) -> Option<&'i str> {
+        let id = id?;
+        self.names.insert(id.to_string(), name.to_string());
+        id.split_once(super::THOUGHT_SIGNATURE_IN_ID)
+            .map(|(_, signature)| signature)
+    }
+
+    /// The function a result (message `at`) of call `id` answers.
+    fn answered(&self, id: &str, at: &str) -> Result<String, String> {
+        self.names.get(id).cloned().ok_or_else(|| {
+            format!(
+                "{at}: tool_call_id {id:?} answers no earlier assistant tool call (the gemini \
+                 API names a result by its call's function)"
+            )
+        })
+    }
+
+    /// A result's part is written (its own user turn, or joining the open one): a result
+    /// that follows joins it.
+    fn result(&mut self, part: Value, out: &mut impl Sink) {
+        match self.results_open {
+            true => out.join(part),
+            false => out.results(vec![part]),
+        }
+        self.results_open = true;
+    }
+
+    /// Translates message `m`, the client's `i`th, into `out`.
+    pub(super) fn message(
+        &mut self,
+        i: usize,
+        m: Value,
+        out: &mut impl Sink,
+    ) -> Result<(), String> {
         let at = format!("messages[{i}]");
         let role = m["role"].as_str().unwrap_or_default();
-        if role != "tool" {
-            results_open = false;
-        }
+        self.begin(role);
         match role {
-            "system" | "developer" => {
-                system.push(json!({"text": text_of(&m["content"], &at)?}));
-            }
+            "system" | "developer" => self.system_text(&text_of(&m["content"], &at)?),
             "user" => {
                 let parts = user_parts(&m["content"], &at)?;
-                contents.push(json!({"role": "user", "parts": parts}));
+                out.item(json!({"role": "user", "parts": parts}));
             }
             "assistant" => {
                 let mut parts = Vec::new();
@@ -261,19 +324,11 @@ fn contents(messages: &[Value]) -> Result<(Vec<Value>, Option<Value>), String> {
                             .map_err(|e| format!("{at}.arguments are not JSON: {e}"))?,
                     };
                     if !args.is_object() {
-                        return Err(format!(
-                            "{at}.arguments must be a JSON object for the gemini API"
-                        ));
-                    }
-                    let id = call["id"].as_str();
-                    if let Some(id) = id {
-                        names.push((id.to_string(), name.to_string()));
+                        return Err(not_an_object(&at));
                     }
                     let mut part = json!({"functionCall": {"name": name, "args": args}});
                     // A Gemini call's thought signature, kept in its id by the reader.
-                    if let Some((_, signature)) =
-                        id.and_then(|id| id.split_once(super::THOUGHT_SIGNATURE_IN_ID))
-                    {
+                    if let Some(signature) = self.call(call["id"].as_str(), name) {
                         part["thoughtSignature"] = json!(signature);
                     }
                     parts.push(part);
@@ -281,44 +336,89 @@ fn contents(messages: &[Value]) -> Result<(Vec<Value>, Option<Value>), String> {
                 if parts.is_empty() {
                     parts.push(json!({"text": ""}));
                 }
-                contents.push(json!({"role": "model", "parts": parts}));
+                out.item(json!({"role": "model", "parts": parts}));
             }
             "tool" => {
-                let id = m["tool_call_id"].as_str().unwrap_or_default();
-                let name = (names.iter().rev().find(|(i, _)| i == id))
-                    .map(|(_, n)| n.clone())
-                    .ok_or_else(|| {
-                        format!(
-                            "{at}: tool_call_id {id:?} answers no earlier assistant tool call \
-                             (the gemini API names a result by its call's function)"
-                        )
-                    })?;
+                let name = self.answered(m["tool_call_id"].as_str().unwrap_or_default(), &at)?;
                 let text = text_of(&m["content"], &at)?;
                 let response = match serde_json::from_str::<Value>(&text) {
                     Ok(object @ Value::Object(_)) => object,
                     _ => json!({"result": text}),
                 };
                 let part = json!({"functionResponse": {"name": name, "response": response}});
-                match contents.last_mut() {
-                    Some(turn) if results_open => {
-                        if let Some(parts) = turn["parts"].as_array_mut() {
-                            parts.push(part);
-                        }
-                    }
-                    _ => contents.push(json!({"role": "user", "parts": [part]})),
-                }
-                results_open = true;
+                self.result(part, out);
             }
-            other => {
-                return Err(format!(
-                    "{at}: role {other:?} has no equivalent in the gemini API (system, \
-                     developer, user, assistant or tool)"
-                ));
-            }
+            other => return Err(unknown_role(&at, other)),
+        }
+        Ok(())
+    }
+
+    /// The system instruction, when there were system messages.
+    pub(super) fn system(self) -> Option<Value> {
+        (self.system_json()).and_then(|text| serde_json::from_slice(&text).ok())
+    }
+
+    /// The system instruction as JSON text (`{"parts": [...]}`), when there were system
+    /// messages.
+    pub(super) fn system_json(self) -> Option<Vec<u8>> {
+        (!self.system.is_empty()).then(|| {
+            let mut text = Vec::with_capacity(self.system.len() + 12);
+            text.extend_from_slice(br#"{"parts":["#);
+            text.extend_from_slice(&self.system);
+            text.extend_from_slice(b"]}");
+            text
+        })
+    }
+}
+
+/// The error of a call (`at`) whose arguments are JSON but not an object.
+fn not_an_object(at: &str) -> String {
+    format!("{at}.arguments must be a JSON object for the gemini API")
+}
+
+/// The error of message `at` whose role (`role`, empty when none) Gemini has no turn for.
+fn unknown_role(at: &str, role: &str) -> String {
+    format!(
+        "{at}: role {role:?} has no equivalent in the gemini API (system, developer, user, \
+         assistant or tool)"
+    )
+}
+
+/// Translated turns as a tree: a user turn of results holds them in its `parts`.
+struct Turns(Vec<Value>);
+
+impl Sink for Turns {
+    fn item(&mut self, item: Value) {
+        self.0.push(item);
+    }
+
+    fn raw(&mut self, item: Box<serde_json::value::RawValue>) {
+        self.0
+            .push(serde_json::from_str(item.get()).unwrap_or(Value::Null));
+    }
+
+    fn results(&mut self, parts: Vec<Value>) {
+        self.0.push(json!({"role": "user", "parts": parts}));
+    }
+
+    fn join(&mut self, part: Value) {
+        match self.0.last_mut().and_then(|l| l["parts"].as_array_mut()) {
+            Some(parts) => parts.push(part),
+            None => self.results(vec![part]),
         }
     }
-    let system = (!system.is_empty()).then(|| json!({"parts": system}));
-    Ok((contents, system))
+}
+
+/// `messages` as Gemini's `contents` and `systemInstruction` ([`Contents`]).
+fn contents(messages: &[Value]) -> Result<(Vec<Value>, Option<Value>), String> {
+    let (mut turns, mut contents) = (
+        Turns(Vec::with_capacity(messages.len())),
+        Contents::default(),
+    );
+    for (i, m) in messages.iter().enumerate() {
+        contents.message(i, m.clone(), &mut turns)?;
+    }
+    Ok((turns.0, contents.system()))
 }
 
 /// Chat Completions `tools` as Gemini's: one tool of `functionDeclarations`, each
@@ -368,32 +468,6 @@ fn tool_config(choice: &Value) -> Result<Value, String> {
         _ => return Err("tool_choice must be a string or an object".into()),
     };
     Ok(json!({ "functionCallingConfig": config }))
-}
-
-/// Chat Completions `tools` (their JSON text) as Gemini's `tools`, as JSON text.
-pub(crate) fn tools_text(tools: &[u8]) -> Result<Vec<u8>, String> {
-    let tools: Value =
-        serde_json::from_slice(tools).map_err(|e| format!("tools could not be read: {e}"))?;
-    serde_json::to_vec(&declarations(&tools)?).map_err(|e| e.to_string())
-}
-
-/// Chat Completions `messages` (their JSON text) as Gemini's `contents`, written at the end
-/// of `out`: the `systemInstruction`, as JSON text, when there are system messages.
-pub(crate) fn write_contents(
-    messages: &[u8],
-    out: &mut Vec<u8>,
-) -> Result<Option<Vec<u8>>, super::MessagesError> {
-    use super::MessagesError;
-    let list: Value = serde_json::from_slice(messages)
-        .map_err(|e| MessagesError::Invalid(format!("\"messages\" could not be read: {e}")))?;
-    let Value::Array(list) = list else {
-        let found = super::messages::json_kind(&list);
-        return Err(MessagesError::NotAnArray { found });
-    };
-    let (contents, system) = contents(&list).map_err(MessagesError::Invalid)?;
-    let write = |v: &Value, out: &mut Vec<u8>| serde_json::to_writer(out, v);
-    write(&Value::Array(contents), out).map_err(|e| MessagesError::Invalid(e.to_string()))?;
-    Ok(system.map(|s| s.to_string().into_bytes()))
 }
 
 #[cfg(test)]
@@ -539,5 +613,205 @@ mod tests {
         let out: Value =
             serde_json::from_slice(&Dialect::Gemini.tools_from_chat_json(tools).unwrap()).unwrap();
         assert_eq!(out, json!([{"functionDeclarations": [{"name": "w"}]}]));
+    }
+
+    /// Every shape of message the translation reshapes, in an order that joins and splits
+    /// the user turns of results.
+    fn shapes() -> Vec<Value> {
+        vec![
+            json!({"role": "user", "content": "Weather in Paris and Rome? é \" \\ \u{1F600}"}),
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "what is it?", "zz": [0, 0]},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO", "detail": "low"}},
+                {"type": "image_url", "image_url": "https://example.com/a.png"},
+                {"type": "image_url", "image_url": {"url": "gs://b/a.png"}}]}),
+            json!({"role": "assistant", "content": "Looking.", "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "w", "arguments": "{\"c\": \"Paris\"}"}},
+                {"id": "b__thought__c2ln", "type": "function", "function": {"name": "w", "arguments": " "}},
+                {"id": "c", "type": "function", "function": {"name": "t", "arguments": null}},
+                {"type": "function", "function": {"name": "u", "arguments": {"c": 1}}},
+                {"id": "d", "function": {"name": "w", "arguments": "\t{\"k\": [1, 2.5, \"x y\"]}\n"}}]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "{\"temp\": 18, \"unit\": \"C\"}"}),
+            json!({"role": "tool", "tool_call_id": "b__thought__c2ln", "content": [
+                {"type": "text", "text": "2"}, {"type": "text", "text": "1C"}]}),
+            json!({"role": "system", "content": "between the results"}),
+            json!({"role": "tool", "tool_call_id": "c", "content": null}),
+            json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": []}),
+            json!({"role": "assistant", "content": [{"type": "text", "text": "It is "},
+                {"type": "text", "text": "warm."}], "name": "bot"}),
+            json!({"role": "tool", "tool_call_id": "d", "content": "[1, 2]"}),
+            json!({"role": "user", "content": null}),
+            json!({"role": "tool", "tool_call_id": "a", "content": "after a user turn"}),
+            json!({"role": "developer", "content": [{"type": "text", "text": "later"}]}),
+            json!({"role": "tool", "tool_call_id": "d", "content": "é \" \\ \u{1F600}"}),
+        ]
+    }
+
+    /// `m` made larger than a message read whole (`LARGE`): an unknown key of 70,000 zeros.
+    fn large(m: &Value) -> Value {
+        let mut m = m.clone();
+        if let Some(o) = m.as_object_mut() {
+            o.insert("zz".into(), json!(vec![0; 70_000]));
+        }
+        m
+    }
+
+    /// The contents and system instruction written from the text are the tree's: the same
+    /// bytes (`bytes`), or the same JSON (a large message, its strings and arguments copied
+    /// as the client wrote them); the same error.
+    fn same_as_the_tree(messages: &Value, bytes: bool) {
+        let text = Dialect::Gemini.messages_from_chat_json(messages.to_string().as_bytes());
+        let tree = Dialect::Gemini.request_from_chat(&json!({"messages": messages}));
+        let (text, tree) = match (text, tree) {
+            (Ok(text), Ok(tree)) => (text, tree),
+            (Err(text), Err(tree)) => return assert_eq!(text.to_string(), tree, "{messages}"),
+            (text, tree) => panic!("{messages}: {text:?} but {tree:?}"),
+        };
+        assert_eq!(text.key, "contents");
+        let system = text
+            .system
+            .map(|(key, s)| (key, String::from_utf8(s).unwrap()));
+        let want = (tree.get("systemInstruction")).map(|s| ("systemInstruction", s.to_string()));
+        assert_eq!(system, want, "{messages}");
+        match bytes {
+            true => assert_eq!(
+                String::from_utf8(text.list).unwrap(),
+                tree["contents"].to_string(),
+                "{messages}"
+            ),
+            false => assert_eq!(
+                serde_json::from_slice::<Value>(&text.list).unwrap(),
+                tree["contents"],
+                "{messages}"
+            ),
+        }
+    }
+
+    #[test]
+    fn contents_are_written_from_the_text_as_the_tree_writes_them() {
+        let all = shapes();
+        same_as_the_tree(&json!(all), true);
+        let mut with_system = vec![json!({"role": "system", "content": "Be brief."})];
+        with_system.extend(all.clone());
+        same_as_the_tree(&json!(with_system), true);
+        // Each shape after the messages before it (its call answered), alone and large.
+        for k in 0..all.len() {
+            let mut list: Vec<Value> = all[..k].to_vec();
+            list.push(all[k].clone());
+            same_as_the_tree(&json!(list), true);
+            *list.last_mut().unwrap() = large(&all[k]);
+            same_as_the_tree(&json!(list), false);
+            same_as_the_tree(&json!([large(&all[k])]), false);
+        }
+        // Every message large at once.
+        same_as_the_tree(&json!(all.iter().map(large).collect::<Vec<_>>()), false);
+        // No messages, `null` and not a list.
+        for not_a_list in [
+            json!([]),
+            json!(null),
+            json!("hi"),
+            json!({"role": "user"}),
+            json!(3),
+        ] {
+            same_as_the_tree(&not_a_list, true);
+        }
+        let e = Dialect::Gemini
+            .messages_from_chat_json(b"[{oops")
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("\"messages\" could not be read: "),
+            "{e}"
+        );
+    }
+
+    /// A large message's strings and parts are read one at a time: what it becomes is the
+    /// tree's (its JSON), for long strings, many parts, long arguments and results.
+    #[test]
+    fn large_messages_are_written_as_the_tree_writes_them() {
+        let long = format!("é \" \\ {}", "x".repeat(70_000));
+        let texts: Vec<Value> = (0..5_000)
+            .map(|i| json!({"type": "text", "text": format!("part {i} ")}))
+            .collect();
+        let mut with_image = texts.clone();
+        with_image
+            .push(json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}));
+        let zeros = json!({"z": vec![0; 40_000], "s": "é \" x"}).to_string();
+        let call = |id: &str, args: Value| json!({"id": id, "type": "function", "function": {"name": "w", "arguments": args}});
+        let calls = json!({"role": "assistant", "content": texts, "tool_calls": [
+            call("a", json!(zeros)), call("b__thought__c2ln", json!(" ")),
+            call("c", Value::Null), call("d", json!({"k": 1}))]});
+        let shapes = [
+            json!({"role": "user", "content": with_image}),
+            json!({"role": "user", "content": long}),
+            json!({"role": "system", "content": long}),
+            json!({"role": "developer", "content": texts}),
+            json!({"role": "assistant", "content": long}),
+            json!({"role": "assistant", "content": texts}),
+            calls.clone(),
+            json!({"role": "tool", "tool_call_id": "a", "content": texts}),
+            json!({"role": "tool", "tool_call_id": "a", "content": zeros}),
+            json!({"role": "tool", "tool_call_id": "a", "content": long}),
+        ];
+        for m in &shapes {
+            same_as_the_tree(&json!([calls, m]), false);
+            same_as_the_tree(&json!([calls, m, m]), false);
+        }
+        // What the tree refuses, refused alike (the same words).
+        let bad = [
+            json!({"role": "robot", "content": long}),
+            json!({"content": long}),
+            json!({"role": "user", "content": 3, "zz": long}),
+            json!({"role": "user", "content": {"text": long}}),
+            json!({"role": "user", "content": [{"type": "input_audio", "zz": long}]}),
+            json!({"role": "user", "content": [{"type": "text", "text": 1, "zz": long}]}),
+            json!({"role": "user", "content": [{"type": "image_url", "image_url": {}, "zz": long}]}),
+            json!({"role": "user", "content": [{"type": "image_url", "image_url": {"url": format!("data:image/png,{long}")}}]}),
+            json!({"role": "tool", "tool_call_id": "a", "content": with_image}),
+            json!({"role": "tool", "tool_call_id": "nobody", "content": long}),
+            json!({"role": "system", "content": [{"type": "image_url", "zz": long}]}),
+            json!({"role": "assistant", "content": long, "tool_calls": [call("x", json!("{oops"))]}),
+            json!({"role": "assistant", "content": long, "tool_calls": [call("x", json!(" [1] "))]}),
+            json!({"role": "assistant", "content": long, "tool_calls": [{"id": "x", "function": {}}]}),
+        ];
+        for m in &bad {
+            same_as_the_tree(&json!([calls, m]), false);
+            same_as_the_tree(&json!([{"role": "user", "content": "x"}, m]), false);
+        }
+    }
+
+    /// The tools written from their text are the tree's, a tool at a time; their errors
+    /// too.
+    #[test]
+    fn tools_are_written_from_the_text_as_the_tree_writes_them() {
+        let same = |tools: Value| {
+            let text = Dialect::Gemini.tools_from_chat_json(tools.to_string().as_bytes());
+            let tree = Dialect::Gemini.request_from_chat(&json!({"tools": tools}));
+            match (text, tree) {
+                (Ok(text), Ok(tree)) => {
+                    assert_eq!(String::from_utf8(text).unwrap(), tree["tools"].to_string())
+                }
+                (Err(text), Err(tree)) => assert_eq!(text, tree),
+                (text, tree) => panic!("{tools}: {text:?} but {tree:?}"),
+            }
+        };
+        same(json!([
+            {"type": "function", "function": {"name": "w", "description": "weather",
+                "parameters": {"properties": {"c": {"type": "string"}}, "type": "object"}}},
+            {"type": "function", "function": {"name": "n", "description": null, "parameters": null, "strict": true}},
+            {"type": "function", "function": {"name": "d", "description": {"odd": [1, 2]}}, "zz": [0, 0]}]));
+        same(json!([]));
+        same(json!([{"type": "custom", "custom": {"name": "apply_patch"}}]));
+        same(json!([{"type": "function", "function": {"description": "no name"}}]));
+        same(json!(["a string"]));
+        same(json!({"not": "a list"}));
+        // The client's whitespace is left out of what is copied.
+        let spaced = br#"[ {"type": "function", "function": {"name": "w", "parameters": {"type": "object", "required": [ "c" ] } } } ]"#;
+        assert_eq!(
+            Dialect::Gemini.tools_from_chat_json(spaced).unwrap(),
+            br#"[{"functionDeclarations":[{"name":"w","parametersJsonSchema":{"type":"object","required":["c"]}}]}]"#
+        );
+        let e = Dialect::Gemini.tools_from_chat_json(b"[{oops").unwrap_err();
+        assert!(e.starts_with("tools could not be read: "), "{e}");
     }
 }

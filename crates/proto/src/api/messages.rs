@@ -11,13 +11,14 @@ use super::{Dialect, MessagesError};
 /// A list of translated messages or items written as JSON text as they come, at the end of
 /// a buffer: the same bytes as the list of their values serialised whole.
 pub(super) struct ListText<'o> {
-    out: &'o mut Vec<u8>,
+    pub(super) out: &'o mut Vec<u8>,
     /// Whether an item has been written.
     any: bool,
     /// A user turn of tool results whose `content` list is still open, and whether that list
     /// has a block yet.
     open: Option<bool>,
-    /// A user turn of tool results written whole is `prefix`, its blocks, `suffix`.
+    /// A user turn of tool results written whole is `prefix`, its blocks (Gemini's parts),
+    /// `suffix`.
     prefix: String,
     suffix: String,
     /// One item's text, before it is copied into `out`.
@@ -27,8 +28,14 @@ pub(super) struct ListText<'o> {
 impl<'o> ListText<'o> {
     /// An empty list, started at the end of `out`.
     pub(super) fn new(out: &'o mut Vec<u8>) -> Self {
+        Self::with_results_in(out, "content")
+    }
+
+    /// An empty list, started at the end of `out`, whose user turns of tool results hold
+    /// them in their field `key` (`content`; Gemini's `parts`).
+    pub(super) fn with_results_in(out: &'o mut Vec<u8>, key: &str) -> Self {
         // The turn's own serialisation says where its blocks go, whatever the keys' order.
-        let turn = json!({"role": "user", "content": []}).to_string();
+        let turn = json!({"role": "user", key: []}).to_string();
         let at = turn.find("[]").map_or(turn.len(), |at| at + 1);
         out.push(b'[');
         ListText {
@@ -51,7 +58,7 @@ impl<'o> ListText<'o> {
     }
 
     /// Starts the next item.
-    fn next(&mut self) {
+    pub(super) fn next(&mut self) {
         self.close();
         if std::mem::replace(&mut self.any, true) {
             self.put(b",");
@@ -61,7 +68,7 @@ impl<'o> ListText<'o> {
     /// Copies `bytes` into the list: a buffer that is full grows by an eighth (or by what
     /// `bytes` needs), not twice its size, so that a list longer than its room costs little
     /// more than itself.
-    fn put(&mut self, bytes: &[u8]) {
+    pub(super) fn put(&mut self, bytes: &[u8]) {
         let room = self.out.capacity() - self.out.len();
         if room < bytes.len() {
             (self.out).reserve_exact(bytes.len().max(self.out.len() / 8));
@@ -69,7 +76,7 @@ impl<'o> ListText<'o> {
         self.out.extend_from_slice(bytes);
     }
 
-    fn write(&mut self, value: &Value) {
+    pub(super) fn write(&mut self, value: &Value) {
         self.scratch.clear();
         // A value always serialises into a vector.
         let _ = serde_json::to_writer(&mut self.scratch, value);
@@ -80,7 +87,7 @@ impl<'o> ListText<'o> {
 
     /// Copies the JSON text `json` (known to be JSON) into the list without its
     /// insignificant whitespace, room made for it as [`put`](Self::put) makes it.
-    fn put_compact(&mut self, json: &str) {
+    pub(super) fn put_compact(&mut self, json: &str) {
         let room = self.out.capacity() - self.out.len();
         if room < json.len() {
             (self.out).reserve_exact(json.len().max(self.out.len() / 8));
@@ -92,7 +99,7 @@ impl<'o> ListText<'o> {
     /// without its insignificant whitespace, straight into the list (no copy of it on the
     /// way); `false`, with the list as it was, when that text is not JSON (or the string
     /// holds a lone surrogate escape). Nothing is written for text that is only whitespace.
-    fn put_unescaped_compact(&mut self, literal: &str) -> bool {
+    pub(super) fn put_unescaped_compact(&mut self, literal: &str) -> bool {
         let room = self.out.capacity() - self.out.len();
         if room < literal.len() {
             (self.out).reserve_exact(literal.len().max(self.out.len() / 8));
@@ -105,6 +112,27 @@ impl<'o> ListText<'o> {
             self.out.truncate(start);
         }
         ok
+    }
+
+    /// A block given as its JSON text (`block`), written as [`join`](Sink::join) writes
+    /// one when `into_open` (the last turn open for results takes it), else as
+    /// [`results`](Sink::results) of it alone.
+    pub(super) fn join_text(&mut self, block: &[u8], into_open: bool) {
+        match self.open.filter(|_| into_open) {
+            Some(any) => {
+                if any {
+                    self.put(b",");
+                }
+            }
+            None => {
+                self.next();
+                let prefix = std::mem::take(&mut self.prefix);
+                self.put(prefix.as_bytes());
+                self.prefix = prefix;
+            }
+        }
+        self.put(block);
+        self.open = Some(true);
     }
 
     /// Ends the list.
@@ -186,7 +214,7 @@ pub(super) fn translate(
 
 /// A message's text up to this many bytes is parsed whole (the same bytes as the tree's
 /// translation); a larger one is read one field and one part at a time ([`large`]).
-const LARGE: usize = 64 * 1024;
+pub(super) const LARGE: usize = 64 * 1024;
 
 /// [`translate`] of a list's text: each message parsed on its own, a large one
 /// ([`LARGE`]) read without its tree ([`large`]).

@@ -68,7 +68,6 @@ impl UpstreamApi for Gemini {
     }
 
     fn write_tools_from_chat_json(&self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        out.extend_from_slice(&gemini::tools_text(tools)?);
-        Ok(())
+        gemini::write_tools_text(tools, out)
     }
 }

@@ -58,13 +58,13 @@ pub(super) fn shared_body(u: &UpstreamRoute, opener: &Opener, samples: usize) ->
 /// A Chat Completions upstream's body is the client's fields as they came
 /// ([`RequestWriting::AsSent`]), with the fields the gateway decides written over them:
 /// nothing of it is parsed. An API written by field ([`RequestWriting::ByField`]: Responses,
-/// Anthropic, and any API of a kind the gateway does not know) is translated
+/// Anthropic, Gemini) is translated
 /// ([`Dialect::request_from_chat`]) from a parsed copy of the few fields it reshapes, its
 /// messages and tools translated from their text one at a time
 /// ([`Dialect::write_messages_from_chat_json`], [`Dialect::tools_from_chat_json`]): a request of
-/// many messages is never a tree. One written whole ([`RequestWriting::Whole`]: Gemini) is
-/// [`gemini_body`]. A request that states no limit gets the upstream's `max_tokens`
-/// ([`limit_to_set`]).
+/// many messages is never a tree (for Gemini, every field but the messages and the tools is
+/// parsed: it has a place for none of the others as they are). A request that states no
+/// limit gets the upstream's `max_tokens` ([`limit_to_set`]).
 pub(crate) fn request_body(
     u: &UpstreamRoute,
     opener: &Opener,
@@ -100,70 +100,46 @@ pub(crate) fn request_body(
         let over: Vec<(&str, &[u8])> = over.iter().map(|(k, v)| (*k, &v[..])).collect();
         return Ok(crate::request::write_object(base, &over).into());
     }
-    if writing == RequestWriting::Whole {
-        return gemini_body(base, samples, limit_to_set(u, base)).map(Into::into);
-    }
     let native = (opener.native.as_deref()).filter(|(api, _)| *api == u.api);
     let translated = translated_body(
         u.api,
         &u.model,
         base,
         native.map(|n| &n.1),
-        limit_to_set(u, base),
+        (samples, limit_to_set(u, base)),
     )?;
     Ok(translated.into())
 }
 
-/// [`request_body`] for a Gemini upstream: the client's fields parsed and written whole in
-/// Gemini's shape ([`Dialect::request_from_chat`]), `samples` as `n` (its
-/// `candidateCount`), the limit the gateway sets (`limit`) as `max_tokens`. The model is in
-/// the URL, streaming in its method: neither is a field.
-fn gemini_body(
-    base: &crate::request::Fields,
-    samples: usize,
-    limit: Option<u64>,
-) -> Result<Vec<u8>, ApiError> {
-    let mut body = Map::new();
-    for (k, text) in base {
-        // The conversation and the tools are parsed whole (bounded by the body's limit,
-        // not by the limit of a field the gateway reads for itself).
-        let value = match k.as_str() {
-            "messages" | "tools" => {
-                serde_json::from_slice(text).map_err(|e| format!("{k:?} could not be read: {e}"))
-            }
-            _ => crate::request::parse_field(k, text),
-        };
-        body.insert(k.clone(), value.map_err(ApiError::invalid)?);
-    }
-    if samples > 1 {
-        body.insert("n".into(), json!(samples));
-    }
-    if let Some(limit) = limit {
-        body.entry("max_tokens").or_insert(json!(limit));
-    }
-    let body = (Dialect::Gemini.request_from_chat(&Value::Object(body)))
-        .map_err(|e| ApiError::invalid(e).code("untranslatable_request"))?;
-    serde_json::to_vec(&body).map_err(|e| ApiError::invalid(e.to_string()))
-}
-
 /// [`request_body`] for an upstream of API `api` other than Chat Completions, for its model
-/// `model`: the client's fields `base`, the client's own fields of that API (`native`) and
-/// the limit the gateway sets (`limit`).
+/// `model`: the client's fields `base`, the client's own fields of that API (`native`), the
+/// samples one request asks for (Gemini's `candidateCount`) and the limit the gateway sets
+/// (`limit`). The model is in a Gemini request's URL, streaming in its method: neither is
+/// one of its fields.
 fn translated_body(
     api: Dialect,
     model: &str,
     base: &crate::request::Fields,
     native: Option<&Map<String, Value>>,
-    limit: Option<u64>,
+    (samples, limit): (usize, Option<u64>),
 ) -> Result<Vec<u8>, ApiError> {
+    // Gemini's request has a place for none of the client's fields as they are: each is
+    // read, and written in its shape, left out or refused by name.
+    let gemini = api == Dialect::Gemini;
+    // The translation's own refusals: for Gemini, every one of them is coded.
+    let refused = |e: String| match gemini {
+        true => ApiError::invalid(e).code("untranslatable_request"),
+        false => ApiError::invalid(e),
+    };
     // What the translation reads or reshapes is parsed, but for the messages and the tools,
     // translated one at a time from their text (the tools' schemas copied); every other
     // field passes through as the client sent it.
+    let parsed = |k: &str| match gemini {
+        true => k != "messages" && k != "tools",
+        false => is_translated(k) && k != "messages",
+    };
     let mut body = Map::new();
-    for (k, text) in base
-        .iter()
-        .filter(|(k, _)| is_translated(k) && *k != "messages")
-    {
+    for (k, text) in base.iter().filter(|(k, _)| parsed(k)) {
         body.insert(
             k.clone(),
             crate::request::parse_field(k, text).map_err(ApiError::invalid)?,
@@ -172,6 +148,9 @@ fn translated_body(
     if let Some(native) = native {
         body.extend(native.clone());
     }
+    if api.has_n() && samples > 1 {
+        body.insert("n".into(), json!(samples));
+    }
     if let Some(limit) = limit {
         body.entry("max_tokens").or_insert(json!(limit));
     }
@@ -179,14 +158,14 @@ fn translated_body(
     body.insert("stream".into(), json!(true));
     let Value::Object(body) = api
         .request_from_chat(&Value::Object(body))
-        .map_err(ApiError::invalid)?
+        .map_err(refused)?
     else {
         return Err(ApiError::invalid("the translated request is not an object"));
     };
     let mut fields = crate::request::fields_of(body);
     let (list_key, system_key) = (api.messages_field(), api.system_field());
     fields.remove(list_key);
-    for (k, text) in base {
+    for (k, text) in base.iter().filter(|_| !gemini) {
         if !is_translated(k) && k != "tools" {
             // A field the translation writes itself (`system`, `input`, ...) is its own.
             fields.entry(k.clone()).or_insert_with(|| text.clone());
@@ -244,16 +223,17 @@ fn translated_body(
             Piece::Messages => {
                 system = api
                     .write_messages_from_chat_json(messages, &mut out)
-                    .map_err(|e| {
+                    .map_err(|e| match gemini {
+                        true => refused(e.to_string()),
                         // What the check of every request lets through but this API cannot
                         // take (a second system message for Anthropic, say).
-                        ApiError::invalid(e.to_string())
+                        false => ApiError::invalid(e.to_string())
                             .param(e.field())
-                            .code("untranslatable_message")
+                            .code("untranslatable_message"),
                     })?;
             }
             Piece::Tools(tools) => {
-                (api.write_tools_from_chat_json(tools, &mut out)).map_err(ApiError::invalid)?
+                (api.write_tools_from_chat_json(tools, &mut out)).map_err(refused)?
             }
         }
     }
@@ -362,7 +342,7 @@ mod tests {
             let base = split_object(&bytes::Bytes::from(body.to_string())).unwrap();
             for api in [Dialect::Anthropic, Dialect::Responses] {
                 for (native, limit) in [(None, None), (Some(&thinking), Some(9000))] {
-                    let text = translated_body(api, "up", &base, native, limit);
+                    let text = translated_body(api, "up", &base, native, (1, limit));
                     match (text, as_a_tree(api, &base, native, limit)) {
                         (Ok(text), Ok(tree)) => {
                             assert_eq!(
@@ -384,7 +364,7 @@ mod tests {
         let not_a_list = json!({"messages": "not a list"});
         let base = split_object(&bytes::Bytes::from(not_a_list.to_string())).unwrap();
         for api in [Dialect::Anthropic, Dialect::Responses] {
-            let e = translated_body(api, "up", &base, None, None).unwrap_err();
+            let e = translated_body(api, "up", &base, None, (1, None)).unwrap_err();
             let tree = as_a_tree(api, &base, None, None).unwrap_err();
             assert_eq!((e.status.as_u16(), &e.message), (400, &tree));
             assert_eq!(e.body()["error"]["param"], "messages");
@@ -394,9 +374,106 @@ mod tests {
         let bad = json!({"messages": [{"role": "user", "content": "x"}, {"role": "robot"}]});
         let base = split_object(&bytes::Bytes::from(bad.to_string())).unwrap();
         for api in [Dialect::Anthropic, Dialect::Responses] {
-            let e = translated_body(api, "up", &base, None, None).unwrap_err();
+            let e = translated_body(api, "up", &base, None, (1, None)).unwrap_err();
             let tree = as_a_tree(api, &base, None, None).unwrap_err();
             assert_eq!((e.status.as_u16(), e.message), (400, tree));
         }
+    }
+
+    /// A Gemini upstream's body as it was written before its messages and tools were
+    /// translated from their text: every field parsed whole, the request translated as a
+    /// tree and serialised.
+    fn as_a_gemini_tree(
+        base: &Fields,
+        samples: usize,
+        limit: Option<u64>,
+    ) -> Result<Vec<u8>, String> {
+        let mut body = Map::new();
+        for (k, text) in base {
+            body.insert(k.clone(), serde_json::from_slice(text).unwrap());
+        }
+        if samples > 1 {
+            body.insert("n".into(), json!(samples));
+        }
+        if let Some(limit) = limit {
+            body.entry("max_tokens").or_insert(json!(limit));
+        }
+        let body = Dialect::Gemini.request_from_chat(&Value::Object(body))?;
+        Ok(serde_json::to_vec(&body).unwrap())
+    }
+
+    #[test]
+    fn gemini_bodies_are_written_as_the_tree_was() {
+        let messages = json!([
+            {"role": "developer", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "what is it?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "w", "arguments": "{\"c\":\"Paris\"}"}},
+                {"id": "b__thought__c2ln", "type": "function", "function": {"name": "t", "arguments": ""}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "{\"c\":18}"},
+            {"role": "tool", "tool_call_id": "b__thought__c2ln", "content": "noon"},
+            {"role": "system", "content": "later"},
+            {"role": "assistant", "content": "Done."}]);
+        let tools = json!([{"type": "function", "function": {"name": "w", "description": "weather",
+            "parameters": {"properties": {"c": {"type": "string"}}, "type": "object"}}}]);
+        let large = json!([{"role": "user", "content": "x".repeat(70_000)},
+            {"role": "assistant", "content": "y".repeat(70_000)}]);
+        let bodies = [
+            json!({"messages": messages, "tools": tools, "tool_choice": "required", "stop": "x",
+                   "max_tokens": 50, "metadata": {"a": 1}, "temperature": 0.5, "top_p": 0.9,
+                   "seed": 3, "user": "u", "parallel_tool_calls": false}),
+            json!({"messages": messages, "reasoning_effort": "low", "max_completion_tokens": 3000,
+                   "response_format": {"type": "json_schema", "json_schema": {"name": "r",
+                       "schema": {"type": "object"}}}, "tools": null, "zz": null}),
+            json!({"messages": large, "tool_choice": {"type": "function", "function": {"name": "w"}},
+                   "tools": tools}),
+            json!({"messages": [{"role": "user", "content": "hi"}], "frequency_penalty": 0.1,
+                   "presence_penalty": 0.2, "stop": ["a", "b"]}),
+            json!({"messages": null}),
+            json!({"tools": tools}),
+            json!({}),
+            // Refused alike: a field Gemini has no place for, a message it cannot take, a
+            // tool it cannot take, a tool choice it cannot read, a limit that is no count.
+            json!({"messages": messages, "logprobs": true}),
+            json!({"messages": [{"role": "tool", "tool_call_id": "x", "content": "1"}]}),
+            json!({"messages": "not a list"}),
+            json!({"tools": [{"type": "custom", "custom": {"name": "p"}}]}),
+            json!({"tools": {"not": "a list"}}),
+            json!({"tool_choice": "sometimes"}),
+            json!({"max_tokens": "many"}),
+        ];
+        let mut compared = 0;
+        for body in bodies {
+            let base = split_object(&bytes::Bytes::from(body.to_string())).unwrap();
+            for (samples, limit) in [(1, None), (3, Some(9000))] {
+                let text = translated_body(Dialect::Gemini, "up", &base, None, (samples, limit));
+                match (text, as_a_gemini_tree(&base, samples, limit)) {
+                    (Ok(text), Ok(tree)) => {
+                        let text = String::from_utf8(text).unwrap();
+                        assert_eq!(text, String::from_utf8(tree).unwrap(), "{body}");
+                        // Neither the model nor streaming is a field of Gemini's.
+                        let keys: Value = serde_json::from_str(&text).unwrap();
+                        assert!(keys.get("model").is_none() && keys.get("stream").is_none());
+                        compared += 1;
+                    }
+                    (Err(e), Err(tree)) => {
+                        assert_eq!((e.status.as_u16(), &e.message), (400, &tree), "{body}");
+                        assert_eq!(e.body()["error"]["code"], "untranslatable_request");
+                    }
+                    (text, tree) => panic!("{body}: {text:?} but {tree:?}"),
+                }
+            }
+        }
+        assert_eq!(compared, 14);
+        // The samples are its candidates, the limit set its room unless the client set one.
+        let base = split_object(&bytes::Bytes::from(json!({"max_tokens": 5}).to_string())).unwrap();
+        let text = translated_body(Dialect::Gemini, "up", &base, None, (4, Some(9000))).unwrap();
+        let body: Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(
+            body,
+            json!({"contents": [], "generationConfig": {"candidateCount": 4, "maxOutputTokens": 5}})
+        );
     }
 }
