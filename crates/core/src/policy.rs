@@ -554,7 +554,10 @@ impl crate::Completions {
     /// let ext = serde_json::json!({"samples": 3, "select": "vote"});
     /// let policy = Policy::from_json(ext.as_object().unwrap(), &PolicyLimits::default()).unwrap();
     /// let selection = c.pick(&policy).await;
-    /// assert_eq!((selection.selected, selection.vote.unwrap().votes), (vec![1, 2], 2));
+    /// // The winning key's voters, in the order they finished.
+    /// let mut voters = selection.selected.clone();
+    /// voters.sort();
+    /// assert_eq!((voters, selection.vote.unwrap().votes), (vec![1, 2], 2));
     /// # }
     /// ```
     pub fn pick(&self, policy: &Policy) -> Pick<'_> {
