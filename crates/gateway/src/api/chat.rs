@@ -27,7 +27,7 @@ impl ClientApi for Chat {
     const ROUTE: &'static str = "/v1/chat/completions";
     const COST: BodyCost = BodyCost {
         heavy: &["messages", "tools", "functions"],
-        sixteenths: 20,
+        sixteenths: 24,
     };
     const ONE_OUTPUT: bool = false;
     type Reply = ();

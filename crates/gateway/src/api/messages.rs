@@ -67,7 +67,7 @@ impl ClientApi for Messages {
     const SHOWN: &'static [&'static str] = &["/v1/messages", "/v1/messages/count_tokens"];
     const COST: BodyCost = BodyCost {
         heavy: &["messages", "system", "tools"],
-        sixteenths: 24,
+        sixteenths: 28,
     };
     const ONE_OUTPUT: bool = true;
     const PATHS: crate::wellformed::Paths = crate::wellformed::Paths::Dotted;

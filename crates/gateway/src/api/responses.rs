@@ -72,7 +72,7 @@ impl ClientApi for Responses {
     const ROUTE: &'static str = "/v1/responses";
     const COST: BodyCost = BodyCost {
         heavy: &["input", "instructions", "tools"],
-        sixteenths: 24,
+        sixteenths: 28,
     };
     const ONE_OUTPUT: bool = true;
     type Reply = Reply;
