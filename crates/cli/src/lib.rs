@@ -154,7 +154,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
     builder.enable_all();
     if let Command::Serve(_) = cli.command {
         // A gateway lives long, under a load that comes and goes.
-        memory::return_freed_memory_at_once();
+        memory::return_freed_memory_soon();
         builder.on_thread_park(memory::collect_when_idle);
     }
     let runtime = match builder.build() {

@@ -4,9 +4,10 @@
 //! mimalloc by default keeps freed pages for a second before returning them to the system,
 //! and returns the pages a thread owns only when that thread allocates or frees again. A
 //! gateway's worker threads go quiet when its load ends, so the memory of the peak could stay
-//! with them. For `serve`, freed pages are returned at once, and each worker thread collects
-//! its heap when it parks, once a second while a load goes on and at once when it ends
-//! (docs/benchmarks.md, Gateway, measures what this gives back).
+//! with them. For `serve`, freed pages are returned after [`PURGE_DELAY_MS`], and each worker
+//! thread collects its heap when it parks (which returns what it freed at once), once a second
+//! while a load goes on and at once when it ends (docs/benchmarks.md, Gateway, measures what
+//! this gives back).
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -15,14 +16,20 @@ use std::time::{Duration, Instant};
 /// (The enum keeps its retired options in place, so its values do not move between versions.)
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
+/// How long freed pages are kept before they go back to the system. Returned at once (0),
+/// the pages that a steady load frees and takes again are faulted in anew: 1.3 page faults
+/// and a `madvise` a request at saturation, about a tenth of the gateway's requests/s
+/// (docs/benchmarks.md, "The request path's fixed cost beside a byte relay").
+const PURGE_DELAY_MS: std::ffi::c_long = 100;
+
 /// How often a worker thread collects its heap at most.
 const COLLECT_EVERY: Duration = Duration::from_secs(1);
 
-/// Freed pages go back to the system at once; for processes that live long and whose load
-/// comes and goes.
-pub fn return_freed_memory_at_once() {
+/// Freed pages go back to the system soon ([`PURGE_DELAY_MS`]); for processes that live long
+/// and whose load comes and goes.
+pub fn return_freed_memory_soon() {
     // SAFETY: sets one of mimalloc's options, which it reads atomically; any value is valid.
-    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
+    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, PURGE_DELAY_MS) };
 }
 
 /// For `tokio::runtime::Builder::on_thread_park`: a worker thread going idle returns the pages
