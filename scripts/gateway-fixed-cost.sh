@@ -14,6 +14,8 @@
 #
 # Needs h2load (Debian's nghttp2-client), strace and python3. REQUESTS (default 20000),
 # ROUNDS (default 3), HARNESS (default target/release/choicewise-bench), CONNECTIONS (50).
+# The upstream reports its usage when asked, as model servers do; NO_USAGE=1 makes it report
+# none, so that the gateway counts every request's tokens itself (its estimate).
 set -euo pipefail
 
 bin=${1:?usage: $0 CHOICEWISE_BINARY}
@@ -48,7 +50,7 @@ address() {
   exit 1
 }
 
-"$harness" gateway-upstream --listen 127.0.0.1:0 >"$work/upstream.log" 2>&1 &
+"$harness" gateway-upstream --listen 127.0.0.1:0 ${NO_USAGE:+--no-usage} >"$work/upstream.log" 2>&1 &
 pids+=($!)
 upstream=$(address "$work/upstream.log")
 

@@ -18,6 +18,10 @@
 #   scripts/gateway-instructions.sh target/release/choicewise
 #   LIMITS=memory scripts/gateway-instructions.sh target/release/choicewise
 #
+# The upstream reports its usage when asked (`stream_options.include_usage`, which the gateway
+# sends), as model servers do; NO_USAGE=1 makes it report none, so that the gateway counts
+# each request's prompt and completion itself (its estimate).
+#
 # RECORDS=sqlite writes every request's row to a SQLite file (docs/records.md), and
 # RECORDS=sqlite-samples each sample's too (`samples = true`): what the records cost a
 # request, the writer's thread and SQLite's counted with the rest of the process.
@@ -64,7 +68,7 @@ wait_for() { # FILE PATTERN
 i=0
 for bin in "$@"; do
   i=$((i + 1)); d="$work/$i"; mkdir -p "$d"
-  "$harness" gateway-upstream --listen 127.0.0.1:0 > "$d/upstream.log" 2>&1 &
+  "$harness" gateway-upstream --listen 127.0.0.1:0 ${NO_USAGE:+--no-usage} > "$d/upstream.log" 2>&1 &
   up=$!
   wait_for "$d/upstream.log" "listening on"
   upstream=$(grep -o 'http://[0-9.:]*' "$d/upstream.log" | head -1)

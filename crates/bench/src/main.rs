@@ -113,6 +113,10 @@ struct UpstreamArgs {
     /// One request per connection (`Connection: close`).
     #[arg(long)]
     close: bool,
+    /// Report no `usage` even when a request asks for it: the gateway counts the tokens
+    /// itself (its estimate), as for an upstream that never reports them.
+    #[arg(long)]
+    no_usage: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -395,7 +399,7 @@ fn fresh_process(args: &[&str]) -> Report {
 fn main() {
     let cli = Cli::parse();
     match &cli.command {
-        Command::GatewayUpstream(a) => return upstream::serve(&a.listen, a.close),
+        Command::GatewayUpstream(a) => return upstream::serve(&a.listen, a.close, a.no_usage),
         Command::GatewayProxy(a) => return proxy::serve(&a.listen, &a.upstream),
         _ => {}
     }

@@ -204,10 +204,13 @@ struct Upstream {
     arrivals: Mutex<HashMap<u64, u32>>,
     /// Texts of the choices written to their end, per tag (words only).
     completed: Mutex<HashMap<u64, Vec<String>>>,
-    /// Bodies of the unpaced runs, per (n, ticks).
-    bursts: Mutex<HashMap<(u32, u32), Bytes>>,
+    /// Bodies of the unpaced runs, per (n, ticks, usage reported).
+    bursts: Mutex<HashMap<(u32, u32, bool), Bytes>>,
     /// Answer `Connection: close` (one request per connection).
     close: bool,
+    /// Report no `usage`, even when a request asks for it (`stream_options.include_usage`):
+    /// an upstream whose tokens the gateway must count itself.
+    no_usage: bool,
     /// Requests to `/flaky/v1/chat/completions`, of which 3 in 10 are answered 503.
     flaky: AtomicU64,
 }
@@ -395,10 +398,11 @@ async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
         return (StatusCode::BAD_REQUEST, "not JSON").into_response();
     };
     let n = req.get("n").and_then(Value::as_u64).unwrap_or(1).max(1) as u32;
-    let include_usage = req
-        .pointer("/stream_options/include_usage")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let include_usage = !up.no_usage
+        && req
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
     let message = req
         .get("messages")
         .and_then(Value::as_array)
@@ -424,7 +428,7 @@ async fn chat(State(up): State<Arc<Upstream>>, body: Bytes) -> Response {
             vec![*k - 1]
         };
         let body = if plan.interval_us == 0 && !plan.stamp && plan.fault == Fault::None {
-            burst(up.clone(), n, plan.ticks, plan.tick_writes)
+            burst(up.clone(), n, plan.ticks, plan.tick_writes, include_usage)
         } else {
             paced(up.clone(), plan, samples, include_usage)
         };
@@ -525,11 +529,13 @@ fn paced(up: Arc<Upstream>, plan: Plan, samples: Vec<u32>, include_usage: bool) 
 
 /// The unpaced stream: a body built once per (n, ticks), in 64 KiB writes, or one write per
 /// tick (the stream yields between them, so that hyper writes each alone).
-fn burst(up: Arc<Upstream>, n: u32, ticks: u32, tick_writes: bool) -> Body {
+/// The unpaced stream of one request of `n` choices of `ticks` content events each, with its
+/// usage when `include_usage` (as its paced streams and a model server report it when asked).
+fn burst(up: Arc<Upstream>, n: u32, ticks: u32, tick_writes: bool, include_usage: bool) -> Body {
     let bytes = {
         let mut bursts = up.bursts.lock().unwrap_or_else(|p| p.into_inner());
         bursts
-            .entry((n, ticks))
+            .entry((n, ticks, include_usage))
             .or_insert_with(|| {
                 let mut s = String::new();
                 for t in 0..ticks {
@@ -544,6 +550,9 @@ fn burst(up: Arc<Upstream>, n: u32, ticks: u32, tick_writes: bool) -> Body {
                 }
                 for i in 0..n {
                     s.push_str(&event("chatcmpl-burst", i, "{}", Some("stop")));
+                }
+                if include_usage {
+                    s.push_str(&usage("chatcmpl-burst", u64::from(n * ticks)));
                 }
                 s.push_str("data: [DONE]\n\n");
                 Bytes::from(s)
@@ -664,7 +673,7 @@ impl axum::serve::Listener for Counting {
 
 /// Serves the upstream on `listen` until the process ends, saying `listening on
 /// http://ADDR` on stderr once it accepts connections.
-pub fn serve(listen: &str, close: bool) {
+pub fn serve(listen: &str, close: bool, no_usage: bool) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -677,6 +686,7 @@ pub fn serve(listen: &str, close: bool) {
             completed: Mutex::new(HashMap::new()),
             bursts: Mutex::new(HashMap::new()),
             close,
+            no_usage,
             flaky: AtomicU64::new(0),
         });
         let app = axum::Router::new()
