@@ -527,10 +527,10 @@ fn paced(up: Arc<Upstream>, plan: Plan, samples: Vec<u32>, include_usage: bool) 
     Body::from_stream(stream)
 }
 
-/// The unpaced stream: a body built once per (n, ticks), in 64 KiB writes, or one write per
-/// tick (the stream yields between them, so that hyper writes each alone).
-/// The unpaced stream of one request of `n` choices of `ticks` content events each, with its
-/// usage when `include_usage` (as its paced streams and a model server report it when asked).
+/// The unpaced stream of one request: `n` choices of `ticks` content events each, then their
+/// usage when `include_usage` (as the paced streams and a model server report it when asked);
+/// a body built once per (n, ticks, usage), in 64 KiB writes, or one write per tick (the
+/// stream yields between them, so that hyper writes each alone).
 fn burst(up: Arc<Upstream>, n: u32, ticks: u32, tick_writes: bool, include_usage: bool) -> Body {
     let bytes = {
         let mut bursts = up.bursts.lock().unwrap_or_else(|p| p.into_inner());

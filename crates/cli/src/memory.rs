@@ -18,7 +18,7 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// How long freed pages are kept before they go back to the system. Returned at once (0),
 /// the pages that a steady load frees and takes again are faulted in anew: 1.3 page faults
-/// and a `madvise` a request at saturation, about a tenth of the gateway's requests/s
+/// and 0.12 `madvise` a request at saturation, about a tenth of the gateway's CPU a request
 /// (docs/benchmarks.md, "The request path's fixed cost beside a byte relay").
 const PURGE_DELAY_MS: std::ffi::c_long = 100;
 
