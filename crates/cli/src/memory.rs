@@ -17,9 +17,8 @@ use std::time::{Duration, Instant};
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// How long freed pages are kept before they go back to the system. Returned at once (0),
-/// the pages that a steady load frees and takes again are faulted in anew: 1.3 page faults
-/// and 0.12 `madvise` a request at saturation, about a tenth of the gateway's CPU a request
-/// (docs/benchmarks.md, "The request path's fixed cost beside a byte relay").
+/// the pages that a steady load frees and takes again are faulted in anew on every request
+/// (docs/benchmarks.md, "The request path's fixed cost beside a byte relay", measures it).
 const PURGE_DELAY_MS: std::ffi::c_long = 100;
 
 /// How often a worker thread collects its heap at most.
