@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use choicewise::{
     CallRef, Choice, ChoiceEvent, ChoiceOutput, Completions, FunctionCallEvent, Incomplete,
-    PartialArguments, Selection,
+    PartialArguments, Selection, cancel::CancelReason,
 };
 use choicewise_usage::EncodingName;
 use crossterm::event::{Event, EventStream, KeyCode, KeyEventKind, KeyModifiers};
@@ -210,11 +210,10 @@ impl Column {
                 self.state = State::Finished(reason.to_string());
                 self.ended_at = Some(elapsed);
             }
-            ChoiceEvent::Cancelled => {
-                // Marked before the cancel is sent, so known by now.
-                self.state = match self.choice.stopped_for_low_confidence() {
-                    true => State::LowConfidence,
-                    false => State::Cancelled,
+            ChoiceEvent::Cancelled(reason) => {
+                self.state = match reason {
+                    CancelReason::LowConfidence => State::LowConfidence,
+                    _ => State::Cancelled,
                 };
                 self.ended_at = Some(elapsed);
             }

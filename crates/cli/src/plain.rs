@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use choicewise::{CallRef, ChoiceEvent, Completions, FunctionCallEvent, PartialArguments};
+use choicewise::{
+    CallRef, ChoiceEvent, Completions, FunctionCallEvent, PartialArguments, cancel::CancelReason,
+};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
@@ -173,12 +175,12 @@ pub async fn labelled(
                         flush(&tx, &label, &mut line);
                         let _ = tx.send(format!("{label} ✔ finished: {reason}"));
                     }
-                    ChoiceEvent::Cancelled => {
+                    ChoiceEvent::Cancelled(reason) => {
                         flush(&tx, &label, &mut line);
                         // Stopped by --confidence, not cancelled because the vote was decided.
-                        let why = match choice.stopped_for_low_confidence() {
-                            true => "low confidence",
-                            false => "cancelled",
+                        let why = match reason {
+                            CancelReason::LowConfidence => "low confidence",
+                            _ => "cancelled",
                         };
                         let _ = tx.send(format!("{label} ⊘ {why}"));
                     }

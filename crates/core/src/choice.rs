@@ -96,7 +96,7 @@ impl Choice {
     /// stop being delivered, and the connection closes when no wanted choice remains.
     ///
     /// ```
-    /// # use choicewise_core::{ChoiceEvent, Completions, Source};
+    /// # use choicewise_core::{cancel::CancelReason, ChoiceEvent, Completions, Source};
     /// # use futures::{StreamExt, stream};
     /// # #[tokio::main] async fn main() {
     /// let first = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
@@ -107,7 +107,7 @@ impl Choice {
     /// let mut events = choice.events();
     /// assert_eq!(events.next().await.unwrap().unwrap(), ChoiceEvent::Content("Hel".into()));
     /// assert!(choice.cancel());
-    /// assert_eq!(events.next().await.unwrap().unwrap(), ChoiceEvent::Cancelled);
+    /// assert_eq!(events.next().await.unwrap().unwrap(), ChoiceEvent::Cancelled(CancelReason::Asked));
     /// assert!(events.next().await.is_none());
     /// let message = choice.message().await.unwrap();
     /// assert!(message.cancelled);
@@ -119,8 +119,23 @@ impl Choice {
         self.entry.cancel(CancelReason::Asked)
     }
 
-    /// Cancels the choice for `reason` (as [`cancel`](Self::cancel) does).
-    pub(crate) fn cancel_for(&self, reason: CancelReason) -> bool {
+    /// Cancels the choice for `reason` (as [`cancel`](Self::cancel) does): its events end
+    /// with [`ChoiceEvent::Cancelled`] carrying it.
+    ///
+    /// ```
+    /// # use choicewise_core::{cancel::CancelReason, ChoiceEvent, Completions, Source};
+    /// # use futures::{StreamExt, stream};
+    /// # #[tokio::main] async fn main() {
+    /// let partial = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    /// let stalled = stream::iter([Ok::<_, std::io::Error>(partial)]).chain(stream::pending());
+    /// let choice = Completions::new(Source::sse(stalled)).choice(0).await.unwrap();
+    /// assert!(choice.cancel_for(CancelReason::Deadline));
+    /// let events: Vec<_> = choice.events().map(Result::unwrap).collect().await;
+    /// assert_eq!(events.last(), Some(&ChoiceEvent::Cancelled(CancelReason::Deadline)));
+    /// assert_eq!(choice.cancel_reason(), Some(CancelReason::Deadline));
+    /// # }
+    /// ```
+    pub fn cancel_for(&self, reason: CancelReason) -> bool {
         self.entry.cancel(reason)
     }
 
@@ -157,8 +172,27 @@ impl Choice {
     /// # }
     /// ```
     pub fn stopped_for_low_confidence(&self) -> bool {
-        let reason = self.entry.log.lock().phase.cancel_reason();
-        reason == Some(CancelReason::LowConfidence)
+        self.cancel_reason() == Some(CancelReason::LowConfidence)
+    }
+
+    /// Why the choice was cancelled, if it was: the reason its
+    /// [`ChoiceEvent::Cancelled`] carries, published with it.
+    ///
+    /// ```
+    /// # use choicewise_core::{cancel::CancelReason, Completions, Source};
+    /// # use futures::{StreamExt, stream};
+    /// # #[tokio::main] async fn main() {
+    /// let partial = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    /// let stalled = stream::iter([Ok::<_, std::io::Error>(partial)]).chain(stream::pending());
+    /// let c = Completions::new(Source::sse(stalled)).choice(0).await.unwrap();
+    /// assert_eq!(c.cancel_reason(), None);
+    /// assert!(c.cancel());
+    /// c.message().await.unwrap(); // its end, published with the cancel
+    /// assert_eq!(c.cancel_reason(), Some(CancelReason::Asked));
+    /// # }
+    /// ```
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.entry.log.lock().phase.cancel_reason()
     }
 
     fn stream<T>(&self, select: fn(&ChoiceEvent) -> Option<T>) -> EventStream<T> {

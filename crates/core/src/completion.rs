@@ -14,14 +14,14 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::log::{ChoiceLog, Watched, lock};
-use crate::msg::CancelReason;
 use crate::msg::ReaderMsg;
+use crate::msg::{CancelReason, Close};
 use crate::waiters::Waiters;
 
 /// Where the completion is in its life.
 ///
 /// ```text
-/// Streaming ──cancel()──▶ Closing { keep } ──every upstream ended──▶ Ended(result)
+/// Streaming ──cancel()──▶ Closing(close) ──every upstream ended──▶ Ended(result)
 ///     └────────────────every upstream ended─────────────────────┘
 /// ```
 #[derive(Debug, Clone)]
@@ -29,12 +29,24 @@ pub(crate) enum CompletionPhase {
     /// Its upstreams are read.
     Streaming,
     /// [`Completions::cancel`](crate::Completions::cancel) (or `cancel_except`) was called:
-    /// every choice but those kept was cancelled, and those still to appear will be; no
-    /// upstream is added.
-    Closing { keep: Arc<[u32]> },
+    /// every choice but those kept was cancelled, and those still to appear will be, for
+    /// its reason; no upstream is added.
+    Closing(Close),
     /// Every upstream ended: no more choices will appear. The first upstream's error, else
     /// `Ok`.
     Ended(Result<(), Error>),
+}
+
+impl CompletionPhase {
+    /// What a reader starting now must close: nothing while streaming; the close once
+    /// closing; every choice once ended (none can be wanted).
+    pub(crate) fn closing(&self) -> Option<Close> {
+        match self {
+            CompletionPhase::Streaming => None,
+            CompletionPhase::Closing(close) => Some(close.clone()),
+            CompletionPhase::Ended(_) => Some(Close::new([], CancelReason::Closing)),
+        }
+    }
 }
 
 /// One choice of the completion: its published log, and where its commands go.
@@ -567,27 +579,23 @@ impl CompletionShared {
 
     /// Cancels every choice but those in `keep`, and those still to appear: tells every
     /// running reader.
-    pub fn close(&self, keep: Arc<[u32]>) {
+    pub fn close(&self, close: Close) {
         let mut state = self.lock();
         if matches!(state.phase, CompletionPhase::Streaming) {
-            state.phase = CompletionPhase::Closing { keep: keep.clone() };
+            state.phase = CompletionPhase::Closing(close.clone());
         }
         // No sample starts any more.
         state.stop_sampling();
         for reader in state.upstreams.iter().filter_map(|u| u.reader.as_ref()) {
-            let _ = reader.send_message(ReaderMsg::Close { keep: keep.clone() });
+            let _ = reader.send_message(ReaderMsg::Close(close.clone()));
         }
         state.waiters.wake_all();
     }
 
     /// What a reader starting now must close: `None` while the completion streams; the
-    /// choices kept once it is closing; nothing kept once it ended.
-    pub fn closing_keep(&self) -> Option<Arc<[u32]>> {
-        match &self.lock().phase {
-            CompletionPhase::Streaming => None,
-            CompletionPhase::Closing { keep } => Some(keep.clone()),
-            CompletionPhase::Ended(_) => Some(Arc::from(Vec::new())),
-        }
+    /// close once it is closing; nothing kept once it ended.
+    pub fn closing(&self) -> Option<Close> {
+        self.lock().phase.closing()
     }
 
     /// Assembles the completion from the published choices; the first error met, if any. The

@@ -16,6 +16,7 @@ use crate::completion::{ChoiceEntry, CompletionShared, Mode};
 use crate::config::Config;
 use crate::lifetime::Lifetime;
 use crate::log::Subscription;
+use crate::msg::{CancelReason, Close};
 use crate::source::Source;
 
 /// A streamed chat completion, demultiplexed by choice.
@@ -111,10 +112,9 @@ impl Completions {
             self.life.keep(reader.clone());
             let mut state = self.shared.lock();
             if state.upstreams[k].end.is_none() {
-                if let crate::completion::CompletionPhase::Closing { keep } = &state.phase {
+                if let crate::completion::CompletionPhase::Closing(close) = &state.phase {
                     // Closed while it started: it may have missed the close.
-                    let keep = keep.clone();
-                    let _ = reader.send_message(crate::msg::ReaderMsg::Close { keep });
+                    let _ = reader.send_message(crate::msg::ReaderMsg::Close(close.clone()));
                 }
                 state.upstreams[k].reader = Some(reader);
             }
@@ -444,7 +444,27 @@ impl Completions {
     /// # }
     /// ```
     pub async fn cancel(&self) -> Vec<u32> {
-        self.shared.close(Arc::from(Vec::new()));
+        self.cancel_for(CancelReason::Closing).await
+    }
+
+    /// As [`cancel`](Self::cancel), for `reason`: each choice it cancels ends with
+    /// [`ChoiceEvent::Cancelled`](crate::ChoiceEvent::Cancelled) carrying it.
+    ///
+    /// ```
+    /// # use choicewise_core::{cancel::CancelReason, ChoiceEvent, Completions, Source};
+    /// # use futures::{StreamExt, stream};
+    /// # #[tokio::main] async fn main() {
+    /// let partial = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    /// let stalled = stream::iter([Ok::<_, std::io::Error>(partial)]).chain(stream::pending());
+    /// let c = Completions::new(Source::sse(stalled));
+    /// let choice = c.choice(0).await.unwrap();
+    /// assert_eq!(c.cancel_for(CancelReason::ShuttingDown).await, [0]);
+    /// let events: Vec<_> = choice.events().map(Result::unwrap).collect().await;
+    /// assert_eq!(events.last(), Some(&ChoiceEvent::Cancelled(CancelReason::ShuttingDown)));
+    /// # }
+    /// ```
+    pub async fn cancel_for(&self, reason: CancelReason) -> Vec<u32> {
+        self.shared.close(Close::new([], reason));
         self.settled().await;
         let mut cancelled: Vec<u32> = self
             .entries()
@@ -476,7 +496,28 @@ impl Completions {
     /// # }
     /// ```
     pub fn cancel_except(&self, keep: &[u32]) {
-        self.shared.close(Arc::from(keep));
+        self.cancel_except_for(keep, CancelReason::Closing);
+    }
+
+    /// As [`cancel_except`](Self::cancel_except), for `reason`: each choice it cancels
+    /// ends with [`ChoiceEvent::Cancelled`](crate::ChoiceEvent::Cancelled) carrying it.
+    ///
+    /// ```
+    /// # use choicewise_core::{cancel::CancelReason, ChoiceEvent, Completions, Source};
+    /// # use futures::{StreamExt, stream};
+    /// # #[tokio::main] async fn main() {
+    /// let quick = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\n";
+    /// let opened = "data: {\"choices\":[{\"delta\":{\"content\":\"h\"}}]}\n\n";
+    /// let slow = stream::iter([Ok::<_, std::io::Error>(opened)]).chain(stream::pending());
+    /// let c = Completions::builder().fan_out([Source::reader(quick.as_bytes()).n(1), Source::sse(slow).n(1)]);
+    /// let slow = c.choice(1).await.unwrap();
+    /// c.cancel_except_for(&[0], CancelReason::ReaderGone);
+    /// let events: Vec<_> = slow.events().map(Result::unwrap).collect().await;
+    /// assert_eq!(events.last(), Some(&ChoiceEvent::Cancelled(CancelReason::ReaderGone)));
+    /// # }
+    /// ```
+    pub fn cancel_except_for(&self, keep: &[u32], reason: CancelReason) {
+        self.shared.close(Close::new(keep, reason));
     }
 
     /// How many choices the completion will have, when every upstream declared it.

@@ -117,6 +117,24 @@ pub mod confidence {
     };
 }
 
+pub mod cancel {
+    //! Why a choice was cancelled and who sent the cancel: the reason a
+    //! [`ChoiceEvent::Cancelled`](crate::ChoiceEvent::Cancelled) carries
+    //! ([`CancelReason`], also [`Choice::cancel_reason`](crate::Choice::cancel_reason)), given
+    //! with [`Choice::cancel_for`](crate::Choice::cancel_for),
+    //! [`Completions::cancel_for`](crate::Completions::cancel_for) and
+    //! [`Completions::cancel_except_for`](crate::Completions::cancel_except_for); and who sent
+    //! it ([`CancelledBy`]).
+    //!
+    //! ```
+    //! use choicewise_core::cancel::{CancelReason, CancelledBy};
+    //! assert_eq!(CancelReason::Decided.by(), CancelledBy::Library);
+    //! assert_eq!(CancelReason::ReaderGone.by(), CancelledBy::Program);
+    //! ```
+
+    pub use choicewise_proto::driver::{CancelReason, CancelledBy};
+}
+
 pub mod defaults {
     //! The defaults and bounds that the builders and a [`Policy`](crate::Policy) apply when
     //! nothing else is said.

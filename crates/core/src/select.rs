@@ -702,9 +702,9 @@ impl Completions {
         self.stop_sampling();
         let cancelled = match (keep_rest, streaming) {
             (true, _) => Vec::new(),
-            (false, false) => self.cancel().await,
+            (false, false) => self.cancel_for(crate::cancel::CancelReason::Decided).await,
             (false, true) => {
-                self.cancel_except(&selected);
+                self.cancel_except_for(&selected, crate::cancel::CancelReason::Decided);
                 self.still_open_except(&selected)
             }
         };

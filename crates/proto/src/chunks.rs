@@ -619,6 +619,9 @@ mod tests {
             written(&refusal),
             r#"{"delta":{"refusal":"no"},"finish_reason":null,"index":1,"logprobs":null}"#
         );
-        assert_eq!(legacy.event(&ChoiceEvent::Cancelled), None);
+        assert_eq!(
+            legacy.event(&ChoiceEvent::Cancelled(crate::driver::CancelReason::Asked)),
+            None
+        );
     }
 }

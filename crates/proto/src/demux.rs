@@ -257,17 +257,18 @@ impl Demux {
     }
 
     /// Cancels choice `index`, as `Choice::cancel` does: if it is
-    /// still open, its events end with [`ChoiceEvent::Cancelled`], its later updates are
+    /// still open, its events end with [`ChoiceEvent::Cancelled`] (`Asked`), its later updates are
     /// dropped, and its output is flagged `cancelled` without a finish reason. Returns
     /// whether it was open. (There is no upstream to drop here: the caller owns the I/O.)
     ///
     /// ```
+    /// use choicewise_proto::driver::CancelReason;
     /// use choicewise_proto::{ChoiceEvent, Demux};
     /// let mut demux = Demux::new();
     /// demux.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n").unwrap();
     /// assert!(demux.cancel(0));
     /// demux.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\ndata: [DONE]\n\n").unwrap();
-    /// assert_eq!(demux.events(0), [ChoiceEvent::Content("a".into()), ChoiceEvent::Cancelled]);
+    /// assert_eq!(demux.events(0), [ChoiceEvent::Content("a".into()), ChoiceEvent::Cancelled(CancelReason::Asked)]);
     /// let completion = demux.finish().unwrap();
     /// assert!(completion.choices[0].cancelled);
     /// assert_eq!(completion.choices[0].message.content.as_deref(), Some("a"));

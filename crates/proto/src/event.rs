@@ -52,10 +52,13 @@ pub enum ChoiceEvent {
     /// `tool_calls`, `content_filter`, `error`, ...). Always the last event of a choice
     /// that finished.
     Finished(Text),
-    /// The choice was cancelled (`Choice::cancel`) before it
-    /// finished. Always the last event of a cancelled choice: its sub-streams end (`None`)
-    /// right after it, with no error, and its later updates are dropped.
-    Cancelled,
+    /// The choice was cancelled (`Choice::cancel`, a pick, a close) before it finished, for
+    /// this reason (which says who sent it: [`CancelReason::by`]). Always the last event of
+    /// a cancelled choice: its sub-streams end (`None`) right after it, with no error, and
+    /// its later updates are dropped.
+    ///
+    /// [`CancelReason::by`]: crate::driver::CancelReason::by
+    Cancelled(crate::driver::CancelReason),
 }
 
 impl ChoiceEvent {

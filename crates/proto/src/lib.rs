@@ -115,7 +115,8 @@ pub use usage::{ChoiceUsage, Estimate, MAX_REPORTED_TOKENS, Usage, UsageSource};
 pub mod driver {
     pub use crate::event_log::EventLog;
     pub use crate::lifecycle::{
-        CancelReason, ChoiceCore, Closed, Phase, assemble, fill_choice_usage, output_from_events,
+        CancelReason, CancelledBy, ChoiceCore, Close, Closed, Phase, assemble, fill_choice_usage,
+        output_from_events,
     };
     pub use crate::router::{Child, ChoiceMsg, Command, Refused, Router};
     pub use crate::split::{Batch, BatchPool, Meta, Splitter, Step};

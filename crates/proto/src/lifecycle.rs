@@ -56,32 +56,147 @@ pub enum Closed {
     Cancelled(CancelReason),
 }
 
-/// Why a choice was cancelled: who asked, carried from the cancel to the choice's
-/// [`Closed::Cancelled`].
+/// Why a choice was cancelled, carried from the cancel to its [`ChoiceEvent::Cancelled`]
+/// and its [`Closed::Cancelled`]; [`by`](Self::by) says who sent it (as h2's reset reason
+/// and `Initiator`).
 ///
 /// ```
 /// use choicewise_proto::ChoiceEvent;
-/// use choicewise_proto::driver::{CancelReason, ChoiceCore, Closed};
+/// use choicewise_proto::driver::{CancelReason, CancelledBy, ChoiceCore, Closed};
 ///
 /// let mut core = ChoiceCore::new(0, 8);
 /// let mut events = Vec::new();
 /// assert!(core.cancel(CancelReason::LowConfidence, &mut events));
-/// assert_eq!(events, [ChoiceEvent::Cancelled]);
+/// assert_eq!(events, [ChoiceEvent::Cancelled(CancelReason::LowConfidence)]);
 /// assert!(matches!(
 ///     core.phase().closed(),
 ///     Some(Closed::Cancelled(CancelReason::LowConfidence))
 /// ));
+/// assert_eq!(CancelReason::LowConfidence.by(), CancelledBy::Library);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CancelReason {
-    /// The program asked (a handle's `cancel`).
+    /// The program asked, giving no reason (a handle's `cancel`).
     Asked,
     /// A vote guided by confidence stopped it: a group of its tokens fell below the
     /// threshold.
     LowConfidence,
-    /// The whole completion is closing (every choice but those kept is cancelled), or the
-    /// choice's upstream was dropped, no choice of it wanted, before the choice appeared.
+    /// A pick decided without it: it was not among the choices picked.
+    Decided,
+    /// The program closed the completion (every choice but those kept is cancelled), or
+    /// the choice's upstream was dropped, no choice of it wanted, before the choice
+    /// appeared.
     Closing,
+    /// Whoever was to read the choice went away (a gateway's client disconnected).
+    ReaderGone,
+    /// A deadline passed before the choice finished.
+    Deadline,
+    /// The program is shutting down.
+    ShuttingDown,
+}
+
+/// Who sent a cancel: the program that reads the choices, or the library on its own (its
+/// picks).
+///
+/// ```
+/// use choicewise_proto::driver::{CancelReason, CancelledBy};
+/// assert_eq!(CancelReason::ReaderGone.by(), CancelledBy::Program);
+/// assert_eq!(CancelReason::Decided.by(), CancelledBy::Library);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CancelledBy {
+    /// The program, through a handle ([`CancelReason::Asked`], [`CancelReason::Closing`],
+    /// [`CancelReason::ReaderGone`], [`CancelReason::Deadline`],
+    /// [`CancelReason::ShuttingDown`]).
+    Program,
+    /// The library's pick ([`CancelReason::LowConfidence`], [`CancelReason::Decided`]).
+    Library,
+}
+
+impl CancelReason {
+    /// Who sent the cancel.
+    ///
+    /// ```
+    /// use choicewise_proto::driver::{CancelReason, CancelledBy};
+    /// assert_eq!(CancelReason::Asked.by(), CancelledBy::Program);
+    /// ```
+    pub fn by(self) -> CancelledBy {
+        match self {
+            CancelReason::LowConfidence | CancelReason::Decided => CancelledBy::Library,
+            CancelReason::Asked
+            | CancelReason::Closing
+            | CancelReason::ReaderGone
+            | CancelReason::Deadline
+            | CancelReason::ShuttingDown => CancelledBy::Program,
+        }
+    }
+
+    /// Its name: `asked`, `low_confidence`, `decided`, `closing`, `reader_gone`,
+    /// `deadline`, `shutting_down`.
+    ///
+    /// ```
+    /// use choicewise_proto::driver::CancelReason;
+    /// assert_eq!(CancelReason::ReaderGone.as_str(), "reader_gone");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelReason::Asked => "asked",
+            CancelReason::LowConfidence => "low_confidence",
+            CancelReason::Decided => "decided",
+            CancelReason::Closing => "closing",
+            CancelReason::ReaderGone => "reader_gone",
+            CancelReason::Deadline => "deadline",
+            CancelReason::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+impl std::fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a completion that is closing keeps (indexes of the completion), and why the other
+/// choices, and those still to appear, are cancelled.
+///
+/// ```
+/// use choicewise_proto::driver::{CancelReason, Close};
+/// let close = Close::new([0u32], CancelReason::Decided);
+/// assert!(close.keeps(0) && !close.keeps(1));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Close {
+    /// The indexes kept.
+    pub keep: std::sync::Arc<[u32]>,
+    /// Why the others are cancelled.
+    pub reason: CancelReason,
+}
+
+impl Close {
+    /// Keeps `keep`, cancels the others for `reason`.
+    ///
+    /// ```
+    /// use choicewise_proto::driver::{CancelReason, Close};
+    /// assert!(!Close::new([], CancelReason::Closing).keeps(0));
+    /// ```
+    pub fn new(keep: impl Into<std::sync::Arc<[u32]>>, reason: CancelReason) -> Close {
+        Close {
+            keep: keep.into(),
+            reason,
+        }
+    }
+
+    /// Whether choice `index` is kept.
+    ///
+    /// ```
+    /// use choicewise_proto::driver::{CancelReason, Close};
+    /// assert!(Close::new([2u32], CancelReason::Closing).keeps(2));
+    /// ```
+    pub fn keeps(&self, index: u32) -> bool {
+        self.keep.contains(&index)
+    }
 }
 
 impl Closed {
@@ -353,7 +468,7 @@ impl ChoiceCore {
         if !matches!(self.phase, Phase::Open) {
             return false;
         }
-        events.push(ChoiceEvent::Cancelled);
+        events.push(ChoiceEvent::Cancelled(reason));
         self.phase = Phase::Closed(Closed::Cancelled(reason));
         true
     }
@@ -515,7 +630,7 @@ pub fn output_from_events<'a>(
             ChoiceEvent::ContentFilter(cf) => output.content_filter_results = Some((**cf).clone()),
             ChoiceEvent::Warning(_) | ChoiceEvent::TokenConfidence(_) => {}
             ChoiceEvent::Finished(reason) => output.finish_reason = Some(reason.to_string()),
-            ChoiceEvent::Cancelled => cancelled = true,
+            ChoiceEvent::Cancelled(_) => cancelled = true,
         }
     }
     output.message = message;

@@ -28,11 +28,10 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use crate::error::{Error, ErrorDetail};
 use crate::event::Warning;
-use crate::lifecycle::{CancelReason, ChoiceCore, Phase};
+use crate::lifecycle::{CancelReason, ChoiceCore, Close, Phase};
 use crate::split::Batch;
 
 #[cfg(test)]
@@ -219,14 +218,14 @@ pub enum Command {
 /// Where the reader is in its life.
 ///
 /// ```text
-/// Reading { closing: None } ──close(keep)──▶ Reading { closing: Some(keep) }
+/// Reading { closing: None } ──close(keep, reason)──▶ Reading { closing: Some(close) }
 ///        └──────── the stream ends, or no choice is wanted ────────▶ Draining ──last child ended──▶ Stop
 /// ```
 #[derive(Debug)]
 enum ReaderPhase {
     /// Reading the upstream; `closing`: every choice, and every choice still to appear, is
-    /// unwanted but those kept (indexes of the completion).
-    Reading { closing: Option<Arc<[u32]>> },
+    /// unwanted but those kept (indexes of the completion), cancelled for its reason.
+    Reading { closing: Option<Close> },
     /// The stream is over and every choice was told how (after its updates).
     Draining(Result<(), Error>),
 }
@@ -284,8 +283,8 @@ pub struct Router<A> {
 
 impl<A: Child> Router<A> {
     /// A router for an upstream of `expected` choices (when known), of a completion that is
-    /// `closing` (keeping these indexes) already.
-    pub fn new(expected: Option<u32>, closing: Option<Arc<[u32]>>) -> Self {
+    /// `closing` already (keeping its indexes, cancelling the others for its reason).
+    pub fn new(expected: Option<u32>, closing: Option<Close>) -> Self {
         Router {
             slots: Vec::new(),
             phase: ReaderPhase::Reading { closing },
@@ -354,8 +353,9 @@ impl<A: Child> Router<A> {
         }
     }
 
-    /// The completion is closing: the indexes kept, while reading.
-    pub fn closing(&self) -> Option<&Arc<[u32]>> {
+    /// The completion is closing: the indexes kept and why the others are cancelled, while
+    /// reading.
+    pub fn closing(&self) -> Option<&Close> {
         match &self.phase {
             ReaderPhase::Reading { closing } => closing.as_ref(),
             ReaderPhase::Draining(_) => None,
@@ -484,17 +484,13 @@ impl<A: Child> Router<A> {
     }
 
     /// The completion is closing: every choice, and every choice still to appear, is
-    /// unwanted but those kept (indexes of the completion); those still wanted and not
-    /// finished (`finished`) are cancelled now.
-    pub fn close(
-        &mut self,
-        keep: Arc<[u32]>,
-        finished: impl Fn(usize) -> bool,
-    ) -> Result<(), Refused> {
+    /// unwanted but those `close` keeps (indexes of the completion); those still wanted and
+    /// not finished (`finished`) are cancelled now, for its reason.
+    pub fn close(&mut self, close: Close, finished: impl Fn(usize) -> bool) -> Result<(), Refused> {
         let ReaderPhase::Reading { closing } = &mut self.phase else {
             return Err(Refused::Draining);
         };
-        *closing = Some(keep);
+        *closing = Some(close);
         self.cancel_unkept(0, finished);
         Ok(())
     }
@@ -508,13 +504,13 @@ impl<A: Child> Router<A> {
     /// While closing, cancels the choices from slot `from` on that are still wanted, not
     /// finished and not kept.
     fn cancel_unkept(&mut self, from: usize, finished: impl Fn(usize) -> bool) {
-        let Some(keep) = self.closing().cloned() else {
+        let Some(close) = self.closing().cloned() else {
             return;
         };
         for slot in from..self.slots.len() {
             let s = &self.slots[slot];
-            if s.wanted() && !finished(slot) && !keep.contains(&s.index) {
-                self.cancel(slot, CancelReason::Closing)
+            if s.wanted() && !finished(slot) && !close.keeps(s.index) {
+                self.cancel(slot, close.reason)
                     .expect("a wanted choice is open, while reading");
             }
         }

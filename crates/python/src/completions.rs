@@ -532,6 +532,15 @@ impl Choice {
         self.inner.is_cancelled()
     }
 
+    /// Why the choice was cancelled, if it was: `"asked"` (`cancel()`), `"reader_gone"` (a
+    /// task awaiting it was cancelled), `"decided"` (a pick decided without it),
+    /// `"low_confidence"` (a confidence stop), `"closing"` (the completion's `cancel()` or
+    /// `cancel_except()`), `"deadline"`, `"shutting_down"`; `None` otherwise.
+    #[getter]
+    fn cancel_reason(&self) -> Option<&'static str> {
+        self.inner.cancel_reason().map(|r| r.as_str())
+    }
+
     fn __repr__(&self) -> String {
         format!("<choicewise.Choice index={}>", self.inner.index())
     }

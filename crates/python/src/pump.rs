@@ -270,7 +270,8 @@ impl Convert for Texts {
     }
 
     fn cancelled(&self) {
-        self.0.cancel();
+        self.0
+            .cancel_for(choicewise::cancel::CancelReason::ReaderGone);
     }
 }
 
@@ -340,7 +341,8 @@ impl Convert for Calls {
     }
 
     fn cancelled(&self) {
-        self.0.cancel();
+        self.0
+            .cancel_for(choicewise::cancel::CancelReason::ReaderGone);
     }
 }
 

@@ -26,9 +26,12 @@ def test_vote_decides_early_and_cancels_the_stalled_sample():
         )
         winner = await asyncio.wait_for(completions.vote(r"Answer: (\d+)"), 10)
         whole = await asyncio.wait_for(completions.collect(), 10)
-        return winner, whole
+        stalled_choice = await completions.choice(1)
+        return winner, whole, stalled_choice
 
-    winner, whole = asyncio.run(main())
+    winner, whole, stalled_choice = asyncio.run(main())
+    # The vote cancelled it, and says so.
+    assert stalled_choice.cancel_reason == "decided"
     # 42 has 3 votes, 41 at most one: the stalled sample cannot change the winner. Decided at
     # the third 42, whether 41's vote came before it (4 counted) or not (3): the samples
     # finish in whatever order their tasks run.
@@ -102,4 +105,5 @@ def test_cancelling_a_task_reading_a_choice_cancels_that_choice():
 
     slow, whole = asyncio.run(main())
     assert slow.cancelled
+    assert slow.cancel_reason == "reader_gone"
     assert whole.choices[1].message.content == "done"

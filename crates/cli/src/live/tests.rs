@@ -19,7 +19,7 @@ async fn picked_model() -> Model {
     let at = Duration::from_millis(1500);
     let mut columns: Vec<Column> = choices.into_iter().map(Column::new).collect();
     columns[0].apply(ChoiceEvent::Content("Still thinking".into()), at);
-    columns[0].apply(ChoiceEvent::Cancelled, at);
+    columns[0].apply(ChoiceEvent::Cancelled(CancelReason::Decided), at);
     columns[1].apply(ChoiceEvent::Content("Pack light.".into()), at);
     columns[1].apply(ChoiceEvent::Finished("stop".into()), at);
     columns[2].apply(ChoiceEvent::Content("Hm".into()), at);

@@ -77,7 +77,13 @@ pub(crate) fn list_unseen(
         let mut core = ChoiceCore::new(index, 0);
         let mut events = Vec::new();
         if dropped {
-            core.cancel(CancelReason::Closing, &mut events);
+            // Dropped by a close, for its reason; else because none of its choices was
+            // wanted any more.
+            let reason = state
+                .phase
+                .closing()
+                .map_or(CancelReason::Closing, |c| c.reason);
+            core.cancel(reason, &mut events);
         }
         core.settle(outcome.clone(), &mut events);
         // A new log: its first writer, refused nothing.

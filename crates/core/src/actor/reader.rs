@@ -59,7 +59,7 @@ impl Actor for ReaderActor {
     ) -> Result<ReaderState, ActorProcessingErr> {
         let config = &args.completion.config;
         let poll = Arc::new(PollWaker::new(myself.clone()));
-        let closing = args.completion.closing_keep();
+        let closing = args.completion.closing();
         Ok(ReaderState {
             upstream_input: Some(Upstream::new(args.input, args.idle)),
             splitter: Splitter::new(&config.stream),
@@ -101,9 +101,9 @@ impl Actor for ReaderActor {
         match message {
             ReaderMsg::Poll => state.poll_upstream(),
             ReaderMsg::Cancel { slot, reason } => state.cancel(slot, reason),
-            ReaderMsg::Close { keep } => {
+            ReaderMsg::Close(close) => {
                 let splitter = &state.splitter;
-                let told = (state.router).close(keep, |slot| splitter.choice_finished(slot));
+                let told = (state.router).close(close, |slot| splitter.choice_finished(slot));
                 // A close after the stream's end changes nothing.
                 refused(told, "a close", |r| r == Refused::Draining);
                 state.run();

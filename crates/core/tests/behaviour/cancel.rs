@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use choicewise_core::{ChoiceEvent, Completions, Source};
+use choicewise_core::{ChoiceEvent, Completions, Source, cancel::CancelReason};
 use choicewise_test_support::fault::{Markers, SLOW_CHOICE};
 use choicewise_test_support::{content_chunk, within};
 use futures::TryStreamExt;
@@ -44,7 +44,11 @@ async fn a_cancel_keeps_the_update_received_before_it() {
         .unwrap();
     let slow = ChoiceEvent::Content(format!("{SLOW_CHOICE}a").into());
     assert!(events.contains(&slow), "{events:?}");
-    assert_eq!(events.last(), Some(&ChoiceEvent::Cancelled), "{events:?}");
+    assert_eq!(
+        events.last(),
+        Some(&ChoiceEvent::Cancelled(CancelReason::Asked)),
+        "{events:?}"
+    );
     assert!(zero.is_cancelled());
     // The upstream was dropped (no choice is wanted), and the completion has both.
     let completion = within(SETTLED, "collect", completions.collect())
@@ -75,7 +79,12 @@ async fn an_update_received_before_a_cancel_may_still_finish_the_choice() {
     let events: Vec<ChoiceEvent> = within(SETTLED, "events", zero.events().try_collect())
         .await
         .unwrap();
-    assert!(!events.contains(&ChoiceEvent::Cancelled), "{events:?}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, ChoiceEvent::Cancelled(_))),
+        "{events:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

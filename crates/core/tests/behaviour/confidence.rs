@@ -244,6 +244,14 @@ async fn unsure_samples_are_stopped_and_their_upstreams_dropped() {
     );
     // Stopped choices ended cancelled, and are listed as such.
     assert_eq!(selection.cancelled, [4, 5]);
+    for stopped in [4, 5] {
+        let reason = completions.choice(stopped).await.unwrap().cancel_reason();
+        assert_eq!(
+            reason,
+            Some(choicewise_core::cancel::CancelReason::LowConfidence),
+            "{stopped}"
+        );
+    }
     let whole = completions.collect().await.unwrap();
     assert!(whole.choices[4].cancelled && whole.choices[5].cancelled);
     assert_eq!(whole.choices[2].finish_reason.as_deref(), Some("stop"));

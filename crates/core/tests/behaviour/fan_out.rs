@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use choicewise_core::cancel::{CancelReason, CancelledBy};
 use choicewise_core::{ChoiceEvent, Completions, Source, UsageSource};
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 
@@ -93,7 +94,7 @@ async fn a_cancelled_choice_drops_its_later_updates_while_the_others_go_on() {
     .unwrap();
     tx.unbounded_send(Ok("data: [DONE]\n\n")).unwrap();
     let rest: Vec<_> = events.try_collect().await.unwrap();
-    assert_eq!(rest, vec![ChoiceEvent::Cancelled]);
+    assert_eq!(rest, vec![ChoiceEvent::Cancelled(CancelReason::Asked)]);
     assert_eq!(
         one.message().await.unwrap().message.content.as_deref(),
         Some("bc")
@@ -262,12 +263,20 @@ async fn first_finished_skips_length_and_cancels_a_stalled_choice() {
         Source::sse(ready(answer("good", "stop"))).n(1),
     ]);
     // Choice 1 must be there to be cancelled (and counted).
-    c.choice(1).await.unwrap();
+    let stalled = c.choice(1).await.unwrap();
     let selection = c.first_finished().await;
     assert_eq!(selection.selected, [2]);
     assert_eq!(selection.cancelled, [1]);
     assert!(selection.cancelled_tokens >= 1);
     assert!(eventually(&slow_dropped).await);
+    // Its cancel says why, and that the pick sent it.
+    let events: Vec<ChoiceEvent> = stalled.events().try_collect().await.unwrap();
+    assert_eq!(
+        events.last(),
+        Some(&ChoiceEvent::Cancelled(CancelReason::Decided))
+    );
+    assert_eq!(stalled.cancel_reason(), Some(CancelReason::Decided));
+    assert_eq!(CancelReason::Decided.by(), CancelledBy::Library);
     let completion = c.collect().await.unwrap();
     assert_eq!(
         completion.choices[0].finish_reason.as_deref(),

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 
 use crate::error::ApiError;
 
-pub(crate) use crate::upstream::stop::{Cut, Initiator, Stops};
+pub(crate) use crate::upstream::stop::{Cut, Initiator};
 
 /// Why a choice failed: the upstream's doing.
 #[derive(Debug, Clone)]
@@ -98,9 +98,8 @@ pub(crate) struct Seen {
 }
 
 impl Seen {
-    /// What a choice's closed state says: read where the run holds it (`stops`: who stopped
-    /// the run's samples).
-    pub(crate) fn of(choice: &choicewise_core::Choice, stops: &Stops) -> Seen {
+    /// What a choice's closed state says: read where the run holds it.
+    pub(crate) fn of(choice: &choicewise_core::Choice) -> Seen {
         let (finish, cancelled) = choice.inspect(|out| {
             let finish = out
                 .finish_reason
@@ -111,28 +110,25 @@ impl Seen {
         Seen {
             error: choice.error(),
             finish,
-            stopped: cancelled.then(|| stopped_by(choice, stops)),
+            stopped: cancelled.then(|| {
+                // Published with the cancel; a cancel flagged without its reason is the
+                // pick's.
+                choice
+                    .cancel_reason()
+                    .map_or(Initiator::Pick, Initiator::of)
+            }),
         }
     }
 
-    /// Follows a choice's events: its finish, its cancel (by whom `stops` says).
-    pub(crate) fn event(&mut self, event: &choicewise_core::ChoiceEvent, stops: &Stops) {
+    /// Follows a choice's events: its finish, its cancel (by whom its reason says).
+    pub(crate) fn event(&mut self, event: &choicewise_core::ChoiceEvent) {
         match event {
             choicewise_core::ChoiceEvent::Finished(reason) => self.finish = Some(reason.clone()),
-            choicewise_core::ChoiceEvent::Cancelled => {
-                self.stopped = Some(stops.by().unwrap_or(Initiator::Pick));
+            choicewise_core::ChoiceEvent::Cancelled(reason) => {
+                self.stopped = Some(Initiator::of(*reason));
             }
             _ => {}
         }
-    }
-}
-
-/// Who stopped a cancelled choice: the one who stopped its run's samples, else its pick (a
-/// confidence stop, or a pick decided without it).
-fn stopped_by(choice: &choicewise_core::Choice, stops: &Stops) -> Initiator {
-    match (choice.stopped_for_low_confidence(), stops.by()) {
-        (true, _) | (false, None) => Initiator::Pick,
-        (false, Some(by)) => by,
     }
 }
 
@@ -466,21 +462,27 @@ mod tests {
     }
 
     #[test]
-    fn a_cancel_is_read_with_who_stopped_the_run() {
-        let stops = Stops::default();
-        let mut seen = Seen::default();
-        seen.event(&choicewise_core::ChoiceEvent::Cancelled, &stops);
-        // Nobody stopped the run: the pick did (a confidence stop, a decided pick).
-        assert_eq!(seen.stopped, Some(Initiator::Pick));
-        stops.stop(Initiator::Gateway(Cut::ShutDown));
-        stops.stop(Initiator::Client);
-        assert_eq!(
-            stops.by(),
-            Some(Initiator::Gateway(Cut::ShutDown)),
-            "the first"
-        );
-        seen.event(&choicewise_core::ChoiceEvent::Cancelled, &stops);
-        assert_eq!(seen.stopped, Some(Initiator::Gateway(Cut::ShutDown)));
+    fn a_cancel_is_read_with_who_sent_it() {
+        use choicewise_core::{ChoiceEvent, cancel::CancelReason};
+        let cases = [
+            (CancelReason::Decided, Initiator::Pick),
+            (CancelReason::LowConfidence, Initiator::Pick),
+            (
+                CancelReason::ShuttingDown,
+                Initiator::Gateway(Cut::ShutDown),
+            ),
+            (
+                CancelReason::Deadline,
+                Initiator::Gateway(Cut::PastDeadline),
+            ),
+            (CancelReason::ReaderGone, Initiator::Client),
+        ];
+        for (reason, by) in cases {
+            let mut seen = Seen::default();
+            seen.event(&ChoiceEvent::Cancelled(reason));
+            assert_eq!(seen.stopped, Some(by), "{reason:?}");
+            assert_eq!(decide(Some(&seen), None), OutputEnd::Stopped(by));
+        }
     }
 
     #[test]

@@ -149,7 +149,7 @@ async fn ended(run: &Run, samples: &[u32], closing: &Closing) -> Vec<(Option<Cho
             Some(index) => run.completions.choice(index).await,
             None => None,
         };
-        let seen = choice.as_ref().map(|c| Seen::of(c, &run.stops));
+        let seen = choice.as_ref().map(Seen::of);
         let end = decide(seen.as_ref(), cut_short(closing));
         choices.push((choice, end));
     }

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 pub(crate) use crate::answer::closing::{Closing, closed, cut_short, until_closed};
-use crate::answer::ending::{AnswerEnd, Cut, OutputEnd, Seen, Stops, decide};
+use crate::answer::ending::{AnswerEnd, Cut, OutputEnd, Seen, decide};
 use crate::answer::finish::Finish;
 
 /// How many bytes of events already made go into one write at most.
@@ -123,18 +123,14 @@ pub(crate) struct Needs {
 pub(crate) struct Endings {
     seen: Vec<Seen>,
     ends: Vec<Option<OutputEnd>>,
-    /// Who stopped the run's samples, if someone did.
-    stops: Stops,
 }
 
 impl Endings {
-    /// The endings of `outputs` output choices of a run whose stops are `stops`, none ended
-    /// yet.
-    pub(crate) fn new(outputs: usize, stops: Stops) -> Self {
+    /// The endings of `outputs` output choices, none ended yet.
+    pub(crate) fn new(outputs: usize) -> Self {
         Endings {
             seen: vec![Seen::default(); outputs],
             ends: vec![None; outputs],
-            stops,
         }
     }
 
@@ -149,7 +145,7 @@ impl Endings {
     ) {
         let end = match out {
             Out::Event(event) => {
-                self.seen[o].event(&event, &self.stops);
+                self.seen[o].event(&event);
                 framing.event(o, &event, write);
                 return;
             }
@@ -201,7 +197,7 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
     async_stream::stream! {
         let run = finish.run();
         let several = outputs.len() > 1;
-        let mut endings = Endings::new(outputs.len(), run.stops.clone());
+        let mut endings = Endings::new(outputs.len());
         let mut cut = None;
         let mut merged = futures::stream::select_all(
             (outputs.into_iter().enumerate()).map(|(o, events)| events.map(move |out| (o, out))),

@@ -543,7 +543,7 @@ fn odd_event_orders_give_well_formed_streams() {
             call: call(1),
             fragment: "{}".into(),
         }),
-        ChoiceEvent::Cancelled,
+        ChoiceEvent::Cancelled(choicewise_core::cancel::CancelReason::Decided),
         ChoiceEvent::Finished("stop".into()),
         ChoiceEvent::Finished("length".into()),
         ChoiceEvent::Content("after".into()),

@@ -60,16 +60,14 @@ pub(crate) struct Run {
     pub samples: u32,
     /// How far its upstreams may read ahead of its client (back-pressure).
     pub pace: Arc<Pace>,
-    /// Who stopped its samples, once someone did ([`Run::stop`]).
-    pub stops: crate::upstream::stop::Stops,
 }
 
 impl Run {
-    /// `by` stops the samples still running (their upstreams closed); the first to stop
-    /// them is kept, for the endings they are read with.
+    /// `by` stops the samples still running (their upstreams closed): each ends cancelled
+    /// for `by`'s reason, which its answer's ending reads back. A sample stopped already
+    /// keeps its first reason.
     pub fn stop(&self, by: crate::upstream::stop::Initiator) {
-        self.stops.stop(by);
-        self.completions.cancel_except(&[]);
+        self.completions.cancel_except_for(&[], by.reason());
     }
 
     /// Plans the request's samples, opens the first ones (all of them, or the first one when
@@ -244,7 +242,6 @@ impl Run {
             },
             samples: req.samples,
             pace,
-            stops: crate::upstream::stop::Stops::default(),
         })
     }
 

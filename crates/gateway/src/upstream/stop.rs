@@ -1,10 +1,11 @@
 //! Who stopped a run's samples before their upstreams ended them, and why (as h2's
 //! `Initiator` says who reset a stream): the gateway's cut (it shut down, or the request
-//! passed its deadline), the client, or the pick. Written where the cancel is taken
-//! ([`Stops::stop`], by `Run::stop`), read by the answer's endings
-//! (`crate::answer::ending`).
+//! passed its deadline), the client, or the pick. Carried by each cancel as its
+//! [`CancelReason`] (`Run::stop`), and read back from the choice's
+//! [`ChoiceEvent::Cancelled`](choicewise_core::ChoiceEvent::Cancelled) or its closed state
+//! by the answer's endings (`crate::answer::ending`): nothing is kept beside the choices.
 
-use std::sync::{Arc, OnceLock};
+use choicewise_core::cancel::CancelReason;
 
 /// Why a choice ended when the gateway closed.
 pub(crate) const SHUT_DOWN: &str = "the gateway shut down before this choice finished";
@@ -33,8 +34,8 @@ impl Cut {
 }
 
 /// Who stopped a choice before its upstream ended it, and why (as h2's `Initiator` says
-/// who reset a stream): written where the cancel is taken ([`Stops::stop`]), never
-/// inferred from the choice's `cancelled` flag.
+/// who reset a stream): sent with the cancel ([`reason`](Initiator::reason)), read back from
+/// it ([`of`](Initiator::of)), never inferred from the choice's `cancelled` flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Initiator {
     /// The gateway cut the answer short: it shut down, or the request passed its deadline.
@@ -53,6 +54,29 @@ pub(crate) const CLIENT_GONE: &str = "the client went away before this choice fi
 pub(crate) const PICK_STOPPED: &str = "the pick stopped this choice before it finished";
 
 impl Initiator {
+    /// The reason its cancels carry.
+    pub(crate) fn reason(self) -> CancelReason {
+        match self {
+            Initiator::Gateway(Cut::ShutDown) => CancelReason::ShuttingDown,
+            Initiator::Gateway(Cut::PastDeadline) => CancelReason::Deadline,
+            Initiator::Client => CancelReason::ReaderGone,
+            // The gateway closing a run it is done with (the run's own pick cancels for
+            // `Decided` or `LowConfidence`).
+            Initiator::Pick => CancelReason::Closing,
+        }
+    }
+
+    /// Who sent a cancel with this reason: the gateway's cut, the client, else the pick (a
+    /// decided vote, a confidence stop, a run closed once answered).
+    pub(crate) fn of(reason: CancelReason) -> Initiator {
+        match reason {
+            CancelReason::ShuttingDown => Initiator::Gateway(Cut::ShutDown),
+            CancelReason::Deadline => Initiator::Gateway(Cut::PastDeadline),
+            CancelReason::ReaderGone => Initiator::Client,
+            _ => Initiator::Pick,
+        }
+    }
+
     /// Why, as the answer says it.
     pub(crate) fn why(self) -> &'static str {
         match self {
@@ -63,19 +87,27 @@ impl Initiator {
     }
 }
 
-/// Who stopped a run's samples, once someone did: the first to stop them is kept. Shared by
-/// the run (its cancels) and its answer (its endings).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Stops(Arc<OnceLock<Initiator>>);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Stops {
-    /// `by` stops the samples (the first to stop them is kept).
-    pub(crate) fn stop(&self, by: Initiator) {
-        let _ = self.0.set(by);
-    }
-
-    /// Who stopped the samples, if someone did.
-    pub(crate) fn by(&self) -> Option<Initiator> {
-        self.0.get().copied()
+    #[test]
+    fn each_initiator_is_read_back_from_the_reason_it_sends() {
+        for by in [
+            Initiator::Gateway(Cut::ShutDown),
+            Initiator::Gateway(Cut::PastDeadline),
+            Initiator::Client,
+            Initiator::Pick,
+        ] {
+            assert_eq!(Initiator::of(by.reason()), by, "{by:?}");
+        }
+        // The pick's own cancels, and a program's, are the pick's.
+        for reason in [
+            CancelReason::Decided,
+            CancelReason::LowConfidence,
+            CancelReason::Asked,
+        ] {
+            assert_eq!(Initiator::of(reason), Initiator::Pick, "{reason:?}");
+        }
     }
 }

@@ -12,7 +12,7 @@ use std::rc::Rc;
 use proptest::prelude::*;
 
 use super::*;
-use crate::lifecycle::Closed;
+use crate::lifecycle::{Close, Closed};
 
 struct Fake {
     id: u64,
@@ -48,7 +48,7 @@ enum Input {
     Panicked(u64),
     Failed(usize),
     Cancel(usize, CancelReason),
-    Close(Arc<[u32]>),
+    Close(Close),
 }
 
 #[derive(Debug, Clone)]
@@ -57,7 +57,7 @@ enum Op {
     Batch(usize),
     Finish(usize),
     Cancel(usize, u8),
-    Close(u8),
+    Close(u8, u8),
     /// An actor handles its next message; a batch carries a bad update when `true`.
     Deliver(usize, bool),
     Inbox,
@@ -73,8 +73,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Appear),
         4 => any::<usize>().prop_map(Op::Batch),
         1 => any::<usize>().prop_map(Op::Finish),
-        2 => (any::<usize>(), 0..3u8).prop_map(|(s, r)| Op::Cancel(s, r)),
-        1 => any::<u8>().prop_map(Op::Close),
+        2 => (any::<usize>(), any::<u8>()).prop_map(|(s, r)| Op::Cancel(s, r)),
+        1 => (any::<u8>(), any::<u8>()).prop_map(|(m, r)| Op::Close(m, r)),
         6 => (any::<usize>(), prop::bool::weighted(0.1)).prop_map(|(a, f)| Op::Deliver(a, f)),
         5 => Just(Op::Inbox),
         2 => Just(Op::Quiet),
@@ -103,7 +103,9 @@ struct Model {
     closed_known: Vec<bool>,
     /// The router took a cancel (a refused one does not count).
     cancel_taken: bool,
-    closing: Option<Arc<[u32]>>,
+    closing: Option<Close>,
+    /// Every reason a cancel or a close was sent for: a choice cancelled closes with one.
+    reasons_sent: Vec<CancelReason>,
     /// Per slot, whether the reservation for the upstream's failure counted it.
     counted: Option<Vec<bool>>,
     drops: u32,
@@ -118,6 +120,17 @@ fn error(message: &str) -> Error {
         message: message.to_string(),
     })
 }
+
+/// Every reason a cancel can carry.
+const REASONS: [CancelReason; 7] = [
+    CancelReason::Asked,
+    CancelReason::LowConfidence,
+    CancelReason::Decided,
+    CancelReason::Closing,
+    CancelReason::ReaderGone,
+    CancelReason::Deadline,
+    CancelReason::ShuttingDown,
+];
 
 /// The upstream's failure, as the model's stream ends with it.
 const UPSTREAM: &str = "the model's upstream failed";
@@ -139,6 +152,7 @@ impl Model {
             closed_known: Vec::new(),
             cancel_taken: false,
             closing: None,
+            reasons_sent: Vec::new(),
             counted: None,
             drops: 0,
             stops: 0,
@@ -351,17 +365,17 @@ impl Model {
                 );
             }
             Input::Cancel(slot, reason) => self.cancel(slot, reason),
-            Input::Close(keep) => {
+            Input::Close(close) => {
                 if self.router.is_reading() {
                     for s in 0..self.finished.len() {
-                        if !self.finished[s] && !keep.contains(&(s as u32)) {
+                        if !self.finished[s] && !close.keeps(s as u32) {
                             self.closed_known[s] = true;
                         }
                     }
-                    self.closing = Some(keep.clone());
+                    self.closing = Some(close.clone());
                 }
                 let finished = &self.finished;
-                let result = self.router.close(keep, |s| finished[s]);
+                let result = self.router.close(close, |s| finished[s]);
                 self.refused(result, &[|r| r == Refused::Draining]);
             }
         }
@@ -436,7 +450,7 @@ impl Model {
                 self.settles.push(0);
                 self.end_sent.push(0);
                 self.cancel_sent.push(0);
-                let unkept = (self.closing.as_ref()).is_some_and(|k| !k.contains(&(slot as u32)));
+                let unkept = (self.closing.as_ref()).is_some_and(|c| !c.keeps(slot as u32));
                 self.closed_known.push(unkept);
                 self.router.add(Box::new(ChoiceCore::new(slot as u32, 0)));
                 self.router.batch(slot, Batch::default()).unwrap();
@@ -451,16 +465,15 @@ impl Model {
                 self.finished[s % len] = true;
             }
             Op::Cancel(s, r) if len > 0 => {
-                let reason = [
-                    CancelReason::Asked,
-                    CancelReason::LowConfidence,
-                    CancelReason::Closing,
-                ][r as usize % 3];
+                let reason = REASONS[r as usize % REASONS.len()];
+                self.reasons_sent.push(reason);
                 self.inbox.push_back(Input::Cancel(s % len, reason));
             }
-            Op::Close(mask) => {
+            Op::Close(mask, r) => {
                 let keep: Vec<u32> = (0..8).filter(|i| mask & (1 << i) != 0).collect();
-                self.inbox.push_back(Input::Close(keep.into()));
+                let reason = REASONS[r as usize % REASONS.len()];
+                self.reasons_sent.push(reason);
+                self.inbox.push_back(Input::Close(Close::new(keep, reason)));
             }
             Op::Deliver(a, bad) => {
                 let running = self.running();
@@ -562,6 +575,17 @@ fn check(expected: Option<u32>, ops: Vec<Op>) -> Result<(), TestCaseError> {
     }
     for (slot, settles) in model.settles.iter().enumerate() {
         prop_assert_eq!(*settles, 1, "slot {} settled once", slot);
+    }
+    // A choice cancelled says why: the reason of a cancel or a close that was sent.
+    for (slot, phase) in model.published.iter().enumerate() {
+        if let Some(reason) = phase.cancel_reason() {
+            prop_assert!(
+                model.reasons_sent.contains(&reason),
+                "slot {} cancelled for {:?}, never sent",
+                slot,
+                reason
+            );
+        }
     }
     let running = model.running();
     prop_assert!(running.is_empty(), "no actor left running: {:?}", running);

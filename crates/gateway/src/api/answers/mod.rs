@@ -13,7 +13,7 @@ use choicewise_core::{Completions, Source};
 use futures::StreamExt;
 use serde_json::json;
 
-use crate::answer::ending::{AnswerEnd, Cut, Initiator, OutputEnd, Seen, Stops, decide};
+use crate::answer::ending::{AnswerEnd, Cut, Initiator, OutputEnd, Seen, decide};
 use crate::answer::respond::{Answer, one_object};
 use crate::answer::translated::ApiFraming;
 use crate::answer::write::{Endings, Framing, Tail, output};
@@ -157,15 +157,6 @@ fn completions(sse: &str, cut: Option<Cut>) -> Completions {
     }
 }
 
-/// The stops of a case's run: the gateway's, when the answer is cut short.
-fn stops(cut: Option<Cut>) -> Stops {
-    let stops = Stops::default();
-    if let Some(cut) = cut {
-        stops.stop(Initiator::Gateway(cut));
-    }
-    stops
-}
-
 /// The streamed answer's bytes, and its verdict.
 async fn streamed<A: Case>(ending: Ending) -> (String, AnswerEnd) {
     let (sse, cut) = ending.upstream();
@@ -176,7 +167,7 @@ async fn streamed<A: Case>(ending: Ending) -> (String, AnswerEnd) {
     let mut framing = A::framing(reply, &envelope, &request(), indexes.len(), None);
     let mut write = Vec::new();
     framing.open(&mut write);
-    let mut endings = Endings::new(indexes.len(), stops(cut));
+    let mut endings = Endings::new(indexes.len());
     for (o, index) in indexes.iter().enumerate() {
         let mut outs = output(completions(&sse, cut), *index);
         loop {
@@ -207,7 +198,6 @@ async fn streamed<A: Case>(ending: Ending) -> (String, AnswerEnd) {
 /// verdict.
 async fn whole<A: Case>(ending: Ending) -> (String, AnswerEnd) {
     let (sse, cut) = ending.upstream();
-    let stops = stops(cut);
     let mut choices = Vec::new();
     for index in ending.indexes::<A>() {
         let completions = completions(&sse, cut);
@@ -216,15 +206,15 @@ async fn whole<A: Case>(ending: Ending) -> (String, AnswerEnd) {
             None => None,
         };
         if let Some(choice) = &choice {
-            if cut.is_some() {
+            if let Some(cut) = cut {
                 // What the upstream sent is read; then the cut cancels the choice.
                 let mut content = choice.content();
                 let _ = content.next().await;
-                choice.cancel();
+                choice.cancel_for(Initiator::Gateway(cut).reason());
             }
             let _ = choice.message().await;
         }
-        let seen = choice.as_ref().map(|c| Seen::of(c, &stops));
+        let seen = choice.as_ref().map(Seen::of);
         let end = decide(seen.as_ref(), cut);
         choices.push((choice, end));
     }
