@@ -7,7 +7,10 @@
 #   - then, without strace, ROUNDS rounds alternating the gateway and a byte relay (a Python
 #     asyncio relay copying bytes both ways, one upstream connection per client connection,
 #     parsing nothing), each run REQUESTS requests: requests/s and the gateway ÷ relay ratio
-#     of each round, and their median.
+#     of each round, and their median; and each server's CPU time a request over its runs
+#     (user and system, all its threads, from /proc/PID/stat), and the relay's ÷ the
+#     gateway's: a figure that moves far less with a shared machine's load than requests/s,
+#     where h2load, the upstream and both servers share the same cores.
 #
 #   cargo build --release -p choicewise-cli -p choicewise-bench
 #   scripts/gateway-fixed-cost.sh target/release/choicewise
@@ -103,7 +106,8 @@ async def main():
 asyncio.run(main())
 PY
 python3 "$work/relay.py" "${upstream#http://}" >"$work/relay.log" 2>&1 &
-pids+=($!)
+relay_pid=$!
+pids+=($relay_pid)
 relay=$(address "$work/relay.log")
 
 python3 - "$work/body.json" <<'PY'
@@ -124,6 +128,11 @@ rate() {
     exit 1
   fi
   grep -o 'finished in [^,]*, [0-9.]* req/s' <<<"$out" | grep -o '[0-9.]* req/s' | cut -d' ' -f1
+}
+
+# A process's CPU time so far, all its threads, user and system, in clock ticks.
+ticks() {
+  awk '{ print $14 + $15 }' "/proc/$1/stat"
 }
 
 # Warm-up: the gateway's upstream connections opened, the relay's Python warm.
@@ -154,14 +163,34 @@ print("upstream connections opened after the warm-up: %d (connect calls)" % by.g
 PY
 
 ratios=()
+gateway_ticks=0
+relay_ticks=0
+# One run against the gateway or the relay, its CPU ticks added to the server's.
+run() {
+  local t0
+  if [ "$1" = gateway ]; then
+    t0=$(ticks "$gateway_pid"); g=$(rate "$gateway" "$requests")
+    gateway_ticks=$((gateway_ticks + $(ticks "$gateway_pid") - t0))
+  else
+    t0=$(ticks "$relay_pid"); b=$(rate "$relay" "$requests")
+    relay_ticks=$((relay_ticks + $(ticks "$relay_pid") - t0))
+  fi
+}
 for r in $(seq "$rounds"); do
   if (( r % 2 )); then
-    g=$(rate "$gateway" "$requests"); b=$(rate "$relay" "$requests")
+    run gateway; run relay
   else
-    b=$(rate "$relay" "$requests"); g=$(rate "$gateway" "$requests")
+    run relay; run gateway
   fi
   ratio=$(python3 -c "print('%.3f' % ($g / $b))")
   ratios+=("$ratio")
   echo "round $r: gateway $g requests/s, byte relay $b requests/s: ${ratio}x"
 done
 python3 -c "import statistics, sys; print('gateway / byte relay, median of %d: %.3fx' % (len(sys.argv) - 1, statistics.median(map(float, sys.argv[1:]))))" "${ratios[@]}"
+python3 - "$gateway_ticks" "$relay_ticks" "$((rounds * requests))" "$(getconf CLK_TCK)" <<'PY'
+import sys
+g, b, n, hz = (int(a) for a in sys.argv[1:])
+us = lambda t: t * 1e6 / hz / n
+print("CPU a request (user + system, every round): gateway %.1f us, byte relay %.1f us: "
+      "relay / gateway %.3fx" % (us(g), us(b), b / g if g else float("nan")))
+PY
