@@ -445,7 +445,7 @@ pub const DONE: &[u8] = b"data: [DONE]\n\n";
 /// let encoder = Envelope::new("m").encoder();
 /// let mut out = Vec::new();
 /// encoder.element(&mut out, &ChoiceChunks::new(0).opening());
-/// encoder.last(&mut out, Some(&serde_json::json!({"total_tokens": 3})), None);
+/// encoder.last(&mut out, Some(&serde_json::json!({"total_tokens": 3})), None::<&()>);
 /// out.extend_from_slice(DONE);
 /// let text = String::from_utf8(out).unwrap();
 /// let events: Vec<&str> = text.split_terminator("\n\n").collect();
@@ -488,19 +488,24 @@ impl ChunkEncoder {
     }
 
     /// Appends the answer's last chunk: no choice, its `usage` and its `choicewise` summary
-    /// when given.
-    pub fn last(&self, out: &mut Vec<u8>, usage: Option<&Value>, choicewise: Option<&Value>) {
+    /// when given, each serialised from its own type (its keys in the order it writes
+    /// them: in sorted order, as every other object of the chunk).
+    pub fn last<U, C>(&self, out: &mut Vec<u8>, usage: Option<&U>, choicewise: Option<&C>)
+    where
+        U: Serialize + ?Sized,
+        C: Serialize + ?Sized,
+    {
         #[derive(serde::Serialize)]
-        struct Last<'a> {
+        struct Last<'a, U: ?Sized, C: ?Sized> {
             choices: [(); 0],
             #[serde(skip_serializing_if = "Option::is_none")]
-            choicewise: Option<&'a Value>,
+            choicewise: Option<&'a C>,
             created: u64,
             id: &'a str,
             model: &'a str,
             object: &'static str,
             #[serde(skip_serializing_if = "Option::is_none")]
-            usage: Option<&'a Value>,
+            usage: Option<&'a U>,
         }
         let envelope = &self.envelope;
         let last = Last {

@@ -51,13 +51,9 @@ impl Framing for ApiFraming {
             .usage
             .as_ref()
             .map_or_else(Tokens::default, Tokens::from_answer);
-        let summary = tail
-            .summary
-            .as_ref()
-            .and_then(|c| serde_json::to_value(c).ok());
         let stop = tail.stop_reason.as_deref();
         self.encoder
-            .close(&end, &usage, stop, summary.as_ref(), write);
+            .close(&end, &usage, stop, tail.summary.as_ref(), write);
     }
 
     fn more(&mut self, write: &mut Vec<u8>) -> bool {
@@ -80,7 +76,12 @@ pub(crate) fn object(
     choices: &[(Option<Choice>, OutputEnd)],
     usage: &AnswerUsage,
     summary: Option<&Summary>,
-    text: impl Fn(&ChoiceOutput, &OutputEnd, &Tokens, Option<&serde_json::Value>) -> Vec<u8>,
+    text: impl Fn(
+        &ChoiceOutput,
+        &OutputEnd,
+        &Tokens,
+        Option<&crate::upstream::engine::Summary>,
+    ) -> Vec<u8>,
 ) -> Bytes {
     // The one output choice finished (the verdict says an answer).
     let (choice, end) = match choices.first() {
@@ -89,8 +90,7 @@ pub(crate) fn object(
     };
     debug_assert!(choice.is_some(), "a finished choice is one the run holds");
     let usage = Tokens::from_answer(usage);
-    let summary = summary.and_then(|c| serde_json::to_value(c).ok());
-    let text = |out: &ChoiceOutput| text(out, &end, &usage, summary.as_ref());
+    let text = |out: &ChoiceOutput| text(out, &end, &usage, summary);
     Bytes::from(match choice {
         Some(choice) => choice.inspect(text),
         None => text(&ChoiceOutput::default()),

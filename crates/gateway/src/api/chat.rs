@@ -150,16 +150,8 @@ impl Framing for ChatFraming {
 
     fn tail(&mut self, _: &[OutputEnd], answer: &AnswerEnd, tail: Tail, write: &mut Vec<u8>) {
         if tail.usage.is_some() || tail.summary.is_some() {
-            // Small objects, as the encoder takes them.
-            let usage = tail
-                .usage
-                .as_ref()
-                .and_then(|u| serde_json::to_value(u).ok());
-            let summary = tail
-                .summary
-                .as_ref()
-                .and_then(|c| serde_json::to_value(c).ok());
-            self.encoder.last(write, usage.as_ref(), summary.as_ref());
+            // Serialised from their types, straight into the answer.
+            (self.encoder).last(write, tail.usage.as_ref(), tail.summary.as_ref());
         }
         // No choice finished (the verdict's failure): the stream ends with OpenAI's
         // mid-stream error event, which the SDKs raise, rather than as a success of

@@ -15,6 +15,7 @@ use super::messages::{self, MessagesEncoder};
 use super::responses::{self, ResponsesEncoder};
 use super::{Encoder, Reply, Tokens};
 use crate::answer::ending::{Cut, Failure, Initiator, OutputEnd};
+use crate::upstream::engine::Summary;
 
 /// An ending of a choice the gateway cut short (it shut down).
 fn cut_short() -> OutputEnd {
@@ -470,7 +471,14 @@ async fn the_event_sequences_are_the_apis_own() {
 
 #[test]
 fn the_choicewise_summary_rides_on_the_last_event() {
-    let summary = json!({"samples": 3, "selected": [1], "decision": "first_finished"});
+    let summary = Summary {
+        samples: Some(3),
+        selected: Some(vec![1]),
+        decision: Some("first_finished"),
+        ..Summary::default()
+    };
+    // Its fields as the extension writes them: `tries` always.
+    let written = json!({"decision": "first_finished", "samples": 3, "selected": [1], "tries": []});
     for api in [Dialect::Anthropic, Dialect::Responses] {
         let mut encoder = encoder(api, &reply(&[]));
         let mut out = Vec::new();
@@ -488,11 +496,11 @@ fn the_choicewise_summary_rides_on_the_last_event() {
         match api {
             Dialect::Anthropic => {
                 assert_eq!(name, "message_stop");
-                assert_eq!(frames.pop().unwrap().1["choicewise"], summary);
+                assert_eq!(frames.pop().unwrap().1["choicewise"], written);
             }
             Dialect::Responses => {
                 assert_eq!(name, "response.completed");
-                assert_eq!(last["choicewise"], summary);
+                assert_eq!(last["choicewise"], written);
             }
             other => unreachable!("{other} requests are not translated"),
         }
@@ -558,7 +566,7 @@ fn odd_event_orders_give_well_formed_streams() {
                 }
                 match ending {
                     0 => encoder.end(&Tokens::default(), Some("stop_sequence"), None, &mut out),
-                    1 => encoder.failed(&cut_short(), Some(&json!({})), &mut out),
+                    1 => encoder.failed(&cut_short(), Some(&Summary::default()), &mut out),
                     _ => {
                         encoder.start(&mut out);
                         encoder.end(&Tokens::default(), None, None, &mut out);
@@ -580,7 +588,10 @@ async fn non_streamed_answers() {
     let original = read(fixture("anthropic_tools.sse"), Dialect::Anthropic, 0).await;
     let choice = &original.completion.choices[0];
     let usage = Tokens::from_usage(original.completion.usage.as_ref().unwrap());
-    let summary = json!({"decision": "vote"});
+    let summary = Summary {
+        decision: Some("vote"),
+        ..Summary::default()
+    };
     let m: Value = serde_json::from_slice(&messages::object_text(
         &reply(&[]),
         choice,
@@ -605,7 +616,7 @@ async fn non_streamed_answers() {
     );
     assert_eq!(m["usage"]["input_tokens"], 472);
     assert_eq!(m["usage"]["output_tokens"], 89);
-    assert_eq!(m["choicewise"], summary);
+    assert_eq!(m["choicewise"], json!({"decision": "vote", "tries": []}));
     // Without thinking asked for, none is answered.
     let mut plain = reply(&[]);
     plain.reasoning = false;
@@ -705,13 +716,17 @@ fn a_failures_code_and_words_come_from_its_ending() {
             "{end}"
         );
         let mut out = Vec::new();
-        MessagesEncoder::new(&reply(&[])).failed(&end, Some(&json!({"x": 1})), &mut out);
+        let summary = Summary {
+            decision: Some("x"),
+            ..Summary::default()
+        };
+        MessagesEncoder::new(&reply(&[])).failed(&end, Some(&summary), &mut out);
         let (name, data) = frames(&out).pop().unwrap();
         assert_eq!(name, "error", "{end}");
         assert_eq!(
             data,
             json!({"type": "error", "error": {"type": "api_error", "message": why},
-                   "choicewise": {"x": 1}}),
+                   "choicewise": {"decision": "x", "tries": []}}),
             "{end}"
         );
     }

@@ -268,7 +268,12 @@ impl Encoder for MessagesEncoder {
         }
     }
 
-    fn failed(&mut self, end: &OutputEnd, choicewise: Option<&Value>, out: &mut Vec<u8>) {
+    fn failed(
+        &mut self,
+        end: &OutputEnd,
+        choicewise: Option<&crate::upstream::engine::Summary>,
+        out: &mut Vec<u8>,
+    ) {
         if matches!(self.phase, Phase::Closed { .. }) {
             return;
         }
@@ -276,7 +281,7 @@ impl Encoder for MessagesEncoder {
         let why = end.why().unwrap_or_default();
         let mut event = json!({"type": "error", "error": {"type": "api_error", "message": why}});
         if let Some(c) = choicewise {
-            event["choicewise"] = c.clone();
+            event["choicewise"] = serde_json::json!(c);
         }
         frame(out, "error", &event);
     }
@@ -286,7 +291,7 @@ impl Encoder for MessagesEncoder {
         reason: &str,
         usage: &Tokens,
         stop_reason: Option<&str>,
-        choicewise: Option<&Value>,
+        choicewise: Option<&crate::upstream::engine::Summary>,
         out: &mut Vec<u8>,
     ) {
         if matches!(self.phase, Phase::Closed { .. }) {
@@ -301,7 +306,7 @@ impl Encoder for MessagesEncoder {
             "usage": usage_of(usage),
         });
         if let Some(c) = choicewise {
-            delta["choicewise"] = c.clone();
+            delta["choicewise"] = serde_json::json!(c);
         }
         frame(out, "message_delta", &delta);
         frame(out, "message_stop", &json!({"type": "message_stop"}));
@@ -369,7 +374,7 @@ pub(crate) fn message(
     reply: &Reply,
     output: &ChoiceOutput,
     usage: &Tokens,
-    choicewise: Option<&Value>,
+    choicewise: Option<&crate::upstream::engine::Summary>,
 ) -> Value {
     let m = &output.message;
     let mut content = Vec::new();
@@ -425,7 +430,7 @@ pub(crate) fn message(
         "usage": usage_of(usage),
     });
     if let Some(c) = choicewise {
-        body["choicewise"] = c.clone();
+        body["choicewise"] = serde_json::json!(c);
     }
     body
 }

@@ -761,7 +761,12 @@ impl Encoder for ResponsesEncoder {
         self.owed.write(&self.texts, out, OWED_WRITE)
     }
 
-    fn failed(&mut self, end: &OutputEnd, choicewise: Option<&Value>, out: &mut Vec<u8>) {
+    fn failed(
+        &mut self,
+        end: &OutputEnd,
+        choicewise: Option<&crate::upstream::engine::Summary>,
+        out: &mut Vec<u8>,
+    ) {
         match self.phase {
             Phase::Closed { .. } => return,
             Phase::Idle => self.start(out),
@@ -772,7 +777,7 @@ impl Encoder for ResponsesEncoder {
         let mut event =
             json!({"response": self.response("failed", Value::Null, error, Value::Null)});
         if let Some(c) = choicewise {
-            event["choicewise"] = c.clone();
+            event["choicewise"] = serde_json::json!(c);
         }
         self.emit(out, "response.failed", event);
         self.pay(out);
@@ -783,7 +788,7 @@ impl Encoder for ResponsesEncoder {
         reason: &str,
         usage: &Tokens,
         _stop_reason: Option<&str>,
-        choicewise: Option<&Value>,
+        choicewise: Option<&crate::upstream::engine::Summary>,
         out: &mut Vec<u8>,
     ) {
         if matches!(self.phase, Phase::Closed { .. }) {
@@ -816,7 +821,7 @@ impl Encoder for ResponsesEncoder {
         );
         let mut event = Value::Object(serde_json::Map::from_iter([("response".into(), response)]));
         if let Some(c) = choicewise {
-            event["choicewise"] = c.clone();
+            event["choicewise"] = serde_json::json!(c);
         }
         self.emit(out, name, event);
         self.pay(out);

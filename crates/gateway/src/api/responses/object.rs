@@ -180,7 +180,7 @@ pub(crate) fn message(
     output: &ChoiceOutput,
     end: &OutputEnd,
     usage: &Tokens,
-    choicewise: Option<&Value>,
+    choicewise: Option<&crate::upstream::engine::Summary>,
 ) -> Value {
     message_with(reply, output, end, usage, choicewise, &mut |t| json!(t))
 }
@@ -197,7 +197,7 @@ fn message_with<'a>(
     output: &'a ChoiceOutput,
     end: &OutputEnd,
     usage: &Tokens,
-    choicewise: Option<&Value>,
+    choicewise: Option<&crate::upstream::engine::Summary>,
     text: &mut dyn FnMut(&'a str) -> Value,
 ) -> Value {
     let m = &output.message;
@@ -287,7 +287,7 @@ fn message_with<'a>(
         details,
     );
     if let Some(c) = choicewise {
-        body["choicewise"] = c.clone();
+        body["choicewise"] = serde_json::json!(c);
     }
     body
 }
@@ -300,7 +300,7 @@ pub(crate) fn object_text(
     output: &ChoiceOutput,
     end: &OutputEnd,
     usage: &Tokens,
-    choicewise: Option<&Value>,
+    choicewise: Option<&crate::upstream::engine::Summary>,
 ) -> Vec<u8> {
     let marks = Marks::new();
     let mut texts: Vec<&str> = Vec::new();

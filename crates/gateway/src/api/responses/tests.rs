@@ -644,8 +644,12 @@ fn the_whole_answer_is_written_as_its_tree_would_be() {
     .unwrap();
     let usage = crate::api::Tokens::default();
     let end = OutputEnd::Finished("tool_calls".into());
-    let written = object_text(&reply, &output, &end, &usage, Some(&json!({"k": 1})));
-    let tree = message(&reply, &output, &end, &usage, Some(&json!({"k": 1})));
+    let summary = crate::upstream::engine::Summary {
+        samples: Some(1),
+        ..Default::default()
+    };
+    let written = object_text(&reply, &output, &end, &usage, Some(&summary));
+    let tree = message(&reply, &output, &end, &usage, Some(&summary));
     let echoed = super::object::Echoed {
         value: &tree,
         echo: &reply.echo,
