@@ -254,12 +254,7 @@ pub(crate) trait Encoder: Send {
     /// upstream's failure with its error, or who stopped it) says: Anthropic's `error`
     /// event, Responses' `response.failed`, each with the ending's words and what its cause
     /// means in the API's terms; `choicewise` rides on it when given. The last frame.
-    fn failed(
-        &mut self,
-        end: &OutputEnd,
-        choicewise: Option<&crate::upstream::engine::Summary>,
-        out: &mut Vec<u8>,
-    );
+    fn failed(&mut self, end: &OutputEnd, choicewise: Option<&Summary>, out: &mut Vec<u8>);
 
     /// The end of a choice that finished with `reason`: the open block or item closed, then
     /// Anthropic's `message_delta` (its `stop_reason`, the usage) and `message_stop`, or
@@ -272,7 +267,7 @@ pub(crate) trait Encoder: Send {
         reason: &str,
         usage: &Tokens,
         stop_reason: Option<&str>,
-        choicewise: Option<&crate::upstream::engine::Summary>,
+        choicewise: Option<&Summary>,
         out: &mut Vec<u8>,
     );
 
@@ -300,7 +295,7 @@ pub(crate) trait Encoder: Send {
         end: &OutputEnd,
         usage: &Tokens,
         stop_reason: Option<&str>,
-        choicewise: Option<&crate::upstream::engine::Summary>,
+        choicewise: Option<&Summary>,
         out: &mut Vec<u8>,
     ) {
         match end {
@@ -319,7 +314,7 @@ pub(crate) trait Encoder: Send {
         &mut self,
         usage: &Tokens,
         stop_reason: Option<&str>,
-        choicewise: Option<&crate::upstream::engine::Summary>,
+        choicewise: Option<&Summary>,
         out: &mut Vec<u8>,
     ) {
         let seen = crate::answer::ending::Seen {

@@ -100,23 +100,13 @@ pub(crate) struct Seen {
 impl Seen {
     /// What a choice's closed state says: read where the run holds it.
     pub(crate) fn of(choice: &choicewise_core::Choice) -> Seen {
-        let (finish, cancelled) = choice.inspect(|out| {
-            let finish = out
-                .finish_reason
-                .as_deref()
-                .map(choicewise_core::Text::from);
-            (finish, out.cancelled)
-        });
+        let finish =
+            choice.inspect(|out| (out.finish_reason.as_deref()).map(choicewise_core::Text::from));
         Seen {
             error: choice.error(),
             finish,
-            stopped: cancelled.then(|| {
-                // Published with the cancel; a cancel flagged without its reason is the
-                // pick's.
-                choice
-                    .cancel_reason()
-                    .map_or(Initiator::Pick, Initiator::of)
-            }),
+            // Published with its cancel, in the same write.
+            stopped: choice.cancel_reason().map(Initiator::of),
         }
     }
 

@@ -76,12 +76,7 @@ pub(crate) fn object(
     choices: &[(Option<Choice>, OutputEnd)],
     usage: &AnswerUsage,
     summary: Option<&Summary>,
-    text: impl Fn(
-        &ChoiceOutput,
-        &OutputEnd,
-        &Tokens,
-        Option<&crate::upstream::engine::Summary>,
-    ) -> Vec<u8>,
+    text: impl Fn(&ChoiceOutput, &OutputEnd, &Tokens, Option<&Summary>) -> Vec<u8>,
 ) -> Bytes {
     // The one output choice finished (the verdict says an answer).
     let (choice, end) = match choices.first() {

@@ -121,7 +121,7 @@ pub(crate) fn object_text(
     reply: &Reply,
     output: &ChoiceOutput,
     usage: &super::Tokens,
-    choicewise: Option<&crate::upstream::engine::Summary>,
+    choicewise: Option<&Summary>,
 ) -> Vec<u8> {
     let body = message(reply, output, usage, choicewise);
     let m = &output.message;

@@ -515,6 +515,14 @@ pub(crate) struct Summary {
     pub(crate) vote: Option<Value>,
 }
 
+impl Summary {
+    /// Its JSON, for an answer written as a tree (Messages, Responses). Its fields are
+    /// plain data, which always serialise; `null` if one ever did not.
+    pub(crate) fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
 /// One try of an upstream, in an answer's summary.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct TrySummary {

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 
 use crate::answer::ending::OutputEnd;
 use crate::api::{Encoder, Reply, Tokens, frame, new_id};
+use crate::upstream::engine::Summary;
 
 /// Where the stream is.
 #[derive(Debug)]
@@ -268,12 +269,7 @@ impl Encoder for MessagesEncoder {
         }
     }
 
-    fn failed(
-        &mut self,
-        end: &OutputEnd,
-        choicewise: Option<&crate::upstream::engine::Summary>,
-        out: &mut Vec<u8>,
-    ) {
+    fn failed(&mut self, end: &OutputEnd, choicewise: Option<&Summary>, out: &mut Vec<u8>) {
         if matches!(self.phase, Phase::Closed { .. }) {
             return;
         }
@@ -281,7 +277,7 @@ impl Encoder for MessagesEncoder {
         let why = end.why().unwrap_or_default();
         let mut event = json!({"type": "error", "error": {"type": "api_error", "message": why}});
         if let Some(c) = choicewise {
-            event["choicewise"] = serde_json::json!(c);
+            event["choicewise"] = c.to_value();
         }
         frame(out, "error", &event);
     }
@@ -291,7 +287,7 @@ impl Encoder for MessagesEncoder {
         reason: &str,
         usage: &Tokens,
         stop_reason: Option<&str>,
-        choicewise: Option<&crate::upstream::engine::Summary>,
+        choicewise: Option<&Summary>,
         out: &mut Vec<u8>,
     ) {
         if matches!(self.phase, Phase::Closed { .. }) {
@@ -306,7 +302,7 @@ impl Encoder for MessagesEncoder {
             "usage": usage_of(usage),
         });
         if let Some(c) = choicewise {
-            delta["choicewise"] = serde_json::json!(c);
+            delta["choicewise"] = c.to_value();
         }
         frame(out, "message_delta", &delta);
         frame(out, "message_stop", &json!({"type": "message_stop"}));
@@ -374,7 +370,7 @@ pub(crate) fn message(
     reply: &Reply,
     output: &ChoiceOutput,
     usage: &Tokens,
-    choicewise: Option<&crate::upstream::engine::Summary>,
+    choicewise: Option<&Summary>,
 ) -> Value {
     let m = &output.message;
     let mut content = Vec::new();
@@ -430,7 +426,7 @@ pub(crate) fn message(
         "usage": usage_of(usage),
     });
     if let Some(c) = choicewise {
-        body["choicewise"] = serde_json::json!(c);
+        body["choicewise"] = c.to_value();
     }
     body
 }

@@ -38,6 +38,7 @@ use super::texts::{Marks, Owed, Pieces, Seg};
 use crate::answer::ending::OutputEnd;
 use crate::api::{Encoder, Reply, Tokens, frame, new_id, unix_time};
 use crate::request::Fields;
+use crate::upstream::engine::Summary;
 
 /// Where the stream is.
 #[derive(Debug)]
@@ -761,12 +762,7 @@ impl Encoder for ResponsesEncoder {
         self.owed.write(&self.texts, out, OWED_WRITE)
     }
 
-    fn failed(
-        &mut self,
-        end: &OutputEnd,
-        choicewise: Option<&crate::upstream::engine::Summary>,
-        out: &mut Vec<u8>,
-    ) {
+    fn failed(&mut self, end: &OutputEnd, choicewise: Option<&Summary>, out: &mut Vec<u8>) {
         match self.phase {
             Phase::Closed { .. } => return,
             Phase::Idle => self.start(out),
@@ -777,7 +773,7 @@ impl Encoder for ResponsesEncoder {
         let mut event =
             json!({"response": self.response("failed", Value::Null, error, Value::Null)});
         if let Some(c) = choicewise {
-            event["choicewise"] = serde_json::json!(c);
+            event["choicewise"] = c.to_value();
         }
         self.emit(out, "response.failed", event);
         self.pay(out);
@@ -788,7 +784,7 @@ impl Encoder for ResponsesEncoder {
         reason: &str,
         usage: &Tokens,
         _stop_reason: Option<&str>,
-        choicewise: Option<&crate::upstream::engine::Summary>,
+        choicewise: Option<&Summary>,
         out: &mut Vec<u8>,
     ) {
         if matches!(self.phase, Phase::Closed { .. }) {
@@ -821,7 +817,7 @@ impl Encoder for ResponsesEncoder {
         );
         let mut event = Value::Object(serde_json::Map::from_iter([("response".into(), response)]));
         if let Some(c) = choicewise {
-            event["choicewise"] = serde_json::json!(c);
+            event["choicewise"] = c.to_value();
         }
         self.emit(out, name, event);
         self.pay(out);

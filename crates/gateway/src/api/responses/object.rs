@@ -10,6 +10,7 @@ use super::texts::{Marks, Seg, escape_into, escaped_len};
 use crate::answer::ending::OutputEnd;
 use crate::api::{Reply, Tokens, new_id, unix_time};
 use crate::request::Fields;
+use crate::upstream::engine::Summary;
 
 /// A call's name as the client knows it: a namespace's function by its own name, with its
 /// namespace; any other as it came.
@@ -180,7 +181,7 @@ pub(crate) fn message(
     output: &ChoiceOutput,
     end: &OutputEnd,
     usage: &Tokens,
-    choicewise: Option<&crate::upstream::engine::Summary>,
+    choicewise: Option<&Summary>,
 ) -> Value {
     message_with(reply, output, end, usage, choicewise, &mut |t| json!(t))
 }
@@ -197,7 +198,7 @@ fn message_with<'a>(
     output: &'a ChoiceOutput,
     end: &OutputEnd,
     usage: &Tokens,
-    choicewise: Option<&crate::upstream::engine::Summary>,
+    choicewise: Option<&Summary>,
     text: &mut dyn FnMut(&'a str) -> Value,
 ) -> Value {
     let m = &output.message;
@@ -287,7 +288,7 @@ fn message_with<'a>(
         details,
     );
     if let Some(c) = choicewise {
-        body["choicewise"] = serde_json::json!(c);
+        body["choicewise"] = c.to_value();
     }
     body
 }
@@ -300,7 +301,7 @@ pub(crate) fn object_text(
     output: &ChoiceOutput,
     end: &OutputEnd,
     usage: &Tokens,
-    choicewise: Option<&crate::upstream::engine::Summary>,
+    choicewise: Option<&Summary>,
 ) -> Vec<u8> {
     let marks = Marks::new();
     let mut texts: Vec<&str> = Vec::new();
