@@ -5,8 +5,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::Url;
-use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use http::header::{
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT,
+};
+use url::Url;
+
+use crate::transport::{Target, Transport, authorize_from_url};
 
 use choicewise_core::Dialect;
 
@@ -412,25 +416,40 @@ impl ClientBuilder {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let http = reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .pool_max_idle_per_host(self.max_idle)
-            .pool_idle_timeout(IDLE_CONNECTION_LIFETIME)
-            .user_agent(concat!("choicewise-client/", env!("CARGO_PKG_VERSION")))
-            // Only the configured server is ever called: a redirect would re-send the
-            // prompt, and a key in a header reqwest does not strip, to another host. A 3xx
-            // is the server's failure, with its status.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(ClientError::request)?;
+        if !headers.contains_key(USER_AGENT) {
+            headers.insert(
+                USER_AGENT,
+                HeaderValue::from_static(concat!("choicewise-client/", env!("CARGO_PKG_VERSION"))),
+            );
+        }
+        // A base URL's `user:password@` is sent as Basic authorization, never in the URI.
+        authorize_from_url(&mut headers, &url);
+        let mut stream_headers = headers.clone();
+        stream_headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        stream_headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // Only the configured server is ever called: a redirect would re-send the prompt,
+        // and its key, to another host. A 3xx is the server's failure, with its status.
+        let transport = Transport::new(
+            self.connect_timeout,
+            self.max_idle,
+            IDLE_CONNECTION_LIFETIME,
+        );
+        let target = |url: Url| {
+            Target::new(url).ok_or_else(|| {
+                ClientError::invalid(
+                    ClientErrorKind::InvalidUrl,
+                    format!("{:?}: not a URI HTTP can send", self.base_url),
+                )
+            })
+        };
         Ok(Client {
             inner: Arc::new(Inner {
-                http,
-                url,
-                models_url,
-                count_url,
+                transport,
+                url: target(url)?,
+                models_url: target(models_url)?,
+                count_url: count_url.map(target).transpose()?,
                 headers,
+                stream_headers,
                 azure: self.azure,
                 api: self.api,
                 has_key: self.api_key.is_some(),

@@ -38,7 +38,7 @@ struct Inner {
     source: Option<BoxError>,
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+use crate::transport::BoxError;
 
 /// What kind of [`ClientError`] it is.
 ///
@@ -93,13 +93,11 @@ impl ClientError {
         e
     }
 
-    /// No connection to `url`: `source` says why.
-    pub(crate) fn connect(url: &str, source: reqwest::Error) -> Self {
-        // Its URL may hold credentials (`user:password@`, `?api-key=`): `url` is redacted.
-        let source = source.without_url();
-        let mut e = ClientError::new(ClientErrorKind::Connect, connect_cause(&source));
+    /// No connection to `url` (redacted): `source` says why.
+    pub(crate) fn connect(url: &str, source: BoxError) -> Self {
+        let mut e = ClientError::new(ClientErrorKind::Connect, connect_cause(&*source));
         e.inner.url = Some(url.to_string());
-        e.inner.source = Some(Box::new(source));
+        e.inner.source = Some(source);
         e
     }
 
@@ -110,14 +108,16 @@ impl ClientError {
         e
     }
 
-    /// The request failed after it was sent.
-    pub(crate) fn request(source: reqwest::Error) -> Self {
-        let url = source.url().map(redact);
-        // Its URL may hold credentials: the message and the source go without it.
-        let source = source.without_url();
-        let mut e = ClientError::new(ClientErrorKind::Request, source.to_string());
-        e.inner.url = url;
-        e.inner.source = Some(Box::new(source));
+    /// The request to `url` (redacted), if it was sent, failed after it was sent: `source`
+    /// says why, its whole chain in the message (`client error (SendRequest): connection
+    /// closed before message completed`). The transport's errors never hold the URL.
+    pub(crate) fn request(url: Option<&str>, source: BoxError) -> Self {
+        let mut e = ClientError::new(
+            ClientErrorKind::Request,
+            crate::transport::describe(&*source),
+        );
+        e.inner.url = url.map(str::to_string);
+        e.inner.source = Some(source);
         e
     }
 
@@ -262,7 +262,7 @@ impl std::error::Error for ClientError {
 
 /// `url` without what may be a secret: its user name and password, its query (`?api-key=`)
 /// and its fragment.
-pub(crate) fn redact(url: &reqwest::Url) -> String {
+pub(crate) fn redact(url: &url::Url) -> String {
     let mut url = url.clone();
     let _ = url.set_username("");
     let _ = url.set_password(None);
@@ -273,7 +273,7 @@ pub(crate) fn redact(url: &reqwest::Url) -> String {
 
 /// Why a connection failed, in plain words: the kind of the innermost cause (`connection
 /// refused`, `no such host`, `timed out`, a TLS failure), then its own message.
-fn connect_cause(error: &reqwest::Error) -> String {
+fn connect_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut cause: &dyn std::error::Error = error;
     let mut words = None;
     loop {
@@ -338,11 +338,14 @@ impl From<ClientError> for choicewise_core::Error {
 
 /// A non-2xx response as a [`ClientErrorKind::Status`] error, with its body (read within `timeout`, at
 /// most [`MAX_ERROR_BODY`] bytes).
-pub(crate) async fn status_error(response: reqwest::Response, timeout: Duration) -> ClientError {
+pub(crate) async fn status_error(
+    response: crate::transport::Response,
+    timeout: Duration,
+) -> ClientError {
     let status = response.status();
     let retry_after = crate::retry::retry_after(response.headers(), std::time::SystemTime::now());
     let mut bytes = Vec::new();
-    let mut stream = response.bytes_stream();
+    let mut stream = http_body_util::BodyDataStream::new(response.into_body());
     let read = async {
         while let Some(Ok(chunk)) = stream.next().await {
             bytes.extend_from_slice(&chunk);
@@ -390,7 +393,7 @@ mod redact_tests {
 
     #[test]
     fn credentials_and_queries_are_dropped() {
-        let url = reqwest::Url::parse("https://user:pw@h.example:8443/v1/x?api-key=k#f").unwrap();
+        let url = url::Url::parse("https://user:pw@h.example:8443/v1/x?api-key=k#f").unwrap();
         assert_eq!(redact(&url), "https://h.example:8443/v1/x");
     }
 }

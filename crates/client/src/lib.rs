@@ -86,8 +86,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use choicewise_core::{Completions, Source};
-use reqwest::header::{ACCEPT, HeaderMap};
-use reqwest::{StatusCode, Url};
+use http::StatusCode;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::Value;
 
 mod builder;
@@ -138,20 +138,25 @@ pub use error::{ClientError, ClientErrorKind};
 mod retry;
 use retry::{backoff, retry_after};
 
+mod transport;
+use transport::{Failure, Target, Transport};
+
 #[cfg(feature = "async-openai")]
 mod async_openai_compat;
 #[cfg(feature = "async-openai")]
 pub use async_openai_compat::async_openai_source;
 
 struct Inner {
-    http: reqwest::Client,
-    url: Url,
+    transport: Transport,
+    url: Target,
     /// `{base}/models`.
-    models_url: Url,
+    models_url: Target,
     /// `{base}/messages/count_tokens`, for the Anthropic API.
-    count_url: Option<Url>,
-    /// Accept, the key, the extra headers.
+    count_url: Option<Target>,
+    /// The key, the extra headers, the user agent.
     headers: HeaderMap,
+    /// `headers`, with a streamed request's `Accept` and `Content-Type`.
+    stream_headers: HeaderMap,
     azure: Option<String>,
     /// The API its requests are in.
     api: Dialect,
@@ -189,7 +194,7 @@ impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let i = &self.inner;
         f.debug_struct("Client")
-            .field("url", &i.url.as_str())
+            .field("url", &i.url.url.as_str())
             .field("azure", &i.azure)
             .field("api_key", &i.has_key.then_some("<redacted>"))
             .field("idle_timeout", &i.idle_timeout)
@@ -219,7 +224,7 @@ impl Client {
     /// assert_eq!(client.url(), "http://127.0.0.1:8000/v1/chat/completions");
     /// ```
     pub fn url(&self) -> &str {
-        self.inner.url.as_str()
+        self.inner.url.url.as_str()
     }
 
     /// The host the requests go to, with its port when the URL names one (`127.0.0.1:8080`,
@@ -231,7 +236,7 @@ impl Client {
     /// assert_eq!(client.host(), "127.0.0.1:8000");
     /// ```
     pub fn host(&self) -> String {
-        let url = &self.inner.url;
+        let url = &self.inner.url.url;
         let host = url.host_str().unwrap_or_default();
         match url.port() {
             Some(port) => format!("{host}:{port}"),
@@ -242,7 +247,7 @@ impl Client {
     /// POSTs the request to `{base_url}/chat/completions` with `"stream": true` forced into
     /// it, retrying as described in [the retry policy](crate#retries). Returns once a `2xx`
     /// status and the headers arrived; the body is not read yet.
-    async fn send(&self, request: &Value) -> Result<reqwest::Response, ClientError> {
+    async fn send(&self, request: &Value) -> Result<transport::Response, ClientError> {
         let Some(object) = request.as_object() else {
             return Err(ClientError::invalid(
                 ClientErrorKind::InvalidRequest,
@@ -263,19 +268,15 @@ impl Client {
     }
 
     /// [`send`](Self::send) of a body already serialised (with its `"stream": true`).
-    async fn send_bytes(&self, body: bytes::Bytes) -> Result<reqwest::Response, ClientError> {
+    async fn send_bytes(&self, body: bytes::Bytes) -> Result<transport::Response, ClientError> {
         let inner = &self.inner;
         // Errors name the URL without its credentials or query.
-        let url_text = || error::redact(&inner.url);
+        let url_text = || inner.url.shown.to_string();
         let mut retry = 0;
         loop {
             let sent = inner
-                .http
-                .post(inner.url.clone())
-                .headers(inner.headers.clone())
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone())
-                .send();
+                .transport
+                .send(&inner.url, &inner.stream_headers, Some(body.clone()));
             let sent = match tokio::time::timeout(inner.idle_timeout, sent).await {
                 Ok(sent) => sent,
                 Err(_) => return Err(ClientError::timeout(&url_text())),
@@ -294,17 +295,18 @@ impl Client {
                     retry_after(response.headers(), SystemTime::now())
                         .unwrap_or_else(|| backoff(retry))
                 }
-                Err(e) if e.is_connect() => {
+                Err(Failure::Connect { timed_out, source }) => {
                     if retry >= inner.max_retries {
-                        return Err(if e.is_timeout() {
-                            ClientError::timeout(&url_text())
-                        } else {
-                            ClientError::connect(&url_text(), e)
+                        return Err(match timed_out {
+                            true => ClientError::timeout(&url_text()),
+                            false => ClientError::connect(&url_text(), source),
                         });
                     }
                     backoff(retry)
                 }
-                Err(e) => return Err(ClientError::request(e)),
+                Err(Failure::Request(source)) => {
+                    return Err(ClientError::request(Some(&url_text()), source));
+                }
             };
             tokio::time::sleep(wait.min(inner.max_retry_wait)).await;
             retry += 1;
@@ -412,7 +414,7 @@ impl Client {
         answer["input_tokens"].as_u64().ok_or_else(|| {
             ClientError::invalid(
                 ClientErrorKind::InvalidResponse,
-                format!("{}: no input_tokens in {answer}", error::redact(url)),
+                format!("{}: no input_tokens in {answer}", url.shown),
             )
         })
     }
@@ -423,31 +425,36 @@ impl Client {
     /// `bounds.idle`, and its body read up to `bounds.max_bytes`.
     async fn exchange(
         &self,
-        url: &Url,
+        url: &Target,
         body: Option<bytes::Bytes>,
         what: &str,
         bounds: CountBounds,
     ) -> Result<Value, ClientError> {
         let inner = &self.inner;
-        let url_text = || error::redact(url);
-        let request = match body {
-            None => inner.http.get(url.clone()),
-            Some(body) => (inner.http.post(url.clone()))
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body),
-        };
-        let sent = request
-            .headers(inner.headers.clone())
-            .header(ACCEPT, "application/json")
-            .send();
+        let url_text = || url.shown.to_string();
+        let mut headers = inner.headers.clone();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        if body.is_some() {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
+        let sent = inner.transport.send(url, &headers, body);
         // The head and the first byte of the body within `first_byte` of the request (an
         // answer whose head comes and then nothing is timed as a silent one), later reads
         // within `idle` each.
         let first_by = tokio::time::Instant::now() + bounds.first_byte;
-        let mut response = match tokio::time::timeout_at(first_by, sent).await {
-            Err(_) => return Err(ClientError::timeout(&url_text())),
-            Ok(Err(e)) if e.is_connect() => return Err(ClientError::connect(&url_text(), e)),
-            Ok(Err(e)) => return Err(ClientError::request(e)),
+        let response = match tokio::time::timeout_at(first_by, sent).await {
+            Err(_)
+            | Ok(Err(Failure::Connect {
+                timed_out: true, ..
+            })) => {
+                return Err(ClientError::timeout(&url_text()));
+            }
+            Ok(Err(Failure::Connect { source, .. })) => {
+                return Err(ClientError::connect(&url_text(), source));
+            }
+            Ok(Err(Failure::Request(source))) => {
+                return Err(ClientError::request(Some(&url_text()), source));
+            }
             Ok(Ok(r)) if !r.status().is_success() => {
                 return Err(status_error(r, bounds.idle).await);
             }
@@ -463,23 +470,27 @@ impl Client {
                 ),
             )
         };
-        if response
-            .content_length()
-            .is_some_and(|len| len > bounds.max_bytes as u64)
-        {
+        let declared = response
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > bounds.max_bytes as u64) {
             return Err(too_large());
         }
+        let mut reads = http_body_util::BodyDataStream::new(response.into_body());
         let mut body = Vec::new();
         loop {
             let read_by = match body.is_empty() {
                 true => first_by,
                 false => tokio::time::Instant::now() + bounds.idle,
             };
-            match tokio::time::timeout_at(read_by, response.chunk()).await {
+            match tokio::time::timeout_at(read_by, futures::StreamExt::next(&mut reads)).await {
                 Err(_) => return Err(ClientError::timeout(&url_text())),
-                Ok(Err(e)) => return Err(ClientError::request(e)),
-                Ok(Ok(None)) => break,
-                Ok(Ok(Some(chunk))) => {
+                Ok(Some(Err(e))) => {
+                    return Err(ClientError::request(Some(&url_text()), Box::new(e)));
+                }
+                Ok(None) => break,
+                Ok(Some(Ok(chunk))) => {
                     if body.len() + chunk.len() > bounds.max_bytes {
                         return Err(too_large());
                     }
@@ -571,7 +582,7 @@ impl Client {
             None => None,
         };
         let response = self.send(request).await?;
-        Ok(Self::held(response, slot))
+        Ok(self.held(response, slot))
     }
 
     /// [`stream`](Self::stream) of a request already serialised: `body` is the JSON text of
@@ -590,20 +601,22 @@ impl Client {
             None => None,
         };
         let response = self.send_bytes(body).await?;
-        Ok(Self::held(response, slot))
+        Ok(self.held(response, slot))
     }
 
     /// A response's body as a stream of reads, holding `slot` until it is dropped.
     fn held(
-        response: reqwest::Response,
+        &self,
+        response: transport::Response,
         slot: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> impl futures::Stream<Item = Result<bytes::Bytes, ClientError>> + Send + 'static + use<>
     {
         use futures::TryStreamExt;
+        let url = self.inner.url.shown.clone();
         // The slot is held by the body: freed when it is dropped.
-        response.bytes_stream().map_err(move |e| {
+        http_body_util::BodyDataStream::new(response.into_body()).map_err(move |e| {
             let _held = &slot;
-            ClientError::request(e)
+            ClientError::request(Some(&url), Box::new(e))
         })
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::{HeaderMap, RETRY_AFTER};
+use http::header::{HeaderMap, RETRY_AFTER};
 
 /// The first backoff, doubled at each further retry.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
@@ -35,7 +35,7 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
 
 #[cfg(test)]
 mod tests {
-    use reqwest::header::{HeaderName, HeaderValue};
+    use http::header::{HeaderName, HeaderValue};
 
     use super::*;
 

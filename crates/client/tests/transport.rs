@@ -1,0 +1,150 @@
+//! The client's own HTTP transport over real loopback sockets: TLS verified against the
+//! Mozilla roots (a server's self-signed certificate refused as a TLS failure, after a real
+//! handshake), a base URL's `user:password@` sent as Basic authorization and never in the
+//! request line, the user agent, and a connection refused named as such.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use choicewise_client::{Client, ClientErrorKind};
+use choicewise_test_support::within;
+use choicewise_testserver::TestServer;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+const LIMIT: Duration = Duration::from_secs(15);
+
+fn request() -> serde_json::Value {
+    json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// An HTTPS server on loopback whose certificate (for `localhost`, self-signed) no public root
+/// vouches for: the client's handshake reaches it, and refuses the certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_certificate_is_a_tls_failure_after_a_real_handshake() {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let key = rustls_key(cert.key_pair.serialize_der());
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert.cert.der().clone()], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hellos = Arc::new(AtomicUsize::new(0));
+    let seen = hellos.clone();
+    let server = tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                // The handshake starts (a ClientHello arrives) and fails on the client's side.
+                let start = tokio_rustls::LazyConfigAcceptor::new(
+                    tokio_rustls::rustls::server::Acceptor::default(),
+                    tcp,
+                )
+                .await;
+                if let Ok(start) = start {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let _ = start.into_stream(acceptor.config().clone()).await;
+                }
+            });
+        }
+    });
+    let client = Client::builder()
+        .base_url(format!("https://localhost:{port}/v1"))
+        .max_retries(0)
+        .build()
+        .unwrap();
+    let err = within(LIMIT, "a refused certificate", client.chat(request()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Connect, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("TLS handshake failed"), "{text}");
+    assert!(text.to_ascii_lowercase().contains("certificate"), "{text}");
+    assert!(
+        hellos.load(Ordering::SeqCst) >= 1,
+        "no ClientHello reached the server"
+    );
+    server.abort();
+}
+
+fn rustls_key(der: Vec<u8>) -> tokio_rustls::rustls::pki_types::PrivateKeyDer<'static> {
+    tokio_rustls::rustls::pki_types::PrivateKeyDer::Pkcs8(der.into())
+}
+
+/// `http://user:password@host/...`: the credentials go as `Authorization: Basic`, never in
+/// the request line; an API key's `Authorization` wins over them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_urls_credentials_go_as_basic_authorization() {
+    let server = TestServer::builder()
+        .fixture("demo.sse")
+        .start()
+        .await
+        .unwrap();
+    let base = server
+        .base_url()
+        .replacen("http://", "http://us%40er:p%3Aw@", 1);
+    let client = Client::builder().base_url(&base).build().unwrap();
+    let completions = within(LIMIT, "chat", client.chat(request())).await.unwrap();
+    within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
+    let keyed = Client::builder()
+        .base_url(&base)
+        .api_key("sk-k")
+        .build()
+        .unwrap();
+    let completions = within(LIMIT, "chat", keyed.chat(request())).await.unwrap();
+    within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
+    let requests = server.requests();
+    // base64("us@er:p:w")
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some("Basic dXNAZXI6cDp3")
+    );
+    assert_eq!(requests[1].header("authorization"), Some("Bearer sk-k"));
+    for r in &requests {
+        assert_eq!(r.path, "/v1/chat/completions");
+        let host = r.header("host").unwrap();
+        assert!(!host.contains('@'), "{host}");
+        let agent = r.header("user-agent").unwrap();
+        assert!(agent.starts_with("choicewise-client/"), "{agent}");
+    }
+}
+
+/// A port nobody listens on: a `Connect` error that says the connection was refused and
+/// names the URL without its credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_named() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let client = Client::builder()
+        .base_url(format!(
+            "http://u:secret@127.0.0.1:{port}/v1?api-key=secret"
+        ))
+        .max_retries(0)
+        .build()
+        .unwrap();
+    let err = within(LIMIT, "a refused connection", client.chat(request()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ClientErrorKind::Connect, "{err}");
+    let text = format!("{err} {err:?}");
+    assert!(text.contains("connection refused"), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{port}/v1/chat/completions")),
+        "{text}"
+    );
+    assert!(!text.contains("secret"), "{text}");
+}
