@@ -10,7 +10,7 @@ use http::header::{
 };
 use url::Url;
 
-use crate::transport::{Target, Transport, authorize_from_url};
+use crate::transport::{Route, Target, Transport, authorize_from_url};
 
 use choicewise_core::Dialect;
 
@@ -424,16 +424,6 @@ impl ClientBuilder {
         }
         // A base URL's `user:password@` is sent as Basic authorization, never in the URI.
         authorize_from_url(&mut headers, &url);
-        let mut stream_headers = headers.clone();
-        stream_headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        stream_headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        // Only the configured server is ever called: a redirect would re-send the prompt,
-        // and its key, to another host. A 3xx is the server's failure, with its status.
-        let transport = Transport::new(
-            self.connect_timeout,
-            self.max_idle,
-            IDLE_CONNECTION_LIFETIME,
-        );
         let target = |url: Url| {
             Target::new(url).ok_or_else(|| {
                 ClientError::invalid(
@@ -442,10 +432,27 @@ impl ClientBuilder {
                 )
             })
         };
+        let url = target(url)?;
+        // The proxy the environment names for the server, as curl reads it.
+        let route = Route::from_env(url.uri());
+        if let Some((name, value)) = route.request_header() {
+            headers.insert(name, value);
+        }
+        let mut stream_headers = headers.clone();
+        stream_headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        stream_headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // Only the configured server is ever called: a redirect would re-send the prompt,
+        // and its key, to another host. A 3xx is the server's failure, with its status.
+        let transport = Transport::new(
+            route,
+            self.connect_timeout,
+            self.max_idle,
+            IDLE_CONNECTION_LIFETIME,
+        );
         Ok(Client {
             inner: Arc::new(Inner {
                 transport,
-                url: target(url)?,
+                url,
                 models_url: target(models_url)?,
                 count_url: count_url.map(target).transpose()?,
                 headers,

@@ -260,17 +260,6 @@ impl std::error::Error for ClientError {
     }
 }
 
-/// `url` without what may be a secret: its user name and password, its query (`?api-key=`)
-/// and its fragment.
-pub(crate) fn redact(url: &url::Url) -> String {
-    let mut url = url.clone();
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
-    url.set_query(None);
-    url.set_fragment(None);
-    url.to_string()
-}
-
 /// Why a connection failed, in plain words: the kind of the innermost cause (`connection
 /// refused`, `no such host`, `timed out`, a TLS failure), then its own message.
 fn connect_cause(error: &(dyn std::error::Error + 'static)) -> String {
@@ -385,17 +374,6 @@ fn json_message(body: &Value) -> Option<String> {
         .or_else(|| body.get("error").and_then(text))
         .or_else(|| body.get("message").and_then(text))
         .or_else(|| body.get("detail").and_then(text))
-}
-
-#[cfg(test)]
-mod redact_tests {
-    use super::redact;
-
-    #[test]
-    fn credentials_and_queries_are_dropped() {
-        let url = url::Url::parse("https://user:pw@h.example:8443/v1/x?api-key=k#f").unwrap();
-        assert_eq!(redact(&url), "https://h.example:8443/v1/x");
-    }
 }
 
 #[cfg(test)]

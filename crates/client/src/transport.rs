@@ -3,8 +3,16 @@
 //! client's own policies. The client decides its retries, timeouts and redirects (none) and
 //! knows its URLs when it is built, so each request is one `http::Request` handed to the
 //! pool: no URL parsed, no layer of redirect or retry policy crossed, per request.
+//!
+//! A proxy the environment names for the server (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`,
+//! `NO_PROXY`, read as curl reads them, when the client is built) is used as curl uses it: an
+//! `https` server through a `CONNECT` tunnel, an `http` server by requests in absolute form
+//! sent to the proxy; the proxy's `user:password@` as `Proxy-Authorization`.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,8 +22,12 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client as Pool;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tower_service::Service;
 use url::Url;
 
 /// A boxed error: the cause a [`Failure`] carries.
@@ -37,15 +49,31 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// The URI requests are sent to.
+    pub(crate) fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
     /// `url` as a target; `None` if it is not a URI HTTP can send.
     pub(crate) fn new(url: Url) -> Option<Self> {
         let mut bare = url.clone();
         let _ = bare.set_username("");
         let _ = bare.set_password(None);
         let uri = bare.as_str().parse().ok()?;
-        let shown = crate::error::redact(&url).into();
+        let shown = redact(&url).into();
         Some(Target { url, uri, shown })
     }
+}
+
+/// `url` without what may be a secret: its user name and password, its query (`?api-key=`)
+/// and its fragment.
+fn redact(url: &Url) -> String {
+    let mut url = url.clone();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.set_query(None);
+    url.set_fragment(None);
+    url.to_string()
 }
 
 /// The `Authorization: Basic` header of a URL's `user:password@`, if it has a user name.
@@ -98,16 +126,197 @@ pub(crate) enum Failure {
     Request(BoxError),
 }
 
+/// How the client's connections reach its server.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Route {
+    /// Straight to the server.
+    Direct,
+    /// An `https` server through a `CONNECT` tunnel of the proxy at `proxy`.
+    Tunnel {
+        /// The proxy.
+        proxy: Uri,
+        /// Its `Proxy-Authorization`, from its `user:password@`.
+        auth: Option<HeaderValue>,
+    },
+    /// An `http` server by requests in absolute form to the proxy at `proxy` (their
+    /// `Proxy-Authorization` is a header of each request: [`Route::request_header`]).
+    Forward {
+        /// The proxy.
+        proxy: Uri,
+        /// Its `Proxy-Authorization`, from its `user:password@`.
+        auth: Option<HeaderValue>,
+    },
+    /// A proxy this client cannot use (not `http://`): every connection fails, naming it
+    /// (without its credentials), rather than going around it.
+    Unusable(String),
+}
+
+impl Route {
+    /// The route the environment's proxy variables give to `server`, as curl reads them.
+    pub(crate) fn from_env(server: &Uri) -> Route {
+        Route::by(&Matcher::from_env(), server)
+    }
+
+    /// The route `proxies` give to `server`.
+    fn by(proxies: &Matcher, server: &Uri) -> Route {
+        let Some(intercept) = proxies.intercept(server) else {
+            return Route::Direct;
+        };
+        let proxy = intercept.uri().clone();
+        if proxy.scheme_str() != Some("http") {
+            let shown = format!(
+                "{}://{}",
+                proxy.scheme_str().unwrap_or("?"),
+                proxy.host().unwrap_or("?")
+            );
+            return Route::Unusable(shown);
+        }
+        let auth = intercept.basic_auth().cloned().map(|mut v| {
+            v.set_sensitive(true);
+            v
+        });
+        match server.scheme_str() {
+            Some("https") => Route::Tunnel { proxy, auth },
+            _ => Route::Forward { proxy, auth },
+        }
+    }
+
+    /// The header each request carries on this route: a forwarding proxy's
+    /// `Proxy-Authorization`.
+    pub(crate) fn request_header(&self) -> Option<(http::HeaderName, HeaderValue)> {
+        match self {
+            Route::Forward {
+                auth: Some(auth), ..
+            } => Some((http::header::PROXY_AUTHORIZATION, auth.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// A connection, and whether it goes to a forwarding proxy (to which hyper's client then
+/// sends requests in absolute form).
+pub(crate) struct Conn {
+    io: TokioIo<TcpStream>,
+    forwarded: bool,
+}
+
+impl Connection for Conn {
+    fn connected(&self) -> Connected {
+        self.io.connected().proxy(self.forwarded)
+    }
+}
+
+impl hyper::rt::Read for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+}
+
+/// TCP connections along a [`Route`]. Runs once a new connection, never on a pooled one.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    tcp: HttpConnector,
+    route: Route,
+}
+
+impl Service<Uri> for Connector {
+    type Response = Conn;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Conn, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Each call works on a clone of the TCP connector, which is always ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, server: Uri) -> Self::Future {
+        let mut tcp = self.tcp.clone();
+        match self.route.clone() {
+            Route::Direct => Box::pin(async move {
+                let io = tcp.call(server).await?;
+                Ok(Conn {
+                    io,
+                    forwarded: false,
+                })
+            }),
+            Route::Tunnel { proxy, auth } => Box::pin(async move {
+                let mut tunnel = Tunnel::new(proxy, tcp);
+                if let Some(auth) = auth {
+                    tunnel = tunnel.with_auth(auth);
+                }
+                std::future::poll_fn(|cx| tunnel.poll_ready(cx)).await?;
+                let io = tunnel.call(server).await?;
+                Ok(Conn {
+                    io,
+                    forwarded: false,
+                })
+            }),
+            Route::Forward { proxy, .. } => Box::pin(async move {
+                let io = tcp.call(proxy).await?;
+                Ok(Conn {
+                    io,
+                    forwarded: true,
+                })
+            }),
+            Route::Unusable(proxy) => Box::pin(async move {
+                Err(
+                    format!("the proxy {proxy} the environment names is not an http:// proxy")
+                        .into(),
+                )
+            }),
+        }
+    }
+}
+
 /// The connection pool the client's requests share.
 #[derive(Clone)]
 pub(crate) struct Transport {
-    pool: Pool<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    pool: Pool<HttpsConnector<Connector>, Full<Bytes>>,
 }
 
 impl Transport {
-    /// A pool that connects within `connect_timeout`, keeps at most `max_idle` idle
-    /// connections to a host, each for `idle_lifetime`.
-    pub(crate) fn new(connect_timeout: Duration, max_idle: usize, idle_lifetime: Duration) -> Self {
+    /// A pool that connects along `route` within `connect_timeout`, keeps at most `max_idle`
+    /// idle connections to a host, each for `idle_lifetime`.
+    pub(crate) fn new(
+        route: Route,
+        connect_timeout: Duration,
+        max_idle: usize,
+        idle_lifetime: Duration,
+    ) -> Self {
         let mut tcp = HttpConnector::new();
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
@@ -125,7 +334,7 @@ impl Transport {
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
-            .wrap_connector(tcp);
+            .wrap_connector(Connector { tcp, route });
         let pool = Pool::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
@@ -211,6 +420,12 @@ mod tests {
     }
 
     #[test]
+    fn credentials_and_queries_are_not_shown() {
+        let url = Url::parse("https://user:pw@h.example:8443/v1/x?api-key=k#f").unwrap();
+        assert_eq!(redact(&url), "https://h.example:8443/v1/x");
+    }
+
+    #[test]
     fn a_key_wins_over_a_urls_credentials() {
         let url = Url::parse("http://u:p@h/").unwrap();
         let mut headers = HeaderMap::new();
@@ -220,6 +435,50 @@ mod tests {
         let mut none = HeaderMap::new();
         authorize_from_url(&mut none, &url);
         assert_eq!(none[AUTHORIZATION], "Basic dTpw");
+    }
+
+    #[test]
+    fn the_route_follows_the_proxies_as_curl_does() {
+        let proxies = Matcher::builder()
+            .https("http://pu:pw@127.0.0.1:3128")
+            .http("http://127.0.0.1:3129")
+            .no("localhost, .internal")
+            .build();
+        let uri = |s: &str| s.parse::<Uri>().unwrap();
+        match Route::by(&proxies, &uri("https://api.example/v1")) {
+            Route::Tunnel { proxy, auth } => {
+                assert_eq!(proxy, uri("http://127.0.0.1:3128"));
+                // base64("pu:pw")
+                assert_eq!(auth.unwrap(), "Basic cHU6cHc=");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            Route::by(&proxies, &uri("http://api.example/v1")),
+            Route::Forward {
+                proxy: uri("http://127.0.0.1:3129"),
+                auth: None
+            }
+        );
+        assert_eq!(
+            Route::by(&proxies, &uri("http://localhost:8000/v1")),
+            Route::Direct
+        );
+        assert_eq!(
+            Route::by(&proxies, &uri("https://llm.internal/v1")),
+            Route::Direct
+        );
+        let socks = Matcher::builder()
+            .all("socks5://u:secret@10.0.0.1:1080")
+            .build();
+        match Route::by(&socks, &uri("https://api.example/v1")) {
+            Route::Unusable(shown) => assert_eq!(shown, "socks5://10.0.0.1"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            Route::by(&Matcher::builder().build(), &uri("https://a/")),
+            Route::Direct
+        );
     }
 
     #[test]

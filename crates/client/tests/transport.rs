@@ -3,15 +3,15 @@
 //! handshake), a base URL's `user:password@` sent as Basic authorization and never in the
 //! request line, the user agent, and a connection refused named as such.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use choicewise_client::{Client, ClientErrorKind};
 use choicewise_test_support::within;
 use choicewise_testserver::TestServer;
 use serde_json::json;
-use tokio::net::TcpListener;
+
+mod common;
 
 const LIMIT: Duration = Duration::from_secs(15);
 
@@ -23,40 +23,7 @@ fn request() -> serde_json::Value {
 /// vouches for: the client's handshake reaches it, and refuses the certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_certificate_is_a_tls_failure_after_a_real_handshake() {
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-    let key = rustls_key(cert.key_pair.serialize_der());
-    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
-        tokio_rustls::rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(vec![cert.cert.der().clone()], key)
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let hellos = Arc::new(AtomicUsize::new(0));
-    let seen = hellos.clone();
-    let server = tokio::spawn(async move {
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let acceptor = acceptor.clone();
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                // The handshake starts (a ClientHello arrives) and fails on the client's side.
-                let start = tokio_rustls::LazyConfigAcceptor::new(
-                    tokio_rustls::rustls::server::Acceptor::default(),
-                    tcp,
-                )
-                .await;
-                if let Ok(start) = start {
-                    seen.fetch_add(1, Ordering::SeqCst);
-                    let _ = start.into_stream(acceptor.config().clone()).await;
-                }
-            });
-        }
-    });
+    let (port, hellos) = common::untrusted_tls_server().await;
     let client = Client::builder()
         .base_url(format!("https://localhost:{port}/v1"))
         .max_retries(0)
@@ -73,11 +40,6 @@ async fn an_untrusted_certificate_is_a_tls_failure_after_a_real_handshake() {
         hellos.load(Ordering::SeqCst) >= 1,
         "no ClientHello reached the server"
     );
-    server.abort();
-}
-
-fn rustls_key(der: Vec<u8>) -> tokio_rustls::rustls::pki_types::PrivateKeyDer<'static> {
-    tokio_rustls::rustls::pki_types::PrivateKeyDer::Pkcs8(der.into())
 }
 
 /// `http://user:password@host/...`: the credentials go as `Authorization: Basic`, never in

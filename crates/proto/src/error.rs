@@ -520,7 +520,7 @@ fn transport_message(
 
 /// Whether an error (or one of its sources) says that the connection ended: an I/O error of
 /// kind reset, aborted, broken pipe or unexpected end, or an HTTP library's "connection
-/// closed before message completed" (hyper, under reqwest's "error decoding response body").
+/// closed before message completed" (hyper, under any client built on it).
 fn connection_closed(error: &(dyn std::error::Error + 'static)) -> bool {
     use std::io::ErrorKind;
     let mut current = Some(error);
