@@ -69,6 +69,22 @@
 //!   two reads of the body ([`choicewise_core::ErrorDetail::IdleTimeout`]). There is no limit on the
 //!   length of a stream that keeps sending.
 //!
+//! ## Connections, TLS and proxies
+//!
+//! One pool of HTTP/1.1 connections a client (hyper's, shared by its clones), at most
+//! [`max_idle_connections`](ClientBuilder::max_idle_connections) of them kept idle to the
+//! server. `https` is rustls (the ring provider) checked against the Mozilla roots of
+//! webpki-roots, with no OpenSSL. Redirects are never followed: a `3xx` is the server's
+//! failure. A base URL's `user:password@` is sent as `Authorization: Basic` (an API key's
+//! `Authorization` wins), never in the request line.
+//!
+//! A proxy is taken from the environment when the client is built, as curl takes it:
+//! `HTTPS_PROXY` for an `https` server (through a `CONNECT` tunnel), `HTTP_PROXY` for an
+//! `http` one (each request in absolute form to the proxy), `ALL_PROXY` for both, and no proxy
+//! for the hosts in `NO_PROXY`; the proxy's `user:password@` as `Proxy-Authorization`. Only
+//! an `http://` proxy is used: with another (`https://`, `socks5://`), every connection
+//! fails, naming it, rather than going around it.
+//!
 //! ## Many requests, one completion
 //!
 //! [`Client::source`] makes a request a [`Source`] of the core, opened when its completion
