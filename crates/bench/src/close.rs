@@ -1,12 +1,12 @@
 //! Closing the unneeded upstreams: from a combinator's decision to every unneeded upstream
 //! connection closed, over real loopback HTTP.
 //!
-//! Each run is a fresh fan-out of 5 requests sent by `choicewise_client::Client` (reqwest)
+//! Each run is a fresh fan-out of 5 requests sent by `choicewise_client::Client` (hyper)
 //! to a fresh in-process [`TestServer`]: the first request to arrive is answered after
 //! `delay` with one whole answer (`stop`), the 4 others with one event each and then
 //! nothing, their connections held open. `first_finished()` picks the fast choice and
 //! cancels the 4 others; with no choice of theirs wanted, the upstream readers drop the
-//! response bodies and reqwest closes those connections.
+//! response bodies and hyper closes those connections.
 //!
 //! The fan-out is built as `Client::source` builds its sources (each request's body from
 //! `Client::stream`, opened as a source of core's `fan_out` with the request declared), with
@@ -36,7 +36,7 @@
 //! comes from the same monotonic clock.
 //!
 //! Baseline, the same number of runs, interleaved with ours: the same client's
-//! `Client::send` (a plain `reqwest::Response`) on a stalled answer, its first event read,
+//! `Client::stream` (a plain response body) on a stalled answer, its first event read,
 //! the response dropped; from the drop to the server seeing the disconnect. Once with one
 //! connection (the floor of closing one loopback HTTP connection), once with 4 responses
 //! dropped at once (the floor of our scenario's 4).
@@ -452,7 +452,7 @@ pub fn print(r: &CloseResult) {
          abandoned. finish read = the read carrying the fast answer's finish handed to its \
          reader (before the decision: the target's figure); decision = the winning choice's \
          message() resolving in a watcher task (the combinator's wake-up). Baselines: the same \
-         reqwest client's stalled responses dropped directly, from the drop. ms.\n"
+         client's stalled responses dropped directly, from the drop. ms.\n"
     );
     println!(
         "| {:<62} | {:>7} | {:>7} | {:>7} |",
@@ -473,11 +473,11 @@ pub fn print(r: &CloseResult) {
             &r.returned,
         ),
         (
-            "baseline: 1 reqwest response dropped → closed".to_string(),
+            "baseline: 1 client response dropped → closed".to_string(),
             &r.one,
         ),
         (
-            format!("baseline: {STALLED} reqwest responses dropped at once → closed"),
+            format!("baseline: {STALLED} client responses dropped at once → closed"),
             &r.four,
         ),
     ];

@@ -1,5 +1,6 @@
 //! The throughput baseline: a byte-for-byte streaming reverse proxy on the gateway's own HTTP
-//! stack (axum on hyper serving, reqwest calling the upstream), that parses nothing. Each
+//! stack (axum on hyper serving, hyper-util's pooled client calling the upstream, as
+//! `choicewise_client` does), that parses nothing. Each
 //! request is forwarded as it came (method, path, headers, body); the upstream's answer comes
 //! back with its status and headers, its body streamed through read by read. It runs as a
 //! process of its own (`choicewise-bench gateway-proxy`), with as many worker threads as the
@@ -11,10 +12,15 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 
 struct Proxy {
     upstream: String,
-    client: reqwest::Client,
+    client: Client<HttpConnector, Full<Bytes>>,
 }
 
 async fn forward(State(proxy): State<Arc<Proxy>>, req: Request) -> Response {
@@ -26,14 +32,14 @@ async fn forward(State(proxy): State<Arc<Proxy>>, req: Request) -> Response {
     let mut headers = parts.headers;
     headers.remove(header::HOST);
     headers.remove(header::CONTENT_LENGTH);
-    let sent = proxy
-        .client
-        .request(parts.method, format!("{}{path}", proxy.upstream))
-        .headers(headers)
-        .body(body)
-        .send()
-        .await;
-    let Ok(answer) = sent else {
+    let Ok(uri) = format!("{}{path}", proxy.upstream).parse::<axum::http::Uri>() else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let mut request = axum::http::Request::new(Full::new(body));
+    *request.method_mut() = parts.method;
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+    let Ok(answer) = proxy.client.request(request).await else {
         return StatusCode::BAD_GATEWAY.into_response();
     };
     let mut response = Response::builder().status(answer.status());
@@ -46,7 +52,7 @@ async fn forward(State(proxy): State<Arc<Proxy>>, req: Request) -> Response {
         }
     }
     response
-        .body(Body::from_stream(answer.bytes_stream()))
+        .body(Body::new(answer.into_body()))
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }
 
@@ -61,7 +67,11 @@ pub fn serve(listen: &str, upstream: &str) {
     rt.block_on(async {
         let proxy = Arc::new(Proxy {
             upstream: upstream.trim_end_matches('/').to_string(),
-            client: reqwest::Client::new(),
+            client: Client::builder(TokioExecutor::new()).build({
+                let mut tcp = HttpConnector::new();
+                tcp.set_nodelay(true);
+                tcp
+            }),
         });
         let app = axum::Router::new().fallback(forward).with_state(proxy);
         let listener = tokio::net::TcpListener::bind(listen)

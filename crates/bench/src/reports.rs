@@ -522,7 +522,7 @@ pub(crate) fn close_cmd(args: &CloseArgs) -> Report {
         info: vec![
             format!(
                 "INFO close_p99_vs_one_dropped_response measured={:.2}x (ours p99 {p99:.3} ms, \
-                 1 reqwest response dropped p99 {one:.3} ms, same run; {n} dropped at once p99 \
+                 1 client response dropped p99 {one:.3} ms, same run; {n} dropped at once p99 \
                  {four:.3} ms, {:.2}x)",
                 p99 / one,
                 p99 / four,
