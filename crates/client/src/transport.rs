@@ -30,6 +30,9 @@ use tokio::net::TcpStream;
 use tower_service::Service;
 use url::Url;
 
+/// Silence on a connection before the kernel's first keep-alive probe, and between probes.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
 /// A boxed error: the cause a [`Failure`] carries.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -321,6 +324,13 @@ impl Transport {
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(connect_timeout));
+        // A peer gone without a word (a NAT's forgotten mapping, a dead host) is found by
+        // the kernel: keep-alive probes after 15 s of silence, every 15 s, 3 of them; data
+        // sent and not acknowledged for 30 s ends the connection.
+        tcp.set_keepalive(Some(KEEPALIVE));
+        tcp.set_keepalive_interval(Some(KEEPALIVE));
+        tcp.set_keepalive_retries(Some(3));
+        tcp.set_tcp_user_timeout(Some(Duration::from_secs(30)));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
