@@ -1,7 +1,8 @@
 //! The client's own HTTP transport over real loopback sockets: TLS verified against the
 //! Mozilla roots (a server's self-signed certificate refused as a TLS failure, after a real
 //! handshake), a base URL's `user:password@` sent as Basic authorization and never in the
-//! request line, the user agent, and a connection refused named as such.
+//! request line, the user agent, a connection refused named as such, and the sockets' TCP
+//! keep-alive read back from the kernel.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -109,4 +110,71 @@ async fn a_refused_connection_is_named() {
         "{text}"
     );
     assert!(!text.contains("secret"), "{text}");
+}
+
+/// A connection's socket finds a silent peer gone as the kernel can: keep-alive probes after
+/// 15 s of silence, every 15 s, 3 of them, and data unacknowledged for 30 s ends it. Read back
+/// from the pooled connection's own socket (Linux: `/proc/self/fd`).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_is_kept_alive_by_the_kernel() {
+    use std::os::fd::BorrowedFd;
+    let server = TestServer::builder()
+        .fixture("demo.sse")
+        .start()
+        .await
+        .unwrap();
+    let client = Client::builder()
+        .base_url(server.base_url())
+        .build()
+        .unwrap();
+    let completions = within(LIMIT, "chat", client.chat(request())).await.unwrap();
+    within(LIMIT, "collect", completions.collect())
+        .await
+        .unwrap();
+    let address: std::net::SocketAddr = server
+        .base_url()
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut checked = 0;
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let Ok(fd) = entry.unwrap().file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: only read: the client's pooled connection stays open while `client` lives;
+        // any other descriptor closed meanwhile makes these reads fail, and is skipped.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let socket = socket2::SockRef::from(&fd);
+        let Ok(peer) = socket.peer_addr() else {
+            continue;
+        };
+        if peer.as_socket() != Some(address) {
+            continue;
+        }
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(
+            socket.tcp_keepalive_time().unwrap(),
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            socket.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(15)
+        );
+        assert_eq!(socket.tcp_keepalive_retries().unwrap(), 3);
+        assert_eq!(
+            socket.tcp_user_timeout().unwrap(),
+            Some(Duration::from_secs(30))
+        );
+        assert!(socket.tcp_nodelay().unwrap());
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 1,
+        "the client's one pooled connection to the server"
+    );
+    drop(client);
 }
