@@ -588,6 +588,7 @@ impl Completions {
     }
 
     /// The model to count tokens with.
+    #[cfg(feature = "estimate")]
     pub(crate) fn model(&self) -> Option<String> {
         self.shared.model()
     }
