@@ -448,7 +448,8 @@ impl ClientBuilder {
             self.connect_timeout,
             self.max_idle,
             IDLE_CONNECTION_LIFETIME,
-        );
+        )
+        .map_err(|e| ClientError::request(None, e))?;
         Ok(Client {
             inner: Arc::new(Inner {
                 transport,

@@ -80,7 +80,7 @@ fn redact(url: &Url) -> String {
 }
 
 /// The `Authorization: Basic` header of a URL's `user:password@`, if it has a user name.
-pub(crate) fn basic_authorization(url: &Url) -> Option<HeaderValue> {
+fn basic_authorization(url: &Url) -> Option<HeaderValue> {
     use base64::Engine;
     if url.username().is_empty() {
         return None;
@@ -313,13 +313,13 @@ pub(crate) struct Transport {
 
 impl Transport {
     /// A pool that connects along `route` within `connect_timeout`, keeps at most `max_idle`
-    /// idle connections to a host, each for `idle_lifetime`.
+    /// idle connections to a host, each for `idle_lifetime`; an error if TLS cannot be set up.
     pub(crate) fn new(
         route: Route,
         connect_timeout: Duration,
         max_idle: usize,
         idle_lifetime: Duration,
-    ) -> Self {
+    ) -> Result<Self, BoxError> {
         let mut tcp = HttpConnector::new();
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
@@ -336,8 +336,7 @@ impl Transport {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         };
         let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("ring supports rustls' default protocol versions")
+            .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();
         let https = HttpsConnectorBuilder::new()
@@ -351,7 +350,7 @@ impl Transport {
             .pool_max_idle_per_host(max_idle)
             .pool_idle_timeout(idle_lifetime)
             .build(https);
-        Transport { pool }
+        Ok(Transport { pool })
     }
 
     /// `GET` (no `body`) or `POST` `body` to `target` with `headers`: the answer's head.
