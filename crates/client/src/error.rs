@@ -38,7 +38,7 @@ struct Inner {
     source: Option<BoxError>,
 }
 
-use crate::transport::BoxError;
+use crate::transport::{BoxError, Failure, chain};
 
 /// What kind of [`ClientError`] it is.
 ///
@@ -93,8 +93,21 @@ impl ClientError {
         e
     }
 
+    /// An exchange with `url` (redacted) that failed before the answer's head: a connect
+    /// timeout is a [`ClientErrorKind::Timeout`], another connection failure a
+    /// [`ClientErrorKind::Connect`], a failure once connected a [`ClientErrorKind::Request`].
+    pub(crate) fn failed(url: &str, failure: Failure) -> Self {
+        match failure {
+            Failure::Connect {
+                timed_out: true, ..
+            } => ClientError::timeout(url),
+            Failure::Connect { source, .. } => ClientError::connect(url, source),
+            Failure::Request(source) => ClientError::request(Some(url), source),
+        }
+    }
+
     /// No connection to `url` (redacted): `source` says why.
-    pub(crate) fn connect(url: &str, source: BoxError) -> Self {
+    fn connect(url: &str, source: BoxError) -> Self {
         let mut e = ClientError::new(ClientErrorKind::Connect, connect_cause(&*source));
         e.inner.url = Some(url.to_string());
         e.inner.source = Some(source);
@@ -263,9 +276,10 @@ impl std::error::Error for ClientError {
 /// Why a connection failed, in plain words: the kind of the innermost cause (`connection
 /// refused`, `no such host`, `timed out`, a TLS failure), then its own message.
 fn connect_cause(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause: &dyn std::error::Error = error;
     let mut words = None;
-    loop {
+    let mut last = error;
+    for cause in chain(error) {
+        last = cause;
         if let Some(io) = cause.downcast_ref::<std::io::Error>() {
             words = match io.kind() {
                 std::io::ErrorKind::ConnectionRefused => Some("connection refused"),
@@ -289,12 +303,8 @@ fn connect_cause(error: &(dyn std::error::Error + 'static)) -> String {
                 words = Some("TLS handshake failed");
             }
         }
-        match cause.source() {
-            Some(next) => cause = next,
-            None => break,
-        }
     }
-    let last = cause.to_string();
+    let last = last.to_string();
     match words {
         Some(words) if !last.to_ascii_lowercase().contains(words) => format!("{words} ({last})"),
         Some(words) => words.to_string(),
@@ -379,6 +389,33 @@ fn json_message(body: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_before_the_head_is_said_in_the_clients_kinds() {
+        let io = |kind| -> BoxError { Box::new(std::io::Error::from(kind)) };
+        let url = "http://h/v1/chat/completions";
+        let timed = Failure::Connect {
+            timed_out: true,
+            source: io(std::io::ErrorKind::TimedOut),
+        };
+        assert_eq!(
+            ClientError::failed(url, timed).kind(),
+            ClientErrorKind::Timeout
+        );
+        let refused = Failure::Connect {
+            timed_out: false,
+            source: io(std::io::ErrorKind::ConnectionRefused),
+        };
+        let e = ClientError::failed(url, refused);
+        assert_eq!(e.kind(), ClientErrorKind::Connect);
+        assert_eq!(e.url(), Some(url));
+        assert!(e.to_string().contains("connection refused"), "{e}");
+        let reset = Failure::Request(io(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(
+            ClientError::failed(url, reset).kind(),
+            ClientErrorKind::Request
+        );
+    }
 
     #[test]
     fn json_messages() {

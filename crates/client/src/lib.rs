@@ -311,18 +311,8 @@ impl Client {
                     retry_after(response.headers(), SystemTime::now())
                         .unwrap_or_else(|| backoff(retry))
                 }
-                Err(Failure::Connect { timed_out, source }) => {
-                    if retry >= inner.max_retries {
-                        return Err(match timed_out {
-                            true => ClientError::timeout(&url_text()),
-                            false => ClientError::connect(&url_text(), source),
-                        });
-                    }
-                    backoff(retry)
-                }
-                Err(Failure::Request(source)) => {
-                    return Err(ClientError::request(Some(&url_text()), source));
-                }
+                Err(Failure::Connect { .. }) if retry < inner.max_retries => backoff(retry),
+                Err(failure) => return Err(ClientError::failed(&url_text(), failure)),
             };
             tokio::time::sleep(wait.min(inner.max_retry_wait)).await;
             retry += 1;
@@ -459,18 +449,8 @@ impl Client {
         // within `idle` each.
         let first_by = tokio::time::Instant::now() + bounds.first_byte;
         let response = match tokio::time::timeout_at(first_by, sent).await {
-            Err(_)
-            | Ok(Err(Failure::Connect {
-                timed_out: true, ..
-            })) => {
-                return Err(ClientError::timeout(&url_text()));
-            }
-            Ok(Err(Failure::Connect { source, .. })) => {
-                return Err(ClientError::connect(&url_text(), source));
-            }
-            Ok(Err(Failure::Request(source))) => {
-                return Err(ClientError::request(Some(&url_text()), source));
-            }
+            Err(_) => return Err(ClientError::timeout(&url_text())),
+            Ok(Err(failure)) => return Err(ClientError::failed(&url_text(), failure)),
             Ok(Ok(r)) if !r.status().is_success() => {
                 return Err(status_error(r, bounds.idle).await);
             }

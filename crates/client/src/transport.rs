@@ -370,12 +370,8 @@ impl Transport {
         *request.headers_mut() = headers.clone();
         self.pool.request(request).await.map_err(|e| {
             if e.is_connect() {
-                let timed_out = chain(&e).any(|c| {
-                    c.downcast_ref::<std::io::Error>()
-                        .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-                });
                 Failure::Connect {
-                    timed_out,
+                    timed_out: timed_out(&e),
                     source: Box::new(e),
                 }
             } else {
@@ -383,6 +379,15 @@ impl Transport {
             }
         })
     }
+}
+
+/// Whether `error`, or one of its causes, is a timeout (the connect timeout's).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    chain(error).any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    })
 }
 
 /// `error` and its sources, outermost first.
@@ -488,6 +493,26 @@ mod tests {
             Route::by(&Matcher::builder().build(), &uri("https://a/")),
             Route::Direct
         );
+    }
+
+    #[test]
+    fn a_timeout_is_found_among_the_causes() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("tcp connect error")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let timed = Outer(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let refused = Outer(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(timed_out(&timed));
+        assert!(!timed_out(&refused));
     }
 
     #[test]

@@ -516,10 +516,13 @@ pub(crate) struct Summary {
 }
 
 impl Summary {
-    /// Its JSON, for an answer written as a tree (Messages, Responses). Its fields are
-    /// plain data, which always serialise; `null` if one ever did not.
-    pub(crate) fn to_value(&self) -> Value {
-        serde_json::to_value(self).unwrap_or_default()
+    /// `summary`, when there is one, as the `choicewise` field of `object`, an answer's
+    /// object or event written as a tree (Messages, Responses). Its fields are plain data,
+    /// which always serialise; `null` if one ever did not.
+    pub(crate) fn ride_on(summary: Option<&Summary>, object: &mut Value) {
+        if let Some(summary) = summary {
+            object["choicewise"] = serde_json::to_value(summary).unwrap_or_default();
+        }
     }
 }
 

@@ -276,9 +276,7 @@ impl Encoder for MessagesEncoder {
         self.phase = Phase::Closed { finished: false };
         let why = end.why().unwrap_or_default();
         let mut event = json!({"type": "error", "error": {"type": "api_error", "message": why}});
-        if let Some(c) = choicewise {
-            event["choicewise"] = c.to_value();
-        }
+        Summary::ride_on(choicewise, &mut event);
         frame(out, "error", &event);
     }
 
@@ -301,9 +299,7 @@ impl Encoder for MessagesEncoder {
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
             "usage": usage_of(usage),
         });
-        if let Some(c) = choicewise {
-            delta["choicewise"] = c.to_value();
-        }
+        Summary::ride_on(choicewise, &mut delta);
         frame(out, "message_delta", &delta);
         frame(out, "message_stop", &json!({"type": "message_stop"}));
     }
@@ -425,8 +421,6 @@ pub(crate) fn message(
         "content": content, "stop_reason": reason, "stop_sequence": sequence,
         "usage": usage_of(usage),
     });
-    if let Some(c) = choicewise {
-        body["choicewise"] = c.to_value();
-    }
+    Summary::ride_on(choicewise, &mut body);
     body
 }

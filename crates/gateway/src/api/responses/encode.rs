@@ -772,9 +772,7 @@ impl Encoder for ResponsesEncoder {
         let error = super::failure(end);
         let mut event =
             json!({"response": self.response("failed", Value::Null, error, Value::Null)});
-        if let Some(c) = choicewise {
-            event["choicewise"] = c.to_value();
-        }
+        Summary::ride_on(choicewise, &mut event);
         self.emit(out, "response.failed", event);
         self.pay(out);
     }
@@ -816,9 +814,7 @@ impl Encoder for ResponsesEncoder {
             incomplete,
         );
         let mut event = Value::Object(serde_json::Map::from_iter([("response".into(), response)]));
-        if let Some(c) = choicewise {
-            event["choicewise"] = c.to_value();
-        }
+        Summary::ride_on(choicewise, &mut event);
         self.emit(out, name, event);
         self.pay(out);
     }

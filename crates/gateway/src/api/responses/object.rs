@@ -287,9 +287,7 @@ fn message_with<'a>(
         error,
         details,
     );
-    if let Some(c) = choicewise {
-        body["choicewise"] = c.to_value();
-    }
+    Summary::ride_on(choicewise, &mut body);
     body
 }
 
