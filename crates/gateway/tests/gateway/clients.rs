@@ -365,11 +365,15 @@ async fn check(results: Value) {
             1,
             "{client} {name}"
         );
-        assert_eq!(
-            summary["cancelled"].as_array().unwrap().len(),
-            1,
+        // The stalled sample never finishes, so it is cancelled; the "41" may finish before
+        // the third "42" decides the vote, or be cancelled with it, as the sockets run.
+        let cancelled = summary["cancelled"].as_array().unwrap();
+        assert!((1..=2).contains(&cancelled.len()), "{client} {name}: {got}");
+        assert!(
+            !cancelled.contains(&summary["selected"][0]),
             "{client} {name}: {got}"
         );
+        assert_eq!(summary["vote"]["votes"], 3, "{client} {name}: {got}");
     }
     check_usage(&case("vote_stream")["usage"], 5, &format!("{client} vote"));
 
