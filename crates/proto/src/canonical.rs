@@ -176,13 +176,13 @@ impl<'de, W: fmt::Write> serde::de::Visitor<'de> for Streamed<'_, 'de, W> {
             map.next_value::<&'de serde_json::value::RawValue>()?;
             members.push(at);
         }
-        let key = |at: &u32| unescaped_input(&input[*at as usize + 1..]);
-        members.sort_unstable_by(|a, b| key(a).cmp(key(b)).then(a.cmp(b)));
+        let key = |at: &u32| &input[*at as usize + 1..];
+        members.sort_unstable_by(|a, b| compare_input_keys(key(a), key(b)).then(a.cmp(b)));
         // Of equal keys the last in the text is kept; the others are checked as JSON (a
         // parsed object reads them too), written nowhere.
         let mut dropped: Vec<u32> = Vec::new();
         members.dedup_by(|later, kept| {
-            let same = key(later).eq(key(kept));
+            let same = compare_input_keys(key(later), key(kept)).is_eq();
             if same {
                 dropped.push(*kept);
                 *kept = *later;
@@ -249,14 +249,35 @@ fn value_start(input: &str, at: u32) -> usize {
     i
 }
 
+/// Two JSON strings as read (each from past its opening quote), ordered by their unescaped
+/// bytes. Their common prefix without an escape is compared as it is; from the first escape
+/// on, they are unescaped as they are compared.
+fn compare_input_keys(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut at = 0;
+    loop {
+        match (a.get(at).copied(), b.get(at).copied()) {
+            (Some(b'\\'), _) | (_, Some(b'\\')) => {
+                return unescaped_input(&a[at..]).cmp(unescaped_input(&b[at..]));
+            }
+            (Some(b'"') | None, Some(b'"') | None) => return Ordering::Equal,
+            (Some(b'"') | None, Some(_)) => return Ordering::Less,
+            (Some(_), Some(b'"') | None) => return Ordering::Greater,
+            (Some(x), Some(y)) if x != y => return x.cmp(&y),
+            _ => at += 1,
+        }
+    }
+}
+
 /// The bytes of a JSON string as read (from past its opening quote to its closing one),
 /// unescaped: `\uXXXX` (surrogate pairs joined) as UTF-8, the short escapes as their byte.
 /// The string was checked as JSON before: a lone surrogate is not met.
-fn unescaped_input(raw: &str) -> impl Iterator<Item = u8> + '_ {
-    let mut bytes = raw.bytes();
+fn unescaped_input(raw: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    let mut bytes = raw.iter().copied();
     let mut pending = [0u8; 4];
     let (mut next, mut end) = (0usize, 0usize);
-    let hex4 = |bytes: &mut std::str::Bytes<'_>| -> u32 {
+    let hex4 = |bytes: &mut std::iter::Copied<std::slice::Iter<'_, u8>>| -> u32 {
         (0..4).fold(0u32, |n, _| {
             let digit = bytes
                 .next()
@@ -570,6 +591,8 @@ mod tests {
             r#"{"b": 1, "a": [1, 2.5, -3, 1e5, 1E-7, 0.1, -0.0, 12345678901234567890123], "c": {}}"#,
             r#"{"a\"": 1, "a#": 2, "a\\": 3, "a\n": 4, "a\u0001": 5, "a": 6, "": 7}"#,
             r#"{"k": 1, "k": 2, "j": {"z": true, "z": false}}"#,
+            // Keys with and without escapes, equal once unescaped, in both orders.
+            r#"{"b": 1, "\u0061": 2, "a": 3, "\u0062": 4, "ab": 5, "a\u0062": 6, "a": 7}"#,
             r#"  [ "é\u00e9\ud83d\ude00", null, true, false, [], {} ]  "#,
             r#""just a string""#,
             "18446744073709551615",
