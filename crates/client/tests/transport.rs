@@ -132,14 +132,7 @@ async fn a_connection_is_kept_alive_by_the_kernel() {
     within(LIMIT, "collect", completions.collect())
         .await
         .unwrap();
-    let address: std::net::SocketAddr = server
-        .base_url()
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let address = server.addr();
     let mut checked = 0;
     for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
         let Ok(fd) = entry.unwrap().file_name().to_string_lossy().parse::<i32>() else {

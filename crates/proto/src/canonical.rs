@@ -177,12 +177,12 @@ impl<'de, W: fmt::Write> serde::de::Visitor<'de> for Streamed<'_, 'de, W> {
             members.push(at);
         }
         let key = |at: &u32| &input[*at as usize + 1..];
-        members.sort_unstable_by(|a, b| compare_input_keys(key(a), key(b)).then(a.cmp(b)));
+        members.sort_unstable_by(|a, b| compare_keys(key(a), key(b)).then(a.cmp(b)));
         // Of equal keys the last in the text is kept; the others are checked as JSON (a
         // parsed object reads them too), written nowhere.
         let mut dropped: Vec<u32> = Vec::new();
         members.dedup_by(|later, kept| {
-            let same = compare_input_keys(key(later), key(kept)).is_eq();
+            let same = compare_keys(key(later), key(kept)).is_eq();
             if same {
                 dropped.push(*kept);
                 *kept = *later;
@@ -249,10 +249,11 @@ fn value_start(input: &str, at: u32) -> usize {
     i
 }
 
-/// Two JSON strings as read (each from past its opening quote), ordered by their unescaped
-/// bytes. Their common prefix without an escape is compared as it is; from the first escape
-/// on, they are unescaped as they are compared.
-fn compare_input_keys(a: &str, b: &str) -> std::cmp::Ordering {
+/// Two JSON strings, each from past its opening quote (as read, or as [`write_json_string`]
+/// wrote it), ordered by their unescaped bytes: how two object keys compare. Their common
+/// prefix without an escape is compared as it is; from the first escape on, they are
+/// unescaped as they are compared.
+fn compare_keys(a: &str, b: &str) -> std::cmp::Ordering {
     use std::cmp::Ordering;
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut at = 0;
@@ -358,35 +359,6 @@ pub fn write_json_string<W: fmt::Write + ?Sized>(text: &str, out: &mut W) -> fmt
     }
     out.write_str(&text[from..])?;
     out.write_char('"')
-}
-
-/// The bytes of a string [`write_json_string`] wrote (its quotes excluded), unescaped: how two
-/// object keys compare.
-fn unescaped(written: &str) -> impl Iterator<Item = u8> + '_ {
-    let mut bytes = written.bytes();
-    std::iter::from_fn(move || {
-        let byte = bytes.next()?;
-        if byte != b'\\' {
-            return Some(byte);
-        }
-        Some(match bytes.next()? {
-            b'b' => b'\x08',
-            b't' => b'\t',
-            b'n' => b'\n',
-            b'f' => b'\x0c',
-            b'r' => b'\r',
-            b'u' => {
-                // `\u00XX`: the two last digits are the byte.
-                let mut digits = bytes.by_ref().take(4).skip(2);
-                let mut hex = || {
-                    let digit = digits.next().map_or('0', char::from);
-                    digit.to_digit(16).unwrap_or(0) as u8
-                };
-                (hex() << 4) | hex()
-            }
-            other => other,
-        })
-    })
 }
 
 /// Writes one JSON value canonically into the string it holds ([`write_canonical_json`]),
@@ -513,11 +485,11 @@ impl<'de> serde::de::Visitor<'de> for Buffered<'_> {
             members.push([begin, key_end, offset(out.len())?]);
         }
         let text = out.split_off(start);
-        let key = |m: &[u32; 3]| unescaped(&text[m[0] as usize + 1..m[1] as usize - 1]);
-        members.sort_by(|a, b| key(a).cmp(key(b)));
+        let key = |m: &[u32; 3]| &text[m[0] as usize + 1..m[1] as usize];
+        members.sort_by(|a, b| compare_keys(key(a), key(b)));
         // Of equal keys the last written is kept (a stable sort leaves them in that order).
         members.dedup_by(|later, kept| {
-            let same = key(later).eq(key(kept));
+            let same = compare_keys(key(later), key(kept)).is_eq();
             if same {
                 *kept = *later;
             }
@@ -638,6 +610,8 @@ mod tests {
             "{\"a\u{1}\": 1, \"b\": 2}",
             r#"{"a": {"\ud800": 1, "b": 2}}"#,
             r#"{"k\u0000": 1, "k": 2, "k\u001f": 3}"#,
+            // Keys in an object read again, compared as written: escaped, or not.
+            r#"{"o": {"k\u0000": 1, "k": 2, "k\u001f": 3, "\"": 4, "\\": 5, "k\n": 6, "k": 7}}"#,
             "{ \"a\" \t:\n 1 , \"b\"\r\n: {\"c\" : 2 } }",
         ];
         for json in cases {
