@@ -404,7 +404,10 @@ async fn a_client_that_never_reads_frees_its_slot() {
         config(
             "chat",
             &upstream.base_url(),
-            "[limits]\nmax_concurrent_requests = 1\nclient_stall_timeout_s = 1"
+            // No minimum drain rate: a loaded machine's first writes, each taken a little
+            // late, could add up to the stall bound and end the answer as a slow drain.
+            "[limits]\nmax_concurrent_requests = 1\nclient_stall_timeout_s = 1\n\
+             client_min_bytes_per_s = 0"
         ),
         small.base_url()
     );
