@@ -781,10 +781,11 @@ async fn metrics_count_requests_choices_tokens_and_open_connections() {
     assert!(!text.contains("sk-upstream-secret"));
 
     // A first_finished pick: the losers are cancelled, their tokens counted as such, and
-    // while a stalled answer streams, its stream and upstream are open.
+    // while a stalled answer streams, its stream and upstream are open. The winner's head
+    // comes late, so the loser has streamed its first events (tokens to count) by then.
     let picks = says("let me think about it")
         .stall_after_events(3)
-        .then(says("done"))
+        .then(says("done").head_delay(Duration::from_millis(500)))
         .start()
         .await
         .unwrap();
