@@ -96,9 +96,11 @@ fn parses_inline(len: usize, scan: Option<&Scan>) -> bool {
 }
 
 /// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
-/// [`parse`] it, [`plan`] its run, [`pick`] its samples. `finish` learns what the request's
-/// record needs as it goes, and `kept` what the API keeps of a request read for its errors
-/// ([`ClientApi::kept_for_errors`]).
+/// [`parse`] it, find its [`model`] and check its key [`allows`] it, [`plan`] its run,
+/// [`reserve`] what it may take, [`start`] its samples and [`pick`] them. Each step returns
+/// what it learned; this function alone writes it into the request's record (`finish`), which
+/// holds the run from its start, and `kept` what the API keeps of a request read for its
+/// errors ([`ClientApi::kept_for_errors`]).
 async fn serve<A: ClientApi>(
     gw: &Gateway,
     head: Arc<Head>,
@@ -124,41 +126,105 @@ async fn serve<A: ClientApi>(
     // Parsed: the memory mark checked again before the request goes on.
     layers::parsed(&gw.inner.admission, len)?;
     finish.asked(&parsed.req.model);
-    let Some(model) = gw.inner.models.get(&parsed.req.model).cloned() else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!(
-                "the model {:?} does not exist here (GET /v1/models lists them)",
-                parsed.req.model
-            ),
-        )
-        .code("model_not_found"));
-    };
+    let model = self::model(gw, &parsed.req.model)?;
     finish.named(parsed.req.model.clone());
     finish.streamed(parsed.req.stream);
-    if let keys::Caller::Named(i) = caller
-        && !gw.inner.keys.named(i).allows(&parsed.req.model)
-    {
-        let key = gw.inner.keys.named(i);
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "permission_error",
-            format!(
-                "the key `{}` may not use the model {:?} (its models: {})",
-                key.name,
-                parsed.req.model,
-                key.models.as_deref().unwrap_or_default().join(", ")
-            ),
-        )
-        .code("model_not_allowed"));
-    }
+    allows(gw, caller, &parsed.req.model)?;
     let plan = plan(gw, parsed, model, finish.client())?;
     // Before any upstream is asked: what the request may take, reserved of its limits.
-    Box::pin(reserve(gw, caller, &plan, finish)).await?;
+    let reserved = Box::pin(reserve(gw, caller, &plan, finish.request_id())).await?;
+    if let Some(reservation) = reserved {
+        finish.reserved(reservation);
+    }
     finish.opening(plan.opener.tries.clone(), plan.opener.limits_set.clone());
+    let Plan {
+        req,
+        reply,
+        opener,
+        apis,
+        estimate,
+        dropped,
+    } = plan;
+    let deadlines = Deadlines::new(gw, finish.arrived(), req.policy.deadline());
     // Boxed, as the answer is: a request's futures stay small where they are moved.
-    Box::pin(pick::<A>(gw, plan, finish)).await
+    let run = Box::pin(start(opener, &req, &deadlines, finish.request_id())).await?;
+    // The record holds the run from its start: a client gone from here on is recorded.
+    finish.started(run);
+    let traced = match (&gw.inner.traces, finish.take_parent()) {
+        (Some(traces), Some(parent)) => {
+            finish.traced(traces.request(parent, &req, apis.into_iter()));
+            true
+        }
+        _ => false,
+    };
+    // The span names how each sample ended, and its parts; the records' samples keep them.
+    let keep = traced || finish.records_samples();
+    finish.run_mut().keep_messages(keep);
+    let Picking {
+        picked,
+        decision,
+        outputs,
+    } = pick(finish.run_mut(), &req, &deadlines).await;
+    if let Some((rule, decision)) = decision {
+        finish.pick_decided(rule, decision);
+    }
+    finish.picked(outputs);
+    if let Some((why, e)) = unpicked(&picked, &deadlines, finish.request_id(), &req.model) {
+        // Boxed: the failure path's future is not carried by every request's.
+        Box::pin(finish.fail(why)).await;
+        return Err(e);
+    }
+    let envelope = Envelope::new(&req.model);
+    finish.response_id(&envelope.id);
+    let closing = write::Closing::new(
+        gw.inner.closing.subscribe(),
+        deadlines.request,
+        (finish.request_id(), req.model.as_str(), deadlines.request_s),
+    );
+    Ok(Ready {
+        picked,
+        req,
+        answer: Answer {
+            reply,
+            envelope,
+            estimate,
+        },
+        closing,
+        dropped,
+    })
+}
+
+/// The configured model `name`, or the 404 that says there is none.
+fn model(gw: &Gateway, name: &str) -> Result<Arc<open::ModelRoutes>, ApiError> {
+    gw.inner.models.get(name).cloned().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("the model {name:?} does not exist here (GET /v1/models lists them)"),
+        )
+        .code("model_not_found")
+    })
+}
+
+/// Whether the caller's key may use the model `name`: the 403 that says it may not.
+fn allows(gw: &Gateway, caller: keys::Caller, name: &str) -> Result<(), ApiError> {
+    let keys::Caller::Named(i) = caller else {
+        return Ok(());
+    };
+    let key = gw.inner.keys.named(i);
+    if key.allows(name) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "permission_error",
+        format!(
+            "the key `{}` may not use the model {name:?} (its models: {})",
+            key.name,
+            key.models.as_deref().unwrap_or_default().join(", ")
+        ),
+    )
+    .code("model_not_allowed"))
 }
 
 /// Parses a body of the client's API into the request to run. Parsing a body of up to
@@ -207,17 +273,17 @@ async fn parse<A: ClientApi>(
 /// tags', its model's): its samples, and where a limit counts tokens or dollars, its
 /// prompt's tokens and the answer room of each sample ([`room`]). The prompt is bounded from
 /// its bytes ([`prompt_bound`]) and counted only when that bound would be refused. The
-/// reservation goes to the request's record, which settles it; a refusal is logged with the
-/// key's name.
+/// reservation (none without limits) goes to the request's record, which settles it; a
+/// refusal is logged with the request's id and the key's name.
 async fn reserve<R>(
     gw: &Gateway,
     caller: keys::Caller,
     plan: &Plan<R>,
-    finish: &mut Finish,
-) -> Result<(), ApiError> {
+    request_id: &str,
+) -> Result<Option<crate::quota::Reservation>, ApiError> {
     let quota = &gw.inner.quota;
     let Some(applicable) = quota.applicable(caller, &plan.req.model) else {
-        return Ok(());
+        return Ok(None);
     };
     let mut demand = crate::quota::Demand {
         samples: u64::from(plan.req.samples.max(1)),
@@ -230,21 +296,19 @@ async fn reserve<R>(
     }
     let count = || prompt_tokens(&plan.opener);
     match quota.reserve(applicable, demand, count).await {
-        Ok(Some(reservation)) => finish.reserved(reservation),
-        Ok(None) => {}
+        Ok(reserved) => Ok(reserved),
         Err(e) => {
             tracing::info!(
-                request_id = %finish.request_id(),
+                request_id = %request_id,
                 key = gw.inner.keys.label(caller),
                 model = %plan.req.model,
                 status = e.status.as_u16(),
                 "refused by its limits: {}",
                 e.message
             );
-            return Err(e);
+            Err(e)
         }
     }
-    Ok(())
 }
 
 /// The answer room a request's sample may take: the limit it states (`max_completion_tokens`,
@@ -456,78 +520,60 @@ impl Deadlines {
     }
 }
 
-/// Opens a planned request's samples and picks them, by its deadlines; `finish` takes the
-/// run, and the failure when nothing was picked.
-async fn pick<A: ClientApi>(
-    gw: &Gateway,
-    plan: Plan<A::Reply>,
-    finish: &mut Finish,
-) -> Result<Ready<A>, ApiError> {
-    let Plan {
-        req,
-        reply,
-        opener,
-        apis,
-        estimate,
-        dropped,
-    } = plan;
-    let deadlines = Deadlines::new(gw, finish.arrived(), req.policy.deadline());
-    let picked_by = deadlines.picked_by();
-    let request_id = finish.request_id().to_string();
-    let started = tokio::time::timeout_at(picked_by.into(), Run::start(opener, &req)).await;
-    let Ok(run) = started else {
+/// Opens a planned request's first samples ([`Run::start`]), by the time its pick must be
+/// made: the run, or why it could not start (a 504 past its deadline).
+async fn start(
+    opener: open::Opener,
+    req: &ChatRequest,
+    deadlines: &Deadlines,
+    request_id: &str,
+) -> Result<Run, ApiError> {
+    let started = tokio::time::timeout_at(deadlines.picked_by().into(), Run::start(opener, req));
+    let Ok(run) = started.await else {
         return Err(deadlines.passed(
-            &request_id,
+            request_id,
             &req.model,
             "while its first samples were opened",
         ));
     };
-    // The record holds the run from its start: a client gone from here on is recorded.
-    finish.started(run?);
-    let span = match (&gw.inner.traces, finish.take_parent()) {
-        (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
-        _ => None,
-    };
-    // The span names how each sample ended, and its parts; the records' samples keep them.
-    let keep = span.is_some() || finish.records_samples();
-    finish.run_mut().keep_messages(keep);
-    let left = picked_by.saturating_duration_since(Instant::now());
-    let picked = finish.run_mut().pick(&req, left).await;
+    run
+}
+
+/// What picking a request's samples learned: the pick, how its rule decided (none for
+/// `all`) and the samples it gives the client (`None`: every sample).
+struct Picking {
+    picked: Picked,
+    decision: Option<(&'static str, &'static str)>,
+    outputs: Option<Vec<u32>>,
+}
+
+/// Picks the started `run`'s samples by the request's pick rule, within the time its
+/// deadlines leave.
+async fn pick(run: &mut Run, req: &ChatRequest, deadlines: &Deadlines) -> Picking {
+    let left = deadlines
+        .picked_by()
+        .saturating_duration_since(Instant::now());
+    let picked = run.pick(req, left).await;
     let rule = req.policy.rule();
-    if rule != choicewise_core::PickRule::All {
-        let decision = match (&picked.samples[..], picked.timed_out, &picked.reason) {
-            ([], _, _) => "none",
-            (_, true, _) => "timed_out",
-            (_, false, Some(_)) => "undecided",
-            (_, false, None) => "decided",
+    if rule == choicewise_core::PickRule::All {
+        return Picking {
+            picked,
+            decision: None,
+            outputs: None,
         };
-        finish.pick_decided(rule.as_str(), decision);
     }
-    let unpicked = unpicked(&picked, &deadlines, &request_id, &req.model);
-    let outputs = (rule != choicewise_core::PickRule::All).then(|| picked.samples.clone());
-    finish.picked(outputs, span);
-    if let Some((why, e)) = unpicked {
-        finish.fail(why).await;
-        return Err(e);
-    }
-    let envelope = Envelope::new(&req.model);
-    finish.response_id(&envelope.id);
-    let closing = write::Closing::new(
-        gw.inner.closing.subscribe(),
-        deadlines.request,
-        (finish.request_id(), req.model.as_str(), deadlines.request_s),
-    );
-    Ok(Ready {
+    let decision = match (&picked.samples[..], picked.timed_out, &picked.reason) {
+        ([], _, _) => "none",
+        (_, true, _) => "timed_out",
+        (_, false, Some(_)) => "undecided",
+        (_, false, None) => "decided",
+    };
+    let outputs = Some(picked.samples.clone());
+    Picking {
         picked,
-        req,
-        answer: Answer {
-            reply,
-            envelope,
-            estimate,
-        },
-        closing,
-        dropped,
-    })
+        decision: Some((rule.as_str(), decision)),
+        outputs,
+    }
 }
 
 /// Why nothing was picked, when nothing was: the request passed its deadline first (504),

@@ -145,13 +145,34 @@ impl Traces {
         model: Option<&str>,
         e: &ApiError,
     ) {
-        let end = SystemTime::now();
         let error_type = error_type(e);
-        let mut attributes = vec![
-            KeyValue::new("gen_ai.operation.name", "chat"),
+        let attributes = vec![
             KeyValue::new("error.type", error_type.clone()),
             KeyValue::new("http.response.status_code", i64::from(e.status.as_u16())),
         ];
+        self.unrun(parent, took, model, attributes, Some(error_type));
+    }
+
+    /// The span of a request whose client went away before any answer and before its samples
+    /// started (its body arriving, its first samples opening): `choicewise.client_closed`,
+    /// no error.
+    pub fn record_gone(&self, parent: &Context, took: Duration, model: Option<&str>) {
+        let attributes = vec![KeyValue::new("choicewise.client_closed", true)];
+        self.unrun(parent, took, model, attributes, None);
+    }
+
+    /// The span of a request that ended before any sample started, `took` long, with these
+    /// attributes besides the operation and the model, an error if `error` says one.
+    fn unrun(
+        &self,
+        parent: &Context,
+        took: Duration,
+        model: Option<&str>,
+        mut attributes: Vec<KeyValue>,
+        error: Option<String>,
+    ) {
+        let end = SystemTime::now();
+        attributes.insert(0, KeyValue::new("gen_ai.operation.name", "chat"));
         if let Some(model) = model {
             attributes.push(KeyValue::new("gen_ai.request.model", model.to_string()));
         }
@@ -162,7 +183,9 @@ impl Traces {
             .with_start_time(end.checked_sub(took).unwrap_or(end))
             .with_attributes(attributes)
             .start_with_context(&self.tracer, parent);
-        span.set_status(Status::error(error_type));
+        if let Some(error_type) = error {
+            span.set_status(Status::error(error_type));
+        }
         span.end_with_timestamp(end);
     }
 

@@ -411,13 +411,17 @@ impl State {
             .run
     }
 
-    /// The run picked: its output samples (`None`: every sample is an output) and the
-    /// request's span.
-    pub(crate) fn picked(&mut self, outputs: Option<Vec<u32>>, span: Option<RequestSpan>) {
+    /// The request's span, with traces on, made once its run started: ended with its
+    /// record, whenever its client leaves.
+    pub(crate) fn traced(&mut self, span: RequestSpan) {
+        self.span = Some(span);
+    }
+
+    /// The run picked: its output samples (`None`: every sample is an output).
+    pub(crate) fn picked(&mut self, outputs: Option<Vec<u32>>) {
         if let Some(running) = self.running_mut() {
             running.outputs = outputs;
         }
-        self.span = span;
     }
 
     /// The output samples of a selection (`None`: every sample is an output).
@@ -633,12 +637,15 @@ impl State {
     }
 
     /// A request whose client went away before any answer and before its run began (its
-    /// body still arriving, its samples opening): counted as gone, and logged.
+    /// body still arriving, its samples opening): counted as gone, logged, and its span made.
     fn record_gone(&self) {
         let ended = ErrorType::ClientGone.as_str();
         let took = self.arrived.elapsed();
         (self.metrics).finished(&self.model, self.api, ended, took, &Outcome::default());
         self.log_unrun(ended);
+        if let (Some(traces), Some(parent)) = (&self.traces, &self.parent) {
+            traces.record_gone(parent, took, self.asked.as_deref());
+        }
         if self.records.is_some() {
             let status = ErrorType::ClientGone.status().as_u16();
             self.write_record(None, status, ended, took);

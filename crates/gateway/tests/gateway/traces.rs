@@ -489,6 +489,53 @@ async fn content_is_captured_when_asked_and_errors_have_their_span() {
     assert!(!receiver.raw().contains("sk-"), "no key in an export");
 }
 
+/// A client that leaves while its samples open, or while its vote is undecided, has its
+/// span as any other request, ended with its record: `choicewise.client_closed`, not an
+/// error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_before_its_answer_has_its_span() {
+    let (receiver, endpoint) = Receiver::start().await;
+    // Heads that never come in time: the samples are still opening when the client leaves.
+    let opening = start(says("late").head_delay(LIMIT)).await;
+    let undecided = start(stalled(2)).await;
+    let (addr, gateway) = gateway(&config(
+        &endpoint,
+        false,
+        &[
+            ("opening", opening.base_url(), "n = \"fan-out\""),
+            ("undecided", undecided.base_url(), "n = \"fan-out\""),
+        ],
+    ))
+    .await;
+    for (model, upstream, spans) in [("opening", &opening, 1), ("undecided", &undecided, 2)] {
+        let mut body = request(model, 1);
+        body["choicewise"] = json!({"samples": 2, "select": "vote"});
+        let asking = tokio::spawn(async move { post(addr, body).await });
+        // Both samples asked, then a moment for the undecided ones to stream their first
+        // events (the vote has nothing to count), and the client leaves.
+        within(LIMIT, "both samples asked", async {
+            while upstream.requests().len() < 2 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        asking.abort();
+        let spans = receiver.spans(&gateway, spans).await;
+        let name = format!("chat {model}");
+        let span = (spans.iter()).find(|s| s.name == name);
+        let span = span.unwrap_or_else(|| panic!("no span {name}: {spans:#?}"));
+        assert_eq!(span.attr("gen_ai.request.model"), model, "{span:#?}");
+        assert_eq!(span.attr("choicewise.client_closed"), true, "{span:#?}");
+        assert!(!span.error, "a client gone is no error: {span:#?}");
+    }
+    let undecided = (receiver.spans(&gateway, 2).await.into_iter())
+        .find(|s| s.name == "chat undecided")
+        .unwrap();
+    assert_eq!(undecided.attr("choicewise.select"), "vote");
+    assert_eq!(undecided.attr("choicewise.samples"), 2);
+}
+
 #[test]
 fn the_endpoint_is_a_base_url_and_traces_are_off_without_one() {
     let models = "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
