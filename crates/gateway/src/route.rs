@@ -97,10 +97,10 @@ fn parses_inline(len: usize, scan: Option<&Scan>) -> bool {
 
 /// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
 /// [`parse`] it, find its [`model`] and check its key [`allows`] it, [`plan`] its run,
-/// [`reserve`] what it may take, [`start`] its samples and [`pick`] them. Each step returns
-/// what it learned; this function alone writes it into the request's record (`finish`), which
-/// holds the run from its start, and `kept` what the API keeps of a request read for its
-/// errors ([`ClientApi::kept_for_errors`]).
+/// [`reserve`] what it may take, [`start`] its samples and pick them ([`Run::pick`]). Each
+/// step returns what it learned; this function alone writes it into the request's record
+/// (`finish`), which holds the run from its start, and `kept` what the API keeps of a request
+/// read for its errors ([`ClientApi::kept_for_errors`]).
 async fn serve<A: ClientApi>(
     gw: &Gateway,
     head: Arc<Head>,
@@ -160,15 +160,12 @@ async fn serve<A: ClientApi>(
     // The span names how each sample ended, and its parts; the records' samples keep them.
     let keep = traced || finish.records_samples();
     finish.run_mut().keep_messages(keep);
-    let Picking {
-        picked,
-        decision,
-        outputs,
-    } = pick(finish.run_mut(), &req, &deadlines).await;
-    if let Some((rule, decision)) = decision {
-        finish.pick_decided(rule, decision);
+    let left = (deadlines.picked_by()).saturating_duration_since(Instant::now());
+    let picked = finish.run_mut().pick(&req, left).await;
+    let rule = req.policy.rule();
+    if rule != choicewise_core::PickRule::All {
+        finish.picked(rule.as_str(), &picked);
     }
-    finish.picked(outputs);
     if let Some((why, e)) = unpicked(&picked, &deadlines, finish.request_id(), &req.model) {
         // Boxed: the failure path's future is not carried by every request's.
         Box::pin(finish.fail(why)).await;
@@ -537,43 +534,6 @@ async fn start(
         ));
     };
     run
-}
-
-/// What picking a request's samples learned: the pick, how its rule decided (none for
-/// `all`) and the samples it gives the client (`None`: every sample).
-struct Picking {
-    picked: Picked,
-    decision: Option<(&'static str, &'static str)>,
-    outputs: Option<Vec<u32>>,
-}
-
-/// Picks the started `run`'s samples by the request's pick rule, within the time its
-/// deadlines leave.
-async fn pick(run: &mut Run, req: &ChatRequest, deadlines: &Deadlines) -> Picking {
-    let left = deadlines
-        .picked_by()
-        .saturating_duration_since(Instant::now());
-    let picked = run.pick(req, left).await;
-    let rule = req.policy.rule();
-    if rule == choicewise_core::PickRule::All {
-        return Picking {
-            picked,
-            decision: None,
-            outputs: None,
-        };
-    }
-    let decision = match (&picked.samples[..], picked.timed_out, &picked.reason) {
-        ([], _, _) => "none",
-        (_, true, _) => "timed_out",
-        (_, false, Some(_)) => "undecided",
-        (_, false, None) => "decided",
-    };
-    let outputs = Some(picked.samples.clone());
-    Picking {
-        picked,
-        decision: Some((rule.as_str(), decision)),
-        outputs,
-    }
 }
 
 /// Why nothing was picked, when nothing was: the request passed its deadline first (504),

@@ -14,7 +14,7 @@ use crate::answer::ending::{AnswerEnd, Ended, ErrorType, Initiator};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Outcome};
 use crate::traces::{RequestSpan, Traces};
-use crate::upstream::engine::Run;
+use crate::upstream::engine::{Picked, Run};
 use crate::upstream::open::TryRecord;
 use crate::upstream::resilience;
 
@@ -308,11 +308,6 @@ impl State {
         self.records.as_ref().is_some_and(|r| r.samples())
     }
 
-    /// The pick `rule` decided so (`decided`, `undecided`, `timed_out`, `none`).
-    pub(crate) fn pick_decided(&mut self, rule: &'static str, decision: &'static str) {
-        self.pick = Some((rule, decision));
-    }
-
     /// The answer's first byte is being sent: its time, once.
     pub(crate) fn first_byte(&self) {
         if self.first_byte.get().is_none() {
@@ -417,10 +412,12 @@ impl State {
         self.span = Some(span);
     }
 
-    /// The run picked: its output samples (`None`: every sample is an output).
-    pub(crate) fn picked(&mut self, outputs: Option<Vec<u32>>) {
+    /// The run picked by `rule` (any but `all`, whose outputs are every sample): its output
+    /// samples, and how the pick ended ([`Picked::how_decided`]).
+    pub(crate) fn picked(&mut self, rule: &'static str, picked: &Picked) {
+        self.pick = Some((rule, picked.how_decided()));
         if let Some(running) = self.running_mut() {
-            running.outputs = outputs;
+            running.outputs = Some(picked.samples.clone());
         }
     }
 

@@ -562,6 +562,18 @@ impl Picked {
             confidence: None,
         }
     }
+
+    /// How the pick ended, as its record names it: `none` (nothing picked), `timed_out`
+    /// (the deadline came first), `undecided` (picked without a decision, its `reason`
+    /// says why) or `decided`.
+    pub(crate) fn how_decided(&self) -> &'static str {
+        match (&self.samples[..], self.timed_out, &self.reason) {
+            ([], _, _) => "none",
+            (_, true, _) => "timed_out",
+            (_, false, Some(_)) => "undecided",
+            (_, false, None) => "decided",
+        }
+    }
 }
 
 /// An upstream request being opened (its tries, [`Opener::open`]).

@@ -528,12 +528,12 @@ async fn a_client_gone_before_its_answer_has_its_span() {
         assert_eq!(span.attr("gen_ai.request.model"), model, "{span:#?}");
         assert_eq!(span.attr("choicewise.client_closed"), true, "{span:#?}");
         assert!(!span.error, "a client gone is no error: {span:#?}");
+        if model == "undecided" {
+            // The span of its run.
+            assert_eq!(span.attr("choicewise.select"), "vote");
+            assert_eq!(span.attr("choicewise.samples"), 2);
+        }
     }
-    let undecided = (receiver.spans(&gateway, 2).await.into_iter())
-        .find(|s| s.name == "chat undecided")
-        .unwrap();
-    assert_eq!(undecided.attr("choicewise.select"), "vote");
-    assert_eq!(undecided.attr("choicewise.samples"), 2);
 }
 
 #[test]
