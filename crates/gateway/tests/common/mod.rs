@@ -7,10 +7,12 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use choicewise_gateway::{Config, Gateway};
 use choicewise_testserver::{Failure, TestServer, TestServerBuilder, answer};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -284,6 +286,80 @@ pub fn chunk(index: u32, delta: Value, finish: Value) -> String {
     let chunk = serde_json::json!({"id": "c", "object": "chat.completion.chunk", "model": "up",
         "choices": [{"index": index, "delta": delta, "finish_reason": finish}]});
     format!("data: {chunk}\n\n")
+}
+
+/// An upstream that answers every request with `first` (SSE events), then choice 0's deltas
+/// of 8 KiB without end, for as long as its connection takes them ([`endless`]).
+pub struct Endless {
+    /// Its base URL.
+    pub url: String,
+    requests: Arc<AtomicUsize>,
+    ended: Arc<AtomicUsize>,
+    sent: Arc<AtomicU64>,
+}
+
+impl Endless {
+    /// The requests it took.
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    /// The answers it stopped writing because their connection went away.
+    pub fn ended(&self) -> usize {
+        self.ended.load(Ordering::SeqCst)
+    }
+
+    /// The bytes of endless deltas it sent, over every answer.
+    pub fn sent(&self) -> u64 {
+        self.sent.load(Ordering::SeqCst)
+    }
+}
+
+/// Starts an [`Endless`] upstream that sends `first` before its endless deltas. Whatever the
+/// sockets between can hold, they fill: a test that needs them full takes this upstream,
+/// never a finite answer assumed larger than a host's buffers.
+pub async fn endless(first: String) -> Endless {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let ended = Arc::new(AtomicUsize::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
+    let counts = (requests.clone(), ended.clone(), sent.clone());
+    let first = Arc::new(format!("{SSE_HEAD}\r\nconnection: close\r\n\r\n{first}"));
+    let more: Arc<String> = Arc::new(
+        std::iter::repeat_n(
+            chunk(
+                0,
+                json!({"content": "more ".repeat(8 * 1024 / 5)}),
+                Value::Null,
+            ),
+            8,
+        )
+        .collect(),
+    );
+    let addr = raw_upstream(move |mut tcp| {
+        let (requests, ended, sent) = counts.clone();
+        let (first, more) = (first.clone(), more.clone());
+        async move {
+            if read_head(&mut tcp).await.is_none() {
+                return;
+            }
+            requests.fetch_add(1, Ordering::SeqCst);
+            let mut written = tcp.write_all(first.as_bytes()).await;
+            while written.is_ok() {
+                written = tcp.write_all(more.as_bytes()).await;
+                if written.is_ok() {
+                    sent.fetch_add(more.len() as u64, Ordering::SeqCst);
+                }
+            }
+            ended.fetch_add(1, Ordering::SeqCst);
+        }
+    })
+    .await;
+    Endless {
+        url: format!("http://{addr}/v1"),
+        requests,
+        ended,
+        sent,
+    }
 }
 
 /// The status line and header of a streamed answer, for [`reading_upstream`].

@@ -4,8 +4,6 @@
 //! as the client.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise_test_support::within;
@@ -14,9 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common::{
-    SSE_HEAD, answering, chunk, metrics, post_chat, raw_upstream, read_head, serve, sse_data, start,
-};
+use crate::common::{answering, endless, metrics, post_chat, serve, sse_data, start};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -394,36 +390,6 @@ async fn connections_are_bounded() {
     assert!(refused.is_some_and(|n| n >= 1), "{metrics}");
 }
 
-/// An upstream that answers every request with one choice's deltas, 8 KiB each, without end
-/// for as long as its connection takes them: its base URL, the requests it took and the
-/// answers it stopped writing because their connection went away.
-async fn endless() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
-    let (requests, ended) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let counts = (requests.clone(), ended.clone());
-    let addr = raw_upstream(move |mut tcp| {
-        let (requests, ended) = counts.clone();
-        async move {
-            if read_head(&mut tcp).await.is_none() {
-                return;
-            }
-            requests.fetch_add(1, Ordering::SeqCst);
-            let head = format!("{SSE_HEAD}\r\nconnection: close\r\n\r\n");
-            let words = chunk(
-                0,
-                json!({"content": "more ".repeat(8 * 1024 / 5)}),
-                Value::Null,
-            );
-            let mut written = tcp.write_all(head.as_bytes()).await;
-            while written.is_ok() {
-                written = tcp.write_all(words.as_bytes()).await;
-            }
-            ended.fetch_add(1, Ordering::SeqCst);
-        }
-    })
-    .await;
-    (format!("http://{addr}/v1"), requests, ended)
-}
-
 /// Finding 6: a client that never reads its answer gives its slot back after
 /// client_stall_timeout_s, its upstream closed.
 ///
@@ -432,13 +398,13 @@ async fn endless() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
 /// the stall and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_frees_its_slot() {
-    let (url, requests, ended) = endless().await;
+    let upstream = endless(String::new()).await;
     let small = answering("fine").await;
     let toml = format!(
         "{}[[models]]\nname = \"small\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
         config(
             "chat",
-            &url,
+            &upstream.url,
             // No minimum drain rate: a loaded machine's first writes, each taken a little
             // late, could add up to the stall bound and end the answer as a slow drain. No
             // answer bound within reach: the sockets between fill before it.
@@ -460,7 +426,7 @@ async fn a_client_that_never_reads_frees_its_slot() {
     // The stalled request holds the slot once its upstream has it (else a probe could take
     // the slot first, and the stalled request get the 429).
     within(LIMIT, "the stalled request reaching its upstream", async {
-        while requests.load(Ordering::SeqCst) < 1 {
+        while upstream.requests() < 1 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -487,7 +453,7 @@ async fn a_client_that_never_reads_frees_its_slot() {
         let stalled = metrics.contains("choicewise_client_stalls_total 1");
         let cancelled =
             metrics.contains("choicewise_choices_total{model=\"m\",finish_reason=\"cancelled\"} 1");
-        let closed = ended.load(Ordering::SeqCst) == 1;
+        let closed = upstream.ended() == 1;
         if stalled && cancelled && closed {
             break;
         }

@@ -5,16 +5,13 @@
 //! above idle: `/proc/self/status`' `VmHWM`, reset through `/proc/self/clear_refs`).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use choicewise_test_support::within;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::ONE_AT_A_TIME;
-use crate::common::{chunk, no_env, post_chat, serve, status_bytes};
+use crate::common::{Endless, chunk, endless, no_env, post_chat, serve, status_bytes};
 
 use crate::HEAP;
 
@@ -23,51 +20,18 @@ const LIMIT: Duration = Duration::from_secs(120);
 const MIB: i64 = 1024 * 1024;
 
 /// An upstream answering every request with 16 choices: choices 1 to 15 say a word and
-/// finish, choice 0 sends 8 KiB deltas without end (as long as it is read). Its base URL,
-/// and the bytes it sent.
-async fn endless() -> (String, Arc<AtomicU64>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let sent = Arc::new(AtomicU64::new(0));
-    let counted = sent.clone();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            let counted = counted.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                let mut head = Vec::new();
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match tcp.read(&mut buf).await {
-                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
-                        _ => return,
-                    }
-                }
-                let mut start = String::from(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
-                );
-                for i in 1..16 {
-                    start.push_str(&chunk(
-                        i,
-                        json!({"role": "assistant", "content": "fine"}),
-                        Value::Null,
-                    ));
-                    start.push_str(&chunk(i, json!({}), json!("stop")));
-                }
-                if tcp.write_all(start.as_bytes()).await.is_err() {
-                    return;
-                }
-                let words = "more ".repeat(8 * 1024 / 5);
-                let mut more = String::new();
-                for _ in 0..8 {
-                    more.push_str(&chunk(0, json!({"content": words}), Value::Null));
-                }
-                while tcp.write_all(more.as_bytes()).await.is_ok() {
-                    counted.fetch_add(more.len() as u64, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    (format!("http://{addr}/v1"), sent)
+/// finish, choice 0 sends 8 KiB deltas without end (as long as it is read).
+async fn endless_choice() -> Endless {
+    let mut first = String::new();
+    for i in 1..16 {
+        first.push_str(&chunk(
+            i,
+            json!({"role": "assistant", "content": "fine"}),
+            Value::Null,
+        ));
+        first.push_str(&chunk(i, json!({}), json!("stop")));
+    }
+    endless(first).await
 }
 
 async fn post(addr: SocketAddr, body: &Value) -> Value {
@@ -79,7 +43,8 @@ async fn post(addr: SocketAddr, body: &Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_endless_choice_of_sixteen_fails_alone_within_its_bound() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (url, sent) = endless().await;
+    let upstream = endless_choice().await;
+    let url = &upstream.url;
     let toml = format!(
         "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{url}\"\nmodel = \"up\"\nn = \"native\"\n"
     );
@@ -101,7 +66,7 @@ async fn one_endless_choice_of_sixteen_fails_alone_within_its_bound() {
         false => status_bytes("VmRSS"),
     } - idle;
     let (heap, rss) = (heap as f64 / MIB as f64, rss as f64 / MIB as f64);
-    let sent = sent.load(Ordering::Relaxed) as f64 / MIB as f64;
+    let sent = upstream.sent() as f64 / MIB as f64;
     eprintln!(
         "n = 16, one endless choice: heap peak +{heap:.1} MiB, resident +{rss:.1} MiB; the upstream sent {sent:.1} MiB in all"
     );
