@@ -39,8 +39,10 @@ impl Records {
         let prices = (config.models.iter())
             .filter_map(|m| m.price.map(|p| (m.name.clone(), p)))
             .collect();
+        let recorder = Recorder::start(writer, metrics.records.clone())
+            .map_err(|e| ConfigError(format!("[records] spool_path: {e}")))?;
         Ok(Records {
-            recorder: Recorder::start(writer, metrics.records.clone()),
+            recorder,
             samples: records.samples,
             prices,
         })

@@ -68,6 +68,10 @@ pub struct RequestRecord {
     pub cost_usd: Option<f64>,
     /// Its samples, with `samples = true` (else empty).
     pub samples: Vec<SampleRecord>,
+    /// Its samples' texts were cut to the record's bound ([`RequestRecord::fit`]): the row
+    /// and every count are whole, some texts are not.
+    #[serde(default)]
+    pub samples_cut: bool,
 }
 
 /// One started sample's tokens, in [`RequestRecord::sample_tokens`].
@@ -163,6 +167,7 @@ impl RequestRecord {
             total_ms: 0.0,
             cost_usd: None,
             samples: Vec::new(),
+            samples_cut: false,
         }
     }
 
@@ -174,6 +179,70 @@ impl RequestRecord {
             + self.ended.len()
             + 48 * self.sample_tokens.len()
             + self.samples.iter().map(SampleRecord::weight).sum::<usize>()
+    }
+}
+
+impl RequestRecord {
+    /// Cuts its samples' texts until it weighs at most `max_bytes`, so that a request whose
+    /// samples are too large to keep still has its row: the log-probabilities go first
+    /// (the largest first), then the assembled messages, then the contents are cut to an
+    /// equal share each (on a character's boundary). Sets
+    /// [`samples_cut`](Self::samples_cut) and returns whether anything was cut.
+    ///
+    /// ```
+    /// use choicewise_records::{RequestRecord, SampleRecord};
+    /// let mut r = RequestRecord::new(1_795_737_600_000, "req-1", "m");
+    /// for i in 0..4 {
+    ///     let mut s = SampleRecord::new(i, "stop");
+    ///     s.content = Some("x".repeat(1000));
+    ///     s.logprobs = Some("[0.5]".repeat(10_000));
+    ///     r.samples.push(s);
+    /// }
+    /// assert!(r.fit(16 << 10));
+    /// assert!(r.samples_cut);
+    /// assert!(r.samples.iter().all(|s| s.logprobs.is_none() && s.content.as_ref().unwrap().len() == 1000));
+    /// assert!(!r.fit(16 << 10)); // it fits now
+    /// ```
+    pub fn fit(&mut self, max_bytes: usize) -> bool {
+        if self.weight() <= max_bytes {
+            return false;
+        }
+        type Field = fn(&mut SampleRecord) -> &mut Option<String>;
+        let fields: [Field; 2] = [|s| &mut s.logprobs, |s| &mut s.message];
+        for field in fields {
+            let mut order: Vec<usize> = (0..self.samples.len()).collect();
+            let mut lens: Vec<usize> = (self.samples.iter_mut())
+                .map(|s| field(s).as_ref().map_or(0, String::len))
+                .collect();
+            order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
+            for i in order {
+                if self.weight() <= max_bytes {
+                    break;
+                }
+                *field(&mut self.samples[i]) = None;
+                lens[i] = 0;
+            }
+        }
+        let weight = self.weight();
+        if weight > max_bytes && !self.samples.is_empty() {
+            let contents: usize = (self.samples.iter())
+                .map(|s| s.content.as_ref().map_or(0, String::len))
+                .sum();
+            let share = max_bytes.saturating_sub(weight - contents) / self.samples.len();
+            for s in &mut self.samples {
+                if let Some(text) = &mut s.content
+                    && text.len() > share
+                {
+                    let mut end = share;
+                    while !text.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    text.truncate(end);
+                }
+            }
+        }
+        self.samples_cut = true;
+        true
     }
 }
 

@@ -13,7 +13,7 @@ use sqlx::{Postgres, QueryBuilder, Sqlite};
 use crate::record::{RequestRecord, SampleRecord};
 use crate::{RecordsError, shown_url};
 
-/// Rows per statement, at most: 22 parameters each for `requests`, 10 for `samples`.
+/// Rows per statement, at most: 23 parameters each for `requests`, 10 for `samples`.
 const ROWS_PER_STATEMENT: usize = 64;
 
 /// `items` in chunks whose lengths are powers of two of at most [`ROWS_PER_STATEMENT`]:
@@ -45,11 +45,14 @@ fn migrator() -> Migrator {
         )
     };
     Migrator {
-        migrations: Cow::Owned(vec![migration(
-            1,
-            "records",
-            include_str!("../migrations/0001_records.sql"),
-        )]),
+        migrations: Cow::Owned(vec![
+            migration(1, "records", include_str!("../migrations/0001_records.sql")),
+            migration(
+                2,
+                "samples cut",
+                include_str!("../migrations/0002_samples_cut.sql"),
+            ),
+        ]),
         ..Migrator::DEFAULT
     }
 }
@@ -108,7 +111,7 @@ impl Store {
 
     async fn connect_with(url: &str, create: bool) -> Result<Store, RecordsError> {
         let shown = shown_url(url);
-        let fail = |e: sqlx::Error| RecordsError::Database(format!("{shown}: {e}"));
+        let fail = |e: &sqlx::Error| fault_error(&shown, e);
         let db = if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
                 return Err(RecordsError::Url(format!("{shown}: no file named")));
@@ -124,7 +127,7 @@ impl Store {
                 .acquire_timeout(Duration::from_secs(5))
                 .connect_with(options)
                 .await
-                .map_err(fail)?;
+                .map_err(|e| fail(&e))?;
             Db::Sqlite(pool)
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let options = PgConnectOptions::from_str(url)
@@ -134,7 +137,12 @@ impl Store {
                 .acquire_timeout(Duration::from_secs(5))
                 .connect_with(options)
                 .await
-                .map_err(|e| RecordsError::Database(format!("{shown}: {}", scrub(&e, url))))?;
+                .map_err(|e| match fault_error(&shown, &e) {
+                    RecordsError::Config(_) => {
+                        RecordsError::Config(format!("{shown}: {}", scrub(&e, url)))
+                    }
+                    _ => RecordsError::Database(format!("{shown}: {}", scrub(&e, url))),
+                })?;
             Db::Postgres(pool)
         } else {
             return Err(RecordsError::Url(format!(
@@ -157,7 +165,15 @@ impl Store {
             Db::Sqlite(pool) => migrator.run(pool).await,
             Db::Postgres(pool) => migrator.run(pool).await,
         };
-        done.map_err(|e| RecordsError::Database(format!("{}: migrations: {e}", self.shown)))
+        done.map_err(|e| match e {
+            sqlx::migrate::MigrateError::Execute(e) => match fault_error(&self.shown, &e) {
+                RecordsError::Rejected(text) | RecordsError::Database(text) => {
+                    RecordsError::Database(format!("migrations: {text}"))
+                }
+                other => other,
+            },
+            e => RecordsError::Database(format!("{}: migrations: {e}", self.shown)),
+        })
     }
 
     /// Writes `records` (and their samples), in one transaction: a record already written
@@ -170,11 +186,7 @@ impl Store {
             Db::Sqlite(pool) => write_sqlite(pool, records).await,
             Db::Postgres(pool) => write_postgres(pool, records).await,
         };
-        written.map_err(|e| match e {
-            // The database read the statement and refused it: the records, not the database.
-            sqlx::Error::Database(e) => RecordsError::Rejected(format!("{}: {e}", self.shown)),
-            e => RecordsError::Database(format!("{}: {e}", self.shown)),
-        })
+        written.map_err(|e| fault_error(&self.shown, &e))
     }
 
     /// The rows of `requests`.
@@ -203,10 +215,79 @@ impl Store {
 
 /// A driver's error with the URL's password cut out, should the driver repeat the URL.
 fn scrub(e: &dyn std::fmt::Display, url: &str) -> String {
-    let text = e.to_string();
-    match crate::password_of(url) {
-        Some(password) if !password.is_empty() => text.replace(password, "***"),
-        _ => text,
+    let mut text = e.to_string();
+    if let Ok(parsed) = url::Url::parse(url)
+        && let Some(password) = parsed.password().filter(|p| !p.is_empty())
+    {
+        let decoded = url::form_urlencoded::parse(format!("p={password}").as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned());
+        text = text.replace(password, "***");
+        if let Some(decoded) = decoded.filter(|d| !d.is_empty()) {
+            text = text.replace(&decoded, "***");
+        }
+    }
+    text
+}
+
+/// What an error of the database means for the records it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The records' own: the database read them and refuses them (data or integrity).
+    Record,
+    /// The database's: away, full, read-only, shutting down, busy. Records wait and are
+    /// tried again.
+    Away,
+    /// The configuration's: no such database, a wrong user or password. Records wait too,
+    /// and the operator is told until it is fixed.
+    Config,
+}
+
+/// `e` classified by what it means: by SQLSTATE for PostgreSQL (class 22 data exception and
+/// 23 integrity constraint violation are the record's; 3D000 no such database and class 28
+/// authorization are the configuration's; everything else, such as 25006 read-only, 53100
+/// disk full, 53300 too many connections, 57P01 admin shutdown, 57014 a cancelled statement,
+/// is the database's) and by SQLite's primary result code (`CONSTRAINT`, `TOOBIG`,
+/// `MISMATCH` are the record's; `FULL`, `READONLY`, `BUSY`, `LOCKED`, `IOERR`, `CANTOPEN` are
+/// the database's). A value that cannot be encoded is the record's; the rest (I/O, the
+/// pool, the protocol) the database's.
+pub(crate) fn classify(e: &sqlx::Error) -> Fault {
+    match e {
+        sqlx::Error::Database(db) => {
+            let code = db.code();
+            let code = code.as_deref().unwrap_or("");
+            if db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some()
+            {
+                match code.get(..2) {
+                    Some("22" | "23") => Fault::Record,
+                    Some("28") => Fault::Config,
+                    _ if code == "3D000" => Fault::Config,
+                    _ => Fault::Away,
+                }
+            } else {
+                // SQLite: the extended result code; its low byte is the primary code.
+                match code.parse::<i32>().map(|c| c & 0xff) {
+                    // SQLITE_TOOBIG, SQLITE_CONSTRAINT, SQLITE_MISMATCH.
+                    Ok(18..=20) => Fault::Record,
+                    _ => Fault::Away,
+                }
+            }
+        }
+        sqlx::Error::Encode(_) => Fault::Record,
+        sqlx::Error::Configuration(_) => Fault::Config,
+        _ => Fault::Away,
+    }
+}
+
+/// `e` as a [`RecordsError`] of its [`Fault`], naming the database by `shown`.
+pub(crate) fn fault_error(shown: &str, e: &sqlx::Error) -> RecordsError {
+    let text = format!("{shown}: {e}");
+    match classify(e) {
+        Fault::Record => RecordsError::Rejected(text),
+        Fault::Away => RecordsError::Database(text),
+        Fault::Config => RecordsError::Config(text),
     }
 }
 
@@ -220,7 +301,8 @@ macro_rules! write_batch {
                     "INSERT INTO requests (id, at_ms, day, request_id, key_name, model, api, \
                      stream, pick, decision, samples_started, samples_cancelled, \
                      samples_failed, prompt_tokens, completion_tokens, estimated, \
-                     sample_tokens, status, ended, first_byte_ms, total_ms, cost_usd) ",
+                     sample_tokens, status, ended, first_byte_ms, total_ms, cost_usd, \
+                     samples_cut) ",
                 );
                 q.push_values(chunk, |mut b, r| {
                     b.push_bind(&r.id)
@@ -246,7 +328,8 @@ macro_rules! write_batch {
                         .push_bind(&r.ended)
                         .push_bind(r.first_byte_ms)
                         .push_bind(r.total_ms)
-                        .push_bind(r.cost_usd);
+                        .push_bind(r.cost_usd)
+                        .push_bind(r.samples_cut);
                 });
                 q.push(" ON CONFLICT (id) DO NOTHING");
                 q.build().execute(&mut *tx).await?;

@@ -1,33 +1,45 @@
 //! The writer: [`Recorder`] takes records from the requests without ever making them wait,
-//! and one task writes them to the database in batches. While the database is away (down,
-//! slow past [`WRITE_DEADLINE`], not yet reached) the batches go to an append-only spool file
-//! instead, bounded by its size, and are written from it once the database answers again.
-//! Records are dropped, counted and said once, only when the queue or the spool is full.
+//! and one task writes them to the database in batches. A batch the database does not take
+//! within [`FIRST_TRY`] (it is down, read-only, full, slow, not yet reached) goes to the
+//! spool instead (`spool.rs`), `fsync`ed, and is written from there once the database answers
+//! again, while new batches go straight to it. So a record waits in memory for at most
+//! the batch's linger and one first try: that is what a `kill -9` can lose. Records are
+//! dropped, counted and said, only when the queue or the spool is at its bound, when the
+//! spool's disk refuses them, or when the database refuses the record itself.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncSeekExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::RecordsError;
 use crate::record::RequestRecord;
+use crate::spool::Spool;
 use crate::store::Store;
 
-/// How long one batch's write may take before the database counts as away.
+/// How long a batch of new records may wait for the database before it is spooled: the
+/// most a record waits in memory, past the batch's linger.
+pub const FIRST_TRY: Duration = Duration::from_secs(1);
+/// How long a connection, or one write of records read back from the spool, may take
+/// before the database counts as away again (in the background: nothing waits on it).
 pub const WRITE_DEADLINE: Duration = Duration::from_secs(5);
 /// Records per batch, at most.
 const BATCH: usize = 512;
 /// How long a batch waits for more records after its first.
 const LINGER: Duration = Duration::from_millis(100);
-/// Records read back from the spool per write.
+/// Records read back from the spool per write, at most, and their bytes, about.
 const DRAIN_BATCH: usize = 1_000;
+const DRAIN_BYTES: u64 = 8 << 20;
 /// The wait between tries to reach a database that is away, at first and at most.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// How often a configuration the database refuses is said again while it lasts, and how
+/// often the spool's folder is searched for slots of processes that ended.
+const REPEAT: Duration = Duration::from_secs(60);
 
 /// Where records wait and how much may: [`Recorder::start`]'s settings.
 ///
@@ -35,25 +47,29 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 /// let c = choicewise_records::RecorderConfig::new("sqlite://records.db", "records.spool");
 /// assert_eq!(c.spool_max_bytes, 256 << 20);
 /// assert_eq!(c.queue_records, 8_192);
+/// assert_eq!(c.record_max_bytes, 16 << 20);
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RecorderConfig {
     /// The database: `sqlite://PATH` or `postgres://...`.
     pub url: String,
-    /// The spool file, made when first needed.
+    /// The spool's folder: one slot in it per process (see the crate's docs).
     pub spool_path: PathBuf,
-    /// The spool's bound (`spool_max_mb`).
+    /// The spool's bound on the bytes not yet written (`spool_max_mb`).
     pub spool_max_bytes: u64,
-    /// The queue's bound in records: the records a `kill -9` may lose at most.
+    /// The queue's bound in records.
     pub queue_records: usize,
     /// The queue's bound in bytes (the samples' texts weigh most).
     pub queue_bytes: usize,
+    /// One record's bound in bytes: a record weighing more has its samples' texts cut to
+    /// it ([`RequestRecord::fit`]), so that every request keeps its row.
+    pub record_max_bytes: usize,
 }
 
 impl RecorderConfig {
     /// The database at `url`, its spool at `spool_path`; the bounds' defaults (a 256 MiB
-    /// spool, a queue of 8,192 records or 64 MiB).
+    /// spool, a queue of 8,192 records or 64 MiB, 16 MiB a record).
     pub fn new(url: impl Into<String>, spool_path: impl Into<PathBuf>) -> Self {
         RecorderConfig {
             url: url.into(),
@@ -61,6 +77,7 @@ impl RecorderConfig {
             spool_max_bytes: 256 << 20,
             queue_records: 8_192,
             queue_bytes: 64 << 20,
+            record_max_bytes: 16 << 20,
         }
     }
 }
@@ -75,7 +92,8 @@ pub enum Dropped {
     SpoolFull,
     /// The spool could not be written (its disk).
     SpoolError,
-    /// The database refused the record itself (not its connection).
+    /// The database refused the record itself (a data or integrity error), not its
+    /// connection or its state.
     Rejected,
 }
 
@@ -155,7 +173,7 @@ enum Msg {
 /// use choicewise_records::{Recorder, RecorderConfig, RequestRecord, Store};
 /// let dir = tempfile::tempdir()?;
 /// let url = format!("sqlite://{}", dir.path().join("r.db").display());
-/// let recorder = Recorder::start(RecorderConfig::new(&url, dir.path().join("spool")), ());
+/// let recorder = Recorder::start(RecorderConfig::new(&url, dir.path().join("spool")), ())?;
 /// recorder.record(RequestRecord::new(1_795_737_600_000, "req-1", "m"));
 /// recorder.flush().await; // written (or spooled) now
 /// assert_eq!(Store::connect(&url).await?.count().await?, 1);
@@ -170,6 +188,7 @@ struct Shared {
     tx: mpsc::Sender<Msg>,
     queued_bytes: AtomicUsize,
     queue_bytes: usize,
+    record_max_bytes: usize,
     observe: Arc<dyn Observe>,
     /// A full queue was said in the log (once, until the queue has room again).
     full_said: AtomicBool,
@@ -187,38 +206,58 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
-    /// Starts the writer task (on the current tokio runtime: panics outside one, as
-    /// `tokio::spawn` does). The database is reached by the task, not here: one that is away
-    /// at start gets the records spooled until it answers.
-    pub fn start(config: RecorderConfig, observe: impl Observe) -> Recorder {
+    /// Takes a slot of the spool and starts the writer task (on the current tokio runtime:
+    /// panics outside one, as `tokio::spawn` does). The database is reached by the task, not
+    /// here: one that is away at start gets the records spooled until it answers, and one
+    /// that refuses the configuration (no such database, a wrong password) is said at once,
+    /// as an error, and again each minute while it lasts. An error only when the spool
+    /// cannot be opened (its folder, or every slot held by another process).
+    pub fn start(config: RecorderConfig, observe: impl Observe) -> Result<Recorder, RecordsError> {
+        let spool = Spool::open(&config.spool_path, config.spool_max_bytes)?;
         let (tx, rx) = mpsc::channel(config.queue_records.max(1));
         let observe: Arc<dyn Observe> = Arc::new(observe);
         let shared = Arc::new(Shared {
             tx,
             queued_bytes: AtomicUsize::new(0),
             queue_bytes: config.queue_bytes,
+            record_max_bytes: config.record_max_bytes.min(config.queue_bytes),
             observe: observe.clone(),
             full_said: AtomicBool::new(false),
         });
+        let now = Instant::now();
         let writer = Writer {
-            spool: Spool::new(config.spool_path.clone(), config.spool_max_bytes),
+            spool,
             config,
             store: None,
+            job: None,
             away: None,
+            config_said: None,
             retry: RETRY_FIRST,
-            next_try: Instant::now(),
+            next_try: now,
+            next_adopt: now,
+            drain_records: DRAIN_BATCH,
+            drained: 0,
             observe,
             shared: shared.clone(),
             spool_full_said: false,
         };
         tokio::spawn(writer.run(rx));
-        Recorder { shared }
+        Ok(Recorder { shared })
     }
 
     /// Queues `record` for writing, without waiting: with the queue full (in records or
-    /// bytes) it is dropped, counted ([`Dropped::QueueFull`]) and said once in the log.
-    pub fn record(&self, record: RequestRecord) {
+    /// bytes) it is dropped, counted ([`Dropped::QueueFull`]) and said once in the log. A
+    /// record over [`RecorderConfig::record_max_bytes`] has its samples' texts cut to it
+    /// first ([`RequestRecord::fit`]).
+    pub fn record(&self, mut record: RequestRecord) {
         let shared = &self.shared;
+        if record.fit(shared.record_max_bytes) {
+            tracing::warn!(
+                request_id = %record.request_id,
+                max_bytes = shared.record_max_bytes,
+                "records: a record's samples were cut to its bound (samples_cut in its row)"
+            );
+        }
         let weight = record.weight();
         let before = shared.queued_bytes.fetch_add(weight, Ordering::Relaxed);
         if before.saturating_add(weight) > shared.queue_bytes {
@@ -270,15 +309,112 @@ async fn linger(rx: &mut mpsc::Receiver<Msg>, buf: &mut Vec<Msg>) {
     }
 }
 
+/// What writing a batch did: how many of its records, in order, were written (or refused
+/// and dropped) before the database went away, if it did.
+struct Wrote {
+    /// Records written.
+    written: u64,
+    /// Records the database refused (their own fault), with why.
+    rejected: Vec<(String, String)>,
+    /// The records from this index on were not written: the database went away (why).
+    away: Option<(usize, RecordsError)>,
+}
+
+/// Writes `records` within `deadline`: the batch in one transaction; a batch refused for a
+/// record's fault, each record alone (those refused dropped, the rest written); a database
+/// away, at the first record it did not take.
+async fn write_batch(store: &Store, records: &[RequestRecord], deadline: Duration) -> Wrote {
+    let mut wrote = Wrote {
+        written: 0,
+        rejected: Vec::new(),
+        away: None,
+    };
+    let timed = |records| async move {
+        match tokio::time::timeout(deadline, store.write(records)).await {
+            Ok(done) => done,
+            Err(_) => Err(RecordsError::Database(format!(
+                "{}: no answer within {} ms",
+                store.shown(),
+                deadline.as_millis()
+            ))),
+        }
+    };
+    match timed(records).await {
+        Ok(()) => wrote.written = records.len() as u64,
+        Err(RecordsError::Rejected(_)) => {
+            for (i, record) in records.iter().enumerate() {
+                match timed(std::slice::from_ref(record)).await {
+                    Ok(()) => wrote.written += 1,
+                    Err(RecordsError::Rejected(e)) => {
+                        wrote.rejected.push((record.request_id.clone(), e));
+                    }
+                    Err(e) => {
+                        wrote.away = Some((i, e));
+                        break;
+                    }
+                }
+            }
+        }
+        Err(e) => wrote.away = Some((0, e)),
+    }
+    wrote
+}
+
+/// A background job of the writer: nothing waits on it but the spool's records.
+enum Job {
+    /// Reaching the database.
+    Connect(JoinHandle<Result<Store, RecordsError>>),
+    /// Writing records read from the spool: where each ends, where the read stopped.
+    Drain(JoinHandle<Wrote>, Vec<u64>, u64),
+}
+
+/// What a finished job gave.
+enum Done {
+    Connected(Result<Store, RecordsError>),
+    Drained(Wrote, Vec<u64>, u64),
+}
+
+impl Job {
+    async fn done(&mut self) -> Done {
+        match self {
+            Job::Connect(handle) => Done::Connected(match handle.await {
+                Ok(done) => done,
+                Err(e) => Err(RecordsError::Database(format!(
+                    "the connection's task: {e}"
+                ))),
+            }),
+            Job::Drain(handle, ends, end) => {
+                let wrote = handle.await.unwrap_or_else(|e| Wrote {
+                    written: 0,
+                    rejected: Vec::new(),
+                    away: Some((0, RecordsError::Database(format!("the write's task: {e}")))),
+                });
+                Done::Drained(wrote, std::mem::take(ends), *end)
+            }
+        }
+    }
+}
+
 /// The writer task's state.
 struct Writer {
     config: RecorderConfig,
+    /// The database, while it answers.
     store: Option<Store>,
     spool: Spool,
+    /// A connection or a drain under way.
+    job: Option<Job>,
     /// Since when the database is away, and why, once it was found away.
     away: Option<(Instant, String)>,
+    /// When a configuration the database refuses was last said.
+    config_said: Option<Instant>,
     retry: Duration,
     next_try: Instant,
+    next_adopt: Instant,
+    /// Records read back per drain write: halved when one takes too long, so that a slow
+    /// database still takes the spool.
+    drain_records: usize,
+    /// Records written from the spool since the database went away.
+    drained: u64,
     observe: Arc<dyn Observe>,
     shared: Arc<Shared>,
     spool_full_said: bool,
@@ -286,14 +422,26 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
-        self.spool.open_existing().await;
-        self.observe.spool_bytes(self.spool.len);
-        // The database reached before the first records are taken (they wait in the queue).
-        self.catch_up().await;
+        self.observe.spool_bytes(self.spool.unwritten());
+        if self.spool.pending() {
+            tracing::info!(
+                spool = %self.spool.dir().display(),
+                bytes = self.spool.unwritten(),
+                "records: a spool from before; its records are written once the database answers"
+            );
+        }
+        // The database reached before the first records are taken (they wait in the queue,
+        // for the first try at most).
+        self.start_job().await;
+        if let Some(mut job) = self.job.take() {
+            match tokio::time::timeout(FIRST_TRY, job.done()).await {
+                Ok(done) => self.finished(done).await,
+                Err(_) => self.job = Some(job),
+            }
+        }
         let mut buf = Vec::with_capacity(BATCH);
         loop {
             let wake = self.next_try;
-            let pending = self.store.is_none() || self.spool.pending();
             tokio::select! {
                 n = rx.recv_many(&mut buf, BATCH) => {
                     if n == 0 {
@@ -303,14 +451,134 @@ impl Writer {
                     self.take(std::mem::take(&mut buf)).await;
                     buf.reserve(BATCH);
                 }
-                () = tokio::time::sleep_until(wake), if pending => {
-                    self.catch_up().await;
+                done = async { self.job.as_mut().expect("guarded").done().await }, if self.job.is_some() => {
+                    self.job = None;
+                    self.finished(done).await;
                 }
+                () = tokio::time::sleep_until(wake), if self.job.is_none() => {
+                    self.start_job().await;
+                }
+            }
+        }
+        // The queue is closed and every record in it was written or spooled; a drain under
+        // way leaves its records in the spool, for the next process.
+    }
+
+    /// Starts what the writer needs next, if anything: a connection while the database is
+    /// away, else a write of the spool's oldest records.
+    async fn start_job(&mut self) {
+        if Instant::now() >= self.next_adopt {
+            self.next_adopt = Instant::now() + REPEAT;
+            self.spool.adopt_orphans();
+            self.observe.spool_bytes(self.spool.unwritten());
+        }
+        let Some(store) = self.store.clone() else {
+            let url = self.config.url.clone();
+            self.job = Some(Job::Connect(tokio::spawn(async move {
+                match tokio::time::timeout(WRITE_DEADLINE, Store::connect(&url)).await {
+                    Ok(done) => done,
+                    Err(_) => Err(RecordsError::Database(format!(
+                        "{}: no connection within {} s",
+                        crate::shown_url(&url),
+                        WRITE_DEADLINE.as_secs()
+                    ))),
+                }
+            })));
+            return;
+        };
+        // Nothing to do until records are spooled (which wakes the writer) or it is time to
+        // look for the spools of ended processes.
+        self.next_try = self.next_adopt;
+        if !self.spool.pending() {
+            return;
+        }
+        match self.spool.read(self.drain_records, DRAIN_BYTES).await {
+            Ok(batch) => {
+                let (records, ends, end) = (batch.records, batch.ends, batch.end);
+                let handle =
+                    tokio::spawn(
+                        async move { write_batch(&store, &records, WRITE_DEADLINE).await },
+                    );
+                self.job = Some(Job::Drain(handle, ends, end));
+            }
+            Err(e) => {
+                tracing::warn!(spool = %self.spool.dir().display(), "records: the spool cannot be read: {e}");
+                self.retry_later(format!("the spool cannot be read: {e}"));
             }
         }
     }
 
-    /// A batch from the queue: written, else spooled; flushes answered after.
+    /// A job's end: the database reached or not; records read back written or not.
+    async fn finished(&mut self, done: Done) {
+        match done {
+            Done::Connected(Ok(store)) => {
+                if self.away.is_none() {
+                    tracing::info!(database = %store.shown(), "records: written to the database");
+                }
+                self.config_said = None;
+                self.store = Some(store);
+                self.next_try = Instant::now();
+                if !self.spool.pending() {
+                    self.back();
+                }
+            }
+            Done::Connected(Err(e)) => {
+                if let RecordsError::Config(why) = &e {
+                    let due = self.config_said.is_none_or(|at| at.elapsed() >= REPEAT);
+                    if due {
+                        self.config_said = Some(Instant::now());
+                        tracing::error!(
+                            spool = %self.spool.dir().display(),
+                            "records: the database refuses this configuration ({why}); records wait in the spool until it is fixed"
+                        );
+                    }
+                }
+                self.retry_later(e.to_string());
+            }
+            Done::Drained(wrote, ends, end) => {
+                self.said(&wrote);
+                self.drained += wrote.written;
+                match wrote.away {
+                    None => {
+                        self.spool.advance(end).await;
+                        self.drain_records = (self.drain_records * 2).min(DRAIN_BATCH);
+                        self.next_try = Instant::now();
+                        if !self.spool.pending() {
+                            self.back();
+                        }
+                    }
+                    Some((i, e)) => {
+                        if i > 0 {
+                            self.spool.advance(ends[i - 1]).await;
+                        }
+                        if e.to_string().contains("no answer within") {
+                            self.drain_records = (self.drain_records / 2).max(1);
+                        }
+                        self.store = None;
+                        self.retry_later(e.to_string());
+                    }
+                }
+                self.observe.spool_bytes(self.spool.unwritten());
+            }
+        }
+    }
+
+    /// Counts and says what a write did.
+    fn said(&self, wrote: &Wrote) {
+        if wrote.written > 0 {
+            self.observe.written(wrote.written);
+        }
+        if !wrote.rejected.is_empty() {
+            for (request_id, e) in &wrote.rejected {
+                tracing::warn!(%request_id, "records: the database refused a record: {e}");
+            }
+            self.observe
+                .dropped(Dropped::Rejected, wrote.rejected.len() as u64);
+        }
+    }
+
+    /// A batch from the queue: written if the database takes it within [`FIRST_TRY`], else
+    /// spooled; flushes answered after.
     async fn take(&mut self, msgs: Vec<Msg>) {
         let mut records = Vec::with_capacity(msgs.len());
         let mut flushes = Vec::new();
@@ -331,11 +599,23 @@ impl Writer {
             self.shared.full_said.store(false, Ordering::Relaxed);
         }
         if !records.is_empty() {
-            // In order: while the spool holds records, new ones join it.
-            if self.store.is_some() && !self.spool.pending() {
-                self.write_or_spool(records).await;
-            } else {
-                self.spool(&records).await;
+            // Straight to a database that answers, beside a drain of the spool.
+            let rest = match &self.store {
+                Some(store) => {
+                    let wrote = write_batch(store, &records, FIRST_TRY).await;
+                    self.said(&wrote);
+                    match wrote.away {
+                        None => 0..0,
+                        Some((i, e)) => {
+                            self.went_away(e.to_string());
+                            i..records.len()
+                        }
+                    }
+                }
+                None => 0..records.len(),
+            };
+            if !rest.is_empty() {
+                self.spool(&records[rest]).await;
             }
         }
         for flush in flushes {
@@ -343,59 +623,10 @@ impl Writer {
         }
     }
 
-    async fn write_or_spool(&mut self, records: Vec<RequestRecord>) {
-        match self.write(&records).await {
-            Ok(()) => self.observe.written(records.len() as u64),
-            Err(RecordsError::Rejected(e)) => self.one_by_one(records, &e).await,
-            Err(e) => {
-                self.went_away(e.to_string());
-                self.spool(&records).await;
-            }
-        }
-    }
-
-    async fn write(&self, records: &[RequestRecord]) -> Result<(), RecordsError> {
-        let Some(store) = &self.store else {
-            return Err(RecordsError::Database("not connected".into()));
-        };
-        match tokio::time::timeout(WRITE_DEADLINE, store.write(records)).await {
-            Ok(done) => done,
-            Err(_) => Err(RecordsError::Database(format!(
-                "{}: a write took over {} s",
-                store.shown(),
-                WRITE_DEADLINE.as_secs()
-            ))),
-        }
-    }
-
-    /// A batch the database refused: each record tried alone, those it refuses dropped and
-    /// said (the rest written).
-    async fn one_by_one(&mut self, records: Vec<RequestRecord>, why: &str) {
-        let mut refused = 0;
-        for (i, record) in records.iter().enumerate() {
-            match self.write(std::slice::from_ref(record)).await {
-                Ok(()) => self.observe.written(1),
-                Err(RecordsError::Rejected(e)) => {
-                    refused += 1;
-                    tracing::warn!(request_id = %record.request_id, "records: the database refused a record: {e}");
-                }
-                Err(e) => {
-                    self.went_away(e.to_string());
-                    self.spool(&records[i..]).await;
-                    break;
-                }
-            }
-        }
-        if refused > 0 {
-            self.observe.dropped(Dropped::Rejected, refused);
-            tracing::warn!("records: {refused} records refused by the database ({why})");
-        }
-    }
-
     fn went_away(&mut self, why: String) {
         if self.away.is_none() {
             tracing::warn!(
-                spool = %self.config.spool_path.display(),
+                spool = %self.spool.dir().display(),
                 "records: the database is away ({why}); records wait in the spool until it answers"
             );
             self.away = Some((Instant::now(), why));
@@ -406,77 +637,27 @@ impl Writer {
     }
 
     async fn spool(&mut self, records: &[RequestRecord]) {
-        let (spooled, full, failed) = self.spool.append(records).await;
-        self.observe.spooled(spooled);
-        self.observe.spool_bytes(self.spool.len);
-        if full > 0 {
-            self.observe.dropped(Dropped::SpoolFull, full);
+        let appended = self.spool.append(records).await;
+        self.observe.spooled(appended.spooled);
+        self.observe.spool_bytes(self.spool.unwritten());
+        if appended.full > 0 {
+            self.observe.dropped(Dropped::SpoolFull, appended.full);
             if !self.spool_full_said {
                 self.spool_full_said = true;
                 tracing::warn!(
-                    spool = %self.config.spool_path.display(),
+                    spool = %self.spool.dir().display(),
                     max_bytes = self.config.spool_max_bytes,
-                    "records: the spool is full (spool_max_mb); records are dropped until the database answers"
+                    "records: the spool is full (spool_max_mb); records are dropped until the database takes the spooled ones"
                 );
             }
         }
-        if let Some(e) = failed {
-            self.observe
-                .dropped(Dropped::SpoolError, records.len() as u64 - spooled - full);
-            tracing::warn!(spool = %self.config.spool_path.display(), "records: the spool cannot be written: {e}");
+        if let Some(e) = appended.failed {
+            let lost = records.len() as u64 - appended.spooled - appended.full;
+            self.observe.dropped(Dropped::SpoolError, lost);
+            tracing::warn!(spool = %self.spool.dir().display(), dropped = lost, "records: the spool cannot be written: {e}");
         }
-    }
-
-    /// The database reached if it is not, and one batch of the spool written.
-    async fn catch_up(&mut self) {
-        if self.store.is_none() {
-            match tokio::time::timeout(WRITE_DEADLINE, Store::connect(&self.config.url)).await {
-                Ok(Ok(store)) => {
-                    if self.away.is_none() {
-                        tracing::info!(database = %store.shown(), "records: written to the database");
-                    }
-                    self.store = Some(store);
-                }
-                Ok(Err(e)) => return self.retry_later(e.to_string()),
-                Err(_) => return self.retry_later("no connection within 5 s".into()),
-            }
-        }
-        if !self.spool.pending() {
-            self.back(0);
-            return;
-        }
-        let batch = match self.spool.read(DRAIN_BATCH).await {
-            Ok(batch) => batch,
-            Err(e) => {
-                tracing::warn!(spool = %self.config.spool_path.display(), "records: the spool cannot be read: {e}");
-                self.retry_later(format!("the spool cannot be read: {e}"));
-                return;
-            }
-        };
-        let count = batch.records.len();
-        let written = match self.write(&batch.records).await {
-            Ok(()) => {
-                self.observe.written(count as u64);
-                self.spool.drained += count as u64;
-                true
-            }
-            Err(RecordsError::Rejected(e)) => {
-                self.one_by_one(batch.records, &e).await;
-                self.store.is_some()
-            }
-            Err(e) => {
-                self.store = None;
-                self.retry_later(e.to_string());
-                false
-            }
-        };
-        if written {
-            self.spool.advance(batch.end).await;
-            self.observe.spool_bytes(self.spool.len);
+        if self.store.is_some() && self.job.is_none() {
             self.next_try = Instant::now();
-            if !self.spool.pending() {
-                self.back(self.spool.drained);
-            }
         }
     }
 
@@ -490,171 +671,16 @@ impl Writer {
     }
 
     /// The database answers and the spool is written: said once.
-    fn back(&mut self, drained: u64) {
+    fn back(&mut self) {
         if let Some((since, _)) = self.away.take() {
             tracing::info!(
-                spooled = drained,
+                spooled = self.drained,
                 away_s = since.elapsed().as_secs_f64(),
                 "records: the database answers again; the spooled records are written"
             );
         }
-        self.spool.drained = 0;
+        self.drained = 0;
         self.spool_full_said = false;
         self.retry = RETRY_FIRST;
-    }
-}
-
-/// The spool: JSON lines, appended at its end, read from `offset`, emptied once read to its
-/// end.
-struct Spool {
-    path: PathBuf,
-    max: u64,
-    /// Its size.
-    len: u64,
-    /// Where the records not yet written start.
-    offset: u64,
-    /// Records written from it since the database went away.
-    drained: u64,
-}
-
-/// Records read from the spool, and where the next ones start.
-struct SpoolBatch {
-    records: Vec<RequestRecord>,
-    end: u64,
-}
-
-impl Spool {
-    fn new(path: PathBuf, max: u64) -> Self {
-        Spool {
-            path,
-            max,
-            len: 0,
-            offset: 0,
-            drained: 0,
-        }
-    }
-
-    fn pending(&self) -> bool {
-        self.offset < self.len
-    }
-
-    /// A spool left by an earlier process: its records written first. A last line cut by a
-    /// crash is ended, so that the next record starts a line of its own.
-    async fn open_existing(&mut self) {
-        let Ok(meta) = tokio::fs::metadata(&self.path).await else {
-            return;
-        };
-        self.len = meta.len();
-        if self.len == 0 {
-            return;
-        }
-        tracing::info!(
-            spool = %self.path.display(),
-            bytes = self.len,
-            "records: a spool from before; its records are written first"
-        );
-        let ends_a_line = async {
-            let mut f = tokio::fs::File::open(&self.path).await.ok()?;
-            f.seek(std::io::SeekFrom::End(-1)).await.ok()?;
-            let mut last = [0u8; 1];
-            tokio::io::AsyncReadExt::read_exact(&mut f, &mut last)
-                .await
-                .ok()?;
-            Some(last[0] == b'\n')
-        };
-        if ends_a_line.await == Some(false) {
-            let _ = self.append_bytes(b"\n").await;
-        }
-    }
-
-    /// Appends `records` while they fit: how many were, how many did not fit, and the write's
-    /// error if one failed.
-    async fn append(&mut self, records: &[RequestRecord]) -> (u64, u64, Option<std::io::Error>) {
-        let mut text = Vec::new();
-        let mut spooled = 0;
-        let mut full = 0;
-        for r in records {
-            let Ok(mut line) = serde_json::to_vec(r) else {
-                continue;
-            };
-            line.push(b'\n');
-            if self.len + (text.len() + line.len()) as u64 > self.max {
-                full += 1;
-                continue;
-            }
-            text.extend_from_slice(&line);
-            spooled += 1;
-        }
-        if text.is_empty() {
-            return (0, full, None);
-        }
-        match self.append_bytes(&text).await {
-            Ok(()) => (spooled, full, None),
-            Err(e) => (0, full, Some(e)),
-        }
-    }
-
-    async fn append_bytes(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        let mut f = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .await?;
-        f.write_all(bytes).await?;
-        f.flush().await?;
-        self.len += bytes.len() as u64;
-        Ok(())
-    }
-
-    /// Up to `max` records from `offset`: a line that does not read (cut by a crash) is
-    /// skipped and said.
-    async fn read(&mut self, max: usize) -> std::io::Result<SpoolBatch> {
-        let mut f = tokio::fs::File::open(&self.path).await?;
-        f.seek(std::io::SeekFrom::Start(self.offset)).await?;
-        let mut reader = tokio::io::BufReader::new(f);
-        let mut records = Vec::new();
-        let mut end = self.offset;
-        let mut line = Vec::new();
-        while records.len() < max && end < self.len {
-            line.clear();
-            let n = reader.read_until(b'\n', &mut line).await?;
-            if n == 0 {
-                break;
-            }
-            end += n as u64;
-            match serde_json::from_slice::<RequestRecord>(&line) {
-                Ok(r) => records.push(r),
-                Err(e) if line.iter().all(u8::is_ascii_whitespace) => {
-                    let _ = e;
-                }
-                Err(e) => tracing::warn!(
-                    spool = %self.path.display(),
-                    at = end - n as u64,
-                    "records: a spooled line does not read, left out: {e}"
-                ),
-            }
-        }
-        Ok(SpoolBatch { records, end })
-    }
-
-    /// The records before `end` are written: the spool emptied when that is all of it.
-    async fn advance(&mut self, end: u64) {
-        self.offset = end;
-        if self.offset >= self.len {
-            let emptied = async {
-                let f = tokio::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&self.path)
-                    .await?;
-                f.set_len(0).await?;
-                f.sync_all().await
-            };
-            if let Err(e) = emptied.await {
-                tracing::warn!(spool = %self.path.display(), "records: the spool cannot be emptied: {e}");
-                return;
-            }
-            self.len = 0;
-            self.offset = 0;
-        }
     }
 }

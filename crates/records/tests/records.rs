@@ -15,6 +15,11 @@ use choicewise_records::{
 };
 use choicewise_test_support::PostgresServer;
 
+/// The writer under the faults a database and a disk have (a read-only or full database, a
+/// full spool disk, replicas in one folder, a record too large).
+#[path = "writer/faults.rs"]
+mod faults;
+
 const DAY: i64 = 86_400_000;
 /// 2026-11-27T00:00:00Z.
 const T0: i64 = 1_795_737_600_000;
@@ -44,6 +49,57 @@ struct Counts {
     spooled: AtomicU64,
     spool_full: AtomicU64,
     queue_full: AtomicU64,
+    spool_error: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl Counts {
+    fn get(n: &AtomicU64) -> u64 {
+        n.load(Ordering::Relaxed)
+    }
+    /// Records dropped, for any reason.
+    fn lost(&self) -> u64 {
+        Counts::get(&self.spool_full)
+            + Counts::get(&self.queue_full)
+            + Counts::get(&self.spool_error)
+            + Counts::get(&self.rejected)
+    }
+}
+
+/// The spool's segment files under `spool` (its folder of slots).
+fn spool_segments(spool: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for slot in std::fs::read_dir(spool).into_iter().flatten().flatten() {
+        for file in std::fs::read_dir(slot.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if file.path().extension().is_some_and(|e| e == "jsonl") {
+                found.push(file.path());
+            }
+        }
+    }
+    found
+}
+
+/// The bytes in the spool's segments.
+fn spool_bytes(spool: &std::path::Path) -> u64 {
+    (spool_segments(spool).iter())
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum()
+}
+
+/// The records (lines) in the spool's segments.
+fn spool_lines(spool: &std::path::Path) -> u64 {
+    (spool_segments(spool).iter())
+        .map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .count() as u64
+        })
+        .sum()
 }
 
 impl Observe for Counts {
@@ -57,6 +113,8 @@ impl Observe for Counts {
         match why {
             Dropped::SpoolFull => self.spool_full.fetch_add(n, Ordering::Relaxed),
             Dropped::QueueFull => self.queue_full.fetch_add(n, Ordering::Relaxed),
+            Dropped::SpoolError => self.spool_error.fetch_add(n, Ordering::Relaxed),
+            Dropped::Rejected => self.rejected.fetch_add(n, Ordering::Relaxed),
             _ => 0,
         };
     }
@@ -170,7 +228,8 @@ async fn postgres_away_records_wait_in_the_spool_and_are_written_once_back() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("records.spool");
     let counts = Arc::new(Counts::default());
-    let recorder = Recorder::start(RecorderConfig::new(pg.url(), spool.clone()), counts.clone());
+    let recorder =
+        Recorder::start(RecorderConfig::new(pg.url(), spool.clone()), counts.clone()).unwrap();
     for i in 0..100 {
         recorder.record(record("k", "m", T0 + i, 200, (1, 1)));
     }
@@ -200,7 +259,7 @@ async fn postgres_away_records_wait_in_the_spool_and_are_written_once_back() {
         "spooled {}",
         counts.spooled.load(Ordering::Relaxed)
     );
-    assert!(std::fs::metadata(&spool).unwrap().len() > 0);
+    assert!(spool_bytes(&spool) > 0);
 
     pg.start_again();
     for i in 1_100..1_200 {
@@ -214,8 +273,8 @@ async fn postgres_away_records_wait_in_the_spool_and_are_written_once_back() {
     assert_eq!(counts.written.load(Ordering::Relaxed), 1_200);
     assert_eq!(counts.spool_full.load(Ordering::Relaxed), 0);
     assert_eq!(
-        std::fs::metadata(&spool).unwrap().len(),
-        0,
+        spool_segments(&spool),
+        Vec::<std::path::PathBuf>::new(),
         "the spool emptied"
     );
 }
@@ -232,7 +291,7 @@ async fn a_full_spool_drops_counted_and_the_rest_is_written() {
     let counts = Arc::new(Counts::default());
     let mut config = RecorderConfig::new(url, spool.clone());
     config.spool_max_bytes = 20_000;
-    let recorder = Recorder::start(config, counts.clone());
+    let recorder = Recorder::start(config, counts.clone()).unwrap();
     for i in 0..200 {
         recorder.record(record("k", "m", T0 + i, 200, (1, 1)));
     }
@@ -244,10 +303,9 @@ async fn a_full_spool_drops_counted_and_the_rest_is_written() {
         dropped > 0 && spooled > 0,
         "{spooled} spooled, {dropped} dropped"
     );
-    let len = std::fs::metadata(&spool).unwrap().len();
+    let len = spool_bytes(&spool);
     assert!(len <= 20_000, "the spool is {len} bytes");
-    let lines = std::fs::read_to_string(&spool).unwrap().lines().count() as u64;
-    assert_eq!(lines, spooled);
+    assert_eq!(spool_lines(&spool), spooled);
 }
 
 #[tokio::test]
@@ -264,7 +322,7 @@ async fn a_spool_left_by_a_crash_is_written_first_its_cut_line_left_out() {
     let cut = serde_json::to_string(&record("k", "m", T0 + 3, 200, (1, 1))).unwrap();
     text.push_str(&cut[..cut.len() / 2]);
     std::fs::write(&spool, text).unwrap();
-    let recorder = Recorder::start(RecorderConfig::new(&url, spool.clone()), ());
+    let recorder = Recorder::start(RecorderConfig::new(&url, spool.clone()), ()).unwrap();
     recorder.record(record("k", "m", T0 + 4, 200, (1, 1)));
     recorder.flush().await;
     let store = Store::connect(&url).await.unwrap();
