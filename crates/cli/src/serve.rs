@@ -26,6 +26,11 @@ pub struct ServeArgs {
     /// is printed.
     #[arg(long)]
     check: bool,
+    /// With `--check`: also reach the services the configuration names (the records
+    /// database, Redis), each within 5 s, and say what was found; exit 1 when one did not
+    /// answer or refused the configuration.
+    #[arg(long, requires = "check")]
+    connect: bool,
 }
 
 /// The log's format (`--log-format`).
@@ -94,10 +99,23 @@ async fn check(args: &ServeArgs) -> Result<(), Exit> {
     let text = tokio::fs::read_to_string(&args.config)
         .await
         .map_err(|e| refused(format!("cannot read {file}: {e}")))?;
-    let checked = choicewise_gateway::Config::from_toml(&text)
-        .and_then(|config| config.check(args.listen.as_deref()))
+    let config = choicewise_gateway::Config::from_toml(&text)
         .map_err(|e| refused(format!("{file}: {e}")))?;
+    let checked =
+        (config.check(args.listen.as_deref())).map_err(|e| refused(format!("{file}: {e}")))?;
     print!("{checked}");
+    if args.connect {
+        let reached = config.reach().await;
+        print!("{reached}");
+        if !reached.ok {
+            return Err(Exit {
+                message: format!(
+                    "{file}: a service the configuration names did not answer (above)"
+                ),
+                code: 1,
+            });
+        }
+    }
     let warnings = match checked.warnings.len() {
         0 => String::new(),
         1 => ", 1 warning".into(),

@@ -512,7 +512,7 @@ fn check_prints_what_it_would_serve_and_exits_0_without_binding_or_calling_upstr
         "{out}"
     );
     assert!(
-        out.contains("  upstream 2: anthropic https://***@api.example/v1, model deepconf, n fan-out, key from $CHECK_UPSTREAM_KEY"),
+        out.contains("  upstream 2: anthropic https://u:***@api.example/v1, model deepconf, n fan-out, key from $CHECK_UPSTREAM_KEY"),
         "{out}"
     );
     // The default warmup (8) over 3 samples stops no sample: said.
@@ -534,6 +534,59 @@ fn check_prints_what_it_would_serve_and_exits_0_without_binding_or_calling_upstr
         matches!(upstream.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "the upstream was contacted"
     );
+}
+
+#[test]
+fn check_connect_reaches_the_records_and_redis_and_says_what_it_found() {
+    let dir = std::env::temp_dir().join(format!("choicewise-reach-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("records.db");
+    let (refused, _held) = choicewise_test_support::refusing();
+    let redis_port = refused
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/v1");
+    let models = "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\n\
+                  base_url = \"http://127.0.0.1:9/v1\"\n";
+    // The records database answers; nothing answers on Redis's port.
+    let config = config_file(
+        "reach.toml",
+        &format!(
+            "[records]\nurl = \"sqlite://{}\"\n[state]\nredis_url = \"redis://:hunter2@127.0.0.1:{redis_port}\"\n{models}",
+            db.display()
+        ),
+    );
+    let (code, out, err) = check(&config, &[], &["--connect"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "records: reached sqlite://{}: 0 requests on record",
+            db.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "state: not reached: redis://:***@127.0.0.1:{redis_port}"
+        )),
+        "{out}"
+    );
+    assert!(err.contains("did not answer"), "{err}");
+    assert!(!format!("{out}{err}").contains("hunter2"), "{out}{err}");
+    // Without Redis, it exits 0.
+    let config = config_file(
+        "reach-ok.toml",
+        &format!("[records]\nurl = \"sqlite://{}\"\n{models}", db.display()),
+    );
+    let (code, out, err) = check(&config, &[], &["--connect"]);
+    assert_eq!(code, 0, "{out}{err}");
+    // --connect alone is refused: it only adds to --check.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["serve", "--config", config.to_str().unwrap(), "--connect"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use choicewise_core::PickRule;
+use choicewise_records::shown_url;
 
 use crate::config::{Config, ConfigError, NMode};
 use crate::state::Gateway;
@@ -49,7 +50,110 @@ fn limits_shown(limits: &crate::config::RateLimits) -> String {
     format!("; limits {}", shown.join(", "))
 }
 
+/// What `serve --check --connect` found of the services a configuration names: a line
+/// for each (the records database, Redis), and whether every one answered.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Reached {
+    /// One line per service: what was reached, or why not (never a password).
+    pub lines: Vec<String>,
+    /// Every service answered.
+    pub ok: bool,
+}
+
+impl fmt::Display for Reached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for line in &self.lines {
+            writeln!(f, "{line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How long `--check --connect` waits for each service.
+const REACH_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Config {
+    /// `serve --check --connect`: reaches the services the configuration names, each within
+    /// 5 s: the records database (connected, its tables made or migrated as `serve` would,
+    /// its rows counted) and Redis (`PING`). A database that refuses the configuration (no
+    /// such database, a wrong password) is said as such. Nothing is served.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use choicewise_gateway::Config;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let config = Config::from_toml(&format!(r#"
+    ///     [records]
+    ///     url = "sqlite://{}/records.db"
+    ///     [[models]]
+    ///     name = "m"
+    ///     [[models.upstreams]]
+    ///     api = "chat"
+    ///     base_url = "http://127.0.0.1:8080/v1"
+    /// "#, dir.path().display())).unwrap();
+    /// let reached = config.reach().await;
+    /// assert!(reached.ok, "{reached}");
+    /// assert!(reached.lines[0].contains("0 requests on record"), "{reached}");
+    /// # }
+    /// ```
+    pub async fn reach(&self) -> Reached {
+        let mut reached = Reached {
+            lines: Vec::new(),
+            ok: true,
+        };
+        if let Some(records) = &self.records {
+            let shown = shown_url(&records.url);
+            let found = tokio::time::timeout(REACH_WITHIN, async {
+                let store = choicewise_records::Store::connect(&records.url).await?;
+                let rows = store.count().await;
+                store.close().await;
+                rows
+            })
+            .await;
+            let line = match found {
+                Ok(Ok(rows)) => format!("records: reached {shown}: {rows} requests on record"),
+                Ok(Err(choicewise_records::RecordsError::Config(e))) => {
+                    reached.ok = false;
+                    format!("records: the database refuses this configuration: {e}")
+                }
+                Ok(Err(e)) => {
+                    reached.ok = false;
+                    format!("records: not reached: {e}")
+                }
+                Err(_) => {
+                    reached.ok = false;
+                    format!("records: not reached: {shown} did not answer within 5 s")
+                }
+            };
+            reached.lines.push(line);
+        }
+        if let Some(url) = &self.state.redis_url {
+            let shown = shown_url(url);
+            let timeout = std::time::Duration::from_millis(self.state.state_timeout_ms);
+            let pinged = match crate::quota::redis::Redis::new(url, timeout) {
+                Ok(redis) => tokio::time::timeout(REACH_WITHIN, redis.ping())
+                    .await
+                    .unwrap_or_else(|_| Err("no answer within 5 s".into())),
+                Err(e) => Err(e.to_string()),
+            };
+            let line = match pinged {
+                Ok(()) => format!("state: reached {shown}: PING answered"),
+                Err(e) => {
+                    reached.ok = false;
+                    format!("state: not reached: {shown}: {e}")
+                }
+            };
+            reached.lines.push(line);
+        }
+        if reached.lines.is_empty() {
+            reached
+                .lines
+                .push("no service to reach: neither [records] nor [state] redis_url".into());
+        }
+        reached
+    }
+
     /// Checks the configuration as [`serve`](crate::serve) does before it binds: the listen
     /// address (`listen` overrides the file's, as `--listen` does; a non-loopback one needs
     /// `[auth]`), the environment variables it names (`[auth] keys_env`, each upstream's
@@ -156,7 +260,7 @@ impl Config {
         if let Some(url) = &state.redis_url {
             lines.push(format!(
                 "state: the limits' counts in {} (on_state_error = {:?}, state_timeout_ms = {})",
-                crate::quota::redis::shown(url),
+                shown_url(url),
                 state.on_state_error.as_str(),
                 state.state_timeout_ms
             ));
@@ -164,7 +268,7 @@ impl Config {
         if let Some(records) = &self.records {
             lines.push(format!(
                 "records: every request in {}{} (spool {}, at most {} MiB)",
-                choicewise_records::shown_url(&records.url),
+                shown_url(&records.url),
                 if records.samples {
                     ", each sample too"
                 } else {
@@ -401,25 +505,6 @@ impl Config {
     }
 }
 
-/// A base URL as `--check` shows it: its `user:password@` and its query hidden, which may
-/// hold a key.
-fn shown_url(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let (authority, path) = match rest.find(['/', '?', '#']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((_, host)) => format!("***@{host}"),
-        None => authority.to_string(),
-    };
-    let path = match path.find(['?', '#']) {
-        Some(i) => format!("{}?***", &path[..i]),
-        None => path.to_string(),
-    };
-    format!("{scheme}://{authority}{path}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,12 +574,12 @@ mod tests {
     fn a_base_url_shows_no_credentials() {
         assert_eq!(
             shown_url("https://user:pw@h.example:8443/v1?api-key=sk"),
-            "https://***@h.example:8443/v1?***"
+            "https://user:***@h.example:8443/v1?***"
         );
         assert_eq!(
             shown_url("http://127.0.0.1:8080/v1"),
             "http://127.0.0.1:8080/v1"
         );
-        assert_eq!(shown_url("http://h?k=1"), "http://h?***");
+        assert_eq!(shown_url("http://h?k=1"), "http://h/?***");
     }
 }

@@ -66,7 +66,7 @@ pub use config::{
     Telemetry, Upstream, Window,
 };
 
-pub use check::Checked;
+pub use check::{Checked, Reached};
 pub use state::Gateway;
 pub use stderr::{
     BATCH_WAIT as STDERR_BATCH_WAIT, MAX_BUFFERED as STDERR_MAX_BUFFERED, StderrLog, StderrWriter,

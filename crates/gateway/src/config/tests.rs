@@ -411,7 +411,7 @@ fn the_check_names_keys_and_limits_never_a_key() {
         "{text}"
     );
     assert!(
-        text.contains("state: the limits' counts in redis://127.0.0.1:6379 (on_state_error = \"allow\", state_timeout_ms = 50)"),
+        text.contains("state: the limits' counts in redis://:***@127.0.0.1:6379 (on_state_error = \"allow\", state_timeout_ms = 50)"),
         "{text}"
     );
     assert!(

@@ -274,7 +274,7 @@ impl Quota {
             None => ("memory".to_string(), None),
             Some(url) => {
                 let timeout = Duration::from_millis(state.state_timeout_ms);
-                let shown = redis::shown(url);
+                let shown = choicewise_records::shown_url(url);
                 (shown, Some(Arc::new(redis::Redis::new(url, timeout)?)))
             }
         };

@@ -80,17 +80,6 @@ const QUEUED: usize = 4096;
 /// The most requests' settlements applied by one script call.
 const BATCH: usize = 256;
 
-/// `url` as the log shows it: without its user and password.
-pub(crate) fn shown(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((_, host)) => format!("{scheme}://{host}"),
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    }
-}
-
 /// The counts in Redis.
 pub(crate) struct Redis {
     client: redis::Client,
@@ -306,11 +295,10 @@ impl Settler {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn urls_are_checked_and_shown_without_their_password() {
         use crate::config::redis_client;
+        use choicewise_records::shown_url as shown;
         assert!(redis_client("redis://127.0.0.1:6379").is_ok());
         assert!(redis_client("redis://:secret@127.0.0.1:6379/2").is_ok());
         let e = redis_client("http://127.0.0.1:6379").unwrap_err();
@@ -319,7 +307,7 @@ mod tests {
         assert!(e.contains("TLS"), "{e}");
         assert_eq!(
             shown("redis://:secret@127.0.0.1:6379/2"),
-            "redis://127.0.0.1:6379/2"
+            "redis://:***@127.0.0.1:6379/2"
         );
         assert_eq!(shown("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
     }
