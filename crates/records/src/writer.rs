@@ -181,11 +181,13 @@ enum Msg {
 /// ```
 #[derive(Clone)]
 pub struct Recorder {
+    /// The queue; the writer ends (its slot of the spool released) once every `Recorder`
+    /// is dropped and the queue is written.
+    tx: mpsc::Sender<Msg>,
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    tx: mpsc::Sender<Msg>,
     queued_bytes: AtomicUsize,
     queue_bytes: usize,
     record_max_bytes: usize,
@@ -217,7 +219,6 @@ impl Recorder {
         let (tx, rx) = mpsc::channel(config.queue_records.max(1));
         let observe: Arc<dyn Observe> = Arc::new(observe);
         let shared = Arc::new(Shared {
-            tx,
             queued_bytes: AtomicUsize::new(0),
             queue_bytes: config.queue_bytes,
             record_max_bytes: config.record_max_bytes.min(config.queue_bytes),
@@ -242,7 +243,7 @@ impl Recorder {
             spool_full_said: false,
         };
         tokio::spawn(writer.run(rx));
-        Ok(Recorder { shared })
+        Ok(Recorder { tx, shared })
     }
 
     /// Queues `record` for writing, without waiting: with the queue full (in records or
@@ -265,7 +266,7 @@ impl Recorder {
             self.queue_full();
             return;
         }
-        if shared
+        if self
             .tx
             .try_send(Msg::Record(Box::new(record), weight))
             .is_err()
@@ -288,7 +289,7 @@ impl Recorder {
     /// spool (at shutdown). Returns at once if the writer is gone.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.shared.tx.send(Msg::Flush(tx)).await.is_ok() {
+        if self.tx.send(Msg::Flush(tx)).await.is_ok() {
             let _ = rx.await;
         }
     }

@@ -356,3 +356,192 @@ async fn a_database_that_does_not_exist_is_a_configuration_error() {
     );
     assert!(e.to_string().contains("no_such_database"), "{e}");
 }
+
+/// A small seeded generator (xorshift64*): the same steps for the same seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// One step of the model-based test.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// `n` records, to one of the live recorders.
+    Record(usize),
+    /// The database's disk filled, or given room again.
+    DatabaseFull(bool),
+    /// The spool's disk filled, or given room again.
+    SpoolFull(bool),
+    /// A recorder ends (as its process would) and another starts on the same folder.
+    Restart,
+    /// A second process starts on the same folder, or the second one ends.
+    Second(bool),
+}
+
+/// Random sequences of faults, with real SQLite on one small disk and the spool on another:
+/// the database full and back, the spool's disk full and back, a recorder restarted, a
+/// second one on the same folder. Every record is written exactly once or counted dropped,
+/// and none is dropped while the spool's disk has room (the database's state never drops a
+/// record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_lose_nothing_but_what_a_full_spool_disk_refused() {
+    // Room for every seed's rows and SQLite's write-ahead log, until it is filled.
+    let Some(db_disk) = Tmpfs::mount("48m") else {
+        return;
+    };
+    let Some(spool_disk) = Tmpfs::mount("3m") else {
+        return;
+    };
+    let url = format!("sqlite://{}", db_disk.path().join("records.db").display());
+    let spool = spool_disk.path().join("records.spool");
+    for seed in [7_u64, 1_234, 99, 2_026, 31_337, 4_242] {
+        let mut rng = Rng(seed);
+        let mut steps = Vec::new();
+        for _ in 0..40 {
+            steps.push(match rng.below(8) {
+                0..=2 => Step::Record(1 + rng.below(30) as usize),
+                3 => Step::DatabaseFull(rng.below(2) == 0),
+                4 => Step::SpoolFull(rng.below(2) == 0),
+                5 => Step::Restart,
+                _ => Step::Second(rng.below(2) == 0),
+            });
+        }
+        let start = |counts: &mut Vec<Arc<Counts>>| {
+            let c = Arc::new(Counts::default());
+            counts.push(c.clone());
+            Recorder::start(RecorderConfig::new(&url, &spool), c).unwrap()
+        };
+        let mut counts = Vec::new();
+        let mut live = vec![start(&mut counts)];
+        let (mut db_filler, mut spool_filler) = (None, None);
+        let mut sent = 0u64;
+        // `heavy` adds T0: each seed's records in a million milliseconds of their own.
+        let base = seed as i64 * 1_000_000;
+        for step in &steps {
+            match *step {
+                Step::Record(n) => {
+                    let dropped_before: u64 = counts.iter().map(|c| c.lost()).sum();
+                    let to = &live[sent as usize % live.len()];
+                    for _ in 0..n {
+                        to.record(heavy(base + sent as i64, 4_000));
+                        sent += 1;
+                    }
+                    to.flush().await;
+                    let dropped: u64 = counts.iter().map(|c| c.lost()).sum();
+                    if spool_filler.is_none() {
+                        assert_eq!(
+                            dropped, dropped_before,
+                            "seed {seed}: records dropped at {step:?} with room on the spool's disk ({steps:?})"
+                        );
+                    }
+                }
+                Step::DatabaseFull(full) => match (full, db_filler.take()) {
+                    (true, None) => db_filler = Some(db_disk.fill(0)),
+                    (false, Some(f)) => std::fs::remove_file(f).unwrap(),
+                    (_, kept) => db_filler = kept,
+                },
+                Step::SpoolFull(full) => match (full, spool_filler.take()) {
+                    (true, None) => spool_filler = Some(spool_disk.fill(4 << 10)),
+                    (false, Some(f)) => std::fs::remove_file(f).unwrap(),
+                    (_, kept) => spool_filler = kept,
+                },
+                Step::Restart => {
+                    let ended = live.remove(0);
+                    ended.flush().await;
+                    drop(ended);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    live.insert(0, start(&mut counts));
+                }
+                Step::Second(true) if live.len() == 1 => live.push(start(&mut counts)),
+                Step::Second(false) if live.len() == 2 => {
+                    let ended = live.pop().unwrap();
+                    ended.flush().await;
+                    drop(ended);
+                    // Its slot is left for the next recorder to start there.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    live.push(start(&mut counts));
+                }
+                Step::Second(_) => {}
+            }
+        }
+        // Every fault cleared: whatever was spooled is written.
+        for filler in [db_filler.take(), spool_filler.take()]
+            .into_iter()
+            .flatten()
+        {
+            std::fs::remove_file(filler).unwrap();
+        }
+        for recorder in &live {
+            recorder.flush().await;
+        }
+        let dropped: u64 = counts.iter().map(|c| c.lost()).sum();
+        let store = Store::connect(&url).await.unwrap();
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        let mine = |pool: &sqlx::SqlitePool| {
+            let pool = pool.clone();
+            async move {
+                let (n,): (i64,) =
+                    sqlx::query_as("SELECT COUNT(*) FROM requests WHERE at_ms >= ? AND at_ms < ?")
+                        .bind(T0 + base)
+                        .bind(T0 + base + 1_000_000)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap_or((0,));
+                n as u64
+            }
+        };
+        let begun = Instant::now();
+        let mut rows = mine(&pool).await;
+        while rows < sent - dropped && begun.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            rows = mine(&pool).await;
+        }
+        if rows != sent - dropped {
+            for slot in std::fs::read_dir(&spool).unwrap().flatten() {
+                let files: Vec<(String, u64)> = (std::fs::read_dir(slot.path()).unwrap().flatten())
+                    .map(|f| {
+                        (
+                            f.file_name().to_string_lossy().into_owned(),
+                            f.metadata().unwrap().len(),
+                        )
+                    })
+                    .collect();
+                eprintln!("slot {:?}: {files:?}", slot.file_name());
+            }
+            for (i, c) in counts.iter().enumerate() {
+                eprintln!(
+                    "recorder {i}: written {} spooled {} lost {}",
+                    Counts::get(&c.written),
+                    Counts::get(&c.spooled),
+                    c.lost()
+                );
+            }
+        }
+        let written: u64 = counts.iter().map(|c| Counts::get(&c.written)).sum();
+        let spooled: u64 = counts.iter().map(|c| Counts::get(&c.spooled)).sum();
+        assert_eq!(
+            rows,
+            sent - dropped,
+            "seed {seed}: {written} written, {spooled} spooled, {} rows in all, {} unwritten in the spool; {sent} sent, {dropped} counted dropped ({steps:?})",
+            store.count().await.unwrap_or(0),
+            spool_bytes(&spool),
+        );
+        let spool_errors: u64 = counts.iter().map(|c| Counts::get(&c.spool_error)).sum();
+        assert_eq!(
+            dropped, spool_errors,
+            "seed {seed}: dropped only by the spool's full disk"
+        );
+        eprintln!(
+            "seed {seed}: {sent} records, {dropped} refused by the spool's full disk, the rest written once"
+        );
+        drop(live);
+        pool.close().await;
+        store.close().await;
+    }
+}
