@@ -40,11 +40,12 @@ pub(crate) async fn run(args: UsageArgs) -> Result<(), Exit> {
     let store = Store::open_existing(&args.records)
         .await
         .map_err(|e| Exit::from(e.to_string()))?;
-    let rows = store
-        .usage(&query)
+    let report = store
+        .usage_report(&query)
         .await
         .map_err(|e| Exit::from(e.to_string()))?;
     store.close().await;
+    let rows = report.rows;
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
         text.push('\n');
@@ -52,10 +53,66 @@ pub(crate) async fn run(args: UsageArgs) -> Result<(), Exit> {
     } else {
         table(&by, &rows)
     };
+    let mut notes = Vec::new();
+    if !report.skipped.is_empty() {
+        notes.push(report.skipped.to_string());
+    }
+    notes.extend(bounds(&rows));
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
-        .map_err(|e| Exit::from(format!("cannot write the usage: {e}")))
+        .map_err(|e| Exit::from(format!("cannot write the usage: {e}")))?;
+    // The notes do not fail the report: it is written.
+    let mut err = std::io::stderr().lock();
+    for note in notes {
+        for line in note.lines() {
+            let _ = writeln!(err, "choicewise: usage: {line}");
+        }
+    }
+    Ok(())
+}
+
+/// What a reader should know of sums at their bounds: a count at `u64::MAX` (where it
+/// stops), a cost that is not a finite number.
+fn bounds(rows: &[UsageRow]) -> Vec<String> {
+    let mut notes = Vec::new();
+    let total = total(rows);
+    let counts = |r: &UsageRow| [r.requests, r.failed, r.prompt_tokens, r.completion_tokens];
+    if rows
+        .iter()
+        .chain([&total])
+        .any(|r| counts(r).contains(&u64::MAX))
+    {
+        notes.push(format!(
+            "a sum reached {} (the most a count holds) and stops there",
+            u64::MAX
+        ));
+    }
+    if rows.iter().chain([&total]).any(|r| !r.cost_usd.is_finite()) {
+        notes.push("a cost's sum is not a finite number: shown as \"not finite\"".into());
+    }
+    notes
+}
+
+/// The rows' sums, each stopping at its bound.
+fn total(rows: &[UsageRow]) -> UsageRow {
+    let sum = |f: fn(&UsageRow) -> u64| rows.iter().map(f).fold(0u64, u64::saturating_add);
+    UsageRow {
+        group: Vec::new(),
+        requests: sum(|r| r.requests),
+        failed: sum(|r| r.failed),
+        prompt_tokens: sum(|r| r.prompt_tokens),
+        completion_tokens: sum(|r| r.completion_tokens),
+        cost_usd: rows.iter().map(|r| r.cost_usd).sum(),
+    }
+}
+
+/// A cost as a cell: 4 decimals, or `not finite`.
+fn cost(usd: f64) -> String {
+    match usd.is_finite() {
+        true => format!("{usd:.4}"),
+        false => "not finite".into(),
+    }
 }
 
 /// The rows as an aligned table, the groups first, then a total line.
@@ -78,7 +135,7 @@ fn table(by: &[By], rows: &[UsageRow]) -> String {
             r.failed.to_string(),
             r.prompt_tokens.to_string(),
             r.completion_tokens.to_string(),
-            format!("{:.4}", r.cost_usd),
+            cost(r.cost_usd),
         ]);
         cells
     };
@@ -87,14 +144,7 @@ fn table(by: &[By], rows: &[UsageRow]) -> String {
         let group = r.group.iter().map(|(_, v)| shown(v)).collect();
         lines.push(line(group, r));
     }
-    let total = UsageRow {
-        group: Vec::new(),
-        requests: rows.iter().map(|r| r.requests).sum(),
-        failed: rows.iter().map(|r| r.failed).sum(),
-        prompt_tokens: rows.iter().map(|r| r.prompt_tokens).sum(),
-        completion_tokens: rows.iter().map(|r| r.completion_tokens).sum(),
-        cost_usd: rows.iter().map(|r| r.cost_usd).sum(),
-    };
+    let total = total(rows);
     if rows.len() > 1 || by.is_empty() {
         let mut group = vec![String::new(); by.len()];
         if let Some(first) = group.first_mut() {
@@ -115,10 +165,7 @@ fn table(by: &[By], rows: &[UsageRow]) -> String {
     let mut text = String::new();
     for l in &lines {
         let cells: Vec<String> = (l.iter().enumerate())
-            .map(|(i, c)| match i < groups {
-                true => format!("{c:<w$}", w = widths[i]),
-                false => format!("{c:>w$}", w = widths[i]),
-            })
+            .map(|(i, c)| padded(c, widths[i], i < groups))
             .collect();
         text.push_str(cells.join("  ").trim_end());
         text.push('\n');
@@ -126,13 +173,30 @@ fn table(by: &[By], rows: &[UsageRow]) -> String {
     text
 }
 
+/// The most characters a cell shows: a longer value is cut, ending in `…`.
+const CELL: usize = 64;
+
 /// A group's value as a cell: `-` for none (no key, no configured model), control
-/// characters escaped.
+/// characters escaped, at most [`CELL`] characters.
 fn shown(value: &str) -> String {
     if value.is_empty() {
         return "-".into();
     }
-    value.escape_debug().to_string()
+    let escaped: String = value.escape_debug().collect();
+    match escaped.char_indices().nth(CELL - 1) {
+        Some((cut, _)) if escaped.chars().count() > CELL => format!("{}…", &escaped[..cut]),
+        _ => escaped,
+    }
+}
+
+/// `cell` padded with spaces to `width` characters, on the right (`left`) or the left. Not
+/// `format!`'s width, which cannot be over `u16::MAX`.
+fn padded(cell: &str, width: usize, left: bool) -> String {
+    let pad = " ".repeat(width.saturating_sub(cell.chars().count()));
+    match left {
+        true => format!("{cell}{pad}"),
+        false => format!("{pad}{cell}"),
+    }
 }
 
 #[cfg(test)]
@@ -157,5 +221,39 @@ mod tests {
              -             10       1             10                 20    0.2500\n\
              total         12       2             20                 40    0.7500\n"
         );
+    }
+
+    #[test]
+    fn a_long_name_is_cut_and_sums_at_their_bounds_are_said() {
+        let row = |key: String, tokens, cost| UsageRow {
+            group: vec![(By::Key, key)],
+            requests: 1,
+            failed: 0,
+            prompt_tokens: tokens,
+            completion_tokens: 0,
+            cost_usd: cost,
+        };
+        let rows = [
+            row("k".repeat(65_536), u64::MAX, f64::INFINITY),
+            row("b".into(), 1, 0.5),
+        ];
+        let text = table(&[By::Key], &rows);
+        let first = text.lines().nth(1).unwrap();
+        assert!(
+            first.starts_with(&format!("{}…  ", "k".repeat(63))),
+            "{first}"
+        );
+        assert!(first.contains("  18446744073709551615  "), "{first}");
+        assert!(first.ends_with("  not finite"), "{first}");
+        let total = text.lines().last().unwrap();
+        assert!(total.starts_with("total "), "{total}");
+        assert!(total.contains("  18446744073709551615  "), "{total}");
+        assert!(total.ends_with("  not finite"), "{total}");
+        assert!(!text.contains("inf") && !text.contains("NaN"), "{text}");
+        let notes = bounds(&rows);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("18446744073709551615 (the most a count holds)"));
+        assert!(notes[1].contains("not a finite number"));
+        assert!(bounds(&rows[1..]).is_empty());
     }
 }

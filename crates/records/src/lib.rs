@@ -32,10 +32,10 @@ mod store;
 mod usage;
 mod writer;
 
-pub use read::RecordsQuery;
+pub use read::{RecordReader, RecordsQuery, Skipped, SkippedRow};
 pub use record::{RequestRecord, SampleRecord, SampleTokens, day_of};
 pub use store::Store;
-pub use usage::{By, UsageQuery, UsageRow, parse_since};
+pub use usage::{By, UsageQuery, UsageReport, UsageRow, parse_since};
 pub use writer::{Dropped, FIRST_TRY, Observe, Recorder, RecorderConfig, WRITE_DEADLINE};
 
 /// Why records could not be read or written.

@@ -6,74 +6,171 @@
 //! An item's prompt is its request's id (the prompts are never recorded): the trace upstream
 //! of `picks report` knows each item by it. It has no answer: `report` then measures each pick
 //! against the vote of all of the item's samples, and says so.
+//!
+//! The records are read one request at a time ([`Store::record_reader`]) and each item is
+//! written as it comes: what the command holds is the request in hand (its samples and their
+//! tokens) and the vocabulary, whatever the number of records. A sample's words are read as
+//! slices of its text, never a string each. A row that cannot be read is left out and named
+//! on stderr.
 
+use std::borrow::Cow;
+use std::io::Write;
 use std::path::Path;
 
-use choicewise_picks::traces::{Problem, TraceSet, write_atomically};
-use choicewise_records::{RecordsQuery, SampleRecord, Store, parse_since};
+use choicewise_picks::traces::{Problem, Sample, TOP_K, TraceSet, write_atomically};
+use choicewise_records::{RecordsQuery, RequestRecord, SampleRecord, Store, parse_since};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::record::{Entry, Streamed, Vocab, logprob_of};
+use super::record::{Vocab, logprob_of, push_piece, push_token};
 use crate::Exit;
 
-/// Chat's `logprobs` object, as a record keeps it.
+/// Chat's `logprobs` object, as a record keeps it: its tokens borrowed from the record's
+/// text where they need no unescaping.
 #[derive(Deserialize)]
-struct Logprobs {
-    #[serde(default)]
-    content: Option<Vec<Token>>,
+struct Logprobs<'a> {
+    #[serde(default, borrow)]
+    content: Option<Vec<Token<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct Token {
-    #[serde(default)]
-    token: String,
+struct Token<'a> {
+    #[serde(default, borrow)]
+    token: Cow<'a, str>,
     #[serde(default)]
     logprob: Option<f64>,
-    #[serde(default)]
-    top_logprobs: Option<Vec<Top>>,
+    #[serde(default, borrow)]
+    top_logprobs: Option<Vec<Top<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct Top {
-    #[serde(default)]
-    token: String,
+struct Top<'a> {
+    #[serde(default, borrow)]
+    token: Cow<'a, str>,
     #[serde(default)]
     logprob: Option<f64>,
 }
 
-/// A recorded sample as it streamed: its log-probabilities' tokens where it has them, else
-/// its content in pieces (each a word with the space before it), without log-probabilities.
-fn streamed(s: &SampleRecord) -> Streamed {
-    let content = s.content.clone().unwrap_or_default();
-    let logprobs: Vec<Entry> = (s.logprobs.as_deref())
-        .and_then(|l| serde_json::from_str::<Logprobs>(l).ok())
-        .and_then(|l| l.content)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| {
-            let top = (t.top_logprobs.into_iter().flatten())
-                .map(|top| (top.token, logprob_of(top.logprob)))
-                .collect();
-            (t.token, logprob_of(t.logprob), top)
-        })
-        .collect();
-    let mut pieces = Vec::new();
+/// `content` in pieces as it streamed, each a word with the whitespace before it (a run of
+/// whitespace: one piece a character): slices of it.
+fn pieces(content: &str) -> impl Iterator<Item = &str> {
     let mut start = 0;
-    for (i, c) in content.char_indices() {
-        if c.is_whitespace() && i > start {
-            pieces.push(content[start..i].to_string());
-            start = i;
+    let mut chars = content.char_indices();
+    std::iter::from_fn(move || {
+        for (i, c) in chars.by_ref() {
+            if c.is_whitespace() && i > start {
+                let piece = &content[start..i];
+                start = i;
+                return Some(piece);
+            }
+        }
+        if start < content.len() {
+            let piece = &content[start..];
+            start = content.len();
+            return Some(piece);
+        }
+        None
+    })
+}
+
+/// The tokens, one after the other, spell `content` exactly.
+fn spell(tokens: &[Token<'_>], content: &str) -> bool {
+    let mut rest = content;
+    for t in tokens {
+        match rest.strip_prefix(t.token.as_ref()) {
+            Some(after) => rest = after,
+            None => return false,
         }
     }
-    if start < content.len() {
-        pieces.push(content[start..].to_string());
+    rest.is_empty()
+}
+
+/// A recorded sample as a set's sample: its log-probabilities' tokens where they spell its
+/// content, else its content in pieces ([`pieces`]), without log-probabilities.
+fn sample_of(s: &SampleRecord, vocab: &mut Vocab) -> Sample {
+    let content = s.content.as_deref().unwrap_or_default();
+    let mut sample = Sample {
+        finished: s.finish == "stop",
+        ..Sample::default()
+    };
+    let tokens = (s.logprobs.as_deref())
+        .and_then(|l| serde_json::from_str::<Logprobs<'_>>(l).ok())
+        .and_then(|l| l.content)
+        .unwrap_or_default();
+    if !tokens.is_empty() && spell(&tokens, content) {
+        let mut top: Vec<(&str, f32)> = Vec::with_capacity(TOP_K);
+        for t in &tokens {
+            top.clear();
+            top.extend(
+                (t.top_logprobs.iter().flatten())
+                    .map(|alt| (alt.token.as_ref(), logprob_of(alt.logprob))),
+            );
+            push_token(&mut sample, vocab, &t.token, logprob_of(t.logprob), &top);
+        }
+        return sample;
     }
-    let mut streamed = Streamed::default();
-    streamed.pieces = pieces;
-    streamed.logprobs = logprobs;
-    streamed.finish = Some(s.finish.clone());
-    streamed
+    for piece in pieces(content) {
+        push_piece(&mut sample, vocab, piece);
+    }
+    sample
+}
+
+/// What a run wrote, and left out.
+struct Exported {
+    /// Items written: `traces_0.npz` to `traces_{items - 1}.npz`.
+    items: usize,
+    samples: usize,
+    /// Every sample written has its log-probabilities.
+    logprobs: bool,
+    /// The requests read, and those of them with fewer than two samples that ended of
+    /// themselves.
+    requests: usize,
+    single: usize,
+    /// Requests whose samples' texts the gateway cut to its bound (`samples_cut`): their
+    /// answers may be cut off.
+    cut: usize,
+}
+
+/// A sample's log-probabilities are there (a sample without has all its `top_logprobs` zero).
+fn has_logprobs(s: &Sample) -> bool {
+    s.is_empty()
+        || s.top_logprobs
+            .iter()
+            .any(|top| top.iter().any(|&l| l != 0.0))
+}
+
+/// Request `r`'s samples that ended of themselves, as a set's samples: a cancelled one's
+/// text is cut short, a failed one's is not an answer.
+fn ran(r: &RequestRecord, vocab: &mut Vocab) -> Vec<Sample> {
+    (r.samples.iter())
+        .filter(|s| !matches!(s.finish.as_str(), "error" | "cancelled"))
+        .filter(|s| s.content.as_deref().is_some_and(|c| !c.is_empty()))
+        .map(|s| sample_of(s, vocab))
+        .collect()
+}
+
+/// Writes the request `request_id`'s samples as the next item of `dir`.
+fn write_item(
+    dir: &Path,
+    request_id: String,
+    samples: Vec<Sample>,
+    out: &mut Exported,
+) -> Result<(), Exit> {
+    out.logprobs &= samples.iter().all(has_logprobs);
+    out.samples += samples.len();
+    let problem = Problem {
+        id: out.items as i64,
+        prompt: request_id.clone(),
+        name: Some(request_id),
+        samples,
+        ..Problem::default()
+    };
+    let path = dir.join(format!("traces_{}.npz", out.items));
+    TraceSet::default()
+        .write_npz(&path, std::slice::from_ref(&problem))
+        .map_err(|e| e.to_string())?;
+    out.items += 1;
+    Ok(())
 }
 
 pub(super) async fn run(
@@ -93,11 +190,6 @@ pub(super) async fn run(
     let store = Store::open_existing(url)
         .await
         .map_err(|e| Exit::from(e.to_string()))?;
-    let records = store
-        .records(&RecordsQuery::since(since_ms).model(model).with_samples())
-        .await
-        .map_err(|e| Exit::from(e.to_string()))?;
-    store.close().await;
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
     if choicewise_picks::traces::npz_files(dir).is_ok_and(|f| !f.is_empty()) {
         return Err(usage_error(format!(
@@ -106,68 +198,85 @@ pub(super) async fn run(
         )));
     }
     let mut vocab = Vocab::load(dir)?;
-    let mut problems = Vec::new();
-    let (mut requests, mut single) = (0usize, 0usize);
-    for r in &records {
-        requests += 1;
-        // The samples that ended of themselves: a cancelled one's text is cut short, a
-        // failed one's is not an answer.
-        let ran: Vec<&SampleRecord> = (r.samples.iter())
-            .filter(|s| !matches!(s.finish.as_str(), "error" | "cancelled"))
-            .filter(|s| s.content.as_deref().is_some_and(|c| !c.is_empty()))
-            .collect();
-        if ran.len() < 2 {
-            single += 1;
-            continue;
+    let mut reader = store.record_reader(RecordsQuery::since(since_ms).model(model).with_samples());
+    let mut out = Exported {
+        items: 0,
+        samples: 0,
+        logprobs: true,
+        requests: 0,
+        single: 0,
+        cut: 0,
+    };
+    let exported: Result<(), Exit> = async {
+        while let Some(r) = reader.next().await.map_err(|e| Exit::from(e.to_string()))? {
+            out.requests += 1;
+            if r.samples_cut {
+                out.cut += 1;
+                continue;
+            }
+            let samples = ran(&r, &mut vocab);
+            if samples.len() < 2 {
+                out.single += 1;
+                continue;
+            }
+            // Its texts are read: only their tokens are kept while the item is written.
+            let request_id = r.request_id.clone();
+            drop(r);
+            write_item(dir, request_id, samples, &mut out)?;
         }
-        let samples = ran.iter().map(|s| streamed(s).sample(&mut vocab)).collect();
-        problems.push(Problem {
-            id: problems.len() as i64,
-            prompt: r.request_id.clone(),
-            name: Some(r.request_id.clone()),
-            samples,
-            ..Problem::default()
-        });
+        Ok(())
     }
-    if problems.is_empty() {
+    .await;
+    let skipped = reader.skipped().clone();
+    drop(reader);
+    store.close().await;
+    let mut stderr = std::io::stderr().lock();
+    if !skipped.is_empty() {
+        for line in skipped.to_string().lines() {
+            let _ = writeln!(stderr, "choicewise: picks record: {line}");
+        }
+    }
+    if let Err(e) = exported {
+        // No half-written set: the items written so far go with the run that failed.
+        for i in 0..out.items {
+            let _ = std::fs::remove_file(dir.join(format!("traces_{i}.npz")));
+        }
+        return Err(e);
+    }
+    if out.items == 0 {
         return Err(Exit::from(format!(
-            "no request of model {model:?} with two samples or more in {} ({requests} requests{}; the samples are kept with [records] samples = true)",
+            "no request of model {model:?} with two samples or more in {} ({} requests{}{}; the samples are kept with [records] samples = true)",
             choicewise_records::shown_url(url),
-            if single > 0 {
-                format!(", {single} of them with fewer")
+            out.requests,
+            if out.single > 0 {
+                format!(", {} of them with fewer", out.single)
+            } else {
+                String::new()
+            },
+            if out.cut > 0 {
+                format!(", {} with their texts cut", out.cut)
             } else {
                 String::new()
             }
         )));
     }
     let set = TraceSet {
-        vocab: vocab.tokens.clone(),
+        vocab: std::mem::take(&mut vocab.tokens),
         eos: 0,
         problems: Vec::new(),
     };
     set.write_vocab(dir).map_err(|e| e.to_string())?;
-    for (i, p) in problems.iter().enumerate() {
-        set.write_npz(
-            &dir.join(format!("traces_{i}.npz")),
-            std::slice::from_ref(p),
-        )
-        .map_err(|e| e.to_string())?;
-    }
-    let samples: usize = problems.iter().map(|p| p.samples.len()).sum();
-    let logprobs = TraceSet {
-        problems: problems.clone(),
-        ..TraceSet::default()
-    }
-    .has_logprobs();
     let meta = json!({
         "recorded_by": format!("choicewise {} picks record --from-records", env!("CARGO_PKG_VERSION")),
         "format": "arith-traces (traces_*.npz, vocab.json): one traces_I.npz per recorded request",
         "records": choicewise_records::shown_url(url),
         "model": model,
         "since_ms": since_ms,
-        "items": problems.len(),
-        "samples_recorded": samples,
-        "logprobs": logprobs,
+        "items": out.items,
+        "samples_recorded": out.samples,
+        "logprobs": out.logprobs,
+        "requests_cut_left_out": out.cut,
+        "rows_left_out": skipped.count,
         "answers": "none: production traffic has no known answer; picks report measures each pick against the vote of all of an item's samples",
         "problem_ids": "the item's number (from 0); item_ids: the request's x-request-id, which is also its prompt",
     });
@@ -178,15 +287,64 @@ pub(super) async fn run(
             .as_bytes(),
     )
     .map_err(|e| e.to_string())?;
-    eprintln!(
-        "{} requests of {model:?} with several samples written to {} ({samples} samples{}); {single} with fewer left out",
-        problems.len(),
+    let _ = writeln!(
+        stderr,
+        "{} requests of {model:?} with several samples written to {} ({} samples{}); {} with fewer left out{}",
+        out.items,
         dir.display(),
-        if logprobs {
+        out.samples,
+        if out.logprobs {
             ", with their log-probabilities"
         } else {
             ", without log-probabilities"
+        },
+        out.single,
+        match out.cut {
+            0 => String::new(),
+            n => format!(", {n} with their texts cut to the record's bound"),
         }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_words_with_the_space_before_them() {
+        fn all(s: &str) -> Vec<&str> {
+            pieces(s).collect()
+        }
+        assert_eq!(all("So it is  4"), ["So", " it", " is", " ", " 4"]);
+        assert_eq!(all(" a\nb "), [" a", "\nb", " "]);
+        assert_eq!(all(""), Vec::<&str>::new());
+        assert_eq!(all("éé ü"), ["éé", " ü"]);
+    }
+
+    #[test]
+    fn log_probabilities_are_read_where_they_spell_the_content() {
+        let mut vocab = Vocab::load(Path::new("/nonexistent")).unwrap();
+        let mut s = SampleRecord::new(0, "stop");
+        s.content = Some("4\n2".into());
+        s.logprobs = Some(
+            r#"{"content": [{"token": "4", "logprob": -0.5, "top_logprobs": [{"token": "4", "logprob": -0.5}, {"token": "5", "logprob": -1.5}]},
+                {"token": "\n2", "logprob": -0.25, "top_logprobs": []}]}"#
+                .into(),
+        );
+        let sample = sample_of(&s, &mut vocab);
+        assert!(sample.finished);
+        assert_eq!(vocab.tokens, ["<eos>", "4", "5", "\n2"]);
+        assert_eq!(sample.tokens, [1, 3]);
+        assert_eq!(sample.top_ids[0], [1, 2, 2, 2, 2]);
+        assert_eq!(sample.top_logprobs[0], [-0.5, -1.5, -1.5, -1.5, -1.5]);
+        assert_eq!(sample.top_ids[1], [3; TOP_K]);
+        assert!(has_logprobs(&sample));
+        // Tokens that do not spell the content: its words, without log-probabilities.
+        s.content = Some("4 2".into());
+        let sample = sample_of(&s, &mut vocab);
+        assert_eq!(vocab.tokens[4..], [" 2"]);
+        assert_eq!(sample.tokens, [1, 4]);
+        assert!(!has_logprobs(&sample));
+    }
 }

@@ -428,39 +428,54 @@ impl Streamed {
     pub(super) fn sample(self, vocab: &mut Vocab) -> Sample {
         let content: String = self.pieces.concat();
         let joined: String = self.logprobs.iter().map(|(t, _, _)| t.as_str()).collect();
-        let finished = self.finish.as_deref() == Some("stop");
         let mut s = Sample {
-            finished,
+            finished: self.finish.as_deref() == Some("stop"),
             ..Sample::default()
         };
         if !self.logprobs.is_empty() && joined == content {
-            for (token, lp, top) in self.logprobs {
-                let id = vocab.id(&token);
-                let mut ids = [id; TOP_K];
-                let mut lps = [lp; TOP_K];
-                for k in 0..TOP_K {
-                    // Fewer than TOP_K alternatives: the last one again.
-                    if let Some((t, l)) = top.get(k.min(top.len().saturating_sub(1))) {
-                        ids[k] = vocab.id(t);
-                        lps[k] = *l;
-                    }
-                }
-                s.tokens.push(id);
-                s.logprob.push(lp);
-                s.top_ids.push(ids);
-                s.top_logprobs.push(lps);
+            for (token, lp, top) in &self.logprobs {
+                push_token(&mut s, vocab, token, *lp, top.as_slice());
             }
             return s;
         }
         for piece in &self.pieces {
-            let id = vocab.id(piece);
-            s.tokens.push(id);
-            s.logprob.push(0.0);
-            s.top_ids.push([id; TOP_K]);
-            s.top_logprobs.push([0.0; TOP_K]);
+            push_piece(&mut s, vocab, piece);
         }
         s
     }
+}
+
+/// A token with its log-probability and its top alternatives appended to `s` (fewer than
+/// `TOP_K` alternatives: the last one again).
+pub(super) fn push_token<T: AsRef<str>>(
+    s: &mut Sample,
+    vocab: &mut Vocab,
+    token: &str,
+    lp: f32,
+    top: &[(T, f32)],
+) {
+    let id = vocab.id(token);
+    let mut ids = [id; TOP_K];
+    let mut lps = [lp; TOP_K];
+    for k in 0..TOP_K {
+        if let Some((t, l)) = top.get(k.min(top.len().saturating_sub(1))) {
+            ids[k] = vocab.id(t.as_ref());
+            lps[k] = *l;
+        }
+    }
+    s.tokens.push(id);
+    s.logprob.push(lp);
+    s.top_ids.push(ids);
+    s.top_logprobs.push(lps);
+}
+
+/// A piece of content, without log-probabilities, appended to `s` as a token.
+pub(super) fn push_piece(s: &mut Sample, vocab: &mut Vocab, piece: &str) {
+    let id = vocab.id(piece);
+    s.tokens.push(id);
+    s.logprob.push(0.0);
+    s.top_ids.push([id; TOP_K]);
+    s.top_logprobs.push([0.0; TOP_K]);
 }
 
 /// What every request shares.
