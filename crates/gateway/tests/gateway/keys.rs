@@ -757,7 +757,7 @@ async fn an_unreachable_redis_is_said_at_start_and_refuse_keeps_serve_from_start
     assert!(began.elapsed() < Duration::from_secs(5));
     assert!(
         e.contains(&format!(
-            "[state] redis_url redis://127.0.0.1:{port} is unreachable"
+            "[state] redis_url redis://:***@127.0.0.1:{port} is unreachable"
         )) && e.contains("not starting, as on_state_error = \"refuse\" says"),
         "{e}"
     );
