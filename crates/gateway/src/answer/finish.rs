@@ -604,7 +604,13 @@ impl State {
         );
         self.name_cut_by_default_limit(&outcome);
         if self.records.is_some() {
-            self.write_record(Some(&outcome), ended.status(), label, took);
+            // A client that left after its answer began was answered: a stream's 200 went
+            // with its first byte, and the row says so (its `ended`, why it ended).
+            let status = match (ended.client_gone(), self.first_byte.get()) {
+                (true, Some(_)) => 200,
+                _ => ended.status(),
+            };
+            self.write_record(Some(&outcome), status, label, took);
         }
         if let Some(mut span) = self.span.take() {
             span.key = self.key.clone();

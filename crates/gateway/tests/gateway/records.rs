@@ -74,10 +74,12 @@ async fn every_request_on_record(url: &str, spool: &std::path::Path) {
          [records]\nurl = \"{url}\"\nsamples = true\nspool_path = \"{}\"\n\
          [[models]]\nname = \"small\"\nprice = {{ input_per_million = 10000.0, output_per_million = 30000.0 }}\n{}\
          [[models]]\nname = \"voting\"\n[models.choicewise]\nsamples = 3\nselect = \"vote\"\n{}\
-         [[models]]\nname = \"stuck\"\n[models.choicewise]\nsamples = 2\nselect = \"vote\"\n{}",
+         [[models]]\nname = \"stuck\"\n[models.choicewise]\nsamples = 2\nselect = \"vote\"\n{}\
+         [[models]]\nname = \"slow\"\n{}",
         spool.display(),
         fan_out_toml(&upstream.base_url(), ""),
         fan_out_toml(&upstream.base_url(), ""),
+        fan_out_toml(&stalling.base_url(), ""),
         fan_out_toml(&stalling.base_url(), ""),
     );
     let (addr, gateway) = serve(&toml, env).await;
@@ -134,11 +136,24 @@ async fn every_request_on_record(url: &str, spool: &std::path::Path) {
     tcp.write_all(&body).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     drop(tcp);
+    // A client that leaves after its stream began: it was answered 200.
+    let mut r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .bearer_auth("sk-team-a")
+        .header("x-request-id", "r-gone-streaming")
+        .json(&chat("slow", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let first = r.chunk().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: "), "{first:?}");
+    drop(r);
 
     let store = Store::connect(url).await.unwrap();
-    let records = until_rows(&store, 7).await;
+    let records = until_rows(&store, 8).await;
     gateway.flush_records().await;
-    assert_eq!(records.len(), 7, "{records:#?}");
+    assert_eq!(records.len(), 8, "{records:#?}");
     let row = |id: &str| {
         let found: Vec<&RequestRecord> = records.iter().filter(|r| r.request_id == id).collect();
         assert_eq!(found.len(), 1, "{id}: {records:#?}");
@@ -230,10 +245,17 @@ async fn every_request_on_record(url: &str, spool: &std::path::Path) {
         "{gone:?}"
     );
     assert_eq!(gone.decision, None, "its vote never decided");
+    let left = row("r-gone-streaming");
+    assert_eq!(
+        (left.status, left.ended.as_str(), left.stream),
+        (200, "client_gone", true),
+        "a stream's 200 went with its first byte: {left:?}"
+    );
+    assert!(left.first_byte_ms.is_some(), "{left:?}");
     assert_eq!(spool_bytes(spool), 0, "nothing spooled");
     // Written once each, however long the writer runs on.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(store.count().await.unwrap(), 7);
+    assert_eq!(store.count().await.unwrap(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
