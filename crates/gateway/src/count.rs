@@ -12,9 +12,37 @@ use serde_json::json;
 use crate::admission::layers;
 use crate::api::{self, ClientApi, Counted, messages::Messages};
 use crate::error::ApiError;
+use crate::keys::Caller;
+use crate::quota::{Demand, Reservation};
 use crate::request::Fields;
 use crate::state::Gateway;
 use crate::wellformed::Scan;
+
+/// A count under its caller's key, as a request is: of a model the key may use (403
+/// otherwise, before anything is counted or asked upstream), and charged as one request to
+/// the limits it meets (429 past them, with `Retry-After`); it generates nothing, so it
+/// takes no samples, tokens or dollars. The reservation, held until the count is answered.
+async fn under_key(
+    gw: &Gateway,
+    caller: Caller,
+    model: &str,
+) -> Result<Option<Reservation>, ApiError> {
+    crate::route::allows(gw, caller, model)?;
+    let quota = &gw.inner.quota;
+    let Some(applicable) = quota.applicable(caller, model) else {
+        return Ok(None);
+    };
+    let demand = Demand {
+        samples: 0,
+        ..Default::default()
+    };
+    quota.reserve(applicable, demand, || async { 0 }).await
+}
+
+/// Who sent `request` (the `auth` layer's [`Caller`]; open without `[auth]`).
+fn caller_of(request: &axum::extract::Request) -> Caller {
+    (request.extensions().get::<Caller>().copied()).unwrap_or(Caller::Open)
+}
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
 /// upstream counts them (its own `count_tokens`, its answer at most
@@ -40,6 +68,7 @@ async fn count_tokens_answer(
     label: &mut String,
 ) -> Response {
     let arrived = Instant::now();
+    let caller = caller_of(&request);
     // The body's scan, when the admission made it.
     let scanned = request.extensions().get::<Scan>().cloned();
     let bytes = match layers::read_body(&gw.inner.admission, request.into_body()).await {
@@ -93,6 +122,10 @@ async fn count_tokens_answer(
     if let Err(e) = layers::parsed(&gw.inner.admission, len) {
         return Messages::shaped(e);
     }
+    let _reserved = match under_key(gw, caller, &routes.name).await {
+        Ok(reserved) => reserved,
+        Err(e) => return Messages::shaped(e),
+    };
     if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic) {
         // The client's body as it came, but for its model and the gateway's extension.
         body.remove("choicewise");
@@ -213,6 +246,7 @@ async fn api_count_answer<A: ClientApi>(
     request: axum::extract::Request,
     label: &mut String,
 ) -> Response {
+    let caller = caller_of(&request);
     let scanned = request.extensions().get::<Scan>().cloned();
     let (head, body) = request.into_parts();
     let bytes = match layers::read_body(&gw.inner.admission, body).await {
@@ -263,6 +297,10 @@ async fn api_count_answer<A: ClientApi>(
         return A::shaped(e);
     }
     *label = model;
+    let _reserved = match under_key(gw, caller, label).await {
+        Ok(reserved) => reserved,
+        Err(e) => return A::shaped(e),
+    };
     let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
     estimated::<A>(gw, upstream_model, chat, len).await
 }

@@ -9,7 +9,20 @@ use serde_json::{Value, json};
 
 use crate::api::ClientApi;
 use crate::error::ApiError;
+use crate::keys::Caller;
 use crate::state::Gateway;
+
+/// The caller, as the `auth` layer named it (open without `[auth]`).
+type Called = Option<axum::Extension<Caller>>;
+
+/// The configured models the caller's key may use: every one for a key without `models`.
+fn visible(gw: &Gateway, called: Called) -> Vec<String> {
+    let caller = called.map_or(Caller::Open, |c| c.0);
+    (gw.inner.names.iter())
+        .filter(|name| crate::route::allows(gw, caller, name).is_ok())
+        .cloned()
+        .collect()
+}
 
 /// A model as `GET /v1/models` lists it: OpenAI's fields (`object`, `created`, `owned_by`)
 /// and Anthropic's (`type`, `display_name`, `created_at`), so that the clients of both APIs
@@ -19,22 +32,28 @@ fn model_entry(name: &str) -> Value {
            "type": "model", "display_name": name, "created_at": "1970-01-01T00:00:00Z"})
 }
 
-/// `GET /v1/models`: every configured model, in the list shapes of both APIs (OpenAI's
-/// `object: "list"`, Anthropic's `has_more`, `first_id`, `last_id`).
-pub(crate) async fn list_models(State(gw): State<Gateway>) -> Response {
-    let names = &gw.inner.names;
+/// `GET /v1/models`: every configured model the caller's key may use, in the list shapes of
+/// both APIs (OpenAI's `object: "list"`, Anthropic's `has_more`, `first_id`, `last_id`).
+pub(crate) async fn list_models(State(gw): State<Gateway>, called: Called) -> Response {
+    let names = &visible(&gw, called);
     let data: Vec<Value> = names.iter().map(|name| model_entry(name)).collect();
     axum::Json(json!({"object": "list", "data": data, "has_more": false,
                       "first_id": names.first(), "last_id": names.last()}))
     .into_response()
 }
 
-/// `GET /v1/models/{id}`: the model, or 404 naming it.
+/// `GET /v1/models/{id}`: the model, 403 when the caller's key may not use it, or 404
+/// naming it.
 pub(crate) async fn one_model(
     State(gw): State<Gateway>,
+    called: Called,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
     if gw.inner.models.contains_key(&id) {
+        let caller = called.map_or(Caller::Open, |c| c.0);
+        if let Err(e) = crate::route::allows(&gw, caller, &id) {
+            return e.into_response();
+        }
         return axum::Json(model_entry(&id)).into_response();
     }
     ApiError::new(
@@ -46,10 +65,13 @@ pub(crate) async fn one_model(
     .into_response()
 }
 
-/// `GET {A::MODELS}`: every configured model, in the client API `A`'s list shape
-/// ([`ClientApi::models`]: Gemini's `{"models": [...]}`).
-pub(crate) async fn api_models<A: ClientApi>(State(gw): State<Gateway>) -> Response {
-    axum::Json(A::models(&gw.inner.names)).into_response()
+/// `GET {A::MODELS}`: every configured model the caller's key may use, in the client API
+/// `A`'s list shape ([`ClientApi::models`]: Gemini's `{"models": [...]}`).
+pub(crate) async fn api_models<A: ClientApi>(
+    State(gw): State<Gateway>,
+    called: Called,
+) -> Response {
+    axum::Json(A::models(&visible(&gw, called))).into_response()
 }
 
 /// `GET {A::MODELS}/{name}`, on the API's route: the model in `A`'s shape
@@ -57,6 +79,7 @@ pub(crate) async fn api_models<A: ClientApi>(State(gw): State<Gateway>) -> Respo
 /// (`models/m:generateContent`) is a 405, another name a 404, each in `A`'s error shape.
 pub(crate) async fn api_model<A: ClientApi>(
     State(gw): State<Gateway>,
+    called: Called,
     uri: axum::http::Uri,
 ) -> Response {
     let name = (A::MODELS)
@@ -64,6 +87,10 @@ pub(crate) async fn api_model<A: ClientApi>(
         .and_then(|rest| rest.strip_prefix('/'))
         .unwrap_or_default();
     if gw.inner.models.contains_key(name) {
+        let caller = called.map_or(Caller::Open, |c| c.0);
+        if let Err(e) = crate::route::allows(&gw, caller, name) {
+            return A::shaped(e);
+        }
         return axum::Json(A::model(name)).into_response();
     }
     let method = name

@@ -130,10 +130,12 @@ async fn serve<A: ClientApi>(
     finish.named(parsed.req.model.clone());
     finish.streamed(parsed.req.stream);
     allows(gw, caller, &parsed.req.model)?;
-    let plan = plan(gw, parsed, model, finish.client())?;
+    let mut plan = plan(gw, parsed, model, finish.client())?;
     // Before any upstream is asked: what the request may take, reserved of its limits.
     let reserved = Box::pin(reserve(gw, caller, &plan, finish.request_id())).await?;
-    if let Some(reservation) = reserved {
+    // The room reserved for a sample that states no limit is the room it is held to.
+    plan.opener.room = reserved.room;
+    if let Some(reservation) = reserved.reservation {
         finish.reserved(reservation);
     }
     finish.opening(plan.opener.tries.clone(), plan.opener.limits_set.clone());
@@ -204,7 +206,7 @@ fn model(gw: &Gateway, name: &str) -> Result<Arc<open::ModelRoutes>, ApiError> {
 }
 
 /// Whether the caller's key may use the model `name`: the 403 that says it may not.
-fn allows(gw: &Gateway, caller: keys::Caller, name: &str) -> Result<(), ApiError> {
+pub(crate) fn allows(gw: &Gateway, caller: keys::Caller, name: &str) -> Result<(), ApiError> {
     let keys::Caller::Named(i) = caller else {
         return Ok(());
     };
@@ -277,11 +279,12 @@ async fn reserve<R>(
     caller: keys::Caller,
     plan: &Plan<R>,
     request_id: &str,
-) -> Result<Option<crate::quota::Reservation>, ApiError> {
+) -> Result<Reserved, ApiError> {
     let quota = &gw.inner.quota;
     let Some(applicable) = quota.applicable(caller, &plan.req.model) else {
-        return Ok(None);
+        return Ok(Reserved::default());
     };
+    let mut held = None;
     let mut demand = crate::quota::Demand {
         samples: u64::from(plan.req.samples.max(1)),
         ..Default::default()
@@ -290,10 +293,16 @@ async fn reserve<R>(
         demand.prompt_tokens = prompt_bound(&plan.opener).await;
         demand.prompt_bound = true;
         demand.room = room(&plan.req, &plan.opener.model);
+        if stated_room(&plan.req).is_none() {
+            held = Some(demand.room);
+        }
     }
     let count = || prompt_tokens(&plan.opener);
     match quota.reserve(applicable, demand, count).await {
-        Ok(reserved) => Ok(reserved),
+        Ok(reservation) => Ok(Reserved {
+            reservation,
+            room: held,
+        }),
         Err(e) => {
             tracing::info!(
                 request_id = %request_id,
@@ -308,14 +317,28 @@ async fn reserve<R>(
     }
 }
 
-/// The answer room a request's sample may take: the limit it states (`max_completion_tokens`,
-/// `max_tokens`; a Messages or Responses request's is translated to one), else the largest
-/// `max_tokens` of its model's upstreams, else [`crate::quota::ROOM_WITHOUT_LIMIT`].
-fn room(req: &ChatRequest, model: &open::ModelRoutes) -> u64 {
-    let stated = ["max_completion_tokens", "max_tokens"]
+/// What [`reserve`] reserved: the reservation (none without limits), and the answer room a
+/// sample is held to when its request states none and a limit counts tokens or dollars
+/// (sent upstream as its API names the limit: [`open::Opener::room`]).
+#[derive(Default)]
+struct Reserved {
+    reservation: Option<crate::quota::Reservation>,
+    room: Option<u64>,
+}
+
+/// The answer limit a request states (`max_completion_tokens`, `max_tokens`; a Messages or
+/// Responses request's is translated to one).
+fn stated_room(req: &ChatRequest) -> Option<u64> {
+    ["max_completion_tokens", "max_tokens"]
         .iter()
-        .find_map(|field| serde_json::from_slice::<u64>(req.body.get(*field)?).ok());
-    stated
+        .find_map(|field| serde_json::from_slice::<u64>(req.body.get(*field)?).ok())
+}
+
+/// The answer room a request's sample may take: the limit it states ([`stated_room`]), else
+/// the largest `max_tokens` of its model's upstreams, else
+/// [`crate::quota::ROOM_WITHOUT_LIMIT`].
+fn room(req: &ChatRequest, model: &open::ModelRoutes) -> u64 {
+    stated_room(req)
         .or_else(|| model.routes.iter().filter_map(|r| r.max_tokens).max())
         .unwrap_or(crate::quota::ROOM_WITHOUT_LIMIT)
 }
@@ -425,6 +448,7 @@ fn plan<R>(
         sent: Arc::default(),
         max_requests: gw.inner.limits.max_upstream_requests_per_request,
         bodies: Arc::default(),
+        room: None,
     };
     Ok(Plan {
         req,

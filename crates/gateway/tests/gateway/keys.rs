@@ -199,6 +199,182 @@ async fn named_keys_are_told_apart_limited_and_kept_to_their_models() {
     gw.stop().await;
 }
 
+/// Sends `body` to `path` with `key` in every header a client API reads it from.
+async fn post_any(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    path: &str,
+    key: &str,
+    body: &Value,
+) -> reqwest::Response {
+    client
+        .post(format!("http://{addr}{path}"))
+        .bearer_auth(key)
+        .header("x-api-key", key)
+        .header("x-goog-api-key", key)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `GET path` with `key`: its status and JSON body.
+async fn get_with(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    path: &str,
+    key: &str,
+) -> (u16, Value) {
+    let r = client
+        .get(format!("http://{addr}{path}"))
+        .bearer_auth(key)
+        .header("x-api-key", key)
+        .header("x-goog-api-key", key)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn the_count_routes_and_the_model_lists_obey_the_key() {
+    let up = upstream().await;
+    let toml = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\nmodels = [\"small\"]\n\
+         [auth.keys.limits]\nrequests_per_minute = 3\n\
+         [[auth.keys]]\nname = \"team-b\"\nkey_env = \"TEAM_B_KEY\"\n{}",
+        models(&up, "")
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let messages =
+        |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    let gemini = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    let anthropic_count = "/v1/messages/count_tokens";
+    let gemini_count = |model: &str| format!("/v1beta/models/{model}:countTokens");
+    // A model outside the key's: 403 on both count routes, nothing counted.
+    let r = post_any(
+        &client,
+        gw.addr,
+        anthropic_count,
+        "sk-team-a",
+        &messages("large"),
+    )
+    .await;
+    let (status, _, body) = refusal(r).await;
+    assert_eq!(status, 403, "{body}");
+    let r = post_any(
+        &client,
+        gw.addr,
+        &gemini_count("large"),
+        "sk-team-a",
+        &gemini,
+    )
+    .await;
+    assert_eq!(r.status(), 403);
+    // Each count is a request of the key's: 3 of 6 answered, the rest 429 with a wait.
+    let mut answered = 0;
+    for i in 0..6 {
+        let r = if i % 2 == 0 {
+            post_any(
+                &client,
+                gw.addr,
+                anthropic_count,
+                "sk-team-a",
+                &messages("small"),
+            )
+            .await
+        } else {
+            post_any(
+                &client,
+                gw.addr,
+                &gemini_count("small"),
+                "sk-team-a",
+                &gemini,
+            )
+            .await
+        };
+        let (status, wait, body) = refusal(r).await;
+        match status {
+            200 => answered += 1,
+            429 => assert!(
+                wait.is_some_and(|w| (1..=60).contains(&w)),
+                "{wait:?} {body}"
+            ),
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert_eq!(
+        answered, 3,
+        "a key of 3 requests a minute counts its counts"
+    );
+    // A chat now is the fourth request of the minute.
+    let r = post(
+        &client,
+        gw.addr,
+        "/v1/chat/completions",
+        "sk-team-a",
+        &ask("small", None),
+    )
+    .await;
+    assert_eq!(r.status(), 429);
+    // The model lists show a key only its models; another key sees them all.
+    let ids = |body: &Value, list: &str, field: &str| -> Vec<String> {
+        (body[list].as_array().unwrap().iter())
+            .map(|m| m[field].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (status, body) = get_with(&client, gw.addr, "/v1/models", "sk-team-a").await;
+    assert_eq!(
+        (status, ids(&body, "data", "id")),
+        (200, vec!["small".to_string()]),
+        "{body}"
+    );
+    let (_, body) = get_with(&client, gw.addr, "/v1/models", "sk-team-b").await;
+    assert_eq!(ids(&body, "data", "id"), ["small", "large"], "{body}");
+    let (status, body) = get_with(&client, gw.addr, "/v1beta/models", "sk-team-a").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ids(&body, "models", "name"), ["models/small"], "{body}");
+    let (status, body) = get_with(&client, gw.addr, "/v1/models/large", "sk-team-a").await;
+    assert_eq!(status, 403, "{body}");
+    let (status, _) = get_with(&client, gw.addr, "/v1/models/large", "sk-team-b").await;
+    assert_eq!(status, 200);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn the_room_a_token_limit_reserves_is_the_room_sent_upstream() {
+    let up = upstream().await;
+    let toml = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\ntokens_per_minute = 100000\n\
+         [[auth.keys]]\nname = \"team-b\"\nkey_env = \"TEAM_B_KEY\"\n{}",
+        models(&up, "")
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let chat = "/v1/chat/completions";
+    let unlimited = json!({"model": "small", "messages": [{"role": "user", "content": "hi"}]});
+    let sent_max_tokens = |i: usize| -> Option<u64> {
+        let body: Value = serde_json::from_slice(&up.requests()[i].body).unwrap();
+        body["max_tokens"].as_u64()
+    };
+    // A key limited by tokens, a request that states no limit: held to the room reserved.
+    let r = post(&client, gw.addr, chat, "sk-team-a", &unlimited).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(sent_max_tokens(0), Some(4096));
+    // A limit the request states is its own.
+    let r = post(&client, gw.addr, chat, "sk-team-a", &ask("small", None)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(sent_max_tokens(1), Some(1));
+    // A key no limit of tokens binds: nothing added.
+    let r = post(&client, gw.addr, chat, "sk-team-b", &unlimited).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(sent_max_tokens(2), None);
+    gw.stop().await;
+}
+
 #[tokio::test]
 async fn a_vote_reserves_its_samples_and_settles_what_they_took() {
     let up = upstream().await;

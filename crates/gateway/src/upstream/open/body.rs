@@ -14,12 +14,17 @@ use choicewise_core::Dialect;
 use choicewise_core::upstream::RequestWriting;
 
 /// The answer room a request for upstream `u` is given when its body (`base`) states no
-/// limit of its own: `u`'s `max_tokens`; None when the client stated one, or `u` has none.
-pub(super) fn limit_to_set(u: &UpstreamRoute, base: &crate::request::Fields) -> Option<u64> {
+/// limit of its own: `u`'s `max_tokens`, else the room its key's limits reserved (`room`,
+/// [`Opener::room`]); None when the client stated one, or neither is set.
+pub(super) fn limit_to_set(
+    u: &UpstreamRoute,
+    base: &crate::request::Fields,
+    room: Option<u64>,
+) -> Option<u64> {
     let stated = ["max_tokens", "max_completion_tokens"]
         .iter()
         .any(|k| base.get(*k).is_some_and(|v| &v[..] != b"null"));
-    u.max_tokens.filter(|_| !stated)
+    u.max_tokens.or(room).filter(|_| !stated)
 }
 
 /// The bodies of a run's upstream requests ([`Opener::bodies`]): by upstream (its label and
@@ -82,7 +87,7 @@ pub(crate) fn request_body(
         if samples > 1 {
             over.push(("n", samples.to_string().into_bytes()));
         }
-        if let Some(limit) = limit_to_set(u, base) {
+        if let Some(limit) = limit_to_set(u, base, opener.room) {
             over.push(("max_tokens", limit.to_string().into_bytes()));
         }
         if let Some(confidence) = logprobs {
@@ -106,7 +111,7 @@ pub(crate) fn request_body(
         &u.model,
         base,
         native.map(|n| &n.1),
-        (samples, limit_to_set(u, base)),
+        (samples, limit_to_set(u, base, opener.room)),
     )?;
     Ok(translated.into())
 }

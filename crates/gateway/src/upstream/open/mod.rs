@@ -135,6 +135,10 @@ pub(crate) struct Opener {
     /// fan-out's samples to one upstream share one body (its bytes, not translated or
     /// written again per sample).
     pub bodies: Bodies,
+    /// The answer room reserved for each sample of a request that states no limit, under a
+    /// limit of tokens or dollars: sent to an upstream without a `max_tokens` of its own,
+    /// so that no answer outgrows what its key was charged for.
+    pub room: Option<u64>,
 }
 
 /// Whether `u` serves `samples` samples in one request.
@@ -360,7 +364,7 @@ impl Opener {
                             reads,
                             route: route.clone(),
                             body: accounting(route, samples.len()),
-                            limit_set: limit_to_set(route, &self.body),
+                            limit_set: limit_to_set(route, &self.body, self.room),
                         });
                     }
                     Ok(Err(e)) => match classify(&e) {
