@@ -304,8 +304,9 @@ impl ClientBuilder {
         self
     }
 
-    /// The longest wait before a retry (default 20 s): caps both `Retry-After` and the
-    /// backoff.
+    /// The longest wait before a retry (default 20 s): caps the backoff, and a response
+    /// whose `Retry-After` asks for longer is returned at once rather than retried (the
+    /// server said no try passes sooner).
     ///
     /// ```
     /// # use std::time::Duration;

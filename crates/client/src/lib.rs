@@ -47,8 +47,10 @@
 //! each up to [`max_retries`](ClientBuilder::max_retries) times (default 2, so at most 3
 //! requests). Before a retry it waits what the server asked for (`retry-after-ms`, else
 //! `Retry-After` in seconds or as an HTTP date), otherwise an exponential backoff of 0.5 s,
-//! 1 s, 2 s, ..., the wait capped by [`max_retry_wait`](ClientBuilder::max_retry_wait)
-//! (default 20 s).
+//! 1 s, 2 s, ..., the backoff capped by [`max_retry_wait`](ClientBuilder::max_retry_wait)
+//! (default 20 s). A server that asks for a longer wait than that (a daily budget spent:
+//! `Retry-After: 86400`) is not retried: its refusal is returned at once, the wait it asked
+//! for in [`ClientError::retry_after`].
 //!
 //! With [`retry_server_errors`](ClientBuilder::retry_server_errors), `408`, `500`, `502`,
 //! `504` and `529` are retried the same way (as a gateway retries between its upstreams).
@@ -308,8 +310,15 @@ impl Client {
                         return Err(status_error(response, inner.idle_timeout).await);
                     }
                     // Decided on the status line and headers alone: the body is never read.
-                    retry_after(response.headers(), SystemTime::now())
-                        .unwrap_or_else(|| backoff(retry))
+                    match retry_after(response.headers(), SystemTime::now()) {
+                        // The server says no try passes before longer than this client
+                        // waits: the refusal now, its wait in `ClientError::retry_after`.
+                        Some(wait) if wait > inner.max_retry_wait => {
+                            return Err(status_error(response, inner.idle_timeout).await);
+                        }
+                        Some(wait) => wait,
+                        None => backoff(retry),
+                    }
                 }
                 Err(Failure::Connect { .. }) if retry < inner.max_retries => backoff(retry),
                 Err(failure) => return Err(ClientError::failed(&url_text(), failure)),

@@ -16,8 +16,9 @@ pub(crate) fn backoff(retry: u32) -> Duration {
 /// The wait a response asks for: `retry-after-ms` (OpenAI), else `Retry-After` in seconds or
 /// as an HTTP date (a date in the past is no wait).
 pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    /// Longer waits are capped anyway; this only keeps the conversion in range.
-    const FAR: f64 = 86_400.0;
+    /// A year: only keeps the conversion in range (a wait past the client's cap is never
+    /// waited, only reported).
+    const FAR: f64 = 365.0 * 86_400.0;
     let text = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
     let seconds = |s: f64| (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(FAR)));
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
@@ -75,7 +76,7 @@ mod tests {
         assert_eq!(wait(&[("retry-after", "soon")]), None);
         assert_eq!(
             wait(&[("retry-after", "1e30")]),
-            Some(Duration::from_secs(86_400))
+            Some(Duration::from_secs(365 * 86_400))
         );
         assert_eq!(wait(&[]), None);
     }

@@ -298,10 +298,35 @@ async fn rate_limited_once_then_served() {
 }
 
 #[tokio::test]
-async fn rate_limited_forever_gives_up_after_the_retries() {
+async fn a_wait_past_the_cap_is_returned_at_once_not_retried() {
+    // A spent budget: the server says no try passes for 30 days.
     let server = TestServer::builder()
         .fixture("demo.sse")
-        .fail(Failure::status(429).retry_after("30"))
+        .fail(Failure::status(429).retry_after("2592000"))
+        .start()
+        .await
+        .unwrap();
+    let client = Client::builder()
+        .base_url(server.base_url())
+        .max_retries(2)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = within(LIMIT, "chat", client.chat(request()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(429), "{err:?}");
+    assert_eq!(err.retry_after(), Some(Duration::from_secs(2_592_000)));
+    assert_eq!(server.request_count(), 1, "not retried");
+    assert!(started.elapsed() < Duration::from_secs(2), "no wait");
+}
+
+#[tokio::test]
+async fn rate_limited_forever_gives_up_after_the_retries() {
+    // No wait asked for: the backoff, capped, then the refusal.
+    let server = TestServer::builder()
+        .fixture("demo.sse")
+        .fail(Failure::status(429))
         .start()
         .await
         .unwrap();
@@ -320,7 +345,7 @@ async fn rate_limited_forever_gives_up_after_the_retries() {
     assert_eq!(server.request_count(), 3, "max_retries + 1 requests");
     assert!(
         started.elapsed() < Duration::from_secs(5),
-        "Retry-After capped"
+        "the backoff capped"
     );
 }
 

@@ -56,7 +56,9 @@ pub(crate) async fn count_tokens(
 ) -> Response {
     // Counted in the metrics under its model when that is a configured one, refused or not.
     let mut label = String::new();
-    let mut response = count_tokens_answer(&gw, request, &mut label).await;
+    let mut rate = Vec::new();
+    let mut response = count_tokens_answer(&gw, request, &mut label, &mut rate).await;
+    crate::quota::with_rate(&mut response, rate);
     (response.extensions_mut()).insert(layers::ModelLabel(label));
     response
 }
@@ -66,6 +68,7 @@ async fn count_tokens_answer(
     gw: &Gateway,
     request: axum::extract::Request,
     label: &mut String,
+    rate: &mut Vec<(&'static str, String)>,
 ) -> Response {
     let arrived = Instant::now();
     let caller = caller_of(&request);
@@ -122,10 +125,13 @@ async fn count_tokens_answer(
     if let Err(e) = layers::parsed(&gw.inner.admission, len) {
         return Messages::shaped(e);
     }
-    let _reserved = match under_key(gw, caller, &routes.name).await {
+    let reserved = match under_key(gw, caller, &routes.name).await {
         Ok(reserved) => reserved,
         Err(e) => return Messages::shaped(e),
     };
+    *rate = reserved
+        .as_ref()
+        .map_or_else(Vec::new, |r| r.rate_headers());
     if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic) {
         // The client's body as it came, but for its model and the gateway's extension.
         body.remove("choicewise");
@@ -235,7 +241,9 @@ pub(crate) async fn api_count<A: ClientApi>(
 ) -> Response {
     // Counted in the metrics under its model when that is a configured one, refused or not.
     let mut label = String::new();
-    let mut response = api_count_answer::<A>(&gw, request, &mut label).await;
+    let mut rate = Vec::new();
+    let mut response = api_count_answer::<A>(&gw, request, &mut label, &mut rate).await;
+    crate::quota::with_rate(&mut response, rate);
     (response.extensions_mut()).insert(layers::ModelLabel(label));
     response
 }
@@ -245,6 +253,7 @@ async fn api_count_answer<A: ClientApi>(
     gw: &Gateway,
     request: axum::extract::Request,
     label: &mut String,
+    rate: &mut Vec<(&'static str, String)>,
 ) -> Response {
     let caller = caller_of(&request);
     let scanned = request.extensions().get::<Scan>().cloned();
@@ -297,10 +306,13 @@ async fn api_count_answer<A: ClientApi>(
         return A::shaped(e);
     }
     *label = model;
-    let _reserved = match under_key(gw, caller, label).await {
+    let reserved = match under_key(gw, caller, label).await {
         Ok(reserved) => reserved,
         Err(e) => return A::shaped(e),
     };
+    *rate = reserved
+        .as_ref()
+        .map_or_else(Vec::new, |r| r.rate_headers());
     let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
     estimated::<A>(gw, upstream_model, chat, len).await
 }

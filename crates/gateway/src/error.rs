@@ -18,7 +18,14 @@ pub(crate) struct ApiError {
     pub param: Option<String>,
     /// Seconds the client should wait before another try (a `Retry-After` header).
     pub retry_after: Option<u64>,
+    /// Headers of its own (a limited key's `x-ratelimit-*`), boxed: most errors have none,
+    /// and an error stays small where it is returned.
+    pub headers: Option<Box<OwnHeaders>>,
 }
+
+/// An error's headers of its own, behind one pointer in [`ApiError`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OwnHeaders(pub Vec<(&'static str, String)>);
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
@@ -29,6 +36,7 @@ impl ApiError {
             code: None,
             param: None,
             retry_after: None,
+            headers: None,
         }
     }
 
@@ -54,6 +62,25 @@ impl ApiError {
         self
     }
 
+    /// With these headers of its own.
+    pub fn headers(mut self, headers: Vec<(&'static str, String)>) -> Self {
+        self.headers = (!headers.is_empty()).then(|| Box::new(OwnHeaders(headers)));
+        self
+    }
+
+    /// Its headers written on `response`: `Retry-After` and its own.
+    pub fn head(&self, response: &mut Response) {
+        let headers = response.headers_mut();
+        if let Some(wait) = self.retry_after {
+            headers.insert(axum::http::header::RETRY_AFTER, wait.into());
+        }
+        for (name, value) in self.headers.iter().flat_map(|h| h.0.iter()) {
+            if let Ok(value) = axum::http::HeaderValue::from_str(value) {
+                headers.insert(*name, value);
+            }
+        }
+    }
+
     /// The JSON body.
     pub fn body(&self) -> Value {
         json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
@@ -63,11 +90,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
-        if let Some(wait) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, wait.into());
-        }
+        self.head(&mut response);
         response
     }
 }
@@ -141,6 +164,7 @@ impl From<IngressError> for ApiError {
             code: e.code.map(str::to_string),
             param: e.param,
             retry_after: None,
+            headers: None,
         }
     }
 }

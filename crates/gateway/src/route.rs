@@ -60,8 +60,9 @@ pub(crate) async fn answer<A: ClientApi>(
         finish.key(name);
     }
     let mut kept = None;
+    let mut rate = Vec::new();
     let head = Arc::new(parts);
-    let served = serve::<A>(&gw, head, body, caller, &mut finish, &mut kept).await;
+    let served = serve::<A>(&gw, head, body, caller, &mut finish, &mut kept, &mut rate).await;
     let label = layers::ModelLabel(finish.model().to_string());
     let tries = finish.tries();
     let mut response = match served {
@@ -80,6 +81,8 @@ pub(crate) async fn answer<A: ClientApi>(
             .headers_mut()
             .insert("x-choicewise-tries", count.into());
     }
+    // A limited key's answer says what is left of its limits.
+    crate::quota::with_rate(&mut response, rate);
     response.extensions_mut().insert(label);
     response
 }
@@ -99,8 +102,9 @@ fn parses_inline(len: usize, scan: Option<&Scan>) -> bool {
 /// [`parse`] it, find its [`model`] and check its key [`allows`] it, [`plan`] its run,
 /// [`reserve`] what it may take, [`start`] its samples and pick them ([`Run::pick`]). Each
 /// step returns what it learned; this function alone writes it into the request's record
-/// (`finish`), which holds the run from its start, and `kept` what the API keeps of a request
-/// read for its errors ([`ClientApi::kept_for_errors`]).
+/// (`finish`), which holds the run from its start, `kept` what the API keeps of a request
+/// read for its errors ([`ClientApi::kept_for_errors`]), and `rate` the `x-ratelimit-*`
+/// headers its reservation left.
 async fn serve<A: ClientApi>(
     gw: &Gateway,
     head: Arc<Head>,
@@ -108,6 +112,7 @@ async fn serve<A: ClientApi>(
     caller: keys::Caller,
     finish: &mut Finish,
     kept: &mut Option<A::Reply>,
+    rate: &mut Vec<(&'static str, String)>,
 ) -> Result<Ready<A>, ApiError> {
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(&gw.inner.admission, body).await?;
@@ -136,6 +141,7 @@ async fn serve<A: ClientApi>(
     // The room reserved for a sample that states no limit is the room it is held to.
     plan.opener.room = reserved.room;
     if let Some(reservation) = reserved.reservation {
+        *rate = reservation.rate_headers();
         finish.reserved(reservation);
     }
     finish.opening(plan.opener.tries.clone(), plan.opener.limits_set.clone());

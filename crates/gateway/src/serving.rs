@@ -63,6 +63,7 @@ impl Gateway {
         let quota = &self.inner.quota;
         match quota.probe().await {
             Ok(true) => {
+                (quota.refuse_cluster().await).map_err(|e| ServeError::Config(ConfigError(e)))?;
                 tracing::info!(store = %quota.shown(), "the limits' counts are kept in Redis");
                 Ok(())
             }

@@ -137,14 +137,11 @@ pub(crate) trait ClientApi: Send + Sync + 'static {
     /// and message.
     fn error_body(error: &ApiError) -> Value;
 
-    /// An error answered in this API's shape, with its `Retry-After` when it has one.
+    /// An error answered in this API's shape, with its headers (`Retry-After` when it has
+    /// one, and its own).
     fn shaped(error: ApiError) -> Response {
         let mut response = (error.status, axum::Json(Self::error_body(&error))).into_response();
-        if let Some(wait) = error.retry_after {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, wait.into());
-        }
+        error.head(&mut response);
         response
     }
 

@@ -31,12 +31,25 @@ use crate::config::{
 use crate::error::ApiError;
 use crate::keys::{Caller, Keys};
 use crate::metrics::Metrics;
-use store::{Adjust, Charge, Store, Verdict};
+use store::{Adjust, Charge, Store, Verdict, Window};
 
 /// The answer room reserved for each sample of a request that states no limit, of a model
 /// none of whose upstreams sets `max_tokens`: the settlement replaces it by what was
 /// generated.
 pub(crate) const ROOM_WITHOUT_LIMIT: u64 = 4096;
+
+/// The wait a refusal asks for when only requests in flight hold its limit, at most, in
+/// seconds: they give back what they do not use as they end.
+const IN_FLIGHT_WAIT: u64 = 1;
+
+/// What of `amount` of `resource` a reservation holds until its settlement: all of it, but
+/// for a request's count of 1, which is what it uses.
+fn held_of(resource: Resource, amount: u64) -> u64 {
+    match resource {
+        Resource::Requests => 0,
+        Resource::Samples | Resource::Tokens | Resource::Usd => amount,
+    }
+}
 
 /// The prefix of every counter's name (a Redis key).
 const PREFIX: &str = "choicewise:";
@@ -347,8 +360,13 @@ impl Quota {
             } => never_fits(rules[index], amount, demand),
             Refusal::Limit {
                 index,
-                why: Why::Full { reset_ms },
-            } => self.refused(rules[index], reset_ms),
+                why:
+                    Why::Full {
+                        reset_ms,
+                        used,
+                        in_flight,
+                    },
+            } => self.refused(rules[index], reset_ms, used, in_flight),
             Refusal::Store(e) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",
@@ -371,12 +389,16 @@ impl Quota {
         price: Option<Price>,
     ) -> Result<Option<Reservation>, Refusal> {
         let charges: Vec<Charge> = (rules.iter())
-            .map(|r| Charge {
-                counter: r.counter.clone(),
-                slot: r.slot,
-                window_ms: r.limit.window.millis(),
-                limit: r.limit.amount,
-                amount: reserved(r.limit.resource, demand, price),
+            .map(|r| {
+                let amount = reserved(r.limit.resource, demand, price);
+                Charge {
+                    counter: r.counter.clone(),
+                    slot: r.slot,
+                    window_ms: r.limit.window.millis(),
+                    limit: r.limit.amount,
+                    amount,
+                    hold: held_of(r.limit.resource, amount),
+                }
             })
             .collect();
         if let Some(index) = charges.iter().position(|c| c.amount > c.limit) {
@@ -391,14 +413,19 @@ impl Quota {
             )))
         });
         match answer {
-            Ok(Verdict::Reserved(starts)) => {
+            Ok(Verdict::Reserved { now, windows }) => {
                 self.health.answered();
-                let held = (rules.iter().zip(charges).zip(starts))
-                    .map(|((rule, charge), start)| Held {
+                let rate = RateHeaders::of(
+                    (rules.iter().zip(&windows))
+                        .map(|(rule, w)| (rule.limit, w.start, w.amount, now)),
+                );
+                let held = (rules.iter().zip(charges).zip(windows))
+                    .map(|((rule, charge), Window { start, .. })| Held {
                         counter: charge.counter,
                         slot: charge.slot,
                         resource: rule.limit.resource,
                         start,
+                        window_ms: charge.window_ms,
                         reserved: charge.amount,
                     })
                     .collect();
@@ -407,16 +434,26 @@ impl Quota {
                     held,
                     price,
                     settled: false,
+                    rate,
                 }))
             }
-            Ok(Verdict::Refused { index, reset_ms }) => {
+            Ok(Verdict::Refused {
+                index,
+                reset_ms,
+                used,
+                in_flight,
+            }) => {
                 self.health.answered();
                 // The store names one of the charges it was given (`applicable` gives one at
                 // least).
                 let index = if index < rules.len() { index } else { 0 };
                 Err(Refusal::Limit {
                     index,
-                    why: Why::Full { reset_ms },
+                    why: Why::Full {
+                        reset_ms,
+                        used,
+                        in_flight,
+                    },
                 })
             }
             Err(e) => {
@@ -429,25 +466,46 @@ impl Quota {
         }
     }
 
-    /// The 429 of `rule`, whose window ends in `reset_ms`.
-    fn refused(&self, rule: &Rule, reset_ms: u64) -> ApiError {
-        let wait = reset_ms.div_ceil(1000).max(1);
+    /// The 429 of `rule`, whose window ends in `reset_ms`. When only requests in flight
+    /// hold it (`in_flight`: what they reserved, not yet what they used), the wait is
+    /// [`IN_FLIGHT_WAIT`] or the window's end, whichever is sooner, and said so: they give
+    /// back what they do not use as they end.
+    fn refused(&self, rule: &Rule, reset_ms: u64, used: u64, in_flight: bool) -> ApiError {
+        let reset = reset_ms.div_ceil(1000).max(1);
+        let wait = if in_flight {
+            reset.min(IN_FLIGHT_WAIT)
+        } else {
+            reset
+        };
         self.health
             .metrics
             .limit_refused(&rule.label, rule.limit.name());
-        ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
+        let message = if in_flight && wait < reset {
+            format!(
+                "{} of {} ({}) is held by requests in flight; retry in {} (the window resets in {})",
+                rule.limit.name(),
+                rule.scope,
+                rule.limit.stated(),
+                said(wait),
+                said(reset)
+            )
+        } else {
             format!(
                 "{} of {} ({}) reached; resets in {}",
                 rule.limit.name(),
                 rule.scope,
                 rule.limit.stated(),
                 said(wait)
-            ),
-        )
-        .code("rate_limit_exceeded")
-        .wait(wait)
+            )
+        };
+        // The window as the store has it: `used` in it, ending in `reset_ms` (a window that
+        // started `window - reset_ms` ago).
+        let started_ago = rule.limit.window.millis().saturating_sub(reset_ms);
+        let rate = RateHeaders::of(std::iter::once((rule.limit, 0, used, started_ago)));
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+            .code("rate_limit_exceeded")
+            .wait(wait)
+            .headers(rate.into_pairs())
     }
 
     /// At start: whether Redis answers within the store's deadline (at least 1 s): `true`
@@ -469,6 +527,26 @@ impl Quota {
             "[state] redis_url {} is unreachable: {error}",
             self.shown
         ))
+    }
+
+    /// At start, once Redis answered: a Redis Cluster is refused, naming why (a
+    /// reservation's script charges the counters of several scopes at once, whose names
+    /// share no hash slot, which a Cluster refuses with `CROSSSLOT`). `Ok` without Redis, or
+    /// when the question cannot be answered (then the first reservation says why).
+    pub(crate) async fn refuse_cluster(&self) -> Result<(), String> {
+        let Some(redis) = &self.redis else {
+            return Ok(());
+        };
+        let deadline = self.timeout.max(Duration::from_secs(1));
+        match tokio::time::timeout(deadline, redis.is_cluster()).await {
+            Ok(Ok(true)) => Err(format!(
+                "[state] redis_url {} is a Redis Cluster node, which the limits do not support \
+                 (a reservation charges a key's, its tags' and its model's counters in one \
+                 script, and a Cluster refuses keys of several slots): give them one Redis server",
+                self.shown
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// What the store's failures do (`on_state_error`).
@@ -515,8 +593,13 @@ enum Refusal {
 enum Why {
     /// The request alone takes this much, more than the limit.
     NeverFits(u64),
-    /// The limit is reached in a window that ends in `reset_ms`.
-    Full { reset_ms: u64 },
+    /// The limit is reached in a window that ends in `reset_ms` and holds `used`;
+    /// `in_flight` when only the reservations of requests in flight hold it.
+    Full {
+        reset_ms: u64,
+        used: u64,
+        in_flight: bool,
+    },
 }
 
 /// The limits a request meets ([`Quota::applicable`]).
@@ -539,6 +622,7 @@ struct Held {
     slot: usize,
     resource: Resource,
     start: u64,
+    window_ms: u64,
     reserved: u64,
 }
 
@@ -549,9 +633,119 @@ pub(crate) struct Reservation {
     held: Vec<Held>,
     price: Option<Price>,
     settled: bool,
+    rate: RateHeaders,
+}
+
+/// The `x-ratelimit-*` headers of a limited key's answer, as OpenAI names them: for requests
+/// and for tokens, the limit that binds most (the least left) of those the request met, what
+/// is left of it after this request's reservation, and when its window resets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RateHeaders {
+    requests: Option<RateLeft>,
+    tokens: Option<RateLeft>,
+}
+
+/// One limit's state: its amount, what is left, the milliseconds until its window resets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RateLeft {
+    limit: u64,
+    remaining: u64,
+    reset_ms: u64,
+}
+
+impl RateHeaders {
+    /// From each limit met, with its window's `start`, its `amount` charged and the store's
+    /// clock `now` (all in milliseconds): for each resource, the limit with the least left.
+    fn of(limits: impl Iterator<Item = (RateLimit, u64, u64, u64)>) -> RateHeaders {
+        let mut headers = RateHeaders::default();
+        for (limit, start, amount, now) in limits {
+            let slot = match limit.resource {
+                Resource::Requests => &mut headers.requests,
+                Resource::Tokens => &mut headers.tokens,
+                Resource::Samples | Resource::Usd => continue,
+            };
+            let left = RateLeft {
+                limit: limit.amount,
+                remaining: limit.amount.saturating_sub(amount),
+                reset_ms: start
+                    .saturating_add(limit.window.millis())
+                    .saturating_sub(now),
+            };
+            if slot.is_none_or(|s| left.remaining < s.remaining) {
+                *slot = Some(left);
+            }
+        }
+        headers
+    }
+
+    /// The headers' names and values: `x-ratelimit-limit-requests`,
+    /// `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` (a duration as OpenAI
+    /// writes it: `1s`, `6m0s`, `20ms`), and the same for `-tokens`.
+    pub(crate) fn into_pairs(self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        let each = [
+            (
+                self.requests,
+                [
+                    "x-ratelimit-limit-requests",
+                    "x-ratelimit-remaining-requests",
+                    "x-ratelimit-reset-requests",
+                ],
+            ),
+            (
+                self.tokens,
+                [
+                    "x-ratelimit-limit-tokens",
+                    "x-ratelimit-remaining-tokens",
+                    "x-ratelimit-reset-tokens",
+                ],
+            ),
+        ];
+        for (left, [limit, remaining, reset]) in each {
+            if let Some(left) = left {
+                pairs.push((limit, left.limit.to_string()));
+                pairs.push((remaining, left.remaining.to_string()));
+                pairs.push((reset, duration_text(left.reset_ms)));
+            }
+        }
+        pairs
+    }
+}
+
+/// `rate` (a reservation's [`Reservation::rate_headers`]) written on `response`: a limited
+/// key's answer says what is left of its limits.
+pub(crate) fn with_rate(
+    response: &mut axum::response::Response,
+    rate: Vec<(&'static str, String)>,
+) {
+    for (name, value) in rate {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+}
+
+/// A duration as OpenAI's `x-ratelimit-reset-*` headers write it: `20ms` under a second,
+/// else whole seconds (rounded up) as `45s`, `6m0s`, `1h2m3s`.
+fn duration_text(ms: u64) -> String {
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let s = ms.div_ceil(1_000);
+    let (h, m, s) = (s / 3_600, s % 3_600 / 60, s % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
 }
 
 impl Reservation {
+    /// The `x-ratelimit-*` headers this reservation leaves ([`RateHeaders`]).
+    pub(crate) fn rate_headers(&self) -> Vec<(&'static str, String)> {
+        self.rate.clone().into_pairs()
+    }
+
     /// The reservation replaced by what the request `counted` (without waiting: Redis's
     /// settlements are applied by its store's task).
     pub(crate) fn settle(mut self, counted: Counted) {
@@ -565,12 +759,15 @@ impl Reservation {
         let adjusts: Vec<Adjust> = (self.held.iter())
             .filter_map(|h| {
                 let used = used(h.resource, counted, self.price);
-                let delta = used as i64 - h.reserved as i64;
-                (delta != 0).then(|| Adjust {
+                let held = held_of(h.resource, h.reserved);
+                // A request's count of 1 is what it uses: nothing to settle.
+                (used != h.reserved || held != 0).then(|| Adjust {
                     counter: h.counter.clone(),
                     slot: h.slot,
                     start: h.start,
-                    delta,
+                    window_ms: h.window_ms,
+                    held,
+                    used,
                 })
             })
             .collect();

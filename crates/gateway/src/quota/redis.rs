@@ -16,59 +16,95 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{OnceCell, mpsc};
 
 use super::Health;
-use super::store::{Adjust, Charge, Store, StoreError, StoreFuture, Verdict};
+use super::store::{Adjust, Charge, Store, StoreError, StoreFuture, Verdict, Window};
 use crate::config::ConfigError;
 
 /// Checks every charge against its counter's window, then charges them all; returns
-/// `{1, start...}`, or `{0, index, reset_ms}` for the first that would pass its limit.
+/// `{1, now, start, amount, start, amount...}` (each counter's window as the charge left
+/// it), or `{0, index, reset_ms, used, in_flight}` for the first that would pass its limit
+/// (`in_flight` 1 when the settled amount alone would have let it pass). A counter is
+/// a hash of its window's start (`s`), the amount charged in it (`v`) and the part of that
+/// held by requests in flight (`h`). The rule is [`super::store::Memory`]'s.
 const RESERVE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local starts = {}
 local fresh = {}
 for i, key in ipairs(KEYS) do
-  local w = tonumber(ARGV[3 * i - 2])
-  local limit = tonumber(ARGV[3 * i - 1])
-  local amount = tonumber(ARGV[3 * i])
-  local held = redis.call('HMGET', key, 's', 'v')
-  local s = tonumber(held[1])
-  local used = tonumber(held[2]) or 0
+  local w = tonumber(ARGV[4 * i - 3])
+  local limit = tonumber(ARGV[4 * i - 2])
+  local amount = tonumber(ARGV[4 * i - 1])
+  local got = redis.call('HMGET', key, 's', 'v', 'h')
+  local s = tonumber(got[1])
+  local used = tonumber(got[2]) or 0
+  local held = tonumber(got[3]) or 0
   if s == nil or now >= s + w then
     s = now
     used = 0
+    held = 0
     fresh[i] = true
   end
   if used + amount > limit then
-    return {0, i - 1, s + w - now}
+    local in_flight = 0
+    if used - held + amount <= limit then
+      in_flight = 1
+    end
+    return {0, i - 1, s + w - now, used, in_flight}
   end
   starts[i] = s
 end
-local out = {1}
+local out = {1, now}
 for i, key in ipairs(KEYS) do
   -- Counts are written as the decimal strings they came as: a Lua number written back
   -- would be rounded to 14 digits.
   local s = string.format('%d', starts[i])
+  local v = tonumber(ARGV[4 * i - 1])
   if fresh[i] then
-    redis.call('HSET', key, 's', s, 'v', ARGV[3 * i])
-    redis.call('PEXPIREAT', key, string.format('%d', starts[i] + tonumber(ARGV[3 * i - 2]) + 1000))
+    redis.call('HSET', key, 's', s, 'v', ARGV[4 * i - 1], 'h', ARGV[4 * i])
+    redis.call('PEXPIREAT', key, string.format('%d', starts[i] + tonumber(ARGV[4 * i - 3]) + 1000))
   else
-    redis.call('HINCRBY', key, 'v', ARGV[3 * i])
+    v = redis.call('HINCRBY', key, 'v', ARGV[4 * i - 1])
+    if ARGV[4 * i] ~= '0' then
+      redis.call('HINCRBY', key, 'h', ARGV[4 * i])
+    end
   end
-  out[i + 1] = starts[i]
+  out[2 * i + 1] = starts[i]
+  out[2 * i + 2] = v
 end
 return out
 ";
 
-/// Adds each delta to its counter if the counter's window is still the one given, never
-/// taking a count below 0.
+/// Settles each counter: in the window it was reserved in (`start`), what was held is
+/// replaced by what was used, never taking a count below 0; if that window ended since,
+/// what was used is charged to the current one, or begins one. The rule is
+/// [`super::store::Memory`]'s. Arguments per counter: start, window, held, used, and
+/// used - held (as decimal strings, so that no count is rounded).
 const SETTLE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 for i, key in ipairs(KEYS) do
+  local start = tonumber(ARGV[5 * i - 4])
+  local w = tonumber(ARGV[5 * i - 3])
   local s = tonumber(redis.call('HGET', key, 's'))
-  if s ~= nil and s == tonumber(ARGV[2 * i - 1]) then
-    local v = redis.call('HINCRBY', key, 'v', ARGV[2 * i])
+  if s ~= nil and now >= s + w then
+    s = nil
+  end
+  if s ~= nil and s == start then
+    local v = redis.call('HINCRBY', key, 'v', ARGV[5 * i])
     if v < 0 then
       redis.call('HSET', key, 'v', 0)
     end
+    if ARGV[5 * i - 2] ~= '0' then
+      local h = redis.call('HINCRBY', key, 'h', '-' .. ARGV[5 * i - 2])
+      if h < 0 then
+        redis.call('HSET', key, 'h', 0)
+      end
+    end
+  elseif s ~= nil then
+    redis.call('HINCRBY', key, 'v', ARGV[5 * i - 1])
+  elseif ARGV[5 * i - 1] ~= '0' then
+    redis.call('HSET', key, 's', string.format('%d', now), 'v', ARGV[5 * i - 1], 'h', 0)
+    redis.call('PEXPIREAT', key, string.format('%d', now + w + 1000))
   end
 end
 return 1
@@ -134,6 +170,17 @@ impl Redis {
             .map_err(|e| store_error(e).0)
     }
 
+    /// Whether the server is a Redis Cluster node (`INFO cluster`'s `cluster_enabled:1`).
+    pub(crate) async fn is_cluster(&self) -> Result<bool, String> {
+        let mut connection = self.connection().await.map_err(|e| e.0)?;
+        let info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| store_error(e).0)?;
+        Ok(info.lines().any(|l| l.trim() == "cluster_enabled:1"))
+    }
+
     /// The task that applies settlements queued by [`Store::settle_later`], started once,
     /// inside the runtime.
     fn later(&self) -> Option<&mpsc::Sender<Vec<Adjust>>> {
@@ -188,19 +235,28 @@ async fn reserve_on(
             .key(&*c.counter)
             .arg(c.window_ms)
             .arg(c.limit)
-            .arg(c.amount);
+            .arg(c.amount)
+            .arg(c.hold);
     }
     let out: Vec<i64> = invocation
         .invoke_async(connection)
         .await
         .map_err(store_error)?;
     match out.as_slice() {
-        [1, starts @ ..] if starts.len() == charges.len() => Ok(Verdict::Reserved(
-            starts.iter().map(|&s| s.max(0) as u64).collect(),
-        )),
-        [0, index, reset] => Ok(Verdict::Refused {
+        [1, now, windows @ ..] if windows.len() == 2 * charges.len() => Ok(Verdict::Reserved {
+            now: (*now).max(0) as u64,
+            windows: (windows.chunks_exact(2))
+                .map(|w| Window {
+                    start: w[0].max(0) as u64,
+                    amount: w[1].max(0) as u64,
+                })
+                .collect(),
+        }),
+        [0, index, reset, used, in_flight] => Ok(Verdict::Refused {
             index: (*index).max(0) as usize,
             reset_ms: (*reset).max(0) as u64,
+            used: (*used).max(0) as u64,
+            in_flight: *in_flight == 1,
         }),
         other => Err(StoreError(format!(
             "redis: the reservation script answered {other:?}"
@@ -216,7 +272,14 @@ async fn settle_on(
 ) -> Result<(), StoreError> {
     let mut invocation = script.prepare_invoke();
     for a in adjusts {
-        invocation.key(&*a.counter).arg(a.start).arg(a.delta);
+        let delta = i128::from(a.used) - i128::from(a.held);
+        invocation
+            .key(&*a.counter)
+            .arg(a.start)
+            .arg(a.window_ms)
+            .arg(a.held)
+            .arg(a.used)
+            .arg(delta.to_string());
     }
     invocation
         .invoke_async::<i64>(connection)
@@ -295,6 +358,8 @@ impl Settler {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn urls_are_checked_and_shown_without_their_password() {
         use crate::config::redis_client;
@@ -310,5 +375,253 @@ mod tests {
             "redis://:***@127.0.0.1:6379/2"
         );
         assert_eq!(shown("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+    }
+
+    /// A child process, ended when dropped (a failing test too).
+    struct Ended(std::process::Child);
+
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A `redis-server` of the test's own on a free port of 127.0.0.1 (its process ended
+    /// when dropped), or `None` (said) where it is not installed; under CI its absence fails.
+    fn redis_server() -> Option<(Ended, u16, tempfile::TempDir)> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let found = (std::env::split_paths(&path).chain(["/usr/bin".into(), "/usr/sbin".into()]))
+            .map(|dir: std::path::PathBuf| dir.join("redis-server"))
+            .find(|p| p.is_file());
+        let Some(bin) = found else {
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| v == "true"),
+                "redis-server is not installed, and CI=true: .ci/run installs it"
+            );
+            eprintln!("skipped: redis-server is not installed");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(bin)
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Some((Ended(child), port, dir))
+    }
+
+    /// One rule, two stores: 10,000 random reservations and settlements (several counters,
+    /// limits of a few units, settlements that use less or more than they held, and every
+    /// 40 operations a window replaced and the open reservations settled late into the next) given to the in-process store and to a real `redis-server`, at the same
+    /// moments of Redis's clock: every verdict the same (reserved or refused, which limit,
+    /// whether requests in flight held it), and every counter the same after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_in_process_store_and_redis_give_the_same_verdicts() {
+        use super::super::store::Memory;
+        let Some((_server, port, _dir)) = redis_server() else {
+            return;
+        };
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut connection = loop {
+            match client.get_connection_manager().await {
+                Ok(c) => break c,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("redis-server did not answer: {e}"),
+            }
+        };
+        let (reserve, settle) = (redis::Script::new(RESERVE), redis::Script::new(SETTLE));
+        // The scripts read Redis's clock, the in-process store is given Redis's `TIME` read
+        // after each call: the windows are an hour long, so that no window ends between the
+        // two, and a window is replaced by hand (its counters deleted in both) to settle
+        // reservations late, into the windows that follow.
+        let mut memory = Memory::default();
+        let names = ["k:a", "k:b", "k:c"];
+        let limits = [5_u64, 3, 9];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        // Reservations not yet settled: each counter's number, its window's start in Redis
+        // and in the process (each store stamps its own clock), and what it holds.
+        let mut open: Vec<Vec<(usize, u64, u64, u64)>> = Vec::new();
+        let window = 3_600_000;
+        let (mut reserved, mut refused, mut in_flight) = (0, 0, 0);
+        for op in 0..10_000 {
+            if open.is_empty() || next(3) != 0 {
+                // A reservation of 1 to 3 counters, each 1 to 4, held or not.
+                let mut chosen: Vec<usize> = (0..3).filter(|_| next(2) == 0).collect();
+                if chosen.is_empty() {
+                    chosen.push(next(3) as usize);
+                }
+                let charges: Vec<Charge> = (chosen.iter())
+                    .map(|&i| {
+                        let amount = 1 + next(4);
+                        Charge {
+                            counter: Arc::from(names[i]),
+                            slot: i,
+                            window_ms: window,
+                            limit: limits[i],
+                            amount,
+                            hold: if next(4) == 0 { 0 } else { amount },
+                        }
+                    })
+                    .collect();
+                let by_redis = reserve_on(&reserve, &mut connection, &charges)
+                    .await
+                    .unwrap();
+                let now: u64 = {
+                    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+                        .query_async(&mut connection)
+                        .await
+                        .unwrap();
+                    secs * 1000 + micros / 1000
+                };
+                let by_memory = memory.reserve_at(&charges, now);
+                match (&by_memory, &by_redis) {
+                    (
+                        Verdict::Reserved { windows: m, .. },
+                        Verdict::Reserved { windows: r, .. },
+                    ) => {
+                        let amounts = |w: &[Window]| w.iter().map(|w| w.amount).collect::<Vec<_>>();
+                        assert_eq!(amounts(m), amounts(r), "op {op}: {charges:?}");
+                        reserved += 1;
+                        open.push(
+                            (charges.iter().zip(r).zip(m))
+                                .map(|((c, r), m)| (c.slot, r.start, m.start, c.hold))
+                                .collect(),
+                        );
+                    }
+                    (
+                        Verdict::Refused {
+                            index: a,
+                            used: u,
+                            in_flight: x,
+                            ..
+                        },
+                        Verdict::Refused {
+                            index: b,
+                            used: v,
+                            in_flight: y,
+                            ..
+                        },
+                    ) => {
+                        assert_eq!((a, u, x), (b, v, y), "op {op}: {charges:?}");
+                        refused += 1;
+                        in_flight += usize::from(*x);
+                    }
+                    _ => panic!("op {op}: memory {by_memory:?}, redis {by_redis:?}, {charges:?}"),
+                }
+            } else {
+                // Settle one of the open reservations, using 0 to what it held (or more).
+                let i = next(open.len() as u64) as usize;
+                let held = open.swap_remove(i);
+                let adjusts = |in_redis: bool, used: &[u64]| -> Vec<Adjust> {
+                    (held.iter().zip(used))
+                        .map(|(&(slot, redis_start, memory_start, hold), &used)| Adjust {
+                            counter: Arc::from(names[slot]),
+                            slot,
+                            start: if in_redis { redis_start } else { memory_start },
+                            window_ms: window,
+                            held: hold,
+                            used,
+                        })
+                        .collect()
+                };
+                let used: Vec<u64> = held.iter().map(|h| next(h.3 + 2)).collect();
+                settle_on(&settle, &mut connection, &adjusts(true, &used))
+                    .await
+                    .unwrap();
+                memory.apply_at(&adjusts(false, &used), 0);
+            }
+            if op % 40 == 39 {
+                // A window replaced: the counters begin again in both, and every open
+                // reservation settles late, into the new windows.
+                for name in names {
+                    let _: i64 = redis::cmd("DEL")
+                        .arg(name)
+                        .query_async(&mut connection)
+                        .await
+                        .unwrap();
+                }
+                let fresh = Memory::default();
+                let late = |in_redis: bool| -> Vec<Adjust> {
+                    (open.iter().flatten())
+                        .map(|&(slot, redis_start, memory_start, hold)| Adjust {
+                            counter: Arc::from(names[slot]),
+                            slot,
+                            start: if in_redis { redis_start } else { memory_start },
+                            window_ms: window,
+                            held: hold,
+                            used: hold,
+                        })
+                        .collect()
+                };
+                settle_on(&settle, &mut connection, &late(true))
+                    .await
+                    .unwrap();
+                let now: u64 = {
+                    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+                        .query_async(&mut connection)
+                        .await
+                        .unwrap();
+                    secs * 1000 + micros / 1000
+                };
+                fresh.apply_at(&late(false), now);
+                open.clear();
+                for (slot, name) in names.iter().enumerate() {
+                    let got: (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+                        .arg(*name)
+                        .arg("v")
+                        .arg("h")
+                        .query_async(&mut connection)
+                        .await
+                        .unwrap();
+                    let want = fresh.amount(slot).map(|(_, v, h)| (v, h));
+                    assert_eq!(
+                        got.0.zip(got.1),
+                        want,
+                        "op {op}: counter {name} after late settlements"
+                    );
+                }
+                // Both go on from the late settlements' windows.
+                memory = fresh;
+            }
+        }
+        // The counters the same at the end.
+        for (slot, name) in names.iter().enumerate() {
+            let got: (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+                .arg(*name)
+                .arg("v")
+                .arg("h")
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            let want = memory.amount(slot).map(|(_, v, h)| (v, h));
+            assert_eq!(got.0.zip(got.1), want, "counter {name} at the end");
+        }
+        eprintln!(
+            "{reserved} reserved, {refused} refused, {in_flight} of them by requests in flight"
+        );
+        assert!(
+            reserved > 1_000 && refused > 1_000 && in_flight > 100,
+            "{reserved} reserved, {refused} refused, {in_flight} of them by requests in flight"
+        );
     }
 }

@@ -2,18 +2,24 @@
 //! implementation ([`Memory`]); Redis's is in [`super::redis`].
 //!
 //! A count is kept per counter (a scope's limit: `key:team-a:requests_per_minute`) as a
-//! window's start and the amount counted since: a window begins with the first charge after
-//! the last one ended, and lasts its length. A reservation checks every counter of a request
-//! and charges all of them, or none (one lock here; one script in Redis); a settlement
-//! replaces what was reserved by what was counted, in the windows it was reserved in (a
-//! window that ended since is left alone).
+//! window's start, the amount charged since, and the part of it **held** by requests in
+//! flight (reserved, not yet settled): a window begins with the first charge after the last
+//! one ended, and lasts its length. A reservation checks every counter of a request and
+//! charges all of them, or none (one lock here; one script in Redis). A refusal says whether
+//! the settled amount alone would have let the charge pass (the limit is held by requests
+//! in flight, which give back what they do not use within seconds) or not. A settlement
+//! replaces what was reserved by what was used, in the window it was reserved in; if that
+//! window ended since, what was used is charged to the current window (one is begun if none
+//! is running): a long generation is never dropped from the count.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 /// One counter a reservation charges: its name (and its number in the process), its
-/// window's length, its limit, and the amount to add.
+/// window's length, its limit, the amount to add, and how much of it is held until the
+/// request's settlement (all of it where the settlement may differ; none for a request's
+/// count of 1, which is what it uses).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Charge {
     pub counter: Arc<str>,
@@ -22,28 +28,45 @@ pub(crate) struct Charge {
     pub window_ms: u64,
     pub limit: u64,
     pub amount: u64,
+    pub hold: u64,
+}
+
+/// A counter's window as a reservation left it: when it started (milliseconds since the
+/// Unix epoch, the store's clock) and the amount charged in it, this charge included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub start: u64,
+    pub amount: u64,
 }
 
 /// What a store said of a reservation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// Every counter charged: the start of each one's window (milliseconds since the Unix
-    /// epoch, the store's clock), in the charges' order.
-    Reserved(Vec<u64>),
+    /// Every counter charged: each one's window, in the charges' order, and the store's
+    /// clock then.
+    Reserved { now: u64, windows: Vec<Window> },
     /// Nothing charged: the charge of this index would pass its limit, whose window ends in
-    /// `reset_ms`.
-    Refused { index: usize, reset_ms: u64 },
+    /// `reset_ms` and holds `used`; `in_flight` when the settled amount alone would have let
+    /// it pass.
+    Refused {
+        index: usize,
+        reset_ms: u64,
+        used: u64,
+        in_flight: bool,
+    },
 }
 
-/// A counter's amount corrected by `delta`, if its window is still the one that started at
-/// `start`.
+/// A settlement of one counter: `held` of it was reserved in the window that started at
+/// `start`, and `used` is what the request took.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Adjust {
     pub counter: Arc<str>,
     /// As [`Charge::slot`].
     pub slot: usize,
     pub start: u64,
-    pub delta: i64,
+    pub window_ms: u64,
+    pub held: u64,
+    pub used: u64,
 }
 
 /// Why a store could not answer.
@@ -80,11 +103,13 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A counter's window: when it started, and what was counted in it.
+/// A counter's window: when it started, what was charged in it, and the part of that held
+/// by requests in flight.
 #[derive(Debug, Clone, Copy)]
 struct Counted {
     start: u64,
     amount: u64,
+    held: u64,
 }
 
 /// The counts in the process: one gateway's, forgotten when it stops. The counters are the
@@ -102,47 +127,89 @@ impl Memory {
         let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         let mut starts = Vec::with_capacity(charges.len());
         for (index, c) in charges.iter().enumerate() {
-            let (start, used) = match counters.get(c.slot).copied().flatten() {
-                Some(n) if now < n.start.saturating_add(c.window_ms) => (n.start, n.amount),
-                _ => (now, 0),
+            let n = match counters.get(c.slot).copied().flatten() {
+                Some(n) if now < n.start.saturating_add(c.window_ms) => n,
+                _ => Counted {
+                    start: now,
+                    amount: 0,
+                    held: 0,
+                },
             };
-            if used.saturating_add(c.amount) > c.limit {
-                let reset_ms = start.saturating_add(c.window_ms).saturating_sub(now);
-                return Verdict::Refused { index, reset_ms };
+            if n.amount.saturating_add(c.amount) > c.limit {
+                let reset_ms = n.start.saturating_add(c.window_ms).saturating_sub(now);
+                let settled = n.amount.saturating_sub(n.held);
+                let in_flight = settled.saturating_add(c.amount) <= c.limit;
+                return Verdict::Refused {
+                    index,
+                    reset_ms,
+                    used: n.amount,
+                    in_flight,
+                };
             }
-            starts.push(start);
+            starts.push(n.start);
         }
+        let mut windows = Vec::with_capacity(charges.len());
         for (c, &start) in charges.iter().zip(&starts) {
             if counters.len() <= c.slot {
                 counters.resize(c.slot + 1, None);
             }
-            let entry = counters[c.slot].get_or_insert(Counted { start, amount: 0 });
+            let fresh = Counted {
+                start,
+                amount: 0,
+                held: 0,
+            };
+            let entry = counters[c.slot].get_or_insert(fresh);
             if entry.start != start {
-                *entry = Counted { start, amount: 0 };
+                *entry = fresh;
             }
             entry.amount = entry.amount.saturating_add(c.amount);
+            entry.held = entry.held.saturating_add(c.hold);
+            windows.push(Window {
+                start,
+                amount: entry.amount,
+            });
         }
-        Verdict::Reserved(starts)
+        Verdict::Reserved { now, windows }
     }
 
-    /// What the counter numbered `slot` holds: its window's start and amount.
+    /// What the counter numbered `slot` holds: its window's start, amount and held part.
     #[cfg(test)]
-    fn amount(&self, slot: usize) -> Option<(u64, u64)> {
+    pub(crate) fn amount(&self, slot: usize) -> Option<(u64, u64, u64)> {
         let counters = self.counters.lock().unwrap();
         counters
             .get(slot)
             .copied()
             .flatten()
-            .map(|c| (c.start, c.amount))
+            .map(|c| (c.start, c.amount, c.held))
     }
 
-    fn apply(&self, adjusts: &[Adjust]) {
+    /// [`Store::settle_later`] at `now` (milliseconds).
+    pub(crate) fn apply_at(&self, adjusts: &[Adjust], now: u64) {
         let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         for a in adjusts {
-            if let Some(Some(c)) = counters.get_mut(a.slot)
-                && c.start == a.start
-            {
-                c.amount = c.amount.saturating_add_signed(a.delta);
+            if counters.len() <= a.slot {
+                counters.resize(a.slot + 1, None);
+            }
+            let counter = &mut counters[a.slot];
+            let running = |c: &Counted| now < c.start.saturating_add(a.window_ms);
+            match counter {
+                // Its own window, still running: what was reserved replaced by what was used.
+                Some(c) if c.start == a.start && running(c) => {
+                    c.amount = (c.amount.saturating_add(a.used)).saturating_sub(a.held);
+                    c.held = c.held.saturating_sub(a.held);
+                }
+                // A window that ended since: what was used is charged to the current one.
+                Some(c) if running(c) => {
+                    c.amount = c.amount.saturating_add(a.used);
+                }
+                _ if a.used > 0 => {
+                    *counter = Some(Counted {
+                        start: now,
+                        amount: a.used,
+                        held: 0,
+                    });
+                }
+                _ => {}
             }
         }
     }
@@ -155,7 +222,7 @@ impl Store for Memory {
     }
 
     fn settle_later(&self, adjusts: Vec<Adjust>) {
-        self.apply(&adjusts);
+        self.apply_at(&adjusts, now_ms());
     }
 }
 
@@ -168,6 +235,7 @@ mod tests {
         ["a", "b", "t"].iter().position(|c| *c == counter).unwrap()
     }
 
+    /// A charge of `amount`, all of it held until settled.
     fn charge(counter: &str, window_ms: u64, limit: u64, amount: u64) -> Charge {
         Charge {
             counter: Arc::from(counter),
@@ -175,6 +243,37 @@ mod tests {
             window_ms,
             limit,
             amount,
+            hold: amount,
+        }
+    }
+
+    fn adjust(counter: &str, start: u64, window_ms: u64, held: u64, used: u64) -> Adjust {
+        Adjust {
+            counter: Arc::from(counter),
+            slot: slot(counter),
+            start,
+            window_ms,
+            held,
+            used,
+        }
+    }
+
+    fn refused(index: usize, reset_ms: u64, used: u64, in_flight: bool) -> Verdict {
+        Verdict::Refused {
+            index,
+            reset_ms,
+            used,
+            in_flight,
+        }
+    }
+
+    /// Reserved at `now`, each counter's window's start and amount.
+    fn reserved(now: u64, windows: &[(u64, u64)]) -> Verdict {
+        Verdict::Reserved {
+            now,
+            windows: (windows.iter())
+                .map(|&(start, amount)| Window { start, amount })
+                .collect(),
         }
     }
 
@@ -182,67 +281,60 @@ mod tests {
     fn every_counter_is_charged_or_none() {
         let memory = Memory::default();
         let both = [charge("a", 60_000, 3, 1), charge("b", 1_000, 2, 1)];
-        assert_eq!(memory.reserve_at(&both, 0), Verdict::Reserved(vec![0, 0]));
-        assert_eq!(memory.reserve_at(&both, 10), Verdict::Reserved(vec![0, 0]));
-        // `b` is full until 1000 ms: `a` is not charged either.
+        assert_eq!(memory.reserve_at(&both, 0), reserved(0, &[(0, 1), (0, 1)]));
         assert_eq!(
-            memory.reserve_at(&both, 500),
-            Verdict::Refused {
-                index: 1,
-                reset_ms: 500
-            }
+            memory.reserve_at(&both, 10),
+            reserved(10, &[(0, 2), (0, 2)])
         );
-        assert_eq!(memory.amount(slot("a")), Some((0, 2)));
+        // `b` is full until 1000 ms, by two requests not settled: `a` is not charged either.
+        assert_eq!(memory.reserve_at(&both, 500), refused(1, 500, 2, true));
+        assert_eq!(memory.amount(slot("a")), Some((0, 2, 2)));
         // `b`'s window ended: a new one starts with this charge.
         assert_eq!(
             memory.reserve_at(&both, 1_000),
-            Verdict::Reserved(vec![0, 1_000])
+            reserved(1_000, &[(0, 3), (1_000, 1)])
         );
-        assert_eq!(
-            memory.reserve_at(&both, 1_001),
-            Verdict::Refused {
-                index: 0,
-                reset_ms: 58_999
-            }
-        );
+        assert_eq!(memory.reserve_at(&both, 1_001), refused(0, 58_999, 3, true));
     }
 
     #[test]
-    fn a_settlement_corrects_its_own_window_only() {
+    fn a_refusal_says_whether_requests_in_flight_hold_the_limit() {
+        let memory = Memory::default();
+        let tokens = [charge("t", 60_000, 100, 80)];
+        assert_eq!(memory.reserve_at(&tokens, 0), reserved(0, &[(0, 80)]));
+        // 80 held by a request in flight: 30 more would pass once it settles.
+        let more = [charge("t", 60_000, 100, 30)];
+        assert_eq!(memory.reserve_at(&more, 10), refused(0, 59_990, 80, true));
+        // It used all 80: now the settled amount alone refuses.
+        memory.apply_at(&[adjust("t", 0, 60_000, 80, 80)], 20);
+        assert_eq!(memory.amount(slot("t")), Some((0, 80, 0)));
+        assert_eq!(memory.reserve_at(&more, 30), refused(0, 59_970, 80, false));
+    }
+
+    #[test]
+    fn a_settlement_corrects_its_window_or_charges_the_current_one() {
         let memory = Memory::default();
         let tokens = [charge("t", 1_000, 100, 80)];
-        assert_eq!(memory.reserve_at(&tokens, 0), Verdict::Reserved(vec![0]));
-        // 80 reserved, 30 counted.
-        memory.apply(&[Adjust {
-            counter: Arc::from("t"),
-            slot: slot("t"),
-            start: 0,
-            delta: -50,
-        }]);
-        assert_eq!(memory.amount(slot("t")), Some((0, 30)));
+        assert_eq!(memory.reserve_at(&tokens, 0), reserved(0, &[(0, 80)]));
+        // 80 reserved, 30 used.
+        memory.apply_at(&[adjust("t", 0, 1_000, 80, 30)], 5);
+        assert_eq!(memory.amount(slot("t")), Some((0, 30, 0)));
         // 70 more fit, since the 50 not used were given back.
         let more = [charge("t", 1_000, 100, 70)];
-        assert_eq!(memory.reserve_at(&more, 10), Verdict::Reserved(vec![0]));
-        assert_eq!(memory.amount(slot("t")), Some((0, 100)));
-        // A new window: the old window's correction is not applied to it.
+        assert_eq!(memory.reserve_at(&more, 10), reserved(10, &[(0, 100)]));
+        assert_eq!(memory.amount(slot("t")), Some((0, 100, 70)));
+        // A new window: the old window's request, settled late, is charged to it whole.
         assert_eq!(
             memory.reserve_at(&tokens, 2_000),
-            Verdict::Reserved(vec![2_000])
+            reserved(2_000, &[(2_000, 80)])
         );
-        memory.apply(&[Adjust {
-            counter: Arc::from("t"),
-            slot: slot("t"),
-            start: 0,
-            delta: -80,
-        }]);
-        assert_eq!(memory.amount(slot("t")), Some((2_000, 80)));
+        memory.apply_at(&[adjust("t", 0, 1_000, 70, 500)], 2_010);
+        assert_eq!(memory.amount(slot("t")), Some((2_000, 580, 80)));
+        // No window running: the late settlement begins one.
+        memory.apply_at(&[adjust("t", 2_000, 1_000, 80, 90)], 5_000);
+        assert_eq!(memory.amount(slot("t")), Some((5_000, 90, 0)));
         // A correction never takes a count below 0.
-        memory.apply(&[Adjust {
-            counter: Arc::from("t"),
-            slot: slot("t"),
-            start: 2_000,
-            delta: -500,
-        }]);
-        assert_eq!(memory.amount(slot("t")), Some((2_000, 0)));
+        memory.apply_at(&[adjust("t", 5_000, 1_000, 200, 0)], 5_001);
+        assert_eq!(memory.amount(slot("t")), Some((5_000, 0, 0)));
     }
 }

@@ -376,6 +376,82 @@ async fn the_room_a_token_limit_reserves_is_the_room_sent_upstream() {
 }
 
 #[tokio::test]
+async fn a_limited_keys_answers_say_what_is_left_and_requests_in_flight_ask_a_short_wait() {
+    let up = upstream().await;
+    let stalling = start(crate::common::stalled(1)).await;
+    let toml = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\nrequests_per_minute = 50\ntokens_per_minute = 10000\n{}\
+         [[models]]\nname = \"slow\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+        models(&up, ""),
+        stalling.base_url()
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let chat = "/v1/chat/completions";
+    let header = |r: &reqwest::Response, name: &str| -> String {
+        (r.headers().get(name))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_else(|| panic!("no {name}: {:?}", r.headers()))
+            .to_string()
+    };
+    // An answer says what is left of each limit after it, and when each resets.
+    let r = post(&client, gw.addr, chat, "sk-team-a", &ask("small", None)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "x-ratelimit-limit-requests"), "50");
+    assert_eq!(header(&r, "x-ratelimit-remaining-requests"), "49");
+    assert_eq!(header(&r, "x-ratelimit-limit-tokens"), "10000");
+    let left: u64 = header(&r, "x-ratelimit-remaining-tokens").parse().unwrap();
+    assert!((9_000..10_000).contains(&left), "{left}");
+    for name in ["x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"] {
+        let reset = header(&r, name);
+        assert!(
+            reset == "1m0s" || (reset.ends_with('s') && reset.len() <= 3),
+            "{name}: {reset}"
+        );
+    }
+    let _ = r.bytes().await;
+    // Two answers that stall, each holding a sample's room of 4,096 tokens: the third is
+    // refused only by what they hold, and asked to wait a second, not the minute.
+    let unlimited =
+        json!({"model": "slow", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut r = post(&client, gw.addr, chat, "sk-team-a", &unlimited).await;
+        assert_eq!(r.status(), 200);
+        let _ = r.chunk().await.unwrap();
+        stalled.push(r);
+    }
+    let r = post(&client, gw.addr, chat, "sk-team-a", &unlimited).await;
+    let limit = header(&r, "x-ratelimit-limit-tokens");
+    let remaining: u64 = header(&r, "x-ratelimit-remaining-tokens").parse().unwrap();
+    let (status, wait, body) = refusal(r).await;
+    assert_eq!((status, wait), (429, Some(1)), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("is held by requests in flight; retry in 1 s"),
+        "{message}"
+    );
+    assert_eq!(limit, "10000");
+    assert!(remaining < 4_096, "{remaining}");
+    // They end: what they did not use is given back, and the next request passes.
+    drop(stalled);
+    let passed = async {
+        loop {
+            let r = post(&client, gw.addr, chat, "sk-team-a", &ask("small", None)).await;
+            if r.status() == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), passed)
+        .await
+        .expect("the room the stalled answers held was given back");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn a_vote_reserves_its_samples_and_settles_what_they_took() {
     let up = upstream().await;
     // A vote of 4 samples: each takes 7 + 1 tokens; 4 × (prompt + 1 of room) is reserved.
@@ -519,8 +595,13 @@ impl RedisServer {
     }
 
     async fn run(&mut self, path: PathBuf) {
+        self.run_with(path, &[]).await;
+    }
+
+    async fn run_with(&mut self, path: PathBuf, more: &[&str]) {
         let child = tokio::process::Command::new(path)
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(more)
             .args([
                 "--save",
                 "",
@@ -938,4 +1019,44 @@ async fn an_unreachable_redis_is_said_at_start_and_refuse_keeps_serve_from_start
         "{e}"
     );
     assert!(!e.contains("hunter2"), "the password was shown: {e}");
+}
+
+#[tokio::test]
+async fn a_redis_cluster_is_refused_at_start_saying_why() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    // The same server again, as a Cluster node.
+    redis.shut_down().await;
+    let path = redis_server_path().unwrap();
+    redis
+        .run_with(
+            path,
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ],
+        )
+        .await;
+    let up = upstream().await;
+    let toml = format!(
+        "listen = \"127.0.0.1:0\"\n{}[auth]\n[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\n\
+         [auth.keys.limits]\nrequests_per_minute = 5\n{}",
+        state(&redis, "allow"),
+        hex_sha256(b"sk-team-a"),
+        models(&up, "")
+    );
+    let config = Config::from_toml(&toml).unwrap();
+    let served = choicewise_gateway::serve(&config, None);
+    let e = tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .expect("serve did not return")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("is a Redis Cluster node, which the limits do not support"),
+        "{e}"
+    );
 }
