@@ -274,6 +274,61 @@ async fn every_request_has_one_row_in_postgres() {
     every_request_on_record(&pg.url(), &dir.path().join("records.spool")).await;
 }
 
+/// A database that refuses the configuration (no such database) is said at start, as an
+/// error naming it without its password, and the requests are served, their records spooled
+/// until it is fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_does_not_exist_is_said_at_start() {
+    let Some(pg) = PostgresServer::start() else {
+        return;
+    };
+    let lines = crate::warnings::lines();
+    let upstream = start(TestServer::builder().body(CHAT_OK)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = pg
+        .url()
+        .replace("postgres@", "postgres:hunter2@")
+        .replace("/postgres", "/no_such_records");
+    let toml = format!(
+        "[records]\nurl = \"{url}\"\nspool_path = \"{}\"\n[[models]]\nname = \"m\"\n{}",
+        dir.path().join("records.spool").display(),
+        fan_out_toml(&upstream.base_url(), "")
+    );
+    let (addr, gateway) = serve(&toml, |_| None).await;
+    let said = async {
+        loop {
+            let log = String::from_utf8_lossy(&lines.0.lock().unwrap()).into_owned();
+            if let Some(line) = (log.lines())
+                .find(|l| l.contains("refuses this configuration") && l.contains("no_such_records"))
+            {
+                return line.to_string();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let line = tokio::time::timeout(Duration::from_secs(10), said)
+        .await
+        .expect("the refused configuration said at start");
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(!line.contains("hunter2"), "{line}");
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "a request never waits for, nor fails by, its record"
+    );
+    gateway.flush_records().await;
+    assert!(
+        spool_bytes(&dir.path().join("records.spool")) > 0,
+        "its record spooled"
+    );
+}
+
 /// The database away and the spool at its bound: the records that do not fit are dropped,
 /// counted in `/metrics` by reason and said once in the log; the spool stays within its bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
