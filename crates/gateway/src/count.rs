@@ -27,7 +27,7 @@ async fn under_key(
     caller: Caller,
     model: &str,
 ) -> Result<Option<Reservation>, ApiError> {
-    crate::route::allows(gw, caller, model)?;
+    gw.inner.keys.allows(caller, model)?;
     let quota = &gw.inner.quota;
     let Some(applicable) = quota.applicable(caller, model) else {
         return Ok(None);

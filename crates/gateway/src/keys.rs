@@ -155,6 +155,29 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
+    /// Whether `caller`'s key may use the model `name` (a key without `models` may use
+    /// every one): the 403 `model_not_allowed` that says it may not, naming the key and its
+    /// models.
+    pub(crate) fn allows(&self, caller: Caller, name: &str) -> Result<(), ApiError> {
+        let Caller::Named(i) = caller else {
+            return Ok(());
+        };
+        let key = self.named(i);
+        if key.allows(name) {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            format!(
+                "the key `{}` may not use the model {name:?} (its models: {})",
+                key.name,
+                key.models.as_deref().unwrap_or_default().join(", ")
+            ),
+        )
+        .code("model_not_allowed"))
+    }
+
     pub(crate) fn new(unnamed: Vec<String>, named: Vec<NamedKey>) -> Keys {
         Keys { unnamed, named }
     }

@@ -99,8 +99,8 @@ fn parses_inline(len: usize, scan: Option<&Scan>) -> bool {
 }
 
 /// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
-/// [`parse`] it, find its [`model`] and check its key [`allows`] it, [`plan`] its run,
-/// [`reserve`] what it may take, [`start`] its samples and pick them ([`Run::pick`]). Each
+/// [`parse`] it, find its [`model`] and check its key [`allows`](keys::Keys::allows) it,
+/// [`plan`] its run, [`reserve`] what it may take, [`start`] its samples and pick them ([`Run::pick`]). Each
 /// step returns what it learned; this function alone writes it into the request's record
 /// (`finish`), which holds the run from its start, `kept` what the API keeps of a request
 /// read for its errors ([`ClientApi::kept_for_errors`]), and `rate` the `x-ratelimit-*`
@@ -134,7 +134,7 @@ async fn serve<A: ClientApi>(
     let model = self::model(gw, &parsed.req.model)?;
     finish.named(parsed.req.model.clone());
     finish.streamed(parsed.req.stream);
-    allows(gw, caller, &parsed.req.model)?;
+    gw.inner.keys.allows(caller, &parsed.req.model)?;
     let mut plan = plan(gw, parsed, model, finish.client())?;
     // Before any upstream is asked: what the request may take, reserved of its limits.
     let reserved = Box::pin(reserve(gw, caller, &plan, finish.request_id())).await?;
@@ -209,27 +209,6 @@ fn model(gw: &Gateway, name: &str) -> Result<Arc<open::ModelRoutes>, ApiError> {
         )
         .code("model_not_found")
     })
-}
-
-/// Whether the caller's key may use the model `name`: the 403 that says it may not.
-pub(crate) fn allows(gw: &Gateway, caller: keys::Caller, name: &str) -> Result<(), ApiError> {
-    let keys::Caller::Named(i) = caller else {
-        return Ok(());
-    };
-    let key = gw.inner.keys.named(i);
-    if key.allows(name) {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        "permission_error",
-        format!(
-            "the key `{}` may not use the model {name:?} (its models: {})",
-            key.name,
-            key.models.as_deref().unwrap_or_default().join(", ")
-        ),
-    )
-    .code("model_not_allowed"))
 }
 
 /// Parses a body of the client's API into the request to run. Parsing a body of up to
