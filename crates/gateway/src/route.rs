@@ -100,11 +100,11 @@ fn parses_inline(len: usize, scan: Option<&Scan>) -> bool {
 
 /// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
 /// [`parse`] it, find its [`model`] and check its key [`allows`](keys::Keys::allows) it,
-/// [`plan`] its run, [`reserve`] what it may take, [`start`] its samples and pick them ([`Run::pick`]). Each
-/// step returns what it learned; this function alone writes it into the request's record
-/// (`finish`), which holds the run from its start, `kept` what the API keeps of a request
-/// read for its errors ([`ClientApi::kept_for_errors`]), and `rate` the `x-ratelimit-*`
-/// headers its reservation left.
+/// [`plan`] its run, [`reserve`] what it may take, [`start`] its samples and pick them
+/// ([`Run::pick`]). Each step returns what it learned; this function alone writes it into
+/// the request's record (`finish`), which holds the run from its start, `kept` what the API
+/// keeps of a request read for its errors ([`ClientApi::kept_for_errors`]), and `rate` the
+/// `x-ratelimit-*` headers its reservation left.
 async fn serve<A: ClientApi>(
     gw: &Gateway,
     head: Arc<Head>,
