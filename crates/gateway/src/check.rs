@@ -265,6 +265,12 @@ impl Config {
                 state.state_timeout_ms
             ));
         }
+        if let Some(admin) = &self.admin {
+            lines.push(format!(
+                "admin: the operator's key from ${}; /metrics needs it",
+                admin.key_env
+            ));
+        }
         if let Some(records) = &self.records {
             lines.push(format!(
                 "records: every request in {}{} (spool {}, at most {} MiB)",

@@ -118,8 +118,23 @@ pub(crate) async fn api_model<A: ClientApi>(
     )
 }
 
-/// `GET /metrics`: the Prometheus metrics, in OpenMetrics text.
-pub(crate) async fn metrics_text(State(gw): State<Gateway>) -> Response {
+/// `GET /metrics`: the Prometheus metrics, in OpenMetrics text; with `[admin]`, only for
+/// the operator's key (401 otherwise, logged).
+pub(crate) async fn metrics_text(
+    State(gw): State<Gateway>,
+    headers: axum::http::HeaderMap,
+    uri: axum::http::Uri,
+) -> Response {
+    if let Some(operator) = &gw.inner.operator
+        && let Err(e) = operator.check(&headers, &uri)
+    {
+        tracing::warn!(
+            route = "/metrics",
+            "an operator's route asked without the operator's key: {}",
+            e.message
+        );
+        return e.into_response();
+    }
     (
         [(
             header::CONTENT_TYPE,

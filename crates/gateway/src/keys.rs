@@ -271,6 +271,41 @@ impl Keys {
     }
 }
 
+/// The operator's key (`[admin] key_env`), as the gateway holds it: its digest.
+#[derive(Debug, Clone)]
+pub(crate) struct Operator {
+    digest: [u8; 32],
+}
+
+impl Operator {
+    /// The operator whose key is `key`.
+    pub(crate) fn new(key: &str) -> Operator {
+        Operator {
+            digest: sha256(key.as_bytes()),
+        }
+    }
+
+    /// Whether the request sends the operator's key (`Authorization: Bearer`, or as a
+    /// client's key is sent): a 401 naming what is missing otherwise, compared by digest in
+    /// time that does not depend on where it differs.
+    pub(crate) fn check(&self, headers: &HeaderMap, uri: &Uri) -> Result<(), ApiError> {
+        let unauthorized = |code: &str, message: &str| {
+            Err(
+                ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", message)
+                    .code(code),
+            )
+        };
+        match given_key(headers, uri) {
+            None => unauthorized(
+                "missing_api_key",
+                "this route is the operator's: send Authorization: Bearer the key of [admin] key_env",
+            ),
+            Some(given) if same(&sha256(given.as_bytes()), &self.digest) => Ok(()),
+            Some(_) => unauthorized("invalid_api_key", "the key is not the operator's"),
+        }
+    }
+}
+
 /// Compares two byte strings in time that depends on their lengths only.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0

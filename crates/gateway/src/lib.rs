@@ -61,7 +61,7 @@ use axum::routing::{get, post};
 use route::answer;
 
 pub use config::{
-    Auth, Config, ConfigError, HealthConfig, HostedTools, KeyConfig, Limits, Model, NMode,
+    Admin, Auth, Config, ConfigError, HealthConfig, HostedTools, KeyConfig, Limits, Model, NMode,
     OnStateError, Price, RateLimit, RateLimits, Records, Resource, RetryConfig, State, TagConfig,
     Telemetry, Upstream, Window,
 };

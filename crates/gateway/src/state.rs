@@ -40,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) limits: Arc<Limits>,
     /// The keys clients may send; none: no key needed.
     pub(crate) keys: Arc<keys::Keys>,
+    /// The operator's key (`[admin]`), which `/metrics` requires; none: open.
+    pub(crate) operator: Option<keys::Operator>,
     /// What the admission layers read ([`Admission`]): the same limits, keys and metrics.
     pub(crate) admission: Arc<Admission>,
     /// The limits of the keys, tags and models, and the store of their counts.
@@ -111,6 +113,13 @@ impl Gateway {
             Some(v) => Ok(v),
         };
         let keys = keys_of(config, &env_var)?;
+        let operator = match &config.admin {
+            Some(admin) => Some(keys::Operator::new(
+                &env_var(&admin.key_env)
+                    .map_err(|e| ConfigError(format!("[admin] key_env: {e}")))?,
+            )),
+            None => None,
+        };
         let mut models = HashMap::new();
         let mut picks = HashMap::new();
         let mut v1_checks = Vec::new();
@@ -201,6 +210,7 @@ impl Gateway {
             inner: Arc::new(Inner {
                 limits: limits.clone(),
                 keys: keys.clone(),
+                operator,
                 admission: Arc::new(Admission {
                     limits,
                     keys,

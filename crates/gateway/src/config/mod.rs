@@ -65,12 +65,41 @@ pub struct Config {
     /// `[records]`: every request on record in SQLite or PostgreSQL (off without it).
     #[serde(default)]
     pub records: Option<Records>,
+    /// `[admin]`: the operator's key, which the operator's routes (`/metrics`) require.
+    #[serde(default)]
+    pub admin: Option<Admin>,
     /// The models clients may ask for.
     pub models: Vec<Model>,
 }
 
 fn default_grace() -> f64 {
     30.0
+}
+
+/// `[admin]`: the operator's key, read from the environment variable `key_env` at start (never
+/// from the file). With it, `GET /metrics` (which names every key and what it spent) answers
+/// only `Authorization: Bearer` that key, 401 otherwise; without `[admin]` it answers anyone
+/// who reaches the listener.
+///
+/// ```
+/// use choicewise_gateway::Config;
+/// let config = Config::from_toml(r#"
+///     [admin]
+///     key_env = "CHOICEWISE_ADMIN_KEY"
+///     [[models]]
+///     name = "m"
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+/// "#).unwrap();
+/// assert_eq!(config.admin.unwrap().key_env, "CHOICEWISE_ADMIN_KEY");
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Admin {
+    /// The environment variable holding the operator's key.
+    pub key_env: String,
 }
 
 /// `[auth]`: the keys clients send. Unnamed keys from one environment variable

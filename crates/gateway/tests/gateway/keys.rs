@@ -23,6 +23,7 @@ fn env(name: &str) -> Option<String> {
         "TEAM_A_KEY" => Some("sk-team-a".into()),
         "TEAM_B_KEY" => Some("sk-team-b".into()),
         "OLD_KEYS" => Some("sk-old".into()),
+        "OPERATOR_KEY" => Some("sk-operator".into()),
         _ => None,
     }
 }
@@ -1057,6 +1058,57 @@ async fn a_redis_cluster_is_refused_at_start_saying_why() {
         .to_string();
     assert!(
         e.contains("is a Redis Cluster node, which the limits do not support"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn with_admin_the_metrics_answer_the_operators_key_only() {
+    let up = upstream().await;
+    let toml = format!(
+        "[admin]\nkey_env = \"OPERATOR_KEY\"\n[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n{}",
+        models(&up, "")
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let r = post(
+        &client,
+        gw.addr,
+        "/v1/chat/completions",
+        "sk-team-a",
+        &ask("small", None),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    let metrics = |key: Option<&'static str>| {
+        let client = client.clone();
+        async move {
+            let mut get = client.get(format!("http://{}/metrics", gw.addr));
+            if let Some(key) = key {
+                get = get.bearer_auth(key);
+            }
+            let r = get.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    // Without a key, with a client's key: 401, and nothing of the keys shown.
+    for key in [None, Some("sk-team-a")] {
+        let (status, body) = metrics(key).await;
+        assert_eq!(status, 401, "{key:?}: {body}");
+        assert!(!body.contains("team-a"), "{body}");
+    }
+    let (status, body) = metrics(Some("sk-operator")).await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("choicewise_key_requests_total{key=\"team-a\""),
+        "{body}"
+    );
+    gw.stop().await;
+    // Its variable unset: the gateway does not start, naming it.
+    let config = Config::from_toml(&toml.replace("OPERATOR_KEY", "UNSET_OPERATOR_KEY")).unwrap();
+    let e = Gateway::with_env(&config, env).err().unwrap().to_string();
+    assert!(
+        e.contains("[admin] key_env") && e.contains("UNSET_OPERATOR_KEY"),
         "{e}"
     );
 }
