@@ -253,6 +253,8 @@ impl Spool {
         let room = self.max.saturating_sub(self.unwritten());
         let mut lines = 0;
         for r in records {
+            // A record is strings and numbers: its JSON cannot fail; were it to, the record
+            // would be dropped and counted, never the batch.
             let Ok(mut line) = serde_json::to_vec(r) else {
                 out.full += 1;
                 continue;

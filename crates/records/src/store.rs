@@ -111,7 +111,14 @@ impl Store {
 
     async fn connect_with(url: &str, create: bool) -> Result<Store, RecordsError> {
         let shown = shown_url(url);
-        let fail = |e: &sqlx::Error| fault_error(&shown, e);
+        // A connection is never a record's fault; a driver that repeats the URL is scrubbed.
+        let fail = |e: &sqlx::Error| {
+            let fault = match classify(e) {
+                Fault::Record => Fault::Away,
+                fault => fault,
+            };
+            as_error(fault, format!("{shown}: {}", scrub(e, url)))
+        };
         let db = if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
                 return Err(RecordsError::Url(format!("{shown}: no file named")));
@@ -137,12 +144,7 @@ impl Store {
                 .acquire_timeout(Duration::from_secs(5))
                 .connect_with(options)
                 .await
-                .map_err(|e| match fault_error(&shown, &e) {
-                    RecordsError::Config(_) => {
-                        RecordsError::Config(format!("{shown}: {}", scrub(&e, url)))
-                    }
-                    _ => RecordsError::Database(format!("{shown}: {}", scrub(&e, url))),
-                })?;
+                .map_err(|e| fail(&e))?;
             Db::Postgres(pool)
         } else {
             return Err(RecordsError::Url(format!(
@@ -283,8 +285,12 @@ pub(crate) fn classify(e: &sqlx::Error) -> Fault {
 
 /// `e` as a [`RecordsError`] of its [`Fault`], naming the database by `shown`.
 pub(crate) fn fault_error(shown: &str, e: &sqlx::Error) -> RecordsError {
-    let text = format!("{shown}: {e}");
-    match classify(e) {
+    as_error(classify(e), format!("{shown}: {e}"))
+}
+
+/// The [`RecordsError`] of `fault`, saying `text`.
+fn as_error(fault: Fault, text: String) -> RecordsError {
+    match fault {
         Fault::Record => RecordsError::Rejected(text),
         Fault::Away => RecordsError::Database(text),
         Fault::Config => RecordsError::Config(text),

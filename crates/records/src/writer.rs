@@ -252,14 +252,16 @@ impl Recorder {
     /// first ([`RequestRecord::fit`]).
     pub fn record(&self, mut record: RequestRecord) {
         let shared = &self.shared;
-        if record.fit(shared.record_max_bytes) {
+        let mut weight = record.weight();
+        if weight > shared.record_max_bytes {
+            record.fit(shared.record_max_bytes);
+            weight = record.weight();
             tracing::warn!(
                 request_id = %record.request_id,
                 max_bytes = shared.record_max_bytes,
                 "records: a record's samples were cut to its bound (samples_cut in its row)"
             );
         }
-        let weight = record.weight();
         let before = shared.queued_bytes.fetch_add(weight, Ordering::Relaxed);
         if before.saturating_add(weight) > shared.queue_bytes {
             shared.queued_bytes.fetch_sub(weight, Ordering::Relaxed);
@@ -319,6 +321,8 @@ struct Wrote {
     rejected: Vec<(String, String)>,
     /// The records from this index on were not written: the database went away (why).
     away: Option<(usize, RecordsError)>,
+    /// It went away by not answering within the deadline (rather than by an error).
+    timed_out: bool,
 }
 
 /// Writes `records` within `deadline`: the batch in one transaction; a batch refused for a
@@ -329,35 +333,54 @@ async fn write_batch(store: &Store, records: &[RequestRecord], deadline: Duratio
         written: 0,
         rejected: Vec::new(),
         away: None,
+        timed_out: false,
     };
+    // `Err(None)`: no answer within the deadline.
     let timed = |records| async move {
         match tokio::time::timeout(deadline, store.write(records)).await {
-            Ok(done) => done,
-            Err(_) => Err(RecordsError::Database(format!(
+            Ok(done) => done.map_err(Some),
+            Err(_) => Err(None),
+        }
+    };
+    let mut away = |at: usize, e: Option<RecordsError>| {
+        wrote.timed_out = e.is_none();
+        let e = e.unwrap_or_else(|| {
+            RecordsError::Database(format!(
                 "{}: no answer within {} ms",
                 store.shown(),
                 deadline.as_millis()
-            ))),
-        }
+            ))
+        });
+        (at, e)
     };
-    match timed(records).await {
-        Ok(()) => wrote.written = records.len() as u64,
-        Err(RecordsError::Rejected(_)) => {
+    let mut rejected = Vec::new();
+    let mut written = 0;
+    let gone = match timed(records).await {
+        Ok(()) => {
+            written = records.len() as u64;
+            None
+        }
+        Err(Some(RecordsError::Rejected(_))) => {
+            let mut gone = None;
             for (i, record) in records.iter().enumerate() {
                 match timed(std::slice::from_ref(record)).await {
-                    Ok(()) => wrote.written += 1,
-                    Err(RecordsError::Rejected(e)) => {
-                        wrote.rejected.push((record.request_id.clone(), e));
+                    Ok(()) => written += 1,
+                    Err(Some(RecordsError::Rejected(e))) => {
+                        rejected.push((record.request_id.clone(), e));
                     }
                     Err(e) => {
-                        wrote.away = Some((i, e));
+                        gone = Some(away(i, e));
                         break;
                     }
                 }
             }
+            gone
         }
-        Err(e) => wrote.away = Some((0, e)),
-    }
+        Err(e) => Some(away(0, e)),
+    };
+    wrote.away = gone;
+    wrote.written = written;
+    wrote.rejected = rejected;
     wrote
 }
 
@@ -389,6 +412,7 @@ impl Job {
                     written: 0,
                     rejected: Vec::new(),
                     away: Some((0, RecordsError::Database(format!("the write's task: {e}")))),
+                    timed_out: false,
                 });
                 Done::Drained(wrote, std::mem::take(ends), *end)
             }
@@ -552,7 +576,7 @@ impl Writer {
                         if i > 0 {
                             self.spool.advance(ends[i - 1]).await;
                         }
-                        if e.to_string().contains("no answer within") {
+                        if wrote.timed_out {
                             self.drain_records = (self.drain_records / 2).max(1);
                         }
                         self.store = None;
