@@ -21,11 +21,13 @@ use crate::wellformed::Scan;
 /// A count under its caller's key, as a request is: of a model the key may use (403
 /// otherwise, before anything is counted or asked upstream), and charged as one request to
 /// the limits it meets (429 past them, with `Retry-After`); it generates nothing, so it
-/// takes no samples, tokens or dollars. The reservation, held until the count is answered.
+/// takes no samples, tokens or dollars. The reservation, held until the count is answered;
+/// `rate`, the `x-ratelimit-*` headers it leaves.
 async fn under_key(
     gw: &Gateway,
     caller: Caller,
     model: &str,
+    rate: &mut Vec<(&'static str, String)>,
 ) -> Result<Option<Reservation>, ApiError> {
     gw.inner.keys.allows(caller, model)?;
     let quota = &gw.inner.quota;
@@ -36,7 +38,11 @@ async fn under_key(
         samples: 0,
         ..Default::default()
     };
-    quota.reserve(applicable, demand, || async { 0 }).await
+    let reserved = quota.reserve(applicable, demand, || async { 0 }).await?;
+    if let Some(reservation) = &reserved {
+        *rate = reservation.rate_headers();
+    }
+    Ok(reserved)
 }
 
 /// Who sent `request` (the `auth` layer's [`Caller`]; open without `[auth]`).
@@ -58,7 +64,7 @@ pub(crate) async fn count_tokens(
     let mut label = String::new();
     let mut rate = Vec::new();
     let mut response = count_tokens_answer(&gw, request, &mut label, &mut rate).await;
-    crate::quota::with_rate(&mut response, rate);
+    crate::error::with_headers(&mut response, &rate);
     (response.extensions_mut()).insert(layers::ModelLabel(label));
     response
 }
@@ -125,13 +131,11 @@ async fn count_tokens_answer(
     if let Err(e) = layers::parsed(&gw.inner.admission, len) {
         return Messages::shaped(e);
     }
-    let reserved = match under_key(gw, caller, &routes.name).await {
+    // Held until the count is answered.
+    let _reserved = match under_key(gw, caller, &routes.name, rate).await {
         Ok(reserved) => reserved,
         Err(e) => return Messages::shaped(e),
     };
-    *rate = reserved
-        .as_ref()
-        .map_or_else(Vec::new, |r| r.rate_headers());
     if let Some(route) = routes.routes.iter().find(|r| r.api == Dialect::Anthropic) {
         // The client's body as it came, but for its model and the gateway's extension.
         body.remove("choicewise");
@@ -243,7 +247,7 @@ pub(crate) async fn api_count<A: ClientApi>(
     let mut label = String::new();
     let mut rate = Vec::new();
     let mut response = api_count_answer::<A>(&gw, request, &mut label, &mut rate).await;
-    crate::quota::with_rate(&mut response, rate);
+    crate::error::with_headers(&mut response, &rate);
     (response.extensions_mut()).insert(layers::ModelLabel(label));
     response
 }
@@ -306,13 +310,11 @@ async fn api_count_answer<A: ClientApi>(
         return A::shaped(e);
     }
     *label = model;
-    let reserved = match under_key(gw, caller, label).await {
+    // Held until the count is answered.
+    let _reserved = match under_key(gw, caller, label, rate).await {
         Ok(reserved) => reserved,
         Err(e) => return A::shaped(e),
     };
-    *rate = reserved
-        .as_ref()
-        .map_or_else(Vec::new, |r| r.rate_headers());
     let upstream_model = (routes.routes.first()).map_or(routes.name.as_str(), |r| r.model.as_str());
     estimated::<A>(gw, upstream_model, chat, len).await
 }

@@ -23,6 +23,16 @@ pub(crate) struct ApiError {
     pub headers: Option<Box<OwnHeaders>>,
 }
 
+/// `headers` written on `response` (a limited key's `x-ratelimit-*`: an error's own, or an
+/// answer's from its reservation); a value that is not a header's is left out.
+pub(crate) fn with_headers(response: &mut Response, headers: &[(&'static str, String)]) {
+    for (name, value) in headers {
+        if let Ok(value) = axum::http::HeaderValue::from_str(value) {
+            response.headers_mut().insert(*name, value);
+        }
+    }
+}
+
 /// An error's headers of its own, behind one pointer in [`ApiError`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OwnHeaders(pub Vec<(&'static str, String)>);
@@ -70,14 +80,11 @@ impl ApiError {
 
     /// Its headers written on `response`: `Retry-After` and its own.
     pub fn head(&self, response: &mut Response) {
-        let headers = response.headers_mut();
         if let Some(wait) = self.retry_after {
-            headers.insert(axum::http::header::RETRY_AFTER, wait.into());
+            (response.headers_mut()).insert(axum::http::header::RETRY_AFTER, wait.into());
         }
-        for (name, value) in self.headers.iter().flat_map(|h| h.0.iter()) {
-            if let Ok(value) = axum::http::HeaderValue::from_str(value) {
-                headers.insert(*name, value);
-            }
+        if let Some(own) = &self.headers {
+            with_headers(response, &own.0);
         }
     }
 

@@ -19,7 +19,7 @@ type Called = Option<axum::Extension<Caller>>;
 fn visible(gw: &Gateway, called: Called) -> Vec<String> {
     let caller = called.map_or(Caller::Open, |c| c.0);
     (gw.inner.names.iter())
-        .filter(|name| gw.inner.keys.allows(caller, name).is_ok())
+        .filter(|name| gw.inner.keys.may_use(caller, name))
         .cloned()
         .collect()
 }

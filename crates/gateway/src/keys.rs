@@ -155,17 +155,25 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    /// Whether `caller`'s key may use the model `name` (a key without `models` may use
-    /// every one): the 403 `model_not_allowed` that says it may not, naming the key and its
+    /// Whether `caller`'s key may use the model `name`: an open or unnamed caller, and a key
+    /// without `models`, may use every one.
+    pub(crate) fn may_use(&self, caller: Caller, name: &str) -> bool {
+        match caller {
+            Caller::Named(i) => self.named(i).allows(name),
+            _ => true,
+        }
+    }
+
+    /// Whether `caller`'s key may use the model `name` ([`may_use`](Self::may_use)): the 403 `model_not_allowed` that says it may not, naming the key and its
     /// models.
     pub(crate) fn allows(&self, caller: Caller, name: &str) -> Result<(), ApiError> {
+        if self.may_use(caller, name) {
+            return Ok(());
+        }
         let Caller::Named(i) = caller else {
             return Ok(());
         };
         let key = self.named(i);
-        if key.allows(name) {
-            return Ok(());
-        }
         Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "permission_error",

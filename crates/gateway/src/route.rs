@@ -82,7 +82,7 @@ pub(crate) async fn answer<A: ClientApi>(
             .insert("x-choicewise-tries", count.into());
     }
     // A limited key's answer says what is left of its limits.
-    crate::quota::with_rate(&mut response, rate);
+    crate::error::with_headers(&mut response, &rate);
     response.extensions_mut().insert(label);
     response
 }

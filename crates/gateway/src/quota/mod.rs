@@ -415,10 +415,10 @@ impl Quota {
         match answer {
             Ok(Verdict::Reserved { now, windows }) => {
                 self.health.answered();
-                let rate = RateHeaders::of(
-                    (rules.iter().zip(&windows))
-                        .map(|(rule, w)| (rule.limit, w.start, w.amount, now)),
-                );
+                let rate = RateHeaders::of((rules.iter().zip(&windows)).map(|(rule, w)| {
+                    let ends = w.start.saturating_add(rule.limit.window.millis());
+                    (rule.limit, w.amount, ends.saturating_sub(now))
+                }));
                 let held = (rules.iter().zip(charges).zip(windows))
                     .map(|((rule, charge), Window { start, .. })| Held {
                         counter: charge.counter,
@@ -498,10 +498,7 @@ impl Quota {
                 said(wait)
             )
         };
-        // The window as the store has it: `used` in it, ending in `reset_ms` (a window that
-        // started `window - reset_ms` ago).
-        let started_ago = rule.limit.window.millis().saturating_sub(reset_ms);
-        let rate = RateHeaders::of(std::iter::once((rule.limit, 0, used, started_ago)));
+        let rate = RateHeaders::of(std::iter::once((rule.limit, used, reset_ms)));
         ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
             .code("rate_limit_exceeded")
             .wait(wait)
@@ -654,11 +651,11 @@ struct RateLeft {
 }
 
 impl RateHeaders {
-    /// From each limit met, with its window's `start`, its `amount` charged and the store's
-    /// clock `now` (all in milliseconds): for each resource, the limit with the least left.
-    fn of(limits: impl Iterator<Item = (RateLimit, u64, u64, u64)>) -> RateHeaders {
+    /// From each limit met, with the amount charged in its window and the milliseconds
+    /// until that window ends: for each resource, the limit with the least left.
+    fn of(limits: impl Iterator<Item = (RateLimit, u64, u64)>) -> RateHeaders {
         let mut headers = RateHeaders::default();
-        for (limit, start, amount, now) in limits {
+        for (limit, amount, reset_ms) in limits {
             let slot = match limit.resource {
                 Resource::Requests => &mut headers.requests,
                 Resource::Tokens => &mut headers.tokens,
@@ -667,9 +664,7 @@ impl RateHeaders {
             let left = RateLeft {
                 limit: limit.amount,
                 remaining: limit.amount.saturating_sub(amount),
-                reset_ms: start
-                    .saturating_add(limit.window.millis())
-                    .saturating_sub(now),
+                reset_ms,
             };
             if slot.is_none_or(|s| left.remaining < s.remaining) {
                 *slot = Some(left);
@@ -709,19 +704,6 @@ impl RateHeaders {
             }
         }
         pairs
-    }
-}
-
-/// `rate` (a reservation's [`Reservation::rate_headers`]) written on `response`: a limited
-/// key's answer says what is left of its limits.
-pub(crate) fn with_rate(
-    response: &mut axum::response::Response,
-    rate: Vec<(&'static str, String)>,
-) {
-    for (name, value) in rate {
-        if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
-            response.headers_mut().insert(name, value);
-        }
     }
 }
 
@@ -786,6 +768,45 @@ impl Drop for Reservation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rate_headers_name_the_limit_with_the_least_left_in_openais_words() {
+        let limit = |text: &str| {
+            let config = Config::from_toml(&format!(
+                "[auth]\n[[auth.keys]]\nname = \"k\"\nsha256 = \"{}\"\n[auth.keys.limits]\n{text}\n\
+                 [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+                "0".repeat(64)
+            ))
+            .unwrap();
+            *config.auth.unwrap().keys[0].limits.iter().next().unwrap()
+        };
+        let (per_minute, per_day) = (
+            limit("tokens_per_minute = 100"),
+            limit("tokens_per_day = 1000"),
+        );
+        let requests = limit("requests_per_minute = 3");
+        let rate = RateHeaders::of(
+            [
+                (per_minute, 40, 42_000),
+                (per_day, 990, 3_723_000),
+                (requests, 1, 20),
+            ]
+            .into_iter(),
+        );
+        assert_eq!(
+            rate.into_pairs(),
+            [
+                ("x-ratelimit-limit-requests", "3".to_string()),
+                ("x-ratelimit-remaining-requests", "2".to_string()),
+                ("x-ratelimit-reset-requests", "20ms".to_string()),
+                ("x-ratelimit-limit-tokens", "1000".to_string()),
+                ("x-ratelimit-remaining-tokens", "10".to_string()),
+                ("x-ratelimit-reset-tokens", "1h2m3s".to_string()),
+            ]
+        );
+        assert_eq!(duration_text(360_000), "6m0s");
+        assert_eq!(duration_text(41_001), "42s");
+    }
 
     fn quota(toml: &str) -> Quota {
         let config = Config::from_toml(toml).unwrap();

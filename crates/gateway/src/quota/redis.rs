@@ -420,6 +420,33 @@ mod tests {
         Some((Ended(child), port, dir))
     }
 
+    /// Redis's clock, in milliseconds.
+    async fn redis_now(connection: &mut ConnectionManager) -> u64 {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(connection).await.unwrap();
+        secs * 1000 + micros / 1000
+    }
+
+    /// Each counter `names[slot]` holds in Redis what `memory` holds: its amount and its
+    /// held part (`when` names the moment in a failure).
+    async fn same_counters(
+        connection: &mut ConnectionManager,
+        memory: &super::super::store::Memory,
+        names: &[&str],
+        when: &str,
+    ) {
+        for (slot, name) in names.iter().enumerate() {
+            let got: (Option<u64>, Option<u64>) = redis::cmd("HMGET")
+                .arg(*name)
+                .arg("v")
+                .arg("h")
+                .query_async(connection)
+                .await
+                .unwrap();
+            let want = memory.amount(slot).map(|(_, v, h)| (v, h));
+            assert_eq!(got.0.zip(got.1), want, "{when}: counter {name}");
+        }
+    }
+
     /// One rule, two stores: 10,000 random reservations and settlements (several counters,
     /// limits of a few units, settlements that use less or more than they held, and every
     /// 40 operations a window replaced and the open reservations settled late into the next) given to the in-process store and to a real `redis-server`, at the same
@@ -486,13 +513,7 @@ mod tests {
                 let by_redis = reserve_on(&reserve, &mut connection, &charges)
                     .await
                     .unwrap();
-                let now: u64 = {
-                    let (secs, micros): (u64, u64) = redis::cmd("TIME")
-                        .query_async(&mut connection)
-                        .await
-                        .unwrap();
-                    secs * 1000 + micros / 1000
-                };
+                let now = redis_now(&mut connection).await;
                 let by_memory = memory.reserve_at(&charges, now);
                 match (&by_memory, &by_redis) {
                     (
@@ -576,46 +597,15 @@ mod tests {
                 settle_on(&settle, &mut connection, &late(true))
                     .await
                     .unwrap();
-                let now: u64 = {
-                    let (secs, micros): (u64, u64) = redis::cmd("TIME")
-                        .query_async(&mut connection)
-                        .await
-                        .unwrap();
-                    secs * 1000 + micros / 1000
-                };
+                let now = redis_now(&mut connection).await;
                 fresh.apply_at(&late(false), now);
                 open.clear();
-                for (slot, name) in names.iter().enumerate() {
-                    let got: (Option<u64>, Option<u64>) = redis::cmd("HMGET")
-                        .arg(*name)
-                        .arg("v")
-                        .arg("h")
-                        .query_async(&mut connection)
-                        .await
-                        .unwrap();
-                    let want = fresh.amount(slot).map(|(_, v, h)| (v, h));
-                    assert_eq!(
-                        got.0.zip(got.1),
-                        want,
-                        "op {op}: counter {name} after late settlements"
-                    );
-                }
+                same_counters(&mut connection, &fresh, &names, &format!("op {op}, late")).await;
                 // Both go on from the late settlements' windows.
                 memory = fresh;
             }
         }
-        // The counters the same at the end.
-        for (slot, name) in names.iter().enumerate() {
-            let got: (Option<u64>, Option<u64>) = redis::cmd("HMGET")
-                .arg(*name)
-                .arg("v")
-                .arg("h")
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            let want = memory.amount(slot).map(|(_, v, h)| (v, h));
-            assert_eq!(got.0.zip(got.1), want, "counter {name} at the end");
-        }
+        same_counters(&mut connection, &memory, &names, "the end").await;
         eprintln!(
             "{reserved} reserved, {refused} refused, {in_flight} of them by requests in flight"
         );
