@@ -138,12 +138,38 @@ impl PostgresServer {
         if !self.running {
             return;
         }
+        // A paused server takes no signal but SIGKILL: resumed first.
+        self.pause(false);
         let _ = as_server_user(&self.bin.join("pg_ctl"))
             .arg("-D")
             .arg(self.dir.join("data"))
             .args(["-m", "immediate", "-w", "stop"])
             .output();
         self.running = false;
+    }
+
+    /// Pauses (`SIGSTOP`) or resumes (`SIGCONT`) the server and every process it started,
+    /// as a machine that stalls would: connections stay open and nothing answers.
+    ///
+    /// ```no_run
+    /// let mut pg = choicewise_test_support::PostgresServer::start().unwrap();
+    /// pg.pause(true);
+    /// pg.pause(false);
+    /// ```
+    pub fn pause(&mut self, paused: bool) {
+        let pid = std::fs::read_to_string(self.dir.join("data").join("postmaster.pid"))
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse::<u32>().ok());
+        let Some(pid) = pid else {
+            return;
+        };
+        let signal = if paused { "-STOP" } else { "-CONT" };
+        let _ = std::process::Command::new("pkill")
+            .args([signal, "-P", &pid.to_string()])
+            .status();
+        let _ = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status();
     }
 
     /// The URL of its `postgres` database, as the `postgres` user.

@@ -199,6 +199,55 @@ async fn postgres_read_only_as_after_a_failover_then_read_write_loses_nothing() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_paused_its_records_wait_in_memory_one_first_try_then_the_spool() {
+    let Some(mut pg) = PostgresServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("records.spool");
+    let counts = Arc::new(Counts::default());
+    let recorder = Recorder::start(RecorderConfig::new(pg.url(), &spool), counts.clone()).unwrap();
+    for i in 0..20 {
+        recorder.record(record("k", "m", T0 + i, 200, (1, 1)));
+    }
+    recorder.flush().await;
+    let store = Store::connect(&pg.url()).await.unwrap();
+    assert_eq!(until_rows(&store, 20, Duration::from_secs(10)).await, 20);
+    store.close().await;
+
+    // Stalled, not failing: every statement waits. A batch is spooled once its first try
+    // has waited FIRST_TRY, so a flush returns within about that, not the 5 s of a pool.
+    pg.pause(true);
+    for i in 20..70 {
+        recorder.record(record("k", "m", T0 + i, 200, (1, 1)));
+    }
+    let began = Instant::now();
+    recorder.flush().await;
+    let took = began.elapsed();
+    assert!(
+        took < choicewise_records::FIRST_TRY + Duration::from_millis(700),
+        "the batch waited {took:?} in memory"
+    );
+    assert_eq!(
+        Counts::get(&counts.spooled),
+        50,
+        "spooled, fsynced, not held"
+    );
+
+    pg.pause(false);
+    let store = Store::connect(&pg.url()).await.unwrap();
+    let rows = until_rows(&store, 70, Duration::from_secs(30)).await;
+    assert_eq!(
+        rows, 70,
+        "every record written once the database answers again"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.count().await.unwrap(), 70, "none twice");
+    assert_eq!(counts.lost(), 0);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_spool_disk_full_mid_append_cuts_it_back_and_later_records_are_written() {
     let Some(disk) = Tmpfs::mount("2m") else {
         return;
