@@ -122,6 +122,29 @@ fn config(url: &str, ok: &str, failing: &str, stalling: &str) -> String {
     )
 }
 
+/// A PostgreSQL server of the test's own, a folder named `name`, the upstreams and the
+/// configuration of [`config`] on them (the upstreams returned to be kept alive).
+async fn with_postgres(
+    name: &str,
+) -> (
+    PostgresServer,
+    PathBuf,
+    String,
+    (TestServer, TestServer, TestServer),
+) {
+    let pg = PostgresServer::start().expect("PostgreSQL is not installed; this test DID NOT RUN");
+    let dir = folder(name);
+    let upstreams = upstreams().await;
+    let (ok, failing, stalling) = &upstreams;
+    let toml = config(
+        &pg.url(),
+        &ok.base_url(),
+        &failing.base_url(),
+        &stalling.base_url(),
+    );
+    (pg, dir, toml, upstreams)
+}
+
 /// The upstreams: one answering, one failing, one stalling.
 async fn upstreams() -> (TestServer, TestServer, TestServer) {
     let ok = TestServer::builder()
@@ -376,16 +399,7 @@ fn key_name(key: &str) -> &'static str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx and PostgreSQL (CI installs them: apt-get install nginx-light postgresql)"]
 async fn three_gateways_behind_nginx_keep_one_row_per_request_in_postgres() {
-    let mut pg =
-        PostgresServer::start().expect("PostgreSQL is not installed; this test DID NOT RUN");
-    let dir = folder("nginx-postgres");
-    let (ok, failing, stalling) = upstreams().await;
-    let toml = config(
-        &pg.url(),
-        &ok.base_url(),
-        &failing.base_url(),
-        &stalling.base_url(),
-    );
+    let (mut pg, dir, toml, _upstreams) = with_postgres("nginx-postgres").await;
     let ports = [free_port(), free_port(), free_port()];
     let mut gateways = Vec::new();
     for (i, port) in ports.iter().enumerate() {
@@ -496,15 +510,7 @@ async fn three_gateways_behind_nginx_keep_one_row_per_request_in_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (CI installs it: apt-get install postgresql)"]
 async fn kill_9_loses_at_most_the_requests_in_flight() {
-    let pg = PostgresServer::start().expect("PostgreSQL is not installed; this test DID NOT RUN");
-    let dir = folder("kill-9");
-    let (ok, failing, stalling) = upstreams().await;
-    let toml = config(
-        &pg.url(),
-        &ok.base_url(),
-        &failing.base_url(),
-        &stalling.base_url(),
-    );
+    let (pg, dir, toml, _upstreams) = with_postgres("kill-9").await;
     let port = free_port();
     let (mut child, _log) = serve(&dir, "gateway", &toml, port).await;
     let base = format!("http://127.0.0.1:{port}");
@@ -575,16 +581,7 @@ async fn kill_9_loses_at_most_the_requests_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs PostgreSQL (CI installs it: apt-get install postgresql)"]
 async fn replicas_in_one_folder_and_a_kill_9_while_the_database_is_away_lose_at_most_a_second() {
-    let mut pg =
-        PostgresServer::start().expect("PostgreSQL is not installed; this test DID NOT RUN");
-    let dir = folder("one-folder");
-    let (ok, failing, stalling) = upstreams().await;
-    let toml = config(
-        &pg.url(),
-        &ok.base_url(),
-        &failing.base_url(),
-        &stalling.base_url(),
-    );
+    let (mut pg, dir, toml, _upstreams) = with_postgres("one-folder").await;
     let ports = [free_port(), free_port()];
     let (mut killed_one, _a) = serve(&dir, "a", &toml, ports[0]).await;
     let (_b, _b_log) = serve(&dir, "b", &toml, ports[1]).await;

@@ -200,25 +200,6 @@ async fn named_keys_are_told_apart_limited_and_kept_to_their_models() {
     gw.stop().await;
 }
 
-/// Sends `body` to `path` with `key` in every header a client API reads it from.
-async fn post_any(
-    client: &reqwest::Client,
-    addr: SocketAddr,
-    path: &str,
-    key: &str,
-    body: &Value,
-) -> reqwest::Response {
-    client
-        .post(format!("http://{addr}{path}"))
-        .bearer_auth(key)
-        .header("x-api-key", key)
-        .header("x-goog-api-key", key)
-        .json(body)
-        .send()
-        .await
-        .unwrap()
-}
-
 /// `GET path` with `key`: its status and JSON body.
 async fn get_with(
     client: &reqwest::Client,
@@ -226,11 +207,10 @@ async fn get_with(
     path: &str,
     key: &str,
 ) -> (u16, Value) {
+    // Every client API's route reads the key from `Authorization: Bearer` too.
     let r = client
         .get(format!("http://{addr}{path}"))
         .bearer_auth(key)
-        .header("x-api-key", key)
-        .header("x-goog-api-key", key)
         .send()
         .await
         .unwrap();
@@ -255,7 +235,7 @@ async fn the_count_routes_and_the_model_lists_obey_the_key() {
     let anthropic_count = "/v1/messages/count_tokens";
     let gemini_count = |model: &str| format!("/v1beta/models/{model}:countTokens");
     // A model outside the key's: 403 on both count routes, nothing counted.
-    let r = post_any(
+    let r = post(
         &client,
         gw.addr,
         anthropic_count,
@@ -265,7 +245,7 @@ async fn the_count_routes_and_the_model_lists_obey_the_key() {
     .await;
     let (status, _, body) = refusal(r).await;
     assert_eq!(status, 403, "{body}");
-    let r = post_any(
+    let r = post(
         &client,
         gw.addr,
         &gemini_count("large"),
@@ -278,7 +258,7 @@ async fn the_count_routes_and_the_model_lists_obey_the_key() {
     let mut answered = 0;
     for i in 0..6 {
         let r = if i % 2 == 0 {
-            post_any(
+            post(
                 &client,
                 gw.addr,
                 anthropic_count,
@@ -287,7 +267,7 @@ async fn the_count_routes_and_the_model_lists_obey_the_key() {
             )
             .await
         } else {
-            post_any(
+            post(
                 &client,
                 gw.addr,
                 &gemini_count("small"),

@@ -274,6 +274,22 @@ async fn every_request_has_one_row_in_postgres() {
     every_request_on_record(&pg.url(), &dir.path().join("records.spool")).await;
 }
 
+/// Asks model `m` without a key: answered 200 whatever becomes of its record, read whole.
+async fn answered_whatever_the_record(addr: SocketAddr) {
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        200,
+        "a request never waits for, nor fails by, its record"
+    );
+    let _ = r.bytes().await;
+}
+
 /// A database that refuses the configuration (no such database) is said at start, as an
 /// error naming it without its password, and the requests are served, their records spooled
 /// until it is fixed.
@@ -311,17 +327,7 @@ async fn a_database_that_does_not_exist_is_said_at_start() {
         .expect("the refused configuration said at start");
     assert!(line.contains("ERROR"), "{line}");
     assert!(!line.contains("hunter2"), "{line}");
-    let r = reqwest::Client::new()
-        .post(format!("http://{addr}/v1/chat/completions"))
-        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        r.status(),
-        200,
-        "a request never waits for, nor fails by, its record"
-    );
+    answered_whatever_the_record(addr).await;
     gateway.flush_records().await;
     assert!(
         spool_bytes(&dir.path().join("records.spool")) > 0,
@@ -353,18 +359,7 @@ async fn a_full_spool_drops_are_counted_in_the_metrics_and_said_once() {
     );
     let (addr, gateway) = serve(&toml, |_| None).await;
     for _ in 0..20 {
-        let r = reqwest::Client::new()
-            .post(format!("http://{addr}/v1/chat/completions"))
-            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            r.status(),
-            200,
-            "a request never waits for, nor fails by, its record"
-        );
-        let _ = r.bytes().await;
+        answered_whatever_the_record(addr).await;
     }
     gateway.flush_records().await;
     let text = crate::common::metrics(addr).await;
