@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 mod chat;
+mod keys;
 mod live;
 mod memory;
 mod picks;
@@ -54,6 +55,12 @@ enum Command {
     /// Spend by key, model and day, from the database a gateway's `[records]` writes
     /// (docs/records.md).
     Usage(usage::UsageArgs),
+    /// Manage a gateway's keys live over its admin API: list, show (what is left of each
+    /// limit), create, set, rotate, revoke (docs/keys.md).
+    Keys {
+        #[command(subcommand)]
+        command: keys::KeysCommand,
+    },
     /// Print a shell completion script (e.g. `choicewise completions bash >
     /// ~/.local/share/bash-completion/completions/choicewise`).
     Completions {
@@ -64,7 +71,7 @@ enum Command {
     /// Print the man page, in roff (e.g. `choicewise man chat | man -l -`): of the command, or
     /// of one of its subcommands.
     Man {
-        /// The subcommand (chat, replay, serve, picks, usage, completions).
+        /// The subcommand (chat, replay, serve, picks, usage, keys, completions).
         subcommand: Option<String>,
     },
 }
@@ -131,10 +138,11 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
                     ("serve", Some(sub)) => sub.clone().name("choicewise-serve"),
                     ("picks", Some(sub)) => sub.clone().name("choicewise-picks"),
                     ("usage", Some(sub)) => sub.clone().name("choicewise-usage"),
+                    ("keys", Some(sub)) => sub.clone().name("choicewise-keys"),
                     ("completions", Some(sub)) => sub.clone().name("choicewise-completions"),
                     _ => {
                         eprintln!(
-                            "choicewise: no subcommand {name:?}: chat, replay, serve, picks, usage, completions or man"
+                            "choicewise: no subcommand {name:?}: chat, replay, serve, picks, usage, keys, completions or man"
                         );
                         return 2;
                     }
@@ -171,6 +179,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
             Command::Serve(args) => serve::run(args).await,
             Command::Picks { command } => picks::run(command).await,
             Command::Usage(args) => usage::run(args).await,
+            Command::Keys { command } => keys::run(command).await,
             Command::Completions { .. } | Command::Man { .. } => Ok(()),
         }
     });

@@ -81,12 +81,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Exit> {
     // Dropped when the gateway has stopped: the log's last lines are written before `run`
     // returns.
     let _log = init_log(args.log_format);
-    let text = tokio::fs::read_to_string(&args.config)
-        .await
-        .map_err(|e| format!("cannot read {}: {e}", args.config.display()))?;
-    let config = choicewise_gateway::Config::from_toml(&text)
-        .map_err(|e| format!("{}: {e}", args.config.display()))?;
-    choicewise_gateway::serve(&config, args.listen.as_deref())
+    choicewise_gateway::serve_file(&args.config, args.listen.as_deref())
         .await
         .map_err(|e| Exit::from(e.to_string()))
 }

@@ -25,11 +25,11 @@ use crate::wellformed::Scan;
 /// `rate`, the `x-ratelimit-*` headers it leaves.
 async fn under_key(
     gw: &Gateway,
-    caller: Caller,
+    caller: &Caller,
     model: &str,
     rate: &mut Vec<(&'static str, String)>,
 ) -> Result<Option<Reservation>, ApiError> {
-    gw.inner.keys.allows(caller, model)?;
+    caller.allows(model)?;
     let quota = &gw.inner.quota;
     let Some(applicable) = quota.applicable(caller, model) else {
         return Ok(None);
@@ -47,7 +47,7 @@ async fn under_key(
 
 /// Who sent `request` (the `auth` layer's [`Caller`]; open without `[auth]`).
 fn caller_of(request: &axum::extract::Request) -> Caller {
-    (request.extensions().get::<Caller>().copied()).unwrap_or(Caller::Open)
+    (request.extensions().get::<Caller>().cloned()).unwrap_or_default()
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's tokens as the model's first Anthropic
@@ -132,7 +132,7 @@ async fn count_tokens_answer(
         return Messages::shaped(e);
     }
     // Held until the count is answered.
-    let _reserved = match under_key(gw, caller, &routes.name, rate).await {
+    let _reserved = match under_key(gw, &caller, &routes.name, rate).await {
         Ok(reserved) => reserved,
         Err(e) => return Messages::shaped(e),
     };
@@ -311,7 +311,7 @@ async fn api_count_answer<A: ClientApi>(
     }
     *label = model;
     // Held until the count is answered.
-    let _reserved = match under_key(gw, caller, label, rate).await {
+    let _reserved = match under_key(gw, &caller, label, rate).await {
         Ok(reserved) => reserved,
         Err(e) => return A::shaped(e),
     };

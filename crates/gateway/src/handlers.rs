@@ -19,7 +19,7 @@ type Called = Option<axum::Extension<Caller>>;
 fn visible(gw: &Gateway, called: Called) -> Vec<String> {
     let caller = called.map_or(Caller::Open, |c| c.0);
     (gw.inner.names.iter())
-        .filter(|name| gw.inner.keys.may_use(caller, name))
+        .filter(|name| caller.may_use(name))
         .cloned()
         .collect()
 }
@@ -51,7 +51,7 @@ pub(crate) async fn one_model(
 ) -> Response {
     if gw.inner.models.contains_key(&id) {
         let caller = called.map_or(Caller::Open, |c| c.0);
-        if let Err(e) = gw.inner.keys.allows(caller, &id) {
+        if let Err(e) = caller.allows(&id) {
             return e.into_response();
         }
         return axum::Json(model_entry(&id)).into_response();
@@ -88,7 +88,7 @@ pub(crate) async fn api_model<A: ClientApi>(
         .unwrap_or_default();
     if gw.inner.models.contains_key(name) {
         let caller = called.map_or(Caller::Open, |c| c.0);
-        if let Err(e) = gw.inner.keys.allows(caller, name) {
+        if let Err(e) = caller.allows(name) {
             return A::shaped(e);
         }
         return axum::Json(A::model(name)).into_response();

@@ -1,13 +1,16 @@
 //! The keys a gateway accepts (`[auth] keys_env`, `[[auth.keys]]`) and who sent a request
 //! ([`Caller`]): every key compared in full, in time that does not depend on which matches;
-//! a named key known by its SHA-256 only. Read by the `auth` layer, the handler, the limits
-//! and the record; it uses none of them.
+//! a named key known by its SHA-256 only, with its limits' rules. Read by the `auth` layer,
+//! the handler, the limits and the record; it uses none of them.
 
 use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 
+use crate::config::RateLimits;
+use crate::counter::Rule;
 use crate::error::ApiError;
 
 /// The key a request sends: `Authorization: Bearer KEY`, Anthropic's `x-api-key: KEY`, or
@@ -68,19 +71,88 @@ fn percent_decoded(value: &str) -> Cow<'_, str> {
 pub(crate) const UNNAMED: &str = "(unnamed)";
 
 /// Who sent a request, by its key: found by the `auth` layer, kept in the request's
-/// extensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// extensions. A named key is held as it was when the request arrived: keys changed while it
+/// is served (the admin API, a reload) change the requests that come after.
+#[derive(Debug, Clone, Default)]
 pub(crate) enum Caller {
     /// A gateway without `[auth]`: no key.
+    #[default]
     Open,
     /// One of the unnamed keys of `keys_env`.
     Unnamed,
-    /// The `[[auth.keys]]` of this index.
-    Named(usize),
+    /// A named key (`[[auth.keys]]`, or made over the admin API).
+    Named(Arc<NamedKey>),
 }
 
-/// A key of `[[auth.keys]]`, as the gateway holds it: its name, its digest (never the key),
-/// the models it may use and its tags.
+impl Caller {
+    /// Whether this caller may use the model `name`: an open or unnamed caller, and a key
+    /// without `models`, may use every one.
+    pub(crate) fn may_use(&self, name: &str) -> bool {
+        match self {
+            Caller::Named(key) => key.allows(name),
+            _ => true,
+        }
+    }
+
+    /// Whether this caller may use the model `name` ([`may_use`](Self::may_use)): the 403
+    /// `model_not_allowed` that says it may not, naming the key and its models.
+    pub(crate) fn allows(&self, name: &str) -> Result<(), ApiError> {
+        match self {
+            Caller::Named(key) if !key.allows(name) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "permission_error",
+                format!(
+                    "the key `{}` may not use the model {name:?} (its models: {})",
+                    key.name,
+                    key.models.as_deref().unwrap_or_default().join(", ")
+                ),
+            )
+            .code("model_not_allowed")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The name of its key, shared (never copied): its name or [`UNNAMED`]; none without
+    /// `[auth]`.
+    pub(crate) fn name(&self) -> Option<Arc<str>> {
+        static UNNAMED_NAME: std::sync::LazyLock<Arc<str>> =
+            std::sync::LazyLock::new(|| Arc::from(UNNAMED));
+        match self {
+            Caller::Open => None,
+            Caller::Unnamed => Some(UNNAMED_NAME.clone()),
+            Caller::Named(key) => Some(key.name.clone()),
+        }
+    }
+
+    /// The `key` label of the caller: its key's name, [`UNNAMED`], or empty without `[auth]`.
+    pub(crate) fn label(&self) -> &str {
+        match self {
+            Caller::Open => "",
+            Caller::Unnamed => UNNAMED,
+            Caller::Named(key) => &key.name,
+        }
+    }
+
+    /// The limits its key meets: its own, then its tags'.
+    pub(crate) fn rules(&self) -> &[Rule] {
+        match self {
+            Caller::Named(key) => &key.rules,
+            _ => &[],
+        }
+    }
+}
+
+/// Where a named key comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// `[[auth.keys]]` of the configuration file.
+    Config,
+    /// The admin API, made at this time (milliseconds since the Unix epoch).
+    Managed { created_ms: u64 },
+}
+
+/// A named key, as the gateway holds it: its name, its digest (never the key), the models
+/// it may use, its tags, its limits and when it expires.
 #[derive(Clone)]
 pub(crate) struct NamedKey {
     pub name: Arc<str>,
@@ -88,10 +160,18 @@ pub(crate) struct NamedKey {
     /// None: every model.
     pub models: Option<Vec<String>>,
     pub tags: Vec<String>,
+    /// Its own limits, as configured.
+    pub limits: RateLimits,
+    /// Its own limits, then its tags', with their counters.
+    pub rules: Vec<Rule>,
+    /// From when it is refused (milliseconds since the Unix epoch); none: never.
+    pub expires_ms: Option<u64>,
+    pub origin: Origin,
 }
 
 impl NamedKey {
-    /// A key named `name`, known by the SHA-256 `digest` of the key.
+    /// A key of the configuration named `name`, known by the SHA-256 `digest` of the key,
+    /// without limits (its rules are given with [`with_rules`](Self::with_rules)).
     pub(crate) fn new(
         name: &str,
         digest: [u8; 32],
@@ -103,7 +183,18 @@ impl NamedKey {
             digest,
             models,
             tags,
+            limits: RateLimits::default(),
+            rules: Vec::new(),
+            expires_ms: None,
+            origin: Origin::Config,
         }
+    }
+
+    /// The key with these limits and rules.
+    pub(crate) fn with_rules(mut self, limits: RateLimits, rules: Vec<Rule>) -> NamedKey {
+        self.limits = limits;
+        self.rules = rules;
+        self
     }
 
     /// The SHA-256 of its key.
@@ -115,6 +206,11 @@ impl NamedKey {
     pub(crate) fn allows(&self, model: &str) -> bool {
         (self.models.as_ref()).is_none_or(|models| models.iter().any(|m| m == model))
     }
+
+    /// Whether it has expired at `now_ms`.
+    pub(crate) fn expired(&self, now_ms: u64) -> bool {
+        self.expires_ms.is_some_and(|at| at <= now_ms)
+    }
 }
 
 impl std::fmt::Debug for NamedKey {
@@ -124,6 +220,7 @@ impl std::fmt::Debug for NamedKey {
             .field("name", &self.name)
             .field("models", &self.models)
             .field("tags", &self.tags)
+            .field("expires_ms", &self.expires_ms)
             .finish_non_exhaustive()
     }
 }
@@ -133,7 +230,7 @@ impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Keys")
             .field("unnamed", &self.unnamed.len())
-            .field("named", &self.named)
+            .field("named", &self.by_name.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -146,95 +243,60 @@ pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     out
 }
 
-/// The keys a gateway accepts: unnamed ones (`keys_env`) and named ones (`[[auth.keys]]`).
-/// None at all: no key needed.
+/// The keys a gateway accepts at one time: unnamed ones (`keys_env`) and named ones
+/// (`[[auth.keys]]` and the admin API's), found by the SHA-256 of the key sent. Without
+/// `[auth]`, no key is needed. Made whole and swapped in at once
+/// ([`crate::keyring::KeyRing`]); never changed in place.
 #[derive(Clone, Default)]
 pub(crate) struct Keys {
+    /// `[auth]` is configured: every request needs a key.
+    keyed: bool,
     unnamed: Vec<String>,
-    named: Vec<NamedKey>,
+    by_digest: HashMap<[u8; 32], Arc<NamedKey>>,
+    by_name: BTreeMap<Arc<str>, Arc<NamedKey>>,
 }
 
 impl Keys {
-    /// Whether `caller`'s key may use the model `name`: an open or unnamed caller, and a key
-    /// without `models`, may use every one.
-    pub(crate) fn may_use(&self, caller: Caller, name: &str) -> bool {
-        match caller {
-            Caller::Named(i) => self.named(i).allows(name),
-            _ => true,
+    /// The keys of a gateway that asks for them (`keyed`: `[auth]` is configured). The
+    /// caller keeps names and digests unique.
+    pub(crate) fn new(keyed: bool, unnamed: Vec<String>, named: Vec<NamedKey>) -> Keys {
+        let named: Vec<Arc<NamedKey>> = named.into_iter().map(Arc::new).collect();
+        Keys {
+            keyed: keyed || !unnamed.is_empty() || !named.is_empty(),
+            unnamed,
+            by_digest: (named.iter()).map(|k| (k.digest, k.clone())).collect(),
+            by_name: (named.iter())
+                .map(|k| (k.name.clone(), k.clone()))
+                .collect(),
         }
     }
 
-    /// Whether `caller`'s key may use the model `name` ([`may_use`](Self::may_use)): the 403 `model_not_allowed` that says it may not, naming the key and its
-    /// models.
-    pub(crate) fn allows(&self, caller: Caller, name: &str) -> Result<(), ApiError> {
-        if self.may_use(caller, name) {
-            return Ok(());
-        }
-        let Caller::Named(i) = caller else {
-            return Ok(());
-        };
-        let key = self.named(i);
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "permission_error",
-            format!(
-                "the key `{}` may not use the model {name:?} (its models: {})",
-                key.name,
-                key.models.as_deref().unwrap_or_default().join(", ")
-            ),
-        )
-        .code("model_not_allowed"))
-    }
-
-    pub(crate) fn new(unnamed: Vec<String>, named: Vec<NamedKey>) -> Keys {
-        Keys { unnamed, named }
-    }
-
-    /// No key is configured: the gateway is open (on loopback).
+    /// No key is asked for: the gateway is open (on loopback).
     pub(crate) fn is_empty(&self) -> bool {
-        self.unnamed.is_empty() && self.named.is_empty()
+        !self.keyed
     }
 
     /// How many keys there are.
     pub(crate) fn len(&self) -> usize {
-        self.unnamed.len() + self.named.len()
+        self.unnamed.len() + self.by_name.len()
     }
 
-    /// The named key of this index.
-    pub(crate) fn named(&self, index: usize) -> &NamedKey {
-        &self.named[index]
+    /// The named key of this name.
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<NamedKey>> {
+        self.by_name.get(name)
     }
 
-    /// The named keys, in the configuration's order.
-    pub(crate) fn all_named(&self) -> &[NamedKey] {
-        &self.named
-    }
-
-    /// The name of a caller's key, shared (never copied): its `[[auth.keys]]` name or
-    /// [`UNNAMED`]; none without `[auth]`.
-    pub(crate) fn name(&self, caller: Caller) -> Option<Arc<str>> {
-        static UNNAMED_NAME: std::sync::LazyLock<Arc<str>> =
-            std::sync::LazyLock::new(|| Arc::from(UNNAMED));
-        match caller {
-            Caller::Open => None,
-            Caller::Unnamed => Some(UNNAMED_NAME.clone()),
-            Caller::Named(i) => self.named.get(i).map(|k| k.name.clone()),
-        }
-    }
-
-    /// The `key` label of a caller: its name, [`UNNAMED`], or empty without `[auth]`.
-    pub(crate) fn label(&self, caller: Caller) -> &str {
-        match caller {
-            Caller::Open => "",
-            Caller::Unnamed => UNNAMED,
-            Caller::Named(i) => &self.named[i].name,
-        }
+    /// The named keys, by name.
+    pub(crate) fn all_named(&self) -> impl Iterator<Item = &Arc<NamedKey>> {
+        self.by_name.values()
     }
 
     /// Checks the client's key ([`given_key`]: `Authorization: Bearer KEY`, Anthropic's
-    /// `x-api-key`, Google's `x-goog-api-key` or `?key=`) when keys are configured: who sent it, or a 401. Every key is compared in full,
-    /// whichever matches (an unnamed key as it is, a named key by its digest): no early exit
-    /// to time.
+    /// `x-api-key`, Google's `x-goog-api-key` or `?key=`) when keys are asked for: who sent
+    /// it, or a 401. Every unnamed key is compared in full, whichever matches; a named key
+    /// is found by the SHA-256 of the key sent (what a lookup's time may tell is of the
+    /// digest, never of the key). A key past its expiry is refused as one the gateway does
+    /// not accept.
     pub(crate) fn authorize(&self, headers: &HeaderMap, uri: &Uri) -> Result<Caller, ApiError> {
         if self.is_empty() {
             return Ok(Caller::Open);
@@ -245,18 +307,13 @@ impl Keys {
                 found | same(key.as_bytes(), given.as_bytes())
             });
             // Hashed only where named keys are configured.
-            let digest = match self.named.is_empty() {
-                true => [0u8; 32],
-                false => sha256(given.as_bytes()),
+            let named = match self.by_digest.is_empty() {
+                true => None,
+                false => self.by_digest.get(&sha256(given.as_bytes())),
             };
-            let named = (self.named.iter().enumerate()).fold(None, |found, (i, key)| {
-                match same(&key.digest, &digest) {
-                    true => Some(i),
-                    false => found,
-                }
-            });
             match (named, unnamed) {
-                (Some(i), _) => Some(Caller::Named(i)),
+                (Some(key), _) if key.expires_ms.is_some() && key.expired(now_ms()) => None,
+                (Some(key), _) => Some(Caller::Named(key.clone())),
                 (None, true) => Some(Caller::Unnamed),
                 (None, false) => None,
             }
@@ -277,6 +334,13 @@ impl Keys {
             .code("invalid_api_key")),
         }
     }
+}
+
+/// Milliseconds since the Unix epoch now.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The operator's key (`[admin] key_env`), as the gateway holds it: its digest.
@@ -334,9 +398,22 @@ mod tests {
         Uri::from_static("/")
     }
 
+    /// The name of the key a request was found to send.
+    fn who(keys: &Keys, headers: &HeaderMap) -> Result<String, Option<String>> {
+        match keys.authorize(headers, &root()) {
+            Ok(caller) => Ok(caller.label().to_string()),
+            Err(e) => Err(e.code),
+        }
+    }
+
     #[test]
     fn a_key_is_known_by_its_name_or_as_unnamed() {
+        let mut expired = NamedKey::new("gone", sha256(b"sk-gone"), None, vec![]);
+        expired.expires_ms = Some(now_ms() - 1);
+        let mut later = NamedKey::new("later", sha256(b"sk-later"), None, vec![]);
+        later.expires_ms = Some(now_ms() + 60_000);
         let keys = Keys::new(
+            true,
             vec!["sk-old".into()],
             vec![
                 NamedKey::new(
@@ -346,58 +423,64 @@ mod tests {
                     vec![],
                 ),
                 NamedKey::new("team-b", sha256(b"sk-b"), None, vec![]),
+                expired,
+                later,
             ],
         );
+        assert_eq!(who(&keys, &bearer("sk-a")), Ok("team-a".into()));
+        assert_eq!(who(&keys, &bearer("sk-b")), Ok("team-b".into()));
+        assert_eq!(who(&keys, &bearer("sk-old")), Ok(UNNAMED.into()));
+        assert_eq!(who(&keys, &bearer("sk-later")), Ok("later".into()));
+        // From its expiry on, a key is one the gateway does not accept.
         assert_eq!(
-            keys.authorize(&bearer("sk-a"), &root()),
-            Ok(Caller::Named(0))
-        );
-        assert_eq!(
-            keys.authorize(&bearer("sk-b"), &root()),
-            Ok(Caller::Named(1))
-        );
-        assert_eq!(
-            keys.authorize(&bearer("sk-old"), &root()),
-            Ok(Caller::Unnamed)
+            who(&keys, &bearer("sk-gone")),
+            Err(Some("invalid_api_key".into()))
         );
         let mut anthropic = HeaderMap::new();
         anthropic.insert("x-api-key", "sk-b".parse().unwrap());
-        assert_eq!(keys.authorize(&anthropic, &root()), Ok(Caller::Named(1)));
+        assert_eq!(who(&keys, &anthropic), Ok("team-b".into()));
         let e = keys.authorize(&bearer("sk-c"), &root()).unwrap_err();
         assert_eq!(e.code.as_deref(), Some("invalid_api_key"));
         assert!(!e.message.contains("sk-c"));
         let e = keys.authorize(&HeaderMap::new(), &root()).unwrap_err();
         assert_eq!(e.code.as_deref(), Some("missing_api_key"));
-        assert_eq!(keys.label(Caller::Named(0)), "team-a");
-        assert_eq!(keys.label(Caller::Unnamed), UNNAMED);
-        assert!(keys.named(0).allows("small") && !keys.named(0).allows("large"));
-        assert!(keys.named(1).allows("large"));
+        let a = Caller::Named(keys.get("team-a").unwrap().clone());
+        assert!(a.may_use("small") && !a.may_use("large"));
+        assert_eq!(
+            a.allows("large").unwrap_err().code.as_deref(),
+            Some("model_not_allowed")
+        );
+        assert!(Caller::Named(keys.get("team-b").unwrap().clone()).may_use("large"));
         let shown = format!("{keys:?}");
         assert!(
             !shown.contains("sk-old") && shown.contains("team-a"),
             "{shown}"
         );
-        // Without keys, every request is the open gateway's.
+        // Without keys, every request is the open gateway's; with `[auth]` and no key
+        // yet (keys to be made over the admin API), none is.
+        assert_eq!(who(&Keys::default(), &HeaderMap::new()), Ok(String::new()));
+        let none_yet = Keys::new(true, vec![], vec![]);
         assert_eq!(
-            Keys::default().authorize(&HeaderMap::new(), &root()),
-            Ok(Caller::Open)
+            who(&none_yet, &bearer("sk-a")),
+            Err(Some("invalid_api_key".into()))
         );
     }
 
     #[test]
     fn googles_key_header_and_query_key_are_keys() {
-        let keys = Keys::new(vec!["sk-a b/c".into()], vec![]);
+        let keys = Keys::new(true, vec!["sk-a b/c".into()], vec![]);
         let mut goog = HeaderMap::new();
         goog.insert("x-goog-api-key", "sk-a b/c".parse().unwrap());
-        assert_eq!(keys.authorize(&goog, &root()), Ok(Caller::Unnamed));
+        assert_eq!(who(&keys, &goog), Ok(UNNAMED.into()));
         let path = "/v1beta/models/m:streamGenerateContent";
         for query in ["?alt=sse&key=sk-a+b%2Fc", "?key=sk-a%20b/c&alt=sse"]
             .iter()
             .filter_map(|q| format!("{path}{q}").parse::<Uri>().ok())
         {
+            let caller = keys.authorize(&HeaderMap::new(), &query);
             assert_eq!(
-                keys.authorize(&HeaderMap::new(), &query),
-                Ok(Caller::Unnamed),
+                caller.map(|c| c.label().to_string()),
+                Ok(UNNAMED.into()),
                 "{query}"
             );
         }

@@ -31,14 +31,17 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod admin;
 mod admission;
 mod answer;
 mod api;
 mod check;
 mod config;
 mod count;
+mod counter;
 mod error;
 mod handlers;
+mod keyring;
 mod keys;
 mod listen;
 mod metrics;
@@ -61,9 +64,9 @@ use axum::routing::{get, post};
 use route::answer;
 
 pub use config::{
-    Admin, Auth, Config, ConfigError, HealthConfig, HostedTools, KeyConfig, Limits, Model, NMode,
-    OnStateError, Price, RateLimit, RateLimits, Records, Resource, RetryConfig, State, TagConfig,
-    Telemetry, Upstream, Window,
+    Admin, Auth, Config, ConfigError, HealthConfig, HostedTools, KeyConfig, KeyStoreKind, Limits,
+    Model, NMode, OnStateError, Price, RateLimit, RateLimits, Records, Resource, RetryConfig,
+    State, TagConfig, Telemetry, Upstream, Window,
 };
 
 pub use check::{Checked, Reached};
@@ -159,6 +162,7 @@ impl Gateway {
                     .fallback(layers::post_only),
             )
             .route("/v1/models", get(handlers::list_models))
+            .route("/v1/key", get(admin::own))
             .route("/v1/models/{id}", get(handlers::one_model))
             .route_layer(from_fn_with_state(gw.inner.admission.clone(), layers::auth));
         // A client whose base URL already ends in `/v1` and adds `/v1` itself (Claude Code
@@ -166,9 +170,16 @@ impl Gateway {
         let doubled = api
             .clone()
             .layer(axum::middleware::from_fn(layers::doubled_v1));
-        axum::Router::new()
-            .merge(api)
-            .nest("/v1", doubled)
+        let mut router = axum::Router::new().merge(api).nest("/v1", doubled);
+        if gw.inner.operator.is_some() {
+            router = router
+                .route("/admin/keys", get(admin::list).post(admin::create))
+                .route(
+                    "/admin/keys/{name}",
+                    get(admin::one).patch(admin::change).delete(admin::revoke),
+                );
+        }
+        router
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(handlers::metrics_text))
             .fallback(layers::unknown_route)
@@ -185,6 +196,37 @@ impl Gateway {
                 layers::RequestIds,
             ))
             .with_state(gw)
+    }
+
+    /// Reads the keys of `config`'s `[auth]` again (`[[auth.keys]]`, `keys_env`, the tags'
+    /// limits; their variables from the process's environment) and applies them at once:
+    /// requests that come after meet the new keys and limits, requests in flight keep
+    /// theirs. What changed, in a few words (`keys added: team-c`, `keys changed: team-a
+    /// (limits)`); an error (the gateway unchanged) when a variable is unset. The rest of
+    /// the configuration applies only at a start. `choicewise serve` does it on `SIGHUP`.
+    ///
+    /// ```
+    /// # use choicewise_gateway::{Config, Gateway};
+    /// let text = |limit: u32| format!(
+    ///     "[auth]\n[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\n[auth.keys.limits]\nrequests_per_minute = {limit}\n\
+    ///      [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+    ///     "0".repeat(64));
+    /// let gateway = Gateway::new(&Config::from_toml(&text(10)).unwrap()).unwrap();
+    /// let changes = gateway.reload(&Config::from_toml(&text(20)).unwrap()).unwrap();
+    /// assert_eq!(changes, ["keys changed: team-a (limits)"]);
+    /// ```
+    pub fn reload(&self, config: &Config) -> Result<Vec<String>, ConfigError> {
+        self.reload_with_env(config, |name| std::env::var(name).ok())
+    }
+
+    /// As [`reload`](Self::reload), the variables looked up with `env`.
+    pub fn reload_with_env(
+        &self,
+        config: &Config,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Vec<String>, ConfigError> {
+        let file = keyring::FileKeys::of(config, &state::env_reader(&env))?;
+        Ok(self.inner.keys.replace_file(file))
     }
 
     /// Ends every open answer now, as a shutdown does when its grace period is over: each
@@ -245,4 +287,4 @@ impl Gateway {
     }
 }
 
-pub use serving::{CLOSE_WAIT, ServeError, serve};
+pub use serving::{CLOSE_WAIT, ServeError, serve, serve_file};

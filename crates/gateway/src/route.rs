@@ -44,7 +44,7 @@ pub(crate) async fn answer<A: ClientApi>(
     }
     let (parts, body) = request.into_parts();
     let client = auth::client(
-        &gw.inner.keys,
+        &gw.inner.keys.load(),
         &parts.headers,
         &parts.uri,
         &parts.extensions,
@@ -53,16 +53,16 @@ pub(crate) async fn answer<A: ClientApi>(
         .extensions
         .get::<crate::metrics::RequestModel>()
         .cloned();
-    let caller = (parts.extensions.get::<keys::Caller>().copied()).unwrap_or(keys::Caller::Open);
+    let caller = (parts.extensions.get::<keys::Caller>().cloned()).unwrap_or_default();
     let mut finish = Finish::new(gw.sinks(), &parts.headers, client, counted_as);
     finish.api(A::LABEL);
-    if let Some(name) = gw.inner.keys.name(caller) {
+    if let Some(name) = caller.name() {
         finish.key(name);
     }
     let mut kept = None;
     let mut rate = Vec::new();
     let head = Arc::new(parts);
-    let served = serve::<A>(&gw, head, body, caller, &mut finish, &mut kept, &mut rate).await;
+    let served = serve::<A>(&gw, head, body, &caller, &mut finish, &mut kept, &mut rate).await;
     let label = layers::ModelLabel(finish.model().to_string());
     let tries = finish.tries();
     let mut response = match served {
@@ -99,7 +99,7 @@ fn parses_inline(len: usize, scan: Option<&Scan>) -> bool {
 }
 
 /// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
-/// [`parse`] it, find its [`model`] and check its key [`allows`](keys::Keys::allows) it,
+/// [`parse`] it, find its [`model`] and check its key [`allows`](keys::Caller::allows) it,
 /// [`plan`] its run, [`reserve`] what it may take, [`start`] its samples and pick them
 /// ([`Run::pick`]). Each step returns what it learned; this function alone writes it into
 /// the request's record (`finish`), which holds the run from its start, `kept` what the API
@@ -109,7 +109,7 @@ async fn serve<A: ClientApi>(
     gw: &Gateway,
     head: Arc<Head>,
     body: Body,
-    caller: keys::Caller,
+    caller: &keys::Caller,
     finish: &mut Finish,
     kept: &mut Option<A::Reply>,
     rate: &mut Vec<(&'static str, String)>,
@@ -134,7 +134,7 @@ async fn serve<A: ClientApi>(
     let model = self::model(gw, &parsed.req.model)?;
     finish.named(parsed.req.model.clone());
     finish.streamed(parsed.req.stream);
-    gw.inner.keys.allows(caller, &parsed.req.model)?;
+    caller.allows(&parsed.req.model)?;
     let mut plan = plan(gw, parsed, model, finish.client())?;
     // Before any upstream is asked: what the request may take, reserved of its limits.
     let reserved = Box::pin(reserve(gw, caller, &plan, finish.request_id())).await?;
@@ -261,7 +261,7 @@ async fn parse<A: ClientApi>(
 /// refusal is logged with the request's id and the key's name.
 async fn reserve<R>(
     gw: &Gateway,
-    caller: keys::Caller,
+    caller: &keys::Caller,
     plan: &Plan<R>,
     request_id: &str,
 ) -> Result<Reserved, ApiError> {
@@ -291,7 +291,7 @@ async fn reserve<R>(
         Err(e) => {
             tracing::info!(
                 request_id = %request_id,
-                key = gw.inner.keys.label(caller),
+                key = caller.label(),
                 model = %plan.req.model,
                 status = e.status.as_u16(),
                 "refused by its limits: {}",

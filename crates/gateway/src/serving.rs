@@ -30,6 +30,34 @@ use crate::state::Gateway;
 /// its spool while the database is away. Last, it sends the last spans when `[telemetry]` names an endpoint
 /// ([`Gateway::shutdown_traces`]: a few seconds at most) and says `stopped`.
 pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeError> {
+    serve_reloading(config, listen, None).await
+}
+
+/// As [`serve`], the configuration read from the file `path`; on `SIGHUP` (Unix) the file
+/// is read again and its keys applied without a restart ([`Gateway::reload`]), each
+/// reload said in the log: what changed, what needs a restart, or why the file was not
+/// taken (the gateway goes on as it was).
+pub async fn serve_file(path: &std::path::Path, listen: Option<&str>) -> Result<(), ServeError> {
+    let read = |path: &std::path::Path| -> Result<Config, ServeError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ServeError::Io(format!("cannot read {}: {e}", path.display())))?;
+        Config::from_toml(&text)
+            .map_err(|e| ServeError::Config(ConfigError(format!("{}: {e}", path.display()))))
+    };
+    let config = read(path)?;
+    let path = path.to_path_buf();
+    let source: Reread = Box::new(move || read(&path).map_err(|e| e.to_string()));
+    serve_reloading(&config, listen, Some(source)).await
+}
+
+/// Reads the configuration again, for a reload.
+type Reread = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+async fn serve_reloading(
+    config: &Config,
+    listen: Option<&str>,
+    reread: Option<Reread>,
+) -> Result<(), ServeError> {
     let addr = config.listen_addr(listen).map_err(ServeError::Config)?;
     let gateway = Gateway::new(config).map_err(ServeError::Config)?;
     // Settings that can never take effect (`choicewise serve --check` prints them too).
@@ -46,6 +74,9 @@ pub async fn serve(config: &Config, listen: Option<&str>) -> Result<(), ServeErr
         .map_err(|e| ServeError::Io(e.to_string()))?;
     say(format_args!("listening on http://{local}"));
     check_v1(&gateway);
+    if let Some(reread) = reread {
+        reload_on_hangup(gateway.clone(), config.clone(), reread);
+    }
     let served = gateway.serve_on(listener, shutdown_signal()).await;
     // The records of every request answered: written, or spooled (at most a few seconds).
     let _ = tokio::time::timeout(RECORDS_AT_SHUTDOWN, gateway.flush_records()).await;
@@ -208,6 +239,85 @@ async fn shutdown_signal() {
     {
         let _ = ctrl_c.await;
     }
+}
+
+/// On each `SIGHUP`, the configuration read again and applied ([`Gateway::reload`]), said in
+/// the log. Nothing where there are no such signals.
+fn reload_on_hangup(gateway: Gateway, mut current: Config, reread: Reread) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("SIGHUP cannot be caught here: a reload needs a restart");
+            return;
+        };
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                let next = match reread() {
+                    Ok(next) => next,
+                    Err(e) => {
+                        tracing::error!("reload refused, the gateway goes on as it was: {e}");
+                        continue;
+                    }
+                };
+                match gateway.reload(&next) {
+                    Ok(changes) => {
+                        let restart = restart_sections(&current, &next);
+                        let said = match changes.is_empty() {
+                            true => "no key changed".to_string(),
+                            false => changes.join("; "),
+                        };
+                        match restart.is_empty() {
+                            true => tracing::info!("reloaded: {said}"),
+                            false => tracing::warn!(
+                                "reloaded: {said}; changed, applied only by a restart: {}",
+                                restart.join(", ")
+                            ),
+                        }
+                        current = next;
+                    }
+                    Err(e) => {
+                        tracing::error!("reload refused, the gateway goes on as it was: {e}");
+                    }
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = (gateway, current, reread);
+}
+
+/// The sections of the configuration that differ between `old` and `new` and that a reload
+/// does not apply (all but `[auth]`).
+fn restart_sections(old: &Config, new: &Config) -> Vec<&'static str> {
+    let differ =
+        |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
+    let mut sections = Vec::new();
+    let pairs: [(&'static str, &dyn std::fmt::Debug, &dyn std::fmt::Debug); 9] = [
+        ("listen", &old.listen, &new.listen),
+        (
+            "allowed_origins",
+            &old.allowed_origins,
+            &new.allowed_origins,
+        ),
+        ("[limits]", &old.limits, &new.limits),
+        (
+            "shutdown_grace_s",
+            &old.shutdown_grace_s,
+            &new.shutdown_grace_s,
+        ),
+        ("[telemetry]", &old.telemetry, &new.telemetry),
+        ("[state]", &old.state, &new.state),
+        ("[records]", &old.records, &new.records),
+        ("[admin]", &old.admin, &new.admin),
+        ("[[models]]", &old.models, &new.models),
+    ];
+    for (name, a, b) in pairs {
+        if differ(a, b) {
+            sections.push(name);
+        }
+    }
+    sections
 }
 
 /// Why [`serve`] could not serve.

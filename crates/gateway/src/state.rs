@@ -12,6 +12,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::admission::{Admission, overload, unsent};
 use crate::config::{self, Config, ConfigError, HostedTools, Limits};
+use crate::keyring::{self, KeyRing, store::KeyStore};
 use crate::keys;
 use crate::metrics::Metrics;
 use crate::quota::Quota;
@@ -38,8 +39,9 @@ pub struct Gateway {
 /// What every request of a gateway reads: written once, by [`Gateway::build`].
 pub(crate) struct Inner {
     pub(crate) limits: Arc<Limits>,
-    /// The keys clients may send; none: no key needed.
-    pub(crate) keys: Arc<keys::Keys>,
+    /// The keys clients may send now (the file's and the admin API's); none: no key
+    /// needed.
+    pub(crate) keys: Arc<KeyRing>,
     /// The operator's key (`[admin]`), which `/metrics` requires; none: open.
     pub(crate) operator: Option<keys::Operator>,
     /// What the admission layers read ([`Admission`]): the same limits, keys and metrics.
@@ -71,7 +73,7 @@ impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")
             .field("models", &self.inner.names)
-            .field("keys", &self.inner.keys.len())
+            .field("keys", &self.inner.keys.load().len())
             .finish()
     }
 }
@@ -103,16 +105,8 @@ impl Gateway {
         config: &Config,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Gateway, ConfigError> {
-        let env_var = |name: &str| match env(name).map(|v| v.trim().to_string()) {
-            None => Err(ConfigError(format!(
-                "the environment variable {name} is not set"
-            ))),
-            Some(v) if v.is_empty() => Err(ConfigError(format!(
-                "the environment variable {name} is empty"
-            ))),
-            Some(v) => Ok(v),
-        };
-        let keys = keys_of(config, &env_var)?;
+        let env_var = env_reader(&env);
+        let file_keys = keyring::FileKeys::of(config, &env_var)?;
         let operator = match &config.admin {
             Some(admin) => Some(keys::Operator::new(
                 &env_var(&admin.key_env)
@@ -200,12 +194,15 @@ impl Gateway {
         }
         let (high, low) = config.limits.memory_watermarks();
         let metrics = Arc::new(Metrics::new());
-        let quota = Arc::new(Quota::new(config, &keys, metrics.clone())?);
+        let slots = Arc::new(crate::counter::Slots::default());
+        let quota = Arc::new(Quota::new(config, &slots, metrics.clone())?);
+        let keys = Arc::new(KeyRing::new(file_keys, slots, key_store(config, &quota)?));
+        keys.watch();
         let limits = Limits {
             resolved_high: Some(high),
             ..config.limits.clone()
         };
-        let (limits, keys) = (Arc::new(limits), Arc::new(keys));
+        let limits = Arc::new(limits);
         Ok(Gateway {
             inner: Arc::new(Inner {
                 limits: limits.clone(),
@@ -237,68 +234,48 @@ impl Gateway {
     }
 }
 
-/// The keys of `[auth]`: the unnamed ones of `keys_env`, and each `[[auth.keys]]` by the
-/// SHA-256 of its key (read from its `key_env`, or given as `sha256`). An error names the
-/// table and the variable, never a key.
-fn keys_of(
-    config: &Config,
-    env_var: &impl Fn(&str) -> Result<String, ConfigError>,
-) -> Result<keys::Keys, ConfigError> {
-    let Some(auth) = &config.auth else {
-        return Ok(keys::Keys::default());
+/// The value of the environment variable `name` as `env` finds it, trimmed: an error names
+/// an unset or empty variable (never a value).
+pub(crate) fn env_reader(
+    env: &impl Fn(&str) -> Option<String>,
+) -> impl Fn(&str) -> Result<String, ConfigError> + '_ {
+    move |name: &str| match env(name).map(|v| v.trim().to_string()) {
+        None => Err(ConfigError(format!(
+            "the environment variable {name} is not set"
+        ))),
+        Some(v) if v.is_empty() => Err(ConfigError(format!(
+            "the environment variable {name} is empty"
+        ))),
+        Some(v) => Ok(v),
+    }
+}
+
+/// Where the admin API's keys live: `[admin] key_store`, else Redis where the limits' counts
+/// are (`[state] redis_url`), else the records database; none without `[admin]` and `[auth]`
+/// (keys made over the API would be asked of nobody), nor without a store.
+fn key_store(config: &Config, quota: &Quota) -> Result<Option<Arc<dyn KeyStore>>, ConfigError> {
+    let (Some(admin), Some(_)) = (&config.admin, &config.auth) else {
+        return Ok(None);
     };
-    let mut unnamed = Vec::new();
-    if let Some(var) = &auth.keys_env {
-        unnamed = env_var(var)
-            .map_err(|e| ConfigError(format!("[auth] keys_env: {e}")))?
-            .split(',')
-            .map(|k| k.trim().to_string())
-            .filter(|k| !k.is_empty())
-            .collect();
-        if unnamed.is_empty() {
-            return Err(ConfigError(format!("[auth] keys_env: {var} holds no key")));
-        }
-    }
-    let mut named = Vec::new();
-    for (k, key) in auth.keys.iter().enumerate() {
-        let at = || format!("[[auth.keys]] {} ({:?})", k + 1, key.name);
-        let digest = match (&key.key_env, &key.sha256) {
-            (Some(var), _) => {
-                let value = env_var(var).map_err(|e| ConfigError(format!("{}: {e}", at())))?;
-                keys::sha256(value.as_bytes())
-            }
-            (None, Some(hex)) => {
-                let mut digest = [0u8; 32];
-                for (i, byte) in digest.iter_mut().enumerate() {
-                    *byte = hex
-                        .get(2 * i..2 * i + 2)
-                        .and_then(|h| u8::from_str_radix(h, 16).ok())
-                        .ok_or_else(|| {
-                            ConfigError(format!("{}: sha256 is not 64 hexadecimal digits", at()))
-                        })?;
-                }
-                digest
-            }
-            (None, None) => {
-                return Err(ConfigError(format!("{}: no key_env nor sha256", at())));
-            }
-        };
-        if let Some(same) = named
-            .iter()
-            .position(|n: &keys::NamedKey| n.digest() == &digest)
-        {
-            return Err(ConfigError(format!(
-                "{}: the same key as [[auth.keys]] {}; each key's name is its own",
-                at(),
-                same + 1
-            )));
-        }
-        named.push(keys::NamedKey::new(
-            &key.name,
-            digest,
-            key.models.clone(),
-            key.tags.clone(),
-        ));
-    }
-    Ok(keys::Keys::new(unnamed, named))
+    let redis = || {
+        (quota.redis()).map(|r| {
+            Arc::new(keyring::store::RedisKeys::new(
+                r.clone(),
+                quota.shown().to_string(),
+            )) as Arc<dyn KeyStore>
+        })
+    };
+    let records = || {
+        (config.records.as_ref())
+            .map(|r| Arc::new(keyring::store::RecordsKeys::new(&r.url)) as Arc<dyn KeyStore>)
+    };
+    Ok(match admin.key_store {
+        None => redis().or_else(records),
+        Some(config::KeyStoreKind::Redis) => Some(redis().ok_or_else(|| {
+            ConfigError("[admin] key_store = \"redis\" needs [state] redis_url".into())
+        })?),
+        Some(config::KeyStoreKind::Records) => Some(records().ok_or_else(|| {
+            ConfigError("[admin] key_store = \"records\" needs [records]".into())
+        })?),
+    })
 }

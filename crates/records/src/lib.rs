@@ -25,6 +25,7 @@
 //! # Ok(()) }
 //! ```
 
+mod keys;
 mod read;
 mod record;
 mod spool;

@@ -52,6 +52,7 @@ fn migrator() -> Migrator {
                 "samples cut",
                 include_str!("../migrations/0002_samples_cut.sql"),
             ),
+            migration(3, "api keys", include_str!("../migrations/0003_keys.sql")),
         ]),
         ..Migrator::DEFAULT
     }

@@ -45,6 +45,7 @@ pub mod json_workload;
 mod net;
 mod postgres;
 mod prefix;
+mod redis;
 mod sse;
 mod time;
 
@@ -52,5 +53,6 @@ pub use heap::{CountingAlloc, rss_bytes};
 pub use net::refusing;
 pub use postgres::PostgresServer;
 pub use prefix::is_prefix_consistent;
+pub use redis::RedisServer;
 pub use sse::{DONE, SPLITS, content_chunk, split, sse_chunk, sse_stream, upstream};
 pub use time::within;

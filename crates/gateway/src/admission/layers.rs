@@ -150,7 +150,7 @@ pub(crate) async fn count(
     let gate = &unanswered.gate;
     gate.metrics.answered(api, model, status);
     if let Some(KeyLabel(caller)) = response.extensions().get::<KeyLabel>()
-        && let Some(name) = gate.keys.name(*caller)
+        && let Some(name) = caller.name()
     {
         (gate.metrics).key_answered(&name, status);
     }
@@ -188,7 +188,7 @@ pub(crate) async fn browsers(
     request: Request,
     next: Next,
 ) -> Response {
-    if !gate.keys.is_empty() {
+    if !gate.keys.load().is_empty() {
         return next.run(request).await;
     }
     if let Err(e) = keyless_checks(&gate, request.method(), request.headers()) {
@@ -247,9 +247,9 @@ fn is_json(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The key label of a request's answer ([`keys::Keys::label`]), set by the [`auth`] layer
+/// The key of a request's answer ([`keys::Caller::label`]), set by the [`auth`] layer
 /// for the count of [`count`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct KeyLabel(pub keys::Caller);
 
 /// The client's key, from the headers alone: 401 before anything else happens. Who sent
@@ -260,16 +260,19 @@ pub(crate) async fn auth(
     mut request: Request,
     next: Next,
 ) -> Response {
-    if gate.keys.is_empty() {
+    let keys = gate.keys.load();
+    if keys.is_empty() {
         // No key to check, and nobody to name: the handler reads an absent caller as
         // `Caller::Open`.
+        drop(keys);
         return next.run(request).await;
     }
-    let caller = match gate.keys.authorize(request.headers(), request.uri()) {
+    let caller = match keys.authorize(request.headers(), request.uri()) {
         Ok(caller) => caller,
         Err(e) => return shaped(api_of(request.uri().path()), e),
     };
-    request.extensions_mut().insert(caller);
+    drop(keys);
+    request.extensions_mut().insert(caller.clone());
     let mut response = next.run(request).await;
     response.extensions_mut().insert(KeyLabel(caller));
     response
@@ -300,7 +303,7 @@ pub(crate) async fn slots(
     let bound = overload::cost_bound(route, declared.unwrap_or(max_body).min(HEAD_CHARGE));
     // The key's charges of bodies not yet received, capped (`max_unsent_bytes_per_key`).
     let client = auth::client(
-        &gate.keys,
+        &gate.keys.load(),
         request.headers(),
         request.uri(),
         request.extensions(),

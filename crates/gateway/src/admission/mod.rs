@@ -13,15 +13,15 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::Semaphore;
 
 use crate::Limits;
-use crate::keys::Keys;
+use crate::keyring::KeyRing;
 use crate::metrics::Metrics;
 
 /// What the admission layers read of a gateway (their axum state): written once when it is
 /// built, its shared parts (limits, keys, metrics) the same as the rest of the gateway reads.
 pub(crate) struct Admission {
     pub(crate) limits: Arc<Limits>,
-    /// The keys clients may send; none: no key needed.
-    pub(crate) keys: Arc<Keys>,
+    /// The keys clients may send now; none: no key needed.
+    pub(crate) keys: Arc<KeyRing>,
     pub(crate) metrics: Arc<Metrics>,
     /// One per request being served (`max_concurrent_requests`).
     pub(crate) slots: Arc<Semaphore>,

@@ -262,9 +262,11 @@ impl Config {
         let Some(auth) = &self.auth else {
             return Ok(());
         };
-        if auth.keys_env.is_none() && auth.keys.is_empty() {
+        if auth.keys_env.is_none() && auth.keys.is_empty() && self.admin.is_none() {
             return err(
-                "[auth] names no key: set keys_env (unnamed keys) or add [[auth.keys]]".into(),
+                "[auth] names no key: set keys_env (unnamed keys), add [[auth.keys]], or make \
+                 them over the admin API ([admin])"
+                    .into(),
             );
         }
         let mut tags = std::collections::HashSet::new();

@@ -100,6 +100,40 @@ fn default_grace() -> f64 {
 pub struct Admin {
     /// The environment variable holding the operator's key.
     pub key_env: String,
+    /// Where the keys made over the admin API (`/admin/keys`) live: `"redis"` (`[state]
+    /// redis_url`) or `"records"` (`[records]`'s database). Absent: Redis where the
+    /// limits' counts are, else the records database; with neither, keys cannot be made
+    /// over the API (it answers 501 `no_key_store`).
+    pub key_store: Option<KeyStoreKind>,
+}
+
+/// `[admin] key_store`: where the admin API's keys live.
+///
+/// ```
+/// use choicewise_gateway::{Config, KeyStoreKind};
+/// let config = Config::from_toml(r#"
+///     [admin]
+///     key_env = "CHOICEWISE_ADMIN_KEY"
+///     key_store = "records"
+///     [auth]
+///     [records]
+///     url = "sqlite://records.db"
+///     [[models]]
+///     name = "m"
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+/// "#).unwrap();
+/// assert_eq!(config.admin.unwrap().key_store, Some(KeyStoreKind::Records));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum KeyStoreKind {
+    /// Redis (`[state] redis_url`): the hash `{choicewise:api-keys}`.
+    Redis,
+    /// The records database (`[records] url`): the table `api_keys`.
+    Records,
 }
 
 /// `[auth]`: the keys clients send. Unnamed keys from one environment variable

@@ -25,11 +25,10 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 
-use crate::config::{
-    Config, ConfigError, NANOS_PER_USD, OnStateError, Price, RateLimit, RateLimits, Resource,
-};
+use crate::config::{Config, ConfigError, NANOS_PER_USD, OnStateError, Price, RateLimit, Resource};
+use crate::counter::{Rule, Slots};
 use crate::error::ApiError;
-use crate::keys::{Caller, Keys};
+use crate::keys::Caller;
 use crate::metrics::Metrics;
 use store::{Adjust, Charge, Store, Verdict, Window};
 
@@ -49,36 +48,6 @@ fn held_of(resource: Resource, amount: u64) -> u64 {
         Resource::Requests => 0,
         Resource::Samples | Resource::Tokens | Resource::Usd => amount,
     }
-}
-
-/// The prefix of every counter's name (a Redis key).
-const PREFIX: &str = "choicewise:";
-
-/// One limit of one scope, and the name of its counter.
-#[derive(Debug, Clone)]
-struct Rule {
-    /// `choicewise:key:team-a:requests_per_minute`.
-    counter: Arc<str>,
-    /// The counter's number in the process ([`store::Charge::slot`]).
-    slot: usize,
-    limit: RateLimit,
-    /// As a refusal names it: "key `team-a`".
-    scope: Arc<str>,
-    /// As the metrics name it: `key:team-a`.
-    label: Arc<str>,
-}
-
-/// The rules of a scope's `limits`, their counters numbered from `slots` on.
-fn rules_of(kind: &str, name: &str, limits: &RateLimits, slots: &mut usize) -> Vec<Rule> {
-    (limits.iter())
-        .map(|limit| Rule {
-            counter: Arc::from(format!("{PREFIX}{kind}:{name}:{}", limit.name())),
-            slot: std::mem::replace(slots, *slots + 1),
-            limit: *limit,
-            scope: Arc::from(format!("{kind} `{name}`")),
-            label: Arc::from(format!("{kind}:{name}")),
-        })
-        .collect()
 }
 
 /// What a request may take: its samples, its prompt's tokens, and the answer room of each
@@ -229,8 +198,6 @@ struct ModelQuota {
 
 /// The limits of a gateway and the store of their counts.
 pub(crate) struct Quota {
-    /// Per named key (by index): its own limits, then its tags'.
-    keys: Vec<Vec<Rule>>,
     /// The models with limits or a price.
     models: HashMap<String, ModelQuota>,
     store: Arc<dyn Store>,
@@ -244,39 +211,16 @@ pub(crate) struct Quota {
 }
 
 impl Quota {
-    /// The limits of `config` for its `keys`, their counts in the store `[state]` names.
+    /// The limits of `config`'s models (the keys' own are theirs: [`Caller::rules`]),
+    /// their counters numbered by `slots`, their counts in the store `[state]` names.
     pub(crate) fn new(
         config: &Config,
-        keys: &Keys,
+        slots: &Slots,
         metrics: Arc<Metrics>,
     ) -> Result<Quota, ConfigError> {
-        let auth = config.auth.as_ref();
-        // Every counter numbered once: a tag's are its keys' alike.
-        let mut slots = 0;
-        let tags: HashMap<&str, Vec<Rule>> = (auth.map_or(&[][..], |a| &a.tags).iter())
-            .map(|t| {
-                (
-                    t.name.as_str(),
-                    rules_of("tag", &t.name, &t.limits, &mut slots),
-                )
-            })
-            .collect();
-        let configured = auth.map_or(&[][..], |a| &a.keys);
-        let key_rules = (keys.all_named().iter())
-            .map(|key| {
-                let own = configured.iter().find(|k| *k.name == *key.name);
-                let mut rules = own.map_or_else(Vec::new, |k| {
-                    rules_of("key", &k.name, &k.limits, &mut slots)
-                });
-                for tag in &key.tags {
-                    rules.extend(tags.get(tag.as_str()).into_iter().flatten().cloned());
-                }
-                rules
-            })
-            .collect();
         let models = (config.models.iter())
             .map(|m| {
-                let rules = rules_of("model", &m.name, &m.limits, &mut slots);
+                let rules = slots.rules("model", &m.name, &m.limits);
                 let price = m.price;
                 (m.name.clone(), ModelQuota { rules, price })
             })
@@ -300,7 +244,6 @@ impl Quota {
             }
         };
         Ok(Quota {
-            keys: key_rules,
             models,
             store,
             timeout: Duration::from_millis(state.state_timeout_ms),
@@ -312,11 +255,12 @@ impl Quota {
     }
 
     /// The limits a request of `caller` for `model` meets, if any.
-    pub(crate) fn applicable(&self, caller: Caller, model: &str) -> Option<Applicable<'_>> {
-        let own: &[Rule] = match caller {
-            Caller::Named(i) => self.keys.get(i).map_or(&[], Vec::as_slice),
-            _ => &[],
-        };
+    pub(crate) fn applicable<'a>(
+        &'a self,
+        caller: &'a Caller,
+        model: &str,
+    ) -> Option<Applicable<'a>> {
+        let own = caller.rules();
         let model = self.models.get(model);
         let model_rules = model.map_or(&[][..], |m| m.rules.as_slice());
         if own.is_empty() && model_rules.is_empty() {
@@ -546,6 +490,52 @@ impl Quota {
         }
     }
 
+    /// Redis, where the counts live there.
+    pub(crate) fn redis(&self) -> Option<&Arc<redis::Redis>> {
+        self.redis.as_ref()
+    }
+
+    /// What is left of each of `rules` now, as the store counts it (within
+    /// `state_timeout_ms`): each limit, what its window holds (and of that, what requests
+    /// in flight hold), and when the window resets; a limit no request counted in a running
+    /// window has all of it left.
+    pub(crate) async fn left(&self, rules: &[Rule]) -> Result<Vec<Left>, String> {
+        let peeks: Vec<store::Peek> = (rules.iter())
+            .map(|r| store::Peek {
+                counter: r.counter.clone(),
+                slot: r.slot,
+                window_ms: r.limit.window.millis(),
+            })
+            .collect();
+        let seen = tokio::time::timeout(self.timeout, self.store.peek(&peeks)).await;
+        let seen = seen
+            .map_err(|_| {
+                format!(
+                    "no answer within state_timeout_ms ({} ms)",
+                    self.timeout.as_millis()
+                )
+            })?
+            .map_err(|e| e.0)?;
+        Ok((rules.iter().zip(seen.windows))
+            .map(|(rule, window)| {
+                let (used, held, reset_ms) = match window {
+                    Some((start, amount, held)) => {
+                        let ends = start.saturating_add(rule.limit.window.millis());
+                        (amount, held, Some(ends.saturating_sub(seen.now)))
+                    }
+                    None => (0, 0, None),
+                };
+                Left {
+                    limit: rule.limit,
+                    scope: rule.scope.clone(),
+                    used,
+                    held,
+                    reset_ms,
+                }
+            })
+            .collect())
+    }
+
     /// What the store's failures do (`on_state_error`).
     pub(crate) fn policy(&self) -> OnStateError {
         self.policy
@@ -554,6 +544,42 @@ impl Quota {
     /// The store, as the log names it.
     pub(crate) fn shown(&self) -> &str {
         &self.shown
+    }
+}
+
+/// What is left of one limit ([`Quota::left`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Left {
+    pub limit: RateLimit,
+    /// "key `team-a`", "tag `batch`".
+    pub scope: Arc<str>,
+    /// What its window holds, settled and held.
+    pub used: u64,
+    /// Of `used`, what requests in flight hold.
+    pub held: u64,
+    /// When its window resets; none when none runs.
+    pub reset_ms: Option<u64>,
+}
+
+impl Left {
+    /// As the admin API and `GET /v1/key` say it: the limit's name, its scope, amounts
+    /// (dollars as dollars), what is left, and the reset in milliseconds and as OpenAI's
+    /// headers write it.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        let amount = |n: u64| match self.limit.resource {
+            Resource::Usd => serde_json::json!(n as f64 / NANOS_PER_USD),
+            _ => serde_json::json!(n),
+        };
+        serde_json::json!({
+            "name": self.limit.name(),
+            "scope": &*self.scope,
+            "limit": amount(self.limit.amount),
+            "used": amount(self.used),
+            "in_flight": amount(self.held),
+            "remaining": amount(self.limit.amount.saturating_sub(self.used)),
+            "reset_ms": self.reset_ms,
+            "reset": self.reset_ms.map(duration_text),
+        })
     }
 }
 
@@ -808,18 +834,26 @@ mod tests {
         assert_eq!(duration_text(41_001), "42s");
     }
 
-    fn quota(toml: &str) -> Quota {
+    /// The limits of `toml`, and its keys as callers, in the file's order.
+    fn quota_and_keys(toml: &str) -> (Quota, Vec<Caller>) {
         let config = Config::from_toml(toml).unwrap();
-        let keys = Keys::new(
-            Vec::new(),
-            vec![crate::keys::NamedKey::new(
-                "team-a",
-                [0; 32],
-                None,
-                vec!["t".into()],
-            )],
-        );
-        Quota::new(&config, &keys, Arc::new(Metrics::new())).unwrap()
+        let slots = Arc::new(Slots::default());
+        let file = crate::keyring::FileKeys::of(&config, &|v: &str| Ok(format!("sk-{v}"))).unwrap();
+        let ring = crate::keyring::KeyRing::new(file, slots.clone(), None);
+        let keys = ring.snapshot();
+        let callers = (config.auth.iter().flat_map(|a| &a.keys))
+            .map(|k| Caller::Named(keys.get(&k.name).unwrap().clone()))
+            .collect();
+        (
+            Quota::new(&config, &slots, Arc::new(Metrics::new())).unwrap(),
+            callers,
+        )
+    }
+
+    /// The limits of `toml`, and its first key.
+    fn quota(toml: &str) -> (Quota, Caller) {
+        let (q, keys) = quota_and_keys(toml);
+        (q, keys.into_iter().next().unwrap())
     }
 
     /// The count of a prompt whose demand is no bound: never asked.
@@ -831,7 +865,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reservation_past_a_limit_is_refused_naming_it() {
-        let q = quota(&format!(
+        let (q, key) = quota(&format!(
             "[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\ntags = [\"t\"]\n[auth.keys.limits]\nrequests_per_minute = 2\n{MODEL}",
             "0".repeat(64)
         ));
@@ -843,11 +877,11 @@ mod tests {
         };
         let mut kept = Vec::new();
         for _ in 0..2 {
-            let ap = q.applicable(Caller::Named(0), "m").unwrap();
+            let ap = q.applicable(&key, "m").unwrap();
             assert!(!ap.counts_tokens());
             kept.push(q.reserve(ap, demand, uncounted).await.unwrap().unwrap());
         }
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let e = q.reserve(ap, demand, uncounted).await.err().unwrap();
         assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(e.code.as_deref(), Some("rate_limit_exceeded"));
@@ -860,12 +894,12 @@ mod tests {
         );
         assert!((1..=60).contains(&e.retry_after.unwrap()));
         // Another caller, or another model without limits, meets none.
-        assert!(q.applicable(Caller::Unnamed, "m").is_none());
+        assert!(q.applicable(&Caller::Unnamed, "m").is_none());
     }
 
     #[tokio::test]
     async fn tokens_and_dollars_are_reserved_then_replaced_by_what_was_counted() {
-        let q = quota(&format!(
+        let (q, key) = quota(&format!(
             "[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\n[auth.keys.limits]\ntokens_per_minute = 1000\nusd_per_day = 0.001\n{MODEL}",
             "0".repeat(64)
         ));
@@ -877,7 +911,7 @@ mod tests {
             prompt_bound: false,
             room: 100,
         };
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         assert!(ap.counts_tokens());
         let e = q.reserve(ap, big, uncounted).await.err().unwrap();
         assert_eq!(e.code.as_deref(), Some("exceeds_limit"), "{}", e.message);
@@ -894,10 +928,10 @@ mod tests {
             prompt_bound: false,
             room: 100,
         };
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let first = q.reserve(ap, small, uncounted).await.unwrap().unwrap();
         // A second would pass the dollars.
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let e = q.reserve(ap, small, uncounted).await.err().unwrap();
         assert!(
             e.message.starts_with("usd_per_day of key `team-a`"),
@@ -910,11 +944,11 @@ mod tests {
             prompt_tokens: 100,
             completion_tokens: 50,
         });
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let second = q.reserve(ap, small, uncounted).await.unwrap().unwrap();
         // Dropped unsettled: nothing was counted.
         drop(second);
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         q.reserve(ap, small, uncounted)
             .await
             .unwrap()
@@ -963,27 +997,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_tags_limit_is_shared_by_its_keys() {
-        let config = Config::from_toml(&format!(
+        let toml = format!(
             "[[auth.keys]]\nname = \"a\"\nkey_env = \"A\"\ntags = [\"batch\"]\n\
              [[auth.keys]]\nname = \"b\"\nkey_env = \"B\"\ntags = [\"batch\"]\n\
              [[auth.keys]]\nname = \"c\"\nkey_env = \"C\"\n\
              [[auth.tags]]\nname = \"batch\"\n[auth.tags.limits]\nrequests_per_minute = 2\n{MODEL}"
-        ))
-        .unwrap();
-        let key = |name: &str, tags: &[&str]| {
-            let tags = tags.iter().map(|t| t.to_string()).collect();
-            crate::keys::NamedKey::new(name, [0; 32], None, tags)
-        };
-        let keys = Keys::new(
-            Vec::new(),
-            vec![key("a", &["batch"]), key("b", &["batch"]), key("c", &[])],
         );
-        let q = Quota::new(&config, &keys, Arc::new(Metrics::new())).unwrap();
+        let (q, keys) = quota_and_keys(&toml);
         let demand = Demand {
             samples: 1,
             ..Demand::default()
         };
-        let ap = |i: usize| q.applicable(Caller::Named(i), "m").unwrap();
+        let ap = |i: usize| q.applicable(&keys[i], "m").unwrap();
         let _a = q.reserve(ap(0), demand, uncounted).await.unwrap();
         let _b = q.reserve(ap(1), demand, uncounted).await.unwrap();
         let e = q.reserve(ap(0), demand, uncounted).await.err().unwrap();
@@ -994,12 +1019,12 @@ mod tests {
             e.message
         );
         // A key without the tag does not share its limit (nor has any).
-        assert!(q.applicable(Caller::Named(2), "m").is_none());
+        assert!(q.applicable(&keys[2], "m").is_none());
     }
 
     #[tokio::test]
     async fn a_prompt_is_counted_only_when_its_bound_would_be_refused() {
-        let q = quota(&format!(
+        let (q, key) = quota(&format!(
             "[[auth.keys]]\nname = \"team-a\"\nsha256 = \"{}\"\n[auth.keys.limits]\nsamples_per_minute = 100\ntokens_per_minute = 1000\n{MODEL}",
             "0".repeat(64)
         ));
@@ -1015,7 +1040,7 @@ mod tests {
             prompt_bound: true,
             room: 100,
         };
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let first = q.reserve(ap, bounded, || count(20)).await.unwrap().unwrap();
         assert_eq!(counts.load(Ordering::Relaxed), 0);
         // 400 reserved, 600 left: a bound of 550 and 100 of room would pass the limit; the
@@ -1024,12 +1049,12 @@ mod tests {
             prompt_tokens: 550,
             ..bounded
         };
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let second = q.reserve(ap, close, || count(20)).await.unwrap().unwrap();
         assert_eq!(counts.load(Ordering::Relaxed), 1);
         assert_eq!(second.held[1].reserved, 120);
         // 520 reserved: a prompt whose count passes the limit too is refused, by its count.
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let e = q.reserve(ap, close, || count(500)).await.err().unwrap();
         assert_eq!(counts.load(Ordering::Relaxed), 2);
         assert_eq!(
@@ -1045,10 +1070,10 @@ mod tests {
             ..bounded
         };
         drop((first, second));
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let third = q.reserve(ap, huge, || count(30)).await.unwrap().unwrap();
         assert_eq!(third.held[1].reserved, 130);
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let e = q.reserve(ap, huge, || count(2_000)).await.err().unwrap();
         assert_eq!(e.code.as_deref(), Some("exceeds_limit"), "{}", e.message);
         assert!(
@@ -1063,7 +1088,7 @@ mod tests {
             samples: 101,
             ..bounded
         };
-        let ap = q.applicable(Caller::Named(0), "m").unwrap();
+        let ap = q.applicable(&key, "m").unwrap();
         let e = q.reserve(ap, many, || count(1)).await.err().unwrap();
         assert!(e.message.contains("samples_per_minute"), "{}", e.message);
         assert_eq!(counts.load(Ordering::Relaxed), before);

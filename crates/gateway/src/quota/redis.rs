@@ -16,7 +16,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{OnceCell, mpsc};
 
 use super::Health;
-use super::store::{Adjust, Charge, Store, StoreError, StoreFuture, Verdict, Window};
+use super::store::{Adjust, Charge, Peek, Seen, Store, StoreError, StoreFuture, Verdict, Window};
 use crate::config::ConfigError;
 
 /// Checks every charge against its counter's window, then charges them all; returns
@@ -152,7 +152,7 @@ impl Redis {
     /// The connection manager, made on first use (inside the runtime). It connects when
     /// first asked, and again by itself after a failure; each connection attempt and each
     /// answer is bounded by the store's deadline.
-    async fn connection(&self) -> Result<ConnectionManager, StoreError> {
+    pub(crate) async fn connection(&self) -> Result<ConnectionManager, StoreError> {
         let manager = self
             .connection
             .get_or_try_init(|| async { manager(&self.client, self.timeout) })
@@ -298,6 +298,31 @@ impl Store for Redis {
         })
     }
 
+    fn peek<'a>(&'a self, counters: &'a [Peek]) -> StoreFuture<'a, Seen> {
+        Box::pin(async move {
+            let mut connection = self.connection().await?;
+            let script = redis::Script::new(PEEK);
+            let mut call = script.prepare_invoke();
+            for p in counters {
+                call.key(&*p.counter);
+            }
+            let got: Vec<i64> = call
+                .invoke_async(&mut connection)
+                .await
+                .map_err(store_error)?;
+            let now = got.first().copied().unwrap_or(0).max(0) as u64;
+            let windows = (counters.iter().enumerate())
+                .map(|(i, p)| {
+                    let at = |k: usize| got.get(1 + 3 * i + k).copied().unwrap_or(-1);
+                    let start = u64::try_from(at(0)).ok()?;
+                    let (amount, held) = (at(1).max(0) as u64, at(2).max(0) as u64);
+                    (now < start.saturating_add(p.window_ms)).then_some((start, amount, held))
+                })
+                .collect();
+            Ok(Seen { now, windows })
+        })
+    }
+
     fn settle_later(&self, adjusts: Vec<Adjust>) {
         let Some(later) = self.later() else {
             tracing::warn!("a settlement of the limits' counts was made outside the runtime: lost");
@@ -315,6 +340,19 @@ impl Store for Redis {
         }
     }
 }
+
+/// Each counter's window as it is (`{now, s, v, h, s, v, h...}`, -1 for a counter with
+/// none), without changing it.
+const PEEK: &str = r"
+local t = redis.call('TIME')
+local out = {tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+for i, key in ipairs(KEYS) do
+  local got = redis.call('HMGET', key, 's', 'v', 'h')
+  out[3 * i - 1] = tonumber(got[1]) or -1
+  out[3 * i] = tonumber(got[2]) or 0
+  out[3 * i + 1] = tonumber(got[3]) or 0
+end
+return out";
 
 /// The task that applies queued settlements, a batch per script call.
 struct Settler {

@@ -94,6 +94,27 @@ pub(crate) trait Store: Send + Sync {
     /// as its body is dropped): now, or by a task of the store's that applies them in order
     /// under the same deadline as every call.
     fn settle_later(&self, adjusts: Vec<Adjust>);
+
+    /// What each of `counters` holds now (none where no window runs), without changing it,
+    /// and the store's clock.
+    fn peek<'a>(&'a self, counters: &'a [Peek]) -> StoreFuture<'a, Seen>;
+}
+
+/// A counter to be read ([`Store::peek`]): its name, its number in the process and its
+/// window's length.
+#[derive(Debug, Clone)]
+pub(crate) struct Peek {
+    pub counter: Arc<str>,
+    pub slot: usize,
+    pub window_ms: u64,
+}
+
+/// What [`Store::peek`] found: the store's clock, and each counter's running window (its
+/// start, amount and held part).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub now: u64,
+    pub windows: Vec<Option<(u64, u64, u64)>>,
 }
 
 /// Milliseconds since the Unix epoch now.
@@ -223,6 +244,18 @@ impl Store for Memory {
 
     fn settle_later(&self, adjusts: Vec<Adjust>) {
         self.apply_at(&adjusts, now_ms());
+    }
+
+    fn peek<'a>(&'a self, counters: &'a [Peek]) -> StoreFuture<'a, Seen> {
+        let now = now_ms();
+        let held = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let windows = (counters.iter())
+            .map(|p| {
+                let c = held.get(p.slot).copied().flatten()?;
+                (now < c.start.saturating_add(p.window_ms)).then_some((c.start, c.amount, c.held))
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(Seen { now, windows })))
     }
 }
 
