@@ -102,9 +102,19 @@ fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 18))
 }
 
+/// The most key names the metrics label their series with: the keys past them (keys made
+/// over the admin API are not bounded by the configuration) are counted under
+/// [`OTHER_KEYS`], so that `/metrics` stays bounded however many keys are made.
+pub(crate) const MAX_KEY_LABELS: usize = 1000;
+
+/// The `key` label of the keys past [`MAX_KEY_LABELS`].
+pub(crate) const OTHER_KEYS: &str = "(other)";
+
 /// The gateway's metrics and their registry.
 pub(crate) struct Metrics {
     registry: Registry,
+    /// The key names labelled so far (at most [`MAX_KEY_LABELS`]).
+    key_labels: std::sync::RwLock<std::collections::HashSet<Arc<str>>>,
     requests: Family<RequestLabels, Counter>,
     answers: Family<AnswerLabels, Counter>,
     choices: Family<ChoiceLabels, Counter>,
@@ -414,6 +424,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            key_labels: Default::default(),
             records,
             key_requests,
             key_tokens,
@@ -463,11 +474,29 @@ impl Metrics {
             .inc();
     }
 
+    /// The label of the key `key`: its name while fewer than [`MAX_KEY_LABELS`] have
+    /// been labelled, else [`OTHER_KEYS`].
+    fn key_label(&self, key: &Arc<str>) -> Arc<str> {
+        let labels = self.key_labels.read().unwrap_or_else(|p| p.into_inner());
+        if labels.contains(key) {
+            return key.clone();
+        }
+        drop(labels);
+        let mut labels = self.key_labels.write().unwrap_or_else(|p| p.into_inner());
+        if labels.len() < MAX_KEY_LABELS {
+            labels.insert(key.clone());
+            return key.clone();
+        }
+        static OTHER: std::sync::LazyLock<Arc<str>> =
+            std::sync::LazyLock::new(|| Arc::from(OTHER_KEYS));
+        OTHER.clone()
+    }
+
     /// A request of `key` (its label) answered with this status.
     pub fn key_answered(&self, key: &Arc<str>, status: u16) {
         self.key_requests
             .get_or_create(&KeyLabels {
-                key: key.clone(),
+                key: self.key_label(key),
                 status,
             })
             .inc();
@@ -475,6 +504,7 @@ impl Metrics {
 
     /// A request of `key` came to these tokens, every sample's.
     pub fn key_tokens(&self, key: &Arc<str>, prompt: u64, completion: u64) {
+        let key = self.key_label(key);
         for (kind, count) in [("prompt", prompt), ("completion", completion)] {
             self.key_tokens
                 .get_or_create(&KeyTokenLabels {
@@ -487,9 +517,13 @@ impl Metrics {
 
     /// A request refused by `limit` of `scope` (`key:team-a`).
     pub fn limit_refused(&self, scope: &str, limit: String) {
+        let scope = match scope.strip_prefix("key:") {
+            Some(name) => format!("key:{}", self.key_label(&Arc::from(name))),
+            None => scope.to_string(),
+        };
         self.limit_refusals
             .get_or_create(&LimitLabels {
-                scope: scope.to_string(),
+                scope,
                 limit,
             })
             .inc();
@@ -713,6 +747,31 @@ pub(crate) const CLIENT_GONE_STATUS: u16 = 499;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_key_labels_are_bounded_however_many_keys_are_made() {
+        let metrics = Metrics::new();
+        for i in 0..MAX_KEY_LABELS + 50 {
+            let key: Arc<str> = Arc::from(format!("k{i}"));
+            metrics.key_answered(&key, 200);
+            metrics.key_tokens(&key, 1, 1);
+        }
+        metrics.limit_refused("key:k5000", "requests_per_minute".into());
+        let text = metrics.encode();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("choicewise_key_requests_total{"))
+            .count();
+        assert_eq!(series, MAX_KEY_LABELS + 1, "every key up to the bound, then one");
+        assert!(
+            text.contains("choicewise_key_requests_total{key=\"(other)\",status=\"200\"} 50"),
+            "{text}"
+        );
+        assert!(text.contains("scope=\"key:(other)\""), "{text}");
+        // A key labelled before the bound keeps its own label.
+        metrics.key_answered(&Arc::from("k3"), 200);
+        assert!(metrics.encode().contains("key=\"k3\",status=\"200\"} 2"));
+    }
 
     #[test]
     fn unknown_finish_reasons_are_one_label() {
