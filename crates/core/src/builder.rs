@@ -191,6 +191,34 @@ impl CompletionsBuilder {
         self
     }
 
+    /// Finishes each choice with `finish_reason: "length"` once its output (content,
+    /// refusal, reasoning, calls' arguments) passes `bound`'s tokens, at the update that
+    /// passes it; its later updates are dropped and its upstream no longer read for it (a
+    /// source of this choice alone is closed): an upstream that ignores the `max_tokens` it
+    /// was sent costs at most the bound.
+    ///
+    /// ```
+    /// use choicewise_core::{Completions, Source, TokenBound};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let words = |text: &str| text.split_whitespace().count() as u64;
+    /// let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"one two \"}}]}\n\n\
+    ///            data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"three four \"}}]}\n\n\
+    ///            data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"five\"},\"finish_reason\":\"stop\"}]}\n\n\
+    ///            data: [DONE]\n\n";
+    /// let c = Completions::builder()
+    ///     .max_choice_tokens(TokenBound::new(3, words))
+    ///     .start(Source::reader(std::io::Cursor::new(sse)));
+    /// let done = c.collect().await.unwrap();
+    /// let choice = &done.choices[0];
+    /// assert_eq!(choice.message.content.as_deref(), Some("one two three four "));
+    /// assert_eq!(choice.finish_reason.as_deref(), Some("length"));
+    /// # }
+    /// ```
+    pub fn max_choice_tokens(mut self, bound: crate::TokenBound) -> Self {
+        self.config.stream.max_choice_tokens = Some(bound);
+        self
+    }
+
     /// Leaves out message data that arrives for a choice after its finish (reported as
     /// [`WarningKind::DataAfterFinishDropped`](crate::WarningKind::DataAfterFinishDropped)),
     /// so that every reader sees the message as it was at its finish, as a relay that ends

@@ -83,7 +83,7 @@ pub use choicewise_proto::EncodingName;
 pub use choicewise_proto::{
     CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource, ChoiceUsage, Demux,
     Dialect, Error, ErrorDetail, ErrorKind, Estimate, FunctionCall, FunctionCallEvent, Incomplete,
-    Logprobs, LogprobsKept, Measure, Message, MessagesText, Snapshot, Text, ToolCall,
+    Logprobs, LogprobsKept, Measure, Message, MessagesText, Snapshot, Text, TokenBound, ToolCall,
     UpstreamError, Usage, UsageSource, Warning, WarningKind,
 };
 pub use choicewise_proto::{chunks, upstream, wire};

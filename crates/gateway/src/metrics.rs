@@ -522,10 +522,7 @@ impl Metrics {
             None => scope.to_string(),
         };
         self.limit_refusals
-            .get_or_create(&LimitLabels {
-                scope,
-                limit,
-            })
+            .get_or_create(&LimitLabels { scope, limit })
             .inc();
     }
 
@@ -762,7 +759,11 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("choicewise_key_requests_total{"))
             .count();
-        assert_eq!(series, MAX_KEY_LABELS + 1, "every key up to the bound, then one");
+        assert_eq!(
+            series,
+            MAX_KEY_LABELS + 1,
+            "every key up to the bound, then one"
+        );
         assert!(
             text.contains("choicewise_key_requests_total{key=\"(other)\",status=\"200\"} 50"),
             "{text}"

@@ -140,6 +140,7 @@ async fn serve<A: ClientApi>(
     let reserved = Box::pin(reserve(gw, caller, &plan, finish.request_id())).await?;
     // The room reserved for a sample that states no limit is the room it is held to.
     plan.opener.room = reserved.room;
+    plan.opener.bound = reserved.bound;
     if let Some(reservation) = reserved.reservation {
         *rate = reservation.rate_headers();
         finish.reserved(reservation);
@@ -270,6 +271,7 @@ async fn reserve<R>(
         return Ok(Reserved::default());
     };
     let mut held = None;
+    let applicable_counts = applicable.counts_tokens();
     let mut demand = crate::quota::Demand {
         samples: u64::from(plan.req.samples.max(1)),
         ..Default::default()
@@ -285,6 +287,7 @@ async fn reserve<R>(
     let count = || prompt_tokens(&plan.opener);
     match quota.reserve(applicable, demand, count).await {
         Ok(reservation) => Ok(Reserved {
+            bound: (reservation.is_some() && applicable_counts).then_some(demand.room),
             reservation,
             room: held,
         }),
@@ -302,13 +305,15 @@ async fn reserve<R>(
     }
 }
 
-/// What [`reserve`] reserved: the reservation (none without limits), and the answer room a
-/// sample is held to when its request states none and a limit counts tokens or dollars
-/// (sent upstream as its API names the limit: [`open::Opener::room`]).
+/// What [`reserve`] reserved: the reservation (none without limits), the answer room sent
+/// upstream when the request states none and a limit counts tokens or dollars
+/// ([`open::Opener::room`]), and the room every sample is held to under such a limit
+/// ([`open::Opener::bound`]).
 #[derive(Default)]
 struct Reserved {
     reservation: Option<crate::quota::Reservation>,
     room: Option<u64>,
+    bound: Option<u64>,
 }
 
 /// The answer limit a request states (`max_completion_tokens`, `max_tokens`; a Messages or
@@ -434,6 +439,7 @@ fn plan<R>(
         max_requests: gw.inner.limits.max_upstream_requests_per_request,
         bodies: Arc::default(),
         room: None,
+        bound: None,
     };
     Ok(Plan {
         req,

@@ -69,6 +69,53 @@ pub struct StreamConfig {
     /// `tool_use` blocks are read back as custom tools' calls, the input their arguments
     /// (none by default).
     pub custom_tools: std::sync::Arc<[String]>,
+    /// The most tokens of output one choice may take ([`TokenBound`]): past it the choice
+    /// finishes there with `finish_reason: "length"`, its later updates are dropped, and
+    /// its upstream is no longer read for it (an upstream that ignores the `max_tokens` it
+    /// was sent). `None` (the default): no bound.
+    pub max_choice_tokens: Option<TokenBound>,
+}
+
+/// A bound of tokens on each choice's output (content, refusal, reasoning and calls'
+/// arguments), counted by `count`: each update's texts as they come, and the whole output
+/// again (exactly, once per passing) before the choice is stopped, so that counting texts
+/// piecewise never stops a choice under its bound. A choice is stopped at the update that
+/// passes the bound, which it keeps whole.
+///
+/// ```
+/// use choicewise_proto::TokenBound;
+/// let words = |text: &str| text.split_whitespace().count() as u64;
+/// let bound = TokenBound::new(4096, words);
+/// assert_eq!((bound.max, (bound.count)("two words")), (4096, 2));
+/// ```
+#[derive(Clone, Copy)]
+pub struct TokenBound {
+    /// The most tokens.
+    pub max: u64,
+    /// The tokens of a text.
+    pub count: fn(&str) -> u64,
+}
+
+impl TokenBound {
+    /// At most `max` tokens, as `count` counts them.
+    pub fn new(max: u64, count: fn(&str) -> u64) -> TokenBound {
+        TokenBound { max, count }
+    }
+}
+
+impl std::fmt::Debug for TokenBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenBound")
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for TokenBound {
+    /// By their bounds: counters are functions, never compared.
+    fn eq(&self, other: &Self) -> bool {
+        self.max == other.max
+    }
 }
 
 impl Default for StreamConfig {
@@ -83,6 +130,7 @@ impl Default for StreamConfig {
             logprobs: LogprobsKept::Raw,
             drop_after_finish: false,
             custom_tools: std::sync::Arc::from([]),
+            max_choice_tokens: None,
         }
     }
 }

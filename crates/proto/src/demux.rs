@@ -311,6 +311,7 @@ impl Demux {
             let core = ChoiceCore::new(slot.index, self.config.max_tool_calls)
                 .logprobs(self.config.logprobs)
                 .max_bytes(self.config.max_choice_bytes)
+                .max_tokens(self.config.max_choice_tokens)
                 .drop_after_finish(self.config.drop_after_finish);
             self.choices.push((core, EventLog::default()));
         }
@@ -361,6 +362,44 @@ mod tests {
         "data: {\"choices\":[{\"index\":1,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
         "data: [DONE]\n\n",
     );
+
+    #[test]
+    fn a_choice_past_its_bound_of_tokens_finishes_length_there_and_never_earlier() {
+        // Words, counted: "two" and "words" apart are two, "twowords" whole is one.
+        let words = |text: &str| text.split_whitespace().count() as u64;
+        let update = |index: u32, text: &str| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":{index},\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n"
+            )
+        };
+        let mut stream = String::new();
+        // Choice 0: pieces of one word, which a piecewise count puts past the bound of 2.
+        for piece in ["a", "b", "c", "d"] {
+            stream.push_str(&update(0, piece));
+        }
+        // Choice 1: one word an update, past its bound at the third.
+        for word in ["one ", "two ", "three ", "four "] {
+            stream.push_str(&update(1, word));
+        }
+        for index in [0, 1] {
+            stream.push_str(&format!(
+                "data: {{\"choices\":[{{\"index\":{index},\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n"
+            ));
+        }
+        stream.push_str("data: [DONE]\n\n");
+        let config = StreamConfig {
+            max_choice_tokens: Some(crate::TokenBound::new(2, words)),
+            ..StreamConfig::default()
+        };
+        let mut demux = Demux::with_config(config);
+        demux.feed(stream.as_bytes()).unwrap();
+        let done = demux.finish().unwrap();
+        let (first, second) = (&done.choices[0], &done.choices[1]);
+        assert_eq!(first.message.content.as_deref(), Some("abcd"));
+        assert_eq!(first.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(second.message.content.as_deref(), Some("one two three "));
+        assert_eq!(second.finish_reason.as_deref(), Some("length"));
+    }
 
     #[test]
     fn a_bad_update_fails_its_choice_only_under_any_split() {

@@ -74,7 +74,7 @@ pub use confidence::{
     quantile, token_confidence,
 };
 pub use config::{
-    DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS, StreamConfig,
+    DEFAULT_MAX_CHOICES, DEFAULT_MAX_EVENT_SIZE, DEFAULT_MAX_TOOL_CALLS, StreamConfig, TokenBound,
 };
 pub use demux::{Demux, Flow};
 pub use error::{Error, ErrorDetail, ErrorKind, Incomplete, UpstreamError};

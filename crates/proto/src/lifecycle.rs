@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::decode::decode_batch;
 use crate::error::Error;
-use crate::event::{ChoiceEvent, Warning, WarningKind};
+use crate::event::{ChoiceEvent, Text, Warning, WarningKind};
 use crate::logprobs::LogprobsKept;
 use crate::merge::{ChoiceAccumulator, ChoiceUpdate};
 use crate::response::{ChatCompletion, ChoiceOutput};
@@ -265,6 +265,40 @@ pub struct ChoiceCore {
     /// The most bytes of raw updates it may take, and those taken so far.
     max_bytes: usize,
     bytes: usize,
+    /// Its bound of tokens, and its tokens so far as counted (piecewise since the last
+    /// whole count).
+    max_tokens: Option<crate::TokenBound>,
+    tokens: u64,
+    /// It was stopped at its bound of tokens.
+    stopped_at_bound: bool,
+}
+
+/// Counts the texts of `events` into `tokens` against `bound`: `true` when the output
+/// passes it (counted whole, then, so that a piecewise count never stops a choice early).
+fn passes_bound(
+    bound: Option<crate::TokenBound>,
+    tokens: &mut u64,
+    acc: &ChoiceAccumulator,
+    events: &[ChoiceEvent],
+) -> bool {
+    let Some(bound) = bound else {
+        return false;
+    };
+    for event in events {
+        let text = match event {
+            ChoiceEvent::Content(t) | ChoiceEvent::Refusal(t) | ChoiceEvent::Reasoning(t) => t,
+            ChoiceEvent::FunctionCall(crate::FunctionCallEvent::Arguments { fragment, .. }) => {
+                fragment
+            }
+            _ => continue,
+        };
+        *tokens = tokens.saturating_add((bound.count)(text));
+    }
+    if *tokens <= bound.max {
+        return false;
+    }
+    *tokens = (bound.count)(&acc.texts());
+    *tokens > bound.max
 }
 
 impl ChoiceCore {
@@ -280,7 +314,24 @@ impl ChoiceCore {
             logprobs: LogprobsKept::Raw,
             max_bytes: usize::MAX,
             bytes: 0,
+            max_tokens: None,
+            tokens: 0,
+            stopped_at_bound: false,
         }
+    }
+
+    /// Finishes the choice with `length` once its output passes `bound`'s tokens
+    /// ([`StreamConfig::max_choice_tokens`](crate::StreamConfig::max_choice_tokens);
+    /// `None`: no bound).
+    pub fn max_tokens(mut self, bound: Option<crate::TokenBound>) -> Self {
+        self.max_tokens = bound;
+        self
+    }
+
+    /// Whether the choice was stopped at its bound of tokens (it finished `length` there,
+    /// and takes no more updates).
+    pub fn stopped_at_bound(&self) -> bool {
+        self.stopped_at_bound
     }
 
     /// Fails the choice alone once its raw updates pass `bytes` in all
@@ -427,9 +478,19 @@ impl ChoiceCore {
                 // completion's warnings only.
                 buf.clear();
             } else {
+                let stop = !self.acc.is_finished()
+                    && passes_bound(self.max_tokens, &mut self.tokens, &self.acc, buf);
+                if stop {
+                    self.acc.finish_with(Text::from("length"), buf);
+                    self.stopped_at_bound = true;
+                }
                 events.append(buf);
                 if self.acc.is_finished() {
                     self.phase = Phase::Closed(Closed::Ended { late_error: None });
+                }
+                if stop {
+                    // Those after it are dropped with it: the choice takes no more.
+                    break;
                 }
             }
             if let Err(e) = result {

@@ -684,6 +684,27 @@ impl ChoiceAccumulator {
         }
     }
 
+    /// The choice finished here with `reason` (the gateway's own, `length` at a bound of
+    /// tokens), unless it finished already: open calls finish with the arguments they have.
+    pub fn finish_with(&mut self, reason: Text, out: &mut Vec<ChoiceEvent>) {
+        if self.finish.is_none() {
+            self.pending_finish = Some(reason);
+            self.finish_now(out);
+        }
+    }
+
+    /// Every text the choice has so far, in one: its content, refusal, reasoning and its
+    /// calls' arguments.
+    pub fn texts(&self) -> String {
+        let calls = (self.function_call.as_deref().into_iter()).chain(&self.tool_calls);
+        [&self.content, &self.refusal, &self.reasoning]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .chain(calls.map(|c| c.text()))
+            .collect()
+    }
+
     /// The stream ended well: a finish still waiting for argument fragments takes effect, the
     /// waiting calls finishing with the arguments they have.
     pub fn end_of_stream(&mut self, out: &mut Vec<ChoiceEvent>) {

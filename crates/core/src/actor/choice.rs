@@ -127,8 +127,16 @@ impl ChoiceActorState {
             tracing::trace!(slot = self.slot, ?refused, "a choice's write not published");
         }
         let core = &self.core;
-        if let (true, Some(Closed::Failed(e))) = (was_open, core.phase().closed()) {
-            let bounded = matches!(e.detail(), ErrorDetail::ChoiceTooLarge { .. });
+        let stopped = core.stopped_at_bound();
+        let unwanted = match core.phase().closed() {
+            Some(Closed::Failed(e)) => {
+                Some(matches!(e.detail(), ErrorDetail::ChoiceTooLarge { .. }))
+            }
+            // Finished at its bound of tokens: its upstream is no longer read for it.
+            Some(_) if stopped => Some(true),
+            _ => None,
+        };
+        if let (true, Some(bounded)) = (was_open, unwanted) {
             // Fails only once the reader has stopped: nothing reads the upstream any more.
             let told = self.reader.send_message(ReaderMsg::Failed {
                 slot: self.slot,

@@ -45,6 +45,11 @@ fn replacement_upstream(planned: &[choicewise_core::plan::PlannedRequest], j: us
     planned[j % planned.len()].upstream()
 }
 
+/// The tokens of a sample's text, as the limits' bound counts them (the default encoding).
+fn tokens(text: &str) -> u64 {
+    choicewise_usage::count_text(choicewise_usage::DEFAULT_ENCODING, text)
+}
+
 /// Why a replacement sample was not started: the words a pick's failure counts it by.
 const BUDGET_REFUSED: &str = "the retry budget is spent";
 
@@ -181,7 +186,7 @@ impl Run {
         };
         // `max_answer_bytes` bounds each choice: one that goes on without end fails alone.
         let per_choice = (upstreams.iter().map(|u| u.max_answer_bytes)).max();
-        let builder = Completions::builder()
+        let mut builder = Completions::builder()
             .replace_failed(replacements)
             .logprobs(logprobs)
             .max_choice_bytes(per_choice.unwrap_or(usize::MAX))
@@ -189,6 +194,11 @@ impl Run {
             .drop_after_finish(true)
             // Calls of the request's custom tools come back as custom calls from every API.
             .custom_tools(req.custom_tools());
+        // Under a limit of tokens or dollars, a sample is held to the room it was charged
+        // for: one past it is stopped there, however its upstream treats `max_tokens`.
+        if let Some(room) = opener.bound {
+            builder = builder.max_choice_tokens(choicewise_core::TokenBound::new(room, tokens));
+        }
         let recorder = opener.clone();
         let completions = builder.samples(planned.len(), move |r| {
             if let Some(source) = lock(&sources).get_mut(r).and_then(Option::take) {

@@ -1092,3 +1092,86 @@ async fn with_admin_the_metrics_answer_the_operators_key_only() {
         "{e}"
     );
 }
+
+/// An upstream that ignores the `max_tokens` it is sent: every sample is 20,000 tokens of
+/// " word" (one token each), in chunks of ten, finished `stop`, its usage saying so.
+fn ignores_max_tokens() -> String {
+    let chunk = |delta: &str, finish: &str| {
+        format!(
+            "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\
+             \"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    let ten = json!({"content": " word".repeat(10)}).to_string();
+    let mut body = chunk(r#"{"role":"assistant","content":""}"#, "null");
+    for _ in 0..2_000 {
+        body.push_str(&chunk(&ten, "null"));
+    }
+    body.push_str(&chunk("{}", "\"stop\""));
+    body.push_str(
+        "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[],\
+         \"usage\":{\"prompt_tokens\":7,\"completion_tokens\":20000,\"total_tokens\":20007}}\n\ndata: [DONE]\n\n",
+    );
+    body
+}
+
+#[tokio::test]
+async fn a_sample_past_its_room_is_stopped_there_when_its_upstream_ignores_max_tokens() {
+    let up = start(TestServer::builder().body(ignores_max_tokens())).await;
+    let toml = format!(
+        "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [auth.keys.limits]\ntokens_per_minute = 5000\n\
+         [[auth.keys]]\nname = \"team-b\"\nkey_env = \"TEAM_B_KEY\"\n\
+         [auth.keys.limits]\ntokens_per_minute = 20000\n{}",
+        models(&up, "")
+    );
+    let gw = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let chat = "/v1/chat/completions";
+    let unlimited = json!({"model": "large", "messages": [{"role": "user", "content": "hi"}]});
+    // Held to its room of 4,096 tokens, sent upstream and ignored there: stopped at it.
+    let r = post(&client, gw.addr, chat, "sk-team-a", &unlimited).await;
+    assert_eq!(r.status(), 200);
+    let answer: Value = r.json().await.unwrap();
+    let choice = &answer["choices"][0];
+    assert_eq!(choice["finish_reason"], "length", "{}", answer["usage"]);
+    let words = choice["message"]["content"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .count();
+    assert!((4_096..=4_106).contains(&words), "{words} words");
+    let completion = answer["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!((4_096..=4_106).contains(&completion), "{}", answer["usage"]);
+    // What the key was charged: within the one request's room, under the limit; the next
+    // request is refused by what was used, not let through.
+    let r = client
+        .get(format!("http://{}/v1/key", gw.addr))
+        .bearer_auth("sk-team-a")
+        .send()
+        .await
+        .unwrap();
+    let own: Value = r.json().await.unwrap();
+    let used = own["usage"][0]["used"].as_u64().unwrap();
+    assert!((4_096..=5_000).contains(&used), "{own}");
+    let (status, _, body) =
+        refusal(post(&client, gw.addr, chat, "sk-team-a", &unlimited).await).await;
+    assert_eq!(status, 429, "{body}");
+    // A vote of 4, each sample of it held to its room: 4 rooms at most, not 4 × 20,000.
+    let mut vote = unlimited.clone();
+    vote["choicewise"] = json!({"select": "vote", "samples": 4, "min_votes": 4});
+    let r = post(&client, gw.addr, chat, "sk-team-b", &vote).await;
+    assert_eq!(r.status(), 200);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    let r = client
+        .get(format!("http://{}/v1/key", gw.addr))
+        .bearer_auth("sk-team-b")
+        .send()
+        .await
+        .unwrap();
+    let own: Value = r.json().await.unwrap();
+    let used = own["usage"][0]["used"].as_u64().unwrap();
+    assert!((4 * 4_096..=4 * 4_120).contains(&used), "{own}");
+    gw.stop().await;
+}

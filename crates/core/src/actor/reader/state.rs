@@ -188,6 +188,7 @@ impl ReaderState {
                 let core = ChoiceCore::new(index, stream.max_tool_calls)
                     .logprobs(stream.logprobs)
                     .max_bytes(stream.max_choice_bytes)
+                    .max_tokens(stream.max_choice_tokens)
                     .drop_after_finish(stream.drop_after_finish);
                 self.router.add(Box::new(core));
                 self.run();

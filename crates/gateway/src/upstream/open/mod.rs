@@ -139,6 +139,10 @@ pub(crate) struct Opener {
     /// limit of tokens or dollars: sent to an upstream without a `max_tokens` of its own,
     /// so that no answer outgrows what its key was charged for.
     pub room: Option<u64>,
+    /// The room each sample's output is held to when a limit counts tokens or dollars (the
+    /// room its reservation counted): a sample past it is stopped there, its finish
+    /// `length`, however its upstream treats the `max_tokens` it was sent.
+    pub bound: Option<u64>,
 }
 
 /// Whether `u` serves `samples` samples in one request.
