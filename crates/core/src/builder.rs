@@ -198,7 +198,7 @@ impl CompletionsBuilder {
     /// was sent costs at most the bound.
     ///
     /// ```
-    /// use choicewise_core::{Completions, Source, TokenBound};
+    /// use choicewise_core::{Completions, Source, input::TokenBound};
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let words = |text: &str| text.split_whitespace().count() as u64;
     /// let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"one two \"}}]}\n\n\
@@ -214,7 +214,7 @@ impl CompletionsBuilder {
     /// assert_eq!(choice.finish_reason.as_deref(), Some("length"));
     /// # }
     /// ```
-    pub fn max_choice_tokens(mut self, bound: crate::TokenBound) -> Self {
+    pub fn max_choice_tokens(mut self, bound: crate::input::TokenBound) -> Self {
         self.config.stream.max_choice_tokens = Some(bound);
         self
     }

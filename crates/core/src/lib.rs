@@ -83,7 +83,7 @@ pub use choicewise_proto::EncodingName;
 pub use choicewise_proto::{
     CallKind, CallRef, ChatCompletion, ChoiceEvent, ChoiceOutput, ChoiceSource, ChoiceUsage, Demux,
     Dialect, Error, ErrorDetail, ErrorKind, Estimate, FunctionCall, FunctionCallEvent, Incomplete,
-    Logprobs, LogprobsKept, Measure, Message, MessagesText, Snapshot, Text, TokenBound, ToolCall,
+    Logprobs, LogprobsKept, Measure, Message, MessagesText, Snapshot, Text, ToolCall,
     UpstreamError, Usage, UsageSource, Warning, WarningKind,
 };
 pub use choicewise_proto::{chunks, upstream, wire};
@@ -170,7 +170,7 @@ pub mod input {
     //! assert_eq!(demux.feed(b"data: [DONE]\n\n").unwrap(), Flow::Done);
     //! ```
 
-    pub use choicewise_proto::{Flow, Parsed, SseError, StreamConfig};
+    pub use choicewise_proto::{Flow, Parsed, SseError, StreamConfig, TokenBound};
 }
 
 #[cfg(feature = "fault-injection")]

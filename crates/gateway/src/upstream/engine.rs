@@ -197,7 +197,8 @@ impl Run {
         // Under a limit of tokens or dollars, a sample is held to the room it was charged
         // for: one past it is stopped there, however its upstream treats `max_tokens`.
         if let Some(room) = opener.bound {
-            builder = builder.max_choice_tokens(choicewise_core::TokenBound::new(room, tokens));
+            builder =
+                builder.max_choice_tokens(choicewise_core::input::TokenBound::new(room, tokens));
         }
         let recorder = opener.clone();
         let completions = builder.samples(planned.len(), move |r| {
