@@ -77,10 +77,12 @@ pub struct StreamConfig {
 }
 
 /// A bound of tokens on each choice's output (content, refusal, reasoning and calls'
-/// arguments), counted by `count`: each update's texts as they come, and the whole output
-/// again (exactly, once per passing) before the choice is stopped, so that counting texts
-/// piecewise never stops a choice under its bound. A choice is stopped at the update that
-/// passes the bound, which it keeps whole.
+/// arguments), counted by `count`. An output is first counted by its bytes (a token is a
+/// byte at least: an output shorter in bytes than the bound is never tokenized); past the
+/// bound in bytes, by its tokens, each update's texts as they come, and the whole output
+/// again before the choice is stopped, so that adding pieces' counts never stops a choice
+/// under its bound. A choice is stopped at the update that passes the bound, which it keeps
+/// whole. `count` must never count a text as more tokens than it has bytes.
 ///
 /// ```
 /// use choicewise_proto::TokenBound;

@@ -265,19 +265,29 @@ pub struct ChoiceCore {
     /// The most bytes of raw updates it may take, and those taken so far.
     max_bytes: usize,
     bytes: usize,
-    /// Its bound of tokens, and its tokens so far as counted (piecewise since the last
-    /// whole count).
+    /// Its bound of tokens, and its output so far against it.
     max_tokens: Option<crate::TokenBound>,
-    tokens: u64,
+    tokens: Counted,
     /// It was stopped at its bound of tokens.
     stopped_at_bound: bool,
 }
 
-/// Counts the texts of `events` into `tokens` against `bound`: `true` when the output
-/// passes it (counted whole, then, so that a piecewise count never stops a choice early).
+/// A choice's output against its bound of tokens: an upper bound of its tokens so far,
+/// first its texts' bytes (a token is a byte at least), so that an output shorter in bytes
+/// than its bound is never counted; once the bytes pass the bound, the tokens counted.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counted {
+    /// At least the output's tokens.
+    at_most: u64,
+    /// `at_most` adds the pieces' tokens (not their bytes).
+    counting: bool,
+}
+
+/// Adds the texts of `events` to `counted` against `bound`: `true` when the output passes
+/// it (counted whole, then, so that adding the pieces' counts never stops a choice early).
 fn passes_bound(
     bound: Option<crate::TokenBound>,
-    tokens: &mut u64,
+    counted: &mut Counted,
     acc: &ChoiceAccumulator,
     events: &[ChoiceEvent],
 ) -> bool {
@@ -292,13 +302,20 @@ fn passes_bound(
             }
             _ => continue,
         };
-        *tokens = tokens.saturating_add((bound.count)(text));
+        let more = match counted.counting {
+            true => (bound.count)(text),
+            false => text.len() as u64,
+        };
+        counted.at_most = counted.at_most.saturating_add(more);
     }
-    if *tokens <= bound.max {
+    if counted.at_most <= bound.max {
         return false;
     }
-    *tokens = (bound.count)(&acc.texts());
-    *tokens > bound.max
+    *counted = Counted {
+        at_most: (bound.count)(&acc.texts()),
+        counting: true,
+    };
+    counted.at_most > bound.max
 }
 
 impl ChoiceCore {
@@ -315,7 +332,7 @@ impl ChoiceCore {
             max_bytes: usize::MAX,
             bytes: 0,
             max_tokens: None,
-            tokens: 0,
+            tokens: Counted::default(),
             stopped_at_bound: false,
         }
     }

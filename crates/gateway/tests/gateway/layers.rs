@@ -13,7 +13,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "root (routes, state, listener)",
         &[
-            "", "state", "serving", "listen", "handlers", "check", "route", "count",
+            "", "state", "serving", "listen", "handlers", "check", "route", "count", "admin",
         ],
     ),
     ("admission", &["admission"]),
@@ -26,7 +26,9 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "error",
             "metrics",
+            "keyring",
             "keys",
+            "counter",
             "quota",
             "records",
             "request",
