@@ -199,6 +199,11 @@ async fn replicas_share_live_keys(state: &str) {
             "expires_at",
         ),
         (json!({"models": ["small"]}), "name"),
+        (
+            json!({"name": "team-x", "limits": {"usd_per_day": 1}}),
+            "limits",
+        ),
+        (json!({"name": "team-x", "tags": ["nowhere"]}), "tags[0]"),
     ] {
         let (status, answer) = admin(
             first,

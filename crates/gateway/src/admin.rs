@@ -229,6 +229,27 @@ fn apply(
             _ => {}
         }
     }
+    // A limit of dollars counts the models' prices: every model it counts has one.
+    let usd = key.rate_limits().ok().and_then(|limits| {
+        (limits.iter())
+            .find(|l| l.resource == crate::config::Resource::Usd)
+            .map(|l| l.name())
+    });
+    if let Some(limit) = usd {
+        let unpriced = (gw.inner.names.iter())
+            .filter(|m| {
+                key.models
+                    .as_ref()
+                    .is_none_or(|allowed| allowed.contains(m))
+            })
+            .find(|m| !gw.inner.quota.priced(m));
+        if let Some(model) = unpriced {
+            return Err(invalid(
+                "limits",
+                format!("{limit} counts dollars, and the model {model:?} it may use has no price"),
+            ));
+        }
+    }
     Ok(())
 }
 

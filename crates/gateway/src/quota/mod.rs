@@ -490,6 +490,11 @@ impl Quota {
         }
     }
 
+    /// Whether `model` has a price (what a limit of dollars counts).
+    pub(crate) fn priced(&self, model: &str) -> bool {
+        self.models.get(model).is_some_and(|m| m.price.is_some())
+    }
+
     /// Redis, where the counts live there.
     pub(crate) fn redis(&self) -> Option<&Arc<redis::Redis>> {
         self.redis.as_ref()
