@@ -13,7 +13,8 @@
 # target/release/choicewise-bench), KEEP=1 keeps the callgrind files (in a temporary
 # directory, named). LIMITS=memory serves with a named key whose limits of requests, samples
 # and tokens never bind, counted in the process (docs/keys.md), and the clients send its key:
-# what the limits cost a request, paired with the same binary without them:
+# what the limits cost a request, paired with the same binary without them (LIMITS=redis://HOST:PORT
+# counts them in that Redis: the gateway's own instructions, Redis's not counted):
 #
 #   scripts/gateway-instructions.sh target/release/choicewise
 #   LIMITS=memory scripts/gateway-instructions.sh target/release/choicewise
@@ -75,8 +76,13 @@ for bin in "$@"; do
   printf 'listen = "127.0.0.1:0"\nshutdown_grace_s = 1\n\n[limits]\nmax_concurrent_requests = 4096\n\n[[models]]\nname = "native"\n[[models.upstreams]]\napi = "chat"\nbase_url = "%s/v1"\nmodel = "m"\nn = "native"\n' \
     "$upstream" > "$d/gateway.toml"
   key=""
-  if [ "${LIMITS:-none}" = memory ]; then
+  if [ "${LIMITS:-none}" != none ]; then
     key="sk-instructions-bench"
+    case "$LIMITS" in
+      memory) ;;
+      redis://*) printf '\n[state]\nredis_url = "%s"\non_state_error = "refuse"\nstate_timeout_ms = 5000\n' "$LIMITS" >> "$d/gateway.toml" ;;
+      *) echo "$0: LIMITS=${LIMITS}: none, memory or redis://HOST:PORT" >&2; exit 2 ;;
+    esac
     printf '\n[auth]\n[[auth.keys]]\nname = "bench"\nkey_env = "CHOICEWISE_BENCH_KEY"\n[auth.keys.limits]\nrequests_per_minute = 1000000000\nsamples_per_minute = 1000000000\ntokens_per_minute = 1000000000000\n' >> "$d/gateway.toml"
   fi
   case "${RECORDS:-none}" in
