@@ -120,8 +120,11 @@ impl Gateway {
     ///   `:countTokens` (Google's Gemini), `GET /v1beta/models` and `GET /v1beta/models/{model}`
     ///   (the configured models in Gemini's shape),
     /// - `GET /v1/models` and `GET /v1/models/{id}` (the configured models),
+    /// - `GET /v1/key` (the caller's key and what is left of its limits),
     /// - `GET /healthz`,
-    /// - `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics).
+    /// - `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics),
+    /// - with `[admin]`, the admin API behind the operator's key: `POST` and `GET
+    ///   /admin/keys`, `GET`, `PATCH` and `DELETE /admin/keys/{name}` (docs/keys.md).
     ///
     /// Another method on a `POST` route is answered 405, an unknown path 404.
     ///
