@@ -2056,8 +2056,20 @@ mod picks {
         );
         assert!(sep["use"] == "sampled" || sep["use"] == "top_k", "{sep}");
         // By hand: sample 0 is right for a, c and d; the first 4 samples' majority for all.
-        assert_eq!(row(&r, "single")["accuracy"], 0.75);
-        assert_eq!(row(&r, "single")["reference"]["accuracy"], 0.75);
+        // One sample is right on 19 of the 24 (a 4, b 4, c 6, d 5): its accuracy, beside the
+        // first sample's.
+        let single = row(&r, "single");
+        assert_eq!(single["first_sample_accuracy"], 0.75, "{single}");
+        assert_eq!(single["reference"]["first_sample_accuracy"], 0.75);
+        assert_eq!(single["accuracy"], 19.0 / 24.0, "{single}");
+        assert_eq!(single["reference"]["accuracy"], 19.0 / 24.0);
+        assert_eq!(
+            single["sample_accuracy_range"],
+            json!([0.75, 1.0]),
+            "{single}"
+        );
+        let interval = single["accuracy_interval"].as_array().unwrap();
+        assert!(interval[0].as_f64().unwrap() < 19.0 / 24.0, "{single}");
         assert_eq!(row(&r, "vote-4")["accuracy"], 1.0);
         assert_eq!(row(&r, "vote-4")["reference"]["accuracy"], 1.0);
         assert_eq!(row(&r, "vote-4")["choicewise"]["vote_by"], r"#### (\d+)");
@@ -2153,7 +2165,10 @@ mod picks {
         // The table and the recommendation's line.
         let table = choicewise(&["picks", "report", out, "--answer", r"#### (\d+)"]).await;
         let text = String::from_utf8_lossy(ok(&table)).to_string();
-        assert!(text.contains("| vote-4 | 100.00% |"), "{text}");
+        assert!(
+            text.contains("| vote-4 | 100.00% [100.0, 100.0] |"),
+            "{text}"
+        );
         // Its own run: the pick may differ (the gateway's tokens vary), its accuracy not.
         assert!(text.contains("Recommendation: "), "{text}");
         assert!(text.contains("(100.00% right, "), "{text}");
@@ -2217,8 +2232,11 @@ mod picks {
         };
         let by_pattern = report(None).await;
         let graded = report(Some(format!("sh {}", grader.display()))).await;
-        // Sample 0 of item N is wrong when N is a multiple of 3: 7 of 20.
-        assert_eq!(row(&by_pattern, "single")["accuracy"], 0.65);
+        // Sample 0 of item N is wrong when N is a multiple of 3: 7 of 20; sample k when N + k
+        // is: a third of each item's samples.
+        let single = row(&by_pattern, "single");
+        assert_eq!(single["first_sample_accuracy"], 0.65, "{single}");
+        assert!((single["accuracy"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9, "{single}");
         for name in names(&by_pattern) {
             assert_eq!(
                 row(&graded, &name)["accuracy"],
@@ -2368,7 +2386,7 @@ mod picks {
             names(&r),
             ["single", "first-finished", "vote-4", "adaptive"]
         );
-        assert_eq!(row(&r, "single")["accuracy"], 0.75);
+        assert_eq!(row(&r, "single")["first_sample_accuracy"], 0.75);
         assert_eq!(row(&r, "vote-4")["accuracy"], 1.0);
         assert_eq!(r["logprobs"], false);
     }

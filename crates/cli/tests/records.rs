@@ -774,7 +774,21 @@ async fn the_picks_are_measured_on_recorded_traffic() {
     // answer is the order the upstream served the four requests): the gateway as offline.
     let single = pick("single");
     assert_eq!(
+        single["first_sample_accuracy"], single["reference"]["first_sample_accuracy"],
+        "{single}"
+    );
+    // One sample's accuracy is the mean over every sample of each item, within its interval.
+    assert_eq!(
         single["accuracy"], single["reference"]["accuracy"],
+        "{single}"
+    );
+    let interval = &single["accuracy_interval"];
+    assert!(
+        interval[0].as_f64() <= single["accuracy"].as_f64(),
+        "{single}"
+    );
+    assert!(
+        single["accuracy"].as_f64() <= interval[1].as_f64(),
         "{single}"
     );
     assert!(single["accuracy"].as_f64().unwrap() >= 0.5, "{single}");

@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod interval;
 pub mod plot;
 pub mod reference;
 mod run;
@@ -49,7 +50,8 @@ use serde_json::{Value, json};
 
 pub use run::{Asker, gateway_config};
 pub use summary::{
-    Prefer, Recommendation, Results, Rule, config_block, find, print_table, recommend, summary,
+    Prefer, Recommendation, Results, Rule, Verdict, config_block, find, print_table, recommend,
+    summary,
 };
 
 use reference::{DeepConf, Outcome};

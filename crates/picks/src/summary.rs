@@ -70,13 +70,79 @@ pub fn summary(r: &Results<'_>) -> Value {
     let med =
         |i: usize, f: &dyn Fn(&Figures) -> f64| median(runs.iter().map(|r| f(&r[i])).collect());
     let mut rows = Vec::new();
+    let problems_of = &r.set.problems;
+    // Each item's score (0 to 1) of these answers, in the set's order.
+    let scores_of = |answers: &dyn Fn(usize) -> f64| -> Vec<f64> {
+        (0..problems_of.len()).map(answers).collect()
+    };
+    let with_interval = |row: &mut Value, scores: &[f64]| {
+        if let Some((low, high)) = crate::interval::interval(scores) {
+            row["accuracy_interval"] = json!([low, high]);
+        }
+    };
     for (i, (pick, off)) in r.picks.iter().zip(r.offline).enumerate() {
         let mut row = json!({
             "name": pick.name,
             "reference": {"accuracy": acc(off.right), "tokens": off.tokens, "samples_started": off.samples},
         });
+        let single = pick.name == "single";
+        // One sample is any of an item's samples: `single`'s accuracy is the mean over all
+        // of them, on the gateway as offline, not the luck of the first (which is kept as
+        // `first_sample_accuracy`, beside the spread of each position's accuracy).
+        let each_sample = scores_of(&|p| {
+            let samples = &problems_of[p].samples;
+            let right = (samples.iter())
+                .filter(|s| problems_of[p].is_right(&s.answer))
+                .count();
+            right as f64 / samples.len().max(1) as f64
+        });
+        let reference = match single {
+            true => {
+                row["reference"]["first_sample_accuracy"] = row["reference"]["accuracy"].clone();
+                row["reference"]["accuracy"] =
+                    json!(each_sample.iter().sum::<f64>() / each_sample.len().max(1) as f64);
+                let by_position: Vec<f64> = (0..samples)
+                    .map(|k| {
+                        let right = (problems_of.iter())
+                            .filter(|p| p.samples.get(k).is_some_and(|s| p.is_right(&s.answer)))
+                            .count();
+                        acc(right)
+                    })
+                    .collect();
+                if let (Some(low), Some(high)) = (
+                    by_position.iter().copied().reduce(f64::min),
+                    by_position.iter().copied().reduce(f64::max),
+                ) {
+                    row["reference"]["sample_accuracy_range"] = json!([low, high]);
+                }
+                each_sample.clone()
+            }
+            false => scores_of(&|p| {
+                let answer = off.answers.get(p).map_or("", String::as_str);
+                f64::from(u8::from(problems_of[p].is_right(answer)))
+            }),
+        };
+        with_interval(&mut row["reference"], &reference);
         if !runs.is_empty() {
+            // Each item's share of the runs that answered it right.
+            let mut scores = scores_of(&|p| {
+                let right = (runs.iter())
+                    .filter(|run| {
+                        let answer = run[i].answers.get(p).map_or("", String::as_str);
+                        problems_of[p].is_right(answer)
+                    })
+                    .count();
+                right as f64 / runs.len() as f64
+            });
             row["accuracy"] = json!(med(i, &|f| acc(f.right)));
+            if single {
+                row["first_sample_accuracy"] = row["accuracy"].clone();
+                row["accuracy"] = row["reference"]["accuracy"].clone();
+                row["sample_accuracy_range"] = row["reference"]["sample_accuracy_range"].clone();
+                scores = each_sample.clone();
+            }
+            with_interval(&mut row, &scores);
+            row["item_accuracy"] = json!(scores);
             row["tokens"] = json!(med(i, &|f| f.tokens as f64) as u64);
             row["requests"] = json!(med(i, &|f| f.requests as f64) as u64);
             row["samples_started"] = json!(med(i, &|f| f.samples_started as f64) as u64);
@@ -109,6 +175,7 @@ pub fn summary(r: &Results<'_>) -> Value {
         }
         rows.push(row);
     }
+    compare(&mut rows);
     let curve = r.curve;
     let majority = curve.last().map_or(0.0, |c| c.1);
     json!({
@@ -119,6 +186,42 @@ pub fn summary(r: &Results<'_>) -> Value {
         "separation": crate::separation::separation_json(r.set, r.settings),
         "vote_curve": curve.iter().map(|(k, a, t)| json!({"k": k, "accuracy": a, "tokens": t})).collect::<Vec<_>>(),
     })
+}
+
+/// Each measured pick compared, over the same items, with the most accurate one
+/// (`vs_best`) and with `single` (`vs_single`): the difference of their accuracies and its
+/// interval ([`crate::interval::paired`]).
+fn compare(rows: &mut [Value]) {
+    let scores = |row: &Value| -> Option<Vec<f64>> {
+        (row["item_accuracy"].as_array()?.iter())
+            .map(Value::as_f64)
+            .collect()
+    };
+    let best = (rows.iter())
+        .filter(|r| r["accuracy"].is_number() && r["item_accuracy"].is_array())
+        .max_by(|a, b| {
+            let acc = |r: &Value| r["accuracy"].as_f64().unwrap_or(0.0);
+            acc(a).total_cmp(&acc(b))
+        })
+        .and_then(|r| Some((r["name"].as_str()?.to_string(), scores(r)?)));
+    let single = (rows.iter())
+        .find(|r| r["name"] == "single")
+        .and_then(scores);
+    for row in rows.iter_mut() {
+        let Some(mine) = scores(row) else { continue };
+        let against = [
+            ("vs_best", best.as_ref().map(|(_, s)| s)),
+            ("vs_single", single.as_ref()),
+        ];
+        for (field, other) in against {
+            if let Some(d) = other.and_then(|other| crate::interval::paired(&mine, other)) {
+                row[field] = json!({"difference": d.difference, "interval": [d.low, d.high]});
+            }
+        }
+        if let Some((name, _)) = &best {
+            row["vs_best"]["best"] = json!(name);
+        }
+    }
 }
 
 /// A pick's row of a [`summary`].
@@ -145,7 +248,7 @@ pub fn print_table(out: &Value) {
         .unwrap_or(64);
     let largest = format!("vote-{largest}");
     println!(
-        "| pick | accuracy | tokens | vs {largest} | requests | samples started | wall s | answer ms p50 / p99 | reference accuracy | reference tokens | differing |"
+        "| pick | accuracy [95% interval] | tokens | vs {largest} | requests | samples started | wall s | answer ms p50 / p99 | reference accuracy | reference tokens | differing |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let vote = find(out, &largest)
@@ -156,6 +259,20 @@ pub fn print_table(out: &Value) {
             v.as_f64()
                 .map_or("—".into(), |a| format!("{:.2}%", 100.0 * a))
         };
+        // An accuracy with its 95% interval: `77.71% [70.2, 84.6]`.
+        let pct_in = |v: &Value| {
+            let interval = (v["accuracy_interval"].as_array())
+                .and_then(|i| Some((i.first()?.as_f64()?, i.get(1)?.as_f64()?)));
+            match interval {
+                Some((low, high)) => format!(
+                    "{} [{:.1}, {:.1}]",
+                    pct(&v["accuracy"]),
+                    100.0 * low,
+                    100.0 * high
+                ),
+                None => pct(&v["accuracy"]),
+            }
+        };
         let num = |v: &Value| v.as_u64().map_or("—".into(), |t| t.to_string());
         let ratio = match (row["tokens"].as_f64(), vote) {
             (Some(t), Some(v)) => format!("{:.3}x", t / v),
@@ -165,7 +282,7 @@ pub fn print_table(out: &Value) {
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
             row["name"].as_str().unwrap_or(""),
-            pct(&row["accuracy"]),
+            pct_in(row),
             num(&row["tokens"]),
             ratio,
             num(&row["requests"]),
@@ -175,7 +292,7 @@ pub fn print_table(out: &Value) {
                 .map_or("—".into(), |w| format!("{w:.1}")),
             ms(&row["answer_ms_p50"]),
             ms(&row["answer_ms_p99"]),
-            pct(&row["reference"]["accuracy"]),
+            pct_in(&row["reference"]),
             num(&row["reference"]["tokens"]),
             row["differing"]
                 .as_array()
@@ -265,13 +382,52 @@ pub struct Recommendation {
     /// The configuration that deploys it: a model's `[models.choicewise]` block for
     /// `choicewise serve` (TOML), empty for `single` (a plain request needs none).
     pub config: String,
+    /// Whether the items measured tell it apart from `single`.
+    pub verdict: Verdict,
+}
+
+/// Whether a [`Recommendation`] stands on the items measured.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// It is `single`, or better than `single` beyond the interval of their difference.
+    Recommend,
+    /// Its difference from `single` (`versus`) is within the interval of chance on these
+    /// items: about `items_needed` items would tell them apart (none when they tie).
+    Undecided {
+        /// The pick it cannot be told apart from.
+        versus: String,
+        /// The difference of accuracies, and its interval.
+        difference: f64,
+        /// See `difference`.
+        interval: (f64, f64),
+        /// About how many items would tell them apart.
+        items_needed: Option<u64>,
+    },
 }
 
 impl Recommendation {
-    /// As JSON: `{"pick", "accuracy", "tokens_vs_single", "config"}`.
+    /// As JSON: `{"pick", "accuracy", "accuracy_interval", "tokens_vs_single", "config",
+    /// "verdict"}`, `"verdict"` being `"recommend"` or `"undecided"`; undecided, with
+    /// `"versus"`, `"difference"`, `"difference_interval"` and `"items_needed"`.
     pub fn to_json(&self) -> Value {
-        json!({"pick": self.pick, "accuracy": self.accuracy,
-               "tokens_vs_single": self.tokens_vs_single, "config": self.config})
+        let mut out = json!({"pick": self.pick, "accuracy": self.accuracy,
+               "tokens_vs_single": self.tokens_vs_single, "config": self.config});
+        match &self.verdict {
+            Verdict::Recommend => out["verdict"] = json!("recommend"),
+            Verdict::Undecided {
+                versus,
+                difference,
+                interval,
+                items_needed,
+            } => {
+                out["verdict"] = json!("undecided");
+                out["versus"] = json!(versus);
+                out["difference"] = json!(difference);
+                out["difference_interval"] = json!([interval.0, interval.1]);
+                out["items_needed"] = json!(items_needed);
+            }
+        }
+        out
     }
 }
 
@@ -372,7 +528,31 @@ pub fn recommend(out: &Value, rule: &Rule) -> Option<Recommendation> {
         }
     }
     let c = chosen?;
+    // Told apart from `single` over the same items, or not.
+    let verdict = match (c["name"].as_str(), find(out, "single")) {
+        (Some(name), Some(single)) if name != "single" => {
+            let scores = |row: &Value| -> Option<Vec<f64>> {
+                (row["item_accuracy"].as_array()?.iter())
+                    .map(Value::as_f64)
+                    .collect()
+            };
+            match (scores(c), scores(single)) {
+                (Some(mine), Some(theirs)) => match crate::interval::paired(&mine, &theirs) {
+                    Some(d) if d.low <= 0.0 => Verdict::Undecided {
+                        versus: "single".into(),
+                        difference: d.difference,
+                        interval: (d.low, d.high),
+                        items_needed: d.items_needed,
+                    },
+                    _ => Verdict::Recommend,
+                },
+                _ => Verdict::Recommend,
+            }
+        }
+        _ => Verdict::Recommend,
+    };
     Some(Recommendation {
+        verdict,
         pick: c["name"].as_str()?.to_string(),
         accuracy: c["accuracy"].as_f64()?,
         tokens_vs_single: if single > 0.0 {
@@ -382,4 +562,55 @@ pub fn recommend(out: &Value, rule: &Rule) -> Option<Recommendation> {
         },
         config: config_block(&c["choicewise"]),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A summary of `single` and `vote-16` over `n` items: one sample right on 77.5% of
+    /// each item's samples, the vote right on 80% of the items.
+    fn over(n: usize) -> Value {
+        let single: Vec<f64> = (0..n).map(|_| 0.775).collect();
+        let vote: Vec<f64> = (0..n).map(|i| f64::from(u8::from(i % 10 < 8))).collect();
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        json!({"problems": n, "picks": [
+            {"name": "single", "accuracy": mean(&single), "tokens": 100, "item_accuracy": single},
+            {"name": "vote-16", "accuracy": mean(&vote), "tokens": 1600, "item_accuracy": vote,
+             "choicewise": {"samples": 16, "select": "vote"}},
+        ]})
+    }
+
+    #[test]
+    fn a_pick_that_thirty_items_cannot_tell_from_single_is_not_recommended() {
+        let rule = Rule {
+            prefer: Prefer::Tokens,
+            within: 1.0,
+        };
+        let r = recommend(&over(30), &rule).unwrap();
+        assert_eq!(r.pick, "vote-16");
+        let Verdict::Undecided {
+            versus,
+            items_needed,
+            interval,
+            ..
+        } = &r.verdict
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(versus, "single");
+        assert!(interval.0 < 0.0 && interval.1 > 0.0, "{interval:?}");
+        let needed = items_needed.unwrap();
+        assert!(needed > 30, "{needed}");
+        let json = r.to_json();
+        assert_eq!(json["verdict"], "undecided");
+        assert_eq!(json["items_needed"], needed);
+        // On enough items, the same rates are told apart: recommended.
+        let r = recommend(&over(6_000), &rule).unwrap();
+        assert_eq!(
+            (r.pick.as_str(), &r.verdict),
+            ("vote-16", &Verdict::Recommend)
+        );
+        assert_eq!(r.to_json()["verdict"], "recommend");
+    }
 }

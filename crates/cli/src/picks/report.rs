@@ -418,10 +418,36 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
     } else {
         println!("\n{}", separation_line(&out["separation"]));
     }
+    let measured = if agreement { "agreement" } else { "right" };
     match recommendation {
+        Some(choicewise_picks::Recommendation {
+            pick,
+            accuracy,
+            verdict:
+                choicewise_picks::Verdict::Undecided {
+                    versus,
+                    difference,
+                    interval,
+                    items_needed,
+                },
+            ..
+        }) => {
+            println!(
+                "\nNo recommendation: {pick} ({:.2}% {measured}) cannot be told apart from {versus} on {} items (the difference {:+.2} points, 95% interval [{:+.2}, {:+.2}]); {}.",
+                100.0 * accuracy,
+                out["problems"],
+                100.0 * difference,
+                100.0 * interval.0,
+                100.0 * interval.1,
+                match items_needed {
+                    Some(n) => format!("about {n} items would tell them apart"),
+                    None => "they tie".to_string(),
+                }
+            );
+        }
         Some(r) => {
             println!(
-                "\nRecommendation: {} ({:.2}% right, {:.2}x the tokens of single): {}.",
+                "\nRecommendation: {} ({:.2}% {measured}, {:.2}x the tokens of single): {}.",
                 r.pick,
                 100.0 * r.accuracy,
                 r.tokens_vs_single,
