@@ -2236,7 +2236,10 @@ mod picks {
         // is: a third of each item's samples.
         let single = row(&by_pattern, "single");
         assert_eq!(single["first_sample_accuracy"], 0.65, "{single}");
-        assert!((single["accuracy"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9, "{single}");
+        assert!(
+            (single["accuracy"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9,
+            "{single}"
+        );
         for name in names(&by_pattern) {
             assert_eq!(
                 row(&graded, &name)["accuracy"],
