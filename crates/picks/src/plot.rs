@@ -145,8 +145,18 @@ pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std
             100.0 * r["reference"]["accuracy"].as_f64()?,
         ))
     };
+    // A pick's 95% interval over the items, at its tokens.
+    let bar = |r: &serde_json::Value| -> Option<Vec<(f64, f64)>> {
+        let (x, _) = point(r)?;
+        let i = r["accuracy_interval"].as_array()?;
+        Some(vec![
+            (x, 100.0 * i.first()?.as_f64()?),
+            (x, 100.0 * i.get(1)?.as_f64()?),
+        ])
+    };
     let all: Vec<(f64, f64)> = (curve.iter().copied())
         .chain(rows.iter().filter_map(|r| point(r)))
+        .chain(rows.iter().filter_map(|r| bar(r)).flatten())
         .chain(rows.iter().filter_map(|r| refpoint(r)))
         .collect();
     let lo = all.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
@@ -173,7 +183,11 @@ pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std
     chart
         .configure_mesh()
         .x_desc("tokens generated per problem (log scale)")
-        .y_desc("accuracy, %")
+        .y_desc(match figures["measured_against"].is_string() {
+            // A set without answers (recorded traffic): agreement, not accuracy.
+            true => "agreement with the vote of all samples, %",
+            false => "accuracy, %",
+        })
         .x_label_formatter(&|v| tokens_label(*v))
         .y_labels(((y_max - y_min) / y_step) as usize + 1)
         .y_label_formatter(&|v| format!("{}", v.round()))
@@ -209,6 +223,16 @@ pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std
         )?
         .label("the same pick offline (its reference)")
         .legend(|(x, y)| Circle::new((x + 8, y), 6, REFERENCE.stroke_width(2)));
+    if rows.iter().any(|r| bar(r).is_some()) {
+        chart
+            .draw_series(
+                (rows.iter())
+                    .filter_map(|r| bar(r))
+                    .map(|b| PathElement::new(b, GATEWAY.stroke_width(1))),
+            )?
+            .label("its 95% interval over the items")
+            .legend(|(x, y)| PathElement::new(vec![(x + 8, y - 6), (x + 8, y + 6)], GATEWAY));
+    }
     chart
         .draw_series(
             rows.iter()
@@ -321,6 +345,7 @@ mod tests {
     fn figures() -> serde_json::Value {
         let row = |name: &str, acc: f64, tokens: u64, racc: f64, rtokens: u64| {
             serde_json::json!({"name": name, "accuracy": acc, "tokens": tokens,
+                "accuracy_interval": [acc - 0.04, (acc + 0.04).min(1.0)],
                 "reference": {"accuracy": racc, "tokens": rtokens}})
         };
         let curve: Vec<_> = (1..=64u64)
@@ -357,5 +382,7 @@ mod tests {
         for tick in [">\n100\n<", ">\n1k\n<"] {
             assert!(svg.contains(tick), "no tick {tick:?}");
         }
+        // The intervals, and their legend.
+        assert!(svg.contains("its 95% interval over the items"));
     }
 }
