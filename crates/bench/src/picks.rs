@@ -287,6 +287,9 @@ pub fn run(args: &PicksArgs) -> Report {
         runs: &runs,
     });
     out["token_ms"] = json!(args.token_ms);
+    // What `choicewise picks report` would recommend on these figures (the default rule).
+    out["recommendation"] = choicewise_picks::recommend(&out, &choicewise_picks::Rule::default())
+        .map_or(serde_json::Value::Null, |r| r.to_json());
     out["concurrency"] = json!(args.concurrency);
     out["upstream_n"] = json!(args.upstream_n);
     if args.slow_first_token_ms > 0.0 {

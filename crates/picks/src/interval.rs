@@ -63,15 +63,31 @@ fn bootstrap(n: usize, mut of: impl FnMut(&[usize]) -> f64) -> (f64, f64) {
 }
 
 /// The [`LEVEL`] interval of the mean of `scores` (each item's accuracy, from 0 to 1), by the
-/// bootstrap over items; `None` without items.
+/// bootstrap over items; where each item is right or wrong (0 or 1), never narrower than the
+/// Wilson score interval of that proportion: a pick right on all of 10 items is not sure to be right on every item (the
+/// bootstrap alone says [1, 1] there; Wilson says [0.72, 1]). `None` without items.
 pub fn interval(scores: &[f64]) -> Option<(f64, f64)> {
     if scores.is_empty() {
         return None;
     }
     let n = scores.len();
-    Some(bootstrap(n, |picked| {
+    let (low, high) = bootstrap(n, |picked| {
         picked.iter().map(|&i| scores[i]).sum::<f64>() / n as f64
-    }))
+    });
+    // Right or wrong on each item: a proportion, whose Wilson interval is the floor.
+    if !scores.iter().all(|&s| s == 0.0 || s == 1.0) {
+        return Some((low, high));
+    }
+    let (wilson_low, wilson_high) = wilson(scores.iter().sum::<f64>() / n as f64, n);
+    Some((low.min(wilson_low), high.max(wilson_high)))
+}
+
+/// The Wilson score interval at [`LEVEL`] of a proportion `p` over `n` items.
+fn wilson(p: f64, n: usize) -> (f64, f64) {
+    let (n, z2) = (n as f64, Z * Z);
+    let center = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = Z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt() / (1.0 + z2 / n);
+    ((center - half).max(0.0), (center + half).min(1.0))
 }
 
 /// Two picks compared over the same items ([`paired`]).
@@ -148,6 +164,9 @@ mod tests {
             "{low} {high}"
         );
         assert_eq!(interval(&[]), None);
+        // Right on all of 10 items: not sure of every item.
+        let (low, high) = interval(&[1.0; 10]).unwrap();
+        assert!((low - 0.722).abs() < 0.001 && high == 1.0, "{low} {high}");
         assert_eq!(paired(&[1.0], &[]), None);
     }
 }
