@@ -120,21 +120,28 @@ async fn admin(
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
-/// How long until `check` holds on every one of `bases` (asked every 10 ms), at most
-/// [`LIMIT`].
-async fn until_all<F, Fut>(bases: &[String], check: F) -> Duration
-where
-    F: Fn(String) -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
+/// How long until every one of `bases` answers a chat request with the key `secret` with
+/// `status` (each asked every 10 ms), at most [`LIMIT`].
+async fn until_all(bases: &[String], secret: &str, status: u16) -> Duration {
     let started = Instant::now();
     for base in bases {
-        while !check(base.clone()).await {
+        while chat(base, secret).await != status {
             assert!(started.elapsed() < LIMIT, "{base} never saw the change");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
     started.elapsed()
+}
+
+/// Three `choicewise serve` replicas of `toml` (their files named `{name}-{i}`), and their
+/// addresses.
+async fn three(name: &str, toml: &str) -> (Vec<Replica>, Vec<String>) {
+    let mut replicas = Vec::new();
+    for i in 0..3 {
+        replicas.push(Replica::start(&format!("{name}-{i}"), toml).await);
+    }
+    let bases = replicas.iter().map(|r| r.base.clone()).collect();
+    (replicas, bases)
 }
 
 /// The configuration of replicas whose keys are made over the admin API, in the store of
@@ -159,11 +166,7 @@ async fn replicas_share_live_keys(state: &str) {
         .await
         .unwrap();
     let toml = config(&upstream.base_url(), state);
-    let mut replicas = Vec::new();
-    for i in 0..3 {
-        replicas.push(Replica::start(&format!("replica-{i}"), &toml).await);
-    }
-    let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
+    let (mut replicas, bases) = three("replica", &toml).await;
     let (first, others) = (&bases[0], &bases[1..]);
     use reqwest::Method;
 
@@ -236,11 +239,7 @@ async fn replicas_share_live_keys(state: &str) {
         200,
         "at once on the replica that made it"
     );
-    let seen = until_all(others, |base| {
-        let secret = secret.clone();
-        async move { chat(&base, &secret).await == 200 }
-    })
-    .await;
+    let seen = until_all(others, &secret, 200).await;
     assert!(
         seen < Duration::from_secs(1),
         "seen by every replica after {seen:?}"
@@ -333,11 +332,7 @@ async fn replicas_share_live_keys(state: &str) {
     assert_eq!(status, 200, "{rotated}");
     let new_secret = rotated["key"].as_str().unwrap().to_string();
     assert_ne!(new_secret, secret);
-    let gone = until_all(&bases, |base| {
-        let secret = secret.clone();
-        async move { chat(&base, &secret).await == 401 }
-    })
-    .await;
+    let gone = until_all(&bases, &secret, 401).await;
     assert!(
         gone < Duration::from_secs(1),
         "old secret refused after {gone:?}"
@@ -395,11 +390,7 @@ async fn replicas_share_live_keys(state: &str) {
     )
     .await;
     assert_eq!(status, 200);
-    let back = until_all(&bases, |base| {
-        let secret = new_secret.clone();
-        async move { chat(&base, &secret).await == 200 }
-    })
-    .await;
+    let back = until_all(&bases, &new_secret, 200).await;
     assert!(back < Duration::from_secs(1), "{back:?}");
     let (status, _) = admin(
         &bases[2],
@@ -410,11 +401,7 @@ async fn replicas_share_live_keys(state: &str) {
     )
     .await;
     assert_eq!(status, 200);
-    let revoked = until_all(&bases, |base| {
-        let secret = new_secret.clone();
-        async move { chat(&base, &secret).await == 401 }
-    })
-    .await;
+    let revoked = until_all(&bases, &new_secret, 401).await;
     assert!(
         revoked < Duration::from_secs(1),
         "revoked after {revoked:?}"
@@ -467,11 +454,7 @@ async fn replicas_share_live_keys_pg(state: &str) {
         .await
         .unwrap();
     let toml = config(&upstream.base_url(), state);
-    let mut replicas = Vec::new();
-    for i in 0..3 {
-        replicas.push(Replica::start(&format!("pg-replica-{i}"), &toml).await);
-    }
-    let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
+    let (mut replicas, bases) = three("pg-replica", &toml).await;
     let made = json!({"name": "team-y"});
     let (status, key) = admin(
         &bases[0],
@@ -483,11 +466,7 @@ async fn replicas_share_live_keys_pg(state: &str) {
     .await;
     assert_eq!(status, 201, "{key}");
     let secret = key["key"].as_str().unwrap().to_string();
-    let seen = until_all(&bases, |base| {
-        let secret = secret.clone();
-        async move { chat(&base, &secret).await == 200 }
-    })
-    .await;
+    let seen = until_all(&bases, &secret, 200).await;
     assert!(seen < Duration::from_secs(1), "seen after {seen:?}");
     let (status, _) = admin(
         &bases[1],
@@ -498,11 +477,7 @@ async fn replicas_share_live_keys_pg(state: &str) {
     )
     .await;
     assert_eq!(status, 200);
-    let revoked = until_all(&bases, |base| {
-        let secret = secret.clone();
-        async move { chat(&base, &secret).await == 401 }
-    })
-    .await;
+    let revoked = until_all(&bases, &secret, 401).await;
     assert!(
         revoked < Duration::from_secs(1),
         "revoked after {revoked:?}"

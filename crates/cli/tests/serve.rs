@@ -3,7 +3,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use choicewise_test_support::within;
+use choicewise_test_support::{RedisServer, within};
 use choicewise_testserver::{TestServer, answer};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -898,59 +898,6 @@ fn the_check_output_shown_in_the_docs_is_what_it_prints() {
     );
 }
 
-/// A `redis-server` of the test's own (the Debian package; CI installs it) on `port` of
-/// 127.0.0.1, in a directory of its own, without persistence; killed when dropped.
-struct RedisServer(std::process::Child, std::path::PathBuf);
-
-impl RedisServer {
-    fn start(port: u16) -> RedisServer {
-        let path = [
-            "/usr/bin/redis-server",
-            "/usr/sbin/redis-server",
-            "/usr/local/bin/redis-server",
-        ]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect(
-            "redis-server is not installed (apt-get install redis-server); this test DID NOT RUN",
-        );
-        let dir =
-            std::env::temp_dir().join(format!("choicewise-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let child = std::process::Command::new(path)
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + LIMIT;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        RedisServer(child, dir)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
 /// What the hash `key` of the Redis on `port` holds in its field `v` (a counter's amount).
 fn redis_amount(port: u16, key: &str) -> Option<u64> {
     use std::io::{Read, Write};
@@ -1031,8 +978,9 @@ data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs nginx and redis-server (CI installs them: apt-get install nginx-light redis-server)"]
 async fn nginx_in_front_of_three_gateways_sharing_redis_keeps_the_keys_limits() {
-    let redis_port = free_port();
-    let _redis = RedisServer::start(redis_port);
+    // Not skipped where redis-server is missing: this test is run when asked for.
+    let redis = RedisServer::start().expect("redis-server is not installed; this test DID NOT RUN");
+    let redis_port = redis.port();
     let upstream = TestServer::builder()
         .body(SAMPLE_WITH_USAGE)
         .start()

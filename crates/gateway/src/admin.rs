@@ -39,6 +39,18 @@ fn operator(gw: &Gateway, headers: &HeaderMap, uri: &Uri) -> Result<(), ApiError
     })
 }
 
+/// An operator's route: `work`'s answer once the request sends the operator's key
+/// ([`operator`]), its error in the API's shape otherwise.
+async fn as_operator<F>(gw: &Gateway, headers: &HeaderMap, uri: &Uri, work: F) -> Response
+where
+    F: std::future::Future<Output = Result<Response, ApiError>>,
+{
+    match operator(gw, headers, uri) {
+        Ok(()) => work.await.unwrap_or_else(IntoResponse::into_response),
+        Err(refused) => refused.into_response(),
+    }
+}
+
 fn not_found(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", message).code("not_found")
 }
@@ -88,13 +100,7 @@ fn rfc3339(ms: u64) -> Option<String> {
 /// A key as the admin API shows it: never its secret nor its digest.
 fn view(key: &NamedKey, now_ms: u64) -> Value {
     let limits: Map<String, Value> = (key.limits.iter())
-        .map(|l| {
-            let amount = match l.resource {
-                crate::config::Resource::Usd => json!(l.amount as f64 / 1e9),
-                _ => json!(l.amount),
-            };
-            (l.name(), amount)
-        })
+        .map(|l| (l.name(), crate::quota::amount_json(l.resource, l.amount)))
         .collect();
     let (origin, created) = match key.origin {
         Origin::Config => ("config", None),
@@ -126,13 +132,13 @@ async fn view_with_usage(gw: &Gateway, key: &NamedKey) -> Value {
 
 /// `GET /admin/keys`: every named key (the file's and the admin API's), by name.
 pub(crate) async fn list(State(gw): State<Gateway>, headers: HeaderMap, uri: Uri) -> Response {
-    if let Err(refused) = operator(&gw, &headers, &uri) {
-        return refused.into_response();
-    }
-    let now = keys::now_ms();
-    let keys = gw.inner.keys.snapshot();
-    let data: Vec<Value> = keys.all_named().map(|k| view(k, now)).collect();
-    axum::Json(json!({"object": "list", "data": data})).into_response()
+    as_operator(&gw, &headers, &uri, async {
+        let now = keys::now_ms();
+        let keys = gw.inner.keys.snapshot();
+        let data: Vec<Value> = keys.all_named().map(|k| view(k, now)).collect();
+        Ok(axum::Json(json!({"object": "list", "data": data})).into_response())
+    })
+    .await
 }
 
 /// `GET /admin/keys/{name}`: the key and what is left of each of its limits.
@@ -142,13 +148,12 @@ pub(crate) async fn one(
     uri: Uri,
     Path(name): Path<String>,
 ) -> Response {
-    if let Err(refused) = operator(&gw, &headers, &uri) {
-        return refused.into_response();
-    }
-    let Some(key) = gw.inner.keys.snapshot().get(&name).cloned() else {
-        return no_key(&name).into_response();
-    };
-    axum::Json(view_with_usage(&gw, &key).await).into_response()
+    as_operator(&gw, &headers, &uri, async {
+        let key = gw.inner.keys.snapshot().get(&name).cloned();
+        let key = key.ok_or_else(|| no_key(&name))?;
+        Ok(axum::Json(view_with_usage(&gw, &key).await).into_response())
+    })
+    .await
 }
 
 /// `GET /v1/key`: the caller's own key and what is left of each of its limits.
@@ -369,12 +374,7 @@ pub(crate) async fn create(
     uri: Uri,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = operator(&gw, &headers, &uri) {
-        return refused.into_response();
-    }
-    created(&gw, &body)
-        .await
-        .unwrap_or_else(|e| e.into_response())
+    as_operator(&gw, &headers, &uri, created(&gw, &body)).await
 }
 
 async fn created(gw: &Gateway, body: &Bytes) -> Result<Response, ApiError> {
@@ -418,11 +418,17 @@ async fn created(gw: &Gateway, body: &Bytes) -> Result<Response, ApiError> {
     Ok((StatusCode::CREATED, axum::Json(shown)).into_response())
 }
 
-/// The key `name` as this replica sees it once it read the store again.
-async fn shown_now(gw: &Gateway, name: &str) -> Option<Value> {
+/// This replica's keys read again from the store after a change of `name`, at once (the
+/// others read them within a second).
+async fn read_back(gw: &Gateway, name: &str) {
     if let Err(e) = gw.inner.keys.refresh(true).await {
         tracing::warn!(key = %name, "admin: the keys' store could not be read back: {e}");
     }
+}
+
+/// The key `name` as this replica sees it once it read the store again.
+async fn shown_now(gw: &Gateway, name: &str) -> Option<Value> {
+    read_back(gw, name).await;
     let key = gw.inner.keys.snapshot().get(name).cloned()?;
     Some(view(&key, keys::now_ms()))
 }
@@ -437,12 +443,7 @@ pub(crate) async fn change(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = operator(&gw, &headers, &uri) {
-        return refused.into_response();
-    }
-    changed(&gw, &name, &body)
-        .await
-        .unwrap_or_else(|e| e.into_response())
+    as_operator(&gw, &headers, &uri, changed(&gw, &name, &body)).await
 }
 
 async fn changed(gw: &Gateway, name: &str, body: &Bytes) -> Result<Response, ApiError> {
@@ -515,12 +516,7 @@ pub(crate) async fn revoke(
     uri: Uri,
     Path(name): Path<String>,
 ) -> Response {
-    if let Err(refused) = operator(&gw, &headers, &uri) {
-        return refused.into_response();
-    }
-    revoked(&gw, &name)
-        .await
-        .unwrap_or_else(|e| e.into_response())
+    as_operator(&gw, &headers, &uri, revoked(&gw, &name)).await
 }
 
 async fn revoked(gw: &Gateway, name: &str) -> Result<Response, ApiError> {
@@ -534,8 +530,6 @@ async fn revoked(gw: &Gateway, name: &str) -> Result<Response, ApiError> {
         Err(e) => return Err(unavailable(store.as_ref(), e)),
     }
     tracing::info!(key = %name, "admin: key revoked");
-    if let Err(e) = gw.inner.keys.refresh(true).await {
-        tracing::warn!(key = %name, "admin: the keys' store could not be read back: {e}");
-    }
+    read_back(gw, name).await;
     Ok(axum::Json(json!({"object": "api_key", "name": name, "revoked": true})).into_response())
 }

@@ -94,33 +94,25 @@ impl Store {
         binds: &[&str],
     ) -> Result<bool, RecordsError> {
         const RAISE: &str = "UPDATE api_key_changes SET version = version + 1 WHERE id = 1";
-        let changed: Result<bool, sqlx::Error> = match &self.db {
-            Db::Sqlite(pool) => {
+        // The same transaction on either pool (their types differ, the steps do not).
+        macro_rules! change_on {
+            ($pool:expr, $sql:expr) => {
                 async {
-                    let mut tx = pool.begin().await?;
-                    let query = (binds.iter()).fold(sqlx::query(sqlite), |q, b| q.bind(*b));
+                    let mut tx = $pool.begin().await?;
+                    let query = (binds.iter()).fold(sqlx::query($sql), |q, b| q.bind(*b));
                     let rows = query.execute(&mut *tx).await?.rows_affected();
                     if rows > 0 {
                         sqlx::query(RAISE).execute(&mut *tx).await?;
                     }
                     tx.commit().await?;
-                    Ok(rows > 0)
+                    Ok::<bool, sqlx::Error>(rows > 0)
                 }
                 .await
-            }
-            Db::Postgres(pool) => {
-                async {
-                    let mut tx = pool.begin().await?;
-                    let query = (binds.iter()).fold(sqlx::query(postgres), |q, b| q.bind(*b));
-                    let rows = query.execute(&mut *tx).await?.rows_affected();
-                    if rows > 0 {
-                        sqlx::query(RAISE).execute(&mut *tx).await?;
-                    }
-                    tx.commit().await?;
-                    Ok(rows > 0)
-                }
-                .await
-            }
+            };
+        }
+        let changed = match &self.db {
+            Db::Sqlite(pool) => change_on!(pool, sqlite),
+            Db::Postgres(pool) => change_on!(pool, postgres),
         };
         changed.map_err(|e| fault_error(self.shown(), &e))
     }

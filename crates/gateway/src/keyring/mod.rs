@@ -193,15 +193,11 @@ impl FileKeys {
         if !changed.is_empty() {
             said.push(format!("keys changed: {}", changed.join(", ")));
         }
-        let mut tags: Vec<_> = (self.tags.keys().chain(next.tags.keys()))
+        let tags: BTreeSet<&String> = (self.tags.keys().chain(next.tags.keys()))
             .filter(|t| self.tags.get(*t) != next.tags.get(*t))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .cloned()
             .collect();
-        tags.dedup();
         if !tags.is_empty() {
-            said.push(format!("tags changed: {}", tags.join(", ")));
+            said.push(format!("tags changed: {}", list(tags)));
         }
         if self.unnamed != next.unnamed {
             said.push(format!(

@@ -552,6 +552,15 @@ impl Quota {
     }
 }
 
+/// An amount of `resource` as the admin API says it: dollars as dollars (a count of
+/// nano-dollars here), the rest as they are counted.
+pub(crate) fn amount_json(resource: Resource, amount: u64) -> serde_json::Value {
+    match resource {
+        Resource::Usd => serde_json::json!(amount as f64 / NANOS_PER_USD),
+        _ => serde_json::json!(amount),
+    }
+}
+
 /// What is left of one limit ([`Quota::left`]).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Left {
@@ -571,10 +580,7 @@ impl Left {
     /// (dollars as dollars), what is left, and the reset in milliseconds and as OpenAI's
     /// headers write it.
     pub(crate) fn to_json(&self) -> serde_json::Value {
-        let amount = |n: u64| match self.limit.resource {
-            Resource::Usd => serde_json::json!(n as f64 / NANOS_PER_USD),
-            _ => serde_json::json!(n),
-        };
+        let amount = |n: u64| amount_json(self.limit.resource, n);
         serde_json::json!({
             "name": self.limit.name(),
             "scope": &*self.scope,
