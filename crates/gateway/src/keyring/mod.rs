@@ -27,6 +27,9 @@ use store::KeyStore;
 /// How often each replica asks the store whether the keys changed.
 pub(crate) const POLL: Duration = Duration::from_millis(250);
 
+/// Every how many polls the keys are read whole (every 5 s).
+const READ_ALL_EVERY: u64 = 20;
+
 /// A key made over the admin API, as the store keeps it (JSON): its name, the SHA-256 of its
 /// secret in hexadecimal (never the secret), its models, tags, limits (named as in
 /// `[auth.keys.limits]`) and expiry, and when it was made and last changed.
@@ -396,10 +399,14 @@ impl KeyRing {
         runtime.spawn(async move {
             let mut tick = tokio::time::interval(POLL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
+            for n in 0u64.. {
                 tick.tick().await;
                 let Some(ring) = ring.upgrade() else { return };
-                let read = tokio::time::timeout(Duration::from_secs(5), ring.refresh(false)).await;
+                // Every [`READ_ALL_EVERY`] polls the keys are read whole, whatever the counter
+                // says: a store started again empty counts its changes from 0 again, and
+                // may come back to the number last read.
+                let always = n % READ_ALL_EVERY == 0;
+                let read = tokio::time::timeout(Duration::from_secs(5), ring.refresh(always)).await;
                 let read = read.unwrap_or_else(|_| Err("no answer within 5 s".into()));
                 ring.said(read);
             }
@@ -430,6 +437,70 @@ impl KeyRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::future::BoxFuture;
+
+    /// A store whose counter of changes never moves, as one started again empty and
+    /// changed as many times as before may read.
+    struct Stuck(Mutex<Vec<(String, String)>>);
+
+    impl KeyStore for Stuck {
+        fn version(&self) -> BoxFuture<'_, Result<u64, String>> {
+            Box::pin(async { Ok(1) })
+        }
+        fn all(&self) -> BoxFuture<'_, Result<Vec<(String, String)>, String>> {
+            let all = self.0.lock().unwrap().clone();
+            Box::pin(async move { Ok(all) })
+        }
+        fn create<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+            Box::pin(async { Ok(false) })
+        }
+        fn replace<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<bool, String>> {
+            Box::pin(async { Ok(false) })
+        }
+        fn remove<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+            Box::pin(async { Ok(false) })
+        }
+        fn shown(&self) -> &str {
+            "stuck"
+        }
+    }
+
+    #[tokio::test]
+    async fn the_keys_are_read_whole_now_and_then_whatever_the_counter_says() {
+        let store = Arc::new(Stuck(Mutex::new(Vec::new())));
+        let config = Config::from_toml(
+            "[admin]\nkey_env = \"A\"\n[auth]\n[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+        )
+        .unwrap();
+        let file = FileKeys::of(&config, &|_: &str| Ok("sk".to_string())).unwrap();
+        let ring = Arc::new(KeyRing::new(file, Arc::default(), Some(store.clone())));
+        ring.watch();
+        tokio::time::sleep(POLL * 2).await;
+        assert!(ring.snapshot().get("team-x").is_none());
+        let key = ManagedKey {
+            name: "team-x".into(),
+            sha256: "ab".repeat(32),
+            models: None,
+            tags: Vec::new(),
+            limits: Map::new(),
+            expires_at_ms: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+        };
+        let body = serde_json::to_string(&key).unwrap();
+        store.0.lock().unwrap().push(("team-x".into(), body));
+        // The counter says nothing changed: not read at the next poll ...
+        tokio::time::sleep(POLL * 2).await;
+        assert!(ring.snapshot().get("team-x").is_none());
+        // ... but within the whole read's period (real time: 5 s).
+        tokio::time::sleep(POLL * READ_ALL_EVERY as u32).await;
+        assert!(ring.snapshot().get("team-x").is_some());
+    }
 
     #[test]
     fn a_reload_says_what_changed_of_the_keys() {

@@ -1175,3 +1175,79 @@ async fn a_sample_past_its_room_is_stopped_there_when_its_upstream_ignores_max_t
     assert!((4 * 4_096..=4 * 4_120).contains(&used), "{own}");
     gw.stop().await;
 }
+
+/// Keys made over the admin API while the keys' store (Redis) goes away: the replica keeps
+/// the keys it last read (a request with one is still served; the limits' counts, with
+/// `allow`, go uncounted), a change asked meanwhile is a 503 `key_store_unavailable` and
+/// makes nothing, and once Redis is back a change is made and served again.
+#[tokio::test]
+async fn a_keys_store_that_goes_away_keeps_the_keys_last_read_and_refuses_changes() {
+    let Some(mut redis) = RedisServer::start().await else {
+        return;
+    };
+    let up = upstream().await;
+    let toml = format!(
+        "{}[admin]\nkey_env = \"OPERATOR_KEY\"\n[auth]\n{}",
+        state(&redis, "allow"),
+        models(&up, "")
+    );
+    let gw = Served::start(&toml).await;
+    let other = Served::start(&toml).await;
+    let client = reqwest::Client::new();
+    let admin = |body: Value| {
+        client
+            .post(format!("http://{}/admin/keys", gw.addr))
+            .bearer_auth("sk-operator")
+            .json(&body)
+            .send()
+    };
+    let r = admin(json!({"name": "team-x"})).await.unwrap();
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.unwrap();
+    let secret = made["key"].as_str().unwrap().to_string();
+    let chat = "/v1/chat/completions";
+    let r = post(&client, gw.addr, chat, &secret, &ask("small", None)).await;
+    assert_eq!(r.status(), 200);
+    redis.shut_down().await;
+    // Several reads of the store fail meanwhile: the key read before is kept.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let r = post(&client, gw.addr, chat, &secret, &ask("small", None)).await;
+    assert_eq!(r.status(), 200, "the key last read is kept");
+    let r = admin(json!({"name": "team-y"})).await.unwrap();
+    let (status, _, body) = refusal(r).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "key_store_unavailable", "{body}");
+    redis.start_again().await;
+    // Back: the change is made, and served.
+    let r = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let r = admin(json!({"name": "team-y"})).await.unwrap();
+            if r.status() != 503 {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("Redis back within 10 s");
+    assert_eq!(r.status(), 201);
+    let made: Value = r.json().await.unwrap();
+    let again = made["key"].as_str().unwrap().to_string();
+    let r = post(&client, gw.addr, chat, &again, &ask("small", None)).await;
+    assert_eq!(r.status(), 200);
+    // The other replica, which also lived through the store's absence, sees it too.
+    let started = std::time::Instant::now();
+    loop {
+        let r = post(&client, other.addr, chat, &again, &ask("small", None)).await;
+        if r.status() == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "never seen by the other replica"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gw.stop().await;
+    other.stop().await;
+}
