@@ -431,6 +431,8 @@ fn plan<R>(
         body: Arc::new(req.body.clone()),
         native,
         logprobs: req.policy.confidence(),
+        asked_logprobs: req.logprobs,
+        logprobs_refused: Arc::default(),
         metrics: gw.inner.metrics.clone(),
         tries: Arc::default(),
         limits_set: Arc::default(),

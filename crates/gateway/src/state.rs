@@ -175,6 +175,7 @@ impl Gateway {
                     weight: u.weight,
                     health: Arc::new(resilience::Health::new(&model.health)),
                     budget: Arc::new(resilience::Budget::new(config.limits.retry_budget_percent)),
+                    refusals: Arc::default(),
                 });
             }
             names.push(model.name.clone());

@@ -38,6 +38,7 @@ pub struct TestServerBuilder {
     end: End,
     failure: Option<Failure>,
     fail_first: usize,
+    refused: Option<(Vec<String>, Failure)>,
     api_key: Option<String>,
     port: u16,
     models: Vec<String>,
@@ -55,6 +56,7 @@ impl Default for TestServerBuilder {
             end: End::Complete,
             failure: None,
             fail_first: 0,
+            refused: None,
             api_key: None,
             port: 0,
             models: vec!["gpt-4o-mini".to_string()],
@@ -236,6 +238,25 @@ impl TestServerBuilder {
         self
     }
 
+    /// Answers this error to every request whose JSON body has all of `fields` (none of
+    /// them `null`), as a server refuses a combination of options (llama.cpp's server:
+    /// `logprobs` with `tools`); other requests are served as usual.
+    ///
+    /// ```
+    /// # use choicewise_testserver::{Failure, TestServer};
+    /// let refusal = Failure::status(400).message("logprobs is not supported with tools + stream");
+    /// let builder = TestServer::builder().refuse_fields(["logprobs", "tools"], refusal);
+    /// # drop(builder);
+    /// ```
+    pub fn refuse_fields<I, S>(mut self, fields: I, failure: Failure) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.refused = Some((fields.into_iter().map(Into::into).collect(), failure));
+        self
+    }
+
     /// Requires this key (`Authorization: Bearer KEY`; `api-key: KEY` on the Azure path, `x-api-key: KEY` on `/v1/messages`);
     /// other requests get 401 (default: any key, or none, is accepted).
     ///
@@ -366,6 +387,7 @@ impl TestServerBuilder {
             end: self.end,
             failure: self.failure.clone(),
             fail_first: self.fail_first,
+            refused: self.refused.clone(),
             delay: self.delay,
             head_delay: self.head_delay,
         }

@@ -248,6 +248,14 @@ async fn handle(
     if let Some(failure) = reply.failure.as_ref().filter(|_| number < reply.fail_first) {
         return Ok(failure.response());
     }
+    if let Some((fields, failure)) = &reply.refused {
+        let has = |f: &String| {
+            (recorded.json.as_ref()).is_some_and(|j| j.get(f).is_some_and(|v| !v.is_null()))
+        };
+        if fields.iter().all(has) {
+            return Ok(failure.response());
+        }
+    }
     if recorded.path == "/v1/messages/count_tokens" {
         return Ok(count_tokens(&recorded));
     }

@@ -177,6 +177,8 @@ struct Reply {
     end: End,
     failure: Option<Failure>,
     fail_first: usize,
+    /// Refused with this error when the body has all these fields.
+    refused: Option<(Vec<String>, Failure)>,
     delay: Duration,
     /// Before the status line.
     head_delay: Duration,

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use choicewise_core::confidence::ConfidenceReport;
 use choicewise_core::plan::{Opening, Plan, PlanUpstream};
 use choicewise_core::{Completions, LogprobsKept, PickRule, Policy, Selection, Source};
 use serde::Serialize;
@@ -416,7 +417,16 @@ impl Run {
                     timed_out: selection.timed_out,
                     reason: selection.reason.clone(),
                     vote: selection.vote.as_ref().map(|t| json!(t)),
-                    confidence: selection.confidence.as_ref().map(|c| json!(c)),
+                    confidence: selection.confidence.as_ref().map(|c| {
+                        // No sample carried log-probabilities because an upstream refused
+                        // them: the answer says so in the upstream's words.
+                        match (c.unavailable(), self.ledger.opener.logprobs_refused.get()) {
+                            (Some(_), Some(refused)) => {
+                                json!(ConfidenceReport::unavailable_for(refused.as_str()))
+                            }
+                            _ => json!(c),
+                        }
+                    }),
                 }
             }
         }

@@ -341,3 +341,65 @@ async fn picks_on_the_arithmetic_model() {
         per_sample
     );
 }
+
+/// A confidence-guided vote of an agent's request (streamed, with tools) on the real
+/// llama.cpp server, which refuses log-probabilities with tools and stream: every request
+/// answered 200, decided as a plain vote, `confidence.unavailable` in the server's words; the
+/// refusal is learnt once (refused tries only among the first request's samples).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the arithmetic model's llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-gateway --test gateway -- --include-ignored arith::"]
+async fn a_confidence_vote_with_tools_on_llama_cpp() {
+    let upstream = std::env::var("CHOICEWISE_ARITH_URL")
+        .unwrap_or_else(|_| panic!("CHOICEWISE_ARITH_URL is not set: {HOW}"));
+    let toml = format!(
+        "[[models]]\nname = \"arith\"\n\
+         [[models.upstreams]]\napi = \"chat\"\nbase_url = \"{upstream}\"\nmodel = \"arith-6m\"\nn = \"fan-out\"\n"
+    );
+    let (addr, _gateway) = crate::common::serve(&toml, |_| None).await;
+    let client = reqwest::Client::new();
+    let refused = || async {
+        let text = (client.get(format!("http://{addr}/metrics")).send().await)
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        (text.lines())
+            .filter(|l| l.starts_with("choicewise_upstream_tries_total{") && l.contains("\"4xx\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    let tools = json!([{"type": "function", "function": {"name": "read",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]);
+    let mut after_first = 0;
+    for round in 0..3 {
+        let body = json!({
+            "model": "arith",
+            "stream": true,
+            "messages": [{"role": "user", "content": "12+30=\n"}],
+            "tools": tools,
+            "max_tokens": 40,
+            "choicewise": {"samples": 4, "select": "vote", "vote_by": "#### (\\d+)",
+                "confidence": {"measure": "sampled", "warmup": 2}},
+        });
+        let response = (client.post(format!("http://{addr}/v1/chat/completions")))
+            .json(&body)
+            .send()
+            .await
+            .expect("the gateway answers");
+        assert_eq!(response.status(), 200, "round {round}");
+        let text = response.text().await.unwrap();
+        assert!(
+            text.contains("logprobs is not supported with tools + stream")
+                && text.contains("\"unavailable\""),
+            "round {round}: {text}"
+        );
+        let refusals = refused().await;
+        match round {
+            0 => {
+                assert!((1..=4).contains(&refusals), "{refusals} refused tries");
+                after_first = refusals;
+            }
+            _ => assert_eq!(refusals, after_first, "round {round}: refused again"),
+        }
+    }
+}

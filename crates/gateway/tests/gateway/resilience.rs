@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise_test_support::within;
-use choicewise_testserver::{Failure, TestServer, answer};
+use choicewise_testserver::{Failure, TestServer, answer, tool_call_answer};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -520,6 +520,91 @@ async fn confidence_vote_stops_unsure_samples(measure: &str, top_logprobs: Optio
     let mut bad = chat(1, false);
     bad["choicewise"] = json!({"samples": 2, "select": "first_finished", "confidence": {}});
     assert_eq!(post_chat(addr, &bad).await.status(), 400);
+}
+
+/// A confidence-guided vote over an upstream that refuses log-probabilities with tools, as
+/// llama.cpp's server does (400 "logprobs is not supported with tools + stream"): each
+/// sample refused is asked again without them, the vote decides as a plain vote and the
+/// answer says why in `confidence.unavailable`. The refusal is remembered: the next request
+/// with tools is sent without them (not one refusal more), and a request without tools
+/// still asks for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confidence_vote_goes_on_where_the_upstream_refuses_logprobs() {
+    let refusal = Failure::status(400).message("logprobs is not supported with tools + stream");
+    let server = start(
+        TestServer::builder()
+            .body(tool_call_answer("read", r#"{"path": "a.rs"}"#))
+            .refuse_fields(["logprobs", "tools"], refusal),
+    )
+    .await;
+    let addr = one_upstream(&server.base_url()).await;
+    let tools = json!([{"type": "function", "function": {"name": "read",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]);
+    let vote = json!({"samples": 3, "select": "vote",
+        "confidence": {"measure": "sampled", "warmup": 2}});
+    let asked = |from: usize| -> (usize, usize) {
+        let requests = server.requests();
+        let with = (requests[from..].iter())
+            .filter(|r| r.json.as_ref().unwrap().get("logprobs").is_some())
+            .count();
+        (with, requests.len() - from)
+    };
+    // The agents' request: streamed, with tools.
+    let mut body = chat(1, true);
+    (body["tools"], body["choicewise"]) = (tools.clone(), vote.clone());
+    let r = within(LIMIT, "the first vote", post_chat(addr, &body)).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains(r#""decided":true"#), "{text}");
+    assert!(
+        text.contains("refuses log-probabilities for a streamed request with tools")
+            && text.contains("logprobs is not supported with tools + stream"),
+        "{text}"
+    );
+    // The samples asked at once may each be refused; each was asked again without (but the
+    // third, when the vote decided at its second vote before it was asked again).
+    let (refused, sent) = asked(0);
+    assert!((1..=3).contains(&refused), "{refused} refused");
+    assert!(
+        (2..=3).contains(&(sent - refused)),
+        "{refused} of {sent} refused"
+    );
+    // Remembered: the next request with tools asks none, and is refused none.
+    let before = sent;
+    body["stream"] = json!(false);
+    let r = within(LIMIT, "the second vote", post_chat(addr, &body)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "read",
+        "{v}"
+    );
+    let unavailable = v["choicewise"]["confidence"]["unavailable"]
+        .as_str()
+        .unwrap();
+    assert!(unavailable.contains("logprobs is not supported"), "{v}");
+    assert!(
+        v["choicewise"]["vote"]["votes"].as_u64().unwrap() >= 2,
+        "{v}"
+    );
+    assert_eq!(
+        asked(before).0,
+        0,
+        "a refusal remembered is not asked again"
+    );
+    // A request without tools is not of the shape refused: it asks for them still.
+    let before = server.requests().len();
+    let mut plain = chat(1, false);
+    plain["choicewise"] = vote;
+    let r = within(LIMIT, "a vote without tools", post_chat(addr, &plain)).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let (with, sent) = asked(before);
+    assert_eq!(with, sent, "{v}");
+    let unavailable = v["choicewise"]["confidence"]["unavailable"]
+        .as_str()
+        .unwrap();
+    assert!(!unavailable.contains("refuses"), "{v}");
 }
 
 /// A confidence-guided vote's warmup sample cut mid-stream is replaced within the warmup:

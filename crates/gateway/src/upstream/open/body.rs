@@ -32,16 +32,23 @@ pub(super) fn limit_to_set(
 /// (the others wait for it).
 pub(crate) type Bodies = Arc<Mutex<Vec<(BodyKey, Arc<std::sync::OnceLock<BodyText>>)>>>;
 
-/// What a body of [`Bodies`] is written for: an upstream's label and model, and the samples.
-type BodyKey = (Arc<str>, String, usize);
+/// What a body of [`Bodies`] is written for: an upstream's label and model, the samples,
+/// and whether it asks for the log-probabilities of a confidence-guided vote.
+type BodyKey = (Arc<str>, String, usize, bool);
 
 /// A body written, or why it could not be.
 type BodyText = Result<bytes::Bytes, ApiError>;
 
 /// [`request_body`], written once per upstream and number of samples in a run and shared
-/// by every request that sends it ([`Opener::bodies`]).
-pub(super) fn shared_body(u: &UpstreamRoute, opener: &Opener, samples: usize) -> BodyText {
-    let key: BodyKey = (u.label.clone(), u.model.clone(), samples);
+/// by every request that sends it ([`Opener::bodies`]); `logprobs`: whether it asks for the
+/// confidence-guided vote's log-probabilities (not when the upstream refuses them).
+pub(super) fn shared_body(
+    u: &UpstreamRoute,
+    opener: &Opener,
+    samples: usize,
+    logprobs: bool,
+) -> BodyText {
+    let key: BodyKey = (u.label.clone(), u.model.clone(), samples, logprobs);
     let cell = {
         let mut bodies = opener.bodies.lock().unwrap_or_else(|e| e.into_inner());
         match bodies.iter().find(|(k, _)| *k == key) {
@@ -53,7 +60,8 @@ pub(super) fn shared_body(u: &UpstreamRoute, opener: &Opener, samples: usize) ->
             }
         }
     };
-    cell.get_or_init(|| request_body(u, opener, samples))
+    let logprobs = opener.logprobs.filter(|_| logprobs);
+    cell.get_or_init(|| request_body(u, opener, samples, logprobs))
         .clone()
 }
 
@@ -69,13 +77,15 @@ pub(super) fn shared_body(u: &UpstreamRoute, opener: &Opener, samples: usize) ->
 /// ([`Dialect::write_messages_from_chat_json`], [`Dialect::tools_from_chat_json`]): a request of
 /// many messages is never a tree (for Gemini, every field but the messages and the tools is
 /// parsed: it has a place for none of the others as they are). A request that states no
-/// limit gets the upstream's `max_tokens` ([`limit_to_set`]).
+/// limit gets the upstream's `max_tokens` ([`limit_to_set`]); a confidence-guided vote's
+/// (`logprobs`) asks a Chat Completions upstream for log-probabilities.
 pub(crate) fn request_body(
     u: &UpstreamRoute,
     opener: &Opener,
     samples: usize,
+    logprobs: Option<choicewise_core::confidence::Confidence>,
 ) -> Result<bytes::Bytes, ApiError> {
-    let (base, logprobs) = (&*opener.body, opener.logprobs);
+    let base = &*opener.body;
     let writing = u.api.api().request_writing();
     if writing == RequestWriting::AsSent {
         let model = serde_json::to_vec(&u.model).map_err(|e| ApiError::invalid(e.to_string()))?;

@@ -21,11 +21,14 @@ use choicewise_core::Dialect;
 
 mod body;
 mod errors;
+mod refusals;
 
 pub(crate) use body::{Bodies, accounting};
 use body::{limit_to_set, shared_body};
 pub(crate) use errors::upstream_error;
 use errors::why;
+pub(crate) use refusals::Refusals;
+use refusals::{Shape, refuses_logprobs};
 
 /// A configured model's upstream, ready to call.
 #[derive(Debug, Clone)]
@@ -55,6 +58,9 @@ pub(crate) struct UpstreamRoute {
     /// Its own retry budget: the retries sent to it (its model's, and those of every
     /// model that falls back to it) are a share of the first tries it is sent.
     pub budget: Arc<Budget>,
+    /// The log-probabilities it refused, by the request's shape (a confidence-guided vote
+    /// asks for them on its own).
+    pub refusals: Arc<Refusals>,
 }
 
 /// A configured model: its upstreams, its retry rules, its fallbacks.
@@ -118,6 +124,12 @@ pub(crate) struct Opener {
     /// A confidence-guided vote's options: chat upstreams are asked for `logprobs`, and for
     /// `top_logprobs` when its measure reads them (`top_k`).
     pub logprobs: Option<choicewise_core::confidence::Confidence>,
+    /// The client asked for log-probabilities itself: an upstream's refusal of them is the
+    /// client's error, passed on.
+    pub asked_logprobs: bool,
+    /// Why some sample of the run went without the vote's log-probabilities: an upstream
+    /// refused them (its message), now or within the last hour.
+    pub logprobs_refused: Arc<std::sync::OnceLock<String>>,
     pub metrics: Arc<Metrics>,
     /// The requested model's retry budget.
     pub budget: Arc<Budget>,
@@ -162,6 +174,19 @@ struct Failed {
 }
 
 impl Opener {
+    /// Notes that a sample to `route` goes without the vote's log-probabilities, which it
+    /// refused for requests of `shape` (`said`: its message): the answer's
+    /// `confidence.unavailable` says so when no sample carried them.
+    fn without_logprobs(&self, route: &UpstreamRoute, shape: Shape, said: &str) {
+        self.logprobs_refused.get_or_init(|| {
+            format!(
+                "upstream {} refuses log-probabilities for {}: {said}",
+                route.label,
+                shape.words()
+            )
+        });
+    }
+
     /// Records one try of `sample` (and counts it in the metrics).
     pub fn record(&self, sample: u32, upstream: &Arc<str>, outcome: Outcome) {
         self.metrics
@@ -344,19 +369,54 @@ impl Opener {
                 // this future dropped: a client gone, a sample cancelled), a probe it was is
                 // over: the next one may go.
                 let _probe = probe.then(|| ProbeDone(&route.health));
-                let text = shared_body(route, self, samples.len())?;
-                // The try succeeds on its first byte of body, not on its headers: a server
-                // that answers 200 and then holds its first event is a failed try too.
-                let tried = tokio::time::timeout(model.retry.first_byte_timeout, async {
-                    let mut reads =
-                        futures::StreamExt::boxed(route.client.stream_json(text).await?);
-                    let first = futures::StreamExt::next(&mut reads).await;
-                    let first = futures::stream::iter(first);
-                    Ok::<_, ClientError>(futures::StreamExt::boxed(futures::StreamExt::chain(
-                        first, reads,
-                    )))
-                })
-                .await;
+                // A confidence-guided vote asks a Chat Completions upstream for
+                // log-probabilities, unless it refused them for a request of this shape.
+                let shape = Shape::of(&self.body);
+                let mut logprobs = self.logprobs.is_some() && route.api == Dialect::Chat;
+                if logprobs && let Some(said) = route.refusals.refused(shape, Instant::now()) {
+                    logprobs = false;
+                    self.without_logprobs(route, shape, &said);
+                }
+                let tried = loop {
+                    let text = shared_body(route, self, samples.len(), logprobs)?;
+                    // The try succeeds on its first byte of body, not on its headers: a
+                    // server that answers 200 and then holds its first event is a failed
+                    // try too.
+                    let tried = tokio::time::timeout(model.retry.first_byte_timeout, async {
+                        let mut reads =
+                            futures::StreamExt::boxed(route.client.stream_json(text).await?);
+                        let first = futures::StreamExt::next(&mut reads).await;
+                        let first = futures::stream::iter(first);
+                        Ok::<_, ClientError>(futures::StreamExt::boxed(futures::StreamExt::chain(
+                            first, reads,
+                        )))
+                    })
+                    .await;
+                    // Log-probabilities refused that the gateway asked for on its own: asked
+                    // again without them, at once (the same upstream, no retry spent), and
+                    // remembered for the next request of this shape.
+                    let refused = match &tried {
+                        Ok(Err(e)) if logprobs && !self.asked_logprobs => refuses_logprobs(e),
+                        _ => None,
+                    };
+                    let Some(said) = refused else { break tried };
+                    self.record(sample, &route.label, Outcome::Refused);
+                    route.refusals.remember(shape, said.clone(), Instant::now());
+                    tracing::warn!(
+                        model = %model.name,
+                        upstream = %route.label,
+                        shape = shape.words(),
+                        "the upstream refused log-probabilities: a confidence-guided vote \
+                         goes on without them for such requests (for an hour): {said}"
+                    );
+                    self.without_logprobs(route, shape, &said);
+                    logprobs = false;
+                    if self.sent.fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+                        >= self.max_requests
+                    {
+                        return Err(self.too_many_requests(&failed));
+                    }
+                };
                 let (outcome, retry_after, message) = match tried {
                     Ok(Ok(reads)) => {
                         if route.health.succeeded(self.client, Instant::now()) {
