@@ -40,6 +40,7 @@ mod config;
 mod count;
 mod counter;
 mod error;
+mod feedback;
 mod handlers;
 mod keyring;
 mod keys;
@@ -121,6 +122,7 @@ impl Gateway {
     ///   (the configured models in Gemini's shape),
     /// - `GET /v1/models` and `GET /v1/models/{id}` (the configured models),
     /// - `GET /v1/key` (the caller's key and what is left of its limits),
+    /// - `POST /v1/feedback` (a grade of a request, kept with its record: `[records]`),
     /// - `GET /healthz`,
     /// - `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics),
     /// - with `[admin]`, the admin API behind the operator's key: `POST` and `GET
@@ -183,6 +185,11 @@ impl Gateway {
                 );
         }
         router
+            // A client's key or the operator's: checked by the route itself.
+            .route(
+                "/v1/feedback",
+                post(feedback::give).fallback(layers::post_only),
+            )
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(handlers::metrics_text))
             .fallback(layers::unknown_route)

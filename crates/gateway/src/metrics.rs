@@ -219,6 +219,8 @@ pub(crate) struct SampleEnd {
     pub logprobs: Option<choicewise_core::Logprobs>,
     /// Its place in the order the samples finished (`0` first), if it finished.
     pub place: Option<u64>,
+    /// The output choice it became (`0`: the answer's first), if it was one.
+    pub output: Option<u32>,
     /// Its tokens: its upstream request's prompt (on its first sample), what it generated.
     pub prompt_tokens: u64,
     pub completion_tokens: u64,

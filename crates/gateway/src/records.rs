@@ -14,11 +14,49 @@ use crate::metrics::Metrics;
 /// boundary; its message and log-probabilities left out past it).
 pub(crate) const MAX_SAMPLE_TEXT: usize = 1 << 20;
 
-/// The gateway's records: the writer, whether samples are kept, the prices.
+/// The gateway's records: the writer, whether samples are kept, the prices, and the
+/// database read and written on a request's path (the grades of `POST /v1/feedback`).
 pub(crate) struct Records {
     recorder: Recorder,
     samples: bool,
     prices: HashMap<String, Price>,
+    database: Database,
+}
+
+/// The records database on a pool of its own, connected on first use (and again after a
+/// failure to connect): for what a route reads or writes at once (the keys of the admin API,
+/// the grades), beside the writer's own connection.
+pub(crate) struct Database {
+    url: String,
+    shown: String,
+    store: tokio::sync::Mutex<Option<choicewise_records::Store>>,
+}
+
+impl Database {
+    pub(crate) fn new(url: &str) -> Database {
+        Database {
+            url: url.to_string(),
+            shown: choicewise_records::shown_url(url),
+            store: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Its URL as it may be shown.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The database, connected.
+    pub(crate) async fn store(&self) -> Result<choicewise_records::Store, String> {
+        let mut held = self.store.lock().await;
+        if let Some(store) = &*held {
+            return Ok(store.clone());
+        }
+        let store =
+            (choicewise_records::Store::connect(&self.url).await).map_err(|e| e.to_string())?;
+        *held = Some(store.clone());
+        Ok(store)
+    }
 }
 
 impl Records {
@@ -45,6 +83,7 @@ impl Records {
             recorder,
             samples: records.samples,
             prices,
+            database: Database::new(&records.url),
         })
     }
 
@@ -68,7 +107,13 @@ impl Records {
         self.recorder.record(record);
     }
 
-    /// Waits until every record handed over is written or spooled (at shutdown).
+    /// The database, for what a route reads or writes at once.
+    pub(crate) fn database(&self) -> &Database {
+        &self.database
+    }
+
+    /// Waits until every record handed over is written or spooled (at shutdown, and before
+    /// a grade looks for a request just answered).
     pub(crate) async fn flush(&self) {
         self.recorder.flush().await;
     }

@@ -8,7 +8,9 @@
 //!   them in batches; while the database is away they wait in a bounded spool file
 //!   ([`RecorderConfig`]), written once it answers, each once;
 //! - [`Store`]: the database, and [`Store::usage`], the spend by key, model and day that
-//!   `choicewise usage` prints.
+//!   `choicewise usage` prints;
+//! - [`Grade`]: a request's grade from production (`POST /v1/feedback`), kept beside its
+//!   record ([`Store::add_grade`], [`Store::grade`]).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+mod feedback;
 mod keys;
 mod read;
 mod record;
@@ -33,6 +36,7 @@ mod store;
 mod usage;
 mod writer;
 
+pub use feedback::Grade;
 pub use read::{RecordReader, RecordsQuery, Skipped, SkippedRow};
 pub use record::{RequestRecord, SampleRecord, SampleTokens, day_of};
 pub use store::Store;

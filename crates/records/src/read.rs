@@ -391,6 +391,7 @@ const SAMPLE_COLUMNS: &[(&str, Want)] = &[
     ("content", Want::TextOrNull),
     ("message", Want::TextOrNull),
     ("logprobs", Want::TextOrNull),
+    ("output", Want::IntegerOrNull),
 ];
 
 fn names(columns: Columns<'_>) -> String {
@@ -831,6 +832,7 @@ where
     s.content = row.try_get("content")?;
     s.message = row.try_get("message")?;
     s.logprobs = row.try_get("logprobs")?;
+    s.output = row.try_get("output")?;
     Ok(s)
 }
 

@@ -114,6 +114,10 @@ pub struct SampleRecord {
     pub message: Option<String>,
     /// Its tokens' log-probabilities, as Chat's `logprobs` JSON, when the upstream gave them.
     pub logprobs: Option<String>,
+    /// The output choice it became (`0`: the answer's first), when it was one: the answer
+    /// a grade of the request ([`Grade`](crate::Grade)) speaks of.
+    #[serde(default)]
+    pub output: Option<i64>,
 }
 
 impl SampleRecord {
@@ -129,6 +133,7 @@ impl SampleRecord {
             content: None,
             message: None,
             logprobs: None,
+            output: None,
         }
     }
 
@@ -248,7 +253,7 @@ impl RequestRecord {
 
 /// A record id: this process's random 64 bits, then a count: unique across processes (with
 /// the odds of two processes drawing the same 64 bits) and within one.
-fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     static PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     static COUNT: AtomicU64 = AtomicU64::new(0);
     let process = *PROCESS.get_or_init(|| {

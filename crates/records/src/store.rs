@@ -13,7 +13,7 @@ use sqlx::{Postgres, QueryBuilder, Sqlite};
 use crate::record::{RequestRecord, SampleRecord};
 use crate::{RecordsError, shown_url};
 
-/// Rows per statement, at most: 23 parameters each for `requests`, 10 for `samples`.
+/// Rows per statement, at most: 23 parameters each for `requests`, 11 for `samples`.
 const ROWS_PER_STATEMENT: usize = 64;
 
 /// `items` in chunks whose lengths are powers of two of at most [`ROWS_PER_STATEMENT`]:
@@ -53,6 +53,11 @@ fn migrator() -> Migrator {
                 include_str!("../migrations/0002_samples_cut.sql"),
             ),
             migration(3, "api keys", include_str!("../migrations/0003_keys.sql")),
+            migration(
+                4,
+                "feedback",
+                include_str!("../migrations/0004_feedback.sql"),
+            ),
         ]),
         ..Migrator::DEFAULT
     }
@@ -347,7 +352,7 @@ macro_rules! write_batch {
             for chunk in chunks(&samples) {
                 let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
                     "INSERT INTO samples (request, sample, finish, place, prompt_tokens, \
-                     completion_tokens, estimated, content, message, logprobs) ",
+                     completion_tokens, estimated, content, message, logprobs, output) ",
                 );
                 q.push_values(chunk, |mut b, (id, s)| {
                     b.push_bind(*id)
@@ -359,7 +364,8 @@ macro_rules! write_batch {
                         .push_bind(s.estimated)
                         .push_bind(&s.content)
                         .push_bind(&s.message)
-                        .push_bind(&s.logprobs);
+                        .push_bind(&s.logprobs)
+                        .push_bind(s.output);
                 });
                 q.push(" ON CONFLICT (request, sample) DO NOTHING");
                 q.build().execute(&mut *tx).await?;

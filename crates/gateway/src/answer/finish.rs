@@ -783,6 +783,7 @@ fn sample_row(s: &crate::metrics::SampleEnd) -> choicewise_records::SampleRecord
         s.finish.as_str(),
     );
     row.place = s.place.map(|p| p.min(i64::MAX as u64) as i64);
+    row.output = s.output.map(i64::from);
     row.prompt_tokens = s.prompt_tokens.min(i64::MAX as u64) as i64;
     row.completion_tokens = s.completion_tokens.min(i64::MAX as u64) as i64;
     row.estimated = s.estimated;

@@ -137,31 +137,16 @@ impl KeyStore for RedisKeys {
 
 /// The keys in the records database, on a pool of their own, connected on first use (and
 /// again after a failure to connect).
-pub(crate) struct RecordsKeys {
-    url: String,
-    shown: String,
-    store: tokio::sync::Mutex<Option<choicewise_records::Store>>,
-}
+pub(crate) struct RecordsKeys(crate::records::Database);
 
 impl RecordsKeys {
     pub(crate) fn new(url: &str) -> RecordsKeys {
-        RecordsKeys {
-            url: url.to_string(),
-            shown: choicewise_records::shown_url(url),
-            store: tokio::sync::Mutex::new(None),
-        }
+        RecordsKeys(crate::records::Database::new(url))
     }
 
     /// The database, connected.
     async fn store(&self) -> Result<choicewise_records::Store, String> {
-        let mut held = self.store.lock().await;
-        if let Some(store) = &*held {
-            return Ok(store.clone());
-        }
-        let store =
-            (choicewise_records::Store::connect(&self.url).await).map_err(|e| e.to_string())?;
-        *held = Some(store.clone());
-        Ok(store)
+        self.0.store().await
     }
 }
 
@@ -210,6 +195,6 @@ impl KeyStore for RecordsKeys {
     }
 
     fn shown(&self) -> &str {
-        &self.shown
+        self.0.shown()
     }
 }

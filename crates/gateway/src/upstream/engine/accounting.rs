@@ -534,8 +534,15 @@ impl Ledger {
         outcome.samples = (ends.into_iter())
             .map(|e| {
                 let part = all_parts.iter().find(|p| p.index == e.index);
+                // The output choice it became: its place among those selected, or, when
+                // every sample is an output, its own number.
+                let output = match outputs {
+                    Some(o) => (e.sample).and_then(|s| o.iter().position(|x| *x == s)),
+                    None => e.sample.filter(|_| !e.cancelled).map(|s| s as usize),
+                };
                 SampleEnd {
                     sample: e.sample,
+                    output: output.map(|o| o as u32),
                     finish: e.finish,
                     message: e.message.unwrap_or_default(),
                     logprobs: e.logprobs,
