@@ -205,6 +205,9 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
         // Every choice's opening in the first write: waiting for no upstream.
         let mut opening = Vec::with_capacity(512);
         framing.open(&mut opening);
+        // The answer begins here (its 200 goes with these bytes): a client that leaves
+        // after it was answered, whatever content came.
+        finish.first_byte();
         yield Bytes::from(opening);
         let mut first = true;
         // One watch of the cut for the whole loop (the gateway's close, the deadline's
