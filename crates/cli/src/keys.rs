@@ -154,11 +154,25 @@ async fn call(
                 gateway.key_env
             )
         })?;
-    let url = format!("{}{path}", gateway.url.trim_end_matches('/'));
+    request(&gateway.url, Some(&key), method, path, body).await
+}
+
+/// One call of a gateway at `base` with `key` (`Authorization: Bearer`): its JSON answer,
+/// or its error's message with its status (exit 1).
+pub(crate) async fn request(
+    base: &str,
+    key: Option<&str>,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value, Exit> {
+    let url = format!("{}{path}", base.trim_end_matches('/'));
     let mut request = reqwest::Client::new()
         .request(method, &url)
-        .bearer_auth(key.trim())
         .timeout(std::time::Duration::from_secs(30));
+    if let Some(key) = key {
+        request = request.bearer_auth(key.trim());
+    }
     if let Some(body) = body {
         request = request.json(&body);
     }
@@ -176,7 +190,7 @@ async fn call(
     Err(message.into())
 }
 
-fn printed(value: &Value) {
+pub(crate) fn printed(value: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_default()

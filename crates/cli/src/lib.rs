@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 mod chat;
+mod feedback;
 mod keys;
 mod live;
 mod memory;
@@ -61,6 +62,9 @@ enum Command {
         #[command(subcommand)]
         command: keys::KeysCommand,
     },
+    /// Grade a request a gateway answered (`right`, `wrong` or a score): kept beside its
+    /// record for `picks report` (docs/gateway.md, "Grades from production").
+    Feedback(feedback::FeedbackArgs),
     /// Print a shell completion script (e.g. `choicewise completions bash >
     /// ~/.local/share/bash-completion/completions/choicewise`).
     Completions {
@@ -71,7 +75,7 @@ enum Command {
     /// Print the man page, in roff (e.g. `choicewise man chat | man -l -`): of the command, or
     /// of one of its subcommands.
     Man {
-        /// The subcommand (chat, replay, serve, picks, usage, keys, completions).
+        /// The subcommand (chat, replay, serve, picks, usage, keys, feedback, completions).
         subcommand: Option<String>,
     },
 }
@@ -139,10 +143,11 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
                     ("picks", Some(sub)) => sub.clone().name("choicewise-picks"),
                     ("usage", Some(sub)) => sub.clone().name("choicewise-usage"),
                     ("keys", Some(sub)) => sub.clone().name("choicewise-keys"),
+                    ("feedback", Some(sub)) => sub.clone().name("choicewise-feedback"),
                     ("completions", Some(sub)) => sub.clone().name("choicewise-completions"),
                     _ => {
                         eprintln!(
-                            "choicewise: no subcommand {name:?}: chat, replay, serve, picks, usage, keys, completions or man"
+                            "choicewise: no subcommand {name:?}: chat, replay, serve, picks, usage, keys, feedback, completions or man"
                         );
                         return 2;
                     }
@@ -180,6 +185,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> u8 {
             Command::Picks { command } => picks::run(command).await,
             Command::Usage(args) => usage::run(args).await,
             Command::Keys { command } => keys::run(command).await,
+            Command::Feedback(args) => feedback::run(args).await,
             Command::Completions { .. } | Command::Man { .. } => Ok(()),
         }
     });

@@ -468,6 +468,7 @@ async fn replicas_share_live_keys_pg(state: &str) {
     let secret = key["key"].as_str().unwrap().to_string();
     let seen = until_all(&bases, &secret, 200).await;
     assert!(seen < Duration::from_secs(1), "seen after {seen:?}");
+    graded_on_another_replica(&bases, &secret).await;
     let (status, _) = admin(
         &bases[1],
         Method::DELETE,
@@ -485,6 +486,94 @@ async fn replicas_share_live_keys_pg(state: &str) {
     for replica in &mut replicas {
         let _ = replica.child.start_kill();
     }
+}
+
+/// `choicewise feedback ID OUTCOME` with the key of `--key-env`: its exit code, stdout and
+/// stderr.
+async fn feedback(args: &[&str], key: &str) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .arg("feedback")
+        .args(args)
+        .env("GRADER_KEY", key)
+        .output()
+        .await
+        .unwrap();
+    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        text(out.stdout),
+        text(out.stderr),
+    )
+}
+
+/// A request answered by one replica is graded through another at once (`choicewise
+/// feedback`, the records database they share): by its own key, then by the operator's; an
+/// unknown id is exit 1 saying so.
+async fn graded_on_another_replica(bases: &[String], secret: &str) {
+    let body = json!({"model": "small", "max_tokens": 4,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", bases[0]))
+        .bearer_auth(secret)
+        .header("x-request-id", "pg-graded")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = r.bytes().await;
+    let (code, out, err) = feedback(
+        &[
+            "pg-graded",
+            "right",
+            "--source",
+            "ci",
+            "--url",
+            &bases[2],
+            "--key-env",
+            "GRADER_KEY",
+        ],
+        secret,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["outcome"].as_str(), v["source"].as_str()),
+        (Some("right"), Some("ci"))
+    );
+    let (code, _, err) = feedback(
+        &[
+            "pg-graded",
+            "0.5",
+            "--url",
+            &bases[1],
+            "--key-env",
+            "GRADER_KEY",
+        ],
+        OPERATOR,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = feedback(
+        &[
+            "nope",
+            "wrong",
+            "--url",
+            &bases[1],
+            "--key-env",
+            "GRADER_KEY",
+        ],
+        secret,
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no request with id \"nope\"") && err.contains("(404)"),
+        "{err}"
+    );
+    let (code, _, err) = feedback(&["pg-graded", "fine"], secret).await;
+    assert_eq!(code, 2, "{err}");
 }
 
 /// `SIGHUP` re-reads the file: a changed limit applies at once, said in the log, and the

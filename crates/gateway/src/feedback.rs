@@ -3,8 +3,8 @@
 //! database (`choicewise_records::Grade`), where `picks record --from-records` reads it as the
 //! item's grade. The key that made the request may grade it, and the operator's key any.
 //!
-//! A request just answered may not be written yet (the records' writer batches): the
-//! gateway's own queue is flushed once before a request is called unknown.
+//! A request just answered may not be written yet (the records' writer batches): it is
+//! looked for during a second, the gateway's own queue flushed, before it is called unknown.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -18,6 +18,9 @@ use crate::state::Gateway;
 /// The longest request id and source a grade may carry.
 const MAX_ID: usize = 512;
 const MAX_SOURCE: usize = 256;
+
+/// How long a request not on record yet is looked for (see [`graded`]).
+const FOUND_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Who grades, as the records name keys.
 const OPERATOR: &str = "(operator)";
@@ -150,13 +153,19 @@ async fn graded(
         .code("records_unavailable")
     };
     let store = database.store().await.map_err(unavailable)?;
-    let mut keys = store.request_keys(&given.request_id).await;
-    if keys.as_ref().is_ok_and(Vec::is_empty) {
-        // Answered moments ago: its record may still be in this replica's queue.
+    // A request answered moments ago may not be written yet: its record is made once its
+    // last byte is handed to the socket, then waits in this replica's queue (flushed here)
+    // or another's (written within its linger). Looked for again for up to a second.
+    let deadline = std::time::Instant::now() + FOUND_WITHIN;
+    let keys = loop {
+        let keys = (store.request_keys(&given.request_id).await)
+            .map_err(|e| unavailable(e.to_string()))?;
+        if !keys.is_empty() || std::time::Instant::now() >= deadline {
+            break keys;
+        }
         records.flush().await;
-        keys = store.request_keys(&given.request_id).await;
-    }
-    let keys = keys.map_err(|e| unavailable(e.to_string()))?;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     // Another key's request is as unknown as one never made: its existence is not told.
     if keys.is_empty() || !(operator || keys.contains(&by)) {
         return Err(ApiError::new(

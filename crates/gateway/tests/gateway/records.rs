@@ -388,3 +388,203 @@ async fn a_full_spool_drops_are_counted_in_the_metrics_and_said_once() {
         .count();
     assert_eq!(said, 1, "{log}");
 }
+
+/// Posts a grade as `key` (a bearer key): its status and JSON answer.
+async fn feedback(addr: SocketAddr, key: Option<&str>, body: Value) -> (u16, Value) {
+    let mut r = reqwest::Client::new().post(format!("http://{addr}/v1/feedback"));
+    if let Some(key) = key {
+        r = r.bearer_auth(key);
+    }
+    let r = r.json(&body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Grades from production (`POST /v1/feedback`) against `url`: the key that made a request
+/// grades it (200, kept beside its record, the latest grade its grade), another key's grade
+/// of it is refused as if it were unknown (404), the operator grades any; an unknown id is
+/// 404, a bad body 400 naming its field, a missing key 401. A grade posted right after its
+/// answer finds its record (the writer's queue flushed first).
+async fn grades_kept_beside_their_records(url: &str) {
+    let upstream = start(TestServer::builder().body(CHAT_OK)).await;
+    let spool = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[admin]\nkey_env = \"OPERATOR_KEY\"\n\
+         [auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [[auth.keys]]\nname = \"team-b\"\nkey_env = \"TEAM_B_KEY\"\n\
+         [records]\nurl = \"{url}\"\nspool_path = \"{}\"\n\
+         [[models]]\nname = \"small\"\n{}",
+        spool.path().join("records.spool").display(),
+        fan_out_toml(&upstream.base_url(), ""),
+    );
+    let keys = |name: &str| match name {
+        "TEAM_A_KEY" => Some("sk-team-a".to_string()),
+        "TEAM_B_KEY" => Some("sk-team-b".to_string()),
+        "OPERATOR_KEY" => Some("sk-operator".to_string()),
+        _ => None,
+    };
+    let (addr, gateway) = serve(&toml, keys).await;
+    let chat = json!({"model": "small", "messages": [{"role": "user", "content": "hi"}]});
+    for id in ["a-1", "a-2", "a-3"] {
+        assert_eq!(
+            post(addr, "/v1/chat/completions", id, chat.clone()).await,
+            200
+        );
+    }
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .bearer_auth("sk-team-b")
+        .header("x-request-id", "b-1")
+        .json(&chat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = r.bytes().await;
+
+    // Right after their answers: found all the same.
+    let (status, v) = feedback(
+        addr,
+        Some("sk-team-a"),
+        json!({"request_id": "a-1", "outcome": "right", "source": "ci"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"object": "feedback", "request_id": "a-1", "outcome": "right", "score": 1.0,
+               "source": "ci"})
+    );
+    let (status, _) = feedback(
+        addr,
+        Some("sk-team-a"),
+        json!({"request_id": "a-2", "outcome": 0.25}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = feedback(
+        addr,
+        Some("sk-team-a"),
+        json!({"request_id": "a-3", "outcome": "wrong"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // Graded again: the latest grade is the grade.
+    let (status, _) = feedback(
+        addr,
+        Some("sk-team-a"),
+        json!({"request_id": "a-3", "outcome": "right"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // Another key's request: as unknown as one never made.
+    let (status, v) = feedback(
+        addr,
+        Some("sk-team-a"),
+        json!({"request_id": "b-1", "outcome": "wrong"}),
+    )
+    .await;
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(v["error"]["code"], "request_not_found", "{v}");
+    let (status, v) = feedback(
+        addr,
+        Some("sk-team-a"),
+        json!({"request_id": "never", "outcome": "wrong"}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (404, Some("request_not_found"))
+    );
+    // The operator grades any request.
+    let (status, _) = feedback(
+        addr,
+        Some("sk-operator"),
+        json!({"request_id": "b-1", "outcome": "wrong"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // A bad body names its field; no key or a wrong one is refused.
+    let (status, v) = feedback(
+        addr,
+        Some("sk-team-a"),
+        json!({"request_id": "a-1", "outcome": 2}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (400, Some("outcome")),
+        "{v}"
+    );
+    let (status, v) = feedback(addr, Some("sk-team-a"), json!({"outcome": "right"})).await;
+    assert_eq!(
+        (status, v["error"]["param"].as_str()),
+        (400, Some("request_id")),
+        "{v}"
+    );
+    let (status, _) = feedback(addr, None, json!({"request_id": "a-1", "outcome": "right"})).await;
+    assert_eq!(status, 401);
+    let (status, _) = feedback(
+        addr,
+        Some("sk-nobody"),
+        json!({"request_id": "a-1", "outcome": "right"}),
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    gateway.flush_records().await;
+    let store = Store::connect(url).await.unwrap();
+    let grade = |id: &'static str| {
+        let store = store.clone();
+        async move { store.grade(id).await.unwrap().unwrap() }
+    };
+    let a1 = grade("a-1").await;
+    assert_eq!(
+        (
+            a1.score,
+            a1.outcome.as_str(),
+            a1.source.as_deref(),
+            a1.by.as_str()
+        ),
+        (1.0, "right", Some("ci"), "team-a")
+    );
+    assert_eq!(grade("a-2").await.score, 0.25);
+    assert_eq!(grade("a-3").await.outcome, "right");
+    let b1 = grade("b-1").await;
+    assert_eq!(
+        (b1.outcome.as_str(), b1.by.as_str()),
+        ("wrong", "(operator)")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grades_are_kept_beside_their_records_in_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("records.db").display());
+    grades_kept_beside_their_records(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grades_are_kept_beside_their_records_in_postgres() {
+    let Some(pg) = PostgresServer::start() else {
+        return;
+    };
+    grades_kept_beside_their_records(&pg.url()).await;
+}
+
+/// Without `[records]` a grade has nowhere to go: 501 `no_records`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grade_without_records_is_501() {
+    let upstream = start(TestServer::builder().body(CHAT_OK)).await;
+    let toml = format!(
+        "[[models]]\nname = \"small\"\n{}",
+        fan_out_toml(&upstream.base_url(), "")
+    );
+    let (addr, _gateway) = serve(&toml, |_| None).await;
+    let (status, v) = feedback(addr, None, json!({"request_id": "x", "outcome": "right"})).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (501, Some("no_records")),
+        "{v}"
+    );
+}
