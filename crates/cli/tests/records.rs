@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use choicewise_records::{RecordsQuery, RequestRecord, Store};
+use choicewise_records::{Grade, RecordsQuery, RequestRecord, Store};
 use choicewise_test_support::{PostgresServer, within};
 use choicewise_testserver::TestServer;
 use serde_json::{Value, json};
@@ -677,23 +677,15 @@ async fn replicas_in_one_folder_and_a_kill_9_while_the_database_is_away_lose_at_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Production traffic measured: a gateway records every sample of requests for 4 choices;
-/// `picks record --from-records` writes them as a set, and `picks report` measures each pick
-/// against the vote of all of a request's samples, saying so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_picks_are_measured_on_recorded_traffic() {
-    let dir = folder("from-records");
-    // Six requests of four samples: answers 4, 4, 5, 4 for the first three requests, then
-    // 7, 8, 8, 7 (a tie, 7 drawn first) for the last three.
+/// A gateway recording every sample (`[records] samples = true`, SQLite in `dir`) of model
+/// `m`, asked once per entry of `answers` (`x-request-id: prod-I`) for four choices, one
+/// request at a time: its upstream answers the request's four samples `So it is #### N`, N
+/// the entry's numbers in turn. Stopped by SIGTERM once asked: the records' URL.
+async fn record_answers(dir: &Path, answers: &[[u32; 4]]) -> String {
     let says = |n: u32| {
         TestServer::builder().body(choicewise_testserver::answer(&format!("So it is #### {n}")))
     };
-    let mut samples = Vec::new();
-    for r in 0..6 {
-        let answers = if r < 3 { [4, 4, 5, 4] } else { [7, 8, 8, 7] };
-        samples.extend(answers.map(says));
-    }
-    let mut samples = samples.into_iter();
+    let mut samples = answers.iter().flat_map(|a| a.map(says));
     let first = samples.next().unwrap();
     let upstream = samples.fold(first, choicewise_testserver::TestServerBuilder::then);
     let upstream = upstream.start().await.unwrap();
@@ -704,14 +696,14 @@ async fn the_picks_are_measured_on_recorded_traffic() {
     );
     let port = free_port();
     let (mut child, _log) = serve(
-        &dir,
+        dir,
         "from-records",
         &format!("shutdown_grace_s = 5\n{toml}"),
         port,
     )
     .await;
     let client = reqwest::Client::new();
-    for i in 0..6 {
+    for i in 0..answers.len() {
         // One request at a time: its four samples are the next four answers.
         let r = client
             .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
@@ -729,8 +721,32 @@ async fn the_picks_are_measured_on_recorded_traffic() {
         .unwrap();
     assert!(kill.success());
     within(LIMIT, "the exit", child.wait()).await.unwrap();
+    format!("sqlite://{}", dir.join("records.db").display())
+}
 
-    let url = format!("sqlite://{}", dir.join("records.db").display());
+/// A pick's row of a report.
+fn pick_of(report: &Value, name: &str) -> Value {
+    (report["picks"].as_array().unwrap().iter())
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no pick {name}: {report}"))
+        .clone()
+}
+
+/// What a report measured against the vote says it measured.
+const BY_VOTE: &str = "the vote of all of each item's samples (no answers in the set)";
+
+/// Production traffic measured: a gateway records every sample of requests for 4 choices;
+/// `picks record --from-records` writes them as a set, and `picks report` measures each pick
+/// against the vote of all of a request's samples, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_picks_are_measured_on_recorded_traffic() {
+    let dir = folder("from-records");
+    // Six requests of four samples: answers 4, 4, 5, 4 for the first three requests, then
+    // 7, 8, 8, 7 (a tie, 7 drawn first) for the last three.
+    let answers: Vec<[u32; 4]> = (0..6)
+        .map(|r| if r < 3 { [4, 4, 5, 4] } else { [7, 8, 8, 7] })
+        .collect();
+    let url = record_answers(&dir, &answers).await;
     let set = dir.join("set");
     let (code, _, err) = picks(&[
         "record",
@@ -755,16 +771,11 @@ async fn the_picks_are_measured_on_recorded_traffic() {
     ]);
     assert_eq!(code, 0, "{err}");
     let report: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(
-        report["measured_against"],
-        "the vote of all of each item's samples (no answers in the set)"
-    );
-    let pick = |name: &str| {
-        (report["picks"].as_array().unwrap().iter())
-            .find(|p| p["name"] == name)
-            .unwrap_or_else(|| panic!("no pick {name}: {report}"))
-            .clone()
-    };
+    // No grade: the vote alone, as one report.
+    assert_eq!(report["measured_against"], BY_VOTE);
+    assert_eq!(report["items_graded"], Value::Null);
+    assert_eq!(report["agreement"], Value::Null);
+    let pick = |name: &str| pick_of(&report, name);
     // The vote of all four is the full vote itself, on the gateway and offline alike.
     let vote = pick("vote-4");
     assert_eq!(vote["accuracy"], 1.0, "{vote}");
@@ -806,6 +817,109 @@ async fn the_picks_are_measured_on_recorded_traffic() {
         err.contains("no request of model \"other\" with two samples or more"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Production traffic graded: of twelve recorded requests, six get a grade (written into the
+/// records as `POST /v1/feedback` keeps it); `picks record --from-records` carries them as
+/// the items' grades, and `picks report` measures accuracy on those six and agreement on the
+/// other six, in two reports, never one figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_picks_are_measured_on_graded_traffic_apart_from_the_rest() {
+    let dir = folder("graded");
+    // Requests 0 to 5 say one answer four times (10 + I); requests 6 to 11 say 4, 4, 5, 4
+    // three times, then 7, 8, 8, 7 three times.
+    let answers: Vec<[u32; 4]> = (0..12)
+        .map(|r| match r {
+            0..6 => [10 + r; 4],
+            6..9 => [4, 4, 5, 4],
+            _ => [7, 8, 8, 7],
+        })
+        .collect();
+    let url = record_answers(&dir, &answers).await;
+    // Four graded right, one wrong, one scored 0.8 (right); the latest grade counts.
+    let store = Store::connect(&url).await.unwrap();
+    let grades = [
+        ("prod-0", Grade::new(1.0, "right", "(operator)", T0)),
+        ("prod-1", Grade::new(1.0, "right", "(operator)", T0)),
+        (
+            "prod-2",
+            Grade::new(1.0, "right", "(operator)", T0).source("ci"),
+        ),
+        ("prod-3", Grade::new(0.0, "wrong", "(operator)", T0)),
+        ("prod-3", Grade::new(1.0, "right", "(operator)", T0 + 1)),
+        ("prod-4", Grade::new(0.0, "wrong", "(operator)", T0)),
+        ("prod-5", Grade::new(0.8, "score", "(operator)", T0)),
+    ];
+    for (id, g) in &grades {
+        store.add_grade(id, g).await.unwrap();
+    }
+    store.close().await;
+    let set = dir.join("set");
+    let (code, _, err) = picks(&[
+        "record",
+        "--from-records",
+        &url,
+        "--model",
+        "m",
+        "--out",
+        set.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("6 graded (POST /v1/feedback)"), "{err}");
+    let read = |name: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(set.join(name)).unwrap()).unwrap()
+    };
+    assert_eq!(read("meta.json")["graded_items"], 6);
+    // Each grade speaks of the sample that became the answer's first choice: sample 0.
+    let kept = read("grades.json");
+    assert_eq!(kept.as_object().unwrap().len(), 6, "{kept}");
+    assert_eq!(
+        kept["prod-2"],
+        json!({"sample": 0, "outcome": "right", "score": 1.0, "source": "ci", "by": "(operator)", "at_ms": T0})
+    );
+    assert_eq!(kept["prod-3"]["outcome"], "right", "{kept}");
+    assert_eq!(kept["prod-4"]["score"], 0.0, "{kept}");
+
+    let report_args = ["report", set.to_str().unwrap(), "--answer", r"#### (\d+)"];
+    let (code, out, err) = picks(&[&report_args[..], &["--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["measured_against"], "feedback", "{report}");
+    assert_eq!(report["items_graded"], 6, "{report}");
+    assert_eq!(report["problems"], 6, "{report}");
+    let agreement = &report["agreement"];
+    assert_eq!(agreement["measured_against"], BY_VOTE, "{agreement}");
+    assert_eq!(agreement["problems"], 6, "{agreement}");
+    assert_eq!(agreement["items_graded"], Value::Null, "{agreement}");
+    // On the graded items every pick says the item's one answer: right on the five graded
+    // right, wrong on the one graded wrong, on the gateway and offline alike.
+    for name in ["vote-4", "single"] {
+        let p = pick_of(&report, name);
+        assert_eq!(p["accuracy"], 5.0 / 6.0, "{p}");
+        assert_eq!(p["reference"]["accuracy"], 5.0 / 6.0, "{p}");
+    }
+    assert_eq!(report["majority"]["accuracy"], 5.0 / 6.0, "{report}");
+    // On the others, the vote of all four agrees with itself: the figures are not mixed.
+    let vote = pick_of(agreement, "vote-4");
+    assert_eq!(vote["accuracy"], 1.0, "{vote}");
+    assert_eq!(vote["reference"]["accuracy"], 1.0, "{vote}");
+    assert!(report["recommendation"].is_object(), "{report}");
+    assert!(agreement["recommendation"].is_object(), "{agreement}");
+
+    let (code, out, err) = picks(&report_args);
+    assert_eq!(code, 0, "{err}");
+    let graded = out
+        .find("Graded by feedback (POST /v1/feedback): 6 items: accuracy")
+        .unwrap_or_else(|| panic!("{out}"));
+    let heading = format!(
+        "No answers in {} for its 6 items without a grade",
+        set.display()
+    );
+    let rest = out.find(&heading).unwrap_or_else(|| panic!("{out}"));
+    assert!(graded < rest, "{out}");
+    // The recommendation is the graded items', and says so.
+    assert!(out.contains("% right by feedback"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -7,6 +7,13 @@
 //! of `picks report` knows each item by it. It has no answer: `report` then measures each pick
 //! against the vote of all of the item's samples, and says so.
 //!
+//! A request graded since (`POST /v1/feedback`, [`Store::grade`]: its latest grade) carries
+//! its grade to its item, in `grades.json`: which of the item's samples the grade speaks of
+//! (the one that became the answer's first choice) and its score. `report` measures accuracy
+//! on the graded items and agreement on the rest, apart. A grade whose answer is not among
+//! the samples kept (it failed, was cancelled or empty) cannot be attached: the item is left
+//! ungraded, and counted.
+//!
 //! The records are read one request at a time ([`Store::record_reader`]) and each item is
 //! written as it comes: what the command holds is the request in hand (its samples and their
 //! tokens) and the vocabulary, whatever the number of records. A sample's words are read as
@@ -18,9 +25,9 @@ use std::io::Write;
 use std::path::Path;
 
 use choicewise_picks::traces::{Problem, Sample, TOP_K, TraceSet, write_atomically};
-use choicewise_records::{RecordsQuery, RequestRecord, SampleRecord, Store, parse_since};
+use choicewise_records::{Grade, RecordsQuery, RequestRecord, SampleRecord, Store, parse_since};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 use super::record::{Vocab, logprob_of, push_piece, push_token};
 use crate::Exit;
@@ -129,6 +136,11 @@ struct Exported {
     /// Requests whose samples' texts the gateway cut to its bound (`samples_cut`): their
     /// answers may be cut off.
     cut: usize,
+    /// The items' grades by item name, as `grades.json` holds them.
+    grades: Map<String, Value>,
+    /// Items whose request was graded but whose answer is not among the samples kept: left
+    /// ungraded.
+    unplaced: usize,
 }
 
 /// A sample's log-probabilities are there (a sample without has all its `top_logprobs` zero).
@@ -139,14 +151,38 @@ fn has_logprobs(s: &Sample) -> bool {
             .any(|top| top.iter().any(|&l| l != 0.0))
 }
 
-/// Request `r`'s samples that ended of themselves, as a set's samples: a cancelled one's
-/// text is cut short, a failed one's is not an answer.
+/// A sample that ended of itself with some text: a cancelled one's text is cut short, a
+/// failed one's is not an answer.
+fn kept(s: &SampleRecord) -> bool {
+    !matches!(s.finish.as_str(), "error" | "cancelled")
+        && s.content.as_deref().is_some_and(|c| !c.is_empty())
+}
+
+/// Request `r`'s samples [`kept`], as a set's samples.
 fn ran(r: &RequestRecord, vocab: &mut Vocab) -> Vec<Sample> {
     (r.samples.iter())
-        .filter(|s| !matches!(s.finish.as_str(), "error" | "cancelled"))
-        .filter(|s| s.content.as_deref().is_some_and(|c| !c.is_empty()))
+        .filter(|s| kept(s))
         .map(|s| sample_of(s, vocab))
         .collect()
+}
+
+/// The place, among the samples [`ran`] keeps, of the one that became the answer's first
+/// choice (`output == Some(0)`): the answer a grade of the request speaks of. `None` when it
+/// was not kept, or no sample became it.
+fn answer_place(r: &RequestRecord) -> Option<usize> {
+    (r.samples.iter().filter(|s| kept(s))).position(|s| s.output == Some(0))
+}
+
+/// A grade as `grades.json` keeps it, of the item's sample `sample`.
+fn grade_json(sample: usize, g: &Grade) -> Value {
+    json!({
+        "sample": sample,
+        "outcome": g.outcome,
+        "score": g.score,
+        "source": g.source,
+        "by": g.by,
+        "at_ms": g.at_ms,
+    })
 }
 
 /// Writes the request `request_id`'s samples as the next item of `dir`.
@@ -206,6 +242,8 @@ pub(super) async fn run(
         requests: 0,
         single: 0,
         cut: 0,
+        grades: Map::new(),
+        unplaced: 0,
     };
     let exported: Result<(), Exit> = async {
         while let Some(r) = reader.next().await.map_err(|e| Exit::from(e.to_string()))? {
@@ -219,9 +257,18 @@ pub(super) async fn run(
                 out.single += 1;
                 continue;
             }
+            let place = answer_place(&r);
             // Its texts are read: only their tokens are kept while the item is written.
             let request_id = r.request_id.clone();
             drop(r);
+            let graded = (store.grade(&request_id).await).map_err(|e| Exit::from(e.to_string()))?;
+            match (graded, place) {
+                (Some(g), Some(k)) => {
+                    out.grades.insert(request_id.clone(), grade_json(k, &g));
+                }
+                (Some(_), None) => out.unplaced += 1,
+                (None, _) => {}
+            }
             write_item(dir, request_id, samples, &mut out)?;
         }
         Ok(())
@@ -277,9 +324,20 @@ pub(super) async fn run(
         "logprobs": out.logprobs,
         "requests_cut_left_out": out.cut,
         "rows_left_out": skipped.count,
-        "answers": "none: production traffic has no known answer; picks report measures each pick against the vote of all of an item's samples",
+        "answers": "none: production traffic has no known answer; picks report measures each pick against the grades where there are (grades.json) and against the vote of all of an item's samples elsewhere",
+        "graded_items": out.grades.len(),
+        "graded_answer_not_among_samples": out.unplaced,
+        "grades": "grades.json: per graded item's name, the latest grade of its request (POST /v1/feedback): `sample`, the item's sample it speaks of (the answer's first choice), `outcome`, `score` (1 right, 0 wrong), `source`, `by`, `at_ms`",
         "problem_ids": "the item's number (from 0); item_ids: the request's x-request-id, which is also its prompt",
     });
+    let graded = out.grades.len();
+    write_atomically(
+        &dir.join("grades.json"),
+        serde_json::to_string_pretty(&Value::Object(std::mem::take(&mut out.grades)))
+            .unwrap_or_default()
+            .as_bytes(),
+    )
+    .map_err(|e| e.to_string())?;
     write_atomically(
         &dir.join("meta.json"),
         serde_json::to_string_pretty(&meta)
@@ -289,7 +347,7 @@ pub(super) async fn run(
     .map_err(|e| e.to_string())?;
     let _ = writeln!(
         stderr,
-        "{} requests of {model:?} with several samples written to {} ({} samples{}); {} with fewer left out{}",
+        "{} requests of {model:?} with several samples written to {} ({} samples{}); {} with fewer left out{}, {graded} graded (POST /v1/feedback){}",
         out.items,
         dir.display(),
         out.samples,
@@ -302,6 +360,12 @@ pub(super) async fn run(
         match out.cut {
             0 => String::new(),
             n => format!(", {n} with their texts cut to the record's bound"),
+        },
+        match out.unplaced {
+            0 => String::new(),
+            n => format!(
+                ", {n} graded but their answer not among the samples (failed, cancelled or empty): left ungraded"
+            ),
         }
     );
     Ok(())
@@ -346,5 +410,37 @@ mod tests {
         assert_eq!(vocab.tokens[4..], [" 2"]);
         assert_eq!(sample.tokens, [1, 4]);
         assert!(!has_logprobs(&sample));
+    }
+
+    #[test]
+    fn a_grade_speaks_of_the_kept_sample_that_became_the_first_choice() {
+        let sample = |n: i64, finish: &str, content: &str, output: Option<i64>| {
+            let mut s = SampleRecord::new(n, finish);
+            s.content = (!content.is_empty()).then(|| content.to_string());
+            s.output = output;
+            s
+        };
+        let mut r = RequestRecord::new(0, "req", "m");
+        r.samples = vec![
+            sample(0, "error", "", None),
+            sample(1, "stop", "a", Some(1)),
+            sample(2, "cancelled", "cut sh", None),
+            sample(3, "stop", "b", Some(0)),
+        ];
+        // Sample 3 is the second of those kept.
+        assert_eq!(answer_place(&r), Some(1));
+        // Its first choice failed, or had no text: the grade has no sample to go to.
+        r.samples[3].finish = "error".into();
+        assert_eq!(answer_place(&r), None);
+        r.samples[3] = sample(3, "stop", "", Some(0));
+        assert_eq!(answer_place(&r), None);
+        // No sample became an output (a record from before they were kept).
+        r.samples[3] = sample(3, "stop", "b", None);
+        assert_eq!(answer_place(&r), None);
+        let g = Grade::new(0.75, "score", "team-a", 7).source("ci");
+        assert_eq!(
+            grade_json(2, &g),
+            json!({"sample": 2, "outcome": "score", "score": 0.75, "source": "ci", "by": "team-a", "at_ms": 7})
+        );
     }
 }

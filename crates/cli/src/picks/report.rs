@@ -1,18 +1,25 @@
 //! `choicewise picks report DIR --answer REGEX`: the set replayed through the gateway, in this
 //! process: the trace upstream and the gateway on 127.0.0.1, every problem asked once per
 //! pick, as `choicewise-bench picks` does.
+//!
+//! A set without answers (`record --from-records`) is measured against the grades its items
+//! carry from production (`grades.json`) where they have one, and against the vote of all of
+//! each item's samples elsewhere: two reports, each replayed on its own items, never one
+//! figure over both.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use choicewise_picks::reference::majority;
 use choicewise_picks::traces::TraceSet;
 use choicewise_picks::{
-    AnswerRule, Asker, Offline, Prefer, Results, Rule, SETTINGS, gateway_config, offline,
-    picks_for, recommend, upstream, vote_curve,
+    AnswerRule, Asker, Offline, Prefer, Recommendation, Results, Rule, SETTINGS, Verdict,
+    gateway_config, offline, picks_for, recommend, upstream, vote_curve,
 };
 use clap::Args;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Exit;
@@ -232,6 +239,110 @@ async fn start_gateway(upstream: &str) -> Result<(String, tokio::task::JoinHandl
     Ok((format!("http://{addr}"), task))
 }
 
+/// What a report's items are measured against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Against {
+    /// Their answers, or the grades of `--grade`.
+    Answers,
+    /// Their grades from production (`grades.json`, `POST /v1/feedback`).
+    Feedback,
+    /// The vote of all of each item's samples (no answer, no grade).
+    Vote,
+}
+
+impl Against {
+    /// The word for what an accuracy measures.
+    fn measured(self) -> &'static str {
+        match self {
+            Against::Answers => "right",
+            Against::Feedback => "right by feedback",
+            Against::Vote => "agreement",
+        }
+    }
+}
+
+/// What `measured_against` says of a set measured against the vote of its samples.
+const BY_VOTE: &str = "the vote of all of each item's samples (no answers in the set)";
+
+/// An item's grade as `picks record --from-records` writes it to `grades.json`: the item's
+/// sample it speaks of (the answer's first choice), and its score (1 right, 0 wrong).
+#[derive(Debug, Deserialize)]
+struct ItemGrade {
+    sample: usize,
+    score: f64,
+}
+
+/// A score from this up counts right.
+const RIGHT_FROM: f64 = 0.5;
+
+/// The grades of `DIR/grades.json` by item name: none when there is no such file.
+fn read_grades(dir: &Path) -> Result<HashMap<String, ItemGrade>, Exit> {
+    let path = dir.join("grades.json");
+    let bad = |e: &dyn std::fmt::Display| Exit {
+        message: format!("{}: {e}", path.display()),
+        code: 2,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| bad(&e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HashMap::new()),
+        Err(e) => Err(bad(&e)),
+    }
+}
+
+/// The grades given to a set's items ([`apply_grades`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Graded {
+    /// Items graded right, and wrong.
+    right: usize,
+    wrong: usize,
+    /// Items graded right whose graded sample has no answer `--answer` reads: no pick
+    /// counts right on them.
+    unread: usize,
+}
+
+/// Gives each item with a grade in `grades` its [`graded`] answers: the vote key of the
+/// sample the grade speaks of when its score is [`RIGHT_FROM`] or more, none when less (a
+/// pick that answers otherwise on an item graded wrong counts wrong: a lower bound). The
+/// others are left as they are. A grade of a sample the item does not have is an error.
+///
+/// [`graded`]: choicewise_picks::traces::Problem::graded
+fn apply_grades(set: &mut TraceSet, grades: &HashMap<String, ItemGrade>) -> Result<Graded, String> {
+    let mut counts = Graded::default();
+    for p in &mut set.problems {
+        let Some(g) = p.name.as_deref().and_then(|name| grades.get(name)) else {
+            continue;
+        };
+        let Some(sample) = p.samples.get(g.sample) else {
+            return Err(format!(
+                "grades.json: item {:?} has {} samples, not a sample {} (grades of another set?)",
+                p.name.as_deref().unwrap_or_default(),
+                p.samples.len(),
+                g.sample
+            ));
+        };
+        let mut right = std::collections::BTreeSet::new();
+        if g.score >= RIGHT_FROM {
+            counts.right += 1;
+            if sample.answer.is_empty() {
+                counts.unread += 1;
+            } else {
+                right.insert(sample.answer.clone());
+            }
+        } else {
+            counts.wrong += 1;
+        }
+        p.graded = Some(right);
+    }
+    Ok(counts)
+}
+
+/// One part of a report: its items, what they are measured against, then its figures.
+struct Report {
+    against: Against,
+    out: Value,
+    recommendation: Option<Recommendation>,
+}
+
 pub async fn run(args: ReportArgs) -> Result<(), Exit> {
     let rule = AnswerRule::pattern(&args.answer)
         .map_err(|e| format!("--answer {:?}: {e}", args.answer))?;
@@ -258,54 +369,259 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
             code: 2,
         });
     }
-    // A set without answers (production traffic: `record --from-records`) is measured
-    // against the vote of all of each item's samples.
-    let agreement = args.grade.is_none() && set.problems.iter().all(|p| p.answer.is_empty());
-    if agreement {
-        for p in &mut set.problems {
-            // The set's plurality rule (ties to the answer drawn first), as its reference.
-            let vote = majority(p.samples.iter().map(|s| s.answer.as_str()));
-            p.graded = Some((!vote.is_empty()).then_some(vote).into_iter().collect());
-        }
+    if set.problems.iter().any(|p| p.samples.is_empty()) {
+        return Err(format!("{}: a problem has no sample", args.dir.display()).into());
     }
+    let logprobs = has_logprobs(&args, &set);
+    let pace = match args.recorded_pace {
+        true => Some(recorded_pace(&set).ok_or_else(|| Exit {
+            message: format!(
+                "--recorded-pace: {} has no sample's times (recorded before they were kept, or not by choicewise picks record)",
+                args.dir.display()
+            ),
+            code: 2,
+        })?),
+        false => None,
+    };
+    let times_recorded = pace.is_some() || recorded_pace(&set).is_some();
+    // The parts measured apart: a set without answers (production traffic: `record
+    // --from-records`) is measured against its grades from production where it has them,
+    // and against the vote of all of each item's samples elsewhere; never in one figure.
+    let mut parts: Vec<(Against, TraceSet)> = Vec::new();
+    let mut graded = Graded::default();
     if let Some(cmd) = &args.grade {
         grade(&mut set, cmd).await?;
+        parts.push((Against::Answers, set));
+    } else if set.problems.iter().all(|p| p.answer.is_empty()) {
+        let grades = read_grades(&args.dir)?;
+        graded = apply_grades(&mut set, &grades).map_err(|message| Exit { message, code: 2 })?;
+        let (with, without): (Vec<_>, Vec<_>) =
+            (set.problems.into_iter()).partition(|p| p.graded.is_some());
+        let subset = |problems| TraceSet {
+            vocab: set.vocab.clone(),
+            eos: set.eos,
+            problems,
+        };
+        if !with.is_empty() {
+            parts.push((Against::Feedback, subset(with)));
+        }
+        if !without.is_empty() {
+            let mut rest = subset(without);
+            for p in &mut rest.problems {
+                // The set's plurality rule (ties to the answer drawn first), as its reference.
+                let vote = majority(p.samples.iter().map(|s| s.answer.as_str()));
+                p.graded = Some((!vote.is_empty()).then_some(vote).into_iter().collect());
+            }
+            parts.push((Against::Vote, rest));
+        }
+    } else {
+        parts.push((Against::Answers, set));
     }
+    let split = parts.len() > 1;
+    let mut reports = Vec::new();
+    for (against, part) in parts {
+        if split && !args.json {
+            eprintln!(
+                "{} ({} items):",
+                match against {
+                    Against::Feedback => "Graded by feedback",
+                    _ => "Without a grade",
+                },
+                part.problems.len()
+            );
+        }
+        let (mut out, recommendation) =
+            measure(&args, &rule, part, logprobs, pace.as_ref()).await?;
+        match against {
+            Against::Answers => {}
+            Against::Feedback => {
+                out["measured_against"] = json!("feedback");
+                out["items_graded"] = out["problems"].clone();
+                out["items_graded_right"] = json!(graded.right);
+                if graded.unread > 0 {
+                    out["items_graded_right_unread"] = json!(graded.unread);
+                }
+            }
+            Against::Vote => out["measured_against"] = json!(BY_VOTE),
+        }
+        reports.push(Report {
+            against,
+            out,
+            recommendation,
+        });
+    }
+    let first = &reports[0];
+    if let Some(path) = &args.plot {
+        choicewise_picks::plot::picks(&first.out, path)
+            .map_err(|e| format!("the plot not written to {}: {e}", path.display()))?;
+        if !args.json {
+            eprintln!("plot: {}", path.display());
+        }
+    }
+    if args.json {
+        // The graded items' report, with the others' whole beside it.
+        let mut reports = reports.into_iter();
+        let mut out = reports.next().map(|r| r.out).unwrap_or_default();
+        if let Some(rest) = reports.next() {
+            out["agreement"] = rest.out;
+        }
+        println!("{out}");
+        return Ok(());
+    }
+    for (i, r) in reports.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        let samples = &r.out["samples"];
+        match r.against {
+            Against::Answers => {}
+            Against::Feedback => println!(
+                "Graded by feedback (POST /v1/feedback): {} items: accuracy ({} graded right, {} graded wrong; a pick answering otherwise on an item graded wrong counts wrong, so each accuracy is a lower bound).\n",
+                r.out["problems"], graded.right, graded.wrong
+            ),
+            Against::Vote => println!(
+                "No answers in {}{}: each pick's \"accuracy\" below is its agreement with the vote of all of an item's samples ({samples} or more), not a right answer.\n",
+                args.dir.display(),
+                match split {
+                    true => format!(" for its {} items without a grade", r.out["problems"]),
+                    false => String::new(),
+                }
+            ),
+        }
+        choicewise_picks::print_table(&r.out);
+    }
+    match &pace {
+        Some(r) => println!(
+            "\nReplayed at the recorded pace ({} samples' medians: first token after {:.0} ms, then {:.1} ms a token): the answer times are your server's.",
+            r.samples,
+            r.first_token.as_secs_f64() * 1000.0,
+            r.token.as_secs_f64() * 1000.0
+        ),
+        None if times_recorded => println!(
+            "\nThe answer times are the replay's ({} ms a token); --recorded-pace replays at your server's recorded pace.",
+            args.token_ms
+        ),
+        None => {}
+    }
+    if matched < all {
+        println!("\n--answer matched {matched} of the {all} samples: the others have no answer.");
+    }
+    if graded.unread > 0 {
+        println!(
+            "\n{} of the items graded right have no answer --answer reads in the sample graded: no pick counts right on them.",
+            graded.unread
+        );
+    }
+    if !logprobs {
+        println!("\nNo log-probabilities recorded: no confidence picks.");
+    } else {
+        for r in &reports {
+            let of = match (split, r.against) {
+                (false, _) => "",
+                (true, Against::Feedback) => "The graded items: ",
+                (true, _) => "The items without a grade: ",
+            };
+            println!("\n{of}{}", separation_line(&r.out["separation"]));
+        }
+    }
+    // The graded items' recommendation, when there are: they say what is right.
+    let Report {
+        against,
+        out,
+        recommendation,
+    } = &reports[0];
+    let measured = against.measured();
+    match recommendation {
+        Some(Recommendation {
+            pick,
+            accuracy,
+            verdict:
+                Verdict::Undecided {
+                    versus,
+                    difference,
+                    interval,
+                    items_needed,
+                },
+            ..
+        }) => {
+            println!(
+                "\nNo recommendation: {pick} ({:.2}% {measured}) cannot be told apart from {versus} on {} items (the difference {:+.2} points, 95% interval [{:+.2}, {:+.2}]); {}.",
+                100.0 * accuracy,
+                out["problems"],
+                100.0 * difference,
+                100.0 * interval.0,
+                100.0 * interval.1,
+                match items_needed {
+                    Some(n) => format!("about {n} items would tell them apart"),
+                    None => "they tie".to_string(),
+                }
+            );
+        }
+        Some(r) => {
+            println!(
+                "\nRecommendation: {} ({:.2}% {measured}, {:.2}x the tokens of single): {}.",
+                r.pick,
+                100.0 * r.accuracy,
+                r.tokens_vs_single,
+                recommendation_rule(&args)?.describe()
+            );
+            if r.config.is_empty() {
+                println!("It needs no configuration: one sample, a plain request.");
+            } else {
+                println!(
+                    "To deploy it, put this in the model's [[models]] entry of choicewise serve's configuration:\n\n{}",
+                    r.config
+                );
+            }
+        }
+        None => println!("\nNo recommendation: no pick could be replayed."),
+    }
+    Ok(())
+}
+
+/// The rule the recommendation follows (`--prefer`, `--within`).
+fn recommendation_rule(args: &ReportArgs) -> Result<Rule, Exit> {
+    Ok(Rule {
+        prefer: args.prefer.parse::<Prefer>()?,
+        within: args.within,
+    })
+}
+
+/// `set` replayed through the gateway, in this process (its own trace upstream and gateway),
+/// every problem once per pick: the figures (`summary`'s object, with the report's own
+/// keys and `recommendation`), and the recommendation.
+async fn measure(
+    args: &ReportArgs,
+    rule: &AnswerRule,
+    set: TraceSet,
+    logprobs: bool,
+    pace: Option<&Pace>,
+) -> Result<(Value, Option<Recommendation>), Exit> {
     let samples = (set.problems.iter())
         .map(|p| p.samples.len())
         .min()
         .unwrap_or(0);
-    if samples == 0 {
-        return Err(format!("{}: a problem has no sample", args.dir.display()).into());
-    }
-    let logprobs = has_logprobs(&args, &set);
+    let all: usize = set.problems.iter().map(|p| p.samples.len()).sum();
+    let matched = (set.problems.iter().flat_map(|p| &p.samples))
+        .filter(|s| !s.answer.is_empty())
+        .count();
     let (picks, settings) = picks_for(&SETTINGS, samples, logprobs);
     let offline_figures: Vec<Offline> = (picks.iter())
         .map(|p| offline(&set, p, &p.settings(&settings)))
         .collect();
     let curve = vote_curve(&set, samples);
     let set = Arc::new(set);
-    let (up, paced) = match args.recorded_pace {
-        false => {
+    let up = match pace {
+        None => {
             let pace = Duration::from_secs_f64(args.token_ms.max(0.0) / 1000.0);
-            (upstream::start(set.clone(), pace)?, None)
+            upstream::start(set.clone(), pace)?
         }
-        true => {
-            let Some(r) = recorded_pace(&set) else {
-                return Err(Exit {
-                    message: format!(
-                        "--recorded-pace: {} has no sample's times (recorded before they were kept, or not by choicewise picks record)",
-                        args.dir.display()
-                    ),
-                    code: 2,
-                });
-            };
+        Some(r) => {
             let slow = upstream::Slow {
                 first_token: r.first_token,
                 every: 1,
             };
-            let up = upstream::start_slow(set.clone(), r.token, slow, r.token)?;
-            (up, Some(r))
+            upstream::start_slow(set.clone(), r.token, slow, r.token)?
         }
     };
     let (gateway, gateway_task) = start_gateway(&up.url).await?;
@@ -318,7 +634,7 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         gateway,
         model: "fanout".into(),
         concurrency: args.concurrency,
-        rule,
+        rule: rule.clone(),
         vote_by: args.answer.clone(),
     };
     let mut figures = Vec::new();
@@ -351,118 +667,84 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         curve: &curve,
         runs: &runs,
     });
-    out["token_ms"] = json!(
-        paced
-            .as_ref()
-            .map_or(args.token_ms, |r| r.token.as_secs_f64() * 1000.0)
-    );
-    if let Some(r) = &paced {
+    out["token_ms"] = json!(pace.map_or(args.token_ms, |r| r.token.as_secs_f64() * 1000.0));
+    if let Some(r) = pace {
         out["recorded_pace"] = json!({
             "token_ms": r.token.as_secs_f64() * 1000.0,
             "first_token_ms": r.first_token.as_secs_f64() * 1000.0,
             "samples": r.samples,
         });
     }
-    if agreement {
-        out["measured_against"] =
-            json!("the vote of all of each item's samples (no answers in the set)");
-    }
     out["concurrency"] = json!(args.concurrency);
     out["upstream_n"] = json!("fan-out");
     out["logprobs"] = json!(logprobs);
     out["answers_matched"] = json!({"samples": matched, "of": all});
-    let rule = Rule {
-        prefer: args.prefer.parse::<Prefer>()?,
-        within: args.within,
-    };
-    let recommendation = recommend(&out, &rule);
+    let recommendation = recommend(&out, &recommendation_rule(args)?);
     out["recommendation"] = recommendation.as_ref().map_or(Value::Null, |r| r.to_json());
     // The upstream's thread is joined off the runtime's workers.
     tokio::task::spawn_blocking(move || drop(up)).await.ok();
-    if let Some(path) = &args.plot {
-        choicewise_picks::plot::picks(&out, path)
-            .map_err(|e| format!("the plot not written to {}: {e}", path.display()))?;
-        if !args.json {
-            eprintln!("plot: {}", path.display());
+    Ok((out, recommendation))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use choicewise_picks::traces::{Problem, Sample};
+
+    fn item(name: &str, answers: &[&str]) -> Problem {
+        Problem {
+            name: Some(name.into()),
+            samples: (answers.iter())
+                .map(|a| Sample {
+                    answer: a.to_string(),
+                    ..Sample::default()
+                })
+                .collect(),
+            ..Problem::default()
         }
     }
-    if args.json {
-        println!("{out}");
-        return Ok(());
-    }
-    if agreement {
-        println!(
-            "No answers in {}: each pick's \"accuracy\" below is its agreement with the vote of all of an item's samples ({samples} or more), not a right answer.\n",
-            args.dir.display()
-        );
-    }
-    choicewise_picks::print_table(&out);
-    match &paced {
-        Some(r) => println!(
-            "\nReplayed at the recorded pace ({} samples' medians: first token after {:.0} ms, then {:.1} ms a token): the answer times are your server's.",
-            r.samples,
-            r.first_token.as_secs_f64() * 1000.0,
-            r.token.as_secs_f64() * 1000.0
-        ),
-        None if recorded_pace(&set).is_some() => println!(
-            "\nThe answer times are the replay's ({} ms a token); --recorded-pace replays at your server's recorded pace.",
-            args.token_ms
-        ),
-        None => {}
-    }
-    if matched < all {
-        println!("\n--answer matched {matched} of the {all} samples: the others have no answer.");
-    }
-    if !logprobs {
-        println!("\nNo log-probabilities recorded: no confidence picks.");
-    } else {
-        println!("\n{}", separation_line(&out["separation"]));
-    }
-    let measured = if agreement { "agreement" } else { "right" };
-    match recommendation {
-        Some(choicewise_picks::Recommendation {
-            pick,
-            accuracy,
-            verdict:
-                choicewise_picks::Verdict::Undecided {
-                    versus,
-                    difference,
-                    interval,
-                    items_needed,
-                },
-            ..
-        }) => {
-            println!(
-                "\nNo recommendation: {pick} ({:.2}% {measured}) cannot be told apart from {versus} on {} items (the difference {:+.2} points, 95% interval [{:+.2}, {:+.2}]); {}.",
-                100.0 * accuracy,
-                out["problems"],
-                100.0 * difference,
-                100.0 * interval.0,
-                100.0 * interval.1,
-                match items_needed {
-                    Some(n) => format!("about {n} items would tell them apart"),
-                    None => "they tie".to_string(),
-                }
-            );
-        }
-        Some(r) => {
-            println!(
-                "\nRecommendation: {} ({:.2}% {measured}, {:.2}x the tokens of single): {}.",
-                r.pick,
-                100.0 * r.accuracy,
-                r.tokens_vs_single,
-                rule.describe()
-            );
-            if r.config.is_empty() {
-                println!("It needs no configuration: one sample, a plain request.");
-            } else {
-                println!(
-                    "To deploy it, put this in the model's [[models]] entry of choicewise serve's configuration:\n\n{}",
-                    r.config
-                );
+
+    #[test]
+    fn a_grade_makes_its_samples_answer_right_or_none() {
+        let mut set = TraceSet {
+            problems: vec![
+                item("right", &["4", "5"]),
+                item("wrong", &["4", "5"]),
+                item("scored", &["4", "5"]),
+                item("unread", &["", "5"]),
+                item("ungraded", &["4", "5"]),
+            ],
+            ..TraceSet::default()
+        };
+        let grades: HashMap<String, ItemGrade> = serde_json::from_value(json!({
+            "right": {"sample": 1, "outcome": "right", "score": 1.0, "source": null},
+            "wrong": {"sample": 0, "outcome": "wrong", "score": 0.0, "source": "ci"},
+            "scored": {"sample": 0, "outcome": "score", "score": 0.5, "source": null},
+            "unread": {"sample": 0, "outcome": "right", "score": 1.0, "source": null},
+            "elsewhere": {"sample": 0, "outcome": "right", "score": 1.0, "source": null},
+        }))
+        .unwrap();
+        let counts = apply_grades(&mut set, &grades).unwrap();
+        assert_eq!(
+            counts,
+            Graded {
+                right: 3,
+                wrong: 1,
+                unread: 1
             }
-        }
-        None => println!("\nNo recommendation: no pick could be replayed."),
+        );
+        let graded: Vec<_> = set.problems.iter().map(|p| p.graded.clone()).collect();
+        let keys = |k: &[&str]| Some(k.iter().map(|k| k.to_string()).collect());
+        assert_eq!(
+            graded,
+            [keys(&["5"]), keys(&[]), keys(&["4"]), keys(&[]), None]
+        );
+        // Item "wrong": a pick answering 5 counts wrong too, a lower bound.
+        assert!(!set.problems[1].is_right("5") && !set.problems[1].is_right("4"));
+        // A sample the item does not have: grades of another set.
+        let grades: HashMap<String, ItemGrade> =
+            serde_json::from_value(json!({"right": {"sample": 2, "score": 1.0}})).unwrap();
+        let e = apply_grades(&mut set, &grades).unwrap_err();
+        assert!(e.contains("not a sample 2"), "{e}");
     }
-    Ok(())
 }
