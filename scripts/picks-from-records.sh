@@ -4,7 +4,9 @@
 # of 8 (`vote_by = "#### (\d+)"`) to N held-out problems asked as a client would (with
 # `logprobs: true`); then `choicewise picks record --from-records` exports the recorded
 # samples and `choicewise picks report` measures every pick against the vote of all of a
-# request's samples, replayed through a gateway of its own and beside the offline reference.
+# request's samples, replayed through a gateway of its own and beside the offline reference;
+# three in five requests are graded over `POST /v1/feedback` (by the fixture's answers), and
+# the report measures accuracy on those apart from agreement on the rest.
 #
 #   eval "$(scripts/llama-server.sh start)"
 #   scripts/picks-from-records.sh [N]            # N problems (default 20) of the fixture
@@ -49,8 +51,9 @@ grep -q 'listening on' "$work/serve.log" || { cat "$work/serve.log" >&2; exit 1;
 
 # The traffic: each problem once, as a client of the gateway would ask it.
 python3 - "$port" "$n" <<'PY'
-import json, sys, urllib.request
+import json, re, sys, urllib.request
 port, n = int(sys.argv[1]), int(sys.argv[2])
+graded = 0
 problems = json.load(open("tests/fixtures/arith-set-a-50.json"))["problems"][:n]
 for p in problems:
     body = {"model": "arith", "messages": [{"role": "user", "content": p["prompt"]}],
@@ -61,7 +64,20 @@ for p in problems:
         "x-request-id": f"arith-{p['id']}"})
     with urllib.request.urlopen(req, timeout=600) as r:
         assert r.status == 200, r.status
-print(f"{len(problems)} requests answered by the vote of 8", file=sys.stderr)
+        answer = json.load(r)
+    # Three in five graded from production, as a test suite would: right or wrong by the
+    # known answer (POST /v1/feedback); the rest measured against the vote of all samples.
+    if graded < 3 * len(problems) // 5:
+        said = re.search(r"#### (\d+)", answer["choices"][0]["message"]["content"] or "")
+        outcome = "right" if said and said.group(1) == str(p["answer"]) else "wrong"
+        grade = urllib.request.Request(f"http://127.0.0.1:{port}/v1/feedback",
+            data=json.dumps({"request_id": f"arith-{p['id']}", "outcome": outcome,
+                             "source": "the fixture's answers"}).encode(),
+            headers={"content-type": "application/json"})
+        with urllib.request.urlopen(grade, timeout=30) as r:
+            assert r.status == 200, r.status
+        graded += 1
+print(f"{len(problems)} requests answered by the vote of 8, {graded} graded", file=sys.stderr)
 PY
 kill -TERM "$gateway"
 wait "$gateway" || true
@@ -70,6 +86,7 @@ trap - EXIT
 "$bin" usage --records "sqlite://$work/records.db" --by model
 "$bin" picks record --from-records "sqlite://$work/records.db" --model arith --out "$work/set"
 "$bin" picks report "$work/set" --answer '#### (\d+)' | tee "$work/report.txt"
-grep -q '^No answers in ' "$work/report.txt"
+grep -q '^Graded by feedback (POST /v1/feedback): ' "$work/report.txt"
+grep -q 'items without a grade' "$work/report.txt"
 # A recommendation, or an honest "cannot be told apart" on so few items.
 grep -qE '^(Recommendation: |No recommendation: .* cannot be told apart)' "$work/report.txt"
