@@ -9,7 +9,9 @@
 //! confidence = its lowest group confidence (the mean over all its tokens when it is shorter
 //! than one window); the threshold = a percentile of the warmup's confidences (linear, as
 //! NumPy's default); each later sample stops at the first full window below it; the vote is
-//! weighted by confidence (`top_k`) or its exponential (`sampled`); sampling stops once the leader holds `consensus` of the weight.
+//! weighted by confidence (`top_k`) or its exponential (`sampled`); sampling stops once the
+//! leader holds `consensus` of the weight and, as in the gateway, [`MIN_VOTES`] votes (one
+//! vote is no majority: DeepConf's code stops on it).
 //!
 //! The other picks are simulated as the replay runs them: every vote counts on the gateway's
 //! own ballot ([`Ballot`]: most votes, then the key whose first voter finished earliest), in
@@ -424,7 +426,8 @@ pub fn deepconf(problem: &Problem, c: &DeepConf) -> Outcome {
     }
     let mut started = warmup;
     for (i, s) in samples.iter().enumerate().skip(warmup) {
-        if ballot.reaches(c.consensus) {
+        let leads = ballot.leader().is_some_and(|l| l.votes >= MIN_VOTES);
+        if ballot.reaches(c.consensus) && leads {
             break;
         }
         started += 1;
@@ -571,31 +574,33 @@ mod tests {
     #[test]
     fn deepconf_stops_unsure_samples_and_sampling_at_consensus() {
         // Warmup of 2 (confidences 5 and 1, threshold at keep 0.5 = 3): only the sure one
-        // votes; it holds all the weight, so nothing more starts.
+        // votes; it holds all the weight, but one vote is no majority: one more sample runs,
+        // agrees, and nothing more starts.
         let mut samples = vec![sample("2", 8, true, 5.0), sample("3", 8, true, 1.0)];
+        samples.push(sample("2", 8, true, 5.0));
         samples.extend((0..4).map(|_| sample("3", 8, true, 5.0)));
         let c = DeepConf {
             measure: Measure::TopK,
             warmup: 2,
             keep: 0.5,
             group_tokens: 4,
-            max_samples: 6,
+            max_samples: 7,
             consensus: 0.95,
         };
         let o = deepconf(&problem(samples.clone()), &c);
-        assert_eq!((o.answer.as_str(), o.tokens, o.samples), ("2", 16, 2));
+        assert_eq!((o.answer.as_str(), o.tokens, o.samples), ("2", 24, 3));
         // Without the stop, the four sure samples of "3" outvote it; an unsure later sample
         // is stopped after its first full window.
         samples.push(sample("2", 8, true, 1.0));
         let c = DeepConf {
             consensus: 2.0,
-            max_samples: 7,
+            max_samples: 8,
             ..c
         };
         let o = deepconf(&problem(samples), &c);
         assert_eq!(
             (o.answer.as_str(), o.tokens, o.samples),
-            ("3", 16 + 32 + 4, 7)
+            ("3", 24 + 32 + 4, 8)
         );
     }
 }

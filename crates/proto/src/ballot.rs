@@ -354,6 +354,41 @@ impl Ballot {
     pub fn reaches(&self, consensus: f64) -> bool {
         self.share().is_some_and(|s| s >= consensus)
     }
+
+    /// The fewest votes more, each weighing at most `max_weight`, after which the vote could
+    /// be decided: its leader holding `min_votes` votes and `consensus` of the weight (0 when
+    /// it is; `usize::MAX` when no number of votes could make it). A windowed vote starts no
+    /// more samples at once than this: the ones beyond it would run after a stop that
+    /// sampling one at a time would have made.
+    ///
+    /// ```
+    /// let mut ballot = choicewise_proto::Ballot::new();
+    /// assert_eq!(ballot.fewest_to_decide(0.95, 2, 1.0), 2); // two votes of one key
+    /// ballot.add("a", 0.9, 0);
+    /// assert_eq!(ballot.fewest_to_decide(0.95, 2, 1.0), 1); // all the weight: one vote more
+    /// ballot.add("b", 0.5, 1);
+    /// // (0.9 + k) / (1.4 + k) >= 0.95 from k = 8.6: nine votes of weight 1.
+    /// assert_eq!(ballot.fewest_to_decide(0.95, 2, 1.0), 9);
+    /// assert_eq!(ballot.fewest_to_decide(1.0, 2, 1.0), usize::MAX);
+    /// ```
+    pub fn fewest_to_decide(&self, consensus: f64, min_votes: usize, max_weight: f64) -> usize {
+        let (weight, votes) = self.leader().map_or((0.0, 0), |l| (l.weight, l.votes));
+        let for_votes = min_votes.saturating_sub(votes);
+        let short = consensus * self.total() - weight;
+        let for_weight = if short <= 0.0 {
+            0
+        } else if consensus >= 1.0 || max_weight <= 0.0 || max_weight.is_nan() {
+            usize::MAX
+        } else {
+            let k = (short / ((1.0 - consensus) * max_weight)).ceil();
+            if k.is_finite() && k < usize::MAX as f64 {
+                k as usize
+            } else {
+                usize::MAX
+            }
+        };
+        for_votes.max(for_weight)
+    }
 }
 
 #[cfg(test)]

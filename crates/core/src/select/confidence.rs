@@ -400,7 +400,13 @@ pub(crate) async fn vote_confident(
                     Some(w) => {
                         let started = completions.started() as u32;
                         if (0..started).all(|i| counted.contains_key(&i)) {
-                            start(w.max(1), &mut batches);
+                            // No more at once than the fewest votes that could decide: a
+                            // sample beyond them would run after the stop that sampling one
+                            // at a time makes (DeepConf's schedule, the reference's), and
+                            // cost its tokens for nothing.
+                            let fewest = (ballot.ballot)
+                                .fewest_to_decide(consensus, min_votes, ballot.max_weight());
+                            start(w.max(1).min(fewest.max(1)), &mut batches);
                         }
                     }
                     None => {}
@@ -502,6 +508,8 @@ struct Weighing {
     ballot: Ballot,
     voters: HashMap<String, Vec<u32>>,
     threshold: Option<f64>,
+    /// The most a vote has weighed (by any sample's confidence, voting or not).
+    heaviest: f64,
     /// Index, key, confidence, place in the finish order.
     waiting: Vec<(u32, String, f64, u64)>,
 }
@@ -513,11 +521,22 @@ impl Weighing {
             ballot: Ballot::new(),
             voters: HashMap::new(),
             threshold: None,
+            heaviest: 0.0,
             waiting: Vec::new(),
         }
     }
 
+    /// The most one more vote may weigh: `exp` of a log-probability's mean is at most 1;
+    /// a `top_k` confidence has no bound, and the heaviest seen stands for it.
+    fn max_weight(&self) -> f64 {
+        match self.measure {
+            Measure::Sampled => 1.0,
+            _ => self.heaviest,
+        }
+    }
+
     fn cast(&mut self, index: u32, key: String, confidence: f64, place: u64) {
+        self.heaviest = self.heaviest.max(self.measure.weight(confidence));
         match self.threshold {
             None => self.waiting.push((index, key, confidence, place)),
             Some(s) if confidence >= s => {

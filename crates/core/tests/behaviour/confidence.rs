@@ -635,3 +635,31 @@ async fn the_sampled_measure_reads_each_tokens_own_logprob() {
     let why = report(&top_k).unavailable().unwrap();
     assert!(why.contains("top log-probabilities"), "{why}");
 }
+
+/// A window starts no more samples than the fewest votes that could decide: after the
+/// warmup one sample holds all the weight but one vote is no majority (`min_votes(2)`), so
+/// one sample starts, not the window of 4, and the vote is decided when it agrees: the
+/// samples DeepConf's one-at-a-time schedule runs, no more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_starts_no_more_samples_than_could_decide() {
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let log = started.clone();
+    let completions = Completions::builder().samples(16, move |k| {
+        log.lock().unwrap().push(k);
+        match k {
+            1 => sampled("9", &[-2.0, -2.0, -2.0, -2.0]), // below the threshold: no vote
+            _ => sampled("7", &[-0.1, -0.1, -0.1, -0.1]),
+        }
+    });
+    let options = Confidence::new().warmup(2).group_tokens(2).keep(0.5);
+    let selection = within(
+        SETTLED,
+        "the vote",
+        (completions.vote(answer_of).window(4).min_votes(2)).confidence(options),
+    )
+    .await;
+    assert_eq!(*started.lock().unwrap(), [0, 1, 2]);
+    assert_eq!(selection.windows, [vec![0, 1], vec![2]]);
+    assert_eq!(crate::common::ascending(&selection.selected), [0, 2]);
+    assert!(selection.cancelled.is_empty(), "{:?}", selection.cancelled);
+}
