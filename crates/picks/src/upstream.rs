@@ -9,7 +9,9 @@
 //!   next `n` numbers (native `n` and fan-out alike). Past the recorded samples: 400.
 //! - Each sample's tokens are paced, one content event per token `pace` apart (choice after
 //!   choice in one request, at the same tick), on a clock of the problem's run (its first
-//!   request's arrival) as [`schedule`](crate::schedule) says: a sample starts at the tick of
+//!   request's arrival) as [`schedule`](crate::schedule) says, and never sooner than `pace`
+//!   a token from when its stream began (a sample started after held finishes does not
+//!   burst to catch the clock up): a sample starts at the tick of
 //!   the problem's latest finish (0 before any), and the problem's samples finish one a tick,
 //!   in the order of (due tick, sample number), at least [`FINISH_GAP`] apart in real time; so the
 //!   order the gateway reads their finishes in is a function of their lengths and numbers
@@ -255,6 +257,13 @@ pub fn start_slow(
                 let app = axum::Router::new()
                     .route("/v1/chat/completions", post(chat))
                     .with_state(up);
+                // As a model server's (uvicorn's, vLLM's): each token's event leaves at once,
+                // not held by Nagle's algorithm for the gateway's delayed ACK (40 ms, some
+                // 40 tokens at the replay's pace, which a stop would then count).
+                use axum::serve::ListenerExt;
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(async {
                         let _ = stopped.await;
@@ -448,9 +457,17 @@ fn sse(
         };
         let mut done = vec![false; n];
         let mut tick = start;
+        // A sample's tokens come a pace apart from when its stream began, whatever the
+        // run's clock says: the finishes held [`FINISH_GAP`] apart put that clock behind real
+        // time, and a sample started late would otherwise send its tokens in one burst, so
+        // that a stop for low confidence (which a model server's pace leaves a gateway time
+        // to make token by token) would come after tokens it never asked for.
+        let began = tokio::time::Instant::now();
         while done.iter().any(|d| !d) {
             tick += 1;
-            tokio::time::sleep_until(origin + up.pace * tick as u32).await;
+            let on_clock = origin + up.pace * tick as u32;
+            let paced = began + up.pace * (tick - start) as u32;
+            tokio::time::sleep_until(on_clock.max(paced)).await;
             let mut out = String::new();
             let mut sent = 0u64;
             for (i, s) in samples.iter().enumerate() {
