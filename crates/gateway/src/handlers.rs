@@ -144,3 +144,34 @@ pub(crate) async fn metrics_text(
     )
         .into_response()
 }
+
+/// `POST /v1/models/{model}:{method}`: Gemini's method on Google's v1 paths, served as on
+/// v1beta's (google-genai without `api_version` asks there); a `POST` of a model without a
+/// method is a 405 saying so (`Allow: GET`).
+pub(crate) async fn v1_model_method(
+    state: State<Gateway>,
+    request: axum::extract::Request,
+) -> Response {
+    let path = request.uri().path().to_string();
+    if crate::api::gemini::v1_method(&path) {
+        return crate::route::answer::<crate::api::gemini::Gemini>(state, request).await;
+    }
+    let e = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        format!(
+            "POST {path}: a model is read with GET; a Gemini model's method is POST \
+             /v1/models/{{model}}:generateContent, :streamGenerateContent or :countTokens"
+        ),
+    )
+    .code("method_not_allowed");
+    let warnings = &state.0.inner.admission.warnings;
+    if let Some(left_out) = warnings.allow("post_of_a_model", std::time::Instant::now()) {
+        tracing::warn!(route = %path, left_out, "a POST of a model without a method (405)");
+    }
+    let mut response = e.into_response();
+    response
+        .headers_mut()
+        .insert(header::ALLOW, axum::http::HeaderValue::from_static("GET"));
+    response
+}

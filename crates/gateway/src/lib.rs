@@ -168,7 +168,14 @@ impl Gateway {
             )
             .route("/v1/models", get(handlers::list_models))
             .route("/v1/key", get(admin::own))
-            .route("/v1/models/{id}", get(handlers::one_model))
+            .route(
+                "/v1/models/{id}",
+                get(handlers::one_model).merge(
+                    post(handlers::v1_model_method)
+                        .layer(slots())
+                        .fallback(layers::post_only),
+                ),
+            )
             .route_layer(from_fn_with_state(gw.inner.admission.clone(), layers::auth));
         // A client whose base URL already ends in `/v1` and adds `/v1` itself (Claude Code
         // given `.../v1`) asks `/v1/v1/...`: served as `/v1/...`, the operator told once.

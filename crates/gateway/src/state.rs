@@ -218,6 +218,7 @@ impl Gateway {
                     unsent: Arc::new(unsent::Unsent::new(config.limits.unsent_cap(high))),
                     allowed_origins: config.allowed_origins.clone(),
                     listening: std::sync::OnceLock::new(),
+                    warnings: crate::upstream::resilience::Warnings::default(),
                 }),
                 quota,
                 models: Arc::new(models),

@@ -192,6 +192,20 @@ pub(crate) async fn browsers(
         return next.run(request).await;
     }
     if let Err(e) = keyless_checks(&gate, request.method(), request.headers()) {
+        // Said in the log (a client that cannot reach the gateway may not say why), at
+        // most once a while.
+        if let Some(left_out) = gate
+            .warnings
+            .allow("keyless_refused", std::time::Instant::now())
+        {
+            tracing::warn!(
+                route = %request.uri().path(),
+                status = e.status.as_u16(),
+                left_out,
+                "a request refused without [auth]: {}",
+                e.message
+            );
+        }
         return shaped(api_of(request.uri().path()), e);
     }
     next.run(request).await

@@ -33,4 +33,6 @@ pub(crate) struct Admission {
     pub(crate) allowed_origins: Vec<String>,
     /// The address the gateway listens on, once it does: a keyless gateway's own `Host`.
     pub(crate) listening: OnceLock<SocketAddr>,
+    /// The refusals of the layers and routes, logged at most once a while each kind.
+    pub(crate) warnings: crate::upstream::resilience::Warnings,
 }

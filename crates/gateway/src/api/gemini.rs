@@ -69,6 +69,17 @@ const PREFIX: &str = "/v1beta/";
 /// Where the models' methods are: `/v1beta/models/{model}:{method}`.
 const MODELS: &str = "/v1beta/models/";
 
+/// Where Google serves them too, as v1 (google-genai asks there without `api_version`):
+/// `/v1/models/{model}:{method}`, served as v1beta's.
+pub(crate) const V1_MODELS: &str = "/v1/models/";
+
+/// Whether `path` is a model's method under Gemini's v1 paths (a `:` after the model): the
+/// OpenAI API's `/v1/models/{id}` names a model without one.
+pub(crate) fn v1_method(path: &str) -> bool {
+    path.strip_prefix(V1_MODELS)
+        .is_some_and(|t| t.contains(':'))
+}
+
 /// Google's Gemini API: a request translated onto Chat Completions, every candidate
 /// (`candidateCount`, the request's `n`) answered as `GenerateContentResponse` records or one
 /// object, errors in Google's shape.
@@ -103,7 +114,7 @@ impl ClientApi for Gemini {
     type Framing = GeminiFraming;
 
     fn owns(path: &str) -> bool {
-        path.starts_with(PREFIX)
+        path.starts_with(PREFIX) || v1_method(path)
     }
 
     fn asks(path: &str) -> Asks {
@@ -223,7 +234,7 @@ fn target(path: &str) -> Result<(&str, Method), ApiError> {
             ),
         )
     };
-    let Some(target) = path.strip_prefix(MODELS) else {
+    let Some(target) = (path.strip_prefix(MODELS)).or_else(|| path.strip_prefix(V1_MODELS)) else {
         return Err(not_found(format!("{path} is not a model's method")));
     };
     let Some((model, method)) = target.rsplit_once(':') else {

@@ -710,3 +710,67 @@ async fn the_models_are_listed_in_googles_model_shape() {
     )
     .await;
 }
+
+/// Google serves its API as v1 too, and google-genai without `api_version` asks there:
+/// `POST /v1/models/{model}:{method}` is served as v1beta's (streamed, whole, counted), its
+/// errors in Google's shape; a `POST` of a model without a method is a 405 that says what
+/// to send (`Allow: GET`), and the OpenAI API's `GET /v1/models/{id}` is as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn googles_v1_paths_are_served_as_v1beta() {
+    let gw = gateway().await;
+    let v1 = |target: &str, body: &Value| {
+        reqwest::Client::new()
+            .post(format!("http://{}/v1/models/{target}", gw.addr))
+            .header("x-goog-api-key", KEY)
+            .json(body)
+            .send()
+    };
+    let body = asking("count", json!({"candidateCount": 3, "maxOutputTokens": 50}));
+    let response = v1("three:streamGenerateContent?alt=sse", &body)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let got_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(got_type, "text/event-stream");
+    let records = records(&got_type, &response.text().await.unwrap());
+    assert_eq!(assembled(&records), expected_three(), "{records:?}");
+    let response = v1("three:generateContent", &body).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let whole: Value = response.json().await.unwrap();
+    assert_eq!(
+        whole["candidates"].as_array().map(Vec::len),
+        Some(3),
+        "{whole}"
+    );
+    let response = v1("three:countTokens", &json!({"contents": body["contents"]}))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let counted: Value = response.json().await.unwrap();
+    assert!(counted["totalTokens"].as_u64().unwrap() > 0, "{counted}");
+    google_error(
+        v1("three:summarize", &body).await.unwrap(),
+        404,
+        "NOT_FOUND",
+        "summarize",
+    )
+    .await;
+    let response = v1("three", &body).await.unwrap();
+    assert_eq!(response.status(), 405);
+    assert_eq!(response.headers()["allow"], "GET");
+    let refused: Value = response.json().await.unwrap();
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains(":generateContent"), "{refused}");
+    let response = reqwest::Client::new()
+        .get(format!("http://{}/v1/models/three", gw.addr))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let model: Value = response.json().await.unwrap();
+    assert_eq!(model["id"], "three", "{model}");
+}

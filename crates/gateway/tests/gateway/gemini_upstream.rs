@@ -88,7 +88,9 @@ async fn chunks(response: reqwest::Response) -> Vec<Value> {
 async fn a_chat_client_streams_three_candidates_of_one_request() {
     let upstream = gemini(three()).await;
     let addr = gateway(&upstream).await;
-    let body = json!({"model": "m", "n": 3, "stream": true, "temperature": 0.7,
+    // `top_k` (no OpenAI field, but what Gemini CLI's `topK` is read into) goes to Gemini as
+    // `topK`.
+    let body = json!({"model": "m", "n": 3, "stream": true, "temperature": 0.7, "top_k": 40,
         "max_tokens": 50, "stream_options": {"include_usage": true},
         "messages": [{"role": "system", "content": "Answer with a number."},
             {"role": "user", "content": "6 times 7?"}]});
@@ -142,7 +144,7 @@ async fn a_chat_client_streams_three_candidates_of_one_request() {
     let json = sent.json.as_ref().unwrap();
     assert_eq!(
         json["generationConfig"],
-        json!({"candidateCount": 3, "temperature": 0.7, "maxOutputTokens": 50})
+        json!({"candidateCount": 3, "temperature": 0.7, "topK": 40, "maxOutputTokens": 50})
     );
     assert_eq!(
         json["systemInstruction"]["parts"][0]["text"],

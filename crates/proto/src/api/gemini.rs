@@ -39,10 +39,15 @@ pub(crate) fn request(body: &Map<String, Value>) -> Result<Value, String> {
         let at = |name: &str| format!("{key} (Gemini's generationConfig.{name})");
         match key.as_str() {
             "messages" | "tools" | "tool_choice" | "max_tokens" | "max_completion_tokens" => {}
-            "temperature" | "top_p" | "seed" | "presence_penalty" | "frequency_penalty" => {
+            "temperature" | "top_p" | "top_k" | "seed" | "presence_penalty"
+            | "frequency_penalty" => {
+                // `top_k` is no OpenAI field, but servers of the Chat API take it (vLLM,
+                // llama.cpp) and Gemini CLI always sends Gemini's `topK`, which the gateway
+                // reads into it.
                 let name = match key.as_str() {
                     "temperature" => "temperature",
                     "top_p" => "topP",
+                    "top_k" => "topK",
                     "seed" => "seed",
                     "presence_penalty" => "presencePenalty",
                     _ => "frequencyPenalty",
@@ -481,7 +486,7 @@ mod tests {
     #[test]
     fn a_chat_request_is_written_as_gemini_s() {
         let out = write(json!({
-            "model": "m", "stream": true, "n": 3, "temperature": 0.5, "top_p": 0.9,
+            "model": "m", "stream": true, "n": 3, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
             "max_tokens": 100, "stop": "END", "stream_options": {"include_usage": true},
             "messages": [
                 {"role": "system", "content": "Be brief."},
@@ -532,8 +537,8 @@ mod tests {
         );
         assert_eq!(
             out["generationConfig"],
-            json!({"candidateCount": 3, "temperature": 0.5, "topP": 0.9, "maxOutputTokens": 100,
-                "stopSequences": ["END"]})
+            json!({"candidateCount": 3, "temperature": 0.5, "topP": 0.9, "topK": 40,
+                "maxOutputTokens": 100, "stopSequences": ["END"]})
         );
         assert_eq!(
             out["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"]["additionalProperties"],
