@@ -196,3 +196,41 @@ async fn an_upstreams_absurd_usage_neither_wraps_nor_panics() {
         .sum();
     assert_eq!(prompt, 3 * 4 * CAP, "{m}");
 }
+
+/// A request refused without `[auth]` (a Host not this gateway's: a DNS-rebound name) is
+/// said in the log, naming the route and why, at most once a second however many come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyless_refusal_is_logged_once_a_while() {
+    let lines = lines();
+    let server = start(TestServer::builder()).await;
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n{}",
+        fan_out_toml(&server.base_url(), "")
+    );
+    let (addr, _) = serve(&toml, no_env).await;
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..20 {
+        let r = reqwest::Client::new()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .header("host", "rebound.example")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403);
+    }
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let said: Vec<&str> = (text.lines())
+        .filter(|l| l.contains("refused without [auth]") && l.contains("rebound.example"))
+        .collect();
+    assert!(
+        (1..=2).contains(&said.len()),
+        "{} lines:\n{text}",
+        said.len()
+    );
+    assert!(
+        said[0].contains("route=/v1/chat/completions") && said[0].contains("status=403"),
+        "{}",
+        said[0]
+    );
+}
