@@ -207,11 +207,17 @@ fn function_calls_are_whole_calls_and_stop_means_tool_calls() {
             )
         })
         .collect();
+    // Ids made unique to the response (`responseId` r1, candidate 1): the next turn's first
+    // call is not this one's.
     assert_eq!(
         calls,
         [
-            ("call_0", "weather", r#"{"city":"Paris","units":["C"]}"#),
-            ("call_1__thought__CiQB", "time", "{}")
+            (
+                "call_r1_1_0",
+                "weather",
+                r#"{"city":"Paris","units":["C"]}"#
+            ),
+            ("call_r1_1_1__thought__CiQB", "time", "{}")
         ]
     );
 }

@@ -157,14 +157,22 @@ impl Candidates {
                     }
                 },
             };
-            let update = self.candidate(index, candidate, line, offset);
+            let response = str_at(data, &["responseId"]);
+            let update = self.candidate(index, candidate, response, (line, offset));
             out.updates.push((index, update));
         }
         Ok(out)
     }
 
-    /// One candidate of a record as its choice's update.
-    fn candidate(&mut self, index: u32, candidate: &Value, line: u64, offset: u64) -> ChoiceUpdate {
+    /// One candidate of a record (of the response `response`, its `responseId`) as its
+    /// choice's update.
+    fn candidate(
+        &mut self,
+        index: u32,
+        candidate: &Value,
+        response: Option<&str>,
+        (line, offset): (u64, u64),
+    ) -> ChoiceUpdate {
         let mut update = ChoiceUpdate {
             line,
             offset,
@@ -186,8 +194,18 @@ impl Candidates {
             if let Some(call) = part.get("functionCall") {
                 let k = *calls;
                 *calls += 1;
-                let mut id = match str_at(call, &["id"]) {
-                    Some(id) if !id.is_empty() => id.to_string(),
+                // Gemini's calls have no id (or one only some models send): one is made,
+                // unique to the response (its `responseId`), so that a call of the next turn
+                // is never taken for this one by a client that keys calls by id.
+                let mut id = match (str_at(call, &["id"]), response) {
+                    (Some(id), _) if !id.is_empty() => id.to_string(),
+                    (_, Some(response)) => {
+                        let response: String = (response.chars())
+                            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                            .take(64)
+                            .collect();
+                        format!("call_{response}_{index}_{k}")
+                    }
                     _ => format!("call_{k}"),
                 };
                 // The call's thought signature, which Gemini wants back with the call in
