@@ -268,3 +268,19 @@ fn a_stream_cut_before_every_finish_is_truncated() {
     .unwrap_err();
     assert_eq!(wrong.error.kind(), ErrorKind::Dialect);
 }
+
+/// Proto3's JSON may write an integer as a string: a candidate's `"index": "1"` is
+/// candidate 1; an index that is no number fails naming the line, not as "index -1" of a
+/// number it never was.
+#[test]
+fn a_candidate_index_written_as_a_string_is_read() {
+    let records = [
+        json!({"candidates": [{"index": "1", "content": {"parts": [{"text": "B"}]}, "finishReason": "STOP"},
+            {"index": 0, "content": {"parts": [{"text": "A"}]}, "finishReason": "STOP"}]}),
+    ];
+    let done = read(None, &records).unwrap();
+    let texts: Vec<_> = (done.choices.iter())
+        .map(|c| (c.index, c.message.content.clone()))
+        .collect();
+    assert_eq!(texts, [(0, Some("A".into())), (1, Some("B".into()))]);
+}

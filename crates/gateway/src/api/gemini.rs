@@ -157,8 +157,9 @@ impl ClientApi for Gemini {
     ) -> Result<Read<GeminiReply>, Box<Refused>> {
         let (model, method) = target(head.uri.path()).map_err(|e| Refused::new(e, None))?;
         let stream = method == Method::Stream;
-        let sse = stream && alt_sse(head.uri.query());
         let asked = Some(model.to_string());
+        let sse =
+            stream && alt_sse(head.uri.query()).map_err(|e| Refused::new(e, asked.clone()))?;
         let body = super::parse_body(bytes).map_err(|e| Refused::new(e, asked.clone()))?;
         let read = request::to_chat(&body, model, stream, limits.max_n)
             .map_err(|e| Refused::new(e, asked.clone()))?;
@@ -267,9 +268,27 @@ fn model_entry(name: &str) -> Value {
     })
 }
 
-/// Whether a query asks for server-sent events (`alt=sse`).
-fn alt_sse(query: Option<&str>) -> bool {
-    query.is_some_and(|q| q.split('&').any(|pair| pair == "alt=sse"))
+/// Whether a query asks for server-sent events (`alt=sse`; `alt=json`, or none, is the JSON
+/// array); another `alt` (Google's `proto`, a typo) is a 400 naming it, rather than JSON the
+/// client did not ask for.
+fn alt_sse(query: Option<&str>) -> Result<bool, ApiError> {
+    let mut sse = false;
+    for value in
+        (query.into_iter().flat_map(|q| q.split('&'))).filter_map(|p| p.strip_prefix("alt="))
+    {
+        match value {
+            "sse" => sse = true,
+            "json" => sse = false,
+            other => {
+                let shown: String = other.chars().take(32).collect();
+                return Err(ApiError::invalid(format!(
+                    "alt={shown} is not served: alt=sse (server-sent events) or alt=json"
+                ))
+                .param("alt"));
+            }
+        }
+    }
+    Ok(sse)
 }
 
 /// A Chat Completions request's refusal said in the Gemini request's terms: its `n` is the

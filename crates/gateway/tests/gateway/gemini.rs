@@ -774,3 +774,21 @@ async fn googles_v1_paths_are_served_as_v1beta() {
     let model: Value = response.json().await.unwrap();
     assert_eq!(model["id"], "three", "{model}");
 }
+
+/// `alt` is `sse` or `json`: another value is a 400 naming it, not JSON the client did not
+/// ask for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_alt_is_refused_naming_it() {
+    let gw = gateway().await;
+    let body = asking("count", json!({"candidateCount": 3}));
+    let json = post(gw.addr, "three:streamGenerateContent?alt=json", &body).await;
+    assert_eq!(json.status(), 200);
+    assert_eq!(json.headers()["content-type"], "application/json");
+    google_error(
+        post(gw.addr, "three:streamGenerateContent?alt=proto", &body).await,
+        400,
+        "INVALID_ARGUMENT",
+        "alt=proto",
+    )
+    .await;
+}

@@ -145,17 +145,27 @@ impl Candidates {
             _ => &[],
         };
         for candidate in candidates {
+            // Proto3's JSON may write an integer as a string ("1"): read either.
             let index = match candidate.get("index") {
                 None | Some(Value::Null) => 0,
-                Some(i) => match i.as_u64().and_then(|i| u32::try_from(i).ok()) {
-                    Some(i) => i,
-                    None => {
-                        return Err(Error::from(crate::error::ErrorDetail::InvalidChoiceIndex {
-                            index: i.as_i64().unwrap_or(-1),
-                            line,
-                        }));
+                Some(i) => {
+                    let read = match i {
+                        Value::String(s) => s.trim().parse::<u64>().ok(),
+                        _ => i.as_u64(),
+                    };
+                    match read.and_then(|i| u32::try_from(i).ok()) {
+                        Some(i) => i,
+                        None => {
+                            let index = match i {
+                                Value::String(s) => s.trim().parse::<i64>().unwrap_or(-1),
+                                _ => i.as_i64().unwrap_or(-1),
+                            };
+                            return Err(Error::from(
+                                crate::error::ErrorDetail::InvalidChoiceIndex { index, line },
+                            ));
+                        }
                     }
-                },
+                }
             };
             let response = str_at(data, &["responseId"]);
             let update = self.candidate(index, candidate, response, (line, offset));
