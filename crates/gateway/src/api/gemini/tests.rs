@@ -278,8 +278,20 @@ fn the_path_names_the_model_and_the_method() {
             .status,
         StatusCode::BAD_REQUEST
     );
-    assert!(alt_sse(Some("key=k&alt=sse")) && !alt_sse(Some("alt=json")) && !alt_sse(None));
+    assert_eq!(alt_sse(Some("key=k&alt=sse")).ok(), Some(true));
+    assert_eq!(alt_sse(Some("alt=json")).ok(), Some(false));
+    assert_eq!(alt_sse(None).ok(), Some(false));
+    let refused = alt_sse(Some("alt=proto")).unwrap_err();
+    assert_eq!(refused.param.as_deref(), Some("alt"), "{}", refused.message);
     assert!(Gemini::owns("/v1beta/models/m:generateContent") && !Gemini::owns("/v1/messages"));
+    // Google's v1 paths: a model's method, not the OpenAI API's model.
+    assert!(Gemini::owns("/v1/models/m:generateContent") && !Gemini::owns("/v1/models/m"));
+    assert_eq!(
+        target("/v1/models/m:streamGenerateContent")
+            .map(|(m, _)| m.to_string())
+            .ok(),
+        Some("m".to_string())
+    );
 }
 
 #[test]
