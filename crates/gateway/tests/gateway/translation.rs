@@ -334,17 +334,24 @@ async fn malformed_input_gets_one_answer_over_every_upstream_api() {
 
 /// A sample's broken call (arguments that are not JSON) sent back in a client's history, as
 /// Codex and the Chat clients do after a vote answered one: passed on to every upstream API,
-/// its text kept (an Anthropic `input` must be an object: `{"raw_arguments": TEXT}`), never
-/// refused.
+/// its text kept (an Anthropic `input` and a Gemini `args` must be objects:
+/// `{"raw_arguments": TEXT}`), never refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_call_in_the_history_is_passed_on_to_every_upstream_api() {
     let broken = r#"{"cmd": "ls"#;
     let quoted = serde_json::to_string(broken).unwrap();
     let mut failed = Vec::new();
-    for api in ["chat", "anthropic", "responses"] {
-        let upstream = start(TestServer::builder().body(upstream_answer(api))).await;
+    for api in ["chat", "anthropic", "responses", "gemini"] {
+        let (answer, base) = match api {
+            "gemini" => (
+                "data: {\"candidates\": [{\"index\": 0, \"content\": {\"role\": \"model\", \"parts\": [{\"text\": \"ok\"}]}, \"finishReason\": \"STOP\"}]}\n\n".to_string(),
+                "beta",
+            ),
+            _ => (upstream_answer(api), ""),
+        };
+        let upstream = start(TestServer::builder().body(answer)).await;
         let toml = format!(
-            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}\"\nmodel = \"up\"\n",
+            "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{}{base}\"\nmodel = \"up\"\n",
             upstream.base_url()
         );
         let (addr, _) = serve(&toml, no_env).await;
@@ -369,6 +376,10 @@ async fn a_broken_call_in_the_history_is_passed_on_to_every_upstream_api() {
                         == serde_json::json!({"raw_arguments": broken})
                 }
                 "chat" => body["messages"][1]["tool_calls"][0]["function"]["arguments"] == broken,
+                "gemini" => {
+                    body["contents"][1]["parts"][0]["functionCall"]["args"]
+                        == serde_json::json!({"raw_arguments": broken})
+                }
                 _ => body["input"][1]["arguments"] == broken,
             });
             if status != 200 || !kept {

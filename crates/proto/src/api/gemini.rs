@@ -323,14 +323,16 @@ impl Contents {
                         .as_str()
                         .ok_or_else(|| format!("{at}.name is missing"))?;
                     let text = call["function"]["arguments"].as_str().unwrap_or("{}");
+                    // Arguments that are no JSON object (a sample's broken call, sent back
+                    // in the history) are passed on under `raw_arguments`, as to Anthropic:
+                    // the turn goes on rather than being refused.
                     let args: Value = match text.trim() {
                         "" => json!({}),
-                        text => serde_json::from_str(text)
-                            .map_err(|e| format!("{at}.arguments are not JSON: {e}"))?,
+                        text => match serde_json::from_str::<Value>(text) {
+                            Ok(args @ Value::Object(_)) => args,
+                            _ => json!({"raw_arguments": text}),
+                        },
                     };
-                    if !args.is_object() {
-                        return Err(not_an_object(&at));
-                    }
                     let mut part = json!({"functionCall": {"name": name, "args": args}});
                     // A Gemini call's thought signature, kept in its id by the reader.
                     if let Some(signature) = self.call(call["id"].as_str(), name) {
@@ -374,11 +376,6 @@ impl Contents {
             text
         })
     }
-}
-
-/// The error of a call (`at`) whose arguments are JSON but not an object.
-fn not_an_object(at: &str) -> String {
-    format!("{at}.arguments must be a JSON object for the gemini API")
 }
 
 /// The error of message `at` whose role (`role`, empty when none) Gemini has no turn for.
@@ -563,15 +560,18 @@ mod tests {
             e.starts_with("messages[0]: tool_call_id \"x\" answers no"),
             "{e}"
         );
-        let e = write(
-            json!({"messages": [{"role": "assistant", "tool_calls": [{"id": "a",
-            "function": {"name": "w", "arguments": "[1]"}}]}]}),
-        )
-        .unwrap_err();
-        assert!(
-            e.contains("messages[0].tool_calls[0].function.arguments must be a JSON object"),
-            "{e}"
-        );
+        // A broken call in the history (arguments no JSON object) is passed on, not refused.
+        for (arguments, passed) in [("[1]", "[1]"), ("{\"path\": \"a.rs", "{\"path\": \"a.rs")] {
+            let out = write(
+                json!({"messages": [{"role": "assistant", "tool_calls": [{"id": "a",
+                "function": {"name": "w", "arguments": arguments}}]}]}),
+            )
+            .unwrap();
+            assert_eq!(
+                out["contents"][0]["parts"][0]["functionCall"]["args"],
+                json!({"raw_arguments": passed})
+            );
+        }
         let e = write(json!({"messages": "hi"})).unwrap_err();
         assert_eq!(e, "\"messages\" must be an array, not a string");
         let e = write(json!({"n": 0})).unwrap_err();

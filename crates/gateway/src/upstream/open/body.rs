@@ -449,6 +449,12 @@ mod tests {
             json!({"messages": null}),
             json!({"tools": tools}),
             json!({}),
+            // Broken calls sent back in a history: passed on under `raw_arguments`, alike.
+            json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "w", "arguments": "{\"c\": \"Par"}},
+                {"id": "b", "type": "function", "function": {"name": "w", "arguments": " [1, 2] "}},
+                {"id": "c", "type": "function", "function": {"name": "w", "arguments": "\"é\\n\""}}]},
+                {"role": "tool", "tool_call_id": "a", "content": "?"}]}),
             // Refused alike: a field Gemini has no place for, a message it cannot take, a
             // tool it cannot take, a tool choice it cannot read, a limit that is no count.
             json!({"messages": messages, "logprobs": true}),
@@ -481,7 +487,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(compared, 14);
+        assert_eq!(compared, 16);
         // The samples are its candidates, the limit set its room unless the client set one.
         let base = split_object(&bytes::Bytes::from(json!({"max_tokens": 5}).to_string())).unwrap();
         let text = translated_body(Dialect::Gemini, "up", &base, None, (4, Some(9000))).unwrap();

@@ -17,7 +17,7 @@ use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::{Contents, not_an_object, unknown_role};
+use super::{Contents, unknown_role};
 use crate::api::MessagesError;
 use crate::api::messages::{LARGE, ListText};
 
@@ -352,7 +352,7 @@ fn assistant(
             out.put(br#"{"functionCall":{"args":"#);
             // Arguments that are not a string are none, as the tree reads them.
             match arguments.filter(|a| a.get().starts_with('"')) {
-                Some(a) => write_arguments(a.get(), &at, out)?,
+                Some(a) => write_arguments(a.get(), out)?,
                 None => out.put(b"{}"),
             }
             out.put(br#","name":"#);
@@ -376,8 +376,10 @@ fn assistant(
 
 /// A call's `arguments` (`literal`, a JSON string) written as its `args`: unescaped and
 /// compacted straight into the list and checked there to be a JSON object (whitespace alone
-/// is `{}`); else read as the tree reads them (trimmed, then parsed), for its error.
-fn write_arguments(literal: &str, at: &str, out: &mut ListText<'_>) -> Result<(), String> {
+/// is `{}`); else read as the tree reads them (trimmed, then parsed). Arguments that are no
+/// JSON object (a sample's broken call, sent back in the history) are passed on under
+/// `raw_arguments`, as the tree writes them.
+fn write_arguments(literal: &str, out: &mut ListText<'_>) -> Result<(), String> {
     let start = out.out.len();
     if out.put_unescaped_compact(literal) {
         match out.out.get(start) {
@@ -385,7 +387,8 @@ fn write_arguments(literal: &str, at: &str, out: &mut ListText<'_>) -> Result<()
             Some(b'{') => {}
             Some(_) => {
                 out.out.truncate(start);
-                return Err(not_an_object(at));
+                let text: Cow<'_, str> = serde_json::from_str(literal).map_err(not_json)?;
+                out.put(json!({"raw_arguments": text.trim()}).to_string().as_bytes());
             }
         }
         return Ok(());
@@ -394,14 +397,10 @@ fn write_arguments(literal: &str, at: &str, out: &mut ListText<'_>) -> Result<()
     let text: Cow<'_, str> = serde_json::from_str(literal).map_err(not_json)?;
     match text.trim() {
         "" => out.put(b"{}"),
-        trimmed => {
-            serde_json::from_str::<IgnoredAny>(trimmed)
-                .map_err(|e| format!("{at}.arguments are not JSON: {e}"))?;
-            if !trimmed.starts_with('{') {
-                return Err(not_an_object(at));
-            }
-            out.put_compact(trimmed);
-        }
+        trimmed => match serde_json::from_str::<IgnoredAny>(trimmed) {
+            Ok(_) if trimmed.starts_with('{') => out.put_compact(trimmed),
+            _ => out.put(json!({"raw_arguments": trimmed}).to_string().as_bytes()),
+        },
     }
     Ok(())
 }
