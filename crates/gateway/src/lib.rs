@@ -192,10 +192,13 @@ impl Gateway {
                 );
         }
         router
-            // A client's key or the operator's: checked by the route itself.
+            // A client's key or the operator's: checked by the route itself. A slot held
+            // as any request's (a grade may wait a second for its record).
             .route(
                 "/v1/feedback",
-                post(feedback::give).fallback(layers::post_only),
+                post(feedback::give)
+                    .layer(slots())
+                    .fallback(layers::post_only),
             )
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(handlers::metrics_text))

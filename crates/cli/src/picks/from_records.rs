@@ -27,7 +27,7 @@ use std::path::Path;
 use choicewise_picks::traces::{Problem, Sample, TOP_K, TraceSet, write_atomically};
 use choicewise_records::{Grade, RecordsQuery, RequestRecord, SampleRecord, Store, parse_since};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::record::{Vocab, logprob_of, push_piece, push_token};
 use crate::Exit;
@@ -136,8 +136,8 @@ struct Exported {
     /// Requests whose samples' texts the gateway cut to its bound (`samples_cut`): their
     /// answers may be cut off.
     cut: usize,
-    /// The items' grades by item name, as `grades.json` holds them.
-    grades: Map<String, Value>,
+    /// The items graded (their entries written to `grades.json` as they came).
+    graded: usize,
     /// Items whose request was graded but whose answer is not among the samples kept: left
     /// ungraded.
     unplaced: usize,
@@ -183,6 +183,62 @@ fn grade_json(sample: usize, g: &Grade) -> Value {
         "by": g.by,
         "at_ms": g.at_ms,
     })
+}
+
+/// `grades.json` written as the items come, an entry per graded item, never all held at
+/// once (as the items themselves): into `grades.json.tmp`, renamed when the run is over.
+struct Grades {
+    file: std::io::BufWriter<std::fs::File>,
+    tmp: std::path::PathBuf,
+    path: std::path::PathBuf,
+    entries: usize,
+}
+
+impl Grades {
+    fn create(dir: &Path) -> Result<Grades, Exit> {
+        let path = dir.join("grades.json");
+        let tmp = dir.join("grades.json.tmp");
+        let file = std::fs::File::create(&tmp)
+            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        Ok(Grades {
+            file: std::io::BufWriter::new(file),
+            tmp,
+            path,
+            entries: 0,
+        })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<(), Exit> {
+        (self.file.write_all(bytes))
+            .map_err(|e| Exit::from(format!("cannot write {}: {e}", self.tmp.display())))
+    }
+
+    /// The grade of item `name`.
+    fn add(&mut self, name: &str, grade: &Value) -> Result<(), Exit> {
+        let open: &[u8] = if self.entries == 0 { b"{\n" } else { b",\n" };
+        self.write(open)?;
+        self.write(json!(name).to_string().as_bytes())?;
+        self.write(b": ")?;
+        self.write(grade.to_string().as_bytes())?;
+        self.entries += 1;
+        Ok(())
+    }
+
+    /// The file closed, synced and put in place.
+    fn finish(mut self) -> Result<(), Exit> {
+        let close: &[u8] = if self.entries == 0 { b"{}\n" } else { b"\n}\n" };
+        self.write(close)?;
+        let shown =
+            |e: std::io::Error| Exit::from(format!("cannot write {}: {e}", self.path.display()));
+        let file = self.file.into_inner().map_err(|e| shown(e.into_error()))?;
+        file.sync_all().map_err(shown)?;
+        std::fs::rename(&self.tmp, &self.path).map_err(shown)
+    }
+
+    /// A run that failed leaves no grades behind.
+    fn abandon(self) {
+        let _ = std::fs::remove_file(&self.tmp);
+    }
 }
 
 /// Writes the request `request_id`'s samples as the next item of `dir`.
@@ -242,9 +298,10 @@ pub(super) async fn run(
         requests: 0,
         single: 0,
         cut: 0,
-        grades: Map::new(),
+        graded: 0,
         unplaced: 0,
     };
+    let mut grades = Grades::create(dir)?;
     let exported: Result<(), Exit> = async {
         while let Some(r) = reader.next().await.map_err(|e| Exit::from(e.to_string()))? {
             out.requests += 1;
@@ -264,7 +321,8 @@ pub(super) async fn run(
             let graded = (store.grade(&request_id).await).map_err(|e| Exit::from(e.to_string()))?;
             match (graded, place) {
                 (Some(g), Some(k)) => {
-                    out.grades.insert(request_id.clone(), grade_json(k, &g));
+                    grades.add(&request_id, &grade_json(k, &g))?;
+                    out.graded += 1;
                 }
                 (Some(_), None) => out.unplaced += 1,
                 (None, _) => {}
@@ -288,9 +346,11 @@ pub(super) async fn run(
         for i in 0..out.items {
             let _ = std::fs::remove_file(dir.join(format!("traces_{i}.npz")));
         }
+        grades.abandon();
         return Err(e);
     }
     if out.items == 0 {
+        grades.abandon();
         return Err(Exit::from(format!(
             "no request of model {model:?} with two samples or more in {} ({} requests{}{}; the samples are kept with [records] samples = true)",
             choicewise_records::shown_url(url),
@@ -325,19 +385,13 @@ pub(super) async fn run(
         "requests_cut_left_out": out.cut,
         "rows_left_out": skipped.count,
         "answers": "none: production traffic has no known answer; picks report measures each pick against the grades where there are (grades.json) and against the vote of all of an item's samples elsewhere",
-        "graded_items": out.grades.len(),
+        "graded_items": out.graded,
         "graded_answer_not_among_samples": out.unplaced,
         "grades": "grades.json: per graded item's name, the latest grade of its request (POST /v1/feedback): `sample`, the item's sample it speaks of (the answer's first choice), `outcome`, `score` (1 right, 0 wrong), `source`, `by`, `at_ms`",
         "problem_ids": "the item's number (from 0); item_ids: the request's x-request-id, which is also its prompt",
     });
-    let graded = out.grades.len();
-    write_atomically(
-        &dir.join("grades.json"),
-        serde_json::to_string_pretty(&Value::Object(std::mem::take(&mut out.grades)))
-            .unwrap_or_default()
-            .as_bytes(),
-    )
-    .map_err(|e| e.to_string())?;
+    let graded = out.graded;
+    grades.finish()?;
     write_atomically(
         &dir.join("meta.json"),
         serde_json::to_string_pretty(&meta)

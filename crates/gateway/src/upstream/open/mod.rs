@@ -371,8 +371,12 @@ impl Opener {
                 let _probe = probe.then(|| ProbeDone(&route.health));
                 // A confidence-guided vote asks a Chat Completions upstream for
                 // log-probabilities, unless it refused them for a request of this shape.
-                let shape = Shape::of(&self.body);
                 let mut logprobs = self.logprobs.is_some() && route.api == Dialect::Chat;
+                // Read only where log-probabilities are asked (a confidence vote).
+                let shape = match logprobs {
+                    true => Shape::of(&self.body),
+                    false => Shape::Plain,
+                };
                 if logprobs && let Some(said) = route.refusals.refused(shape, Instant::now()) {
                     logprobs = false;
                     self.without_logprobs(route, shape, &said);

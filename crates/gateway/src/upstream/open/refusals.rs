@@ -24,9 +24,11 @@ pub(crate) enum Shape {
 impl Shape {
     /// The shape of a request whose Chat Completions fields are `body`.
     pub(crate) fn of(body: &crate::request::Fields) -> Shape {
+        // A list with something in it: not `null`, not `[]` (spaces inside or not).
         let tools = body.get("tools").is_some_and(|t| {
-            let t = t.trim_ascii();
-            t != b"null" && t != b"[]"
+            t.trim_ascii()
+                .strip_prefix(b"[")
+                .is_some_and(|rest| !rest.trim_ascii_start().starts_with(b"]"))
         });
         match tools {
             true => Shape::WithTools,
@@ -113,6 +115,7 @@ mod tests {
             Shape::WithTools
         );
         assert_eq!(shape(r#"{"tools": []}"#), Shape::Plain);
+        assert_eq!(shape(r#"{"tools": [ ]}"#), Shape::Plain);
         assert_eq!(shape(r#"{"tools": null}"#), Shape::Plain);
         assert_eq!(shape(r#"{"messages": []}"#), Shape::Plain);
     }
