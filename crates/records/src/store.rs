@@ -89,6 +89,55 @@ pub(crate) enum Db {
     Postgres(PgPool),
 }
 
+/// How long a store waits for another process's migrations of one SQLite file.
+const MIGRATION_WAIT: Duration = Duration::from_secs(30);
+
+/// The lock that orders migrations of the SQLite database at `path` (its query string
+/// left out): `<path>.migrations-lock`, held (`flock`, per open file, so two stores of one
+/// process exclude each other too) until dropped; waited for [`MIGRATION_WAIT`] at most (a
+/// process stopped while it migrates is named, not waited for forever). A folder where the
+/// lock file cannot be made (read-only) needs no order: nothing can be migrated there, and
+/// the migrator says so.
+async fn migration_lock(path: &str, shown: &str) -> Result<Option<std::fs::File>, RecordsError> {
+    let path = path.split_once('?').map_or(path, |(path, _)| path);
+    let fail = |what: String| RecordsError::Database(format!("{shown}: migrations: {what}"));
+    let file = match std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(format!("{path}.migrations-lock"))
+    {
+        Ok(file) => file,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            return Ok(None);
+        }
+        Err(e) => return Err(fail(format!("the lock file {path}.migrations-lock: {e}"))),
+    };
+    let deadline = tokio::time::Instant::now() + MIGRATION_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(fail(format!(
+                    "another process held {path}.migrations-lock for {}s",
+                    MIGRATION_WAIT.as_secs()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(fail(format!("locking {path}.migrations-lock: {e}")));
+            }
+        }
+    }
+}
+
 impl Store {
     /// Connects to the database at `url` and makes or updates its tables. A connection that
     /// cannot be made within 5 s is an error naming the URL (never its password).
@@ -125,10 +174,17 @@ impl Store {
             };
             as_error(fault, format!("{shown}: {}", scrub(e, url)))
         };
+        // SQLite has no lock of its own for migrations (PostgreSQL's migrator takes an
+        // advisory lock): two stores opening one new file at once, whether two replicas in
+        // one folder or the records writer and the keys of one gateway, would both apply a
+        // migration and the second fail, or find the file busy while the first makes it.
+        // A file lock beside the database orders them, from the first connection on.
+        let mut migrating = None;
         let db = if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
                 return Err(RecordsError::Url(format!("{shown}: no file named")));
             }
+            migrating = migration_lock(path, &shown).await?;
             let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))
                 .map_err(|e| RecordsError::Url(format!("{shown}: {e}")))?
                 .create_if_missing(create)
@@ -159,6 +215,7 @@ impl Store {
         };
         let store = Store { db, shown };
         store.migrate().await?;
+        drop(migrating);
         Ok(store)
     }
 

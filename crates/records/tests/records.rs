@@ -179,6 +179,30 @@ async fn sqlite_keeps_each_record_once_and_sums_the_spend() {
     );
 }
 
+/// Stores opening one new SQLite file at once (two replicas in one folder, or a gateway's
+/// records writer beside its keys) each find the tables made once, none failing on a
+/// migration another applied meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_opening_one_new_sqlite_file_at_once_migrate_it_once() {
+    for round in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("records.db").display());
+        let mut opening = tokio::task::JoinSet::new();
+        for _ in 0..6 {
+            let url = url.clone();
+            opening.spawn(async move { Store::connect(&url).await });
+        }
+        while let Some(store) = opening.join_next().await {
+            let store = store.unwrap();
+            assert!(store.is_ok(), "round {round}: {}", store.unwrap_err());
+        }
+        assert_eq!(
+            Store::connect(&url).await.unwrap().count().await.unwrap(),
+            0
+        );
+    }
+}
+
 #[tokio::test]
 async fn postgres_keeps_each_record_once_and_sums_the_spend() {
     let Some(pg) = PostgresServer::start() else {
