@@ -32,8 +32,17 @@ pub struct RecordsQuery {
     pub model: Option<String>,
     /// Read each request's samples too.
     pub samples: bool,
-    /// At most this many requests (the oldest first); `None`: every one.
+    /// At most this many requests; `None`: every one.
     pub limit: Option<i64>,
+    /// Only this key's requests (its name).
+    pub key: Option<String>,
+    /// Only the records of this request id (the `x-request-id` answered).
+    pub request_id: Option<String>,
+    /// The newest first (by arrival, then id) rather than the oldest.
+    pub newest_first: bool,
+    /// Start after this record (its arrival and id), in the query's order: the next page
+    /// of a listing that ended there.
+    pub after: Option<(i64, String)>,
 }
 
 impl RecordsQuery {
@@ -44,7 +53,54 @@ impl RecordsQuery {
             model: None,
             samples: false,
             limit: None,
+            key: None,
+            request_id: None,
+            newest_first: false,
+            after: None,
         }
+    }
+
+    /// Only the requests made with the key named `key`.
+    ///
+    /// ```
+    /// let q = choicewise_records::RecordsQuery::since(0).key("team-a");
+    /// assert_eq!(q.key.as_deref(), Some("team-a"));
+    /// ```
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Only the records of the request answered with `x-request-id: request_id`.
+    ///
+    /// ```
+    /// let q = choicewise_records::RecordsQuery::since(0).request_id("req-1");
+    /// assert_eq!(q.request_id.as_deref(), Some("req-1"));
+    /// ```
+    pub fn request_id(mut self, request_id: impl Into<String>) -> Self {
+        self.request_id = Some(request_id.into());
+        self
+    }
+
+    /// The newest first: a listing of the last requests.
+    ///
+    /// ```
+    /// assert!(choicewise_records::RecordsQuery::since(0).newest_first().newest_first);
+    /// ```
+    pub fn newest_first(mut self) -> Self {
+        self.newest_first = true;
+        self
+    }
+
+    /// Start after the record that arrived at `at_ms` with id `id`, in the query's order.
+    ///
+    /// ```
+    /// let q = choicewise_records::RecordsQuery::since(0).after(5, "r-1");
+    /// assert_eq!(q.after, Some((5, "r-1".to_string())));
+    /// ```
+    pub fn after(mut self, at_ms: i64, id: impl Into<String>) -> Self {
+        self.after = Some((at_ms, id.into()));
+        self
     }
 
     /// Only `model`'s requests.
@@ -341,14 +397,38 @@ pub(crate) fn name_columns(d: Dialect) -> &'static str {
     }
 }
 
-/// The filter of `requests` by arrival (`$since`) and model (`$model`, when given), which
-/// the indexes serve. A SQLite `at_ms` that is text or a blob is later than any number there:
-/// such a row is taken, for its check to name it.
-pub(crate) fn filter(since: &str, model: Option<&str>) -> String {
-    match model {
-        Some(model) => format!("at_ms >= {since} AND model = {model}"),
-        None => format!("at_ms >= {since}"),
+/// The filter of `requests` `query` names, over `$1` (its arrival) and the parameters after
+/// it (model, key, request id, each when given, in that order: [`bind_filter!`]); the
+/// indexes serve arrival and model. A SQLite `at_ms` that is text or a blob is later than any
+/// number there: such a row is taken, for its check to name it. The parameters it uses.
+pub(crate) fn filter(query: &RecordsQuery) -> (String, usize) {
+    let mut sql = "at_ms >= $1".to_string();
+    let mut used = 1;
+    for (column, given) in [
+        ("model", query.model.is_some()),
+        ("key_name", query.key.is_some()),
+        ("request_id", query.request_id.is_some()),
+    ] {
+        if given {
+            used += 1;
+            sql.push_str(&format!(" AND {column} = ${used}"));
+        }
     }
+    (sql, used)
+}
+
+/// Binds [`filter`]'s parameters of `$query` to the statement `$q`.
+macro_rules! bind_filter {
+    ($q:expr, $query:expr) => {{
+        let mut q = $q.bind($query.since_ms);
+        for value in [&$query.model, &$query.key, &$query.request_id]
+            .into_iter()
+            .flatten()
+        {
+            q = q.bind(value);
+        }
+        q
+    }};
 }
 
 /// Rows of `requests` read a page at a time by [`RecordReader`].
@@ -496,8 +576,8 @@ impl Store {
     pub fn record_reader(&self, query: RecordsQuery) -> RecordReader<'_> {
         RecordReader {
             store: self,
+            after: query.after.clone(),
             query,
-            after: None,
             page: VecDeque::new(),
             returned: 0,
             exhausted: false,
@@ -513,18 +593,16 @@ impl Store {
         }
     }
 
-    /// The first [`Skipped::NAMED`] rows of `requests` that `filter` (over `$1` the time,
-    /// `$2` the model when given) takes and `refused` (SQL) is true of, named, with the
-    /// faults `columns`' check finds in each.
+    /// The first [`Skipped::NAMED`] rows of `requests` that `query`'s [`filter`] takes and
+    /// `refused` (SQL) is true of, named, with the faults `columns`' check finds in each.
     pub(crate) async fn name_refused(
         &self,
         columns: Columns<'_>,
-        filter: &str,
+        query: &RecordsQuery,
         refused: &str,
-        since_ms: i64,
-        model: Option<&str>,
     ) -> Result<Vec<SkippedRow>, RecordsError> {
         let d = self.dialect();
+        let (filter, _) = filter(query);
         let sql = format!(
             "SELECT {}, {} FROM requests WHERE {filter} AND {refused} LIMIT {}",
             name_columns(d),
@@ -533,10 +611,7 @@ impl Store {
         );
         macro_rules! named {
             ($pool:expr) => {{
-                let mut q = sqlx::query(&sql).bind(since_ms);
-                if let Some(model) = model {
-                    q = q.bind(model);
-                }
+                let q = bind_filter!(sqlx::query(&sql), query);
                 let rows = q.fetch_all($pool).await.map_err(|e| self.db_error(e))?;
                 rows.iter()
                     .map(|row| SkippedRow {
@@ -592,25 +667,16 @@ impl RecordReader<'_> {
         &self.skipped
     }
 
-    /// The SQL of [`filter`] for this query.
-    fn filter(&self) -> String {
-        filter("$1", self.query.model.as_ref().map(|_| "$2"))
-    }
-
     /// SQLite only: the rows whose `at_ms` is not an integer or whose id is not text, which
     /// the pages (read by those keys) cannot take, counted and named.
     async fn count_unkeyed(&mut self) -> Result<(), RecordsError> {
         let Db::Sqlite(pool) = &self.store.db else {
             return Ok(());
         };
-        let filter = self.filter();
+        let (filter, _) = filter(&self.query);
         let refused = "NOT (typeof(at_ms) = 'integer' AND typeof(id) = 'text')";
         let sql = format!("SELECT COUNT(*) FROM requests WHERE {filter} AND {refused}");
-        let mut q = sqlx::query_scalar::<_, i64>(&sql).bind(self.query.since_ms);
-        if let Some(model) = &self.query.model {
-            q = q.bind(model);
-        }
-        let count = q
+        let count = bind_filter!(sqlx::query_scalar::<_, i64>(&sql), self.query)
             .fetch_one(pool)
             .await
             .map_err(|e| self.store.db_error(e))?;
@@ -618,13 +684,7 @@ impl RecordReader<'_> {
             return Ok(());
         }
         let named = (self.store)
-            .name_refused(
-                REQUEST_COLUMNS,
-                &filter,
-                refused,
-                self.query.since_ms,
-                self.query.model.as_deref(),
-            )
+            .name_refused(REQUEST_COLUMNS, &self.query, refused)
             .await?;
         let listed = named.len() as u64;
         for row in named {
@@ -638,30 +698,34 @@ impl RecordReader<'_> {
     /// left out.
     async fn read_page(&mut self) -> Result<(), RecordsError> {
         let d = self.store.dialect();
+        let (filter, used) = filter(&self.query);
         let mut sql = format!(
-            "SELECT {}, {} FROM requests WHERE {}",
+            "SELECT {}, {} FROM requests WHERE {filter}",
             fault_columns(REQUEST_COLUMNS, d),
             names(REQUEST_COLUMNS),
-            self.filter()
         );
         if d == Dialect::Sqlite {
             sql.push_str(" AND typeof(at_ms) = 'integer' AND typeof(id) = 'text'");
         }
-        let next = if self.query.model.is_some() { 3 } else { 2 };
+        let (past, order) = match self.query.newest_first {
+            false => (">", "at_ms, id"),
+            true => ("<", "at_ms DESC, id DESC"),
+        };
         if self.after.is_some() {
-            sql.push_str(&format!(" AND (at_ms, id) > (${next}, ${})", next + 1));
+            sql.push_str(&format!(
+                " AND (at_ms, id) {past} (${}, ${})",
+                used + 1,
+                used + 2
+            ));
         }
         let mut page = PAGE;
         if let Some(limit) = self.query.limit {
             page = page.min(usize::try_from(limit.saturating_sub(self.returned)).unwrap_or(0));
         }
-        sql.push_str(&format!(" ORDER BY at_ms, id LIMIT {page}"));
+        sql.push_str(&format!(" ORDER BY {order} LIMIT {page}"));
         macro_rules! page {
             ($pool:expr) => {{
-                let mut q = sqlx::query(&sql).bind(self.query.since_ms);
-                if let Some(model) = &self.query.model {
-                    q = q.bind(model);
-                }
+                let mut q = bind_filter!(sqlx::query(&sql), self.query);
                 if let Some((at_ms, id)) = &self.after {
                     q = q.bind(*at_ms).bind(id);
                 }

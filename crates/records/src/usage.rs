@@ -3,7 +3,8 @@
 use serde::Serialize;
 use sqlx::Row;
 
-use crate::read::{Dialect, MOST_COST_USD, Skipped, Want, check_all, filter};
+use crate::RecordsQuery;
+use crate::read::{Dialect, MOST_COST_USD, Skipped, Want, check_all};
 use crate::store::Db;
 use crate::{RecordsError, Store};
 
@@ -490,9 +491,8 @@ impl Store {
         }
         if bad > 0 {
             let refused = format!("NOT {}", check_all(&checked, d));
-            let filter = filter("$1", None);
             report.skipped.named = self
-                .name_refused(&checked, &filter, &refused, since, None)
+                .name_refused(&checked, &RecordsQuery::since(since), &refused)
                 .await?;
             report.skipped.count = bad;
         }

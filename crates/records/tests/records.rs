@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use choicewise_records::{
-    By, Dropped, Observe, Recorder, RecorderConfig, RequestRecord, SampleRecord, SampleTokens,
-    Store, UsageQuery,
+    By, Dropped, Observe, Recorder, RecorderConfig, RecordsQuery, RequestRecord, SampleRecord,
+    SampleTokens, Store, UsageQuery,
 };
 use choicewise_test_support::PostgresServer;
 
@@ -164,6 +164,53 @@ async fn round_trip(url: &str) {
     let everything = store.usage(&UsageQuery::new(vec![])).await.unwrap();
     assert_eq!(everything.len(), 1);
     assert_eq!(everything[0].requests, 4);
+
+    // The last requests, newest first, a page at a time, by key or request id.
+    let listed = |q: RecordsQuery| {
+        let store = store.clone();
+        async move {
+            let rows = store.records(&q).await.unwrap();
+            rows.into_iter()
+                .map(|r| format!("{} {} {}", r.at_ms - T0, r.key, r.model))
+                .collect::<Vec<_>>()
+        }
+    };
+    let first = listed(RecordsQuery::since(0).newest_first().limit(2)).await;
+    let (large, small) = (format!("{DAY} team-a large"), format!("{DAY} team-b small"));
+    // Two records of one arrival: by id, descending (`req-…` ids equal here, then the
+    // record ids differ), so either order is the newest two.
+    assert!(
+        first == [large.clone(), small.clone()] || first == [small.clone(), large.clone()],
+        "{first:?}"
+    );
+    let last = store
+        .records(&RecordsQuery::since(0).newest_first().limit(2))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    let next = listed(
+        RecordsQuery::since(0)
+            .newest_first()
+            .after(last.at_ms, last.id),
+    )
+    .await;
+    assert_eq!(next, ["1000 team-a small", "0 team-a small"]);
+    let team_a = listed(RecordsQuery::since(0).newest_first().key("team-a")).await;
+    assert_eq!(team_a.len(), 3);
+    assert!(team_a.iter().all(|r| r.contains("team-a")), "{team_a:?}");
+    let team_a_small = listed(RecordsQuery::since(0).key("team-a").model("small")).await;
+    assert_eq!(team_a_small, ["0 team-a small", "1000 team-a small"]);
+    let one = store
+        .records(
+            &RecordsQuery::since(0)
+                .request_id(format!("req-{T0}"))
+                .with_samples(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].samples[0].content.as_deref(), Some("4"));
     store.close().await;
 }
 
