@@ -91,7 +91,7 @@ fn unavailable(store: &dyn KeyStore, e: String) -> ApiError {
 }
 
 /// Milliseconds since the Unix epoch as RFC 3339 (`2026-11-28T21:00:00Z`).
-fn rfc3339(ms: u64) -> Option<String> {
+pub(crate) fn rfc3339(ms: u64) -> Option<String> {
     let at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).ok()?;
     at.format(&time::format_description::well_known::Rfc3339)
         .ok()
@@ -117,6 +117,17 @@ fn view(key: &NamedKey, now_ms: u64) -> Value {
         "expired": key.expired(now_ms),
         "created_at": created,
     })
+}
+
+/// Every named key (the file's and the admin API's), by name, each with what is left of
+/// its limits (as `GET /admin/keys/{name}` shows it).
+pub(crate) async fn all_with_usage(gw: &Gateway) -> Vec<Value> {
+    let keys = gw.inner.keys.snapshot();
+    let mut shown = Vec::new();
+    for key in keys.all_named() {
+        shown.push(view_with_usage(gw, key).await);
+    }
+    shown
 }
 
 /// A key's view with what is left of each of its limits (`usage`), as the limits' store
@@ -374,10 +385,20 @@ pub(crate) async fn create(
     uri: Uri,
     body: Bytes,
 ) -> Response {
-    as_operator(&gw, &headers, &uri, created(&gw, &body)).await
+    as_operator(&gw, &headers, &uri, answered(created(&gw, &body))).await
 }
 
-async fn created(gw: &Gateway, body: &Bytes) -> Result<Response, ApiError> {
+/// A change's answer: its status and the key as shown, as JSON.
+async fn answered(
+    change: impl std::future::Future<Output = Result<(StatusCode, Value), ApiError>>,
+) -> Result<Response, ApiError> {
+    let (status, shown) = change.await?;
+    Ok((status, axum::Json(shown)).into_response())
+}
+
+/// Makes the key `body` describes (the fields of `POST /admin/keys`): 201 and the key as
+/// shown, with its secret (`key`), shown this once.
+pub(crate) async fn created(gw: &Gateway, body: &Bytes) -> Result<(StatusCode, Value), ApiError> {
     let body = object(body)?;
     let name = check_name(
         body.get("name")
@@ -415,7 +436,7 @@ async fn created(gw: &Gateway, body: &Bytes) -> Result<Response, ApiError> {
     let shown = shown_now(gw, &name).await;
     let mut shown = shown.unwrap_or_else(|| json!({"name": name}));
     shown["key"] = json!(secret);
-    Ok((StatusCode::CREATED, axum::Json(shown)).into_response())
+    Ok((StatusCode::CREATED, shown))
 }
 
 /// This replica's keys read again from the store after a change of `name`, at once (the
@@ -443,10 +464,16 @@ pub(crate) async fn change(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    as_operator(&gw, &headers, &uri, changed(&gw, &name, &body)).await
+    as_operator(&gw, &headers, &uri, answered(changed(&gw, &name, &body))).await
 }
 
-async fn changed(gw: &Gateway, name: &str, body: &Bytes) -> Result<Response, ApiError> {
+/// Changes the key `name` as `body` says (the fields of `PATCH /admin/keys/{name}`): the
+/// key as shown, with its new secret (`key`) when rotated.
+pub(crate) async fn changed(
+    gw: &Gateway,
+    name: &str,
+    body: &Bytes,
+) -> Result<(StatusCode, Value), ApiError> {
     let body = object(body)?;
     if gw.inner.keys.file().has_key(name) {
         return Err(in_config(name));
@@ -493,7 +520,7 @@ async fn changed(gw: &Gateway, name: &str, body: &Bytes) -> Result<Response, Api
                 if let Some(secret) = secret {
                     shown["key"] = json!(secret);
                 }
-                return Ok(axum::Json(shown).into_response());
+                return Ok((StatusCode::OK, shown));
             }
             // Changed by another since it was read: read it again.
             Ok(false) => continue,
@@ -516,10 +543,11 @@ pub(crate) async fn revoke(
     uri: Uri,
     Path(name): Path<String>,
 ) -> Response {
-    as_operator(&gw, &headers, &uri, revoked(&gw, &name)).await
+    as_operator(&gw, &headers, &uri, answered(revoked(&gw, &name))).await
 }
 
-async fn revoked(gw: &Gateway, name: &str) -> Result<Response, ApiError> {
+/// Revokes the key `name`.
+pub(crate) async fn revoked(gw: &Gateway, name: &str) -> Result<(StatusCode, Value), ApiError> {
     if gw.inner.keys.file().has_key(name) {
         return Err(in_config(name));
     }
@@ -531,5 +559,8 @@ async fn revoked(gw: &Gateway, name: &str) -> Result<Response, ApiError> {
     }
     tracing::info!(key = %name, "admin: key revoked");
     read_back(gw, name).await;
-    Ok(axum::Json(json!({"object": "api_key", "name": name, "revoked": true})).into_response())
+    Ok((
+        StatusCode::OK,
+        json!({"object": "api_key", "name": name, "revoked": true}),
+    ))
 }

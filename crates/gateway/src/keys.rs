@@ -405,6 +405,26 @@ impl Operator {
     }
 }
 
+impl Operator {
+    /// Whether `key` is the operator's (compared by digest, in constant time).
+    pub(crate) fn is_key(&self, key: &str) -> bool {
+        same(&sha256(key.as_bytes()), &self.digest)
+    }
+
+    /// The console's session, as its cookie holds it: a digest of the operator's key (never
+    /// the key), the same on every replica, void once the key changes.
+    pub(crate) fn session(&self) -> String {
+        let mut text = b"choicewise console session\n".to_vec();
+        text.extend_from_slice(&self.digest);
+        sha256(&text).iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Whether `value` is the console's session ([`session`](Self::session)).
+    pub(crate) fn is_session(&self, value: &str) -> bool {
+        same(value.as_bytes(), self.session().as_bytes())
+    }
+}
+
 /// Compares two byte strings in time that depends on their lengths only.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0

@@ -37,6 +37,7 @@ mod answer;
 mod api;
 mod check;
 mod config;
+mod console;
 mod count;
 mod counter;
 mod error;
@@ -65,9 +66,9 @@ use axum::routing::{get, post};
 use route::answer;
 
 pub use config::{
-    Admin, Auth, Config, ConfigError, HealthConfig, HostedTools, KeyConfig, KeyStoreKind, Limits,
-    Model, NMode, OnStateError, Price, RateLimit, RateLimits, Records, Resource, RetryConfig,
-    State, TagConfig, Telemetry, Upstream, Window,
+    Admin, Auth, Config, ConfigError, Console, HealthConfig, HostedTools, KeyConfig, KeyStoreKind,
+    Limits, Model, NMode, OnStateError, Price, RateLimit, RateLimits, Records, Resource,
+    RetryConfig, State, TagConfig, Telemetry, Upstream, Window,
 };
 
 pub use check::{Checked, Reached};
@@ -191,7 +192,7 @@ impl Gateway {
                     get(admin::one).patch(admin::change).delete(admin::revoke),
                 );
         }
-        router
+        router = router
             // A client's key or the operator's: checked by the route itself. A slot held
             // as any request's (a grade may wait a second for its record).
             .route(
@@ -206,11 +207,50 @@ impl Gateway {
             .layer(from_fn_with_state(
                 gw.inner.admission.clone(),
                 layers::browsers,
-            ))
+            ));
+        // The console on this listener: outside the checks that keep web pages out (it is
+        // a web page, signed by the operator and checked for its own origin).
+        if gw
+            .inner
+            .console
+            .as_ref()
+            .is_some_and(|c| c.listen.is_none())
+        {
+            router = router.merge(console::routes());
+        }
+        router
             .layer(from_fn_with_state(
                 gw.inner.admission.clone(),
                 layers::count,
             ))
+            .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
+            .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+                layers::RequestIds,
+            ))
+            .with_state(gw)
+    }
+
+    /// The console's routes alone (`/console`, docs/console.md), for a listener of their
+    /// own (`[console] listen`), with the request ids the gateway's routes have: 404 on
+    /// every path when `[console]` is not enabled.
+    ///
+    /// ```
+    /// # use choicewise_gateway::{Config, Gateway};
+    /// let config = Config::from_toml(
+    ///     "[admin]\nkey_env = \"OPERATOR\"\n[console]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
+    ///      [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"",
+    /// ).unwrap();
+    /// let gateway = Gateway::with_env(&config, |_| Some("operator-key".into())).unwrap();
+    /// let console: axum::Router = gateway.console_router();
+    /// ```
+    pub fn console_router(&self) -> axum::Router {
+        let gw = self.clone();
+        let routes = match gw.inner.console.is_some() {
+            true => console::routes(),
+            false => axum::Router::new(),
+        };
+        routes
+            .fallback(layers::unknown_route)
             .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
             .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
                 layers::RequestIds,

@@ -73,16 +73,48 @@ async fn serve_reloading(
         .local_addr()
         .map_err(|e| ServeError::Io(e.to_string()))?;
     say(format_args!("listening on http://{local}"));
+    let console = serve_console(&gateway, local).await?;
     check_v1(&gateway);
     if let Some(reread) = reread {
         reload_on_hangup(gateway.clone(), config.clone(), reread);
     }
     let served = gateway.serve_on(listener, shutdown_signal()).await;
+    if let Some(console) = console {
+        console.abort();
+    }
     // The records of every request answered: written, or spooled (at most a few seconds).
     let _ = tokio::time::timeout(RECORDS_AT_SHUTDOWN, gateway.flush_records()).await;
     gateway.shutdown_traces().await;
     say(format_args!("stopped"));
     served
+}
+
+/// The console, said where it is: on the gateway's listener (at `local`), or served on a
+/// listener of its own (`[console] listen`), whose task is returned.
+async fn serve_console(
+    gateway: &Gateway,
+    local: std::net::SocketAddr,
+) -> Result<Option<tokio::task::JoinHandle<()>>, ServeError> {
+    let Some(console) = &gateway.inner.console else {
+        return Ok(None);
+    };
+    let Some(at) = &console.listen else {
+        say(format_args!("the console: http://{local}/console"));
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(at.as_str())
+        .await
+        .map_err(|e| ServeError::Io(format!("cannot listen on {at} ([console] listen): {e}")))?;
+    let own = listener
+        .local_addr()
+        .map_err(|e| ServeError::Io(e.to_string()))?;
+    say(format_args!("the console: http://{own}/console"));
+    let router = gateway.console_router();
+    Ok(Some(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router).await {
+            tracing::error!("the console's listener stopped: {e}");
+        }
+    })))
 }
 
 impl Gateway {

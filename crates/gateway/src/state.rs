@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     pub(crate) keys: Arc<KeyRing>,
     /// The operator's key (`[admin]`), which `/metrics` requires; none: open.
     pub(crate) operator: Option<keys::Operator>,
+    /// `[console]`, when enabled: where the console is served.
+    pub(crate) console: Option<crate::config::Console>,
     /// What the admission layers read ([`Admission`]): the same limits, keys and metrics.
     pub(crate) admission: Arc<Admission>,
     /// The limits of the keys, tags and models, and the store of their counts.
@@ -209,6 +211,7 @@ impl Gateway {
                 limits: limits.clone(),
                 keys: keys.clone(),
                 operator,
+                console: config.console.clone().filter(|c| c.enabled),
                 admission: Arc::new(Admission {
                     limits,
                     keys,

@@ -235,6 +235,12 @@ impl Config {
     /// a price. Each error names the table (`[[auth.keys]] 2 ("team-a")`, a model) and the field.
     fn check_keys(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(m));
+        if self.console.as_ref().is_some_and(|c| c.enabled) && self.admin.is_none() {
+            return err(
+                "[console] needs [admin]: the console opens with the operator's key (key_env)"
+                    .into(),
+            );
+        }
         for model in &self.models {
             if let Some(price) = &model.price {
                 for (field, v) in [

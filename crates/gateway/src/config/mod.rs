@@ -68,8 +68,45 @@ pub struct Config {
     /// `[admin]`: the operator's key, which the operator's routes (`/metrics`) require.
     #[serde(default)]
     pub admin: Option<Admin>,
+    /// `[console]`: the console in a browser at `/console` (off without it; needs
+    /// `[admin]`, whose key opens it).
+    #[serde(default)]
+    pub console: Option<Console>,
     /// The models clients may ask for.
     pub models: Vec<Model>,
+}
+
+/// `[console]`: the console at `/console` (docs/console.md): the last requests, the usage,
+/// the keys, behind the operator's key of `[admin]`; on the gateway's listener, or on one of
+/// its own (`listen`).
+///
+/// ```
+/// use choicewise_gateway::Config;
+/// let config = Config::from_toml(r#"
+///     [admin]
+///     key_env = "CHOICEWISE_ADMIN_KEY"
+///     [console]
+///     enabled = true
+///     listen = "127.0.0.1:8081"
+///     [[models]]
+///     name = "m"
+///     [[models.upstreams]]
+///     api = "chat"
+///     base_url = "http://127.0.0.1:8080/v1"
+/// "#).unwrap();
+/// let console = config.console.unwrap();
+/// assert!(console.enabled);
+/// assert_eq!(console.listen.as_deref(), Some("127.0.0.1:8081"));
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Console {
+    /// Whether the console is served.
+    pub enabled: bool,
+    /// A listener of the console's own (the gateway's routes are not served there); absent:
+    /// the gateway's listener.
+    pub listen: Option<String>,
 }
 
 fn default_grace() -> f64 {

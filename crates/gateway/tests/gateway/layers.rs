@@ -14,7 +14,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "root (routes, state, listener)",
         &[
             "", "state", "serving", "listen", "handlers", "check", "route", "count", "admin",
-            "feedback",
+            "feedback", "console",
         ],
     ),
     ("admission", &["admission"]),

@@ -15,6 +15,7 @@ mod after_finish;
 mod agents;
 mod arith;
 mod clients;
+mod console;
 mod custom_tools;
 mod finishes;
 mod gemini;

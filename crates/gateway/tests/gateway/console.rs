@@ -1,0 +1,269 @@
+//! The console (`[console]`) over real sockets: off without it (404), every page 401
+//! without the operator's key, signed in by its form (a cookie `HttpOnly; SameSite=Strict`
+//! holding no key), every answer with its Content-Security-Policy; the last requests paged
+//! newest first, a request's samples, the usage, the keys, made, rotated and revoked from a
+//! form (the secret shown once and accepted by the gateway), a form from another origin
+//! refused; a hostile upstream's markup and a hostile key name shown as text. The same
+//! pages in a real browser: crates/cli/tests/console.rs.
+
+use std::net::SocketAddr;
+
+use choicewise_testserver::{TestServer, answer};
+use serde_json::json;
+
+use crate::common::{fan_out_toml, serve, start};
+
+const HOSTILE: &str = "<script>alert(1)</script> <img src=x onerror=alert(2)>";
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// `GET path` with `cookie`: status, headers and text.
+async fn get(
+    addr: SocketAddr,
+    path: &str,
+    cookie: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let mut r = client().get(format!("http://{addr}{path}"));
+    if let Some(cookie) = cookie {
+        r = r.header("cookie", cookie);
+    }
+    let r = r.send().await.unwrap();
+    let (status, headers) = (r.status().as_u16(), r.headers().clone());
+    (status, headers, r.text().await.unwrap())
+}
+
+/// A form posted to `path` with `cookie`, from `origin`: status, headers, text.
+async fn post_form(
+    addr: SocketAddr,
+    path: &str,
+    cookie: &str,
+    origin: &str,
+    form: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let r = client()
+        .post(format!("http://{addr}{path}"))
+        .header("cookie", cookie)
+        .header("origin", origin)
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    let (status, headers) = (r.status().as_u16(), r.headers().clone());
+    (status, headers, r.text().await.unwrap())
+}
+
+async fn chat(addr: SocketAddr, key: &str, id: &str) -> u16 {
+    let r = client()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .bearer_auth(key)
+        .header("x-request-id", id)
+        .json(&json!({"model": "small", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let _ = r.bytes().await;
+    status
+}
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "OPERATOR_KEY" => Some("sk-operator".into()),
+        "TEAM_A_KEY" => Some("sk-team-a".into()),
+        "HOSTILE_KEY" => Some("sk-hostile".into()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn without_console_its_routes_are_404() {
+    let upstream = start(TestServer::builder().body(answer("ok"))).await;
+    let toml = format!(
+        "[admin]\nkey_env = \"OPERATOR_KEY\"\n[[models]]\nname = \"small\"\n{}",
+        fan_out_toml(&upstream.base_url(), "")
+    );
+    let (addr, _gateway) = serve(&toml, env).await;
+    for path in ["/console", "/console/requests", "/console/login"] {
+        let (status, _, _) = get(addr, path, None).await;
+        assert_eq!(status, 404, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn the_console_shows_requests_usage_and_keys_safely() {
+    let upstream = start(TestServer::builder().body(answer(HOSTILE))).await;
+    let folder = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[admin]\nkey_env = \"OPERATOR_KEY\"\n[console]\nenabled = true\n\
+         [auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+         [[auth.keys]]\nname = \"<img src=x onerror=alert(3)>\"\nkey_env = \"HOSTILE_KEY\"\n\
+         [auth.keys.limits]\nrequests_per_minute = 1000\n\
+         [records]\nurl = \"sqlite://{}\"\nspool_path = \"{}\"\nsamples = true\n\
+         [[models]]\nname = \"small\"\n{}",
+        folder.path().join("records.db").display(),
+        folder.path().join("records.spool").display(),
+        fan_out_toml(&upstream.base_url(), ""),
+    );
+    let (addr, gateway) = serve(&toml, env).await;
+    for k in 0..55 {
+        assert_eq!(chat(addr, "sk-team-a", &format!("req-{k:02}")).await, 200);
+    }
+    assert_eq!(chat(addr, "sk-hostile", "req-hostile").await, 200);
+    gateway.flush_records().await;
+
+    // Not signed: 401 and the sign-in form, on every page; a wrong key too.
+    for path in [
+        "/console",
+        "/console/requests",
+        "/console/usage",
+        "/console/keys",
+    ] {
+        let (status, headers, text) = get(addr, path, None).await;
+        assert_eq!(status, 401, "{path}");
+        assert!(text.contains("action=\"/console/login\""), "{path}: {text}");
+        let csp = headers["content-security-policy"].to_str().unwrap();
+        assert!(
+            csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+            "{csp}"
+        );
+    }
+    let (status, _, _) = get(addr, "/console", Some("choicewise_console=guess")).await;
+    assert_eq!(status, 401);
+    let own = format!("http://{addr}");
+    let (status, _, _) = post_form(addr, "/console/login", "", &own, &[("key", "sk-team-a")]).await;
+    assert_eq!(status, 401, "a client's key is not the operator's");
+    // Signing in from another site's page is refused.
+    let evil = "https://evil.example";
+    let (status, _, _) =
+        post_form(addr, "/console/login", "", evil, &[("key", "sk-operator")]).await;
+    assert_eq!(status, 403);
+
+    // Signed in: a cookie that holds no key, HttpOnly and SameSite=Strict.
+    let (status, headers, _) =
+        post_form(addr, "/console/login", "", &own, &[("key", "sk-operator")]).await;
+    assert_eq!(status, 303);
+    let set = headers["set-cookie"].to_str().unwrap();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(!set.contains("sk-operator"), "{set}");
+    let cookie = set.split(';').next().unwrap().to_string();
+    let cookie = cookie.as_str();
+
+    // The last requests, newest first, 50 a page; the next page from its link.
+    let (status, headers, text) = get(addr, "/console/requests", Some(cookie)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(headers.contains_key("content-security-policy"));
+    assert_eq!(headers["x-frame-options"], "DENY");
+    let first = text.find("req-hostile").unwrap();
+    let later = text.find("req-54").unwrap();
+    assert!(first < later, "newest first");
+    // 56 requests: the hostile one and req-54 to req-06 on the first page.
+    assert!(
+        text.contains(">req-06<") && !text.contains(">req-05<"),
+        "50 a page"
+    );
+    assert!(text.contains("&lt;img src=x onerror=alert(3)&gt;"));
+    assert!(!text.contains("<img src=x"), "a key's name is text: {text}");
+    let next = text
+        .split("href=\"")
+        .find_map(|s| {
+            s.starts_with("/console/requests?after=")
+                .then(|| s.split('"').next().unwrap())
+        })
+        .expect("a link to older requests")
+        .replace("&amp;", "&");
+    let (status, _, older) = get(addr, &next, Some(cookie)).await;
+    assert_eq!(status, 200);
+    assert!(
+        older.contains(">req-05<") && older.contains(">req-00<"),
+        "{older}"
+    );
+    assert!(!older.contains(">req-06<"));
+    // By key.
+    let (_, _, team_a) = get(addr, "/console/requests?key=team-a", Some(cookie)).await;
+    assert!(!team_a.contains("req-hostile") && team_a.contains("req-54"));
+
+    // A request's samples: the upstream's markup shown as text, never as markup.
+    let (status, _, one) = get(addr, "/console/requests/req-hostile", Some(cookie)).await;
+    assert_eq!(status, 200, "{one}");
+    assert!(
+        one.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{one}"
+    );
+    assert!(!one.contains("<script>") && !one.contains("<img src=x"));
+    let (status, _, _) = get(addr, "/console/requests/nothing-such", Some(cookie)).await;
+    assert_eq!(status, 404);
+
+    // The usage, as `choicewise usage` counts it.
+    let (status, _, usage) = get(addr, "/console/usage?by=key", Some(cookie)).await;
+    assert_eq!(status, 200, "{usage}");
+    assert!(
+        usage.contains(">team-a<") && usage.contains(">55<"),
+        "{usage}"
+    );
+    let (status, _, bad) = get(addr, "/console/usage?by=colour", Some(cookie)).await;
+    assert_eq!(status, 400);
+    assert!(bad.contains("colour"), "{bad}");
+
+    // The keys: made from the form, its secret shown once and accepted by the gateway.
+    let (status, _, keys) = get(addr, "/console/keys", Some(cookie)).await;
+    assert_eq!(status, 200);
+    assert!(keys.contains("requests_per_minute: 1 of 1000"), "{keys}");
+    let made = [
+        ("name", "team-x"),
+        ("models", "small"),
+        ("limits", "requests_per_minute = 30"),
+    ];
+    let (status, _, _) = post_form(addr, "/console/keys", cookie, evil, &made).await;
+    assert_eq!(status, 403, "a form from another site");
+    let (status, _, page) = post_form(addr, "/console/keys", cookie, &own, &made).await;
+    assert_eq!(status, 201, "{page}");
+    let secret = secret_of(&page);
+    assert_eq!(chat(addr, &secret, "by-team-x").await, 200);
+    let (_, _, keys) = get(addr, "/console/keys", Some(cookie)).await;
+    assert!(!keys.contains(&secret), "a secret is shown once");
+    assert!(keys.contains("team-x") && keys.contains("requests_per_minute: 1 of 30"));
+
+    // Rotated: the old secret refused, the new one taken; revoked: refused.
+    let (status, _, page) = post_form(addr, "/console/keys/team-x/rotate", cookie, &own, &[]).await;
+    assert_eq!(status, 200, "{page}");
+    let rotated = secret_of(&page);
+    assert_eq!(chat(addr, &secret, "old-secret").await, 401);
+    assert_eq!(chat(addr, &rotated, "new-secret").await, 200);
+    let (status, _, _) = post_form(addr, "/console/keys/team-x/revoke", cookie, &own, &[]).await;
+    assert_eq!(status, 303);
+    assert_eq!(chat(addr, &rotated, "revoked").await, 401);
+    let (status, _, _) = post_form(addr, "/console/keys/team-a/revoke", cookie, &own, &[]).await;
+    assert_eq!(status, 409, "a key of the file is changed in the file");
+
+    // A script signs with the operator's key instead.
+    let r = client()
+        .get(format!("http://{addr}/console/usage"))
+        .bearer_auth("sk-operator")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Signed out: the cookie cleared.
+    let (status, headers, _) = post_form(addr, "/console/logout", cookie, &own, &[]).await;
+    assert_eq!(status, 303);
+    assert!(
+        headers["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+}
+
+/// The secret a page shows (`cw-` and 64 hex digits).
+fn secret_of(page: &str) -> String {
+    let at = page.find("cw-").expect("a secret on the page");
+    page[at..at + 67].to_string()
+}
