@@ -7,6 +7,8 @@
 //!   [`rss_bytes`], the resident set of the process;
 //! - [`within`], a time bound on a future that fails the test naming what did not end;
 //! - [`refusing`], an upstream that refuses connections, its port held;
+//! - servers of a test's own: [`RedisServer`], [`PostgresServer`], [`ChromeDriver`] (a
+//!   browser to drive);
 //! - builders of upstream streams: [`split`] and [`SPLITS`] (the read splits a stream is
 //!   replayed under), [`upstream`] (reads as a byte stream), [`sse_chunk`], [`sse_stream`],
 //!   [`content_chunk`] and [`DONE`] (SSE events);
@@ -34,6 +36,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod chromium;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 mod heap;
@@ -49,6 +52,7 @@ mod redis;
 mod sse;
 mod time;
 
+pub use chromium::ChromeDriver;
 pub use heap::{CountingAlloc, rss_bytes};
 pub use net::refusing;
 pub use postgres::PostgresServer;

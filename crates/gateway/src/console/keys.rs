@@ -141,7 +141,7 @@ fn new_key_form() -> Markup {
             h2 #new-key { "A new key" }
             form.new-key method="post" action="/console/keys" {
                 label for="name" { "Name" }
-                input #name name="name" required pattern="[A-Za-z0-9._-]{1,64}" aria-describedby="name-help";
+                input #name name="name" required pattern="[A-Za-z0-9._\\-]{1,64}" aria-describedby="name-help";
                 span.help #name-help { "1 to 64 letters, digits, ., _ or -" }
                 label for="models" { "Models" }
                 input #models name="models" aria-describedby="models-help";

@@ -54,6 +54,7 @@ pub(crate) fn routes() -> axum::Router<Gateway> {
         .route("/console/keys", get(keys::list).post(keys::create))
         .route("/console/keys/{name}/{action}", post(keys::act))
         .route("/console/console.css", get(style))
+        .route("/console/favicon.svg", get(icon))
         .route("/console/{*rest}", get(unknown).post(unknown))
         .layer(axum::middleware::from_fn(secured))
 }
@@ -73,6 +74,14 @@ async fn style() -> Response {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         include_str!("console.css"),
+    )
+        .into_response()
+}
+
+async fn icon() -> Response {
+    (
+        [(header::CONTENT_TYPE, "image/svg+xml")],
+        include_str!("favicon.svg"),
     )
         .into_response()
 }
@@ -259,6 +268,7 @@ pub(crate) fn page(title: &str, current: Option<&str>, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · choicewise console" }
                 link rel="stylesheet" href="/console/console.css";
+                link rel="icon" href="/console/favicon.svg" type="image/svg+xml";
             }
             body {
                 a.skip href="#main" { "Skip to the content" }

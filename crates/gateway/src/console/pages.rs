@@ -41,6 +41,16 @@ fn when(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
+/// A time as a listing shows it: `2026-11-29 03:13:25` (UTC; the full time in its
+/// `datetime`).
+fn short(ms: i64) -> String {
+    let full = when(ms);
+    match full.get(..19) {
+        Some(head) if full.len() > 19 => head.replace('T', " "),
+        _ => full,
+    }
+}
+
 fn dollars(usd: f64) -> String {
     format!("${usd:.4}")
 }
@@ -229,7 +239,7 @@ fn request_table(rows: &[RequestRecord]) -> Markup {
                 tbody {
                     @for r in rows {
                         tr {
-                            td { time datetime=(when(r.at_ms)) { (when(r.at_ms)) } }
+                            td.when { time datetime=(when(r.at_ms)) { (short(r.at_ms)) } }
                             td { a href={ "/console/requests/" (encoded(&r.request_id)) } { (r.request_id) } }
                             td { (r.key) }
                             td { (r.model) }
@@ -310,7 +320,12 @@ pub(super) async fn request(
                                 @if Some(s.sample) == answer { strong { ", the answer" } }
                             }
                             @if let Some(text) = &s.content { pre.text { (text) } }
-                            @if let Some(message) = &s.message { pre.text.message { (message) } }
+                            @if let Some(message) = &s.message {
+                                details {
+                                    summary { "The whole message (JSON)" }
+                                    pre.text.message { (message) }
+                                }
+                            }
                         }
                     }
                 }
@@ -377,8 +392,8 @@ pub(super) async fn usage(
             label for="since" { "Since" }
             input #since name="since" value=(since_text) aria-describedby="since-help";
             button type="submit" { "Show" }
-            p.help #by-help { "by: a list of key, model, day, api, pick, status; since: 7d, 24h, or a date (2026-11-01)" }
-            span #since-help hidden { "as choicewise usage --since takes it" }
+            p.help #by-help { "a comma-separated list of key, model, day and api" }
+            p.help #since-help { "7d, 24h, or a date (2026-11-01), as choicewise usage --since takes it" }
         }
         @if !days.is_empty() {
             section aria-labelledby="days" {
@@ -430,21 +445,23 @@ fn usage_table(by: &[By], rows: &[UsageRow]) -> Markup {
 fn day_chart(days: &[UsageRow]) -> Markup {
     let tokens = |r: &UsageRow| r.prompt_tokens + r.completion_tokens;
     let most = days.iter().map(tokens).max().unwrap_or(0).max(1) as f64;
-    let (width, height, gap) = (24.0, 120.0, 6.0);
-    let total_width = days.len() as f64 * (width + gap);
+    let (width, height, gap, label) = (36.0, 120.0, 8.0, 18.0);
+    let total_width = (days.len() as f64 * (width + gap)).max(width);
     html! {
         figure {
-            svg.chart role="img" aria-labelledby="chart-title" viewBox={ "0 0 " (total_width) " " (height + 20.0) } width=(total_width) height=(height + 20.0) {
+            svg.chart role="img" aria-labelledby="chart-title" viewBox={ "0 0 " (total_width) " " (height + label) } width=(total_width) height=(height + label) {
                 title #chart-title { "Tokens by day, the most " (most as u64) }
                 @for (k, day) in days.iter().enumerate() {
                     @let h = tokens(day) as f64 / most * height;
-                    @let label = day.group.first().map(|g| g.1.as_str()).unwrap_or("");
-                    rect x=(k as f64 * (width + gap)) y=(height - h) width=(width) height=(h) {
-                        title { (label) ": " (tokens(day)) " tokens, " (day.requests) " requests, " (dollars(day.cost_usd)) }
+                    @let x = k as f64 * (width + gap);
+                    @let date = day.group.first().map(|g| g.1.as_str()).unwrap_or("");
+                    rect x=(x) y=(height - h) width=(width) height=(h) {
+                        title { (date) ": " (tokens(day)) " tokens, " (day.requests) " requests, " (dollars(day.cost_usd)) }
                     }
+                    text x=(x + width / 2.0) y=(height + label - 4.0) text-anchor="middle" { (date.get(5..).unwrap_or(date)) }
                 }
             }
-            figcaption { "Tokens by day (prompt and completion); each bar's figures on hover and below." }
+            figcaption { "Tokens by day (prompt and completion), the most " (most as u64) "; each bar's figures on hover and below." }
         }
         details {
             summary { "The figures by day" }

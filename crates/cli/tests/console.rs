@@ -1,0 +1,353 @@
+//! The console in a real browser: Debian's Chromium, driven over WebDriver by Debian's
+//! chromedriver (nothing downloaded), against a `choicewise serve` process whose console has
+//! a listener of its own. Signed in through the form; every page loads with no console
+//! error (a Content-Security-Policy violation is one) and no dialog opened; a hostile
+//! upstream's `<script>` and a key named `<img …onerror=…>` are shown as text, never run; a
+//! key made from the console's form is accepted by the gateway. Each page's screenshot is
+//! written to `target/console-screenshots/` (docs/img keeps copies). Skipped without
+//! Chromium, failed under `CI=true`.
+//!
+//! The WebDriver calls are a few plain HTTP requests (reqwest, already here): a WebDriver
+//! crate would build a second copy of several shared dependencies with other features
+//! (scripts/shared-build.sh).
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use choicewise_test_support::{ChromeDriver, within};
+use choicewise_testserver::{TestServer, answer};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const HOSTILE: &str = "<script>alert(1)</script> <img src=x onerror=alert(2)>";
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A WebDriver session of Chromium.
+struct Browser {
+    http: reqwest::Client,
+    session: String,
+}
+
+impl Browser {
+    async fn start(driver: &ChromeDriver) -> Browser {
+        let http = reqwest::Client::new();
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": driver.browser(),
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,900",
+                         "--no-first-run", "--disable-extensions"],
+            },
+            "goog:loggingPrefs": {"browser": "ALL"},
+        }}});
+        let r: Value = http
+            .post(format!("{}/session", driver.url()))
+            .json(&capabilities)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = r["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {r}"));
+        Browser {
+            http,
+            session: format!("{}/session/{session}", driver.url()),
+        }
+    }
+
+    /// A WebDriver command: its `value`, or its error.
+    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> Result<Value, Value> {
+        let mut r = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.session));
+        if method == reqwest::Method::POST {
+            r = r.json(&body);
+        }
+        let r = r.send().await.unwrap();
+        let ok = r.status().is_success();
+        let v: Value = r.json().await.unwrap();
+        match ok {
+            true => Ok(v["value"].clone()),
+            false => Err(v["value"].clone()),
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        (self.call(reqwest::Method::POST, path, body).await)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, Value> {
+        self.call(reqwest::Method::GET, path, Value::Null).await
+    }
+
+    async fn open(&self, url: &str) {
+        self.post("/url", json!({"url": url})).await;
+    }
+
+    async fn script(&self, script: &str) -> Value {
+        self.post("/execute/sync", json!({"script": script, "args": []}))
+            .await
+    }
+
+    async fn element(&self, css: &str) -> String {
+        let v = self
+            .post("/element", json!({"using": "css selector", "value": css}))
+            .await;
+        let (_, id) = v.as_object().unwrap().iter().next().unwrap();
+        id.as_str().unwrap().to_string()
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let e = self.element(css).await;
+        self.post(&format!("/element/{e}/value"), json!({"text": text}))
+            .await;
+    }
+
+    async fn click(&self, css: &str) {
+        let e = self.element(css).await;
+        self.post(&format!("/element/{e}/click"), json!({})).await;
+    }
+
+    /// The page's text as a reader sees it.
+    async fn text(&self) -> String {
+        self.script("return document.body.innerText;")
+            .await
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// The browser's console entries since the last call: the errors (a CSP violation is
+    /// one), and every entry for the failure message.
+    async fn console_errors(&self) -> (Vec<String>, Value) {
+        let log = self.post("/se/log", json!({"type": "browser"})).await;
+        let errors = (log.as_array().unwrap().iter())
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+            .collect();
+        (errors, log)
+    }
+
+    /// Whether a dialog (an `alert` a hostile string would open) is open.
+    async fn dialog_open(&self) -> bool {
+        self.get("/alert/text").await.is_ok()
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let png = self.get("/screenshot").await.unwrap();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(png.as_str().unwrap())
+            .unwrap();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target/console-screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("console-{name}.png")), png).unwrap();
+    }
+
+    async fn end(self) {
+        let _ = self.http.delete(&self.session).send().await;
+    }
+}
+
+async fn chat(base: &str, key: &str, id: &str) -> u16 {
+    let r = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .bearer_auth(key)
+        .header("x-request-id", id)
+        .json(&json!({"model": "small", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let _ = r.bytes().await;
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key() {
+    let Some(driver) = ChromeDriver::start() else {
+        return;
+    };
+    let upstream = TestServer::builder()
+        .body(answer(HOSTILE))
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile_dir("console");
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\n\
+             [admin]\nkey_env = \"OPERATOR_KEY\"\n\
+             [console]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
+             [auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+             [[auth.keys]]\nname = \"<img src=x onerror=alert(3)>\"\nkey_env = \"HOSTILE_KEY\"\n\
+             [records]\nurl = \"sqlite://{}\"\nspool_path = \"{}\"\nsamples = true\n\
+             [[models]]\nname = \"small\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
+            dir.join("records.db").display(),
+            dir.join("records.spool").display(),
+            upstream.base_url()
+        ),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env("OPERATOR_KEY", "sk-operator")
+        .env("TEAM_A_KEY", "sk-team-a")
+        .env("HOSTILE_KEY", "sk-hostile")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = within(LIMIT, "the listening line", stderr.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    let base = first.strip_prefix("listening on ").unwrap().to_string();
+    let said = within(LIMIT, "the console's line", stderr.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    let console = said
+        .strip_prefix("the console: ")
+        .unwrap_or_else(|| panic!("{said}"))
+        .to_string();
+    assert_ne!(console, format!("{base}/console"), "a listener of its own");
+    let console_origin = console.trim_end_matches("/console").to_string();
+    // The console is not on the gateway's listener, nor the gateway's routes on the console's.
+    let on_gateway = reqwest::get(format!("{base}/console")).await.unwrap();
+    assert_eq!(on_gateway.status(), 404);
+
+    for k in 0..3 {
+        assert_eq!(chat(&base, "sk-team-a", &format!("req-{k}")).await, 200);
+    }
+    assert_eq!(chat(&base, "sk-hostile", "req-hostile").await, 200);
+    // Their records written (the writer batches them): seen by the console's own route.
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let page = reqwest::Client::new()
+            .get(format!("{console_origin}/console/requests"))
+            .bearer_auth("sk-operator")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if page.contains("req-hostile") && page.contains("req-0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the records were not written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let browser = Browser::start(&driver).await;
+    let clean = |name: &'static str| {
+        let browser = &browser;
+        async move {
+            let (errors, log) = browser.console_errors().await;
+            assert!(errors.is_empty(), "{name}: console errors: {log}");
+            assert!(!browser.dialog_open().await, "{name}: a dialog opened");
+            let hostile = browser
+                .script("return document.querySelectorAll('main script, main img, main [onerror]').length;")
+                .await;
+            assert_eq!(hostile, json!(0), "{name}: hostile markup in the page");
+        }
+    };
+
+    // Signed out: the sign-in form. Signed in through it.
+    browser.open(&console).await;
+    assert!(browser.text().await.contains("Operator key"));
+    browser.screenshot("sign-in").await;
+    // The 401 of the page itself is a console entry of its own; anything else is not.
+    let (errors, log) = browser.console_errors().await;
+    assert!(
+        errors.iter().all(|e| e.contains("401")),
+        "sign-in: console errors: {log}"
+    );
+    browser.type_into("#key", "sk-operator").await;
+    browser.click("button[type=submit]").await;
+    let text = browser.text().await;
+    assert!(text.contains("The last 24 hours"), "{text}");
+    assert!(
+        text.contains("Requests\n4") || text.contains("Requests\t4"),
+        "{text}"
+    );
+    clean("overview").await;
+    browser.screenshot("overview").await;
+
+    let mut loads = Vec::new();
+    for (name, path) in [
+        ("requests", "/console/requests"),
+        ("request", "/console/requests/req-hostile"),
+        ("usage", "/console/usage"),
+        ("keys", "/console/keys"),
+    ] {
+        browser.open(&format!("{console_origin}{path}")).await;
+        clean(name).await;
+        let ms = browser
+            .script(
+                "const t = performance.getEntriesByType('navigation')[0]; \
+                 return t.loadEventEnd - t.startTime;",
+            )
+            .await;
+        loads.push(format!("{name} {ms} ms"));
+        browser.screenshot(name).await;
+        let text = browser.text().await;
+        match name {
+            "requests" => assert!(text.contains("<img src=x onerror=alert(3)>"), "{text}"),
+            "request" => assert!(text.contains(HOSTILE.split(' ').next().unwrap()), "{text}"),
+            "usage" => assert!(text.contains("team-a"), "{text}"),
+            _ => assert!(text.contains("requests_per_minute") || text.contains("team-a")),
+        }
+    }
+    eprintln!("page loads in Chromium: {}", loads.join(", "));
+
+    // A key made from the form: its secret on the page once, accepted by the gateway.
+    browser.type_into("#name", "team-x").await;
+    browser.type_into("#models", "small").await;
+    browser
+        .type_into("#limits", "requests_per_minute = 30")
+        .await;
+    browser.click("form.new-key button[type=submit]").await;
+    let secret = browser
+        .script("return document.querySelector('.secret').textContent;")
+        .await;
+    let secret = secret.as_str().unwrap().to_string();
+    assert!(secret.starts_with("cw-") && secret.len() == 67, "{secret}");
+    clean("key made").await;
+    assert_eq!(chat(&base, &secret, "by-team-x").await, 200);
+    browser
+        .open(&format!("{console_origin}/console/keys"))
+        .await;
+    assert!(
+        !browser.text().await.contains(&secret),
+        "a secret is shown once"
+    );
+    assert!(browser.text().await.contains("team-x"));
+    // Revoked from its button: refused by the gateway.
+    browser.click("button[aria-label='Revoke team-x']").await;
+    clean("key revoked").await;
+    assert!(!browser.text().await.contains("team-x"));
+    assert_eq!(chat(&base, &secret, "revoked").await, 401);
+    browser.end().await;
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A folder of this test's own under the system's temporary folder.
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("choicewise-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
