@@ -123,6 +123,23 @@ impl Browser {
             .to_string()
     }
 
+    /// The page's text once it holds `needle` (a form's answer may still be loading when
+    /// its click returns).
+    async fn text_with(&self, needle: &str) -> String {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let text = self.text().await;
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} in the page: {text}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The browser's console entries since the last call: the errors (a CSP violation is
     /// one), and every entry for the failure message.
     async fn console_errors(&self) -> (Vec<String>, Value) {
@@ -276,8 +293,7 @@ async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key(
     );
     browser.type_into("#key", "sk-operator").await;
     browser.click("button[type=submit]").await;
-    let text = browser.text().await;
-    assert!(text.contains("The last 24 hours"), "{text}");
+    let text = browser.text_with("The last 24 hours").await;
     assert!(
         text.contains("Requests\n4") || text.contains("Requests\t4"),
         "{text}"
@@ -312,6 +328,30 @@ async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key(
     }
     eprintln!("page loads in Chromium: {}", loads.join(", "));
 
+    // Live: a request made while the page is open appears in it, without a reload.
+    browser
+        .open(&format!("{console_origin}/console/requests"))
+        .await;
+    browser.click("#live").await;
+    assert_eq!(chat(&base, "sk-team-a", "req-live").await, 200);
+    let deadline = Instant::now() + LIMIT;
+    while !browser.text().await.contains("req-live") {
+        assert!(
+            Instant::now() < deadline,
+            "the live page did not show the new request"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let still = browser
+        .script("return performance.getEntriesByType('navigation').length;")
+        .await;
+    assert_eq!(still, json!(1), "no reload");
+    assert!(browser.text().await.contains("1 new request"));
+    clean("live requests").await;
+    browser
+        .open(&format!("{console_origin}/console/keys"))
+        .await;
+
     // A key made from the form: its secret on the page once, accepted by the gateway.
     browser.type_into("#name", "team-x").await;
     browser.type_into("#models", "small").await;
@@ -319,6 +359,7 @@ async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key(
         .type_into("#limits", "requests_per_minute = 30")
         .await;
     browser.click("form.new-key button[type=submit]").await;
+    browser.text_with("Copy it now").await;
     let secret = browser
         .script("return document.querySelector('.secret').textContent;")
         .await;
@@ -336,8 +377,12 @@ async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key(
     assert!(browser.text().await.contains("team-x"));
     // Revoked from its button: refused by the gateway.
     browser.click("button[aria-label='Revoke team-x']").await;
+    let deadline = Instant::now() + LIMIT;
+    while browser.text().await.contains("team-x") {
+        assert!(Instant::now() < deadline, "the revoked key is still listed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     clean("key revoked").await;
-    assert!(!browser.text().await.contains("team-x"));
     assert_eq!(chat(&base, &secret, "revoked").await, 401);
     browser.end().await;
     let _ = child.kill().await;

@@ -271,6 +271,12 @@ impl Config {
                 admin.key_env
             ));
         }
+        if let Some(console) = self.console.as_ref().filter(|c| c.enabled) {
+            lines.push(match &console.listen {
+                Some(at) => format!("console: at http://{at}/console (a listener of its own)"),
+                None => "console: at /console on the gateway's listener".into(),
+            });
+        }
         if let Some(records) = &self.records {
             lines.push(format!(
                 "records: every request in {}{} (spool {}, at most {} MiB)",

@@ -55,6 +55,7 @@ pub(crate) fn routes() -> axum::Router<Gateway> {
         .route("/console/keys/{name}/{action}", post(keys::act))
         .route("/console/console.css", get(style))
         .route("/console/favicon.svg", get(icon))
+        .route("/console/console.js", get(script))
         .route("/console/{*rest}", get(unknown).post(unknown))
         .layer(axum::middleware::from_fn(secured))
 }
@@ -74,6 +75,14 @@ async fn style() -> Response {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         include_str!("console.css"),
+    )
+        .into_response()
+}
+
+async fn script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("console.js"),
     )
         .into_response()
 }
@@ -269,6 +278,7 @@ pub(crate) fn page(title: &str, current: Option<&str>, body: Markup) -> Markup {
                 title { (title) " · choicewise console" }
                 link rel="stylesheet" href="/console/console.css";
                 link rel="icon" href="/console/favicon.svg" type="image/svg+xml";
+                script type="module" src="/console/console.js" {}
             }
             body {
                 a.skip href="#main" { "Skip to the content" }

@@ -190,10 +190,12 @@ pub(super) async fn requests(
         @if !reader.skipped().is_empty() {
             p.error role="alert" { "Rows left out, unreadable: " (skipped) }
         }
-        @if rows.is_empty() {
-            p { "No request." }
-        } @else {
-            (request_table(&rows))
+        div data-live[listing.after.is_none()] {
+            @if rows.is_empty() {
+                p { "No request." }
+            } @else {
+                (request_table(&rows))
+            }
         }
         @if let Some(next) = next {
             p { a href=(next) rel="next" { "Older requests" } }
@@ -238,7 +240,7 @@ fn request_table(rows: &[RequestRecord]) -> Markup {
                 }
                 tbody {
                     @for r in rows {
-                        tr {
+                        tr data-id=(r.id) {
                             td.when { time datetime=(when(r.at_ms)) { (short(r.at_ms)) } }
                             td { a href={ "/console/requests/" (encoded(&r.request_id)) } { (r.request_id) } }
                             td { (r.key) }
