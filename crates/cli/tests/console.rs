@@ -214,31 +214,7 @@ async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key(
         ),
     )
     .unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .env("OPERATOR_KEY", "sk-operator")
-        .env("TEAM_A_KEY", "sk-team-a")
-        .env("HOSTILE_KEY", "sk-hostile")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let first = within(LIMIT, "the listening line", stderr.next_line())
-        .await
-        .unwrap()
-        .unwrap();
-    let base = first.strip_prefix("listening on ").unwrap().to_string();
-    let said = within(LIMIT, "the console's line", stderr.next_line())
-        .await
-        .unwrap()
-        .unwrap();
-    let console = said
-        .strip_prefix("the console: ")
-        .unwrap_or_else(|| panic!("{said}"))
-        .to_string();
-    assert_ne!(console, format!("{base}/console"), "a listener of its own");
+    let (mut child, base, console) = gateway(&config).await;
     let console_origin = console.trim_end_matches("/console").to_string();
     // The console is not on the gateway's listener, nor the gateway's routes on the console's.
     let on_gateway = reqwest::get(format!("{base}/console")).await.unwrap();
@@ -387,6 +363,140 @@ async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key(
     browser.end().await;
     let _ = child.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winner() {
+    let Some(driver) = ChromeDriver::start() else {
+        return;
+    };
+    // Three upstreams, one sample each: their first bytes 0, 300 and 600 ms after they are
+    // asked. The fast and the slow say 4, the middle one 5: the vote is decided when the
+    // slow one finishes, and the fast one, the first to finish of the winning key, answers.
+    let mut upstreams = String::new();
+    let mut servers = Vec::new();
+    for (delay, text) in [
+        (600, "slow Answer: 4"),
+        (0, "fast Answer: 4"),
+        (300, "middle Answer: 5"),
+    ] {
+        let server = TestServer::builder()
+            .body(answer(text))
+            .head_delay(Duration::from_millis(delay))
+            .start()
+            .await
+            .unwrap();
+        upstreams.push_str(&format!(
+            "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nn = \"fan-out\"\n",
+            server.base_url()
+        ));
+        servers.push(server);
+    }
+    let dir = tempfile_dir("playground");
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\n\
+             [admin]\nkey_env = \"OPERATOR_KEY\"\n\
+             [console]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
+             [auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+             [[models]]\nname = \"voter\"\n\
+             [models.choicewise]\nsamples = 3\nselect = \"vote\"\nvote_by = 'Answer: (\\d+)'\n{upstreams}"
+        ),
+    )
+    .unwrap();
+    let (mut child, _base, console) = gateway(&config).await;
+    let browser = Browser::start(&driver).await;
+    browser.open(&console).await;
+    browser.type_into("#key", "sk-operator").await;
+    browser.click("button[type=submit]").await;
+    browser.text_with("The last 24 hours").await;
+    // The sign-in page's own 401 is its only console entry.
+    let (errors, log) = browser.console_errors().await;
+    assert!(errors.iter().all(|e| e.contains("401")), "{log}");
+    browser.open(&format!("{console}/playground")).await;
+    browser.type_into("#prompt", "2 + 2?").await;
+    browser.type_into("#client-key", "sk-team-a").await;
+    browser.click("#playground button[type=submit]").await;
+    browser.text_with("Done.").await;
+    let columns = browser
+        .script(
+            "return Array.from(document.querySelectorAll('#samples-view .column')).map(c => ({
+               sample: Number(c.dataset.sample), first: Number(c.dataset.firstMs),
+               end: c.dataset.end, winner: c.dataset.winner === 'true',
+               text: c.querySelector('pre.text:not(.reasoning)').textContent }));",
+        )
+        .await;
+    let columns = columns.as_array().unwrap();
+    assert_eq!(columns.len(), 3, "{columns:?}");
+    let by = |word: &str| {
+        columns
+            .iter()
+            .find(|c| c["text"].as_str().unwrap().starts_with(word))
+            .unwrap_or_else(|| panic!("no column says {word}: {columns:?}"))
+    };
+    let (fast, middle, slow) = (by("fast"), by("middle"), by("slow"));
+    // Filled out of order, each as its upstream spoke: the fast first, the slow last.
+    let first = |c: &Value| c["first"].as_f64().unwrap();
+    assert!(
+        first(fast) < first(middle) && first(middle) < first(slow),
+        "{columns:?}"
+    );
+    assert!(first(slow) - first(fast) >= 400.0, "{columns:?}");
+    assert_eq!(fast["text"], "fast Answer: 4");
+    // The winner marked: the first to finish of the winning key.
+    assert_eq!(fast["winner"], true, "{columns:?}");
+    assert_eq!(
+        (middle["winner"].clone(), slow["winner"].clone()),
+        (json!(false), json!(false))
+    );
+    let text = browser.text().await;
+    assert!(text.contains("vote: sample"), "{text}");
+    assert!(
+        text.contains("4: 2 votes") && text.contains("5: 1 vote"),
+        "{text}"
+    );
+    let (errors, log) = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {log}");
+    browser.screenshot("playground").await;
+    browser.end().await;
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `choicewise serve` with the configuration file `config` (its console on a listener of its
+/// own), the operator's and the clients' keys in its environment: the process, the gateway's
+/// base URL, the console's URL.
+async fn gateway(config: &std::path::Path) -> (tokio::process::Child, String, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env("OPERATOR_KEY", "sk-operator")
+        .env("TEAM_A_KEY", "sk-team-a")
+        .env("HOSTILE_KEY", "sk-hostile")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = within(LIMIT, "the listening line", stderr.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    let base = first.strip_prefix("listening on ").unwrap().to_string();
+    let said = within(LIMIT, "the console's line", stderr.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    let console = said
+        .strip_prefix("the console: ")
+        .unwrap_or_else(|| panic!("{said}"))
+        .to_string();
+    assert_ne!(console, format!("{base}/console"), "a listener of its own");
+    // The rest of its log, read (and left unread) so that it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
+    (child, base, console)
 }
 
 /// A folder of this test's own under the system's temporary folder.

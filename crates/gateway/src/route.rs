@@ -117,6 +117,8 @@ async fn serve<A: ClientApi>(
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(&gw.inner.admission, body).await?;
     let len = bytes.len();
+    // The console's playground follows the samples, beside the pick.
+    let watch = head.extensions.get::<crate::console::Watch>().cloned();
     let parsed = match parse::<A>(gw, head, bytes).await {
         Ok(parsed) => parsed,
         Err(refused) => {
@@ -157,6 +159,9 @@ async fn serve<A: ClientApi>(
     let deadlines = Deadlines::new(gw, finish.arrived(), req.policy.deadline());
     // Boxed, as the answer is: a request's futures stay small where they are moved.
     let run = Box::pin(start(opener, &req, &deadlines, finish.request_id())).await?;
+    if let Some(watch) = watch {
+        watch.tap(&run);
+    }
     // The record holds the run from its start: a client gone from here on is recorded.
     finish.started(run);
     let traced = match (&gw.inner.traces, finish.take_parent()) {

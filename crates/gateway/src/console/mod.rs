@@ -14,6 +14,9 @@
 
 mod keys;
 mod pages;
+mod playground;
+
+pub(crate) use playground::Watch;
 
 use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
@@ -51,6 +54,10 @@ pub(crate) fn routes() -> axum::Router<Gateway> {
         .route("/console/requests", get(pages::requests))
         .route("/console/requests/{id}", get(pages::request))
         .route("/console/usage", get(pages::usage))
+        .route(
+            "/console/playground",
+            get(playground::form).post(playground::send),
+        )
         .route("/console/keys", get(keys::list).post(keys::create))
         .route("/console/keys/{name}/{action}", post(keys::act))
         .route("/console/console.css", get(style))
@@ -259,8 +266,9 @@ async fn logout(_: Signed) -> Response {
 }
 
 /// The console's pages, for the navigation: path and name.
-const PAGES: [(&str, &str); 4] = [
+const PAGES: [(&str, &str); 5] = [
     ("/console", "Overview"),
+    ("/console/playground", "Playground"),
     ("/console/requests", "Requests"),
     ("/console/usage", "Usage"),
     ("/console/keys", "Keys"),

@@ -243,6 +243,43 @@ async fn the_console_shows_requests_usage_and_keys_safely() {
     let (status, _, _) = post_form(addr, "/console/keys/team-a/revoke", cookie, &own, &[]).await;
     assert_eq!(status, 409, "a key of the file is changed in the file");
 
+    // The playground: the request sent as the client key given, its sample's events and
+    // the client's answer in one stream; without a client key, the gateway's refusal.
+    let playground = |origin: &str, body: serde_json::Value| {
+        client()
+            .post(format!("http://{addr}/console/playground"))
+            .header("cookie", cookie)
+            .header("origin", origin)
+            .json(&body)
+            .send()
+    };
+    let asked = json!({"model": "small", "prompt": "hi", "key": "sk-team-a"});
+    let r = playground(evil, asked.clone()).await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r = playground(&own, asked).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let events = r.text().await.unwrap();
+    assert!(events.contains("event: sample\n"), "{events}");
+    assert!(events.contains(r#""kind":"content""#), "{events}");
+    assert!(events.contains(r#""kind":"finished""#), "{events}");
+    assert!(events.contains("event: answer") && events.ends_with("event: end\ndata: {}\n\n"));
+    let r = playground(&own, json!({"model": "small", "prompt": "hi"}))
+        .await
+        .unwrap();
+    let refused = r.text().await.unwrap();
+    assert!(
+        refused.starts_with("event: error\n") && refused.contains(r#""status":401"#),
+        "{refused}"
+    );
+    let r = client()
+        .post(format!("http://{addr}/console/playground"))
+        .json(&json!({"model": "small", "prompt": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "not signed");
+
     // A script signs with the operator's key instead.
     let r = client()
         .get(format!("http://{addr}/console/usage"))
