@@ -480,19 +480,20 @@ async fn gateway(config: &std::path::Path) -> (tokio::process::Child, String, St
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let first = within(LIMIT, "the listening line", stderr.next_line())
-        .await
-        .unwrap()
-        .unwrap();
-    let base = first.strip_prefix("listening on ").unwrap().to_string();
-    let said = within(LIMIT, "the console's line", stderr.next_line())
-        .await
-        .unwrap()
-        .unwrap();
-    let console = said
-        .strip_prefix("the console: ")
-        .unwrap_or_else(|| panic!("{said}"))
-        .to_string();
+    // Its log's lines up to the one that starts with `prefix`: that line's rest.
+    let mut said = Vec::new();
+    let mut until = async |prefix: &str| loop {
+        let line = within(LIMIT, "the gateway's log", stderr.next_line())
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("the gateway ended: {said:?}"));
+        if let Some(rest) = line.strip_prefix(prefix) {
+            return rest.to_string();
+        }
+        said.push(line);
+    };
+    let base = until("listening on ").await;
+    let console = until("the console: ").await;
     assert_ne!(console, format!("{base}/console"), "a listener of its own");
     // The rest of its log, read (and left unread) so that it never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = stderr.next_line().await {} });
