@@ -140,6 +140,17 @@ impl Browser {
         }
     }
 
+    /// Signs in at `console` with the operator's key; the sign-in page's own 401 is its
+    /// only console entry.
+    async fn sign_in(&self, console: &str) {
+        self.open(console).await;
+        self.type_into("#key", "sk-operator").await;
+        self.click("button[type=submit]").await;
+        self.text_with("The last 24 hours").await;
+        let (errors, log) = self.console_errors().await;
+        assert!(errors.iter().all(|e| e.contains("401")), "{log}");
+    }
+
     /// The browser's console entries since the last call: the errors (a CSP violation is
     /// one), and every entry for the failure message.
     async fn console_errors(&self) -> (Vec<String>, Value) {
@@ -408,13 +419,7 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
     .unwrap();
     let (mut child, _base, console) = gateway(&config).await;
     let browser = Browser::start(&driver).await;
-    browser.open(&console).await;
-    browser.type_into("#key", "sk-operator").await;
-    browser.click("button[type=submit]").await;
-    browser.text_with("The last 24 hours").await;
-    // The sign-in page's own 401 is its only console entry.
-    let (errors, log) = browser.console_errors().await;
-    assert!(errors.iter().all(|e| e.contains("401")), "{log}");
+    browser.sign_in(&console).await;
     browser.open(&format!("{console}/playground")).await;
     browser.type_into("#prompt", "2 + 2?").await;
     browser.type_into("#client-key", "sk-team-a").await;
@@ -460,6 +465,112 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
     let (errors, log) = browser.console_errors().await;
     assert!(errors.is_empty(), "console errors: {log}");
     browser.screenshot("playground").await;
+    browser.end().await;
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each page's load in Chromium (navigation start to the load event, the median of three
+/// loads) over 10,000 records of 40 keys and 4 models, 3 samples each, across 30 days:
+/// printed for docs/benchmarks.md (`cargo test -p choicewise-cli --test console --
+/// --ignored`; run by .ci/run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: .ci/run runs it"]
+async fn page_loads_over_10000_records() {
+    let Some(driver) = ChromeDriver::start() else {
+        return;
+    };
+    let dir = tempfile_dir("console-10000");
+    let url = format!("sqlite://{}", dir.join("records.db").display());
+    let store = choicewise_records::Store::connect(&url).await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let mut batch = Vec::new();
+    for k in 0..10_000i64 {
+        let at = now - (10_000 - k) * 259_200; // 30 days, evenly
+        let mut r =
+            choicewise_records::RequestRecord::new(at, format!("req-{k}"), format!("m{}", k % 4));
+        r.key = format!("team-{}", k % 40);
+        r.api = "chat".into();
+        r.status = 200;
+        r.ended = "complete".into();
+        r.samples_started = 3;
+        (r.prompt_tokens, r.completion_tokens) = (30, 90);
+        r.total_ms = 420.0;
+        for s in 0..3 {
+            let mut sample = choicewise_records::SampleRecord::new(s, "stop");
+            sample.content = Some(format!(
+                "sample {s} of request {k}: the answer is {}",
+                k % 7
+            ));
+            sample.completion_tokens = 30;
+            r.samples.push(sample);
+        }
+        batch.push(r);
+        if batch.len() == 500 {
+            store.write(&batch).await.unwrap();
+            batch.clear();
+        }
+    }
+    store.close().await;
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\n[admin]\nkey_env = \"OPERATOR_KEY\"\n\
+             [console]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
+             [records]\nurl = \"{url}\"\nspool_path = \"{}\"\nsamples = true\n\
+             [[models]]\nname = \"m0\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+            dir.join("records.spool").display()
+        ),
+    )
+    .unwrap();
+    let (mut child, _base, console) = gateway(&config).await;
+    let browser = Browser::start(&driver).await;
+    browser.sign_in(&console).await;
+    // A page in the middle: the records before the 5,000th (`~` sorts after every id).
+    let older = format!("/console/requests?after={}:~", now - 5_000 * 259_200);
+    let mut figures = Vec::new();
+    for (name, path) in [
+        ("overview", "/console"),
+        ("requests", "/console/requests"),
+        ("requests, page 100", older.as_str()),
+        ("request", "/console/requests/req-9999"),
+        ("usage", "/console/usage"),
+        ("usage by day", "/console/usage?by=day&since=30d"),
+        ("keys", "/console/keys"),
+        ("playground", "/console/playground"),
+    ] {
+        let mut loads = Vec::new();
+        for _ in 0..3 {
+            browser
+                .open(&format!("{console}{}", path.trim_start_matches("/console")))
+                .await;
+            let ms = browser
+                .script(
+                    "const t = performance.getEntriesByType('navigation')[0]; \
+                     return t.loadEventEnd - t.startTime;",
+                )
+                .await;
+            loads.push(ms.as_f64().unwrap());
+        }
+        loads.sort_by(f64::total_cmp);
+        figures.push(format!("{name}: {:.0} ms", loads[1]));
+        if name == "requests, page 100" {
+            assert!(
+                browser.text().await.contains("req-4999"),
+                "the page in the middle"
+            );
+        }
+    }
+    let (errors, log) = browser.console_errors().await;
+    assert!(errors.is_empty(), "{log}");
+    println!(
+        "console page loads over 10,000 records (median of 3): {}",
+        figures.join(", ")
+    );
     browser.end().await;
     let _ = child.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
