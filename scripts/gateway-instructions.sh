@@ -23,6 +23,9 @@
 # sends), as model servers do; NO_USAGE=1 makes it report none, so that the gateway counts
 # each request's prompt and completion itself (its estimate).
 #
+# CONSOLE=1 serves the console too (`[console]`, on the gateway's listener, with `[admin]`'s
+# operator key): what it costs a request that does not use it.
+#
 # RECORDS=sqlite writes every request's row to a SQLite file (docs/records.md), and
 # RECORDS=sqlite-samples each sample's too (`samples = true`): what the records cost a
 # request, the writer's thread and SQLite's counted with the rest of the process.
@@ -91,7 +94,10 @@ for bin in "$@"; do
     sqlite-samples) printf '\n[records]\nurl = "sqlite://%s/records.db"\nsamples = true\nspool_path = "%s/records.spool"\n' "$d" "$d" >> "$d/gateway.toml" ;;
     *) echo "$0: RECORDS=${RECORDS}: none, sqlite or sqlite-samples" >&2; exit 2 ;;
   esac
-  CHOICEWISE_BENCH_KEY="$key" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$d/callgrind.out" \
+  if [ "${CONSOLE:-}" = 1 ]; then
+    printf '\n[admin]\nkey_env = "CHOICEWISE_BENCH_ADMIN_KEY"\n[console]\nenabled = true\n' >> "$d/gateway.toml"
+  fi
+  CHOICEWISE_BENCH_ADMIN_KEY="sk-instructions-operator" CHOICEWISE_BENCH_KEY="$key" valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$d/callgrind.out" \
     "$bin" serve --config "$d/gateway.toml" > "$d/gateway.log" 2>&1 &
   gw=$!
   wait_for "$d/gateway.log" "listening on"

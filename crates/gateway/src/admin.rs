@@ -123,11 +123,8 @@ fn view(key: &NamedKey, now_ms: u64) -> Value {
 /// its limits (as `GET /admin/keys/{name}` shows it).
 pub(crate) async fn all_with_usage(gw: &Gateway) -> Vec<Value> {
     let keys = gw.inner.keys.snapshot();
-    let mut shown = Vec::new();
-    for key in keys.all_named() {
-        shown.push(view_with_usage(gw, key).await);
-    }
-    shown
+    // Asked of the limits' store at once, not one key after the other.
+    futures::future::join_all(keys.all_named().map(|key| view_with_usage(gw, key))).await
 }
 
 /// A key's view with what is left of each of its limits (`usage`), as the limits' store

@@ -127,7 +127,9 @@ impl Gateway {
     /// - `GET /healthz`,
     /// - `GET /metrics` (Prometheus text format; docs/gateway.md lists the metrics),
     /// - with `[admin]`, the admin API behind the operator's key: `POST` and `GET
-    ///   /admin/keys`, `GET`, `PATCH` and `DELETE /admin/keys/{name}` (docs/keys.md).
+    ///   /admin/keys`, `GET`, `PATCH` and `DELETE /admin/keys/{name}` (docs/keys.md),
+    /// - with `[console]` (and no `listen` of its own), the console under `/console`
+    ///   (docs/console.md; [`console_router`](Self::console_router) alone otherwise).
     ///
     /// Another method on a `POST` route is answered 405, an unknown path 404.
     ///
