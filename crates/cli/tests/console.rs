@@ -429,6 +429,7 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
         .script(
             "return Array.from(document.querySelectorAll('#samples-view .column')).map(c => ({
                sample: Number(c.dataset.sample), first: Number(c.dataset.firstMs),
+               shown: Number(c.dataset.shownMs),
                end: c.dataset.end, winner: c.dataset.winner === 'true',
                text: c.querySelector('pre.text:not(.reasoning)').textContent }));",
         )
@@ -450,6 +451,15 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
     );
     assert!(first(slow) - first(fast) >= 400.0, "{columns:?}");
     assert_eq!(fast["text"], "fast Answer: 4");
+    // How long after the gateway saw each column's first token the page showed it (an upper
+    // bound: the page's clock starts when it sent the request, before the gateway's).
+    let lags: Vec<String> = (columns.iter())
+        .map(|c| format!("{:.0} ms", c["shown"].as_f64().unwrap() - first(c)))
+        .collect();
+    println!(
+        "playground: each column's first token shown {} after the gateway saw it",
+        lags.join(", ")
+    );
     // The winner marked: the first to finish of the winning key.
     assert_eq!(fast["winner"], true, "{columns:?}");
     assert_eq!(

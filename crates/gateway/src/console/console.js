@@ -67,6 +67,7 @@ if (playground) {
     return node;
   };
   let columns = new Map();
+  let sentAt = 0;
   function column(sample) {
     let c = columns.get(sample);
     if (c) return c;
@@ -91,7 +92,10 @@ if (playground) {
     const c = column(e.sample);
     c.events += 1;
     if (c.section.dataset.firstMs === undefined && ["content", "reasoning", "refusal", "call"].includes(e.kind)) {
+      // When the gateway saw the sample's first token, and when this page showed it, both
+      // counted from the request's start (the gateway's, and this page's sending it).
       c.section.dataset.firstMs = String(e.at_ms);
+      c.section.dataset.shownMs = String(Math.round(performance.now() - sentAt));
     }
     if (e.kind === "content" || e.kind === "refusal") {
       c.text.append(e.text);
@@ -155,6 +159,7 @@ if (playground) {
     view.replaceChildren();
     decision.replaceChildren();
     status.textContent = "Sending…";
+    sentAt = performance.now();
     let answer;
     try {
       answer = await fetch("/console/playground", {

@@ -188,13 +188,21 @@ pub(super) async fn send(
         request.headers_mut().insert(header::AUTHORIZATION, value);
     }
     request.extensions_mut().insert(watch);
-    let answer = match gw.router().oneshot(request).await {
-        Ok(answer) => answer,
-        Err(never) => match never {},
-    };
-    let status = answer.status();
-    let mut answer = answer.into_body().into_data_stream();
+    let answering = gw.router().oneshot(request);
     let stream = async_stream::stream! {
+        // The samples' events from the start: a pick's answer begins only once it decided.
+        tokio::pin!(answering);
+        let answer = loop {
+            tokio::select! {
+                Some(seen) = events.recv() => yield Ok(event("sample", &seen)),
+                answered = &mut answering => match answered {
+                    Ok(answer) => break answer,
+                    Err(never) => match never {},
+                },
+            }
+        };
+        let status = answer.status();
+        let mut answer = answer.into_body().into_data_stream();
         if !status.is_success() {
             let mut text = Vec::new();
             while let Some(Ok(bytes)) = answer.next().await {

@@ -304,3 +304,56 @@ fn secret_of(page: &str) -> String {
     let at = page.find("cw-").expect("a secret on the page");
     page[at..at + 67].to_string()
 }
+
+/// The playground streams each sample's events as the gateway reads them, not once the
+/// pick's answer begins: over three upstreams whose first bytes come 0, 300 and 600 ms after
+/// they are asked, a vote's answer begins only when the slowest finishes, and by then the
+/// playground has sent the two others' texts and finishes.
+#[tokio::test]
+async fn the_playground_streams_the_samples_before_the_pick_decides() {
+    let mut upstreams = String::new();
+    let mut servers = Vec::new();
+    for (delay, text) in [
+        (600, "slow Answer: 4"),
+        (0, "fast Answer: 4"),
+        (300, "middle Answer: 5"),
+    ] {
+        let server = TestServer::builder()
+            .body(answer(text))
+            .head_delay(std::time::Duration::from_millis(delay));
+        let server = start(server).await;
+        upstreams.push_str(&format!(
+            "[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\nn = \"fan-out\"\n",
+            server.base_url()
+        ));
+        servers.push(server);
+    }
+    let toml = format!(
+        "[admin]\nkey_env = \"OPERATOR_KEY\"\n[console]\nenabled = true\n\
+         [[models]]\nname = \"voter\"\n[models.choicewise]\nsamples = 3\nselect = \"vote\"\n\
+         vote_by = 'Answer: (\\d+)'\n{upstreams}"
+    );
+    let (addr, _gateway) = serve(&toml, env).await;
+    let events = client()
+        .post(format!("http://{addr}/console/playground"))
+        .bearer_auth("sk-operator")
+        .json(&json!({"model": "voter", "prompt": "2 + 2?"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let names: Vec<&str> = (events.split("\n\n"))
+        .filter_map(|e| e.strip_prefix("event: ")?.split('\n').next())
+        .collect();
+    assert_eq!(names.first(), Some(&"sample"), "{events}");
+    let first_answer = events.find("event: answer").unwrap();
+    for said in ["\"fast \"", "\"middle \"", "\"slow \""] {
+        let at = events
+            .find(said)
+            .unwrap_or_else(|| panic!("{said}: {events}"));
+        assert!(at < first_answer, "{said} after the answer began: {events}");
+    }
+    assert!(events.contains(r#""selected":[1]"#), "{events}");
+}
