@@ -211,6 +211,9 @@ pub(crate) struct AnswerEnd {
     pub(crate) failures: String,
 }
 
+/// The label of an answer some of whose output choices failed while another finished.
+pub(crate) const SOME_CHOICES_FAILED: &str = "some_choices_failed";
+
 /// Why an answer ended, across its output choices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Cause {
@@ -283,12 +286,15 @@ impl AnswerEnd {
     }
 
     /// The request's log label (`ended`) and its metrics' outcome: the cut whenever one cut
-    /// a choice short, else the failure, else `complete`. The same streamed or not.
+    /// a choice short, else the failure, else `some_choices_failed` when an output choice
+    /// failed beside one that finished (an answer, 200, that the log does not call
+    /// complete), else `complete`. The same streamed or not.
     pub(crate) fn label(&self) -> &'static str {
         match (self.cause, self.failure()) {
             (Cause::Cut(Cut::ShutDown), _) => ErrorType::ShutDown.as_str(),
             (Cause::Cut(Cut::PastDeadline), _) => ErrorType::RequestDeadline.as_str(),
             (_, Some(failure)) => failure.as_str(),
+            (Cause::Failed, None) => SOME_CHOICES_FAILED,
             (_, None) => "complete",
         }
     }
@@ -509,7 +515,7 @@ mod tests {
             (vec![stop()],                 200, None,                    "complete"),
             (vec![stop(), stop()],         200, None,                    "complete"),
             // A pick never turns what a sample gave into an error.
-            (vec![failed(), stop()],       200, None,                    "complete"),
+            (vec![failed(), stop()],       200, None,                    "some_choices_failed"),
             (vec![failed()],               502, Some(EveryChoiceFailed), "every_choice_failed"),
             (vec![no_finish()],            502, Some(EveryChoiceFailed), "every_choice_failed"),
             (vec![failed(), failed()],     502, Some(EveryChoiceFailed), "every_choice_failed"),
