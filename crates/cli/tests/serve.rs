@@ -536,6 +536,36 @@ fn check_prints_what_it_would_serve_and_exits_0_without_binding_or_calling_upstr
     );
 }
 
+/// `--check` without `--connect` reaches no service: a configuration whose keys live in the
+/// records database (`[admin]`, `[auth]`, `[records]`) leaves no database, no lock file,
+/// after it (the keys' store is watched only by a gateway made to serve).
+#[test]
+fn check_alone_makes_no_database() {
+    let dir = std::env::temp_dir().join(format!("choicewise-no-reach-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("records.db");
+    let config = config_file(
+        "no-reach.toml",
+        &format!(
+            "[admin]\nkey_env = \"OPERATOR\"\n[console]\nenabled = true\n[auth]\n\
+             [records]\nurl = \"sqlite://{}\"\n\
+             [[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+            db.display()
+        ),
+    );
+    for _ in 0..3 {
+        let (code, out, err) = check(&config, &[("OPERATOR", "sk-operator")], &[]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("console: at /console"), "{out}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn check_connect_reaches_the_records_and_redis_and_says_what_it_found() {
     let dir = std::env::temp_dir().join(format!("choicewise-reach-{}", std::process::id()));

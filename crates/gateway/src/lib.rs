@@ -104,6 +104,8 @@ impl Gateway {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Gateway, ConfigError> {
         let gateway = Gateway::build(config, env)?;
+        // The keys made live: read from their store now and then (a check does not).
+        gateway.inner.keys.watch();
         serving::preload_encodings(&gateway.inner.models);
         if let Some(records) = &config.records {
             let writer = records::Records::start(config, records, &gateway.inner.metrics)?;

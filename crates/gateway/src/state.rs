@@ -199,8 +199,9 @@ impl Gateway {
         let metrics = Arc::new(Metrics::new());
         let slots = Arc::new(crate::counter::Slots::default());
         let quota = Arc::new(Quota::new(config, &slots, metrics.clone())?);
+        // Its store is watched once the gateway is made to serve (`Gateway::with_env`), not
+        // by a check of the configuration, which reaches nothing unless asked.
         let keys = Arc::new(KeyRing::new(file_keys, slots, key_store(config, &quota)?));
-        keys.watch();
         let limits = Limits {
             resolved_high: Some(high),
             ..config.limits.clone()
