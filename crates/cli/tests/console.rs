@@ -114,6 +114,15 @@ impl Browser {
         self.post(&format!("/element/{e}/click"), json!({})).await;
     }
 
+    /// The last page's load: from its navigation's start to its load event, in ms.
+    async fn load_ms(&self) -> Value {
+        self.script(
+            "const t = performance.getEntriesByType('navigation')[0]; \
+             return t.loadEventEnd - t.startTime;",
+        )
+        .await
+    }
+
     /// The page's text as a reader sees it.
     async fn text(&self) -> String {
         self.script("return document.body.innerText;")
@@ -208,14 +217,10 @@ async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key(
         .await
         .unwrap();
     let dir = tempfile_dir("console");
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:0\"\n\
-             [admin]\nkey_env = \"OPERATOR_KEY\"\n\
-             [console]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
-             [auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+    let (mut child, base, console) = gateway(
+        &dir,
+        &format!(
+            "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
              [[auth.keys]]\nname = \"<img src=x onerror=alert(3)>\"\nkey_env = \"HOSTILE_KEY\"\n\
              [records]\nurl = \"sqlite://{}\"\nspool_path = \"{}\"\nsamples = true\n\
              [[models]]\nname = \"small\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"{}\"\n",
@@ -224,8 +229,7 @@ async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key(
             upstream.base_url()
         ),
     )
-    .unwrap();
-    let (mut child, base, console) = gateway(&config).await;
+    .await;
     let console_origin = console.trim_end_matches("/console").to_string();
     // The console is not on the gateway's listener, nor the gateway's routes on the console's.
     let on_gateway = reqwest::get(format!("{base}/console")).await.unwrap();
@@ -297,12 +301,7 @@ async fn the_console_in_chromium_runs_no_hostile_string_and_makes_a_working_key(
     ] {
         browser.open(&format!("{console_origin}{path}")).await;
         clean(name).await;
-        let ms = browser
-            .script(
-                "const t = performance.getEntriesByType('navigation')[0]; \
-                 return t.loadEventEnd - t.startTime;",
-            )
-            .await;
+        let ms = browser.load_ms().await;
         loads.push(format!("{name} {ms} ms"));
         browser.screenshot(name).await;
         let text = browser.text().await;
@@ -404,20 +403,15 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
         servers.push(server);
     }
     let dir = tempfile_dir("playground");
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:0\"\n\
-             [admin]\nkey_env = \"OPERATOR_KEY\"\n\
-             [console]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
-             [auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+    let (mut child, _base, console) = gateway(
+        &dir,
+        &format!(
+            "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
              [[models]]\nname = \"voter\"\n\
              [models.choicewise]\nsamples = 3\nselect = \"vote\"\nvote_by = 'Answer: (\\d+)'\n{upstreams}"
         ),
     )
-    .unwrap();
-    let (mut child, _base, console) = gateway(&config).await;
+    .await;
     let browser = Browser::start(&driver).await;
     browser.sign_in(&console).await;
     browser.open(&format!("{console}/playground")).await;
@@ -525,19 +519,15 @@ async fn page_loads_over_10000_records() {
         }
     }
     store.close().await;
-    let config = dir.join("gateway.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:0\"\n[admin]\nkey_env = \"OPERATOR_KEY\"\n\
-             [console]\nenabled = true\nlisten = \"127.0.0.1:0\"\n\
-             [records]\nurl = \"{url}\"\nspool_path = \"{}\"\nsamples = true\n\
+    let (mut child, _base, console) = gateway(
+        &dir,
+        &format!(
+            "[records]\nurl = \"{url}\"\nspool_path = \"{}\"\nsamples = true\n\
              [[models]]\nname = \"m0\"\n[[models.upstreams]]\napi = \"chat\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
             dir.join("records.spool").display()
         ),
     )
-    .unwrap();
-    let (mut child, _base, console) = gateway(&config).await;
+    .await;
     let browser = Browser::start(&driver).await;
     browser.sign_in(&console).await;
     // A page in the middle: the records before the 5,000th (`~` sorts after every id).
@@ -558,12 +548,7 @@ async fn page_loads_over_10000_records() {
             browser
                 .open(&format!("{console}{}", path.trim_start_matches("/console")))
                 .await;
-            let ms = browser
-                .script(
-                    "const t = performance.getEntriesByType('navigation')[0]; \
-                     return t.loadEventEnd - t.startTime;",
-                )
-                .await;
+            let ms = browser.load_ms().await;
             loads.push(ms.as_f64().unwrap());
         }
         loads.sort_by(f64::total_cmp);
@@ -586,10 +571,15 @@ async fn page_loads_over_10000_records() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `choicewise serve` with the configuration file `config` (its console on a listener of its
-/// own), the operator's and the clients' keys in its environment: the process, the gateway's
-/// base URL, the console's URL.
-async fn gateway(config: &std::path::Path) -> (tokio::process::Child, String, String) {
+/// `choicewise serve` in `dir` with `toml` after the configuration every test here shares
+/// (listening on free ports, the operator's key, the console on a listener of its own), the
+/// operator's and the clients' keys in its environment: the process, the gateway's base
+/// URL, the console's URL.
+async fn gateway(dir: &std::path::Path, toml: &str) -> (tokio::process::Child, String, String) {
+    let config = dir.join("gateway.toml");
+    let head = "listen = \"127.0.0.1:0\"\n[admin]\nkey_env = \"OPERATOR_KEY\"\n\
+                [console]\nenabled = true\nlisten = \"127.0.0.1:0\"\n";
+    std::fs::write(&config, format!("{head}{toml}")).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
         .args(["serve", "--config", config.to_str().unwrap()])
         .env("OPERATOR_KEY", "sk-operator")

@@ -122,9 +122,16 @@ fn view(key: &NamedKey, now_ms: u64) -> Value {
 /// Every named key (the file's and the admin API's), by name, each with what is left of
 /// its limits (as `GET /admin/keys/{name}` shows it).
 pub(crate) async fn all_with_usage(gw: &Gateway) -> Vec<Value> {
+    use futures::StreamExt;
     let keys = gw.inner.keys.snapshot();
-    // Asked of the limits' store at once, not one key after the other.
-    futures::future::join_all(keys.all_named().map(|key| view_with_usage(gw, key))).await
+    // Asked of the limits' store a few at a time, in the keys' order: not one key after the
+    // other, nor a thousand calls at once.
+    let keys: Vec<_> = keys.all_named().cloned().collect();
+    futures::stream::iter(keys)
+        .map(|key| async move { view_with_usage(gw, &key).await })
+        .buffered(16)
+        .collect()
+        .await
 }
 
 /// A key's view with what is left of each of its limits (`usage`), as the limits' store

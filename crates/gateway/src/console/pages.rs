@@ -224,18 +224,10 @@ fn request_table(rows: &[RequestRecord]) -> Markup {
                 caption.hidden { "The last requests, newest first" }
                 thead {
                     tr {
-                        th scope="col" { "Arrived" }
-                        th scope="col" { "Request" }
-                        th scope="col" { "Key" }
-                        th scope="col" { "Model" }
-                        th scope="col" { "Pick" }
-                        th scope="col" { "Samples" }
-                        th scope="col" { "Status" }
-                        th scope="col" { "Ended" }
-                        th scope="col" { "First byte" }
-                        th scope="col" { "Total" }
-                        th scope="col" { "Tokens" }
-                        th scope="col" { "Cost" }
+                        @for name in ["Arrived", "Request", "Key", "Model", "Pick", "Samples", "Status",
+                                      "Ended", "First byte", "Total", "Tokens", "Cost"] {
+                            th scope="col" { (name) }
+                        }
                     }
                 }
                 tbody {
@@ -417,12 +409,10 @@ fn usage_table(by: &[By], rows: &[UsageRow]) -> Markup {
             table {
                 thead {
                     tr {
-                        @for b in by { th scope="col" { (b.as_str()) } }
-                        th scope="col" { "requests" }
-                        th scope="col" { "failed" }
-                        th scope="col" { "prompt tokens" }
-                        th scope="col" { "completion tokens" }
-                        th scope="col" { "cost" }
+                        @for name in by.iter().map(|b| b.as_str()).chain(
+                            ["requests", "failed", "prompt tokens", "completion tokens", "cost"]) {
+                            th scope="col" { (name) }
+                        }
                     }
                 }
                 tbody {

@@ -221,7 +221,7 @@ pub(super) async fn send(
                 read = answer.next() => match read {
                     Some(Ok(bytes)) => {
                         pending.extend_from_slice(&bytes);
-                        while let Some(at) = find(&pending, b"\n\n") {
+                        while let Some(at) = memchr::memmem::find(&pending, b"\n\n") {
                             let whole: Vec<u8> = pending.drain(..at + 2).collect();
                             for line in String::from_utf8_lossy(&whole).lines() {
                                 let Some(data) = line.strip_prefix("data: ") else { continue };
@@ -256,8 +256,4 @@ pub(super) async fn send(
 /// An SSE event named `name` with `data`.
 fn event(name: &str, data: &Value) -> axum::body::Bytes {
     axum::body::Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
-}
-
-fn find(bytes: &[u8], needle: &[u8]) -> Option<usize> {
-    bytes.windows(needle.len()).position(|w| w == needle)
 }
