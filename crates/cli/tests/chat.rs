@@ -2029,6 +2029,7 @@ mod picks {
                 "single",
                 "first-finished",
                 "vote-4",
+                "vote-6",
                 "adaptive",
                 "confidence-high",
                 "confidence-low",

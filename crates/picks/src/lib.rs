@@ -37,6 +37,7 @@
 
 pub mod interval;
 pub mod plot;
+pub mod production;
 pub mod reference;
 mod run;
 pub mod schedule;
@@ -44,14 +45,15 @@ pub mod separation;
 mod summary;
 pub mod traces;
 pub mod upstream;
+pub mod vocab;
 
 pub use choicewise_proto::Measure;
 use serde_json::{Value, json};
 
 pub use run::{Asker, gateway_config};
 pub use summary::{
-    Prefer, Recommendation, Results, Rule, Verdict, config_block, find, print_table, recommend,
-    summary,
+    Prefer, Recommendation, Results, Rule, Verdict, config_block, find, offline_summary,
+    print_table, recommend, summary,
 };
 
 use reference::{DeepConf, Outcome};
@@ -263,18 +265,22 @@ pub fn latency_picks(hedge_after_ms: u64) -> Vec<Pick> {
 /// The picks a set of `samples` samples a problem can replay: those of the table whose
 /// samples are recorded (`first-finished` and `vote-K` need K; `adaptive` and the confidence
 /// picks take at most `samples`, [`Settings::within`]), the confidence picks only when the
-/// samples have their log-probabilities. With the settings they use.
+/// samples have their log-probabilities. With the settings they use. A set of a number of
+/// samples the table has no vote of (3, as requests of `n = 3` record) also has the vote of
+/// all of them (`vote-3`).
 ///
 /// ```
 /// use choicewise_picks::{SETTINGS, picks_for};
-/// let (picks, s) = picks_for(&SETTINGS, 8, false);
-/// let names: Vec<&str> = picks.iter().map(|p| p.name.as_str()).collect();
-/// assert_eq!(names, ["single", "first-finished", "vote-4", "vote-8", "adaptive"]);
-/// assert_eq!(s.max_samples, 8);
+/// let names = |samples| -> Vec<String> {
+///     picks_for(&SETTINGS, samples, false).0.into_iter().map(|p| p.name).collect()
+/// };
+/// assert_eq!(names(8), ["single", "first-finished", "vote-4", "vote-8", "adaptive"]);
+/// assert_eq!(names(3), ["single", "vote-3", "adaptive"]);
+/// assert_eq!(picks_for(&SETTINGS, 8, false).1.max_samples, 8);
 /// ```
 pub fn picks_for(base: &Settings, samples: usize, logprobs: bool) -> (Vec<Pick>, Settings) {
     let s = base.within(samples);
-    let all = picks(&s)
+    let mut all: Vec<Pick> = picks(&s)
         .into_iter()
         .filter(|p| match p.kind {
             Kind::Single => samples >= 1,
@@ -284,6 +290,17 @@ pub fn picks_for(base: &Settings, samples: usize, logprobs: bool) -> (Vec<Pick>,
             Kind::Confidence { .. } => logprobs && samples >= 2,
         })
         .collect();
+    let voted = |p: &Pick| matches!(p.kind, Kind::Vote(k) if k == samples);
+    if samples >= 2 && !all.iter().any(voted) {
+        let at = (all.iter())
+            .position(|p| matches!(p.kind, Kind::Adaptive { .. } | Kind::Confidence { .. }))
+            .unwrap_or(all.len());
+        let vote = Pick {
+            name: format!("vote-{samples}"),
+            kind: Kind::Vote(samples),
+        };
+        all.insert(at, vote);
+    }
     (all, s)
 }
 

@@ -121,6 +121,32 @@ pub fn place_labels(
 /// ([`summary`](crate::summary)); the title says which pick keeps the best vote's accuracy
 /// for the fewest tokens.
 pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::write(path, picks_svg(figures)?)?;
+    Ok(())
+}
+
+/// [`picks`]'s plot as an SVG document in a string (the console puts it in its page). A
+/// summary measured offline only ([`offline_summary`](crate::offline_summary)) draws each
+/// pick once, as computed on the recorded samples.
+///
+/// ```
+/// let figures = serde_json::json!({"problems": 10, "picks": [
+///     {"name": "single", "accuracy": 0.5, "tokens": 100, "reference": {"accuracy": 0.5, "tokens": 100}},
+/// ]});
+/// let svg = choicewise_picks::plot::picks_svg(&figures).unwrap();
+/// assert!(svg.starts_with("<svg") && svg.contains("single"));
+/// ```
+pub fn picks_svg(figures: &serde_json::Value) -> Result<String, Box<dyn std::error::Error>> {
+    let mut svg = String::new();
+    draw(figures, SVGBackend::with_string(&mut svg, (900, 540)))?;
+    Ok(svg)
+}
+
+fn draw(
+    figures: &serde_json::Value,
+    backend: SVGBackend<'_>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let offline = figures["measured"] == "offline";
     let problems = figures["problems"].as_f64().unwrap_or(1.0).max(1.0);
     // Tokens per problem.
     let per = |t: f64| t / problems;
@@ -168,7 +194,7 @@ pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std
         .ceil()
         .min(100.0);
     let ticks = log_ticks(x_min, x_max);
-    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    let root = backend.into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
         .caption(message(figures), ("sans-serif", 17))
@@ -183,10 +209,11 @@ pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std
     chart
         .configure_mesh()
         .x_desc("tokens generated per problem (log scale)")
-        .y_desc(match figures["measured_against"].is_string() {
+        .y_desc(match figures["measured_against"].as_str() {
             // A set without answers (recorded traffic): agreement, not accuracy.
-            true => "agreement with the vote of all samples, %",
-            false => "accuracy, %",
+            Some("feedback") => "accuracy by feedback (a lower bound), %",
+            Some(_) => "agreement with the vote of all samples, %",
+            None => "accuracy, %",
         })
         .x_label_formatter(&|v| tokens_label(*v))
         .y_labels(((y_max - y_min) / y_step) as usize + 1)
@@ -215,14 +242,16 @@ pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std
             ))?;
         }
     }
-    chart
-        .draw_series(
-            rows.iter()
-                .filter_map(|r| refpoint(r))
-                .map(|p| Circle::new(p, 7, REFERENCE.stroke_width(2))),
-        )?
-        .label("the same pick offline (its reference)")
-        .legend(|(x, y)| Circle::new((x + 8, y), 6, REFERENCE.stroke_width(2)));
+    if !offline {
+        chart
+            .draw_series(
+                rows.iter()
+                    .filter_map(|r| refpoint(r))
+                    .map(|p| Circle::new(p, 7, REFERENCE.stroke_width(2))),
+            )?
+            .label("the same pick offline (its reference)")
+            .legend(|(x, y)| Circle::new((x + 8, y), 6, REFERENCE.stroke_width(2)));
+    }
     if rows.iter().any(|r| bar(r).is_some()) {
         chart
             .draw_series(
@@ -239,7 +268,10 @@ pub fn picks(figures: &serde_json::Value, path: &Path) -> Result<(), Box<dyn std
                 .filter_map(|r| point(r))
                 .map(|p| Circle::new(p, 5, GATEWAY.filled())),
         )?
-        .label("a pick through the gateway")
+        .label(match offline {
+            true => "a pick on the recorded samples (offline)",
+            false => "a pick through the gateway",
+        })
         .legend(|(x, y)| Circle::new((x + 8, y), 5, GATEWAY.filled()));
     // The picks' names, placed in pixels clear of each other and of the points.
     let named: Vec<(String, (f64, f64))> = (rows.iter())

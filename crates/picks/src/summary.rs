@@ -123,6 +123,10 @@ pub fn summary(r: &Results<'_>) -> Value {
             }),
         };
         with_interval(&mut row["reference"], &reference);
+        if runs.is_empty() {
+            // Offline only: its items' scores are what is compared ([`offline_summary`]).
+            row["reference"]["item_accuracy"] = json!(reference);
+        }
         if !runs.is_empty() {
             // Each item's share of the runs that answered it right.
             let mut scores = scores_of(&|p| {
@@ -186,6 +190,83 @@ pub fn summary(r: &Results<'_>) -> Value {
         "separation": crate::separation::separation_json(r.set, r.settings),
         "vote_curve": curve.iter().map(|(k, a, t)| json!({"k": k, "accuracy": a, "tokens": t})).collect::<Vec<_>>(),
     })
+}
+
+/// The picks of [`picks_for`](crate::picks_for) computed offline only on `set` (its samples'
+/// answers read), no replay: [`summary`]'s object whose rows carry their reference's
+/// figures as their own (`accuracy`, `tokens`, `samples_started`, `accuracy_interval`,
+/// `item_accuracy`; `single`'s mean over every sample) and are compared as measured ones
+/// are (`vs_best`, `vs_single`), with `"measured": "offline"`: what [`recommend`] and
+/// [`plot::picks_svg`](crate::plot::picks_svg) take. No times: a recommendation preferring
+/// latency falls back on tokens.
+///
+/// ```
+/// use choicewise_picks::offline_summary;
+/// use choicewise_picks::traces::{Problem, Sample, TraceSet};
+/// let sample = |a: &str| Sample { tokens: vec![1, 0], answer: a.into(), finished: true, ..Sample::default() };
+/// let problem = |answers: &[&str]| Problem {
+///     answer: "4".into(),
+///     samples: answers.iter().map(|a| sample(a)).collect(),
+///     ..Problem::default()
+/// };
+/// let set = TraceSet {
+///     vocab: vec!["<eos>".into(), "x".into()],
+///     problems: vec![problem(&["4", "4", "5"]), problem(&["5", "4", "4"])],
+///     ..TraceSet::default()
+/// };
+/// let out = offline_summary(&set, "(.*)", false);
+/// assert_eq!(out["measured"], "offline");
+/// let vote = choicewise_picks::find(&out, "vote-3").unwrap();
+/// assert_eq!(vote["accuracy"].as_f64(), Some(1.0));
+/// // At most every sample's two tokens: a vote decided early stops the samples left.
+/// assert!(vote["tokens"].as_u64().unwrap() <= 12);
+/// let single = choicewise_picks::find(&out, "single").unwrap();
+/// assert!((single["accuracy"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9);
+/// ```
+pub fn offline_summary(set: &TraceSet, vote_by: &str, logprobs: bool) -> Value {
+    let samples = (set.problems.iter())
+        .map(|p| p.samples.len())
+        .min()
+        .unwrap_or(0);
+    let (picks, settings) = crate::picks_for(&crate::SETTINGS, samples, logprobs);
+    let offline: Vec<Offline> = (picks.iter())
+        .map(|p| crate::offline(set, p, &p.settings(&settings)))
+        .collect();
+    let curve = crate::vote_curve(set, samples);
+    let mut out = summary(&Results {
+        set,
+        picks: &picks,
+        settings: &settings,
+        vote_by,
+        offline: &offline,
+        curve: &curve,
+        runs: &[],
+    });
+    if let Some(rows) = out["picks"].as_array_mut() {
+        for row in rows.iter_mut() {
+            let reference = row["reference"].clone();
+            for field in [
+                "accuracy",
+                "tokens",
+                "samples_started",
+                "accuracy_interval",
+                "item_accuracy",
+                "first_sample_accuracy",
+                "sample_accuracy_range",
+            ] {
+                if !reference[field].is_null() {
+                    row[field] = reference[field].clone();
+                }
+            }
+            if let Some(r) = row["reference"].as_object_mut() {
+                r.remove("item_accuracy");
+            }
+        }
+        compare(rows);
+    }
+    out["measured"] = json!("offline");
+    out["logprobs"] = json!(logprobs);
+    out
 }
 
 /// Each measured pick compared, over the same items, with the most accurate one

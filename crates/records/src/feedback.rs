@@ -155,4 +155,66 @@ impl Store {
             at_ms,
         }))
     }
+
+    /// The latest grade of each of `request_ids` that has one (as [`grade`](Self::grade)
+    /// gives it), asked [`GRADES_AT_ONCE`] at a time.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use choicewise_records::{Grade, Store};
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Store::connect(&format!("sqlite://{}", dir.path().join("r.db").display())).await?;
+    /// store.add_grade("a", &Grade::new(0.0, "wrong", "ci", 1)).await?;
+    /// store.add_grade("a", &Grade::new(1.0, "right", "ci", 2)).await?;
+    /// let grades = store.grades(&["a", "b"]).await?;
+    /// assert_eq!((grades.len(), grades["a"].outcome.as_str()), (1, "right"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn grades(
+        &self,
+        request_ids: &[&str],
+    ) -> Result<std::collections::HashMap<String, Grade>, RecordsError> {
+        type Row = (String, f64, String, Option<String>, String, i64);
+        let mut grades = std::collections::HashMap::new();
+        for ids in request_ids.chunks(GRADES_AT_ONCE) {
+            let (order, places) = match &self.db {
+                Db::Sqlite(_) => ("rowid", vec!["?".to_string(); ids.len()]),
+                Db::Postgres(_) => ("id", (1..=ids.len()).map(|i| format!("${i}")).collect()),
+            };
+            // Oldest first: the latest of a request is the last one kept.
+            let sql = format!(
+                "SELECT request_id, score, outcome, source, key_name, at_ms FROM feedback \
+                 WHERE request_id IN ({}) ORDER BY at_ms, {order}",
+                places.join(", ")
+            );
+            macro_rules! read {
+                ($pool:expr) => {{
+                    let mut q = sqlx::query_as::<_, Row>(&sql);
+                    for id in ids {
+                        q = q.bind(*id);
+                    }
+                    q.fetch_all($pool).await
+                }};
+            }
+            let rows = match &self.db {
+                Db::Sqlite(pool) => read!(pool),
+                Db::Postgres(pool) => read!(pool),
+            }
+            .map_err(|e| fault_error(self.shown(), &e))?;
+            for (request_id, score, outcome, source, by, at_ms) in rows {
+                let grade = Grade {
+                    score,
+                    outcome,
+                    source,
+                    by,
+                    at_ms,
+                };
+                grades.insert(request_id, grade);
+            }
+        }
+        Ok(grades)
+    }
 }
+
+/// The request ids [`Store::grades`] asks of the database in one query.
+pub const GRADES_AT_ONCE: usize = 500;

@@ -36,7 +36,7 @@ mod store;
 mod usage;
 mod writer;
 
-pub use feedback::Grade;
+pub use feedback::{GRADES_AT_ONCE, Grade};
 pub use read::{RecordReader, RecordsQuery, Skipped, SkippedRow};
 pub use record::{RequestRecord, SampleRecord, SampleTokens, day_of};
 pub use store::Store;

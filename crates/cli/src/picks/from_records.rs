@@ -20,170 +20,16 @@
 //! slices of its text, never a string each. A row that cannot be read is left out and named
 //! on stderr.
 
-use std::borrow::Cow;
 use std::io::Write;
 use std::path::Path;
 
-use choicewise_picks::traces::{Problem, Sample, TOP_K, TraceSet, write_atomically};
-use choicewise_records::{Grade, RecordsQuery, RequestRecord, SampleRecord, Store, parse_since};
-use serde::Deserialize;
+use choicewise_picks::production::{Counts, Taken, grade_json, item, take};
+use choicewise_picks::traces::{TraceSet, write_atomically};
+use choicewise_records::{RecordsQuery, Store, parse_since};
 use serde_json::{Value, json};
 
-use super::record::{Vocab, logprob_of, push_piece, push_token};
+use super::record::load_vocab;
 use crate::Exit;
-
-/// Chat's `logprobs` object, as a record keeps it: its tokens borrowed from the record's
-/// text where they need no unescaping.
-#[derive(Deserialize)]
-struct Logprobs<'a> {
-    #[serde(default, borrow)]
-    content: Option<Vec<Token<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct Token<'a> {
-    #[serde(default, borrow)]
-    token: Cow<'a, str>,
-    #[serde(default)]
-    logprob: Option<f64>,
-    #[serde(default, borrow)]
-    top_logprobs: Option<Vec<Top<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct Top<'a> {
-    #[serde(default, borrow)]
-    token: Cow<'a, str>,
-    #[serde(default)]
-    logprob: Option<f64>,
-}
-
-/// `content` in pieces as it streamed, each a word with the whitespace before it (a run of
-/// whitespace: one piece a character): slices of it.
-fn pieces(content: &str) -> impl Iterator<Item = &str> {
-    let mut start = 0;
-    let mut chars = content.char_indices();
-    std::iter::from_fn(move || {
-        for (i, c) in chars.by_ref() {
-            if c.is_whitespace() && i > start {
-                let piece = &content[start..i];
-                start = i;
-                return Some(piece);
-            }
-        }
-        if start < content.len() {
-            let piece = &content[start..];
-            start = content.len();
-            return Some(piece);
-        }
-        None
-    })
-}
-
-/// The tokens, one after the other, spell `content` exactly.
-fn spell(tokens: &[Token<'_>], content: &str) -> bool {
-    let mut rest = content;
-    for t in tokens {
-        match rest.strip_prefix(t.token.as_ref()) {
-            Some(after) => rest = after,
-            None => return false,
-        }
-    }
-    rest.is_empty()
-}
-
-/// A recorded sample as a set's sample: its log-probabilities' tokens where they spell its
-/// content, else its content in pieces ([`pieces`]), without log-probabilities.
-fn sample_of(s: &SampleRecord, vocab: &mut Vocab) -> Sample {
-    let content = s.content.as_deref().unwrap_or_default();
-    let mut sample = Sample {
-        finished: s.finish == "stop",
-        ..Sample::default()
-    };
-    let tokens = (s.logprobs.as_deref())
-        .and_then(|l| serde_json::from_str::<Logprobs<'_>>(l).ok())
-        .and_then(|l| l.content)
-        .unwrap_or_default();
-    if !tokens.is_empty() && spell(&tokens, content) {
-        let mut top: Vec<(&str, f32)> = Vec::with_capacity(TOP_K);
-        for t in &tokens {
-            top.clear();
-            top.extend(
-                (t.top_logprobs.iter().flatten())
-                    .map(|alt| (alt.token.as_ref(), logprob_of(alt.logprob))),
-            );
-            push_token(&mut sample, vocab, &t.token, logprob_of(t.logprob), &top);
-        }
-        return sample;
-    }
-    for piece in pieces(content) {
-        push_piece(&mut sample, vocab, piece);
-    }
-    sample
-}
-
-/// What a run wrote, and left out.
-struct Exported {
-    /// Items written: `traces_0.npz` to `traces_{items - 1}.npz`.
-    items: usize,
-    samples: usize,
-    /// Every sample written has its log-probabilities.
-    logprobs: bool,
-    /// The requests read, and those of them with fewer than two samples that ended of
-    /// themselves.
-    requests: usize,
-    single: usize,
-    /// Requests whose samples' texts the gateway cut to its bound (`samples_cut`): their
-    /// answers may be cut off.
-    cut: usize,
-    /// The items graded (their entries written to `grades.json` as they came).
-    graded: usize,
-    /// Items whose request was graded but whose answer is not among the samples kept: left
-    /// ungraded.
-    unplaced: usize,
-}
-
-/// A sample's log-probabilities are there (a sample without has all its `top_logprobs` zero).
-fn has_logprobs(s: &Sample) -> bool {
-    s.is_empty()
-        || s.top_logprobs
-            .iter()
-            .any(|top| top.iter().any(|&l| l != 0.0))
-}
-
-/// A sample that ended of itself with some text: a cancelled one's text is cut short, a
-/// failed one's is not an answer.
-fn kept(s: &SampleRecord) -> bool {
-    !matches!(s.finish.as_str(), "error" | "cancelled")
-        && s.content.as_deref().is_some_and(|c| !c.is_empty())
-}
-
-/// Request `r`'s samples [`kept`], as a set's samples.
-fn ran(r: &RequestRecord, vocab: &mut Vocab) -> Vec<Sample> {
-    (r.samples.iter())
-        .filter(|s| kept(s))
-        .map(|s| sample_of(s, vocab))
-        .collect()
-}
-
-/// The place, among the samples [`ran`] keeps, of the one that became the answer's first
-/// choice (`output == Some(0)`): the answer a grade of the request speaks of. `None` when it
-/// was not kept, or no sample became it.
-fn answer_place(r: &RequestRecord) -> Option<usize> {
-    (r.samples.iter().filter(|s| kept(s))).position(|s| s.output == Some(0))
-}
-
-/// A grade as `grades.json` keeps it, of the item's sample `sample`.
-fn grade_json(sample: usize, g: &Grade) -> Value {
-    json!({
-        "sample": sample,
-        "outcome": g.outcome,
-        "score": g.score,
-        "source": g.source,
-        "by": g.by,
-        "at_ms": g.at_ms,
-    })
-}
 
 /// `grades.json` written as the items come, an entry per graded item, never all held at
 /// once (as the items themselves): into `grades.json.tmp`, renamed when the run is over.
@@ -241,28 +87,17 @@ impl Grades {
     }
 }
 
-/// Writes the request `request_id`'s samples as the next item of `dir`.
+/// Writes the request `request_id`'s samples as item `n` of `dir`.
 fn write_item(
     dir: &Path,
+    n: usize,
     request_id: String,
-    samples: Vec<Sample>,
-    out: &mut Exported,
+    samples: Vec<choicewise_picks::traces::Sample>,
 ) -> Result<(), Exit> {
-    out.logprobs &= samples.iter().all(has_logprobs);
-    out.samples += samples.len();
-    let problem = Problem {
-        id: out.items as i64,
-        prompt: request_id.clone(),
-        name: Some(request_id),
-        samples,
-        ..Problem::default()
-    };
-    let path = dir.join(format!("traces_{}.npz", out.items));
+    let path = dir.join(format!("traces_{n}.npz"));
     TraceSet::default()
-        .write_npz(&path, std::slice::from_ref(&problem))
-        .map_err(|e| e.to_string())?;
-    out.items += 1;
-    Ok(())
+        .write_npz(&path, &[item(n, request_id, samples)])
+        .map_err(|e| e.to_string().into())
 }
 
 pub(super) async fn run(
@@ -289,45 +124,30 @@ pub(super) async fn run(
             dir.display()
         )));
     }
-    let mut vocab = Vocab::load(dir)?;
+    let mut vocab = load_vocab(dir)?;
     let mut reader = store.record_reader(RecordsQuery::since(since_ms).model(model).with_samples());
-    let mut out = Exported {
-        items: 0,
-        samples: 0,
-        logprobs: true,
-        requests: 0,
-        single: 0,
-        cut: 0,
-        graded: 0,
-        unplaced: 0,
-    };
+    let mut out = Counts::new();
     let mut grades = Grades::create(dir)?;
     let exported: Result<(), Exit> = async {
         while let Some(r) = reader.next().await.map_err(|e| Exit::from(e.to_string()))? {
-            out.requests += 1;
-            if r.samples_cut {
-                out.cut += 1;
+            let taken = take(&r, &mut vocab);
+            out.request(&taken);
+            let Taken::Item { samples, answer } = taken else {
                 continue;
-            }
-            let samples = ran(&r, &mut vocab);
-            if samples.len() < 2 {
-                out.single += 1;
-                continue;
-            }
-            let place = answer_place(&r);
+            };
             // Its texts are read: only their tokens are kept while the item is written.
-            let request_id = r.request_id.clone();
-            drop(r);
+            let request_id = r.request_id;
             let graded = (store.grade(&request_id).await).map_err(|e| Exit::from(e.to_string()))?;
-            match (graded, place) {
+            let placed = match (graded, answer) {
                 (Some(g), Some(k)) => {
                     grades.add(&request_id, &grade_json(k, &g))?;
-                    out.graded += 1;
+                    Some(true)
                 }
-                (Some(_), None) => out.unplaced += 1,
-                (None, _) => {}
-            }
-            write_item(dir, request_id, samples, &mut out)?;
+                (Some(_), None) => Some(false),
+                (None, _) => None,
+            };
+            out.item(&samples, placed);
+            write_item(dir, out.items - 1, request_id, samples)?;
         }
         Ok(())
     }
@@ -368,7 +188,7 @@ pub(super) async fn run(
         )));
     }
     let set = TraceSet {
-        vocab: std::mem::take(&mut vocab.tokens),
+        vocab: vocab.into_tokens(),
         eos: 0,
         problems: Vec::new(),
     };
@@ -423,78 +243,4 @@ pub(super) async fn run(
         }
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pieces_are_words_with_the_space_before_them() {
-        fn all(s: &str) -> Vec<&str> {
-            pieces(s).collect()
-        }
-        assert_eq!(all("So it is  4"), ["So", " it", " is", " ", " 4"]);
-        assert_eq!(all(" a\nb "), [" a", "\nb", " "]);
-        assert_eq!(all(""), Vec::<&str>::new());
-        assert_eq!(all("éé ü"), ["éé", " ü"]);
-    }
-
-    #[test]
-    fn log_probabilities_are_read_where_they_spell_the_content() {
-        let mut vocab = Vocab::load(Path::new("/nonexistent")).unwrap();
-        let mut s = SampleRecord::new(0, "stop");
-        s.content = Some("4\n2".into());
-        s.logprobs = Some(
-            r#"{"content": [{"token": "4", "logprob": -0.5, "top_logprobs": [{"token": "4", "logprob": -0.5}, {"token": "5", "logprob": -1.5}]},
-                {"token": "\n2", "logprob": -0.25, "top_logprobs": []}]}"#
-                .into(),
-        );
-        let sample = sample_of(&s, &mut vocab);
-        assert!(sample.finished);
-        assert_eq!(vocab.tokens, ["<eos>", "4", "5", "\n2"]);
-        assert_eq!(sample.tokens, [1, 3]);
-        assert_eq!(sample.top_ids[0], [1, 2, 2, 2, 2]);
-        assert_eq!(sample.top_logprobs[0], [-0.5, -1.5, -1.5, -1.5, -1.5]);
-        assert_eq!(sample.top_ids[1], [3; TOP_K]);
-        assert!(has_logprobs(&sample));
-        // Tokens that do not spell the content: its words, without log-probabilities.
-        s.content = Some("4 2".into());
-        let sample = sample_of(&s, &mut vocab);
-        assert_eq!(vocab.tokens[4..], [" 2"]);
-        assert_eq!(sample.tokens, [1, 4]);
-        assert!(!has_logprobs(&sample));
-    }
-
-    #[test]
-    fn a_grade_speaks_of_the_kept_sample_that_became_the_first_choice() {
-        let sample = |n: i64, finish: &str, content: &str, output: Option<i64>| {
-            let mut s = SampleRecord::new(n, finish);
-            s.content = (!content.is_empty()).then(|| content.to_string());
-            s.output = output;
-            s
-        };
-        let mut r = RequestRecord::new(0, "req", "m");
-        r.samples = vec![
-            sample(0, "error", "", None),
-            sample(1, "stop", "a", Some(1)),
-            sample(2, "cancelled", "cut sh", None),
-            sample(3, "stop", "b", Some(0)),
-        ];
-        // Sample 3 is the second of those kept.
-        assert_eq!(answer_place(&r), Some(1));
-        // Its first choice failed, or had no text: the grade has no sample to go to.
-        r.samples[3].finish = "error".into();
-        assert_eq!(answer_place(&r), None);
-        r.samples[3] = sample(3, "stop", "", Some(0));
-        assert_eq!(answer_place(&r), None);
-        // No sample became an output (a record from before they were kept).
-        r.samples[3] = sample(3, "stop", "b", None);
-        assert_eq!(answer_place(&r), None);
-        let g = Grade::new(0.75, "score", "team-a", 7).source("ci");
-        assert_eq!(
-            grade_json(2, &g),
-            json!({"sample": 2, "outcome": "score", "score": 0.75, "source": "ci", "by": "team-a", "at_ms": 7})
-        );
-    }
 }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use choicewise_picks::traces::{
     Problem, Sample, TOP_K, TraceSet, npz_files, read_vocab, write_atomically,
 };
+use choicewise_picks::vocab::{Vocab, logprob_of, push_piece, push_token};
 use choicewise_sse::DEFAULT_MAX_EVENT_SIZE;
 use clap::Args;
 use futures::StreamExt;
@@ -272,42 +273,14 @@ fn refuse_repeats(path: &Path, items: &[Item]) -> Result<(), Exit> {
     })
 }
 
-/// Token text → id, in the order first seen; id 0 is `<eos>`.
-pub(super) struct Vocab {
-    pub(super) tokens: Vec<String>,
-    ids: HashMap<String, u32>,
-}
-
-impl Vocab {
-    pub(super) fn load(dir: &Path) -> Result<Vocab, Exit> {
-        let tokens = if dir.join("vocab.json").exists() {
-            read_vocab(dir).map_err(|e| e.to_string())?
-        } else {
-            vec!["<eos>".to_string()]
-        };
-        if tokens.first().map(String::as_str) != Some("<eos>") {
-            return Err(format!(
-                "{}: not a set this command recorded (its token 0 is not <eos>)",
-                dir.join("vocab.json").display()
-            )
-            .into());
-        }
-        let mut ids = HashMap::new();
-        for (i, t) in tokens.iter().enumerate().skip(1) {
-            ids.entry(t.clone()).or_insert(i as u32);
-        }
-        Ok(Vocab { tokens, ids })
+/// The vocabulary of the set in `dir` to go on with (`<eos>` alone when it has none yet).
+pub(super) fn load_vocab(dir: &Path) -> Result<Vocab, Exit> {
+    if !dir.join("vocab.json").exists() {
+        return Ok(Vocab::new());
     }
-
-    pub(super) fn id(&mut self, token: &str) -> u32 {
-        if let Some(&id) = self.ids.get(token) {
-            return id;
-        }
-        let id = self.tokens.len() as u32;
-        self.tokens.push(token.to_string());
-        self.ids.insert(token.to_string(), id);
-        id
-    }
+    let tokens = read_vocab(dir).map_err(|e| e.to_string())?;
+    Vocab::from_tokens(tokens)
+        .map_err(|e| Exit::from(format!("{}: {e}", dir.join("vocab.json").display())))
 }
 
 /// One `logprobs.content` entry: the token, its log-probability, the top alternatives.
@@ -322,12 +295,6 @@ pub(super) struct Streamed {
     /// From its request to its first token, and to its finish, as the server gave them.
     first_token: Option<Duration>,
     total: Option<Duration>,
-}
-
-/// A log-probability as recorded: a server may write -inf as null, the least a
-/// half-precision value holds.
-pub(super) fn logprob_of(v: Option<f64>) -> f32 {
-    v.map_or(-65504.0, |x| x.max(-65504.0) as f32)
 }
 
 /// The parts of a `chat.completion.chunk` a recording reads; the rest is skipped unparsed.
@@ -443,39 +410,6 @@ impl Streamed {
         }
         s
     }
-}
-
-/// A token with its log-probability and its top alternatives appended to `s` (fewer than
-/// `TOP_K` alternatives: the last one again).
-pub(super) fn push_token<T: AsRef<str>>(
-    s: &mut Sample,
-    vocab: &mut Vocab,
-    token: &str,
-    lp: f32,
-    top: &[(T, f32)],
-) {
-    let id = vocab.id(token);
-    let mut ids = [id; TOP_K];
-    let mut lps = [lp; TOP_K];
-    for k in 0..TOP_K {
-        if let Some((t, l)) = top.get(k.min(top.len().saturating_sub(1))) {
-            ids[k] = vocab.id(t.as_ref());
-            lps[k] = *l;
-        }
-    }
-    s.tokens.push(id);
-    s.logprob.push(lp);
-    s.top_ids.push(ids);
-    s.top_logprobs.push(lps);
-}
-
-/// A piece of content, without log-probabilities, appended to `s` as a token.
-pub(super) fn push_piece(s: &mut Sample, vocab: &mut Vocab, piece: &str) {
-    let id = vocab.id(piece);
-    s.tokens.push(id);
-    s.logprob.push(0.0);
-    s.top_ids.push([id; TOP_K]);
-    s.top_logprobs.push([0.0; TOP_K]);
 }
 
 /// What every request shares.
@@ -768,7 +702,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
     };
     let dir = &args.out;
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    let mut vocab = Vocab::load(dir)?;
+    let mut vocab = load_vocab(dir)?;
     // What an earlier run recorded, item by item.
     let mut recorded: Vec<Option<Problem>> = vec![None; items.len()];
     for (i, file) in npz_files(dir).map_err(|e| e.to_string())? {
@@ -784,7 +718,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
             .into());
         };
         let mut problems =
-            TraceSet::read_npz(&file, vocab.tokens.len()).map_err(|e| e.to_string())?;
+            TraceSet::read_npz(&file, vocab.tokens().len()).map_err(|e| e.to_string())?;
         let Some(p) = problems.pop() else { continue };
         if p.name.as_deref() != Some(item.id.as_str()) {
             return Err(format!(
@@ -895,7 +829,7 @@ pub async fn run(args: RecordArgs) -> Result<(), Exit> {
         // The vocabulary and meta.json first: a crash before the item's own file leaves
         // tokens no file uses, never a file with tokens the vocabulary lacks.
         let set = TraceSet {
-            vocab: vocab.tokens.clone(),
+            vocab: vocab.tokens().to_vec(),
             eos: 0,
             problems: Vec::new(),
         };

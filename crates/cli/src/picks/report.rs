@@ -12,14 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use choicewise_picks::reference::majority;
+use choicewise_picks::production::{self, Against, Graded, ItemGrade};
 use choicewise_picks::traces::TraceSet;
 use choicewise_picks::{
     AnswerRule, Asker, Offline, Prefer, Recommendation, Results, Rule, SETTINGS, Verdict,
     gateway_config, offline, picks_for, recommend, upstream, vote_curve,
 };
 use clap::Args;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::Exit;
@@ -239,42 +238,6 @@ async fn start_gateway(upstream: &str) -> Result<(String, tokio::task::JoinHandl
     Ok((format!("http://{addr}"), task))
 }
 
-/// What a report's items are measured against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Against {
-    /// Their answers, or the grades of `--grade`.
-    Answers,
-    /// Their grades from production (`grades.json`, `POST /v1/feedback`).
-    Feedback,
-    /// The vote of all of each item's samples (no answer, no grade).
-    Vote,
-}
-
-impl Against {
-    /// The word for what an accuracy measures.
-    fn measured(self) -> &'static str {
-        match self {
-            Against::Answers => "right",
-            Against::Feedback => "right by feedback",
-            Against::Vote => "agreement",
-        }
-    }
-}
-
-/// What `measured_against` says of a set measured against the vote of its samples.
-const BY_VOTE: &str = "the vote of all of each item's samples (no answers in the set)";
-
-/// An item's grade as `picks record --from-records` writes it to `grades.json`: the item's
-/// sample it speaks of (the answer's first choice), and its score (1 right, 0 wrong).
-#[derive(Debug, Deserialize)]
-struct ItemGrade {
-    sample: usize,
-    score: f64,
-}
-
-/// A score from this up counts right.
-const RIGHT_FROM: f64 = 0.5;
-
 /// The grades of `DIR/grades.json` by item name: none when there is no such file.
 fn read_grades(dir: &Path) -> Result<HashMap<String, ItemGrade>, Exit> {
     let path = dir.join("grades.json");
@@ -287,53 +250,6 @@ fn read_grades(dir: &Path) -> Result<HashMap<String, ItemGrade>, Exit> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HashMap::new()),
         Err(e) => Err(bad(&e)),
     }
-}
-
-/// The grades given to a set's items ([`apply_grades`]).
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Graded {
-    /// Items graded right, and wrong.
-    right: usize,
-    wrong: usize,
-    /// Items graded right whose graded sample has no answer `--answer` reads: no pick
-    /// counts right on them.
-    unread: usize,
-}
-
-/// Gives each item with a grade in `grades` its [`graded`] answers: the vote key of the
-/// sample the grade speaks of when its score is [`RIGHT_FROM`] or more, none when less (a
-/// pick that answers otherwise on an item graded wrong counts wrong: a lower bound). The
-/// others are left as they are. A grade of a sample the item does not have is an error.
-///
-/// [`graded`]: choicewise_picks::traces::Problem::graded
-fn apply_grades(set: &mut TraceSet, grades: &HashMap<String, ItemGrade>) -> Result<Graded, String> {
-    let mut counts = Graded::default();
-    for p in &mut set.problems {
-        let Some(g) = p.name.as_deref().and_then(|name| grades.get(name)) else {
-            continue;
-        };
-        let Some(sample) = p.samples.get(g.sample) else {
-            return Err(format!(
-                "grades.json: item {:?} has {} samples, not a sample {} (grades of another set?)",
-                p.name.as_deref().unwrap_or_default(),
-                p.samples.len(),
-                g.sample
-            ));
-        };
-        let mut right = std::collections::BTreeSet::new();
-        if g.score >= RIGHT_FROM {
-            counts.right += 1;
-            if sample.answer.is_empty() {
-                counts.unread += 1;
-            } else {
-                right.insert(sample.answer.clone());
-            }
-        } else {
-            counts.wrong += 1;
-        }
-        p.graded = Some(right);
-    }
-    Ok(counts)
 }
 
 /// One part of a report: its items, what they are measured against, then its figures.
@@ -394,26 +310,10 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         parts.push((Against::Answers, set));
     } else if set.problems.iter().all(|p| p.answer.is_empty()) {
         let grades = read_grades(&args.dir)?;
-        graded = apply_grades(&mut set, &grades).map_err(|message| Exit { message, code: 2 })?;
-        let (with, without): (Vec<_>, Vec<_>) =
-            (set.problems.into_iter()).partition(|p| p.graded.is_some());
-        let subset = |problems| TraceSet {
-            vocab: set.vocab.clone(),
-            eos: set.eos,
-            problems,
-        };
-        if !with.is_empty() {
-            parts.push((Against::Feedback, subset(with)));
-        }
-        if !without.is_empty() {
-            let mut rest = subset(without);
-            for p in &mut rest.problems {
-                // The set's plurality rule (ties to the answer drawn first), as its reference.
-                let vote = majority(p.samples.iter().map(|s| s.answer.as_str()));
-                p.graded = Some((!vote.is_empty()).then_some(vote).into_iter().collect());
-            }
-            parts.push((Against::Vote, rest));
-        }
+        let (split, counts) =
+            production::parts(set, &grades).map_err(|message| Exit { message, code: 2 })?;
+        parts = split;
+        graded = counts;
     } else {
         parts.push((Against::Answers, set));
     }
@@ -432,17 +332,18 @@ pub async fn run(args: ReportArgs) -> Result<(), Exit> {
         }
         let (mut out, recommendation) =
             measure(&args, &rule, part, logprobs, pace.as_ref()).await?;
+        if let Some(label) = against.label() {
+            out["measured_against"] = json!(label);
+        }
         match against {
-            Against::Answers => {}
+            Against::Answers | Against::Vote => {}
             Against::Feedback => {
-                out["measured_against"] = json!("feedback");
                 out["items_graded"] = out["problems"].clone();
                 out["items_graded_right"] = json!(graded.right);
                 if graded.unread > 0 {
                     out["items_graded_right_unread"] = json!(graded.unread);
                 }
             }
-            Against::Vote => out["measured_against"] = json!(BY_VOTE),
         }
         reports.push(Report {
             against,
@@ -684,67 +585,4 @@ async fn measure(
     // The upstream's thread is joined off the runtime's workers.
     tokio::task::spawn_blocking(move || drop(up)).await.ok();
     Ok((out, recommendation))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use choicewise_picks::traces::{Problem, Sample};
-
-    fn item(name: &str, answers: &[&str]) -> Problem {
-        Problem {
-            name: Some(name.into()),
-            samples: (answers.iter())
-                .map(|a| Sample {
-                    answer: a.to_string(),
-                    ..Sample::default()
-                })
-                .collect(),
-            ..Problem::default()
-        }
-    }
-
-    #[test]
-    fn a_grade_makes_its_samples_answer_right_or_none() {
-        let mut set = TraceSet {
-            problems: vec![
-                item("right", &["4", "5"]),
-                item("wrong", &["4", "5"]),
-                item("scored", &["4", "5"]),
-                item("unread", &["", "5"]),
-                item("ungraded", &["4", "5"]),
-            ],
-            ..TraceSet::default()
-        };
-        let grades: HashMap<String, ItemGrade> = serde_json::from_value(json!({
-            "right": {"sample": 1, "outcome": "right", "score": 1.0, "source": null},
-            "wrong": {"sample": 0, "outcome": "wrong", "score": 0.0, "source": "ci"},
-            "scored": {"sample": 0, "outcome": "score", "score": 0.5, "source": null},
-            "unread": {"sample": 0, "outcome": "right", "score": 1.0, "source": null},
-            "elsewhere": {"sample": 0, "outcome": "right", "score": 1.0, "source": null},
-        }))
-        .unwrap();
-        let counts = apply_grades(&mut set, &grades).unwrap();
-        assert_eq!(
-            counts,
-            Graded {
-                right: 3,
-                wrong: 1,
-                unread: 1
-            }
-        );
-        let graded: Vec<_> = set.problems.iter().map(|p| p.graded.clone()).collect();
-        let keys = |k: &[&str]| Some(k.iter().map(|k| k.to_string()).collect());
-        assert_eq!(
-            graded,
-            [keys(&["5"]), keys(&[]), keys(&["4"]), keys(&[]), None]
-        );
-        // Item "wrong": a pick answering 5 counts wrong too, a lower bound.
-        assert!(!set.problems[1].is_right("5") && !set.problems[1].is_right("4"));
-        // A sample the item does not have: grades of another set.
-        let grades: HashMap<String, ItemGrade> =
-            serde_json::from_value(json!({"right": {"sample": 2, "score": 1.0}})).unwrap();
-        let e = apply_grades(&mut set, &grades).unwrap_err();
-        assert!(e.contains("not a sample 2"), "{e}");
-    }
 }
