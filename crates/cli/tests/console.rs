@@ -407,8 +407,11 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
         &dir,
         &format!(
             "[auth]\n[[auth.keys]]\nname = \"team-a\"\nkey_env = \"TEAM_A_KEY\"\n\
+             [records]\nurl = \"sqlite://{}\"\nspool_path = \"{}\"\nsamples = true\n\
              [[models]]\nname = \"voter\"\n\
-             [models.choicewise]\nsamples = 3\nselect = \"vote\"\nvote_by = 'Answer: (\\d+)'\n{upstreams}"
+             [models.choicewise]\nsamples = 3\nselect = \"vote\"\nvote_by = 'Answer: (\\d+)'\n{upstreams}",
+            dir.join("records.db").display(),
+            dir.join("records.spool").display(),
         ),
     )
     .await;
@@ -469,6 +472,37 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
     let (errors, log) = browser.console_errors().await;
     assert!(errors.is_empty(), "console errors: {log}");
     browser.screenshot("playground").await;
+
+    // The picks page over the vote's recorded samples: its table, its plot and the block
+    // that deploys the vote, once the record is written (the writer batches).
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        browser.open(&format!("{console}/picks?model=voter")).await;
+        let text = browser.text().await;
+        if text.contains("Without a grade: 1 item") {
+            assert!(text.contains("vote-3") && text.contains("66.7%"), "{text}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the record was not written: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let plots = browser
+        .script("return document.querySelectorAll('figure.plot svg').length;")
+        .await;
+    assert_eq!(plots, json!(1));
+    let config = browser
+        .script("return document.querySelector('pre.config').textContent;")
+        .await;
+    assert!(
+        config.as_str().unwrap().contains("[models.choicewise]"),
+        "{config}"
+    );
+    let (errors, log) = browser.console_errors().await;
+    assert!(errors.is_empty(), "picks: console errors: {log}");
+    browser.screenshot("picks").await;
     browser.end().await;
     let _ = child.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -532,6 +566,7 @@ async fn page_loads_over_10000_records() {
     browser.sign_in(&console).await;
     // A page in the middle: the records before the 5,000th (`~` sorts after every id).
     let older = format!("/console/requests?after={}:~", now - 5_000 * 259_200);
+    let picks = "/console/picks?model=m0&answer=the+answer+is+%28%5Cd%2B%29".to_string();
     let mut figures = Vec::new();
     for (name, path) in [
         ("overview", "/console"),
@@ -542,6 +577,7 @@ async fn page_loads_over_10000_records() {
         ("usage by day", "/console/usage?by=day&since=30d"),
         ("keys", "/console/keys"),
         ("playground", "/console/playground"),
+        ("picks (the newest 500 requests)", picks.as_str()),
     ] {
         let mut loads = Vec::new();
         for _ in 0..3 {
@@ -553,6 +589,10 @@ async fn page_loads_over_10000_records() {
         }
         loads.sort_by(f64::total_cmp);
         figures.push(format!("{name}: {:.0} ms", loads[1]));
+        if name.starts_with("picks") {
+            let text = browser.text().await;
+            assert!(text.contains("500 requests of m0"), "{text}");
+        }
         if name == "requests, page 100" {
             assert!(
                 browser.text().await.contains("req-4999"),

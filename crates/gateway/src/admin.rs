@@ -41,7 +41,12 @@ fn operator(gw: &Gateway, headers: &HeaderMap, uri: &Uri) -> Result<(), ApiError
 
 /// An operator's route: `work`'s answer once the request sends the operator's key
 /// ([`operator`]), its error in the API's shape otherwise.
-async fn as_operator<F>(gw: &Gateway, headers: &HeaderMap, uri: &Uri, work: F) -> Response
+pub(crate) async fn as_operator<F>(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    uri: &Uri,
+    work: F,
+) -> Response
 where
     F: std::future::Future<Output = Result<Response, ApiError>>,
 {

@@ -191,6 +191,7 @@ impl Gateway {
         if gw.inner.operator.is_some() {
             router = router
                 .route("/admin/keys", get(admin::list).post(admin::create))
+                .route("/admin/picks", get(console::picks_json))
                 .route(
                     "/admin/keys/{name}",
                     get(admin::one).patch(admin::change).delete(admin::revoke),

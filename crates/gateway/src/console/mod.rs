@@ -14,8 +14,10 @@
 
 mod keys;
 mod pages;
+mod picks;
 mod playground;
 
+pub(crate) use picks::json as picks_json;
 pub(crate) use playground::Watch;
 
 use axum::extract::{FromRequestParts, State};
@@ -59,6 +61,7 @@ pub(crate) fn routes() -> axum::Router<Gateway> {
             get(playground::form).post(playground::send),
         )
         .route("/console/keys", get(keys::list).post(keys::create))
+        .route("/console/picks", get(picks::show))
         .route("/console/keys/{name}/{action}", post(keys::act))
         .route("/console/console.css", get(style))
         .route("/console/favicon.svg", get(icon))
@@ -266,12 +269,13 @@ async fn logout(_: Signed) -> Response {
 }
 
 /// The console's pages, for the navigation: path and name.
-const PAGES: [(&str, &str); 5] = [
+const PAGES: [(&str, &str); 6] = [
     ("/console", "Overview"),
     ("/console/playground", "Playground"),
     ("/console/requests", "Requests"),
     ("/console/usage", "Usage"),
     ("/console/keys", "Keys"),
+    ("/console/picks", "Picks"),
 ];
 
 /// A whole page: `title`, the navigation (`current` marked, none when signed out) and

@@ -93,6 +93,7 @@ pub(super) async fn overview(State(gw): State<Gateway>, _: Signed) -> Response {
             ul {
                 li { a href="/console/requests" { "Requests" } ": the last requests, newest first, each with its samples when they are kept." }
                 li { a href="/console/usage" { "Usage" } ": requests, tokens and cost by key, model and day." }
+                li { a href="/console/picks" { "Picks" } ": what each pick (a vote, the first to finish, the confidence picks) would have answered on a model's recorded samples, and the one to deploy." }
                 li { a href="/console/keys" { "Keys" } " (" (keys) "): each key's limits and what is left of them; keys made, rotated, expired and revoked." }
             }
         }

@@ -305,19 +305,13 @@ fn secret_of(page: &str) -> String {
     page[at..at + 67].to_string()
 }
 
-/// The playground streams each sample's events as the gateway reads them, not once the
-/// pick's answer begins: over three upstreams whose first bytes come 0, 300 and 600 ms after
-/// they are asked, a vote's answer begins only when the slowest finishes, and by then the
-/// playground has sent the two others' texts and finishes.
-#[tokio::test]
-async fn the_playground_streams_the_samples_before_the_pick_decides() {
+/// One upstream (fan-out, one sample each) per `(delay, text)`: it answers `text`, its
+/// first byte `delay` ms after it is asked. Their `[[models.upstreams]]` entries, and the
+/// servers (kept while the test runs).
+async fn voters(said: &[(u64, &str)]) -> (String, Vec<TestServer>) {
     let mut upstreams = String::new();
     let mut servers = Vec::new();
-    for (delay, text) in [
-        (600, "slow Answer: 4"),
-        (0, "fast Answer: 4"),
-        (300, "middle Answer: 5"),
-    ] {
+    for &(delay, text) in said {
         let server = TestServer::builder()
             .body(answer(text))
             .head_delay(std::time::Duration::from_millis(delay));
@@ -328,6 +322,21 @@ async fn the_playground_streams_the_samples_before_the_pick_decides() {
         ));
         servers.push(server);
     }
+    (upstreams, servers)
+}
+
+/// The playground streams each sample's events as the gateway reads them, not once the
+/// pick's answer begins: over three upstreams whose first bytes come 0, 300 and 600 ms after
+/// they are asked, a vote's answer begins only when the slowest finishes, and by then the
+/// playground has sent the two others' texts and finishes.
+#[tokio::test]
+async fn the_playground_streams_the_samples_before_the_pick_decides() {
+    let (upstreams, _servers) = voters(&[
+        (600, "slow Answer: 4"),
+        (0, "fast Answer: 4"),
+        (300, "middle Answer: 5"),
+    ])
+    .await;
     let toml = format!(
         "[admin]\nkey_env = \"OPERATOR_KEY\"\n[console]\nenabled = true\n\
          [[models]]\nname = \"voter\"\n[models.choicewise]\nsamples = 3\nselect = \"vote\"\n\
@@ -356,4 +365,156 @@ async fn the_playground_streams_the_samples_before_the_pick_decides() {
         assert!(at < first_answer, "{said} after the answer began: {events}");
     }
     assert!(events.contains(r#""selected":[1]"#), "{events}");
+}
+
+/// The picks page over the gateway's own records: requests of a vote of three over three
+/// upstreams (answers 4, 4 and 5), their samples kept, four of them graded by `POST
+/// /v1/feedback` (three right, one wrong). The graded items are measured against their
+/// grades and the others against the vote of their samples, apart; the figures are those
+/// of the samples (one sample agrees with the vote two times in three, the vote of three
+/// always); the recommendation's block deploys the vote; bad fields are refused naming
+/// them; a hostile pattern is shown as text. The same report as JSON at `/admin/picks`.
+#[tokio::test]
+async fn the_picks_page_measures_the_picks_on_the_recorded_samples() {
+    let folder = tempfile::tempdir().unwrap();
+    let (upstreams, _servers) = voters(&[
+        (0, "So Answer: 4"),
+        (0, "Thus Answer: 4"),
+        (0, "Hence Answer: 5"),
+    ])
+    .await;
+    let toml = format!(
+        "[admin]\nkey_env = \"OPERATOR_KEY\"\n[console]\nenabled = true\n\
+         [records]\nurl = \"sqlite://{}\"\nspool_path = \"{}\"\nsamples = true\n\
+         [[models]]\nname = \"voter\"\n[models.choicewise]\nsamples = 3\nselect = \"vote\"\n\
+         vote_by = 'Answer: (\\d+)'\n{upstreams}",
+        folder.path().join("records.db").display(),
+        folder.path().join("records.spool").display(),
+    );
+    let (addr, gateway) = serve(&toml, env).await;
+    for k in 0..12 {
+        let r = client()
+            .post(format!("http://{addr}/v1/chat/completions"))
+            .header("x-request-id", format!("vote-{k:02}"))
+            .json(&json!({"model": "voter", "messages": [{"role": "user", "content": "2 + 2?"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(r.text().await.unwrap().contains("Answer: 4"));
+    }
+    gateway.flush_records().await;
+    for (k, outcome) in [(0, "right"), (1, "right"), (2, "right"), (3, "wrong")] {
+        let r = client()
+            .post(format!("http://{addr}/v1/feedback"))
+            .bearer_auth("sk-operator")
+            .json(&json!({"request_id": format!("vote-{k:02}"), "outcome": outcome}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+
+    let admin = |query: &str| {
+        client()
+            .get(format!("http://{addr}/admin/picks?{query}"))
+            .bearer_auth("sk-operator")
+            .send()
+    };
+    // The model's own vote_by is the answer's pattern when none is given.
+    let r = admin("model=voter").await.unwrap();
+    assert_eq!(r.status(), 200);
+    let report: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(report["answer"], r"Answer: (\d+)");
+    assert_eq!(
+        (&report["requests_read"], &report["items"]),
+        (&json!(12), &json!(12))
+    );
+    assert_eq!(
+        (&report["samples"], &report["graded_items"]),
+        (&json!(36), &json!(4))
+    );
+    let parts = report["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "{report}");
+    let pick = |part: &serde_json::Value, name: &str| {
+        let row = (part["picks"].as_array().unwrap().iter())
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {part}"));
+        row["accuracy"].as_f64().unwrap()
+    };
+    // Graded: right on three of the four items whichever pick answers 4.
+    assert_eq!(parts[0]["measured_against"], "feedback");
+    assert_eq!(parts[0]["problems"], 4);
+    assert!((pick(&parts[0], "vote-3") - 0.75).abs() < 1e-9, "{report}");
+    assert!((pick(&parts[0], "single") - 0.5).abs() < 1e-9, "{report}");
+    // The others: agreement with the vote of their samples.
+    assert_eq!(parts[1]["problems"], 8);
+    assert!((pick(&parts[1], "vote-3") - 1.0).abs() < 1e-9, "{report}");
+    assert!(
+        (pick(&parts[1], "single") - 2.0 / 3.0).abs() < 1e-9,
+        "{report}"
+    );
+    assert_eq!(parts[1]["measured"], "offline");
+    // Bad fields, named.
+    for (query, field) in [
+        ("model=voter&answer=(", "answer"),
+        ("model=voter&requests=0", "requests"),
+        ("model=voter&since=yesterday", "since"),
+        ("model=nobody", "model"),
+    ] {
+        let r = admin(query).await.unwrap();
+        assert_eq!(r.status(), 400, "{query}");
+        let e: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["param"], field, "{query}: {e}");
+    }
+    let r = client()
+        .get(format!("http://{addr}/admin/picks?model=voter"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    // The page: the two parts' tables, their plots and the block that deploys the vote.
+    let (status, _, _) = get(addr, "/console/picks", None).await;
+    assert_eq!(status, 401);
+    let page = client()
+        .get(format!("http://{addr}/console/picks?model=voter"))
+        .bearer_auth("sk-operator")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Graded by feedback: 4 items"), "{page}");
+    assert!(page.contains("Without a grade: 8 items"), "{page}");
+    assert!(page.contains("<svg") && page.contains("vote-3"), "{page}");
+    assert!(page.contains("[models.choicewise]"), "{page}");
+    assert!(page.contains("75.0%") && page.contains("66.7%"), "{page}");
+    // A hostile pattern: shown as text, never run.
+    let hostile = "%3Cscript%3Ealert(1)%3C%2Fscript%3E";
+    let (status, _, page) = get(
+        addr,
+        &format!("/console/picks?model=voter&answer={hostile}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 401);
+    assert!(!page.contains("<script>alert"));
+    let r = client()
+        .get(format!(
+            "http://{addr}/console/picks?model=voter&answer={hostile}"
+        ))
+        .bearer_auth("sk-operator")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let page = r.text().await.unwrap();
+    assert!(page.contains("matched none of the 36 samples"), "{page}");
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>alert"), "{page}");
 }
