@@ -428,6 +428,7 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
                sample: Number(c.dataset.sample), first: Number(c.dataset.firstMs),
                shown: Number(c.dataset.shownMs),
                end: c.dataset.end, winner: c.dataset.winner === 'true',
+               tokens: Number(c.dataset.tokens),
                text: c.querySelector('pre.text:not(.reasoning)').textContent }));",
         )
         .await;
@@ -448,6 +449,11 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
     );
     assert!(first(slow) - first(fast) >= 400.0, "{columns:?}");
     assert_eq!(fast["text"], "fast Answer: 4");
+    // Each column says its tokens once its sample's stream ends.
+    assert!(
+        columns.iter().all(|c| c["tokens"].as_f64() > Some(0.0)),
+        "{columns:?}"
+    );
     // How long after the gateway saw each column's first token the page showed it (an upper
     // bound: the page's clock starts when it sent the request, before the gateway's).
     let lags: Vec<String> = (columns.iter())

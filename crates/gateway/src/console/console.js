@@ -121,6 +121,9 @@ if (playground) {
       c.state.textContent = `cancelled (${e.reason}) at ${e.at_ms} ms, ${c.events} events`;
     } else if (e.kind === "error") {
       c.state.textContent = `failed: ${e.text}`;
+    } else if (e.kind === "tokens") {
+      c.section.dataset.tokens = String(e.tokens);
+      c.state.append(`, ${e.tokens} tokens${e.source === "estimated" ? " (counted)" : ""}`);
     }
   }
   function onAnswer(chunk) {

@@ -59,22 +59,39 @@ impl Watch {
                 tokio::spawn(async move {
                     let mut events = choice.events();
                     while let Some(event) = events.next().await {
-                        let mut seen = match &event {
+                        let seen = match &event {
                             Ok(event) => match seen(event) {
                                 Some(seen) => seen,
                                 None => continue,
                             },
                             Err(e) => json!({"kind": "error", "text": e.to_string()}),
                         };
-                        seen["sample"] = json!(sample);
-                        seen["at_ms"] = json!(watch.since.elapsed().as_millis() as u64);
-                        if watch.seen.send(seen).is_err() {
+                        if !watch.send(sample, seen) {
                             return;
                         }
                     }
+                    // Its tokens: the upstream's own figure for it, else counted from its
+                    // text (once the stream that carries it ends).
+                    let usage = choice.usage().await;
+                    let source = match usage.source {
+                        choicewise_core::UsageSource::Reported => "reported",
+                        choicewise_core::UsageSource::Estimated => "estimated",
+                    };
+                    let tokens = json!({"kind": "tokens", "tokens": usage.completion_tokens, "source": source});
+                    watch.send(sample, tokens);
                 });
             }
         });
+    }
+}
+
+impl Watch {
+    /// Sends `seen` of `sample`, with its time since the request; false once the playground
+    /// is gone.
+    fn send(&self, sample: u32, mut seen: Value) -> bool {
+        seen["sample"] = json!(sample);
+        seen["at_ms"] = json!(self.since.elapsed().as_millis() as u64);
+        self.seen.send(seen).is_ok()
     }
 }
 

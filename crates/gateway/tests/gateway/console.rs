@@ -365,6 +365,17 @@ async fn the_playground_streams_the_samples_before_the_pick_decides() {
         assert!(at < first_answer, "{said} after the answer began: {events}");
     }
     assert!(events.contains(r#""selected":[1]"#), "{events}");
+    // Each sample's tokens, once its stream ends: three, each more than none.
+    let tokens: Vec<serde_json::Value> = (events.split("\n\n"))
+        .filter_map(|e| e.strip_prefix("event: sample\ndata: "))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
+        .filter(|seen| seen["kind"] == "tokens")
+        .collect();
+    assert_eq!(tokens.len(), 3, "{events}");
+    assert!(
+        tokens.iter().all(|t| t["tokens"].as_u64() > Some(0)),
+        "{tokens:?}"
+    );
 }
 
 /// The picks page over the gateway's own records: requests of a vote of three over three
