@@ -61,7 +61,6 @@ const RULES: &str = "first_token, first_finished or vote";
 /// assert_eq!(PickRule::default(), PickRule::All);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
 pub enum PickRule {
     /// Every sample is a choice: nothing is picked or cancelled (no `select`).
     #[default]

@@ -74,8 +74,10 @@ pub enum Closed {
 /// ));
 /// assert_eq!(CancelReason::LowConfidence.by(), CancelledBy::Library);
 /// ```
+///
+/// The set is closed: a new reason is a new version, and every match on it must say what it
+/// means (the gateway's who-stopped-it, its log labels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum CancelReason {
     /// The program asked, giving no reason (a handle's `cancel`).
     Asked,

@@ -151,7 +151,9 @@ impl Run {
         // replaced sample by sample).
         let replacements = match req.policy.rule() {
             PickRule::All => 0,
-            _ => req.samples as usize * (opener.model.retry.attempts as usize - 1),
+            PickRule::FirstToken | PickRule::FirstFinished | PickRule::Vote => {
+                req.samples as usize * (opener.model.retry.attempts as usize - 1)
+            }
         };
         // The library numbers each request's choices as a block, in the order started; the
         // replacements' slots are reserved after the planned ones.
@@ -404,7 +406,9 @@ impl Run {
                 let none = "no sample finished with stop or tool_calls";
                 self.first_picked(&selection, "first_finished", none)
             }
-            _ => {
+            // Returned above, before any selection.
+            PickRule::All => Picked::samples((0..req.n).collect(), "all"),
+            PickRule::Vote => {
                 // The winning key's voters in the order they finished: the first to finish
                 // is output choice 0.
                 let mut samples: Vec<u32> = (selection.selected.iter())
@@ -461,7 +465,9 @@ impl Run {
     pub async fn final_summary(&self, picked: &Picked, policy: &Policy) -> Option<Summary> {
         match policy.rule() {
             PickRule::All => self.tries_summary(),
-            _ => Some(self.summary(picked).await),
+            PickRule::FirstToken | PickRule::FirstFinished | PickRule::Vote => {
+                Some(self.summary(picked).await)
+            }
         }
     }
 

@@ -73,7 +73,10 @@ impl Initiator {
             CancelReason::ShuttingDown => Initiator::Gateway(Cut::ShutDown),
             CancelReason::Deadline => Initiator::Gateway(Cut::PastDeadline),
             CancelReason::ReaderGone => Initiator::Client,
-            _ => Initiator::Pick,
+            CancelReason::Asked
+            | CancelReason::LowConfidence
+            | CancelReason::Decided
+            | CancelReason::Closing => Initiator::Pick,
         }
     }
 
