@@ -154,6 +154,8 @@ pub(crate) struct Settled {
     samples: u32,
     /// Updates whose message data came after their choice's finish, left out of the answer.
     after_finish: usize,
+    /// Choices no sample asked for, left out of the answer.
+    past_asked: usize,
     /// The output samples of a selection (`None`: every sample is an output).
     outputs: Option<Vec<u32>>,
 }
@@ -166,6 +168,7 @@ impl Settled {
             tries: run.tries(),
             samples: run.samples,
             after_finish: run.dropped_after_finish(),
+            past_asked: run.past_asked(),
             outputs: outputs.map(<[u32]>::to_vec),
         }
     }
@@ -178,6 +181,7 @@ impl Settled {
             tries: run.tries(),
             samples: run.samples,
             after_finish: run.dropped_after_finish(),
+            past_asked: run.past_asked(),
             outputs: outputs.map(<[u32]>::to_vec),
         }
     }
@@ -561,8 +565,18 @@ impl State {
             tries,
             samples,
             after_finish,
+            past_asked,
             outputs,
         } = settled;
+        if past_asked > 0 {
+            tracing::warn!(
+                request_id = %self.request_id,
+                model = %self.model,
+                choices = past_asked,
+                asked = samples,
+                "an upstream sent choices past those it was asked for: left out of the answer"
+            );
+        }
         if after_finish > 0 {
             // Streamed or not, an answer is each choice as it was at its finish.
             tracing::warn!(

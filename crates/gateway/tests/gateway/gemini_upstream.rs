@@ -307,3 +307,57 @@ async fn a_field_gemini_has_no_place_for_is_a_400_naming_it() {
     );
     assert_eq!(upstream.request_count(), 0, "nothing sent");
 }
+
+/// A candidate past those asked for (Gemini asked 3 that sends an index 5): left out of the
+/// answer, the three asked for answered whole, and the log says so once, naming the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_past_those_asked_for_is_left_out_and_said() {
+    let lines = crate::warnings::lines();
+    let body = sse(&[
+        record(vec![text(0, "4"), text(5, "stray")]),
+        record(vec![text(1, "4"), text(2, "4")]),
+        record(vec![text(0, "2"), stop(0), stop(5)]),
+        record(vec![text(1, "1"), stop(1), text(2, "2"), stop(2)]),
+    ]);
+    let upstream = gemini(body).await;
+    let addr = gateway(&upstream).await;
+    let id = "past-candidates-1";
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .header("x-request-id", id)
+        .json(&json!({"model": "m", "n": 3, "stream": true,
+            "messages": [{"role": "user", "content": "6 times 7?"}]}))
+        .send()
+        .await
+        .unwrap();
+    let chunks = chunks(r).await;
+    let mut texts = [String::new(), String::new(), String::new()];
+    for chunk in &chunks {
+        for choice in chunk["choices"].as_array().unwrap() {
+            let i = choice["index"].as_u64().unwrap() as usize;
+            assert!(i < 3, "{chunk}");
+            if let Some(t) = choice["delta"]["content"].as_str() {
+                texts[i].push_str(t);
+            }
+        }
+    }
+    assert_eq!(texts, ["42", "41", "42"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = String::from_utf8_lossy(&lines.0.lock().unwrap()).into_owned();
+        let said: Vec<&str> = (text.lines())
+            .filter(|l| l.contains("past those it was asked for") && l.contains(id))
+            .collect();
+        if !said.is_empty() {
+            assert_eq!(said.len(), 1, "{said:?}");
+            assert!(
+                said[0].contains("choices=1") && said[0].contains("asked=3"),
+                "{}",
+                said[0]
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not said: {text}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
