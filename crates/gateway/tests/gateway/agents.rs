@@ -7,7 +7,7 @@
 //! run headless with their default settings (no capability override, no feature flag; only
 //! telemetry, updates and other fetches of the internet off), each in a home of its own,
 //! against a gateway on 127.0.0.1 over a scripted upstream of each API (Chat Completions,
-//! Anthropic Messages, Responses): a text answer; a tool loop (the upstream's first answer
+//! Anthropic Messages, Responses, Gemini): a text answer; a tool loop (the upstream's first answer
 //! calls one of the agent's tools, a shell command, a file write or a file read, which the agent
 //! runs; its result reaches the upstream's next request, answered with text, and the gateway
 //! counts the turns and the call's samples); an upstream cut
@@ -18,7 +18,8 @@
 //! second). And Claude Code's gateway model discovery over the gateway's model list.
 //!
 //! Each test serves one gateway with a model per upstream API (`agent-chat`,
-//! `agent-anthropic`, `agent-responses`) and runs the agent over the three at once.
+//! `agent-anthropic`, `agent-responses`, `agent-gemini`) and runs the agent over the four at
+//! once.
 //!
 //! Ignored by a plain `cargo test`: the agents come from npm, and each is a program of its
 //! own. CI runs `scripts/agents.sh install`, then
@@ -448,7 +449,7 @@ fn files_under(root: &Path, dir: &Path) -> Vec<(String, String)> {
 }
 
 /// The upstream APIs the agents are tried over.
-const APIS: [&str; 3] = ["chat", "anthropic", "responses"];
+const APIS: [&str; 4] = ["chat", "anthropic", "responses", "gemini"];
 
 /// Server-sent events: each `(name, data)` as a frame (`name` empty: a data-only one).
 fn frames(events: &[(&str, Value)]) -> String {
@@ -467,6 +468,13 @@ fn text_answer(api: &str, text: &str) -> String {
     let words: Vec<&str> = text.split_inclusive(' ').collect();
     match api {
         "chat" => answer(text),
+        "gemini" => {
+            let mut events: Vec<(&str, Value)> = (words.iter())
+                .map(|w| ("", gemini_record(json!([{"text": w}]), None)))
+                .collect();
+            events.push(("", gemini_record(json!([]), Some(words.len()))));
+            frames(&events)
+        }
         "anthropic" => {
             let mut events = vec![
                 (
@@ -560,6 +568,14 @@ fn call_answer(api: &str, name: &str, arguments: &Value) -> String {
             ])
             .replace("data: \"[DONE]\"", "data: [DONE]")
         }
+        // Gemini sends a call whole, in one part, its finish `STOP`.
+        "gemini" => frames(&[(
+            "",
+            gemini_record(
+                json!([{"functionCall": {"name": name, "args": arguments}}]),
+                Some(5),
+            ),
+        )]),
         "anthropic" => {
             let mut events = vec![
                 (
@@ -610,6 +626,20 @@ fn call_answer(api: &str, name: &str, arguments: &Value) -> String {
             frames(&events)
         }
     }
+}
+
+/// A Gemini `GenerateContentResponse` record of candidate 0 with `parts`; with
+/// `Some(tokens)`, its last: finished `STOP`, with the usage.
+fn gemini_record(parts: Value, last: Option<usize>) -> Value {
+    let mut candidate = json!({"index": 0, "content": {"role": "model", "parts": parts}});
+    let mut record = json!({"modelVersion": "up", "responseId": "resp_up"});
+    if let Some(tokens) = last {
+        candidate["finishReason"] = json!("STOP");
+        record["usageMetadata"] = json!({"promptTokenCount": 40,
+            "candidatesTokenCount": tokens, "totalTokenCount": 40 + tokens});
+    }
+    record["candidates"] = json!([candidate]);
+    record
 }
 
 /// An Anthropic answer's last events: its block closed, the stop reason and usage.
@@ -677,6 +707,11 @@ async fn gateway_of(models: &[(&str, Vec<String>)], policy: &str) -> SocketAddr 
             _ => "",
         };
         for url in urls {
+            // Gemini's base URL names its version (`.../v1beta`).
+            let url = match *api {
+                "gemini" => format!("{url}beta"),
+                _ => url.clone(),
+            };
             toml.push_str(&format!(
                 "[[models.upstreams]]\napi = \"{api}\"\nbase_url = \"{url}\"\nmodel = \"up\"\n{n}"
             ));
@@ -692,7 +727,7 @@ async fn gateway_of(models: &[(&str, Vec<String>)], policy: &str) -> SocketAddr 
 
 /// A gateway whose model over each API has the one upstream of `upstreams` (in [`APIS`]'
 /// order).
-async fn gateway(upstreams: &[TestServer; 3]) -> SocketAddr {
+async fn gateway(upstreams: &[TestServer; APIS.len()]) -> SocketAddr {
     let models: Vec<(&str, Vec<String>)> = (APIS.iter().zip(upstreams))
         .map(|(api, upstream)| (*api, vec![upstream.base_url()]))
         .collect();
@@ -701,7 +736,7 @@ async fn gateway(upstreams: &[TestServer; 3]) -> SocketAddr {
 
 /// An upstream of each API, each answering every request as `answers(api)` says in turn
 /// (cycling after the last).
-async fn upstreams(answers: impl Fn(&str) -> Vec<TestServerBuilder>) -> [TestServer; 3] {
+async fn upstreams(answers: impl Fn(&str) -> Vec<TestServerBuilder>) -> [TestServer; APIS.len()] {
     let started = futures::future::join_all(APIS.map(|api| {
         let mut answers = answers(api).into_iter();
         let mut builder = answers.next().expect("an answer");
@@ -745,6 +780,7 @@ fn turns(upstream: &TestServer, api: &str) -> Vec<Value> {
     let path = match api {
         "chat" => "/v1/chat/completions",
         "anthropic" => "/v1/messages",
+        "gemini" => "/v1beta/models/up:streamGenerateContent",
         _ => "/v1/responses",
     };
     (upstream.requests().into_iter())
@@ -772,7 +808,10 @@ async fn text_answer_over_each_api(agent: Agent) {
                 );
                 let turns = turns(upstream, api);
                 assert_eq!(turns.len(), 1, "{agent:?} over {api}: {turns:?}");
-                assert_eq!(turns[0]["model"], "up");
+                // Gemini names the model in the path `turns` reads (`models/up:...`).
+                if *api != "gemini" {
+                    assert_eq!(turns[0]["model"], "up");
+                }
             }),
     )
     .await;
