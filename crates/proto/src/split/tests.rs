@@ -263,6 +263,10 @@ fn a_first_event_names_its_dialect_by_type_event_or_record_keys() {
         ),
     ];
     for (data, event, dialect) in cases {
-        assert_eq!(detect(event, data), dialect, "{data} (event {event:?})");
+        assert_eq!(
+            detect::detect(event, data),
+            dialect,
+            "{data} (event {event:?})"
+        );
     }
 }
