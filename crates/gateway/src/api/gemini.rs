@@ -42,6 +42,7 @@
 
 mod answer;
 mod count;
+mod generation;
 mod request;
 
 pub(crate) use answer::GeminiFraming;

@@ -8,7 +8,8 @@ use choicewise_core::chunks::Envelope;
 use serde_json::{Value, json};
 
 use super::answer::finish_reason_of;
-use super::request::{json_schema_of, to_chat};
+use super::generation::json_schema_of;
+use super::request::to_chat;
 use super::*;
 use crate::answer::ending::{AnswerEnd, Failure};
 use crate::answer::write::{Framing, Out, Tail};
