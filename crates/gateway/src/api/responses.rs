@@ -28,6 +28,7 @@
 //! here.
 
 mod encode;
+mod events;
 mod object;
 mod texts;
 mod tools;

@@ -30,6 +30,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 
+use super::events::{ArgumentsDone, DeltaEvent, ItemDone, Part, PartDone, TextDone};
 use super::object::{
     Echoed, ResponseParts, call_item, client_name, custom_input, custom_item, incomplete_reason,
     response_object, usage_of,
@@ -81,103 +82,6 @@ enum Item {
 }
 
 /// A message item's open content part: refusal or text, and its text so far.
-#[derive(Debug)]
-struct Part {
-    refusal: bool,
-    text: Pieces,
-}
-
-impl Part {
-    /// A part as the output lists it, of this text (or its mark).
-    fn value(refusal: bool, text: Value) -> Value {
-        match refusal {
-            true => {
-                let mut part = json!({"type": "refusal", "refusal": null});
-                part["refusal"] = text;
-                part
-            }
-            false => {
-                let mut part = json!({"type": "output_text", "text": null, "annotations": [],
-                                      "logprobs": []});
-                part["text"] = text;
-                part
-            }
-        }
-    }
-}
-
-/// `response.output_text.done` or `response.refusal.done`, its fields in the order a JSON
-/// object of them writes them (by name), with the part's text (its mark).
-#[derive(Serialize)]
-struct TextDone<'a> {
-    content_index: usize,
-    item_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    logprobs: Option<[u8; 0]>,
-    output_index: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    refusal: Option<&'a Value>,
-    sequence_number: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    text: Option<&'a Value>,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// `response.content_part.done`, borrowing its part.
-#[derive(Serialize)]
-struct PartDone<'a> {
-    content_index: usize,
-    item_id: &'a str,
-    output_index: usize,
-    part: &'a Value,
-    sequence_number: u64,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// A text delta event (`response.output_text.delta`, `response.refusal.delta`,
-/// `response.reasoning_summary_text.delta`, `response.function_call_arguments.delta`).
-#[derive(Serialize)]
-struct DeltaEvent<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    sequence_number: u64,
-    item_id: &'a str,
-    output_index: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content_index: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    summary_index: Option<usize>,
-    delta: &'a str,
-    /// `[]` on output text deltas.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    logprobs: Option<[u8; 0]>,
-}
-
-/// `response.function_call_arguments.done`, its fields in the order a JSON object of them
-/// writes them (by name), with the call's arguments (their mark).
-#[derive(Serialize)]
-struct ArgumentsDone<'a> {
-    arguments: &'a Value,
-    item_id: &'a str,
-    name: &'a str,
-    output_index: usize,
-    sequence_number: u64,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// `response.output_item.done`, borrowing its item.
-#[derive(Serialize)]
-struct ItemDone<'a> {
-    item: &'a Value,
-    output_index: usize,
-    sequence_number: u64,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
 /// The error code of a context overflow, in OpenAI's `error.code` and a Responses stream's
 /// `response.failed`.
 pub(crate) const CONTEXT_LENGTH_EXCEEDED: &str = "context_length_exceeded";
