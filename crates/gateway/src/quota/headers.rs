@@ -1,0 +1,92 @@
+//! The `x-ratelimit-*` headers of a limited key's answer, as OpenAI names and writes them.
+
+use crate::config::{RateLimit, Resource};
+
+/// The `x-ratelimit-*` headers of a limited key's answer, as OpenAI names them: for requests
+/// and for tokens, the limit that binds most (the least left) of those the request met, what
+/// is left of it after this request's reservation, and when its window resets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RateHeaders {
+    requests: Option<RateLeft>,
+    tokens: Option<RateLeft>,
+}
+
+/// One limit's state: its amount, what is left, the milliseconds until its window resets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RateLeft {
+    limit: u64,
+    remaining: u64,
+    reset_ms: u64,
+}
+
+impl RateHeaders {
+    /// From each limit met, with the amount charged in its window and the milliseconds
+    /// until that window ends: for each resource, the limit with the least left.
+    pub(super) fn of(limits: impl Iterator<Item = (RateLimit, u64, u64)>) -> RateHeaders {
+        let mut headers = RateHeaders::default();
+        for (limit, amount, reset_ms) in limits {
+            let slot = match limit.resource {
+                Resource::Requests => &mut headers.requests,
+                Resource::Tokens => &mut headers.tokens,
+                Resource::Samples | Resource::Usd => continue,
+            };
+            let left = RateLeft {
+                limit: limit.amount,
+                remaining: limit.amount.saturating_sub(amount),
+                reset_ms,
+            };
+            if slot.is_none_or(|s| left.remaining < s.remaining) {
+                *slot = Some(left);
+            }
+        }
+        headers
+    }
+
+    /// The headers' names and values: `x-ratelimit-limit-requests`,
+    /// `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` (a duration as OpenAI
+    /// writes it: `1s`, `6m0s`, `20ms`), and the same for `-tokens`.
+    pub(crate) fn into_pairs(self) -> Vec<(&'static str, String)> {
+        let mut pairs = Vec::new();
+        let each = [
+            (
+                self.requests,
+                [
+                    "x-ratelimit-limit-requests",
+                    "x-ratelimit-remaining-requests",
+                    "x-ratelimit-reset-requests",
+                ],
+            ),
+            (
+                self.tokens,
+                [
+                    "x-ratelimit-limit-tokens",
+                    "x-ratelimit-remaining-tokens",
+                    "x-ratelimit-reset-tokens",
+                ],
+            ),
+        ];
+        for (left, [limit, remaining, reset]) in each {
+            if let Some(left) = left {
+                pairs.push((limit, left.limit.to_string()));
+                pairs.push((remaining, left.remaining.to_string()));
+                pairs.push((reset, duration_text(left.reset_ms)));
+            }
+        }
+        pairs
+    }
+}
+
+/// A duration as OpenAI's `x-ratelimit-reset-*` headers write it: `20ms` under a second,
+/// else whole seconds (rounded up) as `45s`, `6m0s`, `1h2m3s`.
+pub(super) fn duration_text(ms: u64) -> String {
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let s = ms.div_ceil(1_000);
+    let (h, m, s) = (s / 3_600, s % 3_600 / 60, s % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
+}
