@@ -4,6 +4,7 @@
 //! gateway, pick by pick, beside the offline reference (`choicewise-picks`).
 
 mod from_records;
+mod items;
 mod record;
 mod report;
 
