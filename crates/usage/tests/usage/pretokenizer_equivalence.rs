@@ -225,16 +225,16 @@ fn whitespace_runs_before_anything_count_as_tiktoken_does() {
 const TEXTS: &[&str] = &[
     include_str!("completion.rs"),
     include_str!("errors_and_robustness.rs"),
-    include_str!("hostile_text.rs"),
+    include_str!("../hostile_text.rs"),
     include_str!("model_mapping.rs"),
     include_str!("observed_counts.rs"),
     include_str!("published_examples.rs"),
     include_str!("pretokenizer_equivalence.rs"),
-    include_str!("../src/bpe.rs"),
-    include_str!("../src/encoding.rs"),
-    include_str!("../src/prompt.rs"),
-    include_str!("../src/completion.rs"),
-    include_str!("../../../docs/usage.md"),
+    include_str!("../../src/bpe.rs"),
+    include_str!("../../src/encoding.rs"),
+    include_str!("../../src/prompt.rs"),
+    include_str!("../../src/completion.rs"),
+    include_str!("../../../../docs/usage.md"),
 ];
 
 /// The string literals of a Rust source, their escapes (`\n`, `\t`, `\r`, `\"`, `\\`, `\'`,
