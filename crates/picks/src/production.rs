@@ -509,6 +509,8 @@ pub struct Recorded {
     pub counts: Counts,
     /// The rows that could not be read.
     pub skipped: Skipped,
+    /// The reading stopped at [`read_at_most`]'s bound, before the query's end.
+    pub stopped: bool,
 }
 
 /// An item of `request_id`, its number `id`.
@@ -524,9 +526,46 @@ pub fn item(id: usize, request_id: String, samples: Vec<Sample>) -> Problem {
 
 /// The records `query` reads (it should ask for the samples, and bound the requests: all
 /// of them are held), as a set in memory, with the latest grade of each item's request.
-/// See the module's example.
+/// See the module's example, and [`read_at_most`] for a bound on what is held.
 pub async fn read(store: &Store, query: RecordsQuery) -> Result<Recorded, RecordsError> {
+    read_at_most(store, query, usize::MAX).await
+}
+
+/// As [`read`], but no more requests are read once the items hold `tokens` tokens (each
+/// about 50 bytes with its alternatives): a bound on memory whatever the records hold (a
+/// sample's text may be megabytes). [`Recorded::stopped`] says whether it was reached.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use choicewise_picks::production::read_at_most;
+/// use choicewise_records::{RecordsQuery, RequestRecord, SampleRecord, Store};
+/// let dir = tempfile::tempdir()?;
+/// let store = Store::connect(&format!("sqlite://{}", dir.path().join("r.db").display())).await?;
+/// for k in 0..3 {
+///     let mut r = RequestRecord::new(k, format!("req-{k}"), "m");
+///     for n in 0..2 {
+///         let mut s = SampleRecord::new(n, "stop");
+///         s.content = Some("one two three".into());
+///         r.samples.push(s);
+///     }
+///     store.write(&[r]).await?;
+/// }
+/// let query = || RecordsQuery::since(0).model("m").with_samples();
+/// let all = read_at_most(&store, query(), 1_000).await?;
+/// assert_eq!((all.counts.items, all.stopped), (3, false));
+/// // Six tokens an item: the second item reaches 10.
+/// let some = read_at_most(&store, query(), 10).await?;
+/// assert_eq!((some.counts.items, some.stopped), (2, true));
+/// # Ok(()) }
+/// ```
+pub async fn read_at_most(
+    store: &Store,
+    query: RecordsQuery,
+    tokens: usize,
+) -> Result<Recorded, RecordsError> {
     let mut reader = store.record_reader(query);
+    let mut held = 0usize;
+    let mut stopped = false;
     let mut vocab = Vocab::new();
     let mut counts = Counts::new();
     let mut problems = Vec::new();
@@ -534,11 +573,16 @@ pub async fn read(store: &Store, query: RecordsQuery) -> Result<Recorded, Record
     // Each item with the place of its answer among its samples.
     let mut places = Vec::new();
     while let Some(r) = reader.next().await? {
+        if held >= tokens {
+            stopped = true;
+            break;
+        }
         let taken = take(&r, &mut vocab);
         counts.request(&taken);
         let Taken::Item { samples, answer } = taken else {
             continue;
         };
+        held += samples.iter().map(Sample::len).sum::<usize>();
         places.push(answer);
         problems.push(item(problems.len(), r.request_id, samples));
     }
@@ -572,6 +616,7 @@ pub async fn read(store: &Store, query: RecordsQuery) -> Result<Recorded, Record
         grades,
         counts,
         skipped: reader.skipped().clone(),
+        stopped,
     })
 }
 

@@ -26,6 +26,10 @@ use crate::state::Gateway;
 const REQUESTS: usize = 500;
 const MOST_REQUESTS: usize = 10_000;
 
+/// The most tokens the items read may hold (about 50 bytes each, with their alternatives):
+/// no more requests are read past it, whatever their samples' texts weigh.
+const MOST_TOKENS: usize = 2_000_000;
+
 /// The page's (and the JSON's) query: all text, read and checked here so that each
 /// refusal names its field.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -68,6 +72,8 @@ struct Report {
     read: Read,
     counts: Counts,
     skipped: Skipped,
+    /// The reading stopped at [`MOST_TOKENS`].
+    stopped: bool,
     /// Samples whose answer the pattern read, of all.
     matched: usize,
     samples: usize,
@@ -156,7 +162,7 @@ async fn report(gw: &Gateway, asked: &Asked) -> Result<Report, (StatusCode, Stri
         .with_samples()
         .newest_first()
         .limit(read.requests as i64);
-    let recorded = production::read(&store, query)
+    let recorded = production::read_at_most(&store, query, MOST_TOKENS)
         .await
         .map_err(|e| unavailable(&e))?;
     // Measured off the async workers: every pick over every item.
@@ -172,6 +178,7 @@ fn measure(read: Read, recorded: production::Recorded) -> Result<Report, (Status
         grades,
         counts,
         skipped,
+        stopped,
     } = recorded;
     set.read_answers(&read.rule);
     let samples: usize = set.problems.iter().map(|p| p.samples.len()).sum();
@@ -182,6 +189,7 @@ fn measure(read: Read, recorded: production::Recorded) -> Result<Report, (Status
         read,
         counts,
         skipped,
+        stopped,
         matched,
         samples,
         graded: Graded::default(),
@@ -238,6 +246,7 @@ impl Report {
             "graded_items": c.graded,
             "graded_answer_not_among_samples": c.unplaced,
             "rows_left_out": self.skipped.count,
+            "stopped_at_tokens": self.stopped.then_some(MOST_TOKENS),
             "answers_matched": {"samples": self.matched, "of": self.samples},
             "parts": self.parts.iter().map(|p| p.out.clone()).collect::<Vec<_>>(),
         })
@@ -400,6 +409,7 @@ fn shown(r: &Report) -> Markup {
             @if c.graded > 0 { "; " (c.graded) " graded by feedback" }
             @if c.unplaced > 0 { ", " (c.unplaced) " graded but their answer not among the samples kept" }
             ". The picks are computed offline on these samples, not replayed."
+            @if r.stopped { " The reading stopped once the items held " (MOST_TOKENS) " tokens: ask fewer requests, or a shorter time, to measure on all of them." }
         }
         @if !r.skipped.is_empty() {
             p.error role="alert" { "Rows left out, unreadable: " (r.skipped.to_string()) }
