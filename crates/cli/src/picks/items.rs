@@ -7,8 +7,23 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::record::quoted;
 use crate::Exit;
+
+/// How much of an event's data an error quotes.
+const QUOTED: usize = 200;
+
+/// `text` cut to its first [`QUOTED`] bytes (at a character boundary), with its length when
+/// cut: an error names what was wrong without repeating a hostile server's megabytes.
+pub(super) fn quoted(text: &str) -> String {
+    if text.len() <= QUOTED {
+        return text.to_string();
+    }
+    let mut end = QUOTED;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &text[..end], text.len())
+}
 
 /// One line of ITEMS.jsonl.
 #[derive(Debug, Clone)]

@@ -33,7 +33,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-use super::items::read_items;
+use super::items::{quoted, read_items};
 use crate::Exit;
 
 #[derive(Debug, Args)]
@@ -109,22 +109,6 @@ const DEFAULT_MAX_SAMPLE_BYTES: usize = 32 << 20;
 const DEFAULT_MAX_SAMPLE_TOKENS: usize = 131_072;
 /// `--sample-timeout`'s default: 10 minutes.
 const DEFAULT_SAMPLE_TIMEOUT_S: u64 = 600;
-
-/// How much of an event's data an error quotes.
-const QUOTED: usize = 200;
-
-/// `text` cut to its first [`QUOTED`] bytes (at a character boundary), with its length when
-/// cut: an error names what was wrong without repeating a hostile server's megabytes.
-pub(super) fn quoted(text: &str) -> String {
-    if text.len() <= QUOTED {
-        return text.to_string();
-    }
-    let mut end = QUOTED;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}... ({} bytes)", &text[..end], text.len())
-}
 
 /// One sample's bounds.
 #[derive(Debug, Clone, Copy)]
