@@ -2112,32 +2112,38 @@ mod picks {
         let said = String::from_utf8_lossy(&check.stdout).to_string()
             + &String::from_utf8_lossy(&check.stderr);
         assert_eq!(check.status.code(), Some(0), "{block}\n{said}");
-        // Giving up 30 points for tokens: one sample (75%), which needs no configuration.
-        let cheap = choicewise(&[
+        // Four more reports of the same set, at once (each replays it through a gateway of its
+        // own, mostly waiting on its pace): giving up 30 points for tokens; at the recorded
+        // pace; accuracy first; the table.
+        let answer = r"#### (\d+)";
+        let within_30 = [
+            "picks", "report", out, "--answer", answer, "--json", "--within", "30",
+        ];
+        let at_pace = [
             "picks",
             "report",
             out,
             "--answer",
-            r"#### (\d+)",
+            answer,
             "--json",
-            "--within",
-            "30",
-        ])
-        .await;
+            "--recorded-pace",
+        ];
+        let accuracy_first = [
+            "picks", "report", out, "--answer", answer, "--json", "--prefer", "accuracy",
+            "--within", "30",
+        ];
+        let as_table = ["picks", "report", out, "--answer", answer];
+        let (cheap, paced, sure, table) = tokio::join!(
+            choicewise(&within_30),
+            choicewise(&at_pace),
+            choicewise(&accuracy_first),
+            choicewise(&as_table),
+        );
+        // Giving up 30 points for tokens: one sample (75%), which needs no configuration.
         let cheap: Value = serde_json::from_slice(ok(&cheap)).unwrap();
         assert_eq!(cheap["recommendation"]["pick"], "single", "{cheap}");
         assert_eq!(cheap["recommendation"]["config"], "");
         // Each sample's times were kept: replayed at their pace, the answers are the same.
-        let paced = choicewise(&[
-            "picks",
-            "report",
-            out,
-            "--answer",
-            r"#### (\d+)",
-            "--json",
-            "--recorded-pace",
-        ])
-        .await;
         let paced: Value = serde_json::from_slice(ok(&paced)).unwrap();
         assert_eq!(
             paced["recorded_pace"]["samples"], 24,
@@ -2147,24 +2153,10 @@ mod picks {
         assert!(paced["recorded_pace"]["first_token_ms"].as_f64().unwrap() >= 0.0);
         assert_eq!(row(&paced, "vote-4")["accuracy"], 1.0);
         // Accuracy first: a pick that is always right, the fewest tokens among those.
-        let sure = choicewise(&[
-            "picks",
-            "report",
-            out,
-            "--answer",
-            r"#### (\d+)",
-            "--json",
-            "--prefer",
-            "accuracy",
-            "--within",
-            "30",
-        ])
-        .await;
         let sure: Value = serde_json::from_slice(ok(&sure)).unwrap();
         assert_eq!(sure["recommendation"]["accuracy"], 1.0, "{sure}");
 
         // The table and the recommendation's line.
-        let table = choicewise(&["picks", "report", out, "--answer", r"#### (\d+)"]).await;
         let text = String::from_utf8_lossy(ok(&table)).to_string();
         assert!(
             text.contains("| vote-4 | 100.00% [51.0, 100.0] |"),
@@ -2231,8 +2223,12 @@ mod picks {
             let r = choicewise(&args).await;
             serde_json::from_slice::<Value>(ok(&r)).unwrap()
         };
-        let by_pattern = report(None).await;
-        let graded = report(Some(format!("sh {}", grader.display()))).await;
+        // The three reports at once (each replays the set through a gateway of its own).
+        let (by_pattern, graded, none) = tokio::join!(
+            report(None),
+            report(Some(format!("sh {}", grader.display()))),
+            report(Some("cat > /dev/null; exit 1".into())),
+        );
         // Sample 0 of item N is wrong when N is a multiple of 3: 7 of 20; sample k when N + k
         // is: a third of each item's samples.
         let single = row(&by_pattern, "single");
@@ -2254,7 +2250,6 @@ mod picks {
             );
         }
         // A grader that finds nothing right: nothing is.
-        let none = report(Some("cat > /dev/null; exit 1".into())).await;
         for name in names(&none) {
             assert_eq!(row(&none, &name)["accuracy"], 0.0, "{name}");
         }

@@ -831,43 +831,50 @@ fn first_and_vote_give_the_recordings_first_finisher_at_every_speed() {
         ),
         ("no timestamps", finishing_out_of_order(|_| None)),
     ];
-    for (what, bytes) in &recordings {
-        let dir = std::env::temp_dir().join(format!("choicewise-order-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.rec", what.replace(' ', "-")));
-        std::fs::write(&path, bytes).unwrap();
-        let path = path.to_str().unwrap();
-        for speed in ["0", "1", "10"] {
-            for run in 0..runs {
-                let out = replay(&[path, "--json", "--first", "--speed", speed], None);
-                assert!(
-                    out.status.success(),
-                    "{what}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                let json: Value = serde_json::from_slice(&out.stdout).unwrap();
-                assert_eq!(
-                    json["selected"],
-                    serde_json::json!([3]),
-                    "{what}, speed {speed}, run {run}"
-                );
-                // 2:2: the tie goes to "b", whose voter (choice 3) finished first.
-                let out = replay(&[path, "--json", "--vote", "--speed", speed], None);
-                assert!(
-                    out.status.success(),
-                    "{what}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                let json: Value = serde_json::from_slice(&out.stdout).unwrap();
-                assert_eq!(json["vote"]["key"], "b", "{what}, speed {speed}, run {run}");
-                // The winning key's voters in the order they finished: 3 answers.
-                assert_eq!(
-                    json["selected"],
-                    serde_json::json!([3, 1]),
-                    "{what}, speed {speed}"
-                );
-                assert_eq!(json["vote"]["tally"][0]["key"], "b");
+    let dir = std::env::temp_dir().join(format!("choicewise-order-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Every recording at every speed at once, a thread each (each run is a process that
+    // mostly waits on its recording's pace); the runs of one pair one after the other.
+    std::thread::scope(|scope| {
+        for (what, bytes) in &recordings {
+            let path = dir.join(format!("{}.rec", what.replace(' ', "-")));
+            std::fs::write(&path, bytes).unwrap();
+            for speed in ["0", "1", "10"] {
+                let path = path.clone();
+                scope.spawn(move || {
+                    let path = path.to_str().unwrap();
+                    for run in 0..runs {
+                        let out = replay(&[path, "--json", "--first", "--speed", speed], None);
+                        assert!(
+                            out.status.success(),
+                            "{what}: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+                        assert_eq!(
+                            json["selected"],
+                            serde_json::json!([3]),
+                            "{what}, speed {speed}, run {run}"
+                        );
+                        // 2:2: the tie goes to "b", whose voter (choice 3) finished first.
+                        let out = replay(&[path, "--json", "--vote", "--speed", speed], None);
+                        assert!(
+                            out.status.success(),
+                            "{what}: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+                        assert_eq!(json["vote"]["key"], "b", "{what}, speed {speed}, run {run}");
+                        // The winning key's voters in the order they finished: 3 answers.
+                        assert_eq!(
+                            json["selected"],
+                            serde_json::json!([3, 1]),
+                            "{what}, speed {speed}"
+                        );
+                        assert_eq!(json["vote"]["tally"][0]["key"], "b");
+                    }
+                });
             }
         }
-    }
+    });
 }

@@ -583,6 +583,19 @@ async fn deadline_ms_counts_from_the_requests_start() {
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked",
     )
     .await;
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let apis = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": user}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 100, "messages": user}),
+        ),
+        ("/v1/responses", json!({"model": "m", "input": "hi"})),
+    ];
+    let mut asked = Vec::new();
     for policy in [
         "select = \"first_token\"\nsamples = 2",
         "select = \"vote\"\nsamples = 3",
@@ -594,18 +607,14 @@ async fn deadline_ms_counts_from_the_requests_start() {
             fan_out_toml(&url, "")
         );
         let (addr, _) = serve(&toml, no_env).await;
-        let user = json!([{"role": "user", "content": "hi"}]);
-        for (path, body) in [
-            (
-                "/v1/chat/completions",
-                json!({"model": "m", "messages": user}),
-            ),
-            (
-                "/v1/messages",
-                json!({"model": "m", "max_tokens": 100, "messages": user}),
-            ),
-            ("/v1/responses", json!({"model": "m", "input": "hi"})),
-        ] {
+        for (path, body) in &apis {
+            asked.push((policy, addr, *path, body.clone()));
+        }
+    }
+    // Every pick over every API at once: each request's deadline is its own.
+    let answered = asked
+        .into_iter()
+        .map(|(policy, addr, path, body)| async move {
             let started = Instant::now();
             let r = within(LIMIT, "the answer", post_to(addr, path, &body)).await;
             let took = started.elapsed();
@@ -622,6 +631,6 @@ async fn deadline_ms_counts_from_the_requests_start() {
                 !text.contains("request_deadline_s"),
                 "{policy} {path}: {text}"
             );
-        }
-    }
+        });
+    futures::future::join_all(answered).await;
 }
