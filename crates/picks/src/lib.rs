@@ -52,8 +52,8 @@ use serde_json::{Value, json};
 
 pub use run::{Asker, gateway_config};
 pub use summary::{
-    Prefer, Recommendation, Results, Rule, Verdict, config_block, find, offline_summary,
-    print_table, recommend, summary,
+    Prefer, Recommendation, Results, Rule, Verdict, accuracy_text, config_block, find,
+    offline_summary, print_table, recommend, summary,
 };
 
 use reference::{DeepConf, Outcome};

@@ -425,7 +425,7 @@ pub fn parts(
 }
 
 /// What reading the records gave, and left out.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
     /// Items: requests that ran two samples or more.
     pub items: usize,
@@ -446,6 +446,13 @@ pub struct Counts {
     pub unplaced: usize,
 }
 
+impl Default for Counts {
+    /// As [`Counts::new`]: every sample (none yet) has its log-probabilities.
+    fn default() -> Self {
+        Counts::new()
+    }
+}
+
 impl Counts {
     /// Nothing read yet.
     ///
@@ -454,8 +461,14 @@ impl Counts {
     /// ```
     pub fn new() -> Counts {
         Counts {
+            items: 0,
+            samples: 0,
             logprobs: true,
-            ..Counts::default()
+            requests: 0,
+            single: 0,
+            cut: 0,
+            graded: 0,
+            unplaced: 0,
         }
     }
 

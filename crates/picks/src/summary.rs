@@ -313,6 +313,27 @@ pub fn find<'a>(out: &'a Value, name: &str) -> Option<&'a Value> {
         .find(|r| r["name"].as_str() == Some(name))
 }
 
+/// A row's `accuracy` as a percentage of `decimals` decimals, with its 95% interval when it
+/// has one (`accuracy_interval`): `77.71% [70.2, 84.6]`; `—` without an accuracy.
+///
+/// ```
+/// let row = serde_json::json!({"accuracy": 0.7771, "accuracy_interval": [0.702, 0.846]});
+/// assert_eq!(choicewise_picks::accuracy_text(&row, 2), "77.71% [70.2, 84.6]");
+/// assert_eq!(choicewise_picks::accuracy_text(&serde_json::json!({}), 1), "—");
+/// ```
+pub fn accuracy_text(row: &Value, decimals: usize) -> String {
+    let Some(accuracy) = row["accuracy"].as_f64() else {
+        return "—".into();
+    };
+    let pct = format!("{:.*}%", decimals, 100.0 * accuracy);
+    let interval = (row["accuracy_interval"].as_array())
+        .and_then(|i| Some((i.first()?.as_f64()?, i.get(1)?.as_f64()?)));
+    match interval {
+        Some((low, high)) => format!("{pct} [{:.1}, {:.1}]", 100.0 * low, 100.0 * high),
+        None => pct,
+    }
+}
+
 /// Prints a [`summary`] as a Markdown table (tokens against the largest vote's).
 pub fn print_table(out: &Value) {
     let samples = out["samples"].as_u64().unwrap_or(0);
@@ -336,24 +357,7 @@ pub fn print_table(out: &Value) {
         .and_then(|r| r["tokens"].as_f64())
         .filter(|&t| t > 0.0);
     for row in out["picks"].as_array().into_iter().flatten() {
-        let pct = |v: &Value| {
-            v.as_f64()
-                .map_or("—".into(), |a| format!("{:.2}%", 100.0 * a))
-        };
-        // An accuracy with its 95% interval: `77.71% [70.2, 84.6]`.
-        let pct_in = |v: &Value| {
-            let interval = (v["accuracy_interval"].as_array())
-                .and_then(|i| Some((i.first()?.as_f64()?, i.get(1)?.as_f64()?)));
-            match interval {
-                Some((low, high)) => format!(
-                    "{} [{:.1}, {:.1}]",
-                    pct(&v["accuracy"]),
-                    100.0 * low,
-                    100.0 * high
-                ),
-                None => pct(&v["accuracy"]),
-            }
-        };
+        let pct_in = |v: &Value| accuracy_text(v, 2);
         let num = |v: &Value| v.as_u64().map_or("—".into(), |t| t.to_string());
         let ratio = match (row["tokens"].as_f64(), vote) {
             (Some(t), Some(v)) => format!("{:.3}x", t / v),

@@ -158,8 +158,6 @@ pub(crate) struct Settled {
     samples: u32,
     /// Updates whose message data came after their choice's finish, left out of the answer.
     after_finish: usize,
-    /// Choices no sample asked for, left out of the answer.
-    past_asked: usize,
     /// The output samples of a selection (`None`: every sample is an output).
     outputs: Option<Vec<u32>>,
 }
@@ -172,7 +170,6 @@ impl Settled {
             tries: run.tries(),
             samples: run.samples,
             after_finish: run.dropped_after_finish(),
-            past_asked: run.past_asked(),
             outputs: outputs.map(<[u32]>::to_vec),
         }
     }
@@ -185,7 +182,6 @@ impl Settled {
             tries: run.tries(),
             samples: run.samples,
             after_finish: run.dropped_after_finish(),
-            past_asked: run.past_asked(),
             outputs: outputs.map(<[u32]>::to_vec),
         }
     }
@@ -569,9 +565,13 @@ impl State {
             tries,
             samples,
             after_finish,
-            past_asked,
             outputs,
         } = settled;
+        // A choice no sample asked for (an upstream asked for 3 that sent a fourth) is
+        // accounted with no sample, and left out of the answer.
+        let past_asked = (outcome.samples.iter())
+            .filter(|s| s.sample.is_none())
+            .count();
         if past_asked > 0 {
             tracing::warn!(
                 request_id = %self.request_id,

@@ -110,7 +110,7 @@ pub(super) struct Listing {
 }
 
 /// A filter's value: none when empty.
-fn given(value: &Option<String>) -> Option<&str> {
+pub(super) fn given(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 

@@ -18,6 +18,7 @@ use choicewise_records::{RecordsQuery, Skipped};
 use maud::{Markup, PreEscaped, html};
 use serde_json::{Value, json};
 
+use super::pages::given;
 use super::{Signed, failure, page};
 use crate::error::ApiError;
 use crate::state::Gateway;
@@ -43,9 +44,35 @@ pub(crate) struct Asked {
     within: Option<String>,
 }
 
-/// A field's value: none when empty.
-fn given(value: &Option<String>) -> Option<&str> {
-    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+/// Why no report was made: a field of the query that is wrong (400, named), or the records
+/// (501 without them, 503 while they are away).
+enum Refused {
+    Field { field: &'static str, why: String },
+    Records(StatusCode, String),
+}
+
+impl Refused {
+    fn field(field: &'static str, why: impl Into<String>) -> Refused {
+        Refused::Field {
+            field,
+            why: why.into(),
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            Refused::Field { .. } => StatusCode::BAD_REQUEST,
+            Refused::Records(status, _) => *status,
+        }
+    }
+
+    /// What is said: `field: why` for a field.
+    fn message(&self) -> String {
+        match self {
+            Refused::Field { field, why } => format!("{field}: {why}"),
+            Refused::Records(_, message) => message.clone(),
+        }
+    }
 }
 
 /// What was asked, read: a refusal names the field.
@@ -88,45 +115,53 @@ fn configured_answer(gw: &Gateway, model: &str) -> Option<String> {
 }
 
 /// The query read and checked.
-fn read_asked(gw: &Gateway, asked: &Asked) -> Result<Read, String> {
-    let model = given(&asked.model).ok_or("model: give the model whose requests to measure")?;
+fn read_asked(gw: &Gateway, asked: &Asked) -> Result<Read, Refused> {
+    let model = given(&asked.model)
+        .ok_or_else(|| Refused::field("model", "give the model whose requests to measure"))?;
     if !gw.inner.models.contains_key(model) {
-        return Err(format!("model: {model:?} is not a model of this gateway"));
+        let why = format!("{model:?} is not a model of this gateway");
+        return Err(Refused::field("model", why));
     }
     let answer = match given(&asked.answer) {
         Some(a) => a.to_string(),
-        None => configured_answer(gw, model).ok_or(
-            "answer: give the pattern of the answer in a sample's text (its first group the answer); the model sets no vote_by",
-        )?,
+        None => configured_answer(gw, model).ok_or_else(|| {
+            Refused::field(
+                "answer",
+                "give the pattern of the answer in a sample's text (its first group the answer); the model sets no vote_by",
+            )
+        })?,
     };
-    let rule = AnswerRule::pattern(&answer).map_err(|e| format!("answer: {e}"))?;
+    // The pattern becomes the recommendation's `vote_by`: checked as the gateway checks one.
+    choicewise_core::VoteKey::pattern(&answer)
+        .map_err(|e| Refused::field("answer", e.to_string()))?;
+    let rule = AnswerRule::pattern(&answer).map_err(|e| Refused::field("answer", e.to_string()))?;
     let since_text = given(&asked.since).unwrap_or("30d").to_string();
     let now = crate::keys::now_ms() as i64;
-    let since_ms =
-        choicewise_records::parse_since(&since_text, now).map_err(|e| format!("since: {e}"))?;
+    let since_ms = choicewise_records::parse_since(&since_text, now)
+        .map_err(|e| Refused::field("since", e.to_string()))?;
     let requests = match given(&asked.requests) {
         None => REQUESTS,
-        Some(n) => n
-            .parse::<usize>()
-            .ok()
+        Some(n) => (n.parse::<usize>().ok())
             .filter(|n| (1..=MOST_REQUESTS).contains(n))
-            .ok_or(format!(
-                "requests: {n:?} is not a number of requests from 1 to {MOST_REQUESTS}"
-            ))?,
+            .ok_or_else(|| {
+                let why = format!("{n:?} is not a number of requests from 1 to {MOST_REQUESTS}");
+                Refused::field("requests", why)
+            })?,
     };
     let prefer = match given(&asked.prefer) {
         None => Prefer::Tokens,
-        Some(p) => p.parse::<Prefer>().map_err(|e| format!("prefer: {e}"))?,
+        Some(p) => p
+            .parse::<Prefer>()
+            .map_err(|e| Refused::field("prefer", e))?,
     };
     let within = match given(&asked.within) {
         None => 1.0,
-        Some(w) => w
-            .parse::<f64>()
-            .ok()
+        Some(w) => (w.parse::<f64>().ok())
             .filter(|w| (0.0..=100.0).contains(w))
-            .ok_or(format!(
-                "within: {w:?} is not a number of points from 0 to 100"
-            ))?,
+            .ok_or_else(|| {
+                let why = format!("{w:?} is not a number of points from 0 to 100");
+                Refused::field("within", why)
+            })?,
     };
     Ok(Read {
         model: model.to_string(),
@@ -140,10 +175,10 @@ fn read_asked(gw: &Gateway, asked: &Asked) -> Result<Read, String> {
 }
 
 /// The report of what `asked` asks, or a refusal: its status and what was wrong.
-async fn report(gw: &Gateway, asked: &Asked) -> Result<Report, (StatusCode, String)> {
-    let read = read_asked(gw, asked).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+async fn report(gw: &Gateway, asked: &Asked) -> Result<Report, Refused> {
+    let read = read_asked(gw, asked)?;
     let Some(records) = gw.inner.records.get() else {
-        return Err((
+        return Err(Refused::Records(
             StatusCode::NOT_IMPLEMENTED,
             "This gateway keeps no records: configure [records] with samples = true to measure the picks on its traffic.".into(),
         ));
@@ -151,7 +186,7 @@ async fn report(gw: &Gateway, asked: &Asked) -> Result<Report, (StatusCode, Stri
     let database = records.database();
     let unavailable = |e: &dyn std::fmt::Display| {
         tracing::warn!(records = %database.shown(), "console: the picks' records: {e}");
-        (
+        Refused::Records(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("The records could not be read: {e}"),
         )
@@ -168,11 +203,11 @@ async fn report(gw: &Gateway, asked: &Asked) -> Result<Report, (StatusCode, Stri
     // Measured off the async workers: every pick over every item.
     tokio::task::spawn_blocking(move || measure(read, recorded))
         .await
-        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| Refused::Records(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
 /// The picks measured offline on what was read.
-fn measure(read: Read, recorded: production::Recorded) -> Result<Report, (StatusCode, String)> {
+fn measure(read: Read, recorded: production::Recorded) -> Result<Report, Refused> {
     let production::Recorded {
         mut set,
         grades,
@@ -198,8 +233,8 @@ fn measure(read: Read, recorded: production::Recorded) -> Result<Report, (Status
     if set.problems.is_empty() || matched == 0 {
         return Ok(report);
     }
-    let (parts, graded) =
-        production::parts(set, &grades).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    let (parts, graded) = production::parts(set, &grades)
+        .map_err(|e| Refused::Records(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     report.graded = graded;
     for (against, part) in parts {
         let mut out =
@@ -261,27 +296,20 @@ pub(crate) async fn json(
     asked: Result<Query<Asked>, QueryRejection>,
 ) -> Response {
     crate::admin::as_operator(&gw, &headers, &uri, async {
-        let Query(asked) = asked.map_err(|e| refusal(StatusCode::BAD_REQUEST, e.body_text()))?;
+        let Query(asked) = asked.map_err(|e| ApiError::invalid(e.body_text()))?;
         match report(&gw, &asked).await {
             Ok(report) => Ok(axum::Json(report.json()).into_response()),
-            Err((status, message)) => Err(refusal(status, message)),
+            Err(refused) => Err(refusal(&refused)),
         }
     })
     .await
 }
 
 /// A refusal in the admin API's shape: a bad field named as its `param`.
-fn refusal(status: StatusCode, message: String) -> ApiError {
-    match status {
-        StatusCode::BAD_REQUEST => {
-            let field = message.split_once(':').map(|(f, _)| f.to_string());
-            let e = ApiError::invalid(message);
-            match field.filter(|f| !f.contains(' ')) {
-                Some(f) => e.param(&f),
-                None => e,
-            }
-        }
-        _ => ApiError::new(status, "api_error", message),
+fn refusal(refused: &Refused) -> ApiError {
+    match refused {
+        Refused::Field { field, .. } => ApiError::invalid(refused.message()).param(field),
+        Refused::Records(status, message) => ApiError::new(*status, "api_error", message.clone()),
     }
 }
 
@@ -309,9 +337,13 @@ pub(super) async fn show(
             let body = html! { (form) (shown(&report)) };
             page("Picks", Some("/console/picks"), body).into_response()
         }
-        Err((status, message)) => {
-            let body = html! { (form) p.error role="alert" { (message) } };
-            (status, page("Picks", Some("/console/picks"), body)).into_response()
+        Err(refused) => {
+            let body = html! { (form) p.error role="alert" { (refused.message()) } };
+            (
+                refused.status(),
+                page("Picks", Some("/console/picks"), body),
+            )
+                .into_response()
         }
     }
 }
@@ -354,27 +386,6 @@ fn counted(n: usize, thing: &str) -> String {
     match n {
         1 => format!("1 {thing}"),
         n => format!("{n} {thing}s"),
-    }
-}
-
-/// A fraction as a percentage.
-fn pct(v: &Value) -> String {
-    v.as_f64()
-        .map_or("—".into(), |a| format!("{:.1}%", 100.0 * a))
-}
-
-/// An accuracy with its 95% interval: `77.7% [70.2, 84.6]`.
-fn pct_in(row: &Value) -> String {
-    let interval = (row["accuracy_interval"].as_array())
-        .and_then(|i| Some((i.first()?.as_f64()?, i.get(1)?.as_f64()?)));
-    match interval {
-        Some((low, high)) => format!(
-            "{} [{:.1}, {:.1}]",
-            pct(&row["accuracy"]),
-            100.0 * low,
-            100.0 * high
-        ),
-        None => pct(&row["accuracy"]),
     }
 }
 
@@ -474,7 +485,7 @@ fn part_shown(r: &Report, part: &Part) -> Markup {
                         @for row in out["picks"].as_array().into_iter().flatten() {
                             tr {
                                 th scope="row" { (row["name"].as_str().unwrap_or("")) }
-                                td.number { (pct_in(row)) }
+                                td.number { (choicewise_picks::accuracy_text(row, 1)) }
                                 td.number { (points(&row["vs_best"])) }
                                 td.number { (points(&row["vs_single"])) }
                                 td.number { (row["tokens"].as_u64().map_or("—".into(), |t| t.to_string())) }

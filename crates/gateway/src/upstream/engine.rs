@@ -267,15 +267,6 @@ impl Run {
         self.completions.warnings().iter().filter(dropped).count()
     }
 
-    /// How many choices came that no sample asked for (an upstream asked for 3 candidates
-    /// that sent a fourth): left out of the answer.
-    pub fn past_asked(&self) -> usize {
-        let indexes = self.completions.inspect(|c, _| c.index);
-        (indexes.into_iter())
-            .filter(|i| self.sample_of(*i).is_none())
-            .count()
-    }
-
     /// Every try so far, in order.
     pub fn tries(&self) -> Vec<TryRecord> {
         lock(&self.tries).clone()
