@@ -133,7 +133,10 @@ impl TestServerBuilder {
         self
     }
 
-    /// Waits a random time up to `max` before each write (default none).
+    /// Waits a random time up to `max` before each write (default none). The waits add up
+    /// to what was planned: the timer counts in milliseconds, so a wait shorter than that is
+    /// carried over to the next writes rather than rounded up to a whole one, and each write
+    /// still leaves on its own.
     ///
     /// ```
     /// # use std::time::Duration;

@@ -298,6 +298,10 @@ enum BodyStep {
 
 struct BodyState {
     writes: Vec<Write>,
+    /// When the next write is due: the start plus every planned delay so far. The timer
+    /// counts in milliseconds, so a delay under one is owed and paid with the next ones
+    /// rather than rounded up to a whole tick each time.
+    due: Option<tokio::time::Instant>,
     phase: BodyStep,
     end: End,
     guard: Abandoned,
@@ -337,6 +341,7 @@ fn sse_body(state: &Arc<State>, reply: usize) -> Body {
     }
     let body = BodyState {
         writes,
+        due: None,
         phase: BodyStep::Writing(0),
         end: reply.end,
         guard: Abandoned {
@@ -350,7 +355,15 @@ fn sse_body(state: &Arc<State>, reply: usize) -> Body {
                 BodyStep::Writing(i) if i < body.writes.len() => {
                     let write = body.writes[i].clone();
                     if !write.delay.is_zero() {
-                        tokio::time::sleep(write.delay).await;
+                        let due =
+                            *body.due.get_or_insert_with(tokio::time::Instant::now) + write.delay;
+                        body.due = Some(due);
+                        if due > tokio::time::Instant::now() {
+                            tokio::time::sleep_until(due).await;
+                        } else {
+                            // Behind the plan: still a write of its own, flushed apart.
+                            tokio::task::yield_now().await;
+                        }
                     }
                     body.phase = BodyStep::Writing(i + 1);
                     return Some((Ok(Frame::data(write.bytes)), body));
