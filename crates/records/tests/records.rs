@@ -15,6 +15,9 @@ use choicewise_records::{
 };
 use choicewise_test_support::PostgresServer;
 
+// Most of these tests wait on a database server of their own: two a core at once.
+choicewise_test_support::waiting_tests!();
+
 /// The writer under the faults a database and a disk have (a read-only or full database, a
 /// full spool disk, replicas in one folder, a record too large).
 #[path = "writer/faults.rs"]

@@ -5,6 +5,7 @@
 //!
 //! - [`CountingAlloc`], a global allocator that counts the live heap and its peak, and
 //!   [`rss_bytes`], the resident set of the process;
+//! - [`waiting_tests!`], more tests of a binary at once where they mostly wait;
 //! - [`within`], a time bound on a future that fails the test naming what did not end;
 //! - [`refusing`], an upstream that refuses connections, its port held;
 //! - servers of a test's own: [`RedisServer`], [`PostgresServer`], [`ChromeDriver`] (a
@@ -50,6 +51,7 @@ mod postgres;
 mod prefix;
 mod redis;
 mod sse;
+pub mod threads;
 mod time;
 
 pub use chromium::ChromeDriver;

@@ -4,7 +4,7 @@
 //! newest first, a request's samples, the usage, the keys, made, rotated and revoked from a
 //! form (the secret shown once and accepted by the gateway), a form from another origin
 //! refused; a hostile upstream's markup and a hostile key name shown as text. The same
-//! pages in a real browser: crates/cli/tests/console.rs.
+//! pages in a real browser: crates/cli/tests/cli/console.rs.
 
 use std::net::SocketAddr;
 

@@ -8,6 +8,9 @@
 //! arithmetic model's llama.cpp server), `clients::` (the official SDKs), `agents::` (the
 //! coding agents).
 
+// Most of these tests wait on sockets and real delays: two a core at once.
+choicewise_test_support::waiting_tests!();
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -1,6 +1,6 @@
 //! nginx (Debian's package; CI installs it) in front of `choicewise serve` processes, as
 //! docs/gateway.md shows it: buffering off, HTTP/1.1 kept alive to the gateways. Shared by the
-//! test binaries that put a load balancer in front of several gateways.
+//! tests that put a load balancer in front of several gateways.
 
 use std::path::Path;
 use std::process::Stdio;

@@ -9,8 +9,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-#[path = "common/nginx.rs"]
-mod nginx;
+use crate::nginx;
 
 const LIMIT: Duration = Duration::from_secs(20);
 

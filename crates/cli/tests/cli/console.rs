@@ -516,8 +516,8 @@ async fn the_playground_shows_a_votes_samples_filling_out_of_order_and_its_winne
 
 /// Each page's load in Chromium (navigation start to the load event, the median of three
 /// loads) over 10,000 records of 40 keys and 4 models, 3 samples each, across 30 days:
-/// printed for docs/benchmarks.md (`cargo test -p choicewise-cli --test console --
-/// --ignored`; run by .ci/run).
+/// printed for docs/benchmarks.md (`cargo test -p choicewise-cli --test cli -- --ignored
+/// console::`; run by .ci/run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: .ci/run runs it"]
 async fn page_loads_over_10000_records() {
@@ -659,7 +659,8 @@ async fn gateway(dir: &std::path::Path, toml: &str) -> (tokio::process::Child, S
 
 /// A folder of this test's own under the system's temporary folder.
 fn tempfile_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("choicewise-{name}-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("choicewise-console-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir

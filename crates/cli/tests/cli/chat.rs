@@ -410,12 +410,12 @@ async fn chat_against_a_local_server_needs_only_its_address() {
 /// model, no key): the usage line's total is the prompt once plus the choices' own completion
 /// counts, which the server reports one chunk per choice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-cli --test chat -- --include-ignored"]
+#[ignore = "needs a llama.cpp server: scripts/llama-server.sh run cargo test -p choicewise-cli --test cli -- --include-ignored chat::"]
 async fn chat_usage_line_against_a_real_llama_cpp_server_adds_up_the_choices() {
     let url = std::env::var("CHOICEWISE_LLAMA_URL")
         .ok()
         .filter(|u| !u.trim().is_empty())
-        .expect("CHOICEWISE_LLAMA_URL is not set: scripts/llama-server.sh run cargo test -p choicewise-cli --test chat -- --include-ignored");
+        .expect("CHOICEWISE_LLAMA_URL is not set: scripts/llama-server.sh run cargo test -p choicewise-cli --test cli -- --include-ignored chat::");
     let request = scratch("llama-request.json");
     std::fs::write(&request, r#"{"max_tokens": 16, "temperature": 0.9}"#).unwrap();
     let address = url.trim_end_matches('/').trim_end_matches("/v1");
