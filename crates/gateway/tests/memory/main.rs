@@ -13,6 +13,7 @@ mod memory_choices;
 mod memory_logprobs;
 mod messages_cost;
 mod requests;
+mod slow_client;
 mod under_attack;
 
 /// The heap, counted: the peak of every allocation the process makes.
