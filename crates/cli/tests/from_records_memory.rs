@@ -5,6 +5,10 @@
 //! process that started it, on Linux (the child begins in its parent's memory, shared by
 //! `posix_spawn` until the `exec`, and the kernel keeps that high-water mark across it), so
 //! the binary that starts it must stay small, without other tests' data beside it.
+//!
+//! Left out of the README's test command (`test = false` in Cargo.toml: about 10 s for the
+//! smaller set alone); CI runs both sets: `cargo test --workspace --test from_records_memory
+//! -- --include-ignored`.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -131,7 +135,8 @@ async fn from_records_holds_one_request_at_a_time_64_mib() {
 
 /// The same over 512 MiB of sample text (2,048 requests): the same bound, the target's
 /// 256 MiB far off. Ignored by a plain `cargo test` for its time (a minute or more in a
-/// debug build): `cargo test -p choicewise-cli --test from_records_memory -- --ignored`.
+/// debug build): `cargo test -p choicewise-cli --test from_records_memory -- --ignored`, which
+/// CI runs.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "writes and exports 512 MiB of sample text: a minute or more in a debug build"]
