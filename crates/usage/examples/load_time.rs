@@ -6,8 +6,8 @@
 //! cargo run --release -p choicewise-usage --example load_time -- cl100k  # cl100k then o200k
 //! ```
 //!
-//! For each table it prints the time of the first `preload` (parse the table
-//! tiktoken-rs embeds, read its merge ranks out, build the pre-tokenizer), of
+//! For each table it prints the time of the first `preload` (build the map of
+//! the ranks the build script embedded, build the pre-tokenizer), of
 //! the first `count_text` with it, and of a second identical count for
 //! comparison.
 

@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use regex_automata::meta::{Cache, Regex};
 use regex_automata::{Anchored, Input};
 use rustc_hash::FxHashMap;
-use tiktoken_rs::{CoreBPE, Rank, byte_pair_split};
+use tiktoken_rs::{Rank, byte_pair_split};
 
 /// cl100k_base's split pattern up to `\s+(?!\S)`, then `\s+$`, as tiktoken-rs 0.12 spells it
 /// (`cl100k_base()`), without its possessive quantifiers: none of them changes a match here
@@ -47,6 +47,28 @@ const O200K_PIECES: &str = concat!(
 
 /// The pattern whose match gives its last character back: `\s+(?!\S)`.
 const RUN_BEFORE_NON_SPACE: usize = 1;
+
+/// o200k_base's ordinary tokens in rank order, as the build script wrote them from
+/// tiktoken-rs's table (`build.rs`): each its length (two bytes, little endian), then its bytes.
+static O200K_RANKS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/o200k_base.ranks"));
+
+/// cl100k_base's, as [`O200K_RANKS`].
+static CL100K_RANKS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cl100k_base.ranks"));
+
+/// The ranks of the tokens of a table of the build script's, each token's rank its place.
+fn ranks_of(table: &[u8], expected: usize) -> FxHashMap<Vec<u8>, Rank> {
+    let mut ranks = FxHashMap::with_capacity_and_hasher(expected, Default::default());
+    let mut rest = table;
+    let mut rank: Rank = 0;
+    while let [lo, hi, tail @ ..] = rest {
+        let len = usize::from(u16::from_le_bytes([*lo, *hi]));
+        let (token, tail) = tail.split_at(len.min(tail.len()));
+        ranks.insert(token.to_vec(), rank);
+        rank += 1;
+        rest = tail;
+    }
+    ranks
+}
 
 /// Pieces this long or longer are merged by tiktoken's heap-based merge ([`merged_len`]),
 /// shorter ones by its vector-based one (`byte_pair_split`), as `encode_ordinary` does.
@@ -77,52 +99,29 @@ impl Bpe {
     /// The process's o200k_base tokenizer, built on the first call.
     pub(crate) fn o200k_base() -> &'static Bpe {
         static O200K: OnceLock<Bpe> = OnceLock::new();
-        O200K.get_or_init(|| Bpe::load(0, O200K_PIECES, tiktoken_rs::o200k_base, 199_998))
+        O200K.get_or_init(|| Bpe::new(0, O200K_PIECES, O200K_RANKS, 199_998))
     }
 
     /// The process's cl100k_base tokenizer, built on the first call.
     pub(crate) fn cl100k_base() -> &'static Bpe {
         static CL100K: OnceLock<Bpe> = OnceLock::new();
-        CL100K.get_or_init(|| Bpe::load(1, CL100K_PIECES, tiktoken_rs::cl100k_base, 100_256))
+        CL100K.get_or_init(|| Bpe::new(1, CL100K_PIECES, CL100K_RANKS, 100_256))
     }
 
-    /// [`Bpe::new`] of the table that `table` parses from tiktoken-rs's embedded copy.
-    fn load<E: std::fmt::Debug>(
-        cache_slot: usize,
-        pieces: &str,
-        table: fn() -> Result<CoreBPE, E>,
-        expected: usize,
-    ) -> Bpe {
-        let table = table().expect("tiktoken-rs's embedded tables parse");
-        Bpe::new(cache_slot, pieces, table, expected)
-    }
-
-    /// The pre-tokenizer from `pieces`, and the ranks of `table`'s ordinary tokens (ranks
-    /// 0, 1, … up to the first that is not one, `expected` of them), after which `table` is
-    /// dropped.
-    fn new(cache_slot: usize, pieces: &str, table: CoreBPE, expected: usize) -> Bpe {
+    /// The pre-tokenizer from `pieces`, and the ranks of the ordinary tokens written in
+    /// `table` by the build script (`expected` of them).
+    fn new(cache_slot: usize, pieces: &str, table: &[u8], expected: usize) -> Bpe {
         let pieces = Regex::new_many(&[pieces, r"\s+\s", r"\s+"])
             .expect("the pre-tokenizer's patterns are valid");
-        // The special tokens' ranks, which end the ordinary ones.
-        let special: Vec<Rank> = (table.special_tokens().into_iter())
-            .flat_map(|s| table.encode_with_special_tokens(s))
-            .collect();
-        let mut ranks = FxHashMap::with_capacity_and_hasher(expected, Default::default());
-        for rank in (0..Rank::MAX).take_while(|r| !special.contains(r)) {
-            let Ok(bytes) = table.decode_bytes(&[rank]) else {
-                break;
-            };
-            ranks.insert(bytes, rank);
-        }
-        drop(table);
+        let ranks = ranks_of(table, expected);
+        debug_assert_eq!(ranks.len(), expected, "the build script's table");
         let bpe = Bpe {
             pieces,
             ranks,
             cache_slot,
         };
-        // The table just dropped leaves the allocator much to tidy up on its next large
-        // allocation (milliseconds): a first count here, at load, pays for it, so that the
-        // first count of a request does not.
+        // A first count here, at load, builds what the regex's first search builds, so that
+        // the first count of a request does not.
         bpe.count_with(&mut bpe.pieces.create_cache(), "warm up");
         bpe
     }
@@ -278,4 +277,56 @@ fn merged_len(ranks: &FxHashMap<Vec<u8>, Rank>, piece: &[u8]) -> usize {
         tokens -= 1;
     }
     tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ranks the build script embedded are tiktoken-rs's own, token for token.
+    #[test]
+    fn the_embedded_ranks_are_tiktoken_rs_own() {
+        for (name, table, embedded, expected) in [
+            (
+                "o200k_base",
+                tiktoken_rs::o200k_base().unwrap(),
+                O200K_RANKS,
+                199_998,
+            ),
+            (
+                "cl100k_base",
+                tiktoken_rs::cl100k_base().unwrap(),
+                CL100K_RANKS,
+                100_256,
+            ),
+        ] {
+            let ranks = ranks_of(embedded, expected);
+            assert_eq!(ranks.len(), expected, "{name}");
+            for (token, &rank) in &ranks {
+                assert_eq!(
+                    table.decode_bytes(&[rank]).ok().as_deref(),
+                    Some(token.as_slice()),
+                    "{name}: rank {rank}"
+                );
+            }
+            // The next rank is special (or none): the table holds every ordinary token.
+            let next = Rank::try_from(expected).unwrap();
+            let special = table.special_tokens();
+            assert!(
+                table.decode_bytes(&[next]).is_err()
+                    || special
+                        .iter()
+                        .any(|s| table.encode_with_special_tokens(s) == [next]),
+                "{name}: rank {next}"
+            );
+        }
+    }
+
+    /// A table cut short (a length past its end) gives what it holds, not a panic.
+    #[test]
+    fn a_table_cut_short_gives_what_it_holds() {
+        let ranks = ranks_of(&[1, 0, b'a', 2, 0, b'b'], 2);
+        assert_eq!(ranks.get(b"a".as_slice()), Some(&0));
+        assert_eq!(ranks.get(b"b".as_slice()), Some(&1));
+    }
 }
