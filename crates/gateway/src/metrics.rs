@@ -195,6 +195,46 @@ fn finish_label(finish: &str) -> String {
     }
 }
 
+/// How a sample ended: the records' `finish`, the metrics' label, the span's reason.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum SampleEnded {
+    /// With its upstream's `finish_reason` (`stop`, `length`, `tool_calls`, or another).
+    Finished(String),
+    /// Stopped by the gateway: a pick decided, the client left, a deadline passed.
+    Cancelled,
+    /// Failed, or ended without a reason.
+    #[default]
+    Failed,
+}
+
+/// As the tests write an end: `cancelled`, `error`, or a finish reason.
+#[cfg(test)]
+impl From<&str> for SampleEnded {
+    fn from(said: &str) -> Self {
+        match said {
+            "cancelled" => SampleEnded::Cancelled,
+            "error" => SampleEnded::Failed,
+            reason => SampleEnded::Finished(reason.to_string()),
+        }
+    }
+}
+
+impl SampleEnded {
+    /// As the records and the labels say it: the reason, `cancelled` or `error`.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            SampleEnded::Finished(reason) => reason,
+            SampleEnded::Cancelled => "cancelled",
+            SampleEnded::Failed => "error",
+        }
+    }
+
+    /// Whether its upstream stopped it at its token limit (`length`).
+    pub(crate) fn at_length(&self) -> bool {
+        matches!(self, SampleEnded::Finished(reason) if reason == "length")
+    }
+}
+
 /// One upstream request's tokens, for [`Metrics::finished`].
 #[derive(Debug, Clone)]
 pub(crate) struct UpstreamTokens {
@@ -211,8 +251,8 @@ pub(crate) struct UpstreamTokens {
 pub(crate) struct SampleEnd {
     /// Its sample number.
     pub sample: Option<u32>,
-    /// Its `finish_reason`, `error` or `cancelled`.
-    pub finish: String,
+    /// How it ended.
+    pub finish: SampleEnded,
     /// Its assembled message, as far as it got (kept for the span and the records' samples).
     pub message: choicewise_core::Message,
     /// Its log-probabilities, when the upstream sent them (kept as its message is).
@@ -575,7 +615,7 @@ impl Metrics {
             self.choices
                 .get_or_create(&ChoiceLabels {
                     model: model.clone(),
-                    finish_reason: finish_label(&sample.finish),
+                    finish_reason: finish_label(sample.finish.as_str()),
                 })
                 .inc();
         }
@@ -783,7 +823,7 @@ mod tests {
             let outcome = Outcome {
                 samples: vec![SampleEnd {
                     sample: Some(0),
-                    finish: format!("bomb-{i}"),
+                    finish: SampleEnded::Finished(format!("bomb-{i}")),
                     ..SampleEnd::default()
                 }],
                 ..Outcome::default()

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use crate::config::{ConfigError, Telemetry};
 use crate::error::ApiError;
-use crate::metrics::{Outcome, SampleEnd};
+use crate::metrics::{Outcome, SampleEnd, SampleEnded};
 use crate::request::ChatRequest;
 use choicewise_core::Dialect;
 
@@ -298,7 +298,7 @@ impl RequestSpan {
             .map(|o| {
                 let end = outcome.samples.iter().find(|s| s.sample == Some(*o));
                 StringValue::from(
-                    end.map_or("error", |s| finish_reason(&s.finish))
+                    end.map_or("error", |s| finish_reason(s.finish.as_str()))
                         .to_string(),
                 )
             })
@@ -336,7 +336,7 @@ impl RequestSpan {
                 "choicewise.cancelled",
                 numbers(
                     &mut (ordered.iter())
-                        .filter(|s| s.finish == "cancelled")
+                        .filter(|s| s.finish == SampleEnded::Cancelled)
                         .filter_map(|s| s.sample),
                 ),
             ),
@@ -477,7 +477,7 @@ fn output_message(sample: &SampleEnd, capture: bool) -> Value {
     json!({
         "role": if m.role.is_empty() { "assistant" } else { m.role.as_str() },
         "parts": parts,
-        "finish_reason": finish_reason(&sample.finish),
+        "finish_reason": finish_reason(sample.finish.as_str()),
     })
 }
 

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use super::State;
 use crate::answer::ending::ErrorType;
-use crate::metrics::Outcome;
+use crate::metrics::{Outcome, SampleEnded};
 use crate::upstream::open::TryRecord;
 use crate::upstream::resilience;
 
@@ -64,16 +64,14 @@ impl State {
         r.first_byte_ms = self.first_byte.get().map(|d| d.as_secs_f64() * 1e3);
         r.total_ms = took.as_secs_f64() * 1e3;
         if let Some(outcome) = outcome {
-            let count = |finish: &str| {
-                outcome
-                    .samples
-                    .iter()
-                    .filter(|s| s.finish == finish)
+            let count = |ended: SampleEnded| {
+                (outcome.samples.iter())
+                    .filter(|s| s.finish == ended)
                     .count()
             };
             r.samples_started = outcome.samples.len() as i64;
-            r.samples_cancelled = count("cancelled") as i64;
-            r.samples_failed = count("error") as i64;
+            r.samples_cancelled = count(SampleEnded::Cancelled) as i64;
+            r.samples_failed = count(SampleEnded::Failed) as i64;
             r.prompt_tokens = outcome.prompt_tokens.min(i64::MAX as u64) as i64;
             r.completion_tokens = outcome.completion_tokens.min(i64::MAX as u64) as i64;
             r.estimated = outcome.estimated;
@@ -184,7 +182,7 @@ pub(super) fn cut_by_limits_set<'a>(
     set: &'a [crate::upstream::open::LimitSet],
 ) -> Vec<&'a crate::upstream::open::LimitSet> {
     (outcome.samples.iter())
-        .filter(|s| s.finish == "length")
+        .filter(|s| s.finish.at_length())
         .filter_map(|s| set.iter().find(|l| Some(l.sample) == s.sample))
         .collect()
 }

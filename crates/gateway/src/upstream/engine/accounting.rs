@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use choicewise_core::{ChoiceUsage, Completions, Logprobs, Message, Usage, UsageSource};
 
 use super::lock;
-use crate::metrics::{Outcome, SampleEnd, UpstreamTokens};
+use crate::metrics::{Outcome, SampleEnd, SampleEnded, UpstreamTokens};
 use crate::upstream::open::Opener;
 use crate::upstream::resilience;
 
@@ -428,10 +428,10 @@ impl Ledger {
                 sample: self.sample_of(c.index),
                 cancelled: c.cancelled,
                 finish: match (c.cancelled, c.finish_reason) {
-                    (true, _) => "cancelled".to_string(),
+                    (true, _) => SampleEnded::Cancelled,
                     // Failed, or ended without a reason.
-                    (false, None) => "error".to_string(),
-                    (false, Some(reason)) => reason,
+                    (false, None) => SampleEnded::Failed,
+                    (false, Some(reason)) => SampleEnded::Finished(reason),
                 },
                 message: c.message,
                 logprobs: c.logprobs,
@@ -623,8 +623,8 @@ pub(super) struct End {
     index: u32,
     sample: Option<u32>,
     cancelled: bool,
-    /// Its `finish_reason`, `error` or `cancelled`.
-    finish: String,
+    /// How it ended.
+    finish: SampleEnded,
     /// Its message, as far as it got, with traces on.
     message: Option<Message>,
     logprobs: Option<Logprobs>,
