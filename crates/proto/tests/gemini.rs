@@ -207,19 +207,34 @@ fn function_calls_are_whole_calls_and_stop_means_tool_calls() {
             )
         })
         .collect();
-    // Ids made unique to the response (`responseId` r1, candidate 1): the next turn's first
-    // call is not this one's.
+    // Ids made unique to the stream (whatever its `responseId`), then the candidate and the
+    // call: the next turn's first call is not this one's.
+    let shape = |id: &str, candidate_call: &str| {
+        let token = (id.strip_prefix("call_"))
+            .and_then(|rest| rest.split_once('_'))
+            .map(|(token, rest)| (token.to_string(), rest.to_string()));
+        assert!(
+            token.as_ref().is_some_and(|(t, rest)| t.contains('x')
+                && t.chars().all(|c| c.is_ascii_hexdigit() || c == 'x')
+                && rest.as_str() == candidate_call),
+            "{id}"
+        );
+        token.unwrap().0
+    };
+    assert_eq!(calls.len(), 2);
+    let first = shape(calls[0].0, "1_0");
     assert_eq!(
-        calls,
-        [
-            (
-                "call_r1_1_0",
-                "weather",
-                r#"{"city":"Paris","units":["C"]}"#
-            ),
-            ("call_r1_1_1__thought__CiQB", "time", "{}")
-        ]
+        (calls[0].1, calls[0].2),
+        ("weather", r#"{"city":"Paris","units":["C"]}"#)
     );
+    let (made, signature) = calls[1].0.split_once("__thought__").unwrap();
+    assert_eq!(shape(made, "1_1"), first, "one token a stream");
+    assert_eq!((signature, calls[1].1, calls[1].2), ("CiQB", "time", "{}"));
+    // The same records again, as an upstream that repeats its `responseId` sends them: other
+    // ids.
+    let again = read(Some(Dialect::Gemini), &records).unwrap();
+    let id = again.choices[1].message.tool_calls[0].id.as_str();
+    assert_ne!(shape(id, "1_0"), first, "a token of its own");
 }
 
 #[test]

@@ -116,35 +116,53 @@ impl Agent {
     /// running a command whose output (`cw-42`) is not in its text (Claude Code, Codex), its
     /// file write (opencode, pi), or its file read (Gemini CLI, whose default approval mode
     /// runs no write or shell command headless).
-    fn tool_call(self, work: &Path) -> ToolCall {
-        let command = "echo cw-$((6*7))";
+    ///
+    /// The `k`th call of a loop (0 or 1) differs from the other in what it leaves: `cw-42`
+    /// or `cw-48`, `notes.txt` or `more.txt`.
+    fn tool_call(self, work: &Path, k: usize) -> ToolCall {
+        let (command, output, file, text, read) = match k {
+            0 => (
+                "echo cw-$((6*7))",
+                "cw-42",
+                "notes.txt",
+                "cw-42\n",
+                "cw-42 was read from the file",
+            ),
+            _ => (
+                "echo cw-$((6*8))",
+                "cw-48",
+                "more.txt",
+                "cw-48\n",
+                "cw-48 was read from the other file",
+            ),
+        };
         match self {
             Agent::ClaudeCode => ToolCall {
                 name: "Bash",
                 arguments: json!({"command": command, "description": "Print a number"}),
-                effect: Effect::Output("cw-42"),
+                effect: Effect::Output(output),
             },
             Agent::Codex => ToolCall {
                 name: "exec_command",
                 arguments: json!({"cmd": command}),
-                effect: Effect::Output("cw-42"),
+                effect: Effect::Output(output),
             },
             // opencode's write takes an absolute path.
             Agent::OpenCode => ToolCall {
                 name: "write",
-                arguments: json!({"filePath": work.join("notes.txt"), "content": "cw-42\n"}),
-                effect: Effect::File("notes.txt", "cw-42\n"),
+                arguments: json!({"filePath": work.join(file), "content": text}),
+                effect: Effect::File(file, text),
             },
             Agent::Pi => ToolCall {
                 name: "write",
-                arguments: json!({"path": "notes.txt", "content": "cw-42\n"}),
-                effect: Effect::File("notes.txt", "cw-42\n"),
+                arguments: json!({"path": file, "content": text}),
+                effect: Effect::File(file, text),
             },
             // Its read_file takes a path in the workspace.
             Agent::GeminiCli => ToolCall {
                 name: "read_file",
-                arguments: json!({"file_path": work.join("notes.txt")}),
-                effect: Effect::Read("notes.txt", "cw-42 was read from the file"),
+                arguments: json!({"file_path": work.join(file)}),
+                effect: Effect::Read(file, read),
             },
         }
     }
@@ -540,6 +558,17 @@ fn text_answer(api: &str, text: &str) -> String {
 /// An upstream answer of `api` calling the function `name` with `arguments`.
 fn call_answer(api: &str, name: &str, arguments: &Value) -> String {
     let args = arguments.to_string();
+    // Each call its own ids, as an upstream gives them: from its arguments (FNV-1a).
+    let tag = format!(
+        "{:08x}",
+        (args.bytes()).fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b))
+            .wrapping_mul(0x0100_0193))
+    );
+    let (call_id, tool_use_id, item_id) = (
+        format!("call_up{tag}"),
+        format!("toolu_up{tag}"),
+        format!("fc_up{tag}"),
+    );
     match api {
         "chat" => {
             let chunk = |delta: Value, finish: Value| {
@@ -551,7 +580,7 @@ fn call_answer(api: &str, name: &str, arguments: &Value) -> String {
                     "",
                     chunk(
                         json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
-                               "id": "call_up1", "type": "function",
+                               "id": call_id, "type": "function",
                                "function": {"name": name, "arguments": ""}}]}),
                         Value::Null,
                     ),
@@ -587,7 +616,7 @@ fn call_answer(api: &str, name: &str, arguments: &Value) -> String {
                 (
                     "content_block_start",
                     json!({"type": "content_block_start", "index": 0, "content_block":
-                           {"type": "tool_use", "id": "toolu_up1", "name": name, "input": {}}}),
+                           {"type": "tool_use", "id": tool_use_id, "name": name, "input": {}}}),
                 ),
                 (
                     "content_block_delta",
@@ -599,23 +628,23 @@ fn call_answer(api: &str, name: &str, arguments: &Value) -> String {
             frames(&events)
         }
         _ => {
-            let item = json!({"id": "fc_up1", "type": "function_call", "status": "completed",
-                              "arguments": args, "call_id": "call_up1", "name": name});
+            let item = json!({"id": item_id, "type": "function_call", "status": "completed",
+                              "arguments": args, "call_id": call_id, "name": name});
             let mut events = responses_start();
             events.push((
                 "response.output_item.added",
                 json!({"type": "response.output_item.added", "output_index": 0,
-                       "item": {"id": "fc_up1", "type": "function_call", "status": "in_progress",
-                                "arguments": "", "call_id": "call_up1", "name": name}}),
+                       "item": {"id": item_id, "type": "function_call", "status": "in_progress",
+                                "arguments": "", "call_id": call_id, "name": name}}),
             ));
             events.push((
                 "response.function_call_arguments.delta",
-                json!({"type": "response.function_call_arguments.delta", "item_id": "fc_up1",
+                json!({"type": "response.function_call_arguments.delta", "item_id": item_id,
                        "output_index": 0, "delta": args}),
             ));
             events.push((
                 "response.function_call_arguments.done",
-                json!({"type": "response.function_call_arguments.done", "item_id": "fc_up1",
+                json!({"type": "response.function_call_arguments.done", "item_id": item_id,
                        "output_index": 0, "name": name, "arguments": args}),
             ));
             events.push((
@@ -821,22 +850,41 @@ async fn text_answer_over_each_api(agent: Agent) {
 /// sends its result back; the upstream's next answer (text, in every sample) ends the turn.
 /// Over each upstream API, on a gateway whose models have `policy`.
 async fn tool_loop_over_each_api(agent: Agent, samples: usize, policy: &str) {
+    tool_loops_over_each_api(agent, samples, policy, 1).await;
+}
+
+/// As [`tool_loop_over_each_api`], with `calls` turns of calls (1 or 2, each call another)
+/// before the text: the last turn carries back every call and what each left.
+async fn tool_loops_over_each_api(agent: Agent, samples: usize, policy: &str, calls: usize) {
     let said = |api: &str| format!("The tool ran through the gateway over {api}.");
     let works = APIS.map(|_| fresh_dir("work"));
-    let calls = works.each_ref().map(|work| agent.tool_call(work));
-    for (work, call) in works.iter().zip(&calls) {
-        if let Effect::Read(path, text) = call.effect {
-            std::fs::write(work.join(path), text).unwrap();
+    let loops = works.each_ref().map(|work| {
+        (0..calls)
+            .map(|k| agent.tool_call(work, k))
+            .collect::<Vec<_>>()
+    });
+    for (work, calls) in works.iter().zip(&loops) {
+        for call in calls {
+            if let Effect::Read(path, text) = call.effect {
+                std::fs::write(work.join(path), text).unwrap();
+            }
         }
     }
     let upstreams = upstreams(|api| {
-        let call = &calls[APIS.iter().position(|a| *a == api).unwrap()];
-        // The side requests take calls too, whichever arrives first.
-        let mut answers =
-            vec![
-                TestServer::builder().body(call_answer(api, call.name, &call.arguments));
-                samples * (1 + agent.side_requests())
-            ];
+        let calls = &loops[APIS.iter().position(|a| *a == api).unwrap()];
+        let mut answers = Vec::new();
+        for (k, call) in calls.iter().enumerate() {
+            // The side requests (with the first turn) take calls too, whichever comes first.
+            let side = if k == 0 { agent.side_requests() } else { 0 };
+            answers.extend(vec![
+                TestServer::builder().body(call_answer(
+                    api,
+                    call.name,
+                    &call.arguments
+                ));
+                samples * (1 + side)
+            ]);
+        }
         answers.extend(vec![
             TestServer::builder().body(text_answer(api, &said(api)));
             samples
@@ -848,8 +896,8 @@ async fn tool_loop_over_each_api(agent: Agent, samples: usize, policy: &str) {
         .map(|(api, upstream)| (*api, vec![upstream.base_url()]))
         .collect();
     let addr = gateway_of(&models, policy).await;
-    let runs = (APIS.iter().zip(&upstreams).zip(works).zip(&calls)).map(
-        |(((api, upstream), work), call)| async move {
+    let runs = (APIS.iter().zip(&upstreams).zip(works).zip(&loops)).map(
+        |(((api, upstream), work), calls)| async move {
             let ran = run_agent_in(agent, addr, &model_of(api), "Do it.", &[], work).await;
             assert_eq!(ran.code, Some(0), "{agent:?} over {api}: {ran}");
             assert!(
@@ -857,54 +905,62 @@ async fn tool_loop_over_each_api(agent: Agent, samples: usize, policy: &str) {
                 "{agent:?} over {api}: {ran}"
             );
             let turns = turns(upstream, api);
-            // Two turns of `samples` each, but a vote whose samples agree is decided by a
-            // majority of them, and may cancel the rest before they are asked.
+            // A turn a call and one for the text, of `samples` each, but a vote whose samples
+            // agree is decided by a majority of them, and may cancel the rest before they are
+            // asked.
             let decided_by = samples / 2 + 1;
-            assert!(turns.len() >= 2 * decided_by, "{agent:?} over {api}: {ran}");
-            // The turn that carried the call's result back. A gateway that fails the call's
+            assert!(
+                turns.len() >= (calls.len() + 1) * decided_by,
+                "{agent:?} over {api}: {ran}"
+            );
+            // The turn that carried the calls' results back. A gateway that fails a call's
             // turn (a 502) leaves the agent retrying until the upstream's text comes round: it
-            // then ends well, the tool never run.
+            // then ends well, a tool never run.
             let last = turns.last().unwrap().to_string();
-            // Its end, where the call and its result are (the whole turn is long).
-            let from = (last.len().saturating_sub(1500)..last.len())
+            // Its end, where the calls and their results are (the whole turn is long).
+            let from = (last.len().saturating_sub(3000)..last.len())
                 .find(|i| last.is_char_boundary(*i))
                 .unwrap_or(last.len());
             let end = &last[from..];
             let retried = format!(
-                "{} turns of {samples} samples (did the call's turn fail, the agent retry?)",
+                "{} turns of {samples} samples (did a call's turn fail, the agent retry?)",
                 turns.len()
             );
-            match call.effect {
-                // Only reading the file gives its text.
-                Effect::Read(_, text) => assert!(
-                    last.contains(text),
-                    "{agent:?} over {api}: the file's text is not in the last turn; \
-                     {retried}: ...{end}"
-                ),
-                // Only running the command gives its output.
-                Effect::Output(output) => assert!(
-                    last.contains(output),
-                    "{agent:?} over {api}: the tool's output is not in the last turn; \
-                     {retried}: ...{end}"
-                ),
-                Effect::File(path, text) => {
-                    // The prompt names no file: only the call sent back, or its result, does.
-                    assert!(
-                        last.contains(path),
-                        "{agent:?} over {api}: the call is not in the last turn; \
+            for call in calls {
+                match call.effect {
+                    // Only reading the file gives its text.
+                    Effect::Read(_, text) => assert!(
+                        last.contains(text),
+                        "{agent:?} over {api}: the file's text is not in the last turn; \
                          {retried}: ...{end}"
-                    );
-                    let written = ran.work_files.iter().find(|(p, _)| p == path);
-                    assert_eq!(
-                        written.map(|(_, t)| t.as_str()),
-                        Some(text),
-                        "{agent:?} over {api}: {path} not written; {retried}: {ran}"
-                    );
+                    ),
+                    // Only running the command gives its output.
+                    Effect::Output(output) => assert!(
+                        last.contains(output),
+                        "{agent:?} over {api}: the tool's output {output} is not in the last \
+                         turn; {retried}: {}",
+                        messages_of(&last)
+                    ),
+                    Effect::File(path, text) => {
+                        // The prompt names no file: only the call sent back, or its result,
+                        // does.
+                        assert!(
+                            last.contains(path),
+                            "{agent:?} over {api}: the call is not in the last turn; \
+                             {retried}: ...{end}"
+                        );
+                        let written = ran.work_files.iter().find(|(p, _)| p == path);
+                        assert_eq!(
+                            written.map(|(_, t)| t.as_str()),
+                            Some(text),
+                            "{agent:?} over {api}: {path} not written; {retried}: {ran}"
+                        );
+                    }
                 }
             }
             // What the gateway recorded of the model's requests: the agent's turns, answered
-            // complete in its API, and the call's samples, a majority at least, finished for
-            // a tool call.
+            // complete in its API, and the calls' samples, a majority of each turn at least,
+            // finished for a tool call.
             let metrics = metrics_text(addr).await;
             let model = model_of(api);
             let of = |name: &str, labels: &[(&str, &str)]| sample(&metrics, name, labels);
@@ -917,7 +973,7 @@ async fn tool_loop_over_each_api(agent: Agent, samples: usize, policy: &str) {
                 ],
             );
             assert!(
-                answered >= 2.0,
+                answered >= (calls.len() + 1) as f64,
                 "{agent:?} over {api}: {answered} answers\n{metrics}"
             );
             let called = of(
@@ -925,12 +981,23 @@ async fn tool_loop_over_each_api(agent: Agent, samples: usize, policy: &str) {
                 &[("model", &model), ("finish_reason", "tool_calls")],
             );
             assert!(
-                called >= decided_by as f64,
+                called >= (calls.len() * decided_by) as f64,
                 "{agent:?} over {api}: {called} samples called the tool\n{metrics}"
             );
         },
     );
     futures::future::join_all(runs).await;
+}
+
+/// A turn's conversation, without its tools' definitions (most of a turn, none of its story).
+fn messages_of(turn: &str) -> String {
+    let Ok(mut turn) = serde_json::from_str::<Value>(turn) else {
+        return turn.to_string();
+    };
+    if let Some(turn) = turn.as_object_mut() {
+        turn.remove("tools");
+    }
+    turn.to_string()
 }
 
 /// The gateway's metrics, as `GET /metrics` answers them.
@@ -1069,6 +1136,13 @@ async fn claude_code_tool_loop() {
     tool_loop_over_each_api(Agent::ClaudeCode, 1, "").await;
 }
 
+/// Three turns: two calls, each another, then the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
+async fn claude_code_three_turn_tool_loop() {
+    tool_loops_over_each_api(Agent::ClaudeCode, 1, "", 2).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
 async fn claude_code_cut_answer() {
@@ -1097,6 +1171,13 @@ async fn codex_text_answer() {
 #[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
 async fn codex_tool_loop() {
     tool_loop_over_each_api(Agent::Codex, 1, "").await;
+}
+
+/// Three turns: two calls, each another, then the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
+async fn codex_three_turn_tool_loop() {
+    tool_loops_over_each_api(Agent::Codex, 1, "", 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1129,6 +1210,13 @@ async fn opencode_tool_loop() {
     tool_loop_over_each_api(Agent::OpenCode, 1, "").await;
 }
 
+/// Three turns: two calls, each another, then the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs opencode from npm: scripts/agents.sh install"]
+async fn opencode_three_turn_tool_loop() {
+    tool_loops_over_each_api(Agent::OpenCode, 1, "", 2).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs opencode from npm: scripts/agents.sh install"]
 async fn opencode_cut_answer() {
@@ -1151,6 +1239,13 @@ async fn pi_text_answer() {
 #[ignore = "needs pi from npm: scripts/agents.sh install"]
 async fn pi_tool_loop() {
     tool_loop_over_each_api(Agent::Pi, 1, "").await;
+}
+
+/// Three turns: two calls, each another, then the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pi from npm: scripts/agents.sh install"]
+async fn pi_three_turn_tool_loop() {
+    tool_loops_over_each_api(Agent::Pi, 1, "", 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1179,6 +1274,13 @@ async fn gemini_cli_text_answer() {
 #[ignore = "needs Gemini CLI from npm: scripts/agents.sh install"]
 async fn gemini_cli_tool_loop() {
     tool_loop_over_each_api(Agent::GeminiCli, 1, "").await;
+}
+
+/// Three turns: two calls, each another, then the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Gemini CLI from npm: scripts/agents.sh install"]
+async fn gemini_cli_three_turn_tool_loop() {
+    tool_loops_over_each_api(Agent::GeminiCli, 1, "", 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

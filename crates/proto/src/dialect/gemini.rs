@@ -27,10 +27,35 @@ use crate::error::{Error, ErrorDetail};
 use crate::merge::{CallFragment, ChoiceUpdate, ToolFragment, text};
 
 /// The state of a Gemini stream: per candidate, the function calls it made so far.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Candidates {
     /// Candidate index → how many function calls it made (the next call's index).
     calls: BTreeMap<u32, u32>,
+    /// This stream's own part of the ids of its calls ([`stream_token`]).
+    token: String,
+}
+
+impl Default for Candidates {
+    fn default() -> Self {
+        Candidates {
+            calls: BTreeMap::new(),
+            token: stream_token(),
+        }
+    }
+}
+
+/// A token no other stream of this process has, nor (by the clock) one of an earlier run:
+/// the microseconds since the epoch and the process's count of streams, in hex, `x` between.
+/// Gemini's calls have no id (or one only some models send), and a `responseId` is only as
+/// unique as the upstream makes it: the ids made from this are unique whatever it sends.
+fn stream_token() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STREAMS: AtomicU64 = AtomicU64::new(0);
+    let n = STREAMS.fetch_add(1, Ordering::Relaxed);
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    format!("{micros:x}x{n:x}")
 }
 
 /// What a Gemini `finishReason` is as a Chat Completions finish: `Ok(reason)`, or `Err` for
@@ -167,20 +192,17 @@ impl Candidates {
                     }
                 }
             };
-            let response = str_at(data, &["responseId"]);
-            let update = self.candidate(index, candidate, response, (line, offset));
+            let update = self.candidate(index, candidate, (line, offset));
             out.updates.push((index, update));
         }
         Ok(out)
     }
 
-    /// One candidate of a record (of the response `response`, its `responseId`) as its
-    /// choice's update.
+    /// One candidate of a record as its choice's update.
     fn candidate(
         &mut self,
         index: u32,
         candidate: &Value,
-        response: Option<&str>,
         (line, offset): (u64, u64),
     ) -> ChoiceUpdate {
         let mut update = ChoiceUpdate {
@@ -205,18 +227,11 @@ impl Candidates {
                 let k = *calls;
                 *calls += 1;
                 // Gemini's calls have no id (or one only some models send): one is made,
-                // unique to the response (its `responseId`), so that a call of the next turn
-                // is never taken for this one by a client that keys calls by id.
-                let mut id = match (str_at(call, &["id"]), response) {
-                    (Some(id), _) if !id.is_empty() => id.to_string(),
-                    (_, Some(response)) => {
-                        let response: String = (response.chars())
-                            .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-                            .take(64)
-                            .collect();
-                        format!("call_{response}_{index}_{k}")
-                    }
-                    _ => format!("call_{k}"),
+                // unique to this stream, so that a call of the next turn is never taken for
+                // this one by a client that keys calls by id (as Claude Code does).
+                let mut id = match str_at(call, &["id"]) {
+                    Some(id) if !id.is_empty() => id.to_string(),
+                    _ => format!("call_{}_{index}_{k}", self.token),
                 };
                 // The call's thought signature, which Gemini wants back with the call in
                 // the next turn, travels in its id (read back by the request writer).
