@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 
 use choicewise_core::confidence::ConfidenceReport;
 use choicewise_core::plan::{Opening, Plan, PlanUpstream};
+use choicewise_core::select::Tally;
 use choicewise_core::{Completions, LogprobsKept, PickRule, Policy, Selection, Source};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::config::NMode;
 use crate::error::ApiError;
@@ -420,15 +421,15 @@ impl Run {
                     decision: "vote",
                     timed_out: selection.timed_out,
                     reason: selection.reason.clone(),
-                    vote: selection.vote.as_ref().map(|t| json!(t)),
+                    vote: selection.vote.clone(),
                     confidence: selection.confidence.as_ref().map(|c| {
                         // No sample carried log-probabilities because an upstream refused
                         // them: the answer says so in the upstream's words.
                         match (c.unavailable(), self.ledger.opener.logprobs_refused.get()) {
                             (Some(_), Some(refused)) => {
-                                json!(ConfidenceReport::unavailable_for(refused.as_str()))
+                                ConfidenceReport::unavailable_for(refused.as_str())
                             }
-                            _ => json!(c),
+                            _ => c.clone(),
                         }
                     }),
                 }
@@ -519,7 +520,7 @@ pub(crate) struct Summary {
     pub(crate) cancelled: Option<Vec<u32>>,
     /// A confidence-guided vote's report.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) confidence: Option<Value>,
+    pub(crate) confidence: Option<ConfidenceReport>,
     /// How the pick was decided.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) decision: Option<&'static str>,
@@ -539,7 +540,7 @@ pub(crate) struct Summary {
     pub(crate) tries: Vec<TrySummary>,
     /// The vote's tally.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) vote: Option<Value>,
+    pub(crate) vote: Option<Tally>,
 }
 
 impl Summary {
@@ -571,11 +572,11 @@ pub(crate) struct Picked {
     pub timed_out: bool,
     /// Why nothing (or too little) was picked.
     pub reason: Option<String>,
-    /// The vote's tally.
-    pub vote: Option<Value>,
+    /// The vote's tally, as core decided it.
+    pub vote: Option<Tally>,
     /// A confidence-guided vote's report (threshold, warmup, stopped, weights; or why it was
     /// unavailable).
-    pub confidence: Option<Value>,
+    pub confidence: Option<ConfidenceReport>,
 }
 
 impl Picked {

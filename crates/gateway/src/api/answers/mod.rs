@@ -502,6 +502,25 @@ fn a_decided_ending_is_what_the_framings_write() {
     );
 }
 
+/// A vote's tally as core decides it: two samples say 4, one says 5.
+fn a_tally() -> choicewise_core::select::Tally {
+    let answer = |a: &'static str| {
+        let chunk = format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{a}\"}},\"finish_reason\":\"stop\"}}]}}\n\n"
+        );
+        Source::sse(futures::stream::iter([Ok::<_, std::io::Error>(chunk)])).n(1)
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let c = Completions::builder().fan_out([answer("4"), answer("5"), answer("4")]);
+        let key = |m: &choicewise_core::ChoiceOutput| m.message.content.clone();
+        c.vote(key).await.vote.unwrap()
+    })
+}
+
 #[test]
 fn the_usage_and_the_summary_are_written_as_the_extension_states_them() {
     // The objects the answers carried before they were types, field for field.
@@ -517,7 +536,7 @@ fn the_usage_and_the_summary_are_written_as_the_extension_states_them() {
     assert_eq!(serde_json::to_string(&usage).unwrap(), expected.to_string());
     let pick = Summary {
         cancelled: Some(vec![2]),
-        confidence: Some(json!({"threshold": 1.5})),
+        confidence: Some(choicewise_core::confidence::ConfidenceReport::unavailable_for("why not")),
         decision: Some("vote"),
         reason: Some("why".into()),
         samples: Some(3),
@@ -528,14 +547,17 @@ fn the_usage_and_the_summary_are_written_as_the_extension_states_them() {
             sample: 0,
             upstream: "openai:m@127.0.0.1:1".into(),
         }],
-        vote: Some(json!({"4": 2})),
+        vote: Some(a_tally()),
     };
-    let expected = json!({
-        "samples": 3, "selected": [0], "cancelled": [2], "decision": "vote", "started": 3,
-        "tries": [{"sample": 0, "upstream": "openai:m@127.0.0.1:1", "outcome": "ok"}],
-        "vote": {"4": 2}, "confidence": {"threshold": 1.5}, "reason": "why",
-    });
-    assert_eq!(serde_json::to_string(&pick).unwrap(), expected.to_string());
+    // The tally as core writes it (the CLI's `--json` the same), its fields in their order.
+    let expected = concat!(
+        r#"{"cancelled":[2],"confidence":{"unavailable":"why not"},"decision":"vote","#,
+        r#""reason":"why","samples":3,"selected":[0],"started":3,"#,
+        r#""tries":[{"outcome":"ok","sample":0,"upstream":"openai:m@127.0.0.1:1"}],"#,
+        r#""vote":{"decided":true,"key":"4","votes":2,"counted":3,"choices":3,"#,
+        r#""tally":[{"key":"4","votes":2},{"key":"5","votes":1}]}}"#
+    );
+    assert_eq!(serde_json::to_string(&pick).unwrap(), expected);
     // A request without the extension: its tries alone.
     let tries = Summary {
         tries: pick.tries.clone(),
