@@ -70,10 +70,7 @@ impl ClientApi for Chat {
         usage: &AnswerUsage,
         summary: Option<&Summary>,
     ) -> Bytes {
-        let answered: Vec<(Option<Choice>, Option<String>)> = (choices.iter())
-            .map(|(choice, end)| (choice.clone(), end.why()))
-            .collect();
-        completion(envelope, &answered, logprobs, usage, summary)
+        completion(envelope, choices, logprobs, usage, summary)
     }
 
     fn error_body(error: &ApiError) -> serde_json::Value {
@@ -171,10 +168,10 @@ impl Framing for ChatFraming {
 }
 
 /// The output choices of a non-streamed answer, each written from the run's own copy of it
-/// (read in place, [`Choice::inspect`](choicewise_core::Choice::inspect)), with why it failed,
-/// if it did.
+/// (read in place, [`Choice::inspect`](choicewise_core::Choice::inspect)), with how it ended
+/// (why it failed, if it did).
 struct AnsweredChoices<'a> {
-    choices: &'a [(Option<Choice>, Option<String>)],
+    choices: &'a [(Option<Choice>, OutputEnd)],
     /// The client asked for log-probabilities.
     logprobs: bool,
 }
@@ -182,8 +179,9 @@ struct AnsweredChoices<'a> {
 impl Serialize for AnsweredChoices<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.choices.len()))?;
-        for (o, (choice, error)) in self.choices.iter().enumerate() {
-            let (index, error, logprobs) = (o as u32, error.as_deref(), self.logprobs);
+        for (o, (choice, end)) in self.choices.iter().enumerate() {
+            let why = end.why();
+            let (index, error, logprobs) = (o as u32, why.as_deref(), self.logprobs);
             let mut write = |output: &ChoiceOutput| {
                 seq.serialize_element(&AnsweredChoice {
                     index,
@@ -257,7 +255,7 @@ struct Completion<'a> {
 /// ending) and written once, into the answer's bytes.
 pub(crate) fn completion(
     envelope: &Envelope,
-    choices: &[(Option<Choice>, Option<String>)],
+    choices: &[(Option<Choice>, OutputEnd)],
     logprobs: bool,
     usage: &AnswerUsage,
     summary: Option<&Summary>,
