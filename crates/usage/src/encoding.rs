@@ -58,8 +58,9 @@ impl EncodingName {
     }
 
     /// The shared tokenizer for this encoding, loading its table on the first
-    /// call in the process (tiktoken-rs's embedded table read into merge ranks,
-    /// the pre-tokenizer built; later calls are a pointer read).
+    /// call in the process (the ranks the build script wrote from tiktoken-rs's
+    /// table read into a map, the pre-tokenizer built; later calls are a pointer
+    /// read).
     pub(crate) fn bpe(self) -> &'static Bpe {
         let bpe = match self {
             EncodingName::O200kBase => Bpe::o200k_base(),
