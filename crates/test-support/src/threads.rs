@@ -9,9 +9,9 @@ pub const WAITING_TESTS_PER_CORE: usize = 2;
 /// [`waiting_tests!`](crate::waiting_tests) before the test binary's `main`, while it has one
 /// thread; of no use after libtest has read it.
 ///
-/// ```
-/// // A test binary's own call, in effect (here after `main`: it sets the variable and
-/// // nothing reads it again).
+/// ```standalone_crate
+/// // A test binary's own call, in effect (here in `main`, of a process of its own that has
+/// // one thread: it sets the variable and nothing reads it again).
 /// choicewise_test_support::threads::set_for_waiting_tests();
 /// assert!(std::env::var_os("RUST_TEST_THREADS").is_some());
 /// ```
@@ -20,9 +20,8 @@ pub fn set_for_waiting_tests() {
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // SAFETY: before `main`, the process has one thread, so nothing reads the environment
-    // while it is written; after `main` (the doctest above) the test harness's threads do
-    // not read this variable again.
+    // SAFETY: before `main` (or in a `main` of one thread, the doctest above), the process
+    // has one thread, so nothing reads the environment while it is written.
     unsafe {
         std::env::set_var(
             "RUST_TEST_THREADS",
