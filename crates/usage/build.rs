@@ -4,8 +4,8 @@
 //!
 //! tiktoken-rs parses its embedded tables into a whole tokenizer (two maps, a sorted copy, a
 //! regex a thread) of which the counting needs only the ranks; doing it at each process's first
-//! count took 150 ms of a release build and 400 ms of a debug one. Here it is done once, at
-//! build time, from the same tables, and a process reads the ranks straight from its binary.
+//! count cost most of that count (docs/usage.md, "Performance"). Here it is done once, at build
+//! time, from the same tables, and a process reads the ranks straight from its binary.
 
 use std::path::Path;
 

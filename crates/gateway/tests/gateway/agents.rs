@@ -917,11 +917,9 @@ async fn tool_loops_over_each_api(agent: Agent, samples: usize, policy: &str, ca
             // turn (a 502) leaves the agent retrying until the upstream's text comes round: it
             // then ends well, a tool never run.
             let last = turns.last().unwrap().to_string();
-            // Its end, where the calls and their results are (the whole turn is long).
-            let from = (last.len().saturating_sub(3000)..last.len())
-                .find(|i| last.is_char_boundary(*i))
-                .unwrap_or(last.len());
-            let end = &last[from..];
+            // Its conversation, said when a check fails (the tools' definitions are most of
+            // the turn).
+            let story = messages_of(&last);
             let retried = format!(
                 "{} turns of {samples} samples (did a call's turn fail, the agent retry?)",
                 turns.len()
@@ -931,23 +929,22 @@ async fn tool_loops_over_each_api(agent: Agent, samples: usize, policy: &str, ca
                     // Only reading the file gives its text.
                     Effect::Read(_, text) => assert!(
                         last.contains(text),
-                        "{agent:?} over {api}: the file's text is not in the last turn; \
-                         {retried}: ...{end}"
+                        "{agent:?} over {api}: the file's text {text:?} is not in the last \
+                         turn; {retried}: {story}"
                     ),
                     // Only running the command gives its output.
                     Effect::Output(output) => assert!(
                         last.contains(output),
                         "{agent:?} over {api}: the tool's output {output} is not in the last \
-                         turn; {retried}: {}",
-                        messages_of(&last)
+                         turn; {retried}: {story}"
                     ),
                     Effect::File(path, text) => {
                         // The prompt names no file: only the call sent back, or its result,
                         // does.
                         assert!(
                             last.contains(path),
-                            "{agent:?} over {api}: the call is not in the last turn; \
-                             {retried}: ...{end}"
+                            "{agent:?} over {api}: the call writing {path} is not in the last \
+                             turn; {retried}: {story}"
                         );
                         let written = ran.work_files.iter().find(|(p, _)| p == path);
                         assert_eq!(

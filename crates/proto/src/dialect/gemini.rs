@@ -48,6 +48,8 @@ impl Default for Candidates {
 /// the microseconds since the epoch and the process's count of streams, in hex, `x` between.
 /// Gemini's calls have no id (or one only some models send), and a `responseId` is only as
 /// unique as the upstream makes it: the ids made from this are unique whatever it sends.
+/// (Two replicas could make the same one only by starting a stream in the same microsecond at
+/// the same count.)
 fn stream_token() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static STREAMS: AtomicU64 = AtomicU64::new(0);
