@@ -12,8 +12,18 @@ pub const WAITING_TESTS_PER_CORE: usize = 2;
 /// ```standalone_crate
 /// // A test binary's own call, in effect (here in `main`, of a process of its own that has
 /// // one thread: it sets the variable and nothing reads it again).
-/// choicewise_test_support::threads::set_for_waiting_tests();
-/// assert!(std::env::var_os("RUST_TEST_THREADS").is_some());
+/// use choicewise_test_support::threads::{WAITING_TESTS_PER_CORE, set_for_waiting_tests};
+///
+/// // SAFETY: this doctest's process has one thread.
+/// unsafe { std::env::remove_var("RUST_TEST_THREADS") };
+/// set_for_waiting_tests();
+/// let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+/// let set = std::env::var("RUST_TEST_THREADS").unwrap();
+/// assert_eq!(set, (cores * WAITING_TESTS_PER_CORE).to_string());
+/// // Set already: left as it is.
+/// unsafe { std::env::set_var("RUST_TEST_THREADS", "1") };
+/// set_for_waiting_tests();
+/// assert_eq!(std::env::var("RUST_TEST_THREADS").unwrap(), "1");
 /// ```
 pub fn set_for_waiting_tests() {
     if std::env::var_os("RUST_TEST_THREADS").is_some() {
