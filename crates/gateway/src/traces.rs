@@ -12,7 +12,7 @@
 //! onto the gateway's tokio runtime ([`Http`]), so a gateway with traces is made inside one.
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::http::HeaderMap;
 use bytes::Bytes;
@@ -257,6 +257,28 @@ impl Drop for RequestSpan {
     }
 }
 
+/// How long a request lasted: from its arrival to its answer's end on the monotonic clock,
+/// and the wall clock at its arrival. Its span's times are that wall reading plus monotonic
+/// durations, so the events of its tries lie within the span whatever the wall clock does
+/// meanwhile (a step, a slew) and however late the span is made.
+#[derive(Debug, Clone, Copy)]
+pub struct Lasted {
+    /// When the request arrived (monotonic).
+    pub arrived: Instant,
+    /// The wall clock at that moment.
+    pub arrived_at: SystemTime,
+    /// When its answer ended (monotonic).
+    pub ended: Instant,
+}
+
+impl Lasted {
+    /// The wall time of `at`, held within the request's time.
+    fn wall(&self, at: Instant) -> SystemTime {
+        let at = at.clamp(self.arrived, self.ended);
+        self.arrived_at + at.duration_since(self.arrived)
+    }
+}
+
 impl RequestSpan {
     /// Ends the span of a request that lasted from its arrival to its answer's end (`lasted`)
     /// and came to `outcome`, its upstream `tries` as events. `outputs`: the
@@ -265,7 +287,7 @@ impl RequestSpan {
     /// to its end (not: its client went away).
     pub fn end(
         mut self,
-        lasted: std::ops::Range<SystemTime>,
+        lasted: Lasted,
         outcome: &Outcome,
         tries: &[crate::upstream::open::TryRecord],
         outputs: Option<&[u32]>,
@@ -373,18 +395,19 @@ impl RequestSpan {
         if let Some(failure) = &failure {
             attributes.push(KeyValue::new("error.type", failure.clone()));
         }
+        let wall = |at: Instant| lasted.wall(at);
         let tracer = &self.traces.tracer;
         let mut span = tracer
             .span_builder(span_name(Some(&self.model)))
             .with_kind(SpanKind::Server)
-            .with_start_time(lasted.start)
+            .with_start_time(lasted.arrived_at)
             .with_attributes(attributes)
             .start_with_context(tracer, &self.parent);
         // Each upstream try, at its end: the sample, the upstream and how it went.
         for t in tries {
             span.add_event_with_timestamp(
                 "choicewise.try",
-                t.at,
+                wall(t.at),
                 vec![
                     KeyValue::new("choicewise.sample", i64::from(t.sample)),
                     KeyValue::new("choicewise.upstream", t.upstream.to_string()),
@@ -395,7 +418,7 @@ impl RequestSpan {
         if let Some(failure) = failure {
             span.set_status(Status::error(failure));
         }
-        span.end_with_timestamp(lasted.end);
+        span.end_with_timestamp(wall(lasted.ended));
     }
 }
 

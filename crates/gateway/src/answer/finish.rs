@@ -108,6 +108,8 @@ pub(crate) struct State {
     /// The request's id (`x-request-id`), named in its log line.
     request_id: String,
     arrived: Instant,
+    /// The wall clock when it arrived: its span's start, the monotonic clock giving the rest.
+    arrived_at: SystemTime,
     /// Who the request comes from, for the ejection rules.
     client: resilience::ClientId,
     /// With traces on, the traces and the trace the request belongs to, until its span is
@@ -235,6 +237,7 @@ impl Finish {
                 .map(str::to_string)
                 .unwrap_or_default(),
             arrived: Instant::now(),
+            arrived_at: SystemTime::now(),
             client,
             parent: traces.as_ref().map(|_| Traces::parent(headers)),
             traces,
@@ -559,7 +562,8 @@ impl State {
     /// The request's metrics, log line and span, from what its run came to and how it
     /// ended.
     fn record(&mut self, settled: Settled, ended: &Ended) {
-        let took = self.arrived.elapsed();
+        let ended_at = Instant::now();
+        let took = ended_at.duration_since(self.arrived);
         let Settled {
             outcome,
             tries,
@@ -632,10 +636,12 @@ impl State {
         }
         if let Some(mut span) = self.span.take() {
             span.key = self.key.clone();
-            let ended_at = SystemTime::now();
-            let arrived_at = ended_at.checked_sub(took).unwrap_or(ended_at);
             span.end(
-                arrived_at..ended_at,
+                crate::traces::Lasted {
+                    arrived: self.arrived,
+                    arrived_at: self.arrived_at,
+                    ended: ended_at,
+                },
                 &outcome,
                 &tries,
                 outputs.as_deref(),

@@ -86,8 +86,9 @@ pub(crate) struct TryRecord {
     pub sample: u32,
     pub upstream: Arc<str>,
     pub outcome: Outcome,
-    /// When it ended (its event's time in the request's span).
-    pub at: std::time::SystemTime,
+    /// When it ended (its event's time in the request's span, on the clock the span's
+    /// start and end are read from).
+    pub at: std::time::Instant,
 }
 
 /// A limit the gateway set on a sample's request, the client having stated none: a `length`
@@ -195,7 +196,7 @@ impl Opener {
             sample,
             upstream: upstream.clone(),
             outcome,
-            at: std::time::SystemTime::now(),
+            at: std::time::Instant::now(),
         });
     }
 
