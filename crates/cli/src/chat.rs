@@ -387,7 +387,7 @@ fn client_for(
     model: &str,
 ) -> Result<(Client, Option<String>), Exit> {
     let own = api == args.api;
-    let (key_env, url_env) = upstream::env_of(api);
+    let (key_env, url_env) = api.api().env_vars();
     let azure = args.azure.as_ref().filter(|_| own);
     let given = match url {
         Some(url) => Some((url.to_string(), "the --fan-out item's @URL".to_string())),
@@ -399,10 +399,10 @@ fn client_for(
     if let Some((url, whence)) = &given {
         check_endpoint_path(url, whence)?;
     }
-    let base_url = given.map(|(u, _)| match api {
+    let base_url = given.map(|(u, _)| match api.api().bare_host_is_v1() {
+        true => friendly_base_url(&u, azure.is_some()),
         // Gemini's base URL is its version's (`…/v1beta`): nothing added to a bare host.
-        Dialect::Gemini => u.trim().trim_end_matches('/').to_string(),
-        _ => friendly_base_url(&u, azure.is_some()),
+        false => u.trim().trim_end_matches('/').to_string(),
     });
     let key = own
         .then(|| nonempty(&args.api_key).map(str::to_string))
@@ -410,11 +410,9 @@ fn client_for(
         .or_else(|| env_var(key_env));
     // The model is the URL's for Gemini (unused by the others).
     let mut builder = Client::builder().api(api).model(model);
-    match (&base_url, api) {
-        (Some(url), _) => builder = builder.base_url(url),
-        (None, Dialect::Anthropic) => builder = builder.base_url(upstream::ANTHROPIC_BASE_URL),
-        (None, Dialect::Gemini) => builder = builder.base_url(upstream::GEMINI_BASE_URL),
-        (None, _) => {}
+    // Without one, the API's provider's.
+    if let Some(url) = &base_url {
+        builder = builder.base_url(url);
     }
     match key {
         Some(key) => builder = builder.api_key(key),
@@ -465,28 +463,24 @@ async fn upstreams(
         let api = item.api.unwrap_or(args.api);
         let given = (item.model).or_else(|| request["model"].as_str().map(str::to_string));
         // Gemini names the model in its URL: known before its client is built.
-        let url_model = match (&given, api) {
-            (Some(model), _) => model.clone(),
-            (None, Dialect::Gemini) => upstream::DEFAULT_GEMINI_MODEL.to_string(),
-            (None, _) => String::new(),
+        let url_model = match &given {
+            Some(model) => model.clone(),
+            None if api.api().path_names_model() => api.api().default_model().to_string(),
+            None => String::new(),
         };
         let (client, base_url) = client_for(args, api, item.base_url.as_deref(), idle, &url_model)?;
         let model = match given {
             Some(model) => model,
-            None => match api {
-                Dialect::Chat => {
-                    let azure = args.azure.is_some() && api == args.api;
-                    default_model(&client, base_url.as_deref(), azure).await?
-                }
-                Dialect::Anthropic => upstream::DEFAULT_ANTHROPIC_MODEL.to_string(),
-                Dialect::Gemini => url_model,
-                _ => DEFAULT_MODEL.to_string(),
-            },
+            None if api.api().model_from_list() => {
+                let azure = args.azure.is_some() && api == args.api;
+                default_model(&client, base_url.as_deref(), azure).await?
+            }
+            None => api.api().default_model().to_string(),
         };
         let mut body = request.clone();
         body["model"] = json!(model);
         if args.view.confidence
-            && api != Dialect::Chat
+            && !api.api().has_logprobs()
             && let Some(fields) = body.as_object_mut()
         {
             // Log-probabilities are a Chat Completions field: the other APIs' choices carry

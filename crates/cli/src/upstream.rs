@@ -5,24 +5,6 @@
 use choicewise::Dialect;
 use serde_json::Value;
 
-/// The model asked of the Anthropic API when none is given.
-pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
-/// The Anthropic API's base URL.
-pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
-/// The model asked of the Gemini API when none is given.
-pub const DEFAULT_GEMINI_MODEL: &str = "gemini-2.5-flash";
-/// The Gemini API's base URL.
-pub const GEMINI_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta";
-
-/// The environment variables of an API's key and base URL.
-pub fn env_of(api: Dialect) -> (&'static str, &'static str) {
-    match api {
-        Dialect::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-        Dialect::Gemini => ("GEMINI_API_KEY", "GEMINI_BASE_URL"),
-        _ => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
-    }
-}
-
 /// `--api`: `chat`, `responses`, `anthropic` or `gemini`, listed in `--help`.
 pub fn api_parser() -> impl clap::builder::TypedValueParser<Value = Dialect> {
     use clap::builder::TypedValueParser as _;

@@ -70,7 +70,10 @@ pub const IDLE_CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// unless a [`header`](ClientBuilder::header) of that name is given.
 ///
 /// ```
+/// use choicewise_client::Dialect;
 /// assert_eq!(choicewise_client::ANTHROPIC_VERSION, "2023-06-01");
+/// let header = Dialect::Anthropic.api().version_header();
+/// assert_eq!(header, Some(("anthropic-version", choicewise_client::ANTHROPIC_VERSION)));
 /// ```
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
@@ -97,7 +100,8 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 #[derive(Clone)]
 pub struct ClientBuilder {
     api: Dialect,
-    base_url: String,
+    /// `None`: the API's provider's.
+    base_url: Option<String>,
     api_key: Option<String>,
     azure: Option<String>,
     headers: Vec<(String, String)>,
@@ -137,7 +141,7 @@ impl Default for ClientBuilder {
     fn default() -> Self {
         ClientBuilder {
             api: Dialect::Chat,
-            base_url: DEFAULT_BASE_URL.to_string(),
+            base_url: None,
             api_key: None,
             azure: None,
             headers: Vec::new(),
@@ -167,8 +171,8 @@ impl ClientBuilder {
         self
     }
 
-    /// The API's base URL; requests go to `{base_url}/chat/completions` (default
-    /// [`DEFAULT_BASE_URL`]). In Azure mode, the deployment's URL,
+    /// The API's base URL; requests go to `{base_url}/chat/completions` (default: the API's
+    /// provider's, [`DEFAULT_BASE_URL`] for OpenAI's APIs). In Azure mode, the deployment's URL,
     /// `https://RESOURCE.openai.azure.com/openai/deployments/DEPLOYMENT`.
     ///
     /// ```
@@ -177,7 +181,7 @@ impl ClientBuilder {
     /// assert_eq!(client.url(), "http://localhost:8000/v1/chat/completions");
     /// ```
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
-        self.base_url = url.into();
+        self.base_url = Some(url.into());
         self
     }
 
@@ -356,37 +360,42 @@ impl ClientBuilder {
     /// assert!(Client::builder().base_url("").build().is_err_and(|e| e.kind() == ClientErrorKind::InvalidUrl));
     /// ```
     pub fn build(self) -> Result<Client, ClientError> {
+        let api = self.api.api();
+        let base_url = self.base_url.as_deref().unwrap_or(api.default_base_url());
         if self.azure.is_some() && self.api != Dialect::Chat {
             return Err(ClientError::invalid(
                 ClientErrorKind::InvalidUrl,
                 format!(
-                    "{:?}: Azure mode serves Chat Completions only, not {}",
-                    self.base_url, self.api
+                    "{base_url:?}: Azure mode serves Chat Completions only, not {}",
+                    self.api
                 ),
             ));
         }
-        let url = match (self.api, self.model.as_deref()) {
-            (Dialect::Gemini, None | Some("")) => {
+        let url = match (api.path_names_model(), self.model.as_deref()) {
+            (true, None | Some("")) => {
                 return Err(ClientError::invalid(
                     ClientErrorKind::InvalidUrl,
                     format!(
-                        "{:?}: the gemini API names the model in the URL: give the model",
-                        self.base_url
+                        "{:?}: the {} API names the model in the URL: give the model",
+                        base_url, self.api
                     ),
                 ));
             }
-            (Dialect::Gemini, Some(model)) => {
-                let mut url = endpoint(&self.base_url, None, &self.api.endpoint_for(model))?;
-                url.query_pairs_mut().append_pair("alt", "sse");
+            (true, Some(model)) => endpoint(base_url, None, &api.endpoint_for(model))?,
+            (false, _) => endpoint(base_url, self.azure.as_deref(), api.endpoint())?,
+        };
+        let url = match api.stream_query() {
+            Some((name, value)) => {
+                let mut url = url;
+                url.query_pairs_mut().append_pair(name, value);
                 url
             }
-            (api, _) => endpoint(&self.base_url, self.azure.as_deref(), api.endpoint())?,
+            None => url,
         };
-        let models_url = endpoint(&self.base_url, self.azure.as_deref(), "models")?;
-        let count_url = match self.api {
-            Dialect::Anthropic => Some(endpoint(&self.base_url, None, "messages/count_tokens")?),
-            _ => None,
-        };
+        let models_url = endpoint(base_url, self.azure.as_deref(), "models")?;
+        let count_url = (api.count_endpoint())
+            .map(|path| endpoint(base_url, None, path))
+            .transpose()?;
         let mut headers = HeaderMap::new();
         for (name, value) in &self.headers {
             let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
@@ -397,16 +406,18 @@ impl ClientBuilder {
             })?;
             headers.append(name, value);
         }
-        if self.api == Dialect::Anthropic && !headers.contains_key("anthropic-version") {
+        if let Some((name, value)) = api.version_header()
+            && !headers.contains_key(name)
+        {
             headers.insert(
-                HeaderName::from_static("anthropic-version"),
-                HeaderValue::from_static(ANTHROPIC_VERSION),
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
             );
         }
         if let Some(key) = &self.api_key {
             // The API's own key header (Anthropic's `x-api-key`, Gemini's `x-goog-api-key`),
             // else `Authorization: Bearer`.
-            let (name, value) = match (self.azure.as_ref(), self.api.api().key_header()) {
+            let (name, value) = match (self.azure.as_ref(), api.key_header()) {
                 (Some(_), _) => (HeaderName::from_static("api-key"), key.clone()),
                 (None, Some(header)) => (HeaderName::from_static(header), key.clone()),
                 (None, None) => (AUTHORIZATION, format!("Bearer {key}")),
@@ -429,7 +440,7 @@ impl ClientBuilder {
             Target::new(url).ok_or_else(|| {
                 ClientError::invalid(
                     ClientErrorKind::InvalidUrl,
-                    format!("{:?}: not a URI HTTP can send", self.base_url),
+                    format!("{base_url:?}: not a URI HTTP can send"),
                 )
             })
         };
@@ -595,5 +606,29 @@ mod tests {
             .azure("2024-10-21")
             .build();
         assert!(azure.is_err_and(|e| e.kind() == ClientErrorKind::InvalidUrl));
+    }
+
+    #[test]
+    fn without_a_base_url_each_api_goes_to_its_provider() {
+        let url = |api| {
+            let client = Client::builder().api(api).model("m").build().unwrap();
+            client.url().to_string()
+        };
+        assert_eq!(
+            url(Dialect::Chat),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            url(Dialect::Responses),
+            "https://api.openai.com/v1/responses"
+        );
+        assert_eq!(
+            url(Dialect::Anthropic),
+            "https://api.anthropic.com/v1/messages"
+        );
+        assert_eq!(
+            url(Dialect::Gemini),
+            "https://generativelanguage.googleapis.com/v1beta/models/m:streamGenerateContent?alt=sse"
+        );
     }
 }

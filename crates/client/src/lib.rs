@@ -274,10 +274,11 @@ impl Client {
         };
         let mut body = object.clone();
         // Gemini streams by its URL's method and refuses a `stream` field.
-        if self.inner.api != Dialect::Gemini {
+        let api = self.inner.api.api();
+        if api.stream_field() {
             body.insert("stream".to_string(), Value::Bool(true));
         }
-        if self.inner.api == Dialect::Chat {
+        if api.usage_when_asked() {
             ask_for_usage(&mut body);
         }
         let body = serde_json::to_vec(&Value::Object(body))

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use choicewise_client::{Client, Dialect};
+use choicewise_client::Client;
 use tokio::sync::{Semaphore, watch};
 
 use crate::admission::{Admission, overload, unsent};
@@ -144,10 +144,11 @@ impl Gateway {
                 let client = builder.build().map_err(|e| {
                     ConfigError(format!("model {:?}, upstream {}: {e}", model.name, k + 1))
                 })?;
-                // A local server's base URL without `/v1` is a common slip: `serve` asks its
-                // model list at start, and at `/v1` when that is a 404 (serving::check_v1).
+                // A local server's base URL without `/v1` is a common slip: `serve` asks the
+                // model list of an API whose local servers list theirs (Chat Completions') at
+                // start, and at `/v1` when that is a 404 (serving::check_v1).
                 let trimmed = u.base_url.trim_end_matches('/');
-                if u.api == Dialect::Chat && !trimmed.ends_with("/v1") {
+                if api.api().model_from_list() && !trimmed.ends_with("/v1") {
                     let mut alt = Client::builder()
                         .api(api)
                         .base_url(format!("{trimmed}/v1"))
@@ -169,8 +170,7 @@ impl Gateway {
                     model: upstream_model,
                     n_mode: u.n_mode(),
                     max_n: u.max_n,
-                    max_tokens: u.max_tokens.or((u.api == Dialect::Anthropic)
-                        .then_some(choicewise_core::defaults::DEFAULT_ANTHROPIC_MAX_TOKENS)),
+                    max_tokens: u.max_tokens.or(api.api().default_max_tokens()),
                     host,
                     idle_timeout: Duration::from_secs_f64(config.limits.upstream_idle_timeout_s),
                     max_answer_bytes: config.limits.max_answer_bytes,

@@ -438,11 +438,7 @@ fn span_name(model: Option<&str>) -> String {
 /// `gen_ai.provider.name`: the upstreams' API (`openai` for Chat Completions and Responses,
 /// `anthropic`, `gcp.gemini`), or `choicewise` when a model's upstreams mix them.
 fn provider_name(apis: impl Iterator<Item = Dialect>) -> &'static str {
-    let mut names = apis.map(|api| match api {
-        Dialect::Anthropic => "anthropic",
-        Dialect::Gemini => "gcp.gemini",
-        _ => "openai",
-    });
+    let mut names = apis.map(|api| api.api().provider_name());
     let first = names.next().unwrap_or("choicewise");
     match names.all(|n| n == first) {
         true => first,

@@ -223,6 +223,173 @@ pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
     fn record_keys(&self) -> &'static [&'static str] {
         &[]
     }
+
+    /// Where the API is served when no base URL is given: its provider's.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Anthropic.api().default_base_url(), "https://api.anthropic.com/v1");
+    /// assert_eq!(Dialect::Chat.api().default_base_url(), "https://api.openai.com/v1");
+    /// ```
+    fn default_base_url(&self) -> &'static str {
+        "https://api.openai.com/v1"
+    }
+
+    /// The environment variables its key and its base URL are read from, as its provider's
+    /// own tools read them (`OPENAI_API_KEY`, `OPENAI_BASE_URL`).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Gemini.api().env_vars(), ("GEMINI_API_KEY", "GEMINI_BASE_URL"));
+    /// ```
+    fn env_vars(&self) -> (&'static str, &'static str) {
+        ("OPENAI_API_KEY", "OPENAI_BASE_URL")
+    }
+
+    /// The model asked of it when none is given.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Gemini.api().default_model(), "gemini-2.5-flash");
+    /// ```
+    fn default_model(&self) -> &'static str {
+        "gpt-4o-mini"
+    }
+
+    /// Whether, with no model given, a server other than the provider's is asked its model
+    /// list for one (Chat Completions': a local server serves one model or a few); else
+    /// [`default_model`](Self::default_model) is asked.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Chat.api().model_from_list() && !Dialect::Anthropic.api().model_from_list());
+    /// ```
+    fn model_from_list(&self) -> bool {
+        false
+    }
+
+    /// Whether a base URL given as a bare host (`http://host:8080`) means the API's `/v1`
+    /// under it, as a local server serves it; not for an API whose users give its version's
+    /// path themselves (Gemini's `…/v1beta`).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Chat.api().bare_host_is_v1() && !Dialect::Gemini.api().bare_host_is_v1());
+    /// ```
+    fn bare_host_is_v1(&self) -> bool {
+        true
+    }
+
+    /// Whether its streaming endpoint's path names the model, so that a client of it needs
+    /// the model before its first request ([`endpoint_for`](Self::endpoint_for)).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Gemini.api().path_names_model() && !Dialect::Chat.api().path_names_model());
+    /// ```
+    fn path_names_model(&self) -> bool {
+        false
+    }
+
+    /// The query parameter its streaming endpoint's URL carries (Gemini's `alt=sse`).
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Gemini.api().stream_query(), Some(("alt", "sse")));
+    /// ```
+    fn stream_query(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
+    /// Whether a streamed request says so in its body (`"stream": true`); Gemini's says so
+    /// by its URL, and refuses the field.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Chat.api().stream_field() && !Dialect::Gemini.api().stream_field());
+    /// ```
+    fn stream_field(&self) -> bool {
+        true
+    }
+
+    /// Whether its stream reports usage only when the request asks
+    /// (`stream_options.include_usage`: Chat Completions').
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Chat.api().usage_when_asked() && !Dialect::Anthropic.api().usage_when_asked());
+    /// ```
+    fn usage_when_asked(&self) -> bool {
+        false
+    }
+
+    /// The header of the API's version that every request carries unless the caller sets
+    /// it, with its value (Anthropic's `anthropic-version`).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Anthropic.api().version_header(), Some(("anthropic-version", "2023-06-01")));
+    /// assert_eq!(Dialect::Chat.api().version_header(), None);
+    /// ```
+    fn version_header(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+
+    /// Its endpoint counting a request's input tokens, under its base URL, if it has one
+    /// (Anthropic's `messages/count_tokens`).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Anthropic.api().count_endpoint(), Some("messages/count_tokens"));
+    /// assert_eq!(Dialect::Gemini.api().count_endpoint(), None);
+    /// ```
+    fn count_endpoint(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The limit of an answer's tokens sent when the client states none, for an API that
+    /// requires one (Anthropic's `max_tokens`).
+    ///
+    /// ```
+    /// use choicewise_proto::{DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect};
+    /// assert_eq!(Dialect::Anthropic.api().default_max_tokens(), Some(DEFAULT_ANTHROPIC_MAX_TOKENS));
+    /// assert_eq!(Dialect::Chat.api().default_max_tokens(), None);
+    /// ```
+    fn default_max_tokens(&self) -> Option<u64> {
+        None
+    }
+
+    /// Whether a client field its translation does not know passes through as the client
+    /// sent it (not for Gemini, whose request has a place for none of them as they are:
+    /// each is written in its shape, left out or refused by name).
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Anthropic.api().passes_other_fields());
+    /// assert!(!Dialect::Gemini.api().passes_other_fields());
+    /// ```
+    fn passes_other_fields(&self) -> bool {
+        true
+    }
+
+    /// Whether its choices carry log-probabilities (Chat Completions' `logprobs`), which a
+    /// confidence-guided pick reads.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert!(Dialect::Chat.api().has_logprobs() && !Dialect::Responses.api().has_logprobs());
+    /// ```
+    fn has_logprobs(&self) -> bool {
+        false
+    }
+
+    /// Its provider's name in OpenTelemetry's conventions (`gen_ai.provider.name`):
+    /// `openai`, `anthropic`, `gcp.gemini`.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::Dialect::Gemini.api().provider_name(), "gcp.gemini");
+    /// ```
+    fn provider_name(&self) -> &'static str {
+        "openai"
+    }
 }
 
 /// How a request to an upstream API is written from a client's request in Chat Completions'

@@ -88,4 +88,32 @@ impl UpstreamApi for Anthropic {
                 | "ping"
         )
     }
+
+    fn default_base_url(&self) -> &'static str {
+        "https://api.anthropic.com/v1"
+    }
+
+    fn env_vars(&self) -> (&'static str, &'static str) {
+        ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
+    }
+
+    fn default_model(&self) -> &'static str {
+        "claude-sonnet-4-5"
+    }
+
+    fn version_header(&self) -> Option<(&'static str, &'static str)> {
+        Some(("anthropic-version", "2023-06-01"))
+    }
+
+    fn count_endpoint(&self) -> Option<&'static str> {
+        Some("messages/count_tokens")
+    }
+
+    fn default_max_tokens(&self) -> Option<u64> {
+        Some(api::DEFAULT_ANTHROPIC_MAX_TOKENS)
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "anthropic"
+    }
 }

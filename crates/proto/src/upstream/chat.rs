@@ -55,4 +55,16 @@ impl UpstreamApi for Chat {
         out.extend_from_slice(tools);
         Ok(())
     }
+
+    fn model_from_list(&self) -> bool {
+        true
+    }
+
+    fn usage_when_asked(&self) -> bool {
+        true
+    }
+
+    fn has_logprobs(&self) -> bool {
+        true
+    }
 }

@@ -70,4 +70,40 @@ impl UpstreamApi for Gemini {
     fn write_tools_from_chat_json(&self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
         gemini::write_tools_text(tools, out)
     }
+
+    fn default_base_url(&self) -> &'static str {
+        "https://generativelanguage.googleapis.com/v1beta"
+    }
+
+    fn env_vars(&self) -> (&'static str, &'static str) {
+        ("GEMINI_API_KEY", "GEMINI_BASE_URL")
+    }
+
+    fn default_model(&self) -> &'static str {
+        "gemini-2.5-flash"
+    }
+
+    fn bare_host_is_v1(&self) -> bool {
+        false
+    }
+
+    fn path_names_model(&self) -> bool {
+        true
+    }
+
+    fn stream_query(&self) -> Option<(&'static str, &'static str)> {
+        Some(("alt", "sse"))
+    }
+
+    fn stream_field(&self) -> bool {
+        false
+    }
+
+    fn passes_other_fields(&self) -> bool {
+        false
+    }
+
+    fn provider_name(&self) -> &'static str {
+        "gcp.gemini"
+    }
 }

@@ -140,7 +140,7 @@ fn translated_body(
 ) -> Result<Vec<u8>, ApiError> {
     // Gemini's request has a place for none of the client's fields as they are: each is
     // read, and written in its shape, left out or refused by name.
-    let gemini = api == Dialect::Gemini;
+    let gemini = !api.api().passes_other_fields();
     // The translation's own refusals: for Gemini, every one of them is coded.
     let refused = |e: String| match gemini {
         true => ApiError::invalid(e).code("untranslatable_request"),

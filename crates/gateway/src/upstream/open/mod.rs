@@ -370,9 +370,10 @@ impl Opener {
                 // this future dropped: a client gone, a sample cancelled), a probe it was is
                 // over: the next one may go.
                 let _probe = probe.then(|| ProbeDone(&route.health));
-                // A confidence-guided vote asks a Chat Completions upstream for
-                // log-probabilities, unless it refused them for a request of this shape.
-                let mut logprobs = self.logprobs.is_some() && route.api == Dialect::Chat;
+                // A confidence-guided vote asks an upstream whose choices carry them (Chat
+                // Completions') for log-probabilities, unless it refused them for a request
+                // of this shape.
+                let mut logprobs = self.logprobs.is_some() && route.api.api().has_logprobs();
                 // Read only where log-probabilities are asked (a confidence vote).
                 let shape = match logprobs {
                     true => Shape::of(&self.body),
