@@ -414,8 +414,23 @@ fn client_for(
     if let Some(url) = &base_url {
         builder = builder.base_url(url);
     }
+    // The region of an API served per region, as AWS's tools read it.
+    if api.api().regional_base_url("").is_some()
+        && let Some(region) = env_var("AWS_REGION").or_else(|| env_var("AWS_DEFAULT_REGION"))
+    {
+        builder = builder.region(region);
+    }
+    // An API whose requests are signed (Bedrock's) signs with AWS's credentials from the
+    // environment, for AWS's region, unless a key of its own is given.
+    let signed = matches!(
+        api.api().authorisation(),
+        choicewise::upstream::Authorisation::SigV4 { .. }
+    );
     match key {
         Some(key) => builder = builder.api_key(key),
+        None if signed && let Some(credentials) = choicewise_client::AwsCredentials::from_env() => {
+            builder = builder.aws_credentials(credentials);
+        }
         None if base_url.is_none() => {
             let message = match api {
                 Dialect::Chat => format!(

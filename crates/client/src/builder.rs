@@ -13,7 +13,9 @@ use url::Url;
 use crate::transport::{Route, Target, Transport, authorize_from_url};
 
 use choicewise_core::Dialect;
+use choicewise_core::upstream::{Authorisation, Framing};
 
+use crate::sigv4::{AwsCredentials, Signer};
 use crate::{Client, ClientError, ClientErrorKind, Inner};
 
 #[cfg(doc)]
@@ -113,6 +115,10 @@ pub struct ClientBuilder {
     max_concurrent: Option<usize>,
     max_idle: usize,
     model: Option<String>,
+    /// The credentials of an API whose requests are signed (Bedrock's).
+    aws: Option<AwsCredentials>,
+    /// The region its requests are signed for (and its base URL's, when none is given).
+    region: Option<String>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -133,6 +139,8 @@ impl fmt::Debug for ClientBuilder {
             .field("retry_server_errors", &self.retry_server_errors)
             .field("max_concurrent", &self.max_concurrent)
             .field("model", &self.model)
+            .field("aws", &self.aws)
+            .field("region", &self.region)
             .finish()
     }
 }
@@ -153,6 +161,8 @@ impl Default for ClientBuilder {
             max_concurrent: None,
             max_idle: DEFAULT_MAX_IDLE_CONNECTIONS,
             model: None,
+            aws: None,
+            region: None,
         }
     }
 }
@@ -234,6 +244,42 @@ impl ClientBuilder {
     /// ```
     pub fn azure(mut self, api_version: impl Into<String>) -> Self {
         self.azure = Some(api_version.into());
+        self
+    }
+
+    /// The AWS credentials that sign every request of an API whose requests are signed
+    /// (Bedrock's: SigV4), with the [`region`](Self::region) they are signed for. Without
+    /// them such an API's requests carry the [`api_key`](Self::api_key) as a bearer token
+    /// (a Bedrock API key), or nothing.
+    ///
+    /// ```
+    /// use choicewise_client::{AwsCredentials, Client, Dialect};
+    /// let client = Client::builder()
+    ///     .api(Dialect::Bedrock)
+    ///     .model("anthropic.claude-3-5-haiku-20241022-v1:0")
+    ///     .region("eu-west-1")
+    ///     .aws_credentials(AwsCredentials::new("AKIDEXAMPLE", "secret"))
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(client.url(), "https://bedrock-runtime.eu-west-1.amazonaws.com/model/anthropic.claude-3-5-haiku-20241022-v1%3A0/converse-stream");
+    /// ```
+    pub fn aws_credentials(mut self, credentials: AwsCredentials) -> Self {
+        self.aws = Some(credentials);
+        self
+    }
+
+    /// The region of an API served per region (Bedrock's): where its requests are signed
+    /// for, and its base URL when none is given.
+    ///
+    /// ```
+    /// use choicewise_client::{AwsCredentials, Client, Dialect};
+    /// let signed = Client::builder().api(Dialect::Bedrock).model("m")
+    ///     .aws_credentials(AwsCredentials::new("AKID", "secret"));
+    /// assert!(signed.clone().build().is_err(), "no region to sign for");
+    /// assert!(signed.region("us-west-2").build().is_ok());
+    /// ```
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into()).filter(|r| !r.is_empty());
         self
     }
 
@@ -361,7 +407,10 @@ impl ClientBuilder {
     /// ```
     pub fn build(self) -> Result<Client, ClientError> {
         let api = self.api.api();
-        let base_url = self.base_url.as_deref().unwrap_or(api.default_base_url());
+        let regional = (self.region.as_deref()).and_then(|r| api.regional_base_url(r));
+        let base_url = (self.base_url.as_deref())
+            .or(regional.as_deref())
+            .unwrap_or(api.default_base_url());
         if self.azure.is_some() && self.api != Dialect::Chat {
             return Err(ClientError::invalid(
                 ClientErrorKind::InvalidUrl,
@@ -414,13 +463,32 @@ impl ClientBuilder {
                 HeaderValue::from_static(value),
             );
         }
-        if let Some(key) = &self.api_key {
+        // A signed API's requests are signed at each try, with the credentials given, for
+        // the region given.
+        let signer = match (api.authorisation(), &self.aws) {
+            (Authorisation::SigV4 { service }, Some(credentials)) => {
+                let Some(region) = self.region.as_deref() else {
+                    return Err(ClientError::invalid(
+                        ClientErrorKind::InvalidRequest,
+                        format!(
+                            "the {} API signs its requests for a region: give the region",
+                            self.api
+                        ),
+                    ));
+                };
+                Some(Signer::new(credentials, region, service))
+            }
+            _ => None,
+        };
+        if let Some(key) = self.api_key.as_ref().filter(|_| signer.is_none()) {
             // The API's own key header (Anthropic's `x-api-key`, Gemini's `x-goog-api-key`),
-            // else `Authorization: Bearer`.
-            let (name, value) = match (self.azure.as_ref(), api.key_header()) {
+            // else `Authorization: Bearer` (a signed API's key too: Bedrock's API keys).
+            let (name, value) = match (self.azure.as_ref(), api.authorisation()) {
                 (Some(_), _) => (HeaderName::from_static("api-key"), key.clone()),
-                (None, Some(header)) => (HeaderName::from_static(header), key.clone()),
-                (None, None) => (AUTHORIZATION, format!("Bearer {key}")),
+                (None, Authorisation::KeyHeader(header)) => {
+                    (HeaderName::from_static(header), key.clone())
+                }
+                (None, _) => (AUTHORIZATION, format!("Bearer {key}")),
             };
             let mut value = HeaderValue::from_str(&value).map_err(|_| {
                 ClientError::invalid(ClientErrorKind::InvalidHeader, "the API key".to_string())
@@ -451,7 +519,11 @@ impl ClientBuilder {
             headers.insert(name, value);
         }
         let mut stream_headers = headers.clone();
-        stream_headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let accept = match api.framing() {
+            Framing::EventStream => "application/vnd.amazon.eventstream",
+            _ => "text/event-stream",
+        };
+        stream_headers.insert(ACCEPT, HeaderValue::from_static(accept));
         stream_headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         // Only the configured server is ever called: a redirect would re-send the prompt,
         // and its key, to another host. A 3xx is the server's failure, with its status.
@@ -472,7 +544,8 @@ impl ClientBuilder {
                 stream_headers,
                 azure: self.azure,
                 api: self.api,
-                has_key: self.api_key.is_some(),
+                has_key: self.api_key.is_some() || signer.is_some(),
+                signer,
                 idle_timeout: self.idle_timeout,
                 max_retries: self.max_retries,
                 max_retry_wait: self.max_retry_wait,
@@ -513,10 +586,13 @@ fn endpoint(base: &str, azure: Option<&str>, path: &str) -> Result<Url, ClientEr
     if url.host_str().is_none_or(str::is_empty) {
         return Err(invalid("no host"));
     }
-    url.path_segments_mut()
-        .map_err(|()| invalid("not a base URL"))?
-        .pop_if_empty()
-        .extend(path.split('/'));
+    if url.cannot_be_a_base() {
+        return Err(invalid("not a base URL"));
+    }
+    // The endpoint's path as the API writes it: a segment it percent-encoded itself
+    // (Bedrock's model id, `v1%3A0`) is sent so, not encoded again.
+    let joined = format!("{}/{path}", url.path().trim_end_matches('/'));
+    url.set_path(&joined);
     if let Some(version) = azure {
         url.query_pairs_mut().append_pair("api-version", version);
     }

@@ -154,7 +154,9 @@ use error::status_error;
 pub use error::{ClientError, ClientErrorKind};
 
 mod retry;
+mod sigv4;
 use retry::{backoff, retry_after};
+pub use sigv4::AwsCredentials;
 
 mod transport;
 use transport::{Failure, Target, Transport};
@@ -178,6 +180,8 @@ struct Inner {
     azure: Option<String>,
     /// The API its requests are in.
     api: Dialect,
+    /// What signs each request, for an API whose requests are signed (Bedrock's).
+    signer: Option<sigv4::Signer>,
     has_key: bool,
     idle_timeout: Duration,
     max_retries: u32,
@@ -293,9 +297,15 @@ impl Client {
         let url_text = || inner.url.shown.to_string();
         let mut retry = 0;
         loop {
+            // Signed at each try: a signature holds for its time.
+            let signed = match &inner.signer {
+                Some(signer) => Some(signer.sign(inner.url.uri(), &inner.stream_headers, &body)?),
+                None => None,
+            };
+            let headers = signed.as_ref().unwrap_or(&inner.stream_headers);
             let sent = inner
                 .transport
-                .send(&inner.url, &inner.stream_headers, Some(body.clone()));
+                .send(&inner.url, headers, Some(body.clone()));
             let sent = match tokio::time::timeout(inner.idle_timeout, sent).await {
                 Ok(sent) => sent,
                 Err(_) => return Err(ClientError::timeout(&url_text())),

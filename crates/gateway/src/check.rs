@@ -333,11 +333,17 @@ impl Config {
                     NMode::Native => "native",
                     NMode::FanOut => "fan-out",
                 };
+                let url = match (u.base_url.is_empty(), &u.region) {
+                    (true, Some(region)) => {
+                        (u.api.api().regional_base_url(region)).unwrap_or_default()
+                    }
+                    (true, None) => "(the region's endpoint)".to_string(),
+                    (false, _) => shown_url(&u.base_url),
+                };
                 let mut line = format!(
-                    "  upstream {}: {} {}, model {upstream_model}, n {n}",
+                    "  upstream {}: {} {url}, model {upstream_model}, n {n}",
                     k + 1,
                     u.api,
-                    shown_url(&u.base_url)
                 );
                 if let Some(max) = u.max_n {
                     line.push_str(&format!(" (max_n {max})"));
@@ -345,9 +351,22 @@ impl Config {
                 if u.weight != 1 {
                     line.push_str(&format!(", weight {}", u.weight));
                 }
-                match &u.api_key_env {
-                    Some(var) => line.push_str(&format!(", key from ${var}")),
-                    None => line.push_str(", no key"),
+                let signed = matches!(
+                    u.api.api().authorisation(),
+                    choicewise_core::upstream::Authorisation::SigV4 { .. }
+                );
+                match (&u.api_key_env, signed) {
+                    (Some(var), _) => line.push_str(&format!(", key from ${var}")),
+                    (None, true) => line.push_str(&format!(
+                        ", signed (SigV4) with ${} and ${}",
+                        u.access_key_id_env
+                            .as_deref()
+                            .unwrap_or("AWS_ACCESS_KEY_ID"),
+                        u.secret_access_key_env
+                            .as_deref()
+                            .unwrap_or("AWS_SECRET_ACCESS_KEY")
+                    )),
+                    (None, false) => line.push_str(", no key"),
                 }
                 lines.push(line);
             }

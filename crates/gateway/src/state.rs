@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use choicewise_client::Client;
+use choicewise_core::upstream::Authorisation;
 use tokio::sync::{Semaphore, watch};
 
 use crate::admission::{Admission, overload, unsent};
@@ -129,17 +130,26 @@ impl Gateway {
                 let upstream_model = u.model.clone().unwrap_or_else(|| model.name.clone());
                 let mut builder = Client::builder()
                     .api(api)
-                    .base_url(&u.base_url)
                     .model(&upstream_model)
                     .max_idle_connections(config.limits.upstream_idle_connections)
                     .max_retries(0);
+                if !u.base_url.is_empty() {
+                    builder = builder.base_url(&u.base_url);
+                }
+                let at = |e: ConfigError| {
+                    ConfigError(format!("model {:?}, upstream {}: {e}", model.name, k + 1))
+                };
                 let mut key = None;
                 if let Some(var) = &u.api_key_env {
-                    let value = env_var(var).map_err(|e| {
-                        ConfigError(format!("model {:?}, upstream {}: {e}", model.name, k + 1))
-                    })?;
+                    let value = env_var(var).map_err(at)?;
                     builder = builder.api_key(value.clone());
                     key = Some(value);
+                }
+                if api.api().regional_base_url("region").is_some() {
+                    builder = builder.region(region_of(u, &env).map_err(at)?);
+                }
+                if let (Authorisation::SigV4 { .. }, None) = (api.api().authorisation(), &key) {
+                    builder = builder.aws_credentials(aws_credentials(u, &env).map_err(at)?);
                 }
                 let client = builder.build().map_err(|e| {
                     ConfigError(format!("model {:?}, upstream {}: {e}", model.name, k + 1))
@@ -242,6 +252,51 @@ impl Gateway {
 
 /// The value of the environment variable `name` as `env` finds it, trimmed: an error names
 /// an unset or empty variable (never a value).
+/// The region of an upstream served per region: its `region`, else `AWS_REGION`, else
+/// `AWS_DEFAULT_REGION`.
+fn region_of(
+    u: &crate::config::Upstream,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<String, ConfigError> {
+    let set = |name: &str| {
+        env(name)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    (u.region.clone())
+        .or_else(|| set("AWS_REGION"))
+        .or_else(|| set("AWS_DEFAULT_REGION"))
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "the {} API is served per region: give its region (or set AWS_REGION)",
+                u.api
+            ))
+        })
+}
+
+/// The credentials of an upstream whose requests are signed, from the environment
+/// variables it names (default AWS's own). Only the variables' names are ever said.
+fn aws_credentials(
+    u: &crate::config::Upstream,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<choicewise_client::AwsCredentials, ConfigError> {
+    let env_var = env_reader(env);
+    let named = |var: &Option<String>, default: &'static str| -> String {
+        var.clone().unwrap_or_else(|| default.to_string())
+    };
+    let id = env_var(&named(&u.access_key_id_env, "AWS_ACCESS_KEY_ID"))?;
+    let secret = env_var(&named(&u.secret_access_key_env, "AWS_SECRET_ACCESS_KEY"))?;
+    let credentials = choicewise_client::AwsCredentials::new(id, secret);
+    let token = match &u.session_token_env {
+        Some(var) => Some(env_var(var)?),
+        None => env("AWS_SESSION_TOKEN").filter(|t| !t.trim().is_empty()),
+    };
+    Ok(match token {
+        Some(token) => credentials.session_token(token.trim()),
+        None => credentials,
+    })
+}
+
 pub(crate) fn env_reader(
     env: &impl Fn(&str) -> Option<String>,
 ) -> impl Fn(&str) -> Result<String, ConfigError> + '_ {

@@ -90,19 +90,23 @@ pub enum Dialect {
     /// Google's Gemini API (`streamGenerateContent?alt=sse`): each record's `candidates`,
     /// any number of them (`generationConfig.candidateCount` is `n`), by `index`.
     Gemini,
+    /// AWS Bedrock's ConverseStream (`/model/{model}/converse-stream`): one choice, its
+    /// events in AWS's binary event stream, its requests signed with SigV4.
+    Bedrock,
 }
 
 impl Dialect {
     /// Every dialect, in the order of their names in messages.
     ///
     /// ```
-    /// assert_eq!(choicewise_proto::Dialect::ALL.len(), 4);
+    /// assert_eq!(choicewise_proto::Dialect::ALL.len(), 5);
     /// ```
-    pub const ALL: [Dialect; 4] = [
+    pub const ALL: [Dialect; 5] = [
         Dialect::Chat,
         Dialect::Responses,
         Dialect::Anthropic,
         Dialect::Gemini,
+        Dialect::Bedrock,
     ];
 
     /// The Anthropic `thinking` budget (`budget_tokens`) that stands for a Chat Completions

@@ -35,10 +35,12 @@ use serde_json::Value;
 pub use crate::api::Dialect;
 
 mod anthropic;
+pub(crate) mod bedrock;
 pub(crate) mod gemini;
 mod responses;
 
 pub use anthropic::AnthropicEvents;
+pub use bedrock::BedrockEvents;
 pub use responses::ResponsesEvents;
 
 use crate::error::{Error, ErrorDetail, UpstreamError};

@@ -115,7 +115,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         use ErrorDetail as D;
         match self.detail() {
-            D::Sse(_) => ErrorKind::Framing,
+            D::Sse(_) | D::EventStream { .. } => ErrorKind::Framing,
             D::Json { .. } | D::InvalidChoiceIndex { .. } => ErrorKind::Chunk,
             D::WrongDialect { .. } => ErrorKind::Dialect,
             D::InvalidUpdate { .. } | D::InvalidToolCall { .. } => ErrorKind::Update,
@@ -143,6 +143,7 @@ impl Error {
         use ErrorDetail as D;
         match self.detail() {
             D::Sse(e) => Some(e.line()),
+            D::EventStream { message, .. } => Some(*message),
             D::Json { line, .. }
             | D::Truncated { line, .. }
             | D::InvalidChoiceIndex { line, .. }
@@ -174,6 +175,7 @@ impl Error {
         match self.detail() {
             D::Sse(e) => Some(e.offset()),
             D::Json { offset, .. }
+            | D::EventStream { offset, .. }
             | D::Transport { offset, .. }
             | D::Truncated { offset, .. }
             | D::InvalidToolCall { offset, .. }
@@ -305,6 +307,24 @@ pub enum ErrorDetail {
     /// The bytes are not a valid event stream (invalid UTF-8, an event over the size limit).
     #[error(transparent)]
     Sse(choicewise_sse::SseError),
+    /// The bytes are not a valid AWS event stream (Bedrock's framing): a message whose
+    /// length, CRC or headers are wrong, one over the size limit, or a payload that is not
+    /// UTF-8.
+    ///
+    /// ```
+    /// use choicewise_proto::ErrorDetail;
+    /// let e = ErrorDetail::EventStream { message: 3, offset: 420, what: "bad CRC".into() };
+    /// assert_eq!(e.to_string(), "event-stream message 3 (byte 420): bad CRC");
+    /// ```
+    #[error("event-stream message {message} (byte {offset}): {what}")]
+    EventStream {
+        /// The message's number in the stream, from 1.
+        message: u64,
+        /// The byte offset where it starts.
+        offset: u64,
+        /// What is wrong with it.
+        what: String,
+    },
     /// An event's data is not a chunk.
     #[error("line {line} (byte {offset}): invalid chunk JSON: {message}")]
     Json {

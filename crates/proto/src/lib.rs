@@ -85,7 +85,7 @@ pub use event::{
 pub use logprobs::{Logprobs, LogprobsKept};
 pub use response::{ChatCompletion, ChoiceOutput, ChoiceSource, FunctionCall, Message, ToolCall};
 pub use split::Parsed;
-pub use upstream::{RequestWriting, UpstreamApi};
+pub use upstream::{Authorisation, Framing, RequestWriting, UpstreamApi};
 pub use usage::{ChoiceUsage, Estimate, MAX_REPORTED_TOKENS, Usage, UsageSource};
 
 /// The driver API: what a runtime needs to run this protocol on tasks or actors of its own,

@@ -37,6 +37,7 @@ use crate::error::{Error, ErrorDetail};
 use crate::event::WarningKind;
 
 mod anthropic;
+mod bedrock;
 mod chat;
 mod gemini;
 mod responses;
@@ -390,6 +391,45 @@ pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
     fn provider_name(&self) -> &'static str {
         "openai"
     }
+
+    /// How its stream is framed ([`Framing`]): server-sent events but for Bedrock's binary
+    /// event stream.
+    ///
+    /// ```
+    /// use choicewise_proto::{Dialect, Framing};
+    /// assert_eq!(Dialect::Gemini.api().framing(), Framing::ServerSentEvents);
+    /// ```
+    fn framing(&self) -> Framing {
+        Framing::ServerSentEvents
+    }
+
+    /// How a request to it is authorised ([`Authorisation`]): its key in a header
+    /// ([`key_header`](Self::key_header)), else as a bearer token; Bedrock's signed.
+    ///
+    /// ```
+    /// use choicewise_proto::{Authorisation, Dialect};
+    /// assert_eq!(Dialect::Gemini.api().authorisation(), Authorisation::KeyHeader("x-goog-api-key"));
+    /// ```
+    fn authorisation(&self) -> Authorisation {
+        match self.key_header() {
+            Some(header) => Authorisation::KeyHeader(header),
+            None => Authorisation::Bearer,
+        }
+    }
+
+    /// Its base URL in a region, for an API served per region (Bedrock's
+    /// `https://bedrock-runtime.{region}.amazonaws.com`); None for the others.
+    ///
+    /// ```
+    /// use choicewise_proto::Dialect;
+    /// assert_eq!(Dialect::Bedrock.api().regional_base_url("eu-west-1").as_deref(),
+    ///     Some("https://bedrock-runtime.eu-west-1.amazonaws.com"));
+    /// assert_eq!(Dialect::Chat.api().regional_base_url("eu-west-1"), None);
+    /// ```
+    fn regional_base_url(&self, region: &str) -> Option<String> {
+        let _ = region;
+        None
+    }
 }
 
 /// How a request to an upstream API is written from a client's request in Chat Completions'
@@ -413,6 +453,52 @@ pub enum RequestWriting {
     /// as [`UpstreamApi::request_from_chat`] does, so that a request of many messages is
     /// never a tree.
     ByField,
+    /// Whole: every field parsed and the request translated as one tree
+    /// ([`UpstreamApi::request_from_chat`]), for an API whose request nests what a Chat
+    /// Completions request keeps at its top (Bedrock's `toolConfig`, `inferenceConfig`).
+    Whole,
+}
+
+/// How an upstream API's stream is framed ([`UpstreamApi::framing`]).
+///
+/// ```
+/// use choicewise_proto::{Dialect, Framing};
+/// assert_eq!(Dialect::Chat.api().framing(), Framing::ServerSentEvents);
+/// assert_eq!(Dialect::Bedrock.api().framing(), Framing::EventStream);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Framing {
+    /// Server-sent events (`text/event-stream`): every API's but Bedrock's.
+    ServerSentEvents,
+    /// AWS's binary event stream (`application/vnd.amazon.eventstream`): each message
+    /// framed by its length and CRCs, its event type in its `:event-type` header, its JSON
+    /// in its payload.
+    EventStream,
+}
+
+/// How a request to an upstream API is authorised ([`UpstreamApi::authorisation`]).
+///
+/// ```
+/// use choicewise_proto::{Authorisation, Dialect};
+/// assert_eq!(Dialect::Chat.api().authorisation(), Authorisation::Bearer);
+/// assert_eq!(Dialect::Anthropic.api().authorisation(), Authorisation::KeyHeader("x-api-key"));
+/// assert_eq!(Dialect::Bedrock.api().authorisation(), Authorisation::SigV4 { service: "bedrock" });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Authorisation {
+    /// `Authorization: Bearer KEY`.
+    Bearer,
+    /// The key as the value of this header (Anthropic's `x-api-key`, Gemini's
+    /// `x-goog-api-key`).
+    KeyHeader(&'static str),
+    /// AWS Signature Version 4 over each request (method, path, headers, body) with an
+    /// access key, its secret and a session token, for this service in a region.
+    SigV4 {
+        /// The service signed for (`bedrock`).
+        service: &'static str,
+    },
 }
 
 pub(crate) mod sealed {
@@ -489,6 +575,7 @@ upstream_apis! {
     Responses => responses::Responses,
     Anthropic => anthropic::Anthropic,
     Gemini => gemini::Gemini,
+    Bedrock => bedrock::Bedrock,
 }
 
 /// The reader of one stream's events, of the API the stream speaks: its API's reader, and
@@ -826,7 +913,7 @@ impl fmt::Display for Dialect {
 impl FromStr for Dialect {
     type Err = String;
 
-    /// `chat`, `responses`, `anthropic` or `gemini`.
+    /// `chat`, `responses`, `anthropic`, `gemini` or `bedrock`.
     ///
     /// ```
     /// use choicewise_proto::Dialect;
@@ -836,7 +923,9 @@ impl FromStr for Dialect {
         Dialect::ALL
             .into_iter()
             .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown API {s:?} (chat, responses, anthropic or gemini)"))
+            .ok_or_else(|| {
+                format!("unknown API {s:?} (chat, responses, anthropic, gemini or bedrock)")
+            })
     }
 }
 

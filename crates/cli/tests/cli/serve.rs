@@ -819,8 +819,15 @@ fn named_variables(config: &str) -> Vec<(String, String)> {
             let variable = value.trim().trim_matches('"').to_string();
             // Each key of its own: two `[[auth.keys]]` may not hold the same one.
             let secret = format!("doc-secret-{variable}");
-            matches!(key.trim(), "keys_env" | "api_key_env" | "key_env")
-                .then_some((variable, secret))
+            matches!(
+                key.trim(),
+                "keys_env"
+                    | "api_key_env"
+                    | "key_env"
+                    | "access_key_id_env"
+                    | "secret_access_key_env"
+            )
+            .then_some((variable, secret))
         })
         .collect()
 }

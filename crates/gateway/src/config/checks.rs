@@ -115,8 +115,30 @@ impl Config {
                 ));
             }
             for (k, u) in model.upstreams.iter().enumerate() {
+                let regional = u.api.api().regional_base_url("region").is_some();
+                if u.base_url.is_empty() && !regional {
+                    return err(format!(
+                        "model {:?}, upstream {}: no base_url (the {} API's base URL, such as http://127.0.0.1:8080/v1)",
+                        model.name,
+                        k + 1,
+                        u.api
+                    ));
+                }
+                if !regional
+                    && (u.region.is_some()
+                        || u.access_key_id_env.is_some()
+                        || u.secret_access_key_env.is_some()
+                        || u.session_token_env.is_some())
+                {
+                    return err(format!(
+                        "model {:?}, upstream {}: region and the AWS credentials' *_env are Bedrock's, not the {} API's",
+                        model.name,
+                        k + 1,
+                        u.api
+                    ));
+                }
                 let scheme = u.base_url.split_once("://").map(|(s, _)| s);
-                if !matches!(scheme, Some("http" | "https")) {
+                if !u.base_url.is_empty() && !matches!(scheme, Some("http" | "https")) {
                     return err(format!(
                         "model {:?}, upstream {}: base_url {:?} is not an http or https URL",
                         model.name,

@@ -419,8 +419,23 @@ impl Default for HealthConfig {
 pub struct Upstream {
     /// The API it speaks.
     pub api: Dialect,
-    /// Its base URL (`http://127.0.0.1:8080/v1`, `https://api.openai.com/v1`).
+    /// Its base URL (`http://127.0.0.1:8080/v1`, `https://api.openai.com/v1`). May be left
+    /// out for an API served per region (Bedrock's: its runtime endpoint in `region`).
+    #[serde(default)]
     pub base_url: String,
+    /// The region of an API served per region (Bedrock's): its requests are signed for it,
+    /// and its base URL is the region's when `base_url` is left out. Default: `AWS_REGION`,
+    /// else `AWS_DEFAULT_REGION`, as AWS's tools read them.
+    pub region: Option<String>,
+    /// For an API whose requests are signed (Bedrock's): the environment variables of the
+    /// access key, its secret and a session token (default `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY` and, if set, `AWS_SESSION_TOKEN`). Not read when
+    /// `api_key_env` names a key (a Bedrock API key, sent as a bearer token).
+    pub access_key_id_env: Option<String>,
+    /// See [`access_key_id_env`](Self::access_key_id_env).
+    pub secret_access_key_env: Option<String>,
+    /// See [`access_key_id_env`](Self::access_key_id_env); when named, it must be set.
+    pub session_token_env: Option<String>,
     /// The upstream's model name (default: the model's name).
     pub model: Option<String>,
     /// The environment variable holding its key, if it needs one.

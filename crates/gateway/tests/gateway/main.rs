@@ -17,6 +17,7 @@ mod common;
 mod after_finish;
 mod agents;
 mod arith;
+mod bedrock_upstream;
 mod clients;
 mod console;
 mod custom_tools;

@@ -116,6 +116,9 @@ pub(crate) fn request_body(
         return Ok(crate::request::write_object(base, &over).into());
     }
     let native = (opener.native.as_deref()).filter(|(api, _)| *api == u.api);
+    if writing == RequestWriting::Whole {
+        return whole_body(u, base, native.map(|n| &n.1), opener.room);
+    }
     let translated = translated_body(
         u.api,
         &u.model,
@@ -124,6 +127,37 @@ pub(crate) fn request_body(
         (samples, limit_to_set(u, base, opener.room)),
     )?;
     Ok(translated.into())
+}
+
+/// [`request_body`] for an upstream whose API's request is translated whole
+/// ([`RequestWriting::Whole`]: Bedrock's, which nests what Chat Completions keeps at its top):
+/// every field parsed, with the model, streaming and the limit the gateway sets, and
+/// translated as one tree; the translation's refusals are coded as Gemini's are.
+fn whole_body(
+    u: &UpstreamRoute,
+    base: &crate::request::Fields,
+    native: Option<&Map<String, Value>>,
+    room: Option<u64>,
+) -> Result<bytes::Bytes, ApiError> {
+    let mut body = Map::new();
+    for (k, text) in base.iter() {
+        body.insert(
+            k.clone(),
+            crate::request::parse_field(k, text).map_err(ApiError::invalid)?,
+        );
+    }
+    if let Some(native) = native {
+        body.extend(native.clone());
+    }
+    if let Some(limit) = limit_to_set(u, base, room) {
+        body.entry("max_tokens").or_insert(json!(limit));
+    }
+    body.insert("model".into(), json!(u.model));
+    body.insert("stream".into(), json!(true));
+    let request = (u.api.api().request_from_chat(&body))
+        .map_err(|e| ApiError::invalid(e).code("untranslatable_request"))?;
+    let text = serde_json::to_vec(&request).map_err(|e| ApiError::invalid(e.to_string()))?;
+    Ok(text.into())
 }
 
 /// [`request_body`] for an upstream of API `api` other than Chat Completions, for its model
