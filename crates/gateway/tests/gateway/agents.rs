@@ -15,7 +15,9 @@
 //! (`[models.choicewise] select = "vote"`, 3 samples) whose samples all call the same tool
 //! (the agent runs it and ends the turn, exit 0); a hedged model (its default policy hedges
 //! the first token across two upstreams, the first of them silent: the turn completes from the
-//! second). And Claude Code's gateway model discovery over the gateway's model list.
+//! second). Claude Code's and Codex's tool loop over a scripted Bedrock upstream (ConverseStream,
+//! its signatures checked by botocore: crate::bedrock_upstream). And Claude Code's gateway
+//! model discovery over the gateway's model list.
 //!
 //! Each test serves one gateway with a model per upstream API (`agent-chat`,
 //! `agent-anthropic`, `agent-responses`, `agent-gemini`) and runs the agent over the four at
@@ -986,6 +988,57 @@ async fn tool_loops_over_each_api(agent: Agent, samples: usize, policy: &str, ca
     futures::future::join_all(runs).await;
 }
 
+/// The agent runs the tool a Bedrock upstream calls (ConverseStream, each request's SigV4
+/// signature checked by botocore: crate::bedrock_upstream), and the upstream's next answer,
+/// given once the tool's output reached it, ends the turn.
+async fn tool_loop_over_bedrock(agent: Agent) {
+    use crate::bedrock_upstream::{ACCESS_KEY, Bedrock, SECRET};
+    let work = fresh_dir("work");
+    let call = agent.tool_call(&work, 0);
+    let Effect::Output(output) = call.effect else {
+        unreachable!("{agent:?} runs a shell command")
+    };
+    let said = "The tool ran through the gateway over bedrock.";
+    // The call in turn, to every request (the agent's retries too), until one carries the
+    // tool's output back, which only running it gives: that one gets the text.
+    let script = json!({"answers": [
+        {"match": output, "text": said},
+        {"tool_uses": [{"id": "tooluse_agent_1", "name": call.name, "input": call.arguments}],
+         "writes": "bytes:1-48"},
+    ]});
+    let Some(bedrock) = Bedrock::start(script, None).await else {
+        return;
+    };
+    let toml = format!(
+        "[auth]\nkeys_env = \"AGENT_KEYS\"\n[[models]]\nname = \"agent-bedrock\"\n\
+         [[models.upstreams]]\napi = \"bedrock\"\nbase_url = \"{}\"\nregion = \"us-east-1\"\n\
+         model = \"up\"\n[models.retry]\nbackoff_ms = 1\n",
+        bedrock.url
+    );
+    let (addr, _) = serve(&toml, |name| match name {
+        "AGENT_KEYS" => Some(KEY.to_string()),
+        "AWS_ACCESS_KEY_ID" => Some(ACCESS_KEY.to_string()),
+        "AWS_SECRET_ACCESS_KEY" => Some(SECRET.to_string()),
+        _ => None,
+    })
+    .await;
+    let ran = run_agent_in(agent, addr, "agent-bedrock", "Do it.", &[], work).await;
+    assert_eq!(ran.code, Some(0), "{agent:?} over bedrock: {ran}");
+    assert!(ran.stdout.contains(said), "{agent:?} over bedrock: {ran}");
+    let requests = bedrock.requests();
+    assert!(
+        requests.iter().all(|r| r["signature"] == "ok"),
+        "{agent:?} over bedrock: {requests:?}"
+    );
+    // The turn that carried the call and its result back, in Converse's shape.
+    let last = requests.last().unwrap()["body"].to_string();
+    assert!(
+        last.contains("\"toolUse\"") && last.contains("\"toolResult\"") && last.contains(output),
+        "{agent:?} over bedrock: {}",
+        messages_of(&last)
+    );
+}
+
 /// A turn's conversation, without its tools' definitions (most of a turn, none of its story).
 fn messages_of(turn: &str) -> String {
     let Ok(mut turn) = serde_json::from_str::<Value>(turn) else {
@@ -1142,6 +1195,12 @@ async fn claude_code_three_turn_tool_loop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
+async fn claude_code_tool_loop_over_bedrock() {
+    tool_loop_over_bedrock(Agent::ClaudeCode).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Claude Code from npm: scripts/agents.sh install"]
 async fn claude_code_cut_answer() {
     cut_answer_over_each_api(Agent::ClaudeCode).await;
 }
@@ -1175,6 +1234,12 @@ async fn codex_tool_loop() {
 #[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
 async fn codex_three_turn_tool_loop() {
     tool_loops_over_each_api(Agent::Codex, 1, "", 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Codex CLI from npm: scripts/agents.sh install"]
+async fn codex_tool_loop_over_bedrock() {
+    tool_loop_over_bedrock(Agent::Codex).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,13 +15,13 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::common::{post_chat, post_to, serve, sse_data};
 
-const ACCESS_KEY: &str = "AKIDEXAMPLE";
-const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
+pub(crate) const ACCESS_KEY: &str = "AKIDEXAMPLE";
+pub(crate) const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
 const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
 
 /// A scripted Bedrock upstream, stopped when dropped.
-struct Bedrock {
-    url: String,
+pub(crate) struct Bedrock {
+    pub(crate) url: String,
     record: PathBuf,
     _child: tokio::process::Child,
     _dir: tempfile::TempDir,
@@ -30,7 +30,7 @@ struct Bedrock {
 impl Bedrock {
     /// One serving `script` (its `answers`), expecting the example credentials and, when
     /// given, this session token; None (said) without python3 and botocore.
-    async fn start(script: Value, token: Option<&str>) -> Option<Bedrock> {
+    pub(crate) async fn start(script: Value, token: Option<&str>) -> Option<Bedrock> {
         let botocore = std::process::Command::new("python3")
             .args(["-c", "import botocore"])
             .stderr(std::process::Stdio::null())
@@ -79,7 +79,7 @@ impl Bedrock {
     }
 
     /// The requests it received, in order.
-    fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.record)
             .unwrap_or_default()
             .lines()
