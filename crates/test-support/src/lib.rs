@@ -37,6 +37,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod bedrock;
 mod chromium;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
@@ -54,6 +55,7 @@ mod sse;
 pub mod threads;
 mod time;
 
+pub use bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_SECRET, BedrockUpstream};
 pub use chromium::ChromeDriver;
 pub use heap::{CountingAlloc, rss_bytes};
 pub use net::refusing;

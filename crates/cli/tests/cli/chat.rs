@@ -2457,3 +2457,52 @@ async fn chat_calls_gemini_with_n_as_its_candidates() {
         2
     );
 }
+
+/// `--api bedrock` signs each request with the environment's AWS credentials for
+/// `AWS_REGION`, writes it in Converse's shape and reads the event stream: two samples of
+/// `--fan-out 2` over a scripted Bedrock that checks every signature with botocore.
+#[tokio::test]
+async fn bedrock_requests_are_signed_with_the_environments_credentials() {
+    use choicewise_test_support::{BEDROCK_ACCESS_KEY, BEDROCK_SECRET, BedrockUpstream};
+    let script = serde_json::json!({"answers": [
+        {"text": "Paris.", "writes": "bytes:1-9"},
+        {"text": "It is Paris.", "writes": "bytes:1-9"}
+    ]});
+    let Some(bedrock) = BedrockUpstream::start(&script, Some("FwoGZXIvYXdzCLITOKEN")) else {
+        return;
+    };
+    let run = |secret: &'static str| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_choicewise"))
+            .args(["chat", "--api", "bedrock", "--base-url", bedrock.url()])
+            .args(["--model", "anthropic.claude-3-5-haiku-20241022-v1:0"])
+            .args(["--fan-out", "2", "--system", "Be brief.", "--json"])
+            .arg("The capital of France?")
+            .env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_SESSION_TOKEN", "FwoGZXIvYXdzCLITOKEN")
+            .env("AWS_REGION", "us-east-1")
+            .env_remove("AWS_BEARER_TOKEN_BEDROCK")
+            .stdin(std::process::Stdio::null())
+            .output()
+    };
+    let out = run(BEDROCK_SECRET).await.unwrap();
+    let json = json_of(&out);
+    let mut contents: Vec<&str> = (json["choices"].as_array().unwrap().iter())
+        .map(|c| c["message"]["content"].as_str().unwrap())
+        .collect();
+    contents.sort_unstable();
+    assert_eq!(contents, ["It is Paris.", "Paris."]);
+    let requests = bedrock.requests();
+    assert_eq!(requests.len(), 2);
+    for r in &requests {
+        assert_eq!(r["signature"], "ok", "{r}");
+        assert_eq!(r["body"]["system"], serde_json::json!([{"text": "Be brief."}]));
+        assert!(r["body"].get("model").is_none(), "{r}");
+    }
+    // A wrong secret: the upstream's 403, named, and the secret nowhere.
+    let out = run("not-the-secret").await.unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("403"), "{err}");
+    assert!(!err.contains("not-the-secret"), "{err}");
+}

@@ -1006,14 +1006,14 @@ async fn tool_loop_over_bedrock(agent: Agent) {
         {"tool_uses": [{"id": "tooluse_agent_1", "name": call.name, "input": call.arguments}],
          "writes": "bytes:1-48"},
     ]});
-    let Some(bedrock) = Bedrock::start(script, None).await else {
+    let Some(bedrock) = Bedrock::start(&script, None) else {
         return;
     };
     let toml = format!(
         "[auth]\nkeys_env = \"AGENT_KEYS\"\n[[models]]\nname = \"agent-bedrock\"\n\
          [[models.upstreams]]\napi = \"bedrock\"\nbase_url = \"{}\"\nregion = \"us-east-1\"\n\
          model = \"up\"\n[models.retry]\nbackoff_ms = 1\n",
-        bedrock.url
+        bedrock.url()
     );
     let (addr, _) = serve(&toml, |name| match name {
         "AGENT_KEYS" => Some(KEY.to_string()),

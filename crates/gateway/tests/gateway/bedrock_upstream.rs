@@ -3,90 +3,18 @@
 //! signature checked by botocore's signer, each answer written in AWS's binary event stream,
 //! split across writes anywhere, paced, cut or failed as the script says.
 //!
-//! It needs python3 with botocore (PyPI; Debian's python3-botocore): without them each test
-//! is skipped, saying so, but under CI (`CI=true`), where .ci/run installs botocore and
-//! their absence fails the test.
-
-use std::path::PathBuf;
-use std::time::Duration;
+//! It needs python3 with botocore (PyPI): without them each test is skipped, saying so, but
+//! under CI (`CI=true`), where .ci/run installs botocore and their absence fails the test
+//! (choicewise_test_support::BedrockUpstream).
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::common::{post_chat, post_to, serve, sse_data};
 
-pub(crate) const ACCESS_KEY: &str = "AKIDEXAMPLE";
-pub(crate) const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
+pub(crate) use choicewise_test_support::{
+    BEDROCK_ACCESS_KEY as ACCESS_KEY, BEDROCK_SECRET as SECRET, BedrockUpstream as Bedrock,
+};
 const MODEL: &str = "anthropic.claude-3-5-haiku-20241022-v1:0";
-
-/// A scripted Bedrock upstream, stopped when dropped.
-pub(crate) struct Bedrock {
-    pub(crate) url: String,
-    record: PathBuf,
-    _child: tokio::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Bedrock {
-    /// One serving `script` (its `answers`), expecting the example credentials and, when
-    /// given, this session token; None (said) without python3 and botocore.
-    pub(crate) async fn start(script: Value, token: Option<&str>) -> Option<Bedrock> {
-        let botocore = std::process::Command::new("python3")
-            .args(["-c", "import botocore"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !botocore {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("python3 with botocore is missing, and CI=true: .ci/run installs botocore");
-            }
-            eprintln!("skipped: python3 with botocore is not installed (pip install botocore)");
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let script_path = dir.path().join("script.json");
-        std::fs::write(&script_path, script.to_string()).unwrap();
-        let record = dir.path().join("requests.jsonl");
-        let program =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/bedrock_upstream.py");
-        let mut command = tokio::process::Command::new("python3");
-        command
-            .arg(program)
-            .arg("--script")
-            .arg(&script_path)
-            .arg("--record")
-            .arg(&record)
-            .args(["--access-key-id", ACCESS_KEY, "--secret-access-key", SECRET])
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        if let Some(token) = token {
-            command.args(["--session-token", token]);
-        }
-        let mut child = command.spawn().expect("python3");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("the scripted Bedrock did not start")
-            .unwrap()
-            .unwrap();
-        let url = line.strip_prefix("listening on ").unwrap().to_string();
-        Some(Bedrock {
-            url,
-            record,
-            _child: child,
-            _dir: dir,
-        })
-    }
-
-    /// The requests it received, in order.
-    pub(crate) fn requests(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.record)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-}
 
 /// A gateway with model `m` over this Bedrock, its credentials from `env`.
 async fn gateway(
@@ -97,7 +25,7 @@ async fn gateway(
     let toml = format!(
         "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"bedrock\"\nbase_url = \"{}\"\n\
          region = \"us-east-1\"\nmodel = \"{MODEL}\"\n{extra}\n",
-        bedrock.url
+        bedrock.url()
     );
     serve(&toml, env).await.0
 }
@@ -162,11 +90,9 @@ async fn n_choices_are_fanned_out_signed_and_read_from_split_event_streams() {
     // the three streams interleaved.
     let answer = |text: &str, seed: u64| json!({"text": text, "writes": "bytes:1-7", "delay_ms": 1, "seed": seed, "usage": [11, 3]});
     let Some(bedrock) = Bedrock::start(
-        json!({"answers": [answer("Paris is the capital.", 1), answer("It is Paris.", 2), answer("Paris.", 3)]}),
+        &json!({"answers": [answer("Paris is the capital.", 1), answer("It is Paris.", 2), answer("Paris.", 3)]}),
         None,
-    )
-    .await
-    else {
+    ) else {
         return;
     };
     let addr = gateway(&bedrock, "", aws_env(SECRET)).await;
@@ -217,15 +143,13 @@ async fn n_choices_are_fanned_out_signed_and_read_from_split_event_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_call_and_its_result_go_both_ways_with_a_session_token() {
     let Some(bedrock) = Bedrock::start(
-        json!({"answers": [
+        &json!({"answers": [
             {"match": "tool_use_result_marker", "text": "There is one file."},
             {"tool_uses": [{"id": "tooluse_ls1", "name": "shell", "input": {"command": ["ls", "-la"]}}],
              "writes": "bytes:2-9", "delay_ms": 1}
         ]}),
         Some("FwoGZXIvYXdzEXAMPLETOKEN"),
-    )
-    .await
-    else {
+    ) else {
         return;
     };
     let env = |name: &str| match name {
@@ -288,7 +212,7 @@ async fn a_tool_call_and_its_result_go_both_ways_with_a_session_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signature_the_upstream_rejects_is_a_502_naming_its_403() {
-    let Some(bedrock) = Bedrock::start(json!({"answers": [{"text": "never"}]}), None).await else {
+    let Some(bedrock) = Bedrock::start(&json!({"answers": [{"text": "never"}]}), None) else {
         return;
     };
     let addr = gateway(&bedrock, "", aws_env("not-the-secret")).await;
@@ -314,16 +238,14 @@ async fn a_signature_the_upstream_rejects_is_a_502_naming_its_403() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_stream_and_an_exception_fail_their_choice_only() {
     let Some(bedrock) = Bedrock::start(
-        json!({"answers": [
+        &json!({"answers": [
             {"match": "cut", "text": "a long answer cut short", "cut_after": 3, "writes": "bytes:3-5"},
             {"match": "exception", "text": "half", "no_stop": true, "no_metadata": true,
              "exception": {"type": "modelStreamErrorException", "message": "the model stopped"}},
             {"match": "fine", "text": "whole"}
         ]}),
         None,
-    )
-    .await
-    else {
+    ) else {
         return;
     };
     let addr = gateway(&bedrock, "", aws_env(SECRET)).await;
