@@ -2496,7 +2496,10 @@ async fn bedrock_requests_are_signed_with_the_environments_credentials() {
     assert_eq!(requests.len(), 2);
     for r in &requests {
         assert_eq!(r["signature"], "ok", "{r}");
-        assert_eq!(r["body"]["system"], serde_json::json!([{"text": "Be brief."}]));
+        assert_eq!(
+            r["body"]["system"],
+            serde_json::json!([{"text": "Be brief."}])
+        );
         assert!(r["body"].get("model").is_none(), "{r}");
     }
     // A wrong secret: the upstream's 403, named, and the secret nowhere.
