@@ -68,21 +68,26 @@ pub struct ChatArgs {
     #[arg(long, value_name = "KEY=JSON", value_parser = parse_param)]
     param: Vec<(String, Value)>,
     /// The API to call: chat (POST BASE_URL/chat/completions), responses (OpenAI's
-    /// Responses API, BASE_URL/responses) or anthropic (Anthropic's Messages API,
-    /// BASE_URL/messages; the request is reshaped for each).
+    /// Responses API, BASE_URL/responses), anthropic (Anthropic's Messages API,
+    /// BASE_URL/messages), gemini (BASE_URL/models/MODEL:streamGenerateContent) or bedrock
+    /// (AWS Bedrock's ConverseStream, BASE_URL/model/MODEL/converse-stream, signed with the
+    /// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN of the environment for
+    /// AWS_REGION); the request is reshaped for each.
     #[arg(long, value_name = "API", default_value = "chat", value_parser = upstream::api_parser())]
     api: Dialect,
     /// The API's base URL (a URL without a path, such as http://127.0.0.1:8080, means
     /// http://127.0.0.1:8080/v1; a trailing slash is ignored) [default: $OPENAI_BASE_URL, else
     /// https://api.openai.com/v1; with --api anthropic, $ANTHROPIC_BASE_URL, else
-    /// https://api.anthropic.com/v1].
+    /// https://api.anthropic.com/v1; gemini: $GEMINI_BASE_URL, else Google's v1beta; bedrock:
+    /// $AWS_ENDPOINT_URL_BEDROCK_RUNTIME, else the region's runtime endpoint].
     // The doc comment is the --help text, plain text in a terminal: no `<...>` around URLs.
     #[allow(rustdoc::bare_urls)]
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
     /// The API key (sent as `Authorization: Bearer KEY`, `api-key: KEY` with --azure,
-    /// `x-api-key: KEY` to anthropic) [default: $OPENAI_API_KEY; with --api anthropic,
-    /// $ANTHROPIC_API_KEY].
+    /// `x-api-key: KEY` to anthropic, `x-goog-api-key: KEY` to gemini) [default:
+    /// $OPENAI_API_KEY; with --api anthropic, $ANTHROPIC_API_KEY; gemini: $GEMINI_API_KEY;
+    /// bedrock: $AWS_BEARER_TOKEN_BEDROCK, a Bedrock API key, else the request is signed].
     #[arg(long, value_name = "KEY")]
     api_key: Option<String>,
     /// Azure OpenAI: the api-version; BASE_URL is then the deployment's URL

@@ -54,7 +54,7 @@ pub fn parse_fan_out(s: &str) -> Result<FanOutSpec, String> {
         };
         let Some((api, rest)) = rest.split_once(':') else {
             return Err(format!(
-                "{part:?}: expected K, or [K*]API:MODEL[@URL] with API chat, responses, anthropic or gemini"
+                "{part:?}: expected K, or [K*]API:MODEL[@URL] with API chat, responses, anthropic, gemini or bedrock"
             ));
         };
         let api: Dialect = api.parse()?;

@@ -31,7 +31,7 @@ use crate::upstream::{Reader, dialect_of, dialect_of_record};
 use crate::wire::ChatCompletionChunk;
 use detect::dialect_from;
 use envelope::{Created, Envelope, Facts, RawChoices, raw_value, upstream_error};
-use event_stream::{EventStream, Frame};
+use event_stream::EventStream;
 
 /// What one step of the input produced.
 #[derive(Debug)]
@@ -265,19 +265,8 @@ impl Splitter {
     /// The input ended without `[DONE]`: fine if nothing is pending and every choice
     /// finished, a truncation error otherwise.
     pub fn end_of_input(&mut self) -> Step {
-        if let Some(stream) = &self.event_stream {
-            let ((messages, offset), pending_bytes) =
-                (stream.position(), stream.pending_bytes() as u64);
-            let unfinished = self.unfinished();
-            if pending_bytes == 0 && unfinished.is_empty() {
-                return Step::End(Ok(()));
-            }
-            return Step::End(Err(Error::from(ErrorDetail::Truncated {
-                line: messages,
-                offset,
-                pending_bytes,
-                unfinished,
-            })));
+        if self.event_stream.is_some() {
+            return self.end_of_event_stream();
         }
         // The framer's tolerant mode may dispatch a last event written without its blank line.
         let mut split = Ok(Flow::Continue);
@@ -350,58 +339,6 @@ impl Splitter {
             pending_bytes: 0,
             unfinished,
         })))
-    }
-
-    /// The stream's framing, from its first byte: its API's, when the API is given;
-    /// else an AWS event stream when the byte begins one (its API then the one framed so),
-    /// server-sent events otherwise.
-    fn choose_framing(&mut self, first: u8) {
-        use crate::upstream::Framing;
-        let event_stream = match self.dialect {
-            Some(dialect) => dialect.api().framing() == Framing::EventStream,
-            None => event_stream::starts_an_event_stream(first),
-        };
-        if event_stream {
-            self.event_stream = Some(Box::new(EventStream::new(self.max_event_size)));
-            self.dialect = self.dialect.or_else(|| {
-                (Dialect::ALL.into_iter()).find(|d| d.api().framing() == Framing::EventStream)
-            });
-        }
-    }
-
-    /// [`feed`](Self::feed) for an AWS event stream: each message's event read as a typed
-    /// dialect's, an exception or error message the upstream's error.
-    fn feed_event_stream(&mut self, bytes: &[u8]) -> Step {
-        let Some(mut stream) = self.event_stream.take() else {
-            return Step::Continue;
-        };
-        let mut stop: Option<Result<(), Error>> = None;
-        let fed = stream.feed(bytes, |frame, number, offset| {
-            let read = match frame {
-                Frame::Event { kind, payload } => {
-                    self.event(kind, payload, number, offset, DataLines::default())
-                }
-                Frame::Error(e) => Err(e),
-            };
-            match read {
-                Ok(Flow::Continue) => ControlFlow::Continue(()),
-                Ok(Flow::Done) => {
-                    stop = Some(Ok(()));
-                    ControlFlow::Break(())
-                }
-                Err(e) => {
-                    stop = Some(Err(e));
-                    ControlFlow::Break(())
-                }
-            }
-        });
-        self.event_stream = Some(stream);
-        self.offset += bytes.len() as u64;
-        match fed {
-            Err(e) => Step::End(Err(e)),
-            Ok(false) => Step::Continue,
-            Ok(true) => Step::End(stop.unwrap_or(Ok(()))),
-        }
     }
 
     /// Warns (once per stream) that events were written without the blank line between them.

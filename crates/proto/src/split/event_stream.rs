@@ -11,6 +11,10 @@ use aws_smithy_eventstream::frame::read_message_from;
 use aws_smithy_types::event_stream::{HeaderValue, Message};
 use serde_json::{Value, json};
 
+use choicewise_sse::DataLines;
+
+use super::{Flow, Splitter, Step};
+use crate::dialect::Dialect;
 use crate::error::{Error, ErrorDetail, UpstreamError};
 
 /// The prelude: the total length, the headers' length, the prelude's CRC.
@@ -142,6 +146,80 @@ impl EventStream {
             }
         }
         Ok(stopped)
+    }
+}
+
+impl Splitter {
+    /// The stream's framing, from its first byte: its API's, when the API is given;
+    /// else an AWS event stream when the byte begins one (its API then the one framed so),
+    /// server-sent events otherwise.
+    pub(super) fn choose_framing(&mut self, first: u8) {
+        use crate::upstream::Framing;
+        let event_stream = match self.dialect {
+            Some(dialect) => dialect.api().framing() == Framing::EventStream,
+            None => starts_an_event_stream(first),
+        };
+        if event_stream {
+            self.event_stream = Some(Box::new(EventStream::new(self.max_event_size)));
+            self.dialect = self.dialect.or_else(|| {
+                (Dialect::ALL.into_iter()).find(|d| d.api().framing() == Framing::EventStream)
+            });
+        }
+    }
+
+    /// [`feed`](Self::feed) for an AWS event stream: each message's event read as a typed
+    /// dialect's, an exception or error message the upstream's error.
+    pub(super) fn feed_event_stream(&mut self, bytes: &[u8]) -> Step {
+        let Some(mut stream) = self.event_stream.take() else {
+            return Step::Continue;
+        };
+        let mut stop: Option<Result<(), Error>> = None;
+        let fed = stream.feed(bytes, |frame, number, offset| {
+            let read = match frame {
+                Frame::Event { kind, payload } => {
+                    self.event(kind, payload, number, offset, DataLines::default())
+                }
+                Frame::Error(e) => Err(e),
+            };
+            match read {
+                Ok(Flow::Continue) => ControlFlow::Continue(()),
+                Ok(Flow::Done) => {
+                    stop = Some(Ok(()));
+                    ControlFlow::Break(())
+                }
+                Err(e) => {
+                    stop = Some(Err(e));
+                    ControlFlow::Break(())
+                }
+            }
+        });
+        self.event_stream = Some(stream);
+        self.offset += bytes.len() as u64;
+        match fed {
+            Err(e) => Step::End(Err(e)),
+            Ok(false) => Step::Continue,
+            Ok(true) => Step::End(stop.unwrap_or(Ok(()))),
+        }
+    }
+
+    /// [`end_of_input`](Splitter::end_of_input) of an event stream: fine if no message is
+    /// begun and every choice finished, a truncation error otherwise.
+    pub(super) fn end_of_event_stream(&mut self) -> Step {
+        let Some(stream) = &self.event_stream else {
+            return Step::End(Ok(()));
+        };
+        let ((messages, offset), pending_bytes) =
+            (stream.position(), stream.pending_bytes() as u64);
+        let unfinished = self.unfinished();
+        if pending_bytes == 0 && unfinished.is_empty() {
+            return Step::End(Ok(()));
+        }
+        Step::End(Err(Error::from(ErrorDetail::Truncated {
+            line: messages,
+            offset,
+            pending_bytes,
+            unfinished,
+        })))
     }
 }
 
