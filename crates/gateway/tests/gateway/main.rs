@@ -8,8 +8,9 @@
 //! arithmetic model's llama.cpp server), `clients::` (the official SDKs), `agents::` (the
 //! coding agents).
 
-// Most of these tests wait on sockets and real delays: two a core at once.
-choicewise_test_support::waiting_tests!();
+// One test a core, libtest's default: these tests hold real sockets, real delays and the
+// order things arrive in, and two a core at once (`waiting_tests!`) gave two of them, each
+// once, a machine slower than their margins in CI.
 
 #[path = "../common/mod.rs"]
 mod common;
