@@ -79,17 +79,13 @@ pub fn parse_fan_out(s: &str) -> Result<FanOutSpec, String> {
 /// The request (built in Chat Completions' shape from the flags) in `api`'s shape (see
 /// [`Dialect::request_from_chat`]).
 pub fn shape(api: Dialect, request: &Value) -> Result<Value, String> {
-    api.request_from_chat(request).map_err(|e| {
-        if e.contains("has no n") {
-            format!("{e}: ask for several choices with --fan-out K*{api}:MODEL")
-        } else if let Some(field) = ["seed", "stop"]
-            .iter()
-            .find(|f| e.contains(&format!("has no {f}")))
-        {
+    // The field refused names the flag that set it.
+    api.request_from_chat(request).map_err(|e| match e.param() {
+        Some("n") => format!("{e}: ask for several choices with --fan-out K*{api}:MODEL"),
+        Some(field @ ("seed" | "stop")) => {
             format!("{e}: leave out --{field} (or that field of --request) for it")
-        } else {
-            e
         }
+        _ => e.to_string(),
     })
 }
 

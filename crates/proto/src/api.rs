@@ -39,6 +39,75 @@ pub const DEFAULT_ANTHROPIC_MAX_TOKENS: u64 = 8192;
 /// ```
 pub const THOUGHT_SIGNATURE_IN_ID: &str = "__thought__";
 
+/// Why a request could not be written in an upstream API's shape
+/// ([`UpstreamApi::request_from_chat`](crate::UpstreamApi::request_from_chat)): the request
+/// field at fault, when one is, and why.
+///
+/// ```
+/// use choicewise_proto::Dialect;
+/// let e = Dialect::Anthropic.request_from_chat(&serde_json::json!({"messages": [], "seed": 1})).unwrap_err();
+/// assert_eq!(e.param(), Some("seed"));
+/// assert_eq!(e.to_string(), "the anthropic API has no seed: leave it out for it");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RequestError {
+    param: Option<String>,
+    message: String,
+}
+
+impl RequestError {
+    /// An error of no one field.
+    ///
+    /// ```
+    /// let e = choicewise_proto::RequestError::new("the body must be a JSON object");
+    /// assert_eq!((e.param(), e.message()), (None, "the body must be a JSON object"));
+    /// ```
+    pub fn new(message: impl Into<String>) -> Self {
+        RequestError {
+            param: None,
+            message: message.into(),
+        }
+    }
+
+    /// An error of the request field `param`.
+    ///
+    /// ```
+    /// let e = choicewise_proto::RequestError::at("tools", "tools[0]: a function needs a name");
+    /// assert_eq!(e.param(), Some("tools"));
+    /// ```
+    pub fn at(param: impl Into<String>, message: impl Into<String>) -> Self {
+        RequestError {
+            param: Some(param.into()),
+            message: message.into(),
+        }
+    }
+
+    /// The request field at fault (`messages`, `tools`, `seed`, ...), when one is.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::RequestError::new("x").param(), None);
+    /// ```
+    pub fn param(&self) -> Option<&str> {
+        self.param.as_deref()
+    }
+
+    /// Why, in words that name the field and the API.
+    ///
+    /// ```
+    /// assert_eq!(choicewise_proto::RequestError::new("why").message(), "why");
+    /// ```
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<MessagesError> for RequestError {
+    fn from(e: MessagesError) -> Self {
+        RequestError::at(e.field(), e.to_string())
+    }
+}
+
 /// Why a Chat Completions `messages` could not be translated into another API's
 /// ([`Dialect::messages_from_chat_json`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -184,11 +253,11 @@ pub(crate) fn one_choice_request<'a>(
     body: &'a Map<String, Value>,
     unsupported: &[&str],
     left_out: &[&str],
-) -> Result<OneChoiceRequest<'a>, String> {
+) -> Result<OneChoiceRequest<'a>, RequestError> {
     if body.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
-        return Err(format!(
-            "the {} API has no n: send one request per choice",
-            api
+        return Err(RequestError::at(
+            "n",
+            format!("the {api} API has no n: send one request per choice"),
         ));
     }
     let mut out = Map::new();
@@ -197,14 +266,14 @@ pub(crate) fn one_choice_request<'a>(
         Some(Value::Array(messages)) => messages,
         Some(other) => {
             let found = messages::json_kind(other);
-            return Err(MessagesError::NotAnArray { found }.to_string());
+            return Err(MessagesError::NotAnArray { found }.into());
         }
     };
     for unsupported in unsupported {
         if body.get(*unsupported).is_some_and(|v| !v.is_null()) {
-            return Err(format!(
-                "the {} API has no {unsupported}: leave it out for it",
-                api
+            return Err(RequestError::at(
+                *unsupported,
+                format!("the {api} API has no {unsupported}: leave it out for it"),
             ));
         }
     }

@@ -61,7 +61,8 @@ mod usage;
 pub mod wire;
 
 pub use api::{
-    DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesError, MessagesText, THOUGHT_SIGNATURE_IN_ID,
+    DEFAULT_ANTHROPIC_MAX_TOKENS, Dialect, MessagesError, MessagesText, RequestError,
+    THOUGHT_SIGNATURE_IN_ID,
 };
 pub use ballot::{Ballot, Standing, Verdict};
 pub use canonical::{write_canonical_json, write_json_string};

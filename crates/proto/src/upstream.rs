@@ -30,6 +30,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+pub use crate::api::RequestError;
 use crate::api::{Dialect, MessagesError};
 use crate::dialect::{Decoded, EventReader};
 use crate::error::{Error, ErrorDetail};
@@ -158,8 +159,9 @@ pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
     ///
     /// # Errors
     ///
-    /// A field the API cannot take, or a message or tool that does not translate: why.
-    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String>;
+    /// A field the API cannot take, or a message or tool that does not translate
+    /// ([`RequestError`]: the field, and why).
+    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, RequestError>;
 
     /// A Chat Completions `messages`, as JSON text, written in this API's shape at the end of
     /// `out` ([`Dialect::write_messages_from_chat_json`]): the first system message's
@@ -196,7 +198,11 @@ pub trait UpstreamApi: sealed::Sealed + fmt::Debug + Send + Sync + 'static {
     /// # Errors
     ///
     /// Not a list, a tool that is not a function, a function without a name.
-    fn write_tools_from_chat_json(&self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String>;
+    fn write_tools_from_chat_json(
+        &self,
+        tools: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RequestError>;
 
     /// Whether an event of this `type` is one of this API's (how a stream of no given API
     /// is recognised from its first event, and an event of another API told from an unknown

@@ -274,3 +274,33 @@ async fn a_cut_stream_and_an_exception_fail_their_choice_only() {
     let body: Value = fine.json().await.unwrap();
     assert_eq!(body["choices"][0]["message"]["content"], "whole");
 }
+
+/// A field Converse has no place for is the client's error, a 400 naming the field (the
+/// translation's typed refusal), before any upstream is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_converse_has_no_place_for_is_a_400_naming_it() {
+    let (url, _held) = choicewise_test_support::refusing();
+    let toml = format!(
+        "[[models]]\nname = \"m\"\n[[models.upstreams]]\napi = \"bedrock\"\nbase_url = \"{url}\"\n\
+         region = \"us-east-1\"\nmodel = \"{MODEL}\"\n"
+    );
+    let (addr, _) = serve(&toml, aws_env(SECRET)).await;
+    for (field, value) in [
+        ("frequency_penalty", json!(0.5)),
+        ("seed", json!(7)),
+        ("reasoning_effort", json!("extreme")),
+    ] {
+        let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        body[field] = value;
+        let response = post_chat(addr, &body).await;
+        let status = response.status();
+        let e: Value = response.json().await.unwrap();
+        assert_eq!(status, 400, "{field}: {e}");
+        assert_eq!(e["error"]["param"], field, "{e}");
+        assert_eq!(e["error"]["code"], "untranslatable_request", "{e}");
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains("bedrock"),
+            "{e}"
+        );
+    }
+}

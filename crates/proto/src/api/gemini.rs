@@ -6,8 +6,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Dialect;
 use super::tools::Sink;
+use super::{Dialect, RequestError};
 
 mod text;
 
@@ -28,23 +28,74 @@ const LEFT_OUT: &[&str] = &[
     "service_tier",
 ];
 
-/// `request` (a Chat Completions request's fields) as a Gemini request body.
-pub(crate) fn request(body: &Map<String, Value>) -> Result<Value, String> {
+/// `request` (a Chat Completions request's fields) as a Gemini request body; an error names
+/// the field at fault.
+pub(crate) fn request(body: &Map<String, Value>) -> Result<Value, RequestError> {
     let mut out = Map::new();
     let mut config = Map::new();
-    for (key, value) in body {
-        if value.is_null() {
-            continue;
+    for (key, value) in body.iter().filter(|(_, v)| !v.is_null()) {
+        generation_field(key, value, &mut config).map_err(|e| RequestError::at(key, e))?;
+    }
+    if let Some(max) = body
+        .get("max_completion_tokens")
+        .filter(|v| !v.is_null())
+        .or_else(|| body.get("max_tokens").filter(|v| !v.is_null()))
+    {
+        if !max.is_u64() {
+            return Err(RequestError::at(
+                "max_tokens",
+                format!(
+                    "max_tokens (Gemini's generationConfig.maxOutputTokens) must be a whole number, not {max}"
+                ),
+            ));
         }
+        config.insert("maxOutputTokens".into(), max.clone());
+    }
+    let messages = match body.get("messages") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            let found = super::messages::json_kind(other);
+            return Err(super::MessagesError::NotAnArray { found }.into());
+        }
+    };
+    let (contents, system) = contents(messages).map_err(|e| RequestError::at("messages", e))?;
+    out.insert("contents".into(), Value::Array(contents));
+    if let Some(system) = system {
+        out.insert("systemInstruction".into(), system);
+    }
+    if let Some(tools) = body.get("tools").filter(|t| !t.is_null()) {
+        let tools = declarations(tools).map_err(|e| RequestError::at("tools", e))?;
+        out.insert("tools".into(), tools);
+    }
+    if let Some(choice) = body.get("tool_choice").filter(|c| !c.is_null()) {
+        let choice = tool_config(choice).map_err(|e| RequestError::at("tool_choice", e))?;
+        out.insert("toolConfig".into(), choice);
+    }
+    if !config.is_empty() {
+        out.insert("generationConfig".into(), Value::Object(config));
+    }
+    Ok(Value::Object(out))
+}
+
+/// One field of a Chat Completions request (`key`, not null) into Gemini's
+/// `generationConfig` (`config`), left out, or refused; the fields written elsewhere
+/// (`messages`, `tools`, `tool_choice`, the limit) are passed over.
+fn generation_field(
+    key: &str,
+    value: &Value,
+    config: &mut Map<String, Value>,
+) -> Result<(), String> {
+    {
         let at = |name: &str| format!("{key} (Gemini's generationConfig.{name})");
-        match key.as_str() {
+        match key {
             "messages" | "tools" | "tool_choice" | "max_tokens" | "max_completion_tokens" => {}
             "temperature" | "top_p" | "top_k" | "seed" | "presence_penalty"
             | "frequency_penalty" => {
                 // `top_k` is no OpenAI field, but servers of the Chat API take it (vLLM,
                 // llama.cpp) and Gemini CLI always sends Gemini's `topK`, which the gateway
                 // reads into it.
-                let name = match key.as_str() {
+                let name = match key {
                     "temperature" => "temperature",
                     "top_p" => "topP",
                     "top_k" => "topK",
@@ -123,41 +174,7 @@ pub(crate) fn request(body: &Map<String, Value>) -> Result<Value, String> {
             }
         }
     }
-    if let Some(max) = body
-        .get("max_completion_tokens")
-        .filter(|v| !v.is_null())
-        .or_else(|| body.get("max_tokens").filter(|v| !v.is_null()))
-    {
-        if !max.is_u64() {
-            return Err(format!(
-                "max_tokens (Gemini's generationConfig.maxOutputTokens) must be a whole number, not {max}"
-            ));
-        }
-        config.insert("maxOutputTokens".into(), max.clone());
-    }
-    let messages = match body.get("messages") {
-        None | Some(Value::Null) => &[][..],
-        Some(Value::Array(list)) => list,
-        Some(other) => {
-            let found = super::messages::json_kind(other);
-            return Err(super::MessagesError::NotAnArray { found }.to_string());
-        }
-    };
-    let (contents, system) = contents(messages)?;
-    out.insert("contents".into(), Value::Array(contents));
-    if let Some(system) = system {
-        out.insert("systemInstruction".into(), system);
-    }
-    if let Some(tools) = body.get("tools").filter(|t| !t.is_null()) {
-        out.insert("tools".into(), declarations(tools)?);
-    }
-    if let Some(choice) = body.get("tool_choice").filter(|c| !c.is_null()) {
-        out.insert("toolConfig".into(), tool_config(choice)?);
-    }
-    if !config.is_empty() {
-        out.insert("generationConfig".into(), Value::Object(config));
-    }
-    Ok(Value::Object(out))
+    Ok(())
 }
 
 /// The text of a message's `content`: a string, or its text parts joined.
@@ -477,7 +494,9 @@ mod tests {
     use super::*;
 
     fn write(request: Value) -> Result<Value, String> {
-        Dialect::Gemini.request_from_chat(&request)
+        Dialect::Gemini
+            .request_from_chat(&request)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -669,7 +688,9 @@ mod tests {
         let tree = Dialect::Gemini.request_from_chat(&json!({"messages": messages}));
         let (text, tree) = match (text, tree) {
             (Ok(text), Ok(tree)) => (text, tree),
-            (Err(text), Err(tree)) => return assert_eq!(text.to_string(), tree, "{messages}"),
+            (Err(text), Err(tree)) => {
+                return assert_eq!(text.to_string(), tree.to_string(), "{messages}");
+            }
             (text, tree) => panic!("{messages}: {text:?} but {tree:?}"),
         };
         assert_eq!(text.key, "contents");
@@ -817,6 +838,7 @@ mod tests {
             br#"[{"functionDeclarations":[{"name":"w","parametersJsonSchema":{"type":"object","required":["c"]}}]}]"#
         );
         let e = Dialect::Gemini.tools_from_chat_json(b"[{oops").unwrap_err();
-        assert!(e.starts_with("tools could not be read: "), "{e}");
+        assert_eq!(e.param(), Some("tools"));
+        assert!(e.message().starts_with("tools could not be read: "), "{e}");
     }
 }

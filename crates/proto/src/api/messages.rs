@@ -836,7 +836,7 @@ mod tests {
         let (text, tree) = match (text, tree) {
             (Ok(text), Ok(tree)) => (text, tree),
             (Err(text), Err(tree)) => {
-                return assert_eq!(text.to_string(), tree, "{api}: {messages}");
+                return assert_eq!(text.to_string(), tree.to_string(), "{api}: {messages}");
             }
             (text, tree) => panic!("{api}: {text:?} but {tree:?}"),
         };
@@ -909,10 +909,9 @@ mod tests {
             assert!(matches!(&e, MessagesError::Invalid(why) if why.contains("could not be read")));
             // The tree refuses the same.
             let tree = api.request_from_chat(&json!({"model": "m", "messages": "hi"}));
-            assert_eq!(
-                tree.unwrap_err(),
-                "\"messages\" must be an array, not a string"
-            );
+            let e = tree.unwrap_err();
+            assert_eq!(e.param(), Some("messages"));
+            assert_eq!(e.message(), "\"messages\" must be an array, not a string");
             // No messages at all is still no messages.
             assert!(api.request_from_chat(&json!({"model": "m"})).is_ok());
         }
@@ -1033,8 +1032,9 @@ mod tests {
             let e = api
                 .request_from_chat(&json!({"model": "m", "messages": audio}))
                 .unwrap_err();
-            assert!(e.starts_with("messages[0].content[0]: "), "{e}");
-            assert!(e.contains("\"input_audio\""), "{e}");
+            assert_eq!(e.param(), Some("messages"));
+            assert!(e.message().starts_with("messages[0].content[0]: "), "{e}");
+            assert!(e.message().contains("\"input_audio\""), "{e}");
             let text = json!([{"role": "tool", "tool_call_id": "a", "content": [
                 {"type": "text", "text": "2"}, {"type": "text", "text": "1C"}]}]);
             let tree = api
@@ -1095,7 +1095,7 @@ mod tests {
                             let written: Value = serde_json::from_slice(&text.list).unwrap();
                             assert_eq!(written, tree[text.key], "{api}: {}", m["role"]);
                         }
-                        (Err(text), Err(tree)) => assert_eq!(text.to_string(), tree),
+                        (Err(text), Err(tree)) => assert_eq!(text.to_string(), tree.to_string()),
                         (text, tree) => panic!("{api}: {text:?} but {tree:?}"),
                     }
                 }

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Dialect, messages, tools};
+use super::{Dialect, RequestError, messages, tools};
 
 /// The Responses-only part of [`Dialect::request_from_chat`]: the fields `out` already
 /// holds are the ones passed through.
@@ -10,19 +10,23 @@ pub(crate) fn request(
     body: &Map<String, Value>,
     out: &mut Map<String, Value>,
     (messages, max_tokens, effort): (&[Value], Option<Value>, Option<&str>),
-) -> Result<(), String> {
+) -> Result<(), RequestError> {
     let api = Dialect::Responses;
     let read = |each: &mut dyn FnMut(usize, Value) -> Result<(), String>| {
         (messages.iter().enumerate()).try_for_each(|(i, m)| each(i, m.clone()))
     };
     let mut input = Vec::with_capacity(messages.len());
-    let system = messages::translate(api, read, &mut input)?;
+    let system =
+        messages::translate(api, read, &mut input).map_err(|e| RequestError::at("messages", e))?;
     out.insert("input".into(), Value::Array(input));
     if let Some(list) = body.get("tools").filter(|t| !t.is_null()) {
-        out.insert("tools".into(), tools::tools(list, false)?);
+        let tools = tools::tools(list, false).map_err(|e| RequestError::at("tools", e))?;
+        out.insert("tools".into(), tools);
     }
     if let Some(choice) = body.get("tool_choice").filter(|c| !c.is_null()) {
-        out.insert("tool_choice".into(), tools::responses_tool_choice(choice)?);
+        let choice =
+            tools::responses_tool_choice(choice).map_err(|e| RequestError::at("tool_choice", e))?;
+        out.insert("tool_choice".into(), choice);
     }
     if let Some(system) = system {
         out.insert("instructions".into(), system);

@@ -740,14 +740,18 @@ mod tests {
                 json!({"reasoning_effort": "high", "max_tokens": 500}),
             ))
             .unwrap_err();
+        assert_eq!(short.param(), Some("max_tokens"));
         assert!(
-            short.contains("needs max_tokens above 4096, not 500"),
+            short
+                .message()
+                .contains("needs max_tokens above 4096, not 500"),
             "{short}"
         );
         let unknown = Dialect::Anthropic
             .request_from_chat(&chat(json!({"reasoning_effort": "extreme"})))
             .unwrap_err();
-        assert!(unknown.contains("\"extreme\""), "{unknown}");
+        assert_eq!(unknown.param(), Some("reasoning_effort"));
+        assert!(unknown.message().contains("\"extreme\""), "{unknown}");
     }
 
     #[test]

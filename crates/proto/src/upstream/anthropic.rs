@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::{ReadsEvents, RequestWriting, UpstreamApi, sealed};
-use crate::api::{self, Dialect, MessagesError, messages, tools};
+use crate::api::{self, Dialect, MessagesError, RequestError, messages, tools};
 use crate::dialect::AnthropicEvents;
 
 /// The Anthropic Messages API as an upstream API ([`Dialect::Anthropic`]).
@@ -50,7 +50,7 @@ impl UpstreamApi for Anthropic {
     /// It has no `seed`; OpenAI's own fields (`prompt_cache_key`, `user`,
     /// `safety_identifier`, `service_tier`), which it refuses as unknown, are left out, and
     /// `parallel_tool_calls` goes in its `tool_choice`.
-    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String> {
+    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, RequestError> {
         let left_out = [
             "parallel_tool_calls",
             "prompt_cache_key",
@@ -72,8 +72,12 @@ impl UpstreamApi for Anthropic {
         messages::write_messages(Dialect::Anthropic, text, out)
     }
 
-    fn write_tools_from_chat_json(&self, text: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        tools::write_tools_text(text, true, out)
+    fn write_tools_from_chat_json(
+        &self,
+        text: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RequestError> {
+        tools::write_tools_text(text, true, out).map_err(|e| RequestError::at("tools", e))
     }
 
     fn recognises(&self, kind: &str) -> bool {

@@ -12,7 +12,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{Authorisation, Framing, ReadsEvents, RequestWriting, UpstreamApi, sealed};
-use crate::api::{Dialect, MessagesError};
+use crate::api::{Dialect, MessagesError, RequestError};
 use crate::dialect::BedrockEvents;
 use crate::dialect::bedrock::EVENT_TYPES;
 
@@ -71,13 +71,13 @@ impl UpstreamApi for Bedrock {
     /// Anthropic's translation (the same refusals: no `n`, no `seed`; OpenAI's own fields
     /// left out), reshaped for Converse. Its limit is sent only when the client stated one
     /// (or thinking needs one): Converse has the model's own default.
-    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String> {
+    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, RequestError> {
         let stated = ["max_tokens", "max_completion_tokens"]
             .iter()
             .any(|k| body.get(*k).is_some_and(|v| !v.is_null()));
         let anthropic = (Dialect::Anthropic.api().request_from_chat(body)).map_err(renamed)?;
         let Value::Object(anthropic) = anthropic else {
-            return Err("the translated request is not an object".to_string());
+            return Err(RequestError::new("the translated request is not an object"));
         };
         converse(anthropic, stated).map(Value::Object)
     }
@@ -91,7 +91,12 @@ impl UpstreamApi for Bedrock {
         let system = Dialect::Anthropic
             .api()
             .write_messages_from_chat_json(messages, &mut anthropic)
-            .map_err(|e| MessagesError::Invalid(renamed(e.to_string())))?;
+            .map_err(|e| {
+                MessagesError::Invalid(
+                    e.to_string()
+                        .replace("the anthropic API", "the bedrock API"),
+                )
+            })?;
         let turns: Vec<Value> = serde_json::from_slice(&anthropic)
             .map_err(|e| MessagesError::Invalid(e.to_string()))?;
         let turns = (turns.into_iter().enumerate())
@@ -108,14 +113,19 @@ impl UpstreamApi for Bedrock {
     }
 
     /// Converse's `toolConfig.tools`: each function a `toolSpec`.
-    fn write_tools_from_chat_json(&self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    fn write_tools_from_chat_json(
+        &self,
+        tools: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RequestError> {
         let mut anthropic = Vec::with_capacity(tools.len());
         (Dialect::Anthropic.api())
             .write_tools_from_chat_json(tools, &mut anthropic)
             .map_err(renamed)?;
-        let tools: Value = serde_json::from_slice(&anthropic).map_err(|e| e.to_string())?;
-        let specs = tool_specs(tools)?;
-        serde_json::to_writer(out, &specs).map_err(|e| e.to_string())
+        let at = |e: String| RequestError::at("tools", e);
+        let tools: Value = serde_json::from_slice(&anthropic).map_err(|e| at(e.to_string()))?;
+        let specs = tool_specs(tools).map_err(at)?;
+        serde_json::to_writer(out, &specs).map_err(|e| at(e.to_string()))
     }
 
     fn recognises(&self, kind: &str) -> bool {
@@ -174,13 +184,17 @@ impl UpstreamApi for Bedrock {
 }
 
 /// An error of Anthropic's translation, in this API's name.
-fn renamed(e: String) -> String {
-    e.replace("the anthropic API", "the bedrock API")
+fn renamed(e: RequestError) -> RequestError {
+    let message = e.message().replace("the anthropic API", "the bedrock API");
+    match e.param() {
+        Some(param) => RequestError::at(param, message),
+        None => RequestError::new(message),
+    }
 }
 
 /// An Anthropic Messages request (`a`) as a Converse request; `stated`: the client stated
 /// a limit of the answer's tokens.
-fn converse(mut a: Map<String, Value>, stated: bool) -> Result<Map<String, Value>, String> {
+fn converse(mut a: Map<String, Value>, stated: bool) -> Result<Map<String, Value>, RequestError> {
     let mut out = Map::new();
     let turns = match a.remove("messages") {
         Some(Value::Array(turns)) => turns,
@@ -188,7 +202,8 @@ fn converse(mut a: Map<String, Value>, stated: bool) -> Result<Map<String, Value
     };
     let turns = (turns.into_iter().enumerate())
         .map(|(i, turn)| message(i, turn))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RequestError::at("messages", e))?;
     out.insert("messages".into(), Value::Array(turns));
     if let Some(system) = a.remove("system") {
         out.insert("system".into(), system_blocks(&system));
@@ -218,7 +233,8 @@ fn converse(mut a: Map<String, Value>, stated: bool) -> Result<Map<String, Value
     }
     let mut tool_config = Map::new();
     if let Some(tools) = a.remove("tools") {
-        tool_config.insert("tools".into(), tool_specs(tools)?);
+        let specs = tool_specs(tools).map_err(|e| RequestError::at("tools", e))?;
+        tool_config.insert("tools".into(), specs);
     }
     if let Some(choice) = a.remove("tool_choice") {
         let choice = match choice["type"].as_str() {
@@ -238,8 +254,9 @@ fn converse(mut a: Map<String, Value>, stated: bool) -> Result<Map<String, Value
         a.remove(own);
     }
     if let Some(field) = a.keys().next() {
-        return Err(format!(
-            "{field}: the bedrock API (Converse) has no such field: leave it out for it"
+        return Err(RequestError::at(
+            field,
+            format!("{field}: the bedrock API (Converse) has no such field: leave it out for it"),
         ));
     }
     if !inference.is_empty() {
@@ -372,7 +389,7 @@ fn image(source: &Value) -> Result<Value, String> {
 mod tests {
     use super::*;
 
-    fn request(body: Value) -> Result<Value, String> {
+    fn request(body: Value) -> Result<Value, RequestError> {
         Bedrock.request_from_chat(body.as_object().unwrap())
     }
 
@@ -432,11 +449,21 @@ mod tests {
         let r = request(json!({"messages": [{"role": "user", "content": "hi"}]})).unwrap();
         assert!(r.get("inferenceConfig").is_none(), "{r}");
         let e = request(json!({"messages": [], "seed": 1})).unwrap_err();
-        assert!(e.contains("bedrock API") && e.contains("seed"), "{e}");
+        assert_eq!(e.param(), Some("seed"));
+        assert_eq!(
+            e.message(),
+            "the bedrock API has no seed: leave it out for it"
+        );
         let e = request(json!({"messages": [], "n": 2})).unwrap_err();
-        assert!(e.contains("bedrock API"), "{e}");
+        assert_eq!(e.param(), Some("n"));
+        assert!(e.message().contains("bedrock API"), "{e}");
         let e = request(json!({"messages": [], "frequency_penalty": 1})).unwrap_err();
-        assert!(e.starts_with("frequency_penalty: the bedrock API"), "{e}");
+        assert_eq!(e.param(), Some("frequency_penalty"));
+        assert!(
+            e.message()
+                .starts_with("frequency_penalty: the bedrock API"),
+            "{e}"
+        );
         let thinking = request(json!({"messages": [], "reasoning_effort": "low"})).unwrap();
         assert_eq!(
             thinking["additionalModelRequestFields"]["thinking"]["budget_tokens"],

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::{ReadsEvents, RequestWriting, UpstreamApi, sealed};
-use crate::api::{Dialect, MessagesError};
+use crate::api::{Dialect, MessagesError, RequestError};
 use crate::dialect::Chunks;
 
 /// Chat Completions as an upstream API ([`Dialect::Chat`]).
@@ -38,7 +38,7 @@ impl UpstreamApi for Chat {
         RequestWriting::AsSent
     }
 
-    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String> {
+    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, RequestError> {
         Ok(Value::Object(body.clone()))
     }
 
@@ -51,7 +51,11 @@ impl UpstreamApi for Chat {
         Ok(None)
     }
 
-    fn write_tools_from_chat_json(&self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    fn write_tools_from_chat_json(
+        &self,
+        tools: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RequestError> {
         out.extend_from_slice(tools);
         Ok(())
     }

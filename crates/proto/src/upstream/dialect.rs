@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde_json::Value;
 
-use crate::api::{Dialect, MessagesError, MessagesText};
+use crate::api::{Dialect, MessagesError, MessagesText, RequestError};
 
 impl Dialect {
     /// Its name: `chat`, `responses`, `anthropic`, `gemini` (configuration, flags, labels).
@@ -70,7 +70,7 @@ impl Dialect {
     ///
     /// As `request_from_chat` for its `tools`: not a list, a tool that is not a function, a
     /// function without a name.
-    pub fn tools_from_chat_json(self, tools: &[u8]) -> Result<Vec<u8>, String> {
+    pub fn tools_from_chat_json(self, tools: &[u8]) -> Result<Vec<u8>, RequestError> {
         let mut out = Vec::with_capacity(tools.len());
         self.api().write_tools_from_chat_json(tools, &mut out)?;
         Ok(out)
@@ -91,7 +91,11 @@ impl Dialect {
     /// # Errors
     ///
     /// As [`tools_from_chat_json`](Self::tools_from_chat_json).
-    pub fn write_tools_from_chat_json(self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    pub fn write_tools_from_chat_json(
+        self,
+        tools: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RequestError> {
         self.api().write_tools_from_chat_json(tools, out)
     }
 
@@ -261,9 +265,9 @@ impl Dialect {
     /// assert_eq!(responses["input"][2]["output"], "18C");
     /// assert_eq!(responses["tools"][0]["name"], "weather");
     /// ```
-    pub fn request_from_chat(self, request: &Value) -> Result<Value, String> {
+    pub fn request_from_chat(self, request: &Value) -> Result<Value, RequestError> {
         let Some(body) = request.as_object() else {
-            return Err("the request body must be a JSON object".into());
+            return Err(RequestError::new("the request body must be a JSON object"));
         };
         self.api().request_from_chat(body)
     }

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::{ReadsEvents, UpstreamApi, sealed};
-use crate::api::{Dialect, MessagesError, gemini};
+use crate::api::{Dialect, MessagesError, RequestError, gemini};
 use crate::dialect::gemini::Candidates;
 
 /// The Gemini API as an upstream API ([`Dialect::Gemini`]).
@@ -55,7 +55,7 @@ impl UpstreamApi for Gemini {
         &["candidates", "usageMetadata", "promptFeedback"]
     }
 
-    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String> {
+    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, RequestError> {
         gemini::request(body)
     }
 
@@ -67,8 +67,12 @@ impl UpstreamApi for Gemini {
         gemini::write_contents(messages, out)
     }
 
-    fn write_tools_from_chat_json(&self, tools: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        gemini::write_tools_text(tools, out)
+    fn write_tools_from_chat_json(
+        &self,
+        tools: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RequestError> {
+        gemini::write_tools_text(tools, out).map_err(|e| RequestError::at("tools", e))
     }
 
     fn default_base_url(&self) -> &'static str {

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use super::{ReadsEvents, RequestWriting, UpstreamApi, sealed};
-use crate::api::{self, Dialect, MessagesError, messages, tools};
+use crate::api::{self, Dialect, MessagesError, RequestError, messages, tools};
 use crate::dialect::ResponsesEvents;
 
 /// The Responses API as an upstream API ([`Dialect::Responses`]).
@@ -48,7 +48,7 @@ impl UpstreamApi for Responses {
     }
 
     /// It has no `stop` and no `seed`.
-    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, String> {
+    fn request_from_chat(&self, body: &Map<String, Value>) -> Result<Value, RequestError> {
         let (mut out, asked) =
             api::one_choice_request(Dialect::Responses, body, &["seed", "stop"], &[])?;
         api::responses::request(body, &mut out, asked)?;
@@ -63,8 +63,12 @@ impl UpstreamApi for Responses {
         messages::write_messages(Dialect::Responses, text, out)
     }
 
-    fn write_tools_from_chat_json(&self, text: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        tools::write_tools_text(text, false, out)
+    fn write_tools_from_chat_json(
+        &self,
+        text: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RequestError> {
+        tools::write_tools_text(text, false, out).map_err(|e| RequestError::at("tools", e))
     }
 
     fn recognises(&self, kind: &str) -> bool {

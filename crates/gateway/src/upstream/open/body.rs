@@ -11,6 +11,7 @@ use super::{Opener, UpstreamRoute};
 use crate::error::ApiError;
 use crate::request::is_translated;
 use choicewise_core::Dialect;
+use choicewise_core::upstream::RequestError;
 use choicewise_core::upstream::RequestWriting;
 
 /// The answer room a request for upstream `u` is given when its body (`base`) states no
@@ -155,7 +156,7 @@ fn whole_body(
     body.insert("model".into(), json!(u.model));
     body.insert("stream".into(), json!(true));
     let request = (u.api.api().request_from_chat(&body))
-        .map_err(|e| ApiError::invalid(e).code("untranslatable_request"))?;
+        .map_err(|e| at_param(ApiError::invalid(e.message()), &e).code("untranslatable_request"))?;
     let text = serde_json::to_vec(&request).map_err(|e| ApiError::invalid(e.to_string()))?;
     Ok(text.into())
 }
@@ -176,9 +177,12 @@ fn translated_body(
     // read, and written in its shape, left out or refused by name.
     let gemini = !api.api().passes_other_fields();
     // The translation's own refusals: for Gemini, every one of them is coded.
-    let refused = |e: String| match gemini {
-        true => ApiError::invalid(e).code("untranslatable_request"),
-        false => ApiError::invalid(e),
+    let refused = |e: RequestError| {
+        let refusal = at_param(ApiError::invalid(e.message()), &e);
+        match gemini {
+            true => refusal.code("untranslatable_request"),
+            false => refusal,
+        }
     };
     // What the translation reads or reshapes is parsed, but for the messages and the tools,
     // translated one at a time from their text (the tools' schemas copied); every other
@@ -273,7 +277,7 @@ fn translated_body(
                 system = api
                     .write_messages_from_chat_json(messages, &mut out)
                     .map_err(|e| match gemini {
-                        true => refused(e.to_string()),
+                        true => refused(e.into()),
                         // What the check of every request lets through but this API cannot
                         // take (a second system message for Anthropic, say).
                         false => ApiError::invalid(e.to_string())
@@ -288,6 +292,14 @@ fn translated_body(
     }
     out.push(b'}');
     Ok(out)
+}
+
+/// `error` naming the request field the translation's refusal names, if it names one.
+fn at_param(error: ApiError, refusal: &RequestError) -> ApiError {
+    match refusal.param() {
+        Some(param) => error.param(param),
+        None => error,
+    }
 }
 
 /// A field of a translated body, as [`translated_body`] writes it.
@@ -338,12 +350,15 @@ mod tests {
         }
         body.insert("model".into(), json!("up"));
         body.insert("stream".into(), json!(true));
-        let Value::Object(body) = api.request_from_chat(&Value::Object(body))? else {
+        let Value::Object(body) =
+            (api.request_from_chat(&Value::Object(body))).map_err(|e| e.to_string())?
+        else {
             unreachable!()
         };
         let mut fields = fields_of(body);
         if let Some(tools) = base.get("tools").filter(|t| &t[..] != b"null") {
-            fields.insert("tools".into(), api.tools_from_chat_json(tools)?.into());
+            let tools = api.tools_from_chat_json(tools).map_err(|e| e.to_string())?;
+            fields.insert("tools".into(), tools.into());
         }
         for (k, text) in base {
             if !is_translated(k) && k != "tools" {
@@ -447,7 +462,8 @@ mod tests {
         if let Some(limit) = limit {
             body.entry("max_tokens").or_insert(json!(limit));
         }
-        let body = Dialect::Gemini.request_from_chat(&Value::Object(body))?;
+        let body =
+            (Dialect::Gemini.request_from_chat(&Value::Object(body))).map_err(|e| e.to_string())?;
         Ok(serde_json::to_vec(&body).unwrap())
     }
 
