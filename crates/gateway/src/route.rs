@@ -16,7 +16,7 @@ use choicewise_core::chunks::Envelope;
 use crate::admission::auth;
 use crate::admission::layers;
 use crate::answer::ending::ErrorType;
-use crate::answer::finish::{Finish, Recorded};
+use crate::answer::finish::{Arrival, Asked, Finish, Opening, Recorded};
 use crate::answer::respond::{self, Answer};
 use crate::answer::write;
 use crate::api::{ClientApi, Head, Read, Refused};
@@ -32,8 +32,9 @@ use crate::{HostedTools, api};
 /// A request of the client API `A` (the route of each API is this handler, instantiated for
 /// it), answered in that API's terms, its failures included; a request for its token count
 /// ([`ClientApi::asks`]) is [`crate::count::api_count`]'s. Its record ([`Finish`]) is made
-/// as it arrives, filled in as it is served, and goes with its answer's body, which records
-/// it when it ends.
+/// as it arrives and told what each step learned: [`prepare`] (what it asked for, its plan,
+/// its reservation), then [`run`], which owns it while its samples open and are picked; it
+/// goes with its answer's body, which records it when it ends.
 pub(crate) async fn answer<A: ClientApi>(
     State(gw): State<Gateway>,
     request: axum::extract::Request,
@@ -54,16 +55,30 @@ pub(crate) async fn answer<A: ClientApi>(
         .get::<crate::metrics::RequestModel>()
         .cloned();
     let caller = (parts.extensions.get::<keys::Caller>().cloned()).unwrap_or_default();
-    let mut finish = Finish::new(gw.sinks(), &parts.headers, client, counted_as);
-    finish.api(A::LABEL);
-    if let Some(name) = caller.name() {
-        finish.key(name);
-    }
-    let mut kept = None;
-    let mut rate = Vec::new();
+    let arrival = Arrival {
+        api: A::LABEL,
+        key: caller.name(),
+        counted_as,
+    };
+    let mut finish = Finish::new(gw.sinks(), &parts.headers, arrival);
     let head = Arc::new(parts);
-    let served = serve::<A>(&gw, head, body, &caller, &mut finish, &mut kept, &mut rate).await;
-    let label = layers::ModelLabel(finish.model().to_string());
+    let request_id = finish.labels().request_id.clone();
+    let mut learned = Learned::<A> {
+        asked: None,
+        kept: None,
+        rate: Vec::new(),
+    };
+    let client_of = (client, request_id.as_str());
+    let planned = prepare::<A>(&gw, head, body, &caller, client_of, &mut learned).await;
+    let Learned { asked, kept, rate } = learned;
+    if let Some(asked) = asked {
+        finish.read(asked);
+    }
+    let (mut finish, served) = match planned {
+        Ok(planned) => Box::pin(run::<A>(&gw, planned, finish)).await,
+        Err(e) => (finish, Err(e)),
+    };
+    let label = layers::ModelLabel(finish.labels().model.clone());
     let tries = finish.tries();
     let mut response = match served {
         Ok(ready) => ready.answer(finish).await,
@@ -98,56 +113,92 @@ fn parses_inline(len: usize, scan: Option<&Scan>) -> bool {
     len <= INLINE_PARSE_BYTES && scan.is_some_and(|s| !s.vote_by && !s.escapes)
 }
 
-/// Serves a request up to its answer, in steps: [`read`](layers::read_body) its body,
-/// [`parse`] it, find its [`model`] and check its key [`allows`](keys::Caller::allows) it,
-/// [`plan`] its run, [`reserve`] what it may take, [`start`] its samples and pick them
-/// ([`Run::pick`]). Each step returns what it learned; this function alone writes it into
-/// the request's record (`finish`), which holds the run from its start, `kept` what the API
-/// keeps of a request read for its errors ([`ClientApi::kept_for_errors`]), and `rate` the
+/// What [`prepare`] learned of a request besides its plan: what it asked for (once read),
+/// what its API keeps of it for its errors ([`ClientApi::kept_for_errors`]), and the
 /// `x-ratelimit-*` headers its reservation left.
-async fn serve<A: ClientApi>(
+struct Learned<A: ClientApi> {
+    asked: Option<Asked>,
+    kept: Option<A::Reply>,
+    rate: Vec<(&'static str, String)>,
+}
+
+/// A request planned and its limits reserved, ready for its samples.
+struct Planned<R> {
+    plan: Plan<R>,
+    reservation: Option<crate::quota::Reservation>,
+    /// The console's playground, which follows the samples beside the pick.
+    watch: Option<crate::console::Watch>,
+}
+
+/// Prepares a request up to its samples, in steps: [`read`](layers::read_body) its body,
+/// [`parse`] it, find its [`model`] and check its key [`allows`](keys::Caller::allows) it,
+/// [`plan`] its run, [`reserve`] what it may take. Each step returns what it learned, and
+/// so does this function (in `learned`, on a refusal too); the request's record is told
+/// by the handler.
+async fn prepare<A: ClientApi>(
     gw: &Gateway,
     head: Arc<Head>,
     body: Body,
     caller: &keys::Caller,
-    finish: &mut Finish,
-    kept: &mut Option<A::Reply>,
-    rate: &mut Vec<(&'static str, String)>,
-) -> Result<Ready<A>, ApiError> {
+    (client, request_id): (crate::upstream::resilience::ClientId, &str),
+    learned: &mut Learned<A>,
+) -> Result<Planned<A::Reply>, ApiError> {
     // The key was checked and a slot taken by the layers (`Gateway::router`).
     let bytes = layers::read_body(&gw.inner.admission, body).await?;
     let len = bytes.len();
-    // The console's playground follows the samples, beside the pick.
     let watch = head.extensions.get::<crate::console::Watch>().cloned();
+    let configured = |model: &str| gw.inner.models.contains_key(model);
     let parsed = match parse::<A>(gw, head, bytes).await {
         Ok(parsed) => parsed,
         Err(refused) => {
             let Refused { error, asked } = *refused;
-            if let Some(model) = asked.filter(|m| gw.inner.models.contains_key(m)) {
-                finish.named(model);
-            }
+            learned.asked = asked.map(|model| Asked {
+                configured: configured(&model),
+                model,
+                stream: false,
+            });
             return Err(error);
         }
     };
-    *kept = A::kept_for_errors(&parsed.reply, parsed.req.stream);
+    learned.kept = A::kept_for_errors(&parsed.reply, parsed.req.stream);
+    learned.asked = Some(Asked {
+        model: parsed.req.model.clone(),
+        configured: configured(&parsed.req.model),
+        stream: parsed.req.stream,
+    });
     // Parsed: the memory mark checked again before the request goes on.
     layers::parsed(&gw.inner.admission, len)?;
-    finish.asked(&parsed.req.model);
     let model = self::model(gw, &parsed.req.model)?;
-    finish.named(parsed.req.model.clone());
-    finish.streamed(parsed.req.stream);
     caller.allows(&parsed.req.model)?;
-    let mut plan = plan(gw, parsed, model, finish.client())?;
+    let mut plan = plan(gw, parsed, model, client)?;
     // Before any upstream is asked: what the request may take, reserved of its limits.
-    let reserved = Box::pin(reserve(gw, caller, &plan, finish.request_id())).await?;
+    let reserved = Box::pin(reserve(gw, caller, &plan, request_id)).await?;
     // The room reserved for a sample that states no limit is the room it is held to.
     plan.opener.room = reserved.room;
     plan.opener.bound = reserved.bound;
-    if let Some(reservation) = reserved.reservation {
-        *rate = reservation.rate_headers();
-        finish.reserved(reservation);
+    if let Some(reservation) = &reserved.reservation {
+        learned.rate = reservation.rate_headers();
     }
-    finish.opening(plan.opener.tries.clone(), plan.opener.limits_set.clone());
+    Ok(Planned {
+        plan,
+        reservation: reserved.reservation,
+        watch,
+    })
+}
+
+/// Runs a planned request up to its answer: [`start`] its samples, which its record
+/// (`finish`) holds from then on, and pick them ([`Run::pick`]); the record goes back with
+/// what is ready to be answered, or the refusal.
+async fn run<A: ClientApi>(
+    gw: &Gateway,
+    planned: Planned<A::Reply>,
+    mut finish: Finish,
+) -> (Finish, Result<Ready<A>, ApiError>) {
+    let Planned {
+        plan,
+        reservation,
+        watch,
+    } = planned;
     let Plan {
         req,
         reply,
@@ -156,43 +207,50 @@ async fn serve<A: ClientApi>(
         estimate,
         dropped,
     } = plan;
+    finish.opening(Opening {
+        tries: opener.tries.clone(),
+        limits_set: opener.limits_set.clone(),
+        reservation,
+    });
+    let request_id = finish.labels().request_id.clone();
     let deadlines = Deadlines::new(gw, finish.arrived(), req.policy.deadline());
     // Boxed, as the answer is: a request's futures stay small where they are moved.
-    let run = Box::pin(start(opener, &req, &deadlines, finish.request_id())).await?;
+    let run = match Box::pin(start(opener, &req, &deadlines, &request_id)).await {
+        Ok(run) => run,
+        Err(e) => return (finish, Err(e)),
+    };
     if let Some(watch) = watch {
         watch.tap(&run);
     }
-    // The record holds the run from its start: a client gone from here on is recorded.
-    finish.started(run);
-    let traced = match (&gw.inner.traces, finish.take_parent()) {
-        (Some(traces), Some(parent)) => {
-            finish.traced(traces.request(parent, &req, apis.into_iter()));
-            true
-        }
-        _ => false,
+    let span = match (&gw.inner.traces, finish.take_parent()) {
+        (Some(traces), Some(parent)) => Some(traces.request(parent, &req, apis.into_iter())),
+        _ => None,
     };
     // The span names how each sample ended, and its parts; the records' samples keep them.
-    let keep = traced || finish.records_samples();
-    finish.run_mut().keep_messages(keep);
+    let keep = span.is_some() || finish.records_samples();
+    // The record holds the run from its start: a client gone from here on is recorded.
+    finish.started(run, span);
+    let run = finish.running_mut().run_mut();
+    run.keep_messages(keep);
     let left = (deadlines.picked_by()).saturating_duration_since(Instant::now());
-    let picked = finish.run_mut().pick(&req, left).await;
+    let picked = run.pick(&req, left).await;
     let rule = req.policy.rule();
     if rule != choicewise_core::PickRule::All {
         finish.picked(rule.as_str(), &picked);
     }
-    if let Some((why, e)) = unpicked(&picked, &deadlines, finish.request_id(), &req.model) {
+    if let Some((why, e)) = unpicked(&picked, &deadlines, &request_id, &req.model) {
         // Boxed: the failure path's future is not carried by every request's.
         Box::pin(finish.fail(why)).await;
-        return Err(e);
+        return (finish, Err(e));
     }
     let envelope = Envelope::new(&req.model);
     finish.response_id(&envelope.id);
     let closing = write::Closing::new(
         gw.inner.closing.subscribe(),
         deadlines.request,
-        (finish.request_id(), req.model.as_str(), deadlines.request_s),
+        (&request_id, req.model.as_str(), deadlines.request_s),
     );
-    Ok(Ready {
+    let ready = Ready {
         picked,
         req,
         answer: Answer {
@@ -202,7 +260,8 @@ async fn serve<A: ClientApi>(
         },
         closing,
         dropped,
-    })
+    };
+    (finish, Ok(ready))
 }
 
 /// The configured model `name`, or the 404 that says there is none.

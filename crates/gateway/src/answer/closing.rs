@@ -1,5 +1,5 @@
-//! What cuts an answer short: the gateway's close or the request's deadline, and awaiting
-//! a run's work unless it is cut. Watched by the answer itself (its write loop, its tail),
+//! What cuts an answer short: the gateway's close or the request's deadline (awaiting a
+//! run's work unless it is cut is [`Running::until_closed`](crate::answer::finish::Running::until_closed)). Watched by the answer itself (its write loop, its tail),
 //! with no task of its own.
 
 use std::sync::Arc;
@@ -8,8 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::answer::ending::{Cut, Initiator};
-use crate::upstream::engine::Run;
+use crate::answer::ending::Cut;
 
 /// What cuts a request's answer short, once it does: the gateway closes
 /// ([`Cut::ShutDown`], [`Gateway::close`](crate::Gateway::close)) or the request passes its
@@ -90,22 +89,5 @@ pub(crate) fn cut_short(closing: &Closing) -> Option<Cut> {
         Some(closing.past_deadline())
     } else {
         None
-    }
-}
-
-/// Awaits `work`; if the answer is cut short first (the gateway's close, the deadline), its run's samples still running are
-/// cancelled (their upstreams closed), and `work` ends with what they had.
-pub(crate) async fn until_closed<T>(
-    work: impl std::future::Future<Output = T>,
-    closing: &mut Closing,
-    run: &Run,
-) -> T {
-    let mut work = std::pin::pin!(work);
-    tokio::select! {
-        done = &mut work => done,
-        cut = closed(closing) => {
-            run.stop(Initiator::Gateway(cut));
-            work.await
-        }
     }
 }

@@ -11,10 +11,8 @@ use futures::future::{BoxFuture, Either};
 
 use crate::answer::client::ClientApi;
 use crate::answer::ending::{AnswerEnd, Initiator, OutputEnd, Seen, decide};
-use crate::answer::finish::{Finish, Recorded, Settled};
-use crate::answer::write::{
-    Closing, Framing, Tail, cut_short, output, sse_response, until_closed, write_loop,
-};
+use crate::answer::finish::{Finish, Recorded};
+use crate::answer::write::{Closing, Framing, Tail, cut_short, output, sse_response, write_loop};
 use crate::request::ChatRequest;
 use crate::upstream::engine::{AnswerUsage, Picked, Run, Summary};
 
@@ -81,7 +79,7 @@ fn streamed<A: ClientApi>(
             None => None,
         };
         let mut framing = A::framing(reply, &envelope, &req, outputs.len(), prompt_tokens);
-        let run = finish.run();
+        let run = finish.running().run();
         let first = run.index_of(outputs[0]);
         let streams = (outputs.iter())
             .map(|sample| output(run.completions.clone(), run.index_of(*sample)))
@@ -91,10 +89,11 @@ fn streamed<A: ClientApi>(
         for await write in written {
             yield Ok::<_, std::convert::Infallible>(write);
         }
-        let run = finish.run();
+        let running = finish.running();
+        let run = running.run();
         if let Some(cut) = cut_short(&closing) {
             // Cut short: the samples still running end now.
-            run.stop(Initiator::Gateway(cut));
+            running.stop(Initiator::Gateway(cut));
         }
         // The usage and the summary wait for every upstream's end; a shutdown that comes
         // meanwhile ends them too (what they had is counted).
@@ -115,7 +114,7 @@ fn streamed<A: ClientApi>(
             Tail { usage, stop_reason, summary }
         };
         // Boxed, as the settle below: the stream is moved as it is made into a body.
-        let tail = Box::pin(until_closed(tail, &mut closing, run)).await;
+        let tail = Box::pin(running.until_closed(tail, &mut closing)).await;
         let mut write = Vec::new();
         let answer = AnswerEnd::of(&ends, true);
         framing.tail(&ends, &answer, tail, &mut write);
@@ -168,16 +167,16 @@ async fn whole<A: ClientApi>(
     api: Answer<A>,
     mut closing: Closing,
 ) -> Response {
-    let run = finish.run();
-    let outputs = finish.outputs().map(<[u32]>::to_vec);
+    let running = finish.running();
+    let run = running.run();
     let samples = Answer::<A>::outputs(&picked.samples);
     let tail = async {
-        let settled = Settled::read(run, outputs.as_deref()).await;
+        let settled = running.read().await;
         let usage = run.usage(&picked.samples).await;
         let summary = run.final_summary(&picked, &req.policy).await;
         (settled, usage, summary)
     };
-    let (settled, usage, summary) = until_closed(tail, &mut closing, run).await;
+    let (settled, usage, summary) = running.until_closed(tail, &mut closing).await;
     let choices = ended(run, samples, &closing).await;
     finish.settled(settled);
     let ends: Vec<OutputEnd> = choices.iter().map(|(_, end)| end.clone()).collect();
@@ -193,14 +192,15 @@ async fn whole<A: ClientApi>(
         summary,
     );
     finish.answered(answer);
-    let body = match object {
-        Ok(body) => body,
-        Err((status, error)) => return (status, axum::Json(error)).into_response(),
+    // A failure is recorded as every answer is: when its body has been sent.
+    let (status, body) = match object {
+        Ok(body) => (StatusCode::OK, body),
+        Err((status, error)) => (status, Bytes::from(error.to_string())),
     };
     // The texts are in the bytes: the run's copies went with the verdict (the record, its
     // run settled and its answer decided, let it go), before the answer is sent.
     drop(choices);
-    json_body(body, finish)
+    json_body(status, body, finish)
 }
 
 /// A non-streamed answer's body, in the client's API, from its output `choices` as they
@@ -229,10 +229,11 @@ pub(crate) fn one_object<A: ClientApi>(
     ))
 }
 
-/// A JSON answer's response, accounted when its body has been sent (or dropped).
-fn json_body(bytes: Bytes, finish: Finish) -> Response {
+/// A JSON answer's response (`status`: its verdict's), accounted when its body has been
+/// sent (or dropped).
+fn json_body(status: StatusCode, bytes: Bytes, finish: Finish) -> Response {
     Response::builder()
-        .status(StatusCode::OK)
+        .status(status)
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::new(Recorded::new(
             http_body_util::Full::new(bytes),

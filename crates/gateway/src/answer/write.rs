@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-pub(crate) use crate::answer::closing::{Closing, closed, cut_short, until_closed};
+pub(crate) use crate::answer::closing::{Closing, closed, cut_short};
 use crate::answer::ending::{AnswerEnd, Cut, OutputEnd, Seen, decide};
 use crate::answer::finish::Finish;
 
@@ -195,7 +195,7 @@ pub(crate) fn write_loop<'a, F: Framing + ?Sized>(
     ends: &'a mut Vec<OutputEnd>,
 ) -> impl futures::Stream<Item = Bytes> + Send + 'a {
     async_stream::stream! {
-        let run = finish.run();
+        let run = finish.running().run();
         let several = outputs.len() > 1;
         let mut endings = Endings::new(outputs.len());
         let mut cut = None;

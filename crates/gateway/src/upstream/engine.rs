@@ -70,13 +70,6 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    /// `by` stops the samples still running (their upstreams closed): each ends cancelled
-    /// for `by`'s reason, which its answer's ending reads back. A sample stopped already
-    /// keeps its first reason.
-    pub fn stop(&self, by: crate::upstream::stop::Initiator) {
-        self.completions.cancel_except_for(&[], by.reason());
-    }
-
     /// Plans the request's samples, opens the first ones (all of them, or the first one when
     /// hedged, or the first window), and fails as the client should see it if any of those
     /// fails before its stream begins.

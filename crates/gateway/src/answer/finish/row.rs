@@ -3,65 +3,41 @@
 
 use std::time::SystemTime;
 
-use super::State;
-use crate::answer::ending::ErrorType;
+use super::sinks::{Record, Sinks};
 use crate::metrics::{Outcome, SampleEnded};
 use crate::upstream::open::TryRecord;
 use crate::upstream::resilience;
 
-impl State {
-    /// The log line of a request refused after its tries began, before it ran: every try,
-    /// each failed ([`refused`](Self::refused)). Its metrics are the refusal's, counted by
-    /// the layers; its span was made when it was refused.
-    pub(super) fn record_refused(&self, code: &str, status: u16) {
-        self.log_unrun(code);
-        if self.records.is_some() {
-            self.write_record(None, status, code, self.arrived.elapsed());
-        }
-    }
-
-    /// A request whose client went away before any answer and before its run began (its
-    /// body still arriving, its samples opening): counted as gone, logged, and its span made.
-    pub(super) fn record_gone(&self) {
-        let ended = ErrorType::ClientGone.as_str();
-        let took = self.arrived.elapsed();
-        (self.metrics).finished(&self.model, self.api, ended, took, &Outcome::default());
-        self.log_unrun(ended);
-        if let (Some(traces), Some(parent)) = (&self.traces, &self.parent) {
-            traces.record_gone(parent, took, self.asked.as_deref());
-        }
-        if self.records.is_some() {
-            let status = ErrorType::ClientGone.status().as_u16();
-            self.write_record(None, status, ended, took);
-        }
-    }
-
-    /// The request's row, handed to `[records]`' writer (which never makes it wait): what
-    /// it came to (`outcome`: none for a request that never ran), its status and why.
-    pub(super) fn write_record(
+impl Sinks {
+    /// `record`'s row, handed to `[records]`' writer (which never makes it wait), with
+    /// records on: what it came to (`outcome`: none for a request that never ran), its
+    /// status and why it ended.
+    pub(super) fn write_row(
         &self,
+        record: &Record,
         outcome: Option<&Outcome>,
         status: u16,
         ended: &str,
         took: std::time::Duration,
     ) {
         let Some(records) = &self.records else { return };
+        let labels = &record.labels;
         let arrived_ms = SystemTime::now()
             .checked_sub(took)
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_millis() as i64);
         let mut r =
-            choicewise_records::RequestRecord::new(arrived_ms, &self.request_id, &self.model);
-        r.key = self.key.as_deref().unwrap_or_default().to_string();
-        r.api = self.api.to_string();
-        r.stream = self.stream;
-        if let Some((rule, decision)) = self.pick {
+            choicewise_records::RequestRecord::new(arrived_ms, &labels.request_id, &labels.model);
+        r.key = labels.key().to_string();
+        r.api = labels.api.to_string();
+        r.stream = labels.stream;
+        if let Some((rule, decision)) = record.pick {
             r.pick = Some(rule.to_string());
             r.decision = Some(decision.to_string());
         }
         r.status = i64::from(status);
         r.ended = ended.to_string();
-        r.first_byte_ms = self.first_byte.get().map(|d| d.as_secs_f64() * 1e3);
+        r.first_byte_ms = record.first_byte.get().map(|d| d.as_secs_f64() * 1e3);
         r.total_ms = took.as_secs_f64() * 1e3;
         if let Some(outcome) = outcome {
             let count = |ended: SampleEnded| {
@@ -86,7 +62,7 @@ impl State {
                 })
                 .collect();
             r.cost_usd = records.cost(
-                &self.model,
+                &labels.model,
                 outcome.prompt_tokens,
                 outcome.completion_tokens,
             );
@@ -96,16 +72,25 @@ impl State {
         }
         records.record(r);
     }
+}
 
+impl Record {
     /// The log line of a request that never ran: its tries, if any began, each failed.
     pub(super) fn log_unrun(&self, ended: &str) {
         let tries = match &self.tries {
             Some(tries) => tries.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             None => Vec::new(),
         };
-        let key = self.key.as_deref().unwrap_or_default();
+        let labels = &self.labels;
         let took = self.arrived.elapsed();
-        log_unrun(&self.request_id, key, &self.model, &tries, took, ended);
+        log_unrun(
+            &labels.request_id,
+            labels.key(),
+            &labels.model,
+            &tries,
+            took,
+            ended,
+        );
     }
 
     /// Names in the log the samples that stopped at a limit the gateway set (`length`, the
@@ -116,8 +101,8 @@ impl State {
         let cut = cut_by_limits_set(outcome, &set);
         if let Some(first) = cut.first() {
             tracing::warn!(
-                request_id = %self.request_id,
-                model = %self.model,
+                request_id = %self.labels.request_id,
+                model = %self.labels.model,
                 upstream = %first.upstream,
                 max_tokens = first.max_tokens,
                 samples = cut.len(),
